@@ -1,0 +1,48 @@
+import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
+import { requireScope } from "../auth/principal";
+import { getDb } from "../db/client";
+import { bearer, commonErrors, jsonResponse } from "../http/openapi";
+import { cursorParam, decodeCursor, limitParam, page } from "../http/paging";
+import type { AppEnv } from "../http/types";
+import { validationHook } from "../http/validation";
+import { iso } from "../lib/time";
+import { listAudit } from "./log";
+
+export const auditRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook });
+
+const AuditEntry = z
+  .object({
+    id: z.number().int(),
+    at: z.string(),
+    actor: z.string(),
+    action: z.string(),
+    target: z.string(),
+    details: z.unknown(),
+  })
+  .openapi("AuditEntry");
+
+auditRoutes.openapi(
+  createRoute({
+    method: "get",
+    path: "/v1/audit",
+    tags: ["audit"],
+    summary: "The audit log, newest first",
+    security: bearer,
+    middleware: [requireScope("read")] as const,
+    request: {
+      query: z.object({ target: z.string().max(300).optional(), limit: limitParam, cursor: cursorParam }),
+    },
+    responses: {
+      200: jsonResponse(z.object({ items: z.array(AuditEntry), next_cursor: z.string().nullable() }), "A page"),
+      ...commonErrors,
+    },
+  }),
+  async (c) => {
+    const q = c.req.valid("query");
+    const after = decodeCursor(q.cursor, 1);
+    const before = after ? Number(after[0]) : undefined;
+    const rows = await listAudit(getDb(c.env.DB), { target: q.target, before, limit: q.limit });
+    const { items, next_cursor } = page(rows, q.limit, (r) => [String(r.id)]);
+    return c.json({ items: items.map((r) => ({ ...r, at: iso(r.at) })), next_cursor }, 200);
+  },
+);

@@ -1,0 +1,145 @@
+import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
+import { and, asc, eq, gt, isNull } from "drizzle-orm";
+import { auditInsert } from "../audit/log";
+import { getDb } from "../db/client";
+import { tokens } from "../db/schema";
+import { notFound } from "../http/errors";
+import { bearer, commonErrors, jsonBody, jsonResponse, notFoundError } from "../http/openapi";
+import { cursorParam, decodeCursor, limitParam, page } from "../http/paging";
+import type { AppEnv } from "../http/types";
+import { validationHook } from "../http/validation";
+import { ledgerOf } from "../ledger/stub";
+import { iso, isoOrNull } from "../lib/time";
+import { actorOf, requireScope } from "./principal";
+import { issueToken } from "./tokens";
+
+export const tokenRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook });
+
+const TokenInput = z
+  .strictObject({ name: z.string().min(1).max(200), scope: z.enum(["read", "write", "admin"]) })
+  .openapi("TokenInput");
+
+const Token = z
+  .object({
+    id: z.string(),
+    kind: z.enum(["operator", "server"]),
+    scope: z.enum(["read", "write", "admin", "server"]),
+    server_id: z.string().nullable(),
+    name: z.string(),
+    created_by: z.string(),
+    created_at: z.string(),
+    revoked_at: z.string().nullable(),
+  })
+  .openapi("Token");
+
+const view = (r: typeof tokens.$inferSelect) => ({
+  id: r.id,
+  kind: r.kind,
+  scope: r.scope,
+  server_id: r.serverId,
+  name: r.name,
+  created_by: r.createdBy,
+  created_at: iso(r.createdAt),
+  revoked_at: isoOrNull(r.revokedAt),
+});
+
+tokenRoutes.openapi(
+  createRoute({
+    method: "post",
+    path: "/v1/tokens",
+    tags: ["tokens"],
+    summary: "Create an operator token; the secret is returned once",
+    security: bearer,
+    middleware: [requireScope("admin")] as const,
+    request: { body: jsonBody(TokenInput) },
+    responses: {
+      201: jsonResponse(Token.extend({ token: z.string() }), "The token, with its secret"),
+      ...commonErrors,
+    },
+  }),
+  async (c) => {
+    const input = c.req.valid("json");
+    const db = getDb(c.env.DB);
+    const id = crypto.randomUUID();
+    const { token, hash } = await issueToken("operator", id);
+    const row = {
+      id,
+      kind: "operator" as const,
+      scope: input.scope,
+      serverId: null,
+      name: input.name,
+      hash,
+      createdBy: actorOf(c.var.principal),
+      createdAt: Date.now(),
+      revokedAt: null,
+    };
+    await db.batch([
+      db.insert(tokens).values(row),
+      auditInsert(db, { actor: row.createdBy, action: "token.create", target: `token:${id}`, details: input }),
+    ]);
+    return c.json({ ...view(row), token }, 201);
+  },
+);
+
+tokenRoutes.openapi(
+  createRoute({
+    method: "get",
+    path: "/v1/tokens",
+    tags: ["tokens"],
+    summary: "List tokens (never their secrets)",
+    security: bearer,
+    middleware: [requireScope("admin")] as const,
+    request: {
+      query: z.object({
+        kind: z.enum(["operator", "server"]).optional(),
+        limit: limitParam,
+        cursor: cursorParam,
+      }),
+    },
+    responses: {
+      200: jsonResponse(z.object({ items: z.array(Token), next_cursor: z.string().nullable() }), "A page"),
+      ...commonErrors,
+    },
+  }),
+  async (c) => {
+    const q = c.req.valid("query");
+    const after = decodeCursor(q.cursor, 1);
+    const rows = await getDb(c.env.DB)
+      .select()
+      .from(tokens)
+      .where(and(q.kind ? eq(tokens.kind, q.kind) : undefined, after ? gt(tokens.id, after[0]) : undefined))
+      .orderBy(asc(tokens.id))
+      .limit(q.limit + 1);
+    const { items, next_cursor } = page(rows, q.limit, (r) => [r.id]);
+    return c.json({ items: items.map(view), next_cursor }, 200);
+  },
+);
+
+tokenRoutes.openapi(
+  createRoute({
+    method: "delete",
+    path: "/v1/tokens/{id}",
+    tags: ["tokens"],
+    summary: "Revoke a token; it stops working at once",
+    security: bearer,
+    middleware: [requireScope("admin")] as const,
+    request: { params: z.object({ id: z.uuid() }) },
+    responses: { 200: jsonResponse(Token, "The revoked token"), ...commonErrors, ...notFoundError },
+  }),
+  async (c) => {
+    const { id } = c.req.valid("param");
+    const db = getDb(c.env.DB);
+    const row = await db.query.tokens.findFirst({ where: eq(tokens.id, id) });
+    if (!row) throw notFound("token", id);
+    if (row.revokedAt == null) {
+      // A host authenticates against its ledger, so the ledger forgets the hash first.
+      if (row.kind === "server" && row.serverId) await ledgerOf(c.env, row.serverId).revokeToken();
+      row.revokedAt = Date.now();
+      await db.batch([
+        db.update(tokens).set({ revokedAt: row.revokedAt }).where(and(eq(tokens.id, id), isNull(tokens.revokedAt))),
+        auditInsert(db, { actor: actorOf(c.var.principal), action: "token.revoke", target: `token:${id}` }),
+      ]);
+    }
+    return c.json(view(row), 200);
+  },
+);

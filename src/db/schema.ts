@@ -1,0 +1,106 @@
+import { sql } from "drizzle-orm";
+import { index, integer, primaryKey, sqliteTable, text, uniqueIndex } from "drizzle-orm/sqlite-core";
+
+/**
+ * D1 is the fleet-wide index. Each server's ledger (a Durable Object) is the source of truth for
+ * that server; the `servers` and `agent_instances` rows are its projection, kept convergent by the
+ * ledger (retried by alarm) so fleet-wide questions never have to visit every ledger.
+ */
+
+export const fleets = sqliteTable("fleets", {
+  id: text("id").primaryKey(),
+  capabilities: text("capabilities", { mode: "json" }).$type<Record<string, boolean>>().notNull(),
+  staleAfterS: integer("stale_after_s").notNull(),
+  lockTtlS: integer("lock_ttl_s").notNull(),
+  fleetlockKeyHash: text("fleetlock_key_hash"),
+  allowUnknownIds: integer("allow_unknown_ids", { mode: "boolean" }).notNull().default(false),
+  defaultGroupSlots: integer("default_group_slots"),
+  createdAt: integer("created_at").notNull(),
+});
+
+export const servers = sqliteTable(
+  "servers",
+  {
+    id: text("id").primaryKey(),
+    fleetId: text("fleet_id").notNull(),
+    hostname: text("hostname").notNull(),
+    kind: text("kind", { enum: ["managed", "manual"] }).notNull(),
+    roles: text("roles", { mode: "json" }).$type<string[]>().notNull(),
+    rebootGroup: text("reboot_group").notNull(),
+    fleetlockId: text("fleetlock_id"),
+    state: text("state", {
+      enum: ["provisioning", "active", "unreachable", "decommissioning", "removed"],
+    }).notNull(),
+    status: text("status", {
+      enum: ["realized", "pending", "failed", "drifted", "unknown", "stale"],
+    }).notNull(),
+    desiredGeneration: integer("desired_generation").notNull(),
+    reportedGeneration: integer("reported_generation"),
+    bootId: text("boot_id"),
+    lastSeen: integer("last_seen"),
+    createdAt: integer("created_at").notNull(),
+    updatedAt: integer("updated_at").notNull(),
+  },
+  (t) => [
+    index("servers_fleet_idx").on(t.fleetId, t.id),
+    index("servers_status_idx").on(t.status, t.id),
+    index("servers_fleet_status_idx").on(t.fleetId, t.status, t.id),
+    // Staleness marking scans only servers whose last report is old.
+    index("servers_fleet_last_seen_idx").on(t.fleetId, t.lastSeen),
+    uniqueIndex("servers_fleetlock_id_uq")
+      .on(t.fleetId, t.fleetlockId)
+      .where(sql`${t.fleetlockId} IS NOT NULL`),
+  ],
+);
+
+export const agentInstances = sqliteTable(
+  "agent_instances",
+  {
+    serverId: text("server_id").notNull(),
+    agent: text("agent").notNull(),
+    fleetId: text("fleet_id").notNull(),
+    instanceId: text("instance_id"),
+    desiredImage: text("desired_image"),
+    desiredVersion: text("desired_version"),
+    reportedImage: text("reported_image"),
+    reportedVersion: text("reported_version"),
+    reportedState: text("reported_state"),
+    status: text("status").notNull(),
+    updatedAt: integer("updated_at").notNull(),
+  },
+  (t) => [
+    primaryKey({ columns: [t.serverId, t.agent] }),
+    index("agent_instances_agent_idx").on(t.agent, t.serverId),
+    index("agent_instances_desired_image_idx").on(t.desiredImage, t.serverId, t.agent),
+    index("agent_instances_reported_image_idx").on(t.reportedImage, t.serverId, t.agent),
+  ],
+);
+
+export const tokens = sqliteTable(
+  "tokens",
+  {
+    id: text("id").primaryKey(),
+    kind: text("kind", { enum: ["operator", "server"] }).notNull(),
+    scope: text("scope", { enum: ["read", "write", "admin", "server"] }).notNull(),
+    serverId: text("server_id"),
+    name: text("name").notNull(),
+    hash: text("hash").notNull(),
+    createdBy: text("created_by").notNull(),
+    createdAt: integer("created_at").notNull(),
+    revokedAt: integer("revoked_at"),
+  },
+  (t) => [index("tokens_server_idx").on(t.serverId)],
+);
+
+export const auditLog = sqliteTable(
+  "audit_log",
+  {
+    id: integer("id").primaryKey({ autoIncrement: true }),
+    at: integer("at").notNull(),
+    actor: text("actor").notNull(),
+    action: text("action").notNull(),
+    target: text("target").notNull(),
+    details: text("details", { mode: "json" }).$type<unknown>(),
+  },
+  (t) => [index("audit_log_target_idx").on(t.target, t.id)],
+);

@@ -1,0 +1,10 @@
+import type { ServerLedger } from "./ledger/durable-object";
+import type { RebootCoordinator } from "./fleetlock/durable-object";
+
+export interface Env {
+  DB: D1Database;
+  LEDGER: DurableObjectNamespace<ServerLedger>;
+  REBOOT: DurableObjectNamespace<RebootCoordinator>;
+  /** Bootstrap admin token (a secret; `.dev.vars` locally). */
+  ADMIN_TOKEN?: string;
+}

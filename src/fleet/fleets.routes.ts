@@ -1,0 +1,98 @@
+import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
+import { actorOf, requireScope } from "../auth/principal";
+import { auditInsert } from "../audit/log";
+import { getDb } from "../db/client";
+import { isUniqueViolation } from "../db/errors";
+import { fleets } from "../db/schema";
+import { ApiError, notFound } from "../http/errors";
+import { bearer, commonErrors, conflictError, jsonBody, jsonResponse, notFoundError } from "../http/openapi";
+import { cursorParam, decodeCursor, limitParam, page } from "../http/paging";
+import type { AppEnv } from "../http/types";
+import { validationHook } from "../http/validation";
+import { fleetView, getFleet, listFleets } from "./fleets";
+import { Fleet, FleetInput, fleetId } from "./schemas";
+
+export const fleetRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook });
+
+fleetRoutes.openapi(
+  createRoute({
+    method: "post",
+    path: "/v1/fleets",
+    tags: ["fleets"],
+    summary: "Create a fleet",
+    security: bearer,
+    middleware: [requireScope("write")] as const,
+    request: { body: jsonBody(FleetInput) },
+    responses: {
+      201: jsonResponse(Fleet, "The fleet"),
+      ...commonErrors,
+      ...conflictError("A fleet with this id exists"),
+    },
+  }),
+  async (c) => {
+    const input = c.req.valid("json");
+    const db = getDb(c.env.DB);
+    const row = {
+      id: input.id,
+      capabilities: input.capabilities,
+      staleAfterS: input.stale_after_s,
+      lockTtlS: input.lock_ttl_s,
+      allowUnknownIds: input.allow_unknown_ids,
+      defaultGroupSlots: input.default_group_slots,
+      createdAt: Date.now(),
+    };
+    try {
+      // One batch: the fleet and its audit row commit together or not at all.
+      await db.batch([
+        db.insert(fleets).values(row),
+        auditInsert(db, { actor: actorOf(c.var.principal), action: "fleet.create", target: `fleet:${input.id}`, details: input }),
+      ]);
+    } catch (err) {
+      if (isUniqueViolation(err)) throw new ApiError(409, "already_exists", `fleet '${input.id}' already exists`);
+      throw err;
+    }
+    return c.json(fleetView({ ...row, fleetlockKeyHash: null }), 201);
+  },
+);
+
+fleetRoutes.openapi(
+  createRoute({
+    method: "get",
+    path: "/v1/fleets/{id}",
+    tags: ["fleets"],
+    summary: "Get a fleet",
+    security: bearer,
+    middleware: [requireScope("read")] as const,
+    request: { params: z.object({ id: fleetId }) },
+    responses: { 200: jsonResponse(Fleet, "The fleet"), ...commonErrors, ...notFoundError },
+  }),
+  async (c) => {
+    const { id } = c.req.valid("param");
+    const row = await getFleet(getDb(c.env.DB), id);
+    if (!row) throw notFound("fleet", id);
+    return c.json(fleetView(row), 200);
+  },
+);
+
+fleetRoutes.openapi(
+  createRoute({
+    method: "get",
+    path: "/v1/fleets",
+    tags: ["fleets"],
+    summary: "List fleets",
+    security: bearer,
+    middleware: [requireScope("read")] as const,
+    request: { query: z.object({ limit: limitParam, cursor: cursorParam }) },
+    responses: {
+      200: jsonResponse(z.object({ items: z.array(Fleet), next_cursor: z.string().nullable() }), "A page of fleets"),
+      ...commonErrors,
+    },
+  }),
+  async (c) => {
+    const { limit, cursor } = c.req.valid("query");
+    const after = decodeCursor(cursor, 1);
+    const rows = await listFleets(getDb(c.env.DB), after?.[0] ?? null, limit);
+    const { items, next_cursor } = page(rows, limit, (r) => [r.id]);
+    return c.json({ items: items.map(fleetView), next_cursor }, 200);
+  },
+);

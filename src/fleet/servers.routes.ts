@@ -1,0 +1,215 @@
+import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
+import { eq } from "drizzle-orm";
+import { actorOf, requireScope } from "../auth/principal";
+import { issueToken } from "../auth/tokens";
+import { audit, auditInsert } from "../audit/log";
+import { getDb } from "../db/client";
+import { isUniqueViolation } from "../db/errors";
+import { servers, tokens } from "../db/schema";
+import { ApiError, notFound } from "../http/errors";
+import { bearer, commonErrors, conflictError, jsonBody, jsonResponse, notFoundError } from "../http/openapi";
+import { cursorParam, decodeCursor, limitParam, page } from "../http/paging";
+import type { AppEnv } from "../http/types";
+import { validationHook } from "../http/validation";
+import type { ServerRecord } from "../ledger/record";
+import { DesiredConfig, DesiredConfigInput, serverStatus } from "../ledger/schemas";
+import { ledgerOf, unwrap } from "../ledger/stub";
+import { getFleet } from "./fleets";
+import { fleetId, ServerCreated, ServerDetail, ServerInput, serverIdParam, ServerSummary } from "./schemas";
+import { listServers, serverDetail, serverSummary } from "./servers";
+
+export const serverRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook });
+
+serverRoutes.openapi(
+  createRoute({
+    method: "post",
+    path: "/v1/servers",
+    tags: ["servers"],
+    summary: "Register a server; its token is returned once",
+    security: bearer,
+    middleware: [requireScope("write")] as const,
+    request: { body: jsonBody(ServerInput) },
+    responses: {
+      201: jsonResponse(ServerCreated, "The server, with its token"),
+      ...commonErrors,
+      ...conflictError("Another server of the fleet has this fleetlock_id"),
+      422: jsonResponse(z.object({ error: z.any() }), "The fleet does not exist"),
+    },
+  }),
+  async (c) => {
+    const input = c.req.valid("json");
+    const db = getDb(c.env.DB);
+    const fleet = await getFleet(db, input.fleet);
+    if (!fleet) throw new ApiError(422, "unknown_fleet", `fleet '${input.fleet}' does not exist`);
+
+    const id = crypto.randomUUID();
+    const { token, hash } = await issueToken("server", id);
+    const now = Date.now();
+    const record: ServerRecord = {
+      id,
+      fleet_id: fleet.id,
+      hostname: input.hostname.toLowerCase(),
+      kind: input.kind,
+      roles: input.roles,
+      reboot_group: input.reboot_group,
+      fleetlock_id: input.fleetlock_id ?? null,
+      state: "provisioning",
+      stale_after_s: fleet.staleAfterS,
+      created_at: now,
+      token_hash: hash,
+      token_id: id,
+    };
+    // The index row goes first so its unique fleetlock_id guard can refuse a duplicate before any
+    // ledger exists; the ledger then overwrites the row with its own projection.
+    try {
+      await db.batch([
+        db.insert(servers).values({
+          id,
+          fleetId: fleet.id,
+          hostname: record.hostname,
+          kind: record.kind,
+          roles: record.roles,
+          rebootGroup: record.reboot_group,
+          fleetlockId: record.fleetlock_id,
+          state: record.state,
+          status: "unknown",
+          desiredGeneration: 1,
+          createdAt: now,
+          updatedAt: now,
+        }),
+        db.insert(tokens).values({
+          id,
+          kind: "server",
+          scope: "server",
+          serverId: id,
+          name: `server ${record.hostname}`,
+          hash,
+          createdBy: actorOf(c.var.principal),
+          createdAt: now,
+        }),
+        auditInsert(db, {
+          actor: actorOf(c.var.principal),
+          action: "server.register",
+          target: `server:${id}`,
+          details: input,
+        }),
+      ]);
+    } catch (err) {
+      if (isUniqueViolation(err)) {
+        throw new ApiError(409, "fleetlock_id_taken", `another server of fleet '${fleet.id}' uses fleetlock_id '${input.fleetlock_id}'`);
+      }
+      throw err;
+    }
+    try {
+      // Agents come from the fleet's channels and the server's roles once those exist (planner).
+      const view = await ledgerOf(c.env, id).register(record, []);
+      return c.json({ ...serverDetail(view), token }, 201);
+    } catch (err) {
+      await db.batch([db.delete(servers).where(eq(servers.id, id)), db.delete(tokens).where(eq(tokens.id, id))]);
+      throw err;
+    }
+  },
+);
+
+serverRoutes.openapi(
+  createRoute({
+    method: "get",
+    path: "/v1/servers/{id}",
+    tags: ["servers"],
+    summary: "A server with its desired config, last report and computed status",
+    security: bearer,
+    middleware: [requireScope("read")] as const,
+    request: { params: serverIdParam },
+    responses: { 200: jsonResponse(ServerDetail, "The server"), ...commonErrors, ...notFoundError },
+  }),
+  async (c) => {
+    const { id } = c.req.valid("param");
+    const view = await ledgerOf(c.env, id).view();
+    if (!view) throw notFound("server", id);
+    return c.json(serverDetail(view), 200);
+  },
+);
+
+serverRoutes.openapi(
+  createRoute({
+    method: "get",
+    path: "/v1/servers",
+    tags: ["servers"],
+    summary: "Search servers (from the fleet-wide index)",
+    security: bearer,
+    middleware: [requireScope("read")] as const,
+    request: {
+      query: z.object({
+        fleet: fleetId.optional(),
+        status: serverStatus.optional(),
+        limit: limitParam,
+        cursor: cursorParam,
+      }),
+    },
+    responses: {
+      200: jsonResponse(
+        z.object({ items: z.array(ServerSummary), next_cursor: z.string().nullable() }),
+        "A page of servers",
+      ),
+      ...commonErrors,
+    },
+  }),
+  async (c) => {
+    const { fleet, status, limit, cursor } = c.req.valid("query");
+    const after = decodeCursor(cursor, 1);
+    const rows = await listServers(getDb(c.env.DB), { fleet, status }, after?.[0] ?? null, limit);
+    const { items, next_cursor } = page(rows, limit, (r) => [r.id]);
+    return c.json({ items: items.map(serverSummary), next_cursor }, 200);
+  },
+);
+
+serverRoutes.openapi(
+  createRoute({
+    method: "put",
+    path: "/v1/servers/{id}/desired",
+    tags: ["servers"],
+    summary: "Set a server's desired config (generation rules: DESIGN §4)",
+    security: bearer,
+    middleware: [requireScope("write")] as const,
+    request: { params: serverIdParam, body: jsonBody(DesiredConfigInput) },
+    responses: {
+      200: jsonResponse(DesiredConfig, "The config now in force (new, or identical to the one sent)"),
+      ...commonErrors,
+      ...notFoundError,
+      ...conflictError("generation_conflict or stale_generation"),
+    },
+  }),
+  async (c) => {
+    const { id } = c.req.valid("param");
+    const input = c.req.valid("json");
+    const result = unwrap(await ledgerOf(c.env, id).putDesired(input));
+    if (result.created) {
+      await audit(getDb(c.env.DB), {
+        actor: actorOf(c.var.principal),
+        action: "server.desired.put",
+        target: `server:${id}`,
+        details: { generation: result.config.generation, lifecycle: result.config.lifecycle, agents: result.config.agents.length },
+      });
+    }
+    return c.json(result.config, 200);
+  },
+);
+
+serverRoutes.openapi(
+  createRoute({
+    method: "get",
+    path: "/v1/servers/{id}/desired",
+    tags: ["servers"],
+    summary: "A server's desired config",
+    security: bearer,
+    middleware: [requireScope("read")] as const,
+    request: { params: serverIdParam },
+    responses: { 200: jsonResponse(DesiredConfig, "The desired config"), ...commonErrors, ...notFoundError },
+  }),
+  async (c) => {
+    const { id } = c.req.valid("param");
+    const view = await ledgerOf(c.env, id).view();
+    if (!view) throw notFound("server", id);
+    return c.json(view.desired, 200);
+  },
+);

@@ -1,0 +1,65 @@
+import { and, asc, eq, gt, type SQL } from "drizzle-orm";
+import type { Db } from "../db/client";
+import { servers } from "../db/schema";
+import type { ServerView } from "../ledger/durable-object";
+import { iso, isoOrNull } from "../lib/time";
+
+export type ServerRow = typeof servers.$inferSelect;
+
+export function serverSummary(row: ServerRow) {
+  return {
+    id: row.id,
+    fleet: row.fleetId,
+    hostname: row.hostname,
+    kind: row.kind,
+    roles: row.roles,
+    reboot_group: row.rebootGroup,
+    fleetlock_id: row.fleetlockId,
+    state: row.state,
+    status: row.status,
+    desired_generation: row.desiredGeneration,
+    reported_generation: row.reportedGeneration,
+    last_seen: isoOrNull(row.lastSeen),
+  };
+}
+
+/** The authoritative view, straight from the server's ledger. */
+export function serverDetail(v: ServerView) {
+  const { record: r, report } = v;
+  return {
+    id: r.id,
+    fleet: r.fleet_id,
+    hostname: r.hostname,
+    kind: r.kind,
+    roles: r.roles,
+    reboot_group: r.reboot_group,
+    fleetlock_id: r.fleetlock_id,
+    state: r.state,
+    status: v.computed.status,
+    desired_generation: v.desired.generation,
+    reported_generation: report?.generation ?? null,
+    last_seen: isoOrNull(report?.received_at),
+    created_at: iso(r.created_at),
+    desired: v.desired,
+    report: report ? { ...report, received_at: iso(report.received_at) } : null,
+    agents: v.computed.agents,
+  };
+}
+
+export async function listServers(
+  db: Db,
+  filter: { fleet?: string; status?: ServerRow["status"] },
+  after: string | null,
+  limit: number,
+) {
+  const conds: SQL[] = [];
+  if (filter.fleet) conds.push(eq(servers.fleetId, filter.fleet));
+  if (filter.status) conds.push(eq(servers.status, filter.status));
+  if (after) conds.push(gt(servers.id, after));
+  return db
+    .select()
+    .from(servers)
+    .where(conds.length ? and(...conds) : undefined)
+    .orderBy(asc(servers.id))
+    .limit(limit + 1);
+}

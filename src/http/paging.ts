@@ -1,0 +1,28 @@
+import { z } from "@hono/zod-openapi";
+import { ApiError } from "./errors";
+
+export const limitParam = z.coerce.number().int().min(1).max(500).default(100);
+export const cursorParam = z.string().max(1024).optional();
+
+/** Cursors are opaque to clients: base64url of the last row's sort key. */
+export function encodeCursor(key: string[]): string {
+  return btoa(JSON.stringify(key)).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
+}
+
+export function decodeCursor(cursor: string | undefined, parts: number): string[] | null {
+  if (!cursor) return null;
+  try {
+    const key = JSON.parse(atob(cursor.replace(/-/g, "+").replace(/_/g, "/")));
+    if (Array.isArray(key) && key.length === parts && key.every((k) => typeof k === "string")) return key;
+  } catch {
+    // fall through to the error below
+  }
+  throw new ApiError(400, "invalid_cursor", "cursor is not one this API issued");
+}
+
+/** Fetches limit+1 rows to know whether another page exists without a count query. */
+export function page<T>(rows: T[], limit: number, keyOf: (row: T) => string[]) {
+  const items = rows.slice(0, limit);
+  const next = rows.length > limit ? encodeCursor(keyOf(items[items.length - 1])) : null;
+  return { items, next_cursor: next };
+}

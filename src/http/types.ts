@@ -1,0 +1,4 @@
+import type { Env } from "../env";
+import type { Principal } from "../auth/principal";
+
+export type AppEnv = { Bindings: Env; Variables: { principal: Principal } };

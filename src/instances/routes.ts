@@ -1,0 +1,83 @@
+import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
+import { and, asc, eq, or, sql, type SQL } from "drizzle-orm";
+import { requireScope } from "../auth/principal";
+import { getDb } from "../db/client";
+import { agentInstances } from "../db/schema";
+import { bearer, commonErrors, jsonResponse } from "../http/openapi";
+import { cursorParam, decodeCursor, limitParam, page } from "../http/paging";
+import type { AppEnv } from "../http/types";
+import { validationHook } from "../http/validation";
+import { agentName, agentStatus, imageRef } from "../ledger/schemas";
+
+export const instanceRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook });
+
+const Instance = z
+  .object({
+    server_id: z.string(),
+    fleet: z.string(),
+    agent: z.string(),
+    instance_id: z.string().nullable(),
+    desired: z.object({ image: z.string(), version: z.string().nullable() }).nullable(),
+    reported: z
+      .object({ image: z.string(), version: z.string().nullable(), state: z.string().nullable() })
+      .nullable(),
+    status: agentStatus,
+  })
+  .openapi("AgentInstance");
+
+instanceRoutes.openapi(
+  createRoute({
+    method: "get",
+    path: "/v1/instances",
+    tags: ["instances"],
+    summary: "Agent instances (one per server and agent), searchable by server, agent and image",
+    security: bearer,
+    middleware: [requireScope("read")] as const,
+    request: {
+      query: z.object({
+        server: z.uuid().optional(),
+        agent: agentName.optional(),
+        image: imageRef.optional().openapi({ description: "Matches the desired or the reported image" }),
+        limit: limitParam,
+        cursor: cursorParam,
+      }),
+    },
+    responses: {
+      200: jsonResponse(z.object({ items: z.array(Instance), next_cursor: z.string().nullable() }), "A page"),
+      ...commonErrors,
+    },
+  }),
+  async (c) => {
+    const q = c.req.valid("query");
+    const after = decodeCursor(q.cursor, 2);
+    const conds: SQL[] = [];
+    if (q.server) conds.push(eq(agentInstances.serverId, q.server));
+    if (q.agent) conds.push(eq(agentInstances.agent, q.agent));
+    if (q.image) conds.push(or(eq(agentInstances.desiredImage, q.image), eq(agentInstances.reportedImage, q.image))!);
+    if (after) conds.push(sql`(${agentInstances.serverId}, ${agentInstances.agent}) > (${after[0]}, ${after[1]})`);
+    const rows = await getDb(c.env.DB)
+      .select()
+      .from(agentInstances)
+      .where(conds.length ? and(...conds) : undefined)
+      .orderBy(asc(agentInstances.serverId), asc(agentInstances.agent))
+      .limit(q.limit + 1);
+    const { items, next_cursor } = page(rows, q.limit, (r) => [r.serverId, r.agent]);
+    return c.json(
+      {
+        items: items.map((r) => ({
+          server_id: r.serverId,
+          fleet: r.fleetId,
+          agent: r.agent,
+          instance_id: r.instanceId,
+          desired: r.desiredImage ? { image: r.desiredImage, version: r.desiredVersion } : null,
+          reported: r.reportedImage
+            ? { image: r.reportedImage, version: r.reportedVersion, state: r.reportedState }
+            : null,
+          status: r.status as z.infer<typeof agentStatus>,
+        })),
+        next_cursor,
+      },
+      200,
+    );
+  },
+);

@@ -1,0 +1,244 @@
+import { DurableObject } from "cloudflare:workers";
+import { getDb } from "../db/client";
+import type { Env } from "../env";
+import { digestsEqual } from "../lib/crypto";
+import { applyDesired, type DesiredState } from "./desired";
+import { buildProjection, lastSeenRefreshMs, writeLastSeen, writeProjection } from "./projection";
+import type { ServerRecord } from "./record";
+import type { AgentSpec, DesiredConfig, DesiredConfigInput, InventoryReport, StoredReport } from "./schemas";
+import { computeStatus, type ComputedStatus } from "./status";
+
+const KEY = {
+  record: "record",
+  desired: "desired",
+  report: "report",
+  projected: "projected",
+} as const;
+
+interface ProjectedMark {
+  signature: string;
+  last_seen_written: number | null;
+  /** True while D1 lags behind this ledger; the alarm keeps retrying until it is cleared. */
+  dirty: boolean;
+  attempts: number;
+}
+
+export type LedgerFailure = { ok: false; status: 401 | 404 | 409; code: string; message: string; details?: unknown };
+
+export interface ServerView {
+  record: Omit<ServerRecord, "token_hash" | "token_id">;
+  desired: DesiredConfig;
+  report: StoredReport | null;
+  computed: ComputedStatus;
+}
+
+const MAX_RETRY_DELAY_MS = 5 * 60_000;
+
+/**
+ * One per server: the authoritative desired config and last inventory report. Every write for a
+ * server is serialized here; storage calls are synchronous, so each RPC's read-check-write runs
+ * without interleaving and is durable before its reply leaves (output gate).
+ */
+export class ServerLedger extends DurableObject<Env> {
+  private waiters = new Set<() => void>();
+  private projecting: Promise<void> = Promise.resolve();
+
+  private get kv() {
+    return this.ctx.storage.kv;
+  }
+
+  private load() {
+    const record = this.kv.get<ServerRecord>(KEY.record);
+    const desired = this.kv.get<DesiredState>(KEY.desired);
+    return record && desired ? { record, desired, report: this.kv.get<StoredReport>(KEY.report) } : null;
+  }
+
+  private configOf(record: ServerRecord, desired: DesiredState): DesiredConfig {
+    return {
+      server_id: record.id,
+      generation: desired.generation,
+      agents: desired.agents,
+      lifecycle: desired.lifecycle,
+    };
+  }
+
+  private authorized(tokenHash: string) {
+    const record = this.kv.get<ServerRecord>(KEY.record);
+    return record && record.state !== "removed" && digestsEqual(record.token_hash, tokenHash) ? record : null;
+  }
+
+  /** Creates the ledger with generation 1; a repeated call for the same server changes nothing. */
+  async register(record: ServerRecord, agents: Omit<AgentSpec, "instance_id">[]): Promise<ServerView> {
+    if (this.load()) return (await this.view())!;
+    const desired: DesiredState = {
+      generation: 1,
+      agents: agents.map((a) => ({ ...a, instance_id: crypto.randomUUID() })),
+      lifecycle: "run",
+      updated_at: record.created_at,
+    };
+    this.kv.put(KEY.record, record);
+    this.kv.put(KEY.desired, desired);
+    await this.project();
+    return (await this.view())!;
+  }
+
+  async putDesired(
+    input: DesiredConfigInput,
+  ): Promise<{ ok: true; created: boolean; config: DesiredConfig } | LedgerFailure> {
+    const state = this.load();
+    if (!state) return { ok: false, status: 404, code: "not_found", message: "server does not exist" };
+    const outcome = applyDesired(state.desired, input, Date.now());
+    switch (outcome.kind) {
+      case "stale_generation":
+        return {
+          ok: false,
+          status: 409,
+          code: "stale_generation",
+          message: `generation ${input.generation} is older than the current generation ${outcome.current.generation}`,
+          details: { current_generation: outcome.current.generation },
+        };
+      case "generation_conflict":
+        return {
+          ok: false,
+          status: 409,
+          code: "generation_conflict",
+          message: `generation ${input.generation} already holds a different config`,
+          details: { current_generation: outcome.current.generation },
+        };
+      case "unchanged":
+        return { ok: true, created: false, config: this.configOf(state.record, outcome.current) };
+      case "accepted": {
+        this.kv.put(KEY.desired, outcome.next);
+        for (const wake of this.waiters) wake();
+        this.waiters.clear();
+        await this.project();
+        return { ok: true, created: true, config: this.configOf(state.record, outcome.next) };
+      }
+    }
+  }
+
+  /**
+   * The host's poll. `known` is the generation from its If-None-Match; with `waitMs` the call
+   * parks until the generation changes or time runs out, and never touches D1.
+   */
+  async agentDesired(
+    tokenHash: string,
+    known: number | null,
+    waitMs: number,
+  ): Promise<{ ok: true; notModified: boolean; config: DesiredConfig } | LedgerFailure> {
+    const record = this.authorized(tokenHash);
+    if (!record) return { ok: false, status: 401, code: "unauthorized", message: "invalid server token" };
+    let desired = this.kv.get<DesiredState>(KEY.desired)!;
+    if (known === desired.generation && waitMs > 0) {
+      await new Promise<void>((resolve) => {
+        const wake = () => {
+          clearTimeout(timer);
+          this.waiters.delete(wake);
+          resolve();
+        };
+        const timer = setTimeout(wake, waitMs);
+        this.waiters.add(wake);
+      });
+      desired = this.kv.get<DesiredState>(KEY.desired)!;
+    }
+    return { ok: true, notModified: known === desired.generation, config: this.configOf(record, desired) };
+  }
+
+  async agentReport(
+    tokenHash: string,
+    report: InventoryReport,
+  ): Promise<{ ok: true; generation: number; computed: ComputedStatus } | LedgerFailure> {
+    const record = this.authorized(tokenHash);
+    if (!record) return { ok: false, status: 401, code: "unauthorized", message: "invalid server token" };
+    const desired = this.kv.get<DesiredState>(KEY.desired)!;
+    if (report.generation > desired.generation) {
+      return {
+        ok: false,
+        status: 409,
+        code: "generation_not_issued",
+        message: `report claims generation ${report.generation}, but the newest issued is ${desired.generation}`,
+        details: { desired_generation: desired.generation },
+      };
+    }
+    const now = Date.now();
+    const stored: StoredReport = { ...report, received_at: now };
+    this.kv.put(KEY.report, stored);
+    await this.project();
+    return {
+      ok: true,
+      generation: desired.generation,
+      computed: computeStatus(desired, stored, now, record.stale_after_s * 1000),
+    };
+  }
+
+  async view(): Promise<ServerView | null> {
+    const state = this.load();
+    if (!state) return null;
+    const { token_hash: _h, token_id: _t, ...record } = state.record;
+    return {
+      record,
+      desired: this.configOf(state.record, state.desired),
+      report: state.report ?? null,
+      computed: computeStatus(state.desired, state.report, Date.now(), state.record.stale_after_s * 1000),
+    };
+  }
+
+  /** The host's token stops working at once; the D1 token row is marked by the caller. */
+  async revokeToken(): Promise<boolean> {
+    const record = this.kv.get<ServerRecord>(KEY.record);
+    if (!record) return false;
+    this.kv.put(KEY.record, { ...record, token_hash: "" });
+    return true;
+  }
+
+  /** Retries a projection that D1 refused, until the index matches the ledger. */
+  async alarm() {
+    await this.project();
+  }
+
+  /**
+   * Brings D1 in line with this ledger. Calls are chained so an older projection can never land
+   * after a newer one; each reads the state as it is when its turn comes.
+   */
+  private project(): Promise<void> {
+    const run = this.projecting.then(() => this.projectOnce());
+    this.projecting = run.catch(() => {});
+    return run;
+  }
+
+  private async projectOnce() {
+    const state = this.load();
+    if (!state) return;
+    const now = Date.now();
+    const p = buildProjection(state.record, state.desired, state.report, now);
+    const mark = this.kv.get<ProjectedMark>(KEY.projected);
+    const changed = !mark || mark.dirty || mark.signature !== p.signature;
+    const lastSeenDue =
+      p.server.lastSeen != null &&
+      (mark?.last_seen_written == null ||
+        p.server.lastSeen - mark.last_seen_written >= lastSeenRefreshMs(state.record.stale_after_s));
+    if (!changed && !lastSeenDue) return;
+    try {
+      const db = getDb(this.env.DB);
+      if (changed) await writeProjection(db, p);
+      else await writeLastSeen(db, p);
+      this.kv.put(KEY.projected, {
+        signature: p.signature,
+        last_seen_written: p.server.lastSeen ?? null,
+        dirty: false,
+        attempts: 0,
+      } satisfies ProjectedMark);
+    } catch (err) {
+      // The ledger already holds the truth; D1 catches up when the alarm retries.
+      const attempts = (mark?.attempts ?? 0) + 1;
+      this.kv.put(KEY.projected, {
+        signature: mark?.signature ?? "",
+        last_seen_written: mark?.last_seen_written ?? null,
+        dirty: true,
+        attempts,
+      } satisfies ProjectedMark);
+      await this.ctx.storage.setAlarm(now + Math.min(1000 * 2 ** (attempts - 1), MAX_RETRY_DELAY_MS));
+      console.warn(`projection of server ${state.record.id} failed (attempt ${attempts}):`, err);
+    }
+  }
+}

@@ -1,0 +1,16 @@
+/** What a ledger knows of its server besides desired config and report. */
+export interface ServerRecord {
+  id: string;
+  fleet_id: string;
+  hostname: string;
+  kind: "managed" | "manual";
+  roles: string[];
+  reboot_group: string;
+  fleetlock_id: string | null;
+  state: "provisioning" | "active" | "unreachable" | "decommissioning" | "removed";
+  stale_after_s: number;
+  created_at: number;
+  /** SHA-256 of the server's token; the ledger authenticates its own host. */
+  token_hash: string;
+  token_id: string;
+}

@@ -1,0 +1,122 @@
+import { z } from "@hono/zod-openapi";
+
+export const AGENT_NAME = /^[a-z0-9][a-z0-9._-]{0,62}$/;
+
+export const agentName = z
+  .string()
+  .regex(AGENT_NAME, "agent names are 1-63 chars of a-z, 0-9, '.', '_', '-', starting alphanumeric");
+export const imageRef = z.string().min(1).max(512);
+export const versionString = z.string().min(1).max(128);
+export const generation = z.number().int().min(1).max(Number.MAX_SAFE_INTEGER);
+export const lifecycle = z.enum(["run", "terminate", "uninstall"]);
+
+/** Rejects a list naming the same agent twice; the hook maps it to `duplicate_agent`. */
+function uniqueNames<T extends { name: string }>(items: T[], ctx: z.RefinementCtx) {
+  const seen = new Set<string>();
+  items.forEach((item, i) => {
+    if (seen.has(item.name)) {
+      ctx.addIssue({
+        code: "custom",
+        path: [i, "name"],
+        message: `agent '${item.name}' appears more than once`,
+        params: { code: "duplicate_agent" },
+      });
+    }
+    seen.add(item.name);
+  });
+}
+
+export const DesiredAgent = z
+  .strictObject({
+    name: agentName,
+    image: imageRef,
+    version: versionString,
+    instance_id: z.uuid().optional(),
+  })
+  .openapi("DesiredAgentInput");
+
+export const DesiredConfigInput = z
+  .strictObject({
+    generation,
+    agents: z.array(DesiredAgent).max(500).superRefine(uniqueNames),
+    lifecycle: lifecycle.default("run"),
+  })
+  .openapi("DesiredConfigInput");
+export type DesiredConfigInput = z.infer<typeof DesiredConfigInput>;
+
+export const AgentSpec = z
+  .object({ name: z.string(), image: z.string(), version: z.string(), instance_id: z.string() })
+  .openapi("DesiredAgent");
+export type AgentSpec = z.infer<typeof AgentSpec>;
+
+export const DesiredConfig = z
+  .object({
+    server_id: z.string(),
+    generation: z.number().int(),
+    agents: z.array(AgentSpec),
+    lifecycle,
+  })
+  .openapi("DesiredConfig");
+export type DesiredConfig = z.infer<typeof DesiredConfig>;
+
+export const agentState = z.enum(["running", "stopped", "failed"]);
+export const errorOp = z.enum(["install", "update", "remove", "start"]);
+
+export const ReportedAgent = z
+  .strictObject({
+    name: agentName,
+    image: imageRef,
+    version: versionString,
+    instance_id: z.string().min(1).max(128),
+    state: agentState,
+  })
+  .openapi("ReportedAgent");
+
+export const ReportError = z
+  .strictObject({ agent: agentName, op: errorOp, message: z.string().min(1).max(4096) })
+  .openapi("ReportError");
+
+const shortIds = z.array(z.string().min(1).max(256)).max(10_000);
+
+export const InventoryReport = z
+  .strictObject({
+    generation: z.number().int().min(0).max(Number.MAX_SAFE_INTEGER),
+    reconciled_at: z.iso.datetime({ offset: true }),
+    boot_id: z.string().min(1).max(128),
+    agents: z.array(ReportedAgent).max(500).superRefine(uniqueNames),
+    errors: z.array(ReportError).max(500).default([]),
+    assignments: z
+      .strictObject({ units: shortIds.default([]), storage: shortIds.default([]) })
+      .default({ units: [], storage: [] }),
+  })
+  .openapi("InventoryReport");
+export type InventoryReport = z.infer<typeof InventoryReport>;
+
+export const serverStatus = z.enum(["realized", "pending", "failed", "drifted", "unknown", "stale"]);
+export type ServerStatus = z.infer<typeof serverStatus>;
+
+export const agentStatus = z.enum([
+  "realized",
+  "pending",
+  "failed",
+  "drifted",
+  "removal_pending",
+  "removal_failed",
+]);
+export type AgentStatus = z.infer<typeof agentStatus>;
+
+export const AgentStatusRow = z
+  .object({
+    name: z.string(),
+    status: agentStatus,
+    desired: z.object({ image: z.string(), version: z.string(), instance_id: z.string() }).nullable(),
+    reported: z
+      .object({ image: z.string(), version: z.string(), instance_id: z.string(), state: agentState })
+      .nullable(),
+    errors: z.array(z.object({ op: errorOp, message: z.string() })),
+  })
+  .openapi("AgentStatus");
+export type AgentStatusRow = z.infer<typeof AgentStatusRow>;
+
+export const StoredReport = InventoryReport.extend({ received_at: z.number() });
+export type StoredReport = z.infer<typeof StoredReport>;

@@ -1,0 +1,68 @@
+import { SELF } from "cloudflare:test";
+
+export const ADMIN = "test-admin-token";
+export const BASE = "https://hm.test";
+
+export interface CallOptions {
+  token?: string | null;
+  body?: unknown;
+  rawBody?: string;
+  headers?: Record<string, string>;
+}
+
+export async function call(method: string, path: string, opts: CallOptions = {}) {
+  const headers: Record<string, string> = { ...opts.headers };
+  const token = opts.token === undefined ? ADMIN : opts.token;
+  if (token) headers.Authorization = `Bearer ${token}`;
+  let body: string | undefined;
+  if (opts.rawBody !== undefined) body = opts.rawBody;
+  else if (opts.body !== undefined) {
+    body = JSON.stringify(opts.body);
+    headers["Content-Type"] ??= "application/json";
+  }
+  const res = await SELF.fetch(`${BASE}${path}`, { method, headers, body });
+  const text = await res.text();
+  let json: any = null;
+  try {
+    json = text ? JSON.parse(text) : null;
+  } catch {
+    json = text;
+  }
+  return { status: res.status, headers: res.headers, json };
+}
+
+let counter = 0;
+export const uniq = (prefix: string) => `${prefix}-${Date.now().toString(36)}-${(counter++).toString(36)}`;
+
+export async function createFleet(overrides: Record<string, unknown> = {}) {
+  const id = uniq("f");
+  const res = await call("POST", "/v1/fleets", { body: { id, ...overrides } });
+  if (res.status !== 201) throw new Error(`fleet: ${res.status} ${JSON.stringify(res.json)}`);
+  return res.json as { id: string };
+}
+
+export async function registerServer(fleet: string, overrides: Record<string, unknown> = {}) {
+  const res = await call("POST", "/v1/servers", {
+    body: { fleet, hostname: `${uniq("h")}.example.com`, kind: "managed", ...overrides },
+  });
+  if (res.status !== 201) throw new Error(`server: ${res.status} ${JSON.stringify(res.json)}`);
+  return res.json as { id: string; token: string; desired: { generation: number } };
+}
+
+export function report(generation: number, agents: { name: string; image: string; state?: string }[], extra: Record<string, unknown> = {}) {
+  return {
+    generation,
+    reconciled_at: new Date().toISOString(),
+    boot_id: "boot-1",
+    agents: agents.map((a) => ({
+      name: a.name,
+      image: a.image,
+      version: a.image.split(":")[1] ?? "1",
+      instance_id: `i-${a.name}`,
+      state: a.state ?? "running",
+    })),
+    errors: [],
+    assignments: { units: [], storage: [] },
+    ...extra,
+  };
+}
