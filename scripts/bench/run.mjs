@@ -1,0 +1,178 @@
+#!/usr/bin/env node
+// `npm run bench`: starts the local server (wrangler dev, fresh local state, migrations applied),
+// measures the empty-request ceiling, runs every scenario in ./scenarios, and reports each
+// figure as a ratio to the ceiling measured in the same run. Loopback only; every load is bounded.
+import autocannon from "autocannon";
+import { spawn, spawnSync } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { pathToFileURL } from "node:url";
+
+const root = resolve(import.meta.dirname, "../..");
+const wrangler = resolve(root, "node_modules/.bin/wrangler");
+const seconds = Number(process.env.BENCH_SECONDS ?? 5);
+const only = process.argv.slice(2);
+
+const freePort = () =>
+  new Promise((res, rej) => {
+    const s = createServer();
+    s.listen(0, "127.0.0.1", () => {
+      const { port } = s.address();
+      s.close(() => res(port));
+    });
+    s.on("error", rej);
+  });
+
+async function startServer() {
+  const port = await freePort();
+  const persist = mkdtempSync(join(tmpdir(), "harbormaster-bench-"));
+  const admin = randomBytes(24).toString("base64url");
+  // A private env file, so the benchmark neither reads nor writes the developer's .dev.vars.
+  const envFile = join(persist, "bench.vars");
+  writeFileSync(envFile, `ADMIN_TOKEN=${admin}\n`);
+  const migrate = spawnSync(wrangler, ["d1", "migrations", "apply", "DB", "--local", "--persist-to", persist], {
+    cwd: root,
+    env: { ...process.env, CI: "true" },
+    encoding: "utf8",
+  });
+  if (migrate.status !== 0) throw new Error(`migrations failed:\n${migrate.stdout}\n${migrate.stderr}`);
+  const child = spawn(
+    wrangler,
+    ["dev", "--ip", "127.0.0.1", "--port", String(port), "--persist-to", persist, "--env-file", envFile,
+      "--log-level", "error", "--show-interactive-dev-session=false"],
+    { cwd: root, stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, CI: "true" } },
+  );
+  let log = "";
+  child.stdout.on("data", (d) => (log += d));
+  child.stderr.on("data", (d) => (log += d));
+  const base = `http://127.0.0.1:${port}`;
+  const deadline = Date.now() + 60_000;
+  for (;;) {
+    try {
+      if ((await fetch(`${base}/healthz`)).ok) break;
+    } catch {}
+    if (Date.now() > deadline || child.exitCode !== null) {
+      child.kill();
+      throw new Error(`server did not start:\n${log}`);
+    }
+    await new Promise((r) => setTimeout(r, 250));
+  }
+  const stop = () => {
+    child.kill("SIGTERM");
+    rmSync(persist, { recursive: true, force: true });
+  };
+  return { base, admin, stop };
+}
+
+function load(base, { connections = 16, durationSec = seconds, amount, requests }) {
+  return new Promise((res, rej) => {
+    const opts = { url: base, connections, requests, timeout: 30 };
+    if (amount) opts.amount = amount;
+    else opts.duration = durationSec;
+    autocannon(opts, (err, result) => (err ? rej(err) : res(result)));
+  });
+}
+
+const summarize = (r) => ({
+  requests: r.requests.total,
+  rps: r.requests.average,
+  p50_ms: r.latency.p50,
+  p99_ms: r.latency.p99,
+  errors: r.errors + r.timeouts,
+  statuses: Object.fromEntries(Object.entries(r.statusCodeStats ?? {}).map(([k, v]) => [k, v.count])),
+});
+
+async function main() {
+  const server = await startServer();
+  const rows = [];
+  try {
+    const api = async (method, path, body, token = server.admin) => {
+      const res = await fetch(`${server.base}${path}`, {
+        method,
+        headers: {
+          authorization: `Bearer ${token}`,
+          ...(body === undefined ? {} : { "content-type": "application/json" }),
+        },
+        body: body === undefined ? undefined : JSON.stringify(body),
+      });
+      const text = await res.text();
+      let json = null;
+      try {
+        json = text ? JSON.parse(text) : null;
+      } catch {
+        json = text;
+      }
+      return { status: res.status, json, headers: res.headers };
+    };
+    const metric = async (name, labels) => {
+      const text = await (await fetch(`${server.base}/metrics`)).text();
+      const line = text.split("\n").find((l) => l.startsWith(`${name}{${labels}}`));
+      return line ? Number(line.split(" ").pop()) : 0;
+    };
+
+    const emptyRequest = [{ method: "GET", path: "/healthz" }];
+    // Warm-up, so compilation and first-touch costs fall outside every measurement.
+    await load(server.base, { durationSec: 2, requests: emptyRequest });
+    const ceilingBefore = summarize(await load(server.base, { requests: emptyRequest }));
+    let ceiling = ceilingBefore.rps;
+    rows.push({ label: "empty request (ceiling, before)", ...ceilingBefore, ratio: 1 });
+
+    const ctx = {
+      base: server.base,
+      admin: server.admin,
+      api,
+      metric,
+      /** Runs a load; records rps, p50, p99 and the ratio to the ceiling. */
+      async measure(label, options) {
+        const s = summarize(await load(server.base, options));
+        const row = { label, ...s, ratio: s.rps / ceiling };
+        rows.push(row);
+        return row;
+      },
+      /** Records a figure that is not a load (e.g. D1 writes per request). */
+      note(label, value) {
+        rows.push({ label, value });
+      },
+    };
+
+    const dir = resolve(import.meta.dirname, "scenarios");
+    const files = readdirSync(dir).filter((f) => f.endsWith(".mjs")).sort();
+    for (const file of files) {
+      const name = file.replace(/\.mjs$/, "");
+      if (only.length && !only.includes(name)) continue;
+      const mod = await import(pathToFileURL(join(dir, file)).href);
+      console.error(`scenario ${name}…`);
+      await mod.run(ctx);
+    }
+
+    const ceilingAfter = summarize(await load(server.base, { requests: emptyRequest }));
+    rows.push({ label: "empty request (ceiling, after)", ...ceilingAfter, ratio: ceilingAfter.rps / ceilingBefore.rps });
+  } finally {
+    server.stop();
+  }
+
+  console.log(`\nHarbormaster benchmark — 16 connections, ${seconds}s per load, ratios to the empty request measured first\n`);
+  console.log("| measurement | req/s | p50 ms | p99 ms | × ceiling | non-2xx/errors |");
+  console.log("|---|---:|---:|---:|---:|---|");
+  for (const r of rows) {
+    if ("value" in r) {
+      console.log(`| ${r.label} | ${r.value} | | | | |`);
+      continue;
+    }
+    const odd = Object.entries(r.statuses).filter(([k]) => !k.startsWith("2") && k !== "304");
+    console.log(
+      `| ${r.label} | ${r.rps.toFixed(0)} | ${r.p50_ms} | ${r.p99_ms} | ${r.ratio.toFixed(2)} | ${
+        odd.length || r.errors ? `${JSON.stringify(Object.fromEntries(odd))} errors=${r.errors}` : "none"
+      } |`,
+    );
+  }
+  writeFileSync(resolve(root, "bench-results.json"), JSON.stringify(rows, null, 2));
+}
+
+main().catch((err) => {
+  console.error(err);
+  process.exit(1);
+});

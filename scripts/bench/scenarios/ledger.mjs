@@ -1,0 +1,94 @@
+// Host operations against the per-server ledgers: 304 polls, unchanged and changed reports,
+// and the D1 writes each unchanged report costs (read from /metrics around the load).
+const SERVERS = 64;
+const AGENTS = [
+  { name: "compute", image: "registry.example/compute:4.2.0", version: "4.2.0" },
+  { name: "vm", image: "registry.example/vm:1.9.3", version: "1.9.3" },
+  { name: "logs", image: "registry.example/logs:2.0.1", version: "2.0.1" },
+];
+
+function reportBody(generation, state = "running") {
+  return JSON.stringify({
+    generation,
+    reconciled_at: "2026-11-21T00:00:00Z",
+    boot_id: "boot-1",
+    agents: AGENTS.map((a, i) => ({ ...a, instance_id: `i-${i}`, state: i === 0 ? state : "running" })),
+    errors: [],
+    assignments: { units: [], storage: [] },
+  });
+}
+
+export async function run(ctx) {
+  const fleet = `bench-${Date.now().toString(36)}`;
+  const f = await ctx.api("POST", "/v1/fleets", { id: fleet });
+  if (f.status !== 201) throw new Error(`fleet: ${f.status} ${JSON.stringify(f.json)}`);
+  const tokens = [];
+  for (let i = 0; i < SERVERS; i++) {
+    const s = await ctx.api("POST", "/v1/servers", { fleet, hostname: `host-${i}.bench`, kind: "managed" });
+    if (s.status !== 201) throw new Error(`server: ${s.status} ${JSON.stringify(s.json)}`);
+    const d = await ctx.api("PUT", `/v1/servers/${s.json.id}/desired`, { generation: 2, agents: AGENTS });
+    if (d.status !== 200) throw new Error(`desired: ${d.status} ${JSON.stringify(d.json)}`);
+    const r = await ctx.api("PUT", "/v1/agent/inventory", JSON.parse(reportBody(2)), s.json.token);
+    if (r.status !== 200 || r.json.status !== "realized") throw new Error(`report: ${r.status} ${JSON.stringify(r.json)}`);
+    tokens.push(s.json.token);
+  }
+  let n = 0;
+  const nextToken = () => tokens[n++ % tokens.length];
+
+  await ctx.measure("GET /v1/agent/desired → 304", {
+    requests: [
+      {
+        method: "GET",
+        path: "/v1/agent/desired",
+        setupRequest: (req) => ({
+          ...req,
+          headers: { authorization: `Bearer ${nextToken()}`, "if-none-match": '"2"' },
+        }),
+      },
+    ],
+  });
+
+  const unchanged = reportBody(2);
+  const writesBefore = await ctx.metric("harbormaster_d1_statements_total", 'kind="write"');
+  const row = await ctx.measure("PUT /v1/agent/inventory, unchanged", {
+    requests: [
+      {
+        method: "PUT",
+        path: "/v1/agent/inventory",
+        setupRequest: (req) => ({
+          ...req,
+          headers: { authorization: `Bearer ${nextToken()}`, "content-type": "application/json" },
+          body: unchanged,
+        }),
+      },
+    ],
+  });
+  const writesAfter = await ctx.metric("harbormaster_d1_statements_total", 'kind="write"');
+  ctx.note("D1 write statements per unchanged report", ((writesAfter - writesBefore) / row.requests).toFixed(4));
+
+  // Each server alternates between two reports that the index shows differently (one agent
+  // running, then stopped), so every report is a real change and costs a projection.
+  const flip = new Map();
+  const variants = [reportBody(2, "stopped"), reportBody(2, "running")];
+  const changedBefore = await ctx.metric("harbormaster_d1_statements_total", 'kind="write"');
+  const changed = await ctx.measure("PUT /v1/agent/inventory, changed", {
+    requests: [
+      {
+        method: "PUT",
+        path: "/v1/agent/inventory",
+        setupRequest: (req) => {
+          const token = nextToken();
+          const k = (flip.get(token) ?? 0) + 1;
+          flip.set(token, k);
+          return {
+            ...req,
+            headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+            body: variants[k % 2],
+          };
+        },
+      },
+    ],
+  });
+  const changedAfter = await ctx.metric("harbormaster_d1_statements_total", 'kind="write"');
+  ctx.note("D1 write statements per changed report", ((changedAfter - changedBefore) / changed.requests).toFixed(2));
+}
