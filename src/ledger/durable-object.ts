@@ -163,6 +163,8 @@ export class ServerLedger extends DurableObject<Env> {
     const now = Date.now();
     const stored: StoredReport = { ...report, received_at: now };
     this.kv.put(KEY.report, stored);
+    // The first report proves the host is up and talking to us.
+    if (record.state === "provisioning") this.kv.put(KEY.record, { ...record, state: "active" });
     await this.project();
     return {
       ok: true,
