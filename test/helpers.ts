@@ -66,3 +66,10 @@ export function report(generation: number, agents: { name: string; image: string
     ...extra,
   };
 }
+
+/** D1 statement counters from /metrics (the worker, ledgers and tests share one isolate here). */
+export async function d1Statements() {
+  const text = (await call("GET", "/metrics", { token: null })).json as string;
+  const n = (kind: string) => Number(new RegExp(`harbormaster_d1_statements_total\\{kind="${kind}"\\} (\\d+)`).exec(text)![1]);
+  return { reads: n("read"), writes: n("write") };
+}

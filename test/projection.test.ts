@@ -1,0 +1,122 @@
+import { env, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
+import { describe, expect, it } from "vitest";
+import type { ServerLedger } from "../src/ledger/durable-object";
+import { call, createFleet, d1Statements, registerServer, report } from "./helpers";
+
+const agents = [
+  { name: "compute", image: "compute:1", version: "1" },
+  { name: "logs", image: "logs:1", version: "1" },
+];
+
+async function realizedServer() {
+  const fleet = await createFleet();
+  const s = await registerServer(fleet.id);
+  await call("PUT", `/v1/servers/${s.id}/desired`, { body: { generation: 2, agents } });
+  const r = await call("PUT", "/v1/agent/inventory", { token: s.token, body: report(2, agents) });
+  expect(r.json.status).toBe("realized");
+  return { fleet, s };
+}
+
+async function indexRow(id: string) {
+  return env.DB.prepare("SELECT status, desired_generation, reported_generation, last_seen FROM servers WHERE id = ?")
+    .bind(id)
+    .first<{ status: string; desired_generation: number; reported_generation: number | null; last_seen: number }>();
+}
+
+describe("D1 projection of the ledger", () => {
+  it("costs no D1 write for a report that changes nothing the index shows", async () => {
+    const { s } = await realizedServer();
+    const before = await d1Statements();
+    for (let i = 0; i < 10; i++) {
+      const r = await call("PUT", "/v1/agent/inventory", { token: s.token, body: report(2, agents) });
+      expect(r.status).toBe(200);
+    }
+    expect((await d1Statements()).writes).toBe(before.writes);
+
+    // The counter is live: a report that changes the status does write.
+    await call("PUT", "/v1/agent/inventory", {
+      token: s.token,
+      body: report(2, [agents[0], { ...agents[1], state: "stopped" }]),
+    });
+    expect((await d1Statements()).writes).toBeGreaterThan(before.writes);
+    expect((await indexRow(s.id))!.status).toBe("drifted");
+  });
+
+  it("refreshes last_seen in D1 once the refresh interval has passed, not on every report", async () => {
+    const { s } = await realizedServer();
+    const stub = env.LEDGER.get(env.LEDGER.idFromName(s.id));
+    const first = (await indexRow(s.id))!.last_seen;
+    // Pretend the last refresh happened long ago.
+    await runInDurableObject(stub, (_i: ServerLedger, state) => {
+      const mark = state.storage.kv.get<any>("projected");
+      state.storage.kv.put("projected", { ...mark, last_seen_written: mark.last_seen_written - 10 * 60_000 });
+    });
+    await new Promise((r) => setTimeout(r, 5));
+    const before = await d1Statements();
+    await call("PUT", "/v1/agent/inventory", { token: s.token, body: report(2, agents) });
+    expect((await d1Statements()).writes).toBe(before.writes + 1);
+    expect((await indexRow(s.id))!.last_seen).toBeGreaterThan(first);
+  });
+
+  it("repairs the index from the alarm after D1 refused a projection, losing nothing acknowledged", async () => {
+    const { s } = await realizedServer();
+    const stub = env.LEDGER.get(env.LEDGER.idFromName(s.id));
+    const realDb = env.DB;
+    const failing = new Proxy(realDb, {
+      get(target, prop) {
+        if (prop === "batch" || prop === "prepare") {
+          return () => {
+            throw new Error("D1_ERROR: simulated outage");
+          };
+        }
+        return Reflect.get(target, prop);
+      },
+    });
+    await runInDurableObject(stub, (instance: ServerLedger) => {
+      (instance as any).env = { ...(instance as any).env, DB: failing };
+    });
+
+    const accepted = await call("PUT", `/v1/servers/${s.id}/desired`, {
+      body: { generation: 3, agents: [{ name: "compute", image: "compute:2", version: "2" }] },
+    });
+    expect(accepted.status).toBe(200);
+    expect((await indexRow(s.id))!.desired_generation).toBe(2);
+    const alarmSet = await runInDurableObject(stub, (_i: ServerLedger, state) => state.storage.getAlarm());
+    expect(alarmSet).not.toBeNull();
+
+    // Still down: the alarm fails again and reschedules itself.
+    await runDurableObjectAlarm(stub);
+    expect((await indexRow(s.id))!.desired_generation).toBe(2);
+    expect(await runInDurableObject(stub, (_i: ServerLedger, state) => state.storage.getAlarm())).not.toBeNull();
+
+    await runInDurableObject(stub, (instance: ServerLedger) => {
+      (instance as any).env = { ...(instance as any).env, DB: realDb };
+    });
+    expect(await runDurableObjectAlarm(stub)).toBe(true);
+    const row = await indexRow(s.id);
+    expect(row).toMatchObject({ desired_generation: 3, status: "pending" });
+    const instances = await call("GET", `/v1/instances?server=${s.id}`);
+    expect(instances.json.items.map((i: any) => [i.agent, i.status])).toEqual([
+      ["compute", "pending"],
+      ["logs", "removal_pending"],
+    ]);
+  });
+
+  it("is marked stale by the cron when a server stops reporting, and fixed by its next report", async () => {
+    const { fleet, s } = await realizedServer();
+    await env.DB.prepare("UPDATE servers SET last_seen = ? WHERE id = ?").bind(Date.now() - 3_600_000, s.id).run();
+    const { runScheduled } = await import("../src/scheduled");
+    const { createScheduledController } = await import("cloudflare:test");
+    await runScheduled(createScheduledController({ scheduledTime: Date.now() }), env);
+    expect((await indexRow(s.id))!.status).toBe("stale");
+    expect((await call("GET", `/v1/servers?fleet=${fleet.id}&status=stale`)).json.items).toHaveLength(1);
+
+    const stub = env.LEDGER.get(env.LEDGER.idFromName(s.id));
+    await runInDurableObject(stub, (_i: ServerLedger, state) => {
+      const mark = state.storage.kv.get<any>("projected");
+      state.storage.kv.put("projected", { ...mark, last_seen_written: Date.now() - 3_600_000 });
+    });
+    await call("PUT", "/v1/agent/inventory", { token: s.token, body: report(2, agents) });
+    expect((await indexRow(s.id))!.status).toBe("realized");
+  });
+});
