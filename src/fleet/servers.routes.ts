@@ -14,6 +14,8 @@ import { validationHook } from "../http/validation";
 import type { ServerRecord } from "../ledger/record";
 import { DesiredConfig, DesiredConfigInput, serverStatus } from "../ledger/schemas";
 import { ledgerOf, unwrap } from "../ledger/stub";
+import { pushServerIdentity } from "../fleetlock/registry";
+import { ServerRebootPatch } from "../fleetlock/schemas";
 import { getFleet } from "./fleets";
 import { fleetId, ServerCreated, ServerDetail, ServerInput, serverIdParam, ServerSummary } from "./schemas";
 import { listServers, serverDetail, serverSummary } from "./servers";
@@ -103,6 +105,14 @@ serverRoutes.openapi(
     try {
       // Agents come from the fleet's channels and the server's roles once those exist (planner).
       const view = await ledgerOf(c.env, id).register(record, []);
+      if (record.fleetlock_id) {
+        await pushServerIdentity(c.env, fleet.id, id, {
+          fleetlock_id: record.fleetlock_id,
+          hostname: record.hostname,
+          reboot_group: record.reboot_group,
+          rev: 0,
+        });
+      }
       return c.json({ ...serverDetail(view), token }, 201);
     } catch (err) {
       await db.batch([db.delete(servers).where(eq(servers.id, id)), db.delete(tokens).where(eq(tokens.id, id))]);
@@ -211,5 +221,69 @@ serverRoutes.openapi(
     const view = await ledgerOf(c.env, id).view();
     if (!view) throw notFound("server", id);
     return c.json(view.desired, 200);
+  },
+);
+
+serverRoutes.openapi(
+  createRoute({
+    method: "patch",
+    path: "/v1/servers/{id}",
+    tags: ["servers"],
+    summary: "Change a server's FleetLock id and/or reboot group",
+    security: bearer,
+    middleware: [requireScope("write")] as const,
+    request: { params: serverIdParam, body: jsonBody(ServerRebootPatch) },
+    responses: {
+      200: jsonResponse(ServerDetail, "The server"),
+      ...commonErrors,
+      ...notFoundError,
+      ...conflictError("Another server of the fleet has this fleetlock_id"),
+    },
+  }),
+  async (c) => {
+    const { id } = c.req.valid("param");
+    const input = c.req.valid("json");
+    const ledger = ledgerOf(c.env, id);
+    const current = await ledger.view();
+    if (!current) throw notFound("server", id);
+    const before = { fleetlockId: current.record.fleetlock_id, rebootGroup: current.record.reboot_group };
+    const after = {
+      fleetlockId: input.fleetlock_id === undefined ? before.fleetlockId : input.fleetlock_id,
+      rebootGroup: input.reboot_group ?? before.rebootGroup,
+    };
+    if (after.fleetlockId === before.fleetlockId && after.rebootGroup === before.rebootGroup) {
+      return c.json(serverDetail(current), 200);
+    }
+    const db = getDb(c.env.DB);
+    // The index row first, as at registration: its unique index refuses a fleetlock_id another
+    // server of the fleet uses, atomically, before the ledger changes.
+    try {
+      await db.update(servers).set({ ...after, updatedAt: Date.now() }).where(eq(servers.id, id));
+    } catch (err) {
+      if (isUniqueViolation(err)) {
+        throw new ApiError(409, "fleetlock_id_taken", `another server of fleet '${current.record.fleet_id}' uses fleetlock_id '${after.fleetlockId}'`);
+      }
+      throw err;
+    }
+    let result;
+    try {
+      result = unwrap(await ledger.setRebootIdentity({ fleetlock_id: after.fleetlockId, reboot_group: after.rebootGroup }));
+    } catch (err) {
+      await db.update(servers).set(before).where(eq(servers.id, id));
+      throw err;
+    }
+    await pushServerIdentity(c.env, current.record.fleet_id, id, {
+      fleetlock_id: after.fleetlockId,
+      hostname: current.record.hostname,
+      reboot_group: after.rebootGroup,
+      rev: result.rev,
+    });
+    await audit(db, {
+      actor: actorOf(c.var.principal),
+      action: "server.patch",
+      target: `server:${id}`,
+      details: { before: { fleetlock_id: before.fleetlockId, reboot_group: before.rebootGroup }, after: input },
+    });
+    return c.json(serverDetail(result.view), 200);
   },
 );

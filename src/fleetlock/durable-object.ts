@@ -1,5 +1,299 @@
 import { DurableObject } from "cloudflare:workers";
+import { and, eq, ne } from "drizzle-orm";
+import { audit } from "../audit/log";
+import { getDb } from "../db/client";
+import { servers } from "../db/schema";
 import type { Env } from "../env";
+import { digestsEqual } from "../lib/crypto";
+import { failure, type ClientParams, type FleetLockFailure } from "./protocol";
+import {
+  acquire,
+  configure,
+  newGroup,
+  release,
+  releaseWhere,
+  renameHolder,
+  type GroupChange,
+  type GroupState,
+  type Holder,
+} from "./semaphore";
+import { groupView, type GroupView } from "./views";
 
-/** One per fleet: a counting semaphore per reboot group (FleetLock). */
-export class RebootCoordinator extends DurableObject<Env> {}
+/** The fleet's settings the coordinator needs, pushed from D1 by every operator call. */
+export interface FleetSettings {
+  fleet_id: string;
+  lock_ttl_s: number;
+  allow_unknown_ids: boolean;
+  default_group_slots: number | null;
+}
+
+interface FleetConfig extends FleetSettings {
+  /** SHA-256 of the current FleetLock key; null until an admin creates one. */
+  key_hash: string | null;
+}
+
+/** What a registered FleetLock id belongs to. */
+interface ClientEntry {
+  server_id: string;
+  hostname: string;
+  reboot_group: string;
+}
+
+/** A server's FleetLock identity; `rev` orders pushes so a late, older one cannot win. */
+export interface ServerIdentity {
+  fleetlock_id: string | null;
+  hostname: string;
+  reboot_group: string;
+  rev: number;
+}
+
+export type CoordinatorFailure = { ok: false; status: 404; code: string; message: string };
+
+const KEY = {
+  config: "config",
+  group: (name: string) => `group:${name}`,
+  /** fleetlock id → group it holds a slot in, so steady-state costs one read when nothing is held. */
+  held: (id: string) => `held:${id}`,
+  client: (id: string) => `client:${id}`,
+  server: (id: string) => `server:${id}`,
+} as const;
+
+/** Identities learned from D1 rank below any pushed one. */
+const REV_FROM_INDEX = -1;
+
+/**
+ * One per fleet: a counting semaphore per reboot group. Storage is the synchronous KV API, so
+ * every RPC's read-check-write runs in one turn that no other request can interleave with, and
+ * the output gate holds each reply until its write is durable. The only await on the host path
+ * is the D1 look-up for an id missing from the registry, and it happens before any state is read.
+ */
+export class RebootCoordinator extends DurableObject<Env> {
+  private get kv() {
+    return this.ctx.storage.kv;
+  }
+
+  // ---- host path (FleetLock) ----
+
+  async preReboot(keyHash: string, params: ClientParams): Promise<{ ok: true } | FleetLockFailure> {
+    const config = this.authorized(keyHash);
+    if (!config) return failure("unauthorized", "invalid FleetLock key for this fleet");
+    const client = await this.client(config, params.id);
+    if (!client.ok) return client;
+    if (client.entry && client.entry.reboot_group !== params.group) {
+      return failure(
+        "group_mismatch",
+        `client '${params.id}' is registered in reboot group '${client.entry.reboot_group}', not '${params.group}'`,
+      );
+    }
+    // From here on, no await: the check and the grant are one uninterrupted turn.
+    const now = Date.now();
+    const group = this.kv.get<GroupState>(KEY.group(params.group)) ?? this.implicitGroup(config, now);
+    if (!group) return failure("unknown_group", `reboot group '${params.group}' is not configured for this fleet`);
+    const result = acquire(group, params.id, client.entry?.server_id ?? null, now);
+    if (!result.ok) return failure(result.kind, result.value);
+    if (result.changed) this.saveGroup(params.group, group, result.group);
+    return { ok: true };
+  }
+
+  /**
+   * UnlockIfHeld, for whichever group holds the id: a host whose group changed while it held a
+   * slot must still be able to reach steady state. Succeeds whether or not anything was held.
+   */
+  async steadyState(keyHash: string, params: ClientParams): Promise<{ ok: true; released: boolean } | FleetLockFailure> {
+    const config = this.authorized(keyHash);
+    if (!config) return failure("unauthorized", "invalid FleetLock key for this fleet");
+    if (!this.kv.get<string>(KEY.held(params.id))) {
+      const client = await this.client(config, params.id);
+      if (!client.ok) return client;
+    }
+    // Re-read after the possible await: another request may have granted or released meanwhile.
+    const groupName = this.kv.get<string>(KEY.held(params.id));
+    if (!groupName) return { ok: true, released: false };
+    const group = this.kv.get<GroupState>(KEY.group(groupName))!;
+    const next = release(group, params.id, Date.now());
+    this.saveGroup(groupName, group, next.group);
+    // An index entry without its holder cannot outlive this call.
+    if (!next.released) this.kv.delete(KEY.held(params.id));
+    return { ok: true, released: next.released !== null };
+  }
+
+  // ---- fleet configuration ----
+
+  /** Installs a new key; the previous one stops working with this write. */
+  async setKey(settings: FleetSettings, keyHash: string): Promise<void> {
+    this.kv.put(KEY.config, { ...settings, key_hash: keyHash } satisfies FleetConfig);
+  }
+
+  /** Records (or replaces) a server's FleetLock identity; older revisions are ignored. */
+  async setServerIdentity(serverId: string, identity: ServerIdentity): Promise<{ applied: boolean }> {
+    return { applied: this.applyIdentity(serverId, identity) };
+  }
+
+  async putGroup(settings: FleetSettings, name: string, change: GroupChange): Promise<GroupView> {
+    const config = this.syncSettings(settings);
+    const now = Date.now();
+    const before = this.kv.get<GroupState>(KEY.group(name)) ?? null;
+    const after = configure(before, change, now);
+    this.saveGroup(name, before, after);
+    return this.view(config, name, after, now);
+  }
+
+  async getGroup(settings: FleetSettings, name: string): Promise<{ ok: true; group: GroupView } | CoordinatorFailure> {
+    const config = this.syncSettings(settings);
+    const group = this.kv.get<GroupState>(KEY.group(name));
+    if (!group) return { ok: false, status: 404, code: "not_found", message: `reboot group '${name}' is not configured` };
+    return { ok: true, group: this.view(config, name, group, Date.now()) };
+  }
+
+  async listGroups(settings: FleetSettings): Promise<GroupView[]> {
+    const config = this.syncSettings(settings);
+    const now = Date.now();
+    const out: GroupView[] = [];
+    for (const [key, group] of this.kv.list<GroupState>({ prefix: "group:" })) {
+      out.push(this.view(config, key.slice("group:".length), group, now));
+    }
+    return out;
+  }
+
+  // ---- releases ----
+
+  /** An operator's force release of one holder. */
+  async forceRelease(
+    settings: FleetSettings,
+    name: string,
+    id: string,
+  ): Promise<{ ok: true; released: Holder; group: GroupView } | CoordinatorFailure> {
+    const config = this.syncSettings(settings);
+    const group = this.kv.get<GroupState>(KEY.group(name));
+    if (!group) return { ok: false, status: 404, code: "not_found", message: `reboot group '${name}' is not configured` };
+    const now = Date.now();
+    const next = release(group, id, now);
+    if (!next.released) {
+      return { ok: false, status: 404, code: "not_held", message: `'${id}' holds no slot in reboot group '${name}'` };
+    }
+    this.saveGroup(name, group, next.group);
+    return { ok: true, released: next.released, group: this.view(config, name, next.group, now) };
+  }
+
+  /**
+   * Releases every slot held for a server: it rebooted and came back (new boot_id) without its
+   * steady-state call getting through, or it was removed. Audited here, so every caller is.
+   */
+  async releaseServer(
+    serverId: string,
+    opts: { reason: string; actor: string; granted_before?: number },
+  ): Promise<(Holder & { group: string })[]> {
+    const match = (h: Holder) => h.server_id === serverId && (opts.granted_before === undefined || h.granted_at <= opts.granted_before);
+    const now = Date.now();
+    const released: (Holder & { group: string })[] = [];
+    // Collected first: writing while a storage cursor is open is not something to rely on.
+    for (const [key, group] of [...this.kv.list<GroupState>({ prefix: "group:" })]) {
+      const next = releaseWhere(group, match, now);
+      if (next.released.length === 0) continue;
+      const name = key.slice("group:".length);
+      this.saveGroup(name, group, next.group);
+      released.push(...next.released.map((h) => ({ ...h, group: name })));
+    }
+    if (released.length > 0) {
+      await audit(getDb(this.env.DB), {
+        actor: opts.actor,
+        action: "fleetlock.release_server",
+        target: `server:${serverId}`,
+        details: { server_id: serverId, reason: opts.reason, released: released.map((h) => ({ group: h.group, id: h.id })) },
+      });
+    }
+    return released;
+  }
+
+  // ---- internals ----
+
+  private authorized(keyHash: string): FleetConfig | null {
+    const config = this.kv.get<FleetConfig>(KEY.config);
+    return config?.key_hash && digestsEqual(config.key_hash, keyHash) ? config : null;
+  }
+
+  /** Keeps the stored settings equal to D1's, preserving the key. */
+  private syncSettings(settings: FleetSettings): FleetConfig {
+    const current = this.kv.get<FleetConfig>(KEY.config);
+    const next: FleetConfig = { ...settings, key_hash: current?.key_hash ?? null };
+    if (
+      !current ||
+      current.lock_ttl_s !== next.lock_ttl_s ||
+      current.allow_unknown_ids !== next.allow_unknown_ids ||
+      current.default_group_slots !== next.default_group_slots ||
+      current.fleet_id !== next.fleet_id
+    ) {
+      this.kv.put(KEY.config, next);
+    }
+    return next;
+  }
+
+  /** A group the fleet creates on first use, when it has a default slot count. */
+  private implicitGroup(config: FleetConfig, now: number): GroupState | null {
+    return config.default_group_slots ? newGroup(config.default_group_slots, now) : null;
+  }
+
+  /**
+   * The registry entry for an id. A miss is looked up in D1 once (a push at registration may
+   * have failed) and cached; only ids no server has registered are refused, unless allowed.
+   */
+  private async client(
+    config: FleetConfig,
+    id: string,
+  ): Promise<{ ok: true; entry: ClientEntry | null } | FleetLockFailure> {
+    let entry = this.kv.get<ClientEntry>(KEY.client(id)) ?? null;
+    if (!entry) {
+      const row = await getDb(this.env.DB).query.servers.findFirst({
+        columns: { id: true, hostname: true, rebootGroup: true },
+        where: and(eq(servers.fleetId, config.fleet_id), eq(servers.fleetlockId, id), ne(servers.state, "removed")),
+      });
+      if (row) {
+        this.applyIdentity(row.id, { fleetlock_id: id, hostname: row.hostname, reboot_group: row.rebootGroup, rev: REV_FROM_INDEX });
+        entry = this.kv.get<ClientEntry>(KEY.client(id)) ?? null;
+      }
+    }
+    if (entry || config.allow_unknown_ids) return { ok: true, entry };
+    return failure("unknown_client", `no server of this fleet is registered with fleetlock_id '${id}'`);
+  }
+
+  private applyIdentity(serverId: string, identity: ServerIdentity): boolean {
+    const previous = this.kv.get<ServerIdentity>(KEY.server(serverId));
+    if (previous && previous.rev > identity.rev) return false;
+    const oldId = previous?.fleetlock_id ?? null;
+    if (oldId && oldId !== identity.fleetlock_id) {
+      if (this.kv.get<ClientEntry>(KEY.client(oldId))?.server_id === serverId) this.kv.delete(KEY.client(oldId));
+      // The slot follows the server to its new id, so the new id's steady-state releases it.
+      const heldIn = this.kv.get<string>(KEY.held(oldId));
+      if (heldIn && identity.fleetlock_id) {
+        const group = this.kv.get<GroupState>(KEY.group(heldIn))!;
+        this.saveGroup(heldIn, group, renameHolder(group, oldId, identity.fleetlock_id, Date.now()));
+      }
+    }
+    if (identity.fleetlock_id) {
+      this.kv.put(KEY.client(identity.fleetlock_id), {
+        server_id: serverId,
+        hostname: identity.hostname,
+        reboot_group: identity.reboot_group,
+      } satisfies ClientEntry);
+    }
+    this.kv.put(KEY.server(serverId), identity);
+    return true;
+  }
+
+  /** Stores a group and keeps the held-by index in step with its holders. */
+  private saveGroup(name: string, before: GroupState | null, after: GroupState) {
+    if (before === after) return;
+    const was = new Set(before?.holders.map((h) => h.id));
+    const is = new Set(after.holders.map((h) => h.id));
+    for (const id of was) if (!is.has(id)) this.kv.delete(KEY.held(id));
+    for (const id of is) if (!was.has(id)) this.kv.put(KEY.held(id), name);
+    this.kv.put(KEY.group(name), after);
+  }
+
+  private view(config: FleetConfig, name: string, group: GroupState, now: number): GroupView {
+    return groupView(name, group, now, config.lock_ttl_s * 1000, (serverId) => {
+      const s = this.kv.get<ServerIdentity>(KEY.server(serverId));
+      return s ? { id: serverId, hostname: s.hostname } : { id: serverId, hostname: null };
+    });
+  }
+}

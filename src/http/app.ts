@@ -8,6 +8,8 @@ import { fleetRoutes } from "../fleet/fleets.routes";
 import { serverRoutes } from "../fleet/servers.routes";
 import { instanceRoutes } from "../instances/routes";
 import { agentRoutes } from "../ledger/agent.routes";
+import { fleetlockRoutes } from "../fleetlock/protocol.routes";
+import { rebootGroupRoutes } from "../fleetlock/operator.routes";
 import { metricsText, recordResponse } from "../metrics";
 import { ApiError, errorBody } from "./errors";
 import type { AppEnv } from "./types";
@@ -54,6 +56,9 @@ export function createApp() {
   for (const routes of [tokenRoutes, fleetRoutes, serverRoutes, agentRoutes, instanceRoutes, auditRoutes]) {
     app.route("/", routes);
   }
+  // FleetLock (hosts) sits outside /v1: its own body limit, no JSON Content-Type rule, its own error body.
+  app.route("/", fleetlockRoutes);
+  app.route("/", rebootGroupRoutes);
 
   app.openAPIRegistry.registerComponent("securitySchemes", "Bearer", { type: "http", scheme: "bearer" });
   app.doc31("/openapi.json", {

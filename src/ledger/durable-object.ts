@@ -2,6 +2,7 @@ import { DurableObject } from "cloudflare:workers";
 import { getDb } from "../db/client";
 import type { Env } from "../env";
 import { digestsEqual } from "../lib/crypto";
+import { releaseAfterReboot, retryPendingRelease } from "../fleetlock/ledger-hooks";
 import { applyDesired, type DesiredState } from "./desired";
 import { buildProjection, lastSeenRefreshMs, writeLastSeen, writeProjection } from "./projection";
 import type { ServerRecord } from "./record";
@@ -13,6 +14,8 @@ const KEY = {
   desired: "desired",
   report: "report",
   projected: "projected",
+  /** Revision of the FleetLock identity (fleetlock_id, reboot_group); registration is 0. */
+  rebootRev: "reboot_rev",
 } as const;
 
 interface ProjectedMark {
@@ -34,6 +37,26 @@ export interface ServerView {
 
 const MAX_RETRY_DELAY_MS = 5 * 60_000;
 
+/** How old the persisted heartbeat of an unchanged report may get (memory holds the latest). */
+export const HEARTBEAT_PERSIST_MS = 60_000;
+
+interface LedgerState {
+  record: ServerRecord;
+  desired: DesiredState;
+  report: StoredReport | undefined;
+  /** Identity of the report's content, heartbeat fields excluded. */
+  reportKey: string | undefined;
+  /** The in-memory report is newer than the stored one only by its heartbeat. */
+  heartbeatOnly?: boolean;
+  /** received_at of the report as stored. */
+  persistedAt?: number;
+}
+
+/** Everything a report says except when it was said. */
+function contentKey(r: StoredReport) {
+  return JSON.stringify([r.generation, r.boot_id, r.agents, r.errors, r.assignments]);
+}
+
 /**
  * One per server: the authoritative desired config and last inventory report. Every write for a
  * server is serialized here; storage calls are synchronous, so each RPC's read-check-write runs
@@ -47,10 +70,35 @@ export class ServerLedger extends DurableObject<Env> {
     return this.ctx.storage.kv;
   }
 
-  private load() {
-    const record = this.kv.get<ServerRecord>(KEY.record);
-    const desired = this.kv.get<DesiredState>(KEY.desired);
-    return record && desired ? { record, desired, report: this.kv.get<StoredReport>(KEY.report) } : null;
+  /**
+   * Write-through copy of the three state keys: every write goes to storage and here together
+   * (always through `save`), so the hot path (polls, reports) skips deserializing from storage.
+   */
+  private cache?: LedgerState | null;
+
+  private load(): LedgerState | null {
+    if (this.cache === undefined) {
+      const record = this.kv.get<ServerRecord>(KEY.record);
+      const desired = this.kv.get<DesiredState>(KEY.desired);
+      const report = this.kv.get<StoredReport>(KEY.report);
+      this.cache =
+        record && desired
+          ? { record, desired, report, reportKey: report && contentKey(report), persistedAt: report?.received_at }
+          : null;
+    }
+    return this.cache;
+  }
+
+  private save(patch: Partial<Pick<LedgerState, "record" | "desired" | "report">>) {
+    if (patch.record) this.kv.put(KEY.record, patch.record);
+    if (patch.desired) this.kv.put(KEY.desired, patch.desired);
+    if (patch.report) this.kv.put(KEY.report, patch.report);
+    this.cache = { ...(this.cache ?? ({} as LedgerState)), ...patch };
+    if (patch.report) {
+      this.cache.reportKey = contentKey(patch.report);
+      this.cache.persistedAt = patch.report.received_at;
+      this.cache.heartbeatOnly = false;
+    }
   }
 
   private configOf(record: ServerRecord, desired: DesiredState): DesiredConfig {
@@ -63,7 +111,7 @@ export class ServerLedger extends DurableObject<Env> {
   }
 
   private authorized(tokenHash: string) {
-    const record = this.kv.get<ServerRecord>(KEY.record);
+    const record = this.load()?.record;
     return record && record.state !== "removed" && digestsEqual(record.token_hash, tokenHash) ? record : null;
   }
 
@@ -76,8 +124,7 @@ export class ServerLedger extends DurableObject<Env> {
       lifecycle: "run",
       updated_at: record.created_at,
     };
-    this.kv.put(KEY.record, record);
-    this.kv.put(KEY.desired, desired);
+    this.save({ record, desired });
     await this.project();
     return (await this.view())!;
   }
@@ -108,7 +155,7 @@ export class ServerLedger extends DurableObject<Env> {
       case "unchanged":
         return { ok: true, created: false, config: this.configOf(state.record, outcome.current) };
       case "accepted": {
-        this.kv.put(KEY.desired, outcome.next);
+        this.save({ desired: outcome.next });
         for (const wake of this.waiters) wake();
         this.waiters.clear();
         await this.project();
@@ -128,7 +175,7 @@ export class ServerLedger extends DurableObject<Env> {
   ): Promise<{ ok: true; notModified: boolean; config: DesiredConfig } | LedgerFailure> {
     const record = this.authorized(tokenHash);
     if (!record) return { ok: false, status: 401, code: "unauthorized", message: "invalid server token" };
-    let desired = this.kv.get<DesiredState>(KEY.desired)!;
+    let desired = this.load()!.desired;
     if (known === desired.generation && waitMs > 0) {
       await new Promise<void>((resolve) => {
         const wake = () => {
@@ -139,7 +186,7 @@ export class ServerLedger extends DurableObject<Env> {
         const timer = setTimeout(wake, waitMs);
         this.waiters.add(wake);
       });
-      desired = this.kv.get<DesiredState>(KEY.desired)!;
+      desired = this.load()!.desired;
     }
     return { ok: true, notModified: known === desired.generation, config: this.configOf(record, desired) };
   }
@@ -150,7 +197,7 @@ export class ServerLedger extends DurableObject<Env> {
   ): Promise<{ ok: true; generation: number; computed: ComputedStatus } | LedgerFailure> {
     const record = this.authorized(tokenHash);
     if (!record) return { ok: false, status: 401, code: "unauthorized", message: "invalid server token" };
-    const desired = this.kv.get<DesiredState>(KEY.desired)!;
+    const { desired, report: previous, reportKey, persistedAt } = this.load()!;
     if (report.generation > desired.generation) {
       return {
         ok: false,
@@ -162,10 +209,24 @@ export class ServerLedger extends DurableObject<Env> {
     }
     const now = Date.now();
     const stored: StoredReport = { ...report, received_at: now };
-    this.kv.put(KEY.report, stored);
+    const previousBootId = previous?.boot_id;
+    const unchanged = previous !== undefined && reportKey === contentKey(stored);
+    if (unchanged && persistedAt !== undefined && now - persistedAt < HEARTBEAT_PERSIST_MS) {
+      // Same content as the stored report: only the heartbeat moved. It lives in memory and is
+      // persisted at most every HEARTBEAT_PERSIST_MS (or when the index is told of it), so a
+      // steady host costs no storage write, and nothing the index shows can have changed.
+      this.cache!.report = stored;
+      this.cache!.heartbeatOnly = true;
+    } else {
+      this.save({ report: stored });
+    }
     // The first report proves the host is up and talking to us.
-    if (record.state === "provisioning") this.kv.put(KEY.record, { ...record, state: "active" });
-    await this.project();
+    if (record.state === "provisioning") this.save({ record: { ...record, state: "active" } });
+    await this.project(unchanged);
+    // Reboot coordination: a new boot_id means the host rebooted; free any slot it still holds.
+    if (previousBootId !== undefined && previousBootId !== report.boot_id) {
+      await releaseAfterReboot(this.ctx.storage, this.env, record, previousBootId, report.boot_id, now);
+    }
     return {
       ok: true,
       generation: desired.generation,
@@ -187,39 +248,74 @@ export class ServerLedger extends DurableObject<Env> {
 
   /** The host's token stops working at once; the D1 token row is marked by the caller. */
   async revokeToken(): Promise<boolean> {
-    const record = this.kv.get<ServerRecord>(KEY.record);
+    const record = this.load()?.record;
     if (!record) return false;
-    this.kv.put(KEY.record, { ...record, token_hash: "" });
+    this.save({ record: { ...record, token_hash: "" } });
     return true;
+  }
+
+  /**
+   * Changes the server's FleetLock identity (PATCH /v1/servers/{id}). Each change gets the next
+   * revision, so the coordinator can ignore a push that arrives after a newer one.
+   */
+  async setRebootIdentity(change: {
+    fleetlock_id?: string | null;
+    reboot_group?: string;
+  }): Promise<{ ok: true; view: ServerView; rev: number } | LedgerFailure> {
+    const record = this.load()?.record;
+    if (!record) return { ok: false, status: 404, code: "not_found", message: "server does not exist" };
+    if (record.state === "removed") {
+      return { ok: false, status: 409, code: "server_removed", message: "a removed server cannot be changed" };
+    }
+    const next: ServerRecord = {
+      ...record,
+      fleetlock_id: change.fleetlock_id === undefined ? record.fleetlock_id : change.fleetlock_id,
+      reboot_group: change.reboot_group ?? record.reboot_group,
+    };
+    const rev = (this.kv.get<number>(KEY.rebootRev) ?? 0) + 1;
+    this.save({ record: next });
+    this.kv.put(KEY.rebootRev, rev);
+    await this.project();
+    return { ok: true, view: (await this.view())!, rev };
   }
 
   /** Retries a projection that D1 refused, until the index matches the ledger. */
   async alarm() {
     await this.project();
+    const record = this.load()?.record;
+    if (record) await retryPendingRelease(this.ctx.storage, this.env, record.id);
   }
 
   /**
    * Brings D1 in line with this ledger. Calls are chained so an older projection can never land
    * after a newer one; each reads the state as it is when its turn comes.
    */
-  private project(): Promise<void> {
-    const run = this.projecting.then(() => this.projectOnce());
+  private project(contentUnchanged = false): Promise<void> {
+    const run = this.projecting.then(() => this.projectOnce(contentUnchanged));
     this.projecting = run.catch(() => {});
     return run;
   }
 
-  private async projectOnce() {
+  /**
+   * `contentUnchanged`: the caller only moved the heartbeat of an identical report, so the
+   * signature cannot have changed (desired changes project themselves) and is not rebuilt.
+   */
+  private async projectOnce(contentUnchanged = false) {
     const state = this.load();
     if (!state) return;
     const now = Date.now();
-    const p = buildProjection(state.record, state.desired, state.report, now);
     const mark = this.kv.get<ProjectedMark>(KEY.projected);
-    const changed = !mark || mark.dirty || mark.signature !== p.signature;
+    const lastSeen = state.report?.received_at;
     const lastSeenDue =
-      p.server.lastSeen != null &&
+      lastSeen != null &&
       (mark?.last_seen_written == null ||
-        p.server.lastSeen - mark.last_seen_written >= lastSeenRefreshMs(state.record.stale_after_s));
+        lastSeen - mark.last_seen_written >= lastSeenRefreshMs(state.record.stale_after_s));
+    if (contentUnchanged && mark && !mark.dirty && !lastSeenDue) return;
+    const p = buildProjection(state.record, state.desired, state.report, now);
+    const changed = !mark || mark.dirty || mark.signature !== p.signature;
     if (!changed && !lastSeenDue) return;
+    // The index never shows a heartbeat the ledger could lose on eviction.
+    if (state.heartbeatOnly && state.report) this.save({ report: state.report });
     try {
       const db = getDb(this.env.DB);
       if (changed) await writeProjection(db, p);

@@ -1,0 +1,145 @@
+import { createRoute, OpenAPIHono, z, type Hook } from "@hono/zod-openapi";
+import type { Context } from "hono";
+import { bodyLimit } from "hono/body-limit";
+import { FLEET_ID } from "../fleet/schemas";
+import type { AppEnv } from "../http/types";
+import { sha256Hex } from "../lib/crypto";
+import {
+  FLEETLOCK_KEY,
+  FleetLockError,
+  KIND_STATUS,
+  MAX_FLEETLOCK_BODY_BYTES,
+  parseClientParams,
+} from "./protocol";
+import { ClientParamsBody, FleetLockErrorBody } from "./schemas";
+import { coordinatorOf } from "./stub";
+
+/** Path and header failures speak the protocol's error body, never the API's `{error}`. */
+const protocolHook: Hook<unknown, AppEnv, any, unknown> = (result) => {
+  if (result.success) return;
+  if (result.target === "header") {
+    throw new FleetLockError("missing_protocol_header", "FleetLock requests must carry the header 'fleet-lock-protocol: true'");
+  }
+  throw new FleetLockError("unauthorized", "invalid FleetLock key for this fleet");
+};
+
+export const fleetlockRoutes = new OpenAPIHono<AppEnv>({ defaultHook: protocolHook });
+
+// The API's 1 MiB limit covers /v1/* only; a FleetLock body is a few dozen bytes.
+fleetlockRoutes.use(
+  "/fleetlock/*",
+  bodyLimit({
+    maxSize: MAX_FLEETLOCK_BODY_BYTES,
+    onError: () => {
+      throw new FleetLockError("payload_too_large", `FleetLock bodies are limited to ${MAX_FLEETLOCK_BODY_BYTES} bytes`);
+    },
+  }),
+);
+
+const errorResponses = Object.fromEntries(
+  [...new Set(Object.values(KIND_STATUS))].map((status) => [
+    status,
+    {
+      description: `FleetLock error; kind is one of ${Object.entries(KIND_STATUS)
+        .filter(([, s]) => s === status)
+        .map(([k]) => k)
+        .join(", ")}`,
+      content: { "application/json": { schema: FleetLockErrorBody } },
+    },
+  ]),
+);
+
+const ops = {
+  "pre-reboot": {
+    summary: "FleetLock RecursiveLock: take a reboot slot (an id that holds one succeeds again)",
+    ok: z.object({ granted: z.literal(true) }),
+  },
+  "steady-state": {
+    summary: "FleetLock UnlockIfHeld: release the id's slot if it holds one; succeeds either way",
+    ok: z.object({ released: z.boolean() }),
+  },
+} as const;
+
+const keyParams = z.object({
+  fleet: z.string().regex(FLEET_ID),
+  key: z.string().regex(FLEETLOCK_KEY).openapi({ description: "The fleet's FleetLock key" }),
+});
+const groupParams = keyParams.extend({
+  group: z.string().openapi({ description: "A `${group}` Zincati templated into base_url; must equal the body's group" }),
+});
+
+for (const op of ["pre-reboot", "steady-state"] as const) {
+  for (const templated of [false, true]) {
+    const path = templated ? `/fleetlock/{fleet}/{key}/{group}/v1/${op}` : `/fleetlock/{fleet}/{key}/v1/${op}`;
+    fleetlockRoutes.openapi(
+      createRoute({
+        method: "post",
+        path,
+        tags: ["fleetlock"],
+        summary: ops[op].summary,
+        description:
+          "For hosts (Zincati). The body is read from the raw bytes whatever the Content-Type says " +
+          "(Zincati sends none) and may be pretty-printed. A full group answers 409 `semaphore_full`.",
+        request: {
+          params: templated ? groupParams : keyParams,
+          headers: z.object({ "fleet-lock-protocol": z.string().regex(/^\s*true\s*$/i) }),
+          // "*/*": documented, but no JSON validator is attached, so any Content-Type (or none) is read.
+          body: { required: true, content: { "*/*": { schema: ClientParamsBody } } },
+        },
+        responses: { 200: { description: "Done", content: { "application/json": { schema: ops[op].ok } } }, ...errorResponses },
+      }),
+      ((c: Context<AppEnv>) => handle(c, op)) as never,
+    );
+  }
+}
+
+async function handle(c: Context<AppEnv>, op: "pre-reboot" | "steady-state") {
+  const { fleet, key, group: pathGroup } = c.req.param() as { fleet: string; key: string; group?: string };
+  let text: string;
+  try {
+    // Bytes, not c.req.text(): the Content-Type is whatever the client sent, often none or a form type.
+    text = new TextDecoder("utf-8", { fatal: true, ignoreBOM: false }).decode(await c.req.arrayBuffer());
+  } catch (err) {
+    if (err instanceof FleetLockError) throw err;
+    throw new FleetLockError("invalid_client_params", "the body is not UTF-8 text");
+  }
+  const params = parseClientParams(text);
+  if ("ok" in params) throw new FleetLockError(params.kind, params.value);
+  if (pathGroup !== undefined && pathGroup !== params.group) {
+    throw new FleetLockError(
+      "invalid_client_params",
+      `the group in the URL ('${pathGroup}') differs from client_params.group ('${params.group}')`,
+    );
+  }
+  const keyHash = await sha256Hex(key);
+  const coordinator = coordinatorOf(c.env, fleet);
+  if (op === "pre-reboot") {
+    const result = await coordinator.preReboot(keyHash, params);
+    if (!result.ok) throw new FleetLockError(result.kind, result.value);
+    return c.json({ granted: true as const }, 200);
+  }
+  const result = await coordinator.steadyState(keyHash, params);
+  if (!result.ok) throw new FleetLockError(result.kind, result.value);
+  return c.json({ released: result.released }, 200);
+}
+
+// Registered after the POST routes, so only other methods reach it.
+for (const path of ["/fleetlock/:fleet/:key/v1/:op", "/fleetlock/:fleet/:key/:group/v1/:op"]) {
+  fleetlockRoutes.all(path, (c) => {
+    const op = c.req.param("op");
+    if (op !== "pre-reboot" && op !== "steady-state") {
+      throw new FleetLockError("not_found", `no FleetLock endpoint v1/${op}`);
+    }
+    c.header("Allow", "POST");
+    throw new FleetLockError("method_not_allowed", `v1/${op} takes POST, not ${c.req.method}`);
+  });
+}
+fleetlockRoutes.all("/fleetlock/*", (c) => {
+  throw new FleetLockError("not_found", `no FleetLock endpoint at ${c.req.path}; use {base_url}v1/pre-reboot or v1/steady-state`);
+});
+
+fleetlockRoutes.onError((err, c) => {
+  if (err instanceof FleetLockError) return c.json({ kind: err.kind, value: err.value }, err.status);
+  console.error("fleetlock request failed", err);
+  return c.json({ kind: "internal_error", value: "internal error; retry later" }, 500);
+});

@@ -1,0 +1,114 @@
+import { z } from "@hono/zod-openapi";
+import { groupName } from "../fleet/schemas";
+import { FLEETLOCK_KINDS } from "./protocol";
+import { DAYS, isValidTimeZone, MINUTES_PER_WEEK, type Day } from "./windows";
+
+export const ClientParamsBody = z
+  .object({
+    client_params: z.object({
+      id: z.string().min(1).max(256).openapi({ description: "The client's id (Zincati: its node id); a server's fleetlock_id" }),
+      group: groupName.default("default"),
+    }),
+  })
+  .openapi("FleetLockRequest", {
+    example: { client_params: { id: "c988d2509fdf4cdcbed39037c56406fb", group: "default" } },
+  });
+
+export const FleetLockErrorBody = z
+  .object({ kind: z.enum(FLEETLOCK_KINDS as [string, ...string[]]), value: z.string().min(1) })
+  .openapi("FleetLockError");
+
+const FULL_DAY_NAMES: Record<string, Day> = {
+  monday: "Mon",
+  tuesday: "Tue",
+  wednesday: "Wed",
+  thursday: "Thu",
+  friday: "Fri",
+  saturday: "Sat",
+  sunday: "Sun",
+};
+
+/** Days as Zincati's periodic strategy takes them: abbreviated or full English names. */
+const day = z
+  .string()
+  .transform((d, ctx) => {
+    const short = DAYS.find((x) => x.toLowerCase() === d.toLowerCase()) ?? FULL_DAY_NAMES[d.toLowerCase()];
+    if (!short) {
+      ctx.addIssue({ code: "custom", message: `'${d}' is not a weekday (Mon…Sun or Monday…Sunday)` });
+      return z.NEVER;
+    }
+    return short;
+  })
+  .openapi({ type: "string", example: "Sat" });
+
+export const MaintenanceWindowSchema = z
+  .strictObject({
+    days: z.array(day).min(1).max(7),
+    start_time: z.string().regex(/^([01]\d|2[0-3]):[0-5]\d$/, "start_time is HH:MM, 00:00 to 23:59"),
+    length_minutes: z.number().int().min(1).max(MINUTES_PER_WEEK),
+    time_zone: z
+      .string()
+      .max(64)
+      .refine(isValidTimeZone, "time_zone must be an IANA time zone name, e.g. Europe/Berlin")
+      .default("UTC"),
+  })
+  .openapi("MaintenanceWindow");
+
+export const GroupInput = z
+  .strictObject({
+    slots: z.number().int().min(0).max(10_000).openapi({ description: "0 admits no one; existing holders keep their slots" }),
+    paused: z.boolean().optional().openapi({ description: "Omitted: unchanged (false for a new group)" }),
+    windows: z.array(MaintenanceWindowSchema).max(64).optional().openapi({
+      description: "Weekly windows in which alone new slots are granted; [] removes them. Omitted: unchanged",
+    }),
+  })
+  .openapi("RebootGroupInput");
+
+const HolderSchema = z
+  .object({
+    id: z.string(),
+    granted_at: z.string(),
+    held_for_s: z.number().int(),
+    stuck: z.boolean().openapi({ description: "Held for longer than the fleet's lock_ttl_s" }),
+    server: z.object({ id: z.string(), hostname: z.string().nullable() }).nullable(),
+  })
+  .openapi("RebootHolder");
+
+export const GroupSchema = z
+  .object({
+    name: z.string(),
+    slots: z.number().int(),
+    paused: z.boolean(),
+    windows: z.array(
+      z.object({ days: z.array(z.string()), start_time: z.string(), length_minutes: z.number().int(), time_zone: z.string() }),
+    ),
+    open_now: z.boolean(),
+    available_slots: z.number().int(),
+    holders: z.array(HolderSchema),
+    updated_at: z.string(),
+  })
+  .openapi("RebootGroup");
+
+export const FleetlockKeyCreated = z
+  .object({
+    fleet: z.string(),
+    key: z.string().openapi({ description: "Shown only here; stored hashed" }),
+    base_url: z.string().openapi({ example: "https://harbormaster.example.com/fleetlock/prod/KEY/" }),
+  })
+  .openapi("FleetlockKey");
+
+export const ServerRebootPatch = z
+  .strictObject({
+    fleetlock_id: z
+      .string()
+      .min(1)
+      .max(256)
+      .nullable()
+      .optional()
+      .openapi({ description: "The id the server's FleetLock client sends; null clears it" }),
+    reboot_group: groupName.optional(),
+  })
+  .refine((p) => p.fleetlock_id !== undefined || p.reboot_group !== undefined, {
+    message: "send fleetlock_id and/or reboot_group",
+  })
+  .openapi("ServerPatch");

@@ -1,0 +1,105 @@
+/**
+ * The reboot semaphore of one group, as pure functions over plain data: the coordinator Durable
+ * Object loads a group, applies one of these and stores the result in the same synchronous turn,
+ * so nothing here needs to know about storage, clocks or concurrency (`now` is always passed in).
+ */
+import { withinWindows, type MaintenanceWindow } from "./windows";
+
+export interface Holder {
+  /** The FleetLock client id (Zincati's node id). */
+  id: string;
+  /** The registered server that id belongs to; null for an unknown id a fleet chose to allow. */
+  server_id: string | null;
+  granted_at: number;
+}
+
+export interface GroupState {
+  slots: number;
+  paused: boolean;
+  windows: MaintenanceWindow[];
+  /** In grant order. May exceed `slots` after a shrink: holders are never evicted by a resize. */
+  holders: Holder[];
+  updated_at: number;
+}
+
+export type Refusal = "semaphore_full" | "group_paused" | "outside_maintenance_window";
+
+export type AcquireResult =
+  | { ok: true; group: GroupState; granted: Holder; changed: boolean }
+  | { ok: false; kind: Refusal; value: string };
+
+export function newGroup(slots: number, now: number): GroupState {
+  return { slots, paused: false, windows: [], holders: [], updated_at: now };
+}
+
+export const holderOf = (g: GroupState, id: string) => g.holders.find((h) => h.id === id) ?? null;
+
+/**
+ * RecursiveLock: an id that already holds a slot succeeds again, whatever the group's state
+ * (it may already be rebooting); otherwise pause, windows, then capacity decide.
+ */
+export function acquire(g: GroupState, id: string, serverId: string | null, now: number): AcquireResult {
+  const held = holderOf(g, id);
+  if (held) return { ok: true, group: g, granted: held, changed: false };
+  if (g.paused) return { ok: false, kind: "group_paused", value: "the reboot group is paused by an operator" };
+  if (!withinWindows(g.windows, now)) {
+    return { ok: false, kind: "outside_maintenance_window", value: "no maintenance window of the group is open now" };
+  }
+  if (g.holders.length >= g.slots) {
+    return {
+      ok: false,
+      kind: "semaphore_full",
+      value: `all ${g.slots} slot(s) of the group are held (${g.holders.length} holder(s))`,
+    };
+  }
+  const granted: Holder = { id, server_id: serverId, granted_at: now };
+  return { ok: true, group: { ...g, holders: [...g.holders, granted], updated_at: now }, granted, changed: true };
+}
+
+/** UnlockIfHeld: releasing what is not held is a success that changes nothing. */
+export function release(g: GroupState, id: string, now: number): { group: GroupState; released: Holder | null } {
+  const released = holderOf(g, id);
+  if (!released) return { group: g, released: null };
+  return { group: { ...g, holders: g.holders.filter((h) => h !== released), updated_at: now }, released };
+}
+
+/** Releases every hold whose server matches (a rebooted or removed server). */
+export function releaseWhere(
+  g: GroupState,
+  match: (h: Holder) => boolean,
+  now: number,
+): { group: GroupState; released: Holder[] } {
+  const released = g.holders.filter(match);
+  if (released.length === 0) return { group: g, released };
+  return { group: { ...g, holders: g.holders.filter((h) => !match(h)), updated_at: now }, released };
+}
+
+/** A holder keeps its slot when its client id is renamed (the server's fleetlock_id changed). */
+export function renameHolder(g: GroupState, from: string, to: string, now: number): GroupState {
+  if (!holderOf(g, from) || holderOf(g, to)) return g;
+  return { ...g, holders: g.holders.map((h) => (h.id === from ? { ...h, id: to } : h)), updated_at: now };
+}
+
+export interface GroupChange {
+  slots: number;
+  paused?: boolean;
+  windows?: MaintenanceWindow[];
+}
+
+/**
+ * Create or change a group live. Holders are kept as they are: a smaller slot count only stops
+ * new grants until enough holders have released (airlock ignores a new count instead: its #81).
+ */
+export function configure(g: GroupState | null, change: GroupChange, now: number): GroupState {
+  const base = g ?? newGroup(change.slots, now);
+  return {
+    ...base,
+    slots: change.slots,
+    paused: change.paused ?? base.paused,
+    windows: change.windows ?? base.windows,
+    updated_at: now,
+  };
+}
+
+/** A holder is stuck once it has held its slot for longer than the fleet's lock TTL. */
+export const isStuck = (h: Holder, now: number, lockTtlMs: number) => now - h.granted_at > lockTtlMs;

@@ -1,0 +1,82 @@
+/**
+ * Weekly maintenance windows, evaluated on the wall clock of each window's IANA time zone — the
+ * same rule Zincati's periodic strategy follows: clock times are obeyed, so a DST shift lengthens
+ * or shortens the window that spans it, and a window may run past midnight and past Sunday.
+ */
+
+export const DAYS = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"] as const;
+export type Day = (typeof DAYS)[number];
+
+export interface MaintenanceWindow {
+  days: Day[];
+  /** Local start, "HH:MM" (24 h). */
+  start_time: string;
+  length_minutes: number;
+  time_zone: string;
+}
+
+const MINUTES_PER_DAY = 1440;
+export const MINUTES_PER_WEEK = 7 * MINUTES_PER_DAY;
+
+// Formatters are costly to build and zone data never changes within an isolate's life.
+const formatters = new Map<string, Intl.DateTimeFormat>();
+
+function formatterFor(timeZone: string) {
+  let f = formatters.get(timeZone);
+  if (!f) {
+    f = new Intl.DateTimeFormat("en-US", {
+      timeZone,
+      weekday: "short",
+      hour: "2-digit",
+      minute: "2-digit",
+      hourCycle: "h23",
+    });
+    formatters.set(timeZone, f);
+  }
+  return f;
+}
+
+/** True when the runtime knows the zone; `Intl` throws RangeError for names it does not. */
+export function isValidTimeZone(timeZone: string): boolean {
+  try {
+    formatterFor(timeZone);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** Minutes since local Monday 00:00 in `timeZone` at instant `nowMs`. */
+export function localMinuteOfWeek(nowMs: number, timeZone: string): number {
+  const parts = formatterFor(timeZone).formatToParts(new Date(nowMs));
+  let day = 0;
+  let hour = 0;
+  let minute = 0;
+  for (const p of parts) {
+    if (p.type === "weekday") day = DAYS.indexOf(p.value as Day);
+    else if (p.type === "hour") hour = Number(p.value) % 24;
+    else if (p.type === "minute") minute = Number(p.value);
+  }
+  return day * MINUTES_PER_DAY + hour * 60 + minute;
+}
+
+export function parseStartTime(hhmm: string): number {
+  const [h, m] = hhmm.split(":").map(Number);
+  return h * 60 + m;
+}
+
+/** Whether one window is open at `nowMs` (start inclusive, end exclusive). */
+export function windowOpen(w: MaintenanceWindow, nowMs: number): boolean {
+  const now = localMinuteOfWeek(nowMs, w.time_zone);
+  const start = parseStartTime(w.start_time);
+  return w.days.some((d) => {
+    const opensAt = DAYS.indexOf(d) * MINUTES_PER_DAY + start;
+    // Modular distance handles windows that wrap past midnight or past Sunday into Monday.
+    return (now - opensAt + MINUTES_PER_WEEK) % MINUTES_PER_WEEK < w.length_minutes;
+  });
+}
+
+/** No windows means no restriction; otherwise grants happen only inside one of them. */
+export function withinWindows(windows: readonly MaintenanceWindow[], nowMs: number): boolean {
+  return windows.length === 0 || windows.some((w) => windowOpen(w, nowMs));
+}

@@ -1,0 +1,84 @@
+import { SELF } from "cloudflare:test";
+import { BASE, call, createFleet, registerServer } from "./helpers";
+
+export interface FleetLockFleet {
+  fleet: string;
+  key: string;
+  /** As POST /v1/fleets/{fleet}/fleetlock-key returns it: https://HOST/fleetlock/{fleet}/{key}/ */
+  baseUrl: string;
+}
+
+export async function fleetWithKey(overrides: Record<string, unknown> = {}): Promise<FleetLockFleet> {
+  const { id } = await createFleet(overrides);
+  const res = await call("POST", `/v1/fleets/${id}/fleetlock-key`);
+  if (res.status !== 201) throw new Error(`key: ${res.status} ${JSON.stringify(res.json)}`);
+  return { fleet: id, key: res.json.key, baseUrl: res.json.base_url };
+}
+
+export async function putGroup(fleet: string, group: string, body: Record<string, unknown>) {
+  const res = await call("PUT", `/v1/fleets/${fleet}/reboot-groups/${group}`, { body });
+  if (res.status !== 200) throw new Error(`group: ${res.status} ${JSON.stringify(res.json)}`);
+  return res.json;
+}
+
+export async function getGroup(fleet: string, group: string) {
+  const res = await call("GET", `/v1/fleets/${fleet}/reboot-groups/${group}`);
+  if (res.status !== 200) throw new Error(`group: ${res.status} ${JSON.stringify(res.json)}`);
+  return res.json as {
+    slots: number;
+    paused: boolean;
+    open_now: boolean;
+    available_slots: number;
+    holders: { id: string; granted_at: string; stuck: boolean; server: { id: string; hostname: string | null } | null }[];
+  };
+}
+
+/** Registers `n` servers whose FleetLock ids are returned in order. */
+export async function registerClients(fleet: string, n: number, group = "default") {
+  const out: { id: string; serverId: string; token: string; hostname: string }[] = [];
+  for (let i = 0; i < n; i++) {
+    const hostname = `node-${i}-${Math.random().toString(36).slice(2, 8)}.example.com`;
+    const id = `node-${i}-${crypto.randomUUID().replaceAll("-", "")}`;
+    const s = await registerServer(fleet, { hostname, fleetlock_id: id, reboot_group: group });
+    out.push({ id, serverId: s.id, token: s.token, hostname });
+  }
+  return out;
+}
+
+export type Op = "pre-reboot" | "steady-state";
+
+async function send(url: string, init: RequestInit) {
+  const res = await SELF.fetch(url, init);
+  const text = await res.text();
+  let json: any = null;
+  try {
+    json = text ? JSON.parse(text) : null;
+  } catch {
+    json = text;
+  }
+  return { status: res.status, headers: res.headers, json };
+}
+
+/**
+ * Exactly as Zincati sends it: the URL resolved against base_url (trailing slash), the header,
+ * a pretty-printed body and no Content-Type at all (a byte body gets none from fetch).
+ */
+export function zincati(baseUrl: string, op: Op, id: string, group = "default") {
+  const url = new URL(`v1/${op}`, baseUrl).toString();
+  const body = JSON.stringify({ client_params: { id, group } }, null, 2);
+  return send(url, { method: "POST", headers: { "fleet-lock-protocol": "true" }, body: new TextEncoder().encode(body) });
+}
+
+/** As `curl -H "fleet-lock-protocol: true" -d '{…}' URL` sends it: form Content-Type, compact body. */
+export function curl(baseUrl: string, op: Op, id: string, group = "default") {
+  return send(new URL(`v1/${op}`, baseUrl).toString(), {
+    method: "POST",
+    headers: { "fleet-lock-protocol": "true", "Content-Type": "application/x-www-form-urlencoded" },
+    body: JSON.stringify({ client_params: { id, group } }),
+  });
+}
+
+/** Anything else: a raw request against a path under the test origin. */
+export function raw(path: string, init: RequestInit) {
+  return send(path.startsWith("http") ? path : `${BASE}${path}`, init);
+}
