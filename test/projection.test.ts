@@ -120,3 +120,28 @@ describe("D1 projection of the ledger", () => {
     expect((await indexRow(s.id))!.status).toBe("realized");
   });
 });
+
+describe("heartbeats of unchanged reports", () => {
+  it("keep the report's content durable across eviction while only the heartbeat stays in memory", async () => {
+    const { s } = await realizedServer();
+    const stub = env.LEDGER.get(env.LEDGER.idFromName(s.id));
+    const stored = () => runInDurableObject(stub, (_i: ServerLedger, state) => state.storage.kv.get<any>("report"));
+    const first = await stored();
+    await new Promise((r) => setTimeout(r, 5));
+    await call("PUT", "/v1/agent/inventory", { token: s.token, body: report(2, agents) });
+    // Identical content: storage keeps the earlier heartbeat, memory has the newer one.
+    expect((await stored()).received_at).toBe(first.received_at);
+    const live = await call("GET", `/v1/servers/${s.id}`);
+    expect(Date.parse(live.json.last_seen)).toBeGreaterThan(first.received_at);
+
+    const { evictDurableObject } = await import("cloudflare:test");
+    await evictDurableObject(stub);
+    const after = await call("GET", `/v1/servers/${s.id}`);
+    expect(after.json).toMatchObject({ status: "realized", reported_generation: 2 });
+    expect(Date.parse(after.json.last_seen)).toBe(first.received_at);
+
+    // A report with new content is stored at once.
+    await call("PUT", "/v1/agent/inventory", { token: s.token, body: report(2, agents, { boot_id: "boot-2" }) });
+    expect((await stored()).boot_id).toBe("boot-2");
+  });
+});
