@@ -46,7 +46,7 @@ agentRoutes.openapi(
     const p = serverPrincipal(c.var.principal);
     const known = knownGeneration(c.req.header("If-None-Match"));
     const result = unwrap(await ledgerOf(c.env, p.serverId).agentDesired(p.tokenHash, known, wait * 1000));
-    c.header("ETag", `"${result.config.generation}"`);
+    c.header("ETag", `"${result.generation}"`);
     c.header("Cache-Control", "no-store");
     if (result.notModified) return c.body(null, 304);
     return c.json(result.config, 200);

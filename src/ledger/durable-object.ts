@@ -172,7 +172,11 @@ export class ServerLedger extends DurableObject<Env> {
     tokenHash: string,
     known: number | null,
     waitMs: number,
-  ): Promise<{ ok: true; notModified: boolean; config: DesiredConfig } | LedgerFailure> {
+  ): Promise<
+    | { ok: true; notModified: true; generation: number }
+    | { ok: true; notModified: false; generation: number; config: DesiredConfig }
+    | LedgerFailure
+  > {
     const record = this.authorized(tokenHash);
     if (!record) return { ok: false, status: 401, code: "unauthorized", message: "invalid server token" };
     let desired = this.load()!.desired;
@@ -188,7 +192,9 @@ export class ServerLedger extends DurableObject<Env> {
       });
       desired = this.load()!.desired;
     }
-    return { ok: true, notModified: known === desired.generation, config: this.configOf(record, desired) };
+    // A 304 carries no body, so the config is not copied across the RPC boundary for it.
+    if (known === desired.generation) return { ok: true, notModified: true, generation: desired.generation };
+    return { ok: true, notModified: false, generation: desired.generation, config: this.configOf(record, desired) };
   }
 
   async agentReport(

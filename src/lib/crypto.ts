@@ -1,8 +1,13 @@
 const encoder = new TextEncoder();
 
+const HEX = Array.from({ length: 256 }, (_, b) => b.toString(16).padStart(2, "0"));
+
+/** Runs on every authenticated request, so the hex encoding avoids per-byte allocations. */
 export async function sha256Hex(value: string): Promise<string> {
-  const digest = await crypto.subtle.digest("SHA-256", encoder.encode(value));
-  return [...new Uint8Array(digest)].map((b) => b.toString(16).padStart(2, "0")).join("");
+  const digest = new Uint8Array(await crypto.subtle.digest("SHA-256", encoder.encode(value)));
+  let out = "";
+  for (let i = 0; i < digest.length; i++) out += HEX[digest[i]];
+  return out;
 }
 
 /** Compares two equal-length hex digests without leaking where they differ. */
