@@ -1,9 +1,16 @@
 import { getDb } from "./db/client";
 import type { Env } from "./env";
 import { markStale } from "./reconcile/staleness";
+import { runUpgrades } from "./upgrades/runner";
 
 /** Cron: upgrade steps first (they may change what reconciliation reads), then reconciliation. */
 export async function runScheduled(controller: ScheduledController, env: Env) {
+  const upgrade = await runUpgrades(env, { trigger: "cron" });
+  // Reconciliation is written for the newest data; on older data it waits for the next tick.
+  if (upgrade.version < upgrade.newest) {
+    console.warn(`data at version ${upgrade.version} of ${upgrade.newest} (${upgrade.outcome}); reconciliation skipped`);
+    return;
+  }
   const db = getDb(env.DB);
   await markStale(db, controller.scheduledTime);
 }

@@ -1,5 +1,5 @@
 import { sql } from "drizzle-orm";
-import { index, integer, primaryKey, sqliteTable, text, uniqueIndex } from "drizzle-orm/sqlite-core";
+import { check, index, integer, primaryKey, sqliteTable, text, uniqueIndex } from "drizzle-orm/sqlite-core";
 
 /**
  * D1 is the fleet-wide index. Each server's ledger (a Durable Object) is the source of truth for
@@ -103,4 +103,61 @@ export const auditLog = sqliteTable(
     details: text("details", { mode: "json" }).$type<unknown>(),
   },
   (t) => [index("audit_log_target_idx").on(t.target, t.id)],
+);
+
+/**
+ * Self-upgrade (DESIGN §4 "Upgrade steps"). One row, id 1: the version the data is at, and where a
+ * chunked step stopped. Every step commit rewrites `written_by_run` from a subquery on the running
+ * run, so a runner that lost its lease fails the NOT NULL and its whole batch rolls back.
+ */
+export const upgradeState = sqliteTable(
+  "upgrade_state",
+  {
+    id: integer("id").primaryKey(),
+    version: integer("version").notNull(),
+    cursorVersion: integer("cursor_version"),
+    cursor: text("cursor"),
+    writtenByRun: integer("written_by_run").notNull(),
+    updatedAt: integer("updated_at").notNull(),
+  },
+  (t) => [check("upgrade_state_singleton", sql`${t.id} = 1`)],
+);
+
+/**
+ * One row per runner that held (or holds) the upgrade lease. The partial unique index admits one
+ * running row at most, as Juju 4's upgrade_info does: acquiring the lease is an INSERT.
+ */
+export const upgradeRuns = sqliteTable(
+  "upgrade_runs",
+  {
+    id: integer("id").primaryKey({ autoIncrement: true }),
+    runner: text("runner").notNull(),
+    state: text("state", { enum: ["running", "succeeded", "failed", "expired"] }).notNull(),
+    fromVersion: integer("from_version").notNull(),
+    toVersion: integer("to_version"),
+    tookOverFrom: integer("took_over_from"),
+    startedAt: integer("started_at").notNull(),
+    heartbeatAt: integer("heartbeat_at").notNull(),
+    finishedAt: integer("finished_at"),
+    error: text("error"),
+  },
+  (t) => [uniqueIndex("upgrade_runs_one_running_uq").on(t.state).where(sql`${t.state} = 'running'`)],
+);
+
+/** The history: every attempt at every step, with who ran it and how it ended. */
+export const upgradeSteps = sqliteTable(
+  "upgrade_steps",
+  {
+    id: integer("id").primaryKey({ autoIncrement: true }),
+    runId: integer("run_id").notNull(),
+    version: integer("version").notNull(),
+    description: text("description").notNull(),
+    runner: text("runner").notNull(),
+    state: text("state", { enum: ["running", "applied", "failed", "abandoned"] }).notNull(),
+    chunks: integer("chunks").notNull().default(0),
+    startedAt: integer("started_at").notNull(),
+    finishedAt: integer("finished_at"),
+    error: text("error"),
+  },
+  (t) => [index("upgrade_steps_run_idx").on(t.runId)],
 );
