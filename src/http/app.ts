@@ -14,6 +14,8 @@ import { metricsText, recordResponse } from "../metrics";
 import { ApiError, errorBody } from "./errors";
 import type { AppEnv } from "./types";
 import { validationHook } from "./validation";
+import { drainWrites } from "../upgrades/drain";
+import { upgradeRoutes } from "../upgrades/routes";
 
 export const MAX_BODY_BYTES = 1024 * 1024;
 
@@ -49,6 +51,8 @@ export function createApp() {
     }),
   );
   app.use("/v1/*", requireJsonBody);
+  // While upgrade steps are pending, writes answer 503 (hosts' own endpoints excepted).
+  app.use("/v1/*", drainWrites());
 
   app.get("/healthz", (c) => c.json({ ok: true }));
   app.get("/metrics", (c) => c.text(metricsText(), 200, { "Content-Type": "text/plain; version=0.0.4" }));
@@ -56,6 +60,7 @@ export function createApp() {
   for (const routes of [tokenRoutes, fleetRoutes, serverRoutes, agentRoutes, instanceRoutes, auditRoutes]) {
     app.route("/", routes);
   }
+  app.route("/", upgradeRoutes);
   // FleetLock (hosts) sits outside /v1: its own body limit, no JSON Content-Type rule, its own error body.
   app.route("/", fleetlockRoutes);
   app.route("/", rebootGroupRoutes);
