@@ -8,6 +8,7 @@ import { buildProjection, lastSeenRefreshMs, writeLastSeen, writeProjection } fr
 import type { ServerRecord } from "./record";
 import type { AgentSpec, DesiredConfig, DesiredConfigInput, InventoryReport, StoredReport } from "./schemas";
 import { computeStatus, type ComputedStatus } from "./status";
+import { upgradeLedgerStorage } from "./storage-format";
 
 const KEY = {
   record: "record",
@@ -65,6 +66,19 @@ function contentKey(r: StoredReport) {
 export class ServerLedger extends DurableObject<Env> {
   private waiters = new Set<() => void>();
   private projecting: Promise<void> = Promise.resolve();
+
+  constructor(ctx: DurableObjectState, env: Env) {
+    super(ctx, env);
+    // Storage written by older code is brought to this code's format before any call reads it.
+    // If it throws, the runtime resets the object and fails every call; storage is untouched.
+    ctx
+      .blockConcurrencyWhile(async () => {
+        const upgraded = upgradeLedgerStorage(ctx.storage);
+        // The index learns of what the upgrade changed through the projection retry (alarm).
+        if (upgraded?.changed) await ctx.storage.setAlarm(Date.now());
+      })
+      .catch((err) => console.error("ledger storage upgrade failed:", err));
+  }
 
   private get kv() {
     return this.ctx.storage.kv;

@@ -1,0 +1,101 @@
+import { env, evictDurableObject, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
+import { eq } from "drizzle-orm";
+import { describe, expect, it } from "vitest";
+import { getDb } from "../src/db/client";
+import { servers } from "../src/db/schema";
+import type { DesiredState } from "../src/ledger/desired";
+import type { ServerLedger } from "../src/ledger/durable-object";
+import { buildProjection, writeProjection } from "../src/ledger/projection";
+import type { ServerRecord } from "../src/ledger/record";
+import type { StoredReport } from "../src/ledger/schemas";
+import { FORMAT_KEY, LEDGER_FORMAT, upgradeLedgerStorage } from "../src/ledger/storage-format";
+import { ledgerOf } from "../src/ledger/stub";
+import { call, createFleet, registerServer, report } from "./helpers";
+
+const indexState = async (id: string) =>
+  (await getDb(env.DB).select({ state: servers.state }).from(servers).where(eq(servers.id, id)))[0]?.state;
+
+/**
+ * A server as the foundation release left it: it reported, yet its ledger record (and so its
+ * index row) still says provisioning, and the ledger carries no format stamp.
+ */
+async function foundationLedger() {
+  const fleet = await createFleet();
+  const server = await registerServer(fleet.id);
+  const stub = ledgerOf(env, server.id);
+  await runInDurableObject<ServerLedger, void>(stub, async (_instance, state) => {
+    const kv = state.storage.kv;
+    const record = kv.get<ServerRecord>("record")!;
+    const desired = kv.get<DesiredState>("desired")!;
+    const stored = { ...report(1, []), received_at: Date.now() } as StoredReport;
+    kv.put("report", stored);
+    kv.delete(FORMAT_KEY);
+    // What the foundation's projection wrote for that report, in D1 and in the mark.
+    const p = buildProjection({ ...record, state: "provisioning" }, desired, stored, Date.now());
+    await writeProjection(getDb(env.DB), p);
+    kv.put("projected", { signature: p.signature, last_seen_written: stored.received_at, dirty: false, attempts: 0 });
+  });
+  await evictDurableObject(stub);
+  return { server, stub };
+}
+
+describe("ledger storage format", () => {
+  it("upgrades a ledger holding previous-format storage when it loads, and answers correctly", async () => {
+    const { server, stub } = await foundationLedger();
+    expect(await indexState(server.id)).toBe("provisioning");
+
+    const view = await stub.view();
+
+    expect(view!.record.state).toBe("active");
+    expect(view!.computed.status).toBe("realized");
+    expect(view!.desired.generation).toBe(1);
+    await runInDurableObject<ServerLedger, void>(stub, (_i, state) => {
+      expect(state.storage.kv.get(FORMAT_KEY)).toBe(LEDGER_FORMAT);
+      expect(state.storage.kv.get<ServerRecord>("record")!.state).toBe("active");
+    });
+    // The host keeps working against the upgraded storage.
+    const poll = await call("GET", "/v1/agent/desired", { token: server.token });
+    expect(poll.status).toBe(200);
+    expect(poll.json.generation).toBe(1);
+    // The index follows through the projection alarm the upgrade set.
+    expect(await runDurableObjectAlarm(stub)).toBe(true);
+    expect(await indexState(server.id)).toBe("active");
+    expect((await call("GET", `/v1/servers/${server.id}`)).json).toMatchObject({ state: "active", status: "realized" });
+  });
+
+  it("stamps a ledger written by current code without changing it or its index", async () => {
+    const fleet = await createFleet();
+    const server = await registerServer(fleet.id);
+    const stub = ledgerOf(env, server.id);
+    await evictDurableObject(stub);
+
+    const view = await stub.view();
+
+    expect(view!.record.state).toBe("provisioning");
+    await runInDurableObject<ServerLedger, void>(stub, async (_i, state) => {
+      expect(state.storage.kv.get(FORMAT_KEY)).toBe(LEDGER_FORMAT);
+      expect(await state.storage.getAlarm()).toBeNull();
+    });
+    expect(await indexState(server.id)).toBe("provisioning");
+  });
+
+  it("writes nothing into a ledger no server was registered in", async () => {
+    const stub = ledgerOf(env, crypto.randomUUID());
+    expect(await stub.view()).toBeNull();
+    await runInDurableObject<ServerLedger, void>(stub, (_i, state) => {
+      expect([...state.storage.kv.list()]).toEqual([]);
+    });
+  });
+
+  it("refuses storage in a format newer than the code, leaving it as it is", async () => {
+    const fleet = await createFleet();
+    const server = await registerServer(fleet.id);
+    await runInDurableObject<ServerLedger, void>(ledgerOf(env, server.id), (_i, state) => {
+      state.storage.kv.put(FORMAT_KEY, LEDGER_FORMAT + 1);
+      expect(() => upgradeLedgerStorage(state.storage)).toThrow(/newer than this code/);
+      expect(state.storage.kv.get(FORMAT_KEY)).toBe(LEDGER_FORMAT + 1);
+      // Put back, so the object can load again after this test.
+      state.storage.kv.put(FORMAT_KEY, LEDGER_FORMAT);
+    });
+  });
+});
