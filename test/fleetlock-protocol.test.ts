@@ -194,6 +194,8 @@ describe("stuck holders and automatic release", () => {
       g.holders[0].granted_at = Date.now() - 601_000;
       state.storage.kv.put("group:default", g);
     });
+    // The coordinator mirrors its groups in memory; waking it again reads what storage now says.
+    await evictDurableObject(coordinator(f.fleet));
     const g = await getGroup(f.fleet, "default");
     expect(g.holders.map((h) => [h.id, h.stuck])).toEqual([
       [a.id, true],

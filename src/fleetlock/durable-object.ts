@@ -52,14 +52,14 @@ export type CoordinatorFailure = { ok: false; status: 404; code: string; message
 const KEY = {
   config: "config",
   group: (name: string) => `group:${name}`,
-  /** fleetlock id → group it holds a slot in, so steady-state costs one read when nothing is held. */
-  held: (id: string) => `held:${id}`,
   client: (id: string) => `client:${id}`,
   server: (id: string) => `server:${id}`,
 } as const;
 
 /** Identities learned from D1 rank below any pushed one. */
 const REV_FROM_INDEX = -1;
+const UNKNOWN_CACHE_MS = 60_000;
+const UNKNOWN_CACHE_MAX = 10_000;
 
 /**
  * One per fleet: a counting semaphore per reboot group. Storage is the synchronous KV API, so
@@ -70,6 +70,32 @@ const REV_FROM_INDEX = -1;
 export class RebootCoordinator extends DurableObject<Env> {
   private get kv() {
     return this.ctx.storage.kv;
+  }
+
+  /**
+   * Config and groups (a handful of small objects) mirrored in memory, so the host path reads no
+   * storage but the client registry. Storage is written first and memory after, and this object
+   * is the only writer, so the mirror cannot drift; it is rebuilt whenever the object wakes.
+   */
+  private mem: { config: FleetConfig | null; groups: Map<string, GroupState>; heldIn: Map<string, string> } | null = null;
+
+  private get m() {
+    if (!this.mem) {
+      const groups = new Map<string, GroupState>();
+      const heldIn = new Map<string, string>();
+      for (const [key, group] of this.kv.list<GroupState>({ prefix: "group:" })) {
+        const name = key.slice("group:".length);
+        groups.set(name, group);
+        for (const h of group.holders) heldIn.set(h.id, name);
+      }
+      this.mem = { config: this.kv.get<FleetConfig>(KEY.config) ?? null, groups, heldIn };
+    }
+    return this.mem;
+  }
+
+  private putConfig(config: FleetConfig) {
+    this.kv.put(KEY.config, config);
+    this.m.config = config;
   }
 
   // ---- host path (FleetLock) ----
@@ -86,12 +112,14 @@ export class RebootCoordinator extends DurableObject<Env> {
       );
     }
     // From here on, no await: the check and the grant are one uninterrupted turn.
+    // An id holds at most one slot in the fleet; holding one anywhere makes this a recursive lock.
+    if (this.m.heldIn.has(params.id)) return { ok: true };
     const now = Date.now();
-    const group = this.kv.get<GroupState>(KEY.group(params.group)) ?? this.implicitGroup(config, now);
+    const group = this.m.groups.get(params.group) ?? this.implicitGroup(config, now);
     if (!group) return failure("unknown_group", `reboot group '${params.group}' is not configured for this fleet`);
     const result = acquire(group, params.id, client.entry?.server_id ?? null, now);
     if (!result.ok) return failure(result.kind, result.value);
-    if (result.changed) this.saveGroup(params.group, group, result.group);
+    if (result.changed) this.saveGroup(params.group, result.group);
     return { ok: true };
   }
 
@@ -102,18 +130,15 @@ export class RebootCoordinator extends DurableObject<Env> {
   async steadyState(keyHash: string, params: ClientParams): Promise<{ ok: true; released: boolean } | FleetLockFailure> {
     const config = this.authorized(keyHash);
     if (!config) return failure("unauthorized", "invalid FleetLock key for this fleet");
-    if (!this.kv.get<string>(KEY.held(params.id))) {
+    if (!this.m.heldIn.has(params.id)) {
       const client = await this.client(config, params.id);
       if (!client.ok) return client;
     }
     // Re-read after the possible await: another request may have granted or released meanwhile.
-    const groupName = this.kv.get<string>(KEY.held(params.id));
+    const groupName = this.m.heldIn.get(params.id);
     if (!groupName) return { ok: true, released: false };
-    const group = this.kv.get<GroupState>(KEY.group(groupName))!;
-    const next = release(group, params.id, Date.now());
-    this.saveGroup(groupName, group, next.group);
-    // An index entry without its holder cannot outlive this call.
-    if (!next.released) this.kv.delete(KEY.held(params.id));
+    const next = release(this.m.groups.get(groupName)!, params.id, Date.now());
+    this.saveGroup(groupName, next.group);
     return { ok: true, released: next.released !== null };
   }
 
@@ -121,7 +146,7 @@ export class RebootCoordinator extends DurableObject<Env> {
 
   /** Installs a new key; the previous one stops working with this write. */
   async setKey(settings: FleetSettings, keyHash: string): Promise<void> {
-    this.kv.put(KEY.config, { ...settings, key_hash: keyHash } satisfies FleetConfig);
+    this.putConfig({ ...settings, key_hash: keyHash });
   }
 
   /** Records (or replaces) a server's FleetLock identity; older revisions are ignored. */
@@ -132,15 +157,14 @@ export class RebootCoordinator extends DurableObject<Env> {
   async putGroup(settings: FleetSettings, name: string, change: GroupChange): Promise<GroupView> {
     const config = this.syncSettings(settings);
     const now = Date.now();
-    const before = this.kv.get<GroupState>(KEY.group(name)) ?? null;
-    const after = configure(before, change, now);
-    this.saveGroup(name, before, after);
+    const after = configure(this.m.groups.get(name) ?? null, change, now);
+    this.saveGroup(name, after);
     return this.view(config, name, after, now);
   }
 
   async getGroup(settings: FleetSettings, name: string): Promise<{ ok: true; group: GroupView } | CoordinatorFailure> {
     const config = this.syncSettings(settings);
-    const group = this.kv.get<GroupState>(KEY.group(name));
+    const group = this.m.groups.get(name);
     if (!group) return { ok: false, status: 404, code: "not_found", message: `reboot group '${name}' is not configured` };
     return { ok: true, group: this.view(config, name, group, Date.now()) };
   }
@@ -149,9 +173,7 @@ export class RebootCoordinator extends DurableObject<Env> {
     const config = this.syncSettings(settings);
     const now = Date.now();
     const out: GroupView[] = [];
-    for (const [key, group] of this.kv.list<GroupState>({ prefix: "group:" })) {
-      out.push(this.view(config, key.slice("group:".length), group, now));
-    }
+    for (const [name, group] of this.m.groups) out.push(this.view(config, name, group, now));
     return out;
   }
 
@@ -164,14 +186,14 @@ export class RebootCoordinator extends DurableObject<Env> {
     id: string,
   ): Promise<{ ok: true; released: Holder; group: GroupView } | CoordinatorFailure> {
     const config = this.syncSettings(settings);
-    const group = this.kv.get<GroupState>(KEY.group(name));
+    const group = this.m.groups.get(name);
     if (!group) return { ok: false, status: 404, code: "not_found", message: `reboot group '${name}' is not configured` };
     const now = Date.now();
     const next = release(group, id, now);
     if (!next.released) {
       return { ok: false, status: 404, code: "not_held", message: `'${id}' holds no slot in reboot group '${name}'` };
     }
-    this.saveGroup(name, group, next.group);
+    this.saveGroup(name, next.group);
     return { ok: true, released: next.released, group: this.view(config, name, next.group, now) };
   }
 
@@ -186,12 +208,10 @@ export class RebootCoordinator extends DurableObject<Env> {
     const match = (h: Holder) => h.server_id === serverId && (opts.granted_before === undefined || h.granted_at <= opts.granted_before);
     const now = Date.now();
     const released: (Holder & { group: string })[] = [];
-    // Collected first: writing while a storage cursor is open is not something to rely on.
-    for (const [key, group] of [...this.kv.list<GroupState>({ prefix: "group:" })]) {
+    for (const [name, group] of [...this.m.groups]) {
       const next = releaseWhere(group, match, now);
       if (next.released.length === 0) continue;
-      const name = key.slice("group:".length);
-      this.saveGroup(name, group, next.group);
+      this.saveGroup(name, next.group);
       released.push(...next.released.map((h) => ({ ...h, group: name })));
     }
     if (released.length > 0) {
@@ -208,13 +228,13 @@ export class RebootCoordinator extends DurableObject<Env> {
   // ---- internals ----
 
   private authorized(keyHash: string): FleetConfig | null {
-    const config = this.kv.get<FleetConfig>(KEY.config);
+    const config = this.m.config;
     return config?.key_hash && digestsEqual(config.key_hash, keyHash) ? config : null;
   }
 
   /** Keeps the stored settings equal to D1's, preserving the key. */
   private syncSettings(settings: FleetSettings): FleetConfig {
-    const current = this.kv.get<FleetConfig>(KEY.config);
+    const current = this.m.config;
     const next: FleetConfig = { ...settings, key_hash: current?.key_hash ?? null };
     if (
       !current ||
@@ -223,7 +243,7 @@ export class RebootCoordinator extends DurableObject<Env> {
       current.default_group_slots !== next.default_group_slots ||
       current.fleet_id !== next.fleet_id
     ) {
-      this.kv.put(KEY.config, next);
+      this.putConfig(next);
     }
     return next;
   }
@@ -242,7 +262,7 @@ export class RebootCoordinator extends DurableObject<Env> {
     id: string,
   ): Promise<{ ok: true; entry: ClientEntry | null } | FleetLockFailure> {
     let entry = this.kv.get<ClientEntry>(KEY.client(id)) ?? null;
-    if (!entry) {
+    if (!entry && !this.recentlyUnknown(id)) {
       const row = await getDb(this.env.DB).query.servers.findFirst({
         columns: { id: true, hostname: true, rebootGroup: true },
         where: and(eq(servers.fleetId, config.fleet_id), eq(servers.fleetlockId, id), ne(servers.state, "removed")),
@@ -250,23 +270,44 @@ export class RebootCoordinator extends DurableObject<Env> {
       if (row) {
         this.applyIdentity(row.id, { fleetlock_id: id, hostname: row.hostname, reboot_group: row.rebootGroup, rev: REV_FROM_INDEX });
         entry = this.kv.get<ClientEntry>(KEY.client(id)) ?? null;
+      } else {
+        this.rememberUnknown(id);
       }
     }
     if (entry || config.allow_unknown_ids) return { ok: true, entry };
     return failure("unknown_client", `no server of this fleet is registered with fleetlock_id '${id}'`);
   }
 
+  /**
+   * Ids D1 did not know, for a short while: strangers (and every request of a fleet that allows
+   * unknown ids) must not cost a D1 read each. A push for the id clears its entry at once.
+   */
+  private unknown = new Map<string, number>();
+
+  private recentlyUnknown(id: string) {
+    const until = this.unknown.get(id);
+    if (until === undefined) return false;
+    if (until > Date.now()) return true;
+    this.unknown.delete(id);
+    return false;
+  }
+
+  private rememberUnknown(id: string) {
+    if (this.unknown.size >= UNKNOWN_CACHE_MAX) this.unknown.clear();
+    this.unknown.set(id, Date.now() + UNKNOWN_CACHE_MS);
+  }
+
   private applyIdentity(serverId: string, identity: ServerIdentity): boolean {
+    if (identity.fleetlock_id) this.unknown.delete(identity.fleetlock_id);
     const previous = this.kv.get<ServerIdentity>(KEY.server(serverId));
     if (previous && previous.rev > identity.rev) return false;
     const oldId = previous?.fleetlock_id ?? null;
     if (oldId && oldId !== identity.fleetlock_id) {
       if (this.kv.get<ClientEntry>(KEY.client(oldId))?.server_id === serverId) this.kv.delete(KEY.client(oldId));
       // The slot follows the server to its new id, so the new id's steady-state releases it.
-      const heldIn = this.kv.get<string>(KEY.held(oldId));
+      const heldIn = this.m.heldIn.get(oldId);
       if (heldIn && identity.fleetlock_id) {
-        const group = this.kv.get<GroupState>(KEY.group(heldIn))!;
-        this.saveGroup(heldIn, group, renameHolder(group, oldId, identity.fleetlock_id, Date.now()));
+        this.saveGroup(heldIn, renameHolder(this.m.groups.get(heldIn)!, oldId, identity.fleetlock_id, Date.now()));
       }
     }
     if (identity.fleetlock_id) {
@@ -280,14 +321,15 @@ export class RebootCoordinator extends DurableObject<Env> {
     return true;
   }
 
-  /** Stores a group and keeps the held-by index in step with its holders. */
-  private saveGroup(name: string, before: GroupState | null, after: GroupState) {
+  /** Stores a group, then mirrors it and its holders' index in memory. */
+  private saveGroup(name: string, after: GroupState) {
+    const before = this.m.groups.get(name);
     if (before === after) return;
-    const was = new Set(before?.holders.map((h) => h.id));
-    const is = new Set(after.holders.map((h) => h.id));
-    for (const id of was) if (!is.has(id)) this.kv.delete(KEY.held(id));
-    for (const id of is) if (!was.has(id)) this.kv.put(KEY.held(id), name);
     this.kv.put(KEY.group(name), after);
+    this.m.groups.set(name, after);
+    const is = new Set(after.holders.map((h) => h.id));
+    for (const h of before?.holders ?? []) if (!is.has(h.id)) this.m.heldIn.delete(h.id);
+    for (const id of is) this.m.heldIn.set(id, name);
   }
 
   private view(config: FleetConfig, name: string, group: GroupState, now: number): GroupView {

@@ -1,4 +1,4 @@
-import { createRoute, OpenAPIHono, z, type Hook } from "@hono/zod-openapi";
+import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
 import type { Context } from "hono";
 import { bodyLimit } from "hono/body-limit";
 import { FLEET_ID } from "../fleet/schemas";
@@ -14,16 +14,7 @@ import {
 import { ClientParamsBody, FleetLockErrorBody } from "./schemas";
 import { coordinatorOf } from "./stub";
 
-/** Path and header failures speak the protocol's error body, never the API's `{error}`. */
-const protocolHook: Hook<unknown, AppEnv, any, unknown> = (result) => {
-  if (result.success) return;
-  if (result.target === "header") {
-    throw new FleetLockError("missing_protocol_header", "FleetLock requests must carry the header 'fleet-lock-protocol: true'");
-  }
-  throw new FleetLockError("unauthorized", "invalid FleetLock key for this fleet");
-};
-
-export const fleetlockRoutes = new OpenAPIHono<AppEnv>({ defaultHook: protocolHook });
+export const fleetlockRoutes = new OpenAPIHono<AppEnv>();
 
 // The API's 1 MiB limit covers /v1/* only; a FleetLock body is a few dozen bytes.
 fleetlockRoutes.use(
@@ -68,10 +59,15 @@ const groupParams = keyParams.extend({
   group: z.string().openapi({ description: "A `${group}` Zincati templated into base_url; must equal the body's group" }),
 });
 
+/*
+ * Documented with createRoute, but served by a plain handler: the checks run in the protocol's
+ * order (header, key, body) and every failure speaks {kind,value}, and this hot path does no
+ * schema work beyond the body's few fields.
+ */
 for (const op of ["pre-reboot", "steady-state"] as const) {
   for (const templated of [false, true]) {
     const path = templated ? `/fleetlock/{fleet}/{key}/{group}/v1/${op}` : `/fleetlock/{fleet}/{key}/v1/${op}`;
-    fleetlockRoutes.openapi(
+    fleetlockRoutes.openAPIRegistry.registerPath(
       createRoute({
         method: "post",
         path,
@@ -82,19 +78,38 @@ for (const op of ["pre-reboot", "steady-state"] as const) {
           "(Zincati sends none) and may be pretty-printed. A full group answers 409 `semaphore_full`.",
         request: {
           params: templated ? groupParams : keyParams,
-          headers: z.object({ "fleet-lock-protocol": z.string().regex(/^\s*true\s*$/i) }),
-          // "*/*": documented, but no JSON validator is attached, so any Content-Type (or none) is read.
+          headers: z.object({ "fleet-lock-protocol": z.literal("true") }),
           body: { required: true, content: { "*/*": { schema: ClientParamsBody } } },
         },
         responses: { 200: { description: "Done", content: { "application/json": { schema: ops[op].ok } } }, ...errorResponses },
       }),
-      ((c: Context<AppEnv>) => handle(c, op)) as never,
     );
+    fleetlockRoutes.post(path.replace(/{(\w+)}/g, ":$1"), (c) => handle(c, op));
   }
 }
 
+/** Recently seen keys and their digests, so a host's every request does not hash its key anew. */
+const keyHashes = new Map<string, string>();
+const KEY_HASH_CACHE_MAX = 1024;
+
+async function hashOf(key: string) {
+  let hash = keyHashes.get(key);
+  if (!hash) {
+    hash = await sha256Hex(key);
+    if (keyHashes.size >= KEY_HASH_CACHE_MAX) keyHashes.clear();
+    keyHashes.set(key, hash);
+  }
+  return hash;
+}
+
 async function handle(c: Context<AppEnv>, op: "pre-reboot" | "steady-state") {
+  if (c.req.header("fleet-lock-protocol")?.trim().toLowerCase() !== "true") {
+    throw new FleetLockError("missing_protocol_header", "FleetLock requests must carry the header 'fleet-lock-protocol: true'");
+  }
   const { fleet, key, group: pathGroup } = c.req.param() as { fleet: string; key: string; group?: string };
+  if (!FLEET_ID.test(fleet) || !FLEETLOCK_KEY.test(key)) {
+    throw new FleetLockError("unauthorized", "invalid FleetLock key for this fleet");
+  }
   let text: string;
   try {
     // Bytes, not c.req.text(): the Content-Type is whatever the client sent, often none or a form type.
@@ -111,7 +126,7 @@ async function handle(c: Context<AppEnv>, op: "pre-reboot" | "steady-state") {
       `the group in the URL ('${pathGroup}') differs from client_params.group ('${params.group}')`,
     );
   }
-  const keyHash = await sha256Hex(key);
+  const keyHash = await hashOf(key);
   const coordinator = coordinatorOf(c.env, fleet);
   if (op === "pre-reboot") {
     const result = await coordinator.preReboot(keyHash, params);
