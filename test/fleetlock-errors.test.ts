@@ -192,3 +192,31 @@ describe("FleetLock refusals: the right {kind,value}, and nothing changes", () =
     expect((await zincati(templated, "steady-state", w.id, "workers")).json).toEqual({ released: true });
   });
 });
+
+describe("FleetLock edge cases", () => {
+  it("lets an id hold at most one slot in the fleet: asking in a second group is a recursive success", async () => {
+    const { f } = await setup({ allow_unknown_ids: true });
+    await putGroup(f.fleet, "db", { slots: 1 });
+    expect((await zincati(f.baseUrl, "pre-reboot", "roamer", "default")).status).toBe(200);
+    expect((await zincati(f.baseUrl, "pre-reboot", "roamer", "db")).status).toBe(200);
+    expect((await getGroup(f.fleet, "db")).holders).toEqual([]);
+    expect((await zincati(f.baseUrl, "steady-state", "roamer", "db")).json).toEqual({ released: true });
+    expect((await getGroup(f.fleet, "default")).holders).toEqual([]);
+  });
+
+  it("lets a holder whose fleetlock_id was cleared still release its slot", async () => {
+    const { f, a } = await setup();
+    await zincati(f.baseUrl, "pre-reboot", a.id);
+    expect((await call("PATCH", `/v1/servers/${a.serverId}`, { body: { fleetlock_id: null } })).status).toBe(200);
+    expectFailure(await zincati(f.baseUrl, "pre-reboot", "someone-else"), 403, "unknown_client");
+    expect((await zincati(f.baseUrl, "steady-state", a.id)).json).toEqual({ released: true });
+    expectFailure(await zincati(f.baseUrl, "steady-state", a.id), 403, "unknown_client");
+  });
+
+  it("serves a request whose body carries a byte-order mark or surrounding whitespace", async () => {
+    const { f, a } = await setup();
+    const body = `\n\n  {\n  "client_params": {\n    "group": "default",\n    "id": "${a.id}"\n  }\n}\n`;
+    expect((await post(f, "pre-reboot", new TextEncoder().encode(body))).status).toBe(200);
+    expect((await post(f, "steady-state", new TextEncoder().encode(`\uFEFF${body}`))).json).toEqual({ released: true });
+  });
+});
