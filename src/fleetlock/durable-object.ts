@@ -65,7 +65,7 @@ const UNKNOWN_CACHE_MAX = 10_000;
  * One per fleet: a counting semaphore per reboot group. Storage is the synchronous KV API, so
  * every RPC's read-check-write runs in one turn that no other request can interleave with, and
  * the output gate holds each reply until its write is durable. The only await on the host path
- * is the D1 look-up for an id missing from the registry, and it happens before any state is read.
+ * is the D1 look-up for an id missing from the registry; the semaphore is read after it.
  */
 export class RebootCoordinator extends DurableObject<Env> {
   private get kv() {
@@ -105,6 +105,8 @@ export class RebootCoordinator extends DurableObject<Env> {
     if (!config) return failure("unauthorized", "invalid FleetLock key for this fleet");
     const client = await this.client(config, params.id);
     if (!client.ok) return client;
+    // The look-up may have awaited D1: a key rotated meanwhile refuses this request too.
+    if (!this.authorized(keyHash)) return failure("unauthorized", "invalid FleetLock key for this fleet");
     if (client.entry && client.entry.reboot_group !== params.group) {
       return failure(
         "group_mismatch",
