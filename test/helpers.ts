@@ -1,4 +1,4 @@
-import { SELF } from "cloudflare:test";
+import { env, runInDurableObject, SELF } from "cloudflare:test";
 
 export const ADMIN = "test-admin-token";
 export const BASE = "https://hm.test";
@@ -21,6 +21,10 @@ export async function call(method: string, path: string, opts: CallOptions = {})
     headers["Content-Type"] ??= "application/json";
   }
   const res = await SELF.fetch(`${BASE}${path}`, { method, headers, body });
+  // Reports are acknowledged before their D1 projection lands; tests that read the index after a
+  // report wait for that server's ledger to finish projecting.
+  const host = token && /^hms\.([0-9a-f-]{36})\./.exec(token);
+  if (host && path === "/v1/agent/inventory") await settle(host[1]);
   const text = await res.text();
   let json: any = null;
   try {
@@ -72,4 +76,12 @@ export async function d1Statements() {
   const text = (await call("GET", "/metrics", { token: null })).json as string;
   const n = (kind: string) => Number(new RegExp(`harbormaster_d1_statements_total\\{kind="${kind}"\\} (\\d+)`).exec(text)![1]);
   return { reads: n("read"), writes: n("write") };
+}
+
+/** Waits until the ledger's queued D1 projections have run. */
+export async function settle(serverId: string) {
+  const stub = env.LEDGER.get(env.LEDGER.idFromName(serverId));
+  await runInDurableObject(stub, async (instance) => {
+    await (instance as unknown as { projecting: Promise<void> }).projecting;
+  });
 }

@@ -145,3 +145,38 @@ describe("heartbeats of unchanged reports", () => {
     expect((await stored()).boot_id).toBe("boot-2");
   });
 });
+
+describe("reports while D1 is down", () => {
+  it("are acknowledged from the ledger alone, and the armed alarm brings the index up to date", async () => {
+    const { s } = await realizedServer();
+    const stub = env.LEDGER.get(env.LEDGER.idFromName(s.id));
+    const realDb = env.DB;
+    const failing = new Proxy(realDb, {
+      get(target, prop) {
+        if (prop === "batch" || prop === "prepare") {
+          return () => {
+            throw new Error("D1_ERROR: simulated outage");
+          };
+        }
+        return Reflect.get(target, prop);
+      },
+    });
+    await runInDurableObject(stub, (instance: ServerLedger) => {
+      (instance as any).env = { ...(instance as any).env, DB: failing };
+    });
+    const res = await call("PUT", "/v1/agent/inventory", {
+      token: s.token,
+      body: report(2, [agents[0]], { errors: [{ agent: "logs", op: "start", message: "crash loop" }] }),
+    });
+    expect(res.status).toBe(200);
+    expect(res.json.status).toBe("failed");
+    expect((await indexRow(s.id))!.status).toBe("realized");
+    expect(await runInDurableObject(stub, (_i: ServerLedger, state) => state.storage.getAlarm())).not.toBeNull();
+
+    await runInDurableObject(stub, (instance: ServerLedger) => {
+      (instance as any).env = { ...(instance as any).env, DB: realDb };
+    });
+    expect(await runDurableObjectAlarm(stub)).toBe(true);
+    expect((await indexRow(s.id))!.status).toBe("failed");
+  });
+});

@@ -38,6 +38,9 @@ export interface ServerView {
 
 const MAX_RETRY_DELAY_MS = 5 * 60_000;
 
+/** When the alarm re-checks a projection that ran in the background after a reply. */
+const PROJECTION_SAFETY_MS = 30_000;
+
 /** How old the persisted heartbeat of an unchanged report may get (memory holds the latest). */
 export const HEARTBEAT_PERSIST_MS = 60_000;
 
@@ -242,7 +245,11 @@ export class ServerLedger extends DurableObject<Env> {
     }
     // The first report proves the host is up and talking to us.
     if (record.state === "provisioning") this.save({ record: { ...record, state: "active" } });
-    await this.project(unchanged);
+    // The host's answer does not wait for D1: the report is durable here already, the projection
+    // follows in the background (waitUntil keeps the object alive for it), and an armed alarm
+    // repairs the index should the object die first.
+    if (!unchanged) await this.armProjectionAlarm();
+    this.ctx.waitUntil(this.project(unchanged));
     // Reboot coordination: a new boot_id means the host rebooted; free any slot it still holds.
     if (previousBootId !== undefined && previousBootId !== report.boot_id) {
       await releaseAfterReboot(this.ctx.storage, this.env, record, previousBootId, report.boot_id, now);
@@ -301,6 +308,7 @@ export class ServerLedger extends DurableObject<Env> {
 
   /** Retries a projection that D1 refused, until the index matches the ledger. */
   async alarm() {
+    this.projectionAlarmArmed = false;
     await this.project();
     const record = this.load()?.record;
     if (record) await retryPendingRelease(this.ctx.storage, this.env, record.id);
@@ -310,6 +318,17 @@ export class ServerLedger extends DurableObject<Env> {
    * Brings D1 in line with this ledger. Calls are chained so an older projection can never land
    * after a newer one; each reads the state as it is when its turn comes.
    */
+  private projectionAlarmArmed = false;
+
+  /** Never postpones an earlier alarm (retries with backoff share it). */
+  private async armProjectionAlarm() {
+    if (this.projectionAlarmArmed) return;
+    const at = Date.now() + PROJECTION_SAFETY_MS;
+    const current = await this.ctx.storage.getAlarm();
+    if (current === null || current > at) await this.ctx.storage.setAlarm(at);
+    this.projectionAlarmArmed = true;
+  }
+
   private project(contentUnchanged = false): Promise<void> {
     const run = this.projecting.then(() => this.projectOnce(contentUnchanged));
     this.projecting = run.catch(() => {});
