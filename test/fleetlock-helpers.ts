@@ -1,5 +1,4 @@
-import { SELF } from "cloudflare:test";
-import { BASE, call, createFleet, registerServer } from "./helpers";
+import { BASE, call, createFleet, registerServer, send } from "./helpers";
 
 export interface FleetLockFleet {
   fleet: string;
@@ -47,17 +46,6 @@ export async function registerClients(fleet: string, n: number, group = "default
 
 export type Op = "pre-reboot" | "steady-state";
 
-async function send(url: string, init: RequestInit) {
-  const res = await SELF.fetch(url, init);
-  const text = await res.text();
-  let json: any = null;
-  try {
-    json = text ? JSON.parse(text) : null;
-  } catch {
-    json = text;
-  }
-  return { status: res.status, headers: res.headers, json };
-}
 
 /**
  * Exactly as Zincati sends it: the URL resolved against base_url (trailing slash), the header,

@@ -20,11 +20,17 @@ export async function call(method: string, path: string, opts: CallOptions = {})
     body = JSON.stringify(opts.body);
     headers["Content-Type"] ??= "application/json";
   }
-  const res = await SELF.fetch(`${BASE}${path}`, { method, headers, body });
+  const res = await send(`${BASE}${path}`, { method, headers, body });
   // Reports are acknowledged before their D1 projection lands; tests that read the index after a
   // report wait for that server's ledger to finish projecting.
   const host = token && /^hms\.([0-9a-f-]{36})\./.exec(token);
   if (host && path === "/v1/agent/inventory") await settle(host[1]);
+  return res;
+}
+
+/** Any request through the worker; the body is parsed as JSON when it is JSON, else kept as text. */
+export async function send(url: string, init: RequestInit) {
+  const res = await SELF.fetch(url, init);
   const text = await res.text();
   let json: any = null;
   try {
@@ -33,6 +39,27 @@ export async function call(method: string, path: string, opts: CallOptions = {})
     json = text;
   }
   return { status: res.status, headers: res.headers, json };
+}
+
+/** Makes the ledger's D1 refuse every statement (an outage) until the returned restore runs. */
+export async function breakLedgerD1(stub: DurableObjectStub) {
+  const realDb = env.DB;
+  const failing = new Proxy(realDb, {
+    get(target, prop) {
+      if (prop === "batch" || prop === "prepare") {
+        return () => {
+          throw new Error("D1_ERROR: simulated outage");
+        };
+      }
+      return Reflect.get(target, prop);
+    },
+  });
+  const swap = (db: D1Database) =>
+    runInDurableObject(stub, (instance) => {
+      (instance as any).env = { ...(instance as any).env, DB: db };
+    });
+  await swap(failing);
+  return () => swap(realDb);
 }
 
 let counter = 0;

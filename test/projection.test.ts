@@ -1,7 +1,7 @@
 import { env, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import type { ServerLedger } from "../src/ledger/durable-object";
-import { call, createFleet, d1Statements, registerServer, report } from "./helpers";
+import { breakLedgerD1, call, createFleet, d1Statements, registerServer, report } from "./helpers";
 
 const agents = [
   { name: "compute", image: "compute:1", version: "1" },
@@ -61,20 +61,7 @@ describe("D1 projection of the ledger", () => {
   it("repairs the index from the alarm after D1 refused a projection, losing nothing acknowledged", async () => {
     const { s } = await realizedServer();
     const stub = env.LEDGER.get(env.LEDGER.idFromName(s.id));
-    const realDb = env.DB;
-    const failing = new Proxy(realDb, {
-      get(target, prop) {
-        if (prop === "batch" || prop === "prepare") {
-          return () => {
-            throw new Error("D1_ERROR: simulated outage");
-          };
-        }
-        return Reflect.get(target, prop);
-      },
-    });
-    await runInDurableObject(stub, (instance: ServerLedger) => {
-      (instance as any).env = { ...(instance as any).env, DB: failing };
-    });
+    const restoreD1 = await breakLedgerD1(stub);
 
     const accepted = await call("PUT", `/v1/servers/${s.id}/desired`, {
       body: { generation: 3, agents: [{ name: "compute", image: "compute:2", version: "2" }] },
@@ -89,9 +76,7 @@ describe("D1 projection of the ledger", () => {
     expect((await indexRow(s.id))!.desired_generation).toBe(2);
     expect(await runInDurableObject(stub, (_i: ServerLedger, state) => state.storage.getAlarm())).not.toBeNull();
 
-    await runInDurableObject(stub, (instance: ServerLedger) => {
-      (instance as any).env = { ...(instance as any).env, DB: realDb };
-    });
+    await restoreD1();
     expect(await runDurableObjectAlarm(stub)).toBe(true);
     const row = await indexRow(s.id);
     expect(row).toMatchObject({ desired_generation: 3, status: "pending" });
@@ -150,20 +135,7 @@ describe("reports while D1 is down", () => {
   it("are acknowledged from the ledger alone, and the armed alarm brings the index up to date", async () => {
     const { s } = await realizedServer();
     const stub = env.LEDGER.get(env.LEDGER.idFromName(s.id));
-    const realDb = env.DB;
-    const failing = new Proxy(realDb, {
-      get(target, prop) {
-        if (prop === "batch" || prop === "prepare") {
-          return () => {
-            throw new Error("D1_ERROR: simulated outage");
-          };
-        }
-        return Reflect.get(target, prop);
-      },
-    });
-    await runInDurableObject(stub, (instance: ServerLedger) => {
-      (instance as any).env = { ...(instance as any).env, DB: failing };
-    });
+    const restoreD1 = await breakLedgerD1(stub);
     const res = await call("PUT", "/v1/agent/inventory", {
       token: s.token,
       body: report(2, [agents[0]], { errors: [{ agent: "logs", op: "start", message: "crash loop" }] }),
@@ -173,9 +145,7 @@ describe("reports while D1 is down", () => {
     expect((await indexRow(s.id))!.status).toBe("realized");
     expect(await runInDurableObject(stub, (_i: ServerLedger, state) => state.storage.getAlarm())).not.toBeNull();
 
-    await runInDurableObject(stub, (instance: ServerLedger) => {
-      (instance as any).env = { ...(instance as any).env, DB: realDb };
-    });
+    await restoreD1();
     expect(await runDurableObjectAlarm(stub)).toBe(true);
     expect((await indexRow(s.id))!.status).toBe("failed");
   });

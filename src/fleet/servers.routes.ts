@@ -102,22 +102,28 @@ serverRoutes.openapi(
       }
       throw err;
     }
+    let view;
     try {
       // Agents come from the fleet's channels and the server's roles once those exist (planner).
-      const view = await ledgerOf(c.env, id).register(record, []);
-      if (record.fleetlock_id) {
+      view = await ledgerOf(c.env, id).register(record, []);
+    } catch (err) {
+      await db.batch([db.delete(servers).where(eq(servers.id, id)), db.delete(tokens).where(eq(tokens.id, id))]);
+      throw err;
+    }
+    if (record.fleetlock_id) {
+      try {
         await pushServerIdentity(c.env, fleet.id, id, {
           fleetlock_id: record.fleetlock_id,
           hostname: record.hostname,
           reboot_group: record.reboot_group,
           rev: 0,
         });
+      } catch (err) {
+        // The server exists either way: a coordinator that was not told looks the id up in D1.
+        console.warn(`could not tell the reboot coordinator of fleet ${fleet.id} about server ${id}`, err);
       }
-      return c.json({ ...serverDetail(view), token }, 201);
-    } catch (err) {
-      await db.batch([db.delete(servers).where(eq(servers.id, id)), db.delete(tokens).where(eq(tokens.id, id))]);
-      throw err;
     }
+    return c.json({ ...serverDetail(view), token }, 201);
   },
 );
 
