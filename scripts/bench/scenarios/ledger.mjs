@@ -48,6 +48,21 @@ export async function run(ctx) {
     ],
   });
 
+  // Reference, not a goal: the cheapest answer that needs the server's ledger at all (a token with
+  // the right server id and a wrong secret, refused by the ledger). No host operation can beat
+  // one Durable Object round trip, so this is the floor the figures above and below sit on.
+  const wrongSecret = tokens.map((t) => t.replace(/\.[^.]+$/, ".AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"));
+  let w = 0;
+  await ctx.measure("reference: one ledger round trip (wrong secret → 401)", {
+    requests: [
+      {
+        method: "GET",
+        path: "/v1/agent/desired",
+        setupRequest: (req) => ({ ...req, headers: { authorization: `Bearer ${wrongSecret[w++ % wrongSecret.length]}` } }),
+      },
+    ],
+  });
+
   const unchanged = reportBody(2);
   const writesBefore = await ctx.metric("harbormaster_d1_statements_total", 'kind="write"');
   const row = await ctx.measure("PUT /v1/agent/inventory, unchanged", {
