@@ -150,3 +150,34 @@ describe("reports while D1 is down", () => {
     expect((await indexRow(s.id))!.status).toBe("failed");
   });
 });
+
+describe("D1 writes follow what changed", () => {
+  it("writes only the instance rows (and server row) that differ, and deletes only removed agents", async () => {
+    const fleet = await createFleet();
+    const s = await registerServer(fleet.id);
+    const many = ["a", "b", "c", "d", "e"].map((n) => ({ name: n, image: `${n}:1`, version: "1" }));
+    await call("PUT", `/v1/servers/${s.id}/desired`, { body: { generation: 2, agents: many } });
+    await call("PUT", "/v1/agent/inventory", { token: s.token, body: report(2, many) });
+    const rowsOf = async () =>
+      (await call("GET", `/v1/instances?server=${s.id}`)).json.items.map((i: any) => [i.agent, i.status, i.reported?.state ?? null]);
+    expect(await rowsOf()).toEqual(many.map((a) => [a.name, "realized", "running"]));
+
+    // One agent stops: the server row (now drifted) and that agent's row, nothing else.
+    let before = await d1Statements();
+    await call("PUT", "/v1/agent/inventory", {
+      token: s.token,
+      body: report(2, many.map((a) => (a.name === "c" ? { ...a, state: "stopped" } : a))),
+    });
+    expect((await d1Statements()).writes - before.writes).toBe(2);
+    expect(await rowsOf()).toEqual(many.map((a) => [a.name, a.name === "c" ? "drifted" : "realized", a.name === "c" ? "stopped" : "running"]));
+
+    // A new generation drops two agents and the host confirms: only the removals are deleted.
+    await call("PUT", `/v1/servers/${s.id}/desired`, { body: { generation: 3, agents: many.slice(0, 3) } });
+    before = await d1Statements();
+    await call("PUT", "/v1/agent/inventory", { token: s.token, body: report(3, many.slice(0, 3)) });
+    const delta = (await d1Statements()).writes - before.writes;
+    expect(delta).toBe(3); // server row, one DELETE for d and e, one upsert for c (running again)
+    expect(await rowsOf()).toEqual(many.slice(0, 3).map((a) => [a.name, "realized", "running"]));
+    expect((await indexRow(s.id))!).toMatchObject({ status: "realized", desired_generation: 3, reported_generation: 3 });
+  });
+});

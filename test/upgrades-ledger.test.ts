@@ -32,8 +32,9 @@ async function foundationLedger() {
     kv.delete(FORMAT_KEY);
     // What the foundation's projection wrote for that report, in D1 and in the mark.
     const p = buildProjection({ ...record, state: "provisioning" }, desired, stored, Date.now());
-    await writeProjection(getDb(env.DB), p);
-    kv.put("projected", { signature: p.signature, last_seen_written: stored.received_at, dirty: false, attempts: 0 });
+    await writeProjection(getDb(env.DB), p, null);
+    // The foundation's mark held one signature string for the whole projection.
+    kv.put("projected", { signature: JSON.stringify(p.signatures), last_seen_written: stored.received_at, dirty: false, attempts: 0 });
   });
   await evictDurableObject(stub);
   return { server, stub };

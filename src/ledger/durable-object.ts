@@ -4,7 +4,14 @@ import type { Env } from "../env";
 import { digestsEqual } from "../lib/crypto";
 import { releaseAfterReboot, retryPendingRelease } from "../fleetlock/ledger-hooks";
 import { applyDesired, type DesiredState } from "./desired";
-import { buildProjection, lastSeenRefreshMs, writeLastSeen, writeProjection } from "./projection";
+import {
+  buildProjection,
+  lastSeenRefreshMs,
+  sameSignatures,
+  type Signatures,
+  writeLastSeen,
+  writeProjection,
+} from "./projection";
 import type { ServerRecord } from "./record";
 import type { AgentSpec, DesiredConfig, DesiredConfigInput, InventoryReport, StoredReport } from "./schemas";
 import { computeStatus, type ComputedStatus } from "./status";
@@ -20,7 +27,8 @@ const KEY = {
 } as const;
 
 interface ProjectedMark {
-  signature: string;
+  /** What the index shows, as last written (absent in marks written before per-row signatures). */
+  written?: Signatures | null;
   last_seen_written: number | null;
   /** True while D1 lags behind this ledger; the alarm keeps retrying until it is cleared. */
   dirty: boolean;
@@ -351,16 +359,18 @@ export class ServerLedger extends DurableObject<Env> {
         lastSeen - mark.last_seen_written >= lastSeenRefreshMs(state.record.stale_after_s));
     if (contentUnchanged && mark && !mark.dirty && !lastSeenDue) return;
     const p = buildProjection(state.record, state.desired, state.report, now);
-    const changed = !mark || mark.dirty || mark.signature !== p.signature;
+    // A mark that is dirty (or predates per-row signatures) cannot say what D1 holds: rewrite it all.
+    const written = mark && !mark.dirty && mark.written ? mark.written : null;
+    const changed = !written || !sameSignatures(written, p.signatures);
     if (!changed && !lastSeenDue) return;
     // The index never shows a heartbeat the ledger could lose on eviction.
     if (state.heartbeatOnly && state.report) this.save({ report: state.report });
     try {
       const db = getDb(this.env.DB);
-      if (changed) await writeProjection(db, p);
+      if (changed) await writeProjection(db, p, written);
       else await writeLastSeen(db, p);
       this.kv.put(KEY.projected, {
-        signature: p.signature,
+        written: p.signatures,
         last_seen_written: p.server.lastSeen ?? null,
         dirty: false,
         attempts: 0,
@@ -369,7 +379,7 @@ export class ServerLedger extends DurableObject<Env> {
       // The ledger already holds the truth; D1 catches up when the alarm retries.
       const attempts = (mark?.attempts ?? 0) + 1;
       this.kv.put(KEY.projected, {
-        signature: mark?.signature ?? "",
+        written: mark?.written ?? null,
         last_seen_written: mark?.last_seen_written ?? null,
         dirty: true,
         attempts,

@@ -14,9 +14,17 @@ export function lastSeenRefreshMs(staleAfterS: number) {
   return Math.min(LAST_SEEN_REFRESH_MS, (staleAfterS * 1000) / 2);
 }
 
+/**
+ * What the index shows of one server, as signatures: the server row (except last_seen) and each
+ * agent-instance row. Comparing them with the last written ones tells which rows need a write.
+ */
+export interface Signatures {
+  server: string;
+  rows: Record<string, string>;
+}
+
 export interface Projection {
-  /** Everything the index shows except last_seen; equal signatures mean no D1 write is needed. */
-  signature: string;
+  signatures: Signatures;
   server: typeof servers.$inferInsert;
   instances: (typeof agentInstances.$inferInsert)[];
 }
@@ -61,27 +69,50 @@ export function buildProjection(
     updatedAt: now,
   };
   const { updatedAt: _u, lastSeen: _l, ...shown } = server;
-  const signature = JSON.stringify([shown, instances.map(({ updatedAt: _x, ...rest }) => rest)]);
-  return { signature, server, instances };
+  const rows: Record<string, string> = {};
+  for (const { updatedAt: _x, ...row } of instances) rows[row.agent] = JSON.stringify(row);
+  return { signatures: { server: JSON.stringify(shown), rows }, server, instances };
 }
 
-/** Writes the whole projection of one server in one D1 batch (atomic). */
-export async function writeProjection(db: Db, p: Projection) {
+/** Whether the index already shows everything `p` would write (last_seen aside). */
+export function sameSignatures(a: Signatures, b: Signatures) {
+  if (a.server !== b.server) return false;
+  const ka = Object.keys(a.rows);
+  return ka.length === Object.keys(b.rows).length && ka.every((k) => a.rows[k] === b.rows[k]);
+}
+
+/**
+ * Writes the projection of one server in one D1 batch (atomic). Given what was last written,
+ * only the rows that differ are written (DESIGN §8: D1 sees writes only for changes); without
+ * it (first write, or after a failure) everything is rewritten. Returns the statement count.
+ */
+export async function writeProjection(db: Db, p: Projection, written: Signatures | null) {
   const names = p.instances.map((i) => i.agent);
   const { id: _id, createdAt: _c, ...serverUpdate } = p.server;
-  const stmts = [
-    db.insert(servers).values(p.server).onConflictDoUpdate({ target: servers.id, set: serverUpdate }),
-    // One bound parameter for the whole list: D1 allows at most 100 per statement.
+  const serverUpsert = db.insert(servers).values(p.server).onConflictDoUpdate({ target: servers.id, set: serverUpdate });
+  // Lists travel as one bound JSON parameter: D1 allows at most 100 per statement.
+  const inList = (agents: string[], negate: boolean) =>
     db
       .delete(agentInstances)
       .where(
         and(
           eq(agentInstances.serverId, p.server.id),
-          sql`${agentInstances.agent} NOT IN (SELECT value FROM json_each(${JSON.stringify(names)}))`,
+          negate
+            ? sql`${agentInstances.agent} NOT IN (SELECT value FROM json_each(${JSON.stringify(agents)}))`
+            : sql`${agentInstances.agent} IN (SELECT value FROM json_each(${JSON.stringify(agents)}))`,
         ),
-      ),
-  ] as const;
-  const upserts = chunk(p.instances, INSTANCE_ROWS_PER_STATEMENT).map((rows) =>
+      );
+  const stmts = [];
+  let rows = p.instances;
+  if (!written) {
+    stmts.push(serverUpsert, inList(names, true));
+  } else {
+    if (written.server !== p.signatures.server) stmts.push(serverUpsert);
+    const removed = Object.keys(written.rows).filter((agent) => !(agent in p.signatures.rows));
+    if (removed.length) stmts.push(inList(removed, false));
+    rows = p.instances.filter((i) => written.rows[i.agent] !== p.signatures.rows[i.agent]);
+  }
+  const upserts = chunk(rows, INSTANCE_ROWS_PER_STATEMENT).map((rows) =>
         db
           .insert(agentInstances)
           .values(rows)
@@ -99,7 +130,9 @@ export async function writeProjection(db: Db, p: Projection) {
             },
           }),
   );
-  await db.batch([...stmts, ...upserts]);
+  const all = [...stmts, ...upserts];
+  if (all.length) await db.batch(all as [(typeof all)[number], ...(typeof all)[number][]]);
+  return all.length;
 }
 
 /** 11 columns a row; D1 binds at most 100 parameters per statement. */
