@@ -6,13 +6,12 @@ import { getDb } from "../db/client";
 import { fleets } from "../db/schema";
 import { getFleet } from "../fleet/fleets";
 import { fleetId, groupName } from "../fleet/schemas";
-import { ApiError, notFound } from "../http/errors";
+import { ApiError, notFound, unwrap } from "../http/errors";
 import { bearer, commonErrors, jsonBody, jsonResponse, notFoundError } from "../http/openapi";
 import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
 import type { Env } from "../env";
 import { randomSecret, sha256Hex } from "../lib/crypto";
-import type { CoordinatorFailure } from "./durable-object";
 import { FleetlockKeyCreated, GroupInput, GroupSchema } from "./schemas";
 import { coordinatorOf, fleetSettings } from "./stub";
 
@@ -29,13 +28,6 @@ async function fleetOf(env: Env, id: string) {
   return row;
 }
 
-function unwrap<T extends { ok: boolean }>(result: T): Exclude<T, { ok: false }> {
-  if (!result.ok) {
-    const f = result as unknown as CoordinatorFailure;
-    throw new ApiError(f.status, f.code, f.message);
-  }
-  return result as Exclude<T, { ok: false }>;
-}
 
 rebootGroupRoutes.openapi(
   createRoute({

@@ -19,3 +19,15 @@ export const errorBody = (code: string, message: string, details?: unknown) => (
 
 export const notFound = (what: string, id: string) =>
   new ApiError(404, "not_found", `${what} '${id}' does not exist`);
+
+/** How Durable Object RPCs report a client's mistake: as a value, since errors crossing RPC lose their shape. */
+export type RpcFailure = { ok: false; status: ContentfulStatusCode; code: string; message: string; details?: unknown };
+
+/** The success of an RPC result, or its failure thrown as the ApiError it describes. */
+export function unwrap<R extends { ok: boolean }>(result: R): Exclude<R, { ok: false }> {
+  if (!result.ok) {
+    const f = result as unknown as RpcFailure;
+    throw new ApiError(f.status, f.code, f.message, f.details);
+  }
+  return result as Exclude<R, { ok: false }>;
+}

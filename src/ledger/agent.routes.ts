@@ -4,7 +4,8 @@ import { bearer, commonErrors, conflictError, jsonBody, jsonResponse } from "../
 import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
 import { AgentStatusRow, DesiredConfig, InventoryReport, serverStatus } from "./schemas";
-import { ledgerOf, unwrap } from "./stub";
+import { unwrap } from "../http/errors";
+import { ledgerOf } from "./stub";
 
 export const agentRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook });
 
