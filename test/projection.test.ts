@@ -181,3 +181,27 @@ describe("D1 writes follow what changed", () => {
     expect((await indexRow(s.id))!).toMatchObject({ status: "realized", desired_generation: 3, reported_generation: 3 });
   });
 });
+
+describe("a server back from silence", () => {
+  it("has its stale index row rewritten even when its first report changes only an instance row", async () => {
+    const { fleet, s } = await realizedServer();
+    await env.DB.prepare("UPDATE servers SET last_seen = ? WHERE id = ?").bind(Date.now() - 3_600_000, s.id).run();
+    const { runScheduled } = await import("../src/scheduled");
+    const { createScheduledController } = await import("cloudflare:test");
+    await runScheduled(createScheduledController({ scheduledTime: Date.now() }), env);
+    expect((await indexRow(s.id))!.status).toBe("stale");
+    const stub = env.LEDGER.get(env.LEDGER.idFromName(s.id));
+    await runInDurableObject(stub, (_i: ServerLedger, state) => {
+      const mark = state.storage.kv.get<any>("projected");
+      state.storage.kv.put("projected", { ...mark, last_seen_written: Date.now() - 3_600_000 });
+    });
+    // Same images, so the server stays realized; only the reported version of one row moves.
+    const body = report(2, agents);
+    body.agents[0].version = "1.0.1";
+    await call("PUT", "/v1/agent/inventory", { token: s.token, body });
+    const row = (await indexRow(s.id))!;
+    expect(row.status).toBe("realized");
+    expect(row.last_seen).toBeGreaterThan(Date.now() - 60_000);
+    expect((await call("GET", `/v1/servers?fleet=${fleet.id}&status=stale`)).json.items).toEqual([]);
+  });
+});

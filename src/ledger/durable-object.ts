@@ -367,7 +367,7 @@ export class ServerLedger extends DurableObject<Env> {
     if (state.heartbeatOnly && state.report) this.save({ report: state.report });
     try {
       const db = getDb(this.env.DB);
-      if (changed) await writeProjection(db, p, written);
+      if (changed) await writeProjection(db, p, written, { serverRowDue: lastSeenDue });
       else await writeLastSeen(db, p);
       this.kv.put(KEY.projected, {
         written: p.signatures,

@@ -86,7 +86,12 @@ export function sameSignatures(a: Signatures, b: Signatures) {
  * only the rows that differ are written (DESIGN §8: D1 sees writes only for changes); without
  * it (first write, or after a failure) everything is rewritten. Returns the statement count.
  */
-export async function writeProjection(db: Db, p: Projection, written: Signatures | null) {
+export async function writeProjection(
+  db: Db,
+  p: Projection,
+  written: Signatures | null,
+  opts: { serverRowDue?: boolean } = {},
+) {
   const names = p.instances.map((i) => i.agent);
   const { id: _id, createdAt: _c, ...serverUpdate } = p.server;
   const serverUpsert = db.insert(servers).values(p.server).onConflictDoUpdate({ target: servers.id, set: serverUpdate });
@@ -107,7 +112,8 @@ export async function writeProjection(db: Db, p: Projection, written: Signatures
   if (!written) {
     stmts.push(serverUpsert, inList(names, true));
   } else {
-    if (written.server !== p.signatures.server) stmts.push(serverUpsert);
+    // Due also when only last_seen moved: the cron may have marked the row stale meanwhile.
+    if (opts.serverRowDue || written.server !== p.signatures.server) stmts.push(serverUpsert);
     const removed = Object.keys(written.rows).filter((agent) => !(agent in p.signatures.rows));
     if (removed.length) stmts.push(inList(removed, false));
     rows = p.instances.filter((i) => written.rows[i.agent] !== p.signatures.rows[i.agent]);
