@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { BASE, call, createFleet, registerServer, report } from "./helpers";
 import { SELF } from "cloudflare:test";
+import { encodeCursor } from "../src/http/paging";
 
 async function snapshot(id: string, token: string) {
   const server = await call("GET", `/v1/servers/${id}`);
@@ -92,6 +93,13 @@ describe("bad input gets a clear 4xx error and changes nothing", () => {
     expect((await call("GET", "/v1/servers?limit=501")).json.error.code).toBe("invalid_query");
     expect((await call("GET", "/v1/servers?status=happy")).json.error.code).toBe("invalid_query");
     expect((await call("GET", "/v1/instances?cursor=!!!")).json.error.code).toBe("invalid_cursor");
+    // Well-formed cursors whose id is not a number: lists keyed by integer ids refuse them too.
+    const forged = encodeCursor(["abc"]);
+    for (const path of ["/v1/audit", "/v1/upgrades"]) {
+      const res = await call("GET", `${path}?cursor=${forged}`);
+      expect(res.status, path).toBe(400);
+      expect(res.json.error.code, path).toBe("invalid_cursor");
+    }
     const unknown = await call("GET", "/v1/nothing-here");
     expect(unknown.status).toBe(404);
     expect(unknown.json.error.code).toBe("not_found");

@@ -1,9 +1,8 @@
 import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
 import { requireScope } from "../auth/principal";
 import { getDb } from "../db/client";
-import { ApiError } from "../http/errors";
 import { bearer, commonErrors, jsonResponse } from "../http/openapi";
-import { cursorParam, decodeCursor, limitParam, page } from "../http/paging";
+import { cursorParam, decodeIdCursor, limitParam, page } from "../http/paging";
 import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
 import { iso } from "../lib/time";
@@ -40,11 +39,7 @@ auditRoutes.openapi(
   }),
   async (c) => {
     const q = c.req.valid("query");
-    const after = decodeCursor(q.cursor, 1);
-    const before = after ? Number(after[0]) : undefined;
-    if (before !== undefined && !Number.isSafeInteger(before)) {
-      throw new ApiError(400, "invalid_cursor", "cursor is not one this API issued");
-    }
+    const before = decodeIdCursor(q.cursor) ?? undefined;
     const rows = await listAudit(getDb(c.env.DB), { target: q.target, before, limit: q.limit });
     const { items, next_cursor } = page(rows, q.limit, (r) => [String(r.id)]);
     return c.json({ items: items.map((r) => ({ ...r, at: iso(r.at) })), next_cursor }, 200);

@@ -20,6 +20,17 @@ export function decodeCursor(cursor: string | undefined, parts: number): string[
   throw new ApiError(400, "invalid_cursor", "cursor is not one this API issued");
 }
 
+/** For lists keyed by an integer id (audit log, upgrade history). */
+export function decodeIdCursor(cursor: string | undefined): number | null {
+  const key = decodeCursor(cursor, 1);
+  if (!key) return null;
+  const id = Number(key[0]);
+  if (!/^\d{1,15}$/.test(key[0]) || !Number.isSafeInteger(id)) {
+    throw new ApiError(400, "invalid_cursor", "cursor is not one this API issued");
+  }
+  return id;
+}
+
 /** Fetches limit+1 rows to know whether another page exists without a count query. */
 export function page<T>(rows: T[], limit: number, keyOf: (row: T) => string[]) {
   const items = rows.slice(0, limit);

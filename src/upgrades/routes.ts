@@ -4,7 +4,7 @@ import { audit } from "../audit/log";
 import { getDb } from "../db/client";
 import { ApiError } from "../http/errors";
 import { bearer, commonErrors, conflictError, jsonResponse } from "../http/openapi";
-import { cursorParam, decodeCursor, limitParam, page } from "../http/paging";
+import { cursorParam, decodeIdCursor, limitParam, page } from "../http/paging";
 import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
 import { iso, isoOrNull } from "../lib/time";
@@ -89,13 +89,13 @@ upgradeRoutes.openapi(
   }),
   async (c) => {
     const { limit, cursor } = c.req.valid("query");
-    const after = decodeCursor(cursor, 1);
+    const before = decodeIdCursor(cursor);
     const db = getDb(c.env.DB);
     const [state, holder, last, rows] = await Promise.all([
       readUpgradeState(db),
       currentHolder(db),
       latestRun(db),
-      listAttempts(db, after ? Number(after[0]) : null, limit),
+      listAttempts(db, before, limit),
     ]);
     const history = page(rows, limit, (r) => [String(r.id)]);
     const now = Date.now();
