@@ -110,18 +110,14 @@ serverRoutes.openapi(
       await db.batch([db.delete(servers).where(eq(servers.id, id)), db.delete(tokens).where(eq(tokens.id, id))]);
       throw err;
     }
+    // Never throws: a coordinator that was not told looks the id up in D1 on first use.
     if (record.fleetlock_id) {
-      try {
-        await pushServerIdentity(c.env, fleet.id, id, {
-          fleetlock_id: record.fleetlock_id,
-          hostname: record.hostname,
-          reboot_group: record.reboot_group,
-          rev: 0,
-        });
-      } catch (err) {
-        // The server exists either way: a coordinator that was not told looks the id up in D1.
-        console.warn(`could not tell the reboot coordinator of fleet ${fleet.id} about server ${id}`, err);
-      }
+      await pushServerIdentity(c.env, fleet.id, id, {
+        fleetlock_id: record.fleetlock_id,
+        hostname: record.hostname,
+        reboot_group: record.reboot_group,
+        rev: 0,
+      });
     }
     return c.json({ ...serverDetail(view), token }, 201);
   },
