@@ -2,6 +2,7 @@ import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
 import { and, asc, eq, gt, isNull } from "drizzle-orm";
 import { auditInsert } from "../audit/log";
 import { getDb } from "../db/client";
+import { OPERATOR_SCOPES, TOKEN_KINDS, TOKEN_SCOPES } from "../domain/enums";
 import { tokens } from "../db/schema";
 import { notFound } from "../http/errors";
 import { bearer, commonErrors, jsonBody, jsonResponse, notFoundError } from "../http/openapi";
@@ -16,14 +17,14 @@ import { issueToken } from "./tokens";
 export const tokenRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook });
 
 const TokenInput = z
-  .strictObject({ name: z.string().min(1).max(200), scope: z.enum(["read", "write", "admin"]) })
+  .strictObject({ name: z.string().min(1).max(200), scope: z.enum(OPERATOR_SCOPES) })
   .openapi("TokenInput");
 
 const Token = z
   .object({
     id: z.string(),
-    kind: z.enum(["operator", "server"]),
-    scope: z.enum(["read", "write", "admin", "server"]),
+    kind: z.enum(TOKEN_KINDS),
+    scope: z.enum(TOKEN_SCOPES),
     server_id: z.string().nullable(),
     name: z.string(),
     created_by: z.string(),
@@ -91,7 +92,7 @@ tokenRoutes.openapi(
     middleware: [requireScope("admin")] as const,
     request: {
       query: z.object({
-        kind: z.enum(["operator", "server"]).optional(),
+        kind: z.enum(TOKEN_KINDS).optional(),
         limit: limitParam,
         cursor: cursorParam,
       }),

@@ -5,7 +5,7 @@ import { audit, auditInsert } from "../audit/log";
 import { getDb } from "../db/client";
 import { fleets } from "../db/schema";
 import { getFleet } from "../fleet/fleets";
-import { fleetId, groupName } from "../fleet/schemas";
+import { fleetId, fleetlockId, groupName } from "../fleet/schemas";
 import { ApiError, notFound, unwrap } from "../http/errors";
 import { bearer, commonErrors, jsonBody, jsonResponse, notFoundError } from "../http/openapi";
 import type { AppEnv } from "../http/types";
@@ -19,7 +19,7 @@ export const rebootGroupRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validati
 
 const fleetParam = z.object({ fleet: fleetId });
 const groupParams = fleetParam.extend({ group: groupName });
-const holderParams = groupParams.extend({ id: z.string().min(1).max(256) });
+const holderParams = groupParams.extend({ id: fleetlockId });
 
 /** The fleet's row from D1 (operator calls only), or 404; its settings travel with each call. */
 async function fleetOf(env: Env, id: string) {

@@ -11,26 +11,32 @@ import { agentRoutes } from "../ledger/agent.routes";
 import { fleetlockRoutes } from "../fleetlock/protocol.routes";
 import { rebootGroupRoutes } from "../fleetlock/operator.routes";
 import { metricsText, recordResponse } from "../metrics";
+import { bodyClaimProblem } from "./content";
 import { ApiError, errorBody } from "./errors";
 import type { AppEnv } from "./types";
 import { validationHook } from "./validation";
 import { drainWrites } from "../upgrades/drain";
 import { upgradeRoutes } from "../upgrades/routes";
+import { MAX_BODY_BYTES } from "../domain/limits";
 
-export const MAX_BODY_BYTES = 1024 * 1024;
 
 /**
- * Bodies are JSON. A body sent as anything else (curl's -d defaults to form encoding) would be
- * read as an empty object and fail validation confusingly, so it is refused by name.
+ * Bodies are UTF-8 JSON, sent as is. A body sent as anything else (curl's -d defaults to form
+ * encoding) would be read as an empty object and fail validation confusingly, and one declaring a
+ * content coding or charset would be read as something it is not, so each is refused by name.
  */
 const requireJsonBody = createMiddleware<AppEnv>(async (c, next) => {
   if (c.req.method === "GET" || c.req.method === "HEAD") return next();
   const type = c.req.header("Content-Type");
   const length = c.req.header("Content-Length");
   const hasBody = c.req.raw.body !== null && length !== "0";
-  if (hasBody && !(type && /^application\/([\w.-]+\+)?json\s*(;|$)/i.test(type))) {
+  if (!hasBody) return next();
+  const claim = bodyClaimProblem(c.req.raw.headers);
+  if (claim?.code === "unsupported_content_encoding") throw new ApiError(415, claim.code, claim.message, claim.details);
+  if (!(type && /^application\/([\w.-]+\+)?json\s*(;|$)/i.test(type))) {
     throw new ApiError(415, "unsupported_media_type", "send the body as JSON with Content-Type: application/json");
   }
+  if (claim) throw new ApiError(415, claim.code, claim.message, claim.details);
   await next();
 });
 

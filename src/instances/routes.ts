@@ -7,7 +7,7 @@ import { bearer, commonErrors, jsonResponse } from "../http/openapi";
 import { cursorParam, decodeCursor, limitParam, page } from "../http/paging";
 import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
-import { agentName, agentStatus, imageRef } from "../ledger/schemas";
+import { agentName, agentState, agentStatus, imageRef } from "../ledger/schemas";
 
 export const instanceRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook });
 
@@ -19,7 +19,7 @@ const Instance = z
     instance_id: z.string().nullable(),
     desired: z.object({ image: z.string(), version: z.string().nullable() }).nullable(),
     reported: z
-      .object({ image: z.string(), version: z.string().nullable(), state: z.string().nullable() })
+      .object({ image: z.string(), version: z.string().nullable(), state: agentState.nullable() })
       .nullable(),
     status: agentStatus,
   })
@@ -73,7 +73,7 @@ instanceRoutes.openapi(
           reported: r.reportedImage
             ? { image: r.reportedImage, version: r.reportedVersion, state: r.reportedState }
             : null,
-          status: r.status as z.infer<typeof agentStatus>,
+          status: r.status,
         })),
         next_cursor,
       },

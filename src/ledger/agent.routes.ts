@@ -3,13 +3,13 @@ import { requireServer, serverPrincipal } from "../auth/principal";
 import { bearer, commonErrors, conflictError, jsonBody, jsonResponse } from "../http/openapi";
 import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
+import { MAX_WAIT_S } from "../domain/limits";
 import { AgentStatusRow, DesiredConfig, InventoryReport, serverStatus } from "./schemas";
 import { unwrap } from "../http/errors";
 import { ledgerOf } from "./stub";
 
 export const agentRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook });
 
-export const MAX_WAIT_S = 60;
 
 /** The generation a host already holds, from `If-None-Match: "7"` (weak tags and lists too). */
 export function knownGeneration(header: string | undefined): number | null {

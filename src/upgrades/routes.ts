@@ -2,6 +2,7 @@ import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
 import { actorOf, requireScope } from "../auth/principal";
 import { audit } from "../audit/log";
 import { getDb } from "../db/client";
+import { UPGRADE_RUN_STATES, UPGRADE_STATUSES, UPGRADE_STEP_STATES } from "../domain/enums";
 import { ApiError } from "../http/errors";
 import { bearer, commonErrors, conflictError, jsonResponse } from "../http/openapi";
 import { cursorParam, decodeIdCursor, limitParam, page } from "../http/paging";
@@ -19,7 +20,7 @@ const Run = z
   .object({
     id: z.number().int(),
     runner: z.string(),
-    state: z.enum(["running", "succeeded", "failed", "expired"]),
+    state: z.enum(UPGRADE_RUN_STATES),
     from_version: z.number().int(),
     to_version: z.number().int().nullable(),
     took_over_from: z.number().int().nullable(),
@@ -41,7 +42,7 @@ const Attempt = z
     version: z.number().int(),
     description: z.string(),
     runner: z.string(),
-    state: z.enum(["running", "applied", "failed", "abandoned"]),
+    state: z.enum(UPGRADE_STEP_STATES),
     chunks: z.number().int(),
     started_at: z.string(),
     finished_at: z.string().nullable(),
@@ -51,7 +52,7 @@ const Attempt = z
 
 const UpgradeStatus = z
   .object({
-    state: z.enum(["current", "pending", "running", "failing"]).openapi({
+    state: z.enum(UPGRADE_STATUSES).openapi({
       description: "current: nothing to do; running: a runner holds the lease; failing: the last run failed; pending: waiting for a run",
     }),
     data_version: z.number().int(),
