@@ -2,15 +2,11 @@ import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
 import type { Context } from "hono";
 import { bodyLimit } from "hono/body-limit";
 import { FLEET_ID } from "../fleet/schemas";
+import { bodyClaimProblem } from "../http/content";
 import type { AppEnv } from "../http/types";
 import { sha256Hex } from "../lib/crypto";
-import {
-  FLEETLOCK_KEY,
-  FleetLockError,
-  KIND_STATUS,
-  MAX_FLEETLOCK_BODY_BYTES,
-  parseClientParams,
-} from "./protocol";
+import { MAX_FLEETLOCK_BODY_BYTES } from "../domain/limits";
+import { FLEETLOCK_KEY, FleetLockError, KIND_STATUS, parseClientParams } from "./protocol";
 import { ClientParamsBody, FleetLockErrorBody } from "./schemas";
 import { coordinatorOf } from "./stub";
 
@@ -110,6 +106,10 @@ async function handle(c: Context<AppEnv>, op: "pre-reboot" | "steady-state") {
   if (!FLEET_ID.test(fleet) || !FLEETLOCK_KEY.test(key)) {
     throw new FleetLockError("unauthorized", "invalid FleetLock key for this fleet");
   }
+  // Whatever the Content-Type, the bytes are read as UTF-8: a body declaring a content coding or
+  // another charset would be misread, so it is refused (Zincati declares neither).
+  const claim = bodyClaimProblem(c.req.raw.headers);
+  if (claim) throw new FleetLockError("invalid_client_params", claim.message);
   let text: string;
   try {
     // Bytes, not c.req.text(): the Content-Type is whatever the client sent, often none or a form type.
