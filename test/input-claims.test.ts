@@ -30,7 +30,7 @@ describe("a /v1 body is read as what its headers claim, or refused with 415", ()
   });
 
   it("accepts UTF-8 however it is spelled, and the identity coding", async () => {
-    for (const headers of [
+    for (const headers of <Record<string, string>[]>[
       { "Content-Type": "application/json; charset=utf-8" },
       { "Content-Type": 'application/json; charset="UTF-8"' },
       { "Content-Type": "application/json; charset=utf8" },
@@ -60,7 +60,7 @@ describe("FleetLock reads raw bytes, but refuses a body that declares another co
   it("answers invalid_client_params in its {kind,value} body and grants nothing", async () => {
     const { f, a } = await setup();
     const body = JSON.stringify({ client_params: { id: a.id, group: "default" } });
-    for (const headers of [
+    for (const headers of <Record<string, string>[]>[
       { "Content-Encoding": "gzip" },
       { "Content-Type": "application/json; charset=utf-16" },
       { "Content-Type": "text/plain; charset=latin1" },

@@ -14,7 +14,6 @@ import { iso, isoOrNull } from "../lib/time";
 import { actorOf, requireScope } from "./principal";
 import { issueToken } from "./tokens";
 
-export const tokenRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook });
 
 const TokenInput = z
   .strictObject({ name: z.string().min(1).max(200), scope: z.enum(OPERATOR_SCOPES) })
@@ -44,10 +43,12 @@ const view = (r: typeof tokens.$inferSelect) => ({
   revoked_at: isoOrNull(r.revokedAt),
 });
 
-tokenRoutes.openapi(
+// One chain, so the type of tokenRoutes (and of the app that mounts it at /v1/tokens) carries every route for hc.
+export const tokenRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook })
+.openapi(
   createRoute({
     method: "post",
-    path: "/v1/tokens",
+    path: "/",
     tags: ["tokens"],
     summary: "Create an operator token; the secret is returned once",
     security: bearer,
@@ -80,12 +81,12 @@ tokenRoutes.openapi(
     ]);
     return c.json({ ...view(row), token }, 201);
   },
-);
+)
 
-tokenRoutes.openapi(
+.openapi(
   createRoute({
     method: "get",
-    path: "/v1/tokens",
+    path: "/",
     tags: ["tokens"],
     summary: "List tokens (never their secrets)",
     security: bearer,
@@ -114,12 +115,12 @@ tokenRoutes.openapi(
     const { items, next_cursor } = page(rows, q.limit, (r) => [r.id]);
     return c.json({ items: items.map(view), next_cursor }, 200);
   },
-);
+)
 
-tokenRoutes.openapi(
+.openapi(
   createRoute({
     method: "delete",
-    path: "/v1/tokens/{id}",
+    path: "/{id}",
     tags: ["tokens"],
     summary: "Revoke a token; it stops working at once",
     security: bearer,

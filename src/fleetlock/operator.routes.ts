@@ -15,7 +15,6 @@ import { randomSecret, sha256Hex } from "../lib/crypto";
 import { FleetlockKeyCreated, GroupInput, GroupSchema } from "./schemas";
 import { coordinatorOf, fleetSettings } from "./stub";
 
-export const rebootGroupRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook });
 
 const fleetParam = z.object({ fleet: fleetId });
 const groupParams = fleetParam.extend({ group: groupName });
@@ -28,11 +27,12 @@ async function fleetOf(env: Env, id: string) {
   return row;
 }
 
-
-rebootGroupRoutes.openapi(
+// One chain, so the type of rebootGroupRoutes (and of the app that mounts it at /v1/fleets) carries every route for hc.
+export const rebootGroupRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook })
+.openapi(
   createRoute({
     method: "get",
-    path: "/v1/fleets/{fleet}/reboot-groups",
+    path: "/{fleet}/reboot-groups",
     tags: ["reboot coordination"],
     summary: "The fleet's reboot groups: slots, pause, windows, holders (with their server) and stuck flags",
     security: bearer,
@@ -53,12 +53,12 @@ rebootGroupRoutes.openapi(
     const items = await coordinatorOf(c.env, fleet).listGroups(fleetSettings(row));
     return c.json({ fleet, lock_ttl_s: row.lockTtlS, items }, 200);
   },
-);
+)
 
-rebootGroupRoutes.openapi(
+.openapi(
   createRoute({
     method: "get",
-    path: "/v1/fleets/{fleet}/reboot-groups/{group}",
+    path: "/{fleet}/reboot-groups/{group}",
     tags: ["reboot coordination"],
     summary: "One reboot group",
     security: bearer,
@@ -72,12 +72,12 @@ rebootGroupRoutes.openapi(
     const result = unwrap(await coordinatorOf(c.env, fleet).getGroup(fleetSettings(row), group));
     return c.json(result.group, 200);
   },
-);
+)
 
-rebootGroupRoutes.openapi(
+.openapi(
   createRoute({
     method: "put",
-    path: "/v1/fleets/{fleet}/reboot-groups/{group}",
+    path: "/{fleet}/reboot-groups/{group}",
     tags: ["reboot coordination"],
     summary: "Create or change a reboot group live; shrinking never evicts holders",
     security: bearer,
@@ -98,12 +98,12 @@ rebootGroupRoutes.openapi(
     });
     return c.json(view, 200);
   },
-);
+)
 
-rebootGroupRoutes.openapi(
+.openapi(
   createRoute({
     method: "delete",
-    path: "/v1/fleets/{fleet}/reboot-groups/{group}/holders/{id}",
+    path: "/{fleet}/reboot-groups/{group}/holders/{id}",
     tags: ["reboot coordination"],
     summary: "Force-release one holder's slot (audited)",
     security: bearer,
@@ -135,12 +135,12 @@ rebootGroupRoutes.openapi(
     });
     return c.json({ released, group: result.group }, 200);
   },
-);
+)
 
-rebootGroupRoutes.openapi(
+.openapi(
   createRoute({
     method: "post",
-    path: "/v1/fleets/{fleet}/fleetlock-key",
+    path: "/{fleet}/fleetlock-key",
     tags: ["reboot coordination"],
     summary: "Create or rotate the fleet's FleetLock key; the previous key stops working at once",
     description: "Returns the key once, inside the base_url hosts put in their Zincati config.",

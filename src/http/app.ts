@@ -60,16 +60,20 @@ export function createApp() {
   // While upgrade steps are pending, writes answer 503 (hosts' own endpoints excepted).
   app.use("/v1/*", drainWrites());
 
-  app.get("/healthz", (c) => c.json({ ok: true }));
-  app.get("/metrics", (c) => c.text(metricsText(), 200, { "Content-Type": "text/plain; version=0.0.4" }));
-
-  for (const routes of [tokenRoutes, fleetRoutes, serverRoutes, agentRoutes, instanceRoutes, auditRoutes]) {
-    app.route("/", routes);
-  }
-  app.route("/", upgradeRoutes);
-  // FleetLock (hosts) sits outside /v1: its own body limit, no JSON Content-Type rule, its own error body.
-  app.route("/", fleetlockRoutes);
-  app.route("/", rebootGroupRoutes);
+  // Each resource under its own prefix, in one chain, so `AppType` carries every route (hc).
+  const routes = app
+    .get("/healthz", (c) => c.json({ ok: true as const }, 200))
+    .get("/metrics", (c) => c.text(metricsText(), 200, { "Content-Type": "text/plain; version=0.0.4" }))
+    .route("/v1/tokens", tokenRoutes)
+    .route("/v1/fleets", fleetRoutes)
+    .route("/v1/fleets", rebootGroupRoutes)
+    .route("/v1/servers", serverRoutes)
+    .route("/v1/agent", agentRoutes)
+    .route("/v1/instances", instanceRoutes)
+    .route("/v1/audit", auditRoutes)
+    .route("/v1/upgrades", upgradeRoutes)
+    // FleetLock (hosts) sits outside /v1: its own body limit, no JSON Content-Type rule, its own error body.
+    .route("/fleetlock", fleetlockRoutes);
 
   app.openAPIRegistry.registerComponent("securitySchemes", "Bearer", { type: "http", scheme: "bearer" });
   app.doc31("/openapi.json", {
@@ -93,5 +97,8 @@ export function createApp() {
     console.error("unhandled error", err);
     return c.json(errorBody("internal_error", "internal error"), 500);
   });
-  return app;
+  return routes;
 }
+
+/** The API's type: every route with its inputs and outputs, for hono's typed client (src/client). */
+export type AppType = ReturnType<typeof createApp>;

@@ -9,7 +9,6 @@ import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
 import { agentName, agentState, agentStatus, imageRef } from "../ledger/schemas";
 
-export const instanceRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook });
 
 const Instance = z
   .object({
@@ -25,10 +24,12 @@ const Instance = z
   })
   .openapi("AgentInstance");
 
-instanceRoutes.openapi(
+// One chain, so the type of instanceRoutes (and of the app that mounts it at /v1/instances) carries every route for hc.
+export const instanceRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook })
+.openapi(
   createRoute({
     method: "get",
-    path: "/v1/instances",
+    path: "/",
     tags: ["instances"],
     summary: "Agent instances (one per server and agent), searchable by server, agent and image",
     security: bearer,

@@ -14,7 +14,6 @@ import { runUpgrades } from "./runner";
 import { currentHolder, latestRun, listAttempts, readUpgradeState, type RunRow } from "./state";
 import { UPGRADE_STEPS, NEWEST_VERSION } from "./steps";
 
-export const upgradeRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook });
 
 const Run = z
   .object({
@@ -77,10 +76,22 @@ const runView = (r: RunRow) => ({
   error: r.error,
 });
 
-upgradeRoutes.openapi(
+const RunResult = z
+  .object({
+    outcome: z.enum(["up_to_date", "applied"]),
+    data_version: z.number().int(),
+    newest_version: z.number().int(),
+    run_id: z.number().int().nullable(),
+    applied: z.array(z.number().int()),
+  })
+  .openapi("UpgradeRunResult");
+
+// One chain, so the type of upgradeRoutes (and of the app that mounts it at /v1/upgrades) carries every route for hc.
+export const upgradeRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook })
+.openapi(
   createRoute({
     method: "get",
-    path: "/v1/upgrades",
+    path: "/",
     tags: ["upgrades"],
     summary: "Data version, pending steps, the lease holder and the step history (newest first)",
     security: bearer,
@@ -131,22 +142,12 @@ upgradeRoutes.openapi(
       200,
     );
   },
-);
+)
 
-const RunResult = z
-  .object({
-    outcome: z.enum(["up_to_date", "applied"]),
-    data_version: z.number().int(),
-    newest_version: z.number().int(),
-    run_id: z.number().int().nullable(),
-    applied: z.array(z.number().int()),
-  })
-  .openapi("UpgradeRunResult");
-
-upgradeRoutes.openapi(
+.openapi(
   createRoute({
     method: "post",
-    path: "/v1/upgrades/run",
+    path: "/run",
     tags: ["upgrades"],
     summary: "Run pending upgrade steps now and wait for the outcome",
     description:
