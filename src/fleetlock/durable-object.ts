@@ -93,7 +93,7 @@ export class RebootCoordinator extends DurableObject<Env> {
   async alarm() {
     await this.scheduler.fire({
       outbox: () => this.outbox.flush(),
-      reservation: (_payload, name) => this.expireReservation(name.slice("reservation:".length)),
+      reservation: (payload, name) => this.expireReservation(name.slice("reservation:".length), (payload as { until: number }).until),
     });
   }
 
@@ -221,15 +221,16 @@ export class RebootCoordinator extends DurableObject<Env> {
     if (!owner) {
       const until = now + RESERVATION_TTL_MS;
       this.kv.put(KEY.reservation(fleetlockId), { server_id: serverId, until } satisfies Reservation);
-      this.scheduler.schedule(KEY.reservation(fleetlockId), until);
+      this.scheduler.schedule(KEY.reservation(fleetlockId), until, { until });
       await this.scheduler.arm();
     }
     return { ok: true };
   }
 
-  private expireReservation(fleetlockId: string) {
+  /** The timer carries the reservation it was set for: a later reservation of the id outlives it. */
+  private expireReservation(fleetlockId: string, until: number) {
     const r = this.kv.get<Reservation>(KEY.reservation(fleetlockId));
-    if (r && r.until <= Date.now()) this.kv.delete(KEY.reservation(fleetlockId));
+    if (r && r.until <= until) this.kv.delete(KEY.reservation(fleetlockId));
   }
 
   /**
