@@ -96,7 +96,7 @@ export class Outbox<K extends string> {
         now,
       );
     }
-    this.scheduler.scheduleNoLaterThan(OUTBOX_TIMER, now + OUTBOX_SAFETY_MS);
+    this.scheduler.schedule(OUTBOX_TIMER, now + OUTBOX_SAFETY_MS, null, { noLaterThan: true });
   }
 
   /** How many effects wait for delivery (tests, metrics). */

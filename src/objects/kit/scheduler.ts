@@ -19,20 +19,14 @@ export class Scheduler {
     );
   }
 
-  /** Sets (or moves) the timer `name` to fire at `dueAt`. Synchronous: commits with the caller's turn. */
-  schedule(name: string, dueAt: number, payload: unknown = null) {
+  /**
+   * Sets (or moves) the timer `name` to fire at `dueAt`. Synchronous: commits with the caller's
+   * turn. `noLaterThan`: only bring an existing timer forward, never push it back.
+   */
+  schedule(name: string, dueAt: number, payload: unknown = null, opts: { noLaterThan?: boolean } = {}) {
+    const due = opts.noLaterThan ? "MIN(due_at, excluded.due_at)" : "excluded.due_at";
     this.storage.sql.exec(
-      "INSERT INTO _timers (name, due_at, payload) VALUES (?, ?, ?) ON CONFLICT(name) DO UPDATE SET due_at = excluded.due_at, payload = excluded.payload",
-      name,
-      Math.floor(dueAt),
-      JSON.stringify(payload),
-    );
-  }
-
-  /** Like schedule, but only brings the timer forward: an existing earlier due time is kept. */
-  scheduleNoLaterThan(name: string, dueAt: number, payload: unknown = null) {
-    this.storage.sql.exec(
-      "INSERT INTO _timers (name, due_at, payload) VALUES (?, ?, ?) ON CONFLICT(name) DO UPDATE SET due_at = MIN(due_at, excluded.due_at), payload = excluded.payload",
+      `INSERT INTO _timers (name, due_at, payload) VALUES (?, ?, ?) ON CONFLICT(name) DO UPDATE SET due_at = ${due}, payload = excluded.payload`,
       name,
       Math.floor(dueAt),
       JSON.stringify(payload),
