@@ -1,6 +1,6 @@
 import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
 import { actorOf, requireScope } from "../auth/principal";
-import { audit } from "../audit/log";
+import { auditInsert } from "../audit/log";
 import { getDb } from "../db/client";
 import { UPGRADE_RUN_STATES, UPGRADE_STATUSES, UPGRADE_STEP_STATES } from "../domain/enums";
 import { ApiError } from "../http/errors";
@@ -165,7 +165,7 @@ export const upgradeRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHo
     const actor = actorOf(c.var.principal);
     const result = await runUpgrades(c.env, { trigger: "operator", by: `operator(${actor})` });
     if (result.outcome !== "up_to_date") {
-      await audit(getDb(c.env.DB), {
+      await auditInsert(getDb(c.env.DB), {
         actor,
         action: "upgrade.run",
         target: "upgrades",
