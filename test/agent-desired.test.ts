@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { knownGeneration } from "../src/ledger/agent.routes";
+import { parseIfNoneMatch } from "../src/http/conditional";
 import { call, createFleet, registerServer } from "./helpers";
 
 describe("GET /v1/agent/desired", () => {
@@ -56,11 +56,11 @@ describe("GET /v1/agent/desired", () => {
     expect(res.json.error.code).toBe("invalid_query");
   });
 
-  it("reads generations from strong, weak and listed entity tags", () => {
-    expect(knownGeneration('"7"')).toBe(7);
-    expect(knownGeneration('W/"8"')).toBe(8);
-    expect(knownGeneration('"x", "9"')).toBe(9);
-    expect(knownGeneration("*")).toBeNull();
-    expect(knownGeneration(undefined)).toBeNull();
+  it("reads generations from strong, weak and listed entity tags, and * as any", () => {
+    expect(parseIfNoneMatch('"7"')).toEqual({ any: false, generations: [7] });
+    expect(parseIfNoneMatch('W/"8"')).toEqual({ any: false, generations: [8] });
+    expect(parseIfNoneMatch('"x", "9", W/"3"')).toEqual({ any: false, generations: [9, 3] });
+    expect(parseIfNoneMatch("*")).toEqual({ any: true });
+    expect(parseIfNoneMatch(undefined)).toBeNull();
   });
 });

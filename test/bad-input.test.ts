@@ -104,8 +104,8 @@ describe("bad input gets a clear 4xx error and changes nothing", () => {
     expect(unknown.status).toBe(404);
     expect(unknown.json.error.code).toBe("not_found");
     const wrongMethod = await call("DELETE", "/v1/fleets");
-    expect(wrongMethod.status).toBe(404);
-    expect(wrongMethod.json.error.code).toBe("not_found");
+    expect(wrongMethod.status).toBe(405);
+    expect(wrongMethod.json.error.code).toBe("method_not_allowed");
     const res = await SELF.fetch(`${BASE}/v1/servers/${crypto.randomUUID()}`, { headers: { Authorization: "Bearer test-admin-token" } });
     expect(res.status).toBe(404);
     expect((await res.json<any>()).error.code).toBe("not_found");

@@ -46,10 +46,34 @@ async function authenticateOperator(env: AppEnv["Bindings"], token: string): Pro
   return { kind: "operator", id: row.id, name: row.name, scope: row.scope };
 }
 
+/**
+ * A deployment without the ADMIN_TOKEN secret has no first operator, so every operator call
+ * would be a bare 401; the refusal says why and how to fix it instead.
+ */
+async function withAdminTokenHint<T>(env: AppEnv["Bindings"], authenticate: () => Promise<T>): Promise<T> {
+  try {
+    return await authenticate();
+  } catch (err) {
+    if (err instanceof ApiError && err.status === 401 && !env.ADMIN_TOKEN) {
+      throw new ApiError(
+        401,
+        "unauthorized",
+        "ADMIN_TOKEN is not set on this deployment, so no operator token exists yet: set it with " +
+          "`npx wrangler secret put ADMIN_TOKEN` (locally: ADMIN_TOKEN=… in .dev.vars) and use it as the bearer token",
+        { admin_token_configured: false },
+        err.headers,
+      );
+    }
+    throw err;
+  }
+}
+
 /** Operator routes: a valid operator token whose scope is at least `scope`. */
 export const requireScope = (scope: Scope) =>
   createMiddleware<AppEnv>(async (c, next) => {
-    const principal = await authenticateOperator(c.env, bearerOf(c.req.header("Authorization")));
+    const principal = await withAdminTokenHint(c.env, () =>
+      authenticateOperator(c.env, bearerOf(c.req.header("Authorization"))),
+    );
     if (principal.kind !== "operator" || scopeRank(principal.scope) < scopeRank(scope)) {
       throw new ApiError(403, "forbidden", `this needs a token with scope '${scope}' or higher`);
     }

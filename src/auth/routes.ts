@@ -5,7 +5,8 @@ import { getDb } from "../db/client";
 import { OPERATOR_SCOPES, TOKEN_KINDS, TOKEN_SCOPES } from "../domain/enums";
 import { tokens } from "../db/schema";
 import { notFound } from "../http/errors";
-import { bearer, commonErrors, jsonBody, jsonResponse, notFoundError } from "../http/openapi";
+import { locationOfCreated } from "../http/location";
+import { bearer, createdResponse, commonErrors, jsonBody, jsonResponse, notFoundError } from "../http/openapi";
 import { cursorParam, decodeCursor, limitParam, page } from "../http/paging";
 import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
@@ -52,10 +53,10 @@ export const tokenRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook
     tags: ["tokens"],
     summary: "Create an operator token; the secret is returned once",
     security: bearer,
-    middleware: [requireScope("admin")] as const,
+    middleware: [requireScope("admin"), locationOfCreated] as const,
     request: { body: jsonBody(TokenInput) },
     responses: {
-      201: jsonResponse(Token.extend({ token: z.string() }), "The token, with its secret"),
+      201: createdResponse(Token.extend({ token: z.string() }), "The token, with its secret"),
       ...commonErrors,
     },
   }),
@@ -131,5 +132,24 @@ export const tokenRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook
   async (c) => {
     const { id } = c.req.valid("param");
     return c.json(view(await revokeToken(c.env, actorOf(c.var.principal), id)), 200);
+  },
+)
+
+.openapi(
+  createRoute({
+    method: "get",
+    path: "/{id}",
+    tags: ["tokens"],
+    summary: "One token (never its secret)",
+    security: bearer,
+    middleware: [requireScope("admin")] as const,
+    request: { params: z.object({ id: z.uuid() }) },
+    responses: { 200: jsonResponse(Token, "The token"), ...commonErrors, ...notFoundError },
+  }),
+  async (c) => {
+    const { id } = c.req.valid("param");
+    const row = await getDb(c.env.DB).query.tokens.findFirst({ where: eq(tokens.id, id) });
+    if (!row) throw notFound("token", id);
+    return c.json(view(row), 200);
   },
 );

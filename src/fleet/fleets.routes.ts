@@ -5,7 +5,8 @@ import { getDb } from "../db/client";
 import { isUniqueViolation } from "../db/errors";
 import { fleets } from "../db/schema";
 import { ApiError, notFound } from "../http/errors";
-import { bearer, commonErrors, conflictError, jsonBody, jsonResponse, notFoundError } from "../http/openapi";
+import { locationOfCreated } from "../http/location";
+import { bearer, createdResponse, commonErrors, conflictError, jsonBody, jsonResponse, notFoundError } from "../http/openapi";
 import { cursorParam, decodeCursor, limitParam, page } from "../http/paging";
 import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
@@ -21,10 +22,10 @@ export const fleetRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook
     tags: ["fleets"],
     summary: "Create a fleet",
     security: bearer,
-    middleware: [requireScope("write")] as const,
+    middleware: [requireScope("write"), locationOfCreated] as const,
     request: { body: jsonBody(FleetInput) },
     responses: {
-      201: jsonResponse(Fleet, "The fleet"),
+      201: createdResponse(Fleet, "The fleet"),
       ...commonErrors,
       ...conflictError("A fleet with this id exists"),
     },

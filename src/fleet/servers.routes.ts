@@ -3,7 +3,8 @@ import { eq } from "drizzle-orm";
 import { actorOf, requireScope } from "../auth/principal";
 import { getDb } from "../db/client";
 import { notFound } from "../http/errors";
-import { bearer, commonErrors, conflictError, jsonBody, jsonResponse, notFoundError } from "../http/openapi";
+import { locationOfCreated } from "../http/location";
+import { bearer, createdResponse, commonErrors, conflictError, jsonBody, jsonResponse, notFoundError } from "../http/openapi";
 import { cursorParam, decodeCursor, limitParam, page } from "../http/paging";
 import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
@@ -23,10 +24,10 @@ export const serverRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHoo
     tags: ["servers"],
     summary: "Register a server; its token is returned once",
     security: bearer,
-    middleware: [requireScope("write")] as const,
+    middleware: [requireScope("write"), locationOfCreated] as const,
     request: { body: jsonBody(ServerInput) },
     responses: {
-      201: jsonResponse(ServerCreated, "The server, with its token"),
+      201: createdResponse(ServerCreated, "The server, with its token"),
       ...commonErrors,
       ...conflictError("Another server of the fleet has this fleetlock_id"),
       422: jsonResponse(z.object({ error: z.any() }), "The fleet does not exist"),

@@ -3,6 +3,7 @@ import type { Context } from "hono";
 import { bodyLimit } from "hono/body-limit";
 import { FLEET_ID } from "../fleet/schemas";
 import { bodyClaimProblem } from "../http/content";
+import { logError } from "../http/log";
 import type { AppEnv } from "../http/types";
 import { sha256Hex } from "../lib/crypto";
 import { MAX_FLEETLOCK_BODY_BYTES } from "../domain/limits";
@@ -142,7 +143,7 @@ async function handle(c: Context<AppEnv>, op: "pre-reboot" | "steady-state") {
 
 fleetlock.onError((err, c) => {
   if (err instanceof FleetLockError) return c.json({ kind: err.kind, value: err.value }, err.status);
-  console.error("fleetlock request failed", err);
+  logError(c, err);
   return c.json({ kind: "internal_error", value: "internal error; retry later" }, 500);
 });
 

@@ -2,6 +2,8 @@ import { OpenAPIHono } from "@hono/zod-openapi";
 import { bodyLimit } from "hono/body-limit";
 import { createMiddleware } from "hono/factory";
 import { HTTPException } from "hono/http-exception";
+import { requestId } from "hono/request-id";
+import type { Context } from "hono";
 import { auditRoutes } from "../audit/routes";
 import { tokenRoutes } from "../auth/routes";
 import { fleetRoutes } from "../fleet/fleets.routes";
@@ -11,7 +13,11 @@ import { agentRoutes } from "../ledger/agent.routes";
 import { fleetlockRoutes } from "../fleetlock/protocol.routes";
 import { rebootGroupRoutes } from "../fleetlock/operator.routes";
 import { metricsText, recordResponse } from "../metrics";
+import { allowedMethodsFinder } from "./allow";
 import { bodyClaimProblem } from "./content";
+import { corsForConfiguredOrigins } from "./cors";
+import { logError, requestLog } from "./log";
+import { rejectUnknownQuery } from "./query";
 import { ApiError, errorBody } from "./errors";
 import type { AppEnv } from "./types";
 import { validationHook } from "./validation";
@@ -43,6 +49,11 @@ const requireJsonBody = createMiddleware<AppEnv>(async (c, next) => {
 export function createApp() {
   const app = new OpenAPIHono<AppEnv>({ defaultHook: validationHook });
 
+  // Every route, FleetLock and /healthz included: a request id (X-Request-Id taken when it is a
+  // sane token, else made), returned in the answer and its error body, and one log line each.
+  app.use("*", requestId());
+  app.use("*", requestLog);
+  app.use("*", corsForConfiguredOrigins());
   app.use("*", async (c, next) => {
     await next();
     recordResponse(c.res.status);
@@ -57,6 +68,7 @@ export function createApp() {
     }),
   );
   app.use("/v1/*", requireJsonBody);
+  app.use("/v1/*", rejectUnknownQuery(() => app.openAPIRegistry.definitions as never));
   // While upgrade steps are pending, writes answer 503 (hosts' own endpoints excepted).
   app.use("/v1/*", drainWrites());
 
@@ -85,17 +97,33 @@ export function createApp() {
     },
   });
 
-  app.notFound((c) => c.json(errorBody("not_found", `no route for ${c.req.method} ${c.req.path}`), 404));
+  /** An error answer, carrying the request id so a report can be matched with the logs. */
+  const failure = (c: Context<AppEnv>, code: string, message: string, details?: unknown) => {
+    const { error } = errorBody(code, message, details);
+    return { error: { ...error, request_id: c.get("requestId") } };
+  };
+  const allowedMethods = allowedMethodsFinder(() => app.routes);
+  app.notFound((c) => {
+    const allow = allowedMethods(c.req.path);
+    if (allow.length) {
+      return c.json(
+        failure(c, "method_not_allowed", `${c.req.path} takes ${allow.join(", ")}, not ${c.req.method}`, { allow }),
+        405,
+        { Allow: allow.join(", ") },
+      );
+    }
+    return c.json(failure(c, "not_found", `no route for ${c.req.method} ${c.req.path}`), 404);
+  });
   app.onError((err, c) => {
     if (err instanceof ApiError) {
-      return c.json(errorBody(err.code, err.message, err.details), err.status, err.headers);
+      return c.json(failure(c, err.code, err.message, err.details), err.status, err.headers);
     }
     if (err instanceof HTTPException) {
       const code = err.status === 400 ? "malformed_json" : err.status === 413 ? "payload_too_large" : "bad_request";
-      return c.json(errorBody(code, err.message || "bad request"), err.status);
+      return c.json(failure(c, code, err.message || "bad request"), err.status);
     }
-    console.error("unhandled error", err);
-    return c.json(errorBody("internal_error", "internal error"), 500);
+    logError(c, err);
+    return c.json(failure(c, "internal_error", "internal error"), 500);
   });
   return routes;
 }

@@ -36,4 +36,11 @@ export const jsonResponse = <T extends z.ZodType>(schema: T, description: string
   content: { "application/json": { schema } },
 });
 
+/** A 201 for a resource with its own URL, which `Location` names (set by http/location.ts). */
+export const createdResponse = <T extends z.ZodType>(schema: T, description: string) => ({
+  description,
+  headers: z.object({ Location: z.string().openapi({ description: "The created resource's URL", example: "/v1/fleets/prod" }) }),
+  content: { "application/json": { schema } },
+});
+
 export const bearer = [{ Bearer: [] }];

@@ -6,19 +6,11 @@ import { validationHook } from "../http/validation";
 import { MAX_WAIT_S } from "../domain/limits";
 import { AgentStatusRow, DesiredConfig, InventoryReport, serverStatus } from "./schemas";
 import { unwrap } from "../http/errors";
+import { heldGeneration, matchesGeneration, parseIfNoneMatch } from "../http/conditional";
 import { ledgerOf } from "./stub";
 
 
 
-/** The generation a host already holds, from `If-None-Match: "7"` (weak tags and lists too). */
-export function knownGeneration(header: string | undefined): number | null {
-  if (!header) return null;
-  for (const tag of header.split(",")) {
-    const m = /^\s*(?:W\/)?"(\d{1,15})"\s*$/.exec(tag);
-    if (m) return Number(m[1]);
-  }
-  return null;
-}
 
 const ReportAccepted = z
   .object({
@@ -55,11 +47,13 @@ export const agentRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook
   async (c) => {
     const { wait } = c.req.valid("query");
     const p = serverPrincipal(c.var.principal);
-    const known = knownGeneration(c.req.header("If-None-Match"));
-    const result = unwrap(await ledgerOf(c.env, p.serverId).agentDesired(p.tokenHash, known, wait * 1000));
+    const condition = parseIfNoneMatch(c.req.header("If-None-Match"));
+    const ledger = ledgerOf(c.env, p.serverId);
+    const result = unwrap(await ledger.agentDesired(p.tokenHash, heldGeneration(condition), wait * 1000));
     c.header("ETag", `"${result.generation}"`);
     c.header("Cache-Control", "no-store");
-    if (result.notModified) return c.body(null, 304);
+    // `*` or a list naming the current generation is a match too (RFC 9110), not only the newest tag.
+    if (result.notModified || matchesGeneration(condition, result.generation)) return c.body(null, 304);
     return c.json(result.config, 200);
   },
 )

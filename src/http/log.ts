@@ -1,0 +1,64 @@
+import { routePath } from "hono/route";
+import { createMiddleware } from "hono/factory";
+import type { Context } from "hono";
+import { actorOf } from "../auth/principal";
+import type { AppEnv } from "./types";
+
+/**
+ * Structured logs, one JSON object per line, as `wrangler tail` and Workers Logs index them: one
+ * line per request and one per error (with its stack). The route is the pattern the request
+ * matched (`/fleetlock/:fleet/:key/v1/pre-reboot`), never the raw path, so a FleetLock key or a
+ * token never reaches a log.
+ */
+export function logLine(level: "info" | "warn" | "error", msg: string, fields: Record<string, unknown>) {
+  const line = JSON.stringify({ level, msg, ...fields });
+  if (level === "error") console.error(line);
+  else if (level === "warn") console.warn(line);
+  else console.log(line);
+}
+
+/**
+ * The route pattern the request was answered by, or null when none matched. After the chain has
+ * run, the route index points at the handler that answered.
+ */
+function routeOf(c: Context<AppEnv>) {
+  const path = routePath(c);
+  return path && path !== "*" && !path.endsWith("/*") ? path : null;
+}
+
+/** Who made the request, as the audit log names them; a FleetLock call is its fleet's. */
+function principalOf(c: Context<AppEnv>, route: string | null) {
+  const p = c.get("principal");
+  if (p) return actorOf(p);
+  if (route?.startsWith("/fleetlock/")) return `fleetlock:${c.req.path.split("/")[2] ?? ""}`;
+  return null;
+}
+
+export const requestLog = createMiddleware<AppEnv>(async (c, next) => {
+  const started = performance.now();
+  try {
+    await next();
+  } finally {
+    const route = routeOf(c);
+    logLine(c.res.status >= 500 ? "error" : "info", "request", {
+      request_id: c.get("requestId"),
+      method: c.req.method,
+      route,
+      status: c.res.status,
+      duration_ms: Math.round((performance.now() - started) * 10) / 10,
+      principal: principalOf(c, route),
+    });
+  }
+});
+
+/** An error nobody handled: its message and stack, with the request it broke. */
+export function logError(c: Context<AppEnv>, err: unknown) {
+  const e = err instanceof Error ? err : new Error(String(err));
+  logLine("error", "unhandled error", {
+    request_id: c.get("requestId"),
+    method: c.req.method,
+    route: routeOf(c),
+    error: e.message,
+    stack: e.stack,
+  });
+}
