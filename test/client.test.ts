@@ -1,10 +1,9 @@
-import { SELF } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { createClient, errorOf } from "../src/client";
-import { ADMIN, BASE } from "./helpers";
+import { ADMIN, BASE, checkedFetch } from "./helpers";
 
-const viaWorker = (token?: string | null) =>
-  createClient(BASE, token, { fetch: (input: RequestInfo | URL, init?: RequestInit) => SELF.fetch(input, init) });
+// Through the worker, every answer checked against the OpenAPI document.
+const viaWorker = (token?: string | null) => createClient(BASE, token, { fetch: checkedFetch });
 
 describe("the typed client (hono hc over AppType)", () => {
   it("registers a fleet and a server, and the host reads its desired config, all typed end to end", async () => {

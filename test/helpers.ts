@@ -1,4 +1,5 @@
 import { env, runDurableObjectAlarm, runInDurableObject, SELF } from "cloudflare:test";
+import { contractProblems } from "./contract";
 
 export const ADMIN = "test-admin-token";
 export const BASE = "https://hm.test";
@@ -28,10 +29,16 @@ export async function call(method: string, path: string, opts: CallOptions = {})
   return res;
 }
 
-/** Any request through the worker; the body is parsed as JSON when it is JSON, else kept as text. */
+/**
+ * Any request through the worker; the body is parsed as JSON when it is JSON, else kept as text.
+ * Every answer is checked against the OpenAPI document (test/contract.ts): one that the document
+ * does not describe fails the test that received it.
+ */
 export async function send(url: string, init: RequestInit) {
   const res = await SELF.fetch(url, init);
   const text = await res.text();
+  const violation = await contractProblems(init.method ?? "GET", url, res, text);
+  if (violation) throw new Error(`answer outside the OpenAPI document: ${violation.where}\n  ${violation.problems.join("\n  ")}`);
   let json: any = null;
   try {
     json = text ? JSON.parse(text) : null;
@@ -39,6 +46,16 @@ export async function send(url: string, init: RequestInit) {
     json = text;
   }
   return { status: res.status, headers: res.headers, json };
+}
+
+/** A fetch through the worker whose every answer is checked against the OpenAPI document, as send's are. */
+export async function checkedFetch(input: RequestInfo | URL, init?: RequestInit): Promise<Response> {
+  const req = new Request(input, init);
+  const res = await SELF.fetch(req.clone());
+  const text = await res.clone().text();
+  const violation = await contractProblems(req.method, req.url, res, text);
+  if (violation) throw new Error(`answer outside the OpenAPI document: ${violation.where}\n  ${violation.problems.join("\n  ")}`);
+  return res;
 }
 
 /** Replaces one binding in a Durable Object's env until the returned restore runs. */

@@ -26,6 +26,7 @@ export const auditRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook
   createRoute({
     method: "get",
     path: "/",
+    operationId: "listAudit",
     tags: ["audit"],
     summary: "The audit log, newest first",
     security: bearer,

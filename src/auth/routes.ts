@@ -50,6 +50,7 @@ export const tokenRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook
   createRoute({
     method: "post",
     path: "/",
+    operationId: "createToken",
     tags: ["tokens"],
     summary: "Create an operator token; the secret is returned once",
     security: bearer,
@@ -88,6 +89,7 @@ export const tokenRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook
   createRoute({
     method: "get",
     path: "/",
+    operationId: "listTokens",
     tags: ["tokens"],
     summary: "List tokens (never their secrets)",
     security: bearer,
@@ -122,6 +124,7 @@ export const tokenRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook
   createRoute({
     method: "delete",
     path: "/{id}",
+    operationId: "revokeToken",
     tags: ["tokens"],
     summary: "Revoke a token; it stops working at once",
     security: bearer,
@@ -139,6 +142,7 @@ export const tokenRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook
   createRoute({
     method: "get",
     path: "/{id}",
+    operationId: "getToken",
     tags: ["tokens"],
     summary: "One token (never its secret)",
     security: bearer,

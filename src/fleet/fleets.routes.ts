@@ -19,6 +19,7 @@ export const fleetRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook
   createRoute({
     method: "post",
     path: "/",
+    operationId: "createFleet",
     tags: ["fleets"],
     summary: "Create a fleet",
     security: bearer,
@@ -60,6 +61,7 @@ export const fleetRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook
   createRoute({
     method: "get",
     path: "/{id}",
+    operationId: "getFleet",
     tags: ["fleets"],
     summary: "Get a fleet",
     security: bearer,
@@ -79,6 +81,7 @@ export const fleetRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook
   createRoute({
     method: "get",
     path: "/",
+    operationId: "listFleets",
     tags: ["fleets"],
     summary: "List fleets",
     security: bearer,

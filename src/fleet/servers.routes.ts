@@ -21,6 +21,7 @@ export const serverRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHoo
   createRoute({
     method: "post",
     path: "/",
+    operationId: "registerServer",
     tags: ["servers"],
     summary: "Register a server; its token is returned once",
     security: bearer,
@@ -43,6 +44,7 @@ export const serverRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHoo
   createRoute({
     method: "get",
     path: "/{id}",
+    operationId: "getServer",
     tags: ["servers"],
     summary: "A server with its desired config, last report and computed status",
     security: bearer,
@@ -62,6 +64,7 @@ export const serverRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHoo
   createRoute({
     method: "get",
     path: "/",
+    operationId: "listServers",
     tags: ["servers"],
     summary: "Search servers (from the fleet-wide index)",
     security: bearer,
@@ -95,6 +98,7 @@ export const serverRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHoo
   createRoute({
     method: "put",
     path: "/{id}/desired",
+    operationId: "putDesiredConfig",
     tags: ["servers"],
     summary: "Set a server's desired config (generation rules: DESIGN §4)",
     security: bearer,
@@ -119,6 +123,7 @@ export const serverRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHoo
   createRoute({
     method: "get",
     path: "/{id}/desired",
+    operationId: "getDesiredConfig",
     tags: ["servers"],
     summary: "A server's desired config",
     security: bearer,
@@ -138,6 +143,7 @@ export const serverRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHoo
   createRoute({
     method: "patch",
     path: "/{id}",
+    operationId: "patchServer",
     tags: ["servers"],
     summary: "Change a server's FleetLock id and/or reboot group",
     security: bearer,

@@ -18,6 +18,7 @@ export const rebootGroupRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validati
   createRoute({
     method: "get",
     path: "/{fleet}/reboot-groups",
+    operationId: "listRebootGroups",
     tags: ["reboot coordination"],
     summary: "The fleet's reboot groups: slots, pause, windows, holders (with their server) and stuck flags",
     security: bearer,
@@ -43,6 +44,7 @@ export const rebootGroupRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validati
   createRoute({
     method: "get",
     path: "/{fleet}/reboot-groups/{group}",
+    operationId: "getRebootGroup",
     tags: ["reboot coordination"],
     summary: "One reboot group",
     security: bearer,
@@ -60,6 +62,7 @@ export const rebootGroupRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validati
   createRoute({
     method: "put",
     path: "/{fleet}/reboot-groups/{group}",
+    operationId: "putRebootGroup",
     tags: ["reboot coordination"],
     summary: "Create or change a reboot group live; shrinking never evicts holders",
     security: bearer,
@@ -78,6 +81,7 @@ export const rebootGroupRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validati
   createRoute({
     method: "delete",
     path: "/{fleet}/reboot-groups/{group}/holders/{id}",
+    operationId: "releaseRebootHolder",
     tags: ["reboot coordination"],
     summary: "Force-release one holder's slot (audited)",
     security: bearer,
@@ -108,6 +112,7 @@ export const rebootGroupRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validati
   createRoute({
     method: "post",
     path: "/{fleet}/fleetlock-key",
+    operationId: "rotateFleetlockKey",
     tags: ["reboot coordination"],
     summary: "Create or rotate the fleet's FleetLock key; the previous key stops working at once",
     description: "Returns the key once, inside the base_url hosts put in their Zincati config.",

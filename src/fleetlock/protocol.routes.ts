@@ -51,7 +51,12 @@ const ops = {
 
 const keyParams = z.object({
   fleet: z.string().regex(FLEET_ID),
-  key: z.string().regex(FLEETLOCK_KEY).openapi({ description: "The fleet's FleetLock key" }),
+  key: z.string().regex(FLEETLOCK_KEY).openapi({
+    description:
+      "The credential: the fleet's FleetLock key (stored hashed; rotated with POST /v1/fleets/{fleet}/fleetlock-key). " +
+      "A wrong, rotated or missing key answers 403 `unauthorized`.",
+    format: "password",
+  }),
 });
 const groupParams = keyParams.extend({
   group: z.string().openapi({ description: "A `${group}` Zincati templated into base_url; must equal the body's group" }),
@@ -69,7 +74,11 @@ for (const op of ["pre-reboot", "steady-state"] as const) {
       createRoute({
         method: "post",
         path,
+        operationId: `fleetlock${op === "pre-reboot" ? "PreReboot" : "SteadyState"}${templated ? "InGroupUrl" : ""}`,
         tags: ["fleetlock"],
+        // The credential is the fleet's key in the path (`key`): Zincati can send no header of its own,
+        // and OpenAPI security schemes cannot name a path segment, so the operation declares none.
+        security: [],
         summary: ops[op].summary,
         description:
           "For hosts (Zincati). The body is read from the raw bytes whatever the Content-Type says " +

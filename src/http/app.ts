@@ -17,6 +17,7 @@ import { allowedMethodsFinder } from "./allow";
 import { bodyClaimProblem } from "./content";
 import { corsForConfiguredOrigins } from "./cors";
 import { logError, requestLog } from "./log";
+import { DOCUMENT_CONFIG, registerServiceEndpoints, withRequestIdHeaders } from "./document";
 import { rejectUnknownQuery } from "./query";
 import { ApiError, errorBody } from "./errors";
 import type { AppEnv } from "./types";
@@ -88,13 +89,11 @@ export function createApp() {
     .route("/fleetlock", fleetlockRoutes);
 
   app.openAPIRegistry.registerComponent("securitySchemes", "Bearer", { type: "http", scheme: "bearer" });
-  app.doc31("/openapi.json", {
-    openapi: "3.1.0",
-    info: {
-      title: "Harbormaster",
-      version: "0.1.0",
-      description: "Control plane for the agents that run on a fleet of servers.",
-    },
+  registerServiceEndpoints(app.openAPIRegistry);
+  let document: ReturnType<typeof app.getOpenAPI31Document> | null = null;
+  app.get("/openapi.json", (c) => {
+    document ??= withRequestIdHeaders(app.getOpenAPI31Document(DOCUMENT_CONFIG));
+    return c.json(document, 200);
   });
 
   /** An error answer, carrying the request id so a report can be matched with the logs. */

@@ -6,22 +6,38 @@ export const ErrorSchema = z
       code: z.string().openapi({ example: "validation_failed" }),
       message: z.string(),
       details: z.unknown().optional(),
+      request_id: z.string().optional().openapi({ description: "The request's X-Request-Id, to find it in the logs" }),
     }),
   })
   .openapi("Error");
 
-const errorResponse = (description: string) => ({
+const errorResponse = (description: string, headers?: z.ZodObject) => ({
   description,
+  ...(headers ? { headers } : {}),
   content: { "application/json": { schema: ErrorSchema } },
 });
 
-/** The error answers every authenticated route can give; listed once for the document. */
+const wwwAuthenticate = z.object({
+  "WWW-Authenticate": z.string().openapi({ description: "The scheme to authenticate with", example: 'Bearer realm="harbormaster"' }),
+});
+const retryAfter = z.object({
+  "Retry-After": z.string().openapi({ description: "Seconds to wait before retrying", example: "10" }),
+});
+
+/** The error answers every /v1 route can give; listed once for the document. */
 export const commonErrors = {
-  400: errorResponse("The request is malformed or fails validation; nothing changed"),
-  401: errorResponse("Missing or invalid bearer token"),
+  400: errorResponse("The request is malformed or fails validation (`invalid_query` names unknown query parameters); nothing changed"),
+  401: errorResponse("Missing or invalid bearer token", wwwAuthenticate),
   403: errorResponse("The token's scope or owner does not allow this"),
-  503: errorResponse("Data upgrade in progress; retry after the Retry-After delay"),
+  413: errorResponse("The body is over 1 MiB (`payload_too_large`)"),
+  415: errorResponse(
+    "The body is not JSON (`unsupported_media_type`), or declares a content coding (`unsupported_content_encoding`) or a charset other than UTF-8 (`unsupported_charset`)",
+  ),
+  503: errorResponse("Data upgrade in progress (`upgrade_in_progress`); retry after the Retry-After delay", retryAfter),
 } as const;
+
+/** An error answer with its own description, e.g. a route's 503 that carries Retry-After. */
+export const errorWithRetryAfter = (description: string) => errorResponse(description, retryAfter);
 
 export const notFoundError = { 404: errorResponse("No such resource") } as const;
 export const conflictError = (what: string) => ({ 409: errorResponse(what) }) as const;

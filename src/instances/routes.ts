@@ -30,6 +30,7 @@ export const instanceRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationH
   createRoute({
     method: "get",
     path: "/",
+    operationId: "listInstances",
     tags: ["instances"],
     summary: "Agent instances (one per server and agent), searchable by server, agent and image",
     security: bearer,

@@ -12,6 +12,10 @@ import { ledgerOf } from "./stub";
 
 
 
+const generationTag = z.object({
+  ETag: z.string().openapi({ description: "The desired generation, as an entity tag", example: '"7"' }),
+});
+
 const ReportAccepted = z
   .object({
     server_id: z.string(),
@@ -27,6 +31,7 @@ export const agentRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook
   createRoute({
     method: "get",
     path: "/desired",
+    operationId: "getAgentDesired",
     tags: ["host agents"],
     summary: "The calling server's desired config; 304 when the If-None-Match generation is current",
     description:
@@ -39,8 +44,8 @@ export const agentRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook
       headers: z.object({ "if-none-match": z.string().optional() }),
     },
     responses: {
-      200: jsonResponse(DesiredConfig, "The desired config"),
-      304: { description: "Unchanged since the generation in If-None-Match" },
+      200: { ...jsonResponse(DesiredConfig, "The desired config"), headers: generationTag },
+      304: { description: "Unchanged since the generation in If-None-Match", headers: generationTag },
       ...commonErrors,
     },
   }),
@@ -62,6 +67,7 @@ export const agentRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook
   createRoute({
     method: "put",
     path: "/inventory",
+    operationId: "putAgentInventory",
     tags: ["host agents"],
     summary: "Report what the calling server really runs, failures included",
     security: bearer,

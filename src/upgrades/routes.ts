@@ -57,8 +57,9 @@ const UpgradeStatus = z
     data_version: z.number().int(),
     newest_version: z.number().int(),
     pending: z.array(z.object({ version: z.number().int(), description: z.string() })),
-    lease: Lease.nullable(),
-    last_run: Run.nullable(),
+    // A union with null, not .nullable(): the document generator drops nullability from a $ref.
+    lease: z.union([Lease, z.null()]),
+    last_run: z.union([Run, z.null()]),
     history: z.object({ items: z.array(Attempt), next_cursor: z.string().nullable() }),
   })
   .openapi("UpgradeStatus");
@@ -92,6 +93,7 @@ export const upgradeRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHo
   createRoute({
     method: "get",
     path: "/",
+    operationId: "getUpgrades",
     tags: ["upgrades"],
     summary: "Data version, pending steps, the lease holder and the step history (newest first)",
     security: bearer,
@@ -148,6 +150,7 @@ export const upgradeRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHo
   createRoute({
     method: "post",
     path: "/run",
+    operationId: "runUpgrades",
     tags: ["upgrades"],
     summary: "Run pending upgrade steps now and wait for the outcome",
     description:
