@@ -5,19 +5,52 @@ export const FLEET_ID = /^[a-z0-9][a-z0-9-]{0,62}$/;
 export const GROUP_NAME = /^[a-zA-Z0-9.-]+$/;
 
 export const fleetId = z.string().regex(FLEET_ID, "fleet ids are 1-63 chars of a-z, 0-9 and '-'");
-const capabilityName = z.string().regex(/^[a-z][a-z0-9_]{0,62}$/);
+export const CAPABILITY_NAME = /^[a-z][a-z0-9_]{0,62}$/;
+export const capabilityName = z.string().regex(CAPABILITY_NAME, "capability names are 1-63 chars of a-z, 0-9 and '_', starting with a letter");
 export const groupName = z.string().max(63).regex(GROUP_NAME, "group names match ^[a-zA-Z0-9.-]+$");
+
+/** The fleet's settings, shared by creation (with defaults) and PATCH (each optional). */
+const setting = {
+  stale_after_s: z.number().int().min(10).max(7 * 86400),
+  lock_ttl_s: z.number().int().min(60).max(30 * 86400),
+  allow_unknown_ids: z.boolean(),
+  default_group_slots: z.number().int().min(1).max(10_000).nullable(),
+};
+const MAX_CAPABILITIES = 256;
 
 export const FleetInput = z
   .strictObject({
     id: fleetId,
-    capabilities: z.record(capabilityName, z.boolean()).default({}),
-    stale_after_s: z.number().int().min(10).max(7 * 86400).default(300),
-    lock_ttl_s: z.number().int().min(60).max(30 * 86400).default(3600),
-    allow_unknown_ids: z.boolean().default(false),
-    default_group_slots: z.number().int().min(1).max(10_000).nullable().default(null),
+    capabilities: z
+      .record(capabilityName, z.boolean())
+      .refine((c) => Object.keys(c).length <= MAX_CAPABILITIES, `at most ${MAX_CAPABILITIES} capabilities`)
+      .default({}),
+    stale_after_s: setting.stale_after_s.default(300),
+    lock_ttl_s: setting.lock_ttl_s.default(3600),
+    allow_unknown_ids: setting.allow_unknown_ids.default(false),
+    default_group_slots: setting.default_group_slots.default(null),
   })
   .openapi("FleetInput");
+
+/**
+ * PATCH /v1/fleets/{fleet}: capabilities are merged into the fleet's (a key set to null is removed,
+ * as in a JSON merge patch); each setting given replaces the fleet's.
+ */
+export const FleetPatch = z
+  .strictObject({
+    capabilities: z
+      .record(capabilityName, z.boolean().nullable())
+      .refine((c) => Object.keys(c).length <= MAX_CAPABILITIES, `at most ${MAX_CAPABILITIES} capabilities`)
+      .optional(),
+    stale_after_s: setting.stale_after_s.optional(),
+    lock_ttl_s: setting.lock_ttl_s.optional(),
+    allow_unknown_ids: setting.allow_unknown_ids.optional(),
+    default_group_slots: setting.default_group_slots.optional(),
+  })
+  .refine((p) => Object.keys(p).length > 0, "name at least one field to change")
+  .openapi("FleetPatch");
+export type FleetPatch = z.infer<typeof FleetPatch>;
+export { MAX_CAPABILITIES };
 
 export const Fleet = z
   .object({
@@ -38,7 +71,7 @@ const hostname = z
     /^(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$/,
     "not a valid hostname",
   );
-const roleName = z.string().regex(/^[a-z0-9][a-z0-9._-]{0,62}$/);
+export const roleName = z.string().regex(/^[a-z0-9][a-z0-9._-]{0,62}$/);
 
 export const ServerInput = z
   .strictObject({

@@ -146,6 +146,19 @@ export class RebootCoordinator extends DurableObject<Env> {
 
   // ---- fleet configuration ----
 
+  /** The fleet was deleted (issue 8): its groups, holders, registry and key go. Idempotent. */
+  async forget(): Promise<void> {
+    await this.ctx.storage.deleteAlarm();
+    await this.ctx.storage.deleteAll();
+    this.mem = null;
+    this.unknown.clear();
+  }
+
+  /** PATCH /v1/fleets/{fleet} (issue 8): the fleet's settings, as D1 now holds them. */
+  async updateSettings(settings: FleetSettings): Promise<void> {
+    this.syncSettings(settings);
+  }
+
   /** Installs a new key; the previous one stops working with this write. */
   async setKey(settings: FleetSettings, keyHash: string): Promise<void> {
     this.putConfig({ ...settings, key_hash: keyHash });

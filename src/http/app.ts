@@ -7,6 +7,7 @@ import { tokenRoutes } from "../auth/routes";
 import { fleetRoutes } from "../fleet/fleets.routes";
 import { serverRoutes } from "../fleet/servers.routes";
 import { instanceRoutes } from "../instances/routes";
+import { intentRoutes } from "../intent/routes";
 import { agentRoutes } from "../ledger/agent.routes";
 import { fleetlockRoutes } from "../fleetlock/protocol.routes";
 import { rebootGroupRoutes } from "../fleetlock/operator.routes";
@@ -57,7 +58,7 @@ export function createApp() {
   app.get("/healthz", (c) => c.json({ ok: true }));
   app.get("/metrics", (c) => c.text(metricsText(), 200, { "Content-Type": "text/plain; version=0.0.4" }));
 
-  for (const routes of [tokenRoutes, fleetRoutes, serverRoutes, agentRoutes, instanceRoutes, auditRoutes]) {
+  for (const routes of [tokenRoutes, fleetRoutes, serverRoutes, agentRoutes, instanceRoutes, auditRoutes, intentRoutes]) {
     app.route("/", routes);
   }
   app.route("/", upgradeRoutes);
