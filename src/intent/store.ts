@@ -90,10 +90,14 @@ export async function intentRevOf(db: Db, fleet: string) {
  * changes of one fleet's intent apply one after another, each on the state it checked.
  */
 export const bumpIntentRev = (db: Db, fleet: string, expected: number, guard?: SQL) =>
-  db.run(sql`INSERT INTO ${fleetIntent} (fleet_id, rev)
-    VALUES (${fleet}, CASE WHEN coalesce((SELECT rev FROM ${fleetIntent} WHERE fleet_id = ${fleet}), 0) = ${expected}
-      ${guard ? sql`AND (${guard})` : sql``} THEN ${expected + 1} ELSE NULL END)
-    ON CONFLICT (fleet_id) DO UPDATE SET rev = excluded.rev`);
+  db
+    .insert(fleetIntent)
+    .values({
+      fleetId: fleet,
+      rev: sql`CASE WHEN coalesce((SELECT rev FROM ${fleetIntent} WHERE fleet_id = ${fleet}), 0) = ${expected}
+        ${guard ? sql`AND (${guard})` : sql``} THEN ${expected + 1} ELSE NULL END`,
+    })
+    .onConflictDoUpdate({ target: fleetIntent.fleetId, set: { rev: sql`excluded.rev` } });
 
 export function isIntentConflict(err: unknown) {
   const text = err instanceof Error ? `${err.message} ${(err as { cause?: Error }).cause?.message ?? ""}` : String(err);

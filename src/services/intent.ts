@@ -24,7 +24,8 @@ import { MAX_CAPABILITIES, type FleetPatch } from "../fleet/schemas";
 
 type Statement = Parameters<Db["batch"]>[0][number];
 
-const MAX_ATTEMPTS = 5;
+/** Each round of a race commits at least one writer, so this bounds a race of this many. */
+const MAX_ATTEMPTS = 16;
 
 /**
  * Read-check-write of one fleet's intent. `decide` reads what it needs and returns the statements
@@ -51,6 +52,7 @@ export async function changeIntent<T>(
       if (attempt >= MAX_ATTEMPTS) {
         throw new ApiError(409, "concurrent_change", `fleet '${fleet}' is being changed concurrently; retry`);
       }
+      await new Promise((r) => setTimeout(r, Math.random() * 10 * attempt));
     }
   }
 }
