@@ -1,6 +1,7 @@
 import { getDb } from "./db/client";
 import type { Env } from "./env";
 import { markStale } from "./reconcile/staleness";
+import { finishFleetRemovals } from "./services/fleet-removal";
 import { runUpgrades } from "./upgrades/runner";
 
 /** Cron: upgrade steps first (they may change what reconciliation reads), then reconciliation. */
@@ -13,4 +14,5 @@ export async function runScheduled(controller: ScheduledController, env: Env) {
   }
   const db = getDb(env.DB);
   await markStale(db, controller.scheduledTime);
+  await finishFleetRemovals(db, env);
 }

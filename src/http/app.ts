@@ -8,6 +8,7 @@ import { fleetRoutes } from "../fleet/fleets.routes";
 import { serverRoutes } from "../fleet/servers.routes";
 import { instanceRoutes } from "../instances/routes";
 import { intentRoutes } from "../intent/routes";
+import { checkRoutes } from "../check/routes";
 import { agentRoutes } from "../ledger/agent.routes";
 import { fleetlockRoutes } from "../fleetlock/protocol.routes";
 import { rebootGroupRoutes } from "../fleetlock/operator.routes";
@@ -58,7 +59,7 @@ export function createApp() {
   app.get("/healthz", (c) => c.json({ ok: true }));
   app.get("/metrics", (c) => c.text(metricsText(), 200, { "Content-Type": "text/plain; version=0.0.4" }));
 
-  for (const routes of [tokenRoutes, fleetRoutes, serverRoutes, agentRoutes, instanceRoutes, auditRoutes, intentRoutes]) {
+  for (const routes of [tokenRoutes, fleetRoutes, serverRoutes, agentRoutes, instanceRoutes, auditRoutes, intentRoutes, checkRoutes]) {
     app.route("/", routes);
   }
   app.route("/", upgradeRoutes);
