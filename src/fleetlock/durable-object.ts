@@ -93,7 +93,7 @@ export class RebootCoordinator extends DurableObject<Env> {
   async alarm() {
     await this.scheduler.fire({
       outbox: () => this.outbox.flush(),
-      reservation: (_payload, name) => this.expireReservation(name.slice("reservation:".length)),
+      reservation: (payload, name) => this.expireReservation(name.slice("reservation:".length), (payload as { until: number }).until),
     });
   }
 
@@ -236,15 +236,16 @@ export class RebootCoordinator extends DurableObject<Env> {
     if (!owner) {
       const until = now + RESERVATION_TTL_MS;
       this.kv.put(KEY.reservation(fleetlockId), { server_id: serverId, until } satisfies Reservation);
-      this.scheduler.schedule(KEY.reservation(fleetlockId), until);
+      this.scheduler.schedule(KEY.reservation(fleetlockId), until, { until });
       await this.scheduler.arm();
     }
     return { ok: true };
   }
 
-  private expireReservation(fleetlockId: string) {
+  /** The timer carries the reservation it was set for: a later reservation of the id outlives it. */
+  private expireReservation(fleetlockId: string, until: number) {
     const r = this.kv.get<Reservation>(KEY.reservation(fleetlockId));
-    if (r && r.until <= Date.now()) this.kv.delete(KEY.reservation(fleetlockId));
+    if (r && r.until <= until) this.kv.delete(KEY.reservation(fleetlockId));
   }
 
   /**
@@ -269,6 +270,17 @@ export class RebootCoordinator extends DurableObject<Env> {
       return { applied: false, conflict: true };
     }
     return { applied: this.applyIdentity(serverId, identity) };
+  }
+
+  /**
+   * An identity read from the index by an upgrade step: taken only if this coordinator knows
+   * nothing of the server and nobody else has the id, so it never overrides a ledger's delivery.
+   */
+  async adoptIdentity(serverId: string, identity: ServerIdentity): Promise<{ applied: boolean }> {
+    if (this.kv.get<ServerIdentity>(KEY.server(serverId))) return { applied: false };
+    const id = identity.fleetlock_id;
+    if (!id || this.kv.get<ClientEntry>(KEY.client(id))) return { applied: false };
+    return { applied: this.applyIdentity(serverId, { ...identity, rev: -1 }) };
   }
 
   async putGroup(settings: FleetSettings, name: string, change: GroupChange, actor: string): Promise<GroupView> {

@@ -27,10 +27,15 @@ export interface RegisterInput {
   fleetlock_id?: string;
 }
 
-export async function registerServer(env: Env, actor: string, input: RegisterInput): Promise<{ view: ServerView; token: string }> {
+export async function registerServer(
+  env: Env,
+  actor: string,
+  input: RegisterInput,
+  newId: () => string = () => crypto.randomUUID(),
+): Promise<{ view: ServerView; token: string }> {
   const fleet = await getFleet(getDb(env.DB), input.fleet);
   if (!fleet) throw new ApiError(422, "unknown_fleet", `fleet '${input.fleet}' does not exist`);
-  const id = crypto.randomUUID();
+  const id = newId();
   if (input.fleetlock_id) unwrap(await coordinatorOf(env, fleet.id).reserveClientId(input.fleetlock_id, id));
   const { token, hash } = await issueToken("server", id);
   const record: ServerRecord = {
