@@ -12,6 +12,7 @@ import { validationHook } from "../http/validation";
 import { fleetView, getFleet, listFleets } from "./fleets";
 import { deleteFleet, removalPending } from "../services/fleet-removal";
 import { patchFleet } from "../services/intent";
+import { planAfterChange } from "../services/planner";
 import { pushFleetSettings } from "../services/fleet-settings";
 import { Fleet, FleetInput, FleetPatch, fleetId } from "./schemas";
 
@@ -123,6 +124,7 @@ fleetRoutes.openapi(
     const { id } = c.req.valid("param");
     const out = await patchFleet(getDb(c.env.DB), actorOf(c.var.principal), id, c.req.valid("json"));
     if (out.changed.settings) await pushFleetSettings(c.env, out.fleet);
+    if (out.changed.capabilities || out.fleet.staleAfterS !== out.before.staleAfterS) await planAfterChange(c.env, c.executionCtx, id);
     return c.json(fleetView(out.fleet), 200);
   },
 );

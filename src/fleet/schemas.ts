@@ -108,6 +108,16 @@ export const ServerDetail = ServerSummary.extend({
   desired: DesiredConfig,
   report: StoredReport.omit({ received_at: true }).extend({ received_at: z.string() }).nullable(),
   agents: z.array(AgentStatusRow),
+  planning: z
+    .object({
+      mode: z.enum(["planned", "pinned"]).openapi({
+        description: "planned: the planner sets the agents; pinned: an operator's PUT desired did, until released",
+      }),
+      rev: z.number().int().openapi({ description: "the fleet intent revision of the newest inputs the server was offered" }),
+      pinned_at: z.string().optional(),
+      pinned_by: z.string().optional(),
+    })
+    .openapi("Planning"),
 }).openapi("Server");
 
 export const ServerCreated = ServerDetail.extend({

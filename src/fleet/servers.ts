@@ -43,6 +43,11 @@ export function serverDetail(v: ServerView) {
     desired: v.desired,
     report: report ? { ...report, received_at: iso(report.received_at) } : null,
     agents: v.computed.agents,
+    planning: {
+      mode: v.plan.mode,
+      rev: v.plan.rev,
+      ...(v.plan.pinned_at ? { pinned_at: iso(v.plan.pinned_at), pinned_by: v.plan.pinned_by } : {}),
+    },
   };
 }
 

@@ -9,6 +9,7 @@ import { serverRoutes } from "../fleet/servers.routes";
 import { instanceRoutes } from "../instances/routes";
 import { intentRoutes } from "../intent/routes";
 import { checkRoutes } from "../check/routes";
+import { serverPlanRoutes } from "../intent/server.routes";
 import { agentRoutes } from "../ledger/agent.routes";
 import { fleetlockRoutes } from "../fleetlock/protocol.routes";
 import { rebootGroupRoutes } from "../fleetlock/operator.routes";
@@ -59,7 +60,7 @@ export function createApp() {
   app.get("/healthz", (c) => c.json({ ok: true }));
   app.get("/metrics", (c) => c.text(metricsText(), 200, { "Content-Type": "text/plain; version=0.0.4" }));
 
-  for (const routes of [tokenRoutes, fleetRoutes, serverRoutes, agentRoutes, instanceRoutes, auditRoutes, intentRoutes, checkRoutes]) {
+  for (const routes of [tokenRoutes, fleetRoutes, serverRoutes, agentRoutes, instanceRoutes, auditRoutes, intentRoutes, checkRoutes, serverPlanRoutes]) {
     app.route("/", routes);
   }
   app.route("/", upgradeRoutes);

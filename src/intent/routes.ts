@@ -9,7 +9,8 @@ import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
 import { iso } from "../lib/time";
 import { deleteRole, putChannel, putRole } from "../services/intent";
-import { Channel, ChannelChange, ChannelInput, channelParams, fleetParam, Role, RoleInput, roleParams } from "./schemas";
+import { planAfterChange } from "../services/planner";
+import { PlannerRunSchema, Channel, ChannelChange, ChannelInput, channelParams, fleetParam, Role, RoleInput, roleParams } from "./schemas";
 import { channelHistory, channelView, getChannel, getRole, listChannels, listRoles, roleView } from "./store";
 
 export const intentRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook });
@@ -123,7 +124,10 @@ intentRoutes.openapi(
     middleware: [requireScope("write")] as const,
     request: { params: roleParams, body: jsonBody(RoleInput) },
     responses: {
-      200: jsonResponse(Role.extend({ changed: z.boolean() }), "The role; changed is false when it already was this"),
+      200: jsonResponse(
+        Role.extend({ changed: z.boolean(), planning: PlannerRunSchema.nullable() }),
+        "The role; changed is false when it already was this; planning: the re-planning of the servers with the role",
+      ),
       ...commonErrors,
       ...notFoundError,
       ...unknownChannel,
@@ -133,7 +137,8 @@ intentRoutes.openapi(
     const { fleet, role } = c.req.valid("param");
     const db = getDb(c.env.DB);
     const out = await putRole(db, actorOf(c.var.principal), fleet, role, c.req.valid("json"));
-    return c.json({ ...roleView(out.role), changed: out.changed }, 200);
+    const planning = out.changed ? await planAfterChange(c.env, c.executionCtx, fleet) : null;
+    return c.json({ ...roleView(out.role), changed: out.changed, planning }, 200);
   },
 );
 
@@ -196,6 +201,7 @@ intentRoutes.openapi(
   async (c) => {
     const { fleet, role } = c.req.valid("param");
     await deleteRole(getDb(c.env.DB), actorOf(c.var.principal), fleet, role);
+    await planAfterChange(c.env, c.executionCtx, fleet);
     return c.body(null, 204);
   },
 );

@@ -70,3 +70,12 @@ export const Role = z
 export const fleetParam = z.object({ fleet: fleetId });
 export const channelParams = fleetParam.extend({ agent: agentName });
 export const roleParams = fleetParam.extend({ role: roleName });
+
+export const PlannerRunSchema = z
+  .object({
+    servers: z.number().int().openapi({ description: "servers offered the new inputs" }),
+    issued: z.number().int().openapi({ description: "servers given a new generation (their plan differed)" }),
+    failed: z.number().int().openapi({ description: "servers left marked for a retry" }),
+    remaining: z.boolean().openapi({ description: "planning goes on in the background" }),
+  })
+  .openapi("PlannerRun");

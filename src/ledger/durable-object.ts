@@ -4,7 +4,7 @@ import { getDb } from "../db/client";
 import type { Env } from "../env";
 import { digestsEqual } from "../lib/crypto";
 import { Outbox, type Effect } from "../objects/kit/outbox";
-import { fail, type Failure } from "../objects/kit/result";
+import { fail, type Failure, type Result } from "../objects/kit/result";
 import { Scheduler } from "../objects/kit/scheduler";
 import { applyDesired, type DesiredState } from "./desired";
 import { identityPayload, ledgerEffects, tokenPayload, type LedgerEffectKind, type ReleasePayload } from "./effects";
@@ -13,6 +13,8 @@ import type { ServerRecord } from "./record";
 import type { AgentSpec, DesiredConfig, DesiredConfigInput, InventoryReport, StoredReport } from "./schemas";
 import { computeStatus, type ComputedStatus } from "./status";
 import { upgradeLedgerStorage } from "./storage-format";
+import type { FleetPlanInputs } from "../intent/store";
+import { INITIAL_PLAN_STATE, planStep, type PlanState } from "./planning";
 
 const KEY = {
   record: "record",
@@ -23,6 +25,8 @@ const KEY = {
   rebootRev: "reboot_rev",
   /** Written by the previous release's hook when the coordinator missed a release; moved to the outbox on load. */
   legacyPendingRelease: "fleetlock_release_pending",
+  /** Planned or pinned, and the newest fleet intent revision offered (issue 8, ./planning.ts). */
+  plan: "plan",
 } as const;
 
 /** What the index shows of this server, as last written by the projection. */
@@ -35,6 +39,7 @@ interface ProjectedMark {
 
 export interface ServerView {
   record: Omit<ServerRecord, "token_hash" | "token_id">;
+  plan: PlanState;
   desired: DesiredConfig;
   report: StoredReport | null;
   computed: ComputedStatus;
@@ -185,7 +190,7 @@ export class ServerLedger extends DurableObject<Env> {
   async register(
     record: ServerRecord,
     agents: Omit<AgentSpec, "instance_id">[],
-    meta: { actor: string; details?: unknown },
+    meta: { actor: string; details?: unknown; plan_rev?: number },
   ): Promise<ServerView> {
     if (!this.load()) {
       const desired: DesiredState = {
@@ -196,6 +201,7 @@ export class ServerLedger extends DurableObject<Env> {
       };
       this.ctx.storage.transactionSync(() => {
         this.save({ record, desired });
+        this.kv.put(KEY.plan, { mode: "planned", rev: meta.plan_rev ?? 0 } satisfies PlanState);
         this.outbox.enqueue("project", {}, { key: "project" });
         this.outbox.enqueue("token", tokenPayload(record, meta.actor, null), { key: "token" });
         if (record.fleetlock_id) this.outbox.enqueue("identity", identityPayload(record, 0), { key: "identity" });
@@ -227,9 +233,19 @@ export class ServerLedger extends DurableObject<Env> {
       case "unchanged":
         return { ok: true, created: false, config: this.configOf(state.record, outcome.current) };
       case "accepted": {
+        // Lifecycle orders come only from decommissioning (issue 8), never from a desired PUT.
+        if (outcome.next.lifecycle !== state.desired.lifecycle) {
+          return fail(
+            "lifecycle_change_refused",
+            `lifecycle is '${state.desired.lifecycle}'; only decommissioning (or cancelling it) changes it`,
+            { lifecycle: state.desired.lifecycle },
+          );
+        }
         const config = this.configOf(state.record, outcome.next);
         this.ctx.storage.transactionSync(() => {
           this.save({ desired: outcome.next });
+          // An explicit config pins the server: the planner leaves it alone until released.
+          this.kv.put(KEY.plan, { ...this.planState(), mode: "pinned", pinned_at: Date.now(), pinned_by: actor } satisfies PlanState);
           this.outbox.enqueue("project", {}, { key: "project" });
           this.audit({
             actor,
@@ -296,10 +312,62 @@ export class ServerLedger extends DurableObject<Env> {
     const { token_hash: _h, token_id: _t, ...record } = state.record;
     return {
       record,
+      plan: this.planState(),
       desired: this.configOf(state.record, state.desired),
       report: state.report ?? null,
       computed: computeStatus(state.desired, state.report, Date.now(), state.record.stale_after_s * 1000),
     };
+  }
+
+  private planState(): PlanState {
+    return this.kv.get<PlanState>(KEY.plan) ?? INITIAL_PLAN_STATE;
+  }
+
+  /**
+   * The planner's write (issue 8): the fleet's plan inputs as of intent revision `inputs.rev`. A
+   * new generation is issued only when the plan differs from the current agents and the server is
+   * planned (not pinned); older inputs than the newest seen change nothing. With `release`, a
+   * pinned server goes back to planning first.
+   */
+  async applyPlan(
+    inputs: FleetPlanInputs,
+    meta: { actor: string; reason: string; release?: boolean },
+  ): Promise<Result<{ outcome: "issued" | "unchanged" | "pinned" | "older_inputs" | "not_running"; view: ServerView }>> {
+    const state = this.load();
+    if (!state) return fail("not_found", "server does not exist");
+    if (state.record.state === "removed") return fail("server_removed", "a removed server is not planned");
+    const before = this.planState();
+    const current: PlanState = meta.release ? { mode: "planned", rev: before.rev } : before;
+    const step = planStep(state.record, state.desired, current, inputs, Date.now(), { force: meta.release });
+    if (step.kind === "skipped") return { ok: true, outcome: step.why, view: this.view()! };
+    this.ctx.storage.transactionSync(() => {
+      const recordChanged = step.record !== state.record;
+      if (recordChanged) this.save({ record: step.record });
+      this.kv.put(KEY.plan, step.planState);
+      if (meta.release && before.mode === "pinned") {
+        this.audit({ actor: meta.actor, action: "server.desired.release", target: `server:${state.record.id}`, details: { rev: inputs.rev } });
+      }
+      if (step.kind === "issue") {
+        this.save({ desired: step.next });
+        this.audit({
+          actor: meta.actor,
+          action: "server.plan",
+          target: `server:${state.record.id}`,
+          details: {
+            reason: meta.reason,
+            rev: inputs.rev,
+            generation: step.next.generation,
+            agents: step.next.agents.map((a) => `${a.name}=${a.image}`),
+            unknown_roles: step.plan.unknown_roles,
+            unplannable: step.plan.unplannable,
+          },
+        });
+      }
+      if (recordChanged || step.kind === "issue") this.outbox.enqueue("project", {}, { key: "project" });
+    });
+    if (step.kind === "issue") this.wakeWaiters();
+    await this.settle();
+    return { ok: true, outcome: step.kind === "issue" ? "issued" : step.why, view: this.view()! };
   }
 
   // ---- host calls ----

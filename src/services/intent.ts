@@ -21,6 +21,7 @@ import {
 } from "../intent/store";
 import { getFleet, type FleetRow } from "../fleet/fleets";
 import { MAX_CAPABILITIES, type FleetPatch } from "../fleet/schemas";
+import { markFleet, markServersWithRole } from "./planner";
 
 type Statement = Parameters<Db["batch"]>[0][number];
 
@@ -101,7 +102,7 @@ export function putChannel(db: Db, actor: string, fleet: string, agent: string, 
 export function putRole(db: Db, actor: string, fleet: string, role: string, input: RoleInput) {
   // Stored without absent `when`s, so equal profiles compare equal.
   const agents = input.agents.map((a) => (a.when === undefined ? { name: a.name } : { name: a.name, when: a.when }));
-  return changeIntent(db, fleet, async () => {
+  return changeIntent(db, fleet, async ({ rev }) => {
     const missing = await agentsWithoutChannel(db, fleet, agents.map((a) => a.name));
     if (missing.length) {
       throw new ApiError(422, "unknown_channel", `agents without a channel in fleet '${fleet}': ${missing.join(", ")}`, {
@@ -124,6 +125,8 @@ export function putRole(db: Db, actor: string, fleet: string, role: string, inpu
             target: [roleProfiles.fleetId, roleProfiles.role],
             set: { agents, updatedAt: now, updatedBy: actor },
           }),
+        // The servers with this role are re-planned (a new role's agents get their channel's image).
+        markServersWithRole(db, fleet, role, rev + 1, now),
         auditInsert(db, {
           actor,
           action: current ? "role.update" : "role.create",
@@ -136,12 +139,13 @@ export function putRole(db: Db, actor: string, fleet: string, role: string, inpu
 }
 
 export function deleteRole(db: Db, actor: string, fleet: string, role: string) {
-  return changeIntent(db, fleet, async () => {
+  return changeIntent(db, fleet, async ({ rev }) => {
     const current = await getRole(db, fleet, role);
     if (!current) throw notFound("role", `${fleet}/${role}`);
     return {
       result: undefined,
       statements: [
+        markServersWithRole(db, fleet, role, rev + 1, Date.now()),
         db.delete(roleProfiles).where(sql`${roleProfiles.fleetId} = ${fleet} AND ${roleProfiles.role} = ${role}`),
         auditInsert(db, { actor, action: "role.delete", target: `fleet:${fleet}`, details: { role, agents: current.agents } }),
       ],
@@ -154,7 +158,7 @@ export function deleteRole(db: Db, actor: string, fleet: string, role: string) {
  * unchanged result writes nothing.
  */
 export function patchFleet(db: Db, actor: string, fleet: string, patch: FleetPatch) {
-  return changeIntent(db, fleet, async ({ fleet: row }) => {
+  return changeIntent(db, fleet, async ({ fleet: row, rev }) => {
     const capabilities = { ...row.capabilities };
     for (const [k, v] of Object.entries(patch.capabilities ?? {})) {
       if (v === null) delete capabilities[k];
@@ -194,6 +198,8 @@ export function patchFleet(db: Db, actor: string, fleet: string, patch: FleetPat
           })
           .where(eq(fleets.id, fleet)),
         auditInsert(db, { actor, action: "fleet.patch", target: `fleet:${fleet}`, details: patch }),
+        // Capabilities change plans; stale_after is copied by every ledger (its staleness deadline).
+        ...(changed.capabilities || next.staleAfterS !== row.staleAfterS ? [markFleet(db, fleet, rev + 1, Date.now())] : []),
       ],
     };
   });

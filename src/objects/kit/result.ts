@@ -13,6 +13,8 @@ export const DOMAIN_CODES = [
   "server_removed",
   "not_held",
   "fleetlock_id_taken",
+  // issue 8: fleet intent and lifecycle
+  "lifecycle_change_refused",
 ] as const;
 
 export type DomainCode = (typeof DOMAIN_CODES)[number];
