@@ -84,7 +84,7 @@ export const ServerInput = z
   })
   .openapi("ServerInput");
 
-const serverState = z.enum(["provisioning", "active", "unreachable", "decommissioning", "removed"]);
+export const serverState = z.enum(["provisioning", "active", "unreachable", "decommissioning", "removed"]);
 
 export const ServerSummary = z
   .object({
@@ -118,6 +118,18 @@ export const ServerDetail = ServerSummary.extend({
       pinned_by: z.string().optional(),
     })
     .openapi("Planning"),
+  lifecycle: z
+    .object({
+      order: z.enum(["terminate", "uninstall"]),
+      generation: z.number().int(),
+      requested_at: z.string(),
+      requested_by: z.string(),
+      cleanup_from: z.string().nullable().openapi({ description: "when the host acknowledged (or removal was forced)" }),
+      forced: z.object({ by: z.string(), reason: z.string() }).nullable(),
+      cleanup_done: z.array(z.string()),
+    })
+    .nullable()
+    .openapi("Lifecycle"),
 }).openapi("Server");
 
 export const ServerCreated = ServerDetail.extend({

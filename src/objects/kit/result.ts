@@ -15,6 +15,9 @@ export const DOMAIN_CODES = [
   "fleetlock_id_taken",
   // issue 8: fleet intent and lifecycle
   "lifecycle_change_refused",
+  "uninstall_blocked",
+  "decommission_acknowledged",
+  "not_decommissioning",
 ] as const;
 
 export type DomainCode = (typeof DOMAIN_CODES)[number];
