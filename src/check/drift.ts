@@ -8,20 +8,12 @@ import { and, asc, eq, gt, inArray, ne, sql, type SQL } from "drizzle-orm";
 import type { Db } from "../db/client";
 import { agentInstances, servers } from "../db/schema";
 import { isoOrNull } from "../lib/time";
+import { DRIFT_FIXES, DRIFT_REASONS, type DriftReason } from "../domain/enums";
 
-export const driftReason = z.enum([
-  "missing",
-  "image_mismatch",
-  "removal_pending",
-  "removal_failed",
-  "failed",
-  "generation_behind",
-  "stale_report",
-]);
-export type DriftReason = z.infer<typeof driftReason>;
+export const driftReason = z.enum(DRIFT_REASONS);
 
 /** What to do about a finding: issue the config again, ask the host to report, or nothing we can do. */
-export const driftFix = z.enum(["reissue", "refresh", "none"]);
+export const driftFix = z.enum(DRIFT_FIXES);
 
 export const FIX_OF: Record<DriftReason, { fix: z.infer<typeof driftFix>; advice: string }> = {
   missing: { fix: "reissue", advice: "re-plan and issue the next generation so the host installs the agent again" },

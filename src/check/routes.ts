@@ -9,12 +9,13 @@ import { validationHook } from "../http/validation";
 import { agentName } from "../ledger/schemas";
 import { checkServerAgents, Finding, Skipped } from "./drift";
 
-export const checkRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook });
 
-checkRoutes.openapi(
+// One chain, so the type of this router (and of the app that mounts it) carries every route for hc.
+export const checkRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook })
+.openapi(
   createRoute({
     method: "get",
-    path: "/v1/check/server-agents",
+    path: "/server-agents",
     tags: ["check"],
     summary: "Drift between desired and reported agents, one finding per problem with its fix; skipped servers with why",
     description:

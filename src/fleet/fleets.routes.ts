@@ -16,12 +16,12 @@ import { planAfterChange } from "../services/planner";
 import { pushFleetSettings } from "../services/fleet-settings";
 import { Fleet, FleetInput, FleetPatch, fleetId } from "./schemas";
 
-export const fleetRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook });
-
-fleetRoutes.openapi(
+// One chain, so the type of fleetRoutes (and of the app that mounts it at /v1/fleets) carries every route for hc.
+export const fleetRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook })
+.openapi(
   createRoute({
     method: "post",
-    path: "/v1/fleets",
+    path: "/",
     tags: ["fleets"],
     summary: "Create a fleet",
     security: bearer,
@@ -60,12 +60,12 @@ fleetRoutes.openapi(
     }
     return c.json(fleetView({ ...row, fleetlockKeyHash: null }), 201);
   },
-);
+)
 
-fleetRoutes.openapi(
+.openapi(
   createRoute({
     method: "get",
-    path: "/v1/fleets/{id}",
+    path: "/{id}",
     tags: ["fleets"],
     summary: "Get a fleet",
     security: bearer,
@@ -79,12 +79,12 @@ fleetRoutes.openapi(
     if (!row) throw notFound("fleet", id);
     return c.json(fleetView(row), 200);
   },
-);
+)
 
-fleetRoutes.openapi(
+.openapi(
   createRoute({
     method: "get",
-    path: "/v1/fleets",
+    path: "/",
     tags: ["fleets"],
     summary: "List fleets",
     security: bearer,
@@ -102,12 +102,12 @@ fleetRoutes.openapi(
     const { items, next_cursor } = page(rows, limit, (r) => [r.id]);
     return c.json({ items: items.map(fleetView), next_cursor }, 200);
   },
-);
+)
 
-fleetRoutes.openapi(
+.openapi(
   createRoute({
     method: "patch",
-    path: "/v1/fleets/{id}",
+    path: "/{id}",
     tags: ["fleets"],
     summary: "Change a fleet's capabilities (merged; a key set to null is removed) and settings",
     security: bearer,
@@ -127,12 +127,12 @@ fleetRoutes.openapi(
     if (out.changed.capabilities || out.fleet.staleAfterS !== out.before.staleAfterS) await planAfterChange(c.env, c.executionCtx, id);
     return c.json(fleetView(out.fleet), 200);
   },
-);
+)
 
-fleetRoutes.openapi(
+.openapi(
   createRoute({
     method: "delete",
-    path: "/v1/fleets/{id}",
+    path: "/{id}",
     tags: ["fleets"],
     summary: "Delete a fleet whose servers are all removed (their tombstones go with it)",
     security: bearer,

@@ -12,19 +12,18 @@ import { deleteRole, putChannel, putRole } from "../services/intent";
 import { planAfterChange } from "../services/planner";
 import { PlannerRunSchema, Channel, ChannelChange, ChannelInput, channelParams, fleetParam, Role, RoleInput, roleParams } from "./schemas";
 import { channelHistory, channelView, getChannel, getRole, listChannels, listRoles, roleView } from "./store";
-
-export const intentRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook });
-
 const unknownChannel = { 422: jsonResponse(z.object({ error: z.any() }), "An agent has no channel in the fleet (unknown_channel)") };
 
 async function requireFleet(db: ReturnType<typeof getDb>, fleet: string) {
   if (!(await getFleet(db, fleet))) throw notFound("fleet", fleet);
 }
 
-intentRoutes.openapi(
+// One chain, so the type of this router (and of the app that mounts it) carries every route for hc.
+export const intentRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook })
+.openapi(
   createRoute({
     method: "put",
-    path: "/v1/fleets/{fleet}/channels/{agent}",
+    path: "/{fleet}/channels/{agent}",
     tags: ["fleet intent"],
     summary: "Set the image the fleet wants for an agent (new servers and newly added roles get it; running servers do not move)",
     security: bearer,
@@ -42,12 +41,11 @@ intentRoutes.openapi(
     const { channel, changed } = await putChannel(db, actorOf(c.var.principal), fleet, agent, c.req.valid("json"));
     return c.json({ ...channelView(channel), changed }, 200);
   },
-);
-
-intentRoutes.openapi(
+)
+.openapi(
   createRoute({
     method: "get",
-    path: "/v1/fleets/{fleet}/channels",
+    path: "/{fleet}/channels",
     tags: ["fleet intent"],
     summary: "The fleet's agent channels",
     security: bearer,
@@ -68,12 +66,11 @@ intentRoutes.openapi(
     const { items, next_cursor } = page(await listChannels(db, fleet, after?.[0] ?? null, limit), limit, (r) => [r.agent]);
     return c.json({ items: items.map(channelView), next_cursor }, 200);
   },
-);
-
-intentRoutes.openapi(
+)
+.openapi(
   createRoute({
     method: "get",
-    path: "/v1/fleets/{fleet}/channels/{agent}",
+    path: "/{fleet}/channels/{agent}",
     tags: ["fleet intent"],
     summary: "One channel with its history of changes, newest first (paged by cursor)",
     security: bearer,
@@ -112,12 +109,11 @@ intentRoutes.openapi(
       200,
     );
   },
-);
-
-intentRoutes.openapi(
+)
+.openapi(
   createRoute({
     method: "put",
-    path: "/v1/fleets/{fleet}/roles/{role}",
+    path: "/{fleet}/roles/{role}",
     tags: ["fleet intent"],
     summary: "Create or replace a role profile: the agents the role runs, each optionally conditioned on a capability",
     security: bearer,
@@ -140,12 +136,11 @@ intentRoutes.openapi(
     const planning = out.changed ? await planAfterChange(c.env, c.executionCtx, fleet) : null;
     return c.json({ ...roleView(out.role), changed: out.changed, planning }, 200);
   },
-);
-
-intentRoutes.openapi(
+)
+.openapi(
   createRoute({
     method: "get",
-    path: "/v1/fleets/{fleet}/roles/{role}",
+    path: "/{fleet}/roles/{role}",
     tags: ["fleet intent"],
     summary: "A role profile",
     security: bearer,
@@ -159,12 +154,11 @@ intentRoutes.openapi(
     if (!row) throw notFound("role", `${fleet}/${role}`);
     return c.json(roleView(row), 200);
   },
-);
-
-intentRoutes.openapi(
+)
+.openapi(
   createRoute({
     method: "get",
-    path: "/v1/fleets/{fleet}/roles",
+    path: "/{fleet}/roles",
     tags: ["fleet intent"],
     summary: "The fleet's role profiles",
     security: bearer,
@@ -185,12 +179,11 @@ intentRoutes.openapi(
     const { items, next_cursor } = page(await listRoles(db, fleet, after?.[0] ?? null, limit), limit, (r) => [r.role]);
     return c.json({ items: items.map(roleView), next_cursor }, 200);
   },
-);
-
-intentRoutes.openapi(
+)
+.openapi(
   createRoute({
     method: "delete",
-    path: "/v1/fleets/{fleet}/roles/{role}",
+    path: "/{fleet}/roles/{role}",
     tags: ["fleet intent"],
     summary: "Delete a role profile (servers with the role no longer get its agents)",
     security: bearer,

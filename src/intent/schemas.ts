@@ -2,7 +2,7 @@ import { z } from "@hono/zod-openapi";
 import { CAPABILITY_NAME, fleetId, roleName } from "../fleet/schemas";
 import { agentName, imageRef, versionString } from "../ledger/schemas";
 
-export const MAX_ROLE_AGENTS = 100;
+import { MAX_ROLE_AGENTS } from "../domain/limits";
 
 export const ChannelInput = z.strictObject({ image: imageRef, version: versionString }).openapi("ChannelInput");
 

@@ -10,12 +10,20 @@ import { cancelDecommission, decommissionServer, rotateServerToken } from "../se
 import { ApiError } from "../http/errors";
 
 /** Per-server planning routes (issue 8). */
-export const serverPlanRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook });
+const DecommissionInput = z
+  .strictObject({
+    force: z.boolean().default(false).openapi({ description: "remove a dead host without its acknowledgement (admin only)" }),
+    reason: z.string().trim().min(1).max(1000).optional().openapi({ description: "required with force; audited" }),
+  })
+  .refine((b) => !b.force || b.reason !== undefined, { message: "force needs a reason", path: ["reason"] })
+  .openapi("DecommissionInput");
 
-serverPlanRoutes.openapi(
+// One chain, so the type of this router (and of the app that mounts it) carries every route for hc.
+export const serverPlanRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook })
+.openapi(
   createRoute({
     method: "post",
-    path: "/v1/servers/{id}/desired/release",
+    path: "/{id}/desired/release",
     tags: ["servers"],
     summary: "Release a pinned server back to planning; it is re-planned at once",
     description:
@@ -37,20 +45,11 @@ serverPlanRoutes.openapi(
     const out = await replanServer(c.env, actorOf(c.var.principal), id, { reason: "released", release: true });
     return c.json(serverDetail(out.view), 200);
   },
-);
-
-const DecommissionInput = z
-  .strictObject({
-    force: z.boolean().default(false).openapi({ description: "remove a dead host without its acknowledgement (admin only)" }),
-    reason: z.string().trim().min(1).max(1000).optional().openapi({ description: "required with force; audited" }),
-  })
-  .refine((b) => !b.force || b.reason !== undefined, { message: "force needs a reason", path: ["reason"] })
-  .openapi("DecommissionInput");
-
-serverPlanRoutes.openapi(
+)
+.openapi(
   createRoute({
     method: "post",
-    path: "/v1/servers/{id}/decommission",
+    path: "/{id}/decommission",
     tags: ["servers"],
     summary: "Decommission a server: terminate (managed) or uninstall (manual, only when nothing is assigned or attached)",
     description:
@@ -78,12 +77,11 @@ serverPlanRoutes.openapi(
     const out = await decommissionServer(c.env, actorOf(principal), id, { force: body.force ? { reason: body.reason! } : undefined });
     return c.json(serverDetail(out.view), 200);
   },
-);
-
-serverPlanRoutes.openapi(
+)
+.openapi(
   createRoute({
     method: "post",
-    path: "/v1/servers/{id}/decommission/cancel",
+    path: "/{id}/decommission/cancel",
     tags: ["servers"],
     summary: "Cancel a decommission the host has not acknowledged; the next generation orders run again",
     security: bearer,
@@ -101,12 +99,11 @@ serverPlanRoutes.openapi(
     const out = await cancelDecommission(c.env, actorOf(c.var.principal), id);
     return c.json(serverDetail(out.view), 200);
   },
-);
-
-serverPlanRoutes.openapi(
+)
+.openapi(
   createRoute({
     method: "post",
-    path: "/v1/servers/{id}/token",
+    path: "/{id}/token",
     tags: ["servers"],
     summary: "Rotate the server's token: the new one is answered once, the old one stops at once",
     security: bearer,

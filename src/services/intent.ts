@@ -20,7 +20,8 @@ import {
   type RoleRow,
 } from "../intent/store";
 import { getFleet, type FleetRow } from "../fleet/fleets";
-import { MAX_CAPABILITIES, type FleetPatch } from "../fleet/schemas";
+import type { FleetPatch } from "../fleet/schemas";
+import { MAX_CAPABILITIES } from "../domain/limits";
 import { markFleet, markServersWithRole } from "./planner";
 
 type Statement = Parameters<Db["batch"]>[0][number];

@@ -56,10 +56,10 @@ export async function registerServer(
   // The first desired config is the plan: the server's roles, the fleet's capabilities and channels.
   const first = await firstPlan(env, fleet.id, record.roles);
   const ledger = ledgerOf(env, id);
-  let view = await ledger.register(record, first.agents, { actor, details: input, plan_rev: first.rev });
+  const registered = await ledger.register(record, first.agents, { actor, details: input, plan_rev: first.rev });
   // An intent change that committed meanwhile could not mark this server (no index row yet).
-  view = await catchUpPlan(env, id, fleet.id, first.rev) ?? view;
-  return { view, token };
+  const caughtUp = await catchUpPlan(env, id, fleet.id, first.rev);
+  return { view: caughtUp ?? registered, token };
 }
 
 export async function patchServerIdentity(
