@@ -1,0 +1,17 @@
+import type { TestProject } from "vitest/node";
+// @ts-expect-error plain ESM helper without types
+import { startLocalServer } from "../scripts/local-server.mjs";
+
+declare module "vitest" {
+  export interface ProvidedContext {
+    hmUrl: string;
+    hmAdmin: string;
+  }
+}
+
+export default async function setup(project: TestProject) {
+  const server = await startLocalServer({ label: "e2e" });
+  project.provide("hmUrl", server.url);
+  project.provide("hmAdmin", server.admin);
+  return () => server.stop();
+}
