@@ -14,6 +14,8 @@ import { validationHook } from "../http/validation";
 import type { ServerRecord } from "../ledger/record";
 import { DesiredConfig, DesiredConfigInput, serverStatus } from "../ledger/schemas";
 import { ledgerOf } from "../ledger/stub";
+import { MAX_WAIT_S } from "../ledger/agent.routes";
+import { tagMatches, viewTag } from "../ledger/view-tag";
 import { pushServerIdentity } from "../fleetlock/registry";
 import { ServerRebootPatch } from "../fleetlock/schemas";
 import { getFleet } from "./fleets";
@@ -129,15 +131,47 @@ serverRoutes.openapi(
     path: "/v1/servers/{id}",
     tags: ["servers"],
     summary: "A server with its desired config, last report and computed status",
+    description:
+      "The weak ETag covers the view except the heartbeat. With `If-None-Match` it answers 304 while " +
+      "unchanged; with `wait` too it parks until the view changes (a status change, a new report " +
+      "content or generation) or `wait` seconds pass (at most 60), then answers 200 or 304.",
     security: bearer,
     middleware: [requireScope("read")] as const,
-    request: { params: serverIdParam },
-    responses: { 200: jsonResponse(ServerDetail, "The server"), ...commonErrors, ...notFoundError },
+    request: {
+      params: serverIdParam,
+      query: z.object({ wait: z.coerce.number().int().min(0).max(MAX_WAIT_S).default(0) }),
+      headers: z.object({ "if-none-match": z.string().max(256).optional() }),
+    },
+    responses: {
+      200: jsonResponse(ServerDetail, "The server"),
+      304: { description: "Unchanged since the ETag in If-None-Match" },
+      ...commonErrors,
+      ...notFoundError,
+    },
   }),
   async (c) => {
     const { id } = c.req.valid("param");
-    const view = await ledgerOf(c.env, id).view();
+    const { wait } = c.req.valid("query");
+    const known = c.req.header("If-None-Match");
+    const ledger = ledgerOf(c.env, id);
+    c.header("Cache-Control", "no-store");
+    if (known && wait > 0) {
+      // Only a single tag can be waited on; a list or `*` is answered at once below.
+      const given = known.trim();
+      const tag = given.startsWith("W/") ? given : `W/${given}`;
+      if (!given.includes(",") && given !== "*") {
+        const result = await ledger.viewWait(tag, wait * 1000);
+        if (!result) throw notFound("server", id);
+        c.header("ETag", result.etag);
+        if (!result.changed) return c.body(null, 304);
+        return c.json(serverDetail(result.view), 200);
+      }
+    }
+    const view = await ledger.view();
     if (!view) throw notFound("server", id);
+    const etag = viewTag(view);
+    c.header("ETag", etag);
+    if (tagMatches(known, etag)) return c.body(null, 304);
     return c.json(serverDetail(view), 200);
   },
 );

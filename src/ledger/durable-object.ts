@@ -16,6 +16,7 @@ import type { ServerRecord } from "./record";
 import type { AgentSpec, DesiredConfig, DesiredConfigInput, InventoryReport, StoredReport } from "./schemas";
 import { computeStatus, type ComputedStatus } from "./status";
 import { upgradeLedgerStorage } from "./storage-format";
+import { viewTag } from "./view-tag";
 
 const KEY = {
   record: "record",
@@ -124,6 +125,7 @@ export class ServerLedger extends DurableObject<Env> {
       this.cache.persistedAt = patch.report.received_at;
       this.cache.heartbeatOnly = false;
     }
+    this.wakeViewWaiters();
   }
 
   private configOf(record: ServerRecord, desired: DesiredState): DesiredConfig {
@@ -248,6 +250,7 @@ export class ServerLedger extends DurableObject<Env> {
       // steady host costs no storage write, and nothing the index shows can have changed.
       this.cache!.report = stored;
       this.cache!.heartbeatOnly = true;
+      this.wakeViewWaiters();
     } else {
       this.save({ report: stored });
     }
@@ -279,6 +282,45 @@ export class ServerLedger extends DurableObject<Env> {
       report: state.report ?? null,
       computed: computeStatus(state.desired, state.report, Date.now(), state.record.stale_after_s * 1000),
     };
+  }
+
+  // ---- Operators waiting on the view (GET /v1/servers/{id}?wait=S) ----
+  private viewWaiters = new Set<() => void>();
+
+  private wakeViewWaiters() {
+    for (const wake of this.viewWaiters) wake();
+    this.viewWaiters.clear();
+  }
+
+  /**
+   * Answers once the view's tag differs from `etag` (at once if it already does), or
+   * `changed: false` when `waitMs` runs out. Woken by every save and report; a status that turns
+   * stale without any write is noticed when it does.
+   */
+  async viewWait(
+    etag: string,
+    waitMs: number,
+  ): Promise<{ changed: true; etag: string; view: ServerView } | { changed: false; etag: string } | null> {
+    const deadline = Date.now() + waitMs;
+    for (;;) {
+      const view = await this.view();
+      if (!view) return null;
+      const tag = viewTag(view);
+      if (tag !== etag) return { changed: true, etag: tag, view };
+      const now = Date.now();
+      const staleAt = view.report ? view.report.received_at + view.record.stale_after_s * 1000 + 1 : Infinity;
+      const park = Math.min(deadline - now, Math.max(staleAt - now, 0) || Infinity);
+      if (deadline - now <= 0) return { changed: false, etag: tag };
+      await new Promise<void>((resolve) => {
+        const wake = () => {
+          clearTimeout(timer);
+          this.viewWaiters.delete(wake);
+          resolve();
+        };
+        const timer = setTimeout(wake, park);
+        this.viewWaiters.add(wake);
+      });
+    }
   }
 
   /** The host's token stops working at once; the D1 token row is marked by the caller. */
