@@ -128,7 +128,7 @@ describe("hm against the worker", () => {
     let requests = 0;
     const counting: typeof fetch = (input, init) => (requests++, fetch(input, init));
     const waiting = hm(["--json", "wait", "server", server.id, "--realized", "--timeout", "30"], { fetch: counting });
-    await new Promise((r) => setTimeout(r, 700));
+    await new Promise((r) => setTimeout(r, 2_500));
     await new HostApi(url, server.token).report({
       generation: 2,
       reconciled_at: new Date().toISOString(),
