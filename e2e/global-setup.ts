@@ -1,6 +1,5 @@
 import type { TestProject } from "vitest/node";
-// @ts-expect-error plain ESM helper without types
-import { startLocalServer } from "../scripts/local-server.mjs";
+import { startLocalServer } from "../scripts/local-server.ts";
 
 declare module "vitest" {
   export interface ProvidedContext {

@@ -8,7 +8,6 @@ import { validationHook } from "../http/validation";
 import { iso } from "../lib/time";
 import { listAudit } from "./log";
 
-export const auditRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook });
 
 const AuditEntry = z
   .object({
@@ -21,10 +20,12 @@ const AuditEntry = z
   })
   .openapi("AuditEntry");
 
-auditRoutes.openapi(
+// One chain, so the type of auditRoutes (and of the app that mounts it at /v1/audit) carries every route for hc.
+export const auditRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook })
+.openapi(
   createRoute({
     method: "get",
-    path: "/v1/audit",
+    path: "/",
     tags: ["audit"],
     summary: "The audit log, newest first",
     security: bearer,
@@ -42,6 +43,12 @@ auditRoutes.openapi(
     const before = decodeIdCursor(q.cursor) ?? undefined;
     const rows = await listAudit(getDb(c.env.DB), { target: q.target, before, limit: q.limit });
     const { items, next_cursor } = page(rows, q.limit, (r) => [String(r.id)]);
-    return c.json({ items: items.map((r) => ({ ...r, at: iso(r.at) })), next_cursor }, 200);
+    return c.json(
+      {
+        items: items.map((r) => ({ id: r.id, at: iso(r.at), actor: r.actor, action: r.action, target: r.target, details: r.details })),
+        next_cursor,
+      },
+      200,
+    );
   },
 );

@@ -1,5 +1,16 @@
 import { sql } from "drizzle-orm";
 import { check, index, integer, primaryKey, sqliteTable, text, uniqueIndex } from "drizzle-orm/sqlite-core";
+import {
+  AGENT_STATES,
+  AGENT_STATUSES,
+  SERVER_KINDS,
+  SERVER_STATES,
+  SERVER_STATUSES,
+  TOKEN_KINDS,
+  TOKEN_SCOPES,
+  UPGRADE_RUN_STATES,
+  UPGRADE_STEP_STATES,
+} from "../domain/enums";
 
 /**
  * D1 is the fleet-wide index. Each server's ledger (a Durable Object) is the source of truth for
@@ -24,16 +35,12 @@ export const servers = sqliteTable(
     id: text("id").primaryKey(),
     fleetId: text("fleet_id").notNull(),
     hostname: text("hostname").notNull(),
-    kind: text("kind", { enum: ["managed", "manual"] }).notNull(),
+    kind: text("kind", { enum: SERVER_KINDS }).notNull(),
     roles: text("roles", { mode: "json" }).$type<string[]>().notNull(),
     rebootGroup: text("reboot_group").notNull(),
     fleetlockId: text("fleetlock_id"),
-    state: text("state", {
-      enum: ["provisioning", "active", "unreachable", "decommissioning", "removed"],
-    }).notNull(),
-    status: text("status", {
-      enum: ["realized", "pending", "failed", "drifted", "unknown", "stale"],
-    }).notNull(),
+    state: text("state", { enum: SERVER_STATES }).notNull(),
+    status: text("status", { enum: SERVER_STATUSES }).notNull(),
     desiredGeneration: integer("desired_generation").notNull(),
     reportedGeneration: integer("reported_generation"),
     bootId: text("boot_id"),
@@ -47,9 +54,9 @@ export const servers = sqliteTable(
     index("servers_fleet_status_idx").on(t.fleetId, t.status, t.id),
     // Staleness marking scans only servers whose last report is old.
     index("servers_fleet_last_seen_idx").on(t.fleetId, t.lastSeen),
-    uniqueIndex("servers_fleetlock_id_uq")
-      .on(t.fleetId, t.fleetlockId)
-      .where(sql`${t.fleetlockId} IS NOT NULL`),
+    // Not unique: the fleet's coordinator owns fleetlock_id uniqueness; the index only mirrors it,
+    // and a uniqueness check here would make one ledger's projection wait on another's.
+    index("servers_fleetlock_id_idx").on(t.fleetId, t.fleetlockId),
   ],
 );
 
@@ -64,8 +71,8 @@ export const agentInstances = sqliteTable(
     desiredVersion: text("desired_version"),
     reportedImage: text("reported_image"),
     reportedVersion: text("reported_version"),
-    reportedState: text("reported_state"),
-    status: text("status").notNull(),
+    reportedState: text("reported_state", { enum: AGENT_STATES }),
+    status: text("status", { enum: AGENT_STATUSES }).notNull(),
     updatedAt: integer("updated_at").notNull(),
   },
   (t) => [
@@ -80,8 +87,8 @@ export const tokens = sqliteTable(
   "tokens",
   {
     id: text("id").primaryKey(),
-    kind: text("kind", { enum: ["operator", "server"] }).notNull(),
-    scope: text("scope", { enum: ["read", "write", "admin", "server"] }).notNull(),
+    kind: text("kind", { enum: TOKEN_KINDS }).notNull(),
+    scope: text("scope", { enum: TOKEN_SCOPES }).notNull(),
     serverId: text("server_id"),
     name: text("name").notNull(),
     hash: text("hash").notNull(),
@@ -101,8 +108,10 @@ export const auditLog = sqliteTable(
     action: text("action").notNull(),
     target: text("target").notNull(),
     details: text("details", { mode: "json" }).$type<unknown>(),
+    /** Set for rows delivered from a Durable Object's outbox: a redelivery inserts nothing. */
+    eventId: text("event_id"),
   },
-  (t) => [index("audit_log_target_idx").on(t.target, t.id)],
+  (t) => [index("audit_log_target_idx").on(t.target, t.id), uniqueIndex("audit_log_event_uq").on(t.eventId)],
 );
 
 /**
@@ -132,7 +141,7 @@ export const upgradeRuns = sqliteTable(
   {
     id: integer("id").primaryKey({ autoIncrement: true }),
     runner: text("runner").notNull(),
-    state: text("state", { enum: ["running", "succeeded", "failed", "expired"] }).notNull(),
+    state: text("state", { enum: UPGRADE_RUN_STATES }).notNull(),
     fromVersion: integer("from_version").notNull(),
     toVersion: integer("to_version"),
     tookOverFrom: integer("took_over_from"),
@@ -153,7 +162,7 @@ export const upgradeSteps = sqliteTable(
     version: integer("version").notNull(),
     description: text("description").notNull(),
     runner: text("runner").notNull(),
-    state: text("state", { enum: ["running", "applied", "failed", "abandoned"] }).notNull(),
+    state: text("state", { enum: UPGRADE_STEP_STATES }).notNull(),
     chunks: integer("chunks").notNull().default(0),
     startedAt: integer("started_at").notNull(),
     finishedAt: integer("finished_at"),

@@ -12,12 +12,12 @@ import { validationHook } from "../http/validation";
 import { fleetView, getFleet, listFleets } from "./fleets";
 import { Fleet, FleetInput, fleetId } from "./schemas";
 
-export const fleetRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook });
-
-fleetRoutes.openapi(
+// One chain, so the type of fleetRoutes (and of the app that mounts it at /v1/fleets) carries every route for hc.
+export const fleetRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook })
+.openapi(
   createRoute({
     method: "post",
-    path: "/v1/fleets",
+    path: "/",
     tags: ["fleets"],
     summary: "Create a fleet",
     security: bearer,
@@ -53,12 +53,12 @@ fleetRoutes.openapi(
     }
     return c.json(fleetView({ ...row, fleetlockKeyHash: null }), 201);
   },
-);
+)
 
-fleetRoutes.openapi(
+.openapi(
   createRoute({
     method: "get",
-    path: "/v1/fleets/{id}",
+    path: "/{id}",
     tags: ["fleets"],
     summary: "Get a fleet",
     security: bearer,
@@ -72,12 +72,12 @@ fleetRoutes.openapi(
     if (!row) throw notFound("fleet", id);
     return c.json(fleetView(row), 200);
   },
-);
+)
 
-fleetRoutes.openapi(
+.openapi(
   createRoute({
     method: "get",
-    path: "/v1/fleets",
+    path: "/",
     tags: ["fleets"],
     summary: "List fleets",
     security: bearer,

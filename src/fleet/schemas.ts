@@ -1,4 +1,6 @@
 import { z } from "@hono/zod-openapi";
+import { SERVER_KINDS, SERVER_STATES } from "../domain/enums";
+import { MAX_FLEETLOCK_ID_LENGTH, MAX_GROUP_NAME_LENGTH, MAX_GROUP_SLOTS } from "../domain/limits";
 import { AgentStatusRow, DesiredConfig, serverStatus, StoredReport } from "../ledger/schemas";
 
 export const FLEET_ID = /^[a-z0-9][a-z0-9-]{0,62}$/;
@@ -6,7 +8,7 @@ export const GROUP_NAME = /^[a-zA-Z0-9.-]+$/;
 
 export const fleetId = z.string().regex(FLEET_ID, "fleet ids are 1-63 chars of a-z, 0-9 and '-'");
 const capabilityName = z.string().regex(/^[a-z][a-z0-9_]{0,62}$/);
-export const groupName = z.string().max(63).regex(GROUP_NAME, "group names match ^[a-zA-Z0-9.-]+$");
+export const groupName = z.string().max(MAX_GROUP_NAME_LENGTH).regex(GROUP_NAME, "group names match ^[a-zA-Z0-9.-]+$");
 
 export const FleetInput = z
   .strictObject({
@@ -15,7 +17,7 @@ export const FleetInput = z
     stale_after_s: z.number().int().min(10).max(7 * 86400).default(300),
     lock_ttl_s: z.number().int().min(60).max(30 * 86400).default(3600),
     allow_unknown_ids: z.boolean().default(false),
-    default_group_slots: z.number().int().min(1).max(10_000).nullable().default(null),
+    default_group_slots: z.number().int().min(1).max(MAX_GROUP_SLOTS).nullable().default(null),
   })
   .openapi("FleetInput");
 
@@ -38,27 +40,30 @@ const hostname = z
     /^(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$/,
     "not a valid hostname",
   );
+const serverKind = z.enum(SERVER_KINDS);
+/** The id a server's FleetLock client sends (Zincati: its node id); unique per fleet. */
+export const fleetlockId = z.string().min(1).max(MAX_FLEETLOCK_ID_LENGTH);
 const roleName = z.string().regex(/^[a-z0-9][a-z0-9._-]{0,62}$/);
 
 export const ServerInput = z
   .strictObject({
     fleet: fleetId,
     hostname,
-    kind: z.enum(["managed", "manual"]),
+    kind: serverKind,
     roles: z.array(roleName).max(64).default([]),
     reboot_group: groupName.default("default"),
-    fleetlock_id: z.string().min(1).max(256).optional(),
+    fleetlock_id: fleetlockId.optional(),
   })
   .openapi("ServerInput");
 
-const serverState = z.enum(["provisioning", "active", "unreachable", "decommissioning", "removed"]);
+const serverState = z.enum(SERVER_STATES);
 
 export const ServerSummary = z
   .object({
     id: z.string(),
     fleet: z.string(),
     hostname: z.string(),
-    kind: z.enum(["managed", "manual"]),
+    kind: serverKind,
     roles: z.array(z.string()),
     reboot_group: z.string(),
     fleetlock_id: z.string().nullable(),

@@ -1,6 +1,6 @@
 // A private local server for tests and tools: wrangler dev on a free loopback port, fresh local
 // state in a temp dir, migrations applied, its own admin token (the developer's .dev.vars is
-// neither read nor written). `node scripts/local-server.mjs` runs one and prints its URL/token.
+// neither read nor written). `node scripts/local-server.ts` runs one and prints its URL/token.
 import { spawn, spawnSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
@@ -12,16 +12,23 @@ const root = resolve(import.meta.dirname, "..");
 const wrangler = resolve(root, "node_modules/.bin/wrangler");
 
 export const freePort = () =>
-  new Promise((res, rej) => {
+  new Promise<number>((res, rej) => {
     const s = createServer();
     s.listen(0, "127.0.0.1", () => {
-      const { port } = s.address();
+      const { port } = s.address() as { port: number };
       s.close(() => res(port));
     });
     s.on("error", rej);
   });
 
-export async function startLocalServer({ label = "local", startTimeoutMs = 90_000 } = {}) {
+export interface LocalServer {
+  url: string;
+  admin: string;
+  stop: () => void;
+  log: () => string;
+}
+
+export async function startLocalServer({ label = "local", startTimeoutMs = 90_000 } = {}): Promise<LocalServer> {
   const port = await freePort();
   const persist = mkdtempSync(join(tmpdir(), `harbormaster-${label}-`));
   const admin = randomBytes(24).toString("base64url");
@@ -40,13 +47,13 @@ export async function startLocalServer({ label = "local", startTimeoutMs = 90_00
     { cwd: root, stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, CI: "true" }, detached: true },
   );
   let log = "";
-  child.stdout.on("data", (d) => (log += d));
-  child.stderr.on("data", (d) => (log += d));
+  child.stdout.on("data", (d: Buffer) => (log += d));
+  child.stderr.on("data", (d: Buffer) => (log += d));
   const url = `http://127.0.0.1:${port}`;
   const stop = () => {
     // wrangler starts workerd as a child: end the whole process group we started.
     try {
-      process.kill(-child.pid, "SIGTERM");
+      process.kill(-child.pid!, "SIGTERM");
     } catch {}
     rmSync(persist, { recursive: true, force: true });
   };
