@@ -18,7 +18,7 @@ describe("405 with Allow for a known path and a wrong method", () => {
     const s = await registerServer(fleet.id);
     const cases: [string, string, string][] = [
       ["DELETE", "/v1/fleets", "GET, HEAD, POST"],
-      ["PUT", `/v1/fleets/${fleet.id}`, "GET, HEAD"],
+      ["PUT", `/v1/fleets/${fleet.id}`, "DELETE, GET, HEAD, PATCH"],
       ["POST", `/v1/servers/${s.id}`, "GET, HEAD, PATCH"],
       ["DELETE", `/v1/servers/${s.id}/desired`, "GET, HEAD, PUT"],
       ["POST", "/v1/agent/desired", "GET, HEAD"],

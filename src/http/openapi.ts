@@ -52,6 +52,10 @@ export const jsonResponse = <T extends z.ZodType>(schema: T, description: string
   content: { "application/json": { schema } },
 });
 
+/** `ETag` on an answer, with what the tag stands for. */
+export const etagHeader = (description: string) =>
+  z.object({ ETag: z.string().openapi({ description }) });
+
 /** A 201 for a resource with its own URL, which `Location` names (set by http/location.ts). */
 export const createdResponse = <T extends z.ZodType>(schema: T, description: string) => ({
   description,

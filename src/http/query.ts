@@ -4,7 +4,10 @@ import { z } from "@hono/zod-openapi";
 import { ApiError } from "./errors";
 import type { AppEnv } from "./types";
 
-type RouteDefinition = { type: string; route?: { method: string; path: string; request?: { query?: unknown } } };
+type RouteDefinition = {
+  type: string;
+  route?: { method: string; path: string; request?: { query?: unknown }; parameters?: unknown[] };
+};
 
 /**
  * Unknown query parameters are refused (400 invalid_query naming them): a typo such as
@@ -21,6 +24,11 @@ export function rejectUnknownQuery(definitions: () => readonly RouteDefinition[]
       const query = def.route.request?.query;
       const keys = query instanceof z.ZodObject ? Object.keys(query.shape) : query === undefined ? [] : null;
       if (keys === null) continue; // a query schema this check cannot read: left to the route's validator
+      // Parameters a route documents by hand and validates itself (`parameters: [{ in: "query" }]`).
+      for (const p of def.route.parameters ?? []) {
+        const param = p as { in?: string; name?: string };
+        if (param.in === "query" && typeof param.name === "string") keys.push(param.name);
+      }
       allowed.set(`${def.route.method.toUpperCase()} ${def.route.path.replace(/{(\w+)}/g, ":$1")}`, new Set(keys));
     }
     return allowed;
