@@ -1,5 +1,6 @@
 import type { Env } from "./env";
 import { createApp } from "./http/app";
+import { errorFields, logLine } from "./lib/log";
 import { runScheduled } from "./scheduled";
 
 export { ServerLedger } from "./ledger/durable-object";
@@ -10,6 +11,12 @@ const app = createApp();
 export default {
   fetch: app.fetch,
   async scheduled(controller, env, ctx) {
-    ctx.waitUntil(runScheduled(controller, env));
+    const started = Date.now();
+    ctx.waitUntil(
+      runScheduled(controller, env).then(
+        () => logLine("info", "scheduled", { cron: controller.cron, duration_ms: Date.now() - started }),
+        (err) => logLine("error", "scheduled run failed", { cron: controller.cron, duration_ms: Date.now() - started, ...errorFields(err) }),
+      ),
+    );
   },
 } satisfies ExportedHandler<Env>;

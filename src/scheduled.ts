@@ -4,13 +4,18 @@ import { markStale } from "./reconcile/staleness";
 import { finishFleetRemovals } from "./services/fleet-removal";
 import { runPlanner } from "./services/planner";
 import { runUpgrades } from "./upgrades/runner";
+import { logLine } from "./lib/log";
 
 /** Cron: upgrade steps first (they may change what reconciliation reads), then reconciliation. */
 export async function runScheduled(controller: ScheduledController, env: Env) {
   const upgrade = await runUpgrades(env, { trigger: "cron" });
   // Reconciliation is written for the newest data; on older data it waits for the next tick.
   if (upgrade.version < upgrade.newest) {
-    console.warn(`data at version ${upgrade.version} of ${upgrade.newest} (${upgrade.outcome}); reconciliation skipped`);
+    logLine("warn", "reconciliation skipped: data not at the newest version", {
+      data_version: upgrade.version,
+      newest_version: upgrade.newest,
+      outcome: upgrade.outcome,
+    });
     return;
   }
   const db = getDb(env.DB);

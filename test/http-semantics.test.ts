@@ -205,4 +205,31 @@ describe("one structured log line per request", () => {
     expect(host).toMatchObject({ method: "POST", route: "/fleetlock/:fleet/:key/v1/pre-reboot", status: 200, principal: `fleetlock:${fleet.fleet}` });
     expect(JSON.stringify(log.mock.calls)).not.toContain(fleet.key);
   });
+
+  it("logs an unhandled error as one JSON line with its stack and the request id, and answers 500 with that id", async () => {
+    const failing = new Proxy(env.DB, {
+      get(target, prop) {
+        if (prop === "prepare" || prop === "batch") {
+          return () => {
+            throw new Error("D1_ERROR: simulated outage");
+          };
+        }
+        return Reflect.get(target, prop);
+      },
+    });
+    const errors = vi.spyOn(console, "error");
+    const res = await withEnv({ DB: failing }, "/v1/fleets", { headers: { Authorization: `Bearer ${ADMIN}`, "X-Request-Id": "boom-1" } });
+    expect(res.status).toBe(500);
+    expect((await res.json<any>()).error).toMatchObject({ code: "internal_error", request_id: "boom-1" });
+    const lines = errors.mock.calls.map((args) => {
+      try {
+        return JSON.parse(String(args[0]));
+      } catch {
+        return null;
+      }
+    });
+    const line = lines.find((l) => l?.msg === "unhandled error" && l.request_id === "boom-1");
+    expect(line).toMatchObject({ level: "error", method: "GET", route: "/v1/fleets", error: expect.stringContaining("simulated outage") });
+    expect(line.stack).toContain("simulated outage");
+  });
 });

@@ -2,20 +2,14 @@ import { routePath } from "hono/route";
 import { createMiddleware } from "hono/factory";
 import type { Context } from "hono";
 import { actorOf } from "../auth/principal";
+import { errorFields, logLine } from "../lib/log";
 import type { AppEnv } from "./types";
 
-/**
- * Structured logs, one JSON object per line, as `wrangler tail` and Workers Logs index them: one
- * line per request and one per error (with its stack). The route is the pattern the request
- * matched (`/fleetlock/:fleet/:key/v1/pre-reboot`), never the raw path, so a FleetLock key or a
- * token never reaches a log.
+/*
+ * One log line per request and one per unhandled error (with its stack). The route is the pattern
+ * the request matched (`/fleetlock/:fleet/:key/v1/pre-reboot`), never the raw path, so a FleetLock
+ * key or a token never reaches a log.
  */
-export function logLine(level: "info" | "warn" | "error", msg: string, fields: Record<string, unknown>) {
-  const line = JSON.stringify({ level, msg, ...fields });
-  if (level === "error") console.error(line);
-  else if (level === "warn") console.warn(line);
-  else console.log(line);
-}
 
 /**
  * The route pattern the request was answered by, or null when none matched. After the chain has
@@ -53,12 +47,10 @@ export const requestLog = createMiddleware<AppEnv>(async (c, next) => {
 
 /** An error nobody handled: its message and stack, with the request it broke. */
 export function logError(c: Context<AppEnv>, err: unknown) {
-  const e = err instanceof Error ? err : new Error(String(err));
   logLine("error", "unhandled error", {
     request_id: c.get("requestId"),
     method: c.req.method,
     route: routeOf(c),
-    error: e.message,
-    stack: e.stack,
+    ...errorFields(err),
   });
 }

@@ -3,6 +3,7 @@ import { getDb } from "../db/client";
 import { ApiError } from "../http/errors";
 import type { AppEnv } from "../http/types";
 import { runUpgrades } from "./runner";
+import { errorFields, logLine } from "../lib/log";
 import { MigrationsPending, readUpgradeState } from "./state";
 import { newestVersion, type UpgradeStep } from "./step";
 import { UPGRADE_STEPS } from "./steps";
@@ -55,7 +56,7 @@ export function drainWrites(steps: readonly UpgradeStep[] = UPGRADE_STEPS) {
     if (now - lastKick >= KICK_INTERVAL_MS) {
       lastKick = now;
       c.executionCtx.waitUntil(
-        runUpgrades(c.env, { trigger: "request", steps }).catch((err) => console.error("upgrade run failed", err)),
+        runUpgrades(c.env, { trigger: "request", steps }).catch((err) => logLine("error", "upgrade run failed", { trigger: "request", ...errorFields(err) })),
       );
     }
     throw drainedError(version, newest);
