@@ -16,6 +16,9 @@ export default defineConfig(async () => {
       include: ["test/**/*.test.ts"],
       setupFiles: ["./test/setup.ts"],
       testTimeout: 30_000,
+      // The worker's one-line-per-request access log would drown the test output; tests that
+      // check it spy on console.log, which sees every line whatever is printed.
+      onConsoleLog: (log: string) => !log.includes('"msg":"request"'),
     },
   };
 });
