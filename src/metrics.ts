@@ -1,21 +1,102 @@
-import { d1Counters } from "./db/client";
+import { count, ne } from "drizzle-orm";
+import { getDb } from "./db/client";
+import { agentInstances, fleets, servers } from "./db/schema";
+import type { Env } from "./env";
+import { fleetSettings, coordinatorOf } from "./fleetlock/stub";
+import { logLine, errorFields } from "./lib/log";
+import { readUpgradeState } from "./upgrades/state";
+import { NEWEST_VERSION, UPGRADE_STEPS } from "./upgrades/steps";
 
-/** Per-isolate counters; Prometheus sums them across isolates. */
-const responses = new Map<number, number>();
+/**
+ * Prometheus gauges computed from durable state at scrape time: the D1 index (servers, instances,
+ * the data version) and each fleet's coordinator (reboot groups). Every isolate computes the same
+ * truth, so a scrape that lands on any isolate reads the fleet as it is; nothing here is a
+ * per-isolate counter dressed up as a total (request counts and latencies belong to Workers
+ * Analytics; D1 statement counts reach benchmarks through a local-only route, src/http/app.ts).
+ * A scrape every 15 s costs a handful of grouped D1 reads and one RPC per fleet, at most once per
+ * CACHE_MS per isolate.
+ */
+export const CACHE_MS = 15_000;
+let cached: { text: string; at: number } | null = null;
 
-export function recordResponse(status: number) {
-  responses.set(status, (responses.get(status) ?? 0) + 1);
+const escape = (v: string) => v.replace(/\\/g, "\\\\").replace(/\n/g, "\\n").replace(/"/g, '\\"');
+const labels = (l: Record<string, string>) =>
+  `{${Object.entries(l)
+    .map(([k, v]) => `${k}="${escape(v)}"`)
+    .join(",")}}`;
+
+class Exposition {
+  private lines: string[] = [];
+  gauge(name: string, help: string, samples: { labels?: Record<string, string>; value: number }[]) {
+    this.lines.push(`# HELP ${name} ${help}`, `# TYPE ${name} gauge`);
+    for (const s of samples) this.lines.push(`${name}${s.labels ? labels(s.labels) : ""} ${s.value}`);
+  }
+  text() {
+    return this.lines.join("\n") + "\n";
+  }
 }
 
-export function metricsText() {
-  const lines = [
-    "# HELP harbormaster_d1_statements_total D1 statements executed by this isolate.",
-    "# TYPE harbormaster_d1_statements_total counter",
-    `harbormaster_d1_statements_total{kind="read"} ${d1Counters.reads}`,
-    `harbormaster_d1_statements_total{kind="write"} ${d1Counters.writes}`,
-    "# HELP harbormaster_http_responses_total HTTP responses by status.",
-    "# TYPE harbormaster_http_responses_total counter",
-    ...[...responses].map(([status, n]) => `harbormaster_http_responses_total{status="${status}"} ${n}`),
-  ];
-  return lines.join("\n") + "\n";
+export async function metricsText(env: Env, now = Date.now()): Promise<string> {
+  if (cached && now - cached.at < CACHE_MS) return cached.text;
+  const db = getDb(env.DB);
+  const [byStatus, byInstance, fleetRows, upgrade] = await Promise.all([
+    db
+      .select({ fleet: servers.fleetId, status: servers.status, n: count() })
+      .from(servers)
+      .where(ne(servers.state, "removed"))
+      .groupBy(servers.fleetId, servers.status),
+    db
+      .select({ agent: agentInstances.agent, status: agentInstances.status, n: count() })
+      .from(agentInstances)
+      .groupBy(agentInstances.agent, agentInstances.status),
+    db.select().from(fleets),
+    readUpgradeState(db),
+  ]);
+  const groups: { fleet: string; group: string; slots: number; holders: number; stuck: number }[] = [];
+  let unreachable = 0;
+  await Promise.all(
+    fleetRows.map(async (row) => {
+      try {
+        for (const g of await coordinatorOf(env, row.id).listGroups(fleetSettings(row))) {
+          groups.push({ fleet: row.id, group: g.name, slots: g.slots, holders: g.holders.length, stuck: g.holders.filter((h) => h.stuck).length });
+        }
+      } catch (err) {
+        unreachable++;
+        logLine("warn", "metrics: a fleet's coordinator did not answer", { fleet: row.id, ...errorFields(err) });
+      }
+    }),
+  );
+  groups.sort((a, b) => (a.fleet + "\0" + a.group < b.fleet + "\0" + b.group ? -1 : 1));
+
+  const out = new Exposition();
+  out.gauge(
+    "harbormaster_servers",
+    "Servers by fleet and computed status (from the fleet-wide index; removed servers excluded).",
+    byStatus.map((r) => ({ labels: { fleet: r.fleet, status: r.status }, value: r.n })),
+  );
+  out.gauge(
+    "harbormaster_agent_instances",
+    "Agent instances by agent and status (from the fleet-wide index).",
+    byInstance.map((r) => ({ labels: { agent: r.agent, status: r.status }, value: r.n })),
+  );
+  out.gauge("harbormaster_reboot_group_slots", "Slots of each reboot group.", groups.map((g) => ({ labels: { fleet: g.fleet, group: g.group }, value: g.slots })));
+  out.gauge("harbormaster_reboot_group_holders", "Holders of each reboot group.", groups.map((g) => ({ labels: { fleet: g.fleet, group: g.group }, value: g.holders })));
+  out.gauge(
+    "harbormaster_reboot_group_stuck_holders",
+    "Holders that have held their slot longer than the fleet's lock_ttl_s.",
+    groups.map((g) => ({ labels: { fleet: g.fleet, group: g.group }, value: g.stuck })),
+  );
+  out.gauge("harbormaster_coordinators_unreachable", "Fleets whose coordinator did not answer this scrape.", [{ value: unreachable }]);
+  out.gauge("harbormaster_data_version", "The data version D1 is at.", [{ value: upgrade.version }]);
+  out.gauge("harbormaster_data_version_newest", "The newest data version this code knows.", [{ value: NEWEST_VERSION }]);
+  out.gauge("harbormaster_upgrade_steps_pending", "Upgrade steps not yet applied.", [
+    { value: UPGRADE_STEPS.filter((s) => s.version > upgrade.version).length },
+  ]);
+  cached = { text: out.text(), at: now };
+  return cached.text;
+}
+
+/** Tests: the next scrape computes afresh. */
+export function forgetMetricsCache() {
+  cached = null;
 }

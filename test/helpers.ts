@@ -171,11 +171,12 @@ export function report(generation: number, agents: { name: string; image: string
   };
 }
 
-/** D1 statement counters from /metrics (the worker, ledgers and tests share one isolate here). */
+/**
+ * D1 statement counters from the local-only /__local/d1-statements (LOCAL_COUNTERS is "1" in the
+ * tests; the worker, ledgers and tests share one isolate here).
+ */
 export async function d1Statements() {
-  const text = (await call("GET", "/metrics", { token: null })).json as string;
-  const n = (kind: string) => Number(new RegExp(`harbormaster_d1_statements_total\\{kind="${kind}"\\} (\\d+)`).exec(text)![1]);
-  return { reads: n("read"), writes: n("write") };
+  return (await call("GET", "/__local/d1-statements", { token: null })).json as { reads: number; writes: number };
 }
 
 /** Waits until the ledger's outbox has delivered what a report enqueued (or tried to). */

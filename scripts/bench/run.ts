@@ -24,8 +24,8 @@ export interface BenchContext {
   /** The typed API client with the admin token; `clientFor(token)` for another token. */
   client: Client;
   clientFor(token: string | null): Client;
-  /** A number from /metrics (D1 statement counters, counted locally). */
-  metric(name: string, labels: string): Promise<number>;
+  /** D1 write statements so far (counted by the local server only, never on /metrics). */
+  d1Writes(): Promise<number>;
   measure(label: string, options: LoadOptions): Promise<LoadRow>;
   note(label: string, value: string | number): void;
 }
@@ -60,7 +60,7 @@ async function startServer() {
   const child = spawn(
     wrangler,
     ["dev", "--ip", "127.0.0.1", "--port", String(port), "--persist-to", persist, "--env-file", envFile,
-      "--log-level", "error", "--show-interactive-dev-session=false"],
+      "--log-level", "error", "--show-interactive-dev-session=false", "--var", "LOCAL_COUNTERS:1"],
     { cwd: root, stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, CI: "true" } },
   );
   let log = "";
@@ -111,10 +111,11 @@ async function main() {
   const server = await startServer();
   const rows: Row[] = [];
   try {
-    const metric = async (name: string, labels: string) => {
-      const text = await (await fetch(`${server.base}/metrics`)).text();
-      const line = text.split("\n").find((l) => l.startsWith(`${name}{${labels}}`));
-      return line ? Number(line.split(" ").pop()) : 0;
+    // D1 statements counted by the worker's wrapper, from the local-only route (LOCAL_COUNTERS=1).
+    const d1Writes = async () => {
+      const res = await fetch(`${server.base}/__local/d1-statements`);
+      if (!res.ok) throw new Error(`/__local/d1-statements: ${res.status}`);
+      return ((await res.json()) as { writes: number }).writes;
     };
 
     const emptyRequest: Options["requests"] = [{ method: "GET", path: "/healthz" }];
@@ -129,7 +130,7 @@ async function main() {
       admin: server.admin,
       client: createClient(server.base, server.admin),
       clientFor: (token) => createClient(server.base, token),
-      metric,
+      d1Writes,
       /** Runs a load; records rps, p50, p99 and the ratio to the ceiling. */
       async measure(label, options) {
         const s = summarize(await load(server.base, options));

@@ -12,7 +12,9 @@ import { instanceRoutes } from "../instances/routes";
 import { agentRoutes } from "../ledger/agent.routes";
 import { fleetlockRoutes } from "../fleetlock/protocol.routes";
 import { rebootGroupRoutes } from "../fleetlock/operator.routes";
-import { metricsText, recordResponse } from "../metrics";
+import { metricsText } from "../metrics";
+import { d1Counters } from "../db/client";
+import { requireScope } from "../auth/principal";
 import { allowedMethodsFinder } from "./allow";
 import { bodyClaimProblem } from "./content";
 import { corsForConfiguredOrigins } from "./cors";
@@ -58,10 +60,6 @@ export function createApp() {
   app.use("*", requestId());
   app.use("*", requestLog);
   app.use("*", corsForConfiguredOrigins());
-  app.use("*", async (c, next) => {
-    await next();
-    recordResponse(c.res.status);
-  });
   app.use(
     "/v1/*",
     bodyLimit({
@@ -79,7 +77,17 @@ export function createApp() {
   // Each resource under its own prefix, in one chain, so `AppType` carries every route (hc).
   const routes = app
     .get("/healthz", (c) => c.json({ ok: true as const }, 200))
-    .get("/metrics", (c) => c.text(metricsText(), 200, { "Content-Type": "text/plain; version=0.0.4" }))
+    // Gauges from durable state; a read token unless METRICS_PUBLIC is "true".
+    .get(
+      "/metrics",
+      async (c, next) => (c.env.METRICS_PUBLIC === "true" ? next() : requireScope("read")(c, next)),
+      async (c) => c.text(await metricsText(c.env), 200, { "Content-Type": "text/plain; version=0.0.4" }),
+    )
+    // D1 statement counts of this isolate, for benchmarks and tests only: they are not a fleet
+    // total, so they exist only where LOCAL_COUNTERS is "1" (never in wrangler.toml's deploy).
+    .get("/__local/d1-statements", (c) =>
+      c.env.LOCAL_COUNTERS === "1" ? c.json({ ...d1Counters }, 200) : c.json(errorBody("not_found", "no such route"), 404),
+    )
     .route("/v1/tokens", tokenRoutes)
     .route("/v1/fleets", fleetRoutes)
     .route("/v1/fleets", rebootGroupRoutes)

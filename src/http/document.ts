@@ -1,4 +1,5 @@
 import { z, type OpenAPIHono } from "@hono/zod-openapi";
+import { ErrorSchema } from "./openapi";
 
 type DocumentConfig = Parameters<OpenAPIHono["getOpenAPI31Document"]>[0];
 
@@ -31,9 +32,20 @@ export function registerServiceEndpoints(registry: OpenAPIHono["openAPIRegistry"
     path: "/metrics",
     operationId: "getMetrics",
     tags: ["service"],
-    summary: "Prometheus text exposition",
-    security: [],
-    responses: { 200: { description: "Metrics", content: { "text/plain": { schema: z.string() } } } },
+    summary: "Prometheus gauges computed from durable state (servers, instances, reboot groups, data version)",
+    description:
+      "Needs a read token (Prometheus: `authorization: { credentials: <token> }` in the scrape config) " +
+      "unless the deployment sets METRICS_PUBLIC = \"true\". Computed at most every 15 s per isolate.",
+    security: [{ Bearer: [] }, {}],
+    responses: {
+      200: { description: "Metrics", content: { "text/plain": { schema: z.string() } } },
+      401: {
+        description: "Missing or invalid bearer token",
+        headers: z.object({ "WWW-Authenticate": z.string() }),
+        content: { "application/json": { schema: ErrorSchema } },
+      },
+      403: { description: "The token cannot read", content: { "application/json": { schema: ErrorSchema } } },
+    },
   });
 }
 

@@ -1,5 +1,5 @@
 // Host operations against the per-server ledgers: 304 polls, unchanged and changed reports,
-// and the D1 writes each unchanged report costs (read from /metrics around the load).
+// and the D1 writes each unchanged report costs (read from the local server's D1 counters around the load).
 import type { BenchContext } from "../run.ts";
 
 const SERVERS = 64;
@@ -80,7 +80,7 @@ export async function run(ctx: BenchContext) {
   });
 
   const unchanged = reportBody(2);
-  const writesBefore = await ctx.metric("harbormaster_d1_statements_total", 'kind="write"');
+  const writesBefore = await ctx.d1Writes();
   const row = await ctx.measure("PUT /v1/agent/inventory, unchanged", {
     requests: [
       {
@@ -94,14 +94,14 @@ export async function run(ctx: BenchContext) {
       },
     ],
   });
-  const writesAfter = await ctx.metric("harbormaster_d1_statements_total", 'kind="write"');
+  const writesAfter = await ctx.d1Writes();
   ctx.note("D1 write statements per unchanged report", ((writesAfter - writesBefore) / row.requests).toFixed(4));
 
   // Each server alternates between two reports that the index shows differently (one agent
   // running, then stopped), so every report is a real change and costs a projection.
   const flip = new Map<string, number>();
   const variants = [reportBody(2, "stopped"), reportBody(2, "running")];
-  const changedBefore = await ctx.metric("harbormaster_d1_statements_total", 'kind="write"');
+  const changedBefore = await ctx.d1Writes();
   const changed = await ctx.measure("PUT /v1/agent/inventory, changed", {
     requests: [
       {
@@ -120,6 +120,6 @@ export async function run(ctx: BenchContext) {
       },
     ],
   });
-  const changedAfter = await ctx.metric("harbormaster_d1_statements_total", 'kind="write"');
+  const changedAfter = await ctx.d1Writes();
   ctx.note("D1 write statements per changed report", ((changedAfter - changedBefore) / changed.requests).toFixed(2));
 }

@@ -1,0 +1,77 @@
+import { createExecutionContext, env, waitOnExecutionContext } from "cloudflare:test";
+import parsePrometheusTextFormat from "parse-prometheus-text-format";
+import { beforeEach, describe, expect, it } from "vitest";
+import { createApp } from "../src/http/app";
+import { forgetMetricsCache } from "../src/metrics";
+import { BASE, call, createFleet, registerServer, report } from "./helpers";
+import { fleetWithKey, putGroup, registerClients, zincati } from "./fleetlock-helpers";
+
+type Family = { name: string; type: string; metrics: { value: string; labels?: Record<string, string> }[] };
+
+async function scrape(token?: string | null) {
+  const res = await call("GET", "/metrics", { token });
+  expect(res.status).toBe(200);
+  expect(res.headers.get("Content-Type")).toContain("text/plain");
+  return parsePrometheusTextFormat(res.json as string) as Family[];
+}
+
+const value = (families: Family[], name: string, labels: Record<string, string> = {}) => {
+  const family = families.find((f) => f.name === name);
+  const sample = family?.metrics.find((m) => Object.entries(labels).every(([k, v]) => m.labels?.[k] === v));
+  return sample ? Number(sample.value) : undefined;
+};
+
+describe("/metrics: gauges from durable state", () => {
+  beforeEach(() => forgetMetricsCache());
+
+  it("counts servers by fleet and status, instances by agent and status, and reboot groups' slots and holders", async () => {
+    const fleet = await createFleet();
+    const a = await registerServer(fleet.id);
+    const b = await registerServer(fleet.id);
+    const agent = `m${crypto.randomUUID().slice(0, 8)}`;
+    for (const s of [a, b]) {
+      await call("PUT", `/v1/servers/${s.id}/desired`, { body: { generation: 2, agents: [{ name: agent, image: `${agent}:1`, version: "1" }] } });
+    }
+    await call("PUT", "/v1/agent/inventory", { token: a.token, body: report(2, [{ name: agent, image: `${agent}:1` }]) });
+
+    const fl = await fleetWithKey();
+    await putGroup(fl.fleet, "default", { slots: 3 });
+    const [host] = await registerClients(fl.fleet, 1);
+    expect((await zincati(fl.baseUrl, "pre-reboot", host.id)).status).toBe(200);
+
+    const m = await scrape();
+    expect(value(m, "harbormaster_servers", { fleet: fleet.id, status: "realized" })).toBe(1);
+    expect(value(m, "harbormaster_servers", { fleet: fleet.id, status: "unknown" })).toBe(1);
+    expect(value(m, "harbormaster_agent_instances", { agent, status: "realized" })).toBe(1);
+    expect(value(m, "harbormaster_agent_instances", { agent, status: "pending" })).toBe(1);
+    expect(value(m, "harbormaster_reboot_group_slots", { fleet: fl.fleet, group: "default" })).toBe(3);
+    expect(value(m, "harbormaster_reboot_group_holders", { fleet: fl.fleet, group: "default" })).toBe(1);
+    expect(value(m, "harbormaster_reboot_group_stuck_holders", { fleet: fl.fleet, group: "default" })).toBe(0);
+    expect(value(m, "harbormaster_upgrade_steps_pending")).toBe(0);
+    expect(value(m, "harbormaster_data_version")).toBe(value(m, "harbormaster_data_version_newest"));
+    for (const f of m) expect(f.type, f.name).toBe("GAUGE");
+    // No per-isolate counter is presented as a total any more.
+    expect(m.some((f) => f.name.endsWith("_total"))).toBe(false);
+  });
+
+  it("needs a read token unless the deployment makes it public", async () => {
+    const anonymous = await call("GET", "/metrics", { token: null });
+    expect(anonymous.status).toBe(401);
+    expect(anonymous.headers.get("WWW-Authenticate")).toContain("Bearer");
+    const read = await call("POST", "/v1/tokens", { body: { name: "prometheus", scope: "read" } });
+    await scrape(read.json.token);
+    const ctx = createExecutionContext();
+    const res = await createApp().request(`${BASE}/metrics`, {}, { ...env, METRICS_PUBLIC: "true" }, ctx);
+    await waitOnExecutionContext(ctx);
+    expect(res.status).toBe(200);
+  });
+
+  it("keeps D1 statement counts off /metrics, on a route that exists only where LOCAL_COUNTERS is set", async () => {
+    const local = await call("GET", "/__local/d1-statements", { token: null });
+    expect(local.json).toEqual({ reads: expect.any(Number), writes: expect.any(Number) });
+    const ctx = createExecutionContext();
+    const res = await createApp().request(`${BASE}/__local/d1-statements`, {}, { ...env, LOCAL_COUNTERS: "" }, ctx);
+    await waitOnExecutionContext(ctx);
+    expect(res.status).toBe(404);
+  });
+});
