@@ -7,8 +7,8 @@ import type { Env } from "../env";
 import { digestsEqual } from "../lib/crypto";
 import { failure, type ClientParams, type FleetLockFailure } from "./protocol";
 import {
-  acquire,
   configure,
+  holderOf,
   newGroup,
   release,
   releaseWhere,
@@ -18,6 +18,20 @@ import {
   type Holder,
 } from "./semaphore";
 import { groupView, type GroupView } from "./views";
+import {
+  admit,
+  claim,
+  closedBecause,
+  dequeue,
+  drain,
+  nextWake,
+  queuedOf,
+  refusalValue,
+  releaseUnclaimed,
+  type Queue,
+  type QueueEntry,
+} from "./queue";
+import { Waiters } from "./waiters";
 
 /** The fleet's settings the coordinator needs, pushed from D1 by every operator call. */
 export interface FleetSettings {
@@ -54,7 +68,15 @@ const KEY = {
   group: (name: string) => `group:${name}`,
   client: (id: string) => `client:${id}`,
   server: (id: string) => `server:${id}`,
+  // Group names cannot hold ':', so the first ':' after the group ends it.
+  queued: (group: string, id: string) => `queue:${group}:${id}`,
 } as const;
+
+/** How a pre-reboot is asked: `ticket` names the waiting connection; `resume` re-attaches after a restart without parking anew. */
+export interface PreRebootOptions {
+  ticket?: string;
+  resume?: boolean;
+}
 
 /** Identities learned from D1 rank below any pushed one. */
 const REV_FROM_INDEX = -1;
@@ -77,7 +99,19 @@ export class RebootCoordinator extends DurableObject<Env> {
    * storage but the client registry. Storage is written first and memory after, and this object
    * is the only writer, so the mirror cannot drift; it is rebuilt whenever the object wakes.
    */
-  private mem: { config: FleetConfig | null; groups: Map<string, GroupState>; heldIn: Map<string, string> } | null = null;
+  private mem: {
+    config: FleetConfig | null;
+    groups: Map<string, GroupState>;
+    heldIn: Map<string, string>;
+    /** Parked hosts per group, FIFO; each entry is its own storage key. */
+    queues: Map<string, Queue>;
+  } | null = null;
+
+  /** The parked requests still connected (queue entries are durable, connections are not). */
+  private waiters = new Waiters();
+
+  /** The clock every grant, window and wait is decided with; tests move it. */
+  clock = () => Date.now();
 
   private get m() {
     if (!this.mem) {
@@ -88,7 +122,13 @@ export class RebootCoordinator extends DurableObject<Env> {
         groups.set(name, group);
         for (const h of group.holders) heldIn.set(h.id, name);
       }
-      this.mem = { config: this.kv.get<FleetConfig>(KEY.config) ?? null, groups, heldIn };
+      const queues = new Map<string, QueueEntry[]>();
+      for (const [key, entry] of this.kv.list<QueueEntry>({ prefix: "queue:" })) {
+        const name = key.slice("queue:".length, key.indexOf(":", "queue:".length));
+        queues.set(name, [...(queues.get(name) ?? []), entry]);
+      }
+      for (const q of queues.values()) q.sort((a, b) => a.since - b.since || a.seq - b.seq);
+      this.mem = { config: this.kv.get<FleetConfig>(KEY.config) ?? null, groups, heldIn, queues };
     }
     return this.mem;
   }
@@ -100,7 +140,7 @@ export class RebootCoordinator extends DurableObject<Env> {
 
   // ---- host path (FleetLock) ----
 
-  async preReboot(keyHash: string, params: ClientParams): Promise<{ ok: true } | FleetLockFailure> {
+  async preReboot(keyHash: string, params: ClientParams, opts: PreRebootOptions = {}): Promise<{ ok: true } | FleetLockFailure> {
     const config = this.authorized(keyHash);
     if (!config) return failure("unauthorized", "invalid FleetLock key for this fleet");
     const client = await this.client(config, params.id);
@@ -113,16 +153,43 @@ export class RebootCoordinator extends DurableObject<Env> {
         `client '${params.id}' is registered in reboot group '${client.entry.reboot_group}', not '${params.group}'`,
       );
     }
-    // From here on, no await: the check and the grant are one uninterrupted turn.
-    // An id holds at most one slot in the fleet; holding one anywhere makes this a recursive lock.
-    if (this.m.heldIn.has(params.id)) return { ok: true };
-    const now = Date.now();
-    const group = this.m.groups.get(params.group) ?? this.implicitGroup(config, now);
-    if (!group) return failure("unknown_group", `reboot group '${params.group}' is not configured for this fleet`);
-    const result = acquire(group, params.id, client.entry?.server_id ?? null, now);
-    if (!result.ok) return failure(result.kind, result.value);
-    if (result.changed) this.saveGroup(params.group, result.group);
-    return { ok: true };
+    // From here on, no await until parking: the check and the grant are one uninterrupted turn.
+    const now = this.clock();
+    // An id holds at most one slot in the fleet; holding one anywhere makes this a recursive lock
+    // (and claims a slot granted while the host could not be answered).
+    const heldIn = this.m.heldIn.get(params.id);
+    if (heldIn) {
+      this.saveGroup(heldIn, claim(this.m.groups.get(heldIn)!, params.id, now));
+      return { ok: true };
+    }
+    const name = params.group;
+    const group = this.m.groups.get(name) ?? this.implicitGroup(config, now);
+    if (!group) return failure("unknown_group", `reboot group '${name}' is not configured for this fleet`);
+    const adm = admit(group, this.m.queues.get(name) ?? [], params.id, client.entry?.server_id ?? null, now, {
+      mayPark: !opts.resume,
+    });
+    if (adm.kind === "refused") return failure(adm.refusal, adm.value);
+    if (adm.kind === "granted") {
+      if (adm.changed) this.saveGroup(name, adm.group);
+      return { ok: true };
+    }
+    if (!this.m.groups.has(name)) this.saveGroup(name, group);
+    this.saveQueue(name, adm.queue);
+    const outcome = this.waiters.wait(params.id, name, opts.ticket ?? crypto.randomUUID(), adm.entry.deadline - now, () =>
+      this.expire(name, params.id),
+    );
+    // A slot may be free and open with nobody answered yet (a window just opened): settle it now.
+    this.drainGroup(name);
+    if ((await outcome).granted) return { ok: true };
+    const after = this.m.groups.get(name)!;
+    if (holderOf(after, params.id)) return { ok: true };
+    const refusal = closedBecause(after, this.clock()) ?? "semaphore_full";
+    return failure(refusal, `${refusalValue[refusal]}; waited ${after.queue_wait_s ?? 0} s in the queue`);
+  }
+
+  /** The edge saw the parked request's client go away: it stops waiting and keeps its place. */
+  async leave(id: string, ticket: string): Promise<{ left: boolean }> {
+    return { left: this.waiters.leave(id, ticket) };
   }
 
   /**
@@ -138,9 +205,18 @@ export class RebootCoordinator extends DurableObject<Env> {
     }
     // Re-read after the possible await: another request may have granted or released meanwhile.
     const groupName = this.m.heldIn.get(params.id);
-    if (!groupName) return { ok: true, released: false };
-    const next = release(this.m.groups.get(groupName)!, params.id, Date.now());
+    if (!groupName) {
+      // A host at steady state is not waiting to reboot: it gives up its place, if it had one.
+      for (const [name, q] of [...this.m.queues]) {
+        if (!queuedOf(q, params.id)) continue;
+        this.saveQueue(name, dequeue(q, params.id));
+        this.waiters.settle(params.id, { granted: false, group: name });
+      }
+      return { ok: true, released: false };
+    }
+    const next = release(this.m.groups.get(groupName)!, params.id, this.clock());
     this.saveGroup(groupName, next.group);
+    this.drainGroup(groupName);
     return { ok: true, released: next.released !== null };
   }
 
@@ -158,22 +234,24 @@ export class RebootCoordinator extends DurableObject<Env> {
 
   async putGroup(settings: FleetSettings, name: string, change: GroupChange): Promise<GroupView> {
     const config = this.syncSettings(settings);
-    const now = Date.now();
+    const now = this.clock();
     const after = configure(this.m.groups.get(name) ?? null, change, now);
     this.saveGroup(name, after);
-    return this.view(config, name, after, now);
+    // More slots, unpaused or new windows: parked hosts get what is free now.
+    this.drainGroup(name);
+    return this.view(config, name, this.m.groups.get(name)!, now);
   }
 
   async getGroup(settings: FleetSettings, name: string): Promise<{ ok: true; group: GroupView } | CoordinatorFailure> {
     const config = this.syncSettings(settings);
     const group = this.m.groups.get(name);
     if (!group) return { ok: false, status: 404, code: "not_found", message: `reboot group '${name}' is not configured` };
-    return { ok: true, group: this.view(config, name, group, Date.now()) };
+    return { ok: true, group: this.view(config, name, group, this.clock()) };
   }
 
   async listGroups(settings: FleetSettings): Promise<GroupView[]> {
     const config = this.syncSettings(settings);
-    const now = Date.now();
+    const now = this.clock();
     const out: GroupView[] = [];
     for (const [name, group] of this.m.groups) out.push(this.view(config, name, group, now));
     return out;
@@ -190,13 +268,14 @@ export class RebootCoordinator extends DurableObject<Env> {
     const config = this.syncSettings(settings);
     const group = this.m.groups.get(name);
     if (!group) return { ok: false, status: 404, code: "not_found", message: `reboot group '${name}' is not configured` };
-    const now = Date.now();
+    const now = this.clock();
     const next = release(group, id, now);
     if (!next.released) {
       return { ok: false, status: 404, code: "not_held", message: `'${id}' holds no slot in reboot group '${name}'` };
     }
     this.saveGroup(name, next.group);
-    return { ok: true, released: next.released, group: this.view(config, name, next.group, now) };
+    this.drainGroup(name);
+    return { ok: true, released: next.released, group: this.view(config, name, this.m.groups.get(name)!, now) };
   }
 
   /**
@@ -208,12 +287,13 @@ export class RebootCoordinator extends DurableObject<Env> {
     opts: { reason: string; actor: string; granted_before?: number },
   ): Promise<(Holder & { group: string })[]> {
     const match = (h: Holder) => h.server_id === serverId && (opts.granted_before === undefined || h.granted_at <= opts.granted_before);
-    const now = Date.now();
+    const now = this.clock();
     const released: (Holder & { group: string })[] = [];
     for (const [name, group] of [...this.m.groups]) {
       const next = releaseWhere(group, match, now);
       if (next.released.length === 0) continue;
       this.saveGroup(name, next.group);
+      this.drainGroup(name);
       released.push(...next.released.map((h) => ({ ...h, group: name })));
     }
     if (released.length > 0) {
@@ -225,6 +305,68 @@ export class RebootCoordinator extends DurableObject<Env> {
       });
     }
     return released;
+  }
+
+  // ---- the queue's timers ----
+
+  /** Unclaimed grants running out, waits ending, windows opening: whatever is due now. */
+  async alarm(): Promise<void> {
+    this.armedAt = null;
+    for (const name of [...this.m.groups.keys()]) this.drainGroup(name);
+    this.arm();
+  }
+
+  private armedAt: number | null = null;
+
+  /** One alarm at the earliest moment any group needs a look without a request to prompt it. */
+  private arm() {
+    let at = Infinity;
+    const now = this.clock();
+    for (const [name, g] of this.m.groups) at = Math.min(at, nextWake(g, this.m.queues.get(name) ?? [], now) ?? Infinity);
+    if (at === Infinity || at === this.armedAt) return;
+    this.armedAt = at;
+    // The alarm runs on real time; the clock may be moved (tests), so convert the distance.
+    void this.ctx.storage.setAlarm(Date.now() + Math.max(0, at - now));
+  }
+
+  /**
+   * Frees what is due in a group (unclaimed grants past their bound), then hands free slots to
+   * parked hosts in FIFO order; hosts still connected are answered 200 after the grant is stored
+   * (the output gate holds every reply until the write is durable).
+   */
+  private drainGroup(name: string) {
+    const g = this.m.groups.get(name);
+    if (!g) return;
+    const now = this.clock();
+    const freed = releaseUnclaimed(g, now);
+    const d = drain(freed.group, this.m.queues.get(name) ?? [], now, (id) => this.waiters.has(id), (id) => {
+      const held = this.m.heldIn.get(id);
+      return held !== undefined && held !== name;
+    });
+    this.saveGroup(name, d.group);
+    this.saveQueue(name, d.queue);
+    for (const { entry, answerable } of d.granted) if (answerable) this.waiters.settle(entry.id, { granted: true });
+    this.arm();
+  }
+
+  /** A parked host's wait ran out: it leaves the queue and is answered with the group's refusal. */
+  private expire(name: string, id: string) {
+    const q = this.m.queues.get(name) ?? [];
+    this.saveQueue(name, dequeue(q, id));
+    this.waiters.settle(id, { granted: false, group: name });
+    this.arm();
+  }
+
+  /** Stores a queue's added and removed entries, then mirrors it in memory. */
+  private saveQueue(name: string, after: Queue) {
+    const before = this.m.queues.get(name) ?? [];
+    if (before === after) return;
+    const now = new Set(after.map((e) => e.id));
+    const was = new Set(before.map((e) => e.id));
+    for (const e of before) if (!now.has(e.id)) this.kv.delete(KEY.queued(name, e.id));
+    for (const e of after) if (!was.has(e.id)) this.kv.put(KEY.queued(name, e.id), e);
+    if (after.length) this.m.queues.set(name, after);
+    else this.m.queues.delete(name);
   }
 
   // ---- internals ----
@@ -335,7 +477,8 @@ export class RebootCoordinator extends DurableObject<Env> {
   }
 
   private view(config: FleetConfig, name: string, group: GroupState, now: number): GroupView {
-    return groupView(name, group, now, config.lock_ttl_s * 1000, (serverId) => {
+    const queue = { entries: this.m.queues.get(name) ?? [], connected: (id: string) => this.waiters.has(id) };
+    return groupView(name, group, queue, now, config.lock_ttl_s * 1000, (serverId) => {
       const s = this.kv.get<ServerIdentity>(KEY.server(serverId));
       return s ? { id: serverId, hostname: s.hostname } : { id: serverId, hostname: null };
     });
