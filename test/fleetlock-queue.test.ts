@@ -12,7 +12,7 @@ type Group = Omit<Awaited<ReturnType<typeof getGroup>>, "holders"> & {
   queue_wait_s: number;
   holders: { id: string; granted_at: string; unclaimed_until: string | null }[];
 };
-const view = async (fleet: string, group = "default") => (await getGroup(fleet, group)) as Group;
+const view = async (fleet: string, group = "default") => (await getGroup(fleet, group)) as unknown as Group;
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
