@@ -1,6 +1,6 @@
 import { env, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import { call, registerServer } from "./helpers";
+import { breakCoordinator, call, fireTimersNow, pendingEffects, registerServer } from "./helpers";
 import { fleetWithKey, getGroup, putGroup, registerClients, zincati } from "./fleetlock-helpers";
 
 describe("reboot groups for operators", () => {
@@ -158,16 +158,22 @@ describe("server FleetLock identity (registration and PATCH /v1/servers/{id})", 
     expect((await call("PATCH", `/v1/servers/${crypto.randomUUID()}`, { body: { fleetlock_id: "x" } })).status).toBe(404);
   });
 
-  it("recognizes a registered id the coordinator never heard of, from the index", async () => {
+  it("delivers a PATCHed identity the coordinator missed from the ledger's outbox, once reachable", async () => {
     const f = await fleetWithKey();
     await putGroup(f.fleet, "default", { slots: 1 });
     const [a] = await registerClients(f.fleet, 1);
-    // As if the push at registration had failed.
-    await runInDurableObject(env.REBOOT.get(env.REBOOT.idFromName(f.fleet)), async (_i, state) => {
-      state.storage.kv.delete(`client:${a.id}`);
-      state.storage.kv.delete(`server:${a.serverId}`);
-    });
-    expect((await zincati(f.baseUrl, "pre-reboot", a.id)).status).toBe(200);
+    const ledger = env.LEDGER.get(env.LEDGER.idFromName(a.serverId));
+    const restore = await breakCoordinator(ledger);
+    const res = await call("PATCH", `/v1/servers/${a.serverId}`, { body: { fleetlock_id: "renamed" } });
+    expect(res.status).toBe(200);
+    // Not delivered yet: the coordinator still knows the old id, and the new one is only reserved.
+    expect((await zincati(f.baseUrl, "pre-reboot", "renamed")).json.kind).toBe("unknown_client");
+    expect(await pendingEffects(ledger)).toBeGreaterThan(0);
+
+    await restore();
+    await fireTimersNow(ledger);
+    expect((await zincati(f.baseUrl, "pre-reboot", "renamed")).status).toBe(200);
+    expect((await zincati(f.baseUrl, "pre-reboot", a.id)).json.kind).toBe("unknown_client");
     expect((await getGroup(f.fleet, "default")).holders[0].server).toEqual({ id: a.serverId, hostname: a.hostname });
   });
 });

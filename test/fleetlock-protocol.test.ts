@@ -28,7 +28,7 @@ describe("FleetLock protocol, as Zincati and curl speak it", () => {
 });
 
 import { env, evictDurableObject, runInDurableObject } from "cloudflare:test";
-import { call, report } from "./helpers";
+import { breakCoordinator, call, fireTimersNow, pendingEffects, report } from "./helpers";
 import type { GroupState } from "../src/fleetlock/semaphore";
 
 const coordinator = (fleet: string) => env.REBOOT.get(env.REBOOT.idFromName(fleet));
@@ -249,9 +249,28 @@ describe("stuck holders and automatic release", () => {
     const f = await fleetWithKey();
     await putGroup(f.fleet, "default", { slots: 1 });
     const [a] = await registerClients(f.fleet, 1);
+    await call("PUT", "/v1/agent/inventory", { token: a.token, body: report(1, [], { boot_id: "boot-1" }) });
     await zincati(f.baseUrl, "pre-reboot", a.id);
     const ledger = env.LEDGER.get(env.LEDGER.idFromName(a.serverId));
-    // As the hook leaves it when the coordinator call fails.
+    const restore = await breakCoordinator(ledger);
+    // The host came back with a new boot and its steady-state was lost; the coordinator is unreachable.
+    const res = await call("PUT", "/v1/agent/inventory", { token: a.token, body: report(1, [], { boot_id: "boot-2" }) });
+    expect(res.status).toBe(200);
+    expect(await holderIds(f.fleet)).toEqual([a.id]);
+    await evictDurableObject(ledger);
+    await restore(); // a fresh instance has the real binding again
+
+    expect(await fireTimersNow(ledger)).toBe(true);
+    expect(await holderIds(f.fleet)).toEqual([]);
+    expect(await pendingEffects(ledger)).toBe(0);
+  });
+
+  it("moves a release left pending by the previous release into the outbox when the ledger loads", async () => {
+    const f = await fleetWithKey();
+    await putGroup(f.fleet, "default", { slots: 1 });
+    const [a] = await registerClients(f.fleet, 1);
+    await zincati(f.baseUrl, "pre-reboot", a.id);
+    const ledger = env.LEDGER.get(env.LEDGER.idFromName(a.serverId));
     await runInDurableObject(ledger, async (_i, state) => {
       state.storage.kv.put("fleetlock_release_pending", {
         fleet_id: f.fleet,
@@ -260,10 +279,10 @@ describe("stuck holders and automatic release", () => {
         seen_at: Date.now(),
         attempts: 1,
       });
-      await state.storage.setAlarm(Date.now() + 60_000);
     });
-    const { runDurableObjectAlarm } = await import("cloudflare:test");
-    expect(await runDurableObjectAlarm(ledger)).toBe(true);
+    await evictDurableObject(ledger);
+    expect(await ledger.view()).not.toBeNull();
+    expect(await fireTimersNow(ledger)).toBe(true);
     expect(await holderIds(f.fleet)).toEqual([]);
     await runInDurableObject(ledger, async (_i, state) => {
       expect(state.storage.kv.get("fleetlock_release_pending")).toBeUndefined();

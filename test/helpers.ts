@@ -1,4 +1,4 @@
-import { env, runInDurableObject, SELF } from "cloudflare:test";
+import { env, runDurableObjectAlarm, runInDurableObject, SELF } from "cloudflare:test";
 
 export const ADMIN = "test-admin-token";
 export const BASE = "https://hm.test";
@@ -41,25 +41,78 @@ export async function send(url: string, init: RequestInit) {
   return { status: res.status, headers: res.headers, json };
 }
 
-/** Makes the ledger's D1 refuse every statement (an outage) until the returned restore runs. */
-export async function breakLedgerD1(stub: DurableObjectStub) {
-  const realDb = env.DB;
-  const failing = new Proxy(realDb, {
-    get(target, prop) {
-      if (prop === "batch" || prop === "prepare") {
-        return () => {
-          throw new Error("D1_ERROR: simulated outage");
-        };
-      }
-      return Reflect.get(target, prop);
-    },
-  });
-  const swap = (db: D1Database) =>
+/** Replaces one binding in a Durable Object's env until the returned restore runs. */
+async function swapBinding(stub: DurableObjectStub, name: "DB" | "REBOOT" | "LEDGER", replacement: unknown) {
+  const real = (env as any)[name];
+  const swap = (value: unknown) =>
     runInDurableObject(stub, (instance) => {
-      (instance as any).env = { ...(instance as any).env, DB: db };
+      (instance as any).env = { ...(instance as any).env, [name]: value };
     });
-  await swap(failing);
-  return () => swap(realDb);
+  await swap(replacement);
+  return () => swap(real);
+}
+
+/** Makes the object's D1 refuse every statement (an outage) until the returned restore runs. */
+export function breakD1(stub: DurableObjectStub) {
+  return swapBinding(
+    stub,
+    "DB",
+    new Proxy(env.DB, {
+      get(target, prop) {
+        if (prop === "batch" || prop === "prepare") {
+          return () => {
+            throw new Error("D1_ERROR: simulated outage");
+          };
+        }
+        return Reflect.get(target, prop);
+      },
+    }),
+  );
+}
+
+/** Kept for the tests written against the ledger. */
+export const breakLedgerD1 = breakD1;
+
+/** Makes every call from the object to the fleets' coordinators fail until restored. */
+export function breakCoordinator(stub: DurableObjectStub) {
+  const unreachable = new Proxy(
+    {},
+    {
+      get() {
+        return () => Promise.reject(new Error("simulated: coordinator unreachable"));
+      },
+    },
+  );
+  return swapBinding(
+    stub,
+    "REBOOT",
+    new Proxy(env.REBOOT, {
+      get(target, prop) {
+        if (prop === "get") return () => unreachable;
+        return Reflect.get(target, prop);
+      },
+    }),
+  );
+}
+
+/** Effects still waiting in an object's outbox. */
+export const pendingEffects = (stub: DurableObjectStub) =>
+  runInDurableObject(stub, (_i, state) =>
+    state.storage.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM _outbox").one().n,
+  );
+
+/**
+ * Runs the object's alarm as if every timer (outbox backoff included) were due now: what the
+ * runtime does on its own once the time comes.
+ */
+export async function fireTimersNow(stub: DurableObjectStub) {
+  await runInDurableObject(stub, async (_i, state) => {
+    const past = Date.now() - 1;
+    state.storage.sql.exec("UPDATE _timers SET due_at = ?", past);
+    state.storage.sql.exec("UPDATE _outbox SET next_at = ? WHERE attempts > 0", past);
+    if ((await state.storage.getAlarm()) === null) await state.storage.setAlarm(past);
+  });
+  return runDurableObjectAlarm(stub);
 }
 
 let counter = 0;
@@ -105,10 +158,10 @@ export async function d1Statements() {
   return { reads: n("read"), writes: n("write") };
 }
 
-/** Waits until the ledger's queued D1 projections have run. */
+/** Waits until the ledger's outbox has delivered what a report enqueued (or tried to). */
 export async function settle(serverId: string) {
   const stub = env.LEDGER.get(env.LEDGER.idFromName(serverId));
   await runInDurableObject(stub, async (instance) => {
-    await (instance as unknown as { projecting: Promise<void> }).projecting;
+    await (instance as unknown as { outbox: { flush(): Promise<void> } }).outbox.flush();
   });
 }

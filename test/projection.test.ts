@@ -1,7 +1,7 @@
 import { env, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import type { ServerLedger } from "../src/ledger/durable-object";
-import { breakLedgerD1, call, createFleet, d1Statements, registerServer, report } from "./helpers";
+import { breakLedgerD1, call, createFleet, d1Statements, fireTimersNow, pendingEffects, registerServer, report } from "./helpers";
 
 const agents = [
   { name: "compute", image: "compute:1", version: "1" },
@@ -70,14 +70,16 @@ describe("D1 projection of the ledger", () => {
     expect((await indexRow(s.id))!.desired_generation).toBe(2);
     const alarmSet = await runInDurableObject(stub, (_i: ServerLedger, state) => state.storage.getAlarm());
     expect(alarmSet).not.toBeNull();
+    expect(await pendingEffects(stub)).toBe(2); // the projection and the audit row
 
     // Still down: the alarm fails again and reschedules itself.
-    await runDurableObjectAlarm(stub);
+    await fireTimersNow(stub);
     expect((await indexRow(s.id))!.desired_generation).toBe(2);
     expect(await runInDurableObject(stub, (_i: ServerLedger, state) => state.storage.getAlarm())).not.toBeNull();
 
     await restoreD1();
-    expect(await runDurableObjectAlarm(stub)).toBe(true);
+    expect(await fireTimersNow(stub)).toBe(true);
+    expect(await pendingEffects(stub)).toBe(0);
     const row = await indexRow(s.id);
     expect(row).toMatchObject({ desired_generation: 3, status: "pending" });
     const instances = await call("GET", `/v1/instances?server=${s.id}`);
@@ -146,7 +148,7 @@ describe("reports while D1 is down", () => {
     expect(await runInDurableObject(stub, (_i: ServerLedger, state) => state.storage.getAlarm())).not.toBeNull();
 
     await restoreD1();
-    expect(await runDurableObjectAlarm(stub)).toBe(true);
+    expect(await fireTimersNow(stub)).toBe(true);
     expect((await indexRow(s.id))!.status).toBe("failed");
   });
 });

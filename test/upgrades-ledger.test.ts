@@ -5,12 +5,12 @@ import { getDb } from "../src/db/client";
 import { servers } from "../src/db/schema";
 import type { DesiredState } from "../src/ledger/desired";
 import type { ServerLedger } from "../src/ledger/durable-object";
-import { buildProjection, writeProjection } from "../src/ledger/projection";
+import { buildProjection, projectionStatements } from "../src/ledger/projection";
 import type { ServerRecord } from "../src/ledger/record";
 import type { StoredReport } from "../src/ledger/schemas";
 import { FORMAT_KEY, LEDGER_FORMAT, upgradeLedgerStorage } from "../src/ledger/storage-format";
 import { ledgerOf } from "../src/ledger/stub";
-import { call, createFleet, registerServer, report } from "./helpers";
+import { call, createFleet, fireTimersNow, registerServer, report } from "./helpers";
 
 const indexState = async (id: string) =>
   (await getDb(env.DB).select({ state: servers.state }).from(servers).where(eq(servers.id, id)))[0]?.state;
@@ -32,7 +32,9 @@ async function foundationLedger() {
     kv.delete(FORMAT_KEY);
     // What the foundation's projection wrote for that report, in D1 and in the mark.
     const p = buildProjection({ ...record, state: "provisioning" }, desired, stored, Date.now());
-    await writeProjection(getDb(env.DB), p, null);
+    const db = getDb(env.DB);
+    const { statements } = projectionStatements(db, p, null);
+    await db.batch(statements as [any, ...any[]]);
     // The foundation's mark held one signature string for the whole projection.
     kv.put("projected", { signature: JSON.stringify(p.signatures), last_seen_written: stored.received_at, dirty: false, attempts: 0 });
   });
@@ -58,8 +60,8 @@ describe("ledger storage format", () => {
     const poll = await call("GET", "/v1/agent/desired", { token: server.token });
     expect(poll.status).toBe(200);
     expect(poll.json.generation).toBe(1);
-    // The index follows through the projection alarm the upgrade set.
-    expect(await runDurableObjectAlarm(stub)).toBe(true);
+    // The index follows through the projection the upgrade enqueued.
+    expect(await fireTimersNow(stub)).toBe(true);
     expect(await indexState(server.id)).toBe("active");
     expect((await call("GET", `/v1/servers/${server.id}`)).json).toMatchObject({ state: "active", status: "realized" });
   });
@@ -75,7 +77,7 @@ describe("ledger storage format", () => {
     expect(view!.record.state).toBe("provisioning");
     await runInDurableObject<ServerLedger, void>(stub, async (_i, state) => {
       expect(state.storage.kv.get(FORMAT_KEY)).toBe(LEDGER_FORMAT);
-      expect(await state.storage.getAlarm()).toBeNull();
+      expect(state.storage.sql.exec("SELECT * FROM _outbox").toArray()).toEqual([]);
     });
     expect(await indexState(server.id)).toBe("provisioning");
   });

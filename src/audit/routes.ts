@@ -42,6 +42,12 @@ auditRoutes.openapi(
     const before = decodeIdCursor(q.cursor) ?? undefined;
     const rows = await listAudit(getDb(c.env.DB), { target: q.target, before, limit: q.limit });
     const { items, next_cursor } = page(rows, q.limit, (r) => [String(r.id)]);
-    return c.json({ items: items.map((r) => ({ ...r, at: iso(r.at) })), next_cursor }, 200);
+    return c.json(
+      {
+        items: items.map((r) => ({ id: r.id, at: iso(r.at), actor: r.actor, action: r.action, target: r.target, details: r.details })),
+        next_cursor,
+      },
+      200,
+    );
   },
 );

@@ -8,7 +8,7 @@ import { bearer, commonErrors, jsonBody, jsonResponse, notFoundError } from "../
 import { cursorParam, decodeCursor, limitParam, page } from "../http/paging";
 import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
-import { ledgerOf } from "../ledger/stub";
+import { revokeToken } from "../services/tokens";
 import { iso, isoOrNull } from "../lib/time";
 import { actorOf, requireScope } from "./principal";
 import { issueToken } from "./tokens";
@@ -128,18 +128,6 @@ tokenRoutes.openapi(
   }),
   async (c) => {
     const { id } = c.req.valid("param");
-    const db = getDb(c.env.DB);
-    const row = await db.query.tokens.findFirst({ where: eq(tokens.id, id) });
-    if (!row) throw notFound("token", id);
-    if (row.revokedAt == null) {
-      // A host authenticates against its ledger, so the ledger forgets the hash first.
-      if (row.kind === "server" && row.serverId) await ledgerOf(c.env, row.serverId).revokeToken();
-      row.revokedAt = Date.now();
-      await db.batch([
-        db.update(tokens).set({ revokedAt: row.revokedAt }).where(and(eq(tokens.id, id), isNull(tokens.revokedAt))),
-        auditInsert(db, { actor: actorOf(c.var.principal), action: "token.revoke", target: `token:${id}` }),
-      ]);
-    }
-    return c.json(view(row), 200);
+    return c.json(view(await revokeToken(c.env, actorOf(c.var.principal), id)), 200);
   },
 );

@@ -47,9 +47,9 @@ export const servers = sqliteTable(
     index("servers_fleet_status_idx").on(t.fleetId, t.status, t.id),
     // Staleness marking scans only servers whose last report is old.
     index("servers_fleet_last_seen_idx").on(t.fleetId, t.lastSeen),
-    uniqueIndex("servers_fleetlock_id_uq")
-      .on(t.fleetId, t.fleetlockId)
-      .where(sql`${t.fleetlockId} IS NOT NULL`),
+    // Not unique: the fleet's coordinator owns fleetlock_id uniqueness; the index only mirrors it,
+    // and a uniqueness check here would make one ledger's projection wait on another's.
+    index("servers_fleetlock_id_idx").on(t.fleetId, t.fleetlockId),
   ],
 );
 
@@ -101,8 +101,10 @@ export const auditLog = sqliteTable(
     action: text("action").notNull(),
     target: text("target").notNull(),
     details: text("details", { mode: "json" }).$type<unknown>(),
+    /** Set for rows delivered from a Durable Object's outbox: a redelivery inserts nothing. */
+    eventId: text("event_id"),
   },
-  (t) => [index("audit_log_target_idx").on(t.target, t.id)],
+  (t) => [index("audit_log_target_idx").on(t.target, t.id), uniqueIndex("audit_log_event_uq").on(t.eventId)],
 );
 
 /**

@@ -1,22 +1,16 @@
 import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
 import { eq } from "drizzle-orm";
 import { actorOf, requireScope } from "../auth/principal";
-import { issueToken } from "../auth/tokens";
-import { audit, auditInsert } from "../audit/log";
 import { getDb } from "../db/client";
-import { isUniqueViolation } from "../db/errors";
-import { servers, tokens } from "../db/schema";
-import { ApiError, notFound, unwrap } from "../http/errors";
+import { notFound } from "../http/errors";
 import { bearer, commonErrors, conflictError, jsonBody, jsonResponse, notFoundError } from "../http/openapi";
 import { cursorParam, decodeCursor, limitParam, page } from "../http/paging";
 import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
-import type { ServerRecord } from "../ledger/record";
 import { DesiredConfig, DesiredConfigInput, serverStatus } from "../ledger/schemas";
 import { ledgerOf } from "../ledger/stub";
-import { pushServerIdentity } from "../fleetlock/registry";
 import { ServerRebootPatch } from "../fleetlock/schemas";
-import { getFleet } from "./fleets";
+import { patchServerIdentity, putDesiredConfig, registerServer } from "../services/servers";
 import { fleetId, ServerCreated, ServerDetail, ServerInput, serverIdParam, ServerSummary } from "./schemas";
 import { listServers, serverDetail, serverSummary } from "./servers";
 
@@ -39,86 +33,7 @@ serverRoutes.openapi(
     },
   }),
   async (c) => {
-    const input = c.req.valid("json");
-    const db = getDb(c.env.DB);
-    const fleet = await getFleet(db, input.fleet);
-    if (!fleet) throw new ApiError(422, "unknown_fleet", `fleet '${input.fleet}' does not exist`);
-
-    const id = crypto.randomUUID();
-    const { token, hash } = await issueToken("server", id);
-    const now = Date.now();
-    const record: ServerRecord = {
-      id,
-      fleet_id: fleet.id,
-      hostname: input.hostname.toLowerCase(),
-      kind: input.kind,
-      roles: input.roles,
-      reboot_group: input.reboot_group,
-      fleetlock_id: input.fleetlock_id ?? null,
-      state: "provisioning",
-      stale_after_s: fleet.staleAfterS,
-      created_at: now,
-      token_hash: hash,
-      token_id: id,
-    };
-    // The index row goes first so its unique fleetlock_id guard can refuse a duplicate before any
-    // ledger exists; the ledger then overwrites the row with its own projection.
-    try {
-      await db.batch([
-        db.insert(servers).values({
-          id,
-          fleetId: fleet.id,
-          hostname: record.hostname,
-          kind: record.kind,
-          roles: record.roles,
-          rebootGroup: record.reboot_group,
-          fleetlockId: record.fleetlock_id,
-          state: record.state,
-          status: "unknown",
-          desiredGeneration: 1,
-          createdAt: now,
-          updatedAt: now,
-        }),
-        db.insert(tokens).values({
-          id,
-          kind: "server",
-          scope: "server",
-          serverId: id,
-          name: `server ${record.hostname}`,
-          hash,
-          createdBy: actorOf(c.var.principal),
-          createdAt: now,
-        }),
-        auditInsert(db, {
-          actor: actorOf(c.var.principal),
-          action: "server.register",
-          target: `server:${id}`,
-          details: input,
-        }),
-      ]);
-    } catch (err) {
-      if (isUniqueViolation(err)) {
-        throw new ApiError(409, "fleetlock_id_taken", `another server of fleet '${fleet.id}' uses fleetlock_id '${input.fleetlock_id}'`);
-      }
-      throw err;
-    }
-    let view;
-    try {
-      // Agents come from the fleet's channels and the server's roles once those exist (planner).
-      view = await ledgerOf(c.env, id).register(record, []);
-    } catch (err) {
-      await db.batch([db.delete(servers).where(eq(servers.id, id)), db.delete(tokens).where(eq(tokens.id, id))]);
-      throw err;
-    }
-    // Never throws: a coordinator that was not told looks the id up in D1 on first use.
-    if (record.fleetlock_id) {
-      await pushServerIdentity(c.env, fleet.id, id, {
-        fleetlock_id: record.fleetlock_id,
-        hostname: record.hostname,
-        reboot_group: record.reboot_group,
-        rev: 0,
-      });
-    }
+    const { view, token } = await registerServer(c.env, actorOf(c.var.principal), c.req.valid("json"));
     return c.json({ ...serverDetail(view), token }, 201);
   },
 );
@@ -194,15 +109,7 @@ serverRoutes.openapi(
   async (c) => {
     const { id } = c.req.valid("param");
     const input = c.req.valid("json");
-    const result = unwrap(await ledgerOf(c.env, id).putDesired(input));
-    if (result.created) {
-      await audit(getDb(c.env.DB), {
-        actor: actorOf(c.var.principal),
-        action: "server.desired.put",
-        target: `server:${id}`,
-        details: { generation: result.config.generation, lifecycle: result.config.lifecycle, agents: result.config.agents.length },
-      });
-    }
+    const result = await putDesiredConfig(c.env, actorOf(c.var.principal), id, input);
     return c.json(result.config, 200);
   },
 );
@@ -244,48 +151,7 @@ serverRoutes.openapi(
   }),
   async (c) => {
     const { id } = c.req.valid("param");
-    const input = c.req.valid("json");
-    const ledger = ledgerOf(c.env, id);
-    const current = await ledger.view();
-    if (!current) throw notFound("server", id);
-    const before = { fleetlockId: current.record.fleetlock_id, rebootGroup: current.record.reboot_group };
-    const after = {
-      fleetlockId: input.fleetlock_id === undefined ? before.fleetlockId : input.fleetlock_id,
-      rebootGroup: input.reboot_group ?? before.rebootGroup,
-    };
-    if (after.fleetlockId === before.fleetlockId && after.rebootGroup === before.rebootGroup) {
-      return c.json(serverDetail(current), 200);
-    }
-    const db = getDb(c.env.DB);
-    // The index row first, as at registration: its unique index refuses a fleetlock_id another
-    // server of the fleet uses, atomically, before the ledger changes.
-    try {
-      await db.update(servers).set({ ...after, updatedAt: Date.now() }).where(eq(servers.id, id));
-    } catch (err) {
-      if (isUniqueViolation(err)) {
-        throw new ApiError(409, "fleetlock_id_taken", `another server of fleet '${current.record.fleet_id}' uses fleetlock_id '${after.fleetlockId}'`);
-      }
-      throw err;
-    }
-    let result;
-    try {
-      result = unwrap(await ledger.setRebootIdentity({ fleetlock_id: after.fleetlockId, reboot_group: after.rebootGroup }));
-    } catch (err) {
-      await db.update(servers).set(before).where(eq(servers.id, id));
-      throw err;
-    }
-    await pushServerIdentity(c.env, current.record.fleet_id, id, {
-      fleetlock_id: after.fleetlockId,
-      hostname: current.record.hostname,
-      reboot_group: after.rebootGroup,
-      rev: result.rev,
-    });
-    await audit(db, {
-      actor: actorOf(c.var.principal),
-      action: "server.patch",
-      target: `server:${id}`,
-      details: { before: { fleetlock_id: before.fleetlockId, reboot_group: before.rebootGroup }, after: input },
-    });
-    return c.json(serverDetail(result.view), 200);
+    const view = await patchServerIdentity(c.env, actorOf(c.var.principal), id, c.req.valid("json"));
+    return c.json(serverDetail(view), 200);
   },
 );

@@ -1,10 +1,11 @@
 import { DurableObject } from "cloudflare:workers";
-import { and, eq, ne } from "drizzle-orm";
-import { audit } from "../audit/log";
+import { auditEvent, auditInsertOnce, type AuditEntry, type AuditEvent } from "../audit/log";
 import { getDb } from "../db/client";
-import { servers } from "../db/schema";
 import type { Env } from "../env";
 import { digestsEqual } from "../lib/crypto";
+import { Outbox } from "../objects/kit/outbox";
+import { fail, type Failure } from "../objects/kit/result";
+import { Scheduler } from "../objects/kit/scheduler";
 import { failure, type ClientParams, type FleetLockFailure } from "./protocol";
 import {
   configure,
@@ -61,16 +62,24 @@ export interface ServerIdentity {
   rev: number;
 }
 
-export type CoordinatorFailure = { ok: false; status: 404; code: string; message: string };
+/** A fleetlock_id held for a registration or PATCH until the server's ledger confirms it. */
+interface Reservation {
+  server_id: string;
+  until: number;
+}
 
 const KEY = {
   config: "config",
   group: (name: string) => `group:${name}`,
   client: (id: string) => `client:${id}`,
   server: (id: string) => `server:${id}`,
+  reservation: (id: string) => `reservation:${id}`,
   // Group names cannot hold ':', so the first ':' after the group ends it.
   queued: (group: string, id: string) => `queue:${group}:${id}`,
 } as const;
+
+/** The scheduler's timer for the queue: unclaimed grants running out, waits ending, windows opening. */
+const QUEUE_TIMER = "queue";
 
 /** How a pre-reboot is asked: `ticket` names the waiting connection; `resume` re-attaches after a restart without parking anew. */
 export interface PreRebootOptions {
@@ -78,10 +87,11 @@ export interface PreRebootOptions {
   resume?: boolean;
 }
 
-/** Identities learned from D1 rank below any pushed one. */
-const REV_FROM_INDEX = -1;
-const UNKNOWN_CACHE_MS = 60_000;
-const UNKNOWN_CACHE_MAX = 10_000;
+/**
+ * How long a reserved fleetlock_id waits for its ledger's confirmation. A workflow that died
+ * between reserving and committing leaves nothing taken for longer than this.
+ */
+export const RESERVATION_TTL_MS = 2 * 60_000;
 
 /**
  * One per fleet: a counting semaphore per reboot group. Storage is the synchronous KV API, so
@@ -90,6 +100,39 @@ const UNKNOWN_CACHE_MAX = 10_000;
  * is the D1 look-up for an id missing from the registry; the semaphore is read after it.
  */
 export class RebootCoordinator extends DurableObject<Env> {
+  private readonly scheduler: Scheduler;
+  private readonly outbox: Outbox<"audit">;
+
+  constructor(ctx: DurableObjectState, env: Env) {
+    super(ctx, env);
+    this.scheduler = new Scheduler(ctx.storage);
+    const db = () => getDb(this.env.DB);
+    this.outbox = new Outbox(
+      ctx.storage,
+      this.scheduler,
+      { audit: { target: "d1", statements: (e: AuditEvent) => [auditInsertOnce(db(), e)] } },
+      db,
+    );
+  }
+
+  async alarm() {
+    await this.scheduler.fire({
+      outbox: () => this.outbox.flush(),
+      reservation: (payload, name) => this.expireReservation(name.slice("reservation:".length), (payload as { until: number }).until),
+      [QUEUE_TIMER]: () => this.drainAll(),
+    });
+  }
+
+  /** Audit rows leave through the outbox: the caller's answer never waits for D1. */
+  private async audited(entries: AuditEntry[], opts: { wait: boolean }) {
+    if (entries.length) {
+      for (const e of entries) this.outbox.enqueue("audit", auditEvent(e));
+      await this.scheduler.arm();
+    }
+    if (opts.wait) await this.outbox.flush();
+    else if (entries.length) this.ctx.waitUntil(this.outbox.flush());
+  }
+
   private get kv() {
     return this.ctx.storage.kv;
   }
@@ -143,18 +186,17 @@ export class RebootCoordinator extends DurableObject<Env> {
   async preReboot(keyHash: string, params: ClientParams, opts: PreRebootOptions = {}): Promise<{ ok: true } | FleetLockFailure> {
     const config = this.authorized(keyHash);
     if (!config) return failure("unauthorized", "invalid FleetLock key for this fleet");
-    const client = await this.client(config, params.id);
+    const client = this.client(config, params.id);
     if (!client.ok) return client;
-    // The look-up may have awaited D1: a key rotated meanwhile refuses this request too.
-    if (!this.authorized(keyHash)) return failure("unauthorized", "invalid FleetLock key for this fleet");
     if (client.entry && client.entry.reboot_group !== params.group) {
       return failure(
         "group_mismatch",
         `client '${params.id}' is registered in reboot group '${client.entry.reboot_group}', not '${params.group}'`,
       );
     }
-    // From here on, no await until parking: the check and the grant are one uninterrupted turn.
+    // From here on, no await until the grant or the park is stored: one uninterrupted turn.
     const now = this.clock();
+    const serverId = client.entry?.server_id ?? null;
     // An id holds at most one slot in the fleet; holding one anywhere makes this a recursive lock
     // (and claims a slot granted while the host could not be answered).
     const heldIn = this.m.heldIn.get(params.id);
@@ -165,12 +207,13 @@ export class RebootCoordinator extends DurableObject<Env> {
     const name = params.group;
     const group = this.m.groups.get(name) ?? this.implicitGroup(config, now);
     if (!group) return failure("unknown_group", `reboot group '${name}' is not configured for this fleet`);
-    const adm = admit(group, this.m.queues.get(name) ?? [], params.id, client.entry?.server_id ?? null, now, {
-      mayPark: !opts.resume,
-    });
+    const adm = admit(group, this.m.queues.get(name) ?? [], params.id, serverId, now, { mayPark: !opts.resume });
     if (adm.kind === "refused") return failure(adm.refusal, adm.value);
     if (adm.kind === "granted") {
-      if (adm.changed) this.saveGroup(name, adm.group);
+      if (adm.changed) {
+        this.saveGroup(name, adm.group);
+        await this.audited([this.hostAudit("fleetlock.grant", params.id, serverId, { group: name })], { wait: false });
+      }
       return { ok: true };
     }
     if (!this.m.groups.has(name)) this.saveGroup(name, group);
@@ -179,7 +222,7 @@ export class RebootCoordinator extends DurableObject<Env> {
       this.expire(name, params.id),
     );
     // A slot may be free and open with nobody answered yet (a window just opened): settle it now.
-    this.drainGroup(name);
+    await this.drainGroup(name);
     if ((await outcome).granted) return { ok: true };
     const after = this.m.groups.get(name)!;
     if (holderOf(after, params.id)) return { ok: true };
@@ -192,6 +235,15 @@ export class RebootCoordinator extends DurableObject<Env> {
     return { left: this.waiters.leave(id, ticket) };
   }
 
+  private hostAudit(action: string, id: string, serverId: string | null, details: Record<string, unknown>): AuditEntry {
+    return {
+      actor: serverId ? `server:${serverId}` : `fleetlock:${id}`,
+      action,
+      target: `fleet:${this.m.config?.fleet_id ?? "?"}`,
+      details: { id, server_id: serverId, ...details },
+    };
+  }
+
   /**
    * UnlockIfHeld, for whichever group holds the id: a host whose group changed while it held a
    * slot must still be able to reach steady state. Succeeds whether or not anything was held.
@@ -199,13 +251,10 @@ export class RebootCoordinator extends DurableObject<Env> {
   async steadyState(keyHash: string, params: ClientParams): Promise<{ ok: true; released: boolean } | FleetLockFailure> {
     const config = this.authorized(keyHash);
     if (!config) return failure("unauthorized", "invalid FleetLock key for this fleet");
-    if (!this.m.heldIn.has(params.id)) {
-      const client = await this.client(config, params.id);
-      if (!client.ok) return client;
-    }
-    // Re-read after the possible await: another request may have granted or released meanwhile.
     const groupName = this.m.heldIn.get(params.id);
     if (!groupName) {
+      const client = this.client(config, params.id);
+      if (!client.ok) return client;
       // A host at steady state is not waiting to reboot: it gives up its place, if it had one.
       for (const [name, q] of [...this.m.queues]) {
         if (!queuedOf(q, params.id)) continue;
@@ -216,36 +265,92 @@ export class RebootCoordinator extends DurableObject<Env> {
     }
     const next = release(this.m.groups.get(groupName)!, params.id, this.clock());
     this.saveGroup(groupName, next.group);
-    this.drainGroup(groupName);
+    if (next.released) {
+      await this.audited(
+        [this.hostAudit("fleetlock.release", params.id, next.released.server_id, { group: groupName })],
+        { wait: false },
+      );
+    }
+    await this.drainGroup(groupName);
     return { ok: true, released: next.released !== null };
   }
 
   // ---- fleet configuration ----
 
   /** Installs a new key; the previous one stops working with this write. */
-  async setKey(settings: FleetSettings, keyHash: string): Promise<void> {
+  async setKey(settings: FleetSettings, keyHash: string, actor: string): Promise<void> {
     this.putConfig({ ...settings, key_hash: keyHash });
+    await this.audited([{ actor, action: "fleet.fleetlock_key.rotate", target: `fleet:${settings.fleet_id}` }], { wait: true });
   }
 
-  /** Records (or replaces) a server's FleetLock identity; older revisions are ignored. */
-  async setServerIdentity(serverId: string, identity: ServerIdentity): Promise<{ applied: boolean }> {
+  /**
+   * Holds `fleetlock_id` for `serverId` until its ledger confirms it (setServerIdentity) or the
+   * reservation expires. Refused while another server has the id, registered or reserved: this
+   * coordinator is where fleetlock_id uniqueness lives.
+   */
+  async reserveClientId(fleetlockId: string, serverId: string): Promise<{ ok: true } | Failure> {
+    const owner = this.kv.get<ClientEntry>(KEY.client(fleetlockId));
+    const now = Date.now();
+    const reserved = this.kv.get<Reservation>(KEY.reservation(fleetlockId));
+    const taken =
+      (owner && owner.server_id !== serverId) || (reserved && reserved.server_id !== serverId && reserved.until > now);
+    if (taken) return fail("fleetlock_id_taken", `another server of this fleet uses fleetlock_id '${fleetlockId}'`);
+    if (!owner) {
+      const until = now + RESERVATION_TTL_MS;
+      this.kv.put(KEY.reservation(fleetlockId), { server_id: serverId, until } satisfies Reservation);
+      this.scheduler.schedule(KEY.reservation(fleetlockId), until, { until });
+      await this.scheduler.arm();
+    }
+    return { ok: true };
+  }
+
+  /** The timer carries the reservation it was set for: a later reservation of the id outlives it. */
+  private expireReservation(fleetlockId: string, until: number) {
+    const r = this.kv.get<Reservation>(KEY.reservation(fleetlockId));
+    if (r && r.until <= until) this.kv.delete(KEY.reservation(fleetlockId));
+  }
+
+  /**
+   * Records (or replaces) a server's FleetLock identity, delivered from its ledger's outbox; older
+   * revisions are ignored, so redeliveries and reordered deliveries change nothing. An id that
+   * another server registered meanwhile stays with that server (audited as a conflict).
+   */
+  async setServerIdentity(serverId: string, identity: ServerIdentity): Promise<{ applied: boolean; conflict?: boolean }> {
+    const id = identity.fleetlock_id;
+    const owner = id ? this.kv.get<ClientEntry>(KEY.client(id)) : undefined;
+    const previous = this.kv.get<ServerIdentity>(KEY.server(serverId));
+    if (id && owner && owner.server_id !== serverId && !(previous && previous.rev >= identity.rev)) {
+      await this.audited(
+        [{
+          actor: `server:${serverId}`,
+          action: "fleetlock.identity_conflict",
+          target: `server:${serverId}`,
+          details: { fleetlock_id: id, held_by: owner.server_id },
+        }],
+        { wait: false },
+      );
+      return { applied: false, conflict: true };
+    }
     return { applied: this.applyIdentity(serverId, identity) };
   }
 
-  async putGroup(settings: FleetSettings, name: string, change: GroupChange): Promise<GroupView> {
+  async putGroup(settings: FleetSettings, name: string, change: GroupChange, actor: string): Promise<GroupView> {
     const config = this.syncSettings(settings);
     const now = this.clock();
     const after = configure(this.m.groups.get(name) ?? null, change, now);
     this.saveGroup(name, after);
+    await this.audited([{ actor, action: "reboot_group.put", target: `fleet:${settings.fleet_id}`, details: { group: name, ...change } }], {
+      wait: true,
+    });
     // More slots, unpaused or new windows: parked hosts get what is free now.
-    this.drainGroup(name);
+    await this.drainGroup(name);
     return this.view(config, name, this.m.groups.get(name)!, now);
   }
 
-  async getGroup(settings: FleetSettings, name: string): Promise<{ ok: true; group: GroupView } | CoordinatorFailure> {
+  async getGroup(settings: FleetSettings, name: string): Promise<{ ok: true; group: GroupView } | Failure> {
     const config = this.syncSettings(settings);
     const group = this.m.groups.get(name);
-    if (!group) return { ok: false, status: 404, code: "not_found", message: `reboot group '${name}' is not configured` };
+    if (!group) return fail("not_found", `reboot group '${name}' is not configured`);
     return { ok: true, group: this.view(config, name, group, this.clock()) };
   }
 
@@ -264,18 +369,27 @@ export class RebootCoordinator extends DurableObject<Env> {
     settings: FleetSettings,
     name: string,
     id: string,
-  ): Promise<{ ok: true; released: Holder; group: GroupView } | CoordinatorFailure> {
+    actor: string,
+  ): Promise<{ ok: true; released: Holder; group: GroupView } | Failure> {
     const config = this.syncSettings(settings);
     const group = this.m.groups.get(name);
-    if (!group) return { ok: false, status: 404, code: "not_found", message: `reboot group '${name}' is not configured` };
+    if (!group) return fail("not_found", `reboot group '${name}' is not configured`);
     const now = this.clock();
     const next = release(group, id, now);
-    if (!next.released) {
-      return { ok: false, status: 404, code: "not_held", message: `'${id}' holds no slot in reboot group '${name}'` };
-    }
+    if (!next.released) return fail("not_held", `'${id}' holds no slot in reboot group '${name}'`);
     this.saveGroup(name, next.group);
-    this.drainGroup(name);
-    return { ok: true, released: next.released, group: this.view(config, name, this.m.groups.get(name)!, now) };
+    const r = next.released;
+    await this.audited(
+      [{
+        actor,
+        action: "reboot_group.force_release",
+        target: `fleet:${settings.fleet_id}`,
+        details: { group: name, id: r.id, server_id: r.server_id, granted_at: new Date(r.granted_at).toISOString() },
+      }],
+      { wait: true },
+    );
+    await this.drainGroup(name);
+    return { ok: true, released: r, group: this.view(config, name, this.m.groups.get(name)!, now) };
   }
 
   /**
@@ -293,48 +407,35 @@ export class RebootCoordinator extends DurableObject<Env> {
       const next = releaseWhere(group, match, now);
       if (next.released.length === 0) continue;
       this.saveGroup(name, next.group);
-      this.drainGroup(name);
       released.push(...next.released.map((h) => ({ ...h, group: name })));
     }
+    for (const name of new Set(released.map((h) => h.group))) await this.drainGroup(name);
     if (released.length > 0) {
-      await audit(getDb(this.env.DB), {
-        actor: opts.actor,
-        action: "fleetlock.release_server",
-        target: `server:${serverId}`,
-        details: { server_id: serverId, reason: opts.reason, released: released.map((h) => ({ group: h.group, id: h.id })) },
-      });
+      await this.audited(
+        [{
+          actor: opts.actor,
+          action: "fleetlock.release_server",
+          target: `server:${serverId}`,
+          details: { server_id: serverId, reason: opts.reason, released: released.map((h) => ({ group: h.group, id: h.id })) },
+        }],
+        { wait: false },
+      );
     }
     return released;
   }
 
-  // ---- the queue's timers ----
+  // ---- the queue ----
 
-  /** Unclaimed grants running out, waits ending, windows opening: whatever is due now. */
-  async alarm(): Promise<void> {
-    this.armedAt = null;
-    for (const name of [...this.m.groups.keys()]) this.drainGroup(name);
-    this.arm();
-  }
-
-  private armedAt: number | null = null;
-
-  /** One alarm at the earliest moment any group needs a look without a request to prompt it. */
-  private arm() {
-    let at = Infinity;
-    const now = this.clock();
-    for (const [name, g] of this.m.groups) at = Math.min(at, nextWake(g, this.m.queues.get(name) ?? [], now) ?? Infinity);
-    if (at === Infinity || at === this.armedAt) return;
-    this.armedAt = at;
-    // The alarm runs on real time; the clock may be moved (tests), so convert the distance.
-    void this.ctx.storage.setAlarm(Date.now() + Math.max(0, at - now));
+  private async drainAll() {
+    for (const name of [...this.m.groups.keys()]) await this.drainGroup(name);
   }
 
   /**
    * Frees what is due in a group (unclaimed grants past their bound), then hands free slots to
-   * parked hosts in FIFO order; hosts still connected are answered 200 after the grant is stored
-   * (the output gate holds every reply until the write is durable).
+   * parked hosts in FIFO order; hosts still connected are answered 200, and the output gate holds
+   * each answer until the grant is durable. Grants and releases are audited like any other.
    */
-  private drainGroup(name: string) {
+  private async drainGroup(name: string) {
     const g = this.m.groups.get(name);
     if (!g) return;
     const now = this.clock();
@@ -346,16 +447,45 @@ export class RebootCoordinator extends DurableObject<Env> {
     this.saveGroup(name, d.group);
     this.saveQueue(name, d.queue);
     for (const { entry, answerable } of d.granted) if (answerable) this.waiters.settle(entry.id, { granted: true });
-    this.arm();
+    const rearm = this.armQueue(now);
+    const audits = [
+      ...freed.released.map((h) => this.hostAudit("fleetlock.release_unclaimed", h.id, h.server_id, { group: name })),
+      ...d.granted.map(({ entry, answerable }) =>
+        this.hostAudit("fleetlock.grant", entry.id, entry.server_id, { group: name, queued_since: new Date(entry.since).toISOString(), answered: answerable }),
+      ),
+    ];
+    await this.audited(audits, { wait: false });
+    if (rearm) await this.scheduler.arm();
   }
 
   /** A parked host's wait ran out: it leaves the queue and is answered with the group's refusal. */
   private expire(name: string, id: string) {
-    const q = this.m.queues.get(name) ?? [];
-    this.saveQueue(name, dequeue(q, id));
+    this.saveQueue(name, dequeue(this.m.queues.get(name) ?? [], id));
     this.waiters.settle(id, { granted: false, group: name });
-    this.arm();
+    if (this.armQueue(this.clock())) void this.scheduler.arm().catch(() => undefined);
   }
+
+  /**
+   * Keeps the queue's one timer at the earliest moment any group needs a look with no request to
+   * prompt it. The timer runs on real time while decisions use `clock`, so the distance is kept.
+   */
+  private armQueue(now: number): boolean {
+    let at = Infinity;
+    for (const [name, g] of this.m.groups) at = Math.min(at, nextWake(g, this.m.queues.get(name) ?? [], now) ?? Infinity);
+    if (at === Infinity) {
+      // Unknown after a wake (undefined): cancel once, in case a timer was left from before.
+      if (this.queueTimerAt !== null) this.scheduler.cancel(QUEUE_TIMER);
+      this.queueTimerAt = null;
+      return false;
+    }
+    const due = Date.now() + Math.max(0, at - now);
+    if (due === this.queueTimerAt) return false;
+    this.scheduler.schedule(QUEUE_TIMER, due);
+    this.queueTimerAt = due;
+    return true;
+  }
+
+  private queueTimerAt: number | null | undefined;
 
   /** Stores a queue's added and removed entries, then mirrors it in memory. */
   private saveQueue(name: string, after: Queue) {
@@ -398,51 +528,16 @@ export class RebootCoordinator extends DurableObject<Env> {
   }
 
   /**
-   * The registry entry for an id. A miss is looked up in D1 once (a push at registration may
-   * have failed) and cached; only ids no server has registered are refused, unless allowed.
+   * The registry entry for an id: servers' identities arrive from their ledgers' outboxes, so
+   * the host path never reads D1. Only ids no server has registered are refused, unless allowed.
    */
-  private async client(
-    config: FleetConfig,
-    id: string,
-  ): Promise<{ ok: true; entry: ClientEntry | null } | FleetLockFailure> {
-    let entry = this.kv.get<ClientEntry>(KEY.client(id)) ?? null;
-    if (!entry && !this.recentlyUnknown(id)) {
-      const row = await getDb(this.env.DB).query.servers.findFirst({
-        columns: { id: true, hostname: true, rebootGroup: true },
-        where: and(eq(servers.fleetId, config.fleet_id), eq(servers.fleetlockId, id), ne(servers.state, "removed")),
-      });
-      if (row) {
-        this.applyIdentity(row.id, { fleetlock_id: id, hostname: row.hostname, reboot_group: row.rebootGroup, rev: REV_FROM_INDEX });
-        entry = this.kv.get<ClientEntry>(KEY.client(id)) ?? null;
-      } else {
-        this.rememberUnknown(id);
-      }
-    }
+  private client(config: FleetConfig, id: string): { ok: true; entry: ClientEntry | null } | FleetLockFailure {
+    const entry = this.kv.get<ClientEntry>(KEY.client(id)) ?? null;
     if (entry || config.allow_unknown_ids) return { ok: true, entry };
     return failure("unknown_client", `no server of this fleet is registered with fleetlock_id '${id}'`);
   }
 
-  /**
-   * Ids D1 did not know, for a short while: strangers (and every request of a fleet that allows
-   * unknown ids) must not cost a D1 read each. A push for the id clears its entry at once.
-   */
-  private unknown = new Map<string, number>();
-
-  private recentlyUnknown(id: string) {
-    const until = this.unknown.get(id);
-    if (until === undefined) return false;
-    if (until > Date.now()) return true;
-    this.unknown.delete(id);
-    return false;
-  }
-
-  private rememberUnknown(id: string) {
-    if (this.unknown.size >= UNKNOWN_CACHE_MAX) this.unknown.clear();
-    this.unknown.set(id, Date.now() + UNKNOWN_CACHE_MS);
-  }
-
   private applyIdentity(serverId: string, identity: ServerIdentity): boolean {
-    if (identity.fleetlock_id) this.unknown.delete(identity.fleetlock_id);
     const previous = this.kv.get<ServerIdentity>(KEY.server(serverId));
     if (previous && previous.rev > identity.rev) return false;
     const oldId = previous?.fleetlock_id ?? null;
@@ -455,6 +550,9 @@ export class RebootCoordinator extends DurableObject<Env> {
       }
     }
     if (identity.fleetlock_id) {
+      // Confirmed: the reservation that guarded the id until now is no longer needed.
+      this.kv.delete(KEY.reservation(identity.fleetlock_id));
+      this.scheduler.cancel(KEY.reservation(identity.fleetlock_id));
       this.kv.put(KEY.client(identity.fleetlock_id), {
         server_id: serverId,
         hostname: identity.hostname,

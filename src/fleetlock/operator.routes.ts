@@ -1,33 +1,17 @@
 import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
-import { eq } from "drizzle-orm";
 import { actorOf, requireScope } from "../auth/principal";
-import { audit, auditInsert } from "../audit/log";
-import { getDb } from "../db/client";
-import { fleets } from "../db/schema";
-import { getFleet } from "../fleet/fleets";
 import { fleetId, groupName } from "../fleet/schemas";
-import { ApiError, notFound, unwrap } from "../http/errors";
 import { bearer, commonErrors, jsonBody, jsonResponse, notFoundError } from "../http/openapi";
 import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
-import type { Env } from "../env";
-import { randomSecret, sha256Hex } from "../lib/crypto";
 import { FleetlockKeyCreated, GroupInput, GroupSchema } from "./schemas";
-import { coordinatorOf, fleetSettings } from "./stub";
+import { forceRelease, getGroup, listGroups, putGroup, rotateFleetlockKey } from "../services/reboot";
 
 export const rebootGroupRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook });
 
 const fleetParam = z.object({ fleet: fleetId });
 const groupParams = fleetParam.extend({ group: groupName });
 const holderParams = groupParams.extend({ id: z.string().min(1).max(256) });
-
-/** The fleet's row from D1 (operator calls only), or 404; its settings travel with each call. */
-async function fleetOf(env: Env, id: string) {
-  const row = await getFleet(getDb(env.DB), id);
-  if (!row) throw notFound("fleet", id);
-  return row;
-}
-
 
 rebootGroupRoutes.openapi(
   createRoute({
@@ -49,8 +33,7 @@ rebootGroupRoutes.openapi(
   }),
   async (c) => {
     const { fleet } = c.req.valid("param");
-    const row = await fleetOf(c.env, fleet);
-    const items = await coordinatorOf(c.env, fleet).listGroups(fleetSettings(row));
+    const { row, items } = await listGroups(c.env, fleet);
     return c.json({ fleet, lock_ttl_s: row.lockTtlS, items }, 200);
   },
 );
@@ -68,9 +51,7 @@ rebootGroupRoutes.openapi(
   }),
   async (c) => {
     const { fleet, group } = c.req.valid("param");
-    const row = await fleetOf(c.env, fleet);
-    const result = unwrap(await coordinatorOf(c.env, fleet).getGroup(fleetSettings(row), group));
-    return c.json(result.group, 200);
+    return c.json(await getGroup(c.env, fleet, group), 200);
   },
 );
 
@@ -88,15 +69,7 @@ rebootGroupRoutes.openapi(
   async (c) => {
     const { fleet, group } = c.req.valid("param");
     const input = c.req.valid("json");
-    const row = await fleetOf(c.env, fleet);
-    const view = await coordinatorOf(c.env, fleet).putGroup(fleetSettings(row), group, input);
-    await audit(getDb(c.env.DB), {
-      actor: actorOf(c.var.principal),
-      action: "reboot_group.put",
-      target: `fleet:${fleet}`,
-      details: { group, ...input },
-    });
-    return c.json(view, 200);
+    return c.json(await putGroup(c.env, actorOf(c.var.principal), fleet, group, input), 200);
   },
 );
 
@@ -120,19 +93,12 @@ rebootGroupRoutes.openapi(
   }),
   async (c) => {
     const { fleet, group, id } = c.req.valid("param");
-    const row = await fleetOf(c.env, fleet);
-    const result = unwrap(await coordinatorOf(c.env, fleet).forceRelease(fleetSettings(row), group, id));
+    const result = await forceRelease(c.env, actorOf(c.var.principal), fleet, group, id);
     const released = {
       id: result.released.id,
       server_id: result.released.server_id,
       granted_at: new Date(result.released.granted_at).toISOString(),
     };
-    await audit(getDb(c.env.DB), {
-      actor: actorOf(c.var.principal),
-      action: "reboot_group.force_release",
-      target: `fleet:${fleet}`,
-      details: { group, ...released },
-    });
     return c.json({ released, group: result.group }, 200);
   },
 );
@@ -151,16 +117,7 @@ rebootGroupRoutes.openapi(
   }),
   async (c) => {
     const { fleet } = c.req.valid("param");
-    const row = await fleetOf(c.env, fleet);
-    const key = randomSecret();
-    const hash = await sha256Hex(key);
-    const db = getDb(c.env.DB);
-    // D1 first: if the coordinator then fails, the old key still works and a retry converges.
-    await db.batch([
-      db.update(fleets).set({ fleetlockKeyHash: hash }).where(eq(fleets.id, fleet)),
-      auditInsert(db, { actor: actorOf(c.var.principal), action: "fleet.fleetlock_key.rotate", target: `fleet:${fleet}` }),
-    ]);
-    await coordinatorOf(c.env, fleet).setKey(fleetSettings(row), hash);
+    const key = await rotateFleetlockKey(c.env, actorOf(c.var.principal), fleet);
     const base_url = `${new URL(c.req.url).origin}/fleetlock/${fleet}/${key}/`;
     return c.json({ fleet, key, base_url }, 201);
   },

@@ -1,3 +1,4 @@
+import type { DomainCode, Failure } from "../objects/kit/result";
 import type { ContentfulStatusCode } from "hono/utils/http-status";
 
 /** A failure the client can act on; rendered as `{ error: { code, message, details? } }`. */
@@ -20,14 +21,22 @@ export const errorBody = (code: string, message: string, details?: unknown) => (
 export const notFound = (what: string, id: string) =>
   new ApiError(404, "not_found", `${what} '${id}' does not exist`);
 
-/** How Durable Object RPCs report a client's mistake: as a value, since errors crossing RPC lose their shape. */
-export type RpcFailure = { ok: false; status: ContentfulStatusCode; code: string; message: string; details?: unknown };
+/** The one place where a domain result's code becomes an HTTP status. */
+export const STATUS_OF_CODE = {
+  not_found: 404,
+  unauthorized: 401,
+  generation_conflict: 409,
+  stale_generation: 409,
+  generation_not_issued: 409,
+  server_removed: 409,
+  not_held: 404,
+  fleetlock_id_taken: 409,
+} as const satisfies Record<DomainCode, ContentfulStatusCode>;
 
-/** The success of an RPC result, or its failure thrown as the ApiError it describes. */
+export const apiErrorOf = (f: Failure) => new ApiError(STATUS_OF_CODE[f.code], f.code, f.message, f.details);
+
+/** The success of a domain result, or its failure thrown as the ApiError its code maps to. */
 export function unwrap<R extends { ok: boolean }>(result: R): Exclude<R, { ok: false }> {
-  if (!result.ok) {
-    const f = result as unknown as RpcFailure;
-    throw new ApiError(f.status, f.code, f.message, f.details);
-  }
+  if (!result.ok) throw apiErrorOf(result as unknown as Failure);
   return result as Exclude<R, { ok: false }>;
 }

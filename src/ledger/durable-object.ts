@@ -1,17 +1,14 @@
 import { DurableObject } from "cloudflare:workers";
+import { auditEvent, type AuditEntry } from "../audit/log";
 import { getDb } from "../db/client";
 import type { Env } from "../env";
 import { digestsEqual } from "../lib/crypto";
-import { releaseAfterReboot, retryPendingRelease } from "../fleetlock/ledger-hooks";
+import { Outbox, type Effect } from "../objects/kit/outbox";
+import { fail, type Failure } from "../objects/kit/result";
+import { Scheduler } from "../objects/kit/scheduler";
 import { applyDesired, type DesiredState } from "./desired";
-import {
-  buildProjection,
-  lastSeenRefreshMs,
-  sameSignatures,
-  type Signatures,
-  writeLastSeen,
-  writeProjection,
-} from "./projection";
+import { identityPayload, ledgerEffects, tokenPayload, type LedgerEffectKind, type ReleasePayload } from "./effects";
+import { buildProjection, lastSeenRefreshMs, projectionStatements, type Signatures } from "./projection";
 import type { ServerRecord } from "./record";
 import type { AgentSpec, DesiredConfig, DesiredConfigInput, InventoryReport, StoredReport } from "./schemas";
 import { computeStatus, type ComputedStatus } from "./status";
@@ -24,18 +21,17 @@ const KEY = {
   projected: "projected",
   /** Revision of the FleetLock identity (fleetlock_id, reboot_group); registration is 0. */
   rebootRev: "reboot_rev",
+  /** Written by the previous release's hook when the coordinator missed a release; moved to the outbox on load. */
+  legacyPendingRelease: "fleetlock_release_pending",
 } as const;
 
+/** What the index shows of this server, as last written by the projection. */
 interface ProjectedMark {
-  /** What the index shows, as last written (absent in marks written before per-row signatures). */
   written?: Signatures | null;
   last_seen_written: number | null;
-  /** True while D1 lags behind this ledger; the alarm keeps retrying until it is cleared. */
-  dirty: boolean;
-  attempts: number;
+  /** Marks of the previous release: a dirty one cannot say what D1 holds. */
+  dirty?: boolean;
 }
-
-export type LedgerFailure = { ok: false; status: 401 | 404 | 409; code: string; message: string; details?: unknown };
 
 export interface ServerView {
   record: Omit<ServerRecord, "token_hash" | "token_id">;
@@ -43,11 +39,6 @@ export interface ServerView {
   report: StoredReport | null;
   computed: ComputedStatus;
 }
-
-const MAX_RETRY_DELAY_MS = 5 * 60_000;
-
-/** When the alarm re-checks a projection that ran in the background after a reply. */
-const PROJECTION_SAFETY_MS = 30_000;
 
 /** How old the persisted heartbeat of an unchanged report may get (memory holds the latest). */
 export const HEARTBEAT_PERSIST_MS = 60_000;
@@ -72,27 +63,45 @@ function contentKey(r: StoredReport) {
 /**
  * One per server: the authoritative desired config and last inventory report. Every write for a
  * server is serialized here; storage calls are synchronous, so each RPC's read-check-write runs
- * without interleaving and is durable before its reply leaves (output gate).
+ * without interleaving and is durable before its reply leaves (output gate). Whatever the write
+ * means for other bindings (the D1 index, the token row, the audit log, the fleet's coordinator)
+ * is stored in the same turn in the outbox and delivered from there.
  */
 export class ServerLedger extends DurableObject<Env> {
   private waiters = new Set<() => void>();
-  private projecting: Promise<void> = Promise.resolve();
+  private readonly scheduler: Scheduler;
+  private readonly outbox: Outbox<LedgerEffectKind>;
+  /** The mark the delivery under way will have made true, recorded once D1 took it. */
+  private inFlight: ProjectedMark | null = null;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
+    this.scheduler = new Scheduler(ctx.storage);
+    this.outbox = new Outbox(ctx.storage, this.scheduler, ledgerEffects(() => this.env, () => this.db(), this.projectEffect()), () => this.db());
     // Storage written by older code is brought to this code's format before any call reads it.
     // If it throws, the runtime resets the object and fails every call; storage is untouched.
     ctx
       .blockConcurrencyWhile(async () => {
         const upgraded = upgradeLedgerStorage(ctx.storage);
-        // The index learns of what the upgrade changed through the projection retry (alarm).
-        if (upgraded?.changed) await ctx.storage.setAlarm(Date.now());
+        const legacy = this.kv.get<Omit<ReleasePayload, "server_id"> & { fleet_id: string }>(KEY.legacyPendingRelease);
+        const record = this.kv.get<ServerRecord>(KEY.record);
+        if (legacy && record) {
+          this.outbox.enqueue("release", { ...legacy, server_id: record.id } satisfies ReleasePayload, { key: "release" });
+          this.kv.delete(KEY.legacyPendingRelease);
+        }
+        // The index learns of what the upgrade changed through the projection.
+        if (upgraded?.changed) this.outbox.enqueue("project", {}, { key: "project" });
+        await this.scheduler.arm();
       })
       .catch((err) => console.error("ledger storage upgrade failed:", err));
   }
 
   private get kv() {
     return this.ctx.storage.kv;
+  }
+
+  private db() {
+    return getDb(this.env.DB);
   }
 
   /**
@@ -137,61 +146,168 @@ export class ServerLedger extends DurableObject<Env> {
 
   private authorized(tokenHash: string) {
     const record = this.load()?.record;
-    return record && record.state !== "removed" && digestsEqual(record.token_hash, tokenHash) ? record : null;
+    return record && record.state !== "removed" && record.token_hash !== "" && digestsEqual(record.token_hash, tokenHash)
+      ? record
+      : null;
   }
 
-  /** Creates the ledger with generation 1; a repeated call for the same server changes nothing. */
-  async register(record: ServerRecord, agents: Omit<AgentSpec, "instance_id">[]): Promise<ServerView> {
-    if (this.load()) return (await this.view())!;
-    const desired: DesiredState = {
-      generation: 1,
-      agents: agents.map((a) => ({ ...a, instance_id: crypto.randomUUID() })),
-      lifecycle: "run",
-      updated_at: record.created_at,
-    };
-    this.save({ record, desired });
-    await this.project();
-    return (await this.view())!;
+  private audit(entry: AuditEntry) {
+    this.outbox.enqueue("audit", auditEvent(entry));
+  }
+
+  private wakeWaiters() {
+    for (const wake of this.waiters) wake();
+    this.waiters.clear();
+  }
+
+  /**
+   * After an operator's write: delivers what it enqueued before answering, so the index and the
+   * coordinator already show it. A delivery that fails does not fail the write (it is committed);
+   * the outbox retries it.
+   */
+  private async settle() {
+    await this.scheduler.arm();
+    await this.outbox.flush();
+  }
+
+  /** After a host's write: the answer does not wait for delivery (the alarm is the safety net). */
+  private async settleInBackground() {
+    await this.scheduler.arm();
+    this.ctx.waitUntil(this.outbox.flush());
+  }
+
+  // ---- operator calls ----
+
+  /**
+   * Creates the ledger with generation 1; a repeated call for the same server changes nothing.
+   * Its index row, token row, audit row and FleetLock identity leave through the outbox.
+   */
+  async register(
+    record: ServerRecord,
+    agents: Omit<AgentSpec, "instance_id">[],
+    meta: { actor: string; details?: unknown },
+  ): Promise<ServerView> {
+    if (!this.load()) {
+      const desired: DesiredState = {
+        generation: 1,
+        agents: agents.map((a) => ({ ...a, instance_id: crypto.randomUUID() })),
+        lifecycle: "run",
+        updated_at: record.created_at,
+      };
+      this.ctx.storage.transactionSync(() => {
+        this.save({ record, desired });
+        this.outbox.enqueue("project", {}, { key: "project" });
+        this.outbox.enqueue("token", tokenPayload(record, meta.actor, null), { key: "token" });
+        if (record.fleetlock_id) this.outbox.enqueue("identity", identityPayload(record, 0), { key: "identity" });
+        this.audit({ actor: meta.actor, action: "server.register", target: `server:${record.id}`, details: meta.details });
+      });
+    }
+    await this.settle();
+    return this.view()!;
   }
 
   async putDesired(
     input: DesiredConfigInput,
-  ): Promise<{ ok: true; created: boolean; config: DesiredConfig } | LedgerFailure> {
+    actor: string,
+  ): Promise<{ ok: true; created: boolean; config: DesiredConfig } | Failure> {
     const state = this.load();
-    if (!state) return { ok: false, status: 404, code: "not_found", message: "server does not exist" };
+    if (!state) return fail("not_found", "server does not exist");
     const outcome = applyDesired(state.desired, input, Date.now());
     switch (outcome.kind) {
       case "stale_generation":
-        return {
-          ok: false,
-          status: 409,
-          code: "stale_generation",
-          message: `generation ${input.generation} is older than the current generation ${outcome.current.generation}`,
-          details: { current_generation: outcome.current.generation },
-        };
+        return fail(
+          "stale_generation",
+          `generation ${input.generation} is older than the current generation ${outcome.current.generation}`,
+          { current_generation: outcome.current.generation },
+        );
       case "generation_conflict":
-        return {
-          ok: false,
-          status: 409,
-          code: "generation_conflict",
-          message: `generation ${input.generation} already holds a different config`,
-          details: { current_generation: outcome.current.generation },
-        };
+        return fail("generation_conflict", `generation ${input.generation} already holds a different config`, {
+          current_generation: outcome.current.generation,
+        });
       case "unchanged":
         return { ok: true, created: false, config: this.configOf(state.record, outcome.current) };
       case "accepted": {
-        this.save({ desired: outcome.next });
-        for (const wake of this.waiters) wake();
-        this.waiters.clear();
-        await this.project();
-        return { ok: true, created: true, config: this.configOf(state.record, outcome.next) };
+        const config = this.configOf(state.record, outcome.next);
+        this.ctx.storage.transactionSync(() => {
+          this.save({ desired: outcome.next });
+          this.outbox.enqueue("project", {}, { key: "project" });
+          this.audit({
+            actor,
+            action: "server.desired.put",
+            target: `server:${state.record.id}`,
+            details: { generation: config.generation, lifecycle: config.lifecycle, agents: config.agents.length },
+          });
+        });
+        this.wakeWaiters();
+        await this.settle();
+        return { ok: true, created: true, config };
       }
     }
   }
 
+  /** The host's token stops working at once (a parked poll included); its D1 row follows. */
+  async revokeToken(actor: string): Promise<boolean> {
+    const record = this.load()?.record;
+    if (!record) return false;
+    if (record.token_hash !== "") {
+      const now = Date.now();
+      this.ctx.storage.transactionSync(() => {
+        this.save({ record: { ...record, token_hash: "" } });
+        this.outbox.enqueue("token", tokenPayload(record, actor, now), { key: "token" });
+        this.audit({ actor, action: "token.revoke", target: `token:${record.token_id}` });
+      });
+      this.wakeWaiters();
+    }
+    await this.settle();
+    return true;
+  }
+
+  /**
+   * Changes the server's FleetLock identity (PATCH /v1/servers/{id}). Each change gets the next
+   * revision, so the coordinator ignores a delivery that arrives after a newer one.
+   */
+  async setRebootIdentity(
+    change: { fleetlock_id?: string | null; reboot_group?: string },
+    meta: { actor: string; details?: unknown },
+  ): Promise<{ ok: true; view: ServerView; rev: number } | Failure> {
+    const record = this.load()?.record;
+    if (!record) return fail("not_found", "server does not exist");
+    if (record.state === "removed") return fail("server_removed", "a removed server cannot be changed");
+    const next: ServerRecord = {
+      ...record,
+      fleetlock_id: change.fleetlock_id === undefined ? record.fleetlock_id : change.fleetlock_id,
+      reboot_group: change.reboot_group ?? record.reboot_group,
+    };
+    const rev = (this.kv.get<number>(KEY.rebootRev) ?? 0) + 1;
+    this.ctx.storage.transactionSync(() => {
+      this.save({ record: next });
+      this.kv.put(KEY.rebootRev, rev);
+      this.outbox.enqueue("identity", identityPayload(next, rev), { key: "identity" });
+      this.outbox.enqueue("project", {}, { key: "project" });
+      this.audit({ actor: meta.actor, action: "server.patch", target: `server:${record.id}`, details: meta.details });
+    });
+    await this.settle();
+    return { ok: true, view: this.view()!, rev };
+  }
+
+  view(): ServerView | null {
+    const state = this.load();
+    if (!state) return null;
+    const { token_hash: _h, token_id: _t, ...record } = state.record;
+    return {
+      record,
+      desired: this.configOf(state.record, state.desired),
+      report: state.report ?? null,
+      computed: computeStatus(state.desired, state.report, Date.now(), state.record.stale_after_s * 1000),
+    };
+  }
+
+  // ---- host calls ----
+
   /**
    * The host's poll. `known` is the generation from its If-None-Match; with `waitMs` the call
-   * parks until the generation changes or time runs out, and never touches D1.
+   * parks until the generation changes or time runs out, and never touches D1. The token is
+   * checked again after parking: a token revoked meanwhile gets nothing.
    */
   async agentDesired(
     tokenHash: string,
@@ -200,10 +316,9 @@ export class ServerLedger extends DurableObject<Env> {
   ): Promise<
     | { ok: true; notModified: true; generation: number }
     | { ok: true; notModified: false; generation: number; config: DesiredConfig }
-    | LedgerFailure
+    | Failure
   > {
-    const record = this.authorized(tokenHash);
-    if (!record) return { ok: false, status: 401, code: "unauthorized", message: "invalid server token" };
+    if (!this.authorized(tokenHash)) return fail("unauthorized", "invalid server token");
     let desired = this.load()!.desired;
     if (known === desired.generation && waitMs > 0) {
       await new Promise<void>((resolve) => {
@@ -217,6 +332,8 @@ export class ServerLedger extends DurableObject<Env> {
       });
       desired = this.load()!.desired;
     }
+    const record = this.authorized(tokenHash);
+    if (!record) return fail("unauthorized", "invalid server token");
     // A 304 carries no body, so the config is not copied across the RPC boundary for it.
     if (known === desired.generation) return { ok: true, notModified: true, generation: desired.generation };
     return { ok: true, notModified: false, generation: desired.generation, config: this.configOf(record, desired) };
@@ -225,43 +342,53 @@ export class ServerLedger extends DurableObject<Env> {
   async agentReport(
     tokenHash: string,
     report: InventoryReport,
-  ): Promise<{ ok: true; generation: number; computed: ComputedStatus } | LedgerFailure> {
+  ): Promise<{ ok: true; generation: number; computed: ComputedStatus } | Failure> {
     const record = this.authorized(tokenHash);
-    if (!record) return { ok: false, status: 401, code: "unauthorized", message: "invalid server token" };
+    if (!record) return fail("unauthorized", "invalid server token");
     const { desired, report: previous, reportKey, persistedAt } = this.load()!;
     if (report.generation > desired.generation) {
-      return {
-        ok: false,
-        status: 409,
-        code: "generation_not_issued",
-        message: `report claims generation ${report.generation}, but the newest issued is ${desired.generation}`,
-        details: { desired_generation: desired.generation },
-      };
+      return fail(
+        "generation_not_issued",
+        `report claims generation ${report.generation}, but the newest issued is ${desired.generation}`,
+        { desired_generation: desired.generation },
+      );
     }
     const now = Date.now();
     const stored: StoredReport = { ...report, received_at: now };
-    const previousBootId = previous?.boot_id;
     const unchanged = previous !== undefined && reportKey === contentKey(stored);
+    let enqueued = false;
     if (unchanged && persistedAt !== undefined && now - persistedAt < HEARTBEAT_PERSIST_MS) {
       // Same content as the stored report: only the heartbeat moved. It lives in memory and is
       // persisted at most every HEARTBEAT_PERSIST_MS (or when the index is told of it), so a
       // steady host costs no storage write, and nothing the index shows can have changed.
       this.cache!.report = stored;
       this.cache!.heartbeatOnly = true;
+      if (this.lastSeenDue(now)) {
+        this.outbox.enqueue("project", {}, { key: "project" });
+        enqueued = true;
+      }
     } else {
-      this.save({ report: stored });
+      this.ctx.storage.transactionSync(() => {
+        this.save({ report: stored });
+        // The first report proves the host is up and talking to us.
+        if (record.state === "provisioning") this.save({ record: { ...record, state: "active" } });
+        if (!unchanged || this.lastSeenDue(now)) this.outbox.enqueue("project", {}, { key: "project" });
+        // A new boot_id: the host rebooted and came back, so any slot it still holds is one whose
+        // steady-state call was lost. Slots granted after this moment belong to the new boot.
+        if (previous !== undefined && previous.boot_id !== report.boot_id) {
+          const release: ReleasePayload = {
+            fleet_id: record.fleet_id,
+            server_id: record.id,
+            from_boot_id: previous.boot_id,
+            to_boot_id: report.boot_id,
+            seen_at: now,
+          };
+          this.outbox.enqueue("release", release, { key: "release" });
+        }
+      });
+      enqueued = true;
     }
-    // The first report proves the host is up and talking to us.
-    if (record.state === "provisioning") this.save({ record: { ...record, state: "active" } });
-    // The host's answer does not wait for D1: the report is durable here already, the projection
-    // follows in the background (waitUntil keeps the object alive for it), and an armed alarm
-    // repairs the index should the object die first.
-    if (!unchanged) await this.armProjectionAlarm();
-    this.ctx.waitUntil(this.project(unchanged));
-    // Reboot coordination: a new boot_id means the host rebooted; free any slot it still holds.
-    if (previousBootId !== undefined && previousBootId !== report.boot_id) {
-      await releaseAfterReboot(this.ctx.storage, this.env, record, previousBootId, report.boot_id, now);
-    }
+    if (enqueued) await this.settleInBackground();
     return {
       ok: true,
       generation: desired.generation,
@@ -269,123 +396,52 @@ export class ServerLedger extends DurableObject<Env> {
     };
   }
 
-  async view(): Promise<ServerView | null> {
-    const state = this.load();
-    if (!state) return null;
-    const { token_hash: _h, token_id: _t, ...record } = state.record;
-    return {
-      record,
-      desired: this.configOf(state.record, state.desired),
-      report: state.report ?? null,
-      computed: computeStatus(state.desired, state.report, Date.now(), state.record.stale_after_s * 1000),
-    };
-  }
+  // ---- timers and the index ----
 
-  /** The host's token stops working at once; the D1 token row is marked by the caller. */
-  async revokeToken(): Promise<boolean> {
-    const record = this.load()?.record;
-    if (!record) return false;
-    this.save({ record: { ...record, token_hash: "" } });
-    return true;
-  }
-
-  /**
-   * Changes the server's FleetLock identity (PATCH /v1/servers/{id}). Each change gets the next
-   * revision, so the coordinator can ignore a push that arrives after a newer one.
-   */
-  async setRebootIdentity(change: {
-    fleetlock_id?: string | null;
-    reboot_group?: string;
-  }): Promise<{ ok: true; view: ServerView; rev: number } | LedgerFailure> {
-    const record = this.load()?.record;
-    if (!record) return { ok: false, status: 404, code: "not_found", message: "server does not exist" };
-    if (record.state === "removed") {
-      return { ok: false, status: 409, code: "server_removed", message: "a removed server cannot be changed" };
-    }
-    const next: ServerRecord = {
-      ...record,
-      fleetlock_id: change.fleetlock_id === undefined ? record.fleetlock_id : change.fleetlock_id,
-      reboot_group: change.reboot_group ?? record.reboot_group,
-    };
-    const rev = (this.kv.get<number>(KEY.rebootRev) ?? 0) + 1;
-    this.save({ record: next });
-    this.kv.put(KEY.rebootRev, rev);
-    await this.project();
-    return { ok: true, view: (await this.view())!, rev };
-  }
-
-  /** Retries a projection that D1 refused, until the index matches the ledger. */
   async alarm() {
-    this.projectionAlarmArmed = false;
-    await this.project();
-    const record = this.load()?.record;
-    if (record) await retryPendingRelease(this.ctx.storage, this.env, record.id);
+    await this.scheduler.fire({ outbox: () => this.outbox.flush() });
   }
 
-  /**
-   * Brings D1 in line with this ledger. Calls are chained so an older projection can never land
-   * after a newer one; each reads the state as it is when its turn comes.
-   */
-  private projectionAlarmArmed = false;
-
-  /** Never postpones an earlier alarm (retries with backoff share it). */
-  private async armProjectionAlarm() {
-    if (this.projectionAlarmArmed) return;
-    const at = Date.now() + PROJECTION_SAFETY_MS;
-    const current = await this.ctx.storage.getAlarm();
-    if (current === null || current > at) await this.ctx.storage.setAlarm(at);
-    this.projectionAlarmArmed = true;
-  }
-
-  private project(contentUnchanged = false): Promise<void> {
-    const run = this.projecting.then(() => this.projectOnce(contentUnchanged));
-    this.projecting = run.catch(() => {});
-    return run;
-  }
-
-  /**
-   * `contentUnchanged`: the caller only moved the heartbeat of an identical report, so the
-   * signature cannot have changed (desired changes project themselves) and is not rebuilt.
-   */
-  private async projectOnce(contentUnchanged = false) {
+  /** Whether the index's last_seen is old enough to be refreshed (DESIGN §8: a coarse refresh). */
+  private lastSeenDue(now: number) {
     const state = this.load();
-    if (!state) return;
-    const now = Date.now();
+    if (!state?.report) return false;
     const mark = this.kv.get<ProjectedMark>(KEY.projected);
-    const lastSeen = state.report?.received_at;
-    const lastSeenDue =
-      lastSeen != null &&
-      (mark?.last_seen_written == null ||
-        lastSeen - mark.last_seen_written >= lastSeenRefreshMs(state.record.stale_after_s));
-    if (contentUnchanged && mark && !mark.dirty && !lastSeenDue) return;
-    const p = buildProjection(state.record, state.desired, state.report, now);
-    // A mark that is dirty (or predates per-row signatures) cannot say what D1 holds: rewrite it all.
-    const written = mark && !mark.dirty && mark.written ? mark.written : null;
-    const changed = !written || !sameSignatures(written, p.signatures);
-    if (!changed && !lastSeenDue) return;
-    // The index never shows a heartbeat the ledger could lose on eviction.
-    if (state.heartbeatOnly && state.report) this.save({ report: state.report });
-    try {
-      const db = getDb(this.env.DB);
-      if (changed) await writeProjection(db, p, written, { serverRowDue: lastSeenDue });
-      else await writeLastSeen(db, p);
-      this.kv.put(KEY.projected, {
-        written: p.signatures,
-        last_seen_written: p.server.lastSeen ?? null,
-        dirty: false,
-        attempts: 0,
-      } satisfies ProjectedMark);
-    } catch (err) {
-      // The ledger already holds the truth; D1 catches up when the alarm retries.
-      const attempts = (mark?.attempts ?? 0) + 1;
-      this.kv.put(KEY.projected, {
-        written: mark?.written ?? null,
-        last_seen_written: mark?.last_seen_written ?? null,
-        dirty: true,
-        attempts,
-      } satisfies ProjectedMark);
-      await this.ctx.storage.setAlarm(now + Math.min(1000 * 2 ** (attempts - 1), MAX_RETRY_DELAY_MS));
-      console.warn(`projection of server ${state.record.id} failed (attempt ${attempts}):`, err);
-    }
+    const written = mark?.last_seen_written;
+    return written == null || now - written >= lastSeenRefreshMs(state.record.stale_after_s);
+  }
+
+  /**
+   * The projection effect: D1 rows for the ledger as it is when delivered, limited to the rows
+   * whose content differs from what the index was last told.
+   */
+  private projectEffect(): Effect {
+    return {
+      target: "d1",
+      statements: () => {
+        this.inFlight = null;
+        const state = this.load();
+        if (!state) return [];
+        // The index never shows a heartbeat the ledger could lose on eviction.
+        if (state.heartbeatOnly && state.report) this.save({ report: state.report });
+        const mark = this.kv.get<ProjectedMark>(KEY.projected);
+        const p = buildProjection(state.record, state.desired, state.report, Date.now());
+        const written = mark && !mark.dirty && mark.written ? mark.written : null;
+        const lastSeen = p.server.lastSeen ?? null;
+        const lastSeenDue =
+          lastSeen != null &&
+          (mark?.last_seen_written == null || lastSeen - mark.last_seen_written >= lastSeenRefreshMs(state.record.stale_after_s));
+        const { statements, serverRow } = projectionStatements(this.db(), p, written, { serverRowDue: lastSeenDue });
+        this.inFlight = {
+          written: p.signatures,
+          last_seen_written: serverRow ? lastSeen : (mark?.last_seen_written ?? null),
+        };
+        return statements;
+      },
+      delivered: () => {
+        if (this.inFlight) this.kv.put(KEY.projected, this.inFlight);
+        this.inFlight = null;
+      },
+    };
   }
 }

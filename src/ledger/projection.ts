@@ -82,11 +82,13 @@ export function sameSignatures(a: Signatures, b: Signatures) {
 }
 
 /**
- * Writes the projection of one server in one D1 batch (atomic). Given what was last written,
- * only the rows that differ are written (DESIGN §8: D1 sees writes only for changes); without
- * it (first write, or after a failure) everything is rewritten. Returns the statement count.
+ * The D1 statements that bring the index in line with `p`, for one batch (atomic). Given what was
+ * last written, only the rows that differ are written (DESIGN §8: D1 sees writes only for
+ * changes); without it (first write, or a mark from before per-row signatures) everything is
+ * rewritten. `serverRowDue`: rewrite the server row even if unchanged (its last_seen is due, and
+ * the cron may have marked it stale meanwhile).
  */
-export async function writeProjection(
+export function projectionStatements(
   db: Db,
   p: Projection,
   written: Signatures | null,
@@ -108,37 +110,39 @@ export async function writeProjection(
         ),
       );
   const stmts = [];
+  let serverRow = false;
   let rows = p.instances;
   if (!written) {
     stmts.push(serverUpsert, inList(names, true));
+    serverRow = true;
   } else {
-    // Due also when only last_seen moved: the cron may have marked the row stale meanwhile.
-    if (opts.serverRowDue || written.server !== p.signatures.server) stmts.push(serverUpsert);
+    if (opts.serverRowDue || written.server !== p.signatures.server) {
+      stmts.push(serverUpsert);
+      serverRow = true;
+    }
     const removed = Object.keys(written.rows).filter((agent) => !(agent in p.signatures.rows));
     if (removed.length) stmts.push(inList(removed, false));
     rows = p.instances.filter((i) => written.rows[i.agent] !== p.signatures.rows[i.agent]);
   }
   const upserts = chunk(rows, INSTANCE_ROWS_PER_STATEMENT).map((rows) =>
-        db
-          .insert(agentInstances)
-          .values(rows)
-          .onConflictDoUpdate({
-            target: [agentInstances.serverId, agentInstances.agent],
-            set: {
-              instanceId: sql`excluded.instance_id`,
-              desiredImage: sql`excluded.desired_image`,
-              desiredVersion: sql`excluded.desired_version`,
-              reportedImage: sql`excluded.reported_image`,
-              reportedVersion: sql`excluded.reported_version`,
-              reportedState: sql`excluded.reported_state`,
-              status: sql`excluded.status`,
-              updatedAt: sql`excluded.updated_at`,
-            },
-          }),
+    db
+      .insert(agentInstances)
+      .values(rows)
+      .onConflictDoUpdate({
+        target: [agentInstances.serverId, agentInstances.agent],
+        set: {
+          instanceId: sql`excluded.instance_id`,
+          desiredImage: sql`excluded.desired_image`,
+          desiredVersion: sql`excluded.desired_version`,
+          reportedImage: sql`excluded.reported_image`,
+          reportedVersion: sql`excluded.reported_version`,
+          reportedState: sql`excluded.reported_state`,
+          status: sql`excluded.status`,
+          updatedAt: sql`excluded.updated_at`,
+        },
+      }),
   );
-  const all = [...stmts, ...upserts];
-  if (all.length) await db.batch(all as [(typeof all)[number], ...(typeof all)[number][]]);
-  return all.length;
+  return { statements: [...stmts, ...upserts], serverRow };
 }
 
 /** 11 columns a row; D1 binds at most 100 parameters per statement. */
@@ -148,15 +152,4 @@ function chunk<T>(items: T[], size: number): T[][] {
   const out: T[][] = [];
   for (let i = 0; i < items.length; i += size) out.push(items.slice(i, i + size));
   return out;
-}
-
-/**
- * A last_seen refresh alone: one small UPDATE. It rewrites the status too, because the cron may
- * have marked the row stale while the host was silent.
- */
-export async function writeLastSeen(db: Db, p: Projection) {
-  await db
-    .update(servers)
-    .set({ lastSeen: p.server.lastSeen, status: p.server.status })
-    .where(eq(servers.id, p.server.id));
 }

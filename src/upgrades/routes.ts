@@ -1,6 +1,6 @@
 import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
 import { actorOf, requireScope } from "../auth/principal";
-import { audit } from "../audit/log";
+import { auditInsert } from "../audit/log";
 import { getDb } from "../db/client";
 import { ApiError } from "../http/errors";
 import { bearer, commonErrors, conflictError, jsonResponse } from "../http/openapi";
@@ -163,7 +163,7 @@ upgradeRoutes.openapi(
     const actor = actorOf(c.var.principal);
     const result = await runUpgrades(c.env, { trigger: "operator", by: `operator(${actor})` });
     if (result.outcome !== "up_to_date") {
-      await audit(getDb(c.env.DB), {
+      await auditInsert(getDb(c.env.DB), {
         actor,
         action: "upgrade.run",
         target: "upgrades",

@@ -1,0 +1,196 @@
+/**
+ * A Durable Object's durable outbox. An effect on another binding (a D1 projection, an audit row,
+ * a call to another object) is stored in the same storage turn as the state change that causes
+ * it, then delivered at least once: at once after the commit (in the background), and by the
+ * scheduler's alarm with capped, jittered backoff until the receiver takes it. Receivers are
+ * idempotent, so a redelivery changes nothing.
+ */
+import type { BatchItem } from "drizzle-orm/batch";
+import type { Db } from "../../db/client";
+import type { Scheduler } from "./scheduler";
+
+/** An effect that becomes D1 statements; all due D1 effects of one flush share one batch. */
+export interface D1Effect<P> {
+  target: "d1";
+  /** Statements for the payload, built when delivered (from the object's state at that time). */
+  statements(payload: P): BatchItem<"sqlite">[] | Promise<BatchItem<"sqlite">[]>;
+  /** After the batch committed, e.g. to remember what the index now shows. */
+  delivered?(payload: P): void;
+}
+
+/** An effect delivered by calling something else (another Durable Object). */
+export interface CallEffect<P> {
+  target: "call";
+  deliver(payload: P): Promise<void>;
+}
+
+export type Effect<P = any> = D1Effect<P> | CallEffect<P>;
+
+type Row = {
+  id: number;
+  kind: string;
+  payload: string;
+  attempts: number;
+  seq: number;
+};
+
+export const OUTBOX_TIMER = "outbox";
+/** If the immediate delivery never happens (the object died), the alarm delivers after this. */
+export const OUTBOX_SAFETY_MS = 10_000;
+export const OUTBOX_MAX_BACKOFF_MS = 5 * 60_000;
+
+export function backoffMs(attempts: number, random = Math.random()) {
+  const capped = Math.min(OUTBOX_MAX_BACKOFF_MS, 1000 * 2 ** Math.max(0, attempts - 1));
+  // Full jitter over the upper half: retries from many objects do not arrive in lockstep.
+  return Math.round(capped * (0.5 + random / 2));
+}
+
+export class Outbox<K extends string> {
+  private chain: Promise<void> = Promise.resolve();
+
+  constructor(
+    private readonly storage: DurableObjectStorage,
+    private readonly scheduler: Scheduler,
+    private readonly effects: Record<K, Effect>,
+    private readonly db: () => Db,
+  ) {
+    storage.sql.exec(`CREATE TABLE IF NOT EXISTS _outbox (
+      id INTEGER PRIMARY KEY AUTOINCREMENT,
+      kind TEXT NOT NULL,
+      dedup_key TEXT UNIQUE,
+      payload TEXT NOT NULL,
+      seq INTEGER NOT NULL DEFAULT 0,
+      attempts INTEGER NOT NULL DEFAULT 0,
+      next_at INTEGER NOT NULL,
+      created_at INTEGER NOT NULL,
+      last_error TEXT
+    )`);
+  }
+
+  /**
+   * Stores an effect; synchronous, so it commits with the state change made in the same turn.
+   * With a `key`, a pending effect under that key is replaced (the latest payload wins, e.g. "the
+   * index must show the ledger as it is now"), and a delivery of the older payload under way does
+   * not remove the newer one.
+   */
+  enqueue(kind: K, payload: unknown = {}, opts: { key?: string } = {}) {
+    const now = Date.now();
+    const text = JSON.stringify(payload);
+    if (opts.key) {
+      this.storage.sql.exec(
+        `INSERT INTO _outbox (kind, dedup_key, payload, next_at, created_at) VALUES (?, ?, ?, ?, ?)
+         ON CONFLICT(dedup_key) DO UPDATE SET kind = excluded.kind, payload = excluded.payload, seq = seq + 1,
+           next_at = MIN(next_at, excluded.next_at)`,
+        kind,
+        opts.key,
+        text,
+        now + OUTBOX_SAFETY_MS,
+        now,
+      );
+    } else {
+      this.storage.sql.exec(
+        "INSERT INTO _outbox (kind, payload, next_at, created_at) VALUES (?, ?, ?, ?)",
+        kind,
+        text,
+        now + OUTBOX_SAFETY_MS,
+        now,
+      );
+    }
+    this.scheduler.scheduleNoLaterThan(OUTBOX_TIMER, now + OUTBOX_SAFETY_MS);
+  }
+
+  /** How many effects wait for delivery (tests, metrics). */
+  pending(): number {
+    return this.storage.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM _outbox").one().n;
+  }
+
+  /**
+   * Delivers every effect that is due: never tried yet, or past its backoff. Flushes are
+   * serialized; one that finds nothing to do costs one read.
+   */
+  flush(): Promise<void> {
+    const run = this.chain.then(() => this.deliver());
+    this.chain = run.catch(() => {});
+    return run;
+  }
+
+  private async deliver() {
+    const now = Date.now();
+    const rows = this.storage.sql
+      .exec<Row>(
+        "SELECT id, kind, payload, attempts, seq FROM _outbox WHERE attempts = 0 OR next_at <= ? ORDER BY id",
+        now,
+      )
+      .toArray();
+    if (rows.length === 0) return;
+    const d1Rows: Row[] = [];
+    const calls: Row[] = [];
+    for (const r of rows) {
+      const effect = this.effects[r.kind as K];
+      if (!effect) {
+        // Written by code that knew a kind this code does not: keep it for a later version.
+        console.error(JSON.stringify({ msg: "outbox effect of unknown kind kept", kind: r.kind }));
+        continue;
+      }
+      (effect.target === "d1" ? d1Rows : calls).push(r);
+    }
+    if (d1Rows.length) await this.deliverD1(d1Rows);
+    for (const r of calls) {
+      const effect = this.effects[r.kind as K] as CallEffect<unknown>;
+      try {
+        await effect.deliver(JSON.parse(r.payload));
+        this.done(r);
+      } catch (err) {
+        this.failed([r], err);
+      }
+    }
+    this.rearm();
+    await this.scheduler.arm();
+  }
+
+  private async deliverD1(rows: Row[]) {
+    try {
+      const parts = await Promise.all(
+        rows.map(async (r) => (this.effects[r.kind as K] as D1Effect<unknown>).statements(JSON.parse(r.payload))),
+      );
+      const all = parts.flat();
+      if (all.length) {
+        const db = this.db();
+        await db.batch(all as [BatchItem<"sqlite">, ...BatchItem<"sqlite">[]]);
+      }
+      for (const r of rows) {
+        (this.effects[r.kind as K] as D1Effect<unknown>).delivered?.(JSON.parse(r.payload));
+        this.done(r);
+      }
+    } catch (err) {
+      this.failed(rows, err);
+    }
+  }
+
+  /** Removes a delivered row, unless a newer payload replaced it meanwhile (then that one is still due). */
+  private done(r: Row) {
+    this.storage.sql.exec("DELETE FROM _outbox WHERE id = ? AND seq = ?", r.id, r.seq);
+  }
+
+  private failed(rows: Row[], err: unknown) {
+    const now = Date.now();
+    for (const r of rows) {
+      const attempts = r.attempts + 1;
+      this.storage.sql.exec(
+        "UPDATE _outbox SET attempts = ?, next_at = ?, last_error = ? WHERE id = ?",
+        attempts,
+        now + backoffMs(attempts),
+        String(err).slice(0, 500),
+        r.id,
+      );
+    }
+    console.warn(JSON.stringify({ msg: "outbox delivery failed; retrying", kinds: rows.map((r) => r.kind), error: String(err) }));
+  }
+
+  /** The outbox timer follows the earliest pending effect; none pending, no timer. */
+  private rearm() {
+    const next = this.storage.sql.exec<{ at: number | null }>("SELECT MIN(next_at) AS at FROM _outbox").one().at;
+    if (next === null) this.scheduler.cancel(OUTBOX_TIMER);
+    else this.scheduler.schedule(OUTBOX_TIMER, next);
+  }
+}

@@ -1,0 +1,100 @@
+/**
+ * Many named timers on a Durable Object's single alarm. Timers live in the object's own SQLite
+ * storage, so a timer set in the same turn as a state change commits with it; the alarm is always
+ * the earliest due timer (or earlier), so arming one timer can never postpone another.
+ */
+
+export type TimerHandler = (payload: unknown, name: string) => Promise<void> | void;
+
+/** When a handler throws, its timer fires again after this long (handlers are idempotent). */
+export const TIMER_RETRY_MS = 5_000;
+
+export class Scheduler {
+  /** The alarm this object last set; undefined until read once after the object woke. */
+  private armedAt: number | null | undefined;
+
+  constructor(private readonly storage: DurableObjectStorage) {
+    storage.sql.exec(
+      "CREATE TABLE IF NOT EXISTS _timers (name TEXT PRIMARY KEY, due_at INTEGER NOT NULL, payload TEXT)",
+    );
+  }
+
+  /** Sets (or moves) the timer `name` to fire at `dueAt`. Synchronous: commits with the caller's turn. */
+  schedule(name: string, dueAt: number, payload: unknown = null) {
+    this.storage.sql.exec(
+      "INSERT INTO _timers (name, due_at, payload) VALUES (?, ?, ?) ON CONFLICT(name) DO UPDATE SET due_at = excluded.due_at, payload = excluded.payload",
+      name,
+      Math.floor(dueAt),
+      JSON.stringify(payload),
+    );
+  }
+
+  /** Like schedule, but only brings the timer forward: an existing earlier due time is kept. */
+  scheduleNoLaterThan(name: string, dueAt: number, payload: unknown = null) {
+    this.storage.sql.exec(
+      "INSERT INTO _timers (name, due_at, payload) VALUES (?, ?, ?) ON CONFLICT(name) DO UPDATE SET due_at = MIN(due_at, excluded.due_at), payload = excluded.payload",
+      name,
+      Math.floor(dueAt),
+      JSON.stringify(payload),
+    );
+  }
+
+  cancel(name: string) {
+    this.storage.sql.exec("DELETE FROM _timers WHERE name = ?", name);
+  }
+
+  dueAt(name: string): number | null {
+    const row = this.storage.sql.exec<{ due_at: number }>("SELECT due_at FROM _timers WHERE name = ?", name).toArray()[0];
+    return row ? row.due_at : null;
+  }
+
+  private earliest(): number | null {
+    const row = this.storage.sql.exec<{ at: number | null }>("SELECT MIN(due_at) AS at FROM _timers").one();
+    return row.at;
+  }
+
+  /**
+   * Makes the alarm fire no later than the earliest timer. An alarm that is earlier than needed is
+   * left alone (it fires, finds nothing due and re-arms), which keeps steady traffic from
+   * rewriting the alarm on every call.
+   */
+  async arm() {
+    const next = this.earliest();
+    if (next === null) return;
+    if (this.armedAt === undefined) this.armedAt = await this.storage.getAlarm();
+    if (this.armedAt !== null && this.armedAt <= next) return;
+    this.armedAt = next;
+    await this.storage.setAlarm(next);
+  }
+
+  /**
+   * Runs every due timer (from the object's alarm handler). A timer is removed only after its
+   * handler finished and only if the handler did not move it, so a crash mid-handler fires it
+   * again. A handler that throws is retried after TIMER_RETRY_MS.
+   */
+  async fire(handlers: Record<string, TimerHandler>, now = Date.now()) {
+    this.armedAt = null; // the runtime cleared the alarm that woke us
+    const due = this.storage.sql
+      .exec<{ name: string; due_at: number; payload: string | null }>(
+        "SELECT name, due_at, payload FROM _timers WHERE due_at <= ? ORDER BY due_at, name",
+        now,
+      )
+      .toArray();
+    for (const t of due) {
+      const handler = handlers[t.name] ?? handlers[t.name.split(":")[0]];
+      try {
+        if (handler) await handler(t.payload == null ? null : JSON.parse(t.payload), t.name);
+        this.storage.sql.exec("DELETE FROM _timers WHERE name = ? AND due_at = ?", t.name, t.due_at);
+      } catch (err) {
+        console.error(JSON.stringify({ msg: "timer handler failed", timer: t.name, error: String(err) }));
+        this.storage.sql.exec(
+          "UPDATE _timers SET due_at = ? WHERE name = ? AND due_at = ?",
+          Date.now() + TIMER_RETRY_MS,
+          t.name,
+          t.due_at,
+        );
+      }
+    }
+    await this.arm();
+  }
+}

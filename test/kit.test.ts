@@ -1,0 +1,163 @@
+import { env, runInDurableObject } from "cloudflare:test";
+import { eq } from "drizzle-orm";
+import { describe, expect, it } from "vitest";
+import { auditEvent, auditInsertOnce } from "../src/audit/log";
+import { getDb } from "../src/db/client";
+import { auditLog } from "../src/db/schema";
+import { backoffMs, Outbox, OUTBOX_MAX_BACKOFF_MS, OUTBOX_SAFETY_MS, OUTBOX_TIMER } from "../src/objects/kit/outbox";
+import { Scheduler } from "../src/objects/kit/scheduler";
+
+/** A scratch Durable Object's storage (a ledger no server was registered in). */
+const scratch = <T>(fn: (storage: DurableObjectStorage) => Promise<T> | T) =>
+  runInDurableObject(env.LEDGER.get(env.LEDGER.idFromName(crypto.randomUUID())), (_i, state) => fn(state.storage));
+
+describe("scheduler", () => {
+  it("keeps the alarm at the earliest timer: arming a later one never postpones an earlier one", async () => {
+    await scratch(async (storage) => {
+      const s = new Scheduler(storage);
+      const now = Date.now();
+      s.schedule("release", now + 1_000);
+      await s.arm();
+      expect(await storage.getAlarm()).toBe(now + 1_000);
+      s.schedule("retry", now + 60_000);
+      await s.arm();
+      expect(await storage.getAlarm()).toBe(now + 1_000);
+      s.scheduleNoLaterThan("release", now + 30_000);
+      expect(s.dueAt("release")).toBe(now + 1_000);
+      s.schedule("sooner", now + 500);
+      await s.arm();
+      expect(await storage.getAlarm()).toBe(now + 500);
+    });
+  });
+
+  it("runs due timers by name or prefix, keeps a timer whose handler threw, and re-arms for the rest", async () => {
+    await scratch(async (storage) => {
+      const s = new Scheduler(storage);
+      const now = Date.now();
+      const ran: string[] = [];
+      s.schedule("a", now - 10, { n: 1 });
+      s.schedule("res:x", now - 5);
+      s.schedule("boom", now - 1);
+      s.schedule("later", now + 60_000);
+      await s.fire(
+        {
+          a: (p) => void ran.push(`a:${(p as { n: number }).n}`),
+          res: (_p, name) => void ran.push(name),
+          boom: () => {
+            throw new Error("boom");
+          },
+        },
+        now,
+      );
+      expect(ran).toEqual(["a:1", "res:x"]);
+      expect(s.dueAt("a")).toBeNull();
+      expect(s.dueAt("boom")).toBeGreaterThan(now);
+      expect(s.dueAt("later")).toBe(now + 60_000);
+      expect(await storage.getAlarm()).toBe(s.dueAt("boom"));
+    });
+  });
+});
+
+describe("outbox", () => {
+  it("keeps the newest payload of a keyed effect even when it is replaced during a delivery", async () => {
+    await scratch(async (storage) => {
+      const s = new Scheduler(storage);
+      const delivered: number[] = [];
+      let box: Outbox<"call">;
+      box = new Outbox<"call">(
+        storage,
+        s,
+        {
+          call: {
+            target: "call",
+            deliver: async (p: { v: number }) => {
+              delivered.push(p.v);
+              // A newer state change lands while this delivery is under way.
+              if (p.v === 1) box.enqueue("call", { v: 2 }, { key: "k" });
+            },
+          },
+        },
+        () => getDb(env.DB),
+      );
+      box.enqueue("call", { v: 1 }, { key: "k" });
+      await box.flush();
+      expect(box.pending()).toBe(1);
+      await box.flush();
+      expect(delivered).toEqual([1, 2]);
+      expect(box.pending()).toBe(0);
+      expect(s.dueAt(OUTBOX_TIMER)).toBeNull();
+    });
+  });
+
+  it("backs off a failing effect without holding back the first attempt of a new one", async () => {
+    await scratch(async (storage) => {
+      const s = new Scheduler(storage);
+      let up = false;
+      const delivered: string[] = [];
+      const box = new Outbox<"call">(
+        storage,
+        s,
+        {
+          call: {
+            target: "call",
+            deliver: async (p: { n: string }) => {
+              if (!up) throw new Error("down");
+              delivered.push(p.n);
+            },
+          },
+        },
+        () => getDb(env.DB),
+      );
+      const before = Date.now();
+      box.enqueue("call", { n: "first" });
+      await box.flush();
+      expect(delivered).toEqual([]);
+      // Retried no sooner than the backoff, and the timer follows it.
+      const timer = s.dueAt(OUTBOX_TIMER)!;
+      expect(timer).toBeGreaterThanOrEqual(before + 500);
+      expect(timer).toBeLessThanOrEqual(Date.now() + 1_000);
+      up = true;
+      box.enqueue("call", { n: "second" });
+      await box.flush();
+      expect(delivered).toEqual(["second"]);
+      expect(box.pending()).toBe(1);
+      // Still within the first one's backoff: the alarm waits for it; it goes once due.
+      expect(s.dueAt(OUTBOX_TIMER)).toBe(timer);
+      storage.sql.exec("UPDATE _outbox SET next_at = ?", Date.now() - 1);
+      await box.flush();
+      expect(delivered).toEqual(["second", "first"]);
+      expect(box.pending()).toBe(0);
+    });
+  });
+
+  it("arms the alarm for an effect before its first delivery, so a crash right after the commit delays it by OUTBOX_SAFETY_MS at most", async () => {
+    await scratch(async (storage) => {
+      const s = new Scheduler(storage);
+      const box = new Outbox<"call">(storage, s, { call: { target: "call", deliver: async () => {} } }, () => getDb(env.DB));
+      const now = Date.now();
+      box.enqueue("call", {});
+      await s.arm();
+      const alarm = (await storage.getAlarm())!;
+      expect(alarm).toBeGreaterThanOrEqual(now + OUTBOX_SAFETY_MS - 50);
+      expect(alarm).toBeLessThanOrEqual(Date.now() + OUTBOX_SAFETY_MS);
+    });
+  });
+
+  it("caps and jitters the backoff", () => {
+    expect(backoffMs(1, 0)).toBe(500);
+    expect(backoffMs(1, 1)).toBe(1000);
+    expect(backoffMs(4, 1)).toBe(8000);
+    expect(backoffMs(40, 1)).toBe(OUTBOX_MAX_BACKOFF_MS);
+    expect(backoffMs(40, 0)).toBe(OUTBOX_MAX_BACKOFF_MS / 2);
+  });
+});
+
+describe("idempotent receipt of audit events", () => {
+  it("inserts an outbox audit row once however often it is delivered", async () => {
+    const db = getDb(env.DB);
+    const event = auditEvent({ actor: "test", action: "test.redelivery", target: `test:${crypto.randomUUID()}` });
+    await db.batch([auditInsertOnce(db, event)]);
+    await db.batch([auditInsertOnce(db, event)]);
+    expect(await db.select().from(auditLog).where(eq(auditLog.target, event.target))).toHaveLength(1);
+  });
+});
