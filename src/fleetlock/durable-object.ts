@@ -334,6 +334,17 @@ export class RebootCoordinator extends DurableObject<Env> {
     return { applied: this.applyIdentity(serverId, identity) };
   }
 
+  /**
+   * An identity read from the index by an upgrade step: taken only if this coordinator knows
+   * nothing of the server and nobody else has the id, so it never overrides a ledger's delivery.
+   */
+  async adoptIdentity(serverId: string, identity: ServerIdentity): Promise<{ applied: boolean }> {
+    if (this.kv.get<ServerIdentity>(KEY.server(serverId))) return { applied: false };
+    const id = identity.fleetlock_id;
+    if (!id || this.kv.get<ClientEntry>(KEY.client(id))) return { applied: false };
+    return { applied: this.applyIdentity(serverId, { ...identity, rev: -1 }) };
+  }
+
   async putGroup(settings: FleetSettings, name: string, change: GroupChange, actor: string): Promise<GroupView> {
     const config = this.syncSettings(settings);
     const now = this.clock();
