@@ -1,7 +1,9 @@
 #!/usr/bin/env node
-// `npm run bench`: starts the local server (wrangler dev, fresh local state, migrations applied),
-// measures the empty-request ceiling, runs every scenario in ./scenarios, and reports each
-// figure as a ratio to the ceiling measured in the same run. Loopback only; every load is bounded.
+// `npm run bench`: starts the local server (wrangler dev, fresh local state, migrations applied)
+// and, next to it, the floor fixture (./floor: an empty answer, one Durable Object read, one
+// Durable Object write), measures the empty-request ceiling and the floors with the same load
+// generator, runs every scenario in ./scenarios, and reports each figure as a ratio to the
+// ceiling and to each floor measured in the same run. Loopback only; every load is bounded.
 import autocannon from "autocannon";
 import { spawn, spawnSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
@@ -26,22 +28,25 @@ const freePort = () =>
     s.on("error", rej);
   });
 
-async function startServer() {
+async function startServer({ config = null, health = "/healthz" } = {}) {
   const port = await freePort();
   const persist = mkdtempSync(join(tmpdir(), "harbormaster-bench-"));
   const admin = randomBytes(24).toString("base64url");
   // A private env file, so the benchmark neither reads nor writes the developer's .dev.vars.
   const envFile = join(persist, "bench.vars");
   writeFileSync(envFile, `ADMIN_TOKEN=${admin}\n`);
-  const migrate = spawnSync(wrangler, ["d1", "migrations", "apply", "DB", "--local", "--persist-to", persist], {
-    cwd: root,
-    env: { ...process.env, CI: "true" },
-    encoding: "utf8",
-  });
-  if (migrate.status !== 0) throw new Error(`migrations failed:\n${migrate.stdout}\n${migrate.stderr}`);
+  const configArgs = config ? ["--config", config] : [];
+  if (!config) {
+    const migrate = spawnSync(wrangler, ["d1", "migrations", "apply", "DB", "--local", "--persist-to", persist], {
+      cwd: root,
+      env: { ...process.env, CI: "true" },
+      encoding: "utf8",
+    });
+    if (migrate.status !== 0) throw new Error(`migrations failed:\n${migrate.stdout}\n${migrate.stderr}`);
+  }
   const child = spawn(
     wrangler,
-    ["dev", "--ip", "127.0.0.1", "--port", String(port), "--persist-to", persist, "--env-file", envFile,
+    ["dev", ...configArgs, "--ip", "127.0.0.1", "--port", String(port), "--persist-to", persist, "--env-file", envFile,
       "--log-level", "error", "--show-interactive-dev-session=false"],
     { cwd: root, stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, CI: "true" } },
   );
@@ -52,7 +57,7 @@ async function startServer() {
   const deadline = Date.now() + 60_000;
   for (;;) {
     try {
-      if ((await fetch(`${base}/healthz`)).ok) break;
+      if ((await fetch(`${base}${health}`)).ok) break;
     } catch {}
     if (Date.now() > deadline || child.exitCode !== null) {
       child.kill();
@@ -86,8 +91,12 @@ const summarize = (r) => ({
 });
 
 async function main() {
-  const server = await startServer();
+  const [server, floorServer] = await Promise.all([
+    startServer(),
+    startServer({ config: resolve(import.meta.dirname, "floor/wrangler.toml"), health: "/empty" }),
+  ]);
   const rows = [];
+  const floors = {};
   try {
     const api = async (method, path, body, token = server.admin) => {
       const res = await fetch(`${server.base}${path}`, {
@@ -120,9 +129,24 @@ async function main() {
     let ceiling = ceilingBefore.rps;
     rows.push({ label: "empty request (ceiling, before)", ...ceilingBefore, ratio: 1 });
 
+    // The floors: the same load generator against the fixture worker, after its own warm-up.
+    for (const path of ["/empty", "/do/read", "/do/write"]) {
+      await load(floorServer.base, { durationSec: 1, requests: [{ method: "GET", path }] });
+    }
+    for (const [key, path, label] of [
+      ["empty", "/empty", "floor: fixture worker, empty answer"],
+      ["read", "/do/read", "floor: fixture worker, one Durable Object read"],
+      ["write", "/do/write", "floor: fixture worker, one Durable Object write"],
+    ]) {
+      const s = summarize(await load(floorServer.base, { requests: [{ method: "GET", path }] }));
+      floors[key] = s.rps;
+      rows.push({ label, ...s, ratio: s.rps / ceiling, floor: true });
+    }
+
     const ctx = {
       base: server.base,
       admin: server.admin,
+      floors,
       api,
       metric,
       /** Runs a load; records rps, p50, p99 and the ratio to the ceiling. */
@@ -152,24 +176,29 @@ async function main() {
     rows.push({ label: "empty request (ceiling, after)", ...ceilingAfter, ratio: ceilingAfter.rps / ceilingBefore.rps });
   } finally {
     server.stop();
+    floorServer.stop();
   }
 
   console.log(`\nHarbormaster benchmark — 16 connections, ${seconds}s per load, ratios to the empty request measured first\n`);
-  console.log("| measurement | req/s | p50 ms | p99 ms | × ceiling | non-2xx/errors |");
-  console.log("|---|---:|---:|---:|---:|---|");
+  console.log("| measurement | req/s | p50 ms | p99 ms | × ceiling | × floor empty | × floor DO read | × floor DO write | non-2xx/errors |");
+  console.log("|---|---:|---:|---:|---:|---:|---:|---:|---|");
+  const x = (rps, floor) => (floor ? (rps / floor).toFixed(2) : "");
   for (const r of rows) {
     if ("value" in r) {
-      console.log(`| ${r.label} | ${r.value} | | | | |`);
+      console.log(`| ${r.label} | ${r.value} | | | | | | | |`);
       continue;
     }
     const odd = Object.entries(r.statuses).filter(([k]) => !k.startsWith("2") && k !== "304");
     console.log(
-      `| ${r.label} | ${r.rps.toFixed(0)} | ${r.p50_ms} | ${r.p99_ms} | ${r.ratio.toFixed(2)} | ${
+      `| ${r.label} | ${r.rps.toFixed(0)} | ${r.p50_ms} | ${r.p99_ms} | ${r.ratio.toFixed(2)} | ${x(r.rps, floors.empty)} | ${x(
+        r.rps,
+        floors.read,
+      )} | ${x(r.rps, floors.write)} | ${
         odd.length || r.errors ? `${JSON.stringify(Object.fromEntries(odd))} errors=${r.errors}` : "none"
       } |`,
     );
   }
-  writeFileSync(resolve(root, "bench-results.json"), JSON.stringify(rows, null, 2));
+  writeFileSync(resolve(root, "bench-results.json"), JSON.stringify({ floors, rows }, null, 2));
 }
 
 main().catch((err) => {

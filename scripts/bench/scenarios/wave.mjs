@@ -1,0 +1,120 @@
+// A reboot wave: HOSTS hosts each need one reboot through one group of SLOTS slots. Each plays
+// Zincati's loop with time compressed 150×: a pre-reboot at a random phase of its tick; refused,
+// it asks again one tick later; granted, it "reboots" for REBOOT_MS and reports steady state.
+// Zincati's tick is 300 s and a reboot ~90 s, so 2 s and 0.6 s here. With the queue on, the group
+// lets a pre-reboot wait up to QUEUE_WAIT_S — Harbormaster's maximum of 600 s compressed the same.
+// Reported: wall time as a ratio to the bound ⌈HOSTS/SLOTS⌉ × REBOOT_MS (slots never idle),
+// pre-reboot calls per host, and the most holders ever seen, sampled through the operator API.
+// Loopback only; the wave stops by itself (every host done, or WAVE_LIMIT_MS).
+const HOSTS = Number(process.env.BENCH_WAVE_HOSTS ?? 200);
+const SLOTS = Number(process.env.BENCH_WAVE_SLOTS ?? 10);
+const TICK_MS = 2000;
+const REBOOT_MS = 600;
+const QUEUE_WAIT_S = 4;
+const SAMPLE_MS = 100;
+const WAVE_LIMIT_MS = 120_000;
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+async function setup(ctx, queueWaitS) {
+  const fleet = `wave-${queueWaitS ? "q" : "p"}-${Date.now().toString(36)}`;
+  // Unknown ids allowed: the wave measures the coordinator, not 200 registrations.
+  const f = await ctx.api("POST", "/v1/fleets", { id: fleet, allow_unknown_ids: true });
+  if (f.status !== 201) throw new Error(`fleet: ${f.status} ${JSON.stringify(f.json)}`);
+  const k = await ctx.api("POST", `/v1/fleets/${fleet}/fleetlock-key`);
+  if (k.status !== 201) throw new Error(`key: ${k.status} ${JSON.stringify(k.json)}`);
+  const g = await ctx.api("PUT", `/v1/fleets/${fleet}/reboot-groups/default`, { slots: SLOTS, queue_wait_s: queueWaitS });
+  if (g.status !== 200) throw new Error(`group: ${g.status} ${JSON.stringify(g.json)}`);
+  return { fleet, url: `${ctx.base}${new URL(k.json.base_url).pathname}` };
+}
+
+function fleetlock(url, op, id) {
+  return fetch(`${url}v1/${op}`, {
+    method: "POST",
+    headers: { "fleet-lock-protocol": "true" },
+    body: JSON.stringify({ client_params: { id, group: "default" } }, null, 2),
+  }).then(async (r) => {
+    await r.arrayBuffer();
+    return r.status;
+  });
+}
+
+async function wave(ctx, queueWaitS) {
+  const { fleet, url } = await setup(ctx, queueWaitS);
+  // Warm the coordinator and the FleetLock path, outside the measurement.
+  for (let i = 0; i < 20; i++) {
+    await fleetlock(url, "pre-reboot", "warm");
+    await fleetlock(url, "steady-state", "warm");
+  }
+  const calls = new Array(HOSTS).fill(0);
+  let maxHolders = 0;
+  let maxQueued = 0;
+  let samples = 0;
+  let running = true;
+  const deadline = Date.now() + WAVE_LIMIT_MS;
+  const sampler = (async () => {
+    while (running) {
+      const g = await ctx.api("GET", `/v1/fleets/${fleet}/reboot-groups/default`);
+      if (g.status === 200) {
+        samples++;
+        maxHolders = Math.max(maxHolders, g.json.holders.length);
+        maxQueued = Math.max(maxQueued, g.json.queue?.length ?? 0);
+      }
+      await sleep(SAMPLE_MS);
+    }
+  })();
+
+  const start = Date.now();
+  const host = async (i) => {
+    const id = `wave-${i}`;
+    await sleep(Math.random() * TICK_MS);
+    for (;;) {
+      if (Date.now() > deadline) throw new Error(`${id}: the wave did not finish within ${WAVE_LIMIT_MS} ms`);
+      calls[i]++;
+      if ((await fleetlock(url, "pre-reboot", id)) === 200) break;
+      await sleep(TICK_MS);
+    }
+    await sleep(REBOOT_MS);
+    // Back up: steady state, retried at the next tick until it is acknowledged.
+    while ((await fleetlock(url, "steady-state", id)) !== 200) {
+      if (Date.now() > deadline) throw new Error(`${id}: steady-state kept failing`);
+      await sleep(TICK_MS);
+    }
+  };
+  try {
+    await Promise.all(Array.from({ length: HOSTS }, (_, i) => host(i)));
+  } finally {
+    running = false;
+    await sampler;
+  }
+  const wallMs = Date.now() - start;
+  const bound = Math.ceil(HOSTS / SLOTS) * REBOOT_MS;
+  const after = await ctx.api("GET", `/v1/fleets/${fleet}/reboot-groups/default`);
+  return {
+    wallMs,
+    ratio: wallMs / bound,
+    callsPerHost: calls.reduce((a, b) => a + b, 0) / HOSTS,
+    maxCalls: Math.max(...calls),
+    maxHolders,
+    maxQueued,
+    samples,
+    left: after.json.holders.length,
+  };
+}
+
+export async function run(ctx) {
+  const bound = Math.ceil(HOSTS / SLOTS) * REBOOT_MS;
+  for (const [label, wait] of [
+    ["queue off (409 at once)", 0],
+    [`queue on (queue_wait_s ${QUEUE_WAIT_S})`, QUEUE_WAIT_S],
+  ]) {
+    const r = await wave(ctx, wait);
+    const prefix = `wave ${HOSTS} hosts, ${SLOTS} slots, tick ${TICK_MS} ms, reboot ${REBOOT_MS} ms, ${label}`;
+    ctx.note(`${prefix}: wall time / bound (${(r.wallMs / 1000).toFixed(1)} s / ${(bound / 1000).toFixed(1)} s)`, r.ratio.toFixed(2));
+    ctx.note(`${prefix}: pre-reboot calls per host (mean / max)`, `${r.callsPerHost.toFixed(2)} / ${r.maxCalls}`);
+    ctx.note(`${prefix}: most holders seen (${r.samples} samples; slots ${SLOTS})`, r.maxHolders);
+    if (wait) ctx.note(`${prefix}: most hosts seen parked`, r.maxQueued);
+    if (r.maxHolders > SLOTS) throw new Error(`over-grant: ${r.maxHolders} holders seen for ${SLOTS} slots`);
+    if (r.left !== 0) throw new Error(`${r.left} holder(s) left after the wave`);
+  }
+}
