@@ -1,6 +1,7 @@
 import { env, runDurableObjectAlarm, runInDurableObject, SELF } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { UNCLAIMED_GRANT_S } from "../src/fleetlock/queue";
+import { sha256Hex } from "../src/lib/crypto";
 import { call } from "./helpers";
 import { fleetWithKey, getGroup, putGroup, registerClients, zincati, type Op } from "./fleetlock-helpers";
 
@@ -52,6 +53,10 @@ async function parkInOrder(f: { fleet: string; baseUrl: string }, ids: string[],
  */
 const resetCoordinator = (fleet: string) =>
   runInDurableObject(coordinator(fleet), (_i, state) => state.abort("reset by test")).catch(() => undefined);
+
+/** The queue entries in the coordinator's storage (the view hides expired ones). */
+const storedQueue = (fleet: string) =>
+  runInDurableObject(coordinator(fleet), (_i, state) => [...state.storage.kv.list({ prefix: "queue:" })].map(([k]) => k));
 
 /** Moves the coordinator's clock by `offsetMs` (a new instance after eviction starts on real time). */
 const setClockOffset = (fleet: string, offsetMs: number) =>
@@ -139,6 +144,56 @@ describe("fair reboot queue", () => {
     const g = await view(f.fleet);
     expect(g.queue).toEqual([]);
     expect(g.holders.map((h) => h.id)).toEqual([a.id]);
+    expect(await storedQueue(f.fleet)).toEqual([]);
+    // Parking again after the wait ran out stores the new place, which survives a restart.
+    await putGroup(f.fleet, "default", { slots: 1, queue_wait_s: 20 });
+    const [pb] = await parkInOrder(f, [b.id]);
+    await resetCoordinator(f.fleet);
+    const again = await until(f.fleet, (v) => v.queue.length === 1 && v.queue[0].connected);
+    expect(Date.parse(again.queue[0].waiting_since)).toBeGreaterThanOrEqual(t + 900);
+    await zincati(f.baseUrl, "steady-state", a.id);
+    expect((await pb).status).toBe(200);
+  });
+
+  it("stores a new place for a host that parks again after its old place lapsed unanswered, so a restart finds it", async () => {
+    const f = await fleetWithKey();
+    await putGroup(f.fleet, "default", { slots: 1, queue_wait_s: 20 });
+    const [a, b] = await registerClients(f.fleet, 2);
+    await zincati(f.baseUrl, "pre-reboot", a.id);
+    const abort = new AbortController();
+    const gone = SELF.fetch(new URL("v1/pre-reboot", f.baseUrl), {
+      method: "POST",
+      headers: { "fleet-lock-protocol": "true" },
+      body: JSON.stringify({ client_params: { id: b.id, group: "default" } }),
+      signal: abort.signal,
+    }).catch((e) => e);
+    await until(f.fleet, (g) => g.queue.some((q) => q.id === b.id));
+    abort.abort();
+    await gone;
+    await until(f.fleet, (g) => g.queue.find((q) => q.id === b.id)?.connected === false);
+    // Its wait runs out with nobody to answer; it asks again (its next tick).
+    await setClockOffset(f.fleet, 25_000);
+    const pb = park(f.baseUrl, b.id);
+    const g = await until(f.fleet, (v) => v.queue.find((q) => q.id === b.id)?.connected === true);
+    // What a restart would find is the new place, not the lapsed one.
+    const stored = await runInDurableObject(coordinator(f.fleet), (_i, state) =>
+      [...state.storage.kv.list<{ id: string; since: number }>({ prefix: "queue:" })].map(([, e]) => e),
+    );
+    expect(stored.map((e) => [e.id, new Date(e.since).toISOString()])).toEqual([[b.id, g.queue[0].waiting_since]]);
+    await zincati(f.baseUrl, "steady-state", a.id);
+    expect((await pb).status).toBe(200);
+  });
+
+  it("parks nothing anew when a request resumes after a restart: without a place it is answered at once", async () => {
+    const f = await fleetWithKey();
+    await putGroup(f.fleet, "default", { slots: 1, queue_wait_s: 20 });
+    const [a, b] = await registerClients(f.fleet, 2);
+    await zincati(f.baseUrl, "pre-reboot", a.id);
+    const keyHash = await sha256Hex(f.key);
+    const res = await coordinator(f.fleet).preReboot(keyHash, { id: b.id, group: "default" }, { resume: true });
+    expect(res).toMatchObject({ ok: false, kind: "semaphore_full" });
+    expect((await view(f.fleet)).queue).toEqual([]);
+    expect(await storedQueue(f.fleet)).toEqual([]);
   });
 
   it("grants the first parked host when an operator force-releases a holder", async () => {

@@ -502,10 +502,13 @@ export class RebootCoordinator extends DurableObject<Env> {
   private saveQueue(name: string, after: Queue) {
     const before = this.m.queues.get(name) ?? [];
     if (before === after) return;
-    const now = new Set(after.map((e) => e.id));
-    const was = new Set(before.map((e) => e.id));
-    for (const e of before) if (!now.has(e.id)) this.kv.delete(KEY.queued(name, e.id));
-    for (const e of after) if (!was.has(e.id)) this.kv.put(KEY.queued(name, e.id), e);
+    // Entries are immutable: a new object under an id already stored (a host parking again after
+    // its wait ran out) replaces the old one, so compare objects, not ids.
+    const kept = new Set(after);
+    const was = new Set(before);
+    const ids = new Set(after.map((e) => e.id));
+    for (const e of before) if (!kept.has(e) && !ids.has(e.id)) this.kv.delete(KEY.queued(name, e.id));
+    for (const e of after) if (!was.has(e)) this.kv.put(KEY.queued(name, e.id), e);
     if (after.length) this.m.queues.set(name, after);
     else this.m.queues.delete(name);
   }
