@@ -22,7 +22,7 @@ describe("scheduler", () => {
       s.schedule("retry", now + 60_000);
       await s.arm();
       expect(await storage.getAlarm()).toBe(now + 1_000);
-      s.scheduleNoLaterThan("release", now + 30_000);
+      s.schedule("release", now + 30_000, null, { noLaterThan: true });
       expect(s.dueAt("release")).toBe(now + 1_000);
       s.schedule("sooner", now + 500);
       await s.arm();

@@ -8,13 +8,9 @@
 import { acquire, holderOf, type GroupState, type Holder, type Refusal } from "./semaphore";
 import { withinWindows } from "./windows";
 
-/**
- * Longest a pre-reboot may be parked. Zincati's FleetLock client gives a request 30 minutes
- * (coreos/zincati src/fleet_lock/mod.rs, DEFAULT_HTTP_COMPLETION_TIMEOUT) and Flatcar's
- * fleetlockctl none at all (flatcar/fleetlock cmd/lock.go uses http.DefaultClient); 10 minutes
- * stays well under the first and leaves room for proxies in between.
- */
-export const MAX_QUEUE_WAIT_S = 600;
+import { MAX_QUEUE_WAIT_S } from "../domain/limits";
+
+export { MAX_QUEUE_WAIT_S };
 
 /**
  * How long a grant made to a parked host that can no longer be answered (its connection went, or

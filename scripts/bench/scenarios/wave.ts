@@ -6,6 +6,8 @@
 // Reported: wall time as a ratio to the bound ⌈HOSTS/SLOTS⌉ × REBOOT_MS (slots never idle),
 // pre-reboot calls per host, and the most holders ever seen, sampled through the operator API.
 // Loopback only; the wave stops by itself (every host done, or WAVE_LIMIT_MS).
+import type { BenchContext } from "../run.ts";
+
 const HOSTS = Number(process.env.BENCH_WAVE_HOSTS ?? 200);
 const SLOTS = Number(process.env.BENCH_WAVE_SLOTS ?? 10);
 const TICK_MS = 2000;
@@ -14,21 +16,31 @@ const QUEUE_WAIT_S = 4;
 const SAMPLE_MS = 100;
 const WAVE_LIMIT_MS = 120_000;
 
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-async function setup(ctx, queueWaitS) {
+async function setup(ctx: BenchContext, queueWaitS: number) {
   const fleet = `wave-${queueWaitS ? "q" : "p"}-${Date.now().toString(36)}`;
   // Unknown ids allowed: the wave measures the coordinator, not 200 registrations.
-  const f = await ctx.api("POST", "/v1/fleets", { id: fleet, allow_unknown_ids: true });
-  if (f.status !== 201) throw new Error(`fleet: ${f.status} ${JSON.stringify(f.json)}`);
-  const k = await ctx.api("POST", `/v1/fleets/${fleet}/fleetlock-key`);
-  if (k.status !== 201) throw new Error(`key: ${k.status} ${JSON.stringify(k.json)}`);
-  const g = await ctx.api("PUT", `/v1/fleets/${fleet}/reboot-groups/default`, { slots: SLOTS, queue_wait_s: queueWaitS });
-  if (g.status !== 200) throw new Error(`group: ${g.status} ${JSON.stringify(g.json)}`);
-  return { fleet, url: `${ctx.base}${new URL(k.json.base_url).pathname}` };
+  const f = await ctx.client.v1.fleets.$post({ json: { id: fleet, allow_unknown_ids: true } });
+  if (f.status !== 201) throw new Error(`fleet: ${f.status} ${await f.text()}`);
+  const k = await ctx.client.v1.fleets[":fleet"]["fleetlock-key"].$post({ param: { fleet } });
+  if (k.status !== 201) throw new Error(`key: ${k.status} ${await k.text()}`);
+  const g = await ctx.client.v1.fleets[":fleet"]["reboot-groups"][":group"].$put({
+    param: { fleet, group: "default" },
+    json: { slots: SLOTS, queue_wait_s: queueWaitS },
+  });
+  if (g.status !== 200) throw new Error(`group: ${g.status} ${await g.text()}`);
+  return { fleet, url: `${ctx.base}${new URL((await k.json()).base_url).pathname}` };
 }
 
-function fleetlock(url, op, id) {
+/** The operator's view of the group: holders and parked hosts. */
+async function groupView(ctx: BenchContext, fleet: string) {
+  const g = await ctx.client.v1.fleets[":fleet"]["reboot-groups"][":group"].$get({ param: { fleet, group: "default" } });
+  if (g.status !== 200) return null;
+  return (await g.json()) as { holders: unknown[]; queue: unknown[] };
+}
+
+function fleetlock(url: string, op: "pre-reboot" | "steady-state", id: string) {
   return fetch(`${url}v1/${op}`, {
     method: "POST",
     headers: { "fleet-lock-protocol": "true" },
@@ -39,7 +51,7 @@ function fleetlock(url, op, id) {
   });
 }
 
-async function wave(ctx, queueWaitS) {
+async function wave(ctx: BenchContext, queueWaitS: number) {
   const { fleet, url } = await setup(ctx, queueWaitS);
   // Warm the coordinator and the FleetLock path, outside the measurement.
   for (let i = 0; i < 20; i++) {
@@ -54,18 +66,18 @@ async function wave(ctx, queueWaitS) {
   const deadline = Date.now() + WAVE_LIMIT_MS;
   const sampler = (async () => {
     while (running) {
-      const g = await ctx.api("GET", `/v1/fleets/${fleet}/reboot-groups/default`);
-      if (g.status === 200) {
+      const g = await groupView(ctx, fleet);
+      if (g) {
         samples++;
-        maxHolders = Math.max(maxHolders, g.json.holders.length);
-        maxQueued = Math.max(maxQueued, g.json.queue?.length ?? 0);
+        maxHolders = Math.max(maxHolders, g.holders.length);
+        maxQueued = Math.max(maxQueued, g.queue.length);
       }
       await sleep(SAMPLE_MS);
     }
   })();
 
   const start = Date.now();
-  const host = async (i) => {
+  const host = async (i: number) => {
     const id = `wave-${i}`;
     await sleep(Math.random() * TICK_MS);
     for (;;) {
@@ -89,7 +101,7 @@ async function wave(ctx, queueWaitS) {
   }
   const wallMs = Date.now() - start;
   const bound = Math.ceil(HOSTS / SLOTS) * REBOOT_MS;
-  const after = await ctx.api("GET", `/v1/fleets/${fleet}/reboot-groups/default`);
+  const after = await groupView(ctx, fleet);
   return {
     wallMs,
     ratio: wallMs / bound,
@@ -98,13 +110,13 @@ async function wave(ctx, queueWaitS) {
     maxHolders,
     maxQueued,
     samples,
-    left: after.json.holders.length,
+    left: after ? after.holders.length : -1,
   };
 }
 
-export async function run(ctx) {
+export async function run(ctx: BenchContext) {
   const bound = Math.ceil(HOSTS / SLOTS) * REBOOT_MS;
-  for (const [label, wait] of [
+  for (const [label, wait] of <[string, number][]>[
     ["queue off (409 at once)", 0],
     [`queue on (queue_wait_s ${QUEUE_WAIT_S})`, QUEUE_WAIT_S],
   ]) {

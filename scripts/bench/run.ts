@@ -4,7 +4,7 @@
 // Durable Object write), measures the empty-request ceiling and the floors with the same load
 // generator, runs every scenario in ./scenarios, and reports each figure as a ratio to the
 // ceiling and to each floor measured in the same run. Loopback only; every load is bounded.
-import autocannon from "autocannon";
+import autocannon, { type Options, type Result } from "autocannon";
 import { spawn, spawnSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
@@ -12,30 +12,51 @@ import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { pathToFileURL } from "node:url";
+import { createClient, type Client } from "../../src/client/index.ts";
 
 const root = resolve(import.meta.dirname, "../..");
 const wrangler = resolve(root, "node_modules/.bin/wrangler");
 const seconds = Number(process.env.BENCH_SECONDS ?? 5);
 const only = process.argv.slice(2);
 
+/** What each scenario (./scenarios/*.ts, `export async function run(ctx: BenchContext)`) gets. */
+export interface BenchContext {
+  base: string;
+  admin: string;
+  /** The typed API client with the admin token; `clientFor(token)` for another token. */
+  client: Client;
+  clientFor(token: string | null): Client;
+  /** A number from /metrics (D1 statement counters, counted locally). */
+  metric(name: string, labels: string): Promise<number>;
+  /** The floors' req/s measured in this run (fixture worker: empty, Durable Object read, write). */
+  floors: Floors;
+  measure(label: string, options: LoadOptions): Promise<LoadRow>;
+  note(label: string, value: string | number): void;
+}
+export type LoadOptions = Omit<Options, "url"> & { durationSec?: number };
+type Summary = ReturnType<typeof summarize>;
+type LoadRow = { label: string } & Summary & { ratio: number };
+type Row = LoadRow | { label: string; value: string | number };
+export type Floors = { empty: number; read: number; write: number };
+
 const freePort = () =>
-  new Promise((res, rej) => {
+  new Promise<number>((res, rej) => {
     const s = createServer();
     s.listen(0, "127.0.0.1", () => {
-      const { port } = s.address();
+      const { port } = s.address() as { port: number };
       s.close(() => res(port));
     });
     s.on("error", rej);
   });
 
-async function startServer({ config = null, health = "/healthz" } = {}) {
+/** Harbormaster itself, or (`config`) another worker such as the floor fixture, without D1. */
+async function startServer({ config = null as string | null, health = "/healthz" } = {}) {
   const port = await freePort();
   const persist = mkdtempSync(join(tmpdir(), "harbormaster-bench-"));
   const admin = randomBytes(24).toString("base64url");
   // A private env file, so the benchmark neither reads nor writes the developer's .dev.vars.
   const envFile = join(persist, "bench.vars");
   writeFileSync(envFile, `ADMIN_TOKEN=${admin}\n`);
-  const configArgs = config ? ["--config", config] : [];
   if (!config) {
     const migrate = spawnSync(wrangler, ["d1", "migrations", "apply", "DB", "--local", "--persist-to", persist], {
       cwd: root,
@@ -46,7 +67,7 @@ async function startServer({ config = null, health = "/healthz" } = {}) {
   }
   const child = spawn(
     wrangler,
-    ["dev", ...configArgs, "--ip", "127.0.0.1", "--port", String(port), "--persist-to", persist, "--env-file", envFile,
+    ["dev", ...(config ? ["--config", config] : []), "--ip", "127.0.0.1", "--port", String(port), "--persist-to", persist, "--env-file", envFile,
       "--log-level", "error", "--show-interactive-dev-session=false"],
     { cwd: root, stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, CI: "true" } },
   );
@@ -72,22 +93,26 @@ async function startServer({ config = null, health = "/healthz" } = {}) {
   return { base, admin, stop };
 }
 
-function load(base, { connections = 16, durationSec = seconds, amount, requests }) {
-  return new Promise((res, rej) => {
-    const opts = { url: base, connections, requests, timeout: 30 };
+function load(base: string, { connections = 16, durationSec = seconds, amount, requests }: LoadOptions) {
+  return new Promise<Result>((res, rej) => {
+    const opts: Options = { url: base, connections, requests, timeout: 30 };
     if (amount) opts.amount = amount;
     else opts.duration = durationSec;
     autocannon(opts, (err, result) => (err ? rej(err) : res(result)));
   });
 }
 
-const summarize = (r) => ({
+const summarize = (r: Result) => ({
   requests: r.requests.total,
   rps: r.requests.average,
   p50_ms: r.latency.p50,
   p99_ms: r.latency.p99,
   errors: r.errors + r.timeouts,
-  statuses: Object.fromEntries(Object.entries(r.statusCodeStats ?? {}).map(([k, v]) => [k, v.count])),
+  statuses: Object.fromEntries(
+    Object.entries((r as Result & { statusCodeStats?: Record<string, { count: number }> }).statusCodeStats ?? {}).map(
+      ([k, v]) => [k, v.count],
+    ),
+  ) as Record<string, number>,
 });
 
 async function main() {
@@ -95,34 +120,16 @@ async function main() {
     startServer(),
     startServer({ config: resolve(import.meta.dirname, "floor/wrangler.toml"), health: "/empty" }),
   ]);
-  const rows = [];
-  const floors = {};
+  const rows: Row[] = [];
+  const floors: Floors = { empty: 0, read: 0, write: 0 };
   try {
-    const api = async (method, path, body, token = server.admin) => {
-      const res = await fetch(`${server.base}${path}`, {
-        method,
-        headers: {
-          authorization: `Bearer ${token}`,
-          ...(body === undefined ? {} : { "content-type": "application/json" }),
-        },
-        body: body === undefined ? undefined : JSON.stringify(body),
-      });
-      const text = await res.text();
-      let json = null;
-      try {
-        json = text ? JSON.parse(text) : null;
-      } catch {
-        json = text;
-      }
-      return { status: res.status, json, headers: res.headers };
-    };
-    const metric = async (name, labels) => {
+    const metric = async (name: string, labels: string) => {
       const text = await (await fetch(`${server.base}/metrics`)).text();
       const line = text.split("\n").find((l) => l.startsWith(`${name}{${labels}}`));
       return line ? Number(line.split(" ").pop()) : 0;
     };
 
-    const emptyRequest = [{ method: "GET", path: "/healthz" }];
+    const emptyRequest: Options["requests"] = [{ method: "GET", path: "/healthz" }];
     // Warm-up, so compilation and first-touch costs fall outside every measurement.
     await load(server.base, { durationSec: 2, requests: emptyRequest });
     const ceilingBefore = summarize(await load(server.base, { requests: emptyRequest }));
@@ -130,25 +137,25 @@ async function main() {
     rows.push({ label: "empty request (ceiling, before)", ...ceilingBefore, ratio: 1 });
 
     // The floors: the same load generator against the fixture worker, after its own warm-up.
-    for (const path of ["/empty", "/do/read", "/do/write"]) {
-      await load(floorServer.base, { durationSec: 1, requests: [{ method: "GET", path }] });
-    }
-    for (const [key, path, label] of [
+    const floorPaths = [
       ["empty", "/empty", "floor: fixture worker, empty answer"],
       ["read", "/do/read", "floor: fixture worker, one Durable Object read"],
       ["write", "/do/write", "floor: fixture worker, one Durable Object write"],
-    ]) {
+    ] as const;
+    for (const [, path] of floorPaths) await load(floorServer.base, { durationSec: 1, requests: [{ method: "GET", path }] });
+    for (const [key, path, label] of floorPaths) {
       const s = summarize(await load(floorServer.base, { requests: [{ method: "GET", path }] }));
       floors[key] = s.rps;
-      rows.push({ label, ...s, ratio: s.rps / ceiling, floor: true });
+      rows.push({ label, ...s, ratio: s.rps / ceiling });
     }
 
-    const ctx = {
+    const ctx: BenchContext = {
       base: server.base,
       admin: server.admin,
-      floors,
-      api,
+      client: createClient(server.base, server.admin),
+      clientFor: (token) => createClient(server.base, token),
       metric,
+      floors,
       /** Runs a load; records rps, p50, p99 and the ratio to the ceiling. */
       async measure(label, options) {
         const s = summarize(await load(server.base, options));
@@ -163,9 +170,9 @@ async function main() {
     };
 
     const dir = resolve(import.meta.dirname, "scenarios");
-    const files = readdirSync(dir).filter((f) => f.endsWith(".mjs")).sort();
+    const files = readdirSync(dir).filter((f) => f.endsWith(".ts")).sort();
     for (const file of files) {
-      const name = file.replace(/\.mjs$/, "");
+      const name = file.replace(/\.ts$/, "");
       if (only.length && !only.includes(name)) continue;
       const mod = await import(pathToFileURL(join(dir, file)).href);
       console.error(`scenario ${name}…`);
@@ -182,7 +189,7 @@ async function main() {
   console.log(`\nHarbormaster benchmark — 16 connections, ${seconds}s per load, ratios to the empty request measured first\n`);
   console.log("| measurement | req/s | p50 ms | p99 ms | × ceiling | × floor empty | × floor DO read | × floor DO write | non-2xx/errors |");
   console.log("|---|---:|---:|---:|---:|---:|---:|---:|---|");
-  const x = (rps, floor) => (floor ? (rps / floor).toFixed(2) : "");
+  const x = (rps: number, floor: number) => (floor ? (rps / floor).toFixed(2) : "");
   for (const r of rows) {
     if ("value" in r) {
       console.log(`| ${r.label} | ${r.value} | | | | | | | |`);
@@ -193,9 +200,7 @@ async function main() {
       `| ${r.label} | ${r.rps.toFixed(0)} | ${r.p50_ms} | ${r.p99_ms} | ${r.ratio.toFixed(2)} | ${x(r.rps, floors.empty)} | ${x(
         r.rps,
         floors.read,
-      )} | ${x(r.rps, floors.write)} | ${
-        odd.length || r.errors ? `${JSON.stringify(Object.fromEntries(odd))} errors=${r.errors}` : "none"
-      } |`,
+      )} | ${x(r.rps, floors.write)} | ${odd.length || r.errors ? `${JSON.stringify(Object.fromEntries(odd))} errors=${r.errors}` : "none"} |`,
     );
   }
   writeFileSync(resolve(root, "bench-results.json"), JSON.stringify({ floors, rows }, null, 2));
