@@ -116,10 +116,11 @@ async function wave(ctx: BenchContext, queueWaitS: number) {
 
 export async function run(ctx: BenchContext) {
   const bound = Math.ceil(HOSTS / SLOTS) * REBOOT_MS;
-  for (const [label, wait] of <[string, number][]>[
+  const runs: [string, number][] = [
     ["queue off (409 at once)", 0],
     [`queue on (queue_wait_s ${QUEUE_WAIT_S})`, QUEUE_WAIT_S],
-  ]) {
+  ];
+  for (const [label, wait] of runs) {
     const r = await wave(ctx, wait);
     const prefix = `wave ${HOSTS} hosts, ${SLOTS} slots, tick ${TICK_MS} ms, reboot ${REBOOT_MS} ms, ${label}`;
     ctx.note(`${prefix}: wall time / bound (${(r.wallMs / 1000).toFixed(1)} s / ${(bound / 1000).toFixed(1)} s)`, r.ratio.toFixed(2));
