@@ -265,13 +265,12 @@ export class RebootCoordinator extends DurableObject<Env> {
     }
     const next = release(this.m.groups.get(groupName)!, params.id, this.clock());
     this.saveGroup(groupName, next.group);
-    if (next.released) {
-      await this.audited(
-        [this.hostAudit("fleetlock.release", params.id, next.released.server_id, { group: groupName })],
-        { wait: false },
-      );
-    }
-    await this.drainGroup(groupName);
+    // Both start in this turn (audit enqueued, then the freed slot granted): the parked host's
+    // answer waits for nothing but the grant's write.
+    const audited = next.released
+      ? this.audited([this.hostAudit("fleetlock.release", params.id, next.released.server_id, { group: groupName })], { wait: false })
+      : undefined;
+    await Promise.all([audited, this.drainGroup(groupName)]);
     return { ok: true, released: next.released !== null };
   }
 
@@ -365,11 +364,12 @@ export class RebootCoordinator extends DurableObject<Env> {
     const now = this.clock();
     const after = configure(this.m.groups.get(name) ?? null, change, now);
     this.saveGroup(name, after);
-    await this.audited([{ actor, action: "reboot_group.put", target: `fleet:${settings.fleet_id}`, details: { group: name, ...change } }], {
-      wait: true,
-    });
-    // More slots, unpaused or new windows: parked hosts get what is free now.
-    await this.drainGroup(name);
+    const audited = this.audited(
+      [{ actor, action: "reboot_group.put", target: `fleet:${settings.fleet_id}`, details: { group: name, ...change } }],
+      { wait: true },
+    );
+    // More slots, unpaused or new windows: parked hosts get what is free now, not after D1.
+    await Promise.all([audited, this.drainGroup(name)]);
     return this.view(config, name, this.m.groups.get(name)!, now);
   }
 
@@ -405,7 +405,7 @@ export class RebootCoordinator extends DurableObject<Env> {
     if (!next.released) return fail("not_held", `'${id}' holds no slot in reboot group '${name}'`);
     this.saveGroup(name, next.group);
     const r = next.released;
-    await this.audited(
+    const audited = this.audited(
       [{
         actor,
         action: "reboot_group.force_release",
@@ -414,7 +414,8 @@ export class RebootCoordinator extends DurableObject<Env> {
       }],
       { wait: true },
     );
-    await this.drainGroup(name);
+    // The freed slot goes to the first parked host now, not after the audit row reached D1.
+    await Promise.all([audited, this.drainGroup(name)]);
     return { ok: true, released: r, group: this.view(config, name, this.m.groups.get(name)!, now) };
   }
 
