@@ -596,7 +596,7 @@ export class ServerLedger extends DurableObject<Env> {
     this.wakeWaiters();
     await this.settle();
     return { ok: true, view: this.view()! };
-    }
+  }
 
   // ---- operators waiting on the view (GET /v1/servers/{id}?wait=S) ----
 
