@@ -79,16 +79,16 @@ export function registerRebootGroups(program: Command, io: Io) {
 
 function groupTable(out: Output, items: RebootGroup[]) {
   out.table(
-    ["GROUP", "HELD", "SLOTS", "QUEUED", "PAUSED", "WINDOWS", "OPEN NOW", "STUCK"],
+    ["GROUP", "HELD", "SLOTS", "PAUSED", "WINDOWS", "OPEN NOW", "STUCK", "QUEUED"],
     items.map((g) => [
       g.name,
       g.holders.length,
       g.slots,
-      g.queue.length || null,
       g.paused ? out.c.yellow("paused") : "no",
       g.windows.length,
       g.open_now ? "yes" : out.c.yellow("no"),
       g.holders.filter((h) => h.stuck).length || null,
+      g.queue.length || null,
     ]),
     "(no reboot groups)",
   );
