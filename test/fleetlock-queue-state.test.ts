@@ -1,4 +1,5 @@
 import { describe, expect, it } from "vitest";
+import { MAX_QUEUED_PER_GROUP } from "../src/domain/limits";
 import { admit, drain, nextWake, releaseUnclaimed, UNCLAIMED_GRANT_S, type Queue } from "../src/fleetlock/queue";
 import { configure, newGroup, type GroupState } from "../src/fleetlock/semaphore";
 
@@ -33,6 +34,19 @@ describe("queue state", () => {
     expect(again).toMatchObject({ kind: "parked", changed: false, entry: { id: "b", since: T0 } });
     expect(admit(full(1, 0), [], "x", null, T0, { mayPark: true })).toMatchObject({ kind: "refused", refusal: "semaphore_full" });
     expect(admit(g, [], "x", null, T0, { mayPark: false })).toMatchObject({ kind: "refused", refusal: "semaphore_full" });
+  });
+
+  it(`refuses instead of parking once ${MAX_QUEUED_PER_GROUP} hosts wait in the group`, () => {
+    const g = full(1);
+    const q: Queue = Array.from({ length: MAX_QUEUED_PER_GROUP }, (_, i) => ({
+      id: `q${i}`,
+      server_id: null,
+      since: T0,
+      deadline: T0 + 30_000,
+      seq: i + 1,
+    }));
+    expect(admit(g, q, "late", null, T0, { mayPark: true })).toMatchObject({ kind: "refused", refusal: "semaphore_full" });
+    expect(admit(g, q.slice(1), "late", null, T0, { mayPark: true })).toMatchObject({ kind: "parked" });
   });
 
   it("never parks on a paused group", () => {

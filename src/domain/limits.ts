@@ -46,3 +46,6 @@ export const MAX_REASON_LENGTH = 1000;
  * 10 minutes stays well under the first and leaves room for proxies in between.
  */
 export const MAX_QUEUE_WAIT_S = 600;
+
+/** Hosts parked in one group's queue at once; beyond it a pre-reboot is refused as before. */
+export const MAX_QUEUED_PER_GROUP = 10_000;

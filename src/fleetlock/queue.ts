@@ -8,7 +8,7 @@
 import { acquire, holderOf, type GroupState, type Holder, type Refusal } from "./semaphore";
 import { withinWindows } from "./windows";
 
-import { MAX_QUEUE_WAIT_S } from "../domain/limits";
+import { MAX_QUEUED_PER_GROUP, MAX_QUEUE_WAIT_S } from "../domain/limits";
 
 export { MAX_QUEUE_WAIT_S };
 
@@ -85,6 +85,10 @@ export function admit(
     if (closed === "group_paused" || !opts.mayPark || waitOf(g) === 0) {
       return { kind: "refused", refusal: closed, value: `${refusalValue[closed]}; ${live.length} host(s) are queued` };
     }
+  }
+  if (live.length >= MAX_QUEUED_PER_GROUP) {
+    const closed = closedBecause(g, now) ?? "semaphore_full";
+    return { kind: "refused", refusal: closed, value: `${refusalValue[closed]}; the queue is full (${live.length} host(s))` };
   }
   const seq = q.reduce((m, e) => Math.max(m, e.seq), 0) + 1;
   const entry: QueueEntry = { id, server_id: serverId, since: now, deadline: now + waitOf(g) * 1000, seq };
