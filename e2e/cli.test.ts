@@ -148,7 +148,9 @@ describe("hm against the worker", () => {
   it("reboot groups: set, pause, resume, show; release asks first", async () => {
     const { fleet, server } = await fleetWithServer("rb.example.com");
     expect((await hm(["reboot-groups", "set", "default", "--fleet", fleet, "--slots", "2"])).code).toBe(0);
-    expect((await hm(["--json", "reboot-groups", "pause", "default", "--fleet", fleet])).json()).toMatchObject({ paused: true, slots: 2 });
+    const queued = await hm(["--json", "reboot-groups", "set", "default", "--fleet", fleet, "--slots", "2", "--queue-wait", "30"]);
+    expect(queued.json()).toMatchObject({ slots: 2, queue_wait_s: 30, queue: [] });
+    expect((await hm(["--json", "reboot-groups", "pause", "default", "--fleet", fleet])).json()).toMatchObject({ paused: true, slots: 2, queue_wait_s: 30 });
     expect((await hm(["--json", "reboot-groups", "resume", "default", "--fleet", fleet])).json()).toMatchObject({ paused: false, slots: 2 });
 
     const rotated = await hm(["--yes", "fleetlock-key", "rotate", "--fleet", fleet]);
