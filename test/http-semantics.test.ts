@@ -233,3 +233,16 @@ describe("one structured log line per request", () => {
     expect(line.stack).toContain("simulated outage");
   });
 });
+
+describe("the access log switch", () => {
+  afterEach(() => vi.restoreAllMocks());
+
+  it("writes no request line when ACCESS_LOG is off, and one when it is on", async () => {
+    const log = vi.spyOn(console, "log");
+    await withEnv({ ACCESS_LOG: "off" }, "/healthz", { headers: { "X-Request-Id": "quiet-1" } });
+    await withEnv({ ACCESS_LOG: "on" }, "/healthz", { headers: { "X-Request-Id": "loud-1" } });
+    const text = JSON.stringify(log.mock.calls);
+    expect(text).not.toContain("quiet-1");
+    expect(text).toContain("loud-1");
+  });
+});

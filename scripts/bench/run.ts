@@ -68,7 +68,7 @@ async function startServer({ config = null as string | null, health = "/healthz"
   const child = spawn(
     wrangler,
     ["dev", ...(config ? ["--config", config] : []), "--ip", "127.0.0.1", "--port", String(port), "--persist-to", persist, "--env-file", envFile,
-      "--log-level", "error", "--show-interactive-dev-session=false", ...(config ? [] : ["--var", "LOCAL_COUNTERS:1"])],
+      "--log-level", "error", "--show-interactive-dev-session=false", ...(config ? [] : ["--var", "LOCAL_COUNTERS:1", "--var", "ACCESS_LOG:off"])],
     { cwd: root, stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, CI: "true" } },
   );
   let log = "";
