@@ -18,7 +18,7 @@ const home = mkdtempSync(join(tmpdir(), "hm-cli-"));
 async function hm(args: string[], opts: { stdin?: string; env?: Record<string, string>; cwd?: string; auth?: boolean; fetch?: typeof fetch } = {}) {
   let stdout = "";
   let stderr = "";
-  const env: NodeJS.ProcessEnv = { HM_CONFIG: join(home, "none.json"), ...(opts.auth === false ? {} : { HM_URL: url, HM_TOKEN: admin }), ...opts.env };
+  const env: Record<string, string | undefined> = { HM_CONFIG: join(home, "none.json"), ...(opts.auth === false ? {} : { HM_URL: url, HM_TOKEN: admin }), ...opts.env };
   const code = await main(args, {
     stdout: (s) => void (stdout += s),
     stderr: (s) => void (stderr += s),

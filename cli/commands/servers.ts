@@ -1,5 +1,5 @@
 import { InvalidArgumentError, Option, type Command } from "commander";
-import type { ServerDetail, ServerPatch } from "../api";
+import type { ServerDetail, ServerPatch, ServerStatus } from "../api";
 import { Exit, type Io, type Output } from "../io";
 import { act } from "../main";
 
@@ -7,7 +7,7 @@ const STATUSES = ["realized", "pending", "failed", "drifted", "unknown", "stale"
 
 export function registerServers(program: Command, io: Io) {
   const servers = program.command("servers").description("servers (list by default)");
-  const list = act(io, async (ctx, o: { fleet?: string; status?: string; limit?: number }) => {
+  const list = act(io, async (ctx, o: { fleet?: string; status?: ServerStatus; limit?: number }) => {
     const items = await ctx.api.listServers({ fleet: o.fleet, status: o.status }, o.limit);
     if (ctx.globals.json) return ctx.out.data(items);
     const out = ctx.out;
