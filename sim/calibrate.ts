@@ -50,6 +50,7 @@ for (let i = 0; i < o.servers; i++) {
     // The fake server does not park: a poll is one request, then the host waits out its heartbeat.
     waitS: 0,
     reportIntervalMs: o.heartbeat * 1000,
+    minPollIntervalMs: o.heartbeat * 1000,
     onEvent: (e) => {
       if (e.type === "desired" || e.type === "reported") ops++;
       else if (e.type === "error") errors++;
