@@ -186,12 +186,13 @@ describe("reference host agent (against the worker)", () => {
   it("follows lifecycle orders: terminate stops agents and ends the loop, uninstall removes them", async () => {
     const fleet = await createFleet();
     for (const lifecycle of ["terminate", "uninstall"] as const) {
-      const s = await registerServer(fleet.id, { kind: "manual" });
+      // Decommissioning orders terminate for a managed server, uninstall for a manual one.
+      const s = await registerServer(fleet.id, { kind: lifecycle === "terminate" ? "managed" : "manual" });
       await call("PUT", `/v1/servers/${s.id}/desired`, { body: { generation: 2, agents: agents("compute", "logs") } });
       const driver = new MemoryDriver();
       const run = runAgent(s.token, driver);
       await run.until(reported(2, "realized"));
-      await call("PUT", `/v1/servers/${s.id}/desired`, { body: { generation: 3, agents: [], lifecycle } });
+      expect((await call("POST", `/v1/servers/${s.id}/decommission`, { body: {} })).status).toBe(200);
       const exit = await Promise.race([run.exit, new Promise<never>((_, rej) => setTimeout(() => rej(new Error("loop did not end")), 10_000))]);
       expect(exit).toEqual({ reason: lifecycle === "terminate" ? "terminated" : "uninstalled", generation: 3 });
       if (lifecycle === "terminate") {

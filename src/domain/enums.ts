@@ -76,3 +76,24 @@ export const FLEETLOCK_KINDS = [
   "internal_error",
 ] as const;
 export type FleetLockKind = (typeof FLEETLOCK_KINDS)[number];
+
+/** Fleet intent (issue 8): whether the planner sets a server's agents, or an operator pinned them. */
+export const PLAN_MODES = ["planned", "pinned"] as const;
+export type PlanMode = (typeof PLAN_MODES)[number];
+
+/** The lifecycle orders a decommission issues (never `run`). */
+export const LIFECYCLE_ORDERS = ["terminate", "uninstall"] as const;
+
+/** Why `check server-agents` reports a finding, and what would fix it. */
+export const DRIFT_REASONS = [
+  "missing",
+  "image_mismatch",
+  "removal_pending",
+  "removal_failed",
+  "failed",
+  "generation_behind",
+  "stale_report",
+] as const;
+export type DriftReason = (typeof DRIFT_REASONS)[number];
+export const DRIFT_FIXES = ["reissue", "refresh", "none"] as const;
+export type DriftFix = (typeof DRIFT_FIXES)[number];

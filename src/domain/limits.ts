@@ -30,3 +30,11 @@ export const MAX_WAIT_S = 60;
 export const MAX_PAGE_SIZE = 500;
 export const DEFAULT_PAGE_SIZE = 100;
 export const MAX_CURSOR_LENGTH = 1024;
+
+/** Capabilities of one fleet; agents of one role profile; roles of one server. */
+export const MAX_CAPABILITIES = 256;
+export const MAX_ROLE_AGENTS = 100;
+export const MAX_SERVER_ROLES = 64;
+
+/** A forced decommission's reason. */
+export const MAX_REASON_LENGTH = 1000;

@@ -13,7 +13,7 @@ import { tagMatches, viewTag } from "../ledger/view-tag";
 import { MAX_WAIT_S } from "../domain/limits";
 import { ServerRebootPatch } from "../fleetlock/schemas";
 import { patchServerIdentity, putDesiredConfig, registerServer } from "../services/servers";
-import { fleetId, ServerCreated, ServerDetail, ServerInput, serverIdParam, ServerSummary } from "./schemas";
+import { fleetId, serverState, ServerCreated, ServerDetail, ServerInput, serverIdParam, ServerSummary } from "./schemas";
 import { listServers, serverDetail, serverSummary } from "./servers";
 
 const serverWaitQuery = z.object({ wait: z.coerce.number().int().min(0).max(MAX_WAIT_S).default(0) });
@@ -106,6 +106,7 @@ export const serverRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHoo
       query: z.object({
         fleet: fleetId.optional(),
         status: serverStatus.optional(),
+        state: serverState.optional().openapi({ description: "removed servers (tombstones) are listed only with state=removed" }),
         limit: limitParam,
         cursor: cursorParam,
       }),
@@ -119,9 +120,9 @@ export const serverRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHoo
     },
   }),
   async (c) => {
-    const { fleet, status, limit, cursor } = c.req.valid("query");
+    const { fleet, status, state, limit, cursor } = c.req.valid("query");
     const after = decodeCursor(cursor, 1);
-    const rows = await listServers(getDb(c.env.DB), { fleet, status }, after?.[0] ?? null, limit);
+    const rows = await listServers(getDb(c.env.DB), { fleet, status, state }, after?.[0] ?? null, limit);
     const { items, next_cursor } = page(rows, limit, (r) => [r.id]);
     return c.json({ items: items.map(serverSummary), next_cursor }, 200);
   },

@@ -17,6 +17,9 @@ import type { AppEnv } from "./types";
 import { validationHook } from "./validation";
 import { drainWrites } from "../upgrades/drain";
 import { upgradeRoutes } from "../upgrades/routes";
+import { checkRoutes } from "../check/routes";
+import { intentRoutes } from "../intent/routes";
+import { serverPlanRoutes } from "../intent/server.routes";
 import { MAX_BODY_BYTES } from "../domain/limits";
 
 
@@ -72,6 +75,10 @@ export function createApp() {
     .route("/v1/instances", instanceRoutes)
     .route("/v1/audit", auditRoutes)
     .route("/v1/upgrades", upgradeRoutes)
+    // Fleet intent and lifecycle (issue 8).
+    .route("/v1/fleets", intentRoutes)
+    .route("/v1/servers", serverPlanRoutes)
+    .route("/v1/check", checkRoutes)
     // FleetLock (hosts) sits outside /v1: its own body limit, no JSON Content-Type rule, its own error body.
     .route("/fleetlock", fleetlockRoutes);
 

@@ -13,6 +13,11 @@ export const DOMAIN_CODES = [
   "server_removed",
   "not_held",
   "fleetlock_id_taken",
+  // issue 8: fleet intent and lifecycle
+  "lifecycle_change_refused",
+  "uninstall_blocked",
+  "decommission_acknowledged",
+  "not_decommissioning",
 ] as const;
 
 export type DomainCode = (typeof DOMAIN_CODES)[number];
