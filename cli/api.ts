@@ -93,6 +93,12 @@ function methods(c: Client) {
     createToken: (json: Parameters<Client["v1"]["tokens"]["$post"]>[0]["json"]) => ok(c.v1.tokens.$post({ json })),
     revokeToken: (id: string) => ok(c.v1.tokens[":id"].$delete({ param: { id } })),
 
+    decommission: (id: string, body: { force?: boolean; reason?: string } = {}) =>
+      ok(c.v1.servers[":id"].decommission.$post({ param: { id }, json: { force: body.force ?? false, reason: body.reason } })),
+    cancelDecommission: (id: string) => ok(c.v1.servers[":id"].decommission.cancel.$post({ param: { id } })),
+    checkServerAgents: (filter: { fleet?: string; server?: string; agent?: string }, cursor?: string) =>
+      ok(c.v1.check["server-agents"].$get({ query: { ...filter, limit: PAGE, cursor } })),
+
     // upgrades, audit
     upgrades: (query: { limit?: number; cursor?: string } = {}) =>
       ok(c.v1.upgrades.$get({ query: { limit: query.limit?.toString(), cursor: query.cursor } })),

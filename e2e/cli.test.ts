@@ -201,6 +201,40 @@ describe("hm against the worker", () => {
     expect(check.stdout).toContain(`Fleet ${fleet}`);
   });
 
+  it("check server-agents exits 3 with the findings of a failed install, 0 when nothing drifts; decommission asks first", async () => {
+    const { fleet, server } = await fleetWithServer();
+    await api.putDesired(server.id, { generation: 2, agents: [{ name: "logs", image: "reg/logs:1", version: "1" }] });
+    await new HostApi(url, server.token).report({
+      generation: 2,
+      reconciled_at: new Date().toISOString(),
+      boot_id: "b1",
+      agents: [],
+      errors: [{ agent: "logs", op: "install", message: "pull failed" }],
+      assignments: { units: [], storage: [] },
+    });
+    let check;
+    for (let i = 0; i < 20; i++) {
+      check = await hm(["--json", "check", "server-agents", "--fleet", fleet]);
+      if (check.code === 3) break;
+      await new Promise((r) => setTimeout(r, 200));
+    }
+    expect(check!.code).toBe(3);
+    expect(check!.json().findings).toEqual([expect.objectContaining({ server: server.id, agent: "logs", reason: "failed", fix: "reissue" })]);
+    const human = await hm(["check", "server-agents", "--fleet", fleet]);
+    expect(human.stdout).toMatch(/failed\s+reg\/logs:1/);
+    const clean = await hm(["check", "server-agents", "--fleet", (await fleetWithServer()).fleet]);
+    expect(clean.code).toBe(0);
+    expect(clean.stdout).toContain("no drift");
+
+    expect((await hm(["servers", "decommission", server.id, "--force"])).code).toBe(2);
+    const declined = await hm(["servers", "decommission", server.id], { stdin: "n\n" });
+    expect(declined.code).toBe(1);
+    expect((await api.getServer(server.id)).state).toBe("active");
+    const done = await hm(["--json", "servers", "decommission", server.id], { stdin: "y\n" });
+    expect(done.code).toBe(0);
+    expect(done.json()).toMatchObject({ id: server.id, state: "decommissioning", desired: { lifecycle: "terminate" } });
+  });
+
   it("login writes a 0600 config that later commands use; .dev.vars' ADMIN_TOKEN works with no setup", async () => {
     const config = join(home, "cfg", "config.json");
     const login = await hm(["login", "--url", url, "--token", admin], { auth: false, env: { HM_CONFIG: config } });
