@@ -261,8 +261,19 @@ describe("hm against the worker", () => {
     expect((await hm(["tokens", "revoke", t.id])).code).toBe(1);
     expect((await hm(["--yes", "--json", "tokens", "revoke", t.id])).json()).toMatchObject({ id: t.id, revoked_at: expect.any(String) });
 
+    // --follow prints what happens while it runs, once each, oldest first, as JSON lines.
+    const following = hm(["--json", "audit", "--follow", "--limit", "1", "--interval", "0.3", "--for", "2.5"]);
+    await new Promise((r) => setTimeout(r, 700));
+    const later = await api.createToken({ name: "followed", scope: "read" });
+    const followed = await following;
+    expect(followed.code).toBe(0);
+    const lines = followed.stdout.trim().split("\n").map((l) => JSON.parse(l));
+    expect(lines.filter((e) => e.target === `token:${later.id}`).map((e) => e.action)).toEqual(["token.create"]);
+    expect(lines.map((e) => e.id)).toEqual([...lines.map((e) => e.id)].sort((a, b) => a - b));
+
     const audit = await hm(["--json", "audit", "--limit", "5"]);
-    expect(audit.json()[0]).toMatchObject({ action: "token.revoke", target: expect.stringContaining(t.id) });
+    expect(audit.json()[0]).toMatchObject({ action: "token.create", target: `token:${later.id}` });
+    expect(audit.json()[1]).toMatchObject({ action: "token.revoke", target: expect.stringContaining(t.id) });
     const upgrades = await hm(["--json", "upgrades"]);
     expect(upgrades.json()).toMatchObject({ state: "current", data_version: upgrades.json().newest_version });
   });
