@@ -41,7 +41,16 @@ const KEY = {
   plan: "plan",
   /** The decommission under way, and its cleanup progress (issue 8, ./lifecycle.ts). */
   lifecycle: "lifecycle",
+  /** The operator's request that the host report again now (issue 8). */
+  refresh: "refresh",
 } as const;
+
+/** A refresh is pending from `requested_at` until the first report after it (`answered_at`). */
+export interface RefreshState {
+  requested_at: number;
+  requested_by: string;
+  answered_at: number | null;
+}
 
 const CLEANUP_TIMER = "cleanup";
 
@@ -57,6 +66,7 @@ export interface ServerView {
   record: Omit<ServerRecord, "token_hash" | "token_id">;
   plan: PlanState;
   lifecycle: LifecycleState | null;
+  refresh: RefreshState | null;
   desired: DesiredConfig;
   report: StoredReport | null;
   computed: ComputedStatus;
@@ -332,6 +342,7 @@ export class ServerLedger extends DurableObject<Env> {
       record,
       plan: this.planState(),
       lifecycle: this.kv.get<LifecycleState>(KEY.lifecycle) ?? null,
+      refresh: this.refreshState(),
       desired: this.configOf(state.record, state.desired),
       report: state.report ?? null,
       computed: computeStatus(state.desired, state.report, Date.now(), state.record.stale_after_s * 1000),
@@ -350,8 +361,8 @@ export class ServerLedger extends DurableObject<Env> {
    */
   async applyPlan(
     inputs: FleetPlanInputs,
-    meta: { actor: string; reason: string; release?: boolean },
-  ): Promise<Result<{ outcome: "issued" | "unchanged" | "pinned" | "older_inputs" | "not_running"; view: ServerView }>> {
+    meta: { actor: string; reason: string; release?: boolean; reissue?: boolean },
+  ): Promise<Result<{ outcome: "issued" | "reissued" | "unchanged" | "pinned" | "older_inputs" | "not_running"; view: ServerView }>> {
     const state = this.load();
     if (!state) return fail("not_found", "server does not exist");
     if (state.record.state === "removed") return fail("server_removed", "a removed server is not planned");
@@ -359,6 +370,12 @@ export class ServerLedger extends DurableObject<Env> {
     const current: PlanState = meta.release ? { mode: "planned", rev: before.rev } : before;
     const step = planStep(state.record, state.desired, current, inputs, Date.now(), { force: meta.release });
     if (step.kind === "skipped") return { ok: true, outcome: step.why, view: this.view()! };
+    // A drift fix re-issues the config (same agents, next generation) when the plan is unchanged,
+    // so the host reconciles again.
+    const reissue =
+      step.kind === "recorded" && meta.reissue
+        ? { ...state.desired, generation: state.desired.generation + 1, updated_at: Date.now() }
+        : null;
     this.ctx.storage.transactionSync(() => {
       const recordChanged = step.record !== state.record;
       if (recordChanged) this.save({ record: step.record });
@@ -382,11 +399,21 @@ export class ServerLedger extends DurableObject<Env> {
           },
         });
       }
-      if (recordChanged || step.kind === "issue") this.outbox.enqueue("project", {}, { key: "project" });
+      if (reissue) {
+        this.save({ desired: reissue });
+        this.audit({
+          actor: meta.actor,
+          action: "server.reissue",
+          target: `server:${state.record.id}`,
+          details: { reason: meta.reason, generation: reissue.generation },
+        });
+      }
+      if (recordChanged || step.kind === "issue" || reissue) this.outbox.enqueue("project", {}, { key: "project" });
     });
-    if (step.kind === "issue") this.wakeWaiters();
+    if (step.kind === "issue" || reissue) this.wakeWaiters();
     await this.settle();
-    return { ok: true, outcome: step.kind === "issue" ? "issued" : step.why, view: this.view()! };
+    const outcome = step.kind === "issue" ? "issued" : reissue ? "reissued" : step.why;
+    return { ok: true, outcome, view: this.view()! };
   }
 
   // ---- lifecycle (issue 8) ----
@@ -596,6 +623,45 @@ export class ServerLedger extends DurableObject<Env> {
     return { ok: true, view: this.view()! };
   }
 
+  // ---- refresh (issue 8) ----
+
+  private refreshMemo?: RefreshState | null;
+
+  private refreshState(): RefreshState | null {
+    if (this.refreshMemo === undefined) this.refreshMemo = this.kv.get<RefreshState>(KEY.refresh) ?? null;
+    return this.refreshMemo;
+  }
+
+  private pendingRefresh() {
+    const r = this.refreshState();
+    return r && r.answered_at === null ? r : null;
+  }
+
+  /** The first report after a refresh request answers it. */
+  private answerRefresh(now: number) {
+    const r = this.pendingRefresh();
+    if (!r) return;
+    const answered = { ...r, answered_at: now };
+    this.kv.put(KEY.refresh, answered);
+    this.refreshMemo = answered;
+  }
+
+  /** Asks the host to report again now: its next poll answers 200, and a parked poll wakes. */
+  async requestRefresh(actor: string): Promise<Result<{ view: ServerView }>> {
+    const state = this.load();
+    if (!state) return fail("not_found", "server does not exist");
+    if (state.record.state === "removed") return fail("server_removed", "the server is removed");
+    const r: RefreshState = { requested_at: Date.now(), requested_by: actor, answered_at: null };
+    this.ctx.storage.transactionSync(() => {
+      this.kv.put(KEY.refresh, r);
+      this.audit({ actor, action: "server.refresh", target: `server:${state.record.id}` });
+    });
+    this.refreshMemo = r;
+    this.wakeWaiters();
+    await this.settle();
+    return { ok: true, view: this.view()! };
+  }
+
   // ---- host calls ----
 
   /**
@@ -609,12 +675,12 @@ export class ServerLedger extends DurableObject<Env> {
     waitMs: number,
   ): Promise<
     | { ok: true; notModified: true; generation: number }
-    | { ok: true; notModified: false; generation: number; config: DesiredConfig }
+    | { ok: true; notModified: false; generation: number; config: DesiredConfig; refresh?: { requested_at: number } }
     | Failure
   > {
     if (!this.authorized(tokenHash)) return fail("unauthorized", "invalid server token");
     let desired = this.load()!.desired;
-    if (known === desired.generation && waitMs > 0) {
+    if (known === desired.generation && waitMs > 0 && !this.pendingRefresh()) {
       await new Promise<void>((resolve) => {
         const wake = () => {
           clearTimeout(timer);
@@ -628,9 +694,13 @@ export class ServerLedger extends DurableObject<Env> {
     }
     const record = this.authorized(tokenHash);
     if (!record) return fail("unauthorized", "invalid server token");
+    // A pending refresh answers 200 even to a current If-None-Match: the host is asked to report.
+    const refresh = this.pendingRefresh();
     // A 304 carries no body, so the config is not copied across the RPC boundary for it.
-    if (known === desired.generation) return { ok: true, notModified: true, generation: desired.generation };
-    return { ok: true, notModified: false, generation: desired.generation, config: this.configOf(record, desired) };
+    if (known === desired.generation && !refresh) return { ok: true, notModified: true, generation: desired.generation };
+    const config = this.configOf(record, desired);
+    if (refresh) return { ok: true, notModified: false, generation: desired.generation, config, refresh: { requested_at: refresh.requested_at } };
+    return { ok: true, notModified: false, generation: desired.generation, config };
   }
 
   async agentReport(
@@ -658,6 +728,7 @@ export class ServerLedger extends DurableObject<Env> {
       // steady host costs no storage write, and nothing the index shows can have changed.
       this.cache!.report = stored;
       this.cache!.heartbeatOnly = true;
+      this.answerRefresh(now);
       if (this.lastSeenDue(now)) {
         this.outbox.enqueue("project", {}, { key: "project" });
         enqueued = true;
@@ -665,6 +736,7 @@ export class ServerLedger extends DurableObject<Env> {
     } else {
       this.ctx.storage.transactionSync(() => {
         this.save({ report: stored });
+        this.answerRefresh(now);
         // The first report proves the host is up and talking to us.
         if (record.state === "provisioning") this.save({ record: { ...record, state: "active" } });
         if (record.state === "decommissioning") acknowledged = this.acknowledgeLifecycle(record, stored, now);

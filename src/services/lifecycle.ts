@@ -24,3 +24,7 @@ export async function rotateServerToken(env: Env, actor: string, id: string) {
   const out = unwrap(await ledger.rotateToken(hash, actor));
   return { view: out.view, token };
 }
+
+export async function refreshServer(env: Env, actor: string, id: string) {
+  return unwrap(await ledgerOf(env, id).requestRefresh(actor));
+}
