@@ -142,3 +142,23 @@ describe("pinned servers", () => {
     expect((await call("GET", `/v1/servers/${s.id}`)).json.planning.mode).toBe("planned");
   });
 });
+
+describe("PATCH /v1/servers/{id} roles", () => {
+  it("records the new roles and plans from them: a newly added role's agents get their channel's image", async () => {
+    const f = await setup();
+    const s = await registerServer(f.id, { roles: ["compute"] });
+    await call("PUT", `/v1/fleets/${f.id}/channels/base`, { body: { image: "base:2", version: "2" } });
+    const res = await call("PATCH", `/v1/servers/${s.id}`, { body: { roles: ["compute", "edge"] } });
+    expect(res.status).toBe(200);
+    expect(res.json.roles).toEqual(["compute", "edge"]);
+    expect(res.json.desired.generation).toBe(2);
+    // base keeps the image it runs; logs (new with edge) comes from its channel.
+    expect(await agentsOf(s.id)).toEqual(["base=base:1", "logs=logs:1", "s3=s3:1"]);
+    const row = await env.DB.prepare("SELECT roles FROM servers WHERE id = ?").bind(s.id).first<string>("roles");
+    expect(JSON.parse(row!)).toEqual(["compute", "edge"]);
+    // A later change of the edge role now reaches it.
+    await call("PUT", `/v1/fleets/${f.id}/roles/edge`, { body: { agents: [{ name: "logs" }, { name: "fw-agent" }] } });
+    expect(await agentsOf(s.id)).toEqual(["base=base:1", "fw-agent=fw:1", "logs=logs:1", "s3=s3:1"]);
+    expect((await call("PATCH", `/v1/servers/${s.id}`, { body: { roles: ["Bad Role"] } })).status).toBe(400);
+  });
+});

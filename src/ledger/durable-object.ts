@@ -361,15 +361,34 @@ export class ServerLedger extends DurableObject<Env> {
    */
   async applyPlan(
     inputs: FleetPlanInputs,
-    meta: { actor: string; reason: string; release?: boolean; reissue?: boolean },
+    meta: { actor: string; reason: string; release?: boolean; reissue?: boolean; roles?: string[] },
   ): Promise<Result<{ outcome: "issued" | "reissued" | "unchanged" | "pinned" | "older_inputs" | "not_running"; view: ServerView }>> {
     const state = this.load();
     if (!state) return fail("not_found", "server does not exist");
     if (state.record.state === "removed") return fail("server_removed", "a removed server is not planned");
     const before = this.planState();
     const current: PlanState = meta.release ? { mode: "planned", rev: before.rev } : before;
-    const step = planStep(state.record, state.desired, current, inputs, Date.now(), { force: meta.release });
-    if (step.kind === "skipped") return { ok: true, outcome: step.why, view: this.view()! };
+    // New roles (PATCH): recorded whatever the plan does, then planned from.
+    const rolesChanged = meta.roles !== undefined && JSON.stringify(meta.roles) !== JSON.stringify(state.record.roles);
+    const record = rolesChanged ? { ...state.record, roles: meta.roles! } : state.record;
+    const step = planStep(record, state.desired, current, inputs, Date.now(), { force: meta.release || rolesChanged });
+    if (rolesChanged) {
+      this.ctx.storage.transactionSync(() => {
+        this.save({ record });
+        this.outbox.enqueue("project", {}, { key: "project" });
+        this.audit({
+          actor: meta.actor,
+          action: "server.roles",
+          target: `server:${record.id}`,
+          details: { before: state.record.roles, after: record.roles },
+        });
+      });
+      state.record = record;
+    }
+    if (step.kind === "skipped") {
+      if (rolesChanged) await this.settle();
+      return { ok: true, outcome: step.why, view: this.view()! };
+    }
     // A drift fix re-issues the config (same agents, next generation) when the plan is unchanged,
     // so the host reconciles again.
     const reissue =
