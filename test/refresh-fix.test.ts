@@ -79,3 +79,23 @@ describe("POST /v1/check/server-agents/fix", () => {
     expect((await call("POST", "/v1/check/server-agents/fix", { body: { fleet: "x", cursor: "zzz" } })).json.error.code).toBe("invalid_cursor");
   });
 });
+
+describe("refresh for a fleet", () => {
+  it("asks every server of the fleet, page by page, leaving removed and decommissioning ones out", async () => {
+    const f = await createFleet();
+    const a = await reporting(f.id);
+    const b = await reporting(f.id);
+    const gone = await reporting(f.id);
+    await call("POST", `/v1/servers/${gone.id}/decommission`);
+    const first = await call("POST", `/v1/fleets/${f.id}/refresh?limit=1`);
+    expect(first.status).toBe(200);
+    expect(first.json.requested).toBe(1);
+    const second = await call("POST", `/v1/fleets/${f.id}/refresh?limit=1&cursor=${first.json.next_cursor}`);
+    expect(second.json.requested).toBe(1);
+    expect(second.json.next_cursor).toBeNull();
+    for (const s of [a, b]) expect((await call("GET", `/v1/servers/${s.id}`)).json.refresh.answered_at).toBeNull();
+    expect((await call("GET", `/v1/servers/${gone.id}`)).json.refresh).toBeNull();
+    expect((await call("GET", "/v1/agent/desired", { token: a.token, headers: { "If-None-Match": '"2"' } })).status).toBe(200);
+    expect((await call("POST", `/v1/fleets/nope-${Date.now()}/refresh`)).status).toBe(404);
+  });
+});
