@@ -245,3 +245,30 @@ describe("hm against the worker", () => {
     expect(spawnSync(process.execPath, [bin, "nope"], { env, encoding: "utf8" }).status).toBe(2);
   });
 });
+
+describe("hm check server-agents", () => {
+  it("lists drift with its fix (exit 3), and --fix --yes re-issues", async () => {
+    const { fleet, server } = await fleetWithServer();
+    expect((await hm(["--json", "desired", "set", server.id, "-f", agentsFile(["compute"])])).code).toBe(0);
+    const desired = await api.request<{ generation: number }>("GET", `/v1/servers/${server.id}/desired`);
+    const host = await fetch(`${url}/v1/agent/inventory`, {
+      method: "PUT",
+      headers: { Authorization: `Bearer ${server.token}`, "Content-Type": "application/json" },
+      body: JSON.stringify({
+        generation: desired.data.generation,
+        reconciled_at: new Date().toISOString(),
+        boot_id: "b",
+        agents: [{ name: "compute", image: "reg/compute:0", version: "0", instance_id: "c", state: "running" }],
+      }),
+    });
+    expect(host.status).toBe(200);
+    const found = await hm(["check", "server-agents", "--fleet", fleet]);
+    expect(found.code).toBe(3);
+    expect(found.stdout).toMatch(/compute\s+image_mismatch\s+reg\/compute:1\s+reg\/compute:0\s+reissue/);
+    const fixed = await hm(["--yes", "check", "server-agents", "--fleet", fleet, "--fix"]);
+    expect(fixed.code).toBe(0);
+    expect(fixed.stdout).toMatch(/reissued \(generation \d+\)/);
+    const after = await hm(["--json", "check", "server-agents", "--fleet", fleet]);
+    expect(after.json().findings.map((f: { reason: string }) => f.reason)).toEqual(["generation_behind"]);
+  });
+});
