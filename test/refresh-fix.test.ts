@@ -99,3 +99,25 @@ describe("refresh for a fleet", () => {
     expect((await call("POST", `/v1/fleets/nope-${Date.now()}/refresh`)).status).toBe(404);
   });
 });
+
+describe("operators waiting on a server's view", () => {
+  it("wake when a refresh is requested, and see its answer", async () => {
+    const f = await createFleet();
+    const s = await reporting(f.id);
+    const tag = (await call("GET", `/v1/servers/${s.id}`)).headers.get("ETag")!;
+    const started = Date.now();
+    const parked = call("GET", `/v1/servers/${s.id}?wait=20`, { headers: { "If-None-Match": tag } });
+    await new Promise((r) => setTimeout(r, 200));
+    await call("POST", `/v1/servers/${s.id}/refresh`);
+    const woke = await parked;
+    expect(woke.status).toBe(200);
+    expect(Date.now() - started).toBeLessThan(10_000);
+    expect(woke.json.refresh.answered_at).toBeNull();
+    const tag2 = woke.headers.get("ETag")!;
+    expect(tag2).not.toBe(tag);
+    await call("PUT", "/v1/agent/inventory", { token: s.token, body: report(2, [A1]) });
+    const answered = await call("GET", `/v1/servers/${s.id}`, { headers: { "If-None-Match": tag2 } });
+    expect(answered.status).toBe(200);
+    expect(answered.json.refresh.answered_at).not.toBeNull();
+  });
+});

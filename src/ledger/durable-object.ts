@@ -169,6 +169,12 @@ export class ServerLedger extends DurableObject<Env> {
     this.wakeViewWaiters();
   }
 
+  /** Planning, lifecycle and refresh state: shown in the view, so operators waiting on it wake. */
+  private putMeta(key: typeof KEY.plan | typeof KEY.lifecycle | typeof KEY.refresh, value: unknown) {
+    this.kv.put(key, value);
+    this.wakeViewWaiters();
+  }
+
   private configOf(record: ServerRecord, desired: DesiredState): DesiredConfig {
     return {
       server_id: record.id,
@@ -230,7 +236,7 @@ export class ServerLedger extends DurableObject<Env> {
       };
       this.ctx.storage.transactionSync(() => {
         this.save({ record, desired });
-        this.kv.put(KEY.plan, { mode: "planned", rev: meta.plan_rev ?? 0 } satisfies PlanState);
+        this.putMeta(KEY.plan, { mode: "planned", rev: meta.plan_rev ?? 0 } satisfies PlanState);
         this.outbox.enqueue("project", {}, { key: "project" });
         this.outbox.enqueue("token", tokenPayload(record, meta.actor, null), { key: "token" });
         if (record.fleetlock_id) this.outbox.enqueue("identity", identityPayload(record, 0), { key: "identity" });
@@ -275,7 +281,7 @@ export class ServerLedger extends DurableObject<Env> {
         this.ctx.storage.transactionSync(() => {
           this.save({ desired: outcome.next });
           // An explicit config pins the server: the planner leaves it alone until released.
-          this.kv.put(KEY.plan, { ...this.planState(), mode: "pinned", pinned_at: Date.now(), pinned_by: actor } satisfies PlanState);
+          this.putMeta(KEY.plan, { ...this.planState(), mode: "pinned", pinned_at: Date.now(), pinned_by: actor } satisfies PlanState);
           this.outbox.enqueue("project", {}, { key: "project" });
           this.audit({
             actor,
@@ -400,7 +406,7 @@ export class ServerLedger extends DurableObject<Env> {
     this.ctx.storage.transactionSync(() => {
       const recordChanged = step.record !== state.record;
       if (recordChanged) this.save({ record: step.record });
-      this.kv.put(KEY.plan, step.planState);
+      this.putMeta(KEY.plan, step.planState);
       if (meta.release && before.mode === "pinned") {
         this.audit({ actor: meta.actor, action: "server.desired.release", target: `server:${state.record.id}`, details: { rev: inputs.rev } });
       }
@@ -503,7 +509,7 @@ export class ServerLedger extends DurableObject<Env> {
     };
     this.ctx.storage.transactionSync(() => {
       this.save({ record: { ...record, state: "decommissioning" }, desired: next });
-      this.kv.put(KEY.lifecycle, lc);
+      this.putMeta(KEY.lifecycle, lc);
       this.outbox.enqueue("project", {}, { key: "project" });
       this.audit({
         actor: opts.actor,
@@ -558,7 +564,7 @@ export class ServerLedger extends DurableObject<Env> {
     this.save({ record: { ...record, token_hash: "" } });
     // Replaces any token row still queued (a rotation), so none can land after the revocation.
     this.outbox.enqueue("token", tokenPayload({ ...record, token_hash: "" }, lc.forced?.by ?? lc.requested_by, now), { key: "token" });
-    this.kv.put(KEY.lifecycle, { ...lc, cleanup_from: now } satisfies LifecycleState);
+    this.putMeta(KEY.lifecycle, { ...lc, cleanup_from: now } satisfies LifecycleState);
     // The FleetLock identity goes with the next revision, so no older delivery can bring it back.
     this.kv.put(KEY.rebootRev, (this.kv.get<number>(KEY.rebootRev) ?? 0) + 1);
     this.scheduler.schedule(CLEANUP_TIMER, now);
@@ -581,7 +587,7 @@ export class ServerLedger extends DurableObject<Env> {
       if (lc.done.includes(step)) continue;
       await this.cleanupStep(step, state.record);
       lc = { ...lc, done: [...lc.done, step] };
-      this.kv.put(KEY.lifecycle, lc);
+      this.putMeta(KEY.lifecycle, lc);
     }
     const done = lc;
     this.ctx.storage.transactionSync(() => {
@@ -703,7 +709,7 @@ export class ServerLedger extends DurableObject<Env> {
     const r = this.pendingRefresh();
     if (!r) return;
     const answered = { ...r, answered_at: now };
-    this.kv.put(KEY.refresh, answered);
+    this.putMeta(KEY.refresh, answered);
     this.refreshMemo = answered;
   }
 
@@ -714,7 +720,7 @@ export class ServerLedger extends DurableObject<Env> {
     if (state.record.state === "removed") return fail("server_removed", "the server is removed");
     const r: RefreshState = { requested_at: Date.now(), requested_by: actor, answered_at: null };
     this.ctx.storage.transactionSync(() => {
-      this.kv.put(KEY.refresh, r);
+      this.putMeta(KEY.refresh, r);
       this.audit({ actor, action: "server.refresh", target: `server:${state.record.id}` });
     });
     this.refreshMemo = r;
