@@ -50,6 +50,7 @@ export function buildProgram(io: Io): Command {
     registerAudit,
     registerCheck,
     registerWait,
+    registerCheck,
   ]) {
     register(program, io);
   }
