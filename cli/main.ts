@@ -50,7 +50,6 @@ export function buildProgram(io: Io): Command {
     registerAudit,
     registerCheck,
     registerWait,
-    registerCheck,
   ]) {
     register(program, io);
   }
