@@ -25,6 +25,11 @@ async function pool<T>(items: T[], n: number, fn: (item: T, i: number) => Promis
 }
 
 export async function run(ctx: BenchContext) {
+  // Registering 6,000 servers takes minutes on a development machine: only when asked for.
+  if (!process.argv.slice(2).includes("intent") && !process.env.BENCH_INTENT_N) {
+    ctx.note("intent: skipped (run `npm run bench -- intent`, or set BENCH_INTENT_N)", "-");
+    return;
+  }
   const api = (path: string, method = "GET", body?: unknown, token = ctx.admin) =>
     fetch(`${ctx.base}${path}`, {
       method,
