@@ -211,3 +211,24 @@ describe("planner durability", () => {
     expect(await agentsOf(s.id)).toEqual(["logs=logs:1"]);
   });
 });
+
+describe("registration racing an intent change", () => {
+  it("re-plans the new server when the fleet's intent moved past the inputs it was planned from", async () => {
+    const f = await setup();
+    const { planInputsOf } = await import("../src/intent/store");
+    const { getDb } = await import("../src/db/client");
+    const before = (await planInputsOf(getDb(env.DB), f.id))!.rev;
+    const s = await registerServer(f.id, { roles: ["compute"] });
+    // The change committed after the server was planned and before its index row existed: no mark.
+    await env.DB.batch([
+      env.DB.prepare("UPDATE role_profiles SET agents = ? WHERE fleet_id = ? AND role = 'compute'").bind(JSON.stringify([{ name: "logs" }]), f.id),
+      env.DB.prepare("UPDATE fleet_intent SET rev = rev + 1 WHERE fleet_id = ?").bind(f.id),
+    ]);
+    const { catchUpPlan } = await import("../src/services/planner");
+    expect(await catchUpPlan(env, s.id, f.id, before + 1)).toBeNull();
+    expect(await agentsOf(s.id)).toEqual(["base=base:1", "s3=s3:1"]);
+    const view = await catchUpPlan(env, s.id, f.id, before);
+    expect(view?.desired.generation).toBe(2);
+    expect(await agentsOf(s.id)).toEqual(["logs=logs:1"]);
+  });
+});
