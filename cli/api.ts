@@ -98,6 +98,8 @@ function methods(c: Client) {
     cancelDecommission: (id: string) => ok(c.v1.servers[":id"].decommission.cancel.$post({ param: { id } })),
     checkServerAgents: (filter: { fleet?: string; server?: string; agent?: string }, cursor?: string) =>
       ok(c.v1.check["server-agents"].$get({ query: { ...filter, limit: PAGE, cursor } })),
+    fixServerAgents: (filter: { fleet?: string; server?: string; agent?: string }, dryRun: boolean, cursor?: string) =>
+      ok(c.v1.check["server-agents"].fix.$post({ json: { ...filter, dry_run: dryRun, limit: Number(PAGE), cursor } })),
 
     // upgrades, audit
     upgrades: (query: { limit?: number; cursor?: string } = {}) =>

@@ -48,8 +48,8 @@ export function buildProgram(io: Io): Command {
     registerTokens,
     registerUpgrades,
     registerAudit,
-    registerWait,
     registerCheck,
+    registerWait,
   ]) {
     register(program, io);
   }

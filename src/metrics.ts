@@ -17,6 +17,12 @@ import { NEWEST_VERSION, UPGRADE_STEPS } from "./upgrades/steps";
  * CACHE_MS per isolate.
  */
 export const CACHE_MS = 15_000;
+
+/**
+ * What the cron's staleness marking read and changed in this isolate (DESIGN §8: it must grow with
+ * change, not fleet size). A per-isolate counter, so it is served only on the local-only route.
+ */
+export const staleCounters = { ticks: 0, rowsRead: 0, marked: 0 };
 let cached: { text: string; at: number } | null = null;
 
 const escape = (v: string) => v.replace(/\\/g, "\\\\").replace(/\n/g, "\\n").replace(/"/g, '\\"');

@@ -28,6 +28,8 @@ export interface BenchContext {
   clientFor(token: string | null): Client;
   /** D1 write statements so far (counted by the local server only, never on /metrics). */
   d1Writes(): Promise<number>;
+  /** A local counter by its former /metrics name (harbormaster_stale_marking_total{what="rows_read"}, …). */
+  metric(name: string, labels: string): Promise<number>;
   /** The floors' req/s measured in this run (fixture worker: empty, Durable Object read, write). */
   floors: Floors;
   measure(label: string, options: LoadOptions): Promise<LoadRow>;
@@ -67,7 +69,8 @@ async function startServer({ config = null as string | null, health = "/healthz"
   }
   const child = spawn(
     wrangler,
-    ["dev", ...(config ? ["--config", config] : []), "--ip", "127.0.0.1", "--port", String(port), "--persist-to", persist, "--env-file", envFile,
+    // --test-scheduled: scenarios fire the cron's handler through /__scheduled (no timer cron runs).
+    ["dev", ...(config ? ["--config", config] : []), "--ip", "127.0.0.1", "--port", String(port), "--persist-to", persist, "--env-file", envFile, "--test-scheduled",
       "--log-level", "error", "--show-interactive-dev-session=false", ...(config ? [] : ["--var", "LOCAL_COUNTERS:1", "--var", "ACCESS_LOG:off"])],
     { cwd: root, stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, CI: "true" } },
   );
@@ -123,11 +126,20 @@ async function main() {
   const rows: Row[] = [];
   const floors: Floors = { empty: 0, read: 0, write: 0 };
   try {
-    // D1 statements counted by the worker's wrapper, from the local-only route (LOCAL_COUNTERS=1).
-    const d1Writes = async () => {
+    // This isolate's counters (D1 statements, staleness marking), from the local-only route
+    // (LOCAL_COUNTERS=1): never on /metrics, which holds only fleet-wide gauges.
+    const local = async () => {
       const res = await fetch(`${server.base}/__local/d1-statements`);
       if (!res.ok) throw new Error(`/__local/d1-statements: ${res.status}`);
-      return ((await res.json()) as { writes: number }).writes;
+      return (await res.json()) as { reads: number; writes: number; stale: { ticks: number; rows_read: number; marked: number } };
+    };
+    const d1Writes = async () => (await local()).writes;
+    const metric = async (name: string, labels: string) => {
+      const c = await local();
+      const value = (labels.match(/"([^"]+)"/) ?? [])[1] as string;
+      if (name === "harbormaster_d1_statements_total") return value === "read" ? c.reads : c.writes;
+      if (name === "harbormaster_stale_marking_total") return c.stale[value as keyof typeof c.stale] ?? 0;
+      throw new Error(`no local counter ${name}`);
     };
 
     const emptyRequest: Options["requests"] = [{ method: "GET", path: "/healthz" }];
@@ -156,6 +168,7 @@ async function main() {
       client: createClient(server.base, server.admin),
       clientFor: (token) => createClient(server.base, token),
       d1Writes,
+      metric,
       floors,
       /** Runs a load; records rps, p50, p99 and the ratio to the ceiling. */
       async measure(label, options) {

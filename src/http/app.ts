@@ -12,7 +12,7 @@ import { instanceRoutes } from "../instances/routes";
 import { agentRoutes } from "../ledger/agent.routes";
 import { fleetlockRoutes } from "../fleetlock/protocol.routes";
 import { rebootGroupRoutes } from "../fleetlock/operator.routes";
-import { metricsText } from "../metrics";
+import { metricsText, staleCounters } from "../metrics";
 import { d1Counters } from "../db/client";
 import { requireScope } from "../auth/principal";
 import { allowedMethodsFinder } from "./allow";
@@ -86,7 +86,8 @@ export function createApp() {
     // D1 statement counts of this isolate, for benchmarks and tests only: they are not a fleet
     // total, so they exist only where LOCAL_COUNTERS is "1" (never in wrangler.toml's deploy).
     .get("/__local/d1-statements", (c) =>
-      c.env.LOCAL_COUNTERS === "1" ? c.json({ ...d1Counters }, 200) : c.json(errorBody("not_found", "no such route"), 404),
+      c.env.LOCAL_COUNTERS === "1"
+        ? c.json({ ...d1Counters, stale: { ticks: staleCounters.ticks, rows_read: staleCounters.rowsRead, marked: staleCounters.marked } }, 200) : c.json(errorBody("not_found", "no such route"), 404),
     )
     .route("/v1/tokens", tokenRoutes)
     .route("/v1/fleets", fleetRoutes)

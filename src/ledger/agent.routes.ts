@@ -8,6 +8,7 @@ import { AgentStatusRow, DesiredConfig, InventoryReport, serverStatus } from "./
 import { unwrap } from "../http/errors";
 import { heldGeneration, matchesGeneration, parseIfNoneMatch } from "../http/conditional";
 import { ledgerOf } from "./stub";
+import { iso } from "../lib/time";
 
 
 
@@ -44,7 +45,18 @@ export const agentRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook
       headers: z.object({ "if-none-match": z.string().optional() }),
     },
     responses: {
-      200: { ...jsonResponse(DesiredConfig, "The desired config"), headers: generationTag },
+      200: {
+        ...jsonResponse(
+          DesiredConfig.extend({
+            refresh: z
+              .object({ requested_at: z.string() })
+              .optional()
+              .openapi({ description: "present while an operator's refresh is pending: report again now" }),
+          }),
+          "The desired config",
+        ),
+        headers: generationTag,
+      },
       304: { description: "Unchanged since the generation in If-None-Match", headers: generationTag },
       ...commonErrors,
     },
@@ -57,8 +69,10 @@ export const agentRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook
     const result = unwrap(await ledger.agentDesired(p.tokenHash, heldGeneration(condition), wait * 1000));
     c.header("ETag", `"${result.generation}"`);
     c.header("Cache-Control", "no-store");
+    if (result.notModified) return c.body(null, 304);
+    if (result.refresh) return c.json({ ...result.config, refresh: { requested_at: iso(result.refresh.requested_at) } }, 200);
     // `*` or a list naming the current generation is a match too (RFC 9110), not only the newest tag.
-    if (result.notModified || matchesGeneration(condition, result.generation)) return c.body(null, 304);
+    if (matchesGeneration(condition, result.generation)) return c.body(null, 304);
     return c.json(result.config, 200);
   },
 )
