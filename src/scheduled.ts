@@ -2,6 +2,7 @@ import { getDb } from "./db/client";
 import type { Env } from "./env";
 import { markStale } from "./reconcile/staleness";
 import { runUpgrades } from "./upgrades/runner";
+import { redriveRollouts } from "./services/rollouts";
 
 /** Cron: upgrade steps first (they may change what reconciliation reads), then reconciliation. */
 export async function runScheduled(controller: ScheduledController, env: Env) {
@@ -13,4 +14,6 @@ export async function runScheduled(controller: ScheduledController, env: Env) {
   }
   const db = getDb(env.DB);
   await markStale(db, controller.scheduledTime);
+  // Rollouts advance on their own (ledger events, their alarms); this only re-drives quiet ones.
+  await redriveRollouts(env, controller.scheduledTime);
 }

@@ -16,6 +16,7 @@ import type { AppEnv } from "./types";
 import { validationHook } from "./validation";
 import { drainWrites } from "../upgrades/drain";
 import { upgradeRoutes } from "../upgrades/routes";
+import { rolloutRoutes } from "../rollouts/routes";
 
 export const MAX_BODY_BYTES = 1024 * 1024;
 
@@ -64,6 +65,7 @@ export function createApp() {
   // FleetLock (hosts) sits outside /v1: its own body limit, no JSON Content-Type rule, its own error body.
   app.route("/", fleetlockRoutes);
   app.route("/", rebootGroupRoutes);
+  app.route("/", rolloutRoutes);
 
   app.openAPIRegistry.registerComponent("securitySchemes", "Bearer", { type: "http", scheme: "bearer" });
   app.doc31("/openapi.json", {

@@ -31,6 +31,8 @@ export const STATUS_OF_CODE = {
   server_removed: 409,
   not_held: 404,
   fleetlock_id_taken: 409,
+  invalid_state: 409,
+  rollout_in_progress: 409,
 } as const satisfies Record<DomainCode, ContentfulStatusCode>;
 
 export const apiErrorOf = (f: Failure) => new ApiError(STATUS_OF_CODE[f.code], f.code, f.message, f.details);

@@ -13,6 +13,7 @@ import type { ServerRecord } from "./record";
 import type { AgentSpec, DesiredConfig, DesiredConfigInput, InventoryReport, StoredReport } from "./schemas";
 import { computeStatus, type ComputedStatus } from "./status";
 import { upgradeLedgerStorage } from "./storage-format";
+import { decideApply, settleMarks, type ApplyOutcome, type ApplyRolloutImage, type RolloutMark } from "../rollouts/ledger-side";
 
 const KEY = {
   record: "record",
@@ -24,6 +25,9 @@ const KEY = {
   /** Written by the previous release's hook when the coordinator missed a release; moved to the outbox on load. */
   legacyPendingRelease: "fleetlock_release_pending",
 } as const;
+
+/** Rollouts (issue 9): per agent, the generation a rollout wrote and has not yet heard settled. */
+const KEY_ROLLOUT_MARKS = "rollout_marks";
 
 /** What the index shows of this server, as last written by the projection. */
 interface ProjectedMark {
@@ -373,6 +377,7 @@ export class ServerLedger extends DurableObject<Env> {
         // The first report proves the host is up and talking to us.
         if (record.state === "provisioning") this.save({ record: { ...record, state: "active" } });
         if (!unchanged || this.lastSeenDue(now)) this.outbox.enqueue("project", {}, { key: "project" });
+        if (!unchanged) this.settleRolloutMarks(stored);
         // A new boot_id: the host rebooted and came back, so any slot it still holds is one whose
         // steady-state call was lost. Slots granted after this moment belong to the new boot.
         if (previous !== undefined && previous.boot_id !== report.boot_id) {
@@ -395,6 +400,56 @@ export class ServerLedger extends DurableObject<Env> {
       computed: computeStatus(desired, stored, now, record.stale_after_s * 1000),
     };
   }
+
+  // ---- rollouts (issue 9) -------------------------------------------------------------------
+  // Kept in one block: a rollout writes a target's next generation here and learns from this
+  // ledger's outbox when a report at that generation realizes or fails the agent.
+
+  private rolloutMarks(): Record<string, RolloutMark> {
+    return this.kv.get<Record<string, RolloutMark>>(KEY_ROLLOUT_MARKS) ?? {};
+  }
+
+  /**
+   * Writes the next generation with `agent`'s image changed, remembering which rollout wrote it;
+   * or answers why not (already at the image, no such agent, server leaving). A redelivery of the
+   * same write answers the same generation and writes nothing.
+   */
+  async applyRolloutImage(req: ApplyRolloutImage): Promise<ApplyOutcome | Failure> {
+    const state = this.load();
+    if (!state) return fail("not_found", "server does not exist");
+    const marks = this.rolloutMarks();
+    const now = Date.now();
+    const decision = decideApply(state.desired, state.record.state, marks[req.agent], req, now);
+    if (decision.next && decision.mark) {
+      const next = decision.next;
+      this.ctx.storage.transactionSync(() => {
+        this.save({ desired: next });
+        this.kv.put(KEY_ROLLOUT_MARKS, { ...marks, [req.agent]: decision.mark });
+        this.outbox.enqueue("project", {}, { key: "project" });
+        this.audit({
+          actor: `rollout:${req.rollout_id}`,
+          action: "server.desired.rollout",
+          target: `server:${state.record.id}`,
+          details: { generation: next.generation, agent: req.agent, image: req.image, version: req.version, pass: req.pass },
+        });
+      });
+      this.wakeWaiters();
+      await this.settleInBackground();
+    }
+    return decision.outcome;
+  }
+
+  /** In the report's storage turn: outcomes leave through the outbox, one pending event per rollout. */
+  private settleRolloutMarks(report: StoredReport) {
+    const marks = this.rolloutMarks();
+    if (Object.keys(marks).length === 0) return;
+    const { events, remaining } = settleMarks(marks, report, this.load()!.record.id);
+    if (events.length === 0) return;
+    this.kv.put(KEY_ROLLOUT_MARKS, remaining);
+    for (const e of events) this.outbox.enqueue("rollout_event", e, { key: `rollout:${e.rollout_id}` });
+  }
+
+  // ---- end of rollouts ------------------------------------------------------------------------
 
   // ---- timers and the index ----
 

@@ -13,6 +13,8 @@ export const DOMAIN_CODES = [
   "server_removed",
   "not_held",
   "fleetlock_id_taken",
+  "invalid_state",
+  "rollout_in_progress",
 ] as const;
 
 export type DomainCode = (typeof DOMAIN_CODES)[number];
