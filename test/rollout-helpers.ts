@@ -1,11 +1,14 @@
 import { env, runInDurableObject } from "cloudflare:test";
+import type { Rollout } from "../src/rollouts/durable-object";
 import { call, createFleet, registerServer, settle } from "./helpers";
 
 export const AGENT = "fw-agent";
 export const OLD = "registry.example/fw:1.0.0";
 export const NEW = "registry.example/fw:2.0.0";
 
-export const rolloutStub = (id: string) => env.ROLLOUT.get(env.ROLLOUT.idFromName(id));
+// Typed as a plain stub: the RPC type of the whole class is too deep for runInDurableObject.
+export const rolloutStub = (id: string): DurableObjectStub & Pick<Rollout, "targetEvent"> =>
+  env.ROLLOUT.get(env.ROLLOUT.idFromName(id)) as unknown as DurableObjectStub & Pick<Rollout, "targetEvent">;
 
 export interface Host {
   id: string;

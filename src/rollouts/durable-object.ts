@@ -646,7 +646,11 @@ export class Rollout extends DurableObject<Env> {
       },
       slow: () => this.checkSlow(Date.now()),
       pump: () => {
-        this.ctx.storage.transactionSync(() => this.pump(Date.now()));
+        // The retry time has come for the refused slot requests: all of them may ask again.
+        this.ctx.storage.transactionSync(() => {
+          this.ctx.storage.sql.exec("UPDATE targets SET not_before = 0 WHERE not_before > 0");
+          this.pump(Date.now());
+        });
       },
     });
     await this.outbox.flush();
