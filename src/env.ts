@@ -1,12 +1,7 @@
-import type { ServerLedger } from "./ledger/durable-object";
-import type { RebootCoordinator } from "./fleetlock/durable-object";
-import type { Rollout } from "./rollouts/durable-object";
-
-export interface Env {
-  DB: D1Database;
-  LEDGER: DurableObjectNamespace<ServerLedger>;
-  REBOOT: DurableObjectNamespace<RebootCoordinator>;
-  ROLLOUT: DurableObjectNamespace<Rollout>;
-  /** Bootstrap admin token (a secret; `.dev.vars` locally). */
-  ADMIN_TOKEN?: string;
-}
+/**
+ * The worker's bindings: `Env` is generated from wrangler.toml by `npm run types` into
+ * worker-configuration.d.ts (CI fails when that file is stale), so bindings, vars and required
+ * secrets are declared once, in wrangler.toml.
+ */
+type WorkerEnv = Env;
+export type { WorkerEnv as Env };

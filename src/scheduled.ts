@@ -1,6 +1,8 @@
 import { getDb } from "./db/client";
 import type { Env } from "./env";
 import { markStale } from "./reconcile/staleness";
+import { finishFleetRemovals } from "./services/fleet-removal";
+import { runPlanner } from "./services/planner";
 import { runUpgrades } from "./upgrades/runner";
 import { redriveRollouts } from "./services/rollouts";
 
@@ -13,7 +15,10 @@ export async function runScheduled(controller: ScheduledController, env: Env) {
     return;
   }
   const db = getDb(env.DB);
+  // Planner backstop: only servers whose inputs changed (plan_marks), never a scan of every server.
+  await runPlanner(env, { budgetMs: 20_000 });
   await markStale(db, controller.scheduledTime);
+  await finishFleetRemovals(db, env);
   // Rollouts advance on their own (ledger events, their alarms); this only re-drives quiet ones.
   await redriveRollouts(env, controller.scheduledTime);
 }

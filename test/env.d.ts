@@ -1,9 +1,9 @@
 import type { D1Migration } from "cloudflare:test";
-import type { Env as HarbormasterEnv } from "../src/env";
 
+// What the tests' miniflare adds to the worker's generated bindings (vitest.config.ts).
 declare global {
   namespace Cloudflare {
-    interface Env extends HarbormasterEnv {
+    interface Env {
       TEST_MIGRATIONS: D1Migration[];
     }
   }

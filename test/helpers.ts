@@ -98,7 +98,9 @@ export function breakCoordinator(stub: DurableObjectStub) {
 /** Effects still waiting in an object's outbox. */
 export const pendingEffects = (stub: DurableObjectStub) =>
   runInDurableObject(stub, (_i, state) =>
-    state.storage.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM _outbox").one().n,
+    state.storage.sql.exec("SELECT 1 FROM sqlite_master WHERE name = '_outbox'").toArray().length
+      ? state.storage.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM _outbox").one().n
+      : 0,
   );
 
 /**
@@ -108,8 +110,9 @@ export const pendingEffects = (stub: DurableObjectStub) =>
 export async function fireTimersNow(stub: DurableObjectStub) {
   await runInDurableObject(stub, async (_i, state) => {
     const past = Date.now() - 1;
-    state.storage.sql.exec("UPDATE _timers SET due_at = ?", past);
-    state.storage.sql.exec("UPDATE _outbox SET next_at = ? WHERE attempts > 0", past);
+    const has = (t: string) => state.storage.sql.exec("SELECT 1 FROM sqlite_master WHERE name = ?", t).toArray().length > 0;
+    if (has("_timers")) state.storage.sql.exec("UPDATE _timers SET due_at = ?", past);
+    if (has("_outbox")) state.storage.sql.exec("UPDATE _outbox SET next_at = ? WHERE attempts > 0", past);
     if ((await state.storage.getAlarm()) === null) await state.storage.setAlarm(past);
   });
   return runDurableObjectAlarm(stub);

@@ -91,7 +91,7 @@ describe("D1 projection of the ledger", () => {
 
   it("is marked stale by the cron when a server stops reporting, and fixed by its next report", async () => {
     const { fleet, s } = await realizedServer();
-    await env.DB.prepare("UPDATE servers SET last_seen = ? WHERE id = ?").bind(Date.now() - 3_600_000, s.id).run();
+    await env.DB.prepare("UPDATE servers SET last_seen = ?1, stale_at = ?1 + 60000 WHERE id = ?2").bind(Date.now() - 3_600_000, s.id).run();
     const { runScheduled } = await import("../src/scheduled");
     const { createScheduledController } = await import("cloudflare:test");
     await runScheduled(createScheduledController({ scheduledTime: Date.now() }), env);
@@ -187,7 +187,7 @@ describe("D1 writes follow what changed", () => {
 describe("a server back from silence", () => {
   it("has its stale index row rewritten even when its first report changes only an instance row", async () => {
     const { fleet, s } = await realizedServer();
-    await env.DB.prepare("UPDATE servers SET last_seen = ? WHERE id = ?").bind(Date.now() - 3_600_000, s.id).run();
+    await env.DB.prepare("UPDATE servers SET last_seen = ?1, stale_at = ?1 + 60000 WHERE id = ?2").bind(Date.now() - 3_600_000, s.id).run();
     const { runScheduled } = await import("../src/scheduled");
     const { createScheduledController } = await import("cloudflare:test");
     await runScheduled(createScheduledController({ scheduledTime: Date.now() }), env);

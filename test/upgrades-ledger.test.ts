@@ -83,10 +83,15 @@ describe("ledger storage format", () => {
   });
 
   it("writes nothing into a ledger no server was registered in", async () => {
-    const stub = ledgerOf(env, crypto.randomUUID());
+    const id = crypto.randomUUID();
+    const stub = ledgerOf(env, id);
     expect(await stub.view()).toBeNull();
+    // A host token naming a server that does not exist reaches that id's ledger too.
+    const forged = `hms.${id}.${"A".repeat(43)}`;
+    expect((await call("GET", "/v1/agent/desired", { token: forged })).status).toBe(401);
     await runInDurableObject<ServerLedger, void>(stub, (_i, state) => {
       expect([...state.storage.kv.list()]).toEqual([]);
+      expect(state.storage.sql.exec("SELECT name FROM sqlite_master").toArray()).toEqual([]);
     });
   });
 

@@ -8,7 +8,6 @@ import { validationHook } from "../http/validation";
 import { iso } from "../lib/time";
 import { listAudit } from "./log";
 
-export const auditRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook });
 
 const AuditEntry = z
   .object({
@@ -21,10 +20,12 @@ const AuditEntry = z
   })
   .openapi("AuditEntry");
 
-auditRoutes.openapi(
+// One chain, so the type of auditRoutes (and of the app that mounts it at /v1/audit) carries every route for hc.
+export const auditRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook })
+.openapi(
   createRoute({
     method: "get",
-    path: "/v1/audit",
+    path: "/",
     tags: ["audit"],
     summary: "The audit log, newest first",
     security: bearer,

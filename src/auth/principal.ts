@@ -5,7 +5,7 @@ import { tokens } from "../db/schema";
 import { ApiError } from "../http/errors";
 import type { AppEnv } from "../http/types";
 import { digestsEqual, sha256Hex } from "../lib/crypto";
-import { parseToken, SCOPE_RANK, type Scope } from "./tokens";
+import { parseToken, scopeRank, type Scope } from "./tokens";
 
 export type Principal =
   | { kind: "operator"; id: string; name: string; scope: Scope }
@@ -40,17 +40,17 @@ async function authenticateOperator(env: AppEnv["Bindings"], token: string): Pro
         : and(eq(tokens.serverId, parsed.id), eq(tokens.kind, "server"), isNull(tokens.revokedAt)),
   });
   if (!row || !digestsEqual(row.hash, hash)) throw unauthorized();
-  if (parsed.kind === "server") {
+  if (row.scope === "server") {
     throw new ApiError(403, "forbidden", "server tokens reach only /v1/agent/* for their own server");
   }
-  return { kind: "operator", id: row.id, name: row.name, scope: row.scope as Scope };
+  return { kind: "operator", id: row.id, name: row.name, scope: row.scope };
 }
 
 /** Operator routes: a valid operator token whose scope is at least `scope`. */
 export const requireScope = (scope: Scope) =>
   createMiddleware<AppEnv>(async (c, next) => {
     const principal = await authenticateOperator(c.env, bearerOf(c.req.header("Authorization")));
-    if (principal.kind !== "operator" || SCOPE_RANK[principal.scope] < SCOPE_RANK[scope]) {
+    if (principal.kind !== "operator" || scopeRank(principal.scope) < scopeRank(scope)) {
       throw new ApiError(403, "forbidden", `this needs a token with scope '${scope}' or higher`);
     }
     c.set("principal", principal);

@@ -2,6 +2,7 @@ import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
 import { and, asc, eq, gt, isNull } from "drizzle-orm";
 import { auditInsert } from "../audit/log";
 import { getDb } from "../db/client";
+import { OPERATOR_SCOPES, TOKEN_KINDS, TOKEN_SCOPES } from "../domain/enums";
 import { tokens } from "../db/schema";
 import { notFound } from "../http/errors";
 import { bearer, commonErrors, jsonBody, jsonResponse, notFoundError } from "../http/openapi";
@@ -13,17 +14,16 @@ import { iso, isoOrNull } from "../lib/time";
 import { actorOf, requireScope } from "./principal";
 import { issueToken } from "./tokens";
 
-export const tokenRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook });
 
 const TokenInput = z
-  .strictObject({ name: z.string().min(1).max(200), scope: z.enum(["read", "write", "admin"]) })
+  .strictObject({ name: z.string().min(1).max(200), scope: z.enum(OPERATOR_SCOPES) })
   .openapi("TokenInput");
 
 const Token = z
   .object({
     id: z.string(),
-    kind: z.enum(["operator", "server"]),
-    scope: z.enum(["read", "write", "admin", "server"]),
+    kind: z.enum(TOKEN_KINDS),
+    scope: z.enum(TOKEN_SCOPES),
     server_id: z.string().nullable(),
     name: z.string(),
     created_by: z.string(),
@@ -43,10 +43,12 @@ const view = (r: typeof tokens.$inferSelect) => ({
   revoked_at: isoOrNull(r.revokedAt),
 });
 
-tokenRoutes.openapi(
+// One chain, so the type of tokenRoutes (and of the app that mounts it at /v1/tokens) carries every route for hc.
+export const tokenRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook })
+.openapi(
   createRoute({
     method: "post",
-    path: "/v1/tokens",
+    path: "/",
     tags: ["tokens"],
     summary: "Create an operator token; the secret is returned once",
     security: bearer,
@@ -79,19 +81,19 @@ tokenRoutes.openapi(
     ]);
     return c.json({ ...view(row), token }, 201);
   },
-);
+)
 
-tokenRoutes.openapi(
+.openapi(
   createRoute({
     method: "get",
-    path: "/v1/tokens",
+    path: "/",
     tags: ["tokens"],
     summary: "List tokens (never their secrets)",
     security: bearer,
     middleware: [requireScope("admin")] as const,
     request: {
       query: z.object({
-        kind: z.enum(["operator", "server"]).optional(),
+        kind: z.enum(TOKEN_KINDS).optional(),
         limit: limitParam,
         cursor: cursorParam,
       }),
@@ -113,12 +115,12 @@ tokenRoutes.openapi(
     const { items, next_cursor } = page(rows, q.limit, (r) => [r.id]);
     return c.json({ items: items.map(view), next_cursor }, 200);
   },
-);
+)
 
-tokenRoutes.openapi(
+.openapi(
   createRoute({
     method: "delete",
-    path: "/v1/tokens/{id}",
+    path: "/{id}",
     tags: ["tokens"],
     summary: "Revoke a token; it stops working at once",
     security: bearer,

@@ -1,7 +1,9 @@
+import { OPERATOR_SCOPES, type Scope, type TokenKind } from "../domain/enums";
 import { randomSecret, sha256Hex } from "../lib/crypto";
 
-export type Scope = "read" | "write" | "admin";
-export const SCOPE_RANK: Record<Scope, number> = { read: 1, write: 2, admin: 3 };
+export type { Scope } from "../domain/enums";
+/** Scopes are ordered weakest first, so a scope includes every one before it. */
+export const scopeRank = (scope: Scope) => OPERATOR_SCOPES.indexOf(scope);
 
 /**
  * Tokens name their own row (`hmo.<id>.<secret>`, `hms.<server id>.<secret>`), so a check is one
@@ -10,7 +12,7 @@ export const SCOPE_RANK: Record<Scope, number> = { read: 1, write: 2, admin: 3 }
  */
 const FORMAT = /^(hmo|hms)\.([0-9a-f-]{36})\.([A-Za-z0-9_-]{43})$/;
 
-export type ParsedToken = { kind: "operator" | "server"; id: string };
+export type ParsedToken = { kind: TokenKind; id: string };
 
 export function parseToken(token: string): ParsedToken | null {
   const m = FORMAT.exec(token);
@@ -18,7 +20,7 @@ export function parseToken(token: string): ParsedToken | null {
   return { kind: m[1] === "hmo" ? "operator" : "server", id: m[2] };
 }
 
-export async function issueToken(kind: "operator" | "server", id: string) {
+export async function issueToken(kind: TokenKind, id: string) {
   const token = `${kind === "operator" ? "hmo" : "hms"}.${id}.${randomSecret()}`;
   return { token, hash: await sha256Hex(token) };
 }

@@ -1,5 +1,18 @@
 import { sql } from "drizzle-orm";
 import { check, index, integer, primaryKey, sqliteTable, text, uniqueIndex } from "drizzle-orm/sqlite-core";
+import {
+  ROLLOUT_STATES,
+  ROLLOUT_TARGET_STATES,
+  AGENT_STATES,
+  AGENT_STATUSES,
+  SERVER_KINDS,
+  SERVER_STATES,
+  SERVER_STATUSES,
+  TOKEN_KINDS,
+  TOKEN_SCOPES,
+  UPGRADE_RUN_STATES,
+  UPGRADE_STEP_STATES,
+} from "../domain/enums";
 
 /**
  * D1 is the fleet-wide index. Each server's ledger (a Durable Object) is the source of truth for
@@ -24,20 +37,18 @@ export const servers = sqliteTable(
     id: text("id").primaryKey(),
     fleetId: text("fleet_id").notNull(),
     hostname: text("hostname").notNull(),
-    kind: text("kind", { enum: ["managed", "manual"] }).notNull(),
+    kind: text("kind", { enum: SERVER_KINDS }).notNull(),
     roles: text("roles", { mode: "json" }).$type<string[]>().notNull(),
     rebootGroup: text("reboot_group").notNull(),
     fleetlockId: text("fleetlock_id"),
-    state: text("state", {
-      enum: ["provisioning", "active", "unreachable", "decommissioning", "removed"],
-    }).notNull(),
-    status: text("status", {
-      enum: ["realized", "pending", "failed", "drifted", "unknown", "stale"],
-    }).notNull(),
+    state: text("state", { enum: SERVER_STATES }).notNull(),
+    status: text("status", { enum: SERVER_STATUSES }).notNull(),
     desiredGeneration: integer("desired_generation").notNull(),
     reportedGeneration: integer("reported_generation"),
     bootId: text("boot_id"),
     lastSeen: integer("last_seen"),
+    /** last_seen + the fleet's stale_after (null while nothing is expected): the cron's deadline. */
+    staleAt: integer("stale_at"),
     createdAt: integer("created_at").notNull(),
     updatedAt: integer("updated_at").notNull(),
   },
@@ -47,6 +58,8 @@ export const servers = sqliteTable(
     index("servers_fleet_status_idx").on(t.fleetId, t.status, t.id),
     // Staleness marking scans only servers whose last report is old.
     index("servers_fleet_last_seen_idx").on(t.fleetId, t.lastSeen),
+    // Staleness marking (issue 8): only rows not yet stale, by deadline, so a tick reads what crossed.
+    index("servers_stale_at_idx").on(t.staleAt).where(sql`${t.status} != 'stale'`),
     // Not unique: the fleet's coordinator owns fleetlock_id uniqueness; the index only mirrors it,
     // and a uniqueness check here would make one ledger's projection wait on another's.
     index("servers_fleetlock_id_idx").on(t.fleetId, t.fleetlockId),
@@ -64,8 +77,8 @@ export const agentInstances = sqliteTable(
     desiredVersion: text("desired_version"),
     reportedImage: text("reported_image"),
     reportedVersion: text("reported_version"),
-    reportedState: text("reported_state"),
-    status: text("status").notNull(),
+    reportedState: text("reported_state", { enum: AGENT_STATES }),
+    status: text("status", { enum: AGENT_STATUSES }).notNull(),
     updatedAt: integer("updated_at").notNull(),
   },
   (t) => [
@@ -80,8 +93,8 @@ export const tokens = sqliteTable(
   "tokens",
   {
     id: text("id").primaryKey(),
-    kind: text("kind", { enum: ["operator", "server"] }).notNull(),
-    scope: text("scope", { enum: ["read", "write", "admin", "server"] }).notNull(),
+    kind: text("kind", { enum: TOKEN_KINDS }).notNull(),
+    scope: text("scope", { enum: TOKEN_SCOPES }).notNull(),
     serverId: text("server_id"),
     name: text("name").notNull(),
     hash: text("hash").notNull(),
@@ -134,7 +147,7 @@ export const upgradeRuns = sqliteTable(
   {
     id: integer("id").primaryKey({ autoIncrement: true }),
     runner: text("runner").notNull(),
-    state: text("state", { enum: ["running", "succeeded", "failed", "expired"] }).notNull(),
+    state: text("state", { enum: UPGRADE_RUN_STATES }).notNull(),
     fromVersion: integer("from_version").notNull(),
     toVersion: integer("to_version"),
     tookOverFrom: integer("took_over_from"),
@@ -155,7 +168,7 @@ export const upgradeSteps = sqliteTable(
     version: integer("version").notNull(),
     description: text("description").notNull(),
     runner: text("runner").notNull(),
-    state: text("state", { enum: ["running", "applied", "failed", "abandoned"] }).notNull(),
+    state: text("state", { enum: UPGRADE_STEP_STATES }).notNull(),
     chunks: integer("chunks").notNull().default(0),
     startedAt: integer("started_at").notNull(),
     finishedAt: integer("finished_at"),
@@ -163,6 +176,92 @@ export const upgradeSteps = sqliteTable(
   },
   (t) => [index("upgrade_steps_run_idx").on(t.runId)],
 );
+
+// ---------------------------------------------------------------------------------------------
+// Fleet intent (issue 8): agent channels, role profiles, planner marks, staleness deadline.
+// Kept in one block at the end of the file so merges with the objects refactor stay clean.
+// ---------------------------------------------------------------------------------------------
+
+/** The image the fleet currently wants for an agent (DESIGN §3 "Agent channel"). */
+export const agentChannels = sqliteTable(
+  "agent_channels",
+  {
+    fleetId: text("fleet_id").notNull(),
+    agent: text("agent").notNull(),
+    image: text("image").notNull(),
+    version: text("version").notNull(),
+    updatedAt: integer("updated_at").notNull(),
+    updatedBy: text("updated_by").notNull(),
+  },
+  (t) => [primaryKey({ columns: [t.fleetId, t.agent] })],
+);
+
+/** Every change of a channel, newest last; the channel row is the latest of these. */
+export const agentChannelHistory = sqliteTable(
+  "agent_channel_history",
+  {
+    id: integer("id").primaryKey({ autoIncrement: true }),
+    fleetId: text("fleet_id").notNull(),
+    agent: text("agent").notNull(),
+    image: text("image").notNull(),
+    version: text("version").notNull(),
+    previousImage: text("previous_image"),
+    previousVersion: text("previous_version"),
+    at: integer("at").notNull(),
+    actor: text("actor").notNull(),
+  },
+  (t) => [index("agent_channel_history_idx").on(t.fleetId, t.agent, t.id)],
+);
+
+/** A role's agents, each optionally conditioned on a fleet capability (`when`). */
+export const roleProfiles = sqliteTable(
+  "role_profiles",
+  {
+    fleetId: text("fleet_id").notNull(),
+    role: text("role").notNull(),
+    agents: text("agents", { mode: "json" }).$type<{ name: string; when?: string }[]>().notNull(),
+    updatedAt: integer("updated_at").notNull(),
+    updatedBy: text("updated_by").notNull(),
+  },
+  (t) => [primaryKey({ columns: [t.fleetId, t.role] })],
+);
+
+/**
+ * Servers whose plan inputs changed and whose ledger has not yet applied them: the planner's
+ * durable work list. A change of inputs marks the servers it touches in the same D1 batch; the
+ * planner deletes a mark only when the `rev` it read is still the row's (a newer change re-marks).
+ * The cron backstop reads only this table, oldest first, never the servers table.
+ */
+/** A counter per fleet, bumped by every change of its plan inputs (roles, channels, capabilities,
+ * settings); a ledger ignores inputs older than the newest it applied, so a late planner run
+ * cannot undo a newer one. */
+export const fleetIntent = sqliteTable("fleet_intent", {
+  fleetId: text("fleet_id").primaryKey(),
+  rev: integer("rev").notNull(),
+});
+
+export const planMarks = sqliteTable(
+  "plan_marks",
+  {
+    serverId: text("server_id").primaryKey(),
+    fleetId: text("fleet_id").notNull(),
+    rev: integer("rev").notNull(),
+    markedAt: integer("marked_at").notNull(),
+    attempts: integer("attempts").notNull().default(0),
+  },
+  (t) => [index("plan_marks_marked_at_idx").on(t.markedAt)],
+);
+
+/**
+ * Fleets deleted from D1 whose coordinator (a Durable Object, with its groups and FleetLock key)
+ * has not been wiped yet; the deletion and this row commit together, the wipe follows and is
+ * retried by the cron until done. A fleet id cannot be created again while its row remains.
+ */
+export const fleetRemovals = sqliteTable("fleet_removals", {
+  fleetId: text("fleet_id").primaryKey(),
+  removedAt: integer("removed_at").notNull(),
+  attempts: integer("attempts").notNull().default(0),
+});
 
 // ---------------------------------------------------------------------------------------------
 // Rollouts (issue 9): each row is the projection of one Rollout Durable Object (its only
@@ -177,9 +276,7 @@ export const rollouts = sqliteTable(
     agent: text("agent").notNull(),
     image: text("image").notNull(),
     version: text("version").notNull(),
-    state: text("state", {
-      enum: ["running", "paused", "succeeded", "failed", "cancelled", "rolling_back", "rolled_back"],
-    }).notNull(),
+    state: text("state", { enum: ROLLOUT_STATES }).notNull(),
     pass: integer("pass").notNull(),
     counts: text("counts", { mode: "json" }).$type<Record<string, number>>().notNull(),
     reason: text("reason"),
@@ -202,7 +299,7 @@ export const rolloutTargets = sqliteTable(
     pass: integer("pass").notNull(),
     serverId: text("server_id").notNull(),
     hostname: text("hostname").notNull(),
-    state: text("state", { enum: ["queued", "applying", "done", "failed", "timed_out", "skipped"] }).notNull(),
+    state: text("state", { enum: ROLLOUT_TARGET_STATES }).notNull(),
     image: text("image").notNull(),
     fromImage: text("from_image"),
     generation: integer("generation"),

@@ -10,14 +10,18 @@ import { cursorParam, decodeCursor, limitParam, page } from "../http/paging";
 import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
 import { fleetView, getFleet, listFleets } from "./fleets";
-import { Fleet, FleetInput, fleetId } from "./schemas";
+import { deleteFleet, removalPending } from "../services/fleet-removal";
+import { patchFleet } from "../services/intent";
+import { planAfterChange } from "../services/planner";
+import { pushFleetSettings } from "../services/fleet-settings";
+import { Fleet, FleetInput, FleetPatch, fleetId } from "./schemas";
 
-export const fleetRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook });
-
-fleetRoutes.openapi(
+// One chain, so the type of fleetRoutes (and of the app that mounts it at /v1/fleets) carries every route for hc.
+export const fleetRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook })
+.openapi(
   createRoute({
     method: "post",
-    path: "/v1/fleets",
+    path: "/",
     tags: ["fleets"],
     summary: "Create a fleet",
     security: bearer,
@@ -32,6 +36,9 @@ fleetRoutes.openapi(
   async (c) => {
     const input = c.req.valid("json");
     const db = getDb(c.env.DB);
+    if (await removalPending(db, input.id)) {
+      throw new ApiError(409, "fleet_removal_pending", `fleet '${input.id}' was deleted and is still being cleaned up; retry shortly`);
+    }
     const row = {
       id: input.id,
       capabilities: input.capabilities,
@@ -53,12 +60,12 @@ fleetRoutes.openapi(
     }
     return c.json(fleetView({ ...row, fleetlockKeyHash: null }), 201);
   },
-);
+)
 
-fleetRoutes.openapi(
+.openapi(
   createRoute({
     method: "get",
-    path: "/v1/fleets/{id}",
+    path: "/{id}",
     tags: ["fleets"],
     summary: "Get a fleet",
     security: bearer,
@@ -72,12 +79,12 @@ fleetRoutes.openapi(
     if (!row) throw notFound("fleet", id);
     return c.json(fleetView(row), 200);
   },
-);
+)
 
-fleetRoutes.openapi(
+.openapi(
   createRoute({
     method: "get",
-    path: "/v1/fleets",
+    path: "/",
     tags: ["fleets"],
     summary: "List fleets",
     security: bearer,
@@ -94,5 +101,53 @@ fleetRoutes.openapi(
     const rows = await listFleets(getDb(c.env.DB), after?.[0] ?? null, limit);
     const { items, next_cursor } = page(rows, limit, (r) => [r.id]);
     return c.json({ items: items.map(fleetView), next_cursor }, 200);
+  },
+)
+
+.openapi(
+  createRoute({
+    method: "patch",
+    path: "/{id}",
+    tags: ["fleets"],
+    summary: "Change a fleet's capabilities (merged; a key set to null is removed) and settings",
+    security: bearer,
+    middleware: [requireScope("write")] as const,
+    request: { params: z.object({ id: fleetId }), body: jsonBody(FleetPatch) },
+    responses: {
+      200: jsonResponse(Fleet, "The fleet as it is now"),
+      ...commonErrors,
+      ...notFoundError,
+      ...conflictError("too_many_capabilities, or concurrent_change"),
+    },
+  }),
+  async (c) => {
+    const { id } = c.req.valid("param");
+    const out = await patchFleet(getDb(c.env.DB), actorOf(c.var.principal), id, c.req.valid("json"));
+    if (out.changed.settings) await pushFleetSettings(c.env, out.fleet);
+    if (out.changed.capabilities || out.fleet.staleAfterS !== out.before.staleAfterS) await planAfterChange(c.env, c.executionCtx, id);
+    return c.json(fleetView(out.fleet), 200);
+  },
+)
+
+.openapi(
+  createRoute({
+    method: "delete",
+    path: "/{id}",
+    tags: ["fleets"],
+    summary: "Delete a fleet whose servers are all removed (their tombstones go with it)",
+    security: bearer,
+    middleware: [requireScope("admin")] as const,
+    request: { params: z.object({ id: fleetId }) },
+    responses: {
+      204: { description: "Deleted" },
+      ...commonErrors,
+      ...notFoundError,
+      ...conflictError("fleet_not_empty: names the servers that are not removed"),
+    },
+  }),
+  async (c) => {
+    const { id } = c.req.valid("param");
+    await deleteFleet(getDb(c.env.DB), c.env, actorOf(c.var.principal), id);
+    return c.body(null, 204);
   },
 );

@@ -11,15 +11,15 @@ import { DesiredConfig, DesiredConfigInput, serverStatus } from "../ledger/schem
 import { ledgerOf } from "../ledger/stub";
 import { ServerRebootPatch } from "../fleetlock/schemas";
 import { patchServerIdentity, putDesiredConfig, registerServer } from "../services/servers";
-import { fleetId, ServerCreated, ServerDetail, ServerInput, serverIdParam, ServerSummary } from "./schemas";
+import { fleetId, serverState, ServerCreated, ServerDetail, ServerInput, serverIdParam, ServerSummary } from "./schemas";
 import { listServers, serverDetail, serverSummary } from "./servers";
 
-export const serverRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook });
-
-serverRoutes.openapi(
+// One chain, so the type of serverRoutes (and of the app that mounts it at /v1/servers) carries every route for hc.
+export const serverRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook })
+.openapi(
   createRoute({
     method: "post",
-    path: "/v1/servers",
+    path: "/",
     tags: ["servers"],
     summary: "Register a server; its token is returned once",
     security: bearer,
@@ -36,12 +36,12 @@ serverRoutes.openapi(
     const { view, token } = await registerServer(c.env, actorOf(c.var.principal), c.req.valid("json"));
     return c.json({ ...serverDetail(view), token }, 201);
   },
-);
+)
 
-serverRoutes.openapi(
+.openapi(
   createRoute({
     method: "get",
-    path: "/v1/servers/{id}",
+    path: "/{id}",
     tags: ["servers"],
     summary: "A server with its desired config, last report and computed status",
     security: bearer,
@@ -55,12 +55,12 @@ serverRoutes.openapi(
     if (!view) throw notFound("server", id);
     return c.json(serverDetail(view), 200);
   },
-);
+)
 
-serverRoutes.openapi(
+.openapi(
   createRoute({
     method: "get",
-    path: "/v1/servers",
+    path: "/",
     tags: ["servers"],
     summary: "Search servers (from the fleet-wide index)",
     security: bearer,
@@ -69,6 +69,7 @@ serverRoutes.openapi(
       query: z.object({
         fleet: fleetId.optional(),
         status: serverStatus.optional(),
+        state: serverState.optional().openapi({ description: "removed servers (tombstones) are listed only with state=removed" }),
         limit: limitParam,
         cursor: cursorParam,
       }),
@@ -82,18 +83,18 @@ serverRoutes.openapi(
     },
   }),
   async (c) => {
-    const { fleet, status, limit, cursor } = c.req.valid("query");
+    const { fleet, status, state, limit, cursor } = c.req.valid("query");
     const after = decodeCursor(cursor, 1);
-    const rows = await listServers(getDb(c.env.DB), { fleet, status }, after?.[0] ?? null, limit);
+    const rows = await listServers(getDb(c.env.DB), { fleet, status, state }, after?.[0] ?? null, limit);
     const { items, next_cursor } = page(rows, limit, (r) => [r.id]);
     return c.json({ items: items.map(serverSummary), next_cursor }, 200);
   },
-);
+)
 
-serverRoutes.openapi(
+.openapi(
   createRoute({
     method: "put",
-    path: "/v1/servers/{id}/desired",
+    path: "/{id}/desired",
     tags: ["servers"],
     summary: "Set a server's desired config (generation rules: DESIGN §4)",
     security: bearer,
@@ -112,12 +113,12 @@ serverRoutes.openapi(
     const result = await putDesiredConfig(c.env, actorOf(c.var.principal), id, input);
     return c.json(result.config, 200);
   },
-);
+)
 
-serverRoutes.openapi(
+.openapi(
   createRoute({
     method: "get",
-    path: "/v1/servers/{id}/desired",
+    path: "/{id}/desired",
     tags: ["servers"],
     summary: "A server's desired config",
     security: bearer,
@@ -131,12 +132,12 @@ serverRoutes.openapi(
     if (!view) throw notFound("server", id);
     return c.json(view.desired, 200);
   },
-);
+)
 
-serverRoutes.openapi(
+.openapi(
   createRoute({
     method: "patch",
-    path: "/v1/servers/{id}",
+    path: "/{id}",
     tags: ["servers"],
     summary: "Change a server's FleetLock id and/or reboot group",
     security: bearer,

@@ -1,4 +1,4 @@
-import { and, asc, eq, gt, type SQL } from "drizzle-orm";
+import { and, asc, eq, gt, ne, type SQL } from "drizzle-orm";
 import type { Db } from "../db/client";
 import { servers } from "../db/schema";
 import type { ServerView } from "../ledger/durable-object";
@@ -43,18 +43,36 @@ export function serverDetail(v: ServerView) {
     desired: v.desired,
     report: report ? { ...report, received_at: iso(report.received_at) } : null,
     agents: v.computed.agents,
+    planning: {
+      mode: v.plan.mode,
+      rev: v.plan.rev,
+      ...(v.plan.pinned_at ? { pinned_at: iso(v.plan.pinned_at), pinned_by: v.plan.pinned_by } : {}),
+    },
+    lifecycle: v.lifecycle
+      ? {
+          order: v.lifecycle.order,
+          generation: v.lifecycle.generation,
+          requested_at: iso(v.lifecycle.requested_at),
+          requested_by: v.lifecycle.requested_by,
+          cleanup_from: isoOrNull(v.lifecycle.cleanup_from),
+          forced: v.lifecycle.forced ?? null,
+          cleanup_done: v.lifecycle.done,
+        }
+      : null,
   };
 }
 
 export async function listServers(
   db: Db,
-  filter: { fleet?: string; status?: ServerRow["status"] },
+  filter: { fleet?: string; status?: ServerRow["status"]; state?: ServerRow["state"] },
   after: string | null,
   limit: number,
 ) {
   const conds: SQL[] = [];
   if (filter.fleet) conds.push(eq(servers.fleetId, filter.fleet));
   if (filter.status) conds.push(eq(servers.status, filter.status));
+  // Removed servers are tombstones: listed only when asked for by state.
+  conds.push(filter.state ? eq(servers.state, filter.state) : ne(servers.state, "removed"));
   if (after) conds.push(gt(servers.id, after));
   return db
     .select()

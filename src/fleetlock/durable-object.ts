@@ -200,6 +200,21 @@ export class RebootCoordinator extends DurableObject<Env> {
 
   // ---- fleet configuration ----
 
+  /** The fleet was deleted (issue 8): its groups, holders, registry and key go. Idempotent. */
+  async forget(): Promise<void> {
+    // Audit rows still queued are delivered first; a failure here leaves everything for a retry.
+    await this.outbox.flush();
+    if (this.outbox.pending() > 0) throw new Error("audit rows still pending; retry the wipe later");
+    await this.ctx.storage.deleteAlarm();
+    await this.ctx.storage.deleteAll();
+    this.mem = null;
+  }
+
+  /** PATCH /v1/fleets/{fleet} (issue 8): the fleet's settings, as D1 now holds them. */
+  async updateSettings(settings: FleetSettings): Promise<void> {
+    this.syncSettings(settings);
+  }
+
   /** Installs a new key; the previous one stops working with this write. */
   async setKey(settings: FleetSettings, keyHash: string, actor: string): Promise<void> {
     this.putConfig({ ...settings, key_hash: keyHash });

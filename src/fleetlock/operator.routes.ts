@@ -1,22 +1,23 @@
 import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
 import { actorOf, requireScope } from "../auth/principal";
-import { fleetId, groupName } from "../fleet/schemas";
+import { fleetId, fleetlockId, groupName } from "../fleet/schemas";
 import { bearer, commonErrors, jsonBody, jsonResponse, notFoundError } from "../http/openapi";
 import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
 import { FleetlockKeyCreated, GroupInput, GroupSchema } from "./schemas";
 import { forceRelease, getGroup, listGroups, putGroup, rotateFleetlockKey } from "../services/reboot";
 
-export const rebootGroupRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook });
 
 const fleetParam = z.object({ fleet: fleetId });
 const groupParams = fleetParam.extend({ group: groupName });
-const holderParams = groupParams.extend({ id: z.string().min(1).max(256) });
+const holderParams = groupParams.extend({ id: fleetlockId });
 
-rebootGroupRoutes.openapi(
+// One chain, so the type of rebootGroupRoutes (and of the app that mounts it at /v1/fleets) carries every route for hc.
+export const rebootGroupRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook })
+.openapi(
   createRoute({
     method: "get",
-    path: "/v1/fleets/{fleet}/reboot-groups",
+    path: "/{fleet}/reboot-groups",
     tags: ["reboot coordination"],
     summary: "The fleet's reboot groups: slots, pause, windows, holders (with their server) and stuck flags",
     security: bearer,
@@ -36,12 +37,12 @@ rebootGroupRoutes.openapi(
     const { row, items } = await listGroups(c.env, fleet);
     return c.json({ fleet, lock_ttl_s: row.lockTtlS, items }, 200);
   },
-);
+)
 
-rebootGroupRoutes.openapi(
+.openapi(
   createRoute({
     method: "get",
-    path: "/v1/fleets/{fleet}/reboot-groups/{group}",
+    path: "/{fleet}/reboot-groups/{group}",
     tags: ["reboot coordination"],
     summary: "One reboot group",
     security: bearer,
@@ -53,12 +54,12 @@ rebootGroupRoutes.openapi(
     const { fleet, group } = c.req.valid("param");
     return c.json(await getGroup(c.env, fleet, group), 200);
   },
-);
+)
 
-rebootGroupRoutes.openapi(
+.openapi(
   createRoute({
     method: "put",
-    path: "/v1/fleets/{fleet}/reboot-groups/{group}",
+    path: "/{fleet}/reboot-groups/{group}",
     tags: ["reboot coordination"],
     summary: "Create or change a reboot group live; shrinking never evicts holders",
     security: bearer,
@@ -71,12 +72,12 @@ rebootGroupRoutes.openapi(
     const input = c.req.valid("json");
     return c.json(await putGroup(c.env, actorOf(c.var.principal), fleet, group, input), 200);
   },
-);
+)
 
-rebootGroupRoutes.openapi(
+.openapi(
   createRoute({
     method: "delete",
-    path: "/v1/fleets/{fleet}/reboot-groups/{group}/holders/{id}",
+    path: "/{fleet}/reboot-groups/{group}/holders/{id}",
     tags: ["reboot coordination"],
     summary: "Force-release one holder's slot (audited)",
     security: bearer,
@@ -101,12 +102,12 @@ rebootGroupRoutes.openapi(
     };
     return c.json({ released, group: result.group }, 200);
   },
-);
+)
 
-rebootGroupRoutes.openapi(
+.openapi(
   createRoute({
     method: "post",
-    path: "/v1/fleets/{fleet}/fleetlock-key",
+    path: "/{fleet}/fleetlock-key",
     tags: ["reboot coordination"],
     summary: "Create or rotate the fleet's FleetLock key; the previous key stops working at once",
     description: "Returns the key once, inside the base_url hosts put in their Zincati config.",

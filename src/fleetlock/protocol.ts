@@ -4,11 +4,12 @@
  * none, pretty-printed), and failures as `{kind, value}` with `kind` from a small fixed set,
  * because Zincati turns it into a metric label.
  */
+import type { z } from "@hono/zod-openapi";
 import type { ContentfulStatusCode } from "hono/utils/http-status";
-import { GROUP_NAME } from "../fleet/schemas";
+import type { FleetLockKind } from "../domain/enums";
+import { ClientParamsBody } from "./schemas";
 
-export const MAX_FLEETLOCK_BODY_BYTES = 16 * 1024;
-export const MAX_CLIENT_ID_LENGTH = 256;
+export { FLEETLOCK_KINDS, type FleetLockKind } from "../domain/enums";
 
 /**
  * Every kind this service can answer with, and its status. A full group is 409 Conflict: the
@@ -30,10 +31,7 @@ export const KIND_STATUS = {
   not_found: 404,
   method_not_allowed: 405,
   internal_error: 500,
-} as const satisfies Record<string, ContentfulStatusCode>;
-
-export type FleetLockKind = keyof typeof KIND_STATUS;
-export const FLEETLOCK_KINDS = Object.keys(KIND_STATUS) as FleetLockKind[];
+} as const satisfies Record<FleetLockKind, ContentfulStatusCode>;
 
 export interface FleetLockFailure {
   ok: false;
@@ -56,43 +54,26 @@ export class FleetLockError extends Error {
   }
 }
 
-export interface ClientParams {
-  id: string;
-  group: string;
-}
-
-const GROUP_MAX_LENGTH = 63;
+export type ClientParams = z.output<typeof ClientParamsBody>["client_params"];
 
 /**
- * Parses `{"client_params":{"id","group"}}` from the raw body. Unknown fields are ignored (the
- * protocol may grow); `group` defaults to "default", as Zincati's own default.
+ * Parses the raw body with ClientParamsBody, the schema the OpenAPI document shows, so the
+ * document and the parser cannot disagree. Unknown fields are ignored (the protocol may grow);
+ * `group` defaults to "default", as Zincati's own default.
  */
 export function parseClientParams(raw: string): ClientParams | FleetLockFailure {
   let body: unknown;
   try {
     body = JSON.parse(raw);
   } catch {
-    return failure("invalid_client_params", "the body is not JSON; send {\"client_params\":{\"id\":…,\"group\":…}}");
+    return failure("invalid_client_params", 'the body is not JSON; send {"client_params":{"id":…,"group":…}}');
   }
-  const params = isObject(body) ? body.client_params : undefined;
-  if (!isObject(params)) return failure("invalid_client_params", "the body has no client_params object");
-  const { id, group = "default" } = params;
-  if (typeof id !== "string" || id.length === 0) {
-    return failure("invalid_client_params", "client_params.id must be a non-empty string");
-  }
-  if (id.length > MAX_CLIENT_ID_LENGTH) {
-    return failure("invalid_client_params", `client_params.id is longer than ${MAX_CLIENT_ID_LENGTH} characters`);
-  }
-  if (typeof group !== "string" || group.length > GROUP_MAX_LENGTH || !GROUP_NAME.test(group)) {
-    return failure(
-      "invalid_client_params",
-      `client_params.group must match ^[a-zA-Z0-9.-]+$ and be at most ${GROUP_MAX_LENGTH} characters`,
-    );
-  }
-  return { id, group };
+  const parsed = ClientParamsBody.safeParse(body);
+  if (parsed.success) return parsed.data.client_params;
+  const issue = parsed.error.issues[0];
+  const where = issue.path.length ? issue.path.join(".") : "body";
+  return failure("invalid_client_params", `${where}: ${issue.message}`);
 }
-
-const isObject = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v);
 
 /** A fleet's FleetLock key as `randomSecret()` makes it: 32 bytes, base64url. */
 export const FLEETLOCK_KEY = /^[A-Za-z0-9_-]{43}$/;

@@ -1,12 +1,13 @@
 import { z } from "@hono/zod-openapi";
-import { groupName } from "../fleet/schemas";
-import { FLEETLOCK_KINDS } from "./protocol";
+import { fleetlockId, groupName } from "../fleet/schemas";
+import { MAX_GROUP_SLOTS } from "../domain/limits";
+import { FLEETLOCK_KINDS } from "../domain/enums";
 import { DAYS, isValidTimeZone, MINUTES_PER_WEEK, type Day } from "./windows";
 
 export const ClientParamsBody = z
   .object({
     client_params: z.object({
-      id: z.string().min(1).max(256).openapi({ description: "The client's id (Zincati: its node id); a server's fleetlock_id" }),
+      id: fleetlockId.openapi({ description: "The client's id (Zincati: its node id); a server's fleetlock_id" }),
       group: groupName.default("default"),
     }),
   })
@@ -15,7 +16,7 @@ export const ClientParamsBody = z
   });
 
 export const FleetLockErrorBody = z
-  .object({ kind: z.enum(FLEETLOCK_KINDS as [string, ...string[]]), value: z.string().min(1) })
+  .object({ kind: z.enum(FLEETLOCK_KINDS), value: z.string().min(1) })
   .openapi("FleetLockError");
 
 const FULL_DAY_NAMES: Record<string, Day> = {
@@ -56,7 +57,7 @@ export const MaintenanceWindowSchema = z
 
 export const GroupInput = z
   .strictObject({
-    slots: z.number().int().min(0).max(10_000).openapi({ description: "0 admits no one; existing holders keep their slots" }),
+    slots: z.number().int().min(0).max(MAX_GROUP_SLOTS).openapi({ description: "0 admits no one; existing holders keep their slots" }),
     paused: z.boolean().optional().openapi({ description: "Omitted: unchanged (false for a new group)" }),
     windows: z.array(MaintenanceWindowSchema).max(64).optional().openapi({
       description: "Weekly windows in which alone new slots are granted; [] removes them. Omitted: unchanged",
@@ -99,10 +100,7 @@ export const FleetlockKeyCreated = z
 
 export const ServerRebootPatch = z
   .strictObject({
-    fleetlock_id: z
-      .string()
-      .min(1)
-      .max(256)
+    fleetlock_id: fleetlockId
       .nullable()
       .optional()
       .openapi({ description: "The id the server's FleetLock client sends; null clears it" }),

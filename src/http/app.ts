@@ -11,27 +11,36 @@ import { agentRoutes } from "../ledger/agent.routes";
 import { fleetlockRoutes } from "../fleetlock/protocol.routes";
 import { rebootGroupRoutes } from "../fleetlock/operator.routes";
 import { metricsText, recordResponse } from "../metrics";
+import { bodyClaimProblem } from "./content";
 import { ApiError, errorBody } from "./errors";
 import type { AppEnv } from "./types";
 import { validationHook } from "./validation";
 import { drainWrites } from "../upgrades/drain";
 import { upgradeRoutes } from "../upgrades/routes";
+import { checkRoutes } from "../check/routes";
+import { intentRoutes } from "../intent/routes";
+import { serverPlanRoutes } from "../intent/server.routes";
+import { MAX_BODY_BYTES } from "../domain/limits";
 import { rolloutRoutes } from "../rollouts/routes";
 
-export const MAX_BODY_BYTES = 1024 * 1024;
 
 /**
- * Bodies are JSON. A body sent as anything else (curl's -d defaults to form encoding) would be
- * read as an empty object and fail validation confusingly, so it is refused by name.
+ * Bodies are UTF-8 JSON, sent as is. A body sent as anything else (curl's -d defaults to form
+ * encoding) would be read as an empty object and fail validation confusingly, and one declaring a
+ * content coding or charset would be read as something it is not, so each is refused by name.
  */
 const requireJsonBody = createMiddleware<AppEnv>(async (c, next) => {
   if (c.req.method === "GET" || c.req.method === "HEAD") return next();
   const type = c.req.header("Content-Type");
   const length = c.req.header("Content-Length");
   const hasBody = c.req.raw.body !== null && length !== "0";
-  if (hasBody && !(type && /^application\/([\w.-]+\+)?json\s*(;|$)/i.test(type))) {
+  if (!hasBody) return next();
+  const claim = bodyClaimProblem(c.req.raw.headers);
+  if (claim?.code === "unsupported_content_encoding") throw new ApiError(415, claim.code, claim.message, claim.details);
+  if (!(type && /^application\/([\w.-]+\+)?json\s*(;|$)/i.test(type))) {
     throw new ApiError(415, "unsupported_media_type", "send the body as JSON with Content-Type: application/json");
   }
+  if (claim) throw new ApiError(415, claim.code, claim.message, claim.details);
   await next();
 });
 
@@ -55,17 +64,26 @@ export function createApp() {
   // While upgrade steps are pending, writes answer 503 (hosts' own endpoints excepted).
   app.use("/v1/*", drainWrites());
 
-  app.get("/healthz", (c) => c.json({ ok: true }));
-  app.get("/metrics", (c) => c.text(metricsText(), 200, { "Content-Type": "text/plain; version=0.0.4" }));
-
-  for (const routes of [tokenRoutes, fleetRoutes, serverRoutes, agentRoutes, instanceRoutes, auditRoutes]) {
-    app.route("/", routes);
-  }
-  app.route("/", upgradeRoutes);
-  // FleetLock (hosts) sits outside /v1: its own body limit, no JSON Content-Type rule, its own error body.
-  app.route("/", fleetlockRoutes);
-  app.route("/", rebootGroupRoutes);
-  app.route("/", rolloutRoutes);
+  // Each resource under its own prefix, in one chain, so `AppType` carries every route (hc).
+  const routes = app
+    .get("/healthz", (c) => c.json({ ok: true as const }, 200))
+    .get("/metrics", (c) => c.text(metricsText(), 200, { "Content-Type": "text/plain; version=0.0.4" }))
+    .route("/v1/tokens", tokenRoutes)
+    .route("/v1/fleets", fleetRoutes)
+    .route("/v1/fleets", rebootGroupRoutes)
+    .route("/v1/servers", serverRoutes)
+    .route("/v1/agent", agentRoutes)
+    .route("/v1/instances", instanceRoutes)
+    .route("/v1/audit", auditRoutes)
+    .route("/v1/upgrades", upgradeRoutes)
+    // Fleet intent and lifecycle (issue 8).
+    .route("/v1/fleets", intentRoutes)
+    .route("/v1/servers", serverPlanRoutes)
+    .route("/v1/check", checkRoutes)
+    // Per-agent rollouts (issue 9).
+    .route("/v1/rollouts", rolloutRoutes)
+    // FleetLock (hosts) sits outside /v1: its own body limit, no JSON Content-Type rule, its own error body.
+    .route("/fleetlock", fleetlockRoutes);
 
   app.openAPIRegistry.registerComponent("securitySchemes", "Bearer", { type: "http", scheme: "bearer" });
   app.doc31("/openapi.json", {
@@ -89,5 +107,8 @@ export function createApp() {
     console.error("unhandled error", err);
     return c.json(errorBody("internal_error", "internal error"), 500);
   });
-  return app;
+  return routes;
 }
+
+/** The API's type: every route with its inputs and outputs, for hono's typed client (src/client). */
+export type AppType = ReturnType<typeof createApp>;

@@ -31,6 +31,10 @@ export const STATUS_OF_CODE = {
   server_removed: 409,
   not_held: 404,
   fleetlock_id_taken: 409,
+  lifecycle_change_refused: 409,
+  uninstall_blocked: 409,
+  decommission_acknowledged: 409,
+  not_decommissioning: 409,
   invalid_state: 409,
   rollout_in_progress: 409,
 } as const satisfies Record<DomainCode, ContentfulStatusCode>;

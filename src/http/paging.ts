@@ -1,8 +1,9 @@
 import { z } from "@hono/zod-openapi";
+import { DEFAULT_PAGE_SIZE, MAX_CURSOR_LENGTH, MAX_PAGE_SIZE } from "../domain/limits";
 import { ApiError } from "./errors";
 
-export const limitParam = z.coerce.number().int().min(1).max(500).default(100);
-export const cursorParam = z.string().max(1024).optional();
+export const limitParam = z.coerce.number().int().min(1).max(MAX_PAGE_SIZE).default(DEFAULT_PAGE_SIZE);
+export const cursorParam = z.string().max(MAX_CURSOR_LENGTH).optional();
 
 /** Cursors are opaque to clients: base64url of the last row's sort key. */
 export function encodeCursor(key: string[]): string {

@@ -7,9 +7,8 @@ import { bearer, commonErrors, jsonResponse } from "../http/openapi";
 import { cursorParam, decodeCursor, limitParam, page } from "../http/paging";
 import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
-import { agentName, agentStatus, imageRef } from "../ledger/schemas";
+import { agentName, agentState, agentStatus, imageRef } from "../ledger/schemas";
 
-export const instanceRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook });
 
 const Instance = z
   .object({
@@ -19,16 +18,18 @@ const Instance = z
     instance_id: z.string().nullable(),
     desired: z.object({ image: z.string(), version: z.string().nullable() }).nullable(),
     reported: z
-      .object({ image: z.string(), version: z.string().nullable(), state: z.string().nullable() })
+      .object({ image: z.string(), version: z.string().nullable(), state: agentState.nullable() })
       .nullable(),
     status: agentStatus,
   })
   .openapi("AgentInstance");
 
-instanceRoutes.openapi(
+// One chain, so the type of instanceRoutes (and of the app that mounts it at /v1/instances) carries every route for hc.
+export const instanceRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook })
+.openapi(
   createRoute({
     method: "get",
-    path: "/v1/instances",
+    path: "/",
     tags: ["instances"],
     summary: "Agent instances (one per server and agent), searchable by server, agent and image",
     security: bearer,
@@ -73,7 +74,7 @@ instanceRoutes.openapi(
           reported: r.reportedImage
             ? { image: r.reportedImage, version: r.reportedVersion, state: r.reportedState }
             : null,
-          status: r.status as z.infer<typeof agentStatus>,
+          status: r.status,
         })),
         next_cursor,
       },

@@ -3,13 +3,12 @@ import { requireServer, serverPrincipal } from "../auth/principal";
 import { bearer, commonErrors, conflictError, jsonBody, jsonResponse } from "../http/openapi";
 import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
+import { MAX_WAIT_S } from "../domain/limits";
 import { AgentStatusRow, DesiredConfig, InventoryReport, serverStatus } from "./schemas";
 import { unwrap } from "../http/errors";
 import { ledgerOf } from "./stub";
 
-export const agentRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook });
 
-export const MAX_WAIT_S = 60;
 
 /** The generation a host already holds, from `If-None-Match: "7"` (weak tags and lists too). */
 export function knownGeneration(header: string | undefined): number | null {
@@ -21,10 +20,21 @@ export function knownGeneration(header: string | undefined): number | null {
   return null;
 }
 
-agentRoutes.openapi(
+const ReportAccepted = z
+  .object({
+    server_id: z.string(),
+    desired_generation: z.number().int(),
+    status: serverStatus,
+    agents: z.array(AgentStatusRow),
+  })
+  .openapi("ReportAccepted");
+
+// One chain, so the type of agentRoutes (and of the app that mounts it at /v1/agent) carries every route for hc.
+export const agentRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook })
+.openapi(
   createRoute({
     method: "get",
-    path: "/v1/agent/desired",
+    path: "/desired",
     tags: ["host agents"],
     summary: "The calling server's desired config; 304 when the If-None-Match generation is current",
     description:
@@ -52,21 +62,12 @@ agentRoutes.openapi(
     if (result.notModified) return c.body(null, 304);
     return c.json(result.config, 200);
   },
-);
+)
 
-const ReportAccepted = z
-  .object({
-    server_id: z.string(),
-    desired_generation: z.number().int(),
-    status: serverStatus,
-    agents: z.array(AgentStatusRow),
-  })
-  .openapi("ReportAccepted");
-
-agentRoutes.openapi(
+.openapi(
   createRoute({
     method: "put",
-    path: "/v1/agent/inventory",
+    path: "/inventory",
     tags: ["host agents"],
     summary: "Report what the calling server really runs, failures included",
     security: bearer,

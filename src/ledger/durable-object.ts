@@ -4,16 +4,30 @@ import { getDb } from "../db/client";
 import type { Env } from "../env";
 import { digestsEqual } from "../lib/crypto";
 import { Outbox, type Effect } from "../objects/kit/outbox";
-import { fail, type Failure } from "../objects/kit/result";
+import { fail, type Failure, type Result } from "../objects/kit/result";
 import { Scheduler } from "../objects/kit/scheduler";
 import { applyDesired, type DesiredState } from "./desired";
+import { coordinatorOf } from "../fleetlock/stub";
 import { identityPayload, ledgerEffects, tokenPayload, type LedgerEffectKind, type ReleasePayload } from "./effects";
 import { buildProjection, lastSeenRefreshMs, projectionStatements, type Signatures } from "./projection";
 import type { ServerRecord } from "./record";
 import type { AgentSpec, DesiredConfig, DesiredConfigInput, InventoryReport, StoredReport } from "./schemas";
 import { computeStatus, type ComputedStatus } from "./status";
 import { upgradeLedgerStorage } from "./storage-format";
-import { decideApply, settleMarks, type ApplyOutcome, type ApplyRolloutImage, type RolloutMark } from "../rollouts/ledger-side";
+import type { FleetPlanInputs } from "../intent/store";
+import { INITIAL_PLAN_STATE, planStep, type PlanState } from "./planning";
+import {
+  acknowledges,
+  cancelledDesired,
+  CLEANUP_STEPS,
+  decommissionOrder,
+  lifecycleDesired,
+  type CleanupStep,
+  type LifecycleState,
+} from "./lifecycle";
+import { and, eq, isNull } from "drizzle-orm";
+import { agentInstances, tokens } from "../db/schema";
+import { decideApply, settleMarks, type ApplyOutcome, type ApplyRolloutImage, type RolloutEvent, type RolloutMark } from "../rollouts/ledger-side";
 
 const KEY = {
   record: "record",
@@ -24,8 +38,13 @@ const KEY = {
   rebootRev: "reboot_rev",
   /** Written by the previous release's hook when the coordinator missed a release; moved to the outbox on load. */
   legacyPendingRelease: "fleetlock_release_pending",
+  /** Planned or pinned, and the newest fleet intent revision offered (issue 8, ./planning.ts). */
+  plan: "plan",
+  /** The decommission under way, and its cleanup progress (issue 8, ./lifecycle.ts). */
+  lifecycle: "lifecycle",
 } as const;
 
+const CLEANUP_TIMER = "cleanup";
 /** Rollouts (issue 9): per agent, the generation a rollout wrote and has not yet heard settled. */
 const KEY_ROLLOUT_MARKS = "rollout_marks";
 
@@ -39,6 +58,8 @@ interface ProjectedMark {
 
 export interface ServerView {
   record: Omit<ServerRecord, "token_hash" | "token_id">;
+  plan: PlanState;
+  lifecycle: LifecycleState | null;
   desired: DesiredConfig;
   report: StoredReport | null;
   computed: ComputedStatus;
@@ -189,7 +210,7 @@ export class ServerLedger extends DurableObject<Env> {
   async register(
     record: ServerRecord,
     agents: Omit<AgentSpec, "instance_id">[],
-    meta: { actor: string; details?: unknown },
+    meta: { actor: string; details?: unknown; plan_rev?: number },
   ): Promise<ServerView> {
     if (!this.load()) {
       const desired: DesiredState = {
@@ -200,6 +221,7 @@ export class ServerLedger extends DurableObject<Env> {
       };
       this.ctx.storage.transactionSync(() => {
         this.save({ record, desired });
+        this.kv.put(KEY.plan, { mode: "planned", rev: meta.plan_rev ?? 0 } satisfies PlanState);
         this.outbox.enqueue("project", {}, { key: "project" });
         this.outbox.enqueue("token", tokenPayload(record, meta.actor, null), { key: "token" });
         if (record.fleetlock_id) this.outbox.enqueue("identity", identityPayload(record, 0), { key: "identity" });
@@ -216,6 +238,7 @@ export class ServerLedger extends DurableObject<Env> {
   ): Promise<{ ok: true; created: boolean; config: DesiredConfig } | Failure> {
     const state = this.load();
     if (!state) return fail("not_found", "server does not exist");
+    if (state.record.state === "removed") return fail("server_removed", "a removed server cannot be changed");
     const outcome = applyDesired(state.desired, input, Date.now());
     switch (outcome.kind) {
       case "stale_generation":
@@ -231,9 +254,19 @@ export class ServerLedger extends DurableObject<Env> {
       case "unchanged":
         return { ok: true, created: false, config: this.configOf(state.record, outcome.current) };
       case "accepted": {
+        // Lifecycle orders come only from decommissioning (issue 8), never from a desired PUT.
+        if (outcome.next.lifecycle !== state.desired.lifecycle || state.record.state === "decommissioning") {
+          return fail(
+            "lifecycle_change_refused",
+            `lifecycle is '${state.desired.lifecycle}'; only decommissioning (or cancelling it) changes it`,
+            { lifecycle: state.desired.lifecycle },
+          );
+        }
         const config = this.configOf(state.record, outcome.next);
         this.ctx.storage.transactionSync(() => {
           this.save({ desired: outcome.next });
+          // An explicit config pins the server: the planner leaves it alone until released.
+          this.kv.put(KEY.plan, { ...this.planState(), mode: "pinned", pinned_at: Date.now(), pinned_by: actor } satisfies PlanState);
           this.outbox.enqueue("project", {}, { key: "project" });
           this.audit({
             actor,
@@ -300,10 +333,272 @@ export class ServerLedger extends DurableObject<Env> {
     const { token_hash: _h, token_id: _t, ...record } = state.record;
     return {
       record,
+      plan: this.planState(),
+      lifecycle: this.kv.get<LifecycleState>(KEY.lifecycle) ?? null,
       desired: this.configOf(state.record, state.desired),
       report: state.report ?? null,
       computed: computeStatus(state.desired, state.report, Date.now(), state.record.stale_after_s * 1000),
     };
+  }
+
+  private planState(): PlanState {
+    return this.kv.get<PlanState>(KEY.plan) ?? INITIAL_PLAN_STATE;
+  }
+
+  /**
+   * The planner's write (issue 8): the fleet's plan inputs as of intent revision `inputs.rev`. A
+   * new generation is issued only when the plan differs from the current agents and the server is
+   * planned (not pinned); older inputs than the newest seen change nothing. With `release`, a
+   * pinned server goes back to planning first.
+   */
+  async applyPlan(
+    inputs: FleetPlanInputs,
+    meta: { actor: string; reason: string; release?: boolean },
+  ): Promise<Result<{ outcome: "issued" | "unchanged" | "pinned" | "older_inputs" | "not_running"; view: ServerView }>> {
+    const state = this.load();
+    if (!state) return fail("not_found", "server does not exist");
+    if (state.record.state === "removed") return fail("server_removed", "a removed server is not planned");
+    const before = this.planState();
+    const current: PlanState = meta.release ? { mode: "planned", rev: before.rev } : before;
+    const step = planStep(state.record, state.desired, current, inputs, Date.now(), { force: meta.release });
+    if (step.kind === "skipped") return { ok: true, outcome: step.why, view: this.view()! };
+    this.ctx.storage.transactionSync(() => {
+      const recordChanged = step.record !== state.record;
+      if (recordChanged) this.save({ record: step.record });
+      this.kv.put(KEY.plan, step.planState);
+      if (meta.release && before.mode === "pinned") {
+        this.audit({ actor: meta.actor, action: "server.desired.release", target: `server:${state.record.id}`, details: { rev: inputs.rev } });
+      }
+      if (step.kind === "issue") {
+        this.save({ desired: step.next });
+        this.audit({
+          actor: meta.actor,
+          action: "server.plan",
+          target: `server:${state.record.id}`,
+          details: {
+            reason: meta.reason,
+            rev: inputs.rev,
+            generation: step.next.generation,
+            agents: step.next.agents.map((a) => `${a.name}=${a.image}`),
+            unknown_roles: step.plan.unknown_roles,
+            unplannable: step.plan.unplannable,
+          },
+        });
+      }
+      if (recordChanged || step.kind === "issue") this.outbox.enqueue("project", {}, { key: "project" });
+    });
+    if (step.kind === "issue") this.wakeWaiters();
+    await this.settle();
+    return { ok: true, outcome: step.kind === "issue" ? "issued" : step.why, view: this.view()! };
+  }
+
+  // ---- lifecycle (issue 8) ----
+
+  /**
+   * Decommission: the order goes out in the next generation (terminate for managed servers,
+   * uninstall for manual ones only when their last report shows nothing assigned or attached).
+   * With `force` (a dead host), cleanup starts at once without the host's acknowledgement.
+   * Repeating it changes nothing.
+   */
+  async decommission(opts: { actor: string; force?: { reason: string } }): Promise<Result<{ view: ServerView; changed: boolean }>> {
+    const state = this.load();
+    if (!state) return fail("not_found", "server does not exist");
+    const { record, desired, report } = state;
+    if (record.state === "removed") {
+      return opts.force ? { ok: true, view: this.view()!, changed: false } : fail("server_removed", "the server is removed");
+    }
+    const now = Date.now();
+    let lc = this.kv.get<LifecycleState>(KEY.lifecycle);
+    if (opts.force) {
+      if (lc?.cleanup_from !== undefined) return { ok: true, view: this.view()!, changed: false };
+      const forced: LifecycleState = {
+        ...(lc ?? {
+          order: record.kind === "managed" ? "terminate" : "uninstall",
+          generation: desired.generation,
+          requested_at: now,
+          requested_by: opts.actor,
+          previous_agents: desired.agents,
+          previous_state: record.state,
+          done: [],
+        }),
+        forced: { by: opts.actor, reason: opts.force.reason },
+      };
+      this.ctx.storage.transactionSync(() => {
+        this.save({ record: { ...record, state: "decommissioning" } });
+        this.leaveRollouts(now);
+        this.beginCleanup(this.load()!.record, forced, now);
+        this.audit({
+          actor: opts.actor,
+          action: "server.decommission.force",
+          target: `server:${record.id}`,
+          details: { reason: opts.force!.reason },
+        });
+      });
+      this.wakeWaiters();
+      await this.settle();
+      this.ctx.waitUntil(this.runCleanup().catch(() => {}));
+      return { ok: true, view: this.view()!, changed: true };
+    }
+    if (lc) return { ok: true, view: this.view()!, changed: false };
+    const decision = decommissionOrder(record, report);
+    if (decision.kind === "blocked") {
+      return fail("uninstall_blocked", `cannot order uninstall of manual server ${record.hostname}: ${decision.why}`, {
+        units: decision.units,
+        storage: decision.storage,
+      });
+    }
+    const next = lifecycleDesired(desired, decision.order, now);
+    lc = {
+      order: decision.order,
+      generation: next.generation,
+      requested_at: now,
+      requested_by: opts.actor,
+      previous_agents: desired.agents,
+      previous_state: record.state,
+      done: [],
+    };
+    this.ctx.storage.transactionSync(() => {
+      this.save({ record: { ...record, state: "decommissioning" }, desired: next });
+      this.kv.put(KEY.lifecycle, lc);
+      this.leaveRollouts(now);
+      this.outbox.enqueue("project", {}, { key: "project" });
+      this.audit({
+        actor: opts.actor,
+        action: "server.decommission",
+        target: `server:${record.id}`,
+        details: { order: decision.order, generation: next.generation },
+      });
+    });
+    this.wakeWaiters();
+    await this.settle();
+    return { ok: true, view: this.view()!, changed: true };
+  }
+
+  /** Cancels a decommission the host has not acknowledged: the next generation orders `run` again. */
+  async cancelDecommission(actor: string): Promise<Result<{ view: ServerView }>> {
+    const state = this.load();
+    if (!state) return fail("not_found", "server does not exist");
+    if (state.record.state === "removed") return fail("server_removed", "the server is removed");
+    const lc = this.kv.get<LifecycleState>(KEY.lifecycle);
+    if (!lc || state.record.state !== "decommissioning") return fail("not_decommissioning", "the server is not being decommissioned");
+    if (lc.cleanup_from !== undefined) {
+      return fail("decommission_acknowledged", "the host acknowledged (or removal was forced); cleanup is under way and cannot be cancelled");
+    }
+    const next = cancelledDesired(state.desired, lc, Date.now());
+    this.ctx.storage.transactionSync(() => {
+      this.save({ record: { ...state.record, state: lc.previous_state }, desired: next });
+      this.kv.delete(KEY.lifecycle);
+      this.outbox.enqueue("project", {}, { key: "project" });
+      this.audit({ actor, action: "server.decommission.cancel", target: `server:${state.record.id}`, details: { generation: next.generation } });
+    });
+    this.wakeWaiters();
+    await this.settle();
+    return { ok: true, view: this.view()! };
+  }
+
+  /** In a report's transaction: the host's acknowledgement starts cleanup. */
+  private acknowledgeLifecycle(record: ServerRecord, report: StoredReport, now: number) {
+    const lc = this.kv.get<LifecycleState>(KEY.lifecycle);
+    if (!lc || lc.cleanup_from !== undefined || !acknowledges(lc, report)) return false;
+    this.beginCleanup(record, lc, now);
+    this.audit({
+      actor: `server:${record.id}`,
+      action: "server.decommission.acknowledged",
+      target: `server:${record.id}`,
+      details: { order: lc.order, generation: lc.generation },
+    });
+    return true;
+  }
+
+  /** Inside a transaction: the token stops at once; the remaining steps run from the cleanup timer. */
+  private beginCleanup(record: ServerRecord, lc: LifecycleState, now: number) {
+    this.save({ record: { ...record, token_hash: "" } });
+    // Replaces any token row still queued (a rotation), so none can land after the revocation.
+    this.outbox.enqueue("token", tokenPayload({ ...record, token_hash: "" }, lc.forced?.by ?? lc.requested_by, now), { key: "token" });
+    this.kv.put(KEY.lifecycle, { ...lc, cleanup_from: now } satisfies LifecycleState);
+    // The FleetLock identity goes with the next revision, so no older delivery can bring it back.
+    this.kv.put(KEY.rebootRev, (this.kv.get<number>(KEY.rebootRev) ?? 0) + 1);
+    this.scheduler.schedule(CLEANUP_TIMER, now);
+  }
+
+  private cleaning: Promise<void> = Promise.resolve();
+
+  /** Runs the cleanup steps not done yet, in order; each is idempotent and retried by the timer. */
+  private runCleanup(): Promise<void> {
+    const run = this.cleaning.then(() => this.cleanupOnce());
+    this.cleaning = run.catch(() => {});
+    return run;
+  }
+
+  private async cleanupOnce() {
+    const state = this.load();
+    let lc = this.kv.get<LifecycleState>(KEY.lifecycle);
+    if (!state || !lc || lc.cleanup_from === undefined || state.record.state === "removed") return;
+    for (const step of CLEANUP_STEPS) {
+      if (lc.done.includes(step)) continue;
+      await this.cleanupStep(step, state.record);
+      lc = { ...lc, done: [...lc.done, step] };
+      this.kv.put(KEY.lifecycle, lc);
+    }
+    const done = lc;
+    this.ctx.storage.transactionSync(() => {
+      this.save({ record: { ...this.load()!.record, state: "removed" } });
+      this.scheduler.cancel(CLEANUP_TIMER);
+      this.outbox.enqueue("project", {}, { key: "project" });
+      this.audit({
+        actor: done.forced ? done.forced.by : `server:${state.record.id}`,
+        action: "server.removed",
+        target: `server:${state.record.id}`,
+        details: { order: done.order, forced: done.forced ?? null, steps: done.done },
+      });
+    });
+    this.wakeWaiters();
+    await this.settle();
+  }
+
+  private async cleanupStep(step: CleanupStep, record: ServerRecord) {
+    switch (step) {
+      case "index": {
+        // Its instances leave the index and its token row is revoked, in one batch.
+        const db = this.db();
+        const now = Date.now();
+        await db.batch([
+          db.delete(agentInstances).where(eq(agentInstances.serverId, record.id)),
+          db.update(tokens).set({ revokedAt: now, hash: "revoked" }).where(and(eq(tokens.id, record.token_id), isNull(tokens.revokedAt))),
+        ]);
+        return;
+      }
+      case "coordinator": {
+        // It leaves every reboot semaphore and frees its fleetlock_id.
+        const coordinator = coordinatorOf(this.env, record.fleet_id);
+        await coordinator.releaseServer(record.id, { reason: "server removed", actor: `server:${record.id}` });
+        await coordinator.setServerIdentity(record.id, {
+          fleetlock_id: null,
+          hostname: record.hostname,
+          reboot_group: record.reboot_group,
+          rev: this.kv.get<number>(KEY.rebootRev) ?? 1,
+        });
+        return;
+      }
+    }
+  }
+
+  /** A new server token; the old one stops at once (a parked poll included). */
+  async rotateToken(tokenHash: string, actor: string): Promise<Result<{ view: ServerView }>> {
+    const state = this.load();
+    if (!state) return fail("not_found", "server does not exist");
+    if (state.record.state === "removed" || this.kv.get<LifecycleState>(KEY.lifecycle)?.cleanup_from !== undefined) {
+      return fail("server_removed", "the server is removed (or being removed); its token cannot be renewed");
+    }
+    const next = { ...state.record, token_hash: tokenHash };
+    this.ctx.storage.transactionSync(() => {
+      this.save({ record: next });
+      this.outbox.enqueue("token", tokenPayload(next, actor, null), { key: "token" });
+      this.audit({ actor, action: "server.token.rotate", target: `server:${next.id}` });
+    });
+    this.wakeWaiters();
+    await this.settle();
+    return { ok: true, view: this.view()! };
   }
 
   // ---- host calls ----
@@ -361,6 +656,7 @@ export class ServerLedger extends DurableObject<Env> {
     const stored: StoredReport = { ...report, received_at: now };
     const unchanged = previous !== undefined && reportKey === contentKey(stored);
     let enqueued = false;
+    let acknowledged = false;
     if (unchanged && persistedAt !== undefined && now - persistedAt < HEARTBEAT_PERSIST_MS) {
       // Same content as the stored report: only the heartbeat moved. It lives in memory and is
       // persisted at most every HEARTBEAT_PERSIST_MS (or when the index is told of it), so a
@@ -376,6 +672,7 @@ export class ServerLedger extends DurableObject<Env> {
         this.save({ report: stored });
         // The first report proves the host is up and talking to us.
         if (record.state === "provisioning") this.save({ record: { ...record, state: "active" } });
+        if (record.state === "decommissioning") acknowledged = this.acknowledgeLifecycle(record, stored, now);
         if (!unchanged || this.lastSeenDue(now)) this.outbox.enqueue("project", {}, { key: "project" });
         if (!unchanged) this.settleRolloutMarks(stored);
         // A new boot_id: the host rebooted and came back, so any slot it still holds is one whose
@@ -394,6 +691,7 @@ export class ServerLedger extends DurableObject<Env> {
       enqueued = true;
     }
     if (enqueued) await this.settleInBackground();
+    if (acknowledged) this.ctx.waitUntil(this.runCleanup().catch(() => {}));
     return {
       ok: true,
       generation: desired.generation,
@@ -449,12 +747,23 @@ export class ServerLedger extends DurableObject<Env> {
     for (const e of events) this.outbox.enqueue("rollout_event", e, { key: `rollout:${e.rollout_id}` });
   }
 
+  /** Decommissioning: each rollout still waiting on this server hears that it left (its target is skipped). */
+  private leaveRollouts(now: number) {
+    const marks = this.rolloutMarks();
+    const id = this.load()!.record.id;
+    for (const m of Object.values(marks)) {
+      const e: RolloutEvent = { rollout_id: m.rollout_id, pass: m.pass, server_id: id, generation: m.generation, outcome: "removed", at: now };
+      this.outbox.enqueue("rollout_event", e, { key: `rollout:${m.rollout_id}` });
+    }
+    if (Object.keys(marks).length) this.kv.delete(KEY_ROLLOUT_MARKS);
+  }
+
   // ---- end of rollouts ------------------------------------------------------------------------
 
   // ---- timers and the index ----
 
   async alarm() {
-    await this.scheduler.fire({ outbox: () => this.outbox.flush() });
+    await this.scheduler.fire({ outbox: () => this.outbox.flush(), [CLEANUP_TIMER]: () => this.runCleanup() });
   }
 
   /** Whether the index's last_seen is old enough to be refreshed (DESIGN §8: a coarse refresh). */

@@ -65,13 +65,23 @@ export function buildProjection(
     reportedGeneration: report?.generation ?? null,
     bootId: report?.boot_id ?? null,
     lastSeen: report?.received_at ?? null,
+    staleAt: staleAtOf(record, report?.received_at),
     createdAt: record.created_at,
     updatedAt: now,
   };
-  const { updatedAt: _u, lastSeen: _l, ...shown } = server;
+  // stale_at moves with last_seen (refreshed on its own schedule); stale_after stands in for it.
+  const { updatedAt: _u, lastSeen: _l, staleAt: _s, ...shown } = server;
   const rows: Record<string, string> = {};
   for (const { updatedAt: _x, ...row } of instances) rows[row.agent] = JSON.stringify(row);
-  return { signatures: { server: JSON.stringify(shown), rows }, server, instances };
+  return { signatures: { server: JSON.stringify({ ...shown, staleAfterS: record.stale_after_s }), rows }, server, instances };
+}
+
+/**
+ * When the cron may mark the server stale (DESIGN §8: its tick reads only rows past this deadline).
+ * A removed server is never stale; one that never reported has nothing to be late with.
+ */
+export function staleAtOf(record: ServerRecord, lastSeen: number | undefined) {
+  return lastSeen == null || record.state === "removed" ? null : lastSeen + record.stale_after_s * 1000;
 }
 
 /** Whether the index already shows everything `p` would write (last_seen aside). */

@@ -1,13 +1,15 @@
+import type { ServerKind, ServerState } from "../domain/enums";
+
 /** What a ledger knows of its server besides desired config and report. */
 export interface ServerRecord {
   id: string;
   fleet_id: string;
   hostname: string;
-  kind: "managed" | "manual";
+  kind: ServerKind;
   roles: string[];
   reboot_group: string;
   fleetlock_id: string | null;
-  state: "provisioning" | "active" | "unreachable" | "decommissioning" | "removed";
+  state: ServerState;
   stale_after_s: number;
   created_at: number;
   /** SHA-256 of the server's token; the ledger authenticates its own host. */

@@ -1,4 +1,6 @@
 import { z } from "@hono/zod-openapi";
+import { AGENT_STATES, AGENT_STATUSES, ERROR_OPS, LIFECYCLES, SERVER_STATUSES } from "../domain/enums";
+import { MAX_AGENTS, MAX_ASSIGNMENT_ID_LENGTH, MAX_ASSIGNMENTS, MAX_REPORT_ERRORS } from "../domain/limits";
 
 export const AGENT_NAME = /^[a-z0-9][a-z0-9._-]{0,62}$/;
 
@@ -8,7 +10,7 @@ export const agentName = z
 export const imageRef = z.string().min(1).max(512);
 export const versionString = z.string().min(1).max(128);
 export const generation = z.number().int().min(1).max(Number.MAX_SAFE_INTEGER);
-export const lifecycle = z.enum(["run", "terminate", "uninstall"]);
+export const lifecycle = z.enum(LIFECYCLES);
 
 /** Rejects a list naming the same agent twice; the hook maps it to `duplicate_agent`. */
 function uniqueNames<T extends { name: string }>(items: T[], ctx: z.RefinementCtx) {
@@ -38,7 +40,7 @@ export const DesiredAgent = z
 export const DesiredConfigInput = z
   .strictObject({
     generation,
-    agents: z.array(DesiredAgent).max(500).superRefine(uniqueNames),
+    agents: z.array(DesiredAgent).max(MAX_AGENTS).superRefine(uniqueNames),
     lifecycle: lifecycle.default("run"),
   })
   .openapi("DesiredConfigInput");
@@ -59,8 +61,8 @@ export const DesiredConfig = z
   .openapi("DesiredConfig");
 export type DesiredConfig = z.infer<typeof DesiredConfig>;
 
-export const agentState = z.enum(["running", "stopped", "failed"]);
-export const errorOp = z.enum(["install", "update", "remove", "start"]);
+export const agentState = z.enum(AGENT_STATES);
+export const errorOp = z.enum(ERROR_OPS);
 
 export const ReportedAgent = z
   .strictObject({
@@ -76,15 +78,15 @@ export const ReportError = z
   .strictObject({ agent: agentName, op: errorOp, message: z.string().min(1).max(4096) })
   .openapi("ReportError");
 
-const shortIds = z.array(z.string().min(1).max(256)).max(10_000);
+const shortIds = z.array(z.string().min(1).max(MAX_ASSIGNMENT_ID_LENGTH)).max(MAX_ASSIGNMENTS);
 
 export const InventoryReport = z
   .strictObject({
     generation: z.number().int().min(0).max(Number.MAX_SAFE_INTEGER),
     reconciled_at: z.iso.datetime({ offset: true }),
     boot_id: z.string().min(1).max(128),
-    agents: z.array(ReportedAgent).max(500).superRefine(uniqueNames),
-    errors: z.array(ReportError).max(500).default([]),
+    agents: z.array(ReportedAgent).max(MAX_AGENTS).superRefine(uniqueNames),
+    errors: z.array(ReportError).max(MAX_REPORT_ERRORS).default([]),
     assignments: z
       .strictObject({ units: shortIds.default([]), storage: shortIds.default([]) })
       .default({ units: [], storage: [] }),
@@ -92,18 +94,10 @@ export const InventoryReport = z
   .openapi("InventoryReport");
 export type InventoryReport = z.infer<typeof InventoryReport>;
 
-export const serverStatus = z.enum(["realized", "pending", "failed", "drifted", "unknown", "stale"]);
-export type ServerStatus = z.infer<typeof serverStatus>;
+export const serverStatus = z.enum(SERVER_STATUSES);
+export type { ServerStatus, AgentStatus } from "../domain/enums";
 
-export const agentStatus = z.enum([
-  "realized",
-  "pending",
-  "failed",
-  "drifted",
-  "removal_pending",
-  "removal_failed",
-]);
-export type AgentStatus = z.infer<typeof agentStatus>;
+export const agentStatus = z.enum(AGENT_STATUSES);
 
 export const AgentStatusRow = z
   .object({

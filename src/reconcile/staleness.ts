@@ -1,27 +1,19 @@
-import { and, eq, lt, ne, notInArray } from "drizzle-orm";
+import { and, lt, sql } from "drizzle-orm";
 import type { Db } from "../db/client";
-import { fleets, servers } from "../db/schema";
+import { servers } from "../db/schema";
 
 /**
- * Marks servers that stopped reporting. Ledgers refresh last_seen well within stale-after, so
- * only silent servers match; the next report from one rewrites its status.
+ * Marks servers that stopped reporting: one statement whatever the number of fleets, reading only
+ * rows whose deadline (stale_at = last_seen + the fleet's stale_after, kept by each ledger's
+ * projection) has passed and which are not stale yet, through a partial index. Already-stale
+ * servers leave that index, so a tick costs what newly crossed, not the fleet's size. The next
+ * report from a stale server rewrites its status.
  */
 export async function markStale(db: Db, now: number) {
-  const all = await db.select({ id: fleets.id, staleAfterS: fleets.staleAfterS }).from(fleets);
-  let marked = 0;
-  for (const f of all) {
-    const res = await db
-      .update(servers)
-      .set({ status: "stale", updatedAt: now })
-      .where(
-        and(
-          eq(servers.fleetId, f.id),
-          lt(servers.lastSeen, now - f.staleAfterS * 1000),
-          notInArray(servers.status, ["stale", "unknown"]),
-          ne(servers.state, "removed"),
-        ),
-      );
-    marked += res.meta.changes ?? 0;
-  }
-  return marked;
+  const res = await db
+    .update(servers)
+    .set({ status: "stale", updatedAt: now })
+    // The literal term is the partial index's own WHERE, so SQLite can use the index.
+    .where(and(sql`${servers.status} != 'stale'`, lt(servers.staleAt, now)));
+  return res.meta.changes ?? 0;
 }

@@ -11,7 +11,7 @@ import { Outbox, type Effect } from "../objects/kit/outbox";
 import { fail, type Failure } from "../objects/kit/result";
 import { Scheduler } from "../objects/kit/scheduler";
 import { and, eq } from "drizzle-orm";
-import { moveChannel, type ChannelImage } from "./channel";
+import { moveChannel, restoreChannel, type ChannelImage } from "./channel";
 import type { ApplyOutcome, RolloutEvent } from "./ledger-side";
 import {
   account,
@@ -804,7 +804,8 @@ export class Rollout extends DurableObject<Env> {
             const moved = await moveChannel(this.env, spec.fleet, spec.agent, { image: spec.image, version: spec.version }, `rollout:${spec.id}`);
             this.kv.put("channel", moved satisfies ChannelRecord);
           } else if (record?.updated && record.previous) {
-            await moveChannel(this.env, spec.fleet, spec.agent, record.previous, `rollout:${spec.id}`);
+            const from = { image: spec.image, version: spec.version };
+            await restoreChannel(this.env, spec.fleet, spec.agent, from, record.previous, `rollout:${spec.id}`);
           }
         },
       },

@@ -4,17 +4,23 @@
  * these and stores the result in the same synchronous turn, so every rule here is table-testable.
  */
 
-export const TARGET_STATES = ["queued", "applying", "done", "failed", "timed_out", "skipped"] as const;
-export type TargetState = (typeof TARGET_STATES)[number];
+import {
+  ROLLOUT_CONTROLS,
+  ROLLOUT_STATES,
+  ROLLOUT_TARGET_STATES,
+  type RolloutControl,
+  type RolloutState,
+  type RolloutTargetState,
+} from "../domain/enums";
 
-export const ROLLOUT_STATES = ["running", "paused", "succeeded", "failed", "cancelled", "rolling_back", "rolled_back"] as const;
-export type RolloutState = (typeof ROLLOUT_STATES)[number];
+export { ROLLOUT_STATES, ROLLOUT_TARGET_STATES as TARGET_STATES, ROLLOUT_CONTROLS as CONTROLS };
+export type { RolloutState };
+export type TargetState = RolloutTargetState;
+export type Control = RolloutControl;
 
 /** States in which a rollout holds its (fleet, agent): only one such rollout at a time. */
 export const ACTIVE_STATES = ["running", "paused", "rolling_back"] as const satisfies readonly RolloutState[];
 
-export const CONTROLS = ["pause", "resume", "cancel", "rollback"] as const;
-export type Control = (typeof CONTROLS)[number];
 
 export interface AbortRule {
   max_failures?: number;

@@ -11,11 +11,10 @@ import { agentName } from "../ledger/schemas";
 import { iso, isoOrNull } from "../lib/time";
 import { controlRollout, createRollout, getRollout, listRollouts } from "../services/rollouts";
 import type { RolloutSummary } from "./durable-object";
-import { CONTROLS, ROLLOUT_STATES, TARGET_STATES } from "./machine";
+import { ROLLOUT_STATES, TARGET_STATES, type Control } from "./machine";
+import type { Context } from "hono";
 import { EventSchema, MAX_ROLLOUT_WAIT_S, RolloutInput, RolloutListItem, RolloutSchema, TargetSchema } from "./schemas";
 import { rolloutOf } from "./stub";
-
-export const rolloutRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook });
 
 const idParam = z.object({ id: z.uuid() });
 
@@ -30,10 +29,41 @@ const view = (s: RolloutSummary) => {
   };
 };
 
-rolloutRoutes.openapi(
+/** pause | resume | cancel | rollback share one shape. */
+const controlRoute = <A extends Control>(action: A) =>
   createRoute({
     method: "post",
-    path: "/v1/rollouts",
+    path: `/{id}/${action}`,
+    tags: ["rollouts"],
+    summary: {
+      pause: "Pause: no new target starts; those applying finish",
+      resume: "Resume a paused rollout (or rollback)",
+      cancel: "Cancel: queued targets become skipped; those applying finish",
+      rollback: "Roll back: the done targets go back to the image each had before, as a new pass with the same rules",
+    }[action],
+    security: bearer,
+    middleware: [requireScope("write")] as const,
+    request: { params: idParam },
+    responses: {
+      200: jsonResponse(RolloutSchema, "The rollout as it now is"),
+      ...commonErrors,
+      ...notFoundError,
+      ...conflictError("Not allowed in the rollout's state (invalid_state), or another rollout holds the agent (rollout_in_progress)"),
+    },
+  });
+
+const controlHandler = (action: Control) =>
+  async (c: Context<AppEnv, string, { out: { param: { id: string } } }>) => {
+    const { id } = c.req.valid("param");
+    return c.json(view(await controlRollout(c.env, actorOf(c.var.principal), id, action)), 200);
+  };
+
+// One chain, so the type of this router (and of the app that mounts it at /v1/rollouts) carries every route for hc.
+export const rolloutRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook })
+.openapi(
+  createRoute({
+    method: "post",
+    path: "/",
     tags: ["rollouts"],
     summary: "Start a rollout of one agent's image across the fleet's servers that run it",
     description:
@@ -54,12 +84,11 @@ rolloutRoutes.openapi(
     const input = c.req.valid("json");
     return c.json(view(await createRollout(c.env, actorOf(c.var.principal), input)), 201);
   },
-);
-
-rolloutRoutes.openapi(
+)
+.openapi(
   createRoute({
     method: "get",
-    path: "/v1/rollouts",
+    path: "/",
     tags: ["rollouts"],
     summary: "Rollouts, newest first, from the index",
     security: bearer,
@@ -107,12 +136,11 @@ rolloutRoutes.openapi(
       200,
     );
   },
-);
-
-rolloutRoutes.openapi(
+)
+.openapi(
   createRoute({
     method: "get",
-    path: "/v1/rollouts/{id}",
+    path: "/{id}",
     tags: ["rollouts"],
     summary: "One rollout: counts by state, median, ETA, warnings",
     description:
@@ -134,41 +162,15 @@ rolloutRoutes.openapi(
     const q = c.req.valid("query");
     return c.json(view(await getRollout(c.env, id, { since: q.since ?? null, waitMs: q.wait * 1000 })), 200);
   },
-);
-
-for (const action of CONTROLS) {
-  rolloutRoutes.openapi(
-    createRoute({
-      method: "post",
-      path: `/v1/rollouts/{id}/${action}`,
-      tags: ["rollouts"],
-      summary: {
-        pause: "Pause: no new target starts; those applying finish",
-        resume: "Resume a paused rollout (or rollback)",
-        cancel: "Cancel: queued targets become skipped; those applying finish",
-        rollback: "Roll back: the done targets go back to the image each had before, as a new pass with the same rules",
-      }[action],
-      security: bearer,
-      middleware: [requireScope("write")] as const,
-      request: { params: idParam },
-      responses: {
-        200: jsonResponse(RolloutSchema, "The rollout as it now is"),
-        ...commonErrors,
-        ...notFoundError,
-        ...conflictError("Not allowed in the rollout's state (invalid_state), or another rollout holds the agent (rollout_in_progress)"),
-      },
-    }),
-    async (c) => {
-      const { id } = c.req.valid("param");
-      return c.json(view(await controlRollout(c.env, actorOf(c.var.principal), id, action)), 200);
-    },
-  );
-}
-
-rolloutRoutes.openapi(
+)
+.openapi(controlRoute("pause"), controlHandler("pause"))
+.openapi(controlRoute("resume"), controlHandler("resume"))
+.openapi(controlRoute("cancel"), controlHandler("cancel"))
+.openapi(controlRoute("rollback"), controlHandler("rollback"))
+.openapi(
   createRoute({
     method: "get",
-    path: "/v1/rollouts/{id}/targets",
+    path: "/{id}/targets",
     tags: ["rollouts"],
     summary: "The rollout's targets in order, optionally by state (the current pass unless `pass` is given)",
     security: bearer,
@@ -215,12 +217,11 @@ rolloutRoutes.openapi(
     const next_cursor = rows.length > q.limit ? encodeCursor([String(rows[q.limit - 1].seq)]) : null;
     return c.json({ items, next_cursor }, 200);
   },
-);
-
-rolloutRoutes.openapi(
+)
+.openapi(
   createRoute({
     method: "get",
-    path: "/v1/rollouts/{id}/events",
+    path: "/{id}/events",
     tags: ["rollouts"],
     summary: "Everything that happened to the rollout, oldest first (paged)",
     security: bearer,

@@ -1,11 +1,17 @@
 import { z } from "@hono/zod-openapi";
 import { fleetId } from "../fleet/schemas";
 import { agentName, imageRef, versionString } from "../ledger/schemas";
-import { ROLLOUT_STATES, TARGET_STATES } from "./machine";
+import { ROLLOUT_STATES, ROLLOUT_TARGET_STATES as TARGET_STATES } from "../domain/enums";
+import {
+  DEFAULT_ROLLOUT_CONCURRENCY,
+  MAX_ROLLOUT_CONCURRENCY,
+  MAX_ROLLOUT_SERVER_LIST,
+  MAX_ROLLOUT_WAIT_S,
+  MAX_SERVER_TIMEOUT_S,
+  MAX_SLOW_FACTOR,
+} from "../domain/limits";
 
-export const MAX_ROLLOUT_WAIT_S = 60;
-export const MAX_CONCURRENCY = 1000;
-export const DEFAULT_CONCURRENCY = 20;
+export { MAX_ROLLOUT_WAIT_S };
 
 const roleName = z.string().regex(/^[a-z0-9][a-z0-9._-]{0,62}$/);
 
@@ -31,14 +37,14 @@ export const RolloutInput = z
     selector: z
       .strictObject({
         roles: z.array(roleName).max(64).optional(),
-        servers: z.array(z.uuid()).max(100_000).optional(),
+        servers: z.array(z.uuid()).max(MAX_ROLLOUT_SERVER_LIST).optional(),
       })
       .optional(),
     /** Server ids or hostnames; matching targets are listed as skipped (excluded). */
-    exclude: z.array(z.string().min(1).max(253)).max(100_000).default([]),
-    concurrency: z.number().int().min(1).max(MAX_CONCURRENCY).default(DEFAULT_CONCURRENCY),
-    server_timeout_s: z.number().int().min(1).max(7 * 86400).optional(),
-    slow_factor: z.number().min(1).max(1000).optional(),
+    exclude: z.array(z.string().min(1).max(253)).max(MAX_ROLLOUT_SERVER_LIST).default([]),
+    concurrency: z.number().int().min(1).max(MAX_ROLLOUT_CONCURRENCY).default(DEFAULT_ROLLOUT_CONCURRENCY),
+    server_timeout_s: z.number().int().min(1).max(MAX_SERVER_TIMEOUT_S).optional(),
+    slow_factor: z.number().min(1).max(MAX_SLOW_FACTOR).optional(),
     abort: AbortInput.optional(),
     update_channel: z.boolean().default(true),
     reboot_slot: z.boolean().default(false),

@@ -17,6 +17,7 @@ import type { ServerView } from "../ledger/durable-object";
 import type { ServerRecord } from "../ledger/record";
 import type { DesiredConfigInput } from "../ledger/schemas";
 import { ledgerOf } from "../ledger/stub";
+import { catchUpPlan, firstPlan } from "./planner";
 
 export interface RegisterInput {
   fleet: string;
@@ -52,9 +53,13 @@ export async function registerServer(
     token_hash: hash,
     token_id: id,
   };
-  // Agents come from the fleet's channels and the server's roles once those exist (planner).
-  const view = await ledgerOf(env, id).register(record, [], { actor, details: input });
-  return { view, token };
+  // The first desired config is the plan: the server's roles, the fleet's capabilities and channels.
+  const first = await firstPlan(env, fleet.id, record.roles);
+  const ledger = ledgerOf(env, id);
+  const registered = await ledger.register(record, first.agents, { actor, details: input, plan_rev: first.rev });
+  // An intent change that committed meanwhile could not mark this server (no index row yet).
+  const caughtUp = await catchUpPlan(env, id, fleet.id, first.rev);
+  return { view: caughtUp ?? registered, token };
 }
 
 export async function patchServerIdentity(

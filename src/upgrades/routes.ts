@@ -2,6 +2,7 @@ import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
 import { actorOf, requireScope } from "../auth/principal";
 import { auditInsert } from "../audit/log";
 import { getDb } from "../db/client";
+import { UPGRADE_RUN_STATES, UPGRADE_STATUSES, UPGRADE_STEP_STATES } from "../domain/enums";
 import { ApiError } from "../http/errors";
 import { bearer, commonErrors, conflictError, jsonResponse } from "../http/openapi";
 import { cursorParam, decodeIdCursor, limitParam, page } from "../http/paging";
@@ -13,13 +14,12 @@ import { runUpgrades } from "./runner";
 import { currentHolder, latestRun, listAttempts, readUpgradeState, type RunRow } from "./state";
 import { UPGRADE_STEPS, NEWEST_VERSION } from "./steps";
 
-export const upgradeRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook });
 
 const Run = z
   .object({
     id: z.number().int(),
     runner: z.string(),
-    state: z.enum(["running", "succeeded", "failed", "expired"]),
+    state: z.enum(UPGRADE_RUN_STATES),
     from_version: z.number().int(),
     to_version: z.number().int().nullable(),
     took_over_from: z.number().int().nullable(),
@@ -41,7 +41,7 @@ const Attempt = z
     version: z.number().int(),
     description: z.string(),
     runner: z.string(),
-    state: z.enum(["running", "applied", "failed", "abandoned"]),
+    state: z.enum(UPGRADE_STEP_STATES),
     chunks: z.number().int(),
     started_at: z.string(),
     finished_at: z.string().nullable(),
@@ -51,7 +51,7 @@ const Attempt = z
 
 const UpgradeStatus = z
   .object({
-    state: z.enum(["current", "pending", "running", "failing"]).openapi({
+    state: z.enum(UPGRADE_STATUSES).openapi({
       description: "current: nothing to do; running: a runner holds the lease; failing: the last run failed; pending: waiting for a run",
     }),
     data_version: z.number().int(),
@@ -76,10 +76,22 @@ const runView = (r: RunRow) => ({
   error: r.error,
 });
 
-upgradeRoutes.openapi(
+const RunResult = z
+  .object({
+    outcome: z.enum(["up_to_date", "applied"]),
+    data_version: z.number().int(),
+    newest_version: z.number().int(),
+    run_id: z.number().int().nullable(),
+    applied: z.array(z.number().int()),
+  })
+  .openapi("UpgradeRunResult");
+
+// One chain, so the type of upgradeRoutes (and of the app that mounts it at /v1/upgrades) carries every route for hc.
+export const upgradeRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook })
+.openapi(
   createRoute({
     method: "get",
-    path: "/v1/upgrades",
+    path: "/",
     tags: ["upgrades"],
     summary: "Data version, pending steps, the lease holder and the step history (newest first)",
     security: bearer,
@@ -130,22 +142,12 @@ upgradeRoutes.openapi(
       200,
     );
   },
-);
+)
 
-const RunResult = z
-  .object({
-    outcome: z.enum(["up_to_date", "applied"]),
-    data_version: z.number().int(),
-    newest_version: z.number().int(),
-    run_id: z.number().int().nullable(),
-    applied: z.array(z.number().int()),
-  })
-  .openapi("UpgradeRunResult");
-
-upgradeRoutes.openapi(
+.openapi(
   createRoute({
     method: "post",
-    path: "/v1/upgrades/run",
+    path: "/run",
     tags: ["upgrades"],
     summary: "Run pending upgrade steps now and wait for the outcome",
     description:

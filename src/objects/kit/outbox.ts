@@ -8,6 +8,7 @@
 import type { BatchItem } from "drizzle-orm/batch";
 import type { Db } from "../../db/client";
 import type { Scheduler } from "./scheduler";
+import { kitTable } from "./tables";
 
 /** An effect that becomes D1 statements; all due D1 effects of one flush share one batch. */
 export interface D1Effect<P> {
@@ -47,6 +48,7 @@ export function backoffMs(attempts: number, random = Math.random()) {
 
 export class Outbox<K extends string> {
   private chain: Promise<void> = Promise.resolve();
+  private readonly table;
 
   constructor(
     private readonly storage: DurableObjectStorage,
@@ -56,7 +58,7 @@ export class Outbox<K extends string> {
     /** Call effects delivered at once per flush (1: one after another, in enqueue order). */
     private readonly callConcurrency = 1,
   ) {
-    storage.sql.exec(`CREATE TABLE IF NOT EXISTS _outbox (
+    this.table = kitTable(storage, "_outbox", `CREATE TABLE IF NOT EXISTS _outbox (
       id INTEGER PRIMARY KEY AUTOINCREMENT,
       kind TEXT NOT NULL,
       dedup_key TEXT UNIQUE,
@@ -78,6 +80,7 @@ export class Outbox<K extends string> {
   enqueue(kind: K, payload: unknown = {}, opts: { key?: string } = {}) {
     const now = Date.now();
     const text = JSON.stringify(payload);
+    this.table.ensure();
     if (opts.key) {
       this.storage.sql.exec(
         `INSERT INTO _outbox (kind, dedup_key, payload, next_at, created_at) VALUES (?, ?, ?, ?, ?)
@@ -103,6 +106,7 @@ export class Outbox<K extends string> {
 
   /** How many effects wait for delivery (tests, metrics). */
   pending(): number {
+    if (!this.table.exists()) return 0;
     return this.storage.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM _outbox").one().n;
   }
 
@@ -117,6 +121,7 @@ export class Outbox<K extends string> {
   }
 
   private async deliver() {
+    if (!this.table.exists()) return;
     const now = Date.now();
     const rows = this.storage.sql
       .exec<Row>(

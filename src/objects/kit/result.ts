@@ -13,6 +13,12 @@ export const DOMAIN_CODES = [
   "server_removed",
   "not_held",
   "fleetlock_id_taken",
+  // issue 8: fleet intent and lifecycle
+  "lifecycle_change_refused",
+  "uninstall_blocked",
+  "decommission_acknowledged",
+  "not_decommissioning",
+  // issue 9: rollouts
   "invalid_state",
   "rollout_in_progress",
 ] as const;

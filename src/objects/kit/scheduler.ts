@@ -4,6 +4,8 @@
  * the earliest due timer (or earlier), so arming one timer can never postpone another.
  */
 
+import { kitTable } from "./tables";
+
 export type TimerHandler = (payload: unknown, name: string) => Promise<void> | void;
 
 /** When a handler throws, its timer fires again after this long (handlers are idempotent). */
@@ -12,9 +14,12 @@ export const TIMER_RETRY_MS = 5_000;
 export class Scheduler {
   /** The alarm this object last set; undefined until read once after the object woke. */
   private armedAt: number | null | undefined;
+  private readonly table;
 
   constructor(private readonly storage: DurableObjectStorage) {
-    storage.sql.exec(
+    this.table = kitTable(
+      storage,
+      "_timers",
       "CREATE TABLE IF NOT EXISTS _timers (name TEXT PRIMARY KEY, due_at INTEGER NOT NULL, payload TEXT)",
     );
   }
@@ -25,6 +30,7 @@ export class Scheduler {
    */
   schedule(name: string, dueAt: number, payload: unknown = null, opts: { noLaterThan?: boolean } = {}) {
     const due = opts.noLaterThan ? "MIN(due_at, excluded.due_at)" : "excluded.due_at";
+    this.table.ensure();
     this.storage.sql.exec(
       `INSERT INTO _timers (name, due_at, payload) VALUES (?, ?, ?) ON CONFLICT(name) DO UPDATE SET due_at = ${due}, payload = excluded.payload`,
       name,
@@ -34,15 +40,18 @@ export class Scheduler {
   }
 
   cancel(name: string) {
+    if (!this.table.exists()) return;
     this.storage.sql.exec("DELETE FROM _timers WHERE name = ?", name);
   }
 
   dueAt(name: string): number | null {
+    if (!this.table.exists()) return null;
     const row = this.storage.sql.exec<{ due_at: number }>("SELECT due_at FROM _timers WHERE name = ?", name).toArray()[0];
     return row ? row.due_at : null;
   }
 
   private earliest(): number | null {
+    if (!this.table.exists()) return null;
     const row = this.storage.sql.exec<{ at: number | null }>("SELECT MIN(due_at) AS at FROM _timers").one();
     return row.at;
   }
@@ -68,6 +77,7 @@ export class Scheduler {
    */
   async fire(handlers: Record<string, TimerHandler>, now = Date.now()) {
     this.armedAt = null; // the runtime cleared the alarm that woke us
+    if (!this.table.exists()) return;
     const due = this.storage.sql
       .exec<{ name: string; due_at: number; payload: string | null }>(
         "SELECT name, due_at, payload FROM _timers WHERE due_at <= ? ORDER BY due_at, name",

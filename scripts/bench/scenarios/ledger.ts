@@ -1,5 +1,7 @@
 // Host operations against the per-server ledgers: 304 polls, unchanged and changed reports,
 // and the D1 writes each unchanged report costs (read from /metrics around the load).
+import type { BenchContext } from "../run.ts";
+
 const SERVERS = 64;
 const AGENTS = [
   { name: "compute", image: "registry.example/compute:4.2.0", version: "4.2.0" },
@@ -7,7 +9,18 @@ const AGENTS = [
   { name: "logs", image: "registry.example/logs:2.0.1", version: "2.0.1" },
 ];
 
-function reportBody(generation, state = "running") {
+function report(generation: number, state: "running" | "stopped" = "running") {
+  return {
+    generation,
+    reconciled_at: "2026-11-21T00:00:00Z",
+    boot_id: "boot-1",
+    agents: AGENTS.map((a, i) => ({ ...a, instance_id: `i-${i}`, state: i === 0 ? state : ("running" as const) })),
+    errors: [],
+    assignments: { units: [], storage: [] },
+  };
+}
+
+function reportBody(generation: number, state: "running" | "stopped" = "running") {
   return JSON.stringify({
     generation,
     reconciled_at: "2026-11-21T00:00:00Z",
@@ -18,19 +31,22 @@ function reportBody(generation, state = "running") {
   });
 }
 
-export async function run(ctx) {
+export async function run(ctx: BenchContext) {
   const fleet = `bench-${Date.now().toString(36)}`;
-  const f = await ctx.api("POST", "/v1/fleets", { id: fleet });
-  if (f.status !== 201) throw new Error(`fleet: ${f.status} ${JSON.stringify(f.json)}`);
-  const tokens = [];
+  const f = await ctx.client.v1.fleets.$post({ json: { id: fleet } });
+  if (f.status !== 201) throw new Error(`fleet: ${f.status} ${await f.text()}`);
+  const tokens: string[] = [];
   for (let i = 0; i < SERVERS; i++) {
-    const s = await ctx.api("POST", "/v1/servers", { fleet, hostname: `host-${i}.bench`, kind: "managed" });
-    if (s.status !== 201) throw new Error(`server: ${s.status} ${JSON.stringify(s.json)}`);
-    const d = await ctx.api("PUT", `/v1/servers/${s.json.id}/desired`, { generation: 2, agents: AGENTS });
-    if (d.status !== 200) throw new Error(`desired: ${d.status} ${JSON.stringify(d.json)}`);
-    const r = await ctx.api("PUT", "/v1/agent/inventory", JSON.parse(reportBody(2)), s.json.token);
-    if (r.status !== 200 || r.json.status !== "realized") throw new Error(`report: ${r.status} ${JSON.stringify(r.json)}`);
-    tokens.push(s.json.token);
+    const s = await ctx.client.v1.servers.$post({ json: { fleet, hostname: `host-${i}.bench`, kind: "managed" } });
+    if (s.status !== 201) throw new Error(`server: ${s.status} ${await s.text()}`);
+    const server = await s.json();
+    const d = await ctx.client.v1.servers[":id"].desired.$put({ param: { id: server.id }, json: { generation: 2, agents: AGENTS } });
+    if (d.status !== 200) throw new Error(`desired: ${d.status} ${await d.text()}`);
+    const r = await ctx.clientFor(server.token).v1.agent.inventory.$put({ json: report(2) });
+    if (r.status !== 200) throw new Error(`report: ${r.status} ${await r.text()}`);
+    const accepted = await r.json();
+    if (accepted.status !== "realized") throw new Error(`report: ${JSON.stringify(accepted)}`);
+    tokens.push(server.token);
   }
   let n = 0;
   const nextToken = () => tokens[n++ % tokens.length];
@@ -83,7 +99,7 @@ export async function run(ctx) {
 
   // Each server alternates between two reports that the index shows differently (one agent
   // running, then stopped), so every report is a real change and costs a projection.
-  const flip = new Map();
+  const flip = new Map<string, number>();
   const variants = [reportBody(2, "stopped"), reportBody(2, "running")];
   const changedBefore = await ctx.metric("harbormaster_d1_statements_total", 'kind="write"');
   const changed = await ctx.measure("PUT /v1/agent/inventory, changed", {

@@ -2,33 +2,33 @@
 // its own registered id, shaped as Zincati sends them (no Content-Type, pretty-printed body).
 // Once on a group with a slot for everyone (no refusals), once on a contended group of 2 slots
 // (most pre-reboots answer 409 semaphore_full, which is the work being measured).
+import type { Options } from "autocannon";
+import type { BenchContext } from "../run.ts";
+
 const CLIENTS = 16;
+type Group = "wide" | "narrow";
 
-export async function run(ctx) {
+export async function run(ctx: BenchContext) {
   const fleet = `flbench-${Date.now().toString(36)}`;
-  const f = await ctx.api("POST", "/v1/fleets", { id: fleet });
-  if (f.status !== 201) throw new Error(`fleet: ${f.status} ${JSON.stringify(f.json)}`);
-  const k = await ctx.api("POST", `/v1/fleets/${fleet}/fleetlock-key`);
-  if (k.status !== 201) throw new Error(`key: ${k.status} ${JSON.stringify(k.json)}`);
+  const f = await ctx.client.v1.fleets.$post({ json: { id: fleet } });
+  if (f.status !== 201) throw new Error(`fleet: ${f.status} ${await f.text()}`);
+  const k = await ctx.client.v1.fleets[":fleet"]["fleetlock-key"].$post({ param: { fleet } });
+  if (k.status !== 201) throw new Error(`key: ${k.status} ${await k.text()}`);
   // base_url carries the request's origin; the load goes to the same path on the bench server.
-  const basePath = new URL(k.json.base_url).pathname;
+  const basePath = new URL((await k.json()).base_url).pathname;
 
-  for (const [group, slots] of [["wide", CLIENTS], ["narrow", 2]]) {
-    const g = await ctx.api("PUT", `/v1/fleets/${fleet}/reboot-groups/${group}`, { slots });
-    if (g.status !== 200) throw new Error(`group: ${g.status} ${JSON.stringify(g.json)}`);
+  for (const [group, slots] of [["wide", CLIENTS], ["narrow", 2]] as const) {
+    const g = await ctx.client.v1.fleets[":fleet"]["reboot-groups"][":group"].$put({ param: { fleet, group }, json: { slots } });
+    if (g.status !== 200) throw new Error(`group: ${g.status} ${await g.text()}`);
   }
-  const ids = { wide: [], narrow: [] };
-  for (const group of ["wide", "narrow"]) {
+  const ids: Record<Group, string[]> = { wide: [], narrow: [] };
+  for (const group of ["wide", "narrow"] as const) {
     for (let i = 0; i < CLIENTS; i++) {
       const id = `${group}-${i}-${Math.random().toString(16).slice(2, 10)}`;
-      const s = await ctx.api("POST", "/v1/servers", {
-        fleet,
-        hostname: `${group}-${i}.bench`,
-        kind: "managed",
-        reboot_group: group,
-        fleetlock_id: id,
+      const s = await ctx.client.v1.servers.$post({
+        json: { fleet, hostname: `${group}-${i}.bench`, kind: "managed", reboot_group: group, fleetlock_id: id },
       });
-      if (s.status !== 201) throw new Error(`server: ${s.status} ${JSON.stringify(s.json)}`);
+      if (s.status !== 201) throw new Error(`server: ${s.status} ${await s.text()}`);
       ids[group].push(id);
     }
   }
@@ -46,10 +46,10 @@ export async function run(ctx) {
     }
   }
 
-  const pairs = (group) => {
+  const pairs = (group: Group): Options["requests"] => {
     let next = 0;
     // One id per connection, fixed for its life: each connection is one host.
-    const bodyFor = (context) => {
+    const bodyFor = (context: { body?: string }) => {
       context.body ??= JSON.stringify({ client_params: { id: ids[group][next++ % CLIENTS], group } }, null, 2);
       return context.body;
     };
@@ -57,20 +57,21 @@ export async function run(ctx) {
     return ["pre-reboot", "steady-state"].map((op) => ({
       method: "POST",
       path: `${basePath}v1/${op}`,
-      setupRequest: (req, context) => ({ ...req, headers, body: bodyFor(context) }),
+      setupRequest: (req: object, context: { body?: string }) => ({ ...req, headers, body: bodyFor(context) }),
     }));
   };
 
   for (const [group, label] of [
     ["wide", `FleetLock pre-reboot + steady-state, ${CLIENTS} hosts, slots ${CLIENTS}`],
     ["narrow", `FleetLock pre-reboot + steady-state, ${CLIENTS} hosts, slots 2 (contended)`],
-  ]) {
+  ] as [Group, string][]) {
     const row = await ctx.measure(label, { connections: CLIENTS, requests: pairs(group) });
     ctx.note(`${label}: pairs/s`, (row.rps / 2).toFixed(0));
     // Every pair ends in a release, so nothing may be left held.
-    const after = await ctx.api("GET", `/v1/fleets/${fleet}/reboot-groups/${group}`);
-    if (after.status !== 200) throw new Error(`status: ${after.status}`);
-    if (after.json.holders.length > after.json.slots) throw new Error(`${group}: holders exceed slots`);
-    ctx.note(`${label}: holders left after load (in-flight pairs cut at the end)`, after.json.holders.length);
+    const res = await ctx.client.v1.fleets[":fleet"]["reboot-groups"][":group"].$get({ param: { fleet, group } });
+    if (res.status !== 200) throw new Error(`status: ${res.status}`);
+    const after = await res.json();
+    if (after.holders.length > after.slots) throw new Error(`${group}: holders exceed slots`);
+    ctx.note(`${label}: holders left after load (in-flight pairs cut at the end)`, after.holders.length);
   }
 }

@@ -2,7 +2,7 @@
 // `npm run bench`: starts the local server (wrangler dev, fresh local state, migrations applied),
 // measures the empty-request ceiling, runs every scenario in ./scenarios, and reports each
 // figure as a ratio to the ceiling measured in the same run. Loopback only; every load is bounded.
-import autocannon from "autocannon";
+import autocannon, { type Options, type Result } from "autocannon";
 import { spawn, spawnSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
@@ -10,17 +10,35 @@ import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { pathToFileURL } from "node:url";
+import { createClient, type Client } from "../../src/client/index.ts";
 
 const root = resolve(import.meta.dirname, "../..");
 const wrangler = resolve(root, "node_modules/.bin/wrangler");
 const seconds = Number(process.env.BENCH_SECONDS ?? 5);
 const only = process.argv.slice(2);
 
+/** What each scenario (./scenarios/*.ts, `export async function run(ctx: BenchContext)`) gets. */
+export interface BenchContext {
+  base: string;
+  admin: string;
+  /** The typed API client with the admin token; `clientFor(token)` for another token. */
+  client: Client;
+  clientFor(token: string | null): Client;
+  /** A number from /metrics (D1 statement counters, counted locally). */
+  metric(name: string, labels: string): Promise<number>;
+  measure(label: string, options: LoadOptions): Promise<LoadRow>;
+  note(label: string, value: string | number): void;
+}
+export type LoadOptions = Omit<Options, "url"> & { durationSec?: number };
+type Summary = ReturnType<typeof summarize>;
+type LoadRow = { label: string } & Summary & { ratio: number };
+type Row = LoadRow | { label: string; value: string | number };
+
 const freePort = () =>
-  new Promise((res, rej) => {
+  new Promise<number>((res, rej) => {
     const s = createServer();
     s.listen(0, "127.0.0.1", () => {
-      const { port } = s.address();
+      const { port } = s.address() as { port: number };
       s.close(() => res(port));
     });
     s.on("error", rej);
@@ -67,63 +85,50 @@ async function startServer() {
   return { base, admin, stop };
 }
 
-function load(base, { connections = 16, durationSec = seconds, amount, requests }) {
-  return new Promise((res, rej) => {
-    const opts = { url: base, connections, requests, timeout: 30 };
+function load(base: string, { connections = 16, durationSec = seconds, amount, requests }: LoadOptions) {
+  return new Promise<Result>((res, rej) => {
+    const opts: Options = { url: base, connections, requests, timeout: 30 };
     if (amount) opts.amount = amount;
     else opts.duration = durationSec;
     autocannon(opts, (err, result) => (err ? rej(err) : res(result)));
   });
 }
 
-const summarize = (r) => ({
+const summarize = (r: Result) => ({
   requests: r.requests.total,
   rps: r.requests.average,
   p50_ms: r.latency.p50,
   p99_ms: r.latency.p99,
   errors: r.errors + r.timeouts,
-  statuses: Object.fromEntries(Object.entries(r.statusCodeStats ?? {}).map(([k, v]) => [k, v.count])),
+  statuses: Object.fromEntries(
+    Object.entries((r as Result & { statusCodeStats?: Record<string, { count: number }> }).statusCodeStats ?? {}).map(
+      ([k, v]) => [k, v.count],
+    ),
+  ) as Record<string, number>,
 });
 
 async function main() {
   const server = await startServer();
-  const rows = [];
+  const rows: Row[] = [];
   try {
-    const api = async (method, path, body, token = server.admin) => {
-      const res = await fetch(`${server.base}${path}`, {
-        method,
-        headers: {
-          authorization: `Bearer ${token}`,
-          ...(body === undefined ? {} : { "content-type": "application/json" }),
-        },
-        body: body === undefined ? undefined : JSON.stringify(body),
-      });
-      const text = await res.text();
-      let json = null;
-      try {
-        json = text ? JSON.parse(text) : null;
-      } catch {
-        json = text;
-      }
-      return { status: res.status, json, headers: res.headers };
-    };
-    const metric = async (name, labels) => {
+    const metric = async (name: string, labels: string) => {
       const text = await (await fetch(`${server.base}/metrics`)).text();
       const line = text.split("\n").find((l) => l.startsWith(`${name}{${labels}}`));
       return line ? Number(line.split(" ").pop()) : 0;
     };
 
-    const emptyRequest = [{ method: "GET", path: "/healthz" }];
+    const emptyRequest: Options["requests"] = [{ method: "GET", path: "/healthz" }];
     // Warm-up, so compilation and first-touch costs fall outside every measurement.
     await load(server.base, { durationSec: 2, requests: emptyRequest });
     const ceilingBefore = summarize(await load(server.base, { requests: emptyRequest }));
     let ceiling = ceilingBefore.rps;
     rows.push({ label: "empty request (ceiling, before)", ...ceilingBefore, ratio: 1 });
 
-    const ctx = {
+    const ctx: BenchContext = {
       base: server.base,
       admin: server.admin,
-      api,
+      client: createClient(server.base, server.admin),
+      clientFor: (token) => createClient(server.base, token),
       metric,
       /** Runs a load; records rps, p50, p99 and the ratio to the ceiling. */
       async measure(label, options) {
@@ -139,9 +144,9 @@ async function main() {
     };
 
     const dir = resolve(import.meta.dirname, "scenarios");
-    const files = readdirSync(dir).filter((f) => f.endsWith(".mjs")).sort();
+    const files = readdirSync(dir).filter((f) => f.endsWith(".ts")).sort();
     for (const file of files) {
-      const name = file.replace(/\.mjs$/, "");
+      const name = file.replace(/\.ts$/, "");
       if (only.length && !only.includes(name)) continue;
       const mod = await import(pathToFileURL(join(dir, file)).href);
       console.error(`scenario ${name}…`);

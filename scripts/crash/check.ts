@@ -1,0 +1,222 @@
+// `npm run crash-check`: kill -9 the local server (wrangler dev, workerd included) in the middle of
+// racing writes, restart it on the same state, and check that nothing acknowledged was lost and
+// that the ledgers, the D1 index and the coordinator agree again by themselves. Loopback only;
+// bounded rounds; stops by itself. Prints the time each round took to converge after restart.
+import { spawn, spawnSync, type ChildProcess } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+
+const root = resolve(import.meta.dirname, "../..");
+const wrangler = resolve(root, "node_modules/.bin/wrangler");
+const ROUNDS = Number(process.env.CRASH_ROUNDS ?? 8);
+const SERVERS = Number(process.env.CRASH_SERVERS ?? 6);
+const CONVERGE_LIMIT_MS = 60_000;
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+const freePort = () =>
+  new Promise<number>((res, rej) => {
+    const s = createServer();
+    s.listen(0, "127.0.0.1", () => {
+      const { port } = s.address() as { port: number };
+      s.close(() => res(port));
+    });
+    s.on("error", rej);
+  });
+
+const persist = mkdtempSync(join(tmpdir(), "harbormaster-crash-"));
+const admin = randomBytes(24).toString("base64url");
+const envFile = join(persist, "crash.vars");
+writeFileSync(envFile, `ADMIN_TOKEN=${admin}\n`, { mode: 0o600 });
+const migrate = spawnSync(wrangler, ["d1", "migrations", "apply", "DB", "--local", "--persist-to", persist], {
+  cwd: root,
+  env: { ...process.env, CI: "true" },
+  encoding: "utf8",
+});
+if (migrate.status !== 0) throw new Error(`migrations failed:\n${migrate.stdout}\n${migrate.stderr}`);
+
+let child: ChildProcess | null = null;
+let base = "";
+
+async function start() {
+  const port = await freePort();
+  base = `http://127.0.0.1:${port}`;
+  child = spawn(
+    wrangler,
+    ["dev", "--ip", "127.0.0.1", "--port", String(port), "--persist-to", persist, "--env-file", envFile,
+      "--log-level", "error", "--show-interactive-dev-session=false"],
+    { cwd: root, stdio: "ignore", env: { ...process.env, CI: "true" }, detached: true },
+  );
+  const deadline = Date.now() + 60_000;
+  for (;;) {
+    try {
+      if ((await fetch(`${base}/healthz`)).ok) return;
+    } catch {}
+    if (Date.now() > deadline) throw new Error("server did not start");
+    await sleep(200);
+  }
+}
+
+/** kill -9 of the whole process group: wrangler and workerd die between whatever statements they were at. */
+function crash() {
+  if (child?.pid) {
+    try {
+      process.kill(-child.pid, "SIGKILL");
+    } catch {}
+  }
+  child = null;
+}
+
+async function api(method: string, path: string, body?: unknown, token = admin) {
+  const res = await fetch(`${base}${path}`, {
+    method,
+    headers: { authorization: `Bearer ${token}`, ...(body === undefined ? {} : { "content-type": "application/json" }) },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const text = await res.text();
+  let json: any = null;
+  try {
+    json = text ? JSON.parse(text) : null;
+  } catch {
+    json = text;
+  }
+  return { status: res.status, json };
+}
+
+interface Server {
+  id: string;
+  token: string;
+  fleetlockId: string;
+  /** The highest desired generation acknowledged with a 2xx. */
+  acked: number;
+  /** The fleetlock_id acknowledged last, when a PATCH's answer arrived. */
+  ackedFleetlockId: string;
+}
+
+async function main() {
+  await start();
+  const fleet = `crash-${Date.now().toString(36)}`;
+  if ((await api("POST", "/v1/fleets", { id: fleet })).status !== 201) throw new Error("fleet");
+  // The path only: every restart listens on another port.
+  const key = new URL((await api("POST", `/v1/fleets/${fleet}/fleetlock-key`)).json.base_url).pathname;
+  await api("PUT", `/v1/fleets/${fleet}/reboot-groups/default`, { slots: 100 });
+  const servers: Server[] = [];
+  for (let i = 0; i < SERVERS; i++) {
+    const r = await api("POST", "/v1/servers", { fleet, hostname: `h${i}.example.com`, kind: "managed", fleetlock_id: `fl-${i}` });
+    servers.push({ id: r.json.id, token: r.json.token, fleetlockId: `fl-${i}`, acked: 1, ackedFleetlockId: `fl-${i}` });
+  }
+  let acknowledged = 0;
+  const convergence: number[] = [];
+  for (let round = 0; round < ROUNDS; round++) {
+    // Racing writes: desired PUTs, reports, and PATCHes that move fleetlock ids around.
+    const stop = Date.now() + 200 + Math.floor(Math.random() * 1300);
+    const workers = servers.map(async (s, i) => {
+      let n = 0;
+      while (Date.now() < stop) {
+        n++;
+        const generation = s.acked + 1;
+        const ops: Promise<void>[] = [
+          api("PUT", `/v1/servers/${s.id}/desired`, {
+            generation,
+            agents: [{ name: "compute", image: `compute:${generation}`, version: String(generation) }],
+          }).then((r) => {
+            if (r.status === 200) {
+              s.acked = Math.max(s.acked, r.json.generation);
+              acknowledged++;
+            }
+          }),
+          api("PUT", "/v1/agent/inventory", {
+            generation: s.acked,
+            reconciled_at: new Date().toISOString(),
+            boot_id: `b-${round}-${n}`,
+            agents: [],
+            errors: [],
+          }, s.token).then(() => {}),
+        ];
+        if (n % 3 === 0) {
+          const next = `fl-${i}-${round}-${n}`;
+          ops.push(
+            api("PATCH", `/v1/servers/${s.id}`, { fleetlock_id: next }).then((r) => {
+              if (r.status === 200) {
+                s.ackedFleetlockId = r.json.fleetlock_id;
+                acknowledged++;
+              }
+            }),
+          );
+        }
+        await Promise.all(ops.map((p) => p.catch(() => {})));
+      }
+    });
+    const killer = sleep(Math.max(0, stop - Date.now() - 20)).then(crash);
+    await Promise.all([...workers, killer]);
+    crash();
+    await start();
+    const restarted = Date.now();
+    // Converged: every ledger holds at least what was acknowledged, and the index and the
+    // coordinator show exactly what each ledger holds.
+    let lastProblem = "";
+    for (;;) {
+      lastProblem = await problems(fleet, key, servers);
+      if (!lastProblem) break;
+      if (Date.now() - restarted > CONVERGE_LIMIT_MS) {
+        console.error(`round ${round}: NOT converged after ${CONVERGE_LIMIT_MS} ms: ${lastProblem}`);
+        process.exitCode = 1;
+        break;
+      }
+      await sleep(500);
+    }
+    const took = Date.now() - restarted;
+    convergence.push(took);
+    console.log(`round ${round + 1}/${ROUNDS}: converged ${took} ms after restart (${acknowledged} writes acknowledged so far)`);
+  }
+  convergence.sort((a, b) => a - b);
+  console.log(
+    `\n${ROUNDS} kill -9 rounds, ${acknowledged} acknowledged writes: convergence after restart min ${convergence[0]} ms, ` +
+      `median ${convergence[Math.floor(convergence.length / 2)]} ms, max ${convergence[convergence.length - 1]} ms`,
+  );
+}
+
+async function problems(fleet: string, basePath: string, servers: Server[]): Promise<string> {
+  const baseUrl = `${base}${basePath}`;
+  const index = await api("GET", `/v1/servers?fleet=${fleet}&limit=500`);
+  if (index.status !== 200) return `index answered ${index.status}`;
+  const rows = new Map<string, any>(index.json.items.map((r: any) => [r.id, r]));
+  const ids = new Set<string>();
+  for (const s of servers) {
+    const ledger = await api("GET", `/v1/servers/${s.id}`);
+    if (ledger.status !== 200) return `server ${s.id}: ledger answered ${ledger.status}`;
+    const v = ledger.json;
+    if (v.desired_generation < s.acked) return `server ${s.id}: acknowledged generation ${s.acked} lost (ledger has ${v.desired_generation})`;
+    const row = rows.get(s.id);
+    if (!row) return `server ${s.id}: no index row`;
+    if (row.desired_generation !== v.desired_generation) return `server ${s.id}: index generation ${row.desired_generation} ≠ ledger ${v.desired_generation}`;
+    if (row.fleetlock_id !== v.fleetlock_id) return `server ${s.id}: index fleetlock_id ${row.fleetlock_id} ≠ ledger ${v.fleetlock_id}`;
+    if (ids.has(v.fleetlock_id)) return `fleetlock_id ${v.fleetlock_id} held by two servers`;
+    ids.add(v.fleetlock_id);
+    // The coordinator grants to the ledger's id (and its steady-state gives the slot back).
+    const headers = { "fleet-lock-protocol": "true" };
+    const body = JSON.stringify({ client_params: { id: v.fleetlock_id, group: "default" } });
+    const pre = await fetch(new URL("v1/pre-reboot", baseUrl), { method: "POST", headers, body });
+    if (pre.status !== 200) return `server ${s.id}: coordinator refused its id ${v.fleetlock_id}: ${await pre.text()}`;
+    await fetch(new URL("v1/steady-state", baseUrl), { method: "POST", headers, body });
+    s.fleetlockId = v.fleetlock_id;
+    // Every generation the ledger holds was audited exactly once.
+    const audit = await api("GET", `/v1/audit?target=server:${s.id}&limit=500`);
+    const gens = audit.json.items.filter((e: any) => e.action === "server.desired.put").map((e: any) => e.details.generation);
+    if (new Set(gens).size !== gens.length) return `server ${s.id}: a desired PUT audited twice`;
+    for (let g = 2; g <= v.desired_generation; g++) if (!gens.includes(g)) return `server ${s.id}: generation ${g} not audited`;
+  }
+  return "";
+}
+
+main()
+  .catch((err) => {
+    console.error(err?.stack ?? err);
+    process.exitCode = 1;
+  })
+  .finally(() => {
+    crash();
+    rmSync(persist, { recursive: true, force: true });
+  });

@@ -1,0 +1,166 @@
+/**
+ * `check server-agents` (issue 8, after sdcadm's): drift between what each server should run and
+ * what it reports, answered from the D1 index. One finding per problem, each with the fix that
+ * would address it; servers whose agents cannot be judged are listed as skipped, with why.
+ */
+import { z } from "@hono/zod-openapi";
+import { and, asc, eq, gt, inArray, ne, sql, type SQL } from "drizzle-orm";
+import type { Db } from "../db/client";
+import { agentInstances, servers } from "../db/schema";
+import { isoOrNull } from "../lib/time";
+import { DRIFT_FIXES, DRIFT_REASONS, type DriftReason } from "../domain/enums";
+
+export const driftReason = z.enum(DRIFT_REASONS);
+
+/** What to do about a finding: issue the config again, ask the host to report, or nothing we can do. */
+export const driftFix = z.enum(DRIFT_FIXES);
+
+export const FIX_OF: Record<DriftReason, { fix: z.infer<typeof driftFix>; advice: string }> = {
+  missing: { fix: "reissue", advice: "re-plan and issue the next generation so the host installs the agent again" },
+  image_mismatch: { fix: "reissue", advice: "re-plan and issue the next generation so the host converges on the desired image" },
+  failed: { fix: "reissue", advice: "issue the next generation so the host retries; look at the host's error first" },
+  removal_failed: { fix: "reissue", advice: "issue the next generation so the host retries the removal; look at the host's error first" },
+  removal_pending: { fix: "refresh", advice: "ask the host to report again; it has not said the agent is gone" },
+  generation_behind: { fix: "refresh", advice: "ask the host to report again; it has not reconciled the newest generation" },
+  stale_report: { fix: "none", advice: "the host does not answer: check the machine; nothing is issued to a host that does not report" },
+};
+
+export const Finding = z
+  .object({
+    server: z.string(),
+    hostname: z.string(),
+    agent: z.string().nullable(),
+    instance: z.string().nullable(),
+    desired_image: z.string().nullable(),
+    reported_image: z.string().nullable(),
+    reason: driftReason,
+    fix: driftFix,
+    advice: z.string(),
+  })
+  .openapi("DriftFinding");
+
+export const Skipped = z
+  .object({ server: z.string(), hostname: z.string(), why: z.string() })
+  .openapi("DriftSkipped");
+
+export interface DriftFilter {
+  fleet?: string;
+  server?: string;
+  agent?: string;
+}
+
+type ServerRow = Pick<
+  typeof servers.$inferSelect,
+  "id" | "hostname" | "state" | "status" | "desiredGeneration" | "reportedGeneration" | "lastSeen"
+>;
+type InstanceRow = Pick<
+  typeof agentInstances.$inferSelect,
+  "serverId" | "agent" | "instanceId" | "desiredImage" | "reportedImage" | "reportedState" | "status"
+>;
+
+/** Pure: the findings and skip reason of one server, from its index rows. */
+export function judge(server: ServerRow, instances: InstanceRow[]) {
+  const findings: z.infer<typeof Finding>[] = [];
+  const base = { server: server.id, hostname: server.hostname };
+  const finding = (reason: DriftReason, i?: InstanceRow) => ({
+    ...base,
+    agent: i?.agent ?? null,
+    instance: i?.instanceId ?? null,
+    desired_image: i?.desiredImage ?? null,
+    reported_image: i?.reportedImage ?? null,
+    reason,
+    ...FIX_OF[reason],
+  });
+  if (server.state === "decommissioning" || server.state === "removed") {
+    return { findings, skipped: { ...base, why: `${server.state}: its agents are being stopped, not checked` } };
+  }
+  if (server.status === "unknown") {
+    return { findings, skipped: { ...base, why: "has not reported yet (provisioning)" } };
+  }
+  if (server.status === "stale") {
+    findings.push(finding("stale_report"));
+    return {
+      findings,
+      skipped: { ...base, why: `stale: no report since ${isoOrNull(server.lastSeen) ?? "ever"}; its agents were not checked` },
+    };
+  }
+  if (server.reportedGeneration !== null && server.reportedGeneration < server.desiredGeneration) {
+    findings.push(finding("generation_behind"));
+    // Its agents are pending on that generation: judged once the host has reconciled it.
+    return { findings, skipped: null };
+  }
+  for (const i of instances) {
+    let reason: DriftReason | null = null;
+    if (i.status === "removal_pending" || i.status === "removal_failed") reason = i.status;
+    else if (i.status === "failed") reason = "failed";
+    else if (i.status === "drifted" || i.status === "pending") {
+      if (i.reportedImage === null) reason = "missing";
+      else if (i.reportedImage !== i.desiredImage) reason = "image_mismatch";
+      else reason = "failed"; // the right image, not running
+    }
+    if (reason) findings.push(finding(reason, i));
+  }
+  return { findings, skipped: null };
+}
+
+/**
+ * One page of the check, paged by server (a page holds every finding of up to `limit` servers).
+ * Realized servers have nothing to report and are never read: the servers query keeps to the
+ * index's non-realized rows (and, with `agent`, to servers that have an instance of it).
+ */
+export async function checkServerAgents(db: Db, filter: DriftFilter, after: string | null, limit: number) {
+  const conds: SQL[] = [ne(servers.state, "removed"), sql`(${servers.status} != 'realized' OR ${servers.state} = 'decommissioning')`];
+  if (filter.fleet) conds.push(eq(servers.fleetId, filter.fleet));
+  if (filter.server) conds.push(eq(servers.id, filter.server));
+  if (filter.agent) {
+    conds.push(sql`EXISTS (SELECT 1 FROM ${agentInstances} WHERE server_id = ${servers.id} AND agent = ${filter.agent})`);
+  }
+  if (after) conds.push(gt(servers.id, after));
+  const rows = await db
+    .select({
+      id: servers.id,
+      hostname: servers.hostname,
+      state: servers.state,
+      status: servers.status,
+      desiredGeneration: servers.desiredGeneration,
+      reportedGeneration: servers.reportedGeneration,
+      lastSeen: servers.lastSeen,
+    })
+    .from(servers)
+    .where(and(...conds))
+    .orderBy(asc(servers.id))
+    .limit(limit + 1);
+  const pageRows = rows.slice(0, limit);
+  const ids = pageRows.map((r) => r.id);
+  const instances = ids.length
+    ? await db
+        .select({
+          serverId: agentInstances.serverId,
+          agent: agentInstances.agent,
+          instanceId: agentInstances.instanceId,
+          desiredImage: agentInstances.desiredImage,
+          reportedImage: agentInstances.reportedImage,
+          reportedState: agentInstances.reportedState,
+          status: agentInstances.status,
+        })
+        .from(agentInstances)
+        .where(
+          and(
+            inArray(agentInstances.serverId, sql`(SELECT value FROM json_each(${JSON.stringify(ids)}))`),
+            ne(agentInstances.status, "realized"),
+            filter.agent ? eq(agentInstances.agent, filter.agent) : undefined,
+          ),
+        )
+        .orderBy(asc(agentInstances.serverId), asc(agentInstances.agent))
+    : [];
+  const byServer = new Map<string, InstanceRow[]>();
+  for (const i of instances) byServer.set(i.serverId, [...(byServer.get(i.serverId) ?? []), i]);
+  const findings: z.infer<typeof Finding>[] = [];
+  const skipped: z.infer<typeof Skipped>[] = [];
+  for (const s of pageRows) {
+    const out = judge(s, byServer.get(s.id) ?? []);
+    findings.push(...out.findings);
+    if (out.skipped) skipped.push(out.skipped);
+  }
+  return { findings, skipped, rows, pageRows };
+}

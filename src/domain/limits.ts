@@ -1,0 +1,53 @@
+/**
+ * Every size and count limit the API enforces, defined once; the zod schemas (and so the OpenAPI
+ * document) and the hand-written checks read them from here. Pure, like ./enums.
+ */
+
+/** Request bodies under /v1. */
+export const MAX_BODY_BYTES = 1024 * 1024;
+/** FleetLock bodies: `{"client_params":{"id","group"}}` is a few dozen bytes. */
+export const MAX_FLEETLOCK_BODY_BYTES = 16 * 1024;
+
+/** A FleetLock client id (Zincati sends its node id), i.e. a server's `fleetlock_id`. */
+export const MAX_FLEETLOCK_ID_LENGTH = 256;
+/** Reboot group names, as the FleetLock protocol's `^[a-zA-Z0-9.-]+$`, bounded. */
+export const MAX_GROUP_NAME_LENGTH = 63;
+
+/** Agents in one desired config or one report; errors in one report. */
+export const MAX_AGENTS = 500;
+export const MAX_REPORT_ERRORS = 500;
+/** Workload units or storage attachments in one report, and the length of each id. */
+export const MAX_ASSIGNMENTS = 10_000;
+export const MAX_ASSIGNMENT_ID_LENGTH = 256;
+
+/** Slots of one reboot group, and a fleet's default for unconfigured groups. */
+export const MAX_GROUP_SLOTS = 10_000;
+
+/** Long-poll ceiling for GET /v1/agent/desired?wait=S. */
+export const MAX_WAIT_S = 60;
+
+/** Page sizes and opaque cursors. */
+export const MAX_PAGE_SIZE = 500;
+export const DEFAULT_PAGE_SIZE = 100;
+export const MAX_CURSOR_LENGTH = 1024;
+
+/** Capabilities of one fleet; agents of one role profile; roles of one server. */
+export const MAX_CAPABILITIES = 256;
+export const MAX_ROLE_AGENTS = 100;
+export const MAX_SERVER_ROLES = 64;
+
+/** A forced decommission's reason. */
+export const MAX_REASON_LENGTH = 1000;
+
+// ---- rollouts (issue 9) ----
+
+/** Targets applying at once in one rollout: default and ceiling. */
+export const DEFAULT_ROLLOUT_CONCURRENCY = 20;
+export const MAX_ROLLOUT_CONCURRENCY = 1000;
+/** Long-poll ceiling for GET /v1/rollouts/{id}?wait=S. */
+export const MAX_ROLLOUT_WAIT_S = 60;
+/** Per-server timeout ceiling (a week) and the slow-server factor's ceiling. */
+export const MAX_SERVER_TIMEOUT_S = 7 * 86400;
+export const MAX_SLOW_FACTOR = 1000;
+/** Servers a selector or an exclude list may name. */
+export const MAX_ROLLOUT_SERVER_LIST = 100_000;

@@ -1,0 +1,49 @@
+/**
+ * A request body is read as what its headers claim, or refused: bytes are only ever decoded as
+ * UTF-8 without a content coding, so a body that declares anything else (gzip, a UTF-16 charset)
+ * would otherwise be read as something it is not.
+ */
+
+export type BodyClaimProblem =
+  | { code: "unsupported_content_encoding"; message: string; details: { content_encoding: string } }
+  | { code: "unsupported_charset"; message: string; details: { charset: string } };
+
+/** The codings a body may declare: none, or `identity` (RFC 9110 §8.4.1). */
+const IDENTITY = new Set(["", "identity"]);
+const UTF8 = new Set(["utf-8", "utf8"]);
+
+/** The charset parameter of a Content-Type, lower-cased and unquoted, or null when absent. */
+export function charsetOf(contentType: string | undefined): string | null {
+  if (!contentType) return null;
+  for (const param of contentType.split(";").slice(1)) {
+    const eq = param.indexOf("=");
+    if (eq < 0) continue;
+    if (param.slice(0, eq).trim().toLowerCase() !== "charset") continue;
+    return param.slice(eq + 1).trim().replace(/^"(.*)"$/, "$1").toLowerCase();
+  }
+  return null;
+}
+
+/** Why a body's declared coding or charset cannot be read as UTF-8 text, or null when it can. */
+export function bodyClaimProblem(headers: { get(name: string): string | null }): BodyClaimProblem | null {
+  const encoding = headers.get("Content-Encoding");
+  if (encoding !== null) {
+    const codings = encoding.split(",").map((c) => c.trim().toLowerCase());
+    if (codings.some((c) => !IDENTITY.has(c))) {
+      return {
+        code: "unsupported_content_encoding",
+        message: `bodies are read as sent; Content-Encoding '${encoding}' is not supported (send it uncompressed)`,
+        details: { content_encoding: encoding },
+      };
+    }
+  }
+  const charset = charsetOf(headers.get("Content-Type") ?? undefined);
+  if (charset !== null && !UTF8.has(charset)) {
+    return {
+      code: "unsupported_charset",
+      message: `bodies are UTF-8; charset '${charset}' is not supported`,
+      details: { charset },
+    };
+  }
+  return null;
+}

@@ -1,0 +1,200 @@
+import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
+import { actorOf, requireScope } from "../auth/principal";
+import { getDb } from "../db/client";
+import { getFleet } from "../fleet/fleets";
+import { notFound } from "../http/errors";
+import { bearer, commonErrors, jsonBody, jsonResponse, notFoundError } from "../http/openapi";
+import { cursorParam, decodeCursor, decodeIdCursor, limitParam, page } from "../http/paging";
+import type { AppEnv } from "../http/types";
+import { validationHook } from "../http/validation";
+import { iso } from "../lib/time";
+import { deleteRole, putChannel, putRole } from "../services/intent";
+import { planAfterChange } from "../services/planner";
+import { PlannerRunSchema, Channel, ChannelChange, ChannelInput, channelParams, fleetParam, Role, RoleInput, roleParams } from "./schemas";
+import { channelHistory, channelView, getChannel, getRole, listChannels, listRoles, roleView } from "./store";
+const unknownChannel = { 422: jsonResponse(z.object({ error: z.any() }), "An agent has no channel in the fleet (unknown_channel)") };
+
+async function requireFleet(db: ReturnType<typeof getDb>, fleet: string) {
+  if (!(await getFleet(db, fleet))) throw notFound("fleet", fleet);
+}
+
+// One chain, so the type of this router (and of the app that mounts it) carries every route for hc.
+export const intentRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook })
+.openapi(
+  createRoute({
+    method: "put",
+    path: "/{fleet}/channels/{agent}",
+    tags: ["fleet intent"],
+    summary: "Set the image the fleet wants for an agent (new servers and newly added roles get it; running servers do not move)",
+    security: bearer,
+    middleware: [requireScope("write")] as const,
+    request: { params: channelParams, body: jsonBody(ChannelInput) },
+    responses: {
+      200: jsonResponse(Channel.extend({ changed: z.boolean() }), "The channel; changed is false when it already held this image"),
+      ...commonErrors,
+      ...notFoundError,
+    },
+  }),
+  async (c) => {
+    const { fleet, agent } = c.req.valid("param");
+    const db = getDb(c.env.DB);
+    const { channel, changed } = await putChannel(db, actorOf(c.var.principal), fleet, agent, c.req.valid("json"));
+    return c.json({ ...channelView(channel), changed }, 200);
+  },
+)
+.openapi(
+  createRoute({
+    method: "get",
+    path: "/{fleet}/channels",
+    tags: ["fleet intent"],
+    summary: "The fleet's agent channels",
+    security: bearer,
+    middleware: [requireScope("read")] as const,
+    request: { params: fleetParam, query: z.object({ limit: limitParam, cursor: cursorParam }) },
+    responses: {
+      200: jsonResponse(z.object({ items: z.array(Channel), next_cursor: z.string().nullable() }), "A page of channels"),
+      ...commonErrors,
+      ...notFoundError,
+    },
+  }),
+  async (c) => {
+    const { fleet } = c.req.valid("param");
+    const { limit, cursor } = c.req.valid("query");
+    const db = getDb(c.env.DB);
+    const after = decodeCursor(cursor, 1);
+    await requireFleet(db, fleet);
+    const { items, next_cursor } = page(await listChannels(db, fleet, after?.[0] ?? null, limit), limit, (r) => [r.agent]);
+    return c.json({ items: items.map(channelView), next_cursor }, 200);
+  },
+)
+.openapi(
+  createRoute({
+    method: "get",
+    path: "/{fleet}/channels/{agent}",
+    tags: ["fleet intent"],
+    summary: "One channel with its history of changes, newest first (paged by cursor)",
+    security: bearer,
+    middleware: [requireScope("read")] as const,
+    request: { params: channelParams, query: z.object({ limit: limitParam, cursor: cursorParam }) },
+    responses: {
+      200: jsonResponse(
+        Channel.extend({ history: z.array(ChannelChange), next_cursor: z.string().nullable() }),
+        "The channel and a page of its history",
+      ),
+      ...commonErrors,
+      ...notFoundError,
+    },
+  }),
+  async (c) => {
+    const { fleet, agent } = c.req.valid("param");
+    const { limit, cursor } = c.req.valid("query");
+    const before = decodeIdCursor(cursor);
+    const db = getDb(c.env.DB);
+    const channel = await getChannel(db, fleet, agent);
+    if (!channel) throw notFound("channel", `${fleet}/${agent}`);
+    const rows = await channelHistory(db, fleet, agent, before, limit);
+    const { items, next_cursor } = page(rows, limit, (r) => [String(r.id)]);
+    return c.json(
+      {
+        ...channelView(channel),
+        history: items.map((h) => ({
+          image: h.image,
+          version: h.version,
+          previous: h.previousImage != null ? { image: h.previousImage, version: h.previousVersion ?? "" } : null,
+          at: iso(h.at),
+          actor: h.actor,
+        })),
+        next_cursor,
+      },
+      200,
+    );
+  },
+)
+.openapi(
+  createRoute({
+    method: "put",
+    path: "/{fleet}/roles/{role}",
+    tags: ["fleet intent"],
+    summary: "Create or replace a role profile: the agents the role runs, each optionally conditioned on a capability",
+    security: bearer,
+    middleware: [requireScope("write")] as const,
+    request: { params: roleParams, body: jsonBody(RoleInput) },
+    responses: {
+      200: jsonResponse(
+        Role.extend({ changed: z.boolean(), planning: PlannerRunSchema.nullable() }),
+        "The role; changed is false when it already was this; planning: the re-planning of the servers with the role",
+      ),
+      ...commonErrors,
+      ...notFoundError,
+      ...unknownChannel,
+    },
+  }),
+  async (c) => {
+    const { fleet, role } = c.req.valid("param");
+    const db = getDb(c.env.DB);
+    const out = await putRole(db, actorOf(c.var.principal), fleet, role, c.req.valid("json"));
+    const planning = out.changed ? await planAfterChange(c.env, c.executionCtx, fleet) : null;
+    return c.json({ ...roleView(out.role), changed: out.changed, planning }, 200);
+  },
+)
+.openapi(
+  createRoute({
+    method: "get",
+    path: "/{fleet}/roles/{role}",
+    tags: ["fleet intent"],
+    summary: "A role profile",
+    security: bearer,
+    middleware: [requireScope("read")] as const,
+    request: { params: roleParams },
+    responses: { 200: jsonResponse(Role, "The role"), ...commonErrors, ...notFoundError },
+  }),
+  async (c) => {
+    const { fleet, role } = c.req.valid("param");
+    const row = await getRole(getDb(c.env.DB), fleet, role);
+    if (!row) throw notFound("role", `${fleet}/${role}`);
+    return c.json(roleView(row), 200);
+  },
+)
+.openapi(
+  createRoute({
+    method: "get",
+    path: "/{fleet}/roles",
+    tags: ["fleet intent"],
+    summary: "The fleet's role profiles",
+    security: bearer,
+    middleware: [requireScope("read")] as const,
+    request: { params: fleetParam, query: z.object({ limit: limitParam, cursor: cursorParam }) },
+    responses: {
+      200: jsonResponse(z.object({ items: z.array(Role), next_cursor: z.string().nullable() }), "A page of roles"),
+      ...commonErrors,
+      ...notFoundError,
+    },
+  }),
+  async (c) => {
+    const { fleet } = c.req.valid("param");
+    const { limit, cursor } = c.req.valid("query");
+    const db = getDb(c.env.DB);
+    const after = decodeCursor(cursor, 1);
+    await requireFleet(db, fleet);
+    const { items, next_cursor } = page(await listRoles(db, fleet, after?.[0] ?? null, limit), limit, (r) => [r.role]);
+    return c.json({ items: items.map(roleView), next_cursor }, 200);
+  },
+)
+.openapi(
+  createRoute({
+    method: "delete",
+    path: "/{fleet}/roles/{role}",
+    tags: ["fleet intent"],
+    summary: "Delete a role profile (servers with the role no longer get its agents)",
+    security: bearer,
+    middleware: [requireScope("write")] as const,
+    request: { params: roleParams },
+    responses: { 204: { description: "Deleted" }, ...commonErrors, ...notFoundError },
+  }),
+  async (c) => {
+    const { fleet, role } = c.req.valid("param");
+    await deleteRole(getDb(c.env.DB), actorOf(c.var.principal), fleet, role);
+    await planAfterChange(c.env, c.executionCtx, fleet);
+    return c.body(null, 204);
+  },
+);

@@ -1,0 +1,81 @@
+import { z } from "@hono/zod-openapi";
+import { CAPABILITY_NAME, fleetId, roleName } from "../fleet/schemas";
+import { agentName, imageRef, versionString } from "../ledger/schemas";
+
+import { MAX_ROLE_AGENTS } from "../domain/limits";
+
+export const ChannelInput = z.strictObject({ image: imageRef, version: versionString }).openapi("ChannelInput");
+
+export const Channel = z
+  .object({
+    fleet: z.string(),
+    agent: z.string(),
+    image: z.string(),
+    version: z.string(),
+    updated_at: z.string(),
+    updated_by: z.string(),
+  })
+  .openapi("Channel");
+
+export const ChannelChange = z
+  .object({
+    image: z.string(),
+    version: z.string(),
+    previous: z.object({ image: z.string(), version: z.string() }).nullable(),
+    at: z.string(),
+    actor: z.string(),
+  })
+  .openapi("ChannelChange");
+
+/** `"firewall"`: the capability is true; `"!object_storage"`: it is not. */
+export const condition = z
+  .string()
+  .regex(new RegExp(`^!?${CAPABILITY_NAME.source.slice(1, -1)}$`), "a capability name, optionally prefixed with '!'");
+
+const RoleAgent = z.strictObject({ name: agentName, when: condition.optional() }).openapi("RoleAgent");
+
+export const RoleInput = z
+  .strictObject({
+    agents: z
+      .array(RoleAgent)
+      .max(MAX_ROLE_AGENTS)
+      .superRefine((items, ctx) => {
+        const seen = new Set<string>();
+        items.forEach((a, i) => {
+          if (seen.has(a.name)) {
+            ctx.addIssue({
+              code: "custom",
+              path: [i, "name"],
+              message: `agent '${a.name}' appears more than once`,
+              params: { code: "duplicate_agent" },
+            });
+          }
+          seen.add(a.name);
+        });
+      }),
+  })
+  .openapi("RoleInput");
+export type RoleInput = z.infer<typeof RoleInput>;
+
+export const Role = z
+  .object({
+    fleet: z.string(),
+    role: z.string(),
+    agents: z.array(z.object({ name: z.string(), when: z.string().optional() })),
+    updated_at: z.string(),
+    updated_by: z.string(),
+  })
+  .openapi("Role");
+
+export const fleetParam = z.object({ fleet: fleetId });
+export const channelParams = fleetParam.extend({ agent: agentName });
+export const roleParams = fleetParam.extend({ role: roleName });
+
+export const PlannerRunSchema = z
+  .object({
+    servers: z.number().int().openapi({ description: "servers offered the new inputs" }),
+    issued: z.number().int().openapi({ description: "servers given a new generation (their plan differed)" }),
+    failed: z.number().int().openapi({ description: "servers left marked for a retry" }),
+    remaining: z.boolean().openapi({ description: "planning goes on in the background" }),
+  })
+  .openapi("PlannerRun");

@@ -1,0 +1,124 @@
+import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
+import { actorOf, requireScope } from "../auth/principal";
+import { ServerDetail, serverIdParam } from "../fleet/schemas";
+import { serverDetail } from "../fleet/servers";
+import { bearer, commonErrors, conflictError, jsonResponse, notFoundError } from "../http/openapi";
+import type { AppEnv } from "../http/types";
+import { validationHook } from "../http/validation";
+import { replanServer } from "../services/planner";
+import { cancelDecommission, decommissionServer, rotateServerToken } from "../services/lifecycle";
+import { ApiError } from "../http/errors";
+
+/** Per-server planning routes (issue 8). */
+const DecommissionInput = z
+  .strictObject({
+    force: z.boolean().default(false).openapi({ description: "remove a dead host without its acknowledgement (admin only)" }),
+    reason: z.string().trim().min(1).max(1000).optional().openapi({ description: "required with force; audited" }),
+  })
+  .refine((b) => !b.force || b.reason !== undefined, { message: "force needs a reason", path: ["reason"] })
+  .openapi("DecommissionInput");
+
+// One chain, so the type of this router (and of the app that mounts it) carries every route for hc.
+export const serverPlanRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook })
+.openapi(
+  createRoute({
+    method: "post",
+    path: "/{id}/desired/release",
+    tags: ["servers"],
+    summary: "Release a pinned server back to planning; it is re-planned at once",
+    description:
+      "An operator's explicit PUT /v1/servers/{id}/desired pins the server: the planner leaves its agents alone. " +
+      "Releasing hands it back: agents it runs keep their images, the rest follow its roles, the fleet's capabilities " +
+      "and channels; a new generation is issued only if that differs from the current config.",
+    security: bearer,
+    middleware: [requireScope("write")] as const,
+    request: { params: serverIdParam },
+    responses: {
+      200: jsonResponse(ServerDetail, "The server, planned again"),
+      ...commonErrors,
+      ...notFoundError,
+      ...conflictError("server_removed"),
+    },
+  }),
+  async (c) => {
+    const { id } = c.req.valid("param");
+    const out = await replanServer(c.env, actorOf(c.var.principal), id, { reason: "released", release: true });
+    return c.json(serverDetail(out.view), 200);
+  },
+)
+.openapi(
+  createRoute({
+    method: "post",
+    path: "/{id}/decommission",
+    tags: ["servers"],
+    summary: "Decommission a server: terminate (managed) or uninstall (manual, only when nothing is assigned or attached)",
+    description:
+      "The server becomes `decommissioning` and its next generation carries the order, with no agents. When the host " +
+      "acknowledges (a report at that generation with no agents and no errors), cleanup runs to the end — its instances " +
+      "leave the index, its token stops, it leaves every reboot semaphore and frees its fleetlock_id — and only then " +
+      "is it `removed` (listable with ?state=removed). With `force` (admin, reason required) cleanup starts at once.",
+    security: bearer,
+    middleware: [requireScope("write")] as const,
+    request: { params: serverIdParam, body: { required: false, content: { "application/json": { schema: DecommissionInput } } } },
+    responses: {
+      200: jsonResponse(ServerDetail, "The server, decommissioning (or removed)"),
+      ...commonErrors,
+      ...notFoundError,
+      ...conflictError("uninstall_blocked (names each unit and attachment), server_removed"),
+    },
+  }),
+  async (c) => {
+    const { id } = c.req.valid("param");
+    const body = (c.req.valid("json") as z.infer<typeof DecommissionInput> | undefined) ?? { force: false };
+    const principal = c.var.principal;
+    if (body.force && !(principal.kind === "operator" && principal.scope === "admin")) {
+      throw new ApiError(403, "forbidden", "force decommission needs a token with scope 'admin'");
+    }
+    const out = await decommissionServer(c.env, actorOf(principal), id, { force: body.force ? { reason: body.reason! } : undefined });
+    return c.json(serverDetail(out.view), 200);
+  },
+)
+.openapi(
+  createRoute({
+    method: "post",
+    path: "/{id}/decommission/cancel",
+    tags: ["servers"],
+    summary: "Cancel a decommission the host has not acknowledged; the next generation orders run again",
+    security: bearer,
+    middleware: [requireScope("write")] as const,
+    request: { params: serverIdParam },
+    responses: {
+      200: jsonResponse(ServerDetail, "The server, back to its previous state and agents"),
+      ...commonErrors,
+      ...notFoundError,
+      ...conflictError("not_decommissioning, decommission_acknowledged, server_removed"),
+    },
+  }),
+  async (c) => {
+    const { id } = c.req.valid("param");
+    const out = await cancelDecommission(c.env, actorOf(c.var.principal), id);
+    return c.json(serverDetail(out.view), 200);
+  },
+)
+.openapi(
+  createRoute({
+    method: "post",
+    path: "/{id}/token",
+    tags: ["servers"],
+    summary: "Rotate the server's token: the new one is answered once, the old one stops at once",
+    security: bearer,
+    middleware: [requireScope("write")] as const,
+    request: { params: serverIdParam },
+    responses: {
+      200: jsonResponse(z.object({ id: z.string(), token: z.string() }), "The new token (shown only here)"),
+      ...commonErrors,
+      ...notFoundError,
+      ...conflictError("server_removed"),
+    },
+  }),
+  async (c) => {
+    const { id } = c.req.valid("param");
+    const out = await rotateServerToken(c.env, actorOf(c.var.principal), id);
+    return c.json({ id, token: out.token }, 200);
+  },
+);

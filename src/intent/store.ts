@@ -1,0 +1,138 @@
+import { and, asc, desc, eq, lt, sql, type SQL } from "drizzle-orm";
+import type { Db } from "../db/client";
+import { agentChannelHistory, agentChannels, fleetIntent, fleets, roleProfiles } from "../db/schema";
+import { iso } from "../lib/time";
+import type { RoleAgent } from "../planner/plan";
+
+export type ChannelRow = typeof agentChannels.$inferSelect;
+export type RoleRow = typeof roleProfiles.$inferSelect;
+
+export const channelView = (r: ChannelRow) => ({
+  fleet: r.fleetId,
+  agent: r.agent,
+  image: r.image,
+  version: r.version,
+  updated_at: iso(r.updatedAt),
+  updated_by: r.updatedBy,
+});
+
+export const roleView = (r: RoleRow) => ({
+  fleet: r.fleetId,
+  role: r.role,
+  agents: r.agents,
+  updated_at: iso(r.updatedAt),
+  updated_by: r.updatedBy,
+});
+
+export const getChannel = (db: Db, fleet: string, agent: string) =>
+  db.query.agentChannels.findFirst({ where: and(eq(agentChannels.fleetId, fleet), eq(agentChannels.agent, agent)) });
+
+export const listChannels = (db: Db, fleet: string, after: string | null, limit: number) =>
+  db
+    .select()
+    .from(agentChannels)
+    .where(and(eq(agentChannels.fleetId, fleet), after ? sql`${agentChannels.agent} > ${after}` : undefined))
+    .orderBy(asc(agentChannels.agent))
+    .limit(limit + 1);
+
+/** Newest first. */
+export const channelHistory = (db: Db, fleet: string, agent: string, before: number | null, limit: number) =>
+  db
+    .select()
+    .from(agentChannelHistory)
+    .where(
+      and(
+        eq(agentChannelHistory.fleetId, fleet),
+        eq(agentChannelHistory.agent, agent),
+        before ? lt(agentChannelHistory.id, before) : undefined,
+      ),
+    )
+    .orderBy(desc(agentChannelHistory.id))
+    .limit(limit + 1);
+
+export const getRole = (db: Db, fleet: string, role: string) =>
+  db.query.roleProfiles.findFirst({ where: and(eq(roleProfiles.fleetId, fleet), eq(roleProfiles.role, role)) });
+
+export const listRoles = (db: Db, fleet: string, after: string | null, limit: number) =>
+  db
+    .select()
+    .from(roleProfiles)
+    .where(and(eq(roleProfiles.fleetId, fleet), after ? sql`${roleProfiles.role} > ${after}` : undefined))
+    .orderBy(asc(roleProfiles.role))
+    .limit(limit + 1);
+
+/** The agents among `names` that have no channel in the fleet. */
+export async function agentsWithoutChannel(db: Db, fleet: string, names: string[]) {
+  if (names.length === 0) return [];
+  const rows = await db
+    .select({ agent: agentChannels.agent })
+    .from(agentChannels)
+    .where(
+      and(
+        eq(agentChannels.fleetId, fleet),
+        sql`${agentChannels.agent} IN (SELECT value FROM json_each(${JSON.stringify(names)}))`,
+      ),
+    );
+  const have = new Set(rows.map((r) => r.agent));
+  return names.filter((n) => !have.has(n));
+}
+
+/** The fleet's intent revision now (0 before its first change). */
+export async function intentRevOf(db: Db, fleet: string) {
+  const row = await db.query.fleetIntent.findFirst({ where: eq(fleetIntent.fleetId, fleet) });
+  return row?.rev ?? 0;
+}
+
+/**
+ * The statement that moves the fleet's intent revision from `expected` to `expected + 1`. It goes
+ * in the batch of every change of a plan input: if another change committed since `expected` was
+ * read, the NOT NULL fails and the whole batch rolls back (the caller re-reads and retries), so
+ * changes of one fleet's intent apply one after another, each on the state it checked.
+ */
+export const bumpIntentRev = (db: Db, fleet: string, expected: number, guard?: SQL) =>
+  db
+    .insert(fleetIntent)
+    .values({
+      fleetId: fleet,
+      rev: sql`CASE WHEN coalesce((SELECT rev FROM ${fleetIntent} WHERE fleet_id = ${fleet}), 0) = ${expected}
+        ${guard ? sql`AND (${guard})` : sql``} THEN ${expected + 1} ELSE NULL END`,
+    })
+    .onConflictDoUpdate({ target: fleetIntent.fleetId, set: { rev: sql`excluded.rev` } });
+
+export function isIntentConflict(err: unknown) {
+  const text = err instanceof Error ? `${err.message} ${(err as { cause?: Error }).cause?.message ?? ""}` : String(err);
+  return /NOT NULL constraint failed: fleet_intent\.rev/i.test(text);
+}
+
+/** A statement's guard: the fleet still exists when the batch commits. */
+export const fleetExists = (fleet: string) => sql`EXISTS (SELECT 1 FROM ${fleets} WHERE ${fleets.id} = ${fleet})`;
+
+/**
+ * Everything the planner needs for one fleet, read in one batch (one consistent snapshot) with the
+ * intent revision it corresponds to.
+ */
+export async function planInputsOf(db: Db, fleet: string) {
+  const [fleetRows, revRows, roleRows, channelRows] = await db.batch([
+    db.select({ capabilities: fleets.capabilities, staleAfterS: fleets.staleAfterS }).from(fleets).where(eq(fleets.id, fleet)),
+    db.select({ rev: fleetIntent.rev }).from(fleetIntent).where(eq(fleetIntent.fleetId, fleet)),
+    db.select({ role: roleProfiles.role, agents: roleProfiles.agents }).from(roleProfiles).where(eq(roleProfiles.fleetId, fleet)),
+    db
+      .select({ agent: agentChannels.agent, image: agentChannels.image, version: agentChannels.version })
+      .from(agentChannels)
+      .where(eq(agentChannels.fleetId, fleet)),
+  ]);
+  if (fleetRows.length === 0) return null;
+  const profiles: Record<string, RoleAgent[]> = {};
+  for (const r of roleRows) profiles[r.role] = r.agents;
+  const channels: Record<string, { image: string; version: string }> = {};
+  for (const c of channelRows) channels[c.agent] = { image: c.image, version: c.version };
+  return {
+    fleet,
+    rev: revRows[0]?.rev ?? 0,
+    capabilities: fleetRows[0].capabilities,
+    stale_after_s: fleetRows[0].staleAfterS,
+    profiles,
+    channels,
+  };
+}
+export type FleetPlanInputs = NonNullable<Awaited<ReturnType<typeof planInputsOf>>>;

@@ -1,0 +1,86 @@
+/**
+ * The planner (DESIGN §4 "Planner", issue 8): what a server should run, from its roles, the role
+ * profiles and capabilities of its fleet, the fleet's agent channels, and what its current desired
+ * config already gives it. Pure, so every rule is a table test.
+ */
+
+/** `"firewall"` holds when the capability is true; `"!object_storage"` when it is not true. */
+export type Condition = string;
+
+export interface RoleAgent {
+  name: string;
+  when?: Condition;
+}
+
+export interface PlanInputs {
+  roles: readonly string[];
+  /** role → its agents; a role missing here has no profile (yet) and contributes nothing. */
+  profiles: Readonly<Record<string, readonly RoleAgent[]>>;
+  capabilities: Readonly<Record<string, boolean>>;
+  /** agent → the image the fleet currently wants for it. */
+  channels: Readonly<Record<string, { image: string; version: string }>>;
+  /** The agents of the server's current desired config (empty at registration). */
+  current: readonly { name: string; image: string; version: string }[];
+}
+
+export interface PlannedAgent {
+  name: string;
+  image: string;
+  version: string;
+  /** Where the image came from: kept from the current config, or taken from the channel. */
+  source: "current" | "channel";
+}
+
+export interface Plan {
+  /** Sorted by name. */
+  agents: PlannedAgent[];
+  /** Roles of the server that have no profile in its fleet. */
+  unknown_roles: string[];
+  /** Agents a role asks for that the server does not run yet and that have no channel to install from. */
+  unplannable: string[];
+}
+
+export function conditionHolds(when: Condition | undefined, capabilities: Readonly<Record<string, boolean>>) {
+  if (when === undefined) return true;
+  return when.startsWith("!") ? capabilities[when.slice(1)] !== true : capabilities[when] === true;
+}
+
+export function plan(inputs: PlanInputs): Plan {
+  const wanted = new Set<string>();
+  const unknownRoles: string[] = [];
+  for (const role of new Set(inputs.roles)) {
+    const profile = inputs.profiles[role];
+    if (!profile) {
+      unknownRoles.push(role);
+      continue;
+    }
+    // An agent in several roles runs if any of them wants it.
+    for (const a of profile) if (conditionHolds(a.when, inputs.capabilities)) wanted.add(a.name);
+  }
+  const current = new Map(inputs.current.map((a) => [a.name, a]));
+  const agents: PlannedAgent[] = [];
+  const unplannable: string[] = [];
+  for (const name of [...wanted].sort()) {
+    // An agent the server already runs keeps its image: moving it is a rollout's job, not a
+    // channel change's (DESIGN §3).
+    const have = current.get(name);
+    if (have) {
+      agents.push({ name, image: have.image, version: have.version, source: "current" });
+      continue;
+    }
+    const channel = inputs.channels[name];
+    if (channel) agents.push({ name, image: channel.image, version: channel.version, source: "channel" });
+    else unplannable.push(name);
+  }
+  return { agents, unknown_roles: unknownRoles.sort(), unplannable };
+}
+
+/** Whether applying `p` would change the agents of the current config (name, image, version). */
+export function planDiffers(p: Plan, current: PlanInputs["current"]) {
+  if (p.agents.length !== current.length) return true;
+  const byName = new Map(current.map((a) => [a.name, a]));
+  return p.agents.some((a) => {
+    const c = byName.get(a.name);
+    return !c || c.image !== a.image || c.version !== a.version;
+  });
+}

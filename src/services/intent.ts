@@ -1,0 +1,211 @@
+/**
+ * Fleet intent workflows (issue 8): agent channels, role profiles and fleet settings. Their facts
+ * live in D1 (the owner of fleet configuration); each change commits in one batch with its audit
+ * row and the bump of the fleet's intent revision, or not at all.
+ */
+import { eq, sql, type SQL } from "drizzle-orm";
+import { auditInsert } from "../audit/log";
+import type { Db } from "../db/client";
+import { agentChannelHistory, agentChannels, fleets, roleProfiles } from "../db/schema";
+import { ApiError, notFound } from "../http/errors";
+import type { RoleInput } from "../intent/schemas";
+import {
+  agentsWithoutChannel,
+  bumpIntentRev,
+  getChannel,
+  getRole,
+  intentRevOf,
+  isIntentConflict,
+  type ChannelRow,
+  type RoleRow,
+} from "../intent/store";
+import { getFleet, type FleetRow } from "../fleet/fleets";
+import type { FleetPatch } from "../fleet/schemas";
+import { MAX_CAPABILITIES } from "../domain/limits";
+import { markFleet, markServersWithRole } from "./planner";
+
+type Statement = Parameters<Db["batch"]>[0][number];
+
+/** Each round of a race commits at least one writer, so this bounds a race of this many. */
+const MAX_ATTEMPTS = 16;
+
+/**
+ * Read-check-write of one fleet's intent. `decide` reads what it needs and returns the statements
+ * of its change (or none: nothing to change); they commit together with the revision bump only if
+ * no other change of the fleet's intent committed in between, else `decide` runs again on the new
+ * state. An optional `guard` (SQL) is checked at commit the same way.
+ */
+export async function changeIntent<T>(
+  db: Db,
+  fleet: string,
+  decide: (ctx: { fleet: FleetRow; rev: number }) => Promise<{ statements: Statement[]; result: T; guard?: SQL }>,
+): Promise<T> {
+  for (let attempt = 1; ; attempt++) {
+    const rev = await intentRevOf(db, fleet);
+    const row = await getFleet(db, fleet);
+    if (!row) throw notFound("fleet", fleet);
+    const { statements, result, guard } = await decide({ fleet: row, rev });
+    if (statements.length === 0) return result;
+    try {
+      await db.batch([bumpIntentRev(db, fleet, rev, guard), ...statements]);
+      return result;
+    } catch (err) {
+      if (!isIntentConflict(err)) throw err;
+      if (attempt >= MAX_ATTEMPTS) {
+        throw new ApiError(409, "concurrent_change", `fleet '${fleet}' is being changed concurrently; retry`);
+      }
+      await new Promise((r) => setTimeout(r, Math.random() * 10 * attempt));
+    }
+  }
+}
+
+/**
+ * Sets the image the fleet wants for an agent. It moves no server that already runs the agent
+ * (rollouts do that); new servers and newly added roles get it. Setting what is already there
+ * changes nothing and records nothing.
+ */
+export function putChannel(db: Db, actor: string, fleet: string, agent: string, input: { image: string; version: string }) {
+  return changeIntent(db, fleet, async () => {
+    const current = await getChannel(db, fleet, agent);
+    if (current && current.image === input.image && current.version === input.version) {
+      return { statements: [], result: { channel: current, changed: false } };
+    }
+    const now = Date.now();
+    const channel: ChannelRow = { fleetId: fleet, agent, ...input, updatedAt: now, updatedBy: actor };
+    const previous = current ? { image: current.image, version: current.version } : null;
+    return {
+      result: { channel, changed: true },
+      statements: [
+        db.insert(agentChannelHistory).values({
+          fleetId: fleet,
+          agent,
+          image: input.image,
+          version: input.version,
+          previousImage: previous?.image ?? null,
+          previousVersion: previous?.version ?? null,
+          at: now,
+          actor,
+        }),
+        db
+          .insert(agentChannels)
+          .values(channel)
+          .onConflictDoUpdate({
+            target: [agentChannels.fleetId, agentChannels.agent],
+            set: { image: input.image, version: input.version, updatedAt: now, updatedBy: actor },
+          }),
+        auditInsert(db, { actor, action: "channel.put", target: `fleet:${fleet}`, details: { agent, ...input, previous } }),
+      ],
+    };
+  });
+}
+
+/** The agents a role runs in the fleet; each must have a channel, so a new server can get it. */
+export function putRole(db: Db, actor: string, fleet: string, role: string, input: RoleInput) {
+  // Stored without absent `when`s, so equal profiles compare equal.
+  const agents = input.agents.map((a) => (a.when === undefined ? { name: a.name } : { name: a.name, when: a.when }));
+  return changeIntent(db, fleet, async ({ rev }) => {
+    const missing = await agentsWithoutChannel(db, fleet, agents.map((a) => a.name));
+    if (missing.length) {
+      throw new ApiError(422, "unknown_channel", `agents without a channel in fleet '${fleet}': ${missing.join(", ")}`, {
+        agents: missing,
+      });
+    }
+    const current = await getRole(db, fleet, role);
+    if (current && JSON.stringify(current.agents) === JSON.stringify(agents)) {
+      return { statements: [], result: { role: current, changed: false } };
+    }
+    const now = Date.now();
+    const row: RoleRow = { fleetId: fleet, role, agents, updatedAt: now, updatedBy: actor };
+    return {
+      result: { role: row, changed: true },
+      statements: [
+        db
+          .insert(roleProfiles)
+          .values(row)
+          .onConflictDoUpdate({
+            target: [roleProfiles.fleetId, roleProfiles.role],
+            set: { agents, updatedAt: now, updatedBy: actor },
+          }),
+        // The servers with this role are re-planned (a new role's agents get their channel's image).
+        markServersWithRole(db, fleet, role, rev + 1, now),
+        auditInsert(db, {
+          actor,
+          action: current ? "role.update" : "role.create",
+          target: `fleet:${fleet}`,
+          details: { role, agents, previous: current?.agents ?? null },
+        }),
+      ],
+    };
+  });
+}
+
+export function deleteRole(db: Db, actor: string, fleet: string, role: string) {
+  return changeIntent(db, fleet, async ({ rev }) => {
+    const current = await getRole(db, fleet, role);
+    if (!current) throw notFound("role", `${fleet}/${role}`);
+    return {
+      result: undefined,
+      statements: [
+        markServersWithRole(db, fleet, role, rev + 1, Date.now()),
+        db.delete(roleProfiles).where(sql`${roleProfiles.fleetId} = ${fleet} AND ${roleProfiles.role} = ${role}`),
+        auditInsert(db, { actor, action: "role.delete", target: `fleet:${fleet}`, details: { role, agents: current.agents } }),
+      ],
+    };
+  });
+}
+
+/**
+ * PATCH /v1/fleets/{fleet}: capabilities merged (null removes a key), settings replaced. An
+ * unchanged result writes nothing.
+ */
+export function patchFleet(db: Db, actor: string, fleet: string, patch: FleetPatch) {
+  return changeIntent(db, fleet, async ({ fleet: row, rev }) => {
+    const capabilities = { ...row.capabilities };
+    for (const [k, v] of Object.entries(patch.capabilities ?? {})) {
+      if (v === null) delete capabilities[k];
+      else capabilities[k] = v;
+    }
+    if (Object.keys(capabilities).length > MAX_CAPABILITIES) {
+      throw new ApiError(409, "too_many_capabilities", `a fleet has at most ${MAX_CAPABILITIES} capabilities`);
+    }
+    const next: FleetRow = {
+      ...row,
+      capabilities,
+      staleAfterS: patch.stale_after_s ?? row.staleAfterS,
+      lockTtlS: patch.lock_ttl_s ?? row.lockTtlS,
+      allowUnknownIds: patch.allow_unknown_ids ?? row.allowUnknownIds,
+      defaultGroupSlots: patch.default_group_slots === undefined ? row.defaultGroupSlots : patch.default_group_slots,
+    };
+    const changed = {
+      capabilities: JSON.stringify(sortKeys(capabilities)) !== JSON.stringify(sortKeys(row.capabilities)),
+      settings:
+        next.staleAfterS !== row.staleAfterS ||
+        next.lockTtlS !== row.lockTtlS ||
+        next.allowUnknownIds !== row.allowUnknownIds ||
+        next.defaultGroupSlots !== row.defaultGroupSlots,
+    };
+    if (!changed.capabilities && !changed.settings) return { statements: [], result: { fleet: row, before: row, changed } };
+    return {
+      result: { fleet: next, before: row, changed },
+      statements: [
+        db
+          .update(fleets)
+          .set({
+            capabilities,
+            staleAfterS: next.staleAfterS,
+            lockTtlS: next.lockTtlS,
+            allowUnknownIds: next.allowUnknownIds,
+            defaultGroupSlots: next.defaultGroupSlots,
+          })
+          .where(eq(fleets.id, fleet)),
+        auditInsert(db, { actor, action: "fleet.patch", target: `fleet:${fleet}`, details: patch }),
+        // Capabilities change plans; stale_after is copied by every ledger (its staleness deadline).
+        ...(changed.capabilities || next.staleAfterS !== row.staleAfterS ? [markFleet(db, fleet, rev + 1, Date.now())] : []),
+      ],
+    };
+  });
+}
+
+function sortKeys(o: Record<string, boolean>) {
+  return Object.fromEntries(Object.entries(o).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)));
+}
