@@ -15,6 +15,8 @@ import {
   type Target,
   type TargetEvent,
 } from "../src/rollouts/machine";
+import { decideApply, settleMarks, type RolloutMark } from "../src/rollouts/ledger-side";
+import type { StoredReport } from "../src/ledger/schemas";
 
 const T = (over: Partial<Target> = {}): Target => ({
   pass: 0,
@@ -171,5 +173,44 @@ describe("progress", () => {
     expect(etaSeconds(core({}, { queued: 8, applying: 2 }), 5, 2000)).toBe(4);
     expect(etaSeconds(core({}, { queued: 8 }), 5, null)).toBeNull();
     expect(etaSeconds(core({ state: "succeeded" }), 5, null)).toBe(0);
+  });
+});
+
+describe("the ledger's side", () => {
+  const mark: RolloutMark = { rollout_id: "r1", pass: 0, generation: 5, image: "img:2", from_image: "img:1", from_version: "1" };
+  const report = (generation: number, image: string, error = false): StoredReport => ({
+    generation,
+    reconciled_at: "2026-01-01T00:00:00Z",
+    boot_id: "b",
+    agents: [{ name: "fw", image, version: "x", instance_id: "i", state: "running" }],
+    errors: error ? [{ agent: "fw", op: "update", message: "pull failed" }] : [],
+    assignments: { units: [], storage: [] },
+    received_at: 1,
+  });
+  it.each([
+    ["a report behind the written generation settles nothing, even with an old error", report(4, "img:1", true), null],
+    ["at the generation, running the image: realized", report(5, "img:2"), "realized"],
+    ["past the generation, running the image: realized", report(6, "img:2"), "realized"],
+    ["at the generation with an error for the agent: failed", report(5, "img:1", true), "failed"],
+    ["at the generation, another image, no error: not yet", report(5, "img:1"), null],
+  ] as const)("%s", (_n, r, outcome) => {
+    const { events, remaining } = settleMarks({ fw: mark }, r, "s1");
+    expect(events.map((e) => e.outcome)).toEqual(outcome ? [outcome] : []);
+    expect(Object.keys(remaining)).toEqual(outcome ? [] : ["fw"]);
+  });
+
+  const desired = { generation: 4, agents: [{ name: "fw", image: "img:1", version: "1", instance_id: "i" }], lifecycle: "run" as const, updated_at: 0 };
+  const req = { rollout_id: "r1", pass: 0, agent: "fw", image: "img:2", version: "2" };
+  it.each([
+    ["writes the next generation with the agent's image changed", desired, "active", undefined, "applied"],
+    ["a redelivery answers the same generation and writes nothing", desired, "active", mark, "applied"],
+    ["already at the image", { ...desired, agents: [{ ...desired.agents[0], image: "img:2", version: "2" }] }, "active", undefined, "already_at_image"],
+    ["no such agent", { ...desired, agents: [] }, "active", undefined, "agent_absent"],
+    ["a decommissioning server", desired, "decommissioning", undefined, "removed"],
+  ] as const)("%s", (_n, d, state, m, outcome) => {
+    const out = decideApply(d, state, m, req, 9);
+    expect(out.outcome.outcome).toBe(outcome);
+    if (outcome === "applied" && !m) expect(out.next).toMatchObject({ generation: 5, agents: [{ image: "img:2", instance_id: "i" }] });
+    if (m) expect(out.next).toBeUndefined();
   });
 });

@@ -60,21 +60,23 @@ describe("rollouts and fleet intent", () => {
   });
 
   it("servers decommissioned during the rollout leave it: applying and queued targets become skipped (removed)", async () => {
-    const { fleet, hosts } = await plannedFleet(4);
-    const r = await startRollout({ fleet, concurrency: 1 });
-    const [applying] = await targets(r.id, "?state=applying");
+    const { fleet, hosts } = await plannedFleet(5);
+    const r = await startRollout({ fleet, concurrency: 2 });
+    const [a, b] = await targets(r.id, "?state=applying");
     const queued = (await targets(r.id, "?state=queued"))[0];
-    for (const id of [applying.server_id, queued.server_id]) {
-      expect((await call("POST", `/v1/servers/${id}/decommission`, { body: {} })).status).toBe(200);
-      await settle(id);
-    }
+    // One applying server decommissioned, one force-removed (a dead host), one queued decommissioned.
+    expect((await call("POST", `/v1/servers/${a.server_id}/decommission`, { body: {} })).status).toBe(200);
+    expect((await call("POST", `/v1/servers/${b.server_id}/decommission`, { body: { force: true, reason: "host is dead" } })).status).toBe(200);
+    expect((await call("POST", `/v1/servers/${queued.server_id}/decommission`, { body: {} })).status).toBe(200);
+    for (const id of [a.server_id, b.server_id, queued.server_id]) await settle(id);
     await drain(r.id);
+    expect((await getRollout(r.id)).counts).toMatchObject({ skipped: 3, applying: 2, queued: 0 });
     for (let i = 0; i < 6 && (await getRollout(r.id)).state === "running"; i++) await reconcileApplying(r.id, hosts);
     const final = await getRollout(r.id);
     expect(final.state).toBe("succeeded");
-    expect(final.counts).toMatchObject({ done: 2, skipped: 2 });
+    expect(final.counts).toMatchObject({ done: 2, skipped: 3 });
     const skipped = await targets(r.id, "?state=skipped");
-    expect(skipped.map((t) => t.server_id).sort()).toEqual([applying.server_id, queued.server_id].sort());
+    expect(skipped.map((t) => t.server_id).sort()).toEqual([a.server_id, b.server_id, queued.server_id].sort());
     expect(skipped.every((t) => t.reason === "removed")).toBe(true);
   });
 });
