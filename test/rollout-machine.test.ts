@@ -17,6 +17,7 @@ import {
 } from "../src/rollouts/machine";
 import { decideApply, settleMarks, type RolloutMark } from "../src/rollouts/ledger-side";
 import type { StoredReport } from "../src/ledger/schemas";
+import type { DesiredState } from "../src/ledger/desired";
 
 const T = (over: Partial<Target> = {}): Target => ({
   pass: 0,
@@ -208,7 +209,7 @@ describe("the ledger's side", () => {
     ["no such agent", { ...desired, agents: [] }, "active", undefined, "agent_absent"],
     ["a decommissioning server", desired, "decommissioning", undefined, "removed"],
   ] as const)("%s", (_n, d, state, m, outcome) => {
-    const out = decideApply(d, state, m, req, 9);
+    const out = decideApply(d as DesiredState, state, m, req, 9);
     expect(out.outcome.outcome).toBe(outcome);
     if (outcome === "applied" && !m) expect(out.next).toMatchObject({ generation: 5, agents: [{ image: "img:2", instance_id: "i" }] });
     if (m) expect(out.next).toBeUndefined();

@@ -732,7 +732,10 @@ export class ServerLedger extends DurableObject<Env> {
         });
       });
       this.wakeWaiters();
-      await this.settleInBackground();
+      // Not delivered now: the host's report follows within moments and its delivery carries this
+      // projection and audit row in the same D1 batch (one projection per target, not two). The
+      // alarm delivers them within OUTBOX_SAFETY_MS should no report come.
+      await this.scheduler.arm();
     }
     return decision.outcome;
   }

@@ -49,7 +49,11 @@ export interface TargetInput {
 /** A refused reboot slot is asked for again after this long. */
 export const SLOT_RETRY_MS = 5_000;
 /** Target rows per D1 projection batch; the rest follow in the next. */
-const PROJECT_ROWS = 200;
+const PROJECT_ROWS = 400;
+/** Rows per multi-row upsert: D1 binds at most 100 parameters per statement (12 columns a row). */
+const ROWS_PER_STATEMENT = 8;
+/** How long target changes may wait to reach the index together. */
+export const PROJECT_EVERY_MS = 1_000;
 /** Ledger writes and slot requests delivered at once. */
 const CALL_CONCURRENCY = 32;
 
@@ -66,6 +70,9 @@ const COLS =
   "pass, server_id, seq, hostname, reboot_group, state, image, version, from_image, from_version, generation, slot, started_at, ended_at, reason, warned";
 
 const toTarget = (r: Row): Target => ({ ...r, warned: r.warned === 1 });
+
+const chunks = <T>(items: T[], size: number) =>
+  Array.from({ length: Math.ceil(items.length / size) }, (_, i) => items.slice(i * size, (i + 1) * size));
 
 export interface RolloutSummary {
   id: string;
@@ -183,6 +190,11 @@ export class Rollout extends DurableObject<Env> {
     this.outbox.enqueue("project", {}, { key: "project" });
   }
 
+  /** Target changes reach the index at most every PROJECT_EVERY_MS, many rows to a batch. */
+  private projectSoon(now: number) {
+    this.scheduler.schedule("project", now + PROJECT_EVERY_MS, null, { noLaterThan: true });
+  }
+
   /** Commits with the caller's turn; the answer may wait for delivery (operator) or not (events). */
   private async settle(wait: boolean) {
     await this.scheduler.arm();
@@ -205,7 +217,7 @@ export class Rollout extends DurableObject<Env> {
     const duration = isEnded(after.state) && after.started_at !== null ? now - after.started_at : null;
     sqlx.exec(
       `UPDATE targets SET state = ?, generation = ?, from_image = ?, from_version = ?, slot = ?, started_at = ?,
-         ended_at = ?, reason = ?, duration_ms = ?, dirty = dirty + 1 WHERE pass = ? AND server_id = ?`,
+         ended_at = ?, reason = ?, duration_ms = ?, dirty = dirty + ? WHERE pass = ? AND server_id = ?`,
       after.state,
       after.generation,
       after.from_image,
@@ -215,6 +227,9 @@ export class Rollout extends DurableObject<Env> {
       after.ended_at,
       after.reason,
       duration,
+      // The index learns of a target when it is created and when it ends; what is in flight is
+      // read from this object (GET …/targets), so the index is not rewritten at every step.
+      isEnded(after.state) && !isEnded(t.state) ? 1 : 0,
       after.pass,
       after.server_id,
     );
@@ -232,7 +247,8 @@ export class Rollout extends DurableObject<Env> {
     this.putCore(nextCore);
     if (after.state === "done" && t.state !== "done" && duration !== null) this.warnIfSlow(after, duration, true, now);
     if (out.entered) this.entered(out.entered, now);
-    this.project();
+    if (out.entered) this.project();
+    else this.projectSoon(now);
     return after;
   }
 
@@ -645,6 +661,7 @@ export class Rollout extends DurableObject<Env> {
         });
       },
       slow: () => this.checkSlow(Date.now()),
+      project: () => this.project(),
       pump: () => {
         // The retry time has come for the refused slot requests: all of them may ask again.
         this.ctx.storage.transactionSync(() => {
@@ -692,37 +709,38 @@ export class Rollout extends DurableObject<Env> {
           const { id: _id, createdBy: _c, createdAt: _a, fleetId: _f, agent: _g, ...changing } = rolloutRow;
           return [
             d.insert(rollouts).values(rolloutRow).onConflictDoUpdate({ target: rollouts.id, set: changing }),
-            ...rows.map((r) => {
-              const row = {
-                rolloutId: spec.id,
-                pass: r.pass,
-                serverId: r.server_id,
-                hostname: r.hostname,
-                state: r.state,
-                image: r.image,
-                fromImage: r.from_image,
-                generation: r.generation,
-                startedAt: r.started_at,
-                endedAt: r.ended_at,
-                reason: r.reason,
-                updatedAt: now,
-              };
-              return d
+            ...chunks(rows, ROWS_PER_STATEMENT).map((chunk) =>
+              d
                 .insert(rolloutTargets)
-                .values(row)
+                .values(
+                  chunk.map((r) => ({
+                    rolloutId: spec.id,
+                    pass: r.pass,
+                    serverId: r.server_id,
+                    hostname: r.hostname,
+                    state: r.state,
+                    image: r.image,
+                    fromImage: r.from_image,
+                    generation: r.generation,
+                    startedAt: r.started_at,
+                    endedAt: r.ended_at,
+                    reason: r.reason,
+                    updatedAt: now,
+                  })),
+                )
                 .onConflictDoUpdate({
                   target: [rolloutTargets.rolloutId, rolloutTargets.pass, rolloutTargets.serverId],
                   set: {
-                    state: row.state,
-                    fromImage: row.fromImage,
-                    generation: row.generation,
-                    startedAt: row.startedAt,
-                    endedAt: row.endedAt,
-                    reason: row.reason,
-                    updatedAt: now,
+                    state: sql`excluded.state`,
+                    fromImage: sql`excluded.from_image`,
+                    generation: sql`excluded.generation`,
+                    startedAt: sql`excluded.started_at`,
+                    endedAt: sql`excluded.ended_at`,
+                    reason: sql`excluded.reason`,
+                    updatedAt: sql`excluded.updated_at`,
                   },
-                });
-            }),
+                }),
+            ),
           ];
         },
         delivered: () => {

@@ -1,0 +1,128 @@
+// Per-agent rollouts (issue 9): N servers (1,000 and 10,000) updated at concurrency 500 by hosts
+// that reconcile instantly (an in-bench stand-in speaking the host API: fetch the desired config,
+// report it realized). Reports control-plane time per target and D1 statements per target, as
+// ratios to the empty request measured at the start of the same run.
+import type { BenchContext } from "../run.ts";
+
+const SIZES = (process.env.BENCH_ROLLOUT_SIZES ?? "1000,10000").split(",").map(Number);
+const CONCURRENCY = 500;
+/** Host requests in flight at once (the stand-in's own parallelism). */
+const HOST_WORKERS = 64;
+const AGENT = "fw-agent";
+const OLD = { image: "registry.example/fw:1.0.0", version: "1.0.0" };
+const NEW = { image: "registry.example/fw:2.0.0", version: "2.0.0" };
+
+async function pool<T>(items: T[], workers: number, fn: (item: T) => Promise<void>) {
+  let i = 0;
+  await Promise.all(
+    Array.from({ length: Math.min(workers, items.length) }, async () => {
+      while (i < items.length) await fn(items[i++]);
+    }),
+  );
+}
+
+export async function run(ctx: BenchContext) {
+  const auth = { Authorization: `Bearer ${ctx.admin}`, "Content-Type": "application/json" };
+  const api = async (method: string, path: string, body?: unknown, token = ctx.admin) => {
+    const res = await fetch(`${ctx.base}${path}`, {
+      method,
+      headers: { ...auth, Authorization: `Bearer ${token}` },
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+    const text = await res.text();
+    if (!res.ok) throw new Error(`${method} ${path}: ${res.status} ${text}`);
+    return JSON.parse(text);
+  };
+  // The empty request's cost on this server now: the ceiling's time per request.
+  const floor = await ctx.measure("rollout: empty request (floor for the rollout figures)", {
+    requests: [{ method: "GET", path: "/healthz" }],
+    durationSec: 3,
+  });
+  const floorMs = 1000 / floor.rps;
+
+  for (const n of SIZES) {
+    const fleet = `roll-${n}-${Date.now().toString(36)}`;
+    await api("POST", "/v1/fleets", { id: fleet });
+    await api("PUT", `/v1/fleets/${fleet}/channels/${AGENT}`, OLD);
+    await api("PUT", `/v1/fleets/${fleet}/roles/edge`, { agents: [{ name: AGENT }] });
+    const hosts: { id: string; token: string }[] = [];
+    const setupStart = Date.now();
+    await pool(Array.from({ length: n }, (_, i) => i), 32, async (i) => {
+      const s = await api("POST", "/v1/servers", { fleet, hostname: `h${i}.${fleet}.bench`, kind: "managed", roles: ["edge"] });
+      hosts.push({ id: s.id, token: s.token });
+    });
+    console.error(`  ${n} servers registered in ${((Date.now() - setupStart) / 1000).toFixed(1)} s`);
+    const byId = new Map(hosts.map((h) => [h.id, h]));
+
+    const reconcile = async (h: { id: string; token: string }) => {
+      const cfg = await api("GET", "/v1/agent/desired", undefined, h.token);
+      await api(
+        "PUT",
+        "/v1/agent/inventory",
+        {
+          generation: cfg.generation,
+          reconciled_at: new Date().toISOString(),
+          boot_id: "boot-1",
+          agents: cfg.agents.map((a: { name: string; image: string; version: string; instance_id: string }) => ({ ...a, state: "running" })),
+          errors: [],
+          assignments: { units: [], storage: [] },
+        },
+        h.token,
+      );
+    };
+
+    const d1 = async () => (await ctx.metric("harbormaster_d1_statements_total", 'kind="read"')) + (await ctx.metric("harbormaster_d1_statements_total", 'kind="write"'));
+    const writes = () => ctx.metric("harbormaster_d1_statements_total", 'kind="write"');
+    const d1Before = await d1();
+    const writesBefore = await writes();
+    const t0 = Date.now();
+    const r = await api("POST", "/v1/rollouts", {
+      fleet,
+      agent: AGENT,
+      ...NEW,
+      concurrency: CONCURRENCY,
+      server_timeout_s: 600,
+      slow_factor: 10,
+    });
+    const handled = new Set<string>();
+    let state = r.state as string;
+    let change = r.change as number;
+    let maxApplying = 0;
+    let hostRequests = 0;
+    while (state === "running") {
+      const page = await api("GET", `/v1/rollouts/${r.id}/targets?state=applying&limit=500`);
+      maxApplying = Math.max(maxApplying, page.items.length);
+      const fresh = page.items.filter((t: { server_id: string; generation: number | null }) => t.generation !== null && !handled.has(t.server_id));
+      for (const t of fresh) handled.add(t.server_id);
+      await pool(fresh, HOST_WORKERS, async (t: { server_id: string }) => {
+        await reconcile(byId.get(t.server_id)!);
+        hostRequests += 2;
+      });
+      const s = await api("GET", `/v1/rollouts/${r.id}?wait=${fresh.length ? 0 : 5}&since=${change}`);
+      state = s.state;
+      change = s.change;
+    }
+    const elapsed = Date.now() - t0;
+    // The D1 rows follow from the rollout's outbox in the background; wait for them to land.
+    for (let i = 0; i < 60; i++) {
+      const list = await api("GET", `/v1/rollouts?fleet=${fleet}&agent=${AGENT}`);
+      if (list.items[0]?.state === state && list.items[0]?.counts?.done === n) break;
+      await new Promise((res) => setTimeout(res, 500));
+    }
+    await new Promise((res) => setTimeout(res, 2000));
+    const statements = (await d1()) - d1Before;
+    const writeStatements = (await writes()) - writesBefore;
+    const final = await api("GET", `/v1/rollouts/${r.id}`);
+    if (final.state !== "succeeded" || final.counts.done !== n) throw new Error(`rollout ended ${final.state} ${JSON.stringify(final.counts)}`);
+    const perTarget = elapsed / n;
+    ctx.note(
+      `rollout of ${n} targets at concurrency ${CONCURRENCY}: control-plane ms per target (× empty request ${floorMs.toFixed(2)} ms)`,
+      `${perTarget.toFixed(2)} ms (${(perTarget / floorMs).toFixed(1)}×); total ${(elapsed / 1000).toFixed(1)} s; ${hostRequests} host requests; max applying seen ${maxApplying}`,
+    );
+    ctx.note(
+      `rollout of ${n} targets: D1 statements per target (the empty request costs 0)`,
+      `${(statements / n).toFixed(2)} (${(writeStatements / n).toFixed(2)} writes)`,
+    );
+    console.error(`  rollout ${n}: ${perTarget.toFixed(2)} ms/target, ${(statements / n).toFixed(2)} D1 statements/target`);
+  }
+}
