@@ -493,7 +493,8 @@ export class Rollout extends DurableObject<Env> {
   async get(known: number | null, waitMs: number): Promise<RolloutSummary | null> {
     const state = this.load();
     if (!state) return null;
-    if (waitMs > 0 && (known === null || known === state.core.version)) {
+    // A rollout that has ended with nothing in flight changes only by an operator's rollback: no wait.
+    if (waitMs > 0 && !quiescent(state.core) && (known === null || known === state.core.version)) {
       await new Promise<void>((resolve) => {
         const wake = () => {
           clearTimeout(timer);
