@@ -2,17 +2,21 @@ import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
 import { eq } from "drizzle-orm";
 import { actorOf, requireScope } from "../auth/principal";
 import { getDb } from "../db/client";
-import { notFound } from "../http/errors";
+import { ApiError, notFound } from "../http/errors";
 import { bearer, commonErrors, conflictError, jsonBody, jsonResponse, notFoundError } from "../http/openapi";
 import { cursorParam, decodeCursor, limitParam, page } from "../http/paging";
 import type { AppEnv } from "../http/types";
-import { validationHook } from "../http/validation";
+import { issuesOf, validationHook } from "../http/validation";
 import { DesiredConfig, DesiredConfigInput, serverStatus } from "../ledger/schemas";
 import { ledgerOf } from "../ledger/stub";
+import { tagMatches, viewTag } from "../ledger/view-tag";
+import { MAX_WAIT_S } from "../domain/limits";
 import { ServerRebootPatch } from "../fleetlock/schemas";
 import { patchServerIdentity, putDesiredConfig, registerServer } from "../services/servers";
 import { fleetId, serverState, ServerCreated, ServerDetail, ServerInput, serverIdParam, ServerSummary } from "./schemas";
 import { listServers, serverDetail, serverSummary } from "./servers";
+
+const serverWaitQuery = z.object({ wait: z.coerce.number().int().min(0).max(MAX_WAIT_S).default(0) });
 
 // One chain, so the type of serverRoutes (and of the app that mounts it at /v1/servers) carries every route for hc.
 export const serverRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook })
@@ -44,15 +48,48 @@ export const serverRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHoo
     path: "/{id}",
     tags: ["servers"],
     summary: "A server with its desired config, last report and computed status",
+    description:
+      "The weak ETag covers the view except the heartbeat. With `If-None-Match` it answers 304 while " +
+      "unchanged; with `wait` too it parks until the view changes (a status change, new report " +
+      "content or generation) or `wait` seconds pass (at most 60), then answers 200 or 304.",
     security: bearer,
     middleware: [requireScope("read")] as const,
     request: { params: serverIdParam },
-    responses: { 200: jsonResponse(ServerDetail, "The server"), ...commonErrors, ...notFoundError },
+    // Documented here but validated in the handler (serverWaitQuery): declared in `request`, they
+    // would make every typed-client call of this route pass query and header objects.
+    parameters: [
+      { name: "wait", in: "query", required: false, schema: { type: "integer", minimum: 0, maximum: MAX_WAIT_S, default: 0 } },
+      { name: "If-None-Match", in: "header", required: false, schema: { type: "string", maxLength: 256 } },
+    ],
+    responses: {
+      200: jsonResponse(ServerDetail, "The server"),
+      304: { description: "Unchanged since the ETag in If-None-Match" },
+      ...commonErrors,
+      ...notFoundError,
+    },
   }),
   async (c) => {
     const { id } = c.req.valid("param");
-    const view = await ledgerOf(c.env, id).view();
+    const query = serverWaitQuery.safeParse(c.req.query());
+    if (!query.success) throw new ApiError(400, "invalid_query", "request query does not match the schema", issuesOf(query.error));
+    const { wait } = query.data;
+    const known = c.req.header("If-None-Match")?.slice(0, 256);
+    const ledger = ledgerOf(c.env, id);
+    c.header("Cache-Control", "no-store");
+    const given = known?.trim();
+    // Only a single tag can be waited on; a list or `*` is answered at once below.
+    if (given && wait > 0 && !given.includes(",") && given !== "*") {
+      const result = await ledger.viewWait(given.startsWith("W/") ? given : `W/${given}`, wait * 1000);
+      if (!result) throw notFound("server", id);
+      c.header("ETag", result.etag);
+      if (!result.changed) return c.body(null, 304);
+      return c.json(serverDetail(result.view), 200);
+    }
+    const view = await ledger.view();
     if (!view) throw notFound("server", id);
+    const etag = viewTag(view);
+    c.header("ETag", etag);
+    if (tagMatches(known, etag)) return c.body(null, 304);
     return c.json(serverDetail(view), 200);
   },
 )

@@ -27,6 +27,7 @@ import {
 } from "./lifecycle";
 import { and, eq, isNull } from "drizzle-orm";
 import { agentInstances, tokens } from "../db/schema";
+import { viewTag } from "./view-tag";
 import { decideApply, settleMarks, type ApplyOutcome, type ApplyRolloutImage, type RolloutEvent, type RolloutMark } from "../rollouts/ledger-side";
 
 const KEY = {
@@ -158,6 +159,7 @@ export class ServerLedger extends DurableObject<Env> {
       this.cache.persistedAt = patch.report.received_at;
       this.cache.heartbeatOnly = false;
     }
+    this.wakeViewWaiters();
   }
 
   private configOf(record: ServerRecord, desired: DesiredState): DesiredConfig {
@@ -601,6 +603,46 @@ export class ServerLedger extends DurableObject<Env> {
     return { ok: true, view: this.view()! };
   }
 
+  // ---- operators waiting on the view (GET /v1/servers/{id}?wait=S) ----
+
+  private viewWaiters = new Set<() => void>();
+
+  private wakeViewWaiters() {
+    for (const wake of this.viewWaiters) wake();
+    this.viewWaiters.clear();
+  }
+
+  /**
+   * Answers once the view's tag differs from `etag` (at once if it already does), or
+   * `changed: false` when `waitMs` runs out; null for no such server. Woken by every save and
+   * report; a status that turns stale without any write is noticed when it does.
+   */
+  async viewWait(
+    etag: string,
+    waitMs: number,
+  ): Promise<{ changed: true; etag: string; view: ServerView } | { changed: false; etag: string } | null> {
+    const deadline = Date.now() + waitMs;
+    for (;;) {
+      const view = this.view();
+      if (!view) return null;
+      const tag = viewTag(view);
+      if (tag !== etag) return { changed: true, etag: tag, view };
+      const now = Date.now();
+      if (deadline - now <= 0) return { changed: false, etag: tag };
+      const staleAt = view.report ? view.report.received_at + view.record.stale_after_s * 1000 + 1 : Infinity;
+      const park = Math.min(deadline - now, Math.max(staleAt - now, 0) || Infinity);
+      await new Promise<void>((resolve) => {
+        const wake = () => {
+          clearTimeout(timer);
+          this.viewWaiters.delete(wake);
+          resolve();
+        };
+        const timer = setTimeout(wake, park);
+        this.viewWaiters.add(wake);
+      });
+    }
+  }
+
   // ---- host calls ----
 
   /**
@@ -663,6 +705,7 @@ export class ServerLedger extends DurableObject<Env> {
       // steady host costs no storage write, and nothing the index shows can have changed.
       this.cache!.report = stored;
       this.cache!.heartbeatOnly = true;
+      this.wakeViewWaiters();
       if (this.lastSeenDue(now)) {
         this.outbox.enqueue("project", {}, { key: "project" });
         enqueued = true;

@@ -1,0 +1,87 @@
+import type { AgentSpec, DesiredConfig, InventoryReport } from "../src/ledger/schemas";
+
+export type ReportedAgent = InventoryReport["agents"][number];
+export type ReportError = InventoryReport["errors"][number];
+export type Assignments = InventoryReport["assignments"];
+
+/**
+ * How a host agent acts on its machine. The loop decides what to do; the driver does it (a
+ * container runtime, systemd units, packages) and says what is really there. Every method throws
+ * on failure with a message worth showing an operator: the loop reports it, it does not retry
+ * within one pass.
+ */
+export interface AgentDriver {
+  /** What is installed now, as the machine says (never what the loop last asked for). */
+  list(): Promise<ReportedAgent[]>;
+  install(spec: AgentSpec): Promise<void>;
+  /** Move an installed agent to the spec's image and version, keeping its data. */
+  update(current: ReportedAgent, spec: AgentSpec): Promise<void>;
+  /** Uninstall an agent and its data. */
+  remove(current: ReportedAgent): Promise<void>;
+  start(current: ReportedAgent): Promise<void>;
+  /** Stop an agent, keeping its data (a `terminate` order). */
+  stop(current: ReportedAgent): Promise<void>;
+  /** Workload units and storage attachments this host carries (they block an uninstall). */
+  assignments?(): Promise<Assignments>;
+}
+
+export interface ReconcileOutcome {
+  errors: ReportError[];
+  /** How many driver operations ran (installs, updates, removals, starts, stops). */
+  operations: number;
+  /** What to report: the machine's truth after this pass. */
+  agents: ReportedAgent[];
+}
+
+const messageOf = (err: unknown) => {
+  const m = err instanceof Error ? err.message : String(err);
+  return (m || "failed").slice(0, 4096);
+};
+
+/**
+ * One pass toward the desired config. `run`: install what is missing, update what differs, start
+ * what is stopped, remove what is no longer wanted. `terminate`: stop every agent, keep its data.
+ * `uninstall`: remove every agent. A failed operation becomes a report error for that agent and
+ * the pass goes on; the report then lists the machine's truth, read back from the driver.
+ */
+export async function reconcile(desired: DesiredConfig, driver: AgentDriver): Promise<ReconcileOutcome> {
+  const errors: ReportError[] = [];
+  let operations = 0;
+  const attempt = async (agent: string, op: ReportError["op"] | null, action: () => Promise<void>) => {
+    operations++;
+    try {
+      await action();
+    } catch (err) {
+      // A failed stop has no error op in the protocol; the agent is then still reported running.
+      if (op) errors.push({ agent, op, message: messageOf(err) });
+    }
+  };
+  const installed = new Map((await driver.list()).map((a) => [a.name, a]));
+
+  if (desired.lifecycle === "run") {
+    for (const spec of desired.agents) {
+      const current = installed.get(spec.name);
+      if (!current) await attempt(spec.name, "install", () => driver.install(spec));
+      else if (current.image !== spec.image || current.version !== spec.version) {
+        await attempt(spec.name, "update", () => driver.update(current, spec));
+      } else if (current.state !== "running") await attempt(spec.name, "start", () => driver.start(current));
+    }
+    const wanted = new Set(desired.agents.map((a) => a.name));
+    for (const current of installed.values()) {
+      if (!wanted.has(current.name)) await attempt(current.name, "remove", () => driver.remove(current));
+    }
+    return { errors, operations, agents: await driver.list() };
+  }
+
+  if (desired.lifecycle === "uninstall") {
+    for (const current of installed.values()) await attempt(current.name, "remove", () => driver.remove(current));
+    return { errors, operations, agents: await driver.list() };
+  }
+
+  // terminate: the machine is going away; its agents stop and keep their data. What still runs
+  // is reported (a failed stop); stopped agents are no longer the control plane's to report.
+  for (const current of installed.values()) {
+    if (current.state === "running") await attempt(current.name, null, () => driver.stop(current));
+  }
+  return { errors, operations, agents: (await driver.list()).filter((a) => a.state === "running") };
+}

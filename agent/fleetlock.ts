@@ -1,0 +1,62 @@
+import type { FetchLike } from "./http";
+
+export type FleetLockResult =
+  | { ok: true; status: number }
+  /** A refusal: the server's `{kind, value}`, or `generic_http_<status>` when the body is not one (as Zincati does). */
+  | { ok: false; status: number; kind: string; value: string };
+
+/**
+ * A FleetLock client that sends exactly what Zincati sends (coreos/zincati src/fleet_lock): a POST
+ * to `v1/pre-reboot` or `v1/steady-state` resolved against `base_url` (so its trailing slash
+ * matters), the header `fleet-lock-protocol: true`, and the body
+ * `{"client_params":{"id","group"}}` pretty-printed with two-space indents and no Content-Type.
+ */
+export class FleetLockClient {
+  readonly body: Uint8Array;
+  private readonly base: URL;
+
+  constructor(
+    baseUrl: string,
+    readonly params: { id: string; group?: string },
+    private readonly fetchImpl: FetchLike = (i, init) => fetch(i, init),
+  ) {
+    this.base = new URL(baseUrl);
+    // Zincati would resolve v1/… against the parent path and reach the wrong place: refuse early.
+    if (!this.base.pathname.endsWith("/")) throw new Error(`FleetLock base_url must end with '/': ${baseUrl}`);
+    const group = params.group ?? "default";
+    if (!group) throw new Error("missing group value");
+    if (!params.id) throw new Error("missing client id");
+    // Bytes, not a string: fetch would otherwise add `Content-Type: text/plain`, which Zincati never sends.
+    this.body = new TextEncoder().encode(JSON.stringify({ client_params: { id: params.id, group } }, null, 2));
+  }
+
+  /** RecursiveLock: take a reboot slot (an id that already holds one gets it again). */
+  preReboot(signal?: AbortSignal) {
+    return this.post("v1/pre-reboot", signal);
+  }
+
+  /** UnlockIfHeld: give the slot back, if held; succeeds either way. */
+  steadyState(signal?: AbortSignal) {
+    return this.post("v1/steady-state", signal);
+  }
+
+  private async post(path: string, signal?: AbortSignal): Promise<FleetLockResult> {
+    const res = await this.fetchImpl(new URL(path, this.base).toString(), {
+      method: "POST",
+      headers: { "fleet-lock-protocol": "true" },
+      body: this.body,
+      signal,
+    });
+    const text = await res.text().catch(() => "");
+    if (res.ok) return { ok: true, status: res.status };
+    try {
+      const body = JSON.parse(text);
+      if (typeof body?.kind === "string" && typeof body?.value === "string") {
+        return { ok: false, status: res.status, kind: body.kind, value: body.value };
+      }
+    } catch {
+      // fall through to the generic rejection
+    }
+    return { ok: false, status: res.status, kind: `generic_http_${res.status}`, value: "(unknown server error)" };
+  }
+}

@@ -1,0 +1,72 @@
+import type { AgentStatusRow, DesiredConfig, InventoryReport, ServerStatus } from "../src/ledger/schemas";
+import { apiErrorOf, type FetchLike, withTimeout } from "./http";
+
+/** What `PUT /v1/agent/inventory` answers. */
+export interface ReportAccepted {
+  server_id: string;
+  desired_generation: number;
+  status: ServerStatus;
+  agents: AgentStatusRow[];
+}
+
+/** The report a host sends; `errors` and `assignments` as the server stores them. */
+export type Report = InventoryReport;
+
+export type DesiredAnswer =
+  | { changed: true; etag: string; config: DesiredConfig }
+  | { changed: false; etag: string };
+
+/** The two host endpoints, authenticated with the server's own token. */
+export class HostApi {
+  private readonly base: string;
+
+  constructor(
+    baseUrl: string,
+    private readonly token: string,
+    private readonly fetchImpl: FetchLike = (i, init) => fetch(i, init),
+    /** Added to the long-poll wait to bound each request, so a dead connection cannot hang the loop. */
+    private readonly slackMs = 15_000,
+  ) {
+    this.base = baseUrl.replace(/\/+$/, "");
+  }
+
+  /**
+   * `GET /v1/agent/desired`: with the ETag the host holds, the server answers 304 while it is
+   * current; `waitS` parks the request until a new generation or the wait runs out.
+   */
+  async desired(etag: string | null, waitS: number, signal?: AbortSignal): Promise<DesiredAnswer> {
+    const headers: Record<string, string> = { Authorization: `Bearer ${this.token}` };
+    if (etag) headers["If-None-Match"] = etag;
+    const query = waitS > 0 && etag ? `?wait=${Math.floor(waitS)}` : "";
+    const t = withTimeout(signal, waitS * 1000 + this.slackMs);
+    try {
+      const res = await this.fetchImpl(`${this.base}/v1/agent/desired${query}`, { headers, signal: t.signal });
+      if (res.status === 304) {
+        await res.body?.cancel();
+        return { changed: false, etag: res.headers.get("ETag") ?? etag! };
+      }
+      if (!res.ok) throw await apiErrorOf(res);
+      const config = (await res.json()) as DesiredConfig;
+      return { changed: true, etag: res.headers.get("ETag") ?? `"${config.generation}"`, config };
+    } finally {
+      t.done();
+    }
+  }
+
+  /** `PUT /v1/agent/inventory`: the truth, failures included. */
+  async report(report: Report, signal?: AbortSignal): Promise<ReportAccepted> {
+    const t = withTimeout(signal, this.slackMs);
+    try {
+      const res = await this.fetchImpl(`${this.base}/v1/agent/inventory`, {
+        method: "PUT",
+        headers: { Authorization: `Bearer ${this.token}`, "Content-Type": "application/json" },
+        body: JSON.stringify(report),
+        signal: t.signal,
+      });
+      if (!res.ok) throw await apiErrorOf(res);
+      return (await res.json()) as ReportAccepted;
+    } finally {
+      t.done();
+    }
+  }
+}

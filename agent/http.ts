@@ -1,0 +1,69 @@
+import { retryAfterMs } from "./backoff";
+
+/** A non-2xx answer from Harbormaster, with the API's error code when it sent one. */
+export class ApiError extends Error {
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    message: string,
+    /** From Retry-After, when the server asked the client to come back later. */
+    readonly retryAfterMs: number | null = null,
+    readonly details?: unknown,
+  ) {
+    super(message);
+    this.name = "ApiError";
+  }
+}
+
+export type FetchLike = (input: string | URL | Request, init?: RequestInit) => Promise<Response>;
+
+/** Builds the ApiError for a failed response from its `{error:{code,message}}` body, if any. */
+export async function apiErrorOf(res: Response): Promise<ApiError> {
+  const text = await res.text().catch(() => "");
+  let code = `http_${res.status}`;
+  let message = text.slice(0, 500) || res.statusText || `HTTP ${res.status}`;
+  let details: unknown;
+  try {
+    const body = JSON.parse(text);
+    if (body?.error?.code) {
+      code = String(body.error.code);
+      message = String(body.error.message ?? message);
+      details = body.error.details;
+    }
+  } catch {
+    // Not JSON (a proxy's error page, say): keep the status as the code.
+  }
+  return new ApiError(res.status, code, message, retryAfterMs(res.headers.get("Retry-After")), details);
+}
+
+/** An AbortSignal that fires when `parent` does or after `ms`, whichever comes first. */
+export function withTimeout(parent: AbortSignal | undefined, ms: number): { signal: AbortSignal; done: () => void } {
+  const controller = new AbortController();
+  const onAbort = () => controller.abort(parent?.reason);
+  if (parent?.aborted) controller.abort(parent.reason);
+  else parent?.addEventListener("abort", onAbort, { once: true });
+  const timer = setTimeout(() => controller.abort(new Error(`request timed out after ${ms} ms`)), ms);
+  return {
+    signal: controller.signal,
+    done: () => {
+      clearTimeout(timer);
+      parent?.removeEventListener("abort", onAbort);
+    },
+  };
+}
+
+/** Resolves after `ms`, or at once (rejecting) when the signal aborts. */
+export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted) return reject(signal.reason ?? new Error("aborted"));
+    const onAbort = () => {
+      clearTimeout(timer);
+      reject(signal!.reason ?? new Error("aborted"));
+    };
+    const timer = setTimeout(() => {
+      signal?.removeEventListener("abort", onAbort);
+      resolve();
+    }, ms);
+    signal?.addEventListener("abort", onAbort, { once: true });
+  });
+}

@@ -1,0 +1,61 @@
+import type { Command } from "commander";
+import type { AuditEntry } from "../api";
+import { sleep } from "../../agent/http";
+import type { Io, Output } from "../io";
+import { act } from "../main";
+
+export function registerAudit(program: Command, io: Io) {
+  program
+    .command("audit")
+    .description("who did what, newest first")
+    .option("--target <target>", "only this target, e.g. server:<id> or fleet:<id>")
+    .option("--limit <n>", "entries", Number, 20)
+    .option("-f, --follow", "keep printing new entries (Ctrl-C ends)")
+    .option("--interval <s>", "with --follow, seconds between looks", Number, 2)
+    .action(
+      act(io, async (ctx, o: { target?: string; limit: number; follow?: boolean; interval: number }) => {
+        const first = await ctx.api.audit({ target: o.target, limit: o.limit });
+        const out = ctx.out;
+        if (!o.follow) {
+          if (ctx.globals.json) return out.data(first.items);
+          return out.table(["ID", "AT", "ACTOR", "ACTION", "TARGET"], first.items.map((e) => [e.id, e.at, e.actor, e.action, e.target]), "(no entries)");
+        }
+        // Following prints oldest first, one entry per line (JSON lines with --json).
+        let last = 0;
+        const emit = (items: AuditEntry[]) => {
+          for (const e of [...items].sort((a, b) => a.id - b.id)) {
+            if (e.id <= last) continue;
+            last = e.id;
+            printEntry(out, e, !!ctx.globals.json);
+          }
+        };
+        emit(first.items);
+        const stop = new AbortController();
+        const onSig = () => stop.abort();
+        process.once("SIGINT", onSig);
+        try {
+          while (!stop.signal.aborted) {
+            await sleep(o.interval * 1000, stop.signal).catch(() => {});
+            if (stop.signal.aborted) break;
+            // Newest first: page back until reaching what was already shown.
+            const fresh: AuditEntry[] = [];
+            let cursor: string | null = null;
+            for (;;) {
+              const page: { items: AuditEntry[]; next_cursor: string | null } = await ctx.api.audit({ target: o.target, limit: 100, cursor });
+              fresh.push(...page.items.filter((e) => e.id > last));
+              if (!page.next_cursor || page.items.some((e) => e.id <= last)) break;
+              cursor = page.next_cursor;
+            }
+            emit(fresh);
+          }
+        } finally {
+          process.removeListener("SIGINT", onSig);
+        }
+      }),
+    );
+}
+
+function printEntry(out: Output, e: AuditEntry, json: boolean) {
+  if (json) return out.line(JSON.stringify(e));
+  out.line(`${out.c.dim(e.at)}  ${e.actor}  ${out.c.bold(e.action)}  ${e.target}`);
+}

@@ -1,0 +1,108 @@
+import { InvalidArgumentError, type Command } from "commander";
+import type { RebootGroup } from "../api";
+import { Exit, type Io, type Output } from "../io";
+import { act } from "../main";
+
+const slotsArg = (v: string) => {
+  if (!/^\d+$/.test(v)) throw new InvalidArgumentError("expected a whole number");
+  return Number(v);
+};
+
+/** `Sat,Sun@23:30+60[/Europe/Berlin]`: days, start, minutes, zone. */
+function windowArg(v: string, prev: unknown[] = []) {
+  const m = /^([A-Za-z,]+)@(\d{2}:\d{2})\+(\d+)(?:\/(.+))?$/.exec(v);
+  if (!m) throw new InvalidArgumentError("windows look like Sat,Sun@23:30+60 or Sat,Sun@23:30+60/Europe/Berlin");
+  return [...prev, { days: m[1].split(","), start_time: m[2], length_minutes: Number(m[3]), ...(m[4] ? { time_zone: m[4] } : {}) }];
+}
+
+export function registerRebootGroups(program: Command, io: Io) {
+  const groups = program.command("reboot-groups").description("reboot semaphores of a fleet (FleetLock)");
+  const fleetOpt = (c: Command) => c.requiredOption("--fleet <fleet>", "the fleet");
+
+  const list = act(io, async (ctx, o: { fleet: string }) => {
+    const res = await ctx.api.listGroups(o.fleet);
+    if (ctx.globals.json) return ctx.out.data(res);
+    groupTable(ctx.out, res.items);
+  });
+  fleetOpt(groups.command("list", { isDefault: true }).description("the fleet's groups")).action(list);
+
+  fleetOpt(groups.command("show <group>").description("one group with its holders")).action(
+    act(io, async (ctx, group: string, o: { fleet: string }) => {
+      const g = await ctx.api.getGroup(o.fleet, group);
+      if (ctx.globals.json) return ctx.out.data(g);
+      showGroup(ctx.out, g);
+    }),
+  );
+
+  fleetOpt(
+    groups
+      .command("set <group>")
+      .description("create or change a group live (shrinking never evicts holders)")
+      .requiredOption("--slots <n>", "slots", slotsArg)
+      .option("--window <spec...>", "maintenance windows, e.g. Sat,Sun@23:30+60/Europe/Berlin", windowArg)
+      .option("--no-windows", "remove every window"),
+  ).action(
+    act(io, async (ctx, group: string, o: { fleet: string; slots: number; window?: unknown[]; windows?: boolean }) => {
+      const windows = o.windows === false ? [] : o.window;
+      const g = await ctx.api.putGroup(o.fleet, group, { slots: o.slots, ...(windows ? { windows: windows as never } : {}) });
+      if (ctx.globals.json) return ctx.out.data(g);
+      showGroup(ctx.out, g);
+    }),
+  );
+
+  for (const [name, paused] of [["pause", true], ["resume", false]] as const) {
+    fleetOpt(groups.command(`${name} <group>`).description(paused ? "stop granting slots" : "grant slots again")).action(
+      act(io, async (ctx, group: string, o: { fleet: string }) => {
+        // The PUT needs slots; they stay as they are.
+        const current = await ctx.api.getGroup(o.fleet, group);
+        const g = await ctx.api.putGroup(o.fleet, group, { slots: current.slots, paused });
+        if (ctx.globals.json) return ctx.out.data(g);
+        ctx.out.line(`Group ${group} of ${o.fleet} ${paused ? "paused" : "resumed"} (${g.holders.length}/${g.slots} held).`);
+      }),
+    );
+  }
+
+  fleetOpt(groups.command("release <group> <id>").description("force-release one holder's slot (audited)")).action(
+    act(io, async (ctx, group: string, id: string, o: { fleet: string }) => {
+      await ctx.confirm(`Release the slot '${id}' holds in ${o.fleet}/${group}? If that host is mid-reboot, another may reboot alongside it.`);
+      const res = await ctx.api.releaseHolder(o.fleet, group, id);
+      if (ctx.globals.json) return ctx.out.data(res);
+      ctx.out.line(`Released ${res.released.id} (held since ${res.released.granted_at}).`);
+    }),
+  );
+}
+
+function groupTable(out: Output, items: RebootGroup[]) {
+  out.table(
+    ["GROUP", "HELD", "SLOTS", "PAUSED", "WINDOWS", "OPEN NOW", "STUCK"],
+    items.map((g) => [
+      g.name,
+      g.holders.length,
+      g.slots,
+      g.paused ? out.c.yellow("paused") : "no",
+      g.windows.length,
+      g.open_now ? "yes" : out.c.yellow("no"),
+      g.holders.filter((h) => h.stuck).length || null,
+    ]),
+    "(no reboot groups)",
+  );
+}
+
+export function showGroup(out: Output, g: RebootGroup) {
+  out.fields([
+    ["group", g.name],
+    ["slots", `${g.holders.length} held of ${g.slots} (${g.available_slots} available)`],
+    ["paused", g.paused ? "yes" : "no"],
+    ["open now", g.open_now ? "yes" : "no"],
+    ["windows", g.windows.map((w) => `${w.days.join(",")} ${w.start_time}+${w.length_minutes}m ${w.time_zone}`).join("; ") || "-"],
+    ["updated", g.updated_at],
+  ]);
+  out.line();
+  out.table(
+    ["HOLDER", "SERVER", "HOSTNAME", "SINCE", "HELD", "STUCK"],
+    g.holders.map((h) => [h.id, h.server?.id, h.server?.hostname, h.granted_at, `${h.held_for_s}s`, h.stuck ? out.c.red("stuck") : null]),
+    "(no holders)",
+  );
+}
+
+export { Exit };

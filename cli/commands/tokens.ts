@@ -1,0 +1,45 @@
+import { Option, type Command } from "commander";
+import type { Io } from "../io";
+import { act } from "../main";
+
+export function registerTokens(program: Command, io: Io) {
+  const tokens = program.command("tokens").description("operator tokens (list by default)");
+  const list = act(io, async (ctx) => {
+    const items = await ctx.api.listTokens();
+    if (ctx.globals.json) return ctx.out.data(items);
+    ctx.out.table(
+      ["ID", "NAME", "SCOPE", "KIND", "CREATED BY", "CREATED", "REVOKED"],
+      items.map((t) => [t.id, t.name, t.scope, t.kind, t.created_by, t.created_at, t.revoked_at]),
+      "(no tokens)",
+    );
+  });
+  tokens.command("list", { isDefault: true }).description("list tokens").action(list);
+  tokens
+    .command("create")
+    .description("create an operator token; prints it once")
+    .requiredOption("--name <name>", "what it is for")
+    .addOption(new Option("--scope <scope>", "read < write < admin").choices(["read", "write", "admin"]).default("read"))
+    .action(
+      act(io, async (ctx, o: { name: string; scope: "read" | "write" | "admin" }) => {
+        const t = await ctx.api.createToken({ name: o.name, scope: o.scope });
+        if (ctx.globals.json) return ctx.out.data(t);
+        ctx.out.fields([
+          ["id", t.id],
+          ["scope", t.scope],
+          ["token", t.token],
+        ]);
+        ctx.out.note(ctx.out.c.yellow("The token is shown only now."));
+      }),
+    );
+  tokens
+    .command("revoke <id>")
+    .description("revoke a token (immediately)")
+    .action(
+      act(io, async (ctx, id: string) => {
+        await ctx.confirm(`Revoke token ${id}? Whoever uses it is refused from now on.`);
+        const t = await ctx.api.revokeToken(id);
+        if (ctx.globals.json) return ctx.out.data(t);
+        ctx.out.line(`Revoked ${t.id} (${t.name}).`);
+      }),
+    );
+}

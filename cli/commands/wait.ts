@@ -1,0 +1,51 @@
+import { InvalidArgumentError, Option, type Command } from "commander";
+import type { ServerDetail } from "../api";
+import { Exit, type Io } from "../io";
+import { act } from "../main";
+
+const seconds = (v: string) => {
+  const n = Number(v);
+  if (!Number.isFinite(n) || n < 0) throw new InvalidArgumentError("expected seconds (0 or more)");
+  return n;
+};
+
+export function registerWait(program: Command, io: Io) {
+  program
+    .command("wait")
+    .description("block until something is true (long polls, no sleep loop)")
+    .command("server <id>")
+    .description("wait until a server reaches a status; exit 3 if the timeout comes first")
+    .option("--realized", "wait for status realized (the default)")
+    .addOption(new Option("--status <status>", "wait for this status").choices(["realized", "pending", "failed", "drifted", "unknown", "stale"]))
+    .option("--timeout <s>", "give up after this many seconds", seconds, 300)
+    .action(
+      act(io, async (ctx, id: string, o: { realized?: boolean; status?: string; timeout: number }) => {
+        if (o.realized && o.status && o.status !== "realized") throw new Exit(2, "--realized and --status disagree");
+        const target = o.status ?? "realized";
+        const out = ctx.out;
+        const deadline = Date.now() + o.timeout * 1000;
+        let { etag, server } = await ctx.api.getServerTagged(id);
+        let view: ServerDetail = server;
+        const say = (s: ServerDetail) => {
+          if (!ctx.globals.json) out.note(`${new Date().toISOString()}  ${s.hostname}  ${out.status(s.status)}  generation ${s.reported_generation ?? "-"}/${s.desired_generation}`);
+        };
+        say(view);
+        while (view.status !== target) {
+          const left = deadline - Date.now();
+          if (left <= 0) {
+            if (ctx.globals.json) out.data(view);
+            throw new Exit(3, `timed out after ${o.timeout}s: server ${id} is ${view.status}, not ${target}`);
+          }
+          // The server parks the request until the view changes; at most 60 s per request.
+          const r = await ctx.api.waitServer(id, etag ?? 'W/"-"', Math.max(1, Math.min(60, Math.ceil(left / 1000))));
+          etag = r.etag;
+          if (r.server) {
+            view = r.server;
+            say(view);
+          }
+        }
+        if (ctx.globals.json) return out.data(view);
+        out.line(`${view.hostname} is ${out.status(view.status)} at generation ${view.reported_generation}.`);
+      }),
+    );
+}

@@ -1,0 +1,100 @@
+import { Command, CommanderError, Option } from "commander";
+import { ApiError } from "./api";
+import { Ctx } from "./context";
+import { Exit, processIo, type Io } from "./io";
+import { registerAudit } from "./commands/audit";
+import { registerDesired } from "./commands/desired";
+import { registerFleets } from "./commands/fleets";
+import { registerFleetlock } from "./commands/fleetlock";
+import { registerInstances } from "./commands/instances";
+import { registerLogin } from "./commands/login";
+import { registerRebootGroups } from "./commands/reboot-groups";
+import { registerServers } from "./commands/servers";
+import { registerStatus } from "./commands/status";
+import { registerTokens } from "./commands/tokens";
+import { registerUpgrades } from "./commands/upgrades";
+import { registerWait } from "./commands/wait";
+
+export type Action = (ctx: Ctx, ...args: any[]) => Promise<void>;
+
+/** Wraps an action so it gets its context (the command it belongs to decides the globals). */
+export function act(io: Io, fn: Action) {
+  return async function (this: Command, ...args: unknown[]) {
+    await fn(new Ctx(io, this), ...args);
+  };
+}
+
+export function buildProgram(io: Io): Command {
+  const program = new Command("hm")
+    .description("Harbormaster operator CLI")
+    .addOption(new Option("--url <url>", "API base URL").env("HM_URL"))
+    .addOption(new Option("--token <token>", "operator token").env("HM_TOKEN"))
+    .option("--json", "print stable JSON instead of tables")
+    .option("-y, --yes", "do not ask before destructive changes")
+    .option("--no-color", "no colours")
+    .showHelpAfterError("(run with --help for usage)")
+    .exitOverride()
+    .configureOutput({ writeOut: io.stdout, writeErr: io.stderr });
+  for (const register of [
+    registerLogin,
+    registerStatus,
+    registerFleets,
+    registerServers,
+    registerDesired,
+    registerInstances,
+    registerRebootGroups,
+    registerFleetlock,
+    registerTokens,
+    registerUpgrades,
+    registerAudit,
+    registerWait,
+  ]) {
+    register(program, io);
+  }
+  // Subcommands inherit the output hooks and exit override, so usage errors come back here.
+  const inherit = (cmd: Command) => {
+    for (const sub of cmd.commands) {
+      sub.exitOverride().configureOutput({ writeOut: io.stdout, writeErr: io.stderr }).showHelpAfterError("(run with --help for usage)");
+      inherit(sub);
+    }
+  };
+  inherit(program);
+  return program;
+}
+
+/** Runs hm with `argv` (without node and script) and answers its exit code. */
+export async function main(argv: string[], io: Io = processIo()): Promise<number> {
+  // Commander reads HM_URL / HM_TOKEN from process.env; the injected environment stands in.
+  const saved = { url: process.env.HM_URL, token: process.env.HM_TOKEN };
+  setEnv("HM_URL", io.env.HM_URL);
+  setEnv("HM_TOKEN", io.env.HM_TOKEN);
+  try {
+    await buildProgram(io).parseAsync(argv, { from: "user" });
+    return 0;
+  } catch (err) {
+    if (err instanceof CommanderError) {
+      // --help and --version end through here too, successfully.
+      if (err.exitCode === 0 || err.code === "commander.helpDisplayed" || err.code === "commander.version") return 0;
+      if (err.code === "commander.help") return 0;
+      return 2;
+    }
+    if (err instanceof Exit) {
+      if (err.message) io.stderr(`${err.code === 3 ? "" : "error: "}${err.message}\n`);
+      return err.code;
+    }
+    if (err instanceof ApiError) {
+      io.stderr(`error: ${err.code}: ${err.message}${err.details === undefined ? "" : `\n${JSON.stringify(err.details)}`}\n`);
+      return 1;
+    }
+    io.stderr(`error: ${err instanceof Error ? err.message : String(err)}\n`);
+    return 1;
+  } finally {
+    setEnv("HM_URL", saved.url);
+    setEnv("HM_TOKEN", saved.token);
+  }
+}
+
+function setEnv(k: string, v: string | undefined) {
+  if (v === undefined) delete process.env[k];
+  else process.env[k] = v;
+}

@@ -1,0 +1,78 @@
+// A private local server for tests and tools: wrangler dev on a free loopback port, fresh local
+// state in a temp dir, migrations applied, its own admin token (the developer's .dev.vars is
+// neither read nor written). `node scripts/local-server.ts` runs one and prints its URL/token.
+import { spawn, spawnSync } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+
+const root = resolve(import.meta.dirname, "..");
+const wrangler = resolve(root, "node_modules/.bin/wrangler");
+
+export const freePort = () =>
+  new Promise<number>((res, rej) => {
+    const s = createServer();
+    s.listen(0, "127.0.0.1", () => {
+      const { port } = s.address() as { port: number };
+      s.close(() => res(port));
+    });
+    s.on("error", rej);
+  });
+
+export interface LocalServer {
+  url: string;
+  admin: string;
+  stop: () => void;
+  log: () => string;
+}
+
+export async function startLocalServer({ label = "local", startTimeoutMs = 90_000 } = {}): Promise<LocalServer> {
+  const port = await freePort();
+  const persist = mkdtempSync(join(tmpdir(), `harbormaster-${label}-`));
+  const admin = randomBytes(24).toString("base64url");
+  const envFile = join(persist, "server.vars");
+  writeFileSync(envFile, `ADMIN_TOKEN=${admin}\n`);
+  const migrate = spawnSync(wrangler, ["d1", "migrations", "apply", "DB", "--local", "--persist-to", persist], {
+    cwd: root,
+    env: { ...process.env, CI: "true" },
+    encoding: "utf8",
+  });
+  if (migrate.status !== 0) throw new Error(`migrations failed:\n${migrate.stdout}\n${migrate.stderr}`);
+  const child = spawn(
+    wrangler,
+    ["dev", "--ip", "127.0.0.1", "--port", String(port), "--persist-to", persist, "--env-file", envFile,
+      "--log-level", "error", "--show-interactive-dev-session=false"],
+    { cwd: root, stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, CI: "true" }, detached: true },
+  );
+  let log = "";
+  child.stdout.on("data", (d: Buffer) => (log += d));
+  child.stderr.on("data", (d: Buffer) => (log += d));
+  const url = `http://127.0.0.1:${port}`;
+  const stop = () => {
+    // wrangler starts workerd as a child: end the whole process group we started.
+    try {
+      process.kill(-child.pid!, "SIGTERM");
+    } catch {}
+    rmSync(persist, { recursive: true, force: true });
+  };
+  const deadline = Date.now() + startTimeoutMs;
+  for (;;) {
+    try {
+      if ((await fetch(`${url}/healthz`)).ok) break;
+    } catch {}
+    if (Date.now() > deadline || child.exitCode !== null) {
+      stop();
+      throw new Error(`server did not start:\n${log}`);
+    }
+    await new Promise((r) => setTimeout(r, 250));
+  }
+  return { url, admin, stop, log: () => log };
+}
+
+if (import.meta.url === `file://${process.argv[1]}`) {
+  const s = await startLocalServer();
+  console.log(JSON.stringify({ url: s.url, token: s.admin }));
+  for (const sig of ["SIGINT", "SIGTERM"]) process.on(sig, () => (s.stop(), process.exit(0)));
+}
