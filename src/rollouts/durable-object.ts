@@ -245,7 +245,10 @@ export class Rollout extends DurableObject<Env> {
     }
     if (out.skipQueued) nextCore = this.skipQueued(nextCore, nextCore.pass, out.skipQueued, now);
     this.putCore(nextCore);
-    if (after.state === "done" && t.state !== "done" && duration !== null) this.warnIfSlow(after, duration, true, now);
+    if (after.state === "done" && t.state !== "done" && duration !== null) {
+      this.recordDuration(after.pass, duration);
+      this.warnIfSlow(after, duration, true, now);
+    }
     if (out.entered) this.entered(out.entered, now);
     if (out.entered) this.project();
     else this.projectSoon(now);
@@ -352,20 +355,36 @@ export class Rollout extends DurableObject<Env> {
 
   // ---- slow servers ----
 
-  private medianMs(): number | null {
+  /** Durations of the current pass's done targets, sorted; kept in memory, rebuilt after a wake. */
+  private durations: { pass: number; sorted: number[] } | null = null;
+
+  private doneDurations(): number[] {
     const { core } = this.load()!;
-    const n = core.counts.done;
-    if (n === 0) return null;
-    const mid = this.ctx.storage.sql
-      .exec<{ d: number }>(
-        "SELECT duration_ms AS d FROM targets WHERE pass = ? AND state = 'done' ORDER BY duration_ms LIMIT ? OFFSET ?",
-        core.pass,
-        n % 2 ? 1 : 2,
-        Math.floor((n - 1) / 2),
-      )
-      .toArray()
-      .map((r) => r.d);
-    return median(mid);
+    if (!this.durations || this.durations.pass !== core.pass) {
+      const sorted = this.ctx.storage.sql
+        .exec<{ d: number }>("SELECT duration_ms AS d FROM targets WHERE pass = ? AND state = 'done' ORDER BY duration_ms", core.pass)
+        .toArray()
+        .map((r) => r.d);
+      this.durations = { pass: core.pass, sorted };
+    }
+    return this.durations.sorted;
+  }
+
+  private recordDuration(pass: number, ms: number) {
+    const sorted = this.doneDurations();
+    if (this.durations!.pass !== pass) return;
+    let lo = 0;
+    let hi = sorted.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1;
+      if (sorted[mid] <= ms) lo = mid + 1;
+      else hi = mid;
+    }
+    sorted.splice(lo, 0, ms);
+  }
+
+  private medianMs(): number | null {
+    return median(this.doneDurations());
   }
 
   private warnIfSlow(t: Target, elapsed: number, ended: boolean, now: number) {
