@@ -8,6 +8,12 @@ import type { Fleet, FleetInput, ServerCreated, ServerDetail, ServerInput, Serve
 import type { FleetlockKeyCreated, GroupInput, GroupSchema, ServerRebootPatch } from "../src/fleetlock/schemas";
 import type { agentStatus, DesiredConfig as DesiredSchema, DesiredConfigInput as DesiredInputSchema, serverStatus } from "../src/ledger/schemas";
 import { ApiError, apiErrorOf, type FetchLike } from "../agent/http";
+import type {
+  RolloutInput as RolloutInputSchema,
+  RolloutListItem as RolloutListItemSchema,
+  RolloutSchema,
+  TargetSchema,
+} from "../src/rollouts/schemas";
 
 export { ApiError };
 
@@ -63,6 +69,12 @@ export interface UpgradeStatus {
   last_run: Record<string, unknown> | null;
   history: Page<{ id: number; version: number; description: string; runner: string; state: string; started_at: string; finished_at: string | null; error: string | null }>;
 }
+/** Rollouts (issue 9): the schemas of src/rollouts/schemas.ts. */
+export type Rollout = z.infer<typeof RolloutSchema>;
+export type RolloutInput = z.input<typeof RolloutInputSchema>;
+export type RolloutTarget = z.infer<typeof TargetSchema>;
+export type RolloutListItem = z.infer<typeof RolloutListItemSchema>;
+
 export interface Page<T> {
   items: T[];
   next_cursor: string | null;
@@ -216,6 +228,28 @@ export class Api {
   async runUpgrades() {
     return (await this.request<Record<string, unknown>>("POST", "/v1/upgrades/run")).data;
   }
+  // ---- rollouts (issue 9) ----
+
+  async startRollout(input: RolloutInput) {
+    return (await this.request<Rollout>("POST", "/v1/rollouts", { body: input })).data;
+  }
+  getRollout(id: string) {
+    return this.get<Rollout>(`/v1/rollouts/${encodeURIComponent(id)}`);
+  }
+  /** Parks until the rollout's `change` moves past `since` (at most `waitS` seconds). */
+  async waitRollout(id: string, since: number, waitS: number, signal?: AbortSignal) {
+    return (await this.request<Rollout>("GET", `/v1/rollouts/${encodeURIComponent(id)}`, { query: { wait: waitS, since }, signal })).data;
+  }
+  listRollouts(filter: { fleet?: string; agent?: string; state?: string } = {}, max?: number) {
+    return this.all<RolloutListItem>("/v1/rollouts", filter, max);
+  }
+  rolloutTargets(id: string, state?: string, max?: number) {
+    return this.all<RolloutTarget>(`/v1/rollouts/${encodeURIComponent(id)}/targets`, { state }, max);
+  }
+  async controlRollout(id: string, action: "pause" | "resume" | "cancel" | "rollback") {
+    return (await this.request<Rollout>("POST", `/v1/rollouts/${encodeURIComponent(id)}/${action}`)).data;
+  }
+
   audit(query: { target?: string; limit?: number; cursor?: string | null } = {}) {
     return this.get<Page<AuditEntry>>("/v1/audit", query);
   }

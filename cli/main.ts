@@ -14,6 +14,7 @@ import { registerStatus } from "./commands/status";
 import { registerTokens } from "./commands/tokens";
 import { registerUpgrades } from "./commands/upgrades";
 import { registerWait } from "./commands/wait";
+import { registerRollouts } from "./commands/rollouts";
 
 export type Action = (ctx: Ctx, ...args: any[]) => Promise<void>;
 
@@ -48,6 +49,7 @@ export function buildProgram(io: Io): Command {
     registerUpgrades,
     registerAudit,
     registerWait,
+    registerRollouts,
   ]) {
     register(program, io);
   }
