@@ -531,16 +531,23 @@ export class Rollout extends DurableObject<Env> {
     const state = this.load();
     if (!state) return null;
     const pass = opts.pass ?? state.core.pass;
-    const rows = this.ctx.storage.sql
-      .exec<Row & { duration_ms: number | null }>(
-        `SELECT ${COLS}, duration_ms FROM targets WHERE pass = ? AND (? IS NULL OR state = ?) AND seq > ? ORDER BY seq LIMIT ?`,
-        pass,
-        opts.state ?? null,
-        opts.state ?? null,
-        opts.after,
-        opts.limit + 1,
-      )
-      .toArray();
+    // Two statements rather than "(? IS NULL OR state = ?)", so each uses its index.
+    const rows = (
+      opts.state
+        ? this.ctx.storage.sql.exec<Row & { duration_ms: number | null }>(
+            `SELECT ${COLS}, duration_ms FROM targets WHERE pass = ? AND state = ? AND seq > ? ORDER BY seq LIMIT ?`,
+            pass,
+            opts.state,
+            opts.after,
+            opts.limit + 1,
+          )
+        : this.ctx.storage.sql.exec<Row & { duration_ms: number | null }>(
+            `SELECT ${COLS}, duration_ms FROM targets WHERE pass = ? AND seq > ? ORDER BY seq LIMIT ?`,
+            pass,
+            opts.after,
+            opts.limit + 1,
+          )
+    ).toArray();
     return rows.map((r) => ({ ...toTarget(r), duration_ms: r.duration_ms }));
   }
 
