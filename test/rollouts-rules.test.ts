@@ -231,6 +231,28 @@ describe("one running rollout per (fleet, agent)", () => {
   });
 });
 
+describe("rollback and the (fleet, agent) claim", () => {
+  it("a rollback needs the agent: refused with rollout_in_progress while another rollout holds it, and it changes nothing", async () => {
+    const { fleet, hosts } = await fleetWithAgent(2);
+    const a = await startRollout({ fleet, concurrency: 2 });
+    await reconcileApplying(a.id, hosts);
+    expect((await getRollout(a.id)).state).toBe("succeeded");
+    const b = await startRollout({ fleet, image: "registry.example/fw:3.0.0", version: "3.0.0" });
+    const refused = await call("POST", `/v1/rollouts/${a.id}/rollback`);
+    expect(refused.status).toBe(409);
+    expect(refused.json.error).toMatchObject({ code: "rollout_in_progress", details: { rollout_id: b.id } });
+    expect((await getRollout(a.id)).state).toBe("succeeded");
+    // Once b has ended, a can roll back (and holds the agent while it does).
+    await call("POST", `/v1/rollouts/${b.id}/cancel`);
+    await reconcileApplying(b.id, hosts);
+    const rb = await call("POST", `/v1/rollouts/${a.id}/rollback`);
+    expect(rb.status).toBe(200);
+    const c = await call("POST", "/v1/rollouts", { body: { fleet, agent: AGENT, image: NEW, version: "2.0.0" } });
+    expect(c.status).toBe(409);
+    expect(c.json.error.details.rollout_id).toBe(a.id);
+  });
+});
+
 describe("targets", () => {
   it("selector and exclude: only servers with the agent and a matching role; excluded ones listed as skipped", async () => {
     const { fleet, hosts } = await fleetWithAgent(4, { server: (i) => ({ roles: i < 3 ? ["edge"] : ["core"] }) });
