@@ -16,6 +16,11 @@ export interface HostAgentOptions {
   waitS?: number;
   /** A report (and reconcile pass) at least this often, even with nothing new: the heartbeat. */
   reportIntervalMs?: number;
+  /**
+   * Polls never start closer together than this, so a server (or a proxy) that answers 304 at
+   * once instead of parking the request does not turn the loop into a busy poll.
+   */
+  minPollIntervalMs?: number;
   backoff?: BackoffPolicy;
   fetch?: FetchLike;
   random?: () => number;
@@ -64,6 +69,7 @@ export class HostAgent {
     let desired: DesiredConfig | null = null;
     let due = true; // a reconcile and report is owed (start, new config, heartbeat)
     let lastReportAt = -Infinity;
+    let lastPollAt = -Infinity;
     let failures = 0;
     const emit = (e: AgentEvent) => this.opts.onEvent?.(e);
 
@@ -72,7 +78,12 @@ export class HostAgent {
         // Park on the long poll until the next heartbeat is due, never longer than waitS.
         const untilReport = lastReportAt + this.reportIntervalMs - this.now();
         const wait = due || !desired ? 0 : Math.max(0, Math.min(this.waitS, Math.floor(untilReport / 1000)));
+        if (!due) {
+          const gap = lastPollAt + (this.opts.minPollIntervalMs ?? 1000) - this.now();
+          if (gap > 0) await this.sleep(gap, signal);
+        }
         const t0 = this.now();
+        lastPollAt = t0;
         const answer = await this.api.desired(etag, wait, signal);
         emit({ type: "desired", changed: answer.changed, generation: answer.changed ? answer.config.generation : desired?.generation ?? null, ms: this.now() - t0 });
         if (answer.changed) {

@@ -1,89 +1,138 @@
 /**
- * The operator API, typed. A thin fetch wrapper kept in this one module: every caller (hm, the
- * simulator, the e2e tests) goes through these methods, so moving onto the shared hono client
- * (`createClient` in src/client/) changes this file only. Types come from the route schemas.
+ * The operator API for hm, the simulator and the e2e tests: the shared typed client
+ * (`createClient`, hono `hc` over AppType) with one method per call, so callers get domain
+ * values and failures arrive as ApiError with the API's code and message.
  */
-import type { z } from "@hono/zod-openapi";
-import type { Fleet, FleetInput, ServerCreated, ServerDetail, ServerInput, ServerSummary } from "../src/fleet/schemas";
-import type { FleetlockKeyCreated, GroupInput, GroupSchema, ServerRebootPatch } from "../src/fleetlock/schemas";
-import type { agentStatus, DesiredConfig as DesiredSchema, DesiredConfigInput as DesiredInputSchema, serverStatus } from "../src/ledger/schemas";
+import type { ClientResponse } from "hono/client";
+import { createClient, type Client } from "../src/client";
 import { ApiError, apiErrorOf, type FetchLike } from "../agent/http";
-import type {
-  RolloutInput as RolloutInputSchema,
-  RolloutListItem as RolloutListItemSchema,
-  RolloutSchema,
-  TargetSchema,
-} from "../src/rollouts/schemas";
 
 export { ApiError };
 
-export type Fleet = z.infer<typeof Fleet>;
-export type FleetInput = z.input<typeof FleetInput>;
-export type ServerInput = z.input<typeof ServerInput>;
-export type ServerSummary = z.infer<typeof ServerSummary>;
-export type ServerDetail = z.infer<typeof ServerDetail>;
-export type ServerCreated = z.infer<typeof ServerCreated>;
-export type ServerPatch = z.input<typeof ServerRebootPatch>;
-export type ServerStatus = z.infer<typeof serverStatus>;
-export type DesiredConfig = z.infer<typeof DesiredSchema>;
-export type DesiredConfigInput = z.input<typeof DesiredInputSchema>;
-export type RebootGroup = z.infer<typeof GroupSchema>;
-export type RebootGroupInput = z.input<typeof GroupInput>;
-export type FleetlockKey = z.infer<typeof FleetlockKeyCreated>;
+/** The JSON of a response's 2xx variants. */
+type Success<R> = R extends ClientResponse<infer T, infer S, infer _F> ? (S extends 200 | 201 ? T : never) : never;
 
-// Schemas the routes keep to themselves (src/auth/routes.ts, src/audit/routes.ts,
-// src/instances/routes.ts, src/upgrades/routes.ts); the shared client will carry them.
-export interface Token {
-  id: string;
-  kind: "operator" | "server";
-  scope: "read" | "write" | "admin" | "server";
-  server_id: string | null;
-  name: string;
-  created_by: string;
-  created_at: string;
-  revoked_at: string | null;
+async function ok<R extends ClientResponse<unknown, number, any>>(pending: Promise<R>): Promise<Success<R>> {
+  const res = await pending;
+  if (!res.ok) throw await apiErrorOf(res as unknown as Response);
+  return (await res.json()) as Success<R>;
 }
-export interface AuditEntry {
-  id: number;
-  at: string;
-  actor: string;
-  action: string;
-  target: string;
-  details: unknown;
-}
-export interface Instance {
-  server_id: string;
-  fleet: string;
-  agent: string;
-  instance_id: string | null;
-  desired: { image: string; version: string | null } | null;
-  reported: { image: string; version: string | null; state: string | null } | null;
-  status: z.infer<typeof agentStatus>;
-}
-export interface UpgradeStatus {
-  state: "current" | "pending" | "running" | "failing";
-  data_version: number;
-  newest_version: number;
-  pending: { version: number; description: string }[];
-  lease: Record<string, unknown> | null;
-  last_run: Record<string, unknown> | null;
-  history: Page<{ id: number; version: number; description: string; runner: string; state: string; started_at: string; finished_at: string | null; error: string | null }>;
-}
-/** Rollouts (issue 9): the schemas of src/rollouts/schemas.ts. */
-export type Rollout = z.infer<typeof RolloutSchema>;
-export type RolloutInput = z.input<typeof RolloutInputSchema>;
-export type RolloutTarget = z.infer<typeof TargetSchema>;
-export type RolloutListItem = z.infer<typeof RolloutListItemSchema>;
 
+type Methods = ReturnType<typeof methods>;
+export type Fleet = Awaited<ReturnType<Methods["getFleet"]>>;
+export type FleetInput = Parameters<Methods["createFleet"]>[0];
+export type ServerSummary = Awaited<ReturnType<Methods["listServers"]>>[number];
+export type ServerDetail = Awaited<ReturnType<Methods["getServer"]>>;
+export type ServerCreated = Awaited<ReturnType<Methods["registerServer"]>>;
+export type ServerPatch = Parameters<Methods["patchServer"]>[1];
+export type ServerStatus = ServerDetail["status"];
+export type DesiredConfig = Awaited<ReturnType<Methods["getDesired"]>>;
+export type DesiredConfigInput = Parameters<Methods["putDesired"]>[1];
+export type RebootGroup = Awaited<ReturnType<Methods["getGroup"]>>;
+export type RebootGroupInput = Parameters<Methods["putGroup"]>[2];
+export type Token = Awaited<ReturnType<Methods["listTokens"]>>[number];
+export type AuditEntry = Awaited<ReturnType<Methods["audit"]>>["items"][number];
+export type Instance = Awaited<ReturnType<Methods["listInstances"]>>[number];
+export type UpgradeStatus = Awaited<ReturnType<Methods["upgrades"]>>;
+export type Rollout = Awaited<ReturnType<Methods["getRollout"]>>;
+export type RolloutInput = Parameters<Methods["startRollout"]>[0];
+export type RolloutTarget = Awaited<ReturnType<Methods["rolloutTargets"]>>[number];
 export interface Page<T> {
   items: T[];
   next_cursor: string | null;
 }
 
-type Query = Record<string, string | number | undefined | null>;
+/** Every page of a cursor-paged list, up to `max` items. */
+async function all<T>(fetchPage: (cursor: string | undefined) => Promise<Page<T>>, max = 100_000): Promise<T[]> {
+  const out: T[] = [];
+  let cursor: string | null = null;
+  do {
+    const page: Page<T> = await fetchPage(cursor ?? undefined);
+    out.push(...page.items);
+    cursor = page.next_cursor;
+  } while (cursor && out.length < max);
+  return out.slice(0, max);
+}
+
+const PAGE = "200";
+
+function methods(c: Client) {
+  return {
+    // fleets
+    /** One cheap read every operator scope may do: proves a URL and token. */
+    probe: () => ok(c.v1.fleets.$get({ query: { limit: "1" } })),
+    listFleets: () => all((cursor) => ok(c.v1.fleets.$get({ query: { limit: PAGE, cursor } }))),
+    getFleet: (id: string) => ok(c.v1.fleets[":id"].$get({ param: { id } })),
+    createFleet: (json: Parameters<Client["v1"]["fleets"]["$post"]>[0]["json"]) => ok(c.v1.fleets.$post({ json })),
+
+    // servers
+    listServers: (filter: { fleet?: string; status?: ServerStatusFilter } = {}, max?: number) =>
+      all((cursor) => ok(c.v1.servers.$get({ query: { ...filter, limit: PAGE, cursor } })), max),
+    getServer: (id: string) => ok(c.v1.servers[":id"].$get({ param: { id } })),
+    registerServer: (json: Parameters<Client["v1"]["servers"]["$post"]>[0]["json"]) => ok(c.v1.servers.$post({ json })),
+    patchServer: (id: string, json: Parameters<Client["v1"]["servers"][":id"]["$patch"]>[0]["json"]) =>
+      ok(c.v1.servers[":id"].$patch({ param: { id }, json })),
+    getDesired: (id: string) => ok(c.v1.servers[":id"].desired.$get({ param: { id } })),
+    putDesired: (id: string, json: Parameters<Client["v1"]["servers"][":id"]["desired"]["$put"]>[0]["json"]) =>
+      ok(c.v1.servers[":id"].desired.$put({ param: { id }, json })),
+
+    listInstances: (filter: { server?: string; agent?: string; image?: string } = {}, max?: number) =>
+      all((cursor) => ok(c.v1.instances.$get({ query: { ...filter, limit: PAGE, cursor } })), max),
+
+    // reboot coordination
+    listGroups: (fleet: string) => ok(c.v1.fleets[":fleet"]["reboot-groups"].$get({ param: { fleet } })),
+    getGroup: (fleet: string, group: string) => ok(c.v1.fleets[":fleet"]["reboot-groups"][":group"].$get({ param: { fleet, group } })),
+    putGroup: (
+      fleet: string,
+      group: string,
+      json: Parameters<Client["v1"]["fleets"][":fleet"]["reboot-groups"][":group"]["$put"]>[0]["json"],
+    ) => ok(c.v1.fleets[":fleet"]["reboot-groups"][":group"].$put({ param: { fleet, group }, json })),
+    releaseHolder: (fleet: string, group: string, id: string) =>
+      ok(c.v1.fleets[":fleet"]["reboot-groups"][":group"].holders[":id"].$delete({ param: { fleet, group, id } })),
+    rotateFleetlockKey: (fleet: string) => ok(c.v1.fleets[":fleet"]["fleetlock-key"].$post({ param: { fleet } })),
+
+    // tokens
+    listTokens: () => all((cursor) => ok(c.v1.tokens.$get({ query: { limit: PAGE, cursor } }))),
+    createToken: (json: Parameters<Client["v1"]["tokens"]["$post"]>[0]["json"]) => ok(c.v1.tokens.$post({ json })),
+    revokeToken: (id: string) => ok(c.v1.tokens[":id"].$delete({ param: { id } })),
+
+    decommission: (id: string, body: { force?: boolean; reason?: string } = {}) =>
+      ok(c.v1.servers[":id"].decommission.$post({ param: { id }, json: { force: body.force ?? false, reason: body.reason } })),
+    cancelDecommission: (id: string) => ok(c.v1.servers[":id"].decommission.cancel.$post({ param: { id } })),
+    checkServerAgents: (filter: { fleet?: string; server?: string; agent?: string }, cursor?: string) =>
+      ok(c.v1.check["server-agents"].$get({ query: { ...filter, limit: PAGE, cursor } })),
+
+    // rollouts (issue 9)
+    startRollout: (json: Parameters<Client["v1"]["rollouts"]["$post"]>[0]["json"]) => ok(c.v1.rollouts.$post({ json })),
+    getRollout: (id: string) => ok(c.v1.rollouts[":id"].$get({ param: { id }, query: {} })),
+    /** Parks until the rollout's `change` moves past `since` (at most `waitS` seconds). */
+    waitRollout: (id: string, since: number, waitS: number) =>
+      ok(c.v1.rollouts[":id"].$get({ param: { id }, query: { wait: String(Math.floor(waitS)), since: String(since) } })),
+    listRollouts: (filter: { fleet?: string; agent?: string; state?: RolloutStateFilter } = {}, max?: number) =>
+      all((cursor) => ok(c.v1.rollouts.$get({ query: { ...filter, limit: PAGE, cursor } })), max),
+    rolloutTargets: (id: string, state?: RolloutTargetStateFilter, max?: number) =>
+      all((cursor) => ok(c.v1.rollouts[":id"].targets.$get({ param: { id }, query: { state, limit: PAGE, cursor } })), max),
+    controlRollout: (id: string, action: "pause" | "resume" | "cancel" | "rollback") => ok(c.v1.rollouts[":id"][action].$post({ param: { id } })),
+
+    // upgrades, audit
+    upgrades: (query: { limit?: number; cursor?: string } = {}) =>
+      ok(c.v1.upgrades.$get({ query: { limit: query.limit?.toString(), cursor: query.cursor } })),
+    runUpgrades: () => ok(c.v1.upgrades.run.$post()),
+    audit: (query: { target?: string; limit?: number; cursor?: string | null } = {}) =>
+      ok(c.v1.audit.$get({ query: { target: query.target, limit: query.limit?.toString(), cursor: query.cursor ?? undefined } })),
+  };
+}
+
+type RolloutStateFilter = NonNullable<Parameters<Client["v1"]["rollouts"]["$get"]>[0]>["query"]["state"];
+type RolloutTargetStateFilter = NonNullable<Parameters<Client["v1"]["rollouts"][":id"]["targets"]["$get"]>[0]>["query"]["state"];
+
+type ServerStatusFilter = NonNullable<Parameters<Client["v1"]["servers"]["$get"]>[0]>["query"]["status"];
+
+export interface Api extends Methods {}
 
 export class Api {
   readonly base: string;
+  private readonly client: Client;
 
   constructor(
     baseUrl: string,
@@ -91,168 +140,34 @@ export class Api {
     private readonly fetchImpl: FetchLike = (i, init) => fetch(i, init),
   ) {
     this.base = baseUrl.replace(/\/+$/, "");
+    this.client = createClient(this.base, token, { fetch: (input: string | URL | Request, init?: RequestInit) => this.fetchImpl(input as string, init) });
+    Object.assign(this, methods(this.client));
   }
 
-  /** One call; non-2xx answers throw ApiError (code and message from the API's error body). */
-  async request<T>(
-    method: string,
-    path: string,
-    opts: { query?: Query; body?: unknown; headers?: Record<string, string>; signal?: AbortSignal; allow304?: boolean } = {},
-  ): Promise<{ status: number; data: T; headers: Headers }> {
-    const qs = new URLSearchParams();
-    for (const [k, v] of Object.entries(opts.query ?? {})) if (v !== undefined && v !== null && v !== "") qs.set(k, String(v));
-    const url = `${this.base}${path}${qs.size ? `?${qs}` : ""}`;
-    const headers: Record<string, string> = { Authorization: `Bearer ${this.token}`, ...opts.headers };
-    if (opts.body !== undefined) headers["Content-Type"] = "application/json";
-    const res = await this.fetchImpl(url, {
-      method,
-      headers,
-      body: opts.body === undefined ? undefined : JSON.stringify(opts.body),
-      signal: opts.signal,
-    });
-    if (res.status === 304 && opts.allow304) return { status: 304, data: null as T, headers: res.headers };
-    if (!res.ok) throw await apiErrorOf(res);
-    const text = await res.text();
-    return { status: res.status, data: (text ? JSON.parse(text) : null) as T, headers: res.headers };
+  /** GET a server with its view's ETag. */
+  async getServerTagged(id: string) {
+    const res = await this.client.v1.servers[":id"].$get({ param: { id } });
+    if (!res.ok) throw await apiErrorOf(res as unknown as Response);
+    return { etag: res.headers.get("ETag"), server: (await res.json()) as ServerDetail };
   }
 
-  private async get<T>(path: string, query?: Query) {
-    return (await this.request<T>("GET", path, { query })).data;
-  }
-
-  /** Every page of a cursor-paged list, up to `max` items. */
-  async all<T>(path: string, query: Query = {}, max = 100_000): Promise<T[]> {
-    const out: T[] = [];
-    let cursor: string | null = null;
-    do {
-      const page: Page<T> = await this.get<Page<T>>(path, { ...query, limit: 200, cursor });
-      out.push(...page.items);
-      cursor = page.next_cursor;
-    } while (cursor && out.length < max);
-    return out.slice(0, max);
-  }
-
-  health() {
-    return this.get<{ ok: boolean }>("/healthz");
-  }
-
-  // fleets
-  listFleets() {
-    return this.all<Fleet>("/v1/fleets");
-  }
-  getFleet(id: string) {
-    return this.get<Fleet>(`/v1/fleets/${enc(id)}`);
-  }
-  async createFleet(input: FleetInput) {
-    return (await this.request<Fleet>("POST", "/v1/fleets", { body: input })).data;
-  }
-
-  // servers
-  listServers(filter: { fleet?: string; status?: string } = {}, max?: number) {
-    return this.all<ServerSummary>("/v1/servers", filter, max);
-  }
-  getServer(id: string) {
-    return this.get<ServerDetail>(`/v1/servers/${enc(id)}`);
-  }
   /**
-   * Long poll on a server's view: answers at its next change after `etag`, or `null` (304) when
-   * `waitS` runs out first.
+   * Long poll on a server's view: answers at its next change after `etag`, or `server: null`
+   * (304) when `waitS` runs out first. `wait` is validated by the route's handler, not declared
+   * in its typed request, so the URL is built here.
    */
   async waitServer(id: string, etag: string, waitS: number, signal?: AbortSignal) {
-    const res = await this.request<ServerDetail>("GET", `/v1/servers/${enc(id)}`, {
-      query: { wait: waitS },
-      headers: { "If-None-Match": etag },
-      allow304: true,
+    const url = this.client.v1.servers[":id"].$url({ param: { id } });
+    url.searchParams.set("wait", String(Math.floor(waitS)));
+    const res = await this.fetchImpl(url.toString(), {
+      headers: { Authorization: `Bearer ${this.token}`, "If-None-Match": etag },
       signal,
     });
-    return { etag: res.headers.get("ETag") ?? etag, server: res.status === 304 ? null : res.data };
-  }
-  async getServerTagged(id: string) {
-    const res = await this.request<ServerDetail>("GET", `/v1/servers/${enc(id)}`);
-    return { etag: res.headers.get("ETag"), server: res.data };
-  }
-  async registerServer(input: ServerInput) {
-    return (await this.request<ServerCreated>("POST", "/v1/servers", { body: input })).data;
-  }
-  async patchServer(id: string, patch: ServerPatch) {
-    return (await this.request<ServerDetail>("PATCH", `/v1/servers/${enc(id)}`, { body: patch })).data;
-  }
-  getDesired(id: string) {
-    return this.get<DesiredConfig>(`/v1/servers/${enc(id)}/desired`);
-  }
-  async putDesired(id: string, input: DesiredConfigInput) {
-    return (await this.request<DesiredConfig>("PUT", `/v1/servers/${enc(id)}/desired`, { body: input })).data;
-  }
-
-  listInstances(filter: { server?: string; agent?: string; image?: string } = {}, max?: number) {
-    return this.all<Instance>("/v1/instances", filter, max);
-  }
-
-  // reboot coordination
-  listGroups(fleet: string) {
-    return this.get<{ fleet: string; lock_ttl_s: number; items: RebootGroup[] }>(`/v1/fleets/${enc(fleet)}/reboot-groups`);
-  }
-  getGroup(fleet: string, group: string) {
-    return this.get<RebootGroup>(`/v1/fleets/${enc(fleet)}/reboot-groups/${enc(group)}`);
-  }
-  async putGroup(fleet: string, group: string, input: RebootGroupInput) {
-    return (await this.request<RebootGroup>("PUT", `/v1/fleets/${enc(fleet)}/reboot-groups/${enc(group)}`, { body: input })).data;
-  }
-  async releaseHolder(fleet: string, group: string, id: string) {
-    return (
-      await this.request<{ released: { id: string; server_id: string | null; granted_at: string }; group: RebootGroup }>(
-        "DELETE",
-        `/v1/fleets/${enc(fleet)}/reboot-groups/${enc(group)}/holders/${enc(id)}`,
-      )
-    ).data;
-  }
-  async rotateFleetlockKey(fleet: string) {
-    return (await this.request<FleetlockKey>("POST", `/v1/fleets/${enc(fleet)}/fleetlock-key`)).data;
-  }
-
-  // tokens
-  listTokens(filter: Query = {}) {
-    return this.all<Token>("/v1/tokens", filter);
-  }
-  async createToken(input: { name: string; scope: "read" | "write" | "admin" }) {
-    return (await this.request<Token & { token: string }>("POST", "/v1/tokens", { body: input })).data;
-  }
-  async revokeToken(id: string) {
-    return (await this.request<Token>("DELETE", `/v1/tokens/${enc(id)}`)).data;
-  }
-
-  // upgrades, audit
-  upgrades(query: Query = {}) {
-    return this.get<UpgradeStatus>("/v1/upgrades", query);
-  }
-  async runUpgrades() {
-    return (await this.request<Record<string, unknown>>("POST", "/v1/upgrades/run")).data;
-  }
-  // ---- rollouts (issue 9) ----
-
-  async startRollout(input: RolloutInput) {
-    return (await this.request<Rollout>("POST", "/v1/rollouts", { body: input })).data;
-  }
-  getRollout(id: string) {
-    return this.get<Rollout>(`/v1/rollouts/${encodeURIComponent(id)}`);
-  }
-  /** Parks until the rollout's `change` moves past `since` (at most `waitS` seconds). */
-  async waitRollout(id: string, since: number, waitS: number, signal?: AbortSignal) {
-    return (await this.request<Rollout>("GET", `/v1/rollouts/${encodeURIComponent(id)}`, { query: { wait: waitS, since }, signal })).data;
-  }
-  listRollouts(filter: { fleet?: string; agent?: string; state?: string } = {}, max?: number) {
-    return this.all<RolloutListItem>("/v1/rollouts", filter, max);
-  }
-  rolloutTargets(id: string, state?: string, max?: number) {
-    return this.all<RolloutTarget>(`/v1/rollouts/${encodeURIComponent(id)}/targets`, { state }, max);
-  }
-  async controlRollout(id: string, action: "pause" | "resume" | "cancel" | "rollback") {
-    return (await this.request<Rollout>("POST", `/v1/rollouts/${encodeURIComponent(id)}/${action}`)).data;
-  }
-
-  audit(query: { target?: string; limit?: number; cursor?: string | null } = {}) {
-    return this.get<Page<AuditEntry>>("/v1/audit", query);
+    if (res.status === 304) {
+      await res.body?.cancel();
+      return { etag: res.headers.get("ETag") ?? etag, server: null };
+    }
+    if (!res.ok) throw await apiErrorOf(res);
+    return { etag: res.headers.get("ETag") ?? etag, server: (await res.json()) as ServerDetail };
   }
 }
-
-const enc = encodeURIComponent;

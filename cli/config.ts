@@ -12,7 +12,7 @@ export interface Connection {
 export const DEFAULT_LOCAL_URL = "http://127.0.0.1:8787";
 
 /** `$HM_CONFIG`, else `$XDG_CONFIG_HOME/harbormaster/config.json`, else `~/.config/harbormaster/config.json`. */
-export function configPath(env: NodeJS.ProcessEnv = process.env): string {
+export function configPath(env: Record<string, string | undefined> = process.env): string {
   if (env.HM_CONFIG) return resolve(env.HM_CONFIG);
   const base = env.XDG_CONFIG_HOME || join(homedir(), ".config");
   return join(base, "harbormaster", "config.json");
@@ -58,7 +58,7 @@ export class UsageError extends Error {}
  */
 export function resolveConnection(
   flags: { url?: string; token?: string },
-  env: NodeJS.ProcessEnv = process.env,
+  env: Record<string, string | undefined> = process.env,
   cwd = process.cwd(),
 ): Connection {
   const file = readConfig(configPath(env));

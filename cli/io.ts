@@ -11,7 +11,7 @@ export interface Io {
   stdin: Readable;
   /** Whether a human is at the terminal (colours, prompts). */
   interactive: boolean;
-  env: NodeJS.ProcessEnv;
+  env: Record<string, string | undefined>;
   cwd: string;
   fetch?: FetchLike;
 }

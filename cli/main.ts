@@ -3,6 +3,7 @@ import { ApiError } from "./api";
 import { Ctx } from "./context";
 import { Exit, processIo, type Io } from "./io";
 import { registerAudit } from "./commands/audit";
+import { registerCheck } from "./commands/check";
 import { registerDesired } from "./commands/desired";
 import { registerFleets } from "./commands/fleets";
 import { registerFleetlock } from "./commands/fleetlock";
@@ -49,6 +50,7 @@ export function buildProgram(io: Io): Command {
     registerUpgrades,
     registerAudit,
     registerWait,
+    registerCheck,
     registerRollouts,
   ]) {
     register(program, io);

@@ -57,8 +57,10 @@ describe("hm rollout", () => {
   it("start, watch (exit 1 on an abort), status, rollback, watch (exit 0), list", async () => {
     const fleet = `ro-${Date.now().toString(36)}`;
     await api.createFleet({ id: fleet });
-    await api.request("PUT", `/v1/fleets/${fleet}/channels/${AGENT}`, { body: { image: "reg/fw:1", version: "1" } });
-    await api.request("PUT", `/v1/fleets/${fleet}/roles/edge`, { body: { agents: [{ name: AGENT }] } });
+    const put = (path: string, body: unknown) =>
+      fetch(`${url}${path}`, { method: "PUT", headers: { Authorization: `Bearer ${admin}`, "Content-Type": "application/json" }, body: JSON.stringify(body) });
+    expect((await put(`/v1/fleets/${fleet}/channels/${AGENT}`, { image: "reg/fw:1", version: "1" })).ok).toBe(true);
+    expect((await put(`/v1/fleets/${fleet}/roles/edge`, { agents: [{ name: AGENT }] })).ok).toBe(true);
     const hosts: { id: string; token: string; fail: boolean; seen: number }[] = [];
     for (let i = 0; i < 3; i++) {
       const s = await api.registerServer({ fleet, hostname: `ro${i}.example.com`, kind: "managed", roles: ["edge"] });

@@ -18,7 +18,7 @@ const home = mkdtempSync(join(tmpdir(), "hm-cli-"));
 async function hm(args: string[], opts: { stdin?: string; env?: Record<string, string>; cwd?: string; auth?: boolean; fetch?: typeof fetch } = {}) {
   let stdout = "";
   let stderr = "";
-  const env: NodeJS.ProcessEnv = { HM_CONFIG: join(home, "none.json"), ...(opts.auth === false ? {} : { HM_URL: url, HM_TOKEN: admin }), ...opts.env };
+  const env: Record<string, string | undefined> = { HM_CONFIG: join(home, "none.json"), ...(opts.auth === false ? {} : { HM_URL: url, HM_TOKEN: admin }), ...opts.env };
   const code = await main(args, {
     stdout: (s) => void (stdout += s),
     stderr: (s) => void (stderr += s),
@@ -148,7 +148,9 @@ describe("hm against the worker", () => {
   it("reboot groups: set, pause, resume, show; release asks first", async () => {
     const { fleet, server } = await fleetWithServer("rb.example.com");
     expect((await hm(["reboot-groups", "set", "default", "--fleet", fleet, "--slots", "2"])).code).toBe(0);
-    expect((await hm(["--json", "reboot-groups", "pause", "default", "--fleet", fleet])).json()).toMatchObject({ paused: true, slots: 2 });
+    const queued = await hm(["--json", "reboot-groups", "set", "default", "--fleet", fleet, "--slots", "2", "--queue-wait", "30"]);
+    expect(queued.json()).toMatchObject({ slots: 2, queue_wait_s: 30, queue: [] });
+    expect((await hm(["--json", "reboot-groups", "pause", "default", "--fleet", fleet])).json()).toMatchObject({ paused: true, slots: 2, queue_wait_s: 30 });
     expect((await hm(["--json", "reboot-groups", "resume", "default", "--fleet", fleet])).json()).toMatchObject({ paused: false, slots: 2 });
 
     const rotated = await hm(["--yes", "fleetlock-key", "rotate", "--fleet", fleet]);
@@ -201,6 +203,40 @@ describe("hm against the worker", () => {
     expect(check.stdout).toContain(`Fleet ${fleet}`);
   });
 
+  it("check server-agents exits 3 with the findings of a failed install, 0 when nothing drifts; decommission asks first", async () => {
+    const { fleet, server } = await fleetWithServer();
+    await api.putDesired(server.id, { generation: 2, agents: [{ name: "logs", image: "reg/logs:1", version: "1" }] });
+    await new HostApi(url, server.token).report({
+      generation: 2,
+      reconciled_at: new Date().toISOString(),
+      boot_id: "b1",
+      agents: [],
+      errors: [{ agent: "logs", op: "install", message: "pull failed" }],
+      assignments: { units: [], storage: [] },
+    });
+    let check;
+    for (let i = 0; i < 20; i++) {
+      check = await hm(["--json", "check", "server-agents", "--fleet", fleet]);
+      if (check.code === 3) break;
+      await new Promise((r) => setTimeout(r, 200));
+    }
+    expect(check!.code).toBe(3);
+    expect(check!.json().findings).toEqual([expect.objectContaining({ server: server.id, agent: "logs", reason: "failed", fix: "reissue" })]);
+    const human = await hm(["check", "server-agents", "--fleet", fleet]);
+    expect(human.stdout).toMatch(/failed\s+reg\/logs:1/);
+    const clean = await hm(["check", "server-agents", "--fleet", (await fleetWithServer()).fleet]);
+    expect(clean.code).toBe(0);
+    expect(clean.stdout).toContain("no drift");
+
+    expect((await hm(["servers", "decommission", server.id, "--force"])).code).toBe(2);
+    const declined = await hm(["servers", "decommission", server.id], { stdin: "n\n" });
+    expect(declined.code).toBe(1);
+    expect((await api.getServer(server.id)).state).toBe("active");
+    const done = await hm(["--json", "servers", "decommission", server.id], { stdin: "y\n" });
+    expect(done.code).toBe(0);
+    expect(done.json()).toMatchObject({ id: server.id, state: "decommissioning", desired: { lifecycle: "terminate" } });
+  });
+
   it("login writes a 0600 config that later commands use; .dev.vars' ADMIN_TOKEN works with no setup", async () => {
     const config = join(home, "cfg", "config.json");
     const login = await hm(["login", "--url", url, "--token", admin], { auth: false, env: { HM_CONFIG: config } });
@@ -227,8 +263,19 @@ describe("hm against the worker", () => {
     expect((await hm(["tokens", "revoke", t.id])).code).toBe(1);
     expect((await hm(["--yes", "--json", "tokens", "revoke", t.id])).json()).toMatchObject({ id: t.id, revoked_at: expect.any(String) });
 
+    // --follow prints what happens while it runs, once each, oldest first, as JSON lines.
+    const following = hm(["--json", "audit", "--follow", "--limit", "1", "--interval", "0.3", "--for", "2.5"]);
+    await new Promise((r) => setTimeout(r, 700));
+    const later = await api.createToken({ name: "followed", scope: "read" });
+    const followed = await following;
+    expect(followed.code).toBe(0);
+    const lines = followed.stdout.trim().split("\n").map((l) => JSON.parse(l));
+    expect(lines.filter((e) => e.target === `token:${later.id}`).map((e) => e.action)).toEqual(["token.create"]);
+    expect(lines.map((e) => e.id)).toEqual([...lines.map((e) => e.id)].sort((a, b) => a - b));
+
     const audit = await hm(["--json", "audit", "--limit", "5"]);
-    expect(audit.json()[0]).toMatchObject({ action: "token.revoke", target: expect.stringContaining(t.id) });
+    expect(audit.json()[0]).toMatchObject({ action: "token.create", target: `token:${later.id}` });
+    expect(audit.json()[1]).toMatchObject({ action: "token.revoke", target: expect.stringContaining(t.id) });
     const upgrades = await hm(["--json", "upgrades"]);
     expect(upgrades.json()).toMatchObject({ state: "current", data_version: upgrades.json().newest_version });
   });

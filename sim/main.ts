@@ -37,6 +37,7 @@ const program = new Command("sim")
   .option("--slots <n>", "slots of the reboot group", num(0, 10_000), DEFAULTS.slots)
   .option("--group <name>", "reboot group of the simulated hosts", DEFAULTS.group)
   .option("--change-at <s>", "issue a second generation (one agent removed, one updated) at this second", num(0))
+  .option("--ramp <s>", "hosts start spread over this many seconds", num(0), DEFAULTS.rampS)
   .option("--wait <s>", "host long-poll wait", num(0, 60), DEFAULTS.waitS)
   .option("--heartbeat <s>", "host report interval", num(1), DEFAULTS.heartbeatS)
   .option("--seed <n>", "seed for fault injection", num(0), DEFAULTS.seed)
@@ -81,6 +82,7 @@ async function main() {
     slots: f.slots,
     group: f.group,
     changeAtS: f.changeAt ?? null,
+    rampS: f.ramp,
     waitS: f.wait,
     heartbeatS: f.heartbeat,
     seed: f.seed,

@@ -36,6 +36,8 @@ export interface SimOptions {
   group: string;
   /** When the operator issues a second generation (one agent removed, one updated); null: never. */
   changeAtS: number | null;
+  /** Hosts start spread over this many seconds (a fleet does not boot in one instant). */
+  rampS: number;
   /** Host long-poll wait and heartbeat, seconds. */
   waitS: number;
   heartbeatS: number;
@@ -65,6 +67,7 @@ export const DEFAULTS: Omit<SimOptions, "url" | "token" | "fleet"> = {
   slots: 1,
   group: "sim",
   changeAtS: null,
+  rampS: 1,
   waitS: 25,
   heartbeatS: 20,
   seed: 1,
@@ -116,6 +119,7 @@ export interface SimSummary {
   durationS: number;
   byStatus: Record<string, number>;
   ops: { polls: number; polls_changed: number; reports: number; fleetlock: number; total: number; errors: number };
+  errors_by_kind: Record<string, number>;
   latency_ms: { report_p50: number; report_p99: number; converge_p50: number | null; converge_p99: number | null };
   reboots: { planned: number; granted: number; refusals: number; back: number; steady_state_lost: number };
   group: { slots: number; samples: number; max_holders: number; over_slots: number; holders_at_end: string[] };
@@ -250,6 +254,7 @@ export async function runSim(o: SimOptions): Promise<SimSummary> {
 
   // Counters.
   const ops = { polls: 0, polls_changed: 0, reports: 0, fleetlock: 0, errors: 0 };
+  const errorKinds = new Map<string, number>();
   const reportMs: number[] = [];
   const convergeMs: number[] = [];
   let reboots = 0;
@@ -280,6 +285,9 @@ export async function runSim(o: SimOptions): Promise<SimSummary> {
       }
     } else if (e.type === "error") {
       ops.errors++;
+      const err = e.error;
+      const kind = err instanceof ApiError ? `${err.status} ${err.code}` : err instanceof Error ? (err.cause instanceof Error ? `${err.message}: ${err.cause.message}` : err.message) : String(err);
+      errorKinds.set(kind.slice(0, 120), (errorKinds.get(kind.slice(0, 120)) ?? 0) + 1);
     }
   };
 
@@ -315,8 +323,8 @@ export async function runSim(o: SimOptions): Promise<SimSummary> {
   };
 
   const hostLife = async (h: SimHost) => {
-    // Hosts come up spread over the first second, not as one synchronized wave.
-    await sleep(random() * Math.min(1000, durationMs / 10), stopAll.signal).catch(() => {});
+    // Hosts come up spread over the ramp, not as one synchronized wave.
+    await sleep(random() * Math.min(o.rampS * 1000, durationMs / 2), stopAll.signal).catch(() => {});
     if (stopAll.signal.aborted) return;
     let current = new AbortController();
     const link = () => current.abort();
@@ -457,6 +465,7 @@ export async function runSim(o: SimOptions): Promise<SimSummary> {
     durationS: elapsed() / 1000,
     byStatus: byStatus(),
     ops: { ...ops, total: totalOps },
+    errors_by_kind: Object.fromEntries([...errorKinds].sort((a, b) => b[1] - a[1]).slice(0, 10)),
     latency_ms: {
       report_p50: round(percentile(sortedReports, 50)),
       report_p99: round(percentile(sortedReports, 99)),

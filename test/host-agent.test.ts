@@ -147,9 +147,33 @@ describe("reference host agent (against the worker)", () => {
     }
     await run.exit;
     // 7 s from Retry-After; then (random = 0.5) half of 2 s and half of 4 s capped at 3 s.
-    expect(sleeps).toEqual([7000, 1000, 1500]);
+    expect(sleeps.slice(0, 3)).toEqual([7000, 1000, 1500]);
     const errors = run.events.filter((e) => e.type === "error");
-    expect(errors.map((e) => e.type === "error" && e.attempt)).toEqual([1, 2, 3]);
+    expect(errors.map((e) => e.type === "error" && [e.attempt, e.delayMs])).toEqual([[1, 7000], [2, 1000], [3, 1500]]);
+  });
+
+  it("does not busy-poll a server that answers 304 without parking", async () => {
+    const config = { server_id: "s", generation: 1, agents: [], lifecycle: "run" };
+    let polls = 0;
+    const instant = async (input: string | URL | Request) => {
+      await new Promise((r) => setTimeout(r, 0)); // answers at once, but lets timers run
+      if (String(input).includes("/v1/agent/desired")) {
+        polls++;
+        return polls === 1
+          ? new Response(JSON.stringify(config), { status: 200, headers: { ETag: '"1"' } })
+          : new Response(null, { status: 304, headers: { ETag: '"1"' } });
+      }
+      return new Response(JSON.stringify({ server_id: "s", desired_generation: 1, status: "realized", agents: [] }), { status: 200 });
+    };
+    const controller = new AbortController();
+    const agent = new HostAgent({ url: BASE, token: "t", driver: new MemoryDriver(), bootId: "b", waitS: 30, reportIntervalMs: 60_000, minPollIntervalMs: 200, fetch: instant });
+    const exit = agent.run(controller.signal);
+    await new Promise((r) => setTimeout(r, 1_000));
+    controller.abort();
+    await exit;
+    // One poll at start, then at most one per 200 ms.
+    expect(polls).toBeGreaterThanOrEqual(3);
+    expect(polls).toBeLessThanOrEqual(7);
   });
 
   it("stops for good when its token is refused", async () => {

@@ -12,8 +12,9 @@ export function registerAudit(program: Command, io: Io) {
     .option("--limit <n>", "entries", Number, 20)
     .option("-f, --follow", "keep printing new entries (Ctrl-C ends)")
     .option("--interval <s>", "with --follow, seconds between looks", Number, 2)
+    .option("--for <s>", "with --follow, stop after this many seconds", Number)
     .action(
-      act(io, async (ctx, o: { target?: string; limit: number; follow?: boolean; interval: number }) => {
+      act(io, async (ctx, o: { target?: string; limit: number; follow?: boolean; interval: number; for?: number }) => {
         const first = await ctx.api.audit({ target: o.target, limit: o.limit });
         const out = ctx.out;
         if (!o.follow) {
@@ -33,6 +34,7 @@ export function registerAudit(program: Command, io: Io) {
         const stop = new AbortController();
         const onSig = () => stop.abort();
         process.once("SIGINT", onSig);
+        const timer = o.for === undefined ? null : setTimeout(() => stop.abort(), o.for * 1000);
         try {
           while (!stop.signal.aborted) {
             await sleep(o.interval * 1000, stop.signal).catch(() => {});
@@ -49,6 +51,7 @@ export function registerAudit(program: Command, io: Io) {
             emit(fresh);
           }
         } finally {
+          if (timer) clearTimeout(timer);
           process.removeListener("SIGINT", onSig);
         }
       }),

@@ -12,7 +12,7 @@ export function registerLogin(program: Command, io: Io) {
       act(io, async (ctx) => {
         const { url, token } = ctx.connection;
         // A read that every operator scope may do proves the token before it is written down.
-        await new Api(url, token, io.fetch).request("GET", "/v1/fleets", { query: { limit: 1 } });
+        await new Api(url, token, io.fetch).probe();
         const path = configPath(io.env);
         writeConfig(path, { url, token });
         if (ctx.globals.json) return ctx.out.data({ url, config: path });

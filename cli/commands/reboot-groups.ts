@@ -40,11 +40,16 @@ export function registerRebootGroups(program: Command, io: Io) {
       .description("create or change a group live (shrinking never evicts holders)")
       .requiredOption("--slots <n>", "slots", slotsArg)
       .option("--window <spec...>", "maintenance windows, e.g. Sat,Sun@23:30+60/Europe/Berlin", windowArg)
-      .option("--no-windows", "remove every window"),
+      .option("--no-windows", "remove every window")
+      .option("--queue-wait <s>", "seconds a pre-reboot may wait for a slot, first come first served (0: refuse at once)", slotsArg),
   ).action(
-    act(io, async (ctx, group: string, o: { fleet: string; slots: number; window?: unknown[]; windows?: boolean }) => {
+    act(io, async (ctx, group: string, o: { fleet: string; slots: number; window?: unknown[]; windows?: boolean; queueWait?: number }) => {
       const windows = o.windows === false ? [] : o.window;
-      const g = await ctx.api.putGroup(o.fleet, group, { slots: o.slots, ...(windows ? { windows: windows as never } : {}) });
+      const g = await ctx.api.putGroup(o.fleet, group, {
+        slots: o.slots,
+        ...(windows ? { windows: windows as never } : {}),
+        ...(o.queueWait !== undefined ? { queue_wait_s: o.queueWait } : {}),
+      });
       if (ctx.globals.json) return ctx.out.data(g);
       showGroup(ctx.out, g);
     }),
@@ -74,7 +79,7 @@ export function registerRebootGroups(program: Command, io: Io) {
 
 function groupTable(out: Output, items: RebootGroup[]) {
   out.table(
-    ["GROUP", "HELD", "SLOTS", "PAUSED", "WINDOWS", "OPEN NOW", "STUCK"],
+    ["GROUP", "HELD", "SLOTS", "PAUSED", "WINDOWS", "OPEN NOW", "STUCK", "QUEUED"],
     items.map((g) => [
       g.name,
       g.holders.length,
@@ -83,6 +88,7 @@ function groupTable(out: Output, items: RebootGroup[]) {
       g.windows.length,
       g.open_now ? "yes" : out.c.yellow("no"),
       g.holders.filter((h) => h.stuck).length || null,
+      g.queue.length || null,
     ]),
     "(no reboot groups)",
   );
@@ -94,6 +100,7 @@ export function showGroup(out: Output, g: RebootGroup) {
     ["slots", `${g.holders.length} held of ${g.slots} (${g.available_slots} available)`],
     ["paused", g.paused ? "yes" : "no"],
     ["open now", g.open_now ? "yes" : "no"],
+    ["queue wait", g.queue_wait_s ? `${g.queue_wait_s}s` : "off (refused at once)"],
     ["windows", g.windows.map((w) => `${w.days.join(",")} ${w.start_time}+${w.length_minutes}m ${w.time_zone}`).join("; ") || "-"],
     ["updated", g.updated_at],
   ]);
@@ -102,6 +109,13 @@ export function showGroup(out: Output, g: RebootGroup) {
     ["HOLDER", "SERVER", "HOSTNAME", "SINCE", "HELD", "STUCK"],
     g.holders.map((h) => [h.id, h.server?.id, h.server?.hostname, h.granted_at, `${h.held_for_s}s`, h.stuck ? out.c.red("stuck") : null]),
     "(no holders)",
+  );
+  if (g.queue.length === 0) return;
+  out.line();
+  out.table(
+    ["QUEUED", "ID", "SERVER", "HOSTNAME", "WAITING SINCE", "WAITED", "CONNECTED"],
+    g.queue.map((q) => [q.position, q.id, q.server?.id, q.server?.hostname, q.waiting_since, `${q.waited_s}s`, q.connected ? "yes" : out.c.yellow("gone")]),
+    "",
   );
 }
 

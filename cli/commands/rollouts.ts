@@ -5,7 +5,8 @@
  * 0 succeeded or rolled back, 1 failed or cancelled, 3 the timeout came first.
  */
 import { SingleBar } from "cli-progress";
-import { InvalidArgumentError, type Command } from "commander";
+import { InvalidArgumentError, Option, type Command } from "commander";
+import { ROLLOUT_STATES } from "../../src/domain/enums";
 import type { Rollout, RolloutInput } from "../api";
 import type { Ctx } from "../context";
 import { Exit, type Io, type Output } from "../io";
@@ -81,9 +82,9 @@ export function registerRollouts(program: Command, io: Io) {
     .description("rollouts, newest first")
     .option("--fleet <fleet>")
     .option("--agent <agent>")
-    .option("--state <state>")
+    .addOption(new Option("--state <state>").choices(ROLLOUT_STATES))
     .action(
-      act(io, async (ctx, o: { fleet?: string; agent?: string; state?: string }) => {
+      act(io, async (ctx, o: { fleet?: string; agent?: string; state?: (typeof ROLLOUT_STATES)[number] }) => {
         const items = await ctx.api.listRollouts(o, 200);
         if (ctx.globals.json) return ctx.out.data(items);
         ctx.out.table(

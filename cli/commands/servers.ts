@@ -1,5 +1,5 @@
 import { InvalidArgumentError, Option, type Command } from "commander";
-import type { ServerDetail, ServerPatch } from "../api";
+import type { ServerDetail, ServerPatch, ServerStatus } from "../api";
 import { Exit, type Io, type Output } from "../io";
 import { act } from "../main";
 
@@ -7,7 +7,7 @@ const STATUSES = ["realized", "pending", "failed", "drifted", "unknown", "stale"
 
 export function registerServers(program: Command, io: Io) {
   const servers = program.command("servers").description("servers (list by default)");
-  const list = act(io, async (ctx, o: { fleet?: string; status?: string; limit?: number }) => {
+  const list = act(io, async (ctx, o: { fleet?: string; status?: ServerStatus; limit?: number }) => {
     const items = await ctx.api.listServers({ fleet: o.fleet, status: o.status }, o.limit);
     if (ctx.globals.json) return ctx.out.data(items);
     const out = ctx.out;
@@ -69,6 +69,8 @@ export function registerServers(program: Command, io: Io) {
       }),
     );
 
+  registerDecommission(servers, io);
+
   servers
     .command("patch <id>")
     .description("change a server's FleetLock id and/or reboot group")
@@ -86,6 +88,33 @@ export function registerServers(program: Command, io: Io) {
         const s = await ctx.api.patchServer(id, patch);
         if (ctx.globals.json) return ctx.out.data(s);
         ctx.out.line(`Server ${s.id}: fleetlock_id ${s.fleetlock_id ?? "-"}, reboot group ${s.reboot_group}.`);
+      }),
+    );
+}
+
+export function registerDecommission(servers: Command, io: Io) {
+  servers
+    .command("decommission <id>")
+    .description("terminate (managed) or uninstall (manual) a server; it is removed once its host acknowledges")
+    .option("--force", "remove a dead host now, without its acknowledgement (admin; needs --reason)")
+    .option("--reason <text>", "why (audited; required with --force)")
+    .option("--cancel", "cancel a decommission the host has not acknowledged")
+    .action(
+      act(io, async (ctx, id: string, o: { force?: boolean; reason?: string; cancel?: boolean }) => {
+        if (o.force && !o.reason) throw new Exit(2, "--force needs --reason");
+        if (o.cancel && o.force) throw new Exit(2, "--cancel and --force exclude each other");
+        let s: ServerDetail;
+        if (o.cancel) s = await ctx.api.cancelDecommission(id);
+        else {
+          await ctx.confirm(
+            o.force
+              ? `Remove server ${id} now, without its host's acknowledgement? Its agents are forgotten and its token revoked.`
+              : `Decommission server ${id}? Its host is ordered to stop (managed) or uninstall (manual) its agents.`,
+          );
+          s = await ctx.api.decommission(id, { force: !!o.force, reason: o.reason });
+        }
+        if (ctx.globals.json) return ctx.out.data(s);
+        ctx.out.line(`Server ${s.id} (${s.hostname}) is ${s.state}; desired generation ${s.desired_generation} orders ${s.desired.lifecycle}.`);
       }),
     );
 }

@@ -1,7 +1,9 @@
 #!/usr/bin/env node
-// `npm run bench`: starts the local server (wrangler dev, fresh local state, migrations applied),
-// measures the empty-request ceiling, runs every scenario in ./scenarios, and reports each
-// figure as a ratio to the ceiling measured in the same run. Loopback only; every load is bounded.
+// `npm run bench`: starts the local server (wrangler dev, fresh local state, migrations applied)
+// and, next to it, the floor fixture (./floor: an empty answer, one Durable Object read, one
+// Durable Object write), measures the empty-request ceiling and the floors with the same load
+// generator, runs every scenario in ./scenarios, and reports each figure as a ratio to the
+// ceiling and to each floor measured in the same run. Loopback only; every load is bounded.
 import autocannon, { type Options, type Result } from "autocannon";
 import { spawn, spawnSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
@@ -26,6 +28,8 @@ export interface BenchContext {
   clientFor(token: string | null): Client;
   /** A number from /metrics (D1 statement counters, counted locally). */
   metric(name: string, labels: string): Promise<number>;
+  /** The floors' req/s measured in this run (fixture worker: empty, Durable Object read, write). */
+  floors: Floors;
   measure(label: string, options: LoadOptions): Promise<LoadRow>;
   note(label: string, value: string | number): void;
 }
@@ -33,6 +37,7 @@ export type LoadOptions = Omit<Options, "url"> & { durationSec?: number };
 type Summary = ReturnType<typeof summarize>;
 type LoadRow = { label: string } & Summary & { ratio: number };
 type Row = LoadRow | { label: string; value: string | number };
+export type Floors = { empty: number; read: number; write: number };
 
 const freePort = () =>
   new Promise<number>((res, rej) => {
@@ -44,22 +49,25 @@ const freePort = () =>
     s.on("error", rej);
   });
 
-async function startServer() {
+/** Harbormaster itself, or (`config`) another worker such as the floor fixture, without D1. */
+async function startServer({ config = null as string | null, health = "/healthz" } = {}) {
   const port = await freePort();
   const persist = mkdtempSync(join(tmpdir(), "harbormaster-bench-"));
   const admin = randomBytes(24).toString("base64url");
   // A private env file, so the benchmark neither reads nor writes the developer's .dev.vars.
   const envFile = join(persist, "bench.vars");
   writeFileSync(envFile, `ADMIN_TOKEN=${admin}\n`);
-  const migrate = spawnSync(wrangler, ["d1", "migrations", "apply", "DB", "--local", "--persist-to", persist], {
-    cwd: root,
-    env: { ...process.env, CI: "true" },
-    encoding: "utf8",
-  });
-  if (migrate.status !== 0) throw new Error(`migrations failed:\n${migrate.stdout}\n${migrate.stderr}`);
+  if (!config) {
+    const migrate = spawnSync(wrangler, ["d1", "migrations", "apply", "DB", "--local", "--persist-to", persist], {
+      cwd: root,
+      env: { ...process.env, CI: "true" },
+      encoding: "utf8",
+    });
+    if (migrate.status !== 0) throw new Error(`migrations failed:\n${migrate.stdout}\n${migrate.stderr}`);
+  }
   const child = spawn(
     wrangler,
-    ["dev", "--ip", "127.0.0.1", "--port", String(port), "--persist-to", persist, "--env-file", envFile,
+    ["dev", ...(config ? ["--config", config] : []), "--ip", "127.0.0.1", "--port", String(port), "--persist-to", persist, "--env-file", envFile,
       "--log-level", "error", "--show-interactive-dev-session=false"],
     { cwd: root, stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, CI: "true" } },
   );
@@ -70,7 +78,7 @@ async function startServer() {
   const deadline = Date.now() + 60_000;
   for (;;) {
     try {
-      if ((await fetch(`${base}/healthz`)).ok) break;
+      if ((await fetch(`${base}${health}`)).ok) break;
     } catch {}
     if (Date.now() > deadline || child.exitCode !== null) {
       child.kill();
@@ -108,8 +116,12 @@ const summarize = (r: Result) => ({
 });
 
 async function main() {
-  const server = await startServer();
+  const [server, floorServer] = await Promise.all([
+    startServer(),
+    startServer({ config: resolve(import.meta.dirname, "floor/wrangler.toml"), health: "/empty" }),
+  ]);
   const rows: Row[] = [];
+  const floors: Floors = { empty: 0, read: 0, write: 0 };
   try {
     const metric = async (name: string, labels: string) => {
       const text = await (await fetch(`${server.base}/metrics`)).text();
@@ -124,12 +136,26 @@ async function main() {
     let ceiling = ceilingBefore.rps;
     rows.push({ label: "empty request (ceiling, before)", ...ceilingBefore, ratio: 1 });
 
+    // The floors: the same load generator against the fixture worker, after its own warm-up.
+    const floorPaths = [
+      ["empty", "/empty", "floor: fixture worker, empty answer"],
+      ["read", "/do/read", "floor: fixture worker, one Durable Object read"],
+      ["write", "/do/write", "floor: fixture worker, one Durable Object write"],
+    ] as const;
+    for (const [, path] of floorPaths) await load(floorServer.base, { durationSec: 1, requests: [{ method: "GET", path }] });
+    for (const [key, path, label] of floorPaths) {
+      const s = summarize(await load(floorServer.base, { requests: [{ method: "GET", path }] }));
+      floors[key] = s.rps;
+      rows.push({ label, ...s, ratio: s.rps / ceiling });
+    }
+
     const ctx: BenchContext = {
       base: server.base,
       admin: server.admin,
       client: createClient(server.base, server.admin),
       clientFor: (token) => createClient(server.base, token),
       metric,
+      floors,
       /** Runs a load; records rps, p50, p99 and the ratio to the ceiling. */
       async measure(label, options) {
         const s = summarize(await load(server.base, options));
@@ -157,24 +183,27 @@ async function main() {
     rows.push({ label: "empty request (ceiling, after)", ...ceilingAfter, ratio: ceilingAfter.rps / ceilingBefore.rps });
   } finally {
     server.stop();
+    floorServer.stop();
   }
 
   console.log(`\nHarbormaster benchmark — 16 connections, ${seconds}s per load, ratios to the empty request measured first\n`);
-  console.log("| measurement | req/s | p50 ms | p99 ms | × ceiling | non-2xx/errors |");
-  console.log("|---|---:|---:|---:|---:|---|");
+  console.log("| measurement | req/s | p50 ms | p99 ms | × ceiling | × floor empty | × floor DO read | × floor DO write | non-2xx/errors |");
+  console.log("|---|---:|---:|---:|---:|---:|---:|---:|---|");
+  const x = (rps: number, floor: number) => (floor ? (rps / floor).toFixed(2) : "");
   for (const r of rows) {
     if ("value" in r) {
-      console.log(`| ${r.label} | ${r.value} | | | | |`);
+      console.log(`| ${r.label} | ${r.value} | | | | | | | |`);
       continue;
     }
     const odd = Object.entries(r.statuses).filter(([k]) => !k.startsWith("2") && k !== "304");
     console.log(
-      `| ${r.label} | ${r.rps.toFixed(0)} | ${r.p50_ms} | ${r.p99_ms} | ${r.ratio.toFixed(2)} | ${
-        odd.length || r.errors ? `${JSON.stringify(Object.fromEntries(odd))} errors=${r.errors}` : "none"
-      } |`,
+      `| ${r.label} | ${r.rps.toFixed(0)} | ${r.p50_ms} | ${r.p99_ms} | ${r.ratio.toFixed(2)} | ${x(r.rps, floors.empty)} | ${x(
+        r.rps,
+        floors.read,
+      )} | ${x(r.rps, floors.write)} | ${odd.length || r.errors ? `${JSON.stringify(Object.fromEntries(odd))} errors=${r.errors}` : "none"} |`,
     );
   }
-  writeFileSync(resolve(root, "bench-results.json"), JSON.stringify(rows, null, 2));
+  writeFileSync(resolve(root, "bench-results.json"), JSON.stringify({ floors, rows }, null, 2));
 }
 
 main().catch((err) => {

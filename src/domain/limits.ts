@@ -39,6 +39,17 @@ export const MAX_SERVER_ROLES = 64;
 /** A forced decommission's reason. */
 export const MAX_REASON_LENGTH = 1000;
 
+/**
+ * Longest a FleetLock pre-reboot may wait in its group's queue (`queue_wait_s`). Zincati's client
+ * gives a request 30 minutes (coreos/zincati src/fleet_lock/mod.rs, DEFAULT_HTTP_COMPLETION_TIMEOUT)
+ * and Flatcar's fleetlockctl none at all (flatcar/fleetlock cmd/lock.go, http.DefaultClient);
+ * 10 minutes stays well under the first and leaves room for proxies in between.
+ */
+export const MAX_QUEUE_WAIT_S = 600;
+
+/** Hosts parked in one group's queue at once; beyond it a pre-reboot is refused as before. */
+export const MAX_QUEUED_PER_GROUP = 10_000;
+
 // ---- rollouts (issue 9) ----
 
 /** Targets applying at once in one rollout: default and ceiling. */

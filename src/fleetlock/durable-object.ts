@@ -10,6 +10,7 @@ import { failure, type ClientParams, type FleetLockFailure } from "./protocol";
 import {
   acquire,
   configure,
+  holderOf,
   newGroup,
   release,
   releaseWhere,
@@ -19,6 +20,20 @@ import {
   type Holder,
 } from "./semaphore";
 import { groupView, type GroupView } from "./views";
+import {
+  admit,
+  claim,
+  closedBecause,
+  dequeue,
+  drain,
+  nextWake,
+  queuedOf,
+  refusalValue,
+  releaseUnclaimed,
+  type Queue,
+  type QueueEntry,
+} from "./queue";
+import { Waiters } from "./waiters";
 
 /** The fleet's settings the coordinator needs, pushed from D1 by every operator call. */
 export interface FleetSettings {
@@ -60,7 +75,18 @@ const KEY = {
   client: (id: string) => `client:${id}`,
   server: (id: string) => `server:${id}`,
   reservation: (id: string) => `reservation:${id}`,
+  // Group names cannot hold ':', so the first ':' after the group ends it.
+  queued: (group: string, id: string) => `queue:${group}:${id}`,
 } as const;
+
+/** The scheduler's timer for the queue: unclaimed grants running out, waits ending, windows opening. */
+const QUEUE_TIMER = "queue";
+
+/** How a pre-reboot is asked: `ticket` names the waiting connection; `resume` re-attaches after a restart without parking anew. */
+export interface PreRebootOptions {
+  ticket?: string;
+  resume?: boolean;
+}
 
 /**
  * How long a reserved fleetlock_id waits for its ledger's confirmation. A workflow that died
@@ -94,6 +120,7 @@ export class RebootCoordinator extends DurableObject<Env> {
     await this.scheduler.fire({
       outbox: () => this.outbox.flush(),
       reservation: (payload, name) => this.expireReservation(name.slice("reservation:".length), (payload as { until: number }).until),
+      [QUEUE_TIMER]: () => this.drainAll(),
     });
   }
 
@@ -116,7 +143,19 @@ export class RebootCoordinator extends DurableObject<Env> {
    * storage but the client registry. Storage is written first and memory after, and this object
    * is the only writer, so the mirror cannot drift; it is rebuilt whenever the object wakes.
    */
-  private mem: { config: FleetConfig | null; groups: Map<string, GroupState>; heldIn: Map<string, string> } | null = null;
+  private mem: {
+    config: FleetConfig | null;
+    groups: Map<string, GroupState>;
+    heldIn: Map<string, string>;
+    /** Parked hosts per group, FIFO; each entry is its own storage key. */
+    queues: Map<string, Queue>;
+  } | null = null;
+
+  /** The parked requests still connected (queue entries are durable, connections are not). */
+  private waiters = new Waiters();
+
+  /** The clock every grant, window and wait is decided with; tests move it. */
+  clock = () => Date.now();
 
   private get m() {
     if (!this.mem) {
@@ -127,7 +166,13 @@ export class RebootCoordinator extends DurableObject<Env> {
         groups.set(name, group);
         for (const h of group.holders) heldIn.set(h.id, name);
       }
-      this.mem = { config: this.kv.get<FleetConfig>(KEY.config) ?? null, groups, heldIn };
+      const queues = new Map<string, QueueEntry[]>();
+      for (const [key, entry] of this.kv.list<QueueEntry>({ prefix: "queue:" })) {
+        const name = key.slice("queue:".length, key.indexOf(":", "queue:".length));
+        queues.set(name, [...(queues.get(name) ?? []), entry]);
+      }
+      for (const q of queues.values()) q.sort((a, b) => a.since - b.since || a.seq - b.seq);
+      this.mem = { config: this.kv.get<FleetConfig>(KEY.config) ?? null, groups, heldIn, queues };
     }
     return this.mem;
   }
@@ -139,7 +184,7 @@ export class RebootCoordinator extends DurableObject<Env> {
 
   // ---- host path (FleetLock) ----
 
-  async preReboot(keyHash: string, params: ClientParams): Promise<{ ok: true } | FleetLockFailure> {
+  async preReboot(keyHash: string, params: ClientParams, opts: PreRebootOptions = {}): Promise<{ ok: true } | FleetLockFailure> {
     const config = this.authorized(keyHash);
     if (!config) return failure("unauthorized", "invalid FleetLock key for this fleet");
     const client = this.client(config, params.id);
@@ -150,19 +195,45 @@ export class RebootCoordinator extends DurableObject<Env> {
         `client '${params.id}' is registered in reboot group '${client.entry.reboot_group}', not '${params.group}'`,
       );
     }
-    // From here on, no await: the check and the grant are one uninterrupted turn.
-    // An id holds at most one slot in the fleet; holding one anywhere makes this a recursive lock.
-    if (this.m.heldIn.has(params.id)) return { ok: true };
-    const now = Date.now();
-    const group = this.m.groups.get(params.group) ?? this.implicitGroup(config, now);
-    if (!group) return failure("unknown_group", `reboot group '${params.group}' is not configured for this fleet`);
-    const result = acquire(group, params.id, client.entry?.server_id ?? null, now);
-    if (!result.ok) return failure(result.kind, result.value);
-    if (result.changed) {
-      this.saveGroup(params.group, result.group);
-      await this.audited([this.hostAudit("fleetlock.grant", params.id, client.entry?.server_id ?? null, { group: params.group })], { wait: false });
+    // From here on, no await until the grant or the park is stored: one uninterrupted turn.
+    const now = this.clock();
+    const serverId = client.entry?.server_id ?? null;
+    // An id holds at most one slot in the fleet; holding one anywhere makes this a recursive lock
+    // (and claims a slot granted while the host could not be answered).
+    const heldIn = this.m.heldIn.get(params.id);
+    if (heldIn) {
+      this.saveGroup(heldIn, claim(this.m.groups.get(heldIn)!, params.id, now));
+      return { ok: true };
     }
-    return { ok: true };
+    const name = params.group;
+    const group = this.m.groups.get(name) ?? this.implicitGroup(config, now);
+    if (!group) return failure("unknown_group", `reboot group '${name}' is not configured for this fleet`);
+    const adm = admit(group, this.m.queues.get(name) ?? [], params.id, serverId, now, { mayPark: !opts.resume });
+    if (adm.kind === "refused") return failure(adm.refusal, adm.value);
+    if (adm.kind === "granted") {
+      if (adm.changed) {
+        this.saveGroup(name, adm.group);
+        await this.audited([this.hostAudit("fleetlock.grant", params.id, serverId, { group: name })], { wait: false });
+      }
+      return { ok: true };
+    }
+    if (!this.m.groups.has(name)) this.saveGroup(name, group);
+    this.saveQueue(name, adm.queue);
+    const outcome = this.waiters.wait(params.id, name, opts.ticket ?? crypto.randomUUID(), adm.entry.deadline - now, () =>
+      this.expire(name, params.id),
+    );
+    // A slot may be free and open with nobody answered yet (a window just opened): settle it now.
+    await this.drainGroup(name);
+    if ((await outcome).granted) return { ok: true };
+    const after = this.m.groups.get(name)!;
+    if (holderOf(after, params.id)) return { ok: true };
+    const refusal = closedBecause(after, this.clock()) ?? "semaphore_full";
+    return failure(refusal, `${refusalValue[refusal]}; waited ${after.queue_wait_s ?? 0} s in the queue`);
+  }
+
+  /** The edge saw the parked request's client go away: it stops waiting and keeps its place. */
+  async leave(id: string, ticket: string): Promise<{ left: boolean }> {
+    return { left: this.waiters.leave(id, ticket) };
   }
 
   private hostAudit(action: string, id: string, serverId: string | null, details: Record<string, unknown>): AuditEntry {
@@ -185,16 +256,22 @@ export class RebootCoordinator extends DurableObject<Env> {
     if (!groupName) {
       const client = this.client(config, params.id);
       if (!client.ok) return client;
+      // A host at steady state is not waiting to reboot: it gives up its place, if it had one.
+      for (const [name, q] of [...this.m.queues]) {
+        if (!queuedOf(q, params.id)) continue;
+        this.saveQueue(name, dequeue(q, params.id));
+        this.waiters.settle(params.id, { granted: false, group: name });
+      }
       return { ok: true, released: false };
     }
-    const next = release(this.m.groups.get(groupName)!, params.id, Date.now());
+    const next = release(this.m.groups.get(groupName)!, params.id, this.clock());
     this.saveGroup(groupName, next.group);
-    if (next.released) {
-      await this.audited(
-        [this.hostAudit("fleetlock.release", params.id, next.released.server_id, { group: groupName })],
-        { wait: false },
-      );
-    }
+    // Both start in this turn (audit enqueued, then the freed slot granted): the parked host's
+    // answer waits for nothing but the grant's write.
+    const audited = next.released
+      ? this.audited([this.hostAudit("fleetlock.release", params.id, next.released.server_id, { group: groupName })], { wait: false })
+      : undefined;
+    await Promise.all([audited, this.drainGroup(groupName)]);
     return { ok: true, released: next.released !== null };
   }
 
@@ -285,25 +362,28 @@ export class RebootCoordinator extends DurableObject<Env> {
 
   async putGroup(settings: FleetSettings, name: string, change: GroupChange, actor: string): Promise<GroupView> {
     const config = this.syncSettings(settings);
-    const now = Date.now();
+    const now = this.clock();
     const after = configure(this.m.groups.get(name) ?? null, change, now);
     this.saveGroup(name, after);
-    await this.audited([{ actor, action: "reboot_group.put", target: `fleet:${settings.fleet_id}`, details: { group: name, ...change } }], {
-      wait: true,
-    });
-    return this.view(config, name, after, now);
+    const audited = this.audited(
+      [{ actor, action: "reboot_group.put", target: `fleet:${settings.fleet_id}`, details: { group: name, ...change } }],
+      { wait: true },
+    );
+    // More slots, unpaused or new windows: parked hosts get what is free now, not after D1.
+    await Promise.all([audited, this.drainGroup(name)]);
+    return this.view(config, name, this.m.groups.get(name)!, now);
   }
 
   async getGroup(settings: FleetSettings, name: string): Promise<{ ok: true; group: GroupView } | Failure> {
     const config = this.syncSettings(settings);
     const group = this.m.groups.get(name);
     if (!group) return fail("not_found", `reboot group '${name}' is not configured`);
-    return { ok: true, group: this.view(config, name, group, Date.now()) };
+    return { ok: true, group: this.view(config, name, group, this.clock()) };
   }
 
   async listGroups(settings: FleetSettings): Promise<GroupView[]> {
     const config = this.syncSettings(settings);
-    const now = Date.now();
+    const now = this.clock();
     const out: GroupView[] = [];
     for (const [name, group] of this.m.groups) out.push(this.view(config, name, group, now));
     return out;
@@ -321,12 +401,12 @@ export class RebootCoordinator extends DurableObject<Env> {
     const config = this.syncSettings(settings);
     const group = this.m.groups.get(name);
     if (!group) return fail("not_found", `reboot group '${name}' is not configured`);
-    const now = Date.now();
+    const now = this.clock();
     const next = release(group, id, now);
     if (!next.released) return fail("not_held", `'${id}' holds no slot in reboot group '${name}'`);
     this.saveGroup(name, next.group);
     const r = next.released;
-    await this.audited(
+    const audited = this.audited(
       [{
         actor,
         action: "reboot_group.force_release",
@@ -335,7 +415,9 @@ export class RebootCoordinator extends DurableObject<Env> {
       }],
       { wait: true },
     );
-    return { ok: true, released: r, group: this.view(config, name, next.group, now) };
+    // The freed slot goes to the first parked host now, not after the audit row reached D1.
+    await Promise.all([audited, this.drainGroup(name)]);
+    return { ok: true, released: r, group: this.view(config, name, this.m.groups.get(name)!, now) };
   }
 
   /**
@@ -347,7 +429,7 @@ export class RebootCoordinator extends DurableObject<Env> {
     opts: { reason: string; actor: string; granted_before?: number },
   ): Promise<(Holder & { group: string })[]> {
     const match = (h: Holder) => h.server_id === serverId && (opts.granted_before === undefined || h.granted_at <= opts.granted_before);
-    const now = Date.now();
+    const now = this.clock();
     const released: (Holder & { group: string })[] = [];
     for (const [name, group] of [...this.m.groups]) {
       const next = releaseWhere(group, match, now);
@@ -355,6 +437,7 @@ export class RebootCoordinator extends DurableObject<Env> {
       this.saveGroup(name, next.group);
       released.push(...next.released.map((h) => ({ ...h, group: name })));
     }
+    for (const name of new Set(released.map((h) => h.group))) await this.drainGroup(name);
     if (released.length > 0) {
       await this.audited(
         [{
@@ -385,9 +468,13 @@ export class RebootCoordinator extends DurableObject<Env> {
   ): Promise<{ ok: true } | { ok: false; kind: string; value: string }> {
     const config = this.syncSettings(settings);
     if (this.m.heldIn.has(req.holder)) return { ok: true };
-    const now = Date.now();
+    const now = this.clock();
     const group = this.m.groups.get(req.group) ?? this.implicitGroup(config, now);
     if (!group) return { ok: false, kind: "unknown_group", value: `reboot group '${req.group}' is not configured for this fleet` };
+    // Hosts parked in the group's FIFO queue go first: a rollout never takes a slot past them.
+    if ((this.m.queues.get(req.group) ?? []).length > 0) {
+      return { ok: false, kind: "semaphore_full", value: "hosts are queued for this group's slots" };
+    }
     const result = acquire(group, req.holder, req.server_id, now);
     if (!result.ok) return { ok: false, kind: result.kind, value: result.value };
     if (result.changed) {
@@ -404,18 +491,98 @@ export class RebootCoordinator extends DurableObject<Env> {
   async releaseRolloutSlot(holder: string, rolloutId: string): Promise<{ ok: true; released: boolean }> {
     const groupName = this.m.heldIn.get(holder);
     if (!groupName) return { ok: true, released: false };
-    const next = release(this.m.groups.get(groupName)!, holder, Date.now());
+    const next = release(this.m.groups.get(groupName)!, holder, this.clock());
     this.saveGroup(groupName, next.group);
-    if (next.released) {
-      await this.audited(
-        [{ actor: `rollout:${rolloutId}`, action: "fleetlock.release", target: `fleet:${this.m.config?.fleet_id ?? "?"}`, details: { id: holder, server_id: next.released.server_id, group: groupName } }],
-        { wait: false },
-      );
-    }
+    const audited = next.released
+      ? this.audited(
+          [{ actor: `rollout:${rolloutId}`, action: "fleetlock.release", target: `fleet:${this.m.config?.fleet_id ?? "?"}`, details: { id: holder, server_id: next.released.server_id, group: groupName } }],
+          { wait: false },
+        )
+      : undefined;
+    // The freed slot goes to the first host parked in the group's queue, if any.
+    await Promise.all([audited, this.drainGroup(groupName)]);
     return { ok: true, released: next.released !== null };
   }
 
   // ---- end of rollout slots -------------------------------------------------------------------
+
+  // ---- the queue ----
+
+  private async drainAll() {
+    for (const name of [...this.m.groups.keys()]) await this.drainGroup(name);
+  }
+
+  /**
+   * Frees what is due in a group (unclaimed grants past their bound), then hands free slots to
+   * parked hosts in FIFO order; hosts still connected are answered 200, and the output gate holds
+   * each answer until the grant is durable. Grants and releases are audited like any other.
+   */
+  private async drainGroup(name: string) {
+    const g = this.m.groups.get(name);
+    if (!g) return;
+    const now = this.clock();
+    const freed = releaseUnclaimed(g, now);
+    const d = drain(freed.group, this.m.queues.get(name) ?? [], now, (id) => this.waiters.has(id), (id) => {
+      const held = this.m.heldIn.get(id);
+      return held !== undefined && held !== name;
+    });
+    this.saveGroup(name, d.group);
+    this.saveQueue(name, d.queue);
+    for (const { entry, answerable } of d.granted) if (answerable) this.waiters.settle(entry.id, { granted: true });
+    const rearm = this.armQueue(now);
+    const audits = [
+      ...freed.released.map((h) => this.hostAudit("fleetlock.release_unclaimed", h.id, h.server_id, { group: name })),
+      ...d.granted.map(({ entry, answerable }) =>
+        this.hostAudit("fleetlock.grant", entry.id, entry.server_id, { group: name, queued_since: new Date(entry.since).toISOString(), answered: answerable }),
+      ),
+    ];
+    await this.audited(audits, { wait: false });
+    if (rearm) await this.scheduler.arm();
+  }
+
+  /** A parked host's wait ran out: it leaves the queue and is answered with the group's refusal. */
+  private expire(name: string, id: string) {
+    this.saveQueue(name, dequeue(this.m.queues.get(name) ?? [], id));
+    this.waiters.settle(id, { granted: false, group: name });
+    if (this.armQueue(this.clock())) void this.scheduler.arm().catch(() => undefined);
+  }
+
+  /**
+   * Keeps the queue's one timer at the earliest moment any group needs a look with no request to
+   * prompt it. The timer runs on real time while decisions use `clock`, so the distance is kept.
+   */
+  private armQueue(now: number): boolean {
+    let at = Infinity;
+    for (const [name, g] of this.m.groups) at = Math.min(at, nextWake(g, this.m.queues.get(name) ?? [], now) ?? Infinity);
+    if (at === Infinity) {
+      // Unknown after a wake (undefined): cancel once, in case a timer was left from before.
+      if (this.queueTimerAt !== null) this.scheduler.cancel(QUEUE_TIMER);
+      this.queueTimerAt = null;
+      return false;
+    }
+    const due = Date.now() + Math.max(0, at - now);
+    if (due === this.queueTimerAt) return false;
+    this.scheduler.schedule(QUEUE_TIMER, due);
+    this.queueTimerAt = due;
+    return true;
+  }
+
+  private queueTimerAt: number | null | undefined;
+
+  /** Stores a queue's added and removed entries, then mirrors it in memory. */
+  private saveQueue(name: string, after: Queue) {
+    const before = this.m.queues.get(name) ?? [];
+    if (before === after) return;
+    // Entries are immutable: a new object under an id already stored (a host parking again after
+    // its wait ran out) replaces the old one, so compare objects, not ids.
+    const kept = new Set(after);
+    const was = new Set(before);
+    const ids = new Set(after.map((e) => e.id));
+    for (const e of before) if (!kept.has(e) && !ids.has(e.id)) this.kv.delete(KEY.queued(name, e.id));
+    for (const e of after) if (!was.has(e)) this.kv.put(KEY.queued(name, e.id), e);
+    if (after.length) this.m.queues.set(name, after);
+    else this.m.queues.delete(name);
+  }
 
   // ---- internals ----
 
@@ -493,7 +660,8 @@ export class RebootCoordinator extends DurableObject<Env> {
   }
 
   private view(config: FleetConfig, name: string, group: GroupState, now: number): GroupView {
-    return groupView(name, group, now, config.lock_ttl_s * 1000, (serverId) => {
+    const queue = { entries: this.m.queues.get(name) ?? [], connected: (id: string) => this.waiters.has(id) };
+    return groupView(name, group, queue, now, config.lock_ttl_s * 1000, (serverId) => {
       const s = this.kv.get<ServerIdentity>(KEY.server(serverId));
       return s ? { id: serverId, hostname: s.hostname } : { id: serverId, hostname: null };
     });

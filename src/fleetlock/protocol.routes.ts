@@ -131,13 +131,56 @@ async function handle(c: Context<AppEnv>, op: "pre-reboot" | "steady-state") {
   const keyHash = await hashOf(key);
   const coordinator = coordinatorOf(c.env, fleet);
   if (op === "pre-reboot") {
-    const result = await coordinator.preReboot(keyHash, params);
+    const result = await preReboot(c, fleet, keyHash, params);
     if (!result.ok) throw new FleetLockError(result.kind, result.value);
     return { granted: true as const };
   }
   const result = await coordinator.steadyState(keyHash, params);
   if (!result.ok) throw new FleetLockError(result.kind, result.value);
   return { released: result.released };
+}
+
+/**
+ * A pre-reboot may wait in the group's queue. If its client goes away meanwhile, the coordinator
+ * is told, so a grant that comes later is kept unclaimed for the host instead of being taken as
+ * answered. If the coordinator restarts under it (a deploy, an eviction), the request is asked
+ * again with `resume`: the host's durable place in the queue is picked up again, or its
+ * grant answered, and nothing is parked anew.
+ */
+async function preReboot(c: Context<AppEnv>, fleet: string, keyHash: string, params: { id: string; group: string }) {
+  const ticket = crypto.randomUUID();
+  const signal = c.req.raw.signal;
+  const onAbort = () => {
+    const left = coordinatorOf(c.env, fleet)
+      .leave(params.id, ticket)
+      .catch(() => undefined);
+    try {
+      c.executionCtx.waitUntil(left);
+    } catch {
+      // No execution context (a direct app.request in a test): the call runs on its own.
+    }
+  };
+  signal?.addEventListener("abort", onAbort, { once: true });
+  try {
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return await coordinatorOf(c.env, fleet).preReboot(keyHash, params, { ticket, resume: attempt > 0 });
+      } catch (err) {
+        if (signal?.aborted || attempt >= MAX_RESUMES || !restarted(err)) throw err;
+      }
+    }
+  } finally {
+    signal?.removeEventListener("abort", onAbort);
+  }
+}
+
+/** Restarts a parked request survives; each resume parks nothing new, so this only bounds a crash loop. */
+const MAX_RESUMES = 5;
+
+/** Whether an RPC failed because the object was reset (deploy, eviction), not because of its own bug. */
+function restarted(err: unknown) {
+  const e = err as { retryable?: boolean; durableObjectReset?: boolean } | null;
+  return Boolean(e && (e.durableObjectReset || e.retryable));
 }
 
 fleetlock.onError((err, c) => {
@@ -153,8 +196,16 @@ export const fleetlockRoutes = fleetlock
   .post("/:fleet/:key/v1/steady-state", async (c) => c.json(await handle(c, "steady-state"), 200))
   .post("/:fleet/:key/:group/v1/steady-state", async (c) => c.json(await handle(c, "steady-state"), 200));
 
+// A client that joins base_url and "v1/…" with a "/" of its own (Flatcar's fleetlockctl) sends
+// "…/KEY//v1/…" for a base_url with the trailing slash Zincati needs: served the same.
+fleetlock
+  .post("/:fleet/:key//v1/pre-reboot", async (c) => c.json(await handle(c, "pre-reboot"), 200))
+  .post("/:fleet/:key/:group//v1/pre-reboot", async (c) => c.json(await handle(c, "pre-reboot"), 200))
+  .post("/:fleet/:key//v1/steady-state", async (c) => c.json(await handle(c, "steady-state"), 200))
+  .post("/:fleet/:key/:group//v1/steady-state", async (c) => c.json(await handle(c, "steady-state"), 200));
+
 // Registered after the POST routes, so only other methods reach it.
-for (const path of ["/:fleet/:key/v1/:op", "/:fleet/:key/:group/v1/:op"]) {
+for (const path of ["/:fleet/:key/v1/:op", "/:fleet/:key/:group/v1/:op", "/:fleet/:key//v1/:op", "/:fleet/:key/:group//v1/:op"]) {
   fleetlock.all(path, (c) => {
     const op = c.req.param("op");
     if (op !== "pre-reboot" && op !== "steady-state") {

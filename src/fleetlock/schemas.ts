@@ -2,6 +2,7 @@ import { z } from "@hono/zod-openapi";
 import { fleetlockId, groupName } from "../fleet/schemas";
 import { MAX_GROUP_SLOTS } from "../domain/limits";
 import { FLEETLOCK_KINDS } from "../domain/enums";
+import { MAX_QUEUE_WAIT_S, UNCLAIMED_GRANT_S } from "./queue";
 import { DAYS, isValidTimeZone, MINUTES_PER_WEEK, type Day } from "./windows";
 
 export const ClientParamsBody = z
@@ -62,6 +63,17 @@ export const GroupInput = z
     windows: z.array(MaintenanceWindowSchema).max(64).optional().openapi({
       description: "Weekly windows in which alone new slots are granted; [] removes them. Omitted: unchanged",
     }),
+    queue_wait_s: z
+      .number()
+      .int()
+      .min(0)
+      .max(MAX_QUEUE_WAIT_S)
+      .optional()
+      .openapi({
+        description:
+          "How long a pre-reboot that finds the group full or outside its windows waits for a slot, first come first " +
+          "served, before it is refused; 0 refuses at once. Omitted: unchanged (0 for a new group)",
+      }),
   })
   .openapi("RebootGroupInput");
 
@@ -72,8 +84,23 @@ const HolderSchema = z
     held_for_s: z.number().int(),
     stuck: z.boolean().openapi({ description: "Held for longer than the fleet's lock_ttl_s" }),
     server: z.object({ id: z.string(), hostname: z.string().nullable() }).nullable(),
+    unclaimed_until: z.string().nullable().openapi({
+      description: `Granted to a parked host that could no longer be answered: its next pre-reboot claims the slot, else it is released then (${UNCLAIMED_GRANT_S} s after the grant)`,
+    }),
   })
   .openapi("RebootHolder");
+
+const QueuedSchema = z
+  .object({
+    position: z.number().int().openapi({ description: "1 is granted the next free slot" }),
+    id: z.string(),
+    server: z.object({ id: z.string(), hostname: z.string().nullable() }).nullable(),
+    waiting_since: z.string(),
+    waited_s: z.number().int(),
+    deadline: z.string().openapi({ description: "When its wait runs out and it is refused" }),
+    connected: z.boolean().openapi({ description: "false: its request went away; it keeps its place until its deadline" }),
+  })
+  .openapi("RebootQueued");
 
 export const GroupSchema = z
   .object({
@@ -85,7 +112,9 @@ export const GroupSchema = z
     ),
     open_now: z.boolean(),
     available_slots: z.number().int(),
+    queue_wait_s: z.number().int(),
     holders: z.array(HolderSchema),
+    queue: z.array(QueuedSchema),
     updated_at: z.string(),
   })
   .openapi("RebootGroup");

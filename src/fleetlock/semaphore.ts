@@ -11,6 +11,11 @@ export interface Holder {
   /** The registered server that id belongs to; null for an unknown id a fleet chose to allow. */
   server_id: string | null;
   granted_at: number;
+  /**
+   * Set on a grant made to a parked host that could not be answered (its connection went, or the
+   * coordinator restarted): the slot is kept for it until then, its next pre-reboot claims it.
+   */
+  unclaimed_until?: number;
 }
 
 export interface GroupState {
@@ -19,6 +24,8 @@ export interface GroupState {
   windows: MaintenanceWindow[];
   /** In grant order. May exceed `slots` after a shrink: holders are never evicted by a resize. */
   holders: Holder[];
+  /** How long a pre-reboot may wait for a slot (queue.ts); 0 or absent: refused at once. */
+  queue_wait_s?: number;
   updated_at: number;
 }
 
@@ -29,7 +36,7 @@ export type AcquireResult =
   | { ok: false; kind: Refusal; value: string };
 
 export function newGroup(slots: number, now: number): GroupState {
-  return { slots, paused: false, windows: [], holders: [], updated_at: now };
+  return { slots, paused: false, windows: [], holders: [], queue_wait_s: 0, updated_at: now };
 }
 
 export const holderOf = (g: GroupState, id: string) => g.holders.find((h) => h.id === id) ?? null;
@@ -84,6 +91,7 @@ export interface GroupChange {
   slots: number;
   paused?: boolean;
   windows?: MaintenanceWindow[];
+  queue_wait_s?: number;
 }
 
 /**
@@ -97,6 +105,7 @@ export function configure(g: GroupState | null, change: GroupChange, now: number
     slots: change.slots,
     paused: change.paused ?? base.paused,
     windows: change.windows ?? base.windows,
+    queue_wait_s: change.queue_wait_s ?? base.queue_wait_s ?? 0,
     updated_at: now,
   };
 }

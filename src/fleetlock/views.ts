@@ -1,4 +1,5 @@
 import { iso } from "../lib/time";
+import { liveEntries, type QueueEntry } from "./queue";
 import { isStuck, type GroupState } from "./semaphore";
 import { withinWindows, type MaintenanceWindow } from "./windows";
 
@@ -8,6 +9,20 @@ export interface HolderView {
   held_for_s: number;
   stuck: boolean;
   server: { id: string; hostname: string | null } | null;
+  /** Granted while the host could not be answered: kept for it until then, unless it comes back. */
+  unclaimed_until: string | null;
+}
+
+export interface QueuedView {
+  position: number;
+  id: string;
+  server: { id: string; hostname: string | null } | null;
+  waiting_since: string;
+  waited_s: number;
+  /** Until when it may wait; it is answered with a refusal then. */
+  deadline: string;
+  /** Whether its request is still open here (false: it went away, or the coordinator restarted). */
+  connected: boolean;
 }
 
 export interface GroupView {
@@ -18,13 +33,16 @@ export interface GroupView {
   /** Whether a new grant could happen now as far as pause and windows go. */
   open_now: boolean;
   available_slots: number;
+  queue_wait_s: number;
   holders: HolderView[];
+  queue: QueuedView[];
   updated_at: string;
 }
 
 export function groupView(
   name: string,
   g: GroupState,
+  queue: { entries: readonly QueueEntry[]; connected: (id: string) => boolean },
   now: number,
   lockTtlMs: number,
   serverOf: (serverId: string) => { id: string; hostname: string | null },
@@ -36,12 +54,23 @@ export function groupView(
     windows: g.windows,
     open_now: !g.paused && withinWindows(g.windows, now),
     available_slots: Math.max(0, g.slots - g.holders.length),
+    queue_wait_s: g.queue_wait_s ?? 0,
     holders: g.holders.map((h) => ({
       id: h.id,
       granted_at: iso(h.granted_at),
       held_for_s: Math.max(0, Math.floor((now - h.granted_at) / 1000)),
       stuck: isStuck(h, now, lockTtlMs),
       server: h.server_id ? serverOf(h.server_id) : null,
+      unclaimed_until: h.unclaimed_until === undefined ? null : iso(h.unclaimed_until),
+    })),
+    queue: liveEntries(queue.entries, now).map((e, i) => ({
+      position: i + 1,
+      id: e.id,
+      server: e.server_id ? serverOf(e.server_id) : null,
+      waiting_since: iso(e.since),
+      waited_s: Math.max(0, Math.floor((now - e.since) / 1000)),
+      deadline: iso(e.deadline),
+      connected: queue.connected(e.id),
     })),
     updated_at: iso(g.updated_at),
   };

@@ -12,7 +12,6 @@ import { iso, isoOrNull } from "../lib/time";
 import { controlRollout, createRollout, getRollout, listRollouts } from "../services/rollouts";
 import type { RolloutSummary } from "./durable-object";
 import { ROLLOUT_STATES, TARGET_STATES, type Control } from "./machine";
-import type { Context } from "hono";
 import { EventSchema, MAX_ROLLOUT_WAIT_S, RolloutInput, RolloutListItem, RolloutSchema, TargetSchema } from "./schemas";
 import { rolloutOf } from "./stub";
 
@@ -33,7 +32,7 @@ const view = (s: RolloutSummary) => {
 const controlRoute = <A extends Control>(action: A) =>
   createRoute({
     method: "post",
-    path: `/{id}/${action}`,
+    path: `/{id}/${action}` as `/{id}/${A}`,
     tags: ["rollouts"],
     summary: {
       pause: "Pause: no new target starts; those applying finish",
@@ -52,11 +51,7 @@ const controlRoute = <A extends Control>(action: A) =>
     },
   });
 
-const controlHandler = (action: Control) =>
-  async (c: Context<AppEnv, string, { out: { param: { id: string } } }>) => {
-    const { id } = c.req.valid("param");
-    return c.json(view(await controlRollout(c.env, actorOf(c.var.principal), id, action)), 200);
-  };
+
 
 // One chain, so the type of this router (and of the app that mounts it at /v1/rollouts) carries every route for hc.
 export const rolloutRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook })
@@ -163,10 +158,22 @@ export const rolloutRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHo
     return c.json(view(await getRollout(c.env, id, { since: q.since ?? null, waitMs: q.wait * 1000 })), 200);
   },
 )
-.openapi(controlRoute("pause"), controlHandler("pause"))
-.openapi(controlRoute("resume"), controlHandler("resume"))
-.openapi(controlRoute("cancel"), controlHandler("cancel"))
-.openapi(controlRoute("rollback"), controlHandler("rollback"))
+.openapi(controlRoute("pause"), async (c) => {
+  const { id } = c.req.valid("param");
+  return c.json(view(await controlRollout(c.env, actorOf(c.var.principal), id, "pause")), 200);
+})
+.openapi(controlRoute("resume"), async (c) => {
+  const { id } = c.req.valid("param");
+  return c.json(view(await controlRollout(c.env, actorOf(c.var.principal), id, "resume")), 200);
+})
+.openapi(controlRoute("cancel"), async (c) => {
+  const { id } = c.req.valid("param");
+  return c.json(view(await controlRollout(c.env, actorOf(c.var.principal), id, "cancel")), 200);
+})
+.openapi(controlRoute("rollback"), async (c) => {
+  const { id } = c.req.valid("param");
+  return c.json(view(await controlRollout(c.env, actorOf(c.var.principal), id, "rollback")), 200);
+})
 .openapi(
   createRoute({
     method: "get",

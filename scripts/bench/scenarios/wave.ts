@@ -1,0 +1,133 @@
+// A reboot wave: HOSTS hosts each need one reboot through one group of SLOTS slots. Each plays
+// Zincati's loop with time compressed 150×: a pre-reboot at a random phase of its tick; refused,
+// it asks again one tick later; granted, it "reboots" for REBOOT_MS and reports steady state.
+// Zincati's tick is 300 s and a reboot ~90 s, so 2 s and 0.6 s here. With the queue on, the group
+// lets a pre-reboot wait up to QUEUE_WAIT_S — Harbormaster's maximum of 600 s compressed the same.
+// Reported: wall time as a ratio to the bound ⌈HOSTS/SLOTS⌉ × REBOOT_MS (slots never idle),
+// pre-reboot calls per host, and the most holders ever seen, sampled through the operator API.
+// Loopback only; the wave stops by itself (every host done, or WAVE_LIMIT_MS).
+import type { BenchContext } from "../run.ts";
+
+const HOSTS = Number(process.env.BENCH_WAVE_HOSTS ?? 200);
+const SLOTS = Number(process.env.BENCH_WAVE_SLOTS ?? 10);
+const TICK_MS = 2000;
+const REBOOT_MS = 600;
+const QUEUE_WAIT_S = 4;
+const SAMPLE_MS = 100;
+const WAVE_LIMIT_MS = 120_000;
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+async function setup(ctx: BenchContext, queueWaitS: number) {
+  const fleet = `wave-${queueWaitS ? "q" : "p"}-${Date.now().toString(36)}`;
+  // Unknown ids allowed: the wave measures the coordinator, not 200 registrations.
+  const f = await ctx.client.v1.fleets.$post({ json: { id: fleet, allow_unknown_ids: true } });
+  if (f.status !== 201) throw new Error(`fleet: ${f.status} ${await f.text()}`);
+  const k = await ctx.client.v1.fleets[":fleet"]["fleetlock-key"].$post({ param: { fleet } });
+  if (k.status !== 201) throw new Error(`key: ${k.status} ${await k.text()}`);
+  const g = await ctx.client.v1.fleets[":fleet"]["reboot-groups"][":group"].$put({
+    param: { fleet, group: "default" },
+    json: { slots: SLOTS, queue_wait_s: queueWaitS },
+  });
+  if (g.status !== 200) throw new Error(`group: ${g.status} ${await g.text()}`);
+  return { fleet, url: `${ctx.base}${new URL((await k.json()).base_url).pathname}` };
+}
+
+/** The operator's view of the group: holders and parked hosts. */
+async function groupView(ctx: BenchContext, fleet: string) {
+  const g = await ctx.client.v1.fleets[":fleet"]["reboot-groups"][":group"].$get({ param: { fleet, group: "default" } });
+  if (g.status !== 200) return null;
+  return (await g.json()) as { holders: unknown[]; queue: unknown[] };
+}
+
+function fleetlock(url: string, op: "pre-reboot" | "steady-state", id: string) {
+  return fetch(`${url}v1/${op}`, {
+    method: "POST",
+    headers: { "fleet-lock-protocol": "true" },
+    body: JSON.stringify({ client_params: { id, group: "default" } }, null, 2),
+  }).then(async (r) => {
+    await r.arrayBuffer();
+    return r.status;
+  });
+}
+
+async function wave(ctx: BenchContext, queueWaitS: number) {
+  const { fleet, url } = await setup(ctx, queueWaitS);
+  // Warm the coordinator and the FleetLock path, outside the measurement.
+  for (let i = 0; i < 20; i++) {
+    await fleetlock(url, "pre-reboot", "warm");
+    await fleetlock(url, "steady-state", "warm");
+  }
+  const calls = new Array(HOSTS).fill(0);
+  let maxHolders = 0;
+  let maxQueued = 0;
+  let samples = 0;
+  let running = true;
+  const deadline = Date.now() + WAVE_LIMIT_MS;
+  const sampler = (async () => {
+    while (running) {
+      const g = await groupView(ctx, fleet);
+      if (g) {
+        samples++;
+        maxHolders = Math.max(maxHolders, g.holders.length);
+        maxQueued = Math.max(maxQueued, g.queue.length);
+      }
+      await sleep(SAMPLE_MS);
+    }
+  })();
+
+  const start = Date.now();
+  const host = async (i: number) => {
+    const id = `wave-${i}`;
+    await sleep(Math.random() * TICK_MS);
+    for (;;) {
+      if (Date.now() > deadline) throw new Error(`${id}: the wave did not finish within ${WAVE_LIMIT_MS} ms`);
+      calls[i]++;
+      if ((await fleetlock(url, "pre-reboot", id)) === 200) break;
+      await sleep(TICK_MS);
+    }
+    await sleep(REBOOT_MS);
+    // Back up: steady state, retried at the next tick until it is acknowledged.
+    while ((await fleetlock(url, "steady-state", id)) !== 200) {
+      if (Date.now() > deadline) throw new Error(`${id}: steady-state kept failing`);
+      await sleep(TICK_MS);
+    }
+  };
+  try {
+    await Promise.all(Array.from({ length: HOSTS }, (_, i) => host(i)));
+  } finally {
+    running = false;
+    await sampler;
+  }
+  const wallMs = Date.now() - start;
+  const bound = Math.ceil(HOSTS / SLOTS) * REBOOT_MS;
+  const after = await groupView(ctx, fleet);
+  return {
+    wallMs,
+    ratio: wallMs / bound,
+    callsPerHost: calls.reduce((a, b) => a + b, 0) / HOSTS,
+    maxCalls: Math.max(...calls),
+    maxHolders,
+    maxQueued,
+    samples,
+    left: after ? after.holders.length : -1,
+  };
+}
+
+export async function run(ctx: BenchContext) {
+  const bound = Math.ceil(HOSTS / SLOTS) * REBOOT_MS;
+  const runs: [string, number][] = [
+    ["queue off (409 at once)", 0],
+    [`queue on (queue_wait_s ${QUEUE_WAIT_S})`, QUEUE_WAIT_S],
+  ];
+  for (const [label, wait] of runs) {
+    const r = await wave(ctx, wait);
+    const prefix = `wave ${HOSTS} hosts, ${SLOTS} slots, tick ${TICK_MS} ms, reboot ${REBOOT_MS} ms, ${label}`;
+    ctx.note(`${prefix}: wall time / bound (${(r.wallMs / 1000).toFixed(1)} s / ${(bound / 1000).toFixed(1)} s)`, r.ratio.toFixed(2));
+    ctx.note(`${prefix}: pre-reboot calls per host (mean / max)`, `${r.callsPerHost.toFixed(2)} / ${r.maxCalls}`);
+    ctx.note(`${prefix}: most holders seen (${r.samples} samples; slots ${SLOTS})`, r.maxHolders);
+    if (wait) ctx.note(`${prefix}: most hosts seen parked`, r.maxQueued);
+    if (r.maxHolders > SLOTS) throw new Error(`over-grant: ${r.maxHolders} holders seen for ${SLOTS} slots`);
+    if (r.left !== 0) throw new Error(`${r.left} holder(s) left after the wave`);
+  }
+}

@@ -1,0 +1,174 @@
+/**
+ * The fair reboot queue of one group, as pure functions over plain data (like semaphore.ts): a
+ * pre-reboot that finds the group full (or outside its windows) may park for up to the group's
+ * `queue_wait_s`, and the longest-waiting host gets the next free slot. The coordinator applies
+ * these in one synchronous turn together with the storage writes, so FIFO order, the slot count
+ * and every grant are decided where no other request can interleave.
+ */
+import { acquire, holderOf, type GroupState, type Holder, type Refusal } from "./semaphore";
+import { withinWindows } from "./windows";
+
+import { MAX_QUEUED_PER_GROUP, MAX_QUEUE_WAIT_S } from "../domain/limits";
+
+export { MAX_QUEUE_WAIT_S };
+
+/**
+ * How long a grant made to a parked host that can no longer be answered (its connection went, or
+ * the coordinator restarted under it) is kept for it. Zincati asks again every 300 s plus up to
+ * 10 % jitter (src/update_agent/mod.rs DEFAULT_REFRESH_PERIOD_SECS, actor.rs add_jitter), so its
+ * next pre-reboot claims the slot well within this; a host that never comes back frees it here.
+ */
+export const UNCLAIMED_GRANT_S = 600;
+
+export interface QueueEntry {
+  id: string;
+  server_id: string | null;
+  /** When the host first parked: FIFO order, shown to operators. */
+  since: number;
+  /** Parked until then; afterwards the host has been (or would have been) answered with a refusal. */
+  deadline: number;
+  /** Arrival order among entries parked in the same millisecond. */
+  seq: number;
+}
+
+export type Queue = readonly QueueEntry[];
+
+export const queuedOf = (q: Queue, id: string) => q.find((e) => e.id === id) ?? null;
+
+/** Entries whose wait has not run out, in FIFO order. */
+export const liveEntries = (q: Queue, now: number) => q.filter((e) => e.deadline > now);
+
+/** Why a group grants nothing new right now, or null if it would grant to whoever is first. */
+export function closedBecause(g: GroupState, now: number): Refusal | null {
+  if (g.paused) return "group_paused";
+  if (!withinWindows(g.windows, now)) return "outside_maintenance_window";
+  if (g.holders.length >= g.slots) return "semaphore_full";
+  return null;
+}
+
+export const refusalValue: Record<Refusal, string> = {
+  group_paused: "the reboot group is paused by an operator",
+  outside_maintenance_window: "no maintenance window of the group is open now",
+  semaphore_full: "every slot of the group is held",
+};
+
+export type Admission =
+  | { kind: "granted"; group: GroupState; changed: boolean }
+  | { kind: "parked"; queue: Queue; entry: QueueEntry; changed: boolean }
+  | { kind: "refused"; refusal: Refusal; value: string };
+
+/**
+ * A pre-reboot against a group and its queue. Holding a slot succeeds again (recursive lock);
+ * a host already parked keeps its place (the same id parking twice holds one place); a free slot
+ * goes to a newcomer only when nobody is parked ahead of it; otherwise the host parks when the
+ * group allows waiting and is refused as before when it does not. A paused group parks no one:
+ * an operator's pause is not a wait of seconds.
+ */
+export function admit(
+  g: GroupState,
+  q: Queue,
+  id: string,
+  serverId: string | null,
+  now: number,
+  opts: { mayPark: boolean },
+): Admission {
+  if (holderOf(g, id)) return { kind: "granted", group: claim(g, id, now), changed: holderOf(g, id)!.unclaimed_until !== undefined };
+  const live = liveEntries(q, now);
+  const mine = queuedOf(live, id);
+  if (mine) return { kind: "parked", queue: q, entry: mine, changed: false };
+  if (live.length === 0) {
+    const r = acquire(g, id, serverId, now);
+    if (r.ok) return { kind: "granted", group: r.group, changed: r.changed };
+    if (r.kind === "group_paused" || !opts.mayPark || waitOf(g) === 0) return { kind: "refused", refusal: r.kind, value: r.value };
+  } else {
+    const closed = closedBecause(g, now) ?? "semaphore_full";
+    if (closed === "group_paused" || !opts.mayPark || waitOf(g) === 0) {
+      return { kind: "refused", refusal: closed, value: `${refusalValue[closed]}; ${live.length} host(s) are queued` };
+    }
+  }
+  if (live.length >= MAX_QUEUED_PER_GROUP) {
+    const closed = closedBecause(g, now) ?? "semaphore_full";
+    return { kind: "refused", refusal: closed, value: `${refusalValue[closed]}; the queue is full (${live.length} host(s))` };
+  }
+  const seq = q.reduce((m, e) => Math.max(m, e.seq), 0) + 1;
+  const entry: QueueEntry = { id, server_id: serverId, since: now, deadline: now + waitOf(g) * 1000, seq };
+  return { kind: "parked", queue: [...live, entry], entry, changed: true };
+}
+
+export const waitOf = (g: GroupState) => g.queue_wait_s ?? 0;
+
+/** A host that comes back for a slot granted while it could not be answered now has it. */
+export function claim(g: GroupState, id: string, now: number): GroupState {
+  const h = holderOf(g, id);
+  if (!h || h.unclaimed_until === undefined) return g;
+  return { ...g, holders: g.holders.map((x) => (x === h ? withoutClaim(x) : x)), updated_at: now };
+}
+
+function withoutClaim(h: Holder): Holder {
+  const { unclaimed_until: _, ...rest } = h;
+  return rest;
+}
+
+export interface Drained {
+  group: GroupState;
+  queue: Queue;
+  /** Hosts that got a slot, in grant order; `answerable` ones are answered 200 now. */
+  granted: { entry: QueueEntry; answerable: boolean }[];
+}
+
+/**
+ * Hands free slots to parked hosts, longest-waiting first, while the group is open. Expired
+ * entries leave first. A grant to a host nobody can answer any more is kept for it as unclaimed
+ * until `now + UNCLAIMED_GRANT_S`: its next pre-reboot claims it, or it is released.
+ * `holdsElsewhere` skips an id that meanwhile took a slot in another group (one slot per id).
+ */
+export function drain(
+  g: GroupState,
+  q: Queue,
+  now: number,
+  answerable: (id: string) => boolean,
+  holdsElsewhere: (id: string) => boolean = () => false,
+): Drained {
+  let queue = liveEntries(q, now);
+  let group = g;
+  const granted: Drained["granted"] = [];
+  while (queue.length > 0 && closedBecause(group, now) === null) {
+    const [entry, ...rest] = queue;
+    queue = rest;
+    if (holderOf(group, entry.id) || holdsElsewhere(entry.id)) continue;
+    const live = answerable(entry.id);
+    const holder: Holder = { id: entry.id, server_id: entry.server_id, granted_at: now };
+    if (!live) holder.unclaimed_until = now + UNCLAIMED_GRANT_S * 1000;
+    group = { ...group, holders: [...group.holders, holder], updated_at: now };
+    granted.push({ entry, answerable: live });
+  }
+  return { group, queue: queue.length === q.length ? q : queue, granted };
+}
+
+/** Releases grants nobody came back for within UNCLAIMED_GRANT_S. */
+export function releaseUnclaimed(g: GroupState, now: number): { group: GroupState; released: Holder[] } {
+  const released = g.holders.filter((h) => h.unclaimed_until !== undefined && h.unclaimed_until <= now);
+  if (released.length === 0) return { group: g, released };
+  return { group: { ...g, holders: g.holders.filter((h) => !released.includes(h)), updated_at: now }, released };
+}
+
+export const dequeue = (q: Queue, id: string): Queue => (queuedOf(q, id) ? q.filter((e) => e.id !== id) : q);
+
+const MINUTE = 60_000;
+
+/**
+ * When the coordinator must next look at this group by itself: an unclaimed grant runs out, a
+ * parked entry's wait ends, or — parked hosts, a free slot, not paused, outside every window — the
+ * next minute boundary, where any window can open (windows start on whole minutes of the zone's
+ * wall clock, and every zone's offset is whole minutes).
+ */
+export function nextWake(g: GroupState, q: Queue, now: number): number | null {
+  let at = Infinity;
+  for (const h of g.holders) if (h.unclaimed_until !== undefined) at = Math.min(at, h.unclaimed_until);
+  const live = liveEntries(q, now);
+  for (const e of q) at = Math.min(at, e.deadline);
+  if (live.length > 0 && !g.paused && g.holders.length < g.slots && !withinWindows(g.windows, now)) {
+    at = Math.min(at, (Math.floor(now / MINUTE) + 1) * MINUTE);
+  }
+  return at === Infinity ? null : at;
+}
