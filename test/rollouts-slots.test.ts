@@ -50,6 +50,34 @@ describe("disruptive updates take reboot slots", () => {
     expect(g.holders.filter((h) => h.id.startsWith("rollout:"))).toHaveLength(0);
   });
 
+  it("hosts parked in the group's FIFO queue go before the rollout: a slot the rollout releases goes to them", async () => {
+    const f = await fleetWithKey();
+    await putGroup(f.fleet, "default", { slots: 1, queue_wait_s: 30 });
+    const { hosts } = await fleetWithAgentIn(f.fleet, 2);
+    const zc = await call("POST", "/v1/servers", { body: { fleet: f.fleet, hostname: "zq.example.com", kind: "managed", fleetlock_id: "zq" } });
+    expect(zc.status).toBe(201);
+    const r = await startRollout({ fleet: f.fleet, concurrency: 1, reboot_slot: true });
+    const [first] = await targets(r.id, "?state=applying");
+    expect((await getGroup(f.fleet, "default")).holders.map((h) => h.id)).toEqual([`rollout:${r.id}:${first.server_id}`]);
+    // Zincati parks in the queue while the rollout holds the only slot.
+    const parked = zincati(f.baseUrl, "pre-reboot", "zq");
+    for (let i = 0; i < 100 && !((await getGroup(f.fleet, "default")) as any).queue?.length; i++) await new Promise((res) => setTimeout(res, 20));
+    await reconcileApplying(r.id, hosts);
+    // The target is done; its slot went to the parked host, not to the rollout's next target.
+    expect((await parked).status).toBe(200);
+    let g = await getGroup(f.fleet, "default");
+    expect(g.holders.map((h) => h.id)).toEqual(["zq"]);
+    expect((await getRollout(r.id)).counts).toMatchObject({ done: 1, applying: 0, queued: 1 });
+    // Once Zincati is back, the rollout's retry takes the slot.
+    await zincati(f.baseUrl, "steady-state", "zq");
+    await fireTimersNow(rolloutStub(r.id));
+    await drain(r.id);
+    g = await getGroup(f.fleet, "default");
+    expect(g.holders.map((h) => h.id)).toEqual([expect.stringMatching(new RegExp(`^rollout:${r.id}:`))]);
+    await reconcileApplying(r.id, hosts);
+    expect((await getRollout(r.id))).toMatchObject({ state: "succeeded", counts: { done: 2 } });
+  });
+
   it("a target whose server's group is not configured fails with the reason", async () => {
     const f = await fleetWithKey();
     const { hosts } = await fleetWithAgentIn(f.fleet, 1);
