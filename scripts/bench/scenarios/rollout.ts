@@ -59,12 +59,25 @@ export async function run(ctx: BenchContext) {
      * generation it runs) and reports the new one realized the moment it appears.
      */
     let hostRequests = 0;
-    const reconcile = async (h: { id: string; token: string; generation: number }) => {
+    let hostRetries = 0;
+    /** As a real agent does: a request that fails (connection reset, 5xx) is tried again after a pause. */
+    const reconcile = async (h: { id: string; token: string; generation: number }): Promise<void> => {
+      for (let attempt = 1; ; attempt++) {
+        try {
+          return await reconcileOnce(h);
+        } catch (err) {
+          if (attempt >= 10) throw err;
+          hostRetries++;
+          await new Promise((res) => setTimeout(res, 500 * attempt));
+        }
+      }
+    };
+    const reconcileOnce = async (h: { id: string; token: string; generation: number }): Promise<void> => {
       const res = await fetch(`${ctx.base}/v1/agent/desired?wait=60`, {
         headers: { Authorization: `Bearer ${h.token}`, "If-None-Match": `"${h.generation}"` },
       });
       hostRequests++;
-      if (res.status === 304) return reconcile(h);
+      if (res.status === 304) return reconcileOnce(h);
       if (!res.ok) throw new Error(`desired: ${res.status} ${await res.text()}`);
       const cfg = (await res.json()) as { generation: number; agents: { name: string; image: string; version: string; instance_id: string }[] };
       await api(
@@ -140,7 +153,7 @@ export async function run(ctx: BenchContext) {
     const perTarget = elapsed / n;
     ctx.note(
       `rollout of ${n} targets at concurrency ${CONCURRENCY}: control-plane ms per target (× empty request ${floorMs.toFixed(2)} ms)`,
-      `${perTarget.toFixed(2)} ms (${(perTarget / floorMs).toFixed(1)}×); total ${(elapsed / 1000).toFixed(1)} s; ${hostRequests} host requests; at most ${maxApplying} hosts busy at once`,
+      `${perTarget.toFixed(2)} ms (${(perTarget / floorMs).toFixed(1)}×); total ${(elapsed / 1000).toFixed(1)} s; ${hostRequests} host requests (${hostRetries} retried); at most ${maxApplying} hosts busy at once`,
     );
     ctx.note(
       `rollout of ${n} targets: D1 statements per target (the empty request costs 0)`,
