@@ -101,6 +101,8 @@ function methods(c: Client) {
     cancelDecommission: (id: string) => ok(c.v1.servers[":id"].decommission.cancel.$post({ param: { id } })),
     checkServerAgents: (filter: { fleet?: string; server?: string; agent?: string }, cursor?: string) =>
       ok(c.v1.check["server-agents"].$get({ query: { ...filter, limit: PAGE, cursor } })),
+    fixServerAgents: (filter: { fleet?: string; server?: string; agent?: string }, dryRun: boolean, cursor?: string) =>
+      ok(c.v1.check["server-agents"].fix.$post({ json: { ...filter, dry_run: dryRun, limit: Number(PAGE), cursor } })),
 
     // rollouts (issue 9)
     startRollout: (json: Parameters<Client["v1"]["rollouts"]["$post"]>[0]["json"]) => ok(c.v1.rollouts.$post({ json })),

@@ -49,8 +49,8 @@ export function buildProgram(io: Io): Command {
     registerTokens,
     registerUpgrades,
     registerAudit,
-    registerWait,
     registerCheck,
+    registerWait,
     registerRollouts,
   ]) {
     register(program, io);

@@ -64,7 +64,7 @@ describe("hm against the worker", () => {
     expect(list.json()).toEqual([expect.objectContaining({ id: server.id, fleet, state: "provisioning", status: "unknown", desired_generation: 1 })]);
     const show = await hm(["--json", "servers", "show", server.id]);
     expect(Object.keys(show.json()).sort()).toEqual(
-      ["agents", "created_at", "desired", "desired_generation", "fleet", "fleetlock_id", "hostname", "id", "kind", "last_seen", "lifecycle", "planning", "reboot_group", "report", "reported_generation", "roles", "state", "status"],
+      ["agents", "created_at", "desired", "desired_generation", "fleet", "fleetlock_id", "hostname", "id", "kind", "last_seen", "lifecycle", "planning", "reboot_group", "refresh", "report", "reported_generation", "roles", "state", "status"],
     );
     const human = await hm(["servers", "show", server.id]);
     expect(human.stdout).toMatch(/status\s+unknown/);
@@ -290,5 +290,37 @@ describe("hm against the worker", () => {
     expect(notFound.status).toBe(1);
     expect(notFound.stderr).toContain("not_found");
     expect(spawnSync(process.execPath, [bin, "nope"], { env, encoding: "utf8" }).status).toBe(2);
+  });
+});
+
+describe("hm check server-agents --fix", () => {
+  it("shows the dry run and asks; declined changes nothing, --yes re-issues", async () => {
+    const { fleet, server } = await fleetWithServer();
+    expect((await hm(["--json", "desired", "set", server.id, "-f", agentsFile(["compute"])])).code).toBe(0);
+    const desired = { data: await api.getDesired(server.id) };
+    const host = await fetch(`${url}/v1/agent/inventory`, {
+      method: "PUT",
+      headers: { Authorization: `Bearer ${server.token}`, "Content-Type": "application/json" },
+      body: JSON.stringify({
+        generation: desired.data.generation,
+        reconciled_at: new Date().toISOString(),
+        boot_id: "b",
+        agents: [{ name: "compute", image: "reg/compute:0", version: "0", instance_id: "c", state: "running" }],
+      }),
+    });
+    expect(host.status).toBe(200);
+    const found = await hm(["--json", "check", "server-agents", "--fleet", fleet]);
+    expect(found.code).toBe(3);
+    expect(found.json().findings).toMatchObject([
+      { agent: "compute", reason: "image_mismatch", desired_image: "reg/compute:1", reported_image: "reg/compute:0", fix: "reissue" },
+    ]);
+    const declined = await hm(["check", "server-agents", "--fleet", fleet, "--fix"], { stdin: "n\n" });
+    expect(declined.code).toBe(1);
+    expect((await api.getDesired(server.id)).generation).toBe(desired.data.generation);
+    const fixed = await hm(["--yes", "check", "server-agents", "--fleet", fleet, "--fix"]);
+    expect(fixed.code).toBe(0);
+    expect(fixed.stdout).toMatch(/reissued \(generation \d+\)/);
+    const after = await hm(["--json", "check", "server-agents", "--fleet", fleet]);
+    expect(after.json().findings.map((f: { reason: string }) => f.reason)).toEqual(["generation_behind"]);
   });
 });

@@ -1,7 +1,7 @@
 import { getDb } from "./db/client";
 import type { Env } from "./env";
 import { markStale } from "./reconcile/staleness";
-import { finishFleetRemovals } from "./services/fleet-removal";
+import { runFleetTasks } from "./services/fleet-tasks";
 import { runPlanner } from "./services/planner";
 import { runUpgrades } from "./upgrades/runner";
 import { redriveRollouts } from "./services/rollouts";
@@ -18,7 +18,8 @@ export async function runScheduled(controller: ScheduledController, env: Env) {
   // Planner backstop: only servers whose inputs changed (plan_marks), never a scan of every server.
   await runPlanner(env, { budgetMs: 20_000 });
   await markStale(db, controller.scheduledTime);
-  await finishFleetRemovals(db, env);
+  // Coordinator work owed by fleet changes (settings pushes, wipes of deleted fleets).
+  await runFleetTasks(env);
   // Rollouts advance on their own (ledger events, their alarms); this only re-drives quiet ones.
   await redriveRollouts(env, controller.scheduledTime);
 }

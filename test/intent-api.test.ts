@@ -121,6 +121,32 @@ describe("PATCH /v1/fleets/{fleet}", () => {
   });
 });
 
+describe("coordinator tasks", () => {
+  it("a settings push the coordinator missed is finished by the cron from the task row", async () => {
+    const f = await createFleet({ default_group_slots: 1 });
+    const key = await call("POST", `/v1/fleets/${f.id}/fleetlock-key`);
+    const path = new URL(key.json.base_url as string).pathname;
+    const pre = () =>
+      call("POST", `${path}v1/pre-reboot`, {
+        token: null,
+        headers: { "fleet-lock-protocol": "true" },
+        rawBody: JSON.stringify({ client_params: { id: "stranger", group: "default" } }),
+      });
+    expect((await pre()).status).toBe(403);
+    // As if a PATCH committed in D1 (row and task) and the worker died before telling the coordinator.
+    await env.DB.batch([
+      env.DB.prepare("UPDATE fleets SET allow_unknown_ids = 1 WHERE id = ?").bind(f.id),
+      env.DB.prepare("INSERT INTO fleet_tasks (fleet_id, kind, rev, created_at) VALUES (?, 'push_settings', 1, 0)").bind(f.id),
+    ]);
+    expect((await pre()).status).toBe(403);
+    const { runScheduled } = await import("../src/scheduled");
+    const { createScheduledController } = await import("cloudflare:test");
+    await runScheduled(createScheduledController({ scheduledTime: Date.now() }), env);
+    expect((await pre()).status).toBe(200);
+    expect(await env.DB.prepare("SELECT COUNT(*) AS n FROM fleet_tasks WHERE fleet_id = ?").bind(f.id).first("n")).toBe(0);
+  });
+});
+
 describe("DELETE /v1/fleets/{fleet}", () => {
   it("is refused with 409 naming the servers that are not removed, and changes nothing", async () => {
     const f = await createFleet();
@@ -147,7 +173,7 @@ describe("DELETE /v1/fleets/{fleet}", () => {
     const res = await call("DELETE", `/v1/fleets/${f.id}`);
     expect(res.status).toBe(204);
     expect((await call("GET", `/v1/fleets/${f.id}`)).status).toBe(404);
-    for (const table of ["servers", "agent_channels", "agent_channel_history", "role_profiles", "fleet_intent", "fleet_removals"]) {
+    for (const table of ["servers", "agent_channels", "agent_channel_history", "role_profiles", "fleet_intent", "fleet_tasks"]) {
       const n = await env.DB.prepare(`SELECT COUNT(*) AS n FROM ${table} WHERE fleet_id = ?`).bind(f.id).first<{ n: number }>("n");
       expect(n, table).toBe(0);
     }

@@ -142,3 +142,93 @@ describe("pinned servers", () => {
     expect((await call("GET", `/v1/servers/${s.id}`)).json.planning.mode).toBe("planned");
   });
 });
+
+describe("PATCH /v1/servers/{id} roles", () => {
+  it("records the new roles and plans from them: a newly added role's agents get their channel's image", async () => {
+    const f = await setup();
+    const s = await registerServer(f.id, { roles: ["compute"] });
+    await call("PUT", `/v1/fleets/${f.id}/channels/base`, { body: { image: "base:2", version: "2" } });
+    const res = await call("PATCH", `/v1/servers/${s.id}`, { body: { roles: ["compute", "edge"] } });
+    expect(res.status).toBe(200);
+    expect(res.json.roles).toEqual(["compute", "edge"]);
+    expect(res.json.desired.generation).toBe(2);
+    // base keeps the image it runs; logs (new with edge) comes from its channel.
+    expect(await agentsOf(s.id)).toEqual(["base=base:1", "logs=logs:1", "s3=s3:1"]);
+    const row = await env.DB.prepare("SELECT roles FROM servers WHERE id = ?").bind(s.id).first<string>("roles");
+    expect(JSON.parse(row!)).toEqual(["compute", "edge"]);
+    // A later change of the edge role now reaches it.
+    await call("PUT", `/v1/fleets/${f.id}/roles/edge`, { body: { agents: [{ name: "logs" }, { name: "fw-agent" }] } });
+    expect(await agentsOf(s.id)).toEqual(["base=base:1", "fw-agent=fw:1", "logs=logs:1", "s3=s3:1"]);
+    expect((await call("PATCH", `/v1/servers/${s.id}`, { body: { roles: ["Bad Role"] } })).status).toBe(400);
+  });
+});
+
+describe("planner durability", () => {
+  it("keeps a mark whose ledger could not be reached, backs it off, and plans it on a later run", async () => {
+    const f = await setup();
+    const s = await registerServer(f.id, { roles: ["compute"] });
+    await env.DB.batch([
+      env.DB.prepare("UPDATE role_profiles SET agents = ? WHERE fleet_id = ? AND role = 'compute'").bind(JSON.stringify([{ name: "logs" }]), f.id),
+      env.DB.prepare("UPDATE fleet_intent SET rev = rev + 1 WHERE fleet_id = ?").bind(f.id),
+      env.DB.prepare("INSERT INTO plan_marks (server_id, fleet_id, rev, marked_at) SELECT ?, ?, rev, 0 FROM fleet_intent WHERE fleet_id = ?").bind(s.id, f.id, f.id),
+    ]);
+    const { runPlanner } = await import("../src/services/planner");
+    const unreachable = {
+      ...env,
+      LEDGER: new Proxy(env.LEDGER, {
+        get(target, prop) {
+          if (prop === "get") return () => ({ applyPlan: () => Promise.reject(new Error("simulated: ledger unreachable")) });
+          const value = Reflect.get(target, prop);
+          return typeof value === "function" ? value.bind(target) : value;
+        },
+      }),
+    };
+    const failed = await runPlanner(unreachable as typeof env, { fleet: f.id });
+    expect(failed).toMatchObject({ servers: 0, failed: 1 });
+    const mark = await env.DB.prepare("SELECT attempts, marked_at FROM plan_marks WHERE server_id = ?").bind(s.id).first<any>();
+    expect(mark.attempts).toBe(1);
+    expect(mark.marked_at).toBeGreaterThan(Date.now());
+    expect(await agentsOf(s.id)).toEqual(["base=base:1", "s3=s3:1"]);
+    // Not due yet: a run now leaves it alone; once due, it is planned and the mark goes.
+    expect((await runPlanner(env, { fleet: f.id })).servers).toBe(0);
+    await env.DB.prepare("UPDATE plan_marks SET marked_at = 0 WHERE server_id = ?").bind(s.id).run();
+    expect(await runPlanner(env, { fleet: f.id })).toMatchObject({ servers: 1, issued: 1 });
+    expect(await agentsOf(s.id)).toEqual(["logs=logs:1"]);
+    expect(await env.DB.prepare("SELECT COUNT(*) AS n FROM plan_marks WHERE server_id = ?").bind(s.id).first("n")).toBe(0);
+  });
+
+  it("never lets a run with older inputs undo a newer one, and keeps a mark newer than what it applied", async () => {
+    const f = await setup();
+    const s = await registerServer(f.id, { roles: ["compute"] });
+    const { planInputsOf } = await import("../src/intent/store");
+    const { getDb } = await import("../src/db/client");
+    const old = (await planInputsOf(getDb(env.DB), f.id))!;
+    await call("PUT", `/v1/fleets/${f.id}/roles/compute`, { body: { agents: [{ name: "logs" }] } });
+    expect(await agentsOf(s.id)).toEqual(["logs=logs:1"]);
+    const stub = env.LEDGER.get(env.LEDGER.idFromName(s.id));
+    const late = await stub.applyPlan(old, { actor: "planner", reason: "late" });
+    expect(late).toMatchObject({ ok: true, outcome: "older_inputs" });
+    expect(await agentsOf(s.id)).toEqual(["logs=logs:1"]);
+  });
+});
+
+describe("registration racing an intent change", () => {
+  it("re-plans the new server when the fleet's intent moved past the inputs it was planned from", async () => {
+    const f = await setup();
+    const { planInputsOf } = await import("../src/intent/store");
+    const { getDb } = await import("../src/db/client");
+    const before = (await planInputsOf(getDb(env.DB), f.id))!.rev;
+    const s = await registerServer(f.id, { roles: ["compute"] });
+    // The change committed after the server was planned and before its index row existed: no mark.
+    await env.DB.batch([
+      env.DB.prepare("UPDATE role_profiles SET agents = ? WHERE fleet_id = ? AND role = 'compute'").bind(JSON.stringify([{ name: "logs" }]), f.id),
+      env.DB.prepare("UPDATE fleet_intent SET rev = rev + 1 WHERE fleet_id = ?").bind(f.id),
+    ]);
+    const { catchUpPlan } = await import("../src/services/planner");
+    expect(await catchUpPlan(env, s.id, f.id, before + 1)).toBeNull();
+    expect(await agentsOf(s.id)).toEqual(["base=base:1", "s3=s3:1"]);
+    const view = await catchUpPlan(env, s.id, f.id, before);
+    expect(view?.desired.generation).toBe(2);
+    expect(await agentsOf(s.id)).toEqual(["logs=logs:1"]);
+  });
+});

@@ -1,6 +1,45 @@
 import type { Command } from "commander";
 import { Exit, type Io } from "../io";
+import type { Ctx } from "../context";
 import { act } from "../main";
+
+type Filter = { fleet?: string; server?: string; agent?: string };
+
+/** `--fix`: one action per server (re-issue, refresh, or nothing), dry run first, then for real. */
+async function fix(ctx: Ctx, filter: Filter) {
+  const run = async (dryRun: boolean) => {
+    const actions = [];
+    let cursor: string | undefined;
+    do {
+      const page = await ctx.api.fixServerAgents(filter, dryRun, cursor);
+      actions.push(...page.actions);
+      cursor = page.next_cursor ?? undefined;
+    } while (cursor);
+    return actions;
+  };
+  const out = ctx.out;
+  const planned = await run(true);
+  const todo = planned.filter((a) => a.action !== "none");
+  if (!ctx.globals.json) {
+    out.table(["HOSTNAME", "SERVER", "ACTION", "REASONS"], planned.map((a) => [a.hostname, a.server, a.action, a.reasons.join(", ")]), "nothing to fix");
+  }
+  if (todo.length === 0) {
+    if (ctx.globals.json) out.data({ actions: planned });
+    return;
+  }
+  await ctx.confirm(`fix ${todo.length} server(s)?`);
+  const done = await run(false);
+  if (ctx.globals.json) out.data({ actions: done });
+  else {
+    out.line();
+    out.table(
+      ["HOSTNAME", "ACTION", "RESULT"],
+      done.map((a) => [a.hostname, a.action, a.result ? (a.result.ok ? `${a.result.outcome} (generation ${a.result.generation})` : `failed: ${a.result.error}`) : "-"]),
+    );
+  }
+  const failed = done.filter((a) => a.result && !a.result.ok).length;
+  if (failed) throw new Exit(1, `${failed} fix(es) failed`);
+}
 
 export function registerCheck(program: Command, io: Io) {
   program
@@ -11,8 +50,10 @@ export function registerCheck(program: Command, io: Io) {
     .option("--fleet <fleet>", "only this fleet")
     .option("--server <id>", "only this server")
     .option("--agent <name>", "only this agent")
+    .option("--fix", "fix what is found: shows the dry run, asks (unless --yes), then re-plans, re-issues or refreshes")
     .action(
-      act(io, async (ctx, o: { fleet?: string; server?: string; agent?: string }) => {
+      act(io, async (ctx, o: { fleet?: string; server?: string; agent?: string; fix?: boolean }) => {
+        if (o.fix) return fix(ctx, { fleet: o.fleet, server: o.server, agent: o.agent });
         const findings = [];
         const skipped = [];
         let cursor: string | undefined;

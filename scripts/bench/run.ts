@@ -67,7 +67,8 @@ async function startServer({ config = null as string | null, health = "/healthz"
   }
   const child = spawn(
     wrangler,
-    ["dev", ...(config ? ["--config", config] : []), "--ip", "127.0.0.1", "--port", String(port), "--persist-to", persist, "--env-file", envFile,
+    // --test-scheduled: scenarios fire the cron's handler through /__scheduled (no timer cron runs).
+    ["dev", ...(config ? ["--config", config] : []), "--ip", "127.0.0.1", "--port", String(port), "--persist-to", persist, "--env-file", envFile, "--test-scheduled",
       "--log-level", "error", "--show-interactive-dev-session=false"],
     { cwd: root, stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, CI: "true" } },
   );

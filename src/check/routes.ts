@@ -7,10 +7,41 @@ import { cursorParam, decodeCursor, limitParam, page } from "../http/paging";
 import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
 import { agentName } from "../ledger/schemas";
-import { checkServerAgents, Finding, Skipped } from "./drift";
+import { checkServerAgents, driftFix, driftReason, Finding, Skipped } from "./drift";
+import { actorOf } from "../auth/principal";
+import { jsonBody } from "../http/openapi";
+import { DEFAULT_PAGE_SIZE, MAX_CURSOR_LENGTH, MAX_PAGE_SIZE } from "../domain/limits";
+import { fixServerAgents } from "../services/drift-fix";
 
 
 // One chain, so the type of this router (and of the app that mounts it) carries every route for hc.
+const FixInput = z
+  .strictObject({
+    fleet: fleetId.optional(),
+    server: z.uuid().optional(),
+    agent: agentName.optional(),
+    dry_run: z.boolean().default(true),
+    limit: z.number().int().min(1).max(MAX_PAGE_SIZE).default(DEFAULT_PAGE_SIZE),
+    cursor: z.string().max(MAX_CURSOR_LENGTH).optional(),
+  })
+  .openapi("DriftFixInput");
+
+const FixActionSchema = z
+  .object({
+    server: z.string(),
+    hostname: z.string(),
+    action: driftFix,
+    reasons: z.array(driftReason),
+    result: z
+      .union([
+        z.object({ ok: z.literal(true), outcome: z.string(), generation: z.number().int() }),
+        z.object({ ok: z.literal(false), error: z.string() }),
+      ])
+      .nullable()
+      .openapi({ description: "null in a dry run, or for action none" }),
+  })
+  .openapi("DriftFixAction");
+
 export const checkRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook })
 .openapi(
   createRoute({
@@ -46,5 +77,38 @@ export const checkRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook
     const out = await checkServerAgents(getDb(c.env.DB), q, after?.[0] ?? null, q.limit);
     const { next_cursor } = page(out.rows, q.limit, (r) => [r.id]);
     return c.json({ findings: out.findings, skipped: out.skipped, next_cursor }, 200);
+  },
+)
+.openapi(
+  createRoute({
+    method: "post",
+    path: "/server-agents/fix",
+    tags: ["check"],
+    summary: "Fix drift: per server, re-plan and re-issue, ask for a refresh, or nothing for a host that does not answer",
+    description:
+      "Takes the filters of the check and works on one page of it (paged by server, like the check). " +
+      "`dry_run` (default true) says what it would do and changes nothing; `dry_run: false` does it, audited.",
+    security: bearer,
+    middleware: [requireScope("write")] as const,
+    request: { body: jsonBody(FixInput) },
+    responses: {
+      200: jsonResponse(
+        z.object({ dry_run: z.boolean(), actions: z.array(FixActionSchema), skipped: z.array(Skipped), next_cursor: z.string().nullable() }),
+        "What was (or would be) done, per server",
+      ),
+      ...commonErrors,
+    },
+  }),
+  async (c) => {
+    const q = c.req.valid("json");
+    const after = decodeCursor(q.cursor, 1);
+    const out = await fixServerAgents(c.env, actorOf(c.var.principal), {
+      filter: { fleet: q.fleet, server: q.server, agent: q.agent },
+      dryRun: q.dry_run,
+      after: after?.[0] ?? null,
+      limit: q.limit,
+    });
+    const { next_cursor } = page(out.rows, q.limit, (r) => [r.id]);
+    return c.json({ dry_run: q.dry_run, actions: out.actions, skipped: out.skipped, next_cursor }, 200);
   },
 );

@@ -13,6 +13,8 @@ import {
   UPGRADE_RUN_STATES,
   UPGRADE_STEP_STATES,
 } from "../domain/enums";
+// Fleet intent (issue 8); kept apart from the list above to keep merges clean.
+import { FLEET_TASK_KINDS } from "../domain/enums";
 
 /**
  * D1 is the fleet-wide index. Each server's ledger (a Durable Object) is the source of truth for
@@ -253,15 +255,23 @@ export const planMarks = sqliteTable(
 );
 
 /**
- * Fleets deleted from D1 whose coordinator (a Durable Object, with its groups and FleetLock key)
- * has not been wiped yet; the deletion and this row commit together, the wipe follows and is
- * retried by the cron until done. A fleet id cannot be created again while its row remains.
+ * Work on a fleet's coordinator (a Durable Object) that follows a D1 change: `push_settings` after a
+ * PATCH of its lock settings, `wipe` after the fleet's deletion (its groups and FleetLock key go; the
+ * id cannot be created again before). Each row commits in the batch of the change that needs it, is
+ * tried at once, and is retried by the cron until done; `rev` lets a newer change supersede an
+ * older one without the older one's completion deleting it.
  */
-export const fleetRemovals = sqliteTable("fleet_removals", {
-  fleetId: text("fleet_id").primaryKey(),
-  removedAt: integer("removed_at").notNull(),
-  attempts: integer("attempts").notNull().default(0),
-});
+export const fleetTasks = sqliteTable(
+  "fleet_tasks",
+  {
+    fleetId: text("fleet_id").notNull(),
+    kind: text("kind", { enum: FLEET_TASK_KINDS }).notNull(),
+    rev: integer("rev").notNull(),
+    createdAt: integer("created_at").notNull(),
+    attempts: integer("attempts").notNull().default(0),
+  },
+  (t) => [primaryKey({ columns: [t.fleetId, t.kind] })],
+);
 
 // ---------------------------------------------------------------------------------------------
 // Rollouts (issue 9): each row is the projection of one Rollout Durable Object (its only

@@ -10,10 +10,9 @@ import { cursorParam, decodeCursor, limitParam, page } from "../http/paging";
 import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
 import { fleetView, getFleet, listFleets } from "./fleets";
-import { deleteFleet, removalPending } from "../services/fleet-removal";
+import { deleteFleet, removalPending, runFleetTasks } from "../services/fleet-tasks";
 import { patchFleet } from "../services/intent";
 import { planAfterChange } from "../services/planner";
-import { pushFleetSettings } from "../services/fleet-settings";
 import { Fleet, FleetInput, FleetPatch, fleetId } from "./schemas";
 
 // One chain, so the type of fleetRoutes (and of the app that mounts it at /v1/fleets) carries every route for hc.
@@ -123,7 +122,7 @@ export const fleetRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook
   async (c) => {
     const { id } = c.req.valid("param");
     const out = await patchFleet(getDb(c.env.DB), actorOf(c.var.principal), id, c.req.valid("json"));
-    if (out.changed.settings) await pushFleetSettings(c.env, out.fleet);
+    if (out.changed.settings) await runFleetTasks(c.env, { fleet: id });
     if (out.changed.capabilities || out.fleet.staleAfterS !== out.before.staleAfterS) await planAfterChange(c.env, c.executionCtx, id);
     return c.json(fleetView(out.fleet), 200);
   },
@@ -147,7 +146,7 @@ export const fleetRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook
   }),
   async (c) => {
     const { id } = c.req.valid("param");
-    await deleteFleet(getDb(c.env.DB), c.env, actorOf(c.var.principal), id);
+    await deleteFleet(c.env, actorOf(c.var.principal), id);
     return c.body(null, 204);
   },
 );

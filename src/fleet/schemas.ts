@@ -136,6 +136,14 @@ export const ServerDetail = ServerSummary.extend({
     })
     .nullable()
     .openapi("Lifecycle"),
+  refresh: z
+    .object({
+      requested_at: z.string(),
+      requested_by: z.string(),
+      answered_at: z.string().nullable().openapi({ description: "the first report after the request" }),
+    })
+    .nullable()
+    .openapi("Refresh"),
 }).openapi("Server");
 
 export const ServerCreated = ServerDetail.extend({

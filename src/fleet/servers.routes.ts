@@ -13,6 +13,7 @@ import { tagMatches, viewTag } from "../ledger/view-tag";
 import { MAX_WAIT_S } from "../domain/limits";
 import { ServerRebootPatch } from "../fleetlock/schemas";
 import { patchServerIdentity, putDesiredConfig, registerServer } from "../services/servers";
+import { setServerRoles } from "../services/planner";
 import { fleetId, serverState, ServerCreated, ServerDetail, ServerInput, serverIdParam, ServerSummary } from "./schemas";
 import { listServers, serverDetail, serverSummary } from "./servers";
 
@@ -176,7 +177,7 @@ export const serverRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHoo
     method: "patch",
     path: "/{id}",
     tags: ["servers"],
-    summary: "Change a server's FleetLock id and/or reboot group",
+    summary: "Change a server's FleetLock id, reboot group and/or roles (a role change re-plans it unless pinned)",
     security: bearer,
     middleware: [requireScope("write")] as const,
     request: { params: serverIdParam, body: jsonBody(ServerRebootPatch) },
@@ -189,7 +190,13 @@ export const serverRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHoo
   }),
   async (c) => {
     const { id } = c.req.valid("param");
-    const view = await patchServerIdentity(c.env, actorOf(c.var.principal), id, c.req.valid("json"));
-    return c.json(serverDetail(view), 200);
+    const { roles, ...identity } = c.req.valid("json");
+    const actor = actorOf(c.var.principal);
+    let view =
+      identity.fleetlock_id !== undefined || identity.reboot_group !== undefined
+        ? await patchServerIdentity(c.env, actor, id, identity)
+        : null;
+    if (roles !== undefined) view = (await setServerRoles(c.env, actor, id, roles)).view;
+    return c.json(serverDetail(view!), 200);
   },
 );

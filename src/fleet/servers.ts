@@ -59,6 +59,9 @@ export function serverDetail(v: ServerView) {
           cleanup_done: v.lifecycle.done,
         }
       : null,
+    refresh: v.refresh
+      ? { requested_at: iso(v.refresh.requested_at), requested_by: v.refresh.requested_by, answered_at: isoOrNull(v.refresh.answered_at) }
+      : null,
   };
 }
 

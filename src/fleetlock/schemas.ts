@@ -1,5 +1,6 @@
+import { MAX_SERVER_ROLES } from "../domain/limits";
 import { z } from "@hono/zod-openapi";
-import { fleetlockId, groupName } from "../fleet/schemas";
+import { fleetlockId, groupName, roleName } from "../fleet/schemas";
 import { MAX_GROUP_SLOTS } from "../domain/limits";
 import { FLEETLOCK_KINDS } from "../domain/enums";
 import { MAX_QUEUE_WAIT_S, UNCLAIMED_GRANT_S } from "./queue";
@@ -134,8 +135,13 @@ export const ServerRebootPatch = z
       .optional()
       .openapi({ description: "The id the server's FleetLock client sends; null clears it" }),
     reboot_group: groupName.optional(),
+    roles: z
+      .array(roleName)
+      .max(MAX_SERVER_ROLES)
+      .optional()
+      .openapi({ description: "The server's roles (replaced); the server is re-planned unless pinned" }),
   })
-  .refine((p) => p.fleetlock_id !== undefined || p.reboot_group !== undefined, {
-    message: "send fleetlock_id and/or reboot_group",
+  .refine((p) => p.fleetlock_id !== undefined || p.reboot_group !== undefined || p.roles !== undefined, {
+    message: "send fleetlock_id, reboot_group and/or roles",
   })
   .openapi("ServerPatch");

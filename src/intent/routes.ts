@@ -10,6 +10,7 @@ import { validationHook } from "../http/validation";
 import { iso } from "../lib/time";
 import { deleteRole, putChannel, putRole } from "../services/intent";
 import { planAfterChange } from "../services/planner";
+import { refreshFleet } from "../services/lifecycle";
 import { PlannerRunSchema, Channel, ChannelChange, ChannelInput, channelParams, fleetParam, Role, RoleInput, roleParams } from "./schemas";
 import { channelHistory, channelView, getChannel, getRole, listChannels, listRoles, roleView } from "./store";
 const unknownChannel = { 422: jsonResponse(z.object({ error: z.any() }), "An agent has no channel in the fleet (unknown_channel)") };
@@ -196,5 +197,35 @@ export const intentRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHoo
     await deleteRole(getDb(c.env.DB), actorOf(c.var.principal), fleet, role);
     await planAfterChange(c.env, c.executionCtx, fleet);
     return c.body(null, 204);
+  },
+)
+.openapi(
+  createRoute({
+    method: "post",
+    path: "/{fleet}/refresh",
+    tags: ["fleet intent"],
+    summary: "Ask every server of the fleet (one page of it) to report again now",
+    description:
+      "Each server's next desired poll answers 200 and its parked poll wakes, as with POST /v1/servers/{id}/refresh. " +
+      "Paged by server id: pass next_cursor back as cursor for the next page. Removed and decommissioning servers are left out.",
+    security: bearer,
+    middleware: [requireScope("write")] as const,
+    request: { params: fleetParam, query: z.object({ limit: limitParam, cursor: cursorParam }) },
+    responses: {
+      200: jsonResponse(
+        z.object({ requested: z.number().int(), failed: z.array(z.string()), next_cursor: z.string().nullable() }),
+        "How many servers were asked",
+      ),
+      ...commonErrors,
+      ...notFoundError,
+    },
+  }),
+  async (c) => {
+    const { fleet } = c.req.valid("param");
+    const { limit, cursor } = c.req.valid("query");
+    const after = decodeCursor(cursor, 1);
+    const out = await refreshFleet(c.env, actorOf(c.var.principal), fleet, after?.[0] ?? null, limit);
+    const { next_cursor } = page(out.rows, limit, (r) => [r.id]);
+    return c.json({ requested: out.requested, failed: out.failed, next_cursor }, 200);
   },
 );

@@ -6,7 +6,7 @@ import { bearer, commonErrors, conflictError, jsonResponse, notFoundError } from
 import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
 import { replanServer } from "../services/planner";
-import { cancelDecommission, decommissionServer, rotateServerToken } from "../services/lifecycle";
+import { cancelDecommission, decommissionServer, refreshServer, rotateServerToken } from "../services/lifecycle";
 import { ApiError } from "../http/errors";
 
 /** Per-server planning routes (issue 8). */
@@ -120,5 +120,31 @@ export const serverPlanRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validatio
     const { id } = c.req.valid("param");
     const out = await rotateServerToken(c.env, actorOf(c.var.principal), id);
     return c.json({ id, token: out.token }, 200);
+  },
+)
+.openapi(
+  createRoute({
+    method: "post",
+    path: "/{id}/refresh",
+    tags: ["servers"],
+    summary: "Ask the host to report again now",
+    description:
+      "While the refresh is pending, the host's desired poll answers 200 even with a current If-None-Match, naming " +
+      "the refresh in the body, and a parked long poll wakes. The server shows when it was requested and when the " +
+      "first report after it answered it.",
+    security: bearer,
+    middleware: [requireScope("write")] as const,
+    request: { params: serverIdParam },
+    responses: {
+      200: jsonResponse(ServerDetail, "The server, with its pending refresh"),
+      ...commonErrors,
+      ...notFoundError,
+      ...conflictError("server_removed"),
+    },
+  }),
+  async (c) => {
+    const { id } = c.req.valid("param");
+    const out = await refreshServer(c.env, actorOf(c.var.principal), id);
+    return c.json(serverDetail(out.view), 200);
   },
 );

@@ -7,6 +7,7 @@ import { MAX_WAIT_S } from "../domain/limits";
 import { AgentStatusRow, DesiredConfig, InventoryReport, serverStatus } from "./schemas";
 import { unwrap } from "../http/errors";
 import { ledgerOf } from "./stub";
+import { iso } from "../lib/time";
 
 
 
@@ -47,7 +48,15 @@ export const agentRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook
       headers: z.object({ "if-none-match": z.string().optional() }),
     },
     responses: {
-      200: jsonResponse(DesiredConfig, "The desired config"),
+      200: jsonResponse(
+        DesiredConfig.extend({
+          refresh: z
+            .object({ requested_at: z.string() })
+            .optional()
+            .openapi({ description: "present while an operator's refresh is pending: report again now" }),
+        }),
+        "The desired config",
+      ),
       304: { description: "Unchanged since the generation in If-None-Match" },
       ...commonErrors,
     },
@@ -60,6 +69,7 @@ export const agentRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook
     c.header("ETag", `"${result.generation}"`);
     c.header("Cache-Control", "no-store");
     if (result.notModified) return c.body(null, 304);
+    if (result.refresh) return c.json({ ...result.config, refresh: { requested_at: iso(result.refresh.requested_at) } }, 200);
     return c.json(result.config, 200);
   },
 )

@@ -43,7 +43,16 @@ const KEY = {
   plan: "plan",
   /** The decommission under way, and its cleanup progress (issue 8, ./lifecycle.ts). */
   lifecycle: "lifecycle",
+  /** The operator's request that the host report again now (issue 8). */
+  refresh: "refresh",
 } as const;
+
+/** A refresh is pending from `requested_at` until the first report after it (`answered_at`). */
+export interface RefreshState {
+  requested_at: number;
+  requested_by: string;
+  answered_at: number | null;
+}
 
 const CLEANUP_TIMER = "cleanup";
 /** Rollouts (issue 9): per agent, the generation a rollout wrote and has not yet heard settled. */
@@ -61,6 +70,7 @@ export interface ServerView {
   record: Omit<ServerRecord, "token_hash" | "token_id">;
   plan: PlanState;
   lifecycle: LifecycleState | null;
+  refresh: RefreshState | null;
   desired: DesiredConfig;
   report: StoredReport | null;
   computed: ComputedStatus;
@@ -162,6 +172,12 @@ export class ServerLedger extends DurableObject<Env> {
     this.wakeViewWaiters();
   }
 
+  /** Planning, lifecycle and refresh state: shown in the view, so operators waiting on it wake. */
+  private putMeta(key: typeof KEY.plan | typeof KEY.lifecycle | typeof KEY.refresh, value: unknown) {
+    this.kv.put(key, value);
+    this.wakeViewWaiters();
+  }
+
   private configOf(record: ServerRecord, desired: DesiredState): DesiredConfig {
     return {
       server_id: record.id,
@@ -223,7 +239,7 @@ export class ServerLedger extends DurableObject<Env> {
       };
       this.ctx.storage.transactionSync(() => {
         this.save({ record, desired });
-        this.kv.put(KEY.plan, { mode: "planned", rev: meta.plan_rev ?? 0 } satisfies PlanState);
+        this.putMeta(KEY.plan, { mode: "planned", rev: meta.plan_rev ?? 0 } satisfies PlanState);
         this.outbox.enqueue("project", {}, { key: "project" });
         this.outbox.enqueue("token", tokenPayload(record, meta.actor, null), { key: "token" });
         if (record.fleetlock_id) this.outbox.enqueue("identity", identityPayload(record, 0), { key: "identity" });
@@ -268,7 +284,7 @@ export class ServerLedger extends DurableObject<Env> {
         this.ctx.storage.transactionSync(() => {
           this.save({ desired: outcome.next });
           // An explicit config pins the server: the planner leaves it alone until released.
-          this.kv.put(KEY.plan, { ...this.planState(), mode: "pinned", pinned_at: Date.now(), pinned_by: actor } satisfies PlanState);
+          this.putMeta(KEY.plan, { ...this.planState(), mode: "pinned", pinned_at: Date.now(), pinned_by: actor } satisfies PlanState);
           this.outbox.enqueue("project", {}, { key: "project" });
           this.audit({
             actor,
@@ -337,6 +353,7 @@ export class ServerLedger extends DurableObject<Env> {
       record,
       plan: this.planState(),
       lifecycle: this.kv.get<LifecycleState>(KEY.lifecycle) ?? null,
+      refresh: this.refreshState(),
       desired: this.configOf(state.record, state.desired),
       report: state.report ?? null,
       computed: computeStatus(state.desired, state.report, Date.now(), state.record.stale_after_s * 1000),
@@ -355,19 +372,44 @@ export class ServerLedger extends DurableObject<Env> {
    */
   async applyPlan(
     inputs: FleetPlanInputs,
-    meta: { actor: string; reason: string; release?: boolean },
-  ): Promise<Result<{ outcome: "issued" | "unchanged" | "pinned" | "older_inputs" | "not_running"; view: ServerView }>> {
+    meta: { actor: string; reason: string; release?: boolean; reissue?: boolean; roles?: string[] },
+  ): Promise<Result<{ outcome: "issued" | "reissued" | "unchanged" | "pinned" | "older_inputs" | "not_running"; view: ServerView }>> {
     const state = this.load();
     if (!state) return fail("not_found", "server does not exist");
     if (state.record.state === "removed") return fail("server_removed", "a removed server is not planned");
     const before = this.planState();
     const current: PlanState = meta.release ? { mode: "planned", rev: before.rev } : before;
-    const step = planStep(state.record, state.desired, current, inputs, Date.now(), { force: meta.release });
-    if (step.kind === "skipped") return { ok: true, outcome: step.why, view: this.view()! };
+    // New roles (PATCH): recorded whatever the plan does, then planned from.
+    const rolesChanged = meta.roles !== undefined && JSON.stringify(meta.roles) !== JSON.stringify(state.record.roles);
+    const record = rolesChanged ? { ...state.record, roles: meta.roles! } : state.record;
+    const step = planStep(record, state.desired, current, inputs, Date.now(), { force: meta.release || rolesChanged });
+    if (rolesChanged) {
+      this.ctx.storage.transactionSync(() => {
+        this.save({ record });
+        this.outbox.enqueue("project", {}, { key: "project" });
+        this.audit({
+          actor: meta.actor,
+          action: "server.roles",
+          target: `server:${record.id}`,
+          details: { before: state.record.roles, after: record.roles },
+        });
+      });
+      state.record = record;
+    }
+    if (step.kind === "skipped") {
+      if (rolesChanged) await this.settle();
+      return { ok: true, outcome: step.why, view: this.view()! };
+    }
+    // A drift fix re-issues the config (same agents, next generation) when the plan is unchanged,
+    // so the host reconciles again.
+    const reissue =
+      step.kind === "recorded" && meta.reissue
+        ? { ...state.desired, generation: state.desired.generation + 1, updated_at: Date.now() }
+        : null;
     this.ctx.storage.transactionSync(() => {
       const recordChanged = step.record !== state.record;
       if (recordChanged) this.save({ record: step.record });
-      this.kv.put(KEY.plan, step.planState);
+      this.putMeta(KEY.plan, step.planState);
       if (meta.release && before.mode === "pinned") {
         this.audit({ actor: meta.actor, action: "server.desired.release", target: `server:${state.record.id}`, details: { rev: inputs.rev } });
       }
@@ -387,11 +429,21 @@ export class ServerLedger extends DurableObject<Env> {
           },
         });
       }
-      if (recordChanged || step.kind === "issue") this.outbox.enqueue("project", {}, { key: "project" });
+      if (reissue) {
+        this.save({ desired: reissue });
+        this.audit({
+          actor: meta.actor,
+          action: "server.reissue",
+          target: `server:${state.record.id}`,
+          details: { reason: meta.reason, generation: reissue.generation },
+        });
+      }
+      if (recordChanged || step.kind === "issue" || reissue) this.outbox.enqueue("project", {}, { key: "project" });
     });
-    if (step.kind === "issue") this.wakeWaiters();
+    if (step.kind === "issue" || reissue) this.wakeWaiters();
     await this.settle();
-    return { ok: true, outcome: step.kind === "issue" ? "issued" : step.why, view: this.view()! };
+    const outcome = step.kind === "issue" ? "issued" : reissue ? "reissued" : step.why;
+    return { ok: true, outcome, view: this.view()! };
   }
 
   // ---- lifecycle (issue 8) ----
@@ -461,7 +513,7 @@ export class ServerLedger extends DurableObject<Env> {
     };
     this.ctx.storage.transactionSync(() => {
       this.save({ record: { ...record, state: "decommissioning" }, desired: next });
-      this.kv.put(KEY.lifecycle, lc);
+      this.putMeta(KEY.lifecycle, lc);
       this.leaveRollouts(now);
       this.outbox.enqueue("project", {}, { key: "project" });
       this.audit({
@@ -517,7 +569,7 @@ export class ServerLedger extends DurableObject<Env> {
     this.save({ record: { ...record, token_hash: "" } });
     // Replaces any token row still queued (a rotation), so none can land after the revocation.
     this.outbox.enqueue("token", tokenPayload({ ...record, token_hash: "" }, lc.forced?.by ?? lc.requested_by, now), { key: "token" });
-    this.kv.put(KEY.lifecycle, { ...lc, cleanup_from: now } satisfies LifecycleState);
+    this.putMeta(KEY.lifecycle, { ...lc, cleanup_from: now } satisfies LifecycleState);
     // The FleetLock identity goes with the next revision, so no older delivery can bring it back.
     this.kv.put(KEY.rebootRev, (this.kv.get<number>(KEY.rebootRev) ?? 0) + 1);
     this.scheduler.schedule(CLEANUP_TIMER, now);
@@ -540,7 +592,7 @@ export class ServerLedger extends DurableObject<Env> {
       if (lc.done.includes(step)) continue;
       await this.cleanupStep(step, state.record);
       lc = { ...lc, done: [...lc.done, step] };
-      this.kv.put(KEY.lifecycle, lc);
+      this.putMeta(KEY.lifecycle, lc);
     }
     const done = lc;
     this.ctx.storage.transactionSync(() => {
@@ -643,6 +695,45 @@ export class ServerLedger extends DurableObject<Env> {
     }
   }
 
+  // ---- refresh (issue 8) ----
+
+  private refreshMemo?: RefreshState | null;
+
+  private refreshState(): RefreshState | null {
+    if (this.refreshMemo === undefined) this.refreshMemo = this.kv.get<RefreshState>(KEY.refresh) ?? null;
+    return this.refreshMemo;
+  }
+
+  private pendingRefresh() {
+    const r = this.refreshState();
+    return r && r.answered_at === null ? r : null;
+  }
+
+  /** The first report after a refresh request answers it. */
+  private answerRefresh(now: number) {
+    const r = this.pendingRefresh();
+    if (!r) return;
+    const answered = { ...r, answered_at: now };
+    this.putMeta(KEY.refresh, answered);
+    this.refreshMemo = answered;
+  }
+
+  /** Asks the host to report again now: its next poll answers 200, and a parked poll wakes. */
+  async requestRefresh(actor: string): Promise<Result<{ view: ServerView }>> {
+    const state = this.load();
+    if (!state) return fail("not_found", "server does not exist");
+    if (state.record.state === "removed") return fail("server_removed", "the server is removed");
+    const r: RefreshState = { requested_at: Date.now(), requested_by: actor, answered_at: null };
+    this.ctx.storage.transactionSync(() => {
+      this.putMeta(KEY.refresh, r);
+      this.audit({ actor, action: "server.refresh", target: `server:${state.record.id}` });
+    });
+    this.refreshMemo = r;
+    this.wakeWaiters();
+    await this.settle();
+    return { ok: true, view: this.view()! };
+  }
+
   // ---- host calls ----
 
   /**
@@ -656,12 +747,12 @@ export class ServerLedger extends DurableObject<Env> {
     waitMs: number,
   ): Promise<
     | { ok: true; notModified: true; generation: number }
-    | { ok: true; notModified: false; generation: number; config: DesiredConfig }
+    | { ok: true; notModified: false; generation: number; config: DesiredConfig; refresh?: { requested_at: number } }
     | Failure
   > {
     if (!this.authorized(tokenHash)) return fail("unauthorized", "invalid server token");
     let desired = this.load()!.desired;
-    if (known === desired.generation && waitMs > 0) {
+    if (known === desired.generation && waitMs > 0 && !this.pendingRefresh()) {
       await new Promise<void>((resolve) => {
         const wake = () => {
           clearTimeout(timer);
@@ -675,9 +766,13 @@ export class ServerLedger extends DurableObject<Env> {
     }
     const record = this.authorized(tokenHash);
     if (!record) return fail("unauthorized", "invalid server token");
+    // A pending refresh answers 200 even to a current If-None-Match: the host is asked to report.
+    const refresh = this.pendingRefresh();
     // A 304 carries no body, so the config is not copied across the RPC boundary for it.
-    if (known === desired.generation) return { ok: true, notModified: true, generation: desired.generation };
-    return { ok: true, notModified: false, generation: desired.generation, config: this.configOf(record, desired) };
+    if (known === desired.generation && !refresh) return { ok: true, notModified: true, generation: desired.generation };
+    const config = this.configOf(record, desired);
+    if (refresh) return { ok: true, notModified: false, generation: desired.generation, config, refresh: { requested_at: refresh.requested_at } };
+    return { ok: true, notModified: false, generation: desired.generation, config };
   }
 
   async agentReport(
@@ -705,6 +800,7 @@ export class ServerLedger extends DurableObject<Env> {
       // steady host costs no storage write, and nothing the index shows can have changed.
       this.cache!.report = stored;
       this.cache!.heartbeatOnly = true;
+      this.answerRefresh(now);
       this.wakeViewWaiters();
       if (this.lastSeenDue(now)) {
         this.outbox.enqueue("project", {}, { key: "project" });
@@ -713,6 +809,7 @@ export class ServerLedger extends DurableObject<Env> {
     } else {
       this.ctx.storage.transactionSync(() => {
         this.save({ report: stored });
+        this.answerRefresh(now);
         // The first report proves the host is up and talking to us.
         if (record.state === "provisioning") this.save({ record: { ...record, state: "active" } });
         if (record.state === "decommissioning") acknowledged = this.acknowledgeLifecycle(record, stored, now);

@@ -13,6 +13,9 @@ export function viewTag(view: ServerView): string {
     view.desired,
     report && [report.generation, report.boot_id, report.agents, report.errors, report.assignments],
     view.computed,
+    view.plan,
+    view.lifecycle,
+    view.refresh,
   ]);
   return `W/"${fnv1a52(content)}"`;
 }

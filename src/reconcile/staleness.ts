@@ -1,6 +1,7 @@
 import { and, lt, sql } from "drizzle-orm";
 import type { Db } from "../db/client";
 import { servers } from "../db/schema";
+import { staleCounters } from "../metrics";
 
 /**
  * Marks servers that stopped reporting: one statement whatever the number of fleets, reading only
@@ -15,5 +16,9 @@ export async function markStale(db: Db, now: number) {
     .set({ status: "stale", updatedAt: now })
     // The literal term is the partial index's own WHERE, so SQLite can use the index.
     .where(and(sql`${servers.status} != 'stale'`, lt(servers.staleAt, now)));
-  return res.meta.changes ?? 0;
+  const marked = res.meta.changes ?? 0;
+  staleCounters.ticks++;
+  staleCounters.rowsRead += res.meta.rows_read ?? 0;
+  staleCounters.marked += marked;
+  return marked;
 }

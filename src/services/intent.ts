@@ -23,6 +23,7 @@ import { getFleet, type FleetRow } from "../fleet/fleets";
 import type { FleetPatch } from "../fleet/schemas";
 import { MAX_CAPABILITIES } from "../domain/limits";
 import { markFleet, markServersWithRole } from "./planner";
+import { fleetTask } from "./fleet-tasks";
 
 type Statement = Parameters<Db["batch"]>[0][number];
 
@@ -199,6 +200,8 @@ export function patchFleet(db: Db, actor: string, fleet: string, patch: FleetPat
           })
           .where(eq(fleets.id, fleet)),
         auditInsert(db, { actor, action: "fleet.patch", target: `fleet:${fleet}`, details: patch }),
+        // The coordinator copies the lock settings; told at once after the commit, retried by the cron.
+        ...(changed.settings ? [fleetTask(db, fleet, "push_settings", rev + 1)] : []),
         // Capabilities change plans; stale_after is copied by every ledger (its staleness deadline).
         ...(changed.capabilities || next.staleAfterS !== row.staleAfterS ? [markFleet(db, fleet, rev + 1, Date.now())] : []),
       ],

@@ -188,3 +188,13 @@ export async function planAfterChange(env: Env, ctx: { waitUntil(p: Promise<unkn
   if (run.remaining) ctx.waitUntil(runPlanner(env, { fleet }).catch((err) => console.warn("planner run failed", err)));
   return run;
 }
+
+/** PATCH /v1/servers/{id} with roles: recorded in the ledger and planned from at once. */
+export async function setServerRoles(env: Env, actor: string, id: string, roles: string[]) {
+  const ledger = ledgerOf(env, id);
+  const current = await ledger.view();
+  if (!current) throw notFound("server", id);
+  const inputs = await planInputsOf(getDb(env.DB), current.record.fleet_id);
+  if (!inputs) throw notFound("fleet", current.record.fleet_id);
+  return unwrap(await ledger.applyPlan(inputs, { actor, reason: "roles changed", roles: [...new Set(roles)] }));
+}

@@ -1,0 +1,76 @@
+/**
+ * `check server-agents --fix` (issue 8): one action per server of a page of findings — re-plan and
+ * re-issue its config, ask its host for a refresh, or nothing for a host that does not answer.
+ * A dry run says what it would do and changes nothing; a real run does it and is audited.
+ */
+import { auditInsert } from "../audit/log";
+import { checkServerAgents, type DriftFilter } from "../check/drift";
+import { getDb } from "../db/client";
+import type { DriftFix, DriftReason } from "../domain/enums";
+import type { Env } from "../env";
+import { planInputsOf, type FleetPlanInputs } from "../intent/store";
+import { ledgerOf } from "../ledger/stub";
+
+export interface FixAction {
+  server: string;
+  hostname: string;
+  action: DriftFix;
+  reasons: DriftReason[];
+  result: { ok: true; outcome: string; generation: number } | { ok: false; error: string } | null;
+}
+
+const RANK: Record<DriftFix, number> = { reissue: 2, refresh: 1, none: 0 };
+
+export async function fixServerAgents(
+  env: Env,
+  actor: string,
+  opts: { filter: DriftFilter; dryRun: boolean; after: string | null; limit: number },
+) {
+  const db = getDb(env.DB);
+  const check = await checkServerAgents(db, opts.filter, opts.after, opts.limit);
+  const byServer = new Map<string, FixAction>();
+  for (const f of check.findings) {
+    const a = byServer.get(f.server) ?? { server: f.server, hostname: f.hostname, action: "none", reasons: [], result: null };
+    if (!a.reasons.includes(f.reason)) a.reasons.push(f.reason);
+    // A new generation also makes the host report: re-issue covers a refresh.
+    if (RANK[f.fix] > RANK[a.action]) a.action = f.fix;
+    byServer.set(f.server, a);
+  }
+  const actions = [...byServer.values()];
+  if (!opts.dryRun) {
+    const inputs = new Map<string, FleetPlanInputs | null>();
+    for (const a of actions) {
+      if (a.action === "none") continue;
+      try {
+        const ledger = ledgerOf(env, a.server);
+        if (a.action === "reissue") {
+          const view = await ledger.view();
+          const fleet = view?.record.fleet_id;
+          if (fleet && !inputs.has(fleet)) inputs.set(fleet, await planInputsOf(db, fleet));
+          const fleetInputs = fleet ? inputs.get(fleet) : null;
+          if (!fleetInputs) throw new Error("the server's fleet no longer exists");
+          const out = await ledger.applyPlan(fleetInputs, { actor, reason: `drift fix: ${a.reasons.join(", ")}`, reissue: true });
+          a.result = out.ok
+            ? { ok: true, outcome: out.outcome, generation: out.view.desired.generation }
+            : { ok: false, error: (out as unknown as { code: string }).code };
+        } else {
+          const out = await ledger.requestRefresh(actor);
+          a.result = out.ok
+            ? { ok: true, outcome: "refresh_requested", generation: out.view.desired.generation }
+            : { ok: false, error: (out as unknown as { code: string }).code };
+        }
+      } catch (err) {
+        a.result = { ok: false, error: String(err) };
+      }
+    }
+    await db.batch([
+      auditInsert(db, {
+        actor,
+        action: "check.fix",
+        target: opts.filter.server ? `server:${opts.filter.server}` : opts.filter.fleet ? `fleet:${opts.filter.fleet}` : "check",
+        details: { filter: opts.filter, actions: actions.map((a) => ({ server: a.server, action: a.action, ok: a.result?.ok ?? null })) },
+      }),
+    ]);
+  }
+  return { actions, skipped: check.skipped, rows: check.rows };
+}
