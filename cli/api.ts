@@ -34,6 +34,9 @@ export type Token = Awaited<ReturnType<Methods["listTokens"]>>[number];
 export type AuditEntry = Awaited<ReturnType<Methods["audit"]>>["items"][number];
 export type Instance = Awaited<ReturnType<Methods["listInstances"]>>[number];
 export type UpgradeStatus = Awaited<ReturnType<Methods["upgrades"]>>;
+export type Rollout = Awaited<ReturnType<Methods["getRollout"]>>;
+export type RolloutInput = Parameters<Methods["startRollout"]>[0];
+export type RolloutTarget = Awaited<ReturnType<Methods["rolloutTargets"]>>[number];
 export interface Page<T> {
   items: T[];
   next_cursor: string | null;
@@ -101,6 +104,18 @@ function methods(c: Client) {
     fixServerAgents: (filter: { fleet?: string; server?: string; agent?: string }, dryRun: boolean, cursor?: string) =>
       ok(c.v1.check["server-agents"].fix.$post({ json: { ...filter, dry_run: dryRun, limit: Number(PAGE), cursor } })),
 
+    // rollouts (issue 9)
+    startRollout: (json: Parameters<Client["v1"]["rollouts"]["$post"]>[0]["json"]) => ok(c.v1.rollouts.$post({ json })),
+    getRollout: (id: string) => ok(c.v1.rollouts[":id"].$get({ param: { id }, query: {} })),
+    /** Parks until the rollout's `change` moves past `since` (at most `waitS` seconds). */
+    waitRollout: (id: string, since: number, waitS: number) =>
+      ok(c.v1.rollouts[":id"].$get({ param: { id }, query: { wait: String(Math.floor(waitS)), since: String(since) } })),
+    listRollouts: (filter: { fleet?: string; agent?: string; state?: RolloutStateFilter } = {}, max?: number) =>
+      all((cursor) => ok(c.v1.rollouts.$get({ query: { ...filter, limit: PAGE, cursor } })), max),
+    rolloutTargets: (id: string, state?: RolloutTargetStateFilter, max?: number) =>
+      all((cursor) => ok(c.v1.rollouts[":id"].targets.$get({ param: { id }, query: { state, limit: PAGE, cursor } })), max),
+    controlRollout: (id: string, action: "pause" | "resume" | "cancel" | "rollback") => ok(c.v1.rollouts[":id"][action].$post({ param: { id } })),
+
     // upgrades, audit
     upgrades: (query: { limit?: number; cursor?: string } = {}) =>
       ok(c.v1.upgrades.$get({ query: { limit: query.limit?.toString(), cursor: query.cursor } })),
@@ -109,6 +124,9 @@ function methods(c: Client) {
       ok(c.v1.audit.$get({ query: { target: query.target, limit: query.limit?.toString(), cursor: query.cursor ?? undefined } })),
   };
 }
+
+type RolloutStateFilter = NonNullable<Parameters<Client["v1"]["rollouts"]["$get"]>[0]>["query"]["state"];
+type RolloutTargetStateFilter = NonNullable<Parameters<Client["v1"]["rollouts"][":id"]["targets"]["$get"]>[0]>["query"]["state"];
 
 type ServerStatusFilter = NonNullable<Parameters<Client["v1"]["servers"]["$get"]>[0]>["query"]["status"];
 

@@ -15,6 +15,7 @@ import { registerStatus } from "./commands/status";
 import { registerTokens } from "./commands/tokens";
 import { registerUpgrades } from "./commands/upgrades";
 import { registerWait } from "./commands/wait";
+import { registerRollouts } from "./commands/rollouts";
 
 export type Action = (ctx: Ctx, ...args: any[]) => Promise<void>;
 
@@ -50,6 +51,7 @@ export function buildProgram(io: Io): Command {
     registerAudit,
     registerCheck,
     registerWait,
+    registerRollouts,
   ]) {
     register(program, io);
   }

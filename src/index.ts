@@ -5,6 +5,7 @@ import { runScheduled } from "./scheduled";
 
 export { ServerLedger } from "./ledger/durable-object";
 export { RebootCoordinator } from "./fleetlock/durable-object";
+export { Rollout } from "./rollouts/durable-object";
 
 const app = createApp();
 

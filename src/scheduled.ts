@@ -5,6 +5,7 @@ import { runFleetTasks } from "./services/fleet-tasks";
 import { runPlanner } from "./services/planner";
 import { runUpgrades } from "./upgrades/runner";
 import { logLine } from "./lib/log";
+import { redriveRollouts } from "./services/rollouts";
 
 /** Cron: upgrade steps first (they may change what reconciliation reads), then reconciliation. */
 export async function runScheduled(controller: ScheduledController, env: Env) {
@@ -24,4 +25,6 @@ export async function runScheduled(controller: ScheduledController, env: Env) {
   await markStale(db, controller.scheduledTime);
   // Coordinator work owed by fleet changes (settings pushes, wipes of deleted fleets).
   await runFleetTasks(env);
+  // Rollouts advance on their own (ledger events, their alarms); this only re-drives quiet ones.
+  await redriveRollouts(env, controller.scheduledTime);
 }

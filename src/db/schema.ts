@@ -1,6 +1,8 @@
 import { sql } from "drizzle-orm";
 import { check, index, integer, primaryKey, sqliteTable, text, uniqueIndex } from "drizzle-orm/sqlite-core";
 import {
+  ROLLOUT_STATES,
+  ROLLOUT_TARGET_STATES,
   AGENT_STATES,
   AGENT_STATUSES,
   SERVER_KINDS,
@@ -269,4 +271,68 @@ export const fleetTasks = sqliteTable(
     attempts: integer("attempts").notNull().default(0),
   },
   (t) => [primaryKey({ columns: [t.fleetId, t.kind] })],
+);
+
+// ---------------------------------------------------------------------------------------------
+// Rollouts (issue 9): each row is the projection of one Rollout Durable Object (its only
+// writer); rollout_locks holds the one running rollout per (fleet, agent).
+// ---------------------------------------------------------------------------------------------
+
+export const rollouts = sqliteTable(
+  "rollouts",
+  {
+    id: text("id").primaryKey(),
+    fleetId: text("fleet_id").notNull(),
+    agent: text("agent").notNull(),
+    image: text("image").notNull(),
+    version: text("version").notNull(),
+    state: text("state", { enum: ROLLOUT_STATES }).notNull(),
+    pass: integer("pass").notNull(),
+    counts: text("counts", { mode: "json" }).$type<Record<string, number>>().notNull(),
+    reason: text("reason"),
+    createdBy: text("created_by").notNull(),
+    createdAt: integer("created_at").notNull(),
+    updatedAt: integer("updated_at").notNull(),
+    endedAt: integer("ended_at"),
+  },
+  (t) => [
+    index("rollouts_fleet_agent_idx").on(t.fleetId, t.agent, t.createdAt),
+    // The cron backstop reads only rollouts that still move, oldest update first.
+    index("rollouts_active_idx").on(t.state, t.updatedAt).where(sql`${t.state} IN ('running', 'paused', 'rolling_back')`),
+  ],
+);
+
+export const rolloutTargets = sqliteTable(
+  "rollout_targets",
+  {
+    rolloutId: text("rollout_id").notNull(),
+    pass: integer("pass").notNull(),
+    serverId: text("server_id").notNull(),
+    hostname: text("hostname").notNull(),
+    state: text("state", { enum: ROLLOUT_TARGET_STATES }).notNull(),
+    image: text("image").notNull(),
+    fromImage: text("from_image"),
+    generation: integer("generation"),
+    startedAt: integer("started_at"),
+    endedAt: integer("ended_at"),
+    reason: text("reason"),
+    updatedAt: integer("updated_at").notNull(),
+  },
+  (t) => [
+    primaryKey({ columns: [t.rolloutId, t.pass, t.serverId] }),
+    index("rollout_targets_state_idx").on(t.rolloutId, t.state, t.serverId),
+    index("rollout_targets_server_idx").on(t.serverId, t.rolloutId),
+  ],
+);
+
+/** At most one row per (fleet, agent): the rollout that holds it. Claimed by an INSERT. */
+export const rolloutLocks = sqliteTable(
+  "rollout_locks",
+  {
+    fleetId: text("fleet_id").notNull(),
+    agent: text("agent").notNull(),
+    rolloutId: text("rollout_id").notNull(),
+    createdAt: integer("created_at").notNull(),
+  },
+  (t) => [primaryKey({ columns: [t.fleetId, t.agent] })],
 );

@@ -101,3 +101,17 @@ export type DriftFix = (typeof DRIFT_FIXES)[number];
 /** Coordinator work that follows a fleet's D1 change (src/services/fleet-tasks.ts). */
 export const FLEET_TASK_KINDS = ["push_settings", "wipe"] as const;
 export type FleetTaskKind = (typeof FLEET_TASK_KINDS)[number];
+
+// ---- rollouts (issue 9) ----
+
+/** A rollout's state (DESIGN §4 "Rollouts"). */
+export const ROLLOUT_STATES = ["running", "paused", "succeeded", "failed", "cancelled", "rolling_back", "rolled_back"] as const;
+export type RolloutState = (typeof ROLLOUT_STATES)[number];
+
+/** One target's state in a rollout pass. */
+export const ROLLOUT_TARGET_STATES = ["queued", "applying", "done", "failed", "timed_out", "skipped"] as const;
+export type RolloutTargetState = (typeof ROLLOUT_TARGET_STATES)[number];
+
+/** An operator's control of a rollout. */
+export const ROLLOUT_CONTROLS = ["pause", "resume", "cancel", "rollback"] as const;
+export type RolloutControl = (typeof ROLLOUT_CONTROLS)[number];

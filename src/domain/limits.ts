@@ -49,3 +49,16 @@ export const MAX_QUEUE_WAIT_S = 600;
 
 /** Hosts parked in one group's queue at once; beyond it a pre-reboot is refused as before. */
 export const MAX_QUEUED_PER_GROUP = 10_000;
+
+// ---- rollouts (issue 9) ----
+
+/** Targets applying at once in one rollout: default and ceiling. */
+export const DEFAULT_ROLLOUT_CONCURRENCY = 20;
+export const MAX_ROLLOUT_CONCURRENCY = 1000;
+/** Long-poll ceiling for GET /v1/rollouts/{id}?wait=S. */
+export const MAX_ROLLOUT_WAIT_S = 60;
+/** Per-server timeout ceiling (a week) and the slow-server factor's ceiling. */
+export const MAX_SERVER_TIMEOUT_S = 7 * 86400;
+export const MAX_SLOW_FACTOR = 1000;
+/** Servers a selector or an exclude list may name. */
+export const MAX_ROLLOUT_SERVER_LIST = 100_000;

@@ -8,6 +8,7 @@ import { fail, type Failure } from "../objects/kit/result";
 import { Scheduler } from "../objects/kit/scheduler";
 import { failure, type ClientParams, type FleetLockFailure } from "./protocol";
 import {
+  acquire,
   configure,
   holderOf,
   newGroup,
@@ -450,6 +451,60 @@ export class RebootCoordinator extends DurableObject<Env> {
     }
     return released;
   }
+
+  // ---- rollout slots (issue 9) --------------------------------------------------------------
+  // A rollout with reboot_slot takes a slot of the target server's group under the holder id
+  // `rollout:<rollout id>:<server id>`: the same semaphore Zincati's FleetLock takes, so the two
+  // together never exceed the group's slots. Kept in one block.
+
+  /**
+   * Recursive like pre-reboot: a holder that already has its slot gets it again, so a redelivered
+   * request grants nothing twice. Refusals carry the FleetLock kinds (full, paused, outside window,
+   * unknown group).
+   */
+  async acquireRolloutSlot(
+    settings: FleetSettings,
+    req: { holder: string; server_id: string; group: string; rollout_id: string },
+  ): Promise<{ ok: true } | { ok: false; kind: string; value: string }> {
+    const config = this.syncSettings(settings);
+    if (this.m.heldIn.has(req.holder)) return { ok: true };
+    const now = this.clock();
+    const group = this.m.groups.get(req.group) ?? this.implicitGroup(config, now);
+    if (!group) return { ok: false, kind: "unknown_group", value: `reboot group '${req.group}' is not configured for this fleet` };
+    // Hosts parked in the group's FIFO queue go first: a rollout never takes a slot past them.
+    if ((this.m.queues.get(req.group) ?? []).length > 0) {
+      return { ok: false, kind: "semaphore_full", value: "hosts are queued for this group's slots" };
+    }
+    const result = acquire(group, req.holder, req.server_id, now);
+    if (!result.ok) return { ok: false, kind: result.kind, value: result.value };
+    if (result.changed) {
+      this.saveGroup(req.group, result.group);
+      await this.audited(
+        [{ actor: `rollout:${req.rollout_id}`, action: "fleetlock.grant", target: `fleet:${settings.fleet_id}`, details: { id: req.holder, server_id: req.server_id, group: req.group } }],
+        { wait: false },
+      );
+    }
+    return { ok: true };
+  }
+
+  /** Releases a rollout target's slot if held; releasing nothing succeeds. */
+  async releaseRolloutSlot(holder: string, rolloutId: string): Promise<{ ok: true; released: boolean }> {
+    const groupName = this.m.heldIn.get(holder);
+    if (!groupName) return { ok: true, released: false };
+    const next = release(this.m.groups.get(groupName)!, holder, this.clock());
+    this.saveGroup(groupName, next.group);
+    const audited = next.released
+      ? this.audited(
+          [{ actor: `rollout:${rolloutId}`, action: "fleetlock.release", target: `fleet:${this.m.config?.fleet_id ?? "?"}`, details: { id: holder, server_id: next.released.server_id, group: groupName } }],
+          { wait: false },
+        )
+      : undefined;
+    // The freed slot goes to the first host parked in the group's queue, if any.
+    await Promise.all([audited, this.drainGroup(groupName)]);
+    return { ok: true, released: next.released !== null };
+  }
+
+  // ---- end of rollout slots -------------------------------------------------------------------
 
   // ---- the queue ----
 

@@ -30,6 +30,7 @@ import { checkRoutes } from "../check/routes";
 import { intentRoutes } from "../intent/routes";
 import { serverPlanRoutes } from "../intent/server.routes";
 import { MAX_BODY_BYTES } from "../domain/limits";
+import { rolloutRoutes } from "../rollouts/routes";
 
 
 /**
@@ -101,6 +102,8 @@ export function createApp() {
     .route("/v1/fleets", intentRoutes)
     .route("/v1/servers", serverPlanRoutes)
     .route("/v1/check", checkRoutes)
+    // Per-agent rollouts (issue 9).
+    .route("/v1/rollouts", rolloutRoutes)
     // FleetLock (hosts) sits outside /v1: its own body limit, no JSON Content-Type rule, its own error body.
     .route("/fleetlock", fleetlockRoutes);
 

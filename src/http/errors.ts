@@ -35,6 +35,8 @@ export const STATUS_OF_CODE = {
   uninstall_blocked: 409,
   decommission_acknowledged: 409,
   not_decommissioning: 409,
+  invalid_state: 409,
+  rollout_in_progress: 409,
 } as const satisfies Record<DomainCode, ContentfulStatusCode>;
 
 export const apiErrorOf = (f: Failure) => new ApiError(STATUS_OF_CODE[f.code], f.code, f.message, f.details);

@@ -28,6 +28,7 @@ import {
 import { and, eq, isNull } from "drizzle-orm";
 import { agentInstances, tokens } from "../db/schema";
 import { viewTag } from "./view-tag";
+import { decideApply, settleMarks, type ApplyOutcome, type ApplyRolloutImage, type RolloutEvent, type RolloutMark } from "../rollouts/ledger-side";
 
 const KEY = {
   record: "record",
@@ -54,6 +55,8 @@ export interface RefreshState {
 }
 
 const CLEANUP_TIMER = "cleanup";
+/** Rollouts (issue 9): per agent, the generation a rollout wrote and has not yet heard settled. */
+const KEY_ROLLOUT_MARKS = "rollout_marks";
 
 /** What the index shows of this server, as last written by the projection. */
 interface ProjectedMark {
@@ -476,6 +479,7 @@ export class ServerLedger extends DurableObject<Env> {
       };
       this.ctx.storage.transactionSync(() => {
         this.save({ record: { ...record, state: "decommissioning" } });
+        this.leaveRollouts(now);
         this.beginCleanup(this.load()!.record, forced, now);
         this.audit({
           actor: opts.actor,
@@ -510,6 +514,7 @@ export class ServerLedger extends DurableObject<Env> {
     this.ctx.storage.transactionSync(() => {
       this.save({ record: { ...record, state: "decommissioning" }, desired: next });
       this.putMeta(KEY.lifecycle, lc);
+      this.leaveRollouts(now);
       this.outbox.enqueue("project", {}, { key: "project" });
       this.audit({
         actor: opts.actor,
@@ -809,6 +814,7 @@ export class ServerLedger extends DurableObject<Env> {
         if (record.state === "provisioning") this.save({ record: { ...record, state: "active" } });
         if (record.state === "decommissioning") acknowledged = this.acknowledgeLifecycle(record, stored, now);
         if (!unchanged || this.lastSeenDue(now)) this.outbox.enqueue("project", {}, { key: "project" });
+        if (!unchanged) this.settleRolloutMarks(stored);
         // A new boot_id: the host rebooted and came back, so any slot it still holds is one whose
         // steady-state call was lost. Slots granted after this moment belong to the new boot.
         if (previous !== undefined && previous.boot_id !== report.boot_id) {
@@ -832,6 +838,70 @@ export class ServerLedger extends DurableObject<Env> {
       computed: computeStatus(desired, stored, now, record.stale_after_s * 1000),
     };
   }
+
+  // ---- rollouts (issue 9) -------------------------------------------------------------------
+  // Kept in one block: a rollout writes a target's next generation here and learns from this
+  // ledger's outbox when a report at that generation realizes or fails the agent.
+
+  private rolloutMarks(): Record<string, RolloutMark> {
+    return this.kv.get<Record<string, RolloutMark>>(KEY_ROLLOUT_MARKS) ?? {};
+  }
+
+  /**
+   * Writes the next generation with `agent`'s image changed, remembering which rollout wrote it;
+   * or answers why not (already at the image, no such agent, server leaving). A redelivery of the
+   * same write answers the same generation and writes nothing.
+   */
+  async applyRolloutImage(req: ApplyRolloutImage): Promise<ApplyOutcome | Failure> {
+    const state = this.load();
+    if (!state) return fail("not_found", "server does not exist");
+    const marks = this.rolloutMarks();
+    const now = Date.now();
+    const decision = decideApply(state.desired, state.record.state, marks[req.agent], req, now);
+    if (decision.next && decision.mark) {
+      const next = decision.next;
+      this.ctx.storage.transactionSync(() => {
+        this.save({ desired: next });
+        this.kv.put(KEY_ROLLOUT_MARKS, { ...marks, [req.agent]: decision.mark });
+        this.outbox.enqueue("project", {}, { key: "project" });
+        this.audit({
+          actor: `rollout:${req.rollout_id}`,
+          action: "server.desired.rollout",
+          target: `server:${state.record.id}`,
+          details: { generation: next.generation, agent: req.agent, image: req.image, version: req.version, pass: req.pass },
+        });
+      });
+      this.wakeWaiters();
+      // Not delivered now: the host's report follows within moments and its delivery carries this
+      // projection and audit row in the same D1 batch (one projection per target, not two). The
+      // alarm delivers them within OUTBOX_SAFETY_MS should no report come.
+      await this.scheduler.arm();
+    }
+    return decision.outcome;
+  }
+
+  /** In the report's storage turn: outcomes leave through the outbox, one pending event per rollout. */
+  private settleRolloutMarks(report: StoredReport) {
+    const marks = this.rolloutMarks();
+    if (Object.keys(marks).length === 0) return;
+    const { events, remaining } = settleMarks(marks, report, this.load()!.record.id);
+    if (events.length === 0) return;
+    this.kv.put(KEY_ROLLOUT_MARKS, remaining);
+    for (const e of events) this.outbox.enqueue("rollout_event", e, { key: `rollout:${e.rollout_id}` });
+  }
+
+  /** Decommissioning: each rollout still waiting on this server hears that it left (its target is skipped). */
+  private leaveRollouts(now: number) {
+    const marks = this.rolloutMarks();
+    const id = this.load()!.record.id;
+    for (const m of Object.values(marks)) {
+      const e: RolloutEvent = { rollout_id: m.rollout_id, pass: m.pass, server_id: id, generation: m.generation, outcome: "removed", at: now };
+      this.outbox.enqueue("rollout_event", e, { key: `rollout:${m.rollout_id}` });
+    }
+    if (Object.keys(marks).length) this.kv.delete(KEY_ROLLOUT_MARKS);
+  }
+
+  // ---- end of rollouts ------------------------------------------------------------------------
 
   // ---- timers and the index ----
 

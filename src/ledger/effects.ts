@@ -13,8 +13,9 @@ import type { ServerIdentity } from "../fleetlock/durable-object";
 import { coordinatorOf } from "../fleetlock/stub";
 import type { Effect } from "../objects/kit/outbox";
 import type { ServerRecord } from "./record";
+import { rolloutEventEffect } from "../rollouts/ledger-side";
 
-export type LedgerEffectKind = "project" | "token" | "audit" | "identity" | "release";
+export type LedgerEffectKind = "project" | "token" | "audit" | "identity" | "release" | "rollout_event";
 
 /** The server's token row in D1 (listing, and telling a server token apart on operator routes). */
 export interface TokenRowPayload {
@@ -89,6 +90,8 @@ export function ledgerEffects(env: () => Env, db: () => Db, project: Effect): Re
         await coordinatorOf(env(), p.fleet_id).setServerIdentity(p.server_id, p.identity);
       },
     },
+    // Rollouts (issue 9): a target's outcome, keyed per rollout.
+    rollout_event: rolloutEventEffect(env),
     release: {
       target: "call",
       deliver: async (p: ReleasePayload) => {

@@ -55,6 +55,8 @@ export class Outbox<K extends string> {
     private readonly scheduler: Scheduler,
     private readonly effects: Record<K, Effect>,
     private readonly db: () => Db,
+    /** Call effects delivered at once per flush (1: one after another, in enqueue order). */
+    private readonly callConcurrency = 1,
   ) {
     this.table = kitTable(storage, "_outbox", `CREATE TABLE IF NOT EXISTS _outbox (
       id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -140,7 +142,7 @@ export class Outbox<K extends string> {
       (effect.target === "d1" ? d1Rows : calls).push(r);
     }
     if (d1Rows.length) await this.deliverD1(d1Rows);
-    for (const r of calls) {
+    const deliverCall = async (r: Row) => {
       const effect = this.effects[r.kind as K] as CallEffect<unknown>;
       try {
         await effect.deliver(JSON.parse(r.payload));
@@ -148,6 +150,9 @@ export class Outbox<K extends string> {
       } catch (err) {
         this.failed([r], err);
       }
+    };
+    for (let i = 0; i < calls.length; i += this.callConcurrency) {
+      await Promise.all(calls.slice(i, i + this.callConcurrency).map(deliverCall));
     }
     this.rearm();
     await this.scheduler.arm();

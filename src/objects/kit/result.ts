@@ -18,6 +18,9 @@ export const DOMAIN_CODES = [
   "uninstall_blocked",
   "decommission_acknowledged",
   "not_decommissioning",
+  // issue 9: rollouts
+  "invalid_state",
+  "rollout_in_progress",
 ] as const;
 
 export type DomainCode = (typeof DOMAIN_CODES)[number];

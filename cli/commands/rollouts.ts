@@ -1,0 +1,181 @@
+/**
+ * hm rollout start | status | watch | pause | resume | cancel | rollback, and hm rollouts (issue 9).
+ * `watch` (and `start --watch`) follow the rollout on its long poll with a progress bar on a
+ * terminal (a line per change otherwise) and end with an exit code scripts can branch on:
+ * 0 succeeded or rolled back, 1 failed or cancelled, 3 the timeout came first.
+ */
+import { SingleBar } from "cli-progress";
+import { InvalidArgumentError, Option, type Command } from "commander";
+import { ROLLOUT_STATES } from "../../src/domain/enums";
+import type { Rollout, RolloutInput } from "../api";
+import type { Ctx } from "../context";
+import { Exit, type Io, type Output } from "../io";
+import { act } from "../main";
+
+const wholeNumber = (v: string) => {
+  if (!/^\d+$/.test(v)) throw new InvalidArgumentError("expected a whole number");
+  return Number(v);
+};
+const positive = (v: string) => {
+  const n = Number(v);
+  if (!Number.isFinite(n) || n <= 0) throw new InvalidArgumentError("expected a positive number");
+  return n;
+};
+const collect = (v: string, prev: string[] = []) => [...prev, v];
+
+const ENDED = new Set(["succeeded", "failed", "cancelled", "rolled_back"]);
+const quiet = (r: Rollout) => ENDED.has(r.state) && r.counts.applying === 0;
+
+function summary(out: Output, r: Rollout) {
+  const c = r.counts;
+  out.fields([
+    ["rollout", r.id],
+    ["fleet / agent", `${r.fleet} / ${r.agent}`],
+    ["image", `${r.image} (${r.version})`],
+    ["state", `${r.state}${r.pass ? " (rollback pass)" : ""}${r.reason ? ` — ${r.reason}` : ""}`],
+    ["targets", `${r.total}: ${c.done} done, ${c.applying} applying, ${c.queued} queued, ${c.failed} failed, ${c.timed_out} timed out, ${c.skipped} skipped`],
+    ["concurrency", r.concurrency],
+    ["median / eta", `${r.median_s ?? "-"} s / ${r.eta_s ?? "-"} s`],
+    ["channel moved", r.channel_updated],
+    ["reboot slots", r.reboot_slot],
+  ]);
+  for (const w of r.warnings) out.line(out.c.yellow(`warning: ${w.message}`));
+}
+
+/** Follows the rollout until it has ended with nothing in flight, or `timeoutS` passed. */
+async function watch(ctx: Ctx, start: Rollout, timeoutS: number): Promise<never | void> {
+  const out = ctx.out;
+  const deadline = Date.now() + timeoutS * 1000;
+  const ended = (r: Rollout) => r.counts.done + r.counts.failed + r.counts.timed_out + r.counts.skipped;
+  const bar = ctx.io.interactive && !ctx.globals.json ? new SingleBar({ format: " {bar} {value}/{total} | {state} | {detail}", hideCursor: true }) : null;
+  const detail = (r: Rollout) => `${r.counts.applying} applying, ${r.counts.failed + r.counts.timed_out} failed, eta ${r.eta_s ?? "-"} s`;
+  let r = start;
+  let warned = r.warnings.length;
+  bar?.start(r.total, ended(r), { state: r.state, detail: detail(r) });
+  const say = (x: Rollout) => {
+    if (bar) bar.update(ended(x), { state: x.state, detail: detail(x) });
+    else if (!ctx.globals.json) out.note(`${new Date().toISOString()}  ${x.state}  ${ended(x)}/${x.total} ended  ${detail(x)}`);
+    for (const w of x.warnings.slice(0, Math.max(0, x.warnings.length - warned))) out.note(`warning: ${w.message}`);
+    warned = x.warnings.length;
+  };
+  try {
+    while (!quiet(r)) {
+      const left = deadline - Date.now();
+      if (left <= 0) {
+        if (ctx.globals.json) out.data(r);
+        throw new Exit(3, `timed out after ${timeoutS}s: rollout ${r.id} is ${r.state}`);
+      }
+      r = await ctx.api.waitRollout(r.id, r.change, Math.max(1, Math.min(60, Math.ceil(left / 1000))));
+      say(r);
+    }
+  } finally {
+    bar?.stop();
+  }
+  if (ctx.globals.json) out.data(r);
+  else summary(out, r);
+  if (r.state === "failed" || r.state === "cancelled") throw new Exit(1, `rollout ${r.id} ${r.state}${r.reason ? `: ${r.reason}` : ""}`);
+}
+
+export function registerRollouts(program: Command, io: Io) {
+  program
+    .command("rollouts")
+    .description("rollouts, newest first")
+    .option("--fleet <fleet>")
+    .option("--agent <agent>")
+    .addOption(new Option("--state <state>").choices(ROLLOUT_STATES))
+    .action(
+      act(io, async (ctx, o: { fleet?: string; agent?: string; state?: (typeof ROLLOUT_STATES)[number] }) => {
+        const items = await ctx.api.listRollouts(o, 200);
+        if (ctx.globals.json) return ctx.out.data(items);
+        ctx.out.table(
+          ["ROLLOUT", "FLEET", "AGENT", "IMAGE", "STATE", "DONE", "FAILED", "CREATED"],
+          items.map((r) => [r.id, r.fleet, r.agent, r.image, r.state, r.counts.done ?? 0, (r.counts.failed ?? 0) + (r.counts.timed_out ?? 0), r.created_at]),
+        );
+      }),
+    );
+
+  const rollout = program.command("rollout").description("per-agent rollouts");
+  rollout
+    .command("start")
+    .description("start updating one agent to one image across a fleet")
+    .requiredOption("--fleet <fleet>")
+    .requiredOption("--agent <agent>")
+    .requiredOption("--image <image>")
+    .requiredOption("--version <version>", "the image's version")
+    .option("--concurrency <n>", "targets applying at once (default 20)", wholeNumber)
+    .option("--server-timeout <s>", "a target with no realizing report by then times out", wholeNumber)
+    .option("--slow-factor <x>", "warn about a server slower than x times the median", positive)
+    .option("--max-failures <n>", "abort once failures exceed n", wholeNumber)
+    .option("--max-failure-percent <p>", "abort once this share of ended targets failed", positive)
+    .option("--min-completed <n>", "judge the percentage only after n targets ended", wholeNumber)
+    .option("--role <role>", "only servers with this role (repeatable)", collect)
+    .option("--server <id>", "only this server (repeatable)", collect)
+    .option("--exclude <id-or-hostname>", "leave this server out (repeatable)", collect)
+    .option("--no-update-channel", "leave the fleet's channel where it is")
+    .option("--reboot-slot", "apply each target only while holding a slot of its reboot group")
+    .option("--watch", "follow it to the end (exit code as for watch)")
+    .option("--timeout <s>", "with --watch: give up after this many seconds", positive, 3600)
+    .action(
+      act(io, async (ctx, o: Record<string, any>) => {
+        const abort =
+          o.maxFailures !== undefined || o.maxFailurePercent !== undefined
+            ? { max_failures: o.maxFailures, max_failure_percent: o.maxFailurePercent, min_completed: o.minCompleted }
+            : undefined;
+        const input: RolloutInput = {
+          fleet: o.fleet,
+          agent: o.agent,
+          image: o.image,
+          version: o.version,
+          concurrency: o.concurrency,
+          server_timeout_s: o.serverTimeout,
+          slow_factor: o.slowFactor,
+          abort,
+          selector: o.role || o.server ? { roles: o.role, servers: o.server } : undefined,
+          exclude: o.exclude,
+          update_channel: o.updateChannel,
+          reboot_slot: !!o.rebootSlot,
+        };
+        const r = await ctx.api.startRollout(input);
+        if (o.watch) return watch(ctx, r, o.timeout);
+        if (ctx.globals.json) return ctx.out.data(r);
+        summary(ctx.out, r);
+      }),
+    );
+
+  rollout.command("status <id>").description("counts, median, ETA and warnings").action(
+    act(io, async (ctx, id: string) => {
+      const r = await ctx.api.getRollout(id);
+      if (ctx.globals.json) return ctx.out.data(r);
+      summary(ctx.out, r);
+      const failed = [...(await ctx.api.rolloutTargets(id, "failed", 20)), ...(await ctx.api.rolloutTargets(id, "timed_out", 20))];
+      if (failed.length) ctx.out.table(["SERVER", "HOSTNAME", "STATE", "REASON"], failed.map((t) => [t.server_id, t.hostname, t.state, t.reason]));
+    }),
+  );
+
+  rollout
+    .command("watch <id>")
+    .description("follow a rollout to its end: exit 0 succeeded or rolled back, 1 failed or cancelled, 3 timeout")
+    .option("--timeout <s>", "give up after this many seconds", positive, 3600)
+    .action(act(io, async (ctx, id: string, o: { timeout: number }) => watch(ctx, await ctx.api.getRollout(id), o.timeout)));
+
+  for (const action of ["pause", "resume", "cancel", "rollback"] as const) {
+    rollout
+      .command(`${action} <id>`)
+      .description(
+        {
+          pause: "start no new target (those applying finish)",
+          resume: "continue a paused rollout",
+          cancel: "skip every queued target (those applying finish)",
+          rollback: "put every done target back to the image it had",
+        }[action],
+      )
+      .action(
+        act(io, async (ctx, id: string) => {
+          if (action === "cancel" || action === "rollback") await ctx.confirm(`${action} rollout ${id}?`);
+          const r = await ctx.api.controlRollout(id, action);
+          if (ctx.globals.json) return ctx.out.data(r);
+          ctx.out.line(`Rollout ${id} is ${r.state}.`);
+        }),
+      );
+  }
+}

@@ -1,0 +1,164 @@
+// Per-agent rollouts (issue 9): N servers (1,000 and 10,000) updated at concurrency 500 by hosts
+// that reconcile instantly (an in-bench stand-in speaking the host API: fetch the desired config,
+// report it realized). Reports control-plane time per target and D1 statements per target, as
+// ratios to the empty request measured at the start of the same run.
+import type { BenchContext } from "../run.ts";
+
+const SIZES = (process.env.BENCH_ROLLOUT_SIZES ?? "1000,10000").split(",").map(Number);
+const CONCURRENCY = 500;
+/** Host requests in flight at once (the stand-in's own parallelism). */
+const HOST_WORKERS = 64;
+const AGENT = "fw-agent";
+const OLD = { image: "registry.example/fw:1.0.0", version: "1.0.0" };
+const NEW = { image: "registry.example/fw:2.0.0", version: "2.0.0" };
+
+async function pool<T>(items: T[], workers: number, fn: (item: T) => Promise<void>) {
+  let i = 0;
+  await Promise.all(
+    Array.from({ length: Math.min(workers, items.length) }, async () => {
+      while (i < items.length) await fn(items[i++]);
+    }),
+  );
+}
+
+export async function run(ctx: BenchContext) {
+  const auth = { Authorization: `Bearer ${ctx.admin}`, "Content-Type": "application/json" };
+  const api = async (method: string, path: string, body?: unknown, token = ctx.admin) => {
+    const res = await fetch(`${ctx.base}${path}`, {
+      method,
+      headers: { ...auth, Authorization: `Bearer ${token}` },
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+    const text = await res.text();
+    if (!res.ok) throw new Error(`${method} ${path}: ${res.status} ${text}`);
+    return JSON.parse(text);
+  };
+  // The empty request's cost on this server now: the ceiling's time per request.
+  const floor = await ctx.measure("rollout: empty request (floor for the rollout figures)", {
+    requests: [{ method: "GET", path: "/healthz" }],
+    durationSec: 3,
+  });
+  const floorMs = 1000 / floor.rps;
+
+  for (const n of SIZES) {
+    const fleet = `roll-${n}-${Date.now().toString(36)}`;
+    await api("POST", "/v1/fleets", { id: fleet });
+    await api("PUT", `/v1/fleets/${fleet}/channels/${AGENT}`, OLD);
+    await api("PUT", `/v1/fleets/${fleet}/roles/edge`, { agents: [{ name: AGENT }] });
+    const hosts: { id: string; token: string; generation: number }[] = [];
+    const setupStart = Date.now();
+    await pool(Array.from({ length: n }, (_, i) => i), 32, async (i) => {
+      const s = await api("POST", "/v1/servers", { fleet, hostname: `h${i}.${fleet}.bench`, kind: "managed", roles: ["edge"] });
+      hosts.push({ id: s.id, token: s.token, generation: s.desired.generation });
+    });
+    console.error(`  ${n} servers registered in ${((Date.now() - setupStart) / 1000).toFixed(1)} s`);
+    const byId = new Map(hosts.map((h) => [h.id, h]));
+
+    /**
+     * A host that reconciles instantly: it long-polls its desired config (If-None-Match: the
+     * generation it runs) and reports the new one realized the moment it appears.
+     */
+    let hostRequests = 0;
+    let hostRetries = 0;
+    /** As a real agent does: a request that fails (connection reset, 5xx) is tried again after a pause. */
+    const reconcile = async (h: { id: string; token: string; generation: number }): Promise<void> => {
+      for (let attempt = 1; ; attempt++) {
+        try {
+          return await reconcileOnce(h);
+        } catch (err) {
+          if (attempt >= 10) throw err;
+          hostRetries++;
+          await new Promise((res) => setTimeout(res, 500 * attempt));
+        }
+      }
+    };
+    const reconcileOnce = async (h: { id: string; token: string; generation: number }): Promise<void> => {
+      const res = await fetch(`${ctx.base}/v1/agent/desired?wait=60`, {
+        headers: { Authorization: `Bearer ${h.token}`, "If-None-Match": `"${h.generation}"` },
+      });
+      hostRequests++;
+      if (res.status === 304) return reconcileOnce(h);
+      if (!res.ok) throw new Error(`desired: ${res.status} ${await res.text()}`);
+      const cfg = (await res.json()) as { generation: number; agents: { name: string; image: string; version: string; instance_id: string }[] };
+      await api(
+        "PUT",
+        "/v1/agent/inventory",
+        {
+          generation: cfg.generation,
+          reconciled_at: new Date().toISOString(),
+          boot_id: "boot-1",
+          agents: cfg.agents.map((a) => ({ ...a, state: "running" })),
+          errors: [],
+          assignments: { units: [], storage: [] },
+        },
+        h.token,
+      );
+      hostRequests++;
+      h.generation = cfg.generation;
+    };
+
+    const d1 = async () => (await ctx.metric("harbormaster_d1_statements_total", 'kind="read"')) + (await ctx.metric("harbormaster_d1_statements_total", 'kind="write"'));
+    const writes = () => ctx.metric("harbormaster_d1_statements_total", 'kind="write"');
+    const d1Before = await d1();
+    const writesBefore = await writes();
+    const t0 = Date.now();
+    const r = await api("POST", "/v1/rollouts", {
+      fleet,
+      agent: AGENT,
+      ...NEW,
+      concurrency: CONCURRENCY,
+      server_timeout_s: 600,
+      slow_factor: 10,
+    });
+    // The driver follows the rollout's event log: each target that starts applying gets its host
+    // going (at most `concurrency` of them are parked at once, as on a real fleet).
+    let state = r.state as string;
+    let change = r.change as number;
+    let cursor: string | null = null;
+    const running = new Set<Promise<void>>();
+    let maxHosts = 0;
+    let failures = 0;
+    while (state === "running") {
+      const page = await api("GET", `/v1/rollouts/${r.id}/events?limit=500${cursor ? `&cursor=${cursor}` : ""}`);
+      for (const e of page.items as { kind: string; server_id: string | null }[]) {
+        if (e.kind !== "target.applying" || !e.server_id) continue;
+        const p: Promise<void> = reconcile(byId.get(e.server_id)!)
+          .catch(() => void failures++)
+          .finally(() => running.delete(p));
+        running.add(p);
+      }
+      maxHosts = Math.max(maxHosts, running.size);
+      // The next page starts after the last event seen (the API's cursor format: base64url of [id]).
+      if (page.items.length) cursor = Buffer.from(JSON.stringify([String(page.items.at(-1).id)])).toString("base64url");
+      if (page.next_cursor) continue;
+      const s = await api("GET", `/v1/rollouts/${r.id}?wait=5&since=${change}`);
+      state = s.state;
+      change = s.change;
+    }
+    await Promise.all(running);
+    if (failures) throw new Error(`${failures} host(s) failed`);
+    const maxApplying = maxHosts;
+    const elapsed = Date.now() - t0;
+    // The D1 rows follow from the rollout's outbox in the background; wait for them to land.
+    for (let i = 0; i < 60; i++) {
+      const list = await api("GET", `/v1/rollouts?fleet=${fleet}&agent=${AGENT}`);
+      if (list.items[0]?.state === state && list.items[0]?.counts?.done === n) break;
+      await new Promise((res) => setTimeout(res, 500));
+    }
+    await new Promise((res) => setTimeout(res, 2000));
+    const statements = (await d1()) - d1Before;
+    const writeStatements = (await writes()) - writesBefore;
+    const final = await api("GET", `/v1/rollouts/${r.id}`);
+    if (final.state !== "succeeded" || final.counts.done !== n) throw new Error(`rollout ended ${final.state} ${JSON.stringify(final.counts)}`);
+    const perTarget = elapsed / n;
+    ctx.note(
+      `rollout of ${n} targets at concurrency ${CONCURRENCY}: control-plane ms per target (× empty request ${floorMs.toFixed(2)} ms)`,
+      `${perTarget.toFixed(2)} ms (${(perTarget / floorMs).toFixed(1)}×); total ${(elapsed / 1000).toFixed(1)} s; ${hostRequests} host requests (${hostRetries} retried); at most ${maxApplying} hosts busy at once`,
+    );
+    ctx.note(
+      `rollout of ${n} targets: D1 statements per target (the empty request costs 0)`,
+      `${(statements / n).toFixed(2)} (${(writeStatements / n).toFixed(2)} writes)`,
+    );
+    console.error(`  rollout ${n}: ${perTarget.toFixed(2)} ms/target, ${(statements / n).toFixed(2)} D1 statements/target`);
+  }
+}

@@ -1,0 +1,57 @@
+/**
+ * update_channel: the fleet's channel for the agent (issue 8) moves to the rollout's image when
+ * the rollout starts, so servers registered meanwhile are set up with it, and moves back when the
+ * rollout is rolled back. A channel change by itself moves no server that already runs the agent
+ * (that is the rollout's work). Both moves are delivered from the Rollout object's outbox, so each
+ * may run more than once: they are written to give the same result when repeated.
+ */
+import { and, desc, eq } from "drizzle-orm";
+import { getDb } from "../db/client";
+import { agentChannelHistory } from "../db/schema";
+import type { Env } from "../env";
+import { getChannel } from "../intent/store";
+import { putChannel } from "../services/intent";
+
+export interface ChannelImage {
+  image: string;
+  version: string;
+}
+
+export interface ChannelMove {
+  /** The channel points at the rollout's image. */
+  updated: boolean;
+  /** The channel before the rollout moved it (what a rollback restores); null when there was none. */
+  previous: ChannelImage | null;
+}
+
+/** Points the channel at `to`; answers what it pointed at before this rollout (`actor`) moved it. */
+export async function moveChannel(env: Env, fleet: string, agent: string, to: ChannelImage, actor: string): Promise<ChannelMove> {
+  const db = getDb(env.DB);
+  const current = await getChannel(db, fleet, agent);
+  if (current && current.image === to.image && current.version === to.version) {
+    // Already there: moved by an earlier delivery of this same move, or by someone else before.
+    const mine = await db
+      .select()
+      .from(agentChannelHistory)
+      .where(and(eq(agentChannelHistory.fleetId, fleet), eq(agentChannelHistory.agent, agent), eq(agentChannelHistory.actor, actor)))
+      .orderBy(desc(agentChannelHistory.id))
+      .limit(1);
+    const row = mine[0];
+    const previous = row?.previousImage && row.previousVersion ? { image: row.previousImage, version: row.previousVersion } : null;
+    return { updated: true, previous: row ? previous : { image: current.image, version: current.version } };
+  }
+  await putChannel(db, actor, fleet, agent, to);
+  return { updated: true, previous: current ? { image: current.image, version: current.version } : null };
+}
+
+/**
+ * Rollback: the channel goes back to `previous`, only while it still points at the rollout's image
+ * (an operator who has moved it since keeps their choice).
+ */
+export async function restoreChannel(env: Env, fleet: string, agent: string, from: ChannelImage, previous: ChannelImage, actor: string) {
+  const db = getDb(env.DB);
+  const current = await getChannel(db, fleet, agent);
+  if (!current || current.image !== from.image || current.version !== from.version) return { restored: false };
+  await putChannel(db, actor, fleet, agent, previous);
+  return { restored: true };
+}

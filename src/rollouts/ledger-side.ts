@@ -1,0 +1,120 @@
+/**
+ * What a server's ledger does for rollouts, as pure functions plus the outbox effect that carries
+ * a target's outcome to its Rollout object. The ledger remembers, per agent, the generation a
+ * rollout wrote (a "mark"); a report at or past that generation that realizes the agent at the
+ * rollout's image (done) or reports an error for it (failed) sends the outcome once.
+ */
+import type { Env } from "../env";
+import type { DesiredState } from "../ledger/desired";
+import type { StoredReport } from "../ledger/schemas";
+import type { Effect } from "../objects/kit/outbox";
+import { rolloutOf } from "./stub";
+
+export interface ApplyRolloutImage {
+  rollout_id: string;
+  pass: number;
+  agent: string;
+  image: string;
+  version: string;
+}
+
+/** A rollout's write in this ledger, until a report settles it. */
+export interface RolloutMark {
+  rollout_id: string;
+  pass: number;
+  generation: number;
+  image: string;
+  from_image: string | null;
+  from_version: string | null;
+}
+
+export type ApplyOutcome =
+  | { ok: true; outcome: "applied"; generation: number; from_image: string | null; from_version: string | null }
+  | { ok: true; outcome: "already_at_image" | "agent_absent" | "removed" };
+
+/** The ledger's answer to a rollout's write, as a pure decision over its state. */
+export function decideApply(
+  desired: DesiredState,
+  serverState: string,
+  mark: RolloutMark | undefined,
+  req: ApplyRolloutImage,
+  now: number,
+): { outcome: ApplyOutcome; next?: DesiredState; mark?: RolloutMark } {
+  // A redelivery of the same write: the same answer, nothing written again.
+  if (mark && mark.rollout_id === req.rollout_id && mark.pass === req.pass) {
+    return { outcome: { ok: true, outcome: "applied", generation: mark.generation, from_image: mark.from_image, from_version: mark.from_version } };
+  }
+  if (serverState === "decommissioning" || serverState === "removed") return { outcome: { ok: true, outcome: "removed" } };
+  if (desired.lifecycle !== "run") return { outcome: { ok: true, outcome: "removed" } };
+  const current = desired.agents.find((a) => a.name === req.agent);
+  if (!current) return { outcome: { ok: true, outcome: "agent_absent" } };
+  if (current.image === req.image && current.version === req.version) return { outcome: { ok: true, outcome: "already_at_image" } };
+  const next: DesiredState = {
+    ...desired,
+    generation: desired.generation + 1,
+    agents: desired.agents.map((a) => (a.name === req.agent ? { ...a, image: req.image, version: req.version } : a)),
+    updated_at: now,
+  };
+  const newMark: RolloutMark = {
+    rollout_id: req.rollout_id,
+    pass: req.pass,
+    generation: next.generation,
+    image: req.image,
+    from_image: current.image,
+    from_version: current.version,
+  };
+  return {
+    outcome: { ok: true, outcome: "applied", generation: next.generation, from_image: current.image, from_version: current.version },
+    next,
+    mark: newMark,
+  };
+}
+
+export interface RolloutEvent {
+  rollout_id: string;
+  pass: number;
+  server_id: string;
+  generation: number;
+  outcome: "realized" | "failed" | "removed";
+  message?: string;
+  at: number;
+}
+
+/**
+ * What a report settles: for each mark, `realized` when the report is at or past the mark's
+ * generation and shows the agent running the rollout's image without an error, `failed` when it
+ * carries an error for the agent at that point. Marks the report does not settle stay.
+ */
+export function settleMarks(
+  marks: Record<string, RolloutMark>,
+  report: StoredReport,
+  serverId: string,
+): { events: RolloutEvent[]; remaining: Record<string, RolloutMark> } {
+  const events: RolloutEvent[] = [];
+  const remaining: Record<string, RolloutMark> = {};
+  for (const [agent, m] of Object.entries(marks)) {
+    if (report.generation < m.generation) {
+      remaining[agent] = m;
+      continue;
+    }
+    const errors = report.errors.filter((e) => e.agent === agent);
+    const seen = report.agents.find((a) => a.name === agent);
+    const base = { rollout_id: m.rollout_id, pass: m.pass, server_id: serverId, generation: m.generation, at: report.received_at };
+    if (errors.length > 0) {
+      events.push({ ...base, outcome: "failed", message: errors.map((e) => `${e.op}: ${e.message}`).join("; ").slice(0, 500) });
+    } else if (seen && seen.image === m.image && seen.state === "running") {
+      events.push({ ...base, outcome: "realized" });
+    } else {
+      remaining[agent] = m;
+    }
+  }
+  return { events, remaining };
+}
+
+/** Delivered to the rollout, which ignores what does not match its target (duplicates, late events). */
+export const rolloutEventEffect = (env: () => Env): Effect => ({
+  target: "call",
+  deliver: async (e: RolloutEvent) => {
+    await rolloutOf(env(), e.rollout_id).targetEvent(e);
+  },
+});

@@ -1,0 +1,316 @@
+/**
+ * A rollout's state machine as pure functions over plain data (no storage, no clock: `now` is
+ * passed in). The Rollout Durable Object loads a target and the rollout's core, applies one of
+ * these and stores the result in the same synchronous turn, so every rule here is table-testable.
+ */
+
+import {
+  ROLLOUT_CONTROLS,
+  ROLLOUT_STATES,
+  ROLLOUT_TARGET_STATES,
+  type RolloutControl,
+  type RolloutState,
+  type RolloutTargetState,
+} from "../domain/enums";
+
+export { ROLLOUT_STATES, ROLLOUT_TARGET_STATES as TARGET_STATES, ROLLOUT_CONTROLS as CONTROLS };
+export type { RolloutState };
+export type TargetState = RolloutTargetState;
+export type Control = RolloutControl;
+
+/** States in which a rollout holds its (fleet, agent): only one such rollout at a time. */
+export const ACTIVE_STATES = ["running", "paused", "rolling_back"] as const satisfies readonly RolloutState[];
+
+
+export interface AbortRule {
+  max_failures?: number;
+  max_failure_percent?: number;
+  /** The percentage is judged only once this many targets ended (done, failed or timed out). */
+  min_completed?: number;
+}
+
+export interface RolloutSpec {
+  id: string;
+  fleet: string;
+  agent: string;
+  image: string;
+  version: string;
+  concurrency: number;
+  server_timeout_s: number | null;
+  slow_factor: number | null;
+  abort: AbortRule;
+  update_channel: boolean;
+  reboot_slot: boolean;
+  created_by: string;
+  created_at: number;
+}
+
+export type SlotPhase = "none" | "requested" | "held";
+
+export interface Target {
+  pass: number;
+  server_id: string;
+  seq: number;
+  hostname: string;
+  reboot_group: string;
+  state: TargetState;
+  /** What this pass writes. */
+  image: string;
+  version: string;
+  /** What the server's desired config gave the agent before this pass wrote (rollback goes back to it). */
+  from_image: string | null;
+  from_version: string | null;
+  /** The generation this pass wrote; done only when a report realizes it. */
+  generation: number | null;
+  slot: SlotPhase;
+  started_at: number | null;
+  ended_at: number | null;
+  reason: string | null;
+  warned: boolean;
+}
+
+export type Counts = Record<TargetState, number>;
+export const zeroCounts = (): Counts => ({ queued: 0, applying: 0, done: 0, failed: 0, timed_out: 0, skipped: 0 });
+
+export interface Core {
+  state: RolloutState;
+  /** 0: the forward pass; 1: the rollback pass. */
+  pass: number;
+  /** What a paused rollout resumes to. */
+  paused_from: "running" | "rolling_back" | null;
+  /** Targets of the current pass by state. */
+  counts: Counts;
+  /** Targets of the previous pass still applying (they finish during a rollback). */
+  prev_applying: number;
+  /** Queued targets whose reboot-slot request is under way (they count toward concurrency). */
+  slot_requests: number;
+  reason: string | null;
+  /** Bumped by every change; long polls wait for it to move. */
+  version: number;
+  ended_at: number | null;
+}
+
+export const newCore = (): Core => ({
+  state: "running",
+  pass: 0,
+  paused_from: null,
+  counts: zeroCounts(),
+  prev_applying: 0,
+  slot_requests: 0,
+  reason: null,
+  version: 1,
+  ended_at: null,
+});
+
+const driving = (s: RolloutState) => s === "running" || s === "rolling_back";
+export const isTerminal = (s: RolloutState) => !(ACTIVE_STATES as readonly string[]).includes(s);
+export const isEnded = (t: TargetState) => t !== "queued" && t !== "applying";
+
+/** How many more targets may start now: never more than `concurrency` in flight, whatever the races. */
+export function startable(core: Core, spec: Pick<RolloutSpec, "concurrency">): number {
+  if (!driving(core.state)) return 0;
+  return Math.max(0, spec.concurrency - core.counts.applying - core.prev_applying - core.slot_requests);
+}
+
+/** Nothing of this rollout is in flight any more: a terminal rollout then lets its (fleet, agent) go. */
+export const quiescent = (core: Core) =>
+  isTerminal(core.state) && core.counts.applying === 0 && core.prev_applying === 0 && core.slot_requests === 0;
+
+// ---- targets ----
+
+export type TargetEvent =
+  | { type: "slot_requested" }
+  | { type: "slot_refused" }
+  | { type: "start"; at: number }
+  | { type: "applied"; generation: number; from_image: string | null; from_version: string | null }
+  | { type: "skip"; reason: string; at: number }
+  | { type: "realized"; generation: number; at: number }
+  | { type: "failed"; generation: number; message: string; at: number }
+  | { type: "timeout"; at: number }
+  | { type: "removed"; at: number }
+  | { type: "fail"; reason: string; at: number };
+
+/**
+ * One target's transition, or null when the event does not apply to it (a duplicate, a late or
+ * reordered event, an event of another generation): such events change nothing.
+ */
+export function stepTarget(t: Target, e: TargetEvent): Target | null {
+  const end = (state: TargetState, at: number, reason: string | null): Target => ({ ...t, state, ended_at: at, reason });
+  switch (e.type) {
+    case "slot_requested":
+      return t.state === "queued" && t.slot === "none" ? { ...t, slot: "requested" } : null;
+    case "slot_refused":
+      return t.state === "queued" && t.slot === "requested" ? { ...t, slot: "none" } : null;
+    case "start":
+      if (t.state !== "queued") return null;
+      return { ...t, state: "applying", started_at: e.at, slot: t.slot === "requested" ? "held" : t.slot };
+    case "applied":
+      if (t.state === "applying" && t.generation === null) {
+        return { ...t, generation: e.generation, from_image: e.from_image, from_version: e.from_version };
+      }
+      // The ledger's outcome may arrive before the write's answer: the answer then only adds
+      // what the image was before (rollback needs it).
+      if (t.generation === e.generation && t.from_image === null && e.from_image !== null) {
+        return { ...t, from_image: e.from_image, from_version: e.from_version };
+      }
+      return null;
+    case "skip":
+      // Only before anything was written: a target whose generation is out finishes as it ends.
+      if (t.state === "queued" || (t.state === "applying" && t.generation === null)) return end("skipped", e.at, e.reason);
+      return null;
+    case "realized":
+      return t.state === "applying" && t.generation === e.generation ? end("done", e.at, null) : null;
+    case "failed":
+      return t.state === "applying" && t.generation === e.generation ? end("failed", e.at, e.message) : null;
+    case "timeout":
+      return t.state === "applying" ? end("timed_out", e.at, "no realizing report within server_timeout_s") : null;
+    case "removed":
+      return t.state === "queued" || t.state === "applying" ? end("skipped", e.at, "removed") : null;
+    case "fail":
+      return t.state === "queued" || t.state === "applying" ? end("failed", e.at, e.reason) : null;
+  }
+}
+
+/** Why the abort rule stops the rollout now, or null. Failures are failed and timed-out targets. */
+export function abortReason(counts: Counts, rule: AbortRule): string | null {
+  const failures = counts.failed + counts.timed_out;
+  const ended = failures + counts.done;
+  if (rule.max_failures !== undefined && failures > rule.max_failures) {
+    return `${failures} failed target(s) exceed max_failures ${rule.max_failures}`;
+  }
+  if (
+    rule.max_failure_percent !== undefined &&
+    ended > 0 &&
+    ended >= (rule.min_completed ?? 1) &&
+    failures * 100 > rule.max_failure_percent * ended
+  ) {
+    return `${failures} of ${ended} ended target(s) failed, over max_failure_percent ${rule.max_failure_percent}`;
+  }
+  return null;
+}
+
+export interface Outcome {
+  core: Core;
+  /** Queued targets of the current pass become skipped with this reason. */
+  skipQueued?: string;
+  /** The rollout reached this state on this change (audit, channel). */
+  entered?: RolloutState;
+}
+
+/**
+ * The core after one target changed from `before` to `after`: counts, then the abort rule, then
+ * completion. A target of an earlier pass only frees its place.
+ */
+export function account(core: Core, spec: Pick<RolloutSpec, "abort">, before: Target, after: Target, now: number): Outcome {
+  let next: Core = { ...core, counts: { ...core.counts }, version: core.version + 1 };
+  if (before.slot === "requested" && after.slot !== "requested") next.slot_requests--;
+  if (before.slot !== "requested" && after.slot === "requested") next.slot_requests++;
+  if (after.pass === core.pass) {
+    next.counts[before.state]--;
+    next.counts[after.state]++;
+  } else if (before.state === "applying" && after.state !== "applying") {
+    next.prev_applying--;
+  }
+  let skipQueued: string | undefined;
+  let entered: RolloutState | undefined;
+  if (driving(next.state) || next.state === "paused") {
+    const reason = after.pass === core.pass && isEnded(after.state) ? abortReason(next.counts, spec.abort) : null;
+    if (reason) {
+      next = { ...next, state: "failed", reason, paused_from: null, ended_at: now };
+      skipQueued = "aborted";
+      entered = "failed";
+    }
+  }
+  const done = finish(next, now);
+  if (done.entered) return { core: done.core, skipQueued, entered: done.entered };
+  return { core: next, skipQueued, entered };
+}
+
+/** A driving rollout with nothing queued or in flight has finished its pass. */
+export function finish(core: Core, now: number): { core: Core; entered?: RolloutState } {
+  if (!driving(core.state)) return { core };
+  if (core.counts.queued > 0 || core.counts.applying > 0 || core.prev_applying > 0 || core.slot_requests > 0) return { core };
+  const state: RolloutState = core.state === "running" ? "succeeded" : "rolled_back";
+  return { core: { ...core, state, ended_at: now, version: core.version + 1 }, entered: state };
+}
+
+/** After a bulk skip of queued targets (cancel, abort, rollback), the counts move with it. */
+export function skippedQueued(core: Core, n: number): Core {
+  const counts = { ...core.counts, queued: core.counts.queued - n, skipped: core.counts.skipped + n };
+  return { ...core, counts };
+}
+
+// ---- operator controls ----
+
+export type ControlResult =
+  | ({ ok: true } & Outcome & { newPass?: boolean })
+  | { ok: false; code: "invalid_state"; message: string };
+
+/**
+ * Pause and cancel stop new targets (cancel turns queued ones skipped); resume continues a
+ * paused rollout; rollback (any state but rolling_back and rolled_back) starts the rollback pass,
+ * keeping the rollout's id. Targets in flight always finish.
+ */
+export function control(core: Core, action: Control, now: number): ControlResult {
+  const refuse = (why: string): ControlResult => ({ ok: false, code: "invalid_state", message: `cannot ${action} a rollout that is ${core.state}${why}` });
+  const v = core.version + 1;
+  switch (action) {
+    case "pause":
+      if (!driving(core.state)) return refuse("");
+      return { ok: true, core: { ...core, state: "paused", paused_from: core.state as Core["paused_from"], version: v }, entered: "paused" };
+    case "resume": {
+      if (core.state !== "paused") return refuse("");
+      const resumed: Core = { ...core, state: core.paused_from ?? "running", paused_from: null, version: v };
+      const done = finish(resumed, now);
+      return { ok: true, core: done.core, entered: done.entered ?? resumed.state };
+    }
+    case "cancel":
+      if (isTerminal(core.state)) return refuse("");
+      return {
+        ok: true,
+        core: { ...core, state: "cancelled", paused_from: null, ended_at: now, version: v },
+        skipQueued: "cancelled",
+        entered: "cancelled",
+      };
+    case "rollback":
+      if (core.state === "rolling_back" || core.state === "rolled_back" || (core.state === "paused" && core.paused_from === "rolling_back")) {
+        return refuse(core.state === "paused" ? " (a paused rollback)" : "");
+      }
+      return {
+        ok: true,
+        newPass: true,
+        skipQueued: "rolled_back",
+        entered: "rolling_back",
+        core: {
+          ...core,
+          state: "rolling_back",
+          pass: core.pass + 1,
+          paused_from: null,
+          reason: null,
+          ended_at: null,
+          prev_applying: core.prev_applying + core.counts.applying,
+          version: v,
+        },
+      };
+  }
+}
+
+// ---- progress ----
+
+export function median(sortedMs: number[]): number | null {
+  const n = sortedMs.length;
+  if (n === 0) return null;
+  return n % 2 ? sortedMs[(n - 1) / 2] : (sortedMs[n / 2 - 1] + sortedMs[n / 2]) / 2;
+}
+
+/** A server is slow when it takes longer than `factor` × the median of those done so far. */
+export const isSlow = (elapsedMs: number, medianMs: number | null, factor: number | null) =>
+  factor !== null && medianMs !== null && medianMs > 0 && elapsedMs > factor * medianMs;
+
+/** Seconds until the pass ends at the median pace so far, `concurrency` at a time. */
+export function etaSeconds(core: Core, concurrency: number, medianMs: number | null): number | null {
+  if (isTerminal(core.state)) return 0;
+  if (medianMs === null) return null;
+  const remaining = core.counts.queued + core.counts.applying;
+  return Math.round((Math.ceil(remaining / concurrency) * medianMs) / 1000);
+}

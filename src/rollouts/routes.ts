@@ -1,0 +1,258 @@
+import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
+import { actorOf, requireScope } from "../auth/principal";
+import { getDb } from "../db/client";
+import { fleetId } from "../fleet/schemas";
+import { bearer, commonErrors, conflictError, jsonBody, jsonResponse, notFoundError } from "../http/openapi";
+import { ApiError, notFound } from "../http/errors";
+import { cursorParam, decodeCursor, decodeIdCursor, encodeCursor, limitParam, page } from "../http/paging";
+import type { AppEnv } from "../http/types";
+import { validationHook } from "../http/validation";
+import { agentName } from "../ledger/schemas";
+import { iso, isoOrNull } from "../lib/time";
+import { controlRollout, createRollout, getRollout, listRollouts } from "../services/rollouts";
+import type { RolloutSummary } from "./durable-object";
+import { ROLLOUT_STATES, TARGET_STATES, type Control } from "./machine";
+import { EventSchema, MAX_ROLLOUT_WAIT_S, RolloutInput, RolloutListItem, RolloutSchema, TargetSchema } from "./schemas";
+import { rolloutOf } from "./stub";
+
+const idParam = z.object({ id: z.uuid() });
+
+const view = (s: RolloutSummary) => {
+  const { version_seq, created_at, ended_at, warnings, ...rest } = s;
+  return {
+    ...rest,
+    warnings: warnings.map((w) => ({ ...w, at: iso(w.at) })),
+    created_at: iso(created_at),
+    ended_at: isoOrNull(ended_at),
+    change: version_seq,
+  };
+};
+
+/** pause | resume | cancel | rollback share one shape. */
+const controlRoute = <A extends Control>(action: A) =>
+  createRoute({
+    method: "post",
+    path: `/{id}/${action}` as `/{id}/${A}`,
+    operationId: `${action === "rollback" ? "rollBack" : action}Rollout`,
+    tags: ["rollouts"],
+    summary: {
+      pause: "Pause: no new target starts; those applying finish",
+      resume: "Resume a paused rollout (or rollback)",
+      cancel: "Cancel: queued targets become skipped; those applying finish",
+      rollback: "Roll back: the done targets go back to the image each had before, as a new pass with the same rules",
+    }[action],
+    security: bearer,
+    middleware: [requireScope("write")] as const,
+    request: { params: idParam },
+    responses: {
+      200: jsonResponse(RolloutSchema, "The rollout as it now is"),
+      ...commonErrors,
+      ...notFoundError,
+      ...conflictError("Not allowed in the rollout's state (invalid_state), or another rollout holds the agent (rollout_in_progress)"),
+    },
+  });
+
+
+
+// One chain, so the type of this router (and of the app that mounts it at /v1/rollouts) carries every route for hc.
+export const rolloutRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook })
+.openapi(
+  createRoute({
+    method: "post",
+    path: "/",
+    operationId: "createRollout",
+    tags: ["rollouts"],
+    summary: "Start a rollout of one agent's image across the fleet's servers that run it",
+    description:
+      "Targets are the servers of the fleet whose desired config has the agent, narrowed by `selector` " +
+      "(roles, server ids); `exclude` (ids or hostnames) lists them as skipped. One running rollout per " +
+      "(fleet, agent): 409 rollout_in_progress names it.",
+    security: bearer,
+    middleware: [requireScope("write")] as const,
+    request: { body: jsonBody(RolloutInput) },
+    responses: {
+      201: jsonResponse(RolloutSchema, "Started"),
+      ...commonErrors,
+      ...conflictError("Another rollout of this agent is running in the fleet (rollout_in_progress)"),
+      422: jsonResponse(z.object({ error: z.any() }), "Unknown fleet"),
+    },
+  }),
+  async (c) => {
+    const input = c.req.valid("json");
+    return c.json(view(await createRollout(c.env, actorOf(c.var.principal), input)), 201);
+  },
+)
+.openapi(
+  createRoute({
+    method: "get",
+    path: "/",
+    operationId: "listRollouts",
+    tags: ["rollouts"],
+    summary: "Rollouts, newest first, from the index",
+    security: bearer,
+    middleware: [requireScope("read")] as const,
+    request: {
+      query: z.object({
+        fleet: fleetId.optional(),
+        agent: agentName.optional(),
+        state: z.enum(ROLLOUT_STATES).optional(),
+        limit: limitParam,
+        cursor: cursorParam,
+      }),
+    },
+    responses: {
+      200: jsonResponse(z.object({ items: z.array(RolloutListItem), next_cursor: z.string().nullable() }), "A page"),
+      ...commonErrors,
+    },
+  }),
+  async (c) => {
+    const q = c.req.valid("query");
+    const key = decodeCursor(q.cursor, 2);
+    const before = key ? { createdAt: Number(key[0]), id: key[1] } : null;
+    if (before && !Number.isSafeInteger(before.createdAt)) throw new ApiError(400, "invalid_cursor", "cursor is not one this API issued");
+    const rows = await listRollouts(getDb(c.env.DB), { fleet: q.fleet, agent: q.agent, state: q.state }, before, q.limit);
+    const { items, next_cursor } = page(rows, q.limit, (r) => [String(r.createdAt), r.id]);
+    return c.json(
+      {
+        items: items.map((r) => ({
+          id: r.id,
+          fleet: r.fleetId,
+          agent: r.agent,
+          image: r.image,
+          version: r.version,
+          state: r.state,
+          pass: r.pass,
+          counts: r.counts,
+          reason: r.reason,
+          created_by: r.createdBy,
+          created_at: iso(r.createdAt),
+          updated_at: iso(r.updatedAt),
+          ended_at: isoOrNull(r.endedAt),
+        })),
+        next_cursor,
+      },
+      200,
+    );
+  },
+)
+.openapi(
+  createRoute({
+    method: "get",
+    path: "/{id}",
+    operationId: "getRollout",
+    tags: ["rollouts"],
+    summary: "One rollout: counts by state, median, ETA, warnings",
+    description:
+      "With `wait` (seconds, at most 60) the answer waits for the rollout's next change: after the " +
+      "change `since` names (the `change` of an earlier answer), or after this request arrived.",
+    security: bearer,
+    middleware: [requireScope("read")] as const,
+    request: {
+      params: idParam,
+      query: z.object({
+        wait: z.coerce.number().int().min(0).max(MAX_ROLLOUT_WAIT_S).default(0),
+        since: z.coerce.number().int().min(0).optional(),
+      }),
+    },
+    responses: { 200: jsonResponse(RolloutSchema, "The rollout"), ...commonErrors, ...notFoundError },
+  }),
+  async (c) => {
+    const { id } = c.req.valid("param");
+    const q = c.req.valid("query");
+    return c.json(view(await getRollout(c.env, id, { since: q.since ?? null, waitMs: q.wait * 1000 })), 200);
+  },
+)
+.openapi(controlRoute("pause"), async (c) => {
+  const { id } = c.req.valid("param");
+  return c.json(view(await controlRollout(c.env, actorOf(c.var.principal), id, "pause")), 200);
+})
+.openapi(controlRoute("resume"), async (c) => {
+  const { id } = c.req.valid("param");
+  return c.json(view(await controlRollout(c.env, actorOf(c.var.principal), id, "resume")), 200);
+})
+.openapi(controlRoute("cancel"), async (c) => {
+  const { id } = c.req.valid("param");
+  return c.json(view(await controlRollout(c.env, actorOf(c.var.principal), id, "cancel")), 200);
+})
+.openapi(controlRoute("rollback"), async (c) => {
+  const { id } = c.req.valid("param");
+  return c.json(view(await controlRollout(c.env, actorOf(c.var.principal), id, "rollback")), 200);
+})
+.openapi(
+  createRoute({
+    method: "get",
+    path: "/{id}/targets",
+    operationId: "listRolloutTargets",
+    tags: ["rollouts"],
+    summary: "The rollout's targets in order, optionally by state (the current pass unless `pass` is given)",
+    security: bearer,
+    middleware: [requireScope("read")] as const,
+    request: {
+      params: idParam,
+      query: z.object({
+        state: z.enum(TARGET_STATES).optional(),
+        pass: z.coerce.number().int().min(0).max(1).optional(),
+        limit: limitParam,
+        cursor: cursorParam,
+      }),
+    },
+    responses: {
+      200: jsonResponse(z.object({ items: z.array(TargetSchema), next_cursor: z.string().nullable() }), "A page"),
+      ...commonErrors,
+      ...notFoundError,
+    },
+  }),
+  async (c) => {
+    const { id } = c.req.valid("param");
+    const q = c.req.valid("query");
+    const after = decodeIdCursor(q.cursor) ?? -1;
+    const rows = await rolloutOf(c.env, id).targets({ pass: q.pass, state: q.state, after, limit: q.limit });
+    if (!rows) throw notFound("rollout", id);
+    const items = rows.slice(0, q.limit).map((t) => ({
+      server_id: t.server_id,
+      hostname: t.hostname,
+      reboot_group: t.reboot_group,
+      pass: t.pass,
+      state: t.state,
+      image: t.image,
+      version: t.version,
+      from_image: t.from_image,
+      from_version: t.from_version,
+      generation: t.generation,
+      reboot_slot: t.slot,
+      started_at: isoOrNull(t.started_at),
+      ended_at: isoOrNull(t.ended_at),
+      duration_s: t.duration_ms === null ? null : t.duration_ms / 1000,
+      reason: t.reason,
+      slow: t.warned,
+    }));
+    const next_cursor = rows.length > q.limit ? encodeCursor([String(rows[q.limit - 1].seq)]) : null;
+    return c.json({ items, next_cursor }, 200);
+  },
+)
+.openapi(
+  createRoute({
+    method: "get",
+    path: "/{id}/events",
+    operationId: "listRolloutEvents",
+    tags: ["rollouts"],
+    summary: "Everything that happened to the rollout, oldest first (paged)",
+    security: bearer,
+    middleware: [requireScope("read")] as const,
+    request: { params: idParam, query: z.object({ limit: limitParam, cursor: cursorParam }) },
+    responses: {
+      200: jsonResponse(z.object({ items: z.array(EventSchema), next_cursor: z.string().nullable() }), "A page"),
+      ...commonErrors,
+      ...notFoundError,
+    },
+  }),
+  async (c) => {
+    const { id } = c.req.valid("param");
+    const q = c.req.valid("query");
+    const rows = await rolloutOf(c.env, id).events({ after: decodeIdCursor(q.cursor) ?? 0, limit: q.limit });
+    if (!rows) throw notFound("rollout", id);
+    const { items, next_cursor } = page(rows, q.limit, (e) => [String(e.id)]);
+    const out = items.map((e) => ({ id: e.id, at: iso(e.at), kind: e.kind, server_id: e.server_id, details: e.details ? (JSON.parse(e.details) as unknown) : null }));
+    return c.json({ items: out, next_cursor }, 200);
+  },
+);

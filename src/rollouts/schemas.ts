@@ -1,0 +1,127 @@
+import { z } from "@hono/zod-openapi";
+import { fleetId } from "../fleet/schemas";
+import { agentName, imageRef, versionString } from "../ledger/schemas";
+import { ROLLOUT_STATES, ROLLOUT_TARGET_STATES as TARGET_STATES } from "../domain/enums";
+import {
+  DEFAULT_ROLLOUT_CONCURRENCY,
+  MAX_ROLLOUT_CONCURRENCY,
+  MAX_ROLLOUT_SERVER_LIST,
+  MAX_ROLLOUT_WAIT_S,
+  MAX_SERVER_TIMEOUT_S,
+  MAX_SLOW_FACTOR,
+} from "../domain/limits";
+
+export { MAX_ROLLOUT_WAIT_S };
+
+const roleName = z.string().regex(/^[a-z0-9][a-z0-9._-]{0,62}$/);
+
+export const AbortInput = z
+  .strictObject({
+    max_failures: z.number().int().min(0).max(1_000_000).optional(),
+    max_failure_percent: z.number().min(0).max(100).optional(),
+    min_completed: z.number().int().min(1).max(1_000_000).optional(),
+  })
+  .refine((a) => !(a.max_failures !== undefined && a.max_failure_percent !== undefined), {
+    message: "give max_failures or max_failure_percent, not both",
+  })
+  .refine((a) => a.min_completed === undefined || a.max_failure_percent !== undefined, {
+    message: "min_completed applies to max_failure_percent only",
+  });
+
+export const RolloutInput = z
+  .strictObject({
+    fleet: fleetId,
+    agent: agentName,
+    image: imageRef,
+    version: versionString,
+    selector: z
+      .strictObject({
+        roles: z.array(roleName).max(64).optional(),
+        servers: z.array(z.uuid()).max(MAX_ROLLOUT_SERVER_LIST).optional(),
+      })
+      .optional(),
+    /** Server ids or hostnames; matching targets are listed as skipped (excluded). */
+    exclude: z.array(z.string().min(1).max(253)).max(MAX_ROLLOUT_SERVER_LIST).default([]),
+    concurrency: z.number().int().min(1).max(MAX_ROLLOUT_CONCURRENCY).default(DEFAULT_ROLLOUT_CONCURRENCY),
+    server_timeout_s: z.number().int().min(1).max(MAX_SERVER_TIMEOUT_S).optional(),
+    slow_factor: z.number().min(1).max(MAX_SLOW_FACTOR).optional(),
+    abort: AbortInput.optional(),
+    update_channel: z.boolean().default(true),
+    reboot_slot: z.boolean().default(false),
+  })
+  .openapi("RolloutInput");
+export type RolloutInput = z.infer<typeof RolloutInput>;
+
+const counts = z.object(Object.fromEntries(TARGET_STATES.map((s) => [s, z.number().int()])) as Record<(typeof TARGET_STATES)[number], z.ZodNumber>);
+
+export const RolloutSchema = z
+  .object({
+    id: z.string(),
+    fleet: z.string(),
+    agent: z.string(),
+    image: z.string(),
+    version: z.string(),
+    state: z.enum(ROLLOUT_STATES),
+    pass: z.number().int().openapi({ description: "0: the forward pass; 1: the rollback pass" }),
+    reason: z.string().nullable(),
+    concurrency: z.number().int(),
+    server_timeout_s: z.number().int().nullable(),
+    slow_factor: z.number().nullable(),
+    abort: z.object({ max_failures: z.number().optional(), max_failure_percent: z.number().optional(), min_completed: z.number().optional() }),
+    update_channel: z.boolean(),
+    channel_updated: z.boolean().nullable(),
+    reboot_slot: z.boolean(),
+    counts,
+    total: z.number().int(),
+    median_s: z.number().nullable(),
+    eta_s: z.number().nullable(),
+    warnings: z.array(z.object({ server_id: z.string(), hostname: z.string(), at: z.string(), message: z.string() })),
+    created_by: z.string(),
+    created_at: z.string(),
+    ended_at: z.string().nullable(),
+    change: z.number().int().openapi({ description: "Moves with every change; pass it back as `since` to long-poll" }),
+  })
+  .openapi("Rollout");
+
+export const RolloutListItem = z
+  .object({
+    id: z.string(),
+    fleet: z.string(),
+    agent: z.string(),
+    image: z.string(),
+    version: z.string(),
+    state: z.enum(ROLLOUT_STATES),
+    pass: z.number().int(),
+    counts: z.record(z.string(), z.number()),
+    reason: z.string().nullable(),
+    created_by: z.string(),
+    created_at: z.string(),
+    updated_at: z.string(),
+    ended_at: z.string().nullable(),
+  })
+  .openapi("RolloutListItem");
+
+export const TargetSchema = z
+  .object({
+    server_id: z.string(),
+    hostname: z.string(),
+    reboot_group: z.string(),
+    pass: z.number().int(),
+    state: z.enum(TARGET_STATES),
+    image: z.string(),
+    version: z.string(),
+    from_image: z.string().nullable(),
+    from_version: z.string().nullable(),
+    generation: z.number().int().nullable(),
+    reboot_slot: z.enum(["none", "requested", "held"]),
+    started_at: z.string().nullable(),
+    ended_at: z.string().nullable(),
+    duration_s: z.number().nullable(),
+    reason: z.string().nullable(),
+    slow: z.boolean(),
+  })
+  .openapi("RolloutTarget");
+
+export const EventSchema = z
+  .object({ id: z.number().int(), at: z.string(), kind: z.string(), server_id: z.string().nullable(), details: z.unknown() })
+  .openapi("RolloutEvent");

@@ -1,0 +1,159 @@
+/**
+ * Rollout workflows. Targets are selected from the D1 index; the (fleet, agent) is claimed in D1
+ * (one running rollout per pair: an INSERT admits one claimant) before the Rollout object is
+ * created; from then on the object owns everything and releases the claim through its outbox
+ * when it ends. A claim whose rollout never started (the workflow died in between) is taken over
+ * once it is older than CLAIM_TTL_MS.
+ */
+import { and, asc, desc, eq, inArray, isNotNull, lt, notInArray, or, type SQL } from "drizzle-orm";
+import { getDb, type Db } from "../db/client";
+import { agentInstances, rolloutLocks, rollouts, servers } from "../db/schema";
+import type { Env } from "../env";
+import { getFleet } from "../fleet/fleets";
+import { ApiError, notFound, unwrap } from "../http/errors";
+import type { TargetInput } from "../rollouts/durable-object";
+import { ACTIVE_STATES, type Control, type RolloutSpec, type RolloutState } from "../rollouts/machine";
+import type { RolloutInput } from "../rollouts/schemas";
+import { rolloutOf } from "../rollouts/stub";
+
+export const CLAIM_TTL_MS = 2 * 60_000;
+
+/** The servers of the fleet whose desired config has the agent, filtered by selector and exclude. */
+export async function selectTargets(db: Db, input: Pick<RolloutInput, "fleet" | "agent" | "selector" | "exclude">): Promise<TargetInput[]> {
+  const rows = await db
+    .select({ id: servers.id, hostname: servers.hostname, roles: servers.roles, rebootGroup: servers.rebootGroup })
+    .from(agentInstances)
+    .innerJoin(servers, eq(servers.id, agentInstances.serverId))
+    .where(
+      and(
+        eq(agentInstances.fleetId, input.fleet),
+        eq(agentInstances.agent, input.agent),
+        isNotNull(agentInstances.desiredImage),
+        notInArray(servers.state, ["decommissioning", "removed"]),
+      ),
+    )
+    .orderBy(asc(servers.hostname), asc(servers.id));
+  const roles = input.selector?.roles ? new Set(input.selector.roles) : null;
+  const ids = input.selector?.servers ? new Set(input.selector.servers) : null;
+  const exclude = new Set(input.exclude.map((e) => e.toLowerCase()));
+  return rows
+    .filter((r) => (!roles || r.roles.some((role) => roles.has(role))) && (!ids || ids.has(r.id)))
+    .map((r) => ({
+      server_id: r.id,
+      hostname: r.hostname,
+      reboot_group: r.rebootGroup,
+      excluded: exclude.has(r.id) || exclude.has(r.hostname.toLowerCase()),
+    }));
+}
+
+/** Claims (fleet, agent) for `rolloutId`; answers whether this call inserted the claim. */
+async function claim(env: Env, db: Db, fleet: string, agent: string, rolloutId: string): Promise<{ fresh: boolean }> {
+  for (let attempt = 0; attempt < 3; attempt++) {
+    const inserted = await db
+      .insert(rolloutLocks)
+      .values({ fleetId: fleet, agent, rolloutId, createdAt: Date.now() })
+      .onConflictDoNothing()
+      .returning({ id: rolloutLocks.rolloutId });
+    if (inserted.length) return { fresh: true };
+    const holder = await db.query.rolloutLocks.findFirst({ where: and(eq(rolloutLocks.fleetId, fleet), eq(rolloutLocks.agent, agent)) });
+    if (!holder) continue; // released meanwhile
+    if (holder.rolloutId === rolloutId) return { fresh: false };
+    const running = await rolloutOf(env, holder.rolloutId).get(null, 0);
+    if (!running && Date.now() - holder.createdAt > CLAIM_TTL_MS) {
+      await db.delete(rolloutLocks).where(and(eq(rolloutLocks.fleetId, fleet), eq(rolloutLocks.agent, agent), eq(rolloutLocks.rolloutId, holder.rolloutId)));
+      continue;
+    }
+    throw new ApiError(409, "rollout_in_progress", `rollout ${holder.rolloutId} is already updating '${agent}' in fleet '${fleet}'`, {
+      rollout_id: holder.rolloutId,
+      state: running?.state ?? "starting",
+    });
+  }
+  throw new ApiError(409, "rollout_in_progress", `another rollout of '${agent}' in fleet '${fleet}' is starting; retry`);
+}
+
+export async function createRollout(env: Env, actor: string, input: RolloutInput, newId: () => string = () => crypto.randomUUID()) {
+  const db = getDb(env.DB);
+  const fleet = await getFleet(db, input.fleet);
+  if (!fleet) throw new ApiError(422, "unknown_fleet", `fleet '${input.fleet}' does not exist`);
+  const targets = await selectTargets(db, input);
+  const id = newId();
+  const spec: RolloutSpec = {
+    id,
+    fleet: input.fleet,
+    agent: input.agent,
+    image: input.image,
+    version: input.version,
+    concurrency: input.concurrency,
+    server_timeout_s: input.server_timeout_s ?? null,
+    slow_factor: input.slow_factor ?? null,
+    abort: input.abort ?? {},
+    update_channel: input.update_channel,
+    reboot_slot: input.reboot_slot,
+    created_by: actor,
+    created_at: Date.now(),
+  };
+  await claim(env, db, input.fleet, input.agent, id);
+  return rolloutOf(env, id).start(spec, targets);
+}
+
+export async function getRollout(env: Env, id: string, opts: { since: number | null; waitMs: number } = { since: null, waitMs: 0 }) {
+  const summary = await rolloutOf(env, id).get(opts.since, opts.waitMs);
+  if (!summary) throw notFound("rollout", id);
+  return summary;
+}
+
+export async function controlRollout(env: Env, actor: string, id: string, action: Control) {
+  const stub = rolloutOf(env, id);
+  if (action !== "rollback") return unwrap(await stub.control(action, actor)).summary;
+  const current = await stub.get(null, 0);
+  if (!current) throw notFound("rollout", id);
+  // A rollback runs again: it needs the (fleet, agent), which another rollout may hold by now.
+  const db = getDb(env.DB);
+  const { fresh } = await claim(env, db, current.fleet, current.agent, id);
+  const result = await stub.control("rollback", actor);
+  if (!result.ok && fresh) {
+    await db.delete(rolloutLocks).where(and(eq(rolloutLocks.fleetId, current.fleet), eq(rolloutLocks.agent, current.agent), eq(rolloutLocks.rolloutId, id)));
+  }
+  return unwrap(result).summary;
+}
+
+export async function listRollouts(
+  db: Db,
+  filter: { fleet?: string; agent?: string; state?: RolloutState },
+  before: { createdAt: number; id: string } | null,
+  limit: number,
+) {
+  const conds: SQL[] = [];
+  if (filter.fleet) conds.push(eq(rollouts.fleetId, filter.fleet));
+  if (filter.agent) conds.push(eq(rollouts.agent, filter.agent));
+  if (filter.state) conds.push(eq(rollouts.state, filter.state));
+  if (before) {
+    // Newest first; ties on created_at broken by id.
+    conds.push(or(lt(rollouts.createdAt, before.createdAt), and(eq(rollouts.createdAt, before.createdAt), lt(rollouts.id, before.id)))!);
+  }
+  return db
+    .select()
+    .from(rollouts)
+    .where(conds.length ? and(...conds) : undefined)
+    .orderBy(desc(rollouts.createdAt), desc(rollouts.id))
+    .limit(limit + 1);
+}
+
+/**
+ * Cron backstop: rollouts still moving whose row has not changed for a while get re-driven (their
+ * timers re-armed, their outbox flushed). Reads only active rows, through a partial index.
+ */
+export async function redriveRollouts(env: Env, now: number, quietMs = 60_000, limit = 50) {
+  const db = getDb(env.DB);
+  const rows = await db
+    .select({ id: rollouts.id })
+    .from(rollouts)
+    .where(and(sqlActive(), lt(rollouts.updatedAt, now - quietMs)))
+    .orderBy(asc(rollouts.updatedAt))
+    .limit(limit);
+  await Promise.all(rows.map((r) => rolloutOf(env, r.id).redrive().catch((err) => console.error("rollout redrive failed", r.id, String(err)))));
+  return rows.length;
+}
+
+/** Written as the partial index's own predicate, so the query uses it. */
+const sqlActive = () => inArray(rollouts.state, [...ACTIVE_STATES]);

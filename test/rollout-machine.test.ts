@@ -1,0 +1,217 @@
+import { describe, expect, it } from "vitest";
+import {
+  abortReason,
+  account,
+  control,
+  etaSeconds,
+  isSlow,
+  median,
+  newCore,
+  quiescent,
+  startable,
+  stepTarget,
+  zeroCounts,
+  type Core,
+  type Target,
+  type TargetEvent,
+} from "../src/rollouts/machine";
+import { decideApply, settleMarks, type RolloutMark } from "../src/rollouts/ledger-side";
+import type { StoredReport } from "../src/ledger/schemas";
+import type { DesiredState } from "../src/ledger/desired";
+
+const T = (over: Partial<Target> = {}): Target => ({
+  pass: 0,
+  server_id: "s1",
+  seq: 0,
+  hostname: "h1",
+  reboot_group: "default",
+  state: "queued",
+  image: "img:2",
+  version: "2",
+  from_image: null,
+  from_version: null,
+  generation: null,
+  slot: "none",
+  started_at: null,
+  ended_at: null,
+  reason: null,
+  warned: false,
+  ...over,
+});
+const core = (over: Partial<Core> = {}, counts: Partial<Core["counts"]> = {}): Core => ({
+  ...newCore(),
+  ...over,
+  counts: { ...zeroCounts(), ...counts },
+});
+
+describe("target transitions", () => {
+  const applying = T({ state: "applying", started_at: 1, generation: 5 });
+  const cases: [string, Target, TargetEvent, Partial<Target> | null][] = [
+    ["queued starts", T(), { type: "start", at: 10 }, { state: "applying", started_at: 10 }],
+    ["a slot request marks it", T(), { type: "slot_requested" }, { slot: "requested", state: "queued" }],
+    ["a granted slot starts it holding the slot", T({ slot: "requested" }), { type: "start", at: 3 }, { state: "applying", slot: "held" }],
+    ["a refused slot puts it back", T({ slot: "requested" }), { type: "slot_refused" }, { slot: "none" }],
+    ["applied records the generation and the image before", T({ state: "applying" }), { type: "applied", generation: 7, from_image: "img:1", from_version: "1" }, { generation: 7, from_image: "img:1" }],
+    ["a second applied changes nothing", applying, { type: "applied", generation: 5, from_image: null, from_version: null }, null],
+    ["realized at the written generation is done", applying, { type: "realized", generation: 5, at: 9 }, { state: "done", ended_at: 9 }],
+    ["realized at another generation changes nothing", applying, { type: "realized", generation: 4, at: 9 }, null],
+    ["realized on a done target changes nothing (duplicate)", T({ state: "done", generation: 5 }), { type: "realized", generation: 5, at: 9 }, null],
+    ["failed after done changes nothing (reordered)", T({ state: "done", generation: 5 }), { type: "failed", generation: 5, message: "x", at: 9 }, null],
+    ["failed at the written generation", applying, { type: "failed", generation: 5, message: "pull", at: 9 }, { state: "failed", reason: "pull" }],
+    ["timeout ends an applying target", applying, { type: "timeout", at: 9 }, { state: "timed_out" }],
+    ["timeout of a done target changes nothing", T({ state: "done" }), { type: "timeout", at: 9 }, null],
+    ["already at the image: skipped", T({ state: "applying" }), { type: "skip", reason: "already_at_image", at: 2 }, { state: "skipped", reason: "already_at_image" }],
+    ["skip after a write changes nothing", applying, { type: "skip", reason: "x", at: 2 }, null],
+    ["removed leaves the rollout", applying, { type: "removed", at: 2 }, { state: "skipped", reason: "removed" }],
+    ["start of an applying target changes nothing", applying, { type: "start", at: 2 }, null],
+  ];
+  it.each(cases)("%s", (_name, t, e, expected) => {
+    const after = stepTarget(t, e);
+    if (expected === null) expect(after).toBeNull();
+    else expect(after).toMatchObject(expected);
+  });
+});
+
+describe("concurrency", () => {
+  it.each([
+    ["nothing in flight", core({}, { queued: 10 }), 3, 3],
+    ["two applying", core({}, { queued: 10, applying: 2 }), 3, 1],
+    ["full", core({}, { applying: 3 }), 3, 0],
+    ["slot requests count", core({ slot_requests: 2 }, { applying: 1 }), 3, 0],
+    ["previous pass in flight counts", core({ prev_applying: 2, state: "rolling_back" }, { queued: 5 }), 3, 1],
+    ["paused starts nothing", core({ state: "paused" }, { queued: 5 }), 3, 0],
+    ["failed starts nothing", core({ state: "failed" }, { queued: 5 }), 3, 0],
+  ] as const)("%s", (_n, c, concurrency, expected) => {
+    expect(startable(c, { concurrency })).toBe(expected);
+  });
+});
+
+describe("abort rule", () => {
+  it.each([
+    ["max_failures 0: the first failure aborts", { failed: 1 }, { max_failures: 0 }, true],
+    ["max_failures 1: one failure does not", { failed: 1, done: 3 }, { max_failures: 1 }, false],
+    ["max_failures 1: a failure and a timeout do", { failed: 1, timed_out: 1 }, { max_failures: 1 }, true],
+    ["percent before min_completed does not", { failed: 2, done: 0 }, { max_failure_percent: 10, min_completed: 5 }, false],
+    ["percent after min_completed does", { failed: 2, done: 3 }, { max_failure_percent: 10, min_completed: 5 }, true],
+    ["percent at the limit does not", { failed: 1, done: 9 }, { max_failure_percent: 10, min_completed: 5 }, false],
+    ["skipped targets do not count", { failed: 1, done: 9, skipped: 50 }, { max_failure_percent: 10 }, false],
+    ["no rule never aborts", { failed: 100 }, {}, false],
+  ] as const)("%s", (_n, counts, rule, aborts) => {
+    expect(abortReason({ ...zeroCounts(), ...counts }, rule) !== null).toBe(aborts);
+  });
+
+  it("a failure over the threshold fails the rollout and skips what is queued; one applying keeps running", () => {
+    const before = T({ state: "applying", generation: 3 });
+    const after = stepTarget(before, { type: "failed", generation: 3, message: "x", at: 5 })!;
+    const out = account(core({}, { applying: 2, queued: 4 }), { abort: { max_failures: 0 } }, before, after, 5);
+    expect(out.core.state).toBe("failed");
+    expect(out.skipQueued).toBe("aborted");
+    expect(out.entered).toBe("failed");
+    expect(out.core.counts.applying).toBe(1);
+    expect(quiescent(out.core)).toBe(false);
+  });
+
+  it("the last target done ends the pass: running → succeeded, rolling_back → rolled_back", () => {
+    const before = T({ state: "applying", generation: 3 });
+    const after = stepTarget(before, { type: "realized", generation: 3, at: 5 })!;
+    expect(account(core({}, { applying: 1, done: 2 }), { abort: {} }, before, after, 5).core.state).toBe("succeeded");
+    expect(account(core({ state: "rolling_back", pass: 1 }, { applying: 1 }), { abort: {} }, { ...before, pass: 1 }, { ...after, pass: 1 }, 5).core.state).toBe("rolled_back");
+  });
+
+  it("a forward target ending during the rollback frees its place without touching the rollback's counts", () => {
+    const before = T({ state: "applying", generation: 3 });
+    const after = stepTarget(before, { type: "failed", generation: 3, message: "x", at: 5 })!;
+    const out = account(core({ state: "rolling_back", pass: 1, prev_applying: 1 }, { queued: 1 }), { abort: { max_failures: 0 } }, before, after, 5);
+    expect(out.core).toMatchObject({ state: "rolling_back", prev_applying: 0, counts: { queued: 1, failed: 0 } });
+  });
+});
+
+describe("operator controls", () => {
+  it.each([
+    ["pause a running rollout", core(), "pause", "paused"],
+    ["resume a paused one", core({ state: "paused", paused_from: "running" }, { queued: 1 }), "resume", "running"],
+    ["resume a paused rollback", core({ state: "paused", paused_from: "rolling_back", pass: 1 }, { queued: 1 }), "resume", "rolling_back"],
+    ["resume with nothing left finishes", core({ state: "paused", paused_from: "running" }, { done: 3 }), "resume", "succeeded"],
+    ["cancel a running one", core({}, { queued: 3 }), "cancel", "cancelled"],
+    ["cancel a paused one", core({ state: "paused", paused_from: "running" }), "cancel", "cancelled"],
+    ["roll back a succeeded one", core({ state: "succeeded" }, { done: 3 }), "rollback", "rolling_back"],
+    ["roll back a failed one", core({ state: "failed" }, { done: 3, failed: 1 }), "rollback", "rolling_back"],
+    ["roll back a running one", core({}, { done: 1, applying: 2 }), "rollback", "rolling_back"],
+    ["roll back a cancelled one", core({ state: "cancelled" }), "rollback", "rolling_back"],
+  ] as const)("%s", (_n, c, action, state) => {
+    const out = control(c, action, 1);
+    expect(out.ok && out.core.state).toBe(state);
+  });
+
+  it.each([
+    ["resume a running rollout", core(), "resume"],
+    ["pause a succeeded one", core({ state: "succeeded" }), "pause"],
+    ["cancel a succeeded one", core({ state: "succeeded" }), "cancel"],
+    ["roll back a rolled-back one", core({ state: "rolled_back", pass: 1 }), "rollback"],
+    ["roll back a rolling-back one", core({ state: "rolling_back", pass: 1 }), "rollback"],
+    ["roll back a paused rollback", core({ state: "paused", paused_from: "rolling_back", pass: 1 }), "rollback"],
+  ] as const)("refused: %s", (_n, c, action) => {
+    const out = control(c, action, 1);
+    expect(out.ok).toBe(false);
+  });
+
+  it("rollback starts pass 1 with the forward targets still applying counted as in flight", () => {
+    const out = control(core({}, { applying: 2, done: 3, queued: 4 }), "rollback", 1);
+    expect(out.ok && out.core).toMatchObject({ pass: 1, prev_applying: 2 });
+    expect(out.ok && out.skipQueued).toBe("rolled_back");
+  });
+});
+
+describe("progress", () => {
+  it("median, slow servers and ETA", () => {
+    expect(median([])).toBeNull();
+    expect(median([1, 2, 9])).toBe(2);
+    expect(median([1, 2, 4, 9])).toBe(3);
+    expect(isSlow(31, 10, 3)).toBe(true);
+    expect(isSlow(30, 10, 3)).toBe(false);
+    expect(isSlow(1000, 10, null)).toBe(false);
+    expect(isSlow(1000, null, 3)).toBe(false);
+    expect(etaSeconds(core({}, { queued: 8, applying: 2 }), 5, 2000)).toBe(4);
+    expect(etaSeconds(core({}, { queued: 8 }), 5, null)).toBeNull();
+    expect(etaSeconds(core({ state: "succeeded" }), 5, null)).toBe(0);
+  });
+});
+
+describe("the ledger's side", () => {
+  const mark: RolloutMark = { rollout_id: "r1", pass: 0, generation: 5, image: "img:2", from_image: "img:1", from_version: "1" };
+  const report = (generation: number, image: string, error = false): StoredReport => ({
+    generation,
+    reconciled_at: "2026-01-01T00:00:00Z",
+    boot_id: "b",
+    agents: [{ name: "fw", image, version: "x", instance_id: "i", state: "running" }],
+    errors: error ? [{ agent: "fw", op: "update", message: "pull failed" }] : [],
+    assignments: { units: [], storage: [] },
+    received_at: 1,
+  });
+  it.each([
+    ["a report behind the written generation settles nothing, even with an old error", report(4, "img:1", true), null],
+    ["at the generation, running the image: realized", report(5, "img:2"), "realized"],
+    ["past the generation, running the image: realized", report(6, "img:2"), "realized"],
+    ["at the generation with an error for the agent: failed", report(5, "img:1", true), "failed"],
+    ["at the generation, another image, no error: not yet", report(5, "img:1"), null],
+  ] as const)("%s", (_n, r, outcome) => {
+    const { events, remaining } = settleMarks({ fw: mark }, r, "s1");
+    expect(events.map((e) => e.outcome)).toEqual(outcome ? [outcome] : []);
+    expect(Object.keys(remaining)).toEqual(outcome ? [] : ["fw"]);
+  });
+
+  const desired = { generation: 4, agents: [{ name: "fw", image: "img:1", version: "1", instance_id: "i" }], lifecycle: "run" as const, updated_at: 0 };
+  const req = { rollout_id: "r1", pass: 0, agent: "fw", image: "img:2", version: "2" };
+  it.each([
+    ["writes the next generation with the agent's image changed", desired, "active", undefined, "applied"],
+    ["a redelivery answers the same generation and writes nothing", desired, "active", mark, "applied"],
+    ["already at the image", { ...desired, agents: [{ ...desired.agents[0], image: "img:2", version: "2" }] }, "active", undefined, "already_at_image"],
+    ["no such agent", { ...desired, agents: [] }, "active", undefined, "agent_absent"],
+    ["a decommissioning server", desired, "decommissioning", undefined, "removed"],
+  ] as const)("%s", (_n, d, state, m, outcome) => {
+    const out = decideApply(d as DesiredState, state, m, req, 9);
+    expect(out.outcome.outcome).toBe(outcome);
+    if (outcome === "applied" && !m) expect(out.next).toMatchObject({ generation: 5, agents: [{ image: "img:2", instance_id: "i" }] });
+    if (m) expect(out.next).toBeUndefined();
+  });
+});
