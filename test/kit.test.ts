@@ -143,6 +143,27 @@ describe("outbox", () => {
     });
   });
 
+  it("holds deferred effects for one batch: delivered with the next flush or by the alarm within deferMs", async () => {
+    await scratch(async (storage) => {
+      const s = new Scheduler(storage);
+      const batches: string[][] = [];
+      const box = new Outbox<"d1">(
+        storage,
+        s,
+        { d1: { target: "d1", statements: () => [], delivered: (p: { n: string }) => void (batches.at(-1) ?? batches[batches.push([]) - 1]).push(p.n) } },
+        () => getDb(env.DB),
+      );
+      const now = Date.now();
+      for (const n of ["a", "b", "c"]) box.enqueue("d1", { n }, { deferMs: 1_000 });
+      expect(s.dueAt(OUTBOX_TIMER)).toBeLessThanOrEqual(now + 1_000 + 50);
+      expect(box.pending()).toBe(3);
+      batches.push([]);
+      await box.flush();
+      expect(batches).toEqual([["a", "b", "c"]]);
+      expect(box.pending()).toBe(0);
+    });
+  });
+
   it("caps and jitters the backoff", () => {
     expect(backoffMs(1, 0)).toBe(500);
     expect(backoffMs(1, 1)).toBe(1000);

@@ -94,6 +94,9 @@ export interface PreRebootOptions {
  */
 export const RESERVATION_TTL_MS = 2 * 60_000;
 
+/** How long a host grant's or release's audit row may wait to share a D1 batch with others. */
+export const HOST_AUDIT_DEFER_MS = 1_000;
+
 /**
  * One per fleet: a counting semaphore per reboot group. Storage is the synchronous KV API, so
  * every RPC's read-check-write runs in one turn that no other request can interleave with, and
@@ -126,12 +129,11 @@ export class RebootCoordinator extends DurableObject<Env> {
 
   /** Audit rows leave through the outbox: the caller's answer never waits for D1. */
   private async audited(entries: AuditEntry[], opts: { wait: boolean }) {
-    if (entries.length) {
-      for (const e of entries) this.outbox.enqueue("audit", auditEvent(e));
-      await this.scheduler.arm();
-    }
+    // Hosts' grants and releases are audited within HOST_AUDIT_DEFER_MS, many rows to one D1
+    // batch, instead of one batch each; an operator's change is delivered before its answer.
+    for (const e of entries) this.outbox.enqueue("audit", auditEvent(e), opts.wait ? {} : { deferMs: HOST_AUDIT_DEFER_MS });
+    if (entries.length) await this.scheduler.arm();
     if (opts.wait) await this.outbox.flush();
-    else if (entries.length) this.ctx.waitUntil(this.outbox.flush());
   }
 
   private get kv() {
@@ -446,7 +448,8 @@ export class RebootCoordinator extends DurableObject<Env> {
           target: `server:${serverId}`,
           details: { server_id: serverId, reason: opts.reason, released: released.map((h) => ({ group: h.group, id: h.id })) },
         }],
-        { wait: false },
+        // Called from a ledger's outbox, never on a host's path: deliver before answering.
+        { wait: true },
       );
     }
     return released;

@@ -39,6 +39,8 @@ export const OUTBOX_TIMER = "outbox";
 /** If the immediate delivery never happens (the object died), the alarm delivers after this. */
 export const OUTBOX_SAFETY_MS = 10_000;
 export const OUTBOX_MAX_BACKOFF_MS = 5 * 60_000;
+/** Effects delivered per round of a flush (one D1 batch at most this large). */
+export const MAX_BATCH = 200;
 
 export function backoffMs(attempts: number, random = Math.random()) {
   const capped = Math.min(OUTBOX_MAX_BACKOFF_MS, 1000 * 2 ** Math.max(0, attempts - 1));
@@ -77,31 +79,37 @@ export class Outbox<K extends string> {
    * index must show the ledger as it is now"), and a delivery of the older payload under way does
    * not remove the newer one.
    */
-  enqueue(kind: K, payload: unknown = {}, opts: { key?: string } = {}) {
+  enqueue(kind: K, payload: unknown = {}, opts: { key?: string; deferMs?: number } = {}) {
     const now = Date.now();
+    // `deferMs`: no delivery of its own; it rides with the next flush, or the alarm after deferMs,
+    // so effects of a busy path (a grant's audit row) reach D1 many to a batch.
+    const due = now + (opts.deferMs ?? OUTBOX_SAFETY_MS);
+    const attempts = opts.deferMs === undefined ? 0 : -1;
     const text = JSON.stringify(payload);
     this.table.ensure();
     if (opts.key) {
       this.storage.sql.exec(
-        `INSERT INTO _outbox (kind, dedup_key, payload, next_at, created_at) VALUES (?, ?, ?, ?, ?)
+        `INSERT INTO _outbox (kind, dedup_key, payload, next_at, created_at, attempts) VALUES (?, ?, ?, ?, ?, ?)
          ON CONFLICT(dedup_key) DO UPDATE SET kind = excluded.kind, payload = excluded.payload, seq = seq + 1,
            next_at = MIN(next_at, excluded.next_at)`,
         kind,
         opts.key,
         text,
-        now + OUTBOX_SAFETY_MS,
+        due,
         now,
+        attempts,
       );
     } else {
       this.storage.sql.exec(
-        "INSERT INTO _outbox (kind, payload, next_at, created_at) VALUES (?, ?, ?, ?)",
+        "INSERT INTO _outbox (kind, payload, next_at, created_at, attempts) VALUES (?, ?, ?, ?, ?)",
         kind,
         text,
-        now + OUTBOX_SAFETY_MS,
+        due,
         now,
+        attempts,
       );
     }
-    this.scheduler.schedule(OUTBOX_TIMER, now + OUTBOX_SAFETY_MS, null, { noLaterThan: true });
+    this.scheduler.schedule(OUTBOX_TIMER, due, null, { noLaterThan: true });
   }
 
   /** How many effects wait for delivery (tests, metrics). */
@@ -125,8 +133,10 @@ export class Outbox<K extends string> {
     const now = Date.now();
     const rows = this.storage.sql
       .exec<Row>(
-        "SELECT id, kind, payload, attempts, seq FROM _outbox WHERE attempts = 0 OR next_at <= ? ORDER BY id",
+        // Deferred effects (attempts -1) ride along with any flush; at most MAX_BATCH per round.
+        "SELECT id, kind, payload, attempts, seq FROM _outbox WHERE attempts <= 0 OR next_at <= ? ORDER BY id LIMIT ?",
         now,
+        MAX_BATCH,
       )
       .toArray();
     if (rows.length === 0) return;
@@ -156,6 +166,8 @@ export class Outbox<K extends string> {
     }
     this.rearm();
     await this.scheduler.arm();
+    // A full round: more may be waiting behind it.
+    if (rows.length === MAX_BATCH) await this.deliver();
   }
 
   private async deliverD1(rows: Row[]) {
@@ -185,7 +197,7 @@ export class Outbox<K extends string> {
   private failed(rows: Row[], err: unknown) {
     const now = Date.now();
     for (const r of rows) {
-      const attempts = r.attempts + 1;
+      const attempts = Math.max(0, r.attempts) + 1;
       this.storage.sql.exec(
         "UPDATE _outbox SET attempts = ?, next_at = ?, last_error = ? WHERE id = ?",
         attempts,
