@@ -24,16 +24,24 @@ export const freePort = () =>
 export interface LocalServer {
   url: string;
   admin: string;
+  /** The state directory, to start another server on the same state (`reuse`). */
+  persist: string;
   stop: () => void;
+  /** kill -9 of wrangler and workerd, leaving the state behind as a crash would. */
+  crash: () => void;
   log: () => string;
 }
 
-export async function startLocalServer({ label = "local", startTimeoutMs = 90_000 } = {}): Promise<LocalServer> {
+export async function startLocalServer({
+  label = "local",
+  startTimeoutMs = 90_000,
+  reuse,
+}: { label?: string; startTimeoutMs?: number; reuse?: { persist: string; admin: string } } = {}): Promise<LocalServer> {
   const port = await freePort();
-  const persist = mkdtempSync(join(tmpdir(), `harbormaster-${label}-`));
-  const admin = randomBytes(24).toString("base64url");
+  const persist = reuse?.persist ?? mkdtempSync(join(tmpdir(), `harbormaster-${label}-`));
+  const admin = reuse?.admin ?? randomBytes(24).toString("base64url");
   const envFile = join(persist, "server.vars");
-  writeFileSync(envFile, `ADMIN_TOKEN=${admin}\n`);
+  writeFileSync(envFile, `ADMIN_TOKEN=${admin}\n`, { mode: 0o600 });
   const migrate = spawnSync(wrangler, ["d1", "migrations", "apply", "DB", "--local", "--persist-to", persist], {
     cwd: root,
     env: { ...process.env, CI: "true" },
@@ -50,13 +58,17 @@ export async function startLocalServer({ label = "local", startTimeoutMs = 90_00
   child.stdout.on("data", (d: Buffer) => (log += d));
   child.stderr.on("data", (d: Buffer) => (log += d));
   const url = `http://127.0.0.1:${port}`;
-  const stop = () => {
-    // wrangler starts workerd as a child: end the whole process group we started.
+  // wrangler starts workerd as a child: signal the whole process group we started.
+  const signal = (sig: NodeJS.Signals) => {
     try {
-      process.kill(-child.pid!, "SIGTERM");
+      process.kill(-child.pid!, sig);
     } catch {}
+  };
+  const stop = () => {
+    signal("SIGTERM");
     rmSync(persist, { recursive: true, force: true });
   };
+  const crash = () => signal("SIGKILL");
   const deadline = Date.now() + startTimeoutMs;
   for (;;) {
     try {
@@ -68,7 +80,7 @@ export async function startLocalServer({ label = "local", startTimeoutMs = 90_00
     }
     await new Promise((r) => setTimeout(r, 250));
   }
-  return { url, admin, stop, log: () => log };
+  return { url, admin, persist, stop, crash, log: () => log };
 }
 
 if (import.meta.url === `file://${process.argv[1]}`) {

@@ -2,71 +2,29 @@
 // racing writes, restart it on the same state, and check that nothing acknowledged was lost and
 // that the ledgers, the D1 index and the coordinator agree again by themselves. Loopback only;
 // bounded rounds; stops by itself. Prints the time each round took to converge after restart.
-import { spawn, spawnSync, type ChildProcess } from "node:child_process";
-import { randomBytes } from "node:crypto";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
-import { createServer } from "node:net";
-import { tmpdir } from "node:os";
-import { join, resolve } from "node:path";
+import { rmSync } from "node:fs";
+import { startLocalServer, type LocalServer } from "../local-server.ts";
 
-const root = resolve(import.meta.dirname, "../..");
-const wrangler = resolve(root, "node_modules/.bin/wrangler");
 const ROUNDS = Number(process.env.CRASH_ROUNDS ?? 8);
 const SERVERS = Number(process.env.CRASH_SERVERS ?? 6);
 const CONVERGE_LIMIT_MS = 60_000;
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-const freePort = () =>
-  new Promise<number>((res, rej) => {
-    const s = createServer();
-    s.listen(0, "127.0.0.1", () => {
-      const { port } = s.address() as { port: number };
-      s.close(() => res(port));
-    });
-    s.on("error", rej);
-  });
 
-const persist = mkdtempSync(join(tmpdir(), "harbormaster-crash-"));
-const admin = randomBytes(24).toString("base64url");
-const envFile = join(persist, "crash.vars");
-writeFileSync(envFile, `ADMIN_TOKEN=${admin}\n`, { mode: 0o600 });
-const migrate = spawnSync(wrangler, ["d1", "migrations", "apply", "DB", "--local", "--persist-to", persist], {
-  cwd: root,
-  env: { ...process.env, CI: "true" },
-  encoding: "utf8",
-});
-if (migrate.status !== 0) throw new Error(`migrations failed:\n${migrate.stdout}\n${migrate.stderr}`);
-
-let child: ChildProcess | null = null;
+let server: LocalServer | null = null;
 let base = "";
+let admin = "";
 
+/** The first start makes the state; every restart runs on it (a new port each time). */
 async function start() {
-  const port = await freePort();
-  base = `http://127.0.0.1:${port}`;
-  child = spawn(
-    wrangler,
-    ["dev", "--ip", "127.0.0.1", "--port", String(port), "--persist-to", persist, "--env-file", envFile,
-      "--log-level", "error", "--show-interactive-dev-session=false"],
-    { cwd: root, stdio: "ignore", env: { ...process.env, CI: "true" }, detached: true },
-  );
-  const deadline = Date.now() + 60_000;
-  for (;;) {
-    try {
-      if ((await fetch(`${base}/healthz`)).ok) return;
-    } catch {}
-    if (Date.now() > deadline) throw new Error("server did not start");
-    await sleep(200);
-  }
+  server = await startLocalServer({ label: "crash", reuse: server ? { persist: server.persist, admin } : undefined });
+  base = server.url;
+  admin = server.admin;
 }
 
 /** kill -9 of the whole process group: wrangler and workerd die between whatever statements they were at. */
 function crash() {
-  if (child?.pid) {
-    try {
-      process.kill(-child.pid, "SIGKILL");
-    } catch {}
-  }
-  child = null;
+  server?.crash();
 }
 
 async function api(method: string, path: string, body?: unknown, token = admin) {
@@ -218,5 +176,5 @@ main()
   })
   .finally(() => {
     crash();
-    rmSync(persist, { recursive: true, force: true });
+    if (server) rmSync(server.persist, { recursive: true, force: true });
   });
