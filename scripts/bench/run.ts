@@ -8,11 +8,11 @@ import autocannon, { type Options, type Result } from "autocannon";
 import { spawn, spawnSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
-import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { pathToFileURL } from "node:url";
 import { createClient, type Client } from "../../src/client/index.ts";
+import { freePort } from "../local-server.ts";
 
 const root = resolve(import.meta.dirname, "../..");
 const wrangler = resolve(root, "node_modules/.bin/wrangler");
@@ -40,16 +40,6 @@ type Summary = ReturnType<typeof summarize>;
 type LoadRow = { label: string } & Summary & { ratio: number };
 type Row = LoadRow | { label: string; value: string | number };
 export type Floors = { empty: number; read: number; write: number };
-
-const freePort = () =>
-  new Promise<number>((res, rej) => {
-    const s = createServer();
-    s.listen(0, "127.0.0.1", () => {
-      const { port } = s.address() as { port: number };
-      s.close(() => res(port));
-    });
-    s.on("error", rej);
-  });
 
 /** Harbormaster itself, or (`config`) another worker such as the floor fixture, without D1. */
 async function startServer({ config = null as string | null, health = "/healthz" } = {}) {

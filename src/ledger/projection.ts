@@ -1,3 +1,4 @@
+import { chunk } from "../lib/chunk";
 import { and, eq, sql } from "drizzle-orm";
 import type { Db } from "../db/client";
 import { agentInstances, servers } from "../db/schema";
@@ -157,9 +158,3 @@ export function projectionStatements(
 
 /** 11 columns a row; D1 binds at most 100 parameters per statement. */
 const INSTANCE_ROWS_PER_STATEMENT = 9;
-
-function chunk<T>(items: T[], size: number): T[][] {
-  const out: T[][] = [];
-  for (let i = 0; i < items.length; i += size) out.push(items.slice(i, i + size));
-  return out;
-}

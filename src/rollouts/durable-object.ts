@@ -37,6 +37,7 @@ import {
   type TargetState,
 } from "./machine";
 import { slotHolderId } from "./stub";
+import { chunk } from "../lib/chunk";
 
 /** A target as the service selected it from the index. */
 export interface TargetInput {
@@ -70,9 +71,6 @@ const COLS =
   "pass, server_id, seq, hostname, reboot_group, state, image, version, from_image, from_version, generation, slot, started_at, ended_at, reason, warned";
 
 const toTarget = (r: Row): Target => ({ ...r, warned: r.warned === 1 });
-
-const chunks = <T>(items: T[], size: number) =>
-  Array.from({ length: Math.ceil(items.length / size) }, (_, i) => items.slice(i * size, (i + 1) * size));
 
 export interface RolloutSummary {
   id: string;
@@ -736,11 +734,11 @@ export class Rollout extends DurableObject<Env> {
           const { id: _id, createdBy: _c, createdAt: _a, fleetId: _f, agent: _g, ...changing } = rolloutRow;
           return [
             d.insert(rollouts).values(rolloutRow).onConflictDoUpdate({ target: rollouts.id, set: changing }),
-            ...chunks(rows, ROWS_PER_STATEMENT).map((chunk) =>
+            ...chunk(rows, ROWS_PER_STATEMENT).map((part) =>
               d
                 .insert(rolloutTargets)
                 .values(
-                  chunk.map((r) => ({
+                  part.map((r) => ({
                     rolloutId: spec.id,
                     pass: r.pass,
                     serverId: r.server_id,
