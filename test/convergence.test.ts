@@ -157,6 +157,24 @@ describe("PATCH of a server's FleetLock identity", () => {
   });
 });
 
+describe("PATCH of a removed server", () => {
+  it("is refused without reserving the id, which another server can take at once", async () => {
+    const f = await fleetWithKey();
+    const [a] = await registerClients(f.fleet, 1);
+    const removed = await call("POST", `/v1/servers/${a.serverId}/decommission`, { body: { force: true, reason: "gone" } });
+    expect(removed.status).toBe(200);
+    await fireTimersNow(ledger(a.serverId)); // the cleanup steps
+    expect((await call("GET", `/v1/servers/${a.serverId}`)).json.state).toBe("removed");
+    const res = await call("PATCH", `/v1/servers/${a.serverId}`, { body: { fleetlock_id: "wanted" } });
+    expect(res.status).toBe(409);
+    expect(res.json.error.code).toBe("server_removed");
+    const other = await call("POST", "/v1/servers", {
+      body: { fleet: f.fleet, hostname: "wanted.example.com", kind: "managed", fleetlock_id: "wanted" },
+    });
+    expect(other.status, JSON.stringify(other.json)).toBe(201);
+  });
+});
+
 describe("desired PUT", () => {
   it("reaches the index after the ledger is evicted between commit and delivery", async () => {
     const f = await fleetWithKey();

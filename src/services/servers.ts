@@ -12,7 +12,8 @@ import { getDb } from "../db/client";
 import type { Env } from "../env";
 import { getFleet } from "../fleet/fleets";
 import { coordinatorOf } from "../fleetlock/stub";
-import { ApiError, notFound, unwrap } from "../http/errors";
+import { ApiError, apiErrorOf, notFound, unwrap } from "../http/errors";
+import { fail } from "../objects/kit/result";
 import type { ServerView } from "../ledger/durable-object";
 import type { ServerRecord } from "../ledger/record";
 import type { DesiredConfigInput } from "../ledger/schemas";
@@ -71,6 +72,9 @@ export async function patchServerIdentity(
   const ledger = ledgerOf(env, id);
   const current = await ledger.view();
   if (!current) throw notFound("server", id);
+  // Refused before reserving anything: a reservation for a PATCH that cannot land would hold the
+  // id from other servers until it expired.
+  if (current.record.state === "removed") throw apiErrorOf(fail("server_removed", "a removed server cannot be changed"));
   const before = { fleetlock_id: current.record.fleetlock_id, reboot_group: current.record.reboot_group };
   const after = {
     fleetlock_id: input.fleetlock_id === undefined ? before.fleetlock_id : input.fleetlock_id,
