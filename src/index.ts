@@ -1,5 +1,5 @@
 import type { Env } from "./env";
-import { createApp } from "./http/app";
+import { createApp } from "./app";
 import { errorFields, logLine } from "./lib/log";
 import { runScheduled } from "./scheduled";
 

@@ -1,11 +1,11 @@
 import { getDb } from "./db/client";
 import type { Env } from "./env";
-import { markStale } from "./reconcile/staleness";
-import { runFleetTasks } from "./services/fleet-tasks";
-import { runPlanner } from "./services/planner";
+import { markStale } from "./servers/staleness";
+import { runFleetTasks } from "./fleets/tasks";
+import { runPlanner } from "./planner/service";
 import { runUpgrades } from "./upgrades/runner";
 import { logLine } from "./lib/log";
-import { redriveRollouts } from "./services/rollouts";
+import { redriveRollouts } from "./rollouts/service";
 
 /** Cron: upgrade steps first (they may change what reconciliation reads), then reconciliation. */
 export async function runScheduled(controller: ScheduledController, env: Env) {

@@ -10,7 +10,7 @@ import { describe, expect, it } from "vitest";
 import { getDb } from "../src/db/client";
 import { auditLog, servers, tokens } from "../src/db/schema";
 import { RESERVATION_TTL_MS } from "../src/fleetlock/durable-object";
-import { registerServer as registerViaService } from "../src/services/servers";
+import { registerServer as registerViaService } from "../src/servers/service";
 import { fleetWithKey, getGroup, putGroup, registerClients, zincati } from "./fleetlock-helpers";
 import { breakCoordinator, breakD1, call, fireTimersNow, pendingEffects, report } from "./helpers";
 

@@ -1,6 +1,6 @@
 import { createExecutionContext, env, SELF, waitOnExecutionContext } from "cloudflare:test";
 import { afterEach, describe, expect, it, vi } from "vitest";
-import { createApp } from "../src/http/app";
+import { createApp } from "../src/app";
 import { ADMIN, BASE, call, createFleet, registerServer } from "./helpers";
 import { fleetWithKey, putGroup, registerClients, zincati } from "./fleetlock-helpers";
 

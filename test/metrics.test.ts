@@ -1,8 +1,8 @@
 import { createExecutionContext, env, waitOnExecutionContext } from "cloudflare:test";
 import parsePrometheusTextFormat from "parse-prometheus-text-format";
 import { beforeEach, describe, expect, it } from "vitest";
-import { createApp } from "../src/http/app";
-import { forgetMetricsCache } from "../src/metrics";
+import { createApp } from "../src/app";
+import { forgetMetricsCache } from "../src/metrics/service";
 import { BASE, call, createFleet, registerServer, report } from "./helpers";
 import { fleetWithKey, putGroup, registerClients, zincati } from "./fleetlock-helpers";
 

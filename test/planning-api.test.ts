@@ -172,7 +172,7 @@ describe("planner durability", () => {
       env.DB.prepare("UPDATE fleet_intent SET rev = rev + 1 WHERE fleet_id = ?").bind(f.id),
       env.DB.prepare("INSERT INTO plan_marks (server_id, fleet_id, rev, marked_at) SELECT ?, ?, rev, 0 FROM fleet_intent WHERE fleet_id = ?").bind(s.id, f.id, f.id),
     ]);
-    const { runPlanner } = await import("../src/services/planner");
+    const { runPlanner } = await import("../src/planner/service");
     const unreachable = {
       ...env,
       LEDGER: new Proxy(env.LEDGER, {
@@ -224,7 +224,7 @@ describe("registration racing an intent change", () => {
       env.DB.prepare("UPDATE role_profiles SET agents = ? WHERE fleet_id = ? AND role = 'compute'").bind(JSON.stringify([{ name: "logs" }]), f.id),
       env.DB.prepare("UPDATE fleet_intent SET rev = rev + 1 WHERE fleet_id = ?").bind(f.id),
     ]);
-    const { catchUpPlan } = await import("../src/services/planner");
+    const { catchUpPlan } = await import("../src/planner/service");
     expect(await catchUpPlan(env, s.id, f.id, before + 1)).toBeNull();
     expect(await agentsOf(s.id)).toEqual(["base=base:1", "s3=s3:1"]);
     const view = await catchUpPlan(env, s.id, f.id, before);

@@ -38,7 +38,7 @@ describe("staleness marking (cost ∝ change)", () => {
     for (const s of servers.slice(1)) expect(await statusOf(s.id)).not.toBe("stale");
 
     // Already stale: the next tick changes no row.
-    const { markStale } = await import("../src/reconcile/staleness");
+    const { markStale } = await import("../src/servers/staleness");
     const { getDb } = await import("../src/db/client");
     expect(await markStale(getDb(env.DB), now + 1000)).toBe(0);
   });

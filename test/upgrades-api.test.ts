@@ -1,6 +1,6 @@
 import { createExecutionContext, env, waitOnExecutionContext } from "cloudflare:test";
 import { beforeEach, describe, expect, it } from "vitest";
-import { createApp } from "../src/http/app";
+import { createApp } from "../src/app";
 import { NEWEST_VERSION, UPGRADE_STEPS } from "../src/upgrades/steps";
 import { ADMIN, BASE, call, createFleet, registerServer, report, uniq } from "./helpers";
 import { attempts, dataVersion, resetUpgrades } from "./upgrades-helpers";

@@ -9,7 +9,7 @@ import { buildProjection, projectionStatements } from "../src/ledger/projection"
 import type { ServerRecord } from "../src/ledger/record";
 import type { StoredReport } from "../src/ledger/schemas";
 import { FORMAT_KEY, LEDGER_FORMAT, upgradeLedgerStorage } from "../src/ledger/storage-format";
-import { ledgerOf } from "../src/ledger/stub";
+import { ledgerOf } from "../src/objects/stubs";
 import { call, createFleet, fireTimersNow, registerServer, report } from "./helpers";
 
 const indexState = async (id: string) =>

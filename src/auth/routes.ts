@@ -10,7 +10,7 @@ import { bearer, createdResponse, commonErrors, jsonBody, jsonResponse, notFound
 import { cursorParam, decodeCursor, limitParam, page } from "../http/paging";
 import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
-import { revokeToken } from "../services/tokens";
+import { revokeToken } from "./service";
 import { iso, isoOrNull } from "../lib/time";
 import { actorOf, requireScope } from "./principal";
 import { issueToken } from "./tokens";

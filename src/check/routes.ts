@@ -1,7 +1,7 @@
 import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
 import { requireScope } from "../auth/principal";
 import { getDb } from "../db/client";
-import { fleetId } from "../fleet/schemas";
+import { fleetId } from "../fleets/schemas";
 import { bearer, commonErrors, jsonResponse } from "../http/openapi";
 import { cursorParam, decodeCursor, limitParam, page } from "../http/paging";
 import type { AppEnv } from "../http/types";
@@ -11,7 +11,7 @@ import { checkServerAgents, driftFix, driftReason, Finding, Skipped } from "./dr
 import { actorOf } from "../auth/principal";
 import { jsonBody } from "../http/openapi";
 import { DEFAULT_PAGE_SIZE, MAX_CURSOR_LENGTH, MAX_PAGE_SIZE } from "../domain/limits";
-import { fixServerAgents } from "../services/drift-fix";
+import { fixServerAgents } from "./service";
 
 
 // One chain, so the type of this router (and of the app that mounts it) carries every route for hc.

@@ -8,7 +8,7 @@
  *   if (res.ok) console.log((await res.json()).status);
  */
 import { hc, type ClientRequestOptions, type InferRequestType, type InferResponseType } from "hono/client";
-import type { AppType } from "../http/app";
+import type { AppType } from "../app";
 
 export type { AppType };
 export type Client = ReturnType<typeof hc<AppType>>;

@@ -98,7 +98,7 @@ export type DriftReason = (typeof DRIFT_REASONS)[number];
 export const DRIFT_FIXES = ["reissue", "refresh", "none"] as const;
 export type DriftFix = (typeof DRIFT_FIXES)[number];
 
-/** Coordinator work that follows a fleet's D1 change (src/services/fleet-tasks.ts). */
+/** Coordinator work that follows a fleet's D1 change (src/fleets/tasks.ts). */
 export const FLEET_TASK_KINDS = ["push_settings", "wipe"] as const;
 export type FleetTaskKind = (typeof FLEET_TASK_KINDS)[number];
 

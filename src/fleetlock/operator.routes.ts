@@ -1,11 +1,11 @@
 import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
 import { actorOf, requireScope } from "../auth/principal";
-import { fleetId, fleetlockId, groupName } from "../fleet/schemas";
+import { fleetId, fleetlockId, groupName } from "../fleets/schemas";
 import { bearer, commonErrors, jsonBody, jsonResponse, notFoundError } from "../http/openapi";
 import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
 import { FleetlockKeyCreated, GroupInput, GroupSchema } from "./schemas";
-import { forceRelease, getGroup, listGroups, putGroup, rotateFleetlockKey } from "../services/reboot";
+import { forceRelease, getGroup, listGroups, putGroup, rotateFleetlockKey } from "./service";
 
 
 const fleetParam = z.object({ fleet: fleetId });

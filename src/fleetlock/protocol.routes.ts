@@ -1,7 +1,7 @@
 import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
 import type { Context } from "hono";
 import { bodyLimit } from "hono/body-limit";
-import { FLEET_ID } from "../fleet/schemas";
+import { FLEET_ID } from "../fleets/schemas";
 import { bodyClaimProblem } from "../http/content";
 import { logError } from "../http/log";
 import type { AppEnv } from "../http/types";
@@ -9,7 +9,7 @@ import { sha256Hex } from "../lib/crypto";
 import { MAX_FLEETLOCK_BODY_BYTES } from "../domain/limits";
 import { FLEETLOCK_KEY, FleetLockError, KIND_STATUS, parseClientParams } from "./protocol";
 import { ClientParamsBody, FleetLockErrorBody } from "./schemas";
-import { coordinatorOf } from "./stub";
+import { coordinatorOf } from "../objects/stubs";
 
 /** Mounted at /fleetlock: `{base_url}` is `https://HOST/fleetlock/{fleet}/{key}/`. */
 const fleetlock = new OpenAPIHono<AppEnv>();

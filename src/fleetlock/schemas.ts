@@ -1,6 +1,6 @@
 import { MAX_SERVER_ROLES } from "../domain/limits";
 import { z } from "@hono/zod-openapi";
-import { fleetlockId, groupName, roleName } from "../fleet/schemas";
+import { fleetlockId, groupName, roleName } from "../fleets/schemas";
 import { MAX_GROUP_SLOTS } from "../domain/limits";
 import { FLEETLOCK_KINDS } from "../domain/enums";
 import { MAX_QUEUE_WAIT_S, UNCLAIMED_GRANT_S } from "./queue";

@@ -1,5 +1,5 @@
 import { z } from "@hono/zod-openapi";
-import { CAPABILITY_NAME, fleetId, roleName } from "../fleet/schemas";
+import { CAPABILITY_NAME, fleetId, roleName } from "../fleets/schemas";
 import { agentName, imageRef, versionString } from "../ledger/schemas";
 
 import { MAX_ROLE_AGENTS } from "../domain/limits";

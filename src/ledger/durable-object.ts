@@ -7,7 +7,6 @@ import { Outbox, type Effect } from "../objects/kit/outbox";
 import { fail, type Failure, type Result } from "../objects/kit/result";
 import { Scheduler } from "../objects/kit/scheduler";
 import { applyDesired, type DesiredState } from "./desired";
-import { coordinatorOf } from "../fleetlock/stub";
 import { identityPayload, ledgerEffects, tokenPayload, type LedgerEffectKind, type ReleasePayload } from "./effects";
 import { buildProjection, lastSeenRefreshMs, projectionStatements, type Signatures } from "./projection";
 import type { ServerRecord } from "./record";
@@ -15,7 +14,7 @@ import type { AgentSpec, DesiredConfig, DesiredConfigInput, InventoryReport, Sto
 import { computeStatus, type ComputedStatus } from "./status";
 import { upgradeLedgerStorage } from "./storage-format";
 import type { FleetPlanInputs } from "../intent/store";
-import { INITIAL_PLAN_STATE, planStep, type PlanState } from "./planning";
+import { INITIAL_PLAN_STATE, planStep, type PlanState } from "../planner/ledger-side";
 import {
   acknowledges,
   cancelledDesired,
@@ -29,6 +28,7 @@ import { and, eq, isNull } from "drizzle-orm";
 import { agentInstances, tokens } from "../db/schema";
 import { viewTag } from "./view-tag";
 import { decideApply, settleMarks, type ApplyOutcome, type ApplyRolloutImage, type RolloutEvent, type RolloutMark } from "../rollouts/ledger-side";
+import { coordinatorOf } from "../objects/stubs";
 
 const KEY = {
   record: "record",

@@ -10,10 +10,10 @@ import { tokens } from "../db/schema";
 import { auditInsertOnce, type AuditEvent } from "../audit/log";
 import type { Env } from "../env";
 import type { ServerIdentity } from "../fleetlock/durable-object";
-import { coordinatorOf } from "../fleetlock/stub";
 import type { Effect } from "../objects/kit/outbox";
 import type { ServerRecord } from "./record";
 import { rolloutEventEffect } from "../rollouts/ledger-side";
+import { coordinatorOf } from "../objects/stubs";
 
 export type LedgerEffectKind = "project" | "token" | "audit" | "identity" | "release" | "rollout_event";
 

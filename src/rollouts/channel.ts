@@ -10,7 +10,7 @@ import { getDb } from "../db/client";
 import { agentChannelHistory } from "../db/schema";
 import type { Env } from "../env";
 import { getChannel } from "../intent/store";
-import { putChannel } from "../services/intent";
+import { putChannel } from "../intent/service";
 
 export interface ChannelImage {
   image: string;

@@ -4,9 +4,8 @@ import { auditEvent, auditInsertOnce, type AuditEntry, type AuditEvent } from ".
 import { getDb } from "../db/client";
 import { rolloutLocks, rollouts, rolloutTargets } from "../db/schema";
 import type { Env } from "../env";
-import { coordinatorOf, fleetSettings } from "../fleetlock/stub";
 import type { FleetSettings } from "../fleetlock/durable-object";
-import { ledgerOf } from "../ledger/stub";
+import { ledgerOf, coordinatorOf } from "../objects/stubs";
 import { Outbox, type Effect } from "../objects/kit/outbox";
 import { fail, type Failure } from "../objects/kit/result";
 import { Scheduler } from "../objects/kit/scheduler";
@@ -34,10 +33,9 @@ import {
   type RolloutState,
   type Target,
   type TargetEvent,
-  type TargetState,
-} from "./machine";
-import { slotHolderId } from "./stub";
+  type TargetState, slotHolderId } from "./machine";
 import { chunk } from "../lib/chunk";
+import { fleetSettings } from "../fleets/store";
 
 /** A target as the service selected it from the index. */
 export interface TargetInput {

@@ -8,7 +8,7 @@ import type { Env } from "../env";
 import type { DesiredState } from "../ledger/desired";
 import type { StoredReport } from "../ledger/schemas";
 import type { Effect } from "../objects/kit/outbox";
-import { rolloutOf } from "./stub";
+import { rolloutOf } from "../objects/stubs";
 
 export interface ApplyRolloutImage {
   rollout_id: string;

@@ -314,3 +314,7 @@ export function etaSeconds(core: Core, concurrency: number, medianMs: number | n
   const remaining = core.counts.queued + core.counts.applying;
   return Math.round((Math.ceil(remaining / concurrency) * medianMs) / 1000);
 }
+
+/** The reboot-slot holder id of a rollout's target: operators see the rollout in it. */
+export const slotHolderId = (rolloutId: string, serverId: string) => `rollout:${rolloutId}:${serverId}`;
+

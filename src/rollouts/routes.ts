@@ -1,7 +1,7 @@
 import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
 import { actorOf, requireScope } from "../auth/principal";
 import { getDb } from "../db/client";
-import { fleetId } from "../fleet/schemas";
+import { fleetId } from "../fleets/schemas";
 import { bearer, commonErrors, conflictError, jsonBody, jsonResponse, notFoundError } from "../http/openapi";
 import { ApiError, notFound } from "../http/errors";
 import { cursorParam, decodeCursor, decodeIdCursor, encodeCursor, limitParam, page } from "../http/paging";
@@ -9,11 +9,11 @@ import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
 import { agentName } from "../ledger/schemas";
 import { iso, isoOrNull } from "../lib/time";
-import { controlRollout, createRollout, getRollout, listRollouts } from "../services/rollouts";
+import { controlRollout, createRollout, getRollout, listRollouts } from "./service";
 import type { RolloutSummary } from "./durable-object";
 import { ROLLOUT_STATES, TARGET_STATES, type Control } from "./machine";
 import { EventSchema, MAX_ROLLOUT_WAIT_S, RolloutInput, RolloutListItem, RolloutSchema, TargetSchema } from "./schemas";
-import { rolloutOf } from "./stub";
+import { rolloutOf } from "../objects/stubs";
 
 const idParam = z.object({ id: z.uuid() });
 

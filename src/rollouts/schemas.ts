@@ -1,5 +1,5 @@
 import { z } from "@hono/zod-openapi";
-import { fleetId } from "../fleet/schemas";
+import { fleetId } from "../fleets/schemas";
 import { agentName, imageRef, versionString } from "../ledger/schemas";
 import { ROLLOUT_STATES, ROLLOUT_TARGET_STATES as TARGET_STATES } from "../domain/enums";
 import {

@@ -1,7 +1,7 @@
 import { and, asc, gt, isNotNull, ne } from "drizzle-orm";
 import { servers } from "../../db/schema";
-import { coordinatorOf } from "../../fleetlock/stub";
 import type { UpgradeStep } from "../step";
+import { coordinatorOf } from "../../objects/stubs";
 
 export const ADOPT_CHUNK = 200;
 

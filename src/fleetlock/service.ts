@@ -5,11 +5,11 @@
  */
 import { getDb } from "../db/client";
 import type { Env } from "../env";
-import { getFleet } from "../fleet/fleets";
-import type { GroupChange } from "../fleetlock/semaphore";
-import { coordinatorOf, fleetSettings } from "../fleetlock/stub";
+import { getFleet, fleetSettings } from "../fleets/store";
+import type { GroupChange } from "./semaphore";
 import { notFound, unwrap } from "../http/errors";
 import { randomSecret, sha256Hex } from "../lib/crypto";
+import { coordinatorOf } from "../objects/stubs";
 
 async function fleetOf(env: Env, id: string) {
   const row = await getFleet(getDb(env.DB), id);

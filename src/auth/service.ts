@@ -9,7 +9,7 @@ import { getDb } from "../db/client";
 import { tokens } from "../db/schema";
 import type { Env } from "../env";
 import { notFound } from "../http/errors";
-import { ledgerOf } from "../ledger/stub";
+import { ledgerOf } from "../objects/stubs";
 
 export async function revokeToken(env: Env, actor: string, id: string) {
   const db = getDb(env.DB);

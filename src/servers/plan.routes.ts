@@ -1,12 +1,12 @@
 import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
 import { actorOf, requireScope } from "../auth/principal";
-import { ServerDetail, serverIdParam } from "../fleet/schemas";
-import { serverDetail } from "../fleet/servers";
+import { ServerDetail, serverIdParam } from "../fleets/schemas";
+import { serverDetail } from "./store";
 import { bearer, commonErrors, conflictError, jsonResponse, notFoundError } from "../http/openapi";
 import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
-import { replanServer } from "../services/planner";
-import { cancelDecommission, decommissionServer, refreshServer, rotateServerToken } from "../services/lifecycle";
+import { replanServer } from "../planner/service";
+import { cancelDecommission, decommissionServer, refreshServer, rotateServerToken } from "./lifecycle.service";
 import { ApiError } from "../http/errors";
 
 /** Per-server planning routes (issue 8). */

@@ -9,12 +9,12 @@ import { and, asc, desc, eq, inArray, isNotNull, lt, notInArray, or, type SQL } 
 import { getDb, type Db } from "../db/client";
 import { agentInstances, rolloutLocks, rollouts, servers } from "../db/schema";
 import type { Env } from "../env";
-import { getFleet } from "../fleet/fleets";
+import { getFleet } from "../fleets/store";
 import { ApiError, notFound, unwrap } from "../http/errors";
-import type { TargetInput } from "../rollouts/durable-object";
-import { ACTIVE_STATES, type Control, type RolloutSpec, type RolloutState } from "../rollouts/machine";
-import type { RolloutInput } from "../rollouts/schemas";
-import { rolloutOf } from "../rollouts/stub";
+import type { TargetInput } from "./durable-object";
+import { ACTIVE_STATES, type Control, type RolloutSpec, type RolloutState } from "./machine";
+import type { RolloutInput } from "./schemas";
+import { rolloutOf } from "../objects/stubs";
 
 export const CLAIM_TTL_MS = 2 * 60_000;
 

@@ -1,7 +1,7 @@
 import { and, lt, sql } from "drizzle-orm";
 import type { Db } from "../db/client";
 import { servers } from "../db/schema";
-import { staleCounters } from "../metrics";
+import { staleCounters } from "../metrics/service";
 
 /**
  * Marks servers that stopped reporting: one statement whatever the number of fleets, reading only

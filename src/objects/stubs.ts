@@ -1,6 +1,7 @@
 import type { Env } from "../env";
-import type { FleetRow } from "../fleet/fleets";
-import type { FleetSettings } from "./durable-object";
+
+/** The ledger of one server; its Durable Object id derives from the server id. */
+export const ledgerOf = (env: Env, serverId: string) => env.LEDGER.get(env.LEDGER.idFromName(serverId));
 
 // Ids are plain values, safe to keep across requests (stubs are not); deriving one hashes the name.
 const ids = new Map<string, DurableObjectId>();
@@ -17,9 +18,6 @@ export function coordinatorOf(env: Env, fleetId: string) {
   return env.REBOOT.get(id);
 }
 
-export const fleetSettings = (row: FleetRow): FleetSettings => ({
-  fleet_id: row.id,
-  lock_ttl_s: row.lockTtlS,
-  allow_unknown_ids: row.allowUnknownIds,
-  default_group_slots: row.defaultGroupSlots,
-});
+/** The Rollout object of one rollout; its Durable Object id derives from the rollout id. */
+export const rolloutOf = (env: Env, rolloutId: string) => env.ROLLOUT.get(env.ROLLOUT.idFromName(rolloutId));
+

@@ -7,10 +7,10 @@ import { and, asc, eq, gt, notInArray } from "drizzle-orm";
 import { issueToken } from "../auth/tokens";
 import { getDb } from "../db/client";
 import { servers } from "../db/schema";
-import { getFleet } from "../fleet/fleets";
+import { getFleet } from "../fleets/store";
 import type { Env } from "../env";
 import { notFound, unwrap } from "../http/errors";
-import { ledgerOf } from "../ledger/stub";
+import { ledgerOf } from "../objects/stubs";
 
 export async function decommissionServer(env: Env, actor: string, id: string, opts: { force?: { reason: string } }) {
   return unwrap(await ledgerOf(env, id).decommission({ actor, force: opts.force }));

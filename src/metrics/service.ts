@@ -1,18 +1,19 @@
 import { count, ne } from "drizzle-orm";
-import { getDb } from "./db/client";
-import { agentInstances, fleets, servers } from "./db/schema";
-import type { Env } from "./env";
-import { fleetSettings, coordinatorOf } from "./fleetlock/stub";
-import { logLine, errorFields } from "./lib/log";
-import { readUpgradeState } from "./upgrades/state";
-import { NEWEST_VERSION, UPGRADE_STEPS } from "./upgrades/steps";
+import { getDb } from "../db/client";
+import { agentInstances, fleets, servers } from "../db/schema";
+import type { Env } from "../env";
+import { logLine, errorFields } from "../lib/log";
+import { readUpgradeState } from "../upgrades/state";
+import { NEWEST_VERSION, UPGRADE_STEPS } from "../upgrades/steps";
+import { fleetSettings } from "../fleets/store";
+import { coordinatorOf } from "../objects/stubs";
 
 /**
  * Prometheus gauges computed from durable state at scrape time: the D1 index (servers, instances,
  * the data version) and each fleet's coordinator (reboot groups). Every isolate computes the same
  * truth, so a scrape that lands on any isolate reads the fleet as it is; nothing here is a
  * per-isolate counter dressed up as a total (request counts and latencies belong to Workers
- * Analytics; D1 statement counts reach benchmarks through a local-only route, src/http/app.ts).
+ * Analytics; D1 statement counts reach benchmarks through a local-only route, src/app.ts).
  * A scrape every 15 s costs a handful of grouped D1 reads and one RPC per fleet, at most once per
  * CACHE_MS per isolate.
  */

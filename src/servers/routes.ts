@@ -9,14 +9,14 @@ import { cursorParam, decodeCursor, limitParam, page } from "../http/paging";
 import type { AppEnv } from "../http/types";
 import { issuesOf, validationHook } from "../http/validation";
 import { DesiredConfig, DesiredConfigInput, serverStatus } from "../ledger/schemas";
-import { ledgerOf } from "../ledger/stub";
+import { ledgerOf } from "../objects/stubs";
 import { tagMatches, viewTag } from "../ledger/view-tag";
 import { MAX_WAIT_S } from "../domain/limits";
 import { ServerRebootPatch } from "../fleetlock/schemas";
-import { patchServerIdentity, putDesiredConfig, registerServer } from "../services/servers";
-import { setServerRoles } from "../services/planner";
-import { fleetId, serverState, ServerCreated, ServerDetail, ServerInput, serverIdParam, ServerSummary } from "./schemas";
-import { listServers, serverDetail, serverSummary } from "./servers";
+import { patchServerIdentity, putDesiredConfig, registerServer } from "./service";
+import { setServerRoles } from "../planner/service";
+import { fleetId, serverState, ServerCreated, ServerDetail, ServerInput, serverIdParam, ServerSummary } from "../fleets/schemas";
+import { listServers, serverDetail, serverSummary } from "./store";
 
 const serverWaitQuery = z.object({ wait: z.coerce.number().int().min(0).max(MAX_WAIT_S).default(0) });
 

@@ -10,15 +10,14 @@
 import { issueToken } from "../auth/tokens";
 import { getDb } from "../db/client";
 import type { Env } from "../env";
-import { getFleet } from "../fleet/fleets";
-import { coordinatorOf } from "../fleetlock/stub";
+import { getFleet } from "../fleets/store";
 import { ApiError, apiErrorOf, notFound, unwrap } from "../http/errors";
 import { fail } from "../objects/kit/result";
 import type { ServerView } from "../ledger/durable-object";
 import type { ServerRecord } from "../ledger/record";
 import type { DesiredConfigInput } from "../ledger/schemas";
-import { ledgerOf } from "../ledger/stub";
-import { catchUpPlan, firstPlan } from "./planner";
+import { ledgerOf, coordinatorOf } from "../objects/stubs";
+import { catchUpPlan, firstPlan } from "../planner/service";
 
 export interface RegisterInput {
   fleet: string;

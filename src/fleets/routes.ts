@@ -10,10 +10,10 @@ import { bearer, createdResponse, commonErrors, conflictError, jsonBody, jsonRes
 import { cursorParam, decodeCursor, limitParam, page } from "../http/paging";
 import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
-import { fleetView, getFleet, listFleets } from "./fleets";
-import { deleteFleet, removalPending, runFleetTasks } from "../services/fleet-tasks";
-import { patchFleet } from "../services/intent";
-import { planAfterChange } from "../services/planner";
+import { fleetView, getFleet, listFleets } from "./store";
+import { deleteFleet, removalPending, runFleetTasks } from "./tasks";
+import { patchFleet } from "../intent/service";
+import { planAfterChange } from "../planner/service";
 import { Fleet, FleetInput, FleetPatch, fleetId } from "./schemas";
 
 // One chain, so the type of fleetRoutes (and of the app that mounts it at /v1/fleets) carries every route for hc.

@@ -8,7 +8,7 @@ import { auditInsert } from "../audit/log";
 import type { Db } from "../db/client";
 import { agentChannelHistory, agentChannels, fleets, roleProfiles } from "../db/schema";
 import { ApiError, notFound } from "../http/errors";
-import type { RoleInput } from "../intent/schemas";
+import type { RoleInput } from "./schemas";
 import {
   agentsWithoutChannel,
   bumpIntentRev,
@@ -18,12 +18,12 @@ import {
   isIntentConflict,
   type ChannelRow,
   type RoleRow,
-} from "../intent/store";
-import { getFleet, type FleetRow } from "../fleet/fleets";
-import type { FleetPatch } from "../fleet/schemas";
+} from "./store";
+import { getFleet, type FleetRow } from "../fleets/store";
+import type { FleetPatch } from "../fleets/schemas";
 import { MAX_CAPABILITIES } from "../domain/limits";
-import { markFleet, markServersWithRole } from "./planner";
-import { fleetTask } from "./fleet-tasks";
+import { markFleet, markServersWithRole } from "../planner/service";
+import { fleetTask } from "../fleets/tasks";
 
 type Statement = Parameters<Db["batch"]>[0][number];
 

@@ -2,6 +2,7 @@ import { asc, eq, gt } from "drizzle-orm";
 import type { Db } from "../db/client";
 import { fleets } from "../db/schema";
 import { iso } from "../lib/time";
+import type { FleetSettings } from "../fleetlock/durable-object";
 
 export type FleetRow = typeof fleets.$inferSelect;
 
@@ -26,3 +27,12 @@ export const listFleets = (db: Db, after: string | null, limit: number) =>
     .where(after ? gt(fleets.id, after) : undefined)
     .orderBy(asc(fleets.id))
     .limit(limit + 1);
+
+/** The settings a fleet's coordinator keeps a copy of. */
+export const fleetSettings = (row: FleetRow): FleetSettings => ({
+  fleet_id: row.id,
+  lock_ttl_s: row.lockTtlS,
+  allow_unknown_ids: row.allowUnknownIds,
+  default_group_slots: row.defaultGroupSlots,
+});
+

@@ -4,10 +4,10 @@ import { bearer, commonErrors, conflictError, jsonBody, jsonResponse } from "../
 import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
 import { MAX_WAIT_S } from "../domain/limits";
-import { AgentStatusRow, DesiredConfig, InventoryReport, serverStatus } from "./schemas";
+import { AgentStatusRow, DesiredConfig, InventoryReport, serverStatus } from "../ledger/schemas";
 import { unwrap } from "../http/errors";
 import { heldGeneration, matchesGeneration, parseIfNoneMatch } from "../http/conditional";
-import { ledgerOf } from "./stub";
+import { ledgerOf } from "../objects/stubs";
 import { iso } from "../lib/time";
 
 

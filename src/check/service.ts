@@ -4,12 +4,12 @@
  * A dry run says what it would do and changes nothing; a real run does it and is audited.
  */
 import { auditInsert } from "../audit/log";
-import { checkServerAgents, type DriftFilter } from "../check/drift";
+import { checkServerAgents, type DriftFilter } from "./drift";
 import { getDb } from "../db/client";
 import type { DriftFix, DriftReason } from "../domain/enums";
 import type { Env } from "../env";
 import { planInputsOf, type FleetPlanInputs } from "../intent/store";
-import { ledgerOf } from "../ledger/stub";
+import { ledgerOf } from "../objects/stubs";
 
 export interface FixAction {
   server: string;

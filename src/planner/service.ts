@@ -14,8 +14,8 @@ import type { Env } from "../env";
 import { intentRevOf, planInputsOf, type FleetPlanInputs } from "../intent/store";
 import { notFound, unwrap } from "../http/errors";
 import type { ServerView } from "../ledger/durable-object";
-import { ledgerOf } from "../ledger/stub";
-import { plan } from "../planner/plan";
+import { ledgerOf } from "../objects/stubs";
+import { plan } from "./plan";
 
 /** Servers re-planned in parallel by one planner run. */
 const CONCURRENCY = 16;

@@ -8,9 +8,9 @@
  * from its current config (agents it runs keep their images; the rest follow roles and channels).
  */
 import type { FleetPlanInputs } from "../intent/store";
-import { plan, planDiffers, type Plan } from "../planner/plan";
-import type { DesiredState } from "./desired";
-import type { ServerRecord } from "./record";
+import { plan, planDiffers, type Plan } from "./plan";
+import type { DesiredState } from "../ledger/desired";
+import type { ServerRecord } from "../ledger/record";
 
 export interface PlanState {
   mode: "planned" | "pinned";

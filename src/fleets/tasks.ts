@@ -23,10 +23,10 @@ import {
 } from "../db/schema";
 import type { FleetTaskKind } from "../domain/enums";
 import type { Env } from "../env";
-import { getFleet } from "../fleet/fleets";
-import { coordinatorOf, fleetSettings } from "../fleetlock/stub";
+import { getFleet, fleetSettings } from "./store";
 import { ApiError } from "../http/errors";
-import { changeIntent } from "./intent";
+import { changeIntent } from "../intent/service";
+import { coordinatorOf } from "../objects/stubs";
 
 const NAMED_MAX = 20;
 
