@@ -1,0 +1,17 @@
+/**
+ * What the coordinator's decision modules (grants.ts, groups.ts, rollout-slots.ts) are handed:
+ * its parts, never the object itself, so no module calls back into it.
+ */
+import type { Scheduler } from "../objects/kit/scheduler";
+import type { CoordinatorEffects } from "./effects";
+import type { ParkedHosts } from "./parked";
+import type { CoordinatorStore } from "./store";
+
+export interface Coordination {
+  store: CoordinatorStore;
+  effects: CoordinatorEffects;
+  scheduler: Scheduler;
+  parked: ParkedHosts;
+  /** The clock every grant, window and wait is decided with; tests move it. */
+  clock: () => number;
+}

@@ -1,0 +1,50 @@
+/**
+ * What the coordinator changes elsewhere: audit rows in D1. They leave through the durable outbox,
+ * committed in the same turn as the change they record, so the caller's answer never waits for
+ * D1 and no row is lost when D1 is down.
+ */
+import { auditEvent, auditInsertOnce, type AuditEntry, type AuditEvent } from "../audit/log";
+import type { Db } from "../db/client";
+import { Outbox } from "../objects/kit/outbox";
+import type { Scheduler } from "../objects/kit/scheduler";
+
+/** How long a host grant's or release's audit row may wait to share a D1 batch with others. */
+export const HOST_AUDIT_DEFER_MS = 1_000;
+
+export class CoordinatorEffects {
+  readonly outbox: Outbox<"audit">;
+
+  constructor(
+    storage: DurableObjectStorage,
+    private readonly scheduler: Scheduler,
+    db: () => Db,
+  ) {
+    this.outbox = new Outbox(storage, scheduler, { audit: { target: "d1", statements: (e: AuditEvent) => [auditInsertOnce(db(), e)] } }, db);
+  }
+
+  /**
+   * Hosts' grants and releases (`wait: false`) are audited within HOST_AUDIT_DEFER_MS, many rows
+   * to one D1 batch, instead of one batch each; an operator's change is delivered before its answer.
+   */
+  async audit(entries: AuditEntry[], opts: { wait: boolean }) {
+    for (const e of entries) this.outbox.enqueue("audit", auditEvent(e), opts.wait ? {} : { deferMs: HOST_AUDIT_DEFER_MS });
+    if (entries.length) await this.scheduler.arm();
+    if (opts.wait) await this.outbox.flush();
+  }
+}
+
+/** A host's (or an allowed unknown id's) grant or release, as its audit row. */
+export function hostAudit(
+  fleetId: string | undefined,
+  action: string,
+  id: string,
+  serverId: string | null,
+  details: Record<string, unknown>,
+): AuditEntry {
+  return {
+    actor: serverId ? `server:${serverId}` : `fleetlock:${id}`,
+    action,
+    target: `fleet:${fleetId ?? "?"}`,
+    details: { id, server_id: serverId, ...details },
+  };
+}

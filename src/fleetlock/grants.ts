@@ -1,0 +1,192 @@
+/**
+ * Who gets a slot and who gives one back: the host path (pre-reboot, steady-state) and the
+ * releases operators and ledgers ask for. Each decision reads and writes the store in one turn;
+ * the only await before a grant or a park is stored is none at all, so nothing interleaves.
+ */
+import type { AuditEntry } from "../audit/log";
+import { digestsEqual } from "../lib/crypto";
+import { fail, type Failure } from "../objects/kit/result";
+import type { Coordination } from "./context";
+import { hostAudit } from "./effects";
+import { implicitGroup, viewOf } from "./groups";
+import { clientOf } from "./identity";
+import { failure, type ClientParams, type FleetLockFailure } from "./protocol";
+import { admit, claim, closedBecause, refusalValue } from "./queue";
+import { holderOf, release, releaseWhere, type Holder } from "./semaphore";
+import type { FleetConfig, FleetSettings } from "./store";
+import type { GroupView } from "./views";
+
+/** How a pre-reboot is asked: `ticket` names the waiting connection; `resume` re-attaches after a restart without parking anew. */
+export interface PreRebootOptions {
+  ticket?: string;
+  resume?: boolean;
+}
+
+function authorized(c: Coordination, keyHash: string): FleetConfig | null {
+  const config = c.store.config;
+  return config?.key_hash && digestsEqual(config.key_hash, keyHash) ? config : null;
+}
+
+const unauthorized = () => failure("unauthorized", "invalid FleetLock key for this fleet");
+
+/**
+ * RecursiveLock with a fair queue: a slot now, a place in the group's FIFO queue until one frees
+ * (answered when it does), or a refusal saying why.
+ */
+export async function preReboot(
+  c: Coordination,
+  keyHash: string,
+  params: ClientParams,
+  opts: PreRebootOptions,
+): Promise<{ ok: true } | FleetLockFailure> {
+  const config = authorized(c, keyHash);
+  if (!config) return unauthorized();
+  const client = clientOf(c.store, config, params.id);
+  if (!client.ok) return client;
+  if (client.entry && client.entry.reboot_group !== params.group) {
+    return failure(
+      "group_mismatch",
+      `client '${params.id}' is registered in reboot group '${client.entry.reboot_group}', not '${params.group}'`,
+    );
+  }
+  // From here on, no await until the grant or the park is stored: one uninterrupted turn.
+  const now = c.clock();
+  const serverId = client.entry?.server_id ?? null;
+  // An id holds at most one slot in the fleet; holding one anywhere makes this a recursive lock
+  // (and claims a slot granted while the host could not be answered).
+  const heldIn = c.store.heldIn(params.id);
+  if (heldIn) {
+    c.store.saveGroup(heldIn, claim(c.store.group(heldIn)!, params.id, now));
+    return { ok: true };
+  }
+  const name = params.group;
+  const group = c.store.group(name) ?? implicitGroup(config, now);
+  if (!group) return failure("unknown_group", `reboot group '${name}' is not configured for this fleet`);
+  const adm = admit(group, c.store.queue(name), params.id, serverId, now, { mayPark: !opts.resume });
+  if (adm.kind === "refused") return failure(adm.refusal, adm.value);
+  if (adm.kind === "granted") {
+    if (adm.changed) {
+      c.store.saveGroup(name, adm.group);
+      await c.effects.audit([hostAudit(config.fleet_id, "fleetlock.grant", params.id, serverId, { group: name })], { wait: false });
+    }
+    return { ok: true };
+  }
+  if (!c.store.group(name)) c.store.saveGroup(name, group);
+  c.store.saveQueue(name, adm.queue);
+  const answer = c.parked.wait(name, adm.entry, now, opts.ticket);
+  // A slot may be free and open with nobody answered yet (a window just opened): settle it now.
+  await c.parked.drain(name);
+  if ((await answer) === "granted") return { ok: true };
+  const after = c.store.group(name)!;
+  if (holderOf(after, params.id)) return { ok: true };
+  const refusal = closedBecause(after, c.clock()) ?? "semaphore_full";
+  return failure(refusal, `${refusalValue[refusal]}; waited ${after.queue_wait_s ?? 0} s in the queue`);
+}
+
+/**
+ * UnlockIfHeld, for whichever group holds the id: a host whose group changed while it held a
+ * slot must still be able to reach steady state. Succeeds whether or not anything was held.
+ */
+export async function steadyState(
+  c: Coordination,
+  keyHash: string,
+  params: ClientParams,
+): Promise<{ ok: true; released: boolean } | FleetLockFailure> {
+  const config = authorized(c, keyHash);
+  if (!config) return unauthorized();
+  const groupName = c.store.heldIn(params.id);
+  if (!groupName) {
+    const client = clientOf(c.store, config, params.id);
+    if (!client.ok) return client;
+    c.parked.giveUp(params.id);
+    return { ok: true, released: false };
+  }
+  const released = await releaseAndDrain(c, groupName, params.id, c.clock(), (h) =>
+    hostAudit(c.store.config?.fleet_id, "fleetlock.release", params.id, h.server_id, { group: groupName }),
+  );
+  return { ok: true, released: released !== null };
+}
+
+/**
+ * Releases the id's slot in the group, if held, and hands it to the first parked host. Both start
+ * in this turn (audit enqueued, then the freed slot granted): a parked host's answer waits for
+ * nothing but the grant's write.
+ */
+export async function releaseAndDrain(
+  c: Coordination,
+  groupName: string,
+  id: string,
+  now: number,
+  audit: (released: Holder) => AuditEntry,
+  opts: { wait: boolean } = { wait: false },
+): Promise<Holder | null> {
+  const next = release(c.store.group(groupName)!, id, now);
+  c.store.saveGroup(groupName, next.group);
+  const audited = next.released ? c.effects.audit([audit(next.released)], opts) : undefined;
+  await Promise.all([audited, c.parked.drain(groupName)]);
+  return next.released;
+}
+
+/** An operator's force release of one holder. */
+export async function forceRelease(
+  c: Coordination,
+  settings: FleetSettings,
+  name: string,
+  id: string,
+  actor: string,
+): Promise<{ ok: true; released: Holder; group: GroupView } | Failure> {
+  const config = c.store.syncSettings(settings);
+  const group = c.store.group(name);
+  if (!group) return fail("not_found", `reboot group '${name}' is not configured`);
+  const now = c.clock();
+  if (!holderOf(group, id)) return fail("not_held", `'${id}' holds no slot in reboot group '${name}'`);
+  // The freed slot goes to the first parked host now, not after the audit row reached D1.
+  const released = (await releaseAndDrain(
+    c,
+    name,
+    id,
+    now,
+    (r) => ({
+      actor,
+      action: "reboot_group.force_release",
+      target: `fleet:${settings.fleet_id}`,
+      details: { group: name, id: r.id, server_id: r.server_id, granted_at: new Date(r.granted_at).toISOString() },
+    }),
+    { wait: true },
+  ))!;
+  return { ok: true, released, group: viewOf(c, config, name, c.store.group(name)!, now) };
+}
+
+/**
+ * Releases every slot held for a server: it rebooted and came back (new boot_id) without its
+ * steady-state call getting through, or it was removed. Audited here, so every caller is.
+ */
+export async function releaseServer(
+  c: Coordination,
+  serverId: string,
+  opts: { reason: string; actor: string; granted_before?: number },
+): Promise<(Holder & { group: string })[]> {
+  const match = (h: Holder) => h.server_id === serverId && (opts.granted_before === undefined || h.granted_at <= opts.granted_before);
+  const now = c.clock();
+  const released: (Holder & { group: string })[] = [];
+  for (const [name, group] of c.store.groups()) {
+    const next = releaseWhere(group, match, now);
+    if (next.released.length === 0) continue;
+    c.store.saveGroup(name, next.group);
+    released.push(...next.released.map((h) => ({ ...h, group: name })));
+  }
+  for (const name of new Set(released.map((h) => h.group))) await c.parked.drain(name);
+  if (released.length > 0) {
+    await c.effects.audit(
+      [{
+        actor: opts.actor,
+        action: "fleetlock.release_server",
+        target: `server:${serverId}`,
+        details: { server_id: serverId, reason: opts.reason, released: released.map((h) => ({ group: h.group, id: h.id })) },
+      }],
+      // Called from a ledger's outbox, never on a host's path: deliver before answering.
+      { wait: true },
+    );
+  }
+  return released;
+}

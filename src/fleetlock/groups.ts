@@ -1,0 +1,48 @@
+/**
+ * Reboot groups as operators see and change them: configuration changes, applied live, and the
+ * views of groups with their holders and parked hosts.
+ */
+import { fail, type Failure } from "../objects/kit/result";
+import type { Coordination } from "./context";
+import { configure, newGroup, type GroupChange, type GroupState } from "./semaphore";
+import type { FleetConfig, FleetSettings } from "./store";
+import { groupView, type GroupView } from "./views";
+
+/** A group the fleet creates on first use, when it has a default slot count. */
+export function implicitGroup(config: FleetConfig, now: number): GroupState | null {
+  return config.default_group_slots ? newGroup(config.default_group_slots, now) : null;
+}
+
+export async function putGroup(c: Coordination, settings: FleetSettings, name: string, change: GroupChange, actor: string): Promise<GroupView> {
+  const config = c.store.syncSettings(settings);
+  const now = c.clock();
+  c.store.saveGroup(name, configure(c.store.group(name) ?? null, change, now));
+  const audited = c.effects.audit(
+    [{ actor, action: "reboot_group.put", target: `fleet:${settings.fleet_id}`, details: { group: name, ...change } }],
+    { wait: true },
+  );
+  // More slots, unpaused or new windows: parked hosts get what is free now, not after D1.
+  await Promise.all([audited, c.parked.drain(name)]);
+  return viewOf(c, config, name, c.store.group(name)!, now);
+}
+
+export function getGroup(c: Coordination, settings: FleetSettings, name: string): { ok: true; group: GroupView } | Failure {
+  const config = c.store.syncSettings(settings);
+  const group = c.store.group(name);
+  if (!group) return fail("not_found", `reboot group '${name}' is not configured`);
+  return { ok: true, group: viewOf(c, config, name, group, c.clock()) };
+}
+
+export function listGroups(c: Coordination, settings: FleetSettings): GroupView[] {
+  const config = c.store.syncSettings(settings);
+  const now = c.clock();
+  return c.store.groups().map(([name, group]) => viewOf(c, config, name, group, now));
+}
+
+export function viewOf(c: Coordination, config: FleetConfig, name: string, group: GroupState, now: number): GroupView {
+  const queue = { entries: c.store.queue(name), connected: (id: string) => c.parked.connected(id) };
+  return groupView(name, group, queue, now, config.lock_ttl_s * 1000, (serverId) => {
+    const s = c.store.servers.get(serverId);
+    return { id: serverId, hostname: s ? s.hostname : null };
+  });
+}

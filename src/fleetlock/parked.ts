@@ -1,0 +1,124 @@
+/**
+ * The queue of parked pre-reboots, applied: queue.ts decides, this stores the decisions, answers
+ * the hosts still connected and keeps the queue's one timer. A queue entry is durable (the store);
+ * the parked call is not — it is the open connection, parked in memory. A host with no call left
+ * (it went away, or the object restarted under it) keeps its place; if its turn comes, its grant
+ * is kept unclaimed for it (queue.ts UNCLAIMED_GRANT_S).
+ */
+import { Parking } from "../objects/kit/park";
+import type { Scheduler } from "../objects/kit/scheduler";
+import { hostAudit, type CoordinatorEffects } from "./effects";
+import { dequeue, drain, nextWake, queuedOf, releaseUnclaimed, type QueueEntry } from "./queue";
+import type { CoordinatorStore } from "./store";
+
+/** The scheduler's timer for the queue: unclaimed grants running out, waits ending, windows opening. */
+export const QUEUE_TIMER = "queue";
+
+/** How a parked call is answered; a refused host is told why by the caller, from the group as it is then. */
+export type ParkedAnswer = "granted" | "refused";
+
+export class ParkedHosts {
+  private readonly calls = new Parking<ParkedAnswer>();
+  /** When the queue timer is set for; undefined until the first look after a wake. */
+  private timerAt: number | null | undefined;
+
+  constructor(
+    private readonly store: CoordinatorStore,
+    private readonly effects: CoordinatorEffects,
+    private readonly scheduler: Scheduler,
+    private readonly clock: () => number,
+  ) {}
+
+  /** Whether a call of the id is still waiting here (operators see it as `connected`). */
+  connected(id: string) {
+    return this.calls.has(id);
+  }
+
+  /**
+   * Parks the call until the entry's deadline; several calls of one id wait for the same entry.
+   * When the wait runs out the host leaves the queue and every call of it is refused.
+   */
+  wait(group: string, entry: QueueEntry, now: number, ticket?: string): Promise<ParkedAnswer> {
+    return this.calls.park(entry.id, entry.deadline - now, "refused", () => this.expire(group, entry.id), ticket);
+  }
+
+  /** The edge saw the call's client go away: it stops waiting, the id keeps its place. */
+  leave(id: string, ticket: string) {
+    return this.calls.leave(id, ticket, "refused");
+  }
+
+  /** A host at steady state is not waiting to reboot: it gives up its place, if it had one. */
+  giveUp(id: string) {
+    for (const [name, q] of this.store.queues()) {
+      if (!queuedOf(q, id)) continue;
+      this.store.saveQueue(name, dequeue(q, id));
+      this.calls.settle(id, "refused");
+    }
+  }
+
+  async drainAll() {
+    for (const [name] of this.store.groups()) await this.drain(name);
+  }
+
+  /**
+   * Frees what is due in a group (unclaimed grants past their bound), then hands free slots to
+   * parked hosts in FIFO order; hosts still connected are answered 200, and the output gate holds
+   * each answer until the grant is durable. Grants and releases are audited like any other.
+   */
+  async drain(name: string) {
+    const g = this.store.group(name);
+    if (!g) return;
+    const now = this.clock();
+    const freed = releaseUnclaimed(g, now);
+    const d = drain(freed.group, this.store.queue(name), now, (id) => this.calls.has(id), (id) => {
+      const held = this.store.heldIn(id);
+      return held !== undefined && held !== name;
+    });
+    this.store.saveGroup(name, d.group);
+    this.store.saveQueue(name, d.queue);
+    for (const { entry, answerable } of d.granted) if (answerable) this.calls.settle(entry.id, "granted");
+    const rearm = this.armTimer(now);
+    const fleetId = this.store.config?.fleet_id;
+    await this.effects.audit(
+      [
+        ...freed.released.map((h) => hostAudit(fleetId, "fleetlock.release_unclaimed", h.id, h.server_id, { group: name })),
+        ...d.granted.map(({ entry, answerable }) =>
+          hostAudit(fleetId, "fleetlock.grant", entry.id, entry.server_id, {
+            group: name,
+            queued_since: new Date(entry.since).toISOString(),
+            answered: answerable,
+          }),
+        ),
+      ],
+      { wait: false },
+    );
+    if (rearm) await this.scheduler.arm();
+  }
+
+  /** A parked host's wait ran out: it leaves the queue and is answered with the group's refusal. */
+  private expire(name: string, id: string) {
+    this.store.saveQueue(name, dequeue(this.store.queue(name), id));
+    this.calls.settle(id, "refused");
+    if (this.armTimer(this.clock())) void this.scheduler.arm().catch(() => undefined);
+  }
+
+  /**
+   * Keeps the queue's one timer at the earliest moment any group needs a look with no request to
+   * prompt it. The timer runs on real time while decisions use `clock`, so the distance is kept.
+   */
+  private armTimer(now: number): boolean {
+    let at = Infinity;
+    for (const [name, g] of this.store.groups()) at = Math.min(at, nextWake(g, this.store.queue(name), now) ?? Infinity);
+    if (at === Infinity) {
+      // Unknown after a wake (undefined): cancel once, in case a timer was left from before.
+      if (this.timerAt !== null) this.scheduler.cancel(QUEUE_TIMER);
+      this.timerAt = null;
+      return false;
+    }
+    const due = Date.now() + Math.max(0, at - now);
+    if (due === this.timerAt) return false;
+    this.scheduler.schedule(QUEUE_TIMER, due);
+    this.timerAt = due;
+    return true;
+  }
+}

@@ -1,0 +1,234 @@
+/**
+ * The coordinator's storage: its keys, their load and save, and the in-memory mirror the host
+ * path reads. Storage is the synchronous KV API, so a caller's read-check-write runs in one turn
+ * that no other request can interleave with, and the output gate holds each reply until its write
+ * is durable. This object is the only writer, and storage is written first and memory after, so
+ * the mirror cannot drift; it is rebuilt whenever the object wakes.
+ */
+import type { Queue, QueueEntry } from "./queue";
+import type { GroupState } from "./semaphore";
+
+/**
+ * The layout of the keys below. Storage written before the format was recorded is format 1;
+ * storage stamped by newer code is refused rather than guessed at. A later layout bumps this and
+ * brings older storage up to it in `openFormat`, before any call reads it.
+ */
+export const COORDINATOR_FORMAT = 1;
+export const FORMAT_KEY = "format";
+
+/** The fleet's settings the coordinator needs, pushed from D1 by every operator call. */
+export interface FleetSettings {
+  fleet_id: string;
+  lock_ttl_s: number;
+  allow_unknown_ids: boolean;
+  default_group_slots: number | null;
+}
+
+export interface FleetConfig extends FleetSettings {
+  /** SHA-256 of the current FleetLock key; null until an admin creates one. */
+  key_hash: string | null;
+}
+
+/** What a registered FleetLock id belongs to. */
+export interface ClientEntry {
+  server_id: string;
+  hostname: string;
+  reboot_group: string;
+}
+
+/** A server's FleetLock identity; `rev` orders pushes so a late, older one cannot win. */
+export interface ServerIdentity {
+  fleetlock_id: string | null;
+  hostname: string;
+  reboot_group: string;
+  rev: number;
+}
+
+/** A fleetlock_id held for a registration or PATCH until the server's ledger confirms it. */
+export interface Reservation {
+  server_id: string;
+  until: number;
+}
+
+export const KEY = {
+  config: "config",
+  group: (name: string) => `group:${name}`,
+  client: (id: string) => `client:${id}`,
+  server: (id: string) => `server:${id}`,
+  /** Also the name of the reservation's timer. */
+  reservation: (id: string) => `reservation:${id}`,
+  // Group names cannot hold ':', so the first ':' after the group ends it.
+  queued: (group: string, id: string) => `queue:${group}:${id}`,
+} as const;
+
+/** Config and groups (a handful of small objects) and the parked hosts, so the host path reads no storage but the registry. */
+interface Mirror {
+  config: FleetConfig | null;
+  groups: Map<string, GroupState>;
+  /** Which group holds a slot for an id (an id holds at most one in the fleet). */
+  heldIn: Map<string, string>;
+  /** Parked hosts per group, FIFO; each entry is its own storage key. */
+  queues: Map<string, Queue>;
+}
+
+export class CoordinatorStore {
+  private mem: Mirror | null = null;
+  /** Whether the storage carries this code's format stamp; unknown until the object loads. */
+  private stamped: boolean | undefined;
+
+  constructor(private readonly storage: DurableObjectStorage) {}
+
+  /** Every read goes through here: the format is checked once, before anything is read. */
+  private get kv() {
+    if (this.stamped === undefined) this.stamped = openFormat(this.storage.kv);
+    return this.storage.kv;
+  }
+
+  /** Every write goes through here: the first one stamps the format, so an empty object stays empty. */
+  private get out() {
+    const kv = this.kv;
+    if (!this.stamped) {
+      kv.put(FORMAT_KEY, COORDINATOR_FORMAT);
+      this.stamped = true;
+    }
+    return kv;
+  }
+
+  private get m(): Mirror {
+    if (!this.mem) {
+      const groups = new Map<string, GroupState>();
+      const heldIn = new Map<string, string>();
+      for (const [key, group] of this.kv.list<GroupState>({ prefix: "group:" })) {
+        const name = key.slice("group:".length);
+        groups.set(name, group);
+        for (const h of group.holders) heldIn.set(h.id, name);
+      }
+      const queues = new Map<string, QueueEntry[]>();
+      for (const [key, entry] of this.kv.list<QueueEntry>({ prefix: "queue:" })) {
+        const name = key.slice("queue:".length, key.indexOf(":", "queue:".length));
+        queues.set(name, [...(queues.get(name) ?? []), entry]);
+      }
+      for (const q of queues.values()) q.sort((a, b) => a.since - b.since || a.seq - b.seq);
+      this.mem = { config: this.kv.get<FleetConfig>(KEY.config) ?? null, groups, heldIn, queues };
+    }
+    return this.mem;
+  }
+
+  // ---- fleet settings and key ----
+
+  get config(): FleetConfig | null {
+    return this.m.config;
+  }
+
+  putConfig(config: FleetConfig) {
+    this.out.put(KEY.config, config);
+    this.m.config = config;
+  }
+
+  /** Keeps the stored settings equal to D1's, preserving the key; writes only what changed. */
+  syncSettings(settings: FleetSettings): FleetConfig {
+    const current = this.m.config;
+    const next: FleetConfig = { ...settings, key_hash: current?.key_hash ?? null };
+    if (
+      !current ||
+      current.lock_ttl_s !== next.lock_ttl_s ||
+      current.allow_unknown_ids !== next.allow_unknown_ids ||
+      current.default_group_slots !== next.default_group_slots ||
+      current.fleet_id !== next.fleet_id
+    ) {
+      this.putConfig(next);
+    }
+    return next;
+  }
+
+  // ---- groups and their holders ----
+
+  group(name: string): GroupState | undefined {
+    return this.m.groups.get(name);
+  }
+
+  /** The groups, as a copy: callers save while they walk it. */
+  groups(): [string, GroupState][] {
+    return [...this.m.groups];
+  }
+
+  /** The group where the id holds a slot, if any. */
+  heldIn(id: string): string | undefined {
+    return this.m.heldIn.get(id);
+  }
+
+  /** Stores a group, then mirrors it and its holders' index in memory. */
+  saveGroup(name: string, after: GroupState) {
+    const before = this.m.groups.get(name);
+    if (before === after) return;
+    this.out.put(KEY.group(name), after);
+    this.m.groups.set(name, after);
+    const is = new Set(after.holders.map((h) => h.id));
+    for (const h of before?.holders ?? []) if (!is.has(h.id)) this.m.heldIn.delete(h.id);
+    for (const id of is) this.m.heldIn.set(id, name);
+  }
+
+  // ---- the queues of parked hosts ----
+
+  queue(name: string): Queue {
+    return this.m.queues.get(name) ?? [];
+  }
+
+  /** The groups with parked hosts, as a copy: callers save while they walk it. */
+  queues(): [string, Queue][] {
+    return [...this.m.queues];
+  }
+
+  /** Stores a queue's added and removed entries, then mirrors it in memory. */
+  saveQueue(name: string, after: Queue) {
+    const before = this.queue(name);
+    if (before === after) return;
+    // Entries are immutable: a new object under an id already stored (a host parking again after
+    // its wait ran out) replaces the old one, so compare objects, not ids.
+    const kept = new Set(after);
+    const was = new Set(before);
+    const ids = new Set(after.map((e) => e.id));
+    for (const e of before) if (!kept.has(e) && !ids.has(e.id)) this.out.delete(KEY.queued(name, e.id));
+    for (const e of after) if (!was.has(e)) this.out.put(KEY.queued(name, e.id), e);
+    if (after.length) this.m.queues.set(name, after);
+    else this.m.queues.delete(name);
+  }
+
+  // ---- the FleetLock identity registry (read from storage, not mirrored: it grows with the fleet) ----
+
+  /** fleetlock_id → the server it belongs to. */
+  readonly clients = this.records<ClientEntry>(KEY.client);
+  /** server id → its FleetLock identity, as its ledger last delivered it. */
+  readonly servers = this.records<ServerIdentity>(KEY.server);
+  /** fleetlock_id → the server it is held for until confirmed. */
+  readonly reservations = this.records<Reservation>(KEY.reservation);
+
+  private records<T>(key: (id: string) => string) {
+    return {
+      get: (id: string) => this.kv.get<T>(key(id)),
+      put: (id: string, value: T) => this.out.put(key(id), value),
+      delete: (id: string) => this.out.delete(key(id)),
+    };
+  }
+
+  /** Everything goes (the fleet was deleted): storage, alarm and mirror. */
+  async wipe() {
+    await this.storage.deleteAlarm();
+    await this.storage.deleteAll();
+    this.mem = null;
+    this.stamped = undefined;
+  }
+}
+
+/**
+ * Reads the format stamp before anything else: whether it is this code's (false: unstamped
+ * storage, format 1, stamped on its first write). Throws on storage from newer code.
+ */
+function openFormat(kv: SyncKvStorage): boolean {
+  const stamped = kv.get<number>(FORMAT_KEY);
+  if (stamped === undefined) return false;
+  if (stamped > COORDINATOR_FORMAT) {
+    throw new Error(`coordinator storage is in format ${stamped}, newer than this code's ${COORDINATOR_FORMAT}; refusing to read it`);
+  }
+  return stamped === COORDINATOR_FORMAT;
+}

@@ -1,0 +1,85 @@
+import { env, evictDurableObject, runInDurableObject } from "cloudflare:test";
+import { describe, expect, it } from "vitest";
+import { COORDINATOR_FORMAT, CoordinatorStore, FORMAT_KEY } from "../src/fleetlock/store";
+import { sha256Hex } from "../src/lib/crypto";
+import { fleetWithKey, getGroup, putGroup, registerClients, zincati } from "./fleetlock-helpers";
+
+const coordinator = (fleet: string) => env.REBOOT.get(env.REBOOT.idFromName(fleet));
+
+const stampOf = (fleet: string) => runInDurableObject(coordinator(fleet), (_i, state) => state.storage.kv.get(FORMAT_KEY));
+
+type Queued = { id: string; connected: boolean };
+const queueOf = async (fleet: string) => ((await getGroup(fleet, "default")) as unknown as { queue: Queued[] }).queue;
+
+describe("coordinator storage format", () => {
+  it("stamps its storage with the current format on the first write", async () => {
+    const f = await fleetWithKey();
+    expect(await stampOf(f.fleet)).toBe(COORDINATOR_FORMAT);
+  });
+
+  it("writes nothing into a coordinator that was only asked", async () => {
+    const stub = coordinator(crypto.randomUUID());
+    const params = { id: "node-a", group: "default" };
+    expect(await stub.preReboot("0".repeat(64), params)).toMatchObject({ ok: false, kind: "unauthorized" });
+    expect(await stub.steadyState("0".repeat(64), params)).toMatchObject({ ok: false, kind: "unauthorized" });
+    expect(await stub.leave("node-a", "ticket")).toEqual({ left: false });
+    expect(await stub.releaseRolloutSlot("rollout:r:s", "r")).toEqual({ ok: true, released: false });
+    await runInDurableObject(stub, (_i, state) => {
+      expect([...state.storage.kv.list()]).toEqual([]);
+      expect(state.storage.sql.exec("SELECT name FROM sqlite_master").toArray()).toEqual([]);
+    });
+  });
+
+  it("loads storage written before the format was recorded as the first format, and stamps it on its next write", async () => {
+    const f = await fleetWithKey();
+    await putGroup(f.fleet, "default", { slots: 1 });
+    const [a] = await registerClients(f.fleet, 1);
+    expect((await zincati(f.baseUrl, "pre-reboot", a.id)).status).toBe(200);
+    await runInDurableObject(coordinator(f.fleet), (_i, state) => state.storage.kv.delete(FORMAT_KEY));
+    await evictDurableObject(coordinator(f.fleet));
+
+    expect((await getGroup(f.fleet, "default")).holders.map((h) => h.id)).toEqual([a.id]);
+    // Reading stamps nothing; the release is the next write.
+    expect(await stampOf(f.fleet)).toBeUndefined();
+    expect((await zincati(f.baseUrl, "steady-state", a.id)).json).toEqual({ released: true });
+    expect(await stampOf(f.fleet)).toBe(COORDINATOR_FORMAT);
+  });
+
+  it("refuses storage in a format newer than the code before reading any of it, leaving it as it is", async () => {
+    const f = await fleetWithKey();
+    await putGroup(f.fleet, "default", { slots: 1 });
+    await runInDurableObject(coordinator(f.fleet), (_i, state) => {
+      state.storage.kv.put(FORMAT_KEY, COORDINATOR_FORMAT + 1);
+      // What the object does when it next loads.
+      const store = new CoordinatorStore(state.storage);
+      expect(() => store.config).toThrow(/newer than this code/);
+      expect(() => store.clients.get("node-a")).toThrow(/newer than this code/);
+      expect(state.storage.kv.get(FORMAT_KEY)).toBe(COORDINATOR_FORMAT + 1);
+      // Put back, so the object can load again after this test.
+      state.storage.kv.put(FORMAT_KEY, COORDINATOR_FORMAT);
+    });
+    expect((await getGroup(f.fleet, "default")).slots).toBe(1);
+  });
+});
+
+describe("parked pre-reboot calls", () => {
+  it("answers a parked call that leaves with the group's refusal and keeps its place; an unknown ticket leaves nothing", async () => {
+    const f = await fleetWithKey();
+    await putGroup(f.fleet, "default", { slots: 1, queue_wait_s: 20 });
+    const [a, b] = await registerClients(f.fleet, 2);
+    await zincati(f.baseUrl, "pre-reboot", a.id);
+    const stub = coordinator(f.fleet);
+    const parked = stub.preReboot(await sha256Hex(f.key), { id: b.id, group: "default" }, { ticket: "ticket-1" });
+    for (let i = 0; !(await queueOf(f.fleet)).some((q) => q.id === b.id); i++) {
+      if (i > 200) throw new Error("b never parked");
+      await new Promise((r) => setTimeout(r, 20));
+    }
+
+    expect(await stub.leave(b.id, "ticket-2")).toEqual({ left: false });
+    expect(await stub.leave(b.id, "ticket-1")).toEqual({ left: true });
+
+    expect(await parked).toMatchObject({ ok: false, kind: "semaphore_full" });
+    expect(await queueOf(f.fleet)).toMatchObject([{ id: b.id, connected: false }]);
+    expect(await stub.leave(b.id, "ticket-1")).toEqual({ left: false });
+  });
+});
