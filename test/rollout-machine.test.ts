@@ -1,20 +1,8 @@
 import { describe, expect, it } from "vitest";
-import {
-  abortReason,
-  account,
-  control,
-  etaSeconds,
-  isSlow,
-  median,
-  newCore,
-  quiescent,
-  startable,
-  stepTarget,
-  zeroCounts,
-  type Core,
-  type Target,
-  type TargetEvent,
-} from "../src/rollouts/machine";
+import { abortReason } from "../src/rollouts/abort";
+import { control } from "../src/rollouts/controls";
+import { account, newCore, quiescent, startable, stepTarget, zeroCounts, type Core, type Target, type TargetEvent } from "../src/rollouts/machine";
+import { etaSeconds, isSlow, median } from "../src/rollouts/progress";
 import { decideApply, settleMarks, type RolloutMark } from "../src/rollouts/ledger-side";
 import type { StoredReport } from "../src/ledger/schemas";
 import type { DesiredState } from "../src/ledger/desired";

@@ -12,6 +12,7 @@ import {
   type RolloutState,
   type RolloutTargetState,
 } from "../domain/enums";
+import { abortReason, type AbortRule } from "./abort";
 
 export { ROLLOUT_STATES, ROLLOUT_TARGET_STATES as TARGET_STATES, ROLLOUT_CONTROLS as CONTROLS };
 export type { RolloutState };
@@ -20,14 +21,6 @@ export type Control = RolloutControl;
 
 /** States in which a rollout holds its (fleet, agent): only one such rollout at a time. */
 export const ACTIVE_STATES = ["running", "paused", "rolling_back"] as const satisfies readonly RolloutState[];
-
-
-export interface AbortRule {
-  max_failures?: number;
-  max_failure_percent?: number;
-  /** The percentage is judged only once this many targets ended (done, failed or timed out). */
-  min_completed?: number;
-}
 
 export interface RolloutSpec {
   id: string;
@@ -102,7 +95,7 @@ export const newCore = (): Core => ({
   ended_at: null,
 });
 
-const driving = (s: RolloutState) => s === "running" || s === "rolling_back";
+export const driving = (s: RolloutState) => s === "running" || s === "rolling_back";
 export const isTerminal = (s: RolloutState) => !(ACTIVE_STATES as readonly string[]).includes(s);
 export const isEnded = (t: TargetState) => t !== "queued" && t !== "applying";
 
@@ -171,24 +164,6 @@ export function stepTarget(t: Target, e: TargetEvent): Target | null {
   }
 }
 
-/** Why the abort rule stops the rollout now, or null. Failures are failed and timed-out targets. */
-export function abortReason(counts: Counts, rule: AbortRule): string | null {
-  const failures = counts.failed + counts.timed_out;
-  const ended = failures + counts.done;
-  if (rule.max_failures !== undefined && failures > rule.max_failures) {
-    return `${failures} failed target(s) exceed max_failures ${rule.max_failures}`;
-  }
-  if (
-    rule.max_failure_percent !== undefined &&
-    ended > 0 &&
-    ended >= (rule.min_completed ?? 1) &&
-    failures * 100 > rule.max_failure_percent * ended
-  ) {
-    return `${failures} of ${ended} ended target(s) failed, over max_failure_percent ${rule.max_failure_percent}`;
-  }
-  return null;
-}
-
 export interface Outcome {
   core: Core;
   /** Queued targets of the current pass become skipped with this reason. */
@@ -239,82 +214,3 @@ export function skippedQueued(core: Core, n: number): Core {
   const counts = { ...core.counts, queued: core.counts.queued - n, skipped: core.counts.skipped + n };
   return { ...core, counts };
 }
-
-// ---- operator controls ----
-
-export type ControlResult =
-  | ({ ok: true } & Outcome & { newPass?: boolean })
-  | { ok: false; code: "invalid_state"; message: string };
-
-/**
- * Pause and cancel stop new targets (cancel turns queued ones skipped); resume continues a
- * paused rollout; rollback (any state but rolling_back and rolled_back) starts the rollback pass,
- * keeping the rollout's id. Targets in flight always finish.
- */
-export function control(core: Core, action: Control, now: number): ControlResult {
-  const refuse = (why: string): ControlResult => ({ ok: false, code: "invalid_state", message: `cannot ${action} a rollout that is ${core.state}${why}` });
-  const v = core.version + 1;
-  switch (action) {
-    case "pause":
-      if (!driving(core.state)) return refuse("");
-      return { ok: true, core: { ...core, state: "paused", paused_from: core.state as Core["paused_from"], version: v }, entered: "paused" };
-    case "resume": {
-      if (core.state !== "paused") return refuse("");
-      const resumed: Core = { ...core, state: core.paused_from ?? "running", paused_from: null, version: v };
-      const done = finish(resumed, now);
-      return { ok: true, core: done.core, entered: done.entered ?? resumed.state };
-    }
-    case "cancel":
-      if (isTerminal(core.state)) return refuse("");
-      return {
-        ok: true,
-        core: { ...core, state: "cancelled", paused_from: null, ended_at: now, version: v },
-        skipQueued: "cancelled",
-        entered: "cancelled",
-      };
-    case "rollback":
-      if (core.state === "rolling_back" || core.state === "rolled_back" || (core.state === "paused" && core.paused_from === "rolling_back")) {
-        return refuse(core.state === "paused" ? " (a paused rollback)" : "");
-      }
-      return {
-        ok: true,
-        newPass: true,
-        skipQueued: "rolled_back",
-        entered: "rolling_back",
-        core: {
-          ...core,
-          state: "rolling_back",
-          pass: core.pass + 1,
-          paused_from: null,
-          reason: null,
-          ended_at: null,
-          prev_applying: core.prev_applying + core.counts.applying,
-          version: v,
-        },
-      };
-  }
-}
-
-// ---- progress ----
-
-export function median(sortedMs: number[]): number | null {
-  const n = sortedMs.length;
-  if (n === 0) return null;
-  return n % 2 ? sortedMs[(n - 1) / 2] : (sortedMs[n / 2 - 1] + sortedMs[n / 2]) / 2;
-}
-
-/** A server is slow when it takes longer than `factor` × the median of those done so far. */
-export const isSlow = (elapsedMs: number, medianMs: number | null, factor: number | null) =>
-  factor !== null && medianMs !== null && medianMs > 0 && elapsedMs > factor * medianMs;
-
-/** Seconds until the pass ends at the median pace so far, `concurrency` at a time. */
-export function etaSeconds(core: Core, concurrency: number, medianMs: number | null): number | null {
-  if (isTerminal(core.state)) return 0;
-  if (medianMs === null) return null;
-  const remaining = core.counts.queued + core.counts.applying;
-  return Math.round((Math.ceil(remaining / concurrency) * medianMs) / 1000);
-}
-
-/** The reboot-slot holder id of a rollout's target: operators see the rollout in it. */
-export const slotHolderId = (rolloutId: string, serverId: string) => `rollout:${rolloutId}:${serverId}`;
-

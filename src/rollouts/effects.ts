@@ -1,0 +1,201 @@
+/**
+ * Everything a rollout tells other bindings, as outbox effects (src/objects/kit/outbox.ts): its
+ * rollout and target rows in D1, audit rows, the (fleet, agent) lock, its writes into the targets'
+ * ledgers, reboot slots from the fleet's coordinator, and moves of the fleet's channel. Each is
+ * stored with the change that causes it and delivered at least once; every receiver is idempotent,
+ * and what an effect writes is built from the rollout's state when it is delivered.
+ */
+import { and, eq, sql } from "drizzle-orm";
+import { auditInsertOnce, type AuditEvent } from "../audit/log";
+import { getDb, type Db } from "../db/client";
+import { rolloutLocks, rollouts, rolloutTargets } from "../db/schema";
+import type { Env } from "../env";
+import { fleetSettings } from "../fleets/store";
+import type { FleetSettings } from "../fleetlock/durable-object";
+import { chunk } from "../lib/chunk";
+import type { Effect } from "../objects/kit/outbox";
+import { coordinatorOf, ledgerOf } from "../objects/stubs";
+import { moveChannel, restoreChannel } from "./channel";
+import type { Core, RolloutSpec } from "./machine";
+import { applied } from "./outcomes";
+import type { EffectKind, RolloutParts } from "./parts";
+import { slotAnswered } from "./starting";
+import type { DirtyTarget } from "./target-rows";
+import { project } from "./transitions";
+
+/** Target rows per D1 projection batch; the rest follow in the next. */
+const PROJECT_ROWS = 400;
+/** Rows per multi-row upsert: D1 binds at most 100 parameters per statement (12 columns a row). */
+const ROWS_PER_STATEMENT = 8;
+/** Ledger writes and slot requests delivered at once. */
+export const CALL_CONCURRENCY = 32;
+/** How long the fleet's settings read from D1 serve slot requests. */
+const SETTINGS_TTL_MS = 30_000;
+
+/** The reboot-slot holder id of a rollout's target: operators see the rollout in it. */
+export const slotHolderId = (rolloutId: string, serverId: string) => `rollout:${rolloutId}:${serverId}`;
+
+type Target = { pass: number; server_id: string };
+
+export function rolloutEffects(env: () => Env, parts: () => RolloutParts): Record<EffectKind, Effect> {
+  const db = () => getDb(env().DB);
+  /** The target changes of the projection under way, marked taken once D1 committed them. */
+  let inFlight: Pick<DirtyTarget, "pass" | "server_id" | "dirty">[] = [];
+  let settingsMemo: { at: number; value: FleetSettings } | null = null;
+
+  /** The fleet's settings the coordinator needs, read from D1 at most every SETTINGS_TTL_MS. */
+  async function settingsOf(fleet: string): Promise<FleetSettings> {
+    const now = parts().clock();
+    if (settingsMemo && now - settingsMemo.at < SETTINGS_TTL_MS) return settingsMemo.value;
+    const row = await db().query.fleets.findFirst({ where: (f, { eq }) => eq(f.id, fleet) });
+    if (!row) throw new Error(`fleet '${fleet}' is gone`);
+    settingsMemo = { at: parts().clock(), value: fleetSettings(row) };
+    return settingsMemo.value;
+  }
+
+  return {
+    audit: { target: "d1", statements: (e: AuditEvent) => [auditInsertOnce(db(), e)] },
+    project: {
+      target: "d1",
+      statements: () => {
+        const p = parts();
+        const state = p.store.load();
+        if (!state) return [];
+        const rows = p.store.targets.dirty(PROJECT_ROWS);
+        inFlight = rows.map((r) => ({ pass: r.pass, server_id: r.server_id, dirty: r.dirty }));
+        return projection(db(), state.spec, state.core, rows, p.clock());
+      },
+      delivered: () => {
+        const p = parts();
+        p.store.targets.projected(inFlight);
+        const more = inFlight.length === PROJECT_ROWS;
+        inFlight = [];
+        if (more) project(p);
+      },
+    },
+    unlock: {
+      target: "d1",
+      statements: () => {
+        const { store } = parts();
+        const { spec } = store.load()!;
+        // Only while still terminal: a rollback may have claimed the lock again meanwhile.
+        if (!store.unlocked()) return [];
+        const mine = and(eq(rolloutLocks.fleetId, spec.fleet), eq(rolloutLocks.agent, spec.agent), eq(rolloutLocks.rolloutId, spec.id));
+        return [db().delete(rolloutLocks).where(mine)];
+      },
+    },
+    lock: {
+      target: "d1",
+      statements: () => {
+        const { store, clock } = parts();
+        const { spec } = store.load()!;
+        if (store.unlocked()) return [];
+        return [db().insert(rolloutLocks).values({ fleetId: spec.fleet, agent: spec.agent, rolloutId: spec.id, createdAt: clock() }).onConflictDoNothing()];
+      },
+    },
+    apply: {
+      target: "call",
+      deliver: async ({ pass, server_id }: Target) => {
+        const p = parts();
+        const { spec } = p.store.load()!;
+        const t = p.store.targets.get(pass, server_id);
+        if (!t || t.state !== "applying" || t.generation !== null) return;
+        const write = { rollout_id: spec.id, pass, agent: spec.agent, image: t.image, version: t.version };
+        applied(p, pass, server_id, await ledgerOf(env(), server_id).applyRolloutImage(write));
+      },
+    },
+    slot: {
+      target: "call",
+      deliver: async ({ pass, server_id }: Target) => {
+        const p = parts();
+        const { spec } = p.store.load()!;
+        const t = p.store.targets.get(pass, server_id);
+        if (!t || t.slot !== "requested") return;
+        const settings = await settingsOf(spec.fleet);
+        const r = await coordinatorOf(env(), spec.fleet).acquireRolloutSlot(settings, {
+          holder: slotHolderId(spec.id, t.server_id),
+          server_id: t.server_id,
+          group: t.reboot_group,
+          rollout_id: spec.id,
+        });
+        slotAnswered(p, pass, server_id, r);
+      },
+    },
+    release: {
+      target: "call",
+      deliver: async ({ server_id }: { server_id: string }) => {
+        const { spec } = parts().store.load()!;
+        await coordinatorOf(env(), spec.fleet).releaseRolloutSlot(slotHolderId(spec.id, server_id), spec.id);
+      },
+    },
+    channel: {
+      target: "call",
+      deliver: async ({ to }: { to: "rollout" | "previous" }) => {
+        const { store } = parts();
+        const { spec } = store.load()!;
+        const image = { image: spec.image, version: spec.version };
+        const record = store.channel();
+        if (to === "rollout") {
+          store.setChannel(await moveChannel(env(), spec.fleet, spec.agent, image, `rollout:${spec.id}`));
+        } else if (record?.updated && record.previous) {
+          await restoreChannel(env(), spec.fleet, spec.agent, image, record.previous, `rollout:${spec.id}`);
+        }
+      },
+    },
+  };
+}
+
+/** The rollout's row and a batch of its changed target rows, as upserts. */
+function projection(d: Db, spec: RolloutSpec, core: Core, rows: DirtyTarget[], now: number) {
+  const rolloutRow = {
+    id: spec.id,
+    fleetId: spec.fleet,
+    agent: spec.agent,
+    image: spec.image,
+    version: spec.version,
+    state: core.state,
+    pass: core.pass,
+    counts: core.counts,
+    reason: core.reason,
+    createdBy: spec.created_by,
+    createdAt: spec.created_at,
+    updatedAt: now,
+    endedAt: core.ended_at,
+  };
+  const { id: _id, createdBy: _c, createdAt: _a, fleetId: _f, agent: _g, ...changing } = rolloutRow;
+  return [
+    d.insert(rollouts).values(rolloutRow).onConflictDoUpdate({ target: rollouts.id, set: changing }),
+    ...chunk(rows, ROWS_PER_STATEMENT).map((part) =>
+      d
+        .insert(rolloutTargets)
+        .values(
+          part.map((r) => ({
+            rolloutId: spec.id,
+            pass: r.pass,
+            serverId: r.server_id,
+            hostname: r.hostname,
+            state: r.state,
+            image: r.image,
+            fromImage: r.from_image,
+            generation: r.generation,
+            startedAt: r.started_at,
+            endedAt: r.ended_at,
+            reason: r.reason,
+            updatedAt: now,
+          })),
+        )
+        .onConflictDoUpdate({
+          target: [rolloutTargets.rolloutId, rolloutTargets.pass, rolloutTargets.serverId],
+          set: {
+            state: sql`excluded.state`,
+            fromImage: sql`excluded.from_image`,
+            generation: sql`excluded.generation`,
+            startedAt: sql`excluded.started_at`,
+            endedAt: sql`excluded.ended_at`,
+            reason: sql`excluded.reason`,
+            updatedAt: sql`excluded.updated_at`,
+          },
+        }),
+    ),
+  ];
+}

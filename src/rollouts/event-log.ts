@@ -1,0 +1,43 @@
+/**
+ * The event log of a Rollout object, in the format of storage-format.ts: what happened to the
+ * rollout and its targets, in order (GET …/events), and the slow-server warnings of its summary.
+ */
+
+export class EventLog {
+  constructor(private readonly sql: SqlStorage) {}
+
+  add(kind: string, serverId: string | null, details: unknown, at: number) {
+    this.sql.exec(
+      "INSERT INTO events (at, kind, server_id, details) VALUES (?, ?, ?, ?)",
+      at,
+      kind,
+      serverId,
+      details === undefined ? null : JSON.stringify(details),
+    );
+  }
+
+  /** Events of a page: `limit + 1` rows, so the caller knows whether more follow. */
+  page(after: number, limit: number) {
+    return this.sql
+      .exec<{ id: number; at: number; kind: string; server_id: string | null; details: string | null }>(
+        "SELECT id, at, kind, server_id, details FROM events WHERE id > ? ORDER BY id LIMIT ?",
+        after,
+        limit + 1,
+      )
+      .toArray();
+  }
+
+  /** The latest slow-server warnings, newest first. */
+  slowWarnings(limit: number) {
+    return this.sql
+      .exec<{ server_id: string; at: number; details: string }>(
+        "SELECT server_id, at, details FROM events WHERE kind = 'warning.slow_server' ORDER BY id DESC LIMIT ?",
+        limit,
+      )
+      .toArray()
+      .map((w) => {
+        const d = JSON.parse(w.details) as { hostname: string; message: string };
+        return { server_id: w.server_id, hostname: d.hostname, at: w.at, message: d.message };
+      });
+  }
+}

@@ -1,0 +1,74 @@
+/**
+ * What the rollout learns about its targets: the ledger's answer to a write, the outcome a report
+ * settled (through the ledger's outbox), and a target's timeout. Duplicate, reordered and late
+ * news changes nothing (machine.ts's stepTarget answers null for it).
+ */
+import type { Failure } from "../objects/kit/result";
+import type { ApplyOutcome, RolloutEvent } from "./ledger-side";
+import type { TargetEvent } from "./machine";
+import { settle, type RolloutParts } from "./parts";
+import { scheduleSlowCheck } from "./slow";
+import { pump } from "./starting";
+import { afterChange, change } from "./transitions";
+
+/**
+ * A target's outcome. Only the event for the generation this rollout wrote, on a target still
+ * applying, changes anything: duplicates and reordered or late events are answered `changed: false`.
+ */
+export async function targetEvent(p: RolloutParts, e: RolloutEvent): Promise<{ ok: true; changed: boolean }> {
+  if (!p.store.load()) return { ok: true, changed: false };
+  const now = p.clock();
+  const changed = p.store.transaction(() => {
+    let t = p.store.targets.get(e.pass, e.server_id);
+    if (!t) return false;
+    // The outcome may overtake the answer to the write: the ledger's generation is the one written.
+    if (t.state === "applying" && t.generation === null && e.outcome !== "removed") {
+      t = change(p, t, { type: "applied", generation: e.generation, from_image: null, from_version: null }, now) ?? t;
+    }
+    const ev: TargetEvent =
+      e.outcome === "realized"
+        ? { type: "realized", generation: e.generation, at: now }
+        : e.outcome === "failed"
+          ? { type: "failed", generation: e.generation, message: e.message ?? "failed", at: now }
+          : { type: "removed", at: now };
+    if (change(p, t, ev, now) === null) return false;
+    pump(p, now);
+    afterChange(p);
+    scheduleSlowCheck(p);
+    return true;
+  });
+  if (changed) await settle(p, false);
+  return { ok: true, changed };
+}
+
+/** The ledger's answer to a write: generation written, or why the target is skipped. */
+export function applied(p: RolloutParts, pass: number, serverId: string, r: ApplyOutcome | Failure) {
+  const now = p.clock();
+  p.store.transaction(() => {
+    const t = p.store.targets.get(pass, serverId);
+    if (!t) return;
+    let ev: TargetEvent;
+    if (!r.ok) ev = { type: "removed", at: now };
+    else if (r.outcome === "applied") ev = { type: "applied", generation: r.generation, from_image: r.from_image, from_version: r.from_version };
+    else if (r.outcome === "removed") ev = { type: "removed", at: now };
+    else ev = { type: "skip", reason: r.outcome, at: now };
+    if (change(p, t, ev, now) && ev.type !== "applied") {
+      pump(p, now);
+      afterChange(p);
+    }
+  });
+  p.background(settle(p, false));
+}
+
+/** The target's server_timeout_s ran out (its timer is named timeout:<pass>:<server_id>). */
+export function timedOut(p: RolloutParts, timer: string) {
+  const [, pass, serverId] = timer.split(":");
+  const now = p.clock();
+  p.store.transaction(() => {
+    const t = p.store.targets.get(Number(pass), serverId);
+    if (t && change(p, t, { type: "timeout", at: now }, now)) {
+      pump(p, now);
+      afterChange(p);
+    }
+  });
+}

@@ -1,0 +1,26 @@
+/**
+ * What a rollout's modules work with: its store, its outbox (every effect on another binding
+ * leaves through it), its timers, its clock, and the runtime's hook for work that finishes after
+ * the answer. Modules take these and never call back into the object's class.
+ */
+import type { Outbox } from "../objects/kit/outbox";
+import type { Scheduler } from "../objects/kit/scheduler";
+import type { RolloutStore } from "./store";
+
+export type EffectKind = "project" | "audit" | "apply" | "slot" | "release" | "unlock" | "lock" | "channel";
+
+export interface RolloutParts {
+  store: RolloutStore;
+  outbox: Outbox<EffectKind>;
+  timers: Scheduler;
+  clock: () => number;
+  /** Keeps the object alive for work that finishes after the answer (ctx.waitUntil). */
+  background(work: Promise<unknown>): void;
+}
+
+/** After the caller's turn committed: the alarm, then delivery, waited for (operator) or not (events). */
+export async function settle(p: RolloutParts, wait: boolean) {
+  await p.timers.arm();
+  if (wait) await p.outbox.flush();
+  else p.background(p.outbox.flush());
+}

@@ -1,0 +1,209 @@
+/**
+ * The targets table of a Rollout object: one row per pass and server, in the format of
+ * storage-format.ts. Rows hold what machine.ts's Target holds, plus what only storage needs: the
+ * duration of a done target, when a refused slot may be asked for again (not_before) and how many
+ * changes the index has not taken yet (dirty).
+ */
+import type { Target, TargetState } from "./machine";
+
+type Row = Omit<Target, "warned"> & { warned: number; duration_ms: number | null; dirty: number; not_before: number };
+
+const COLS =
+  "pass, server_id, seq, hostname, reboot_group, state, image, version, from_image, from_version, generation, slot, started_at, ended_at, reason, warned";
+
+const toTarget = (r: Row): Target => ({ ...r, warned: r.warned === 1 });
+
+/** A first-pass target as the rollout starts with it. */
+export interface NewTarget {
+  server_id: string;
+  hostname: string;
+  reboot_group: string;
+  state: TargetState;
+  ended_at: number | null;
+  reason: string | null;
+}
+
+/** A target change the index has not taken yet (`dirty` counts the changes). */
+export type DirtyTarget = Target & { dirty: number };
+
+export class TargetRows {
+  constructor(private readonly sql: SqlStorage) {}
+
+  /** The first pass, `seq` in the order given. */
+  insertFirstPass(image: string, version: string, targets: NewTarget[]) {
+    targets.forEach((t, i) => {
+      this.sql.exec(
+        `INSERT INTO targets (pass, server_id, seq, hostname, reboot_group, state, image, version, ended_at, reason)
+         VALUES (0, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+        t.server_id,
+        i,
+        t.hostname,
+        t.reboot_group,
+        t.state,
+        image,
+        version,
+        t.ended_at,
+        t.reason,
+      );
+    });
+  }
+
+  get(pass: number, serverId: string): Target | null {
+    const r = this.sql.exec<Row>(`SELECT ${COLS} FROM targets WHERE pass = ? AND server_id = ?`, pass, serverId).toArray()[0];
+    return r ? toTarget(r) : null;
+  }
+
+  /** A target's new state; `project` marks it for the index. */
+  write(t: Target, durationMs: number | null, project: boolean) {
+    this.sql.exec(
+      `UPDATE targets SET state = ?, generation = ?, from_image = ?, from_version = ?, slot = ?, started_at = ?,
+         ended_at = ?, reason = ?, duration_ms = ?, dirty = dirty + ? WHERE pass = ? AND server_id = ?`,
+      t.state,
+      t.generation,
+      t.from_image,
+      t.from_version,
+      t.slot,
+      t.started_at,
+      t.ended_at,
+      t.reason,
+      durationMs,
+      project ? 1 : 0,
+      t.pass,
+      t.server_id,
+    );
+  }
+
+  /** Queued targets of a pass become skipped: how many, and how many of them had asked for a slot. */
+  skipQueued(pass: number, reason: string, now: number): { n: number; req: number } {
+    const counted = this.sql
+      .exec<{ n: number; req: number }>(
+        "SELECT COUNT(*) AS n, COALESCE(SUM(slot = 'requested'), 0) AS req FROM targets WHERE pass = ? AND state = 'queued'",
+        pass,
+      )
+      .one();
+    if (counted.n === 0) return counted;
+    this.sql.exec(
+      `UPDATE targets SET state = 'skipped', reason = ?, ended_at = ?, slot = 'none', dirty = dirty + 1
+       WHERE pass = ? AND state = 'queued'`,
+      reason,
+      now,
+      pass,
+    );
+    return counted;
+  }
+
+  /** A queued target of the rollback `pass`, back to the image `t` had before; false when there is none. */
+  addRollback(pass: number, t: Target): boolean {
+    if (!t.from_image || !t.from_version) return false;
+    this.sql.exec(
+      `INSERT OR IGNORE INTO targets (pass, server_id, seq, hostname, reboot_group, state, image, version, slot)
+       VALUES (?, ?, ?, ?, ?, 'queued', ?, ?, 'none')`,
+      pass,
+      t.server_id,
+      t.seq,
+      t.hostname,
+      t.reboot_group,
+      t.from_image,
+      t.from_version,
+    );
+    return true;
+  }
+
+  done(pass: number): Target[] {
+    return this.sql.exec<Row>(`SELECT ${COLS} FROM targets WHERE pass = ? AND state = 'done' ORDER BY seq`, pass).toArray().map(toTarget);
+  }
+
+  /** The next `n` queued targets that may start now, in order. */
+  nextQueued(pass: number, now: number, n: number): Target[] {
+    return this.sql
+      .exec<Row>(
+        `SELECT ${COLS} FROM targets WHERE pass = ? AND state = 'queued' AND slot = 'none' AND not_before <= ? ORDER BY seq LIMIT ?`,
+        pass,
+        now,
+        n,
+      )
+      .toArray()
+      .map(toTarget);
+  }
+
+  /** When the earliest target waiting out a slot refusal may ask again, or null. */
+  nextSlotRetry(pass: number, now: number): number | null {
+    return this.sql
+      .exec<{ at: number | null }>("SELECT MIN(not_before) AS at FROM targets WHERE pass = ? AND state = 'queued' AND not_before > ?", pass, now)
+      .one().at;
+  }
+
+  deferSlot(pass: number, serverId: string, until: number) {
+    this.sql.exec("UPDATE targets SET not_before = ? WHERE pass = ? AND server_id = ?", until, pass, serverId);
+  }
+
+  /** Every target waiting out a slot refusal may ask again. */
+  endSlotWaits() {
+    this.sql.exec("UPDATE targets SET not_before = 0 WHERE not_before > 0");
+  }
+
+  applying(): { pass: number; server_id: string; started_at: number }[] {
+    return this.sql
+      .exec<{ pass: number; server_id: string; started_at: number }>("SELECT pass, server_id, started_at FROM targets WHERE state = 'applying'")
+      .toArray();
+  }
+
+  /** Targets of a page: `limit + 1` rows, so the caller knows whether more follow. */
+  page(pass: number, state: TargetState | undefined, after: number, limit: number): (Target & { duration_ms: number | null })[] {
+    // Two statements rather than "(? IS NULL OR state = ?)", so each uses its index.
+    const rows = state
+      ? this.sql.exec<Row>(`SELECT ${COLS}, duration_ms FROM targets WHERE pass = ? AND state = ? AND seq > ? ORDER BY seq LIMIT ?`, pass, state, after, limit + 1)
+      : this.sql.exec<Row>(`SELECT ${COLS}, duration_ms FROM targets WHERE pass = ? AND seq > ? ORDER BY seq LIMIT ?`, pass, after, limit + 1);
+    return rows.toArray().map((r) => ({ ...toTarget(r), duration_ms: r.duration_ms }));
+  }
+
+  // ---- slow servers ----
+
+  markWarned(t: Target) {
+    this.sql.exec("UPDATE targets SET warned = 1 WHERE pass = ? AND server_id = ?", t.pass, t.server_id);
+  }
+
+  /** When the oldest applying target of the pass not yet warned about started, or null. */
+  oldestUnwarned(pass: number): number | null {
+    return this.sql
+      .exec<{ at: number | null }>("SELECT MIN(started_at) AS at FROM targets WHERE pass = ? AND state = 'applying' AND warned = 0", pass)
+      .one().at;
+  }
+
+  /** Applying targets of the pass, not yet warned about, that started before `before`; oldest first. */
+  unwarnedSince(pass: number, before: number): Target[] {
+    return this.sql
+      .exec<Row>(
+        `SELECT ${COLS} FROM targets WHERE pass = ? AND state = 'applying' AND warned = 0 AND started_at < ? ORDER BY started_at LIMIT 100`,
+        pass,
+        before,
+      )
+      .toArray()
+      .map(toTarget);
+  }
+
+  /** Durations of the pass's done targets, ascending. */
+  doneDurations(pass: number): number[] {
+    return this.sql
+      .exec<{ d: number }>("SELECT duration_ms AS d FROM targets WHERE pass = ? AND state = 'done' ORDER BY duration_ms", pass)
+      .toArray()
+      .map((r) => r.d);
+  }
+
+  // ---- the index ----
+
+  /** Target changes the index has not taken, at most `limit`. */
+  dirty(limit: number): DirtyTarget[] {
+    return this.sql
+      .exec<Row>(`SELECT ${COLS}, dirty FROM targets WHERE dirty > 0 LIMIT ?`, limit)
+      .toArray()
+      .map((r) => ({ ...toTarget(r), dirty: r.dirty }));
+  }
+
+  /** The index took these changes; a target changed again meanwhile stays dirty. */
+  projected(rows: { pass: number; server_id: string; dirty: number }[]) {
+    for (const r of rows) {
+      this.sql.exec("UPDATE targets SET dirty = 0 WHERE pass = ? AND server_id = ? AND dirty = ?", r.pass, r.server_id, r.dirty);
+    }
+  }
+}

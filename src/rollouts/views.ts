@@ -1,0 +1,89 @@
+/**
+ * What the rollout shows: its summary (counts, pace, warnings), a long poll on it, and pages of
+ * its targets and event log. Reads only.
+ */
+import { quiescent, type RolloutSpec, type RolloutState, type TargetState } from "./machine";
+import type { RolloutParts } from "./parts";
+import { etaSeconds } from "./progress";
+import { medianMs } from "./slow";
+
+export interface RolloutSummary {
+  id: string;
+  fleet: string;
+  agent: string;
+  image: string;
+  version: string;
+  state: RolloutState;
+  pass: number;
+  reason: string | null;
+  concurrency: number;
+  server_timeout_s: number | null;
+  slow_factor: number | null;
+  abort: RolloutSpec["abort"];
+  update_channel: boolean;
+  channel_updated: boolean | null;
+  reboot_slot: boolean;
+  counts: Record<TargetState, number>;
+  total: number;
+  median_s: number | null;
+  eta_s: number | null;
+  warnings: { server_id: string; hostname: string; at: number; message: string }[];
+  created_by: string;
+  created_at: number;
+  ended_at: number | null;
+  version_seq: number;
+}
+
+export function summary(p: RolloutParts): RolloutSummary {
+  const { spec, core } = p.store.load()!;
+  const m = medianMs(p);
+  const channel = p.store.channel();
+  return {
+    id: spec.id,
+    fleet: spec.fleet,
+    agent: spec.agent,
+    image: spec.image,
+    version: spec.version,
+    state: core.state,
+    pass: core.pass,
+    reason: core.reason,
+    concurrency: spec.concurrency,
+    server_timeout_s: spec.server_timeout_s,
+    slow_factor: spec.slow_factor,
+    abort: spec.abort,
+    update_channel: spec.update_channel,
+    channel_updated: spec.update_channel ? (channel?.updated ?? null) : false,
+    reboot_slot: spec.reboot_slot,
+    counts: core.counts,
+    total: Object.values(core.counts).reduce((a, b) => a + b, 0),
+    median_s: m === null ? null : Math.round(m) / 1000,
+    eta_s: etaSeconds(core, spec.concurrency, m),
+    warnings: p.store.events.slowWarnings(50),
+    created_by: spec.created_by,
+    created_at: spec.created_at,
+    ended_at: core.ended_at,
+    version_seq: core.version,
+  };
+}
+
+/** The summary now, or (with `waitMs`) once its version moves past `known`. */
+export async function awaitSummary(p: RolloutParts, known: number | null, waitMs: number): Promise<RolloutSummary | null> {
+  const state = p.store.load();
+  if (!state) return null;
+  // A rollout that has ended with nothing in flight changes only by an operator's rollback: no wait.
+  if (waitMs > 0 && !quiescent(state.core) && (known === null || known === state.core.version)) {
+    await p.store.coreMoved(waitMs);
+  }
+  return summary(p);
+}
+
+export function targetsPage(p: RolloutParts, opts: { pass?: number; state?: TargetState; after: number; limit: number }) {
+  const state = p.store.load();
+  if (!state) return null;
+  return p.store.targets.page(opts.pass ?? state.core.pass, opts.state, opts.after, opts.limit);
+}
+
+export function eventsPage(p: RolloutParts, opts: { after: number; limit: number }) {
+  if (!p.store.load()) return null;
+  return p.store.events.page(opts.after, opts.limit);
+}
