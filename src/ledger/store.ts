@@ -160,8 +160,8 @@ export class LedgerStore {
   }
 
   setRefresh(r: RefreshState) {
-    this.putShown(KEY.refresh, r);
     this.refreshMemo = r;
+    this.putShown(KEY.refresh, r);
   }
 
   rebootRev(): number {
