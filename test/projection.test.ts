@@ -100,7 +100,7 @@ describe("D1 projection of the ledger", () => {
     const { runScheduled } = await import("../src/scheduled");
     const { createScheduledController } = await import("cloudflare:test");
     await runScheduled(createScheduledController({ scheduledTime: Date.now() }), env);
-    expect((await listedStatus(fleet.id, s.id))).toBe("stale");
+    expect(await listedStatus(fleet.id, s.id)).toBe("stale");
     expect((await call("GET", `/v1/servers?fleet=${fleet.id}&status=stale`)).json.items).toHaveLength(1);
 
     const stub = env.LEDGER.get(env.LEDGER.idFromName(s.id));
