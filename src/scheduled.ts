@@ -1,6 +1,4 @@
-import { getDb } from "./db/client";
 import type { Env } from "./env";
-import { markStale } from "./servers/staleness";
 import { runFleetTasks } from "./fleets/tasks";
 import { runPlanner } from "./planner/service";
 import { runUpgrades } from "./upgrades/runner";
@@ -19,10 +17,9 @@ export async function runScheduled(controller: ScheduledController, env: Env) {
     });
     return;
   }
-  const db = getDb(env.DB);
   // Planner backstop: only servers whose inputs changed (plan_marks), never a scan of every server.
+  // (Staleness is not marked here: it is read from stale_at, src/servers/staleness.ts.)
   await runPlanner(env, { budgetMs: 20_000 });
-  await markStale(db, controller.scheduledTime);
   // Coordinator work owed by fleet changes (settings pushes, wipes of deleted fleets).
   await runFleetTasks(env);
   // Rollouts advance on their own (ledger events, their alarms); this only re-drives quiet ones.

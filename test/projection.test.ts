@@ -23,6 +23,11 @@ async function indexRow(id: string) {
     .first<{ status: string; desired_generation: number; reported_generation: number | null; last_seen: number }>();
 }
 
+/** The server's status as GET /v1/servers answers it (staleness is read from stale_at then). */
+async function listedStatus(fleet: string, id: string) {
+  return (await call("GET", `/v1/servers?fleet=${fleet}`)).json.items.find((x: { id: string }) => x.id === id)?.status;
+}
+
 describe("D1 projection of the ledger", () => {
   it("costs no D1 write for a report that changes nothing the index shows", async () => {
     const { s } = await realizedServer();
@@ -89,13 +94,13 @@ describe("D1 projection of the ledger", () => {
     ]);
   });
 
-  it("is marked stale by the cron when a server stops reporting, and fixed by its next report", async () => {
+  it("shows stale once a server stops reporting past its deadline, and not after its next report", async () => {
     const { fleet, s } = await realizedServer();
     await env.DB.prepare("UPDATE servers SET last_seen = ?1, stale_at = ?1 + 60000 WHERE id = ?2").bind(Date.now() - 3_600_000, s.id).run();
     const { runScheduled } = await import("../src/scheduled");
     const { createScheduledController } = await import("cloudflare:test");
     await runScheduled(createScheduledController({ scheduledTime: Date.now() }), env);
-    expect((await indexRow(s.id))!.status).toBe("stale");
+    expect(await listedStatus(fleet.id, s.id)).toBe("stale");
     expect((await call("GET", `/v1/servers?fleet=${fleet.id}&status=stale`)).json.items).toHaveLength(1);
 
     const stub = env.LEDGER.get(env.LEDGER.idFromName(s.id));
@@ -105,6 +110,7 @@ describe("D1 projection of the ledger", () => {
     });
     await call("PUT", "/v1/agent/inventory", { token: s.token, body: report(2, agents) });
     expect((await indexRow(s.id))!.status).toBe("realized");
+    expect(await listedStatus(fleet.id, s.id)).toBe("realized");
   });
 });
 
@@ -191,7 +197,7 @@ describe("a server back from silence", () => {
     const { runScheduled } = await import("../src/scheduled");
     const { createScheduledController } = await import("cloudflare:test");
     await runScheduled(createScheduledController({ scheduledTime: Date.now() }), env);
-    expect((await indexRow(s.id))!.status).toBe("stale");
+    expect(await listedStatus(fleet.id, s.id)).toBe("stale");
     const stub = env.LEDGER.get(env.LEDGER.idFromName(s.id));
     await runInDurableObject(stub, (_i: ServerLedger, state) => {
       const mark = state.storage.kv.get<any>("projected");
@@ -203,6 +209,7 @@ describe("a server back from silence", () => {
     await call("PUT", "/v1/agent/inventory", { token: s.token, body });
     const row = (await indexRow(s.id))!;
     expect(row.status).toBe("realized");
+    expect(await listedStatus(fleet.id, s.id)).toBe("realized");
     expect(row.last_seen).toBeGreaterThan(Date.now() - 60_000);
     expect((await call("GET", `/v1/servers?fleet=${fleet.id}&status=stale`)).json.items).toEqual([]);
   });

@@ -1,12 +1,21 @@
 import { createScheduledController, env } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
+import { getDb } from "../src/db/client";
+import { servers as serversTable } from "../src/db/schema";
 import { runScheduled } from "../src/scheduled";
+import { isStale } from "../src/servers/staleness";
 import { call, createFleet, d1Statements, registerServer, report } from "./helpers";
 
-const statusOf = (id: string) => env.DB.prepare("SELECT status FROM servers WHERE id = ?").bind(id).first<string>("status");
+/** A server's status as the index answers it (GET /v1/servers reads it at query time). */
+async function statusOf(id: string) {
+  const fleet = await env.DB.prepare("SELECT fleet_id FROM servers WHERE id = ?").bind(id).first<string>("fleet_id");
+  const items = (await call("GET", `/v1/servers?fleet=${fleet}`)).json.items as { id: string; status: string }[];
+  return items.find((s) => s.id === id)!.status;
+}
+const staleIds = async (fleet: string) => ((await call("GET", `/v1/servers?fleet=${fleet}&status=stale`)).json.items as { id: string }[]).map((s) => s.id);
 const tick = (at = Date.now()) => runScheduled(createScheduledController({ scheduledTime: at }), env);
 
-describe("staleness marking (cost ∝ change)", () => {
+describe("staleness, read from stale_at (cost ∝ change)", () => {
   it("keeps stale_at = last_seen + the fleet's stale_after in the index", async () => {
     const f = await createFleet({ stale_after_s: 60 });
     const s = await registerServer(f.id);
@@ -16,7 +25,7 @@ describe("staleness marking (cost ∝ change)", () => {
     expect(row.stale_at).toBe(row.last_seen + 60_000);
   });
 
-  it("marks only servers that newly crossed their deadline, in one statement whatever the fleets, and leaves stale ones alone", async () => {
+  it("shows stale only the servers past their deadline, whatever the fleets, with no statement from the cron", async () => {
     const fleets = [await createFleet({ stale_after_s: 60 }), await createFleet({ stale_after_s: 600 })];
     const servers = [];
     for (const f of fleets) {
@@ -33,20 +42,41 @@ describe("staleness marking (cost ∝ change)", () => {
     const before = await d1Statements();
     await tick(now);
     const after = await d1Statements();
-    expect(after.writes - before.writes).toBe(1);
+    expect(after.writes - before.writes).toBe(0);
     expect(await statusOf(servers[0].id)).toBe("stale");
     for (const s of servers.slice(1)) expect(await statusOf(s.id)).not.toBe("stale");
+    expect(await staleIds(fleets[0].id)).toEqual([servers[0].id]);
+    expect(await staleIds(fleets[1].id)).toEqual([]);
+    // The other statuses leave it out: it is listed under one status only.
+    expect((await call("GET", `/v1/servers?fleet=${fleets[0].id}&status=realized`)).json.items.map((s: { id: string }) => s.id)).toEqual([servers[1].id]);
 
-    // Already stale: the next tick changes no row.
-    const { markStale } = await import("../src/servers/staleness");
-    const { getDb } = await import("../src/db/client");
-    expect(await markStale(getDb(env.DB), now + 1000)).toBe(0);
+    // Already stale: the next tick writes nothing either, and it stays stale.
+    const again = await d1Statements();
+    await tick(now + 1000);
+    expect((await d1Statements()).writes - again.writes).toBe(0);
+    expect(await statusOf(servers[0].id)).toBe("stale");
   });
 
-  it("reads through the partial index on stale_at, never the whole servers table", async () => {
-    const plan = await env.DB.prepare(
-      "EXPLAIN QUERY PLAN UPDATE servers SET status = 'stale', updated_at = 1 WHERE status != 'stale' AND stale_at < ?",
-    ).bind(Date.now()).all<{ detail: string }>();
+  it("is read the same way by the list, the check and the metrics: a realized server past its deadline is stale in each", async () => {
+    const { forgetMetricsCache } = await import("../src/metrics/service");
+    const f = await createFleet({ stale_after_s: 60 });
+    const s = await registerServer(f.id);
+    await call("PUT", "/v1/agent/inventory", { token: s.token, body: report(1, []) });
+    expect(await statusOf(s.id)).toBe("realized");
+    await env.DB.prepare("UPDATE servers SET last_seen = ?1, stale_at = ?1 + 60000 WHERE id = ?2").bind(Date.now() - 120_000, s.id).run();
+
+    expect(await statusOf(s.id)).toBe("stale");
+    const check = await call("GET", `/v1/check/server-agents?fleet=${f.id}`);
+    expect(check.json.findings.map((x: { server: string; reason: string }) => [x.server, x.reason])).toEqual([[s.id, "stale_report"]]);
+    forgetMetricsCache();
+    const metrics = (await call("GET", "/metrics")).json as string;
+    expect(metrics).toContain(`harbormaster_servers{fleet="${f.id}",status="stale"} 1`);
+    expect(metrics).not.toContain(`harbormaster_servers{fleet="${f.id}",status="realized"}`);
+  });
+
+  it("reads the stale servers fleet-wide through the indexes (the partial one on stale_at), never the whole servers table", async () => {
+    const query = getDb(env.DB).select({ id: serversTable.id }).from(serversTable).where(isStale(Date.now())).toSQL();
+    const plan = await env.DB.prepare(`EXPLAIN QUERY PLAN ${query.sql}`).bind(...query.params).all<{ detail: string }>();
     const detail = plan.results.map((r) => r.detail).join(" | ");
     expect(detail).toMatch(/USING INDEX servers_stale_at_idx/);
     expect(detail).not.toMatch(/SCAN servers(?! USING)/);

@@ -95,6 +95,46 @@ describe("ledger storage format", () => {
     });
   });
 
+  it("continues a cleanup that a format-2 ledger left to its own cleanup timer, through the outbox, to removal", async () => {
+    const fleet = await createFleet();
+    const server = await registerServer(fleet.id);
+    const A = { name: "a", image: "a:1", version: "1" };
+    await call("PUT", `/v1/servers/${server.id}/desired`, { body: { generation: 2, agents: [A] } });
+    await call("PUT", "/v1/agent/inventory", { token: server.token, body: report(2, [A]) });
+    const stub = ledgerOf(env, server.id);
+    // What the previous release stored when the host acknowledged: token gone, cleanup begun,
+    // nothing done yet, and the rest left to a `cleanup` timer.
+    await runInDurableObject<ServerLedger, void>(stub, (_i, state) => {
+      const kv = state.storage.kv;
+      const now = Date.now();
+      kv.put("record", { ...kv.get<ServerRecord>("record")!, state: "decommissioning", token_hash: "" });
+      kv.put("lifecycle", {
+        order: "terminate",
+        generation: 2,
+        requested_at: now,
+        requested_by: "token:bootstrap",
+        previous_agents: [],
+        previous_state: "active",
+        cleanup_from: now,
+        done: [],
+      });
+      kv.put(FORMAT_KEY, 2);
+      state.storage.sql.exec("INSERT INTO _timers (name, due_at, payload) VALUES ('cleanup', ?, 'null')", now);
+    });
+    await evictDurableObject(stub);
+
+    expect(await fireTimersNow(stub)).toBe(true);
+
+    expect((await call("GET", `/v1/servers/${server.id}`)).json).toMatchObject({ state: "removed", lifecycle: { cleanup_done: ["index", "coordinator"] } });
+    expect(await indexState(server.id)).toBe("removed");
+    expect(await env.DB.prepare("SELECT COUNT(*) AS n FROM agent_instances WHERE server_id = ?").bind(server.id).first("n")).toBe(0);
+    expect(await env.DB.prepare("SELECT revoked_at FROM tokens WHERE id = ?").bind(server.id).first("revoked_at")).not.toBeNull();
+    await runInDurableObject<ServerLedger, void>(stub, (_i, state) => {
+      expect(state.storage.kv.get(FORMAT_KEY)).toBe(LEDGER_FORMAT);
+      expect(state.storage.sql.exec("SELECT name FROM _timers WHERE name = 'cleanup'").toArray()).toEqual([]);
+    });
+  });
+
   it("refuses storage in a format newer than the code, leaving it as it is", async () => {
     const fleet = await createFleet();
     const server = await registerServer(fleet.id);

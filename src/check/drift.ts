@@ -9,6 +9,7 @@ import type { Db } from "../db/client";
 import { agentInstances, servers } from "../db/schema";
 import { isoOrNull } from "../lib/time";
 import { DRIFT_FIXES, DRIFT_REASONS, type DriftReason } from "../domain/enums";
+import { isStale, statusAt } from "../servers/staleness";
 
 export const driftReason = z.enum(DRIFT_REASONS);
 
@@ -108,8 +109,12 @@ export function judge(server: ServerRow, instances: InstanceRow[]) {
  * Realized servers have nothing to report and are never read: the servers query keeps to the
  * index's non-realized rows (and, with `agent`, to servers that have an instance of it).
  */
-export async function checkServerAgents(db: Db, filter: DriftFilter, after: string | null, limit: number) {
-  const conds: SQL[] = [ne(servers.state, "removed"), sql`(${servers.status} != 'realized' OR ${servers.state} = 'decommissioning')`];
+export async function checkServerAgents(db: Db, filter: DriftFilter, after: string | null, limit: number, now = Date.now()) {
+  // A realized server whose deadline passed is stale (../servers/staleness.ts), so it is read too.
+  const conds: SQL[] = [
+    ne(servers.state, "removed"),
+    sql`(${servers.status} != 'realized' OR ${servers.state} = 'decommissioning' OR ${isStale(now)})`,
+  ];
   if (filter.fleet) conds.push(eq(servers.fleetId, filter.fleet));
   if (filter.server) conds.push(eq(servers.id, filter.server));
   if (filter.agent) {
@@ -121,7 +126,7 @@ export async function checkServerAgents(db: Db, filter: DriftFilter, after: stri
       id: servers.id,
       hostname: servers.hostname,
       state: servers.state,
-      status: servers.status,
+      status: statusAt(now),
       desiredGeneration: servers.desiredGeneration,
       reportedGeneration: servers.reportedGeneration,
       lastSeen: servers.lastSeen,

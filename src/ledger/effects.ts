@@ -1,21 +1,42 @@
 /**
  * Everything a server's ledger tells other bindings, as outbox effects (src/objects/kit/outbox.ts):
- * its D1 projection, its server-token row, its audit rows, its FleetLock identity and the release
- * of reboot slots after a reboot. Each is stored with the ledger state change that causes it and
- * delivered at least once; every receiver is idempotent.
+ * its D1 projection, its server-token row, its audit rows, its FleetLock identity, the release of
+ * reboot slots after a reboot, rollout outcomes, and the cleanup of a decommissioned server. Each
+ * is stored with the ledger state change that causes it and delivered at least once; every
+ * receiver is idempotent. This is the only way the ledger writes anything outside itself.
  */
-import { sql } from "drizzle-orm";
+import { eq, sql } from "drizzle-orm";
 import type { Db } from "../db/client";
-import { tokens } from "../db/schema";
-import { auditInsertOnce, type AuditEvent } from "../audit/log";
+import { agentInstances, tokens } from "../db/schema";
+import { auditEvent, auditInsertOnce, type AuditEntry, type AuditEvent } from "../audit/log";
 import type { Env } from "../env";
 import type { ServerIdentity } from "../fleetlock/durable-object";
-import type { Effect } from "../objects/kit/outbox";
+import type { Effect, Outbox } from "../objects/kit/outbox";
 import type { ServerRecord } from "./record";
+import type { CleanupStep } from "./lifecycle";
+import { buildProjection, lastSeenRefreshMs, projectionStatements } from "./projection";
+import type { LedgerStore, ProjectedMark } from "./store";
 import { rolloutEventEffect } from "../rollouts/ledger-side";
 import { coordinatorOf } from "../objects/stubs";
 
-export type LedgerEffectKind = "project" | "token" | "audit" | "identity" | "release" | "rollout_event";
+export type LedgerEffectKind =
+  | "project"
+  | "token"
+  | "audit"
+  | "identity"
+  | "release"
+  | "rollout_event"
+  | "cleanup_index"
+  | "cleanup_coordinator";
+
+export type LedgerOutbox = Outbox<LedgerEffectKind>;
+
+/** What the ledger's decision modules are given: its storage, its outbox and the time. */
+export interface LedgerDeps {
+  store: LedgerStore;
+  outbox: LedgerOutbox;
+  clock: () => number;
+}
 
 /** The server's token row in D1 (listing, and telling a server token apart on operator routes). */
 export interface TokenRowPayload {
@@ -42,6 +63,12 @@ export interface ReleasePayload {
   seen_at: number;
 }
 
+/** Cleanup, first step: the server's instances leave the index and its token row is revoked. */
+export interface CleanupIndexPayload {
+  server_id: string;
+  token: TokenRowPayload;
+}
+
 export const tokenPayload = (record: ServerRecord, createdBy: string, revokedAt: number | null): TokenRowPayload => ({
   server_id: record.id,
   name: `server ${record.hostname}`,
@@ -57,50 +84,111 @@ export const identityPayload = (record: ServerRecord, rev: number): IdentityPayl
   identity: { fleetlock_id: record.fleetlock_id, hostname: record.hostname, reboot_group: record.reboot_group, rev },
 });
 
-export function ledgerEffects(env: () => Env, db: () => Db, project: Effect): Record<LedgerEffectKind, Effect> {
+export const audit = (outbox: LedgerOutbox, entry: AuditEntry) => outbox.enqueue("audit", auditEvent(entry));
+
+/** The index must show the ledger as it is now (one pending projection, whatever caused it). */
+export const project = (outbox: LedgerOutbox) => outbox.enqueue("project", {}, { key: "project" });
+
+function tokenRowStatements(d: Db, t: TokenRowPayload) {
+  const row = {
+    id: t.server_id,
+    kind: "server" as const,
+    scope: "server" as const,
+    serverId: t.server_id,
+    name: t.name,
+    hash: t.hash || "revoked",
+    createdBy: t.created_by,
+    createdAt: t.created_at,
+    revokedAt: t.revoked_at,
+  };
+  return d.insert(tokens).values(row).onConflictDoUpdate({
+    target: tokens.id,
+    set: { hash: sql`excluded.hash`, revokedAt: sql`excluded.revoked_at`, name: sql`excluded.name` },
+  });
+}
+
+export interface LedgerEffectWiring {
+  env: () => Env;
+  db: () => Db;
+  store: LedgerStore;
+  /** A cleanup step reached its receiver (./decommission.ts takes the cleanup on from there). */
+  cleaned: (step: CleanupStep) => void;
+}
+
+export function ledgerEffects(w: LedgerEffectWiring): Record<LedgerEffectKind, Effect> {
   return {
-    project,
-    token: {
-      target: "d1",
-      statements: (t: TokenRowPayload) => {
-        const d = db();
-        const row = {
-          id: t.server_id,
-          kind: "server" as const,
-          scope: "server" as const,
-          serverId: t.server_id,
-          name: t.name,
-          hash: t.hash || "revoked",
-          createdBy: t.created_by,
-          createdAt: t.created_at,
-          revokedAt: t.revoked_at,
-        };
-        return [
-          d.insert(tokens).values(row).onConflictDoUpdate({
-            target: tokens.id,
-            set: { hash: sql`excluded.hash`, revokedAt: sql`excluded.revoked_at`, name: sql`excluded.name` },
-          }),
-        ];
-      },
-    },
-    audit: { target: "d1", statements: (e: AuditEvent) => [auditInsertOnce(db(), e)] },
+    project: projectEffect(w),
+    token: { target: "d1", statements: (t: TokenRowPayload) => [tokenRowStatements(w.db(), t)] },
+    audit: { target: "d1", statements: (e: AuditEvent) => [auditInsertOnce(w.db(), e)] },
     identity: {
       target: "call",
       deliver: async (p: IdentityPayload) => {
-        await coordinatorOf(env(), p.fleet_id).setServerIdentity(p.server_id, p.identity);
+        await coordinatorOf(w.env(), p.fleet_id).setServerIdentity(p.server_id, p.identity);
       },
     },
     // Rollouts (issue 9): a target's outcome, keyed per rollout.
-    rollout_event: rolloutEventEffect(env),
+    rollout_event: rolloutEventEffect(w.env),
     release: {
       target: "call",
       deliver: async (p: ReleasePayload) => {
-        await coordinatorOf(env(), p.fleet_id).releaseServer(p.server_id, {
+        await coordinatorOf(w.env(), p.fleet_id).releaseServer(p.server_id, {
           reason: `boot_id changed from '${p.from_boot_id}' to '${p.to_boot_id}'`,
           actor: `server:${p.server_id}`,
           granted_before: p.seen_at,
         });
       },
+    },
+    cleanup_index: {
+      target: "d1",
+      statements: (p: CleanupIndexPayload) => {
+        const d = w.db();
+        return [d.delete(agentInstances).where(eq(agentInstances.serverId, p.server_id)), tokenRowStatements(d, p.token)];
+      },
+      delivered: () => w.cleaned("index"),
+    },
+    // It leaves every reboot semaphore and frees its fleetlock_id (at a revision newer than any
+    // identity delivery still under way, so none can bring the id back).
+    cleanup_coordinator: {
+      target: "call",
+      deliver: async (p: IdentityPayload) => {
+        const coordinator = coordinatorOf(w.env(), p.fleet_id);
+        await coordinator.releaseServer(p.server_id, { reason: "server removed", actor: `server:${p.server_id}` });
+        await coordinator.setServerIdentity(p.server_id, p.identity);
+      },
+      delivered: () => w.cleaned("coordinator"),
+    },
+  };
+}
+
+/**
+ * The projection: D1 rows for the ledger as it is when delivered, limited to the rows whose
+ * content differs from what the index was last told.
+ */
+function projectEffect(w: LedgerEffectWiring): Effect {
+  /** The mark the delivery under way will have made true, recorded once D1 took it. */
+  let inFlight: ProjectedMark | null = null;
+  return {
+    target: "d1",
+    statements: () => {
+      inFlight = null;
+      // The index never shows a heartbeat the ledger could lose on eviction.
+      w.store.persistHeartbeat();
+      const state = w.store.load();
+      if (!state) return [];
+      const mark = w.store.projected();
+      const p = buildProjection(state.record, state.desired, state.report, Date.now());
+      const written = mark && !mark.dirty && mark.written ? mark.written : null;
+      const lastSeen = p.server.lastSeen ?? null;
+      const lastSeenDue =
+        lastSeen != null &&
+        (mark?.last_seen_written == null || lastSeen - mark.last_seen_written >= lastSeenRefreshMs(state.record.stale_after_s));
+      const { statements, serverRow } = projectionStatements(w.db(), p, written, { serverRowDue: lastSeenDue });
+      inFlight = { written: p.signatures, last_seen_written: serverRow ? lastSeen : (mark?.last_seen_written ?? null) };
+      return statements;
+    },
+    delivered: () => {
+      if (inFlight) w.store.setProjected(inFlight);
+      inFlight = null;
     },
   };
 }

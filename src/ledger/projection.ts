@@ -36,8 +36,7 @@ export function buildProjection(
   report: StoredReport | undefined,
   now: number,
 ): Projection {
-  // A report just arrived or nothing changed in time: the index never stores "stale" from here;
-  // the cron marks it from last_seen (DESIGN §2), and the next projection overwrites it.
+  // The index never stores "stale": it is read from stale_at (src/servers/staleness.ts).
   const computed = computeStatus(desired, report, now, Number.POSITIVE_INFINITY);
   const instances = computed.agents.map((a) => ({
     serverId: record.id,
@@ -78,8 +77,8 @@ export function buildProjection(
 }
 
 /**
- * When the cron may mark the server stale (DESIGN §8: its tick reads only rows past this deadline).
- * A removed server is never stale; one that never reported has nothing to be late with.
+ * When the server turns stale in the index (read at query time, src/servers/staleness.ts). A
+ * removed server is never stale; one that never reported has nothing to be late with.
  */
 export function staleAtOf(record: ServerRecord, lastSeen: number | undefined) {
   return lastSeen == null || record.state === "removed" ? null : lastSeen + record.stale_after_s * 1000;
@@ -97,7 +96,7 @@ export function sameSignatures(a: Signatures, b: Signatures) {
  * last written, only the rows that differ are written (DESIGN §8: D1 sees writes only for
  * changes); without it (first write, or a mark from before per-row signatures) everything is
  * rewritten. `serverRowDue`: rewrite the server row even if unchanged (its last_seen is due, and
- * the cron may have marked it stale meanwhile).
+ * with it the stale_at deadline).
  */
 export function projectionStatements(
   db: Db,

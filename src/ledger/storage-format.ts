@@ -1,16 +1,18 @@
 /**
  * Versioned storage for the per-server ledger: the ledger counterpart of the D1 upgrade steps.
  * Each ledger records the format its storage is in and, when it loads, applies the point-to-point
- * steps from there to the newest before any call reads it. Ledgers written before formats were
- * recorded are format 1.
+ * steps from there to the newest before any call reads it (src/ledger/store.ts, which also
+ * refuses to read a ledger in any other format). Ledgers written before formats were recorded are
+ * format 1.
  *
  * Steps name storage keys literally, as they were in the format they read: a later rename of a
  * key in the ledger must not change what an old step does. Like D1 steps, they are idempotent and
- * conditional, because a ledger registered by current code is unstamped until its first reload
- * and so meets every step once.
+ * conditional, because a ledger registered by code older than format 3 is unstamped until its
+ * first reload and so meets every step once.
  */
 
-export const LEDGER_FORMAT = 2;
+/** The format this code writes (ledgers are stamped with it when created and when upgraded). */
+export const LEDGER_FORMAT = 3;
 export const FORMAT_KEY = "format";
 
 export interface FormatStep {
@@ -37,6 +39,15 @@ export const FORMAT_STEPS: readonly FormatStep[] = [
       kv.put("record", { ...record, state: "active" });
       return true;
     },
+  },
+  {
+    to: 3,
+    description:
+      "Decommission cleanup steps are outbox effects, no longer run from a `cleanup` timer: a cleanup under " +
+      "way continues from its first step not done. That needs the outbox, so the ledger does it when it " +
+      "opens storage upgraded from before this format (src/ledger/decommission.ts resumeCleanup); the " +
+      "old timer, left without a handler, is dropped when it fires",
+    apply: () => false,
   },
 ];
 

@@ -1,4 +1,4 @@
-import type { ServerView } from "./durable-object";
+import type { ServerView } from "./view";
 
 /**
  * The ETag of a server's view for operators (`GET /v1/servers/{id}`): a digest of everything the

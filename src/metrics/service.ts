@@ -7,6 +7,7 @@ import { readUpgradeState } from "../upgrades/state";
 import { NEWEST_VERSION, UPGRADE_STEPS } from "../upgrades/steps";
 import { fleetSettings } from "../fleets/store";
 import { coordinatorOf } from "../objects/stubs";
+import { statusAt } from "../servers/staleness";
 
 /**
  * Prometheus gauges computed from durable state at scrape time: the D1 index (servers, instances,
@@ -48,10 +49,10 @@ export async function metricsText(env: Env, now = Date.now()): Promise<string> {
   const db = getDb(env.DB);
   const [byStatus, byInstance, fleetRows, upgrade] = await Promise.all([
     db
-      .select({ fleet: servers.fleetId, status: servers.status, n: count() })
+      .select({ fleet: servers.fleetId, status: statusAt(now), n: count() })
       .from(servers)
       .where(ne(servers.state, "removed"))
-      .groupBy(servers.fleetId, servers.status),
+      .groupBy(servers.fleetId, statusAt(now)),
     db
       .select({ agent: agentInstances.agent, status: agentInstances.status, n: count() })
       .from(agentInstances)

@@ -1,24 +1,27 @@
-import { and, lt, sql } from "drizzle-orm";
-import type { Db } from "../db/client";
+import { and, eq, sql, type SQL } from "drizzle-orm";
 import { servers } from "../db/schema";
-import { staleCounters } from "../metrics/service";
+import type { ServerStatus } from "../domain/enums";
 
 /**
- * Marks servers that stopped reporting: one statement whatever the number of fleets, reading only
- * rows whose deadline (stale_at = last_seen + the fleet's stale_after, kept by each ledger's
- * projection) has passed and which are not stale yet, through a partial index. Already-stale
- * servers leave that index, so a tick costs what newly crossed, not the fleet's size. The next
- * report from a stale server rewrites its status.
+ * Staleness is read, never written: a server is stale once its deadline has passed (stale_at =
+ * last_seen + the fleet's stale_after, kept by its ledger's projection, which is the only writer
+ * of the server row). The cron marks nothing, so a tick costs no statement however many servers
+ * fall silent, and the index agrees with the ledger's own view (stale when now > stale_at).
+ *
+ * Rows an older release's cron marked `stale` count as stale until their server reports again
+ * (their deadline had passed, and only the next projection moves it). Written as two terms, one
+ * per index (servers_status_idx, and the partial servers_stale_at_idx on rows not so marked), so a
+ * fleet-wide read of the stale servers never scans the servers table.
  */
-export async function markStale(db: Db, now: number) {
-  const res = await db
-    .update(servers)
-    .set({ status: "stale", updatedAt: now })
-    // The literal term is the partial index's own WHERE, so SQLite can use the index.
-    .where(and(sql`${servers.status} != 'stale'`, lt(servers.staleAt, now)));
-  const marked = res.meta.changes ?? 0;
-  staleCounters.ticks++;
-  staleCounters.rowsRead += res.meta.rows_read ?? 0;
-  staleCounters.marked += marked;
-  return marked;
-}
+export const isStale = (now: number): SQL =>
+  sql`(${servers.status} = 'stale' OR (${servers.status} != 'stale' AND ${servers.staleAt} < ${now}))`;
+
+const notStale = (now: number): SQL => sql`(${servers.staleAt} IS NULL OR ${servers.staleAt} >= ${now})`;
+
+/** The status column as read at `now`. */
+export const statusAt = (now: number) =>
+  sql<ServerStatus>`CASE WHEN ${servers.staleAt} < ${now} THEN 'stale' ELSE ${servers.status} END`;
+
+/** Servers whose status is `status` at `now`. */
+export const statusIs = (status: ServerStatus, now: number): SQL =>
+  status === "stale" ? isStale(now) : and(eq(servers.status, status), notStale(now))!;

@@ -1,8 +1,9 @@
-import { and, asc, eq, gt, ne, type SQL } from "drizzle-orm";
+import { and, asc, eq, getTableColumns, gt, ne, type SQL } from "drizzle-orm";
 import type { Db } from "../db/client";
 import { servers } from "../db/schema";
 import type { ServerView } from "../ledger/durable-object";
 import { iso, isoOrNull } from "../lib/time";
+import { statusAt, statusIs } from "./staleness";
 
 export type ServerRow = typeof servers.$inferSelect;
 
@@ -70,15 +71,17 @@ export async function listServers(
   filter: { fleet?: string; status?: ServerRow["status"]; state?: ServerRow["state"] },
   after: string | null,
   limit: number,
+  now = Date.now(),
 ) {
   const conds: SQL[] = [];
   if (filter.fleet) conds.push(eq(servers.fleetId, filter.fleet));
-  if (filter.status) conds.push(eq(servers.status, filter.status));
+  // Staleness is read from stale_at, never stored by the cron (./staleness.ts).
+  if (filter.status) conds.push(statusIs(filter.status, now));
   // Removed servers are tombstones: listed only when asked for by state.
   conds.push(filter.state ? eq(servers.state, filter.state) : ne(servers.state, "removed"));
   if (after) conds.push(gt(servers.id, after));
   return db
-    .select()
+    .select({ ...getTableColumns(servers), status: statusAt(now) })
     .from(servers)
     .where(conds.length ? and(...conds) : undefined)
     .orderBy(asc(servers.id))

@@ -23,6 +23,8 @@ export interface D1Effect<P> {
 export interface CallEffect<P> {
   target: "call";
   deliver(payload: P): Promise<void>;
+  /** After the receiver took it, in the turn that removes it from the outbox. */
+  delivered?(payload: P): void;
 }
 
 export type Effect<P = any> = D1Effect<P> | CallEffect<P>;
@@ -51,6 +53,9 @@ export function backoffMs(attempts: number, random = Math.random()) {
 export class Outbox<K extends string> {
   private chain: Promise<void> = Promise.resolve();
   private readonly table;
+  /** Effects enqueued by `delivered` hooks since the round began: the flush delivers them too. */
+  private followUps = 0;
+  private inHook = false;
 
   constructor(
     private readonly storage: DurableObjectStorage,
@@ -86,6 +91,7 @@ export class Outbox<K extends string> {
     const due = now + (opts.deferMs ?? OUTBOX_SAFETY_MS);
     const attempts = opts.deferMs === undefined ? 0 : -1;
     const text = JSON.stringify(payload);
+    if (this.inHook && opts.deferMs === undefined) this.followUps++;
     this.table.ensure();
     if (opts.key) {
       this.storage.sql.exec(
@@ -130,6 +136,7 @@ export class Outbox<K extends string> {
 
   private async deliver() {
     if (!this.table.exists()) return;
+    this.followUps = 0;
     const now = Date.now();
     const rows = this.storage.sql
       .exec<Row>(
@@ -155,7 +162,9 @@ export class Outbox<K extends string> {
     const deliverCall = async (r: Row) => {
       const effect = this.effects[r.kind as K] as CallEffect<unknown>;
       try {
-        await effect.deliver(JSON.parse(r.payload));
+        const payload = JSON.parse(r.payload);
+        await effect.deliver(payload);
+        this.hook(() => effect.delivered?.(payload));
         this.done(r);
       } catch (err) {
         this.failed([r], err);
@@ -166,8 +175,18 @@ export class Outbox<K extends string> {
     }
     this.rearm();
     await this.scheduler.arm();
-    // A full round: more may be waiting behind it.
-    if (rows.length === MAX_BATCH) await this.deliver();
+    // A full round: more may be waiting behind it. A delivery that led to a next step (a
+    // `delivered` hook enqueued it) has that step delivered now rather than by the alarm.
+    if (rows.length === MAX_BATCH || this.followUps > 0) await this.deliver();
+  }
+
+  private hook(fn: () => void) {
+    this.inHook = true;
+    try {
+      fn();
+    } finally {
+      this.inHook = false;
+    }
   }
 
   private async deliverD1(rows: Row[]) {
@@ -181,7 +200,7 @@ export class Outbox<K extends string> {
         await db.batch(all as [BatchItem<"sqlite">, ...BatchItem<"sqlite">[]]);
       }
       for (const r of rows) {
-        (this.effects[r.kind as K] as D1Effect<unknown>).delivered?.(JSON.parse(r.payload));
+        this.hook(() => (this.effects[r.kind as K] as D1Effect<unknown>).delivered?.(JSON.parse(r.payload)));
         this.done(r);
       }
     } catch (err) {

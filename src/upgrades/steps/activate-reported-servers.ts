@@ -10,6 +10,10 @@ export const ACTIVATE_CHUNK = 200;
  * report activates it. Hosts that reported before that and have not reported since are still
  * `provisioning` in the index, and their ledgers never load to correct it (the ledger's own
  * storage format step does the same for its record when it does load).
+ *
+ * The one writer of `servers.state` besides the ledgers' projections, by design: an upgrade step
+ * is a data migration, applied once, and it only ever writes what the ledger's format-2 step
+ * makes true of the ledger too (a server that reported is not provisioning), re-checked at commit.
  */
 export const activateReportedServers: UpgradeStep = {
   version: 1,

@@ -1,0 +1,129 @@
+/**
+ * The operator's writes to a server's ledger: registration, an explicit desired config, its
+ * FleetLock identity and its token. Each commits here first; what it means for the index, the
+ * token row, the audit log and the coordinator leaves through the outbox in the same turn.
+ */
+import { fail, type Failure, type Result } from "../objects/kit/result";
+import type { PlanState } from "../planner/ledger-side";
+import { applyDesired, type DesiredState } from "./desired";
+import { audit, identityPayload, project, tokenPayload, type LedgerDeps } from "./effects";
+import type { ServerRecord } from "./record";
+import type { AgentSpec, DesiredConfig, DesiredConfigInput } from "./schemas";
+import { configOf } from "./view";
+
+/** Creates the ledger with generation 1; a repeated call for the same server changes nothing. */
+export function register(d: LedgerDeps, record: ServerRecord, agents: Omit<AgentSpec, "instance_id">[], meta: { actor: string; details?: unknown; plan_rev?: number }) {
+  if (d.store.load()) return;
+  const desired: DesiredState = {
+    generation: 1,
+    agents: agents.map((a) => ({ ...a, instance_id: crypto.randomUUID() })),
+    lifecycle: "run",
+    updated_at: record.created_at,
+  };
+  d.store.transaction(() => {
+    d.store.create(record, desired);
+    d.store.setPlan({ mode: "planned", rev: meta.plan_rev ?? 0 });
+    project(d.outbox);
+    d.outbox.enqueue("token", tokenPayload(record, meta.actor, null), { key: "token" });
+    if (record.fleetlock_id) d.outbox.enqueue("identity", identityPayload(record, 0), { key: "identity" });
+    audit(d.outbox, { actor: meta.actor, action: "server.register", target: `server:${record.id}`, details: meta.details });
+  });
+}
+
+export function putDesired(d: LedgerDeps, input: DesiredConfigInput, actor: string): { ok: true; created: boolean; config: DesiredConfig } | Failure {
+  const state = d.store.load();
+  if (!state) return fail("not_found", "server does not exist");
+  if (state.record.state === "removed") return fail("server_removed", "a removed server cannot be changed");
+  const outcome = applyDesired(state.desired, input, d.clock());
+  switch (outcome.kind) {
+    case "stale_generation":
+      return fail("stale_generation", `generation ${input.generation} is older than the current generation ${outcome.current.generation}`, {
+        current_generation: outcome.current.generation,
+      });
+    case "generation_conflict":
+      return fail("generation_conflict", `generation ${input.generation} already holds a different config`, {
+        current_generation: outcome.current.generation,
+      });
+    case "unchanged":
+      return { ok: true, created: false, config: configOf(state.record, outcome.current) };
+    case "accepted": {
+      // Lifecycle orders come only from decommissioning (issue 8), never from a desired PUT.
+      if (outcome.next.lifecycle !== state.desired.lifecycle || state.record.state === "decommissioning") {
+        return fail("lifecycle_change_refused", `lifecycle is '${state.desired.lifecycle}'; only decommissioning (or cancelling it) changes it`, {
+          lifecycle: state.desired.lifecycle,
+        });
+      }
+      const config = configOf(state.record, outcome.next);
+      d.store.transaction(() => {
+        d.store.save({ desired: outcome.next });
+        // An explicit config pins the server: the planner leaves it alone until released.
+        d.store.setPlan({ ...d.store.plan(), mode: "pinned", pinned_at: d.clock(), pinned_by: actor } satisfies PlanState);
+        project(d.outbox);
+        audit(d.outbox, {
+          actor,
+          action: "server.desired.put",
+          target: `server:${state.record.id}`,
+          details: { generation: config.generation, lifecycle: config.lifecycle, agents: config.agents.length },
+        });
+      });
+      return { ok: true, created: true, config };
+    }
+  }
+}
+
+/**
+ * Changes the server's FleetLock identity (PATCH /v1/servers/{id}). Each change gets the next
+ * revision, so the coordinator ignores a delivery that arrives after a newer one.
+ */
+export function setRebootIdentity(
+  d: LedgerDeps,
+  change: { fleetlock_id?: string | null; reboot_group?: string },
+  meta: { actor: string; details?: unknown },
+): Result<{ rev: number }> {
+  const record = d.store.load()?.record;
+  if (!record) return fail("not_found", "server does not exist");
+  if (record.state === "removed") return fail("server_removed", "a removed server cannot be changed");
+  const next: ServerRecord = {
+    ...record,
+    fleetlock_id: change.fleetlock_id === undefined ? record.fleetlock_id : change.fleetlock_id,
+    reboot_group: change.reboot_group ?? record.reboot_group,
+  };
+  const rev = d.store.rebootRev() + 1;
+  d.store.transaction(() => {
+    d.store.save({ record: next });
+    d.store.setRebootRev(rev);
+    d.outbox.enqueue("identity", identityPayload(next, rev), { key: "identity" });
+    project(d.outbox);
+    audit(d.outbox, { actor: meta.actor, action: "server.patch", target: `server:${record.id}`, details: meta.details });
+  });
+  return { ok: true, rev };
+}
+
+/** The host's token stops working at once (a parked poll included); its D1 row follows. */
+export function revokeToken(d: LedgerDeps, actor: string): boolean {
+  const record = d.store.load()?.record;
+  if (!record) return false;
+  if (record.token_hash === "") return true;
+  d.store.transaction(() => {
+    d.store.save({ record: { ...record, token_hash: "" } });
+    d.outbox.enqueue("token", tokenPayload(record, actor, d.clock()), { key: "token" });
+    audit(d.outbox, { actor, action: "token.revoke", target: `token:${record.token_id}` });
+  });
+  return true;
+}
+
+/** A new server token; the old one stops at once (a parked poll included). */
+export function rotateToken(d: LedgerDeps, tokenHash: string, actor: string): Result {
+  const state = d.store.load();
+  if (!state) return fail("not_found", "server does not exist");
+  if (state.record.state === "removed" || d.store.lifecycle()?.cleanup_from !== undefined) {
+    return fail("server_removed", "the server is removed (or being removed); its token cannot be renewed");
+  }
+  const next = { ...state.record, token_hash: tokenHash };
+  d.store.transaction(() => {
+    d.store.save({ record: next });
+    d.outbox.enqueue("token", tokenPayload(next, actor, null), { key: "token" });
+    audit(d.outbox, { actor, action: "server.token.rotate", target: `server:${next.id}` });
+  });
+  return { ok: true };
+}

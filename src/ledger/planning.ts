@@ -1,0 +1,74 @@
+/**
+ * The planner's write into a ledger (issue 8). The step itself is pure, in
+ * src/planner/ledger-side.ts; this applies it to the store and outbox.
+ */
+import type { FleetPlanInputs } from "../intent/store";
+import { fail, type Result } from "../objects/kit/result";
+import { planStep, type PlanState } from "../planner/ledger-side";
+import { audit, project, type LedgerDeps } from "./effects";
+
+export type PlanOutcome = "issued" | "reissued" | "unchanged" | "pinned" | "older_inputs" | "not_running";
+
+/**
+ * The fleet's plan inputs as of intent revision `inputs.rev`. A new generation is issued only when
+ * the plan differs from the current agents and the server is planned (not pinned); older inputs
+ * than the newest seen change nothing. With `release`, a pinned server goes back to planning
+ * first. `wrote`: something was stored (and so is to be delivered before the answer).
+ */
+export function applyPlan(
+  d: LedgerDeps,
+  inputs: FleetPlanInputs,
+  meta: { actor: string; reason: string; release?: boolean; reissue?: boolean; roles?: string[] },
+): Result<{ outcome: PlanOutcome; wrote: boolean }> {
+  const state = d.store.load();
+  if (!state) return fail("not_found", "server does not exist");
+  if (state.record.state === "removed") return fail("server_removed", "a removed server is not planned");
+  const before = d.store.plan();
+  const current: PlanState = meta.release ? { mode: "planned", rev: before.rev } : before;
+  const now = d.clock();
+  // New roles (PATCH): recorded whatever the plan does, then planned from.
+  const rolesChanged = meta.roles !== undefined && JSON.stringify(meta.roles) !== JSON.stringify(state.record.roles);
+  const record = rolesChanged ? { ...state.record, roles: meta.roles! } : state.record;
+  const step = planStep(record, state.desired, current, inputs, now, { force: meta.release || rolesChanged });
+  if (rolesChanged) {
+    d.store.transaction(() => {
+      d.store.save({ record });
+      project(d.outbox);
+      audit(d.outbox, { actor: meta.actor, action: "server.roles", target: `server:${record.id}`, details: { before: state.record.roles, after: record.roles } });
+    });
+  }
+  if (step.kind === "skipped") return { ok: true, outcome: step.why, wrote: rolesChanged };
+  // A drift fix re-issues the config (same agents, next generation) when the plan is unchanged,
+  // so the host reconciles again.
+  const reissue = step.kind === "recorded" && meta.reissue ? { ...state.desired, generation: state.desired.generation + 1, updated_at: now } : null;
+  d.store.transaction(() => {
+    const recordChanged = step.record !== record;
+    if (recordChanged) d.store.save({ record: step.record });
+    d.store.setPlan(step.planState);
+    if (meta.release && before.mode === "pinned") {
+      audit(d.outbox, { actor: meta.actor, action: "server.desired.release", target: `server:${record.id}`, details: { rev: inputs.rev } });
+    }
+    if (step.kind === "issue") {
+      d.store.save({ desired: step.next });
+      audit(d.outbox, {
+        actor: meta.actor,
+        action: "server.plan",
+        target: `server:${record.id}`,
+        details: {
+          reason: meta.reason,
+          rev: inputs.rev,
+          generation: step.next.generation,
+          agents: step.next.agents.map((a) => `${a.name}=${a.image}`),
+          unknown_roles: step.plan.unknown_roles,
+          unplannable: step.plan.unplannable,
+        },
+      });
+    }
+    if (reissue) {
+      d.store.save({ desired: reissue });
+      audit(d.outbox, { actor: meta.actor, action: "server.reissue", target: `server:${record.id}`, details: { reason: meta.reason, generation: reissue.generation } });
+    }
+    if (recordChanged || step.kind === "issue" || reissue) project(d.outbox);
+  });
+  return { ok: true, outcome: step.kind === "issue" ? "issued" : reissue ? "reissued" : step.why, wrote: true };
+}

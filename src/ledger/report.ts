@@ -1,0 +1,74 @@
+/**
+ * The host's inventory report: accepted or refused, stored or kept in memory as a heartbeat, and
+ * what it means for the index, a decommission, rollouts, refresh and the coordinator.
+ */
+import { fail, type Failure } from "../objects/kit/result";
+import { acknowledgeLifecycle } from "./decommission";
+import { project, type LedgerDeps, type ReleasePayload } from "./effects";
+import { lastSeenRefreshMs } from "./projection";
+import type { ServerRecord } from "./record";
+import { answerRefresh } from "./refresh";
+import { settleRolloutMarks } from "./rollout-marks";
+import type { InventoryReport, StoredReport } from "./schemas";
+import { computeStatus, type ComputedStatus } from "./status";
+import { contentKey, type LedgerStore } from "./store";
+
+/** How old the persisted heartbeat of an unchanged report may get (memory holds the latest). */
+export const HEARTBEAT_PERSIST_MS = 60_000;
+
+export type ReportAnswer = { ok: true; generation: number; computed: ComputedStatus } | Failure;
+
+/**
+ * Takes the report of the host holding `record`'s token. `enqueued`: something left for the
+ * outbox, to be delivered after the answer.
+ */
+export function acceptReport(d: LedgerDeps, record: ServerRecord, report: InventoryReport): { answer: ReportAnswer; enqueued: boolean } {
+  const { desired, report: previous, reportKey, persistedAt } = d.store.load()!;
+  if (report.generation > desired.generation) {
+    const answer = fail("generation_not_issued", `report claims generation ${report.generation}, but the newest issued is ${desired.generation}`, {
+      desired_generation: desired.generation,
+    });
+    return { answer, enqueued: false };
+  }
+  const now = d.clock();
+  const stored: StoredReport = { ...report, received_at: now };
+  const unchanged = previous !== undefined && reportKey === contentKey(stored);
+  let enqueued = false;
+  if (unchanged && persistedAt !== undefined && now - persistedAt < HEARTBEAT_PERSIST_MS) {
+    // Same content as the stored report: only the heartbeat moved. It lives in memory and is
+    // persisted at most every HEARTBEAT_PERSIST_MS (or when the index is told of it), so a
+    // steady host costs no storage write, and nothing the index shows can have changed.
+    d.store.heartbeat(stored);
+    answerRefresh(d.store, now);
+    if (lastSeenDue(d.store, now)) {
+      project(d.outbox);
+      enqueued = true;
+    }
+  } else {
+    d.store.transaction(() => {
+      d.store.save({ report: stored });
+      answerRefresh(d.store, now);
+      // The first report proves the host is up and talking to us.
+      if (record.state === "provisioning") d.store.save({ record: { ...record, state: "active" } });
+      if (record.state === "decommissioning") acknowledgeLifecycle(d, record, stored, now);
+      if (!unchanged || lastSeenDue(d.store, now)) project(d.outbox);
+      if (!unchanged) settleRolloutMarks(d, record.id, stored);
+      // A new boot_id: the host rebooted and came back, so any slot it still holds is one whose
+      // steady-state call was lost. Slots granted after this moment belong to the new boot.
+      if (previous !== undefined && previous.boot_id !== report.boot_id) {
+        const release: ReleasePayload = { fleet_id: record.fleet_id, server_id: record.id, from_boot_id: previous.boot_id, to_boot_id: report.boot_id, seen_at: now };
+        d.outbox.enqueue("release", release, { key: "release" });
+      }
+    });
+    enqueued = true;
+  }
+  return { answer: { ok: true, generation: desired.generation, computed: computeStatus(desired, stored, now, record.stale_after_s * 1000) }, enqueued };
+}
+
+/** Whether the index's last_seen is old enough to be refreshed (a coarse refresh, DESIGN §8). */
+function lastSeenDue(store: LedgerStore, now: number) {
+  const state = store.load();
+  if (!state?.report) return false;
+  const written = store.projected()?.last_seen_written;
+  return written == null || now - written >= lastSeenRefreshMs(state.record.stale_after_s);
+}

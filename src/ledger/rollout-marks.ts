@@ -1,0 +1,55 @@
+/**
+ * Rollouts (issue 9) in the ledger: a rollout writes a target's next generation here, and learns
+ * through this ledger's outbox when a report at that generation realizes or fails the agent. The
+ * decisions are pure, in src/rollouts/ledger-side.ts; this applies them to the store and outbox.
+ */
+import { fail, type Failure } from "../objects/kit/result";
+import { decideApply, settleMarks, type ApplyOutcome, type ApplyRolloutImage, type RolloutEvent } from "../rollouts/ledger-side";
+import { audit, project, type LedgerDeps } from "./effects";
+import type { StoredReport } from "./schemas";
+
+/**
+ * Writes the next generation with `agent`'s image changed, remembering which rollout wrote it;
+ * or answers why not (already at the image, no such agent, server leaving). A redelivery of the
+ * same write answers the same generation and writes nothing.
+ */
+export function applyRolloutImage(d: LedgerDeps, req: ApplyRolloutImage): { outcome: ApplyOutcome | Failure; wrote: boolean } {
+  const state = d.store.load();
+  if (!state) return { outcome: fail("not_found", "server does not exist"), wrote: false };
+  const marks = d.store.rolloutMarks();
+  const decision = decideApply(state.desired, state.record.state, marks[req.agent], req, d.clock());
+  const { next, mark } = decision;
+  if (!next || !mark) return { outcome: decision.outcome, wrote: false };
+  d.store.transaction(() => {
+    d.store.save({ desired: next });
+    d.store.setRolloutMarks({ ...marks, [req.agent]: mark });
+    project(d.outbox);
+    audit(d.outbox, {
+      actor: `rollout:${req.rollout_id}`,
+      action: "server.desired.rollout",
+      target: `server:${state.record.id}`,
+      details: { generation: next.generation, agent: req.agent, image: req.image, version: req.version, pass: req.pass },
+    });
+  });
+  return { outcome: decision.outcome, wrote: true };
+}
+
+/** In the report's storage turn: outcomes leave through the outbox, one pending event per rollout. */
+export function settleRolloutMarks(d: LedgerDeps, serverId: string, report: StoredReport) {
+  const marks = d.store.rolloutMarks();
+  if (Object.keys(marks).length === 0) return;
+  const { events, remaining } = settleMarks(marks, report, serverId);
+  if (events.length === 0) return;
+  d.store.setRolloutMarks(remaining);
+  for (const e of events) d.outbox.enqueue("rollout_event", e, { key: `rollout:${e.rollout_id}` });
+}
+
+/** Decommissioning: each rollout still waiting on this server hears that it left (its target is skipped). */
+export function leaveRollouts(d: LedgerDeps, serverId: string, now: number) {
+  const marks = d.store.rolloutMarks();
+  for (const m of Object.values(marks)) {
+    const e: RolloutEvent = { rollout_id: m.rollout_id, pass: m.pass, server_id: serverId, generation: m.generation, outcome: "removed", at: now };
+    d.outbox.enqueue("rollout_event", e, { key: `rollout:${m.rollout_id}` });
+  }
+  if (Object.keys(marks).length) d.store.setRolloutMarks({});
+}

@@ -1,0 +1,205 @@
+/**
+ * The ledger's storage: its keys, a write-through cache of the hot state (record, desired, report),
+ * the state the view shows besides (plan, lifecycle, refresh), and the format it is all in. Every
+ * write goes through here and then tells `onChange` (what is parked on the ledger wakes on it).
+ * Storage calls are synchronous, so a caller's read-check-write runs without interleaving.
+ */
+import type { PlanState } from "../planner/ledger-side";
+import { INITIAL_PLAN_STATE } from "../planner/ledger-side";
+import type { RolloutMark } from "../rollouts/ledger-side";
+import type { DesiredState } from "./desired";
+import type { LifecycleState } from "./lifecycle";
+import type { Signatures } from "./projection";
+import type { ServerRecord } from "./record";
+import type { StoredReport } from "./schemas";
+import { FORMAT_KEY, LEDGER_FORMAT, upgradeLedgerStorage, type FormatUpgrade } from "./storage-format";
+
+const KEY = {
+  record: "record",
+  desired: "desired",
+  report: "report",
+  projected: "projected",
+  /** Revision of the FleetLock identity (fleetlock_id, reboot_group); registration is 0. */
+  rebootRev: "reboot_rev",
+  /** Written by an old release's hook when the coordinator missed a release; moved to the outbox on open. */
+  legacyPendingRelease: "fleetlock_release_pending",
+  /** Planned or pinned, and the newest fleet intent revision offered (src/planner/ledger-side.ts). */
+  plan: "plan",
+  /** The decommission under way, and its cleanup progress (./lifecycle.ts). */
+  lifecycle: "lifecycle",
+  /** The operator's request that the host report again now (./refresh.ts). */
+  refresh: "refresh",
+  /** Per agent, the generation a rollout wrote and has not yet heard settled. */
+  rolloutMarks: "rollout_marks",
+} as const;
+
+/** A refresh is pending from `requested_at` until the first report after it (`answered_at`). */
+export interface RefreshState {
+  requested_at: number;
+  requested_by: string;
+  answered_at: number | null;
+}
+
+/** What the index shows of this server, as last written by the projection. */
+export interface ProjectedMark {
+  written?: Signatures | null;
+  last_seen_written: number | null;
+  /** Marks of an older release: a dirty one cannot say what D1 holds. */
+  dirty?: boolean;
+}
+
+export interface LedgerState {
+  record: ServerRecord;
+  desired: DesiredState;
+  report: StoredReport | undefined;
+  /** Identity of the report's content, heartbeat fields excluded. */
+  reportKey: string | undefined;
+  /** The in-memory report is newer than the stored one only by its heartbeat. */
+  heartbeatOnly?: boolean;
+  /** received_at of the report as stored. */
+  persistedAt?: number;
+}
+
+/** Everything a report says except when it was said. */
+export function contentKey(r: StoredReport) {
+  return JSON.stringify([r.generation, r.boot_id, r.agents, r.errors, r.assignments]);
+}
+
+export class LedgerStore {
+  /** Undefined until first read; null while no server is registered here. */
+  private cache?: LedgerState | null;
+  private refreshMemo?: RefreshState | null;
+  /** Called after every write, in the writer's turn. */
+  onChange: () => void = () => {};
+
+  constructor(private readonly storage: DurableObjectStorage) {}
+
+  private get kv() {
+    return this.storage.kv;
+  }
+
+  transaction<T>(fn: () => T): T {
+    return this.storage.transactionSync(fn);
+  }
+
+  /** Brings storage written by older code to LEDGER_FORMAT; throws (touching nothing) on a newer one. */
+  open(): FormatUpgrade | null {
+    return upgradeLedgerStorage(this.storage);
+  }
+
+  load(): LedgerState | null {
+    if (this.cache === undefined) {
+      const record = this.kv.get<ServerRecord>(KEY.record);
+      const desired = this.kv.get<DesiredState>(KEY.desired);
+      const report = this.kv.get<StoredReport>(KEY.report);
+      if (record && this.kv.get<number>(FORMAT_KEY) !== LEDGER_FORMAT) {
+        // open() stamps every ledger it upgrades and create() stamps new ones: this code never
+        // reads a format it was not written for.
+        throw new Error(`ledger storage is not in format ${LEDGER_FORMAT}; refusing to read it`);
+      }
+      this.cache =
+        record && desired
+          ? { record, desired, report, reportKey: report && contentKey(report), persistedAt: report?.received_at }
+          : null;
+    }
+    return this.cache;
+  }
+
+  /** The first write of a ledger, stamped with the format it is written in. */
+  create(record: ServerRecord, desired: DesiredState) {
+    this.kv.put(FORMAT_KEY, LEDGER_FORMAT);
+    this.save({ record, desired });
+  }
+
+  save(patch: Partial<Pick<LedgerState, "record" | "desired" | "report">>) {
+    if (patch.record) this.kv.put(KEY.record, patch.record);
+    if (patch.desired) this.kv.put(KEY.desired, patch.desired);
+    if (patch.report) this.kv.put(KEY.report, patch.report);
+    this.cache = { ...(this.cache ?? ({} as LedgerState)), ...patch };
+    if (patch.report) {
+      this.cache.reportKey = contentKey(patch.report);
+      this.cache.persistedAt = patch.report.received_at;
+      this.cache.heartbeatOnly = false;
+    }
+    this.onChange();
+  }
+
+  /** A report whose content is the stored one's: kept in memory only, until `persistHeartbeat`. */
+  heartbeat(report: StoredReport) {
+    const state = this.load()!;
+    state.report = report;
+    state.heartbeatOnly = true;
+    this.onChange();
+  }
+
+  /** Stores a heartbeat held only in memory (before the index is told of it). */
+  persistHeartbeat() {
+    const state = this.load();
+    if (state?.heartbeatOnly && state.report) this.save({ report: state.report });
+  }
+
+  plan(): PlanState {
+    return this.kv.get<PlanState>(KEY.plan) ?? INITIAL_PLAN_STATE;
+  }
+
+  setPlan(plan: PlanState) {
+    this.putShown(KEY.plan, plan);
+  }
+
+  lifecycle(): LifecycleState | null {
+    return this.kv.get<LifecycleState>(KEY.lifecycle) ?? null;
+  }
+
+  setLifecycle(lc: LifecycleState | null) {
+    this.putShown(KEY.lifecycle, lc);
+  }
+
+  refresh(): RefreshState | null {
+    if (this.refreshMemo === undefined) this.refreshMemo = this.kv.get<RefreshState>(KEY.refresh) ?? null;
+    return this.refreshMemo;
+  }
+
+  setRefresh(r: RefreshState) {
+    this.refreshMemo = r;
+    this.putShown(KEY.refresh, r);
+  }
+
+  rebootRev(): number {
+    return this.kv.get<number>(KEY.rebootRev) ?? 0;
+  }
+
+  setRebootRev(rev: number) {
+    this.kv.put(KEY.rebootRev, rev);
+  }
+
+  rolloutMarks(): Record<string, RolloutMark> {
+    return this.kv.get<Record<string, RolloutMark>>(KEY.rolloutMarks) ?? {};
+  }
+
+  setRolloutMarks(marks: Record<string, RolloutMark>) {
+    if (Object.keys(marks).length) this.kv.put(KEY.rolloutMarks, marks);
+    else this.kv.delete(KEY.rolloutMarks);
+  }
+
+  projected(): ProjectedMark | undefined {
+    return this.kv.get<ProjectedMark>(KEY.projected);
+  }
+
+  setProjected(mark: ProjectedMark) {
+    this.kv.put(KEY.projected, mark);
+  }
+
+  /** A coordinator release an old release left under its own key, removed as it is read. */
+  takeLegacyRelease<T>(): T | undefined {
+    const legacy = this.kv.get<T>(KEY.legacyPendingRelease);
+    if (legacy !== undefined) this.kv.delete(KEY.legacyPendingRelease);
+    return legacy;
+  }
+
+  /** Planning, lifecycle and refresh state: shown in the view, so what waits on the view wakes. */
+  private putShown(key: typeof KEY.plan | typeof KEY.lifecycle | typeof KEY.refresh, value: unknown) {
+    if (value === null) this.kv.delete(key);
+    else this.kv.put(key, value);
+    this.onChange();
+  }
+}
