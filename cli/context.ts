@@ -1,7 +1,7 @@
 import type { Command } from "commander";
-import { Api } from "./api";
-import { resolveConnection, UsageError, type Connection } from "./config";
-import { Exit, Output, readLine, type Io } from "./io";
+import { Api } from "./api.ts";
+import { resolveConnection, UsageError, type Connection } from "./config.ts";
+import { Exit, Output, readLine, type Io } from "./io.ts";
 
 export interface Globals {
   url?: string;
@@ -13,13 +13,15 @@ export interface Globals {
 
 /** What every command gets: the connection (resolved on first use), output, and the prompt. */
 export class Ctx {
+  readonly io: Io;
+  private readonly cmd: Command;
   private conn?: Connection;
   private client?: Api;
 
-  constructor(
-    readonly io: Io,
-    private readonly cmd: Command,
-  ) {}
+  constructor(io: Io, cmd: Command) {
+    this.io = io;
+    this.cmd = cmd;
+  }
 
   get globals(): Globals {
     return this.cmd.optsWithGlobals() as Globals;

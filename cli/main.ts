@@ -1,21 +1,21 @@
 import { Command, CommanderError, Option } from "commander";
-import { ApiError } from "./api";
-import { Ctx } from "./context";
-import { Exit, processIo, type Io } from "./io";
-import { registerAudit } from "./commands/audit";
-import { registerCheck } from "./commands/check";
-import { registerDesired } from "./commands/desired";
-import { registerFleets } from "./commands/fleets";
-import { registerFleetlock } from "./commands/fleetlock";
-import { registerInstances } from "./commands/instances";
-import { registerLogin } from "./commands/login";
-import { registerRebootGroups } from "./commands/reboot-groups";
-import { registerServers } from "./commands/servers";
-import { registerStatus } from "./commands/status";
-import { registerTokens } from "./commands/tokens";
-import { registerUpgrades } from "./commands/upgrades";
-import { registerWait } from "./commands/wait";
-import { registerRollouts } from "./commands/rollouts";
+import { ApiError } from "./api.ts";
+import { Ctx } from "./context.ts";
+import { Exit, processIo, type Io } from "./io.ts";
+import { registerAudit } from "./commands/audit.ts";
+import { registerCheck } from "./commands/check.ts";
+import { registerDesired } from "./commands/desired.ts";
+import { registerFleets } from "./commands/fleets.ts";
+import { registerFleetlock } from "./commands/fleetlock.ts";
+import { registerInstances } from "./commands/instances.ts";
+import { registerLogin } from "./commands/login.ts";
+import { registerRebootGroups } from "./commands/reboot-groups.ts";
+import { registerServers } from "./commands/servers.ts";
+import { registerStatus } from "./commands/status.ts";
+import { registerTokens } from "./commands/tokens.ts";
+import { registerUpgrades } from "./commands/upgrades.ts";
+import { registerWait } from "./commands/wait.ts";
+import { registerRollouts } from "./commands/rollouts.ts";
 
 export type Action = (ctx: Ctx, ...args: any[]) => Promise<void>;
 

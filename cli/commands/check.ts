@@ -1,7 +1,7 @@
 import type { Command } from "commander";
-import { Exit, type Io } from "../io";
-import type { Ctx } from "../context";
-import { act } from "../main";
+import { Exit, type Io } from "../io.ts";
+import type { Ctx } from "../context.ts";
+import { act } from "../main.ts";
 
 type Filter = { fleet?: string; server?: string; agent?: string };
 
