@@ -11,6 +11,18 @@ export interface Globals {
   color?: boolean;
 }
 
+export type Action = (ctx: Ctx, ...args: any[]) => Promise<void>;
+
+/**
+ * Wraps an action so it gets its context (the command it belongs to decides the globals). Here,
+ * below the commands, so that main.ts imports the commands and no command imports main.ts.
+ */
+export function act(io: Io, fn: Action) {
+  return async function (this: Command, ...args: unknown[]) {
+    await fn(new Ctx(io, this), ...args);
+  };
+}
+
 /** What every command gets: the connection (resolved on first use), output, and the prompt. */
 export class Ctx {
   readonly io: Io;

@@ -1,6 +1,5 @@
 import { Command, CommanderError, Option } from "commander";
 import { ApiError } from "./api.ts";
-import { Ctx } from "./context.ts";
 import { Exit, processIo, type Io } from "./io.ts";
 import { registerAudit } from "./commands/audit.ts";
 import { registerCheck } from "./commands/check.ts";
@@ -16,15 +15,6 @@ import { registerTokens } from "./commands/tokens.ts";
 import { registerUpgrades } from "./commands/upgrades.ts";
 import { registerWait } from "./commands/wait.ts";
 import { registerRollouts } from "./commands/rollouts.ts";
-
-export type Action = (ctx: Ctx, ...args: any[]) => Promise<void>;
-
-/** Wraps an action so it gets its context (the command it belongs to decides the globals). */
-export function act(io: Io, fn: Action) {
-  return async function (this: Command, ...args: unknown[]) {
-    await fn(new Ctx(io, this), ...args);
-  };
-}
 
 export function buildProgram(io: Io): Command {
   const program = new Command("hm")

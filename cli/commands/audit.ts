@@ -2,7 +2,7 @@ import type { Command } from "commander";
 import type { AuditEntry } from "../api.ts";
 import { sleep } from "../../agent/http.ts";
 import type { Io, Output } from "../io.ts";
-import { act } from "../main.ts";
+import { act } from "../context.ts";
 
 export function registerAudit(program: Command, io: Io) {
   program

@@ -1,7 +1,6 @@
 import type { Command } from "commander";
 import { Exit, type Io } from "../io.ts";
-import type { Ctx } from "../context.ts";
-import { act } from "../main.ts";
+import { act, type Ctx } from "../context.ts";
 
 type Filter = { fleet?: string; server?: string; agent?: string };
 

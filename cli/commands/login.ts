@@ -2,7 +2,7 @@ import type { Command } from "commander";
 import { Api } from "../api.ts";
 import { configPath, writeConfig } from "../config.ts";
 import { Exit, type Io } from "../io.ts";
-import { act } from "../main.ts";
+import { act } from "../context.ts";
 
 export function registerLogin(program: Command, io: Io) {
   program

@@ -8,9 +8,8 @@ import { SingleBar } from "cli-progress";
 import { InvalidArgumentError, Option, type Command } from "commander";
 import { ROLLOUT_STATES } from "../../src/domain/enums.ts";
 import type { Rollout, RolloutInput } from "../api.ts";
-import type { Ctx } from "../context.ts";
 import { Exit, type Io, type Output } from "../io.ts";
-import { act } from "../main.ts";
+import { act, type Ctx } from "../context.ts";
 
 const wholeNumber = (v: string) => {
   if (!/^\d+$/.test(v)) throw new InvalidArgumentError("expected a whole number");

@@ -2,7 +2,7 @@ import type { Command } from "commander";
 import type { Api, Fleet, RebootGroup, ServerSummary } from "../api.ts";
 import { ApiError } from "../api.ts";
 import { Exit, type Io } from "../io.ts";
-import { act } from "../main.ts";
+import { act } from "../context.ts";
 
 export interface FleetStatus {
   id: string;
