@@ -1,8 +1,8 @@
-import type { DesiredConfig } from "../src/ledger/schemas";
-import { backoffDelay, type BackoffPolicy, DEFAULT_BACKOFF } from "./backoff";
-import { reconcile, type AgentDriver, type ReconcileOutcome } from "./driver";
-import { HostApi, type ReportAccepted } from "./host-api";
-import { ApiError, type FetchLike, sleep as defaultSleep } from "./http";
+import type { DesiredConfig } from "../src/ledger/schemas.ts";
+import { backoffDelay, type BackoffPolicy, DEFAULT_BACKOFF } from "./backoff.ts";
+import { reconcile, type AgentDriver, type ReconcileOutcome } from "./driver.ts";
+import { HostApi, type ReportAccepted } from "./host-api.ts";
+import { ApiError, type FetchLike, sleep as defaultSleep } from "./http.ts";
 
 export interface HostAgentOptions {
   /** Harbormaster's base URL, e.g. https://harbormaster.example.com */
@@ -50,13 +50,15 @@ export type AgentExit =
  * after every agent is gone.
  */
 export class HostAgent {
+  private readonly opts: HostAgentOptions;
   private readonly api: HostApi;
   private readonly waitS: number;
   private readonly reportIntervalMs: number;
   private readonly now: () => number;
   private readonly sleep: (ms: number, signal?: AbortSignal) => Promise<void>;
 
-  constructor(private readonly opts: HostAgentOptions) {
+  constructor(opts: HostAgentOptions) {
+    this.opts = opts;
     this.api = new HostApi(opts.url, opts.token, opts.fetch);
     this.waitS = Math.min(Math.max(opts.waitS ?? 55, 0), 60);
     this.reportIntervalMs = opts.reportIntervalMs ?? 60_000;

@@ -1,4 +1,4 @@
-import type { FetchLike } from "./http";
+import type { FetchLike } from "./http.ts";
 
 export type FleetLockResult =
   | { ok: true; status: number }
@@ -12,14 +12,14 @@ export type FleetLockResult =
  * `{"client_params":{"id","group"}}` pretty-printed with two-space indents and no Content-Type.
  */
 export class FleetLockClient {
+  readonly params: { id: string; group?: string };
+  private readonly fetchImpl: FetchLike;
   readonly body: Uint8Array;
   private readonly base: URL;
 
-  constructor(
-    baseUrl: string,
-    readonly params: { id: string; group?: string },
-    private readonly fetchImpl: FetchLike = (i, init) => fetch(i, init),
-  ) {
+  constructor(baseUrl: string, params: { id: string; group?: string }, fetchImpl: FetchLike = (i, init) => fetch(i, init)) {
+    this.params = params;
+    this.fetchImpl = fetchImpl;
     this.base = new URL(baseUrl);
     // Zincati would resolve v1/… against the parent path and reach the wrong place: refuse early.
     if (!this.base.pathname.endsWith("/")) throw new Error(`FleetLock base_url must end with '/': ${baseUrl}`);

@@ -1,5 +1,5 @@
-import type { AgentStatusRow, DesiredConfig, InventoryReport, ServerStatus } from "../src/ledger/schemas";
-import { apiErrorOf, type FetchLike, withTimeout } from "./http";
+import type { AgentStatusRow, DesiredConfig, InventoryReport, ServerStatus } from "../src/ledger/schemas.ts";
+import { apiErrorOf, type FetchLike, withTimeout } from "./http.ts";
 
 /** What `PUT /v1/agent/inventory` answers. */
 export interface ReportAccepted {
@@ -18,15 +18,16 @@ export type DesiredAnswer =
 
 /** The two host endpoints, authenticated with the server's own token. */
 export class HostApi {
+  private readonly token: string;
+  private readonly fetchImpl: FetchLike;
+  /** Added to the long-poll wait to bound each request, so a dead connection cannot hang the loop. */
+  private readonly slackMs: number;
   private readonly base: string;
 
-  constructor(
-    baseUrl: string,
-    private readonly token: string,
-    private readonly fetchImpl: FetchLike = (i, init) => fetch(i, init),
-    /** Added to the long-poll wait to bound each request, so a dead connection cannot hang the loop. */
-    private readonly slackMs = 15_000,
-  ) {
+  constructor(baseUrl: string, token: string, fetchImpl: FetchLike = (i, init) => fetch(i, init), slackMs = 15_000) {
+    this.token = token;
+    this.fetchImpl = fetchImpl;
+    this.slackMs = slackMs;
     this.base = baseUrl.replace(/\/+$/, "");
   }
 

@@ -1,16 +1,19 @@
-import { retryAfterMs } from "./backoff";
+import { retryAfterMs } from "./backoff.ts";
 
 /** A non-2xx answer from Harbormaster, with the API's error code when it sent one. */
 export class ApiError extends Error {
-  constructor(
-    readonly status: number,
-    readonly code: string,
-    message: string,
-    /** From Retry-After, when the server asked the client to come back later. */
-    readonly retryAfterMs: number | null = null,
-    readonly details?: unknown,
-  ) {
+  readonly status: number;
+  readonly code: string;
+  /** From Retry-After, when the server asked the client to come back later. */
+  readonly retryAfterMs: number | null;
+  readonly details?: unknown;
+
+  constructor(status: number, code: string, message: string, retryAfterMs: number | null = null, details?: unknown) {
     super(message);
+    this.status = status;
+    this.code = code;
+    this.retryAfterMs = retryAfterMs;
+    this.details = details;
     this.name = "ApiError";
   }
 }

@@ -1,6 +1,6 @@
-import type { AgentSpec } from "../src/ledger/schemas";
-import type { AgentDriver, Assignments, ReportedAgent } from "./driver";
-import { sleep } from "./http";
+import type { AgentSpec } from "../src/ledger/schemas.ts";
+import type { AgentDriver, Assignments, ReportedAgent } from "./driver.ts";
+import { sleep } from "./http.ts";
 
 export interface MemoryDriverOptions {
   /** Whether an install (or update) of this agent fails. */
@@ -20,8 +20,11 @@ export interface MemoryDriverOptions {
 export class MemoryDriver implements AgentDriver {
   readonly installed = new Map<string, ReportedAgent>();
   operations = 0;
+  private readonly opts: MemoryDriverOptions;
 
-  constructor(private readonly opts: MemoryDriverOptions = {}) {}
+  constructor(opts: MemoryDriverOptions = {}) {
+    this.opts = opts;
+  }
 
   private async work() {
     this.operations++;

@@ -4,8 +4,8 @@
  * values and failures arrive as ApiError with the API's code and message.
  */
 import type { ClientResponse } from "hono/client";
-import { createClient, type Client } from "../src/client";
-import { ApiError, apiErrorOf, type FetchLike } from "../agent/http";
+import { createClient, type Client } from "../src/client/index.ts";
+import { ApiError, apiErrorOf, type FetchLike } from "../agent/http.ts";
 
 export { ApiError };
 
@@ -133,14 +133,14 @@ type ServerStatusFilter = NonNullable<Parameters<Client["v1"]["servers"]["$get"]
 export interface Api extends Methods {}
 
 export class Api {
+  private readonly token: string;
+  private readonly fetchImpl: FetchLike;
   readonly base: string;
   private readonly client: Client;
 
-  constructor(
-    baseUrl: string,
-    private readonly token: string,
-    private readonly fetchImpl: FetchLike = (i, init) => fetch(i, init),
-  ) {
+  constructor(baseUrl: string, token: string, fetchImpl: FetchLike = (i, init) => fetch(i, init)) {
+    this.token = token;
+    this.fetchImpl = fetchImpl;
     this.base = baseUrl.replace(/\/+$/, "");
     this.client = createClient(this.base, token, { fetch: (input: string | URL | Request, init?: RequestInit) => this.fetchImpl(input as string, init) });
     Object.assign(this, methods(this.client));

@@ -1,7 +1,7 @@
 import type { Command } from "commander";
-import { Api } from "./api";
-import { resolveConnection, UsageError, type Connection } from "./config";
-import { Exit, Output, readLine, type Io } from "./io";
+import { Api } from "./api.ts";
+import { resolveConnection, UsageError, type Connection } from "./config.ts";
+import { Exit, Output, readLine, type Io } from "./io.ts";
 
 export interface Globals {
   url?: string;
@@ -11,15 +11,29 @@ export interface Globals {
   color?: boolean;
 }
 
+export type Action = (ctx: Ctx, ...args: any[]) => Promise<void>;
+
+/**
+ * Wraps an action so it gets its context (the command it belongs to decides the globals). Here,
+ * below the commands, so that main.ts imports the commands and no command imports main.ts.
+ */
+export function act(io: Io, fn: Action) {
+  return async function (this: Command, ...args: unknown[]) {
+    await fn(new Ctx(io, this), ...args);
+  };
+}
+
 /** What every command gets: the connection (resolved on first use), output, and the prompt. */
 export class Ctx {
+  readonly io: Io;
+  private readonly cmd: Command;
   private conn?: Connection;
   private client?: Api;
 
-  constructor(
-    readonly io: Io,
-    private readonly cmd: Command,
-  ) {}
+  constructor(io: Io, cmd: Command) {
+    this.io = io;
+    this.cmd = cmd;
+  }
 
   get globals(): Globals {
     return this.cmd.optsWithGlobals() as Globals;

@@ -2,7 +2,7 @@ import Table from "cli-table3";
 import { createColors } from "picocolors";
 import { createInterface } from "node:readline";
 import type { Readable } from "node:stream";
-import type { FetchLike } from "../agent/http";
+import type { FetchLike } from "../agent/http.ts";
 
 /** Everything hm touches outside itself, injectable so tests run it in-process. */
 export interface Io {
@@ -29,22 +29,22 @@ export function processIo(): Io {
 
 /** A failure that ends hm with a given exit code (1 error, 2 usage, 3 wait timed out / check found something). */
 export class Exit extends Error {
-  constructor(
-    readonly code: 0 | 1 | 2 | 3,
-    message: string,
-  ) {
+  readonly code: 0 | 1 | 2 | 3;
+
+  constructor(code: 0 | 1 | 2 | 3, message: string) {
     super(message);
+    this.code = code;
   }
 }
 
 export class Output {
+  private readonly io: Io;
+  readonly json: boolean;
   readonly c: ReturnType<typeof createColors>;
 
-  constructor(
-    private readonly io: Io,
-    readonly json: boolean,
-    color: boolean,
-  ) {
+  constructor(io: Io, json: boolean, color: boolean) {
+    this.io = io;
+    this.json = json;
     this.c = createColors(color && io.interactive && !io.env.NO_COLOR);
   }
 

@@ -1,30 +1,20 @@
 import { Command, CommanderError, Option } from "commander";
-import { ApiError } from "./api";
-import { Ctx } from "./context";
-import { Exit, processIo, type Io } from "./io";
-import { registerAudit } from "./commands/audit";
-import { registerCheck } from "./commands/check";
-import { registerDesired } from "./commands/desired";
-import { registerFleets } from "./commands/fleets";
-import { registerFleetlock } from "./commands/fleetlock";
-import { registerInstances } from "./commands/instances";
-import { registerLogin } from "./commands/login";
-import { registerRebootGroups } from "./commands/reboot-groups";
-import { registerServers } from "./commands/servers";
-import { registerStatus } from "./commands/status";
-import { registerTokens } from "./commands/tokens";
-import { registerUpgrades } from "./commands/upgrades";
-import { registerWait } from "./commands/wait";
-import { registerRollouts } from "./commands/rollouts";
-
-export type Action = (ctx: Ctx, ...args: any[]) => Promise<void>;
-
-/** Wraps an action so it gets its context (the command it belongs to decides the globals). */
-export function act(io: Io, fn: Action) {
-  return async function (this: Command, ...args: unknown[]) {
-    await fn(new Ctx(io, this), ...args);
-  };
-}
+import { ApiError } from "./api.ts";
+import { Exit, processIo, type Io } from "./io.ts";
+import { registerAudit } from "./commands/audit.ts";
+import { registerCheck } from "./commands/check.ts";
+import { registerDesired } from "./commands/desired.ts";
+import { registerFleets } from "./commands/fleets.ts";
+import { registerFleetlock } from "./commands/fleetlock.ts";
+import { registerInstances } from "./commands/instances.ts";
+import { registerLogin } from "./commands/login.ts";
+import { registerRebootGroups } from "./commands/reboot-groups.ts";
+import { registerServers } from "./commands/servers.ts";
+import { registerStatus } from "./commands/status.ts";
+import { registerTokens } from "./commands/tokens.ts";
+import { registerUpgrades } from "./commands/upgrades.ts";
+import { registerWait } from "./commands/wait.ts";
+import { registerRollouts } from "./commands/rollouts.ts";
 
 export function buildProgram(io: Io): Command {
   const program = new Command("hm")

@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-import { main } from "./main";
+import { main } from "./main.ts";
 
 main(process.argv.slice(2)).then((code) => {
   process.exitCode = code;

@@ -7,8 +7,8 @@ import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, inject, it } from "vitest";
-import { Api } from "../cli/api";
-import { main } from "../cli/main";
+import { Api } from "../cli/api.ts";
+import { main } from "../cli/main.ts";
 
 const url = inject("hmUrl");
 const admin = inject("hmAdmin");

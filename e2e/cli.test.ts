@@ -4,10 +4,10 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { Readable } from "node:stream";
 import { describe, expect, inject, it } from "vitest";
-import { FleetLockClient } from "../agent/fleetlock";
-import { HostApi } from "../agent/host-api";
-import { Api } from "../cli/api";
-import { main } from "../cli/main";
+import { FleetLockClient } from "../agent/fleetlock.ts";
+import { HostApi } from "../agent/host-api.ts";
+import { Api } from "../cli/api.ts";
+import { main } from "../cli/main.ts";
 
 const url = inject("hmUrl");
 const admin = inject("hmAdmin");

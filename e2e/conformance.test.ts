@@ -1,6 +1,6 @@
 import { describe, expect, inject, it } from "vitest";
-import { Api } from "../cli/api";
-import { DEFAULTS, runSim, type SimHost, type SimSummary } from "../sim/simulator";
+import { Api } from "../cli/api.ts";
+import { DEFAULTS, runSim, type SimHost, type SimSummary } from "../sim/simulator.ts";
 
 const url = inject("hmUrl");
 const admin = inject("hmAdmin");

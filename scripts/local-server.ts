@@ -1,6 +1,8 @@
 // A private local server for tests and tools: wrangler dev on a free loopback port, fresh local
 // state in a temp dir, migrations applied, its own admin token (the developer's .dev.vars is
 // neither read nor written). `node scripts/local-server.ts` runs one and prints its URL/token.
+// The end-to-end tests, the crash check and the benchmark (Harbormaster and its floor fixture)
+// all start their servers here.
 import { spawn, spawnSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
@@ -32,26 +34,45 @@ export interface LocalServer {
   log: () => string;
 }
 
+export interface LocalServerOptions {
+  /** Names the state directory (harbormaster-<label>-…). */
+  label?: string;
+  startTimeoutMs?: number;
+  /** Start on the state (and with the admin token) of a server started before. */
+  reuse?: { persist: string; admin: string };
+  /** Another worker's wrangler.toml (the benchmark's floor fixture): it has no D1, so no migrations. */
+  config?: string;
+  /** The path answered 2xx once the server is up. */
+  health?: string;
+  /** More `wrangler dev` arguments (`--test-scheduled`, `--var NAME:value`, …). */
+  devArgs?: string[];
+}
+
 export async function startLocalServer({
   label = "local",
   startTimeoutMs = 90_000,
   reuse,
-}: { label?: string; startTimeoutMs?: number; reuse?: { persist: string; admin: string } } = {}): Promise<LocalServer> {
+  config,
+  health = "/healthz",
+  devArgs = [],
+}: LocalServerOptions = {}): Promise<LocalServer> {
   const port = await freePort();
   const persist = reuse?.persist ?? mkdtempSync(join(tmpdir(), `harbormaster-${label}-`));
   const admin = reuse?.admin ?? randomBytes(24).toString("base64url");
   const envFile = join(persist, "server.vars");
   writeFileSync(envFile, `ADMIN_TOKEN=${admin}\n`, { mode: 0o600 });
-  const migrate = spawnSync(wrangler, ["d1", "migrations", "apply", "DB", "--local", "--persist-to", persist], {
-    cwd: root,
-    env: { ...process.env, CI: "true" },
-    encoding: "utf8",
-  });
-  if (migrate.status !== 0) throw new Error(`migrations failed:\n${migrate.stdout}\n${migrate.stderr}`);
+  if (!config) {
+    const migrate = spawnSync(wrangler, ["d1", "migrations", "apply", "DB", "--local", "--persist-to", persist], {
+      cwd: root,
+      env: { ...process.env, CI: "true" },
+      encoding: "utf8",
+    });
+    if (migrate.status !== 0) throw new Error(`migrations failed:\n${migrate.stdout}\n${migrate.stderr}`);
+  }
   const child = spawn(
     wrangler,
-    ["dev", "--ip", "127.0.0.1", "--port", String(port), "--persist-to", persist, "--env-file", envFile,
-      "--log-level", "error", "--show-interactive-dev-session=false"],
+    ["dev", ...(config ? ["--config", config] : []), "--ip", "127.0.0.1", "--port", String(port), "--persist-to", persist,
+      "--env-file", envFile, "--log-level", "error", "--show-interactive-dev-session=false", ...devArgs],
     { cwd: root, stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, CI: "true" }, detached: true },
   );
   let log = "";
@@ -72,7 +93,7 @@ export async function startLocalServer({
   const deadline = Date.now() + startTimeoutMs;
   for (;;) {
     try {
-      if ((await fetch(`${url}/healthz`)).ok) break;
+      if ((await fetch(`${url}${health}`)).ok) break;
     } catch {}
     if (Date.now() > deadline || child.exitCode !== null) {
       stop();

@@ -10,8 +10,8 @@ import { resolve } from "node:path";
 import { performance } from "node:perf_hooks";
 import { createInterface } from "node:readline";
 import { Command } from "commander";
-import { HostAgent } from "../agent/agent";
-import { MemoryDriver } from "../agent/memory-driver";
+import { HostAgent } from "../agent/agent.ts";
+import { MemoryDriver } from "../agent/memory-driver.ts";
 
 const program = new Command("sim:calibrate")
   .option("--servers <n>", "hosts", Number, 1000)

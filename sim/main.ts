@@ -8,8 +8,8 @@ import { SingleBar } from "cli-progress";
 import Table from "cli-table3";
 import pc from "picocolors";
 import { resolve } from "node:path";
-import { resolveConnection, UsageError } from "../cli/config";
-import { DEFAULTS, runSim, type SimOptions } from "./simulator";
+import { resolveConnection, UsageError } from "../cli/config.ts";
+import { DEFAULTS, runSim, type SimOptions } from "./simulator.ts";
 
 const num = (min: number, max = Infinity) => (v: string) => {
   const n = Number(v);

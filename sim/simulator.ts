@@ -1,12 +1,12 @@
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { dirname } from "node:path";
 import { performance } from "node:perf_hooks";
-import { HostAgent, type AgentEvent } from "../agent/agent";
-import { FleetLockClient } from "../agent/fleetlock";
-import { ApiError, sleep, type FetchLike } from "../agent/http";
-import { MemoryDriver } from "../agent/memory-driver";
-import { Api, type ServerStatus } from "../cli/api";
-import { logNormal, percentile, pool, rng } from "./random";
+import { HostAgent, type AgentEvent } from "../agent/agent.ts";
+import { FleetLockClient } from "../agent/fleetlock.ts";
+import { ApiError, sleep, type FetchLike } from "../agent/http.ts";
+import { MemoryDriver } from "../agent/memory-driver.ts";
+import { Api, type ServerStatus } from "../cli/api.ts";
+import { logNormal, percentile, pool, rng } from "./random.ts";
 
 export interface SimOptions {
   url: string;

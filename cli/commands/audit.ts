@@ -1,8 +1,8 @@
 import type { Command } from "commander";
-import type { AuditEntry } from "../api";
-import { sleep } from "../../agent/http";
-import type { Io, Output } from "../io";
-import { act } from "../main";
+import type { AuditEntry } from "../api.ts";
+import { sleep } from "../../agent/http.ts";
+import type { Io, Output } from "../io.ts";
+import { act } from "../context.ts";
 
 export function registerAudit(program: Command, io: Io) {
   program

@@ -1,7 +1,6 @@
 import type { Command } from "commander";
-import { Exit, type Io } from "../io";
-import type { Ctx } from "../context";
-import { act } from "../main";
+import { Exit, type Io } from "../io.ts";
+import { act, type Ctx } from "../context.ts";
 
 type Filter = { fleet?: string; server?: string; agent?: string };
 

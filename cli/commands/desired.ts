@@ -1,8 +1,8 @@
 import { readFileSync } from "node:fs";
 import type { Command } from "commander";
-import type { DesiredConfigInput } from "../api";
-import { Exit, readAll, type Io } from "../io";
-import { act } from "../main";
+import type { DesiredConfigInput } from "../api.ts";
+import { Exit, readAll, type Io } from "../io.ts";
+import { act } from "../context.ts";
 
 export function registerDesired(program: Command, io: Io) {
   const desired = program.command("desired").description("a server's desired config");

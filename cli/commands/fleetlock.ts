@@ -1,6 +1,6 @@
 import type { Command } from "commander";
-import type { Io } from "../io";
-import { act } from "../main";
+import type { Io } from "../io.ts";
+import { act } from "../context.ts";
 
 export function registerFleetlock(program: Command, io: Io) {
   program

@@ -1,7 +1,7 @@
 import { InvalidArgumentError, type Command } from "commander";
-import type { Fleet } from "../api";
-import type { Io } from "../io";
-import { act } from "../main";
+import type { Fleet } from "../api.ts";
+import type { Io } from "../io.ts";
+import { act } from "../context.ts";
 
 const int = (v: string) => {
   if (!/^\d+$/.test(v)) throw new InvalidArgumentError("expected a whole number");

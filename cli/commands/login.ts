@@ -1,8 +1,8 @@
 import type { Command } from "commander";
-import { Api } from "../api";
-import { configPath, writeConfig } from "../config";
-import { Exit, type Io } from "../io";
-import { act } from "../main";
+import { Api } from "../api.ts";
+import { configPath, writeConfig } from "../config.ts";
+import { Exit, type Io } from "../io.ts";
+import { act } from "../context.ts";
 
 export function registerLogin(program: Command, io: Io) {
   program

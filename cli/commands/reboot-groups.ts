@@ -1,7 +1,7 @@
 import { InvalidArgumentError, type Command } from "commander";
-import type { RebootGroup } from "../api";
-import { Exit, type Io, type Output } from "../io";
-import { act } from "../main";
+import type { RebootGroup } from "../api.ts";
+import { Exit, type Io, type Output } from "../io.ts";
+import { act } from "../context.ts";
 
 const slotsArg = (v: string) => {
   if (!/^\d+$/.test(v)) throw new InvalidArgumentError("expected a whole number");

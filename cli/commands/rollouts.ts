@@ -6,11 +6,10 @@
  */
 import { SingleBar } from "cli-progress";
 import { InvalidArgumentError, Option, type Command } from "commander";
-import { ROLLOUT_STATES } from "../../src/domain/enums";
-import type { Rollout, RolloutInput } from "../api";
-import type { Ctx } from "../context";
-import { Exit, type Io, type Output } from "../io";
-import { act } from "../main";
+import { ROLLOUT_STATES } from "../../src/domain/enums.ts";
+import type { Rollout, RolloutInput } from "../api.ts";
+import { Exit, type Io, type Output } from "../io.ts";
+import { act, type Ctx } from "../context.ts";
 
 const wholeNumber = (v: string) => {
   if (!/^\d+$/.test(v)) throw new InvalidArgumentError("expected a whole number");

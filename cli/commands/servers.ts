@@ -1,7 +1,7 @@
 import { InvalidArgumentError, Option, type Command } from "commander";
-import type { ServerDetail, ServerPatch, ServerStatus } from "../api";
-import { Exit, type Io, type Output } from "../io";
-import { act } from "../main";
+import type { ServerDetail, ServerPatch, ServerStatus } from "../api.ts";
+import { Exit, type Io, type Output } from "../io.ts";
+import { act } from "../context.ts";
 
 const STATUSES = ["realized", "pending", "failed", "drifted", "unknown", "stale"];
 

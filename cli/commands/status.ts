@@ -1,8 +1,8 @@
 import type { Command } from "commander";
-import type { Api, Fleet, RebootGroup, ServerSummary } from "../api";
-import { ApiError } from "../api";
-import { Exit, type Io } from "../io";
-import { act } from "../main";
+import type { Api, Fleet, RebootGroup, ServerSummary } from "../api.ts";
+import { ApiError } from "../api.ts";
+import { Exit, type Io } from "../io.ts";
+import { act } from "../context.ts";
 
 export interface FleetStatus {
   id: string;

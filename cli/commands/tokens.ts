@@ -1,6 +1,6 @@
 import { Option, type Command } from "commander";
-import type { Io } from "../io";
-import { act } from "../main";
+import type { Io } from "../io.ts";
+import { act } from "../context.ts";
 
 export function registerTokens(program: Command, io: Io) {
   const tokens = program.command("tokens").description("operator tokens (list by default)");

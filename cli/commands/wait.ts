@@ -1,7 +1,7 @@
 import { InvalidArgumentError, Option, type Command } from "commander";
-import type { ServerDetail } from "../api";
-import { Exit, type Io } from "../io";
-import { act } from "../main";
+import type { ServerDetail } from "../api.ts";
+import { Exit, type Io } from "../io.ts";
+import { act } from "../context.ts";
 
 const seconds = (v: string) => {
   const n = Number(v);

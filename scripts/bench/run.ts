@@ -5,17 +5,13 @@
 // generator, runs every scenario in ./scenarios, and reports each figure as a ratio to the
 // ceiling and to each floor measured in the same run. Loopback only; every load is bounded.
 import autocannon, { type Options, type Result } from "autocannon";
-import { spawn, spawnSync } from "node:child_process";
-import { randomBytes } from "node:crypto";
-import { mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { readdirSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { pathToFileURL } from "node:url";
 import { createClient, type Client } from "../../src/client/index.ts";
-import { freePort } from "../local-server.ts";
+import { startLocalServer } from "../local-server.ts";
 
 const root = resolve(import.meta.dirname, "../..");
-const wrangler = resolve(root, "node_modules/.bin/wrangler");
 const seconds = Number(process.env.BENCH_SECONDS ?? 5);
 const only = process.argv.slice(2);
 
@@ -41,50 +37,13 @@ type LoadRow = { label: string } & Summary & { ratio: number };
 type Row = LoadRow | { label: string; value: string | number };
 export type Floors = { empty: number; read: number; write: number };
 
-/** Harbormaster itself, or (`config`) another worker such as the floor fixture, without D1. */
-async function startServer({ config = null as string | null, health = "/healthz" } = {}) {
-  const port = await freePort();
-  const persist = mkdtempSync(join(tmpdir(), "harbormaster-bench-"));
-  const admin = randomBytes(24).toString("base64url");
-  // A private env file, so the benchmark neither reads nor writes the developer's .dev.vars.
-  const envFile = join(persist, "bench.vars");
-  writeFileSync(envFile, `ADMIN_TOKEN=${admin}\n`);
-  if (!config) {
-    const migrate = spawnSync(wrangler, ["d1", "migrations", "apply", "DB", "--local", "--persist-to", persist], {
-      cwd: root,
-      env: { ...process.env, CI: "true" },
-      encoding: "utf8",
-    });
-    if (migrate.status !== 0) throw new Error(`migrations failed:\n${migrate.stdout}\n${migrate.stderr}`);
-  }
-  const child = spawn(
-    wrangler,
-    // --test-scheduled: scenarios fire the cron's handler through /__scheduled (no timer cron runs).
-    ["dev", ...(config ? ["--config", config] : []), "--ip", "127.0.0.1", "--port", String(port), "--persist-to", persist, "--env-file", envFile, "--test-scheduled",
-      "--log-level", "error", "--show-interactive-dev-session=false", ...(config ? [] : ["--var", "LOCAL_COUNTERS:1", "--var", "ACCESS_LOG:off"])],
-    { cwd: root, stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, CI: "true" } },
-  );
-  let log = "";
-  child.stdout.on("data", (d) => (log += d));
-  child.stderr.on("data", (d) => (log += d));
-  const base = `http://127.0.0.1:${port}`;
-  const deadline = Date.now() + 60_000;
-  for (;;) {
-    try {
-      if ((await fetch(`${base}${health}`)).ok) break;
-    } catch {}
-    if (Date.now() > deadline || child.exitCode !== null) {
-      child.kill();
-      throw new Error(`server did not start:\n${log}`);
-    }
-    await new Promise((r) => setTimeout(r, 250));
-  }
-  const stop = () => {
-    child.kill("SIGTERM");
-    rmSync(persist, { recursive: true, force: true });
-  };
-  return { base, admin, stop };
-}
+// Both servers through scripts/local-server.ts, with `--test-scheduled`: scenarios fire the
+// cron's handler through /__scheduled (no timer cron runs).
+const startHarbormaster = () =>
+  startLocalServer({ label: "bench", startTimeoutMs: 60_000, devArgs: ["--test-scheduled", "--var", "LOCAL_COUNTERS:1", "--var", "ACCESS_LOG:off"] });
+/** The floor fixture: another worker, without D1. */
+const startFloor = () =>
+  startLocalServer({ label: "bench-floor", config: resolve(import.meta.dirname, "floor/wrangler.toml"), health: "/empty", startTimeoutMs: 60_000, devArgs: ["--test-scheduled"] });
 
 function load(base: string, { connections = 16, durationSec = seconds, amount, requests }: LoadOptions) {
   return new Promise<Result>((res, rej) => {
@@ -109,17 +68,24 @@ const summarize = (r: Result) => ({
 });
 
 async function main() {
-  const [server, floorServer] = await Promise.all([
-    startServer(),
-    startServer({ config: resolve(import.meta.dirname, "floor/wrangler.toml"), health: "/empty" }),
-  ]);
+  const started = await Promise.allSettled([startHarbormaster(), startFloor()]);
+  const servers = started.flatMap((s) => (s.status === "fulfilled" ? [s.value] : []));
+  const stopAll = () => servers.forEach((s) => s.stop());
+  const failed = started.find((s) => s.status === "rejected");
+  if (failed) {
+    stopAll();
+    throw failed.reason;
+  }
+  const [server, floorServer] = servers;
+  // The servers run in their own process groups (see local-server.ts): Ctrl-C stops them too.
+  for (const sig of ["SIGINT", "SIGTERM"] as const) process.on(sig, () => (stopAll(), process.exit(130)));
   const rows: Row[] = [];
   const floors: Floors = { empty: 0, read: 0, write: 0 };
   try {
     // This isolate's counters (D1 statements, staleness marking), from the local-only route
     // (LOCAL_COUNTERS=1): never on /metrics, which holds only fleet-wide gauges.
     const local = async () => {
-      const res = await fetch(`${server.base}/__local/d1-statements`);
+      const res = await fetch(`${server.url}/__local/d1-statements`);
       if (!res.ok) throw new Error(`/__local/d1-statements: ${res.status}`);
       return (await res.json()) as { reads: number; writes: number; stale: { ticks: number; rows_read: number; marked: number } };
     };
@@ -134,8 +100,8 @@ async function main() {
 
     const emptyRequest: Options["requests"] = [{ method: "GET", path: "/healthz" }];
     // Warm-up, so compilation and first-touch costs fall outside every measurement.
-    await load(server.base, { durationSec: 2, requests: emptyRequest });
-    const ceilingBefore = summarize(await load(server.base, { requests: emptyRequest }));
+    await load(server.url, { durationSec: 2, requests: emptyRequest });
+    const ceilingBefore = summarize(await load(server.url, { requests: emptyRequest }));
     let ceiling = ceilingBefore.rps;
     rows.push({ label: "empty request (ceiling, before)", ...ceilingBefore, ratio: 1 });
 
@@ -145,24 +111,24 @@ async function main() {
       ["read", "/do/read", "floor: fixture worker, one Durable Object read"],
       ["write", "/do/write", "floor: fixture worker, one Durable Object write"],
     ] as const;
-    for (const [, path] of floorPaths) await load(floorServer.base, { durationSec: 1, requests: [{ method: "GET", path }] });
+    for (const [, path] of floorPaths) await load(floorServer.url, { durationSec: 1, requests: [{ method: "GET", path }] });
     for (const [key, path, label] of floorPaths) {
-      const s = summarize(await load(floorServer.base, { requests: [{ method: "GET", path }] }));
+      const s = summarize(await load(floorServer.url, { requests: [{ method: "GET", path }] }));
       floors[key] = s.rps;
       rows.push({ label, ...s, ratio: s.rps / ceiling });
     }
 
     const ctx: BenchContext = {
-      base: server.base,
+      base: server.url,
       admin: server.admin,
-      client: createClient(server.base, server.admin),
-      clientFor: (token) => createClient(server.base, token),
+      client: createClient(server.url, server.admin),
+      clientFor: (token) => createClient(server.url, token),
       d1Writes,
       metric,
       floors,
       /** Runs a load; records rps, p50, p99 and the ratio to the ceiling. */
       async measure(label, options) {
-        const s = summarize(await load(server.base, options));
+        const s = summarize(await load(server.url, options));
         const row = { label, ...s, ratio: s.rps / ceiling };
         rows.push(row);
         return row;
@@ -183,11 +149,10 @@ async function main() {
       await mod.run(ctx);
     }
 
-    const ceilingAfter = summarize(await load(server.base, { requests: emptyRequest }));
+    const ceilingAfter = summarize(await load(server.url, { requests: emptyRequest }));
     rows.push({ label: "empty request (ceiling, after)", ...ceilingAfter, ratio: ceilingAfter.rps / ceilingBefore.rps });
   } finally {
-    server.stop();
-    floorServer.stop();
+    stopAll();
   }
 
   console.log(`\nHarbormaster benchmark — 16 connections, ${seconds}s per load, ratios to the empty request measured first\n`);
