@@ -1,12 +1,11 @@
 import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
 import { requireScope } from "../auth/principal";
-import { getDb } from "../db/client";
 import { bearer, commonErrors, jsonResponse } from "../http/openapi";
 import { cursorParam, decodeIdCursor, limitParam, page } from "../http/paging";
 import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
 import { iso } from "../lib/time";
-import { listAudit } from "./log";
+import { searchAudit } from "./service";
 
 
 const AuditEntry = z
@@ -42,7 +41,7 @@ export const auditRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook
   async (c) => {
     const q = c.req.valid("query");
     const before = decodeIdCursor(q.cursor) ?? undefined;
-    const rows = await listAudit(getDb(c.env.DB), { target: q.target, before, limit: q.limit });
+    const rows = await searchAudit(c.env, { target: q.target, before, limit: q.limit });
     const { items, next_cursor } = page(rows, q.limit, (r) => [String(r.id)]);
     return c.json(
       {

@@ -1,25 +1,17 @@
 import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
-import { actorOf, requireScope } from "../auth/principal";
-import { ServerDetail, serverIdParam } from "../fleets/schemas";
-import { serverDetail } from "./store";
+import { requireScope } from "../auth/principal";
+import { DomainError } from "../domain/errors";
+import { actorOf } from "../domain/principal";
 import { bearer, commonErrors, conflictError, jsonResponse, notFoundError } from "../http/openapi";
 import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
-import { replanServer } from "../planner/service";
-import { cancelDecommission, decommissionServer, refreshServer, rotateServerToken } from "./lifecycle.service";
-import { ApiError } from "../http/errors";
+import { DecommissionInput, ServerDetail, serverIdParam } from "./schemas";
+import { cancelDecommission, decommissionServer, refreshServer, releaseServer, rotateServerToken } from "./service";
+import { serverDetail } from "./store";
 
-/** Per-server planning routes (issue 8). */
-const DecommissionInput = z
-  .strictObject({
-    force: z.boolean().default(false).openapi({ description: "remove a dead host without its acknowledgement (admin only)" }),
-    reason: z.string().trim().min(1).max(1000).optional().openapi({ description: "required with force; audited" }),
-  })
-  .refine((b) => !b.force || b.reason !== undefined, { message: "force needs a reason", path: ["reason"] })
-  .openapi("DecommissionInput");
-
+/** A server's lifecycle and planning (issue 8): release of a pin, decommission and its cancel, token rotation, refresh. */
 // One chain, so the type of this router (and of the app that mounts it) carries every route for hc.
-export const serverPlanRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook })
+export const serverLifecycleRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook })
 .openapi(
   createRoute({
     method: "post",
@@ -43,7 +35,7 @@ export const serverPlanRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validatio
   }),
   async (c) => {
     const { id } = c.req.valid("param");
-    const out = await replanServer(c.env, actorOf(c.var.principal), id, { reason: "released", release: true });
+    const out = await releaseServer(c.env, actorOf(c.var.principal), id);
     return c.json(serverDetail(out.view), 200);
   },
 )
@@ -71,10 +63,10 @@ export const serverPlanRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validatio
   }),
   async (c) => {
     const { id } = c.req.valid("param");
-    const body = (c.req.valid("json") as z.infer<typeof DecommissionInput> | undefined) ?? { force: false };
+    const body = (c.req.valid("json") as DecommissionInput | undefined) ?? { force: false };
     const principal = c.var.principal;
     if (body.force && !(principal.kind === "operator" && principal.scope === "admin")) {
-      throw new ApiError(403, "forbidden", "force decommission needs a token with scope 'admin'");
+      throw new DomainError("forbidden", "force decommission needs a token with scope 'admin'");
     }
     const out = await decommissionServer(c.env, actorOf(principal), id, { force: body.force ? { reason: body.reason! } : undefined });
     return c.json(serverDetail(out.view), 200);
