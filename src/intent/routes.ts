@@ -59,10 +59,7 @@ export const intentRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHoo
 )
 .openapi(fleetListRoute("/{fleet}/channels", "listChannels", "The fleet's agent channels", Channel, "channels"), async (c) => {
   const { fleet } = c.req.valid("param");
-  const { limit, cursor } = c.req.valid("query");
-  const after = decodeCursor(cursor, 1);
-  const { items, next_cursor } = page(await channelsOfFleet(c.env, fleet, after?.[0] ?? null, limit), limit, (r) => [r.agent]);
-  return c.json({ items: items.map(channelView), next_cursor }, 200);
+  return c.json(await channelsOfFleet(c.env, fleet, c.req.valid("query")), 200);
 })
 .openapi(
   createRoute({
@@ -150,10 +147,7 @@ export const intentRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHoo
 )
 .openapi(fleetListRoute("/{fleet}/roles", "listRoles", "The fleet's role profiles", Role, "roles"), async (c) => {
   const { fleet } = c.req.valid("param");
-  const { limit, cursor } = c.req.valid("query");
-  const after = decodeCursor(cursor, 1);
-  const { items, next_cursor } = page(await rolesOfFleet(c.env, fleet, after?.[0] ?? null, limit), limit, (r) => [r.role]);
-  return c.json({ items: items.map(roleView), next_cursor }, 200);
+  return c.json(await rolesOfFleet(c.env, fleet, c.req.valid("query")), 200);
 })
 .openapi(
   createRoute({

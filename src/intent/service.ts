@@ -19,10 +19,13 @@ import {
   isIntentConflict,
   listChannels,
   listRoles,
+  channelView,
+  roleView,
   type ChannelRow,
   type RoleRow,
 } from "./store";
 import type { Env } from "../env";
+import { decodeCursor, page } from "../http/paging";
 import { fleetTask, getFleet, type FleetRow } from "../fleets/store";
 import type { FleetPatch } from "../fleets/schemas";
 import { MAX_CAPABILITIES } from "../domain/limits";
@@ -236,18 +239,30 @@ function sortKeys(o: Record<string, boolean>) {
 export const setChannel = (env: Env, actor: string, fleet: string, agent: string, input: { image: string; version: string }) =>
   putChannel(getDb(env.DB), actor, fleet, agent, input);
 
-/** A read of a fleet's channels or roles; the fleet must exist (an empty page would hide a typo). */
-async function ofExistingFleet<R>(env: Env, fleet: string, list: (db: Db) => Promise<R>) {
+/**
+ * A page of a fleet's channels or roles, by cursor; the fleet must exist (an empty page would
+ * hide a typo in its name).
+ */
+async function pageOfFleet<R, V>(
+  env: Env,
+  fleet: string,
+  q: { limit: number; cursor?: string },
+  list: (db: Db, after: string | null) => Promise<R[]>,
+  keyOf: (row: R) => string,
+  view: (row: R) => V,
+) {
+  const after = decodeCursor(q.cursor, 1);
   const db = getDb(env.DB);
   if (!(await getFleet(db, fleet))) throw notFound("fleet", fleet);
-  return list(db);
+  const { items, next_cursor } = page(await list(db, after?.[0] ?? null), q.limit, (r) => [keyOf(r)]);
+  return { items: items.map(view), next_cursor };
 }
 
-export const channelsOfFleet = (env: Env, fleet: string, after: string | null, limit: number) =>
-  ofExistingFleet(env, fleet, (db) => listChannels(db, fleet, after, limit));
+export const channelsOfFleet = (env: Env, fleet: string, q: { limit: number; cursor?: string }) =>
+  pageOfFleet(env, fleet, q, (db, after) => listChannels(db, fleet, after, q.limit), (r) => r.agent, channelView);
 
-export const rolesOfFleet = (env: Env, fleet: string, after: string | null, limit: number) =>
-  ofExistingFleet(env, fleet, (db) => listRoles(db, fleet, after, limit));
+export const rolesOfFleet = (env: Env, fleet: string, q: { limit: number; cursor?: string }) =>
+  pageOfFleet(env, fleet, q, (db, after) => listRoles(db, fleet, after, q.limit), (r) => r.role, roleView);
 
 /** One channel and a page of its history, newest first. */
 export async function channelWithHistory(env: Env, fleet: string, agent: string, before: number | null, limit: number) {

@@ -10,28 +10,45 @@ import { cancelDecommission, decommissionServer, refreshServer, releaseServer, r
 import { serverDetail } from "./store";
 
 /** A server's lifecycle and planning (issue 8): release of a pin, decommission and its cancel, token rotation, refresh. */
+
+/** POST /{id}/…: an action on one server, answered with the server as it now is. */
+const serverAction = <P extends string>(path: P, a: {
+  operationId: string;
+  summary: string;
+  description?: string;
+  answer: string;
+  conflicts: string;
+}) =>
+  createRoute({
+    method: "post",
+    path,
+    operationId: a.operationId,
+    tags: ["servers"],
+    summary: a.summary,
+    description: a.description,
+    security: bearer,
+    middleware: [requireScope("write")] as const,
+    request: { params: serverIdParam },
+    responses: {
+      200: jsonResponse(ServerDetail, a.answer),
+      ...commonErrors,
+      ...notFoundError,
+      ...conflictError(a.conflicts),
+    },
+  });
+
 // One chain, so the type of this router (and of the app that mounts it) carries every route for hc.
 export const serverLifecycleRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook })
 .openapi(
-  createRoute({
-    method: "post",
-    path: "/{id}/desired/release",
+  serverAction("/{id}/desired/release", {
     operationId: "releaseDesiredConfig",
-    tags: ["servers"],
     summary: "Release a pinned server back to planning; it is re-planned at once",
     description:
       "An operator's explicit PUT /v1/servers/{id}/desired pins the server: the planner leaves its agents alone. " +
       "Releasing hands it back: agents it runs keep their images, the rest follow its roles, the fleet's capabilities " +
       "and channels; a new generation is issued only if that differs from the current config.",
-    security: bearer,
-    middleware: [requireScope("write")] as const,
-    request: { params: serverIdParam },
-    responses: {
-      200: jsonResponse(ServerDetail, "The server, planned again"),
-      ...commonErrors,
-      ...notFoundError,
-      ...conflictError("server_removed"),
-    },
+    answer: "The server, planned again",
+    conflicts: "server_removed",
   }),
   async (c) => {
     const { id } = c.req.valid("param");
@@ -73,21 +90,11 @@ export const serverLifecycleRoutes = new OpenAPIHono<AppEnv>({ defaultHook: vali
   },
 )
 .openapi(
-  createRoute({
-    method: "post",
-    path: "/{id}/decommission/cancel",
+  serverAction("/{id}/decommission/cancel", {
     operationId: "cancelDecommission",
-    tags: ["servers"],
     summary: "Cancel a decommission the host has not acknowledged; the next generation orders run again",
-    security: bearer,
-    middleware: [requireScope("write")] as const,
-    request: { params: serverIdParam },
-    responses: {
-      200: jsonResponse(ServerDetail, "The server, back to its previous state and agents"),
-      ...commonErrors,
-      ...notFoundError,
-      ...conflictError("not_decommissioning, decommission_acknowledged, server_removed"),
-    },
+    answer: "The server, back to its previous state and agents",
+    conflicts: "not_decommissioning, decommission_acknowledged, server_removed",
   }),
   async (c) => {
     const { id } = c.req.valid("param");
@@ -119,25 +126,15 @@ export const serverLifecycleRoutes = new OpenAPIHono<AppEnv>({ defaultHook: vali
   },
 )
 .openapi(
-  createRoute({
-    method: "post",
-    path: "/{id}/refresh",
+  serverAction("/{id}/refresh", {
     operationId: "refreshServer",
-    tags: ["servers"],
     summary: "Ask the host to report again now",
     description:
       "While the refresh is pending, the host's desired poll answers 200 even with a current If-None-Match, naming " +
       "the refresh in the body, and a parked long poll wakes. The server shows when it was requested and when the " +
       "first report after it answered it.",
-    security: bearer,
-    middleware: [requireScope("write")] as const,
-    request: { params: serverIdParam },
-    responses: {
-      200: jsonResponse(ServerDetail, "The server, with its pending refresh"),
-      ...commonErrors,
-      ...notFoundError,
-      ...conflictError("server_removed"),
-    },
+    answer: "The server, with its pending refresh",
+    conflicts: "server_removed",
   }),
   async (c) => {
     const { id } = c.req.valid("param");
