@@ -6,18 +6,7 @@ import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
 import { iso } from "../lib/time";
 import { searchAudit } from "./service";
-
-
-const AuditEntry = z
-  .object({
-    id: z.number().int(),
-    at: z.string(),
-    actor: z.string(),
-    action: z.string(),
-    target: z.string(),
-    details: z.unknown(),
-  })
-  .openapi("AuditEntry");
+import { AuditEntry } from "./schemas";
 
 // One chain, so the type of auditRoutes (and of the app that mounts it at /v1/audit) carries every route for hc.
 export const auditRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook })

@@ -1,5 +1,5 @@
 import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
-import { OPERATOR_SCOPES, TOKEN_KINDS, TOKEN_SCOPES } from "../domain/enums";
+import { TOKEN_KINDS } from "../domain/enums";
 import { locationOfCreated } from "../http/location";
 import { bearer, createdResponse, commonErrors, jsonBody, jsonResponse, notFoundError } from "../http/openapi";
 import { cursorParam, decodeCursor, limitParam, page } from "../http/paging";
@@ -10,24 +10,7 @@ import type { TokenRow } from "./store";
 import { iso, isoOrNull } from "../lib/time";
 import { requireScope } from "./principal";
 import { actorOf } from "../domain/principal";
-
-
-const TokenInput = z
-  .strictObject({ name: z.string().min(1).max(200), scope: z.enum(OPERATOR_SCOPES) })
-  .openapi("TokenInput");
-
-const Token = z
-  .object({
-    id: z.string(),
-    kind: z.enum(TOKEN_KINDS),
-    scope: z.enum(TOKEN_SCOPES),
-    server_id: z.string().nullable(),
-    name: z.string(),
-    created_by: z.string(),
-    created_at: z.string(),
-    revoked_at: z.string().nullable(),
-  })
-  .openapi("Token");
+import { Token, TokenInput } from "./schemas";
 
 const view = (r: TokenRow) => ({
   id: r.id,

@@ -7,36 +7,9 @@ import { cursorParam, decodeCursor, limitParam, page } from "../http/paging";
 import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
 import { agentName } from "../ledger/schemas";
-import { driftFix, driftReason, Finding, Skipped } from "./drift";
-import { DEFAULT_PAGE_SIZE, MAX_CURSOR_LENGTH, MAX_PAGE_SIZE } from "../domain/limits";
+import { Finding, Skipped } from "./drift";
 import { checkServers, fixServerAgents } from "./service";
-
-const FixInput = z
-  .strictObject({
-    fleet: fleetId.optional(),
-    server: z.uuid().optional(),
-    agent: agentName.optional(),
-    dry_run: z.boolean().default(true),
-    limit: z.number().int().min(1).max(MAX_PAGE_SIZE).default(DEFAULT_PAGE_SIZE),
-    cursor: z.string().max(MAX_CURSOR_LENGTH).optional(),
-  })
-  .openapi("DriftFixInput");
-
-const FixActionSchema = z
-  .object({
-    server: z.string(),
-    hostname: z.string(),
-    action: driftFix,
-    reasons: z.array(driftReason),
-    result: z
-      .union([
-        z.object({ ok: z.literal(true), outcome: z.string(), generation: z.number().int() }),
-        z.object({ ok: z.literal(false), error: z.string() }),
-      ])
-      .nullable()
-      .openapi({ description: "null in a dry run, or for action none" }),
-  })
-  .openapi("DriftFixAction");
+import { FixActionSchema, FixInput } from "./schemas";
 
 // One chain, so the type of this router (and of the app that mounts it) carries every route for hc.
 export const checkRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook })

@@ -4,23 +4,9 @@ import { bearer, commonErrors, jsonResponse } from "../http/openapi";
 import { cursorParam, decodeCursor, limitParam, page } from "../http/paging";
 import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
-import { agentName, agentState, agentStatus, imageRef } from "../ledger/schemas";
+import { agentName, imageRef } from "../ledger/schemas";
 import { searchInstances } from "./service";
-
-
-const Instance = z
-  .object({
-    server_id: z.string(),
-    fleet: z.string(),
-    agent: z.string(),
-    instance_id: z.string().nullable(),
-    desired: z.object({ image: z.string(), version: z.string().nullable() }).nullable(),
-    reported: z
-      .object({ image: z.string(), version: z.string().nullable(), state: agentState.nullable() })
-      .nullable(),
-    status: agentStatus,
-  })
-  .openapi("AgentInstance");
+import { Instance } from "./schemas";
 
 // One chain, so the type of instanceRoutes (and of the app that mounts it at /v1/instances) carries every route for hc.
 export const instanceRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook })
