@@ -11,9 +11,7 @@ import { instanceRoutes } from "./instances/routes";
 import { agentRoutes } from "./host/routes";
 import { fleetlockRoutes } from "./fleetlock/protocol.routes";
 import { rebootGroupRoutes } from "./fleetlock/operator.routes";
-import { metricsText, staleCounters } from "./metrics/service";
-import { d1Counters } from "./db/client";
-import { requireScope } from "./auth/principal";
+import { metricsRoutes } from "./metrics/routes";
 import { DomainError } from "./domain/errors";
 import { actorOf } from "./domain/principal";
 import { allowedMethodsFinder } from "./http/allow";
@@ -22,7 +20,7 @@ import { corsForConfiguredOrigins } from "./http/cors";
 import { logError, requestLog } from "./http/log";
 import { DOCUMENT_CONFIG, registerServiceEndpoints, withRequestIdHeaders } from "./http/document";
 import { rejectUnknownQuery } from "./http/query";
-import { errorAnswer, errorBody, renderDomainError, STATUS_OF_CODE } from "./http/errors";
+import { errorAnswer, renderDomainError, STATUS_OF_CODE } from "./http/errors";
 import type { AppEnv } from "./http/types";
 import { validationHook } from "./http/validation";
 import { drainWrites } from "./upgrades/drain";
@@ -57,18 +55,7 @@ export function createApp() {
   // Each resource under its own prefix, in one chain, so `AppType` carries every route (hc).
   const routes = app
     .get("/healthz", (c) => c.json({ ok: true as const }, 200))
-    // Gauges from durable state; a read token unless METRICS_PUBLIC is "true".
-    .get(
-      "/metrics",
-      async (c, next) => (c.env.METRICS_PUBLIC === "true" ? next() : requireScope("read")(c, next)),
-      async (c) => c.text(await metricsText(c.env), 200, { "Content-Type": "text/plain; version=0.0.4" }),
-    )
-    // D1 statement counts of this isolate, for benchmarks and tests only: they are not a fleet
-    // total, so they exist only where LOCAL_COUNTERS is "1" (never in wrangler.toml's deploy).
-    .get("/__local/d1-statements", (c) =>
-      c.env.LOCAL_COUNTERS === "1"
-        ? c.json({ ...d1Counters, stale: { ticks: staleCounters.ticks, rows_read: staleCounters.rowsRead, marked: staleCounters.marked } }, 200) : c.json(errorBody("not_found", "no such route"), 404),
-    )
+    .route("/", metricsRoutes)
     .route("/v1/tokens", tokenRoutes)
     .route("/v1/fleets", fleetRoutes)
     .route("/v1/fleets", rebootGroupRoutes)
