@@ -14,6 +14,7 @@ import { getDesiredConfig, patchServer, putDesiredConfig, registerServer, search
 import { serverDetail, serverSummary } from "./store";
 
 /** The server resource: registration, reading (long-poll included), search, desired config, PATCH. Lifecycle: ./lifecycle.routes.ts. */
+
 // One chain, so the type of serverRoutes (and of the app that mounts it at /v1/servers) carries every route for hc.
 export const serverRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook })
 .openapi(
