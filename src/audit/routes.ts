@@ -1,24 +1,12 @@
 import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
 import { requireScope } from "../auth/principal";
-import { getDb } from "../db/client";
 import { bearer, commonErrors, jsonResponse } from "../http/openapi";
 import { cursorParam, decodeIdCursor, limitParam, page } from "../http/paging";
 import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
 import { iso } from "../lib/time";
-import { listAudit } from "./log";
-
-
-const AuditEntry = z
-  .object({
-    id: z.number().int(),
-    at: z.string(),
-    actor: z.string(),
-    action: z.string(),
-    target: z.string(),
-    details: z.unknown(),
-  })
-  .openapi("AuditEntry");
+import { searchAudit } from "./service";
+import { AuditEntry } from "./schemas";
 
 // One chain, so the type of auditRoutes (and of the app that mounts it at /v1/audit) carries every route for hc.
 export const auditRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook })
@@ -42,7 +30,7 @@ export const auditRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook
   async (c) => {
     const q = c.req.valid("query");
     const before = decodeIdCursor(q.cursor) ?? undefined;
-    const rows = await listAudit(getDb(c.env.DB), { target: q.target, before, limit: q.limit });
+    const rows = await searchAudit(c.env, { target: q.target, before, limit: q.limit });
     const { items, next_cursor } = page(rows, q.limit, (r) => [String(r.id)]);
     return c.json(
       {

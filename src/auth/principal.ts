@@ -1,23 +1,14 @@
-import { and, eq, isNull } from "drizzle-orm";
 import { createMiddleware } from "hono/factory";
 import { getDb } from "../db/client";
-import { tokens } from "../db/schema";
-import { ApiError } from "../http/errors";
+import { DomainError } from "../domain/errors";
+import type { Principal } from "../domain/principal";
 import type { AppEnv } from "../http/types";
 import { digestsEqual, sha256Hex } from "../lib/crypto";
+import { liveTokenOf } from "./store";
 import { parseToken, scopeRank, type Scope } from "./tokens";
 
-export type Principal =
-  | { kind: "operator"; id: string; name: string; scope: Scope }
-  | { kind: "server"; serverId: string; tokenHash: string };
-
-/** Who the principal is, for the audit log. */
-export function actorOf(p: Principal) {
-  return p.kind === "operator" ? `token:${p.id}` : `server:${p.serverId}`;
-}
-
-const unauthorized = (message = "a valid bearer token is required") =>
-  new ApiError(401, "unauthorized", message, undefined, { "WWW-Authenticate": 'Bearer realm="harbormaster"' });
+/** Answered with `WWW-Authenticate` (the edge adds it to every `unauthorized`). */
+const unauthorized = (message = "a valid bearer token is required") => new DomainError("unauthorized", message);
 
 function bearerOf(header: string | undefined) {
   const m = header ? /^Bearer\s+(\S+)\s*$/i.exec(header) : null;
@@ -32,16 +23,10 @@ async function authenticateOperator(env: AppEnv["Bindings"], token: string): Pro
   }
   const parsed = parseToken(token);
   if (!parsed) throw unauthorized();
-  const db = getDb(env.DB);
-  const row = await db.query.tokens.findFirst({
-    where:
-      parsed.kind === "operator"
-        ? and(eq(tokens.id, parsed.id), eq(tokens.kind, "operator"), isNull(tokens.revokedAt))
-        : and(eq(tokens.serverId, parsed.id), eq(tokens.kind, "server"), isNull(tokens.revokedAt)),
-  });
+  const row = await liveTokenOf(getDb(env.DB), parsed);
   if (!row || !digestsEqual(row.hash, hash)) throw unauthorized();
   if (row.scope === "server") {
-    throw new ApiError(403, "forbidden", "server tokens reach only /v1/agent/* for their own server");
+    throw new DomainError("forbidden", "server tokens reach only /v1/agent/* for their own server");
   }
   return { kind: "operator", id: row.id, name: row.name, scope: row.scope };
 }
@@ -54,14 +39,12 @@ async function withAdminTokenHint<T>(env: AppEnv["Bindings"], authenticate: () =
   try {
     return await authenticate();
   } catch (err) {
-    if (err instanceof ApiError && err.status === 401 && !env.ADMIN_TOKEN) {
-      throw new ApiError(
-        401,
+    if (err instanceof DomainError && err.code === "unauthorized" && !env.ADMIN_TOKEN) {
+      throw new DomainError(
         "unauthorized",
         "ADMIN_TOKEN is not set on this deployment, so no operator token exists yet: set it with " +
           "`npx wrangler secret put ADMIN_TOKEN` (locally: ADMIN_TOKEN=… in .dev.vars) and use it as the bearer token",
         { admin_token_configured: false },
-        err.headers,
       );
     }
     throw err;
@@ -75,7 +58,7 @@ export const requireScope = (scope: Scope) =>
       authenticateOperator(c.env, bearerOf(c.req.header("Authorization"))),
     );
     if (principal.kind !== "operator" || scopeRank(principal.scope) < scopeRank(scope)) {
-      throw new ApiError(403, "forbidden", `this needs a token with scope '${scope}' or higher`);
+      throw new DomainError("forbidden", `this needs a token with scope '${scope}' or higher`);
     }
     c.set("principal", principal);
     await next();
@@ -91,18 +74,18 @@ export const requireServer = createMiddleware<AppEnv>(async (c, next) => {
   if (parsed?.kind !== "server") {
     // A valid operator token is refused as such (403); anything else is simply not a token (401).
     await authenticateOperator(c.env, token);
-    throw new ApiError(403, "forbidden", "/v1/agent/* takes a server token, not an operator token");
+    throw new DomainError("forbidden", "/v1/agent/* takes a server token, not an operator token");
   }
   c.set("principal", { kind: "server", serverId: parsed.id, tokenHash: await sha256Hex(token) });
   await next();
 });
 
 export function serverPrincipal(p: Principal) {
-  if (p.kind !== "server") throw new ApiError(403, "forbidden", "server token required");
+  if (p.kind !== "server") throw new DomainError("forbidden", "server token required");
   return p;
 }
 
 export function operatorPrincipal(p: Principal) {
-  if (p.kind !== "operator") throw new ApiError(403, "forbidden", "operator token required");
+  if (p.kind !== "operator") throw new DomainError("forbidden", "operator token required");
   return p;
 }

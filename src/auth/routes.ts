@@ -1,39 +1,18 @@
 import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
-import { and, asc, eq, gt, isNull } from "drizzle-orm";
-import { auditInsert } from "../audit/log";
-import { getDb } from "../db/client";
-import { OPERATOR_SCOPES, TOKEN_KINDS, TOKEN_SCOPES } from "../domain/enums";
-import { tokens } from "../db/schema";
-import { notFound } from "../http/errors";
+import { TOKEN_KINDS } from "../domain/enums";
 import { locationOfCreated } from "../http/location";
 import { bearer, createdResponse, commonErrors, jsonBody, jsonResponse, notFoundError } from "../http/openapi";
 import { cursorParam, decodeCursor, limitParam, page } from "../http/paging";
 import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
-import { revokeToken } from "./service";
+import { createOperatorToken, revokeToken, searchTokens, tokenOf } from "./service";
+import type { TokenRow } from "./store";
 import { iso, isoOrNull } from "../lib/time";
-import { actorOf, requireScope } from "./principal";
-import { issueToken } from "./tokens";
+import { requireScope } from "./principal";
+import { actorOf } from "../domain/principal";
+import { Token, TokenInput } from "./schemas";
 
-
-const TokenInput = z
-  .strictObject({ name: z.string().min(1).max(200), scope: z.enum(OPERATOR_SCOPES) })
-  .openapi("TokenInput");
-
-const Token = z
-  .object({
-    id: z.string(),
-    kind: z.enum(TOKEN_KINDS),
-    scope: z.enum(TOKEN_SCOPES),
-    server_id: z.string().nullable(),
-    name: z.string(),
-    created_by: z.string(),
-    created_at: z.string(),
-    revoked_at: z.string().nullable(),
-  })
-  .openapi("Token");
-
-const view = (r: typeof tokens.$inferSelect) => ({
+const view = (r: TokenRow) => ({
   id: r.id,
   kind: r.kind,
   scope: r.scope,
@@ -62,25 +41,7 @@ export const tokenRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook
     },
   }),
   async (c) => {
-    const input = c.req.valid("json");
-    const db = getDb(c.env.DB);
-    const id = crypto.randomUUID();
-    const { token, hash } = await issueToken("operator", id);
-    const row = {
-      id,
-      kind: "operator" as const,
-      scope: input.scope,
-      serverId: null,
-      name: input.name,
-      hash,
-      createdBy: actorOf(c.var.principal),
-      createdAt: Date.now(),
-      revokedAt: null,
-    };
-    await db.batch([
-      db.insert(tokens).values(row),
-      auditInsert(db, { actor: row.createdBy, action: "token.create", target: `token:${id}`, details: input }),
-    ]);
+    const { row, token } = await createOperatorToken(c.env, actorOf(c.var.principal), c.req.valid("json"));
     return c.json({ ...view(row), token }, 201);
   },
 )
@@ -109,12 +70,7 @@ export const tokenRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook
   async (c) => {
     const q = c.req.valid("query");
     const after = decodeCursor(q.cursor, 1);
-    const rows = await getDb(c.env.DB)
-      .select()
-      .from(tokens)
-      .where(and(q.kind ? eq(tokens.kind, q.kind) : undefined, after ? gt(tokens.id, after[0]) : undefined))
-      .orderBy(asc(tokens.id))
-      .limit(q.limit + 1);
+    const rows = await searchTokens(c.env, q.kind, after?.[0] ?? null, q.limit);
     const { items, next_cursor } = page(rows, q.limit, (r) => [r.id]);
     return c.json({ items: items.map(view), next_cursor }, 200);
   },
@@ -152,8 +108,6 @@ export const tokenRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook
   }),
   async (c) => {
     const { id } = c.req.valid("param");
-    const row = await getDb(c.env.DB).query.tokens.findFirst({ where: eq(tokens.id, id) });
-    if (!row) throw notFound("token", id);
-    return c.json(view(row), 200);
+    return c.json(view(await tokenOf(c.env, id)), 200);
   },
 );

@@ -1,24 +1,59 @@
 /**
- * Token revocation. Operator tokens live in D1 alone; a server token belongs to its server's
- * ledger, which forgets the hash first (the host is refused from that moment, a parked poll
- * included) and updates the D1 row and the audit log from its outbox.
+ * Operator tokens: created and revoked here, in D1 alone, each with its audit row. A server token
+ * belongs to its server's ledger, which forgets the hash first on revocation (the host is refused
+ * from that moment, a parked poll included) and updates the D1 row and the audit log from its outbox.
  */
 import { and, eq, isNull } from "drizzle-orm";
 import { auditInsert } from "../audit/log";
 import { getDb } from "../db/client";
 import { tokens } from "../db/schema";
+import type { Scope, TokenKind } from "../domain/enums";
 import type { Env } from "../env";
-import { notFound } from "../http/errors";
+import { notFound } from "../domain/errors";
 import { ledgerOf } from "../objects/stubs";
+import { listTokens, tokenById, type TokenRow } from "./store";
+import { issueToken } from "./tokens";
+
+/** A new operator token; its secret is answered here only, its hash is what D1 keeps. */
+export async function createOperatorToken(env: Env, actor: string, input: { name: string; scope: Scope }) {
+  const db = getDb(env.DB);
+  const id = crypto.randomUUID();
+  const { token, hash } = await issueToken("operator", id);
+  const row: TokenRow = {
+    id,
+    kind: "operator",
+    scope: input.scope,
+    serverId: null,
+    name: input.name,
+    hash,
+    createdBy: actor,
+    createdAt: Date.now(),
+    revokedAt: null,
+  };
+  await db.batch([
+    db.insert(tokens).values(row),
+    auditInsert(db, { actor, action: "token.create", target: `token:${id}`, details: input }),
+  ]);
+  return { row, token };
+}
+
+export const searchTokens = (env: Env, kind: TokenKind | undefined, after: string | null, limit: number) =>
+  listTokens(getDb(env.DB), kind, after, limit);
+
+export async function tokenOf(env: Env, id: string) {
+  const row = await tokenById(getDb(env.DB), id);
+  if (!row) throw notFound("token", id);
+  return row;
+}
 
 export async function revokeToken(env: Env, actor: string, id: string) {
   const db = getDb(env.DB);
-  const row = await db.query.tokens.findFirst({ where: eq(tokens.id, id) });
+  const row = await tokenById(db, id);
   if (!row) throw notFound("token", id);
   if (row.revokedAt != null) return row;
   if (row.kind === "server" && row.serverId) {
     await ledgerOf(env, row.serverId).revokeToken(actor);
-    const after = await db.query.tokens.findFirst({ where: eq(tokens.id, id) });
+    const after = await tokenById(db, id);
     // The ledger has revoked it either way; D1 may lag if it refused the row just now.
     return after?.revokedAt != null ? after : { ...row, revokedAt: Date.now() };
   }

@@ -1,47 +1,17 @@
 import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
 import { requireScope } from "../auth/principal";
-import { getDb } from "../db/client";
+import { actorOf } from "../domain/principal";
 import { fleetId } from "../fleets/schemas";
-import { bearer, commonErrors, jsonResponse } from "../http/openapi";
+import { bearer, commonErrors, jsonBody, jsonResponse } from "../http/openapi";
 import { cursorParam, decodeCursor, limitParam, page } from "../http/paging";
 import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
 import { agentName } from "../ledger/schemas";
-import { checkServerAgents, driftFix, driftReason, Finding, Skipped } from "./drift";
-import { actorOf } from "../auth/principal";
-import { jsonBody } from "../http/openapi";
-import { DEFAULT_PAGE_SIZE, MAX_CURSOR_LENGTH, MAX_PAGE_SIZE } from "../domain/limits";
-import { fixServerAgents } from "./service";
-
+import { Finding, Skipped } from "./drift";
+import { checkServers, fixServerAgents } from "./service";
+import { FixActionSchema, FixInput } from "./schemas";
 
 // One chain, so the type of this router (and of the app that mounts it) carries every route for hc.
-const FixInput = z
-  .strictObject({
-    fleet: fleetId.optional(),
-    server: z.uuid().optional(),
-    agent: agentName.optional(),
-    dry_run: z.boolean().default(true),
-    limit: z.number().int().min(1).max(MAX_PAGE_SIZE).default(DEFAULT_PAGE_SIZE),
-    cursor: z.string().max(MAX_CURSOR_LENGTH).optional(),
-  })
-  .openapi("DriftFixInput");
-
-const FixActionSchema = z
-  .object({
-    server: z.string(),
-    hostname: z.string(),
-    action: driftFix,
-    reasons: z.array(driftReason),
-    result: z
-      .union([
-        z.object({ ok: z.literal(true), outcome: z.string(), generation: z.number().int() }),
-        z.object({ ok: z.literal(false), error: z.string() }),
-      ])
-      .nullable()
-      .openapi({ description: "null in a dry run, or for action none" }),
-  })
-  .openapi("DriftFixAction");
-
 export const checkRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook })
 .openapi(
   createRoute({
@@ -75,7 +45,7 @@ export const checkRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook
   async (c) => {
     const q = c.req.valid("query");
     const after = decodeCursor(q.cursor, 1);
-    const out = await checkServerAgents(getDb(c.env.DB), q, after?.[0] ?? null, q.limit);
+    const out = await checkServers(c.env, q, after?.[0] ?? null, q.limit);
     const { next_cursor } = page(out.rows, q.limit, (r) => [r.id]);
     return c.json({ findings: out.findings, skipped: out.skipped, next_cursor }, 200);
   },

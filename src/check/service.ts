@@ -19,6 +19,10 @@ export interface FixAction {
   result: { ok: true; outcome: string; generation: number } | { ok: false; error: string } | null;
 }
 
+/** `check server-agents`: a page of drift findings from the fleet-wide index. */
+export const checkServers = (env: Env, filter: DriftFilter, after: string | null, limit: number) =>
+  checkServerAgents(getDb(env.DB), filter, after, limit);
+
 const RANK: Record<DriftFix, number> = { reissue: 2, refresh: 1, none: 0 };
 
 export async function fixServerAgents(

@@ -1,5 +1,6 @@
 import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
-import { actorOf, requireScope } from "../auth/principal";
+import { requireScope } from "../auth/principal";
+import { actorOf } from "../domain/principal";
 import { fleetId, fleetlockId, groupName } from "../fleets/schemas";
 import { bearer, commonErrors, jsonBody, jsonResponse, notFoundError } from "../http/openapi";
 import type { AppEnv } from "../http/types";

@@ -2,6 +2,7 @@ import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
 import type { Context } from "hono";
 import { bodyLimit } from "hono/body-limit";
 import { FLEET_ID } from "../fleets/schemas";
+import { backgroundOf } from "../http/background";
 import { bodyClaimProblem } from "../http/content";
 import { logError } from "../http/log";
 import type { AppEnv } from "../http/types";
@@ -9,7 +10,7 @@ import { sha256Hex } from "../lib/crypto";
 import { MAX_FLEETLOCK_BODY_BYTES } from "../domain/limits";
 import { FLEETLOCK_KEY, FleetLockError, KIND_STATUS, parseClientParams } from "./protocol";
 import { ClientParamsBody, FleetLockErrorBody } from "./schemas";
-import { coordinatorOf } from "../objects/stubs";
+import { preReboot, steadyState } from "./service";
 
 /** Mounted at /fleetlock: `{base_url}` is `https://HOST/fleetlock/{fleet}/{key}/`. */
 const fleetlock = new OpenAPIHono<AppEnv>();
@@ -139,58 +140,14 @@ async function handle(c: Context<AppEnv>, op: "pre-reboot" | "steady-state") {
     );
   }
   const keyHash = await hashOf(key);
-  const coordinator = coordinatorOf(c.env, fleet);
   if (op === "pre-reboot") {
-    const result = await preReboot(c, fleet, keyHash, params);
+    const result = await preReboot(c.env, { signal: c.req.raw.signal, background: backgroundOf(c) }, fleet, keyHash, params);
     if (!result.ok) throw new FleetLockError(result.kind, result.value);
     return { granted: true as const };
   }
-  const result = await coordinator.steadyState(keyHash, params);
+  const result = await steadyState(c.env, fleet, keyHash, params);
   if (!result.ok) throw new FleetLockError(result.kind, result.value);
   return { released: result.released };
-}
-
-/**
- * A pre-reboot may wait in the group's queue. If its client goes away meanwhile, the coordinator
- * is told, so a grant that comes later is kept unclaimed for the host instead of being taken as
- * answered. If the coordinator restarts under it (a deploy, an eviction), the request is asked
- * again with `resume`: the host's durable place in the queue is picked up again, or its
- * grant answered, and nothing is parked anew.
- */
-async function preReboot(c: Context<AppEnv>, fleet: string, keyHash: string, params: { id: string; group: string }) {
-  const ticket = crypto.randomUUID();
-  const signal = c.req.raw.signal;
-  const onAbort = () => {
-    const left = coordinatorOf(c.env, fleet)
-      .leave(params.id, ticket)
-      .catch(() => undefined);
-    try {
-      c.executionCtx.waitUntil(left);
-    } catch {
-      // No execution context (a direct app.request in a test): the call runs on its own.
-    }
-  };
-  signal?.addEventListener("abort", onAbort, { once: true });
-  try {
-    for (let attempt = 0; ; attempt++) {
-      try {
-        return await coordinatorOf(c.env, fleet).preReboot(keyHash, params, { ticket, resume: attempt > 0 });
-      } catch (err) {
-        if (signal?.aborted || attempt >= MAX_RESUMES || !restarted(err)) throw err;
-      }
-    }
-  } finally {
-    signal?.removeEventListener("abort", onAbort);
-  }
-}
-
-/** Restarts a parked request survives; each resume parks nothing new, so this only bounds a crash loop. */
-const MAX_RESUMES = 5;
-
-/** Whether an RPC failed because the object was reset (deploy, eviction), not because of its own bug. */
-function restarted(err: unknown) {
-  const e = err as { retryable?: boolean; durableObjectReset?: boolean } | null;
-  return Boolean(e && (e.durableObjectReset || e.retryable));
 }
 
 fleetlock.onError((err, c) => {

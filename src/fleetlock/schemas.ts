@@ -1,6 +1,5 @@
-import { MAX_SERVER_ROLES } from "../domain/limits";
 import { z } from "@hono/zod-openapi";
-import { fleetlockId, groupName, roleName } from "../fleets/schemas";
+import { fleetlockId, groupName } from "../fleets/schemas";
 import { MAX_GROUP_SLOTS } from "../domain/limits";
 import { FLEETLOCK_KINDS } from "../domain/enums";
 import { MAX_QUEUE_WAIT_S, UNCLAIMED_GRANT_S } from "./queue";
@@ -127,21 +126,3 @@ export const FleetlockKeyCreated = z
     base_url: z.string().openapi({ example: "https://harbormaster.example.com/fleetlock/prod/KEY/" }),
   })
   .openapi("FleetlockKey");
-
-export const ServerRebootPatch = z
-  .strictObject({
-    fleetlock_id: fleetlockId
-      .nullable()
-      .optional()
-      .openapi({ description: "The id the server's FleetLock client sends; null clears it" }),
-    reboot_group: groupName.optional(),
-    roles: z
-      .array(roleName)
-      .max(MAX_SERVER_ROLES)
-      .optional()
-      .openapi({ description: "The server's roles (replaced); the server is re-planned unless pinned" }),
-  })
-  .refine((p) => p.fleetlock_id !== undefined || p.reboot_group !== undefined || p.roles !== undefined, {
-    message: "send fleetlock_id, reboot_group and/or roles",
-  })
-  .openapi("ServerPatch");

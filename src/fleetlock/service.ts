@@ -1,13 +1,14 @@
 /**
- * Reboot-coordination workflows for operators. The fleet's settings live in D1 and travel with
- * each call; the coordinator owns the key, the groups and their holders, and audits through its
- * own outbox.
+ * Reboot-coordination workflows, for operators and for hosts (the FleetLock protocol). The fleet's
+ * settings live in D1 and travel with each operator call; the coordinator owns the key, the groups
+ * and their holders, and audits through its own outbox.
  */
 import { getDb } from "../db/client";
 import type { Env } from "../env";
 import { getFleet, fleetSettings } from "../fleets/store";
 import type { GroupChange } from "./semaphore";
-import { notFound, unwrap } from "../http/errors";
+import { notFound } from "../domain/errors";
+import { unwrap } from "../objects/kit/result";
 import { randomSecret, sha256Hex } from "../lib/crypto";
 import { coordinatorOf } from "../objects/stubs";
 
@@ -43,4 +44,59 @@ export async function rotateFleetlockKey(env: Env, actor: string, fleet: string)
   const key = randomSecret();
   await coordinatorOf(env, fleet).setKey(fleetSettings(row), await sha256Hex(key), actor);
   return key;
+}
+
+// ---- the FleetLock protocol (hosts) ----
+
+/** UnlockIfHeld: the id's slot is released if it holds one. */
+export const steadyState = (env: Env, fleet: string, keyHash: string, params: { id: string; group: string }) =>
+  coordinatorOf(env, fleet).steadyState(keyHash, params);
+
+/**
+ * A pre-reboot may wait in the group's queue. If its client goes away meanwhile (`signal`), the
+ * coordinator is told, so a grant that comes later is kept unclaimed for the host instead of being
+ * taken as answered. If the coordinator restarts under it (a deploy, an eviction), the request is
+ * asked again with `resume`: the host's durable place in the queue is picked up again, or its
+ * grant answered, and nothing is parked anew.
+ */
+export async function preReboot(
+  env: Env,
+  request: { signal?: AbortSignal; background: { waitUntil(p: Promise<unknown>): void } },
+  fleet: string,
+  keyHash: string,
+  params: { id: string; group: string },
+) {
+  const ticket = crypto.randomUUID();
+  const { signal } = request;
+  const onAbort = () => {
+    const left = coordinatorOf(env, fleet)
+      .leave(params.id, ticket)
+      .catch(() => undefined);
+    try {
+      request.background.waitUntil(left);
+    } catch {
+      // No execution context (a direct app.request in a test): the call runs on its own.
+    }
+  };
+  signal?.addEventListener("abort", onAbort, { once: true });
+  try {
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return await coordinatorOf(env, fleet).preReboot(keyHash, params, { ticket, resume: attempt > 0 });
+      } catch (err) {
+        if (signal?.aborted || attempt >= MAX_RESUMES || !restarted(err)) throw err;
+      }
+    }
+  } finally {
+    signal?.removeEventListener("abort", onAbort);
+  }
+}
+
+/** Restarts a parked request survives; each resume parks nothing new, so this only bounds a crash loop. */
+const MAX_RESUMES = 5;
+
+/** Whether an RPC failed because the object was reset (deploy, eviction), not because of its own bug. */
+function restarted(err: unknown) {
+  const e = err as { retryable?: boolean; durableObjectReset?: boolean } | null;
+  return Boolean(e && (e.durableObjectReset || e.retryable));
 }

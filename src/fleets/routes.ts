@@ -1,20 +1,15 @@
 import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
-import { actorOf, requireScope } from "../auth/principal";
-import { auditInsert } from "../audit/log";
-import { getDb } from "../db/client";
-import { isUniqueViolation } from "../db/errors";
-import { fleets } from "../db/schema";
-import { ApiError, notFound } from "../http/errors";
+import { requireScope } from "../auth/principal";
+import { actorOf } from "../domain/principal";
 import { locationOfCreated } from "../http/location";
 import { bearer, createdResponse, commonErrors, conflictError, jsonBody, jsonResponse, notFoundError } from "../http/openapi";
 import { cursorParam, decodeCursor, limitParam, page } from "../http/paging";
 import type { AppEnv } from "../http/types";
+import { backgroundOf } from "../http/background";
 import { validationHook } from "../http/validation";
-import { fleetView, getFleet, listFleets } from "./store";
-import { deleteFleet, removalPending, runFleetTasks } from "./tasks";
-import { patchFleet } from "../intent/service";
-import { planAfterChange } from "../planner/service";
 import { Fleet, FleetInput, FleetPatch, fleetId } from "./schemas";
+import { createFleet, deleteFleet, fleetById, searchFleets, updateFleet } from "./service";
+import { fleetView } from "./store";
 
 // One chain, so the type of fleetRoutes (and of the app that mounts it at /v1/fleets) carries every route for hc.
 export const fleetRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook })
@@ -35,31 +30,8 @@ export const fleetRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook
     },
   }),
   async (c) => {
-    const input = c.req.valid("json");
-    const db = getDb(c.env.DB);
-    if (await removalPending(db, input.id)) {
-      throw new ApiError(409, "fleet_removal_pending", `fleet '${input.id}' was deleted and is still being cleaned up; retry shortly`);
-    }
-    const row = {
-      id: input.id,
-      capabilities: input.capabilities,
-      staleAfterS: input.stale_after_s,
-      lockTtlS: input.lock_ttl_s,
-      allowUnknownIds: input.allow_unknown_ids,
-      defaultGroupSlots: input.default_group_slots,
-      createdAt: Date.now(),
-    };
-    try {
-      // One batch: the fleet and its audit row commit together or not at all.
-      await db.batch([
-        db.insert(fleets).values(row),
-        auditInsert(db, { actor: actorOf(c.var.principal), action: "fleet.create", target: `fleet:${input.id}`, details: input }),
-      ]);
-    } catch (err) {
-      if (isUniqueViolation(err)) throw new ApiError(409, "already_exists", `fleet '${input.id}' already exists`);
-      throw err;
-    }
-    return c.json(fleetView({ ...row, fleetlockKeyHash: null }), 201);
+    const row = await createFleet(c.env, actorOf(c.var.principal), c.req.valid("json"));
+    return c.json(fleetView(row), 201);
   },
 )
 
@@ -77,9 +49,7 @@ export const fleetRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook
   }),
   async (c) => {
     const { id } = c.req.valid("param");
-    const row = await getFleet(getDb(c.env.DB), id);
-    if (!row) throw notFound("fleet", id);
-    return c.json(fleetView(row), 200);
+    return c.json(fleetView(await fleetById(c.env, id)), 200);
   },
 )
 
@@ -101,7 +71,7 @@ export const fleetRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook
   async (c) => {
     const { limit, cursor } = c.req.valid("query");
     const after = decodeCursor(cursor, 1);
-    const rows = await listFleets(getDb(c.env.DB), after?.[0] ?? null, limit);
+    const rows = await searchFleets(c.env, after?.[0] ?? null, limit);
     const { items, next_cursor } = page(rows, limit, (r) => [r.id]);
     return c.json({ items: items.map(fleetView), next_cursor }, 200);
   },
@@ -126,10 +96,8 @@ export const fleetRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook
   }),
   async (c) => {
     const { id } = c.req.valid("param");
-    const out = await patchFleet(getDb(c.env.DB), actorOf(c.var.principal), id, c.req.valid("json"));
-    if (out.changed.settings) await runFleetTasks(c.env, { fleet: id });
-    if (out.changed.capabilities || out.fleet.staleAfterS !== out.before.staleAfterS) await planAfterChange(c.env, c.executionCtx, id);
-    return c.json(fleetView(out.fleet), 200);
+    const fleet = await updateFleet(c.env, backgroundOf(c), actorOf(c.var.principal), id, c.req.valid("json"));
+    return c.json(fleetView(fleet), 200);
   },
 )
 

@@ -1,6 +1,18 @@
-import { asc, eq, gt } from "drizzle-orm";
+import { and, asc, count, eq, gt, inArray, ne, sql } from "drizzle-orm";
 import type { Db } from "../db/client";
-import { fleets } from "../db/schema";
+import {
+  agentChannelHistory,
+  agentChannels,
+  agentInstances,
+  fleetIntent,
+  fleets,
+  fleetTasks,
+  planMarks,
+  roleProfiles,
+  servers,
+  tokens,
+} from "../db/schema";
+import type { FleetTaskKind } from "../domain/enums";
 import { iso } from "../lib/time";
 import type { FleetSettings } from "../fleetlock/durable-object";
 
@@ -36,3 +48,46 @@ export const fleetSettings = (row: FleetRow): FleetSettings => ({
   default_group_slots: row.defaultGroupSlots,
 });
 
+
+/** The statement that records a task for the fleet's coordinator (a newer one replaces an older). */
+export const fleetTask = (db: Db, fleet: string, kind: FleetTaskKind, rev: number) =>
+  db
+    .insert(fleetTasks)
+    .values({ fleetId: fleet, kind, rev, createdAt: Date.now() })
+    .onConflictDoUpdate({ target: [fleetTasks.fleetId, fleetTasks.kind], set: { rev, attempts: 0 } });
+
+/** Whether the fleet id is still being cleaned up after a deletion (it cannot be created yet). */
+export async function removalPending(db: Db, fleet: string) {
+  return !!(await db.query.fleetTasks.findFirst({ where: and(eq(fleetTasks.fleetId, fleet), eq(fleetTasks.kind, "wipe")) }));
+}
+
+/** The fleet's servers that are not removed: how many in each state, and the first `named` of them. */
+export async function liveServersOf(db: Db, fleet: string, named: number) {
+  const live = and(eq(servers.fleetId, fleet), ne(servers.state, "removed"));
+  const [byState, first] = await db.batch([
+    db.select({ state: servers.state, n: count() }).from(servers).where(live).groupBy(servers.state),
+    db.select({ id: servers.id, hostname: servers.hostname, state: servers.state }).from(servers).where(live).orderBy(asc(servers.id)).limit(named),
+  ]);
+  return { byState, named: first };
+}
+
+/** Checked at commit by a fleet's deletion: a server registered since its count rolls it back. */
+export const noLiveServers = (fleet: string) =>
+  sql`NOT EXISTS (SELECT 1 FROM ${servers} WHERE fleet_id = ${fleet} AND state != 'removed')`;
+
+/** Every D1 row of the fleet (its removed servers' tombstones and tokens too), and its pending settings push. */
+export function fleetWipe(db: Db, fleet: string) {
+  const ofFleet = sql`(SELECT id FROM ${servers} WHERE fleet_id = ${fleet})`;
+  return [
+    db.delete(tokens).where(inArray(tokens.serverId, ofFleet)),
+    db.delete(agentInstances).where(eq(agentInstances.fleetId, fleet)),
+    db.delete(planMarks).where(eq(planMarks.fleetId, fleet)),
+    db.delete(servers).where(eq(servers.fleetId, fleet)),
+    db.delete(roleProfiles).where(eq(roleProfiles.fleetId, fleet)),
+    db.delete(agentChannels).where(eq(agentChannels.fleetId, fleet)),
+    db.delete(agentChannelHistory).where(eq(agentChannelHistory.fleetId, fleet)),
+    db.delete(fleets).where(eq(fleets.id, fleet)),
+    db.delete(fleetIntent).where(eq(fleetIntent.fleetId, fleet)),
+    db.delete(fleetTasks).where(and(eq(fleetTasks.fleetId, fleet), eq(fleetTasks.kind, "push_settings"))),
+  ] as const;
+}

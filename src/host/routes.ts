@@ -5,13 +5,9 @@ import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
 import { MAX_WAIT_S } from "../domain/limits";
 import { AgentStatusRow, DesiredConfig, InventoryReport, serverStatus } from "../ledger/schemas";
-import { unwrap } from "../http/errors";
 import { heldGeneration, matchesGeneration, parseIfNoneMatch } from "../http/conditional";
-import { ledgerOf } from "../objects/stubs";
 import { iso } from "../lib/time";
-
-
-
+import { desiredForHost, reportFromHost } from "./service";
 
 const generationTag = z.object({
   ETag: z.string().openapi({ description: "The desired generation, as an entity tag", example: '"7"' }),
@@ -65,8 +61,7 @@ export const agentRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook
     const { wait } = c.req.valid("query");
     const p = serverPrincipal(c.var.principal);
     const condition = parseIfNoneMatch(c.req.header("If-None-Match"));
-    const ledger = ledgerOf(c.env, p.serverId);
-    const result = unwrap(await ledger.agentDesired(p.tokenHash, heldGeneration(condition), wait * 1000));
+    const result = await desiredForHost(c.env, p, heldGeneration(condition), wait * 1000);
     c.header("ETag", `"${result.generation}"`);
     c.header("Cache-Control", "no-store");
     if (result.notModified) return c.body(null, 304);
@@ -96,7 +91,7 @@ export const agentRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook
   async (c) => {
     const report = c.req.valid("json");
     const p = serverPrincipal(c.var.principal);
-    const result = unwrap(await ledgerOf(c.env, p.serverId).agentReport(p.tokenHash, report));
+    const result = await reportFromHost(c.env, p, report);
     return c.json(
       {
         server_id: p.serverId,

@@ -3,6 +3,10 @@
  * UTF-8 without a content coding, so a body that declares anything else (gzip, a UTF-16 charset)
  * would otherwise be read as something it is not.
  */
+import { bodyLimit } from "hono/body-limit";
+import { createMiddleware } from "hono/factory";
+import { DomainError } from "../domain/errors";
+import type { AppEnv } from "./types";
 
 export type BodyClaimProblem =
   | { code: "unsupported_content_encoding"; message: string; details: { content_encoding: string } }
@@ -47,3 +51,32 @@ export function bodyClaimProblem(headers: { get(name: string): string | null }):
   }
   return null;
 }
+
+/**
+ * Bodies are UTF-8 JSON, sent as is. A body sent as anything else (curl's -d defaults to form
+ * encoding) would be read as an empty object and fail validation confusingly, and one declaring a
+ * content coding or charset would be read as something it is not, so each is refused by name.
+ */
+export const requireJsonBody = createMiddleware<AppEnv>(async (c, next) => {
+  if (c.req.method === "GET" || c.req.method === "HEAD") return next();
+  const type = c.req.header("Content-Type");
+  const length = c.req.header("Content-Length");
+  const hasBody = c.req.raw.body !== null && length !== "0";
+  if (!hasBody) return next();
+  const claim = bodyClaimProblem(c.req.raw.headers);
+  if (claim?.code === "unsupported_content_encoding") throw new DomainError(claim.code, claim.message, claim.details);
+  if (!(type && /^application\/([\w.-]+\+)?json\s*(;|$)/i.test(type))) {
+    throw new DomainError("unsupported_media_type", "send the body as JSON with Content-Type: application/json");
+  }
+  if (claim) throw new DomainError(claim.code, claim.message, claim.details);
+  await next();
+});
+
+/** Bodies over `maxBytes` are refused (413 payload_too_large) before anything reads them. */
+export const limitBodies = (maxBytes: number) =>
+  bodyLimit({
+    maxSize: maxBytes,
+    onError: () => {
+      throw new DomainError("payload_too_large", `request bodies are limited to ${maxBytes} bytes`);
+    },
+  });

@@ -1,48 +1,74 @@
-import type { DomainCode, Failure } from "../objects/kit/result";
+import type { Context } from "hono";
 import type { ContentfulStatusCode } from "hono/utils/http-status";
+import type { DomainError, ErrorCode } from "../domain/errors";
+import type { AppEnv } from "./types";
 
-/** A failure the client can act on; rendered as `{ error: { code, message, details? } }`. */
-export class ApiError extends Error {
-  constructor(
-    readonly status: ContentfulStatusCode,
-    readonly code: string,
-    message: string,
-    readonly details?: unknown,
-    readonly headers?: Record<string, string>,
-  ) {
-    super(message);
-  }
-}
-
-export const errorBody = (code: string, message: string, details?: unknown) => ({
-  error: details === undefined ? { code, message } : { code, message, details },
-});
-
-export const notFound = (what: string, id: string) =>
-  new ApiError(404, "not_found", `${what} '${id}' does not exist`);
-
-/** The one place where a domain result's code becomes an HTTP status. */
+/**
+ * The one place where an error code becomes an HTTP status: every code of the API's list
+ * (src/domain/errors.ts) has exactly one, so a new code does not type-check until it is given one.
+ */
 export const STATUS_OF_CODE = {
+  validation_failed: 400,
+  invalid_query: 400,
+  invalid_param: 400,
+  invalid_header: 400,
+  invalid_form: 400,
+  invalid_cookie: 400,
+  invalid_cursor: 400,
+  duplicate_agent: 400,
+  malformed_json: 400,
+  bad_request: 400,
+  payload_too_large: 413,
+  unsupported_media_type: 415,
+  unsupported_content_encoding: 415,
+  unsupported_charset: 415,
+  method_not_allowed: 405,
   not_found: 404,
+  internal_error: 500,
   unauthorized: 401,
+  forbidden: 403,
+  upgrade_in_progress: 503,
+  upgrade_lease_held: 409,
+  upgrade_failed: 503,
+  already_exists: 409,
+  fleet_removal_pending: 409,
+  fleet_not_empty: 409,
+  unknown_fleet: 422,
+  unknown_channel: 422,
+  too_many_capabilities: 409,
+  concurrent_change: 409,
   generation_conflict: 409,
   stale_generation: 409,
   generation_not_issued: 409,
   server_removed: 409,
-  not_held: 404,
   fleetlock_id_taken: 409,
   lifecycle_change_refused: 409,
   uninstall_blocked: 409,
   decommission_acknowledged: 409,
   not_decommissioning: 409,
+  not_held: 404,
   invalid_state: 409,
   rollout_in_progress: 409,
-} as const satisfies Record<DomainCode, ContentfulStatusCode>;
+} as const satisfies Record<ErrorCode, ContentfulStatusCode>;
 
-export const apiErrorOf = (f: Failure) => new ApiError(STATUS_OF_CODE[f.code], f.code, f.message, f.details);
+export const errorBody = (code: ErrorCode, message: string, details?: unknown) => ({
+  error: details === undefined ? { code, message } : { code, message, details },
+});
 
-/** The success of a domain result, or its failure thrown as the ApiError its code maps to. */
-export function unwrap<R extends { ok: boolean }>(result: R): Exclude<R, { ok: false }> {
-  if (!result.ok) throw apiErrorOf(result as unknown as Failure);
-  return result as Exclude<R, { ok: false }>;
+/** An error answer, carrying the request id so a report can be matched with the logs. */
+export function errorAnswer(c: Context<AppEnv>, code: ErrorCode, message: string, details?: unknown) {
+  const { error } = errorBody(code, message, details);
+  return { error: { ...error, request_id: c.get("requestId") } };
 }
+
+/** The headers an error's answer carries: the scheme to authenticate with on a 401, when to retry. */
+function headersOf(err: DomainError): Record<string, string> {
+  const headers: Record<string, string> = {};
+  if (err.code === "unauthorized") headers["WWW-Authenticate"] = 'Bearer realm="harbormaster"';
+  if (err.hints.retryAfterS !== undefined) headers["Retry-After"] = String(err.hints.retryAfterS);
+  return headers;
+}
+
+/** A DomainError as its answer: the status of its code, its body, its headers. */
+export const renderDomainError = (c: Context<AppEnv>, err: DomainError) =>
+  c.json(errorAnswer(c, err.code, err.message, err.details), STATUS_OF_CODE[err.code], headersOf(err));

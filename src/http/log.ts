@@ -1,7 +1,6 @@
 import { routePath } from "hono/route";
 import { createMiddleware } from "hono/factory";
 import type { Context } from "hono";
-import { actorOf } from "../auth/principal";
 import { errorFields, logLine } from "../lib/log";
 import type { AppEnv } from "./types";
 
@@ -20,33 +19,31 @@ function routeOf(c: Context<AppEnv>) {
   return path && path !== "*" && !path.endsWith("/*") ? path : null;
 }
 
-/** Who made the request, as the audit log names them; a FleetLock call is its fleet's. */
-function principalOf(c: Context<AppEnv>, route: string | null) {
-  const p = c.get("principal");
-  if (p) return actorOf(p);
-  if (route?.startsWith("/fleetlock/")) return `fleetlock:${c.req.path.split("/")[2] ?? ""}`;
-  return null;
+/**
+ * The request log, naming who made each request as `actorOf` says (the app knows its principals
+ * and routes; this toolkit does not), given the route pattern that answered.
+ */
+export function requestLog(actorOf: (c: Context<AppEnv>, route: string | null) => string | null) {
+  return createMiddleware<AppEnv>(async (c, next) => {
+    // "off" only for local load tests: wrangler dev relays every console line through its
+    // inspector, which halves local throughput; a deployment keeps it on (wrangler.toml).
+    if (c.env.ACCESS_LOG === "off") return next();
+    const started = performance.now();
+    try {
+      await next();
+    } finally {
+      const route = routeOf(c);
+      logLine(c.res.status >= 500 ? "error" : "info", "request", {
+        request_id: c.get("requestId"),
+        method: c.req.method,
+        route,
+        status: c.res.status,
+        duration_ms: Math.round((performance.now() - started) * 10) / 10,
+        principal: actorOf(c, route),
+      });
+    }
+  });
 }
-
-export const requestLog = createMiddleware<AppEnv>(async (c, next) => {
-  // "off" only for local load tests: wrangler dev relays every console line through its
-  // inspector, which halves local throughput; a deployment keeps it on (wrangler.toml).
-  if (c.env.ACCESS_LOG === "off") return next();
-  const started = performance.now();
-  try {
-    await next();
-  } finally {
-    const route = routeOf(c);
-    logLine(c.res.status >= 500 ? "error" : "info", "request", {
-      request_id: c.get("requestId"),
-      method: c.req.method,
-      route,
-      status: c.res.status,
-      duration_ms: Math.round((performance.now() - started) * 10) / 10,
-      principal: principalOf(c, route),
-    });
-  }
-});
 
 /** An error nobody handled: its message and stack, with the request it broke. */
 export function logError(c: Context<AppEnv>, err: unknown) {

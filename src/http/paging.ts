@@ -1,6 +1,6 @@
 import { z } from "@hono/zod-openapi";
 import { DEFAULT_PAGE_SIZE, MAX_CURSOR_LENGTH, MAX_PAGE_SIZE } from "../domain/limits";
-import { ApiError } from "./errors";
+import { DomainError } from "../domain/errors";
 
 export const limitParam = z.coerce.number().int().min(1).max(MAX_PAGE_SIZE).default(DEFAULT_PAGE_SIZE);
 export const cursorParam = z.string().max(MAX_CURSOR_LENGTH).optional();
@@ -18,7 +18,7 @@ export function decodeCursor(cursor: string | undefined, parts: number): string[
   } catch {
     // fall through to the error below
   }
-  throw new ApiError(400, "invalid_cursor", "cursor is not one this API issued");
+  throw new DomainError("invalid_cursor", "cursor is not one this API issued");
 }
 
 /** For lists keyed by an integer id (audit log, upgrade history). */
@@ -27,7 +27,7 @@ export function decodeIdCursor(cursor: string | undefined): number | null {
   if (!key) return null;
   const id = Number(key[0]);
   if (!/^\d{1,15}$/.test(key[0]) || !Number.isSafeInteger(id)) {
-    throw new ApiError(400, "invalid_cursor", "cursor is not one this API issued");
+    throw new DomainError("invalid_cursor", "cursor is not one this API issued");
   }
   return id;
 }

@@ -1,7 +1,7 @@
 import { matchedRoutes } from "hono/route";
 import { createMiddleware } from "hono/factory";
 import { z } from "@hono/zod-openapi";
-import { ApiError } from "./errors";
+import { DomainError } from "../domain/errors";
 import type { AppEnv } from "./types";
 
 type RouteDefinition = {
@@ -42,8 +42,7 @@ export function rejectUnknownQuery(definitions: () => readonly RouteDefinition[]
     if (keys) {
       const unknown = [...new Set(new URL(url).searchParams.keys())].filter((k) => !keys.has(k));
       if (unknown.length) {
-        throw new ApiError(
-          400,
+        throw new DomainError(
           "invalid_query",
           `unknown query parameter${unknown.length > 1 ? "s" : ""}: ${unknown.join(", ")}` +
             (keys.size ? ` (this endpoint takes ${[...keys].join(", ")})` : " (this endpoint takes none)"),

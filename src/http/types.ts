@@ -1,5 +1,5 @@
 import type { RequestIdVariables } from "hono/request-id";
+import type { Principal } from "../domain/principal";
 import type { Env } from "../env";
-import type { Principal } from "../auth/principal";
 
 export type AppEnv = { Bindings: Env; Variables: { principal: Principal } & RequestIdVariables };

@@ -1,26 +1,43 @@
 import type { Hook } from "@hono/zod-openapi";
-import type { ZodError } from "zod";
-import { ApiError } from "./errors";
+import type { z, ZodError } from "zod";
+import { DomainError, isErrorCode, type ErrorCode } from "../domain/errors";
 
 /** Field-level detail a client can act on, without echoing the whole schema. */
 export function issuesOf(error: ZodError) {
   return error.issues.map((i) => ({ path: i.path.join("."), message: i.message }));
 }
 
+/** The code of a request part that does not match its schema (a body: `validation_failed`). */
+const CODE_OF_TARGET: Record<string, ErrorCode> = {
+  json: "validation_failed",
+  query: "invalid_query",
+  param: "invalid_param",
+  header: "invalid_header",
+  form: "invalid_form",
+  cookie: "invalid_cookie",
+};
+
 /**
  * Every zod failure becomes `400 validation_failed`, except issues that carry their own code
- * (e.g. `duplicate_agent`), which name the problem more precisely.
+ * (e.g. `duplicate_agent`, one of the API's codes), which name the problem more precisely.
  */
 export const validationHook: Hook<unknown, any, any, unknown> = (result) => {
   if (result.success) return;
   const error = result.error as ZodError;
-  const specific = error.issues
-    .map((i) => (i as { params?: { code?: string } }).params?.code)
-    .find((c): c is string => typeof c === "string");
-  throw new ApiError(
-    400,
-    specific ?? (result.target === "json" ? "validation_failed" : `invalid_${result.target}`),
+  const specific = error.issues.map((i) => (i as { params?: { code?: string } }).params?.code).find(isErrorCode);
+  throw new DomainError(
+    specific ?? CODE_OF_TARGET[result.target] ?? "validation_failed",
     specific ? error.issues[0].message : `request ${result.target} does not match the schema`,
     issuesOf(error),
   );
 };
+
+/**
+ * A query a route validates itself (one it documents by hand, so the typed client need not pass
+ * it), refused as `invalid_query` like the ones zod-openapi validates.
+ */
+export function parseQuery<T extends z.ZodType>(schema: T, query: Record<string, string>): z.output<T> {
+  const parsed = schema.safeParse(query);
+  if (!parsed.success) throw new DomainError("invalid_query", "request query does not match the schema", issuesOf(parsed.error));
+  return parsed.data;
+}

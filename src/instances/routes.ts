@@ -1,28 +1,12 @@
 import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
-import { and, asc, eq, or, sql, type SQL } from "drizzle-orm";
 import { requireScope } from "../auth/principal";
-import { getDb } from "../db/client";
-import { agentInstances } from "../db/schema";
 import { bearer, commonErrors, jsonResponse } from "../http/openapi";
 import { cursorParam, decodeCursor, limitParam, page } from "../http/paging";
 import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
-import { agentName, agentState, agentStatus, imageRef } from "../ledger/schemas";
-
-
-const Instance = z
-  .object({
-    server_id: z.string(),
-    fleet: z.string(),
-    agent: z.string(),
-    instance_id: z.string().nullable(),
-    desired: z.object({ image: z.string(), version: z.string().nullable() }).nullable(),
-    reported: z
-      .object({ image: z.string(), version: z.string().nullable(), state: agentState.nullable() })
-      .nullable(),
-    status: agentStatus,
-  })
-  .openapi("AgentInstance");
+import { agentName, imageRef } from "../ledger/schemas";
+import { searchInstances } from "./service";
+import { Instance } from "./schemas";
 
 // One chain, so the type of instanceRoutes (and of the app that mounts it at /v1/instances) carries every route for hc.
 export const instanceRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook })
@@ -52,17 +36,7 @@ export const instanceRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationH
   async (c) => {
     const q = c.req.valid("query");
     const after = decodeCursor(q.cursor, 2);
-    const conds: SQL[] = [];
-    if (q.server) conds.push(eq(agentInstances.serverId, q.server));
-    if (q.agent) conds.push(eq(agentInstances.agent, q.agent));
-    if (q.image) conds.push(or(eq(agentInstances.desiredImage, q.image), eq(agentInstances.reportedImage, q.image))!);
-    if (after) conds.push(sql`(${agentInstances.serverId}, ${agentInstances.agent}) > (${after[0]}, ${after[1]})`);
-    const rows = await getDb(c.env.DB)
-      .select()
-      .from(agentInstances)
-      .where(conds.length ? and(...conds) : undefined)
-      .orderBy(asc(agentInstances.serverId), asc(agentInstances.agent))
-      .limit(q.limit + 1);
+    const rows = await searchInstances(c.env, q, after ? [after[0], after[1]] : null, q.limit);
     const { items, next_cursor } = page(rows, q.limit, (r) => [r.serverId, r.agent]);
     return c.json(
       {

@@ -1,23 +1,37 @@
 import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
-import { actorOf, requireScope } from "../auth/principal";
-import { getDb } from "../db/client";
-import { getFleet } from "../fleets/store";
-import { notFound } from "../http/errors";
+import { requireScope } from "../auth/principal";
+import { actorOf } from "../domain/principal";
+import { backgroundOf } from "../http/background";
 import { bearer, commonErrors, jsonBody, jsonResponse, notFoundError } from "../http/openapi";
 import { cursorParam, decodeCursor, decodeIdCursor, limitParam, page } from "../http/paging";
 import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
 import { iso } from "../lib/time";
-import { deleteRole, putChannel, putRole } from "./service";
-import { planAfterChange } from "../planner/service";
-import { refreshFleet } from "../servers/lifecycle.service";
+import { refreshFleet } from "../servers/service";
+import { channelsOfFleet, channelWithHistory, deleteRole, putRole, roleOf, rolesOfFleet, setChannel } from "./service";
 import { PlannerRunSchema, Channel, ChannelChange, ChannelInput, channelParams, fleetParam, Role, RoleInput, roleParams } from "./schemas";
-import { channelHistory, channelView, getChannel, getRole, listChannels, listRoles, roleView } from "./store";
-const unknownChannel = { 422: jsonResponse(z.object({ error: z.any() }), "An agent has no channel in the fleet (unknown_channel)") };
+import { channelView, roleView } from "./store";
 
-async function requireFleet(db: ReturnType<typeof getDb>, fleet: string) {
-  if (!(await getFleet(db, fleet))) throw notFound("fleet", fleet);
-}
+const unknownChannel = { 422: jsonResponse(z.object({ error: z.any() }), "An agent has no channel in the fleet (unknown_channel)") };
+const pageQuery = z.object({ limit: limitParam, cursor: cursorParam });
+
+/** GET /{fleet}/channels and /{fleet}/roles share one shape: a page of the fleet's items, 404 for no such fleet. */
+const fleetListRoute = <P extends string, I extends z.ZodType>(path: P, operationId: string, summary: string, item: I, what: string) =>
+  createRoute({
+    method: "get",
+    path,
+    operationId,
+    tags: ["fleet intent"],
+    summary,
+    security: bearer,
+    middleware: [requireScope("read")] as const,
+    request: { params: fleetParam, query: pageQuery },
+    responses: {
+      200: jsonResponse(z.object({ items: z.array(item), next_cursor: z.string().nullable() }), `A page of ${what}`),
+      ...commonErrors,
+      ...notFoundError,
+    },
+  });
 
 // One chain, so the type of this router (and of the app that mounts it) carries every route for hc.
 export const intentRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook })
@@ -39,37 +53,14 @@ export const intentRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHoo
   }),
   async (c) => {
     const { fleet, agent } = c.req.valid("param");
-    const db = getDb(c.env.DB);
-    const { channel, changed } = await putChannel(db, actorOf(c.var.principal), fleet, agent, c.req.valid("json"));
+    const { channel, changed } = await setChannel(c.env, actorOf(c.var.principal), fleet, agent, c.req.valid("json"));
     return c.json({ ...channelView(channel), changed }, 200);
   },
 )
-.openapi(
-  createRoute({
-    method: "get",
-    path: "/{fleet}/channels",
-    operationId: "listChannels",
-    tags: ["fleet intent"],
-    summary: "The fleet's agent channels",
-    security: bearer,
-    middleware: [requireScope("read")] as const,
-    request: { params: fleetParam, query: z.object({ limit: limitParam, cursor: cursorParam }) },
-    responses: {
-      200: jsonResponse(z.object({ items: z.array(Channel), next_cursor: z.string().nullable() }), "A page of channels"),
-      ...commonErrors,
-      ...notFoundError,
-    },
-  }),
-  async (c) => {
-    const { fleet } = c.req.valid("param");
-    const { limit, cursor } = c.req.valid("query");
-    const db = getDb(c.env.DB);
-    const after = decodeCursor(cursor, 1);
-    await requireFleet(db, fleet);
-    const { items, next_cursor } = page(await listChannels(db, fleet, after?.[0] ?? null, limit), limit, (r) => [r.agent]);
-    return c.json({ items: items.map(channelView), next_cursor }, 200);
-  },
-)
+.openapi(fleetListRoute("/{fleet}/channels", "listChannels", "The fleet's agent channels", Channel, "channels"), async (c) => {
+  const { fleet } = c.req.valid("param");
+  return c.json(await channelsOfFleet(c.env, fleet, c.req.valid("query")), 200);
+})
 .openapi(
   createRoute({
     method: "get",
@@ -79,7 +70,7 @@ export const intentRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHoo
     summary: "One channel with its history of changes, newest first (paged by cursor)",
     security: bearer,
     middleware: [requireScope("read")] as const,
-    request: { params: channelParams, query: z.object({ limit: limitParam, cursor: cursorParam }) },
+    request: { params: channelParams, query: pageQuery },
     responses: {
       200: jsonResponse(
         Channel.extend({ history: z.array(ChannelChange), next_cursor: z.string().nullable() }),
@@ -93,11 +84,8 @@ export const intentRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHoo
     const { fleet, agent } = c.req.valid("param");
     const { limit, cursor } = c.req.valid("query");
     const before = decodeIdCursor(cursor);
-    const db = getDb(c.env.DB);
-    const channel = await getChannel(db, fleet, agent);
-    if (!channel) throw notFound("channel", `${fleet}/${agent}`);
-    const rows = await channelHistory(db, fleet, agent, before, limit);
-    const { items, next_cursor } = page(rows, limit, (r) => [String(r.id)]);
+    const { channel, history } = await channelWithHistory(c.env, fleet, agent, before, limit);
+    const { items, next_cursor } = page(history, limit, (r) => [String(r.id)]);
     return c.json(
       {
         ...channelView(channel),
@@ -136,10 +124,8 @@ export const intentRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHoo
   }),
   async (c) => {
     const { fleet, role } = c.req.valid("param");
-    const db = getDb(c.env.DB);
-    const out = await putRole(db, actorOf(c.var.principal), fleet, role, c.req.valid("json"));
-    const planning = out.changed ? await planAfterChange(c.env, c.executionCtx, fleet) : null;
-    return c.json({ ...roleView(out.role), changed: out.changed, planning }, 200);
+    const out = await putRole(c.env, backgroundOf(c), actorOf(c.var.principal), fleet, role, c.req.valid("json"));
+    return c.json({ ...roleView(out.role), changed: out.changed, planning: out.planning }, 200);
   },
 )
 .openapi(
@@ -156,37 +142,13 @@ export const intentRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHoo
   }),
   async (c) => {
     const { fleet, role } = c.req.valid("param");
-    const row = await getRole(getDb(c.env.DB), fleet, role);
-    if (!row) throw notFound("role", `${fleet}/${role}`);
-    return c.json(roleView(row), 200);
+    return c.json(roleView(await roleOf(c.env, fleet, role)), 200);
   },
 )
-.openapi(
-  createRoute({
-    method: "get",
-    path: "/{fleet}/roles",
-    operationId: "listRoles",
-    tags: ["fleet intent"],
-    summary: "The fleet's role profiles",
-    security: bearer,
-    middleware: [requireScope("read")] as const,
-    request: { params: fleetParam, query: z.object({ limit: limitParam, cursor: cursorParam }) },
-    responses: {
-      200: jsonResponse(z.object({ items: z.array(Role), next_cursor: z.string().nullable() }), "A page of roles"),
-      ...commonErrors,
-      ...notFoundError,
-    },
-  }),
-  async (c) => {
-    const { fleet } = c.req.valid("param");
-    const { limit, cursor } = c.req.valid("query");
-    const db = getDb(c.env.DB);
-    const after = decodeCursor(cursor, 1);
-    await requireFleet(db, fleet);
-    const { items, next_cursor } = page(await listRoles(db, fleet, after?.[0] ?? null, limit), limit, (r) => [r.role]);
-    return c.json({ items: items.map(roleView), next_cursor }, 200);
-  },
-)
+.openapi(fleetListRoute("/{fleet}/roles", "listRoles", "The fleet's role profiles", Role, "roles"), async (c) => {
+  const { fleet } = c.req.valid("param");
+  return c.json(await rolesOfFleet(c.env, fleet, c.req.valid("query")), 200);
+})
 .openapi(
   createRoute({
     method: "delete",
@@ -201,8 +163,7 @@ export const intentRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHoo
   }),
   async (c) => {
     const { fleet, role } = c.req.valid("param");
-    await deleteRole(getDb(c.env.DB), actorOf(c.var.principal), fleet, role);
-    await planAfterChange(c.env, c.executionCtx, fleet);
+    await deleteRole(c.env, backgroundOf(c), actorOf(c.var.principal), fleet, role);
     return c.body(null, 204);
   },
 )
@@ -218,7 +179,7 @@ export const intentRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHoo
       "Paged by server id: pass next_cursor back as cursor for the next page. Removed and decommissioning servers are left out.",
     security: bearer,
     middleware: [requireScope("write")] as const,
-    request: { params: fleetParam, query: z.object({ limit: limitParam, cursor: cursorParam }) },
+    request: { params: fleetParam, query: pageQuery },
     responses: {
       200: jsonResponse(
         z.object({ requested: z.number().int(), failed: z.array(z.string()), next_cursor: z.string().nullable() }),

@@ -5,25 +5,33 @@
  */
 import { eq, sql, type SQL } from "drizzle-orm";
 import { auditInsert } from "../audit/log";
-import type { Db } from "../db/client";
+import { getDb, type Db } from "../db/client";
 import { agentChannelHistory, agentChannels, fleets, roleProfiles } from "../db/schema";
-import { ApiError, notFound } from "../http/errors";
+import { DomainError, notFound } from "../domain/errors";
 import type { RoleInput } from "./schemas";
 import {
   agentsWithoutChannel,
   bumpIntentRev,
+  channelHistory,
   getChannel,
   getRole,
   intentRevOf,
   isIntentConflict,
+  listChannels,
+  listRoles,
+  channelView,
+  roleView,
   type ChannelRow,
   type RoleRow,
 } from "./store";
-import { getFleet, type FleetRow } from "../fleets/store";
+import type { Env } from "../env";
+import { decodeCursor, page } from "../http/paging";
+import { fleetTask, getFleet, type FleetRow } from "../fleets/store";
 import type { FleetPatch } from "../fleets/schemas";
 import { MAX_CAPABILITIES } from "../domain/limits";
-import { markFleet, markServersWithRole } from "../planner/service";
-import { fleetTask } from "../fleets/tasks";
+import { markFleet, markServersWithRole, planAfterChange } from "../planner/service";
+
+type Ctx = { waitUntil(p: Promise<unknown>): void };
 
 type Statement = Parameters<Db["batch"]>[0][number];
 
@@ -53,7 +61,7 @@ export async function changeIntent<T>(
     } catch (err) {
       if (!isIntentConflict(err)) throw err;
       if (attempt >= MAX_ATTEMPTS) {
-        throw new ApiError(409, "concurrent_change", `fleet '${fleet}' is being changed concurrently; retry`);
+        throw new DomainError("concurrent_change", `fleet '${fleet}' is being changed concurrently; retry`);
       }
       await new Promise((r) => setTimeout(r, Math.random() * 10 * attempt));
     }
@@ -100,14 +108,23 @@ export function putChannel(db: Db, actor: string, fleet: string, agent: string, 
   });
 }
 
-/** The agents a role runs in the fleet; each must have a channel, so a new server can get it. */
-export function putRole(db: Db, actor: string, fleet: string, role: string, input: RoleInput) {
+/**
+ * The agents a role runs in the fleet; each must have a channel, so a new server can get it. A
+ * change re-plans the servers with the role (`planning`; null when nothing changed).
+ */
+export async function putRole(env: Env, ctx: Ctx, actor: string, fleet: string, role: string, input: RoleInput) {
+  const out = await changeRole(getDb(env.DB), actor, fleet, role, input);
+  const planning = out.changed ? await planAfterChange(env, ctx, fleet) : null;
+  return { ...out, planning };
+}
+
+function changeRole(db: Db, actor: string, fleet: string, role: string, input: RoleInput) {
   // Stored without absent `when`s, so equal profiles compare equal.
   const agents = input.agents.map((a) => (a.when === undefined ? { name: a.name } : { name: a.name, when: a.when }));
   return changeIntent(db, fleet, async ({ rev }) => {
     const missing = await agentsWithoutChannel(db, fleet, agents.map((a) => a.name));
     if (missing.length) {
-      throw new ApiError(422, "unknown_channel", `agents without a channel in fleet '${fleet}': ${missing.join(", ")}`, {
+      throw new DomainError("unknown_channel", `agents without a channel in fleet '${fleet}': ${missing.join(", ")}`, {
         agents: missing,
       });
     }
@@ -140,8 +157,10 @@ export function putRole(db: Db, actor: string, fleet: string, role: string, inpu
   });
 }
 
-export function deleteRole(db: Db, actor: string, fleet: string, role: string) {
-  return changeIntent(db, fleet, async ({ rev }) => {
+/** Deletes a role profile; the servers that had it are re-planned. */
+export async function deleteRole(env: Env, ctx: Ctx, actor: string, fleet: string, role: string) {
+  const db = getDb(env.DB);
+  await changeIntent(db, fleet, async ({ rev }) => {
     const current = await getRole(db, fleet, role);
     if (!current) throw notFound("role", `${fleet}/${role}`);
     return {
@@ -153,6 +172,7 @@ export function deleteRole(db: Db, actor: string, fleet: string, role: string) {
       ],
     };
   });
+  await planAfterChange(env, ctx, fleet);
 }
 
 /**
@@ -167,7 +187,7 @@ export function patchFleet(db: Db, actor: string, fleet: string, patch: FleetPat
       else capabilities[k] = v;
     }
     if (Object.keys(capabilities).length > MAX_CAPABILITIES) {
-      throw new ApiError(409, "too_many_capabilities", `a fleet has at most ${MAX_CAPABILITIES} capabilities`);
+      throw new DomainError("too_many_capabilities", `a fleet has at most ${MAX_CAPABILITIES} capabilities`);
     }
     const next: FleetRow = {
       ...row,
@@ -211,4 +231,49 @@ export function patchFleet(db: Db, actor: string, fleet: string, patch: FleetPat
 
 function sortKeys(o: Record<string, boolean>) {
   return Object.fromEntries(Object.entries(o).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)));
+}
+
+// ---- for the routes: channels and roles of a fleet ----
+
+/** PUT /v1/fleets/{fleet}/channels/{agent}. */
+export const setChannel = (env: Env, actor: string, fleet: string, agent: string, input: { image: string; version: string }) =>
+  putChannel(getDb(env.DB), actor, fleet, agent, input);
+
+/**
+ * A page of a fleet's channels or roles, by cursor; the fleet must exist (an empty page would
+ * hide a typo in its name).
+ */
+async function pageOfFleet<R, V>(
+  env: Env,
+  fleet: string,
+  q: { limit: number; cursor?: string },
+  list: (db: Db, after: string | null) => Promise<R[]>,
+  keyOf: (row: R) => string,
+  view: (row: R) => V,
+) {
+  const after = decodeCursor(q.cursor, 1);
+  const db = getDb(env.DB);
+  if (!(await getFleet(db, fleet))) throw notFound("fleet", fleet);
+  const { items, next_cursor } = page(await list(db, after?.[0] ?? null), q.limit, (r) => [keyOf(r)]);
+  return { items: items.map(view), next_cursor };
+}
+
+export const channelsOfFleet = (env: Env, fleet: string, q: { limit: number; cursor?: string }) =>
+  pageOfFleet(env, fleet, q, (db, after) => listChannels(db, fleet, after, q.limit), (r) => r.agent, channelView);
+
+export const rolesOfFleet = (env: Env, fleet: string, q: { limit: number; cursor?: string }) =>
+  pageOfFleet(env, fleet, q, (db, after) => listRoles(db, fleet, after, q.limit), (r) => r.role, roleView);
+
+/** One channel and a page of its history, newest first. */
+export async function channelWithHistory(env: Env, fleet: string, agent: string, before: number | null, limit: number) {
+  const db = getDb(env.DB);
+  const channel = await getChannel(db, fleet, agent);
+  if (!channel) throw notFound("channel", `${fleet}/${agent}`);
+  return { channel, history: await channelHistory(db, fleet, agent, before, limit) };
+}
+
+export async function roleOf(env: Env, fleet: string, role: string) {
+  const row = await getRole(getDb(env.DB), fleet, role);
+  if (!row) throw notFound("role", `${fleet}/${role}`);
+  return row;
 }

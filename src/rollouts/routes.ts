@@ -1,19 +1,18 @@
 import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
-import { actorOf, requireScope } from "../auth/principal";
-import { getDb } from "../db/client";
+import { requireScope } from "../auth/principal";
+import { actorOf } from "../domain/principal";
 import { fleetId } from "../fleets/schemas";
 import { bearer, commonErrors, conflictError, jsonBody, jsonResponse, notFoundError } from "../http/openapi";
-import { ApiError, notFound } from "../http/errors";
+import { DomainError } from "../domain/errors";
 import { cursorParam, decodeCursor, decodeIdCursor, encodeCursor, limitParam, page } from "../http/paging";
 import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
 import { agentName } from "../ledger/schemas";
 import { iso, isoOrNull } from "../lib/time";
-import { controlRollout, createRollout, getRollout, listRollouts } from "./service";
+import { controlRollout, createRollout, getRollout, listRollouts, rolloutEvents, rolloutTargets } from "./service";
 import type { RolloutSummary } from "./durable-object";
 import { ROLLOUT_STATES, TARGET_STATES, type Control } from "./machine";
 import { EventSchema, MAX_ROLLOUT_WAIT_S, RolloutInput, RolloutListItem, RolloutSchema, TargetSchema } from "./schemas";
-import { rolloutOf } from "../objects/stubs";
 
 const idParam = z.object({ id: z.uuid() });
 
@@ -109,8 +108,8 @@ export const rolloutRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHo
     const q = c.req.valid("query");
     const key = decodeCursor(q.cursor, 2);
     const before = key ? { createdAt: Number(key[0]), id: key[1] } : null;
-    if (before && !Number.isSafeInteger(before.createdAt)) throw new ApiError(400, "invalid_cursor", "cursor is not one this API issued");
-    const rows = await listRollouts(getDb(c.env.DB), { fleet: q.fleet, agent: q.agent, state: q.state }, before, q.limit);
+    if (before && !Number.isSafeInteger(before.createdAt)) throw new DomainError("invalid_cursor", "cursor is not one this API issued");
+    const rows = await listRollouts(c.env, { fleet: q.fleet, agent: q.agent, state: q.state }, before, q.limit);
     const { items, next_cursor } = page(rows, q.limit, (r) => [String(r.createdAt), r.id]);
     return c.json(
       {
@@ -206,8 +205,7 @@ export const rolloutRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHo
     const { id } = c.req.valid("param");
     const q = c.req.valid("query");
     const after = decodeIdCursor(q.cursor) ?? -1;
-    const rows = await rolloutOf(c.env, id).targets({ pass: q.pass, state: q.state, after, limit: q.limit });
-    if (!rows) throw notFound("rollout", id);
+    const rows = await rolloutTargets(c.env, id, { pass: q.pass, state: q.state, after, limit: q.limit });
     const items = rows.slice(0, q.limit).map((t) => ({
       server_id: t.server_id,
       hostname: t.hostname,
@@ -249,8 +247,7 @@ export const rolloutRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHo
   async (c) => {
     const { id } = c.req.valid("param");
     const q = c.req.valid("query");
-    const rows = await rolloutOf(c.env, id).events({ after: decodeIdCursor(q.cursor) ?? 0, limit: q.limit });
-    if (!rows) throw notFound("rollout", id);
+    const rows = await rolloutEvents(c.env, id, { after: decodeIdCursor(q.cursor) ?? 0, limit: q.limit });
     const { items, next_cursor } = page(rows, q.limit, (e) => [String(e.id)]);
     const out = items.map((e) => ({ id: e.id, at: iso(e.at), kind: e.kind, server_id: e.server_id, details: e.details ? (JSON.parse(e.details) as unknown) : null }));
     return c.json({ items: out, next_cursor }, 200);

@@ -10,9 +10,10 @@ import { getDb, type Db } from "../db/client";
 import { agentInstances, rolloutLocks, rollouts, servers } from "../db/schema";
 import type { Env } from "../env";
 import { getFleet } from "../fleets/store";
-import { ApiError, notFound, unwrap } from "../http/errors";
+import { DomainError, notFound } from "../domain/errors";
+import { unwrap } from "../objects/kit/result";
 import type { TargetInput } from "./durable-object";
-import { ACTIVE_STATES, type Control, type RolloutSpec, type RolloutState } from "./machine";
+import { ACTIVE_STATES, type Control, type RolloutSpec, type RolloutState, type TargetState } from "./machine";
 import type { RolloutInput } from "./schemas";
 import { rolloutOf } from "../objects/stubs";
 
@@ -63,18 +64,18 @@ async function claim(env: Env, db: Db, fleet: string, agent: string, rolloutId: 
       await db.delete(rolloutLocks).where(and(eq(rolloutLocks.fleetId, fleet), eq(rolloutLocks.agent, agent), eq(rolloutLocks.rolloutId, holder.rolloutId)));
       continue;
     }
-    throw new ApiError(409, "rollout_in_progress", `rollout ${holder.rolloutId} is already updating '${agent}' in fleet '${fleet}'`, {
+    throw new DomainError("rollout_in_progress", `rollout ${holder.rolloutId} is already updating '${agent}' in fleet '${fleet}'`, {
       rollout_id: holder.rolloutId,
       state: running?.state ?? "starting",
     });
   }
-  throw new ApiError(409, "rollout_in_progress", `another rollout of '${agent}' in fleet '${fleet}' is starting; retry`);
+  throw new DomainError("rollout_in_progress", `another rollout of '${agent}' in fleet '${fleet}' is starting; retry`);
 }
 
 export async function createRollout(env: Env, actor: string, input: RolloutInput, newId: () => string = () => crypto.randomUUID()) {
   const db = getDb(env.DB);
   const fleet = await getFleet(db, input.fleet);
-  if (!fleet) throw new ApiError(422, "unknown_fleet", `fleet '${input.fleet}' does not exist`);
+  if (!fleet) throw new DomainError("unknown_fleet", `fleet '${input.fleet}' does not exist`);
   const targets = await selectTargets(db, input);
   const id = newId();
   const spec: RolloutSpec = {
@@ -117,8 +118,9 @@ export async function controlRollout(env: Env, actor: string, id: string, action
   return unwrap(result).summary;
 }
 
+/** Rollouts from the D1 index, newest first (one more row than `limit` when another page exists). */
 export async function listRollouts(
-  db: Db,
+  env: Env,
   filter: { fleet?: string; agent?: string; state?: RolloutState },
   before: { createdAt: number; id: string } | null,
   limit: number,
@@ -131,12 +133,30 @@ export async function listRollouts(
     // Newest first; ties on created_at broken by id.
     conds.push(or(lt(rollouts.createdAt, before.createdAt), and(eq(rollouts.createdAt, before.createdAt), lt(rollouts.id, before.id)))!);
   }
-  return db
+  return getDb(env.DB)
     .select()
     .from(rollouts)
     .where(conds.length ? and(...conds) : undefined)
     .orderBy(desc(rollouts.createdAt), desc(rollouts.id))
     .limit(limit + 1);
+}
+
+/** The rollout's targets in order from `after` (its object's sequence); one more than `limit` when another page exists. */
+export async function rolloutTargets(
+  env: Env,
+  id: string,
+  opts: { pass?: number; state?: TargetState; after: number; limit: number },
+) {
+  const rows = await rolloutOf(env, id).targets(opts);
+  if (!rows) throw notFound("rollout", id);
+  return rows;
+}
+
+/** The rollout's events, oldest first, after the event id `after`. */
+export async function rolloutEvents(env: Env, id: string, opts: { after: number; limit: number }) {
+  const rows = await rolloutOf(env, id).events(opts);
+  if (!rows) throw notFound("rollout", id);
+  return rows;
 }
 
 /**

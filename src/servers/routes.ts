@@ -1,24 +1,19 @@
 import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
-import { eq } from "drizzle-orm";
-import { actorOf, requireScope } from "../auth/principal";
-import { getDb } from "../db/client";
-import { ApiError, notFound } from "../http/errors";
+import { requireScope } from "../auth/principal";
+import { actorOf } from "../domain/principal";
+import { MAX_WAIT_S } from "../domain/limits";
+import { fleetId } from "../fleets/schemas";
 import { locationOfCreated } from "../http/location";
 import { bearer, createdResponse, commonErrors, etagHeader, conflictError, jsonBody, jsonResponse, notFoundError } from "../http/openapi";
 import { cursorParam, decodeCursor, limitParam, page } from "../http/paging";
 import type { AppEnv } from "../http/types";
-import { issuesOf, validationHook } from "../http/validation";
+import { parseQuery, validationHook } from "../http/validation";
 import { DesiredConfig, DesiredConfigInput, serverStatus } from "../ledger/schemas";
-import { ledgerOf } from "../objects/stubs";
-import { tagMatches, viewTag } from "../ledger/view-tag";
-import { MAX_WAIT_S } from "../domain/limits";
-import { ServerRebootPatch } from "../fleetlock/schemas";
-import { patchServerIdentity, putDesiredConfig, registerServer } from "./service";
-import { setServerRoles } from "../planner/service";
-import { fleetId, serverState, ServerCreated, ServerDetail, ServerInput, serverIdParam, ServerSummary } from "../fleets/schemas";
-import { listServers, serverDetail, serverSummary } from "./store";
+import { ServerCreated, ServerDetail, ServerInput, serverIdParam, ServerPatch, serverState, ServerSummary, serverWaitQuery } from "./schemas";
+import { getDesiredConfig, patchServer, putDesiredConfig, registerServer, searchServers, serverIfChanged } from "./service";
+import { serverDetail, serverSummary } from "./store";
 
-const serverWaitQuery = z.object({ wait: z.coerce.number().int().min(0).max(MAX_WAIT_S).default(0) });
+/** The server resource: registration, reading (long-poll included), search, desired config, PATCH. Lifecycle: ./lifecycle.routes.ts. */
 
 // One chain, so the type of serverRoutes (and of the app that mounts it at /v1/servers) carries every route for hc.
 export const serverRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook })
@@ -74,26 +69,11 @@ export const serverRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHoo
   }),
   async (c) => {
     const { id } = c.req.valid("param");
-    const query = serverWaitQuery.safeParse(c.req.query());
-    if (!query.success) throw new ApiError(400, "invalid_query", "request query does not match the schema", issuesOf(query.error));
-    const { wait } = query.data;
-    const known = c.req.header("If-None-Match")?.slice(0, 256);
-    const ledger = ledgerOf(c.env, id);
+    const { wait } = parseQuery(serverWaitQuery, c.req.query());
     c.header("Cache-Control", "no-store");
-    const given = known?.trim();
-    // Only a single tag can be waited on; a list or `*` is answered at once below.
-    if (given && wait > 0 && !given.includes(",") && given !== "*") {
-      const result = await ledger.viewWait(given.startsWith("W/") ? given : `W/${given}`, wait * 1000);
-      if (!result) throw notFound("server", id);
-      c.header("ETag", result.etag);
-      if (!result.changed) return c.body(null, 304);
-      return c.json(serverDetail(result.view), 200);
-    }
-    const view = await ledger.view();
-    if (!view) throw notFound("server", id);
-    const etag = viewTag(view);
+    const { etag, view } = await serverIfChanged(c.env, id, c.req.header("If-None-Match")?.slice(0, 256), wait);
     c.header("ETag", etag);
-    if (tagMatches(known, etag)) return c.body(null, 304);
+    if (!view) return c.body(null, 304);
     return c.json(serverDetail(view), 200);
   },
 )
@@ -127,7 +107,7 @@ export const serverRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHoo
   async (c) => {
     const { fleet, status, state, limit, cursor } = c.req.valid("query");
     const after = decodeCursor(cursor, 1);
-    const rows = await listServers(getDb(c.env.DB), { fleet, status, state }, after?.[0] ?? null, limit);
+    const rows = await searchServers(c.env, { fleet, status, state }, after?.[0] ?? null, limit);
     const { items, next_cursor } = page(rows, limit, (r) => [r.id]);
     return c.json({ items: items.map(serverSummary), next_cursor }, 200);
   },
@@ -172,9 +152,7 @@ export const serverRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHoo
   }),
   async (c) => {
     const { id } = c.req.valid("param");
-    const view = await ledgerOf(c.env, id).view();
-    if (!view) throw notFound("server", id);
-    return c.json(view.desired, 200);
+    return c.json(await getDesiredConfig(c.env, id), 200);
   },
 )
 
@@ -187,7 +165,7 @@ export const serverRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHoo
     summary: "Change a server's FleetLock id, reboot group and/or roles (a role change re-plans it unless pinned)",
     security: bearer,
     middleware: [requireScope("write")] as const,
-    request: { params: serverIdParam, body: jsonBody(ServerRebootPatch) },
+    request: { params: serverIdParam, body: jsonBody(ServerPatch) },
     responses: {
       200: jsonResponse(ServerDetail, "The server"),
       ...commonErrors,
@@ -197,13 +175,7 @@ export const serverRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHoo
   }),
   async (c) => {
     const { id } = c.req.valid("param");
-    const { roles, ...identity } = c.req.valid("json");
-    const actor = actorOf(c.var.principal);
-    let view =
-      identity.fleetlock_id !== undefined || identity.reboot_group !== undefined
-        ? await patchServerIdentity(c.env, actor, id, identity)
-        : null;
-    if (roles !== undefined) view = (await setServerRoles(c.env, actor, id, roles)).view;
-    return c.json(serverDetail(view!), 200);
+    const view = await patchServer(c.env, actorOf(c.var.principal), id, c.req.valid("json"));
+    return c.json(serverDetail(view), 200);
   },
 );

@@ -6,18 +6,24 @@
  *   reservation whose workflow died expires (RESERVATION_TTL_MS) and frees the id again;
  * - the ledger then commits the server and enqueues its index row, token row, audit row and the
  *   confirmation of its FleetLock identity.
+ * Lifecycle workflows (decommission and its cancel, token rotation, refresh) follow the same rule:
+ * the server's ledger owns each fact and commits first; its outbox and cleanup timer bring the
+ * index, the token row and the fleet's coordinator along.
  */
 import { issueToken } from "../auth/tokens";
 import { getDb } from "../db/client";
+import { DomainError, notFound } from "../domain/errors";
 import type { Env } from "../env";
 import { getFleet } from "../fleets/store";
-import { ApiError, apiErrorOf, notFound, unwrap } from "../http/errors";
-import { fail } from "../objects/kit/result";
+import { unwrap } from "../objects/kit/result";
 import type { ServerView } from "../ledger/durable-object";
 import type { ServerRecord } from "../ledger/record";
 import type { DesiredConfigInput } from "../ledger/schemas";
+import { tagMatches, viewTag } from "../ledger/view-tag";
 import { ledgerOf, coordinatorOf } from "../objects/stubs";
-import { catchUpPlan, firstPlan } from "../planner/service";
+import { catchUpPlan, firstPlan, replanServer, setServerRoles } from "../planner/service";
+import type { ServerPatch } from "./schemas";
+import { listServers, liveServerIdsOfFleet, type ServerRow } from "./store";
 
 export interface RegisterInput {
   fleet: string;
@@ -35,7 +41,7 @@ export async function registerServer(
   newId: () => string = () => crypto.randomUUID(),
 ): Promise<{ view: ServerView; token: string }> {
   const fleet = await getFleet(getDb(env.DB), input.fleet);
-  if (!fleet) throw new ApiError(422, "unknown_fleet", `fleet '${input.fleet}' does not exist`);
+  if (!fleet) throw new DomainError("unknown_fleet", `fleet '${input.fleet}' does not exist`);
   const id = newId();
   if (input.fleetlock_id) unwrap(await coordinatorOf(env, fleet.id).reserveClientId(input.fleetlock_id, id));
   const { token, hash } = await issueToken("server", id);
@@ -62,7 +68,62 @@ export async function registerServer(
   return { view: caughtUp ?? registered, token };
 }
 
-export async function patchServerIdentity(
+/**
+ * The server's view and its weak ETag; `view` is null while `known` (an If-None-Match) still
+ * matches. With `waitS`, a single known tag parks in the ledger until the view changes or the time
+ * is up; a list or `*` is answered at once.
+ */
+export async function serverIfChanged(
+  env: Env,
+  id: string,
+  known: string | undefined,
+  waitS: number,
+): Promise<{ etag: string; view: ServerView | null }> {
+  const ledger = ledgerOf(env, id);
+  const given = known?.trim();
+  if (given && waitS > 0 && !given.includes(",") && given !== "*") {
+    const result = await ledger.viewWait(given.startsWith("W/") ? given : `W/${given}`, waitS * 1000);
+    if (!result) throw notFound("server", id);
+    return { etag: result.etag, view: result.changed ? result.view : null };
+  }
+  const view = await ledger.view();
+  if (!view) throw notFound("server", id);
+  const etag = viewTag(view);
+  return { etag, view: tagMatches(known, etag) ? null : view };
+}
+
+/** A page of the fleet-wide index (one more row than `limit` when another page exists). */
+export function searchServers(
+  env: Env,
+  filter: { fleet?: string; status?: ServerRow["status"]; state?: ServerRow["state"] },
+  after: string | null,
+  limit: number,
+) {
+  return listServers(getDb(env.DB), filter, after, limit);
+}
+
+export async function getDesiredConfig(env: Env, id: string) {
+  const view = await ledgerOf(env, id).view();
+  if (!view) throw notFound("server", id);
+  return view.desired;
+}
+
+export async function putDesiredConfig(env: Env, actor: string, id: string, input: DesiredConfigInput) {
+  return unwrap(await ledgerOf(env, id).putDesired(input, actor));
+}
+
+/** PATCH /v1/servers/{id}: the reboot identity first, then the roles (which re-plan the server). */
+export async function patchServer(env: Env, actor: string, id: string, patch: ServerPatch): Promise<ServerView> {
+  const { roles, ...identity } = patch;
+  let view =
+    identity.fleetlock_id !== undefined || identity.reboot_group !== undefined
+      ? await patchServerIdentity(env, actor, id, identity)
+      : null;
+  if (roles !== undefined) view = (await setServerRoles(env, actor, id, roles)).view;
+  return view!;
+}
+
+async function patchServerIdentity(
   env: Env,
   actor: string,
   id: string,
@@ -73,7 +134,7 @@ export async function patchServerIdentity(
   if (!current) throw notFound("server", id);
   // Refused before reserving anything: a reservation for a PATCH that cannot land would hold the
   // id from other servers until it expired.
-  if (current.record.state === "removed") throw apiErrorOf(fail("server_removed", "a removed server cannot be changed"));
+  if (current.record.state === "removed") throw new DomainError("server_removed", "a removed server cannot be changed");
   const before = { fleetlock_id: current.record.fleetlock_id, reboot_group: current.record.reboot_group };
   const after = {
     fleetlock_id: input.fleetlock_id === undefined ? before.fleetlock_id : input.fleetlock_id,
@@ -87,6 +148,58 @@ export async function patchServerIdentity(
   return result.view;
 }
 
-export async function putDesiredConfig(env: Env, actor: string, id: string, input: DesiredConfigInput) {
-  return unwrap(await ledgerOf(env, id).putDesired(input, actor));
+// ---- lifecycle (issue 8) ----
+
+/** Hands a pinned server back to the planner; it is re-planned at once. */
+export const releaseServer = (env: Env, actor: string, id: string) =>
+  replanServer(env, actor, id, { reason: "released", release: true });
+
+export async function decommissionServer(env: Env, actor: string, id: string, opts: { force?: { reason: string } }) {
+  return unwrap(await ledgerOf(env, id).decommission({ actor, force: opts.force }));
+}
+
+export async function cancelDecommission(env: Env, actor: string, id: string) {
+  return unwrap(await ledgerOf(env, id).cancelDecommission(actor));
+}
+
+/** A new token for the server, answered once; the old one stops working at once. */
+export async function rotateServerToken(env: Env, actor: string, id: string) {
+  const ledger = ledgerOf(env, id);
+  if (!(await ledger.view())) throw notFound("server", id);
+  const { token, hash } = await issueToken("server", id);
+  const out = unwrap(await ledger.rotateToken(hash, actor));
+  return { view: out.view, token };
+}
+
+export async function refreshServer(env: Env, actor: string, id: string) {
+  return unwrap(await ledgerOf(env, id).requestRefresh(actor));
+}
+
+const REFRESH_PARALLEL = 16;
+
+/**
+ * Refresh for a fleet: every server of one page of the fleet's index (not removed or being
+ * removed) is asked to report again. Paged, so a large fleet is asked in bounded steps.
+ */
+export async function refreshFleet(env: Env, actor: string, fleet: string, after: string | null, limit: number) {
+  const db = getDb(env.DB);
+  if (!(await getFleet(db, fleet))) throw notFound("fleet", fleet);
+  const rows = await liveServerIdsOfFleet(db, fleet, after, limit);
+  const ids = rows.slice(0, limit).map((r) => r.id);
+  const failed: string[] = [];
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: Math.min(REFRESH_PARALLEL, ids.length) }, async () => {
+      while (next < ids.length) {
+        const id = ids[next++];
+        try {
+          const out = await ledgerOf(env, id).requestRefresh(actor);
+          if (!out.ok) failed.push(id);
+        } catch {
+          failed.push(id);
+        }
+      }
+    }),
+  );
+  return { rows, requested: ids.length - failed.length, failed };
 }

@@ -1,4 +1,4 @@
-import { and, asc, eq, getTableColumns, gt, ne, type SQL } from "drizzle-orm";
+import { and, asc, eq, getTableColumns, gt, ne, notInArray, type SQL } from "drizzle-orm";
 import type { Db } from "../db/client";
 import { servers } from "../db/schema";
 import type { ServerView } from "../ledger/durable-object";
@@ -87,3 +87,18 @@ export async function listServers(
     .orderBy(asc(servers.id))
     .limit(limit + 1);
 }
+
+/** One page of the fleet's servers that can still be asked anything (not removed or being removed). */
+export const liveServerIdsOfFleet = (db: Db, fleet: string, after: string | null, limit: number) =>
+  db
+    .select({ id: servers.id })
+    .from(servers)
+    .where(
+      and(
+        eq(servers.fleetId, fleet),
+        notInArray(servers.state, ["removed", "decommissioning"]),
+        after ? gt(servers.id, after) : undefined,
+      ),
+    )
+    .orderBy(asc(servers.id))
+    .limit(limit + 1);

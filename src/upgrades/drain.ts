@@ -1,6 +1,6 @@
 import { createMiddleware } from "hono/factory";
 import { getDb } from "../db/client";
-import { ApiError } from "../http/errors";
+import { DomainError } from "../domain/errors";
 import type { AppEnv } from "../http/types";
 import { runUpgrades } from "./runner";
 import { errorFields, logLine } from "../lib/log";
@@ -21,13 +21,12 @@ const MUTATING = new Set(["POST", "PUT", "PATCH", "DELETE"]);
 const exempt = (path: string) => path.startsWith("/v1/agent/") || path === "/v1/upgrades/run";
 
 export const drainedError = (version: number, newest: number, message?: string) =>
-  new ApiError(
-    503,
+  new DomainError(
     "upgrade_in_progress",
     message ??
       `the data is being upgraded from version ${version} to ${newest}; writes resume when it finishes (GET /v1/upgrades)`,
     { data_version: version, newest_version: newest },
-    { "Retry-After": String(RETRY_AFTER_S) },
+    { retryAfterS: RETRY_AFTER_S },
   );
 
 /**

@@ -1,38 +1,27 @@
 /**
  * What a Durable Object's RPC answers: a domain result, never an HTTP status. Errors thrown across
- * RPC lose their shape, so a client's mistake travels as a value with a code; the edge maps codes
- * to statuses in one table (src/http/errors.ts).
+ * RPC lose their shape, so a client's mistake travels as a value with a code (one of the API's
+ * codes, src/domain/errors.ts); the edge maps codes to statuses in one table (src/http/errors.ts).
  */
-
-export const DOMAIN_CODES = [
-  "not_found",
-  "unauthorized",
-  "generation_conflict",
-  "stale_generation",
-  "generation_not_issued",
-  "server_removed",
-  "not_held",
-  "fleetlock_id_taken",
-  // issue 8: fleet intent and lifecycle
-  "lifecycle_change_refused",
-  "uninstall_blocked",
-  "decommission_acknowledged",
-  "not_decommissioning",
-  // issue 9: rollouts
-  "invalid_state",
-  "rollout_in_progress",
-] as const;
-
-export type DomainCode = (typeof DOMAIN_CODES)[number];
+import { DomainError, type ErrorCode } from "../../domain/errors";
 
 export interface Failure {
   ok: false;
-  code: DomainCode;
+  code: ErrorCode;
   message: string;
   details?: unknown;
 }
 
 export type Result<T extends object = object> = ({ ok: true } & T) | Failure;
 
-export const fail = (code: DomainCode, message: string, details?: unknown): Failure =>
+export const fail = (code: ErrorCode, message: string, details?: unknown): Failure =>
   details === undefined ? { ok: false, code, message } : { ok: false, code, message, details };
+
+/** The failure as the error a service throws. */
+export const errorOf = (f: Failure) => new DomainError(f.code, f.message, f.details);
+
+/** The success of a domain result, or its failure thrown as a DomainError. */
+export function unwrap<R extends { ok: boolean }>(result: R): Exclude<R, { ok: false }> {
+  if (!result.ok) throw errorOf(result as unknown as Failure);
+  return result as Exclude<R, { ok: false }>;
+}

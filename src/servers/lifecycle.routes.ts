@@ -1,49 +1,58 @@
 import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
-import { actorOf, requireScope } from "../auth/principal";
-import { ServerDetail, serverIdParam } from "../fleets/schemas";
-import { serverDetail } from "./store";
+import { requireScope } from "../auth/principal";
+import { DomainError } from "../domain/errors";
+import { actorOf } from "../domain/principal";
 import { bearer, commonErrors, conflictError, jsonResponse, notFoundError } from "../http/openapi";
 import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
-import { replanServer } from "../planner/service";
-import { cancelDecommission, decommissionServer, refreshServer, rotateServerToken } from "./lifecycle.service";
-import { ApiError } from "../http/errors";
+import { DecommissionInput, ServerDetail, serverIdParam } from "./schemas";
+import { cancelDecommission, decommissionServer, refreshServer, releaseServer, rotateServerToken } from "./service";
+import { serverDetail } from "./store";
 
-/** Per-server planning routes (issue 8). */
-const DecommissionInput = z
-  .strictObject({
-    force: z.boolean().default(false).openapi({ description: "remove a dead host without its acknowledgement (admin only)" }),
-    reason: z.string().trim().min(1).max(1000).optional().openapi({ description: "required with force; audited" }),
-  })
-  .refine((b) => !b.force || b.reason !== undefined, { message: "force needs a reason", path: ["reason"] })
-  .openapi("DecommissionInput");
+/** A server's lifecycle and planning (issue 8): release of a pin, decommission and its cancel, token rotation, refresh. */
 
-// One chain, so the type of this router (and of the app that mounts it) carries every route for hc.
-export const serverPlanRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook })
-.openapi(
+/** POST /{id}/…: an action on one server, answered with the server as it now is. */
+const serverAction = <P extends string>(path: P, a: {
+  operationId: string;
+  summary: string;
+  description?: string;
+  answer: string;
+  conflicts: string;
+}) =>
   createRoute({
     method: "post",
-    path: "/{id}/desired/release",
-    operationId: "releaseDesiredConfig",
+    path,
+    operationId: a.operationId,
     tags: ["servers"],
+    summary: a.summary,
+    description: a.description,
+    security: bearer,
+    middleware: [requireScope("write")] as const,
+    request: { params: serverIdParam },
+    responses: {
+      200: jsonResponse(ServerDetail, a.answer),
+      ...commonErrors,
+      ...notFoundError,
+      ...conflictError(a.conflicts),
+    },
+  });
+
+// One chain, so the type of this router (and of the app that mounts it) carries every route for hc.
+export const serverLifecycleRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook })
+.openapi(
+  serverAction("/{id}/desired/release", {
+    operationId: "releaseDesiredConfig",
     summary: "Release a pinned server back to planning; it is re-planned at once",
     description:
       "An operator's explicit PUT /v1/servers/{id}/desired pins the server: the planner leaves its agents alone. " +
       "Releasing hands it back: agents it runs keep their images, the rest follow its roles, the fleet's capabilities " +
       "and channels; a new generation is issued only if that differs from the current config.",
-    security: bearer,
-    middleware: [requireScope("write")] as const,
-    request: { params: serverIdParam },
-    responses: {
-      200: jsonResponse(ServerDetail, "The server, planned again"),
-      ...commonErrors,
-      ...notFoundError,
-      ...conflictError("server_removed"),
-    },
+    answer: "The server, planned again",
+    conflicts: "server_removed",
   }),
   async (c) => {
     const { id } = c.req.valid("param");
-    const out = await replanServer(c.env, actorOf(c.var.principal), id, { reason: "released", release: true });
+    const out = await releaseServer(c.env, actorOf(c.var.principal), id);
     return c.json(serverDetail(out.view), 200);
   },
 )
@@ -71,31 +80,21 @@ export const serverPlanRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validatio
   }),
   async (c) => {
     const { id } = c.req.valid("param");
-    const body = (c.req.valid("json") as z.infer<typeof DecommissionInput> | undefined) ?? { force: false };
+    const body = (c.req.valid("json") as DecommissionInput | undefined) ?? { force: false };
     const principal = c.var.principal;
     if (body.force && !(principal.kind === "operator" && principal.scope === "admin")) {
-      throw new ApiError(403, "forbidden", "force decommission needs a token with scope 'admin'");
+      throw new DomainError("forbidden", "force decommission needs a token with scope 'admin'");
     }
     const out = await decommissionServer(c.env, actorOf(principal), id, { force: body.force ? { reason: body.reason! } : undefined });
     return c.json(serverDetail(out.view), 200);
   },
 )
 .openapi(
-  createRoute({
-    method: "post",
-    path: "/{id}/decommission/cancel",
+  serverAction("/{id}/decommission/cancel", {
     operationId: "cancelDecommission",
-    tags: ["servers"],
     summary: "Cancel a decommission the host has not acknowledged; the next generation orders run again",
-    security: bearer,
-    middleware: [requireScope("write")] as const,
-    request: { params: serverIdParam },
-    responses: {
-      200: jsonResponse(ServerDetail, "The server, back to its previous state and agents"),
-      ...commonErrors,
-      ...notFoundError,
-      ...conflictError("not_decommissioning, decommission_acknowledged, server_removed"),
-    },
+    answer: "The server, back to its previous state and agents",
+    conflicts: "not_decommissioning, decommission_acknowledged, server_removed",
   }),
   async (c) => {
     const { id } = c.req.valid("param");
@@ -127,25 +126,15 @@ export const serverPlanRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validatio
   },
 )
 .openapi(
-  createRoute({
-    method: "post",
-    path: "/{id}/refresh",
+  serverAction("/{id}/refresh", {
     operationId: "refreshServer",
-    tags: ["servers"],
     summary: "Ask the host to report again now",
     description:
       "While the refresh is pending, the host's desired poll answers 200 even with a current If-None-Match, naming " +
       "the refresh in the body, and a parked long poll wakes. The server shows when it was requested and when the " +
       "first report after it answered it.",
-    security: bearer,
-    middleware: [requireScope("write")] as const,
-    request: { params: serverIdParam },
-    responses: {
-      200: jsonResponse(ServerDetail, "The server, with its pending refresh"),
-      ...commonErrors,
-      ...notFoundError,
-      ...conflictError("server_removed"),
-    },
+    answer: "The server, with its pending refresh",
+    conflicts: "server_removed",
   }),
   async (c) => {
     const { id } = c.req.valid("param");

@@ -1,0 +1,34 @@
+/**
+ * The house's layering, checked by `npm run lint:deps` (in CI after the type check):
+ * - no import circles anywhere (src/, cli/, sim/, agent/, scripts/);
+ * - the toolkits (src/http, src/objects/kit, src/db, src/domain, src/lib, src/env.ts) sit at the
+ *   bottom: they import each other and packages, never a feature or the app above them.
+ * Type-only imports count too: a circle of types is still a circle in the design.
+ */
+const TOOLKITS = "^src/(http|objects/kit|db|domain|lib)/|^src/env[.]ts$";
+
+/** @type {import("dependency-cruiser").IConfiguration} */
+module.exports = {
+  forbidden: [
+    {
+      name: "no-circular",
+      severity: "error",
+      comment: "Import circles make the load order matter and the layers meaningless; break them by moving the shared piece down.",
+      from: { path: "^(src|cli|sim|agent|scripts)/" },
+      to: { circular: true },
+    },
+    {
+      name: "toolkits-import-only-toolkits",
+      severity: "error",
+      comment: "Toolkits are the bottom layer: what they need from a feature is passed in by the caller (src/app.ts wires them).",
+      from: { path: TOOLKITS },
+      to: { path: "^src/", pathNot: TOOLKITS },
+    },
+  ],
+  options: {
+    doNotFollow: { path: "node_modules" },
+    tsPreCompilationDeps: true,
+    tsConfig: { fileName: "tsconfig.json" },
+    enhancedResolveOptions: { exportsFields: ["exports"], conditionNames: ["import", "require", "node", "default", "types"] },
+  },
+};

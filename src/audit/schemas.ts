@@ -1,0 +1,12 @@
+import { z } from "@hono/zod-openapi";
+
+export const AuditEntry = z
+  .object({
+    id: z.number().int(),
+    at: z.string(),
+    actor: z.string(),
+    action: z.string(),
+    target: z.string(),
+    details: z.unknown(),
+  })
+  .openapi("AuditEntry");

@@ -1,0 +1,32 @@
+import { z } from "@hono/zod-openapi";
+import { DEFAULT_PAGE_SIZE, MAX_CURSOR_LENGTH, MAX_PAGE_SIZE } from "../domain/limits";
+import { fleetId } from "../fleets/schemas";
+import { agentName } from "../ledger/schemas";
+import { driftFix, driftReason } from "./drift";
+
+export const FixInput = z
+  .strictObject({
+    fleet: fleetId.optional(),
+    server: z.uuid().optional(),
+    agent: agentName.optional(),
+    dry_run: z.boolean().default(true),
+    limit: z.number().int().min(1).max(MAX_PAGE_SIZE).default(DEFAULT_PAGE_SIZE),
+    cursor: z.string().max(MAX_CURSOR_LENGTH).optional(),
+  })
+  .openapi("DriftFixInput");
+
+export const FixActionSchema = z
+  .object({
+    server: z.string(),
+    hostname: z.string(),
+    action: driftFix,
+    reasons: z.array(driftReason),
+    result: z
+      .union([
+        z.object({ ok: z.literal(true), outcome: z.string(), generation: z.number().int() }),
+        z.object({ ok: z.literal(false), error: z.string() }),
+      ])
+      .nullable()
+      .openapi({ description: "null in a dry run, or for action none" }),
+  })
+  .openapi("DriftFixAction");

@@ -1,0 +1,16 @@
+import { z } from "@hono/zod-openapi";
+import { agentState, agentStatus } from "../ledger/schemas";
+
+export const Instance = z
+  .object({
+    server_id: z.string(),
+    fleet: z.string(),
+    agent: z.string(),
+    instance_id: z.string().nullable(),
+    desired: z.object({ image: z.string(), version: z.string().nullable() }).nullable(),
+    reported: z
+      .object({ image: z.string(), version: z.string().nullable(), state: agentState.nullable() })
+      .nullable(),
+    status: agentStatus,
+  })
+  .openapi("AgentInstance");
