@@ -5,7 +5,7 @@ import type { Principal } from "../domain/principal";
 import type { AppEnv } from "../http/types";
 import { digestsEqual, sha256Hex } from "../lib/crypto";
 import { liveTokenOf } from "./store";
-import { parseToken, scopeRank, type Scope } from "./tokens";
+import { parseToken, scopeRank, type Scope, TOKEN_PROTOCOL_PREFIX } from "./tokens";
 
 /** Answered with `WWW-Authenticate` (the edge adds it to every `unauthorized`). */
 const unauthorized = (message = "a valid bearer token is required") => new DomainError("unauthorized", message);
@@ -65,11 +65,20 @@ export const requireScope = (scope: Scope) =>
   });
 
 /**
- * Host routes: only a server token. Its digest is checked by the server's own ledger, so the
+ * A WebSocket client that cannot set headers (a browser) offers its token as a subprotocol,
+ * `hm-token.<token>`, beside the protocol it speaks: never in the URL, which proxies log.
+ */
+function protocolTokenOf(header: string | undefined) {
+  const offered = header?.split(",").map((p) => p.trim()).find((p) => p.startsWith(TOKEN_PROTOCOL_PREFIX));
+  return offered?.slice(TOKEN_PROTOCOL_PREFIX.length);
+}
+
+/**
+ * Host routes: only a server token (on a WebSocket upgrade, also as a subprotocol). Its digest is checked by the server's own ledger, so the
  * hot path (desired polls, reports) never reads D1.
  */
 export const requireServer = createMiddleware<AppEnv>(async (c, next) => {
-  const token = bearerOf(c.req.header("Authorization"));
+  const token = c.req.header("Authorization") === undefined ? protocolTokenOf(c.req.header("Sec-WebSocket-Protocol")) ?? bearerOf(undefined) : bearerOf(c.req.header("Authorization"));
   const parsed = parseToken(token);
   if (parsed?.kind !== "server") {
     // A valid operator token is refused as such (403); anything else is simply not a token (401).

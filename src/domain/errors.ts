@@ -21,6 +21,8 @@ export const ERROR_CODES = [
   "unsupported_media_type",
   "unsupported_content_encoding",
   "unsupported_charset",
+  // A WebSocket endpoint asked without `Upgrade: websocket` (the host channel).
+  "upgrade_required",
   "method_not_allowed",
   "not_found",
   "internal_error",

@@ -4,23 +4,16 @@ import { bearer, commonErrors, conflictError, jsonBody, jsonResponse } from "../
 import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
 import { MAX_WAIT_S } from "../domain/limits";
-import { AgentStatusRow, DesiredConfig, InventoryReport, serverStatus } from "../ledger/schemas";
+import { HostDesiredConfig, InventoryReport, ReportAccepted } from "../ledger/schemas";
+import { reportAccepted } from "../ledger/report";
 import { heldGeneration, matchesGeneration, parseIfNoneMatch } from "../http/conditional";
 import { iso } from "../lib/time";
+import { channelRoutes } from "./channel";
 import { desiredForHost, reportFromHost } from "./service";
 
 const generationTag = z.object({
   ETag: z.string().openapi({ description: "The desired generation, as an entity tag", example: '"7"' }),
 });
-
-const ReportAccepted = z
-  .object({
-    server_id: z.string(),
-    desired_generation: z.number().int(),
-    status: serverStatus,
-    agents: z.array(AgentStatusRow),
-  })
-  .openapi("ReportAccepted");
 
 // One chain, so the type of agentRoutes (and of the app that mounts it at /v1/agent) carries every route for hc.
 export const agentRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook })
@@ -42,15 +35,7 @@ export const agentRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook
     },
     responses: {
       200: {
-        ...jsonResponse(
-          DesiredConfig.extend({
-            refresh: z
-              .object({ requested_at: z.string() })
-              .optional()
-              .openapi({ description: "present while an operator's refresh is pending: report again now" }),
-          }),
-          "The desired config",
-        ),
+        ...jsonResponse(HostDesiredConfig, "The desired config"),
         headers: generationTag,
       },
       304: { description: "Unchanged since the generation in If-None-Match", headers: generationTag },
@@ -61,7 +46,7 @@ export const agentRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook
     const { wait } = c.req.valid("query");
     const p = serverPrincipal(c.var.principal);
     const condition = parseIfNoneMatch(c.req.header("If-None-Match"));
-    const result = await desiredForHost(c.env, p, heldGeneration(condition), wait * 1000);
+    const result = await desiredForHost(c.env, p, heldGeneration(condition), wait * 1000, c.req.raw.signal);
     c.header("ETag", `"${result.generation}"`);
     c.header("Cache-Control", "no-store");
     if (result.notModified) return c.body(null, 304);
@@ -92,14 +77,8 @@ export const agentRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook
     const report = c.req.valid("json");
     const p = serverPrincipal(c.var.principal);
     const result = await reportFromHost(c.env, p, report);
-    return c.json(
-      {
-        server_id: p.serverId,
-        desired_generation: result.generation,
-        status: result.computed.status,
-        agents: result.computed.agents,
-      },
-      200,
-    );
+    return c.json(reportAccepted(p.serverId, result), 200);
   },
-);
+)
+
+.route("/", channelRoutes);

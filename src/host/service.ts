@@ -3,16 +3,48 @@
  * token's digest, so the hot path (desired polls, reports) never reads D1.
  */
 import type { Env } from "../env";
+import { channelRequest } from "../ledger/channel";
+import type { PollAnswer } from "../ledger/poll";
 import type { InventoryReport } from "../ledger/schemas";
-import { unwrap } from "../objects/kit/result";
+import { pollWaitRequest } from "../ledger/waits";
+import { errorOf, unwrap, type Failure } from "../objects/kit/result";
+import { waitForWake } from "../objects/kit/wake";
 import { ledgerOf } from "../objects/stubs";
 
-/** The desired config; with `heldGeneration` current, parks up to `waitMs` for a new one. */
-export async function desiredForHost(env: Env, host: { serverId: string; tokenHash: string }, heldGeneration: number | null, waitMs: number) {
-  return unwrap(await ledgerOf(env, host.serverId).agentDesired(host.tokenHash, heldGeneration, waitMs));
+type Host = { serverId: string; tokenHash: string };
+
+/**
+ * The desired config; with `heldGeneration` current, waits up to `waitMs` for a new one. The wait
+ * is held here, in the Worker, while the ledger sleeps: it wakes this request when the answer
+ * changes (a new generation, a refresh, the token revoked), and this then asks it once more, so
+ * the token is checked again after the wait. When the time runs out with no wake, nothing the
+ * answer depends on has changed, so it is 304 without asking. `signal`: the client hung up.
+ */
+export async function desiredForHost(env: Env, host: Host, heldGeneration: number | null, waitMs: number, signal?: AbortSignal) {
+  const ledger = ledgerOf(env, host.serverId);
+  if (waitMs <= 0 || heldGeneration === null) return unwrap(await ledger.agentDesired(host.tokenHash, heldGeneration));
+  const until = Date.now() + waitMs;
+  const unchanged = { ok: true, notModified: true, generation: heldGeneration } as const;
+  for (;;) {
+    const wake = await waitForWake(() => ledger.fetch(pollWaitRequest(host.tokenHash, heldGeneration)), until, signal);
+    if (wake.kind === "answered") return unwrap((await wake.response.json()) as PollAnswer);
+    if (wake.kind === "timeout" || wake.kind === "aborted") return unchanged;
+    const answer = unwrap(await ledger.agentDesired(host.tokenHash, heldGeneration));
+    if (!answer.notModified || Date.now() >= until) return answer;
+  }
 }
 
 /** Stores what the host reports it runs; answers the status computed from it. */
-export async function reportFromHost(env: Env, host: { serverId: string; tokenHash: string }, report: InventoryReport) {
+export async function reportFromHost(env: Env, host: Host, report: InventoryReport) {
   return unwrap(await ledgerOf(env, host.serverId).agentReport(host.tokenHash, report));
+}
+
+/**
+ * Hands a host's WebSocket upgrade to its ledger (src/ledger/channel.ts): the 101 that opens the
+ * channel, or the ledger's refusal thrown as an error.
+ */
+export async function openChannel(env: Env, host: Host, heldGeneration: number | null, offeredProtocols: string[]): Promise<Response> {
+  const res = await ledgerOf(env, host.serverId).fetch(channelRequest(host.tokenHash, heldGeneration, offeredProtocols));
+  if (res.status === 101) return res;
+  throw errorOf((await res.json()) as Failure);
 }

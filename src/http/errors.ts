@@ -22,6 +22,7 @@ export const STATUS_OF_CODE = {
   unsupported_media_type: 415,
   unsupported_content_encoding: 415,
   unsupported_charset: 415,
+  upgrade_required: 426,
   method_not_allowed: 405,
   not_found: 404,
   internal_error: 500,
@@ -65,6 +66,8 @@ export function errorAnswer(c: Context<AppEnv>, code: ErrorCode, message: string
 function headersOf(err: DomainError): Record<string, string> {
   const headers: Record<string, string> = {};
   if (err.code === "unauthorized") headers["WWW-Authenticate"] = 'Bearer realm="harbormaster"';
+  // RFC 9110 §15.5.22: a 426 names the protocol to switch to.
+  if (err.code === "upgrade_required") headers.Upgrade = "websocket";
   if (err.hints.retryAfterS !== undefined) headers["Retry-After"] = String(err.hints.retryAfterS);
   return headers;
 }

@@ -23,14 +23,18 @@ const CODE_OF_TARGET: Record<string, ErrorCode> = {
  */
 export const validationHook: Hook<unknown, any, any, unknown> = (result) => {
   if (result.success) return;
-  const error = result.error as ZodError;
+  throw refusalOf(result.error as ZodError, result.target);
+};
+
+/** The refusal of a request part that fails its schema (the host channel answers reports with it too). */
+export function refusalOf(error: ZodError, target: string): DomainError {
   const specific = error.issues.map((i) => (i as { params?: { code?: string } }).params?.code).find(isErrorCode);
-  throw new DomainError(
-    specific ?? CODE_OF_TARGET[result.target] ?? "validation_failed",
-    specific ? error.issues[0].message : `request ${result.target} does not match the schema`,
+  return new DomainError(
+    specific ?? CODE_OF_TARGET[target] ?? "validation_failed",
+    specific ? error.issues[0].message : `request ${target} does not match the schema`,
     issuesOf(error),
   );
-};
+}
 
 /**
  * A query a route validates itself (one it documents by hand, so the typed client need not pass

@@ -5,18 +5,20 @@ import type { FleetPlanInputs } from "../intent/store";
 import { Outbox } from "../objects/kit/outbox";
 import { fail, type Failure, type Result } from "../objects/kit/result";
 import { Scheduler } from "../objects/kit/scheduler";
+import { socketRoom } from "../objects/kit/sockets";
 import type { ApplyOutcome, ApplyRolloutImage } from "../rollouts/ledger-side";
 import { cancelDecommission, cleanupDelivered, decommission } from "./decommission";
 import { ledgerEffects, type LedgerDeps, type LedgerOutbox } from "./effects";
 import { openLedger } from "./open";
 import * as operator from "./operator";
-import { LedgerParks, type ViewWaitAnswer } from "./parks";
 import { applyPlan, type PlanOutcome } from "./planning";
 import { authorized, pollAnswer, type PollAnswer } from "./poll";
 import type { ServerRecord } from "./record";
 import { requestRefresh } from "./refresh";
 import { acceptReport, type ReportAnswer } from "./report";
 import { applyRolloutImage } from "./rollout-marks";
+import { PING, PONG } from "./channel-messages";
+import { LedgerSockets } from "./sockets";
 import type { AgentSpec, DesiredConfig, DesiredConfigInput, InventoryReport } from "./schemas";
 import { LedgerStore } from "./store";
 import { viewOf, type ServerView } from "./view";
@@ -33,13 +35,14 @@ export type { RefreshState } from "./store";
  *
  * This class is the surface only: each call hands over to a module that takes the store, the
  * outbox and the clock (./operator.ts, ./planning.ts, ./decommission.ts, ./refresh.ts,
- * ./report.ts, ./poll.ts, ./rollout-marks.ts), then decides how long the caller waits for delivery.
+ * ./report.ts, ./poll.ts, ./rollout-marks.ts, ./sockets.ts), then decides how long the caller waits for
+ * delivery. Nothing waits in here: long polls wait in the Worker and hosts on hibernatable sockets.
  */
 export class ServerLedger extends DurableObject<Env> {
   private readonly store: LedgerStore;
   private readonly scheduler: Scheduler;
   private readonly outbox: LedgerOutbox;
-  private readonly parks: LedgerParks;
+  private readonly sockets: LedgerSockets;
   private readonly deps: LedgerDeps;
 
   constructor(ctx: DurableObjectState, env: Env) {
@@ -50,8 +53,10 @@ export class ServerLedger extends DurableObject<Env> {
     const effects = ledgerEffects({ env: () => this.env, db, store: this.store, cleaned: (step) => cleanupDelivered(this.deps, step) });
     this.outbox = new Outbox(ctx.storage, this.scheduler, effects, db);
     this.deps = { store: this.store, outbox: this.outbox, clock: () => Date.now() };
-    this.parks = new LedgerParks(this.store);
-    this.store.onChange = () => this.parks.changed();
+    this.sockets = new LedgerSockets(this.deps, socketRoom(ctx));
+    this.store.onChange = () => this.sockets.changed();
+    // Keep-alive pings on the host channel are answered by the runtime: they never wake the ledger.
+    ctx.setWebSocketAutoResponse(new WebSocketRequestResponsePair(PING, PONG));
     // If opening throws (storage from newer code), the runtime resets the object and fails every
     // call; storage is untouched.
     ctx
@@ -117,11 +122,6 @@ export class ServerLedger extends DurableObject<Env> {
     return viewOf(this.store, Date.now());
   }
 
-  /** GET /v1/servers/{id}?wait: see ./parks.ts. */
-  viewWait(etag: string, waitMs: number): Promise<ViewWaitAnswer> {
-    return this.parks.view(etag, waitMs);
-  }
-
   async applyPlan(
     inputs: FleetPlanInputs,
     meta: { actor: string; reason: string; release?: boolean; reissue?: boolean; roles?: string[] },
@@ -159,12 +159,10 @@ export class ServerLedger extends DurableObject<Env> {
   // ---- host calls ----
 
   /**
-   * The host's poll. `known` is the generation from its If-None-Match; with `waitMs` the call
-   * parks until its answer changes or time runs out, and never touches D1.
+   * The host's poll, answered at once and never from D1. `known` is the generation from its
+   * If-None-Match. A long poll waits in the Worker, not here (./waits.ts).
    */
-  async agentDesired(tokenHash: string, known: number | null, waitMs: number): Promise<PollAnswer> {
-    if (!authorized(this.store, tokenHash)) return fail("unauthorized", "invalid server token");
-    await this.parks.poll(known, waitMs);
+  agentDesired(tokenHash: string, known: number | null): PollAnswer {
     return pollAnswer(this.store, tokenHash, known);
   }
 
@@ -174,6 +172,17 @@ export class ServerLedger extends DurableObject<Env> {
     const { answer, enqueued } = acceptReport(this.deps, record, report);
     if (enqueued) await this.settleInBackground();
     return answer;
+  }
+
+  // ---- sockets (./sockets.ts): the host channel and the Worker's waiters, all hibernatable ----
+
+  /** A WebSocket upgrade from the Worker; other answers are domain results as JSON. */
+  async fetch(request: Request): Promise<Response> {
+    return this.sockets.open(request);
+  }
+
+  async webSocketMessage(ws: WebSocket, message: string | ArrayBuffer) {
+    if (this.sockets.message(ws, message)) await this.settleInBackground();
   }
 
   // ---- rollouts (issue 9) ----

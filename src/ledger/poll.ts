@@ -1,6 +1,6 @@
 /**
  * The host's poll for its desired config (GET /v1/agent/desired), answered from the ledger alone:
- * it never touches D1. Whether it waits, and where, is the surface's business (./parks.ts).
+ * it never touches D1. A long poll waits in the Worker, woken by the ledger (./waits.ts).
  */
 import { digestsEqual } from "../lib/crypto";
 import { fail, type Failure } from "../objects/kit/result";
@@ -27,7 +27,7 @@ export function nothingNew(store: LedgerStore, known: number | null) {
 }
 
 /**
- * Everything a poll's answer depends on: when it changes, a parked poll answers. The token is
+ * Everything a poll's answer depends on: when it changes, a waiting poll is woken. The token is
  * checked again then, so a token revoked meanwhile gets nothing.
  */
 export function pollSignature(store: LedgerStore) {

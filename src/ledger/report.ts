@@ -9,7 +9,7 @@ import { lastSeenRefreshMs } from "./projection";
 import type { ServerRecord } from "./record";
 import { answerRefresh } from "./refresh";
 import { settleRolloutMarks } from "./rollout-marks";
-import type { InventoryReport, StoredReport } from "./schemas";
+import type { InventoryReport, ReportAccepted, StoredReport } from "./schemas";
 import { computeStatus, type ComputedStatus } from "./status";
 import { contentKey, type LedgerStore } from "./store";
 
@@ -17,6 +17,14 @@ import { contentKey, type LedgerStore } from "./store";
 export const HEARTBEAT_PERSIST_MS = 60_000;
 
 export type ReportAnswer = { ok: true; generation: number; computed: ComputedStatus } | Failure;
+
+/** An accepted report's answer, as PUT /v1/agent/inventory and the channel's ack give it. */
+export const reportAccepted = (serverId: string, answer: { generation: number; computed: ComputedStatus }): ReportAccepted => ({
+  server_id: serverId,
+  desired_generation: answer.generation,
+  status: answer.computed.status,
+  agents: answer.computed.agents,
+});
 
 /**
  * Takes the report of the host holding `record`'s token. `enqueued`: something left for the

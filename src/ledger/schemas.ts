@@ -112,5 +112,24 @@ export const AgentStatusRow = z
   .openapi("AgentStatus");
 export type AgentStatusRow = z.infer<typeof AgentStatusRow>;
 
+/** What a report is answered with (PUT /v1/agent/inventory, and the channel's ack). */
+export const ReportAccepted = z
+  .object({
+    server_id: z.string(),
+    desired_generation: z.number().int(),
+    status: serverStatus,
+    agents: z.array(AgentStatusRow),
+  })
+  .openapi("ReportAccepted");
+export type ReportAccepted = z.infer<typeof ReportAccepted>;
+
+/** A desired config as the host is given it: while an operator's refresh is pending, it says so. */
+export const HostDesiredConfig = DesiredConfig.extend({
+  refresh: z
+    .object({ requested_at: z.string() })
+    .optional()
+    .openapi({ description: "present while an operator's refresh is pending: report again now" }),
+});
+
 export const StoredReport = InventoryReport.extend({ received_at: z.number() });
 export type StoredReport = z.infer<typeof StoredReport>;

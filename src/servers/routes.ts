@@ -71,7 +71,7 @@ export const serverRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHoo
     const { id } = c.req.valid("param");
     const { wait } = parseQuery(serverWaitQuery, c.req.query());
     c.header("Cache-Control", "no-store");
-    const { etag, view } = await serverIfChanged(c.env, id, c.req.header("If-None-Match")?.slice(0, 256), wait);
+    const { etag, view } = await serverIfChanged(c.env, id, c.req.header("If-None-Match")?.slice(0, 256), wait, c.req.raw.signal);
     c.header("ETag", etag);
     if (!view) return c.body(null, 304);
     return c.json(serverDetail(view), 200);

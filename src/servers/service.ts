@@ -24,6 +24,7 @@ import { ledgerOf, coordinatorOf } from "../objects/stubs";
 import { catchUpPlan, firstPlan, replanServer, setServerRoles } from "../planner/service";
 import type { ServerPatch } from "./schemas";
 import { listServers, liveServerIdsOfFleet, type ServerRow } from "./store";
+import { viewWhenChanged } from "./wait";
 
 export interface RegisterInput {
   fleet: string;
@@ -70,21 +71,20 @@ export async function registerServer(
 
 /**
  * The server's view and its weak ETag; `view` is null while `known` (an If-None-Match) still
- * matches. With `waitS`, a single known tag parks in the ledger until the view changes or the time
- * is up; a list or `*` is answered at once.
+ * matches. With `waitS`, a single known tag waits (in the Worker, ./wait.ts) until the view changes
+ * or the time is up; a list or `*` is answered at once. `signal`: the client hung up.
  */
 export async function serverIfChanged(
   env: Env,
   id: string,
   known: string | undefined,
   waitS: number,
+  signal?: AbortSignal,
 ): Promise<{ etag: string; view: ServerView | null }> {
   const ledger = ledgerOf(env, id);
   const given = known?.trim();
   if (given && waitS > 0 && !given.includes(",") && given !== "*") {
-    const result = await ledger.viewWait(given.startsWith("W/") ? given : `W/${given}`, waitS * 1000);
-    if (!result) throw notFound("server", id);
-    return { etag: result.etag, view: result.changed ? result.view : null };
+    return viewWhenChanged(env, id, given.startsWith("W/") ? given : `W/${given}`, waitS * 1000, signal);
   }
   const view = await ledger.view();
   if (!view) throw notFound("server", id);

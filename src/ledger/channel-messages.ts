@@ -1,0 +1,110 @@
+/**
+ * The host channel's messages (GET /v1/agent/channel, a WebSocket): JSON text frames, each with a
+ * `type` and the protocol version `v`. These schemas validate what the ledger receives, type what
+ * the reference agent sends, and generate the committed message document (channel.schema.json,
+ * next to openapi.json; a test keeps the two the same). docs/host-agents.md describes the protocol.
+ */
+import { z } from "@hono/zod-openapi";
+import { MAX_BODY_BYTES } from "../domain/limits";
+import { DesiredConfig, HostDesiredConfig, InventoryReport, ReportAccepted } from "./schemas";
+
+export const CHANNEL_VERSION = 1;
+/** The subprotocol a client offers (and the server selects) on the upgrade. */
+export const CHANNEL_PROTOCOL = "harbormaster.v1";
+/**
+ * For clients that cannot set an Authorization header on a WebSocket upgrade (browsers): the
+ * token as a second offered subprotocol, `hm-token.<token>` (never selected, so never echoed);
+ * a URL would put it in every proxy's access log.
+ */
+export { TOKEN_PROTOCOL_PREFIX } from "../auth/tokens";
+
+/** A message is at most as large as a request body under /v1 (a report's largest). */
+export const MAX_CHANNEL_MESSAGE_BYTES = MAX_BODY_BYTES;
+/**
+ * More messages than this within one window closes the socket (1008): a host sends a report a
+ * minute and the odd hello; this is a runaway client, not a busy one. Keep-alive pings answered
+ * by the runtime are not messages the ledger sees.
+ */
+export const FLOOD_WINDOW_MS = 60_000;
+export const FLOOD_MAX_MESSAGES = 30;
+
+/** Keep-alive: a host sends this text and the runtime answers PONG without waking the ledger. */
+export const PING = "ping";
+export const PONG = "pong";
+
+/** Close codes the server uses (4000–4999 are the application's own, RFC 6455 §7.4.2). */
+export const CLOSE_CODES = {
+  /** A newer connection for the same server took over: at most one socket per server. */
+  replaced: 4001,
+  /** The token was revoked or rotated: reconnecting with it is refused (401). */
+  token_revoked: 4401,
+  /** The server was decommissioned (its acknowledgement, or a forced removal): nothing more will come. */
+  decommissioned: 4410,
+  /** Too many messages (RFC 6455 policy violation). */
+  flood: 1008,
+} as const;
+
+const v = z.literal(CHANNEL_VERSION);
+
+/** The API's error shape, as in an HTTP error body. */
+export const ChannelError = z.object({ code: z.string(), message: z.string(), details: z.unknown().optional() });
+
+// ---- host → server ----
+
+export const HelloMessage = z
+  .strictObject({
+    type: z.literal("hello"),
+    v,
+    /** The generation the host holds (null: none yet); the server sends `desired` unless it is current. */
+    generation: z.number().int().min(0).max(Number.MAX_SAFE_INTEGER).nullable(),
+  })
+  .describe("Optional first message (the upgrade's `generation` query parameter says the same)");
+
+export const ReportMessage = z
+  .strictObject({
+    type: z.literal("report"),
+    v,
+    /** Chosen by the host; the ack carries it back. */
+    id: z.string().min(1).max(64),
+    /** Exactly the body of PUT /v1/agent/inventory. */
+    report: InventoryReport,
+  })
+  .describe("An inventory report; answered by an `ack` with the same id");
+
+export const HostMessage = z.discriminatedUnion("type", [HelloMessage, ReportMessage]);
+export type HostMessage = z.infer<typeof HostMessage>;
+export const HOST_MESSAGE_TYPES = ["hello", "report"] as const;
+
+// ---- server → host ----
+
+export const DesiredMessage = z
+  .object({ type: z.literal("desired"), v, config: HostDesiredConfig })
+  .describe("A new desired config to reconcile against (on connect when the host's is not current, and on every change)");
+
+export const LifecycleMessage = z
+  .object({ type: z.literal("lifecycle"), v, order: z.enum(["terminate", "uninstall"]), config: DesiredConfig })
+  .describe("A decommission order: the desired config that carries it; reconcile and report as for `desired`");
+
+export const RefreshMessage = z
+  .object({ type: z.literal("refresh"), v, requested_at: z.string() })
+  .describe("An operator asks for a report now");
+
+export const AckMessage = z
+  .object({
+    type: z.literal("ack"),
+    v,
+    id: z.string(),
+    /** The status PUT /v1/agent/inventory would have answered. */
+    status: z.number().int(),
+    body: ReportAccepted.optional(),
+    error: ChannelError.optional(),
+  })
+  .describe("The answer to a `report`: `body` as the HTTP route's 200, or `error` with the status it would have refused with");
+
+export const ErrorMessage = z
+  .object({ type: z.literal("error"), v, id: z.string().optional(), error: ChannelError })
+  .describe("A message the server could not take (malformed, oversized, unknown, unauthorized); nothing changed");
+
+export const ServerMessage = z.discriminatedUnion("type", [DesiredMessage, LifecycleMessage, RefreshMessage, AckMessage, ErrorMessage]);
+export type ServerMessage = z.infer<typeof ServerMessage>;
+export type AckMessage = z.infer<typeof AckMessage>;

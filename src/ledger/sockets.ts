@@ -1,0 +1,44 @@
+/**
+ * The ledger's sockets, all hibernatable: the host channel (./channel.ts) and the waiters of HTTP
+ * long polls held in the Worker (./waits.ts). The surface hands its `fetch` (the upgrades) and
+ * `webSocketMessage` here, and every store write tells `changed`, which wakes what waits and
+ * pushes to the host once the writing turn is over (a transaction's several writes are one push).
+ */
+import type { SocketRoom } from "../objects/kit/sockets";
+import { HOST_TAG, CHANNEL_PATH, connectHost, hostMessage, pushToHosts } from "./channel";
+import type { LedgerDeps } from "./effects";
+import { openPollWait, openViewWait, WAIT_PATHS, wakeWaits } from "./waits";
+
+export class LedgerSockets {
+  private pending = false;
+
+  constructor(
+    private readonly d: LedgerDeps,
+    private readonly room: SocketRoom,
+  ) {}
+
+  /** An upgrade from the Worker: the host's channel, or a waiter. */
+  open(request: Request): Response {
+    const { pathname } = new URL(request.url);
+    if (pathname === CHANNEL_PATH) return connectHost(this.d, this.room, request);
+    if (pathname === WAIT_PATHS.poll) return openPollWait(this.d.store, this.room, request);
+    if (pathname === WAIT_PATHS.view) return openViewWait(this.d.store, this.room, request, this.d.clock());
+    return new Response(null, { status: 404 });
+  }
+
+  /** A message on one of the sockets; true when the outbox has something to deliver. Waiters never speak. */
+  message(ws: WebSocket, raw: string | ArrayBuffer): boolean {
+    return this.room.tags(ws).includes(HOST_TAG) ? hostMessage(this.d, ws, raw) : false;
+  }
+
+  /** After every store write, in the writer's turn: the wake-ups go out once the turn is over. */
+  changed() {
+    if (this.pending) return;
+    this.pending = true;
+    queueMicrotask(() => {
+      this.pending = false;
+      wakeWaits(this.d.store, this.room, this.d.clock());
+      pushToHosts(this.d.store, this.room);
+    });
+  }
+}

@@ -1,0 +1,73 @@
+/**
+ * What waits on a ledger over HTTP: the host's long poll (GET /v1/agent/desired?wait) and the
+ * operator's view wait (GET /v1/servers/{id}?wait). Neither waits here: the Worker holds the
+ * request and a hibernatable "waiter" socket to the ledger (src/objects/kit/wake.ts), and the
+ * ledger, asleep meanwhile, wakes the waiter when what it holds has moved on. This file is the
+ * ledger's half of that protocol and the requests the Worker sends for it.
+ */
+import { fail } from "../objects/kit/result";
+import type { SocketRoom } from "../objects/kit/sockets";
+import { acceptWaiter, wakeWaiters } from "../objects/kit/wake";
+import { authorized, nothingNew, pollAnswer, pollSignature, type PollAnswer } from "./poll";
+import type { LedgerStore } from "./store";
+import { staleTurnAt, viewOf, type ServerView } from "./view";
+import { viewTag } from "./view-tag";
+
+const ORIGIN = "https://ledger.internal";
+export const WAIT_PATHS = { poll: "/wait/poll", view: "/wait/view" } as const;
+const TOKEN_HASH = "X-Token-Hash";
+
+/** null: no such server. */
+export type ViewWaitAnswer = { changed: true; etag: string; view: ServerView } | null;
+
+/** What a waiter holds: the poll's answer signature, or the view's tag. */
+type Held = { kind: "poll"; signature: string } | { kind: "view"; etag: string };
+
+const upgrade = (path: string, query: Record<string, string>, headers: Record<string, string> = {}) =>
+  new Request(`${ORIGIN}${path}?${new URLSearchParams(query)}`, { headers: { Upgrade: "websocket", ...headers } });
+
+// ---- the Worker's requests ----
+
+/** A host that holds generation `known` waits for its poll's answer to change. */
+export const pollWaitRequest = (tokenHash: string, known: number) => upgrade(WAIT_PATHS.poll, { known: String(known) }, { [TOKEN_HASH]: tokenHash });
+
+/** An operator who holds the view's tag `etag` waits for it to change. */
+export const viewWaitRequest = (etag: string) => upgrade(WAIT_PATHS.view, { etag });
+
+// ---- the ledger's side ----
+
+/** Answers at once (unauthorized, or a poll answer that differs), else hands over a waiter. */
+export function openPollWait(store: LedgerStore, room: SocketRoom, request: Request): Response {
+  const tokenHash = request.headers.get(TOKEN_HASH) ?? "";
+  const known = Number(new URL(request.url).searchParams.get("known"));
+  if (!authorized(store, tokenHash)) return Response.json(fail("unauthorized", "invalid server token") satisfies PollAnswer);
+  if (!nothingNew(store, known)) return Response.json(pollAnswer(store, tokenHash, known));
+  return acceptWaiter(room, { kind: "poll", signature: pollSignature(store) } satisfies Held);
+}
+
+/**
+ * Answers at once when the view's tag differs from the one held (or there is no such server),
+ * else hands over a waiter, asked to look again when the status turns stale with no write.
+ */
+export function openViewWait(store: LedgerStore, room: SocketRoom, request: Request, now: number): Response {
+  const etag = new URL(request.url).searchParams.get("etag") ?? "";
+  const view = viewOf(store, now);
+  if (!view) return Response.json(null satisfies ViewWaitAnswer);
+  const tag = viewTag(view);
+  if (tag !== etag) return Response.json({ changed: true, etag: tag, view } satisfies ViewWaitAnswer);
+  return acceptWaiter(room, { kind: "view", etag } satisfies Held, staleTurnAt(view));
+}
+
+/** After a write: wakes the polls whose answer moved (the token included) and the views whose tag did. */
+export function wakeWaits(store: LedgerStore, room: SocketRoom, now: number) {
+  let signature: string | undefined;
+  let tag: string | undefined;
+  wakeWaiters<Held>(room, (held) => {
+    if (held.kind === "poll") return (signature ??= pollSignature(store)) !== held.signature;
+    if (tag === undefined) {
+      const view = viewOf(store, now);
+      tag = view ? viewTag(view) : "";
+    }
+    return tag !== held.etag;
+  });
+}

@@ -1,0 +1,84 @@
+/**
+ * Waiting outside an object. A caller that must wait for an object's state to change (a long
+ * poll) waits in the stateless Worker, billed for CPU and not for wall time, while the object
+ * hibernates: it opens a hibernatable WebSocket to the object (a "waiter") and the object sends
+ * one message when the state the waiter holds has moved on, then closes it. Nothing in the object
+ * runs or holds a timer meanwhile, so it can be evicted; the socket survives that.
+ *
+ * No lost wake-up: the object checks the caller's state and accepts the waiter in one synchronous
+ * turn (its writes cannot interleave), and answers at once, without a socket, when the state has
+ * already moved on. A write after that turn finds the waiter and wakes it.
+ *
+ * Object side: `acceptWaiter` (in `fetch`) and `wakeWaiters` (after each write). Caller side:
+ * `waitForWake`.
+ */
+import { attachmentOf, closeSocket, type SocketRoom } from "./sockets";
+
+export const WAITER_TAG = "waiter";
+const CHANGED = "changed";
+/** A time (epoch ms) at which the state may change with no write (a deadline passing): look again then. */
+export const LOOK_AGAIN_AT = "X-Look-Again-At";
+
+/** The 101 that hands a waiter to the caller; the attachment is what the waiter holds. */
+export function acceptWaiter(room: SocketRoom, attachment: unknown, lookAgainAt?: number): Response {
+  const headers = lookAgainAt !== undefined && Number.isFinite(lookAgainAt) ? { [LOOK_AGAIN_AT]: String(lookAgainAt) } : undefined;
+  return room.accept([WAITER_TAG], attachment, headers).response;
+}
+
+/** Wakes (and lets go of) every waiter whose state `movedOn` says has changed. */
+export function wakeWaiters<A>(room: SocketRoom, movedOn: (held: A) => boolean) {
+  for (const ws of room.list(WAITER_TAG)) {
+    if (!movedOn(attachmentOf<A>(ws))) continue;
+    try {
+      ws.send(CHANGED);
+    } catch {
+      // the caller went away
+    }
+    closeSocket(ws, 1000, CHANGED);
+  }
+}
+
+export type Wake =
+  /** The object answered at once (the state had already moved on, or there was nothing to wait for). */
+  | { kind: "answered"; response: Response }
+  /** Woken: the state changed. */
+  | { kind: "changed" }
+  /** The object asked to be looked at again at this time (LOOK_AGAIN_AT). */
+  | { kind: "look_again" }
+  | { kind: "timeout" }
+  /** The socket closed without a wake (the object restarted): look again. */
+  | { kind: "lost" }
+  /** The caller's own client went away. */
+  | { kind: "aborted" };
+
+/**
+ * Caller side: sends the waiter's upgrade request (`open`) and waits, until `until` (epoch ms) at
+ * the latest, for the object's wake, its LOOK_AGAIN_AT, the socket closing or `signal` (the
+ * client hanging up). The socket is closed whatever ends the wait.
+ */
+export async function waitForWake(open: () => Promise<Response>, until: number, signal?: AbortSignal): Promise<Wake> {
+  if (signal?.aborted) return { kind: "aborted" };
+  const response = await open();
+  const ws = response.webSocket;
+  if (response.status !== 101 || !ws) return { kind: "answered", response };
+  ws.accept();
+  const lookAgainAt = Number(response.headers.get(LOOK_AGAIN_AT) ?? Infinity);
+  const lookAgain = lookAgainAt < until;
+  return new Promise<Wake>((resolve) => {
+    let done = false;
+    const finish = (wake: Wake) => {
+      if (done) return;
+      done = true;
+      clearTimeout(timer);
+      signal?.removeEventListener("abort", onAbort);
+      closeSocket(ws, 1000, "done");
+      resolve(wake);
+    };
+    const onAbort = () => finish({ kind: "aborted" });
+    const timer = setTimeout(() => finish({ kind: lookAgain ? "look_again" : "timeout" }), Math.max(0, (lookAgain ? lookAgainAt : until) - Date.now()));
+    ws.addEventListener("message", () => finish({ kind: "changed" }));
+    ws.addEventListener("close", () => finish({ kind: "lost" }));
+    ws.addEventListener("error", () => finish({ kind: "lost" }));
+    signal?.addEventListener("abort", onAbort, { once: true });
+  });
+}
