@@ -1,0 +1,92 @@
+import { evictDurableObject, runInDurableObject, SELF } from "cloudflare:test";
+import { describe, expect, it } from "vitest";
+import { viewWaitRequest } from "../src/ledger/waits";
+import { LOOK_AGAIN_AT } from "../src/objects/kit/wake";
+import { BASE, call, createFleet, registerServer, report } from "./helpers";
+import { ledger, sleep } from "./channel-helpers";
+
+const waiters = (id: string) => runInDurableObject(ledger(id), (_i, state) => state.getWebSockets("waiter").length);
+
+async function until(pred: () => Promise<boolean>, ms = 5_000) {
+  const deadline = Date.now() + ms;
+  while (!(await pred())) {
+    if (Date.now() > deadline) throw new Error("condition not met in time");
+    await sleep(50);
+  }
+}
+
+describe("long polls wait in the Worker while the ledger sleeps", () => {
+  it("a waiting poll holds only a hibernatable waiter in the ledger: evicted mid-wait, the ledger still wakes it with the change", async () => {
+    const fleet = await createFleet();
+    const s = await registerServer(fleet.id);
+    const started = Date.now();
+    const parked = call("GET", "/v1/agent/desired?wait=30", { token: s.token, headers: { "If-None-Match": '"1"' } });
+    await until(async () => (await waiters(s.id)) === 1);
+    // Eviction tears the instance down (it would wait for a call in flight); the waiter hibernates.
+    await evictDurableObject(ledger(s.id));
+    await call("PUT", `/v1/servers/${s.id}/desired`, { body: { generation: 2, agents: [] } });
+    const res = await parked;
+    expect(res.status).toBe(200);
+    expect(res.json.generation).toBe(2);
+    expect(Date.now() - started).toBeLessThan(10_000);
+    expect(await waiters(s.id)).toBe(0);
+  });
+
+  it("a token revoked during the wait gets 401 when the wait ends", async () => {
+    const fleet = await createFleet();
+    const s = await registerServer(fleet.id);
+    const parked = call("GET", "/v1/agent/desired?wait=30", { token: s.token, headers: { "If-None-Match": '"1"' } });
+    await until(async () => (await waiters(s.id)) === 1);
+    expect((await call("DELETE", `/v1/tokens/${s.id}`)).status).toBe(200);
+    const res = await parked;
+    expect(res.status).toBe(401);
+    expect(res.json.error.code).toBe("unauthorized");
+  });
+
+  it("a host whose generation is behind is answered at once, without a waiter", async () => {
+    const fleet = await createFleet();
+    const s = await registerServer(fleet.id);
+    await call("PUT", `/v1/servers/${s.id}/desired`, { body: { generation: 2, agents: [] } });
+    const started = Date.now();
+    const res = await call("GET", "/v1/agent/desired?wait=30", { token: s.token, headers: { "If-None-Match": '"1"' } });
+    expect(res.status).toBe(200);
+    expect(Date.now() - started).toBeLessThan(3_000);
+    expect(await waiters(s.id)).toBe(0);
+  });
+
+  it("a client that hangs up ends its wait: the waiter is let go", async () => {
+    const fleet = await createFleet();
+    const s = await registerServer(fleet.id);
+    const controller = new AbortController();
+    const parked = SELF.fetch(`${BASE}/v1/agent/desired?wait=30`, {
+      headers: { Authorization: `Bearer ${s.token}`, "If-None-Match": '"1"' },
+      signal: controller.signal,
+    }).catch(() => null);
+    await until(async () => (await waiters(s.id)) === 1);
+    controller.abort();
+    await parked;
+    await until(async () => (await waiters(s.id)) === 0);
+  });
+
+  it("an operator's view wait survives an eviction too, and asks to be looked at again when the status would turn stale", async () => {
+    const fleet = await createFleet();
+    const s = await registerServer(fleet.id);
+    await call("PUT", `/v1/servers/${s.id}/desired`, { body: { generation: 2, agents: [{ name: "a", image: "a:1", version: "1" }] } });
+    await call("PUT", "/v1/agent/inventory", { token: s.token, body: report(2, [{ name: "a", image: "a:1" }]) });
+    const tag = (await call("GET", `/v1/servers/${s.id}`)).headers.get("ETag")!;
+    const upgrade = await ledger(s.id).fetch(viewWaitRequest(tag));
+    expect(upgrade.status).toBe(101);
+    const view = (await call("GET", `/v1/servers/${s.id}`)).json;
+    expect(Number(upgrade.headers.get(LOOK_AGAIN_AT))).toBe(Date.parse(view.last_seen) + 300_000 + 1);
+    upgrade.webSocket!.accept();
+    upgrade.webSocket!.close();
+
+    const parked = call("GET", `/v1/servers/${s.id}?wait=30`, { headers: { "If-None-Match": tag } });
+    await until(async () => (await waiters(s.id)) === 1);
+    await evictDurableObject(ledger(s.id));
+    await call("PUT", "/v1/agent/inventory", { token: s.token, body: report(2, [{ name: "a", image: "a:1", state: "stopped" }]) });
+    const res = await parked;
+    expect(res.status).toBe(200);
+    expect(res.headers.get("ETag")).not.toBe(tag);
+  });
+});
