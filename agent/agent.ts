@@ -1,7 +1,9 @@
 import type { DesiredConfig } from "../src/ledger/schemas.ts";
 import { backoffDelay, type BackoffPolicy, DEFAULT_BACKOFF } from "./backoff.ts";
+import { connectThroughFetch, connectWebSocket, type ChannelConnector } from "./channel.ts";
+import { runChannelSession } from "./channel-session.ts";
 import { reconcile, type AgentDriver, type ReconcileOutcome } from "./driver.ts";
-import { HostApi, type ReportAccepted } from "./host-api.ts";
+import { HostApi, type Report, type ReportAccepted } from "./host-api.ts";
 import { ApiError, type FetchLike, sleep as defaultSleep } from "./http.ts";
 
 export interface HostAgentOptions {
@@ -12,6 +14,19 @@ export interface HostAgentOptions {
   driver: AgentDriver;
   /** This boot's id (`/proc/sys/kernel/random/boot_id` on Linux); a new one tells of a reboot. */
   bootId: string;
+  /**
+   * `channel` (the default): the host channel, a WebSocket the server pushes changes over,
+   * falling back to the HTTP long poll while the upgrade is refused. `http`: the long poll only.
+   */
+  transport?: "channel" | "http";
+  /** Opens the channel's socket (default: the runtime's WebSocket; in workerd, an upgrade through `fetch`). */
+  connect?: ChannelConnector;
+  /** Where the channel's upgrade carries the token: `header` (Authorization, the default) or `protocol`. */
+  tokenIn?: "header" | "protocol";
+  /** Keep-alive pings on the channel, ms (answered by the server without waking anything). */
+  pingMs?: number;
+  /** Delay before reconnecting the channel (full jitter): a fleet dropped at once comes back spread out. */
+  reconnect?: BackoffPolicy;
   /** Longest long poll, seconds (the server allows 60). */
   waitS?: number;
   /** A report (and reconcile pass) at least this often, even with nothing new: the heartbeat. */
@@ -31,6 +46,11 @@ export interface HostAgentOptions {
 
 export type AgentEvent =
   | { type: "desired"; changed: boolean; generation: number | null; ms: number }
+  /** A message the server pushed over the channel. */
+  | { type: "pushed"; message: "desired" | "lifecycle" | "refresh"; generation: number | null }
+  | { type: "channel"; state: "open" }
+  /** The channel closed (`code`), or could not be opened (`code` null); the next attempt in `retryInMs`. */
+  | { type: "channel"; state: "closed"; code: number | null; reason: string; retryInMs: number }
   | { type: "reconciled"; generation: number; outcome: ReconcileOutcome }
   | { type: "reported"; generation: number; accepted: ReportAccepted; ms: number }
   | { type: "error"; error: unknown; attempt: number; delayMs: number };
@@ -42,105 +62,151 @@ export type AgentExit =
   /** The server's token no longer works (revoked, or the server was removed). */
   | { reason: "unauthorized"; message: string };
 
+/** What the loop knows, kept across transports (a channel that drops resumes from it). */
+export interface LoopState {
+  desired: DesiredConfig | null;
+  etag: string | null;
+  /** A reconcile and report is owed (start, new config, refresh). */
+  due: boolean;
+  lastReportAt: number;
+  lastPollAt: number;
+  failures: number;
+}
+
+/** The reconnect delay of a dropped channel: up to 10 s at first, doubling to 5 min. */
+const DEFAULT_RECONNECT: BackoffPolicy = { baseMs: 10_000, capMs: 300_000 };
+/** A channel that stayed up this long starts its reconnect delays over. */
+const STABLE_MS = 60_000;
+
 /**
- * The loop a host runs: long-poll the desired config with its ETag, reconcile through the
- * driver, report the truth (errors and boot_id included), and again at every heartbeat. On
- * errors it honours Retry-After, else backs off exponentially with full jitter up to a cap.
- * Lifecycle orders end the loop once reported: `terminate` after its agents stop, `uninstall`
- * after every agent is gone.
+ * The loop a host runs: learn the desired config, reconcile through the driver, report the truth
+ * (errors and boot_id included), and again at every heartbeat. By default over the host channel
+ * (./channel-session.ts), where the server pushes changes; while the upgrade is refused, over the
+ * HTTP long poll with its ETag. On errors it honours Retry-After, else backs off exponentially
+ * with full jitter up to a cap. Lifecycle orders end the loop once reported: `terminate` after
+ * its agents stop, `uninstall` after every agent is gone.
  */
 export class HostAgent {
-  private readonly opts: HostAgentOptions;
-  private readonly api: HostApi;
+  readonly opts: HostAgentOptions;
+  readonly api: HostApi;
   private readonly waitS: number;
-  private readonly reportIntervalMs: number;
-  private readonly now: () => number;
-  private readonly sleep: (ms: number, signal?: AbortSignal) => Promise<void>;
+  readonly reportIntervalMs: number;
+  readonly now: () => number;
+  readonly sleep: (ms: number, signal?: AbortSignal) => Promise<void>;
+  readonly connect: ChannelConnector;
 
   constructor(opts: HostAgentOptions) {
     this.opts = opts;
     this.api = new HostApi(opts.url, opts.token, opts.fetch);
-    this.waitS = Math.min(Math.max(opts.waitS ?? 55, 0), 60);
+    this.waitS = Math.min(Math.max(opts.waitS ?? 60, 0), 60);
     this.reportIntervalMs = opts.reportIntervalMs ?? 60_000;
     this.now = opts.now ?? Date.now;
     this.sleep = opts.sleep ?? defaultSleep;
+    this.connect = opts.connect ?? (typeof WebSocket === "function" && !("WebSocketPair" in globalThis) ? connectWebSocket : connectThroughFetch(opts.fetch));
+  }
+
+  emit(e: AgentEvent) {
+    this.opts.onEvent?.(e);
   }
 
   async run(signal?: AbortSignal): Promise<AgentExit> {
-    let etag: string | null = null;
-    let desired: DesiredConfig | null = null;
-    let due = true; // a reconcile and report is owed (start, new config, heartbeat)
-    let lastReportAt = -Infinity;
-    let lastPollAt = -Infinity;
-    let failures = 0;
-    const emit = (e: AgentEvent) => this.opts.onEvent?.(e);
-
+    const s: LoopState = { desired: null, etag: null, due: true, lastReportAt: -Infinity, lastPollAt: -Infinity, failures: 0 };
+    let channelAt = this.opts.transport === "http" ? Infinity : this.now();
+    let drops = 0;
     while (!signal?.aborted) {
-      try {
-        // Park on the long poll until the next heartbeat is due, never longer than waitS.
-        const untilReport = lastReportAt + this.reportIntervalMs - this.now();
-        const wait = due || !desired ? 0 : Math.max(0, Math.min(this.waitS, Math.floor(untilReport / 1000)));
-        if (!due) {
-          const gap = lastPollAt + (this.opts.minPollIntervalMs ?? 1000) - this.now();
-          if (gap > 0) await this.sleep(gap, signal);
-        }
-        const t0 = this.now();
-        lastPollAt = t0;
-        const answer = await this.api.desired(etag, wait, signal);
-        emit({ type: "desired", changed: answer.changed, generation: answer.changed ? answer.config.generation : desired?.generation ?? null, ms: this.now() - t0 });
-        if (answer.changed) {
-          desired = answer.config;
-          etag = answer.etag;
-          due = true;
-        }
-        if (desired && (due || this.now() - lastReportAt >= this.reportIntervalMs)) {
-          const outcome = await reconcile(desired, this.opts.driver);
-          emit({ type: "reconciled", generation: desired.generation, outcome });
-          const assignments = (await this.opts.driver.assignments?.()) ?? { units: [], storage: [] };
-          const t1 = this.now();
-          const accepted = await this.api.report(
-            {
-              generation: desired.generation,
-              reconciled_at: new Date(this.now()).toISOString(),
-              boot_id: this.opts.bootId,
-              agents: outcome.agents,
-              errors: outcome.errors,
-              assignments,
-            },
-            signal,
-          );
-          lastReportAt = this.now();
-          due = false;
-          emit({ type: "reported", generation: desired.generation, accepted, ms: lastReportAt - t1 });
-          if (desired.lifecycle === "terminate" && outcome.agents.length === 0) {
-            return { reason: "terminated", generation: desired.generation };
-          }
-          if (desired.lifecycle === "uninstall" && outcome.agents.length === 0) {
-            return { reason: "uninstalled", generation: desired.generation };
-          }
-        }
-        failures = 0;
-      } catch (err) {
+      if (this.now() >= channelAt) {
+        const openedAt = this.now();
+        const session = await runChannelSession(this, s, signal);
+        if (session.exit) return session.exit;
         if (signal?.aborted) break;
-        if (err instanceof ApiError && err.status === 401) return { reason: "unauthorized", message: err.message };
-        // The server knows of no such generation (its ledger was restored, say): start over.
-        if (err instanceof ApiError && err.code === "generation_not_issued") {
-          etag = null;
-          due = true;
-        }
-        failures++;
-        const delayMs =
-          err instanceof ApiError && err.retryAfterMs !== null
-            ? err.retryAfterMs
-            : backoffDelay(failures, this.opts.backoff ?? DEFAULT_BACKOFF, this.opts.random);
-        emit({ type: "error", error: err, attempt: failures, delayMs });
-        try {
-          await this.sleep(delayMs, signal);
-        } catch {
-          break;
+        drops = session.opened && this.now() - openedAt >= STABLE_MS ? 1 : drops + 1;
+        const retryInMs = backoffDelay(drops, this.opts.reconnect ?? DEFAULT_RECONNECT, this.opts.random);
+        this.emit({ type: "channel", state: "closed", code: session.code ?? null, reason: session.reason ?? "", retryInMs });
+        channelAt = this.now() + retryInMs;
+        // A channel that was open and dropped waits out its delay (a fleet dropped by a deploy must
+        // not fall on the HTTP API at once); one that could not be opened polls over HTTP meanwhile.
+        if (session.opened) {
+          await this.sleep(retryInMs, signal).catch(() => {});
+          continue;
         }
       }
+      const exit = await this.httpStep(s, channelAt, signal);
+      if (exit) return exit;
     }
     return { reason: "aborted" };
+  }
+
+  /** One long poll (bounded by the heartbeat and the next channel attempt), then a report if one is due. */
+  private async httpStep(s: LoopState, channelAt: number, signal?: AbortSignal): Promise<AgentExit | null> {
+    try {
+      const untilReport = s.lastReportAt + this.reportIntervalMs - this.now();
+      const untilChannel = channelAt - this.now();
+      const wait = s.due || !s.desired ? 0 : Math.max(0, Math.min(this.waitS, Math.ceil(Math.min(untilReport, untilChannel) / 1000)));
+      const minGap = this.opts.minPollIntervalMs ?? 1000;
+      if (!s.due) {
+        const gap = s.lastPollAt + minGap - this.now();
+        if (gap > 0) await this.sleep(gap, signal);
+      }
+      const t0 = this.now();
+      s.lastPollAt = t0;
+      const answer = await this.api.desired(s.etag, wait, signal);
+      this.emit({ type: "desired", changed: answer.changed, generation: answer.changed ? answer.config.generation : s.desired?.generation ?? null, ms: this.now() - t0 });
+      if (answer.changed) {
+        s.desired = answer.config;
+        s.etag = answer.etag;
+        s.due = true;
+      }
+      // A heartbeat due within the next poll's minimum gap is sent now: one poll per period, not two.
+      const exit = this.reportDue(s, minGap) ? await this.reconcileAndReport(s, (r) => this.api.report(r, signal)) : null;
+      s.failures = 0;
+      return exit;
+    } catch (err) {
+      if (signal?.aborted) return null;
+      return this.failed(s, err, signal);
+    }
+  }
+
+  /** Whether a reconcile and report is owed now (or within `withinMs`). */
+  reportDue(s: LoopState, withinMs = 0) {
+    return s.desired !== null && (s.due || this.now() - s.lastReportAt >= this.reportIntervalMs - withinMs);
+  }
+
+  /** Reconciles against the desired config and reports through `send`; ends the loop on a reported lifecycle order. */
+  async reconcileAndReport(s: LoopState, send: (report: Report) => Promise<ReportAccepted>): Promise<AgentExit | null> {
+    const desired = s.desired!;
+    const outcome = await reconcile(desired, this.opts.driver);
+    this.emit({ type: "reconciled", generation: desired.generation, outcome });
+    const assignments = (await this.opts.driver.assignments?.()) ?? { units: [], storage: [] };
+    const t1 = this.now();
+    const accepted = await send({
+      generation: desired.generation,
+      reconciled_at: new Date(this.now()).toISOString(),
+      boot_id: this.opts.bootId,
+      agents: outcome.agents,
+      errors: outcome.errors,
+      assignments,
+    });
+    s.lastReportAt = this.now();
+    s.due = false;
+    this.emit({ type: "reported", generation: desired.generation, accepted, ms: s.lastReportAt - t1 });
+    if (desired.lifecycle === "terminate" && outcome.agents.length === 0) return { reason: "terminated", generation: desired.generation };
+    if (desired.lifecycle === "uninstall" && outcome.agents.length === 0) return { reason: "uninstalled", generation: desired.generation };
+    return null;
+  }
+
+  /** After a failed call: a 401 ends the loop; otherwise wait (Retry-After, else jittered backoff). */
+  async failed(s: LoopState, err: unknown, signal?: AbortSignal): Promise<AgentExit | null> {
+    if (err instanceof ApiError && err.status === 401) return { reason: "unauthorized", message: err.message };
+    // The server knows of no such generation (its ledger was restored, say): start over.
+    if (err instanceof ApiError && err.code === "generation_not_issued") {
+      s.etag = null;
+      s.due = true;
+    }
+    s.failures++;
+    const delayMs =
+      err instanceof ApiError && err.retryAfterMs !== null ? err.retryAfterMs : backoffDelay(s.failures, this.opts.backoff ?? DEFAULT_BACKOFF, this.opts.random);
+    this.emit({ type: "error", error: err, attempt: s.failures, delayMs });
+    await this.sleep(delayMs, signal).catch(() => {});
+    return null;
   }
 }

@@ -1,51 +1,11 @@
-import { SELF } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { backoffDelay, retryAfterMs } from "../agent/backoff";
-import { HostAgent, type AgentEvent, type AgentExit } from "../agent/agent";
+import { HostAgent } from "../agent/agent";
 import { FleetLockClient } from "../agent/fleetlock";
 import { MemoryDriver } from "../agent/memory-driver";
 import { BASE, call, createFleet, registerServer, settle } from "./helpers";
+import { reported, runAgent, workerFetch } from "./agent-helpers";
 import { fleetWithKey, getGroup, putGroup, registerClients } from "./fleetlock-helpers";
-
-const workerFetch = (input: string | URL | Request, init?: RequestInit) => SELF.fetch(input as string, init);
-
-/** Runs an agent against the worker until `until` sees the event it waits for. */
-function runAgent(token: string, driver: MemoryDriver, extra: Partial<ConstructorParameters<typeof HostAgent>[0]> = {}) {
-  const events: AgentEvent[] = [];
-  const waiters: { pred: (e: AgentEvent) => boolean; resolve: (e: AgentEvent) => void }[] = [];
-  const controller = new AbortController();
-  const agent = new HostAgent({
-    url: BASE,
-    token,
-    driver,
-    bootId: "boot-a",
-    waitS: 20,
-    reportIntervalMs: 60_000,
-    fetch: workerFetch,
-    ...extra,
-    onEvent: (e) => {
-      events.push(e);
-      for (const w of [...waiters]) {
-        if (w.pred(e)) {
-          waiters.splice(waiters.indexOf(w), 1);
-          w.resolve(e);
-        }
-      }
-    },
-  });
-  const exit: Promise<AgentExit> = agent.run(controller.signal);
-  const until = (pred: (e: AgentEvent) => boolean, ms = 15_000) =>
-    new Promise<AgentEvent>((resolve, reject) => {
-      const hit = events.find(pred);
-      if (hit) return resolve(hit);
-      const timer = setTimeout(() => reject(new Error(`no such event within ${ms} ms: ${JSON.stringify(events.map((e) => e.type))}`)), ms);
-      waiters.push({ pred, resolve: (e) => (clearTimeout(timer), resolve(e)) });
-    });
-  return { events, until, exit, stop: () => controller.abort() };
-}
-
-const reported = (generation: number, status?: string) => (e: AgentEvent) =>
-  e.type === "reported" && e.generation === generation && (status === undefined || e.accepted.status === status);
 
 const agents = (...names: string[]) => names.map((n) => ({ name: n, image: `reg/${n}:1`, version: "1" }));
 
@@ -55,7 +15,7 @@ describe("reference host agent (against the worker)", () => {
     const s = await registerServer(fleet.id);
     await call("PUT", `/v1/servers/${s.id}/desired`, { body: { generation: 2, agents: agents("compute", "logs") } });
     const driver = new MemoryDriver();
-    const run = runAgent(s.token, driver);
+    const run = runAgent(s.token, driver, { transport: "http" });
     try {
       await run.until(reported(2, "realized"));
       expect([...driver.installed.keys()].sort()).toEqual(["compute", "logs"]);
@@ -135,6 +95,7 @@ describe("reference host agent (against the worker)", () => {
     };
     const sleeps: number[] = [];
     const run = runAgent(s.token, new MemoryDriver(), {
+      transport: "http",
       fetch: flaky,
       random: () => 0.5,
       backoff: { baseMs: 1000, capMs: 3000 },
@@ -166,7 +127,7 @@ describe("reference host agent (against the worker)", () => {
       return new Response(JSON.stringify({ server_id: "s", desired_generation: 1, status: "realized", agents: [] }), { status: 200 });
     };
     const controller = new AbortController();
-    const agent = new HostAgent({ url: BASE, token: "t", driver: new MemoryDriver(), bootId: "b", waitS: 30, reportIntervalMs: 60_000, minPollIntervalMs: 200, fetch: instant });
+    const agent = new HostAgent({ url: BASE, token: "t", driver: new MemoryDriver(), bootId: "b", transport: "http", waitS: 30, reportIntervalMs: 60_000, minPollIntervalMs: 200, fetch: instant });
     const exit = agent.run(controller.signal);
     await new Promise((r) => setTimeout(r, 1_000));
     controller.abort();

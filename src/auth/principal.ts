@@ -5,7 +5,8 @@ import type { Principal } from "../domain/principal";
 import type { AppEnv } from "../http/types";
 import { digestsEqual, sha256Hex } from "../lib/crypto";
 import { liveTokenOf } from "./store";
-import { parseToken, scopeRank, type Scope, TOKEN_PROTOCOL_PREFIX } from "./tokens";
+import { TOKEN_PROTOCOL_PREFIX } from "../domain/channel";
+import { parseToken, scopeRank, type Scope } from "./tokens";
 
 /** Answered with `WWW-Authenticate` (the edge adds it to every `unauthorized`). */
 const unauthorized = (message = "a valid bearer token is required") => new DomainError("unauthorized", message);

@@ -12,12 +12,6 @@ export const scopeRank = (scope: Scope) => OPERATOR_SCOPES.indexOf(scope);
  */
 const FORMAT = /^(hmo|hms)\.([0-9a-f-]{36})\.([A-Za-z0-9_-]{43})$/;
 
-/**
- * A host's token offered as a WebSocket subprotocol (`Sec-WebSocket-Protocol: harbormaster.v1,
- * hm-token.<token>`), for clients that cannot set an Authorization header on the upgrade.
- */
-export const TOKEN_PROTOCOL_PREFIX = "hm-token.";
-
 export type ParsedToken = { kind: TokenKind; id: string };
 
 export function parseToken(token: string): ParsedToken | null {

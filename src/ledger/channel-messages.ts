@@ -6,43 +6,13 @@
  */
 import { z } from "@hono/zod-openapi";
 import { MAX_BODY_BYTES } from "../domain/limits";
+import { CHANNEL_VERSION } from "../domain/channel";
 import { DesiredConfig, HostDesiredConfig, InventoryReport, ReportAccepted } from "./schemas";
 
-export const CHANNEL_VERSION = 1;
-/** The subprotocol a client offers (and the server selects) on the upgrade. */
-export const CHANNEL_PROTOCOL = "harbormaster.v1";
-/**
- * For clients that cannot set an Authorization header on a WebSocket upgrade (browsers): the
- * token as a second offered subprotocol, `hm-token.<token>` (never selected, so never echoed);
- * a URL would put it in every proxy's access log.
- */
-export { TOKEN_PROTOCOL_PREFIX } from "../auth/tokens";
+export * from "../domain/channel";
 
 /** A message is at most as large as a request body under /v1 (a report's largest). */
 export const MAX_CHANNEL_MESSAGE_BYTES = MAX_BODY_BYTES;
-/**
- * More messages than this within one window closes the socket (1008): a host sends a report a
- * minute and the odd hello; this is a runaway client, not a busy one. Keep-alive pings answered
- * by the runtime are not messages the ledger sees.
- */
-export const FLOOD_WINDOW_MS = 60_000;
-export const FLOOD_MAX_MESSAGES = 30;
-
-/** Keep-alive: a host sends this text and the runtime answers PONG without waking the ledger. */
-export const PING = "ping";
-export const PONG = "pong";
-
-/** Close codes the server uses (4000–4999 are the application's own, RFC 6455 §7.4.2). */
-export const CLOSE_CODES = {
-  /** A newer connection for the same server took over: at most one socket per server. */
-  replaced: 4001,
-  /** The token was revoked or rotated: reconnecting with it is refused (401). */
-  token_revoked: 4401,
-  /** The server was decommissioned (its acknowledgement, or a forced removal): nothing more will come. */
-  decommissioned: 4410,
-  /** Too many messages (RFC 6455 policy violation). */
-  flood: 1008,
-} as const;
 
 const v = z.literal(CHANNEL_VERSION);
 

@@ -1,0 +1,111 @@
+/**
+ * One session of the host channel (./channel.ts): connect with the generation the host holds (the
+ * server sends `desired` unless it is current), then reconcile and report whenever the server
+ * pushes a change or a refresh, or the heartbeat is due, each report acknowledged by the server
+ * with what PUT /v1/agent/inventory would answer. Ends when the socket closes (the loop in
+ * ./agent.ts reconnects, or falls back to HTTP), or for good on a lifecycle order reported, a
+ * refused token or a completed decommission.
+ */
+import { CLOSE_CODES } from "../src/domain/channel.ts";
+import type { ServerMessage } from "../src/ledger/channel-messages.ts";
+import type { AgentExit, HostAgent, LoopState } from "./agent.ts";
+import { ChannelConnection, channelRequest } from "./channel.ts";
+import type { Report, ReportAccepted } from "./host-api.ts";
+import { ApiError } from "./http.ts";
+
+export interface SessionEnd {
+  /** Whether the socket was open at all (false: the upgrade was refused or failed). */
+  opened: boolean;
+  exit?: AgentExit;
+  code?: number;
+  reason?: string;
+}
+
+/** How long a report waits for its ack before the connection is taken for dead. */
+const ACK_TIMEOUT_MS = 15_000;
+/** With nothing to report yet, the session still wakes this often (to notice an abort). */
+const IDLE_MS = 60_000;
+
+class ChannelClosed extends Error {
+  readonly code: number;
+  constructor(code: number, reason: string) {
+    super(reason);
+    this.code = code;
+  }
+}
+
+export async function runChannelSession(agent: HostAgent, s: LoopState, signal?: AbortSignal): Promise<SessionEnd> {
+  const req = channelRequest(agent.opts.url, agent.opts.token, s.desired?.generation ?? null, agent.opts.tokenIn ?? "header");
+  let conn: ChannelConnection;
+  try {
+    conn = new ChannelConnection(await agent.connect(req.url, req), agent.opts.pingMs ?? 30_000);
+  } catch (err) {
+    return { opened: false, reason: err instanceof Error ? err.message : String(err) };
+  }
+  agent.emit({ type: "channel", state: "open" });
+  const stop = () => conn.close(1000, "stopping");
+  signal?.addEventListener("abort", stop, { once: true });
+  try {
+    for (;;) {
+      if (signal?.aborted) return { opened: true };
+      if (agent.reportDue(s)) {
+        try {
+          const exit = await agent.reconcileAndReport(s, (report) => reportOver(conn, report, signal));
+          if (exit) return { opened: true, exit };
+          s.failures = 0;
+        } catch (err) {
+          if (err instanceof ChannelClosed) return ended(err.code, err.message);
+          if (signal?.aborted) return { opened: true };
+          const exit = await agent.failed(s, err, signal);
+          if (exit) return { opened: true, exit };
+          // The server issued no such generation: ask it for the current one.
+          if (err instanceof ApiError && err.code === "generation_not_issued") conn.hello(null);
+        }
+        continue;
+      }
+      const untilReport = s.desired ? s.lastReportAt + agent.reportIntervalMs - agent.now() : IDLE_MS;
+      const e = await conn.next(Math.max(0, untilReport), signal);
+      if (e.kind === "closed") return ended(e.code, e.reason);
+      if (e.kind === "message") take(agent, s, e.message);
+    }
+  } finally {
+    signal?.removeEventListener("abort", stop);
+    conn.close();
+  }
+}
+
+/** A close the loop ends on (the token is gone) or reconnects after. */
+function ended(code: number, reason: string): SessionEnd {
+  if (code === CLOSE_CODES.token_revoked) return { opened: true, exit: { reason: "unauthorized", message: `channel closed: ${reason || "the token was revoked"}` } };
+  if (code === CLOSE_CODES.decommissioned) return { opened: true, exit: { reason: "unauthorized", message: `channel closed: ${reason || "the server was decommissioned"}` } };
+  return { opened: true, code, reason };
+}
+
+/** A pushed message: a new config (or order) or a refresh makes a report due. */
+function take(agent: HostAgent, s: LoopState, m: ServerMessage) {
+  if (m.type === "desired" || m.type === "lifecycle") {
+    const { refresh: _refresh, ...config } = m.type === "desired" ? m.config : { ...m.config, refresh: undefined };
+    s.desired = config;
+    s.etag = `"${config.generation}"`;
+    s.due = true;
+    agent.emit({ type: "pushed", message: m.type, generation: config.generation });
+  } else if (m.type === "refresh") {
+    s.due = true;
+    agent.emit({ type: "pushed", message: "refresh", generation: s.desired?.generation ?? null });
+  } else if (m.type === "error") {
+    agent.emit({ type: "error", error: new ApiError(400, m.error.code, m.error.message, null, m.error.details), attempt: s.failures, delayMs: 0 });
+  }
+}
+
+/** A report over the channel: its ack's body, or the ack's refusal thrown as the HTTP route would. */
+async function reportOver(conn: ChannelConnection, report: Report, signal?: AbortSignal): Promise<ReportAccepted> {
+  const id = conn.report(report);
+  const a = await conn.ack(id, ACK_TIMEOUT_MS, signal);
+  if ("type" in a) {
+    if (a.status === 200 && a.body) return a.body;
+    throw new ApiError(a.status, a.error?.code ?? `http_${a.status}`, a.error?.message ?? `report refused (${a.status})`, null, a.error?.details);
+  }
+  if (a.kind === "closed") throw new ChannelClosed(a.code, a.reason);
+  conn.close(4000, "no ack");
+  throw new ChannelClosed(4000, `no ack within ${ACK_TIMEOUT_MS / 1000} s`);
+}
