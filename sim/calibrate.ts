@@ -32,7 +32,7 @@ const loops: Promise<unknown>[] = [];
 {
   const warm = new AbortController();
   const w = Array.from({ length: 20 }, (_, i) =>
-    new HostAgent({ url, token: `t${i}`, driver: new MemoryDriver(), bootId: "w", waitS: 0, reportIntervalMs: 100 }).run(warm.signal),
+    new HostAgent({ url, token: `t${i}`, driver: new MemoryDriver(), bootId: "w", transport: "http", waitS: 0, reportIntervalMs: 100 }).run(warm.signal),
   );
   await new Promise((r) => setTimeout(r, 1500));
   warm.abort();
@@ -47,7 +47,8 @@ for (let i = 0; i < o.servers; i++) {
     token: `token-${i}`,
     driver: new MemoryDriver(),
     bootId: `boot-${i}`,
-    // The fake server does not park: a poll is one request, then the host waits out its heartbeat.
+    // The fake server speaks HTTP only, and does not park: a poll is one request, then the host waits out its heartbeat.
+    transport: "http",
     waitS: 0,
     reportIntervalMs: o.heartbeat * 1000,
     minPollIntervalMs: o.heartbeat * 1000,

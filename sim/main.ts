@@ -38,7 +38,8 @@ const program = new Command("sim")
   .option("--group <name>", "reboot group of the simulated hosts", DEFAULTS.group)
   .option("--change-at <s>", "issue a second generation (one agent removed, one updated) at this second", num(0))
   .option("--ramp <s>", "hosts start spread over this many seconds", num(0), DEFAULTS.rampS)
-  .option("--wait <s>", "host long-poll wait", num(0, 60), DEFAULTS.waitS)
+  .addOption(new Option("--transport <t>", "how hosts learn of changes: the host channel, or the HTTP long poll only").choices(["channel", "http"]).default(DEFAULTS.transport))
+  .option("--wait <s>", "host long-poll wait (HTTP)", num(0, 60), DEFAULTS.waitS)
   .option("--heartbeat <s>", "host report interval", num(1), DEFAULTS.heartbeatS)
   .option("--seed <n>", "seed for fault injection", num(0), DEFAULTS.seed)
   .option("--state <file>", "where server tokens are kept for reuse (default .sim/<fleet>.json)")
@@ -83,6 +84,7 @@ async function main() {
     group: f.group,
     changeAtS: f.changeAt ?? null,
     rampS: f.ramp,
+    transport: f.transport,
     waitS: f.wait,
     heartbeatS: f.heartbeat,
     seed: f.seed,
@@ -114,8 +116,10 @@ async function main() {
   row("servers", `${summary.servers} (${summary.registered} registered, ${summary.reused} reused)`);
   row("duration", `${summary.durationS.toFixed(1)} s`);
   row("status (last report)", Object.entries(summary.byStatus).map(([k, v]) => `${k} ${v}`).join(", "));
-  row("host operations", `${summary.ops.total} (polls ${summary.ops.polls}, of which changed ${summary.ops.polls_changed}; reports ${summary.ops.reports}; FleetLock ${summary.ops.fleetlock}); errors ${summary.ops.errors}`);
+  row("transport", options.transport === "channel" ? `host channel (sockets opened ${summary.channel.opened}, closed or refused ${summary.channel.closed})` : "HTTP long poll");
+  row("host operations", `${summary.ops.total} (polls ${summary.ops.polls}, of which changed ${summary.ops.polls_changed}; pushes ${summary.ops.pushes}; reports ${summary.ops.reports}; FleetLock ${summary.ops.fleetlock}); errors ${summary.ops.errors}`);
   row("report latency", `p50 ${summary.latency_ms.report_p50} ms, p99 ${summary.latency_ms.report_p99} ms`);
+  row("push (desired written → host has it)", summary.latency_ms.push_p50 === null ? "-" : `p50 ${summary.latency_ms.push_p50} ms, p99 ${summary.latency_ms.push_p99} ms`);
   row("convergence (desired → realized)", summary.latency_ms.converge_p50 === null ? "-" : `p50 ${summary.latency_ms.converge_p50} ms, p99 ${summary.latency_ms.converge_p99} ms`);
   row("reboots", summary.reboots);
   row("reboot group", summary.group);

@@ -38,7 +38,9 @@ export interface SimOptions {
   changeAtS: number | null;
   /** Hosts start spread over this many seconds (a fleet does not boot in one instant). */
   rampS: number;
-  /** Host long-poll wait and heartbeat, seconds. */
+  /** How hosts learn of changes: the host channel (the agent's default) or the HTTP long poll only. */
+  transport: "channel" | "http";
+  /** Host long-poll wait (HTTP) and heartbeat (both), seconds. */
   waitS: number;
   heartbeatS: number;
   seed: number;
@@ -68,6 +70,7 @@ export const DEFAULTS: Omit<SimOptions, "url" | "token" | "fleet"> = {
   group: "sim",
   changeAtS: null,
   rampS: 1,
+  transport: "channel",
   waitS: 25,
   heartbeatS: 20,
   seed: 1,
@@ -118,9 +121,12 @@ export interface SimSummary {
   reused: number;
   durationS: number;
   byStatus: Record<string, number>;
-  ops: { polls: number; polls_changed: number; reports: number; fleetlock: number; total: number; errors: number };
+  ops: { polls: number; polls_changed: number; pushes: number; reports: number; fleetlock: number; total: number; errors: number };
+  /** Channel sockets opened, and closed or refused (the host channel only). */
+  channel: { opened: number; closed: number };
   errors_by_kind: Record<string, number>;
-  latency_ms: { report_p50: number; report_p99: number; converge_p50: number | null; converge_p99: number | null };
+  /** push: from the operator's write of a generation to its host receiving it over the channel. */
+  latency_ms: { report_p50: number; report_p99: number; converge_p50: number | null; converge_p99: number | null; push_p50: number | null; push_p99: number | null };
   reboots: { planned: number; granted: number; refusals: number; back: number; steady_state_lost: number };
   group: { slots: number; samples: number; max_holders: number; over_slots: number; holders_at_end: string[] };
   /** What the simulator itself cost: its CPU time per host operation, and how busy its event loop was. */
@@ -253,7 +259,9 @@ export async function runSim(o: SimOptions): Promise<SimSummary> {
   });
 
   // Counters.
-  const ops = { polls: 0, polls_changed: 0, reports: 0, fleetlock: 0, errors: 0 };
+  const ops = { polls: 0, polls_changed: 0, pushes: 0, reports: 0, fleetlock: 0, errors: 0 };
+  const channel = { opened: 0, closed: 0 };
+  const pushMs: number[] = [];
   const errorKinds = new Map<string, number>();
   const reportMs: number[] = [];
   const convergeMs: number[] = [];
@@ -273,6 +281,16 @@ export async function runSim(o: SimOptions): Promise<SimSummary> {
     if (e.type === "desired") {
       ops.polls++;
       if (e.changed) ops.polls_changed++;
+    } else if (e.type === "pushed") {
+      ops.pushes++;
+      const issued = h.issued.find((x) => x.generation === e.generation);
+      if (e.message !== "refresh" && issued && !(issued as { pushed?: boolean }).pushed) {
+        (issued as { pushed?: boolean }).pushed = true;
+        pushMs.push(performance.now() - issued.at);
+      }
+    } else if (e.type === "channel") {
+      if (e.state === "open") channel.opened++;
+      else channel.closed++;
     } else if (e.type === "reported") {
       ops.reports++;
       reportMs.push(e.ms);
@@ -314,6 +332,7 @@ export async function runSim(o: SimOptions): Promise<SimSummary> {
       token: h.token,
       driver,
       bootId,
+      transport: o.transport,
       waitS: o.waitS,
       reportIntervalMs: o.heartbeatS * 1000,
       fetch: fetchImpl,
@@ -432,7 +451,7 @@ export async function runSim(o: SimOptions): Promise<SimSummary> {
         elapsedS: elapsed() / 1000,
         durationS: o.durationS,
         byStatus: byStatus(),
-        ops: ops.polls + ops.reports + ops.fleetlock,
+        ops: ops.polls + ops.pushes + ops.reports + ops.fleetlock,
         errors: ops.errors,
         reboots,
       }),
@@ -452,10 +471,11 @@ export async function runSim(o: SimOptions): Promise<SimSummary> {
   let holdersAtEnd: string[] = [];
   if (baseUrl) holdersAtEnd = (await api.getGroup(o.fleet, o.group)).holders.map((x) => x.id);
 
-  const totalOps = ops.polls + ops.reports + ops.fleetlock;
+  const totalOps = ops.polls + ops.pushes + ops.reports + ops.fleetlock;
   const cpuMs = (cpu.user + cpu.system) / 1000;
   const sortedReports = reportMs.sort((a, b) => a - b);
   const sortedConverge = convergeMs.sort((a, b) => a - b);
+  const sortedPush = pushMs.sort((a, b) => a - b);
   return {
     url: o.url,
     fleet: o.fleet,
@@ -465,12 +485,15 @@ export async function runSim(o: SimOptions): Promise<SimSummary> {
     durationS: elapsed() / 1000,
     byStatus: byStatus(),
     ops: { ...ops, total: totalOps },
+    channel,
     errors_by_kind: Object.fromEntries([...errorKinds].sort((a, b) => b[1] - a[1]).slice(0, 10)),
     latency_ms: {
       report_p50: round(percentile(sortedReports, 50)),
       report_p99: round(percentile(sortedReports, 99)),
       converge_p50: sortedConverge.length ? round(percentile(sortedConverge, 50)) : null,
       converge_p99: sortedConverge.length ? round(percentile(sortedConverge, 99)) : null,
+      push_p50: sortedPush.length ? round(percentile(sortedPush, 50)) : null,
+      push_p99: sortedPush.length ? round(percentile(sortedPush, 99)) : null,
     },
     reboots: {
       planned: hosts.filter((h) => h.flags.rebootAtMs !== null).length,
