@@ -1,8 +1,8 @@
-import type { DesiredConfig } from "../src/ledger/schemas.ts";
 import { backoffDelay, type BackoffPolicy, DEFAULT_BACKOFF } from "./backoff.ts";
 import { connectThroughFetch, connectWebSocket, type ChannelConnector } from "./channel.ts";
 import { runChannelSession } from "./channel-session.ts";
-import { reconcile, type AgentDriver, type ReconcileOutcome } from "./driver.ts";
+import { reconcile, type AgentDriver } from "./driver.ts";
+import type { AgentEvent, AgentExit, LoopState } from "./loop.ts";
 import { HostApi, type Report, type ReportAccepted } from "./host-api.ts";
 import { ApiError, type FetchLike, sleep as defaultSleep } from "./http.ts";
 
@@ -44,34 +44,7 @@ export interface HostAgentOptions {
   onEvent?: (event: AgentEvent) => void;
 }
 
-export type AgentEvent =
-  | { type: "desired"; changed: boolean; generation: number | null; ms: number }
-  /** A message the server pushed over the channel. */
-  | { type: "pushed"; message: "desired" | "lifecycle" | "refresh"; generation: number | null }
-  | { type: "channel"; state: "open" }
-  /** The channel closed (`code`), or could not be opened (`code` null); the next attempt in `retryInMs`. */
-  | { type: "channel"; state: "closed"; code: number | null; reason: string; retryInMs: number }
-  | { type: "reconciled"; generation: number; outcome: ReconcileOutcome }
-  | { type: "reported"; generation: number; accepted: ReportAccepted; ms: number }
-  | { type: "error"; error: unknown; attempt: number; delayMs: number };
-
-export type AgentExit =
-  | { reason: "aborted" }
-  | { reason: "terminated"; generation: number }
-  | { reason: "uninstalled"; generation: number }
-  /** The server's token no longer works (revoked, or the server was removed). */
-  | { reason: "unauthorized"; message: string };
-
-/** What the loop knows, kept across transports (a channel that drops resumes from it). */
-export interface LoopState {
-  desired: DesiredConfig | null;
-  etag: string | null;
-  /** A reconcile and report is owed (start, new config, refresh). */
-  due: boolean;
-  lastReportAt: number;
-  lastPollAt: number;
-  failures: number;
-}
+export type { AgentEvent, AgentExit, LoopState } from "./loop.ts";
 
 /** The reconnect delay of a dropped channel: up to 10 s at first, doubling to 5 min. */
 const DEFAULT_RECONNECT: BackoffPolicy = { baseMs: 10_000, capMs: 300_000 };

@@ -8,10 +8,10 @@
  */
 import { CLOSE_CODES } from "../src/domain/channel.ts";
 import type { ServerMessage } from "../src/ledger/channel-messages.ts";
-import type { AgentExit, HostAgent, LoopState } from "./agent.ts";
-import { ChannelConnection, channelRequest } from "./channel.ts";
+import { ChannelConnection, channelRequest, type ChannelConnector } from "./channel.ts";
 import type { Report, ReportAccepted } from "./host-api.ts";
 import { ApiError } from "./http.ts";
+import type { AgentEvent, AgentExit, LoopState } from "./loop.ts";
 
 export interface SessionEnd {
   /** Whether the socket was open at all (false: the upgrade was refused or failed). */
@@ -26,6 +26,18 @@ const ACK_TIMEOUT_MS = 15_000;
 /** With nothing to report yet, the session still wakes this often (to notice an abort). */
 const IDLE_MS = 60_000;
 
+/** What a session needs of the agent (./agent.ts). */
+export interface SessionAgent {
+  readonly opts: { url: string; token: string; tokenIn?: "header" | "protocol"; pingMs?: number };
+  readonly connect: ChannelConnector;
+  readonly reportIntervalMs: number;
+  now(): number;
+  emit(e: AgentEvent): void;
+  reportDue(s: LoopState): boolean;
+  reconcileAndReport(s: LoopState, send: (report: Report) => Promise<ReportAccepted>): Promise<AgentExit | null>;
+  failed(s: LoopState, err: unknown, signal?: AbortSignal): Promise<AgentExit | null>;
+}
+
 class ChannelClosed extends Error {
   readonly code: number;
   constructor(code: number, reason: string) {
@@ -34,7 +46,7 @@ class ChannelClosed extends Error {
   }
 }
 
-export async function runChannelSession(agent: HostAgent, s: LoopState, signal?: AbortSignal): Promise<SessionEnd> {
+export async function runChannelSession(agent: SessionAgent, s: LoopState, signal?: AbortSignal): Promise<SessionEnd> {
   const req = channelRequest(agent.opts.url, agent.opts.token, s.desired?.generation ?? null, agent.opts.tokenIn ?? "header");
   let conn: ChannelConnection;
   try {
@@ -82,7 +94,7 @@ function ended(code: number, reason: string): SessionEnd {
 }
 
 /** A pushed message: a new config (or order) or a refresh makes a report due. */
-function take(agent: HostAgent, s: LoopState, m: ServerMessage) {
+function take(agent: SessionAgent, s: LoopState, m: ServerMessage) {
   if (m.type === "desired" || m.type === "lifecycle") {
     const { refresh: _refresh, ...config } = m.type === "desired" ? m.config : { ...m.config, refresh: undefined };
     s.desired = config;

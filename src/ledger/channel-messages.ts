@@ -6,7 +6,7 @@
  */
 import { z } from "@hono/zod-openapi";
 import { MAX_BODY_BYTES } from "../domain/limits";
-import { CHANNEL_VERSION } from "../domain/channel";
+import { CHANNEL_PROTOCOL, CHANNEL_VERSION, CLOSE_CODES, FLOOD_MAX_MESSAGES, FLOOD_WINDOW_MS, PING, PONG, TOKEN_PROTOCOL_PREFIX } from "../domain/channel";
 import { DesiredConfig, HostDesiredConfig, InventoryReport, ReportAccepted } from "./schemas";
 
 export * from "../domain/channel";
@@ -78,3 +78,32 @@ export const ErrorMessage = z
 export const ServerMessage = z.discriminatedUnion("type", [DesiredMessage, LifecycleMessage, RefreshMessage, AckMessage, ErrorMessage]);
 export type ServerMessage = z.infer<typeof ServerMessage>;
 export type AckMessage = z.infer<typeof AckMessage>;
+
+/**
+ * The committed message document (channel.schema.json, beside openapi.json): JSON Schema 2020-12
+ * of both directions, generated from the schemas above, with what the schemas cannot say (the
+ * endpoint, keep-alive, close codes, limits) in its description and `x-` fields.
+ */
+export function channelMessageDocument() {
+  const def = (schema: z.ZodType, io: "input" | "output") => {
+    const { $schema: _drop, ...rest } = z.toJSONSchema(schema, { io, target: "draft-2020-12" }) as Record<string, unknown>;
+    return rest;
+  };
+  return {
+    $schema: "https://json-schema.org/draft/2020-12/schema",
+    title: `Harbormaster host channel, messages v${CHANNEL_VERSION}`,
+    description:
+      "Messages of GET /v1/agent/channel (a WebSocket; the upgrade is in openapi.json): JSON text frames, each " +
+      "with `type` and the version `v`. HostMessage: host to server; ServerMessage: server to host. A `report` is " +
+      "answered by an `ack` with the same `id`, carrying what PUT /v1/agent/inventory would answer (its status, " +
+      "and its body or its error). A message the server cannot take gets an `error` and changes nothing. " +
+      `Keep-alive: the text frame \`${PING}\` is answered \`${PONG}\` (not JSON, not a message).`,
+    "x-subprotocol": CHANNEL_PROTOCOL,
+    "x-token-subprotocol-prefix": TOKEN_PROTOCOL_PREFIX,
+    "x-max-message-bytes": MAX_CHANNEL_MESSAGE_BYTES,
+    "x-flood": { window_ms: FLOOD_WINDOW_MS, max_messages: FLOOD_MAX_MESSAGES, close_code: CLOSE_CODES.flood },
+    "x-close-codes": CLOSE_CODES,
+    oneOf: [{ $ref: "#/$defs/HostMessage" }, { $ref: "#/$defs/ServerMessage" }],
+    $defs: { HostMessage: def(HostMessage, "input"), ServerMessage: def(ServerMessage, "output") },
+  };
+}
