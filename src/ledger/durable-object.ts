@@ -50,9 +50,10 @@ export class ServerLedger extends DurableObject<Env> {
     this.store = new LedgerStore(ctx.storage);
     this.scheduler = new Scheduler(ctx.storage);
     const db = () => getDb(this.env.DB);
-    const effects = ledgerEffects({ env: () => this.env, db, store: this.store, cleaned: (step) => cleanupDelivered(this.deps, step) });
+    const hostConnected = () => this.sockets.hostConnected();
+    const effects = ledgerEffects({ env: () => this.env, db, store: this.store, cleaned: (step) => cleanupDelivered(this.deps, step), hostConnected });
     this.outbox = new Outbox(ctx.storage, this.scheduler, effects, db);
-    this.deps = { store: this.store, outbox: this.outbox, clock: () => Date.now() };
+    this.deps = { store: this.store, outbox: this.outbox, clock: () => Date.now(), hostConnected };
     this.sockets = new LedgerSockets(this.deps, socketRoom(ctx));
     this.store.onChange = () => this.sockets.changed();
     // Keep-alive pings on the host channel are answered by the runtime: they never wake the ledger.
@@ -183,6 +184,15 @@ export class ServerLedger extends DurableObject<Env> {
 
   async webSocketMessage(ws: WebSocket, message: string | ArrayBuffer) {
     if (this.sockets.message(ws, message)) await this.settleInBackground();
+  }
+
+  /** The host's socket went: the index learns of it at once (its staleness is exact again). */
+  async webSocketClose(ws: WebSocket) {
+    if (this.sockets.closed(ws)) await this.settleInBackground();
+  }
+
+  async webSocketError(ws: WebSocket) {
+    if (this.sockets.closed(ws)) await this.settleInBackground();
   }
 
   // ---- rollouts (issue 9) ----

@@ -4,14 +4,14 @@
  */
 import { fail, type Failure } from "../objects/kit/result";
 import { acknowledgeLifecycle } from "./decommission";
-import { project, type LedgerDeps, type ReleasePayload } from "./effects";
-import { lastSeenRefreshMs } from "./projection";
+import { project, projectHeartbeat, type LedgerDeps, type ReleasePayload } from "./effects";
+import { lastSeenDue } from "./projection";
 import type { ServerRecord } from "./record";
 import { answerRefresh } from "./refresh";
 import { settleRolloutMarks } from "./rollout-marks";
 import type { InventoryReport, ReportAccepted, StoredReport } from "./schemas";
 import { computeStatus, type ComputedStatus } from "./status";
-import { contentKey, type LedgerStore } from "./store";
+import { contentKey } from "./store";
 
 /** How old the persisted heartbeat of an unchanged report may get (memory holds the latest). */
 export const HEARTBEAT_PERSIST_MS = 60_000;
@@ -48,8 +48,8 @@ export function acceptReport(d: LedgerDeps, record: ServerRecord, report: Invent
     // steady host costs no storage write, and nothing the index shows can have changed.
     d.store.heartbeat(stored);
     answerRefresh(d.store, now);
-    if (lastSeenDue(d.store, now)) {
-      project(d.outbox);
+    if (indexDue(d, now)) {
+      projectHeartbeat(d.outbox);
       enqueued = true;
     }
   } else {
@@ -59,7 +59,8 @@ export function acceptReport(d: LedgerDeps, record: ServerRecord, report: Invent
       // The first report proves the host is up and talking to us.
       if (record.state === "provisioning") d.store.save({ record: { ...record, state: "active" } });
       if (record.state === "decommissioning") acknowledgeLifecycle(d, record, stored, now);
-      if (!unchanged || lastSeenDue(d.store, now)) project(d.outbox);
+      if (!unchanged) project(d.outbox);
+      else if (indexDue(d, now)) projectHeartbeat(d.outbox);
       if (!unchanged) settleRolloutMarks(d, record.id, stored);
       // A new boot_id: the host rebooted and came back, so any slot it still holds is one whose
       // steady-state call was lost. Slots granted after this moment belong to the new boot.
@@ -73,10 +74,9 @@ export function acceptReport(d: LedgerDeps, record: ServerRecord, report: Invent
   return { answer: { ok: true, generation: desired.generation, computed: computeStatus(desired, stored, now, record.stale_after_s * 1000) }, enqueued };
 }
 
-/** Whether the index's last_seen is old enough to be refreshed (a coarse refresh, DESIGN §8). */
-function lastSeenDue(store: LedgerStore, now: number) {
-  const state = store.load();
+/** Whether the index's last_seen is due a refresh (a coarse one, DESIGN §8; leased on the channel). */
+function indexDue(d: LedgerDeps, now: number) {
+  const state = d.store.load();
   if (!state?.report) return false;
-  const written = store.projected()?.last_seen_written;
-  return written == null || now - written >= lastSeenRefreshMs(state.record.stale_after_s);
+  return lastSeenDue(d.store.projected(), now, state.record.stale_after_s, d.hostConnected());
 }

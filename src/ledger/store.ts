@@ -44,6 +44,8 @@ export interface RefreshState {
 export interface ProjectedMark {
   written?: Signatures | null;
   last_seen_written: number | null;
+  /** The stale_at written was leased (the host was on the channel): see ./projection.ts. */
+  leased?: boolean;
   /** Marks of an older release: a dirty one cannot say what D1 holds. */
   dirty?: boolean;
 }

@@ -84,7 +84,7 @@ export class Outbox<K extends string> {
    * index must show the ledger as it is now"), and a delivery of the older payload under way does
    * not remove the newer one.
    */
-  enqueue(kind: K, payload: unknown = {}, opts: { key?: string; deferMs?: number } = {}) {
+  enqueue(kind: K, payload: unknown = {}, opts: { key?: string; deferMs?: number; alarm?: boolean } = {}) {
     const now = Date.now();
     // `deferMs`: no delivery of its own; it rides with the next flush, or the alarm after deferMs,
     // so effects of a busy path (a grant's audit row) reach D1 many to a batch.
@@ -115,7 +115,10 @@ export class Outbox<K extends string> {
         attempts,
       );
     }
-    this.scheduler.schedule(OUTBOX_TIMER, due, null, { noLaterThan: true });
+    // `alarm: false`: no safety alarm of its own, for an effect the next call brings again anyway
+    // (a heartbeat's refresh): delivered by this call's flush or the next one; a failed delivery
+    // still retries on the alarm. It saves a wake-up that would find nothing to do.
+    if (opts.alarm !== false) this.scheduler.schedule(OUTBOX_TIMER, due, null, { noLaterThan: true });
   }
 
   /** How many effects wait for delivery (tests, metrics). */

@@ -1,0 +1,70 @@
+import { env, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
+import { describe, expect, it } from "vitest";
+import { CHANNEL_LEASE_MS } from "../src/ledger/projection";
+import { call, createFleet, registerServer, report, settle } from "./helpers";
+import { ledger, openChannel, sleep } from "./channel-helpers";
+
+const A = { name: "a", image: "a:1" };
+const indexRow = (id: string) => env.DB.prepare("SELECT last_seen, stale_at FROM servers WHERE id = ?").bind(id).first<{ last_seen: number; stale_at: number }>();
+
+async function until<T>(read: () => Promise<T>, pred: (v: T) => boolean, ms = 5_000) {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const v = await read();
+    if (pred(v)) return v;
+    if (Date.now() > deadline) throw new Error(`condition not met: ${JSON.stringify(v)}`);
+    await sleep(50);
+  }
+}
+
+describe("the index's staleness while a host is on the channel", () => {
+  it("is leased (stale_at one lease beyond last_seen + stale_after) while connected, and exact as soon as the socket closes", async () => {
+    const fleet = await createFleet({ stale_after_s: 300 });
+    const s = await registerServer(fleet.id);
+    await call("PUT", `/v1/servers/${s.id}/desired`, { body: { generation: 2, agents: [{ name: "a", image: "a:1", version: "1" }] } });
+    const ch = await openChannel(s.token, { generation: 2 });
+    ch.send({ type: "report", v: 1, id: "r", report: report(2, [A]) });
+    expect((await ch.next("ack")).status).toBe(200);
+    await settle(s.id);
+    const leased = (await indexRow(s.id))!;
+    expect(leased.stale_at).toBe(leased.last_seen + 300_000 + CHANNEL_LEASE_MS);
+
+    ch.close();
+    const exact = await until(() => indexRow(s.id), (r) => r!.stale_at === r!.last_seen + 300_000);
+    expect(exact!.last_seen).toBe(leased.last_seen);
+  });
+
+  it("refreshes a connected host's last_seen only once a lease has passed, and a heartbeat's refresh leaves no alarm to wake the ledger", async () => {
+    const fleet = await createFleet({ stale_after_s: 300 });
+    const s = await registerServer(fleet.id);
+    const ch = await openChannel(s.token, { generation: 1 });
+    const send = async (id: string) => {
+      ch.send({ type: "report", v: 1, id, report: report(1, []) });
+      expect((await ch.next("ack")).status).toBe(200);
+      await settle(s.id);
+    };
+    await send("first");
+    const first = (await indexRow(s.id))!;
+    // Heartbeats within the lease (even past the exact mode's 150 s) leave the row alone.
+    await runInDurableObject(ledger(s.id), (_i, state) => {
+      const mark = state.storage.kv.get<any>("projected");
+      state.storage.kv.put("projected", { ...mark, last_seen_written: mark.last_seen_written - 10 * 60_000 });
+    });
+    await sleep(5);
+    await send("within");
+    expect((await indexRow(s.id))!.last_seen).toBe(first.last_seen);
+    // Past the lease: refreshed, and nothing is left on the alarm.
+    while (await runDurableObjectAlarm(ledger(s.id)));
+    await runInDurableObject(ledger(s.id), (_i, state) => {
+      const mark = state.storage.kv.get<any>("projected");
+      state.storage.kv.put("projected", { ...mark, last_seen_written: mark.last_seen_written - CHANNEL_LEASE_MS });
+    });
+    await sleep(5);
+    await send("past");
+    const refreshed = (await indexRow(s.id))!;
+    expect(refreshed.last_seen).toBeGreaterThan(first.last_seen);
+    expect(refreshed.stale_at).toBe(refreshed.last_seen + 300_000 + CHANNEL_LEASE_MS);
+    expect(await runInDurableObject(ledger(s.id), (_i, state) => state.storage.getAlarm())).toBeNull();
+    ch.close();
+  });
+});
