@@ -14,7 +14,7 @@ import type { ServerIdentity } from "../fleetlock/durable-object";
 import type { Effect, Outbox } from "../objects/kit/outbox";
 import type { ServerRecord } from "./record";
 import type { CleanupStep } from "./lifecycle";
-import { buildProjection, lastSeenRefreshMs, projectionStatements } from "./projection";
+import { buildProjection, lastSeenDue, projectionStatements } from "./projection";
 import type { LedgerStore, ProjectedMark } from "./store";
 import { rolloutEventEffect } from "../rollouts/ledger-side";
 import { coordinatorOf } from "../objects/stubs";
@@ -31,11 +31,15 @@ export type LedgerEffectKind =
 
 export type LedgerOutbox = Outbox<LedgerEffectKind>;
 
-/** What the ledger's decision modules are given: its storage, its outbox and the time. */
+/**
+ * What the ledger's decision modules are given: its storage, its outbox, the time, and whether its
+ * host is connected on the channel now (the index's staleness is leased meanwhile, ./projection.ts).
+ */
 export interface LedgerDeps {
   store: LedgerStore;
   outbox: LedgerOutbox;
   clock: () => number;
+  hostConnected: () => boolean;
 }
 
 /** The server's token row in D1 (listing, and telling a server token apart on operator routes). */
@@ -89,6 +93,12 @@ export const audit = (outbox: LedgerOutbox, entry: AuditEntry) => outbox.enqueue
 /** The index must show the ledger as it is now (one pending projection, whatever caused it). */
 export const project = (outbox: LedgerOutbox) => outbox.enqueue("project", {}, { key: "project" });
 
+/**
+ * Only a heartbeat is due in the index (its last_seen): no safety alarm, since the host's next
+ * report brings it again should this delivery be lost; an alarm would wake the ledger for nothing.
+ */
+export const projectHeartbeat = (outbox: LedgerOutbox) => outbox.enqueue("project", {}, { key: "project", alarm: false });
+
 function tokenRowStatements(d: Db, t: TokenRowPayload) {
   const row = {
     id: t.server_id,
@@ -113,6 +123,8 @@ export interface LedgerEffectWiring {
   store: LedgerStore;
   /** A cleanup step reached its receiver (./decommission.ts takes the cleanup on from there). */
   cleaned: (step: CleanupStep) => void;
+  /** Whether the host is on the channel now (its index row's staleness is then leased). */
+  hostConnected: () => boolean;
 }
 
 export function ledgerEffects(w: LedgerEffectWiring): Record<LedgerEffectKind, Effect> {
@@ -176,14 +188,15 @@ function projectEffect(w: LedgerEffectWiring): Effect {
       const state = w.store.load();
       if (!state) return [];
       const mark = w.store.projected();
-      const p = buildProjection(state.record, state.desired, state.report, Date.now());
+      const leased = w.hostConnected();
+      const p = buildProjection(state.record, state.desired, state.report, Date.now(), leased);
       const written = mark && !mark.dirty && mark.written ? mark.written : null;
       const lastSeen = p.server.lastSeen ?? null;
-      const lastSeenDue =
-        lastSeen != null &&
-        (mark?.last_seen_written == null || lastSeen - mark.last_seen_written >= lastSeenRefreshMs(state.record.stale_after_s));
-      const { statements, serverRow } = projectionStatements(w.db(), p, written, { serverRowDue: lastSeenDue });
-      inFlight = { written: p.signatures, last_seen_written: serverRow ? lastSeen : (mark?.last_seen_written ?? null) };
+      const due = lastSeen != null && lastSeenDue(mark, lastSeen, state.record.stale_after_s, leased);
+      const { statements, serverRow } = projectionStatements(w.db(), p, written, { serverRowDue: due });
+      inFlight = serverRow
+        ? { written: p.signatures, last_seen_written: lastSeen, leased }
+        : { written: p.signatures, last_seen_written: mark?.last_seen_written ?? null, leased: mark?.leased ?? false };
       return statements;
     },
     delivered: () => {

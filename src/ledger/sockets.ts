@@ -6,11 +6,13 @@
  */
 import type { SocketRoom } from "../objects/kit/sockets";
 import { HOST_TAG, CHANNEL_PATH, connectHost, hostMessage, pushToHosts } from "./channel";
-import type { LedgerDeps } from "./effects";
+import { project, type LedgerDeps } from "./effects";
 import { openPollWait, openViewWait, WAIT_PATHS, wakeWaits } from "./waits";
 
 export class LedgerSockets {
   private pending = false;
+  /** Host sockets seen closing in this wake (the runtime may still list them meanwhile). */
+  private readonly gone = new WeakSet<WebSocket>();
 
   constructor(
     private readonly d: LedgerDeps,
@@ -29,6 +31,23 @@ export class LedgerSockets {
   /** A message on one of the sockets; true when the outbox has something to deliver. Waiters never speak. */
   message(ws: WebSocket, raw: string | ArrayBuffer): boolean {
     return this.room.tags(ws).includes(HOST_TAG) ? hostMessage(this.d, ws, raw) : false;
+  }
+
+  /** Whether the host is connected on the channel now. */
+  hostConnected(): boolean {
+    return this.room.list(HOST_TAG).some((ws) => !this.gone.has(ws) && ws.readyState === WebSocket.OPEN);
+  }
+
+  /**
+   * A socket closed. When it was the host's last, the index is told at once (its staleness is
+   * exact again: ./projection.ts); true when the outbox has something to deliver.
+   */
+  closed(ws: WebSocket): boolean {
+    if (!this.room.tags(ws).includes(HOST_TAG)) return false;
+    this.gone.add(ws);
+    if (this.hostConnected() || !this.d.store.load()) return false;
+    project(this.d.outbox);
+    return true;
   }
 
   /** After every store write, in the writer's turn: the wake-ups go out once the turn is over. */
