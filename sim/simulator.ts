@@ -97,7 +97,10 @@ export interface SimHost {
   /** Every accepted report: the generation it claimed and the status the server computed. */
   reports: { generation: number; status: ServerStatus; bootId: string; at: number }[];
   /** Generations the operator (the simulator) issued to this host, in order. */
-  issued: { generation: number; at: number }[];
+  /** `connected`: the host's channel was open when the generation was written (push latency counts only those). */
+  issued: { generation: number; at: number; connected?: boolean; pushed?: boolean }[];
+  /** Whether the host's channel is open now. */
+  channelOpen: boolean;
   bootIds: string[];
   silent: boolean;
   reboot: { grantedAt: number | null; refusals: number; backAt: number | null; steadyState: "sent" | "lost" | null };
@@ -125,7 +128,7 @@ export interface SimSummary {
   /** Channel sockets opened, and closed or refused (the host channel only). */
   channel: { opened: number; closed: number };
   errors_by_kind: Record<string, number>;
-  /** push: from the operator's write of a generation to its host receiving it over the channel. */
+  /** push: from the operator's write of a generation to its host receiving it over the channel (hosts connected at the write). */
   latency_ms: { report_p50: number; report_p99: number; converge_p50: number | null; converge_p99: number | null; push_p50: number | null; push_p99: number | null };
   reboots: { planned: number; granted: number; refusals: number; back: number; steady_state_lost: number };
   group: { slots: number; samples: number; max_holders: number; over_slots: number; holders_at_end: string[] };
@@ -228,6 +231,7 @@ export async function runSim(o: SimOptions): Promise<SimSummary> {
       issued: [],
       bootIds: [],
       silent: false,
+      channelOpen: false,
       reboot: { grantedAt: null, refusals: 0, backAt: null, steadyState: null },
       exit: null,
     };
@@ -284,11 +288,12 @@ export async function runSim(o: SimOptions): Promise<SimSummary> {
     } else if (e.type === "pushed") {
       ops.pushes++;
       const issued = h.issued.find((x) => x.generation === e.generation);
-      if (e.message !== "refresh" && issued && !(issued as { pushed?: boolean }).pushed) {
-        (issued as { pushed?: boolean }).pushed = true;
+      if (e.message !== "refresh" && issued?.connected && !issued.pushed) {
+        issued.pushed = true;
         pushMs.push(performance.now() - issued.at);
       }
     } else if (e.type === "channel") {
+      h.channelOpen = e.state === "open";
       if (e.state === "open") channel.opened++;
       else channel.closed++;
     } else if (e.type === "reported") {
@@ -338,7 +343,8 @@ export async function runSim(o: SimOptions): Promise<SimSummary> {
       fetch: fetchImpl,
       onEvent: onEvent(h, bootId),
     });
-    return agent.run(stop);
+    // A boot that ends (a reboot, silence) takes its channel with it.
+    return agent.run(stop).finally(() => (h.channelOpen = false));
   };
 
   const hostLife = async (h: SimHost) => {
@@ -414,7 +420,7 @@ export async function runSim(o: SimOptions): Promise<SimSummary> {
     if (specs.length) specs[0] = { ...specs[0], image: specs[0].image.replace(/:v1$/, ":v2"), version: "v2" };
     await pool(hosts, o.setupConcurrency, async (h) => {
       const generation = desiredNow.get(h.id)! + 1;
-      h.issued.push({ generation, at: performance.now() });
+      h.issued.push({ generation, at: performance.now(), connected: h.channelOpen });
       await api.putDesired(h.id, { generation, agents: specs });
       desiredNow.set(h.id, generation);
     });
