@@ -2,7 +2,7 @@ import { drizzle } from "drizzle-orm/d1";
 import * as schema from "./schema";
 
 /**
- * Statement counters around the D1 binding, exported on /metrics. The scale model (DESIGN §8)
+ * Statement counters around the D1 binding, exported on /metrics. The scale model (docs/design.md §8)
  * says unchanged reports must cost no D1 write; this is how the benchmark proves it.
  */
 export const d1Counters = { reads: 0, writes: 0 };

@@ -123,7 +123,7 @@ export const auditLog = sqliteTable(
 );
 
 /**
- * Self-upgrade (DESIGN §4 "Upgrade steps"). One row, id 1: the version the data is at, and where a
+ * Self-upgrade (docs/design.md §4 "Upgrade steps"). One row, id 1: the version the data is at, and where a
  * chunked step stopped. Every step commit rewrites `written_by_run` from a subquery on the running
  * run, so a runner that lost its lease fails the NOT NULL and its whole batch rolls back.
  */
@@ -184,7 +184,7 @@ export const upgradeSteps = sqliteTable(
 // Kept in one block at the end of the file so merges with the objects refactor stay clean.
 // ---------------------------------------------------------------------------------------------
 
-/** The image the fleet currently wants for an agent (DESIGN §3 "Agent channel"). */
+/** The image the fleet currently wants for an agent (docs/design.md §3 "Agent channel"). */
 export const agentChannels = sqliteTable(
   "agent_channels",
   {

@@ -65,7 +65,7 @@ export function acceptReport(d: LedgerDeps, record: ServerRecord, report: Invent
   return { answer: { ok: true, generation: desired.generation, computed: computeStatus(desired, stored, now, record.stale_after_s * 1000) }, enqueued };
 }
 
-/** Whether the index's last_seen is old enough to be refreshed (a coarse refresh, DESIGN §8). */
+/** Whether the index's last_seen is old enough to be refreshed (a coarse refresh, docs/design.md §8). */
 function lastSeenDue(store: LedgerStore, now: number) {
   const state = store.load();
   if (!state?.report) return false;
