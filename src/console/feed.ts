@@ -22,19 +22,29 @@ const FLEET = /^[a-z0-9][a-z0-9-]{0,62}$/;
 const feedOf = (env: Env, fleet: string) => env.FEED.get(env.FEED.idFromName(fleet));
 
 /**
- * A notice within THROTTLE_MS of the last one this isolate sent for the fleet is dropped: pages
- * re-fetch once at a notice and once more 1.2 s later, which covers it. So a busy fleet costs its
- * feed at most a couple of calls a second per isolate, however many reports arrive.
+ * At most one notice per fleet per THROTTLE_MS from an isolate: one arriving sooner waits for the
+ * window's end and goes then, standing for every change in between (pages re-fetch everything
+ * they show). So a busy fleet costs its feed a couple of calls a second per isolate, however many
+ * reports arrive, and the last change of a burst is never left untold.
  */
 const THROTTLE_MS = 500;
-const lastSent = new Map<string, number>();
+const windows = new Map<string, { last: number; trailing: boolean }>();
 
 export async function notifyFeed(env: Env, fleet: string, notice: { kind: string; ids?: string[] }) {
-  const now = Date.now();
-  if (now - (lastSent.get(fleet) ?? 0) < THROTTLE_MS) return;
-  if (lastSent.size > 4096) lastSent.clear();
-  lastSent.set(fleet, now);
-  const body: FeedNotice = { kind: notice.kind, ids: (notice.ids ?? []).slice(0, 20), at: new Date(now).toISOString() };
+  let w = windows.get(fleet);
+  if (!w) {
+    if (windows.size > 4096) windows.clear();
+    windows.set(fleet, (w = { last: 0, trailing: false }));
+  }
+  const wait = w.last + THROTTLE_MS - Date.now();
+  if (wait > 0) {
+    if (w.trailing) return;
+    w.trailing = true;
+    await new Promise((r) => setTimeout(r, wait));
+    w.trailing = false;
+  }
+  w.last = Date.now();
+  const body: FeedNotice = { kind: notice.kind, ids: (notice.ids ?? []).slice(0, 20), at: new Date(w.last).toISOString() };
   await feedOf(env, fleet).notify(body);
 }
 
