@@ -47,9 +47,10 @@ function signedOut(res) {
   return false;
 }
 
+// A region the operator is working in (focus inside it) is left alone until the next notice.
 function busy(el) {
   const a = document.activeElement;
-  return a && el.contains(a) && /^(INPUT|SELECT|TEXTAREA)$/.test(a.tagName) && a.type !== "submit";
+  return !!a && a !== document.body && el.contains(a);
 }
 
 let refreshing = null;

@@ -1,5 +1,6 @@
 /** @jsxImportSource hono/jsx */
 /** The console's shared pieces: the page frame, status badges, times, pagers, forms. */
+import { raw } from "hono/html";
 import type { Child } from "hono/jsx";
 import { ASSETS } from "./assets";
 import type { Session } from "./session";
@@ -110,6 +111,8 @@ export const Page = ({ frame, children }: { frame: Frame; children: Child }) => 
   const { session, fleet } = frame;
   const withFleet = (href: string) => (fleet ? `${href}?fleet=${encodeURIComponent(fleet)}` : href);
   return (
+    <>
+    {raw("<!DOCTYPE html>")}
     <html lang="en">
       <head>
         <meta charset="utf-8" />
@@ -167,6 +170,7 @@ export const Page = ({ frame, children }: { frame: Frame; children: Child }) => 
         </main>
       </body>
     </html>
+    </>
   );
 };
 
