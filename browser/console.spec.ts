@@ -225,9 +225,9 @@ test("usable at 390 px: the overview fits the width", async ({ page }) => {
   await signIn(page);
   const overflow = await page.evaluate("document.documentElement.scrollWidth - document.documentElement.clientWidth");
   expect(overflow).toBeLessThanOrEqual(0);
+  await screenshots(page, "overview-390");
   await page.keyboard.press("Tab");
   await expect(page.getByRole("link", { name: "Skip to content" })).toBeFocused();
-  await screenshots(page, "overview-390");
 });
 
 test("sign-out ends the session", async ({ page }) => {

@@ -9,10 +9,10 @@ import type { Session } from "./session";
 const TONES: Record<string, [icon: string, tone: string]> = {
   realized: ["✓", "ok"], succeeded: ["✓", "ok"], done: ["✓", "ok"], active: ["●", "ok"], open: ["◯", "ok"], connected: ["●", "ok"],
   pending: ["◔", "info"], applying: ["◔", "info"], running: ["▶", "info"], provisioning: ["◌", "info"], queued: ["…", "idle"],
-  failed: ["✕", "bad"], removal_failed: ["✕", "bad"], stuck: ["⚠", "bad"], timed_out: ["⌛", "bad"], unreachable: ["⚠", "bad"],
-  drifted: ["≠", "warn"], stale: ["⌛", "warn"], unknown: ["?", "idle"], paused: ["⏸", "warn"], closed: ["■", "idle"],
+  failed: ["✕", "bad"], removal_failed: ["✕", "bad"], stuck: ["⚠", "bad"], timed_out: ["◷", "bad"], unreachable: ["⚠", "bad"],
+  drifted: ["≠", "warn"], stale: ["◷", "warn"], unknown: ["?", "idle"], paused: ["⏸", "warn"], closed: ["■", "idle"],
   decommissioning: ["⏏", "warn"], removal_pending: ["⏏", "warn"], removed: ["∅", "idle"], cancelled: ["⊘", "idle"],
-  skipped: ["↷", "idle"], rolling_back: ["↶", "warn"], rolled_back: ["↶", "idle"], slow: ["🐢", "warn"], waiting: ["…", "idle"],
+  skipped: ["↷", "idle"], rolling_back: ["↶", "warn"], rolled_back: ["↶", "idle"], slow: ["◴", "warn"], waiting: ["…", "idle"],
 };
 
 export const Badge = ({ status, label }: { status: string; label?: string }) => {
@@ -154,7 +154,7 @@ export const Page = ({ frame, children }: { frame: Frame; children: Child }) => 
               ) : null}
               {fleet ? <span id="live" class="live off" role="status" aria-live="polite">○ Not live yet</span> : null}
               <span class="badge t-idle" title="Your token's scope">
-                <span class="i" aria-hidden="true">⚿</span>
+                <span class="i" aria-hidden="true">◆</span>
                 {session.scope}
               </span>
               <form method="post" action="/console/sign-out" class="inline">
@@ -185,6 +185,33 @@ export const Table = ({ caption, head, children, id }: { caption: string; head: 
       <tbody>{children}</tbody>
     </table>
   </div>
+);
+
+/** A GET form of filters (role search), keeping the fleet in view. */
+export const Filters = (props: { action: string; label: string; fleet?: string; children: Child; button?: string; clear?: string }) => (
+  <form method="get" action={props.action} class="filters" role="search" aria-label={props.label}>
+    {props.fleet ? <input type="hidden" name="fleet" value={props.fleet} /> : null}
+    {props.children}
+    <button type="submit">{props.button ?? "Filter"}</button>
+    {props.clear ? <a href={props.clear}>Clear</a> : null}
+  </form>
+);
+
+export const Field = ({ label, name, value, ...rest }: { label: string; name: string; value?: string; [attr: string]: unknown }) => (
+  <label>
+    {label}
+    <input name={name} value={value ?? ""} {...rest} />
+  </label>
+);
+
+export const Select = ({ name, label, options, value }: { name: string; label: string; options: string[]; value?: string }) => (
+  <label>
+    {label}
+    <select name={name}>
+      <option value="">any</option>
+      {options.map((o) => <option value={o} selected={o === value}>{o.replace(/_/g, " ")}</option>)}
+    </select>
+  </label>
 );
 
 export const canWrite = (s: Session | null) => !!s && s.scope !== "read";

@@ -5,7 +5,7 @@
  */
 import { qs } from "../api";
 import { render, type View } from "../context";
-import { Ago, Pager, Table } from "../ui";
+import { Ago, Field, Filters, Pager, Table } from "../ui";
 import { scan, SCAN_PAGES } from "./servers";
 
 const when = (text: string | undefined) => {
@@ -33,30 +33,13 @@ export async function auditPage(v: View) {
     "Audit",
     <>
       <h1>Audit log</h1>
-      <form method="get" action="/console/audit" class="filters" role="search" aria-label="Filter the audit log">
-        {v.fleet ? <input type="hidden" name="fleet" value={v.fleet} /> : null}
-        <label>
-          Actor
-          <input name="actor" value={f.actor ?? ""} placeholder="token:… or server:…" />
-        </label>
-        <label>
-          Server id
-          <input name="server" value={f.server ?? ""} size={36} />
-        </label>
-        <label>
-          Action starts with
-          <input name="action" value={f.action ?? ""} placeholder="server.decommission" />
-        </label>
-        <label>
-          Since
-          <input name="since" type="datetime-local" value={f.since ?? ""} />
-        </label>
-        <label>
-          Until
-          <input name="until" type="datetime-local" value={f.until ?? ""} />
-        </label>
-        <button type="submit">Filter</button> <a href={`/console/audit${qs({ fleet: v.fleet })}`}>Clear</a>
-      </form>
+      <Filters action="/console/audit" label="Filter the audit log" fleet={v.fleet} clear={`/console/audit${qs({ fleet: v.fleet })}`}>
+        <Field label="Actor" name="actor" value={f.actor} placeholder="token:… or server:…" />
+        <Field label="Server id" name="server" value={f.server} size={36} />
+        <Field label="Action starts with" name="action" value={f.action} placeholder="server.decommission" />
+        <Field label="Since" name="since" type="datetime-local" value={f.since} />
+        <Field label="Until" name="until" type="datetime-local" value={f.until} />
+      </Filters>
       {narrowed ? (
         <p class="muted small">
           Actor, action and time are matched here over {pages} page(s) of the log (up to {SCAN_PAGES * 200} entries a screen); the API filters by target only.

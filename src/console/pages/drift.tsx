@@ -4,7 +4,7 @@ import { Hono } from "hono";
 import { must, qs, type InProcessApp } from "../api";
 import { action, NoFleet, page, render, type View } from "../context";
 import { requireCsrf, requireSession, type ConsoleEnv } from "../guard";
-import { ActionForm, Badge, canWrite, Pager, Table } from "../ui";
+import { ActionForm, Badge, canWrite, Field, Filters, Pager, Table } from "../ui";
 
 const filterOf = (v: View, source: Record<string, string | undefined>) => ({
   fleet: v.fleet,
@@ -27,14 +27,9 @@ async function driftPage(v: View) {
     "Drift",
     <>
       <h1>Drift</h1>
-      <form method="get" action="/console/drift" class="filters" role="search" aria-label="Filter findings">
-        <input type="hidden" name="fleet" value={v.fleet} />
-        <label>
-          Agent
-          <input name="agent" value={f.agent ?? ""} />
-        </label>
-        <button type="submit">Filter</button>
-      </form>
+      <Filters action="/console/drift" label="Filter findings" fleet={v.fleet}>
+        <Field label="Agent" name="agent" value={f.agent} />
+      </Filters>
       <Table id="drift-findings" caption="Findings" head={["Server", "Agent", "Reason", "Desired", "Reported", "Fix"]}>
         {out.findings.map((x: any) => (
           <tr>

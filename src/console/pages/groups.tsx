@@ -4,7 +4,7 @@ import { Hono } from "hono";
 import { must, type InProcessApp } from "../api";
 import { action, confirmTyped, NoFleet, page, render, type View } from "../context";
 import { requireCsrf, requireSession, type ConsoleEnv } from "../guard";
-import { ActionForm, Ago, Badge, canWrite, Duration, Table } from "../ui";
+import { ActionForm, Ago, Badge, canWrite, Duration, Field, Filters, Table } from "../ui";
 
 const groupPath = (fleet: string, group: string) => `/v1/fleets/${encodeURIComponent(fleet)}/reboot-groups/${encodeURIComponent(group)}`;
 
@@ -41,14 +41,9 @@ async function groupsPage(v: View) {
     "Reboot groups",
     <>
       <h1>Reboot groups</h1>
-      <form method="get" action="/console/groups" class="filters" role="search" aria-label="Filter groups">
-        <input type="hidden" name="fleet" value={v.fleet} />
-        <label>
-          Name contains
-          <input name="q" value={q} />
-        </label>
-        <button type="submit">Filter</button>
-      </form>
+      <Filters action="/console/groups" label="Filter groups" fleet={v.fleet}>
+        <Field label="Name contains" name="q" value={q} />
+      </Filters>
       <p class="muted small">A holder is stuck once it has held its slot longer than the fleet's lock TTL ({list.lock_ttl_s} s).</p>
       <Table id="groups" caption="Reboot groups" head={["Group", ["Held", "num"], ["Queue", "num"], "Windows", "State"]}>
         {items.map((g: any) => (

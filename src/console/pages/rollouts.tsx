@@ -4,7 +4,7 @@ import { Hono } from "hono";
 import { must, qs, type InProcessApp } from "../api";
 import { action, NoFleet, page, render, type View } from "../context";
 import { requireCsrf, requireSession, type ConsoleEnv } from "../guard";
-import { ActionForm, Ago, Badge, canWrite, Duration, Pager, Table } from "../ui";
+import { ActionForm, Ago, Badge, canWrite, Duration, Field, Filters, Pager, Select, Table } from "../ui";
 import { Progress } from "./overview";
 
 const STATES = ["running", "paused", "succeeded", "failed", "cancelled", "rolling_back", "rolled_back"];
@@ -22,21 +22,10 @@ async function rolloutsPage(v: View) {
     "Rollouts",
     <>
       <h1>Rollouts</h1>
-      <form method="get" action="/console/rollouts" class="filters" role="search" aria-label="Filter rollouts">
-        <input type="hidden" name="fleet" value={v.fleet} />
-        <label>
-          State
-          <select name="state">
-            <option value="">any</option>
-            {STATES.map((s) => <option value={s} selected={s === q.state}>{s.replace("_", " ")}</option>)}
-          </select>
-        </label>
-        <label>
-          Agent
-          <input name="agent" value={params.agent ?? ""} />
-        </label>
-        <button type="submit">Filter</button>
-      </form>
+      <Filters action="/console/rollouts" label="Filter rollouts" fleet={v.fleet}>
+        <Select name="state" label="State" options={STATES} value={q.state} />
+        <Field label="Agent" name="agent" value={params.agent} />
+      </Filters>
       <Table id="rollouts" caption="Rollouts" head={["Agent and image", "State", "Progress", "Started", "By"]}>
         {list.items.map((r: any) => {
           const n = total(r.counts);
@@ -125,17 +114,20 @@ async function rolloutPage(v: View) {
           </ul>
         )}
         <h2>Failures</h2>
-        <Table caption="Failed targets" head={["Server", "State", "Why", "Ended"]}>
-          {failures.map((t: any) => (
-            <tr>
-              <td><a href={`/console/servers/${t.server_id}`}>{t.hostname}</a></td>
-              <td><Badge status={t.state} /></td>
-              <td>{t.reason ?? "—"}</td>
-              <td><Ago at={t.ended_at} /></td>
-            </tr>
-          ))}
-        </Table>
-        {failures.length === 0 ? <p class="muted">No target failed.</p> : null}
+        {failures.length === 0 ? (
+          <p class="muted">No target failed.</p>
+        ) : (
+          <Table caption="Failed targets" head={["Server", "State", "Why", "Ended"]}>
+            {failures.map((t: any) => (
+              <tr>
+                <td><a href={`/console/servers/${t.server_id}`}>{t.hostname}</a></td>
+                <td><Badge status={t.state} /></td>
+                <td>{t.reason ?? "—"}</td>
+                <td><Ago at={t.ended_at} /></td>
+              </tr>
+            ))}
+          </Table>
+        )}
       </div>
       {canWrite(v.session) && (moving || canRollBack) ? (
         <>

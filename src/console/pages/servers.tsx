@@ -8,23 +8,13 @@ import { Hono } from "hono";
 import { must, qs, type InProcessApp } from "../api";
 import { NoFleet, page, render, type View } from "../context";
 import { requireSession, type ConsoleEnv } from "../guard";
-import { Ago, Badge, Pager, Table } from "../ui";
+import { Ago, Badge, Field, Filters, Pager, Select, Table } from "../ui";
 import { serverDetailPage, serverActions } from "./server";
 
 const STATUSES = ["realized", "pending", "failed", "drifted", "unknown", "stale"];
 const STATES = ["provisioning", "active", "unreachable", "decommissioning", "removed"];
 export const SCAN_PAGES = 5;
 const PAGE = 50;
-
-const Select = ({ name, label, options, value }: { name: string; label: string; options: string[]; value?: string }) => (
-  <label>
-    {label}
-    <select name={name}>
-      <option value="">any</option>
-      {options.map((o) => <option value={o} selected={o === value}>{o}</option>)}
-    </select>
-  </label>
-);
 
 /** Reads pages of `path` until `want` rows pass `keep` or SCAN_PAGES pages were read. */
 export async function scan<T>(v: View, path: (cursor?: string) => string, keep: (row: T) => boolean, want: number, cursor?: string) {
@@ -48,28 +38,14 @@ async function serversPage(v: View) {
   const byInstance = !!(f.agent || f.image);
   const narrowed = !!(f.hostname || f.role);
   const form = (
-    <form method="get" action="/console/servers" class="filters" role="search" aria-label="Search servers">
-      <input type="hidden" name="fleet" value={v.fleet} />
-      <label>
-        Hostname contains
-        <input name="hostname" value={f.hostname ?? ""} />
-      </label>
+    <Filters action="/console/servers" label="Search servers" fleet={v.fleet} button="Search" clear={`/console/servers?fleet=${encodeURIComponent(v.fleet)}`}>
+      <Field label="Hostname contains" name="hostname" value={f.hostname} />
       <Select name="status" label="Status" options={STATUSES} value={f.status} />
       <Select name="state" label="State" options={STATES} value={f.state} />
-      <label>
-        Role
-        <input name="role" value={f.role ?? ""} size={10} />
-      </label>
-      <label>
-        Agent
-        <input name="agent" value={f.agent ?? ""} size={10} />
-      </label>
-      <label>
-        Image
-        <input name="image" value={f.image ?? ""} placeholder="registry/name:tag" />
-      </label>
-      <button type="submit">Search</button> <a href={`/console/servers?fleet=${encodeURIComponent(v.fleet)}`}>Clear</a>
-    </form>
+      <Field label="Role" name="role" value={f.role} size={10} />
+      <Field label="Agent" name="agent" value={f.agent} size={10} />
+      <Field label="Image" name="image" value={f.image} placeholder="registry/name:tag" />
+    </Filters>
   );
   if (byInstance) {
     // /v1/instances has no fleet filter: rows of other fleets are left out here.
