@@ -23,6 +23,15 @@ export class ApiFailure extends Error {
   }
 }
 
+/** The API answers JSON; anything else (a proxy's page) is kept as text for the message. */
+function jsonOrText(text: string): any {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return text;
+  }
+}
+
 export type Api = <T = any>(method: string, path: string, body?: unknown) => Promise<ApiAnswer<T>>;
 
 export function apiFor(c: Context, getApp: () => InProcessApp, token: string): Api {
@@ -44,13 +53,7 @@ export function apiFor(c: Context, getApp: () => InProcessApp, token: string): A
       ctx,
     );
     const text = await res.text();
-    let json: any = null;
-    try {
-      json = text ? JSON.parse(text) : null;
-    } catch {
-      json = text;
-    }
-    return { status: res.status, ok: res.ok, json };
+    return { status: res.status, ok: res.ok, json: text ? jsonOrText(text) : null };
   };
 }
 

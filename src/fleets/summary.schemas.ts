@@ -13,7 +13,7 @@ const SummaryGroup = z
     stuck: z.number().int().openapi({ description: "Holders past the fleet's lock_ttl_s" }),
     queue_length: z.number().int(),
     paused: z.boolean(),
-    open_now: z.boolean().openapi({ description: "Inside a maintenance window, or the group has none" }),
+    open_now: z.boolean().openapi({ description: "Admitting now: not paused, and inside a maintenance window (or the group has none)" }),
     has_windows: z.boolean(),
   })
   .openapi("FleetSummaryRebootGroup");
