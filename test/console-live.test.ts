@@ -2,6 +2,7 @@ import { env, runInDurableObject, SELF } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { BASE, call, createFleet, registerServer, report } from "./helpers";
 import { signIn } from "./console-helpers";
+import { fleetWithKey, putGroup, registerClients, zincati } from "./fleetlock-helpers";
 
 async function openFeed(fleet: string, cookie: string, origin: string | null = BASE) {
   const headers: Record<string, string> = { Upgrade: "websocket", Cookie: cookie };
@@ -47,6 +48,23 @@ describe("the console's live feed", () => {
     const second = nextMessage(ws);
     await call("PUT", `/v1/fleets/${fleet.id}/reboot-groups/night`, { body: { slots: 1 } });
     expect(JSON.parse(await second)).toMatchObject({ kind: "reboot", ids: ["night"] });
+    ws.close(1000, "done");
+  });
+
+  it("tells an open page of a FleetLock grant", async () => {
+    const f = await fleetWithKey();
+    const [client] = await registerClients(f.fleet, 1);
+    await putGroup(f.fleet, "default", { slots: 1 });
+    const s = await signIn();
+    const ws = (await openFeed(f.fleet, s.cookie)).webSocket!;
+    ws.accept();
+    // The setup's own notices (registration, group) may still be on their way: wait for the grant's.
+    const seen: { kind: string }[] = [];
+    ws.addEventListener("message", (ev) => seen.push(JSON.parse(String(ev.data))));
+    await new Promise((r) => setTimeout(r, 700));
+    seen.length = 0;
+    expect((await zincati(f.baseUrl, "pre-reboot", client.id)).status).toBe(200);
+    await expect.poll(() => seen.map((n) => n.kind), { timeout: 2000 }).toContain("reboot");
     ws.close(1000, "done");
   });
 
