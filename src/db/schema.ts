@@ -15,6 +15,8 @@ import {
 } from "../domain/enums";
 // Fleet intent (issue 8); kept apart from the list above to keep merges clean.
 import { FLEET_TASK_KINDS } from "../domain/enums";
+// Operator console (issue 20).
+import { OPERATOR_SCOPES } from "../domain/enums";
 
 /**
  * D1 is the fleet-wide index. Each server's ledger (a Durable Object) is the source of truth for
@@ -65,6 +67,9 @@ export const servers = sqliteTable(
     // Not unique: the fleet's coordinator owns fleetlock_id uniqueness; the index only mirrors it,
     // and a uniqueness check here would make one ledger's projection wait on another's.
     index("servers_fleetlock_id_idx").on(t.fleetId, t.fleetlockId),
+    // The console's fleet summary (issue 20): servers counted by state and status in one
+    // aggregate that reads only this index, whatever the fleet's size.
+    index("servers_fleet_state_status_idx").on(t.fleetId, t.state, t.status),
   ],
 );
 
@@ -335,4 +340,26 @@ export const rolloutLocks = sqliteTable(
     createdAt: integer("created_at").notNull(),
   },
   (t) => [primaryKey({ columns: [t.fleetId, t.agent] })],
+);
+
+// ---------------------------------------------------------------------------------------------
+// Operator console (issue 20): browser sessions. The cookie carries a random session id; only its
+// SHA-256 is stored, so a copy of this table opens no session. The operator token the console
+// calls the API with is sealed with a key derived from that same id (AES-GCM): the table alone
+// cannot unseal it either.
+// ---------------------------------------------------------------------------------------------
+
+export const consoleSessions = sqliteTable(
+  "console_sessions",
+  {
+    idHash: text("id_hash").primaryKey(),
+    /** The operator token's id ("bootstrap" for ADMIN_TOKEN); a revoked token ends its sessions. */
+    tokenId: text("token_id").notNull(),
+    scope: text("scope", { enum: OPERATOR_SCOPES }).notNull(),
+    csrf: text("csrf").notNull(),
+    sealedToken: text("sealed_token").notNull(),
+    createdAt: integer("created_at").notNull(),
+    expiresAt: integer("expires_at").notNull(),
+  },
+  (t) => [index("console_sessions_expires_idx").on(t.expiresAt), index("console_sessions_token_idx").on(t.tokenId)],
 );
