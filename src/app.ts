@@ -14,6 +14,7 @@ import { fleetlockRoutes } from "./fleetlock/protocol.routes";
 import { rebootGroupRoutes } from "./fleetlock/operator.routes";
 import { metricsText, staleCounters } from "./metrics/service";
 import { d1Counters } from "./db/client";
+import { meterReading } from "./objects/kit/meter";
 import { requireScope } from "./auth/principal";
 import { allowedMethodsFinder } from "./http/allow";
 import { bodyClaimProblem } from "./http/content";
@@ -90,6 +91,8 @@ export function createApp() {
       c.env.LOCAL_COUNTERS === "1"
         ? c.json({ ...d1Counters, stale: { ticks: staleCounters.ticks, rows_read: staleCounters.rowsRead, marked: staleCounters.marked } }, 200) : c.json(errorBody("not_found", "no such route"), 404),
     )
+    // The local cost meter (src/objects/kit/meter.ts), likewise local only; DELETE reads and starts a new window.
+    .on(["GET", "DELETE"], "/__local/meter", (c) => (c.env.LOCAL_COUNTERS === "1" ? c.json(meterReading({ reset: c.req.method === "DELETE" }), 200) : c.json(errorBody("not_found", "no such route"), 404)))
     .route("/v1/tokens", tokenRoutes)
     .route("/v1/fleets", fleetRoutes)
     .route("/v1/fleets", rebootGroupRoutes)
