@@ -114,7 +114,7 @@ describe("cost meter", () => {
     const rows: D1Rows = { statements: 0, rowsRead: 0, rowsWritten: 0 };
     const db = getDb(d1RowsInto(env.DB, rows));
     const [a, b] = [uniq("rows"), uniq("rows")];
-    const fleet = (id: string) => ({ id, capabilities: "[]", staleAfterS: 300, lockTtlS: 600, createdAt: Date.now() });
+    const fleet = (id: string) => ({ id, capabilities: {}, staleAfterS: 300, lockTtlS: 600, createdAt: Date.now() });
 
     // The same statements sent without the meter, for their meta.
     const direct = countingD1(env.DB);

@@ -38,13 +38,7 @@ export const IDLE_BEFORE_HIBERNATION_MS = 10_000;
 const WS_MESSAGES_PER_REQUEST = 20;
 
 type Kind = "rpc" | "fetch" | "alarm" | "ws_messages" | "ws_events";
-const KINDS: Record<string, Kind> = {
-  fetch: "fetch",
-  alarm: "alarm",
-  webSocketMessage: "ws_messages",
-  webSocketClose: "ws_events",
-  webSocketError: "ws_events",
-};
+const KINDS: Record<string, Kind> = { fetch: "fetch", alarm: "alarm", webSocketMessage: "ws_messages", webSocketClose: "ws_events", webSocketError: "ws_events" };
 
 const zeroRows = (): D1Rows => ({ statements: 0, rowsRead: 0, rowsWritten: 0 });
 const zeroCounts = () => ({ rpc: 0, fetch: 0, alarm: 0, ws_messages: 0, ws_events: 0, parks: 0, starts: 0 });
@@ -162,10 +156,7 @@ function objectMeter(className: string, id: string) {
   return m;
 }
 
-interface MeterEnv {
-  LOCAL_COUNTERS?: string;
-  DB?: D1Database;
-}
+type MeterEnv = { LOCAL_COUNTERS?: string; DB?: D1Database };
 const metering = (env: MeterEnv) => env.LOCAL_COUNTERS === "1";
 
 /** The env a metered sender sees: the same bindings, its D1 rows counted as its own. */
@@ -211,29 +202,17 @@ function callsThrough(meter: ObjectMeter): ProxyHandler<object> {
       meter.enter(KINDS[method] ?? "rpc");
       const leave = () => meter.leave(method, started);
       const restore = observeNewParkings(meter);
-      let out: unknown;
       try {
-        out = fn.apply(target, args);
+        const out = fn.apply(target, args);
+        if (out instanceof Promise) return out.finally(leave);
+        leave();
+        return out;
       } catch (err) {
         leave();
         throw err;
       } finally {
         restore();
       }
-      if (out instanceof Promise) {
-        return out.then(
-          (value) => {
-            leave();
-            return value;
-          },
-          (err) => {
-            leave();
-            throw err;
-          },
-        );
-      }
-      leave();
-      return out;
     };
   return {
     get(target, prop) {
