@@ -10,4 +10,4 @@ CREATE TABLE `console_sessions` (
 --> statement-breakpoint
 CREATE INDEX `console_sessions_expires_idx` ON `console_sessions` (`expires_at`);--> statement-breakpoint
 CREATE INDEX `console_sessions_token_idx` ON `console_sessions` (`token_id`);--> statement-breakpoint
-CREATE INDEX `servers_fleet_state_status_idx` ON `servers` (`fleet_id`,`state`,`status`);
+CREATE INDEX `servers_fleet_state_status_idx` ON `servers` (`fleet_id`,`state`,`status`,`stale_at`);

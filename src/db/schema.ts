@@ -67,9 +67,9 @@ export const servers = sqliteTable(
     // Not unique: the fleet's coordinator owns fleetlock_id uniqueness; the index only mirrors it,
     // and a uniqueness check here would make one ledger's projection wait on another's.
     index("servers_fleetlock_id_idx").on(t.fleetId, t.fleetlockId),
-    // The console's fleet summary (issue 20): servers counted by state and status in one
-    // aggregate that reads only this index, whatever the fleet's size.
-    index("servers_fleet_state_status_idx").on(t.fleetId, t.state, t.status),
+    // The fleet summary (console, hm status): servers counted by state and status as read now
+    // (stale derived from stale_at) in one aggregate that reads only this index.
+    index("servers_fleet_state_status_idx").on(t.fleetId, t.state, t.status, t.staleAt),
   ],
 );
 

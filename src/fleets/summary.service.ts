@@ -10,6 +10,7 @@ import { ROLLOUT_TARGET_STATES, SERVER_STATES, SERVER_STATUSES } from "../domain
 import type { Env } from "../env";
 import { notFound } from "../domain/errors";
 import { iso } from "../lib/time";
+import { statusAt } from "../servers/staleness";
 import { coordinatorOf } from "../objects/stubs";
 import { readUpgradeState } from "../upgrades/state";
 import { NEWEST_VERSION, UPGRADE_STEPS } from "../upgrades/steps";
@@ -22,15 +23,16 @@ const MOVING = ["running", "paused", "rolling_back"] as const;
 
 export async function fleetSummary(env: Env, fleet: string): Promise<FleetSummary> {
   const db = getDb(env.DB);
+  const now = Date.now();
   const row = await getFleet(db, fleet);
   if (!row) throw notFound("fleet", fleet);
   const [counts, moving, upgrade, groups] = await Promise.all([
-    // One aggregate, read from servers_fleet_state_status_idx alone.
+    // One aggregate, read from servers_fleet_state_status_idx alone; stale is derived from stale_at.
     db
-      .select({ state: servers.state, status: servers.status, n: sql<number>`count(*)` })
+      .select({ state: servers.state, status: statusAt(now), n: sql<number>`count(*)` })
       .from(servers)
       .where(eq(servers.fleetId, fleet))
-      .groupBy(servers.state, servers.status),
+      .groupBy(servers.state, statusAt(now)),
     // The literal IN list is the partial index's own WHERE, so SQLite reads only moving rollouts.
     db
       .select()
