@@ -32,6 +32,8 @@ export interface LocalServer {
   /** kill -9 of wrangler and workerd, leaving the state behind as a crash would. */
   crash: () => void;
   log: () => string;
+  /** wrangler's process id (its workerd runs below it): the benchmark reads their CPU time. */
+  pid: number;
 }
 
 export interface LocalServerOptions {
@@ -101,7 +103,7 @@ export async function startLocalServer({
     }
     await new Promise((r) => setTimeout(r, 250));
   }
-  return { url, admin, persist, stop, crash, log: () => log };
+  return { url, admin, persist, stop, crash, log: () => log, pid: child.pid! };
 }
 
 if (import.meta.url === `file://${process.argv[1]}`) {

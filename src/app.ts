@@ -29,6 +29,9 @@ import { checkRoutes } from "./check/routes";
 import { intentRoutes } from "./intent/routes";
 import { MAX_BODY_BYTES } from "./domain/limits";
 import { rolloutRoutes } from "./rollouts/routes";
+import { fleetSummaryRoutes } from "./fleets/summary.routes";
+import { consoleRoutes } from "./console/routes";
+import { liveNotices } from "./console/feed";
 
 /** Who made a request, as the audit log names them; a FleetLock call is its fleet's. */
 function requester(c: Context<AppEnv>, route: string | null) {
@@ -46,6 +49,8 @@ export function createApp() {
   app.use("*", requestId());
   app.use("*", requestLog(requester));
   app.use("*", corsForConfiguredOrigins());
+  // The operator console's live feed hears of every successful change made through the API (issue 20).
+  app.use("*", liveNotices);
   app.use("/v1/*", limitBodies(MAX_BODY_BYTES));
   app.use("/v1/*", requireJsonBody);
   app.use("/v1/*", rejectUnknownQuery(() => app.openAPIRegistry.definitions as never));
@@ -59,6 +64,7 @@ export function createApp() {
     .route("/v1/tokens", tokenRoutes)
     .route("/v1/fleets", fleetRoutes)
     .route("/v1/fleets", rebootGroupRoutes)
+    .route("/v1/fleets", fleetSummaryRoutes)
     .route("/v1/servers", serverRoutes)
     .route("/v1/agent", agentRoutes)
     .route("/v1/instances", instanceRoutes)
@@ -72,6 +78,9 @@ export function createApp() {
     .route("/v1/rollouts", rolloutRoutes)
     // FleetLock (hosts) sits outside /v1: its own body limit, no JSON Content-Type rule, its own error body.
     .route("/fleetlock", fleetlockRoutes);
+
+  // The operator console (issue 20): pages over this app's own API, called in-process.
+  app.route("/", consoleRoutes(() => app));
 
   app.openAPIRegistry.registerComponent("securitySchemes", "Bearer", { type: "http", scheme: "bearer" });
   registerServiceEndpoints(app.openAPIRegistry);

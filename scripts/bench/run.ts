@@ -5,7 +5,8 @@
 // generator, runs every scenario in ./scenarios, and reports each figure as a ratio to the
 // ceiling and to each floor measured in the same run. Loopback only; every load is bounded.
 import autocannon, { type Options, type Result } from "autocannon";
-import { readdirSync, writeFileSync } from "node:fs";
+import { spawnSync } from "node:child_process";
+import { readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { pathToFileURL } from "node:url";
 import { createClient, type Client } from "../../src/client/index.ts";
@@ -13,7 +14,15 @@ import { startLocalServer } from "../local-server.ts";
 
 const root = resolve(import.meta.dirname, "../..");
 const seconds = Number(process.env.BENCH_SECONDS ?? 5);
-const only = process.argv.slice(2);
+// `npm run bench -- cost --transport http`: names pick scenarios; `--name value` options go to them.
+const only: string[] = [];
+const options = new Map<string, string>();
+for (let i = 2; i < process.argv.length; i++) {
+  const arg = process.argv[i];
+  if (!arg.startsWith("--")) only.push(arg);
+  else if (arg.includes("=")) options.set(arg.slice(2, arg.indexOf("=")), arg.slice(arg.indexOf("=") + 1));
+  else options.set(arg.slice(2), process.argv[++i] ?? "");
+}
 
 /** What each scenario (./scenarios/*.ts, `export async function run(ctx: BenchContext)`) gets. */
 export interface BenchContext {
@@ -30,6 +39,10 @@ export interface BenchContext {
   floors: Floors;
   measure(label: string, options: LoadOptions): Promise<LoadRow>;
   note(label: string, value: string | number): void;
+  /** An option given on the command line (`--transport channel`), else undefined. */
+  option(name: string): string | undefined;
+  /** CPU time (ms) the local server's runtime (its workerd processes) has used so far; null without /proc. */
+  serverCpuMs(): number | null;
 }
 export type LoadOptions = Omit<Options, "url"> & { durationSec?: number };
 type Summary = ReturnType<typeof summarize>;
@@ -44,6 +57,32 @@ const startHarbormaster = () =>
 /** The floor fixture: another worker, without D1. */
 const startFloor = () =>
   startLocalServer({ label: "bench-floor", config: resolve(import.meta.dirname, "floor/wrangler.toml"), health: "/empty", startTimeoutMs: 60_000, devArgs: ["--test-scheduled"] });
+
+/** CPU time (user + system, ms) of the workerd processes under `root` so far, from /proc (Linux). */
+function runtimeCpuMs(root: number): number | null {
+  const stats = new Map<number, { ppid: number; comm: string; ticks: number }>();
+  try {
+    for (const entry of readdirSync("/proc")) {
+      if (!/^\d+$/.test(entry)) continue;
+      try {
+        const text = readFileSync(`/proc/${entry}/stat`, "utf8");
+        const close = text.lastIndexOf(")");
+        const fields = text.slice(close + 2).split(" ");
+        // After "pid (comm) ": state, ppid, …; utime and stime are the stat file's fields 14 and 15.
+        stats.set(Number(entry), { ppid: Number(fields[1]), comm: text.slice(text.indexOf("(") + 1, close), ticks: Number(fields[11]) + Number(fields[12]) });
+      } catch {
+        // the process ended meanwhile
+      }
+    }
+  } catch {
+    return null;
+  }
+  const tick = Number(spawnSync("getconf", ["CLK_TCK"], { encoding: "utf8" }).stdout.trim()) || 100;
+  const under = (pid: number): boolean => pid === root || (pid > 1 && stats.has(pid) && under(stats.get(pid)!.ppid));
+  let ticks = 0;
+  for (const [pid, s] of stats) if (s.comm.startsWith("workerd") && under(pid)) ticks += s.ticks;
+  return (ticks * 1000) / tick;
+}
 
 function load(base: string, { connections = 16, durationSec = seconds, amount, requests }: LoadOptions) {
   return new Promise<Result>((res, rej) => {
@@ -137,6 +176,8 @@ async function main() {
       note(label, value) {
         rows.push({ label, value });
       },
+      option: (name) => options.get(name),
+      serverCpuMs: () => runtimeCpuMs(server.pid),
     };
 
     const dir = resolve(import.meta.dirname, "scenarios");

@@ -2,7 +2,7 @@ import { drizzle } from "drizzle-orm/d1";
 import * as schema from "./schema";
 
 /**
- * Statement counters around the D1 binding, exported on /metrics. The scale model (DESIGN §8)
+ * Statement counters around the D1 binding, exported on /metrics. The scale model (docs/design.md §8)
  * says unchanged reports must cost no D1 write; this is how the benchmark proves it.
  */
 export const d1Counters = { reads: 0, writes: 0 };
@@ -15,17 +15,98 @@ function count(sql: string, n = 1) {
   else d1Counters.reads += n;
 }
 
-function wrapStatement(stmt: D1PreparedStatement, sql: string): D1PreparedStatement {
+/**
+ * D1 rows read and written (what D1 bills), from each statement's meta, for the local cost meter
+ * (src/objects/kit/meter.ts): per sender, the Worker or one Durable Object, each of which the
+ * meter hands its own handle on the binding (`d1RowsInto`), and only where LOCAL_COUNTERS is "1".
+ */
+export interface D1Rows {
+  statements: number;
+  rowsRead: number;
+  rowsWritten: number;
+}
+
+/** Rows of statements sent through no sender's handle (a test's own statements, say). */
+export const d1Unattributed: D1Rows = { statements: 0, rowsRead: 0, rowsWritten: 0 };
+
+const rowsOf = new WeakMap<object, D1Rows>();
+/** The sender of the statement being sent: set around each call, read synchronously by the tap. */
+let sending: D1Rows | null = null;
+let tapped = false;
+
+/** Whether rows are being counted (false: the binding lacks the internal the tap needs). */
+export const d1RowsMetered = () => tapped;
+
+type Answer = { meta?: { rows_read?: number; rows_written?: number } };
+
+/**
+ * The public API drops meta on raw() and first(), and drizzle reads through raw(); every method
+ * and batch() goes through the binding's internal send (workerd's D1 shim:
+ * `alwaysPrimarySession._send`), so the meter taps that, locally only. The sender is the handle
+ * whose statement entered the send: the statement wrappers below set it around their call, and
+ * the send is entered synchronously within that call.
+ */
+function tapRows(db: D1Database) {
+  const session = (db as unknown as { alwaysPrimarySession?: { _send?: (...a: unknown[]) => Promise<Answer | Answer[]> } }).alwaysPrimarySession;
+  const send = session?._send;
+  if (!session || typeof send !== "function" || (send as { tapped?: boolean }).tapped) return;
+  const tap = function (this: unknown, ...args: unknown[]) {
+    const rows = sending ?? d1Unattributed;
+    const answer = send.apply(this, args);
+    answer.then(
+      (a) => {
+        for (const one of Array.isArray(a) ? a : [a]) {
+          rows.statements++;
+          rows.rowsRead += one?.meta?.rows_read ?? 0;
+          rows.rowsWritten += one?.meta?.rows_written ?? 0;
+        }
+      },
+      () => {},
+    );
+    return answer;
+  };
+  session._send = Object.assign(tap, { tapped: true });
+  tapped = true;
+}
+
+const handles = new WeakMap<D1Database, WeakMap<D1Rows, D1Database>>();
+
+/** A handle on `db` whose statements' rows are added to `rows` (the meter's, per sender). */
+export function d1RowsInto(db: D1Database, rows: D1Rows): D1Database {
+  tapRows(db);
+  let mine = handles.get(db);
+  if (!mine) handles.set(db, (mine = new WeakMap()));
+  let handle = mine.get(rows);
+  if (!handle) {
+    handle = new Proxy(db, {});
+    rowsOf.set(handle, rows);
+    mine.set(rows, handle);
+  }
+  return handle;
+}
+
+/** Calls `fn` with `rows` as the sender of whatever D1 send it enters synchronously. */
+function sendingAs<T>(rows: D1Rows | null, fn: () => T): T {
+  const previous = sending;
+  sending = rows;
+  try {
+    return fn();
+  } finally {
+    sending = previous;
+  }
+}
+
+function wrapStatement(stmt: D1PreparedStatement, sql: string, rows: D1Rows | null): D1PreparedStatement {
   const proxy = new Proxy(stmt, {
     get(target, prop) {
       if (prop === "bind") {
-        return (...args: unknown[]) => wrapStatement(target.bind(...args), sql);
+        return (...args: unknown[]) => wrapStatement(target.bind(...args), sql, rows);
       }
       if (prop === "run" || prop === "all" || prop === "first" || prop === "raw") {
         const fn = (target as unknown as Record<string, (...a: unknown[]) => unknown>)[prop];
         return (...args: unknown[]) => {
           count(sql);
-          return fn.apply(target, args);
+          return sendingAs(rows, () => fn.apply(target, args));
         };
       }
       const value = Reflect.get(target, prop, target);
@@ -41,10 +122,11 @@ const wrapped = new WeakMap<D1Database, D1Database>();
 export function countingD1(db: D1Database): D1Database {
   const existing = wrapped.get(db);
   if (existing) return existing;
+  const rows = rowsOf.get(db) ?? null;
   const proxy = new Proxy(db, {
     get(target, prop) {
       if (prop === "prepare") {
-        return (sql: string) => wrapStatement(target.prepare(sql), sql);
+        return (sql: string) => wrapStatement(target.prepare(sql), sql, rows);
       }
       if (prop === "batch") {
         return (stmts: D1PreparedStatement[]) => {
@@ -53,7 +135,7 @@ export function countingD1(db: D1Database): D1Database {
             count(known?.sql ?? "select");
             return known?.stmt ?? s;
           });
-          return target.batch(raw);
+          return sendingAs(rows, () => target.batch(raw));
         };
       }
       const value = Reflect.get(target, prop, target);

@@ -15,6 +15,8 @@ import {
 } from "../domain/enums";
 // Fleet intent (issue 8); kept apart from the list above to keep merges clean.
 import { FLEET_TASK_KINDS } from "../domain/enums";
+// Operator console (issue 20).
+import { OPERATOR_SCOPES } from "../domain/enums";
 
 /**
  * D1 is the fleet-wide index. Each server's ledger (a Durable Object) is the source of truth for
@@ -65,6 +67,9 @@ export const servers = sqliteTable(
     // Not unique: the fleet's coordinator owns fleetlock_id uniqueness; the index only mirrors it,
     // and a uniqueness check here would make one ledger's projection wait on another's.
     index("servers_fleetlock_id_idx").on(t.fleetId, t.fleetlockId),
+    // The fleet summary (console, hm status): servers counted by state and status as read now
+    // (stale derived from stale_at) in one aggregate that reads only this index.
+    index("servers_fleet_state_status_idx").on(t.fleetId, t.state, t.status, t.staleAt),
   ],
 );
 
@@ -123,7 +128,7 @@ export const auditLog = sqliteTable(
 );
 
 /**
- * Self-upgrade (DESIGN §4 "Upgrade steps"). One row, id 1: the version the data is at, and where a
+ * Self-upgrade (docs/design.md §4 "Upgrade steps"). One row, id 1: the version the data is at, and where a
  * chunked step stopped. Every step commit rewrites `written_by_run` from a subquery on the running
  * run, so a runner that lost its lease fails the NOT NULL and its whole batch rolls back.
  */
@@ -184,7 +189,7 @@ export const upgradeSteps = sqliteTable(
 // Kept in one block at the end of the file so merges with the objects refactor stay clean.
 // ---------------------------------------------------------------------------------------------
 
-/** The image the fleet currently wants for an agent (DESIGN §3 "Agent channel"). */
+/** The image the fleet currently wants for an agent (docs/design.md §3 "Agent channel"). */
 export const agentChannels = sqliteTable(
   "agent_channels",
   {
@@ -335,4 +340,26 @@ export const rolloutLocks = sqliteTable(
     createdAt: integer("created_at").notNull(),
   },
   (t) => [primaryKey({ columns: [t.fleetId, t.agent] })],
+);
+
+// ---------------------------------------------------------------------------------------------
+// Operator console (issue 20): browser sessions. The cookie carries a random session id; only its
+// SHA-256 is stored, so a copy of this table opens no session. The operator token the console
+// calls the API with is sealed with a key derived from that same id (AES-GCM): the table alone
+// cannot unseal it either.
+// ---------------------------------------------------------------------------------------------
+
+export const consoleSessions = sqliteTable(
+  "console_sessions",
+  {
+    idHash: text("id_hash").primaryKey(),
+    /** The operator token's id ("bootstrap" for ADMIN_TOKEN); a revoked token ends its sessions. */
+    tokenId: text("token_id").notNull(),
+    scope: text("scope", { enum: OPERATOR_SCOPES }).notNull(),
+    csrf: text("csrf").notNull(),
+    sealedToken: text("sealed_token").notNull(),
+    createdAt: integer("created_at").notNull(),
+    expiresAt: integer("expires_at").notNull(),
+  },
+  (t) => [index("console_sessions_expires_idx").on(t.expiresAt), index("console_sessions_token_idx").on(t.tokenId)],
 );

@@ -5,11 +5,11 @@
  * Pure: no imports, safe for the Node-side client and scripts.
  */
 
-/** A server's place in its lifecycle (DESIGN §3). */
+/** A server's place in its lifecycle (docs/design.md §3). */
 export const SERVER_STATES = ["provisioning", "active", "unreachable", "decommissioning", "removed"] as const;
 export type ServerState = (typeof SERVER_STATES)[number];
 
-/** A server's computed status (DESIGN §4), from desired config + last report. */
+/** A server's computed status (docs/design.md §4), from desired config + last report. */
 export const SERVER_STATUSES = ["realized", "pending", "failed", "drifted", "unknown", "stale"] as const;
 export type ServerStatus = (typeof SERVER_STATUSES)[number];
 
@@ -104,7 +104,7 @@ export type FleetTaskKind = (typeof FLEET_TASK_KINDS)[number];
 
 // ---- rollouts (issue 9) ----
 
-/** A rollout's state (DESIGN §4 "Rollouts"). */
+/** A rollout's state (docs/design.md §4 "Rollouts"). */
 export const ROLLOUT_STATES = ["running", "paused", "succeeded", "failed", "cancelled", "rolling_back", "rolled_back"] as const;
 export type RolloutState = (typeof ROLLOUT_STATES)[number];
 

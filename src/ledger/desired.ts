@@ -15,7 +15,7 @@ export type DesiredOutcome =
 
 /**
  * An agent keeps its instance id from one generation to the next, so "the same agent, updated"
- * stays distinguishable from "a new installation" (DESIGN §3).
+ * stays distinguishable from "a new installation" (docs/design.md §3).
  */
 function withInstanceIds(
   input: DesiredConfigInput,
@@ -40,7 +40,7 @@ function sameContent(a: Pick<DesiredState, "agents" | "lifecycle">, b: Pick<Desi
   });
 }
 
-/** DESIGN §4 generation rules; pure so every rule is unit-testable. */
+/** docs/design.md §4 generation rules; pure so every rule is unit-testable. */
 export function applyDesired(
   current: DesiredState,
   input: DesiredConfigInput,

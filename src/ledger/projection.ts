@@ -7,7 +7,7 @@ import type { ServerRecord } from "./record";
 import type { StoredReport } from "./schemas";
 import { computeStatus } from "./status";
 
-/** How often an otherwise unchanged report refreshes `last_seen` in D1 (DESIGN §8). */
+/** How often an otherwise unchanged report refreshes `last_seen` in D1 (docs/design.md §8). */
 export const LAST_SEEN_REFRESH_MS = 5 * 60_000;
 
 /**
@@ -114,7 +114,7 @@ export function sameSignatures(a: Signatures, b: Signatures) {
 
 /**
  * The D1 statements that bring the index in line with `p`, for one batch (atomic). Given what was
- * last written, only the rows that differ are written (DESIGN §8: D1 sees writes only for
+ * last written, only the rows that differ are written (docs/design.md §8: D1 sees writes only for
  * changes); without it (first write, or a mark from before per-row signatures) everything is
  * rewritten. `serverRowDue`: rewrite the server row even if unchanged (its last_seen is due, and
  * with it the stale_at deadline).

@@ -74,7 +74,7 @@ export function acceptReport(d: LedgerDeps, record: ServerRecord, report: Invent
   return { answer: { ok: true, generation: desired.generation, computed: computeStatus(desired, stored, now, record.stale_after_s * 1000) }, enqueued };
 }
 
-/** Whether the index's last_seen is due a refresh (a coarse one, DESIGN §8; leased on the channel). */
+/** Whether the index's last_seen is due a refresh (a coarse one, docs/design.md §8; leased on the channel). */
 function indexDue(d: LedgerDeps, now: number) {
   const state = d.store.load();
   if (!state?.report) return false;

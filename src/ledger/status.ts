@@ -8,7 +8,7 @@ export interface ComputedStatus {
 
 /**
  * Status is derived from desired + last report every time it is asked for, never stored as a
- * belief (DESIGN §4): a host is realized only when its own report says so.
+ * belief (docs/design.md §4): a host is realized only when its own report says so.
  */
 export function computeStatus(
   desired: DesiredState,

@@ -3,6 +3,7 @@ import { requireScope } from "../auth/principal";
 import { d1Counters } from "../db/client";
 import { errorBody } from "../http/errors";
 import type { AppEnv } from "../http/types";
+import { meterReading } from "../objects/kit/meter";
 import { metricsText, staleCounters } from "./service";
 
 /** Mounted at the root: documented with the service endpoints (src/http/document.ts). */
@@ -18,5 +19,11 @@ export const metricsRoutes = new Hono<AppEnv>()
   .get("/__local/d1-statements", (c) =>
     c.env.LOCAL_COUNTERS === "1"
       ? c.json({ ...d1Counters, stale: { ticks: staleCounters.ticks, rows_read: staleCounters.rowsRead, marked: staleCounters.marked } }, 200)
+      : c.json(errorBody("not_found", "no such route"), 404),
+  )
+  // The local cost meter (src/objects/kit/meter.ts), likewise local only; DELETE reads and starts a new window.
+  .on(["GET", "DELETE"], "/__local/meter", (c) =>
+    c.env.LOCAL_COUNTERS === "1"
+      ? c.json(meterReading({ reset: c.req.method === "DELETE" }), 200)
       : c.json(errorBody("not_found", "no such route"), 404),
   );

@@ -21,7 +21,7 @@ import { statusAt } from "../servers/staleness";
 export const CACHE_MS = 15_000;
 
 /**
- * What the cron's staleness marking read and changed in this isolate (DESIGN §8: it must grow with
+ * What the cron's staleness marking read and changed in this isolate (docs/design.md §8: it must grow with
  * change, not fleet size). A per-isolate counter, so it is served only on the local-only route.
  */
 export const staleCounters = { ticks: 0, rowsRead: 0, marked: 0 };

@@ -1,5 +1,5 @@
 /**
- * The planner (DESIGN §4 "Planner", issue 8): what a server should run, from its roles, the role
+ * The planner (docs/design.md §4 "Planner", issue 8): what a server should run, from its roles, the role
  * profiles and capabilities of its fleet, the fleet's agent channels, and what its current desired
  * config already gives it. Pure, so every rule is a table test.
  */
@@ -62,7 +62,7 @@ export function plan(inputs: PlanInputs): Plan {
   const unplannable: string[] = [];
   for (const name of [...wanted].sort()) {
     // An agent the server already runs keeps its image: moving it is a rollout's job, not a
-    // channel change's (DESIGN §3).
+    // channel change's (docs/design.md §3).
     const have = current.get(name);
     if (have) {
       agents.push({ name, image: have.image, version: have.version, source: "current" });

@@ -119,7 +119,7 @@ export const serverRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHoo
     path: "/{id}/desired",
     operationId: "putDesiredConfig",
     tags: ["servers"],
-    summary: "Set a server's desired config (generation rules: DESIGN §4)",
+    summary: "Set a server's desired config (generation rules: docs/design.md §4)",
     security: bearer,
     middleware: [requireScope("write")] as const,
     request: { params: serverIdParam, body: jsonBody(DesiredConfigInput) },

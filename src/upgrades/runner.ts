@@ -36,8 +36,8 @@ const errorText = (err: unknown) =>
   (err instanceof Error ? err.message || err.name : String(err)).slice(0, MAX_ERROR_CHARS);
 
 /**
- * Brings the data from its stored version to the newest in one go (version skipping, as the 001
- * seed asks), under the singleton lease. A failing step stops the run where it is: its version
+ * Brings the data from its stored version to the newest in one go (version skipping: docs/design.md
+ * §4 "Upgrade steps"), under the singleton lease. A failing step stops the run where it is: its version
  * is not bumped, the failure is recorded, and the next run starts that step again (from its last
  * committed chunk).
  */

@@ -6,6 +6,28 @@
  * A parked call keeps its object awake (and billed) until it is answered, so only park where a
  * caller cannot wait elsewhere, and never for longer than the caller will.
  */
+/**
+ * Told of every call parked and answered, so the local cost meter (./meter.ts) can count parked
+ * calls per object from outside the object: a Parking reports to the observer that was current
+ * when it was created (the meter makes its object's observer current while the object's
+ * constructor, and the synchronous part of each call, runs). None outside the meter.
+ */
+export interface ParkObserver {
+  parked(): void;
+  answered(): void;
+}
+
+let currentObserver: ParkObserver | null = null;
+
+/** Makes `observer` the one new Parkings report to, until the returned restore runs. */
+export function observeNewParkings(observer: ParkObserver | null): () => void {
+  const previous = currentObserver;
+  currentObserver = observer;
+  return () => {
+    currentObserver = previous;
+  };
+}
+
 interface Parked<V> {
   ticket: string;
   settle: (value: V) => void;
@@ -14,6 +36,7 @@ interface Parked<V> {
 
 export class Parking<V> {
   private byKey = new Map<string, Parked<V>[]>();
+  private readonly observer = currentObserver;
 
   /** Whether any call is parked under the key. */
   has(key: string) {
@@ -45,6 +68,7 @@ export class Parking<V> {
       const list = this.byKey.get(key) ?? [];
       list.push(parked);
       this.byKey.set(key, list);
+      this.observer?.parked();
     });
   }
 
@@ -55,6 +79,7 @@ export class Parking<V> {
     this.byKey.delete(key);
     for (const p of list) {
       clearTimeout(p.timer);
+      this.observer?.answered();
       p.settle(value);
     }
     return list.length;
@@ -74,6 +99,7 @@ export class Parking<V> {
     const rest = list.filter((x) => x !== p);
     if (rest.length) this.byKey.set(key, rest);
     else this.byKey.delete(key);
+    this.observer?.answered();
     p.settle(value);
     return true;
   }

@@ -1,0 +1,44 @@
+// List prices of what a Harbormaster deployment is billed for (Workers Paid plan, Standard usage
+// model), in one place: `npm run bench -- cost` turns the local meter's counts into a bill with
+// these. Read on 2026-11-24 from Cloudflare's documentation (pages as published in
+// cloudflare/cloudflare-docs):
+//   Workers:          https://developers.cloudflare.com/workers/platform/pricing/
+//   Durable Objects:  https://developers.cloudflare.com/durable-objects/platform/pricing/
+//   DO lifecycle:     https://developers.cloudflare.com/durable-objects/concepts/durable-object-lifecycle/
+//   D1:               https://developers.cloudflare.com/d1/platform/pricing/
+// Check them again before quoting a bill: prices and inclusions change.
+
+export const PRICES_READ_ON = "2026-11-24";
+
+/** One metered item: what the plan includes per month, and the price of each unit beyond it. */
+export interface Price {
+  unit: string;
+  includedPerMonth: number;
+  usdPerUnit: number;
+  source: string;
+}
+
+const WORKERS = "https://developers.cloudflare.com/workers/platform/pricing/";
+const DO = "https://developers.cloudflare.com/durable-objects/platform/pricing/";
+const D1 = "https://developers.cloudflare.com/d1/platform/pricing/";
+
+export const PRICES = {
+  /** The Workers Paid plan's monthly minimum, which the inclusions below come with. */
+  planUsdPerMonth: 5,
+  /** Inbound requests, cron runs included (pricing example 3); subrequests are free. */
+  workerRequests: { unit: "request", includedPerMonth: 10_000_000, usdPerUnit: 0.3 / 1e6, source: WORKERS },
+  workerCpuMs: { unit: "CPU ms", includedPerMonth: 30_000_000, usdPerUnit: 0.02 / 1e6, source: WORKERS },
+  /** HTTP requests, RPC calls (each call on a stub is a session), alarms; incoming WebSocket messages at 20:1. */
+  doRequests: { unit: "request", includedPerMonth: 1_000_000, usdPerUnit: 0.15 / 1e6, source: DO },
+  /** Wall-clock time awake × 128 MB per object, whatever it really uses. */
+  doGbSeconds: { unit: "GB-s", includedPerMonth: 400_000, usdPerUnit: 12.5 / 1e6, source: DO },
+  d1RowsRead: { unit: "row read", includedPerMonth: 25_000_000_000, usdPerUnit: 0.001 / 1e6, source: D1 },
+  d1RowsWritten: { unit: "row written", includedPerMonth: 50_000_000, usdPerUnit: 1 / 1e6, source: D1 },
+} as const satisfies Record<string, Price | number>;
+
+/** Memory every object is billed for, GB (the Durable Objects pricing page: 128 MB). */
+export const DO_GB = 0.128;
+/** Incoming WebSocket messages per billed Durable Object request. */
+export const WS_MESSAGES_PER_REQUEST = 20;
+/** Seconds in the month the bill is for (30 days, as the pricing pages' examples use). */
+export const MONTH_S = 30 * 24 * 3600;

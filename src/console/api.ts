@@ -1,0 +1,74 @@
+/**
+ * The console reads and acts only through the app's own HTTP API, called in-process with the
+ * session's operator token: the API keeps deciding what the token may do, and the console does not
+ * depend on how features are built inside.
+ */
+import type { Context } from "hono";
+import type { Env } from "../env";
+
+/** What the console needs of the app: hono's `request`. */
+export interface InProcessApp {
+  request(input: string, init: RequestInit, env: Env, ctx?: ExecutionContext): Response | Promise<Response>;
+}
+
+export interface ApiAnswer<T = any> {
+  status: number;
+  ok: boolean;
+  json: T;
+}
+
+export class ApiFailure extends Error {
+  constructor(readonly status: number, readonly code: string, message: string) {
+    super(message);
+  }
+}
+
+/** The API answers JSON; anything else (a proxy's page) is kept as text for the message. */
+function jsonOrText(text: string): any {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return text;
+  }
+}
+
+export type Api = <T = any>(method: string, path: string, body?: unknown) => Promise<ApiAnswer<T>>;
+
+export function apiFor(c: Context, getApp: () => InProcessApp, token: string): Api {
+  return async (method, path, body) => {
+    const headers: Record<string, string> = { Authorization: `Bearer ${token}` };
+    const requestId = c.req.header("X-Request-Id");
+    if (requestId) headers["X-Request-Id"] = requestId;
+    if (body !== undefined) headers["Content-Type"] = "application/json";
+    let ctx: ExecutionContext | undefined;
+    try {
+      ctx = c.executionCtx as ExecutionContext;
+    } catch {
+      ctx = undefined;
+    }
+    const res = await getApp().request(
+      new URL(path, c.req.url).toString(),
+      { method, headers, body: body === undefined ? undefined : JSON.stringify(body) },
+      c.env as Env,
+      ctx,
+    );
+    const text = await res.text();
+    return { status: res.status, ok: res.ok, json: text ? jsonOrText(text) : null };
+  };
+}
+
+/** The answer's JSON when it succeeded, else an ApiFailure carrying the API's own message. */
+export async function must<T = any>(answer: Promise<ApiAnswer<T>>): Promise<T> {
+  const a = await answer;
+  if (a.ok) return a.json;
+  const err = (a.json as { error?: { code?: string; message?: string } } | null)?.error;
+  throw new ApiFailure(a.status, err?.code ?? "error", err?.message ?? `the API answered ${a.status}`);
+}
+
+/** A query string from the defined, non-empty values. */
+export function qs(params: Record<string, string | number | undefined | null>) {
+  const q = new URLSearchParams();
+  for (const [k, v] of Object.entries(params)) if (v !== undefined && v !== null && v !== "") q.set(k, String(v));
+  const s = q.toString();
+  return s ? `?${s}` : "";
+}

@@ -1,0 +1,116 @@
+/** @jsxImportSource hono/jsx */
+/** Drift: the check's findings with their reasons; a dry run of the fix, then the fix. */
+import { Hono } from "hono";
+import { must, qs, type InProcessApp } from "../api";
+import { action, NoFleet, page, render, type View } from "../context";
+import { requireCsrf, requireSession, type ConsoleEnv } from "../guard";
+import { ActionForm, Badge, canWrite, Field, Filters, Pager, Table } from "../ui";
+
+const filterOf = (v: View, source: Record<string, string | undefined>) => ({
+  fleet: v.fleet,
+  agent: source.agent?.trim() || undefined,
+  cursor: source.cursor || undefined,
+});
+
+const ServerLink = ({ id, hostname, fleet }: { id: string; hostname: string; fleet: string }) => (
+  <a href={`/console/servers/${id}?fleet=${encodeURIComponent(fleet)}`}>{hostname}</a>
+);
+
+async function driftPage(v: View) {
+  if (!v.fleet) return render(v, "drift", "Drift", <NoFleet />);
+  const f = filterOf(v, v.c.req.query());
+  const out = await must<any>(v.api("GET", `/v1/check/server-agents${qs({ ...f, limit: 50 })}`));
+  const fixable = out.findings.some((x: any) => x.fix !== "none");
+  return render(
+    v,
+    "drift",
+    "Drift",
+    <>
+      <h1>Drift</h1>
+      <Filters action="/console/drift" label="Filter findings" fleet={v.fleet}>
+        <Field label="Agent" name="agent" value={f.agent} />
+      </Filters>
+      <Table id="drift-findings" caption="Findings" head={["Server", "Agent", "Reason", "Desired", "Reported", "Fix"]}>
+        {out.findings.map((x: any) => (
+          <tr>
+            <td><ServerLink id={x.server} hostname={x.hostname} fleet={v.fleet!} /></td>
+            <td>{x.agent ?? "—"}</td>
+            <td>
+              <Badge status={x.reason === "failed" ? "failed" : x.reason === "stale_report" ? "stale" : "drifted"} label={x.reason.replace(/_/g, " ")} />
+              <div class="small muted">{x.advice}</div>
+            </td>
+            <td class="mono">{x.desired_image ?? "—"}</td>
+            <td class="mono">{x.reported_image ?? "—"}</td>
+            <td>{x.fix}</td>
+          </tr>
+        ))}
+      </Table>
+      {out.findings.length === 0 ? <p>No drift: every server checked runs what it should.</p> : null}
+      {out.skipped.length ? (
+        <>
+          <h2>Skipped</h2>
+          <ul>
+            {out.skipped.map((s: any) => (
+              <li>
+                <ServerLink id={s.server} hostname={s.hostname} fleet={v.fleet!} />: {s.why}
+              </li>
+            ))}
+          </ul>
+        </>
+      ) : null}
+      <Pager base="/console/drift" params={{ fleet: v.fleet, agent: f.agent, cursor: f.cursor }} next={out.next_cursor} />
+      {canWrite(v.session) && fixable ? (
+        <div class="actions">
+          <ActionForm action={`/console/drift/dry-run${qs({ fleet: v.fleet })}`} csrf={v.session.csrf} back={`/console/drift${qs(f)}`} label="Dry run">
+            <input type="hidden" name="agent" value={f.agent ?? ""} />
+            <input type="hidden" name="cursor" value={f.cursor ?? ""} />
+            <button type="submit">Dry-run the fix for this page</button>
+          </ActionForm>
+        </div>
+      ) : null}
+    </>,
+  );
+}
+
+const body = (f: ReturnType<typeof filterOf>, dry: boolean) => ({ fleet: f.fleet, agent: f.agent, cursor: f.cursor, dry_run: dry, limit: 50 });
+
+export function driftPages(getApp: () => InProcessApp) {
+  return new Hono<ConsoleEnv>()
+    .get("/console/drift", requireSession, page(getApp, "drift", driftPage))
+    .post("/console/drift/dry-run", requireCsrf, action(getApp, "/console/drift", async (v, form) => {
+      const f = filterOf(v, form);
+      const plan = await must<any>(v.api("POST", "/v1/check/server-agents/fix", body(f, true)));
+      // The plan is this answer (nothing changed yet); the fix form under it carries the same filters.
+      return render(
+        v,
+        "drift",
+        "Drift fix: dry run",
+        <>
+          <h1>What the fix would do</h1>
+          <p>Nothing has changed yet. Each server below gets the action shown when you apply the fix.</p>
+          <Table id="drift-plan" caption="Planned fixes" head={["Server", "Action", "Reasons"]}>
+            {plan.actions.map((a: any) => (
+              <tr>
+                <td><ServerLink id={a.server} hostname={a.hostname} fleet={v.fleet!} /></td>
+                <td>{a.action}</td>
+                <td>{a.reasons.join(", ")}</td>
+              </tr>
+            ))}
+          </Table>
+          <div class="actions">
+            <ActionForm action={`/console/drift/fix${qs({ fleet: v.fleet })}`} csrf={v.session.csrf} back={`/console/drift${qs(f)}`} label="Apply the fix">
+              <input type="hidden" name="agent" value={f.agent ?? ""} />
+              <input type="hidden" name="cursor" value={f.cursor ?? ""} />
+              <button type="submit" class="primary">Apply the fix</button>
+            </ActionForm>
+            <a class="button" href={`/console/drift${qs(f)}`}>Cancel</a>
+          </div>
+        </>,
+      );
+    }))
+    .post("/console/drift/fix", requireCsrf, action(getApp, "/console/drift", async (v, form) => {
+      const out = await must<any>(v.api("POST", "/v1/check/server-agents/fix", body(filterOf(v, form), false)));
+      const failed = out.actions.filter((a: any) => a.result && !a.result.ok).length;
+      return `fix applied to ${out.actions.length} server(s)${failed ? `, ${failed} failed` : ""}.`;
+    }));
+}

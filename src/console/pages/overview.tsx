@@ -1,0 +1,143 @@
+/** @jsxImportSource hono/jsx */
+/** Overview: one fleet at a glance, from GET /v1/fleets/{fleet}/summary (one request). */
+import { must } from "../api";
+import { NoFleet, render, type View } from "../context";
+import type { FleetSummary } from "../../fleets/summary.schemas";
+import { Ago, Badge, Table } from "../ui";
+
+/** The overview's rows: status words from the index, decommissioning from the lifecycle state. */
+const SERVER_ROWS: [key: string, label: string, from: "status" | "state"][] = [
+  ["realized", "realized", "status"],
+  ["pending", "converging (pending)", "status"],
+  ["failed", "failed", "status"],
+  ["drifted", "drifted", "status"],
+  ["stale", "stale", "status"],
+  ["unknown", "never reported", "status"],
+  ["decommissioning", "decommissioning", "state"],
+];
+
+export const Progress = ({ label, value, max, tone }: { label: string; value: number; max: number; tone?: string }) => (
+  <>
+    <span>{label}</span>
+    <progress value={value} max={Math.max(max, 1)} class={tone ? `p-${tone}` : undefined} aria-label={`${label}: ${value} of ${max}`}>
+      {value}/{max}
+    </progress>
+    <span class="mono">
+      {value}/{max}
+    </span>
+  </>
+);
+
+export async function overviewPage(v: View) {
+  if (!v.fleet) return render(v, "overview", "Overview", <NoFleet />);
+  const f = encodeURIComponent(v.fleet);
+  const s = await must<FleetSummary>(v.api("GET", `/v1/fleets/${f}/summary`));
+  const serversOf = (key: string, from: "status" | "state") => `/console/servers?fleet=${f}&${from}=${key}`;
+  const drift = s.servers.by_status.drifted + s.servers.by_status.failed;
+  return render(
+    v,
+    "overview",
+    `Overview of ${v.fleet}`,
+    <>
+      <h1>
+        Fleet <span class="mono">{v.fleet}</span>
+      </h1>
+      <div class="grid" id="overview-cards" data-live="">
+        <section class="card" aria-labelledby="h-servers">
+          <h2 id="h-servers">Servers ({s.servers.total})</h2>
+          <ul class="counts">
+            {SERVER_ROWS.map(([key, label, from]) => (
+              <li>
+                <a href={serversOf(key, from)}>
+                  <Badge status={key} label={label} />
+                </a>
+                <span class="n" data-count={key}>
+                  {from === "status" ? s.servers.by_status[key as keyof typeof s.servers.by_status] : s.servers.by_state[key as keyof typeof s.servers.by_state]}
+                </span>
+              </li>
+            ))}
+          </ul>
+        </section>
+        <section class="card" aria-labelledby="h-drift">
+          <h2 id="h-drift">Drift</h2>
+          <p>
+            <span class="n" data-count="drift">{drift}</span> server{drift === 1 ? "" : "s"} whose agents differ from what they should run
+            or failed to get there.
+          </p>
+          <p>
+            <a href={`/console/drift?fleet=${f}`}>See the findings and fix them</a>
+          </p>
+        </section>
+        <section class="card" aria-labelledby="h-data">
+          <h2 id="h-data">Data version</h2>
+          <p>
+            Version <strong>{s.data.version}</strong> of {s.data.newest_version}{" "}
+            {s.data.pending.length ? <Badge status="pending" label={`${s.data.pending.length} step(s) pending`} /> : <Badge status="realized" label="current" />}
+          </p>
+          {s.data.pending.length ? (
+            <ul>
+              {s.data.pending.map((p) => (
+                <li>
+                  {p.version}: {p.description}
+                </li>
+              ))}
+            </ul>
+          ) : null}
+        </section>
+      </div>
+      <h2>Reboot groups</h2>
+      {s.reboot_groups.length === 0 ? (
+        <p class="muted">No reboot group yet: the first FleetLock request of a group creates it.</p>
+      ) : (
+        <Table id="overview-groups" caption="Reboot groups" head={["Group", ["Slots held", "num"], ["Free", "num"], ["Queue", "num"], "Window", "State"]}>
+          {s.reboot_groups.map((g) => (
+            <tr>
+              <td>
+                <a href={`/console/groups/${encodeURIComponent(g.name)}?fleet=${f}`}>{g.name}</a>
+              </td>
+              <td class="num">
+                {g.holders}/{g.slots}
+              </td>
+              <td class="num">{g.available_slots}</td>
+              <td class="num">{g.queue_length}</td>
+              <td>{g.has_windows ? <Badge status={g.open_now ? "open" : "closed"} label={g.open_now ? "window open" : "window closed"} /> : <span class="muted">always open</span>}</td>
+              <td>
+                {g.paused ? <Badge status="paused" /> : <Badge status="active" label="admitting" />} {g.stuck ? <Badge status="stuck" label={`${g.stuck} stuck`} /> : null}
+              </td>
+            </tr>
+          ))}
+        </Table>
+      )}
+      <h2>Rollouts in progress</h2>
+      <div id="overview-rollouts" data-live="">
+        {s.rollouts.length === 0 ? (
+          <p class="muted">
+            No rollout is moving. <a href={`/console/rollouts?fleet=${f}`}>All rollouts</a>
+          </p>
+        ) : (
+          <div class="grid">
+            {s.rollouts.map((r) => (
+              <section class="card" aria-label={`Rollout of ${r.agent}`}>
+                <h3>
+                  <a href={`/console/rollouts/${r.id}?fleet=${f}`}>
+                    {r.agent} → <span class="mono">{r.image}</span>
+                  </a>
+                </h3>
+                <p>
+                  <Badge status={r.state} /> started <Ago at={r.created_at} /> by <span class="mono">{r.created_by}</span>
+                </p>
+                <div class="bars">
+                  <Progress label="done" value={r.counts.done} max={r.total} tone="ok" />
+                  <Progress label="failed" value={r.counts.failed + r.counts.timed_out} max={r.total} tone="bad" />
+                </div>
+              </section>
+            ))}
+          </div>
+        )}
+      </div>
+      <p class="muted small" id="overview-at" data-live="">
+        Counts as of <Ago at={s.at} />.
+      </p>
+    </>,
+  );
+}

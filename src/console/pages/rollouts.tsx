@@ -1,0 +1,172 @@
+/** @jsxImportSource hono/jsx */
+/** Rollouts: the list, and one rollout with a bar per state, slow servers, failures, the event log; its controls. */
+import { Hono } from "hono";
+import { must, qs, type InProcessApp } from "../api";
+import { action, NoFleet, page, render, type View } from "../context";
+import { requireCsrf, requireSession, type ConsoleEnv } from "../guard";
+import { ActionForm, Ago, Badge, canWrite, Duration, Field, Filters, Pager, Select, Table } from "../ui";
+import { Progress } from "./overview";
+
+const STATES = ["running", "paused", "succeeded", "failed", "cancelled", "rolling_back", "rolled_back"];
+const TARGET_STATES: [string, string][] = [["done", "ok"], ["applying", ""], ["queued", ""], ["failed", "bad"], ["timed_out", "bad"], ["skipped", "warn"]];
+const total = (counts: Record<string, number>) => Object.values(counts).reduce((a, b) => a + b, 0);
+
+async function rolloutsPage(v: View) {
+  if (!v.fleet) return render(v, "rollouts", "Rollouts", <NoFleet />);
+  const q = v.c.req.query();
+  const params = { fleet: v.fleet, state: q.state, agent: q.agent?.trim(), cursor: q.cursor };
+  const list = await must<any>(v.api("GET", `/v1/rollouts${qs({ ...params, limit: 50 })}`));
+  return render(
+    v,
+    "rollouts",
+    "Rollouts",
+    <>
+      <h1>Rollouts</h1>
+      <Filters action="/console/rollouts" label="Filter rollouts" fleet={v.fleet}>
+        <Select name="state" label="State" options={STATES} value={q.state} />
+        <Field label="Agent" name="agent" value={params.agent} />
+      </Filters>
+      <Table id="rollouts" caption="Rollouts" head={["Agent and image", "State", "Progress", "Started", "By"]}>
+        {list.items.map((r: any) => {
+          const n = total(r.counts);
+          return (
+            <tr>
+              <td><a href={`/console/rollouts/${r.id}?fleet=${encodeURIComponent(r.fleet)}`}>{r.agent} → <span class="mono">{r.image}</span></a></td>
+              <td><Badge status={r.state} /></td>
+              <td>
+                <progress value={r.counts.done ?? 0} max={Math.max(n, 1)} aria-label={`${r.counts.done ?? 0} of ${n} done`} class="p-ok" /> {r.counts.done ?? 0}/{n}
+              </td>
+              <td><Ago at={r.created_at} /></td>
+              <td class="mono">{r.created_by}</td>
+            </tr>
+          );
+        })}
+      </Table>
+      {list.items.length === 0 ? <p>No rollout{q.state || q.agent ? " matches" : " yet"}.</p> : null}
+      <Pager base="/console/rollouts" params={params} next={list.next_cursor} />
+    </>,
+  );
+}
+
+async function rolloutPage(v: View) {
+  const id = v.c.req.param("id")!;
+  const q = v.c.req.query();
+  const [r, failed, timedOut, events] = await Promise.all([
+    must<any>(v.api("GET", `/v1/rollouts/${id}`)),
+    must<any>(v.api("GET", `/v1/rollouts/${id}/targets${qs({ state: "failed", limit: 50 })}`)),
+    must<any>(v.api("GET", `/v1/rollouts/${id}/targets${qs({ state: "timed_out", limit: 50 })}`)),
+    must<any>(v.api("GET", `/v1/rollouts/${id}/events${qs({ limit: 50, cursor: q.cursor })}`)),
+  ]);
+  v.fleet = r.fleet;
+  const back = `/console/rollouts/${id}?fleet=${encodeURIComponent(r.fleet)}`;
+  const csrf = v.session.csrf;
+  const moving = r.state === "running" || r.state === "rolling_back" || r.state === "paused";
+  const canRollBack = r.pass === 0 && (r.counts.done ?? 0) > 0 && r.state !== "rolling_back" && r.state !== "rolled_back";
+  const failures = [...failed.items, ...timedOut.items];
+  const control = (what: string, label: string, danger = false) => (
+    <ActionForm action={`/console/rollouts/${id}/${what}?fleet=${encodeURIComponent(r.fleet)}`} csrf={csrf} back={back} label={label}>
+      {danger ? (
+        <label class="check">
+          <input type="checkbox" name="confirm" value="yes" required /> I mean it
+        </label>
+      ) : null}
+      <button type="submit" class={danger ? "danger" : undefined}>{label}</button>
+    </ActionForm>
+  );
+  return render(
+    v,
+    "rollouts",
+    `Rollout of ${r.agent}`,
+    <>
+      <h1>
+        Rollout of {r.agent} → <span class="mono">{r.image}</span> <Badge status={r.state} />
+      </h1>
+      <div id="rollout-progress" data-live="">
+        <div class="grid">
+          <section class="card" aria-labelledby="h-progress">
+            <h2 id="h-progress">Progress{r.pass === 1 ? " (rolling back)" : ""}</h2>
+            <div class="bars">
+              {TARGET_STATES.map(([s, tone]) => <Progress label={s.replace("_", " ")} value={r.counts[s] ?? 0} max={r.total} tone={tone || undefined} />)}
+            </div>
+          </section>
+          <section class="card" aria-labelledby="h-about">
+            <h2 id="h-about">About</h2>
+            <dl class="kv">
+              <dt>Version</dt><dd class="mono">{r.version}</dd>
+              <dt>Started</dt><dd><Ago at={r.created_at} /> by <span class="mono">{r.created_by}</span></dd>
+              <dt>Ended</dt><dd><Ago at={r.ended_at} never="not yet" /></dd>
+              <dt>Concurrency</dt><dd>{r.concurrency}{r.reboot_slot ? ", takes a reboot slot" : ""}</dd>
+              <dt>Median</dt><dd>{r.median_s === null ? "—" : <Duration seconds={r.median_s} />}{r.eta_s !== null ? <>, about <Duration seconds={r.eta_s} /> to go</> : null}</dd>
+              {r.reason ? <><dt>Reason</dt><dd>{r.reason}</dd></> : null}
+            </dl>
+          </section>
+        </div>
+        <h2>Slow servers</h2>
+        {r.warnings.length === 0 ? (
+          <p class="muted">None.</p>
+        ) : (
+          <ul>
+            {r.warnings.map((w: any) => (
+              <li>
+                <Badge status="slow" /> <a href={`/console/servers/${w.server_id}`}>{w.hostname}</a>: {w.message} (<Ago at={w.at} />)
+              </li>
+            ))}
+          </ul>
+        )}
+        <h2>Failures</h2>
+        {failures.length === 0 ? (
+          <p class="muted">No target failed.</p>
+        ) : (
+          <Table caption="Failed targets" head={["Server", "State", "Why", "Ended"]}>
+            {failures.map((t: any) => (
+              <tr>
+                <td><a href={`/console/servers/${t.server_id}`}>{t.hostname}</a></td>
+                <td><Badge status={t.state} /></td>
+                <td>{t.reason ?? "—"}</td>
+                <td><Ago at={t.ended_at} /></td>
+              </tr>
+            ))}
+          </Table>
+        )}
+      </div>
+      {canWrite(v.session) && (moving || canRollBack) ? (
+        <>
+          <h2>Actions</h2>
+          <div class="actions">
+            {r.state === "paused" ? control("resume", "Resume") : moving ? control("pause", "Pause") : null}
+            {moving ? control("cancel", "Cancel", true) : null}
+            {canRollBack ? control("rollback", "Roll back", true) : null}
+          </div>
+        </>
+      ) : null}
+      <h2>Event log</h2>
+      <Table id="rollout-events" caption="Event log" head={["When", "What", "Server", "Details"]}>
+        {events.items.map((e: any) => (
+          <tr>
+            <td><Ago at={e.at} /></td>
+            <td>{e.kind}</td>
+            <td>{e.server_id ? <a href={`/console/servers/${e.server_id}`} class="mono">{e.server_id.slice(0, 8)}</a> : "—"}</td>
+            <td class="mono small">{e.details ? JSON.stringify(e.details).slice(0, 160) : ""}</td>
+          </tr>
+        ))}
+      </Table>
+      <Pager base={`/console/rollouts/${id}`} params={{ fleet: r.fleet, cursor: q.cursor }} next={events.next_cursor} />
+    </>,
+  );
+}
+
+export function rolloutPages(getApp: () => InProcessApp) {
+  const control = (what: "pause" | "resume" | "cancel" | "rollback", done: string) =>
+    action(getApp, "/console/rollouts", async (v) => {
+      await must(v.api("POST", `/v1/rollouts/${v.c.req.param("id")}/${what}`));
+      return done;
+    });
+  const id = ":id{[0-9a-f-]{36}}";
+  return new Hono<ConsoleEnv>()
+    .get("/console/rollouts", requireSession, page(getApp, "rollouts", rolloutsPage))
+    .get(`/console/rollouts/${id}`, requireSession, page(getApp, "rollouts", rolloutPage))
+    .post(`/console/rollouts/${id}/pause`, requireCsrf, control("pause", "the rollout is paused: no new target starts."))
+    .post(`/console/rollouts/${id}/resume`, requireCsrf, control("resume", "the rollout is running again."))
+    .post(`/console/rollouts/${id}/cancel`, requireCsrf, control("cancel", "the rollout is cancelled: queued targets are skipped."))
+    .post(`/console/rollouts/${id}/rollback`, requireCsrf, control("rollback", "the rollout is rolling back."));
+}

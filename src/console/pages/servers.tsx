@@ -1,0 +1,124 @@
+/** @jsxImportSource hono/jsx */
+/**
+ * Servers: the list (GET /v1/servers: fleet, status, state; GET /v1/instances: agent, image) and
+ * one server's page (server.tsx). The API has no hostname or role filter: the console narrows the
+ * pages it reads (at most SCAN_PAGES of them) and says so.
+ */
+import { Hono } from "hono";
+import { must, qs, type InProcessApp } from "../api";
+import { NoFleet, page, render, type View } from "../context";
+import { requireSession, type ConsoleEnv } from "../guard";
+import { Ago, Badge, Field, Filters, Pager, Select, Table } from "../ui";
+import { serverDetailPage, serverActions } from "./server";
+
+const STATUSES = ["realized", "pending", "failed", "drifted", "unknown", "stale"];
+const STATES = ["provisioning", "active", "unreachable", "decommissioning", "removed"];
+export const SCAN_PAGES = 5;
+const PAGE = 50;
+
+/** Reads pages of `path` until `want` rows pass `keep` or SCAN_PAGES pages were read. */
+export async function scan<T>(v: View, path: (cursor?: string) => string, keep: (row: T) => boolean, want: number, cursor?: string) {
+  const rows: T[] = [];
+  let next: string | null = cursor ?? null;
+  let pages = 0;
+  do {
+    const res: { items: T[]; next_cursor: string | null } = await must(v.api("GET", path(next ?? undefined)));
+    rows.push(...res.items.filter(keep));
+    next = res.next_cursor;
+    pages++;
+  } while (next && rows.length < want && pages < SCAN_PAGES);
+  return { rows, next, pages };
+}
+
+async function serversPage(v: View) {
+  if (!v.fleet) return render(v, "servers", "Servers", <NoFleet />);
+  const q = v.c.req.query();
+  const f = { fleet: v.fleet, status: q.status, state: q.state, hostname: q.hostname?.trim(), role: q.role?.trim(), agent: q.agent?.trim(), image: q.image?.trim() };
+  const params = { ...f, cursor: q.cursor };
+  const byInstance = !!(f.agent || f.image);
+  const narrowed = !!(f.hostname || f.role);
+  const form = (
+    <Filters action="/console/servers" label="Search servers" fleet={v.fleet} button="Search" clear={`/console/servers?fleet=${encodeURIComponent(v.fleet)}`}>
+      <Field label="Hostname contains" name="hostname" value={f.hostname} />
+      <Select name="status" label="Status" options={STATUSES} value={f.status} />
+      <Select name="state" label="State" options={STATES} value={f.state} />
+      <Field label="Role" name="role" value={f.role} size={10} />
+      <Field label="Agent" name="agent" value={f.agent} size={10} />
+      <Field label="Image" name="image" value={f.image} placeholder="registry/name:tag" />
+    </Filters>
+  );
+  if (byInstance) {
+    // /v1/instances has no fleet filter: rows of other fleets are left out here.
+    const path = (cursor?: string) => `/v1/instances${qs({ agent: f.agent, image: f.image, limit: 200, cursor })}`;
+    const { rows, next } = await scan<any>(v, path, (r) => r.fleet === v.fleet, PAGE, q.cursor);
+    return render(
+      v,
+      "servers",
+      "Servers",
+      <>
+        <h1>Agent instances</h1>
+        {form}
+        <Table id="instances" caption="Agent instances" head={["Server", "Agent", "Status", "Desired", "Reported"]}>
+          {rows.map((r) => (
+            <tr>
+              <td>
+                <a href={`/console/servers/${r.server_id}?fleet=${encodeURIComponent(v.fleet!)}`} class="mono">{r.server_id.slice(0, 8)}</a>
+              </td>
+              <td>{r.agent}</td>
+              <td><Badge status={r.status} /></td>
+              <td class="mono">{r.desired?.image ?? "—"}</td>
+              <td class="mono">{r.reported ? `${r.reported.image} (${r.reported.state ?? "?"})` : "—"}</td>
+            </tr>
+          ))}
+        </Table>
+        {rows.length === 0 ? <p>No instance matches.</p> : null}
+        <Pager base="/console/servers" params={params} next={next} />
+      </>,
+    );
+  }
+  const path = (cursor?: string) => `/v1/servers${qs({ fleet: v.fleet, status: f.status, state: f.state, limit: narrowed ? 200 : PAGE, cursor })}`;
+  const host = f.hostname?.toLowerCase();
+  const keep = (s: any) => (!host || s.hostname.toLowerCase().includes(host)) && (!f.role || s.roles.includes(f.role));
+  const { rows, next, pages } = await scan<any>(v, path, keep, PAGE, q.cursor);
+  return render(
+    v,
+    "servers",
+    "Servers",
+    <>
+      <h1>Servers</h1>
+      {form}
+      {narrowed ? (
+        <p class="muted small">
+          Hostname and role are matched here over {pages} page(s) of the index ({pages * 200} servers at most); the API filters by fleet, status and
+          state.
+        </p>
+      ) : null}
+      <Table id="servers" caption="Servers" head={["Hostname", "Status", "State", "Roles", "Reboot group", ["Generation", "num"], "Last report"]}>
+        {rows.map((s) => (
+          <tr>
+            <td>
+              <a href={`/console/servers/${s.id}?fleet=${encodeURIComponent(s.fleet)}`}>{s.hostname}</a>
+            </td>
+            <td><Badge status={s.status} /></td>
+            <td><Badge status={s.state} /></td>
+            <td>{s.roles.join(", ") || <span class="muted">none</span>}</td>
+            <td>{s.reboot_group}</td>
+            <td class="num">
+              {s.reported_generation ?? "—"}/{s.desired_generation}
+            </td>
+            <td><Ago at={s.last_seen} /></td>
+          </tr>
+        ))}
+      </Table>
+      {rows.length === 0 ? <p>No server matches.</p> : null}
+      <Pager base="/console/servers" params={params} next={next} />
+    </>,
+  );
+}
+
+export function serverPages(getApp: () => InProcessApp) {
+  return new Hono<ConsoleEnv>()
+    .get("/console/servers", requireSession, page(getApp, "servers", serversPage))
+    .get("/console/servers/:id{[0-9a-f-]{36}}", requireSession, page(getApp, "servers", serverDetailPage))
+    .route("/", serverActions(getApp));
+}

@@ -1,0 +1,146 @@
+/**
+ * Console sessions (issue 20). The browser holds a random session id in an HttpOnly cookie; D1
+ * holds its SHA-256 with the operator token's id, scope, the CSRF token and the expiry. The
+ * operator token itself is sealed (AES-GCM) under a key derived from the session id, so neither
+ * the table nor the cookie alone yields it: the console needs it to call the API as the operator.
+ */
+import { and, eq, lt } from "drizzle-orm";
+import type { Context } from "hono";
+import { getCookie, setCookie } from "hono/cookie";
+import { getDb } from "../db/client";
+import { consoleSessions, tokens } from "../db/schema";
+import type { Scope } from "../domain/enums";
+import type { Env } from "../env";
+import { digestsEqual, randomSecret, sha256Hex } from "../lib/crypto";
+
+/** An absolute lifetime: a session never outlives it, however busy. */
+export const SESSION_TTL_S = 8 * 3600;
+/** The bootstrap ADMIN_TOKEN has no token row; its sessions end when the secret changes (the API refuses it). */
+export const BOOTSTRAP_TOKEN_ID = "bootstrap";
+
+export interface Session {
+  idHash: string;
+  tokenId: string;
+  scope: Scope;
+  csrf: string;
+  token: string;
+  expiresAt: number;
+}
+
+const LOOPBACK = new Set(["127.0.0.1", "localhost", "[::1]", "::1"]);
+
+/** Secure cookies everywhere but a loopback address, where `npm start` serves plain HTTP. */
+export const isLoopback = (url: string) => LOOPBACK.has(new URL(url).hostname);
+
+/** The __Host- prefix pins the cookie to this origin; it requires Secure, so loopback goes without. */
+export const cookieName = (c: Context, base: string) => (isLoopback(c.req.url) ? base : `__Host-${base}`);
+
+export function setConsoleCookie(c: Context, base: string, value: string, maxAge: number) {
+  setCookie(c, cookieName(c, base), value, {
+    path: "/",
+    httpOnly: true,
+    secure: !isLoopback(c.req.url),
+    sameSite: "Strict",
+    maxAge,
+  });
+}
+
+export const readConsoleCookie = (c: Context, base: string) => getCookie(c, cookieName(c, base));
+
+const SESSION_COOKIE = "hm_session";
+const b64 = (bytes: Uint8Array) => btoa(String.fromCharCode(...bytes));
+const unb64 = (text: string) => Uint8Array.from(atob(text), (ch) => ch.charCodeAt(0));
+
+async function sealKey(sessionId: string) {
+  const raw = await crypto.subtle.digest("SHA-256", new TextEncoder().encode(`console-seal:${sessionId}`));
+  return crypto.subtle.importKey("raw", raw, "AES-GCM", false, ["encrypt", "decrypt"]);
+}
+
+async function seal(sessionId: string, token: string) {
+  const iv = crypto.getRandomValues(new Uint8Array(12));
+  const sealed = await crypto.subtle.encrypt({ name: "AES-GCM", iv }, await sealKey(sessionId), new TextEncoder().encode(token));
+  return `${b64(iv)}.${b64(new Uint8Array(sealed))}`;
+}
+
+async function unseal(sessionId: string, sealed: string) {
+  const [iv, data] = sealed.split(".");
+  const plain = await crypto.subtle.decrypt({ name: "AES-GCM", iv: unb64(iv) }, await sealKey(sessionId), unb64(data));
+  return new TextDecoder().decode(plain);
+}
+
+/** Starts a session for a token the API has just accepted; sets the cookie. */
+export async function startSession(c: Context, token: { id: string; scope: Scope; secret: string }) {
+  const sessionId = randomSecret();
+  const now = Date.now();
+  const db = getDb((c.env as Env).DB);
+  await db.batch([
+    // Expired sessions go as new ones come, through the expiry index.
+    db.delete(consoleSessions).where(lt(consoleSessions.expiresAt, now)),
+    db.insert(consoleSessions).values({
+      idHash: await sha256Hex(sessionId),
+      tokenId: token.id,
+      scope: token.scope,
+      csrf: randomSecret(),
+      sealedToken: await seal(sessionId, token.secret),
+      createdAt: now,
+      expiresAt: now + SESSION_TTL_S * 1000,
+    }),
+  ]);
+  setConsoleCookie(c, SESSION_COOKIE, sessionId, SESSION_TTL_S);
+}
+
+/**
+ * The request's session, or null: no cookie, unknown, expired, or its operator token revoked (one
+ * statement: the token row is joined in). An ended session's row is deleted.
+ */
+export async function currentSession(c: Context): Promise<Session | null> {
+  const sessionId = readConsoleCookie(c, SESSION_COOKIE);
+  if (!sessionId || sessionId.length > 128) return null;
+  const idHash = await sha256Hex(sessionId);
+  const db = getDb((c.env as Env).DB);
+  const [row] = await db
+    .select({ s: consoleSessions, revokedAt: tokens.revokedAt, tokenRow: tokens.id })
+    .from(consoleSessions)
+    .leftJoin(tokens, eq(tokens.id, consoleSessions.tokenId))
+    .where(eq(consoleSessions.idHash, idHash))
+    .limit(1);
+  if (!row) return null;
+  const revoked = row.s.tokenId !== BOOTSTRAP_TOKEN_ID && (row.tokenRow === null || row.revokedAt !== null);
+  if (revoked || row.s.expiresAt <= Date.now()) {
+    await endSessionRow(c.env as Env, idHash);
+    return null;
+  }
+  let token: string;
+  try {
+    token = await unseal(sessionId, row.s.sealedToken);
+  } catch {
+    return null;
+  }
+  return { idHash, tokenId: row.s.tokenId, scope: row.s.scope, csrf: row.s.csrf, token, expiresAt: row.s.expiresAt };
+}
+
+export async function endSessionRow(env: Env, idHash: string) {
+  await getDb(env.DB).delete(consoleSessions).where(eq(consoleSessions.idHash, idHash));
+}
+
+/** Signs out: the row goes and the browser is told to forget the cookie. */
+export async function endSession(c: Context, session: Session | null) {
+  if (session) await endSessionRow(c.env as Env, session.idHash);
+  setConsoleCookie(c, SESSION_COOKIE, "", 0);
+}
+
+/** The scope of an operator token the API accepted: from its row, or admin for ADMIN_TOKEN. */
+export async function tokenScope(env: Env, tokenId: string): Promise<Scope | null> {
+  if (tokenId === BOOTSTRAP_TOKEN_ID) return "admin";
+  const row = await getDb(env.DB).query.tokens.findFirst({
+    where: and(eq(tokens.id, tokenId), eq(tokens.kind, "operator")),
+    columns: { scope: true, revokedAt: true },
+  });
+  if (!row || row.revokedAt !== null || row.scope === "server") return null;
+  return row.scope;
+}
+
+/** Constant-time comparison of two secrets of any length. */
+export function sameSecret(a: string | undefined | null, b: string) {
+  return typeof a === "string" && a.length === b.length && digestsEqual(a, b);
+}

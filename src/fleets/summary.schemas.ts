@@ -1,0 +1,59 @@
+import { z } from "@hono/zod-openapi";
+import { ROLLOUT_STATES, ROLLOUT_TARGET_STATES, SERVER_STATES, SERVER_STATUSES } from "../domain/enums";
+
+const countsOf = <T extends readonly string[]>(keys: T) =>
+  z.object(Object.fromEntries(keys.map((k) => [k, z.number().int()])) as Record<T[number], z.ZodNumber>);
+
+const SummaryGroup = z
+  .object({
+    name: z.string(),
+    slots: z.number().int(),
+    available_slots: z.number().int(),
+    holders: z.number().int(),
+    stuck: z.number().int().openapi({ description: "Holders past the fleet's lock_ttl_s" }),
+    queue_length: z.number().int(),
+    paused: z.boolean(),
+    open_now: z.boolean().openapi({ description: "Admitting now: not paused, and inside a maintenance window (or the group has none)" }),
+    has_windows: z.boolean(),
+  })
+  .openapi("FleetSummaryRebootGroup");
+
+const SummaryRollout = z
+  .object({
+    id: z.string(),
+    agent: z.string(),
+    image: z.string(),
+    version: z.string(),
+    state: z.enum(ROLLOUT_STATES),
+    pass: z.number().int(),
+    counts: countsOf(ROLLOUT_TARGET_STATES),
+    total: z.number().int(),
+    created_by: z.string(),
+    created_at: z.string(),
+    updated_at: z.string(),
+  })
+  .openapi("FleetSummaryRollout");
+
+export const FleetSummary = z
+  .object({
+    fleet: z.string(),
+    at: z.string().openapi({ description: "When the summary was read" }),
+    servers: z
+      .object({
+        total: z.number().int().openapi({ description: "Every server but removed ones (tombstones)" }),
+        by_status: countsOf(SERVER_STATUSES).openapi({ description: "Removed servers excluded" }),
+        by_state: countsOf(SERVER_STATES),
+      })
+      .openapi({ description: "Counted from the fleet-wide index (D1), which a report reaches shortly after its acknowledgement" }),
+    reboot_groups: z.array(SummaryGroup),
+    rollouts: z
+      .array(SummaryRollout)
+      .openapi({ description: "Rollouts that still move (running, paused, rolling back), newest first, with their target counters" }),
+    data: z.object({
+      version: z.number().int(),
+      newest_version: z.number().int(),
+      pending: z.array(z.object({ version: z.number().int(), description: z.string() })),
+    }),
+  })
+  .openapi("FleetSummary");
+export type FleetSummary = z.infer<typeof FleetSummary>;

@@ -1,0 +1,300 @@
+/**
+ * The local cost meter: what a deployment would be billed for, counted while the worker runs
+ * locally (tests, `npm run bench -- cost`), and only where LOCAL_COUNTERS is "1" (never in a deploy:
+ * elsewhere every wrapper below passes straight through). Served at /__local/meter (src/app.ts).
+ *
+ * Counted per Durable Object instance, summed per class, and for the Worker:
+ * - requests. An object: each RPC call, fetch and alarm is one; each WebSocket message it receives
+ *   counts 1/20 (the billing ratio); webSocketClose/webSocketError run (and keep it awake) but are
+ *   not billed as requests. The Worker: each fetch and each scheduled (cron) run.
+ * - awake time: the wall-clock time an object is billed for (duration), defined below.
+ * - D1 rows read and written, from each statement's meta, by the sender (src/db/client.ts).
+ * Objects are metered from the outside: `metered(Base, name)` returns a subclass whose instances
+ * are seen by the runtime through a proxy, so only calls that come from outside the object (RPC,
+ * fetch, alarm, webSocket* handlers) pass the meter; the object's calls to itself do not.
+ *
+ * Awake. Cloudflare bills an object's duration while it runs or is idle but cannot hibernate; an
+ * idle object that could hibernate is not billed, even before it hibernates. It cannot hibernate
+ * while a request or event is being handled, a setTimeout/setInterval is pending, or awaited I/O
+ * is in progress (Durable Objects pricing and lifecycle pages: see scripts/bench/prices.ts). So
+ * here an object is awake from the start of a call until it has
+ *   - no call in flight (entered through the proxy, not yet settled),
+ *   - no parked call (a Parking park, src/objects/kit/park.ts: it holds a timer), and
+ *   - no work given to ctx.waitUntil still running (it holds I/O past the answer).
+ * Timers: every setTimeout in this code belongs to a park inside a call or to a Parking, so it is
+ * counted above. Storage alarms do not keep an object awake (the alarm wakes it: a request). A
+ * bare setTimeout left behind by a call would be missed (the meter cannot see it).
+ * The lifecycle page says the runtime hibernates an idle object after 10 s; the pricing page's
+ * footnote on WebSockets says an object "will remain active for 10 seconds after the last client
+ * disconnects". awake_ms leaves that tail out (the FAQ: not billed while it could hibernate);
+ * idle_tail_ms counts it (up to 10 s after each awake period), so a bill can show both readings.
+ */
+import { d1RowsInto, d1RowsMetered, d1Unattributed, type D1Rows } from "../../db/client";
+import { observeNewParkings, type ParkObserver } from "./park";
+
+/** The idle time before the runtime hibernates an object (lifecycle page), for idle_tail_ms. */
+export const IDLE_BEFORE_HIBERNATION_MS = 10_000;
+/** Incoming WebSocket messages billed per request. */
+const WS_MESSAGES_PER_REQUEST = 20;
+
+type Kind = "rpc" | "fetch" | "alarm" | "ws_messages" | "ws_events";
+const KINDS: Record<string, Kind> = { fetch: "fetch", alarm: "alarm", webSocketMessage: "ws_messages", webSocketClose: "ws_events", webSocketError: "ws_events" };
+
+const zeroRows = (): D1Rows => ({ statements: 0, rowsRead: 0, rowsWritten: 0 });
+const zeroCounts = () => ({ rpc: 0, fetch: 0, alarm: 0, ws_messages: 0, ws_events: 0, parks: 0, starts: 0 });
+
+/** One object instance's meter. */
+class ObjectMeter implements ParkObserver {
+  counts = zeroCounts();
+  readonly d1 = zeroRows();
+  methods = new Map<string, { calls: number; ms: number; max_ms: number }>();
+  inFlight = 0;
+  parkedNow = 0;
+  pending = 0;
+  private awakeMs = 0;
+  private parkedMs = 0;
+  private tailMs = 0;
+  private awakeSince: number | null = null;
+  private parkedSince: number | null = null;
+  private idleSince: number | null = null;
+
+  /** Call after every change of the three counts: opens or closes the awake period. */
+  private update(now = Date.now()) {
+    const busy = this.inFlight + this.parkedNow + this.pending > 0;
+    if (busy && this.awakeSince === null) {
+      if (this.idleSince !== null) this.tailMs += Math.min(now - this.idleSince, IDLE_BEFORE_HIBERNATION_MS);
+      this.awakeSince = now;
+      this.idleSince = null;
+    } else if (!busy && this.awakeSince !== null) {
+      this.awakeMs += now - this.awakeSince;
+      this.awakeSince = null;
+      this.idleSince = now;
+    }
+  }
+
+  enter(kind: Kind) {
+    this.counts[kind]++;
+    this.inFlight++;
+    this.update();
+  }
+
+  leave(method: string, started: number) {
+    const now = Date.now();
+    const m = this.methods.get(method) ?? { calls: 0, ms: 0, max_ms: 0 };
+    m.calls++;
+    m.ms += now - started;
+    m.max_ms = Math.max(m.max_ms, now - started);
+    this.methods.set(method, m);
+    this.inFlight--;
+    this.update(now);
+  }
+
+  parked() {
+    this.counts.parks++;
+    if (this.parkedNow++ === 0) this.parkedSince = Date.now();
+    this.update();
+  }
+
+  answered() {
+    if (--this.parkedNow === 0 && this.parkedSince !== null) {
+      this.parkedMs += Date.now() - this.parkedSince;
+      this.parkedSince = null;
+    }
+    this.update();
+  }
+
+  waitUntil(work: Promise<unknown>) {
+    this.pending++;
+    this.update();
+    const done = () => {
+      this.pending--;
+      this.update();
+    };
+    work.then(done, done);
+  }
+
+  reading(now: number) {
+    const open = (since: number | null) => (since === null ? 0 : now - since);
+    const c = this.counts;
+    return {
+      requests: c.rpc + c.fetch + c.alarm + c.ws_messages / WS_MESSAGES_PER_REQUEST,
+      ...c,
+      awake_ms: this.awakeMs + open(this.awakeSince),
+      idle_tail_ms: this.tailMs + Math.min(open(this.idleSince), IDLE_BEFORE_HIBERNATION_MS),
+      parked_ms: this.parkedMs + open(this.parkedSince),
+      in_flight: this.inFlight,
+      parked: this.parkedNow,
+      waiting_until: this.pending,
+      d1: rowsReading(this.d1),
+    };
+  }
+
+  /** A new measurement window: what is under way stays, from now on. */
+  reset(now: number) {
+    this.counts = zeroCounts();
+    // Zeroed in place: the object's D1 handle keeps adding to the same counters.
+    Object.assign(this.d1, zeroRows());
+    this.methods.clear();
+    this.awakeMs = this.parkedMs = this.tailMs = 0;
+    if (this.awakeSince !== null) this.awakeSince = now;
+    if (this.parkedSince !== null) this.parkedSince = now;
+    if (this.idleSince !== null) this.idleSince = now - IDLE_BEFORE_HIBERNATION_MS < this.idleSince ? now : null;
+  }
+}
+
+const rowsReading = (r: D1Rows) => ({ statements: r.statements, rows_read: r.rowsRead, rows_written: r.rowsWritten });
+
+const objects = new Map<string, Map<string, ObjectMeter>>();
+const worker = { requests: 0, scheduled: 0, d1: zeroRows() };
+let windowStart = Date.now();
+
+function objectMeter(className: string, id: string) {
+  let byId = objects.get(className);
+  if (!byId) objects.set(className, (byId = new Map()));
+  let m = byId.get(id);
+  if (!m) byId.set(id, (m = new ObjectMeter()));
+  return m;
+}
+
+type MeterEnv = { LOCAL_COUNTERS?: string; DB?: D1Database };
+const metering = (env: MeterEnv) => env.LOCAL_COUNTERS === "1";
+
+/** The env a metered sender sees: the same bindings, its D1 rows counted as its own. */
+function senderEnv<E extends MeterEnv>(env: E, rows: D1Rows): E {
+  return env.DB ? { ...env, DB: d1RowsInto(env.DB, rows) } : env;
+}
+
+type ObjectClass = abstract new (ctx: DurableObjectState, env: never) => object;
+
+/** The class `Base`, metered as `className` when its env has LOCAL_COUNTERS "1". */
+export function metered<C extends ObjectClass>(Base: C, className: string): C {
+  const Parent = Base as unknown as new (ctx: DurableObjectState, env: MeterEnv) => object;
+  class Metered extends Parent {
+    constructor(ctx: DurableObjectState, env: MeterEnv) {
+      const meter = metering(env) ? objectMeter(className, ctx.id.toString()) : null;
+      // Parkings the constructor creates report to this object's meter.
+      const restore = observeNewParkings(meter);
+      try {
+        super(ctx, meter ? senderEnv(env, meter.d1) : env);
+      } finally {
+        restore();
+      }
+      if (!meter) return;
+      meter.counts.starts++;
+      const waitUntil = ctx.waitUntil.bind(ctx);
+      ctx.waitUntil = (work: Promise<unknown>) => {
+        meter.waitUntil(Promise.resolve(work));
+        return waitUntil(work);
+      };
+      return new Proxy(this, callsThrough(meter));
+    }
+  }
+  return Metered as unknown as C;
+}
+
+/** The proxy the runtime calls the object through: each method call passes the meter. */
+function callsThrough(meter: ObjectMeter): ProxyHandler<object> {
+  const wrappers = new Map<string, (...args: unknown[]) => unknown>();
+  const wrap = (target: object, method: string) =>
+    function (...args: unknown[]) {
+      const fn = Reflect.get(target, method, target) as (...a: unknown[]) => unknown;
+      const started = Date.now();
+      meter.enter(KINDS[method] ?? "rpc");
+      const leave = () => meter.leave(method, started);
+      const restore = observeNewParkings(meter);
+      try {
+        const out = fn.apply(target, args);
+        if (out instanceof Promise) return out.finally(leave);
+        leave();
+        return out;
+      } catch (err) {
+        leave();
+        throw err;
+      } finally {
+        restore();
+      }
+    };
+  return {
+    get(target, prop) {
+      const value = Reflect.get(target, prop, target);
+      // Methods of the class (the prototype chain), not the instance's own function fields.
+      if (typeof prop !== "string" || typeof value !== "function" || prop === "constructor" || Object.hasOwn(target, prop)) return value;
+      let w = wrappers.get(prop);
+      if (!w) wrappers.set(prop, (w = wrap(target, prop)));
+      return w;
+    },
+  };
+}
+
+/** The Worker's handler, metered when its env has LOCAL_COUNTERS "1" (the meter's own route aside). */
+export function meteredWorker<H extends ExportedHandler<never>>(handler: H): H {
+  const { fetch, scheduled } = handler as unknown as ExportedHandler<MeterEnv>;
+  const metered: ExportedHandler<MeterEnv> = {
+    ...(handler as unknown as ExportedHandler<MeterEnv>),
+    fetch:
+      fetch &&
+      ((request, env, ctx) => {
+        if (!metering(env) || new URL(request.url).pathname.startsWith("/__local/")) return fetch(request, env, ctx);
+        worker.requests++;
+        return fetch(request, senderEnv(env, worker.d1), ctx);
+      }),
+    scheduled:
+      scheduled &&
+      ((controller, env, ctx) => {
+        if (!metering(env)) return scheduled(controller, env, ctx);
+        worker.scheduled++;
+        return scheduled(controller, senderEnv(env, worker.d1), ctx);
+      }),
+  };
+  return metered as unknown as H;
+}
+
+type ObjectReading = ReturnType<ObjectMeter["reading"]>;
+const NUMERIC = ["requests", "rpc", "fetch", "alarm", "ws_messages", "ws_events", "parks", "starts", "awake_ms", "idle_tail_ms", "parked_ms", "in_flight", "parked", "waiting_until"] as const;
+
+/** What the meter has counted since the window began; `reset` begins a new window after reading. */
+export function meterReading({ reset = false } = {}) {
+  const now = Date.now();
+  const classes: Record<string, Record<string, unknown>> = {};
+  for (const [className, byId] of objects) {
+    const sum: Record<string, number> = Object.fromEntries(NUMERIC.map((k) => [k, 0]));
+    const d1 = { statements: 0, rows_read: 0, rows_written: 0 };
+    const methods: Record<string, { calls: number; ms: number; max_ms: number }> = {};
+    const instances: Record<string, ObjectReading> = {};
+    for (const [id, m] of byId) {
+      const r = m.reading(now);
+      // Objects that did nothing in this window are left out.
+      if (!r.requests && !r.awake_ms && !r.ws_events && !r.in_flight && !r.d1.statements) continue;
+      instances[id] = r;
+      for (const k of NUMERIC) sum[k] += r[k];
+      for (const k of ["statements", "rows_read", "rows_written"] as const) d1[k] += r.d1[k];
+      for (const [name, use] of m.methods) {
+        const t = (methods[name] ??= { calls: 0, ms: 0, max_ms: 0 });
+        t.calls += use.calls;
+        t.ms += use.ms;
+        t.max_ms = Math.max(t.max_ms, use.max_ms);
+      }
+    }
+    classes[className] = { ...sum, instances: Object.keys(instances).length, d1, methods, by_instance: instances };
+  }
+  const reading = {
+    window: { since: new Date(windowStart).toISOString(), ms: now - windowStart },
+    idle_before_hibernation_ms: IDLE_BEFORE_HIBERNATION_MS,
+    worker: { requests: worker.requests, scheduled: worker.scheduled, d1: rowsReading(worker.d1) },
+    objects: classes,
+    d1_unattributed: rowsReading(d1Unattributed),
+    d1_rows_metered: d1RowsMetered(),
+  };
+  if (reset) resetMeter(now);
+  return reading;
+}
+
+/** Starts a new measurement window. */
+export function resetMeter(now = Date.now()) {
+  for (const byId of objects.values()) for (const m of byId.values()) m.reset(now);
+  // Zeroed in place: the Worker's D1 handle keeps adding to the same counters.
+  worker.requests = worker.scheduled = 0;
+  Object.assign(worker.d1, zeroRows());
+  Object.assign(d1Unattributed, zeroRows());
+  windowStart = now;
+}
