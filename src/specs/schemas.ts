@@ -18,7 +18,13 @@ import { SpecRebootGroup } from "./groups";
 export const SPEC_API_VERSION = "harbormaster/v1" as const;
 export const SPEC_KIND = "FleetSpec" as const;
 
-const atMost = (n: number, what: string) => [(m: Record<string, unknown>) => Object.keys(m).length <= n, `at most ${n} ${what}`] as const;
+/** A map section: items by name, at most `max` of them; left out, it is empty. */
+const section = <K extends z.ZodString, V extends z.ZodType>(key: K, value: V, max: number, what: string, description: string) =>
+  z
+    .record(key, value)
+    .refine((m) => Object.keys(m).length <= max, `at most ${max} ${what}`)
+    .optional()
+    .openapi({ description });
 
 /** The fleet's settings, each as PATCH /v1/fleets/{fleet} takes it; one left out is not managed. */
 export const SpecSettings = z
@@ -37,26 +43,22 @@ export const FleetSpec = z
     kind: z.literal(SPEC_KIND),
     fleet: fleetId,
     settings: SpecSettings.optional(),
-    capabilities: z
-      .record(capabilityName, z.boolean())
-      .refine(...atMost(MAX_CAPABILITIES, "capabilities"))
-      .optional()
-      .openapi({ description: "Named booleans that role agents' `when` conditions read" }),
-    channels: z
-      .record(agentName, ChannelInput)
-      .refine(...atMost(MAX_SPEC_CHANNELS, "channels"))
-      .optional()
-      .openapi({ description: "Per agent, the image and version the fleet wants" }),
-    roles: z
-      .record(roleName, RoleInput)
-      .refine(...atMost(MAX_SPEC_ROLES, "roles"))
-      .optional()
-      .openapi({ description: "Per role, its agents; each agent needs a channel (in the spec, or the fleet's unless pruning)" }),
-    reboot_groups: z
-      .record(groupName, SpecRebootGroup)
-      .refine(...atMost(MAX_SPEC_GROUPS, "reboot groups"))
-      .optional()
-      .openapi({ description: "Per reboot group, its settings (pause and holders are operators' and hosts', not the spec's)" }),
+    capabilities: section(capabilityName, z.boolean(), MAX_CAPABILITIES, "capabilities", "Named booleans that role agents' `when` conditions read"),
+    channels: section(agentName, ChannelInput, MAX_SPEC_CHANNELS, "channels", "Per agent, the image and version the fleet wants"),
+    roles: section(
+      roleName,
+      RoleInput,
+      MAX_SPEC_ROLES,
+      "roles",
+      "Per role, its agents; each agent needs a channel (in the spec, or the fleet's unless pruning)",
+    ),
+    reboot_groups: section(
+      groupName,
+      SpecRebootGroup,
+      MAX_SPEC_GROUPS,
+      "reboot groups",
+      "Per reboot group, its settings (pause and holders are operators' and hosts', not the spec's)",
+    ),
   })
   .openapi("FleetSpec", {
     description:

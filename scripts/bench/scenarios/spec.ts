@@ -5,26 +5,13 @@
 // (the role gains or loses an agent), and the medians are compared. Then export → apply of the
 // same spec: nothing written, nobody re-planned.
 import type { BenchContext } from "../run.ts";
+import { ok, pool } from "../lib.ts";
 
 const N = Number(process.env.BENCH_SPEC_N ?? 2000);
 const ROUNDS = Number(process.env.BENCH_SPEC_ROUNDS ?? 3);
 const AFFECTED_EVERY = 10;
 const PARALLEL = 16;
 
-async function ok(res: Response, what: string) {
-  if (!res.ok) throw new Error(`${what}: ${res.status} ${await res.text()}`);
-  return res.json() as Promise<any>;
-}
-
-async function pool<T>(items: T[], n: number, fn: (item: T, i: number) => Promise<void>) {
-  let next = 0;
-  await Promise.all(Array.from({ length: n }, async () => {
-    while (next < items.length) {
-      const i = next++;
-      await fn(items[i], i);
-    }
-  }));
-}
 
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 
