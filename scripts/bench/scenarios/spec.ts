@@ -43,10 +43,16 @@ export async function run(ctx: BenchContext) {
   const started = Date.now();
   await pool([...Array(N).keys()], PARALLEL, async (i) => {
     const edge = i % AFFECTED_EVERY === 0;
-    await ok(
-      await api("/v1/servers", "POST", { fleet, hostname: `h-${i}.${fleet}.bench`, kind: "managed", roles: [edge ? "edge" : "compute"] }),
-      "register",
-    );
+    const body = { fleet, hostname: `h-${i}.${fleet}.bench`, kind: "managed", roles: [edge ? "edge" : "compute"] };
+    // A local worker restarted under load answers 503; a retry that finds the hostname taken
+    // (409) means the first attempt registered it.
+    for (let attempt = 1; ; attempt++) {
+      const res = await api("/v1/servers", "POST", body);
+      if (attempt > 1 && res.status === 409) return void (await res.body?.cancel());
+      if (res.status !== 503 || attempt >= 5) return void (await ok(res, "register"));
+      await res.body?.cancel();
+      await new Promise((r) => setTimeout(r, 1000 * attempt));
+    }
   });
   console.error(`  ${N} servers registered in ${((Date.now() - started) / 1000).toFixed(1)} s`);
   const affected = Math.ceil(N / AFFECTED_EVERY);
