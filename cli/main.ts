@@ -15,6 +15,7 @@ import { registerTokens } from "./commands/tokens.ts";
 import { registerUpgrades } from "./commands/upgrades.ts";
 import { registerWait } from "./commands/wait.ts";
 import { registerRollouts } from "./commands/rollouts.ts";
+import { registerSpec } from "./commands/spec.ts";
 
 export function buildProgram(io: Io): Command {
   const program = new Command("hm")
@@ -42,6 +43,7 @@ export function buildProgram(io: Io): Command {
     registerCheck,
     registerWait,
     registerRollouts,
+    registerSpec,
   ]) {
     register(program, io);
   }

@@ -32,6 +32,7 @@ import { rolloutRoutes } from "./rollouts/routes";
 import { fleetSummaryRoutes } from "./fleets/summary.routes";
 import { consoleRoutes } from "./console/routes";
 import { liveNotices } from "./console/feed";
+import { specRoutes } from "./specs/routes";
 
 /** Who made a request, as the audit log names them; a FleetLock call is its fleet's. */
 function requester(c: Context<AppEnv>, route: string | null) {
@@ -76,6 +77,8 @@ export function createApp() {
     .route("/v1/check", checkRoutes)
     // Per-agent rollouts (issue 9).
     .route("/v1/rollouts", rolloutRoutes)
+    // Fleets as code (issue 19).
+    .route("/v1/fleets", specRoutes)
     // FleetLock (hosts) sits outside /v1: its own body limit, no JSON Content-Type rule, its own error body.
     .route("/fleetlock", fleetlockRoutes);
 

@@ -261,7 +261,7 @@ export const planMarks = sqliteTable(
 
 /**
  * Work on a fleet's coordinator (a Durable Object) that follows a D1 change: `push_settings` after a
- * PATCH of its lock settings, `wipe` after the fleet's deletion (its groups and FleetLock key go; the
+ * PATCH of its lock settings, `apply_groups` after a fleet spec's apply changed its reboot groups, `wipe` after the fleet's deletion (its groups and FleetLock key go; the
  * id cannot be created again before). Each row commits in the batch of the change that needs it, is
  * tried at once, and is retried by the cron until done; `rev` lets a newer change supersede an
  * older one without the older one's completion deleting it.
@@ -274,6 +274,8 @@ export const fleetTasks = sqliteTable(
     rev: integer("rev").notNull(),
     createdAt: integer("created_at").notNull(),
     attempts: integer("attempts").notNull().default(0),
+    /** `apply_groups`: the reboot groups a fleet spec declares (src/specs/), delivered as they are. */
+    payload: text("payload", { mode: "json" }).$type<unknown>(),
   },
   (t) => [primaryKey({ columns: [t.fleetId, t.kind] })],
 );

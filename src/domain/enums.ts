@@ -98,8 +98,8 @@ export type DriftReason = (typeof DRIFT_REASONS)[number];
 export const DRIFT_FIXES = ["reissue", "refresh", "none"] as const;
 export type DriftFix = (typeof DRIFT_FIXES)[number];
 
-/** Coordinator work that follows a fleet's D1 change (src/fleets/tasks.ts). */
-export const FLEET_TASK_KINDS = ["push_settings", "wipe"] as const;
+/** Coordinator work that follows a fleet's D1 change (src/fleets/tasks.ts); `apply_groups` carries a fleet spec's reboot groups. */
+export const FLEET_TASK_KINDS = ["push_settings", "wipe", "apply_groups"] as const;
 export type FleetTaskKind = (typeof FLEET_TASK_KINDS)[number];
 
 // ---- rollouts (issue 9) ----

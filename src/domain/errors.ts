@@ -41,6 +41,9 @@ export const ERROR_CODES = [
   "unknown_channel",
   "too_many_capabilities",
   "concurrent_change",
+  // Fleet specs (issue 19).
+  "invalid_spec",
+  "precondition_failed",
   // Servers (their ledgers).
   "generation_conflict",
   "stale_generation",

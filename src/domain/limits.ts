@@ -50,6 +50,16 @@ export const MAX_QUEUE_WAIT_S = 600;
 /** Hosts parked in one group's queue at once; beyond it a pre-reboot is refused as before. */
 export const MAX_QUEUED_PER_GROUP = 10_000;
 
+// ---- fleet specs (issue 19) ----
+
+/**
+ * Items of one fleet spec, per section: an apply is one D1 batch (two statements per channel or
+ * role at most), which these keep well inside D1's statements per invocation.
+ */
+export const MAX_SPEC_CHANNELS = 200;
+export const MAX_SPEC_ROLES = 200;
+export const MAX_SPEC_GROUPS = 100;
+
 // ---- rollouts (issue 9) ----
 
 /** Targets applying at once in one rollout: default and ceiling. */

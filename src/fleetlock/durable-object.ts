@@ -11,6 +11,7 @@ import * as identity from "./identity";
 import { ParkedHosts, QUEUE_TIMER } from "./parked";
 import type { ClientParams, FleetLockFailure } from "./protocol";
 import * as slots from "./rollout-slots";
+import * as specGroups from "./spec-groups";
 import type { GroupChange, Holder } from "./semaphore";
 import { CoordinatorStore, type FleetSettings, type ServerIdentity } from "./store";
 import type { GroupView } from "./views";
@@ -112,6 +113,11 @@ export class RebootCoordinator extends DurableObject<Env> {
 
   async listGroups(settings: FleetSettings): Promise<GroupView[]> {
     return groups.listGroups(this.c, settings);
+  }
+
+  /** A fleet spec's reboot groups (issue 19), delivered by its `apply_groups` fleet task. */
+  async applyGroupSpec(settings: FleetSettings, spec: specGroups.GroupsSpec): Promise<specGroups.GroupsSpecOutcome> {
+    return specGroups.applyGroupSpec(this.c, settings, spec);
   }
 
   // ---- releases ----

@@ -57,6 +57,8 @@ export const KEY = {
   server: (id: string) => `server:${id}`,
   /** Also the name of the reservation's timer. */
   reservation: (id: string) => `reservation:${id}`,
+  /** The revision of the last fleet spec applied to the groups (src/fleetlock/spec-groups.ts). */
+  specRev: "spec_rev",
   // Group names cannot hold ':', so the first ':' after the group ends it.
   queued: (group: string, id: string) => `queue:${group}:${id}`,
 } as const;
@@ -166,6 +168,22 @@ export class CoordinatorStore {
     const is = new Set(after.holders.map((h) => h.id));
     for (const h of before?.holders ?? []) if (!is.has(h.id)) this.m.heldIn.delete(h.id);
     for (const id of is) this.m.heldIn.set(id, name);
+  }
+
+  /** Deletes an idle group's configuration (a fleet spec pruned it); callers check it has no holders or queue. */
+  deleteGroup(name: string) {
+    if (!this.m.groups.has(name)) return;
+    this.out.delete(KEY.group(name));
+    this.m.groups.delete(name);
+  }
+
+  /** The fleet intent revision of the last fleet spec whose groups were applied (0: none). */
+  get specRev(): number {
+    return this.kv.get<number>(KEY.specRev) ?? 0;
+  }
+
+  set specRev(rev: number) {
+    this.out.put(KEY.specRev, rev);
   }
 
   // ---- the queues of parked hosts ----

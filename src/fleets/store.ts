@@ -49,12 +49,12 @@ export const fleetSettings = (row: FleetRow): FleetSettings => ({
 });
 
 
-/** The statement that records a task for the fleet's coordinator (a newer one replaces an older). */
-export const fleetTask = (db: Db, fleet: string, kind: FleetTaskKind, rev: number) =>
+/** The statement that records a task for the fleet's coordinator (a newer one replaces an older, payload and all). */
+export const fleetTask = (db: Db, fleet: string, kind: FleetTaskKind, rev: number, payload: unknown = null) =>
   db
     .insert(fleetTasks)
-    .values({ fleetId: fleet, kind, rev, createdAt: Date.now() })
-    .onConflictDoUpdate({ target: [fleetTasks.fleetId, fleetTasks.kind], set: { rev, attempts: 0 } });
+    .values({ fleetId: fleet, kind, rev, createdAt: Date.now(), payload })
+    .onConflictDoUpdate({ target: [fleetTasks.fleetId, fleetTasks.kind], set: { rev, attempts: 0, payload } });
 
 /** Whether the fleet id is still being cleaned up after a deletion (it cannot be created yet). */
 export async function removalPending(db: Db, fleet: string) {
@@ -75,7 +75,7 @@ export async function liveServersOf(db: Db, fleet: string, named: number) {
 export const noLiveServers = (fleet: string) =>
   sql`NOT EXISTS (SELECT 1 FROM ${servers} WHERE fleet_id = ${fleet} AND state != 'removed')`;
 
-/** Every D1 row of the fleet (its removed servers' tombstones and tokens too), and its pending settings push. */
+/** Every D1 row of the fleet (its removed servers' tombstones and tokens too), and its pending coordinator pushes. */
 export function fleetWipe(db: Db, fleet: string) {
   const ofFleet = sql`(SELECT id FROM ${servers} WHERE fleet_id = ${fleet})`;
   return [
@@ -88,6 +88,7 @@ export function fleetWipe(db: Db, fleet: string) {
     db.delete(agentChannelHistory).where(eq(agentChannelHistory.fleetId, fleet)),
     db.delete(fleets).where(eq(fleets.id, fleet)),
     db.delete(fleetIntent).where(eq(fleetIntent.fleetId, fleet)),
-    db.delete(fleetTasks).where(and(eq(fleetTasks.fleetId, fleet), eq(fleetTasks.kind, "push_settings"))),
+    // Settings and spec groups owed to a coordinator that is about to be wiped are moot.
+    db.delete(fleetTasks).where(and(eq(fleetTasks.fleetId, fleet), ne(fleetTasks.kind, "wipe"))),
   ] as const;
 }

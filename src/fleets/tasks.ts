@@ -1,6 +1,6 @@
 /**
  * The coordinator work that follows fleet changes (issue 8). The fleet's coordinator copies its
- * lock settings and holds its groups and FleetLock key; D1 changes first, and a `fleet_tasks` row
+ * lock settings and holds its groups and FleetLock key (a fleet spec's groups reach it as `apply_groups`); D1 changes first, and a `fleet_tasks` row
  * in the same batch (`fleetTask`, ./store.ts) says what the coordinator still has to be told. The
  * task is tried at once and retried by the cron until done, so an unreachable coordinator delays
  * the change but never loses it.
@@ -12,16 +12,19 @@ import { fleetTasks } from "../db/schema";
 import type { Env } from "../env";
 import { getFleet, fleetSettings } from "./store";
 import { coordinatorOf } from "../objects/stubs";
+import type { GroupsSpec } from "../fleetlock/spec-groups";
 
 async function runTask(env: Env, db: Db, task: typeof fleetTasks.$inferSelect) {
   const coordinator = coordinatorOf(env, task.fleetId);
   if (task.kind === "wipe") {
     await coordinator.forget();
-  } else {
-    // The settings as D1 holds them now: a later PATCH's task pushes the same, or newer.
-    const row = await getFleet(db, task.fleetId);
-    if (row) await coordinator.updateSettings(fleetSettings(row));
+    return;
   }
+  // The settings as D1 holds them now: a later PATCH's task pushes the same, or newer.
+  const row = await getFleet(db, task.fleetId);
+  if (!row) return;
+  if (task.kind === "apply_groups") await coordinator.applyGroupSpec(fleetSettings(row), task.payload as GroupsSpec);
+  else await coordinator.updateSettings(fleetSettings(row));
 }
 
 /** Runs pending coordinator tasks (of one fleet, or the oldest of all): at once after a change, and from the cron. */

@@ -38,6 +38,8 @@ export const STATUS_OF_CODE = {
   unknown_channel: 422,
   too_many_capabilities: 409,
   concurrent_change: 409,
+  invalid_spec: 422,
+  precondition_failed: 412,
   generation_conflict: 409,
   stale_generation: 409,
   generation_not_issued: 409,

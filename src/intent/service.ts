@@ -3,12 +3,13 @@
  * live in D1 (the owner of fleet configuration); each change commits in one batch with its audit
  * row and the bump of the fleet's intent revision, or not at all.
  */
-import { eq, sql, type SQL } from "drizzle-orm";
+import { eq, type SQL } from "drizzle-orm";
 import { auditInsert } from "../audit/log";
 import { getDb, type Db } from "../db/client";
-import { agentChannelHistory, agentChannels, fleets, roleProfiles } from "../db/schema";
+import { fleets } from "../db/schema";
 import { DomainError, notFound } from "../domain/errors";
 import type { RoleInput } from "./schemas";
+import { channelWrite, roleDelete, roleWrite, storedAgents } from "./batch";
 import {
   agentsWithoutChannel,
   bumpIntentRev,
@@ -85,23 +86,7 @@ export function putChannel(db: Db, actor: string, fleet: string, agent: string, 
     return {
       result: { channel, changed: true },
       statements: [
-        db.insert(agentChannelHistory).values({
-          fleetId: fleet,
-          agent,
-          image: input.image,
-          version: input.version,
-          previousImage: previous?.image ?? null,
-          previousVersion: previous?.version ?? null,
-          at: now,
-          actor,
-        }),
-        db
-          .insert(agentChannels)
-          .values(channel)
-          .onConflictDoUpdate({
-            target: [agentChannels.fleetId, agentChannels.agent],
-            set: { image: input.image, version: input.version, updatedAt: now, updatedBy: actor },
-          }),
+        ...channelWrite(db, actor, fleet, agent, input, previous, now),
         auditInsert(db, { actor, action: "channel.put", target: `fleet:${fleet}`, details: { agent, ...input, previous } }),
       ],
     };
@@ -119,8 +104,7 @@ export async function putRole(env: Env, ctx: Ctx, actor: string, fleet: string, 
 }
 
 function changeRole(db: Db, actor: string, fleet: string, role: string, input: RoleInput) {
-  // Stored without absent `when`s, so equal profiles compare equal.
-  const agents = input.agents.map((a) => (a.when === undefined ? { name: a.name } : { name: a.name, when: a.when }));
+  const agents = storedAgents(input.agents);
   return changeIntent(db, fleet, async ({ rev }) => {
     const missing = await agentsWithoutChannel(db, fleet, agents.map((a) => a.name));
     if (missing.length) {
@@ -137,13 +121,7 @@ function changeRole(db: Db, actor: string, fleet: string, role: string, input: R
     return {
       result: { role: row, changed: true },
       statements: [
-        db
-          .insert(roleProfiles)
-          .values(row)
-          .onConflictDoUpdate({
-            target: [roleProfiles.fleetId, roleProfiles.role],
-            set: { agents, updatedAt: now, updatedBy: actor },
-          }),
+        roleWrite(db, actor, fleet, role, agents, now),
         // The servers with this role are re-planned (a new role's agents get their channel's image).
         markServersWithRole(db, fleet, role, rev + 1, now),
         auditInsert(db, {
@@ -167,7 +145,7 @@ export async function deleteRole(env: Env, ctx: Ctx, actor: string, fleet: strin
       result: undefined,
       statements: [
         markServersWithRole(db, fleet, role, rev + 1, Date.now()),
-        db.delete(roleProfiles).where(sql`${roleProfiles.fleetId} = ${fleet} AND ${roleProfiles.role} = ${role}`),
+        roleDelete(db, fleet, role),
         auditInsert(db, { actor, action: "role.delete", target: `fleet:${fleet}`, details: { role, agents: current.agents } }),
       ],
     };

@@ -2,6 +2,7 @@
 // (1) one role change: wall time and D1 statements for the planner to converge, per affected server;
 // (2) one cron tick with 100 newly stale servers: D1 statements and rows read, which must not grow with N.
 import type { BenchContext } from "../run.ts";
+import { ok, pool } from "../lib.ts";
 
 const SIZES = (process.env.BENCH_INTENT_N ?? "1000,5000").split(",").map(Number);
 const AFFECTED_EVERY = 10; // one server in ten has the role that changes
@@ -9,20 +10,6 @@ const NEWLY_STALE = 100;
 const STALE_AFTER_S = 10;
 const PARALLEL = 16;
 
-async function ok(res: Response, what: string) {
-  if (!res.ok) throw new Error(`${what}: ${res.status} ${await res.text()}`);
-  return res.json() as Promise<any>;
-}
-
-async function pool<T>(items: T[], n: number, fn: (item: T, i: number) => Promise<void>) {
-  let next = 0;
-  await Promise.all(Array.from({ length: n }, async () => {
-    while (next < items.length) {
-      const i = next++;
-      await fn(items[i], i);
-    }
-  }));
-}
 
 export async function run(ctx: BenchContext) {
   // Registering 6,000 servers takes minutes on a development machine: only when asked for.

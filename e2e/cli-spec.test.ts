@@ -1,0 +1,131 @@
+import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { Readable } from "node:stream";
+import { describe, expect, inject, it } from "vitest";
+import { parse, stringify } from "yaml";
+import { Api } from "../cli/api.ts";
+import { main } from "../cli/main.ts";
+
+const url = inject("hmUrl");
+const admin = inject("hmAdmin");
+const api = new Api(url, admin);
+const home = mkdtempSync(join(tmpdir(), "hm-spec-"));
+
+async function hm(args: string[], opts: { stdin?: string } = {}) {
+  let stdout = "";
+  let stderr = "";
+  const code = await main(args, {
+    stdout: (s) => void (stdout += s),
+    stderr: (s) => void (stderr += s),
+    stdin: Readable.from(opts.stdin === undefined ? [] : [opts.stdin]),
+    interactive: false,
+    env: { HM_CONFIG: join(home, "none.json"), HM_URL: url, HM_TOKEN: admin },
+    cwd: home,
+  });
+  return { code, stdout, stderr };
+}
+
+let n = 0;
+/** A fleet with intent set through the API (not through a spec), and servers with its roles. */
+async function fleetByHand() {
+  const fleet = `spec-${Date.now().toString(36)}-${n++}`;
+  await api.createFleet({ id: fleet, capabilities: { firewall: true } });
+  const put = async (path: string, body: unknown) => {
+    const res = await fetch(`${url}/v1/fleets/${fleet}${path}`, {
+      method: "PUT",
+      headers: { Authorization: `Bearer ${admin}`, "Content-Type": "application/json" },
+      body: JSON.stringify(body),
+    });
+    expect(res.status, path).toBe(200);
+  };
+  await put("/channels/base", { image: "reg/base:1", version: "1" });
+  await put("/channels/fw", { image: "reg/fw:1", version: "1" });
+  await put("/roles/edge", { agents: [{ name: "base" }] });
+  await put("/reboot-groups/default", { slots: 1 });
+  const servers = [];
+  for (let i = 0; i < 3; i++) servers.push(await api.registerServer({ fleet, hostname: `e${i}.${fleet}.example.com`, kind: "managed", roles: ["edge"] }));
+  return { fleet, servers };
+}
+
+describe("hm export, diff and apply against a running server", () => {
+  it("round-trips: an export diffs equal (exit 0) and applies as a no-op", async () => {
+    const { fleet } = await fleetByHand();
+    const dir = join(home, `rt-${n++}`);
+    mkdirSync(dir);
+    const exported = await hm(["export", fleet, "-o", dir]);
+    expect(exported.code).toBe(0);
+    const file = join(dir, `${fleet}.yaml`);
+    expect(parse(readFileSync(file, "utf8"))).toMatchObject({ apiVersion: "harbormaster/v1", kind: "FleetSpec", fleet });
+    const d = await hm(["diff", "-f", dir]);
+    expect(d.code).toBe(0);
+    expect(d.stdout).toContain("up to date");
+    const a = await hm(["apply", "-f", file, "--prune"]);
+    expect(a.code).toBe(0);
+    expect(a.stdout).toContain("up to date");
+  });
+
+  it("shows what a changed spec would do (exit 3), asks before applying, applies, and reads back what was applied", async () => {
+    const { fleet, servers } = await fleetByHand();
+    const file = join(home, `${fleet}.yaml`);
+    expect((await hm(["export", fleet, "-o", `${fleet}.yaml`])).code).toBe(0);
+    const spec = parse(readFileSync(file, "utf8"));
+    spec.roles.edge.agents.push({ name: "fw", when: "firewall" });
+    spec.reboot_groups.default.slots = 3;
+    spec.reboot_groups.night = { slots: 1, windows: [{ days: ["Saturday"], start_time: "23:00", length_minutes: 60, time_zone: "Europe/Berlin" }] };
+    writeFileSync(file, stringify(spec));
+
+    const d = await hm(["diff", "-f", file]);
+    expect(d.code).toBe(3);
+    expect(d.stdout).toMatch(/~ roles\.edge\.agents: .* → .*"fw"/);
+    expect(d.stdout).toContain("~ reboot_groups.default.slots: 1 → 3");
+    expect(d.stdout).toMatch(/\+ reboot_groups\.night: /);
+    expect(d.stdout).toMatch(/planner: re-plans 3 server\(s\) \(roles edge\)/);
+    const asJson = await hm(["--json", "diff", "-f", file]);
+    expect(asJson.code).toBe(3);
+    expect(JSON.parse(asJson.stdout)[0].items.map((i: { path: string }) => i.path)).toEqual(["roles.edge", "reboot_groups.default", "reboot_groups.night"]);
+
+    const declined = await hm(["apply", "-f", file]);
+    expect(declined.code).toBe(1);
+    expect((await hm(["diff", "-f", file])).code).toBe(3);
+
+    const applied = await hm(["apply", "-f", file], { stdin: "y\n" });
+    expect(applied.code).toBe(0);
+    expect(applied.stdout).toMatch(/applied; planner: 3 of 3 server\(s\)/);
+    expect((await hm(["diff", "-f", file])).code).toBe(0);
+    for (const s of servers) expect((await api.getDesired(s.id)).agents.map((a) => a.name)).toEqual(["base", "fw"]);
+    const back = await hm(["--json", "export", fleet]);
+    const read = JSON.parse(back.stdout);
+    expect(read.reboot_groups.night.windows[0].days).toEqual(["Sat"]);
+    expect(read.roles).toEqual(spec.roles);
+    expect((await api.getGroup(fleet, "default")).slots).toBe(3);
+  });
+
+  it("takes a directory of specs for many fleets, and reports a bad spec with all its problems (exit 1)", async () => {
+    const a = await fleetByHand();
+    const b = await fleetByHand();
+    const dir = join(home, `many-${n++}`);
+    mkdirSync(dir);
+    expect((await hm(["export", a.fleet, b.fleet, "-o", dir])).code).toBe(0);
+    expect((await hm(["diff", "-f", dir])).code).toBe(0);
+    const changed = parse(readFileSync(join(dir, `${b.fleet}.yaml`), "utf8"));
+    changed.channels.base.image = "reg/base:2";
+    writeFileSync(join(dir, `${b.fleet}.yaml`), stringify(changed));
+    const d = await hm(["diff", "-f", dir]);
+    expect(d.code).toBe(3);
+    expect(d.stdout).toMatch(new RegExp(`fleet ${a.fleet} .*up to date`));
+    expect(d.stderr).toContain("1 of 2 fleet(s) differ");
+    expect((await hm(["--yes", "apply", "-f", dir])).code).toBe(0);
+    expect((await hm(["diff", "-f", dir])).code).toBe(0);
+
+    changed.reboot_groups.default.slots = 0;
+    changed.roles.edge.agents.push({ name: "ghost" });
+    writeFileSync(join(dir, `${b.fleet}.yaml`), stringify(changed));
+    const bad = await hm(["--yes", "apply", "-f", dir]);
+    expect(bad.code).toBe(1);
+    expect(bad.stderr).toContain("invalid_spec");
+    expect(bad.stderr).toMatch(/reboot_groups\.default\.slots: /);
+    expect(bad.stderr).toMatch(/roles\.edge\.agents\.1\.name: agent 'ghost' has no channel/);
+    expect((await api.getGroup(b.fleet, "default")).slots).toBe(1);
+  });
+});

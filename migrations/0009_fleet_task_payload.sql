@@ -1,0 +1,1 @@
+ALTER TABLE `fleet_tasks` ADD `payload` text;

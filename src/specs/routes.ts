@@ -1,0 +1,128 @@
+import { createRoute, OpenAPIHono, z, type Hook } from "@hono/zod-openapi";
+import { createMiddleware } from "hono/factory";
+import type { ZodError } from "zod";
+import { requireScope } from "../auth/principal";
+import { DomainError } from "../domain/errors";
+import { actorOf } from "../domain/principal";
+import { backgroundOf } from "../http/background";
+import { bearer, commonErrors, etagHeader, jsonBody, jsonResponse, notFoundError, conflictError } from "../http/openapi";
+import type { AppEnv } from "../http/types";
+import { validationHook } from "../http/validation";
+import { fleetParam } from "../intent/schemas";
+import { FleetSpec, SpecApplied, SpecDiff, SpecProblem, specQuery } from "./schemas";
+import { applyFleetSpec, diffFleetSpec, fleetSpec, refuseInvalidSpec } from "./service";
+
+const specTag = etagHeader("Strong tag of the fleet's spec: a hash of the document GET answers");
+
+const invalidSpec = {
+  422: jsonResponse(
+    z.object({ error: z.object({ code: z.string(), message: z.string(), details: z.object({ problems: z.array(SpecProblem) }), request_id: z.string().optional() }) }),
+    "The spec has problems (invalid_spec): every one of them, with its path in the document; nothing changed",
+  ),
+};
+
+/**
+ * A spec its schema refuses is answered with all its problems (schema and references), as
+ * `invalid_spec`; the other parts of the request as everywhere else.
+ */
+const specHook: Hook<unknown, AppEnv, any, unknown> = async (result, c) => {
+  if (result.success || result.target !== "json") return validationHook(result, c);
+  const raw = (result as { data?: unknown }).data;
+  await refuseInvalidSpec(c.env, c.req.param("fleet") ?? "", raw, c.req.query("prune") === "true", result.error as ZodError);
+};
+
+/**
+ * hono reads `spec:diff` as `spec` and a parameter `diff`, so this route's path also matches
+ * `…/specanything`; only the literal last segment `spec:diff` is it.
+ */
+const literalSpecDiff = createMiddleware<AppEnv>(async (c, next) => {
+  if (decodeURIComponent(c.req.path.slice(c.req.path.lastIndexOf("/") + 1)) !== "spec:diff") throw new DomainError("not_found", `no route for ${c.req.method} ${c.req.path}`);
+  await next();
+});
+
+// One chain, so the type of this router (and of the app that mounts it) carries every route for hc.
+export const specRoutes = new OpenAPIHono<AppEnv>({ defaultHook: specHook })
+  .openapi(
+    createRoute({
+      method: "get",
+      path: "/{fleet}/spec",
+      operationId: "getFleetSpec",
+      tags: ["fleet specs"],
+      summary: "The fleet as a spec: settings, capabilities, channels, roles, reboot groups",
+      security: bearer,
+      middleware: [requireScope("read")] as const,
+      request: { params: fleetParam },
+      responses: {
+        200: { ...jsonResponse(FleetSpec, "The fleet's spec (what `hm export` writes)"), headers: specTag },
+        ...commonErrors,
+        ...notFoundError,
+      },
+    }),
+    async (c) => {
+      const { fleet } = c.req.valid("param");
+      const { spec, etag } = await fleetSpec(c.env, fleet);
+      c.header("ETag", etag);
+      return c.json(spec, 200);
+    },
+  )
+  .openapi(
+    createRoute({
+      method: "post",
+      path: "/{fleet}/spec:diff",
+      operationId: "diffFleetSpec",
+      tags: ["fleet specs"],
+      summary: "What the spec would change, item by item, and which servers the planner would re-plan; changes nothing",
+      security: bearer,
+      middleware: [literalSpecDiff, requireScope("read")] as const,
+      request: { params: fleetParam, query: specQuery, body: jsonBody(FleetSpec) },
+      responses: {
+        200: { ...jsonResponse(SpecDiff, "The differences (none: `equal`)"), headers: specTag },
+        ...commonErrors,
+        ...notFoundError,
+        ...invalidSpec,
+      },
+    }),
+    async (c) => {
+      const { fleet } = c.req.valid("param");
+      const diff = await diffFleetSpec(c.env, fleet, c.req.valid("json"), c.req.valid("query").prune === "true");
+      c.header("ETag", diff.etag);
+      return c.json(diff, 200);
+    },
+  )
+  .openapi(
+    createRoute({
+      method: "put",
+      path: "/{fleet}/spec",
+      operationId: "applyFleetSpec",
+      tags: ["fleet specs"],
+      summary: "Apply a spec, all or nothing; with If-Match, only to the fleet as that ETag names it",
+      description:
+        "One D1 batch with one audit entry and one planner run; reboot groups reach the coordinator through a fleet task. " +
+        "Without prune, items the spec does not list are left and listed as unlisted.",
+      security: bearer,
+      middleware: [requireScope("write")] as const,
+      request: {
+        params: fleetParam,
+        query: specQuery,
+        headers: z.object({ "if-match": z.string().optional().openapi({ description: "The ETag of GET …/spec or of a diff; * for any" }) }),
+        body: jsonBody(FleetSpec),
+      },
+      responses: {
+        200: { ...jsonResponse(SpecApplied, "Applied (or equal: changed false); `etag` is the fleet's spec tag now"), headers: specTag },
+        ...commonErrors,
+        ...notFoundError,
+        ...conflictError("concurrent_change: the fleet kept changing; retry"),
+        412: jsonResponse(z.object({ error: z.any() }), "The fleet's spec is no longer the one If-Match names (precondition_failed); nothing changed"),
+        ...invalidSpec,
+      },
+    }),
+    async (c) => {
+      const { fleet } = c.req.valid("param");
+      const out = await applyFleetSpec(c.env, backgroundOf(c), actorOf(c.var.principal), fleet, c.req.valid("json"), {
+        prune: c.req.valid("query").prune === "true",
+        ifMatch: c.req.valid("header")["if-match"],
+      });
+      c.header("ETag", out.etag);
+      return c.json(out, 200);
+    },
+  );

@@ -1,0 +1,126 @@
+/**
+ * The fleet spec (issue 19): one document per fleet holding everything an operator declares
+ * about it, built from the same zod schemas as the API it stands for (fleet settings, channels,
+ * roles, reboot groups), and the answers of the spec routes. schemas/fleet-spec.schema.json is
+ * generated from `FleetSpec` (scripts/fleet-spec-schema.ts).
+ *
+ * Sections: each is optional; a map section left out is an empty one (its items are unlisted,
+ * or pruned), a setting left out is not managed by the spec. A new section (webhooks) is a field
+ * here, a reader in ./store.ts and a differ in ./diff.ts.
+ */
+import { z } from "@hono/zod-openapi";
+import { MAX_CAPABILITIES, MAX_SPEC_CHANNELS, MAX_SPEC_GROUPS, MAX_SPEC_ROLES } from "../domain/limits";
+import { capabilityName, FleetPatch, fleetId, groupName, roleName } from "../fleets/schemas";
+import { ChannelInput, PlannerRunSchema, RoleInput } from "../intent/schemas";
+import { agentName } from "../ledger/schemas";
+import { SpecRebootGroup } from "./groups";
+
+export const SPEC_API_VERSION = "harbormaster/v1" as const;
+export const SPEC_KIND = "FleetSpec" as const;
+
+/** A map section: items by name, at most `max` of them; left out, it is empty. */
+const section = <K extends z.ZodString, V extends z.ZodType>(key: K, value: V, max: number, what: string, description: string) =>
+  z
+    .record(key, value)
+    .refine((m) => Object.keys(m).length <= max, `at most ${max} ${what}`)
+    .optional()
+    .openapi({ description });
+
+/** The fleet's settings, each as PATCH /v1/fleets/{fleet} takes it; one left out is not managed. */
+export const SpecSettings = z
+  .strictObject({
+    stale_after_s: FleetPatch.shape.stale_after_s,
+    lock_ttl_s: FleetPatch.shape.lock_ttl_s,
+    allow_unknown_ids: FleetPatch.shape.allow_unknown_ids,
+    default_group_slots: FleetPatch.shape.default_group_slots,
+  })
+  .openapi("FleetSpecSettings");
+export type SpecSettings = z.infer<typeof SpecSettings>;
+
+export const FleetSpec = z
+  .strictObject({
+    apiVersion: z.literal(SPEC_API_VERSION),
+    kind: z.literal(SPEC_KIND),
+    fleet: fleetId,
+    settings: SpecSettings.optional(),
+    capabilities: section(capabilityName, z.boolean(), MAX_CAPABILITIES, "capabilities", "Named booleans that role agents' `when` conditions read"),
+    channels: section(agentName, ChannelInput, MAX_SPEC_CHANNELS, "channels", "Per agent, the image and version the fleet wants"),
+    roles: section(
+      roleName,
+      RoleInput,
+      MAX_SPEC_ROLES,
+      "roles",
+      "Per role, its agents; each agent needs a channel (in the spec, or the fleet's unless pruning)",
+    ),
+    reboot_groups: section(
+      groupName,
+      SpecRebootGroup,
+      MAX_SPEC_GROUPS,
+      "reboot groups",
+      "Per reboot group, its settings (pause and holders are operators' and hosts', not the spec's)",
+    ),
+  })
+  .openapi("FleetSpec", {
+    description:
+      "Everything an operator declares about one fleet. A map section left out is empty; a setting left out is not managed.",
+  });
+export type FleetSpec = z.infer<typeof FleetSpec>;
+
+export const SPEC_SECTIONS = ["settings", "capabilities", "channels", "roles", "reboot_groups"] as const;
+export type SpecSection = (typeof SPEC_SECTIONS)[number];
+
+export const DIFF_OPS = ["add", "change", "remove", "unlisted"] as const;
+export type DiffOp = (typeof DIFF_OPS)[number];
+
+export const SpecProblem = z.object({ path: z.string(), message: z.string() }).openapi("FleetSpecProblem");
+
+const DiffItem = z
+  .object({
+    section: z.enum(SPEC_SECTIONS),
+    name: z.string(),
+    path: z.string().openapi({ description: "Where the item is in the spec, e.g. roles.edge" }),
+    op: z.enum(DIFF_OPS).openapi({
+      description: "`unlisted`: in the fleet, not in the spec; left as it is (with prune it is `remove`)",
+    }),
+    before: z.unknown().openapi({ description: "The fleet's value; null for an add" }),
+    after: z.unknown().openapi({ description: "The spec's value; null for a remove or an unlisted item" }),
+    note: z.string().optional(),
+  })
+  .openapi("FleetSpecDiffItem");
+export type DiffItem = z.infer<typeof DiffItem>;
+
+const Replan = z
+  .object({
+    scope: z.enum(["none", "roles", "fleet"]),
+    roles: z.array(z.string()),
+    servers: z.number().int().openapi({ description: "Servers the planner would offer the new inputs" }),
+    sample: z.array(z.object({ id: z.string(), hostname: z.string() })).openapi({ description: "The first of them, by id" }),
+  })
+  .openapi("FleetSpecReplan");
+
+export const SpecDiff = z
+  .object({
+    fleet: z.string(),
+    prune: z.boolean(),
+    equal: z.boolean().openapi({ description: "The fleet is what the spec says: no item of any kind" }),
+    etag: z.string().openapi({ description: "The fleet's spec ETag the diff was computed against (If-Match for the apply)" }),
+    summary: z.object({ add: z.number().int(), change: z.number().int(), remove: z.number().int(), unlisted: z.number().int() }),
+    items: z.array(DiffItem),
+    replan: Replan,
+  })
+  .openapi("FleetSpecDiff");
+export type SpecDiff = z.infer<typeof SpecDiff>;
+
+export const SpecApplied = SpecDiff.extend({
+  changed: z.boolean().openapi({ description: "Whether anything was written (an equal spec writes nothing)" }),
+  spec_hash: z.string().openapi({ description: "Hash of the applied spec, as its audit entry names it" }),
+  planning: PlannerRunSchema.nullable(),
+  coordinator: z.object({ pending: z.boolean().openapi({ description: "Reboot groups still on their way to the coordinator (the cron delivers them)" }) }),
+}).openapi("FleetSpecApplied");
+
+export const specQuery = z.object({
+  prune: z
+    .enum(["true", "false"])
+    .optional()
+    .openapi({ description: "true: items of the fleet the spec does not list are removed (else left and listed as unlisted)" }),
+});

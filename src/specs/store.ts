@@ -1,0 +1,103 @@
+/**
+ * The fleet as a spec sees it, read in one D1 batch (one consistent snapshot, with its intent
+ * revision) plus the coordinator's groups. Reboot groups a committed apply still owes the
+ * coordinator (an `apply_groups` fleet task) are shown as that apply left them: a spec is never
+ * seen half applied.
+ */
+import { and, asc, count, eq, sql } from "drizzle-orm";
+import type { Db } from "../db/client";
+import { agentChannels, fleetIntent, fleets, fleetTasks, roleProfiles, servers } from "../db/schema";
+import type { Env } from "../env";
+import type { GroupsSpec } from "../fleetlock/spec-groups";
+import { fleetSettings, type FleetRow } from "../fleets/store";
+import { coordinatorOf } from "../objects/stubs";
+import type { RoleAgent } from "../planner/plan";
+import { byKey } from "./canonical";
+import { configOf, type GroupConfig } from "./groups";
+import { SPEC_API_VERSION, SPEC_KIND, type SpecSettings } from "./schemas";
+
+export interface FleetState {
+  row: FleetRow;
+  rev: number;
+  settings: Required<SpecSettings>;
+  capabilities: Record<string, boolean>;
+  channels: Record<string, { image: string; version: string }>;
+  roles: Record<string, { agents: RoleAgent[] }>;
+  groups: Record<string, GroupConfig>;
+  /** Per group: holders and parked hosts (a pruned group that has any only closes). */
+  busy: Record<string, { holders: number; queued: number }>;
+  /** The groups of an apply not yet delivered to the coordinator. */
+  pending: GroupsSpec | null;
+}
+
+export async function readFleetState(env: Env, db: Db, fleet: string): Promise<FleetState | null> {
+  const [fleetRows, revRows, roleRows, channelRows, taskRows] = await db.batch([
+    db.select().from(fleets).where(eq(fleets.id, fleet)),
+    db.select({ rev: fleetIntent.rev }).from(fleetIntent).where(eq(fleetIntent.fleetId, fleet)),
+    db.select({ role: roleProfiles.role, agents: roleProfiles.agents }).from(roleProfiles).where(eq(roleProfiles.fleetId, fleet)),
+    db
+      .select({ agent: agentChannels.agent, image: agentChannels.image, version: agentChannels.version })
+      .from(agentChannels)
+      .where(eq(agentChannels.fleetId, fleet)),
+    db
+      .select({ payload: fleetTasks.payload })
+      .from(fleetTasks)
+      .where(and(eq(fleetTasks.fleetId, fleet), eq(fleetTasks.kind, "apply_groups"))),
+  ]);
+  const row = fleetRows[0];
+  if (!row) return null;
+  const views = await coordinatorOf(env, fleet).listGroups(fleetSettings(row));
+  const groups = new Map(views.map((v) => [v.name, configOf(v)]));
+  const pending = (taskRows[0]?.payload as GroupsSpec | undefined) ?? null;
+  if (pending) {
+    for (const name of pending.remove) groups.delete(name);
+    for (const [name, change] of Object.entries(pending.groups)) groups.set(name, configOf(change));
+  }
+  return {
+    row,
+    rev: revRows[0]?.rev ?? 0,
+    settings: {
+      stale_after_s: row.staleAfterS,
+      lock_ttl_s: row.lockTtlS,
+      allow_unknown_ids: row.allowUnknownIds,
+      default_group_slots: row.defaultGroupSlots,
+    },
+    capabilities: byKey(Object.entries(row.capabilities)),
+    channels: byKey(channelRows.map((c) => [c.agent, { image: c.image, version: c.version }])),
+    roles: byKey(roleRows.map((r) => [r.role, { agents: r.agents }])),
+    groups: byKey(groups),
+    busy: Object.fromEntries(views.map((v) => [v.name, { holders: v.holders.length, queued: v.queue.length }])),
+    pending,
+  };
+}
+
+/** The fleet as a spec document: what `GET …/spec` answers and `hm export` writes. */
+export const specOf = (s: FleetState) => ({
+  apiVersion: SPEC_API_VERSION as typeof SPEC_API_VERSION,
+  kind: SPEC_KIND as typeof SPEC_KIND,
+  fleet: s.row.id,
+  settings: s.settings,
+  capabilities: s.capabilities,
+  channels: s.channels,
+  roles: s.roles,
+  reboot_groups: s.groups,
+});
+
+const SAMPLE = 20;
+
+/** The servers a change would have the planner re-plan: those with the roles, or the whole fleet. */
+export async function serversToReplan(db: Db, fleet: string, scope: { fleet: boolean; roles: string[] }) {
+  if (!scope.fleet && scope.roles.length === 0) return { servers: 0, sample: [] };
+  const where = and(
+    eq(servers.fleetId, fleet),
+    sql`${servers.state} NOT IN ('removed', 'decommissioning')`,
+    scope.fleet
+      ? undefined
+      : sql`EXISTS (SELECT 1 FROM json_each(${servers.roles}) WHERE value IN (SELECT value FROM json_each(${JSON.stringify(scope.roles)})))`,
+  );
+  const [total, sample] = await db.batch([
+    db.select({ n: count() }).from(servers).where(where),
+    db.select({ id: servers.id, hostname: servers.hostname }).from(servers).where(where).orderBy(asc(servers.id)).limit(SAMPLE),
+  ]);
+  return { servers: total[0]?.n ?? 0, sample };
+}
