@@ -17,7 +17,9 @@ export const ServerInput = z
   .strictObject({
     fleet: fleetId,
     hostname,
-    kind: serverKind,
+    kind: serverKind.default("managed").openapi({
+      description: "managed (provisioned for us: decommission terminates) or manual (borrowed: decommission uninstalls, when nothing is assigned)",
+    }),
     roles: z.array(roleName).max(MAX_SERVER_ROLES).default([]),
     reboot_group: groupName.default("default"),
     fleetlock_id: fleetlockId.optional(),
