@@ -29,6 +29,7 @@ import { checkRoutes } from "./check/routes";
 import { intentRoutes } from "./intent/routes";
 import { MAX_BODY_BYTES } from "./domain/limits";
 import { rolloutRoutes } from "./rollouts/routes";
+import { statusRoutes } from "./servers/status.routes";
 
 /** Who made a request, as the audit log names them; a FleetLock call is its fleet's. */
 function requester(c: Context<AppEnv>, route: string | null) {
@@ -70,6 +71,8 @@ export function createApp() {
     .route("/v1/check", checkRoutes)
     // Per-agent rollouts (issue 9).
     .route("/v1/rollouts", rolloutRoutes)
+    // hm status in one request (issue 18).
+    .route("/v1/status", statusRoutes)
     // FleetLock (hosts) sits outside /v1: its own body limit, no JSON Content-Type rule, its own error body.
     .route("/fleetlock", fleetlockRoutes);
 

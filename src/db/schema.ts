@@ -65,6 +65,10 @@ export const servers = sqliteTable(
     // Not unique: the fleet's coordinator owns fleetlock_id uniqueness; the index only mirrors it,
     // and a uniqueness check here would make one ledger's projection wait on another's.
     index("servers_fleetlock_id_idx").on(t.fleetId, t.fleetlockId),
+    // Servers are named by hostname (unique per fleet among live servers) and listed by hostname
+    // (issue 18): a fleet's page, a hostname prefix, a hostname across fleets.
+    index("servers_fleet_hostname_idx").on(t.fleetId, t.hostname, t.id),
+    index("servers_hostname_idx").on(t.hostname, t.id),
   ],
 );
 

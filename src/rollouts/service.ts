@@ -11,6 +11,7 @@ import { agentInstances, rolloutLocks, rollouts, servers } from "../db/schema";
 import type { Env } from "../env";
 import { getFleet } from "../fleets/store";
 import { chunk } from "../lib/chunk";
+import { iso } from "../lib/time";
 import { DomainError, notFound } from "../domain/errors";
 import { CANCEL_GRACE_S } from "../domain/limits";
 import { unwrap } from "../objects/kit/result";
@@ -227,6 +228,17 @@ export async function rolloutEvents(env: Env, id: string, opts: { after: number;
   const rows = await rolloutOf(env, id).events(opts);
   if (!rows) throw notFound("rollout", id);
   return rows;
+}
+
+/** The fleet's rollouts in progress (running, paused, rolling back), newest first, from the index's partial index. */
+export async function activeRollouts(env: Env, fleet: string, limit = 20) {
+  const rows = await getDb(env.DB)
+    .select()
+    .from(rollouts)
+    .where(and(sqlActive(), eq(rollouts.fleetId, fleet)))
+    .orderBy(desc(rollouts.createdAt))
+    .limit(limit);
+  return rows.map((r) => ({ id: r.id, agent: r.agent, image: r.image, state: r.state, pass: r.pass, counts: r.counts, created_at: iso(r.createdAt) }));
 }
 
 /**
