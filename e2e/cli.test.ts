@@ -194,9 +194,16 @@ describe("hm against the worker", () => {
       await new Promise((r) => setTimeout(r, 200));
     }
     expect(status!.json()).toMatchObject({
+      url,
       data: { state: "current" },
-      fleets: [{ id: fleet, servers: { total: 1, by_status: { failed: 1 }, by_state: { active: 1 } }, attention: [{ id: server.id, status: "failed" }] }],
-      rollouts: [],
+      fleets: [
+        {
+          id: fleet,
+          servers: { total: 1, by_status: { failed: 1 }, by_state: { active: 1 } },
+          attention: [{ status: "failed", count: 1, items: [{ id: server.id, status: "failed" }] }, { status: "stale", count: 0 }, { status: "drifted", count: 0 }],
+          rollouts: [],
+        },
+      ],
     });
     const check = await hm(["status", "--fleet", fleet, "--check"]);
     expect(check.code).toBe(3);
@@ -242,7 +249,7 @@ describe("hm against the worker", () => {
     const login = await hm(["login", "--url", url, "--token", admin], { auth: false, env: { HM_CONFIG: config } });
     expect(login.code).toBe(0);
     expect(statSync(config).mode & 0o777).toBe(0o600);
-    expect(JSON.parse(readFileSync(config, "utf8"))).toEqual({ url, token: admin });
+    expect(JSON.parse(readFileSync(config, "utf8"))).toEqual({ current: "default", contexts: { default: { url, token: admin } } });
     expect((await hm(["fleets"], { auth: false, env: { HM_CONFIG: config } })).code).toBe(0);
     const refused = await hm(["login", "--url", url, "--token", "hmo.bad.bad"], { auth: false, env: { HM_CONFIG: join(home, "cfg2.json") } });
     expect(refused.code).toBe(1);
