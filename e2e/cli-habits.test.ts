@@ -169,6 +169,19 @@ describe("kubectl habits", () => {
     expect(code).toBe(0);
   });
 
+  it("the simulator writes no colour into a pipe, even under CI", async () => {
+    const sim = resolve(import.meta.dirname, "../sim/main.ts");
+    const env = { ...process.env, CI: "true", HM_URL: url, HM_TOKEN: admin, FORCE_COLOR: "", NO_COLOR: "" };
+    const out = spawnSync(process.execPath, [sim, "--fleet", fresh("simc"), "--servers", "2", "--duration", "2", "--ramp", "0", "--state", join(home, `sim-${n++}.json`)], {
+      env,
+      encoding: "utf8",
+      timeout: 60_000,
+    });
+    expect(out.status).toBe(0);
+    expect(out.stdout).toContain("servers");
+    expect(out.stdout + out.stderr).not.toContain("\x1b[");
+  });
+
   it("says which URL it cannot reach and what to do; a URL without a scheme is a usage error that says so", async () => {
     const unreachable = await hm(["fleets"], { env: { HM_URL: "http://127.0.0.1:1" } });
     expect(unreachable.code).toBe(1);
