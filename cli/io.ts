@@ -152,3 +152,20 @@ export async function readAll(stdin: Readable): Promise<string> {
   for await (const chunk of stdin) s += chunk;
   return s;
 }
+
+/**
+ * Runs `body` until Ctrl-C or, with `forS`, until that many seconds have passed: the signal it is
+ * given aborts then (`--follow`, `--watch`).
+ */
+export async function untilStopped(forS: number | undefined, body: (signal: AbortSignal) => Promise<void>) {
+  const stop = new AbortController();
+  const onSig = () => stop.abort();
+  process.once("SIGINT", onSig);
+  const timer = forS === undefined ? null : setTimeout(() => stop.abort(), forS * 1000);
+  try {
+    await body(stop.signal);
+  } finally {
+    if (timer) clearTimeout(timer);
+    process.removeListener("SIGINT", onSig);
+  }
+}

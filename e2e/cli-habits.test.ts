@@ -8,12 +8,11 @@ import { spawn, spawnSync } from "node:child_process";
 import { mkdtempSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
-import { Readable } from "node:stream";
 import { parse as parseYaml } from "yaml";
 import { describe, expect, inject, it } from "vitest";
 import { HostApi } from "../agent/host-api.ts";
 import { Api } from "../cli/api.ts";
-import { main } from "../cli/main.ts";
+import { hmRunner } from "./hm.ts";
 
 const url = inject("hmUrl");
 const admin = inject("hmAdmin");
@@ -21,21 +20,7 @@ const api = new Api(url, admin);
 const home = mkdtempSync(join(tmpdir(), "hm-habits-"));
 const bin = resolve(import.meta.dirname, "../bin/hm.mjs");
 
-async function hm(args: string[], opts: { stdin?: string; env?: Record<string, string>; fetch?: typeof fetch } = {}) {
-  let stdout = "";
-  let stderr = "";
-  const env: Record<string, string | undefined> = { HM_CONFIG: join(home, "none.json"), HM_URL: url, HM_TOKEN: admin, ...opts.env };
-  const code = await main(args, {
-    stdout: (s) => void (stdout += s),
-    stderr: (s) => void (stderr += s),
-    stdin: Readable.from(opts.stdin === undefined ? [] : [opts.stdin]),
-    interactive: false,
-    env,
-    cwd: home,
-    fetch: opts.fetch,
-  });
-  return { code, stdout, stderr, json: () => JSON.parse(stdout) };
-}
+const hm = hmRunner(url, admin, home);
 
 let n = 0;
 const fresh = (p: string) => `${p}-${Date.now().toString(36)}-${n++}`;

@@ -2,35 +2,18 @@ import { spawnSync } from "node:child_process";
 import { mkdtempSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
-import { Readable } from "node:stream";
 import { describe, expect, inject, it } from "vitest";
 import { FleetLockClient } from "../agent/fleetlock.ts";
 import { HostApi } from "../agent/host-api.ts";
 import { Api } from "../cli/api.ts";
-import { main } from "../cli/main.ts";
+import { hmRunner } from "./hm.ts";
 
 const url = inject("hmUrl");
 const admin = inject("hmAdmin");
 const api = new Api(url, admin);
 const home = mkdtempSync(join(tmpdir(), "hm-cli-"));
 
-/** Runs hm in-process: argv, stdin text; answers exit code, stdout, stderr. */
-async function hm(args: string[], opts: { stdin?: string; env?: Record<string, string>; cwd?: string; auth?: boolean; fetch?: typeof fetch } = {}) {
-  let stdout = "";
-  let stderr = "";
-  const env: Record<string, string | undefined> = { HM_CONFIG: join(home, "none.json"), ...(opts.auth === false ? {} : { HM_URL: url, HM_TOKEN: admin }), ...opts.env };
-  const code = await main(args, {
-    stdout: (s) => void (stdout += s),
-    stderr: (s) => void (stderr += s),
-    stdin: Readable.from(opts.stdin === undefined ? [] : [opts.stdin]),
-    interactive: false,
-    env,
-    cwd: opts.cwd ?? home,
-    fetch: opts.fetch,
-  });
-  if (process.env.HM_TEST_DEBUG) console.log(args.join(" "), code, stderr);
-  return { code, stdout, stderr, json: () => JSON.parse(stdout) };
-}
+const hm = hmRunner(url, admin, home);
 
 let n = 0;
 const fleetId = () => `cli-${Date.now().toString(36)}-${n++}`;

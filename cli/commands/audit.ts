@@ -2,7 +2,7 @@ import type { Command } from "commander";
 import type { AuditEntry } from "../api.ts";
 import { sleep } from "../../agent/http.ts";
 import { duration } from "../format.ts";
-import type { Io, Output } from "../io.ts";
+import { untilStopped, type Io, type Output } from "../io.ts";
 import { act } from "../context.ts";
 
 export function registerAudit(program: Command, io: Io) {
@@ -36,14 +36,10 @@ export function registerAudit(program: Command, io: Io) {
           }
         };
         emit(first.items);
-        const stop = new AbortController();
-        const onSig = () => stop.abort();
-        process.once("SIGINT", onSig);
-        const timer = o.for === undefined ? null : setTimeout(() => stop.abort(), o.for * 1000);
-        try {
-          while (!stop.signal.aborted) {
-            await sleep(o.interval * 1000, stop.signal).catch(() => {});
-            if (stop.signal.aborted) break;
+        await untilStopped(o.for, async (signal) => {
+          while (!signal.aborted) {
+            await sleep(o.interval * 1000, signal).catch(() => {});
+            if (signal.aborted) break;
             // Newest first: page back until reaching what was already shown.
             const fresh: AuditEntry[] = [];
             let cursor: string | null = null;
@@ -55,10 +51,7 @@ export function registerAudit(program: Command, io: Io) {
             }
             emit(fresh);
           }
-        } finally {
-          if (timer) clearTimeout(timer);
-          process.removeListener("SIGINT", onSig);
-        }
+        });
       }),
     );
 }

@@ -7,7 +7,7 @@ import type { Command } from "commander";
 import { sleep } from "../../agent/http.ts";
 import type { StatusAnswer } from "../api.ts";
 import { duration } from "../format.ts";
-import { Exit, type Io, type Output } from "../io.ts";
+import { Exit, untilStopped, type Io, type Output } from "../io.ts";
 import { act, type Ctx } from "../context.ts";
 
 type FleetStatus = StatusAnswer["fleets"][number];
@@ -75,22 +75,15 @@ export function registerStatus(program: Command, io: Io) {
           if (o.check && found > 0) throw new Exit(3, `${found} server(s) need a look`);
           return;
         }
-        const stop = new AbortController();
-        const onSig = () => stop.abort();
-        process.once("SIGINT", onSig);
-        const timer = o.for === undefined ? null : setTimeout(() => stop.abort(), o.for * 1000);
-        try {
-          while (!stop.signal.aborted) {
+        await untilStopped(o.for, async (signal) => {
+          while (!signal.aborted) {
             // On a terminal the screen is redrawn in place; piped, each look follows the last.
             if (ctx.io.interactive && !ctx.machine) ctx.io.stdout("\x1b[2J\x1b[H");
             await once(ctx, { fleet: o.fleet, attention: o.show });
-            await sleep(o.interval * 1000, stop.signal).catch(() => {});
-            if (!ctx.io.interactive && !stop.signal.aborted && !ctx.machine) ctx.out.line();
+            await sleep(o.interval * 1000, signal).catch(() => {});
+            if (!ctx.io.interactive && !signal.aborted && !ctx.machine) ctx.out.line();
           }
-        } finally {
-          if (timer) clearTimeout(timer);
-          process.removeListener("SIGINT", onSig);
-        }
+        });
       }),
     );
 }

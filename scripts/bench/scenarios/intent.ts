@@ -1,6 +1,7 @@
 // Fleet intent at scale (issue 8): for fleets of N servers (BENCH_INTENT_N, default 1000,5000),
 // (1) one role change: wall time and D1 statements for the planner to converge, per affected server;
 // (2) one cron tick with 100 newly stale servers: D1 statements and rows read, which must not grow with N.
+import { apiOf, ok, pool } from "../http.ts";
 import type { BenchContext } from "../run.ts";
 
 const SIZES = (process.env.BENCH_INTENT_N ?? "1000,5000").split(",").map(Number);
@@ -9,33 +10,13 @@ const NEWLY_STALE = 100;
 const STALE_AFTER_S = 10;
 const PARALLEL = 16;
 
-async function ok(res: Response, what: string) {
-  if (!res.ok) throw new Error(`${what}: ${res.status} ${await res.text()}`);
-  return res.json() as Promise<any>;
-}
-
-async function pool<T>(items: T[], n: number, fn: (item: T, i: number) => Promise<void>) {
-  let next = 0;
-  await Promise.all(Array.from({ length: n }, async () => {
-    while (next < items.length) {
-      const i = next++;
-      await fn(items[i], i);
-    }
-  }));
-}
-
 export async function run(ctx: BenchContext) {
   // Registering 6,000 servers takes minutes on a development machine: only when asked for.
   if (!process.argv.slice(2).includes("intent") && !process.env.BENCH_INTENT_N) {
     ctx.note("intent: skipped (run `npm run bench -- intent`, or set BENCH_INTENT_N)", "-");
     return;
   }
-  const api = (path: string, method = "GET", body?: unknown, token = ctx.admin) =>
-    fetch(`${ctx.base}${path}`, {
-      method,
-      headers: { authorization: `Bearer ${token}`, ...(body ? { "content-type": "application/json" } : {}) },
-      body: body ? JSON.stringify(body) : undefined,
-    });
+  const api = apiOf(ctx);
   const statements = async () => ({
     reads: await ctx.metric("harbormaster_d1_statements_total", 'kind="read"'),
     writes: await ctx.metric("harbormaster_d1_statements_total", 'kind="write"'),

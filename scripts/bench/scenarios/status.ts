@@ -5,6 +5,7 @@
 // when asked for: `npm run bench -- status`.
 import { Readable } from "node:stream";
 import { main } from "../../../cli/main.ts";
+import { apiOf, ok, pool } from "../http.ts";
 import type { BenchContext } from "../run.ts";
 
 const N = Number(process.env.BENCH_STATUS_N ?? 10_000);
@@ -12,29 +13,12 @@ const FAILED_EVERY = 100; // 1% of the hosts report a failed install
 const PARALLEL = 32;
 const RUNS = 5;
 
-async function ok(res: Response, what: string) {
-  if (!res.ok) throw new Error(`${what}: ${res.status} ${await res.text()}`);
-  return res.json() as Promise<any>;
-}
-
-async function pool<T>(items: T[], n: number, fn: (item: T) => Promise<void>) {
-  let next = 0;
-  await Promise.all(Array.from({ length: n }, async () => {
-    while (next < items.length) await fn(items[next++]);
-  }));
-}
-
 export async function run(ctx: BenchContext) {
   if (!process.argv.slice(2).includes("status") && !process.env.BENCH_STATUS_N) {
     ctx.note("status: skipped (run `npm run bench -- status`, or set BENCH_STATUS_N)", "-");
     return;
   }
-  const api = (path: string, method = "GET", body?: unknown, token = ctx.admin) =>
-    fetch(`${ctx.base}${path}`, {
-      method,
-      headers: { authorization: `Bearer ${token}`, ...(body ? { "content-type": "application/json" } : {}) },
-      body: body ? JSON.stringify(body) : undefined,
-    });
+  const api = apiOf(ctx);
   const fleet = `status-${N}-${Date.now().toString(36)}`;
   await ok(await api("/v1/fleets", "POST", { id: fleet }), "fleet");
   const started = Date.now();
