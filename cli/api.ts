@@ -37,6 +37,11 @@ export type UpgradeStatus = Awaited<ReturnType<Methods["upgrades"]>>;
 export type Rollout = Awaited<ReturnType<Methods["getRollout"]>>;
 export type RolloutInput = Parameters<Methods["startRollout"]>[0];
 export type RolloutTarget = Awaited<ReturnType<Methods["rolloutTargets"]>>[number];
+export type StatusAnswer = Awaited<ReturnType<Methods["status"]>>;
+export type Channel = Awaited<ReturnType<Methods["listChannels"]>>[number];
+export type Role = Awaited<ReturnType<Methods["listRoles"]>>[number];
+export type RoleInput = Parameters<Methods["putRole"]>[2];
+export type FleetPatch = Parameters<Methods["patchFleet"]>[1];
 export interface Page<T> {
   items: T[];
   next_cursor: string | null;
@@ -56,6 +61,12 @@ async function all<T>(fetchPage: (cursor: string | undefined) => Promise<Page<T>
 
 const PAGE = "200";
 
+/**
+ * A server as operators name it (id, hostname, or fleet/hostname) for a path segment: hc puts
+ * params in the path as they are, so the slash of fleet/hostname is encoded here.
+ */
+const srv = (ref: string) => encodeURIComponent(ref);
+
 function methods(c: Client) {
   return {
     // fleets
@@ -64,17 +75,37 @@ function methods(c: Client) {
     listFleets: () => all((cursor) => ok(c.v1.fleets.$get({ query: { limit: PAGE, cursor } }))),
     getFleet: (id: string) => ok(c.v1.fleets[":id"].$get({ param: { id } })),
     createFleet: (json: Parameters<Client["v1"]["fleets"]["$post"]>[0]["json"]) => ok(c.v1.fleets.$post({ json })),
+    patchFleet: (id: string, json: Parameters<Client["v1"]["fleets"][":id"]["$patch"]>[0]["json"]) => ok(c.v1.fleets[":id"].$patch({ param: { id }, json })),
+    deleteFleet: (id: string) => ok(c.v1.fleets[":id"].$delete({ param: { id } })),
+    refreshFleet: (fleet: string, cursor?: string) => ok(c.v1.fleets[":fleet"].refresh.$post({ param: { fleet }, query: { limit: PAGE, cursor } })),
+    status: (query: { fleet?: string; attention?: number } = {}) =>
+      ok(c.v1.status.$get({ query: { fleet: query.fleet, attention: query.attention?.toString() } })),
+
+    // fleet intent
+    listChannels: (fleet: string) => all((cursor) => ok(c.v1.fleets[":fleet"].channels.$get({ param: { fleet }, query: { limit: PAGE, cursor } }))),
+    getChannel: (fleet: string, agent: string, limit = 10) =>
+      ok(c.v1.fleets[":fleet"].channels[":agent"].$get({ param: { fleet, agent }, query: { limit: String(limit) } })),
+    putChannel: (fleet: string, agent: string, json: { image: string; version: string }) =>
+      ok(c.v1.fleets[":fleet"].channels[":agent"].$put({ param: { fleet, agent }, json })),
+    listRoles: (fleet: string) => all((cursor) => ok(c.v1.fleets[":fleet"].roles.$get({ param: { fleet }, query: { limit: PAGE, cursor } }))),
+    getRole: (fleet: string, role: string) => ok(c.v1.fleets[":fleet"].roles[":role"].$get({ param: { fleet, role } })),
+    putRole: (fleet: string, role: string, json: Parameters<Client["v1"]["fleets"][":fleet"]["roles"][":role"]["$put"]>[0]["json"]) =>
+      ok(c.v1.fleets[":fleet"].roles[":role"].$put({ param: { fleet, role }, json })),
+    deleteRole: (fleet: string, role: string) => ok(c.v1.fleets[":fleet"].roles[":role"].$delete({ param: { fleet, role } })),
 
     // servers
-    listServers: (filter: { fleet?: string; status?: ServerStatusFilter } = {}, max?: number) =>
+    listServers: (filter: { fleet?: string; status?: ServerStatusFilter; state?: ServerStateFilter; hostname?: string } = {}, max?: number) =>
       all((cursor) => ok(c.v1.servers.$get({ query: { ...filter, limit: PAGE, cursor } })), max),
-    getServer: (id: string) => ok(c.v1.servers[":id"].$get({ param: { id } })),
+    getServer: (id: string) => ok(c.v1.servers[":id"].$get({ param: { id: srv(id) } })),
     registerServer: (json: Parameters<Client["v1"]["servers"]["$post"]>[0]["json"]) => ok(c.v1.servers.$post({ json })),
     patchServer: (id: string, json: Parameters<Client["v1"]["servers"][":id"]["$patch"]>[0]["json"]) =>
-      ok(c.v1.servers[":id"].$patch({ param: { id }, json })),
-    getDesired: (id: string) => ok(c.v1.servers[":id"].desired.$get({ param: { id } })),
+      ok(c.v1.servers[":id"].$patch({ param: { id: srv(id) }, json })),
+    getDesired: (id: string) => ok(c.v1.servers[":id"].desired.$get({ param: { id: srv(id) } })),
     putDesired: (id: string, json: Parameters<Client["v1"]["servers"][":id"]["desired"]["$put"]>[0]["json"]) =>
-      ok(c.v1.servers[":id"].desired.$put({ param: { id }, json })),
+      ok(c.v1.servers[":id"].desired.$put({ param: { id: srv(id) }, json })),
+    releaseDesired: (id: string) => ok(c.v1.servers[":id"].desired.release.$post({ param: { id: srv(id) } })),
+    refreshServer: (id: string) => ok(c.v1.servers[":id"].refresh.$post({ param: { id: srv(id) } })),
+    rotateServerToken: (id: string) => ok(c.v1.servers[":id"].token.$post({ param: { id: srv(id) } })),
 
     listInstances: (filter: { server?: string; agent?: string; image?: string } = {}, max?: number) =>
       all((cursor) => ok(c.v1.instances.$get({ query: { ...filter, limit: PAGE, cursor } })), max),
@@ -92,13 +123,13 @@ function methods(c: Client) {
     rotateFleetlockKey: (fleet: string) => ok(c.v1.fleets[":fleet"]["fleetlock-key"].$post({ param: { fleet } })),
 
     // tokens
-    listTokens: () => all((cursor) => ok(c.v1.tokens.$get({ query: { limit: PAGE, cursor } }))),
+    listTokens: (kind?: "operator" | "server") => all((cursor) => ok(c.v1.tokens.$get({ query: { kind, limit: PAGE, cursor } }))),
     createToken: (json: Parameters<Client["v1"]["tokens"]["$post"]>[0]["json"]) => ok(c.v1.tokens.$post({ json })),
     revokeToken: (id: string) => ok(c.v1.tokens[":id"].$delete({ param: { id } })),
 
     decommission: (id: string, body: { force?: boolean; reason?: string } = {}) =>
-      ok(c.v1.servers[":id"].decommission.$post({ param: { id }, json: { force: body.force ?? false, reason: body.reason } })),
-    cancelDecommission: (id: string) => ok(c.v1.servers[":id"].decommission.cancel.$post({ param: { id } })),
+      ok(c.v1.servers[":id"].decommission.$post({ param: { id: srv(id) }, json: { force: body.force ?? false, reason: body.reason } })),
+    cancelDecommission: (id: string) => ok(c.v1.servers[":id"].decommission.cancel.$post({ param: { id: srv(id) } })),
     checkServerAgents: (filter: { fleet?: string; server?: string; agent?: string }, cursor?: string) =>
       ok(c.v1.check["server-agents"].$get({ query: { ...filter, limit: PAGE, cursor } })),
     fixServerAgents: (filter: { fleet?: string; server?: string; agent?: string }, dryRun: boolean, cursor?: string) =>
@@ -112,8 +143,11 @@ function methods(c: Client) {
       ok(c.v1.rollouts[":id"].$get({ param: { id }, query: { wait: String(Math.floor(waitS)), since: String(since) } })),
     listRollouts: (filter: { fleet?: string; agent?: string; state?: RolloutStateFilter } = {}, max?: number) =>
       all((cursor) => ok(c.v1.rollouts.$get({ query: { ...filter, limit: PAGE, cursor } })), max),
-    rolloutTargets: (id: string, state?: RolloutTargetStateFilter, max?: number) =>
-      all((cursor) => ok(c.v1.rollouts[":id"].targets.$get({ param: { id }, query: { state, limit: PAGE, cursor } })), max),
+    rolloutTargets: (id: string, state?: RolloutTargetStateFilter, max?: number, pass?: number) =>
+      all((cursor) => ok(c.v1.rollouts[":id"].targets.$get({ param: { id }, query: { state, pass: pass?.toString(), limit: PAGE, cursor } })), max),
+    rolloutEvents: (id: string, max?: number) => all((cursor) => ok(c.v1.rollouts[":id"].events.$get({ param: { id }, query: { limit: PAGE, cursor } })), max),
+    endRolloutTarget: (id: string, server: string, reason?: string) =>
+      ok(c.v1.rollouts[":id"].targets[":server"].end.$post({ param: { id, server: srv(server) }, json: reason ? { reason } : {} })),
     controlRollout: (id: string, action: "pause" | "resume" | "cancel" | "rollback") => ok(c.v1.rollouts[":id"][action].$post({ param: { id } })),
 
     // upgrades, audit
@@ -125,6 +159,7 @@ function methods(c: Client) {
   };
 }
 
+type ServerStateFilter = NonNullable<Parameters<Client["v1"]["servers"]["$get"]>[0]>["query"]["state"];
 type RolloutStateFilter = NonNullable<Parameters<Client["v1"]["rollouts"]["$get"]>[0]>["query"]["state"];
 type RolloutTargetStateFilter = NonNullable<Parameters<Client["v1"]["rollouts"][":id"]["targets"]["$get"]>[0]>["query"]["state"];
 
@@ -148,7 +183,7 @@ export class Api {
 
   /** GET a server with its view's ETag. */
   async getServerTagged(id: string) {
-    const res = await this.client.v1.servers[":id"].$get({ param: { id } });
+    const res = await this.client.v1.servers[":id"].$get({ param: { id: encodeURIComponent(id) } });
     if (!res.ok) throw await apiErrorOf(res as unknown as Response);
     return { etag: res.headers.get("ETag"), server: (await res.json()) as ServerDetail };
   }
@@ -159,7 +194,7 @@ export class Api {
    * in its typed request, so the URL is built here.
    */
   async waitServer(id: string, etag: string, waitS: number, signal?: AbortSignal) {
-    const url = this.client.v1.servers[":id"].$url({ param: { id } });
+    const url = this.client.v1.servers[":id"].$url({ param: { id: encodeURIComponent(id) } });
     url.searchParams.set("wait", String(Math.floor(waitS)));
     const res = await this.fetchImpl(url.toString(), {
       headers: { Authorization: `Bearer ${this.token}`, "If-None-Match": etag },

@@ -7,6 +7,10 @@ export interface Connection {
   token: string;
   /** Where the token came from, for `hm status` and error messages. */
   source: "flags" | "environment" | "config file" | ".dev.vars";
+  /** The context the URL and token came from, if any. */
+  context?: string;
+  /** Where the URL came from, for messages about reaching it. */
+  urlFrom: string;
 }
 
 export const DEFAULT_LOCAL_URL = "http://127.0.0.1:8787";
@@ -18,17 +22,31 @@ export function configPath(env: Record<string, string | undefined> = process.env
   return join(base, "harbormaster", "config.json");
 }
 
-export function readConfig(path: string): { url?: string; token?: string } | null {
+/** One server and its token, by name; `current` is the one used when none is named. */
+export interface Config {
+  current: string | null;
+  contexts: Record<string, { url: string; token: string }>;
+}
+
+export const DEFAULT_CONTEXT = "default";
+
+/** The config file, or null; a file from before contexts (`{url, token}`) is the context "default". */
+export function readConfig(path: string): Config | null {
   if (!existsSync(path)) return null;
+  let raw: unknown;
   try {
-    return JSON.parse(readFileSync(path, "utf8"));
+    raw = JSON.parse(readFileSync(path, "utf8"));
   } catch {
     throw new UsageError(`cannot read ${path}: not JSON (run 'hm login' again)`);
   }
+  const r = raw as Partial<Config> & { url?: string; token?: string };
+  if (r.contexts && typeof r.contexts === "object") return { current: r.current ?? null, contexts: r.contexts };
+  if (r.url && r.token) return { current: DEFAULT_CONTEXT, contexts: { [DEFAULT_CONTEXT]: { url: r.url, token: r.token } } };
+  return { current: null, contexts: {} };
 }
 
-/** Writes the config readable by its owner only: it holds a bearer token. */
-export function writeConfig(path: string, config: { url: string; token: string }) {
+/** Writes the config readable by its owner only: it holds bearer tokens. */
+export function writeConfig(path: string, config: Config) {
   mkdirSync(dirname(path), { recursive: true, mode: 0o700 });
   writeFileSync(path, JSON.stringify(config, null, 2) + "\n", { mode: 0o600 });
   // The mode above applies only when the file is created; an older file is tightened too.
@@ -53,20 +71,46 @@ export function devVarsToken(cwd: string): string | null {
 export class UsageError extends Error {}
 
 /**
- * Flags, then HM_URL/HM_TOKEN, then the file `hm login` wrote, then a local `npm start`:
- * http://127.0.0.1:8787 (PORT honoured) with the ADMIN_TOKEN from .dev.vars.
+ * Flags, then HM_URL/HM_TOKEN, then the context (--context, HM_CONTEXT, else the config's
+ * current one), then a local `npm start`: http://127.0.0.1:$PORT (8787) with the ADMIN_TOKEN from
+ * .dev.vars. A context's token goes only to its own URL.
  */
 export function resolveConnection(
-  flags: { url?: string; token?: string },
+  flags: { url?: string; token?: string; context?: string },
   env: Record<string, string | undefined> = process.env,
   cwd = process.cwd(),
 ): Connection {
+  // An empty variable is an unset one (HM_URL= hm … must not mean the URL "").
+  env = Object.fromEntries(Object.entries(env).filter(([, v]) => v !== ""));
   const file = readConfig(configPath(env));
-  const url = flags.url ?? env.HM_URL ?? file?.url ?? `http://127.0.0.1:${env.PORT ?? "8787"}`;
-  if (flags.token) return { url, token: flags.token, source: "flags" };
-  if (env.HM_TOKEN) return { url, token: env.HM_TOKEN, source: "environment" };
-  if (file?.token) return { url, token: file.token, source: "config file" };
+  const name = flags.context ?? env.HM_CONTEXT ?? file?.current ?? undefined;
+  const context = name ? file?.contexts[name] : undefined;
+  if ((flags.context ?? env.HM_CONTEXT) && !context) {
+    throw new UsageError(`no context '${name}' in ${configPath(env)} (hm context list; hm login --context ${name} adds it)`);
+  }
+  const urlFrom = flags.url ? "--url" : env.HM_URL ? "HM_URL" : context ? `context '${name}'` : `the local default (npm start; PORT=${env.PORT ?? "8787"})`;
+  const url = checkUrl(flags.url ?? env.HM_URL ?? context?.url ?? `http://127.0.0.1:${env.PORT ?? "8787"}`);
+  const base = { url, urlFrom, context: context && url === checkUrl(context.url) ? name : undefined };
+  if (flags.token) return { ...base, token: flags.token, source: "flags" };
+  if (env.HM_TOKEN) return { ...base, token: env.HM_TOKEN, source: "environment" };
+  if (context && base.context) return { ...base, token: context.token, source: "config file" };
   const dev = devVarsToken(cwd);
-  if (dev) return { url, token: dev, source: ".dev.vars" };
+  if (dev) return { ...base, token: dev, source: ".dev.vars" };
   throw new UsageError("no token: pass --token, set HM_TOKEN, run 'hm login', or run from a checkout whose .dev.vars has ADMIN_TOKEN");
+}
+
+/** An http(s) URL, or a usage error that says what is wrong with it (and what was probably meant). */
+export function checkUrl(url: string): string {
+  const trimmed = url.trim().replace(/\/+$/, "");
+  if (!/^[a-z][a-z0-9+.-]*:\/\//i.test(trimmed)) {
+    throw new UsageError(`the URL '${url}' has no scheme: did you mean http://${trimmed} (or https://)?`);
+  }
+  let parsed: URL;
+  try {
+    parsed = new URL(trimmed);
+  } catch {
+    throw new UsageError(`'${url}' is not a URL (expected e.g. http://127.0.0.1:8787)`);
+  }
+  if (parsed.protocol !== "http:" && parsed.protocol !== "https:") throw new UsageError(`the URL '${url}' must be http:// or https://`);
+  return trimmed;
 }

@@ -1,12 +1,18 @@
 import type { Command } from "commander";
 import { Api } from "./api.ts";
 import { resolveConnection, UsageError, type Connection } from "./config.ts";
-import { Exit, Output, readLine, type Io } from "./io.ts";
+import type { FetchLike } from "../agent/http.ts";
+import { Exit, Output, readLine, type Format, type Io } from "./io.ts";
 
 export interface Globals {
   url?: string;
   token?: string;
+  context?: string;
   json?: boolean;
+  output?: Format;
+  /** false with --no-headers */
+  headers?: boolean;
+  absoluteTimes?: boolean;
   yes?: boolean;
   color?: boolean;
 }
@@ -39,14 +45,31 @@ export class Ctx {
     return this.cmd.optsWithGlobals() as Globals;
   }
 
+  /** -o (or --json, which is -o json). */
+  get format(): Format {
+    const g = this.globals;
+    return g.json ? "json" : (g.output ?? "table");
+  }
+
+  /** Whether the output is the API's objects (json, yaml) rather than tables. */
+  get machine(): boolean {
+    return this.format === "json" || this.format === "yaml";
+  }
+
   get out(): Output {
-    return new Output(this.io, !!this.globals.json, this.globals.color !== false);
+    const g = this.globals;
+    return new Output(this.io, { format: this.format, color: g.color !== false, noHeaders: g.headers === false, absoluteTimes: !!g.absoluteTimes });
   }
 
   get connection(): Connection {
     if (!this.conn) {
       try {
-        this.conn = resolveConnection({ url: this.globals.url, token: this.globals.token }, this.io.env, this.io.cwd);
+        // Values commander took from HM_URL / HM_TOKEN / HM_CONTEXT are left to resolveConnection,
+        // which reads the environment itself and can then say where a URL came from.
+        let root: Command = this.cmd;
+        while (root.parent) root = root.parent;
+        const given = (k: "url" | "token" | "context") => (root.getOptionValueSource(k) === "env" ? undefined : this.globals[k]);
+        this.conn = resolveConnection({ url: given("url"), token: given("token"), context: given("context") }, this.io.env, this.io.cwd);
       } catch (err) {
         if (err instanceof UsageError) throw new Exit(2, err.message);
         throw err;
@@ -56,7 +79,8 @@ export class Ctx {
   }
 
   get api(): Api {
-    this.client ??= new Api(this.connection.url, this.connection.token, this.io.fetch);
+    const conn = this.connection;
+    this.client ??= new Api(conn.url, conn.token, reachable(conn, this.io.fetch));
     return this.client;
   }
 
@@ -71,4 +95,25 @@ export class Ctx {
     if (answer === null) this.io.stderr("\n");
     if (!answer || !/^y(es)?$/i.test(answer.trim())) throw new Exit(1, "not confirmed; nothing changed (pass --yes to skip the question)");
   }
+}
+
+/**
+ * A fetch whose failure to reach the server says which URL, why, where the URL came from and
+ * what to try (Node's own message is only "fetch failed").
+ */
+function reachable(conn: Connection, inner: FetchLike = (i, init) => fetch(i, init)): FetchLike {
+  return async (input, init) => {
+    try {
+      return await inner(input, init);
+    } catch (err) {
+      if (init?.signal?.aborted || !(err instanceof TypeError)) throw err;
+      const cause = (err as { cause?: { code?: string; message?: string } }).cause;
+      const why = cause?.code ?? cause?.message ?? err.message;
+      throw new Exit(
+        1,
+        `cannot reach ${conn.url} (${why}). The URL comes from ${conn.urlFrom}: is the server running there? ` +
+          "Set another with --url, HM_URL or 'hm context use NAME'.",
+      );
+    }
+  };
 }

@@ -2,7 +2,9 @@ import Table from "cli-table3";
 import { createColors } from "picocolors";
 import { createInterface } from "node:readline";
 import type { Readable } from "node:stream";
+import { stringify as stringifyYaml } from "yaml";
 import type { FetchLike } from "../agent/http.ts";
+import { ago } from "./format.ts";
 
 /** Everything hm touches outside itself, injectable so tests run it in-process. */
 export interface Io {
@@ -18,6 +20,7 @@ export interface Io {
 
 export function processIo(): Io {
   return {
+    // A closed pipe (`hm … | head`) is handled once in run.ts: the command ends quietly.
     stdout: (s) => void process.stdout.write(s),
     stderr: (s) => void process.stderr.write(s),
     stdin: process.stdin,
@@ -37,15 +40,35 @@ export class Exit extends Error {
   }
 }
 
+export const FORMATS = ["table", "wide", "json", "yaml"] as const;
+export type Format = (typeof FORMATS)[number];
+
+export interface OutputOptions {
+  format: Format;
+  color: boolean;
+  /** Tables without their header row (for scripts that cut columns). */
+  noHeaders?: boolean;
+  /** Timestamps as ISO 8601 rather than "3m ago". */
+  absoluteTimes?: boolean;
+}
+
+/** A table column: its header, and whether it shows only with `-o wide`. */
+export type Column = string | { head: string; wide: true };
+
 export class Output {
   private readonly io: Io;
+  readonly format: Format;
+  /** json or yaml: the API's own objects, for scripts. */
   readonly json: boolean;
   readonly c: ReturnType<typeof createColors>;
+  private readonly opts: OutputOptions;
 
-  constructor(io: Io, json: boolean, color: boolean) {
+  constructor(io: Io, opts: OutputOptions) {
     this.io = io;
-    this.json = json;
-    this.c = createColors(color && io.interactive && !io.env.NO_COLOR);
+    this.opts = opts;
+    this.format = opts.format;
+    this.json = opts.format === "json" || opts.format === "yaml";
+    this.c = createColors(opts.color && io.interactive && !io.env.NO_COLOR);
   }
 
   line(s = "") {
@@ -56,19 +79,32 @@ export class Output {
     this.io.stderr(`${s}\n`);
   }
 
-  /** --json: the data as the API returns it, pretty-printed; the stable interface for scripts. */
+  /** -o json / yaml: the data as the API returns it; the stable interface for scripts. */
   data(value: unknown) {
-    this.io.stdout(`${JSON.stringify(value, null, 2)}\n`);
+    if (this.format === "yaml") this.io.stdout(stringifyYaml(value, { lineWidth: 0 }));
+    else this.io.stdout(`${JSON.stringify(value, null, 2)}\n`);
   }
 
-  table(head: string[], rows: (string | number | null | undefined)[][], empty = "(none)") {
-    if (rows.length === 0) return this.line(this.c.dim(empty));
+  /** A timestamp as operators read it: "3m ago" (or ISO 8601 with --absolute-times). */
+  time(iso: string | null | undefined): string | null {
+    if (!iso) return null;
+    return this.opts.absoluteTimes ? iso : ago(iso);
+  }
+
+  table(head: Column[], rows: (string | number | boolean | null | undefined)[][], empty = "(none)") {
+    if (rows.length === 0) {
+      if (!this.opts.noHeaders) this.line(this.c.dim(empty));
+      return;
+    }
+    // Wide-only columns show with -o wide; the others always.
+    const keep = head.map((h) => typeof h === "string" || this.format === "wide");
+    const names = head.map((h) => (typeof h === "string" ? h : h.head)).filter((_, i) => keep[i]);
     const t = new Table({
-      head: head.map((h) => this.c.bold(h)),
+      ...(this.opts.noHeaders ? {} : { head: names.map((h) => this.c.bold(h)) }),
       style: { head: [], border: [], "padding-left": 0, "padding-right": 0 },
       chars: { top: "", "top-mid": "", "top-left": "", "top-right": "", bottom: "", "bottom-mid": "", "bottom-left": "", "bottom-right": "", left: "", "left-mid": "", mid: "", "mid-mid": "", right: "", "right-mid": "", middle: "  " },
     });
-    for (const r of rows) t.push(r.map((v) => (v === null || v === undefined ? "-" : String(v))));
+    for (const r of rows) t.push(r.filter((_, i) => keep[i]).map((v) => (v === null || v === undefined ? "-" : String(v))));
     this.line(t.toString().split("\n").map((l) => l.trimEnd()).join("\n"));
   }
 
@@ -115,4 +151,21 @@ export async function readAll(stdin: Readable): Promise<string> {
   let s = "";
   for await (const chunk of stdin) s += chunk;
   return s;
+}
+
+/**
+ * Runs `body` until Ctrl-C or, with `forS`, until that many seconds have passed: the signal it is
+ * given aborts then (`--follow`, `--watch`).
+ */
+export async function untilStopped(forS: number | undefined, body: (signal: AbortSignal) => Promise<void>) {
+  const stop = new AbortController();
+  const onSig = () => stop.abort();
+  process.once("SIGINT", onSig);
+  const timer = forS === undefined ? null : setTimeout(() => stop.abort(), forS * 1000);
+  try {
+    await body(stop.signal);
+  } finally {
+    if (timer) clearTimeout(timer);
+    process.removeListener("SIGINT", onSig);
+  }
 }

@@ -1,6 +1,10 @@
 import { Command, CommanderError, Option } from "commander";
 import { ApiError } from "./api.ts";
-import { Exit, processIo, type Io } from "./io.ts";
+import { Exit, FORMATS, processIo, type Io } from "./io.ts";
+import { registerCompletion } from "./commands/completion.ts";
+import { registerContexts } from "./commands/contexts.ts";
+import { registerIntent } from "./commands/intent.ts";
+import { VERSION } from "./version.ts";
 import { registerAudit } from "./commands/audit.ts";
 import { registerCheck } from "./commands/check.ts";
 import { registerDesired } from "./commands/desired.ts";
@@ -22,9 +26,14 @@ export function buildProgram(io: Io): Command {
     .description("Harbormaster operator CLI")
     .addOption(new Option("--url <url>", "API base URL").env("HM_URL"))
     .addOption(new Option("--token <token>", "operator token").env("HM_TOKEN"))
-    .option("--json", "print stable JSON instead of tables")
+    .addOption(new Option("--context <name>", "use this context of the config file (hm context list)").env("HM_CONTEXT"))
+    .addOption(new Option("-o, --output <format>", "table, wide (more columns), json or yaml (the API's objects)").choices(FORMATS))
+    .option("--json", "the same as -o json")
+    .option("--no-headers", "tables without their header row")
+    .option("--absolute-times", "timestamps as ISO 8601 instead of '3m ago'")
     .option("-y, --yes", "do not ask before destructive changes")
     .option("--no-color", "no colours")
+    .addHelpText("after", "\nhm --version prints the version; hm completion bash|zsh|fish prints a completion script.")
     .showHelpAfterError("(run with --help for usage)")
     .exitOverride()
     .configureOutput({ writeOut: io.stdout, writeErr: io.stderr });
@@ -44,6 +53,9 @@ export function buildProgram(io: Io): Command {
     registerWait,
     registerRollouts,
     registerSpec,
+    registerIntent,
+    registerContexts,
+    registerCompletion,
   ]) {
     register(program, io);
   }
@@ -61,9 +73,16 @@ export function buildProgram(io: Io): Command {
 /** Runs hm with `argv` (without node and script) and answers its exit code. */
 export async function main(argv: string[], io: Io = processIo()): Promise<number> {
   // Commander reads HM_URL / HM_TOKEN from process.env; the injected environment stands in.
-  const saved = { url: process.env.HM_URL, token: process.env.HM_TOKEN };
+  const saved = { url: process.env.HM_URL, token: process.env.HM_TOKEN, context: process.env.HM_CONTEXT };
   setEnv("HM_URL", io.env.HM_URL);
   setEnv("HM_TOKEN", io.env.HM_TOKEN);
+  setEnv("HM_CONTEXT", io.env.HM_CONTEXT);
+  // --version is read here, not declared on the program: commander would take it from
+  // `hm rollout start --version 2.0.0` too, where it is the image's version.
+  if (argv.length === 1 && (argv[0] === "--version" || argv[0] === "-V")) {
+    io.stdout(`hm ${VERSION}\n`);
+    return 0;
+  }
   try {
     await buildProgram(io).parseAsync(argv, { from: "user" });
     return 0;
@@ -87,6 +106,7 @@ export async function main(argv: string[], io: Io = processIo()): Promise<number
   } finally {
     setEnv("HM_URL", saved.url);
     setEnv("HM_TOKEN", saved.token);
+    setEnv("HM_CONTEXT", saved.context);
   }
 }
 

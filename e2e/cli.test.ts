@@ -2,35 +2,18 @@ import { spawnSync } from "node:child_process";
 import { mkdtempSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
-import { Readable } from "node:stream";
 import { describe, expect, inject, it } from "vitest";
 import { FleetLockClient } from "../agent/fleetlock.ts";
 import { HostApi } from "../agent/host-api.ts";
 import { Api } from "../cli/api.ts";
-import { main } from "../cli/main.ts";
+import { hmRunner } from "./hm.ts";
 
 const url = inject("hmUrl");
 const admin = inject("hmAdmin");
 const api = new Api(url, admin);
 const home = mkdtempSync(join(tmpdir(), "hm-cli-"));
 
-/** Runs hm in-process: argv, stdin text; answers exit code, stdout, stderr. */
-async function hm(args: string[], opts: { stdin?: string; env?: Record<string, string>; cwd?: string; auth?: boolean; fetch?: typeof fetch } = {}) {
-  let stdout = "";
-  let stderr = "";
-  const env: Record<string, string | undefined> = { HM_CONFIG: join(home, "none.json"), ...(opts.auth === false ? {} : { HM_URL: url, HM_TOKEN: admin }), ...opts.env };
-  const code = await main(args, {
-    stdout: (s) => void (stdout += s),
-    stderr: (s) => void (stderr += s),
-    stdin: Readable.from(opts.stdin === undefined ? [] : [opts.stdin]),
-    interactive: false,
-    env,
-    cwd: opts.cwd ?? home,
-    fetch: opts.fetch,
-  });
-  if (process.env.HM_TEST_DEBUG) console.log(args.join(" "), code, stderr);
-  return { code, stdout, stderr, json: () => JSON.parse(stdout) };
-}
+const hm = hmRunner(url, admin, home);
 
 let n = 0;
 const fleetId = () => `cli-${Date.now().toString(36)}-${n++}`;
@@ -194,9 +177,16 @@ describe("hm against the worker", () => {
       await new Promise((r) => setTimeout(r, 200));
     }
     expect(status!.json()).toMatchObject({
+      url,
       data: { state: "current" },
-      fleets: [{ id: fleet, servers: { total: 1, by_status: { failed: 1 }, by_state: { active: 1 } }, attention: [{ id: server.id, status: "failed" }] }],
-      rollouts: [],
+      fleets: [
+        {
+          id: fleet,
+          servers: { total: 1, by_status: { failed: 1 }, by_state: { active: 1 } },
+          attention: [{ status: "failed", count: 1, items: [{ id: server.id, status: "failed" }] }, { status: "stale", count: 0 }, { status: "drifted", count: 0 }],
+          rollouts: [],
+        },
+      ],
     });
     const check = await hm(["status", "--fleet", fleet, "--check"]);
     expect(check.code).toBe(3);
@@ -242,7 +232,7 @@ describe("hm against the worker", () => {
     const login = await hm(["login", "--url", url, "--token", admin], { auth: false, env: { HM_CONFIG: config } });
     expect(login.code).toBe(0);
     expect(statSync(config).mode & 0o777).toBe(0o600);
-    expect(JSON.parse(readFileSync(config, "utf8"))).toEqual({ url, token: admin });
+    expect(JSON.parse(readFileSync(config, "utf8"))).toEqual({ current: "default", contexts: { default: { url, token: admin } } });
     expect((await hm(["fleets"], { auth: false, env: { HM_CONFIG: config } })).code).toBe(0);
     const refused = await hm(["login", "--url", url, "--token", "hmo.bad.bad"], { auth: false, env: { HM_CONFIG: join(home, "cfg2.json") } });
     expect(refused.code).toBe(1);
@@ -273,9 +263,13 @@ describe("hm against the worker", () => {
     expect(lines.filter((e) => e.target === `token:${later.id}`).map((e) => e.action)).toEqual(["token.create"]);
     expect(lines.map((e) => e.id)).toEqual([...lines.map((e) => e.id)].sort((a, b) => a - b));
 
-    const audit = await hm(["--json", "audit", "--limit", "5"]);
-    expect(audit.json()[0]).toMatchObject({ action: "token.create", target: `token:${later.id}` });
-    expect(audit.json()[1]).toMatchObject({ action: "token.revoke", target: expect.stringContaining(t.id) });
+    // The other files' servers and rollouts share this server, and their outboxes may still be
+    // delivering audit rows: each token's own entries, and their order.
+    const createdEntries = (await hm(["--json", "audit", "--target", `token:${later.id}`, "--limit", "5"])).json();
+    const revokedEntries = (await hm(["--json", "audit", "--target", `token:${t.id}`, "--limit", "5"])).json();
+    expect(createdEntries[0]).toMatchObject({ action: "token.create", target: `token:${later.id}` });
+    expect(revokedEntries[0]).toMatchObject({ action: "token.revoke", target: expect.stringContaining(t.id) });
+    expect(createdEntries[0].id).toBeGreaterThan(revokedEntries[0].id);
     const upgrades = await hm(["--json", "upgrades"]);
     expect(upgrades.json()).toMatchObject({ state: "current", data_version: upgrades.json().newest_version });
   });

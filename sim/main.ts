@@ -6,10 +6,16 @@
 import { Command, InvalidArgumentError, Option } from "commander";
 import { SingleBar } from "cli-progress";
 import Table from "cli-table3";
-import pc from "picocolors";
+import { createColors } from "picocolors";
 import { resolve } from "node:path";
 import { resolveConnection, UsageError } from "../cli/config.ts";
 import { DEFAULTS, runSim, type SimOptions } from "./simulator.ts";
+
+// Colour only where a person reads: each stream by its own terminal (never in a pipe or a file,
+// whatever CI or the other stream is), and never with NO_COLOR.
+const colorsFor = (stream: NodeJS.WriteStream) => createColors(!!stream.isTTY && !process.env.NO_COLOR);
+const outColors = colorsFor(process.stdout);
+const errColors = colorsFor(process.stderr);
 
 const num = (min: number, max = Infinity) => (v: string) => {
   const n = Number(v);
@@ -104,14 +110,15 @@ async function main() {
       }
     },
   };
-  if (live) console.error(pc.dim(`simulating ${options.servers} hosts in fleet '${options.fleet}' against ${options.url} for ${options.durationS}s`));
+  if (live) console.error(errColors.dim(`simulating ${options.servers} hosts in fleet '${options.fleet}' against ${options.url} for ${options.durationS}s`));
   const summary = await runSim(options);
   bar?.stop();
   if (f.json) {
     console.log(JSON.stringify(summary, null, 2));
     return;
   }
-  const t = new Table();
+  // cli-table3 colours its borders and headers by its own guess (CI counts as a terminal there).
+  const t = new Table(process.stdout.isTTY && !process.env.NO_COLOR ? {} : { style: { head: [], border: [] } });
   const row = (k: string, v: unknown) => t.push([k, typeof v === "string" ? v : JSON.stringify(v)]);
   row("servers", `${summary.servers} (${summary.registered} registered, ${summary.reused} reused)`);
   row("duration", `${summary.durationS.toFixed(1)} s`);
@@ -125,10 +132,10 @@ async function main() {
   row("reboot group", summary.group);
   row("simulator overhead", `${summary.overhead.cpu_us_per_op} µs CPU per host operation (${summary.overhead.cpu_ms} ms in all); event loop ${Math.round(summary.overhead.event_loop_utilization * 100)}% busy`);
   console.log(t.toString());
-  if (summary.group.over_slots > 0) console.log(pc.red(`reboot group exceeded its slots in ${summary.group.over_slots} samples`));
+  if (summary.group.over_slots > 0) console.log(outColors.red(`reboot group exceeded its slots in ${summary.group.over_slots} samples`));
 }
 
 main().catch((err) => {
-  console.error(pc.red(`sim: ${err instanceof Error ? err.message : String(err)}`));
+  console.error(errColors.red(`sim: ${err instanceof Error ? err.message : String(err)}`));
   process.exit(1);
 });

@@ -192,14 +192,15 @@ export async function runSim(o: SimOptions): Promise<SimSummary> {
   const entries = await pool(Array.from({ length: o.servers }, (_, i) => i), o.setupConcurrency, async (i) => {
     const reuse = known.get(i);
     if (reuse) return reuse;
-    const hostname = `sim-${i}.${o.fleet}.sim.test`;
+    let hostname = `sim-${i}.${o.fleet}.sim.test`;
     let fleetlockId = `sim-${i}`;
     let created;
     try {
       created = await api.registerServer({ fleet: o.fleet, hostname, kind: "managed", reboot_group: o.group, fleetlock_id: fleetlockId });
     } catch (err) {
-      // A server of an earlier run (whose state file is gone) holds the id.
-      if (!(err instanceof ApiError && err.code === "fleetlock_id_taken")) throw err;
+      // A server of an earlier run (whose state file is gone) holds the hostname or the id.
+      if (!(err instanceof ApiError && (err.code === "fleetlock_id_taken" || err.code === "hostname_taken"))) throw err;
+      hostname = `sim-${i}-${runTag}.${o.fleet}.sim.test`;
       fleetlockId = `sim-${i}-${runTag}`;
       created = await api.registerServer({ fleet: o.fleet, hostname, kind: "managed", reboot_group: o.group, fleetlock_id: fleetlockId });
     }

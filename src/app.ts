@@ -33,6 +33,7 @@ import { fleetSummaryRoutes } from "./fleets/summary.routes";
 import { consoleRoutes } from "./console/routes";
 import { liveNotices } from "./console/feed";
 import { specRoutes } from "./specs/routes";
+import { statusRoutes } from "./servers/status.routes";
 
 /** Who made a request, as the audit log names them; a FleetLock call is its fleet's. */
 function requester(c: Context<AppEnv>, route: string | null) {
@@ -79,6 +80,8 @@ export function createApp() {
     .route("/v1/rollouts", rolloutRoutes)
     // Fleets as code (issue 19).
     .route("/v1/fleets", specRoutes)
+    // hm status in one request (issue 18).
+    .route("/v1/status", statusRoutes)
     // FleetLock (hosts) sits outside /v1: its own body limit, no JSON Content-Type rule, its own error body.
     .route("/fleetlock", fleetlockRoutes);
 

@@ -35,7 +35,7 @@ describe("bad input gets a clear 4xx error and changes nothing", () => {
       ["PUT", desiredPath, { body: { generation: 3, agents: [{ ...agent, name: "Bad Name" }] } }, 400, "validation_failed"],
       ["PUT", desiredPath, { body: { generation: 3, agents: [agent], lifecycle: "explode" } }, 400, "validation_failed"],
       ["PUT", desiredPath, { body: { generation: 3, agents: [{ ...agent, instance_id: "not-a-uuid" }] } }, 400, "validation_failed"],
-      ["PUT", "/v1/servers/not-a-uuid/desired", { body: { generation: 3, agents: [agent] } }, 400, "invalid_param"],
+      ["PUT", "/v1/servers/-not-a-name-/desired", { body: { generation: 3, agents: [agent] } }, 400, "invalid_param"],
       ["PUT", desiredPath, { rawBody: JSON.stringify({ generation: 3, agents: [{ ...agent, image: "x".repeat(1024 * 1024) }] }), headers: { "Content-Type": "application/json" } }, 413, "payload_too_large"],
       ["PUT", "/v1/agent/inventory", { token: s.token, rawBody: "[1,2", headers: { "Content-Type": "application/json" } }, 400, "malformed_json"],
       ["PUT", "/v1/agent/inventory", { token: s.token, body: { ...report(2, []), generation: -1 } }, 400, "validation_failed"],

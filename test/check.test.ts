@@ -69,7 +69,9 @@ describe("GET /v1/check/server-agents", () => {
   });
 
   it("refuses bad filters", async () => {
-    expect((await call("GET", "/v1/check/server-agents?server=nope")).json.error.code).toBe("invalid_query");
+    expect((await call("GET", "/v1/check/server-agents?server=-nope-")).json.error.code).toBe("invalid_query");
+    // A well-formed hostname that names no server is not an empty check.
+    expect((await call("GET", "/v1/check/server-agents?server=nope")).json.error.code).toBe("not_found");
     expect((await call("GET", "/v1/check/server-agents?cursor=zzz")).json.error.code).toBe("invalid_cursor");
     expect((await call("GET", "/v1/check/server-agents", { token: null })).status).toBe(401);
   });

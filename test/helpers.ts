@@ -121,14 +121,15 @@ export const pendingEffects = (stub: DurableObjectStub) =>
   );
 
 /**
- * Runs the object's alarm as if every timer (outbox backoff included) were due now: what the
- * runtime does on its own once the time comes.
+ * Runs the object's alarm as if every timer (outbox backoff included), or those named `only…`,
+ * were due now: what the runtime does on its own once the time comes.
  */
-export async function fireTimersNow(stub: DurableObjectStub) {
+export async function fireTimersNow(stub: DurableObjectStub, only?: string) {
   await runInDurableObject(stub, async (_i, state) => {
     const past = Date.now() - 1;
     const has = (t: string) => state.storage.sql.exec("SELECT 1 FROM sqlite_master WHERE name = ?", t).toArray().length > 0;
-    if (has("_timers")) state.storage.sql.exec("UPDATE _timers SET due_at = ?", past);
+    // `only`: just the timers whose name starts with it (the others keep their time).
+    if (has("_timers")) state.storage.sql.exec("UPDATE _timers SET due_at = ? WHERE name LIKE ?", past, `${only ?? ""}%`);
     if (has("_outbox")) state.storage.sql.exec("UPDATE _outbox SET next_at = ? WHERE attempts > 0", past);
     if ((await state.storage.getAlarm()) === null) await state.storage.setAlarm(past);
   });

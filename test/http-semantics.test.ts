@@ -123,7 +123,7 @@ describe("a request id on every route", () => {
   });
 
   it("puts the request id in every error body", async () => {
-    const res = await call("GET", "/v1/servers/not-a-uuid", { headers: { "X-Request-Id": "req-42" } });
+    const res = await call("GET", "/v1/servers/-not-a-name-", { headers: { "X-Request-Id": "req-42" } });
     expect(res.status).toBe(400);
     expect(res.json.error.request_id).toBe("req-42");
     const missing = await call("GET", "/v1/nothing", { headers: { "X-Request-Id": "req-43" } });

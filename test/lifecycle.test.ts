@@ -92,6 +92,15 @@ describe("decommission", () => {
     expect((await call("POST", `/v1/servers/${silent.id}/decommission`)).json.error.code).toBe("uninstall_blocked");
   });
 
+  it("refuses uninstall for a manual server whose only tie is attached storage (no unit), naming it, and changes nothing", async () => {
+    const f = await createFleet();
+    const s = await activeServer(f.id, { kind: "manual" }, { units: [], storage: ["vol-3"] });
+    const res = await call("POST", `/v1/servers/${s.id}/decommission`);
+    expect(res.status).toBe(409);
+    expect(res.json.error).toMatchObject({ code: "uninstall_blocked", details: { units: [], storage: ["vol-3"] } });
+    expect(await server(s.id)).toMatchObject({ state: "active", desired_generation: 2, desired: { lifecycle: "run" } });
+  });
+
   it("does not take a host's error (or agents still listed) as the acknowledgement", async () => {
     const f = await createFleet();
     const s = await activeServer(f.id);

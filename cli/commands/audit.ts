@@ -1,25 +1,30 @@
 import type { Command } from "commander";
 import type { AuditEntry } from "../api.ts";
 import { sleep } from "../../agent/http.ts";
-import type { Io, Output } from "../io.ts";
+import { duration } from "../format.ts";
+import { untilStopped, type Io, type Output } from "../io.ts";
 import { act } from "../context.ts";
 
 export function registerAudit(program: Command, io: Io) {
   program
     .command("audit")
     .description("who did what, newest first")
-    .option("--target <target>", "only this target, e.g. server:<id> or fleet:<id>")
+    .option("--target <target>", "only this target: server:<hostname or id>, fleet:<id>, rollout:<id>, token:<id>")
     .option("--limit <n>", "entries", Number, 20)
     .option("-f, --follow", "keep printing new entries (Ctrl-C ends)")
-    .option("--interval <s>", "with --follow, seconds between looks", Number, 2)
-    .option("--for <s>", "with --follow, stop after this many seconds", Number)
+    .option("--interval <duration>", "with --follow, time between looks (2s)", duration({ min: 0.1 }), 2)
+    .option("--for <duration>", "with --follow, stop after this long (30s, 5m)", duration())
     .action(
       act(io, async (ctx, o: { target?: string; limit: number; follow?: boolean; interval: number; for?: number }) => {
         const first = await ctx.api.audit({ target: o.target, limit: o.limit });
         const out = ctx.out;
         if (!o.follow) {
-          if (ctx.globals.json) return out.data(first.items);
-          return out.table(["ID", "AT", "ACTOR", "ACTION", "TARGET"], first.items.map((e) => [e.id, e.at, e.actor, e.action, e.target]), "(no entries)");
+          if (ctx.machine) return out.data(first.items);
+          return out.table(
+            ["AT", "ACTOR", "ACTION", "TARGET", { head: "ID", wide: true }],
+            first.items.map((e) => [out.time(e.at), e.actor, e.action, targetName(e), e.id]),
+            "(no entries)",
+          );
         }
         // Following prints oldest first, one entry per line (JSON lines with --json).
         let last = 0;
@@ -27,18 +32,14 @@ export function registerAudit(program: Command, io: Io) {
           for (const e of [...items].sort((a, b) => a.id - b.id)) {
             if (e.id <= last) continue;
             last = e.id;
-            printEntry(out, e, !!ctx.globals.json);
+            printEntry(out, e, !!ctx.machine);
           }
         };
         emit(first.items);
-        const stop = new AbortController();
-        const onSig = () => stop.abort();
-        process.once("SIGINT", onSig);
-        const timer = o.for === undefined ? null : setTimeout(() => stop.abort(), o.for * 1000);
-        try {
-          while (!stop.signal.aborted) {
-            await sleep(o.interval * 1000, stop.signal).catch(() => {});
-            if (stop.signal.aborted) break;
+        await untilStopped(o.for, async (signal) => {
+          while (!signal.aborted) {
+            await sleep(o.interval * 1000, signal).catch(() => {});
+            if (signal.aborted) break;
             // Newest first: page back until reaching what was already shown.
             const fresh: AuditEntry[] = [];
             let cursor: string | null = null;
@@ -50,15 +51,15 @@ export function registerAudit(program: Command, io: Io) {
             }
             emit(fresh);
           }
-        } finally {
-          if (timer) clearTimeout(timer);
-          process.removeListener("SIGINT", onSig);
-        }
+        });
       }),
     );
 }
 
 function printEntry(out: Output, e: AuditEntry, json: boolean) {
   if (json) return out.line(JSON.stringify(e));
-  out.line(`${out.c.dim(e.at)}  ${e.actor}  ${out.c.bold(e.action)}  ${e.target}`);
+  out.line(`${out.c.dim(e.at)}  ${e.actor}  ${out.c.bold(e.action)}  ${targetName(e)}`);
 }
+
+/** server:<hostname> rather than its id, when the entry names a server. */
+const targetName = (e: AuditEntry) => (e.hostname ? `server:${e.hostname}` : e.target);

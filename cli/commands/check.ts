@@ -19,16 +19,16 @@ async function fix(ctx: Ctx, filter: Filter) {
   const out = ctx.out;
   const planned = await run(true);
   const todo = planned.filter((a) => a.action !== "none");
-  if (!ctx.globals.json) {
-    out.table(["HOSTNAME", "SERVER", "ACTION", "REASONS"], planned.map((a) => [a.hostname, a.server, a.action, a.reasons.join(", ")]), "nothing to fix");
+  if (!ctx.machine) {
+    out.table(["HOSTNAME", "ACTION", "REASONS", { head: "SERVER", wide: true }], planned.map((a) => [a.hostname, a.action, a.reasons.join(", "), a.server]), "nothing to fix");
   }
   if (todo.length === 0) {
-    if (ctx.globals.json) out.data({ actions: planned });
+    if (ctx.machine) out.data({ actions: planned });
     return;
   }
   await ctx.confirm(`fix ${todo.length} server(s)?`);
   const done = await run(false);
-  if (ctx.globals.json) out.data({ actions: done });
+  if (ctx.machine) out.data({ actions: done });
   else {
     out.line();
     out.table(
@@ -47,7 +47,7 @@ export function registerCheck(program: Command, io: Io) {
     .command("server-agents")
     .description("drift between desired and reported agents, one finding per problem with its fix")
     .option("--fleet <fleet>", "only this fleet")
-    .option("--server <id>", "only this server")
+    .option("--server <server>", "only this server (id, hostname or fleet/hostname)")
     .option("--agent <name>", "only this agent")
     .option("--fix", "fix what is found: shows the dry run, asks (unless --yes), then re-plans, re-issues or refreshes")
     .action(
@@ -63,16 +63,16 @@ export function registerCheck(program: Command, io: Io) {
           cursor = page.next_cursor ?? undefined;
         } while (cursor);
         const out = ctx.out;
-        if (ctx.globals.json) out.data({ findings, skipped });
+        if (ctx.machine) out.data({ findings, skipped });
         else {
           out.table(
-            ["HOSTNAME", "SERVER", "AGENT", "REASON", "DESIRED", "REPORTED", "FIX", "ADVICE"],
-            findings.map((f) => [f.hostname, f.server, f.agent, out.c.yellow(f.reason), f.desired_image, f.reported_image, f.fix, f.advice]),
+            ["HOSTNAME", "AGENT", "REASON", "DESIRED", "REPORTED", "FIX", "ADVICE", { head: "SERVER", wide: true }],
+            findings.map((f) => [f.hostname, f.agent, out.c.yellow(f.reason), f.desired_image, f.reported_image, f.fix, f.advice, f.server]),
             "no drift",
           );
           if (skipped.length) {
             out.line();
-            out.table(["SKIPPED", "SERVER", "WHY"], skipped.map((s) => [s.hostname, s.server, s.why]));
+            out.table(["SKIPPED", "WHY", { head: "SERVER", wide: true }], skipped.map((s) => [s.hostname, s.why, s.server]));
           }
         }
         if (findings.length) throw new Exit(3, `${findings.length} finding(s)`);

@@ -12,7 +12,7 @@ export function registerDesired(program: Command, io: Io) {
     .action(
       act(io, async (ctx, id: string) => {
         const d = await ctx.api.getDesired(id);
-        if (ctx.globals.json) return ctx.out.data(d);
+        if (ctx.machine) return ctx.out.data(d);
         ctx.out.line(`generation ${d.generation}, lifecycle ${d.lifecycle}`);
         ctx.out.table(["AGENT", "IMAGE", "VERSION", "INSTANCE"], d.agents.map((a) => [a.name, a.image, a.version, a.instance_id]), "(no agents)");
       }),
@@ -43,8 +43,18 @@ export function registerDesired(program: Command, io: Io) {
           await ctx.confirm(`Generation ${next.generation} for server ${id} ${what}. Go on?`);
         }
         const d = await ctx.api.putDesired(id, next);
-        if (ctx.globals.json) return ctx.out.data(d);
-        ctx.out.line(`Server ${id} now at generation ${d.generation} (${d.agents.length} agents, ${d.lifecycle}).`);
+        if (ctx.machine) return ctx.out.data(d);
+        ctx.out.line(`Server ${id} now at generation ${d.generation} (${d.agents.length} agents, ${d.lifecycle}); it is pinned: the planner leaves it alone until 'hm desired release ${id}'.`);
+      }),
+    );
+  desired
+    .command("release <server>")
+    .description("hand a pinned server back to the planner: it is re-planned at once from its roles and the fleet's channels")
+    .action(
+      act(io, async (ctx, id: string) => {
+        const s = await ctx.api.releaseDesired(id);
+        if (ctx.machine) return ctx.out.data(s);
+        ctx.out.line(`Server ${s.hostname} is planned again (generation ${s.desired_generation}: ${s.desired.agents.map((a) => a.name).join(", ") || "no agents"}).`);
       }),
     );
 }

@@ -13,7 +13,7 @@ export function registerFleetlock(program: Command, io: Io) {
       act(io, async (ctx, o: { fleet: string }) => {
         await ctx.confirm(`Rotate the FleetLock key of ${o.fleet}? Hosts configured with the current key are refused until they get the new base_url.`);
         const k = await ctx.api.rotateFleetlockKey(o.fleet);
-        if (ctx.globals.json) return ctx.out.data(k);
+        if (ctx.machine) return ctx.out.data(k);
         ctx.out.note(ctx.out.c.yellow("The key is shown only now. Put this on every host of the fleet:"));
         ctx.out.line(zincatiSnippet(k.base_url));
       }),

@@ -1,21 +1,37 @@
 import { InvalidArgumentError, type Command } from "commander";
-import type { Fleet } from "../api.ts";
-import type { Io } from "../io.ts";
+import type { Fleet, FleetPatch } from "../api.ts";
+import { duration, humanSpan } from "../format.ts";
+import { Exit, type Io } from "../io.ts";
 import { act } from "../context.ts";
 
 const int = (v: string) => {
   if (!/^\d+$/.test(v)) throw new InvalidArgumentError("expected a whole number");
   return Number(v);
 };
+const seconds = duration({ whole: true, min: 1 });
+const collect = (v: string, prev: string[] = []) => [...prev, v];
+
+/** `firewall=true`, `firewall` (true), `firewall=false`; with `null` allowed, `firewall=null` removes it. */
+function capabilitiesOf(specs: string[], allowNull: boolean): Record<string, boolean | null> {
+  return Object.fromEntries(
+    specs.map((kv) => {
+      const [k, v = "true"] = kv.split("=");
+      if (v === "null" && allowNull) return [k, null];
+      if (v !== "true" && v !== "false") throw new Exit(2, `--capability ${kv}: the value is true or false${allowNull ? " (null removes it)" : ""}`);
+      return [k, v === "true"];
+    }),
+  );
+}
 
 export function registerFleets(program: Command, io: Io) {
   const fleets = program.command("fleets").description("fleets (list by default)");
   const list = act(io, async (ctx) => {
     const items = await ctx.api.listFleets();
-    if (ctx.globals.json) return ctx.out.data(items);
-    ctx.out.table(
+    if (ctx.machine) return ctx.out.data(items);
+    const out = ctx.out;
+    out.table(
       ["FLEET", "STALE AFTER", "LOCK TTL", "CAPABILITIES", "CREATED"],
-      items.map((f: Fleet) => [f.id, `${f.stale_after_s}s`, `${f.lock_ttl_s}s`, capabilities(f), f.created_at]),
+      items.map((f: Fleet) => [f.id, humanSpan(f.stale_after_s), humanSpan(f.lock_ttl_s), capabilities(f), out.time(f.created_at)]),
       "(no fleets)",
     );
   });
@@ -26,15 +42,15 @@ export function registerFleets(program: Command, io: Io) {
     .action(
       act(io, async (ctx, id: string) => {
         const f = await ctx.api.getFleet(id);
-        if (ctx.globals.json) return ctx.out.data(f);
+        if (ctx.machine) return ctx.out.data(f);
         ctx.out.fields([
           ["fleet", f.id],
           ["capabilities", capabilities(f)],
-          ["stale after", `${f.stale_after_s}s`],
-          ["lock ttl", `${f.lock_ttl_s}s`],
+          ["stale after", humanSpan(f.stale_after_s)],
+          ["lock ttl", humanSpan(f.lock_ttl_s)],
           ["unknown FleetLock ids", f.allow_unknown_ids ? "allowed" : "refused"],
           ["default group slots", f.default_group_slots],
-          ["created", f.created_at],
+          ["created", ctx.out.time(f.created_at)],
         ]);
       }),
     );
@@ -42,28 +58,75 @@ export function registerFleets(program: Command, io: Io) {
     .command("create <fleet>")
     .description("create a fleet")
     .option("--capability <name=bool...>", "capabilities, e.g. firewall=true")
-    .option("--stale-after <s>", "seconds without a report before a server is stale", int)
-    .option("--lock-ttl <s>", "seconds after which a reboot slot holder is flagged stuck", int)
+    .option("--stale-after <duration>", "without a report for this long a server is stale (300, 5m)", seconds)
+    .option("--lock-ttl <duration>", "a reboot slot held longer is flagged stuck (1h)", seconds)
     .option("--default-group-slots <n>", "slots of reboot groups nobody configured", int)
     .option("--allow-unknown-ids", "accept FleetLock ids no server registered")
     .action(
       act(io, async (ctx, id: string, o) => {
-        const caps = Object.fromEntries(
-          (o.capability ?? []).map((kv: string) => {
-            const [k, v = "true"] = kv.split("=");
-            return [k, v !== "false"];
-          }),
-        );
         const f = await ctx.api.createFleet({
           id,
-          capabilities: caps,
+          capabilities: capabilitiesOf(o.capability ?? [], false) as Record<string, boolean>,
           stale_after_s: o.staleAfter,
           lock_ttl_s: o.lockTtl,
           default_group_slots: o.defaultGroupSlots,
           allow_unknown_ids: o.allowUnknownIds,
         });
-        if (ctx.globals.json) return ctx.out.data(f);
+        if (ctx.machine) return ctx.out.data(f);
         ctx.out.line(`Created fleet ${f.id}.`);
+      }),
+    );
+  fleets
+    .command("patch <fleet>")
+    .description("change a fleet's capabilities (merged; name=null removes one) and settings; a change re-plans its servers")
+    .option("--capability <name=bool|null>", "firewall=true, firewall=false, firewall=null (repeatable)", collect)
+    .option("--stale-after <duration>", "without a report for this long a server is stale", seconds)
+    .option("--lock-ttl <duration>", "a reboot slot held longer is flagged stuck", seconds)
+    .option("--default-group-slots <n>", "slots of reboot groups nobody configured", int)
+    .option("--allow-unknown-ids", "accept FleetLock ids no server registered")
+    .option("--no-allow-unknown-ids", "refuse FleetLock ids no server registered")
+    .action(
+      act(io, async (ctx, id: string, o) => {
+        const patch: FleetPatch = {};
+        if (o.capability) patch.capabilities = capabilitiesOf(o.capability, true);
+        if (o.staleAfter !== undefined) patch.stale_after_s = o.staleAfter;
+        if (o.lockTtl !== undefined) patch.lock_ttl_s = o.lockTtl;
+        if (o.defaultGroupSlots !== undefined) patch.default_group_slots = o.defaultGroupSlots;
+        if (o.allowUnknownIds !== undefined) patch.allow_unknown_ids = o.allowUnknownIds;
+        if (Object.keys(patch).length === 0) throw new Exit(2, "nothing to change: pass --capability, --stale-after, --lock-ttl, --default-group-slots or --[no-]allow-unknown-ids");
+        const f = await ctx.api.patchFleet(id, patch);
+        if (ctx.machine) return ctx.out.data(f);
+        ctx.out.line(`Fleet ${f.id}: capabilities ${capabilities(f)}, stale after ${humanSpan(f.stale_after_s)}, lock ttl ${humanSpan(f.lock_ttl_s)}.`);
+      }),
+    );
+  fleets
+    .command("delete <fleet>")
+    .description("delete a fleet whose servers are all removed (admin): its channels, roles and reboot groups go with it")
+    .action(
+      act(io, async (ctx, id: string) => {
+        await ctx.confirm(`Delete fleet ${id}, its channels, roles, reboot groups and FleetLock key?`);
+        const r = await ctx.api.deleteFleet(id);
+        if (ctx.machine) return ctx.out.data(r);
+        ctx.out.line(`Deleted fleet ${id}.`);
+      }),
+    );
+  fleets
+    .command("refresh <fleet>")
+    .description("ask every server of the fleet to report now")
+    .action(
+      act(io, async (ctx, id: string) => {
+        let requested = 0;
+        const failed: string[] = [];
+        let cursor: string | undefined;
+        do {
+          const page = await ctx.api.refreshFleet(id, cursor);
+          requested += page.requested;
+          failed.push(...page.failed);
+          cursor = page.next_cursor ?? undefined;
+        } while (cursor);
+        if (ctx.machine) return ctx.out.data({ requested, failed });
+        ctx.out.line(`Asked ${requested} server(s) of ${id} to report${failed.length ? `; ${failed.length} could not be asked: ${failed.join(", ")}` : ""}.`);
+        if (failed.length) throw new Exit(1, `${failed.length} refresh(es) failed`);
       }),
     );
 }

@@ -1,22 +1,27 @@
 import type { Command } from "commander";
 import { Api } from "../api.ts";
-import { configPath, writeConfig } from "../config.ts";
+import { configPath, DEFAULT_CONTEXT, readConfig, writeConfig } from "../config.ts";
 import { Exit, type Io } from "../io.ts";
 import { act } from "../context.ts";
 
 export function registerLogin(program: Command, io: Io) {
   program
     .command("login")
-    .description("check a URL and token, then keep them in the config file (mode 0600)")
+    .description("check a URL and token, then keep them in the config file (mode 0600) as a context, and use it")
+    .option("--name <context>", "the context's name (default: the current one, else 'default')")
     .action(
-      act(io, async (ctx) => {
+      act(io, async (ctx, o: { name?: string }) => {
         const { url, token } = ctx.connection;
         // A read that every operator scope may do proves the token before it is written down.
         await new Api(url, token, io.fetch).probe();
         const path = configPath(io.env);
-        writeConfig(path, { url, token });
-        if (ctx.globals.json) return ctx.out.data({ url, config: path });
-        ctx.out.line(`Logged in to ${url}; saved to ${path} (mode 0600).`);
+        const config = readConfig(path) ?? { current: null, contexts: {} };
+        const name = o.name ?? ctx.globals.context ?? config.current ?? DEFAULT_CONTEXT;
+        config.contexts[name] = { url, token };
+        config.current = name;
+        writeConfig(path, config);
+        if (ctx.machine) return ctx.out.data({ url, context: name, config: path });
+        ctx.out.line(`Logged in to ${url} as context '${name}' (now current); saved to ${path} (mode 0600).`);
       }),
     );
   program
@@ -25,7 +30,7 @@ export function registerLogin(program: Command, io: Io) {
       act(io, async (ctx) => {
         const c = ctx.connection;
         if (!c) throw new Exit(2, "no connection");
-        ctx.out.line(`${c.url} (token from ${c.source})`);
+        ctx.out.line(`${c.url} (token from ${c.source}${c.context ? `, context ${c.context}` : ""})`);
       }),
     );
 }

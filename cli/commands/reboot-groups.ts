@@ -21,7 +21,7 @@ export function registerRebootGroups(program: Command, io: Io) {
 
   const list = act(io, async (ctx, o: { fleet: string }) => {
     const res = await ctx.api.listGroups(o.fleet);
-    if (ctx.globals.json) return ctx.out.data(res);
+    if (ctx.machine) return ctx.out.data(res);
     groupTable(ctx.out, res.items);
   });
   fleetOpt(groups.command("list", { isDefault: true }).description("the fleet's groups")).action(list);
@@ -29,7 +29,7 @@ export function registerRebootGroups(program: Command, io: Io) {
   fleetOpt(groups.command("show <group>").description("one group with its holders")).action(
     act(io, async (ctx, group: string, o: { fleet: string }) => {
       const g = await ctx.api.getGroup(o.fleet, group);
-      if (ctx.globals.json) return ctx.out.data(g);
+      if (ctx.machine) return ctx.out.data(g);
       showGroup(ctx.out, g);
     }),
   );
@@ -50,7 +50,7 @@ export function registerRebootGroups(program: Command, io: Io) {
         ...(windows ? { windows: windows as never } : {}),
         ...(o.queueWait !== undefined ? { queue_wait_s: o.queueWait } : {}),
       });
-      if (ctx.globals.json) return ctx.out.data(g);
+      if (ctx.machine) return ctx.out.data(g);
       showGroup(ctx.out, g);
     }),
   );
@@ -61,7 +61,7 @@ export function registerRebootGroups(program: Command, io: Io) {
         // The PUT needs slots; they stay as they are.
         const current = await ctx.api.getGroup(o.fleet, group);
         const g = await ctx.api.putGroup(o.fleet, group, { slots: current.slots, paused });
-        if (ctx.globals.json) return ctx.out.data(g);
+        if (ctx.machine) return ctx.out.data(g);
         ctx.out.line(`Group ${group} of ${o.fleet} ${paused ? "paused" : "resumed"} (${g.holders.length}/${g.slots} held).`);
       }),
     );
@@ -71,7 +71,7 @@ export function registerRebootGroups(program: Command, io: Io) {
     act(io, async (ctx, group: string, id: string, o: { fleet: string }) => {
       await ctx.confirm(`Release the slot '${id}' holds in ${o.fleet}/${group}? If that host is mid-reboot, another may reboot alongside it.`);
       const res = await ctx.api.releaseHolder(o.fleet, group, id);
-      if (ctx.globals.json) return ctx.out.data(res);
+      if (ctx.machine) return ctx.out.data(res);
       ctx.out.line(`Released ${res.released.id} (held since ${res.released.granted_at}).`);
     }),
   );

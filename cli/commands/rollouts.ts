@@ -6,7 +6,8 @@
  */
 import { SingleBar } from "cli-progress";
 import { InvalidArgumentError, Option, type Command } from "commander";
-import { ROLLOUT_STATES } from "../../src/domain/enums.ts";
+import { ROLLOUT_STATES, ROLLOUT_TARGET_STATES as TARGET_STATES } from "../../src/domain/enums.ts";
+import { duration, humanSpan } from "../format.ts";
 import type { Rollout, RolloutInput } from "../api.ts";
 import { Exit, type Io, type Output } from "../io.ts";
 import { act, type Ctx } from "../context.ts";
@@ -34,7 +35,8 @@ function summary(out: Output, r: Rollout) {
     ["state", `${r.state}${r.pass ? " (rollback pass)" : ""}${r.reason ? ` — ${r.reason}` : ""}`],
     ["targets", `${r.total}: ${c.done} done, ${c.applying} applying, ${c.queued} queued, ${c.failed} failed, ${c.timed_out} timed out, ${c.skipped} skipped`],
     ["concurrency", r.concurrency],
-    ["median / eta", `${r.median_s ?? "-"} s / ${r.eta_s ?? "-"} s`],
+    ["median / eta", `${r.median_s === null ? "-" : humanSpan(r.median_s)} / ${r.eta_s === null ? "-" : humanSpan(r.eta_s)}`],
+    ["server timeout", r.server_timeout_s === null ? "-" : humanSpan(r.server_timeout_s)],
     ["channel moved", r.channel_updated],
     ["reboot slots", r.reboot_slot],
   ]);
@@ -46,14 +48,14 @@ async function watch(ctx: Ctx, start: Rollout, timeoutS: number): Promise<never 
   const out = ctx.out;
   const deadline = Date.now() + timeoutS * 1000;
   const ended = (r: Rollout) => r.counts.done + r.counts.failed + r.counts.timed_out + r.counts.skipped;
-  const bar = ctx.io.interactive && !ctx.globals.json ? new SingleBar({ format: " {bar} {value}/{total} | {state} | {detail}", hideCursor: true }) : null;
+  const bar = ctx.io.interactive && !ctx.machine ? new SingleBar({ format: " {bar} {value}/{total} | {state} | {detail}", hideCursor: true }) : null;
   const detail = (r: Rollout) => `${r.counts.applying} applying, ${r.counts.failed + r.counts.timed_out} failed, eta ${r.eta_s ?? "-"} s`;
   let r = start;
   let warned = r.warnings.length;
   bar?.start(r.total, ended(r), { state: r.state, detail: detail(r) });
   const say = (x: Rollout) => {
     if (bar) bar.update(ended(x), { state: x.state, detail: detail(x) });
-    else if (!ctx.globals.json) out.note(`${new Date().toISOString()}  ${x.state}  ${ended(x)}/${x.total} ended  ${detail(x)}`);
+    else if (!ctx.machine) out.note(`${new Date().toISOString()}  ${x.state}  ${ended(x)}/${x.total} ended  ${detail(x)}`);
     for (const w of x.warnings.slice(0, Math.max(0, x.warnings.length - warned))) out.note(`warning: ${w.message}`);
     warned = x.warnings.length;
   };
@@ -61,7 +63,7 @@ async function watch(ctx: Ctx, start: Rollout, timeoutS: number): Promise<never 
     while (!quiet(r)) {
       const left = deadline - Date.now();
       if (left <= 0) {
-        if (ctx.globals.json) out.data(r);
+        if (ctx.machine) out.data(r);
         throw new Exit(3, `timed out after ${timeoutS}s: rollout ${r.id} is ${r.state}`);
       }
       r = await ctx.api.waitRollout(r.id, r.change, Math.max(1, Math.min(60, Math.ceil(left / 1000))));
@@ -70,7 +72,7 @@ async function watch(ctx: Ctx, start: Rollout, timeoutS: number): Promise<never 
   } finally {
     bar?.stop();
   }
-  if (ctx.globals.json) out.data(r);
+  if (ctx.machine) out.data(r);
   else summary(out, r);
   if (r.state === "failed" || r.state === "cancelled") throw new Exit(1, `rollout ${r.id} ${r.state}${r.reason ? `: ${r.reason}` : ""}`);
 }
@@ -85,10 +87,10 @@ export function registerRollouts(program: Command, io: Io) {
     .action(
       act(io, async (ctx, o: { fleet?: string; agent?: string; state?: (typeof ROLLOUT_STATES)[number] }) => {
         const items = await ctx.api.listRollouts(o, 200);
-        if (ctx.globals.json) return ctx.out.data(items);
+        if (ctx.machine) return ctx.out.data(items);
         ctx.out.table(
           ["ROLLOUT", "FLEET", "AGENT", "IMAGE", "STATE", "DONE", "FAILED", "CREATED"],
-          items.map((r) => [r.id, r.fleet, r.agent, r.image, r.state, r.counts.done ?? 0, (r.counts.failed ?? 0) + (r.counts.timed_out ?? 0), r.created_at]),
+          items.map((r) => [r.id, r.fleet, r.agent, r.image, r.state, r.counts.done ?? 0, (r.counts.failed ?? 0) + (r.counts.timed_out ?? 0), ctx.out.time(r.created_at)]),
         );
       }),
     );
@@ -102,18 +104,19 @@ export function registerRollouts(program: Command, io: Io) {
     .requiredOption("--image <image>")
     .requiredOption("--version <version>", "the image's version")
     .option("--concurrency <n>", "targets applying at once (default 20)", wholeNumber)
-    .option("--server-timeout <s>", "a target with no realizing report by then times out", wholeNumber)
+    .option("--server-timeout <duration>", "a target with no realizing report by then times out (default 1h)", duration({ whole: true, min: 1 }))
     .option("--slow-factor <x>", "warn about a server slower than x times the median", positive)
     .option("--max-failures <n>", "abort once failures exceed n", wholeNumber)
     .option("--max-failure-percent <p>", "abort once this share of ended targets failed", positive)
     .option("--min-completed <n>", "judge the percentage only after n targets ended", wholeNumber)
     .option("--role <role>", "only servers with this role (repeatable)", collect)
-    .option("--server <id>", "only this server (repeatable)", collect)
+    .option("--server <server>", "only this server: id or hostname (repeatable)", collect)
     .option("--exclude <id-or-hostname>", "leave this server out (repeatable)", collect)
     .option("--no-update-channel", "leave the fleet's channel where it is")
     .option("--reboot-slot", "apply each target only while holding a slot of its reboot group")
+    .option("--channel-only", "move only the fleet's channel (servers set up later get the image); write no server")
     .option("--watch", "follow it to the end (exit code as for watch)")
-    .option("--timeout <s>", "with --watch: give up after this many seconds", positive, 3600)
+    .option("--timeout <duration>", "with --watch: give up after this long (1h)", duration({ min: 1 }), 3600)
     .action(
       act(io, async (ctx, o: Record<string, any>) => {
         const abort =
@@ -133,10 +136,11 @@ export function registerRollouts(program: Command, io: Io) {
           exclude: o.exclude,
           update_channel: o.updateChannel,
           reboot_slot: !!o.rebootSlot,
+          channel_only: !!o.channelOnly,
         };
         const r = await ctx.api.startRollout(input);
         if (o.watch) return watch(ctx, r, o.timeout);
-        if (ctx.globals.json) return ctx.out.data(r);
+        if (ctx.machine) return ctx.out.data(r);
         summary(ctx.out, r);
       }),
     );
@@ -144,18 +148,76 @@ export function registerRollouts(program: Command, io: Io) {
   rollout.command("status <id>").description("counts, median, ETA and warnings").action(
     act(io, async (ctx, id: string) => {
       const r = await ctx.api.getRollout(id);
-      if (ctx.globals.json) return ctx.out.data(r);
+      if (ctx.machine) return ctx.out.data(r);
       summary(ctx.out, r);
       const failed = [...(await ctx.api.rolloutTargets(id, "failed", 20)), ...(await ctx.api.rolloutTargets(id, "timed_out", 20))];
-      if (failed.length) ctx.out.table(["SERVER", "HOSTNAME", "STATE", "REASON"], failed.map((t) => [t.server_id, t.hostname, t.state, t.reason]));
+      if (failed.length) ctx.out.table(["HOSTNAME", "STATE", "REASON", { head: "SERVER", wide: true }], failed.map((t) => [t.hostname, t.state, t.reason, t.server_id]));
     }),
   );
 
   rollout
     .command("watch <id>")
     .description("follow a rollout to its end: exit 0 succeeded or rolled back, 1 failed or cancelled, 3 timeout")
-    .option("--timeout <s>", "give up after this many seconds", positive, 3600)
+    .option("--timeout <duration>", "give up after this long (1h)", duration({ min: 1 }), 3600)
     .action(act(io, async (ctx, id: string, o: { timeout: number }) => watch(ctx, await ctx.api.getRollout(id), o.timeout)));
+
+  rollout
+    .command("targets <id>")
+    .description("the rollout's targets in order, by hostname")
+    .addOption(new Option("--state <state>", "only this state").choices(TARGET_STATES))
+    .option("--pass <n>", "0: forward, 1: rollback (default: the current pass)", wholeNumber)
+    .action(
+      act(io, async (ctx, id: string, o: { state?: (typeof TARGET_STATES)[number]; pass?: number }) => {
+        const items = await ctx.api.rolloutTargets(id, o.state, undefined, o.pass);
+        if (ctx.machine) return ctx.out.data(items);
+        const out = ctx.out;
+        out.table(
+          ["HOSTNAME", "STATE", "IMAGE", "GENERATION", "STARTED", "TOOK", "REASON", { head: "SERVER", wide: true }, { head: "FROM", wide: true }, { head: "SLOT", wide: true }],
+          items.map((t) => [
+            t.hostname,
+            t.slow ? out.c.yellow(`${t.state} (slow)`) : t.state,
+            t.image,
+            t.generation,
+            out.time(t.started_at),
+            t.duration_s === null ? null : humanSpan(t.duration_s),
+            t.reason,
+            t.server_id,
+            t.from_image,
+            t.reboot_slot,
+          ]),
+          "(no targets)",
+        );
+      }),
+    );
+
+  rollout
+    .command("events <id>")
+    .description("everything that happened to the rollout, oldest first")
+    .action(
+      act(io, async (ctx, id: string) => {
+        const items = await ctx.api.rolloutEvents(id);
+        if (ctx.machine) return ctx.out.data(items);
+        const out = ctx.out;
+        out.table(
+          ["AT", "EVENT", "SERVER", "DETAILS"],
+          items.map((e) => [out.time(e.at), e.kind, e.hostname ?? e.server_id, e.details === null ? null : JSON.stringify(e.details)]),
+          "(no events)",
+        );
+      }),
+    );
+
+  rollout
+    .command("end-target <id> <server>")
+    .description("stop waiting for one stuck target (id or hostname): applying becomes failed, queued skipped")
+    .option("--reason <text>", "why (audited)")
+    .action(
+      act(io, async (ctx, id: string, server: string, o: { reason?: string }) => {
+        await ctx.confirm(`End target ${server} of rollout ${id}? An applying target counts as failed.`);
+        const r = await ctx.api.endRolloutTarget(id, server, o.reason);
+        if (ctx.machine) return ctx.out.data(r);
+        ctx.out.line(`Target ${r.target.hostname} is ${r.target.state} (${r.target.reason}); rollout ${r.rollout.state}.`);
+      }),
+    );
 
   for (const action of ["pause", "resume", "cancel", "rollback"] as const) {
     rollout
@@ -172,7 +234,7 @@ export function registerRollouts(program: Command, io: Io) {
         act(io, async (ctx, id: string) => {
           if (action === "cancel" || action === "rollback") await ctx.confirm(`${action} rollout ${id}?`);
           const r = await ctx.api.controlRollout(id, action);
-          if (ctx.globals.json) return ctx.out.data(r);
+          if (ctx.machine) return ctx.out.data(r);
           ctx.out.line(`Rollout ${id} is ${r.state}.`);
         }),
       );

@@ -1,19 +1,34 @@
 import { InvalidArgumentError, Option, type Command } from "commander";
-import type { ServerDetail, ServerPatch, ServerStatus } from "../api.ts";
+import type { ServerDetail, ServerPatch, ServerStatus, ServerSummary } from "../api.ts";
 import { Exit, type Io, type Output } from "../io.ts";
 import { act } from "../context.ts";
 
 const STATUSES = ["realized", "pending", "failed", "drifted", "unknown", "stale"];
+type ServerState = ServerSummary["state"];
+
+const STATES = ["provisioning", "active", "decommissioning", "removed"];
 
 export function registerServers(program: Command, io: Io) {
-  const servers = program.command("servers").description("servers (list by default)");
-  const list = act(io, async (ctx, o: { fleet?: string; status?: ServerStatus; limit?: number }) => {
-    const items = await ctx.api.listServers({ fleet: o.fleet, status: o.status }, o.limit);
-    if (ctx.globals.json) return ctx.out.data(items);
+  const servers = program.command("servers").description("servers (list by default); a server is named by id, hostname or fleet/hostname");
+  const list = act(io, async (ctx, o: { fleet?: string; status?: ServerStatus; state?: ServerState; hostname?: string; limit?: number }) => {
+    const items = await ctx.api.listServers({ fleet: o.fleet, status: o.status, state: o.state, hostname: o.hostname }, o.limit);
+    if (ctx.machine) return ctx.out.data(items);
     const out = ctx.out;
     out.table(
-      ["ID", "FLEET", "HOSTNAME", "STATE", "STATUS", "GEN", "REPORTED", "LAST SEEN"],
-      items.map((s) => [s.id, s.fleet, s.hostname, s.state, out.status(s.status), s.desired_generation, s.reported_generation, s.last_seen]),
+      ["HOSTNAME", "FLEET", "STATE", "STATUS", "GEN", "REPORTED", "LAST SEEN", { head: "ID", wide: true }, { head: "KIND", wide: true }, { head: "ROLES", wide: true }, { head: "REBOOT GROUP", wide: true }],
+      items.map((s) => [
+        s.hostname,
+        s.fleet,
+        s.state,
+        out.status(s.status),
+        s.desired_generation,
+        s.reported_generation,
+        out.time(s.last_seen),
+        s.id,
+        s.kind,
+        s.roles.join(",") || null,
+        s.reboot_group,
+      ]),
       "(no servers)",
     );
   });
@@ -21,20 +36,22 @@ export function registerServers(program: Command, io: Io) {
     c
       .option("--fleet <fleet>", "only this fleet")
       .addOption(new Option("--status <status>", "only this status").choices(STATUSES))
+      .addOption(new Option("--state <state>", "only this state (removed servers are listed only so)").choices(STATES))
+      .option("--hostname <name>", "this hostname, or a prefix ending in * (node-1*)")
       .option("--limit <n>", "at most this many", (v) => {
         const n = Number(v);
         if (!Number.isInteger(n) || n < 1) throw new InvalidArgumentError("expected a positive whole number");
         return n;
       });
-  filters(servers.command("list", { isDefault: true }).description("search servers (from the fleet-wide index)")).action(list);
+  filters(servers.command("list", { isDefault: true }).description("search servers by hostname (from the fleet-wide index)")).action(list);
 
   servers
-    .command("show <id>")
+    .command("show <server>")
     .description("a server: desired config, last report, status per agent (from its ledger)")
     .action(
       act(io, async (ctx, id: string) => {
         const s = await ctx.api.getServer(id);
-        if (ctx.globals.json) return ctx.out.data(s);
+        if (ctx.machine) return ctx.out.data(s);
         showServer(ctx.out, s);
       }),
     );
@@ -58,7 +75,7 @@ export function registerServers(program: Command, io: Io) {
           reboot_group: o.rebootGroup,
           fleetlock_id: o.fleetlockId,
         });
-        if (ctx.globals.json) return ctx.out.data(s);
+        if (ctx.machine) return ctx.out.data(s);
         ctx.out.fields([
           ["id", s.id],
           ["hostname", s.hostname],
@@ -72,29 +89,58 @@ export function registerServers(program: Command, io: Io) {
   registerDecommission(servers, io);
 
   servers
-    .command("patch <id>")
-    .description("change a server's FleetLock id and/or reboot group")
+    .command("patch <server>")
+    .description("change a server's FleetLock id, reboot group and/or roles (new roles re-plan it unless pinned)")
     .option("--fleetlock-id <id>", "new FleetLock id")
     .option("--clear-fleetlock-id", "remove its FleetLock id")
     .option("--reboot-group <group>", "new reboot group")
+    .option("--role <role...>", "its roles (replaced)")
+    .option("--clear-roles", "no roles")
     .action(
       act(io, async (ctx, id: string, o) => {
         const patch: ServerPatch = {};
         if (o.fleetlockId !== undefined && o.clearFleetlockId) throw new Exit(2, "--fleetlock-id and --clear-fleetlock-id exclude each other");
+        if (o.role !== undefined && o.clearRoles) throw new Exit(2, "--role and --clear-roles exclude each other");
         if (o.fleetlockId !== undefined) patch.fleetlock_id = o.fleetlockId;
         if (o.clearFleetlockId) patch.fleetlock_id = null;
         if (o.rebootGroup !== undefined) patch.reboot_group = o.rebootGroup;
-        if (Object.keys(patch).length === 0) throw new Exit(2, "nothing to change: pass --fleetlock-id, --clear-fleetlock-id or --reboot-group");
+        if (o.role !== undefined) patch.roles = o.role;
+        if (o.clearRoles) patch.roles = [];
+        if (Object.keys(patch).length === 0) throw new Exit(2, "nothing to change: pass --fleetlock-id, --clear-fleetlock-id, --reboot-group, --role or --clear-roles");
         const s = await ctx.api.patchServer(id, patch);
-        if (ctx.globals.json) return ctx.out.data(s);
-        ctx.out.line(`Server ${s.id}: fleetlock_id ${s.fleetlock_id ?? "-"}, reboot group ${s.reboot_group}.`);
+        if (ctx.machine) return ctx.out.data(s);
+        ctx.out.line(`Server ${s.hostname}: fleetlock_id ${s.fleetlock_id ?? "-"}, reboot group ${s.reboot_group}, roles ${s.roles.join(", ") || "-"} (generation ${s.desired_generation}).`);
+      }),
+    );
+
+  servers
+    .command("refresh <server>")
+    .description("ask the server's host to report now")
+    .action(
+      act(io, async (ctx, id: string) => {
+        const s = await ctx.api.refreshServer(id);
+        if (ctx.machine) return ctx.out.data(s);
+        ctx.out.line(`Asked ${s.hostname} to report (requested ${ctx.out.time(s.refresh?.requested_at)}).`);
+      }),
+    );
+
+  servers
+    .command("rotate-token <server>")
+    .description("a new token for the server, shown once; the old one stops at once")
+    .action(
+      act(io, async (ctx, id: string) => {
+        await ctx.confirm(`Rotate the token of server ${id}? Its host is refused until it has the new one.`);
+        const t = await ctx.api.rotateServerToken(id);
+        if (ctx.machine) return ctx.out.data(t);
+        ctx.out.fields([["id", t.id], ["token", t.token]]);
+        ctx.out.note(ctx.out.c.yellow("The token is shown only now: put it on the host."));
       }),
     );
 }
 
 export function registerDecommission(servers: Command, io: Io) {
   servers
-    .command("decommission <id>")
+    .command("decommission <server>")
     .description("terminate (managed) or uninstall (manual) a server; it is removed once its host acknowledges")
     .option("--force", "remove a dead host now, without its acknowledgement (admin; needs --reason)")
     .option("--reason <text>", "why (audited; required with --force)")
@@ -113,10 +159,22 @@ export function registerDecommission(servers: Command, io: Io) {
           );
           s = await ctx.api.decommission(id, { force: !!o.force, reason: o.reason });
         }
-        if (ctx.globals.json) return ctx.out.data(s);
-        ctx.out.line(`Server ${s.id} (${s.hostname}) is ${s.state}; desired generation ${s.desired_generation} orders ${s.desired.lifecycle}.`);
+        if (ctx.machine) return ctx.out.data(s);
+        ctx.out.line(decommissionSays(s, ctx.out));
       }),
     );
+}
+
+/** What a decommission (or its cancel, or a forced removal) left the server as, in words. */
+export function decommissionSays(s: ServerDetail, out: Output): string {
+  const who = `Server ${s.hostname} (${s.id})`;
+  const l = s.lifecycle;
+  if (s.state === "removed") return `${who} is removed${l?.forced ? ` (forced by ${l.forced.by}: ${l.forced.reason})` : ""}; cleanup done: ${l?.cleanup_done.join(", ") || "-"}.`;
+  if (l?.forced) return `${who} is being removed (forced by ${l.forced.by}: ${l.forced.reason}); cleanup so far: ${l.cleanup_done.join(", ") || "none"}.`;
+  if (s.state === "decommissioning" && l) {
+    return `${who} is decommissioning: generation ${l.generation} orders ${l.order}; it is removed once its host acknowledges (requested ${out.time(l.requested_at)}).`;
+  }
+  return `${who} is ${s.state}; generation ${s.desired_generation} orders ${s.desired.lifecycle} with ${s.desired.agents.length} agent(s).`;
 }
 
 export function showServer(out: Output, s: ServerDetail) {
@@ -130,7 +188,8 @@ export function showServer(out: Output, s: ServerDetail) {
     ["status", out.status(s.status)],
     ["desired generation", `${s.desired_generation} (${s.desired.lifecycle})`],
     ["reported generation", s.reported_generation],
-    ["last seen", s.last_seen],
+    ["last seen", out.time(s.last_seen)],
+    ["planning", s.planning.mode === "pinned" ? `pinned by ${s.planning.pinned_by} ${out.time(s.planning.pinned_at)} (hm desired release ${s.hostname})` : "planned"],
     ["boot id", s.report?.boot_id],
     ["reboot group", s.reboot_group],
     ["fleetlock id", s.fleetlock_id],

@@ -4,16 +4,21 @@ import { act } from "../context.ts";
 
 export function registerTokens(program: Command, io: Io) {
   const tokens = program.command("tokens").description("operator tokens (list by default)");
-  const list = act(io, async (ctx) => {
-    const items = await ctx.api.listTokens();
-    if (ctx.globals.json) return ctx.out.data(items);
-    ctx.out.table(
+  const list = act(io, async (ctx, o: { kind: "operator" | "server" | "all" }) => {
+    const items = await ctx.api.listTokens(o.kind === "all" ? undefined : o.kind);
+    if (ctx.machine) return ctx.out.data(items);
+    const out = ctx.out;
+    out.table(
       ["ID", "NAME", "SCOPE", "KIND", "CREATED BY", "CREATED", "REVOKED"],
-      items.map((t) => [t.id, t.name, t.scope, t.kind, t.created_by, t.created_at, t.revoked_at]),
+      items.map((t) => [t.id, t.name, t.scope, t.kind, t.created_by, out.time(t.created_at), out.time(t.revoked_at)]),
       "(no tokens)",
     );
   });
-  tokens.command("list", { isDefault: true }).description("list tokens").action(list);
+  tokens
+    .command("list", { isDefault: true })
+    .description("list tokens (operator tokens unless --kind says otherwise: a fleet has a server token per server)")
+    .addOption(new Option("--kind <kind>", "operator, server or all").choices(["operator", "server", "all"]).default("operator"))
+    .action(list);
   tokens
     .command("create")
     .description("create an operator token; prints it once")
@@ -22,7 +27,7 @@ export function registerTokens(program: Command, io: Io) {
     .action(
       act(io, async (ctx, o: { name: string; scope: "read" | "write" | "admin" }) => {
         const t = await ctx.api.createToken({ name: o.name, scope: o.scope });
-        if (ctx.globals.json) return ctx.out.data(t);
+        if (ctx.machine) return ctx.out.data(t);
         ctx.out.fields([
           ["id", t.id],
           ["scope", t.scope],
@@ -38,7 +43,7 @@ export function registerTokens(program: Command, io: Io) {
       act(io, async (ctx, id: string) => {
         await ctx.confirm(`Revoke token ${id}? Whoever uses it is refused from now on.`);
         const t = await ctx.api.revokeToken(id);
-        if (ctx.globals.json) return ctx.out.data(t);
+        if (ctx.machine) return ctx.out.data(t);
         ctx.out.line(`Revoked ${t.id} (${t.name}).`);
       }),
     );

@@ -9,7 +9,7 @@ export function registerUpgrades(program: Command, io: Io) {
     .action(
       act(io, async (ctx) => {
         const u = await ctx.api.upgrades({ limit: 10 });
-        if (ctx.globals.json) return ctx.out.data(u);
+        if (ctx.machine) return ctx.out.data(u);
         const out = ctx.out;
         out.fields([
           ["state", u.state === "current" ? out.c.green(u.state) : out.c.yellow(u.state)],
@@ -20,7 +20,7 @@ export function registerUpgrades(program: Command, io: Io) {
         out.line();
         out.table(
           ["VERSION", "STEP", "STATE", "RUNNER", "STARTED", "FINISHED", "ERROR"],
-          u.history.items.map((h) => [h.version, h.description, h.state, h.runner, h.started_at, h.finished_at, h.error]),
+          u.history.items.map((h) => [h.version, h.description, h.state, h.runner, out.time(h.started_at), out.time(h.finished_at), h.error]),
           "(no step history)",
         );
       }),
@@ -31,8 +31,12 @@ export function registerUpgrades(program: Command, io: Io) {
     .action(
       act(io, async (ctx) => {
         const r = await ctx.api.runUpgrades();
-        if (ctx.globals.json) return ctx.out.data(r);
-        ctx.out.line(JSON.stringify(r));
+        if (ctx.machine) return ctx.out.data(r);
+        ctx.out.line(
+          r.outcome === "up_to_date"
+            ? `Data is up to date (version ${r.data_version} of ${r.newest_version}); nothing to run.`
+            : `Applied step(s) ${r.applied.join(", ")} (run ${r.run_id}): data now at version ${r.data_version} of ${r.newest_version}.`,
+        );
       }),
     );
 }

@@ -1,23 +1,20 @@
-import { InvalidArgumentError, Option, type Command } from "commander";
+import { Option, type Command } from "commander";
+import { duration } from "../format.ts";
 import type { ServerDetail } from "../api.ts";
 import { Exit, type Io } from "../io.ts";
 import { act } from "../context.ts";
 
-const seconds = (v: string) => {
-  const n = Number(v);
-  if (!Number.isFinite(n) || n < 0) throw new InvalidArgumentError("expected seconds (0 or more)");
-  return n;
-};
+const seconds = duration();
 
 export function registerWait(program: Command, io: Io) {
   program
     .command("wait")
     .description("block until something is true (long polls, no sleep loop)")
-    .command("server <id>")
+    .command("server <server>")
     .description("wait until a server reaches a status; exit 3 if the timeout comes first")
     .option("--realized", "wait for status realized (the default)")
     .addOption(new Option("--status <status>", "wait for this status").choices(["realized", "pending", "failed", "drifted", "unknown", "stale"]))
-    .option("--timeout <s>", "give up after this many seconds", seconds, 300)
+    .option("--timeout <duration>", "give up after this long (20s, 5m)", seconds, 300)
     .action(
       act(io, async (ctx, id: string, o: { realized?: boolean; status?: string; timeout: number }) => {
         if (o.realized && o.status && o.status !== "realized") throw new Exit(2, "--realized and --status disagree");
@@ -27,13 +24,13 @@ export function registerWait(program: Command, io: Io) {
         let { etag, server } = await ctx.api.getServerTagged(id);
         let view: ServerDetail = server;
         const say = (s: ServerDetail) => {
-          if (!ctx.globals.json) out.note(`${new Date().toISOString()}  ${s.hostname}  ${out.status(s.status)}  generation ${s.reported_generation ?? "-"}/${s.desired_generation}`);
+          if (!ctx.machine) out.note(`${new Date().toISOString()}  ${s.hostname}  ${out.status(s.status)}  generation ${s.reported_generation ?? "-"}/${s.desired_generation}`);
         };
         say(view);
         while (view.status !== target) {
           const left = deadline - Date.now();
           if (left <= 0) {
-            if (ctx.globals.json) out.data(view);
+            if (ctx.machine) out.data(view);
             throw new Exit(3, `timed out after ${o.timeout}s: server ${id} is ${view.status}, not ${target}`);
           }
           // The server parks the request until the view changes; at most 60 s per request.
@@ -44,7 +41,7 @@ export function registerWait(program: Command, io: Io) {
             say(view);
           }
         }
-        if (ctx.globals.json) return out.data(view);
+        if (ctx.machine) return out.data(view);
         out.line(`${view.hostname} is ${out.status(view.status)} at generation ${view.reported_generation}.`);
       }),
     );

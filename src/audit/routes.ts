@@ -1,6 +1,6 @@
 import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
 import { requireScope } from "../auth/principal";
-import { bearer, commonErrors, jsonResponse } from "../http/openapi";
+import { bearer, commonErrors, serverNameErrors, jsonResponse } from "../http/openapi";
 import { cursorParam, decodeIdCursor, limitParam, page } from "../http/paging";
 import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
@@ -20,11 +20,20 @@ export const auditRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook
     security: bearer,
     middleware: [requireScope("read")] as const,
     request: {
-      query: z.object({ target: z.string().max(300).optional(), limit: limitParam, cursor: cursorParam }),
+      query: z.object({
+        target: z
+          .string()
+          .max(330)
+          .optional()
+          .openapi({ description: "e.g. `fleet:prod`, `rollout:<id>`, `server:<id>`, `server:<hostname>` or `server:<fleet>/<hostname>`" }),
+        limit: limitParam,
+        cursor: cursorParam,
+      }),
     },
     responses: {
       200: jsonResponse(z.object({ items: z.array(AuditEntry), next_cursor: z.string().nullable() }), "A page"),
       ...commonErrors,
+      ...serverNameErrors,
     },
   }),
   async (c) => {
@@ -34,7 +43,7 @@ export const auditRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook
     const { items, next_cursor } = page(rows, q.limit, (r) => [String(r.id)]);
     return c.json(
       {
-        items: items.map((r) => ({ id: r.id, at: iso(r.at), actor: r.actor, action: r.action, target: r.target, details: r.details })),
+        items: items.map((r) => ({ id: r.id, at: iso(r.at), actor: r.actor, action: r.action, target: r.target, hostname: r.hostname, details: r.details })),
         next_cursor,
       },
       200,

@@ -7,6 +7,7 @@ export const AuditEntry = z
     actor: z.string(),
     action: z.string(),
     target: z.string(),
+    hostname: z.string().nullable().openapi({ description: "for a server target, its hostname" }),
     details: z.unknown(),
   })
   .openapi("AuditEntry");

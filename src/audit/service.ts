@@ -1,6 +1,19 @@
 import { getDb } from "../db/client";
 import type { Env } from "../env";
+import { hostnamesOf, resolveServer } from "../servers/service";
 import { listAudit } from "./log";
 
-/** A page of the audit log, newest first, optionally of one target. */
-export const searchAudit = (env: Env, opts: { target?: string; before?: number; limit: number }) => listAudit(getDb(env.DB), opts);
+const SERVER = "server:";
+
+/**
+ * A page of the audit log, newest first, optionally of one target; a server target may be named
+ * by hostname (`server:node-1.example.com`, `server:prod/node-1.example.com`). Entries about a
+ * server carry its hostname, so nobody reads uuids.
+ */
+export async function searchAudit(env: Env, opts: { target?: string; before?: number; limit: number }) {
+  const target = opts.target?.startsWith(SERVER) ? SERVER + (await resolveServer(env, opts.target.slice(SERVER.length), undefined, { removedToo: true })) : opts.target;
+  const rows = await listAudit(getDb(env.DB), { ...opts, target });
+  const ids = rows.filter((r) => r.target.startsWith(SERVER)).map((r) => r.target.slice(SERVER.length));
+  const names = await hostnamesOf(env, ids);
+  return rows.map((r) => ({ ...r, hostname: r.target.startsWith(SERVER) ? (names.get(r.target.slice(SERVER.length)) ?? null) : null }));
+}

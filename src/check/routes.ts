@@ -2,11 +2,12 @@ import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
 import { requireScope } from "../auth/principal";
 import { actorOf } from "../domain/principal";
 import { fleetId } from "../fleets/schemas";
-import { bearer, commonErrors, jsonBody, jsonResponse } from "../http/openapi";
+import { bearer, commonErrors, serverNameErrors, jsonBody, jsonResponse } from "../http/openapi";
 import { cursorParam, decodeCursor, limitParam, page } from "../http/paging";
 import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
 import { agentName } from "../ledger/schemas";
+import { serverRef } from "../servers/schemas";
 import { Finding, Skipped } from "./drift";
 import { checkServers, fixServerAgents } from "./service";
 import { FixActionSchema, FixInput } from "./schemas";
@@ -28,7 +29,7 @@ export const checkRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook
     request: {
       query: z.object({
         fleet: fleetId.optional(),
-        server: z.uuid().optional(),
+        server: serverRef.optional(),
         agent: agentName.optional(),
         limit: limitParam,
         cursor: cursorParam,
@@ -40,6 +41,7 @@ export const checkRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook
         "A page of findings",
       ),
       ...commonErrors,
+      ...serverNameErrors,
     },
   }),
   async (c) => {
@@ -69,6 +71,7 @@ export const checkRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook
         "What was (or would be) done, per server",
       ),
       ...commonErrors,
+      ...serverNameErrors,
     },
   }),
   async (c) => {

@@ -2,12 +2,13 @@ import { z } from "@hono/zod-openapi";
 import { DEFAULT_PAGE_SIZE, MAX_CURSOR_LENGTH, MAX_PAGE_SIZE } from "../domain/limits";
 import { fleetId } from "../fleets/schemas";
 import { agentName } from "../ledger/schemas";
+import { serverRef } from "../servers/schemas";
 import { driftFix, driftReason } from "./drift";
 
 export const FixInput = z
   .strictObject({
     fleet: fleetId.optional(),
-    server: z.uuid().optional(),
+    server: serverRef.optional(),
     agent: agentName.optional(),
     dry_run: z.boolean().default(true),
     limit: z.number().int().min(1).max(MAX_PAGE_SIZE).default(DEFAULT_PAGE_SIZE),

@@ -10,6 +10,7 @@ import type { DriftFix, DriftReason } from "../domain/enums";
 import type { Env } from "../env";
 import { planInputsOf, type FleetPlanInputs } from "../intent/store";
 import { ledgerOf } from "../objects/stubs";
+import { resolveServer } from "../servers/service";
 
 export interface FixAction {
   server: string;
@@ -19,9 +20,14 @@ export interface FixAction {
   result: { ok: true; outcome: string; generation: number } | { ok: false; error: string } | null;
 }
 
+/** The filter with its server (id, hostname or fleet/hostname) resolved to an id. */
+async function resolved(env: Env, filter: DriftFilter): Promise<DriftFilter> {
+  return filter.server === undefined ? filter : { ...filter, server: await resolveServer(env, filter.server, filter.fleet) };
+}
+
 /** `check server-agents`: a page of drift findings from the fleet-wide index. */
-export const checkServers = (env: Env, filter: DriftFilter, after: string | null, limit: number) =>
-  checkServerAgents(getDb(env.DB), filter, after, limit);
+export const checkServers = async (env: Env, filter: DriftFilter, after: string | null, limit: number) =>
+  checkServerAgents(getDb(env.DB), await resolved(env, filter), after, limit);
 
 const RANK: Record<DriftFix, number> = { reissue: 2, refresh: 1, none: 0 };
 
@@ -31,6 +37,7 @@ export async function fixServerAgents(
   opts: { filter: DriftFilter; dryRun: boolean; after: string | null; limit: number },
 ) {
   const db = getDb(env.DB);
+  opts = { ...opts, filter: await resolved(env, opts.filter) };
   const check = await checkServerAgents(db, opts.filter, opts.after, opts.limit);
   const byServer = new Map<string, FixAction>();
   for (const f of check.findings) {

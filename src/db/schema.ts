@@ -70,6 +70,10 @@ export const servers = sqliteTable(
     // The fleet summary (console, hm status): servers counted by state and status as read now
     // (stale derived from stale_at) in one aggregate that reads only this index.
     index("servers_fleet_state_status_idx").on(t.fleetId, t.state, t.status, t.staleAt),
+    // Servers are named by hostname (unique per fleet among live servers) and listed by hostname
+    // (issue 18): a fleet's page, a hostname prefix, a hostname across fleets.
+    index("servers_fleet_hostname_idx").on(t.fleetId, t.hostname, t.id),
+    index("servers_hostname_idx").on(t.hostname, t.id),
   ],
 );
 

@@ -59,6 +59,11 @@ export const ERROR_CODES = [
   // Rollouts.
   "invalid_state",
   "rollout_in_progress",
+  "no_targets",
+  // Naming a server by hostname (issue 18).
+  "ambiguous_server",
+  "unknown_server",
+  "hostname_taken",
 ] as const;
 
 export type ErrorCode = (typeof ERROR_CODES)[number];

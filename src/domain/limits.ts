@@ -69,6 +69,13 @@ export const MAX_ROLLOUT_CONCURRENCY = 1000;
 export const MAX_ROLLOUT_WAIT_S = 60;
 /** Per-server timeout ceiling (a week) and the slow-server factor's ceiling. */
 export const MAX_SERVER_TIMEOUT_S = 7 * 86400;
+/**
+ * A target with no realizing report within this many seconds times out when the rollout names no
+ * `server_timeout_s`: a dead host must not hold its rollout, nor the (fleet, agent), for ever.
+ */
+export const DEFAULT_SERVER_TIMEOUT_S = 3600;
+/** After a cancel, targets still applying are waited for at most this long, then time out. */
+export const CANCEL_GRACE_S = 120;
 export const MAX_SLOW_FACTOR = 1000;
 /** Servers a selector or an exclude list may name. */
 export const MAX_ROLLOUT_SERVER_LIST = 100_000;

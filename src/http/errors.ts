@@ -52,6 +52,10 @@ export const STATUS_OF_CODE = {
   not_held: 404,
   invalid_state: 409,
   rollout_in_progress: 409,
+  no_targets: 422,
+  ambiguous_server: 409,
+  unknown_server: 422,
+  hostname_taken: 409,
 } as const satisfies Record<ErrorCode, ContentfulStatusCode>;
 
 export const errorBody = (code: ErrorCode, message: string, details?: unknown) => ({

@@ -40,6 +40,11 @@ export const commonErrors = {
 export const errorWithRetryAfter = (description: string) => errorResponse(description, retryAfter);
 
 export const notFoundError = { 404: errorResponse("No such resource") } as const;
+/** A filter naming a server by hostname: none is named so (404), or several are (409 ambiguous_server). */
+export const serverNameErrors = {
+  404: errorResponse("No server has this hostname (not_found)"),
+  409: errorResponse("The hostname names servers in several fleets (ambiguous_server lists them): add the fleet"),
+} as const;
 export const conflictError = (what: string) => ({ 409: errorResponse(what) }) as const;
 
 export const jsonBody = <T extends z.ZodType>(schema: T) => ({

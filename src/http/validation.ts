@@ -28,12 +28,20 @@ export const validationHook: Hook<unknown, any, any, unknown> = (result) => {
 
 /** The refusal of a request part that fails its schema (the host channel answers reports with it too). */
 export function refusalOf(error: ZodError, target: string): DomainError {
-  const specific = error.issues.map((i) => (i as { params?: { code?: string } }).params?.code).find(isErrorCode);
+  // The issue that carries its own code speaks for the request, wherever it is in the list.
+  const coded = error.issues.find((i) => isErrorCode((i as { params?: { code?: string } }).params?.code));
+  const specific = (coded as { params?: { code?: ErrorCode } } | undefined)?.params?.code;
   return new DomainError(
     specific ?? CODE_OF_TARGET[target] ?? "validation_failed",
-    specific ? error.issues[0].message : `request ${target} does not match the schema`,
+    coded ? coded.message : `request ${target === "json" ? "body" : target} does not match the schema: ${summaryOf(error)}`,
     issuesOf(error),
   );
+}
+
+/** The first few failing fields in a line, so a message alone says what to fix. */
+function summaryOf(error: ZodError, shown = 3) {
+  const parts = error.issues.slice(0, shown).map((i) => (i.path.length ? `${i.path.join(".")}: ${i.message}` : i.message));
+  return parts.join("; ") + (error.issues.length > shown ? ` (and ${error.issues.length - shown} more)` : "");
 }
 
 /**
@@ -42,6 +50,6 @@ export function refusalOf(error: ZodError, target: string): DomainError {
  */
 export function parseQuery<T extends z.ZodType>(schema: T, query: Record<string, string>): z.output<T> {
   const parsed = schema.safeParse(query);
-  if (!parsed.success) throw new DomainError("invalid_query", "request query does not match the schema", issuesOf(parsed.error));
+  if (!parsed.success) throw new DomainError("invalid_query", `request query does not match the schema: ${summaryOf(parsed.error)}`, issuesOf(parsed.error));
   return parsed.data;
 }

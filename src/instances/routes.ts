@@ -1,10 +1,12 @@
 import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
 import { requireScope } from "../auth/principal";
-import { bearer, commonErrors, jsonResponse } from "../http/openapi";
+import { bearer, commonErrors, serverNameErrors, jsonResponse } from "../http/openapi";
 import { cursorParam, decodeCursor, limitParam, page } from "../http/paging";
 import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
 import { agentName, imageRef } from "../ledger/schemas";
+import { serverRef } from "../servers/schemas";
+import { resolveServer } from "../servers/service";
 import { searchInstances } from "./service";
 import { Instance } from "./schemas";
 
@@ -16,12 +18,12 @@ export const instanceRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationH
     path: "/",
     operationId: "listInstances",
     tags: ["instances"],
-    summary: "Agent instances (one per server and agent), searchable by server, agent and image",
+    summary: "Agent instances (one per server and agent, in server order), searchable by server (id, hostname or fleet/hostname), agent and image",
     security: bearer,
     middleware: [requireScope("read")] as const,
     request: {
       query: z.object({
-        server: z.uuid().optional(),
+        server: serverRef.optional(),
         agent: agentName.optional(),
         image: imageRef.optional().openapi({ description: "Matches the desired or the reported image" }),
         limit: limitParam,
@@ -31,17 +33,20 @@ export const instanceRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationH
     responses: {
       200: jsonResponse(z.object({ items: z.array(Instance), next_cursor: z.string().nullable() }), "A page"),
       ...commonErrors,
+      ...serverNameErrors,
     },
   }),
   async (c) => {
     const q = c.req.valid("query");
     const after = decodeCursor(q.cursor, 2);
-    const rows = await searchInstances(c.env, q, after ? [after[0], after[1]] : null, q.limit);
+    const server = q.server === undefined ? undefined : await resolveServer(c.env, q.server);
+    const rows = await searchInstances(c.env, { ...q, server }, after ? [after[0], after[1]] : null, q.limit);
     const { items, next_cursor } = page(rows, q.limit, (r) => [r.serverId, r.agent]);
     return c.json(
       {
         items: items.map((r) => ({
           server_id: r.serverId,
+          hostname: r.hostname,
           fleet: r.fleetId,
           agent: r.agent,
           instance_id: r.instanceId,

@@ -4,6 +4,7 @@ import { agentState, agentStatus } from "../ledger/schemas";
 export const Instance = z
   .object({
     server_id: z.string(),
+    hostname: z.string().nullable().openapi({ description: "the server's hostname (null only while its index row is missing)" }),
     fleet: z.string(),
     agent: z.string(),
     instance_id: z.string().nullable(),

@@ -1,12 +1,12 @@
-import { and, asc, eq, or, sql, type SQL } from "drizzle-orm";
+import { and, asc, eq, getTableColumns, or, sql, type SQL } from "drizzle-orm";
 import { getDb } from "../db/client";
-import { agentInstances } from "../db/schema";
+import { agentInstances, servers } from "../db/schema";
 import type { Env } from "../env";
 
 /**
  * Agent instances from the fleet-wide index (one row per server and agent), by server, agent and
- * image (desired or reported), keyed by (server, agent); one more row than `limit` when another
- * page exists.
+ * image (desired or reported), keyed by (server, agent), with the server's hostname; one more row
+ * than `limit` when another page exists.
  */
 export function searchInstances(
   env: Env,
@@ -20,8 +20,9 @@ export function searchInstances(
   if (filter.image) conds.push(or(eq(agentInstances.desiredImage, filter.image), eq(agentInstances.reportedImage, filter.image))!);
   if (after) conds.push(sql`(${agentInstances.serverId}, ${agentInstances.agent}) > (${after[0]}, ${after[1]})`);
   return getDb(env.DB)
-    .select()
+    .select({ ...getTableColumns(agentInstances), hostname: servers.hostname })
     .from(agentInstances)
+    .leftJoin(servers, eq(servers.id, agentInstances.serverId))
     .where(conds.length ? and(...conds) : undefined)
     .orderBy(asc(agentInstances.serverId), asc(agentInstances.agent))
     .limit(limit + 1);

@@ -7,7 +7,7 @@ import { Scheduler } from "../objects/kit/scheduler";
 import { CALL_CONCURRENCY, rolloutEffects } from "./effects";
 import type { RolloutEvent } from "./ledger-side";
 import type { Control, RolloutSpec, RolloutState, TargetState } from "./machine";
-import { control, redrive, start, type TargetInput } from "./operator";
+import { control, endTarget, redrive, start, type TargetInput } from "./operator";
 import { targetEvent } from "./outcomes";
 import type { EffectKind, RolloutParts } from "./parts";
 import { RolloutStore } from "./store";
@@ -54,6 +54,11 @@ export class Rollout extends DurableObject<Env> {
   /** pause | resume | cancel | rollback, audited with the operator's name. */
   control(action: Control, actor: string): Promise<{ ok: true; summary: RolloutSummary } | Failure> {
     return control(this.parts, action, actor);
+  }
+
+  /** An operator ends one stuck target (by server id or hostname), audited with their name. */
+  endTarget(server: string, actor: string, reason?: string) {
+    return endTarget(this.parts, server, actor, reason);
   }
 
   /** The summary now, or (with `waitMs`) once its version moves past `known`. */

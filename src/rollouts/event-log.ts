@@ -16,11 +16,13 @@ export class EventLog {
     );
   }
 
-  /** Events of a page: `limit + 1` rows, so the caller knows whether more follow. */
+  /** Events of a page, with the hostname of their server (every server is a target of pass 0): `limit + 1` rows, so the caller knows whether more follow. */
   page(after: number, limit: number) {
     return this.sql
-      .exec<{ id: number; at: number; kind: string; server_id: string | null; details: string | null }>(
-        "SELECT id, at, kind, server_id, details FROM events WHERE id > ? ORDER BY id LIMIT ?",
+      .exec<{ id: number; at: number; kind: string; server_id: string | null; hostname: string | null; details: string | null }>(
+        `SELECT e.id, e.at, e.kind, e.server_id, e.details,
+           (SELECT t.hostname FROM targets t WHERE t.pass = 0 AND t.server_id = e.server_id) AS hostname
+         FROM events e WHERE e.id > ? ORDER BY e.id LIMIT ?`,
         after,
         limit + 1,
       )

@@ -119,7 +119,7 @@ export type TargetEvent =
   | { type: "skip"; reason: string; at: number }
   | { type: "realized"; generation: number; at: number }
   | { type: "failed"; generation: number; message: string; at: number }
-  | { type: "timeout"; at: number }
+  | { type: "timeout"; at: number; reason?: string }
   | { type: "removed"; at: number }
   | { type: "fail"; reason: string; at: number };
 
@@ -156,7 +156,7 @@ export function stepTarget(t: Target, e: TargetEvent): Target | null {
     case "failed":
       return t.state === "applying" && t.generation === e.generation ? end("failed", e.at, e.message) : null;
     case "timeout":
-      return t.state === "applying" ? end("timed_out", e.at, "no realizing report within server_timeout_s") : null;
+      return t.state === "applying" ? end("timed_out", e.at, e.reason ?? "no realizing report within server_timeout_s") : null;
     case "removed":
       return t.state === "queued" || t.state === "applying" ? end("skipped", e.at, "removed") : null;
     case "fail":

@@ -5,11 +5,12 @@
  */
 import { fail, type Failure } from "../objects/kit/result";
 import { control as decide } from "./controls";
-import { finish, newCore, zeroCounts, type Control, type RolloutSpec, type RolloutState } from "./machine";
+import { armCancelGrace, armTimeout } from "./deadlines";
+import { finish, newCore, zeroCounts, type Control, type RolloutSpec, type RolloutState, type Target } from "./machine";
 import { settle, type RolloutParts } from "./parts";
 import type { NewTarget } from "./target-rows";
 import { pump } from "./starting";
-import { afterChange, audit, entered, project, queueRollback, skipQueued } from "./transitions";
+import { afterChange, audit, change, entered, project, queueRollback, skipQueued } from "./transitions";
 import { summary, type RolloutSummary } from "./views";
 
 /** A target as the service selected it from the index. */
@@ -72,6 +73,9 @@ export async function control(p: RolloutParts, action: Control, actor: string): 
     }
     const finished = finish(core, now);
     p.store.putCore(finished.core);
+    // Targets still applying are waited for a little while, not for ever: the cancel lets the
+    // (fleet, agent) go in bounded time however dead their hosts are.
+    if (action === "cancel") armCancelGrace(p, now);
     if (out.entered) entered(p, out.entered, now);
     if (finished.entered) entered(p, finished.entered, now);
     pump(p, now);
@@ -87,17 +91,55 @@ export async function redrive(p: RolloutParts): Promise<{ ok: true; state: Rollo
   const state = p.store.load();
   if (!state) return { ok: true, state: null };
   const now = p.clock();
-  const timeoutS = state.spec.server_timeout_s;
   p.store.transaction(() => {
-    if (timeoutS) {
-      for (const a of p.store.targets.applying()) {
-        p.timers.schedule(`timeout:${a.pass}:${a.server_id}`, a.started_at + timeoutS * 1000, null, { noLaterThan: true });
-      }
-    }
+    // Rollouts stored before every target had a deadline get one now (the default timeout, and
+    // the cancel's grace counted from when it was cancelled).
+    for (const a of p.store.targets.applying()) armTimeout(p, a.pass, a.server_id, a.started_at);
+    const { core } = p.store.load()!;
+    if (core.state === "cancelled") armCancelGrace(p, core.ended_at ?? now);
     pump(p, now);
     afterChange(p);
     project(p);
   });
   await settle(p, true);
   return { ok: true, state: p.store.load()!.core.state };
+}
+
+/**
+ * An operator ends one target (named by server id or hostname) that is stuck: a queued target is
+ * skipped; one applying is failed (it counts toward the abort rule: the server did not realize
+ * the image). Audited; its slot and timer go with it.
+ */
+export async function endTarget(
+  p: RolloutParts,
+  server: string,
+  actor: string,
+  why: string | undefined,
+): Promise<{ ok: true; summary: RolloutSummary; target: Target } | Failure> {
+  if (!p.store.load()) return fail("not_found", "rollout does not exist");
+  const now = p.clock();
+  const found = p.store.targets.find(server);
+  if (!found) return fail("not_found", `server '${server}' is not a target of this rollout`);
+  if (found.state !== "queued" && found.state !== "applying") {
+    return fail("invalid_state", `the target ${found.hostname} has already ended (${found.state})`, { state: found.state });
+  }
+  const reason = `ended by ${actor}${why ? `: ${why}` : ""}`;
+  const ended = p.store.transaction(() => {
+    let after: Target | null;
+    if (found.state === "applying") {
+      // Its write may be out (or on its way): failed, never "skipped", which would say it was not.
+      after = change(p, found, { type: "fail", reason, at: now }, now);
+    } else {
+      // A slot asked for is given up first (a grant arriving later is handed back).
+      const t = found.slot === "requested" ? (change(p, found, { type: "slot_refused" }, now) ?? found) : found;
+      after = change(p, t, { type: "skip", reason, at: now }, now);
+    }
+    audit(p, { actor, action: "rollout.target.end", details: { server_id: found.server_id, hostname: found.hostname, pass: found.pass, from: found.state, reason: why ?? null } });
+    pump(p, now);
+    afterChange(p);
+    project(p);
+    return after!;
+  });
+  await settle(p, true);
+  return { ok: true, summary: summary(p), target: ended };
 }

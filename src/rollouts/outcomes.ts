@@ -5,6 +5,7 @@
  */
 import type { Failure } from "../objects/kit/result";
 import type { ApplyOutcome, RolloutEvent } from "./ledger-side";
+import { timeoutReason } from "./deadlines";
 import type { TargetEvent } from "./machine";
 import { settle, type RolloutParts } from "./parts";
 import { scheduleSlowCheck } from "./slow";
@@ -66,7 +67,7 @@ export function timedOut(p: RolloutParts, timer: string) {
   const now = p.clock();
   p.store.transaction(() => {
     const t = p.store.targets.get(Number(pass), serverId);
-    if (t && change(p, t, { type: "timeout", at: now }, now)) {
+    if (t && change(p, t, { type: "timeout", at: now, reason: timeoutReason(p, t.started_at, now) }, now)) {
       pump(p, now);
       afterChange(p);
     }

@@ -2,30 +2,19 @@ import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
 import { requireScope } from "../auth/principal";
 import { actorOf } from "../domain/principal";
 import { fleetId } from "../fleets/schemas";
-import { bearer, commonErrors, conflictError, jsonBody, jsonResponse, notFoundError } from "../http/openapi";
+import { locationOfCreated } from "../http/location";
+import { bearer, commonErrors, conflictError, createdResponse, jsonBody, jsonResponse, notFoundError } from "../http/openapi";
 import { DomainError } from "../domain/errors";
 import { cursorParam, decodeCursor, decodeIdCursor, encodeCursor, limitParam, page } from "../http/paging";
 import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
 import { agentName } from "../ledger/schemas";
-import { iso, isoOrNull } from "../lib/time";
-import { controlRollout, createRollout, getRollout, listRollouts, rolloutEvents, rolloutTargets } from "./service";
-import type { RolloutSummary } from "./durable-object";
+import { eventView, listItem, targetView, view } from "./answers";
+import { controlRollout, createRollout, endRolloutTarget, getRollout, listRollouts, rolloutEvents, rolloutTargets } from "./service";
 import { ROLLOUT_STATES, TARGET_STATES, type Control } from "./machine";
-import { EventSchema, MAX_ROLLOUT_WAIT_S, RolloutInput, RolloutListItem, RolloutSchema, TargetSchema } from "./schemas";
+import { EndTargetInput, EventSchema, MAX_ROLLOUT_WAIT_S, RolloutInput, RolloutListItem, RolloutSchema, TargetSchema } from "./schemas";
 
 const idParam = z.object({ id: z.uuid() });
-
-const view = (s: RolloutSummary) => {
-  const { version_seq, created_at, ended_at, warnings, ...rest } = s;
-  return {
-    ...rest,
-    warnings: warnings.map((w) => ({ ...w, at: iso(w.at) })),
-    created_at: iso(created_at),
-    ended_at: isoOrNull(ended_at),
-    change: version_seq,
-  };
-};
 
 /** pause | resume | cancel | rollback share one shape. */
 const controlRoute = <A extends Control>(action: A) =>
@@ -64,16 +53,22 @@ export const rolloutRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHo
     summary: "Start a rollout of one agent's image across the fleet's servers that run it",
     description:
       "Targets are the servers of the fleet whose desired config has the agent, narrowed by `selector` " +
-      "(roles, server ids); `exclude` (ids or hostnames) lists them as skipped. One running rollout per " +
-      "(fleet, agent): 409 rollout_in_progress names it.",
+      "(roles, server ids or hostnames); `exclude` (ids or hostnames) lists them as skipped. One running rollout per " +
+      "(fleet, agent): 409 rollout_in_progress names it. A rollout with no target is refused (422 no_targets) unless " +
+      "`channel_only` asks for a move of the fleet's channel alone. Every target has a deadline (`server_timeout_s`, " +
+      "default 3600).",
     security: bearer,
-    middleware: [requireScope("write")] as const,
+    middleware: [requireScope("write"), locationOfCreated] as const,
     request: { body: jsonBody(RolloutInput) },
     responses: {
-      201: jsonResponse(RolloutSchema, "Started"),
+      201: createdResponse(RolloutSchema, "Started"),
       ...commonErrors,
       ...conflictError("Another rollout of this agent is running in the fleet (rollout_in_progress)"),
-      422: jsonResponse(z.object({ error: z.any() }), "Unknown fleet"),
+      422: jsonResponse(
+        z.object({ error: z.any() }),
+        "Unknown fleet; no server to write (no_targets: names the fleet's agents; channel_only asks for a channel move alone); " +
+          "a selector or exclude entry that is no server of the fleet (unknown_server)",
+      ),
     },
   }),
   async (c) => {
@@ -111,27 +106,7 @@ export const rolloutRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHo
     if (before && !Number.isSafeInteger(before.createdAt)) throw new DomainError("invalid_cursor", "cursor is not one this API issued");
     const rows = await listRollouts(c.env, { fleet: q.fleet, agent: q.agent, state: q.state }, before, q.limit);
     const { items, next_cursor } = page(rows, q.limit, (r) => [String(r.createdAt), r.id]);
-    return c.json(
-      {
-        items: items.map((r) => ({
-          id: r.id,
-          fleet: r.fleetId,
-          agent: r.agent,
-          image: r.image,
-          version: r.version,
-          state: r.state,
-          pass: r.pass,
-          counts: r.counts,
-          reason: r.reason,
-          created_by: r.createdBy,
-          created_at: iso(r.createdAt),
-          updated_at: iso(r.updatedAt),
-          ended_at: isoOrNull(r.endedAt),
-        })),
-        next_cursor,
-      },
-      200,
-    );
+    return c.json({ items: items.map(listItem), next_cursor }, 200);
   },
 )
 .openapi(
@@ -206,24 +181,7 @@ export const rolloutRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHo
     const q = c.req.valid("query");
     const after = decodeIdCursor(q.cursor) ?? -1;
     const rows = await rolloutTargets(c.env, id, { pass: q.pass, state: q.state, after, limit: q.limit });
-    const items = rows.slice(0, q.limit).map((t) => ({
-      server_id: t.server_id,
-      hostname: t.hostname,
-      reboot_group: t.reboot_group,
-      pass: t.pass,
-      state: t.state,
-      image: t.image,
-      version: t.version,
-      from_image: t.from_image,
-      from_version: t.from_version,
-      generation: t.generation,
-      reboot_slot: t.slot,
-      started_at: isoOrNull(t.started_at),
-      ended_at: isoOrNull(t.ended_at),
-      duration_s: t.duration_ms === null ? null : t.duration_ms / 1000,
-      reason: t.reason,
-      slow: t.warned,
-    }));
+    const items = rows.slice(0, q.limit).map(targetView);
     const next_cursor = rows.length > q.limit ? encodeCursor([String(rows[q.limit - 1].seq)]) : null;
     return c.json({ items, next_cursor }, 200);
   },
@@ -249,7 +207,38 @@ export const rolloutRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHo
     const q = c.req.valid("query");
     const rows = await rolloutEvents(c.env, id, { after: decodeIdCursor(q.cursor) ?? 0, limit: q.limit });
     const { items, next_cursor } = page(rows, q.limit, (e) => [String(e.id)]);
-    const out = items.map((e) => ({ id: e.id, at: iso(e.at), kind: e.kind, server_id: e.server_id, details: e.details ? (JSON.parse(e.details) as unknown) : null }));
+    const out = items.map(eventView);
     return c.json({ items: out, next_cursor }, 200);
+  },
+)
+.openapi(
+  createRoute({
+    method: "post",
+    path: "/{id}/targets/{server}/end",
+    operationId: "endRolloutTarget",
+    tags: ["rollouts"],
+    summary: "End one stuck target (by server id or hostname): queued is skipped, applying is failed",
+    description:
+      "For a host that will not answer: the rollout stops waiting for it. An applying target becomes `failed` " +
+      "(reason `ended by <actor>[: reason]`, counted by the abort rule), a queued one `skipped`; its reboot slot " +
+      "and timer go with it, and a cancelled rollout whose last target ends lets its (fleet, agent) go. Audited.",
+    security: bearer,
+    middleware: [requireScope("write")] as const,
+    request: {
+      params: z.object({ id: z.uuid(), server: z.string().min(1).max(253).openapi({ description: "server id or hostname" }) }),
+      body: { required: false, content: { "application/json": { schema: EndTargetInput } } },
+    },
+    responses: {
+      200: jsonResponse(z.object({ target: TargetSchema, rollout: RolloutSchema }), "The target, ended, and the rollout"),
+      ...commonErrors,
+      ...notFoundError,
+      ...conflictError("The target has already ended (invalid_state)"),
+    },
+  }),
+  async (c) => {
+    const { id, server } = c.req.valid("param");
+    const body = (c.req.valid("json") as EndTargetInput | undefined) ?? {};
+    const out = await endRolloutTarget(c.env, actorOf(c.var.principal), id, server, body.reason);
+    return c.json({ target: targetView({ ...out.target, duration_ms: null }), rollout: view(out.summary) }, 200);
   },
 );

@@ -4,8 +4,10 @@ import { agentName, imageRef, versionString } from "../ledger/schemas";
 import { ROLLOUT_STATES, ROLLOUT_TARGET_STATES as TARGET_STATES } from "../domain/enums";
 import {
   DEFAULT_ROLLOUT_CONCURRENCY,
+  DEFAULT_SERVER_TIMEOUT_S,
   MAX_ROLLOUT_CONCURRENCY,
   MAX_ROLLOUT_SERVER_LIST,
+  MAX_REASON_LENGTH,
   MAX_ROLLOUT_WAIT_S,
   MAX_SERVER_TIMEOUT_S,
   MAX_SLOW_FACTOR,
@@ -37,17 +39,37 @@ export const RolloutInput = z
     selector: z
       .strictObject({
         roles: z.array(roleName).max(64).optional(),
-        servers: z.array(z.uuid()).max(MAX_ROLLOUT_SERVER_LIST).optional(),
+        servers: z
+          .array(z.string().min(1).max(253))
+          .max(MAX_ROLLOUT_SERVER_LIST)
+          .optional()
+          .openapi({ description: "server ids or hostnames" }),
       })
       .optional(),
     /** Server ids or hostnames; matching targets are listed as skipped (excluded). */
     exclude: z.array(z.string().min(1).max(253)).max(MAX_ROLLOUT_SERVER_LIST).default([]),
     concurrency: z.number().int().min(1).max(MAX_ROLLOUT_CONCURRENCY).default(DEFAULT_ROLLOUT_CONCURRENCY),
-    server_timeout_s: z.number().int().min(1).max(MAX_SERVER_TIMEOUT_S).optional(),
+    server_timeout_s: z
+      .number()
+      .int()
+      .min(1)
+      .max(MAX_SERVER_TIMEOUT_S)
+      .default(DEFAULT_SERVER_TIMEOUT_S)
+      .openapi({ description: "a target with no realizing report by then is timed_out" }),
     slow_factor: z.number().min(1).max(MAX_SLOW_FACTOR).optional(),
     abort: AbortInput.optional(),
     update_channel: z.boolean().default(true),
     reboot_slot: z.boolean().default(false),
+    channel_only: z.boolean().default(false).openapi({
+      description:
+        "Move only the fleet's channel for the agent (servers set up later get the image) and write no server. " +
+        "Without it, a rollout that would target no server is refused (422 no_targets).",
+    }),
+  })
+  .refine((r) => !r.channel_only || r.update_channel, { message: "channel_only moves the channel: update_channel cannot be false", path: ["update_channel"] })
+  .refine((r) => !r.channel_only || (!r.selector && r.exclude.length === 0), {
+    message: "channel_only writes no server: selector and exclude do not apply",
+    path: ["channel_only"],
   })
   .openapi("RolloutInput");
 export type RolloutInput = z.infer<typeof RolloutInput>;
@@ -123,5 +145,17 @@ export const TargetSchema = z
   .openapi("RolloutTarget");
 
 export const EventSchema = z
-  .object({ id: z.number().int(), at: z.string(), kind: z.string(), server_id: z.string().nullable(), details: z.unknown() })
+  .object({
+    id: z.number().int(),
+    at: z.string(),
+    kind: z.string(),
+    server_id: z.string().nullable(),
+    hostname: z.string().nullable(),
+    details: z.unknown(),
+  })
   .openapi("RolloutEvent");
+
+export const EndTargetInput = z
+  .strictObject({ reason: z.string().trim().min(1).max(MAX_REASON_LENGTH).optional().openapi({ description: "why (audited, and in the target's reason)" }) })
+  .openapi("EndTargetInput");
+export type EndTargetInput = z.infer<typeof EndTargetInput>;

@@ -5,22 +5,36 @@
  * when it ends. A claim whose rollout never started (the workflow died in between) is taken over
  * once it is older than CLAIM_TTL_MS.
  */
-import { and, asc, desc, eq, inArray, isNotNull, lt, notInArray, or, type SQL } from "drizzle-orm";
+import { and, asc, desc, eq, inArray, isNotNull, lt, ne, notInArray, or, type SQL } from "drizzle-orm";
 import { getDb, type Db } from "../db/client";
 import { agentInstances, rolloutLocks, rollouts, servers } from "../db/schema";
 import type { Env } from "../env";
 import { getFleet } from "../fleets/store";
+import { chunk } from "../lib/chunk";
+import { iso } from "../lib/time";
 import { DomainError, notFound } from "../domain/errors";
+import { CANCEL_GRACE_S } from "../domain/limits";
 import { unwrap } from "../objects/kit/result";
 import type { TargetInput } from "./durable-object";
-import { ACTIVE_STATES, type Control, type RolloutSpec, type RolloutState, type TargetState } from "./machine";
+import { ACTIVE_STATES, isTerminal, type Control, type RolloutSpec, type RolloutState, type TargetState } from "./machine";
 import type { RolloutInput } from "./schemas";
 import { rolloutOf } from "../objects/stubs";
 
 export const CLAIM_TTL_MS = 2 * 60_000;
 
-/** The servers of the fleet whose desired config has the agent, filtered by selector and exclude. */
-export async function selectTargets(db: Db, input: Pick<RolloutInput, "fleet" | "agent" | "selector" | "exclude">): Promise<TargetInput[]> {
+/** How many unknown names an error lists (the count says the rest). */
+const NAMES_SHOWN = 20;
+
+/**
+ * The servers of the fleet whose desired config has the agent, filtered by selector and exclude
+ * (each naming servers by id or hostname). A name that is no server of the fleet is refused
+ * (unknown_server), never silently ignored: a typo in an exclude list would roll out to the very
+ * server it meant to spare.
+ */
+export async function selectTargets(
+  db: Db,
+  input: Pick<RolloutInput, "fleet" | "agent" | "selector" | "exclude">,
+): Promise<TargetInput[]> {
   const rows = await db
     .select({ id: servers.id, hostname: servers.hostname, roles: servers.roles, rebootGroup: servers.rebootGroup })
     .from(agentInstances)
@@ -34,17 +48,56 @@ export async function selectTargets(db: Db, input: Pick<RolloutInput, "fleet" | 
       ),
     )
     .orderBy(asc(servers.hostname), asc(servers.id));
+  const named = (r: { id: string; hostname: string }, names: Set<string>) => names.has(r.id) || names.has(r.hostname.toLowerCase());
   const roles = input.selector?.roles ? new Set(input.selector.roles) : null;
-  const ids = input.selector?.servers ? new Set(input.selector.servers) : null;
+  const ids = input.selector?.servers ? new Set(input.selector.servers.map((n) => n.toLowerCase())) : null;
   const exclude = new Set(input.exclude.map((e) => e.toLowerCase()));
+  await refuseUnknownNames(db, input.fleet, [...(ids ?? []), ...exclude], rows);
   return rows
-    .filter((r) => (!roles || r.roles.some((role) => roles.has(role))) && (!ids || ids.has(r.id)))
-    .map((r) => ({
-      server_id: r.id,
-      hostname: r.hostname,
-      reboot_group: r.rebootGroup,
-      excluded: exclude.has(r.id) || exclude.has(r.hostname.toLowerCase()),
-    }));
+    .filter((r) => (!roles || r.roles.some((role) => roles.has(role))) && (!ids || named(r, ids)))
+    .map((r) => ({ server_id: r.id, hostname: r.hostname, reboot_group: r.rebootGroup, excluded: named(r, exclude) }));
+}
+
+/** Names (ids or hostnames) that are no live server of the fleet: 422 unknown_server. */
+async function refuseUnknownNames(db: Db, fleet: string, names: string[], known: { id: string; hostname: string }[]) {
+  const seen = new Set(known.flatMap((r) => [r.id, r.hostname.toLowerCase()]));
+  const rest = [...new Set(names)].filter((n) => !seen.has(n));
+  for (const part of chunk(rest, 40)) {
+    const found = await db
+      .select({ id: servers.id, hostname: servers.hostname })
+      .from(servers)
+      .where(and(eq(servers.fleetId, fleet), ne(servers.state, "removed"), or(inArray(servers.id, part), inArray(servers.hostname, part))));
+    for (const r of found) seen.add(r.id).add(r.hostname.toLowerCase());
+  }
+  const unknown = rest.filter((n) => !seen.has(n));
+  if (unknown.length) {
+    const shown = unknown.slice(0, NAMES_SHOWN).join(", ") + (unknown.length > NAMES_SHOWN ? ` and ${unknown.length - NAMES_SHOWN} more` : "");
+    throw new DomainError("unknown_server", `no server of fleet '${fleet}' is named ${shown}`, { fleet, unknown: unknown.slice(0, 100) });
+  }
+}
+
+/** The agents the fleet's servers are configured with (for a refusal that names them). */
+async function agentsOfFleet(db: Db, fleet: string): Promise<string[]> {
+  const rows = await db
+    .selectDistinct({ agent: agentInstances.agent })
+    .from(agentInstances)
+    .where(and(eq(agentInstances.fleetId, fleet), isNotNull(agentInstances.desiredImage)))
+    .orderBy(asc(agentInstances.agent))
+    .limit(50);
+  return rows.map((r) => r.agent);
+}
+
+/** A rollout that would write no server is a mistake (a typo in the agent, a selector matching nothing) unless asked for. */
+async function refuseNoTargets(db: Db, input: RolloutInput, targets: TargetInput[]) {
+  if (input.channel_only || targets.length > 0) return;
+  const agents = await agentsOfFleet(db, input.fleet);
+  const runs = agents.includes(input.agent);
+  const what = runs ? `no server of fleet '${input.fleet}' running '${input.agent}' matches the selector` : `no server of fleet '${input.fleet}' runs agent '${input.agent}'`;
+  throw new DomainError(
+    "no_targets",
+    `${what} (the fleet's servers run: ${agents.join(", ") || "no agent"}); to move only the fleet's channel, pass channel_only: true`,
+    { fleet: input.fleet, agent: input.agent, fleet_agents: agents },
+  );
 }
 
 /** Claims (fleet, agent) for `rolloutId`; answers whether this call inserted the claim. */
@@ -59,10 +112,22 @@ async function claim(env: Env, db: Db, fleet: string, agent: string, rolloutId: 
     const holder = await db.query.rolloutLocks.findFirst({ where: and(eq(rolloutLocks.fleetId, fleet), eq(rolloutLocks.agent, agent)) });
     if (!holder) continue; // released meanwhile
     if (holder.rolloutId === rolloutId) return { fresh: false };
-    const running = await rolloutOf(env, holder.rolloutId).get(null, 0);
+    const stub = rolloutOf(env, holder.rolloutId);
+    const running = await stub.get(null, 0);
     if (!running && Date.now() - holder.createdAt > CLAIM_TTL_MS) {
       await db.delete(rolloutLocks).where(and(eq(rolloutLocks.fleetId, fleet), eq(rolloutLocks.agent, agent), eq(rolloutLocks.rolloutId, holder.rolloutId)));
       continue;
+    }
+    if (running && isTerminal(running.state)) {
+      // It has ended and waits only for targets in flight: make sure each has its deadline (a
+      // rollout stored before deadlines existed gets them now) and its release is on its way.
+      await stub.redrive();
+      throw new DomainError(
+        "rollout_in_progress",
+        `rollout ${holder.rolloutId} (${running.state}) still waits for ${running.counts.applying} target(s) applying and lets '${agent}' go once they end ` +
+          `(at most ${CANCEL_GRACE_S} s after a cancel, else their server timeout); an operator can end one: POST /v1/rollouts/${holder.rolloutId}/targets/{server}/end`,
+        { rollout_id: holder.rolloutId, state: running.state, applying: running.counts.applying },
+      );
     }
     throw new DomainError("rollout_in_progress", `rollout ${holder.rolloutId} is already updating '${agent}' in fleet '${fleet}'`, {
       rollout_id: holder.rolloutId,
@@ -76,7 +141,8 @@ export async function createRollout(env: Env, actor: string, input: RolloutInput
   const db = getDb(env.DB);
   const fleet = await getFleet(db, input.fleet);
   if (!fleet) throw new DomainError("unknown_fleet", `fleet '${input.fleet}' does not exist`);
-  const targets = await selectTargets(db, input);
+  const targets = input.channel_only ? [] : await selectTargets(db, input);
+  await refuseNoTargets(db, input, targets);
   const id = newId();
   const spec: RolloutSpec = {
     id,
@@ -85,7 +151,7 @@ export async function createRollout(env: Env, actor: string, input: RolloutInput
     image: input.image,
     version: input.version,
     concurrency: input.concurrency,
-    server_timeout_s: input.server_timeout_s ?? null,
+    server_timeout_s: input.server_timeout_s,
     slow_factor: input.slow_factor ?? null,
     abort: input.abort ?? {},
     update_channel: input.update_channel,
@@ -116,6 +182,11 @@ export async function controlRollout(env: Env, actor: string, id: string, action
     await db.delete(rolloutLocks).where(and(eq(rolloutLocks.fleetId, current.fleet), eq(rolloutLocks.agent, current.agent), eq(rolloutLocks.rolloutId, id)));
   }
   return unwrap(result).summary;
+}
+
+/** An operator ends one stuck target of the rollout (by server id or hostname). */
+export async function endRolloutTarget(env: Env, actor: string, id: string, server: string, reason?: string) {
+  return unwrap(await rolloutOf(env, id).endTarget(server, actor, reason));
 }
 
 /** Rollouts from the D1 index, newest first (one more row than `limit` when another page exists). */
@@ -157,6 +228,17 @@ export async function rolloutEvents(env: Env, id: string, opts: { after: number;
   const rows = await rolloutOf(env, id).events(opts);
   if (!rows) throw notFound("rollout", id);
   return rows;
+}
+
+/** The fleet's rollouts in progress (running, paused, rolling back), newest first, from the index's partial index. */
+export async function activeRollouts(env: Env, fleet: string, limit = 20) {
+  const rows = await getDb(env.DB)
+    .select()
+    .from(rollouts)
+    .where(and(sqlActive(), eq(rollouts.fleetId, fleet)))
+    .orderBy(desc(rollouts.createdAt))
+    .limit(limit);
+  return rows.map((r) => ({ id: r.id, agent: r.agent, image: r.image, state: r.state, pass: r.pass, counts: r.counts, created_at: iso(r.createdAt) }));
 }
 
 /**

@@ -3,6 +3,7 @@
  * asks the fleet's coordinator for each target's slot first; a refused request is asked again
  * after SLOT_RETRY_MS, a request for a group the coordinator does not know fails the target.
  */
+import { armTimeout } from "./deadlines";
 import { startable, type Target } from "./machine";
 import { settle, type RolloutParts } from "./parts";
 import { scheduleSlowCheck } from "./slow";
@@ -35,10 +36,11 @@ export function pump(p: RolloutParts, now: number) {
 
 /** queued → applying: the ledger write leaves through the outbox, the timeout starts. */
 function begin(p: RolloutParts, t: Target, now: number) {
-  const { spec } = p.store.load()!;
   if (!change(p, t, { type: "start", at: now }, now)) return;
   p.outbox.enqueue("apply", { pass: t.pass, server_id: t.server_id }, { key: `apply:${t.pass}:${t.server_id}` });
-  if (spec.server_timeout_s) p.timers.schedule(`timeout:${t.pass}:${t.server_id}`, now + spec.server_timeout_s * 1000);
+  // Always a deadline (DEFAULT_SERVER_TIMEOUT_S when the rollout named none): a dead host must
+  // not hold the rollout, nor its (fleet, agent), for ever.
+  armTimeout(p, t.pass, t.server_id, now);
   scheduleSlowCheck(p);
 }
 

@@ -53,6 +53,22 @@ export class TargetRows {
     return r ? toTarget(r) : null;
   }
 
+  /**
+   * The target an operator names by server id or hostname: the one of the latest pass still in
+   * flight, else the latest one.
+   */
+  find(server: string): Target | null {
+    const r = this.sql
+      .exec<Row>(
+        `SELECT ${COLS} FROM targets WHERE server_id = ? OR hostname = ?
+         ORDER BY state IN ('queued', 'applying') DESC, pass DESC LIMIT 1`,
+        server,
+        server.toLowerCase(),
+      )
+      .toArray()[0];
+    return r ? toTarget(r) : null;
+  }
+
   /** A target's new state; `project` marks it for the index. */
   write(t: Target, durationMs: number | null, project: boolean) {
     this.sql.exec(

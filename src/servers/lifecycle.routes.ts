@@ -5,8 +5,8 @@ import { actorOf } from "../domain/principal";
 import { bearer, commonErrors, conflictError, jsonResponse, notFoundError } from "../http/openapi";
 import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
-import { DecommissionInput, ServerDetail, serverIdParam } from "./schemas";
-import { cancelDecommission, decommissionServer, refreshServer, releaseServer, rotateServerToken } from "./service";
+import { DecommissionInput, fleetOfHostname, ServerDetail, serverIdParam } from "./schemas";
+import { cancelDecommission, decommissionServer, refreshServer, releaseServer, resolveServer, rotateServerToken } from "./service";
 import { serverDetail } from "./store";
 
 /** A server's lifecycle and planning (issue 8): release of a pin, decommission and its cancel, token rotation, refresh. */
@@ -29,6 +29,7 @@ const serverAction = <P extends string>(path: P, a: {
     security: bearer,
     middleware: [requireScope("write")] as const,
     request: { params: serverIdParam },
+    parameters: [fleetOfHostname],
     responses: {
       200: jsonResponse(ServerDetail, a.answer),
       ...commonErrors,
@@ -51,7 +52,7 @@ export const serverLifecycleRoutes = new OpenAPIHono<AppEnv>({ defaultHook: vali
     conflicts: "server_removed",
   }),
   async (c) => {
-    const { id } = c.req.valid("param");
+    const id = await resolveServer(c.env, c.req.valid("param").id, c.req.query("fleet"));
     const out = await releaseServer(c.env, actorOf(c.var.principal), id);
     return c.json(serverDetail(out.view), 200);
   },
@@ -71,6 +72,7 @@ export const serverLifecycleRoutes = new OpenAPIHono<AppEnv>({ defaultHook: vali
     security: bearer,
     middleware: [requireScope("write")] as const,
     request: { params: serverIdParam, body: { required: false, content: { "application/json": { schema: DecommissionInput } } } },
+    parameters: [fleetOfHostname],
     responses: {
       200: jsonResponse(ServerDetail, "The server, decommissioning (or removed)"),
       ...commonErrors,
@@ -79,7 +81,7 @@ export const serverLifecycleRoutes = new OpenAPIHono<AppEnv>({ defaultHook: vali
     },
   }),
   async (c) => {
-    const { id } = c.req.valid("param");
+    const id = await resolveServer(c.env, c.req.valid("param").id, c.req.query("fleet"));
     const body = (c.req.valid("json") as DecommissionInput | undefined) ?? { force: false };
     const principal = c.var.principal;
     if (body.force && !(principal.kind === "operator" && principal.scope === "admin")) {
@@ -97,7 +99,7 @@ export const serverLifecycleRoutes = new OpenAPIHono<AppEnv>({ defaultHook: vali
     conflicts: "not_decommissioning, decommission_acknowledged, server_removed",
   }),
   async (c) => {
-    const { id } = c.req.valid("param");
+    const id = await resolveServer(c.env, c.req.valid("param").id, c.req.query("fleet"));
     const out = await cancelDecommission(c.env, actorOf(c.var.principal), id);
     return c.json(serverDetail(out.view), 200);
   },
@@ -112,6 +114,7 @@ export const serverLifecycleRoutes = new OpenAPIHono<AppEnv>({ defaultHook: vali
     security: bearer,
     middleware: [requireScope("write")] as const,
     request: { params: serverIdParam },
+    parameters: [fleetOfHostname],
     responses: {
       200: jsonResponse(z.object({ id: z.string(), token: z.string() }), "The new token (shown only here)"),
       ...commonErrors,
@@ -120,7 +123,7 @@ export const serverLifecycleRoutes = new OpenAPIHono<AppEnv>({ defaultHook: vali
     },
   }),
   async (c) => {
-    const { id } = c.req.valid("param");
+    const id = await resolveServer(c.env, c.req.valid("param").id, c.req.query("fleet"));
     const out = await rotateServerToken(c.env, actorOf(c.var.principal), id);
     return c.json({ id, token: out.token }, 200);
   },
@@ -137,7 +140,7 @@ export const serverLifecycleRoutes = new OpenAPIHono<AppEnv>({ defaultHook: vali
     conflicts: "server_removed",
   }),
   async (c) => {
-    const { id } = c.req.valid("param");
+    const id = await resolveServer(c.env, c.req.valid("param").id, c.req.query("fleet"));
     const out = await refreshServer(c.env, actorOf(c.var.principal), id);
     return c.json(serverDetail(out.view), 200);
   },

@@ -9,8 +9,8 @@ import { cursorParam, decodeCursor, limitParam, page } from "../http/paging";
 import type { AppEnv } from "../http/types";
 import { parseQuery, validationHook } from "../http/validation";
 import { DesiredConfig, DesiredConfigInput, serverStatus } from "../ledger/schemas";
-import { ServerCreated, ServerDetail, ServerInput, serverIdParam, ServerPatch, serverState, ServerSummary, serverWaitQuery } from "./schemas";
-import { getDesiredConfig, patchServer, putDesiredConfig, registerServer, searchServers, serverIfChanged } from "./service";
+import { fleetOfHostname, ServerCreated, ServerDetail, ServerInput, serverIdParam, ServerPatch, serverState, ServerSummary, serverWaitQuery } from "./schemas";
+import { getDesiredConfig, patchServer, putDesiredConfig, registerServer, resolveServer, searchServers, serverIfChanged } from "./service";
 import { serverDetail, serverSummary } from "./store";
 
 /** The server resource: registration, reading (long-poll included), search, desired config, PATCH. Lifecycle: ./lifecycle.routes.ts. */
@@ -30,7 +30,7 @@ export const serverRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHoo
     responses: {
       201: createdResponse(ServerCreated, "The server, with its token"),
       ...commonErrors,
-      ...conflictError("Another server of the fleet has this fleetlock_id"),
+      ...conflictError("Another server of the fleet has this fleetlock_id (fleetlock_id_taken) or this hostname (hostname_taken)"),
       422: jsonResponse(z.object({ error: z.any() }), "The fleet does not exist"),
     },
   }),
@@ -58,6 +58,7 @@ export const serverRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHoo
     // would make every typed-client call of this route pass query and header objects.
     parameters: [
       { name: "wait", in: "query", required: false, schema: { type: "integer", minimum: 0, maximum: MAX_WAIT_S, default: 0 } },
+      fleetOfHostname,
       { name: "If-None-Match", in: "header", required: false, schema: { type: "string", maxLength: 256 } },
     ],
     responses: {
@@ -65,10 +66,11 @@ export const serverRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHoo
       304: { description: "Unchanged since the ETag in If-None-Match", headers: etagHeader("Weak tag of the view, heartbeat excluded") },
       ...commonErrors,
       ...notFoundError,
+      ...conflictError("The hostname names servers in several fleets (ambiguous_server lists them): add ?fleet="),
     },
   }),
   async (c) => {
-    const { id } = c.req.valid("param");
+    const id = await resolveServer(c.env, c.req.valid("param").id, c.req.query("fleet"));
     const { wait } = parseQuery(serverWaitQuery, c.req.query());
     c.header("Cache-Control", "no-store");
     const { etag, view } = await serverIfChanged(c.env, id, c.req.header("If-None-Match")?.slice(0, 256), wait, c.req.raw.signal);
@@ -84,7 +86,7 @@ export const serverRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHoo
     path: "/",
     operationId: "listServers",
     tags: ["servers"],
-    summary: "Search servers (from the fleet-wide index)",
+    summary: "Search servers (from the fleet-wide index), by hostname",
     security: bearer,
     middleware: [requireScope("read")] as const,
     request: {
@@ -92,6 +94,12 @@ export const serverRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHoo
         fleet: fleetId.optional(),
         status: serverStatus.optional(),
         state: serverState.optional().openapi({ description: "removed servers (tombstones) are listed only with state=removed" }),
+        hostname: z
+          .string()
+          .max(254)
+          .regex(/^[A-Za-z0-9.-]+\*?$/, "a hostname, or a prefix ending in *")
+          .optional()
+          .openapi({ description: "exact (`node-1.example.com`) or a prefix (`node-1*`)" }),
         limit: limitParam,
         cursor: cursorParam,
       }),
@@ -105,10 +113,10 @@ export const serverRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHoo
     },
   }),
   async (c) => {
-    const { fleet, status, state, limit, cursor } = c.req.valid("query");
-    const after = decodeCursor(cursor, 1);
-    const rows = await searchServers(c.env, { fleet, status, state }, after?.[0] ?? null, limit);
-    const { items, next_cursor } = page(rows, limit, (r) => [r.id]);
+    const { fleet, status, state, hostname, limit, cursor } = c.req.valid("query");
+    const after = decodeCursor(cursor, 2);
+    const rows = await searchServers(c.env, { fleet, status, state, hostname }, after ? [after[0], after[1]] : null, limit);
+    const { items, next_cursor } = page(rows, limit, (r) => [r.hostname, r.id]);
     return c.json({ items: items.map(serverSummary), next_cursor }, 200);
   },
 )
@@ -123,15 +131,16 @@ export const serverRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHoo
     security: bearer,
     middleware: [requireScope("write")] as const,
     request: { params: serverIdParam, body: jsonBody(DesiredConfigInput) },
+    parameters: [fleetOfHostname],
     responses: {
       200: jsonResponse(DesiredConfig, "The config now in force (new, or identical to the one sent)"),
       ...commonErrors,
       ...notFoundError,
-      ...conflictError("generation_conflict or stale_generation"),
+      ...conflictError("generation_conflict or stale_generation; ambiguous_server"),
     },
   }),
   async (c) => {
-    const { id } = c.req.valid("param");
+    const id = await resolveServer(c.env, c.req.valid("param").id, c.req.query("fleet"));
     const input = c.req.valid("json");
     const result = await putDesiredConfig(c.env, actorOf(c.var.principal), id, input);
     return c.json(result.config, 200);
@@ -148,10 +157,16 @@ export const serverRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHoo
     security: bearer,
     middleware: [requireScope("read")] as const,
     request: { params: serverIdParam },
-    responses: { 200: jsonResponse(DesiredConfig, "The desired config"), ...commonErrors, ...notFoundError },
+    parameters: [fleetOfHostname],
+    responses: {
+      200: jsonResponse(DesiredConfig, "The desired config"),
+      ...commonErrors,
+      ...notFoundError,
+      ...conflictError("The hostname names servers in several fleets (ambiguous_server lists them): add ?fleet="),
+    },
   }),
   async (c) => {
-    const { id } = c.req.valid("param");
+    const id = await resolveServer(c.env, c.req.valid("param").id, c.req.query("fleet"));
     return c.json(await getDesiredConfig(c.env, id), 200);
   },
 )
@@ -166,6 +181,7 @@ export const serverRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHoo
     security: bearer,
     middleware: [requireScope("write")] as const,
     request: { params: serverIdParam, body: jsonBody(ServerPatch) },
+    parameters: [fleetOfHostname],
     responses: {
       200: jsonResponse(ServerDetail, "The server"),
       ...commonErrors,
@@ -174,7 +190,7 @@ export const serverRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHoo
     },
   }),
   async (c) => {
-    const { id } = c.req.valid("param");
+    const id = await resolveServer(c.env, c.req.valid("param").id, c.req.query("fleet"));
     const view = await patchServer(c.env, actorOf(c.var.principal), id, c.req.valid("json"));
     return c.json(serverDetail(view), 200);
   },

@@ -3,21 +3,18 @@ import { LIFECYCLE_ORDERS, PLAN_MODES, SERVER_KINDS, SERVER_STATES } from "../do
 import { MAX_REASON_LENGTH, MAX_SERVER_ROLES, MAX_WAIT_S } from "../domain/limits";
 import { fleetId, fleetlockId, groupName, roleName } from "../fleets/schemas";
 import { AgentStatusRow, DesiredConfig, serverStatus, StoredReport } from "../ledger/schemas";
+import { HOSTNAME, isServerRef } from "./naming";
 
-const hostname = z
-  .string()
-  .max(253)
-  .regex(
-    /^(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$/,
-    "not a valid hostname",
-  );
+const hostname = z.string().max(253).regex(HOSTNAME, "not a valid hostname");
 const serverKind = z.enum(SERVER_KINDS);
 
 export const ServerInput = z
   .strictObject({
     fleet: fleetId,
     hostname,
-    kind: serverKind,
+    kind: serverKind.default("managed").openapi({
+      description: "managed (provisioned for us: decommission terminates) or manual (borrowed: decommission uninstalls, when nothing is assigned)",
+    }),
     roles: z.array(roleName).max(MAX_SERVER_ROLES).default([]),
     reboot_group: groupName.default("default"),
     fleetlock_id: fleetlockId.optional(),
@@ -84,7 +81,28 @@ export const ServerCreated = ServerDetail.extend({
   token: z.string().openapi({ description: "The server's bearer token. Shown only here." }),
 }).openapi("ServerCreated");
 
-export const serverIdParam = z.object({ id: z.uuid() });
+/** A server named by id, hostname or `fleet/hostname` (./naming.ts). */
+export const serverRef = z
+  .string()
+  .min(1)
+  .max(64 + 253)
+  .refine(isServerRef, "a server id, a hostname, or fleet/hostname")
+  .openapi({ description: "The server's id, its hostname, or `fleet/hostname` (the slash URL-encoded in a path: `%2F`)" });
+
+export const serverIdParam = z.object({ id: serverRef });
+
+/**
+ * `?fleet=`: the fleet a hostname is looked up in, for a hostname that names servers in several
+ * fleets. Documented by hand and read by `serverIdIn` (declared in `request`, every typed-client
+ * call of these routes would have to pass a query object).
+ */
+export const fleetOfHostname = {
+  name: "fleet",
+  in: "query" as const,
+  required: false,
+  description: "The fleet in which to look the hostname up (409 ambiguous_server lists the candidates without it)",
+  schema: { type: "string" as const, pattern: "^[a-z0-9][a-z0-9-]{0,62}$" },
+};
 
 /** GET /v1/servers/{id}?wait=S: documented by hand, validated by the handler (see the route). */
 export const serverWaitQuery = z.object({ wait: z.coerce.number().int().min(0).max(MAX_WAIT_S).default(0) });
@@ -117,3 +135,38 @@ export const DecommissionInput = z
   .refine((b) => !b.force || b.reason !== undefined, { message: "force needs a reason", path: ["reason"] })
   .openapi("DecommissionInput");
 export type DecommissionInput = z.infer<typeof DecommissionInput>;
+
+/** GET /v1/status (./status.ts). */
+export const StatusSchema = z
+  .object({
+    data: z.object({ state: z.enum(["current", "running", "failing", "pending"]), data_version: z.number().int(), newest_version: z.number().int() }),
+    fleets: z.array(
+      z.object({
+        id: z.string(),
+        servers: z.object({ total: z.number().int(), by_status: z.record(z.string(), z.number().int()), by_state: z.record(z.string(), z.number().int()) }),
+        attention: z.array(
+          z.object({
+            status: serverStatus,
+            count: z.number().int().openapi({ description: "every server of the fleet with this status; `items` shows the first by hostname" }),
+            items: z.array(z.object({ id: z.string(), hostname: z.string(), status: serverStatus, last_seen: z.string().nullable() })),
+          }),
+        ),
+        reboot_groups: z.array(
+          z.object({
+            name: z.string(),
+            slots: z.number().int(),
+            held: z.number().int(),
+            paused: z.boolean(),
+            open_now: z.boolean(),
+            queued: z.number().int(),
+            holders: z.array(z.object({ id: z.string(), hostname: z.string().nullable(), since: z.string(), stuck: z.boolean() })),
+          }),
+        ),
+        rollouts: z.array(
+          z.object({ id: z.string(), agent: z.string(), image: z.string(), state: z.string(), pass: z.number().int(), counts: z.record(z.string(), z.number()), created_at: z.string() }),
+        ),
+      }),
+    ),
+    more_fleets: z.boolean().openapi({ description: "without ?fleet=, whether fleets beyond the first 50 exist" }),
+  })
+  .openapi("Status");

@@ -14,7 +14,9 @@ import { issueToken } from "../auth/tokens";
 import { getDb } from "../db/client";
 import { DomainError, notFound } from "../domain/errors";
 import type { Env } from "../env";
+import { FLEET_ID } from "../fleets/schemas";
 import { getFleet } from "../fleets/store";
+import { chunk } from "../lib/chunk";
 import { unwrap } from "../objects/kit/result";
 import type { ServerView } from "../ledger/durable-object";
 import type { ServerRecord } from "../ledger/record";
@@ -23,7 +25,8 @@ import { tagMatches, viewTag } from "../ledger/view-tag";
 import { ledgerOf, coordinatorOf } from "../objects/stubs";
 import { catchUpPlan, firstPlan, replanServer, setServerRoles } from "../planner/service";
 import type { ServerPatch } from "./schemas";
-import { listServers, liveServerIdsOfFleet, type ServerRow } from "./store";
+import { refuseTakenHostname, serverIdOf } from "./naming";
+import { hostnamesIn, listServers, liveServerIdsOfFleet, type ServerFilter } from "./store";
 import { viewWhenChanged } from "./wait";
 
 export interface RegisterInput {
@@ -41,8 +44,12 @@ export async function registerServer(
   input: RegisterInput,
   newId: () => string = () => crypto.randomUUID(),
 ): Promise<{ view: ServerView; token: string }> {
-  const fleet = await getFleet(getDb(env.DB), input.fleet);
+  const db = getDb(env.DB);
+  const fleet = await getFleet(db, input.fleet);
   if (!fleet) throw new DomainError("unknown_fleet", `fleet '${input.fleet}' does not exist`);
+  // Operators name servers by hostname: a second live one in the fleet would make that name
+  // ambiguous. (Two registrations racing can both pass; naming then answers ambiguous_server.)
+  await refuseTakenHostname(db, fleet.id, input.hostname);
   const id = newId();
   if (input.fleetlock_id) unwrap(await coordinatorOf(env, fleet.id).reserveClientId(input.fleetlock_id, id));
   const { token, hash } = await issueToken("server", id);
@@ -92,14 +99,28 @@ export async function serverIfChanged(
   return { etag, view: tagMatches(known, etag) ? null : view };
 }
 
-/** A page of the fleet-wide index (one more row than `limit` when another page exists). */
-export function searchServers(
-  env: Env,
-  filter: { fleet?: string; status?: ServerRow["status"]; state?: ServerRow["state"] },
-  after: string | null,
-  limit: number,
-) {
+/** A page of the fleet-wide index by hostname (one more row than `limit` when another page exists). */
+export function searchServers(env: Env, filter: ServerFilter, after: [hostname: string, id: string] | null, limit: number) {
   return listServers(getDb(env.DB), filter, after, limit);
+}
+
+/** The hostnames of these servers (removed ones included), for answers that name servers. */
+export async function hostnamesOf(env: Env, ids: string[]): Promise<Map<string, string>> {
+  const unique = [...new Set(ids)].filter((id) => /^[0-9a-f-]{36}$/.test(id));
+  const out = new Map<string, string>();
+  for (const part of chunk(unique, 90)) {
+    for (const r of await hostnamesIn(getDb(env.DB), part)) out.set(r.id, r.hostname);
+  }
+  return out;
+}
+
+/**
+ * The id of the server a route was given: an id, a hostname or `fleet/hostname`, with `?fleet=`
+ * (src/servers/naming.ts). Other features name servers through this too.
+ */
+export async function resolveServer(env: Env, ref: string, fleet?: string, opts: { removedToo?: boolean } = {}): Promise<string> {
+  if (fleet !== undefined && !FLEET_ID.test(fleet)) throw new DomainError("invalid_query", `fleet '${fleet}' is not a fleet id`);
+  return serverIdOf(getDb(env.DB), ref, fleet, opts);
 }
 
 export async function getDesiredConfig(env: Env, id: string) {

@@ -1,4 +1,4 @@
-import { and, asc, eq, getTableColumns, gt, ne, notInArray, type SQL } from "drizzle-orm";
+import { and, asc, eq, getTableColumns, gt, gte, inArray, lt, ne, notInArray, sql, type SQL } from "drizzle-orm";
 import type { Db } from "../db/client";
 import { servers } from "../db/schema";
 import type { ServerView } from "../ledger/durable-object";
@@ -66,25 +66,37 @@ export function serverDetail(v: ServerView) {
   };
 }
 
-export async function listServers(
-  db: Db,
-  filter: { fleet?: string; status?: ServerRow["status"]; state?: ServerRow["state"] },
-  after: string | null,
-  limit: number,
-  now = Date.now(),
-) {
+export interface ServerFilter {
+  fleet?: string;
+  status?: ServerRow["status"];
+  state?: ServerRow["state"];
+  /** Exact, or a prefix when it ends in `*`. */
+  hostname?: string;
+}
+
+/** Hostnames are lowercase ASCII: every one with the prefix sorts below prefix + this. */
+const AFTER_PREFIX = "\u{10FFFF}";
+
+/** A page of the index in hostname order (then id), after the key `after`. */
+export async function listServers(db: Db, filter: ServerFilter, after: [hostname: string, id: string] | null, limit: number, now = Date.now()) {
   const conds: SQL[] = [];
   if (filter.fleet) conds.push(eq(servers.fleetId, filter.fleet));
   // Staleness is read from stale_at, never stored by the cron (./staleness.ts).
   if (filter.status) conds.push(statusIs(filter.status, now));
   // Removed servers are tombstones: listed only when asked for by state.
   conds.push(filter.state ? eq(servers.state, filter.state) : ne(servers.state, "removed"));
-  if (after) conds.push(gt(servers.id, after));
+  if (filter.hostname) {
+    const name = filter.hostname.toLowerCase();
+    // A prefix as a range, so it reads the hostname indexes rather than every row (LIKE would not).
+    if (name.endsWith("*")) conds.push(gte(servers.hostname, name.slice(0, -1)), lt(servers.hostname, name.slice(0, -1) + AFTER_PREFIX));
+    else conds.push(eq(servers.hostname, name));
+  }
+  if (after) conds.push(sql`(${servers.hostname}, ${servers.id}) > (${after[0]}, ${after[1]})`);
   return db
     .select({ ...getTableColumns(servers), status: statusAt(now) })
     .from(servers)
-    .where(conds.length ? and(...conds) : undefined)
-    .orderBy(asc(servers.id))
+    .where(and(...conds))
+    .orderBy(asc(servers.hostname), asc(servers.id))
     .limit(limit + 1);
 }
 
@@ -102,3 +114,14 @@ export const liveServerIdsOfFleet = (db: Db, fleet: string, after: string | null
     )
     .orderBy(asc(servers.id))
     .limit(limit + 1);
+
+export const hostnamesIn = (db: Db, ids: string[]) =>
+  db.select({ id: servers.id, hostname: servers.hostname }).from(servers).where(inArray(servers.id, ids));
+
+/** A fleet's live servers counted by state and status (status as read at `now`): one indexed scan. */
+export const serverCounts = (db: Db, fleet: string, now = Date.now()) =>
+  db
+    .select({ state: servers.state, status: statusAt(now), n: sql<number>`count(*)` })
+    .from(servers)
+    .where(and(eq(servers.fleetId, fleet), ne(servers.state, "removed")))
+    .groupBy(servers.state, statusAt(now));

@@ -1,8 +1,8 @@
 // Fleet intent at scale (issue 8): for fleets of N servers (BENCH_INTENT_N, default 1000,5000),
 // (1) one role change: wall time and D1 statements for the planner to converge, per affected server;
 // (2) one cron tick with 100 newly stale servers: D1 statements and rows read, which must not grow with N.
+import { apiOf, ok, pool } from "../http.ts";
 import type { BenchContext } from "../run.ts";
-import { ok, pool } from "../lib.ts";
 
 const SIZES = (process.env.BENCH_INTENT_N ?? "1000,5000").split(",").map(Number);
 const AFFECTED_EVERY = 10; // one server in ten has the role that changes
@@ -17,12 +17,7 @@ export async function run(ctx: BenchContext) {
     ctx.note("intent: skipped (run `npm run bench -- intent`, or set BENCH_INTENT_N)", "-");
     return;
   }
-  const api = (path: string, method = "GET", body?: unknown, token = ctx.admin) =>
-    fetch(`${ctx.base}${path}`, {
-      method,
-      headers: { authorization: `Bearer ${token}`, ...(body ? { "content-type": "application/json" } : {}) },
-      body: body ? JSON.stringify(body) : undefined,
-    });
+  const api = apiOf(ctx);
   const statements = async () => ({
     reads: await ctx.metric("harbormaster_d1_statements_total", 'kind="read"'),
     writes: await ctx.metric("harbormaster_d1_statements_total", 'kind="write"'),

@@ -5,7 +5,7 @@
 // (the role gains or loses an agent), and the medians are compared. Then export → apply of the
 // same spec: nothing written, nobody re-planned.
 import type { BenchContext } from "../run.ts";
-import { ok, pool } from "../lib.ts";
+import { ok, pool } from "../http.ts";
 
 const N = Number(process.env.BENCH_SPEC_N ?? 2000);
 const ROUNDS = Number(process.env.BENCH_SPEC_ROUNDS ?? 3);

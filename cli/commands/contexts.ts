@@ -1,0 +1,66 @@
+/**
+ * Contexts: several servers and their tokens in the config file, one of them current (as
+ * kubectl's). `hm login --name N` adds or updates one; `--context N` (or HM_CONTEXT) picks one
+ * for a single command.
+ */
+import type { Command } from "commander";
+import { configPath, readConfig, writeConfig } from "../config.ts";
+import { Exit, type Io } from "../io.ts";
+import { act, type Ctx } from "../context.ts";
+
+function load(ctx: Ctx) {
+  const path = configPath(ctx.io.env);
+  return { path, config: readConfig(path) ?? { current: null, contexts: {} } };
+}
+
+export function registerContexts(program: Command, io: Io) {
+  const contexts = program.command("context").description("servers and tokens kept in the config file (list by default)");
+  contexts
+    .command("list", { isDefault: true })
+    .description("every context; * marks the current one")
+    .action(
+      act(io, async (ctx) => {
+        const { config } = load(ctx);
+        const rows = Object.entries(config.contexts).map(([name, c]) => ({ name, url: c.url, current: name === config.current }));
+        if (ctx.machine) return ctx.out.data({ current: config.current, contexts: rows.map(({ name, url }) => ({ name, url })) });
+        ctx.out.table(["CURRENT", "NAME", "URL"], rows.map((r) => [r.current ? "*" : "", r.name, r.url]), "(no contexts: hm login --name NAME --url URL --token TOKEN)");
+      }),
+    );
+  contexts
+    .command("use <name>")
+    .description("make a context the current one")
+    .action(
+      act(io, async (ctx, name: string) => {
+        const { path, config } = load(ctx);
+        if (!config.contexts[name]) throw new Exit(1, `no context '${name}' (known: ${Object.keys(config.contexts).join(", ") || "none"})`);
+        config.current = name;
+        writeConfig(path, config);
+        if (ctx.machine) return ctx.out.data({ current: name, url: config.contexts[name].url });
+        ctx.out.line(`Now using context '${name}' (${config.contexts[name].url}).`);
+      }),
+    );
+  contexts
+    .command("current")
+    .description("the context in use")
+    .action(
+      act(io, async (ctx) => {
+        const c = ctx.connection;
+        if (ctx.machine) return ctx.out.data({ context: c.context ?? null, url: c.url, token_from: c.source });
+        ctx.out.line(`${c.context ?? "(no context)"}  ${c.url}  (token from ${c.source})`);
+      }),
+    );
+  contexts
+    .command("delete <name>")
+    .description("forget a context")
+    .action(
+      act(io, async (ctx, name: string) => {
+        const { path, config } = load(ctx);
+        if (!config.contexts[name]) throw new Exit(1, `no context '${name}'`);
+        await ctx.confirm(`Forget context '${name}' (${config.contexts[name].url}) and its token?`);
+        delete config.contexts[name];
+        if (config.current === name) config.current = null;
+        writeConfig(path, config);
+        if (!ctx.machine) ctx.out.line(`Forgot context '${name}'.`);
+      }),
+    );
+}

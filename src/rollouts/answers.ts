@@ -1,0 +1,60 @@
+/** How rollouts, their targets and events are answered over HTTP (ids and times as the API shows them). */
+import type { rollouts } from "../db/schema";
+import { iso, isoOrNull } from "../lib/time";
+import type { RolloutSummary } from "./durable-object";
+import type { Target } from "./machine";
+
+export const view = (s: RolloutSummary) => {
+  const { version_seq, created_at, ended_at, warnings, ...rest } = s;
+  return {
+    ...rest,
+    warnings: warnings.map((w) => ({ ...w, at: iso(w.at) })),
+    created_at: iso(created_at),
+    ended_at: isoOrNull(ended_at),
+    change: version_seq,
+  };
+};
+
+export const targetView = (t: Target & { duration_ms: number | null }) => ({
+  server_id: t.server_id,
+  hostname: t.hostname,
+  reboot_group: t.reboot_group,
+  pass: t.pass,
+  state: t.state,
+  image: t.image,
+  version: t.version,
+  from_image: t.from_image,
+  from_version: t.from_version,
+  generation: t.generation,
+  reboot_slot: t.slot,
+  started_at: isoOrNull(t.started_at),
+  ended_at: isoOrNull(t.ended_at),
+  duration_s: t.duration_ms === null ? null : t.duration_ms / 1000,
+  reason: t.reason,
+  slow: t.warned,
+});
+
+export const eventView = (e: { id: number; at: number; kind: string; server_id: string | null; hostname: string | null; details: string | null }) => ({
+  id: e.id,
+  at: iso(e.at),
+  kind: e.kind,
+  server_id: e.server_id,
+  hostname: e.hostname,
+  details: e.details ? (JSON.parse(e.details) as unknown) : null,
+});
+
+export const listItem = (r: typeof rollouts.$inferSelect) => ({
+  id: r.id,
+  fleet: r.fleetId,
+  agent: r.agent,
+  image: r.image,
+  version: r.version,
+  state: r.state,
+  pass: r.pass,
+  counts: r.counts,
+  reason: r.reason,
+  created_by: r.createdBy,
+  created_at: iso(r.createdAt),
+  updated_at: iso(r.updatedAt),
+  ended_at: isoOrNull(r.endedAt),
+});

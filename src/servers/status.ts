@@ -1,0 +1,80 @@
+/**
+ * GET /v1/status: what `hm status` shows, in one request (issue 18) — per fleet, its servers
+ * counted by status and state on the server side (never paged through by a client), the ones
+ * that need a look (failed, stale, drifted: a count and the first few by hostname, so a cap says
+ * "and N more"), its reboot groups with holders, its rollouts in progress; and the data version.
+ * Each fleet costs one D1 batch and one coordinator call, whatever its size.
+ */
+import { getDb, type Db } from "../db/client";
+import type { ServerStatus } from "../domain/enums";
+import { DomainError } from "../domain/errors";
+import type { Env } from "../env";
+import { listGroups } from "../fleetlock/service";
+import { getFleet, listFleets } from "../fleets/store";
+import { activeRollouts } from "../rollouts/service";
+import { upgradeStatus } from "../upgrades/service";
+import { isoOrNull } from "../lib/time";
+import { listServers, serverCounts } from "./store";
+
+/** The statuses that need a look, in the order they are shown. */
+export const ATTENTION: ServerStatus[] = ["failed", "stale", "drifted"];
+/** Fleets one answer covers (the rest are counted). */
+export const STATUS_FLEETS = 50;
+
+export async function statusOf(env: Env, opts: { fleet?: string; attention: number }) {
+  const db = getDb(env.DB);
+  let fleets: string[];
+  let more = 0;
+  if (opts.fleet) {
+    if (!(await getFleet(db, opts.fleet))) throw new DomainError("not_found", `fleet '${opts.fleet}' does not exist`);
+    fleets = [opts.fleet];
+  } else {
+    const rows = await listFleets(db, null, STATUS_FLEETS);
+    fleets = rows.slice(0, STATUS_FLEETS).map((f) => f.id);
+    more = rows.length > STATUS_FLEETS ? 1 : 0;
+  }
+  const [upgrades, perFleet] = await Promise.all([upgradeStatus(env, null, 1), Promise.all(fleets.map((f) => fleetStatus(env, db, f, opts.attention)))]);
+  return {
+    data: { state: upgrades.state, data_version: upgrades.data_version, newest_version: upgrades.newest_version },
+    fleets: perFleet,
+    more_fleets: more > 0,
+  };
+}
+
+async function fleetStatus(env: Env, db: Db, fleet: string, attention: number) {
+  const now = Date.now();
+  const [counts, lists, groups, rollouts] = await Promise.all([
+    serverCounts(db, fleet, now),
+    Promise.all(ATTENTION.map((status) => listServers(db, { fleet, status }, null, attention, now))),
+    listGroups(env, fleet).then((g) => g.items),
+    activeRollouts(env, fleet),
+  ]);
+  const by_status: Record<string, number> = {};
+  const by_state: Record<string, number> = {};
+  let total = 0;
+  for (const c of counts) {
+    const n = Number(c.n);
+    by_status[c.status] = (by_status[c.status] ?? 0) + n;
+    by_state[c.state] = (by_state[c.state] ?? 0) + n;
+    total += n;
+  }
+  return {
+    id: fleet,
+    servers: { total, by_status, by_state },
+    attention: ATTENTION.map((status, i) => ({
+      status,
+      count: by_status[status] ?? 0,
+      items: lists[i].slice(0, attention).map((s) => ({ id: s.id, hostname: s.hostname, status: s.status, last_seen: isoOrNull(s.lastSeen) })),
+    })),
+    reboot_groups: groups.map((g) => ({
+      name: g.name,
+      slots: g.slots,
+      held: g.holders.length,
+      paused: g.paused,
+      open_now: g.open_now,
+      queued: g.queue.length,
+      holders: g.holders.map((h) => ({ id: h.id, hostname: h.server?.hostname ?? null, since: h.granted_at, stuck: h.stuck })),
+    })),
+    rollouts,
+  };
+}
