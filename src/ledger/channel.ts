@@ -44,6 +44,12 @@ const OFFERED = "X-Offered-Protocols";
 /** What a host socket remembers across evictions. */
 interface HostSocket {
   token: string;
+  /**
+   * The host's last heartbeat (an unchanged report: when it came, and the time it said it
+   * reconciled), kept here rather than in storage: it outlives the ledger's eviction at no cost.
+   * Null once the stored report is newer.
+   */
+  heard?: { at: number; reconciled_at: string } | null;
   /** The newest generation the host holds or was sent (null: none). */
   sent: number | null;
   /** The refresh request last sent (its requested_at). */
@@ -131,9 +137,29 @@ export function hostMessage(d: LedgerDeps, ws: WebSocket, raw: string | ArrayBuf
     pushTo(d.store, ws, attachment);
     return false;
   }
-  const { answer, enqueued } = acceptReport(d, record, msg.report);
+  const { answer, enqueued, heartbeat } = acceptReport(d, record, msg.report, { keepsHeartbeat: true });
+  if (answer.ok) {
+    attachment.heard = heartbeat ? { at: d.store.load()!.report!.received_at, reconciled_at: msg.report.reconciled_at } : null;
+    setAttachment(ws, attachment);
+  }
   sendJson(ws, answer.ok ? message("ack", { id: msg.id, status: 200, body: reportAccepted(record.id, answer) }) : ackOf(msg.id, answer));
   return enqueued;
+}
+
+/**
+ * After the ledger woke (or as a socket closes): the newest heartbeat its host sockets kept is
+ * the ledger's heartbeat again, in memory (see HostSocket.heard); `persist` stores it too.
+ */
+export function restoreHeartbeat(store: LedgerStore, sockets: WebSocket[], persist = false) {
+  const report = store.load()?.report;
+  if (!report) return;
+  let newest: HostSocket["heard"] = null;
+  for (const ws of sockets) {
+    const heard = attachmentOf<HostSocket>(ws).heard;
+    if (heard && heard.at > (newest?.at ?? report.received_at)) newest = heard;
+  }
+  if (newest) store.heartbeat({ ...report, received_at: newest.at, reconciled_at: newest.reconciled_at });
+  if (persist) store.persistHeartbeat();
 }
 
 /** The close a socket gets once its token stopped working: decommissioned, or revoked. */

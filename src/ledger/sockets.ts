@@ -5,7 +5,7 @@
  * pushes to the host once the writing turn is over (a transaction's several writes are one push).
  */
 import type { SocketRoom } from "../objects/kit/sockets";
-import { HOST_TAG, CHANNEL_PATH, connectHost, hostMessage, pushToHosts } from "./channel";
+import { HOST_TAG, CHANNEL_PATH, connectHost, hostMessage, pushToHosts, restoreHeartbeat } from "./channel";
 import { project, type LedgerDeps } from "./effects";
 import { openPollWait, openViewWait, WAIT_PATHS, wakeWaits } from "./waits";
 
@@ -45,9 +45,17 @@ export class LedgerSockets {
   closed(ws: WebSocket): boolean {
     if (!this.room.tags(ws).includes(HOST_TAG)) return false;
     this.gone.add(ws);
-    if (this.hostConnected() || !this.d.store.load()) return false;
+    if (!this.d.store.load()) return false;
+    // The heartbeat the socket kept goes to storage with it.
+    restoreHeartbeat(this.d.store, [ws], true);
+    if (this.hostConnected()) return false;
     project(this.d.outbox);
     return true;
+  }
+
+  /** When the ledger wakes: its host's heartbeat, kept by the socket while it slept. */
+  restoreHeartbeat() {
+    restoreHeartbeat(this.d.store, this.room.list(HOST_TAG));
   }
 
   /** After every store write, in the writer's turn: the wake-ups go out once the turn is over. */

@@ -114,8 +114,10 @@ async function measure(ctx: BenchContext, transportName: string, opt: (name: str
     token: ctx.admin,
     fleet,
     servers: hosts,
-    // Stopped by this scenario once the steady window is read (before any long poll is cut).
+    // Stopped by this scenario once the steady window is read (before any long poll is cut); the
+    // reboot wave still falls within `durationS` (before the steady window).
     durationS: durationS + 120,
+    faultsWithinS: durationS,
     rampS: RAMP_S,
     rebootRate: REBOOT_RATE,
     slots: 5,
