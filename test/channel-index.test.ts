@@ -34,6 +34,20 @@ describe("the index's staleness while a host is on the channel", () => {
     expect(exact!.last_seen).toBe(leased.last_seen);
   });
 
+  it("is exact again when the ledger closes the socket itself (a revoked token)", async () => {
+    const fleet = await createFleet({ stale_after_s: 300 });
+    const s = await registerServer(fleet.id);
+    const ch = await openChannel(s.token, { generation: 1 });
+    ch.send({ type: "report", v: 1, id: "r", report: report(1, []) });
+    expect((await ch.next("ack")).status).toBe(200);
+    await settle(s.id);
+    const leased = (await indexRow(s.id))!;
+    expect(leased.stale_at).toBe(leased.last_seen + 300_000 + CHANNEL_LEASE_MS);
+    await call("DELETE", `/v1/tokens/${s.id}`);
+    await ch.closed;
+    await until(() => indexRow(s.id), (r) => r!.stale_at === r!.last_seen + 300_000);
+  });
+
   it("refreshes a connected host's last_seen only once a lease has passed, and a heartbeat's refresh leaves no alarm to wake the ledger", async () => {
     const fleet = await createFleet({ stale_after_s: 300 });
     const s = await registerServer(fleet.id);

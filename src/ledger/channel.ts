@@ -78,9 +78,12 @@ export function connectHost(d: LedgerDeps, room: SocketRoom, request: Request): 
   const record = authorized(d.store, tokenHash);
   if (!record) return Response.json(fail("unauthorized", "invalid server token"));
   const heldParam = new URL(request.url).searchParams.get("generation");
-  for (const older of room.list(HOST_TAG)) closeSocket(older, CLOSE_CODES.replaced, "replaced by a newer connection");
+  const olders = room.list(HOST_TAG);
+  // The heartbeat an older socket kept carries over to the new one.
+  const heard = olders.map((ws) => attachmentOf<HostSocket>(ws).heard).reduce((a, b) => (b && b.at > (a?.at ?? 0) ? b : a), null);
+  for (const older of olders) closeSocket(older, CLOSE_CODES.replaced, "replaced by a newer connection");
   const offered = (request.headers.get(OFFERED) ?? "").split(",");
-  const attachment: HostSocket = { token: tokenHash, sent: heldParam === null ? null : Number(heldParam), refresh: null, window: d.clock(), count: 0 };
+  const attachment: HostSocket = { token: tokenHash, sent: heldParam === null ? null : Number(heldParam), refresh: null, window: d.clock(), count: 0, heard };
   const { socket, response } = room.accept(
     [HOST_TAG, `server:${record.id}`, `token:${tokenHash}`],
     attachment,
@@ -90,12 +93,19 @@ export function connectHost(d: LedgerDeps, room: SocketRoom, request: Request): 
   return response;
 }
 
-/** After a write: sockets whose token no longer works are closed; the others are told what changed. */
-export function pushToHosts(store: LedgerStore, room: SocketRoom) {
+/**
+ * After a write: sockets whose token no longer works are closed (`gone` is told of each before it
+ * closes); the others are told what changed.
+ */
+export function pushToHosts(store: LedgerStore, room: SocketRoom, gone: (ws: WebSocket) => void) {
   for (const ws of room.list(HOST_TAG)) {
     const attachment = attachmentOf<HostSocket>(ws);
-    if (!authorized(store, attachment.token)) closeSocket(ws, ...goneCode(store));
-    else pushTo(store, ws, attachment);
+    if (authorized(store, attachment.token)) {
+      pushTo(store, ws, attachment);
+      continue;
+    }
+    gone(ws);
+    closeSocket(ws, ...goneCode(store));
   }
 }
 

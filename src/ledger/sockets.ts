@@ -30,7 +30,10 @@ export class LedgerSockets {
 
   /** A message on one of the sockets; true when the outbox has something to deliver. Waiters never speak. */
   message(ws: WebSocket, raw: string | ArrayBuffer): boolean {
-    return this.room.tags(ws).includes(HOST_TAG) ? hostMessage(this.d, ws, raw) : false;
+    if (!this.room.tags(ws).includes(HOST_TAG)) return false;
+    const enqueued = hostMessage(this.d, ws, raw);
+    // Closed for what it sent (a flood, a token gone): gone as if the host had closed it.
+    return ws.readyState === WebSocket.OPEN ? enqueued : this.hostGone(ws) || enqueued;
   }
 
   /** Whether the host is connected on the channel now. */
@@ -43,7 +46,12 @@ export class LedgerSockets {
    * exact again: ./projection.ts); true when the outbox has something to deliver.
    */
   closed(ws: WebSocket): boolean {
-    if (!this.room.tags(ws).includes(HOST_TAG)) return false;
+    return this.room.tags(ws).includes(HOST_TAG) && this.hostGone(ws);
+  }
+
+  /** A host socket closed (or is being closed here): its heartbeat is stored, and the index told if it was the last. */
+  private hostGone(ws: WebSocket): boolean {
+    if (this.gone.has(ws)) return false;
     this.gone.add(ws);
     if (!this.d.store.load()) return false;
     // The heartbeat the socket kept goes to storage with it.
@@ -65,7 +73,8 @@ export class LedgerSockets {
     queueMicrotask(() => {
       this.pending = false;
       wakeWaits(this.d.store, this.room, this.d.clock());
-      pushToHosts(this.d.store, this.room);
+      // A socket closed here for its token is gone as one the host closed (its close event finds it gone).
+      pushToHosts(this.d.store, this.room, (ws) => this.hostGone(ws));
     });
   }
 }
