@@ -25,6 +25,11 @@ export interface SimOptions {
   /** Median time of one driver operation, ms (log-normal), on normal and on slow hosts. */
   latencyMs: number;
   slowLatencyMs: number;
+  /**
+   * Silences and reboots fall within this many seconds from the start (default: the run's
+   * duration); a caller that lets the run go on past its measurement says where faults stop.
+   */
+  faultsWithinS?: number;
   /** Fraction of hosts that stop talking at some point of the run. */
   silentRate: number;
   /** Fraction of hosts that take a reboot slot and reboot once during the run. */
@@ -211,6 +216,7 @@ export async function runSim(o: SimOptions): Promise<SimSummary> {
   saveState(o.stateFile, state);
 
   const durationMs = o.durationS * 1000;
+  const faultsMs = (o.faultsWithinS ?? o.durationS) * 1000;
   const hosts: SimHost[] = entries.map((e) => {
     const rebooting = random() < o.rebootRate;
     const silent = !rebooting && random() < o.silentRate;
@@ -224,8 +230,8 @@ export async function runSim(o: SimOptions): Promise<SimSummary> {
         failInstall: random() < o.installFailRate,
         failRemove: random() < o.removeFailRate,
         slow: random() < o.slowRate,
-        silentAtMs: silent ? durationMs * (0.2 + 0.4 * random()) : null,
-        rebootAtMs: rebooting ? durationMs * (0.15 + 0.35 * random()) : null,
+        silentAtMs: silent ? faultsMs * (0.2 + 0.4 * random()) : null,
+        rebootAtMs: rebooting ? faultsMs * (0.15 + 0.35 * random()) : null,
         lostSteady: rebooting && random() < o.lostSteadyRate,
       },
       reports: [],

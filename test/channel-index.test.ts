@@ -1,4 +1,4 @@
-import { env, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
+import { env, evictDurableObject, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { CHANNEL_LEASE_MS } from "../src/ledger/projection";
 import { call, createFleet, registerServer, report, settle } from "./helpers";
@@ -34,6 +34,20 @@ describe("the index's staleness while a host is on the channel", () => {
     expect(exact!.last_seen).toBe(leased.last_seen);
   });
 
+  it("is exact again when the ledger closes the socket itself (a revoked token)", async () => {
+    const fleet = await createFleet({ stale_after_s: 300 });
+    const s = await registerServer(fleet.id);
+    const ch = await openChannel(s.token, { generation: 1 });
+    ch.send({ type: "report", v: 1, id: "r", report: report(1, []) });
+    expect((await ch.next("ack")).status).toBe(200);
+    await settle(s.id);
+    const leased = (await indexRow(s.id))!;
+    expect(leased.stale_at).toBe(leased.last_seen + 300_000 + CHANNEL_LEASE_MS);
+    await call("DELETE", `/v1/tokens/${s.id}`);
+    await ch.closed;
+    await until(() => indexRow(s.id), (r) => r!.stale_at === r!.last_seen + 300_000);
+  });
+
   it("refreshes a connected host's last_seen only once a lease has passed, and a heartbeat's refresh leaves no alarm to wake the ledger", async () => {
     const fleet = await createFleet({ stale_after_s: 300 });
     const s = await registerServer(fleet.id);
@@ -66,5 +80,38 @@ describe("the index's staleness while a host is on the channel", () => {
     expect(refreshed.stale_at).toBe(refreshed.last_seen + 300_000 + CHANNEL_LEASE_MS);
     expect(await runInDurableObject(ledger(s.id), (_i, state) => state.storage.getAlarm())).toBeNull();
     ch.close();
+  });
+});
+
+describe("a connected host's heartbeat", () => {
+  it("costs the ledger no storage write: it lives in the socket, outlives an eviction, and is stored when the socket closes", async () => {
+    const fleet = await createFleet({ stale_after_s: 300 });
+    const s = await registerServer(fleet.id);
+    const ch = await openChannel(s.token, { generation: 1 });
+    const send = async (id: string) => {
+      ch.send({ type: "report", v: 1, id, report: report(1, []) });
+      expect((await ch.next("ack")).status).toBe(200);
+      await settle(s.id);
+    };
+    const stored = () => runInDurableObject(ledger(s.id), (_i, state) => state.storage.kv.get<{ received_at: number }>("report")!.received_at);
+    await send("first");
+    const first = await stored();
+    // Long after the HTTP route would have stored it, an unchanged report is still kept in memory only.
+    await runInDurableObject(ledger(s.id), (instance) => {
+      const cache = (instance as any).store.load();
+      cache.persistedAt -= 10 * 60_000;
+    });
+    await sleep(5);
+    await send("second");
+    expect(await stored()).toBe(first);
+    const heard = Date.parse((await call("GET", `/v1/servers/${s.id}`)).json.last_seen);
+    expect(heard).toBeGreaterThan(first);
+
+    await evictDurableObject(ledger(s.id));
+    expect(Date.parse((await call("GET", `/v1/servers/${s.id}`)).json.last_seen)).toBe(heard);
+    expect(await stored()).toBe(first);
+
+    ch.close();
+    await until(stored, (at) => at === heard);
   });
 });

@@ -1,6 +1,7 @@
 import { evictDurableObject, runInDurableObject, SELF } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { viewWaitRequest } from "../src/ledger/waits";
+import { meterReading } from "../src/objects/kit/meter";
 import { LOOK_AGAIN_AT } from "../src/objects/kit/wake";
 import { BASE, call, createFleet, registerServer, report } from "./helpers";
 import { ledger, sleep } from "./channel-helpers";
@@ -15,7 +16,27 @@ async function until(pred: () => Promise<boolean>, ms = 5_000) {
   }
 }
 
+/** The cost meter's reading of one server's ledger (the tests run with LOCAL_COUNTERS on). */
+const ledgerMeter = (id: string) =>
+  (meterReading().objects.ServerLedger as { by_instance: Record<string, any> }).by_instance[ledger(id).id.toString()];
+
 describe("long polls wait in the Worker while the ledger sleeps", () => {
+  it("a waiting poll leaves its ledger with no call in flight, nothing parked, no background work, and asleep", async () => {
+    const fleet = await createFleet();
+    const s = await registerServer(fleet.id);
+    const parked = call("GET", "/v1/agent/desired?wait=30", { token: s.token, headers: { "If-None-Match": '"1"' } });
+    await until(async () => (await waiters(s.id)) === 1);
+    await sleep(100);
+    const during = ledgerMeter(s.id);
+    expect(during).toMatchObject({ in_flight: 0, parked: 0, waiting_until: 0 });
+    await sleep(1_000);
+    const later = ledgerMeter(s.id);
+    expect(later.awake_ms - during.awake_ms).toBeLessThan(100);
+    expect(later.in_flight + later.parked + later.waiting_until).toBe(0);
+    await call("PUT", `/v1/servers/${s.id}/desired`, { body: { generation: 2, agents: [] } });
+    expect((await parked).status).toBe(200);
+  });
+
   it("a waiting poll holds only a hibernatable waiter in the ledger: evicted mid-wait, the ledger still wakes it with the change", async () => {
     const fleet = await createFleet();
     const s = await registerServer(fleet.id);

@@ -44,6 +44,12 @@ const OFFERED = "X-Offered-Protocols";
 /** What a host socket remembers across evictions. */
 interface HostSocket {
   token: string;
+  /**
+   * The host's last heartbeat (an unchanged report: when it came, and the time it said it
+   * reconciled), kept here rather than in storage: it outlives the ledger's eviction at no cost.
+   * Null once the stored report is newer.
+   */
+  heard?: { at: number; reconciled_at: string } | null;
   /** The newest generation the host holds or was sent (null: none). */
   sent: number | null;
   /** The refresh request last sent (its requested_at). */
@@ -72,9 +78,12 @@ export function connectHost(d: LedgerDeps, room: SocketRoom, request: Request): 
   const record = authorized(d.store, tokenHash);
   if (!record) return Response.json(fail("unauthorized", "invalid server token"));
   const heldParam = new URL(request.url).searchParams.get("generation");
-  for (const older of room.list(HOST_TAG)) closeSocket(older, CLOSE_CODES.replaced, "replaced by a newer connection");
+  const olders = room.list(HOST_TAG);
+  // The heartbeat an older socket kept carries over to the new one.
+  const heard = olders.map((ws) => attachmentOf<HostSocket>(ws).heard).reduce((a, b) => (b && b.at > (a?.at ?? 0) ? b : a), null);
+  for (const older of olders) closeSocket(older, CLOSE_CODES.replaced, "replaced by a newer connection");
   const offered = (request.headers.get(OFFERED) ?? "").split(",");
-  const attachment: HostSocket = { token: tokenHash, sent: heldParam === null ? null : Number(heldParam), refresh: null, window: d.clock(), count: 0 };
+  const attachment: HostSocket = { token: tokenHash, sent: heldParam === null ? null : Number(heldParam), refresh: null, window: d.clock(), count: 0, heard };
   const { socket, response } = room.accept(
     [HOST_TAG, `server:${record.id}`, `token:${tokenHash}`],
     attachment,
@@ -84,12 +93,19 @@ export function connectHost(d: LedgerDeps, room: SocketRoom, request: Request): 
   return response;
 }
 
-/** After a write: sockets whose token no longer works are closed; the others are told what changed. */
-export function pushToHosts(store: LedgerStore, room: SocketRoom) {
+/**
+ * After a write: sockets whose token no longer works are closed (`gone` is told of each before it
+ * closes); the others are told what changed.
+ */
+export function pushToHosts(store: LedgerStore, room: SocketRoom, gone: (ws: WebSocket) => void) {
   for (const ws of room.list(HOST_TAG)) {
     const attachment = attachmentOf<HostSocket>(ws);
-    if (!authorized(store, attachment.token)) closeSocket(ws, ...goneCode(store));
-    else pushTo(store, ws, attachment);
+    if (authorized(store, attachment.token)) {
+      pushTo(store, ws, attachment);
+      continue;
+    }
+    gone(ws);
+    closeSocket(ws, ...goneCode(store));
   }
 }
 
@@ -131,9 +147,29 @@ export function hostMessage(d: LedgerDeps, ws: WebSocket, raw: string | ArrayBuf
     pushTo(d.store, ws, attachment);
     return false;
   }
-  const { answer, enqueued } = acceptReport(d, record, msg.report);
+  const { answer, enqueued, heartbeat } = acceptReport(d, record, msg.report, { keepsHeartbeat: true });
+  if (answer.ok) {
+    attachment.heard = heartbeat ? { at: d.store.load()!.report!.received_at, reconciled_at: msg.report.reconciled_at } : null;
+    setAttachment(ws, attachment);
+  }
   sendJson(ws, answer.ok ? message("ack", { id: msg.id, status: 200, body: reportAccepted(record.id, answer) }) : ackOf(msg.id, answer));
   return enqueued;
+}
+
+/**
+ * After the ledger woke (or as a socket closes): the newest heartbeat its host sockets kept is
+ * the ledger's heartbeat again, in memory (see HostSocket.heard); `persist` stores it too.
+ */
+export function restoreHeartbeat(store: LedgerStore, sockets: WebSocket[], persist = false) {
+  const report = store.load()?.report;
+  if (!report) return;
+  let newest: HostSocket["heard"] = null;
+  for (const ws of sockets) {
+    const heard = attachmentOf<HostSocket>(ws).heard;
+    if (heard && heard.at > (newest?.at ?? report.received_at)) newest = heard;
+  }
+  if (newest) store.heartbeat({ ...report, received_at: newest.at, reconciled_at: newest.reconciled_at });
+  if (persist) store.persistHeartbeat();
 }
 
 /** The close a socket gets once its token stopped working: decommissioned, or revoked. */

@@ -63,6 +63,7 @@ export class ServerLedger extends DurableObject<Env> {
     ctx
       .blockConcurrencyWhile(async () => {
         openLedger(this.deps);
+        this.sockets.restoreHeartbeat();
         await this.scheduler.arm();
       })
       .catch((err) => console.error("ledger storage upgrade failed:", err));

@@ -28,21 +28,29 @@ export const reportAccepted = (serverId: string, answer: { generation: number; c
 
 /**
  * Takes the report of the host holding `record`'s token. `enqueued`: something left for the
- * outbox, to be delivered after the answer.
+ * outbox, to be delivered after the answer; `heartbeat`: the report was kept in memory only (its
+ * content is the stored one's). `keepsHeartbeat`: the caller keeps the heartbeat where it outlives
+ * the ledger's eviction (the host channel's socket, ./channel.ts), so it is never stored for itself.
  */
-export function acceptReport(d: LedgerDeps, record: ServerRecord, report: InventoryReport): { answer: ReportAnswer; enqueued: boolean } {
+export function acceptReport(
+  d: LedgerDeps,
+  record: ServerRecord,
+  report: InventoryReport,
+  opts: { keepsHeartbeat?: boolean } = {},
+): { answer: ReportAnswer; enqueued: boolean; heartbeat: boolean } {
   const { desired, report: previous, reportKey, persistedAt } = d.store.load()!;
   if (report.generation > desired.generation) {
     const answer = fail("generation_not_issued", `report claims generation ${report.generation}, but the newest issued is ${desired.generation}`, {
       desired_generation: desired.generation,
     });
-    return { answer, enqueued: false };
+    return { answer, enqueued: false, heartbeat: false };
   }
   const now = d.clock();
   const stored: StoredReport = { ...report, received_at: now };
   const unchanged = previous !== undefined && reportKey === contentKey(stored);
   let enqueued = false;
-  if (unchanged && persistedAt !== undefined && now - persistedAt < HEARTBEAT_PERSIST_MS) {
+  const heartbeat = unchanged && persistedAt !== undefined && (opts.keepsHeartbeat === true || now - persistedAt < HEARTBEAT_PERSIST_MS);
+  if (heartbeat) {
     // Same content as the stored report: only the heartbeat moved. It lives in memory and is
     // persisted at most every HEARTBEAT_PERSIST_MS (or when the index is told of it), so a
     // steady host costs no storage write, and nothing the index shows can have changed.
@@ -71,7 +79,7 @@ export function acceptReport(d: LedgerDeps, record: ServerRecord, report: Invent
     });
     enqueued = true;
   }
-  return { answer: { ok: true, generation: desired.generation, computed: computeStatus(desired, stored, now, record.stale_after_s * 1000) }, enqueued };
+  return { answer: { ok: true, generation: desired.generation, computed: computeStatus(desired, stored, now, record.stale_after_s * 1000) }, enqueued, heartbeat };
 }
 
 /** Whether the index's last_seen is due a refresh (a coarse one, docs/design.md §8; leased on the channel). */

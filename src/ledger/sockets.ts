@@ -5,7 +5,7 @@
  * pushes to the host once the writing turn is over (a transaction's several writes are one push).
  */
 import type { SocketRoom } from "../objects/kit/sockets";
-import { HOST_TAG, CHANNEL_PATH, connectHost, hostMessage, pushToHosts } from "./channel";
+import { HOST_TAG, CHANNEL_PATH, connectHost, hostMessage, pushToHosts, restoreHeartbeat } from "./channel";
 import { project, type LedgerDeps } from "./effects";
 import { openPollWait, openViewWait, WAIT_PATHS, wakeWaits } from "./waits";
 
@@ -30,7 +30,10 @@ export class LedgerSockets {
 
   /** A message on one of the sockets; true when the outbox has something to deliver. Waiters never speak. */
   message(ws: WebSocket, raw: string | ArrayBuffer): boolean {
-    return this.room.tags(ws).includes(HOST_TAG) ? hostMessage(this.d, ws, raw) : false;
+    if (!this.room.tags(ws).includes(HOST_TAG)) return false;
+    const enqueued = hostMessage(this.d, ws, raw);
+    // Closed for what it sent (a flood, a token gone): gone as if the host had closed it.
+    return ws.readyState === WebSocket.OPEN ? enqueued : this.hostGone(ws) || enqueued;
   }
 
   /** Whether the host is connected on the channel now. */
@@ -43,11 +46,24 @@ export class LedgerSockets {
    * exact again: ./projection.ts); true when the outbox has something to deliver.
    */
   closed(ws: WebSocket): boolean {
-    if (!this.room.tags(ws).includes(HOST_TAG)) return false;
+    return this.room.tags(ws).includes(HOST_TAG) && this.hostGone(ws);
+  }
+
+  /** A host socket closed (or is being closed here): its heartbeat is stored, and the index told if it was the last. */
+  private hostGone(ws: WebSocket): boolean {
+    if (this.gone.has(ws)) return false;
     this.gone.add(ws);
-    if (this.hostConnected() || !this.d.store.load()) return false;
+    if (!this.d.store.load()) return false;
+    // The heartbeat the socket kept goes to storage with it.
+    restoreHeartbeat(this.d.store, [ws], true);
+    if (this.hostConnected()) return false;
     project(this.d.outbox);
     return true;
+  }
+
+  /** When the ledger wakes: its host's heartbeat, kept by the socket while it slept. */
+  restoreHeartbeat() {
+    restoreHeartbeat(this.d.store, this.room.list(HOST_TAG));
   }
 
   /** After every store write, in the writer's turn: the wake-ups go out once the turn is over. */
@@ -57,7 +73,8 @@ export class LedgerSockets {
     queueMicrotask(() => {
       this.pending = false;
       wakeWaits(this.d.store, this.room, this.d.clock());
-      pushToHosts(this.d.store, this.room);
+      // A socket closed here for its token is gone as one the host closed (its close event finds it gone).
+      pushToHosts(this.d.store, this.room, (ws) => this.hostGone(ws));
     });
   }
 }

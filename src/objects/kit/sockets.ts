@@ -25,7 +25,14 @@ export function socketRoom(ctx: DurableObjectState): SocketRoom {
       return { socket: server, response: new Response(null, { status: 101, webSocket: client, headers }) };
     },
     list: (tag) => ctx.getWebSockets(tag),
-    tags: (ws) => ctx.getTags(ws),
+    tags: (ws) => {
+      try {
+        return ctx.getTags(ws);
+      } catch {
+        // A socket this object closed itself is no longer its to tag (its close event still comes).
+        return [];
+      }
+    },
   };
 }
 

@@ -1,0 +1,159 @@
+// The bill of `npm run bench -- cost` (./scenarios/cost.ts): the local meter's readings
+// (src/objects/kit/meter.ts) turned into usage per host-month, priced at ./prices.ts, itemized per
+// transport and compared side by side with the bill measured before the host channel.
+import type { SimSummary } from "../../sim/simulator.ts";
+import type { BenchContext } from "./run.ts";
+import { DO_GB, MONTH_S, PRICES, PRICES_READ_ON, type Price } from "./prices.ts";
+
+export const FLEETS = [1_000, 10_000, 100_000];
+
+export interface Rows { statements: number; rows_read: number; rows_written: number }
+export interface ClassReading { requests: number; awake_ms: number; idle_tail_ms: number; parked_ms: number; instances: number; d1: Rows; methods: Record<string, { calls: number; ms: number }> }
+export interface Reading { window: { ms: number }; worker: { requests: number; scheduled: number; d1: Rows }; objects: Record<string, ClassReading>; d1_unattributed: Rows; d1_rows_metered: boolean }
+export interface Window { name: string; s: number; reading: Reading; cpuMs: number | null; idleCpuMs: number }
+
+export const ITEMS = ["workerRequests", "workerCpuMs", "doRequests", "doGbSeconds", "d1RowsRead", "d1RowsWritten"] as const;
+type Item = (typeof ITEMS)[number];
+export type Usage = Record<Item, number> & { doGbSecondsTail: number };
+export const LABEL: Record<Item, string> = {
+  workerRequests: "Worker requests",
+  workerCpuMs: "Worker CPU ms (estimate)",
+  doRequests: "DO requests",
+  doGbSeconds: "DO duration, GB-s",
+  d1RowsRead: "D1 rows read",
+  d1RowsWritten: "D1 rows written",
+};
+
+export function usageOf(w: Window): Usage {
+  const r = w.reading;
+  const classes = Object.values(r.objects);
+  const rows = [r.worker.d1, r.d1_unattributed, ...classes.map((c) => c.d1)];
+  const sum = (f: (c: ClassReading) => number) => classes.reduce((n, c) => n + f(c), 0);
+  const workerRequests = r.worker.requests + r.worker.scheduled;
+  const doRequests = sum((c) => c.requests);
+  const busyCpuMs = Math.max(0, (w.cpuMs ?? 0) - w.idleCpuMs);
+  return {
+    workerRequests,
+    workerCpuMs: workerRequests ? (busyCpuMs * workerRequests) / (workerRequests + doRequests) : 0,
+    doRequests,
+    doGbSeconds: (sum((c) => c.awake_ms) / 1000) * DO_GB,
+    doGbSecondsTail: (sum((c) => c.awake_ms + c.idle_tail_ms) / 1000) * DO_GB,
+    d1RowsRead: rows.reduce((n, x) => n + x.rows_read, 0),
+    d1RowsWritten: rows.reduce((n, x) => n + x.rows_written, 0),
+  };
+}
+export const combine = (a: Usage, b: Usage, k = 1) =>
+  Object.fromEntries(Object.keys(a).map((key) => [key, a[key as keyof Usage] + k * b[key as keyof Usage]])) as Usage;
+export const scale = (a: Usage, k: number) => combine(a, a, k - 1);
+export const clamp = (a: Usage) => Object.fromEntries(Object.entries(a).map(([k, v]) => [k, Math.max(0, v)])) as Usage;
+export const charge = (p: Price, used: number) => Math.max(0, used - p.includedPerMonth) * p.usdPerUnit;
+
+const si = (n: number) => (n >= 1e9 ? `${(n / 1e9).toFixed(2)}G` : n >= 1e6 ? `${(n / 1e6).toFixed(2)}M` : n >= 1e4 ? `${(n / 1e3).toFixed(1)}k` : n.toFixed(n < 10 ? 2 : 0));
+const usd = (n: number) => `$${n < 1 ? n.toFixed(4) : n.toFixed(2)}`;
+
+
+/** What one transport's run comes to, for the side-by-side comparison. */
+export interface TransportBill {
+  transport: string;
+  label: string;
+  monthly: Record<Item, number>;
+  totals: number[];
+  /** Share of the steady window each server's ledger was awake (an idle host's). */
+  ledgerAwake: number | null;
+  push: { p50: number | null; p99: number | null } | null;
+}
+
+/**
+ * The bill measured before the host channel (the long poll parked in the server's ledger), per
+ * host-month: `npm run bench -- cost --transport http` on the code of the meter's merge (150 hosts,
+ * real time, 2026-11-24; docs/benchmarks.md). The in-object park it measured no longer exists.
+ */
+export const BEFORE: TransportBill = {
+  transport: "before",
+  label: "long poll parked in the ledger (measured before the channel)",
+  monthly: { workerRequests: 195.3e3, workerCpuMs: 488.6e3, doRequests: 200.7e3, doGbSeconds: 322.3e3, d1RowsRead: 53.6e3, d1RowsWritten: 281.0e3 },
+  totals: [],
+  ledgerAwake: 0.97,
+  push: null,
+};
+
+/** The month's bill for each fleet size: what lies beyond the plan's included amounts, plus the plan. */
+export function totalsOf(monthly: Record<Item, number>) {
+  return FLEETS.map((n) => ITEMS.reduce<number>((t, item) => t + charge(PRICES[item], monthly[item] * n), PRICES.planUsdPerMonth));
+}
+
+export function report(
+  ctx: BenchContext,
+  r: { transport: string; label: string; hosts: number; rounds: number; windows: Window[]; events: string[]; summary: SimSummary },
+): TransportBill {
+  const w = Object.fromEntries(r.windows.map((x) => [x.name, x])) as Record<"setup" | "join" | "events" | "steady", Window>;
+  const steady = usageOf(w.steady);
+  const perHostMonth = scale(steady, MONTH_S / w.steady.s / r.hosts);
+  const perHostRound = scale(clamp(combine(usageOf(w.events), steady, -w.events.s / w.steady.s)), 1 / r.hosts);
+  const monthly = combine(perHostMonth, perHostRound, r.rounds);
+  const log = (line = "") => console.log(line);
+  const { latency_ms: lat } = r.summary;
+
+  log(`\n## Cost of ${r.hosts} hosts, transport \`${r.transport}\` (${r.label})\n`);
+  log(`Prices: Workers Paid plan list prices read on ${PRICES_READ_ON} (scripts/bench/prices.ts). Measured ${new Date().toISOString().slice(0, 10)}.`);
+  log(`Windows (real time): ${r.windows.map((x) => `${x.name} ${x.s.toFixed(0)} s`).join(", ")}. Events: ${r.events.join("; ")}.`);
+  log(`Simulator: ${r.summary.ops.polls} polls, ${r.summary.ops.pushes} pushes, ${r.summary.ops.reports} reports, ${r.summary.ops.fleetlock} FleetLock calls, ${r.summary.ops.errors} errors; channel sockets opened ${r.summary.channel.opened}, closed or refused ${r.summary.channel.closed}; last status ${JSON.stringify(r.summary.byStatus)}.`);
+  if (lat.push_p50 !== null) log(`A desired change reached its connected host (from the operator's write) in p50 ${lat.push_p50} ms, p99 ${lat.push_p99} ms; realized in p50 ${lat.converge_p50} ms, p99 ${lat.converge_p99} ms.`);
+  log(`Month: the steady window's rate over 30 days plus ${r.rounds} rounds of the events window (less the steady rate over its length). Fleets scale the per-host figures; the bill is what lies beyond the plan's included amounts, plus the plan's $${PRICES.planUsdPerMonth}.\n`);
+
+  const head = ["item", "per host-month", ...FLEETS.map((n) => `${n.toLocaleString("en-US")} hosts`)];
+  log(`| ${head.join(" | ")} |`);
+  log(`|${head.map((_, i) => (i ? "---:" : "---")).join("|")}|`);
+  for (const item of ITEMS) {
+    const price = PRICES[item];
+    const cells = FLEETS.map((n) => `${si(monthly[item] * n)} → ${usd(charge(price, monthly[item] * n))}`);
+    log(`| ${LABEL[item]} | ${si(monthly[item])} (${usd(monthly[item] * price.usdPerUnit)} at list) | ${cells.join(" | ")} |`);
+  }
+  const totals = totalsOf(monthly);
+  log(`| **total per month** (plan included) | | ${totals.map((t) => `**${usd(t)}**`).join(" | ")} |`);
+  log(`| per host-month | | ${totals.map((t, i) => usd(t / FLEETS[i])).join(" | ")} |`);
+  const tail = FLEETS.map((n) => usd(charge(PRICES.doGbSeconds, (perHostMonth.doGbSecondsTail + r.rounds * perHostRound.doGbSecondsTail) * n) - charge(PRICES.doGbSeconds, monthly.doGbSeconds * n)));
+  log(`| DO duration if the 10 s idle before hibernation is billed too | | ${tail.map((t) => `+${t}`).join(" | ")} |`);
+
+  log(`\nWhere it comes from (steady window, ${w.steady.s.toFixed(0)} s, ${r.hosts} hosts):\n`);
+  log("| source | requests | awake (share of its objects' time) | parked | D1 rows read / written | busiest calls (count, total s) |");
+  log("|---|---:|---:|---:|---:|---|");
+  const s = w.steady.reading;
+  log(`| Worker | ${s.worker.requests} (+${s.worker.scheduled} cron) | | | ${s.worker.d1.rows_read} / ${s.worker.d1.rows_written} | |`);
+  const shareOf = (c: ClassReading) => (c.instances ? c.awake_ms / (c.instances * w.steady.s * 1000) : 0);
+  for (const [name, c] of Object.entries(s.objects)) {
+    const calls = Object.entries(c.methods).sort((a, b) => b[1].ms - a[1].ms).slice(0, 3).map(([m, u]) => `${m} ${u.calls}, ${(u.ms / 1000).toFixed(1)} s`);
+    log(`| ${name} (${c.instances} objects) | ${c.requests.toFixed(0)} | ${(c.awake_ms / 1000).toFixed(1)} s (${pct(shareOf(c))}) | ${(c.parked_ms / 1000).toFixed(0)} s | ${c.d1.rows_read} / ${c.d1.rows_written} | ${calls.join("; ")} |`);
+  }
+  const cpu = w.steady.cpuMs;
+  log(`\nLocal runtime CPU in the steady window: ${cpu === null ? "not measured (no /proc)" : `${(cpu / 1000).toFixed(1)} s, of which ${(w.steady.idleCpuMs / 1000).toFixed(1)} s its idle rate`}; charged to the Worker: ${(steady.workerCpuMs / Math.max(1, steady.workerRequests)).toFixed(1)} ms per Worker request.`);
+  log(`One round of events, per host: ${ITEMS.map((i) => `${LABEL[i]} ${si(perHostRound[i])}`).join(", ")}.`);
+  log(`Setup, per host (one-off): ${ITEMS.map((i) => `${LABEL[i]} ${si(usageOf(w.setup)[i] / r.hosts)}`).join(", ")}.`);
+  if (!s.d1_rows_metered) log("\nD1 rows were NOT metered (the D1 binding lacks the internal the meter taps): their lines read 0.");
+  log("Not metered: Durable Object SQLite storage (rows read and written in objects, and stored GB), D1 storage, Workers Logs.\n");
+
+  ctx.note(`cost (${r.transport}, ${r.hosts} hosts): per host-month at 10,000 hosts`, usd(totals[1] / FLEETS[1]));
+  ctx.note(`cost (${r.transport}): DO GB-s per host-month`, si(monthly.doGbSeconds));
+  const ledger = s.objects.ServerLedger;
+  return { transport: r.transport, label: r.label, monthly, totals, ledgerAwake: ledger ? shareOf(ledger) : null, push: lat.push_p50 === null ? null : { p50: lat.push_p50, p99: lat.push_p99 } };
+}
+
+const pct = (x: number) => `${(x * 100).toFixed(x < 0.1 ? 2 : 0)}%`;
+
+/** The transports side by side, with the bill measured before the channel. */
+export function compare(bills: TransportBill[]) {
+  const log = (line = "") => console.log(line);
+  const rows = [{ ...BEFORE, totals: totalsOf(BEFORE.monthly) }, ...bills];
+  log("\n## Side by side: the month's bill beyond the plan's included amounts (plan included)\n");
+  log(`| transport | ${FLEETS.map((n) => `${n.toLocaleString("en-US")} hosts`).join(" | ")} | per host-month at 10,000 | DO GB-s per host-month | ledger awake (steady) | push p50 / p99 |`);
+  log(`|---|${FLEETS.map(() => "---:").join("|")}|---:|---:|---:|---:|`);
+  for (const b of rows) {
+    const push = b.push ? `${b.push.p50} / ${b.push.p99} ms` : "";
+    log(`| \`${b.transport}\`: ${b.label} | ${b.totals.map(usd).join(" | ")} | ${usd(b.totals[1] / FLEETS[1])} | ${si(b.monthly.doGbSeconds)} | ${b.ledgerAwake === null ? "" : pct(b.ledgerAwake)} | ${push} |`);
+  }
+  log("\nItem by item, per host-month:\n");
+  log(`| item | ${rows.map((b) => `\`${b.transport}\``).join(" | ")} |`);
+  log(`|---|${rows.map(() => "---:").join("|")}|`);
+  for (const item of ITEMS) log(`| ${LABEL[item]} | ${rows.map((b) => si(b.monthly[item])).join(" | ")} |`);
+  log("");
+}
