@@ -93,23 +93,6 @@ describe("cost meter", () => {
     expect(probeReading(id)).toBeUndefined();
   });
 
-  it("a host's long poll keeps its ledger awake for the whole wait: today the poll parks inside the ledger", async () => {
-    const fleet = await createFleet();
-    const s = await registerServer(fleet.id);
-    const ledgerId = env.LEDGER.idFromName(s.id).toString();
-    await call("DELETE", "/__local/meter", { token: null });
-    const res = await call("GET", "/v1/agent/desired?wait=1", { token: s.token, headers: { "If-None-Match": '"1"' } });
-    expect(res.status).toBe(304);
-    const reading = (await call("GET", "/__local/meter", { token: null })).json;
-    const ledger = reading.objects.ServerLedger.by_instance[ledgerId];
-    expect(reading.worker.requests).toBeGreaterThanOrEqual(1);
-    expect(ledger).toMatchObject({ rpc: 1, requests: 1, in_flight: 0 });
-    // The issue "Pay for work, not for waiting" moves this wait out of the object; once hosts wait
-    // elsewhere, this flips to: the ledger is awake only for the call's own work (milliseconds).
-    expect(ledger.awake_ms).toBeGreaterThanOrEqual(900);
-    expect(reading.objects.ServerLedger.methods.agentDesired.max_ms).toBeGreaterThanOrEqual(900);
-  });
-
   it("counts D1 rows read and written from each statement's meta, by sender, through raw() and batch() too", async () => {
     const rows: D1Rows = { statements: 0, rowsRead: 0, rowsWritten: 0 };
     const db = getDb(d1RowsInto(env.DB, rows));
