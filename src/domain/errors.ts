@@ -51,6 +51,7 @@ export const ERROR_CODES = [
   "not_decommissioning",
   // Reboot coordination.
   "not_held",
+  "not_queued",
   // Rollouts.
   "invalid_state",
   "rollout_in_progress",

@@ -47,6 +47,10 @@ export const MAX_REASON_LENGTH = 1000;
  */
 export const MAX_QUEUE_WAIT_S = 600;
 
+/** A group's `unclaimed_grant_s`: how long a grant its host could not be told of is kept for it. */
+export const MIN_UNCLAIMED_GRANT_S = 5;
+export const MAX_UNCLAIMED_GRANT_S = 3600;
+
 /** Hosts parked in one group's queue at once; beyond it a pre-reboot is refused as before. */
 export const MAX_QUEUED_PER_GROUP = 10_000;
 

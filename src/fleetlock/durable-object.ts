@@ -38,7 +38,9 @@ export class RebootCoordinator extends DurableObject<Env> {
     const store = new CoordinatorStore(ctx.storage);
     const effects = new CoordinatorEffects(ctx.storage, scheduler, () => getDb(this.env.DB));
     const clock = () => this.clock();
-    this.c = { store, effects, scheduler, clock, parked: new ParkedHosts(store, effects, scheduler, clock) };
+    const trust = Number(env.PARK_TRUST_S);
+    const trustMs = env.PARK_TRUST_S && Number.isFinite(trust) && trust >= 0 ? trust * 1000 : null;
+    this.c = { store, effects, scheduler, clock, parked: new ParkedHosts(store, effects, scheduler, clock, trustMs) };
   }
 
   async alarm() {
@@ -93,11 +95,11 @@ export class RebootCoordinator extends DurableObject<Env> {
   }
 
   async setServerIdentity(serverId: string, id: ServerIdentity): Promise<{ applied: boolean; conflict?: boolean }> {
-    return identity.setIdentity(this.c.store, this.c.scheduler, this.c.effects, serverId, id);
+    return identity.setIdentity(this.c, serverId, id);
   }
 
   async adoptIdentity(serverId: string, id: ServerIdentity): Promise<{ applied: boolean }> {
-    return identity.adoptIdentity(this.c.store, this.c.scheduler, serverId, id);
+    return identity.adoptIdentity(this.c, serverId, id);
   }
 
   // ---- reboot groups ----
@@ -118,6 +120,10 @@ export class RebootCoordinator extends DurableObject<Env> {
 
   async forceRelease(settings: FleetSettings, name: string, id: string, actor: string): Promise<{ ok: true; released: Holder; group: GroupView } | Failure> {
     return grants.forceRelease(this.c, settings, name, id, actor);
+  }
+
+  async dequeueHost(settings: FleetSettings, name: string, id: string, actor: string) {
+    return groups.dequeueHost(this.c, settings, name, id, actor);
   }
 
   async releaseServer(serverId: string, opts: { reason: string; actor: string; granted_before?: number }): Promise<(Holder & { group: string })[]> {

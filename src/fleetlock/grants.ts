@@ -76,10 +76,13 @@ export async function preReboot(
   const answer = c.parked.wait(name, adm.entry, now, opts.ticket);
   // A slot may be free and open with nobody answered yet (a window just opened): settle it now.
   await c.parked.drain(name);
-  if ((await answer) === "granted") return { ok: true };
+  const answered = await answer;
+  if (answered === "granted") return { ok: true };
+  if (answered === "removed") return failure("unknown_client", `'${params.id}' no longer belongs to a server of this fleet; it left the queue`);
   const after = c.store.group(name)!;
   if (holderOf(after, params.id)) return { ok: true };
   const refusal = closedBecause(after, c.clock()) ?? "semaphore_full";
+  if (answered === "dequeued") return failure(refusal, `${refusalValue[refusal]}; an operator took this host out of the queue`);
   return failure(refusal, `${refusalValue[refusal]}; waited ${after.queue_wait_s ?? 0} s in the queue`);
 }
 

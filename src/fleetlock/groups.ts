@@ -4,6 +4,7 @@
  */
 import { fail, type Failure } from "../objects/kit/result";
 import type { Coordination } from "./context";
+import { liveEntries, queuedOf, type QueueEntry } from "./queue";
 import { configure, newGroup, type GroupChange, type GroupState } from "./semaphore";
 import type { FleetConfig, FleetSettings } from "./store";
 import { groupView, type GroupView } from "./views";
@@ -45,4 +46,29 @@ export function viewOf(c: Coordination, config: FleetConfig, name: string, group
     const s = c.store.servers.get(serverId);
     return { id: serverId, hostname: s ? s.hostname : null };
   });
+}
+
+/** An operator takes a parked host out of the group's queue; its waiting request is refused. */
+export async function dequeueHost(
+  c: Coordination,
+  settings: FleetSettings,
+  name: string,
+  id: string,
+  actor: string,
+): Promise<{ ok: true; removed: QueueEntry; group: GroupView } | Failure> {
+  const config = c.store.syncSettings(settings);
+  if (!c.store.group(name)) return fail("not_found", `reboot group '${name}' is not configured`);
+  const now = c.clock();
+  if (!queuedOf(liveEntries(c.store.queue(name), now), id)) return fail("not_queued", `'${id}' is not waiting in the queue of reboot group '${name}'`);
+  const removed = c.parked.dequeue(name, id)!;
+  await c.effects.audit(
+    [{
+      actor,
+      action: "reboot_group.dequeue",
+      target: `fleet:${settings.fleet_id}`,
+      details: { group: name, id, server_id: removed.server_id, waiting_since: new Date(removed.since).toISOString() },
+    }],
+    { wait: true },
+  );
+  return { ok: true, removed, group: viewOf(c, config, name, c.store.group(name)!, now) };
 }

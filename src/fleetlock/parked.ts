@@ -8,25 +8,42 @@
 import { Parking } from "../objects/kit/park";
 import type { Scheduler } from "../objects/kit/scheduler";
 import { hostAudit, type CoordinatorEffects } from "./effects";
-import { dequeue, drain, nextWake, queuedOf, releaseUnclaimed, type QueueEntry } from "./queue";
+import { closedBecause, dequeue, drain, nextWake, queuedOf, releaseUnclaimed, type Answer, type QueueEntry } from "./queue";
+import type { GroupState } from "./semaphore";
 import type { CoordinatorStore } from "./store";
 
 /** The scheduler's timer for the queue: unclaimed grants running out, waits ending, windows opening. */
 export const QUEUE_TIMER = "queue";
 
-/** How a parked call is answered; a refused host is told why by the caller, from the group as it is then. */
-export type ParkedAnswer = "granted" | "refused";
+/**
+ * How a parked call is answered; a refused host is told why by the caller, from the group as it is
+ * then. `removed`: its id no longer belongs to a server of the fleet (the server was removed, or
+ * its fleetlock_id changed), so it left the queue.
+ */
+export type ParkedAnswer = "granted" | "refused" | "removed" | "dequeued";
+
+/** Why a group grants nothing new now, gates included; null when open. */
+export type ClosedFn = (name: string, g: GroupState, now: number) => string | null;
 
 export class ParkedHosts {
   private readonly calls = new Parking<ParkedAnswer>();
+  /** When each id's newest waiting call parked (decision clock): how long the runtime vouches for it. */
+  private readonly parkedAt = new Map<string, number>();
   /** When the queue timer is set for; undefined until the first look after a wake. */
   private timerAt: number | null | undefined;
+  /** Gates add their reasons here (./gate-state.ts); by default pause, windows and slots decide. */
+  closed: ClosedFn = (_name, g, now) => closedBecause(g, now);
 
   constructor(
     private readonly store: CoordinatorStore,
     private readonly effects: CoordinatorEffects,
     private readonly scheduler: Scheduler,
     private readonly clock: () => number,
+    /**
+     * How long a parked call is believed to still have its client where the runtime cannot report
+     * a hang-up (PARK_TRUST_S; wrangler dev's proxy never aborts request.signal); null: it can.
+     */
+    private readonly trustMs: number | null = null,
   ) {}
 
   /** Whether a call of the id is still waiting here (operators see it as `connected`). */
@@ -39,7 +56,40 @@ export class ParkedHosts {
    * When the wait runs out the host leaves the queue and every call of it is refused.
    */
   wait(group: string, entry: QueueEntry, now: number, ticket?: string): Promise<ParkedAnswer> {
-    return this.calls.park(entry.id, entry.deadline - now, "refused", () => this.expire(group, entry.id), ticket);
+    this.parkedAt.set(entry.id, now);
+    const answer = this.calls.park(entry.id, entry.deadline - now, "refused", () => this.expire(group, entry.id), ticket);
+    return answer.finally(() => {
+      if (!this.calls.has(entry.id)) this.parkedAt.delete(entry.id);
+    });
+  }
+
+  /** How a grant made now would reach the id's host. */
+  private answerOf(id: string, now: number): Answer {
+    if (!this.calls.has(id)) return "gone";
+    const at = this.parkedAt.get(id);
+    if (this.trustMs !== null && at !== undefined && now - at > this.trustMs) return "provisional";
+    return "live";
+  }
+
+  /**
+   * The id no longer belongs to a server of the fleet (removed, or renamed): it leaves every
+   * queue, and its waiting calls are answered at once. Nothing may be granted to it later.
+   */
+  forget(id: string) {
+    for (const [name, q] of this.store.queues()) {
+      if (queuedOf(q, id)) this.store.saveQueue(name, dequeue(q, id));
+    }
+    this.calls.settle(id, "removed");
+  }
+
+  /** An operator took the host out of the queue: it leaves, and its waiting calls are refused. */
+  dequeue(name: string, id: string): QueueEntry | null {
+    const q = this.store.queue(name);
+    const entry = queuedOf(q, id);
+    if (!entry) return null;
+    this.store.saveQueue(name, dequeue(q, id));
+    this.calls.settle(id, "dequeued");
+    return entry;
   }
 
   /** The edge saw the call's client go away: it stops waiting, the id keeps its place. */
@@ -70,23 +120,31 @@ export class ParkedHosts {
     if (!g) return;
     const now = this.clock();
     const freed = releaseUnclaimed(g, now);
-    const d = drain(freed.group, this.store.queue(name), now, (id) => this.calls.has(id), (id) => {
-      const held = this.store.heldIn(id);
-      return held !== undefined && held !== name;
+    const config = this.store.config;
+    const d = drain(freed.group, this.store.queue(name), now, (id) => this.answerOf(id, now), {
+      holdsElsewhere: (id) => {
+        const held = this.store.heldIn(id);
+        return held !== undefined && held !== name;
+      },
+      // A removed server's host (or a renamed id) is never granted, whatever order the news came in.
+      eligible: (e) => (e.server_id ? this.store.clients.get(e.id)?.server_id === e.server_id : Boolean(config?.allow_unknown_ids)),
+      closed: (x) => this.closed(name, x, now),
     });
     this.store.saveGroup(name, d.group);
     this.store.saveQueue(name, d.queue);
+    for (const e of d.dropped) this.calls.settle(e.id, "removed");
     for (const { entry, answerable } of d.granted) if (answerable) this.calls.settle(entry.id, "granted");
     const rearm = this.armTimer(now);
     const fleetId = this.store.config?.fleet_id;
     await this.effects.audit(
       [
         ...freed.released.map((h) => hostAudit(fleetId, "fleetlock.release_unclaimed", h.id, h.server_id, { group: name })),
-        ...d.granted.map(({ entry, answerable }) =>
+        ...d.granted.map(({ entry, answerable, provisional }) =>
           hostAudit(fleetId, "fleetlock.grant", entry.id, entry.server_id, {
             group: name,
             queued_since: new Date(entry.since).toISOString(),
             answered: answerable,
+            ...(provisional ? { provisional: true } : {}),
           }),
         ),
       ],

@@ -109,40 +109,69 @@ function withoutClaim(h: Holder): Holder {
   return rest;
 }
 
+/**
+ * How a grant to a parked id reaches it: `live`, answered now; `provisional`, answered now but the
+ * runtime cannot tell whether its client is still there (wrangler dev never reports a hang-up), so
+ * the slot is also kept as unclaimed until the host calls again; `gone`, nobody can be answered,
+ * the slot is kept unclaimed for its next pre-reboot.
+ */
+export type Answer = "live" | "provisional" | "gone";
+
+export interface DrainOptions {
+  /** An id that meanwhile took a slot in another group (one slot per id). */
+  holdsElsewhere?: (id: string) => boolean;
+  /** Whether the entry may still be granted: its server still owns the id. Others leave the queue. */
+  eligible?: (entry: QueueEntry) => boolean;
+  /** Why the group grants nothing new now; defaults to pause, windows and slots (gates add theirs). */
+  closed?: (g: GroupState) => string | null;
+}
+
 export interface Drained {
   group: GroupState;
   queue: Queue;
   /** Hosts that got a slot, in grant order; `answerable` ones are answered 200 now. */
-  granted: { entry: QueueEntry; answerable: boolean }[];
+  granted: { entry: QueueEntry; answerable: boolean; provisional?: boolean }[];
+  /** Entries that may no longer be granted (their server gave up the id) and left the queue. */
+  dropped: QueueEntry[];
 }
+
+/** How long an unclaimed grant is kept for its host in this group. */
+export const unclaimedMs = (g: GroupState) => (g.unclaimed_grant_s ?? UNCLAIMED_GRANT_S) * 1000;
 
 /**
  * Hands free slots to parked hosts, longest-waiting first, while the group is open. Expired
- * entries leave first. A grant to a host nobody can answer any more is kept for it as unclaimed
- * until `now + UNCLAIMED_GRANT_S`: its next pre-reboot claims it, or it is released.
- * `holdsElsewhere` skips an id that meanwhile took a slot in another group (one slot per id).
+ * entries leave first. A grant to a host nobody can answer any more (or that the runtime cannot
+ * vouch for) is kept for it as unclaimed for the group's bound: its next call claims it, or it is
+ * released.
  */
 export function drain(
   g: GroupState,
   q: Queue,
   now: number,
-  answerable: (id: string) => boolean,
-  holdsElsewhere: (id: string) => boolean = () => false,
+  answer: (id: string) => Answer | boolean,
+  opts: DrainOptions = {},
 ): Drained {
+  const closed = opts.closed ?? ((x: GroupState) => closedBecause(x, now));
   let queue = liveEntries(q, now);
   let group = g;
   const granted: Drained["granted"] = [];
-  while (queue.length > 0 && closedBecause(group, now) === null) {
+  const dropped: QueueEntry[] = [];
+  while (queue.length > 0 && closed(group) === null) {
     const [entry, ...rest] = queue;
     queue = rest;
-    if (holderOf(group, entry.id) || holdsElsewhere(entry.id)) continue;
-    const live = answerable(entry.id);
+    if (opts.eligible && !opts.eligible(entry)) {
+      dropped.push(entry);
+      continue;
+    }
+    if (holderOf(group, entry.id) || opts.holdsElsewhere?.(entry.id)) continue;
+    const a = answer(entry.id);
+    const how: Answer = a === true ? "live" : a === false ? "gone" : a;
     const holder: Holder = { id: entry.id, server_id: entry.server_id, granted_at: now };
-    if (!live) holder.unclaimed_until = now + UNCLAIMED_GRANT_S * 1000;
+    if (how !== "live") holder.unclaimed_until = now + unclaimedMs(g);
     group = { ...group, holders: [...group.holders, holder], updated_at: now };
-    granted.push({ entry, answerable: live });
+    granted.push(how === "provisional" ? { entry, answerable: true, provisional: true } : { entry, answerable: how === "live" });
   }
-  return { group, queue: queue.length === q.length ? q : queue, granted };
+  return { group, queue: queue.length === q.length ? q : queue, granted, dropped };
 }
 
 /** Releases grants nobody came back for within UNCLAIMED_GRANT_S. */

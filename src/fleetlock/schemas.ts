@@ -1,6 +1,6 @@
 import { z } from "@hono/zod-openapi";
 import { fleetlockId, groupName } from "../fleets/schemas";
-import { MAX_GROUP_SLOTS } from "../domain/limits";
+import { MAX_GROUP_SLOTS, MAX_UNCLAIMED_GRANT_S, MIN_UNCLAIMED_GRANT_S } from "../domain/limits";
 import { FLEETLOCK_KINDS } from "../domain/enums";
 import { MAX_QUEUE_WAIT_S, UNCLAIMED_GRANT_S } from "./queue";
 import { DAYS, isValidTimeZone, MINUTES_PER_WEEK, type Day } from "./windows";
@@ -74,6 +74,17 @@ export const GroupInput = z
           "How long a pre-reboot that finds the group full or outside its windows waits for a slot, first come first " +
           "served, before it is refused; 0 refuses at once. Omitted: unchanged (0 for a new group)",
       }),
+    unclaimed_grant_s: z
+      .number()
+      .int()
+      .min(MIN_UNCLAIMED_GRANT_S)
+      .max(MAX_UNCLAIMED_GRANT_S)
+      .optional()
+      .openapi({
+        description:
+          "How long a slot granted to a parked host that could not be told (its request went away) is kept for its next " +
+          `pre-reboot before it goes to the next host. Omitted: unchanged (${UNCLAIMED_GRANT_S} for a new group)`,
+      }),
   })
   .openapi("RebootGroupInput");
 
@@ -85,7 +96,9 @@ const HolderSchema = z
     stuck: z.boolean().openapi({ description: "Held for longer than the fleet's lock_ttl_s" }),
     server: z.object({ id: z.string(), hostname: z.string().nullable() }).nullable(),
     unclaimed_until: z.string().nullable().openapi({
-      description: `Granted to a parked host that could no longer be answered: its next pre-reboot claims the slot, else it is released then (${UNCLAIMED_GRANT_S} s after the grant)`,
+      description:
+        "Granted to a parked host that could no longer be answered (or, where the runtime cannot tell, whose answer may " +
+        "not have reached it): its next call claims the slot, else it is released then (the group's unclaimed_grant_s after the grant)",
     }),
   })
   .openapi("RebootHolder");
@@ -113,6 +126,7 @@ export const GroupSchema = z
     open_now: z.boolean(),
     available_slots: z.number().int(),
     queue_wait_s: z.number().int(),
+    unclaimed_grant_s: z.number().int(),
     holders: z.array(HolderSchema),
     queue: z.array(QueuedSchema),
     updated_at: z.string(),

@@ -26,6 +26,8 @@ export interface GroupState {
   holders: Holder[];
   /** How long a pre-reboot may wait for a slot (queue.ts); 0 or absent: refused at once. */
   queue_wait_s?: number;
+  /** How long a grant its host could not be told of is kept for it (queue.ts); absent: UNCLAIMED_GRANT_S. */
+  unclaimed_grant_s?: number;
   updated_at: number;
 }
 
@@ -92,6 +94,7 @@ export interface GroupChange {
   paused?: boolean;
   windows?: MaintenanceWindow[];
   queue_wait_s?: number;
+  unclaimed_grant_s?: number;
 }
 
 /**
@@ -106,6 +109,7 @@ export function configure(g: GroupState | null, change: GroupChange, now: number
     paused: change.paused ?? base.paused,
     windows: change.windows ?? base.windows,
     queue_wait_s: change.queue_wait_s ?? base.queue_wait_s ?? 0,
+    ...((change.unclaimed_grant_s ?? base.unclaimed_grant_s) === undefined ? {} : { unclaimed_grant_s: change.unclaimed_grant_s ?? base.unclaimed_grant_s }),
     updated_at: now,
   };
 }

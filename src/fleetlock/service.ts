@@ -38,6 +38,11 @@ export async function forceRelease(env: Env, actor: string, fleet: string, group
   return unwrap(await coordinatorOf(env, fleet).forceRelease(fleetSettings(row), group, id, actor));
 }
 
+export async function dequeueHost(env: Env, actor: string, fleet: string, group: string, id: string) {
+  const row = await fleetOf(env, fleet);
+  return unwrap(await coordinatorOf(env, fleet).dequeueHost(fleetSettings(row), group, id, actor));
+}
+
 /** The coordinator holds the only copy of the key's hash; the key itself is shown once. */
 export async function rotateFleetlockKey(env: Env, actor: string, fleet: string) {
   const row = await fleetOf(env, fleet);

@@ -1,5 +1,5 @@
 import { iso } from "../lib/time";
-import { liveEntries, type QueueEntry } from "./queue";
+import { liveEntries, unclaimedMs, type QueueEntry } from "./queue";
 import { isStuck, type GroupState } from "./semaphore";
 import { withinWindows, type MaintenanceWindow } from "./windows";
 
@@ -34,6 +34,7 @@ export interface GroupView {
   open_now: boolean;
   available_slots: number;
   queue_wait_s: number;
+  unclaimed_grant_s: number;
   holders: HolderView[];
   queue: QueuedView[];
   updated_at: string;
@@ -55,6 +56,7 @@ export function groupView(
     open_now: !g.paused && withinWindows(g.windows, now),
     available_slots: Math.max(0, g.slots - g.holders.length),
     queue_wait_s: g.queue_wait_s ?? 0,
+    unclaimed_grant_s: unclaimedMs(g) / 1000,
     holders: g.holders.map((h) => ({
       id: h.id,
       granted_at: iso(h.granted_at),

@@ -47,6 +47,7 @@ export const STATUS_OF_CODE = {
   decommission_acknowledged: 409,
   not_decommissioning: 409,
   not_held: 404,
+  not_queued: 404,
   invalid_state: 409,
   rollout_in_progress: 409,
 } as const satisfies Record<ErrorCode, ContentfulStatusCode>;
