@@ -66,7 +66,7 @@ export async function startLocalServer({
   const persist = reuse?.persist ?? mkdtempSync(join(tmpdir(), `harbormaster-${label}-`));
   const admin = reuse?.admin ?? randomBytes(24).toString("base64url");
   const envFile = join(persist, "server.vars");
-  writeFileSync(envFile, `ADMIN_TOKEN=${admin}\n${config ? "" : `PARK_TRUST_S=${parkTrustS}\n`}`, { mode: 0o600 });
+  writeFileSync(envFile, `ADMIN_TOKEN=${admin}\n${config ? "" : `PARK_TRUST_S=${parkTrustS}\nALLOW_LOOPBACK_HTTP=1\n`}`, { mode: 0o600 });
   if (!config) {
     const migrate = spawnSync(wrangler, ["d1", "migrations", "apply", "DB", "--local", "--persist-to", persist], {
       cwd: root,

@@ -11,6 +11,7 @@ import { instanceRoutes } from "./instances/routes";
 import { agentRoutes } from "./host/routes";
 import { fleetlockRoutes } from "./fleetlock/protocol.routes";
 import { rebootGroupRoutes } from "./fleetlock/operator.routes";
+import { gateRoutes } from "./fleetlock/gates.routes";
 import { metricsRoutes } from "./metrics/routes";
 import { DomainError } from "./domain/errors";
 import { actorOf } from "./domain/principal";
@@ -59,6 +60,7 @@ export function createApp() {
     .route("/v1/tokens", tokenRoutes)
     .route("/v1/fleets", fleetRoutes)
     .route("/v1/fleets", rebootGroupRoutes)
+    .route("/v1/fleets", gateRoutes)
     .route("/v1/servers", serverRoutes)
     .route("/v1/agent", agentRoutes)
     .route("/v1/instances", instanceRoutes)

@@ -3,11 +3,11 @@
  * slot; an operator can take a host out of the queue; and where the runtime cannot tell that a
  * parked client went away, a grant answered to it is kept as unclaimed until the host calls again.
  */
-import { runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
+import { runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { drain, type Queue } from "../src/fleetlock/queue";
 import { newGroup } from "../src/fleetlock/semaphore";
-import { call } from "./helpers";
+import { call, fireTimersNow } from "./helpers";
 import {
   coordinator,
   fleetWithKey,
@@ -124,11 +124,11 @@ describe("a runtime that cannot report a parked client's hang-up", () => {
     // b never calls again (its client had gone): not before the bound…
     await setClockOffset(f.fleet, 55_000);
     const [pc] = await parkInOrder(f, [c.id]);
-    await runDurableObjectAlarm(coordinator(f.fleet));
+    await fireTimersNow(coordinator(f.fleet));
     expect((await view(f.fleet)).holders.map((h) => h.id)).toEqual([b.id]);
     // …and at it, the slot goes to c.
     await setClockOffset(f.fleet, 61_000);
-    await runDurableObjectAlarm(coordinator(f.fleet));
+    await fireTimersNow(coordinator(f.fleet));
     expect((await pc).status).toBe(200);
     expect((await view(f.fleet)).holders.map((h) => h.id)).toEqual([c.id]);
   });

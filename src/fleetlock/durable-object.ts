@@ -1,18 +1,19 @@
 import { DurableObject } from "cloudflare:workers";
-import { getDb } from "../db/client";
 import type { Env } from "../env";
 import type { Failure } from "../objects/kit/result";
-import { Scheduler } from "../objects/kit/scheduler";
+import { assemble } from "./assemble";
 import type { Coordination } from "./context";
-import { CoordinatorEffects } from "./effects";
+import { GATES_TIMER } from "./gate-keeper";
+import * as gateRules from "./gate-rules";
+import type { GateConfig } from "./gates";
 import * as grants from "./grants";
 import * as groups from "./groups";
 import * as identity from "./identity";
-import { ParkedHosts, QUEUE_TIMER } from "./parked";
+import { QUEUE_TIMER } from "./parked";
 import type { ClientParams, FleetLockFailure } from "./protocol";
 import * as slots from "./rollout-slots";
 import type { GroupChange, Holder } from "./semaphore";
-import { CoordinatorStore, type FleetSettings, type ServerIdentity } from "./store";
+import type { FleetSettings, ServerIdentity } from "./store";
 import type { GroupView } from "./views";
 
 // Kept where callers have always found them.
@@ -34,13 +35,7 @@ export class RebootCoordinator extends DurableObject<Env> {
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
-    const scheduler = new Scheduler(ctx.storage);
-    const store = new CoordinatorStore(ctx.storage);
-    const effects = new CoordinatorEffects(ctx.storage, scheduler, () => getDb(this.env.DB));
-    const clock = () => this.clock();
-    const trust = Number(env.PARK_TRUST_S);
-    const trustMs = env.PARK_TRUST_S && Number.isFinite(trust) && trust >= 0 ? trust * 1000 : null;
-    this.c = { store, effects, scheduler, clock, parked: new ParkedHosts(store, effects, scheduler, clock, trustMs) };
+    this.c = assemble(ctx, () => this.env, () => this.clock());
   }
 
   async alarm() {
@@ -48,7 +43,8 @@ export class RebootCoordinator extends DurableObject<Env> {
       outbox: () => this.c.effects.outbox.flush(),
       reservation: (payload, name) =>
         identity.expireReservation(this.c.store, name.slice("reservation:".length), (payload as { until: number }).until),
-      [QUEUE_TIMER]: () => this.c.parked.drainAll(),
+      [QUEUE_TIMER]: () => this.c.parked.fired(),
+      [GATES_TIMER]: () => gateRules.readInputs(this.c),
     });
   }
 
@@ -114,6 +110,20 @@ export class RebootCoordinator extends DurableObject<Env> {
 
   async listGroups(settings: FleetSettings): Promise<GroupView[]> {
     return groups.listGroups(this.c, settings);
+  }
+
+  // ---- health gates (issue 17) ----
+
+  async fleetGates(settings: FleetSettings) {
+    return gateRules.fleetGatesView(this.c, settings);
+  }
+
+  async putFleetGates(settings: FleetSettings, gates: GateConfig, actor: string) {
+    return gateRules.putFleetGates(this.c, settings, gates, actor);
+  }
+
+  async setHold(settings: FleetSettings, group: string | null, hold: { reason: string; until: number | null } | null, actor: string) {
+    return gateRules.setHold(this.c, settings, group, hold, actor);
   }
 
   // ---- releases ----

@@ -7,12 +7,18 @@ import { auditEvent, auditInsertOnce, type AuditEntry, type AuditEvent } from ".
 import type { Db } from "../db/client";
 import { Outbox } from "../objects/kit/outbox";
 import type { Scheduler } from "../objects/kit/scheduler";
+import { fleetEvent, type FleetEvent } from "../webhooks/events";
 
 /** How long a host grant's or release's audit row may wait to share a D1 batch with others. */
 export const HOST_AUDIT_DEFER_MS = 1_000;
 
 export class CoordinatorEffects {
   readonly outbox: Outbox<"audit">;
+  /**
+   * Fleet events (reboot granted, gate closed, …) go to the fleet's webhooks from here; set by
+   * ./assemble.ts. Called in the turn of the change, so its deliveries commit with it.
+   */
+  onEvent: (e: FleetEvent) => void = () => {};
 
   constructor(
     storage: DurableObjectStorage,
@@ -31,6 +37,11 @@ export class CoordinatorEffects {
     if (entries.length) await this.scheduler.arm();
     if (opts.wait) await this.outbox.flush();
   }
+}
+
+/** Emits a fleet event (src/webhooks/events.ts) in the current turn. */
+export function emit(effects: CoordinatorEffects, fleetId: string | undefined, type: FleetEvent["type"], subject: string, summary: string, data: Record<string, unknown>, time?: number) {
+  if (fleetId) effects.onEvent(fleetEvent(fleetId, type, subject, summary, data, time));
 }
 
 /** A host's (or an allowed unknown id's) grant or release, as its audit row. */

@@ -11,7 +11,7 @@ import { hostAudit } from "./effects";
 import { implicitGroup, viewOf } from "./groups";
 import { clientOf } from "./identity";
 import { failure, type ClientParams, type FleetLockFailure } from "./protocol";
-import { admit, claim, closedBecause, refusalValue } from "./queue";
+import { admit, claim, refusalValue } from "./queue";
 import { holderOf, release, releaseWhere, type Holder } from "./semaphore";
 import type { FleetConfig, FleetSettings } from "./store";
 import type { GroupView } from "./views";
@@ -62,8 +62,11 @@ export async function preReboot(
   const name = params.group;
   const group = c.store.group(name) ?? implicitGroup(config, now);
   if (!group) return failure("unknown_group", `reboot group '${name}' is not configured for this fleet`);
-  const adm = admit(group, c.store.queue(name), params.id, serverId, now, { mayPark: !opts.resume });
-  if (adm.kind === "refused") return failure(adm.refusal, adm.value);
+  const adm = admit(group, c.store.queue(name), params.id, serverId, now, { mayPark: !opts.resume, gate: c.gates.closed(group, now) });
+  if (adm.kind === "refused") {
+    if (c.store.group(name)) c.gates.note(name, c.store.group(name)!, now);
+    return failure(adm.refusal, adm.value);
+  }
   if (adm.kind === "granted") {
     if (adm.changed) {
       c.store.saveGroup(name, adm.group);
@@ -81,9 +84,9 @@ export async function preReboot(
   if (answered === "removed") return failure("unknown_client", `'${params.id}' no longer belongs to a server of this fleet; it left the queue`);
   const after = c.store.group(name)!;
   if (holderOf(after, params.id)) return { ok: true };
-  const refusal = closedBecause(after, c.clock()) ?? "semaphore_full";
-  if (answered === "dequeued") return failure(refusal, `${refusalValue[refusal]}; an operator took this host out of the queue`);
-  return failure(refusal, `${refusalValue[refusal]}; waited ${after.queue_wait_s ?? 0} s in the queue`);
+  const why = c.parked.hooks.closed(name, after, c.clock()) ?? { kind: "semaphore_full" as const, value: refusalValue.semaphore_full };
+  if (answered === "dequeued") return failure(why.kind, `${why.value}; an operator took this host out of the queue`);
+  return failure(why.kind, `${why.value}; waited ${after.queue_wait_s ?? 0} s in the queue`);
 }
 
 /**

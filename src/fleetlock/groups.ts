@@ -4,6 +4,7 @@
  */
 import { fail, type Failure } from "../objects/kit/result";
 import type { Coordination } from "./context";
+import { holdView, verdictView } from "./gate-rules";
 import { liveEntries, queuedOf, type QueueEntry } from "./queue";
 import { configure, newGroup, type GroupChange, type GroupState } from "./semaphore";
 import type { FleetConfig, FleetSettings } from "./store";
@@ -18,6 +19,7 @@ export async function putGroup(c: Coordination, settings: FleetSettings, name: s
   const config = c.store.syncSettings(settings);
   const now = c.clock();
   c.store.saveGroup(name, configure(c.store.group(name) ?? null, change, now));
+  c.gates.prime();
   const audited = c.effects.audit(
     [{ actor, action: "reboot_group.put", target: `fleet:${settings.fleet_id}`, details: { group: name, ...change } }],
     { wait: true },
@@ -42,10 +44,17 @@ export function listGroups(c: Coordination, settings: FleetSettings): GroupView[
 
 export function viewOf(c: Coordination, config: FleetConfig, name: string, group: GroupState, now: number): GroupView {
   const queue = { entries: c.store.queue(name), connected: (id: string) => c.parked.connected(id) };
+  const fleetGates = c.gateStore.fleet();
+  const gates = {
+    source: group.gates ? ("group" as const) : fleetGates?.config ? ("fleet" as const) : ("none" as const),
+    own: group.gates ?? null,
+    hold: holdView(group.hold, now),
+    verdicts: c.gates.verdicts(group, now).map(verdictView),
+  };
   return groupView(name, group, queue, now, config.lock_ttl_s * 1000, (serverId) => {
     const s = c.store.servers.get(serverId);
     return { id: serverId, hostname: s ? s.hostname : null };
-  });
+  }, gates);
 }
 
 /** An operator takes a parked host out of the group's queue; its waiting request is refused. */

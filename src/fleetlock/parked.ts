@@ -8,7 +8,7 @@
 import { Parking } from "../objects/kit/park";
 import type { Scheduler } from "../objects/kit/scheduler";
 import { hostAudit, type CoordinatorEffects } from "./effects";
-import { closedBecause, dequeue, drain, nextWake, queuedOf, releaseUnclaimed, type Answer, type QueueEntry } from "./queue";
+import { closureOf, dequeue, drain, liveEntries, nextWake, queuedOf, releaseUnclaimed, type Answer, type Closure, type QueueEntry } from "./queue";
 import type { GroupState } from "./semaphore";
 import type { CoordinatorStore } from "./store";
 
@@ -23,7 +23,16 @@ export const QUEUE_TIMER = "queue";
 export type ParkedAnswer = "granted" | "refused" | "removed" | "dequeued";
 
 /** Why a group grants nothing new now, gates included; null when open. */
-export type ClosedFn = (name: string, g: GroupState, now: number) => string | null;
+export type ClosedFn = (name: string, g: GroupState, now: number) => Closure | null;
+
+/** What the health gates add to the queue (./gate-keeper.ts): their closure, their wake-ups, their notes. */
+export interface QueueHooks {
+  closed: ClosedFn;
+  /** When the group must be looked at by itself besides the queue's own reasons (a hold lifting). */
+  wakeAt: (name: string, g: GroupState, now: number) => number | null;
+  /** After each drain: the group as it now is (gate changes are noted here). */
+  drained: (name: string, g: GroupState, now: number) => void;
+}
 
 export class ParkedHosts {
   private readonly calls = new Parking<ParkedAnswer>();
@@ -31,8 +40,8 @@ export class ParkedHosts {
   private readonly parkedAt = new Map<string, number>();
   /** When the queue timer is set for; undefined until the first look after a wake. */
   private timerAt: number | null | undefined;
-  /** Gates add their reasons here (./gate-state.ts); by default pause, windows and slots decide. */
-  closed: ClosedFn = (_name, g, now) => closedBecause(g, now);
+  /** Gates add theirs here (./durable-object.ts wires ./gate-keeper.ts); by default pause, windows and slots decide. */
+  hooks: QueueHooks = { closed: (_name, g, now) => closureOf(g, now), wakeAt: () => null, drained: () => {} };
 
   constructor(
     private readonly store: CoordinatorStore,
@@ -106,6 +115,12 @@ export class ParkedHosts {
     }
   }
 
+  /** The queue timer fired (and is gone): look at every group, and set it anew. */
+  async fired() {
+    this.timerAt = undefined;
+    await this.drainAll();
+  }
+
   async drainAll() {
     for (const [name] of this.store.groups()) await this.drain(name);
   }
@@ -128,11 +143,12 @@ export class ParkedHosts {
       },
       // A removed server's host (or a renamed id) is never granted, whatever order the news came in.
       eligible: (e) => (e.server_id ? this.store.clients.get(e.id)?.server_id === e.server_id : Boolean(config?.allow_unknown_ids)),
-      closed: (x) => this.closed(name, x, now),
+      closed: (x) => this.hooks.closed(name, x, now),
     });
     this.store.saveGroup(name, d.group);
     this.store.saveQueue(name, d.queue);
     for (const e of d.dropped) this.calls.settle(e.id, "removed");
+    this.hooks.drained(name, d.group, now);
     for (const { entry, answerable } of d.granted) if (answerable) this.calls.settle(entry.id, "granted");
     const rearm = this.armTimer(now);
     const fleetId = this.store.config?.fleet_id;
@@ -164,9 +180,18 @@ export class ParkedHosts {
    * Keeps the queue's one timer at the earliest moment any group needs a look with no request to
    * prompt it. The timer runs on real time while decisions use `clock`, so the distance is kept.
    */
+  /** Keeps the queue timer right after a change made outside a drain (a hold set or lifted). */
+  async rearm() {
+    if (this.armTimer(this.clock())) await this.scheduler.arm();
+  }
+
   private armTimer(now: number): boolean {
     let at = Infinity;
-    for (const [name, g] of this.store.groups()) at = Math.min(at, nextWake(g, this.store.queue(name), now) ?? Infinity);
+    for (const [name, g] of this.store.groups()) {
+      at = Math.min(at, nextWake(g, this.store.queue(name), now) ?? Infinity);
+      // A hold lifting matters only to hosts waiting behind it.
+      if (liveEntries(this.store.queue(name), now).length) at = Math.min(at, this.hooks.wakeAt(name, g, now) ?? Infinity);
+    }
     if (at === Infinity) {
       // Unknown after a wake (undefined): cancel once, in case a timer was left from before.
       if (this.timerAt !== null) this.scheduler.cancel(QUEUE_TIMER);

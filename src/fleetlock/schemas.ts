@@ -3,6 +3,7 @@ import { fleetlockId, groupName } from "../fleets/schemas";
 import { MAX_GROUP_SLOTS, MAX_UNCLAIMED_GRANT_S, MIN_UNCLAIMED_GRANT_S } from "../domain/limits";
 import { FLEETLOCK_KINDS } from "../domain/enums";
 import { MAX_QUEUE_WAIT_S, UNCLAIMED_GRANT_S } from "./queue";
+import { GateConfigSchema, HoldSchema, VerdictSchema } from "./gate-schemas";
 import { DAYS, isValidTimeZone, MINUTES_PER_WEEK, type Day } from "./windows";
 
 export const ClientParamsBody = z
@@ -85,6 +86,9 @@ export const GroupInput = z
           "How long a slot granted to a parked host that could not be told (its request went away) is kept for its next " +
           `pre-reboot before it goes to the next host. Omitted: unchanged (${UNCLAIMED_GRANT_S} for a new group)`,
       }),
+    gates: GateConfigSchema.nullable().optional().openapi({
+      description: "The group's own health gates ({} for none); null: the fleet's default gates (PUT /v1/fleets/{fleet}/gates). Omitted: unchanged",
+    }),
   })
   .openapi("RebootGroupInput");
 
@@ -129,6 +133,11 @@ export const GroupSchema = z
     unclaimed_grant_s: z.number().int(),
     holders: z.array(HolderSchema),
     queue: z.array(QueuedSchema),
+    paused_reason: z.string().nullable().openapi({ description: "Why the coordinator paused the group by itself (null: an operator paused it, or it is not paused)" }),
+    gates: z.array(VerdictSchema).openapi({ description: "The gates that apply to the group and what each says now; a closed one holds every new grant" }),
+    gates_source: z.enum(["group", "fleet", "none"]).openapi({ description: "Whose gates apply: the group's own, the fleet's default, or none" }),
+    own_gates: GateConfigSchema.nullable(),
+    hold: HoldSchema.nullable().openapi({ description: "An operator's hold on this group (a fleet-wide hold shows in gates)" }),
     updated_at: z.string(),
   })
   .openapi("RebootGroup");

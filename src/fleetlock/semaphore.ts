@@ -3,6 +3,8 @@
  * Object loads a group, applies one of these and stores the result in the same synchronous turn,
  * so nothing here needs to know about storage, clocks or concurrency (`now` is always passed in).
  */
+import type { GateConfig, GateName, Hold } from "./gates";
+import type { FleetLockKind } from "../domain/enums";
 import { withinWindows, type MaintenanceWindow } from "./windows";
 
 export interface Holder {
@@ -21,6 +23,8 @@ export interface Holder {
 export interface GroupState {
   slots: number;
   paused: boolean;
+  /** Why it is paused, when the coordinator paused it by itself (a server unhealthy after its reboot). */
+  paused_reason?: string | null;
   windows: MaintenanceWindow[];
   /** In grant order. May exceed `slots` after a shrink: holders are never evicted by a resize. */
   holders: Holder[];
@@ -28,6 +32,12 @@ export interface GroupState {
   queue_wait_s?: number;
   /** How long a grant its host could not be told of is kept for it (queue.ts); absent: UNCLAIMED_GRANT_S. */
   unclaimed_grant_s?: number;
+  /** The group's own health gates (./gates.ts); absent or null: the fleet's default gates. */
+  gates?: GateConfig | null;
+  /** An operator's hold on this group. */
+  hold?: Hold | null;
+  /** The first closed gate as last noted, so its opening and closing are reported once each. */
+  gate?: { gate: GateName; kind: FleetLockKind; reason: string; since: number } | null;
   updated_at: number;
 }
 
@@ -95,6 +105,8 @@ export interface GroupChange {
   windows?: MaintenanceWindow[];
   queue_wait_s?: number;
   unclaimed_grant_s?: number;
+  /** The group's own gates; null: the fleet's default again. Omitted: unchanged. */
+  gates?: GateConfig | null;
 }
 
 /**
@@ -107,9 +119,12 @@ export function configure(g: GroupState | null, change: GroupChange, now: number
     ...base,
     slots: change.slots,
     paused: change.paused ?? base.paused,
+    // An operator's pause or resume replaces the reason the coordinator paused it for.
+    paused_reason: change.paused === undefined ? (base.paused_reason ?? null) : null,
     windows: change.windows ?? base.windows,
     queue_wait_s: change.queue_wait_s ?? base.queue_wait_s ?? 0,
     ...((change.unclaimed_grant_s ?? base.unclaimed_grant_s) === undefined ? {} : { unclaimed_grant_s: change.unclaimed_grant_s ?? base.unclaimed_grant_s }),
+    gates: change.gates === undefined ? (base.gates ?? null) : change.gates,
     updated_at: now,
   };
 }

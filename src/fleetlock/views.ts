@@ -1,4 +1,6 @@
 import { iso } from "../lib/time";
+import type { HoldView } from "./gate-rules";
+import type { GateConfig, GateName } from "./gates";
 import { liveEntries, unclaimedMs, type QueueEntry } from "./queue";
 import { isStuck, type GroupState } from "./semaphore";
 import { withinWindows, type MaintenanceWindow } from "./windows";
@@ -25,10 +27,22 @@ export interface QueuedView {
   connected: boolean;
 }
 
+/** What the health gates say about a group (./gate-rules.ts). */
+export interface GroupGatesView {
+  /** Whose gates apply: the group's own, the fleet's default, or none. */
+  source: "group" | "fleet" | "none";
+  /** Its own configuration, null when it follows the fleet's default. */
+  own: GateConfig | null;
+  hold: HoldView | null;
+  verdicts: { gate: GateName; open: boolean; kind: string; reason: string }[];
+}
+
 export interface GroupView {
   name: string;
   slots: number;
   paused: boolean;
+  /** Why the coordinator paused it by itself; null when an operator did, or it runs. */
+  paused_reason: string | null;
   windows: MaintenanceWindow[];
   /** Whether a new grant could happen now as far as pause and windows go. */
   open_now: boolean;
@@ -37,6 +51,10 @@ export interface GroupView {
   unclaimed_grant_s: number;
   holders: HolderView[];
   queue: QueuedView[];
+  gates: GroupGatesView["verdicts"];
+  gates_source: GroupGatesView["source"];
+  own_gates: GateConfig | null;
+  hold: HoldView | null;
   updated_at: string;
 }
 
@@ -47,11 +65,13 @@ export function groupView(
   now: number,
   lockTtlMs: number,
   serverOf: (serverId: string) => { id: string; hostname: string | null },
+  gates: GroupGatesView,
 ): GroupView {
   return {
     name,
     slots: g.slots,
     paused: g.paused,
+    paused_reason: g.paused ? (g.paused_reason ?? null) : null,
     windows: g.windows,
     open_now: !g.paused && withinWindows(g.windows, now),
     available_slots: Math.max(0, g.slots - g.holders.length),
@@ -74,6 +94,10 @@ export function groupView(
       deadline: iso(e.deadline),
       connected: queue.connected(e.id),
     })),
+    gates: gates.verdicts,
+    gates_source: gates.source,
+    own_gates: gates.own,
+    hold: gates.hold,
     updated_at: iso(g.updated_at),
   };
 }
