@@ -10,6 +10,7 @@ import type { Coordination } from "./context";
 import { CoordinatorEffects, emit } from "./effects";
 import { GateKeeper, type GateChange } from "./gate-keeper";
 import { GateStore } from "./gate-store";
+import { expireHealth, healthWake } from "./health";
 import { ParkedHosts } from "./parked";
 import { closureOf } from "./queue";
 import { CoordinatorStore } from "./store";
@@ -28,6 +29,8 @@ export function assemble(ctx: DurableObjectState, env: () => Env, clock: () => n
     closed: (_name, g, now) => closureOf(g, now, g.paused ? null : gates.closed(g, now)),
     wakeAt: (_name, g, now) => gates.wakeAt(g, now),
     drained: (name, g, now) => void gates.note(name, g, now),
+    tidy: (name, g, now) => expireHealth(c, name, g, now),
+    dueAt: (g) => healthWake(g),
   };
   const c: Coordination = { store, effects, scheduler, clock, parked, gates, gateStore };
   gates.onChange = (change) => gateChanged(c, change);

@@ -7,6 +7,8 @@ import { GATES_TIMER } from "./gate-keeper";
 import * as gateRules from "./gate-rules";
 import type { GateConfig } from "./gates";
 import * as grants from "./grants";
+import * as health from "./health";
+import type { ServerHealthEvent } from "./ledger-side";
 import * as groups from "./groups";
 import * as identity from "./identity";
 import { QUEUE_TIMER } from "./parked";
@@ -138,6 +140,11 @@ export class RebootCoordinator extends DurableObject<Env> {
 
   async releaseServer(serverId: string, opts: { reason: string; actor: string; granted_before?: number }): Promise<(Holder & { group: string })[]> {
     return grants.releaseServer(this.c, serverId, opts);
+  }
+
+  /** A server's ledger: a new boot, realized, failed or drifted (./ledger-side.ts). */
+  async serverHealth(event: ServerHealthEvent): Promise<void> {
+    await health.serverHealth(this.c, event);
   }
 
   // ---- rollout slots (issue 9) ----

@@ -12,6 +12,7 @@ import { implicitGroup, viewOf } from "./groups";
 import { clientOf } from "./identity";
 import { failure, type ClientParams, type FleetLockFailure } from "./protocol";
 import { admit, claim, refusalValue } from "./queue";
+import { holdUntilHealthy, noteRebooted, waitsForHealth } from "./health";
 import { holderOf, release, releaseWhere, type Holder } from "./semaphore";
 import type { FleetConfig, FleetSettings } from "./store";
 import type { GroupView } from "./views";
@@ -107,7 +108,18 @@ export async function steadyState(
     c.parked.giveUp(params.id);
     return { ok: true, released: false };
   }
-  const released = await releaseAndDrain(c, groupName, params.id, c.clock(), (h) =>
+  const now = c.clock();
+  const g = c.store.group(groupName)!;
+  const holder = holderOf(g, params.id)!;
+  if (waitsForHealth(g, holder)) {
+    // healthy_report: answered as Zincati expects, the slot kept until the server reports healthy.
+    holdUntilHealthy(c, groupName, holder, now, null);
+    await c.parked.rearm();
+    return { ok: true, released: false };
+  }
+  // Counted as rebooted and not yet healthy before its slot goes to anyone (the gate may close).
+  if (holder.server_id && !holder.id.startsWith("rollout:")) noteRebooted(c, { server_id: holder.server_id, id: holder.id }, groupName, now, null);
+  const released = await releaseAndDrain(c, groupName, params.id, now, (h) =>
     hostAudit(c.store.config?.fleet_id, "fleetlock.release", params.id, h.server_id, { group: groupName }),
   );
   return { ok: true, released: released !== null };
@@ -172,16 +184,21 @@ export async function releaseServer(
   serverId: string,
   opts: { reason: string; actor: string; granted_before?: number },
 ): Promise<(Holder & { group: string })[]> {
-  const match = (h: Holder) => h.server_id === serverId && (opts.granted_before === undefined || h.granted_at <= opts.granted_before);
+  const removal = opts.granted_before === undefined;
+  const match = (h: Holder) => h.server_id === serverId && (removal || h.granted_at <= opts.granted_before!);
   const now = c.clock();
   const released: (Holder & { group: string })[] = [];
+  if (removal) c.gateStore.dropRecovering(serverId);
   for (const [name, group] of c.store.groups()) {
-    const next = releaseWhere(group, match, now);
+    // A reboot seen by the ledger frees a healthy_report slot only once the new boot is healthy.
+    for (const h of group.holders) if (!removal && match(h) && waitsForHealth(group, h)) holdUntilHealthy(c, name, h, now, null);
+    const next = releaseWhere(c.store.group(name)!, (h) => match(h) && (removal || !waitsForHealth(group, h)), now);
     if (next.released.length === 0) continue;
     c.store.saveGroup(name, next.group);
     released.push(...next.released.map((h) => ({ ...h, group: name })));
   }
   for (const name of new Set(released.map((h) => h.group))) await c.parked.drain(name);
+  await c.parked.rearm();
   if (released.length > 0) {
     await c.effects.audit(
       [{

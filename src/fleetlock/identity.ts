@@ -103,6 +103,8 @@ function apply(c: Coordination, serverId: string, identity: ServerIdentity): boo
       // granted: it leaves every queue now, and its waiting call is answered unknown_client.
       c.parked.forget(oldId);
     }
+    // Removed: it is no longer a server that rebooted and must still report healthy.
+    if (identity.fleetlock_id === null) c.gateStore.dropRecovering(serverId);
     // The slot follows the server to its new id, so the new id's steady-state releases it.
     const heldIn = store.heldIn(oldId);
     if (heldIn && identity.fleetlock_id) {

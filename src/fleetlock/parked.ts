@@ -32,6 +32,10 @@ export interface QueueHooks {
   wakeAt: (name: string, g: GroupState, now: number) => number | null;
   /** After each drain: the group as it now is (gate changes are noted here). */
   drained: (name: string, g: GroupState, now: number) => void;
+  /** Before each drain: what is due in the group besides the queue's own (health time-outs). */
+  tidy: (name: string, g: GroupState, now: number) => GroupState;
+  /** When the group must be looked at by itself whoever waits (a health time-out), or null. */
+  dueAt: (g: GroupState) => number | null;
 }
 
 export class ParkedHosts {
@@ -41,7 +45,7 @@ export class ParkedHosts {
   /** When the queue timer is set for; undefined until the first look after a wake. */
   private timerAt: number | null | undefined;
   /** Gates add theirs here (./durable-object.ts wires ./gate-keeper.ts); by default pause, windows and slots decide. */
-  hooks: QueueHooks = { closed: (_name, g, now) => closureOf(g, now), wakeAt: () => null, drained: () => {} };
+  hooks: QueueHooks = { closed: (_name, g, now) => closureOf(g, now), wakeAt: () => null, drained: () => {}, tidy: (_n, g) => g, dueAt: () => null };
 
   constructor(
     private readonly store: CoordinatorStore,
@@ -131,9 +135,10 @@ export class ParkedHosts {
    * each answer until the grant is durable. Grants and releases are audited like any other.
    */
   async drain(name: string) {
-    const g = this.store.group(name);
-    if (!g) return;
+    const stored = this.store.group(name);
+    if (!stored) return;
     const now = this.clock();
+    const g = this.hooks.tidy(name, stored, now);
     const freed = releaseUnclaimed(g, now);
     const config = this.store.config;
     const d = drain(freed.group, this.store.queue(name), now, (id) => this.answerOf(id, now), {
@@ -188,7 +193,7 @@ export class ParkedHosts {
   private armTimer(now: number): boolean {
     let at = Infinity;
     for (const [name, g] of this.store.groups()) {
-      at = Math.min(at, nextWake(g, this.store.queue(name), now) ?? Infinity);
+      at = Math.min(at, nextWake(g, this.store.queue(name), now) ?? Infinity, this.hooks.dueAt(g) ?? Infinity);
       // A hold lifting matters only to hosts waiting behind it.
       if (liveEntries(this.store.queue(name), now).length) at = Math.min(at, this.hooks.wakeAt(name, g, now) ?? Infinity);
     }

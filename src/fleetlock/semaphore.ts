@@ -7,6 +7,9 @@ import type { GateConfig, GateName, Hold } from "./gates";
 import type { FleetLockKind } from "../domain/enums";
 import { withinWindows, type MaintenanceWindow } from "./windows";
 
+/** healthy_report groups: how long after its reboot a server may take to report healthy (./health.ts). */
+export const DEFAULT_HEALTH_TIMEOUT_S = 900;
+
 export interface Holder {
   /** The FleetLock client id (Zincati's node id). */
   id: string;
@@ -18,6 +21,10 @@ export interface Holder {
    * coordinator restarted): the slot is kept for it until then, its next pre-reboot claims it.
    */
   unclaimed_until?: number;
+  /** Under `release_on: healthy_report`: when the host was back (steady state, or a new boot seen); the slot waits for a healthy report. */
+  rebooted_at?: number;
+  /** When its health time-out passed without a healthy report (the slot stays taken). */
+  unhealthy_at?: number;
 }
 
 export interface GroupState {
@@ -36,6 +43,12 @@ export interface GroupState {
   gates?: GateConfig | null;
   /** An operator's hold on this group. */
   hold?: Hold | null;
+  /** What frees a slot (./health.ts): the host's steady state (default) or a healthy report from its new boot. */
+  release_on?: "steady_state" | "healthy_report";
+  /** healthy_report: how long after the reboot a healthy report may take. */
+  health_timeout_s?: number;
+  /** healthy_report: whether the group pauses itself when a server misses it (default true). */
+  pause_on_unhealthy?: boolean;
   /** The first closed gate as last noted, so its opening and closing are reported once each. */
   gate?: { gate: GateName; kind: FleetLockKind; reason: string; since: number } | null;
   updated_at: number;
@@ -107,6 +120,9 @@ export interface GroupChange {
   unclaimed_grant_s?: number;
   /** The group's own gates; null: the fleet's default again. Omitted: unchanged. */
   gates?: GateConfig | null;
+  release_on?: "steady_state" | "healthy_report";
+  health_timeout_s?: number;
+  pause_on_unhealthy?: boolean;
 }
 
 /**
@@ -125,6 +141,9 @@ export function configure(g: GroupState | null, change: GroupChange, now: number
     queue_wait_s: change.queue_wait_s ?? base.queue_wait_s ?? 0,
     ...((change.unclaimed_grant_s ?? base.unclaimed_grant_s) === undefined ? {} : { unclaimed_grant_s: change.unclaimed_grant_s ?? base.unclaimed_grant_s }),
     gates: change.gates === undefined ? (base.gates ?? null) : change.gates,
+    release_on: change.release_on ?? base.release_on ?? "steady_state",
+    health_timeout_s: change.health_timeout_s ?? base.health_timeout_s ?? DEFAULT_HEALTH_TIMEOUT_S,
+    pause_on_unhealthy: change.pause_on_unhealthy ?? base.pause_on_unhealthy ?? true,
     updated_at: now,
   };
 }

@@ -2,7 +2,7 @@ import { iso } from "../lib/time";
 import type { HoldView } from "./gate-rules";
 import type { GateConfig, GateName } from "./gates";
 import { liveEntries, unclaimedMs, type QueueEntry } from "./queue";
-import { isStuck, type GroupState } from "./semaphore";
+import { DEFAULT_HEALTH_TIMEOUT_S, isStuck, type GroupState } from "./semaphore";
 import { withinWindows, type MaintenanceWindow } from "./windows";
 
 export interface HolderView {
@@ -13,6 +13,8 @@ export interface HolderView {
   server: { id: string; hostname: string | null } | null;
   /** Granted while the host could not be answered: kept for it until then, unless it comes back. */
   unclaimed_until: string | null;
+  rebooted_at: string | null;
+  unhealthy_after_reboot: boolean;
 }
 
 export interface QueuedView {
@@ -41,6 +43,9 @@ export interface GroupView {
   name: string;
   slots: number;
   paused: boolean;
+  release_on: "steady_state" | "healthy_report";
+  health_timeout_s: number;
+  pause_on_unhealthy: boolean;
   /** Why the coordinator paused it by itself; null when an operator did, or it runs. */
   paused_reason: string | null;
   windows: MaintenanceWindow[];
@@ -71,6 +76,9 @@ export function groupView(
     name,
     slots: g.slots,
     paused: g.paused,
+    release_on: g.release_on ?? "steady_state",
+    health_timeout_s: g.health_timeout_s ?? DEFAULT_HEALTH_TIMEOUT_S,
+    pause_on_unhealthy: g.pause_on_unhealthy ?? true,
     paused_reason: g.paused ? (g.paused_reason ?? null) : null,
     windows: g.windows,
     open_now: !g.paused && withinWindows(g.windows, now),
@@ -84,6 +92,8 @@ export function groupView(
       stuck: isStuck(h, now, lockTtlMs),
       server: h.server_id ? serverOf(h.server_id) : null,
       unclaimed_until: h.unclaimed_until === undefined ? null : iso(h.unclaimed_until),
+      rebooted_at: h.rebooted_at === undefined ? null : iso(h.rebooted_at),
+      unhealthy_after_reboot: h.unhealthy_at !== undefined,
     })),
     queue: liveEntries(queue.entries, now).map((e, i) => ({
       position: i + 1,
