@@ -52,6 +52,8 @@ export const ERROR_CODES = [
   // Reboot coordination.
   "not_held",
   "not_queued",
+  // Webhooks.
+  "too_many_webhooks",
   // Rollouts.
   "invalid_state",
   "rollout_in_progress",

@@ -11,9 +11,12 @@ import { CoordinatorEffects, emit } from "./effects";
 import { GateKeeper, type GateChange } from "./gate-keeper";
 import { GateStore } from "./gate-store";
 import { expireHealth, healthWake } from "./health";
+import { reportStuck, stuckWake } from "./reboot-events";
 import { ParkedHosts } from "./parked";
 import { closureOf } from "./queue";
 import { CoordinatorStore } from "./store";
+import { WebhookDispatcher } from "../webhooks/dispatch";
+import { WebhookStore } from "../webhooks/store";
 
 export function assemble(ctx: DurableObjectState, env: () => Env, clock: () => number): Coordination {
   const scheduler = new Scheduler(ctx.storage);
@@ -29,10 +32,14 @@ export function assemble(ctx: DurableObjectState, env: () => Env, clock: () => n
     closed: (_name, g, now) => closureOf(g, now, g.paused ? null : gates.closed(g, now)),
     wakeAt: (_name, g, now) => gates.wakeAt(g, now),
     drained: (name, g, now) => void gates.note(name, g, now),
-    tidy: (name, g, now) => expireHealth(c, name, g, now),
-    dueAt: (g) => healthWake(g),
+    tidy: (name, g, now) => reportStuck(effects, store, name, expireHealth(c, name, g, now), now),
+    dueAt: (g) => Math.min(healthWake(g) ?? Infinity, stuckWake(store, g) ?? Infinity),
   };
-  const c: Coordination = { store, effects, scheduler, clock, parked, gates, gateStore };
+  const webhookStore = new WebhookStore(ctx.storage);
+  const webhooks = new WebhookDispatcher(webhookStore, (p) => effects.webhook(p));
+  effects.deliverWebhook = (p) => webhooks.deliver(p);
+  effects.onEvent = (e) => webhooks.emit(e);
+  const c: Coordination = { store, effects, scheduler, clock, parked, gates, gateStore, webhooks, webhookStore };
   gates.onChange = (change) => gateChanged(c, change);
   return c;
 }

@@ -8,6 +8,8 @@ import type { GateKeeper } from "./gate-keeper";
 import type { GateStore } from "./gate-store";
 import type { ParkedHosts } from "./parked";
 import type { CoordinatorStore } from "./store";
+import type { WebhookDispatcher } from "../webhooks/dispatch";
+import type { WebhookStore } from "../webhooks/store";
 
 export interface Coordination {
   store: CoordinatorStore;
@@ -17,6 +19,9 @@ export interface Coordination {
   /** Health gates: their settings, inputs and the servers rebooted and not yet healthy (issue 17). */
   gates: GateKeeper;
   gateStore: GateStore;
+  /** The fleet's webhooks: this object sends them, fed by every owner's events (src/webhooks/). */
+  webhooks: WebhookDispatcher;
+  webhookStore: WebhookStore;
   /** The clock every grant, window and wait is decided with; tests move it. */
   clock: () => number;
 }

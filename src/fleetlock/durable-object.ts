@@ -16,6 +16,7 @@ import type { ClientParams, FleetLockFailure } from "./protocol";
 import * as slots from "./rollout-slots";
 import type { GroupChange, Holder } from "./semaphore";
 import type { FleetSettings, ServerIdentity } from "./store";
+import * as hooks from "../webhooks/manage";
 import type { GroupView } from "./views";
 
 // Kept where callers have always found them.
@@ -126,6 +127,51 @@ export class RebootCoordinator extends DurableObject<Env> {
 
   async setHold(settings: FleetSettings, group: string | null, hold: { reason: string; until: number | null } | null, actor: string) {
     return gateRules.setHold(this.c, settings, group, hold, actor);
+  }
+
+  /** What /metrics shows of this fleet: its groups (gates included) and its webhook deliveries. */
+  async metrics(settings: FleetSettings) {
+    return { groups: groups.listGroups(this.c, settings), webhooks: this.c.webhookStore.counts() };
+  }
+
+  // ---- webhooks: this object sends the fleet's (src/webhooks/) ----
+
+  async createWebhook(settings: FleetSettings, input: hooks.WebhookInput, actor: string) {
+    this.c.store.syncSettings(settings);
+    const r = hooks.createWebhook(this.c.webhookStore, input, actor, this.c.clock());
+    if (r.ok) await this.audited(actor, "webhook.create", { id: r.webhook.id, url: r.webhook.url, events: r.webhook.events });
+    return r;
+  }
+
+  async listWebhooks() {
+    return this.c.webhookStore.all().map(hooks.webhookView);
+  }
+
+  async getWebhook(id: string) {
+    return hooks.getWebhook(this.c.webhookStore, id);
+  }
+
+  async deleteWebhook(settings: FleetSettings, id: string, actor: string) {
+    this.c.store.syncSettings(settings);
+    const r = hooks.deleteWebhook(this.c.webhookStore, id);
+    if (r.ok) await this.audited(actor, "webhook.delete", { id, url: r.webhook.url });
+    return r;
+  }
+
+  async webhookDeliveries(id: string, limit: number) {
+    return hooks.deliveriesOf(this.c.webhookStore, id, limit);
+  }
+
+  async testWebhook(settings: FleetSettings, id: string, actor: string) {
+    this.c.store.syncSettings(settings);
+    const r = hooks.testWebhook(this.c.webhookStore, this.c.webhooks, settings.fleet_id, id, actor, this.c.clock());
+    // Sent now, not with the next batch: the operator is watching.
+    if (r.ok) await this.c.effects.outbox.flush();
+    return r.ok ? { ...r, delivery: hooks.deliveryView(this.c.webhookStore.delivery(r.delivery.id)!) } : r;
+  }
+
+  private async audited(actor: string, action: string, details: Record<string, unknown>) {
+    await this.c.effects.audit([{ actor, action, target: `fleet:${this.c.store.config?.fleet_id ?? "?"}`, details }], { wait: true });
   }
 
   // ---- releases ----

@@ -7,7 +7,8 @@ import type { AuditEntry } from "../audit/log";
 import { digestsEqual } from "../lib/crypto";
 import { fail, type Failure } from "../objects/kit/result";
 import type { Coordination } from "./context";
-import { hostAudit } from "./effects";
+import { emit, hostAudit } from "./effects";
+import { rebootGranted, rebootReleased } from "./reboot-events";
 import { implicitGroup, viewOf } from "./groups";
 import { clientOf } from "./identity";
 import { failure, type ClientParams, type FleetLockFailure } from "./protocol";
@@ -71,6 +72,7 @@ export async function preReboot(
   if (adm.kind === "granted") {
     if (adm.changed) {
       c.store.saveGroup(name, adm.group);
+      rebootGranted(c.effects, c.store, name, { id: params.id, server_id: serverId }, now);
       await c.effects.audit([hostAudit(config.fleet_id, "fleetlock.grant", params.id, serverId, { group: name })], { wait: false });
     }
     return { ok: true };
@@ -119,9 +121,10 @@ export async function steadyState(
   }
   // Counted as rebooted and not yet healthy before its slot goes to anyone (the gate may close).
   if (holder.server_id && !holder.id.startsWith("rollout:")) noteRebooted(c, { server_id: holder.server_id, id: holder.id }, groupName, now, null);
-  const released = await releaseAndDrain(c, groupName, params.id, now, (h) =>
-    hostAudit(c.store.config?.fleet_id, "fleetlock.release", params.id, h.server_id, { group: groupName }),
-  );
+  const released = await releaseAndDrain(c, groupName, params.id, now, (h) => {
+    rebootReleased(c.effects, c.store, groupName, h, "steady_state", now);
+    return hostAudit(c.store.config?.fleet_id, "fleetlock.release", params.id, h.server_id, { group: groupName });
+  });
   return { ok: true, released: released !== null };
 }
 
@@ -164,12 +167,15 @@ export async function forceRelease(
     name,
     id,
     now,
-    (r) => ({
-      actor,
-      action: "reboot_group.force_release",
-      target: `fleet:${settings.fleet_id}`,
-      details: { group: name, id: r.id, server_id: r.server_id, granted_at: new Date(r.granted_at).toISOString() },
-    }),
+    (r) => {
+      rebootReleased(c.effects, c.store, name, r, "force_release", now);
+      return {
+        actor,
+        action: "reboot_group.force_release",
+        target: `fleet:${settings.fleet_id}`,
+        details: { group: name, id: r.id, server_id: r.server_id, granted_at: new Date(r.granted_at).toISOString() },
+      };
+    },
     { wait: true },
   ))!;
   return { ok: true, released, group: viewOf(c, config, name, c.store.group(name)!, now) };
@@ -196,6 +202,11 @@ export async function releaseServer(
     if (next.released.length === 0) continue;
     c.store.saveGroup(name, next.group);
     released.push(...next.released.map((h) => ({ ...h, group: name })));
+    for (const h of next.released) rebootReleased(c.effects, c.store, name, h, removal ? "server_removed" : "rebooted", now);
+  }
+  if (removal && c.store.servers.get(serverId)?.fleetlock_id) {
+    const host = c.store.servers.get(serverId)!.hostname;
+    emit(c.effects, c.store.config?.fleet_id, "server.decommissioned", `server:${serverId}`, `Server ${host} was removed`, { server_id: serverId, hostname: host, reason: opts.reason }, now);
   }
   for (const name of new Set(released.map((h) => h.group))) await c.parked.drain(name);
   await c.parked.rearm();

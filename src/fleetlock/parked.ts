@@ -8,6 +8,7 @@
 import { Parking } from "../objects/kit/park";
 import type { Scheduler } from "../objects/kit/scheduler";
 import { hostAudit, type CoordinatorEffects } from "./effects";
+import { rebootGranted, rebootReleased } from "./reboot-events";
 import { closureOf, dequeue, drain, liveEntries, nextWake, queuedOf, releaseUnclaimed, type Answer, type Closure, type QueueEntry } from "./queue";
 import type { GroupState } from "./semaphore";
 import type { CoordinatorStore } from "./store";
@@ -34,7 +35,7 @@ export interface QueueHooks {
   drained: (name: string, g: GroupState, now: number) => void;
   /** Before each drain: what is due in the group besides the queue's own (health time-outs). */
   tidy: (name: string, g: GroupState, now: number) => GroupState;
-  /** When the group must be looked at by itself whoever waits (a health time-out), or null. */
+  /** When the group must be looked at by itself whoever waits (a health time-out, a holder becoming stuck); Infinity: never. */
   dueAt: (g: GroupState) => number | null;
 }
 
@@ -153,6 +154,8 @@ export class ParkedHosts {
     this.store.saveGroup(name, d.group);
     this.store.saveQueue(name, d.queue);
     for (const e of d.dropped) this.calls.settle(e.id, "removed");
+    for (const h of freed.released) rebootReleased(this.effects, this.store, name, h, "unclaimed", now);
+    for (const { entry, answerable } of d.granted) rebootGranted(this.effects, this.store, name, entry, now, { queued_since: new Date(entry.since).toISOString(), answered: answerable });
     this.hooks.drained(name, d.group, now);
     for (const { entry, answerable } of d.granted) if (answerable) this.calls.settle(entry.id, "granted");
     const rearm = this.armTimer(now);

@@ -25,6 +25,8 @@ export interface Holder {
   rebooted_at?: number;
   /** When its health time-out passed without a healthy report (the slot stays taken). */
   unhealthy_at?: number;
+  /** Its being stuck (held past lock_ttl_s) was reported to the fleet's webhooks. */
+  stuck_reported?: boolean;
 }
 
 export interface GroupState {

@@ -48,6 +48,7 @@ export const STATUS_OF_CODE = {
   not_decommissioning: 409,
   not_held: 404,
   not_queued: 404,
+  too_many_webhooks: 409,
   invalid_state: 409,
   rollout_in_progress: 409,
 } as const satisfies Record<ErrorCode, ContentfulStatusCode>;
