@@ -15,6 +15,8 @@ import { registerTokens } from "./commands/tokens.ts";
 import { registerUpgrades } from "./commands/upgrades.ts";
 import { registerWait } from "./commands/wait.ts";
 import { registerRollouts } from "./commands/rollouts.ts";
+import { registerGates } from "./commands/gates.ts";
+import { registerWebhooks } from "./commands/webhooks.ts";
 
 export function buildProgram(io: Io): Command {
   const program = new Command("hm")
@@ -35,6 +37,8 @@ export function buildProgram(io: Io): Command {
     registerDesired,
     registerInstances,
     registerRebootGroups,
+    registerGates,
+    registerWebhooks,
     registerFleetlock,
     registerTokens,
     registerUpgrades,

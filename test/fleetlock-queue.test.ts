@@ -1,6 +1,6 @@
 import { runDurableObjectAlarm, runInDurableObject, SELF } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import { UNCLAIMED_GRANT_S } from "../src/fleetlock/queue";
+import { MAX_QUEUE_WAIT_S, UNCLAIMED_GRANT_S } from "../src/fleetlock/queue";
 import { sha256Hex } from "../src/lib/crypto";
 import { call } from "./helpers";
 import {
@@ -31,11 +31,14 @@ describe("fair reboot queue", () => {
     const t = Date.now();
     expect((await zincati(f.baseUrl, "pre-reboot", b.id)).json.kind).toBe("semaphore_full");
     expect(Date.now() - t).toBeLessThan(1000);
-    for (const bad of [-1, 601, 1.5, "10"]) {
+    for (const bad of [-1, MAX_QUEUE_WAIT_S + 1, 1.5, "10"]) {
       const res = await call("PUT", `/v1/fleets/${f.fleet}/reboot-groups/default`, { body: { slots: 1, queue_wait_s: bad } });
       expect(res.status, String(bad)).toBe(400);
     }
     expect((await view(f.fleet)).queue_wait_s).toBe(0);
+    // Up to just under Zincati's 30-minute request time-out.
+    expect(MAX_QUEUE_WAIT_S).toBe(1740);
+    expect((await putGroup(f.fleet, "default", { slots: 1, queue_wait_s: MAX_QUEUE_WAIT_S })).queue_wait_s).toBe(MAX_QUEUE_WAIT_S);
   });
 
   it("grants freed slots to parked hosts in FIFO order, each answered 200 the moment its slot frees", async () => {
