@@ -21,14 +21,15 @@ export function registerWebhooks(program: Command, io: Io) {
     hooks
       .command("add")
       .description("add a webhook; its signing secret is printed once")
-      .requiredOption("--url <url>", "where to send (https://)")
+      // Not --url: that is hm's own API address.
+      .requiredOption("--to <url>", "where to send (https://)")
       .requiredOption("--event <name...>", "events to send, e.g. reboot.unhealthy_after_reboot,reboot.gate_closed", collect)
       .option("--format <format>", "cloudevents (default) or slack", "cloudevents")
       .option("--description <text>", "what it is for"),
   ).action(
-    act(io, async (ctx, o: { fleet: string; url: string; event: string[]; format: "cloudevents" | "slack"; description?: string }) => {
+    act(io, async (ctx, o: { fleet: string; to: string; event: string[]; format: "cloudevents" | "slack"; description?: string }) => {
       const res = await safety(ctx).createWebhook(o.fleet, {
-        url: o.url,
+        url: o.to,
         events: o.event as never,
         format: o.format,
         ...(o.description ? { description: o.description } : {}),
