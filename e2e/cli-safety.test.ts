@@ -3,30 +3,10 @@
  * the queue, webhooks (issue 17).
  */
 import { createServer } from "node:http";
-import { mkdtempSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
-import { Readable } from "node:stream";
-import { afterAll, describe, expect, inject, it } from "vitest";
-import { main } from "../cli/main.ts";
+import { afterAll, describe, expect, it } from "vitest";
+import { hmRunner } from "./harness.ts";
 
-const url = inject("hmUrl");
-const admin = inject("hmAdmin");
-const home = mkdtempSync(join(tmpdir(), "hm-safety-"));
-
-async function hm(args: string[]) {
-  let stdout = "";
-  let stderr = "";
-  const code = await main(args, {
-    stdout: (s) => void (stdout += s),
-    stderr: (s) => void (stderr += s),
-    stdin: Readable.from([]),
-    interactive: false,
-    env: { HM_CONFIG: join(home, "none.json"), HM_URL: url, HM_TOKEN: admin },
-    cwd: home,
-  });
-  return { code, stdout, stderr, json: () => JSON.parse(stdout) };
-}
+const hm = hmRunner("safety");
 
 const received: string[] = [];
 const receiver = createServer((req, res) => {

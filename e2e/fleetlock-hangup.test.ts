@@ -5,20 +5,12 @@
  * once the group's unclaimed_grant_s has passed without the host calling again.
  */
 import { request } from "node:http";
-import { describe, expect, inject, it } from "vitest";
+import { describe, expect, it } from "vitest";
+import { adminApi } from "./harness.ts";
 
-const url = inject("hmUrl");
-const admin = inject("hmAdmin");
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-async function api(method: string, path: string, body?: unknown) {
-  const res = await fetch(`${url}${path}`, {
-    method,
-    headers: { authorization: `Bearer ${admin}`, ...(body === undefined ? {} : { "content-type": "application/json" }) },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
-  return { status: res.status, json: (await res.json().catch(() => null)) as any };
-}
+const api = adminApi;
 
 const fleetlockBody = (id: string) => JSON.stringify({ client_params: { id, group: "default" } }, null, 2);
 

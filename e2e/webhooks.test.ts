@@ -6,20 +6,12 @@
  */
 import { createHmac, timingSafeEqual } from "node:crypto";
 import { createServer, type IncomingMessage } from "node:http";
-import { afterAll, describe, expect, inject, it } from "vitest";
+import { afterAll, describe, expect, it } from "vitest";
+import { adminApi } from "./harness.ts";
 
-const url = inject("hmUrl");
-const admin = inject("hmAdmin");
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-async function api(method: string, path: string, body?: unknown) {
-  const res = await fetch(`${url}${path}`, {
-    method,
-    headers: { authorization: `Bearer ${admin}`, ...(body === undefined ? {} : { "content-type": "application/json" }) },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
-  return { status: res.status, json: (await res.json().catch(() => null)) as any };
-}
+const api = adminApi;
 
 /** docs/notifications.md: HMAC-SHA256(secret, `${t}.${body}`) as hex, t within 300 s of now. */
 function verified(secret: string, body: string, header: string | undefined): boolean {

@@ -105,18 +105,28 @@ describe("an operator takes a host out of the queue", () => {
   });
 });
 
+/**
+ * a holds the slot, b parks, and a's steady state hands the slot to b while the runtime no longer
+ * vouches for b's request.
+ */
+async function grantToDistrustedPark(slots: { queue_wait_s: number; unclaimed_grant_s?: number }) {
+  const f = await fleetWithKey();
+  await putGroup(f.fleet, "default", { slots: 1, ...slots });
+  const [a, b, c] = await registerClients(f.fleet, 3);
+  await distrustParkedCalls(f.fleet, 0);
+  await zincati(f.baseUrl, "pre-reboot", a.id);
+  const [pb] = await parkInOrder(f, [b.id]);
+  await sleep(5);
+  await zincati(f.baseUrl, "steady-state", a.id);
+  // The request is answered (the host may be there).
+  expect((await pb).status).toBe(200);
+  return { f, b, c };
+}
+
 describe("a runtime that cannot report a parked client's hang-up", () => {
   it("answers a grant to a call parked past the trust bound, but keeps the slot only until the group's unclaimed bound unless the host calls again", async () => {
-    const f = await fleetWithKey();
-    await putGroup(f.fleet, "default", { slots: 1, queue_wait_s: 30, unclaimed_grant_s: 60 });
-    const [a, b, c] = await registerClients(f.fleet, 3);
-    await distrustParkedCalls(f.fleet, 0);
-    await zincati(f.baseUrl, "pre-reboot", a.id);
-    const [pb] = await parkInOrder(f, [b.id]);
-    await sleep(5);
-    await zincati(f.baseUrl, "steady-state", a.id);
-    // The request is answered (the host may be there), and the slot is held as unclaimed for it.
-    expect((await pb).status).toBe(200);
+    const { f, b, c } = await grantToDistrustedPark({ queue_wait_s: 30, unclaimed_grant_s: 60 });
+    // The slot is held as unclaimed for it.
     const held = (await view(f.fleet)).holders;
     expect(held.map((h) => h.id)).toEqual([b.id]);
     expect(held[0].unclaimed_until).not.toBeNull();
@@ -134,15 +144,7 @@ describe("a runtime that cannot report a parked client's hang-up", () => {
   });
 
   it("keeps the slot of a host that did get its answer once it calls again (steady state releases it as usual)", async () => {
-    const f = await fleetWithKey();
-    await putGroup(f.fleet, "default", { slots: 1, queue_wait_s: 30 });
-    const [a, b] = await registerClients(f.fleet, 2);
-    await distrustParkedCalls(f.fleet, 0);
-    await zincati(f.baseUrl, "pre-reboot", a.id);
-    const [pb] = await parkInOrder(f, [b.id]);
-    await sleep(5);
-    await zincati(f.baseUrl, "steady-state", a.id);
-    expect((await pb).status).toBe(200);
+    const { f, b } = await grantToDistrustedPark({ queue_wait_s: 30 });
     // Its pre-reboot again (a retry) claims the slot: no bound any more.
     expect((await zincati(f.baseUrl, "pre-reboot", b.id)).status).toBe(200);
     expect((await view(f.fleet)).holders).toMatchObject([{ id: b.id, unclaimed_until: null }]);
