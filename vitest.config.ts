@@ -8,7 +8,7 @@ export default defineConfig(async () => {
       cloudflareTest({
         wrangler: { configPath: "./wrangler.toml" },
         miniflare: {
-          bindings: { ADMIN_TOKEN: "test-admin-token", TEST_MIGRATIONS: migrations, LOCAL_COUNTERS: "1" },
+          bindings: { ADMIN_TOKEN: "test-admin-token", TEST_MIGRATIONS: migrations, LOCAL_COUNTERS: "1", ALLOW_LOOPBACK_HTTP: "1" },
         },
       }),
     ],

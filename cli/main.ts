@@ -20,6 +20,8 @@ import { registerUpgrades } from "./commands/upgrades.ts";
 import { registerWait } from "./commands/wait.ts";
 import { registerRollouts } from "./commands/rollouts.ts";
 import { registerSpec } from "./commands/spec.ts";
+import { registerGates } from "./commands/gates.ts";
+import { registerWebhooks } from "./commands/webhooks.ts";
 
 export function buildProgram(io: Io): Command {
   const program = new Command("hm")
@@ -45,6 +47,8 @@ export function buildProgram(io: Io): Command {
     registerDesired,
     registerInstances,
     registerRebootGroups,
+    registerGates,
+    registerWebhooks,
     registerFleetlock,
     registerTokens,
     registerUpgrades,

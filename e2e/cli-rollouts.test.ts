@@ -2,32 +2,14 @@
  * hm rollout … against the worker (issue 9): start, watch with its exit codes, status, rollback,
  * the list. Hosts are stand-ins that reconcile at once (one fails to pull the new image).
  */
-import { Readable } from "node:stream";
-import { mkdtempSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { describe, expect, inject, it } from "vitest";
 import { Api } from "../cli/api.ts";
-import { main } from "../cli/main.ts";
+import { hmRunner } from "./harness.ts";
 
 const url = inject("hmUrl");
 const admin = inject("hmAdmin");
 const api = new Api(url, admin);
-const home = mkdtempSync(join(tmpdir(), "hm-rollout-"));
-
-async function hm(args: string[]) {
-  let stdout = "";
-  let stderr = "";
-  const code = await main(args, {
-    stdout: (s) => void (stdout += s),
-    stderr: (s) => void (stderr += s),
-    stdin: Readable.from([]),
-    interactive: false,
-    env: { HM_CONFIG: join(home, "none.json"), HM_URL: url, HM_TOKEN: admin },
-    cwd: home,
-  });
-  return { code, stdout, stderr, json: () => JSON.parse(stdout) };
-}
+const hm = hmRunner("rollout");
 
 const AGENT = "fw-agent";
 

@@ -9,7 +9,9 @@ declare module "vitest" {
 }
 
 export default async function setup(project: TestProject) {
-  const server = await startLocalServer({ label: "e2e" });
+  // wrangler dev cannot report a parked client's hang-up: parked requests are believed for 2 s
+  // (e2e/fleetlock-hangup.test.ts shows what happens after that).
+  const server = await startLocalServer({ label: "e2e", parkTrustS: 2 });
   project.provide("hmUrl", server.url);
   project.provide("hmAdmin", server.admin);
   return () => server.stop();

@@ -48,6 +48,11 @@ export interface LocalServerOptions {
   health?: string;
   /** More `wrangler dev` arguments (`--test-scheduled`, `--var NAME:value`, …). */
   devArgs?: string[];
+  /**
+   * PARK_TRUST_S: wrangler dev never tells the worker that a client went away, so a parked
+   * FleetLock request is believed for this long (docs/fleetlock.md).
+   */
+  parkTrustS?: number;
 }
 
 export async function startLocalServer({
@@ -57,12 +62,13 @@ export async function startLocalServer({
   config,
   health = "/healthz",
   devArgs = [],
+  parkTrustS = 30,
 }: LocalServerOptions = {}): Promise<LocalServer> {
   const port = await freePort();
   const persist = reuse?.persist ?? mkdtempSync(join(tmpdir(), `harbormaster-${label}-`));
   const admin = reuse?.admin ?? randomBytes(24).toString("base64url");
   const envFile = join(persist, "server.vars");
-  writeFileSync(envFile, `ADMIN_TOKEN=${admin}\n`, { mode: 0o600 });
+  writeFileSync(envFile, `ADMIN_TOKEN=${admin}\n${config ? "" : `PARK_TRUST_S=${parkTrustS}\nALLOW_LOOPBACK_HTTP=1\n`}`, { mode: 0o600 });
   if (!config) {
     const migrate = spawnSync(wrangler, ["d1", "migrations", "apply", "DB", "--local", "--persist-to", persist], {
       cwd: root,

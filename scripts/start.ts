@@ -27,6 +27,7 @@ if (!/^ADMIN_TOKEN=/m.test(current)) {
 console.log(`The bootstrap admin token is in ${devVars} (ADMIN_TOKEN=...).`);
 
 const wrangler = resolve(root, "node_modules/.bin/wrangler");
+const LOCAL_PARK_TRUST_S = 30;
 const migrate = spawnSync(wrangler, ["d1", "migrations", "apply", "DB", "--local"], {
   cwd: root,
   stdio: "inherit",
@@ -35,9 +36,13 @@ const migrate = spawnSync(wrangler, ["d1", "migrations", "apply", "DB", "--local
 if (migrate.status !== 0) process.exit(migrate.status ?? 1);
 
 // `--test-scheduled` exposes /__scheduled, which runs the worker's scheduled handler.
+// wrangler dev never tells the worker that a client went away (docs/fleetlock.md, "Places are
+// durable"): parked FleetLock requests are believed for LOCAL_PARK_TRUST_S only.
+// Webhooks and external gate checks may reach a receiver on this machine over plain HTTP.
+const local = ["--var", `PARK_TRUST_S:${LOCAL_PARK_TRUST_S}`, "--var", "ALLOW_LOOPBACK_HTTP:1"];
 const dev = spawn(
   wrangler,
-  ["dev", "--ip", "127.0.0.1", "--port", port, ...(cron && !devArgs.includes("--test-scheduled") ? ["--test-scheduled"] : []), ...devArgs],
+  ["dev", "--ip", "127.0.0.1", "--port", port, ...local, ...(cron && !devArgs.includes("--test-scheduled") ? ["--test-scheduled"] : []), ...devArgs],
   { cwd: root, stdio: "inherit" },
 );
 for (const sig of ["SIGINT", "SIGTERM"] as const) process.on(sig, () => dev.kill(sig));

@@ -11,6 +11,8 @@ import { instanceRoutes } from "./instances/routes";
 import { agentRoutes } from "./host/routes";
 import { fleetlockRoutes } from "./fleetlock/protocol.routes";
 import { rebootGroupRoutes } from "./fleetlock/operator.routes";
+import { gateRoutes } from "./fleetlock/gates.routes";
+import { webhookApi } from "./webhooks/routes";
 import { metricsRoutes } from "./metrics/routes";
 import { DomainError } from "./domain/errors";
 import { actorOf } from "./domain/principal";
@@ -67,6 +69,8 @@ export function createApp() {
     .route("/v1/fleets", fleetRoutes)
     .route("/v1/fleets", rebootGroupRoutes)
     .route("/v1/fleets", fleetSummaryRoutes)
+    .route("/v1/fleets", gateRoutes)
+    .route("/v1/fleets", webhookApi)
     .route("/v1/servers", serverRoutes)
     .route("/v1/agent", agentRoutes)
     .route("/v1/instances", instanceRoutes)

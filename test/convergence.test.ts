@@ -10,6 +10,7 @@ import { describe, expect, it } from "vitest";
 import { getDb } from "../src/db/client";
 import { auditLog, servers, tokens } from "../src/db/schema";
 import { RESERVATION_TTL_MS } from "../src/fleetlock/durable-object";
+import { Scheduler } from "../src/objects/kit/scheduler";
 import { registerServer as registerViaService } from "../src/servers/service";
 import { fleetWithKey, getGroup, putGroup, registerClients, zincati } from "./fleetlock-helpers";
 import { breakCoordinator, breakD1, call, fireTimersNow, pendingEffects, report } from "./helpers";
@@ -154,6 +155,61 @@ describe("PATCH of a server's FleetLock identity", () => {
     expect((await call("PATCH", `/v1/servers/${a.serverId}`, { body: { fleetlock_id: "renamed" } })).status).toBe(200);
     expect((await zincati(f.baseUrl, "pre-reboot", "renamed")).status).toBe(200);
     expect((await indexRow(a.serverId)).fleetlockId).toBe("renamed");
+  });
+});
+
+describe("an object waking after a crash", () => {
+  /**
+   * The window behind issue 17's lost fleetlock_id changes: killed between the runtime dropping an
+   * alarm that had fired and the object's own record of it, an object reads back an alarm time in
+   * the past that nothing will fire at. Trusting it, the scheduler never set another alarm, so an
+   * identity whose first delivery failed waited in the outbox for the ledger's next write.
+   */
+  const storageWithStaleAlarm = (storage: DurableObjectStorage, stale: number, set: number[]) =>
+    new Proxy(storage, {
+      get(target, prop) {
+        if (prop === "getAlarm") return async () => stale;
+        if (prop === "setAlarm") return async (at: number) => void set.push(at);
+        const v = Reflect.get(target, prop);
+        return typeof v === "function" ? v.bind(target) : v;
+      },
+    });
+
+  it("sets its alarm again when the stored one is already past, so the outbox's retries still run", async () => {
+    await runInDurableObject(ledger(crypto.randomUUID()), async (_i, state) => {
+      const set: number[] = [];
+      const s = new Scheduler(storageWithStaleAlarm(state.storage, Date.now() - 60_000, set));
+      const due = Date.now() + 1_000;
+      s.schedule("outbox", due);
+      await s.arm();
+      expect(set).toEqual([due]);
+    });
+  });
+
+  it("leaves a stored alarm that is still ahead and earlier than needed alone (it will fire)", async () => {
+    await runInDurableObject(ledger(crypto.randomUUID()), async (_i, state) => {
+      const set: number[] = [];
+      const s = new Scheduler(storageWithStaleAlarm(state.storage, Date.now() + 5_000, set));
+      s.schedule("outbox", Date.now() + 60_000);
+      await s.arm();
+      expect(set).toEqual([]);
+    });
+  });
+
+  it("delivers a PATCHed fleetlock_id whose first delivery failed once the ledger wakes again, with no other write", async () => {
+    const f = await fleetWithKey();
+    await putGroup(f.fleet, "default", { slots: 1 });
+    const [a] = await registerClients(f.fleet, 1);
+    const restore = await breakCoordinator(ledger(a.serverId));
+    expect((await call("PATCH", `/v1/servers/${a.serverId}`, { body: { fleetlock_id: "after-crash" } })).status).toBe(200);
+    expect((await zincati(f.baseUrl, "pre-reboot", "after-crash")).json.kind).toBe("unknown_client");
+    await evictDurableObject(ledger(a.serverId));
+    void restore;
+    // Only reads from here on: the ledger's own alarm brings the identity to the coordinator.
+    expect((await call("GET", `/v1/servers/${a.serverId}`)).json.fleetlock_id).toBe("after-crash");
+    expect(await fireTimersNow(ledger(a.serverId))).toBe(true);
+    expect((await zincati(f.baseUrl, "pre-reboot", "after-crash")).status).toBe(200);
+    expect(await pendingEffects(ledger(a.serverId))).toBe(0);
   });
 });
 

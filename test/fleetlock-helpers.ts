@@ -1,3 +1,4 @@
+import { env, runInDurableObject } from "cloudflare:test";
 import { BASE, call, createFleet, registerServer, send } from "./helpers";
 
 export interface FleetLockFleet {
@@ -70,3 +71,70 @@ export function curl(baseUrl: string, op: Op, id: string, group = "default") {
 export function raw(path: string, init: RequestInit) {
   return send(path.startsWith("http") ? path : `${BASE}${path}`, init);
 }
+
+// ---- the queue, as operators and parked hosts see it ----
+
+export const coordinator = (fleet: string) => env.REBOOT.get(env.REBOOT.idFromName(fleet));
+
+export type Queued = { position: number; id: string; connected: boolean; waiting_since: string; server: { id: string } | null };
+export type Group = Omit<Awaited<ReturnType<typeof getGroup>>, "holders"> & {
+  queue: Queued[];
+  queue_wait_s: number;
+  holders: { id: string; granted_at: string; unclaimed_until: string | null; server: { id: string; hostname: string | null } | null }[];
+  [more: string]: unknown;
+};
+export const view = async (fleet: string, group = "default") => (await getGroup(fleet, group)) as unknown as Group;
+
+export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** Polls the operator view until `check` holds (or fails after `ms`). */
+export async function until(fleet: string, check: (g: Group) => boolean, ms = 5000, group = "default") {
+  const end = Date.now() + ms;
+  for (;;) {
+    const g = await view(fleet, group);
+    if (check(g)) return g;
+    if (Date.now() > end) throw new Error(`condition not met: ${JSON.stringify(g)}`);
+    await sleep(20);
+  }
+}
+
+/** A pre-reboot that is expected to park: resolves with the response, and records when it settled. */
+export function park(baseUrl: string, id: string, log: string[] = [], group = "default") {
+  return zincati(baseUrl, "pre-reboot", id, group).then((r) => {
+    log.push(id);
+    return r;
+  });
+}
+
+export async function parkInOrder(f: { fleet: string; baseUrl: string }, ids: string[], log: string[] = [], group = "default") {
+  const pending: ReturnType<typeof park>[] = [];
+  for (const id of ids) {
+    pending.push(park(f.baseUrl, id, log, group));
+    // Wait until it is queued, so arrival order is the order given.
+    await until(f.fleet, (g) => g.queue.some((q) => q.id === id), 5000, group);
+  }
+  return pending;
+}
+
+/**
+ * Resets the coordinator the hard way, as a deploy or an eviction with requests in flight does:
+ * every open call into it fails. (evictDurableObject waits for open calls to finish first.)
+ */
+export const resetCoordinator = (fleet: string) =>
+  runInDurableObject(coordinator(fleet), (_i, state) => state.abort("reset by test")).catch(() => undefined);
+
+/** The queue entries in the coordinator's storage (the view hides expired ones). */
+export const storedQueue = (fleet: string) =>
+  runInDurableObject(coordinator(fleet), (_i, state) => [...state.storage.kv.list({ prefix: "queue:" })].map(([k]) => k));
+
+/** Moves the coordinator's clock by `offsetMs` (a new instance after eviction starts on real time). */
+export const setClockOffset = (fleet: string, offsetMs: number) =>
+  runInDurableObject(coordinator(fleet), (instance) => {
+    (instance as unknown as { clock: () => number }).clock = () => Date.now() + offsetMs;
+  });
+
+/** Delivers what the coordinator's outbox holds now (host audit rows wait up to a second for a batch). */
+export const flushCoordinator = (fleet: string) =>
+  runInDurableObject(coordinator(fleet), async (instance) => {
+    await (instance as unknown as { c: { effects: { outbox: { flush(): Promise<void> } } } }).c.effects.outbox.flush();
+  });

@@ -1,68 +1,25 @@
-import { env, runDurableObjectAlarm, runInDurableObject, SELF } from "cloudflare:test";
+import { runDurableObjectAlarm, runInDurableObject, SELF } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import { UNCLAIMED_GRANT_S } from "../src/fleetlock/queue";
+import { MAX_QUEUE_WAIT_S, UNCLAIMED_GRANT_S } from "../src/fleetlock/queue";
 import { sha256Hex } from "../src/lib/crypto";
 import { call } from "./helpers";
-import { fleetWithKey, getGroup, putGroup, registerClients, zincati, type Op } from "./fleetlock-helpers";
-
-const coordinator = (fleet: string) => env.REBOOT.get(env.REBOOT.idFromName(fleet));
-
-type Queued = { position: number; id: string; connected: boolean; waiting_since: string; server: { id: string } | null };
-type Group = Omit<Awaited<ReturnType<typeof getGroup>>, "holders"> & {
-  queue: Queued[];
-  queue_wait_s: number;
-  holders: { id: string; granted_at: string; unclaimed_until: string | null }[];
-};
-const view = async (fleet: string, group = "default") => (await getGroup(fleet, group)) as unknown as Group;
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
-/** Polls the operator view until `check` holds (or fails after `ms`). */
-async function until(fleet: string, check: (g: Group) => boolean, ms = 5000, group = "default") {
-  const end = Date.now() + ms;
-  for (;;) {
-    const g = await view(fleet, group);
-    if (check(g)) return g;
-    if (Date.now() > end) throw new Error(`condition not met: ${JSON.stringify(g)}`);
-    await sleep(20);
-  }
-}
-
-/** A pre-reboot that is expected to park: resolves with the response, and records when it settled. */
-function park(baseUrl: string, id: string, log: string[] = [], group = "default") {
-  const p = zincati(baseUrl, "pre-reboot", id, group).then((r) => {
-    log.push(id);
-    return r;
-  });
-  return p;
-}
-
-async function parkInOrder(f: { fleet: string; baseUrl: string }, ids: string[], log: string[] = []) {
-  const pending: ReturnType<typeof park>[] = [];
-  for (const id of ids) {
-    pending.push(park(f.baseUrl, id, log));
-    // Wait until it is queued, so arrival order is the order given.
-    await until(f.fleet, (g) => g.queue.some((q) => q.id === id));
-  }
-  return pending;
-}
-
-/**
- * Resets the coordinator the hard way, as a deploy or an eviction with requests in flight does:
- * every open call into it fails. (evictDurableObject waits for open calls to finish first.)
- */
-const resetCoordinator = (fleet: string) =>
-  runInDurableObject(coordinator(fleet), (_i, state) => state.abort("reset by test")).catch(() => undefined);
-
-/** The queue entries in the coordinator's storage (the view hides expired ones). */
-const storedQueue = (fleet: string) =>
-  runInDurableObject(coordinator(fleet), (_i, state) => [...state.storage.kv.list({ prefix: "queue:" })].map(([k]) => k));
-
-/** Moves the coordinator's clock by `offsetMs` (a new instance after eviction starts on real time). */
-const setClockOffset = (fleet: string, offsetMs: number) =>
-  runInDurableObject(coordinator(fleet), (instance) => {
-    (instance as unknown as { clock: () => number }).clock = () => Date.now() + offsetMs;
-  });
+import {
+  coordinator,
+  fleetWithKey,
+  park,
+  parkInOrder,
+  type Queued,
+  putGroup,
+  registerClients,
+  resetCoordinator,
+  setClockOffset,
+  sleep,
+  storedQueue,
+  until,
+  view,
+  zincati,
+  type Op,
+} from "./fleetlock-helpers";
 
 describe("fair reboot queue", () => {
   it("refuses at once with queue_wait_s 0 (the default), and validates queue_wait_s", async () => {
@@ -74,11 +31,14 @@ describe("fair reboot queue", () => {
     const t = Date.now();
     expect((await zincati(f.baseUrl, "pre-reboot", b.id)).json.kind).toBe("semaphore_full");
     expect(Date.now() - t).toBeLessThan(1000);
-    for (const bad of [-1, 601, 1.5, "10"]) {
+    for (const bad of [-1, MAX_QUEUE_WAIT_S + 1, 1.5, "10"]) {
       const res = await call("PUT", `/v1/fleets/${f.fleet}/reboot-groups/default`, { body: { slots: 1, queue_wait_s: bad } });
       expect(res.status, String(bad)).toBe(400);
     }
     expect((await view(f.fleet)).queue_wait_s).toBe(0);
+    // Up to just under Zincati's 30-minute request time-out.
+    expect(MAX_QUEUE_WAIT_S).toBe(1740);
+    expect((await putGroup(f.fleet, "default", { slots: 1, queue_wait_s: MAX_QUEUE_WAIT_S })).queue_wait_s).toBe(MAX_QUEUE_WAIT_S);
   });
 
   it("grants freed slots to parked hosts in FIFO order, each answered 200 the moment its slot frees", async () => {

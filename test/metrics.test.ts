@@ -1,10 +1,10 @@
-import { createExecutionContext, env, waitOnExecutionContext } from "cloudflare:test";
+import { createExecutionContext, env, runInDurableObject, waitOnExecutionContext } from "cloudflare:test";
 import parsePrometheusTextFormat from "parse-prometheus-text-format";
 import { beforeEach, describe, expect, it } from "vitest";
 import { createApp } from "../src/app";
 import { forgetMetricsCache } from "../src/metrics/service";
 import { BASE, call, createFleet, registerServer, report } from "./helpers";
-import { fleetWithKey, putGroup, registerClients, zincati } from "./fleetlock-helpers";
+import { coordinator, fleetWithKey, putGroup, registerClients, zincati } from "./fleetlock-helpers";
 
 type Family = { name: string; type: string; metrics: { value: string; labels?: Record<string, string> }[] };
 
@@ -52,6 +52,26 @@ describe("/metrics: gauges from durable state", () => {
     for (const f of m) expect(f.type, f.name).toBe("GAUGE");
     // No per-isolate counter is presented as a total any more.
     expect(m.some((f) => f.name.endsWith("_total"))).toBe(false);
+  });
+
+  it("shows each group's closed gates and each fleet's webhook deliveries still pending or given up", async () => {
+    const fl = await fleetWithKey();
+    await putGroup(fl.fleet, "default", { slots: 1 });
+    await call("PUT", `/v1/fleets/${fl.fleet}/reboot-groups/default/hold`, { body: { reason: "freeze" } });
+    const hook = await call("POST", `/v1/fleets/${fl.fleet}/webhooks`, { body: { url: "https://hooks.example.com/x", events: ["reboot.granted"] } });
+    // The receiver is down.
+    await runInDurableObject(coordinator(fl.fleet), (instance) => {
+      (instance as unknown as { c: { webhooks: { fetcher: unknown } } }).c.webhooks.fetcher = async () => new Response("down", { status: 502 });
+    });
+    const [host] = await registerClients(fl.fleet, 1);
+    await call("DELETE", `/v1/fleets/${fl.fleet}/reboot-groups/default/hold`);
+    expect((await zincati(fl.baseUrl, "pre-reboot", host.id)).status).toBe(200);
+    await call("PUT", `/v1/fleets/${fl.fleet}/reboot-groups/default/hold`, { body: { reason: "freeze" } });
+    expect(hook.status).toBe(201);
+    const m = await scrape();
+    expect(value(m, "harbormaster_reboot_group_gate_closed", { fleet: fl.fleet, group: "default", gate: "hold" })).toBe(1);
+    expect(value(m, "harbormaster_webhook_deliveries", { fleet: fl.fleet, status: "pending" })).toBe(1);
+    expect(value(m, "harbormaster_webhook_deliveries", { fleet: fl.fleet, status: "failed" })).toBe(0);
   });
 
   it("needs a read token unless the deployment makes it public", async () => {

@@ -1,3 +1,4 @@
+import { groupConfig } from "../src/specs/groups";
 import { env, SELF } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { ADMIN, BASE, call } from "./helpers";
@@ -18,8 +19,9 @@ describe("GET /v1/fleets/{fleet}/spec", () => {
       channels: { base: { image: "reg/base:1", version: "1" }, fw: { image: "reg/fw:1", version: "1" } },
       roles: { compute: { agents: [{ name: "base" }] }, edge: { agents: [{ name: "base" }, { name: "fw", when: "firewall" }] } },
       reboot_groups: {
-        default: { slots: 2, windows: [], queue_wait_s: 0 },
-        night: { slots: 1, windows: [WINDOW], queue_wait_s: 60 },
+        // Every declared field of a group, those never set as a new group has them.
+        default: groupConfig({ slots: 2, windows: [], queue_wait_s: 0 }),
+        night: groupConfig({ slots: 1, windows: [WINDOW] as never, queue_wait_s: 60 }),
       },
     });
     expect(etag).toMatch(/^"[0-9a-f]{32}"$/);
@@ -81,7 +83,7 @@ describe("POST /v1/fleets/{fleet}/spec:diff", () => {
     ]);
     const fw = res.json.items.find((i: any) => i.path === "channels.fw");
     expect(fw).toMatchObject({ before: { image: "reg/fw:1", version: "1" }, after: { image: "reg/fw:2", version: "2" } });
-    expect(res.json.items.find((i: any) => i.path === "reboot_groups.day").after).toEqual({ slots: 1, windows: [], queue_wait_s: 0 });
+    expect(res.json.items.find((i: any) => i.path === "reboot_groups.day").after).toEqual(groupConfig({ slots: 1, windows: [], queue_wait_s: 0 }));
     expect(res.json.summary).toEqual({ add: 2, change: 4, remove: 0, unlisted: 2 });
     const edge = servers.filter((_, i) => i % 2).map((s) => s.id).sort();
     expect(res.json.replan).toMatchObject({ scope: "roles", roles: ["edge"], servers: 2 });

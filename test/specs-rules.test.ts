@@ -1,3 +1,4 @@
+import { groupConfig } from "../src/specs/groups";
 import { createScheduledController, env } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { runScheduled } from "../src/scheduled";
@@ -93,7 +94,8 @@ describe("reboot groups, owned by the coordinator", () => {
     const { spec } = await getSpec(fleet);
     const next = clone(spec);
     next.reboot_groups.default.slots = 6;
-    next.reboot_groups.day = { slots: 3, windows: [WINDOW], queue_wait_s: 30 };
+    // Written out in full (a field left out reads back as a new group's), so the spec reads back as sent.
+    next.reboot_groups.day = groupConfig({ slots: 3, windows: [WINDOW] as never, queue_wait_s: 30 });
     const out = await applyFleetSpec(envWithoutGroupPushes(), { waitUntil() {} }, "test", fleet, next, { prune: false });
     expect(out).toMatchObject({ changed: true, coordinator: { pending: true } });
     // The coordinator still has the old groups; the spec reads as applied already.

@@ -2,6 +2,7 @@ import { InvalidArgumentError, type Command } from "commander";
 import type { RebootGroup } from "../api.ts";
 import { Exit, type Io, type Output } from "../io.ts";
 import { act } from "../context.ts";
+import { safety } from "./gates.ts";
 
 const slotsArg = (v: string) => {
   if (!/^\d+$/.test(v)) throw new InvalidArgumentError("expected a whole number");
@@ -13,6 +14,18 @@ function windowArg(v: string, prev: unknown[] = []) {
   const m = /^([A-Za-z,]+)@(\d{2}:\d{2})\+(\d+)(?:\/(.+))?$/.exec(v);
   if (!m) throw new InvalidArgumentError("windows look like Sat,Sun@23:30+60 or Sat,Sun@23:30+60/Europe/Berlin");
   return [...prev, { days: m[1].split(","), start_time: m[2], length_minutes: Number(m[3]), ...(m[4] ? { time_zone: m[4] } : {}) }];
+}
+
+interface SetOpts {
+  fleet: string;
+  slots: number;
+  window?: unknown[];
+  windows?: boolean;
+  queueWait?: number;
+  unclaimedGrant?: number;
+  releaseOn?: "steady_state" | "healthy_report";
+  healthTimeout?: number;
+  pauseOnUnhealthy?: boolean;
 }
 
 export function registerRebootGroups(program: Command, io: Io) {
@@ -41,14 +54,26 @@ export function registerRebootGroups(program: Command, io: Io) {
       .requiredOption("--slots <n>", "slots", slotsArg)
       .option("--window <spec...>", "maintenance windows, e.g. Sat,Sun@23:30+60/Europe/Berlin", windowArg)
       .option("--no-windows", "remove every window")
-      .option("--queue-wait <s>", "seconds a pre-reboot may wait for a slot, first come first served (0: refuse at once)", slotsArg),
+      .option("--queue-wait <s>", "seconds a pre-reboot may wait for a slot, first come first served (0: refuse at once)", slotsArg)
+      .option("--unclaimed-grant <s>", "seconds a slot granted to a host that went away is kept for its next call", slotsArg)
+      .option("--release-on <rule>", "what frees a slot: steady_state, or healthy_report (a report from the new boot, every agent realized)")
+      .option("--health-timeout <s>", "healthy_report: seconds a rebooted server may take to report healthy", slotsArg)
+      .option("--pause-on-unhealthy", "healthy_report: pause the group when a server misses it (the default)")
+      .option("--no-pause-on-unhealthy", "healthy_report: keep granting when a server misses it"),
   ).action(
-    act(io, async (ctx, group: string, o: { fleet: string; slots: number; window?: unknown[]; windows?: boolean; queueWait?: number }) => {
+    act(io, async (ctx, group: string, o: SetOpts) => {
       const windows = o.windows === false ? [] : o.window;
+      if (o.releaseOn !== undefined && o.releaseOn !== "steady_state" && o.releaseOn !== "healthy_report") {
+        throw new Exit(2, "--release-on is steady_state or healthy_report");
+      }
       const g = await ctx.api.putGroup(o.fleet, group, {
         slots: o.slots,
         ...(windows ? { windows: windows as never } : {}),
         ...(o.queueWait !== undefined ? { queue_wait_s: o.queueWait } : {}),
+        ...(o.unclaimedGrant !== undefined ? { unclaimed_grant_s: o.unclaimedGrant } : {}),
+        ...(o.releaseOn ? { release_on: o.releaseOn } : {}),
+        ...(o.healthTimeout !== undefined ? { health_timeout_s: o.healthTimeout } : {}),
+        ...(o.pauseOnUnhealthy !== undefined ? { pause_on_unhealthy: o.pauseOnUnhealthy } : {}),
       });
       if (ctx.machine) return ctx.out.data(g);
       showGroup(ctx.out, g);
@@ -66,6 +91,14 @@ export function registerRebootGroups(program: Command, io: Io) {
       }),
     );
   }
+
+  fleetOpt(groups.command("dequeue <group> <id>").description("take a parked host out of the group's queue (audited)")).action(
+    act(io, async (ctx, group: string, id: string, o: { fleet: string }) => {
+      const res = await safety(ctx).dequeue(o.fleet, group, id);
+      if (ctx.globals.json) return ctx.out.data(res);
+      ctx.out.line(`Took ${res.removed.id} out of the queue of ${o.fleet}/${group} (waiting since ${res.removed.waiting_since}).`);
+    }),
+  );
 
   fleetOpt(groups.command("release <group> <id>").description("force-release one holder's slot (audited)")).action(
     act(io, async (ctx, group: string, id: string, o: { fleet: string }) => {
@@ -98,7 +131,10 @@ export function showGroup(out: Output, g: RebootGroup) {
   out.fields([
     ["group", g.name],
     ["slots", `${g.holders.length} held of ${g.slots} (${g.available_slots} available)`],
-    ["paused", g.paused ? "yes" : "no"],
+    ["paused", g.paused ? (g.paused_reason ? `yes: ${g.paused_reason}` : "yes") : "no"],
+    ["hold", g.hold ? `${g.hold.reason} (by ${g.hold.by}${g.hold.until ? `, until ${g.hold.until}` : ""})` : "-"],
+    ["release on", g.release_on === "healthy_report" ? `healthy report (within ${g.health_timeout_s}s, then ${g.pause_on_unhealthy ? "pause" : "keep going"})` : "steady state"],
+    ["gates", g.gates.length ? g.gates.map((v) => `${v.gate} ${v.open ? "open" : "CLOSED"}`).join(", ") + ` (${g.gates_source})` : "none"],
     ["open now", g.open_now ? "yes" : "no"],
     ["queue wait", g.queue_wait_s ? `${g.queue_wait_s}s` : "off (refused at once)"],
     ["windows", g.windows.map((w) => `${w.days.join(",")} ${w.start_time}+${w.length_minutes}m ${w.time_zone}`).join("; ") || "-"],
@@ -106,8 +142,16 @@ export function showGroup(out: Output, g: RebootGroup) {
   ]);
   out.line();
   out.table(
-    ["HOLDER", "SERVER", "HOSTNAME", "SINCE", "HELD", "STUCK"],
-    g.holders.map((h) => [h.id, h.server?.id, h.server?.hostname, h.granted_at, `${h.held_for_s}s`, h.stuck ? out.c.red("stuck") : null]),
+    ["HOLDER", "SERVER", "HOSTNAME", "SINCE", "HELD", "STUCK", "AFTER REBOOT"],
+    g.holders.map((h) => [
+      h.id,
+      h.server?.id,
+      h.server?.hostname,
+      h.granted_at,
+      `${h.held_for_s}s`,
+      h.stuck ? out.c.red("stuck") : null,
+      h.unhealthy_after_reboot ? out.c.red("unhealthy") : h.rebooted_at ? "waiting for a healthy report" : null,
+    ]),
     "(no holders)",
   );
   if (g.queue.length === 0) return;

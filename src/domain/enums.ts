@@ -71,6 +71,12 @@ export const FLEETLOCK_KINDS = [
   "semaphore_full",
   "group_paused",
   "outside_maintenance_window",
+  // Health gates (src/fleetlock/gates.ts): a group that would grant but a gate holds it.
+  "operator_hold",
+  "fleet_unhealthy",
+  "rollout_running",
+  "reboots_unhealthy",
+  "external_check_failed",
   "not_found",
   "method_not_allowed",
   "internal_error",

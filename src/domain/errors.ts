@@ -56,6 +56,9 @@ export const ERROR_CODES = [
   "not_decommissioning",
   // Reboot coordination.
   "not_held",
+  "not_queued",
+  // Webhooks.
+  "too_many_webhooks",
   // Rollouts.
   "invalid_state",
   "rollout_in_progress",

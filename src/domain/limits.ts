@@ -40,12 +40,19 @@ export const MAX_SERVER_ROLES = 64;
 export const MAX_REASON_LENGTH = 1000;
 
 /**
- * Longest a FleetLock pre-reboot may wait in its group's queue (`queue_wait_s`). Zincati's client
- * gives a request 30 minutes (coreos/zincati src/fleet_lock/mod.rs, DEFAULT_HTTP_COMPLETION_TIMEOUT)
- * and Flatcar's fleetlockctl none at all (flatcar/fleetlock cmd/lock.go, http.DefaultClient);
- * 10 minutes stays well under the first and leaves room for proxies in between.
+ * Longest a FleetLock pre-reboot may wait in its group's queue (`queue_wait_s`): just under the
+ * clients' own request time-outs, so a host waits in the queue for as long as it would wait at all.
+ * Zincati gives a request 30 minutes (coreos/zincati src/fleet_lock/mod.rs,
+ * DEFAULT_HTTP_COMPLETION_TIMEOUT, set with reqwest's ClientBuilder::timeout) and Flatcar's
+ * fleetlockctl none at all (flatcar/fleetlock cmd/lock.go, http.DefaultClient); 29 minutes leaves
+ * Zincati a minute for connecting and for the answer. A wait that long keeps a wave's freed slots
+ * busy (docs/benchmarks.md, reboot wave); proxies in between may need a shorter one.
  */
-export const MAX_QUEUE_WAIT_S = 600;
+export const MAX_QUEUE_WAIT_S = 1740;
+
+/** A group's `unclaimed_grant_s`: how long a grant its host could not be told of is kept for it. */
+export const MIN_UNCLAIMED_GRANT_S = 5;
+export const MAX_UNCLAIMED_GRANT_S = 3600;
 
 /** Hosts parked in one group's queue at once; beyond it a pre-reboot is refused as before. */
 export const MAX_QUEUED_PER_GROUP = 10_000;

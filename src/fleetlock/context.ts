@@ -4,14 +4,24 @@
  */
 import type { Scheduler } from "../objects/kit/scheduler";
 import type { CoordinatorEffects } from "./effects";
+import type { GateKeeper } from "./gate-keeper";
+import type { GateStore } from "./gate-store";
 import type { ParkedHosts } from "./parked";
 import type { CoordinatorStore } from "./store";
+import type { WebhookDispatcher } from "../webhooks/dispatch";
+import type { WebhookStore } from "../webhooks/store";
 
 export interface Coordination {
   store: CoordinatorStore;
   effects: CoordinatorEffects;
   scheduler: Scheduler;
   parked: ParkedHosts;
+  /** Health gates: their settings, inputs and the servers rebooted and not yet healthy (issue 17). */
+  gates: GateKeeper;
+  gateStore: GateStore;
+  /** The fleet's webhooks: this object sends them, fed by every owner's events (src/webhooks/). */
+  webhooks: WebhookDispatcher;
+  webhookStore: WebhookStore;
   /** The clock every grant, window and wait is decided with; tests move it. */
   clock: () => number;
 }

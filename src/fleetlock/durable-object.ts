@@ -1,19 +1,23 @@
 import { DurableObject } from "cloudflare:workers";
-import { getDb } from "../db/client";
 import type { Env } from "../env";
 import type { Failure } from "../objects/kit/result";
-import { Scheduler } from "../objects/kit/scheduler";
+import { assemble } from "./assemble";
 import type { Coordination } from "./context";
-import { CoordinatorEffects } from "./effects";
+import { GATES_TIMER } from "./gate-keeper";
+import * as gateRules from "./gate-rules";
+import type { GateConfig } from "./gates";
 import * as grants from "./grants";
+import * as health from "./health";
+import type { ServerHealthEvent } from "./ledger-side";
 import * as groups from "./groups";
 import * as identity from "./identity";
-import { ParkedHosts, QUEUE_TIMER } from "./parked";
+import { QUEUE_TIMER } from "./parked";
 import type { ClientParams, FleetLockFailure } from "./protocol";
 import * as slots from "./rollout-slots";
 import * as specGroups from "./spec-groups";
 import type { GroupChange, Holder } from "./semaphore";
-import { CoordinatorStore, type FleetSettings, type ServerIdentity } from "./store";
+import type { FleetSettings, ServerIdentity } from "./store";
+import * as hooks from "../webhooks/manage";
 import type { GroupView } from "./views";
 
 // Kept where callers have always found them.
@@ -35,11 +39,7 @@ export class RebootCoordinator extends DurableObject<Env> {
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
-    const scheduler = new Scheduler(ctx.storage);
-    const store = new CoordinatorStore(ctx.storage);
-    const effects = new CoordinatorEffects(ctx.storage, scheduler, () => getDb(this.env.DB));
-    const clock = () => this.clock();
-    this.c = { store, effects, scheduler, clock, parked: new ParkedHosts(store, effects, scheduler, clock) };
+    this.c = assemble(ctx, () => this.env, () => this.clock());
   }
 
   async alarm() {
@@ -47,7 +47,8 @@ export class RebootCoordinator extends DurableObject<Env> {
       outbox: () => this.c.effects.outbox.flush(),
       reservation: (payload, name) =>
         identity.expireReservation(this.c.store, name.slice("reservation:".length), (payload as { until: number }).until),
-      [QUEUE_TIMER]: () => this.c.parked.drainAll(),
+      [QUEUE_TIMER]: () => this.c.parked.fired(),
+      [GATES_TIMER]: () => gateRules.readInputs(this.c),
     });
   }
 
@@ -94,11 +95,11 @@ export class RebootCoordinator extends DurableObject<Env> {
   }
 
   async setServerIdentity(serverId: string, id: ServerIdentity): Promise<{ applied: boolean; conflict?: boolean }> {
-    return identity.setIdentity(this.c.store, this.c.scheduler, this.c.effects, serverId, id);
+    return identity.setIdentity(this.c, serverId, id);
   }
 
   async adoptIdentity(serverId: string, id: ServerIdentity): Promise<{ applied: boolean }> {
-    return identity.adoptIdentity(this.c.store, this.c.scheduler, serverId, id);
+    return identity.adoptIdentity(this.c, serverId, id);
   }
 
   // ---- reboot groups ----
@@ -120,14 +121,82 @@ export class RebootCoordinator extends DurableObject<Env> {
     return specGroups.applyGroupSpec(this.c, settings, spec);
   }
 
+  // ---- health gates (issue 17) ----
+
+  async fleetGates(settings: FleetSettings) {
+    return gateRules.fleetGatesView(this.c, settings);
+  }
+
+  async putFleetGates(settings: FleetSettings, gates: GateConfig, actor: string) {
+    return gateRules.putFleetGates(this.c, settings, gates, actor);
+  }
+
+  async setHold(settings: FleetSettings, group: string | null, hold: { reason: string; until: number | null } | null, actor: string) {
+    return gateRules.setHold(this.c, settings, group, hold, actor);
+  }
+
+  /** What /metrics shows of this fleet: its groups (gates included) and its webhook deliveries. */
+  async metrics(settings: FleetSettings) {
+    return { groups: groups.listGroups(this.c, settings), webhooks: this.c.webhookStore.counts() };
+  }
+
+  // ---- webhooks: this object sends the fleet's (src/webhooks/) ----
+
+  async createWebhook(settings: FleetSettings, input: hooks.WebhookInput, actor: string) {
+    this.c.store.syncSettings(settings);
+    const r = hooks.createWebhook(this.c.webhookStore, input, actor, this.c.clock());
+    if (r.ok) await this.audited(actor, "webhook.create", { id: r.webhook.id, url: r.webhook.url, events: r.webhook.events });
+    return r;
+  }
+
+  async listWebhooks() {
+    return this.c.webhookStore.all().map(hooks.webhookView);
+  }
+
+  async getWebhook(id: string) {
+    return hooks.getWebhook(this.c.webhookStore, id);
+  }
+
+  async deleteWebhook(settings: FleetSettings, id: string, actor: string) {
+    this.c.store.syncSettings(settings);
+    const r = hooks.deleteWebhook(this.c.webhookStore, id);
+    if (r.ok) await this.audited(actor, "webhook.delete", { id, url: r.webhook.url });
+    return r;
+  }
+
+  async webhookDeliveries(id: string, limit: number) {
+    return hooks.deliveriesOf(this.c.webhookStore, id, limit);
+  }
+
+  async testWebhook(settings: FleetSettings, id: string, actor: string) {
+    this.c.store.syncSettings(settings);
+    const r = hooks.testWebhook(this.c.webhookStore, this.c.webhooks, settings.fleet_id, id, actor, this.c.clock());
+    // Sent now, not with the next batch: the operator is watching.
+    if (r.ok) await this.c.effects.outbox.flush();
+    return r.ok ? { ...r, delivery: hooks.deliveryView(this.c.webhookStore.delivery(r.delivery.id)!) } : r;
+  }
+
+  private async audited(actor: string, action: string, details: Record<string, unknown>) {
+    await this.c.effects.audit([{ actor, action, target: `fleet:${this.c.store.config?.fleet_id ?? "?"}`, details }], { wait: true });
+  }
+
   // ---- releases ----
 
   async forceRelease(settings: FleetSettings, name: string, id: string, actor: string): Promise<{ ok: true; released: Holder; group: GroupView } | Failure> {
     return grants.forceRelease(this.c, settings, name, id, actor);
   }
 
+  async dequeueHost(settings: FleetSettings, name: string, id: string, actor: string) {
+    return groups.dequeueHost(this.c, settings, name, id, actor);
+  }
+
   async releaseServer(serverId: string, opts: { reason: string; actor: string; granted_before?: number }): Promise<(Holder & { group: string })[]> {
     return grants.releaseServer(this.c, serverId, opts);
+  }
+
+  /** A server's ledger: a new boot, realized, failed or drifted (./ledger-side.ts). */
+  async serverHealth(event: ServerHealthEvent): Promise<void> {
+    await health.serverHealth(this.c, event);
   }
 
   // ---- rollout slots (issue 9) ----

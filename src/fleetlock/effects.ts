@@ -7,19 +7,48 @@ import { auditEvent, auditInsertOnce, type AuditEntry, type AuditEvent } from ".
 import type { Db } from "../db/client";
 import { Outbox } from "../objects/kit/outbox";
 import type { Scheduler } from "../objects/kit/scheduler";
+import type { DeliveryPayload } from "../webhooks/dispatch";
+import { fleetEvent, type FleetEvent } from "../webhooks/events";
 
 /** How long a host grant's or release's audit row may wait to share a D1 batch with others. */
 export const HOST_AUDIT_DEFER_MS = 1_000;
 
+/** How many webhook deliveries (or other calls) one flush sends at once. */
+const CALLS_AT_ONCE = 8;
+
 export class CoordinatorEffects {
-  readonly outbox: Outbox<"audit">;
+  readonly outbox: Outbox<"audit" | "webhook">;
+  /** Sends one webhook delivery (src/webhooks/dispatch.ts); set by ./assemble.ts. */
+  deliverWebhook: (p: DeliveryPayload) => Promise<void> = async () => {
+    throw new Error("no webhook dispatcher");
+  };
+  /**
+   * Fleet events (reboot granted, gate closed, …) go to the fleet's webhooks from here; set by
+   * ./assemble.ts. Called in the turn of the change, so its deliveries commit with it.
+   */
+  onEvent: (e: FleetEvent) => void = () => {};
 
   constructor(
     storage: DurableObjectStorage,
     private readonly scheduler: Scheduler,
     db: () => Db,
   ) {
-    this.outbox = new Outbox(storage, scheduler, { audit: { target: "d1", statements: (e: AuditEvent) => [auditInsertOnce(db(), e)] } }, db);
+    this.outbox = new Outbox(
+      storage,
+      scheduler,
+      {
+        audit: { target: "d1", statements: (e: AuditEvent) => [auditInsertOnce(db(), e)] },
+        webhook: { target: "call", deliver: (p: DeliveryPayload) => this.deliverWebhook(p) },
+      },
+      db,
+      CALLS_AT_ONCE,
+    );
+  }
+
+  /** A webhook delivery, sent within a second (with the next flush, or by the alarm) and retried until taken. */
+  webhook(p: DeliveryPayload) {
+    this.outbox.enqueue("webhook", p, { deferMs: HOST_AUDIT_DEFER_MS });
+    void this.scheduler.arm().catch(() => undefined);
   }
 
   /**
@@ -31,6 +60,11 @@ export class CoordinatorEffects {
     if (entries.length) await this.scheduler.arm();
     if (opts.wait) await this.outbox.flush();
   }
+}
+
+/** Emits a fleet event (src/webhooks/events.ts) in the current turn. */
+export function emit(effects: CoordinatorEffects, fleetId: string | undefined, type: FleetEvent["type"], subject: string, summary: string, data: Record<string, unknown>, time?: number) {
+  if (fleetId) effects.onEvent(fleetEvent(fleetId, type, subject, summary, data, time));
 }
 
 /** A host's (or an allowed unknown id's) grant or release, as its audit row. */

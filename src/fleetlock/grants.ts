@@ -7,11 +7,13 @@ import type { AuditEntry } from "../audit/log";
 import { digestsEqual } from "../lib/crypto";
 import { fail, type Failure } from "../objects/kit/result";
 import type { Coordination } from "./context";
-import { hostAudit } from "./effects";
+import { emit, hostAudit } from "./effects";
+import { rebootGranted, rebootReleased } from "./reboot-events";
 import { implicitGroup, viewOf } from "./groups";
 import { clientOf } from "./identity";
 import { failure, type ClientParams, type FleetLockFailure } from "./protocol";
-import { admit, claim, closedBecause, refusalValue } from "./queue";
+import { admit, claim, refusalValue } from "./queue";
+import { holdUntilHealthy, noteRebooted, waitsForHealth } from "./health";
 import { holderOf, release, releaseWhere, type Holder } from "./semaphore";
 import type { FleetConfig, FleetSettings } from "./store";
 import type { GroupView } from "./views";
@@ -62,11 +64,15 @@ export async function preReboot(
   const name = params.group;
   const group = c.store.group(name) ?? implicitGroup(config, now);
   if (!group) return failure("unknown_group", `reboot group '${name}' is not configured for this fleet`);
-  const adm = admit(group, c.store.queue(name), params.id, serverId, now, { mayPark: !opts.resume });
-  if (adm.kind === "refused") return failure(adm.refusal, adm.value);
+  const adm = admit(group, c.store.queue(name), params.id, serverId, now, { mayPark: !opts.resume, gate: c.gates.closed(group, now) });
+  if (adm.kind === "refused") {
+    if (c.store.group(name)) c.gates.note(name, c.store.group(name)!, now);
+    return failure(adm.refusal, adm.value);
+  }
   if (adm.kind === "granted") {
     if (adm.changed) {
       c.store.saveGroup(name, adm.group);
+      rebootGranted(c.effects, c.store, name, { id: params.id, server_id: serverId }, now);
       await c.effects.audit([hostAudit(config.fleet_id, "fleetlock.grant", params.id, serverId, { group: name })], { wait: false });
     }
     return { ok: true };
@@ -76,11 +82,14 @@ export async function preReboot(
   const answer = c.parked.wait(name, adm.entry, now, opts.ticket);
   // A slot may be free and open with nobody answered yet (a window just opened): settle it now.
   await c.parked.drain(name);
-  if ((await answer) === "granted") return { ok: true };
+  const answered = await answer;
+  if (answered === "granted") return { ok: true };
+  if (answered === "removed") return failure("unknown_client", `'${params.id}' no longer belongs to a server of this fleet; it left the queue`);
   const after = c.store.group(name)!;
   if (holderOf(after, params.id)) return { ok: true };
-  const refusal = closedBecause(after, c.clock()) ?? "semaphore_full";
-  return failure(refusal, `${refusalValue[refusal]}; waited ${after.queue_wait_s ?? 0} s in the queue`);
+  const why = c.parked.hooks.closed(name, after, c.clock()) ?? { kind: "semaphore_full" as const, value: refusalValue.semaphore_full };
+  if (answered === "dequeued") return failure(why.kind, `${why.value}; an operator took this host out of the queue`);
+  return failure(why.kind, `${why.value}; waited ${after.queue_wait_s ?? 0} s in the queue`);
 }
 
 /**
@@ -101,9 +110,21 @@ export async function steadyState(
     c.parked.giveUp(params.id);
     return { ok: true, released: false };
   }
-  const released = await releaseAndDrain(c, groupName, params.id, c.clock(), (h) =>
-    hostAudit(c.store.config?.fleet_id, "fleetlock.release", params.id, h.server_id, { group: groupName }),
-  );
+  const now = c.clock();
+  const g = c.store.group(groupName)!;
+  const holder = holderOf(g, params.id)!;
+  if (waitsForHealth(g, holder)) {
+    // healthy_report: answered as Zincati expects, the slot kept until the server reports healthy.
+    holdUntilHealthy(c, groupName, holder, now, null);
+    await c.parked.rearm();
+    return { ok: true, released: false };
+  }
+  // Counted as rebooted and not yet healthy before its slot goes to anyone (the gate may close).
+  if (holder.server_id && !holder.id.startsWith("rollout:")) noteRebooted(c, { server_id: holder.server_id, id: holder.id }, groupName, now, null);
+  const released = await releaseAndDrain(c, groupName, params.id, now, (h) => {
+    rebootReleased(c.effects, c.store, groupName, h, "steady_state", now);
+    return hostAudit(c.store.config?.fleet_id, "fleetlock.release", params.id, h.server_id, { group: groupName });
+  });
   return { ok: true, released: released !== null };
 }
 
@@ -146,12 +167,15 @@ export async function forceRelease(
     name,
     id,
     now,
-    (r) => ({
-      actor,
-      action: "reboot_group.force_release",
-      target: `fleet:${settings.fleet_id}`,
-      details: { group: name, id: r.id, server_id: r.server_id, granted_at: new Date(r.granted_at).toISOString() },
-    }),
+    (r) => {
+      rebootReleased(c.effects, c.store, name, r, "force_release", now);
+      return {
+        actor,
+        action: "reboot_group.force_release",
+        target: `fleet:${settings.fleet_id}`,
+        details: { group: name, id: r.id, server_id: r.server_id, granted_at: new Date(r.granted_at).toISOString() },
+      };
+    },
     { wait: true },
   ))!;
   return { ok: true, released, group: viewOf(c, config, name, c.store.group(name)!, now) };
@@ -166,16 +190,26 @@ export async function releaseServer(
   serverId: string,
   opts: { reason: string; actor: string; granted_before?: number },
 ): Promise<(Holder & { group: string })[]> {
-  const match = (h: Holder) => h.server_id === serverId && (opts.granted_before === undefined || h.granted_at <= opts.granted_before);
+  const removal = opts.granted_before === undefined;
+  const match = (h: Holder) => h.server_id === serverId && (removal || h.granted_at <= opts.granted_before!);
   const now = c.clock();
   const released: (Holder & { group: string })[] = [];
+  if (removal) c.gateStore.dropRecovering(serverId);
   for (const [name, group] of c.store.groups()) {
-    const next = releaseWhere(group, match, now);
+    // A reboot seen by the ledger frees a healthy_report slot only once the new boot is healthy.
+    for (const h of group.holders) if (!removal && match(h) && waitsForHealth(group, h)) holdUntilHealthy(c, name, h, now, null);
+    const next = releaseWhere(c.store.group(name)!, (h) => match(h) && (removal || !waitsForHealth(group, h)), now);
     if (next.released.length === 0) continue;
     c.store.saveGroup(name, next.group);
     released.push(...next.released.map((h) => ({ ...h, group: name })));
+    for (const h of next.released) rebootReleased(c.effects, c.store, name, h, removal ? "server_removed" : "rebooted", now);
+  }
+  if (removal && c.store.servers.get(serverId)?.fleetlock_id) {
+    const host = c.store.servers.get(serverId)!.hostname;
+    emit(c.effects, c.store.config?.fleet_id, "server.decommissioned", `server:${serverId}`, `Server ${host} was removed`, { server_id: serverId, hostname: host, reason: opts.reason }, now);
   }
   for (const name of new Set(released.map((h) => h.group))) await c.parked.drain(name);
+  await c.parked.rearm();
   if (released.length > 0) {
     await c.effects.audit(
       [{

@@ -4,6 +4,8 @@
  */
 import { fail, type Failure } from "../objects/kit/result";
 import type { Coordination } from "./context";
+import { holdView, verdictView } from "./gate-rules";
+import { liveEntries, queuedOf, type QueueEntry } from "./queue";
 import { configure, newGroup, type GroupChange, type GroupState } from "./semaphore";
 import type { FleetConfig, FleetSettings } from "./store";
 import { groupView, type GroupView } from "./views";
@@ -17,6 +19,7 @@ export async function putGroup(c: Coordination, settings: FleetSettings, name: s
   const config = c.store.syncSettings(settings);
   const now = c.clock();
   c.store.saveGroup(name, configure(c.store.group(name) ?? null, change, now));
+  c.gates.prime();
   const audited = c.effects.audit(
     [{ actor, action: "reboot_group.put", target: `fleet:${settings.fleet_id}`, details: { group: name, ...change } }],
     { wait: true },
@@ -41,8 +44,40 @@ export function listGroups(c: Coordination, settings: FleetSettings): GroupView[
 
 export function viewOf(c: Coordination, config: FleetConfig, name: string, group: GroupState, now: number): GroupView {
   const queue = { entries: c.store.queue(name), connected: (id: string) => c.parked.connected(id) };
+  const fleetGates = c.gateStore.fleet();
+  const gates = {
+    source: group.gates ? ("group" as const) : fleetGates?.config ? ("fleet" as const) : ("none" as const),
+    own: group.gates ?? null,
+    hold: holdView(group.hold, now),
+    verdicts: c.gates.verdicts(group, now).map(verdictView),
+  };
   return groupView(name, group, queue, now, config.lock_ttl_s * 1000, (serverId) => {
     const s = c.store.servers.get(serverId);
     return { id: serverId, hostname: s ? s.hostname : null };
-  });
+  }, gates);
+}
+
+/** An operator takes a parked host out of the group's queue; its waiting request is refused. */
+export async function dequeueHost(
+  c: Coordination,
+  settings: FleetSettings,
+  name: string,
+  id: string,
+  actor: string,
+): Promise<{ ok: true; removed: QueueEntry; group: GroupView } | Failure> {
+  const config = c.store.syncSettings(settings);
+  if (!c.store.group(name)) return fail("not_found", `reboot group '${name}' is not configured`);
+  const now = c.clock();
+  if (!queuedOf(liveEntries(c.store.queue(name), now), id)) return fail("not_queued", `'${id}' is not waiting in the queue of reboot group '${name}'`);
+  const removed = c.parked.dequeue(name, id)!;
+  await c.effects.audit(
+    [{
+      actor,
+      action: "reboot_group.dequeue",
+      target: `fleet:${settings.fleet_id}`,
+      details: { group: name, id, server_id: removed.server_id, waiting_since: new Date(removed.since).toISOString() },
+    }],
+    { wait: true },
+  );
+  return { ok: true, removed, group: viewOf(c, config, name, c.store.group(name)!, now) };
 }

@@ -9,7 +9,8 @@
  */
 import { fail, type Failure } from "../objects/kit/result";
 import type { Scheduler } from "../objects/kit/scheduler";
-import type { CoordinatorEffects } from "./effects";
+import type { Coordination } from "./context";
+import { emit } from "./effects";
 import { failure, type FleetLockFailure } from "./protocol";
 import { renameHolder } from "./semaphore";
 import { KEY, type ClientEntry, type CoordinatorStore, type FleetConfig, type ServerIdentity } from "./store";
@@ -60,13 +61,8 @@ export function expireReservation(store: CoordinatorStore, fleetlockId: string, 
  * are ignored, so redeliveries and reordered deliveries change nothing. An id that another server
  * registered meanwhile stays with that server (audited as a conflict).
  */
-export async function setIdentity(
-  store: CoordinatorStore,
-  scheduler: Scheduler,
-  effects: CoordinatorEffects,
-  serverId: string,
-  identity: ServerIdentity,
-): Promise<{ applied: boolean; conflict?: boolean }> {
+export async function setIdentity(c: Coordination, serverId: string, identity: ServerIdentity): Promise<{ applied: boolean; conflict?: boolean }> {
+  const { store, effects } = c;
   const id = identity.fleetlock_id;
   const owner = id ? store.clients.get(id) : undefined;
   const previous = store.servers.get(serverId);
@@ -82,26 +78,34 @@ export async function setIdentity(
     );
     return { applied: false, conflict: true };
   }
-  return { applied: apply(store, scheduler, serverId, identity) };
+  return { applied: apply(c, serverId, identity) };
 }
 
 /**
  * An identity read from the index by an upgrade step: taken only if this coordinator knows
  * nothing of the server and nobody else has the id, so it never overrides a ledger's delivery.
  */
-export function adoptIdentity(store: CoordinatorStore, scheduler: Scheduler, serverId: string, identity: ServerIdentity): { applied: boolean } {
-  if (store.servers.get(serverId)) return { applied: false };
+export function adoptIdentity(c: Coordination, serverId: string, identity: ServerIdentity): { applied: boolean } {
+  if (c.store.servers.get(serverId)) return { applied: false };
   const id = identity.fleetlock_id;
-  if (!id || store.clients.get(id)) return { applied: false };
-  return { applied: apply(store, scheduler, serverId, { ...identity, rev: -1 }) };
+  if (!id || c.store.clients.get(id)) return { applied: false };
+  return { applied: apply(c, serverId, { ...identity, rev: -1 }) };
 }
 
-function apply(store: CoordinatorStore, scheduler: Scheduler, serverId: string, identity: ServerIdentity): boolean {
+function apply(c: Coordination, serverId: string, identity: ServerIdentity): boolean {
+  const { store, scheduler } = c;
   const previous = store.servers.get(serverId);
   if (previous && previous.rev > identity.rev) return false;
   const oldId = previous?.fleetlock_id ?? null;
   if (oldId && oldId !== identity.fleetlock_id) {
-    if (store.clients.get(oldId)?.server_id === serverId) store.clients.delete(oldId);
+    if (store.clients.get(oldId)?.server_id === serverId) {
+      store.clients.delete(oldId);
+      // A host parked under the old id (the server was removed, or its id changed) is never
+      // granted: it leaves every queue now, and its waiting call is answered unknown_client.
+      c.parked.forget(oldId);
+    }
+    // Removed: it is no longer a server that rebooted and must still report healthy.
+    if (identity.fleetlock_id === null) c.gateStore.dropRecovering(serverId);
     // The slot follows the server to its new id, so the new id's steady-state releases it.
     const heldIn = store.heldIn(oldId);
     if (heldIn && identity.fleetlock_id) {
@@ -119,5 +123,12 @@ function apply(store: CoordinatorStore, scheduler: Scheduler, serverId: string, 
     });
   }
   store.servers.put(serverId, identity);
+  // A registration's identity (rev 0): the only news of a new server this object gets (servers
+  // registered without a fleetlock_id never reach it).
+  if (!previous && identity.rev === 0 && identity.fleetlock_id) {
+    emit(c.effects, store.config?.fleet_id, "server.registered", `server:${serverId}`, `Server ${identity.hostname} was registered`, {
+      server_id: serverId, hostname: identity.hostname, reboot_group: identity.reboot_group, fleetlock_id: identity.fleetlock_id,
+    });
+  }
   return true;
 }

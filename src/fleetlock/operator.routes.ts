@@ -6,7 +6,7 @@ import { bearer, commonErrors, jsonBody, jsonResponse, notFoundError } from "../
 import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
 import { FleetlockKeyCreated, GroupInput, GroupSchema } from "./schemas";
-import { forceRelease, getGroup, listGroups, putGroup, rotateFleetlockKey } from "./service";
+import { dequeueHost, forceRelease, getGroup, listGroups, putGroup, rotateFleetlockKey } from "./service";
 
 
 const fleetParam = z.object({ fleet: fleetId });
@@ -106,6 +106,34 @@ export const rebootGroupRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validati
       granted_at: new Date(result.released.granted_at).toISOString(),
     };
     return c.json({ released, group: result.group }, 200);
+  },
+)
+
+.openapi(
+  createRoute({
+    method: "delete",
+    path: "/{fleet}/reboot-groups/{group}/queue/{id}",
+    operationId: "dequeueRebootHost",
+    tags: ["reboot coordination"],
+    summary: "Take a parked host out of the group's queue (audited); its waiting pre-reboot is refused",
+    description: "The host keeps no place: its next pre-reboot queues anew at the back (or is granted, if the group is free).",
+    security: bearer,
+    middleware: [requireScope("write")] as const,
+    request: { params: holderParams },
+    responses: {
+      200: jsonResponse(
+        z.object({ removed: z.object({ id: z.string(), server_id: z.string().nullable(), waiting_since: z.string() }), group: GroupSchema }),
+        "Taken out; the group as it now is",
+      ),
+      ...commonErrors,
+      404: jsonResponse(z.object({ error: z.any() }), "No such fleet or group, or the id is not waiting in its queue"),
+    },
+  }),
+  async (c) => {
+    const { fleet, group, id } = c.req.valid("param");
+    const result = await dequeueHost(c.env, actorOf(c.var.principal), fleet, group, id);
+    const removed = { id: result.removed.id, server_id: result.removed.server_id, waiting_since: new Date(result.removed.since).toISOString() };
+    return c.json({ removed, group: result.group }, 200);
   },
 )
 

@@ -5,7 +5,8 @@
  * these in one synchronous turn together with the storage writes, so FIFO order, the slot count
  * and every grant are decided where no other request can interleave.
  */
-import { acquire, holderOf, type GroupState, type Holder, type Refusal } from "./semaphore";
+import type { FleetLockKind } from "../domain/enums";
+import { holderOf, type GroupState, type Holder, type Refusal } from "./semaphore";
 import { withinWindows } from "./windows";
 
 import { MAX_QUEUED_PER_GROUP, MAX_QUEUE_WAIT_S } from "../domain/limits";
@@ -52,17 +53,37 @@ export const refusalValue: Record<Refusal, string> = {
   semaphore_full: "every slot of the group is held",
 };
 
+/** A refusal as hosts are told it. */
+export interface Closure {
+  kind: FleetLockKind;
+  value: string;
+}
+
+/**
+ * Why the group grants nothing new now, with what hosts are told: a pause first, then a closed
+ * health gate (`gate`, ./gates.ts), then windows, then slots. Null when it would grant.
+ */
+export function closureOf(g: GroupState, now: number, gate: Closure | null = null): Closure | null {
+  if (g.paused) return { kind: "group_paused", value: g.paused_reason ? `the reboot group is paused: ${g.paused_reason}` : refusalValue.group_paused };
+  if (gate) return gate;
+  if (!withinWindows(g.windows, now)) return { kind: "outside_maintenance_window", value: refusalValue.outside_maintenance_window };
+  if (g.holders.length >= g.slots) {
+    return { kind: "semaphore_full", value: `all ${g.slots} slot(s) of the group are held (${g.holders.length} holder(s))` };
+  }
+  return null;
+}
+
 export type Admission =
   | { kind: "granted"; group: GroupState; changed: boolean }
   | { kind: "parked"; queue: Queue; entry: QueueEntry; changed: boolean }
-  | { kind: "refused"; refusal: Refusal; value: string };
+  | { kind: "refused"; refusal: FleetLockKind; value: string };
 
 /**
  * A pre-reboot against a group and its queue. Holding a slot succeeds again (recursive lock);
  * a host already parked keeps its place (the same id parking twice holds one place); a free slot
- * goes to a newcomer only when nobody is parked ahead of it; otherwise the host parks when the
- * group allows waiting and is refused as before when it does not. A paused group parks no one:
- * an operator's pause is not a wait of seconds.
+ * goes to a newcomer only when nobody is parked ahead of it and no gate is closed; otherwise the
+ * host parks when the group allows waiting and is refused as before when it does not. A paused
+ * group parks no one: an operator's pause is not a wait of seconds.
  */
 export function admit(
   g: GroupState,
@@ -70,25 +91,22 @@ export function admit(
   id: string,
   serverId: string | null,
   now: number,
-  opts: { mayPark: boolean },
+  opts: { mayPark: boolean; gate?: Closure | null },
 ): Admission {
   if (holderOf(g, id)) return { kind: "granted", group: claim(g, id, now), changed: holderOf(g, id)!.unclaimed_until !== undefined };
   const live = liveEntries(q, now);
   const mine = queuedOf(live, id);
   if (mine) return { kind: "parked", queue: q, entry: mine, changed: false };
-  if (live.length === 0) {
-    const r = acquire(g, id, serverId, now);
-    if (r.ok) return { kind: "granted", group: r.group, changed: r.changed };
-    if (r.kind === "group_paused" || !opts.mayPark || waitOf(g) === 0) return { kind: "refused", refusal: r.kind, value: r.value };
-  } else {
-    const closed = closedBecause(g, now) ?? "semaphore_full";
-    if (closed === "group_paused" || !opts.mayPark || waitOf(g) === 0) {
-      return { kind: "refused", refusal: closed, value: `${refusalValue[closed]}; ${live.length} host(s) are queued` };
-    }
+  const closed = closureOf(g, now, opts.gate ?? null);
+  if (live.length === 0 && !closed) {
+    const granted: Holder = { id, server_id: serverId, granted_at: now };
+    return { kind: "granted", group: { ...g, holders: [...g.holders, granted], updated_at: now }, changed: true };
   }
+  const why = closed ?? { kind: "semaphore_full" as const, value: refusalValue.semaphore_full };
+  const queued = live.length ? `; ${live.length} host(s) are queued` : "";
+  if (why.kind === "group_paused" || !opts.mayPark || waitOf(g) === 0) return { kind: "refused", refusal: why.kind, value: `${why.value}${queued}` };
   if (live.length >= MAX_QUEUED_PER_GROUP) {
-    const closed = closedBecause(g, now) ?? "semaphore_full";
-    return { kind: "refused", refusal: closed, value: `${refusalValue[closed]}; the queue is full (${live.length} host(s))` };
+    return { kind: "refused", refusal: why.kind, value: `${why.value}; the queue is full (${live.length} host(s))` };
   }
   const seq = q.reduce((m, e) => Math.max(m, e.seq), 0) + 1;
   const entry: QueueEntry = { id, server_id: serverId, since: now, deadline: now + waitOf(g) * 1000, seq };
@@ -109,40 +127,69 @@ function withoutClaim(h: Holder): Holder {
   return rest;
 }
 
+/**
+ * How a grant to a parked id reaches it: `live`, answered now; `provisional`, answered now but the
+ * runtime cannot tell whether its client is still there (wrangler dev never reports a hang-up), so
+ * the slot is also kept as unclaimed until the host calls again; `gone`, nobody can be answered,
+ * the slot is kept unclaimed for its next pre-reboot.
+ */
+export type Answer = "live" | "provisional" | "gone";
+
+export interface DrainOptions {
+  /** An id that meanwhile took a slot in another group (one slot per id). */
+  holdsElsewhere?: (id: string) => boolean;
+  /** Whether the entry may still be granted: its server still owns the id. Others leave the queue. */
+  eligible?: (entry: QueueEntry) => boolean;
+  /** Why the group grants nothing new now; defaults to pause, windows and slots (gates add theirs). */
+  closed?: (g: GroupState) => Closure | null;
+}
+
 export interface Drained {
   group: GroupState;
   queue: Queue;
   /** Hosts that got a slot, in grant order; `answerable` ones are answered 200 now. */
-  granted: { entry: QueueEntry; answerable: boolean }[];
+  granted: { entry: QueueEntry; answerable: boolean; provisional?: boolean }[];
+  /** Entries that may no longer be granted (their server gave up the id) and left the queue. */
+  dropped: QueueEntry[];
 }
+
+/** How long an unclaimed grant is kept for its host in this group. */
+export const unclaimedMs = (g: GroupState) => (g.unclaimed_grant_s ?? UNCLAIMED_GRANT_S) * 1000;
 
 /**
  * Hands free slots to parked hosts, longest-waiting first, while the group is open. Expired
- * entries leave first. A grant to a host nobody can answer any more is kept for it as unclaimed
- * until `now + UNCLAIMED_GRANT_S`: its next pre-reboot claims it, or it is released.
- * `holdsElsewhere` skips an id that meanwhile took a slot in another group (one slot per id).
+ * entries leave first. A grant to a host nobody can answer any more (or that the runtime cannot
+ * vouch for) is kept for it as unclaimed for the group's bound: its next call claims it, or it is
+ * released.
  */
 export function drain(
   g: GroupState,
   q: Queue,
   now: number,
-  answerable: (id: string) => boolean,
-  holdsElsewhere: (id: string) => boolean = () => false,
+  answer: (id: string) => Answer | boolean,
+  opts: DrainOptions = {},
 ): Drained {
+  const closed = opts.closed ?? ((x: GroupState) => closureOf(x, now));
   let queue = liveEntries(q, now);
   let group = g;
   const granted: Drained["granted"] = [];
-  while (queue.length > 0 && closedBecause(group, now) === null) {
+  const dropped: QueueEntry[] = [];
+  while (queue.length > 0 && closed(group) === null) {
     const [entry, ...rest] = queue;
     queue = rest;
-    if (holderOf(group, entry.id) || holdsElsewhere(entry.id)) continue;
-    const live = answerable(entry.id);
+    if (opts.eligible && !opts.eligible(entry)) {
+      dropped.push(entry);
+      continue;
+    }
+    if (holderOf(group, entry.id) || opts.holdsElsewhere?.(entry.id)) continue;
+    const a = answer(entry.id);
+    const how: Answer = a === true ? "live" : a === false ? "gone" : a;
     const holder: Holder = { id: entry.id, server_id: entry.server_id, granted_at: now };
-    if (!live) holder.unclaimed_until = now + UNCLAIMED_GRANT_S * 1000;
+    if (how !== "live") holder.unclaimed_until = now + unclaimedMs(g);
     group = { ...group, holders: [...group.holders, holder], updated_at: now };
-    granted.push({ entry, answerable: live });
+    granted.push(how === "provisional" ? { entry, answerable: true, provisional: true } : { entry, answerable: how === "live" });
   }
-  return { group, queue: queue.length === q.length ? q : queue, granted };
+  return { group, queue: queue.length === q.length ? q : queue, granted, dropped };
 }
 
 /** Releases grants nobody came back for within UNCLAIMED_GRANT_S. */

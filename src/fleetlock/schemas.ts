@@ -1,8 +1,11 @@
 import { z } from "@hono/zod-openapi";
 import { fleetlockId, groupName } from "../fleets/schemas";
-import { MAX_GROUP_SLOTS } from "../domain/limits";
+import { MAX_GROUP_SLOTS, MAX_UNCLAIMED_GRANT_S, MIN_UNCLAIMED_GRANT_S } from "../domain/limits";
 import { FLEETLOCK_KINDS } from "../domain/enums";
 import { MAX_QUEUE_WAIT_S, UNCLAIMED_GRANT_S } from "./queue";
+import { GateConfigSchema, HoldSchema, VerdictSchema } from "./gate-schemas";
+import { RELEASE_RULES } from "./health";
+import { DEFAULT_HEALTH_TIMEOUT_S } from "./semaphore";
 import { DAYS, isValidTimeZone, MINUTES_PER_WEEK, type Day } from "./windows";
 
 export const ClientParamsBody = z
@@ -74,6 +77,32 @@ export const GroupInput = z
           "How long a pre-reboot that finds the group full or outside its windows waits for a slot, first come first " +
           "served, before it is refused; 0 refuses at once. Omitted: unchanged (0 for a new group)",
       }),
+    unclaimed_grant_s: z
+      .number()
+      .int()
+      .min(MIN_UNCLAIMED_GRANT_S)
+      .max(MAX_UNCLAIMED_GRANT_S)
+      .optional()
+      .openapi({
+        description:
+          "How long a slot granted to a parked host that could not be told (its request went away) is kept for its next " +
+          `pre-reboot before it goes to the next host. Omitted: unchanged (${UNCLAIMED_GRANT_S} for a new group)`,
+      }),
+    release_on: z.enum(RELEASE_RULES).optional().openapi({
+      description:
+        "What frees a slot: `steady_state` (the host's steady-state call, as every FleetLock server does) or `healthy_report` " +
+        "(the steady-state call is answered 200, but the slot is freed only when the server reports from its new boot with every " +
+        "agent realized). Omitted: unchanged (steady_state for a new group)",
+    }),
+    health_timeout_s: z.number().int().min(30).max(7 * 86400).optional().openapi({
+      description: `healthy_report: how long after its reboot a server may take to report healthy before it is marked unhealthy after reboot. Omitted: unchanged (${DEFAULT_HEALTH_TIMEOUT_S} for a new group)`,
+    }),
+    pause_on_unhealthy: z.boolean().optional().openapi({
+      description: "healthy_report: whether the group pauses itself when a server is unhealthy after its reboot. Omitted: unchanged (true for a new group)",
+    }),
+    gates: GateConfigSchema.nullable().optional().openapi({
+      description: "The group's own health gates ({} for none); null: the fleet's default gates (PUT /v1/fleets/{fleet}/gates). Omitted: unchanged",
+    }),
   })
   .openapi("RebootGroupInput");
 
@@ -84,8 +113,12 @@ const HolderSchema = z
     held_for_s: z.number().int(),
     stuck: z.boolean().openapi({ description: "Held for longer than the fleet's lock_ttl_s" }),
     server: z.object({ id: z.string(), hostname: z.string().nullable() }).nullable(),
+    rebooted_at: z.string().nullable().openapi({ description: "healthy_report: when the host was back from its reboot; the slot waits for a healthy report" }),
+    unhealthy_after_reboot: z.boolean().openapi({ description: "healthy_report: it missed the group's health_timeout_s; the slot stays taken" }),
     unclaimed_until: z.string().nullable().openapi({
-      description: `Granted to a parked host that could no longer be answered: its next pre-reboot claims the slot, else it is released then (${UNCLAIMED_GRANT_S} s after the grant)`,
+      description:
+        "Granted to a parked host that could no longer be answered (or, where the runtime cannot tell, whose answer may " +
+        "not have reached it): its next call claims the slot, else it is released then (the group's unclaimed_grant_s after the grant)",
     }),
   })
   .openapi("RebootHolder");
@@ -113,8 +146,17 @@ export const GroupSchema = z
     open_now: z.boolean(),
     available_slots: z.number().int(),
     queue_wait_s: z.number().int(),
+    unclaimed_grant_s: z.number().int(),
     holders: z.array(HolderSchema),
     queue: z.array(QueuedSchema),
+    release_on: z.enum(RELEASE_RULES),
+    health_timeout_s: z.number().int(),
+    pause_on_unhealthy: z.boolean(),
+    paused_reason: z.string().nullable().openapi({ description: "Why the coordinator paused the group by itself (null: an operator paused it, or it is not paused)" }),
+    gates: z.array(VerdictSchema).openapi({ description: "The gates that apply to the group and what each says now; a closed one holds every new grant" }),
+    gates_source: z.enum(["group", "fleet", "none"]).openapi({ description: "Whose gates apply: the group's own, the fleet's default, or none" }),
+    own_gates: GateConfigSchema.nullable(),
+    hold: HoldSchema.nullable().openapi({ description: "An operator's hold on this group (a fleet-wide hold shows in gates)" }),
     updated_at: z.string(),
   })
   .openapi("RebootGroup");

@@ -3,7 +3,12 @@
  * Object loads a group, applies one of these and stores the result in the same synchronous turn,
  * so nothing here needs to know about storage, clocks or concurrency (`now` is always passed in).
  */
+import type { GateConfig, GateName, Hold } from "./gates";
+import type { FleetLockKind } from "../domain/enums";
 import { withinWindows, type MaintenanceWindow } from "./windows";
+
+/** healthy_report groups: how long after its reboot a server may take to report healthy (./health.ts). */
+export const DEFAULT_HEALTH_TIMEOUT_S = 900;
 
 export interface Holder {
   /** The FleetLock client id (Zincati's node id). */
@@ -16,16 +21,38 @@ export interface Holder {
    * coordinator restarted): the slot is kept for it until then, its next pre-reboot claims it.
    */
   unclaimed_until?: number;
+  /** Under `release_on: healthy_report`: when the host was back (steady state, or a new boot seen); the slot waits for a healthy report. */
+  rebooted_at?: number;
+  /** When its health time-out passed without a healthy report (the slot stays taken). */
+  unhealthy_at?: number;
+  /** Its being stuck (held past lock_ttl_s) was reported to the fleet's webhooks. */
+  stuck_reported?: boolean;
 }
 
 export interface GroupState {
   slots: number;
   paused: boolean;
+  /** Why it is paused, when the coordinator paused it by itself (a server unhealthy after its reboot). */
+  paused_reason?: string | null;
   windows: MaintenanceWindow[];
   /** In grant order. May exceed `slots` after a shrink: holders are never evicted by a resize. */
   holders: Holder[];
   /** How long a pre-reboot may wait for a slot (queue.ts); 0 or absent: refused at once. */
   queue_wait_s?: number;
+  /** How long a grant its host could not be told of is kept for it (queue.ts); absent: UNCLAIMED_GRANT_S. */
+  unclaimed_grant_s?: number;
+  /** The group's own health gates (./gates.ts); absent or null: the fleet's default gates. */
+  gates?: GateConfig | null;
+  /** An operator's hold on this group. */
+  hold?: Hold | null;
+  /** What frees a slot (./health.ts): the host's steady state (default) or a healthy report from its new boot. */
+  release_on?: "steady_state" | "healthy_report";
+  /** healthy_report: how long after the reboot a healthy report may take. */
+  health_timeout_s?: number;
+  /** healthy_report: whether the group pauses itself when a server misses it (default true). */
+  pause_on_unhealthy?: boolean;
+  /** The first closed gate as last noted, so its opening and closing are reported once each. */
+  gate?: { gate: GateName; kind: FleetLockKind; reason: string; since: number } | null;
   updated_at: number;
 }
 
@@ -92,6 +119,12 @@ export interface GroupChange {
   paused?: boolean;
   windows?: MaintenanceWindow[];
   queue_wait_s?: number;
+  unclaimed_grant_s?: number;
+  /** The group's own gates; null: the fleet's default again. Omitted: unchanged. */
+  gates?: GateConfig | null;
+  release_on?: "steady_state" | "healthy_report";
+  health_timeout_s?: number;
+  pause_on_unhealthy?: boolean;
 }
 
 /**
@@ -104,8 +137,15 @@ export function configure(g: GroupState | null, change: GroupChange, now: number
     ...base,
     slots: change.slots,
     paused: change.paused ?? base.paused,
+    // An operator's pause or resume replaces the reason the coordinator paused it for.
+    paused_reason: change.paused === undefined ? (base.paused_reason ?? null) : null,
     windows: change.windows ?? base.windows,
     queue_wait_s: change.queue_wait_s ?? base.queue_wait_s ?? 0,
+    ...((change.unclaimed_grant_s ?? base.unclaimed_grant_s) === undefined ? {} : { unclaimed_grant_s: change.unclaimed_grant_s ?? base.unclaimed_grant_s }),
+    gates: change.gates === undefined ? (base.gates ?? null) : change.gates,
+    release_on: change.release_on ?? base.release_on ?? "steady_state",
+    health_timeout_s: change.health_timeout_s ?? base.health_timeout_s ?? DEFAULT_HEALTH_TIMEOUT_S,
+    pause_on_unhealthy: change.pause_on_unhealthy ?? base.pause_on_unhealthy ?? true,
     updated_at: now,
   };
 }

@@ -7,7 +7,9 @@ import { getDb } from "../db/client";
 import type { Env } from "../env";
 import { getFleet, fleetSettings } from "../fleets/store";
 import type { GroupChange } from "./semaphore";
-import { notFound } from "../domain/errors";
+import { DomainError, notFound } from "../domain/errors";
+import { outboundUrlProblem } from "../lib/url";
+import type { GateConfig } from "./gates";
 import { unwrap } from "../objects/kit/result";
 import { randomSecret, sha256Hex } from "../lib/crypto";
 import { coordinatorOf } from "../objects/stubs";
@@ -29,13 +31,54 @@ export async function getGroup(env: Env, fleet: string, group: string) {
 }
 
 export async function putGroup(env: Env, actor: string, fleet: string, group: string, change: GroupChange) {
+  checkGateUrls(env, change.gates);
   const row = await fleetOf(env, fleet);
   return coordinatorOf(env, fleet).putGroup(fleetSettings(row), group, change, actor);
+}
+
+// ---- health gates and holds (issue 17) ----
+
+/** An external check must be a URL Harbormaster may call: https (loopback http in local runs). */
+function checkGateUrls(env: Env, gates: GateConfig | null | undefined) {
+  const url = gates?.external?.url;
+  const problem = url ? outboundUrlProblem(url, env.ALLOW_LOOPBACK_HTTP === "1") : null;
+  if (problem) throw new DomainError("validation_failed", `gates.external.url ${problem}`, [{ path: "gates.external.url", message: problem }]);
+}
+
+export async function getFleetGates(env: Env, fleet: string) {
+  const row = await fleetOf(env, fleet);
+  return coordinatorOf(env, fleet).fleetGates(fleetSettings(row));
+}
+
+export async function putFleetGates(env: Env, actor: string, fleet: string, gates: GateConfig) {
+  checkGateUrls(env, gates);
+  const row = await fleetOf(env, fleet);
+  return coordinatorOf(env, fleet).putFleetGates(fleetSettings(row), gates, actor);
+}
+
+/** Holds a group (or, with `group` null, every group of the fleet); `hold` null lifts it. */
+export async function setHold(
+  env: Env,
+  actor: string,
+  fleet: string,
+  group: string | null,
+  hold: { reason: string; until?: string; for_s?: number } | null,
+) {
+  const row = await fleetOf(env, fleet);
+  const until = hold?.until ? Date.parse(hold.until) : hold?.for_s ? Date.now() + hold.for_s * 1000 : null;
+  if (until !== null && until <= Date.now()) throw new DomainError("validation_failed", "until is in the past", [{ path: "until", message: "must be in the future" }]);
+  const value = hold ? { reason: hold.reason, until } : null;
+  return unwrap(await coordinatorOf(env, fleet).setHold(fleetSettings(row), group, value, actor)).hold;
 }
 
 export async function forceRelease(env: Env, actor: string, fleet: string, group: string, id: string) {
   const row = await fleetOf(env, fleet);
   return unwrap(await coordinatorOf(env, fleet).forceRelease(fleetSettings(row), group, id, actor));
+}
+
+export async function dequeueHost(env: Env, actor: string, fleet: string, group: string, id: string) {
+  const row = await fleetOf(env, fleet);
+  return unwrap(await coordinatorOf(env, fleet).dequeueHost(fleetSettings(row), group, id, actor));
 }
 
 /** The coordinator holds the only copy of the key's hash; the key itself is shown once. */

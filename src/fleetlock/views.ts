@@ -1,6 +1,8 @@
 import { iso } from "../lib/time";
-import { liveEntries, type QueueEntry } from "./queue";
-import { isStuck, type GroupState } from "./semaphore";
+import type { HoldView } from "./gate-rules";
+import type { GateConfig, GateName } from "./gates";
+import { liveEntries, unclaimedMs, type QueueEntry } from "./queue";
+import { DEFAULT_HEALTH_TIMEOUT_S, isStuck, type GroupState } from "./semaphore";
 import { withinWindows, type MaintenanceWindow } from "./windows";
 
 export interface HolderView {
@@ -11,6 +13,8 @@ export interface HolderView {
   server: { id: string; hostname: string | null } | null;
   /** Granted while the host could not be answered: kept for it until then, unless it comes back. */
   unclaimed_until: string | null;
+  rebooted_at: string | null;
+  unhealthy_after_reboot: boolean;
 }
 
 export interface QueuedView {
@@ -25,17 +29,37 @@ export interface QueuedView {
   connected: boolean;
 }
 
+/** What the health gates say about a group (./gate-rules.ts). */
+export interface GroupGatesView {
+  /** Whose gates apply: the group's own, the fleet's default, or none. */
+  source: "group" | "fleet" | "none";
+  /** Its own configuration, null when it follows the fleet's default. */
+  own: GateConfig | null;
+  hold: HoldView | null;
+  verdicts: { gate: GateName; open: boolean; kind: string; reason: string }[];
+}
+
 export interface GroupView {
   name: string;
   slots: number;
   paused: boolean;
+  release_on: "steady_state" | "healthy_report";
+  health_timeout_s: number;
+  pause_on_unhealthy: boolean;
+  /** Why the coordinator paused it by itself; null when an operator did, or it runs. */
+  paused_reason: string | null;
   windows: MaintenanceWindow[];
   /** Whether a new grant could happen now as far as pause and windows go. */
   open_now: boolean;
   available_slots: number;
   queue_wait_s: number;
+  unclaimed_grant_s: number;
   holders: HolderView[];
   queue: QueuedView[];
+  gates: GroupGatesView["verdicts"];
+  gates_source: GroupGatesView["source"];
+  own_gates: GateConfig | null;
+  hold: HoldView | null;
   updated_at: string;
 }
 
@@ -46,15 +70,21 @@ export function groupView(
   now: number,
   lockTtlMs: number,
   serverOf: (serverId: string) => { id: string; hostname: string | null },
+  gates: GroupGatesView,
 ): GroupView {
   return {
     name,
     slots: g.slots,
     paused: g.paused,
+    release_on: g.release_on ?? "steady_state",
+    health_timeout_s: g.health_timeout_s ?? DEFAULT_HEALTH_TIMEOUT_S,
+    pause_on_unhealthy: g.pause_on_unhealthy ?? true,
+    paused_reason: g.paused ? (g.paused_reason ?? null) : null,
     windows: g.windows,
     open_now: !g.paused && withinWindows(g.windows, now),
     available_slots: Math.max(0, g.slots - g.holders.length),
     queue_wait_s: g.queue_wait_s ?? 0,
+    unclaimed_grant_s: unclaimedMs(g) / 1000,
     holders: g.holders.map((h) => ({
       id: h.id,
       granted_at: iso(h.granted_at),
@@ -62,6 +92,8 @@ export function groupView(
       stuck: isStuck(h, now, lockTtlMs),
       server: h.server_id ? serverOf(h.server_id) : null,
       unclaimed_until: h.unclaimed_until === undefined ? null : iso(h.unclaimed_until),
+      rebooted_at: h.rebooted_at === undefined ? null : iso(h.rebooted_at),
+      unhealthy_after_reboot: h.unhealthy_at !== undefined,
     })),
     queue: liveEntries(queue.entries, now).map((e, i) => ({
       position: i + 1,
@@ -72,6 +104,10 @@ export function groupView(
       deadline: iso(e.deadline),
       connected: queue.connected(e.id),
     })),
+    gates: gates.verdicts,
+    gates_source: gates.source,
+    own_gates: gates.own,
+    hold: gates.hold,
     updated_at: iso(g.updated_at),
   };
 }

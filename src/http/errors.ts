@@ -50,6 +50,8 @@ export const STATUS_OF_CODE = {
   decommission_acknowledged: 409,
   not_decommissioning: 409,
   not_held: 404,
+  not_queued: 404,
+  too_many_webhooks: 409,
   invalid_state: 409,
   rollout_in_progress: 409,
   no_targets: 422,

@@ -17,6 +17,7 @@ import type { CleanupStep } from "./lifecycle";
 import { buildProjection, lastSeenDue, projectionStatements } from "./projection";
 import type { LedgerStore, ProjectedMark } from "./store";
 import { rolloutEventEffect } from "../rollouts/ledger-side";
+import { serverHealthEffect } from "../fleetlock/ledger-side";
 import { coordinatorOf } from "../objects/stubs";
 
 export type LedgerEffectKind =
@@ -27,7 +28,8 @@ export type LedgerEffectKind =
   | "release"
   | "rollout_event"
   | "cleanup_index"
-  | "cleanup_coordinator";
+  | "cleanup_coordinator"
+  | "server_health";
 
 export type LedgerOutbox = Outbox<LedgerEffectKind>;
 
@@ -140,6 +142,8 @@ export function ledgerEffects(w: LedgerEffectWiring): Record<LedgerEffectKind, E
     },
     // Rollouts (issue 9): a target's outcome, keyed per rollout.
     rollout_event: rolloutEventEffect(w.env),
+    // Reboot safety (issue 17): a new boot, realized, failed or drifted, for the fleet's coordinator.
+    server_health: serverHealthEffect(w.env),
     release: {
       target: "call",
       deliver: async (p: ReleasePayload) => {

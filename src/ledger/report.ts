@@ -9,6 +9,7 @@ import { lastSeenDue } from "./projection";
 import type { ServerRecord } from "./record";
 import { answerRefresh } from "./refresh";
 import { settleRolloutMarks } from "./rollout-marks";
+import { serverHealthEventOf } from "../fleetlock/ledger-side";
 import type { InventoryReport, ReportAccepted, StoredReport } from "./schemas";
 import { computeStatus, type ComputedStatus } from "./status";
 import { contentKey } from "./store";
@@ -76,6 +77,9 @@ export function acceptReport(
         const release: ReleasePayload = { fleet_id: record.fleet_id, server_id: record.id, from_boot_id: previous.boot_id, to_boot_id: report.boot_id, seen_at: now };
         d.outbox.enqueue("release", release, { key: "release" });
       }
+      // A new boot, or becoming realized, failed or drifted: the coordinator's health rules (issue 17).
+      const health = unchanged ? null : serverHealthEventOf(record, desired, previous, stored, now);
+      if (health) d.outbox.enqueue("server_health", health);
     });
     enqueued = true;
   }

@@ -60,14 +60,17 @@ export async function metricsText(env: Env, now = Date.now()): Promise<string> {
     db.select().from(fleets),
     readUpgradeState(db),
   ]);
-  const groups: { fleet: string; group: string; slots: number; holders: number; stuck: number }[] = [];
+  const groups: { fleet: string; group: string; slots: number; holders: number; stuck: number; gates: { gate: string; open: boolean }[] }[] = [];
+  const deliveries: { fleet: string; pending: number; failed: number }[] = [];
   let unreachable = 0;
   await Promise.all(
     fleetRows.map(async (row) => {
       try {
-        for (const g of await coordinatorOf(env, row.id).listGroups(fleetSettings(row))) {
-          groups.push({ fleet: row.id, group: g.name, slots: g.slots, holders: g.holders.length, stuck: g.holders.filter((h) => h.stuck).length });
+        const m = await coordinatorOf(env, row.id).metrics(fleetSettings(row));
+        for (const g of m.groups) {
+          groups.push({ fleet: row.id, group: g.name, slots: g.slots, holders: g.holders.length, stuck: g.holders.filter((h) => h.stuck).length, gates: g.gates });
         }
+        deliveries.push({ fleet: row.id, ...m.webhooks });
       } catch (err) {
         unreachable++;
         logLine("warn", "metrics: a fleet's coordinator did not answer", { fleet: row.id, ...errorFields(err) });
@@ -93,6 +96,20 @@ export async function metricsText(env: Env, now = Date.now()): Promise<string> {
     "harbormaster_reboot_group_stuck_holders",
     "Holders that have held their slot longer than the fleet's lock_ttl_s.",
     groups.map((g) => ({ labels: { fleet: g.fleet, group: g.group }, value: g.stuck })),
+  );
+  out.gauge(
+    "harbormaster_reboot_group_gate_closed",
+    "1 while a health gate holds every new grant of the group, 0 while it is open (one sample per gate that applies).",
+    groups.flatMap((g) => g.gates.map((v) => ({ labels: { fleet: g.fleet, group: g.group, gate: v.gate }, value: v.open ? 0 : 1 }))),
+  );
+  deliveries.sort((a, b) => (a.fleet < b.fleet ? -1 : 1));
+  out.gauge(
+    "harbormaster_webhook_deliveries",
+    "Webhook deliveries still being retried (pending) and given up on (failed, as kept in the delivery log).",
+    deliveries.flatMap((d) => [
+      { labels: { fleet: d.fleet, status: "pending" }, value: d.pending },
+      { labels: { fleet: d.fleet, status: "failed" }, value: d.failed },
+    ]),
   );
   out.gauge("harbormaster_coordinators_unreachable", "Fleets whose coordinator did not answer this scrape.", [{ value: unreachable }]);
   out.gauge("harbormaster_data_version", "The data version D1 is at.", [{ value: upgrade.version }]);

@@ -7,6 +7,7 @@
  */
 import { z } from "@hono/zod-openapi";
 import { GroupInput } from "../fleetlock/schemas";
+import { UNCLAIMED_GRANT_S } from "../fleetlock/queue";
 import { configure, type GroupChange } from "../fleetlock/semaphore";
 
 /** Operators' live controls, not intent: a spec neither sets nor compares them. */
@@ -34,7 +35,8 @@ function pick(source: object, fields: readonly string[]): GroupConfig {
 
 /** A declared group with every field, those left out as a new group has them. */
 export const groupConfig = (group: SpecRebootGroup): GroupConfig =>
-  pick(configure(null, group as GroupChange, 0), GROUP_FIELDS);
+  // A new group's unclaimed-grant time is the queue's default until one is set (as its view shows).
+  pick({ unclaimed_grant_s: UNCLAIMED_GRANT_S, ...configure(null, group as GroupChange, 0) }, GROUP_FIELDS);
 
 /** The declared part of a group as the coordinator shows it (its view, or a pending push). */
 export const configOf = (group: object): GroupConfig => pick(group, GROUP_FIELDS);

@@ -13,7 +13,7 @@ import { fleetSettings, type FleetRow } from "../fleets/store";
 import { coordinatorOf } from "../objects/stubs";
 import type { RoleAgent } from "../planner/plan";
 import { byKey } from "./canonical";
-import { configOf, type GroupConfig } from "./groups";
+import { configOf, groupConfig, type GroupConfig, type SpecRebootGroup } from "./groups";
 import { SPEC_API_VERSION, SPEC_KIND, type SpecSettings } from "./schemas";
 
 export interface FleetState {
@@ -47,11 +47,12 @@ export async function readFleetState(env: Env, db: Db, fleet: string): Promise<F
   const row = fleetRows[0];
   if (!row) return null;
   const views = await coordinatorOf(env, fleet).listGroups(fleetSettings(row));
-  const groups = new Map(views.map((v) => [v.name, configOf(v)]));
+  // A group's view shows its gates' verdicts under `gates`; what it declares is `own_gates`.
+  const groups = new Map(views.map((v) => [v.name, configOf({ ...v, gates: v.own_gates })]));
   const pending = (taskRows[0]?.payload as GroupsSpec | undefined) ?? null;
   if (pending) {
     for (const name of pending.remove) groups.delete(name);
-    for (const [name, change] of Object.entries(pending.groups)) groups.set(name, configOf(change));
+    for (const [name, change] of Object.entries(pending.groups)) groups.set(name, groupConfig(change as SpecRebootGroup));
   }
   return {
     row,

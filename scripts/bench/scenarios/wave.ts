@@ -2,23 +2,33 @@
 // Zincati's loop with time compressed 150×: a pre-reboot at a random phase of its tick; refused,
 // it asks again one tick later; granted, it "reboots" for REBOOT_MS and reports steady state.
 // Zincati's tick is 300 s and a reboot ~90 s, so 2 s and 0.6 s here. With the queue on, the group
-// lets a pre-reboot wait up to QUEUE_WAIT_S — Harbormaster's maximum of 600 s compressed the same.
+// lets a pre-reboot wait up to queue_wait_s, compressed the same: the former maximum (600 s → 4 s)
+// and today's (MAX_QUEUE_WAIT_S, 1740 s → 11 s), the latter also with health gates configured
+// (all open), to show what evaluating them costs.
 // Reported: wall time as a ratio to the bound ⌈HOSTS/SLOTS⌉ × REBOOT_MS (slots never idle),
 // pre-reboot calls per host, and the most holders ever seen, sampled through the operator API.
-// Loopback only; the wave stops by itself (every host done, or WAVE_LIMIT_MS).
+// Each setting runs ROUNDS times. Loopback only; the wave stops by itself (every host done, or
+// WAVE_LIMIT_MS).
+import { MAX_QUEUE_WAIT_S } from "../../../src/domain/limits.ts";
 import type { BenchContext } from "../run.ts";
 
 const HOSTS = Number(process.env.BENCH_WAVE_HOSTS ?? 200);
 const SLOTS = Number(process.env.BENCH_WAVE_SLOTS ?? 10);
+const ROUNDS = Number(process.env.BENCH_WAVE_ROUNDS ?? 2);
+const COMPRESSION = 150;
 const TICK_MS = 2000;
 const REBOOT_MS = 600;
-const QUEUE_WAIT_S = 4;
+/** The former maximum, 600 s, and today's, compressed like the ticks (whole seconds, as the API takes). */
+const OLD_MAX_WAIT_S = Math.floor(600 / COMPRESSION);
+const MAX_WAIT_S = Math.floor(MAX_QUEUE_WAIT_S / COMPRESSION);
+/** Health gates that stay open through the wave (unknown ids: no server is failed, stale or rebooted). */
+const OPEN_GATES = { fleet_health: { max_unhealthy_percent: 50 }, rollouts: true, max_rebooted_unhealthy: 1000 };
 const SAMPLE_MS = 100;
 const WAVE_LIMIT_MS = 120_000;
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-async function setup(ctx: BenchContext, queueWaitS: number) {
+async function setup(ctx: BenchContext, queueWaitS: number, gates: boolean) {
   const fleet = `wave-${queueWaitS ? "q" : "p"}-${Date.now().toString(36)}`;
   // Unknown ids allowed: the wave measures the coordinator, not 200 registrations.
   const f = await ctx.client.v1.fleets.$post({ json: { id: fleet, allow_unknown_ids: true } });
@@ -30,6 +40,10 @@ async function setup(ctx: BenchContext, queueWaitS: number) {
     json: { slots: SLOTS, queue_wait_s: queueWaitS },
   });
   if (g.status !== 200) throw new Error(`group: ${g.status} ${await g.text()}`);
+  if (gates) {
+    const put = await ctx.client.v1.fleets[":fleet"].gates.$put({ param: { fleet }, json: OPEN_GATES });
+    if (put.status !== 200) throw new Error(`gates: ${put.status} ${await put.text()}`);
+  }
   return { fleet, url: `${ctx.base}${new URL((await k.json()).base_url).pathname}` };
 }
 
@@ -51,8 +65,8 @@ function fleetlock(url: string, op: "pre-reboot" | "steady-state", id: string) {
   });
 }
 
-async function wave(ctx: BenchContext, queueWaitS: number) {
-  const { fleet, url } = await setup(ctx, queueWaitS);
+async function wave(ctx: BenchContext, queueWaitS: number, gates = false) {
+  const { fleet, url } = await setup(ctx, queueWaitS, gates);
   // Warm the coordinator and the FleetLock path, outside the measurement.
   for (let i = 0; i < 20; i++) {
     await fleetlock(url, "pre-reboot", "warm");
@@ -116,18 +130,25 @@ async function wave(ctx: BenchContext, queueWaitS: number) {
 
 export async function run(ctx: BenchContext) {
   const bound = Math.ceil(HOSTS / SLOTS) * REBOOT_MS;
-  const runs: [string, number][] = [
-    ["queue off (409 at once)", 0],
-    [`queue on (queue_wait_s ${QUEUE_WAIT_S})`, QUEUE_WAIT_S],
+  const runs: [string, number, boolean][] = [
+    ["queue off (409 at once)", 0, false],
+    [`queue_wait_s ${OLD_MAX_WAIT_S} (the former maximum, 600 s compressed)`, OLD_MAX_WAIT_S, false],
+    [`queue_wait_s ${MAX_WAIT_S} (today's maximum, ${MAX_QUEUE_WAIT_S} s compressed)`, MAX_WAIT_S, false],
+    [`queue_wait_s ${MAX_WAIT_S} with health gates configured, all open`, MAX_WAIT_S, true],
   ];
-  for (const [label, wait] of runs) {
-    const r = await wave(ctx, wait);
+  for (const [label, wait, gates] of runs) {
+    const results: Awaited<ReturnType<typeof wave>>[] = [];
+    for (let i = 0; i < ROUNDS; i++) {
+      const r = await wave(ctx, wait, gates);
+      if (r.maxHolders > SLOTS) throw new Error(`over-grant: ${r.maxHolders} holders seen for ${SLOTS} slots`);
+      if (r.left !== 0) throw new Error(`${r.left} holder(s) left after the wave`);
+      results.push(r);
+    }
     const prefix = `wave ${HOSTS} hosts, ${SLOTS} slots, tick ${TICK_MS} ms, reboot ${REBOOT_MS} ms, ${label}`;
-    ctx.note(`${prefix}: wall time / bound (${(r.wallMs / 1000).toFixed(1)} s / ${(bound / 1000).toFixed(1)} s)`, r.ratio.toFixed(2));
-    ctx.note(`${prefix}: pre-reboot calls per host (mean / max)`, `${r.callsPerHost.toFixed(2)} / ${r.maxCalls}`);
-    ctx.note(`${prefix}: most holders seen (${r.samples} samples; slots ${SLOTS})`, r.maxHolders);
-    if (wait) ctx.note(`${prefix}: most hosts seen parked`, r.maxQueued);
-    if (r.maxHolders > SLOTS) throw new Error(`over-grant: ${r.maxHolders} holders seen for ${SLOTS} slots`);
-    if (r.left !== 0) throw new Error(`${r.left} holder(s) left after the wave`);
+    const each = (f: (r: (typeof results)[number]) => string) => results.map(f).join(", ");
+    ctx.note(`${prefix}: wall time / bound (${(bound / 1000).toFixed(1)} s), each round`, each((r) => `${r.ratio.toFixed(2)} (${(r.wallMs / 1000).toFixed(1)} s)`));
+    ctx.note(`${prefix}: pre-reboot calls per host (mean / max), each round`, each((r) => `${r.callsPerHost.toFixed(2)} / ${r.maxCalls}`));
+    ctx.note(`${prefix}: most holders seen (slots ${SLOTS}), each round`, each((r) => String(r.maxHolders)));
+    if (wait) ctx.note(`${prefix}: most hosts seen parked, each round`, each((r) => String(r.maxQueued)));
   }
 }

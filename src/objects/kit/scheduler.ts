@@ -64,7 +64,14 @@ export class Scheduler {
   async arm() {
     const next = this.earliest();
     if (next === null) return;
-    if (this.armedAt === undefined) this.armedAt = await this.storage.getAlarm();
+    if (this.armedAt === undefined) {
+      const stored = await this.storage.getAlarm();
+      // An alarm already in the past when the object wakes is not trusted to fire: after a crash
+      // (kill -9 between the runtime forgetting a fired alarm and the object's own record of it)
+      // the object can read back a time that nothing will ever fire at, and every timer behind it
+      // — an outbox retry included — would wait forever. Setting it again costs one write.
+      this.armedAt = stored !== null && stored <= Date.now() ? null : stored;
+    }
     if (this.armedAt !== null && this.armedAt <= next) return;
     this.armedAt = next;
     await this.storage.setAlarm(next);

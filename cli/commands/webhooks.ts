@@ -1,0 +1,71 @@
+import type { Command } from "commander";
+import { act } from "../context.ts";
+import type { Io } from "../io.ts";
+import { safety } from "./gates.ts";
+
+const collect = (v: string, prev: string[] = []) => [...prev, ...v.split(",").filter(Boolean)];
+
+export function registerWebhooks(program: Command, io: Io) {
+  const hooks = program.command("webhooks").description("a fleet's webhooks: events sent to an HTTPS URL, signed");
+  const fleetOpt = (c: Command) => c.requiredOption("--fleet <fleet>", "the fleet");
+
+  fleetOpt(hooks.command("list", { isDefault: true }).description("the fleet's webhooks")).action(
+    act(io, async (ctx, o: { fleet: string }) => {
+      const res = await safety(ctx).webhooks(o.fleet);
+      if (ctx.globals.json) return ctx.out.data(res);
+      ctx.out.table(["ID", "URL", "FORMAT", "EVENTS"], res.items.map((w) => [w.id, w.url, w.format, w.events.join(", ")]), "(no webhooks)");
+    }),
+  );
+
+  fleetOpt(
+    hooks
+      .command("add")
+      .description("add a webhook; its signing secret is printed once")
+      // Not --url: that is hm's own API address.
+      .requiredOption("--to <url>", "where to send (https://)")
+      .requiredOption("--event <name...>", "events to send, e.g. reboot.unhealthy_after_reboot,reboot.gate_closed", collect)
+      .option("--format <format>", "cloudevents (default) or slack", "cloudevents")
+      .option("--description <text>", "what it is for"),
+  ).action(
+    act(io, async (ctx, o: { fleet: string; to: string; event: string[]; format: "cloudevents" | "slack"; description?: string }) => {
+      const res = await safety(ctx).createWebhook(o.fleet, {
+        url: o.to,
+        events: o.event as never,
+        format: o.format,
+        ...(o.description ? { description: o.description } : {}),
+      });
+      if (ctx.globals.json) return ctx.out.data(res);
+      ctx.out.line(`Webhook ${res.webhook.id} added: ${res.webhook.events.join(", ")} → ${res.webhook.url} (${res.webhook.format}).`);
+      ctx.out.line(`Signing secret (shown once): ${res.secret}`);
+    }),
+  );
+
+  fleetOpt(hooks.command("rm <id>").description("remove a webhook")).action(
+    act(io, async (ctx, id: string, o: { fleet: string }) => {
+      await ctx.confirm(`Remove webhook ${id} of ${o.fleet}? Deliveries still being retried are given up.`);
+      const res = await safety(ctx).deleteWebhook(o.fleet, id);
+      if (ctx.globals.json) return ctx.out.data(res);
+      ctx.out.line(`Removed webhook ${res.id} (${res.url}).`);
+    }),
+  );
+
+  fleetOpt(hooks.command("deliveries <id>").description("a webhook's deliveries, newest first").option("--limit <n>", "how many", "50")).action(
+    act(io, async (ctx, id: string, o: { fleet: string; limit: string }) => {
+      const res = await safety(ctx).deliveries(o.fleet, id, Number(o.limit));
+      if (ctx.globals.json) return ctx.out.data(res);
+      ctx.out.table(
+        ["DELIVERY", "EVENT", "STATUS", "ATTEMPTS", "CREATED", "LAST ANSWER"],
+        res.items.map((d) => [d.id, d.event, d.status === "delivered" ? d.status : ctx.out.c.yellow(d.status), d.attempts, d.created_at, d.last_error ?? d.last_status]),
+        "(no deliveries)",
+      );
+    }),
+  );
+
+  fleetOpt(hooks.command("test <id>").description("send a webhook.test event now")).action(
+    act(io, async (ctx, id: string, o: { fleet: string }) => {
+      const d = await safety(ctx).testWebhook(o.fleet, id);
+      if (ctx.globals.json) return ctx.out.data(d);
+      ctx.out.line(d.status === "delivered" ? `Delivered (HTTP ${d.last_status}).` : `Not taken yet (${d.last_error ?? "pending"}); retried with backoff: hm webhooks deliveries ${id} --fleet ${o.fleet}`);
+    }),
+  );
+}

@@ -1,0 +1,74 @@
+/**
+ * Builds the coordinator's parts and wires them to each other (./durable-object.ts stays a thin
+ * surface): the store, scheduler and outbox, the queue of parked hosts, and the health gates the
+ * queue consults before every grant (issue 17).
+ */
+import { getDb } from "../db/client";
+import type { Env } from "../env";
+import { Scheduler } from "../objects/kit/scheduler";
+import type { Coordination } from "./context";
+import { CoordinatorEffects, emit } from "./effects";
+import { GateKeeper, type GateChange } from "./gate-keeper";
+import { GateStore } from "./gate-store";
+import { expireHealth, healthWake } from "./health";
+import { reportStuck, stuckWake } from "./reboot-events";
+import { ParkedHosts } from "./parked";
+import { closureOf } from "./queue";
+import { CoordinatorStore } from "./store";
+import { WebhookDispatcher } from "../webhooks/dispatch";
+import { WebhookStore } from "../webhooks/store";
+
+export function assemble(ctx: DurableObjectState, env: () => Env, clock: () => number): Coordination {
+  const scheduler = new Scheduler(ctx.storage);
+  const store = new CoordinatorStore(ctx.storage);
+  const db = () => getDb(env().DB);
+  const effects = new CoordinatorEffects(ctx.storage, scheduler, db);
+  const gateStore = new GateStore(ctx.storage);
+  const gates = new GateKeeper(store, gateStore, scheduler, db);
+  const trust = Number(env().PARK_TRUST_S);
+  const trustMs = env().PARK_TRUST_S && Number.isFinite(trust) && trust >= 0 ? trust * 1000 : null;
+  const parked = new ParkedHosts(store, effects, scheduler, clock, trustMs);
+  parked.hooks = {
+    closed: (_name, g, now) => closureOf(g, now, g.paused ? null : gates.closed(g, now)),
+    wakeAt: (_name, g, now) => gates.wakeAt(g, now),
+    drained: (name, g, now) => void gates.note(name, g, now),
+    tidy: (name, g, now) => reportStuck(effects, store, name, expireHealth(c, name, g, now), now),
+    dueAt: (g) => Math.min(healthWake(g) ?? Infinity, stuckWake(store, g) ?? Infinity),
+  };
+  const webhookStore = new WebhookStore(ctx.storage);
+  const webhooks = new WebhookDispatcher(webhookStore, (p) => effects.webhook(p));
+  effects.deliverWebhook = (p) => webhooks.deliver(p);
+  effects.onEvent = (e) => webhooks.emit(e);
+  const c: Coordination = { store, effects, scheduler, clock, parked, gates, gateStore, webhooks, webhookStore };
+  gates.onChange = (change) => gateChanged(c, change);
+  return c;
+}
+
+/** A group's first closed gate changed: audited, and reported to the fleet's webhooks. */
+function gateChanged(c: Coordination, { group, closed, was }: GateChange) {
+  const fleetId = c.store.config?.fleet_id;
+  const at = c.clock();
+  if (closed) {
+    emit(c.effects, fleetId, "reboot.gate_closed", `group:${group}`, `Reboots in group ${group} are held: ${closed.reason}`, {
+      group,
+      gate: closed.gate,
+      kind: closed.kind,
+      reason: closed.reason,
+    }, at);
+  } else if (was) {
+    emit(c.effects, fleetId, "reboot.gate_opened", `group:${group}`, `Reboots in group ${group} may go on: the ${was.gate} gate opened`, {
+      group,
+      gate: was.gate,
+      closed_since: new Date(was.since).toISOString(),
+    }, at);
+  }
+  void c.effects.audit(
+    [{
+      actor: "harbormaster",
+      action: closed ? "reboot_group.gate_closed" : "reboot_group.gate_opened",
+      target: `fleet:${fleetId ?? "?"}`,
+      details: closed ? { group, gate: closed.gate, reason: closed.reason } : { group, gate: was?.gate },
+    }],
+    { wait: false },
+  );
+}

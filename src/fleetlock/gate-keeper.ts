@@ -1,0 +1,184 @@
+/**
+ * Health gates, applied (issue 17): ./gates.ts decides, this keeps the inputs and tells the queue.
+ *
+ * Inputs the coordinator does not own are copies with a bounded age, never read on the host path:
+ * the fleet's failed and stale servers and its running rollouts come from the D1 index, read by
+ * this object's own alarm (GATES_TIMER) when a gate needs them and its copy is older than
+ * INDEX_REFRESH_MS; an external check is fetched by the same alarm and its answer cached for the
+ * check's cache_s. Reading is demand-driven: a pre-reboot that finds an input missing or old asks
+ * for a read and is answered from what is known (an unknown input closes its gate; a parked host
+ * is granted once the read opens it); while hosts wait behind a gate the alarm reads again every
+ * INDEX_REFRESH_MS (or cache_s). An idle fleet costs nothing.
+ */
+import { and, count, eq, inArray, ne } from "drizzle-orm";
+import type { Db } from "../db/client";
+import { rollouts, servers } from "../db/schema";
+import type { Scheduler } from "../objects/kit/scheduler";
+import { statusAt } from "../servers/staleness";
+import type { GateStore } from "./gate-store";
+import {
+  evaluate,
+  firstClosed,
+  holdEnds,
+  INDEX_REFRESH_MS,
+  needsIndex,
+  type GateConfig,
+  type GateInputs,
+  type GateVerdict,
+  type Hold,
+} from "./gates";
+import type { Closure } from "./queue";
+import type { GroupState } from "./semaphore";
+import type { CoordinatorStore } from "./store";
+
+export const GATES_TIMER = "gates";
+
+/** What the gate keeper reports when a group's first closed gate changes (events, audit). */
+export type GateChange = { group: string; closed: GateVerdict | null; was: GroupState["gate"] };
+
+export class GateKeeper {
+  /** When a read was last asked for (real time), so a burst of pre-reboots asks once. */
+  private askedAt = 0;
+  /** Told of every change of a group's first closed gate (the coordinator emits events). */
+  onChange: (c: GateChange) => void = () => {};
+
+  constructor(
+    private readonly store: CoordinatorStore,
+    private readonly gates: GateStore,
+    private readonly scheduler: Scheduler,
+    private readonly db: () => Db,
+    private readonly fetcher: (url: string, init: RequestInit) => Promise<Response> = (u, i) => fetch(u, i),
+  ) {}
+
+  /** The gates that apply to a group: its own configuration, or the fleet's default; both holds. */
+  effective(g: GroupState): { config: GateConfig | null; holds: (Hold | null | undefined)[] } {
+    const fleet = this.gates.fleet();
+    return { config: g.gates ?? fleet?.config ?? null, holds: [fleet?.hold, g.hold] };
+  }
+
+  verdicts(g: GroupState, now: number): GateVerdict[] {
+    const { config, holds } = this.effective(g);
+    return evaluate(config, holds, this.gates.inputs(), now);
+  }
+
+  /** The first closed gate of the group as hosts are told it, or null; asks for a read if an input is old. */
+  closed(g: GroupState, now: number): Closure | null {
+    const { config } = this.effective(g);
+    if (config && this.stale(config, Date.now())) this.askForRead();
+    const v = firstClosed(this.verdicts(g, now));
+    return v ? { kind: v.kind, value: v.reason } : null;
+  }
+
+  /** After a gate setting changed: asks for a read if any gate now needs an input not at hand. */
+  prime() {
+    const now = Date.now();
+    if (this.configs().some((cfg) => this.stale(cfg, now))) this.askForRead(true);
+  }
+
+  /** Records a change of the group's first closed gate (stored on the group, reported once). */
+  note(name: string, g: GroupState, now: number): GroupState {
+    const v = firstClosed(this.verdicts(g, now));
+    const was = g.gate ?? null;
+    if ((v?.gate ?? null) === (was?.gate ?? null)) return g;
+    const next: GroupState = { ...g, gate: v ? { gate: v.gate, kind: v.kind, reason: v.reason, since: now } : null };
+    this.store.saveGroup(name, next);
+    this.onChange({ group: name, closed: v, was });
+    return next;
+  }
+
+  /** When the group must be looked at again with no request to prompt it: a hold lifting. */
+  wakeAt(g: GroupState, now: number): number | null {
+    return holdEnds(this.effective(g).holds, now);
+  }
+
+  private stale(config: GateConfig, now: number): boolean {
+    const i = this.gates.inputs();
+    const old = (at: number | undefined) => at === undefined || now - at > INDEX_REFRESH_MS;
+    if (config.fleet_health && old(i.health?.at)) return true;
+    if (config.rollouts && old(i.rollouts?.at)) return true;
+    if (config.external) {
+      const seen = i.external[config.external.url];
+      if (!seen || now - seen.at > config.external.cache_s * 1000) return true;
+    }
+    return false;
+  }
+
+  /** Asks the alarm to read the inputs now (at most once per second from the host path). */
+  private askForRead(always = false) {
+    const now = Date.now();
+    if (!always && now - this.askedAt < 1_000) return;
+    this.askedAt = now;
+    this.scheduler.schedule(GATES_TIMER, now, null, { noLaterThan: true });
+    void this.scheduler.arm().catch(() => undefined);
+  }
+
+  /** The alarm's read: the index inputs the fleet's gates need, and each external check whose answer is due. */
+  async refresh(fleetId: string, now = Date.now()): Promise<void> {
+    const configs = this.configs();
+    const inputs = this.gates.inputs();
+    const next = { health: inputs.health, rollouts: inputs.rollouts, external: { ...inputs.external } };
+    if (configs.some(needsIndex)) {
+      const db = this.db();
+      if (configs.some((c) => c.fleet_health)) {
+        const rows = await db
+          .select({ status: statusAt(now), n: count() })
+          .from(servers)
+          .where(and(eq(servers.fleetId, fleetId), ne(servers.state, "removed")))
+          .groupBy(statusAt(now));
+        const n = (s: string) => rows.find((r) => r.status === s)?.n ?? 0;
+        next.health = { failed: n("failed"), stale: n("stale"), total: rows.reduce((a, r) => a + r.n, 0), at: now };
+      }
+      if (configs.some((c) => c.rollouts)) {
+        const [row] = await db
+          .select({ n: count() })
+          .from(rollouts)
+          .where(and(eq(rollouts.fleetId, fleetId), inArray(rollouts.state, ["running", "rolling_back"])));
+        next.rollouts = { running: row?.n ?? 0, at: now };
+      }
+    }
+    const checks = new Map(configs.flatMap((c) => (c.external ? [[c.external.url, c.external] as const] : [])));
+    await Promise.all(
+      [...checks.values()].map(async (x) => {
+        const seen = next.external[x.url];
+        if (seen && now - seen.at < x.cache_s * 1000) return;
+        next.external[x.url] = { ...(await this.check(x.url, x.timeout_s)), at: now };
+      }),
+    );
+    for (const url of Object.keys(next.external)) if (!checks.has(url)) delete next.external[url];
+    this.gates.saveInputs(next);
+  }
+
+  /** When the keeper must read again while hosts wait behind a gate that reads an input, or null. */
+  nextRead(waiting: boolean, now = Date.now()): number | null {
+    if (!waiting) return null;
+    let at = Infinity;
+    for (const c of this.configs()) {
+      if (needsIndex(c)) at = Math.min(at, now + INDEX_REFRESH_MS);
+      if (c.external) at = Math.min(at, now + c.external.cache_s * 1000);
+    }
+    return at === Infinity ? null : at;
+  }
+
+  private configs(): GateConfig[] {
+    const out: GateConfig[] = [];
+    for (const [, g] of this.store.groups()) {
+      const c = this.effective(g).config;
+      if (c) out.push(c);
+    }
+    const fleet = this.gates.fleet()?.config;
+    if (fleet) out.push(fleet);
+    return out;
+  }
+
+  private async check(url: string, timeoutS: number): Promise<{ ok: boolean; reachable: boolean; detail: string }> {
+    try {
+      const res = await this.fetcher(url, { method: "GET", redirect: "manual", signal: AbortSignal.timeout(timeoutS * 1000) });
+      await res.body?.cancel();
+      return { ok: res.status >= 200 && res.status < 300, reachable: true, detail: `HTTP ${res.status}` };
+    } catch (err) {
+      const e = err as { name?: string; message?: string };
+      const detail = e?.name === "TimeoutError" ? `no answer within ${timeoutS} s` : String(e?.message ?? err).slice(0, 200);
+      return { ok: false, reachable: false, detail };
+    }
+  }
+}

@@ -1,0 +1,64 @@
+import { z } from "@hono/zod-openapi";
+import { WEBHOOK_EVENTS } from "./events";
+import { WEBHOOK_FORMATS } from "./formats";
+
+export const MAX_WEBHOOK_URL_LENGTH = 2048;
+/** Webhook bodies are a few hundred bytes; anything much larger is a mistake, refused with 413. */
+export const MAX_WEBHOOK_BODY_BYTES = 16 * 1024;
+
+export const WebhookInputSchema = z
+  .strictObject({
+    url: z
+      .string()
+      .max(MAX_WEBHOOK_URL_LENGTH)
+      // A pattern JSON Schema validators read the same (no escaped slashes, no flags).
+      .regex(new RegExp("^https?://"), "must start with https://")
+      .openapi({ format: "uri", example: "https://hooks.slack.com/services/T000/B000/XXXX" }),
+    events: z
+      .array(z.enum(WEBHOOK_EVENTS, { error: (i) => `'${String(i.input)}' is not an event; one of ${WEBHOOK_EVENTS.join(", ")}` }))
+      .min(1)
+      .max(WEBHOOK_EVENTS.length)
+      .openapi({ description: "The events it is sent (docs/notifications.md)" }),
+    format: z.enum(WEBHOOK_FORMATS).default("cloudevents").openapi({
+      description: "cloudevents: CloudEvents 1.0 JSON (structured mode); slack: {\"text\": …}, for Slack's and chat tools' incoming webhooks",
+    }),
+    description: z.string().trim().max(500).nullable().optional(),
+    secret: z.string().min(16).max(256).optional().openapi({
+      description: "The signing secret; omitted: one is made. Answered once, in this response, and never again",
+    }),
+  })
+  .openapi("WebhookInput");
+
+export const WebhookSchema = z
+  .object({
+    id: z.string(),
+    url: z.string(),
+    events: z.array(z.string()),
+    format: z.enum(WEBHOOK_FORMATS),
+    description: z.string().nullable(),
+    created_at: z.string(),
+    created_by: z.string(),
+  })
+  .openapi("Webhook");
+
+export const WebhookCreatedSchema = z
+  .object({
+    webhook: WebhookSchema,
+    secret: z.string().openapi({ description: "Shown only here: verify X-Harbormaster-Signature with it" }),
+  })
+  .openapi("WebhookCreated");
+
+export const DeliverySchema = z
+  .object({
+    id: z.string().openapi({ description: "Sent as X-Harbormaster-Delivery; the same on every retry" }),
+    event_id: z.string(),
+    event: z.string(),
+    status: z.enum(["pending", "delivered", "failed"]).openapi({ description: "pending: still being tried (with backoff, for up to 24 h)" }),
+    attempts: z.number().int(),
+    created_at: z.string(),
+    last_attempt_at: z.string().nullable(),
+    delivered_at: z.string().nullable(),
+    last_status: z.number().int().nullable().openapi({ description: "The HTTP status of the last attempt" }),
+    last_error: z.string().nullable(),
+  })
+  .openapi("WebhookDelivery");

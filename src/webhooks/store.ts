@@ -1,0 +1,158 @@
+/**
+ * A fleet's webhooks and their delivery log, kept in the storage of the object that sends them
+ * (the fleet's coordinator): each webhook under `webhook:<id>` in KV, secret included (it never
+ * leaves the object after creation: views drop it), and one SQL row per delivery.
+ */
+import { kitTable } from "../objects/kit/tables";
+import type { WebhookFormat } from "./formats";
+
+export interface Webhook {
+  id: string;
+  url: string;
+  events: string[];
+  format: WebhookFormat;
+  description: string | null;
+  /** The signing key; stored here so deliveries can be signed, never shown again. */
+  secret: string;
+  created_at: number;
+  created_by: string;
+}
+
+export type DeliveryStatus = "pending" | "delivered" | "failed";
+
+export type DeliveryRow = {
+  id: string;
+  webhook_id: string;
+  event_id: string;
+  event_type: string;
+  status: DeliveryStatus;
+  attempts: number;
+  created_at: number;
+  last_attempt_at: number | null;
+  delivered_at: number | null;
+  last_status: number | null;
+  last_error: string | null;
+};
+
+/** Finished deliveries kept per webhook for GET …/deliveries; older ones are dropped. */
+export const DELIVERIES_KEPT = 200;
+
+const KEY = (id: string) => `webhook:${id}`;
+
+export class WebhookStore {
+  private hooks: Map<string, Webhook> | undefined;
+  private readonly table;
+
+  constructor(private readonly storage: DurableObjectStorage) {
+    this.table = kitTable(storage, "webhook_deliveries", `CREATE TABLE IF NOT EXISTS webhook_deliveries (
+      id TEXT PRIMARY KEY,
+      webhook_id TEXT NOT NULL,
+      event_id TEXT NOT NULL,
+      event_type TEXT NOT NULL,
+      status TEXT NOT NULL,
+      attempts INTEGER NOT NULL DEFAULT 0,
+      created_at INTEGER NOT NULL,
+      last_attempt_at INTEGER,
+      delivered_at INTEGER,
+      last_status INTEGER,
+      last_error TEXT
+    );
+    CREATE INDEX IF NOT EXISTS webhook_deliveries_by_hook ON webhook_deliveries (webhook_id, created_at);`);
+  }
+
+  private get map(): Map<string, Webhook> {
+    if (!this.hooks) {
+      this.hooks = new Map();
+      for (const [, w] of this.storage.kv.list<Webhook>({ prefix: "webhook:" })) this.hooks.set(w.id, w);
+    }
+    return this.hooks;
+  }
+
+  all(): Webhook[] {
+    return [...this.map.values()].sort((a, b) => a.created_at - b.created_at || (a.id < b.id ? -1 : 1));
+  }
+
+  get(id: string): Webhook | undefined {
+    return this.map.get(id);
+  }
+
+  put(w: Webhook) {
+    this.storage.kv.put(KEY(w.id), w);
+    this.map.set(w.id, w);
+  }
+
+  delete(id: string) {
+    this.storage.kv.delete(KEY(id));
+    this.map.delete(id);
+    if (this.table.exists()) this.storage.sql.exec("DELETE FROM webhook_deliveries WHERE webhook_id = ? AND status != 'pending'", id);
+  }
+
+  addDelivery(row: Pick<DeliveryRow, "id" | "webhook_id" | "event_id" | "event_type" | "created_at">) {
+    this.table.ensure();
+    this.storage.sql.exec(
+      "INSERT INTO webhook_deliveries (id, webhook_id, event_id, event_type, status, created_at) VALUES (?, ?, ?, ?, 'pending', ?)",
+      row.id,
+      row.webhook_id,
+      row.event_id,
+      row.event_type,
+      row.created_at,
+    );
+    // Keep the log bounded: the oldest finished deliveries of this webhook go.
+    this.storage.sql.exec(
+      `DELETE FROM webhook_deliveries WHERE webhook_id = ? AND status != 'pending' AND id NOT IN (
+         SELECT id FROM webhook_deliveries WHERE webhook_id = ? ORDER BY created_at DESC LIMIT ?)`,
+      row.webhook_id,
+      row.webhook_id,
+      DELIVERIES_KEPT,
+    );
+  }
+
+  delivery(id: string): DeliveryRow | null {
+    if (!this.table.exists()) return null;
+    return this.storage.sql.exec<DeliveryRow>("SELECT * FROM webhook_deliveries WHERE id = ?", id).toArray()[0] ?? null;
+  }
+
+  /** An attempt's outcome; `status` moves on only from pending. */
+  recordAttempt(id: string, at: number, outcome: { status: DeliveryStatus; http: number | null; error: string | null }) {
+    if (!this.table.exists()) return;
+    this.storage.sql.exec(
+      `UPDATE webhook_deliveries SET attempts = attempts + 1, last_attempt_at = ?, last_status = ?, last_error = ?,
+         status = ?, delivered_at = CASE WHEN ? = 'delivered' THEN ? ELSE delivered_at END
+       WHERE id = ? AND status = 'pending'`,
+      at,
+      outcome.http,
+      outcome.error,
+      outcome.status,
+      outcome.status,
+      at,
+      id,
+    );
+  }
+
+  /** Gives up on a delivery without an attempt (its webhook was deleted, or it is too old). */
+  abandon(id: string, why: string) {
+    if (!this.table.exists()) return;
+    this.storage.sql.exec("UPDATE webhook_deliveries SET status = 'failed', last_error = ? WHERE id = ? AND status = 'pending'", why, id);
+  }
+
+  deliveries(webhookId: string, limit: number): DeliveryRow[] {
+    if (!this.table.exists()) return [];
+    return this.storage.sql
+      .exec<DeliveryRow>("SELECT * FROM webhook_deliveries WHERE webhook_id = ? ORDER BY created_at DESC, id LIMIT ?", webhookId, limit)
+      .toArray();
+  }
+
+  /** Deliveries still being tried, and deliveries given up on (kept in the log), over every webhook. */
+  counts(): { pending: number; failed: number } {
+    if (!this.table.exists()) return { pending: 0, failed: 0 };
+    const rows = this.storage.sql
+      .exec<{ status: string; n: number }>("SELECT status, COUNT(*) AS n FROM webhook_deliveries GROUP BY status")
+      .toArray();
+    const n = (s: string) => rows.find((r) => r.status === s)?.n ?? 0;
+    return { pending: n("pending"), failed: n("failed") };
+  }
+
+  forget() {
+    this.hooks = undefined;
+  }
+}
