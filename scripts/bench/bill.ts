@@ -84,13 +84,14 @@ export function totalsOf(monthly: Record<Item, number>) {
 
 export function report(
   ctx: BenchContext,
-  r: { transport: string; label: string; hosts: number; rounds: number; windows: Window[]; events: string[]; summary: SimSummary },
+  r: { transport: string; label: string; hosts: number; rounds: number; windows: Window[]; events: string[]; summary: SimSummary; periodic?: { usage: Partial<Usage>; why: string } },
 ): TransportBill {
   const w = Object.fromEntries(r.windows.map((x) => [x.name, x])) as Record<"setup" | "join" | "events" | "steady", Window>;
   const steady = usageOf(w.steady);
   const perHostMonth = scale(steady, MONTH_S / w.steady.s / r.hosts);
   const perHostRound = scale(clamp(combine(usageOf(w.events), steady, -w.events.s / w.steady.s)), 1 / r.hosts);
-  const monthly = combine(perHostMonth, perHostRound, r.rounds);
+  const periodic = { ...scale(perHostRound, 0), ...r.periodic?.usage } as Usage;
+  const monthly = combine(combine(perHostMonth, perHostRound, r.rounds), periodic);
   const log = (line = "") => console.log(line);
   const { latency_ms: lat } = r.summary;
 
@@ -99,7 +100,7 @@ export function report(
   log(`Windows (real time): ${r.windows.map((x) => `${x.name} ${x.s.toFixed(0)} s`).join(", ")}. Events: ${r.events.join("; ")}.`);
   log(`Simulator: ${r.summary.ops.polls} polls, ${r.summary.ops.pushes} pushes, ${r.summary.ops.reports} reports, ${r.summary.ops.fleetlock} FleetLock calls, ${r.summary.ops.errors} errors; channel sockets opened ${r.summary.channel.opened}, closed or refused ${r.summary.channel.closed}; last status ${JSON.stringify(r.summary.byStatus)}.`);
   if (lat.push_p50 !== null) log(`A desired change reached its connected host (from the operator's write) in p50 ${lat.push_p50} ms, p99 ${lat.push_p99} ms; realized in p50 ${lat.converge_p50} ms, p99 ${lat.converge_p99} ms.`);
-  log(`Month: the steady window's rate over 30 days plus ${r.rounds} rounds of the events window (less the steady rate over its length). Fleets scale the per-host figures; the bill is what lies beyond the plan's included amounts, plus the plan's $${PRICES.planUsdPerMonth}.\n`);
+  log(`Month: the steady window's rate over 30 days plus ${r.rounds} rounds of the events window (less the steady rate over its length)${r.periodic ? `, plus ${r.periodic.why}` : ""}. Fleets scale the per-host figures; the bill is what lies beyond the plan's included amounts, plus the plan's $${PRICES.planUsdPerMonth}.\n`);
 
   const head = ["item", "per host-month", ...FLEETS.map((n) => `${n.toLocaleString("en-US")} hosts`)];
   log(`| ${head.join(" | ")} |`);

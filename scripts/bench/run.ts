@@ -43,6 +43,8 @@ export interface BenchContext {
   option(name: string): string | undefined;
   /** CPU time (ms) the local server's runtime (its workerd processes) has used so far; null without /proc. */
   serverCpuMs(): number | null;
+  /** Resident memory (MB) of the local server's runtime (its workerd processes) now; null without /proc. */
+  serverRssMb(): number | null;
 }
 export type LoadOptions = Omit<Options, "url"> & { durationSec?: number };
 type Summary = ReturnType<typeof summarize>;
@@ -58,9 +60,9 @@ const startHarbormaster = () =>
 const startFloor = () =>
   startLocalServer({ label: "bench-floor", config: resolve(import.meta.dirname, "floor/wrangler.toml"), health: "/empty", startTimeoutMs: 60_000, devArgs: ["--test-scheduled"] });
 
-/** CPU time (user + system, ms) of the workerd processes under `root` so far, from /proc (Linux). */
-function runtimeCpuMs(root: number): number | null {
-  const stats = new Map<number, { ppid: number; comm: string; ticks: number }>();
+/** CPU time (user + system, ms) so far and resident memory (MB) of the workerd processes under `root`, from /proc (Linux). */
+function runtimeUse(root: number): { cpuMs: number; rssMb: number } | null {
+  const stats = new Map<number, { ppid: number; comm: string; ticks: number; rssPages: number }>();
   try {
     for (const entry of readdirSync("/proc")) {
       if (!/^\d+$/.test(entry)) continue;
@@ -69,7 +71,7 @@ function runtimeCpuMs(root: number): number | null {
         const close = text.lastIndexOf(")");
         const fields = text.slice(close + 2).split(" ");
         // After "pid (comm) ": state, ppid, …; utime and stime are the stat file's fields 14 and 15.
-        stats.set(Number(entry), { ppid: Number(fields[1]), comm: text.slice(text.indexOf("(") + 1, close), ticks: Number(fields[11]) + Number(fields[12]) });
+        stats.set(Number(entry), { ppid: Number(fields[1]), comm: text.slice(text.indexOf("(") + 1, close), ticks: Number(fields[11]) + Number(fields[12]), rssPages: Number(fields[21]) });
       } catch {
         // the process ended meanwhile
       }
@@ -80,8 +82,13 @@ function runtimeCpuMs(root: number): number | null {
   const tick = Number(spawnSync("getconf", ["CLK_TCK"], { encoding: "utf8" }).stdout.trim()) || 100;
   const under = (pid: number): boolean => pid === root || (pid > 1 && stats.has(pid) && under(stats.get(pid)!.ppid));
   let ticks = 0;
-  for (const [pid, s] of stats) if (s.comm.startsWith("workerd") && under(pid)) ticks += s.ticks;
-  return (ticks * 1000) / tick;
+  let pages = 0;
+  for (const [pid, s] of stats) {
+    if (!s.comm.startsWith("workerd") || !under(pid)) continue;
+    ticks += s.ticks;
+    pages += s.rssPages;
+  }
+  return { cpuMs: (ticks * 1000) / tick, rssMb: (pages * 4096) / 2 ** 20 };
 }
 
 function load(base: string, { connections = 16, durationSec = seconds, amount, requests }: LoadOptions) {
@@ -177,7 +184,8 @@ async function main() {
         rows.push({ label, value });
       },
       option: (name) => options.get(name),
-      serverCpuMs: () => runtimeCpuMs(server.pid),
+      serverCpuMs: () => runtimeUse(server.pid)?.cpuMs ?? null,
+      serverRssMb: () => runtimeUse(server.pid)?.rssMb ?? null,
     };
 
     const dir = resolve(import.meta.dirname, "scenarios");

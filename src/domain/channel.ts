@@ -30,6 +30,9 @@ export const CLOSE_CODES = {
   flood: 1008,
 } as const;
 
+/** How long the index's staleness of a host on the channel is leased (src/ledger/projection.ts). */
+export const CHANNEL_LEASE_MS = 60 * 60_000;
+
 /**
  * More messages than this within one window closes the socket (1008): a host sends a report a
  * minute and the odd hello; this is a runaway client, not a busy one. Keep-alive pings answered

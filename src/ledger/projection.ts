@@ -6,6 +6,7 @@ import type { DesiredState } from "./desired";
 import type { ServerRecord } from "./record";
 import type { StoredReport } from "./schemas";
 import { computeStatus } from "./status";
+import { CHANNEL_LEASE_MS } from "../domain/channel";
 
 /** How often an otherwise unchanged report refreshes `last_seen` in D1 (docs/design.md §8). */
 export const LAST_SEEN_REFRESH_MS = 5 * 60_000;
@@ -18,7 +19,7 @@ export const LAST_SEEN_REFRESH_MS = 5 * 60_000;
  * ledger wakes and writes the exact stale_at at once; a host whose agent hangs with its socket
  * open is shown stale in the index at most this much late (its own view is always exact).
  */
-export const CHANNEL_LEASE_MS = 60 * 60_000;
+export { CHANNEL_LEASE_MS };
 
 /** How often an unchanged report refreshes last_seen in D1 (leased: the host is on the channel). */
 export function lastSeenRefreshMs(staleAfterS: number, leased = false) {
