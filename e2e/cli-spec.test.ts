@@ -53,7 +53,7 @@ describe("hm export, diff and apply against a running server", () => {
     const { fleet } = await fleetByHand();
     const dir = join(home, `rt-${n++}`);
     mkdirSync(dir);
-    const exported = await hm(["export", fleet, "-o", dir]);
+    const exported = await hm(["export", fleet, "--to", dir]);
     expect(exported.code).toBe(0);
     const file = join(dir, `${fleet}.yaml`);
     expect(parse(readFileSync(file, "utf8"))).toMatchObject({ apiVersion: "harbormaster/v1", kind: "FleetSpec", fleet });
@@ -68,7 +68,7 @@ describe("hm export, diff and apply against a running server", () => {
   it("shows what a changed spec would do (exit 3), asks before applying, applies, and reads back what was applied", async () => {
     const { fleet, servers } = await fleetByHand();
     const file = join(home, `${fleet}.yaml`);
-    expect((await hm(["export", fleet, "-o", `${fleet}.yaml`])).code).toBe(0);
+    expect((await hm(["export", fleet, "--to", `${fleet}.yaml`])).code).toBe(0);
     const spec = parse(readFileSync(file, "utf8"));
     spec.roles.edge.agents.push({ name: "fw", when: "firewall" });
     spec.reboot_groups.default.slots = 3;
@@ -106,7 +106,7 @@ describe("hm export, diff and apply against a running server", () => {
     const b = await fleetByHand();
     const dir = join(home, `many-${n++}`);
     mkdirSync(dir);
-    expect((await hm(["export", a.fleet, b.fleet, "-o", dir])).code).toBe(0);
+    expect((await hm(["export", a.fleet, b.fleet, "--to", dir])).code).toBe(0);
     expect((await hm(["diff", "-f", dir])).code).toBe(0);
     const changed = parse(readFileSync(join(dir, `${b.fleet}.yaml`), "utf8"));
     changed.channels.base.image = "reg/base:2";

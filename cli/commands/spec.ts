@@ -198,22 +198,22 @@ async function runApply(ctx: Ctx, o: { file: string; prune?: boolean }) {
 /** YAML for people; JSON with --json or a .json file. */
 const render = (spec: unknown, json: boolean) => (json ? `${JSON.stringify(spec, null, 2)}\n` : stringify(spec, { lineWidth: 0 }));
 
-async function runExport(ctx: Ctx, fleets: string[], o: { output?: string }) {
+async function runExport(ctx: Ctx, fleets: string[], o: { to?: string }) {
   const specs = [];
   for (const fleet of fleets) specs.push({ fleet, spec: await call<unknown>(ctx, "GET", specPath(fleet)) });
   const json = !!ctx.globals.json;
-  if (!o.output) {
+  if (!o.to) {
     if (json) return ctx.out.data(specs.length === 1 ? specs[0].spec : specs.map((s) => s.spec));
     return ctx.io.stdout(specs.map((s) => render(s.spec, false)).join("---\n"));
   }
-  const target = resolve(ctx.io.cwd, o.output);
+  const target = resolve(ctx.io.cwd, o.to);
   if (existsSync(target) && statSync(target).isDirectory()) {
     for (const s of specs) writeFileSync(join(target, `${s.fleet}.${json ? "json" : "yaml"}`), render(s.spec, json));
-    return ctx.out.note(`wrote ${specs.length} spec(s) to ${o.output}`);
+    return ctx.out.note(`wrote ${specs.length} spec(s) to ${o.to}`);
   }
   if (specs.length > 1) throw new Exit(2, "several fleets export to a directory (-o DIR)");
   writeFileSync(target, render(specs[0].spec, json || extname(target).toLowerCase() === ".json"));
-  ctx.out.note(`wrote ${o.output}`);
+  ctx.out.note(`wrote ${o.to}`);
 }
 
 export function registerSpec(program: Command, io: Io) {
@@ -232,6 +232,6 @@ export function registerSpec(program: Command, io: Io) {
   program
     .command("export <fleets...>")
     .description("write fleets as specs (YAML; JSON with --json or a .json file)")
-    .option("-o, --output <path>", "a file, or a directory for one <fleet>.yaml each (default: stdout)")
+    .option("--to <path>", "a file, or a directory for one <fleet>.yaml each (default: stdout; -o is the output format)")
     .action(act(io, (ctx, fleets: string[], o) => runExport(ctx, fleets, o)));
 }
