@@ -4,7 +4,8 @@
  * contexts, durations with units, relative times, status in one request with "and N more", a
  * closed pipe that ends quietly, and messages that say what is wrong.
  */
-import { spawn, spawnSync } from "node:child_process";
+import { execFile, spawn, spawnSync } from "node:child_process";
+import { promisify } from "node:util";
 import { mkdtempSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
@@ -157,12 +158,13 @@ describe("kubectl habits", () => {
   it("the simulator writes no colour into a pipe, even under CI", async () => {
     const sim = resolve(import.meta.dirname, "../sim/main.ts");
     const env = { ...process.env, CI: "true", HM_URL: url, HM_TOKEN: admin, FORCE_COLOR: "", NO_COLOR: "" };
-    const out = spawnSync(process.execPath, [sim, "--fleet", fresh("simc"), "--servers", "2", "--duration", "2", "--ramp", "0", "--state", join(home, `sim-${n++}.json`)], {
+    // Not spawnSync: a blocked event loop misses the server closing an idle pooled connection,
+    // and the next test's first fetch would then reuse the dead socket ("other side closed").
+    const out = await promisify(execFile)(process.execPath, [sim, "--fleet", fresh("simc"), "--servers", "2", "--duration", "2", "--ramp", "0", "--state", join(home, `sim-${n++}.json`)], {
       env,
       encoding: "utf8",
       timeout: 60_000,
     });
-    expect(out.status).toBe(0);
     expect(out.stdout).toContain("servers");
     expect(out.stdout + out.stderr).not.toContain("\x1b[");
   });
@@ -178,10 +180,7 @@ describe("kubectl habits", () => {
   });
 });
 
-// Skipped at the end of round 3: after the last merges the local server closes a pooled connection
-// in the middle of this block ("other side closed", at the same byte count every run), while the
-// same calls made by hand answer 200. To be found and fixed first thing next round (closing note).
-describe.skip("hm status", () => {
+describe("hm status", () => {
   it("one request, counts from the server, 'and N more' past the cap, the rollout in progress", async () => {
     const fleet = fresh("st");
     await api.createFleet({ id: fleet });
