@@ -55,7 +55,24 @@ export interface LocalServerOptions {
   parkTrustS?: number;
 }
 
-export async function startLocalServer({
+/**
+ * Starts the server, on another free port if the one picked was taken meanwhile: a port is free
+ * when picked and bound by wrangler a moment later, and servers started side by side (the
+ * benchmark's two, other suites' on a shared machine) can take it in between.
+ */
+export async function startLocalServer(options: LocalServerOptions = {}): Promise<LocalServer> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await startOnce(options);
+    } catch (err) {
+      if (!(err instanceof PortTaken) || attempt === 3) throw err;
+    }
+  }
+}
+
+class PortTaken extends Error {}
+
+async function startOnce({
   label = "local",
   startTimeoutMs = 90_000,
   reuse,
@@ -63,7 +80,7 @@ export async function startLocalServer({
   health = "/healthz",
   devArgs = [],
   parkTrustS = 30,
-}: LocalServerOptions = {}): Promise<LocalServer> {
+}: LocalServerOptions): Promise<LocalServer> {
   const port = await freePort();
   const persist = reuse?.persist ?? mkdtempSync(join(tmpdir(), `harbormaster-${label}-`));
   const admin = reuse?.admin ?? randomBytes(24).toString("base64url");
@@ -104,7 +121,11 @@ export async function startLocalServer({
       if ((await fetch(`${url}${health}`)).ok) break;
     } catch {}
     if (Date.now() > deadline || child.exitCode !== null) {
-      stop();
+      const taken = /Address already in use/.test(log);
+      signal("SIGKILL");
+      // A state directory made for this attempt goes; one handed in (reuse) is the caller's.
+      if (!reuse) rmSync(persist, { recursive: true, force: true });
+      if (taken) throw new PortTaken(`port ${port} was taken:\n${log}`);
       throw new Error(`server did not start:\n${log}`);
     }
     await new Promise((r) => setTimeout(r, 250));
