@@ -1,6 +1,6 @@
 import { env, evictDurableObject, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import { CHANNEL_LEASE_MS } from "../src/ledger/projection";
+import { INDEX_LEASE_MS } from "../src/ledger/projection";
 import { call, createFleet, registerServer, report, settle } from "./helpers";
 import { ledger, openChannel, sleep } from "./channel-helpers";
 
@@ -27,7 +27,7 @@ describe("the index's staleness while a host is on the channel", () => {
     expect((await ch.next("ack")).status).toBe(200);
     await settle(s.id);
     const leased = (await indexRow(s.id))!;
-    expect(leased.stale_at).toBe(leased.last_seen + 300_000 + CHANNEL_LEASE_MS);
+    expect(leased.stale_at).toBe(leased.last_seen + 300_000 + INDEX_LEASE_MS);
 
     ch.close();
     const exact = await until(() => indexRow(s.id), (r) => r!.stale_at === r!.last_seen + 300_000);
@@ -42,7 +42,7 @@ describe("the index's staleness while a host is on the channel", () => {
     expect((await ch.next("ack")).status).toBe(200);
     await settle(s.id);
     const leased = (await indexRow(s.id))!;
-    expect(leased.stale_at).toBe(leased.last_seen + 300_000 + CHANNEL_LEASE_MS);
+    expect(leased.stale_at).toBe(leased.last_seen + 300_000 + INDEX_LEASE_MS);
     await call("DELETE", `/v1/tokens/${s.id}`);
     await ch.closed;
     await until(() => indexRow(s.id), (r) => r!.stale_at === r!.last_seen + 300_000);
@@ -71,13 +71,13 @@ describe("the index's staleness while a host is on the channel", () => {
     while (await runDurableObjectAlarm(ledger(s.id)));
     await runInDurableObject(ledger(s.id), (_i, state) => {
       const mark = state.storage.kv.get<any>("projected");
-      state.storage.kv.put("projected", { ...mark, last_seen_written: mark.last_seen_written - CHANNEL_LEASE_MS });
+      state.storage.kv.put("projected", { ...mark, last_seen_written: mark.last_seen_written - INDEX_LEASE_MS });
     });
     await sleep(5);
     await send("past");
     const refreshed = (await indexRow(s.id))!;
     expect(refreshed.last_seen).toBeGreaterThan(first.last_seen);
-    expect(refreshed.stale_at).toBe(refreshed.last_seen + 300_000 + CHANNEL_LEASE_MS);
+    expect(refreshed.stale_at).toBe(refreshed.last_seen + 300_000 + INDEX_LEASE_MS);
     expect(await runInDurableObject(ledger(s.id), (_i, state) => state.storage.getAlarm())).toBeNull();
     ch.close();
   });

@@ -1,6 +1,7 @@
 import { env, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import type { ServerLedger } from "../src/ledger/durable-object";
+import { INDEX_LEASE_MS } from "../src/ledger/projection";
 import { breakLedgerD1, call, createFleet, d1Statements, fireTimersNow, pendingEffects, registerServer, report } from "./helpers";
 
 const agents = [
@@ -47,7 +48,7 @@ describe("D1 projection of the ledger", () => {
     expect((await indexRow(s.id))!.status).toBe("drifted");
   });
 
-  it("refreshes last_seen in D1 once the refresh interval has passed, not on every report", async () => {
+  it("refreshes last_seen in D1 once a lease has passed (the quiet watch watches meanwhile), not on every report", async () => {
     const { s } = await realizedServer();
     const stub = env.LEDGER.get(env.LEDGER.idFromName(s.id));
     const first = (await indexRow(s.id))!.last_seen;
@@ -58,6 +59,13 @@ describe("D1 projection of the ledger", () => {
     });
     await new Promise((r) => setTimeout(r, 5));
     const before = await d1Statements();
+    // Ten minutes: within the lease, nothing to write.
+    await call("PUT", "/v1/agent/inventory", { token: s.token, body: report(2, agents) });
+    expect((await d1Statements()).writes).toBe(before.writes);
+    await runInDurableObject(stub, (_i: ServerLedger, state) => {
+      const mark = state.storage.kv.get<any>("projected");
+      state.storage.kv.put("projected", { ...mark, last_seen_written: mark.last_seen_written - INDEX_LEASE_MS });
+    });
     await call("PUT", "/v1/agent/inventory", { token: s.token, body: report(2, agents) });
     expect((await d1Statements()).writes).toBe(before.writes + 1);
     expect((await indexRow(s.id))!.last_seen).toBeGreaterThan(first);

@@ -24,17 +24,20 @@ export const LABEL: Record<Item, string> = {
   d1RowsWritten: "D1 rows written",
 };
 
+/**
+ * What the hosts used in a window. The cron's runs are left out: a deployment runs it once a
+ * minute whatever its size, so it is billed once (`cronOf`), not scaled with the hosts.
+ */
 export function usageOf(w: Window): Usage {
   const r = w.reading;
   const classes = Object.values(r.objects);
   const rows = [r.worker.d1, r.d1_unattributed, ...classes.map((c) => c.d1)];
   const sum = (f: (c: ClassReading) => number) => classes.reduce((n, c) => n + f(c), 0);
-  const workerRequests = r.worker.requests + r.worker.scheduled;
+  const workerRequests = r.worker.requests;
   const doRequests = sum((c) => c.requests);
-  const busyCpuMs = Math.max(0, (w.cpuMs ?? 0) - w.idleCpuMs);
   return {
     workerRequests,
-    workerCpuMs: workerRequests ? (busyCpuMs * workerRequests) / (workerRequests + doRequests) : 0,
+    workerCpuMs: cpuShare(w, workerRequests),
     doRequests,
     doGbSeconds: (sum((c) => c.awake_ms) / 1000) * DO_GB,
     doGbSecondsTail: (sum((c) => c.awake_ms + c.idle_tail_ms) / 1000) * DO_GB,
@@ -42,6 +45,23 @@ export function usageOf(w: Window): Usage {
     d1RowsWritten: rows.reduce((n, x) => n + x.rows_written, 0),
   };
 }
+/**
+ * The runtime's busy CPU in a window, shared between the Worker's invocations and the objects'
+ * requests in proportion to their counts; this many of the Worker's invocations' share.
+ */
+function cpuShare(w: Window, invocations: number) {
+  const r = w.reading;
+  const all = r.worker.requests + r.worker.scheduled + Object.values(r.objects).reduce((n, c) => n + c.requests, 0);
+  return all ? (Math.max(0, (w.cpuMs ?? 0) - w.idleCpuMs) * invocations) / all : 0;
+}
+
+/** The cron, once a minute as deployed, per month: its invocations and their CPU (the estimate's share). */
+export function cronOf(w: Window): Record<Item, number> {
+  const runs = MONTH_S / 60;
+  const cpuPerRun = w.reading.worker.scheduled ? cpuShare(w, w.reading.worker.scheduled) / w.reading.worker.scheduled : 0;
+  return { workerRequests: runs, workerCpuMs: runs * cpuPerRun, doRequests: 0, doGbSeconds: 0, d1RowsRead: 0, d1RowsWritten: 0 };
+}
+
 export const combine = (a: Usage, b: Usage, k = 1) =>
   Object.fromEntries(Object.keys(a).map((key) => [key, a[key as keyof Usage] + k * b[key as keyof Usage]])) as Usage;
 export const scale = (a: Usage, k: number) => combine(a, a, k - 1);
@@ -57,6 +77,8 @@ export interface TransportBill {
   transport: string;
   label: string;
   monthly: Record<Item, number>;
+  /** Per deployment, whatever the number of hosts (the cron). */
+  fixed: Record<Item, number>;
   totals: number[];
   /** Share of the steady window each server's ledger was awake (an idle host's). */
   ledgerAwake: number | null;
@@ -71,15 +93,18 @@ export interface TransportBill {
 export const BEFORE: TransportBill = {
   transport: "before",
   label: "long poll parked in the ledger (measured before the channel)",
+  // Measured while the bill still scaled the cron with the hosts (288 of these 195.3k Worker
+  // requests per host-month): nothing beside its DO duration.
   monthly: { workerRequests: 195.3e3, workerCpuMs: 488.6e3, doRequests: 200.7e3, doGbSeconds: 322.3e3, d1RowsRead: 53.6e3, d1RowsWritten: 281.0e3 },
+  fixed: { workerRequests: 0, workerCpuMs: 0, doRequests: 0, doGbSeconds: 0, d1RowsRead: 0, d1RowsWritten: 0 },
   totals: [],
   ledgerAwake: 0.97,
   push: null,
 };
 
 /** The month's bill for each fleet size: what lies beyond the plan's included amounts, plus the plan. */
-export function totalsOf(monthly: Record<Item, number>) {
-  return FLEETS.map((n) => ITEMS.reduce<number>((t, item) => t + charge(PRICES[item], monthly[item] * n), PRICES.planUsdPerMonth));
+export function totalsOf(monthly: Record<Item, number>, fixed: Record<Item, number>) {
+  return FLEETS.map((n) => ITEMS.reduce<number>((t, item) => t + charge(PRICES[item], monthly[item] * n + fixed[item]), PRICES.planUsdPerMonth));
 }
 
 export function report(
@@ -92,6 +117,7 @@ export function report(
   const perHostRound = scale(clamp(combine(usageOf(w.events), steady, -w.events.s / w.steady.s)), 1 / r.hosts);
   const periodic = { ...scale(perHostRound, 0), ...r.periodic?.usage } as Usage;
   const monthly = combine(combine(perHostMonth, perHostRound, r.rounds), periodic);
+  const fixed = cronOf(w.steady);
   const log = (line = "") => console.log(line);
   const { latency_ms: lat } = r.summary;
 
@@ -100,17 +126,17 @@ export function report(
   log(`Windows (real time): ${r.windows.map((x) => `${x.name} ${x.s.toFixed(0)} s`).join(", ")}. Events: ${r.events.join("; ")}.`);
   log(`Simulator: ${r.summary.ops.polls} polls, ${r.summary.ops.pushes} pushes, ${r.summary.ops.reports} reports, ${r.summary.ops.fleetlock} FleetLock calls, ${r.summary.ops.errors} errors; channel sockets opened ${r.summary.channel.opened}, closed or refused ${r.summary.channel.closed}; last status ${JSON.stringify(r.summary.byStatus)}.`);
   if (lat.push_p50 !== null) log(`A desired change reached its connected host (from the operator's write) in p50 ${lat.push_p50} ms, p99 ${lat.push_p99} ms; realized in p50 ${lat.converge_p50} ms, p99 ${lat.converge_p99} ms.`);
-  log(`Month: the steady window's rate over 30 days plus ${r.rounds} rounds of the events window (less the steady rate over its length)${r.periodic ? `, plus ${r.periodic.why}` : ""}. Fleets scale the per-host figures; the bill is what lies beyond the plan's included amounts, plus the plan's $${PRICES.planUsdPerMonth}.\n`);
+  log(`Month: the steady window's rate over 30 days plus ${r.rounds} rounds of the events window (less the steady rate over its length)${r.periodic ? `, plus ${r.periodic.why}` : ""}. Fleets scale the per-host figures; the cron (once a minute: ${si(fixed.workerRequests)} runs, ${si(fixed.workerCpuMs)} CPU ms by the estimate) is billed once per deployment; the bill is what lies beyond the plan's included amounts, plus the plan's $${PRICES.planUsdPerMonth}.\n`);
 
   const head = ["item", "per host-month", ...FLEETS.map((n) => `${n.toLocaleString("en-US")} hosts`)];
   log(`| ${head.join(" | ")} |`);
   log(`|${head.map((_, i) => (i ? "---:" : "---")).join("|")}|`);
   for (const item of ITEMS) {
     const price = PRICES[item];
-    const cells = FLEETS.map((n) => `${si(monthly[item] * n)} → ${usd(charge(price, monthly[item] * n))}`);
+    const cells = FLEETS.map((n) => `${si(monthly[item] * n + fixed[item])} → ${usd(charge(price, monthly[item] * n + fixed[item]))}`);
     log(`| ${LABEL[item]} | ${si(monthly[item])} (${usd(monthly[item] * price.usdPerUnit)} at list) | ${cells.join(" | ")} |`);
   }
-  const totals = totalsOf(monthly);
+  const totals = totalsOf(monthly, fixed);
   log(`| **total per month** (plan included) | | ${totals.map((t) => `**${usd(t)}**`).join(" | ")} |`);
   log(`| per host-month | | ${totals.map((t, i) => usd(t / FLEETS[i])).join(" | ")} |`);
   const tail = FLEETS.map((n) => usd(charge(PRICES.doGbSeconds, (perHostMonth.doGbSecondsTail + r.rounds * perHostRound.doGbSecondsTail) * n) - charge(PRICES.doGbSeconds, monthly.doGbSeconds * n)));
@@ -127,7 +153,7 @@ export function report(
     log(`| ${name} (${c.instances} objects) | ${c.requests.toFixed(0)} | ${(c.awake_ms / 1000).toFixed(1)} s (${pct(shareOf(c))}) | ${(c.parked_ms / 1000).toFixed(0)} s | ${c.d1.rows_read} / ${c.d1.rows_written} | ${calls.join("; ")} |`);
   }
   const cpu = w.steady.cpuMs;
-  log(`\nLocal runtime CPU in the steady window: ${cpu === null ? "not measured (no /proc)" : `${(cpu / 1000).toFixed(1)} s, of which ${(w.steady.idleCpuMs / 1000).toFixed(1)} s its idle rate`}; charged to the Worker: ${(steady.workerCpuMs / Math.max(1, steady.workerRequests)).toFixed(1)} ms per Worker request.`);
+  log(`\nLocal runtime CPU in the steady window: ${cpu === null ? "not measured (no /proc)" : `${(cpu / 1000).toFixed(1)} s, of which ${(w.steady.idleCpuMs / 1000).toFixed(1)} s its idle rate`}; charged to the Worker: ${(steady.workerCpuMs / Math.max(1, steady.workerRequests)).toFixed(1)} ms per host request, ${(fixed.workerCpuMs / fixed.workerRequests).toFixed(1)} ms per cron run.`);
   log(`One round of events, per host: ${ITEMS.map((i) => `${LABEL[i]} ${si(perHostRound[i])}`).join(", ")}.`);
   log(`Setup, per host (one-off): ${ITEMS.map((i) => `${LABEL[i]} ${si(usageOf(w.setup)[i] / r.hosts)}`).join(", ")}.`);
   if (!s.d1_rows_metered) log("\nD1 rows were NOT metered (the D1 binding lacks the internal the meter taps): their lines read 0.");
@@ -136,7 +162,7 @@ export function report(
   ctx.note(`cost (${r.transport}, ${r.hosts} hosts): per host-month at 10,000 hosts`, usd(totals[1] / FLEETS[1]));
   ctx.note(`cost (${r.transport}): DO GB-s per host-month`, si(monthly.doGbSeconds));
   const ledger = s.objects.ServerLedger;
-  return { transport: r.transport, label: r.label, monthly, totals, ledgerAwake: ledger ? shareOf(ledger) : null, push: lat.push_p50 === null ? null : { p50: lat.push_p50, p99: lat.push_p99 } };
+  return { transport: r.transport, label: r.label, monthly, fixed, totals, ledgerAwake: ledger ? shareOf(ledger) : null, push: lat.push_p50 === null ? null : { p50: lat.push_p50, p99: lat.push_p99 } };
 }
 
 const pct = (x: number) => `${(x * 100).toFixed(x < 0.1 ? 2 : 0)}%`;
@@ -144,7 +170,7 @@ const pct = (x: number) => `${(x * 100).toFixed(x < 0.1 ? 2 : 0)}%`;
 /** The transports side by side, with the bill measured before the channel. */
 export function compare(bills: TransportBill[]) {
   const log = (line = "") => console.log(line);
-  const rows = [{ ...BEFORE, totals: totalsOf(BEFORE.monthly) }, ...bills];
+  const rows = [{ ...BEFORE, totals: totalsOf(BEFORE.monthly, BEFORE.fixed) }, ...bills];
   log("\n## Side by side: the month's bill beyond the plan's included amounts (plan included)\n");
   log(`| transport | ${FLEETS.map((n) => `${n.toLocaleString("en-US")} hosts`).join(" | ")} | per host-month at 10,000 | DO GB-s per host-month | ledger awake (steady) | push p50 / p99 |`);
   log(`|---|${FLEETS.map(() => "---:").join("|")}|---:|---:|---:|---:|`);

@@ -30,8 +30,11 @@ export const CLOSE_CODES = {
   flood: 1008,
 } as const;
 
-/** How long the index's staleness of a host on the channel is leased (src/ledger/projection.ts). */
-export const CHANNEL_LEASE_MS = 60 * 60_000;
+/**
+ * How long the index's staleness of a watched host is leased (src/ledger/projection.ts): one on the
+ * channel (its socket watches) or reporting over HTTP (the ledger's quiet watch, src/ledger/quiet.ts).
+ */
+export const INDEX_LEASE_MS = 60 * 60_000;
 
 /**
  * More messages than this within one window closes the socket (1008): a host sends a report a

@@ -8,13 +8,14 @@ import { Scheduler } from "../objects/kit/scheduler";
 import { socketRoom } from "../objects/kit/sockets";
 import type { ApplyOutcome, ApplyRolloutImage } from "../rollouts/ledger-side";
 import { cancelDecommission, cleanupDelivered, decommission } from "./decommission";
-import { ledgerEffects, type LedgerDeps, type LedgerOutbox } from "./effects";
+import { ledgerEffects, project, type LedgerDeps, type LedgerOutbox } from "./effects";
 import { openLedger } from "./open";
 import * as operator from "./operator";
 import { applyPlan, type PlanOutcome } from "./planning";
 import { authorized, pollAnswer, type PollAnswer } from "./poll";
 import type { ServerRecord } from "./record";
 import { requestRefresh } from "./refresh";
+import { QUIET_TIMER, QuietWatch } from "./quiet";
 import { acceptReport, type ReportAnswer } from "./report";
 import { applyRolloutImage } from "./rollout-marks";
 import { PING, PONG } from "./channel-messages";
@@ -50,10 +51,11 @@ export class ServerLedger extends DurableObject<Env> {
     this.store = new LedgerStore(ctx.storage);
     this.scheduler = new Scheduler(ctx.storage);
     const db = () => getDb(this.env.DB);
-    const hostConnected = () => this.sockets.hostConnected();
-    const effects = ledgerEffects({ env: () => this.env, db, store: this.store, cleaned: (step) => cleanupDelivered(this.deps, step), hostConnected });
+    const quiet = new QuietWatch(this.scheduler, this.store);
+    const leased = () => this.sockets.hostConnected() || quiet.watching();
+    const effects = ledgerEffects({ env: () => this.env, db, store: this.store, cleaned: (step) => cleanupDelivered(this.deps, step), leased });
     this.outbox = new Outbox(ctx.storage, this.scheduler, effects, db);
-    this.deps = { store: this.store, outbox: this.outbox, clock: () => Date.now(), hostConnected };
+    this.deps = { store: this.store, outbox: this.outbox, clock: () => Date.now(), leased, quiet };
     this.sockets = new LedgerSockets(this.deps, socketRoom(ctx));
     this.store.onChange = () => this.sockets.changed();
     // Keep-alive pings on the host channel are answered by the runtime: they never wake the ledger.
@@ -208,6 +210,16 @@ export class ServerLedger extends DurableObject<Env> {
   }
 
   async alarm() {
-    await this.scheduler.fire({ outbox: () => this.outbox.flush() });
+    let quiet = false;
+    await this.scheduler.fire({
+      outbox: () => this.outbox.flush(),
+      // The HTTP host went quiet: the index gets its exact stale_at (./quiet.ts).
+      [QUIET_TIMER]: () => {
+        quiet = this.deps.quiet.fired(Date.now());
+        if (quiet) project(this.outbox);
+      },
+    });
+    // Delivered once the fired timer is gone, so the projection is no longer leased.
+    if (quiet) await this.outbox.flush();
   }
 }

@@ -15,6 +15,7 @@ import type { Effect, Outbox } from "../objects/kit/outbox";
 import type { ServerRecord } from "./record";
 import type { CleanupStep } from "./lifecycle";
 import { buildProjection, lastSeenDue, projectionStatements } from "./projection";
+import type { QuietWatch } from "./quiet";
 import type { LedgerStore, ProjectedMark } from "./store";
 import { rolloutEventEffect } from "../rollouts/ledger-side";
 import { serverHealthEffect } from "../fleetlock/ledger-side";
@@ -41,7 +42,9 @@ export interface LedgerDeps {
   store: LedgerStore;
   outbox: LedgerOutbox;
   clock: () => number;
-  hostConnected: () => boolean;
+  /** Whether the host's index row is leased: its socket or the quiet watch (./quiet.ts) watches it. */
+  leased: () => boolean;
+  quiet: QuietWatch;
 }
 
 /** The server's token row in D1 (listing, and telling a server token apart on operator routes). */
@@ -125,8 +128,8 @@ export interface LedgerEffectWiring {
   store: LedgerStore;
   /** A cleanup step reached its receiver (./decommission.ts takes the cleanup on from there). */
   cleaned: (step: CleanupStep) => void;
-  /** Whether the host is on the channel now (its index row's staleness is then leased). */
-  hostConnected: () => boolean;
+  /** Whether the host is watched now, on the channel or by the quiet watch (its index row's staleness is then leased). */
+  leased: () => boolean;
 }
 
 export function ledgerEffects(w: LedgerEffectWiring): Record<LedgerEffectKind, Effect> {
@@ -192,7 +195,7 @@ function projectEffect(w: LedgerEffectWiring): Effect {
       const state = w.store.load();
       if (!state) return [];
       const mark = w.store.projected();
-      const leased = w.hostConnected();
+      const leased = w.leased();
       const p = buildProjection(state.record, state.desired, state.report, Date.now(), leased);
       const written = mark && !mark.dirty && mark.written ? mark.written : null;
       const lastSeen = p.server.lastSeen ?? null;

@@ -6,25 +6,27 @@ import type { DesiredState } from "./desired";
 import type { ServerRecord } from "./record";
 import type { StoredReport } from "./schemas";
 import { computeStatus } from "./status";
-import { CHANNEL_LEASE_MS } from "../domain/channel";
+import { INDEX_LEASE_MS } from "../domain/channel";
 
 /** How often an otherwise unchanged report refreshes `last_seen` in D1 (docs/design.md §8). */
 export const LAST_SEEN_REFRESH_MS = 5 * 60_000;
 
 /**
- * While its host is connected on the channel, a server's index row is refreshed this seldom, and
- * its stale_at is leased this far beyond last_seen + stale_after: a connected host's heartbeats
- * then cost D1 one write an hour, not one every few minutes (at 10,000 hosts, the difference
- * between D1's included writes and hundreds of dollars a month). When the socket closes, the
- * ledger wakes and writes the exact stale_at at once; a host whose agent hangs with its socket
- * open is shown stale in the index at most this much late (its own view is always exact).
+ * While its host is watched — connected on the channel (its socket's close tells the ledger), or
+ * reporting over HTTP (the ledger's quiet watch, ./quiet.ts) — a server's index row is refreshed
+ * this seldom, and its stale_at is leased this far beyond last_seen + stale_after: a steady host's
+ * heartbeats then cost D1 one write an hour, not one every few minutes (at 10,000 hosts, the
+ * difference between D1's included writes and hundreds of dollars a month). When the socket closes
+ * or the quiet watch finds the host silent, the ledger writes the exact stale_at; a host whose
+ * agent hangs with its socket open is shown stale in the index at most this much late (its own
+ * view is always exact).
  */
-export { CHANNEL_LEASE_MS };
+export { INDEX_LEASE_MS };
 
-/** How often an unchanged report refreshes last_seen in D1 (leased: the host is on the channel). */
+/** How often an unchanged report refreshes last_seen in D1 (leased: the host is watched). */
 export function lastSeenRefreshMs(staleAfterS: number, leased = false) {
   // Refresh well inside stale-after, so a server that keeps reporting is never marked stale.
-  return leased ? CHANNEL_LEASE_MS : Math.min(LAST_SEEN_REFRESH_MS, (staleAfterS * 1000) / 2);
+  return leased ? INDEX_LEASE_MS : Math.min(LAST_SEEN_REFRESH_MS, (staleAfterS * 1000) / 2);
 }
 
 /**
@@ -103,7 +105,7 @@ export function buildProjection(
  * removed server is never stale; one that never reported has nothing to be late with.
  */
 export function staleAtOf(record: ServerRecord, lastSeen: number | undefined, leased = false) {
-  return lastSeen == null || record.state === "removed" ? null : lastSeen + record.stale_after_s * 1000 + (leased ? CHANNEL_LEASE_MS : 0);
+  return lastSeen == null || record.state === "removed" ? null : lastSeen + record.stale_after_s * 1000 + (leased ? INDEX_LEASE_MS : 0);
 }
 
 /** Whether the index already shows everything `p` would write (last_seen aside). */

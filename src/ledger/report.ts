@@ -6,6 +6,7 @@ import { fail, type Failure } from "../objects/kit/result";
 import { acknowledgeLifecycle } from "./decommission";
 import { project, projectHeartbeat, type LedgerDeps, type ReleasePayload } from "./effects";
 import { lastSeenDue } from "./projection";
+import { HEARTBEAT_PERSIST_MS } from "./quiet";
 import type { ServerRecord } from "./record";
 import { answerRefresh } from "./refresh";
 import { settleRolloutMarks } from "./rollout-marks";
@@ -14,8 +15,7 @@ import type { InventoryReport, ReportAccepted, StoredReport } from "./schemas";
 import { computeStatus, type ComputedStatus } from "./status";
 import { contentKey } from "./store";
 
-/** How old the persisted heartbeat of an unchanged report may get (memory holds the latest). */
-export const HEARTBEAT_PERSIST_MS = 60_000;
+export { HEARTBEAT_PERSIST_MS };
 
 export type ReportAnswer = { ok: true; generation: number; computed: ComputedStatus } | Failure;
 
@@ -48,8 +48,12 @@ export function acceptReport(
   }
   const now = d.clock();
   const stored: StoredReport = { ...report, received_at: now };
-  const unchanged = previous !== undefined && reportKey === contentKey(stored);
+  // Who watches for the host going quiet: its socket on the channel, the ledger's timer over HTTP
+  // (newly set: `enqueued`, so the caller arms the alarm).
   let enqueued = false;
+  if (opts.keepsHeartbeat) d.quiet.stop();
+  else enqueued = d.quiet.watch(now, record.stale_after_s);
+  const unchanged = previous !== undefined && reportKey === contentKey(stored);
   const heartbeat = unchanged && persistedAt !== undefined && (opts.keepsHeartbeat === true || now - persistedAt < HEARTBEAT_PERSIST_MS);
   if (heartbeat) {
     // Same content as the stored report: only the heartbeat moved. It lives in memory and is
@@ -86,9 +90,9 @@ export function acceptReport(
   return { answer: { ok: true, generation: desired.generation, computed: computeStatus(desired, stored, now, record.stale_after_s * 1000) }, enqueued, heartbeat };
 }
 
-/** Whether the index's last_seen is due a refresh (a coarse one, docs/design.md §8; leased on the channel). */
+/** Whether the index's last_seen is due a refresh (a coarse one, docs/design.md §8; leased while watched). */
 function indexDue(d: LedgerDeps, now: number) {
   const state = d.store.load();
   if (!state?.report) return false;
-  return lastSeenDue(d.store.projected(), now, state.record.stale_after_s, d.hostConnected());
+  return lastSeenDue(d.store.projected(), now, state.record.stale_after_s, d.leased());
 }

@@ -1,0 +1,85 @@
+/**
+ * The quiet watch: how the index learns that a host reporting over HTTP went quiet, without a D1
+ * write for every few reports. A host on the channel is watched by its socket (its close tells the
+ * ledger); a host reporting over HTTP is watched by one timer on the ledger's alarm, due when the
+ * host would be stale. While either watches, the host's index row is leased (its stale_at lies a
+ * lease beyond last_seen + stale_after, refreshed once a lease: ./projection.ts), so a steady host
+ * costs D1 one write an hour whichever way it talks.
+ *
+ * When the timer fires, a host that reported since is watched again from its newest heartbeat (no
+ * write anywhere but the timer's row); one that did not is told to the index with its exact
+ * stale_at (last report + stale_after), which is then in the past. An alarm lets the ledger
+ * hibernate between reports: it is billed as one request when it fires, about once per
+ * stale_after of a steady host.
+ */
+import type { Scheduler } from "../objects/kit/scheduler";
+import type { LedgerStore } from "./store";
+
+export const QUIET_TIMER = "quiet";
+
+/** How old the persisted heartbeat of an unchanged report may get (memory holds the latest). */
+export const HEARTBEAT_PERSIST_MS = 60_000;
+
+/**
+ * The timer fires this long after the host would be stale: a ledger evicted between reports reads
+ * back a heartbeat persisted up to HEARTBEAT_PERSIST_MS before the newest, and must not take a
+ * host reporting every minute for a quiet one. The index shows a quiet host stale this much late
+ * at most (with its exact stale_at); the ledger's own view is always exact.
+ */
+export const QUIET_GRACE_MS = HEARTBEAT_PERSIST_MS;
+
+export class QuietWatch {
+  /** Whether the timer is set; undefined until read once after the ledger woke. */
+  private armed: boolean | undefined;
+
+  constructor(
+    private readonly scheduler: Scheduler,
+    private readonly store: LedgerStore,
+  ) {}
+
+  /** Whether the ledger watches its HTTP host (the index row's staleness is then leased). */
+  watching(): boolean {
+    this.armed ??= this.scheduler.dueAt(QUIET_TIMER) !== null;
+    return this.armed;
+  }
+
+  /**
+   * A report over HTTP came in: watch from it, unless already watching (the timer catches up by
+   * itself when it fires). True when the timer was set now: the caller arms the alarm.
+   */
+  watch(receivedAt: number, staleAfterS: number): boolean {
+    if (this.watching()) return false;
+    this.scheduler.schedule(QUIET_TIMER, receivedAt + staleAfterS * 1000 + QUIET_GRACE_MS);
+    this.armed = true;
+    return true;
+  }
+
+  /** The host is on the channel: its socket watches it now. */
+  stop() {
+    if (this.watching() === false) return;
+    this.scheduler.cancel(QUIET_TIMER);
+    this.armed = false;
+  }
+
+  /**
+   * The timer fired. True when the host went quiet and the index must be told (the timer is then
+   * removed by the scheduler after this handler, so the projection is no longer leased); false
+   * when it reported since (watched again from its newest heartbeat) or is gone.
+   */
+  fired(now: number): boolean {
+    const state = this.store.load();
+    const report = state?.report;
+    if (!state || !report || state.record.state === "removed") {
+      this.armed = false;
+      return false;
+    }
+    const due = report.received_at + state.record.stale_after_s * 1000 + QUIET_GRACE_MS;
+    if (due > now) {
+      this.scheduler.schedule(QUIET_TIMER, due);
+      this.armed = true;
+      return false;
+    }
+    this.armed = false;
+    return true;
+  }
+}
