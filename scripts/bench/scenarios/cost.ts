@@ -26,6 +26,7 @@ import type { BenchContext } from "../run.ts";
 import { compare, report, type Reading, type TransportBill, type Usage, type Window } from "../bill.ts";
 import { MONTH_S } from "../prices.ts";
 import { INDEX_LEASE_MS } from "../../../src/domain/channel.ts";
+import { QUIET_GRACE_MS } from "../../../src/ledger/quiet.ts";
 
 /**
  * How simulated hosts talk to Harbormaster: the simulator options that give its hosts that agent
@@ -51,8 +52,13 @@ const TRANSPORTS: Record<string, { label: string; sim: Partial<SimOptions>; peri
   http: {
     label: "a report a minute; between reports the long poll GET /v1/agent/desired?wait=60, held in the Worker",
     sim: { transport: "http", waitS: 60, heartbeatS: 60 },
-    // The quiet watch's alarm (about once per stale_after) falls in the steady window; the lease's refresh does not.
-    periodic: LEASE_REFRESH,
+    // Neither the lease's refresh nor the quiet watch's alarm (src/ledger/quiet.ts: once per
+    // stale_after + its grace, the simulator's fleet having stale_after 4 report periods) falls in
+    // the steady window: the hosts' first reports armed their watches in the same minute.
+    periodic: {
+      usage: { ...LEASE_REFRESH.usage, doRequests: MONTH_S / (4 * 60 + QUIET_GRACE_MS / 1000) },
+      why: `${LEASE_REFRESH.why}; and the quiet watch's alarm, once per stale_after + ${QUIET_GRACE_MS / 1000} s (${4 * 60 + QUIET_GRACE_MS / 1000} s here): ${(MONTH_S / (4 * 60 + QUIET_GRACE_MS / 1000)).toFixed(0)} DO requests a month`,
+    },
   },
 };
 
