@@ -14,7 +14,7 @@ import type { Scheduler } from "../objects/kit/scheduler";
 import { attachmentOf, closeSocket, type SocketRoom } from "../objects/kit/sockets";
 import { acceptWaiter, answerWaiters } from "../objects/kit/wake";
 import { hostAudit, type CoordinatorEffects } from "./effects";
-import { failure, type FleetLockFailure } from "./protocol";
+import type { FleetLockKind } from "../domain/enums";
 import { rebootGranted, rebootReleased } from "./reboot-events";
 import { closureOf, dequeue, drain, liveEntries, nextWake, queuedOf, refusalValue, releaseUnclaimed, type Answer, type Closure, type QueueEntry } from "./queue";
 import type { GroupState } from "./semaphore";
@@ -30,7 +30,7 @@ export const QUEUE_TIMER = "queue";
 export type Refused = "refused" | "removed" | "dequeued";
 
 /** What a parked host is answered, as the Worker returns it. */
-export type ParkedAnswer = { ok: true } | FleetLockFailure;
+export type ParkedAnswer = { ok: true } | Failure;
 
 /** What a waiter socket holds (its attachment, kept across an eviction): whose wait, and since when. */
 interface Waiter {
@@ -39,6 +39,10 @@ interface Waiter {
   /** When it parked, on the decision clock: how long the runtime vouches for it (PARK_TRUST_S). */
   at: number;
 }
+
+/** As ./protocol.ts's FleetLockFailure (not imported: that module's schemas reach back to the coordinator's parts). */
+type Failure = { ok: false; kind: FleetLockKind; value: string };
+const failure = (kind: FleetLockKind, value: string): Failure => ({ ok: false, kind, value });
 
 /** The tag of a host's waiters: the object finds them again after an eviction. */
 const hostTag = (id: string) => `host:${id}`;
