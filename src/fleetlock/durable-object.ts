@@ -31,6 +31,9 @@ export { HOST_AUDIT_DEFER_MS } from "./effects";
  * One per fleet: a counting semaphore per reboot group, the fair queue in front of it, and the
  * fleet's FleetLock key and identity registry. A thin surface: every method hands the call to the
  * module that decides it (grants, groups, identity, rollout-slots), with the object's parts.
+ * Nothing waits in here: a parked pre-reboot waits in the Worker on a hibernatable waiter socket
+ * (./waits.ts, ./parked.ts), and the queue's deadlines are a timer on the alarm, so the object
+ * sleeps while hosts wait.
  */
 export class RebootCoordinator extends DurableObject<Env> {
   private readonly c: Coordination;

@@ -127,6 +127,8 @@ export async function preReboot(env: Env, request: { signal?: AbortSignal }, fle
     if (wake.kind === "changed" && wake.answer) return wake.answer as ParkedAnswer;
     // Nobody reads this answer; the host keeps its place.
     if (wake.kind === "aborted") return failure("semaphore_full", "the client went away while it waited in the queue");
+    // Past every deadline the coordinator can name (it always names one sooner): give up, not spin.
+    if (wake.kind === "timeout") return failure("semaphore_full", "the wait in the queue ran out");
     if (wake.kind === "lost" && ++failures > MAX_RESUMES) throw new Error("the reboot coordinator kept closing the wait");
     resume = true;
   }

@@ -25,7 +25,7 @@ export type { RolloutSummary, TargetInput };
  * outboxes; everything it means for D1 (rollout and target rows, audit, the (fleet, agent) lock)
  * and for the coordinator (reboot slots) leaves through its own outbox. Transitions are the pure
  * functions of machine.ts, each applied in one synchronous storage turn; this class only hands
- * each call to the module that decides it.
+ * each call to the module that decides it. Its long poll waits in the Worker (./waits.ts).
  */
 export class Rollout extends DurableObject<Env> {
   private readonly scheduler: Scheduler;

@@ -54,6 +54,16 @@ export function wakeWaiters<A>(room: SocketRoom, movedOn: (held: A) => boolean) 
   }
 }
 
+/** The answer a wake carried (answerWaiters), or undefined for a bare "changed". */
+function answerIn(data: unknown): unknown {
+  if (typeof data !== "string" || data === CHANGED) return undefined;
+  try {
+    return JSON.parse(data);
+  } catch {
+    return undefined;
+  }
+}
+
 export type Wake =
   /** The object answered at once (the state had already moved on, or there was nothing to wait for). */
   | { kind: "answered"; response: Response }
@@ -92,7 +102,7 @@ export async function waitForWake(open: () => Promise<Response>, until: number, 
     };
     const onAbort = () => finish({ kind: "aborted" });
     const timer = setTimeout(() => finish({ kind: lookAgain ? "look_again" : "timeout" }), Math.max(0, (lookAgain ? lookAgainAt : until) - Date.now()));
-    ws.addEventListener("message", (event) => finish(typeof event.data === "string" && event.data !== CHANGED ? { kind: "changed", answer: JSON.parse(event.data) } : { kind: "changed" }));
+    ws.addEventListener("message", (event) => finish({ kind: "changed", answer: answerIn(event.data) }));
     ws.addEventListener("close", () => finish({ kind: "lost" }));
     ws.addEventListener("error", () => finish({ kind: "lost" }));
     signal?.addEventListener("abort", onAbort, { once: true });
