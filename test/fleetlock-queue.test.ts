@@ -1,6 +1,7 @@
 import { runDurableObjectAlarm, runInDurableObject, SELF } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { MAX_QUEUE_WAIT_S, UNCLAIMED_GRANT_S } from "../src/fleetlock/queue";
+import { preRebootWaitRequest } from "../src/fleetlock/waits";
 import { sha256Hex } from "../src/lib/crypto";
 import { call } from "./helpers";
 import {
@@ -150,8 +151,9 @@ describe("fair reboot queue", () => {
     const [a, b] = await registerClients(f.fleet, 2);
     await zincati(f.baseUrl, "pre-reboot", a.id);
     const keyHash = await sha256Hex(f.key);
-    const res = await coordinator(f.fleet).preReboot(keyHash, { id: b.id, group: "default" }, { resume: true });
-    expect(res).toMatchObject({ ok: false, kind: "semaphore_full" });
+    const asked = await coordinator(f.fleet).fetch(preRebootWaitRequest(keyHash, { id: b.id, group: "default" }, true));
+    expect(asked.status).toBe(200);
+    expect(await asked.json()).toMatchObject({ ok: false, kind: "semaphore_full" });
     expect((await view(f.fleet)).queue).toEqual([]);
     expect(await storedQueue(f.fleet)).toEqual([]);
   });

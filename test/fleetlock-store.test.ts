@@ -1,6 +1,7 @@
 import { env, evictDurableObject, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { COORDINATOR_FORMAT, CoordinatorStore, FORMAT_KEY } from "../src/fleetlock/store";
+import { preRebootWaitRequest } from "../src/fleetlock/waits";
 import { sha256Hex } from "../src/lib/crypto";
 import { fleetWithKey, getGroup, putGroup, registerClients, zincati } from "./fleetlock-helpers";
 
@@ -20,9 +21,10 @@ describe("coordinator storage format", () => {
   it("writes nothing into a coordinator that was only asked", async () => {
     const stub = coordinator(crypto.randomUUID());
     const params = { id: "node-a", group: "default" };
-    expect(await stub.preReboot("0".repeat(64), params)).toMatchObject({ ok: false, kind: "unauthorized" });
+    const asked = await stub.fetch(preRebootWaitRequest("0".repeat(64), params, false));
+    expect(asked.status).toBe(200);
+    expect(await asked.json()).toMatchObject({ ok: false, kind: "unauthorized" });
     expect(await stub.steadyState("0".repeat(64), params)).toMatchObject({ ok: false, kind: "unauthorized" });
-    expect(await stub.leave("node-a", "ticket")).toEqual({ left: false });
     expect(await stub.releaseRolloutSlot("rollout:r:s", "r")).toEqual({ ok: true, released: false });
     await runInDurableObject(stub, (_i, state) => {
       expect([...state.storage.kv.list()]).toEqual([]);
@@ -63,23 +65,27 @@ describe("coordinator storage format", () => {
 });
 
 describe("parked pre-reboot calls", () => {
-  it("answers a parked call that leaves with the group's refusal and keeps its place; an unknown ticket leaves nothing", async () => {
+  it("keeps the place of a host whose waiter closes (its client went away), shows it not connected, and keeps its grant unclaimed", async () => {
     const f = await fleetWithKey();
     await putGroup(f.fleet, "default", { slots: 1, queue_wait_s: 20 });
     const [a, b] = await registerClients(f.fleet, 2);
     await zincati(f.baseUrl, "pre-reboot", a.id);
     const stub = coordinator(f.fleet);
-    const parked = stub.preReboot(await sha256Hex(f.key), { id: b.id, group: "default" }, { ticket: "ticket-1" });
-    for (let i = 0; !(await queueOf(f.fleet)).some((q) => q.id === b.id); i++) {
-      if (i > 200) throw new Error("b never parked");
+    const res = await stub.fetch(preRebootWaitRequest(await sha256Hex(f.key), { id: b.id, group: "default" }, false));
+    expect(res.status).toBe(101);
+    const ws = res.webSocket!;
+    ws.accept();
+    expect(await queueOf(f.fleet)).toMatchObject([{ id: b.id, connected: true }]);
+
+    // The Worker closes the waiter when its client hangs up: the coordinator hears of it by the close alone.
+    ws.close(1000, "client went away");
+    for (let i = 0; (await queueOf(f.fleet))[0]?.connected !== false; i++) {
+      if (i > 200) throw new Error("b still connected");
       await new Promise((r) => setTimeout(r, 20));
     }
-
-    expect(await stub.leave(b.id, "ticket-2")).toEqual({ left: false });
-    expect(await stub.leave(b.id, "ticket-1")).toEqual({ left: true });
-
-    expect(await parked).toMatchObject({ ok: false, kind: "semaphore_full" });
     expect(await queueOf(f.fleet)).toMatchObject([{ id: b.id, connected: false }]);
-    expect(await stub.leave(b.id, "ticket-1")).toEqual({ left: false });
+    await zincati(f.baseUrl, "steady-state", a.id);
+    const g = (await getGroup(f.fleet, "default")) as unknown as { holders: { id: string; unclaimed_until: string | null }[] };
+    expect(g.holders.map((h) => [h.id, h.unclaimed_until !== null])).toEqual([[b.id, true]]);
   });
 });

@@ -5,7 +5,6 @@ import { auditEvent, auditInsertOnce } from "../src/audit/log";
 import { getDb } from "../src/db/client";
 import { auditLog } from "../src/db/schema";
 import { backoffMs, Outbox, OUTBOX_MAX_BACKOFF_MS, OUTBOX_SAFETY_MS, OUTBOX_TIMER } from "../src/objects/kit/outbox";
-import { Parking } from "../src/objects/kit/park";
 import { Scheduler } from "../src/objects/kit/scheduler";
 
 /** A scratch Durable Object's storage (a ledger no server was registered in). */
@@ -208,57 +207,6 @@ describe("outbox", () => {
     expect(backoffMs(4, 1)).toBe(8000);
     expect(backoffMs(40, 1)).toBe(OUTBOX_MAX_BACKOFF_MS);
     expect(backoffMs(40, 0)).toBe(OUTBOX_MAX_BACKOFF_MS / 2);
-  });
-});
-
-describe("parking", () => {
-  it("answers every call parked under a key when the key is settled, and only those", async () => {
-    const p = new Parking<string>();
-    const a1 = p.park("a", 10_000, "timeout");
-    const a2 = p.park("a", 10_000, "timeout");
-    const b = p.park("b", 10_000, "timeout");
-    expect(p.has("a")).toBe(true);
-    expect(p.count()).toBe(3);
-    expect(p.settle("a", "woken")).toBe(2);
-    expect(await Promise.all([a1, a2])).toEqual(["woken", "woken"]);
-    expect(p.has("a")).toBe(false);
-    expect(p.count()).toBe(1);
-    expect(p.settle("a", "again")).toBe(0);
-    p.settleAll("all");
-    expect(await b).toBe("all");
-    expect(p.count()).toBe(0);
-  });
-
-  it("answers a call whose time ran out with the timeout value, unless onTimeout settled it first", async () => {
-    const p = new Parking<string>();
-    const started = Date.now();
-    expect(await p.park("k", 50, "timeout")).toBe("timeout");
-    expect(Date.now() - started).toBeGreaterThanOrEqual(40);
-    expect(p.has("k")).toBe(false);
-    // One call's time running out leaves the others under its key parked.
-    const longer = p.park("k", 10_000, "timeout");
-    expect(await p.park("k", 20, "timeout")).toBe("timeout");
-    expect(p.count()).toBe(1);
-    expect(p.settle("k", "woken")).toBe(1);
-    expect(await longer).toBe("woken");
-    // onTimeout decides the answer for every call under the key, this one included.
-    const other = p.park("k", 10_000, "timeout");
-    const first = p.park("k", 20, "timeout", () => p.settle("k", "decided"));
-    expect(await Promise.all([first, other])).toEqual(["decided", "decided"]);
-    expect(p.count()).toBe(0);
-  });
-
-  it("lets one call leave with its own answer while the others under its key stay parked", async () => {
-    const p = new Parking<string>();
-    const stays = p.park("k", 10_000, "timeout", undefined, "t1");
-    const goes = p.park("k", 10_000, "timeout", undefined, "t2");
-    expect(p.leave("k", "t2", "gone")).toBe(true);
-    expect(await goes).toBe("gone");
-    expect(p.leave("k", "t2", "twice")).toBe(false);
-    expect(p.has("k")).toBe(true);
-    expect(p.count()).toBe(1);
-    expect(p.settle("k", "woken")).toBe(1);
-    expect(await stays).toBe("woken");
   });
 });
 

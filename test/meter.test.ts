@@ -5,14 +5,12 @@ import { createApp } from "../src/app";
 import { countingD1, d1RowsInto, getDb, type D1Rows } from "../src/db/client";
 import { fleets } from "../src/db/schema";
 import { metered, meterReading, resetMeter } from "../src/objects/kit/meter";
-import { Parking } from "../src/objects/kit/park";
 import { BASE, call, createFleet, registerServer, uniq } from "./helpers";
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** A stand-in object: the meter needs only the constructor's (ctx, env) and ctx.id / ctx.waitUntil. */
 class Probe {
-  parking = new Parking<string>();
   waited: Promise<unknown>[] = [];
   constructor(
     readonly ctx: { id: { toString(): string }; waitUntil(p: Promise<unknown>): void },
@@ -24,9 +22,6 @@ class Probe {
   }
   helper() {
     return "done";
-  }
-  wait(ms: number) {
-    return this.parking.park("k", ms, "timed out");
   }
   answerAfterward(ms: number) {
     this.ctx.waitUntil(sleep(ms));
@@ -56,18 +51,6 @@ describe("cost meter", () => {
     expect(r).toMatchObject({ requests: 1, rpc: 1, in_flight: 0, starts: 1 });
     expect(r.awake_ms).toBeGreaterThanOrEqual(35);
     expect(Object.keys((meterReading().objects.Probe as { methods: object }).methods)).not.toContain("helper");
-  });
-
-  it("counts a parked call as parked, and the object awake, for the whole park", async () => {
-    const { id, instance } = probe();
-    const parked = instance.wait(60);
-    await sleep(10);
-    expect(probeReading(id)).toMatchObject({ parked: 1, parks: 1 });
-    expect(await parked).toBe("timed out");
-    const r = probeReading(id);
-    expect(r).toMatchObject({ parked: 0, parks: 1, in_flight: 0 });
-    expect(r.parked_ms).toBeGreaterThanOrEqual(55);
-    expect(r.awake_ms).toBeGreaterThanOrEqual(55);
   });
 
   it("keeps the object awake while work given to waitUntil runs after the answer", async () => {

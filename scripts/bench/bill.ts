@@ -8,7 +8,7 @@ import { DO_GB, MONTH_S, PRICES, PRICES_READ_ON, type Price } from "./prices.ts"
 export const FLEETS = [1_000, 10_000, 100_000];
 
 export interface Rows { statements: number; rows_read: number; rows_written: number }
-export interface ClassReading { requests: number; awake_ms: number; idle_tail_ms: number; parked_ms: number; instances: number; d1: Rows; methods: Record<string, { calls: number; ms: number }> }
+export interface ClassReading { requests: number; awake_ms: number; idle_tail_ms: number; instances: number; d1: Rows; methods: Record<string, { calls: number; ms: number }> }
 export interface Reading { window: { ms: number }; worker: { requests: number; scheduled: number; d1: Rows }; objects: Record<string, ClassReading>; d1_unattributed: Rows; d1_rows_metered: boolean }
 export interface Window { name: string; s: number; reading: Reading; cpuMs: number | null; idleCpuMs: number }
 
@@ -143,14 +143,14 @@ export function report(
   log(`| DO duration if the 10 s idle before hibernation is billed too | | ${tail.map((t) => `+${t}`).join(" | ")} |`);
 
   log(`\nWhere it comes from (steady window, ${w.steady.s.toFixed(0)} s, ${r.hosts} hosts):\n`);
-  log("| source | requests | awake (share of its objects' time) | parked | D1 rows read / written | busiest calls (count, total s) |");
-  log("|---|---:|---:|---:|---:|---|");
+  log("| source | requests | awake (share of its objects' time) | D1 rows read / written | busiest calls (count, total s) |");
+  log("|---|---:|---:|---:|---|");
   const s = w.steady.reading;
-  log(`| Worker | ${s.worker.requests} (+${s.worker.scheduled} cron) | | | ${s.worker.d1.rows_read} / ${s.worker.d1.rows_written} | |`);
+  log(`| Worker | ${s.worker.requests} (+${s.worker.scheduled} cron) | | ${s.worker.d1.rows_read} / ${s.worker.d1.rows_written} | |`);
   const shareOf = (c: ClassReading) => (c.instances ? c.awake_ms / (c.instances * w.steady.s * 1000) : 0);
   for (const [name, c] of Object.entries(s.objects)) {
     const calls = Object.entries(c.methods).sort((a, b) => b[1].ms - a[1].ms).slice(0, 3).map(([m, u]) => `${m} ${u.calls}, ${(u.ms / 1000).toFixed(1)} s`);
-    log(`| ${name} (${c.instances} objects) | ${c.requests.toFixed(0)} | ${(c.awake_ms / 1000).toFixed(1)} s (${pct(shareOf(c))}) | ${(c.parked_ms / 1000).toFixed(0)} s | ${c.d1.rows_read} / ${c.d1.rows_written} | ${calls.join("; ")} |`);
+    log(`| ${name} (${c.instances} objects) | ${c.requests.toFixed(0)} | ${(c.awake_ms / 1000).toFixed(1)} s (${pct(shareOf(c))}) | ${c.d1.rows_read} / ${c.d1.rows_written} | ${calls.join("; ")} |`);
   }
   const cpu = w.steady.cpuMs;
   log(`\nLocal runtime CPU in the steady window: ${cpu === null ? "not measured (no /proc)" : `${(cpu / 1000).toFixed(1)} s, of which ${(w.steady.idleCpuMs / 1000).toFixed(1)} s its idle rate`}; charged to the Worker: ${(steady.workerCpuMs / Math.max(1, steady.workerRequests)).toFixed(1)} ms per host request, ${(fixed.workerCpuMs / fixed.workerRequests).toFixed(1)} ms per cron run.`);

@@ -6,6 +6,7 @@
 import { getDb } from "../db/client";
 import type { Env } from "../env";
 import { Scheduler } from "../objects/kit/scheduler";
+import { socketRoom } from "../objects/kit/sockets";
 import type { Coordination } from "./context";
 import { CoordinatorEffects, emit } from "./effects";
 import { GateKeeper, type GateChange } from "./gate-keeper";
@@ -27,7 +28,7 @@ export function assemble(ctx: DurableObjectState, env: () => Env, clock: () => n
   const gates = new GateKeeper(store, gateStore, scheduler, db);
   const trust = Number(env().PARK_TRUST_S);
   const trustMs = env().PARK_TRUST_S && Number.isFinite(trust) && trust >= 0 ? trust * 1000 : null;
-  const parked = new ParkedHosts(store, effects, scheduler, clock, trustMs);
+  const parked = new ParkedHosts(store, effects, scheduler, clock, socketRoom(ctx), trustMs);
   parked.hooks = {
     closed: (_name, g, now) => closureOf(g, now, g.paused ? null : gates.closed(g, now)),
     wakeAt: (_name, g, now) => gates.wakeAt(g, now),

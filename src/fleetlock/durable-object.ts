@@ -12,6 +12,7 @@ import type { ServerHealthEvent } from "./ledger-side";
 import * as groups from "./groups";
 import * as identity from "./identity";
 import { QUEUE_TIMER } from "./parked";
+import { answered, PRE_REBOOT_WAIT_PATH, preRebootWaitOf } from "./waits";
 import type { ClientParams, FleetLockFailure } from "./protocol";
 import * as slots from "./rollout-slots";
 import * as specGroups from "./spec-groups";
@@ -30,6 +31,9 @@ export { HOST_AUDIT_DEFER_MS } from "./effects";
  * One per fleet: a counting semaphore per reboot group, the fair queue in front of it, and the
  * fleet's FleetLock key and identity registry. A thin surface: every method hands the call to the
  * module that decides it (grants, groups, identity, rollout-slots), with the object's parts.
+ * Nothing waits in here: a parked pre-reboot waits in the Worker on a hibernatable waiter socket
+ * (./waits.ts, ./parked.ts), and the queue's deadlines are a timer on the alarm, so the object
+ * sleeps while hosts wait.
  */
 export class RebootCoordinator extends DurableObject<Env> {
   private readonly c: Coordination;
@@ -54,13 +58,27 @@ export class RebootCoordinator extends DurableObject<Env> {
 
   // ---- host path (FleetLock) ----
 
-  async preReboot(keyHash: string, params: ClientParams, opts: grants.PreRebootOptions = {}): Promise<{ ok: true } | FleetLockFailure> {
-    return grants.preReboot(this.c, keyHash, params, opts);
+  /**
+   * A pre-reboot, sent by the Worker as a WebSocket upgrade (./waits.ts): answered at once as JSON,
+   * or its place stored and a hibernatable waiter handed back (101); the Worker holds the request.
+   */
+  async fetch(request: Request): Promise<Response> {
+    if (new URL(request.url).pathname !== PRE_REBOOT_WAIT_PATH) return new Response(null, { status: 404 });
+    const { keyHash, params, resume } = preRebootWaitOf(request);
+    const answer = await grants.preReboot(this.c, keyHash, params, { resume });
+    return answer.ok === "waiting" ? answer.waiter : answered(answer);
   }
 
-  /** The edge saw the parked request's client go away: it stops waiting and keeps its place. */
-  async leave(id: string, ticket: string): Promise<{ left: boolean }> {
-    return { left: this.c.parked.leave(id, ticket) };
+  /** Waiters never speak. */
+  async webSocketMessage() {}
+
+  /** A waiter closed: its host's client went away (the Worker saw it hang up). It keeps its place. */
+  async webSocketClose(ws: WebSocket) {
+    this.c.parked.closed(ws);
+  }
+
+  async webSocketError(ws: WebSocket) {
+    this.c.parked.closed(ws);
   }
 
   async steadyState(keyHash: string, params: ClientParams): Promise<{ ok: true; released: boolean } | FleetLockFailure> {

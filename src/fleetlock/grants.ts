@@ -12,17 +12,19 @@ import { rebootGranted, rebootReleased } from "./reboot-events";
 import { implicitGroup, viewOf } from "./groups";
 import { clientOf } from "./identity";
 import { failure, type ClientParams, type FleetLockFailure } from "./protocol";
-import { admit, claim, refusalValue } from "./queue";
+import { admit, claim, queuedOf } from "./queue";
 import { holdUntilHealthy, noteRebooted, waitsForHealth } from "./health";
 import { holderOf, release, releaseWhere, type Holder } from "./semaphore";
 import type { FleetConfig, FleetSettings } from "./store";
 import type { GroupView } from "./views";
 
-/** How a pre-reboot is asked: `ticket` names the waiting connection; `resume` re-attaches after a restart without parking anew. */
+/** How a pre-reboot is asked: `resume` looks again for a request already waiting (it parks nothing anew). */
 export interface PreRebootOptions {
-  ticket?: string;
   resume?: boolean;
 }
+
+/** A pre-reboot's answer now, or the waiter (a 101) the Worker holds until the answer is decided. */
+export type PreRebootAnswer = { ok: true } | FleetLockFailure | { ok: "waiting"; waiter: Response };
 
 function authorized(c: Coordination, keyHash: string): FleetConfig | null {
   const config = c.store.config;
@@ -33,14 +35,14 @@ const unauthorized = () => failure("unauthorized", "invalid FleetLock key for th
 
 /**
  * RecursiveLock with a fair queue: a slot now, a place in the group's FIFO queue until one frees
- * (answered when it does), or a refusal saying why.
+ * (the Worker waits on a waiter socket, woken with the answer: ./parked.ts), or a refusal saying why.
  */
 export async function preReboot(
   c: Coordination,
   keyHash: string,
   params: ClientParams,
   opts: PreRebootOptions,
-): Promise<{ ok: true } | FleetLockFailure> {
+): Promise<PreRebootAnswer> {
   const config = authorized(c, keyHash);
   if (!config) return unauthorized();
   const client = clientOf(c.store, config, params.id);
@@ -51,7 +53,7 @@ export async function preReboot(
       `client '${params.id}' is registered in reboot group '${client.entry.reboot_group}', not '${params.group}'`,
     );
   }
-  // From here on, no await until the grant or the park is stored: one uninterrupted turn.
+  // From here on, no await until the grant or the place (and its waiter) is stored: one uninterrupted turn.
   const now = c.clock();
   const serverId = client.entry?.server_id ?? null;
   // An id holds at most one slot in the fleet; holding one anywhere makes this a recursive lock
@@ -62,6 +64,9 @@ export async function preReboot(
     return { ok: true };
   }
   const name = params.group;
+  // A request looking again after its deadline finds its place gone, with the refusal it waited for.
+  const lapsed = opts.resume ? c.parked.expire(name, params.id, now) : null;
+  if (lapsed) return lapsed;
   const group = c.store.group(name) ?? implicitGroup(config, now);
   if (!group) return failure("unknown_group", `reboot group '${name}' is not configured for this fleet`);
   const adm = admit(group, c.store.queue(name), params.id, serverId, now, { mayPark: !opts.resume, gate: c.gates.closed(group, now) });
@@ -79,17 +84,16 @@ export async function preReboot(
   }
   if (!c.store.group(name)) c.store.saveGroup(name, group);
   c.store.saveQueue(name, adm.queue);
-  const answer = c.parked.wait(name, adm.entry, now, opts.ticket);
-  // A slot may be free and open with nobody answered yet (a window just opened): settle it now.
-  await c.parked.drain(name);
-  const answered = await answer;
-  if (answered === "granted") return { ok: true };
-  if (answered === "removed") return failure("unknown_client", `'${params.id}' no longer belongs to a server of this fleet; it left the queue`);
-  const after = c.store.group(name)!;
-  if (holderOf(after, params.id)) return { ok: true };
-  const why = c.parked.hooks.closed(name, after, c.clock()) ?? { kind: "semaphore_full" as const, value: refusalValue.semaphore_full };
-  if (answered === "dequeued") return failure(why.kind, `${why.value}; an operator took this host out of the queue`);
-  return failure(why.kind, `${why.value}; waited ${after.queue_wait_s ?? 0} s in the queue`);
+  // A slot may be free and open with nobody answered yet (a window just opened): settle it now,
+  // counting this host as present. Its decisions are made before drain's first await.
+  const drained = c.parked.drain(name, { id: params.id, at: now });
+  let answer: PreRebootAnswer;
+  if (holderOf(c.store.group(name)!, params.id)) answer = { ok: true };
+  else if (!queuedOf(c.store.queue(name), params.id)) answer = c.parked.refusal(name, params.id, "removed");
+  // Still in this turn: every later decision finds the waiter.
+  else answer = { ok: "waiting", waiter: c.parked.hold(name, adm.entry, now) };
+  await drained;
+  return answer;
 }
 
 /**

@@ -1,15 +1,22 @@
 /**
  * The queue of parked pre-reboots, applied: queue.ts decides, this stores the decisions, answers
- * the hosts still connected and keeps the queue's one timer. A queue entry is durable (the store);
- * the parked call is not — it is the open connection, parked in memory. A host with no call left
- * (it went away, or the object restarted under it) keeps its place; if its turn comes, its grant
- * is kept unclaimed for it (queue.ts UNCLAIMED_GRANT_S).
+ * the hosts still waiting and keeps the queue's one timer. A queue entry is durable (the store);
+ * the wait is not held here. The Worker holds the host's request and a hibernatable waiter socket
+ * to this object (src/objects/kit/wake.ts, ./waits.ts), tagged with the host's id and carrying
+ * when it parked; the object sleeps meanwhile, and the decision that answers the host (a grant
+ * from a drain, a refusal at the deadline, a removal, an operator's dequeue) wakes the waiter with
+ * the answer. A host with no waiter left (its client went away, or the coordinator restarted under
+ * it) keeps its place; if its turn comes, its grant is kept unclaimed for it (queue.ts
+ * UNCLAIMED_GRANT_S). Deadlines need no timer in memory: the scheduler's alarm (QUEUE_TIMER) and
+ * the waiting Worker's look at the deadline both end them.
  */
-import { Parking } from "../objects/kit/park";
 import type { Scheduler } from "../objects/kit/scheduler";
+import { attachmentOf, closeSocket, type SocketRoom } from "../objects/kit/sockets";
+import { acceptWaiter, answerWaiters } from "../objects/kit/wake";
 import { hostAudit, type CoordinatorEffects } from "./effects";
+import type { FleetLockKind } from "../domain/enums";
 import { rebootGranted, rebootReleased } from "./reboot-events";
-import { closureOf, dequeue, drain, liveEntries, nextWake, queuedOf, releaseUnclaimed, type Answer, type Closure, type QueueEntry } from "./queue";
+import { closureOf, dequeue, drain, liveEntries, nextWake, queuedOf, refusalValue, releaseUnclaimed, type Answer, type Closure, type QueueEntry } from "./queue";
 import type { GroupState } from "./semaphore";
 import type { CoordinatorStore } from "./store";
 
@@ -17,11 +24,28 @@ import type { CoordinatorStore } from "./store";
 export const QUEUE_TIMER = "queue";
 
 /**
- * How a parked call is answered; a refused host is told why by the caller, from the group as it is
- * then. `removed`: its id no longer belongs to a server of the fleet (the server was removed, or
- * its fleetlock_id changed), so it left the queue.
+ * Why a waiting host is answered without a slot. `removed`: its id no longer belongs to a server of
+ * the fleet (the server was removed, or its fleetlock_id changed), so it left the queue.
  */
-export type ParkedAnswer = "granted" | "refused" | "removed" | "dequeued";
+export type Refused = "refused" | "removed" | "dequeued";
+
+/** What a parked host is answered, as the Worker returns it. */
+export type ParkedAnswer = { ok: true } | Failure;
+
+/** What a waiter socket holds (its attachment, kept across an eviction): whose wait, and since when. */
+interface Waiter {
+  id: string;
+  group: string;
+  /** When it parked, on the decision clock: how long the runtime vouches for it (PARK_TRUST_S). */
+  at: number;
+}
+
+/** As ./protocol.ts's FleetLockFailure (not imported: that module's schemas reach back to the coordinator's parts). */
+type Failure = { ok: false; kind: FleetLockKind; value: string };
+const failure = (kind: FleetLockKind, value: string): Failure => ({ ok: false, kind, value });
+
+/** The tag of a host's waiters: the object finds them again after an eviction. */
+const hostTag = (id: string) => `host:${id}`;
 
 /** Why a group grants nothing new now, gates included; null when open. */
 export type ClosedFn = (name: string, g: GroupState, now: number) => Closure | null;
@@ -40,9 +64,8 @@ export interface QueueHooks {
 }
 
 export class ParkedHosts {
-  private readonly calls = new Parking<ParkedAnswer>();
-  /** When each id's newest waiting call parked (decision clock): how long the runtime vouches for it. */
-  private readonly parkedAt = new Map<string, number>();
+  /** Waiters seen closing in this wake (the runtime may still list them meanwhile). */
+  private readonly gone = new WeakSet<WebSocket>();
   /** When the queue timer is set for; undefined until the first look after a wake. */
   private timerAt: number | null | undefined;
   /** Gates add theirs here (./durable-object.ts wires ./gate-keeper.ts); by default pause, windows and slots decide. */
@@ -53,62 +76,86 @@ export class ParkedHosts {
     private readonly effects: CoordinatorEffects,
     private readonly scheduler: Scheduler,
     private readonly clock: () => number,
+    private readonly room: SocketRoom,
     /**
-     * How long a parked call is believed to still have its client where the runtime cannot report
-     * a hang-up (PARK_TRUST_S; wrangler dev's proxy never aborts request.signal); null: it can.
+     * How long a waiting host is believed to still have its client where the runtime cannot report
+     * a hang-up (PARK_TRUST_S; wrangler dev's proxy never aborts request.signal, so the Worker never
+     * closes the waiter); null: it can.
      */
     private readonly trustMs: number | null = null,
   ) {}
 
-  /** Whether a call of the id is still waiting here (operators see it as `connected`). */
+  /** The id's waiters still open. */
+  private waiters(id: string) {
+    return this.room.list(hostTag(id)).filter((ws) => !this.gone.has(ws) && ws.readyState === WebSocket.OPEN);
+  }
+
+  /** Whether a request of the id still waits (operators see it as `connected`): a waiter socket is open. */
   connected(id: string) {
-    return this.calls.has(id);
+    return this.waiters(id).length > 0;
   }
 
   /**
-   * Parks the call until the entry's deadline; several calls of one id wait for the same entry.
-   * When the wait runs out the host leaves the queue and every call of it is refused.
+   * Hands the Worker a waiter for the id's place, asked to look again at the entry's deadline (in
+   * real time: the decision clock may be moved in tests). Called in the turn that stored the place.
    */
-  wait(group: string, entry: QueueEntry, now: number, ticket?: string): Promise<ParkedAnswer> {
-    this.parkedAt.set(entry.id, now);
-    const answer = this.calls.park(entry.id, entry.deadline - now, "refused", () => this.expire(group, entry.id), ticket);
-    return answer.finally(() => {
-      if (!this.calls.has(entry.id)) this.parkedAt.delete(entry.id);
-    });
+  hold(name: string, entry: QueueEntry, now: number): Response {
+    return acceptWaiter(this.room, { id: entry.id, group: name, at: now } satisfies Waiter, Date.now() + Math.max(0, entry.deadline - now), [hostTag(entry.id)]);
   }
 
-  /** How a grant made now would reach the id's host. */
-  private answerOf(id: string, now: number): Answer {
-    if (!this.calls.has(id)) return "gone";
-    const at = this.parkedAt.get(id);
-    if (this.trustMs !== null && at !== undefined && now - at > this.trustMs) return "provisional";
+  /**
+   * A waiter closed: its Worker's client went away (the edge saw the hang-up), or it was answered.
+   * The id keeps its place; a grant made for it now is kept unclaimed.
+   */
+  closed(ws: WebSocket) {
+    this.gone.add(ws);
+    closeSocket(ws, 1000, "closed");
+  }
+
+  /** How a grant made now would reach the id's host; `present`: a host in the call being decided. */
+  private answerOf(id: string, now: number, present?: { id: string; at: number }): Answer {
+    const since = this.waiters(id).map((ws) => attachmentOf<Waiter>(ws).at);
+    if (present?.id === id) since.push(present.at);
+    if (since.length === 0) return "gone";
+    if (this.trustMs !== null && now - Math.max(...since) > this.trustMs) return "provisional";
     return "live";
+  }
+
+  /** Wakes the id's waiters with the answer (sent once the turn's writes are durable: output gate). */
+  private answer(id: string, answer: ParkedAnswer) {
+    answerWaiters(this.room, hostTag(id), answer);
+  }
+
+  /** The failure a host of the group is told when it waited without a slot, from the group as it is now. */
+  refusal(name: string, id: string, why: Refused): ParkedAnswer {
+    if (why === "removed") return failure("unknown_client", `'${id}' no longer belongs to a server of this fleet; it left the queue`);
+    // A slot it holds anywhere answers it (recursive lock).
+    if (this.store.heldIn(id)) return { ok: true };
+    const g = this.store.group(name);
+    const closed = (g && this.hooks.closed(name, g, this.clock())) ?? { kind: "semaphore_full" as const, value: refusalValue.semaphore_full };
+    if (why === "dequeued") return failure(closed.kind, `${closed.value}; an operator took this host out of the queue`);
+    return failure(closed.kind, `${closed.value}; waited ${g?.queue_wait_s ?? 0} s in the queue`);
   }
 
   /**
    * The id no longer belongs to a server of the fleet (removed, or renamed): it leaves every
-   * queue, and its waiting calls are answered at once. Nothing may be granted to it later.
+   * queue, and its waiters are answered at once. Nothing may be granted to it later.
    */
   forget(id: string) {
     for (const [name, q] of this.store.queues()) {
       if (queuedOf(q, id)) this.store.saveQueue(name, dequeue(q, id));
     }
-    this.calls.settle(id, "removed");
+    this.answer(id, this.refusal("", id, "removed"));
   }
 
-  /** An operator took the host out of the queue: it leaves, and its waiting calls are refused. */
+  /** An operator took the host out of the queue: it leaves, and its waiting requests are refused. */
   dequeue(name: string, id: string): QueueEntry | null {
     const q = this.store.queue(name);
     const entry = queuedOf(q, id);
     if (!entry) return null;
     this.store.saveQueue(name, dequeue(q, id));
-    this.calls.settle(id, "dequeued");
+    this.answer(id, this.refusal(name, id, "dequeued"));
     return entry;
-  }
-
-  /** The edge saw the call's client go away: it stops waiting, the id keeps its place. */
-  leave(id: string, ticket: string) {
-    return this.calls.leave(id, ticket, "refused");
   }
 
   /** A host at steady state is not waiting to reboot: it gives up its place, if it had one. */
@@ -116,8 +163,22 @@ export class ParkedHosts {
     for (const [name, q] of this.store.queues()) {
       if (!queuedOf(q, id)) continue;
       this.store.saveQueue(name, dequeue(q, id));
-      this.calls.settle(id, "refused");
+      this.answer(id, this.refusal(name, id, "refused"));
     }
+  }
+
+  /**
+   * The id's place ran out before the queue timer removed it (a resumed request looked first): it
+   * leaves the queue and every waiter of it is refused. Returns that refusal, or null if no lapsed place.
+   */
+  expire(name: string, id: string, now: number): ParkedAnswer | null {
+    const q = this.store.queue(name);
+    const entry = queuedOf(q, id);
+    if (!entry || entry.deadline > now) return null;
+    this.store.saveQueue(name, dequeue(q, id));
+    const refused = this.refusal(name, id, "refused");
+    this.answer(id, refused);
+    return refused;
   }
 
   /** The queue timer fired (and is gone): look at every group, and set it anew. */
@@ -131,18 +192,21 @@ export class ParkedHosts {
   }
 
   /**
-   * Frees what is due in a group (unclaimed grants past their bound), then hands free slots to
-   * parked hosts in FIFO order; hosts still connected are answered 200, and the output gate holds
-   * each answer until the grant is durable. Grants and releases are audited like any other.
+   * Frees what is due in a group (unclaimed grants past their bound, places past their deadline),
+   * then hands free slots to parked hosts in FIFO order; hosts still waiting are woken with 200,
+   * and the output gate holds each wake until the grant is durable. Grants and releases are
+   * audited like any other. `present`: the host whose own call runs this drain (it has no waiter
+   * yet). Everything up to the first await runs in the caller's turn.
    */
-  async drain(name: string) {
+  async drain(name: string, present?: { id: string; at: number }) {
     const stored = this.store.group(name);
     if (!stored) return;
     const now = this.clock();
     const g = this.hooks.tidy(name, stored, now);
     const freed = releaseUnclaimed(g, now);
     const config = this.store.config;
-    const d = drain(freed.group, this.store.queue(name), now, (id) => this.answerOf(id, now), {
+    const lapsed = this.store.queue(name).filter((e) => e.deadline <= now);
+    const d = drain(freed.group, this.store.queue(name), now, (id) => this.answerOf(id, now, present), {
       holdsElsewhere: (id) => {
         const held = this.store.heldIn(id);
         return held !== undefined && held !== name;
@@ -153,11 +217,12 @@ export class ParkedHosts {
     });
     this.store.saveGroup(name, d.group);
     this.store.saveQueue(name, d.queue);
-    for (const e of d.dropped) this.calls.settle(e.id, "removed");
+    for (const e of lapsed) if (!queuedOf(d.queue, e.id)) this.answer(e.id, this.refusal(name, e.id, "refused"));
+    for (const e of d.dropped) this.answer(e.id, this.refusal(name, e.id, "removed"));
     for (const h of freed.released) rebootReleased(this.effects, this.store, name, h, "unclaimed", now);
     for (const { entry, answerable } of d.granted) rebootGranted(this.effects, this.store, name, entry, now, { queued_since: new Date(entry.since).toISOString(), answered: answerable });
     this.hooks.drained(name, d.group, now);
-    for (const { entry, answerable } of d.granted) if (answerable) this.calls.settle(entry.id, "granted");
+    for (const { entry, answerable } of d.granted) if (answerable) this.answer(entry.id, { ok: true });
     const rearm = this.armTimer(now);
     const fleetId = this.store.config?.fleet_id;
     await this.effects.audit(
@@ -177,22 +242,15 @@ export class ParkedHosts {
     if (rearm) await this.scheduler.arm();
   }
 
-  /** A parked host's wait ran out: it leaves the queue and is answered with the group's refusal. */
-  private expire(name: string, id: string) {
-    this.store.saveQueue(name, dequeue(this.store.queue(name), id));
-    this.calls.settle(id, "refused");
-    if (this.armTimer(this.clock())) void this.scheduler.arm().catch(() => undefined);
+  /** Keeps the queue timer right after a change made outside a drain (a hold set or lifted). */
+  async rearm() {
+    if (this.armTimer(this.clock())) await this.scheduler.arm();
   }
 
   /**
    * Keeps the queue's one timer at the earliest moment any group needs a look with no request to
    * prompt it. The timer runs on real time while decisions use `clock`, so the distance is kept.
    */
-  /** Keeps the queue timer right after a change made outside a drain (a hold set or lifted). */
-  async rearm() {
-    if (this.armTimer(this.clock())) await this.scheduler.arm();
-  }
-
   private armTimer(now: number): boolean {
     let at = Infinity;
     for (const [name, g] of this.store.groups()) {

@@ -2,7 +2,6 @@ import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
 import type { Context } from "hono";
 import { bodyLimit } from "hono/body-limit";
 import { FLEET_ID } from "../fleets/schemas";
-import { backgroundOf } from "../http/background";
 import { bodyClaimProblem } from "../http/content";
 import { logError } from "../http/log";
 import type { AppEnv } from "../http/types";
@@ -141,7 +140,7 @@ async function handle(c: Context<AppEnv>, op: "pre-reboot" | "steady-state") {
   }
   const keyHash = await hashOf(key);
   if (op === "pre-reboot") {
-    const result = await preReboot(c.env, { signal: c.req.raw.signal, background: backgroundOf(c) }, fleet, keyHash, params);
+    const result = await preReboot(c.env, { signal: c.req.raw.signal }, fleet, keyHash, params);
     if (!result.ok) throw new FleetLockError(result.kind, result.value);
     return { granted: true as const };
   }

@@ -13,6 +13,11 @@ import type { GateConfig } from "./gates";
 import { unwrap } from "../objects/kit/result";
 import { randomSecret, sha256Hex } from "../lib/crypto";
 import { coordinatorOf } from "../objects/stubs";
+import { waitForWake, type Wake } from "../objects/kit/wake";
+import type { ParkedAnswer } from "./parked";
+import { failure, type ClientParams } from "./protocol";
+import { MAX_QUEUE_WAIT_S } from "./queue";
+import { preRebootWaitRequest } from "./waits";
 
 async function fleetOf(env: Env, id: string) {
   const row = await getFleet(getDb(env.DB), id);
@@ -96,46 +101,40 @@ export const steadyState = (env: Env, fleet: string, keyHash: string, params: { 
   coordinatorOf(env, fleet).steadyState(keyHash, params);
 
 /**
- * A pre-reboot may wait in the group's queue. If its client goes away meanwhile (`signal`), the
- * coordinator is told, so a grant that comes later is kept unclaimed for the host instead of being
- * taken as answered. If the coordinator restarts under it (a deploy, an eviction), the request is
- * asked again with `resume`: the host's durable place in the queue is picked up again, or its
- * grant answered, and nothing is parked anew.
+ * A pre-reboot may wait in the group's queue: the wait is held here, in the Worker, on a waiter
+ * socket to the coordinator, which sleeps meanwhile and wakes it with the answer (./waits.ts,
+ * ./parked.ts). If the client goes away (`signal`), the waiter is closed, which tells the
+ * coordinator (a grant that comes later is kept unclaimed for the host). If the waiter closes
+ * without an answer (the coordinator restarted: a deploy, a reset) or the place's deadline comes,
+ * the request looks again with `resume`: the host's durable place is picked up again, its grant
+ * answered or its refusal given, and nothing is parked anew.
  */
-export async function preReboot(
-  env: Env,
-  request: { signal?: AbortSignal; background: { waitUntil(p: Promise<unknown>): void } },
-  fleet: string,
-  keyHash: string,
-  params: { id: string; group: string },
-) {
-  const ticket = crypto.randomUUID();
+export async function preReboot(env: Env, request: { signal?: AbortSignal }, fleet: string, keyHash: string, params: ClientParams): Promise<ParkedAnswer> {
   const { signal } = request;
-  const onAbort = () => {
-    const left = coordinatorOf(env, fleet)
-      .leave(params.id, ticket)
-      .catch(() => undefined);
+  // A bound on the whole wait past the longest queue_wait_s; the coordinator names the deadline.
+  const until = Date.now() + (MAX_QUEUE_WAIT_S + 60) * 1000;
+  let resume = false;
+  for (let failures = 0; ; ) {
+    let wake: Wake;
     try {
-      request.background.waitUntil(left);
-    } catch {
-      // No execution context (a direct app.request in a test): the call runs on its own.
+      wake = await waitForWake(() => coordinatorOf(env, fleet).fetch(preRebootWaitRequest(keyHash, params, resume)), until, signal);
+    } catch (err) {
+      if (signal?.aborted || ++failures > MAX_RESUMES || !restarted(err)) throw err;
+      resume = true;
+      continue;
     }
-  };
-  signal?.addEventListener("abort", onAbort, { once: true });
-  try {
-    for (let attempt = 0; ; attempt++) {
-      try {
-        return await coordinatorOf(env, fleet).preReboot(keyHash, params, { ticket, resume: attempt > 0 });
-      } catch (err) {
-        if (signal?.aborted || attempt >= MAX_RESUMES || !restarted(err)) throw err;
-      }
-    }
-  } finally {
-    signal?.removeEventListener("abort", onAbort);
+    if (wake.kind === "answered") return (await wake.response.json()) as ParkedAnswer;
+    if (wake.kind === "changed" && wake.answer) return wake.answer as ParkedAnswer;
+    // Nobody reads this answer; the host keeps its place.
+    if (wake.kind === "aborted") return failure("semaphore_full", "the client went away while it waited in the queue");
+    // Past every deadline the coordinator can name (it always names one sooner): give up, not spin.
+    if (wake.kind === "timeout") return failure("semaphore_full", "the wait in the queue ran out");
+    if (wake.kind === "lost" && ++failures > MAX_RESUMES) throw new Error("the reboot coordinator kept closing the wait");
+    resume = true;
   }
 }
 
-/** Restarts a parked request survives; each resume parks nothing new, so this only bounds a crash loop. */
+/** Restarts a waiting request survives in a row; each resume parks nothing new, so this only bounds a crash loop. */
 const MAX_RESUMES = 5;
 
 /** Whether an RPC failed because the object was reset (deploy, eviction), not because of its own bug. */

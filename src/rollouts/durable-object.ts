@@ -4,6 +4,7 @@ import type { Env } from "../env";
 import { Outbox } from "../objects/kit/outbox";
 import type { Failure } from "../objects/kit/result";
 import { Scheduler } from "../objects/kit/scheduler";
+import { socketRoom, type SocketRoom } from "../objects/kit/sockets";
 import { CALL_CONCURRENCY, rolloutEffects } from "./effects";
 import type { RolloutEvent } from "./ledger-side";
 import type { Control, RolloutSpec, RolloutState, TargetState } from "./machine";
@@ -12,7 +13,8 @@ import { targetEvent } from "./outcomes";
 import type { EffectKind, RolloutParts } from "./parts";
 import { RolloutStore } from "./store";
 import { rolloutTimers } from "./timers";
-import { awaitSummary, eventsPage, summary, targetsPage, type RolloutSummary } from "./views";
+import { eventsPage, summary, summaryIfAny, targetsPage, type RolloutSummary } from "./views";
+import { openSummaryWait, SUMMARY_WAIT_PATH, wakeSummaryWaits } from "./waits";
 
 export type { RolloutSummary, TargetInput };
 
@@ -23,12 +25,14 @@ export type { RolloutSummary, TargetInput };
  * outboxes; everything it means for D1 (rollout and target rows, audit, the (fleet, agent) lock)
  * and for the coordinator (reboot slots) leaves through its own outbox. Transitions are the pure
  * functions of machine.ts, each applied in one synchronous storage turn; this class only hands
- * each call to the module that decides it.
+ * each call to the module that decides it. Its long poll waits in the Worker (./waits.ts).
  */
 export class Rollout extends DurableObject<Env> {
   private readonly scheduler: Scheduler;
   private readonly outbox: Outbox<EffectKind>;
   private readonly parts: RolloutParts;
+  private readonly room: SocketRoom;
+  private wakePending = false;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
@@ -41,6 +45,16 @@ export class Rollout extends DurableObject<Env> {
       timers: this.scheduler,
       clock: Date.now,
       background: (work) => ctx.waitUntil(work),
+    };
+    this.room = socketRoom(ctx);
+    // Wakes go out once the writing turn is over (a transaction's several writes are one wake).
+    this.parts.store.onCoreMoved = () => {
+      if (this.wakePending) return;
+      this.wakePending = true;
+      queueMicrotask(() => {
+        this.wakePending = false;
+        wakeSummaryWaits(this.parts, this.room);
+      });
     };
   }
 
@@ -61,10 +75,21 @@ export class Rollout extends DurableObject<Env> {
     return endTarget(this.parts, server, actor, reason);
   }
 
-  /** The summary now, or (with `waitMs`) once its version moves past `known`. */
-  get(known: number | null, waitMs: number): Promise<RolloutSummary | null> {
-    return awaitSummary(this.parts, known, waitMs);
+  /** The summary now; null when no rollout was started here. */
+  get(): RolloutSummary | null {
+    return summaryIfAny(this.parts);
   }
+
+  /** A long poll's waiter, upgraded by the Worker (./waits.ts): answered at once, or a hibernatable waiter. */
+  async fetch(request: Request): Promise<Response> {
+    if (new URL(request.url).pathname !== SUMMARY_WAIT_PATH) return new Response(null, { status: 404 });
+    return openSummaryWait(this.parts, this.room, request);
+  }
+
+  /** Waiters never speak; a closed one needs nothing. */
+  async webSocketMessage() {}
+
+  async webSocketClose() {}
 
   async targets(opts: { pass?: number; state?: TargetState; after: number; limit: number }) {
     return targetsPage(this.parts, opts);

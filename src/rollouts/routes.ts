@@ -133,7 +133,7 @@ export const rolloutRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHo
   async (c) => {
     const { id } = c.req.valid("param");
     const q = c.req.valid("query");
-    return c.json(view(await getRollout(c.env, id, { since: q.since ?? null, waitMs: q.wait * 1000 })), 200);
+    return c.json(view(await getRollout(c.env, id, { since: q.since ?? null, waitMs: q.wait * 1000, signal: c.req.raw.signal })), 200);
   },
 )
 .openapi(controlRoute("pause"), async (c) => {

@@ -19,6 +19,9 @@ import type { TargetInput } from "./durable-object";
 import { ACTIVE_STATES, isTerminal, type Control, type RolloutSpec, type RolloutState, type TargetState } from "./machine";
 import type { RolloutInput } from "./schemas";
 import { rolloutOf } from "../objects/stubs";
+import { waitForWake } from "../objects/kit/wake";
+import type { RolloutSummary } from "./views";
+import { summaryWaitRequest, type SummaryWaitAnswer } from "./waits";
 
 export const CLAIM_TTL_MS = 2 * 60_000;
 
@@ -113,7 +116,7 @@ async function claim(env: Env, db: Db, fleet: string, agent: string, rolloutId: 
     if (!holder) continue; // released meanwhile
     if (holder.rolloutId === rolloutId) return { fresh: false };
     const stub = rolloutOf(env, holder.rolloutId);
-    const running = await stub.get(null, 0);
+    const running = await stub.get();
     if (!running && Date.now() - holder.createdAt > CLAIM_TTL_MS) {
       await db.delete(rolloutLocks).where(and(eq(rolloutLocks.fleetId, fleet), eq(rolloutLocks.agent, agent), eq(rolloutLocks.rolloutId, holder.rolloutId)));
       continue;
@@ -163,16 +166,32 @@ export async function createRollout(env: Env, actor: string, input: RolloutInput
   return rolloutOf(env, id).start(spec, targets);
 }
 
-export async function getRollout(env: Env, id: string, opts: { since: number | null; waitMs: number } = { since: null, waitMs: 0 }) {
-  const summary = await rolloutOf(env, id).get(opts.since, opts.waitMs);
-  if (!summary) throw notFound("rollout", id);
-  return summary;
+/**
+ * The rollout now, or (with `waitMs`) once its version moves past `since` (null: past the one now).
+ * The wait is held here, in the Worker, while the Rollout object sleeps: it wakes this request when
+ * its core moves (./waits.ts). `signal`: the client hung up.
+ */
+export async function getRollout(env: Env, id: string, opts: { since: number | null; waitMs: number; signal?: AbortSignal } = { since: null, waitMs: 0 }) {
+  const stub = rolloutOf(env, id);
+  const found = (summary: RolloutSummary | null) => {
+    if (!summary) throw notFound("rollout", id);
+    return summary;
+  };
+  if (opts.waitMs <= 0) return found(await stub.get());
+  const until = Date.now() + opts.waitMs;
+  for (;;) {
+    const wake = await waitForWake(() => stub.fetch(summaryWaitRequest(opts.since)), until, opts.signal);
+    if (wake.kind === "answered") return found((await wake.response.json()) as SummaryWaitAnswer);
+    // The object restarted under the wait: with a version to hold, wait on; without, a change may have passed.
+    if (wake.kind === "lost" && opts.since !== null && Date.now() < until) continue;
+    return found(await stub.get());
+  }
 }
 
 export async function controlRollout(env: Env, actor: string, id: string, action: Control) {
   const stub = rolloutOf(env, id);
   if (action !== "rollback") return unwrap(await stub.control(action, actor)).summary;
-  const current = await stub.get(null, 0);
+  const current = await stub.get();
   if (!current) throw notFound("rollout", id);
   // A rollback runs again: it needs the (fleet, agent), which another rollout may hold by now.
   const db = getDb(env.DB);

@@ -2,10 +2,9 @@
  * A Rollout object's storage: its spec and core (KV, cached in memory), its targets and event log
  * (SQL tables, in the format of storage-format.ts), the flags its effects read, and the durations
  * of the current pass's done targets (in memory, rebuilt after a wake). Every method is
- * synchronous, so what a caller writes in one turn commits together. Long polls wait here for the
- * core to move.
+ * synchronous, so what a caller writes in one turn commits together. Long polls wait in the
+ * Worker (./waits.ts): a moved core is told to `onCoreMoved`, which wakes them.
  */
-import { Parking } from "../objects/kit/park";
 import type { ChannelMove } from "./channel";
 import { EventLog } from "./event-log";
 import type { Core, RolloutSpec } from "./machine";
@@ -18,7 +17,8 @@ export class RolloutStore {
   readonly events: EventLog;
   private cache: { spec: RolloutSpec; core: Core } | null = null;
   private durations: { pass: number; sorted: number[] } | null = null;
-  private readonly polls = new Parking<void>();
+  /** Told after each write of the core, in the writer's turn (the object wakes its waiters). */
+  onCoreMoved: () => void = () => {};
 
   constructor(private readonly storage: DurableObjectStorage) {
     this.targets = new TargetRows(storage.sql);
@@ -64,16 +64,11 @@ export class RolloutStore {
     this.cache = { spec, core };
   }
 
-  /** Stores the core and answers the long polls waiting for it to move. */
+  /** Stores the core and tells the long polls waiting for it to move. */
   putCore(core: Core) {
     this.kv.put("core", core);
     this.cache!.core = core;
-    this.polls.settle("core", undefined);
-  }
-
-  /** Resolves when the core next moves, or after `ms`. */
-  coreMoved(ms: number): Promise<void> {
-    return this.polls.park("core", ms, undefined);
+    this.onCoreMoved();
   }
 
   // ---- the current pass's pace ----

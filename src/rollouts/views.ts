@@ -1,8 +1,8 @@
 /**
- * What the rollout shows: its summary (counts, pace, warnings), a long poll on it, and pages of
- * its targets and event log. Reads only.
+ * What the rollout shows: its summary (counts, pace, warnings) and pages of its targets and event
+ * log. Reads only (its long poll waits in the Worker: ./waits.ts).
  */
-import { quiescent, type RolloutSpec, type RolloutState, type TargetState } from "./machine";
+import { type RolloutSpec, type RolloutState, type TargetState } from "./machine";
 import type { RolloutParts } from "./parts";
 import { etaSeconds } from "./progress";
 import { medianMs } from "./slow";
@@ -66,15 +66,9 @@ export function summary(p: RolloutParts): RolloutSummary {
   };
 }
 
-/** The summary now, or (with `waitMs`) once its version moves past `known`. */
-export async function awaitSummary(p: RolloutParts, known: number | null, waitMs: number): Promise<RolloutSummary | null> {
-  const state = p.store.load();
-  if (!state) return null;
-  // A rollout that has ended with nothing in flight changes only by an operator's rollback: no wait.
-  if (waitMs > 0 && !quiescent(state.core) && (known === null || known === state.core.version)) {
-    await p.store.coreMoved(waitMs);
-  }
-  return summary(p);
+/** The summary now; null when no rollout was started here. */
+export function summaryIfAny(p: RolloutParts): RolloutSummary | null {
+  return p.store.load() ? summary(p) : null;
 }
 
 export function targetsPage(p: RolloutParts, opts: { pass?: number; state?: TargetState; after: number; limit: number }) {

@@ -18,19 +18,19 @@
  * while a request or event is being handled, a setTimeout/setInterval is pending, or awaited I/O
  * is in progress (Durable Objects pricing and lifecycle pages: see scripts/bench/prices.ts). So
  * here an object is awake from the start of a call until it has
- *   - no call in flight (entered through the proxy, not yet settled),
- *   - no parked call (a Parking park, src/objects/kit/park.ts: it holds a timer), and
+ *   - no call in flight (entered through the proxy, not yet settled), and
  *   - no work given to ctx.waitUntil still running (it holds I/O past the answer).
- * Timers: every setTimeout in this code belongs to a park inside a call or to a Parking, so it is
- * counted above. Storage alarms do not keep an object awake (the alarm wakes it: a request). A
- * bare setTimeout left behind by a call would be missed (the meter cannot see it).
+ * Timers: no object keeps a timer or a waiting call past its call (every wait is held in the
+ * Worker on a hibernatable waiter socket, ./wake.ts; deadlines are storage alarms), so a
+ * setTimeout in an object belongs to a call in flight and is counted above. Storage alarms and
+ * hibernatable WebSockets do not keep an object awake (an alarm or a message wakes it: a
+ * request). A bare setTimeout left behind by a call would be missed (the meter cannot see it).
  * The lifecycle page says the runtime hibernates an idle object after 10 s; the pricing page's
  * footnote on WebSockets says an object "will remain active for 10 seconds after the last client
  * disconnects". awake_ms leaves that tail out (the FAQ: not billed while it could hibernate);
  * idle_tail_ms counts it (up to 10 s after each awake period), so a bill can show both readings.
  */
 import { d1RowsInto, d1RowsMetered, d1Unattributed, type D1Rows } from "../../db/client";
-import { observeNewParkings, type ParkObserver } from "./park";
 
 /** The idle time before the runtime hibernates an object (lifecycle page), for idle_tail_ms. */
 export const IDLE_BEFORE_HIBERNATION_MS = 10_000;
@@ -41,26 +41,23 @@ type Kind = "rpc" | "fetch" | "alarm" | "ws_messages" | "ws_events";
 const KINDS: Record<string, Kind> = { fetch: "fetch", alarm: "alarm", webSocketMessage: "ws_messages", webSocketClose: "ws_events", webSocketError: "ws_events" };
 
 const zeroRows = (): D1Rows => ({ statements: 0, rowsRead: 0, rowsWritten: 0 });
-const zeroCounts = () => ({ rpc: 0, fetch: 0, alarm: 0, ws_messages: 0, ws_events: 0, parks: 0, starts: 0 });
+const zeroCounts = () => ({ rpc: 0, fetch: 0, alarm: 0, ws_messages: 0, ws_events: 0, starts: 0 });
 
 /** One object instance's meter. */
-class ObjectMeter implements ParkObserver {
+class ObjectMeter {
   counts = zeroCounts();
   readonly d1 = zeroRows();
   methods = new Map<string, { calls: number; ms: number; max_ms: number }>();
   inFlight = 0;
-  parkedNow = 0;
   pending = 0;
   private awakeMs = 0;
-  private parkedMs = 0;
   private tailMs = 0;
   private awakeSince: number | null = null;
-  private parkedSince: number | null = null;
   private idleSince: number | null = null;
 
-  /** Call after every change of the three counts: opens or closes the awake period. */
+  /** Call after every change of the two counts: opens or closes the awake period. */
   private update(now = Date.now()) {
-    const busy = this.inFlight + this.parkedNow + this.pending > 0;
+    const busy = this.inFlight + this.pending > 0;
     if (busy && this.awakeSince === null) {
       if (this.idleSince !== null) this.tailMs += Math.min(now - this.idleSince, IDLE_BEFORE_HIBERNATION_MS);
       this.awakeSince = now;
@@ -89,20 +86,6 @@ class ObjectMeter implements ParkObserver {
     this.update(now);
   }
 
-  parked() {
-    this.counts.parks++;
-    if (this.parkedNow++ === 0) this.parkedSince = Date.now();
-    this.update();
-  }
-
-  answered() {
-    if (--this.parkedNow === 0 && this.parkedSince !== null) {
-      this.parkedMs += Date.now() - this.parkedSince;
-      this.parkedSince = null;
-    }
-    this.update();
-  }
-
   waitUntil(work: Promise<unknown>) {
     this.pending++;
     this.update();
@@ -121,9 +104,7 @@ class ObjectMeter implements ParkObserver {
       ...c,
       awake_ms: this.awakeMs + open(this.awakeSince),
       idle_tail_ms: this.tailMs + Math.min(open(this.idleSince), IDLE_BEFORE_HIBERNATION_MS),
-      parked_ms: this.parkedMs + open(this.parkedSince),
       in_flight: this.inFlight,
-      parked: this.parkedNow,
       waiting_until: this.pending,
       d1: rowsReading(this.d1),
     };
@@ -135,9 +116,8 @@ class ObjectMeter implements ParkObserver {
     // Zeroed in place: the object's D1 handle keeps adding to the same counters.
     Object.assign(this.d1, zeroRows());
     this.methods.clear();
-    this.awakeMs = this.parkedMs = this.tailMs = 0;
+    this.awakeMs = this.tailMs = 0;
     if (this.awakeSince !== null) this.awakeSince = now;
-    if (this.parkedSince !== null) this.parkedSince = now;
     if (this.idleSince !== null) this.idleSince = now - IDLE_BEFORE_HIBERNATION_MS < this.idleSince ? now : null;
   }
 }
@@ -172,13 +152,7 @@ export function metered<C extends ObjectClass>(Base: C, className: string): C {
   class Metered extends Parent {
     constructor(ctx: DurableObjectState, env: MeterEnv) {
       const meter = metering(env) ? objectMeter(className, ctx.id.toString()) : null;
-      // Parkings the constructor creates report to this object's meter.
-      const restore = observeNewParkings(meter);
-      try {
-        super(ctx, meter ? senderEnv(env, meter.d1) : env);
-      } finally {
-        restore();
-      }
+      super(ctx, meter ? senderEnv(env, meter.d1) : env);
       if (!meter) return;
       meter.counts.starts++;
       const waitUntil = ctx.waitUntil.bind(ctx);
@@ -201,7 +175,6 @@ function callsThrough(meter: ObjectMeter): ProxyHandler<object> {
       const started = Date.now();
       meter.enter(KINDS[method] ?? "rpc");
       const leave = () => meter.leave(method, started);
-      const restore = observeNewParkings(meter);
       try {
         const out = fn.apply(target, args);
         if (out instanceof Promise) return out.finally(leave);
@@ -210,8 +183,6 @@ function callsThrough(meter: ObjectMeter): ProxyHandler<object> {
       } catch (err) {
         leave();
         throw err;
-      } finally {
-        restore();
       }
     };
   return {
@@ -250,7 +221,7 @@ export function meteredWorker<H extends ExportedHandler<never>>(handler: H): H {
 }
 
 type ObjectReading = ReturnType<ObjectMeter["reading"]>;
-const NUMERIC = ["requests", "rpc", "fetch", "alarm", "ws_messages", "ws_events", "parks", "starts", "awake_ms", "idle_tail_ms", "parked_ms", "in_flight", "parked", "waiting_until"] as const;
+const NUMERIC = ["requests", "rpc", "fetch", "alarm", "ws_messages", "ws_events", "starts", "awake_ms", "idle_tail_ms", "in_flight", "waiting_until"] as const;
 
 /** What the meter has counted since the window began; `reset` begins a new window after reading. */
 export function meterReading({ reset = false } = {}) {

@@ -9,20 +9,36 @@
  * turn (its writes cannot interleave), and answers at once, without a socket, when the state has
  * already moved on. A write after that turn finds the waiter and wakes it.
  *
- * Object side: `acceptWaiter` (in `fetch`) and `wakeWaiters` (after each write). Caller side:
- * `waitForWake`.
+ * A wake may carry the answer itself (`answerWaiters`): where the object decides the answer when
+ * it wakes the waiter (a FleetLock grant or refusal), the caller needs no second call.
+ *
+ * Object side: `acceptWaiter` (in `fetch`), `wakeWaiters` (after each write) and `answerWaiters`.
+ * Caller side: `waitForWake`. Every wait in an object goes this way: nothing parks a call inside one.
  */
-import { attachmentOf, closeSocket, type SocketRoom } from "./sockets";
+import { attachmentOf, closeSocket, sendJson, type SocketRoom } from "./sockets";
 
 export const WAITER_TAG = "waiter";
 const CHANGED = "changed";
 /** A time (epoch ms) at which the state may change with no write (a deadline passing): look again then. */
 export const LOOK_AGAIN_AT = "X-Look-Again-At";
 
-/** The 101 that hands a waiter to the caller; the attachment is what the waiter holds. */
-export function acceptWaiter(room: SocketRoom, attachment: unknown, lookAgainAt?: number): Response {
+/**
+ * The 101 that hands a waiter to the caller; the attachment is what the waiter holds, `tags` (beside
+ * WAITER_TAG) let the object find the waiters of one key again after an eviction.
+ */
+export function acceptWaiter(room: SocketRoom, attachment: unknown, lookAgainAt?: number, tags: string[] = []): Response {
   const headers = lookAgainAt !== undefined && Number.isFinite(lookAgainAt) ? { [LOOK_AGAIN_AT]: String(lookAgainAt) } : undefined;
-  return room.accept([WAITER_TAG], attachment, headers).response;
+  return room.accept([WAITER_TAG, ...tags], attachment, headers).response;
+}
+
+/** Wakes (and lets go of) every waiter with the tag, handing each the answer (JSON). */
+export function answerWaiters(room: SocketRoom, tag: string, answer: unknown): number {
+  const waiters = room.list(tag);
+  for (const ws of waiters) {
+    sendJson(ws, answer);
+    closeSocket(ws, 1000, CHANGED);
+  }
+  return waiters.length;
 }
 
 /** Wakes (and lets go of) every waiter whose state `movedOn` says has changed. */
@@ -38,11 +54,21 @@ export function wakeWaiters<A>(room: SocketRoom, movedOn: (held: A) => boolean) 
   }
 }
 
+/** The answer a wake carried (answerWaiters), or undefined for a bare "changed". */
+function answerIn(data: unknown): unknown {
+  if (typeof data !== "string" || data === CHANGED) return undefined;
+  try {
+    return JSON.parse(data);
+  } catch {
+    return undefined;
+  }
+}
+
 export type Wake =
   /** The object answered at once (the state had already moved on, or there was nothing to wait for). */
   | { kind: "answered"; response: Response }
-  /** Woken: the state changed. */
-  | { kind: "changed" }
+  /** Woken: the state changed; `answer`, when the object sent one (answerWaiters). */
+  | { kind: "changed"; answer?: unknown }
   /** The object asked to be looked at again at this time (LOOK_AGAIN_AT). */
   | { kind: "look_again" }
   | { kind: "timeout" }
@@ -76,7 +102,7 @@ export async function waitForWake(open: () => Promise<Response>, until: number, 
     };
     const onAbort = () => finish({ kind: "aborted" });
     const timer = setTimeout(() => finish({ kind: lookAgain ? "look_again" : "timeout" }), Math.max(0, (lookAgain ? lookAgainAt : until) - Date.now()));
-    ws.addEventListener("message", () => finish({ kind: "changed" }));
+    ws.addEventListener("message", (event) => finish({ kind: "changed", answer: answerIn(event.data) }));
     ws.addEventListener("close", () => finish({ kind: "lost" }));
     ws.addEventListener("error", () => finish({ kind: "lost" }));
     signal?.addEventListener("abort", onAbort, { once: true });
