@@ -5,7 +5,7 @@ import { createApp } from "../src/app";
 import { countingD1, d1RowsInto, getDb, type D1Rows } from "../src/db/client";
 import { fleets } from "../src/db/schema";
 import { metered, meterReading, resetMeter } from "../src/objects/kit/meter";
-import { BASE, call, createFleet, registerServer, uniq } from "./helpers";
+import { BASE, call, createFleet, registerServer, report, settle, uniq } from "./helpers";
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -108,6 +108,20 @@ describe("cost meter", () => {
     expect(reading.worker.d1.rows_read).toBeGreaterThan(0);
     const ledger = (reading.objects.ServerLedger as { by_instance: Record<string, any> }).by_instance[env.LEDGER.idFromName(s.id).toString()];
     expect(ledger.d1.rows_written).toBeGreaterThan(0);
+  });
+
+  it("counts an object's own storage rows: a ledger's first report writes some, an unchanged one within the minute none", async () => {
+    const fleet = await createFleet();
+    const s = await registerServer(fleet.id);
+    const id = env.LEDGER.idFromName(s.id).toString();
+    const storageOf = () => (meterReading().objects.ServerLedger as { by_instance: Record<string, any> }).by_instance[id]?.storage;
+    resetMeter();
+    expect((await call("PUT", "/v1/agent/inventory", { token: s.token, body: report(1, []) })).status).toBe(200);
+    await settle(s.id);
+    expect(storageOf().rows_written).toBeGreaterThan(0);
+    resetMeter();
+    expect((await call("PUT", "/v1/agent/inventory", { token: s.token, body: report(1, []) })).status).toBe(200);
+    expect(storageOf()).toMatchObject({ rows_written: 0 });
   });
 
   it("serves the meter only where LOCAL_COUNTERS is 1, and DELETE starts a new window", async () => {

@@ -8,11 +8,11 @@ import { DO_GB, MONTH_S, PRICES, PRICES_READ_ON, type Price } from "./prices.ts"
 export const FLEETS = [1_000, 10_000, 100_000];
 
 export interface Rows { statements: number; rows_read: number; rows_written: number }
-export interface ClassReading { requests: number; awake_ms: number; idle_tail_ms: number; instances: number; d1: Rows; methods: Record<string, { calls: number; ms: number }> }
+export interface ClassReading { requests: number; awake_ms: number; idle_tail_ms: number; instances: number; d1: Rows; storage: { rows_read: number; rows_written: number }; methods: Record<string, { calls: number; ms: number }> }
 export interface Reading { window: { ms: number }; worker: { requests: number; scheduled: number; d1: Rows }; objects: Record<string, ClassReading>; d1_unattributed: Rows; d1_rows_metered: boolean }
 export interface Window { name: string; s: number; reading: Reading; cpuMs: number | null; idleCpuMs: number }
 
-export const ITEMS = ["workerRequests", "workerCpuMs", "doRequests", "doGbSeconds", "d1RowsRead", "d1RowsWritten"] as const;
+export const ITEMS = ["workerRequests", "workerCpuMs", "doRequests", "doGbSeconds", "doRowsRead", "doRowsWritten", "d1RowsRead", "d1RowsWritten"] as const;
 type Item = (typeof ITEMS)[number];
 export type Usage = Record<Item, number> & { doGbSecondsTail: number };
 export const LABEL: Record<Item, string> = {
@@ -22,6 +22,8 @@ export const LABEL: Record<Item, string> = {
   doGbSeconds: "DO duration, GB-s",
   d1RowsRead: "D1 rows read",
   d1RowsWritten: "D1 rows written",
+  doRowsRead: "DO storage rows read",
+  doRowsWritten: "DO storage rows written",
 };
 
 /**
@@ -43,6 +45,8 @@ export function usageOf(w: Window): Usage {
     doGbSecondsTail: (sum((c) => c.awake_ms + c.idle_tail_ms) / 1000) * DO_GB,
     d1RowsRead: rows.reduce((n, x) => n + x.rows_read, 0),
     d1RowsWritten: rows.reduce((n, x) => n + x.rows_written, 0),
+    doRowsRead: sum((c) => c.storage?.rows_read ?? 0),
+    doRowsWritten: sum((c) => c.storage?.rows_written ?? 0),
   };
 }
 /**
@@ -59,7 +63,7 @@ function cpuShare(w: Window, invocations: number) {
 export function cronOf(w: Window): Record<Item, number> {
   const runs = MONTH_S / 60;
   const cpuPerRun = w.reading.worker.scheduled ? cpuShare(w, w.reading.worker.scheduled) / w.reading.worker.scheduled : 0;
-  return { workerRequests: runs, workerCpuMs: runs * cpuPerRun, doRequests: 0, doGbSeconds: 0, d1RowsRead: 0, d1RowsWritten: 0 };
+  return { workerRequests: runs, workerCpuMs: runs * cpuPerRun, doRequests: 0, doGbSeconds: 0, doRowsRead: 0, doRowsWritten: 0, d1RowsRead: 0, d1RowsWritten: 0 };
 }
 
 export const combine = (a: Usage, b: Usage, k = 1) =>
@@ -95,8 +99,9 @@ export const BEFORE: TransportBill = {
   label: "long poll parked in the ledger (measured before the channel)",
   // Measured while the bill still scaled the cron with the hosts (288 of these 195.3k Worker
   // requests per host-month): nothing beside its DO duration.
-  monthly: { workerRequests: 195.3e3, workerCpuMs: 488.6e3, doRequests: 200.7e3, doGbSeconds: 322.3e3, d1RowsRead: 53.6e3, d1RowsWritten: 281.0e3 },
-  fixed: { workerRequests: 0, workerCpuMs: 0, doRequests: 0, doGbSeconds: 0, d1RowsRead: 0, d1RowsWritten: 0 },
+  // DO storage rows were not metered then (0 here).
+  monthly: { workerRequests: 195.3e3, workerCpuMs: 488.6e3, doRequests: 200.7e3, doGbSeconds: 322.3e3, doRowsRead: 0, doRowsWritten: 0, d1RowsRead: 53.6e3, d1RowsWritten: 281.0e3 },
+  fixed: { workerRequests: 0, workerCpuMs: 0, doRequests: 0, doGbSeconds: 0, doRowsRead: 0, doRowsWritten: 0, d1RowsRead: 0, d1RowsWritten: 0 },
   totals: [],
   ledgerAwake: 0.97,
   push: null,
@@ -157,7 +162,7 @@ export function report(
   log(`One round of events, per host: ${ITEMS.map((i) => `${LABEL[i]} ${si(perHostRound[i])}`).join(", ")}.`);
   log(`Setup, per host (one-off): ${ITEMS.map((i) => `${LABEL[i]} ${si(usageOf(w.setup)[i] / r.hosts)}`).join(", ")}.`);
   if (!s.d1_rows_metered) log("\nD1 rows were NOT metered (the D1 binding lacks the internal the meter taps): their lines read 0.");
-  log("Not metered: Durable Object SQLite storage (rows read and written in objects, and stored GB), D1 storage, Workers Logs.\n");
+  log("Not metered: stored GB (Durable Object and D1), Durable Object alarms' and WebSocket attachments' storage, Workers Logs.\n");
 
   ctx.note(`cost (${r.transport}, ${r.hosts} hosts): per host-month at 10,000 hosts`, usd(totals[1] / FLEETS[1]));
   ctx.note(`cost (${r.transport}): DO GB-s per host-month`, si(monthly.doGbSeconds));

@@ -32,6 +32,9 @@ export const PRICES = {
   doRequests: { unit: "request", includedPerMonth: 1_000_000, usdPerUnit: 0.15 / 1e6, source: DO },
   /** Wall-clock time awake × 128 MB per object, whatever it really uses. */
   doGbSeconds: { unit: "GB-s", includedPerMonth: 400_000, usdPerUnit: 12.5 / 1e6, source: DO },
+  /** SQLite-backed objects' own storage, billed since January 2026 like D1's rows (its own inclusions). */
+  doRowsRead: { unit: "row read", includedPerMonth: 25_000_000_000, usdPerUnit: 0.001 / 1e6, source: DO },
+  doRowsWritten: { unit: "row written", includedPerMonth: 50_000_000, usdPerUnit: 1 / 1e6, source: DO },
   d1RowsRead: { unit: "row read", includedPerMonth: 25_000_000_000, usdPerUnit: 0.001 / 1e6, source: D1 },
   d1RowsWritten: { unit: "row written", includedPerMonth: 50_000_000, usdPerUnit: 1 / 1e6, source: D1 },
 } as const satisfies Record<string, Price | number>;

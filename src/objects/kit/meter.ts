@@ -9,6 +9,7 @@
  *   not billed as requests. The Worker: each fetch and each scheduled (cron) run.
  * - awake time: the wall-clock time an object is billed for (duration), defined below.
  * - D1 rows read and written, from each statement's meta, by the sender (src/db/client.ts).
+ * - an object's own storage rows read and written (./storage-meter.ts).
  * Objects are metered from the outside: `metered(Base, name)` returns a subclass whose instances
  * are seen by the runtime through a proxy, so only calls that come from outside the object (RPC,
  * fetch, alarm, webSocket* handlers) pass the meter; the object's calls to itself do not.
@@ -31,6 +32,7 @@
  * idle_tail_ms counts it (up to 10 s after each awake period), so a bill can show both readings.
  */
 import { d1RowsInto, d1RowsMetered, d1Unattributed, type D1Rows } from "../../db/client";
+import { meterStorage, type StorageRows } from "./storage-meter";
 
 /** The idle time before the runtime hibernates an object (lifecycle page), for idle_tail_ms. */
 export const IDLE_BEFORE_HIBERNATION_MS = 10_000;
@@ -47,6 +49,9 @@ const zeroCounts = () => ({ rpc: 0, fetch: 0, alarm: 0, ws_messages: 0, ws_event
 class ObjectMeter {
   counts = zeroCounts();
   readonly d1 = zeroRows();
+  readonly storage: StorageRows = { rowsRead: 0, rowsWritten: 0 };
+  /** Folds the rows of the object's finished SQL cursors into `storage`. */
+  settleStorage = () => {};
   methods = new Map<string, { calls: number; ms: number; max_ms: number }>();
   inFlight = 0;
   pending = 0;
@@ -83,6 +88,7 @@ class ObjectMeter {
     m.max_ms = Math.max(m.max_ms, now - started);
     this.methods.set(method, m);
     this.inFlight--;
+    if (this.inFlight === 0) this.settleStorage();
     this.update(now);
   }
 
@@ -97,6 +103,7 @@ class ObjectMeter {
   }
 
   reading(now: number) {
+    this.settleStorage();
     const open = (since: number | null) => (since === null ? 0 : now - since);
     const c = this.counts;
     return {
@@ -107,6 +114,7 @@ class ObjectMeter {
       in_flight: this.inFlight,
       waiting_until: this.pending,
       d1: rowsReading(this.d1),
+      storage: { rows_read: this.storage.rowsRead, rows_written: this.storage.rowsWritten },
     };
   }
 
@@ -115,6 +123,8 @@ class ObjectMeter {
     this.counts = zeroCounts();
     // Zeroed in place: the object's D1 handle keeps adding to the same counters.
     Object.assign(this.d1, zeroRows());
+    this.settleStorage();
+    Object.assign(this.storage, { rowsRead: 0, rowsWritten: 0 });
     this.methods.clear();
     this.awakeMs = this.tailMs = 0;
     if (this.awakeSince !== null) this.awakeSince = now;
@@ -152,6 +162,8 @@ export function metered<C extends ObjectClass>(Base: C, className: string): C {
   class Metered extends Parent {
     constructor(ctx: DurableObjectState, env: MeterEnv) {
       const meter = metering(env) ? objectMeter(className, ctx.id.toString()) : null;
+      // Before the object's constructor, which reads its storage already.
+      if (meter && ctx.storage) meter.settleStorage = meterStorage(ctx.storage, meter.storage);
       super(ctx, meter ? senderEnv(env, meter.d1) : env);
       if (!meter) return;
       meter.counts.starts++;
@@ -230,6 +242,7 @@ export function meterReading({ reset = false } = {}) {
   for (const [className, byId] of objects) {
     const sum: Record<string, number> = Object.fromEntries(NUMERIC.map((k) => [k, 0]));
     const d1 = { statements: 0, rows_read: 0, rows_written: 0 };
+    const storage = { rows_read: 0, rows_written: 0 };
     const methods: Record<string, { calls: number; ms: number; max_ms: number }> = {};
     const instances: Record<string, ObjectReading> = {};
     for (const [id, m] of byId) {
@@ -239,6 +252,7 @@ export function meterReading({ reset = false } = {}) {
       instances[id] = r;
       for (const k of NUMERIC) sum[k] += r[k];
       for (const k of ["statements", "rows_read", "rows_written"] as const) d1[k] += r.d1[k];
+      for (const k of ["rows_read", "rows_written"] as const) storage[k] += r.storage[k];
       for (const [name, use] of m.methods) {
         const t = (methods[name] ??= { calls: 0, ms: 0, max_ms: 0 });
         t.calls += use.calls;
@@ -246,7 +260,7 @@ export function meterReading({ reset = false } = {}) {
         t.max_ms = Math.max(t.max_ms, use.max_ms);
       }
     }
-    classes[className] = { ...sum, instances: Object.keys(instances).length, d1, methods, by_instance: instances };
+    classes[className] = { ...sum, instances: Object.keys(instances).length, d1, storage, methods, by_instance: instances };
   }
   const reading = {
     window: { since: new Date(windowStart).toISOString(), ms: now - windowStart },

@@ -1,0 +1,59 @@
+/**
+ * Durable Object storage rows for the local cost meter (./meter.ts): SQLite-backed objects are
+ * billed for the rows they read and write, as D1 is (since January 2026; scripts/bench/prices.ts).
+ * Counted by wrapping the object's own storage handles in place, only while metering:
+ * - SQL statements report their rows on their cursor (rowsRead / rowsWritten), final once the
+ *   cursor is consumed, so cursors are kept and summed when `settle` runs (the meter calls it
+ *   when the object has no call in flight, and before a reading);
+ * - the synchronous KV API (ctx.storage.kv, kept in a hidden SQLite table) counts a row per key
+ *   read, written or deleted.
+ * Alarms and WebSocket attachments are not counted.
+ */
+export interface StorageRows {
+  rowsRead: number;
+  rowsWritten: number;
+}
+
+type Cursor = { rowsRead: number; rowsWritten: number };
+
+/** Wraps `storage` so its rows add to `rows`; returns `settle`, which folds in the cursors' rows. */
+export function meterStorage(storage: DurableObjectStorage, rows: StorageRows): () => void {
+  let cursors: Cursor[] = [];
+  const sql = storage.sql;
+  if (sql) {
+    const exec = sql.exec.bind(sql);
+    sql.exec = ((query: string, ...bindings: unknown[]) => {
+      const cursor = exec(query, ...bindings);
+      cursors.push(cursor);
+      return cursor;
+    }) as typeof sql.exec;
+  }
+  const kv = storage.kv;
+  if (kv) {
+    const { get, put, delete: del, list } = { get: kv.get.bind(kv), put: kv.put.bind(kv), delete: kv.delete.bind(kv), list: kv.list.bind(kv) };
+    kv.get = ((key: string) => {
+      rows.rowsRead++;
+      return get(key);
+    }) as typeof kv.get;
+    kv.put = ((key: string, value: unknown) => {
+      rows.rowsWritten++;
+      return put(key, value);
+    }) as typeof kv.put;
+    kv.delete = ((key: string) => {
+      rows.rowsWritten++;
+      return del(key);
+    }) as typeof kv.delete;
+    kv.list = ((options?: SyncKvListOptions) => {
+      const listed = [...list(options)];
+      rows.rowsRead += Math.max(1, listed.length);
+      return listed[Symbol.iterator]();
+    }) as typeof kv.list;
+  }
+  return () => {
+    for (const c of cursors) {
+      rows.rowsRead += c.rowsRead;
+      rows.rowsWritten += c.rowsWritten;
+    }
+    cursors = [];
+  };
+}
