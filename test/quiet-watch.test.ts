@@ -6,7 +6,7 @@ import { env, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test"
 import { describe, expect, it } from "vitest";
 import type { ServerLedger } from "../src/ledger/durable-object";
 import { INDEX_LEASE_MS } from "../src/ledger/projection";
-import { QUIET_GRACE_MS, QUIET_TIMER } from "../src/ledger/quiet";
+import { QUIET_TIMER, quietGraceMs } from "../src/ledger/quiet";
 import { call, createFleet, d1Statements, registerServer, report, settle } from "./helpers";
 
 const indexRow = (id: string) => env.DB.prepare("SELECT last_seen, stale_at FROM servers WHERE id = ?").bind(id).first<{ last_seen: number; stale_at: number }>();
@@ -37,7 +37,7 @@ describe("the quiet watch over an HTTP host", () => {
     await settle(s.id);
     const row = (await indexRow(s.id))!;
     expect(row.stale_at).toBe(row.last_seen + 120_000 + INDEX_LEASE_MS);
-    expect(await quietDue(s.id)).toBe(row.last_seen + 120_000 + QUIET_GRACE_MS);
+    expect(await quietDue(s.id)).toBe(row.last_seen + 120_000 + quietGraceMs(120));
   });
 
   it("watches a host that keeps reporting from its newest heartbeat, with no D1 write", async () => {
@@ -57,7 +57,7 @@ describe("the quiet watch over an HTTP host", () => {
     const s = await registerServer(fleet.id);
     await call("PUT", "/v1/agent/inventory", { token: s.token, body: report(1, []) });
     await settle(s.id);
-    const silentFor = 120_000 + QUIET_GRACE_MS + 1_000;
+    const silentFor = 120_000 + quietGraceMs(120) + 1_000;
     await fireQuiet(s.id, silentFor);
     const quiet = (await indexRow(s.id))!;
     expect(quiet.stale_at).toBe(quiet.last_seen + 120_000);

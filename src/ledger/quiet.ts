@@ -17,16 +17,23 @@ import type { LedgerStore } from "./store";
 
 export const QUIET_TIMER = "quiet";
 
-/** How old the persisted heartbeat of an unchanged report may get (memory holds the latest). */
-export const HEARTBEAT_PERSIST_MS = 60_000;
+/**
+ * How old the persisted heartbeat of an unchanged report may get (memory holds the latest): half
+ * the fleet's stale_after, at least a minute. A ledger woken from eviction reads it back, so a host
+ * that reports well within stale_after is never seen stale, while a steady host reporting every
+ * minute costs a storage row every few reports instead of every one (billed per row written).
+ */
+export function heartbeatPersistMs(staleAfterS: number) {
+  return Math.max(60_000, staleAfterS * 500);
+}
 
 /**
  * The timer fires this long after the host would be stale: a ledger evicted between reports reads
- * back a heartbeat persisted up to HEARTBEAT_PERSIST_MS before the newest, and must not take a
- * host reporting every minute for a quiet one. The index shows a quiet host stale this much late
- * at most (with its exact stale_at); the ledger's own view is always exact.
+ * back a heartbeat persisted up to heartbeatPersistMs before the newest, and must not take a host
+ * that keeps reporting for a quiet one. The index shows a quiet host stale this much late at most
+ * (with its exact stale_at); the ledger's own view is always exact.
  */
-export const QUIET_GRACE_MS = HEARTBEAT_PERSIST_MS;
+export const quietGraceMs = heartbeatPersistMs;
 
 export class QuietWatch {
   /** Whether the timer is set; undefined until read once after the ledger woke. */
@@ -53,7 +60,7 @@ export class QuietWatch {
    */
   watch(receivedAt: number, staleAfterS: number): boolean {
     if (this.watching()) return false;
-    this.scheduler.schedule(QUIET_TIMER, receivedAt + staleAfterS * 1000 + QUIET_GRACE_MS);
+    this.scheduler.schedule(QUIET_TIMER, receivedAt + staleAfterS * 1000 + quietGraceMs(staleAfterS));
     this.armed = true;
     return true;
   }
@@ -77,7 +84,7 @@ export class QuietWatch {
       this.armed = false;
       return false;
     }
-    const due = report.received_at + state.record.stale_after_s * 1000 + QUIET_GRACE_MS;
+    const due = report.received_at + state.record.stale_after_s * 1000 + quietGraceMs(state.record.stale_after_s);
     if (due > now) {
       this.scheduler.schedule(QUIET_TIMER, due);
       this.armed = true;

@@ -6,7 +6,7 @@ import { fail, type Failure } from "../objects/kit/result";
 import { acknowledgeLifecycle } from "./decommission";
 import { project, projectHeartbeat, type LedgerDeps, type ReleasePayload } from "./effects";
 import { lastSeenDue } from "./projection";
-import { HEARTBEAT_PERSIST_MS } from "./quiet";
+import { heartbeatPersistMs } from "./quiet";
 import type { ServerRecord } from "./record";
 import { answerRefresh } from "./refresh";
 import { settleRolloutMarks } from "./rollout-marks";
@@ -15,7 +15,6 @@ import type { InventoryReport, ReportAccepted, StoredReport } from "./schemas";
 import { computeStatus, type ComputedStatus } from "./status";
 import { contentKey } from "./store";
 
-export { HEARTBEAT_PERSIST_MS };
 
 export type ReportAnswer = { ok: true; generation: number; computed: ComputedStatus } | Failure;
 
@@ -54,10 +53,10 @@ export function acceptReport(
   if (opts.keepsHeartbeat) d.quiet.stop();
   else enqueued = d.quiet.watch(now, record.stale_after_s);
   const unchanged = previous !== undefined && reportKey === contentKey(stored);
-  const heartbeat = unchanged && persistedAt !== undefined && (opts.keepsHeartbeat === true || now - persistedAt < HEARTBEAT_PERSIST_MS);
+  const heartbeat = unchanged && persistedAt !== undefined && (opts.keepsHeartbeat === true || now - persistedAt < heartbeatPersistMs(record.stale_after_s));
   if (heartbeat) {
     // Same content as the stored report: only the heartbeat moved. It lives in memory and is
-    // persisted at most every HEARTBEAT_PERSIST_MS (or when the index is told of it), so a
+    // persisted at most every heartbeatPersistMs (or when the index is told of it), so a
     // steady host costs no storage write, and nothing the index shows can have changed.
     d.store.heartbeat(stored);
     answerRefresh(d.store, now);

@@ -26,7 +26,7 @@ import type { BenchContext } from "../run.ts";
 import { compare, report, type Reading, type TransportBill, type Usage, type Window } from "../bill.ts";
 import { MONTH_S } from "../prices.ts";
 import { INDEX_LEASE_MS } from "../../../src/domain/channel.ts";
-import { QUIET_GRACE_MS } from "../../../src/ledger/quiet.ts";
+import { quietGraceMs } from "../../../src/ledger/quiet.ts";
 
 /**
  * How simulated hosts talk to Harbormaster: the simulator options that give its hosts that agent
@@ -34,6 +34,9 @@ import { QUIET_GRACE_MS } from "../../../src/ledger/quiet.ts";
  */
 // A watched host's index row is refreshed once a lease (src/ledger/projection.ts): one two-column
 // UPDATE, 4 rows written with its indexes and 1 read, as the meter measured it.
+/** The simulator's fleets go stale after 4 report periods (sim/): the quiet watch fires this often. */
+const QUIET_PERIOD_S = 4 * 60 + quietGraceMs(4 * 60) / 1000;
+
 const LEASE_REFRESH = {
   usage: { d1RowsWritten: (MONTH_S * 1000 / INDEX_LEASE_MS) * 4, d1RowsRead: MONTH_S * 1000 / INDEX_LEASE_MS },
   why: "the index refresh once a lease (an hour) of a watched host's row, which a 60 s window does not see: 720 a month, 4 rows written and 1 read each",
@@ -56,8 +59,8 @@ const TRANSPORTS: Record<string, { label: string; sim: Partial<SimOptions>; peri
     // stale_after + its grace, the simulator's fleet having stale_after 4 report periods) falls in
     // the steady window: the hosts' first reports armed their watches in the same minute.
     periodic: {
-      usage: { ...LEASE_REFRESH.usage, doRequests: MONTH_S / (4 * 60 + QUIET_GRACE_MS / 1000) },
-      why: `${LEASE_REFRESH.why}; and the quiet watch's alarm, once per stale_after + ${QUIET_GRACE_MS / 1000} s (${4 * 60 + QUIET_GRACE_MS / 1000} s here): ${(MONTH_S / (4 * 60 + QUIET_GRACE_MS / 1000)).toFixed(0)} DO requests a month`,
+      usage: { ...LEASE_REFRESH.usage, doRequests: MONTH_S / QUIET_PERIOD_S },
+      why: `${LEASE_REFRESH.why}; and the quiet watch's alarm, once per stale_after + its grace (${QUIET_PERIOD_S} s here): ${(MONTH_S / QUIET_PERIOD_S).toFixed(0)} DO requests a month`,
     },
   },
 };
