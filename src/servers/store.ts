@@ -118,10 +118,3 @@ export const liveServerIdsOfFleet = (db: Db, fleet: string, after: string | null
 export const hostnamesIn = (db: Db, ids: string[]) =>
   db.select({ id: servers.id, hostname: servers.hostname }).from(servers).where(inArray(servers.id, ids));
 
-/** A fleet's live servers counted by state and status (status as read at `now`): one indexed scan. */
-export const serverCounts = (db: Db, fleet: string, now = Date.now()) =>
-  db
-    .select({ state: servers.state, status: statusAt(now), n: sql<number>`count(*)` })
-    .from(servers)
-    .where(and(eq(servers.fleetId, fleet), ne(servers.state, "removed")))
-    .groupBy(servers.state, statusAt(now));
