@@ -101,14 +101,15 @@ export function listServers(db: Db, filter: ServerFilter, after: [hostname: stri
   }
   // Stale is either of two sets (./staleness.ts), each read through its own index: rows an older
   // cron marked stale (in hostname order from servers_fleet_status_hostname_idx), and rows whose
-  // deadline passed (from the partial servers_stale_at_idx: `+` keeps SQLite off the fleet's
-  // indexes, which would read every server of the fleet to find the few stale ones). The page
+  // deadline passed (from the partial servers_stale_at_idx, whose condition is written as literal
+  // text so SQLite can match it; `+` keeps SQLite off the fleet's indexes, which would read every
+  // server of the fleet to find the few stale ones). The page
   // reads the stale servers, never the fleet.
   const marked = db.select(columns).from(servers).where(and(inFleet, eq(servers.status, "stale"), ...conds));
   const passed = db
     .select(columns)
     .from(servers)
-    .where(and(filter.fleet ? sql`+${servers.fleetId} = ${filter.fleet}` : undefined, ne(servers.status, "stale"), lt(servers.staleAt, now), ...conds));
+    .where(and(filter.fleet ? sql`+${servers.fleetId} = ${filter.fleet}` : undefined, sql`${servers.status} != 'stale'`, lt(servers.staleAt, now), ...conds));
   return unionAll(marked, passed).orderBy(...ordered).limit(limit + 1);
 }
 
