@@ -37,7 +37,9 @@ const reportOf = (desired: { generation: number; agents: any[] }, how: "realized
 async function seed(ctx: BenchContext) {
   const api = apiOf(ctx);
   const fleet = `console-${N}-${Date.now().toString(36)}`;
-  await ok(await api("/v1/fleets", "POST", { id: fleet }), "fleet");
+  // A day before a silent server counts as stale: seeding takes minutes, and the fleet measured is
+  // a healthy one (with the default 300 s, the first servers registered would be stale by then).
+  await ok(await api("/v1/fleets", "POST", { id: fleet, stale_after_s: 86_400 }), "fleet");
   await ok(await api(`/v1/fleets/${fleet}/channels/${AGENT}`, "PUT", OLD), "channel");
   await ok(await api(`/v1/fleets/${fleet}/roles/edge`, "PUT", { agents: [{ name: AGENT }] }), "role");
   const ids: string[] = [];
