@@ -59,7 +59,9 @@ export const servers = sqliteTable(
   (t) => [
     index("servers_fleet_idx").on(t.fleetId, t.id),
     index("servers_status_idx").on(t.status, t.id),
-    index("servers_fleet_status_idx").on(t.fleetId, t.status, t.id),
+    // A fleet's servers of one status in hostname order (the console's list filtered by status,
+    // hm status's lists of failed and drifted servers): a page reads its own rows, not the fleet's.
+    index("servers_fleet_status_hostname_idx").on(t.fleetId, t.status, t.hostname, t.id),
     // Staleness marking scans only servers whose last report is old.
     index("servers_fleet_last_seen_idx").on(t.fleetId, t.lastSeen),
     // Staleness marking (issue 8): only rows not yet stale, by deadline, so a tick reads what crossed.

@@ -14,7 +14,8 @@ import { getFleet, listFleets } from "../fleets/store";
 import { activeRollouts } from "../rollouts/service";
 import { upgradeStatus } from "../upgrades/service";
 import { isoOrNull } from "../lib/time";
-import { listServers, serverCounts } from "./store";
+import { fleetServerCounts } from "./counts";
+import { listServers } from "./store";
 
 /** The statuses that need a look, in the order they are shown. */
 export const ATTENTION: ServerStatus[] = ["failed", "stale", "drifted"];
@@ -41,23 +42,21 @@ export async function statusOf(env: Env, opts: { fleet?: string; attention: numb
   };
 }
 
+const present = (counts: Record<string, number>, except?: string) =>
+  Object.fromEntries(Object.entries(counts).filter(([k, n]) => n > 0 && k !== except));
+
 async function fleetStatus(env: Env, db: Db, fleet: string, attention: number) {
   const now = Date.now();
   const [counts, lists, groups, rollouts] = await Promise.all([
-    serverCounts(db, fleet, now),
+    fleetServerCounts(db, fleet, now),
     Promise.all(ATTENTION.map((status) => listServers(db, { fleet, status }, null, attention, now))),
     listGroups(env, fleet).then((g) => g.items),
     activeRollouts(env, fleet),
   ]);
-  const by_status: Record<string, number> = {};
-  const by_state: Record<string, number> = {};
-  let total = 0;
-  for (const c of counts) {
-    const n = Number(c.n);
-    by_status[c.status] = (by_status[c.status] ?? 0) + n;
-    by_state[c.state] = (by_state[c.state] ?? 0) + n;
-    total += n;
-  }
+  // The overview's counts, shown as hm status always has: only what is there, removed servers left out.
+  const { total } = counts;
+  const by_status = present(counts.by_status);
+  const by_state = present(counts.by_state, "removed");
   return {
     id: fleet,
     servers: { total, by_status, by_state },

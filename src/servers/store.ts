@@ -1,4 +1,5 @@
 import { and, asc, eq, getTableColumns, gt, gte, inArray, lt, ne, notInArray, sql, type SQL } from "drizzle-orm";
+import { unionAll } from "drizzle-orm/sqlite-core";
 import type { Db } from "../db/client";
 import { servers } from "../db/schema";
 import type { ServerView } from "../ledger/durable-object";
@@ -78,11 +79,8 @@ export interface ServerFilter {
 const AFTER_PREFIX = "\u{10FFFF}";
 
 /** A page of the index in hostname order (then id), after the key `after`. */
-export async function listServers(db: Db, filter: ServerFilter, after: [hostname: string, id: string] | null, limit: number, now = Date.now()) {
+export function listServers(db: Db, filter: ServerFilter, after: [hostname: string, id: string] | null, limit: number, now = Date.now()) {
   const conds: SQL[] = [];
-  if (filter.fleet) conds.push(eq(servers.fleetId, filter.fleet));
-  // Staleness is read from stale_at, never stored by the cron (./staleness.ts).
-  if (filter.status) conds.push(statusIs(filter.status, now));
   // Removed servers are tombstones: listed only when asked for by state.
   conds.push(filter.state ? eq(servers.state, filter.state) : ne(servers.state, "removed"));
   if (filter.hostname) {
@@ -92,12 +90,27 @@ export async function listServers(db: Db, filter: ServerFilter, after: [hostname
     else conds.push(eq(servers.hostname, name));
   }
   if (after) conds.push(sql`(${servers.hostname}, ${servers.id}) > (${after[0]}, ${after[1]})`);
-  return db
-    .select({ ...getTableColumns(servers), status: statusAt(now) })
+  const columns = { ...getTableColumns(servers), status: statusAt(now) };
+  const ordered = [asc(servers.hostname), asc(servers.id)];
+  const inFleet = filter.fleet ? eq(servers.fleetId, filter.fleet) : undefined;
+  if (filter.status !== "stale") {
+    // Staleness is read from stale_at, never stored by the cron (./staleness.ts).
+    const status = filter.status ? statusIs(filter.status, now) : undefined;
+    // With a status: servers_fleet_status_hostname_idx holds the page in order, so it reads its own rows.
+    return db.select(columns).from(servers).where(and(inFleet, status, ...conds)).orderBy(...ordered).limit(limit + 1);
+  }
+  // Stale is either of two sets (./staleness.ts), each read through its own index: rows an older
+  // cron marked stale (in hostname order from servers_fleet_status_hostname_idx), and rows whose
+  // deadline passed (from the partial servers_stale_at_idx, whose condition is written as literal
+  // text so SQLite can match it; `+` keeps SQLite off the fleet's indexes, which would read every
+  // server of the fleet to find the few stale ones). The page
+  // reads the stale servers, never the fleet.
+  const marked = db.select(columns).from(servers).where(and(inFleet, eq(servers.status, "stale"), ...conds));
+  const passed = db
+    .select(columns)
     .from(servers)
-    .where(and(...conds))
-    .orderBy(asc(servers.hostname), asc(servers.id))
-    .limit(limit + 1);
+    .where(and(filter.fleet ? sql`+${servers.fleetId} = ${filter.fleet}` : undefined, sql`${servers.status} != 'stale'`, lt(servers.staleAt, now), ...conds));
+  return unionAll(marked, passed).orderBy(...ordered).limit(limit + 1);
 }
 
 /** One page of the fleet's servers that can still be asked anything (not removed or being removed). */
@@ -118,10 +131,3 @@ export const liveServerIdsOfFleet = (db: Db, fleet: string, after: string | null
 export const hostnamesIn = (db: Db, ids: string[]) =>
   db.select({ id: servers.id, hostname: servers.hostname }).from(servers).where(inArray(servers.id, ids));
 
-/** A fleet's live servers counted by state and status (status as read at `now`): one indexed scan. */
-export const serverCounts = (db: Db, fleet: string, now = Date.now()) =>
-  db
-    .select({ state: servers.state, status: statusAt(now), n: sql<number>`count(*)` })
-    .from(servers)
-    .where(and(eq(servers.fleetId, fleet), ne(servers.state, "removed")))
-    .groupBy(servers.state, statusAt(now));

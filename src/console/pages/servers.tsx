@@ -1,8 +1,9 @@
 /** @jsxImportSource hono/jsx */
 /**
  * Servers: the list (GET /v1/servers: fleet, status, state; GET /v1/instances: agent, image) and
- * one server's page (server.tsx). The API has no hostname or role filter: the console narrows the
- * pages it reads (at most SCAN_PAGES of them) and says so.
+ * one server's page (server.tsx). A hostname is a prefix the API reads from its hostname index
+ * (`hostname=prefix*`), so the page costs the same however large the fleet. The API has no role
+ * filter: the console narrows the pages it reads (at most SCAN_PAGES of them) and says so.
  */
 import { Hono } from "hono";
 import { must, qs, type InProcessApp } from "../api";
@@ -36,10 +37,13 @@ async function serversPage(v: View) {
   const f = { fleet: v.fleet, status: q.status, state: q.state, hostname: q.hostname?.trim(), role: q.role?.trim(), agent: q.agent?.trim(), image: q.image?.trim() };
   const params = { ...f, cursor: q.cursor };
   const byInstance = !!(f.agent || f.image);
-  const narrowed = !!(f.hostname || f.role);
+  const host = f.hostname?.toLowerCase();
+  // What the API cannot take as a hostname prefix (an underscore, a space) is matched here instead.
+  const prefix = host && /^[a-z0-9.-]+$/.test(host) ? `${host}*` : undefined;
+  const narrowed = !!((host && !prefix) || f.role);
   const form = (
     <Filters action="/console/servers" label="Search servers" fleet={v.fleet} button="Search" clear={`/console/servers?fleet=${encodeURIComponent(v.fleet)}`}>
-      <Field label="Hostname contains" name="hostname" value={f.hostname} />
+      <Field label="Hostname starts with" name="hostname" value={f.hostname} />
       <Select name="status" label="Status" options={STATUSES} value={f.status} />
       <Select name="state" label="State" options={STATES} value={f.state} />
       <Field label="Role" name="role" value={f.role} size={10} />
@@ -76,9 +80,9 @@ async function serversPage(v: View) {
       </>,
     );
   }
-  const path = (cursor?: string) => `/v1/servers${qs({ fleet: v.fleet, status: f.status, state: f.state, limit: narrowed ? 200 : PAGE, cursor })}`;
-  const host = f.hostname?.toLowerCase();
-  const keep = (s: any) => (!host || s.hostname.toLowerCase().includes(host)) && (!f.role || s.roles.includes(f.role));
+  const path = (cursor?: string) =>
+    `/v1/servers${qs({ fleet: v.fleet, status: f.status, state: f.state, hostname: prefix, limit: narrowed ? 200 : PAGE, cursor })}`;
+  const keep = (s: any) => (!host || prefix || s.hostname.toLowerCase().startsWith(host)) && (!f.role || s.roles.includes(f.role));
   const { rows, next, pages } = await scan<any>(v, path, keep, PAGE, q.cursor);
   return render(
     v,
@@ -89,8 +93,8 @@ async function serversPage(v: View) {
       {form}
       {narrowed ? (
         <p class="muted small">
-          Hostname and role are matched here over {pages} page(s) of the index ({pages * 200} servers at most); the API filters by fleet, status and
-          state.
+          {f.role ? "Role is" : "The hostname is"} matched here over {pages} page(s) of the index ({pages * 200} servers at most); the API filters by fleet, status,
+          state and hostname prefix.
         </p>
       ) : null}
       <Table id="servers" caption="Servers" head={["Hostname", "Status", "State", "Roles", "Reboot group", ["Generation", "num"], "Last report"]}>
