@@ -39,8 +39,9 @@ export function applyStatements(
   for (const c of plan.channels.write) out.push(...channelWrite(db, actor, fleet, c.agent, c.input, c.previous, now));
   for (const agent of plan.channels.remove) out.push(channelDelete(db, fleet, agent));
   // One mark per server however many of its inputs change: the planner runs once for the apply.
-  if (plan.replan.fleet) out.push(markFleet(db, fleet, rev, now));
-  else for (const role of plan.replan.roles) out.push(markServersWithRole(db, fleet, role, rev, now));
+  const cause = { actor, action: "fleet.spec.apply" };
+  if (plan.replan.fleet) out.push(...markFleet(db, fleet, rev, now, cause));
+  else for (const role of plan.replan.roles) out.push(...markServersWithRole(db, fleet, role, rev, now, cause));
   for (const r of plan.roles.write) out.push(roleWrite(db, actor, fleet, r.role, r.agents, now));
   for (const role of plan.roles.remove) out.push(roleDelete(db, fleet, role));
   if (plan.groups) out.push(fleetTask(db, fleet, "apply_groups", rev, { rev, ...plan.groups }));
