@@ -32,8 +32,10 @@ interface DiffItem {
 
 interface Diff {
   fleet: string;
+  /** false: the fleet does not exist yet; applying the spec creates it. */
+  exists: boolean;
   equal: boolean;
-  etag: string;
+  etag: string | null;
   summary: Record<DiffItem["op"], number>;
   items: DiffItem[];
   replan: { scope: "none" | "roles" | "fleet"; roles: string[]; servers: number };
@@ -109,7 +111,8 @@ function printDiff(out: Output, s: SpecFile, d: Diff) {
   const c = out.c;
   if (d.equal) return out.line(`${c.bold(`fleet ${d.fleet}`)} (${s.source}): ${c.green("up to date")}`);
   const counts = (["add", "change", "remove", "unlisted"] as const).filter((k) => d.summary[k]).map((k) => `${d.summary[k]} ${k}`);
-  out.line(`${c.bold(`fleet ${d.fleet}`)} (${s.source}): ${counts.join(", ")}`);
+  const created = d.exists ? "" : c.green(`new fleet, created by apply${counts.length ? "; " : ""}`);
+  out.line(`${c.bold(`${d.exists ? "" : "+ "}fleet ${d.fleet}`)} (${s.source}): ${created}${counts.join(", ")}`);
   const style = { add: ["+", c.green], remove: ["-", c.red], change: ["~", c.yellow], unlisted: ["?", c.dim] } as const;
   for (const i of d.items) {
     const [sign, paint] = style[i.op];
@@ -166,22 +169,25 @@ async function runApply(ctx: Ctx, o: { file: string; prune?: boolean }) {
     try {
       const d = await diffOf(ctx, s, o.prune);
       if (!ctx.globals.json) printDiff(out, s, d);
-      if (d.summary.add + d.summary.change + d.summary.remove === 0) {
+      if (d.exists && d.summary.add + d.summary.change + d.summary.remove === 0) {
         results.push({ ...d, source: s.source, changed: false });
         continue;
       }
-      await ctx.confirm(`apply this to fleet ${s.fleet}?`);
-      const applied = await call<Diff & { changed: boolean; planning: { servers: number; issued: number; remaining: boolean } | null; coordinator: { pending: boolean } }>(
+      await ctx.confirm(d.exists ? `apply this to fleet ${s.fleet}?` : `create fleet ${s.fleet} from this spec?`);
+      // The state the diff saw: that ETag, or (a fleet to create) no fleet at all — one created
+      // meanwhile is refused (412), not overwritten unseen.
+      const precondition: Record<string, string> = d.etag ? { "If-Match": d.etag } : { "If-None-Match": "*" };
+      const applied = await call<Diff & { created: boolean; changed: boolean; planning: { servers: number; issued: number; remaining: boolean } | null; coordinator: { pending: boolean } }>(
         ctx,
         "PUT",
         `${specPath(s.fleet)}${prunePart(o.prune)}`,
-        { body: s.spec, headers: { "If-Match": d.etag } },
+        { body: s.spec, headers: precondition },
       );
       results.push({ ...applied, source: s.source });
       if (!ctx.globals.json) {
         const p = applied.planning;
         out.line(
-          `  applied${p ? `; planner: ${p.issued} of ${p.servers} server(s) given a new generation${p.remaining ? " (more in the background)" : ""}` : ""}` +
+          `  ${applied.created ? `created fleet ${s.fleet}` : "applied"}${p ? `; planner: ${p.issued} of ${p.servers} server(s) given a new generation${p.remaining ? " (more in the background)" : ""}` : ""}` +
             `${applied.coordinator.pending ? "; reboot groups on their way to the coordinator" : ""}`,
         );
       }

@@ -85,7 +85,7 @@ export const specRoutes = new OpenAPIHono<AppEnv>({ defaultHook: specHook })
     async (c) => {
       const { fleet } = c.req.valid("param");
       const diff = await diffFleetSpec(c.env, fleet, c.req.valid("json"), c.req.valid("query").prune === "true");
-      c.header("ETag", diff.etag);
+      if (diff.etag) c.header("ETag", diff.etag);
       return c.json(diff, 200);
     },
   )
@@ -95,24 +95,33 @@ export const specRoutes = new OpenAPIHono<AppEnv>({ defaultHook: specHook })
       path: "/{fleet}/spec",
       operationId: "applyFleetSpec",
       tags: ["fleet specs"],
-      summary: "Apply a spec, all or nothing; with If-Match, only to the fleet as that ETag names it",
+      summary: "Apply a spec, all or nothing; with If-Match, only to the fleet as that ETag names it; a missing fleet is created",
       description:
         "One D1 batch with one audit entry and one planner run; reboot groups reach the coordinator through a fleet task. " +
-        "Without prune, items the spec does not list are left and listed as unlisted.",
+        "Without prune, items the spec does not list are left and listed as unlisted. A fleet that does not exist is created " +
+        "from the spec (201), unless If-Match is given (412: a missing fleet matches no tag, not even *); " +
+        "If-None-Match: * creates only (412 when the fleet exists).",
       security: bearer,
       middleware: [requireScope("write")] as const,
       request: {
         params: fleetParam,
         query: specQuery,
-        headers: z.object({ "if-match": z.string().optional().openapi({ description: "The ETag of GET …/spec or of a diff; * for any" }) }),
+        headers: z.object({
+          "if-match": z.string().optional().openapi({ description: "The ETag of GET …/spec or of a diff; * for any existing fleet" }),
+          "if-none-match": z.string().optional().openapi({ description: "*: only create the fleet (412 when it exists)" }),
+        }),
         body: jsonBody(FleetSpec),
       },
       responses: {
         200: { ...jsonResponse(SpecApplied, "Applied (or equal: changed false); `etag` is the fleet's spec tag now"), headers: specTag },
+        201: { ...jsonResponse(SpecApplied, "The fleet did not exist and was created from the spec"), headers: specTag },
         ...commonErrors,
         ...notFoundError,
         ...conflictError("concurrent_change: the fleet kept changing; retry"),
-        412: jsonResponse(z.object({ error: z.any() }), "The fleet's spec is no longer the one If-Match names (precondition_failed); nothing changed"),
+        412: jsonResponse(
+          z.object({ error: z.any() }),
+          "precondition_failed: the fleet's spec is no longer the one If-Match names, If-Match named a fleet that does not exist, or If-None-Match: * found one; nothing changed",
+        ),
         ...invalidSpec,
       },
     }),
@@ -121,8 +130,9 @@ export const specRoutes = new OpenAPIHono<AppEnv>({ defaultHook: specHook })
       const out = await applyFleetSpec(c.env, backgroundOf(c), actorOf(c.var.principal), fleet, c.req.valid("json"), {
         prune: c.req.valid("query").prune === "true",
         ifMatch: c.req.valid("header")["if-match"],
+        ifNoneMatch: c.req.valid("header")["if-none-match"],
       });
       c.header("ETag", out.etag);
-      return c.json(out, 200);
+      return out.created ? c.json(out, 201) : c.json(out, 200);
     },
   );

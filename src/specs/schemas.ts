@@ -102,8 +102,14 @@ export const SpecDiff = z
   .object({
     fleet: z.string(),
     prune: z.boolean(),
-    equal: z.boolean().openapi({ description: "The fleet is what the spec says: no item of any kind" }),
-    etag: z.string().openapi({ description: "The fleet's spec ETag the diff was computed against (If-Match for the apply)" }),
+    exists: z.boolean().openapi({
+      description: "false: the fleet does not exist; the items are against an empty fleet and applying creates it (If-None-Match: *)",
+    }),
+    equal: z.boolean().openapi({ description: "The fleet exists and is what the spec says: no item of any kind" }),
+    etag: z
+      .string()
+      .nullable()
+      .openapi({ description: "The fleet's spec ETag the diff was computed against (If-Match for the apply); null when the fleet does not exist" }),
     summary: z.object({ add: z.number().int(), change: z.number().int(), remove: z.number().int(), unlisted: z.number().int() }),
     items: z.array(DiffItem),
     replan: Replan,
@@ -112,7 +118,9 @@ export const SpecDiff = z
 export type SpecDiff = z.infer<typeof SpecDiff>;
 
 export const SpecApplied = SpecDiff.extend({
+  etag: z.string().openapi({ description: "The fleet's spec ETag now" }),
   changed: z.boolean().openapi({ description: "Whether anything was written (an equal spec writes nothing)" }),
+  created: z.boolean().openapi({ description: "The apply created the fleet (answered 201)" }),
   spec_hash: z.string().openapi({ description: "Hash of the applied spec, as its audit entry names it" }),
   planning: PlannerRunSchema.nullable(),
   coordinator: z.object({ pending: z.boolean().openapi({ description: "Reboot groups still on their way to the coordinator (the cron delivers them)" }) }),

@@ -6,14 +6,19 @@
  * until done, and shown as applied meanwhile (./store.ts).
  */
 import { and, eq } from "drizzle-orm";
+import { auditInsert } from "../audit/log";
 import type { ZodError } from "zod";
 import { getDb, type Db } from "../db/client";
-import { agentChannels } from "../db/schema";
+import { isUniqueViolation } from "../db/errors";
+import { agentChannels, fleets } from "../db/schema";
 import { DomainError, notFound } from "../domain/errors";
 import type { Env } from "../env";
+import { FleetInput } from "../fleets/schemas";
+import { removalPending, type FleetRow } from "../fleets/store";
 import { runFleetTasks } from "../fleets/tasks";
 import type { Background } from "../http/background";
 import { changeIntent } from "../intent/service";
+import { bumpIntentRev, isIntentConflict } from "../intent/store";
 import { planAfterChange } from "../planner/service";
 import { applyStatements } from "./apply";
 import { specHash } from "./canonical";
@@ -28,6 +33,28 @@ async function stateOf(env: Env, db: Db, fleet: string) {
   const state = await readFleetState(env, db, fleet);
   if (!state) throw notFound("fleet", fleet);
   return state;
+}
+
+/** The row a fleet created by a spec starts from: POST /v1/fleets's defaults (the spec's settings follow). */
+const newFleetRow = (fleet: string): FleetRow => {
+  const d = FleetInput.parse({ id: fleet });
+  return {
+    id: fleet,
+    capabilities: {},
+    staleAfterS: d.stale_after_s,
+    lockTtlS: d.lock_ttl_s,
+    allowUnknownIds: d.allow_unknown_ids,
+    defaultGroupSlots: d.default_group_slots,
+    fleetlockKeyHash: null,
+    createdAt: Date.now(),
+  };
+};
+
+/** The fleet as it is, or (`exists: false`) as a spec that creates it finds it. */
+async function stateOrNew(env: Env, db: Db, fleet: string) {
+  const state = await readFleetState(env, db, fleet);
+  if (state) return { state, exists: true };
+  return { state: (await readFleetState(env, db, fleet, newFleetRow(fleet)))!, exists: false };
 }
 
 /** GET …/spec: the fleet as a spec, and its ETag. */
@@ -54,11 +81,13 @@ export async function refuseInvalidSpec(env: Env, fleet: string, raw: unknown, p
 const referencesOf = (state: FleetState, spec: FleetSpec, prune: boolean) =>
   referenceProblems(spec, state.row.id, prune ? [] : Object.keys(state.channels));
 
-function diffOf(state: FleetState, plan: SpecPlan, prune: boolean, etag: string) {
+function diffOf(state: FleetState, plan: SpecPlan, prune: boolean, etag: string | null, exists = true) {
   return {
     fleet: state.row.id,
     prune,
-    equal: plan.items.length === 0,
+    exists,
+    // A fleet that does not exist differs from any spec: applying it creates the fleet.
+    equal: exists && plan.items.length === 0,
     etag,
     summary: summaryOf(plan.items),
     items: plan.items,
@@ -70,56 +99,102 @@ const scopeOf = (plan: SpecPlan) => (plan.replan.fleet ? "fleet" : plan.replan.r
 /** POST …/spec:diff: what the spec would change, and whom the planner would re-plan; changes nothing. */
 export async function diffFleetSpec(env: Env, fleet: string, spec: FleetSpec, prune: boolean) {
   const db = getDb(env.DB);
-  const state = await stateOf(env, db, fleet);
+  const { state, exists } = await stateOrNew(env, db, fleet);
   refuse(referencesOf(state, spec, prune));
   const plan = planSpec(state, spec, prune);
   const replan = await serversToReplan(db, fleet, plan.replan);
-  return { ...diffOf(state, plan, prune, await etagOf(state)), replan: { scope: scopeOf(plan), roles: plan.replan.roles, ...replan } };
+  const etag = exists ? await etagOf(state) : null;
+  return { ...diffOf(state, plan, prune, etag, exists), replan: { scope: scopeOf(plan), roles: plan.replan.roles, ...replan } };
 }
 
-/** `If-Match` as RFC 9110 §13.1.1 reads it: `*`, or a list of strong tags one of which is current. */
-export function ifMatches(header: string, etag: string) {
+/**
+ * `If-Match` as RFC 9110 §13.1.1 reads it: `*`, or a list of strong tags one of which is current;
+ * a fleet that does not exist (`etag` null) matches nothing, not even `*`.
+ */
+export function ifMatches(header: string, etag: string | null) {
+  if (etag === null) return false;
   if (header.trim() === "*") return true;
   return header.split(",").some((t) => t.trim() === etag);
+}
+
+/** The apply's preconditions (RFC 9110 §13.1.1–2): the fleet as If-Match names it, or absent as If-None-Match: * asks. */
+function checkPreconditions(etag: string | null, opts: { ifMatch?: string; ifNoneMatch?: string }) {
+  const failed = (why: string) => new DomainError("precondition_failed", why, { etag });
+  if (opts.ifMatch !== undefined && !ifMatches(opts.ifMatch, etag)) {
+    throw failed(
+      etag === null
+        ? `fleet does not exist, so If-Match ${opts.ifMatch} does not hold; apply without If-Match (or with If-None-Match: *) to create it`
+        : `the fleet's spec changed since ${opts.ifMatch}: it is ${etag} now; diff again`,
+    );
+  }
+  if (opts.ifNoneMatch !== undefined && etag !== null && (opts.ifNoneMatch.trim() === "*" || ifMatches(opts.ifNoneMatch, etag))) {
+    throw failed(`the fleet exists (${etag}) and If-None-Match is ${opts.ifNoneMatch}; diff it and apply with If-Match`);
+  }
+}
+
+type ApplyOpts = { prune: boolean; ifMatch?: string; ifNoneMatch?: string };
+
+/**
+ * A spec that creates its fleet: the fleet's row, its creation's audit row and the whole spec's
+ * statements in one batch, with the first bump of its intent revision. null: the fleet was created
+ * meanwhile (by POST /v1/fleets or another apply), and the apply is decided again as an update.
+ */
+async function createFromSpec(env: Env, actor: string, fleet: string, spec: FleetSpec, spec_hash: string, opts: ApplyOpts) {
+  const db = getDb(env.DB);
+  if (await removalPending(db, fleet)) {
+    throw new DomainError("fleet_removal_pending", `fleet '${fleet}' was deleted and is still being cleaned up; retry shortly`);
+  }
+  const { state, exists } = await stateOrNew(env, db, fleet);
+  if (exists) return null;
+  checkPreconditions(null, opts);
+  refuse(referencesOf(state, spec, opts.prune));
+  const plan = planSpec(state, spec, opts.prune);
+  const { fleetlockKeyHash: _k, ...row } = state.row;
+  try {
+    await db.batch([
+      bumpIntentRev(db, fleet, state.rev),
+      db.insert(fleets).values(row),
+      auditInsert(db, { actor, action: "fleet.create", target: `fleet:${fleet}`, details: { id: fleet, via: "fleet.spec.apply", spec_hash } }),
+      ...applyStatements(db, actor, fleet, state.rev + 1, plan, { spec_hash, prune: opts.prune }),
+    ]);
+  } catch (err) {
+    if (isUniqueViolation(err) || isIntentConflict(err)) return null;
+    throw err;
+  }
+  return { state, plan, etag: null };
 }
 
 /**
  * PUT …/spec: the apply. Refused whole (nothing written) for any problem of the spec, or 412 when
  * the fleet is no longer what `If-Match` names; a spec equal to the fleet writes nothing.
  */
-export async function applyFleetSpec(
-  env: Env,
-  ctx: Background,
-  actor: string,
-  fleet: string,
-  spec: FleetSpec,
-  opts: { prune: boolean; ifMatch?: string },
-) {
+export async function applyFleetSpec(env: Env, ctx: Background, actor: string, fleet: string, spec: FleetSpec, opts: ApplyOpts) {
   const db = getDb(env.DB);
   const spec_hash = await specHash(spec);
-  const { state, plan, etag } = await changeIntent(db, fleet, async ({ rev }) => {
-    const state = await stateOf(env, db, fleet);
-    const etag = await etagOf(state);
-    if (opts.ifMatch !== undefined && !ifMatches(opts.ifMatch, etag)) {
-      throw new DomainError("precondition_failed", `the fleet's spec changed since ${opts.ifMatch}: it is ${etag} now; diff again`, {
-        etag,
-      });
-    }
-    refuse(referencesOf(state, spec, opts.prune));
-    const plan = planSpec(state, spec, opts.prune);
-    const result = { state, plan, etag };
-    if (!writes(plan)) return { statements: [], result };
-    return { statements: applyStatements(db, actor, fleet, rev + 1, plan, { spec_hash, prune: opts.prune }), result };
-  });
-  const changed = writes(plan);
+  const created = await createFromSpec(env, actor, fleet, spec, spec_hash, opts);
+  const { state, plan, etag } =
+    created ??
+    (await changeIntent(db, fleet, async ({ rev }) => {
+      const state = await stateOf(env, db, fleet);
+      const etag = await etagOf(state);
+      checkPreconditions(etag, opts);
+      refuse(referencesOf(state, spec, opts.prune));
+      const plan = planSpec(state, spec, opts.prune);
+      const result = { state, plan, etag };
+      if (!writes(plan)) return { statements: [], result };
+      return { statements: applyStatements(db, actor, fleet, rev + 1, plan, { spec_hash, prune: opts.prune }), result };
+    }));
+  const changed = created !== null || writes(plan);
   let pending = state.pending !== null;
-  if (changed && (plan.groups || plan.lockSettings)) pending = (await runFleetTasks(env, { fleet })).failed > 0;
+  if (writes(plan) && (plan.groups || plan.lockSettings)) pending = (await runFleetTasks(env, { fleet })).failed > 0;
   const planning = changed && scopeOf(plan) !== "none" ? await planAfterChange(env, ctx, fleet) : null;
-  const after = changed ? await etagOf(await stateOf(env, db, fleet)) : etag;
+  const after = changed ? await etagOf(await stateOf(env, db, fleet)) : etag!;
   return {
-    ...diffOf(state, plan, opts.prune, after),
+    ...diffOf(state, plan, opts.prune, after, created === null),
+    etag: after,
     replan: { scope: scopeOf(plan), roles: plan.replan.roles, servers: planning?.servers ?? 0, sample: [] },
     changed,
+    created: created !== null,
     spec_hash,
     planning,
     coordinator: { pending },

@@ -30,7 +30,11 @@ export interface FleetState {
   pending: GroupsSpec | null;
 }
 
-export async function readFleetState(env: Env, db: Db, fleet: string): Promise<FleetState | null> {
+/**
+ * `orNew`: the row a fleet that does not exist would have (a spec that creates it is diffed and
+ * applied against it: no channels, roles or groups, its settings' defaults).
+ */
+export async function readFleetState(env: Env, db: Db, fleet: string, orNew?: FleetRow): Promise<FleetState | null> {
   const [fleetRows, revRows, roleRows, channelRows, taskRows] = await db.batch([
     db.select().from(fleets).where(eq(fleets.id, fleet)),
     db.select({ rev: fleetIntent.rev }).from(fleetIntent).where(eq(fleetIntent.fleetId, fleet)),
@@ -44,7 +48,7 @@ export async function readFleetState(env: Env, db: Db, fleet: string): Promise<F
       .from(fleetTasks)
       .where(and(eq(fleetTasks.fleetId, fleet), eq(fleetTasks.kind, "apply_groups"))),
   ]);
-  const row = fleetRows[0];
+  const row = fleetRows[0] ?? orNew;
   if (!row) return null;
   const views = await coordinatorOf(env, fleet).listGroups(fleetSettings(row));
   // A group's view shows its gates' verdicts under `gates`; what it declares is `own_gates`.
