@@ -9,7 +9,8 @@ import { bearer, commonErrors, etagHeader, jsonBody, jsonResponse, notFoundError
 import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
 import { fleetParam } from "../intent/schemas";
-import { FleetSpec, SpecApplied, SpecDiff, SpecProblem, specQuery } from "./schemas";
+import { SpecSecretsSchema } from "../webhooks/schemas";
+import { FleetSpec, SpecApplied, SpecDiff, SpecProblem, SpecRequest, specQuery, unwrapRequest } from "./schemas";
 import { applyFleetSpec, diffFleetSpec, fleetSpec, refuseInvalidSpec } from "./service";
 
 const specTag = etagHeader("Strong tag of the fleet's spec: a hash of the document GET answers");
@@ -25,10 +26,18 @@ const invalidSpec = {
  * A spec its schema refuses is answered with all its problems (schema and references), as
  * `invalid_spec`; the other parts of the request as everywhere else.
  */
+const secretsPart = z.object({ secrets: SpecSecretsSchema.optional() });
+
 const specHook: Hook<unknown, AppEnv, any, unknown> = async (result, c) => {
   if (result.success || result.target !== "json") return validationHook(result, c);
   const raw = (result as { data?: unknown }).data;
-  await refuseInvalidSpec(c.env, c.req.param("fleet") ?? "", raw, c.req.query("prune") === "true", result.error as ZodError);
+  // The body is the spec, or {spec, secrets}: each part is checked on its own, so a problem's path
+  // is its place in the document (a union's error names neither).
+  const isEnvelope = typeof raw === "object" && raw !== null && "spec" in raw && !("apiVersion" in raw);
+  const parts = isEnvelope ? (raw as { spec: unknown; secrets?: unknown }) : { spec: raw, secrets: undefined };
+  const errors: ZodError[] = [FleetSpec.safeParse(parts.spec).error, secretsPart.safeParse({ secrets: parts.secrets }).error].filter((e) => e !== undefined);
+  if (errors.length === 0) errors.push(result.error as ZodError); // the envelope itself (an unknown field beside spec and secrets)
+  await refuseInvalidSpec(c.env, c.req.param("fleet") ?? "", parts.spec, c.req.query("prune") === "true", errors);
 };
 
 /**
@@ -74,7 +83,7 @@ export const specRoutes = new OpenAPIHono<AppEnv>({ defaultHook: specHook })
       summary: "What the spec would change, item by item, and which servers the planner would re-plan; changes nothing",
       security: bearer,
       middleware: [literalSpecDiff, requireScope("read")] as const,
-      request: { params: fleetParam, query: specQuery, body: jsonBody(FleetSpec) },
+      request: { params: fleetParam, query: specQuery, body: jsonBody(SpecRequest) },
       responses: {
         200: { ...jsonResponse(SpecDiff, "The differences (none: `equal`)"), headers: specTag },
         ...commonErrors,
@@ -84,7 +93,7 @@ export const specRoutes = new OpenAPIHono<AppEnv>({ defaultHook: specHook })
     }),
     async (c) => {
       const { fleet } = c.req.valid("param");
-      const diff = await diffFleetSpec(c.env, fleet, c.req.valid("json"), c.req.valid("query").prune === "true");
+      const diff = await diffFleetSpec(c.env, fleet, unwrapRequest(c.req.valid("json")), c.req.valid("query").prune === "true");
       if (diff.etag) c.header("ETag", diff.etag);
       return c.json(diff, 200);
     },
@@ -110,7 +119,7 @@ export const specRoutes = new OpenAPIHono<AppEnv>({ defaultHook: specHook })
           "if-match": z.string().optional().openapi({ description: "The ETag of GET …/spec or of a diff; * for any existing fleet" }),
           "if-none-match": z.string().optional().openapi({ description: "*: only create the fleet (412 when it exists)" }),
         }),
-        body: jsonBody(FleetSpec),
+        body: jsonBody(SpecRequest),
       },
       responses: {
         200: { ...jsonResponse(SpecApplied, "Applied (or equal: changed false); `etag` is the fleet's spec tag now"), headers: specTag },
@@ -127,7 +136,7 @@ export const specRoutes = new OpenAPIHono<AppEnv>({ defaultHook: specHook })
     }),
     async (c) => {
       const { fleet } = c.req.valid("param");
-      const out = await applyFleetSpec(c.env, backgroundOf(c), actorOf(c.var.principal), fleet, c.req.valid("json"), {
+      const out = await applyFleetSpec(c.env, backgroundOf(c), actorOf(c.var.principal), fleet, unwrapRequest(c.req.valid("json")), {
         prune: c.req.valid("query").prune === "true",
         ifMatch: c.req.valid("header")["if-match"],
         ifNoneMatch: c.req.valid("header")["if-none-match"],

@@ -5,15 +5,20 @@
  * generated from `FleetSpec` (scripts/fleet-spec-schema.ts).
  *
  * Sections: each is optional; a map section left out is an empty one (its items are unlisted,
- * or pruned), a setting left out is not managed by the spec. A new section (webhooks) is a field
- * here, a reader in ./store.ts and a differ in ./diff.ts.
+ * or pruned), a setting left out is not managed by the spec. A new section is a field here, a
+ * reader in ./store.ts and a differ in ./diff.ts (as webhooks are).
  */
 import { z } from "@hono/zod-openapi";
 import { MAX_CAPABILITIES, MAX_SPEC_CHANNELS, MAX_SPEC_GROUPS, MAX_SPEC_ROLES } from "../domain/limits";
 import { capabilityName, FleetPatch, fleetId, groupName, roleName } from "../fleets/schemas";
 import { ChannelInput, PlannerRunSchema, RoleInput } from "../intent/schemas";
 import { agentName } from "../ledger/schemas";
+import { MAX_WEBHOOKS_PER_FLEET } from "../webhooks/manage";
+import { SpecSecretsSchema, SpecWebhookSchema } from "../webhooks/schemas";
 import { SpecRebootGroup } from "./groups";
+
+/** A webhook's name in a spec; one added through the API is named by its id (a UUID fits). */
+const webhookName = z.string().regex(/^[a-z0-9][a-z0-9._-]{0,62}$/, "webhook names match ^[a-z0-9][a-z0-9._-]{0,62}$");
 
 export const SPEC_API_VERSION = "harbormaster/v1" as const;
 export const SPEC_KIND = "FleetSpec" as const;
@@ -59,6 +64,13 @@ export const FleetSpec = z
       "reboot groups",
       "Per reboot group, its settings (pause and holders are operators' and hosts', not the spec's)",
     ),
+    webhooks: section(
+      webhookName,
+      SpecWebhookSchema,
+      MAX_WEBHOOKS_PER_FLEET,
+      "webhooks",
+      "Per webhook name, its HTTPS URL, events and format; its secret only by reference (secret_ref), never inline",
+    ),
   })
   .openapi("FleetSpec", {
     description:
@@ -66,7 +78,21 @@ export const FleetSpec = z
   });
 export type FleetSpec = z.infer<typeof FleetSpec>;
 
-export const SPEC_SECTIONS = ["settings", "capabilities", "channels", "roles", "reboot_groups"] as const;
+export const SPEC_SECTIONS = ["settings", "capabilities", "channels", "roles", "reboot_groups", "webhooks"] as const;
+
+/**
+ * What spec:diff and PUT …/spec take: the spec itself, or the spec and the secrets its webhooks'
+ * `secret_ref`s name (hm sends the latter: the document stays as it is in git, the secrets come
+ * from its environment).
+ */
+export const SpecWithSecrets = z
+  .strictObject({ spec: FleetSpec, secrets: SpecSecretsSchema.default({}) })
+  .openapi("FleetSpecWithSecrets", { description: "A spec and the values of the environment variables its webhooks' secret_ref name" });
+export const SpecRequest = z.union([FleetSpec, SpecWithSecrets]).openapi("FleetSpecRequest");
+export type SpecRequest = z.infer<typeof SpecRequest>;
+
+/** The spec of a request, and the secrets sent with it. */
+export const unwrapRequest = (body: SpecRequest) => ("spec" in body ? body : { spec: body, secrets: {} as Record<string, string> });
 export type SpecSection = (typeof SPEC_SECTIONS)[number];
 
 export const DIFF_OPS = ["add", "change", "remove", "unlisted"] as const;

@@ -23,9 +23,12 @@ import { planAfterChange } from "../planner/service";
 import { applyStatements } from "./apply";
 import { specHash } from "./canonical";
 import { planSpec, summaryOf, writes, type SpecPlan } from "./diff";
+import { sha256Hex } from "../lib/crypto";
+import { coordinatorOf } from "../objects/stubs";
 import type { FleetSpec } from "./schemas";
+import { missingSecrets, sentSecrets } from "./webhooks";
 import { readFleetState, serversToReplan, specOf, type FleetState } from "./store";
-import { referenceProblems, schemaProblems, type Problem } from "./validate";
+import { referenceProblems, schemaProblems, webhookUrlProblems, type Problem } from "./validate";
 
 const etagOf = async (state: FleetState) => `"${await specHash(specOf(state))}"`;
 
@@ -71,15 +74,36 @@ function refuse(problems: Problem[]) {
 const fleetChannels = async (db: Db, fleet: string) =>
   (await db.select({ agent: agentChannels.agent }).from(agentChannels).where(and(eq(agentChannels.fleetId, fleet)))).map((r) => r.agent);
 
-/** A spec its schema refused: its schema's problems and its references', all in one answer. */
-export async function refuseInvalidSpec(env: Env, fleet: string, raw: unknown, prune: boolean, error: ZodError): Promise<never> {
+const loopback = (env: Env) => env.ALLOW_LOOPBACK_HTTP === "1";
+
+/**
+ * A spec its schema refused: its schema's problems and its references', all in one answer.
+ * `errors`: the spec's own (paths in the document) and those of the secrets sent with it.
+ */
+export async function refuseInvalidSpec(env: Env, fleet: string, raw: unknown, prune: boolean, errors: ZodError[]): Promise<never> {
   const known = prune ? [] : await fleetChannels(getDb(env.DB), fleet);
-  refuse([...schemaProblems(error), ...referenceProblems(raw, fleet, known)]);
+  refuse([...errors.flatMap(schemaProblems), ...referenceProblems(raw, fleet, known), ...webhookUrlProblems(raw, loopback(env))]);
   throw new Error("unreachable: a schema failure has problems");
 }
 
-const referencesOf = (state: FleetState, spec: FleetSpec, prune: boolean) =>
-  referenceProblems(spec, state.row.id, prune ? [] : Object.keys(state.channels));
+/** A spec and the secrets sent with it (by environment variable name). */
+export interface SpecInput {
+  spec: FleetSpec;
+  secrets: Record<string, string>;
+}
+
+/** The SHA-256 of each secret sent for the spec's webhooks, by webhook name. */
+async function sentDigests(input: SpecInput) {
+  const sent = sentSecrets(input.spec.webhooks ?? {}, input.secrets);
+  const digests: Record<string, string> = {};
+  for (const [name, secret] of Object.entries(sent)) digests[name] = await sha256Hex(secret);
+  return { sent, digests };
+}
+
+const referencesOf = (env: Env, state: FleetState, spec: FleetSpec, prune: boolean) => [
+  ...referenceProblems(spec, state.row.id, prune ? [] : Object.keys(state.channels)),
+  ...webhookUrlProblems(spec, loopback(env)),
+];
 
 function diffOf(state: FleetState, plan: SpecPlan, prune: boolean, etag: string | null, exists = true) {
   return {
@@ -97,11 +121,12 @@ function diffOf(state: FleetState, plan: SpecPlan, prune: boolean, etag: string 
 const scopeOf = (plan: SpecPlan) => (plan.replan.fleet ? "fleet" : plan.replan.roles.length ? "roles" : "none") as "fleet" | "roles" | "none";
 
 /** POST …/spec:diff: what the spec would change, and whom the planner would re-plan; changes nothing. */
-export async function diffFleetSpec(env: Env, fleet: string, spec: FleetSpec, prune: boolean) {
+export async function diffFleetSpec(env: Env, fleet: string, input: SpecInput, prune: boolean) {
   const db = getDb(env.DB);
   const { state, exists } = await stateOrNew(env, db, fleet);
-  refuse(referencesOf(state, spec, prune));
-  const plan = planSpec(state, spec, prune);
+  const { spec } = input;
+  refuse(referencesOf(env, state, spec, prune));
+  const plan = planSpec(state, spec, prune, (await sentDigests(input)).digests);
   const replan = await serversToReplan(db, fleet, plan.replan);
   const etag = exists ? await etagOf(state) : null;
   return { ...diffOf(state, plan, prune, etag, exists), replan: { scope: scopeOf(plan), roles: plan.replan.roles, ...replan } };
@@ -135,11 +160,28 @@ function checkPreconditions(etag: string | null, opts: { ifMatch?: string; ifNon
 type ApplyOpts = { prune: boolean; ifMatch?: string; ifNoneMatch?: string };
 
 /**
+ * The apply's plan of a spec on `state`, refused with every problem (references, URLs, new
+ * webhooks without a secret). The secrets it sets are staged in the coordinator, which keeps
+ * them, before the D1 batch commits (src/webhooks/spec.ts): its task carries only the stage's id.
+ */
+async function decideApply(env: Env, state: FleetState, input: SpecInput, prune: boolean) {
+  const { sent, digests } = await sentDigests(input);
+  const plan = planSpec(state, input.spec, prune, digests);
+  refuse([...referencesOf(env, state, input.spec, prune), ...missingSecrets(plan.items, input.spec.webhooks ?? {}, sent)]);
+  const hooks = plan.webhooks;
+  if (hooks?.needSecret.length) {
+    const stage = await coordinatorOf(env, state.row.id).stageWebhookSecrets(Object.fromEntries(hooks.needSecret.map((n) => [n, sent[n]])));
+    for (const name of hooks.needSecret) hooks.webhooks[name] = { ...hooks.webhooks[name], secret_stage: stage };
+  }
+  return plan;
+}
+
+/**
  * A spec that creates its fleet: the fleet's row, its creation's audit row and the whole spec's
  * statements in one batch, with the first bump of its intent revision. null: the fleet was created
  * meanwhile (by POST /v1/fleets or another apply), and the apply is decided again as an update.
  */
-async function createFromSpec(env: Env, actor: string, fleet: string, spec: FleetSpec, spec_hash: string, opts: ApplyOpts) {
+async function createFromSpec(env: Env, actor: string, fleet: string, input: SpecInput, spec_hash: string, opts: ApplyOpts) {
   const db = getDb(env.DB);
   if (await removalPending(db, fleet)) {
     throw new DomainError("fleet_removal_pending", `fleet '${fleet}' was deleted and is still being cleaned up; retry shortly`);
@@ -147,8 +189,7 @@ async function createFromSpec(env: Env, actor: string, fleet: string, spec: Flee
   const { state, exists } = await stateOrNew(env, db, fleet);
   if (exists) return null;
   checkPreconditions(null, opts);
-  refuse(referencesOf(state, spec, opts.prune));
-  const plan = planSpec(state, spec, opts.prune);
+  const plan = await decideApply(env, state, input, opts.prune);
   const { fleetlockKeyHash: _k, ...row } = state.row;
   try {
     await db.batch([
@@ -168,25 +209,25 @@ async function createFromSpec(env: Env, actor: string, fleet: string, spec: Flee
  * PUT …/spec: the apply. Refused whole (nothing written) for any problem of the spec, or 412 when
  * the fleet is no longer what `If-Match` names; a spec equal to the fleet writes nothing.
  */
-export async function applyFleetSpec(env: Env, ctx: Background, actor: string, fleet: string, spec: FleetSpec, opts: ApplyOpts) {
+export async function applyFleetSpec(env: Env, ctx: Background, actor: string, fleet: string, input: SpecInput, opts: ApplyOpts) {
   const db = getDb(env.DB);
-  const spec_hash = await specHash(spec);
-  const created = await createFromSpec(env, actor, fleet, spec, spec_hash, opts);
+  // The document's hash: the secrets sent beside it are no part of it (nor of the audit entry).
+  const spec_hash = await specHash(input.spec);
+  const created = await createFromSpec(env, actor, fleet, input, spec_hash, opts);
   const { state, plan, etag } =
     created ??
     (await changeIntent(db, fleet, async ({ rev }) => {
       const state = await stateOf(env, db, fleet);
       const etag = await etagOf(state);
       checkPreconditions(etag, opts);
-      refuse(referencesOf(state, spec, opts.prune));
-      const plan = planSpec(state, spec, opts.prune);
+      const plan = await decideApply(env, state, input, opts.prune);
       const result = { state, plan, etag };
       if (!writes(plan)) return { statements: [], result };
       return { statements: applyStatements(db, actor, fleet, rev + 1, plan, { spec_hash, prune: opts.prune }), result };
     }));
   const changed = created !== null || writes(plan);
-  let pending = state.pending !== null;
-  if (writes(plan) && (plan.groups || plan.lockSettings)) pending = (await runFleetTasks(env, { fleet })).failed > 0;
+  let pending = state.pending !== null || state.webhooks.pending !== null;
+  if (writes(plan) && (plan.groups || plan.lockSettings || plan.webhooks)) pending = (await runFleetTasks(env, { fleet })).failed > 0;
   const planning = changed && scopeOf(plan) !== "none" ? await planAfterChange(env, ctx, fleet) : null;
   const after = changed ? await etagOf(await stateOf(env, db, fleet)) : etag!;
   return {
