@@ -2,7 +2,9 @@
  * Webhooks in a fleet spec (issue 19): declared by name, their secrets only referenced
  * (`secret_ref: {env}`), the values sent beside the document and kept only by the coordinator.
  */
-import { runInDurableObject } from "cloudflare:test";
+import { createScheduledController, env, runInDurableObject } from "cloudflare:test";
+import { runScheduled } from "../src/scheduled";
+import { applyFleetSpec } from "../src/specs/service";
 import { describe, expect, it } from "vitest";
 import type { Fetcher } from "../src/webhooks/dispatch";
 import { verify } from "../src/webhooks/signing";
@@ -101,6 +103,36 @@ describe("webhooks in a fleet spec", () => {
     expect((await getSpec(fleet)).spec.webhooks).toEqual({});
   });
 
+  it("converge through the fleet task when the coordinator cannot take them after D1 committed, the secret staged first", async () => {
+    const { fleet } = await fleetWithIntent();
+    const spec = clone((await getSpec(fleet)).spec);
+    spec.webhooks = { alerts: ALERTS };
+    const unreachable = {
+      ...env,
+      REBOOT: new Proxy(env.REBOOT, {
+        get(target, prop) {
+          if (prop !== "get") return Reflect.get(target, prop);
+          return (id: DurableObjectId) =>
+            new Proxy(target.get(id), {
+              get: (s, p) => (p === "applyWebhookSpec" ? () => Promise.reject(new Error("simulated: coordinator unreachable")) : Reflect.get(s, p)),
+            });
+        },
+      }),
+    } as typeof env;
+    const out = await applyFleetSpec(unreachable, { waitUntil() {} }, "test", fleet, { spec, secrets: { ALERTS_SECRET: SECRET } }, { prune: false });
+    expect(out).toMatchObject({ changed: true, coordinator: { pending: true } });
+    // Shown as applied meanwhile; the secret is nowhere in D1 (the task names its stage).
+    expect((await getSpec(fleet)).spec.webhooks).toEqual({ alerts: { ...ALERTS, events: ["reboot.granted", "reboot.stuck"] } });
+    const tasks = await env.DB.prepare("SELECT payload FROM fleet_tasks WHERE fleet_id = ?").bind(fleet).all();
+    expect(JSON.stringify(tasks.results)).toContain("secret_stage");
+    expect(JSON.stringify(tasks.results)).not.toContain(SECRET);
+    expect(await hooksOf(fleet)).toEqual([]);
+    await runScheduled(createScheduledController({ scheduledTime: Date.now() }), env);
+    const [hook] = await hooksOf(fleet);
+    expect(hook).toMatchObject({ name: "alerts" });
+    expect(await signedWith(fleet, hook.id, SECRET)).toBe(true);
+  });
+
   it("names a webhook added through the API by its id, so its export applies as a no-op", async () => {
     const { fleet } = await fleetWithIntent();
     const created = await call("POST", `/v1/fleets/${fleet}/webhooks`, { body: { url: "https://hooks.example.com/b", events: ["server.failed"] } });
@@ -127,6 +159,14 @@ describe("webhooks in a fleet spec", () => {
     expect(problems.map((p) => p.path).sort()).toEqual(["roles.edge.agents.2.name", "webhooks.odd.events.1", "webhooks.plain.url"]);
     expect(problems.find((p) => p.path === "webhooks.plain.url")!.message).toMatch(/https/);
     expect(problems.find((p) => p.path === "webhooks.odd.events.1")!.message).toMatch(/'reboot.exploded' is not an event/);
+    // A schema-valid spec: its plain-HTTP URL alone is still refused, by diff and apply alike.
+    const onlyHttp = clone(spec);
+    onlyHttp.webhooks = { plain: bad.webhooks.plain };
+    for (const method of ["POST", "PUT"] as const) {
+      const r = await send(method, fleet, onlyHttp, { S: SECRET });
+      expect(r.status).toBe(422);
+      expect(r.json.error.details.problems).toEqual([{ path: "webhooks.plain.url", message: expect.stringMatching(/must be https/) }]);
+    }
     // Once the schema holds, a new webhook without a secret is refused too (the diff only notes it).
     const noSecret = clone(spec);
     noSecret.webhooks = { nosecret: bad.webhooks.nosecret, named: { ...ALERTS } };
