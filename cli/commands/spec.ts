@@ -92,11 +92,31 @@ async function call<T>(ctx: Ctx, method: string, path: string, opts: { body?: un
 const specPath = (fleet: string) => `/v1/fleets/${encodeURIComponent(fleet)}/spec`;
 const prunePart = (prune?: boolean) => (prune ? "?prune=true" : "");
 
-const diffOf = (ctx: Ctx, s: SpecFile, prune?: boolean) =>
-  call<Diff>(ctx, "POST", `${specPath(s.fleet)}:diff${prunePart(prune)}`, { body: s.spec });
-
 const compact = (v: unknown) => (v === null || v === undefined ? "" : JSON.stringify(v));
 const isMap = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v);
+
+/**
+ * The request body for a spec: the document as it is, and beside it the values of the environment
+ * variables its webhooks' `secret_ref`s name (the document in git never holds a secret). `unset`:
+ * variables not set here — such a webhook keeps its secret, and a new one is refused.
+ */
+function bodyOf(ctx: Ctx, s: SpecFile) {
+  const hooks = (s.spec as { webhooks?: unknown }).webhooks;
+  const secrets: Record<string, string> = {};
+  const unset: string[] = [];
+  for (const hook of isMap(hooks) ? Object.values(hooks) : []) {
+    const env = isMap(hook) && isMap(hook.secret_ref) ? hook.secret_ref.env : undefined;
+    if (typeof env !== "string") continue;
+    const value = ctx.io.env[env];
+    if (value) secrets[env] = value;
+    else unset.push(env);
+  }
+  return { body: Object.keys(secrets).length ? { spec: s.spec, secrets } : s.spec, unset: [...new Set(unset)].sort() };
+}
+
+const diffOf = (ctx: Ctx, s: SpecFile, prune?: boolean) =>
+  call<Diff>(ctx, "POST", `${specPath(s.fleet)}:diff${prunePart(prune)}`, { body: bodyOf(ctx, s).body });
+
 
 /** A changed item as its changed fields (a reboot group's slots, say), or whole when it is not an object. */
 function fieldChanges(path: string, before: unknown, after: unknown): [string, unknown, unknown][] {
@@ -177,11 +197,13 @@ async function runApply(ctx: Ctx, o: { file: string; prune?: boolean }) {
       // The state the diff saw: that ETag, or (a fleet to create) no fleet at all — one created
       // meanwhile is refused (412), not overwritten unseen.
       const precondition: Record<string, string> = d.etag ? { "If-Match": d.etag } : { "If-None-Match": "*" };
+      const { body, unset } = bodyOf(ctx, s);
+      for (const env of unset) ctx.io.stderr(`note: ${s.source}: $${env} is not set: its webhooks keep their secret (a new one is refused)\n`);
       const applied = await call<Diff & { created: boolean; changed: boolean; planning: { servers: number; issued: number; remaining: boolean } | null; coordinator: { pending: boolean } }>(
         ctx,
         "PUT",
         `${specPath(s.fleet)}${prunePart(o.prune)}`,
-        { body: s.spec, headers: precondition },
+        { body, headers: precondition },
       );
       results.push({ ...applied, source: s.source });
       if (!ctx.globals.json) {
