@@ -213,18 +213,28 @@ export async function applyFleetSpec(env: Env, ctx: Background, actor: string, f
   const db = getDb(env.DB);
   // The document's hash: the secrets sent beside it are no part of it (nor of the audit entry).
   const spec_hash = await specHash(input.spec);
-  const created = await createFromSpec(env, actor, fleet, input, spec_hash, opts);
-  const { state, plan, etag } =
-    created ??
-    (await changeIntent(db, fleet, async ({ rev }) => {
+  const update = () =>
+    changeIntent(db, fleet, async ({ rev }) => {
       const state = await stateOf(env, db, fleet);
-      const etag = await etagOf(state);
+      const etag: string | null = await etagOf(state);
       checkPreconditions(etag, opts);
       const plan = await decideApply(env, state, input, opts.prune);
       const result = { state, plan, etag };
       if (!writes(plan)) return { statements: [], result };
       return { statements: applyStatements(db, actor, fleet, rev + 1, plan, { spec_hash, prune: opts.prune }), result };
-    }));
+    });
+  // An existing fleet (the common case) is read once; only a missing one takes the creation path,
+  // and one created meanwhile by someone else is then updated (or refused by its preconditions).
+  let created: Awaited<ReturnType<typeof createFromSpec>> = null;
+  let outcome;
+  try {
+    outcome = await update();
+  } catch (err) {
+    if (!(err instanceof DomainError && err.code === "not_found")) throw err;
+    created = await createFromSpec(env, actor, fleet, input, spec_hash, opts);
+    outcome = created ?? (await update());
+  }
+  const { state, plan, etag } = outcome;
   const changed = created !== null || writes(plan);
   let pending = state.pending !== null || state.webhooks.pending !== null;
   if (writes(plan) && (plan.groups || plan.lockSettings || plan.webhooks)) pending = (await runFleetTasks(env, { fleet })).failed > 0;
