@@ -160,7 +160,7 @@ describe("hm export, diff and apply against a running server", () => {
     const applied = await hm(["--yes", "apply", "-f", file], { env: { PAGER_SECRET: first } });
     expect(applied.code, applied.stderr).toBe(0);
     expect(applied.stdout).toContain("+ webhooks.pager");
-    const hooks = await (await fetch(`${url}/v1/fleets/${fleet}/webhooks`, { headers: { Authorization: `Bearer ${admin}` } })).json();
+    const hooks = (await (await fetch(`${url}/v1/fleets/${fleet}/webhooks`, { headers: { Authorization: `Bearer ${admin}` } })).json()) as { items: unknown[] };
     expect(hooks.items).toEqual([expect.objectContaining({ name: "pager", url: "https://hooks.example.com/pager" })]);
     // Up to date with the same secret, or with none sent (it is kept); a new value is a change.
     expect((await hm(["diff", "-f", file], { env: { PAGER_SECRET: first } })).code).toBe(0);
