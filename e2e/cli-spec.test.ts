@@ -12,7 +12,7 @@ const admin = inject("hmAdmin");
 const api = new Api(url, admin);
 const home = mkdtempSync(join(tmpdir(), "hm-spec-"));
 
-async function hm(args: string[], opts: { stdin?: string } = {}) {
+async function hm(args: string[], opts: { stdin?: string; env?: Record<string, string> } = {}) {
   let stdout = "";
   let stderr = "";
   const code = await main(args, {
@@ -20,7 +20,7 @@ async function hm(args: string[], opts: { stdin?: string } = {}) {
     stderr: (s) => void (stderr += s),
     stdin: Readable.from(opts.stdin === undefined ? [] : [opts.stdin]),
     interactive: false,
-    env: { HM_CONFIG: join(home, "none.json"), HM_URL: url, HM_TOKEN: admin },
+    env: { HM_CONFIG: join(home, "none.json"), HM_URL: url, HM_TOKEN: admin, ...opts.env },
     cwd: home,
   });
   return { code, stdout, stderr };
@@ -127,5 +127,54 @@ describe("hm export, diff and apply against a running server", () => {
     expect(bad.stderr).toMatch(/reboot_groups\.default\.slots: /);
     expect(bad.stderr).toMatch(/roles\.edge\.agents\.1\.name: agent 'ghost' has no channel/);
     expect((await api.getGroup(b.fleet, "default")).slots).toBe(1);
+  });
+
+  it("creates a fleet that does not exist from a spec: another fleet's export, renamed, applies as a new fleet that exports the same", async () => {
+    const { fleet: source } = await fleetByHand();
+    const target = `${source}-copy`;
+    const spec = JSON.parse((await hm(["--json", "export", source])).stdout);
+    const file = join(home, `${target}.yaml`);
+    writeFileSync(file, stringify({ ...spec, fleet: target }));
+    const d = await hm(["diff", "-f", file]);
+    expect(d.code).toBe(3);
+    expect(d.stdout).toContain(`+ fleet ${target}`);
+    expect(d.stdout).toContain("new fleet, created by apply");
+    const applied = await hm(["--yes", "apply", "-f", file]);
+    expect(applied.code, applied.stderr).toBe(0);
+    expect(applied.stdout).toContain(`created fleet ${target}`);
+    expect((await hm(["diff", "-f", file])).code).toBe(0);
+    expect(JSON.parse((await hm(["--json", "export", target])).stdout)).toEqual({ ...spec, fleet: target });
+  });
+
+  it("applies webhooks whose secret comes from the environment: never in the spec or the audit, kept when not set, rotated when changed", async () => {
+    const { fleet } = await fleetByHand();
+    const file = join(home, `${fleet}-hooks.yaml`);
+    const spec = JSON.parse((await hm(["--json", "export", fleet])).stdout);
+    spec.webhooks = { pager: { url: "https://hooks.example.com/pager", events: ["reboot.stuck"], secret_ref: { env: "PAGER_SECRET" } } };
+    writeFileSync(file, stringify(spec));
+    const first = "e2e-secret-0123456789abcdef";
+    // Not set: a new webhook is refused, nothing applied.
+    const refused = await hm(["--yes", "apply", "-f", file]);
+    expect(refused.code).toBe(1);
+    expect(refused.stderr).toMatch(/webhooks\.pager\.secret_ref: .*PAGER_SECRET was not sent/);
+    const applied = await hm(["--yes", "apply", "-f", file], { env: { PAGER_SECRET: first } });
+    expect(applied.code, applied.stderr).toBe(0);
+    expect(applied.stdout).toContain("+ webhooks.pager");
+    const hooks = (await (await fetch(`${url}/v1/fleets/${fleet}/webhooks`, { headers: { Authorization: `Bearer ${admin}` } })).json()) as { items: unknown[] };
+    expect(hooks.items).toEqual([expect.objectContaining({ name: "pager", url: "https://hooks.example.com/pager" })]);
+    // Up to date with the same secret, or with none sent (it is kept); a new value is a change.
+    expect((await hm(["diff", "-f", file], { env: { PAGER_SECRET: first } })).code).toBe(0);
+    expect((await hm(["diff", "-f", file])).code).toBe(0);
+    const rotated = await hm(["diff", "-f", file], { env: { PAGER_SECRET: "e2e-rotated-0123456789abcdef" } });
+    expect(rotated.code).toBe(3);
+    expect(rotated.stdout).toContain('~ webhooks.pager.secret: "(kept)" → "(new, from $PAGER_SECRET)"');
+    expect((await hm(["--yes", "apply", "-f", file], { env: { PAGER_SECRET: "e2e-rotated-0123456789abcdef" } })).code).toBe(0);
+    const exported = (await hm(["export", fleet])).stdout;
+    expect(parse(exported).webhooks.pager.secret_ref).toEqual({ env: "PAGER_SECRET" });
+    const audit = await (await fetch(`${url}/v1/audit?target=fleet:${fleet}&limit=100`, { headers: { Authorization: `Bearer ${admin}` } })).text();
+    for (const text of [exported, audit, readFileSync(file, "utf8")]) {
+      expect(text).not.toContain(first);
+      expect(text).not.toContain("e2e-rotated");
+    }
   });
 });

@@ -53,7 +53,8 @@ describe("event-driven planning", () => {
     expect(await agentsOf(compute.id)).toEqual(["base=base:1", "logs=logs:1"]);
     expect(await desiredOf(edge.id)).toMatchObject({ generation: 1 });
     const audit = await call("GET", `/v1/audit?target=server:${compute.id}`);
-    expect(audit.json.items.some((a: any) => a.action === "server.plan")).toBe(true);
+    // Audited by the role change itself (one row per re-planned server, in its batch).
+    expect(audit.json.items.find((a: any) => a.action === "server.replan")).toMatchObject({ details: { cause: "role.update" } });
     // Deleting the role empties its servers' plan.
     await call("DELETE", `/v1/fleets/${f.id}/roles/compute`);
     expect(await desiredOf(compute.id)).toMatchObject({ generation: 3, agents: [] });
@@ -73,8 +74,9 @@ describe("event-driven planning", () => {
     await call("PATCH", `/v1/fleets/${f.id}`, { body: { capabilities: { gpu: true } } });
     expect(await desiredOf(s.id)).toMatchObject({ generation: 1 });
     const after = await d1Statements();
-    // fleet row + intent rev + marks + audit in one batch, mark deletion; no projection of the server.
-    expect(after.writes - before.writes).toBeLessThanOrEqual(5);
+    // fleet row + intent rev + marks + the marked servers' audit rows + the change's audit row in one
+    // batch, mark deletion; no projection of the server.
+    expect(after.writes - before.writes).toBeLessThanOrEqual(6);
   });
 
   it("a capability change re-plans every server of the fleet", async () => {

@@ -23,6 +23,7 @@ describe("GET /v1/fleets/{fleet}/spec", () => {
         default: groupConfig({ slots: 2, windows: [], queue_wait_s: 0 }),
         night: groupConfig({ slots: 1, windows: [WINDOW] as never, queue_wait_s: 60 }),
       },
+      webhooks: {},
     });
     expect(etag).toMatch(/^"[0-9a-f]{32}"$/);
     expect((await getSpec(fleet)).etag).toBe(etag);

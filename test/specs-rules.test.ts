@@ -96,7 +96,7 @@ describe("reboot groups, owned by the coordinator", () => {
     next.reboot_groups.default.slots = 6;
     // Written out in full (a field left out reads back as a new group's), so the spec reads back as sent.
     next.reboot_groups.day = groupConfig({ slots: 3, windows: [WINDOW] as never, queue_wait_s: 30 });
-    const out = await applyFleetSpec(envWithoutGroupPushes(), { waitUntil() {} }, "test", fleet, next, { prune: false });
+    const out = await applyFleetSpec(envWithoutGroupPushes(), { waitUntil() {} }, "test", fleet, { spec: next, secrets: {} }, { prune: false });
     expect(out).toMatchObject({ changed: true, coordinator: { pending: true } });
     // The coordinator still has the old groups; the spec reads as applied already.
     expect((await call("GET", `/v1/fleets/${fleet}/reboot-groups/default`)).json.slots).toBe(2);
@@ -117,11 +117,11 @@ describe("reboot groups, owned by the coordinator", () => {
     const broken = envWithoutGroupPushes();
     const first = clone((await getSpec(fleet)).spec);
     first.reboot_groups.day = { slots: 3 };
-    await applyFleetSpec(broken, { waitUntil() {} }, "test", fleet, first, { prune: false });
+    await applyFleetSpec(broken, { waitUntil() {} }, "test", fleet, { spec: first, secrets: {} }, { prune: false });
     const second = clone(first);
     delete second.reboot_groups.day;
     second.reboot_groups.default.slots = 4;
-    await applyFleetSpec(broken, { waitUntil() {} }, "test", fleet, second, { prune: false });
+    await applyFleetSpec(broken, { waitUntil() {} }, "test", fleet, { spec: second, secrets: {} }, { prune: false });
     await runScheduled(createScheduledController({ scheduledTime: Date.now() }), env);
     const groups = (await getSpec(fleet)).spec.reboot_groups;
     expect(groups.day.slots).toBe(3);

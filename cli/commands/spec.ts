@@ -32,8 +32,10 @@ interface DiffItem {
 
 interface Diff {
   fleet: string;
+  /** false: the fleet does not exist yet; applying the spec creates it. */
+  exists: boolean;
   equal: boolean;
-  etag: string;
+  etag: string | null;
   summary: Record<DiffItem["op"], number>;
   items: DiffItem[];
   replan: { scope: "none" | "roles" | "fleet"; roles: string[]; servers: number };
@@ -90,11 +92,31 @@ async function call<T>(ctx: Ctx, method: string, path: string, opts: { body?: un
 const specPath = (fleet: string) => `/v1/fleets/${encodeURIComponent(fleet)}/spec`;
 const prunePart = (prune?: boolean) => (prune ? "?prune=true" : "");
 
-const diffOf = (ctx: Ctx, s: SpecFile, prune?: boolean) =>
-  call<Diff>(ctx, "POST", `${specPath(s.fleet)}:diff${prunePart(prune)}`, { body: s.spec });
-
 const compact = (v: unknown) => (v === null || v === undefined ? "" : JSON.stringify(v));
 const isMap = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v);
+
+/**
+ * The request body for a spec: the document as it is, and beside it the values of the environment
+ * variables its webhooks' `secret_ref`s name (the document in git never holds a secret). `unset`:
+ * variables not set here — such a webhook keeps its secret, and a new one is refused.
+ */
+function bodyOf(ctx: Ctx, s: SpecFile) {
+  const hooks = (s.spec as { webhooks?: unknown }).webhooks;
+  const secrets: Record<string, string> = {};
+  const unset: string[] = [];
+  for (const hook of isMap(hooks) ? Object.values(hooks) : []) {
+    const env = isMap(hook) && isMap(hook.secret_ref) ? hook.secret_ref.env : undefined;
+    if (typeof env !== "string") continue;
+    const value = ctx.io.env[env];
+    if (value) secrets[env] = value;
+    else unset.push(env);
+  }
+  return { body: Object.keys(secrets).length ? { spec: s.spec, secrets } : s.spec, unset: [...new Set(unset)].sort() };
+}
+
+const diffOf = (ctx: Ctx, s: SpecFile, prune?: boolean) =>
+  call<Diff>(ctx, "POST", `${specPath(s.fleet)}:diff${prunePart(prune)}`, { body: bodyOf(ctx, s).body });
+
 
 /** A changed item as its changed fields (a reboot group's slots, say), or whole when it is not an object. */
 function fieldChanges(path: string, before: unknown, after: unknown): [string, unknown, unknown][] {
@@ -109,7 +131,8 @@ function printDiff(out: Output, s: SpecFile, d: Diff) {
   const c = out.c;
   if (d.equal) return out.line(`${c.bold(`fleet ${d.fleet}`)} (${s.source}): ${c.green("up to date")}`);
   const counts = (["add", "change", "remove", "unlisted"] as const).filter((k) => d.summary[k]).map((k) => `${d.summary[k]} ${k}`);
-  out.line(`${c.bold(`fleet ${d.fleet}`)} (${s.source}): ${counts.join(", ")}`);
+  const created = d.exists ? "" : c.green(`new fleet, created by apply${counts.length ? "; " : ""}`);
+  out.line(`${c.bold(`${d.exists ? "" : "+ "}fleet ${d.fleet}`)} (${s.source}): ${created}${counts.join(", ")}`);
   const style = { add: ["+", c.green], remove: ["-", c.red], change: ["~", c.yellow], unlisted: ["?", c.dim] } as const;
   for (const i of d.items) {
     const [sign, paint] = style[i.op];
@@ -166,22 +189,27 @@ async function runApply(ctx: Ctx, o: { file: string; prune?: boolean }) {
     try {
       const d = await diffOf(ctx, s, o.prune);
       if (!ctx.globals.json) printDiff(out, s, d);
-      if (d.summary.add + d.summary.change + d.summary.remove === 0) {
+      if (d.exists && d.summary.add + d.summary.change + d.summary.remove === 0) {
         results.push({ ...d, source: s.source, changed: false });
         continue;
       }
-      await ctx.confirm(`apply this to fleet ${s.fleet}?`);
-      const applied = await call<Diff & { changed: boolean; planning: { servers: number; issued: number; remaining: boolean } | null; coordinator: { pending: boolean } }>(
+      await ctx.confirm(d.exists ? `apply this to fleet ${s.fleet}?` : `create fleet ${s.fleet} from this spec?`);
+      // The state the diff saw: that ETag, or (a fleet to create) no fleet at all — one created
+      // meanwhile is refused (412), not overwritten unseen.
+      const precondition: Record<string, string> = d.etag ? { "If-Match": d.etag } : { "If-None-Match": "*" };
+      const { body, unset } = bodyOf(ctx, s);
+      for (const env of unset) ctx.io.stderr(`note: ${s.source}: $${env} is not set: its webhooks keep their secret (a new one is refused)\n`);
+      const applied = await call<Diff & { created: boolean; changed: boolean; planning: { servers: number; issued: number; remaining: boolean } | null; coordinator: { pending: boolean } }>(
         ctx,
         "PUT",
         `${specPath(s.fleet)}${prunePart(o.prune)}`,
-        { body: s.spec, headers: { "If-Match": d.etag } },
+        { body, headers: precondition },
       );
       results.push({ ...applied, source: s.source });
       if (!ctx.globals.json) {
         const p = applied.planning;
         out.line(
-          `  applied${p ? `; planner: ${p.issued} of ${p.servers} server(s) given a new generation${p.remaining ? " (more in the background)" : ""}` : ""}` +
+          `  ${applied.created ? `created fleet ${s.fleet}` : "applied"}${p ? `; planner: ${p.issued} of ${p.servers} server(s) given a new generation${p.remaining ? " (more in the background)" : ""}` : ""}` +
             `${applied.coordinator.pending ? "; reboot groups on their way to the coordinator" : ""}`,
         );
       }

@@ -19,6 +19,7 @@ import * as specGroups from "./spec-groups";
 import type { GroupChange, Holder } from "./semaphore";
 import type { FleetSettings, ServerIdentity } from "./store";
 import * as hooks from "../webhooks/manage";
+import * as hookSpec from "../webhooks/spec";
 import type { GroupView } from "./views";
 
 // Kept where callers have always found them.
@@ -180,6 +181,20 @@ export class RebootCoordinator extends DurableObject<Env> {
     const r = hooks.deleteWebhook(this.c.webhookStore, id);
     if (r.ok) await this.audited(actor, "webhook.delete", { id, url: r.webhook.url });
     return r;
+  }
+
+  /** A fleet spec's webhooks (issue 19): their declared fields and secrets' digests; stage an apply's secrets; apply its task. */
+  async webhookSpecState() {
+    return hookSpec.webhookSpecState(this.c.webhookStore);
+  }
+
+  async stageWebhookSecrets(secrets: Record<string, string>): Promise<string> {
+    return hookSpec.stageSecrets(this.c.webhookStore, secrets, this.c.clock());
+  }
+
+  async applyWebhookSpec(settings: FleetSettings, spec: hookSpec.WebhooksSpec): Promise<hookSpec.WebhooksSpecOutcome> {
+    this.c.store.syncSettings(settings);
+    return hookSpec.applyWebhookSpec(this.c.webhookStore, spec, this.c.clock());
   }
 
   async webhookDeliveries(id: string, limit: number) {

@@ -1,6 +1,6 @@
 /**
  * The coordinator work that follows fleet changes (issue 8). The fleet's coordinator copies its
- * lock settings and holds its groups and FleetLock key (a fleet spec's groups reach it as `apply_groups`); D1 changes first, and a `fleet_tasks` row
+ * lock settings and holds its groups and FleetLock key (a fleet spec's groups reach it as `apply_groups`, its webhooks as `apply_webhooks`); D1 changes first, and a `fleet_tasks` row
  * in the same batch (`fleetTask`, ./store.ts) says what the coordinator still has to be told. The
  * task is tried at once and retried by the cron until done, so an unreachable coordinator delays
  * the change but never loses it.
@@ -13,6 +13,7 @@ import type { Env } from "../env";
 import { getFleet, fleetSettings } from "./store";
 import { coordinatorOf } from "../objects/stubs";
 import type { GroupsSpec } from "../fleetlock/spec-groups";
+import type { WebhooksSpec } from "../webhooks/spec";
 
 async function runTask(env: Env, db: Db, task: typeof fleetTasks.$inferSelect) {
   const coordinator = coordinatorOf(env, task.fleetId);
@@ -24,6 +25,7 @@ async function runTask(env: Env, db: Db, task: typeof fleetTasks.$inferSelect) {
   const row = await getFleet(db, task.fleetId);
   if (!row) return;
   if (task.kind === "apply_groups") await coordinator.applyGroupSpec(fleetSettings(row), task.payload as GroupsSpec);
+  else if (task.kind === "apply_webhooks") await coordinator.applyWebhookSpec(fleetSettings(row), task.payload as WebhooksSpec);
   else await coordinator.updateSettings(fleetSettings(row));
 }
 

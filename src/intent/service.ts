@@ -123,7 +123,7 @@ function changeRole(db: Db, actor: string, fleet: string, role: string, input: R
       statements: [
         roleWrite(db, actor, fleet, role, agents, now),
         // The servers with this role are re-planned (a new role's agents get their channel's image).
-        markServersWithRole(db, fleet, role, rev + 1, now),
+        ...markServersWithRole(db, fleet, role, rev + 1, now, { actor, action: current ? "role.update" : "role.create" }),
         auditInsert(db, {
           actor,
           action: current ? "role.update" : "role.create",
@@ -144,7 +144,7 @@ export async function deleteRole(env: Env, ctx: Ctx, actor: string, fleet: strin
     return {
       result: undefined,
       statements: [
-        markServersWithRole(db, fleet, role, rev + 1, Date.now()),
+        ...markServersWithRole(db, fleet, role, rev + 1, Date.now(), { actor, action: "role.delete" }),
         roleDelete(db, fleet, role),
         auditInsert(db, { actor, action: "role.delete", target: `fleet:${fleet}`, details: { role, agents: current.agents } }),
       ],
@@ -201,7 +201,7 @@ export function patchFleet(db: Db, actor: string, fleet: string, patch: FleetPat
         // The coordinator copies the lock settings; told at once after the commit, retried by the cron.
         ...(changed.settings ? [fleetTask(db, fleet, "push_settings", rev + 1)] : []),
         // Capabilities change plans; stale_after is copied by every ledger (its staleness deadline).
-        ...(changed.capabilities || next.staleAfterS !== row.staleAfterS ? [markFleet(db, fleet, rev + 1, Date.now())] : []),
+        ...(changed.capabilities || next.staleAfterS !== row.staleAfterS ? markFleet(db, fleet, rev + 1, Date.now(), { actor, action: "fleet.patch" }) : []),
       ],
     };
   });

@@ -128,7 +128,7 @@ export class ServerLedger extends DurableObject<Env> {
 
   async applyPlan(
     inputs: FleetPlanInputs,
-    meta: { actor: string; reason: string; release?: boolean; reissue?: boolean; roles?: string[] },
+    meta: Parameters<typeof applyPlan>[2],
   ): Promise<Result<{ outcome: PlanOutcome; view: ServerView }>> {
     const r = applyPlan(this.deps, inputs, meta);
     if (!r.ok) return r;

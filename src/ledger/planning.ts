@@ -18,7 +18,7 @@ export type PlanOutcome = "issued" | "reissued" | "unchanged" | "pinned" | "olde
 export function applyPlan(
   d: LedgerDeps,
   inputs: FleetPlanInputs,
-  meta: { actor: string; reason: string; release?: boolean; reissue?: boolean; roles?: string[] },
+  meta: { actor: string; reason: string; release?: boolean; reissue?: boolean; roles?: string[]; audited?: boolean },
 ): Result<{ outcome: PlanOutcome; wrote: boolean }> {
   const state = d.store.load();
   if (!state) return fail("not_found", "server does not exist");
@@ -50,7 +50,9 @@ export function applyPlan(
     }
     if (step.kind === "issue") {
       d.store.save({ desired: step.next });
-      audit(d.outbox, {
+      // A generation the planner issues for a marked intent change is audited by that change, in
+      // its own batch (src/planner/service.ts markWhere); the desired config keeps the generation.
+      if (!meta.audited) audit(d.outbox, {
         actor: meta.actor,
         action: "server.plan",
         target: `server:${record.id}`,

@@ -9,7 +9,7 @@
 import { and, asc, eq, lte, sql, type SQL } from "drizzle-orm";
 import type { Db } from "../db/client";
 import { getDb } from "../db/client";
-import { planMarks, servers } from "../db/schema";
+import { auditLog, planMarks, servers } from "../db/schema";
 import type { Env } from "../env";
 import { intentRevOf, planInputsOf, type FleetPlanInputs } from "../intent/store";
 import { notFound } from "../domain/errors";
@@ -55,8 +55,22 @@ export async function replanServer(env: Env, actor: string, id: string, opts: { 
 
 const notGone = sql`${servers.state} NOT IN ('removed', 'decommissioning')`;
 
-function markWhere(db: Db, where: SQL, fleet: string, rev: number, now: number) {
-  return db
+/** The intent change that re-plans servers: who made it, and its own audit action. */
+export interface ReplanCause {
+  actor: string;
+  action: string;
+}
+
+/**
+ * A change's re-planning, for its own batch: the marks of the servers it touches, and one audit
+ * row per such server (`server.replan`: the revision and the change that caused it), each one
+ * statement for the whole fleet. The ledgers then issue the planner-driven generations without
+ * an audit row of their own (src/ledger/planning.ts `audited`), so a server re-planned by an
+ * intent change costs D1 only its projection (docs/storage.md "Audit").
+ */
+function markWhere(db: Db, where: SQL, fleet: string, rev: number, now: number, cause: ReplanCause) {
+  const marked = and(eq(servers.fleetId, fleet), notGone, where);
+  const mark = db
     .insert(planMarks)
     .select(
       db
@@ -68,20 +82,36 @@ function markWhere(db: Db, where: SQL, fleet: string, rev: number, now: number) 
           attempts: sql<number>`0`.as("attempts"),
         })
         .from(servers)
-        .where(and(eq(servers.fleetId, fleet), notGone, where)),
+        .where(marked),
     )
     .onConflictDoUpdate({
       target: planMarks.serverId,
       set: { rev: sql`excluded.rev`, markedAt: sql`excluded.marked_at`, attempts: 0 },
     });
+  const audit = db.insert(auditLog).select(
+    db
+      .select({
+        id: sql<number>`NULL`.as("id"),
+        at: sql<number>`${now}`.as("at"),
+        actor: sql<string>`${cause.actor}`.as("actor"),
+        action: sql<string>`'server.replan'`.as("action"),
+        target: sql<string>`'server:' || ${servers.id}`.as("target"),
+        details: sql<string>`json_object('rev', ${rev}, 'cause', ${cause.action}, 'fleet', ${fleet})`.as("details"),
+        eventId: sql<string>`NULL`.as("event_id"),
+      })
+      .from(servers)
+      .where(marked),
+  );
+  return [mark, audit] as const;
 }
 
-/** Marks the fleet's servers that have `role` (a role profile changed). */
-export const markServersWithRole = (db: Db, fleet: string, role: string, rev: number, now: number) =>
-  markWhere(db, sql`EXISTS (SELECT 1 FROM json_each(${servers.roles}) WHERE value = ${role})`, fleet, rev, now);
+/** Marks (and audits, see markWhere) the fleet's servers that have `role` (a role profile changed). */
+export const markServersWithRole = (db: Db, fleet: string, role: string, rev: number, now: number, cause: ReplanCause) =>
+  markWhere(db, sql`EXISTS (SELECT 1 FROM json_each(${servers.roles}) WHERE value = ${role})`, fleet, rev, now, cause);
 
-/** Marks every server of the fleet (capabilities or a setting the ledgers copy changed). */
-export const markFleet = (db: Db, fleet: string, rev: number, now: number) => markWhere(db, sql`1 = 1`, fleet, rev, now);
+/** Marks (and audits) every server of the fleet (capabilities or a setting the ledgers copy changed). */
+export const markFleet = (db: Db, fleet: string, rev: number, now: number, cause: ReplanCause) =>
+  markWhere(db, sql`1 = 1`, fleet, rev, now, cause);
 
 // ---- the planner run ----
 
@@ -141,7 +171,8 @@ async function planFleetMarks(
     while (next < marks.length) {
       const m = marks[next++];
       try {
-        const out = await ledgerOf(env, m.serverId).applyPlan(inputs, { actor: "planner", reason: `intent rev ${inputs.rev}` });
+        // Audited by the change that marked it (markWhere): the ledger writes no audit row of its own.
+        const out = await ledgerOf(env, m.serverId).applyPlan(inputs, { actor: "planner", reason: `intent rev ${inputs.rev}`, audited: true });
         // A ledger that no longer exists or is removed has nothing to plan: its mark is done too.
         if (out.ok && out.outcome === "issued") run.issued++;
         done.push(m.serverId);

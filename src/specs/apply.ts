@@ -1,7 +1,7 @@
 /**
  * A spec's apply as one D1 batch: every row the plan changes (through the writers of fleet intent,
  * src/intent/batch.ts), the plan marks of the servers it re-plans, the coordinator's part as
- * fleet tasks (reboot groups, lock settings), and one audit row — committed together with the
+ * fleet tasks (reboot groups, lock settings, webhooks), and one audit row — committed together with the
  * fleet's intent revision bump (src/intent/service.ts changeIntent), or not at all.
  */
 import { auditInsert } from "../audit/log";
@@ -39,12 +39,18 @@ export function applyStatements(
   for (const c of plan.channels.write) out.push(...channelWrite(db, actor, fleet, c.agent, c.input, c.previous, now));
   for (const agent of plan.channels.remove) out.push(channelDelete(db, fleet, agent));
   // One mark per server however many of its inputs change: the planner runs once for the apply.
-  if (plan.replan.fleet) out.push(markFleet(db, fleet, rev, now));
-  else for (const role of plan.replan.roles) out.push(markServersWithRole(db, fleet, role, rev, now));
+  const cause = { actor, action: "fleet.spec.apply" };
+  if (plan.replan.fleet) out.push(...markFleet(db, fleet, rev, now, cause));
+  else for (const role of plan.replan.roles) out.push(...markServersWithRole(db, fleet, role, rev, now, cause));
   for (const r of plan.roles.write) out.push(roleWrite(db, actor, fleet, r.role, r.agents, now));
   for (const role of plan.roles.remove) out.push(roleDelete(db, fleet, role));
   if (plan.groups) out.push(fleetTask(db, fleet, "apply_groups", rev, { rev, ...plan.groups }));
   if (plan.lockSettings) out.push(fleetTask(db, fleet, "push_settings", rev));
+  // Webhooks too belong to the coordinator; their secrets are staged there, the task names the stage.
+  if (plan.webhooks) {
+    const { needSecret: _n, ...hooks } = plan.webhooks;
+    out.push(fleetTask(db, fleet, "apply_webhooks", rev, { rev, actor, ...hooks }));
+  }
   out.push(
     auditInsert(
       db,

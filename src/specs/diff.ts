@@ -11,6 +11,7 @@ import { byKey, sameValue } from "./canonical";
 import { groupConfig, type GroupConfig } from "./groups";
 import type { DiffItem, DiffOp, FleetSpec, SpecSection, SpecSettings } from "./schemas";
 import type { FleetState } from "./store";
+import { comparable, webhooksTask } from "./webhooks";
 
 export interface SpecPlan {
   items: DiffItem[];
@@ -26,6 +27,8 @@ export interface SpecPlan {
   replan: { fleet: boolean; roles: string[] };
   /** The coordinator's copy of the lock settings changes. */
   lockSettings: boolean;
+  /** Every webhook the coordinator is to hold as declared, those to remove, and those whose secret is to be staged; null: unchanged. */
+  webhooks: ReturnType<typeof webhooksTask> | null;
 }
 
 /** Items of one map section: added, changed, removed (prune) or unlisted. */
@@ -61,7 +64,8 @@ function diffMap<T>(
 
 const changed = (items: DiffItem[]) => items.filter((i) => i.op !== "unlisted");
 
-export function planSpec(state: FleetState, spec: FleetSpec, prune: boolean): SpecPlan {
+/** `sent`: the SHA-256 of each secret sent with the spec, by webhook name. */
+export function planSpec(state: FleetState, spec: FleetSpec, prune: boolean, sent: Record<string, string> = {}): SpecPlan {
   // Settings: only those the spec names.
   const settings: Partial<SpecSettings> = {};
   const settingItems: DiffItem[] = [];
@@ -99,9 +103,17 @@ export function planSpec(state: FleetState, spec: FleetSpec, prune: boolean): Sp
     groups = { groups: byKey(Object.entries(all)), remove: [...new Set([...owed.remove.filter((n) => !Object.hasOwn(all, n)), ...remove])].sort() };
   }
 
+  const hooks = comparable(state.webhooks, spec.webhooks ?? {}, sent);
+  const webhookItems = diffMap("webhooks", hooks.current, hooks.desired, prune, (name, op) =>
+    op === "add" && !Object.hasOwn(sent, name) ? "no secret sent: the apply refuses a new webhook without one (secret_ref)" : undefined,
+  );
+  const webhookChanges = changed(webhookItems);
+  const needSecret = new Set(webhookChanges.filter((i) => i.op === "add" && Object.hasOwn(sent, i.name)).map((i) => i.name));
+  for (const name of hooks.rotate) needSecret.add(name);
+
   const roleChanges = changed(roleItems);
   return {
-    items: [...settingItems, ...capabilityItems, ...channelItems, ...roleItems, ...groupItems],
+    items: [...settingItems, ...capabilityItems, ...channelItems, ...roleItems, ...groupItems, ...webhookItems],
     settings,
     capabilities,
     channels: {
@@ -117,6 +129,7 @@ export function planSpec(state: FleetState, spec: FleetSpec, prune: boolean): Sp
     groups,
     replan: { fleet: capabilities !== null || settings.stale_after_s !== undefined, roles: roleChanges.map((i) => i.name) },
     lockSettings: settings.lock_ttl_s !== undefined || settings.allow_unknown_ids !== undefined || settings.default_group_slots !== undefined,
+    webhooks: webhookChanges.length ? webhooksTask(state.webhooks, spec.webhooks ?? {}, webhookItems, needSecret) : null,
   };
 }
 

@@ -9,7 +9,8 @@ import { bearer, commonErrors, etagHeader, jsonBody, jsonResponse, notFoundError
 import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
 import { fleetParam } from "../intent/schemas";
-import { FleetSpec, SpecApplied, SpecDiff, SpecProblem, specQuery } from "./schemas";
+import { SpecSecretsSchema } from "../webhooks/schemas";
+import { FleetSpec, SpecApplied, SpecDiff, SpecProblem, SpecRequest, specQuery, unwrapRequest } from "./schemas";
 import { applyFleetSpec, diffFleetSpec, fleetSpec, refuseInvalidSpec } from "./service";
 
 const specTag = etagHeader("Strong tag of the fleet's spec: a hash of the document GET answers");
@@ -25,10 +26,18 @@ const invalidSpec = {
  * A spec its schema refuses is answered with all its problems (schema and references), as
  * `invalid_spec`; the other parts of the request as everywhere else.
  */
+const secretsPart = z.object({ secrets: SpecSecretsSchema.optional() });
+
 const specHook: Hook<unknown, AppEnv, any, unknown> = async (result, c) => {
   if (result.success || result.target !== "json") return validationHook(result, c);
   const raw = (result as { data?: unknown }).data;
-  await refuseInvalidSpec(c.env, c.req.param("fleet") ?? "", raw, c.req.query("prune") === "true", result.error as ZodError);
+  // The body is the spec, or {spec, secrets}: each part is checked on its own, so a problem's path
+  // is its place in the document (a union's error names neither).
+  const isEnvelope = typeof raw === "object" && raw !== null && "spec" in raw && !("apiVersion" in raw);
+  const parts = isEnvelope ? (raw as { spec: unknown; secrets?: unknown }) : { spec: raw, secrets: undefined };
+  const errors: ZodError[] = [FleetSpec.safeParse(parts.spec).error, secretsPart.safeParse({ secrets: parts.secrets }).error].filter((e) => e !== undefined);
+  if (errors.length === 0) errors.push(result.error as ZodError); // the envelope itself (an unknown field beside spec and secrets)
+  await refuseInvalidSpec(c.env, c.req.param("fleet") ?? "", parts.spec, c.req.query("prune") === "true", errors);
 };
 
 /**
@@ -74,7 +83,7 @@ export const specRoutes = new OpenAPIHono<AppEnv>({ defaultHook: specHook })
       summary: "What the spec would change, item by item, and which servers the planner would re-plan; changes nothing",
       security: bearer,
       middleware: [literalSpecDiff, requireScope("read")] as const,
-      request: { params: fleetParam, query: specQuery, body: jsonBody(FleetSpec) },
+      request: { params: fleetParam, query: specQuery, body: jsonBody(SpecRequest) },
       responses: {
         200: { ...jsonResponse(SpecDiff, "The differences (none: `equal`)"), headers: specTag },
         ...commonErrors,
@@ -84,8 +93,8 @@ export const specRoutes = new OpenAPIHono<AppEnv>({ defaultHook: specHook })
     }),
     async (c) => {
       const { fleet } = c.req.valid("param");
-      const diff = await diffFleetSpec(c.env, fleet, c.req.valid("json"), c.req.valid("query").prune === "true");
-      c.header("ETag", diff.etag);
+      const diff = await diffFleetSpec(c.env, fleet, unwrapRequest(c.req.valid("json")), c.req.valid("query").prune === "true");
+      if (diff.etag) c.header("ETag", diff.etag);
       return c.json(diff, 200);
     },
   )
@@ -95,34 +104,44 @@ export const specRoutes = new OpenAPIHono<AppEnv>({ defaultHook: specHook })
       path: "/{fleet}/spec",
       operationId: "applyFleetSpec",
       tags: ["fleet specs"],
-      summary: "Apply a spec, all or nothing; with If-Match, only to the fleet as that ETag names it",
+      summary: "Apply a spec, all or nothing; with If-Match, only to the fleet as that ETag names it; a missing fleet is created",
       description:
         "One D1 batch with one audit entry and one planner run; reboot groups reach the coordinator through a fleet task. " +
-        "Without prune, items the spec does not list are left and listed as unlisted.",
+        "Without prune, items the spec does not list are left and listed as unlisted. A fleet that does not exist is created " +
+        "from the spec (201), unless If-Match is given (412: a missing fleet matches no tag, not even *); " +
+        "If-None-Match: * creates only (412 when the fleet exists).",
       security: bearer,
       middleware: [requireScope("write")] as const,
       request: {
         params: fleetParam,
         query: specQuery,
-        headers: z.object({ "if-match": z.string().optional().openapi({ description: "The ETag of GET …/spec or of a diff; * for any" }) }),
-        body: jsonBody(FleetSpec),
+        headers: z.object({
+          "if-match": z.string().optional().openapi({ description: "The ETag of GET …/spec or of a diff; * for any existing fleet" }),
+          "if-none-match": z.string().optional().openapi({ description: "*: only create the fleet (412 when it exists)" }),
+        }),
+        body: jsonBody(SpecRequest),
       },
       responses: {
         200: { ...jsonResponse(SpecApplied, "Applied (or equal: changed false); `etag` is the fleet's spec tag now"), headers: specTag },
+        201: { ...jsonResponse(SpecApplied, "The fleet did not exist and was created from the spec"), headers: specTag },
         ...commonErrors,
         ...notFoundError,
         ...conflictError("concurrent_change: the fleet kept changing; retry"),
-        412: jsonResponse(z.object({ error: z.any() }), "The fleet's spec is no longer the one If-Match names (precondition_failed); nothing changed"),
+        412: jsonResponse(
+          z.object({ error: z.any() }),
+          "precondition_failed: the fleet's spec is no longer the one If-Match names, If-Match named a fleet that does not exist, or If-None-Match: * found one; nothing changed",
+        ),
         ...invalidSpec,
       },
     }),
     async (c) => {
       const { fleet } = c.req.valid("param");
-      const out = await applyFleetSpec(c.env, backgroundOf(c), actorOf(c.var.principal), fleet, c.req.valid("json"), {
+      const out = await applyFleetSpec(c.env, backgroundOf(c), actorOf(c.var.principal), fleet, unwrapRequest(c.req.valid("json")), {
         prune: c.req.valid("query").prune === "true",
         ifMatch: c.req.valid("header")["if-match"],
+        ifNoneMatch: c.req.valid("header")["if-none-match"],
       });
       c.header("ETag", out.etag);
-      return c.json(out, 200);
+      return out.created ? c.json(out, 201) : c.json(out, 200);
     },
   );

@@ -5,15 +5,20 @@
  * generated from `FleetSpec` (scripts/fleet-spec-schema.ts).
  *
  * Sections: each is optional; a map section left out is an empty one (its items are unlisted,
- * or pruned), a setting left out is not managed by the spec. A new section (webhooks) is a field
- * here, a reader in ./store.ts and a differ in ./diff.ts.
+ * or pruned), a setting left out is not managed by the spec. A new section is a field here, a
+ * reader in ./store.ts and a differ in ./diff.ts (as webhooks are).
  */
 import { z } from "@hono/zod-openapi";
 import { MAX_CAPABILITIES, MAX_SPEC_CHANNELS, MAX_SPEC_GROUPS, MAX_SPEC_ROLES } from "../domain/limits";
 import { capabilityName, FleetPatch, fleetId, groupName, roleName } from "../fleets/schemas";
 import { ChannelInput, PlannerRunSchema, RoleInput } from "../intent/schemas";
 import { agentName } from "../ledger/schemas";
+import { MAX_WEBHOOKS_PER_FLEET } from "../webhooks/manage";
+import { SpecSecretsSchema, SpecWebhookSchema } from "../webhooks/schemas";
 import { SpecRebootGroup } from "./groups";
+
+/** A webhook's name in a spec; one added through the API is named by its id (a UUID fits). */
+const webhookName = z.string().regex(/^[a-z0-9][a-z0-9._-]{0,62}$/, "webhook names match ^[a-z0-9][a-z0-9._-]{0,62}$");
 
 export const SPEC_API_VERSION = "harbormaster/v1" as const;
 export const SPEC_KIND = "FleetSpec" as const;
@@ -59,6 +64,13 @@ export const FleetSpec = z
       "reboot groups",
       "Per reboot group, its settings (pause and holders are operators' and hosts', not the spec's)",
     ),
+    webhooks: section(
+      webhookName,
+      SpecWebhookSchema,
+      MAX_WEBHOOKS_PER_FLEET,
+      "webhooks",
+      "Per webhook name, its HTTPS URL, events and format; its secret only by reference (secret_ref), never inline",
+    ),
   })
   .openapi("FleetSpec", {
     description:
@@ -66,7 +78,21 @@ export const FleetSpec = z
   });
 export type FleetSpec = z.infer<typeof FleetSpec>;
 
-export const SPEC_SECTIONS = ["settings", "capabilities", "channels", "roles", "reboot_groups"] as const;
+export const SPEC_SECTIONS = ["settings", "capabilities", "channels", "roles", "reboot_groups", "webhooks"] as const;
+
+/**
+ * What spec:diff and PUT …/spec take: the spec itself, or the spec and the secrets its webhooks'
+ * `secret_ref`s name (hm sends the latter: the document stays as it is in git, the secrets come
+ * from its environment).
+ */
+export const SpecWithSecrets = z
+  .strictObject({ spec: FleetSpec, secrets: SpecSecretsSchema.default({}) })
+  .openapi("FleetSpecWithSecrets", { description: "A spec and the values of the environment variables its webhooks' secret_ref name" });
+export const SpecRequest = z.union([FleetSpec, SpecWithSecrets]).openapi("FleetSpecRequest");
+export type SpecRequest = z.infer<typeof SpecRequest>;
+
+/** The spec of a request, and the secrets sent with it. */
+export const unwrapRequest = (body: SpecRequest) => ("spec" in body ? body : { spec: body, secrets: {} as Record<string, string> });
 export type SpecSection = (typeof SPEC_SECTIONS)[number];
 
 export const DIFF_OPS = ["add", "change", "remove", "unlisted"] as const;
@@ -102,8 +128,14 @@ export const SpecDiff = z
   .object({
     fleet: z.string(),
     prune: z.boolean(),
-    equal: z.boolean().openapi({ description: "The fleet is what the spec says: no item of any kind" }),
-    etag: z.string().openapi({ description: "The fleet's spec ETag the diff was computed against (If-Match for the apply)" }),
+    exists: z.boolean().openapi({
+      description: "false: the fleet does not exist; the items are against an empty fleet and applying creates it (If-None-Match: *)",
+    }),
+    equal: z.boolean().openapi({ description: "The fleet exists and is what the spec says: no item of any kind" }),
+    etag: z
+      .string()
+      .nullable()
+      .openapi({ description: "The fleet's spec ETag the diff was computed against (If-Match for the apply); null when the fleet does not exist" }),
     summary: z.object({ add: z.number().int(), change: z.number().int(), remove: z.number().int(), unlisted: z.number().int() }),
     items: z.array(DiffItem),
     replan: Replan,
@@ -112,7 +144,9 @@ export const SpecDiff = z
 export type SpecDiff = z.infer<typeof SpecDiff>;
 
 export const SpecApplied = SpecDiff.extend({
+  etag: z.string().openapi({ description: "The fleet's spec ETag now" }),
   changed: z.boolean().openapi({ description: "Whether anything was written (an equal spec writes nothing)" }),
+  created: z.boolean().openapi({ description: "The apply created the fleet (answered 201)" }),
   spec_hash: z.string().openapi({ description: "Hash of the applied spec, as its audit entry names it" }),
   planning: PlannerRunSchema.nullable(),
   coordinator: z.object({ pending: z.boolean().openapi({ description: "Reboot groups still on their way to the coordinator (the cron delivers them)" }) }),

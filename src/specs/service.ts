@@ -6,21 +6,29 @@
  * until done, and shown as applied meanwhile (./store.ts).
  */
 import { and, eq } from "drizzle-orm";
+import { auditInsert } from "../audit/log";
 import type { ZodError } from "zod";
 import { getDb, type Db } from "../db/client";
-import { agentChannels } from "../db/schema";
+import { isUniqueViolation } from "../db/errors";
+import { agentChannels, fleets } from "../db/schema";
 import { DomainError, notFound } from "../domain/errors";
 import type { Env } from "../env";
+import { FleetInput } from "../fleets/schemas";
+import { removalPending, type FleetRow } from "../fleets/store";
 import { runFleetTasks } from "../fleets/tasks";
 import type { Background } from "../http/background";
 import { changeIntent } from "../intent/service";
+import { bumpIntentRev, isIntentConflict } from "../intent/store";
 import { planAfterChange } from "../planner/service";
 import { applyStatements } from "./apply";
 import { specHash } from "./canonical";
 import { planSpec, summaryOf, writes, type SpecPlan } from "./diff";
+import { sha256Hex } from "../lib/crypto";
+import { coordinatorOf } from "../objects/stubs";
 import type { FleetSpec } from "./schemas";
+import { missingSecrets, sentSecrets } from "./webhooks";
 import { readFleetState, serversToReplan, specOf, type FleetState } from "./store";
-import { referenceProblems, schemaProblems, type Problem } from "./validate";
+import { referenceProblems, schemaProblems, webhookUrlProblems, type Problem } from "./validate";
 
 const etagOf = async (state: FleetState) => `"${await specHash(specOf(state))}"`;
 
@@ -28,6 +36,28 @@ async function stateOf(env: Env, db: Db, fleet: string) {
   const state = await readFleetState(env, db, fleet);
   if (!state) throw notFound("fleet", fleet);
   return state;
+}
+
+/** The row a fleet created by a spec starts from: POST /v1/fleets's defaults (the spec's settings follow). */
+const newFleetRow = (fleet: string): FleetRow => {
+  const d = FleetInput.parse({ id: fleet });
+  return {
+    id: fleet,
+    capabilities: {},
+    staleAfterS: d.stale_after_s,
+    lockTtlS: d.lock_ttl_s,
+    allowUnknownIds: d.allow_unknown_ids,
+    defaultGroupSlots: d.default_group_slots,
+    fleetlockKeyHash: null,
+    createdAt: Date.now(),
+  };
+};
+
+/** The fleet as it is, or (`exists: false`) as a spec that creates it finds it. */
+async function stateOrNew(env: Env, db: Db, fleet: string) {
+  const state = await readFleetState(env, db, fleet);
+  if (state) return { state, exists: true };
+  return { state: (await readFleetState(env, db, fleet, newFleetRow(fleet)))!, exists: false };
 }
 
 /** GET …/spec: the fleet as a spec, and its ETag. */
@@ -44,21 +74,44 @@ function refuse(problems: Problem[]) {
 const fleetChannels = async (db: Db, fleet: string) =>
   (await db.select({ agent: agentChannels.agent }).from(agentChannels).where(and(eq(agentChannels.fleetId, fleet)))).map((r) => r.agent);
 
-/** A spec its schema refused: its schema's problems and its references', all in one answer. */
-export async function refuseInvalidSpec(env: Env, fleet: string, raw: unknown, prune: boolean, error: ZodError): Promise<never> {
+const loopback = (env: Env) => env.ALLOW_LOOPBACK_HTTP === "1";
+
+/**
+ * A spec its schema refused: its schema's problems and its references', all in one answer.
+ * `errors`: the spec's own (paths in the document) and those of the secrets sent with it.
+ */
+export async function refuseInvalidSpec(env: Env, fleet: string, raw: unknown, prune: boolean, errors: ZodError[]): Promise<never> {
   const known = prune ? [] : await fleetChannels(getDb(env.DB), fleet);
-  refuse([...schemaProblems(error), ...referenceProblems(raw, fleet, known)]);
+  refuse([...errors.flatMap(schemaProblems), ...referenceProblems(raw, fleet, known), ...webhookUrlProblems(raw, loopback(env))]);
   throw new Error("unreachable: a schema failure has problems");
 }
 
-const referencesOf = (state: FleetState, spec: FleetSpec, prune: boolean) =>
-  referenceProblems(spec, state.row.id, prune ? [] : Object.keys(state.channels));
+/** A spec and the secrets sent with it (by environment variable name). */
+export interface SpecInput {
+  spec: FleetSpec;
+  secrets: Record<string, string>;
+}
 
-function diffOf(state: FleetState, plan: SpecPlan, prune: boolean, etag: string) {
+/** The SHA-256 of each secret sent for the spec's webhooks, by webhook name. */
+async function sentDigests(input: SpecInput) {
+  const sent = sentSecrets(input.spec.webhooks ?? {}, input.secrets);
+  const digests: Record<string, string> = {};
+  for (const [name, secret] of Object.entries(sent)) digests[name] = await sha256Hex(secret);
+  return { sent, digests };
+}
+
+const referencesOf = (env: Env, state: FleetState, spec: FleetSpec, prune: boolean) => [
+  ...referenceProblems(spec, state.row.id, prune ? [] : Object.keys(state.channels)),
+  ...webhookUrlProblems(spec, loopback(env)),
+];
+
+function diffOf(state: FleetState, plan: SpecPlan, prune: boolean, etag: string | null, exists = true) {
   return {
     fleet: state.row.id,
     prune,
-    equal: plan.items.length === 0,
+    exists,
+    // A fleet that does not exist differs from any spec: applying it creates the fleet.
+    equal: exists && plan.items.length === 0,
     etag,
     summary: summaryOf(plan.items),
     items: plan.items,
@@ -68,58 +121,131 @@ function diffOf(state: FleetState, plan: SpecPlan, prune: boolean, etag: string)
 const scopeOf = (plan: SpecPlan) => (plan.replan.fleet ? "fleet" : plan.replan.roles.length ? "roles" : "none") as "fleet" | "roles" | "none";
 
 /** POST …/spec:diff: what the spec would change, and whom the planner would re-plan; changes nothing. */
-export async function diffFleetSpec(env: Env, fleet: string, spec: FleetSpec, prune: boolean) {
+export async function diffFleetSpec(env: Env, fleet: string, input: SpecInput, prune: boolean) {
   const db = getDb(env.DB);
-  const state = await stateOf(env, db, fleet);
-  refuse(referencesOf(state, spec, prune));
-  const plan = planSpec(state, spec, prune);
+  const { state, exists } = await stateOrNew(env, db, fleet);
+  const { spec } = input;
+  refuse(referencesOf(env, state, spec, prune));
+  const plan = planSpec(state, spec, prune, (await sentDigests(input)).digests);
   const replan = await serversToReplan(db, fleet, plan.replan);
-  return { ...diffOf(state, plan, prune, await etagOf(state)), replan: { scope: scopeOf(plan), roles: plan.replan.roles, ...replan } };
+  const etag = exists ? await etagOf(state) : null;
+  return { ...diffOf(state, plan, prune, etag, exists), replan: { scope: scopeOf(plan), roles: plan.replan.roles, ...replan } };
 }
 
-/** `If-Match` as RFC 9110 §13.1.1 reads it: `*`, or a list of strong tags one of which is current. */
-export function ifMatches(header: string, etag: string) {
+/**
+ * `If-Match` as RFC 9110 §13.1.1 reads it: `*`, or a list of strong tags one of which is current;
+ * a fleet that does not exist (`etag` null) matches nothing, not even `*`.
+ */
+export function ifMatches(header: string, etag: string | null) {
+  if (etag === null) return false;
   if (header.trim() === "*") return true;
   return header.split(",").some((t) => t.trim() === etag);
+}
+
+/** The apply's preconditions (RFC 9110 §13.1.1–2): the fleet as If-Match names it, or absent as If-None-Match: * asks. */
+function checkPreconditions(etag: string | null, opts: { ifMatch?: string; ifNoneMatch?: string }) {
+  const failed = (why: string) => new DomainError("precondition_failed", why, { etag });
+  if (opts.ifMatch !== undefined && !ifMatches(opts.ifMatch, etag)) {
+    throw failed(
+      etag === null
+        ? `fleet does not exist, so If-Match ${opts.ifMatch} does not hold; apply without If-Match (or with If-None-Match: *) to create it`
+        : `the fleet's spec changed since ${opts.ifMatch}: it is ${etag} now; diff again`,
+    );
+  }
+  if (opts.ifNoneMatch !== undefined && etag !== null && (opts.ifNoneMatch.trim() === "*" || ifMatches(opts.ifNoneMatch, etag))) {
+    throw failed(`the fleet exists (${etag}) and If-None-Match is ${opts.ifNoneMatch}; diff it and apply with If-Match`);
+  }
+}
+
+type ApplyOpts = { prune: boolean; ifMatch?: string; ifNoneMatch?: string };
+
+/**
+ * The apply's plan of a spec on `state`, refused with every problem (references, URLs, new
+ * webhooks without a secret). The secrets it sets are staged in the coordinator, which keeps
+ * them, before the D1 batch commits (src/webhooks/spec.ts): its task carries only the stage's id.
+ */
+async function decideApply(env: Env, state: FleetState, input: SpecInput, prune: boolean) {
+  const { sent, digests } = await sentDigests(input);
+  const plan = planSpec(state, input.spec, prune, digests);
+  refuse([...referencesOf(env, state, input.spec, prune), ...missingSecrets(plan.items, input.spec.webhooks ?? {}, sent)]);
+  const hooks = plan.webhooks;
+  if (hooks?.needSecret.length) {
+    const stage = await coordinatorOf(env, state.row.id).stageWebhookSecrets(Object.fromEntries(hooks.needSecret.map((n) => [n, sent[n]])));
+    for (const name of hooks.needSecret) hooks.webhooks[name] = { ...hooks.webhooks[name], secret_stage: stage };
+  }
+  return plan;
+}
+
+/**
+ * A spec that creates its fleet: the fleet's row, its creation's audit row and the whole spec's
+ * statements in one batch, with the first bump of its intent revision. null: the fleet was created
+ * meanwhile (by POST /v1/fleets or another apply), and the apply is decided again as an update.
+ */
+async function createFromSpec(env: Env, actor: string, fleet: string, input: SpecInput, spec_hash: string, opts: ApplyOpts) {
+  const db = getDb(env.DB);
+  if (await removalPending(db, fleet)) {
+    throw new DomainError("fleet_removal_pending", `fleet '${fleet}' was deleted and is still being cleaned up; retry shortly`);
+  }
+  const { state, exists } = await stateOrNew(env, db, fleet);
+  if (exists) return null;
+  checkPreconditions(null, opts);
+  const plan = await decideApply(env, state, input, opts.prune);
+  const { fleetlockKeyHash: _k, ...row } = state.row;
+  try {
+    await db.batch([
+      bumpIntentRev(db, fleet, state.rev),
+      db.insert(fleets).values(row),
+      auditInsert(db, { actor, action: "fleet.create", target: `fleet:${fleet}`, details: { id: fleet, via: "fleet.spec.apply", spec_hash } }),
+      ...applyStatements(db, actor, fleet, state.rev + 1, plan, { spec_hash, prune: opts.prune }),
+    ]);
+  } catch (err) {
+    if (isUniqueViolation(err) || isIntentConflict(err)) return null;
+    throw err;
+  }
+  return { state, plan, etag: null };
 }
 
 /**
  * PUT …/spec: the apply. Refused whole (nothing written) for any problem of the spec, or 412 when
  * the fleet is no longer what `If-Match` names; a spec equal to the fleet writes nothing.
  */
-export async function applyFleetSpec(
-  env: Env,
-  ctx: Background,
-  actor: string,
-  fleet: string,
-  spec: FleetSpec,
-  opts: { prune: boolean; ifMatch?: string },
-) {
+export async function applyFleetSpec(env: Env, ctx: Background, actor: string, fleet: string, input: SpecInput, opts: ApplyOpts) {
   const db = getDb(env.DB);
-  const spec_hash = await specHash(spec);
-  const { state, plan, etag } = await changeIntent(db, fleet, async ({ rev }) => {
-    const state = await stateOf(env, db, fleet);
-    const etag = await etagOf(state);
-    if (opts.ifMatch !== undefined && !ifMatches(opts.ifMatch, etag)) {
-      throw new DomainError("precondition_failed", `the fleet's spec changed since ${opts.ifMatch}: it is ${etag} now; diff again`, {
-        etag,
-      });
-    }
-    refuse(referencesOf(state, spec, opts.prune));
-    const plan = planSpec(state, spec, opts.prune);
-    const result = { state, plan, etag };
-    if (!writes(plan)) return { statements: [], result };
-    return { statements: applyStatements(db, actor, fleet, rev + 1, plan, { spec_hash, prune: opts.prune }), result };
-  });
-  const changed = writes(plan);
-  let pending = state.pending !== null;
-  if (changed && (plan.groups || plan.lockSettings)) pending = (await runFleetTasks(env, { fleet })).failed > 0;
+  // The document's hash: the secrets sent beside it are no part of it (nor of the audit entry).
+  const spec_hash = await specHash(input.spec);
+  const update = () =>
+    changeIntent(db, fleet, async ({ rev }) => {
+      const state = await stateOf(env, db, fleet);
+      const etag: string | null = await etagOf(state);
+      checkPreconditions(etag, opts);
+      const plan = await decideApply(env, state, input, opts.prune);
+      const result = { state, plan, etag };
+      if (!writes(plan)) return { statements: [], result };
+      return { statements: applyStatements(db, actor, fleet, rev + 1, plan, { spec_hash, prune: opts.prune }), result };
+    });
+  // An existing fleet (the common case) is read once; only a missing one takes the creation path,
+  // and one created meanwhile by someone else is then updated (or refused by its preconditions).
+  let created: Awaited<ReturnType<typeof createFromSpec>> = null;
+  let outcome;
+  try {
+    outcome = await update();
+  } catch (err) {
+    if (!(err instanceof DomainError && err.code === "not_found")) throw err;
+    created = await createFromSpec(env, actor, fleet, input, spec_hash, opts);
+    outcome = created ?? (await update());
+  }
+  const { state, plan, etag } = outcome;
+  const changed = created !== null || writes(plan);
+  let pending = state.pending !== null || state.webhooks.pending !== null;
+  if (writes(plan) && (plan.groups || plan.lockSettings || plan.webhooks)) pending = (await runFleetTasks(env, { fleet })).failed > 0;
   const planning = changed && scopeOf(plan) !== "none" ? await planAfterChange(env, ctx, fleet) : null;
-  const after = changed ? await etagOf(await stateOf(env, db, fleet)) : etag;
+  const after = changed ? await etagOf(await stateOf(env, db, fleet)) : etag!;
   return {
-    ...diffOf(state, plan, opts.prune, after),
+    ...diffOf(state, plan, opts.prune, after, created === null),
+    etag: after,
     replan: { scope: scopeOf(plan), roles: plan.replan.roles, servers: planning?.servers ?? 0, sample: [] },
     changed,
+    created: created !== null,
     spec_hash,
     planning,
     coordinator: { pending },

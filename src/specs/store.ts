@@ -4,7 +4,7 @@
  * coordinator (an `apply_groups` fleet task) are shown as that apply left them: a spec is never
  * seen half applied.
  */
-import { and, asc, count, eq, sql } from "drizzle-orm";
+import { and, asc, count, eq, inArray, sql } from "drizzle-orm";
 import type { Db } from "../db/client";
 import { agentChannels, fleetIntent, fleets, fleetTasks, roleProfiles, servers } from "../db/schema";
 import type { Env } from "../env";
@@ -12,9 +12,11 @@ import type { GroupsSpec } from "../fleetlock/spec-groups";
 import { fleetSettings, type FleetRow } from "../fleets/store";
 import { coordinatorOf } from "../objects/stubs";
 import type { RoleAgent } from "../planner/plan";
+import type { WebhooksSpec } from "../webhooks/spec";
 import { byKey } from "./canonical";
 import { configOf, groupConfig, type GroupConfig, type SpecRebootGroup } from "./groups";
 import { SPEC_API_VERSION, SPEC_KIND, type SpecSettings } from "./schemas";
+import { specForm, type WebhookState } from "./webhooks";
 
 export interface FleetState {
   row: FleetRow;
@@ -28,9 +30,15 @@ export interface FleetState {
   busy: Record<string, { holders: number; queued: number }>;
   /** The groups of an apply not yet delivered to the coordinator. */
   pending: GroupsSpec | null;
+  /** The coordinator's webhooks as declared (an apply's still owed shown as applied), and their secrets' digests. */
+  webhooks: WebhookState;
 }
 
-export async function readFleetState(env: Env, db: Db, fleet: string): Promise<FleetState | null> {
+/**
+ * `orNew`: the row a fleet that does not exist would have (a spec that creates it is diffed and
+ * applied against it: no channels, roles or groups, its settings' defaults).
+ */
+export async function readFleetState(env: Env, db: Db, fleet: string, orNew?: FleetRow): Promise<FleetState | null> {
   const [fleetRows, revRows, roleRows, channelRows, taskRows] = await db.batch([
     db.select().from(fleets).where(eq(fleets.id, fleet)),
     db.select({ rev: fleetIntent.rev }).from(fleetIntent).where(eq(fleetIntent.fleetId, fleet)),
@@ -40,16 +48,18 @@ export async function readFleetState(env: Env, db: Db, fleet: string): Promise<F
       .from(agentChannels)
       .where(eq(agentChannels.fleetId, fleet)),
     db
-      .select({ payload: fleetTasks.payload })
+      .select({ kind: fleetTasks.kind, payload: fleetTasks.payload })
       .from(fleetTasks)
-      .where(and(eq(fleetTasks.fleetId, fleet), eq(fleetTasks.kind, "apply_groups"))),
+      .where(and(eq(fleetTasks.fleetId, fleet), inArray(fleetTasks.kind, ["apply_groups", "apply_webhooks"]))),
   ]);
-  const row = fleetRows[0];
+  const row = fleetRows[0] ?? orNew;
   if (!row) return null;
-  const views = await coordinatorOf(env, fleet).listGroups(fleetSettings(row));
+  const coordinator = coordinatorOf(env, fleet);
+  const [views, hooks] = await Promise.all([coordinator.listGroups(fleetSettings(row)), coordinator.webhookSpecState()]);
   // A group's view shows its gates' verdicts under `gates`; what it declares is `own_gates`.
   const groups = new Map(views.map((v) => [v.name, configOf({ ...v, gates: v.own_gates })]));
-  const pending = (taskRows[0]?.payload as GroupsSpec | undefined) ?? null;
+  const task = <T>(kind: string) => (taskRows.find((t) => t.kind === kind)?.payload as T | undefined) ?? null;
+  const pending = task<GroupsSpec>("apply_groups");
   if (pending) {
     for (const name of pending.remove) groups.delete(name);
     for (const [name, change] of Object.entries(pending.groups)) groups.set(name, groupConfig(change as SpecRebootGroup));
@@ -69,7 +79,25 @@ export async function readFleetState(env: Env, db: Db, fleet: string): Promise<F
     groups: byKey(groups),
     busy: Object.fromEntries(views.map((v) => [v.name, { holders: v.holders.length, queued: v.queue.length }])),
     pending,
+    webhooks: webhookState(hooks, task<WebhooksSpec>("apply_webhooks")),
   };
+}
+
+function webhookState(kept: Awaited<ReturnType<ReturnType<typeof coordinatorOf>["webhookSpecState"]>>, pending: WebhooksSpec | null): WebhookState {
+  const declared: WebhookState["declared"] = {};
+  const digests: WebhookState["digests"] = {};
+  for (const [name, { secret_sha256, ...w }] of Object.entries(kept)) {
+    declared[name] = w;
+    digests[name] = secret_sha256;
+  }
+  if (pending) {
+    for (const name of pending.remove) delete declared[name];
+    for (const [name, { secret_stage, ...w }] of Object.entries(pending.webhooks)) {
+      declared[name] = w;
+      if (secret_stage) delete digests[name];
+    }
+  }
+  return { declared: byKey(Object.entries(declared)), digests, pending };
 }
 
 /** The fleet as a spec document: what `GET …/spec` answers and `hm export` writes. */
@@ -82,6 +110,7 @@ export const specOf = (s: FleetState) => ({
   channels: s.channels,
   roles: s.roles,
   reboot_groups: s.groups,
+  webhooks: byKey(Object.entries(s.webhooks.declared).map(([name, w]) => [name, specForm(w)])),
 });
 
 const SAMPLE = 20;

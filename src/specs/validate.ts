@@ -6,6 +6,7 @@
  * even when the schema failed elsewhere.
  */
 import type { ZodError } from "zod";
+import { outboundUrlProblem } from "../lib/url";
 
 export interface Problem {
   path: string;
@@ -32,6 +33,21 @@ export function referenceProblems(raw: unknown, fleet: string, fleetChannels: re
       if (!isObject(agent) || typeof agent.name !== "string" || known.has(agent.name)) return;
       problems.push({ path: `roles.${role}.agents.${i}.name`, message: `agent '${agent.name}' has no channel ${where}` });
     });
+  }
+  return problems;
+}
+
+/**
+ * Webhook URLs Harbormaster may not call (the webhooks API's rule: HTTPS, or http to loopback in
+ * local runs); a URL the schema already refuses (not http(s) at all) is its problem, not listed twice.
+ */
+export function webhookUrlProblems(raw: unknown, allowLoopbackHttp: boolean): Problem[] {
+  if (!isObject(raw) || !isObject(raw.webhooks)) return [];
+  const problems: Problem[] = [];
+  for (const [name, hook] of Object.entries(raw.webhooks)) {
+    if (!isObject(hook) || typeof hook.url !== "string" || !/^https?:\/\//.test(hook.url)) continue;
+    const problem = outboundUrlProblem(hook.url, allowLoopbackHttp);
+    if (problem) problems.push({ path: `webhooks.${name}.url`, message: `url ${problem}` });
   }
   return problems;
 }

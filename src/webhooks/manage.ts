@@ -21,6 +21,7 @@ export interface WebhookInput {
 
 export const webhookView = (w: Webhook) => ({
   id: w.id,
+  name: w.name ?? null,
   url: w.url,
   events: w.events,
   format: w.format,

@@ -29,9 +29,42 @@ export const WebhookInputSchema = z
   })
   .openapi("WebhookInput");
 
+/** An environment variable's name, as a spec's `secret_ref` names one. */
+export const envName = z
+  .string()
+  .max(128)
+  .regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "an environment variable's name: letters, digits and _, not starting with a digit");
+
+/**
+ * A webhook in a fleet spec (src/specs/): what POST …/webhooks takes, except the secret, which a
+ * spec never carries: `secret_ref` names the environment variable hm reads it from when applying.
+ */
+export const SpecWebhookSchema = z
+  .strictObject({
+    url: WebhookInputSchema.shape.url,
+    events: WebhookInputSchema.shape.events,
+    format: WebhookInputSchema.shape.format,
+    description: WebhookInputSchema.shape.description,
+    secret_ref: z
+      .strictObject({ env: envName })
+      .optional()
+      .openapi({
+        description:
+          "Where the signing secret comes from: hm reads this environment variable and sends its value with the spec (never stored in the spec). Left out: the webhook keeps its secret; a new webhook needs one",
+      }),
+  })
+  .openapi("FleetSpecWebhook");
+export type SpecWebhook = z.infer<typeof SpecWebhookSchema>;
+
+/** The secrets hm sends alongside a spec: by environment variable name, the values its `secret_ref`s name. */
+export const SpecSecretsSchema = z
+  .record(envName, WebhookInputSchema.shape.secret.unwrap())
+  .openapi({ description: "Values of the environment variables the spec's webhooks name in secret_ref; never stored, never answered" });
+
 export const WebhookSchema = z
   .object({
     id: z.string(),
+    name: z.string().nullable().openapi({ description: "Its name in the fleet spec; null when added through this API (a spec names it by id)" }),
     url: z.string(),
     events: z.array(z.string()),
     format: z.enum(WEBHOOK_FORMATS),

@@ -8,6 +8,10 @@ import type { WebhookFormat } from "./formats";
 
 export interface Webhook {
   id: string;
+  /** Its name in the fleet spec (src/specs/); null for one added through the API (the spec names it by id). */
+  name?: string | null;
+  /** The environment variable the spec's `secret_ref` names (not the secret); null when none. */
+  secret_env?: string | null;
   url: string;
   events: string[];
   format: WebhookFormat;
@@ -38,6 +42,14 @@ export type DeliveryRow = {
 export const DELIVERIES_KEPT = 200;
 
 const KEY = (id: string) => `webhook:${id}`;
+/** Secrets a spec's apply staged before its D1 commit (src/webhooks/spec.ts); not a `webhook:` key. */
+const STAGE = "webhook-stage:";
+const SPEC_REV = "webhook-spec-rev";
+
+export interface SecretStage {
+  at: number;
+  secrets: Record<string, string>;
+}
 
 export class WebhookStore {
   private hooks: Map<string, Webhook> | undefined;
@@ -150,6 +162,28 @@ export class WebhookStore {
       .toArray();
     const n = (s: string) => rows.find((r) => r.status === s)?.n ?? 0;
     return { pending: n("pending"), failed: n("failed") };
+  }
+
+  stage(id: string, stage?: SecretStage): SecretStage | undefined {
+    if (stage) this.storage.kv.put(STAGE + id, stage);
+    return this.storage.kv.get<SecretStage>(STAGE + id);
+  }
+
+  stages(): [string, SecretStage][] {
+    return [...this.storage.kv.list<SecretStage>({ prefix: STAGE })].map(([k, v]) => [k.slice(STAGE.length), v]);
+  }
+
+  dropStage(id: string) {
+    this.storage.kv.delete(STAGE + id);
+  }
+
+  /** The intent revision of the last spec whose webhooks were applied. */
+  get specRev(): number {
+    return this.storage.kv.get<number>(SPEC_REV) ?? 0;
+  }
+
+  set specRev(rev: number) {
+    this.storage.kv.put(SPEC_REV, rev);
   }
 
   forget() {
