@@ -82,6 +82,24 @@ describe("reboot groups for operators", () => {
     expect(JSON.stringify(audit.json)).not.toContain(f.key);
   });
 
+  it("force-releases a holder named by its server's hostname or server id; a name that matches nothing is 404 saying what was tried", async () => {
+    const f = await fleetWithKey();
+    await putGroup(f.fleet, "default", { slots: 2 });
+    const [a, b] = await registerClients(f.fleet, 2);
+    await zincati(f.baseUrl, "pre-reboot", a.id);
+    await zincati(f.baseUrl, "pre-reboot", b.id);
+    const holders = `/v1/fleets/${f.fleet}/reboot-groups/default/holders`;
+    const byName = await call("DELETE", `${holders}/${a.hostname.toUpperCase()}`);
+    expect(byName.status).toBe(200);
+    expect(byName.json.released).toMatchObject({ id: a.id, server_id: a.serverId });
+    const byServer = await call("DELETE", `${holders}/${b.serverId}`);
+    expect(byServer.json.released).toMatchObject({ id: b.id, server_id: b.serverId });
+    expect((await call("DELETE", `${holders}/${encodeURIComponent(`${f.fleet}/${a.hostname}`)}`)).json.error.code).toBe("not_held");
+    const none = await call("DELETE", `${holders}/nobody.example.com`);
+    expect(none.status).toBe(404);
+    expect(none.json.error.message).toMatch(/'nobody\.example\.com'.*FleetLock id, a server id and a hostname/);
+  });
+
   it("documents every reboot coordination route in /openapi.json", async () => {
     const doc = (await call("GET", "/openapi.json", { token: null })).json;
     for (const path of [
