@@ -11,6 +11,9 @@ import * as health from "./health";
 import type { ServerHealthEvent } from "./ledger-side";
 import * as groups from "./groups";
 import * as identity from "./identity";
+import * as names from "./names";
+import type { AskLedger } from "./names";
+import { ledgerOf } from "../objects/stubs";
 import { QUEUE_TIMER } from "./parked";
 import type { ClientParams, FleetLockFailure } from "./protocol";
 import * as slots from "./rollout-slots";
@@ -23,7 +26,7 @@ import type { GroupView } from "./views";
 // Kept where callers have always found them.
 export type { FleetSettings, ServerIdentity } from "./store";
 export type { PreRebootOptions } from "./grants";
-export { RESERVATION_TTL_MS } from "./identity";
+export { RESERVATION_TTL_MS } from "./names";
 export { HOST_AUDIT_DEFER_MS } from "./effects";
 
 /**
@@ -42,11 +45,15 @@ export class RebootCoordinator extends DurableObject<Env> {
     this.c = assemble(ctx, () => this.env, () => this.clock());
   }
 
+  /** What a server's ledger holds of the fleet's names (asked when a reservation ends). */
+  private readonly ask: AskLedger = (serverId) => ledgerOf(this.env, serverId).heldNames();
+
   async alarm() {
     await this.c.scheduler.fire({
       outbox: () => this.c.effects.outbox.flush(),
       reservation: (payload, name) =>
-        identity.expireReservation(this.c.store, name.slice("reservation:".length), (payload as { until: number }).until),
+        identity.settleReservation(this.c, this.ask, name.slice("reservation:".length), (payload as { until: number }).until),
+      hostname: (payload, name) => names.settleHostname(this.c, this.ask, name.slice("hostname:".length), (payload as { until: number }).until),
       [QUEUE_TIMER]: () => this.c.parked.fired(),
       [GATES_TIMER]: () => gateRules.readInputs(this.c),
     });
@@ -55,6 +62,8 @@ export class RebootCoordinator extends DurableObject<Env> {
   // ---- host path (FleetLock) ----
 
   async preReboot(keyHash: string, params: ClientParams, opts: grants.PreRebootOptions = {}): Promise<{ ok: true } | FleetLockFailure> {
+    // An id reserved and perhaps committed, whose delivery a crash held up: its ledger is asked.
+    await identity.catchUpReserved(this.c, this.ask, params.id);
     return grants.preReboot(this.c, keyHash, params, opts);
   }
 
@@ -90,8 +99,18 @@ export class RebootCoordinator extends DurableObject<Env> {
 
   // ---- the FleetLock identity registry ----
 
-  async reserveClientId(fleetlockId: string, serverId: string): Promise<{ ok: true } | Failure> {
-    return identity.reserve(this.c.store, this.c.scheduler, fleetlockId, serverId);
+  async reserveClientId(fleetlockId: string, serverId: string): Promise<{ ok: true; until: number | null } | Failure> {
+    return identity.reserve(this.c, this.ask, fleetlockId, serverId);
+  }
+
+  /** Hostname uniqueness in the fleet (./names.ts): held for a registration until its ledger commits. */
+  async reserveHostname(hostname: string, serverId: string): Promise<{ ok: true; until: number } | Failure> {
+    return names.reserveHostname(this.c, this.ask, hostname, serverId);
+  }
+
+  /** The server was removed: its hostname is free again. */
+  async releaseHostname(serverId: string, hostname: string): Promise<void> {
+    names.releaseHostname(this.c, serverId, hostname);
   }
 
   async setServerIdentity(serverId: string, id: ServerIdentity): Promise<{ applied: boolean; conflict?: boolean }> {

@@ -4,22 +4,16 @@
  * fleetlock_id uniqueness lives. Identities arrive from the ledgers' outboxes, so the host path
  * never reads D1.
  *
- * Reservations run on real time (Date.now), not the coordinator's decision clock: their expiry is
- * a scheduler timer, and the timer runs on real time.
+ * Reservations run on real time (Date.now), not the coordinator's decision clock: their end is
+ * a scheduler timer, and the timer runs on real time; how a reservation ends: ./names.ts.
  */
 import { fail, type Failure } from "../objects/kit/result";
-import type { Scheduler } from "../objects/kit/scheduler";
 import type { Coordination } from "./context";
 import { emit } from "./effects";
+import { RESERVATION_TTL_MS, type AskLedger } from "./names";
 import { failure, type FleetLockFailure } from "./protocol";
 import { renameHolder } from "./semaphore";
 import { KEY, type ClientEntry, type CoordinatorStore, type FleetConfig, type ServerIdentity } from "./store";
-
-/**
- * How long a reserved fleetlock_id waits for its ledger's confirmation. A workflow that died
- * between reserving and committing leaves nothing taken for longer than this.
- */
-export const RESERVATION_TTL_MS = 2 * 60_000;
 
 /**
  * The registry entry for an id. Only ids no server has registered are refused, unless the fleet
@@ -32,28 +26,54 @@ export function clientOf(store: CoordinatorStore, config: FleetConfig, id: strin
 }
 
 /**
- * Holds `fleetlockId` for `serverId` until its ledger confirms it (`setIdentity`) or the
- * reservation expires. Refused while another server has the id, registered or reserved.
+ * Holds `fleetlockId` for `serverId` until its ledger confirms it (`setIdentity`) or, at the
+ * reservation's end, the ledger is asked whether it committed it (./names.ts). Refused while
+ * another server has the id, registered or reserved.
  */
-export async function reserve(store: CoordinatorStore, scheduler: Scheduler, fleetlockId: string, serverId: string): Promise<{ ok: true } | Failure> {
+export async function reserve(c: Coordination, ask: AskLedger, fleetlockId: string, serverId: string): Promise<{ ok: true; until: number | null } | Failure> {
+  const { store, scheduler } = c;
+  const before = store.reservations.get(fleetlockId);
+  // Past its end but not settled yet: whether its server committed decides, not the clock.
+  if (before && before.server_id !== serverId && before.until <= Date.now()) await settleReservation(c, ask, fleetlockId, before.until);
   const owner = store.clients.get(fleetlockId);
-  const now = Date.now();
   const reserved = store.reservations.get(fleetlockId);
-  const taken = (owner && owner.server_id !== serverId) || (reserved && reserved.server_id !== serverId && reserved.until > now);
+  const taken = (owner && owner.server_id !== serverId) || (reserved && reserved.server_id !== serverId);
   if (taken) return fail("fleetlock_id_taken", `another server of this fleet uses fleetlock_id '${fleetlockId}'`);
-  if (!owner) {
-    const until = now + RESERVATION_TTL_MS;
-    store.reservations.put(fleetlockId, { server_id: serverId, until });
-    scheduler.schedule(KEY.reservation(fleetlockId), until, { until });
-    await scheduler.arm();
-  }
-  return { ok: true };
+  if (owner) return { ok: true, until: null };
+  const until = Date.now() + RESERVATION_TTL_MS;
+  store.reservations.put(fleetlockId, { server_id: serverId, until });
+  scheduler.schedule(KEY.reservation(fleetlockId), until, { until });
+  await scheduler.arm();
+  return { ok: true, until };
 }
 
-/** The timer carries the reservation it was set for: a later reservation of the id outlives it. */
-export function expireReservation(store: CoordinatorStore, fleetlockId: string, until: number) {
-  const r = store.reservations.get(fleetlockId);
-  if (r && r.until <= until) store.reservations.delete(fleetlockId);
+/**
+ * A reservation's end: the server's ledger is asked. If it holds the id, its identity is taken
+ * as if its outbox had delivered it (an outbox that has not, after a crash, cannot lose the id
+ * to another server); otherwise the id is free again.
+ */
+export async function settleReservation(c: Coordination, ask: AskLedger, fleetlockId: string, until: number) {
+  const r = c.store.reservations.get(fleetlockId);
+  if (!r || r.until !== until) return;
+  const held = await ask(r.server_id);
+  const now = c.store.reservations.get(fleetlockId);
+  if (!now || now.until !== until || now.server_id !== r.server_id) return;
+  if (held?.live && held.identity.fleetlock_id === fleetlockId && (await setIdentity(c, r.server_id, held.identity)).applied) return;
+  c.store.reservations.delete(fleetlockId);
+  c.scheduler.cancel(KEY.reservation(fleetlockId));
+}
+
+/**
+ * A host asks under an id nobody holds yet but a server has reserved: its ledger may have
+ * committed the id and its outbox not delivered it yet (after a crash, until its alarm runs).
+ * The ledger is asked, and what it holds is taken, so an acknowledged id works at once.
+ */
+export async function catchUpReserved(c: Coordination, ask: AskLedger, fleetlockId: string) {
+  if (c.store.clients.get(fleetlockId)) return;
+  const r = c.store.reservations.get(fleetlockId);
+  if (!r) return;
+  const held = await ask(r.server_id);
+  if (held?.live && held.identity.fleetlock_id === fleetlockId) await setIdentity(c, r.server_id, held.identity);
 }
 
 /**
