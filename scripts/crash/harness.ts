@@ -13,7 +13,15 @@ export let base = "";
 
 /** The first start makes the state; every restart runs on it (a new port each time). */
 export async function start() {
-  server = await startLocalServer({ label: "crash", reuse: server ? { persist: server.persist, admin } : undefined });
+  for (let attempt = 1; ; attempt++) {
+    try {
+      server = await startLocalServer({ label: "crash", reuse: server ? { persist: server.persist, admin } : undefined });
+      break;
+    } catch (err) {
+      // The free port it picked was taken before wrangler bound it (a shared machine): another one.
+      if (attempt >= 3 || !String(err).includes("Address already in use")) throw err;
+    }
+  }
   base = server.url;
   admin = server.admin;
 }
