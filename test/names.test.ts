@@ -40,7 +40,7 @@ describe("a hostname in a fleet", () => {
     const { id: fleet } = await createFleet();
     const name = `${uniq("ghost")}.example.com`;
     const ghost = crypto.randomUUID();
-    expect(await coordinator(fleet).reserveHostname(name, ghost)).toMatchObject({ ok: true });
+    expect(await coordinator(fleet).reserveRegistration(name, null, ghost)).toMatchObject({ ok: true });
     const blocked = await register(fleet, name);
     expect(blocked.status).toBe(409);
     expect(blocked.json.error).toMatchObject({ code: "hostname_taken", details: { server_id: ghost } });
@@ -67,6 +67,20 @@ describe("a hostname in a fleet", () => {
     } finally {
       await restore();
     }
+  });
+
+  it("is not held by a registration refused for its fleetlock_id: the corrected request goes through at once", async () => {
+    const f = await fleetWithKey();
+    const [a] = await registerClients(f.fleet, 1);
+    const name = `${uniq("retry")}.example.com`;
+    const refused = await register(f.fleet, name, { fleetlock_id: a.id });
+    expect(refused.json.error.code).toBe("fleetlock_id_taken");
+    expect(await claimOf(f.fleet, name)).toBeNull();
+    expect((await register(f.fleet, name, { fleetlock_id: `${a.id}-2` })).status).toBe(201);
+    // And the other way round: a taken hostname reserves no fleetlock_id.
+    const again = await register(f.fleet, name, { fleetlock_id: "spare-id" });
+    expect(again.json.error.code).toBe("hostname_taken");
+    expect((await register(f.fleet, `x-${name}`, { fleetlock_id: "spare-id" })).status).toBe(201);
   });
 
   it("is free again once its server is removed", async () => {

@@ -12,7 +12,7 @@ import type { ServerHealthEvent } from "./ledger-side";
 import * as groups from "./groups";
 import * as identity from "./identity";
 import * as names from "./names";
-import type { AskLedger } from "./names";
+import type { AskLedger } from "./store";
 import { ledgerOf } from "../objects/stubs";
 import { QUEUE_TIMER } from "./parked";
 import type { ClientParams, FleetLockFailure } from "./protocol";
@@ -26,7 +26,7 @@ import type { GroupView } from "./views";
 // Kept where callers have always found them.
 export type { FleetSettings, ServerIdentity } from "./store";
 export type { PreRebootOptions } from "./grants";
-export { RESERVATION_TTL_MS } from "./names";
+export { RESERVATION_TTL_MS } from "./identity";
 export { HOST_AUDIT_DEFER_MS } from "./effects";
 
 /**
@@ -103,9 +103,9 @@ export class RebootCoordinator extends DurableObject<Env> {
     return identity.reserve(this.c, this.ask, fleetlockId, serverId);
   }
 
-  /** Hostname uniqueness in the fleet (./names.ts): held for a registration until its ledger commits. */
-  async reserveHostname(hostname: string, serverId: string): Promise<{ ok: true; until: number } | Failure> {
-    return names.reserveHostname(this.c, this.ask, hostname, serverId);
+  /** A registration's hostname and fleetlock_id, both or neither (./names.ts), until its ledger commits. */
+  async reserveRegistration(hostname: string, fleetlockId: string | null, serverId: string): Promise<{ ok: true; until: number } | Failure> {
+    return names.reserveRegistration(this.c, this.ask, hostname, fleetlockId, serverId);
   }
 
   /** The server was removed: its hostname is free again. */

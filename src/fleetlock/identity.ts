@@ -10,10 +10,12 @@
 import { fail, type Failure } from "../objects/kit/result";
 import type { Coordination } from "./context";
 import { emit } from "./effects";
-import { RESERVATION_TTL_MS, type AskLedger } from "./names";
 import { failure, type FleetLockFailure } from "./protocol";
 import { renameHolder } from "./semaphore";
-import { KEY, type ClientEntry, type CoordinatorStore, type FleetConfig, type ServerIdentity } from "./store";
+import { KEY, type AskLedger, type ClientEntry, type CoordinatorStore, type FleetConfig, type ServerIdentity } from "./store";
+
+/** How long a reserved name (an id, a hostname: ./names.ts) waits for its ledger before the ledger is asked. */
+export const RESERVATION_TTL_MS = 2 * 60_000;
 
 /**
  * The registry entry for an id. Only ids no server has registered are refused, unless the fleet
@@ -31,20 +33,35 @@ export function clientOf(store: CoordinatorStore, config: FleetConfig, id: strin
  * another server has the id, registered or reserved.
  */
 export async function reserve(c: Coordination, ask: AskLedger, fleetlockId: string, serverId: string): Promise<{ ok: true; until: number | null } | Failure> {
-  const { store, scheduler } = c;
-  const before = store.reservations.get(fleetlockId);
-  // Past its end but not settled yet: whether its server committed decides, not the clock.
+  await settlePast(c, ask, fleetlockId, serverId);
+  const taken = clientIdTaken(c.store, fleetlockId, serverId);
+  if (taken) return taken;
+  const until = holdClientId(c, fleetlockId, serverId);
+  await c.scheduler.arm();
+  return { ok: true, until };
+}
+
+/** Another server's reservation past its end but not settled yet: its ledger decides, not the clock. */
+export async function settlePast(c: Coordination, ask: AskLedger, fleetlockId: string, serverId: string) {
+  const before = c.store.reservations.get(fleetlockId);
   if (before && before.server_id !== serverId && before.until <= Date.now()) await settleReservation(c, ask, fleetlockId, before.until);
+}
+
+/** Whether another server has the id, registered or reserved (synchronous). */
+export function clientIdTaken(store: CoordinatorStore, fleetlockId: string, serverId: string): Failure | null {
   const owner = store.clients.get(fleetlockId);
   const reserved = store.reservations.get(fleetlockId);
   const taken = (owner && owner.server_id !== serverId) || (reserved && reserved.server_id !== serverId);
-  if (taken) return fail("fleetlock_id_taken", `another server of this fleet uses fleetlock_id '${fleetlockId}'`);
-  if (owner) return { ok: true, until: null };
+  return taken ? fail("fleetlock_id_taken", `another server of this fleet uses fleetlock_id '${fleetlockId}'`) : null;
+}
+
+/** Reserves a free id (synchronous; the caller arms the alarm): its end, or null if the server already has it. */
+export function holdClientId(c: Coordination, fleetlockId: string, serverId: string): number | null {
+  if (c.store.clients.get(fleetlockId)) return null;
   const until = Date.now() + RESERVATION_TTL_MS;
-  store.reservations.put(fleetlockId, { server_id: serverId, until });
-  scheduler.schedule(KEY.reservation(fleetlockId), until, { until });
-  await scheduler.arm();
-  return { ok: true, until };
+  c.store.reservations.put(fleetlockId, { server_id: serverId, until });
+  c.scheduler.schedule(KEY.reservation(fleetlockId), until, { until });
+  return until;
 }
 
 /**

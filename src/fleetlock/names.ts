@@ -1,7 +1,7 @@
 /**
  * The fleet's names that must stay unique, held by this coordinator (one per fleet, so racing
- * writers are serialized here): hostnames (among the fleet's live servers) and the expiry of
- * fleetlock_id reservations (./identity.ts keeps the ids themselves).
+ * writers are serialized here): hostnames (among the fleet's live servers) and, with
+ * ./identity.ts, fleetlock_ids. A registration reserves both in one turn, or neither.
  *
  * A name is reserved for a registration (or a PATCH) before its ledger commits. A reservation
  * ends in one of two ways, never by time alone: at its end (or when another writer wants the
@@ -15,36 +15,46 @@
  */
 import { fail, type Failure } from "../objects/kit/result";
 import type { Coordination } from "./context";
-import { KEY, type HeldNames } from "./store";
-
-/** How long a reserved name waits for its ledger before the ledger is asked. */
-export const RESERVATION_TTL_MS = 2 * 60_000;
-
-/** How the coordinator asks a server's ledger what it holds (a read: no effect leaves). */
-export type AskLedger = (serverId: string) => Promise<HeldNames | null>;
+import { clientIdTaken, holdClientId, RESERVATION_TTL_MS, settlePast } from "./identity";
+import { KEY, type AskLedger, type CoordinatorStore } from "./store";
 
 /**
- * Holds `hostname` for the registration of `serverId`. Refused (hostname_taken) while another
- * server holds it or a reservation for another one stands.
+ * A registration's names, both or neither: its hostname and, if it has one, its fleetlock_id.
+ * Refused (hostname_taken, fleetlock_id_taken) while another server holds either or a
+ * reservation for another one stands; a refusal reserves nothing, so the request corrected and
+ * sent again is not blocked by its own earlier attempt. `until`: the earliest reservation's end.
  */
-export async function reserveHostname(c: Coordination, ask: AskLedger, hostname: string, serverId: string): Promise<{ ok: true; until: number } | Failure> {
+export async function reserveRegistration(
+  c: Coordination,
+  ask: AskLedger,
+  hostname: string,
+  fleetlockId: string | null,
+  serverId: string,
+): Promise<{ ok: true; until: number } | Failure> {
   const name = hostname.toLowerCase();
+  // Past their end but not settled yet: whether their server committed decides, not the clock.
   const before = c.store.hostnames.get(name);
-  // Past its end but not settled yet: whether its server committed decides, not the clock.
   if (before && before.server_id !== serverId && before.until !== null && before.until <= Date.now()) {
     await settleHostname(c, ask, name, before.until);
   }
-  const claim = c.store.hostnames.get(name);
-  if (claim && claim.server_id !== serverId) {
-    return fail("hostname_taken", `another server of this fleet (${claim.server_id}) is named '${name}'${claim.until === null ? "" : " (being registered)"}`, {
-      server_id: claim.server_id,
-    });
-  }
+  if (fleetlockId) await settlePast(c, ask, fleetlockId, serverId);
+  // From here no await until both are held: one turn decides both.
+  const refused = hostnameTaken(c.store, name, serverId) ?? (fleetlockId ? clientIdTaken(c.store, fleetlockId, serverId) : null);
+  if (refused) return refused;
   const until = Date.now() + RESERVATION_TTL_MS;
   c.store.hostnames.put(name, { server_id: serverId, until });
   c.scheduler.schedule(KEY.hostname(name), until, { until });
+  const idUntil = fleetlockId ? holdClientId(c, fleetlockId, serverId) : null;
   await c.scheduler.arm();
-  return { ok: true, until };
+  return { ok: true, until: Math.min(until, idUntil ?? Infinity) };
+}
+
+function hostnameTaken(store: CoordinatorStore, name: string, serverId: string): Failure | null {
+  const claim = store.hostnames.get(name);
+  if (!claim || claim.server_id === serverId) return null;
+  return fail("hostname_taken", `another server of this fleet (${claim.server_id}) is named '${name}'${claim.until === null ? "" : " (being registered)"}`, {
+    server_id: claim.server_id,
+  });
 }
 
 /** The timer of a reserved hostname (or a writer that found it past its end): ask the ledger. */

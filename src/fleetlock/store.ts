@@ -53,6 +53,9 @@ export interface HeldNames {
   identity: ServerIdentity;
 }
 
+/** How the coordinator asks a server's ledger what it holds (a read: no effect leaves). */
+export type AskLedger = (serverId: string) => Promise<HeldNames | null>;
+
 /**
  * A hostname of the fleet: held by a registered server (`until` null), or reserved for a
  * registration until `until`, when the server's ledger is asked whether it committed.

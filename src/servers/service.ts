@@ -55,9 +55,7 @@ export async function registerServer(
   // hostnames; the coordinator's reservation serializes registrations racing for one name.
   await refuseTakenHostname(db, fleet.id, input.hostname);
   const id = newId();
-  const coordinator = coordinatorOf(env, fleet.id);
-  const name = unwrap(await coordinator.reserveHostname(input.hostname, id));
-  const ids = input.fleetlock_id ? unwrap(await coordinator.reserveClientId(input.fleetlock_id, id)) : null;
+  const { until } = unwrap(await coordinatorOf(env, fleet.id).reserveRegistration(input.hostname, input.fleetlock_id ?? null, id));
   const { token, hash } = await issueToken("server", id);
   const record: ServerRecord = {
     id,
@@ -76,7 +74,7 @@ export async function registerServer(
   // The first desired config is the plan: the server's roles, the fleet's capabilities and channels.
   const first = await firstPlan(env, fleet.id, record.roles);
   const ledger = ledgerOf(env, id);
-  const deadline = commitDeadline(name.until, ids?.until ?? null);
+  const deadline = commitDeadline(until);
   const { view: registered } = unwrap(await ledger.register(record, first.agents, { actor, details: input, plan_rev: first.rev, deadline }));
   // An intent change that committed meanwhile could not mark this server (no index row yet).
   const caughtUp = await catchUpPlan(env, id, fleet.id, first.rev);
