@@ -105,6 +105,25 @@ describe("an operator takes a host out of the queue", () => {
   });
 });
 
+describe("an operator names a queued host by its server", () => {
+  it("takes it out by hostname, fleet/hostname or server id; a name that matches nothing is 404 saying what was tried", async () => {
+    const f = await fleetWithKey();
+    await putGroup(f.fleet, "default", { slots: 1, queue_wait_s: 20 });
+    const [a, b, c, d] = await registerClients(f.fleet, 4);
+    await zincati(f.baseUrl, "pre-reboot", a.id);
+    const parked = await parkInOrder(f, [b.id, c.id, d.id]);
+    const queue = `/v1/fleets/${f.fleet}/reboot-groups/default/queue`;
+    expect((await call("DELETE", `${queue}/${b.hostname}`)).json.removed).toMatchObject({ id: b.id, server_id: b.serverId });
+    expect((await call("DELETE", `${queue}/${encodeURIComponent(`${f.fleet}/${c.hostname}`)}`)).json.removed.id).toBe(c.id);
+    expect((await call("DELETE", `${queue}/${d.serverId}`)).json.removed.id).toBe(d.id);
+    const none = await call("DELETE", `${queue}/${b.hostname}`);
+    expect(none.status).toBe(404);
+    expect(none.json.error.code).toBe("not_queued");
+    expect(none.json.error.message).toMatch(/FleetLock id, a server id and a hostname/);
+    for (const p of parked) expect((await p).status).toBe(409);
+  });
+});
+
 /**
  * a holds the slot, b parks, and a's steady state hands the slot to b while the runtime no longer
  * vouches for b's request.

@@ -89,6 +89,29 @@ describe("lists by hostname", () => {
     expect((await call("GET", `/v1/servers?hostname=a-1*x`)).json.error.code).toBe("invalid_query");
   });
 
+  it("instances list in hostname order, and paging by cursor walks them all once", async () => {
+    const { id: fleet } = await createFleet();
+    const tag = uniq("ord");
+    // Registered out of hostname order, so server-id order is not hostname order.
+    const names = ["m", "c", "x", "a"].map((p) => `${p}-${tag}.example.com`);
+    for (const name of names) {
+      const s = await registerServer(fleet, { hostname: name });
+      await call("PUT", `/v1/servers/${s.id}/desired`, { body: { generation: 2, agents: [A, { name: "b", image: "b:1", version: "1" }] } });
+    }
+    const seen: string[] = [];
+    let cursor: string | null = null;
+    do {
+      const res: any = await call("GET", `/v1/instances?agent=a&limit=1${cursor ? `&cursor=${cursor}` : ""}`);
+      seen.push(...res.json.items.map((i: any) => i.hostname));
+      cursor = res.json.next_cursor;
+    } while (cursor);
+    const ours = seen.filter((h) => h.endsWith(`-${tag}.example.com`));
+    expect(ours).toEqual([...names].sort());
+    expect(seen).toEqual([...seen].sort());
+    const one = await call("GET", `/v1/instances?server=${names[0]}`);
+    expect(one.json.items.map((i: any) => i.agent)).toEqual(["a", "b"]);
+  });
+
   it("instances and the drift check take a hostname and name servers by it; the audit log too", async () => {
     const { id: fleet } = await createFleet();
     const name = `${uniq("inst")}.example.com`;

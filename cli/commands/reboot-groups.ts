@@ -92,7 +92,7 @@ export function registerRebootGroups(program: Command, io: Io) {
     );
   }
 
-  fleetOpt(groups.command("dequeue <group> <id>").description("take a parked host out of the group's queue (audited)")).action(
+  fleetOpt(groups.command("dequeue <group> <id>").description("take a parked host out of the group's queue (audited); <id>: its FleetLock id, server id or hostname")).action(
     act(io, async (ctx, group: string, id: string, o: { fleet: string }) => {
       const res = await safety(ctx).dequeue(o.fleet, group, id);
       if (ctx.globals.json) return ctx.out.data(res);
@@ -100,7 +100,7 @@ export function registerRebootGroups(program: Command, io: Io) {
     }),
   );
 
-  fleetOpt(groups.command("release <group> <id>").description("force-release one holder's slot (audited)")).action(
+  fleetOpt(groups.command("release <group> <id>").description("force-release one holder's slot (audited); <id>: its FleetLock id, server id or hostname")).action(
     act(io, async (ctx, group: string, id: string, o: { fleet: string }) => {
       await ctx.confirm(`Release the slot '${id}' holds in ${o.fleet}/${group}? If that host is mid-reboot, another may reboot alongside it.`);
       const res = await ctx.api.releaseHolder(o.fleet, group, id);

@@ -2,46 +2,11 @@
 // racing writes, restart it on the same state, and check that nothing acknowledged was lost and
 // that the ledgers, the D1 index and the coordinator agree again by themselves. Loopback only;
 // bounded rounds; stops by itself. Prints the time each round took to converge after restart.
-import { rmSync } from "node:fs";
-import { startLocalServer, type LocalServer } from "../local-server.ts";
+import { api, crash, fleetlock, run, sleep, start } from "./harness.ts";
 
 const ROUNDS = Number(process.env.CRASH_ROUNDS ?? 8);
 const SERVERS = Number(process.env.CRASH_SERVERS ?? 6);
 const CONVERGE_LIMIT_MS = 60_000;
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
-let server: LocalServer | null = null;
-let base = "";
-let admin = "";
-
-/** The first start makes the state; every restart runs on it (a new port each time). */
-async function start() {
-  server = await startLocalServer({ label: "crash", reuse: server ? { persist: server.persist, admin } : undefined });
-  base = server.url;
-  admin = server.admin;
-}
-
-/** kill -9 of the whole process group: wrangler and workerd die between whatever statements they were at. */
-function crash() {
-  server?.crash();
-}
-
-async function api(method: string, path: string, body?: unknown, token = admin) {
-  const res = await fetch(`${base}${path}`, {
-    method,
-    headers: { authorization: `Bearer ${token}`, ...(body === undefined ? {} : { "content-type": "application/json" }) },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
-  const text = await res.text();
-  let json: any = null;
-  try {
-    json = text ? JSON.parse(text) : null;
-  } catch {
-    json = text;
-  }
-  return { status: res.status, json };
-}
 
 interface Server {
   id: string;
@@ -137,7 +102,6 @@ async function main() {
 }
 
 async function problems(fleet: string, basePath: string, servers: Server[]): Promise<string> {
-  const baseUrl = `${base}${basePath}`;
   const index = await api("GET", `/v1/servers?fleet=${fleet}&limit=500`);
   if (index.status !== 200) return `index answered ${index.status}`;
   const rows = new Map<string, any>(index.json.items.map((r: any) => [r.id, r]));
@@ -154,11 +118,9 @@ async function problems(fleet: string, basePath: string, servers: Server[]): Pro
     if (ids.has(v.fleetlock_id)) return `fleetlock_id ${v.fleetlock_id} held by two servers`;
     ids.add(v.fleetlock_id);
     // The coordinator grants to the ledger's id (and its steady-state gives the slot back).
-    const headers = { "fleet-lock-protocol": "true" };
-    const body = JSON.stringify({ client_params: { id: v.fleetlock_id, group: "default" } });
-    const pre = await fetch(new URL("v1/pre-reboot", baseUrl), { method: "POST", headers, body });
+    const pre = await fleetlock(basePath, "pre-reboot", v.fleetlock_id);
     if (pre.status !== 200) return `server ${s.id}: coordinator refused its id ${v.fleetlock_id}: ${await pre.text()}`;
-    await fetch(new URL("v1/steady-state", baseUrl), { method: "POST", headers, body });
+    await fleetlock(basePath, "steady-state", v.fleetlock_id);
     s.fleetlockId = v.fleetlock_id;
     // Every generation the ledger holds was audited exactly once.
     const audit = await api("GET", `/v1/audit?target=server:${s.id}&limit=500`);
@@ -169,12 +131,4 @@ async function problems(fleet: string, basePath: string, servers: Server[]): Pro
   return "";
 }
 
-main()
-  .catch((err) => {
-    console.error(err?.stack ?? err);
-    process.exitCode = 1;
-  })
-  .finally(() => {
-    crash();
-    if (server) rmSync(server.persist, { recursive: true, force: true });
-  });
+run(main);

@@ -50,6 +50,7 @@ export const ERROR_CODES = [
   "generation_not_issued",
   "server_removed",
   "fleetlock_id_taken",
+  "reservation_expired",
   "lifecycle_change_refused",
   "uninstall_blocked",
   "decommission_acknowledged",

@@ -11,6 +11,9 @@ import * as health from "./health";
 import type { ServerHealthEvent } from "./ledger-side";
 import * as groups from "./groups";
 import * as identity from "./identity";
+import * as names from "./names";
+import type { AskLedger } from "./store";
+import { ledgerOf } from "../objects/stubs";
 import { QUEUE_TIMER } from "./parked";
 import { answered, PRE_REBOOT_WAIT_PATH, preRebootWaitOf } from "./waits";
 import type { ClientParams, FleetLockFailure } from "./protocol";
@@ -47,11 +50,15 @@ export class RebootCoordinator extends DurableObject<Env> {
     this.c = assemble(ctx, () => this.env, () => this.clock());
   }
 
+  /** What a server's ledger holds of the fleet's names (asked when a reservation ends). */
+  private readonly ask: AskLedger = (serverId) => ledgerOf(this.env, serverId).heldNames();
+
   async alarm() {
     await this.c.scheduler.fire({
       outbox: () => this.c.effects.outbox.flush(),
       reservation: (payload, name) =>
-        identity.expireReservation(this.c.store, name.slice("reservation:".length), (payload as { until: number }).until),
+        identity.settleReservation(this.c, this.ask, name.slice("reservation:".length), (payload as { until: number }).until),
+      hostname: (payload, name) => names.settleHostname(this.c, this.ask, name.slice("hostname:".length), (payload as { until: number }).until),
       [QUEUE_TIMER]: () => this.c.parked.fired(),
       [GATES_TIMER]: () => gateRules.readInputs(this.c),
     });
@@ -66,6 +73,8 @@ export class RebootCoordinator extends DurableObject<Env> {
   async fetch(request: Request): Promise<Response> {
     if (new URL(request.url).pathname !== PRE_REBOOT_WAIT_PATH) return new Response(null, { status: 404 });
     const { keyHash, params, resume } = preRebootWaitOf(request);
+    // An id reserved and perhaps committed, whose delivery a crash held up: its ledger is asked.
+    await identity.catchUpReserved(this.c, this.ask, params.id);
     const answer = await grants.preReboot(this.c, keyHash, params, { resume });
     return answer.ok === "waiting" ? answer.waiter : answered(answer);
   }
@@ -109,8 +118,18 @@ export class RebootCoordinator extends DurableObject<Env> {
 
   // ---- the FleetLock identity registry ----
 
-  async reserveClientId(fleetlockId: string, serverId: string): Promise<{ ok: true } | Failure> {
-    return identity.reserve(this.c.store, this.c.scheduler, fleetlockId, serverId);
+  async reserveClientId(fleetlockId: string, serverId: string): Promise<{ ok: true; until: number | null } | Failure> {
+    return identity.reserve(this.c, this.ask, fleetlockId, serverId);
+  }
+
+  /** A registration's hostname and fleetlock_id, both or neither (./names.ts), until its ledger commits. */
+  async reserveRegistration(hostname: string, fleetlockId: string | null, serverId: string): Promise<{ ok: true; until: number } | Failure> {
+    return names.reserveRegistration(this.c, this.ask, hostname, fleetlockId, serverId);
+  }
+
+  /** The server was removed: its hostname is free again. */
+  async releaseHostname(serverId: string, hostname: string): Promise<void> {
+    names.releaseHostname(this.c, serverId, hostname);
   }
 
   async setServerIdentity(serverId: string, id: ServerIdentity): Promise<{ applied: boolean; conflict?: boolean }> {

@@ -3,6 +3,7 @@
  * releases operators and ledgers ask for. Each decision reads and writes the store in one turn;
  * the only await before a grant or a park is stored is none at all, so nothing interleaves.
  */
+import { entryNamed, TRIED } from "./named";
 import type { AuditEntry } from "../audit/log";
 import { digestsEqual } from "../lib/crypto";
 import { fail, type Failure } from "../objects/kit/result";
@@ -164,12 +165,13 @@ export async function forceRelease(
   const group = c.store.group(name);
   if (!group) return fail("not_found", `reboot group '${name}' is not configured`);
   const now = c.clock();
-  if (!holderOf(group, id)) return fail("not_held", `'${id}' holds no slot in reboot group '${name}'`);
+  const held = entryNamed(group.holders, id, settings.fleet_id, (s) => c.store.servers.get(s)?.hostname);
+  if (!held) return fail("not_held", `'${id}' holds no slot in reboot group '${name}' (${TRIED})`);
   // The freed slot goes to the first parked host now, not after the audit row reached D1.
   const released = (await releaseAndDrain(
     c,
     name,
-    id,
+    held.id,
     now,
     (r) => {
       rebootReleased(c.effects, c.store, name, r, "force_release", now);

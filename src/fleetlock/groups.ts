@@ -2,10 +2,11 @@
  * Reboot groups as operators see and change them: configuration changes, applied live, and the
  * views of groups with their holders and parked hosts.
  */
+import { entryNamed, TRIED } from "./named";
 import { fail, type Failure } from "../objects/kit/result";
 import type { Coordination } from "./context";
 import { holdView, verdictView } from "./gate-rules";
-import { liveEntries, queuedOf, type QueueEntry } from "./queue";
+import { liveEntries, type QueueEntry } from "./queue";
 import { configure, newGroup, type GroupChange, type GroupState } from "./semaphore";
 import type { FleetConfig, FleetSettings } from "./store";
 import { groupView, type GroupView } from "./views";
@@ -68,14 +69,15 @@ export async function dequeueHost(
   const config = c.store.syncSettings(settings);
   if (!c.store.group(name)) return fail("not_found", `reboot group '${name}' is not configured`);
   const now = c.clock();
-  if (!queuedOf(liveEntries(c.store.queue(name), now), id)) return fail("not_queued", `'${id}' is not waiting in the queue of reboot group '${name}'`);
-  const removed = c.parked.dequeue(name, id)!;
+  const queued = entryNamed(liveEntries(c.store.queue(name), now), id, settings.fleet_id, (s) => c.store.servers.get(s)?.hostname);
+  if (!queued) return fail("not_queued", `'${id}' is not waiting in the queue of reboot group '${name}' (${TRIED})`);
+  const removed = c.parked.dequeue(name, queued.id)!;
   await c.effects.audit(
     [{
       actor,
       action: "reboot_group.dequeue",
       target: `fleet:${settings.fleet_id}`,
-      details: { group: name, id, server_id: removed.server_id, waiting_since: new Date(removed.since).toISOString() },
+      details: { group: name, id: removed.id, server_id: removed.server_id, waiting_since: new Date(removed.since).toISOString() },
     }],
     { wait: true },
   );

@@ -4,21 +4,17 @@
  * fleetlock_id uniqueness lives. Identities arrive from the ledgers' outboxes, so the host path
  * never reads D1.
  *
- * Reservations run on real time (Date.now), not the coordinator's decision clock: their expiry is
- * a scheduler timer, and the timer runs on real time.
+ * Reservations run on real time (Date.now), not the coordinator's decision clock: their end is
+ * a scheduler timer, and the timer runs on real time; how a reservation ends: ./names.ts.
  */
 import { fail, type Failure } from "../objects/kit/result";
-import type { Scheduler } from "../objects/kit/scheduler";
 import type { Coordination } from "./context";
 import { emit } from "./effects";
 import { failure, type FleetLockFailure } from "./protocol";
 import { renameHolder } from "./semaphore";
-import { KEY, type ClientEntry, type CoordinatorStore, type FleetConfig, type ServerIdentity } from "./store";
+import { KEY, type AskLedger, type ClientEntry, type CoordinatorStore, type FleetConfig, type ServerIdentity } from "./store";
 
-/**
- * How long a reserved fleetlock_id waits for its ledger's confirmation. A workflow that died
- * between reserving and committing leaves nothing taken for longer than this.
- */
+/** How long a reserved name (an id, a hostname: ./names.ts) waits for its ledger before the ledger is asked. */
 export const RESERVATION_TTL_MS = 2 * 60_000;
 
 /**
@@ -32,28 +28,69 @@ export function clientOf(store: CoordinatorStore, config: FleetConfig, id: strin
 }
 
 /**
- * Holds `fleetlockId` for `serverId` until its ledger confirms it (`setIdentity`) or the
- * reservation expires. Refused while another server has the id, registered or reserved.
+ * Holds `fleetlockId` for `serverId` until its ledger confirms it (`setIdentity`) or, at the
+ * reservation's end, the ledger is asked whether it committed it (./names.ts). Refused while
+ * another server has the id, registered or reserved.
  */
-export async function reserve(store: CoordinatorStore, scheduler: Scheduler, fleetlockId: string, serverId: string): Promise<{ ok: true } | Failure> {
-  const owner = store.clients.get(fleetlockId);
-  const now = Date.now();
-  const reserved = store.reservations.get(fleetlockId);
-  const taken = (owner && owner.server_id !== serverId) || (reserved && reserved.server_id !== serverId && reserved.until > now);
-  if (taken) return fail("fleetlock_id_taken", `another server of this fleet uses fleetlock_id '${fleetlockId}'`);
-  if (!owner) {
-    const until = now + RESERVATION_TTL_MS;
-    store.reservations.put(fleetlockId, { server_id: serverId, until });
-    scheduler.schedule(KEY.reservation(fleetlockId), until, { until });
-    await scheduler.arm();
-  }
-  return { ok: true };
+export async function reserve(c: Coordination, ask: AskLedger, fleetlockId: string, serverId: string): Promise<{ ok: true; until: number | null } | Failure> {
+  await settlePast(c, ask, fleetlockId, serverId);
+  const taken = clientIdTaken(c.store, fleetlockId, serverId);
+  if (taken) return taken;
+  const until = holdClientId(c, fleetlockId, serverId);
+  await c.scheduler.arm();
+  return { ok: true, until };
 }
 
-/** The timer carries the reservation it was set for: a later reservation of the id outlives it. */
-export function expireReservation(store: CoordinatorStore, fleetlockId: string, until: number) {
-  const r = store.reservations.get(fleetlockId);
-  if (r && r.until <= until) store.reservations.delete(fleetlockId);
+/** Another server's reservation past its end but not settled yet: its ledger decides, not the clock. */
+export async function settlePast(c: Coordination, ask: AskLedger, fleetlockId: string, serverId: string) {
+  const before = c.store.reservations.get(fleetlockId);
+  if (before && before.server_id !== serverId && before.until <= Date.now()) await settleReservation(c, ask, fleetlockId, before.until);
+}
+
+/** Whether another server has the id, registered or reserved (synchronous). */
+export function clientIdTaken(store: CoordinatorStore, fleetlockId: string, serverId: string): Failure | null {
+  const owner = store.clients.get(fleetlockId);
+  const reserved = store.reservations.get(fleetlockId);
+  const taken = (owner && owner.server_id !== serverId) || (reserved && reserved.server_id !== serverId);
+  return taken ? fail("fleetlock_id_taken", `another server of this fleet uses fleetlock_id '${fleetlockId}'`) : null;
+}
+
+/** Reserves a free id (synchronous; the caller arms the alarm): its end, or null if the server already has it. */
+export function holdClientId(c: Coordination, fleetlockId: string, serverId: string): number | null {
+  if (c.store.clients.get(fleetlockId)) return null;
+  const until = Date.now() + RESERVATION_TTL_MS;
+  c.store.reservations.put(fleetlockId, { server_id: serverId, until });
+  c.scheduler.schedule(KEY.reservation(fleetlockId), until, { until });
+  return until;
+}
+
+/**
+ * A reservation's end: the server's ledger is asked. If it holds the id, its identity is taken
+ * as if its outbox had delivered it (an outbox that has not, after a crash, cannot lose the id
+ * to another server); otherwise the id is free again.
+ */
+export async function settleReservation(c: Coordination, ask: AskLedger, fleetlockId: string, until: number) {
+  const r = c.store.reservations.get(fleetlockId);
+  if (!r || r.until !== until) return;
+  const held = await ask(r.server_id);
+  const now = c.store.reservations.get(fleetlockId);
+  if (!now || now.until !== until || now.server_id !== r.server_id) return;
+  if (held?.live && held.identity.fleetlock_id === fleetlockId && (await setIdentity(c, r.server_id, held.identity)).applied) return;
+  c.store.reservations.delete(fleetlockId);
+  c.scheduler.cancel(KEY.reservation(fleetlockId));
+}
+
+/**
+ * A host asks under an id nobody holds yet but a server has reserved: its ledger may have
+ * committed the id and its outbox not delivered it yet (after a crash, until its alarm runs).
+ * The ledger is asked, and what it holds is taken, so an acknowledged id works at once.
+ */
+export async function catchUpReserved(c: Coordination, ask: AskLedger, fleetlockId: string) {
+  if (c.store.clients.get(fleetlockId)) return;
+  const r = c.store.reservations.get(fleetlockId);
+  if (!r) return;
+  const held = await ask(r.server_id);
+  if (held?.live && held.identity.fleetlock_id === fleetlockId) await setIdentity(c, r.server_id, held.identity);
 }
 
 /**

@@ -11,7 +11,10 @@ import { dequeueHost, forceRelease, getGroup, listGroups, putGroup, rotateFleetl
 
 const fleetParam = z.object({ fleet: fleetId });
 const groupParams = fleetParam.extend({ group: groupName });
-const holderParams = groupParams.extend({ id: fleetlockId });
+// A FleetLock id, or the server holding under one: its id, hostname or fleet/hostname (./named.ts).
+const holderParams = groupParams.extend({
+  id: fleetlockId.openapi({ description: "The FleetLock id, or the server's id, hostname or fleet/hostname" }),
+});
 
 // One chain, so the type of rebootGroupRoutes (and of the app that mounts it at /v1/fleets) carries every route for hc.
 export const rebootGroupRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook })
@@ -94,7 +97,7 @@ export const rebootGroupRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validati
         "Released; the group as it now is",
       ),
       ...commonErrors,
-      404: jsonResponse(z.object({ error: z.any() }), "No such fleet or group, or the id holds no slot in it"),
+      404: jsonResponse(z.object({ error: z.any() }), "No such fleet or group, or nothing the id names (as a FleetLock id, server id or hostname) holds a slot in it"),
     },
   }),
   async (c) => {
@@ -126,7 +129,7 @@ export const rebootGroupRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validati
         "Taken out; the group as it now is",
       ),
       ...commonErrors,
-      404: jsonResponse(z.object({ error: z.any() }), "No such fleet or group, or the id is not waiting in its queue"),
+      404: jsonResponse(z.object({ error: z.any() }), "No such fleet or group, or nothing the id names (as a FleetLock id, server id or hostname) waits in its queue"),
     },
   }),
   async (c) => {

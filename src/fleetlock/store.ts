@@ -44,6 +44,27 @@ export interface ServerIdentity {
   rev: number;
 }
 
+/** What a server's ledger says it holds, when its coordinator asks (./names.ts). */
+export interface HeldNames {
+  fleet_id: string;
+  /** Not removed, and no removal's cleanup under way. */
+  live: boolean;
+  /** As the ledger would deliver it now (fleetlock_id null unless live). */
+  identity: ServerIdentity;
+}
+
+/** How the coordinator asks a server's ledger what it holds (a read: no effect leaves). */
+export type AskLedger = (serverId: string) => Promise<HeldNames | null>;
+
+/**
+ * A hostname of the fleet: held by a registered server (`until` null), or reserved for a
+ * registration until `until`, when the server's ledger is asked whether it committed.
+ */
+export interface HostnameClaim {
+  server_id: string;
+  until: number | null;
+}
+
 /** A fleetlock_id held for a registration or PATCH until the server's ledger confirms it. */
 export interface Reservation {
   server_id: string;
@@ -57,6 +78,8 @@ export const KEY = {
   server: (id: string) => `server:${id}`,
   /** Also the name of the reservation's timer. */
   reservation: (id: string) => `reservation:${id}`,
+  /** A hostname's claim; also the name of a reserved claim's timer. */
+  hostname: (name: string) => `hostname:${name}`,
   /** The revision of the last fleet spec applied to the groups (src/fleetlock/spec-groups.ts). */
   specRev: "spec_rev",
   // Group names cannot hold ':', so the first ':' after the group ends it.
@@ -220,6 +243,8 @@ export class CoordinatorStore {
   readonly servers = this.records<ServerIdentity>(KEY.server);
   /** fleetlock_id → the server it is held for until confirmed. */
   readonly reservations = this.records<Reservation>(KEY.reservation);
+  /** hostname → the server that holds it, or the registration it is reserved for. */
+  readonly hostnames = this.records<HostnameClaim>(KEY.hostname);
 
   private records<T>(key: (id: string) => string) {
     return {

@@ -45,6 +45,7 @@ export const STATUS_OF_CODE = {
   generation_not_issued: 409,
   server_removed: 409,
   fleetlock_id_taken: 409,
+  reservation_expired: 503,
   lifecycle_change_refused: 409,
   uninstall_blocked: 409,
   decommission_acknowledged: 409,

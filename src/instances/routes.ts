@@ -18,7 +18,7 @@ export const instanceRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationH
     path: "/",
     operationId: "listInstances",
     tags: ["instances"],
-    summary: "Agent instances (one per server and agent, in server order), searchable by server (id, hostname or fleet/hostname), agent and image",
+    summary: "Agent instances (one per server and agent, in hostname order), searchable by server (id, hostname or fleet/hostname), agent and image",
     security: bearer,
     middleware: [requireScope("read")] as const,
     request: {
@@ -38,10 +38,10 @@ export const instanceRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationH
   }),
   async (c) => {
     const q = c.req.valid("query");
-    const after = decodeCursor(q.cursor, 2);
+    const after = decodeCursor(q.cursor, 3);
     const server = q.server === undefined ? undefined : await resolveServer(c.env, q.server);
-    const rows = await searchInstances(c.env, { ...q, server }, after ? [after[0], after[1]] : null, q.limit);
-    const { items, next_cursor } = page(rows, q.limit, (r) => [r.serverId, r.agent]);
+    const rows = await searchInstances(c.env, { ...q, server }, after ? [after[0], after[1], after[2]] : null, q.limit);
+    const { items, next_cursor } = page(rows, q.limit, (r) => [r.hostname, r.serverId, r.agent]);
     return c.json(
       {
         items: items.map((r) => ({

@@ -1,6 +1,7 @@
 import { DurableObject } from "cloudflare:workers";
 import { getDb } from "../db/client";
 import type { Env } from "../env";
+import type { HeldNames } from "../fleetlock/store";
 import type { FleetPlanInputs } from "../intent/store";
 import { Outbox } from "../objects/kit/outbox";
 import { fail, type Failure, type Result } from "../objects/kit/result";
@@ -90,10 +91,20 @@ export class ServerLedger extends DurableObject<Env> {
   // ---- operator calls ----
 
   /** Its index row, token row, audit row and FleetLock identity leave through the outbox. */
-  async register(record: ServerRecord, agents: Omit<AgentSpec, "instance_id">[], meta: { actor: string; details?: unknown; plan_rev?: number }): Promise<ServerView> {
-    operator.register(this.deps, record, agents, meta);
+  async register(
+    record: ServerRecord,
+    agents: Omit<AgentSpec, "instance_id">[],
+    meta: { actor: string; details?: unknown; plan_rev?: number; deadline?: number },
+  ): Promise<Result<{ view: ServerView }>> {
+    const r = operator.register(this.deps, record, agents, meta);
+    if (!r.ok) return r;
     await this.settle();
-    return this.view()!;
+    return { ok: true, view: this.view()! };
+  }
+
+  /** The hostname and FleetLock identity this server holds, asked by its fleet's coordinator. */
+  heldNames(): HeldNames | null {
+    return operator.heldNames(this.deps);
   }
 
   async putDesired(input: DesiredConfigInput, actor: string): Promise<{ ok: true; created: boolean; config: DesiredConfig } | Failure> {
@@ -110,7 +121,7 @@ export class ServerLedger extends DurableObject<Env> {
 
   async setRebootIdentity(
     change: { fleetlock_id?: string | null; reboot_group?: string },
-    meta: { actor: string; details?: unknown },
+    meta: { actor: string; details?: unknown; deadline?: number },
   ): Promise<{ ok: true; view: ServerView; rev: number } | Failure> {
     const r = operator.setRebootIdentity(this.deps, change, meta);
     if (!r.ok) return r;

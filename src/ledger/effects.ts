@@ -166,13 +166,14 @@ export function ledgerEffects(w: LedgerEffectWiring): Record<LedgerEffectKind, E
       delivered: () => w.cleaned("index"),
     },
     // It leaves every reboot semaphore and frees its fleetlock_id (at a revision newer than any
-    // identity delivery still under way, so none can bring the id back).
+    // identity delivery still under way, so none can bring the id back) and its hostname.
     cleanup_coordinator: {
       target: "call",
       deliver: async (p: IdentityPayload) => {
         const coordinator = coordinatorOf(w.env(), p.fleet_id);
         await coordinator.releaseServer(p.server_id, { reason: "server removed", actor: `server:${p.server_id}` });
         await coordinator.setServerIdentity(p.server_id, p.identity);
+        await coordinator.releaseHostname(p.server_id, p.identity.hostname);
       },
       delivered: () => w.cleaned("coordinator"),
     },

@@ -7,13 +7,47 @@ import { fail, type Failure, type Result } from "../objects/kit/result";
 import type { PlanState } from "../planner/ledger-side";
 import { applyDesired, type DesiredState } from "./desired";
 import { audit, identityPayload, project, tokenPayload, type LedgerDeps } from "./effects";
+import type { HeldNames } from "../fleetlock/store";
 import type { ServerRecord } from "./record";
 import type { AgentSpec, DesiredConfig, DesiredConfigInput } from "./schemas";
 import { configOf } from "./view";
 
+/**
+ * A write that commits names reserved at the fleet's coordinator (a hostname, a fleetlock_id) must
+ * commit while they are still held: `deadline` is the reservation's end less a margin for clock
+ * skew. The coordinator, once a reservation ends, asks this ledger whether it holds the name
+ * (src/fleetlock/names.ts); a commit after that question could be missed, so it is refused.
+ */
+export const RESERVATION_MARGIN_MS = 30_000;
+
+function pastDeadline(d: LedgerDeps, deadline: number | undefined): Failure | null {
+  if (deadline === undefined || d.clock() <= deadline) return null;
+  return fail("reservation_expired", "the names reserved for this write were held too long before it reached the server's ledger; try again");
+}
+
+/** What this ledger holds of the fleet's names, for its coordinator (src/fleetlock/names.ts). */
+export function heldNames(d: LedgerDeps): HeldNames | null {
+  const record = d.store.load()?.record;
+  if (!record) return null;
+  // Removed, or its removal's cleanup under way: it holds no fleetlock_id and no hostname.
+  const live = record.state !== "removed" && d.store.lifecycle()?.cleanup_from === undefined;
+  return {
+    fleet_id: record.fleet_id,
+    live,
+    identity: { fleetlock_id: live ? record.fleetlock_id : null, hostname: record.hostname, reboot_group: record.reboot_group, rev: d.store.rebootRev() },
+  };
+}
+
 /** Creates the ledger with generation 1; a repeated call for the same server changes nothing. */
-export function register(d: LedgerDeps, record: ServerRecord, agents: Omit<AgentSpec, "instance_id">[], meta: { actor: string; details?: unknown; plan_rev?: number }) {
-  if (d.store.load()) return;
+export function register(
+  d: LedgerDeps,
+  record: ServerRecord,
+  agents: Omit<AgentSpec, "instance_id">[],
+  meta: { actor: string; details?: unknown; plan_rev?: number; deadline?: number },
+): Result {
+  if (d.store.load()) return { ok: true };
+  const late = pastDeadline(d, meta.deadline);
+  if (late) return late;
   const desired: DesiredState = {
     generation: 1,
     agents: agents.map((a) => ({ ...a, instance_id: crypto.randomUUID() })),
@@ -28,6 +62,7 @@ export function register(d: LedgerDeps, record: ServerRecord, agents: Omit<Agent
     if (record.fleetlock_id) d.outbox.enqueue("identity", identityPayload(record, 0), { key: "identity" });
     audit(d.outbox, { actor: meta.actor, action: "server.register", target: `server:${record.id}`, details: meta.details });
   });
+  return { ok: true };
 }
 
 export function putDesired(d: LedgerDeps, input: DesiredConfigInput, actor: string): { ok: true; created: boolean; config: DesiredConfig } | Failure {
@@ -78,11 +113,13 @@ export function putDesired(d: LedgerDeps, input: DesiredConfigInput, actor: stri
 export function setRebootIdentity(
   d: LedgerDeps,
   change: { fleetlock_id?: string | null; reboot_group?: string },
-  meta: { actor: string; details?: unknown },
+  meta: { actor: string; details?: unknown; deadline?: number },
 ): Result<{ rev: number }> {
   const record = d.store.load()?.record;
   if (!record) return fail("not_found", "server does not exist");
   if (record.state === "removed") return fail("server_removed", "a removed server cannot be changed");
+  const late = pastDeadline(d, meta.deadline);
+  if (late) return late;
   const next: ServerRecord = {
     ...record,
     fleetlock_id: change.fleetlock_id === undefined ? record.fleetlock_id : change.fleetlock_id,

@@ -2,8 +2,10 @@
  * Server workflows that span bindings. Each follows one rule: the object that owns the fact
  * commits first, and its outbox brings the other bindings along, so no step needs an undo and a
  * crash between any two steps leaves nothing dangling:
- * - fleetlock_id uniqueness is the fleet coordinator's: the id is reserved there first; a
- *   reservation whose workflow died expires (RESERVATION_TTL_MS) and frees the id again;
+ * - fleetlock_id and hostname uniqueness are the fleet coordinator's: the name is reserved there
+ *   first; when a reservation ends (RESERVATION_TTL_MS) the coordinator asks the server's ledger,
+ *   so a workflow that died before its commit frees the name and one that committed keeps it
+ *   (src/fleetlock/names.ts); the ledger refuses a commit too close to that end;
  * - the ledger then commits the server and enqueues its index row, token row, audit row and the
  *   confirmation of its FleetLock identity.
  * Lifecycle workflows (decommission and its cancel, token rotation, refresh) follow the same rule:
@@ -19,6 +21,7 @@ import { getFleet } from "../fleets/store";
 import { chunk } from "../lib/chunk";
 import { unwrap } from "../objects/kit/result";
 import type { ServerView } from "../ledger/durable-object";
+import { RESERVATION_MARGIN_MS } from "../ledger/operator";
 import type { ServerRecord } from "../ledger/record";
 import type { DesiredConfigInput } from "../ledger/schemas";
 import { tagMatches, viewTag } from "../ledger/view-tag";
@@ -48,10 +51,11 @@ export async function registerServer(
   const fleet = await getFleet(db, input.fleet);
   if (!fleet) throw new DomainError("unknown_fleet", `fleet '${input.fleet}' does not exist`);
   // Operators name servers by hostname: a second live one in the fleet would make that name
-  // ambiguous. (Two registrations racing can both pass; naming then answers ambiguous_server.)
+  // ambiguous. The index answers for servers registered before the fleet's coordinator kept
+  // hostnames; the coordinator's reservation serializes registrations racing for one name.
   await refuseTakenHostname(db, fleet.id, input.hostname);
   const id = newId();
-  if (input.fleetlock_id) unwrap(await coordinatorOf(env, fleet.id).reserveClientId(input.fleetlock_id, id));
+  const { until } = unwrap(await coordinatorOf(env, fleet.id).reserveRegistration(input.hostname, input.fleetlock_id ?? null, id));
   const { token, hash } = await issueToken("server", id);
   const record: ServerRecord = {
     id,
@@ -70,7 +74,8 @@ export async function registerServer(
   // The first desired config is the plan: the server's roles, the fleet's capabilities and channels.
   const first = await firstPlan(env, fleet.id, record.roles);
   const ledger = ledgerOf(env, id);
-  const registered = await ledger.register(record, first.agents, { actor, details: input, plan_rev: first.rev });
+  const deadline = commitDeadline(until);
+  const { view: registered } = unwrap(await ledger.register(record, first.agents, { actor, details: input, plan_rev: first.rev, deadline }));
   // An intent change that committed meanwhile could not mark this server (no index row yet).
   const caughtUp = await catchUpPlan(env, id, fleet.id, first.rev);
   return { view: caughtUp ?? registered, token };
@@ -144,6 +149,12 @@ export async function patchServer(env: Env, actor: string, id: string, patch: Se
   return view!;
 }
 
+/** A ledger commits reserved names only while they are surely still held (src/ledger/operator.ts). */
+function commitDeadline(...untils: (number | null)[]): number | undefined {
+  const held = untils.filter((u): u is number => u !== null);
+  return held.length ? Math.min(...held) - RESERVATION_MARGIN_MS : undefined;
+}
+
 async function patchServerIdentity(
   env: Env,
   actor: string,
@@ -162,10 +173,14 @@ async function patchServerIdentity(
     reboot_group: input.reboot_group ?? before.reboot_group,
   };
   if (after.fleetlock_id === before.fleetlock_id && after.reboot_group === before.reboot_group) return current;
-  if (after.fleetlock_id && after.fleetlock_id !== before.fleetlock_id) {
-    unwrap(await coordinatorOf(env, current.record.fleet_id).reserveClientId(after.fleetlock_id, id));
-  }
-  const result = unwrap(await ledger.setRebootIdentity(after, { actor, details: { before, after: input } }));
+  // Any id given is reserved, even one this read says the server has: a concurrent PATCH may
+  // have moved it on since (reserving an id the server owns costs nothing). And only the fields
+  // given go to the ledger: the rest of `after` comes from this read, which a concurrent PATCH
+  // may have made stale, and would undo an acknowledged change.
+  const reserved = input.fleetlock_id ? unwrap(await coordinatorOf(env, current.record.fleet_id).reserveClientId(input.fleetlock_id, id)) : null;
+  const change = { fleetlock_id: input.fleetlock_id, reboot_group: input.reboot_group };
+  const deadline = commitDeadline(reserved?.until ?? null);
+  const result = unwrap(await ledger.setRebootIdentity(change, { actor, details: { before, after: input }, deadline }));
   return result.view;
 }
 

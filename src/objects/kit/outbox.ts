@@ -82,7 +82,10 @@ export class Outbox<K extends string> {
    * Stores an effect; synchronous, so it commits with the state change made in the same turn.
    * With a `key`, a pending effect under that key is replaced (the latest payload wins, e.g. "the
    * index must show the ledger as it is now"), and a delivery of the older payload under way does
-   * not remove the newer one.
+   * not remove the newer one. A new payload is due at once, even where the old one was waiting
+   * out a backoff: the write that enqueued it may answer only after its own flush delivered it
+   * (an operator's write does), and a backoff left from the old payload would let it answer
+   * with its effect undelivered.
    */
   enqueue(kind: K, payload: unknown = {}, opts: { key?: string; deferMs?: number; alarm?: boolean } = {}) {
     const now = Date.now();
@@ -97,7 +100,7 @@ export class Outbox<K extends string> {
       this.storage.sql.exec(
         `INSERT INTO _outbox (kind, dedup_key, payload, next_at, created_at, attempts) VALUES (?, ?, ?, ?, ?, ?)
          ON CONFLICT(dedup_key) DO UPDATE SET kind = excluded.kind, payload = excluded.payload, seq = seq + 1,
-           next_at = MIN(next_at, excluded.next_at)`,
+           next_at = MIN(next_at, excluded.next_at), attempts = MIN(attempts, excluded.attempts)`,
         kind,
         opts.key,
         text,

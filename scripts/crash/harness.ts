@@ -1,0 +1,73 @@
+// What the crash checks share: one local server (wrangler dev, workerd included) that is killed
+// with kill -9 and started again on the same state, and a small JSON client for it.
+import { rmSync } from "node:fs";
+import { startLocalServer, type LocalServer } from "../local-server.ts";
+
+export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+let server: LocalServer | null = null;
+let admin = "";
+
+/** The server's base URL now (every restart listens on another port). */
+export let base = "";
+
+/** The first start makes the state; every restart runs on it (a new port each time). */
+export async function start() {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      server = await startLocalServer({ label: "crash", reuse: server ? { persist: server.persist, admin } : undefined });
+      break;
+    } catch (err) {
+      // The free port it picked was taken before wrangler bound it (a shared machine): another one.
+      if (attempt >= 3 || !String(err).includes("Address already in use")) throw err;
+    }
+  }
+  base = server.url;
+  admin = server.admin;
+}
+
+/** kill -9 of the whole process group: wrangler and workerd die between whatever statements they were at. */
+export function crash() {
+  server?.crash();
+}
+
+/** Kills the server and removes its state. */
+export function cleanUp() {
+  crash();
+  if (server) rmSync(server.persist, { recursive: true, force: true });
+}
+
+export async function api(method: string, path: string, body?: unknown, token = admin) {
+  const res = await fetch(`${base}${path}`, {
+    method,
+    headers: { authorization: `Bearer ${token}`, ...(body === undefined ? {} : { "content-type": "application/json" }) },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const text = await res.text();
+  let json: any = null;
+  try {
+    json = text ? JSON.parse(text) : null;
+  } catch {
+    json = text;
+  }
+  return { status: res.status, json };
+}
+
+/** A FleetLock call (`basePath`: the key's path, which outlives restarts). */
+export function fleetlock(basePath: string, op: "pre-reboot" | "steady-state", id: string) {
+  return fetch(new URL("v1/" + op, `${base}${basePath}`), {
+    method: "POST",
+    headers: { "fleet-lock-protocol": "true" },
+    body: JSON.stringify({ client_params: { id, group: "default" } }),
+  });
+}
+
+/** Runs a scenario; whatever happens, the server dies and its state goes. */
+export function run(main: () => Promise<void>) {
+  main()
+    .catch((err) => {
+      console.error(err?.stack ?? err);
+      process.exitCode = 1;
+    })
+    .finally(cleanUp);
+}
