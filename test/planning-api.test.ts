@@ -1,5 +1,7 @@
-import { createScheduledController, env } from "cloudflare:test";
+import { createScheduledController, env, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
+import { INDEX_LEASE_MS } from "../src/ledger/projection";
+import { QUIET_TIMER, quietGraceMs } from "../src/ledger/quiet";
 import { runScheduled } from "../src/scheduled";
 import { call, createFleet, d1Statements, registerServer } from "./helpers";
 
@@ -96,7 +98,12 @@ describe("event-driven planning", () => {
     await call("PUT", "/v1/agent/inventory", { token: s.token, body: { generation: 1, reconciled_at: new Date().toISOString(), boot_id: "b", agents: [] } });
     await call("PATCH", `/v1/fleets/${f.id}`, { body: { stale_after_s: 45 } });
     const row = await env.DB.prepare("SELECT last_seen, stale_at FROM servers WHERE id = ?").bind(s.id).first<any>();
-    expect(row.stale_at - row.last_seen).toBe(45_000);
+    // Leased while the ledger watches its host (src/ledger/quiet.ts), whose timer follows too.
+    expect(row.stale_at - row.last_seen).toBe(45_000 + INDEX_LEASE_MS);
+    const quietDue = await runInDurableObject(env.LEDGER.get(env.LEDGER.idFromName(s.id)), (_i, state) =>
+      state.storage.sql.exec<{ due_at: number }>("SELECT due_at FROM _timers WHERE name = ?", QUIET_TIMER).one().due_at,
+    );
+    expect(quietDue).toBe(row.last_seen + 45_000 + quietGraceMs(45));
   });
 
   it("the cron finishes marks a crashed run left behind, reading only the marks", async () => {

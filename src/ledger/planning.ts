@@ -43,7 +43,11 @@ export function applyPlan(
   const reissue = step.kind === "recorded" && meta.reissue ? { ...state.desired, generation: state.desired.generation + 1, updated_at: now } : null;
   d.store.transaction(() => {
     const recordChanged = step.record !== record;
-    if (recordChanged) d.store.save({ record: step.record });
+    if (recordChanged) {
+      d.store.save({ record: step.record });
+      // A shorter stale_after brings the quiet watch's timer forward.
+      if (state.report) d.quiet.refit(state.report.received_at, step.record.stale_after_s);
+    }
     d.store.setPlan(step.planState);
     if (meta.release && before.mode === "pinned") {
       audit(d.outbox, { actor: meta.actor, action: "server.desired.release", target: `server:${record.id}`, details: { rev: inputs.rev } });

@@ -65,6 +65,12 @@ export class QuietWatch {
     return true;
   }
 
+  /** The fleet's stale_after changed: a watch under way is due no later than the new deadline. */
+  refit(receivedAt: number, staleAfterS: number) {
+    if (!this.watching()) return;
+    this.scheduler.schedule(QUIET_TIMER, receivedAt + staleAfterS * 1000 + quietGraceMs(staleAfterS), null, { noLaterThan: true });
+  }
+
   /** The host is on the channel: its socket watches it now. */
   stop() {
     if (this.watching() === false) return;
