@@ -17,6 +17,7 @@ import * as slots from "./rollout-slots";
 import * as specGroups from "./spec-groups";
 import type { GroupChange, Holder } from "./semaphore";
 import type { FleetSettings, ServerIdentity } from "./store";
+import type { FleetEvent } from "../webhooks/events";
 import * as hooks from "../webhooks/manage";
 import type { GroupView } from "./views";
 
@@ -162,6 +163,15 @@ export class RebootCoordinator extends DurableObject<Env> {
     const r = hooks.deleteWebhook(this.c.webhookStore, id);
     if (r.ok) await this.audited(actor, "webhook.delete", { id, url: r.webhook.url });
     return r;
+  }
+
+  /**
+   * Events other owners raise (a ledger's or a rollout's outbox, the cron's stale and upgrade
+   * notices): each is sent to the webhooks that want it once, however often it arrives (by id).
+   */
+  async fleetEvents(events: FleetEvent[]): Promise<void> {
+    for (const e of events) this.c.webhooks.take(e);
+    await this.c.scheduler.arm();
   }
 
   async webhookDeliveries(id: string, limit: number) {

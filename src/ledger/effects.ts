@@ -19,6 +19,7 @@ import type { LedgerStore, ProjectedMark } from "./store";
 import { rolloutEventEffect } from "../rollouts/ledger-side";
 import { serverHealthEffect } from "../fleetlock/ledger-side";
 import { coordinatorOf } from "../objects/stubs";
+import { ownedEvent, webhookEventEffect } from "../webhooks/outbox";
 
 export type LedgerEffectKind =
   | "project"
@@ -29,7 +30,8 @@ export type LedgerEffectKind =
   | "rollout_event"
   | "cleanup_index"
   | "cleanup_coordinator"
-  | "server_health";
+  | "server_health"
+  | "webhook_event";
 
 export type LedgerOutbox = Outbox<LedgerEffectKind>;
 
@@ -90,6 +92,16 @@ export const identityPayload = (record: ServerRecord, rev: number): IdentityPayl
   identity: { fleetlock_id: record.fleetlock_id, hostname: record.hostname, reboot_group: record.reboot_group, rev },
 });
 
+/**
+ * server.registered / server.decommissioned for the fleet's webhooks, one per server and change:
+ * its id is derived from both, so the coordinator sends it once however often it is delivered.
+ */
+export function serverEvent(outbox: LedgerOutbox, record: ServerRecord, change: "registered" | "decommissioned", now: number, extra: Record<string, unknown> = {}) {
+  const summary = change === "registered" ? `Server ${record.hostname} was registered` : `Server ${record.hostname} was removed`;
+  const data = { server_id: record.id, hostname: record.hostname, kind: record.kind, reboot_group: record.reboot_group, fleetlock_id: record.fleetlock_id, ...extra };
+  outbox.enqueue("webhook_event", ownedEvent(`server.${change}:${record.id}`, record.fleet_id, `server.${change}`, `server:${record.id}`, summary, data, now));
+}
+
 export const audit = (outbox: LedgerOutbox, entry: AuditEntry) => outbox.enqueue("audit", auditEvent(entry));
 
 /** The index must show the ledger as it is now (one pending projection, whatever caused it). */
@@ -144,6 +156,8 @@ export function ledgerEffects(w: LedgerEffectWiring): Record<LedgerEffectKind, E
     rollout_event: rolloutEventEffect(w.env),
     // Reboot safety (issue 17): a new boot, realized, failed or drifted, for the fleet's coordinator.
     server_health: serverHealthEffect(w.env),
+    // Webhooks (issue 17): the server registered or removed, for the fleet's coordinator to send.
+    webhook_event: webhookEventEffect(w.env),
     release: {
       target: "call",
       deliver: async (p: ReleasePayload) => {

@@ -15,6 +15,7 @@ import type { FleetSettings } from "../fleetlock/durable-object";
 import { chunk } from "../lib/chunk";
 import type { Effect } from "../objects/kit/outbox";
 import { coordinatorOf, ledgerOf } from "../objects/stubs";
+import { webhookEventEffect } from "../webhooks/outbox";
 import { moveChannel, restoreChannel } from "./channel";
 import type { Core, RolloutSpec } from "./machine";
 import { applied } from "./outcomes";
@@ -55,6 +56,8 @@ export function rolloutEffects(env: () => Env, parts: () => RolloutParts): Recor
 
   return {
     audit: { target: "d1", statements: (e: AuditEvent) => [auditInsertOnce(db(), e)] },
+    // Webhooks (issue 17): started, paused, resumed, ended, slow servers, for the fleet's coordinator.
+    webhook_event: webhookEventEffect(env),
     project: {
       target: "d1",
       statements: () => {
