@@ -67,7 +67,7 @@ describe("registration converges after a failure at every step", () => {
     expect(view.record.id).toBe(id);
     expect(await indexRow(id)).toBeUndefined();
     expect((await zincati(f.baseUrl, "pre-reboot", "late-1")).json.kind).toBe("unknown_client");
-    expect(await pendingEffects(ledger(id))).toBe(4); // index, token, audit, identity
+    expect(await pendingEffects(ledger(id))).toBe(5); // index, token, audit, identity, webhook event
 
     // The object dies before any delivery; its successor has the real bindings.
     await evictDurableObject(ledger(id));

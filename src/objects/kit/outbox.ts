@@ -29,6 +29,16 @@ export interface CallEffect<P> {
 
 export type Effect<P = any> = D1Effect<P> | CallEffect<P>;
 
+/**
+ * Thrown by a call effect whose receiver must not be called yet (a rate limit): the effect is
+ * kept, due again at `at`, without counting as a failure (no backoff, no warning).
+ */
+export class NotYet extends Error {
+  constructor(readonly at: number) {
+    super("not yet");
+  }
+}
+
 type Row = {
   id: number;
   kind: string;
@@ -170,7 +180,8 @@ export class Outbox<K extends string> {
         this.hook(() => effect.delivered?.(payload));
         this.done(r);
       } catch (err) {
-        this.failed([r], err);
+        if (err instanceof NotYet) this.storage.sql.exec("UPDATE _outbox SET next_at = ? WHERE id = ?", err.at, r.id);
+        else this.failed([r], err);
       }
     };
     for (let i = 0; i < calls.length; i += this.callConcurrency) {
