@@ -71,6 +71,11 @@ export async function noticeNow(env: Env, n: NoticeInput) {
   }
 }
 
+/** After a service's D1 write (fleet intent, fleet settings): the fleet's open pages are told, after the answer. */
+export function pagesChanged(env: Env, ctx: { waitUntil(p: Promise<unknown>): void }, fleet: string, kind: string) {
+  ctx.waitUntil(noticeNow(env, { fleet, kind, ids: [fleet], from: `service:${kind}` }));
+}
+
 /** The owners' outbox effect: delivered to the fleet's ConsoleFeed, coalesced as above. */
 export const feedEffect = (env: () => Env): Effect => ({
   target: "call",

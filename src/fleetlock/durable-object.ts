@@ -73,6 +73,8 @@ export class RebootCoordinator extends DurableObject<Env> {
   /** The fleet was deleted (issue 8): its groups, holders, registry and key go. Idempotent. */
   async forget(): Promise<void> {
     // Audit rows still queued are delivered first; a failure here leaves everything for a retry.
+    // Console notices of the fleet being deleted are not worth the wait.
+    this.c.effects.outbox.discard("feed");
     await this.c.effects.outbox.flush();
     if (this.c.effects.outbox.pending() > 0) throw new Error("audit rows still pending; retry the wipe later");
     await this.c.store.wipe();

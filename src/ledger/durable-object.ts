@@ -1,5 +1,6 @@
 import { DurableObject } from "cloudflare:workers";
 import { getDb } from "../db/client";
+import type { NoticeInput } from "../console/notices";
 import type { Env } from "../env";
 import type { FleetPlanInputs } from "../intent/store";
 import { Outbox } from "../objects/kit/outbox";
@@ -51,7 +52,10 @@ export class ServerLedger extends DurableObject<Env> {
     this.scheduler = new Scheduler(ctx.storage);
     const db = () => getDb(this.env.DB);
     const hostConnected = () => this.sockets.hostConnected();
-    const effects = ledgerEffects({ env: () => this.env, db, store: this.store, cleaned: (step) => cleanupDelivered(this.deps, step), hostConnected });
+    // One pending console notice per ledger (keyed): the newest stands for every change before it.
+    const shown = (fleet: string, server: string) =>
+      this.outbox.enqueue("feed", { fleet, kind: "server", ids: [server], from: `server:${server}` } satisfies NoticeInput, { key: "feed" });
+    const effects = ledgerEffects({ env: () => this.env, db, store: this.store, cleaned: (step) => cleanupDelivered(this.deps, step), hostConnected, shown });
     this.outbox = new Outbox(ctx.storage, this.scheduler, effects, db);
     this.deps = { store: this.store, outbox: this.outbox, clock: () => Date.now(), hostConnected };
     this.sockets = new LedgerSockets(this.deps, socketRoom(ctx));

@@ -14,12 +14,13 @@ import type { ServerIdentity } from "../fleetlock/durable-object";
 import type { Effect, Outbox } from "../objects/kit/outbox";
 import type { ServerRecord } from "./record";
 import type { CleanupStep } from "./lifecycle";
-import { buildProjection, lastSeenDue, projectionStatements } from "./projection";
+import { buildProjection, lastSeenDue, projectionStatements, sameSignatures } from "./projection";
 import type { LedgerStore, ProjectedMark } from "./store";
 import { rolloutEventEffect } from "../rollouts/ledger-side";
 import { serverHealthEffect } from "../fleetlock/ledger-side";
 import { coordinatorOf } from "../objects/stubs";
 import { ownedEvent, webhookEventEffect } from "../webhooks/outbox";
+import { feedEffect } from "../console/notices";
 
 export type LedgerEffectKind =
   | "project"
@@ -31,7 +32,8 @@ export type LedgerEffectKind =
   | "cleanup_index"
   | "cleanup_coordinator"
   | "server_health"
-  | "webhook_event";
+  | "webhook_event"
+  | "feed";
 
 export type LedgerOutbox = Outbox<LedgerEffectKind>;
 
@@ -139,6 +141,8 @@ export interface LedgerEffectWiring {
   cleaned: (step: CleanupStep) => void;
   /** Whether the host is on the channel now (its index row's staleness is then leased). */
   hostConnected: () => boolean;
+  /** The index now shows a change of this server (not a heartbeat): open console pages are told. */
+  shown: (fleet: string, serverId: string) => void;
 }
 
 export function ledgerEffects(w: LedgerEffectWiring): Record<LedgerEffectKind, Effect> {
@@ -158,6 +162,8 @@ export function ledgerEffects(w: LedgerEffectWiring): Record<LedgerEffectKind, E
     server_health: serverHealthEffect(w.env),
     // Webhooks (issue 17): the server registered or removed, for the fleet's coordinator to send.
     webhook_event: webhookEventEffect(w.env),
+    // The console's live notice (src/console/notices.ts), raised when the projection wrote a change.
+    feed: feedEffect(w.env),
     release: {
       target: "call",
       deliver: async (p: ReleasePayload) => {
@@ -197,10 +203,13 @@ export function ledgerEffects(w: LedgerEffectWiring): Record<LedgerEffectKind, E
 function projectEffect(w: LedgerEffectWiring): Effect {
   /** The mark the delivery under way will have made true, recorded once D1 took it. */
   let inFlight: ProjectedMark | null = null;
+  /** The fleet whose pages show a change the delivery under way writes (null: a heartbeat, or nothing). */
+  let changedIn: { fleet: string; server: string } | null = null;
   return {
     target: "d1",
     statements: () => {
       inFlight = null;
+      changedIn = null;
       // The index never shows a heartbeat the ledger could lose on eviction.
       w.store.persistHeartbeat();
       const state = w.store.load();
@@ -212,6 +221,7 @@ function projectEffect(w: LedgerEffectWiring): Effect {
       const lastSeen = p.server.lastSeen ?? null;
       const due = lastSeen != null && lastSeenDue(mark, lastSeen, state.record.stale_after_s, leased);
       const { statements, serverRow } = projectionStatements(w.db(), p, written, { serverRowDue: due });
+      if (statements.length && (!written || !sameSignatures(written, p.signatures))) changedIn = { fleet: state.record.fleet_id, server: state.record.id };
       inFlight = serverRow
         ? { written: p.signatures, last_seen_written: lastSeen, leased }
         : { written: p.signatures, last_seen_written: mark?.last_seen_written ?? null, leased: mark?.leased ?? false };
@@ -219,7 +229,9 @@ function projectEffect(w: LedgerEffectWiring): Effect {
     },
     delivered: () => {
       if (inFlight) w.store.setProjected(inFlight);
+      if (changedIn) w.shown(changedIn.fleet, changedIn.server);
       inFlight = null;
+      changedIn = null;
     },
   };
 }

@@ -5,6 +5,7 @@
  * part (reboot groups) rides in that batch as a fleet task, delivered at once and by the cron
  * until done, and shown as applied meanwhile (./store.ts).
  */
+import { pagesChanged } from "../console/notices";
 import { and, eq } from "drizzle-orm";
 import type { ZodError } from "zod";
 import { getDb, type Db } from "../db/client";
@@ -112,6 +113,7 @@ export async function applyFleetSpec(
     return { statements: applyStatements(db, actor, fleet, rev + 1, plan, { spec_hash, prune: opts.prune }), result };
   });
   const changed = writes(plan);
+  if (changed) pagesChanged(env, ctx, fleet, "fleet");
   let pending = state.pending !== null;
   if (changed && (plan.groups || plan.lockSettings)) pending = (await runFleetTasks(env, { fleet })).failed > 0;
   const planning = changed && scopeOf(plan) !== "none" ? await planAfterChange(env, ctx, fleet) : null;

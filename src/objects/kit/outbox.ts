@@ -131,6 +131,11 @@ export class Outbox<K extends string> {
     if (opts.alarm !== false) this.scheduler.schedule(OUTBOX_TIMER, due, null, { noLaterThan: true });
   }
 
+  /** Drops the pending effects of one kind, worthless now (a wiped fleet's console notices). */
+  discard(kind: K) {
+    if (this.table.exists()) this.storage.sql.exec("DELETE FROM _outbox WHERE kind = ?", kind);
+  }
+
   /** How many effects wait for delivery (tests, metrics). */
   pending(): number {
     if (!this.table.exists()) return 0;
