@@ -48,6 +48,9 @@ export class WebhookDispatcher {
    * sent once however often it arrives. Synchronous, like emit.
    */
   take(event: FleetEvent): boolean {
+    // Nobody asked for it: nothing to send, nothing to remember (a fleet without webhooks keeps
+    // its storage untouched by the cron's stale and upgrade events).
+    if (!this.store.all().some((w) => w.events.includes(event.type))) return false;
     if (!this.store.firstSeen(event.id, this.clock())) return false;
     this.emit(event);
     return true;
