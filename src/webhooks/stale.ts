@@ -4,7 +4,8 @@
  * Instead the cron reads, through the partial index on stale_at, the servers whose deadline passed
  * since its previous tick — [cursor, now) — and hands each fleet's coordinator its events. The cost
  * follows the servers that went quiet, not the fleet's size. The cursor (D1 `cron_cursors`) moves
- * only once every coordinator took its events; each event's id is derived from the server and its
+ * only once every coordinator took its events, and only when some server crossed (a quiet fleet's
+ * tick writes nothing); each event's id is derived from the server and its
  * stale_at, so a repeated tick, or a redelivery, is dropped by the coordinator.
  */
 import { and, asc, eq, gte, lt, ne, sql } from "drizzle-orm";
@@ -19,15 +20,13 @@ import { ownedEvent } from "./outbox";
 export const STALE_CURSOR = "stale_events";
 /** Servers per tick; more wait for the next (the cursor stops before them). */
 export const STALE_PER_TICK = 500;
+/** Without a cursor yet (the first sweep ever), deadlines this recent are still news. */
+export const STALE_FIRST_LOOKBACK_MS = 2 * 60_000;
 
 export async function sendStaleEvents(env: Env, now: number): Promise<{ sent: number }> {
   const db = getDb(env.DB);
-  const cursor = await db.query.cronCursors.findFirst({ where: eq(cronCursors.name, STALE_CURSOR) });
-  if (!cursor) {
-    // The first tick: servers that went stale before it are not news any more.
-    await db.insert(cronCursors).values({ name: STALE_CURSOR, at: now }).onConflictDoNothing();
-    return { sent: 0 };
-  }
+  const stored = await db.query.cronCursors.findFirst({ where: eq(cronCursors.name, STALE_CURSOR) });
+  const cursor = stored ?? { at: now - STALE_FIRST_LOOKBACK_MS };
   const rows = await db
     .select({ id: servers.id, fleet: servers.fleetId, hostname: servers.hostname, lastSeen: servers.lastSeen, staleAt: servers.staleAt })
     .from(servers)
@@ -53,6 +52,12 @@ export async function sendStaleEvents(env: Env, now: number): Promise<{ sent: nu
   // A full page: the next tick starts at its last deadline (ties read again, and dropped as seen).
   const full = rows.length === STALE_PER_TICK;
   const next = full ? Math.max(cursor.at + 1, rows[rows.length - 1].staleAt!) : now;
-  await db.update(cronCursors).set({ at: next }).where(and(eq(cronCursors.name, STALE_CURSOR), sql`${cronCursors.at} = ${cursor.at}`));
+  // D1 writes only on change: a tick that found nobody gone stale leaves the cursor where it is
+  // (the next one reads the same empty span of the index, and what crossed since).
+  if (rows.length === 0) return { sent: 0 };
+  await db
+    .insert(cronCursors)
+    .values({ name: STALE_CURSOR, at: next })
+    .onConflictDoUpdate({ target: cronCursors.name, set: { at: next }, where: sql`${cronCursors.at} = ${cursor.at}` });
   return { sent: rows.length };
 }
