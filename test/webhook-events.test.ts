@@ -15,7 +15,7 @@ import { STALE_CURSOR } from "../src/webhooks/stale";
 import type { FleetEvent } from "../src/webhooks/events";
 import { call, createFleet, fireTimersNow, registerServer, report, settle } from "./helpers";
 import { coordinator } from "./fleetlock-helpers";
-import { drain, fleetWithAgent, reconcileApplying, startRollout } from "./rollout-helpers";
+import { drain, fleetWithAgent, getRollout, hostReconcile, reconcileApplying, rolloutStub, startRollout, targets } from "./rollout-helpers";
 import { probeStep, probeTable } from "./upgrades-helpers";
 import { bodiesOf, hook, receivedBy, receiver } from "./webhook-helpers";
 
@@ -78,6 +78,46 @@ describe("webhook events from every owner", () => {
     await fireTimersNow(coordinator(fleet));
     expect(receivedBy(sent, ends)).toEqual(["rollout.cancelled"]);
     expect(receivedBy(sent, life)).toHaveLength(5);
+  });
+
+  it("sends rollout.failed when the abort rule fails it, and rollout.slow_server once per slow target, only to the webhooks that asked", async () => {
+    const { fleet, hosts } = await fleetWithAgent(3);
+    const failedHook = await hook(fleet, "failed", ["rollout.failed"]);
+    const slowHook = await hook(fleet, "slow", ["rollout.slow_server"]);
+    const sent = await receiver(fleet);
+
+    // Slow: two quick targets set the median, the third has taken far longer when its timer checks.
+    const r = await startRollout({ fleet, concurrency: 3, slow_factor: 3 });
+    const applying = (await targets(r.id, "?state=applying")).map((t) => hosts.find((h) => h.id === t.server_id)!);
+    for (const h of applying.slice(0, 2)) {
+      await hostReconcile(h);
+      await settle(h.id);
+    }
+    await drain(r.id);
+    const median = (await getRollout(r.id)).median_s!;
+    await new Promise((res) => setTimeout(res, Math.max(400, median * 1000 * 4)));
+    await fireTimersNow(rolloutStub(r.id), "slow");
+    await fireTimersNow(rolloutStub(r.id), "slow");
+    await drain(r.id);
+    await fireTimersNow(coordinator(fleet));
+    expect(receivedBy(sent, slowHook)).toEqual(["rollout.slow_server"]);
+    expect(bodiesOf(sent, slowHook)[0]).toMatchObject({ data: { rollout_id: r.id, server_id: applying[2].id } });
+    expect(receivedBy(sent, failedHook)).toEqual([]);
+    expect((await call("POST", `/v1/rollouts/${r.id}/cancel`)).status).toBe(200);
+
+    // Failed: its abort rule (no failure allowed) ends it at the first failure.
+    await hostReconcile(applying[2]);
+    await settle(applying[2].id);
+    const second = await startRollout({ fleet, image: "registry.example/fw:3.0.0", version: "3.0.0", concurrency: 1, abort: { max_failures: 0 } });
+    const [first] = (await targets(second.id, "?state=applying")).map((t) => hosts.find((h) => h.id === t.server_id)!);
+    await hostReconcile(first, { fail: true });
+    await settle(first.id);
+    expect((await getRollout(second.id)).state).toBe("failed");
+    await drain(second.id);
+    await fireTimersNow(coordinator(fleet));
+    expect(receivedBy(sent, failedHook)).toEqual(["rollout.failed"]);
+    expect(bodiesOf(sent, failedHook)[0]).toMatchObject({ subject: `rollout:${second.id}`, data: { state: "failed", reason: expect.stringMatching(/max_failures 0/) } });
+    expect(receivedBy(sent, slowHook)).toEqual(["rollout.slow_server"]);
   });
 
   it("sends server.stale once when a server's stale_at passes, from the cron's sweep of what crossed since its last tick", async () => {
