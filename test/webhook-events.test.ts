@@ -146,6 +146,20 @@ describe("webhook events from every owner", () => {
     await scheduledRun();
     await fireTimersNow(coordinator(f.id));
     expect(receivedBy(sent, wants)).toHaveLength(1);
+
+    // A deadline that reaches the index after it passed, and after the sweep moved on (a ledger
+    // that writes the exact stale_at once it saw its host go quiet): the next tick still sends it.
+    const late = await registerServer(f.id);
+    expect((await call("PUT", "/v1/agent/inventory", { token: late.token, body: report(1, []) })).status).toBe(200);
+    await settle(late.id);
+    await scheduledRun();
+    const lateAt = Date.now() - 90_000;
+    await env.DB.prepare("UPDATE servers SET stale_at = ?, updated_at = ? WHERE id = ?").bind(lateAt, Date.now(), late.id).run();
+    await scheduledRun();
+    await scheduledRun();
+    await fireTimersNow(coordinator(f.id));
+    expect(receivedBy(sent, wants)).toEqual(["server.stale", "server.stale"]);
+    expect(bodiesOf(sent, wants)[1]).toMatchObject({ data: { server_id: late.id, stale_at: new Date(lateAt).toISOString() } });
   });
 
   it("sends upgrade.step_applied and step_failed to every fleet's webhooks that want them, from the step's history row, once", async () => {

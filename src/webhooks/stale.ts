@@ -6,9 +6,10 @@
  * follows the servers that went quiet, not the fleet's size. The cursor (D1 `cron_cursors`) moves
  * only once every coordinator took its events, and only when some server crossed (a quiet fleet's
  * tick writes nothing); each event's id is derived from the server and its
- * stale_at, so a repeated tick, or a redelivery, is dropped by the coordinator.
+ * stale_at, so a repeated tick, or a redelivery, is dropped by the coordinator (which is also what
+ * makes reading late-written deadlines again, below, safe).
  */
-import { and, asc, eq, gte, lt, ne, sql } from "drizzle-orm";
+import { and, asc, eq, gte, lt, ne, or, sql } from "drizzle-orm";
 import { getDb } from "../db/client";
 import { cronCursors, servers } from "../db/schema";
 import type { Env } from "../env";
@@ -22,6 +23,14 @@ export const STALE_CURSOR = "stale_events";
 export const STALE_PER_TICK = 500;
 /** Without a cursor yet (the first sweep ever), deadlines this recent are still news. */
 export const STALE_FIRST_LOOKBACK_MS = 2 * 60_000;
+/**
+ * A deadline may reach the index after it passed (a ledger that learns its host went quiet writes
+ * the exact stale_at then, a minute or so late; an outbox retrying D1): rows written in the last
+ * RECENT_WRITE_MS whose deadline lies up to LATE_DEADLINE_MS before the cursor are read again.
+ * The coordinator drops what it took already.
+ */
+export const LATE_DEADLINE_MS = 10 * 60_000;
+export const RECENT_WRITE_MS = 2 * 60_000;
 
 export async function sendStaleEvents(env: Env, now: number): Promise<{ sent: number }> {
   const db = getDb(env.DB);
@@ -31,7 +40,15 @@ export async function sendStaleEvents(env: Env, now: number): Promise<{ sent: nu
     .select({ id: servers.id, fleet: servers.fleetId, hostname: servers.hostname, lastSeen: servers.lastSeen, staleAt: servers.staleAt })
     .from(servers)
     // `status != 'stale'` lets SQLite read the partial index servers_stale_at_idx.
-    .where(and(ne(servers.status, "stale"), gte(servers.staleAt, cursor.at), lt(servers.staleAt, now), ne(servers.state, "removed")))
+    .where(
+      and(
+        ne(servers.status, "stale"),
+        gte(servers.staleAt, cursor.at - LATE_DEADLINE_MS),
+        lt(servers.staleAt, now),
+        or(gte(servers.staleAt, cursor.at), gte(servers.updatedAt, now - RECENT_WRITE_MS)),
+        ne(servers.state, "removed"),
+      ),
+    )
     .orderBy(asc(servers.staleAt))
     .limit(STALE_PER_TICK);
   const byFleet = new Map<string, FleetEvent[]>();
@@ -52,9 +69,9 @@ export async function sendStaleEvents(env: Env, now: number): Promise<{ sent: nu
   // A full page: the next tick starts at its last deadline (ties read again, and dropped as seen).
   const full = rows.length === STALE_PER_TICK;
   const next = full ? Math.max(cursor.at + 1, rows[rows.length - 1].staleAt!) : now;
-  // D1 writes only on change: a tick that found nobody gone stale leaves the cursor where it is
+  // D1 writes only on change: a tick that found no deadline past the cursor leaves it where it is
   // (the next one reads the same empty span of the index, and what crossed since).
-  if (rows.length === 0) return { sent: 0 };
+  if (!rows.some((r) => r.staleAt! >= cursor.at)) return { sent: rows.length };
   await db
     .insert(cronCursors)
     .values({ name: STALE_CURSOR, at: next })
