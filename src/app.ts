@@ -33,7 +33,6 @@ import { MAX_BODY_BYTES } from "./domain/limits";
 import { rolloutRoutes } from "./rollouts/routes";
 import { fleetSummaryRoutes } from "./fleets/summary.routes";
 import { consoleRoutes } from "./console/routes";
-import { liveNotices } from "./console/feed";
 import { specRoutes } from "./specs/routes";
 import { statusRoutes } from "./servers/status.routes";
 
@@ -53,8 +52,6 @@ export function createApp() {
   app.use("*", requestId());
   app.use("*", requestLog(requester));
   app.use("*", corsForConfiguredOrigins());
-  // The operator console's live feed hears of every successful change made through the API (issue 20).
-  app.use("*", liveNotices);
   app.use("/v1/*", limitBodies(MAX_BODY_BYTES));
   app.use("/v1/*", requireJsonBody);
   app.use("/v1/*", rejectUnknownQuery(() => app.openAPIRegistry.definitions as never));

@@ -2,12 +2,16 @@ import type { Env } from "./env";
 import { runFleetTasks } from "./fleets/tasks";
 import { runPlanner } from "./planner/service";
 import { runUpgrades } from "./upgrades/runner";
+import { sendUpgradeEvents } from "./upgrades/notices";
+import { sendStaleEvents } from "./webhooks/stale";
 import { logLine } from "./lib/log";
 import { redriveRollouts } from "./rollouts/service";
 
 /** Cron: upgrade steps first (they may change what reconciliation reads), then reconciliation. */
 export async function runScheduled(controller: ScheduledController, env: Env) {
   const upgrade = await runUpgrades(env, { trigger: "cron" });
+  // Webhooks: the steps' applied/failed events still owed (also, and above all, after a failure).
+  await sendUpgradeEvents(env, Date.now()).catch((err) => logLine("warn", "upgrade step events failed", { error: String(err) }));
   // Reconciliation is written for the newest data; on older data it waits for the next tick.
   if (upgrade.version < upgrade.newest) {
     logLine("warn", "reconciliation skipped: data not at the newest version", {
@@ -22,6 +26,8 @@ export async function runScheduled(controller: ScheduledController, env: Env) {
   await runPlanner(env, { budgetMs: 20_000 });
   // Coordinator work owed by fleet changes (settings pushes, wipes of deleted fleets).
   await runFleetTasks(env);
+  // Webhooks: servers that went stale since the previous tick (only those, by their stale_at).
+  await sendStaleEvents(env, Date.now()).catch((err) => logLine("warn", "server.stale events failed", { error: String(err) }));
   // Rollouts advance on their own (ledger events, their alarms); this only re-drives quiet ones.
   await redriveRollouts(env, controller.scheduledTime);
 }

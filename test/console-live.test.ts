@@ -1,8 +1,11 @@
 import { env, runInDurableObject, SELF } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import { BASE, call, createFleet, registerServer, report } from "./helpers";
+import { BASE, call, createFleet, fireTimersNow, registerServer, report, settle } from "./helpers";
 import { signIn } from "./console-helpers";
 import { fleetWithKey, putGroup, registerClients, zincati } from "./fleetlock-helpers";
+import { fleetWithAgent, rolloutStub, startRollout } from "./rollout-helpers";
+import { notifyFeed, THROTTLE_MS } from "../src/console/notices";
+import type { Env } from "../src/env";
 
 async function openFeed(fleet: string, cookie: string, origin: string | null = BASE) {
   const headers: Record<string, string> = { Upgrade: "websocket", Cookie: cookie };
@@ -18,6 +21,18 @@ function nextMessage(ws: WebSocket, timeoutMs = 2000) {
       resolve(String(ev.data));
     }, { once: true });
   });
+}
+
+/** A page on the fleet's feed once the notices of its setup went by: what it hears from now on. */
+async function quietFeed(fleet: string) {
+  const s = await signIn();
+  const ws = (await openFeed(fleet, s.cookie)).webSocket!;
+  ws.accept();
+  const seen: { kind: string; ids: string[] }[] = [];
+  ws.addEventListener("message", (ev) => seen.push(JSON.parse(String(ev.data))));
+  await new Promise((r) => setTimeout(r, 1200));
+  seen.length = 0;
+  return { ws, seen };
 }
 
 describe("the console's live feed", () => {
@@ -42,7 +57,7 @@ describe("the console's live feed", () => {
     ws.accept();
     const first = nextMessage(ws);
     await call("PUT", "/v1/agent/inventory", { token: server.token, body: report(1, []) });
-    expect(JSON.parse(await first)).toMatchObject({ kind: "report", ids: [server.id] });
+    expect(JSON.parse(await first)).toMatchObject({ kind: "server", ids: [server.id] });
     // Notices of one fleet are at least 500 ms apart per isolate; pages re-fetch once more after one.
     await new Promise((r) => setTimeout(r, 600));
     const second = nextMessage(ws);
@@ -66,6 +81,60 @@ describe("the console's live feed", () => {
     expect((await zincati(f.baseUrl, "pre-reboot", client.id)).status).toBe(200);
     await expect.poll(() => seen.map((n) => n.kind), { timeout: 2000 }).toContain("reboot");
     ws.close(1000, "done");
+  });
+
+  it("tells an open page of a change an object made on its own (a rollout target timing out), without any request", async () => {
+    const { fleet } = await fleetWithAgent(1);
+    const r = await startRollout({ fleet, concurrency: 1, server_timeout_s: 30 });
+    const { ws, seen } = await quietFeed(fleet);
+    // Nobody calls the API: the rollout's timer fires, the target times out, the index is told,
+    // and the rollout's outbox tells the fleet's feed.
+    await fireTimersNow(rolloutStub(r.id));
+    await expect.poll(async () => {
+      await fireTimersNow(rolloutStub(r.id));
+      return seen.map((n) => n.kind);
+    }, { timeout: 4000, interval: 300 }).toContain("rollout");
+    expect(seen.find((n) => n.kind === "rollout")).toMatchObject({ ids: [r.id] });
+    ws.close(1000, "done");
+  });
+
+  it("sends no notice for a report that changes nothing, and one for a report that changes the server's status", async () => {
+    const fleet = await createFleet();
+    const server = await registerServer(fleet.id);
+    const agents = [{ name: "a", image: "registry.example/a:1" }];
+    expect((await call("PUT", `/v1/servers/${server.id}/desired`, { body: { generation: 2, agents: [{ ...agents[0], version: "1" }] } })).status).toBeLessThan(300);
+    await call("PUT", "/v1/agent/inventory", { token: server.token, body: report(2, agents) });
+    await settle(server.id);
+    const { ws, seen } = await quietFeed(fleet.id);
+
+    // The same report again (a host's steady heartbeat): the index shows nothing new.
+    expect((await call("PUT", "/v1/agent/inventory", { token: server.token, body: report(2, agents) })).status).toBe(200);
+    await settle(server.id);
+    await new Promise((r) => setTimeout(r, 800));
+    expect(seen).toEqual([]);
+
+    // The agent stopped: the server's status changes, and the page hears of it.
+    expect((await call("PUT", "/v1/agent/inventory", { token: server.token, body: report(2, [{ ...agents[0], state: "stopped" }]) })).status).toBe(200);
+    await settle(server.id);
+    await expect.poll(() => seen, { timeout: 2000 }).toEqual([expect.objectContaining({ kind: "server", ids: [server.id] })]);
+    ws.close(1000, "done");
+  });
+
+  it("coalesces a busy fleet's notices to one call to its feed per 500 ms: one trailing notice stands for the rest", async () => {
+    const calls: unknown[] = [];
+    const fake = { FEED: { idFromName: (n: string) => n, get: () => ({ notify: async (b: unknown) => void calls.push(b) }) } } as unknown as Env;
+    const fleet = `busy-${crypto.randomUUID()}`;
+    const t0 = Date.now();
+    const answers = [];
+    for (let i = 0; i < 50; i++) answers.push(await notifyFeed(fake, { fleet, kind: "server", ids: [`s${i}`], from: `server:s${i}` }, t0 + i));
+    expect(calls).toHaveLength(1);
+    // The second becomes the window's trailing notice (its outbox keeps it until then); the rest are covered by it.
+    expect(answers[1]).toEqual({ later: t0 + THROTTLE_MS });
+    expect(answers.slice(2).every((a) => a === "covered")).toBe(true);
+    // Its holder asking early is told to wait again, never dropped; at the window's end it goes.
+    expect(await notifyFeed(fake, { fleet, kind: "server", from: "server:s1" }, t0 + 100)).toEqual({ later: t0 + THROTTLE_MS });
+    expect(await notifyFeed(fake, { fleet, kind: "server", from: "server:s1" }, t0 + THROTTLE_MS)).toBe("sent");
+    expect(calls).toHaveLength(2);
   });
 
   it("answers keep-alive pings without waking the object, and closes a socket whose session expired", async () => {

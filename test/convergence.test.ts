@@ -70,7 +70,7 @@ describe("registration converges after a failure at every step", () => {
     expect(view.record.id).toBe(id);
     expect(await indexRow(id)).toBeUndefined();
     expect(await registered(f.fleet, "late-1")).toBeNull();
-    expect(await pendingEffects(ledger(id))).toBe(4); // index, token, audit, identity
+    expect(await pendingEffects(ledger(id))).toBe(5); // index, token, audit, identity, webhook event
 
     // The object dies before any delivery; its successor has the real bindings.
     await evictDurableObject(ledger(id));

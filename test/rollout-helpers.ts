@@ -63,7 +63,7 @@ export async function drain(id: string) {
   for (let i = 0; i < 20; i++) {
     const pending = await runInDurableObject(rolloutStub(id), async (instance: any, state) => {
       await instance.outbox.flush();
-      return state.storage.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM _outbox WHERE attempts = 0").one().n;
+      return state.storage.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM _outbox WHERE attempts = 0 AND kind != 'feed'").one().n;
     });
     if (pending === 0) return;
   }

@@ -4,27 +4,12 @@
  */
 import { runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import type { Fetcher } from "../src/webhooks/dispatch";
 import { verify } from "../src/webhooks/signing";
 import { call, fireTimersNow } from "./helpers";
 import { coordinator, fleetWithKey, putGroup, raw, registerClients, zincati } from "./fleetlock-helpers";
+import { createWebhook, receiver } from "./webhook-helpers";
 
-type Sent = { url: string; headers: Headers; body: string };
-
-/** Answers the coordinator's webhook requests with `statuses` in turn (then 200), recording each. */
-async function receiver(fleet: string, statuses: number[] = []) {
-  const sent: Sent[] = [];
-  const fetcher: Fetcher = async (url, init) => {
-    sent.push({ url, headers: new Headers(init.headers), body: String(init.body) });
-    return new Response("ok", { status: statuses.shift() ?? 200 });
-  };
-  await runInDurableObject(coordinator(fleet), (instance) => {
-    (instance as unknown as { c: { webhooks: { fetcher: Fetcher } } }).c.webhooks.fetcher = fetcher;
-  });
-  return sent;
-}
-
-const create = (fleet: string, body: Record<string, unknown>) => call("POST", `/v1/fleets/${fleet}/webhooks`, { body });
+const create = createWebhook;
 
 describe("webhooks", () => {
   it("answers the secret once at creation, never in a read, and lists the webhook", async () => {

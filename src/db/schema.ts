@@ -186,9 +186,24 @@ export const upgradeSteps = sqliteTable(
     startedAt: integer("started_at").notNull(),
     finishedAt: integer("finished_at"),
     error: text("error"),
+    /**
+     * When the fleets' webhooks were handed this step's upgrade.step_applied / step_failed event
+     * (the row is the outbox: the cron delivers rows still NULL). Never NULL for a running step.
+     */
+    notifiedAt: integer("notified_at"),
   },
-  (t) => [index("upgrade_steps_run_idx").on(t.runId)],
+  (t) => [
+    index("upgrade_steps_run_idx").on(t.runId),
+    // The cron reads only the finished steps whose event is still owed.
+    index("upgrade_steps_unnotified_idx").on(t.id).where(sql`${t.notifiedAt} IS NULL AND ${t.state} != 'running'`),
+  ],
 );
+
+/** Where a cron job that walks a time column got to (the server.stale sweep: `stale_events`). */
+export const cronCursors = sqliteTable("cron_cursors", {
+  name: text("name").primaryKey(),
+  at: integer("at").notNull(),
+});
 
 // ---------------------------------------------------------------------------------------------
 // Fleet intent (issue 8): agent channels, role profiles, planner marks, staleness deadline.

@@ -23,7 +23,9 @@ export function assemble(ctx: DurableObjectState, env: () => Env, clock: () => n
   const scheduler = new Scheduler(ctx.storage);
   const store = new CoordinatorStore(ctx.storage);
   const db = () => getDb(env().DB);
-  const effects = new CoordinatorEffects(ctx.storage, scheduler, db);
+  const effects = new CoordinatorEffects(ctx.storage, scheduler, db, env);
+  effects.fleetId = () => store.config?.fleet_id;
+  store.onChange = (group) => effects.changed(group);
   const gateStore = new GateStore(ctx.storage);
   const gates = new GateKeeper(store, gateStore, scheduler, db);
   const trust = Number(env().PARK_TRUST_S);

@@ -21,6 +21,7 @@ import * as slots from "./rollout-slots";
 import * as specGroups from "./spec-groups";
 import type { GroupChange, Holder } from "./semaphore";
 import type { FleetSettings, ServerIdentity } from "./store";
+import type { FleetEvent } from "../webhooks/events";
 import * as hooks from "../webhooks/manage";
 import * as hookSpec from "../webhooks/spec";
 import type { GroupView } from "./views";
@@ -100,6 +101,8 @@ export class RebootCoordinator extends DurableObject<Env> {
   /** The fleet was deleted (issue 8): its groups, holders, registry and key go. Idempotent. */
   async forget(): Promise<void> {
     // Audit rows still queued are delivered first; a failure here leaves everything for a retry.
+    // Console notices of the fleet being deleted are not worth the wait.
+    this.c.effects.outbox.discard("feed");
     await this.c.effects.outbox.flush();
     if (this.c.effects.outbox.pending() > 0) throw new Error("audit rows still pending; retry the wipe later");
     await this.c.store.wipe();
@@ -214,6 +217,15 @@ export class RebootCoordinator extends DurableObject<Env> {
   async applyWebhookSpec(settings: FleetSettings, spec: hookSpec.WebhooksSpec): Promise<hookSpec.WebhooksSpecOutcome> {
     this.c.store.syncSettings(settings);
     return hookSpec.applyWebhookSpec(this.c.webhookStore, spec, this.c.clock());
+  }
+
+  /**
+   * Events other owners raise (a ledger's or a rollout's outbox, the cron's stale and upgrade
+   * notices): each is sent to the webhooks that want it once, however often it arrives (by id).
+   */
+  async fleetEvents(events: FleetEvent[]): Promise<void> {
+    for (const e of events) this.c.webhooks.take(e);
+    await this.c.scheduler.arm();
   }
 
   async webhookDeliveries(id: string, limit: number) {

@@ -4,7 +4,9 @@
  * D1 and no row is lost when D1 is down.
  */
 import { auditEvent, auditInsertOnce, type AuditEntry, type AuditEvent } from "../audit/log";
+import { feedEffect, type NoticeInput } from "../console/notices";
 import type { Db } from "../db/client";
+import type { Env } from "../env";
 import { Outbox } from "../objects/kit/outbox";
 import type { Scheduler } from "../objects/kit/scheduler";
 import type { DeliveryPayload } from "../webhooks/dispatch";
@@ -17,7 +19,9 @@ export const HOST_AUDIT_DEFER_MS = 1_000;
 const CALLS_AT_ONCE = 8;
 
 export class CoordinatorEffects {
-  readonly outbox: Outbox<"audit" | "webhook">;
+  readonly outbox: Outbox<"audit" | "webhook" | "feed">;
+  /** The fleet this object coordinates (its config), for its console notices; set by ./assemble.ts. */
+  fleetId: () => string | undefined = () => undefined;
   /** Sends one webhook delivery (src/webhooks/dispatch.ts); set by ./assemble.ts. */
   deliverWebhook: (p: DeliveryPayload) => Promise<void> = async () => {
     throw new Error("no webhook dispatcher");
@@ -32,6 +36,7 @@ export class CoordinatorEffects {
     storage: DurableObjectStorage,
     private readonly scheduler: Scheduler,
     db: () => Db,
+    env: () => Env,
   ) {
     this.outbox = new Outbox(
       storage,
@@ -39,6 +44,7 @@ export class CoordinatorEffects {
       {
         audit: { target: "d1", statements: (e: AuditEvent) => [auditInsertOnce(db(), e)] },
         webhook: { target: "call", deliver: (p: DeliveryPayload) => this.deliverWebhook(p) },
+        feed: feedEffect(env),
       },
       db,
       CALLS_AT_ONCE,
@@ -52,11 +58,25 @@ export class CoordinatorEffects {
   }
 
   /**
+   * Something open console pages show changed (a grant, a release, the queue, a gate, a group):
+   * one pending notice (keyed), riding with this second's audit batch or its alarm.
+   */
+  changed(group?: string) {
+    const fleet = this.fleetId();
+    if (!fleet) return;
+    const notice: NoticeInput = { fleet, kind: "reboot", ids: group ? [group] : [], from: "coordinator" };
+    this.outbox.enqueue("feed", notice, { key: "feed", deferMs: HOST_AUDIT_DEFER_MS });
+    void this.scheduler.arm().catch(() => undefined);
+  }
+
+  /**
    * Hosts' grants and releases (`wait: false`) are audited within HOST_AUDIT_DEFER_MS, many rows
    * to one D1 batch, instead of one batch each; an operator's change is delivered before its answer.
    */
   async audit(entries: AuditEntry[], opts: { wait: boolean }) {
     for (const e of entries) this.outbox.enqueue("audit", auditEvent(e), opts.wait ? {} : { deferMs: HOST_AUDIT_DEFER_MS });
+    // Every audited change (gates, holds, settings, webhooks) is one pages may show.
+    if (entries.length) this.changed();
     if (entries.length) await this.scheduler.arm();
     if (opts.wait) await this.outbox.flush();
   }

@@ -8,7 +8,7 @@ import type { AuditEntry } from "../audit/log";
 import { digestsEqual } from "../lib/crypto";
 import { fail, type Failure } from "../objects/kit/result";
 import type { Coordination } from "./context";
-import { emit, hostAudit } from "./effects";
+import { hostAudit } from "./effects";
 import { rebootGranted, rebootReleased } from "./reboot-events";
 import { implicitGroup, viewOf } from "./groups";
 import { clientOf } from "./identity";
@@ -209,10 +209,6 @@ export async function releaseServer(
     c.store.saveGroup(name, next.group);
     released.push(...next.released.map((h) => ({ ...h, group: name })));
     for (const h of next.released) rebootReleased(c.effects, c.store, name, h, removal ? "server_removed" : "rebooted", now);
-  }
-  if (removal && c.store.servers.get(serverId)?.fleetlock_id) {
-    const host = c.store.servers.get(serverId)!.hostname;
-    emit(c.effects, c.store.config?.fleet_id, "server.decommissioned", `server:${serverId}`, `Server ${host} was removed`, { server_id: serverId, hostname: host, reason: opts.reason }, now);
   }
   for (const name of new Set(released.map((h) => h.group))) await c.parked.drain(name);
   await c.parked.rearm();

@@ -9,7 +9,6 @@
  */
 import { fail, type Failure } from "../objects/kit/result";
 import type { Coordination } from "./context";
-import { emit } from "./effects";
 import { failure, type FleetLockFailure } from "./protocol";
 import { renameHolder } from "./semaphore";
 import { KEY, type AskLedger, type ClientEntry, type CoordinatorStore, type FleetConfig, type ServerIdentity } from "./store";
@@ -160,12 +159,5 @@ function apply(c: Coordination, serverId: string, identity: ServerIdentity): boo
     });
   }
   store.servers.put(serverId, identity);
-  // A registration's identity (rev 0): the only news of a new server this object gets (servers
-  // registered without a fleetlock_id never reach it).
-  if (!previous && identity.rev === 0 && identity.fleetlock_id) {
-    emit(c.effects, store.config?.fleet_id, "server.registered", `server:${serverId}`, `Server ${identity.hostname} was registered`, {
-      server_id: serverId, hostname: identity.hostname, reboot_group: identity.reboot_group, fleetlock_id: identity.fleetlock_id,
-    });
-  }
   return true;
 }

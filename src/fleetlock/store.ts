@@ -101,6 +101,9 @@ export class CoordinatorStore {
   /** Whether the storage carries this code's format stamp; unknown until the object loads. */
   private stamped: boolean | undefined;
 
+  /** A group's slots, settings or queue changed (in the caller's turn): open console pages are told. */
+  onChange: (group: string) => void = () => {};
+
   constructor(private readonly storage: DurableObjectStorage) {}
 
   /** Every read goes through here: the format is checked once, before anything is read. */
@@ -186,6 +189,7 @@ export class CoordinatorStore {
   saveGroup(name: string, after: GroupState) {
     const before = this.m.groups.get(name);
     if (before === after) return;
+    this.onChange(name);
     this.out.put(KEY.group(name), after);
     this.m.groups.set(name, after);
     const is = new Set(after.holders.map((h) => h.id));
@@ -224,6 +228,7 @@ export class CoordinatorStore {
   saveQueue(name: string, after: Queue) {
     const before = this.queue(name);
     if (before === after) return;
+    this.onChange(name);
     // Entries are immutable: a new object under an id already stored (a host parking again after
     // its wait ran out) replaces the old one, so compare objects, not ids.
     const kept = new Set(after);

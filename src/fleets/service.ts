@@ -3,6 +3,7 @@
  * with its audit row (and, through the fleet's intent, its plan marks and coordinator tasks) in one
  * batch, then the coordinator is told (./tasks.ts) and the touched servers are re-planned.
  */
+import { pagesChanged } from "../console/notices";
 import { auditInsert } from "../audit/log";
 import { getDb } from "../db/client";
 import { isUniqueViolation } from "../db/errors";
@@ -60,6 +61,7 @@ export const searchFleets = (env: Env, after: string | null, limit: number) => l
  */
 export async function updateFleet(env: Env, ctx: { waitUntil(p: Promise<unknown>): void }, actor: string, id: string, patch: FleetPatch) {
   const out = await patchFleet(getDb(env.DB), actor, id, patch);
+  if (out.changed.settings || out.changed.capabilities || out.fleet.staleAfterS !== out.before.staleAfterS) pagesChanged(env, ctx, id, "fleet");
   if (out.changed.settings) await runFleetTasks(env, { fleet: id });
   if (out.changed.capabilities || out.fleet.staleAfterS !== out.before.staleAfterS) await planAfterChange(env, ctx, id);
   return out.fleet;

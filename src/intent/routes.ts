@@ -53,7 +53,7 @@ export const intentRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHoo
   }),
   async (c) => {
     const { fleet, agent } = c.req.valid("param");
-    const { channel, changed } = await setChannel(c.env, actorOf(c.var.principal), fleet, agent, c.req.valid("json"));
+    const { channel, changed } = await setChannel(c.env, backgroundOf(c), actorOf(c.var.principal), fleet, agent, c.req.valid("json"));
     return c.json({ ...channelView(channel), changed }, 200);
   },
 )

@@ -3,6 +3,7 @@
  * live in D1 (the owner of fleet configuration); each change commits in one batch with its audit
  * row and the bump of the fleet's intent revision, or not at all.
  */
+import { pagesChanged } from "../console/notices";
 import { eq, type SQL } from "drizzle-orm";
 import { auditInsert } from "../audit/log";
 import { getDb, type Db } from "../db/client";
@@ -99,6 +100,7 @@ export function putChannel(db: Db, actor: string, fleet: string, agent: string, 
  */
 export async function putRole(env: Env, ctx: Ctx, actor: string, fleet: string, role: string, input: RoleInput) {
   const out = await changeRole(getDb(env.DB), actor, fleet, role, input);
+  if (out.changed) pagesChanged(env, ctx, fleet, "fleet");
   const planning = out.changed ? await planAfterChange(env, ctx, fleet) : null;
   return { ...out, planning };
 }
@@ -150,6 +152,7 @@ export async function deleteRole(env: Env, ctx: Ctx, actor: string, fleet: strin
       ],
     };
   });
+  pagesChanged(env, ctx, fleet, "fleet");
   await planAfterChange(env, ctx, fleet);
 }
 
@@ -214,8 +217,11 @@ function sortKeys(o: Record<string, boolean>) {
 // ---- for the routes: channels and roles of a fleet ----
 
 /** PUT /v1/fleets/{fleet}/channels/{agent}. */
-export const setChannel = (env: Env, actor: string, fleet: string, agent: string, input: { image: string; version: string }) =>
-  putChannel(getDb(env.DB), actor, fleet, agent, input);
+export async function setChannel(env: Env, ctx: Ctx, actor: string, fleet: string, agent: string, input: { image: string; version: string }) {
+  const out = await putChannel(getDb(env.DB), actor, fleet, agent, input);
+  if (out.changed) pagesChanged(env, ctx, fleet, "fleet");
+  return out;
+}
 
 /**
  * A page of a fleet's channels or roles, by cursor; the fleet must exist (an empty page would

@@ -6,7 +6,7 @@
  * the server is removed.
  */
 import { fail, type Result } from "../objects/kit/result";
-import { audit, project, tokenPayload, type CleanupIndexPayload, type IdentityPayload, type LedgerDeps } from "./effects";
+import { audit, project, serverEvent, tokenPayload, type CleanupIndexPayload, type IdentityPayload, type LedgerDeps } from "./effects";
 import { acknowledges, cancelledDesired, CLEANUP_STEPS, decommissionOrder, lifecycleDesired, type CleanupStep, type LifecycleState } from "./lifecycle";
 import type { ServerRecord } from "./record";
 import { leaveRollouts } from "./rollout-marks";
@@ -141,6 +141,7 @@ function advance(d: LedgerDeps, record: ServerRecord, lc: LifecycleState) {
   } else {
     d.store.save({ record: { ...record, state: "removed" } });
     project(d.outbox);
+    serverEvent(d.outbox, record, "decommissioned", d.clock(), { order: lc.order, forced: lc.forced ?? null });
     audit(d.outbox, {
       actor: lc.forced ? lc.forced.by : `server:${record.id}`,
       action: "server.removed",

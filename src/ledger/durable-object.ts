@@ -1,5 +1,6 @@
 import { DurableObject } from "cloudflare:workers";
 import { getDb } from "../db/client";
+import type { NoticeInput } from "../console/notices";
 import type { Env } from "../env";
 import type { HeldNames } from "../fleetlock/store";
 import type { FleetPlanInputs } from "../intent/store";
@@ -54,7 +55,10 @@ export class ServerLedger extends DurableObject<Env> {
     const db = () => getDb(this.env.DB);
     const quiet = new QuietWatch(this.scheduler, this.store);
     const leased = () => this.sockets.hostConnected() || quiet.watching();
-    const effects = ledgerEffects({ env: () => this.env, db, store: this.store, cleaned: (step) => cleanupDelivered(this.deps, step), leased });
+    // One pending console notice per ledger (keyed): the newest stands for every change before it.
+    const shown = (fleet: string, server: string) =>
+      this.outbox.enqueue("feed", { fleet, kind: "server", ids: [server], from: `server:${server}` } satisfies NoticeInput, { key: "feed" });
+    const effects = ledgerEffects({ env: () => this.env, db, store: this.store, cleaned: (step) => cleanupDelivered(this.deps, step), leased, shown });
     this.outbox = new Outbox(ctx.storage, this.scheduler, effects, db);
     this.deps = { store: this.store, outbox: this.outbox, clock: () => Date.now(), leased, quiet };
     this.sockets = new LedgerSockets(this.deps, socketRoom(ctx));

@@ -14,12 +14,14 @@ import type { ServerIdentity } from "../fleetlock/durable-object";
 import type { Effect, Outbox } from "../objects/kit/outbox";
 import type { ServerRecord } from "./record";
 import type { CleanupStep } from "./lifecycle";
-import { buildProjection, lastSeenDue, projectionStatements } from "./projection";
+import { buildProjection, lastSeenDue, projectionStatements, sameSignatures } from "./projection";
 import type { QuietWatch } from "./quiet";
 import type { LedgerStore, ProjectedMark } from "./store";
 import { rolloutEventEffect } from "../rollouts/ledger-side";
 import { serverHealthEffect } from "../fleetlock/ledger-side";
 import { coordinatorOf } from "../objects/stubs";
+import { ownedEvent, webhookEventEffect } from "../webhooks/outbox";
+import { feedEffect } from "../console/notices";
 
 export type LedgerEffectKind =
   | "project"
@@ -30,7 +32,9 @@ export type LedgerEffectKind =
   | "rollout_event"
   | "cleanup_index"
   | "cleanup_coordinator"
-  | "server_health";
+  | "server_health"
+  | "webhook_event"
+  | "feed";
 
 export type LedgerOutbox = Outbox<LedgerEffectKind>;
 
@@ -93,6 +97,16 @@ export const identityPayload = (record: ServerRecord, rev: number): IdentityPayl
   identity: { fleetlock_id: record.fleetlock_id, hostname: record.hostname, reboot_group: record.reboot_group, rev },
 });
 
+/**
+ * server.registered / server.decommissioned for the fleet's webhooks, one per server and change:
+ * its id is derived from both, so the coordinator sends it once however often it is delivered.
+ */
+export function serverEvent(outbox: LedgerOutbox, record: ServerRecord, change: "registered" | "decommissioned", now: number, extra: Record<string, unknown> = {}) {
+  const summary = change === "registered" ? `Server ${record.hostname} was registered` : `Server ${record.hostname} was removed`;
+  const data = { server_id: record.id, hostname: record.hostname, kind: record.kind, reboot_group: record.reboot_group, fleetlock_id: record.fleetlock_id, ...extra };
+  outbox.enqueue("webhook_event", ownedEvent(`server.${change}:${record.id}`, record.fleet_id, `server.${change}`, `server:${record.id}`, summary, data, now));
+}
+
 export const audit = (outbox: LedgerOutbox, entry: AuditEntry) => outbox.enqueue("audit", auditEvent(entry));
 
 /** The index must show the ledger as it is now (one pending projection, whatever caused it). */
@@ -130,6 +144,8 @@ export interface LedgerEffectWiring {
   cleaned: (step: CleanupStep) => void;
   /** Whether the host is watched now, on the channel or by the quiet watch (its index row's staleness is then leased). */
   leased: () => boolean;
+  /** The index now shows a change of this server (not a heartbeat): open console pages are told. */
+  shown: (fleet: string, serverId: string) => void;
 }
 
 export function ledgerEffects(w: LedgerEffectWiring): Record<LedgerEffectKind, Effect> {
@@ -147,6 +163,10 @@ export function ledgerEffects(w: LedgerEffectWiring): Record<LedgerEffectKind, E
     rollout_event: rolloutEventEffect(w.env),
     // Reboot safety (issue 17): a new boot, realized, failed or drifted, for the fleet's coordinator.
     server_health: serverHealthEffect(w.env),
+    // Webhooks (issue 17): the server registered or removed, for the fleet's coordinator to send.
+    webhook_event: webhookEventEffect(w.env),
+    // The console's live notice (src/console/notices.ts), raised when the projection wrote a change.
+    feed: feedEffect(w.env),
     release: {
       target: "call",
       deliver: async (p: ReleasePayload) => {
@@ -187,10 +207,13 @@ export function ledgerEffects(w: LedgerEffectWiring): Record<LedgerEffectKind, E
 function projectEffect(w: LedgerEffectWiring): Effect {
   /** The mark the delivery under way will have made true, recorded once D1 took it. */
   let inFlight: ProjectedMark | null = null;
+  /** The fleet whose pages show a change the delivery under way writes (null: a heartbeat, or nothing). */
+  let changedIn: { fleet: string; server: string } | null = null;
   return {
     target: "d1",
     statements: () => {
       inFlight = null;
+      changedIn = null;
       // The index never shows a heartbeat the ledger could lose on eviction.
       w.store.persistHeartbeat();
       const state = w.store.load();
@@ -202,6 +225,7 @@ function projectEffect(w: LedgerEffectWiring): Effect {
       const lastSeen = p.server.lastSeen ?? null;
       const due = lastSeen != null && lastSeenDue(mark, lastSeen, state.record.stale_after_s, leased);
       const { statements, serverRow } = projectionStatements(w.db(), p, written, { serverRowDue: due });
+      if (statements.length && (!written || !sameSignatures(written, p.signatures))) changedIn = { fleet: state.record.fleet_id, server: state.record.id };
       inFlight = serverRow
         ? { written: p.signatures, last_seen_written: lastSeen, leased }
         : { written: p.signatures, last_seen_written: mark?.last_seen_written ?? null, leased: mark?.leased ?? false };
@@ -209,7 +233,9 @@ function projectEffect(w: LedgerEffectWiring): Effect {
     },
     delivered: () => {
       if (inFlight) w.store.setProjected(inFlight);
+      if (changedIn) w.shown(changedIn.fleet, changedIn.server);
       inFlight = null;
+      changedIn = null;
     },
   };
 }

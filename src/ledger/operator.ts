@@ -6,7 +6,7 @@
 import { fail, type Failure, type Result } from "../objects/kit/result";
 import type { PlanState } from "../planner/ledger-side";
 import { applyDesired, type DesiredState } from "./desired";
-import { audit, identityPayload, project, tokenPayload, type LedgerDeps } from "./effects";
+import { audit, identityPayload, project, serverEvent, tokenPayload, type LedgerDeps } from "./effects";
 import type { HeldNames } from "../fleetlock/store";
 import type { ServerRecord } from "./record";
 import type { AgentSpec, DesiredConfig, DesiredConfigInput } from "./schemas";
@@ -61,6 +61,7 @@ export function register(
     d.outbox.enqueue("token", tokenPayload(record, meta.actor, null), { key: "token" });
     if (record.fleetlock_id) d.outbox.enqueue("identity", identityPayload(record, 0), { key: "identity" });
     audit(d.outbox, { actor: meta.actor, action: "server.register", target: `server:${record.id}`, details: meta.details });
+    serverEvent(d.outbox, record, "registered", record.created_at);
   });
   return { ok: true };
 }

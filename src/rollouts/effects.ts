@@ -15,6 +15,8 @@ import type { FleetSettings } from "../fleetlock/durable-object";
 import { chunk } from "../lib/chunk";
 import type { Effect } from "../objects/kit/outbox";
 import { coordinatorOf, ledgerOf } from "../objects/stubs";
+import { webhookEventEffect } from "../webhooks/outbox";
+import { feedEffect, type NoticeInput } from "../console/notices";
 import { moveChannel, restoreChannel } from "./channel";
 import type { Core, RolloutSpec } from "./machine";
 import { applied } from "./outcomes";
@@ -55,6 +57,10 @@ export function rolloutEffects(env: () => Env, parts: () => RolloutParts): Recor
 
   return {
     audit: { target: "d1", statements: (e: AuditEvent) => [auditInsertOnce(db(), e)] },
+    // Webhooks (issue 17): started, paused, resumed, ended, slow servers, for the fleet's coordinator.
+    webhook_event: webhookEventEffect(env),
+    // The console's live notice (src/console/notices.ts), raised when the projection landed.
+    feed: feedEffect(env),
     project: {
       target: "d1",
       statements: () => {
@@ -68,6 +74,9 @@ export function rolloutEffects(env: () => Env, parts: () => RolloutParts): Recor
       delivered: () => {
         const p = parts();
         p.store.targets.projected(inFlight);
+        // The index shows the rollout as it is now: open console pages re-read it.
+        const spec = p.store.load()?.spec;
+        if (spec) p.outbox.enqueue("feed", { fleet: spec.fleet, kind: "rollout", ids: [spec.id], from: `rollout:${spec.id}` } satisfies NoticeInput, { key: "feed" });
         const more = inFlight.length === PROJECT_ROWS;
         inFlight = [];
         if (more) project(p);

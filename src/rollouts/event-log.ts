@@ -6,14 +6,15 @@
 export class EventLog {
   constructor(private readonly sql: SqlStorage) {}
 
-  add(kind: string, serverId: string | null, details: unknown, at: number) {
-    this.sql.exec(
-      "INSERT INTO events (at, kind, server_id, details) VALUES (?, ?, ?, ?)",
+  /** Appends an event; returns its row id (the rollout's webhook events are named by it). */
+  add(kind: string, serverId: string | null, details: unknown, at: number): number {
+    return this.sql.exec<{ id: number }>(
+      "INSERT INTO events (at, kind, server_id, details) VALUES (?, ?, ?, ?) RETURNING id",
       at,
       kind,
       serverId,
       details === undefined ? null : JSON.stringify(details),
-    );
+    ).one().id;
   }
 
   /** Events of a page, with the hostname of their server (every server is a target of pass 0): `limit + 1` rows, so the caller knows whether more follow. */

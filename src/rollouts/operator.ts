@@ -12,6 +12,7 @@ import type { NewTarget } from "./target-rows";
 import { pump } from "./starting";
 import { afterChange, audit, change, entered, project, queueRollback, skipQueued } from "./transitions";
 import { summary, type RolloutSummary } from "./views";
+import { rolloutWebhook } from "./webhook-events";
 
 /** A target as the service selected it from the index. */
 export interface TargetInput {
@@ -34,7 +35,8 @@ export async function start(p: RolloutParts, spec: RolloutSpec, targets: TargetI
         return { server_id, hostname, reboot_group, state, ended_at: t.excluded ? now : null, reason: t.excluded ? "excluded" : null };
       });
       p.store.create(spec, { ...newCore(), counts }, rows);
-      p.store.events.add("rollout.running", null, { targets: targets.length, excluded: counts.skipped }, now);
+      const row = p.store.events.add("rollout.running", null, { targets: targets.length, excluded: counts.skipped }, now);
+      rolloutWebhook(p, "rollout.started", row, { targets: targets.length, excluded: counts.skipped, created_by: spec.created_by }, now);
       audit(p, { actor: spec.created_by, action: "rollout.start", details: { ...spec, targets: targets.length, excluded: counts.skipped } });
       if (spec.update_channel) p.outbox.enqueue("channel", { to: "rollout" }, { key: "channel" });
       const done = finish(p.store.load()!.core, now);
@@ -76,7 +78,7 @@ export async function control(p: RolloutParts, action: Control, actor: string): 
     // Targets still applying are waited for a little while, not for ever: the cancel lets the
     // (fleet, agent) go in bounded time however dead their hosts are.
     if (action === "cancel") armCancelGrace(p, now);
-    if (out.entered) entered(p, out.entered, now);
+    if (out.entered) entered(p, out.entered, now, before.state === "paused" && action === "resume");
     if (finished.entered) entered(p, finished.entered, now);
     pump(p, now);
     afterChange(p);

@@ -6,6 +6,7 @@
 import type { Target } from "./machine";
 import type { RolloutParts } from "./parts";
 import { isSlow, median } from "./progress";
+import { rolloutWebhook } from "./webhook-events";
 
 export const medianMs = (p: RolloutParts) => median(p.store.doneDurations());
 
@@ -17,7 +18,8 @@ export function warnIfSlow(p: RolloutParts, t: Target, elapsed: number, ended: b
   if (!isSlow(elapsed, m, spec.slow_factor)) return;
   p.store.targets.markWarned(t);
   const message = `${t.hostname} ${ended ? "took" : "has taken"} ${Math.round(elapsed / 1000)} s, over ${spec.slow_factor} x the median ${Math.round(m! / 1000)} s`;
-  p.store.events.add("warning.slow_server", t.server_id, { hostname: t.hostname, elapsed_ms: elapsed, median_ms: m, message }, now);
+  const row = p.store.events.add("warning.slow_server", t.server_id, { hostname: t.hostname, elapsed_ms: elapsed, median_ms: m, message }, now);
+  rolloutWebhook(p, "rollout.slow_server", row, { server_id: t.server_id, hostname: t.hostname, elapsed_ms: elapsed, median_ms: m, message }, now);
 }
 
 /** One timer for the oldest applying target not yet warned about, at the moment it turns slow. */

@@ -7,6 +7,7 @@ import { auditEvent, type AuditEntry } from "../audit/log";
 import { account, isEnded, quiescent, skippedQueued, stepTarget, type Core, type RolloutState, type Target, type TargetEvent } from "./machine";
 import type { RolloutParts } from "./parts";
 import { warnIfSlow } from "./slow";
+import { rolloutWebhook, stateEventType } from "./webhook-events";
 
 /** How long target changes may wait to reach the index together. */
 export const PROJECT_EVERY_MS = 1_000;
@@ -64,10 +65,12 @@ export function queueRollback(p: RolloutParts, done: Target[], core: Core): Core
   return { ...core, counts: { ...core.counts, queued: core.counts.queued + n } };
 }
 
-/** The rollout entered a state: audited, logged, and what it means for the channel. */
-export function entered(p: RolloutParts, state: RolloutState, now: number) {
+/** The rollout entered a state (`resumed`: out of a pause): audited, logged, sent to webhooks, and what it means for the channel. */
+export function entered(p: RolloutParts, state: RolloutState, now: number, resumed = false) {
   const { spec, core } = p.store.load()!;
-  p.store.events.add(`rollout.${state}`, null, { reason: core.reason, pass: core.pass }, now);
+  const row = p.store.events.add(`rollout.${state}`, null, { reason: core.reason, pass: core.pass }, now);
+  const type = stateEventType(state, resumed);
+  if (type) rolloutWebhook(p, type, row, {}, now);
   audit(p, { actor: `rollout:${spec.id}`, action: `rollout.${state}`, details: { reason: core.reason, counts: core.counts, pass: core.pass } });
   if (state === "rolling_back" && spec.update_channel) p.outbox.enqueue("channel", { to: "previous" }, { key: "channel" });
 }

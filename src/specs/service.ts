@@ -5,6 +5,7 @@
  * part (reboot groups) rides in that batch as a fleet task, delivered at once and by the cron
  * until done, and shown as applied meanwhile (./store.ts).
  */
+import { pagesChanged } from "../console/notices";
 import { and, eq } from "drizzle-orm";
 import { auditInsert } from "../audit/log";
 import type { ZodError } from "zod";
@@ -236,6 +237,7 @@ export async function applyFleetSpec(env: Env, ctx: Background, actor: string, f
   }
   const { state, plan, etag } = outcome;
   const changed = created !== null || writes(plan);
+  if (changed) pagesChanged(env, ctx, fleet, "fleet");
   let pending = state.pending !== null || state.webhooks.pending !== null;
   if (writes(plan) && (plan.groups || plan.lockSettings || plan.webhooks)) pending = (await runFleetTasks(env, { fleet })).failed > 0;
   const planning = changed && scopeOf(plan) !== "none" ? await planAfterChange(env, ctx, fleet) : null;

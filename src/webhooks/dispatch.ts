@@ -43,6 +43,19 @@ export class WebhookDispatcher {
     for (const w of this.store.all()) if (w.events.includes(event.type)) this.queue(w.id, event);
   }
 
+  /**
+   * An event another owner sent (its outbox, or the cron), under an id it derived from the change:
+   * sent once however often it arrives. Synchronous, like emit.
+   */
+  take(event: FleetEvent): boolean {
+    // Nobody asked for it: nothing to send, nothing to remember (a fleet without webhooks keeps
+    // its storage untouched by the cron's stale and upgrade events).
+    if (!this.store.all().some((w) => w.events.includes(event.type))) return false;
+    if (!this.store.firstSeen(event.id, this.clock())) return false;
+    this.emit(event);
+    return true;
+  }
+
   /** A test event to one webhook, whatever it asked for. */
   test(webhookId: string, event: FleetEvent): string {
     return this.queue(webhookId, event);

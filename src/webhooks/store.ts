@@ -51,9 +51,13 @@ export interface SecretStage {
   secrets: Record<string, string>;
 }
 
+/** How long an event id delivered by another owner is remembered, so its redelivery is dropped. */
+export const EVENT_IDS_KEPT_MS = 7 * 24 * 3600_000;
+
 export class WebhookStore {
   private hooks: Map<string, Webhook> | undefined;
   private readonly table;
+  private readonly seen;
 
   constructor(private readonly storage: DurableObjectStorage) {
     this.table = kitTable(storage, "webhook_deliveries", `CREATE TABLE IF NOT EXISTS webhook_deliveries (
@@ -70,6 +74,22 @@ export class WebhookStore {
       last_error TEXT
     );
     CREATE INDEX IF NOT EXISTS webhook_deliveries_by_hook ON webhook_deliveries (webhook_id, created_at);`);
+    this.seen = kitTable(storage, "webhook_events", `CREATE TABLE IF NOT EXISTS webhook_events (
+      id TEXT PRIMARY KEY,
+      at INTEGER NOT NULL
+    );
+    CREATE INDEX IF NOT EXISTS webhook_events_by_at ON webhook_events (at);`);
+  }
+
+  /**
+   * Records an event id delivered by another owner's outbox (or the cron); false when it was seen
+   * already, so a redelivery sends nothing twice. Ids older than EVENT_IDS_KEPT_MS are forgotten.
+   */
+  firstSeen(id: string, now: number): boolean {
+    this.seen.ensure();
+    const fresh = this.storage.sql.exec("INSERT INTO webhook_events (id, at) VALUES (?, ?) ON CONFLICT(id) DO NOTHING", id, now).rowsWritten > 0;
+    if (fresh) this.storage.sql.exec("DELETE FROM webhook_events WHERE at < ?", now - EVENT_IDS_KEPT_MS);
+    return fresh;
   }
 
   private get map(): Map<string, Webhook> {

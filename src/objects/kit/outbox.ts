@@ -29,6 +29,16 @@ export interface CallEffect<P> {
 
 export type Effect<P = any> = D1Effect<P> | CallEffect<P>;
 
+/**
+ * Thrown by a call effect whose receiver must not be called yet (a rate limit): the effect is
+ * kept, due again at `at`, without counting as a failure (no backoff, no warning).
+ */
+export class NotYet extends Error {
+  constructor(readonly at: number) {
+    super("not yet");
+  }
+}
+
 type Row = {
   id: number;
   kind: string;
@@ -124,6 +134,11 @@ export class Outbox<K extends string> {
     if (opts.alarm !== false) this.scheduler.schedule(OUTBOX_TIMER, due, null, { noLaterThan: true });
   }
 
+  /** Drops the pending effects of one kind, worthless now (a wiped fleet's console notices). */
+  discard(kind: K) {
+    if (this.table.exists()) this.storage.sql.exec("DELETE FROM _outbox WHERE kind = ?", kind);
+  }
+
   /** How many effects wait for delivery (tests, metrics). */
   pending(): number {
     if (!this.table.exists()) return 0;
@@ -173,7 +188,8 @@ export class Outbox<K extends string> {
         this.hook(() => effect.delivered?.(payload));
         this.done(r);
       } catch (err) {
-        this.failed([r], err);
+        if (err instanceof NotYet) this.storage.sql.exec("UPDATE _outbox SET next_at = ? WHERE id = ?", err.at, r.id);
+        else this.failed([r], err);
       }
     };
     for (let i = 0; i < calls.length; i += this.callConcurrency) {
