@@ -110,7 +110,7 @@ describe("cost meter", () => {
     expect(ledger.d1.rows_written).toBeGreaterThan(0);
   });
 
-  it("counts an object's own storage rows: a ledger's first report writes some, an unchanged one within the minute none", async () => {
+  it("counts an object's own storage rows: a ledger's first report writes some, an unchanged one soon after none", async () => {
     const fleet = await createFleet();
     const s = await registerServer(fleet.id);
     const id = env.LEDGER.idFromName(s.id).toString();

@@ -19,12 +19,12 @@ export const QUIET_TIMER = "quiet";
 
 /**
  * How old the persisted heartbeat of an unchanged report may get (memory holds the latest): half
- * the fleet's stale_after, at least a minute. A ledger woken from eviction reads it back, so a host
- * that reports well within stale_after is never seen stale, while a steady host reporting every
- * minute costs a storage row every few reports instead of every one (billed per row written).
+ * the fleet's stale_after. A ledger woken from eviction reads it back, so a host that reports more
+ * often than every half stale_after is never seen stale, while a steady host costs a storage row
+ * every few reports instead of every one (rows written are billed).
  */
 export function heartbeatPersistMs(staleAfterS: number) {
-  return Math.max(60_000, staleAfterS * 500);
+  return staleAfterS * 500;
 }
 
 /**
