@@ -3,7 +3,7 @@
 // (./options.ts), what it keeps and reports (./model.ts), the setup before the hosts start
 // (./setup.ts), one host's life (./host-life.ts) and the counters (./tally.ts).
 import { performance } from "node:perf_hooks";
-import { sleep } from "../agent/http.ts";
+import { ApiError, sleep } from "../agent/http.ts";
 import { Api } from "../cli/api.ts";
 import { hostLives } from "./host-life.ts";
 import type { SimHost, SimSummary } from "./model.ts";
@@ -45,7 +45,8 @@ export async function runSim(o: SimOptions): Promise<SimSummary> {
   const hostLife = hostLives({ o, fetchImpl, random, runTag, baseUrl, tally, stopAll, elapsed, durationMs });
   const loops: Promise<void>[] = [];
   for (const h of hosts) loops.push(hostLife(h));
-  const change = secondOrder(api, o, hosts, desiredNow, stopAll.signal);
+  // Handled here, not only when awaited at the end: a rejection meanwhile would end the process.
+  const change = secondOrder(api, o, hosts, desiredNow, stopAll.signal).catch((err) => console.error(`sim: the operator's second order failed: ${err}`));
   const sampler = sampleGroup(api, o, baseUrl, tally, stopAll.signal);
 
   const progressTimer = setInterval(
@@ -66,7 +67,7 @@ export async function runSim(o: SimOptions): Promise<SimSummary> {
   stopAll.abort();
   clearTimeout(timer);
   clearInterval(progressTimer);
-  await Promise.all([...loops, change.catch(() => {}), sampler]);
+  await Promise.all([...loops, change, sampler]);
   const cpu = process.cpuUsage(cpu0);
   const elu = performance.eventLoopUtilization(elu0);
   o.signal?.removeEventListener("abort", onOuterAbort);
@@ -115,7 +116,17 @@ async function secondOrder(api: Api, o: SimOptions, hosts: SimHost[], desiredNow
   await pool(hosts, o.setupConcurrency, async (h) => {
     const generation = desiredNow.get(h.id)! + 1;
     h.issued.push({ generation, at: performance.now(), connected: h.channelOpen });
-    await api.putDesired(h.id, { generation, agents: specs });
+    // A dropped connection (the local server under 10,000 hosts) is retried: the same generation
+    // with the same agents is an idempotent success, so a write that did land is not doubled.
+    for (let attempt = 1; ; attempt++) {
+      try {
+        await api.putDesired(h.id, { generation, agents: specs });
+        break;
+      } catch (err) {
+        if (err instanceof ApiError || attempt === 5 || stop.aborted) throw err;
+        await sleep(250 * attempt, stop).catch(() => {});
+      }
+    }
     desiredNow.set(h.id, generation);
   });
 }

@@ -5,6 +5,7 @@ import { signIn } from "./console-helpers";
 import { fleetWithKey, putGroup, registerClients, zincati } from "./fleetlock-helpers";
 import { fleetWithAgent, rolloutStub, startRollout } from "./rollout-helpers";
 import { notifyFeed, THROTTLE_MS } from "../src/console/notices";
+import { QUIET_TIMER, quietGraceMs } from "../src/ledger/quiet";
 import type { Env } from "../src/env";
 
 async function openFeed(fleet: string, cookie: string, origin: string | null = BASE) {
@@ -95,6 +96,27 @@ describe("the console's live feed", () => {
       return seen.map((n) => n.kind);
     }, { timeout: 4000, interval: 300 }).toContain("rollout");
     expect(seen.find((n) => n.kind === "rollout")).toMatchObject({ ids: [r.id] });
+    ws.close(1000, "done");
+  });
+
+  it("tells an open page when the quiet watch finds a host silent (its server stale in the index), without any request", async () => {
+    const fleet = await createFleet({ stale_after_s: 120 });
+    const server = await registerServer(fleet.id);
+    await call("PUT", "/v1/agent/inventory", { token: server.token, body: report(1, []) });
+    await settle(server.id);
+    const { ws, seen } = await quietFeed(fleet.id);
+    const ledger = env.LEDGER.get(env.LEDGER.idFromName(server.id));
+    // As if the host had said nothing since stale_after and the watch's grace: its timer is due.
+    await runInDurableObject(ledger, async (instance, state) => {
+      const store = (instance as unknown as { store: { load(): any; save(p: unknown): void } }).store;
+      const { report: stored } = store.load();
+      store.save({ report: { ...stored, received_at: Date.now() - 120_000 - quietGraceMs(120) - 1_000 } });
+      state.storage.sql.exec("UPDATE _timers SET due_at = ? WHERE name = ?", Date.now() - 1, QUIET_TIMER);
+    });
+    await expect.poll(async () => {
+      await fireTimersNow(ledger);
+      return seen;
+    }, { timeout: 4000, interval: 300 }).toEqual([expect.objectContaining({ kind: "server", ids: [server.id] })]);
     ws.close(1000, "done");
   });
 
