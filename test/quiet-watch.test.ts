@@ -7,6 +7,7 @@ import { describe, expect, it } from "vitest";
 import type { ServerLedger } from "../src/ledger/durable-object";
 import { INDEX_LEASE_MS } from "../src/ledger/projection";
 import { QUIET_TIMER, quietGraceMs } from "../src/ledger/quiet";
+import { LATE_DEADLINE_MS } from "../src/webhooks/stale";
 import { call, createFleet, d1Statements, registerServer, report, settle } from "./helpers";
 
 const indexRow = (id: string) => env.DB.prepare("SELECT last_seen, stale_at FROM servers WHERE id = ?").bind(id).first<{ last_seen: number; stale_at: number }>();
@@ -30,6 +31,11 @@ async function fireQuiet(id: string, reportedAgoMs?: number) {
 }
 
 describe("the quiet watch over an HTTP host", () => {
+  it("writes a quiet host's stale_at at most as late as the server.stale sweep looks back, whatever stale_after", () => {
+    expect(quietGraceMs(300)).toBe(150_000);
+    for (const staleAfterS of [10, 300, 3600, 7 * 86400]) expect(quietGraceMs(staleAfterS)).toBeLessThan(LATE_DEADLINE_MS);
+  });
+
   it("leases the index row from the first report and sets one timer, due when the host would be stale (plus the grace)", async () => {
     const fleet = await createFleet({ stale_after_s: 120 });
     const s = await registerServer(fleet.id);

@@ -19,12 +19,16 @@ export const QUIET_TIMER = "quiet";
 
 /**
  * How old the persisted heartbeat of an unchanged report may get (memory holds the latest): half
- * the fleet's stale_after. A ledger woken from eviction reads it back, so a host that reports more
- * often than every half stale_after is never seen stale, while a steady host costs a storage row
- * every few reports instead of every one (rows written are billed).
+ * the fleet's stale_after, at most MAX_HEARTBEAT_PERSIST_MS. A ledger woken from eviction reads it
+ * back, so a host that reports more often than that is never seen stale, while a steady host costs
+ * a storage row every few reports instead of every one (rows written are billed). The cap keeps the
+ * quiet watch's late stale_at within what the cron's server.stale sweep looks back over
+ * (src/webhooks/stale.ts, LATE_DEADLINE_MS), whatever the fleet's stale_after.
  */
+export const MAX_HEARTBEAT_PERSIST_MS = 5 * 60_000;
+
 export function heartbeatPersistMs(staleAfterS: number) {
-  return staleAfterS * 500;
+  return Math.min(staleAfterS * 500, MAX_HEARTBEAT_PERSIST_MS);
 }
 
 /**
