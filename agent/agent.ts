@@ -46,6 +46,9 @@ export interface HostAgentOptions {
 
 export type { AgentEvent, AgentExit, LoopState } from "./loop.ts";
 
+/** What a report says, but when: two reports with the same content tell the server the same. */
+const contentOf = (r: Report) => JSON.stringify([r.generation, r.boot_id, r.agents, r.errors, r.assignments]);
+
 /** The reconnect delay of a dropped channel: up to 10 s at first, doubling to 5 min. */
 const DEFAULT_RECONNECT: BackoffPolicy = { baseMs: 10_000, capMs: 300_000 };
 /** A channel that stayed up this long starts its reconnect delays over. */
@@ -83,7 +86,16 @@ export class HostAgent {
   }
 
   async run(signal?: AbortSignal): Promise<AgentExit> {
-    const s: LoopState = { desired: null, etag: null, due: true, lastReportAt: -Infinity, lastPollAt: -Infinity, failures: 0 };
+    const s: LoopState = {
+      desired: null,
+      etag: null,
+      due: true,
+      lastReportAt: -Infinity,
+      lastPollAt: -Infinity,
+      reportTag: null,
+      reportedContent: null,
+      failures: 0,
+    };
     let channelAt = this.opts.transport === "http" ? Infinity : this.now();
     let drops = 0;
     while (!signal?.aborted) {
@@ -122,7 +134,7 @@ export class HostAgent {
       }
       const t0 = this.now();
       s.lastPollAt = t0;
-      const answer = await this.api.desired(s.etag, wait, signal);
+      const answer = await this.api.desired(s.etag, wait, signal, s.reportTag);
       this.emit({ type: "desired", changed: answer.changed, generation: answer.changed ? answer.config.generation : s.desired?.generation ?? null, ms: this.now() - t0 });
       if (answer.changed) {
         s.desired = answer.config;
@@ -130,7 +142,7 @@ export class HostAgent {
         s.due = true;
       }
       // A heartbeat due within the next poll's minimum gap is sent now: one poll per period, not two.
-      const exit = this.reportDue(s, minGap) ? await this.reconcileAndReport(s, (r) => this.api.report(r, signal)) : null;
+      const exit = this.reportDue(s, minGap) ? await this.reconcileAndReport(s, (r) => this.api.report(r, signal), { pollCarriesHeartbeat: true }) : null;
       s.failures = 0;
       return exit;
     } catch (err) {
@@ -144,23 +156,40 @@ export class HostAgent {
     return s.desired !== null && (s.due || this.now() - s.lastReportAt >= this.reportIntervalMs - withinMs);
   }
 
-  /** Reconciles against the desired config and reports through `send`; ends the loop on a reported lifecycle order. */
-  async reconcileAndReport(s: LoopState, send: (report: Report) => Promise<ReportAccepted>): Promise<AgentExit | null> {
+  /**
+   * Reconciles against the desired config and reports through `send`; ends the loop on a reported
+   * lifecycle order. `pollCarriesHeartbeat` (HTTP): when nothing is owed and the report would say
+   * what the last accepted one said, it is not sent: the next poll carries that report's tag.
+   */
+  async reconcileAndReport(
+    s: LoopState,
+    send: (report: Report) => Promise<ReportAccepted>,
+    opts: { pollCarriesHeartbeat?: boolean } = {},
+  ): Promise<AgentExit | null> {
     const desired = s.desired!;
     const outcome = await reconcile(desired, this.opts.driver);
     this.emit({ type: "reconciled", generation: desired.generation, outcome });
     const assignments = (await this.opts.driver.assignments?.()) ?? { units: [], storage: [] };
-    const t1 = this.now();
-    const accepted = await send({
+    const report: Report = {
       generation: desired.generation,
       reconciled_at: new Date(this.now()).toISOString(),
       boot_id: this.opts.bootId,
       agents: outcome.agents,
       errors: outcome.errors,
       assignments,
-    });
+    };
+    const content = contentOf(report);
+    if (opts.pollCarriesHeartbeat && !s.due && s.reportTag !== null && content === s.reportedContent) {
+      s.lastReportAt = this.now();
+      this.emit({ type: "unchanged", generation: desired.generation, reportTag: s.reportTag });
+      return null;
+    }
+    const t1 = this.now();
+    const accepted = await send(report);
     s.lastReportAt = this.now();
     s.due = false;
+    s.reportTag = accepted.report_tag ?? null;
+    s.reportedContent = content;
     this.emit({ type: "reported", generation: desired.generation, accepted, ms: s.lastReportAt - t1 });
     if (desired.lifecycle === "terminate" && outcome.agents.length === 0) return { reason: "terminated", generation: desired.generation };
     if (desired.lifecycle === "uninstall" && outcome.agents.length === 0) return { reason: "uninstalled", generation: desired.generation };
@@ -174,6 +203,13 @@ export class HostAgent {
     if (err instanceof ApiError && err.code === "generation_not_issued") {
       s.etag = null;
       s.due = true;
+    }
+    // The server holds another report than the one the poll named: report in full, at once.
+    if (err instanceof ApiError && err.code === "report_tag_unknown") {
+      s.reportTag = null;
+      s.due = true;
+      this.emit({ type: "error", error: err, attempt: s.failures, delayMs: 0 });
+      return null;
     }
     s.failures++;
     const delayMs =

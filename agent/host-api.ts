@@ -7,6 +7,8 @@ export interface ReportAccepted {
   desired_generation: number;
   status: ServerStatus;
   agents: AgentStatusRow[];
+  /** Names the report's content: sent back as X-Report-Tag, a poll stands for it (absent from older servers). */
+  report_tag?: string;
 }
 
 /** The report a host sends; `errors` and `assignments` as the server stores them. */
@@ -33,11 +35,13 @@ export class HostApi {
 
   /**
    * `GET /v1/agent/desired`: with the ETag the host holds, the server answers 304 while it is
-   * current; `waitS` parks the request until a new generation or the wait runs out.
+   * current; `waitS` parks the request until a new generation or the wait runs out. With
+   * `reportTag` (the last accepted report's), the poll is also the host's heartbeat.
    */
-  async desired(etag: string | null, waitS: number, signal?: AbortSignal): Promise<DesiredAnswer> {
+  async desired(etag: string | null, waitS: number, signal?: AbortSignal, reportTag?: string | null): Promise<DesiredAnswer> {
     const headers: Record<string, string> = { Authorization: `Bearer ${this.token}` };
     if (etag) headers["If-None-Match"] = etag;
+    if (reportTag) headers["X-Report-Tag"] = reportTag;
     const query = waitS > 0 && etag ? `?wait=${Math.floor(waitS)}` : "";
     const t = withTimeout(signal, waitS * 1000 + this.slackMs);
     try {

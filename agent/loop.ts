@@ -12,6 +12,8 @@ export type AgentEvent =
   | { type: "channel"; state: "closed"; code: number | null; reason: string; retryInMs: number }
   | { type: "reconciled"; generation: number; outcome: ReconcileOutcome }
   | { type: "reported"; generation: number; accepted: ReportAccepted; ms: number }
+  /** A reconcile found the last accepted report still true: over HTTP, the next poll carries its tag instead. */
+  | { type: "unchanged"; generation: number; reportTag: string }
   | { type: "error"; error: unknown; attempt: number; delayMs: number };
 
 export type AgentExit =
@@ -28,6 +30,9 @@ export interface LoopState {
   /** A reconcile and report is owed (start, new config, refresh). */
   due: boolean;
   lastReportAt: number;
+  /** The report_tag of the last accepted report, and that report's content (./agent.ts, contentOf). */
+  reportTag: string | null;
+  reportedContent: string | null;
   lastPollAt: number;
   failures: number;
 }

@@ -124,7 +124,7 @@ async function main() {
   row("duration", `${summary.durationS.toFixed(1)} s`);
   row("status (last report)", Object.entries(summary.byStatus).map(([k, v]) => `${k} ${v}`).join(", "));
   row("transport", options.transport === "channel" ? `host channel (sockets opened ${summary.channel.opened}, closed or refused ${summary.channel.closed})` : "HTTP long poll");
-  row("host operations", `${summary.ops.total} (polls ${summary.ops.polls}, of which changed ${summary.ops.polls_changed}; pushes ${summary.ops.pushes}; reports ${summary.ops.reports}; FleetLock ${summary.ops.fleetlock}); errors ${summary.ops.errors}`);
+  row("host operations", `${summary.ops.total} (polls ${summary.ops.polls}, of which changed ${summary.ops.polls_changed}; pushes ${summary.ops.pushes}; reports ${summary.ops.reports}, heartbeats on a poll ${summary.ops.heartbeats}; FleetLock ${summary.ops.fleetlock}); errors ${summary.ops.errors}`);
   row("report latency", `p50 ${summary.latency_ms.report_p50} ms, p99 ${summary.latency_ms.report_p99} ms`);
   row("push (desired written → host has it)", summary.latency_ms.push_p50 === null ? "-" : `p50 ${summary.latency_ms.push_p50} ms, p99 ${summary.latency_ms.push_p99} ms`);
   row("convergence (desired → realized)", summary.latency_ms.converge_p50 === null ? "-" : `p50 ${summary.latency_ms.converge_p50} ms, p99 ${summary.latency_ms.converge_p99} ms`);

@@ -47,7 +47,8 @@ export interface SimSummary {
   reused: number;
   durationS: number;
   byStatus: Record<string, number>;
-  ops: { polls: number; polls_changed: number; pushes: number; reports: number; fleetlock: number; total: number; errors: number };
+  /** `heartbeats`: reports not sent over HTTP because nothing changed (the next poll carried their tag). */
+  ops: { polls: number; polls_changed: number; pushes: number; reports: number; heartbeats: number; fleetlock: number; total: number; errors: number };
   /** Channel sockets opened, and closed or refused (the host channel only). */
   channel: { opened: number; closed: number };
   errors_by_kind: Record<string, number>;

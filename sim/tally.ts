@@ -9,7 +9,7 @@ import { percentile } from "./random.ts";
 export const round = (n: number, digits = 1) => Math.round(n * 10 ** digits) / 10 ** digits;
 
 export class Tally {
-  readonly ops = { polls: 0, polls_changed: 0, pushes: 0, reports: 0, fleetlock: 0, errors: 0 };
+  readonly ops = { polls: 0, polls_changed: 0, pushes: 0, reports: 0, heartbeats: 0, fleetlock: 0, errors: 0 };
   readonly channel = { opened: 0, closed: 0 };
   readonly group = { samples: 0, max_holders: 0, over_slots: 0 };
   reboots = 0;
@@ -46,6 +46,9 @@ export class Tally {
         (issued as { done?: boolean }).done = true;
         this.convergeMs.push(at - issued.at);
       }
+    } else if (e.type === "unchanged") {
+      // Over HTTP: the report was not sent, the next poll carries its tag as the heartbeat.
+      ops.heartbeats++;
     } else if (e.type === "error") {
       ops.errors++;
       const err = e.error;

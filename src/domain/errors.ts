@@ -44,6 +44,7 @@ export const ERROR_CODES = [
   // Fleet specs (issue 19).
   "invalid_spec",
   "precondition_failed",
+  "report_tag_unknown",
   // Servers (their ledgers).
   "generation_conflict",
   "stale_generation",

@@ -1,6 +1,6 @@
 import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
 import { requireServer, serverPrincipal } from "../auth/principal";
-import { bearer, commonErrors, conflictError, jsonBody, jsonResponse } from "../http/openapi";
+import { bearer, commonErrors, conflictError, jsonBody, jsonResponse, preconditionError } from "../http/openapi";
 import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
 import { MAX_WAIT_S } from "../domain/limits";
@@ -26,12 +26,23 @@ export const agentRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook
     summary: "The calling server's desired config; 304 when the If-None-Match generation is current",
     description:
       "The ETag carries the generation. With `wait`, a request whose If-None-Match is current parks " +
-      "until the generation changes or `wait` seconds pass (at most 60), then answers 200 or 304.",
+      "until the generation changes or `wait` seconds pass (at most 60), then answers 200 or 304. " +
+      "With X-Report-Tag (the `report_tag` of the host's last accepted report), the poll is also the host's " +
+      "heartbeat: it says the host reconciled and its report is unchanged, and counts as that report received " +
+      "now, so a steady host needs one request a minute. 412 `report_tag_unknown` when the tag is not the " +
+      "server's stored report: report in full, then poll again.",
     security: bearer,
     middleware: [requireServer] as const,
     request: {
       query: z.object({ wait: z.coerce.number().int().min(0).max(MAX_WAIT_S).default(0) }),
-      headers: z.object({ "if-none-match": z.string().optional() }),
+      headers: z.object({
+        "if-none-match": z.string().optional(),
+        "x-report-tag": z
+          .string()
+          .regex(/^[0-9a-z]{1,32}$/)
+          .optional()
+          .openapi({ description: "The report_tag of the host's last accepted report: this poll is its heartbeat" }),
+      }),
     },
     responses: {
       200: {
@@ -39,6 +50,7 @@ export const agentRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook
         headers: generationTag,
       },
       304: { description: "Unchanged since the generation in If-None-Match", headers: generationTag },
+      ...preconditionError("X-Report-Tag does not name the server's stored report (`report_tag_unknown`)"),
       ...commonErrors,
     },
   }),
@@ -46,7 +58,8 @@ export const agentRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook
     const { wait } = c.req.valid("query");
     const p = serverPrincipal(c.var.principal);
     const condition = parseIfNoneMatch(c.req.header("If-None-Match"));
-    const result = await desiredForHost(c.env, p, heldGeneration(condition), wait * 1000, c.req.raw.signal);
+    const reportTag = c.req.valid("header")["x-report-tag"];
+    const result = await desiredForHost(c.env, p, heldGeneration(condition), wait * 1000, c.req.raw.signal, reportTag);
     c.header("ETag", `"${result.generation}"`);
     c.header("Cache-Control", "no-store");
     if (result.notModified) return c.body(null, 304);

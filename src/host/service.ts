@@ -14,19 +14,31 @@ import { ledgerOf } from "../objects/stubs";
 type Host = { serverId: string; tokenHash: string };
 
 /**
- * The desired config; with `heldGeneration` current, waits up to `waitMs` for a new one. The wait
+ * The desired config; with `heldGeneration` current, waits up to `waitMs` for a new one. With
+ * `reportTag`, the poll is also the host's heartbeat (src/ledger/report.ts, pollHeartbeat). The wait
  * is held here, in the Worker, while the ledger sleeps: it wakes this request when the answer
  * changes (a new generation, a refresh, the token revoked), and this then asks it once more, so
  * the token is checked again after the wait. When the time runs out with no wake, nothing the
  * answer depends on has changed, so it is 304 without asking. `signal`: the client hung up.
  */
-export async function desiredForHost(env: Env, host: Host, heldGeneration: number | null, waitMs: number, signal?: AbortSignal) {
+export async function desiredForHost(
+  env: Env,
+  host: Host,
+  heldGeneration: number | null,
+  waitMs: number,
+  signal?: AbortSignal,
+  reportTag?: string,
+) {
   const ledger = ledgerOf(env, host.serverId);
-  if (waitMs <= 0 || heldGeneration === null) return unwrap(await ledger.agentDesired(host.tokenHash, heldGeneration));
+  if (waitMs <= 0 || heldGeneration === null) return unwrap(await ledger.agentDesired(host.tokenHash, heldGeneration, reportTag));
   const until = Date.now() + waitMs;
   const unchanged = { ok: true, notModified: true, generation: heldGeneration } as const;
+  // The heartbeat a report tag stands for is counted once, by the first look.
+  let tag = reportTag;
   for (;;) {
-    const wake = await waitForWake(() => ledger.fetch(pollWaitRequest(host.tokenHash, heldGeneration)), until, signal);
+    const request = pollWaitRequest(host.tokenHash, heldGeneration, tag);
+    tag = undefined;
+    const wake = await waitForWake(() => ledger.fetch(request), until, signal);
     if (wake.kind === "answered") return unwrap((await wake.response.json()) as PollAnswer);
     if (wake.kind === "timeout" || wake.kind === "aborted") return unchanged;
     const answer = unwrap(await ledger.agentDesired(host.tokenHash, heldGeneration));

@@ -40,6 +40,7 @@ export const STATUS_OF_CODE = {
   concurrent_change: 409,
   invalid_spec: 422,
   precondition_failed: 412,
+  report_tag_unknown: 412,
   generation_conflict: 409,
   stale_generation: 409,
   generation_not_issued: 409,

@@ -46,6 +46,7 @@ export const serverNameErrors = {
   409: errorResponse("The hostname names servers in several fleets (ambiguous_server lists them): add the fleet"),
 } as const;
 export const conflictError = (what: string) => ({ 409: errorResponse(what) }) as const;
+export const preconditionError = (what: string) => ({ 412: errorResponse(what) }) as const;
 
 export const jsonBody = <T extends z.ZodType>(schema: T) => ({
   required: true,

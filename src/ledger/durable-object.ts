@@ -18,7 +18,7 @@ import { authorized, pollAnswer, type PollAnswer } from "./poll";
 import type { ServerRecord } from "./record";
 import { requestRefresh } from "./refresh";
 import { QUIET_TIMER, QuietWatch } from "./quiet";
-import { acceptReport, type ReportAnswer } from "./report";
+import { acceptReport, pollHeartbeat, type ReportAnswer } from "./report";
 import { applyRolloutImage } from "./rollout-marks";
 import { PING, PONG } from "./channel-messages";
 import { LedgerSockets } from "./sockets";
@@ -179,9 +179,16 @@ export class ServerLedger extends DurableObject<Env> {
 
   /**
    * The host's poll, answered at once and never from D1. `known` is the generation from its
-   * If-None-Match. A long poll waits in the Worker, not here (./waits.ts).
+   * If-None-Match; `reportTag`, from its X-Report-Tag, makes the poll its heartbeat (./report.ts).
+   * A long poll waits in the Worker, not here (./waits.ts).
    */
-  agentDesired(tokenHash: string, known: number | null): PollAnswer {
+  async agentDesired(tokenHash: string, known: number | null, reportTag?: string): Promise<PollAnswer> {
+    const record = authorized(this.store, tokenHash);
+    if (record && reportTag !== undefined) {
+      const beat = pollHeartbeat(this.deps, record, reportTag);
+      if (!beat.ok) return beat;
+      if (beat.enqueued) await this.settleInBackground();
+    }
     return pollAnswer(this.store, tokenHash, known);
   }
 
@@ -197,7 +204,9 @@ export class ServerLedger extends DurableObject<Env> {
 
   /** A WebSocket upgrade from the Worker; other answers are domain results as JSON. */
   async fetch(request: Request): Promise<Response> {
-    return this.sockets.open(request);
+    const { response, enqueued } = this.sockets.open(request);
+    if (enqueued) await this.settleInBackground();
+    return response;
   }
 
   async webSocketMessage(ws: WebSocket, message: string | ArrayBuffer) {

@@ -13,17 +13,17 @@ import { settleRolloutMarks } from "./rollout-marks";
 import { serverHealthEventOf } from "../fleetlock/ledger-side";
 import type { InventoryReport, ReportAccepted, StoredReport } from "./schemas";
 import { computeStatus, type ComputedStatus } from "./status";
-import { contentKey } from "./store";
+import { contentKey, reportTag } from "./store";
 
-
-export type ReportAnswer = { ok: true; generation: number; computed: ComputedStatus } | Failure;
+export type ReportAnswer = { ok: true; generation: number; computed: ComputedStatus; tag: string } | Failure;
 
 /** An accepted report's answer, as PUT /v1/agent/inventory and the channel's ack give it. */
-export const reportAccepted = (serverId: string, answer: { generation: number; computed: ComputedStatus }): ReportAccepted => ({
+export const reportAccepted = (serverId: string, answer: { generation: number; computed: ComputedStatus; tag: string }): ReportAccepted => ({
   server_id: serverId,
   desired_generation: answer.generation,
   status: answer.computed.status,
   agents: answer.computed.agents,
+  report_tag: answer.tag,
 });
 
 /**
@@ -31,12 +31,14 @@ export const reportAccepted = (serverId: string, answer: { generation: number; c
  * outbox, to be delivered after the answer; `heartbeat`: the report was kept in memory only (its
  * content is the stored one's). `keepsHeartbeat`: the caller keeps the heartbeat where it outlives
  * the ledger's eviction (the host channel's socket, ./channel.ts), so it is never stored for itself.
+ * `viaPoll`: the report is the stored one, named by a poll (pollHeartbeat): it does not answer a
+ * pending refresh, which asks for a fresh one.
  */
 export function acceptReport(
   d: LedgerDeps,
   record: ServerRecord,
   report: InventoryReport,
-  opts: { keepsHeartbeat?: boolean } = {},
+  opts: { keepsHeartbeat?: boolean; viaPoll?: boolean } = {},
 ): { answer: ReportAnswer; enqueued: boolean; heartbeat: boolean } {
   const { desired, report: previous, reportKey, persistedAt } = d.store.load()!;
   if (report.generation > desired.generation) {
@@ -59,7 +61,7 @@ export function acceptReport(
     // persisted at most every heartbeatPersistMs (or when the index is told of it), so a
     // steady host costs no storage write, and nothing the index shows can have changed.
     d.store.heartbeat(stored);
-    answerRefresh(d.store, now);
+    if (!opts.viaPoll) answerRefresh(d.store, now);
     if (indexDue(d, now)) {
       projectHeartbeat(d.outbox);
       enqueued = true;
@@ -67,7 +69,7 @@ export function acceptReport(
   } else {
     d.store.transaction(() => {
       d.store.save({ report: stored });
-      answerRefresh(d.store, now);
+      if (!opts.viaPoll) answerRefresh(d.store, now);
       // The first report proves the host is up and talking to us.
       if (record.state === "provisioning") d.store.save({ record: { ...record, state: "active" } });
       if (record.state === "decommissioning") acknowledgeLifecycle(d, record, stored, now);
@@ -86,7 +88,24 @@ export function acceptReport(
     });
     enqueued = true;
   }
-  return { answer: { ok: true, generation: desired.generation, computed: computeStatus(desired, stored, now, record.stale_after_s * 1000) }, enqueued, heartbeat };
+  const computed = computeStatus(desired, stored, now, record.stale_after_s * 1000);
+  return { answer: { ok: true, generation: desired.generation, computed, tag: reportTag(contentKey(stored)) }, enqueued, heartbeat };
+}
+
+/**
+ * A poll that names the host's report by its tag (X-Report-Tag, from the report's answer): the
+ * host reconciled since and found nothing to tell, so the poll stands for the report it would have
+ * sent, and counts as it would have (a heartbeat, the quiet watch, the index). One request a minute
+ * over HTTP instead of a report and a poll. A tag that is not the stored report's refuses the poll:
+ * the host reports in full first. `enqueued`: the caller arms the alarm and delivers.
+ */
+export function pollHeartbeat(d: LedgerDeps, record: ServerRecord, tag: string): { ok: true; enqueued: boolean } | Failure {
+  const { report: stored, reportKey } = d.store.load()!;
+  if (!stored || reportKey === undefined || reportTag(reportKey) !== tag) {
+    return fail("report_tag_unknown", "X-Report-Tag names no report this server holds: PUT /v1/agent/inventory first");
+  }
+  const { received_at: _, ...report } = stored;
+  return { ok: true, enqueued: acceptReport(d, record, report, { viaPoll: true }).enqueued };
 }
 
 /** Whether the index's last_seen is due a refresh (a coarse one, docs/design.md §8; leased while watched). */

@@ -119,6 +119,12 @@ export const ReportAccepted = z
     desired_generation: z.number().int(),
     status: serverStatus,
     agents: z.array(AgentStatusRow),
+    report_tag: z.string().openapi({
+      description:
+        "Names this report's content. A host whose next reconcile finds nothing new sends it as X-Report-Tag on " +
+        "GET /v1/agent/desired instead of reporting again: that poll counts as this report, received anew.",
+      example: "r1x2y3z4a5b6c",
+    }),
   })
   .openapi("ReportAccepted");
 export type ReportAccepted = z.infer<typeof ReportAccepted>;

@@ -19,13 +19,14 @@ export class LedgerSockets {
     private readonly room: SocketRoom,
   ) {}
 
-  /** An upgrade from the Worker: the host's channel, or a waiter. */
-  open(request: Request): Response {
+  /** An upgrade from the Worker: the host's channel, or a waiter. `enqueued`: the outbox has something to deliver. */
+  open(request: Request): { response: Response; enqueued: boolean } {
     const { pathname } = new URL(request.url);
-    if (pathname === CHANNEL_PATH) return connectHost(this.d, this.room, request);
-    if (pathname === WAIT_PATHS.poll) return openPollWait(this.d.store, this.room, request);
-    if (pathname === WAIT_PATHS.view) return openViewWait(this.d.store, this.room, request, this.d.clock());
-    return new Response(null, { status: 404 });
+    if (pathname === WAIT_PATHS.poll) return openPollWait(this.d, this.room, request);
+    const only = (response: Response) => ({ response, enqueued: false });
+    if (pathname === CHANNEL_PATH) return only(connectHost(this.d, this.room, request));
+    if (pathname === WAIT_PATHS.view) return only(openViewWait(this.d.store, this.room, request, this.d.clock()));
+    return only(new Response(null, { status: 404 }));
   }
 
   /** A message on one of the sockets; true when the outbox has something to deliver. Waiters never speak. */

@@ -67,6 +67,23 @@ export function contentKey(r: StoredReport) {
   return JSON.stringify([r.generation, r.boot_id, r.agents, r.errors, r.assignments]);
 }
 
+/**
+ * A short name for a report's content (its contentKey), handed to the host with each accepted
+ * report: a poll that carries it back says "my report is still that one" (./report.ts,
+ * pollHeartbeat). Two 32-bit FNV-1a lanes: a name, not a secret, so a fast hash that runs
+ * synchronously in the ledger's turn is enough.
+ */
+export function reportTag(key: string) {
+  let a = 0x811c9dc5;
+  let b = 0x01000193 ^ key.length;
+  for (let i = 0; i < key.length; i++) {
+    const c = key.charCodeAt(i);
+    a = Math.imul(a ^ c, 0x01000193);
+    b = Math.imul(b ^ c, 0x5bd1e995);
+  }
+  return `r${(a >>> 0).toString(36)}${(b >>> 0).toString(36)}`;
+}
+
 export class LedgerStore {
   /** Undefined until first read; null while no server is registered here. */
   private cache?: LedgerState | null;

@@ -5,10 +5,12 @@
  * ledger, asleep meanwhile, wakes the waiter when what it holds has moved on. This file is the
  * ledger's half of that protocol and the requests the Worker sends for it.
  */
-import { fail } from "../objects/kit/result";
+import { fail, type Failure } from "../objects/kit/result";
 import type { SocketRoom } from "../objects/kit/sockets";
 import { acceptWaiter, wakeWaiters } from "../objects/kit/wake";
+import type { LedgerDeps } from "./effects";
 import { authorized, nothingNew, pollAnswer, pollSignature, type PollAnswer } from "./poll";
+import { pollHeartbeat } from "./report";
 import type { LedgerStore } from "./store";
 import { staleTurnAt, viewOf, type ServerView } from "./view";
 import { viewTag } from "./view-tag";
@@ -16,6 +18,7 @@ import { viewTag } from "./view-tag";
 const ORIGIN = "https://ledger.internal";
 export const WAIT_PATHS = { poll: "/wait/poll", view: "/wait/view" } as const;
 const TOKEN_HASH = "X-Token-Hash";
+const REPORT_TAG = "X-Report-Tag";
 
 /** null: no such server. */
 export type ViewWaitAnswer = { changed: true; etag: string; view: ServerView } | null;
@@ -28,21 +31,31 @@ const upgrade = (path: string, query: Record<string, string>, headers: Record<st
 
 // ---- the Worker's requests ----
 
-/** A host that holds generation `known` waits for its poll's answer to change. */
-export const pollWaitRequest = (tokenHash: string, known: number) => upgrade(WAIT_PATHS.poll, { known: String(known) }, { [TOKEN_HASH]: tokenHash });
+/** A host that holds generation `known` (and whose report is `reportTag`, if given) waits for its poll's answer to change. */
+export const pollWaitRequest = (tokenHash: string, known: number, reportTag?: string) =>
+  upgrade(WAIT_PATHS.poll, { known: String(known) }, { [TOKEN_HASH]: tokenHash, ...(reportTag === undefined ? {} : { [REPORT_TAG]: reportTag }) });
 
 /** An operator who holds the view's tag `etag` waits for it to change. */
 export const viewWaitRequest = (etag: string) => upgrade(WAIT_PATHS.view, { etag });
 
 // ---- the ledger's side ----
 
-/** Answers at once (unauthorized, or a poll answer that differs), else hands over a waiter. */
-export function openPollWait(store: LedgerStore, room: SocketRoom, request: Request): Response {
+/**
+ * Answers at once (unauthorized, a report tag not the stored report's, or a poll answer that
+ * differs), else hands over a waiter. A poll naming the host's report is its heartbeat first
+ * (./report.ts): `enqueued` when that left something to deliver.
+ */
+export function openPollWait(d: LedgerDeps, room: SocketRoom, request: Request): { response: Response; enqueued: boolean } {
+  const { store } = d;
   const tokenHash = request.headers.get(TOKEN_HASH) ?? "";
   const known = Number(new URL(request.url).searchParams.get("known"));
-  if (!authorized(store, tokenHash)) return Response.json(fail("unauthorized", "invalid server token") satisfies PollAnswer);
-  if (!nothingNew(store, known)) return Response.json(pollAnswer(store, tokenHash, known));
-  return acceptWaiter(room, { kind: "poll", signature: pollSignature(store) } satisfies Held);
+  const record = authorized(store, tokenHash);
+  if (!record) return { response: Response.json(fail("unauthorized", "invalid server token") satisfies PollAnswer), enqueued: false };
+  const tag = request.headers.get(REPORT_TAG);
+  const beat = tag === null ? { ok: true as const, enqueued: false } : pollHeartbeat(d, record, tag);
+  if (!beat.ok) return { response: Response.json(beat satisfies Failure), enqueued: false };
+  if (!nothingNew(store, known)) return { response: Response.json(pollAnswer(store, tokenHash, known)), enqueued: beat.enqueued };
+  return { response: acceptWaiter(room, { kind: "poll", signature: pollSignature(store) } satisfies Held), enqueued: beat.enqueued };
 }
 
 /**

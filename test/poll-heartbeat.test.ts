@@ -1,0 +1,171 @@
+/**
+ * The poll as the host's heartbeat (src/ledger/report.ts, pollHeartbeat): a host reporting over
+ * HTTP whose reconcile finds nothing new sends its last report's tag on the poll instead of the
+ * report, so a steady host costs one request a minute.
+ */
+import { env, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
+import { describe, expect, it } from "vitest";
+import { MemoryDriver } from "../agent/memory-driver";
+import type { ServerLedger } from "../src/ledger/durable-object";
+import { QUIET_TIMER, quietGraceMs } from "../src/ledger/quiet";
+import { call, createFleet, registerServer, report, settle } from "./helpers";
+import { runAgent, workerFetch } from "./agent-helpers";
+
+const ledgerOf = (id: string) => env.LEDGER.get(env.LEDGER.idFromName(id));
+const indexRow = (id: string) => env.DB.prepare("SELECT last_seen, stale_at FROM servers WHERE id = ?").bind(id).first<{ last_seen: number; stale_at: number }>();
+const receivedAt = async (id: string) => Date.parse((await call("GET", `/v1/servers/${id}`)).json.report.received_at);
+const agents = [{ name: "compute", image: "reg/compute:1" }];
+
+/** Moves the stored report's received_at `agoMs` into the past (as a host silent that long). */
+async function age(id: string, agoMs: number) {
+  await runInDurableObject(ledgerOf(id), (instance: ServerLedger) => {
+    const store = (instance as unknown as { store: { load(): any; save(p: unknown): void } }).store;
+    store.save({ report: { ...store.load().report, received_at: Date.now() - agoMs } });
+  });
+}
+
+async function reported(staleAfterS = 120) {
+  const fleet = await createFleet({ stale_after_s: staleAfterS });
+  const s = await registerServer(fleet.id);
+  const put = await call("PUT", "/v1/agent/inventory", { token: s.token, body: report(1, agents) });
+  expect(put.status).toBe(200);
+  expect(put.json.report_tag).toMatch(/^[0-9a-z]+$/);
+  await settle(s.id);
+  return { fleet, s, tag: put.json.report_tag as string };
+}
+
+const poll = (token: string, tag?: string, wait = 0) =>
+  call("GET", `/v1/agent/desired${wait ? `?wait=${wait}` : ""}`, {
+    token,
+    headers: { "If-None-Match": '"1"', ...(tag === undefined ? {} : { "X-Report-Tag": tag }) },
+  });
+
+describe("a poll that names the host's report is its heartbeat", () => {
+  it("counts as the report received now, and a poll without the tag does not", async () => {
+    const { s, tag } = await reported();
+    await age(s.id, 90_000);
+    const before = await receivedAt(s.id);
+    expect((await poll(s.token)).status).toBe(304);
+    expect(await receivedAt(s.id)).toBe(before);
+    const t0 = Date.now();
+    expect((await poll(s.token, tag)).status).toBe(304);
+    expect(await receivedAt(s.id)).toBeGreaterThanOrEqual(t0 - 1);
+  });
+
+  it("counts on a long poll too, at its start", async () => {
+    const { s, tag } = await reported();
+    await age(s.id, 90_000);
+    const t0 = Date.now();
+    expect((await poll(s.token, tag, 1)).status).toBe(304);
+    const at = await receivedAt(s.id);
+    expect(at).toBeGreaterThanOrEqual(t0 - 1);
+    expect(at).toBeLessThan(t0 + 900);
+  });
+
+  it("the report answers the same tag for the same content, and another for other content", async () => {
+    const { s, tag } = await reported();
+    const again = await call("PUT", "/v1/agent/inventory", { token: s.token, body: report(1, agents) });
+    expect(again.json.report_tag).toBe(tag);
+    const other = await call("PUT", "/v1/agent/inventory", { token: s.token, body: report(1, []) });
+    expect(other.json.report_tag).not.toBe(tag);
+  });
+
+  it("refuses a tag that is not the stored report's with 412 report_tag_unknown, and changes nothing", async () => {
+    const { s, tag } = await reported();
+    await call("PUT", "/v1/agent/inventory", { token: s.token, body: report(1, []) });
+    await age(s.id, 90_000);
+    const before = await receivedAt(s.id);
+    for (const wait of [0, 5]) {
+      const res = await poll(s.token, tag, wait);
+      expect(res.status).toBe(412);
+      expect(res.json.error.code).toBe("report_tag_unknown");
+    }
+    expect(await receivedAt(s.id)).toBe(before);
+  });
+
+  it("refuses a malformed tag with 400 and changes nothing", async () => {
+    const { s } = await reported();
+    await age(s.id, 90_000);
+    const before = await receivedAt(s.id);
+    for (const bad of ["", "UPPER", "x".repeat(33), "a b"]) {
+      const res = await poll(s.token, bad);
+      expect(res.status, JSON.stringify(bad)).toBe(400);
+      expect(res.json.error.code).toBe("invalid_header");
+    }
+    expect(await receivedAt(s.id)).toBe(before);
+  });
+
+  it("does not answer an operator's refresh: the poll says so and the host must report afresh", async () => {
+    const { s, tag } = await reported();
+    expect((await call("POST", `/v1/servers/${s.id}/refresh`)).status).toBe(200);
+    const res = await poll(s.token, tag);
+    expect(res.status).toBe(200);
+    expect(res.json.refresh).toBeDefined();
+    expect((await poll(s.token, tag)).json.refresh).toBeDefined();
+    await call("PUT", "/v1/agent/inventory", { token: s.token, body: report(1, agents) });
+    expect((await poll(s.token, tag)).status).toBe(304);
+  });
+
+  it("brings a host the quiet watch saw go quiet back into the index", async () => {
+    const { fleet, s, tag } = await reported();
+    await age(s.id, 120_000 + quietGraceMs(120) + 1_000);
+    await runInDurableObject(ledgerOf(s.id), async (_i: ServerLedger, state) => {
+      state.storage.sql.exec("UPDATE _timers SET due_at = ? WHERE name = ?", Date.now() - 1, QUIET_TIMER);
+      await state.storage.setAlarm(Date.now() - 1);
+    });
+    await runDurableObjectAlarm(ledgerOf(s.id));
+    const listed = async () => (await call("GET", `/v1/servers?fleet=${fleet.id}`)).json.items.find((x: { id: string }) => x.id === s.id)?.status;
+    expect(await listed()).toBe("stale");
+    expect((await poll(s.token, tag)).status).toBe(304);
+    await settle(s.id);
+    expect(await listed()).not.toBe("stale");
+    expect((await indexRow(s.id))!.stale_at).toBeGreaterThan(Date.now());
+  });
+});
+
+describe("the reference agent over HTTP", () => {
+  it("reports once, then lets its polls carry the heartbeat while nothing changes, and reports again on a change", async () => {
+    const fleet = await createFleet();
+    const s = await registerServer(fleet.id);
+    const seen: string[] = [];
+    const counting = (input: string | URL | Request, init?: RequestInit) => {
+      const headers = new Headers(init?.headers);
+      seen.push(`${init?.method ?? "GET"} ${new URL(String(input)).pathname}${headers.has("X-Report-Tag") ? " tagged" : ""}`);
+      return workerFetch(input, init);
+    };
+    const driver = new MemoryDriver();
+    const run = runAgent(s.token, driver, { transport: "http", fetch: counting, waitS: 1, reportIntervalMs: 300, minPollIntervalMs: 100 });
+    try {
+      await run.until((e) => e.type === "unchanged");
+      await run.until(() => seen.filter((x) => x === "GET /v1/agent/desired tagged").length >= 3);
+      expect(seen.filter((x) => x.startsWith("PUT")).length).toBe(1);
+      const view = await call("GET", `/v1/servers/${s.id}`);
+      expect(Date.now() - Date.parse(view.json.report.received_at)).toBeLessThan(3_000);
+
+      await call("PUT", `/v1/servers/${s.id}/desired`, { body: { generation: 2, agents: [{ name: "logs", image: "reg/logs:1", version: "1" }] } });
+      await run.until((e) => e.type === "reported" && e.generation === 2);
+      expect(seen.filter((x) => x.startsWith("PUT")).length).toBe(2);
+    } finally {
+      run.stop();
+    }
+  });
+
+  it("reports in full at once when the server holds another report than the one its poll names", async () => {
+    const fleet = await createFleet();
+    const s = await registerServer(fleet.id);
+    const driver = new MemoryDriver();
+    const run = runAgent(s.token, driver, { transport: "http", waitS: 1, reportIntervalMs: 300, minPollIntervalMs: 100 });
+    try {
+      await run.until((e) => e.type === "unchanged");
+      // Another report behind the agent's back (a second process with the same token, say).
+      await call("PUT", "/v1/agent/inventory", { token: s.token, body: report(1, []) });
+      const n = run.events.filter((e) => e.type === "reported").length;
+      await run.until((e) => e.type === "error" && (e.error as { code?: string }).code === "report_tag_unknown");
+      await run.until(() => run.events.filter((e) => e.type === "reported").length > n);
+      const view = await call("GET", `/v1/servers/${s.id}`);
+      expect(view.json.report.boot_id).toBe("boot-a");
+    } finally {
+      run.stop();
+    }
+  });
+});
