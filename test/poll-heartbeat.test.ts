@@ -3,11 +3,12 @@
  * HTTP whose reconcile finds nothing new sends its last report's tag on the poll instead of the
  * report, so a steady host costs one request a minute.
  */
-import { env, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
+import { env, evictDurableObject, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { MemoryDriver } from "../agent/memory-driver";
 import type { ServerLedger } from "../src/ledger/durable-object";
 import { QUIET_TIMER, quietGraceMs } from "../src/ledger/quiet";
+import { meterReading } from "../src/objects/kit/meter";
 import { call, createFleet, registerServer, report, settle } from "./helpers";
 import { runAgent, workerFetch } from "./agent-helpers";
 
@@ -15,6 +16,15 @@ const ledgerOf = (id: string) => env.LEDGER.get(env.LEDGER.idFromName(id));
 const indexRow = (id: string) => env.DB.prepare("SELECT last_seen, stale_at FROM servers WHERE id = ?").bind(id).first<{ last_seen: number; stale_at: number }>();
 const receivedAt = async (id: string) => Date.parse((await call("GET", `/v1/servers/${id}`)).json.report.received_at);
 const agents = [{ name: "compute", image: "reg/compute:1" }];
+const waiters = (id: string) => runInDurableObject(ledgerOf(id), (_i: ServerLedger, state) => state.getWebSockets("waiter").length);
+
+async function until(pred: () => Promise<boolean>, ms = 5_000) {
+  const deadline = Date.now() + ms;
+  while (!(await pred())) {
+    if (Date.now() > deadline) throw new Error("condition not met in time");
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
 
 /** Moves the stored report's received_at `agoMs` into the past (as a host silent that long). */
 async function age(id: string, agoMs: number) {
@@ -60,6 +70,57 @@ describe("a poll that names the host's report is its heartbeat", () => {
     const at = await receivedAt(s.id);
     expect(at).toBeGreaterThanOrEqual(t0 - 1);
     expect(at).toBeLessThan(t0 + 900);
+  });
+
+  it("is kept by the poll's waiter: a ledger evicted while its host's poll waits still knows when it last heard from it", async () => {
+    const { s, tag } = await reported();
+    // Persisted 100 s ago: the poll's heartbeat is then kept in memory and in its waiter only.
+    await age(s.id, 100_000);
+    const t0 = Date.now();
+    const parked = poll(s.token, tag, 10);
+    await until(async () => (await waiters(s.id)) === 1);
+    await evictDurableObject(ledgerOf(s.id));
+    expect(await receivedAt(s.id)).toBeGreaterThanOrEqual(t0 - 1);
+    await call("PUT", `/v1/servers/${s.id}/desired`, { body: { generation: 2, agents: [] } });
+    expect((await parked).status).toBe(200);
+  });
+
+  it("is stored at most once per stale_after (a poll's waiter keeps it meanwhile), not on every poll", async () => {
+    const { s, tag } = await reported();
+    const stored = () => runInDurableObject(ledgerOf(s.id), (_i: ServerLedger, state) => state.storage.kv.get<{ received_at: number }>("report")!.received_at);
+    await age(s.id, 100_000);
+    const old = await stored();
+    expect((await poll(s.token, tag)).status).toBe(304);
+    expect(await stored()).toBe(old);
+    expect(await receivedAt(s.id)).toBeGreaterThan(old + 90_000);
+    await age(s.id, 121_000);
+    const t0 = Date.now();
+    expect((await poll(s.token, tag)).status).toBe(304);
+    expect(await stored()).toBeGreaterThanOrEqual(t0 - 1);
+  });
+
+  it("costs one storage row when its heartbeat is stored and none otherwise; the quiet watch moving on costs one (the cost benchmark's arithmetic)", async () => {
+    const { s, tag } = await reported();
+    const written = () => (meterReading().objects.ServerLedger as { by_instance: Record<string, { storage: { rows_written: number } }> }).by_instance[ledgerOf(s.id).id.toString()].storage.rows_written;
+    await poll(s.token, tag);
+    await settle(s.id);
+    let before = written();
+    for (let i = 0; i < 3; i++) await poll(s.token, tag);
+    expect(written() - before, "polls whose heartbeat stays in memory").toBe(0);
+    await age(s.id, 121_000);
+    // The console's notice of that change leaves the outbox half a second later: not this poll's.
+    await new Promise((r) => setTimeout(r, 700));
+    await settle(s.id);
+    before = written();
+    await poll(s.token, tag);
+    expect(written() - before, "the poll whose heartbeat is stored").toBe(1);
+    await runInDurableObject(ledgerOf(s.id), async (_i: ServerLedger, state) => {
+      state.storage.sql.exec("UPDATE _timers SET due_at = ? WHERE name = ?", Date.now() - 1, QUIET_TIMER);
+      await state.storage.setAlarm(Date.now() - 1);
+    });
+    before = written();
+    await runDurableObjectAlarm(ledgerOf(s.id));
+    expect(written() - before, "the quiet watch moving on").toBe(1);
   });
 
   it("the report answers the same tag for the same content, and another for other content", async () => {

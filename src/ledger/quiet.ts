@@ -32,12 +32,22 @@ export function heartbeatPersistMs(staleAfterS: number) {
 }
 
 /**
- * The timer fires this long after the host would be stale: a ledger evicted between reports reads
- * back a heartbeat persisted up to heartbeatPersistMs before the newest, and must not take a host
- * that keeps reporting for a quiet one. The index shows a quiet host stale this much late at most
- * (with its exact stale_at); the ledger's own view is always exact.
+ * The same for a heartbeat carried by a poll (./report.ts, pollHeartbeat): twice as long, because
+ * the poll's waiter keeps it too (./waits.ts), and a ledger woken while its host polls reads it
+ * back from there. Only a ledger evicted between two polls falls back on the persisted one.
  */
-export const quietGraceMs = heartbeatPersistMs;
+export function pollHeartbeatPersistMs(staleAfterS: number) {
+  return Math.min(staleAfterS * 1000, MAX_HEARTBEAT_PERSIST_MS);
+}
+
+/**
+ * The timer fires this long after the host would be stale: a ledger evicted between reports reads
+ * back a heartbeat persisted up to pollHeartbeatPersistMs (the longer of the two) before the
+ * newest, and must not take a host that keeps reporting for a quiet one. The index shows a quiet
+ * host stale this much late at most (with its exact stale_at); the ledger's own view is exact
+ * while it holds the heartbeat in memory or in a socket.
+ */
+export const quietGraceMs = pollHeartbeatPersistMs;
 
 export class QuietWatch {
   /** Whether the timer is set; undefined until read once after the ledger woke. */

@@ -6,7 +6,7 @@ import { fail, type Failure } from "../objects/kit/result";
 import { acknowledgeLifecycle } from "./decommission";
 import { project, projectHeartbeat, type LedgerDeps, type ReleasePayload } from "./effects";
 import { lastSeenDue } from "./projection";
-import { heartbeatPersistMs } from "./quiet";
+import { heartbeatPersistMs, pollHeartbeatPersistMs } from "./quiet";
 import type { ServerRecord } from "./record";
 import { answerRefresh } from "./refresh";
 import { settleRolloutMarks } from "./rollout-marks";
@@ -55,11 +55,12 @@ export function acceptReport(
   if (opts.keepsHeartbeat) d.quiet.stop();
   else enqueued = d.quiet.watch(now, record.stale_after_s);
   const unchanged = previous !== undefined && reportKey === contentKey(stored);
-  const heartbeat = unchanged && persistedAt !== undefined && (opts.keepsHeartbeat === true || now - persistedAt < heartbeatPersistMs(record.stale_after_s));
+  const persistEvery = (opts.viaPoll ? pollHeartbeatPersistMs : heartbeatPersistMs)(record.stale_after_s);
+  const heartbeat = unchanged && persistedAt !== undefined && (opts.keepsHeartbeat === true || now - persistedAt < persistEvery);
   if (heartbeat) {
-    // Same content as the stored report: only the heartbeat moved. It lives in memory and is
-    // persisted at most every heartbeatPersistMs (or when the index is told of it), so a
-    // steady host costs no storage write, and nothing the index shows can have changed.
+    // Same content as the stored report: only the heartbeat moved. It lives in memory (and in a
+    // poll's waiter) and is persisted at most every heartbeatPersistMs (pollHeartbeatPersistMs),
+    // so a steady host costs no storage write, and nothing the index shows can have changed.
     d.store.heartbeat(stored);
     if (!opts.viaPoll) answerRefresh(d.store, now);
     if (indexDue(d, now)) {

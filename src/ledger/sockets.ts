@@ -7,7 +7,8 @@
 import type { SocketRoom } from "../objects/kit/sockets";
 import { HOST_TAG, CHANNEL_PATH, connectHost, hostMessage, pushToHosts, restoreHeartbeat } from "./channel";
 import { project, type LedgerDeps } from "./effects";
-import { openPollWait, openViewWait, WAIT_PATHS, wakeWaits } from "./waits";
+import { WAITER_TAG } from "../objects/kit/wake";
+import { openPollWait, openViewWait, restorePollHeartbeat, WAIT_PATHS, wakeWaits } from "./waits";
 
 export class LedgerSockets {
   private pending = false;
@@ -47,7 +48,10 @@ export class LedgerSockets {
    * exact again: ./projection.ts); true when the outbox has something to deliver.
    */
   closed(ws: WebSocket): boolean {
-    return this.room.tags(ws).includes(HOST_TAG) && this.hostGone(ws);
+    const tags = this.room.tags(ws);
+    // A poll ended: the heartbeat its waiter kept stays in memory until the next poll.
+    if (tags.includes(WAITER_TAG)) restorePollHeartbeat(this.d.store, [ws]);
+    return tags.includes(HOST_TAG) && this.hostGone(ws);
   }
 
   /** A host socket closed (or is being closed here): its heartbeat is stored, and the index told if it was the last. */
@@ -62,9 +66,10 @@ export class LedgerSockets {
     return true;
   }
 
-  /** When the ledger wakes: its host's heartbeat, kept by the socket while it slept. */
+  /** When the ledger wakes: its host's heartbeat, kept by its channel socket or its poll's waiter while it slept. */
   restoreHeartbeat() {
     restoreHeartbeat(this.d.store, this.room.list(HOST_TAG));
+    restorePollHeartbeat(this.d.store, this.room.list(WAITER_TAG));
   }
 
   /** After every store write, in the writer's turn: the wake-ups go out once the turn is over. */

@@ -6,7 +6,7 @@
  * ledger's half of that protocol and the requests the Worker sends for it.
  */
 import { fail, type Failure } from "../objects/kit/result";
-import type { SocketRoom } from "../objects/kit/sockets";
+import { attachmentOf, type SocketRoom } from "../objects/kit/sockets";
 import { acceptWaiter, wakeWaiters } from "../objects/kit/wake";
 import type { LedgerDeps } from "./effects";
 import { authorized, nothingNew, pollAnswer, pollSignature, type PollAnswer } from "./poll";
@@ -23,8 +23,11 @@ const REPORT_TAG = "X-Report-Tag";
 /** null: no such server. */
 export type ViewWaitAnswer = { changed: true; etag: string; view: ServerView } | null;
 
-/** What a waiter holds: the poll's answer signature, or the view's tag. */
-type Held = { kind: "poll"; signature: string } | { kind: "view"; etag: string };
+/**
+ * What a waiter holds: the poll's answer signature (and, when the poll was the host's heartbeat,
+ * when it was heard: the waiter keeps it through the ledger's eviction), or the view's tag.
+ */
+type Held = { kind: "poll"; signature: string; heardAt?: number } | { kind: "view"; etag: string };
 
 const upgrade = (path: string, query: Record<string, string>, headers: Record<string, string> = {}) =>
   new Request(`${ORIGIN}${path}?${new URLSearchParams(query)}`, { headers: { Upgrade: "websocket", ...headers } });
@@ -55,7 +58,24 @@ export function openPollWait(d: LedgerDeps, room: SocketRoom, request: Request):
   const beat = tag === null ? { ok: true as const, enqueued: false } : pollHeartbeat(d, record, tag);
   if (!beat.ok) return { response: Response.json(beat satisfies Failure), enqueued: false };
   if (!nothingNew(store, known)) return { response: Response.json(pollAnswer(store, tokenHash, known)), enqueued: beat.enqueued };
-  return { response: acceptWaiter(room, { kind: "poll", signature: pollSignature(store) } satisfies Held), enqueued: beat.enqueued };
+  const heardAt = tag === null ? undefined : store.load()!.report?.received_at;
+  return { response: acceptWaiter(room, { kind: "poll", signature: pollSignature(store), heardAt } satisfies Held), enqueued: beat.enqueued };
+}
+
+/**
+ * The newest heartbeat the given poll waiters kept, back into memory when newer than the one
+ * there: when the ledger wakes (all of them), and as a waiter closes (its own), so a ledger
+ * evicted while its host polls still knows when it last heard from it.
+ */
+export function restorePollHeartbeat(store: LedgerStore, waiters: WebSocket[]) {
+  const report = store.load()?.report;
+  if (!report) return;
+  let newest = report.received_at;
+  for (const ws of waiters) {
+    const held = attachmentOf<Held>(ws);
+    if (held.kind === "poll" && held.heardAt !== undefined && held.heardAt > newest) newest = held.heardAt;
+  }
+  if (newest > report.received_at) store.heartbeat({ ...report, received_at: newest });
 }
 
 /**

@@ -7,8 +7,12 @@
 // processes under the server, from /proc), with the reports and errors so far. It prints the
 // samples, the growth of each memory figure over the steady part (after the ramp and the change),
 // the failed reports, and how fast the change reached connected hosts.
+// The hosts are served by Harbormaster in one workerd with nothing in front (../direct-server.ts),
+// not by the benchmark's `wrangler dev` server, whose proxy worker holds every socket a second time.
 // Only when named: registering 10,000 servers alone takes minutes.
+import { readFileSync } from "node:fs";
 import { tsImport } from "tsx/esm/api";
+import { startDirectServer } from "../direct-server.ts";
 import type { BenchContext } from "../run.ts";
 
 const SAMPLE_MS = 30_000;
@@ -24,6 +28,26 @@ export async function run(ctx: BenchContext) {
   const durationS = Number(ctx.option("duration") ?? 600);
   const rampS = Number(ctx.option("ramp") ?? 120);
   const { runSim, DEFAULTS } = (await tsImport("../../../sim/simulator.ts", import.meta.url)) as typeof import("../../../sim/simulator.ts");
+  // Every host is a socket in this process and one in the runtime: both inherit this limit.
+  const fdLimit = Number(/Max open files\s+(\d+)/.exec(readFileSync("/proc/self/limits", "utf8"))?.[1] ?? Infinity);
+  if (fdLimit < hosts + 2_000) console.error(`soak: open files are limited to ${fdLimit} per process; ${hosts} hosts need more (ulimit -n)`);
+  const server = await startDirectServer();
+  try {
+    await soak(ctx, server, runSim, DEFAULTS, hosts, durationS, rampS);
+  } finally {
+    await server.stop();
+  }
+}
+
+async function soak(
+  ctx: BenchContext,
+  server: Awaited<ReturnType<typeof startDirectServer>>,
+  runSim: typeof import("../../../sim/simulator.ts").runSim,
+  DEFAULTS: typeof import("../../../sim/simulator.ts").DEFAULTS,
+  hosts: number,
+  durationS: number,
+  rampS: number,
+) {
   const mb = (n: number) => n / 2 ** 20;
   const samples: Sample[] = [];
   let progress = { reports: 0, errors: 0, channels: 0 };
@@ -31,13 +55,13 @@ export async function run(ctx: BenchContext) {
   let timer: ReturnType<typeof setInterval> | null = null;
   const sample = () => {
     const m = process.memoryUsage();
-    samples.push({ s: Math.round((Date.now() - started!) / 1000), simRssMb: mb(m.rss), simHeapMb: mb(m.heapUsed), serverRssMb: ctx.serverRssMb(), ...progress });
+    samples.push({ s: Math.round((Date.now() - started!) / 1000), simRssMb: mb(m.rss), simHeapMb: mb(m.heapUsed), serverRssMb: server.rssMb(), ...progress });
   };
   const setupStarted = Date.now();
   const summary = await runSim({
     ...DEFAULTS,
-    url: ctx.base,
-    token: ctx.admin,
+    url: server.url,
+    token: server.admin,
     fleet: `soak-${Date.now().toString(36)}`,
     servers: hosts,
     durationS: rampS + durationS,
@@ -77,7 +101,8 @@ export async function run(ctx: BenchContext) {
   log(`\nSteady growth: simulator RSS ${growth((x) => x.simRssMb)}, heap ${growth((x) => x.simHeapMb)}; local runtime RSS ${growth((x) => x.serverRssMb)}.`);
   log(`Reports: ${summary.ops.reports}; errors: ${summary.ops.errors} ${JSON.stringify(summary.errors_by_kind)}; channel sockets opened ${summary.channel.opened}, closed ${summary.channel.closed}; last status ${JSON.stringify(summary.byStatus)}.`);
   log(`The change reached connected hosts in p50 ${summary.latency_ms.push_p50} ms, p99 ${summary.latency_ms.push_p99} ms (from the write; ${hosts} writes at ${DEFAULTS.setupConcurrency * 2} at a time); report ack p50 ${summary.latency_ms.report_p50} ms, p99 ${summary.latency_ms.report_p99} ms.`);
-  log(`Simulator CPU: ${summary.overhead.cpu_ms} ms; event loop ${Math.round(summary.overhead.event_loop_utilization * 100)}% busy.\n`);
+  log(`Simulator CPU: ${summary.overhead.cpu_ms} ms; event loop ${Math.round(summary.overhead.event_loop_utilization * 100)}% busy. Runtime restarts (crashes): ${server.restarts()}.\n`);
   ctx.note(`soak (${hosts} hosts, channel): errors`, summary.ops.errors);
   ctx.note(`soak (${hosts} hosts, channel): reports`, summary.ops.reports);
+  ctx.note(`soak (${hosts} hosts, channel): runtime restarts`, server.restarts());
 }

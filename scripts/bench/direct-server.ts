@@ -1,0 +1,91 @@
+// Harbormaster in one workerd, with nothing in front: the worker as `wrangler deploy` would bundle
+// it, run by Miniflare with the bindings wrangler.toml declares (migrations applied, fresh state in
+// a temp dir). `wrangler dev` puts its own proxy worker, in a second workerd, in front of the one
+// that runs Harbormaster: every host socket is held twice, and that proxy, not Harbormaster, is
+// what gives out first under thousands of sockets. The soak (./scenarios/soak.ts) measures the
+// runtime a deployment would have, so it serves its hosts from here.
+import { spawnSync } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { convertV4MiniflareOptions, Miniflare } from "miniflare";
+import { unstable_getMiniflareWorkerOptions } from "wrangler";
+import { freePort } from "../local-server.ts";
+
+const root = resolve(import.meta.dirname, "../..");
+const wrangler = resolve(root, "node_modules/.bin/wrangler");
+
+export interface DirectServer {
+  url: string;
+  admin: string;
+  /** Resident memory (MB) of the one workerd process, from /proc; null when it cannot be read. */
+  rssMb: () => number | null;
+  /** Times the runtime crashed and Miniflare started it again. */
+  restarts: () => number;
+  stop: () => Promise<void>;
+}
+
+function run(args: string[]) {
+  const r = spawnSync(wrangler, args, { cwd: root, env: { ...process.env, CI: "true" }, encoding: "utf8" });
+  if (r.status !== 0) throw new Error(`wrangler ${args.join(" ")} failed:\n${r.stdout}\n${r.stderr}`);
+}
+
+/** The workerd processes this process started (Miniflare's runtime is a direct child). */
+function childWorkerdRssMb(): number | null {
+  let pages = 0;
+  let found = false;
+  for (const entry of readdirSync("/proc")) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const text = readFileSync(`/proc/${entry}/stat`, "utf8");
+      const close = text.lastIndexOf(")");
+      const fields = text.slice(close + 2).split(" ");
+      if (text.slice(text.indexOf("(") + 1, close) !== "workerd" || Number(fields[1]) !== process.pid) continue;
+      pages += Number(fields[21]);
+      found = true;
+    } catch {
+      // the process ended meanwhile
+    }
+  }
+  return found ? (pages * 4096) / 2 ** 20 : null;
+}
+
+export async function startDirectServer(vars: Record<string, string> = {}): Promise<DirectServer> {
+  const persist = mkdtempSync(join(tmpdir(), "harbormaster-direct-"));
+  const admin = randomBytes(24).toString("base64url");
+  const outdir = join(persist, "bundle");
+  run(["deploy", "--dry-run", "--outdir", outdir]);
+  run(["d1", "migrations", "apply", "DB", "--local", "--persist-to", persist]);
+  // The bundle is one ES module: the module rules wrangler would bundle with do not apply.
+  const { modulesRules: _rules, ...workerOptions } = unstable_getMiniflareWorkerOptions(resolve(root, "wrangler.toml")).workerOptions;
+  const port = await freePort();
+  let restarts = 0;
+  // wrangler describes the worker in Miniflare's previous options shape.
+  const mf = new Miniflare(convertV4MiniflareOptions({
+    ...workerOptions,
+    modules: true,
+    modulesRoot: outdir,
+    scriptPath: join(outdir, "index.js"),
+    bindings: { ...(workerOptions.bindings ?? {}), ADMIN_TOKEN: admin, ALLOW_LOOPBACK_HTTP: "1", ACCESS_LOG: "off", PARK_TRUST_S: "30", ...vars },
+    host: "127.0.0.1",
+    port,
+    // wrangler's `--persist-to` layout, so the migrations applied above are the database it opens.
+    resourcePersistencePath: join(persist, "v3"),
+    unsafeHandleRuntimeRestart: () => {
+      restarts++;
+    },
+  }));
+  const url = (await mf.ready).toString().replace(/\/$/, "");
+  if (!(await fetch(`${url}/healthz`)).ok) throw new Error("the direct server did not answer /healthz");
+  return {
+    url,
+    admin,
+    rssMb: childWorkerdRssMb,
+    restarts: () => restarts,
+    stop: async () => {
+      await mf.dispose();
+      rmSync(persist, { recursive: true, force: true });
+    },
+  };
+}
