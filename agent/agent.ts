@@ -135,6 +135,9 @@ export class HostAgent {
       const t0 = this.now();
       s.lastPollAt = t0;
       const answer = await this.api.desired(s.etag, wait, signal, s.reportTag);
+      // Not said back (an older server, or a proxy that drops the header): the poll was no
+      // heartbeat, so the next reconcile reports in full.
+      if (s.reportTag !== null && !answer.heartbeat) s.reportTag = null;
       this.emit({ type: "desired", changed: answer.changed, generation: answer.changed ? answer.config.generation : s.desired?.generation ?? null, ms: this.now() - t0 });
       if (answer.changed) {
         s.desired = answer.config;

@@ -14,9 +14,10 @@ export interface ReportAccepted {
 /** The report a host sends; `errors` and `assignments` as the server stores them. */
 export type Report = InventoryReport;
 
+/** `heartbeat`: the server said back the report tag the poll carried (the poll counted as the host's heartbeat). */
 export type DesiredAnswer =
-  | { changed: true; etag: string; config: DesiredConfig }
-  | { changed: false; etag: string };
+  | { changed: true; etag: string; config: DesiredConfig; heartbeat: boolean }
+  | { changed: false; etag: string; heartbeat: boolean };
 
 /** The two host endpoints, authenticated with the server's own token. */
 export class HostApi {
@@ -46,13 +47,14 @@ export class HostApi {
     const t = withTimeout(signal, waitS * 1000 + this.slackMs);
     try {
       const res = await this.fetchImpl(`${this.base}/v1/agent/desired${query}`, { headers, signal: t.signal });
+      const heartbeat = !!reportTag && res.headers.get("X-Report-Tag") === reportTag;
       if (res.status === 304) {
         await res.body?.cancel();
-        return { changed: false, etag: res.headers.get("ETag") ?? etag! };
+        return { changed: false, etag: res.headers.get("ETag") ?? etag!, heartbeat };
       }
       if (!res.ok) throw await apiErrorOf(res);
       const config = (await res.json()) as DesiredConfig;
-      return { changed: true, etag: res.headers.get("ETag") ?? `"${config.generation}"`, config };
+      return { changed: true, etag: res.headers.get("ETag") ?? `"${config.generation}"`, config, heartbeat };
     } finally {
       t.done();
     }

@@ -58,8 +58,11 @@ describe("a poll that names the host's report is its heartbeat", () => {
     expect((await poll(s.token)).status).toBe(304);
     expect(await receivedAt(s.id)).toBe(before);
     const t0 = Date.now();
-    expect((await poll(s.token, tag)).status).toBe(304);
+    const counted = await poll(s.token, tag);
+    expect(counted.status).toBe(304);
+    expect(counted.headers.get("X-Report-Tag")).toBe(tag);
     expect(await receivedAt(s.id)).toBeGreaterThanOrEqual(t0 - 1);
+    expect((await poll(s.token)).headers.get("X-Report-Tag")).toBeNull();
   });
 
   it("counts on a long poll too, at its start", async () => {
@@ -206,6 +209,25 @@ describe("the reference agent over HTTP", () => {
       await call("PUT", `/v1/servers/${s.id}/desired`, { body: { generation: 2, agents: [{ name: "logs", image: "reg/logs:1", version: "1" }] } });
       await run.until((e) => e.type === "reported" && e.generation === 2);
       expect(seen.filter((x) => x.startsWith("PUT")).length).toBe(2);
+    } finally {
+      run.stop();
+    }
+  });
+
+  it("keeps reporting in full when its polls' heartbeat is not said back (a proxy dropped the header)", async () => {
+    const fleet = await createFleet();
+    const s = await registerServer(fleet.id);
+    const stripping = (input: string | URL | Request, init?: RequestInit) => {
+      const headers = new Headers(init?.headers);
+      headers.delete("X-Report-Tag");
+      return workerFetch(input, { ...init, headers });
+    };
+    const run = runAgent(s.token, new MemoryDriver(), { transport: "http", fetch: stripping, waitS: 1, reportIntervalMs: 300, minPollIntervalMs: 100 });
+    try {
+      await run.until(() => run.events.filter((e) => e.type === "reported").length >= 3);
+      expect(run.events.some((e) => e.type === "unchanged")).toBe(false);
+      const view = await call("GET", `/v1/servers/${s.id}`);
+      expect(Date.now() - Date.parse(view.json.report.received_at)).toBeLessThan(3_000);
     } finally {
       run.stop();
     }

@@ -6,12 +6,13 @@
 // runtime a deployment would have, so it serves its hosts from here.
 import { spawnSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { convertV4MiniflareOptions, Miniflare } from "miniflare";
 import { unstable_getMiniflareWorkerOptions } from "wrangler";
 import { freePort } from "../local-server.ts";
+import { PAGE_BYTES, procStats } from "./proc.ts";
 
 const root = resolve(import.meta.dirname, "../..");
 const wrangler = resolve(root, "node_modules/.bin/wrangler");
@@ -33,22 +34,8 @@ function run(args: string[]) {
 
 /** The workerd processes this process started (Miniflare's runtime is a direct child). */
 function childWorkerdRssMb(): number | null {
-  let pages = 0;
-  let found = false;
-  for (const entry of readdirSync("/proc")) {
-    if (!/^\d+$/.test(entry)) continue;
-    try {
-      const text = readFileSync(`/proc/${entry}/stat`, "utf8");
-      const close = text.lastIndexOf(")");
-      const fields = text.slice(close + 2).split(" ");
-      if (text.slice(text.indexOf("(") + 1, close) !== "workerd" || Number(fields[1]) !== process.pid) continue;
-      pages += Number(fields[21]);
-      found = true;
-    } catch {
-      // the process ended meanwhile
-    }
-  }
-  return found ? (pages * 4096) / 2 ** 20 : null;
+  const own = [...(procStats() ?? new Map()).values()].filter((p) => p.comm === "workerd" && p.ppid === process.pid);
+  return own.length ? (own.reduce((sum, p) => sum + p.rssPages, 0) * PAGE_BYTES) / 2 ** 20 : null;
 }
 
 export async function startDirectServer(vars: Record<string, string> = {}): Promise<DirectServer> {

@@ -6,11 +6,12 @@
 // ceiling and to each floor measured in the same run. Loopback only; every load is bounded.
 import autocannon, { type Options, type Result } from "autocannon";
 import { spawnSync } from "node:child_process";
-import { readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { readdirSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { pathToFileURL } from "node:url";
 import { createClient, type Client } from "../../src/client/index.ts";
 import { startLocalServer } from "../local-server.ts";
+import { PAGE_BYTES, procStats } from "./proc.ts";
 
 const root = resolve(import.meta.dirname, "../..");
 const seconds = Number(process.env.BENCH_SECONDS ?? 5);
@@ -62,23 +63,8 @@ const startFloor = () =>
 
 /** CPU time (user + system, ms) so far and resident memory (MB) of the workerd processes under `root`, from /proc (Linux). */
 function runtimeUse(root: number): { cpuMs: number; rssMb: number } | null {
-  const stats = new Map<number, { ppid: number; comm: string; ticks: number; rssPages: number }>();
-  try {
-    for (const entry of readdirSync("/proc")) {
-      if (!/^\d+$/.test(entry)) continue;
-      try {
-        const text = readFileSync(`/proc/${entry}/stat`, "utf8");
-        const close = text.lastIndexOf(")");
-        const fields = text.slice(close + 2).split(" ");
-        // After "pid (comm) ": state, ppid, …; utime and stime are the stat file's fields 14 and 15.
-        stats.set(Number(entry), { ppid: Number(fields[1]), comm: text.slice(text.indexOf("(") + 1, close), ticks: Number(fields[11]) + Number(fields[12]), rssPages: Number(fields[21]) });
-      } catch {
-        // the process ended meanwhile
-      }
-    }
-  } catch {
-    return null;
-  }
+  const stats = procStats();
+  if (!stats) return null;
   const tick = Number(spawnSync("getconf", ["CLK_TCK"], { encoding: "utf8" }).stdout.trim()) || 100;
   const under = (pid: number): boolean => pid === root || (pid > 1 && stats.has(pid) && under(stats.get(pid)!.ppid));
   let ticks = 0;
@@ -88,7 +74,7 @@ function runtimeUse(root: number): { cpuMs: number; rssMb: number } | null {
     ticks += s.ticks;
     pages += s.rssPages;
   }
-  return { cpuMs: (ticks * 1000) / tick, rssMb: (pages * 4096) / 2 ** 20 };
+  return { cpuMs: (ticks * 1000) / tick, rssMb: (pages * PAGE_BYTES) / 2 ** 20 };
 }
 
 function load(base: string, { connections = 16, durationSec = seconds, amount, requests }: LoadOptions) {

@@ -13,6 +13,7 @@ import { desiredForHost, reportFromHost } from "./service";
 
 const generationTag = z.object({
   ETag: z.string().openapi({ description: "The desired generation, as an entity tag", example: '"7"' }),
+  "X-Report-Tag": z.string().optional().openapi({ description: "The request's X-Report-Tag, said back: the poll counted as the host's heartbeat" }),
 });
 
 // One chain, so the type of agentRoutes (and of the app that mounts it at /v1/agent) carries every route for hc.
@@ -62,6 +63,8 @@ export const agentRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook
     const result = await desiredForHost(c.env, p, heldGeneration(condition), wait * 1000, c.req.raw.signal, reportTag);
     c.header("ETag", `"${result.generation}"`);
     c.header("Cache-Control", "no-store");
+    // Said back when the poll counted as the heartbeat: a host whose header a proxy dropped knows to report instead.
+    if (reportTag !== undefined) c.header("X-Report-Tag", reportTag);
     if (result.notModified) return c.body(null, 304);
     if (result.refresh) return c.json({ ...result.config, refresh: { requested_at: iso(result.refresh.requested_at) } }, 200);
     // `*` or a list naming the current generation is a match too (RFC 9110), not only the newest tag.

@@ -55,7 +55,7 @@ const TRANSPORTS: Record<string, { label: string; sim: Partial<SimOptions>; peri
     periodic: LEASE_REFRESH,
   },
   http: {
-    label: "a report a minute; between reports the long poll GET /v1/agent/desired?wait=60, held in the Worker",
+    label: "the long poll GET /v1/agent/desired?wait=60, held in the Worker, carrying the heartbeat (X-Report-Tag); a report only on change",
     sim: { transport: "http", waitS: 60, heartbeatS: 60 },
     // Neither the lease's refresh, nor the quiet watch's alarm (src/ledger/quiet.ts: once per
     // stale_after + its grace, the simulator's fleet having stale_after 4 report periods), nor the

@@ -16,6 +16,7 @@ import { startDirectServer } from "../direct-server.ts";
 import type { BenchContext } from "../run.ts";
 
 const SAMPLE_MS = 30_000;
+const FILES_PER_HOST = 4;
 
 interface Sample { s: number; simRssMb: number; simHeapMb: number; serverRssMb: number | null; reports: number; errors: number; channels: number }
 
@@ -28,9 +29,14 @@ export async function run(ctx: BenchContext) {
   const durationS = Number(ctx.option("duration") ?? 600);
   const rampS = Number(ctx.option("ramp") ?? 120);
   const { runSim, DEFAULTS } = (await tsImport("../../../sim/simulator.ts", import.meta.url)) as typeof import("../../../sim/simulator.ts");
-  // Every host is a socket in this process and one in the runtime: both inherit this limit.
+  // The local runtime holds, per host, its socket and, while the host's ledger is awake, that
+  // ledger's SQLite file with its -wal and -shm: about FILES_PER_HOST open files, and it aborts
+  // when it cannot open one more (the runtime inherits this process's limit). Refused up front
+  // rather than after minutes of set-up.
   const fdLimit = Number(/Max open files\s+(\d+)/.exec(readFileSync("/proc/self/limits", "utf8"))?.[1] ?? Infinity);
-  if (fdLimit < hosts + 2_000) console.error(`soak: open files are limited to ${fdLimit} per process; ${hosts} hosts need more (ulimit -n)`);
+  if (hosts * FILES_PER_HOST + 1_000 > fdLimit) {
+    throw new Error(`soak: ${hosts} hosts need about ${hosts * FILES_PER_HOST + 1_000} open files in the runtime; this process may open ${fdLimit} (ulimit -n)`);
+  }
   const server = await startDirectServer();
   try {
     await soak(ctx, server, runSim, DEFAULTS, hosts, durationS, rampS);
