@@ -3,8 +3,8 @@
 // registers them, brings them up over RAMP seconds, then lets them run the default loop (a report
 // a minute over the channel, keep-alive pings) with one desired change to every host a minute in.
 // Every 30 s it samples memory: this process's resident set and heap (the simulator: its hosts,
-// their sockets and its own bookkeeping) and the local runtime's resident set (the workerd
-// processes under the server, from /proc), with the reports and errors so far. It prints the
+// their sockets and its own bookkeeping) and the local runtime's resident set (the one workerd
+// serving the hosts, from /proc), with the reports and errors so far. It prints the
 // samples, the growth of each memory figure over the steady part (after the ramp and the change),
 // the failed reports, and how fast the change reached connected hosts.
 // The hosts are served by Harbormaster in one workerd with nothing in front (../direct-server.ts),
