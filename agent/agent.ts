@@ -1,3 +1,4 @@
+import { contentKey } from "../src/domain/report-content.ts";
 import { backoffDelay, type BackoffPolicy, DEFAULT_BACKOFF } from "./backoff.ts";
 import { connectThroughFetch, connectWebSocket, type ChannelConnector } from "./channel.ts";
 import { runChannelSession } from "./channel-session.ts";
@@ -45,9 +46,6 @@ export interface HostAgentOptions {
 }
 
 export type { AgentEvent, AgentExit, LoopState } from "./loop.ts";
-
-/** What a report says, but when: two reports with the same content tell the server the same. */
-const contentOf = (r: Report) => JSON.stringify([r.generation, r.boot_id, r.agents, r.errors, r.assignments]);
 
 /** The reconnect delay of a dropped channel: up to 10 s at first, doubling to 5 min. */
 const DEFAULT_RECONNECT: BackoffPolicy = { baseMs: 10_000, capMs: 300_000 };
@@ -181,7 +179,7 @@ export class HostAgent {
       errors: outcome.errors,
       assignments,
     };
-    const content = contentOf(report);
+    const content = contentKey(report);
     if (opts.pollCarriesHeartbeat && !s.due && s.reportTag !== null && content === s.reportedContent) {
       s.lastReportAt = this.now();
       this.emit({ type: "unchanged", generation: desired.generation, reportTag: s.reportTag });

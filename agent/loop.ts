@@ -30,7 +30,7 @@ export interface LoopState {
   /** A reconcile and report is owed (start, new config, refresh). */
   due: boolean;
   lastReportAt: number;
-  /** The report_tag of the last accepted report, and that report's content (./agent.ts, contentOf). */
+  /** The report_tag of the last accepted report, and that report's content (src/domain/report-content.ts). */
   reportTag: string | null;
   reportedContent: string | null;
   lastPollAt: number;

@@ -99,7 +99,7 @@ describe("the console's live feed", () => {
     ws.close(1000, "done");
   });
 
-  it("tells an open page when the quiet watch finds a host silent (its server stale in the index), without any request", async () => {
+  it("tells an open page when the quiet watch finds a host silent (its server stale in the index), without any request, and when it is back", async () => {
     const fleet = await createFleet({ stale_after_s: 120 });
     const server = await registerServer(fleet.id);
     await call("PUT", "/v1/agent/inventory", { token: server.token, body: report(1, []) });
@@ -117,6 +117,14 @@ describe("the console's live feed", () => {
       await fireTimersNow(ledger);
       return seen;
     }, { timeout: 4000, interval: 300 }).toEqual([expect.objectContaining({ kind: "server", ids: [server.id] })]);
+    // The host speaks again, with the same report: the index shows it live again, and so must the page.
+    await call("PUT", "/v1/agent/inventory", { token: server.token, body: report(1, []) });
+    await settle(server.id);
+    await expect.poll(async () => {
+      await fireTimersNow(ledger);
+      return seen.length;
+    }, { timeout: 4000, interval: 300 }).toBe(2);
+    expect(seen[1]).toMatchObject({ kind: "server", ids: [server.id] });
     ws.close(1000, "done");
   });
 

@@ -88,6 +88,18 @@ describe("a poll that names the host's report is its heartbeat", () => {
     expect((await parked).status).toBe(200);
   });
 
+  it("is still known after a poll that outlived an eviction has ended (its waiter closed)", async () => {
+    const { s, tag } = await reported();
+    await age(s.id, 100_000);
+    const t0 = Date.now();
+    const parked = poll(s.token, tag, 2);
+    await until(async () => (await waiters(s.id)) === 1);
+    await evictDurableObject(ledgerOf(s.id));
+    expect((await parked).status).toBe(304);
+    await until(async () => (await waiters(s.id)) === 0);
+    expect(await receivedAt(s.id)).toBeGreaterThanOrEqual(t0 - 1);
+  });
+
   it("is stored at most once per stale_after (a poll's waiter keeps it meanwhile), not on every poll", async () => {
     const { s, tag } = await reported();
     const stored = () => runInDurableObject(ledgerOf(s.id), (_i: ServerLedger, state) => state.storage.kv.get<{ received_at: number }>("report")!.received_at);

@@ -161,14 +161,7 @@ export function hostMessage(d: LedgerDeps, ws: WebSocket, raw: string | ArrayBuf
  * the ledger's heartbeat again, in memory (see HostSocket.heard); `persist` stores it too.
  */
 export function restoreHeartbeat(store: LedgerStore, sockets: WebSocket[], persist = false) {
-  const report = store.load()?.report;
-  if (!report) return;
-  let newest: HostSocket["heard"] = null;
-  for (const ws of sockets) {
-    const heard = attachmentOf<HostSocket>(ws).heard;
-    if (heard && heard.at > (newest?.at ?? report.received_at)) newest = heard;
-  }
-  if (newest) store.heartbeat({ ...report, received_at: newest.at, reconciled_at: newest.reconciled_at });
+  store.restoreHeartbeat(sockets.map((ws) => attachmentOf<HostSocket>(ws).heard));
   if (persist) store.persistHeartbeat();
 }
 

@@ -183,12 +183,9 @@ export class ServerLedger extends DurableObject<Env> {
    * A long poll waits in the Worker, not here (./waits.ts).
    */
   async agentDesired(tokenHash: string, known: number | null, reportTag?: string): Promise<PollAnswer> {
-    const record = authorized(this.store, tokenHash);
-    if (record && reportTag !== undefined) {
-      const beat = pollHeartbeat(this.deps, record, reportTag);
-      if (!beat.ok) return beat;
-      if (beat.enqueued) await this.settleInBackground();
-    }
+    const beat = pollHeartbeat(this.deps, tokenHash, reportTag);
+    if (!beat.ok) return beat;
+    if (beat.enqueued) await this.settleInBackground();
     return pollAnswer(this.store, tokenHash, known);
   }
 

@@ -226,9 +226,10 @@ function projectEffect(w: LedgerEffectWiring): Effect {
       const due = lastSeen != null && lastSeenDue(mark, lastSeen, state.record.stale_after_s, leased);
       const { statements, serverRow } = projectionStatements(w.db(), p, written, { serverRowDue: due });
       // A lease ending (the quiet watch found the host silent, or it left the channel) may turn the
-      // server stale in the index: pages are told of that too, not only of changed rows.
-      const leaseEnded = serverRow && (mark?.leased ?? false) && !leased;
-      if (statements.length && (leaseEnded || !written || !sameSignatures(written, p.signatures))) changedIn = { fleet: state.record.fleet_id, server: state.record.id };
+      // server stale in the index, and one starting (it is back) live again: pages are told of
+      // that too, not only of changed rows.
+      const leaseTurned = serverRow && (mark?.leased ?? false) !== leased;
+      if (statements.length && (leaseTurned || !written || !sameSignatures(written, p.signatures))) changedIn = { fleet: state.record.fleet_id, server: state.record.id };
       inFlight = serverRow
         ? { written: p.signatures, last_seen_written: lastSeen, leased }
         : { written: p.signatures, last_seen_written: mark?.last_seen_written ?? null, leased: mark?.leased ?? false };

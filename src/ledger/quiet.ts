@@ -25,7 +25,7 @@ export const QUIET_TIMER = "quiet";
  * quiet watch's late stale_at within what the cron's server.stale sweep looks back over
  * (src/webhooks/stale.ts, LATE_DEADLINE_MS), whatever the fleet's stale_after.
  */
-export const MAX_HEARTBEAT_PERSIST_MS = 5 * 60_000;
+const MAX_HEARTBEAT_PERSIST_MS = 5 * 60_000;
 
 export function heartbeatPersistMs(staleAfterS: number) {
   return Math.min(staleAfterS * 500, MAX_HEARTBEAT_PERSIST_MS);
@@ -45,9 +45,13 @@ export function pollHeartbeatPersistMs(staleAfterS: number) {
  * back a heartbeat persisted up to pollHeartbeatPersistMs (the longer of the two) before the
  * newest, and must not take a host that keeps reporting for a quiet one. The index shows a quiet
  * host stale this much late at most (with its exact stale_at); the ledger's own view is exact
- * while it holds the heartbeat in memory or in a socket.
+ * while it holds the heartbeat in memory or in a socket. A restart of the runtime drops both: until
+ * the host's next poll its view may read stale, as a channel host's does until it is back.
  */
 export const quietGraceMs = pollHeartbeatPersistMs;
+
+/** When the watch of a host last heard at `heardAt` is due: when it would be stale, plus the grace. */
+const dueOf = (heardAt: number, staleAfterS: number) => heardAt + staleAfterS * 1000 + quietGraceMs(staleAfterS);
 
 export class QuietWatch {
   /** Whether the timer is set; undefined until read once after the ledger woke. */
@@ -74,7 +78,7 @@ export class QuietWatch {
    */
   watch(receivedAt: number, staleAfterS: number): boolean {
     if (this.watching()) return false;
-    this.scheduler.schedule(QUIET_TIMER, receivedAt + staleAfterS * 1000 + quietGraceMs(staleAfterS));
+    this.scheduler.schedule(QUIET_TIMER, dueOf(receivedAt, staleAfterS));
     this.armed = true;
     return true;
   }
@@ -82,7 +86,7 @@ export class QuietWatch {
   /** The fleet's stale_after changed: a watch under way is due no later than the new deadline. */
   refit(receivedAt: number, staleAfterS: number) {
     if (!this.watching()) return;
-    this.scheduler.schedule(QUIET_TIMER, receivedAt + staleAfterS * 1000 + quietGraceMs(staleAfterS), null, { noLaterThan: true });
+    this.scheduler.schedule(QUIET_TIMER, dueOf(receivedAt, staleAfterS), null, { noLaterThan: true });
   }
 
   /** The host is on the channel: its socket watches it now. */
@@ -104,7 +108,7 @@ export class QuietWatch {
       this.armed = false;
       return false;
     }
-    const due = report.received_at + state.record.stale_after_s * 1000 + quietGraceMs(state.record.stale_after_s);
+    const due = dueOf(report.received_at, state.record.stale_after_s);
     if (due > now) {
       this.scheduler.schedule(QUIET_TIMER, due);
       this.armed = true;

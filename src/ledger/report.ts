@@ -5,6 +5,7 @@
 import { fail, type Failure } from "../objects/kit/result";
 import { acknowledgeLifecycle } from "./decommission";
 import { project, projectHeartbeat, type LedgerDeps, type ReleasePayload } from "./effects";
+import { authorized } from "./poll";
 import { lastSeenDue } from "./projection";
 import { heartbeatPersistMs, pollHeartbeatPersistMs } from "./quiet";
 import type { ServerRecord } from "./record";
@@ -13,7 +14,8 @@ import { settleRolloutMarks } from "./rollout-marks";
 import { serverHealthEventOf } from "../fleetlock/ledger-side";
 import type { InventoryReport, ReportAccepted, StoredReport } from "./schemas";
 import { computeStatus, type ComputedStatus } from "./status";
-import { contentKey, reportTag } from "./store";
+import { contentKey } from "../domain/report-content";
+import { reportTag } from "./store";
 
 export type ReportAnswer = { ok: true; generation: number; computed: ComputedStatus; tag: string } | Failure;
 
@@ -94,13 +96,17 @@ export function acceptReport(
 }
 
 /**
- * A poll that names the host's report by its tag (X-Report-Tag, from the report's answer): the
- * host reconciled since and found nothing to tell, so the poll stands for the report it would have
+ * A host's poll, before it is answered: the token must be the server's, and a poll that names the
+ * host's report by its tag (X-Report-Tag, from the report's answer) is its heartbeat: the host
+ * reconciled since and found nothing to tell, so the poll stands for the report it would have
  * sent, and counts as it would have (a heartbeat, the quiet watch, the index). One request a minute
  * over HTTP instead of a report and a poll. A tag that is not the stored report's refuses the poll:
  * the host reports in full first. `enqueued`: the caller arms the alarm and delivers.
  */
-export function pollHeartbeat(d: LedgerDeps, record: ServerRecord, tag: string): { ok: true; enqueued: boolean } | Failure {
+export function pollHeartbeat(d: LedgerDeps, tokenHash: string, tag: string | undefined): { ok: true; enqueued: boolean } | Failure {
+  const record = authorized(d.store, tokenHash);
+  if (!record) return fail("unauthorized", "invalid server token");
+  if (tag === undefined) return { ok: true, enqueued: false };
   const { report: stored, reportKey } = d.store.load()!;
   if (!stored || reportKey === undefined || reportTag(reportKey) !== tag) {
     return fail("report_tag_unknown", "X-Report-Tag names no report this server holds: PUT /v1/agent/inventory first");

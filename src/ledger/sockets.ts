@@ -48,10 +48,8 @@ export class LedgerSockets {
    * exact again: ./projection.ts); true when the outbox has something to deliver.
    */
   closed(ws: WebSocket): boolean {
-    const tags = this.room.tags(ws);
-    // A poll ended: the heartbeat its waiter kept stays in memory until the next poll.
-    if (tags.includes(WAITER_TAG)) restorePollHeartbeat(this.d.store, [ws]);
-    return tags.includes(HOST_TAG) && this.hostGone(ws);
+    // A poll's waiter closing needs nothing here: a ledger that slept read its heartbeat back on waking for the close.
+    return this.room.tags(ws).includes(HOST_TAG) && this.hostGone(ws);
   }
 
   /** A host socket closed (or is being closed here): its heartbeat is stored, and the index told if it was the last. */

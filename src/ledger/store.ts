@@ -11,6 +11,7 @@ import type { DesiredState } from "./desired";
 import type { LifecycleState } from "./lifecycle";
 import type { Signatures } from "./projection";
 import type { ServerRecord } from "./record";
+import { contentKey } from "../domain/report-content";
 import type { StoredReport } from "./schemas";
 import { FORMAT_KEY, LEDGER_FORMAT, upgradeLedgerStorage, type FormatUpgrade } from "./storage-format";
 
@@ -62,10 +63,6 @@ export interface LedgerState {
   persistedAt?: number;
 }
 
-/** Everything a report says except when it was said. */
-export function contentKey(r: StoredReport) {
-  return JSON.stringify([r.generation, r.boot_id, r.agents, r.errors, r.assignments]);
-}
 
 /**
  * A short name for a report's content (its contentKey), handed to the host with each accepted
@@ -149,6 +146,19 @@ export class LedgerStore {
     state.report = report;
     state.heartbeatOnly = true;
     this.onChange();
+  }
+
+  /**
+   * The newest of the heartbeats sockets kept while the ledger slept (the host channel's, a poll's
+   * waiter's), back in memory when newer than the one there. `reconciled_at`: the report's own, when
+   * the socket heard a report; a poll's heartbeat keeps the stored one.
+   */
+  restoreHeartbeat(kept: ({ at: number; reconciled_at?: string } | null | undefined)[]) {
+    const report = this.load()?.report;
+    if (!report) return;
+    let newest: { at: number; reconciled_at?: string } | null = null;
+    for (const heard of kept) if (heard && heard.at > (newest?.at ?? report.received_at)) newest = heard;
+    if (newest) this.heartbeat({ ...report, received_at: newest.at, reconciled_at: newest.reconciled_at ?? report.reconciled_at });
   }
 
   /** Stores a heartbeat held only in memory (before the index is told of it). */

@@ -5,11 +5,10 @@
  * ledger, asleep meanwhile, wakes the waiter when what it holds has moved on. This file is the
  * ledger's half of that protocol and the requests the Worker sends for it.
  */
-import { fail, type Failure } from "../objects/kit/result";
 import { attachmentOf, type SocketRoom } from "../objects/kit/sockets";
 import { acceptWaiter, wakeWaiters } from "../objects/kit/wake";
 import type { LedgerDeps } from "./effects";
-import { authorized, nothingNew, pollAnswer, pollSignature, type PollAnswer } from "./poll";
+import { nothingNew, pollAnswer, pollSignature, type PollAnswer } from "./poll";
 import { pollHeartbeat } from "./report";
 import type { LedgerStore } from "./store";
 import { staleTurnAt, viewOf, type ServerView } from "./view";
@@ -52,30 +51,26 @@ export function openPollWait(d: LedgerDeps, room: SocketRoom, request: Request):
   const { store } = d;
   const tokenHash = request.headers.get(TOKEN_HASH) ?? "";
   const known = Number(new URL(request.url).searchParams.get("known"));
-  const record = authorized(store, tokenHash);
-  if (!record) return { response: Response.json(fail("unauthorized", "invalid server token") satisfies PollAnswer), enqueued: false };
-  const tag = request.headers.get(REPORT_TAG);
-  const beat = tag === null ? { ok: true as const, enqueued: false } : pollHeartbeat(d, record, tag);
-  if (!beat.ok) return { response: Response.json(beat satisfies Failure), enqueued: false };
+  const beat = pollHeartbeat(d, tokenHash, request.headers.get(REPORT_TAG) ?? undefined);
+  if (!beat.ok) return { response: Response.json(beat satisfies PollAnswer), enqueued: false };
   if (!nothingNew(store, known)) return { response: Response.json(pollAnswer(store, tokenHash, known)), enqueued: beat.enqueued };
-  const heardAt = tag === null ? undefined : store.load()!.report?.received_at;
+  // The heartbeat memory holds now (this poll's, or an earlier one's): the waiter keeps it through an eviction.
+  const heardAt = store.load()!.report?.received_at;
   return { response: acceptWaiter(room, { kind: "poll", signature: pollSignature(store), heardAt } satisfies Held), enqueued: beat.enqueued };
 }
 
 /**
- * The newest heartbeat the given poll waiters kept, back into memory when newer than the one
- * there: when the ledger wakes (all of them), and as a waiter closes (its own), so a ledger
- * evicted while its host polls still knows when it last heard from it.
+ * The heartbeat the given poll waiters kept, back into memory when newer than the one there, when
+ * the ledger wakes (a waiter closing is still listed then): a ledger evicted while its host polls
+ * still knows when it last heard from it.
  */
 export function restorePollHeartbeat(store: LedgerStore, waiters: WebSocket[]) {
-  const report = store.load()?.report;
-  if (!report) return;
-  let newest = report.received_at;
-  for (const ws of waiters) {
-    const held = attachmentOf<Held>(ws);
-    if (held.kind === "poll" && held.heardAt !== undefined && held.heardAt > newest) newest = held.heardAt;
-  }
-  if (newest > report.received_at) store.heartbeat({ ...report, received_at: newest });
+  store.restoreHeartbeat(
+    waiters.map((ws) => {
+      const held = attachmentOf<Held>(ws);
+      return held.kind === "poll" && held.heardAt !== undefined ? { at: held.heardAt } : null;
+    }),
+  );
 }
 
 /**
