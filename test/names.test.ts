@@ -137,6 +137,39 @@ describe("an acknowledged fleetlock_id reaches the coordinator", () => {
     expect((await zincati(f.baseUrl, "pre-reboot", a.id)).json.kind).toBe("unknown_client");
   });
 
+  it("asks the reserving ledger only for a caller with the fleet's key, and answers as before (no 500) when that ledger cannot be reached", async () => {
+    const f = await fleetWithKey();
+    await putGroup(f.fleet, "default", { slots: 1 });
+    const [a] = await registerClients(f.fleet, 1);
+    const restore = await breakCoordinator(ledger(a.serverId));
+    try {
+      expect((await call("PATCH", `/v1/servers/${a.serverId}`, { body: { fleetlock_id: "caught-late" } })).status).toBe(200);
+    } finally {
+      await restore();
+    }
+    let asked = 0;
+    let reachable = false;
+    await runInDurableObject(coordinator(f.fleet), (instance) => {
+      const own = instance as unknown as { ask: (id: string) => Promise<unknown> };
+      const ask = own.ask;
+      own.ask = (id) => {
+        asked++;
+        return reachable ? ask(id) : Promise.reject(new Error("simulated: ledger unreachable"));
+      };
+    });
+    const wrongKey = f.baseUrl.replace(f.key, "x".repeat(f.key.length));
+    for (const op of ["pre-reboot", "steady-state"] as const) expect((await zincati(wrongKey, op, "caught-late")).json.kind).toBe("unauthorized");
+    expect(asked).toBe(0);
+    for (const op of ["pre-reboot", "steady-state"] as const) {
+      const res = await zincati(f.baseUrl, op, "caught-late");
+      expect(res.status).toBe(403);
+      expect(res.json.kind).toBe("unknown_client");
+    }
+    expect(asked).toBe(2);
+    reachable = true;
+    expect((await zincati(f.baseUrl, "pre-reboot", "caught-late")).status).toBe(200);
+  });
+
   it("by the PATCH's own delivery, even when an earlier identity of the server is waiting out a backoff", async () => {
     const f = await fleetWithKey();
     const [a] = await registerClients(f.fleet, 1);

@@ -28,7 +28,6 @@ import type { GroupView } from "./views";
 
 // Kept where callers have always found them.
 export type { FleetSettings, ServerIdentity } from "./store";
-export type { PreRebootOptions } from "./grants";
 export { RESERVATION_TTL_MS } from "./identity";
 export { HOST_AUDIT_DEFER_MS } from "./effects";
 
@@ -74,9 +73,7 @@ export class RebootCoordinator extends DurableObject<Env> {
   async fetch(request: Request): Promise<Response> {
     if (new URL(request.url).pathname !== PRE_REBOOT_WAIT_PATH) return new Response(null, { status: 404 });
     const { keyHash, params, resume } = preRebootWaitOf(request);
-    // An id reserved and perhaps committed, whose delivery a crash held up: its ledger is asked.
-    await identity.catchUpReserved(this.c, this.ask, params.id);
-    const answer = await grants.preReboot(this.c, keyHash, params, { resume });
+    const answer = await grants.preReboot(this.c, keyHash, params, { resume, ask: this.ask });
     return answer.ok === "waiting" ? answer.waiter : answered(answer);
   }
 
@@ -93,7 +90,7 @@ export class RebootCoordinator extends DurableObject<Env> {
   }
 
   async steadyState(keyHash: string, params: ClientParams): Promise<{ ok: true; released: boolean } | FleetLockFailure> {
-    return grants.steadyState(this.c, keyHash, params);
+    return grants.steadyState(this.c, keyHash, params, this.ask);
   }
 
   // ---- fleet configuration ----

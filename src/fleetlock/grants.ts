@@ -11,17 +11,21 @@ import type { Coordination } from "./context";
 import { hostAudit } from "./effects";
 import { rebootGranted, rebootReleased } from "./reboot-events";
 import { implicitGroup, viewOf } from "./groups";
-import { clientOf } from "./identity";
+import { catchUpReserved, clientOf } from "./identity";
 import { failure, type ClientParams, type FleetLockFailure } from "./protocol";
 import { admit, claim, queuedOf } from "./queue";
 import { holdUntilHealthy, noteRebooted, waitsForHealth } from "./health";
 import { holderOf, release, releaseWhere, type Holder } from "./semaphore";
-import type { FleetConfig, FleetSettings } from "./store";
+import type { AskLedger, FleetConfig, FleetSettings } from "./store";
 import type { GroupView } from "./views";
 
-/** How a pre-reboot is asked: `resume` looks again for a request already waiting (it parks nothing anew). */
+/**
+ * How a pre-reboot is asked: `resume` looks again for a request already waiting (it parks nothing
+ * anew); `ask` reaches a server's ledger (an id reserved and perhaps committed: ./identity.ts).
+ */
 export interface PreRebootOptions {
   resume?: boolean;
+  ask: AskLedger;
 }
 
 /** A pre-reboot's answer now, or the waiter (a 101) the Worker holds until the answer is decided. */
@@ -46,6 +50,7 @@ export async function preReboot(
 ): Promise<PreRebootAnswer> {
   const config = authorized(c, keyHash);
   if (!config) return unauthorized();
+  await catchUpReserved(c, opts.ask, params.id);
   const client = clientOf(c.store, config, params.id);
   if (!client.ok) return client;
   if (client.entry && client.entry.reboot_group !== params.group) {
@@ -105,11 +110,13 @@ export async function steadyState(
   c: Coordination,
   keyHash: string,
   params: ClientParams,
+  ask: AskLedger,
 ): Promise<{ ok: true; released: boolean } | FleetLockFailure> {
   const config = authorized(c, keyHash);
   if (!config) return unauthorized();
   const groupName = c.store.heldIn(params.id);
   if (!groupName) {
+    await catchUpReserved(c, ask, params.id);
     const client = clientOf(c.store, config, params.id);
     if (!client.ok) return client;
     c.parked.giveUp(params.id);

@@ -82,13 +82,18 @@ export async function settleReservation(c: Coordination, ask: AskLedger, fleetlo
 /**
  * A host asks under an id nobody holds yet but a server has reserved: its ledger may have
  * committed the id and its outbox not delivered it yet (after a crash, until its alarm runs).
- * The ledger is asked, and what it holds is taken, so an acknowledged id works at once.
+ * The ledger is asked, and what it holds is taken, so an acknowledged id works at once. A ledger
+ * that cannot be reached now changes nothing: the host is answered as before, and the ledger's
+ * outbox (or the reservation's timer) brings the id later.
  */
 export async function catchUpReserved(c: Coordination, ask: AskLedger, fleetlockId: string) {
   if (c.store.clients.get(fleetlockId)) return;
   const r = c.store.reservations.get(fleetlockId);
   if (!r) return;
-  const held = await ask(r.server_id);
+  const held = await ask(r.server_id).catch((err) => {
+    console.error(JSON.stringify({ msg: "reserving ledger not reached; the id waits for its delivery", id: fleetlockId, error: String(err) }));
+    return null;
+  });
   if (held?.live && held.identity.fleetlock_id === fleetlockId) await setIdentity(c, r.server_id, held.identity);
 }
 
