@@ -4,7 +4,7 @@ import { describe, expect, it } from "vitest";
 import { auditEvent, auditInsertOnce } from "../src/audit/log";
 import { getDb } from "../src/db/client";
 import { auditLog } from "../src/db/schema";
-import { backoffMs, Outbox, OUTBOX_MAX_BACKOFF_MS, OUTBOX_SAFETY_MS, OUTBOX_TIMER } from "../src/objects/kit/outbox";
+import { backoffMs, NotYet, Outbox, OUTBOX_MAX_BACKOFF_MS, OUTBOX_SAFETY_MS, OUTBOX_TIMER } from "../src/objects/kit/outbox";
 import { Scheduler } from "../src/objects/kit/scheduler";
 
 /** A scratch Durable Object's storage (a ledger no server was registered in). */
@@ -86,6 +86,42 @@ describe("outbox", () => {
       expect(delivered).toEqual([1, 2]);
       expect(box.pending()).toBe(0);
       expect(s.dueAt(OUTBOX_TIMER)).toBeNull();
+    });
+  });
+
+  it("holds an effect that answered NotYet until its time, whatever flushes come before", async () => {
+    await scratch(async (storage) => {
+      const s = new Scheduler(storage);
+      let calls = 0;
+      const at = Date.now() + 60_000;
+      const box = new Outbox<"call">(storage, s, { call: { target: "call", deliver: async () => { calls++; throw new NotYet(at); } } }, () => getDb(env.DB));
+      box.enqueue("call", {});
+      await box.flush();
+      await box.flush();
+      await box.flush();
+      expect(calls).toBe(1);
+      expect(box.pending()).toBe(1);
+      expect(s.dueAt(OUTBOX_TIMER)).toBe(at);
+    });
+  });
+
+  it("makes a keyed effect enqueued anew due at once, keeping the failed attempts of the one it replaces", async () => {
+    await scratch(async (storage) => {
+      const s = new Scheduler(storage);
+      const box = new Outbox<"call">(storage, s, { call: { target: "call", deliver: async () => { throw new Error("down"); } } }, () => getDb(env.DB));
+      const attempts = () => storage.sql.exec<{ attempts: number; next_at: number }>("SELECT attempts, next_at FROM _outbox").one();
+      box.enqueue("call", { v: 1 }, { key: "k" });
+      await box.flush();
+      await storage.sql.exec("UPDATE _outbox SET next_at = ?", Date.now() - 1);
+      await box.flush();
+      expect(attempts().attempts).toBe(2);
+      const before = Date.now();
+      box.enqueue("call", { v: 2 }, { key: "k" });
+      expect(attempts().attempts).toBe(2);
+      expect(attempts().next_at).toBeLessThanOrEqual(Date.now());
+      await box.flush();
+      expect(attempts().attempts).toBe(3);
+      expect(attempts().next_at).toBeGreaterThanOrEqual(before + backoffMs(3, 0));
     });
   });
 

@@ -31,7 +31,8 @@ export type Effect<P = any> = D1Effect<P> | CallEffect<P>;
 
 /**
  * Thrown by a call effect whose receiver must not be called yet (a rate limit): the effect is
- * kept, due again at `at`, without counting as a failure (no backoff, no warning).
+ * kept, due again at `at` and not at any flush before it, without a warning (should it fail
+ * later, its backoff starts a step on).
  */
 export class NotYet extends Error {
   constructor(readonly at: number) {
@@ -95,7 +96,8 @@ export class Outbox<K extends string> {
    * not remove the newer one. A new payload is due at once, even where the old one was waiting
    * out a backoff: the write that enqueued it may answer only after its own flush delivered it
    * (an operator's write does), and a backoff left from the old payload would let it answer
-   * with its effect undelivered.
+   * with its effect undelivered. Its count of failed attempts is kept, so should it fail again
+   * the alarm's retries go on backing off from there rather than from the start.
    */
   enqueue(kind: K, payload: unknown = {}, opts: { key?: string; deferMs?: number; alarm?: boolean } = {}) {
     const now = Date.now();
@@ -110,7 +112,8 @@ export class Outbox<K extends string> {
       this.storage.sql.exec(
         `INSERT INTO _outbox (kind, dedup_key, payload, next_at, created_at, attempts) VALUES (?, ?, ?, ?, ?, ?)
          ON CONFLICT(dedup_key) DO UPDATE SET kind = excluded.kind, payload = excluded.payload, seq = seq + 1,
-           next_at = MIN(next_at, excluded.next_at), attempts = MIN(attempts, excluded.attempts)`,
+           next_at = CASE WHEN attempts > 0 AND excluded.attempts = 0 THEN excluded.created_at ELSE MIN(next_at, excluded.next_at) END,
+           attempts = CASE WHEN attempts > 0 THEN attempts ELSE MIN(attempts, excluded.attempts) END`,
         kind,
         opts.key,
         text,
@@ -188,7 +191,8 @@ export class Outbox<K extends string> {
         this.hook(() => effect.delivered?.(payload));
         this.done(r);
       } catch (err) {
-        if (err instanceof NotYet) this.storage.sql.exec("UPDATE _outbox SET next_at = ? WHERE id = ?", err.at, r.id);
+        // Due again at `at`, not at every flush before it: counted as an attempt, so that next_at holds.
+        if (err instanceof NotYet) this.storage.sql.exec("UPDATE _outbox SET next_at = ?, attempts = MAX(attempts, 1) WHERE id = ?", err.at, r.id);
         else this.failed([r], err);
       }
     };
