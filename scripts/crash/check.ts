@@ -2,7 +2,7 @@
 // racing writes, restart it on the same state, and check that nothing acknowledged was lost and
 // that the ledgers, the D1 index and the coordinator agree again by themselves. Loopback only;
 // bounded rounds; stops by itself. Prints the time each round took to converge after restart.
-import { api, crash, fleetlock, run, sleep, start } from "./harness.ts";
+import { api, crash, fleetlock, run, setUpFleet, sleep, start } from "./harness.ts";
 
 const ROUNDS = Number(process.env.CRASH_ROUNDS ?? 8);
 const SERVERS = Number(process.env.CRASH_SERVERS ?? 6);
@@ -20,16 +20,9 @@ interface Server {
 
 async function main() {
   await start();
-  const fleet = `crash-${Date.now().toString(36)}`;
-  if ((await api("POST", "/v1/fleets", { id: fleet })).status !== 201) throw new Error("fleet");
-  // The path only: every restart listens on another port.
-  const key = new URL((await api("POST", `/v1/fleets/${fleet}/fleetlock-key`)).json.base_url).pathname;
-  await api("PUT", `/v1/fleets/${fleet}/reboot-groups/default`, { slots: 100 });
-  const servers: Server[] = [];
-  for (let i = 0; i < SERVERS; i++) {
-    const r = await api("POST", "/v1/servers", { fleet, hostname: `h${i}.example.com`, kind: "managed", fleetlock_id: `fl-${i}` });
-    servers.push({ id: r.json.id, token: r.json.token, fleetlockId: `fl-${i}`, acked: 1, ackedFleetlockId: `fl-${i}` });
-  }
+  const set = await setUpFleet("crash", SERVERS, (i) => ({ hostname: `h${i}.example.com`, fleetlock_id: `fl-${i}` }));
+  const { fleet, key } = set;
+  const servers: Server[] = set.servers.map((s, i) => ({ ...s, fleetlockId: `fl-${i}`, acked: 1, ackedFleetlockId: `fl-${i}` }));
   let acknowledged = 0;
   const convergence: number[] = [];
   for (let round = 0; round < ROUNDS; round++) {

@@ -4,7 +4,7 @@
 // last acknowledged id must be accepted (pre-reboot, then steady-state) — or the id of the PATCH
 // that was in flight when the server died, had its ledger committed it — and every id it held
 // before must be refused. Finally each accepted id must be the one its ledger holds.
-import { api, crash, fleetlock, run, sleep, start } from "./harness.ts";
+import { api, crash, fleetlock, run, setUpFleet, sleep, start } from "./harness.ts";
 
 const ROUNDS = Number(process.env.CRASH_ROUNDS ?? 20);
 const SERVERS = Number(process.env.CRASH_SERVERS ?? 6);
@@ -49,16 +49,9 @@ async function problems(key: string, servers: Server[]): Promise<string> {
 
 async function main() {
   await start();
-  const fleet = `crash-ids-${Date.now().toString(36)}`;
-  if ((await api("POST", "/v1/fleets", { id: fleet })).status !== 201) throw new Error("fleet");
-  const key = new URL((await api("POST", `/v1/fleets/${fleet}/fleetlock-key`)).json.base_url).pathname;
-  await api("PUT", `/v1/fleets/${fleet}/reboot-groups/default`, { slots: 100 });
-  const servers: Server[] = [];
-  for (let i = 0; i < SERVERS; i++) {
-    const r = await api("POST", "/v1/servers", { fleet, hostname: `id${i}.example.com`, kind: "managed", fleetlock_id: `id-${i}` });
-    if (r.status !== 201) throw new Error(`register: ${r.status}`);
-    servers.push({ id: r.json.id, left: [], acked: `id-${i}`, inFlight: null });
-  }
+  const set = await setUpFleet("crash-ids", SERVERS, (i) => ({ hostname: `id${i}.example.com`, fleetlock_id: `id-${i}` }));
+  const { key } = set;
+  const servers: Server[] = set.servers.map((s, i) => ({ id: s.id, left: [], acked: `id-${i}`, inFlight: null }));
   let acknowledged = 0;
   let failed = 0;
   const convergence: number[] = [];

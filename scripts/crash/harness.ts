@@ -9,19 +9,12 @@ let server: LocalServer | null = null;
 let admin = "";
 
 /** The server's base URL now (every restart listens on another port). */
-export let base = "";
+let base = "";
 
 /** The first start makes the state; every restart runs on it (a new port each time). */
 export async function start() {
-  for (let attempt = 1; ; attempt++) {
-    try {
-      server = await startLocalServer({ label: "crash", reuse: server ? { persist: server.persist, admin } : undefined });
-      break;
-    } catch (err) {
-      // The free port it picked was taken before wrangler bound it (a shared machine): another one.
-      if (attempt >= 3 || !String(err).includes("Address already in use")) throw err;
-    }
-  }
+  // startLocalServer picks another port itself when the one it picked was taken meanwhile.
+  server = await startLocalServer({ label: "crash", reuse: server ? { persist: server.persist, admin } : undefined });
   base = server.url;
   admin = server.admin;
 }
@@ -32,7 +25,7 @@ export function crash() {
 }
 
 /** Kills the server and removes its state. */
-export function cleanUp() {
+function cleanUp() {
   crash();
   if (server) rmSync(server.persist, { recursive: true, force: true });
 }
@@ -70,4 +63,23 @@ export function run(main: () => Promise<void>) {
       process.exitCode = 1;
     })
     .finally(cleanUp);
+}
+
+/**
+ * A fleet for a crash check: created, with a FleetLock key (its path only: every restart listens
+ * on another port), a `default` reboot group of 100 slots, and `n` servers registered with the
+ * names `nameOf` gives (each registration answered 201).
+ */
+export async function setUpFleet(prefix: string, n: number, nameOf: (i: number) => { hostname: string; fleetlock_id: string }) {
+  const fleet = `${prefix}-${Date.now().toString(36)}`;
+  if ((await api("POST", "/v1/fleets", { id: fleet })).status !== 201) throw new Error("fleet");
+  const key = new URL((await api("POST", `/v1/fleets/${fleet}/fleetlock-key`)).json.base_url).pathname;
+  await api("PUT", `/v1/fleets/${fleet}/reboot-groups/default`, { slots: 100 });
+  const servers: { id: string; token: string }[] = [];
+  for (let i = 0; i < n; i++) {
+    const r = await api("POST", "/v1/servers", { fleet, kind: "managed", ...nameOf(i) });
+    if (r.status !== 201) throw new Error(`register: ${r.status}`);
+    servers.push({ id: r.json.id, token: r.json.token });
+  }
+  return { fleet, key, servers };
 }

@@ -29,7 +29,7 @@ export interface PreRebootOptions {
 }
 
 /** A pre-reboot's answer now, or the waiter (a 101) the Worker holds until the answer is decided. */
-export type PreRebootAnswer = { ok: true } | FleetLockFailure | { ok: "waiting"; waiter: Response };
+type PreRebootAnswer = { ok: true } | FleetLockFailure | { ok: "waiting"; waiter: Response };
 
 function authorized(c: Coordination, keyHash: string): FleetConfig | null {
   const config = c.store.config;

@@ -11,6 +11,7 @@ import { fail, type Failure } from "../objects/kit/result";
 import type { Coordination } from "./context";
 import { failure, type FleetLockFailure } from "./protocol";
 import { renameHolder } from "./semaphore";
+import { askClaimant } from "./claims";
 import { KEY, type AskLedger, type ClientEntry, type CoordinatorStore, type FleetConfig, type ServerIdentity } from "./store";
 
 /** How long a reserved name (an id, a hostname: ./names.ts) waits for its ledger before the ledger is asked. */
@@ -69,12 +70,10 @@ export function holdClientId(c: Coordination, fleetlockId: string, serverId: str
  * to another server); otherwise the id is free again.
  */
 export async function settleReservation(c: Coordination, ask: AskLedger, fleetlockId: string, until: number) {
-  const r = c.store.reservations.get(fleetlockId);
-  if (!r || r.until !== until) return;
-  const held = await ask(r.server_id);
-  const now = c.store.reservations.get(fleetlockId);
-  if (!now || now.until !== until || now.server_id !== r.server_id) return;
-  if (held?.live && held.identity.fleetlock_id === fleetlockId && (await setIdentity(c, r.server_id, held.identity)).applied) return;
+  const asked = await askClaimant(c.store.reservations, ask, fleetlockId, until);
+  if (asked.stale) return;
+  const { held, serverId } = asked;
+  if (held?.live && held.identity.fleetlock_id === fleetlockId && (await setIdentity(c, serverId, held.identity)).applied) return;
   c.store.reservations.delete(fleetlockId);
   c.scheduler.cancel(KEY.reservation(fleetlockId));
 }

@@ -13,6 +13,7 @@
  *
  * Real time (Date.now) throughout: the expiry is a scheduler timer, and timers run on real time.
  */
+import { askClaimant } from "./claims";
 import { fail, type Failure } from "../objects/kit/result";
 import type { Coordination } from "./context";
 import { clientIdTaken, holdClientId, RESERVATION_TTL_MS, settlePast } from "./identity";
@@ -59,13 +60,9 @@ function hostnameTaken(store: CoordinatorStore, name: string, serverId: string):
 
 /** The timer of a reserved hostname (or a writer that found it past its end): ask the ledger. */
 export async function settleHostname(c: Coordination, ask: AskLedger, name: string, until: number) {
-  const claim = c.store.hostnames.get(name);
-  if (!claim || claim.until !== until) return;
-  const held = await ask(claim.server_id);
-  // Anything may have changed while the ledger answered.
-  const now = c.store.hostnames.get(name);
-  if (!now || now.until !== until || now.server_id !== claim.server_id) return;
-  if (held?.live && held.identity.hostname === name) c.store.hostnames.put(name, { server_id: claim.server_id, until: null });
+  const asked = await askClaimant(c.store.hostnames, ask, name, until);
+  if (asked.stale) return;
+  if (asked.held?.live && asked.held.identity.hostname === name) c.store.hostnames.put(name, { server_id: asked.serverId, until: null });
   else c.store.hostnames.delete(name);
   c.scheduler.cancel(KEY.hostname(name));
 }

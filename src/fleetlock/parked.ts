@@ -27,7 +27,7 @@ export const QUEUE_TIMER = "queue";
  * Why a waiting host is answered without a slot. `removed`: its id no longer belongs to a server of
  * the fleet (the server was removed, or its fleetlock_id changed), so it left the queue.
  */
-export type Refused = "refused" | "removed" | "dequeued";
+type Refused = "refused" | "removed" | "dequeued";
 
 /** What a parked host is answered, as the Worker returns it. */
 export type ParkedAnswer = { ok: true } | Failure;

@@ -60,7 +60,7 @@ export type AskLedger = (serverId: string) => Promise<HeldNames | null>;
  * A hostname of the fleet: held by a registered server (`until` null), or reserved for a
  * registration until `until`, when the server's ledger is asked whether it committed.
  */
-export interface HostnameClaim {
+interface HostnameClaim {
   server_id: string;
   until: number | null;
 }
