@@ -4,7 +4,7 @@ import { BASE, call, createFleet, fireTimersNow, registerServer, report, settle 
 import { signIn } from "./console-helpers";
 import { fleetWithKey, putGroup, registerClients, zincati } from "./fleetlock-helpers";
 import { fleetWithAgent, rolloutStub, startRollout } from "./rollout-helpers";
-import { notifyFeed, THROTTLE_MS } from "../src/console/notices";
+import { noticeNow, notifyFeed, THROTTLE_MS } from "../src/console/notices";
 import { QUIET_TIMER, quietGraceMs } from "../src/ledger/quiet";
 import type { Env } from "../src/env";
 
@@ -165,6 +165,20 @@ describe("the console's live feed", () => {
     expect(await notifyFeed(fake, { fleet, kind: "server", from: "server:s1" }, t0 + 100)).toEqual({ later: t0 + THROTTLE_MS });
     expect(await notifyFeed(fake, { fleet, kind: "server", from: "server:s1" }, t0 + THROTTLE_MS)).toBe("sent");
     expect(calls).toHaveLength(2);
+  });
+
+  it("a service's notice told to wait keeps coming back until it is sent, even when another owner took the window it waited for", async () => {
+    const calls: { ids: string[] }[] = [];
+    const fake = { FEED: { idFromName: (n: string) => n, get: () => ({ notify: async (b: { ids: string[] }) => void calls.push(b) }) } } as unknown as Env;
+    const fleet = `race-${crypto.randomUUID()}`;
+    const t0 = Date.now();
+    expect(await notifyFeed(fake, { fleet, kind: "server", ids: ["first"], from: "server:a" }, t0)).toBe("sent");
+    const opens = t0 + THROTTLE_MS;
+    // Another owner's notice lands as the window opens, just before the service's comes back.
+    const other = new Promise((res) => setTimeout(() => res(notifyFeed(fake, { fleet, kind: "server", ids: ["other"], from: "server:b" }, opens)), Math.max(0, opens - Date.now() - 100)));
+    await noticeNow(fake, { fleet, kind: "fleet", ids: ["service"], from: "service:intent" });
+    expect(await other).toBe("sent");
+    expect(calls.map((c) => c.ids[0])).toEqual(["first", "other", "service"]);
   });
 
   it("answers keep-alive pings without waking the object, and closes a socket whose session expired", async () => {

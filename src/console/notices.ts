@@ -63,11 +63,14 @@ export async function notifyFeed(env: Env, n: NoticeInput, now = Date.now()): Pr
 
 /** From a service that changed only D1: told at once or dropped when covered (nothing durable to keep it). */
 export async function noticeNow(env: Env, n: NoticeInput) {
-  const r = await notifyFeed(env, n).catch(() => "sent" as const);
-  if (typeof r === "object") {
-    // The window's end is near (under THROTTLE_MS): this request's background work waits for it.
-    await new Promise((res) => setTimeout(res, Math.max(0, r.later - Date.now())));
-    await notifyFeed(env, n).catch(() => undefined);
+  // Asked to come back later, it has promised the trailing notice other owners' now count on
+  // (they answer `covered`): it must send it, so it comes back until sent or covered. Each window's
+  // end is near (under THROTTLE_MS); this request's background work waits for it.
+  let r = await notifyFeed(env, n).catch(() => "sent" as const);
+  while (typeof r === "object") {
+    const wait = Math.max(0, r.later - Date.now());
+    await new Promise((res) => setTimeout(res, wait));
+    r = await notifyFeed(env, n).catch(() => "sent" as const);
   }
 }
 

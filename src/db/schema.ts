@@ -188,7 +188,7 @@ export const upgradeSteps = sqliteTable(
     error: text("error"),
     /**
      * When the fleets' webhooks were handed this step's upgrade.step_applied / step_failed event
-     * (the row is the outbox: the cron delivers rows still NULL). Never NULL for a running step.
+     * (the row is the outbox: the cron delivers finished rows still NULL; a running step's stays NULL).
      */
     notifiedAt: integer("notified_at"),
   },
