@@ -137,8 +137,7 @@ export async function checkServerAgents(db: Db, filter: DriftFilter, after: stri
     // that need a look, not a walk in id order through every realized server to find them (which
     // is what SQLite's planner picks for `ORDER BY id LIMIT` unless told: hence INDEXED BY).
     // Raw SQL: drizzle's builder has no INDEXED BY. Each column is named as the row type has it.
-    const pick = sql`SELECT ${servers.id} AS id, ${servers.hostname} AS hostname, ${servers.state} AS state, ${statusAt(now)} AS status,
-      ${servers.desiredGeneration} AS desiredGeneration, ${servers.reportedGeneration} AS reportedGeneration, ${servers.lastSeen} AS lastSeen`;
+    const pick = sql`SELECT ${sql.join(Object.entries(columns).map(([name, column]) => sql`${column} AS ${sql.identifier(name)}`), sql`, `)}`;
     const read = (index: string, ...conds: SQL[]) =>
       sql`${pick} FROM ${servers} INDEXED BY ${sql.identifier(index)} WHERE ${and(eq(servers.fleetId, fleet), ...conds, ...shared)}`;
     rows = await db.all<ServerRow>(

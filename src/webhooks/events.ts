@@ -52,6 +52,7 @@ export function fleetEvent(
   summary: string,
   data: Record<string, unknown>,
   time = Date.now(),
+  id: string = crypto.randomUUID(),
 ): FleetEvent {
-  return { id: crypto.randomUUID(), type, fleet, time, subject, summary, data };
+  return { id, type, fleet, time, subject, summary, data };
 }

@@ -8,7 +8,7 @@
 import type { Env } from "../env";
 import type { Effect } from "../objects/kit/outbox";
 import { coordinatorOf } from "../objects/stubs";
-import type { FleetEvent, WebhookEventType } from "./events";
+import { fleetEvent, type FleetEvent, type WebhookEventType } from "./events";
 
 export const webhookEventEffect = (env: () => Env): Effect => ({
   target: "call",
@@ -27,5 +27,5 @@ export function ownedEvent(
   data: Record<string, unknown>,
   time: number,
 ): FleetEvent {
-  return { id, type, fleet, time, subject, summary, data };
+  return fleetEvent(fleet, type, subject, summary, data, time, id);
 }
