@@ -56,7 +56,8 @@ export function acceptReport(
   let enqueued = false;
   if (opts.keepsHeartbeat) d.quiet.stop();
   else enqueued = d.quiet.watch(now, record.stale_after_s);
-  const unchanged = previous !== undefined && reportKey === contentKey(stored);
+  const key = contentKey(stored);
+  const unchanged = previous !== undefined && reportKey === key;
   const persistEvery = (opts.viaPoll ? pollHeartbeatPersistMs : heartbeatPersistMs)(record.stale_after_s);
   const heartbeat = unchanged && persistedAt !== undefined && (opts.keepsHeartbeat === true || now - persistedAt < persistEvery);
   if (heartbeat) {
@@ -92,7 +93,7 @@ export function acceptReport(
     enqueued = true;
   }
   const computed = computeStatus(desired, stored, now, record.stale_after_s * 1000);
-  return { answer: { ok: true, generation: desired.generation, computed, tag: reportTag(contentKey(stored)) }, enqueued, heartbeat };
+  return { answer: { ok: true, generation: desired.generation, computed, tag: reportTag(key) }, enqueued, heartbeat };
 }
 
 /**
