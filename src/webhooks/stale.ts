@@ -9,7 +9,7 @@
  * stale_at, so a repeated tick, or a redelivery, is dropped by the coordinator (which is also what
  * makes reading late-written deadlines again, below, safe).
  */
-import { and, asc, eq, gte, lt, ne, or, sql } from "drizzle-orm";
+import { and, asc, eq, gte, inArray, lt, ne, sql } from "drizzle-orm";
 import { getDb } from "../db/client";
 import { cronCursors, servers } from "../db/schema";
 import type { Env } from "../env";
@@ -25,32 +25,40 @@ export const STALE_PER_TICK = 500;
 export const STALE_FIRST_LOOKBACK_MS = 2 * 60_000;
 /**
  * A deadline may reach the index after it passed (a ledger that learns its host went quiet writes
- * the exact stale_at then, a minute or so late; an outbox retrying D1): rows written in the last
- * RECENT_WRITE_MS whose deadline lies up to LATE_DEADLINE_MS before the cursor are read again.
- * The coordinator drops what it took already.
+ * the exact stale_at then, up to a few minutes late; an outbox retrying D1): rows written in the
+ * last RECENT_WRITE_MS whose deadline lies up to LATE_DEADLINE_MS before the cursor are read again,
+ * in the order they were written. The coordinator drops what it took already.
  */
 export const LATE_DEADLINE_MS = 10 * 60_000;
 export const RECENT_WRITE_MS = 2 * 60_000;
+/**
+ * A burst of late rows (a network cut that silences hundreds of hosts at once) fills more than a
+ * page: where the late read got to, by updated_at, so the rest is read next tick instead of aging
+ * out of the RECENT_WRITE_MS window. Kept only while such a burst is being caught up.
+ */
+const LATE_CURSOR = "stale_events_late";
+
+const columns = { id: servers.id, fleet: servers.fleetId, hostname: servers.hostname, lastSeen: servers.lastSeen, staleAt: servers.staleAt, updatedAt: servers.updatedAt };
 
 export async function sendStaleEvents(env: Env, now: number): Promise<{ sent: number }> {
   const db = getDb(env.DB);
-  const stored = await db.query.cronCursors.findFirst({ where: eq(cronCursors.name, STALE_CURSOR) });
-  const cursor = stored ?? { at: now - STALE_FIRST_LOOKBACK_MS };
-  const rows = await db
-    .select({ id: servers.id, fleet: servers.fleetId, hostname: servers.hostname, lastSeen: servers.lastSeen, staleAt: servers.staleAt })
-    .from(servers)
-    // `status != 'stale'` lets SQLite read the partial index servers_stale_at_idx.
-    .where(
-      and(
-        ne(servers.status, "stale"),
-        gte(servers.staleAt, cursor.at - LATE_DEADLINE_MS),
-        lt(servers.staleAt, now),
-        or(gte(servers.staleAt, cursor.at), gte(servers.updatedAt, now - RECENT_WRITE_MS)),
-        ne(servers.state, "removed"),
-      ),
-    )
-    .orderBy(asc(servers.staleAt))
-    .limit(STALE_PER_TICK);
+  const cursors = await db.select().from(cronCursors).where(inArray(cronCursors.name, [STALE_CURSOR, LATE_CURSOR]));
+  const cursor = cursors.find((c) => c.name === STALE_CURSOR) ?? { at: now - STALE_FIRST_LOOKBACK_MS };
+  const lateCursor = cursors.find((c) => c.name === LATE_CURSOR);
+  const lateFrom = Math.min(lateCursor?.at ?? Infinity, now - RECENT_WRITE_MS);
+  // `status != 'stale'` lets SQLite read the partial index servers_stale_at_idx (both reads).
+  const live = and(ne(servers.status, "stale"), ne(servers.state, "removed"));
+  const [onTime, late] = await db.batch([
+    db.select(columns).from(servers)
+      .where(and(live, gte(servers.staleAt, cursor.at), lt(servers.staleAt, now)))
+      .orderBy(asc(servers.staleAt))
+      .limit(STALE_PER_TICK),
+    db.select(columns).from(servers)
+      .where(and(live, gte(servers.staleAt, cursor.at - LATE_DEADLINE_MS), lt(servers.staleAt, Math.min(cursor.at, now)), gte(servers.updatedAt, lateFrom)))
+      .orderBy(asc(servers.updatedAt))
+      .limit(STALE_PER_TICK),
+  ]);
+  const rows = [...onTime, ...late];
   const byFleet = new Map<string, FleetEvent[]>();
   for (const r of rows) {
     const staleAt = r.staleAt!;
@@ -66,15 +74,26 @@ export async function sendStaleEvents(env: Env, now: number): Promise<{ sent: nu
     logLine("warn", "server.stale events not taken; the next tick sends them again", { fleets: failed.length, error: String((failed[0] as PromiseRejectedResult).reason) });
     return { sent: 0 };
   }
+  const writes = [];
   // A full page: the next tick starts at its last deadline (ties read again, and dropped as seen).
-  const full = rows.length === STALE_PER_TICK;
-  const next = full ? Math.max(cursor.at + 1, rows[rows.length - 1].staleAt!) : now;
   // D1 writes only on change: a tick that found no deadline past the cursor leaves it where it is
   // (the next one reads the same empty span of the index, and what crossed since).
-  if (!rows.some((r) => r.staleAt! >= cursor.at)) return { sent: rows.length };
-  await db
-    .insert(cronCursors)
-    .values({ name: STALE_CURSOR, at: next })
-    .onConflictDoUpdate({ target: cronCursors.name, set: { at: next }, where: sql`${cronCursors.at} = ${cursor.at}` });
+  if (onTime.length) {
+    const next = onTime.length === STALE_PER_TICK ? Math.max(cursor.at + 1, onTime[onTime.length - 1].staleAt!) : now;
+    writes.push(
+      db.insert(cronCursors).values({ name: STALE_CURSOR, at: next })
+        .onConflictDoUpdate({ target: cronCursors.name, set: { at: next }, where: sql`${cronCursors.at} = ${cursor.at}` }),
+    );
+  }
+  // The late read's cursor: after a full page, its last write (ties read again); once a page is
+  // not full, the burst is caught up and the window alone does again.
+  const lateStill = sql`${cronCursors.at} = ${lateCursor?.at ?? null}`;
+  if (late.length === STALE_PER_TICK) {
+    const next = Math.max(lateCursor?.at ?? 0, lateFrom + 1, late[late.length - 1].updatedAt);
+    writes.push(db.insert(cronCursors).values({ name: LATE_CURSOR, at: next }).onConflictDoUpdate({ target: cronCursors.name, set: { at: next }, where: lateStill }));
+  } else if (lateCursor) {
+    writes.push(db.delete(cronCursors).where(and(eq(cronCursors.name, LATE_CURSOR), lateStill)));
+  }
+  if (writes.length) await db.batch(writes as [(typeof writes)[0], ...typeof writes]);
   return { sent: rows.length };
 }
