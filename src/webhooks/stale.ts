@@ -4,16 +4,20 @@
  * Instead the cron reads, through the partial index on stale_at, the servers whose deadline passed
  * since its previous tick — [cursor, now) — and hands each fleet's coordinator its events. The cost
  * follows the servers that went quiet, not the fleet's size. The cursor (D1 `cron_cursors`) moves
- * only once every coordinator took its events, and only when some server crossed (a quiet fleet's
- * tick writes nothing); each event's id is derived from the server and its
- * stale_at, so a repeated tick, or a redelivery, is dropped by the coordinator (which is also what
- * makes reading late-written deadlines again, below, safe).
+ * only when some server crossed (a quiet fleet's tick writes nothing). A coordinator that cannot
+ * take its events is owed them as a `stale_events` fleet task, written in the cursor's batch and
+ * retried by the cron (src/fleets/tasks.ts), so it neither loses them nor holds up the other
+ * fleets' (a cursor held for it would reread the same page every tick). Each event's id is derived
+ * from the server and its stale_at, so a repeated tick, or a redelivery, is dropped by the
+ * coordinator (which is also what makes reading late-written deadlines again, below, safe).
  */
 import { and, asc, eq, gte, inArray, lt, ne, sql } from "drizzle-orm";
+import type { BatchItem } from "drizzle-orm/batch";
 import { getDb } from "../db/client";
 import { cronCursors, servers } from "../db/schema";
 import type { Env } from "../env";
 import { logLine } from "../lib/log";
+import { owedEvents } from "../fleets/store";
 import { coordinatorOf } from "../objects/stubs";
 import type { FleetEvent } from "./events";
 import { ownedEvent } from "./outbox";
@@ -68,13 +72,14 @@ export async function sendStaleEvents(env: Env, now: number): Promise<{ sent: nu
       }, staleAt);
     byFleet.set(r.fleet, [...(byFleet.get(r.fleet) ?? []), e]);
   }
-  const results = await Promise.allSettled([...byFleet].map(([fleet, events]) => coordinatorOf(env, fleet).fleetEvents(events)));
-  const failed = results.filter((r) => r.status === "rejected");
+  const fleets = [...byFleet];
+  const results = await Promise.allSettled(fleets.map(([fleet, events]) => coordinatorOf(env, fleet).fleetEvents(events)));
+  const failed = fleets.filter((_, i) => results[i].status === "rejected");
+  const writes: BatchItem<"sqlite">[] = failed.map(([fleet, events]) => owedEvents(db, fleet, events, now));
   if (failed.length) {
-    logLine("warn", "server.stale events not taken; the next tick sends them again", { fleets: failed.length, error: String((failed[0] as PromiseRejectedResult).reason) });
-    return { sent: 0 };
+    const error = String((results.find((r) => r.status === "rejected") as PromiseRejectedResult).reason);
+    logLine("warn", "server.stale events not taken; owed to those fleets as tasks the cron retries", { fleets: failed.length, error });
   }
-  const writes = [];
   // A full page: the next tick starts at its last deadline (ties read again, and dropped as seen).
   // D1 writes only on change: a tick that found no deadline past the cursor leaves it where it is
   // (the next one reads the same empty span of the index, and what crossed since).
@@ -94,6 +99,6 @@ export async function sendStaleEvents(env: Env, now: number): Promise<{ sent: nu
   } else if (lateCursor) {
     writes.push(db.delete(cronCursors).where(and(eq(cronCursors.name, LATE_CURSOR), lateStill)));
   }
-  if (writes.length) await db.batch(writes as [(typeof writes)[0], ...typeof writes]);
+  if (writes.length) await db.batch(writes as [BatchItem<"sqlite">, ...BatchItem<"sqlite">[]]);
   return { sent: rows.length };
 }
