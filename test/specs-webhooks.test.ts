@@ -7,6 +7,7 @@ import { runScheduled } from "../src/scheduled";
 import { applyFleetSpec } from "../src/specs/service";
 import { describe, expect, it } from "vitest";
 import type { Fetcher } from "../src/webhooks/dispatch";
+import { MAX_WEBHOOKS_PER_FLEET } from "../src/webhooks/manage";
 import { verify } from "../src/webhooks/signing";
 import { call } from "./helpers";
 import { coordinator } from "./fleetlock-helpers";
@@ -140,6 +141,30 @@ describe("webhooks in a fleet spec", () => {
     expect(Object.keys(spec.webhooks)).toEqual([created.json.webhook.id]);
     const res = await call("PUT", `/v1/fleets/${fleet}/spec?prune=true`, { body: spec, headers: { "If-Match": etag } });
     expect(res.json).toMatchObject({ changed: false });
+  });
+
+  it("refuses a spec whose webhooks, with those added through the API it keeps, would exceed the fleet's maximum", async () => {
+    const { fleet } = await fleetWithIntent();
+    const created = await call("POST", `/v1/fleets/${fleet}/webhooks`, { body: { url: "https://hooks.example.com/api", events: ["server.failed"] } });
+    expect(created.status).toBe(201);
+    const { spec, etag } = await getSpec(fleet);
+    spec.webhooks = Object.fromEntries(
+      Array.from({ length: MAX_WEBHOOKS_PER_FLEET }, (_, i) => [`hook${i}`, { ...ALERTS, url: `https://hooks.example.com/${i}` }]),
+    );
+    for (const method of ["POST", "PUT"] as const) {
+      const res = await send(method, fleet, spec, { ALERTS_SECRET: SECRET });
+      expect(res.status).toBe(422);
+      expect(res.json.error.code).toBe("invalid_spec");
+      expect(res.json.error.details.problems).toEqual([
+        { path: "webhooks", message: `the fleet would have ${MAX_WEBHOOKS_PER_FLEET + 1} webhooks, and it may have at most ${MAX_WEBHOOKS_PER_FLEET} (1 the spec does not list are kept: list them, or apply with prune to remove them)` },
+      ]);
+    }
+    expect(await hooksOf(fleet)).toHaveLength(1);
+    expect((await getSpec(fleet)).etag).toBe(etag);
+    // With prune the one added through the API goes, and every webhook of the spec is there.
+    const pruned = await send("PUT", fleet, spec, { ALERTS_SECRET: SECRET }, { prune: true });
+    expect(pruned.json).toMatchObject({ changed: true, summary: { add: MAX_WEBHOOKS_PER_FLEET, remove: 1 } });
+    expect((await hooksOf(fleet)).map((h) => h.name).sort()).toEqual(Object.keys(spec.webhooks).sort());
   });
 
   it("refuses bad webhooks with every problem and its path, and applies nothing", async () => {
