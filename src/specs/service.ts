@@ -34,9 +34,9 @@ import { referenceProblems, schemaProblems, webhookUrlProblems, type Problem } f
 const etagOf = async (state: FleetState) => `"${await specHash(specOf(state))}"`;
 
 async function stateOf(env: Env, db: Db, fleet: string) {
-  const state = await readFleetState(env, db, fleet);
-  if (!state) throw notFound("fleet", fleet);
-  return state;
+  const read = await readFleetState(env, db, fleet);
+  if (!read) throw notFound("fleet", fleet);
+  return read.state;
 }
 
 /** The row a fleet created by a spec starts from: POST /v1/fleets's defaults (the spec's settings follow). */
@@ -56,9 +56,7 @@ const newFleetRow = (fleet: string): FleetRow => {
 
 /** The fleet as it is, or (`exists: false`) as a spec that creates it finds it. */
 async function stateOrNew(env: Env, db: Db, fleet: string) {
-  const state = await readFleetState(env, db, fleet);
-  if (state) return { state, exists: true };
-  return { state: (await readFleetState(env, db, fleet, newFleetRow(fleet)))!, exists: false };
+  return (await readFleetState(env, db, fleet, () => newFleetRow(fleet)))!;
 }
 
 /** GET …/spec: the fleet as a spec, and its ETag. */
