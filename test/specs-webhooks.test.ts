@@ -93,6 +93,23 @@ describe("webhooks in a fleet spec", () => {
     expect(await signedWith(fleet, hook.id, ROTATED)).toBe(true);
   });
 
+  it("refuses secrets in a diff with a read token, which could otherwise confirm a guessed secret; without them it diffs", async () => {
+    const { fleet, spec } = await withAlerts();
+    const tokenOf = async (scope: string) => (await call("POST", "/v1/tokens", { body: { name: `${scope} bot`, scope } })).json.token as string;
+    const reader = await tokenOf("read");
+    const diffAs = (token: string, secrets: Record<string, string> | null) =>
+      call("POST", `/v1/fleets/${fleet}/spec:diff`, { token, body: secrets ? { spec, secrets } : spec });
+    // The right secret and a wrong one are answered alike.
+    for (const guess of [SECRET, ROTATED]) {
+      const res = await diffAs(reader, { ALERTS_SECRET: guess });
+      expect(res.status).toBe(403);
+      expect(res.json.error.code).toBe("forbidden");
+    }
+    expect((await diffAs(reader, null)).json).toMatchObject({ equal: true });
+    const writer = await tokenOf("write");
+    expect((await diffAs(writer, { ALERTS_SECRET: ROTATED })).json).toMatchObject({ equal: false, summary: { change: 1 } });
+  });
+
   it("leaves a webhook the spec does not list (unlisted), and removes it with prune", async () => {
     const { fleet, spec } = await withAlerts();
     delete spec.webhooks.alerts;
