@@ -32,12 +32,12 @@ export interface WebhooksSpec {
 }
 
 /** Staged secrets of an apply that never committed are dropped after this long. */
-export const STAGE_TTL_MS = 24 * 3600_000;
+const STAGE_TTL_MS = 24 * 3600_000;
 
 /** The name a spec gives a webhook: its own, or (added through the API) its id. */
-export const specName = (w: Webhook) => w.name ?? w.id;
+const specName = (w: Webhook) => w.name ?? w.id;
 
-export const declared = (w: Webhook): DeclaredWebhook => ({
+const declared = (w: Webhook): DeclaredWebhook => ({
   url: w.url,
   events: w.events,
   format: w.format,

@@ -26,7 +26,7 @@ export const STALE_CURSOR = "stale_events";
 /** Servers per tick; more wait for the next (the cursor stops before them). */
 export const STALE_PER_TICK = 500;
 /** Without a cursor yet (the first sweep ever), deadlines this recent are still news. */
-export const STALE_FIRST_LOOKBACK_MS = 2 * 60_000;
+const STALE_FIRST_LOOKBACK_MS = 2 * 60_000;
 /**
  * A deadline may reach the index after it passed (a ledger that learns its host went quiet writes
  * the exact stale_at then, up to a few minutes late; an outbox retrying D1): rows written in the
