@@ -1,4 +1,6 @@
+import { runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
+import { coordinator } from "./fleetlock-helpers";
 import { call } from "./helpers";
 import { apply, auditOf, clone, diff, fleetWithIntent, getSpec } from "./specs-helpers";
 
@@ -15,6 +17,17 @@ describe("a spec for a fleet that does not exist", () => {
     // An empty spec still differs: applying it creates the fleet.
     expect((await diff(fleet, { apiVersion: "harbormaster/v1", kind: "FleetSpec", fleet })).json).toMatchObject({ exists: false, equal: false });
     expect((await call("GET", `/v1/fleets/${fleet}`)).status).toBe(404);
+  });
+
+  it("is diffed without creating the coordinator of a fleet that does not exist: a read token may name any fleet", async () => {
+    const fleet = newName("absent-diff");
+    const spec = { apiVersion: "harbormaster/v1", kind: "FleetSpec", fleet, reboot_groups: { default: { slots: 2 } } };
+    const reader = (await call("POST", "/v1/tokens", { body: { name: "reader", scope: "read" } })).json.token;
+    const d = await call("POST", `/v1/fleets/${fleet}/spec:diff`, { body: spec, token: reader });
+    expect(d.status).toBe(200);
+    expect(d.json).toMatchObject({ exists: false, summary: { add: 1 } });
+    // Nothing was stored in the coordinator the name would have (not even its settings).
+    expect(await runInDurableObject(coordinator(fleet), (_i, state) => [...state.storage.kv.list()].map(([k]) => k))).toEqual([]);
   });
 
   it("creates the fleet with every section (201), audited as a creation and an apply; the same PUT again is 200 and changes nothing", async () => {

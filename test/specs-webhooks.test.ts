@@ -7,6 +7,7 @@ import { runScheduled } from "../src/scheduled";
 import { applyFleetSpec } from "../src/specs/service";
 import { describe, expect, it } from "vitest";
 import type { Fetcher } from "../src/webhooks/dispatch";
+import { MAX_WEBHOOKS_PER_FLEET } from "../src/webhooks/manage";
 import { verify } from "../src/webhooks/signing";
 import { call } from "./helpers";
 import { coordinator } from "./fleetlock-helpers";
@@ -92,6 +93,23 @@ describe("webhooks in a fleet spec", () => {
     expect(await signedWith(fleet, hook.id, ROTATED)).toBe(true);
   });
 
+  it("refuses secrets in a diff with a read token, which could otherwise confirm a guessed secret; without them it diffs", async () => {
+    const { fleet, spec } = await withAlerts();
+    const tokenOf = async (scope: string) => (await call("POST", "/v1/tokens", { body: { name: `${scope} bot`, scope } })).json.token as string;
+    const reader = await tokenOf("read");
+    const diffAs = (token: string, secrets: Record<string, string> | null) =>
+      call("POST", `/v1/fleets/${fleet}/spec:diff`, { token, body: secrets ? { spec, secrets } : spec });
+    // The right secret and a wrong one are answered alike.
+    for (const guess of [SECRET, ROTATED]) {
+      const res = await diffAs(reader, { ALERTS_SECRET: guess });
+      expect(res.status).toBe(403);
+      expect(res.json.error.code).toBe("forbidden");
+    }
+    expect((await diffAs(reader, null)).json).toMatchObject({ equal: true });
+    const writer = await tokenOf("write");
+    expect((await diffAs(writer, { ALERTS_SECRET: ROTATED })).json).toMatchObject({ equal: false, summary: { change: 1 } });
+  });
+
   it("leaves a webhook the spec does not list (unlisted), and removes it with prune", async () => {
     const { fleet, spec } = await withAlerts();
     delete spec.webhooks.alerts;
@@ -140,6 +158,30 @@ describe("webhooks in a fleet spec", () => {
     expect(Object.keys(spec.webhooks)).toEqual([created.json.webhook.id]);
     const res = await call("PUT", `/v1/fleets/${fleet}/spec?prune=true`, { body: spec, headers: { "If-Match": etag } });
     expect(res.json).toMatchObject({ changed: false });
+  });
+
+  it("refuses a spec whose webhooks, with those added through the API it keeps, would exceed the fleet's maximum", async () => {
+    const { fleet } = await fleetWithIntent();
+    const created = await call("POST", `/v1/fleets/${fleet}/webhooks`, { body: { url: "https://hooks.example.com/api", events: ["server.failed"] } });
+    expect(created.status).toBe(201);
+    const { spec, etag } = await getSpec(fleet);
+    spec.webhooks = Object.fromEntries(
+      Array.from({ length: MAX_WEBHOOKS_PER_FLEET }, (_, i) => [`hook${i}`, { ...ALERTS, url: `https://hooks.example.com/${i}` }]),
+    );
+    for (const method of ["POST", "PUT"] as const) {
+      const res = await send(method, fleet, spec, { ALERTS_SECRET: SECRET });
+      expect(res.status).toBe(422);
+      expect(res.json.error.code).toBe("invalid_spec");
+      expect(res.json.error.details.problems).toEqual([
+        { path: "webhooks", message: `the fleet would have ${MAX_WEBHOOKS_PER_FLEET + 1} webhooks, and it may have at most ${MAX_WEBHOOKS_PER_FLEET} (1 the spec does not list are kept: list them, or apply with prune to remove them)` },
+      ]);
+    }
+    expect(await hooksOf(fleet)).toHaveLength(1);
+    expect((await getSpec(fleet)).etag).toBe(etag);
+    // With prune the one added through the API goes, and every webhook of the spec is there.
+    const pruned = await send("PUT", fleet, spec, { ALERTS_SECRET: SECRET }, { prune: true });
+    expect(pruned.json).toMatchObject({ changed: true, summary: { add: MAX_WEBHOOKS_PER_FLEET, remove: 1 } });
+    expect((await hooksOf(fleet)).map((h) => h.name).sort()).toEqual(Object.keys(spec.webhooks).sort());
   });
 
   it("refuses bad webhooks with every problem and its path, and applies nothing", async () => {

@@ -197,4 +197,30 @@ describe("webhook events from every owner", () => {
     expect(owed).toBe(0);
     await env.DB.prepare("UPDATE upgrade_state SET version = ? WHERE id = 1").bind(next - 1).run();
   });
+
+  it("sends upgrade.step_failed once for a step the cron retries every minute failing the same way, and again when its error changes", async () => {
+    await probeTable();
+    const f = await createFleet();
+    const failed = await hook(f.id, "failed", ["upgrade.step_failed"]);
+    const sent = await receiver(f.id);
+    await sendUpgradeEvents(env, Date.now());
+
+    const next = newestVersion(UPGRADE_STEPS) + 1;
+    let failAt: number | null = 1;
+    const steps = [...UPGRADE_STEPS, probeStep(next, { chunks: 2, failAtChunk: () => failAt })];
+    const tick = async () => {
+      expect(await runUpgrades(env, { trigger: "cron", steps })).toMatchObject({ outcome: "failed" });
+      await sendUpgradeEvents(env, Date.now());
+    };
+    for (let i = 0; i < 3; i++) await tick();
+    // Its first chunk goes through now, and the second breaks: another error, another event.
+    failAt = 2;
+    for (let i = 0; i < 2; i++) await tick();
+    await fireTimersNow(coordinator(f.id));
+    expect(receivedBy(sent, failed)).toEqual(["upgrade.step_failed", "upgrade.step_failed"]);
+    expect(bodiesOf(sent, failed).map((b) => b.data.error)).toEqual([`probe step ${next} broke at chunk 1`, `probe step ${next} broke at chunk 2`]);
+    failAt = null;
+    expect(await runUpgrades(env, { trigger: "cron", steps })).toMatchObject({ outcome: "applied" });
+    await env.DB.prepare("UPDATE upgrade_state SET version = ? WHERE id = 1").bind(next - 1).run();
+  });
 });

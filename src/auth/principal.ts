@@ -52,13 +52,16 @@ async function withAdminTokenHint<T>(env: AppEnv["Bindings"], authenticate: () =
   }
 }
 
+/** Whether the principal is an operator whose scope is at least `scope`. */
+export const hasScope = (principal: Principal, scope: Scope) => principal.kind === "operator" && scopeRank(principal.scope) >= scopeRank(scope);
+
 /** Operator routes: a valid operator token whose scope is at least `scope`. */
 export const requireScope = (scope: Scope) =>
   createMiddleware<AppEnv>(async (c, next) => {
     const principal = await withAdminTokenHint(c.env, () =>
       authenticateOperator(c.env, bearerOf(c.req.header("Authorization"))),
     );
-    if (principal.kind !== "operator" || scopeRank(principal.scope) < scopeRank(scope)) {
+    if (!hasScope(principal, scope)) {
       throw new DomainError("forbidden", `this needs a token with scope '${scope}' or higher`);
     }
     c.set("principal", principal);

@@ -56,6 +56,28 @@ export const fleetTask = (db: Db, fleet: string, kind: FleetTaskKind, rev: numbe
     .values({ fleetId: fleet, kind, rev, createdAt: Date.now(), payload })
     .onConflictDoUpdate({ target: [fleetTasks.fleetId, fleetTasks.kind], set: { rev, attempts: 0, payload } });
 
+/**
+ * Events the fleet's coordinator could not take (the cron's server.stale sweep), added to those it
+ * is owed already: one `stale_events` task per fleet, its payload the events. A newer revision
+ * keeps a delivery under way from deleting what was added meanwhile (runFleetTasks deletes up to
+ * the revision it sent). The newest OWED_EVENTS_MAX are kept, so a coordinator unreachable for
+ * days cannot grow the row past D1's limit; the hosts of older deadlines have long read as stale.
+ */
+export const OWED_EVENTS_MAX = 1000;
+export const owedEvents = (db: Db, fleet: string, events: { time: number }[], now: number) =>
+  db
+    .insert(fleetTasks)
+    .values({ fleetId: fleet, kind: "stale_events", rev: now, createdAt: now, payload: events })
+    .onConflictDoUpdate({
+      target: [fleetTasks.fleetId, fleetTasks.kind],
+      set: {
+        rev: sql`max(${fleetTasks.rev} + 1, excluded.rev)`,
+        payload: sql`(SELECT json_group_array(json(value)) FROM (
+          SELECT value FROM (SELECT value FROM json_each(fleet_tasks.payload) UNION ALL SELECT value FROM json_each(${JSON.stringify(events)}))
+          ORDER BY json_extract(value, '$.time') DESC LIMIT ${OWED_EVENTS_MAX}))`,
+      },
+    });
+
 /** Whether the fleet id is still being cleaned up after a deletion (it cannot be created yet). */
 export async function removalPending(db: Db, fleet: string) {
   return !!(await db.query.fleetTasks.findFirst({ where: and(eq(fleetTasks.fleetId, fleet), eq(fleetTasks.kind, "wipe")) }));

@@ -1,6 +1,7 @@
 /**
  * The coordinator work that follows fleet changes (issue 8). The fleet's coordinator copies its
- * lock settings and holds its groups and FleetLock key (a fleet spec's groups reach it as `apply_groups`, its webhooks as `apply_webhooks`); D1 changes first, and a `fleet_tasks` row
+ * lock settings and holds its groups and FleetLock key (a fleet spec's groups reach it as `apply_groups`, its webhooks as `apply_webhooks`;
+ * server.stale events it could not take when the cron swept them, as `stale_events`); D1 changes first, and a `fleet_tasks` row
  * in the same batch (`fleetTask`, ./store.ts) says what the coordinator still has to be told. The
  * task is tried at once and retried by the cron until done, so an unreachable coordinator delays
  * the change but never loses it.
@@ -13,6 +14,7 @@ import type { Env } from "../env";
 import { getFleet, fleetSettings } from "./store";
 import { coordinatorOf } from "../objects/stubs";
 import type { GroupsSpec } from "../fleetlock/spec-groups";
+import type { FleetEvent } from "../webhooks/events";
 import type { WebhooksSpec } from "../webhooks/spec";
 
 async function runTask(env: Env, db: Db, task: typeof fleetTasks.$inferSelect) {
@@ -26,6 +28,7 @@ async function runTask(env: Env, db: Db, task: typeof fleetTasks.$inferSelect) {
   if (!row) return;
   if (task.kind === "apply_groups") await coordinator.applyGroupSpec(fleetSettings(row), task.payload as GroupsSpec);
   else if (task.kind === "apply_webhooks") await coordinator.applyWebhookSpec(fleetSettings(row), task.payload as WebhooksSpec);
+  else if (task.kind === "stale_events") await coordinator.fleetEvents(task.payload as FleetEvent[]);
   else await coordinator.updateSettings(fleetSettings(row));
 }
 

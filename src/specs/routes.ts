@@ -1,7 +1,7 @@
 import { createRoute, OpenAPIHono, z, type Hook } from "@hono/zod-openapi";
 import { createMiddleware } from "hono/factory";
 import type { ZodError } from "zod";
-import { requireScope } from "../auth/principal";
+import { hasScope, requireScope } from "../auth/principal";
 import { DomainError } from "../domain/errors";
 import { actorOf } from "../domain/principal";
 import { backgroundOf } from "../http/background";
@@ -81,6 +81,10 @@ export const specRoutes = new OpenAPIHono<AppEnv>({ defaultHook: specHook })
       operationId: "diffFleetSpec",
       tags: ["fleet specs"],
       summary: "What the spec would change, item by item, and which servers the planner would re-plan; changes nothing",
+      description:
+        "Secrets sent beside the spec need a token with scope write (403 forbidden otherwise): the diff shows a secret " +
+        "that differs from the kept one, so a read token could confirm a guessed secret. Without them a kept secret is " +
+        "compared as unchanged.",
       security: bearer,
       middleware: [literalSpecDiff, requireScope("read")] as const,
       request: { params: fleetParam, query: specQuery, body: jsonBody(SpecRequest) },
@@ -93,7 +97,12 @@ export const specRoutes = new OpenAPIHono<AppEnv>({ defaultHook: specHook })
     }),
     async (c) => {
       const { fleet } = c.req.valid("param");
-      const diff = await diffFleetSpec(c.env, fleet, unwrapRequest(c.req.valid("json")), c.req.valid("query").prune === "true");
+      const input = unwrapRequest(c.req.valid("json"));
+      // Comparing sent secrets with the kept ones answers whether a guess is right: the apply's scope.
+      if (Object.keys(input.secrets).length > 0 && !hasScope(c.var.principal, "write")) {
+        throw new DomainError("forbidden", "secrets sent with a spec need a token with scope 'write'; diff without them (unset their variables)");
+      }
+      const diff = await diffFleetSpec(c.env, fleet, input, c.req.valid("query").prune === "true");
       if (diff.etag) c.header("ETag", diff.etag);
       return c.json(diff, 200);
     },

@@ -27,16 +27,16 @@ import { planSpec, summaryOf, writes, type SpecPlan } from "./diff";
 import { sha256Hex } from "../lib/crypto";
 import { coordinatorOf } from "../objects/stubs";
 import type { FleetSpec } from "./schemas";
-import { missingSecrets, sentSecrets } from "./webhooks";
+import { missingSecrets, sentSecrets, webhookCountProblems } from "./webhooks";
 import { readFleetState, serversToReplan, specOf, type FleetState } from "./store";
 import { referenceProblems, schemaProblems, webhookUrlProblems, type Problem } from "./validate";
 
 const etagOf = async (state: FleetState) => `"${await specHash(specOf(state))}"`;
 
 async function stateOf(env: Env, db: Db, fleet: string) {
-  const state = await readFleetState(env, db, fleet);
-  if (!state) throw notFound("fleet", fleet);
-  return state;
+  const read = await readFleetState(env, db, fleet);
+  if (!read) throw notFound("fleet", fleet);
+  return read.state;
 }
 
 /** The row a fleet created by a spec starts from: POST /v1/fleets's defaults (the spec's settings follow). */
@@ -56,9 +56,7 @@ const newFleetRow = (fleet: string): FleetRow => {
 
 /** The fleet as it is, or (`exists: false`) as a spec that creates it finds it. */
 async function stateOrNew(env: Env, db: Db, fleet: string) {
-  const state = await readFleetState(env, db, fleet);
-  if (state) return { state, exists: true };
-  return { state: (await readFleetState(env, db, fleet, newFleetRow(fleet)))!, exists: false };
+  return (await readFleetState(env, db, fleet, () => newFleetRow(fleet)))!;
 }
 
 /** GET …/spec: the fleet as a spec, and its ETag. */
@@ -128,6 +126,7 @@ export async function diffFleetSpec(env: Env, fleet: string, input: SpecInput, p
   const { spec } = input;
   refuse(referencesOf(env, state, spec, prune));
   const plan = planSpec(state, spec, prune, (await sentDigests(input)).digests);
+  refuse(webhookCountProblems(state.webhooks, plan.items));
   const replan = await serversToReplan(db, fleet, plan.replan);
   const etag = exists ? await etagOf(state) : null;
   return { ...diffOf(state, plan, prune, etag, exists), replan: { scope: scopeOf(plan), roles: plan.replan.roles, ...replan } };
@@ -168,7 +167,11 @@ type ApplyOpts = { prune: boolean; ifMatch?: string; ifNoneMatch?: string };
 async function decideApply(env: Env, state: FleetState, input: SpecInput, prune: boolean) {
   const { sent, digests } = await sentDigests(input);
   const plan = planSpec(state, input.spec, prune, digests);
-  refuse([...referencesOf(env, state, input.spec, prune), ...missingSecrets(plan.items, input.spec.webhooks ?? {}, sent)]);
+  refuse([
+    ...referencesOf(env, state, input.spec, prune),
+    ...missingSecrets(plan.items, input.spec.webhooks ?? {}, sent),
+    ...webhookCountProblems(state.webhooks, plan.items),
+  ]);
   const hooks = plan.webhooks;
   if (hooks?.needSecret.length) {
     const stage = await coordinatorOf(env, state.row.id).stageWebhookSecrets(Object.fromEntries(hooks.needSecret.map((n) => [n, sent[n]])));

@@ -36,9 +36,10 @@ export interface FleetState {
 
 /**
  * `orNew`: the row a fleet that does not exist would have (a spec that creates it is diffed and
- * applied against it: no channels, roles or groups, its settings' defaults).
+ * applied against it: no channels, roles or groups, its settings' defaults). `exists`: whether the
+ * row is D1's.
  */
-export async function readFleetState(env: Env, db: Db, fleet: string, orNew?: FleetRow): Promise<FleetState | null> {
+export async function readFleetState(env: Env, db: Db, fleet: string, orNew?: () => FleetRow): Promise<{ state: FleetState; exists: boolean } | null> {
   const [fleetRows, revRows, roleRows, channelRows, taskRows] = await db.batch([
     db.select().from(fleets).where(eq(fleets.id, fleet)),
     db.select({ rev: fleetIntent.rev }).from(fleetIntent).where(eq(fleetIntent.fleetId, fleet)),
@@ -52,10 +53,14 @@ export async function readFleetState(env: Env, db: Db, fleet: string, orNew?: Fl
       .from(fleetTasks)
       .where(and(eq(fleetTasks.fleetId, fleet), inArray(fleetTasks.kind, ["apply_groups", "apply_webhooks"]))),
   ]);
-  const row = fleetRows[0] ?? orNew;
+  const exists = fleetRows.length > 0;
+  const row = fleetRows[0] ?? orNew?.();
   if (!row) return null;
+  // A fleet that does not exist has nothing in a coordinator (a deleted one's is wiped before its
+  // id is free again), and asking would create one and store the settings there: a read-scoped
+  // diff may name any fleet.
   const coordinator = coordinatorOf(env, fleet);
-  const [views, hooks] = await Promise.all([coordinator.listGroups(fleetSettings(row)), coordinator.webhookSpecState()]);
+  const [views, hooks] = exists ? await Promise.all([coordinator.listGroups(fleetSettings(row)), coordinator.webhookSpecState()]) : [[], {}];
   // A group's view shows its gates' verdicts under `gates`; what it declares is `own_gates`.
   const groups = new Map(views.map((v) => [v.name, configOf({ ...v, gates: v.own_gates })]));
   const task = <T>(kind: string) => (taskRows.find((t) => t.kind === kind)?.payload as T | undefined) ?? null;
@@ -64,7 +69,7 @@ export async function readFleetState(env: Env, db: Db, fleet: string, orNew?: Fl
     for (const name of pending.remove) groups.delete(name);
     for (const [name, change] of Object.entries(pending.groups)) groups.set(name, groupConfig(change as SpecRebootGroup));
   }
-  return {
+  const state: FleetState = {
     row,
     rev: revRows[0]?.rev ?? 0,
     settings: {
@@ -81,6 +86,7 @@ export async function readFleetState(env: Env, db: Db, fleet: string, orNew?: Fl
     pending,
     webhooks: webhookState(hooks, task<WebhooksSpec>("apply_webhooks")),
   };
+  return { state, exists };
 }
 
 function webhookState(kept: Awaited<ReturnType<ReturnType<typeof coordinatorOf>["webhookSpecState"]>>, pending: WebhooksSpec | null): WebhookState {

@@ -8,6 +8,7 @@
  * leaves the kept one. A new webhook needs one (the apply refuses it otherwise: a secret shown
  * once in an apply's answer would end up in CI logs).
  */
+import { MAX_WEBHOOKS_PER_FLEET } from "../webhooks/manage";
 import type { DeclaredWebhook, WebhooksSpec } from "../webhooks/spec";
 import type { SpecWebhook } from "../webhooks/schemas";
 import { byKey } from "./canonical";
@@ -84,6 +85,27 @@ export function missingSecrets(items: DiffItem[], spec: Record<string, SpecWebho
           : "a new webhook needs a signing secret: name the environment variable hm reads it from (secret_ref: {env: NAME})",
       };
     });
+}
+
+/**
+ * More webhooks than a fleet may have once the spec is applied: its schema bounds the spec's own,
+ * but those it does not list (added through the API) are kept without prune, and the coordinator
+ * could only leave a new one out.
+ */
+export function webhookCountProblems(state: WebhookState, items: DiffItem[]): Problem[] {
+  const after = new Set(Object.keys(state.declared));
+  for (const i of items) {
+    if (i.section !== "webhooks") continue;
+    if (i.op === "add") after.add(i.name);
+    if (i.op === "remove") after.delete(i.name);
+  }
+  if (after.size <= MAX_WEBHOOKS_PER_FLEET) return [];
+  const kept = items.filter((i) => i.section === "webhooks" && i.op === "unlisted").length;
+  return [{
+    path: "webhooks",
+    message: `the fleet would have ${after.size} webhooks, and it may have at most ${MAX_WEBHOOKS_PER_FLEET}` +
+      (kept ? ` (${kept} the spec does not list are kept: list them, or apply with prune to remove them)` : ""),
+  }];
 }
 
 /**

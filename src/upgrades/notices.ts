@@ -3,14 +3,18 @@
  * the outbox: the runner writes it (applied or failed) with `notified_at` NULL in the step's own
  * batch, so a crash between the step and its notice loses nothing; the cron then hands each fleet's
  * coordinator the events of the rows still owed (read through a partial index) and marks them.
- * The event id is the row's, so a tick that dies before marking sends nothing twice: the
- * coordinators drop what they took already.
+ * The event id is derived from the row, so a tick that dies before marking sends nothing twice:
+ * the coordinators drop what they took already. A failure's id is its version's and its error's,
+ * not its attempt's: the cron retries a failing step every minute, and a step that keeps failing
+ * the same way is one event (again once its error changes, or after the 7 days a coordinator
+ * remembers ids), not a webhook delivery a minute.
  */
 import { and, asc, eq, inArray, isNull, ne } from "drizzle-orm";
 import { getDb } from "../db/client";
 import { fleets, upgradeSteps } from "../db/schema";
 import type { Env } from "../env";
 import { chunk } from "../lib/chunk";
+import { sha256Hex } from "../lib/crypto";
 import { logLine } from "../lib/log";
 import { coordinatorOf } from "../objects/stubs";
 import type { FleetEvent } from "../webhooks/events";
@@ -31,11 +35,14 @@ export async function sendUpgradeEvents(env: Env, now: number): Promise<{ sent: 
   const fleetIds = (await db.select({ id: fleets.id }).from(fleets)).map((f) => f.id);
   // An abandoned attempt (its lease was taken over) is marked too, but sends nothing.
   const told = owed.filter((s) => s.state === "applied" || s.state === "failed");
+  const ids = await Promise.all(
+    told.map(async (s) => (s.state === "failed" ? `upgrade:${s.version}:failed:${(await sha256Hex(s.error ?? "")).slice(0, 16)}` : `upgrade:${s.id}:${s.state}`)),
+  );
   const eventsOf = (fleet: string): FleetEvent[] =>
-    told.map((s) => {
+    told.map((s, i) => {
       const type = s.state === "applied" ? "upgrade.step_applied" : "upgrade.step_failed";
       const summary = s.state === "applied" ? `Data upgrade step ${s.version} applied: ${s.description}` : `Data upgrade step ${s.version} failed: ${s.error ?? "no error recorded"}`;
-      return ownedEvent(`upgrade:${s.id}:${s.state}`, fleet, type, `upgrade:${s.version}`, summary, {
+      return ownedEvent(ids[i], fleet, type, `upgrade:${s.version}`, summary, {
         version: s.version, description: s.description, run_id: s.runId, chunks: s.chunks, error: s.error,
         started_at: new Date(s.startedAt).toISOString(), finished_at: s.finishedAt ? new Date(s.finishedAt).toISOString() : null,
       }, s.finishedAt ?? now);

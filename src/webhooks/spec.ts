@@ -32,12 +32,12 @@ export interface WebhooksSpec {
 }
 
 /** Staged secrets of an apply that never committed are dropped after this long. */
-export const STAGE_TTL_MS = 24 * 3600_000;
+const STAGE_TTL_MS = 24 * 3600_000;
 
 /** The name a spec gives a webhook: its own, or (added through the API) its id. */
-export const specName = (w: Webhook) => w.name ?? w.id;
+const specName = (w: Webhook) => w.name ?? w.id;
 
-export const declared = (w: Webhook): DeclaredWebhook => ({
+const declared = (w: Webhook): DeclaredWebhook => ({
   url: w.url,
   events: w.events,
   format: w.format,
@@ -88,7 +88,9 @@ export function applyWebhookSpec(store: WebhookStore, spec: WebhooksSpec, now: n
     const { secret_stage, ...fields } = want;
     if (secret_stage) used.add(secret_stage);
     const staged = secret_stage ? store.stage(secret_stage)?.secrets[name] : undefined;
-    if (!current && byName.size >= MAX_WEBHOOKS_PER_FLEET) continue; // the spec's schema bounds this; never more than the API allows
+    // The spec's apply refuses more (src/specs/webhooks.ts); only webhooks added through the API
+    // since then get here, and the fleet never has more than the API allows.
+    if (!current && byName.size >= MAX_WEBHOOKS_PER_FLEET) continue;
     // A secret is refused by the spec's apply unless it was sent; one lost with its stage (a task
     // owed for over a day) is replaced by a random one rather than leaving the webhook unsigned.
     const secret = staged ?? current?.secret ?? randomSecret();

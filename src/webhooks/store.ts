@@ -22,7 +22,7 @@ export interface Webhook {
   created_by: string;
 }
 
-export type DeliveryStatus = "pending" | "delivered" | "failed";
+type DeliveryStatus = "pending" | "delivered" | "failed";
 
 export type DeliveryRow = {
   id: string;
@@ -39,20 +39,20 @@ export type DeliveryRow = {
 };
 
 /** Finished deliveries kept per webhook for GET …/deliveries; older ones are dropped. */
-export const DELIVERIES_KEPT = 200;
+const DELIVERIES_KEPT = 200;
 
 const KEY = (id: string) => `webhook:${id}`;
 /** Secrets a spec's apply staged before its D1 commit (src/webhooks/spec.ts); not a `webhook:` key. */
 const STAGE = "webhook-stage:";
 const SPEC_REV = "webhook-spec-rev";
 
-export interface SecretStage {
+interface SecretStage {
   at: number;
   secrets: Record<string, string>;
 }
 
 /** How long an event id delivered by another owner is remembered, so its redelivery is dropped. */
-export const EVENT_IDS_KEPT_MS = 7 * 24 * 3600_000;
+const EVENT_IDS_KEPT_MS = 7 * 24 * 3600_000;
 
 export class WebhookStore {
   private hooks: Map<string, Webhook> | undefined;
