@@ -35,6 +35,7 @@ import { fleetSummaryRoutes } from "./fleets/summary.routes";
 import { consoleRoutes } from "./console/routes";
 import { specRoutes } from "./specs/routes";
 import { statusRoutes } from "./servers/status.routes";
+import { enrollmentTokenRoutes, enrollRoutes } from "./enrollment/routes";
 
 /** Who made a request, as the audit log names them; a FleetLock call is its fleet's. */
 function requester(c: Context<AppEnv>, route: string | null) {
@@ -83,6 +84,9 @@ export function createApp() {
     .route("/v1/fleets", specRoutes)
     // hm status in one request (issue 18).
     .route("/v1/status", statusRoutes)
+    // Enrollment and the agent's builds (issue 25).
+    .route("/v1/fleets", enrollmentTokenRoutes)
+    .route("/v1/agent", enrollRoutes)
     // FleetLock (hosts) sits outside /v1: its own body limit, no JSON Content-Type rule, its own error body.
     .route("/fleetlock", fleetlockRoutes);
 

@@ -60,6 +60,8 @@ export const STATUS_OF_CODE = {
   ambiguous_server: 409,
   unknown_server: 422,
   hostname_taken: 409,
+  hostname_not_allowed: 403,
+  machine_enrolled: 409,
 } as const satisfies Record<ErrorCode, ContentfulStatusCode>;
 
 export const errorBody = (code: ErrorCode, message: string, details?: unknown) => ({
