@@ -36,6 +36,8 @@ import { consoleRoutes } from "./console/routes";
 import { specRoutes } from "./specs/routes";
 import { statusRoutes } from "./servers/status.routes";
 import { enrollmentTokenRoutes, enrollRoutes } from "./enrollment/routes";
+import { agentBuildRoutes, installRoutes } from "./agent-builds/routes";
+import { except } from "hono/combine";
 
 /** Who made a request, as the audit log names them; a FleetLock call is its fleet's. */
 function requester(c: Context<AppEnv>, route: string | null) {
@@ -53,8 +55,10 @@ export function createApp() {
   app.use("*", requestId());
   app.use("*", requestLog(requester));
   app.use("*", corsForConfiguredOrigins());
-  app.use("/v1/*", limitBodies(MAX_BODY_BYTES));
-  app.use("/v1/*", requireJsonBody);
+  // An agent build is bytes, not JSON, and larger than a JSON body (src/agent-builds/).
+  const rawBodies = "/v1/agent/builds/*";
+  app.use("/v1/*", except(rawBodies, limitBodies(MAX_BODY_BYTES)));
+  app.use("/v1/*", except(rawBodies, requireJsonBody));
   app.use("/v1/*", rejectUnknownQuery(() => app.openAPIRegistry.definitions as never));
   // While upgrade steps are pending, writes answer 503 (hosts' own endpoints excepted).
   app.use("/v1/*", drainWrites());
@@ -87,6 +91,8 @@ export function createApp() {
     // Enrollment and the agent's builds (issue 25).
     .route("/v1/fleets", enrollmentTokenRoutes)
     .route("/v1/agent", enrollRoutes)
+    .route("/v1/agent", agentBuildRoutes)
+    .route("/", installRoutes)
     // FleetLock (hosts) sits outside /v1: its own body limit, no JSON Content-Type rule, its own error body.
     .route("/fleetlock", fleetlockRoutes);
 
