@@ -22,6 +22,8 @@ import { registerRollouts } from "./commands/rollouts.ts";
 import { registerSpec } from "./commands/spec.ts";
 import { registerGates } from "./commands/gates.ts";
 import { registerWebhooks } from "./commands/webhooks.ts";
+import { registerEnrollTokens } from "./commands/enroll-tokens.ts";
+import { registerAgent } from "./commands/agent.ts";
 
 export function buildProgram(io: Io): Command {
   const program = new Command("hm")
@@ -51,6 +53,8 @@ export function buildProgram(io: Io): Command {
     registerWebhooks,
     registerFleetlock,
     registerTokens,
+    registerEnrollTokens,
+    registerAgent,
     registerUpgrades,
     registerAudit,
     registerCheck,

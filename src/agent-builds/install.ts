@@ -48,7 +48,7 @@ START=1
 
 say() { printf 'install.sh: %s\\n' "$*" >&2; }
 die() { say "$*"; exit 1; }
-value() { [ "$#" -ge 2 ] && [ -n "$2" ] || die "$1 needs a value"; }
+value() { if [ "$#" -lt 2 ] || [ -z "$2" ]; then die "$1 needs a value"; fi; }
 
 while [ "$#" -gt 0 ]; do
   case "$1" in
