@@ -232,3 +232,27 @@ describe("POST /v1/agent/enroll", () => {
     expect((await enrollWith(t.token, machine())).status).toBe(401);
   });
 });
+
+describe("hostname patterns", async () => {
+  const { hostnameMatches, patternProblem } = await import("../src/enrollment/pattern");
+  it("match `*` across dots and `?` as one character, whole hostnames only, in lower case", () => {
+    expect(hostnameMatches("web-*.example.com", "web-1.eu.example.com")).toBe(true);
+    expect(hostnameMatches("web-*.example.com", "WEB-1.example.com")).toBe(true);
+    expect(hostnameMatches("web-*.example.com", "web-1.example.com.evil")).toBe(false);
+    expect(hostnameMatches("db-??", "db-01")).toBe(true);
+    expect(hostnameMatches("db-??", "db-1")).toBe(false);
+    expect(hostnameMatches("*", "anything.at.all")).toBe(true);
+    expect(hostnameMatches("a*b*c", "axxbyyc")).toBe(true);
+    expect(hostnameMatches("a*b*c", "axxbyy")).toBe(false);
+  });
+
+  it("check a worst case quickly and refuse what is not a safe pattern", () => {
+    const started = Date.now();
+    expect(hostnameMatches("a*a*a*a*a*a*a*a*b", "a".repeat(253))).toBe(false);
+    expect(Date.now() - started).toBeLessThan(50);
+    expect(patternProblem("web-[0-9]")).not.toBeNull();
+    expect(patternProblem("*.*.*.*.*.*.*.*.*")).not.toBeNull();
+    expect(patternProblem("Web-*")).not.toBeNull();
+    expect(patternProblem("web-*.example.com")).toBeNull();
+  });
+});
