@@ -256,3 +256,16 @@ describe("hostname patterns", async () => {
     expect(patternProblem("web-*.example.com")).toBeNull();
   });
 });
+
+describe("a fleet deleted and created again", () => {
+  it("is not enrolled into by the old fleet's tokens", async () => {
+    const { id: fleet } = await createFleet();
+    const t = await newToken(fleet);
+    const del = await call("DELETE", `/v1/fleets/${fleet}`);
+    expect(del.status).toBeLessThan(300);
+    expect((await call("POST", "/v1/fleets", { body: { id: fleet } })).status).toBe(201);
+    const res = await enrollWith(t.token, machine());
+    expect(res.status).toBe(401);
+    expect(res.json.error.message).toContain("no longer exists");
+  });
+});

@@ -179,7 +179,9 @@ export async function enroll(env: Env, authorization: string | undefined, input:
     });
   }
   if (token.uses >= token.maxUses) throw unauthorized(`this enrollment token is used up (${token.maxUses} of ${token.maxUses})`);
-  if (!(await getFleet(db, token.fleetId))) throw unauthorized(`this enrollment token's fleet '${token.fleetId}' no longer exists`);
+  // A fleet deleted and created again under the same id is another fleet: its old tokens do not enroll into it.
+  const fleet = await getFleet(db, token.fleetId);
+  if (!fleet || fleet.createdAt > token.createdAt) throw unauthorized(`this enrollment token's fleet '${token.fleetId}' no longer exists`);
 
   const claim: Claim = { tokenId: token.id, machineId: input.machine_id, serverId: crypto.randomUUID(), hostname, now };
   if (!(await claimUse(db, claim))) {
