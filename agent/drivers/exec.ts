@@ -86,7 +86,7 @@ export function run(cmd: string, args: string[], opts: RunOptions): Promise<RunR
     }, opts.timeoutMs);
     child.on("error", (e) => {
       clearTimeout(timer);
-      reject(new Error(`cannot run ${cmd}: ${e.message}`));
+      reject(Object.assign(new Error(`cannot run ${cmd}: ${e.message}`), { code: (e as NodeJS.ErrnoException).code }));
     });
     let ended = false;
     const finish = (code: number | null, signal: NodeJS.Signals | null) => {

@@ -118,7 +118,12 @@ export class PodmanDriver implements AgentDriver {
 
   /** Our containers (all of them, or one agent's), as the engine lists them now. */
   private async containers(agent?: string): Promise<Container[]> {
-    const r = await this.cli(["ps", "-a", "--no-trunc", ...this.filters(agent), "--format", "json"]);
+    const r = await this.cli(["ps", "-a", "--no-trunc", ...this.filters(agent), "--format", "json"]).catch((err) => {
+      // No engine on this host: it runs no containers (installing one still fails, saying so).
+      if ((err as NodeJS.ErrnoException).code === "ENOENT") return null;
+      throw err;
+    });
+    if (r === null) return [];
     return parsePs(r.stdout).filter((c) => {
       const a = c.labels[LABEL.agent];
       // Only names this driver gives: another prefix's containers (another agent on this engine) are not ours.
