@@ -60,6 +60,8 @@ interface Container {
   exitCode: number;
   /** The engine's status line: "Up 3 minutes (healthy)", "Exited (1) 2 seconds ago". */
   status: string;
+  /** The image's id, when the engine lists it (podman does). */
+  imageId?: string;
 }
 
 interface ResolvedImage {
@@ -247,7 +249,7 @@ export class PodmanDriver implements AgentDriver {
     await this.cli(["stop", "-t", String(this.opts.stopTimeoutSec ?? 10), name]);
     await this.cli(["rename", name, name + OLD]);
     await this.cli(["rename", name + NEW, name]);
-    await this.cli(["rm", "-v", name + OLD]);
+    await this.retire(name + OLD);
   }
 
   /** Stop, replace, start; the old container is put back and started when the new one will not start. */
@@ -264,7 +266,21 @@ export class PodmanDriver implements AgentDriver {
       if (before?.state === "running") await this.cli(["start", name], { allowFail: true });
       throw err;
     }
-    await this.cli(["rm", "-v", name + OLD]);
+    await this.retire(name + OLD);
+  }
+
+  /**
+   * Removes a superseded container, and its image when it came from the catalog and nothing else
+   * uses it (the engine refuses to remove an image in use): rollouts do not fill the disk.
+   */
+  private async retire(name: string) {
+    const c = (await this.containers()).find((x) => x.name === name);
+    await this.cli(["rm", "-v", name]);
+    await this.dropImage(c);
+  }
+
+  private async dropImage(c: Container | undefined) {
+    if (c?.imageId && c.labels[LABEL.imageId]) await this.cli(["rmi", c.imageId], { allowFail: true });
   }
 
   /** Waits until a just-started container is healthy (with a healthcheck) or still running after settleMs. */
@@ -296,6 +312,7 @@ export class PodmanDriver implements AgentDriver {
     if (cs.length > 0) await this.cli(["rm", "-f", "-v", ...cs.map((c) => c.id)]);
     const vols = await this.volumes(current.name);
     if (vols.length > 0) await this.cli(["volume", "rm", "-f", ...vols]);
+    for (const c of cs) await this.dropImage(c);
   }
 
   async start(current: ReportedAgent): Promise<void> {
@@ -340,7 +357,8 @@ export class PodmanDriver implements AgentDriver {
         throw new Error(`oci-ref ${img.source.ref} is not pinned to the image's digest ${img.digest}; nothing was pulled`);
       }
       ref = img.source.ref;
-      await this.cli(["pull", ref]);
+      // Named by its digest, an image already in the store is that image: no need to ask the registry.
+      if ((await this.cli(["image", "inspect", ref], { allowFail: true })).code !== 0) await this.cli(["pull", ref]);
     } else {
       if (!this.opts.blobs) throw new Error(`cannot download image ${spec.image}: this agent has no image store configured`);
       const file = await this.opts.blobs.fetch(img.source.blob, img.digest, img.size);
@@ -440,6 +458,7 @@ export function parsePs(stdout: string): Container[] {
       state: String(r.State ?? "").toLowerCase(),
       exitCode,
       status,
+      imageId: typeof r.ImageID === "string" && r.ImageID ? r.ImageID : undefined,
     };
   });
 }

@@ -38,6 +38,8 @@ export interface ImageRecipe {
   volumes?: string[];
   /** Extra files in the image: path → content. */
   files?: Record<string, string>;
+  /** Leave the image in the store (a free-form image the engine already has). */
+  keep?: boolean;
 }
 
 const BUSYBOX = "/bin/busybox";
@@ -69,7 +71,7 @@ export async function buildImage(recipe: ImageRecipe): Promise<BuiltImage> {
     await podman("import", ...changes.flatMap((c) => ["--change", c]), tarball, recipe.ref);
     const archive = join(dir, "image.tar");
     await podman("save", "--format", "oci-archive", "-o", archive, recipe.ref);
-    await podman("rmi", recipe.ref);
+    if (!recipe.keep) await podman("rmi", recipe.ref);
     const bytes = await readFile(archive);
     return { ref: recipe.ref, archive: bytes, digest: `sha256:${createHash("sha256").update(bytes).digest("hex")}`, size: bytes.length };
   } finally {

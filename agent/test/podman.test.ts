@@ -1,10 +1,10 @@
-import { readdir, rm } from "node:fs/promises";
+import { readdir, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { reconcile } from "../driver.ts";
 import { BlobFetcher, DigestMismatchError } from "../drivers/download.ts";
 import { PodmanDriver } from "../drivers/podman.ts";
-import { BlobServer, buildImage, cleanPodman, eventually, newRunId, podman, storedSpec, tempDir, type BuiltImage } from "./helpers.ts";
+import { BlobServer, buildImage, cleanPodman, eventually, newRunId, podman, sh, storedSpec, tempDir, type BuiltImage } from "./helpers.ts";
 
 // Every container appends to /data/log when it starts and when it is asked to stop, so a test
 // can tell from the volume in which order versions ran.
@@ -44,6 +44,7 @@ describe("PodmanDriver (real podman)", () => {
       labels: { "io.harbormaster.healthcheck": SICK_CHECK, "io.harbormaster.healthcheck-retries": "1" },
     });
     for (const [k, img] of Object.entries(images)) blobs[k] = server.put(img.archive);
+    await writeFile(join(cache, "v1.tar"), images.v1.archive);
     driver = new PodmanDriver({
       namePrefix: `${scope}-`,
       scope,
@@ -91,6 +92,7 @@ describe("PodmanDriver (real podman)", () => {
     // The archive is in the engine now; the cache does not keep a copy.
     expect(await readdir(join(cache, "blobs"))).toEqual([]);
     await driver.remove((await driver.list())[0]);
+    expect(await volumesOf("web")).toEqual([]);
   });
 
   it("refuses a corrupted download: a digest error, nothing loaded, created or started", async () => {
@@ -113,11 +115,14 @@ describe("PodmanDriver (real podman)", () => {
     const spec = storedSpec("db", "1", blobs.v1);
     await driver.install(spec);
     await podman("exec", `${scope}-db`, "sh", "-c", "echo kept > /data/mine");
+    const oldImage = (await inspect(`${scope}-db`)).Image;
     const [current] = await driver.list();
     await driver.update(current, { ...storedSpec("db", "2", blobs.v2, "oci-archive", spec.instance_id) });
     expect(await driver.list()).toEqual([{ name: "db", image: "db", version: "2", instance_id: spec.instance_id, state: "running" }]);
     expect((await podman("exec", `${scope}-db`, "cat", "/data/mine")).trim()).toBe("kept");
     expect(await dataLog(`${scope}-db`)).toEqual(["start 1", "stop 1", "start 2"]);
+    // The superseded catalog image left the store with its container.
+    expect((await sh("podman", ["image", "exists", oldImage]).then(() => "exists", () => "gone"))).toBe("gone");
     // One container for the agent, no leftovers of the swap.
     expect((await podman("ps", "-a", "--format", "{{.Names}}", "--filter", `label=io.harbormaster.scope=${scope}`)).trim()).toBe(`${scope}-db`);
     await driver.remove((await driver.list())[0]);
@@ -198,6 +203,34 @@ describe("PodmanDriver (real podman)", () => {
     await driver.start(listed);
     expect((await driver.list()).map((a) => a.state)).toEqual(["running"]);
     await driver.remove(listed);
+  });
+
+  it("runs a free-form image the engine already has, under its own name, with an empty image-id label", async () => {
+    const free = await buildImage({ ref: `localhost/${scope}-free:1`, cmd: serve("free"), keep: true });
+    try {
+      const spec = { name: "free", image: free.ref, version: "1", instance_id: "0d6c5c34-5d6f-4c5e-9d7e-7a9b1f0a0e11" };
+      await driver.install(spec);
+      expect(await driver.list()).toEqual([{ ...spec, state: "running" }]);
+      expect((await inspect(`${scope}-free`)).Config.Labels["io.harbormaster.image-id"]).toBe("");
+      await driver.remove((await driver.list())[0]);
+      // Not the catalog's: the operator's image stays.
+      await sh("podman", ["image", "exists", free.ref]);
+    } finally {
+      await sh("podman", ["rmi", free.ref]).catch(() => {});
+    }
+  });
+
+  it("installs an oci-ref pinned by digest (already in the store: no registry asked), and refuses one that is not pinned", async () => {
+    const loaded = /Loaded image.*?: (\S+)/.exec(await sh("sh", ["-c", `podman load -q -i ${join(cache, "v1.tar")}`]))![1];
+    const digestRef = (JSON.parse(await podman("image", "inspect", loaded, "--format", "json"))[0].RepoDigests as string[])[0];
+    const digest = digestRef.slice(digestRef.indexOf("@") + 1);
+    const base = { name: "pinned", image: "pinned", version: "1", instance_id: "5a3c1a5e-9f7b-4a39-8d55-0c1c2a7b9e01", image_id: "9b0e3b8e-2f1c-4d3a-8a7b-1c2d3e4f5a6b", kind: "oci-ref" as const, digest };
+    const unpinned = await driver.install({ ...base, source: { ref: loaded } }).catch((e) => e);
+    expect(unpinned.message).toMatch(/not pinned to the image's digest.*nothing was pulled/);
+    expect(await driver.list()).toEqual([]);
+    await driver.install({ ...base, source: { ref: digestRef } });
+    expect((await driver.list()).map((a) => [a.name, a.state])).toEqual([["pinned", "running"]]);
+    await driver.remove((await driver.list())[0]);
   });
 
   it("sees only its own containers: another prefix or scope on the same engine is not its agents'", async () => {
