@@ -4,6 +4,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { reconcile } from "../driver.ts";
 import { BlobFetcher, DigestMismatchError } from "../drivers/download.ts";
 import { PodmanDriver } from "../drivers/podman.ts";
+import type { DriverSpec } from "../drivers/spec.ts";
 import { BlobServer, buildImage, cleanPodman, eventually, newRunId, podman, sh, storedSpec, tempDir, type BuiltImage } from "./helpers.ts";
 
 // Every container appends to /data/log when it starts and when it is asked to stop, so a test
@@ -225,10 +226,12 @@ describe("PodmanDriver (real podman)", () => {
     const digestRef = (JSON.parse(await podman("image", "inspect", loaded, "--format", "json"))[0].RepoDigests as string[])[0];
     const digest = digestRef.slice(digestRef.indexOf("@") + 1);
     const base = { name: "pinned", image: "pinned", version: "1", instance_id: "5a3c1a5e-9f7b-4a39-8d55-0c1c2a7b9e01", image_id: "9b0e3b8e-2f1c-4d3a-8a7b-1c2d3e4f5a6b", kind: "oci-ref" as const, digest };
-    const unpinned = await driver.install({ ...base, source: { ref: loaded } }).catch((e) => e);
+    const unpinnedSpec: DriverSpec = { ...base, source: { ref: loaded } };
+    const pinnedSpec: DriverSpec = { ...base, source: { ref: digestRef } };
+    const unpinned = await driver.install(unpinnedSpec).catch((e) => e);
     expect(unpinned.message).toMatch(/not pinned to the image's digest.*nothing was pulled/);
     expect(await driver.list()).toEqual([]);
-    await driver.install({ ...base, source: { ref: digestRef } });
+    await driver.install(pinnedSpec);
     expect((await driver.list()).map((a) => [a.name, a.state])).toEqual([["pinned", "running"]]);
     await driver.remove((await driver.list())[0]);
   });
