@@ -131,10 +131,14 @@ export interface HostDriverOptions {
   fetch?: FetchLike;
 }
 
-/** The driver a host agent runs: containers and tarballs, sharing one verified download cache. */
-export function hostDriver(opts: HostDriverOptions): ByKindDriver {
+/**
+ * A host's drivers, sharing one verified download cache: the container engine's, the tarballs',
+ * and the fetcher (for a caller that routes agents itself, as harbormaster-agent does).
+ */
+export function hostDrivers(opts: HostDriverOptions): { blobs: BlobFetcher; containers: PodmanDriver; tarballs: TarballDriver } {
   const blobs = new BlobFetcher({ baseUrl: opts.serverUrl, token: opts.token, cacheDir: join(opts.stateDir, "cache", "images"), fetch: opts.fetch });
-  return new ByKindDriver({
+  return {
+    blobs,
     containers: new PodmanDriver({
       engine: opts.engine,
       blobs,
@@ -144,5 +148,11 @@ export function hostDriver(opts: HostDriverOptions): ByKindDriver {
       stopTimeoutSec: opts.stopTimeoutSec,
     }),
     tarballs: new TarballDriver({ blobs, root: opts.root, hookTimeoutMs: opts.hookTimeoutMs }),
-  });
+  };
+}
+
+/** The driver a host agent runs: containers and tarballs by the image's kind. */
+export function hostDriver(opts: HostDriverOptions): ByKindDriver {
+  const { containers, tarballs } = hostDrivers(opts);
+  return new ByKindDriver({ containers, tarballs });
 }
