@@ -199,7 +199,7 @@ export class PodmanDriver implements AgentDriver {
       const r = await this.cli(["healthcheck", "run", c.id], { timeoutMs, allowFail: true });
       if (r.timedOut) return { status: "unhealthy", output: `the healthcheck timed out after ${Math.round(timeoutMs / 1000)} s` };
     }
-    const r = await this.cli(["inspect", "--type", "container", c.id, "--format", "json"], { allowFail: true });
+    const r = await this.cli(["container", "inspect", c.id], { allowFail: true });
     try {
       const state = JSON.parse(r.stdout)[0]?.State ?? {};
       const h = state.Health ?? state.Healthcheck ?? {};
@@ -372,7 +372,7 @@ export class PodmanDriver implements AgentDriver {
         await rm(file, { force: true });
       }
     }
-    const r = await this.cli(["image", "inspect", ref, "--format", "json"]);
+    const r = await this.cli(["image", "inspect", ref]);
     const meta = JSON.parse(r.stdout)[0] ?? {};
     const config = meta.Config ?? {};
     return {
