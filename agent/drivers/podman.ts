@@ -4,7 +4,7 @@ import type { AgentDriver, ListedAgent, ReportedAgent } from "../driver.ts";
 import { sleep } from "../http.ts";
 import type { BlobFetcher } from "./download.ts";
 import { describeFailure, run, type RunResult } from "./exec.ts";
-import { catalogImage } from "./spec.ts";
+import { AGENT_NAME, catalogImage, reportable } from "./spec.ts";
 
 export const LABEL = {
   agent: "io.harbormaster.agent",
@@ -62,6 +62,8 @@ interface Container {
   status: string;
   /** The image's id, when the engine lists it (podman does). */
   imageId?: string;
+  /** The image's name as the engine lists it. */
+  image?: string;
 }
 
 interface ResolvedImage {
@@ -129,7 +131,7 @@ export class PodmanDriver implements AgentDriver {
     return parsePs(r.stdout).filter((c) => {
       const a = c.labels[LABEL.agent];
       // Only names this driver gives: another prefix's containers (another agent on this engine) are not ours.
-      return a !== undefined && [this.nameOf(a), this.nameOf(a) + NEW, this.nameOf(a) + OLD].includes(c.name);
+      return a !== undefined && AGENT_NAME.test(a) && [this.nameOf(a), this.nameOf(a) + NEW, this.nameOf(a) + OLD].includes(c.name);
     });
   }
 
@@ -163,10 +165,7 @@ export class PodmanDriver implements AgentDriver {
 
   private async describe(agent: string, c: Container): Promise<ListedAgent> {
     const reported: ListedAgent = {
-      name: agent,
-      image: c.labels[LABEL.image] ?? "",
-      version: c.labels[LABEL.version] ?? "",
-      instance_id: c.labels[LABEL.instance] || c.id.slice(0, 12),
+      ...reportable(agent, c.labels[LABEL.image] || c.image, c.labels[LABEL.version], c.labels[LABEL.instance] || c.id.slice(0, 12)),
       state: "stopped",
     };
     if (c.state === "running") {
@@ -459,6 +458,7 @@ export function parsePs(stdout: string): Container[] {
       exitCode,
       status,
       imageId: typeof r.ImageID === "string" && r.ImageID ? r.ImageID : undefined,
+      image: typeof r.Image === "string" && r.Image ? r.Image : undefined,
     };
   });
 }

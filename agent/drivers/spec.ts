@@ -1,6 +1,23 @@
 import { z } from "zod";
 import type { AgentSpec } from "../../src/ledger/schemas.ts";
 
+/** The protocol's agent names (src/ledger/schemas.ts AGENT_NAME): a report naming another is refused whole. */
+export const AGENT_NAME = /^[a-z0-9][a-z0-9._-]{0,62}$/;
+
+/**
+ * An agent as the protocol can report it, from what a machine says (labels, files anyone could
+ * have edited): empty or overlong fields are replaced or cut so that one odd agent does not get
+ * the whole report refused.
+ */
+export function reportable(name: string, image: string | undefined, version: string | undefined, instanceId: string | undefined) {
+  return {
+    name,
+    image: (image || "unknown").slice(0, 512),
+    version: (version || "unknown").slice(0, 128),
+    instance_id: (instanceId || "unknown").slice(0, 128),
+  };
+}
+
 export const IMAGE_KINDS = ["oci-archive", "tarball", "oci-ref"] as const;
 export type ImageKind = (typeof IMAGE_KINDS)[number];
 

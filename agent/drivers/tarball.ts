@@ -6,7 +6,7 @@ import type { AgentSpec } from "../../src/ledger/schemas.ts";
 import type { AgentDriver, ListedAgent, ReportedAgent } from "../driver.ts";
 import type { BlobFetcher } from "./download.ts";
 import { describeFailure, run } from "./exec.ts";
-import { catalogImage } from "./spec.ts";
+import { AGENT_NAME, catalogImage, reportable } from "./spec.ts";
 
 export interface TarballDriverOptions {
   /** Downloads the tarballs (stored images); required to install or update. */
@@ -140,12 +140,12 @@ export class TarballDriver implements AgentDriver {
   }
 
   async list(): Promise<ListedAgent[]> {
-    const names = (await readdir(this.agentsDir).catch(() => [] as string[])).filter((n) => !n.startsWith(".")).sort();
+    const names = (await readdir(this.agentsDir).catch(() => [] as string[])).filter((n) => AGENT_NAME.test(n)).sort();
     const out: ListedAgent[] = [];
     for (const name of names) {
       const cur = await this.current(name);
       if (!cur) continue;
-      const agent: ListedAgent = { name, image: cur.meta.image, version: cur.meta.version, instance_id: cur.meta.instance_id, state: "running" };
+      const agent: ListedAgent = { ...reportable(name, cur.meta.image, cur.meta.version, cur.meta.instance_id), state: "running" };
       try {
         const code = await this.hook(cur.dir, cur.manifest, "status", cur.meta, name, [0, 3]);
         if (code === 3) agent.state = "stopped";

@@ -15,7 +15,7 @@ describe("parsePs: what `ps --format json` says, from podman or docker", () => {
       },
     ]);
     expect(parsePs(out)).toEqual([
-      { id: "abc", name: "hm-web", labels: { "io.harbormaster.agent": "web" }, state: "exited", exitCode: 137, status: "Exited (137) 2 seconds ago", imageId: "f00" },
+      { id: "abc", name: "hm-web", labels: { "io.harbormaster.agent": "web" }, state: "exited", exitCode: 137, status: "Exited (137) 2 seconds ago", imageId: "f00", image: undefined },
     ]);
   });
 
@@ -25,8 +25,8 @@ describe("parsePs: what `ps --format json` says, from podman or docker", () => {
       { ID: "d2", Names: "hm-db", Labels: "io.harbormaster.agent=db", State: "running", Status: "Up 2 minutes (unhealthy)" },
     ];
     expect(parsePs(lines.map((l) => JSON.stringify(l)).join("\n"))).toEqual([
-      { id: "d1", name: "hm-web", labels: { "io.harbormaster.agent": "web", "io.harbormaster.image": "a=b" }, state: "exited", exitCode: 3, status: "Exited (3) 1 minute ago", imageId: undefined },
-      { id: "d2", name: "hm-db", labels: { "io.harbormaster.agent": "db" }, state: "running", exitCode: 0, status: "Up 2 minutes (unhealthy)", imageId: undefined },
+      { id: "d1", name: "hm-web", labels: { "io.harbormaster.agent": "web", "io.harbormaster.image": "a=b" }, state: "exited", exitCode: 3, status: "Exited (3) 1 minute ago", imageId: undefined, image: undefined },
+      { id: "d2", name: "hm-db", labels: { "io.harbormaster.agent": "db" }, state: "running", exitCode: 0, status: "Up 2 minutes (unhealthy)", imageId: undefined, image: undefined },
     ]);
   });
 

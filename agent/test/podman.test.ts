@@ -213,6 +213,19 @@ describe("PodmanDriver (real podman)", () => {
       await driver.install(spec);
       expect(await driver.list()).toEqual([{ ...spec, state: "running" }]);
       expect((await inspect(`${scope}-free`)).Config.Labels["io.harbormaster.image-id"]).toBe("");
+      // A container made by hand with the agent label is listed too, what its labels lack filled
+      // in, so that one odd container cannot get the whole report refused.
+      await podman("create", "--name", `${scope}-hand`, "--label", "io.harbormaster.agent=hand", "--label", `io.harbormaster.scope=${scope}`, free.ref);
+      await podman("create", "--name", `${scope}-Bad_Name`, "--label", "io.harbormaster.agent=Bad_Name", "--label", `io.harbormaster.scope=${scope}`, free.ref);
+      expect((await driver.list()).find((a) => a.name === "hand")).toEqual({
+        name: "hand",
+        image: free.ref,
+        version: "unknown",
+        instance_id: expect.stringMatching(/^[0-9a-f]{12}$/),
+        state: "stopped",
+      });
+      expect((await driver.list()).map((a) => a.name)).toEqual(["free", "hand"]);
+      await podman("rm", `${scope}-Bad_Name`);
       await driver.remove((await driver.list())[0]);
       // Not the catalog's: the operator's image stays.
       await sh("podman", ["image", "exists", free.ref]);
