@@ -62,7 +62,11 @@ export async function reconcile(desired: DesiredConfig, driver: AgentDriver): Pr
       if (op) errors.push({ agent, op, message: messageOf(err) });
     }
   };
-  const installed = new Map((await driver.list()).map((a) => [a.name, a]));
+  const listed = await driver.list();
+  const installed = new Map(listed.map((a) => [a.name, a]));
+  // The machine's truth after the pass: read again when anything was done, else what was just
+  // read (a real driver's list() spawns its engine and runs health checks: once per idle pass).
+  const after = async () => (operations === 0 ? listed : await driver.list());
 
   if (desired.lifecycle === "run") {
     for (const spec of desired.agents) {
@@ -76,12 +80,12 @@ export async function reconcile(desired: DesiredConfig, driver: AgentDriver): Pr
     for (const current of installed.values()) {
       if (!wanted.has(current.name)) await attempt(current.name, "remove", () => driver.remove(current));
     }
-    return { errors, operations, agents: reported(await driver.list(), errors) };
+    return { errors, operations, agents: reported(await after(), errors) };
   }
 
   if (desired.lifecycle === "uninstall") {
     for (const current of installed.values()) await attempt(current.name, "remove", () => driver.remove(current));
-    return { errors, operations, agents: reported(await driver.list(), errors) };
+    return { errors, operations, agents: reported(await after(), errors) };
   }
 
   // terminate: the machine is going away; its agents stop and keep their data. What still runs
@@ -89,7 +93,7 @@ export async function reconcile(desired: DesiredConfig, driver: AgentDriver): Pr
   for (const current of installed.values()) {
     if (current.state === "running") await attempt(current.name, null, () => driver.stop(current));
   }
-  return { errors, operations, agents: reported((await driver.list()).filter((a) => a.state === "running"), errors) };
+  return { errors, operations, agents: reported((await after()).filter((a) => a.state === "running"), errors) };
 }
 
 /**
