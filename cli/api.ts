@@ -192,8 +192,9 @@ export class Api {
   }
 
   /**
-   * PUT /v1/agent/builds/{target}: the file streamed as the body (never read whole into memory),
-   * with its SHA-256, which R2 checks against what it receives. Raw bytes, so not through hc.
+   * PUT /v1/agent/builds/{target}: the file gzip-compressed as it streams (never read whole into
+   * memory; a ~110 MB executable travels as ~40 MB, within the Workers request limit), with its
+   * own length and SHA-256, which R2 checks against what it stores. Raw bytes, so not through hc.
    */
   async publishAgentBuild(target: string, file: { body: ReadableStream<Uint8Array>; size: number; sha256: string; version: string }) {
     const res = await this.fetchImpl(`${this.base}/v1/agent/builds/${encodeURIComponent(target)}`, {
@@ -201,7 +202,8 @@ export class Api {
       headers: {
         Authorization: `Bearer ${this.token}`,
         "Content-Type": "application/octet-stream",
-        "Content-Length": String(file.size),
+        "Content-Encoding": "gzip",
+        "X-Agent-Size": String(file.size),
         "X-Agent-Version": file.version,
         "X-Checksum-Sha256": file.sha256,
       },

@@ -52,6 +52,26 @@ describe("agent builds", () => {
     expect(await sha256(new Uint8Array(await got.arrayBuffer()))).toBe(sum);
   });
 
+  it("takes a gzip-compressed build and stores the build itself; refuses one whose X-Agent-Size is wrong", async () => {
+    const build = bytes(200_000, 3);
+    const sum = await sha256(build);
+    const gz = new Uint8Array(await new Response(new Blob([build]).stream().pipeThrough(new CompressionStream("gzip"))).arrayBuffer());
+    expect(gz.length).toBeLessThan(build.length);
+    const put = await publish("linux-x64", gz, { "Content-Encoding": "gzip", "X-Agent-Size": String(build.length), "X-Agent-Version": "3.0.0", "X-Checksum-Sha256": sum });
+    expect(put.status).toBe(200);
+    expect(await put.json()).toMatchObject({ version: "3.0.0", sha256: sum, size: build.length });
+    const got = await checkedFetch(`${BASE}/v1/agent/download/linux-x64`);
+    expect(await sha256(new Uint8Array(await got.arrayBuffer()))).toBe(sum);
+
+    const short = await publish("linux-x64", gz, { "Content-Encoding": "gzip", "X-Agent-Size": String(build.length + 1), "X-Agent-Version": "3.0.1", "X-Checksum-Sha256": sum });
+    expect(short.status).toBe(400);
+    const noSize = await publish("linux-x64", gz, { "Content-Encoding": "gzip", "X-Agent-Version": "3.0.1", "X-Checksum-Sha256": sum });
+    expect(noSize.status).toBe(400);
+    const notGzip = await publish("linux-x64", build.slice(0, 1000), { "Content-Encoding": "gzip", "X-Agent-Size": String(build.length), "X-Agent-Version": "3.0.1", "X-Checksum-Sha256": sum });
+    expect(notGzip.status).toBe(400);
+    expect((await checkedFetch(`${BASE}/v1/agent/download/linux-x64`)).headers.get("X-Agent-Version")).toBe("3.0.0");
+  });
+
   it("lets only an admin publish, needs the version and checksum, and knows only real targets", async () => {
     const build = bytes(10);
     const sum = await sha256(build);

@@ -3,6 +3,7 @@ import { createReadStream } from "node:fs";
 import { stat } from "node:fs/promises";
 import { resolve } from "node:path";
 import { Readable } from "node:stream";
+import { createGzip } from "node:zlib";
 import { Option, type Command } from "commander";
 import { Exit, type Io } from "../io.ts";
 import { act } from "../context.ts";
@@ -36,7 +37,7 @@ export function registerAgent(program: Command, io: Io) {
           throw new Exit(2, `cannot read ${file}: ${(err as Error).message}`);
         }
         const sha256 = await sha256Of(path);
-        const body = Readable.toWeb(createReadStream(path)) as ReadableStream<Uint8Array>;
+        const body = Readable.toWeb(createReadStream(path).pipe(createGzip())) as ReadableStream<Uint8Array>;
         const target = `${o.os}-${o.arch}`;
         const build = await ctx.api.publishAgentBuild(target, { body, size, sha256, version: o.version ?? VERSION });
         if (ctx.machine) return ctx.out.data(build);

@@ -23,6 +23,7 @@ export const agentBuildRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validatio
       summary: "Publish the agent's build for one os-arch (hm agent publish); replaces the previous one whole",
       description:
         `The raw executable as the body (Content-Type: application/octet-stream, at most ${MAX_AGENT_BUILD_BYTES} bytes), ` +
+        "or gzip-compressed (Content-Encoding: gzip, with X-Agent-Size: its uncompressed length) to fit the Workers request limit; " +
         "streamed to R2. X-Checksum-Sha256 is checked by R2 against what it received: a mismatch (400) stores nothing and the previous build stays.",
       security: bearer,
       middleware: [requireScope("admin")] as const,
@@ -39,7 +40,9 @@ export const agentBuildRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validatio
       const object = await publishBuild(c.env, actorOf(c.var.principal), target, {
         version: headers["x-agent-version"],
         sha256: headers["x-checksum-sha256"],
-        length: Number(headers["content-length"]),
+        contentLength: headers["content-length"] === undefined ? undefined : Number(headers["content-length"]),
+        gzip: headers["content-encoding"] === "gzip",
+        size: headers["x-agent-size"] === undefined ? undefined : Number(headers["x-agent-size"]),
         body: c.req.raw.body,
       });
       return c.json(buildView(object, target, originOf(c.req.url)), 200);

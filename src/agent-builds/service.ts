@@ -14,32 +14,51 @@ export function buildView(object: R2Object, target: string, origin: string) {
 }
 
 /**
- * Stores a build, streamed from the request into R2 (never held whole in the Worker). R2 checks
- * the SHA-256 the publisher sent against the bytes it received and refuses a mismatch, in which
- * case the previous build stays in place.
+ * Stores a build, streamed from the request into R2 (never held whole in the Worker), decompressed
+ * on the way when it was sent gzip-compressed. R2 checks the SHA-256 the publisher sent against the
+ * bytes it received and refuses a mismatch, in which case the previous build stays in place.
  */
 export async function publishBuild(
   env: Env,
   actor: string,
   target: string,
-  input: { version: string; sha256: string; length: number; body: ReadableStream | null },
+  input: { version: string; sha256: string; contentLength?: number; gzip: boolean; size?: number; body: ReadableStream | null },
 ) {
-  if (input.length > MAX_AGENT_BUILD_BYTES) {
+  const length = input.gzip ? input.size : (input.size ?? input.contentLength);
+  if (length === undefined) {
+    throw new DomainError("bad_request", input.gzip ? "a gzip-compressed build needs X-Agent-Size (its uncompressed length)" : "send Content-Length");
+  }
+  if (length > MAX_AGENT_BUILD_BYTES) {
     throw new DomainError("payload_too_large", `an agent build is at most ${MAX_AGENT_BUILD_BYTES} bytes`, { max_bytes: MAX_AGENT_BUILD_BYTES });
   }
-  if (!input.body || input.length === 0) throw new DomainError("bad_request", "send the build as the request body");
+  if (!input.body || length === 0) throw new DomainError("bad_request", "send the build as the request body");
   const meta = { version: input.version, sha256: input.sha256, published_at: new Date().toISOString(), published_by: actor };
-  // R2 needs the stream's length: the request's Content-Length, held to by FixedLengthStream.
-  const sized = input.body.pipeThrough(new FixedLengthStream(input.length));
+  // R2 needs the stream's length: the build's own, held to by FixedLengthStream.
+  // Piped by hand, each pipe's failure caught here: it reaches R2's read as an error anyway, and
+  // left alone it would also surface as an unhandled rejection.
+  // A refused put stops them (`stop`), so nothing reads the request on after the answer.
+  const stop = new AbortController();
+  let bytes = input.body;
+  if (input.gzip) {
+    const gunzip = new DecompressionStream("gzip");
+    input.body.pipeTo(gunzip.writable, { signal: stop.signal }).catch(() => {});
+    bytes = gunzip.readable;
+  }
+  const fixed = new FixedLengthStream(length);
+  bytes.pipeTo(fixed.writable, { signal: stop.signal }).catch(() => {});
+  const sized = fixed.readable;
   let object: R2Object | null;
   try {
     object = await putBuild(env.IMAGES, target, sized, meta);
   } catch (err) {
+    stop.abort();
     const message = String((err as Error)?.message ?? err);
     if (/sha-?256|checksum|digest/i.test(message)) {
       throw new DomainError("bad_request", "the body's SHA-256 is not the X-Checksum-Sha256 sent; nothing was stored", { sha256: input.sha256 });
     }
-    if (/length|bytes/i.test(message)) throw new DomainError("bad_request", "the body is not Content-Length bytes long; nothing was stored");
+    if (/length|bytes|gzip|decompress|incorrect header|unexpected end/i.test(message)) {
+      throw new DomainError("bad_request", "the body is not the build's length, or not valid gzip; nothing was stored");
+    }
     throw err;
   }
   if (!object) throw new Error("R2 stored nothing");
