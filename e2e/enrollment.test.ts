@@ -168,6 +168,13 @@ describe("enrollment end to end", () => {
     expect(readFileSync(quiet.log, "utf8")).toContain("join\n");
     expect(existsSync(quiet.systemctlLog)).toBe(false);
 
+    const help = spawnSync("sh", ["-s", "--", "--help"], { input: readFileSync(script), encoding: "utf8" });
+    expect(help.status).toBe(0);
+    expect(help.stdout).toContain("usage: install.sh");
+    const unknown = runInstall(script, ["--frobnicate"]);
+    expect(unknown.status).not.toBe(0);
+    expect(unknown.stderr).toContain("unknown option: --frobnicate");
+
     const refused = runInstall(script, ["--token", "hms.not-an-enrollment-token", "--prefix", root]);
     expect(refused.status).not.toBe(0);
     expect(refused.stderr).toContain("enrollment token");

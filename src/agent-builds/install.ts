@@ -49,6 +49,12 @@ START=1
 say() { printf 'install.sh: %s\\n' "$*" >&2; }
 die() { say "$*"; exit 1; }
 value() { if [ "$#" -lt 2 ] || [ -z "$2" ]; then die "$1 needs a value"; fi; }
+usage() {
+  cat <<'USAGE'
+usage: install.sh [--token hme.…] [--hostname NAME] [--fleetlock-id ID] [--prefix DIR] [--no-start]
+  curl -fsSL URL/install.sh | sh -s -- --token hme.<id>.<secret>
+USAGE
+}
 
 while [ "$#" -gt 0 ]; do
   case "$1" in
@@ -61,8 +67,8 @@ while [ "$#" -gt 0 ]; do
     --prefix) value "$@"; PREFIX=$2; shift 2 ;;
     --prefix=*) PREFIX=\${1#*=}; shift ;;
     --no-start) START=0; shift ;;
-    -h|--help) sed -n '2,15p' "$0" 2>/dev/null || true; exit 0 ;;
-    *) die "unknown option: $1 (see the comment at the top of this script)" ;;
+    -h|--help) usage; exit 0 ;;
+    *) usage >&2; die "unknown option: $1" ;;
   esac
 done
 
