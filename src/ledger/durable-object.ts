@@ -18,6 +18,7 @@ import { authorized, pollAnswer, type PollAnswer } from "./poll";
 import type { ServerRecord } from "./record";
 import { requestRefresh } from "./refresh";
 import { QUIET_TIMER, QuietWatch } from "./quiet";
+import { quietEventOf } from "../fleetlock/ledger-side";
 import { acceptReport, pollHeartbeat, type ReportAnswer } from "./report";
 import { applyRolloutImage } from "./rollout-marks";
 import { PING, PONG } from "./channel-messages";
@@ -236,8 +237,14 @@ export class ServerLedger extends DurableObject<Env> {
       outbox: () => this.outbox.flush(),
       // The HTTP host went quiet: the index gets its exact stale_at (./quiet.ts).
       [QUIET_TIMER]: () => {
-        quiet = this.deps.quiet.fired(Date.now());
-        if (quiet) project(this.outbox);
+        const now = Date.now();
+        quiet = this.deps.quiet.fired(now);
+        if (!quiet) return;
+        project(this.outbox);
+        // The server turned stale: its coordinator's fleet-health gates are told (after the index, same flush).
+        const state = this.store.load();
+        const health = state?.report ? quietEventOf(state.record, state.desired, state.report, now) : null;
+        if (health) this.outbox.enqueue("server_health", health);
       },
     });
     // Delivered once the fired timer is gone, so the projection is no longer leased.
