@@ -139,4 +139,27 @@ describe("webhook receivers that hang or are down", () => {
     expect(log.dropped).toBe(1);
     expect(log.rows).toMatchObject([{ status: "failed", last_error: "dropped: the fleet was deleted" }]);
   });
+
+  it("sends a delivery that earlier code left in the coordinator's outbox, through the webhook's own queue", async () => {
+    const f = await createFleet();
+    const url = "https://hooks.example.com/left-over";
+    const created = await createWebhook(f.id, { url, events: ["reboot.gate_closed"] });
+    const seen = await receivers(f.id, {});
+    await runInDurableObject(coordinator(f.id), async (instance) => {
+      const c = (instance as unknown as {
+        c: {
+          webhookStore: { addDelivery(r: unknown): void };
+          effects: { outbox: { enqueue(kind: string, p: unknown): void; flush(): Promise<void> } };
+        };
+      }).c;
+      const event = { id: "left-over", type: "reboot.gate_closed", fleet: f.id, subject: "group:default", summary: "held", data: {}, time: new Date().toISOString() };
+      c.webhookStore.addDelivery({ id: "d-left-over", webhook_id: created.json.webhook.id, event_id: event.id, event_type: event.type, created_at: Date.now() });
+      c.effects.outbox.enqueue("webhook", { delivery_id: "d-left-over", webhook_id: created.json.webhook.id, event });
+      await c.effects.outbox.flush();
+    });
+    await fireTimersNow(coordinator(f.id));
+    expect(seen.map((s) => s.url)).toEqual([url]);
+    const log = await call("GET", `/v1/fleets/${f.id}/webhooks/${created.json.webhook.id}/deliveries`);
+    expect(log.json.items).toMatchObject([{ id: "d-left-over", status: "delivered", attempts: 1 }]);
+  });
 });
