@@ -8,7 +8,8 @@ import { getDb } from "../src/db/client";
 import { rollouts } from "../src/db/schema";
 import { eq } from "drizzle-orm";
 import { call, fireTimersNow, report } from "./helpers";
-import { QUIET_TIMER, quietGraceMs } from "../src/ledger/quiet";
+import { LEFT_TIMER, QUIET_TIMER, quietGraceMs } from "../src/ledger/quiet";
+import { openChannel } from "./channel-helpers";
 import {
   coordinator,
   fleetWithKey,
@@ -28,6 +29,8 @@ const answerChecksWith = (fleet: string, answer: (url: string) => Promise<Respon
   runInDurableObject(coordinator(fleet), (instance) => {
     (instance as unknown as { c: { gates: { fetcher: unknown } } }).c.gates.fetcher = answer;
   });
+
+const reportMessage = (id: string, body: unknown) => ({ type: "report", v: 1, id, report: body });
 
 const failing = (id: string) => ({ ...report(1, []), errors: [{ agent: "compute", op: "install", message: "image pull failed" }], boot_id: `b-${id}` });
 
@@ -99,6 +102,41 @@ describe("fleet-health gates on pushed facts", () => {
     const open = await untilAnswered(f.baseUrl, c.id, 200, backAt);
     expect(open, "the gate did not open within 5 s of the report after the silence").not.toBeNull();
     console.log(`fleet-health gate opened ${open!.ms} ms after the host reported again`);
+  });
+
+  it("refuse the next pre-reboot once a host that left the channel turns stale, and grant again when it is back", async () => {
+    const { f, servers: [, b, c] } = await healthyFleet();
+    const ledger = env.LEDGER.get(env.LEDGER.idFromName(b.serverId));
+    const ch = await openChannel(b.token, { generation: 1 });
+    ch.send(reportMessage("r-1", report(1, [], { boot_id: `b-${b.id}` })));
+    expect((await ch.next("ack")).status).toBe(200);
+    ch.close();
+    await expect.poll(() => runInDurableObject(ledger, (_i, state) =>
+      state.storage.sql.exec("SELECT COUNT(*) AS n FROM _timers WHERE name = ?", LEFT_TIMER).one().n), { timeout: 3000 }).toBe(1);
+    // As if stale_after had passed since it left: its heartbeat is that old, the left timer due.
+    await runInDurableObject(ledger, async (instance, state) => {
+      const store = (instance as unknown as { store: { load(): any; save(p: unknown): void } }).store;
+      const { report: stored } = store.load();
+      store.save({ report: { ...stored, received_at: Date.now() - 121_000 } });
+      state.storage.sql.exec("UPDATE _timers SET due_at = ? WHERE name = ?", Date.now() - 1, LEFT_TIMER);
+    });
+    // The index row's stale_at, exact since the host left, is then in the past too.
+    await env.DB.prepare("UPDATE servers SET stale_at = ? WHERE id = ?").bind(Date.now() - 1_000, b.serverId).run();
+    const staleAt = Date.now();
+    await fireTimersNow(ledger);
+    const closed = await untilAnswered(f.baseUrl, c.id, 409, staleAt);
+    expect(closed, "the gate did not close within 5 s of the host turning stale").not.toBeNull();
+    expect(closed!.res.json.value).toMatch(/1 stale/);
+    console.log(`fleet-health gate closed ${closed!.ms} ms after the channel host turned stale`);
+
+    const backAt = Date.now();
+    const again = await openChannel(b.token, { generation: 1 });
+    again.send(reportMessage("r-2", report(1, [], { boot_id: `b-${b.id}` })));
+    expect((await again.next("ack")).status).toBe(200);
+    const open = await untilAnswered(f.baseUrl, c.id, 200, backAt);
+    expect(open, "the gate did not open within 5 s of the host's return").not.toBeNull();
+    console.log(`fleet-health gate opened ${open!.ms} ms after the channel host came back`);
+    again.close();
   });
 
   it("wait for a fresh read once the copy is past its bound, rather than answer from it", async () => {
