@@ -4,7 +4,10 @@ import { agentName, imageRef, versionString } from "../ledger/schemas";
 
 import { MAX_ROLE_AGENTS } from "../domain/limits";
 
-export const ChannelInput = z.strictObject({ image: imageRef, version: versionString }).openapi("ChannelInput");
+/** An image by its catalog id, or by name and version (in a fleet with image_policy "any", any image string). */
+export const ChannelInput = z
+  .union([z.strictObject({ image: imageRef, version: versionString }), z.strictObject({ image_id: z.uuid() })])
+  .openapi("ChannelInput");
 
 export const Channel = z
   .object({
