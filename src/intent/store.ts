@@ -12,6 +12,7 @@ export const channelView = (r: ChannelRow) => ({
   agent: r.agent,
   image: r.image,
   version: r.version,
+  image_id: r.catalog?.image_id ?? null,
   updated_at: iso(r.updatedAt),
   updated_by: r.updatedBy,
 });
