@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { BASE, call, checkedFetch, createFleet, registerServer } from "./helpers";
+import { r2Ops, resetR2Ops } from "../src/objects/kit/r2-meter";
 import { bytesOf, digestOf, imageName, register, storedImage } from "./image-helpers";
 
 const blob = (id: string, token: string, headers: Record<string, string> = {}) =>
@@ -119,6 +120,18 @@ describe("GET /v1/agent/images/{id}/blob", () => {
     expect(new Uint8Array(await suffix.arrayBuffer())).toEqual(bytes.subarray(4990));
     expect((await blob(img.id, server.token, { Range: "bytes=6000-" })).status).toBe(416);
     expect((await blob(img.id, server.token, { "If-None-Match": `"${img.digest}"` })).status).toBe(304);
+  });
+
+  it("costs one R2 Class B operation per download, whole or by Range, and three Class A to upload a one-part image", async () => {
+    resetR2Ops();
+    const bytes = bytesOf(3000, 23);
+    const { img, server } = await catalogFleetWithImage(bytes);
+    // Upload: create the multipart upload, one part, complete (A); completion reads it back (B).
+    expect(r2Ops).toMatchObject({ class_a: 3, class_b: 1 });
+    resetR2Ops();
+    await (await blob(img.id, server.token)).arrayBuffer();
+    await (await blob(img.id, server.token, { Range: "bytes=0-999" })).arrayBuffer();
+    expect(r2Ops).toMatchObject({ class_a: 0, class_b: 2, bytes_read: 4000 });
   });
 
   it("answers 404 to another server's token, and 403 to an operator token", async () => {

@@ -2,6 +2,9 @@ import { getDb } from "../db/client";
 import { DomainError } from "../domain/errors";
 import { imageKey } from "../domain/images";
 import type { Env } from "../env";
+import { meteredBucket } from "../objects/kit/r2-meter";
+
+const bucket = (env: Env) => meteredBucket(env.IMAGES);
 import { unwrap } from "../objects/kit/result";
 import { ledgerOf } from "../objects/stubs";
 import { imageById } from "./store";
@@ -43,7 +46,7 @@ export async function blobForHost(env: Env, host: { serverId: string; tokenHash:
     return { kind: "not_modified" as const, etag };
   }
   const range = rangeOf(headers.range, row.size);
-  const object = await env.IMAGES.get(imageKey(id), range ? { range } : undefined);
+  const object = await bucket(env).get(imageKey(id), range ? { range } : undefined);
   if (!object) throw gone();
   return { kind: "body" as const, etag, size: row.size, range, body: object.body };
 }

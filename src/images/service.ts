@@ -13,6 +13,9 @@ import {
   type CatalogFields,
 } from "../domain/images";
 import type { Env } from "../env";
+import { meteredBucket } from "../objects/kit/r2-meter";
+
+const bucket = (env: Env) => meteredBucket(env.IMAGES);
 import { decodeCursor, page } from "../http/paging";
 import { logLine } from "../lib/log";
 import type { ImageInput } from "./schemas";
@@ -64,7 +67,7 @@ export async function registerImage(env: Env, actor: string, input: ImageInput) 
   const stored = input.kind !== "oci-ref";
   // R2 first: a crash before the row is written leaves an upload no row names, which R2's own
   // rule for incomplete multipart uploads aborts (7 days by default); never a row without an upload.
-  const upload = stored ? await env.IMAGES.createMultipartUpload(imageKey(id)) : null;
+  const upload = stored ? await bucket(env).createMultipartUpload(imageKey(id)) : null;
   const row: ImageRow = {
     id,
     name: input.name,
@@ -125,7 +128,7 @@ export async function putPart(env: Env, id: string, part: number, contentLength:
   }
   const fixed = new FixedLengthStream(want);
   const piping = body.pipeTo(fixed.writable).catch((err: unknown) => err);
-  const upload = env.IMAGES.resumeMultipartUpload(imageKey(id), row.uploadId);
+  const upload = bucket(env).resumeMultipartUpload(imageKey(id), row.uploadId);
   let uploaded: R2UploadedPart;
   try {
     uploaded = await upload.uploadPart(part, fixed.readable);
@@ -153,11 +156,11 @@ async function digestOf(object: R2ObjectBody) {
 /** Deletes what R2 owes: an upload's parts and the object; then drops the debt. */
 async function settleDeletion(env: Env, db: Db, key: string, uploadId: string | null) {
   if (uploadId) {
-    await env.IMAGES.resumeMultipartUpload(key, uploadId)
+    await bucket(env).resumeMultipartUpload(key, uploadId)
       .abort()
       .catch(() => undefined);
   }
-  await env.IMAGES.delete(key);
+  await bucket(env).delete(key);
   await deletionDone(db, key);
 }
 
@@ -185,13 +188,13 @@ export async function completeUpload(env: Env, actor: string, id: string) {
   }
   const key = imageKey(id);
   try {
-    await env.IMAGES.resumeMultipartUpload(key, up.uploadId).complete(parts.map((p) => ({ partNumber: p.part, etag: p.etag })));
+    await bucket(env).resumeMultipartUpload(key, up.uploadId).complete(parts.map((p) => ({ partNumber: p.part, etag: p.etag })));
   } catch (err) {
     // Completed by an earlier call that did not live to record it: the object is there.
-    const head = await env.IMAGES.head(key);
+    const head = await bucket(env).head(key);
     if (!head) throw err;
   }
-  const object = await env.IMAGES.get(key);
+  const object = await bucket(env).get(key);
   const actual = object && object.size === up.size ? await digestOf(object) : null;
   const now = Date.now();
   if (actual !== up.digest) {
