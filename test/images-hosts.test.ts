@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { BASE, call, checkedFetch, createFleet, registerServer } from "./helpers";
 import { r2Ops, resetR2Ops } from "../src/objects/kit/r2-meter";
+import { apply } from "./specs-helpers";
 import { bytesOf, digestOf, imageName, register, storedImage } from "./image-helpers";
 
 const blob = (id: string, token: string, headers: Record<string, string> = {}) =>
@@ -82,6 +83,19 @@ describe("desired configs naming catalog images", () => {
     const server = await registerServer(fleet, { roles: ["webserver"] });
     const desired = await call("GET", "/v1/agent/desired", { token: server.token });
     expect(desired.json.agents[0]).toMatchObject({ name: "web", image_id: img.json.id, kind: "oci-ref", source: { ref: img.json.ref } });
+  });
+
+  it("resolves a fleet spec's channels against the catalog when the spec turns the check on, and refuses one it lacks", async () => {
+    const img = await storedImage(bytesOf(80, 13));
+    const fleet = `spec-img-${Math.random().toString(36).slice(2, 8)}`;
+    const spec = (channels: Record<string, unknown>) => ({ apiVersion: "harbormaster/v1", kind: "FleetSpec", fleet, settings: { image_policy: "catalog" }, channels });
+    const refused = await apply(fleet, spec({ web: { image: "web", version: "404" } }));
+    expect(refused.status).toBe(422);
+    expect(refused.json.error.details.problems).toEqual([{ path: "channels.web", message: expect.stringContaining("image_not_found") }]);
+    expect((await call("GET", `/v1/fleets/${fleet}`)).status).toBe(404);
+    const ok = await apply(fleet, spec({ [img.name]: { image: img.name, version: img.version } }));
+    expect(ok.status, JSON.stringify(ok.json)).toBeLessThan(300);
+    expect((await call("GET", `/v1/fleets/${fleet}/channels/${img.name}`)).json.image_id).toBe(img.id);
   });
 
   it("lets a rollout name a catalog image by id and hands each target its catalog fields", async () => {
