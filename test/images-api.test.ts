@@ -98,6 +98,20 @@ describe("uploading an image's bytes", () => {
     expect((await call("POST", `/v1/images/${id}/complete`)).status).toBe(200);
   });
 
+  it("completes an upload that R2 assembled before a crash kept the call from recording it", async () => {
+    const bytes = bytesOf(3000, 31);
+    const reg = await register({ name: imageName(), version: "1", kind: "tarball", digest: await digestOf(bytes), size: 3000 });
+    const put = await putPart(reg.json.id, 1, bytes);
+    const row = (await env.DB.prepare("SELECT upload_id FROM images WHERE id = ?").bind(reg.json.id).first<{ upload_id: string }>())!;
+    // The first completion got as far as R2 and died there: the upload is assembled, the row still 'uploading'.
+    const etag = (await env.DB.prepare("SELECT etag FROM image_parts WHERE image_id = ?").bind(reg.json.id).first<{ etag: string }>())!.etag;
+    await env.IMAGES.resumeMultipartUpload(`images/${reg.json.id}`, row.upload_id).complete([{ partNumber: 1, etag }]);
+    expect(put.status).toBe(200);
+    const retried = await call("POST", `/v1/images/${reg.json.id}/complete`);
+    expect(retried.status).toBe(200);
+    expect(retried.json.state).toBe("ready");
+  });
+
   it("refuses bytes whose digest is not the registered one and keeps nothing", async () => {
     const bytes = bytesOf(4096, 1);
     const reg = await register({ name: imageName(), version: "1", kind: "tarball", digest: await digestOf(bytesOf(4096, 2)), size: 4096 });
@@ -194,6 +208,15 @@ describe("listing, reading and deleting images", () => {
 });
 
 describe("the abandoned-upload sweep", () => {
+  it("deletes R2 objects a crash left owed after their image was forgotten", async () => {
+    const key = `images/${crypto.randomUUID()}`;
+    await env.IMAGES.put(key, "left behind");
+    await env.DB.prepare("INSERT INTO image_deletions (key, upload_id, at) VALUES (?, NULL, ?)").bind(key, Date.now()).run();
+    await sweepImages(env, Date.now());
+    expect(await env.IMAGES.head(key)).toBeNull();
+    expect(await env.DB.prepare("SELECT key FROM image_deletions WHERE key = ?").bind(key).first()).toBeNull();
+  });
+
   it("aborts uploads older than a day and forgets their rows; younger ones stay", async () => {
     const bytes = bytesOf(5000, 4);
     const old = await register({ name: imageName(), version: "1", kind: "tarball", digest: await digestOf(bytes), size: 5000 });
