@@ -1,7 +1,7 @@
 import type { Command } from "commander";
 import type { AuditEntry } from "../api.ts";
 import { sleep } from "../../agent/http.ts";
-import { duration } from "../format.ts";
+import { duration, visible } from "../format.ts";
 import { untilStopped, type Io, type Output } from "../io.ts";
 import { act } from "../context.ts";
 
@@ -58,7 +58,7 @@ export function registerAudit(program: Command, io: Io) {
 
 function printEntry(out: Output, e: AuditEntry, json: boolean) {
   if (json) return out.line(JSON.stringify(e));
-  out.line(`${out.c.dim(e.at)}  ${e.actor}  ${out.c.bold(e.action)}  ${targetName(e)}`);
+  out.line(`${out.c.dim(e.at)}  ${visible(e.actor)}  ${out.c.bold(e.action)}  ${visible(targetName(e))}`);
 }
 
 /** server:<hostname> rather than its id, when the entry names a server. */
