@@ -6,9 +6,9 @@
 import type { Command } from "commander";
 import type { Role } from "../api.ts";
 import type { Io } from "../io.ts";
-import { act } from "../context.ts";
+import { act, fleetOption } from "../context.ts";
 
-const fleetOpt = (c: Command) => c.requiredOption("--fleet <fleet>", "the fleet");
+const fleetOpt = (c: Command) => c.addOption(fleetOption("the fleet"));
 const collect = (v: string, prev: string[] = []) => [...prev, v];
 
 /** `fw-agent@firewall`, `fw-agent@!object_storage` or just `base`. */
