@@ -76,7 +76,8 @@ export function registerContexts(program: Command, io: Io) {
         delete config.contexts[name];
         if (config.current === name) config.current = null;
         writeConfig(path, config);
-        if (!ctx.machine) ctx.out.line(`Forgot context '${name}'.`);
+        if (ctx.machine) return ctx.out.data({ name, deleted: true }, () => name);
+        ctx.out.line(`Forgot context '${name}'.`);
       }),
     );
 }
