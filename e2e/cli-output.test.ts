@@ -81,6 +81,7 @@ describe("every hm command answers -o json in one shape", () => {
     await run("login", ["--name", "walk", "--url", url, "--token", admin], "object", { env: cfgEnv });
     await run("context list", [], "list", { env: cfgEnv });
     await run("context current", [], "object", { env: cfgEnv });
+    await run("env", [], "object");
     await run("context use", ["walk"], "object", { env: cfgEnv });
     await run("status", [], "object");
     await run("fleets create", [fleet], "object");

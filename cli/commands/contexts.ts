@@ -13,7 +13,23 @@ function load(ctx: Ctx) {
   return { path, config: readConfig(path) ?? { current: null, contexts: {} } };
 }
 
+/** A value in single quotes for sh, bash and zsh. */
+const shQuote = (v: string) => `'${v.replace(/'/g, `'\\''`)}'`;
+
 export function registerContexts(program: Command, io: Io) {
+  program
+    .command("env")
+    .description("print export lines for HM_URL and HM_TOKEN as hm resolves them (eval \"$(hm env)\": curl and scripts then use the same server)")
+    .action(
+      act(io, async (ctx) => {
+        const c = ctx.connection;
+        if (ctx.machine) return ctx.out.data({ url: c.url, token: c.token, url_from: c.urlFrom, token_from: c.tokenFrom }, () => c.url);
+        ctx.out.line(`export HM_URL=${shQuote(c.url)}`);
+        ctx.out.line(`export HM_TOKEN=${shQuote(c.token)}`);
+        ctx.out.note(`# ${c.url} (URL from ${c.urlFrom}; token from ${c.tokenFrom})`);
+      }),
+    );
+
   const contexts = program.command("context").description("servers and tokens kept in the config file (list by default)");
   contexts
     .command("list", { isDefault: true })
