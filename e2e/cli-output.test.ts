@@ -65,6 +65,9 @@ describe("every hm command answers -o json in one shape", () => {
     const desiredFile = join(home, `desired-${n++}.json`);
     writeFileSync(desiredFile, JSON.stringify({ agents: [{ name: "logs", image: "reg/logs:1", version: "1" }] }));
     const specDir = mkdtempSync(join(home, "spec-"));
+    // Hostnames of this fleet only: other files of the suite name servers a.example.com too.
+    const A = `a.${fleet}.test`;
+    const B = `b.${fleet}.test`;
 
     type Shape = "list" | "object";
     const seen = new Set<string>();
@@ -98,18 +101,18 @@ describe("every hm command answers -o json in one shape", () => {
     await run("roles set", ["edge", "--fleet", fleet, "--agent", "logs"], "object");
     await run("roles list", ["--fleet", fleet], "list");
     await run("roles show", ["edge", "--fleet", fleet], "object");
-    await run("servers register", ["--fleet", fleet, "--hostname", "a.example.com", "--role", "edge"], "object");
-    const b = await run("servers register", ["--fleet", fleet, "--hostname", "b.example.com"], "object");
+    await run("servers register", ["--fleet", fleet, "--hostname", A, "--role", "edge"], "object");
+    const b = await run("servers register", ["--fleet", fleet, "--hostname", B], "object");
     await run("servers list", ["--fleet", fleet], "list");
-    await run("servers show", ["a.example.com"], "object");
-    await run("servers patch", ["b.example.com", "--reboot-group", "night"], "object");
-    await run("servers refresh", ["a.example.com"], "object");
-    await run("servers rotate-token", ["b.example.com"], "object");
-    await run("desired set", ["b.example.com", "-f", desiredFile], "object");
-    await run("desired get", ["b.example.com"], "object");
-    await run("desired release", ["b.example.com"], "object");
-    await run("instances", ["--server", "a.example.com"], "list");
-    await run("wait server", ["a.example.com", "--status", "unknown", "--timeout", "5s"], "object");
+    await run("servers show", [A], "object");
+    await run("servers patch", [B, "--reboot-group", "night"], "object");
+    await run("servers refresh", [A], "object");
+    await run("servers rotate-token", [B], "object");
+    await run("desired set", [B, "-f", desiredFile], "object");
+    await run("desired get", [B], "object");
+    await run("desired release", [B], "object");
+    await run("instances", ["--server", A], "list");
+    await run("wait server", [A, "--status", "unknown", "--timeout", "5s"], "object");
     await run("check server-agents", ["--fleet", fleet], "object");
     await run("reboot-groups set", ["night", "--fleet", fleet, "--slots", "1"], "object");
     await run("reboot-groups list", ["--fleet", fleet], "list");
@@ -133,7 +136,7 @@ describe("every hm command answers -o json in one shape", () => {
     await run("rollout events", [rollout.id], "list");
     await run("rollout pause", [rollout.id], "object");
     await run("rollout resume", [rollout.id], "object");
-    await run("rollout end-target", [rollout.id, "a.example.com"], "object");
+    await run("rollout end-target", [rollout.id, A], "object");
     await run("rollout rollback", [rollout.id], "object");
     await run("rollout start", ["--fleet", fleet, "--agent", "logs", "--image", "reg/logs:3", "--version", "3"], "object");
     await run("rollout cancel", ["latest"], "object");
@@ -158,7 +161,7 @@ describe("every hm command answers -o json in one shape", () => {
   it("-o name prints one name a line, and --json is -o json", async () => {
     const fleet = fresh("names");
     await api.createFleet({ id: fleet });
-    for (const h of ["n1.example.com", "n2.example.com"]) await api.registerServer({ fleet, hostname: h, kind: "managed" });
+    for (const h of [`n1.${fleet}.test`, `n2.${fleet}.test`]) await api.registerServer({ fleet, hostname: h, kind: "managed" });
     const ids = (await api.listServers({ fleet })).map((s) => s.id).sort();
     expect((await hm(["-o", "name", "servers", "--fleet", fleet])).stdout.trim().split("\n").sort()).toEqual(ids);
     expect((await hm(["-o", "name", "fleets", "show", fleet])).stdout).toBe(`${fleet}\n`);
@@ -170,7 +173,7 @@ describe("text a host controls is printed with its control characters visible", 
   it("a report's error message with escape codes shows as \\x1b… in servers show, table and wide; json keeps it exact", async () => {
     const fleet = fresh("esc");
     await api.createFleet({ id: fleet });
-    const s = await api.registerServer({ fleet, hostname: "esc.example.com", kind: "managed" });
+    const s = await api.registerServer({ fleet, hostname: `esc.${fleet}.test`, kind: "managed" });
     const desired = await api.putDesired(s.id, { generation: (await api.getDesired(s.id)).generation + 1, agents: [{ name: "logs", image: "reg/logs:1", version: "1" }] });
     await new HostApi(url, s.token).report({
       generation: desired.generation,
@@ -242,7 +245,7 @@ describe("a default fleet, and objects by short id, name or latest", () => {
   it("rollouts by latest, agent name and short id; an ambiguous or unknown reference is refused", async () => {
     const fleet = fresh("ref");
     await api.createFleet({ id: fleet });
-    await api.registerServer({ fleet, hostname: "r.example.com", kind: "managed" });
+    await api.registerServer({ fleet, hostname: `r.${fleet}.test`, kind: "managed" });
     // Channel-only rollouts: the fleet's servers need not run the agents.
     const first = await api.startRollout({ fleet, agent: "alpha", image: "reg/alpha:1", version: "1", channel_only: true });
     const second = await api.startRollout({ fleet, agent: "beta", image: "reg/beta:1", version: "1", channel_only: true });
