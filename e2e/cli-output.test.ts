@@ -165,6 +165,7 @@ describe("every hm command answers -o json in one shape", () => {
     const ids = (await api.listServers({ fleet })).map((s) => s.id).sort();
     expect((await hm(["-o", "name", "servers", "--fleet", fleet])).stdout.trim().split("\n").sort()).toEqual(ids);
     expect((await hm(["-o", "name", "fleets", "show", fleet])).stdout).toBe(`${fleet}\n`);
+    expect((await hm(["-o", "name", "audit", "--limit", "2"])).stdout).toMatch(/^\d+\n\d+\n$/);
     expect((await hm(["--json", "reboot-groups", "--fleet", fleet])).json()).toEqual((await hm(["-o", "json", "reboot-groups", "--fleet", fleet])).json());
   });
 });
