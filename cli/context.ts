@@ -32,7 +32,8 @@ export function act(io: Io, fn: Action) {
       // A refused token: say which deployment refused it and where the token came from, so a
       // stale HM_TOKEN or a context pointing elsewhere is found at once.
       if (err instanceof ApiError && (err.status === 401 || err.status === 403) && ctx.resolved) {
-        throw new Exit(1, `${err.code}: ${err.message}\n${refusedBy(ctx.resolved)}`);
+        const details = err.details === undefined ? "" : `\n${JSON.stringify(err.details)}`;
+        throw new Exit(1, `${err.code}: ${err.message}${details}\n${refusedBy(ctx.resolved)}`);
       }
       throw err;
     }
