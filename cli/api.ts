@@ -15,6 +15,8 @@ type Success<R> = R extends ClientResponse<infer T, infer S, infer _F> ? (S exte
 async function ok<R extends ClientResponse<unknown, number, any>>(pending: Promise<R>): Promise<Success<R>> {
   const res = await pending;
   if (!res.ok) throw await apiErrorOf(res as unknown as Response);
+  // 204 (a delete) has no body to parse.
+  if (res.status === 204) return undefined as Success<R>;
   return (await res.json()) as Success<R>;
 }
 
