@@ -9,6 +9,8 @@ import { describe, expect, it } from "vitest";
 import { getDb } from "../src/db/client";
 import { serverLabels, servers } from "../src/db/schema";
 import { MAX_SERVER_LABELS } from "../src/domain/limits";
+import { buildProjection } from "../src/ledger/projection";
+import type { ServerRecord } from "../src/ledger/record";
 import { listServers, sparseLabel } from "../src/servers/store";
 import { breakD1, call, createFleet, d1Statements, fireTimersNow, pendingEffects, registerServer, uniq } from "./helpers";
 import { AGENT, fleetWithAgent, NEW, startRollout, targets } from "./rollout-helpers";
@@ -129,6 +131,20 @@ describe("PATCH labels", () => {
     expect(res.status).toBe(400);
     expect(res.json.error.details.map((d: { path: string }) => d.path)).toContain("labels.Bad Key");
     expect((await call("GET", `/v1/servers/${s.id}`)).json.labels).toEqual({ zone: "eu-1a" });
+  });
+});
+
+describe("the projection's signature", () => {
+  const record = (labels?: Record<string, string>): ServerRecord => ({
+    id: crypto.randomUUID(), fleet_id: "f", hostname: "h.example.com", kind: "managed", roles: [], reboot_group: "default", fleetlock_id: null,
+    state: "active", stale_after_s: 600, created_at: 0, token_hash: "", token_id: "", ...(labels ? { labels } : {}),
+  });
+  const signed = (r: ServerRecord) => JSON.parse(buildProjection(r, { generation: 1, agents: [], lifecycle: "run", updated_at: 0 }, undefined, 0).signatures.server);
+
+  it("of a server without labels is the one written before servers had labels, so its row is not rewritten for them", () => {
+    expect(signed(record())).not.toHaveProperty("labels");
+    expect(signed(record({}))).not.toHaveProperty("labels");
+    expect(signed(record({ zone: "eu-1a" })).labels).toEqual({ zone: "eu-1a" });
   });
 });
 
