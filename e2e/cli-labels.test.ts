@@ -51,6 +51,12 @@ describe("hm and labels", () => {
     const inst = await hm(["--json", "instances", "--agent", "web", "--label", "zone=eu-1a"]);
     expect((inst.json() as { hostname: string; fleet: string }[]).filter((i) => i.fleet === fleet).map((i) => i.hostname)).toEqual(["b.example.com"]);
 
+    // A rollout of the servers with the label only.
+    const started = await hm(["--json", "rollout", "start", "--fleet", fleet, "--agent", "web", "--image", "reg/web:2", "--version", "2", "--label", "zone=eu-1a"]);
+    expect(started.code, started.stderr).toBe(0);
+    const targets = await hm(["--json", "rollout", "targets", (started.json() as { id: string }).id]);
+    expect((targets.json() as { hostname: string }[]).map((t) => t.hostname)).toEqual(["b.example.com"]);
+
     const bad = await hm(["servers", "ls", "--label", "Zone=x"]);
     expect(bad.code).toBe(1);
     expect(bad.stderr).toContain("invalid_query");
