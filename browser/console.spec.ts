@@ -64,6 +64,30 @@ test("servers: search by status, hostname, agent and image; paged", async ({ pag
   await accessible(page);
 });
 
+test("servers: filtered by labels (several ANDed, or a bare key), shown in their own column", async ({ page }) => {
+  await admin("PATCH", `/v1/servers/${host("app-01").id}`, { labels: { zone: "eu-1a", rack: "r1" } });
+  await admin("PATCH", `/v1/servers/${host("app-02").id}`, { labels: { zone: "eu-1a", rack: "r2" } });
+  await admin("PATCH", `/v1/servers/${host("app-03").id}`, { labels: { zone: "eu-1b" } });
+  await signIn(page, seed.admin, `/console/servers${fleetQ}`);
+  await expect(page.locator("#servers thead")).toContainText("Labels");
+  await page.getByLabel("Labels").fill("zone=eu-1a");
+  await page.getByRole("button", { name: "Search" }).click();
+  await expect(page.locator("#servers tbody tr")).toHaveCount(2);
+  await expect(page.locator("#servers tbody tr", { hasText: "app-01" }).locator("td.labels")).toContainText("rack=r1");
+  await expect(page.locator("#servers tbody tr", { hasText: "app-01" }).locator("td.labels")).toContainText("zone=eu-1a");
+  await page.getByLabel("Labels").fill("zone=eu-1a, rack=r2");
+  await page.getByRole("button", { name: "Search" }).click();
+  await expect(page.locator("#servers tbody tr")).toHaveCount(1);
+  await expect(page.locator("#servers")).toContainText("app-02");
+  await page.getByLabel("Labels").fill("zone");
+  await page.getByRole("button", { name: "Search" }).click();
+  await expect(page.locator("#servers tbody tr")).toHaveCount(3);
+  await expect(page.getByLabel("Labels")).toHaveValue("zone");
+  await accessible(page);
+  // Labels are undone so later tests see the seed as it was.
+  for (const h of ["app-01", "app-02", "app-03"]) await admin("PATCH", `/v1/servers/${host(h).id}`, { labels: { zone: null, rack: null } });
+});
+
 test("a server: desired against reported with errors, FleetLock hold, audit; refresh and token rotation, audited", async ({ page }) => {
   await signIn(page, seed.admin, `/console/servers/${host("app-04").id}`);
   await expect(page.locator("#server-agents")).toContainText("manifest unknown");
@@ -218,6 +242,34 @@ test("forged actions are refused: no CSRF token, a wrong one, another origin", a
   // A page from elsewhere cannot open the live socket either.
   const socket = await page.request.get(url(`/console/live${fleetQ}`), { headers: { Upgrade: "websocket", Origin: "https://evil.example", Connection: "Upgrade", "Sec-WebSocket-Version": "13", "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==" } });
   expect(socket.status()).toBe(403);
+});
+
+test("images: the catalog with name, version, digest, size and who uses each image, linked from the nav", async ({ page }) => {
+  const digest = `sha256:${"e".repeat(64)}`;
+  const image = await admin("POST", "/v1/images", {
+    name: "catalog-demo",
+    version: "3.1.0",
+    kind: "oci-ref",
+    digest,
+    size: 52_428_800,
+    ref: `registry.example.com/org/catalog-demo@${digest}`,
+  });
+  await admin("PUT", `/v1/fleets/${seed.fleet}/channels/catalog-demo`, { image_id: image.id });
+  await signIn(page);
+  await page.getByRole("navigation", { name: "Console" }).getByRole("link", { name: "Images" }).click();
+  await expect(page).toHaveURL(/\/console\/images/);
+  await expect(page.getByRole("heading", { level: 1 })).toHaveText("Images");
+  const row = page.locator("#images tbody tr", { hasText: "catalog-demo" });
+  await expect(row).toContainText("3.1.0");
+  await expect(row).toContainText("oci-ref");
+  await expect(row).toContainText("sha256:eeeeeeeeeeee");
+  await expect(row).toContainText("50.0 MiB");
+  await expect(row).toContainText(`channel ${seed.fleet}/catalog-demo`);
+  await page.getByLabel("Name").fill("no-such-image");
+  await page.getByRole("button", { name: "Filter" }).click();
+  await expect(page.locator("#images tbody tr")).toHaveCount(0);
+  await expect(page.getByText("No image named no-such-image")).toBeVisible();
+  await accessible(page);
 });
 
 test("usable at 390 px: the overview fits the width", async ({ page }) => {

@@ -15,6 +15,8 @@ type Success<R> = R extends ClientResponse<infer T, infer S, infer _F> ? (S exte
 async function ok<R extends ClientResponse<unknown, number, any>>(pending: Promise<R>): Promise<Success<R>> {
   const res = await pending;
   if (!res.ok) throw await apiErrorOf(res as unknown as Response);
+  // 204 (a delete) has no body to parse.
+  if (res.status === 204) return undefined as Success<R>;
   return (await res.json()) as Success<R>;
 }
 
@@ -44,6 +46,8 @@ export type RoleInput = Parameters<Methods["putRole"]>[2];
 export type FleetPatch = Parameters<Methods["patchFleet"]>[1];
 export type EnrollmentToken = Awaited<ReturnType<Methods["listEnrollmentTokens"]>>[number];
 export type AgentBuild = Awaited<ReturnType<Methods["getAgentBuild"]>>;
+export type Image = Awaited<ReturnType<Methods["getImage"]>>;
+export type ImageInput = Parameters<Methods["registerImage"]>[0];
 export interface Page<T> {
   items: T[];
   next_cursor: string | null;
@@ -95,8 +99,15 @@ function methods(c: Client) {
       ok(c.v1.fleets[":fleet"].roles[":role"].$put({ param: { fleet, role }, json })),
     deleteRole: (fleet: string, role: string) => ok(c.v1.fleets[":fleet"].roles[":role"].$delete({ param: { fleet, role } })),
 
+    // images
+    registerImage: (json: Parameters<Client["v1"]["images"]["$post"]>[0]["json"]) => ok(c.v1.images.$post({ json })),
+    listImages: (query: { name?: string; version?: string } = {}) => all((cursor) => ok(c.v1.images.$get({ query: { ...query, limit: PAGE, cursor } }))),
+    getImage: (id: string) => ok(c.v1.images[":id"].$get({ param: { id } })),
+    completeImage: (id: string) => ok(c.v1.images[":id"].complete.$post({ param: { id } })),
+    deleteImage: (id: string) => ok(c.v1.images[":id"].$delete({ param: { id } })),
+
     // servers
-    listServers: (filter: { fleet?: string; status?: ServerStatusFilter; state?: ServerStateFilter; hostname?: string } = {}, max?: number) =>
+    listServers: (filter: { fleet?: string; status?: ServerStatusFilter; state?: ServerStateFilter; hostname?: string; label?: string[] } = {}, max?: number) =>
       all((cursor) => ok(c.v1.servers.$get({ query: { ...filter, limit: PAGE, cursor } })), max),
     getServer: (id: string) => ok(c.v1.servers[":id"].$get({ param: { id: srv(id) } })),
     registerServer: (json: Parameters<Client["v1"]["servers"]["$post"]>[0]["json"]) => ok(c.v1.servers.$post({ json })),
@@ -109,7 +120,7 @@ function methods(c: Client) {
     refreshServer: (id: string) => ok(c.v1.servers[":id"].refresh.$post({ param: { id: srv(id) } })),
     rotateServerToken: (id: string) => ok(c.v1.servers[":id"].token.$post({ param: { id: srv(id) } })),
 
-    listInstances: (filter: { server?: string; agent?: string; image?: string } = {}, max?: number) =>
+    listInstances: (filter: { server?: string; agent?: string; image?: string; label?: string[] } = {}, max?: number) =>
       all((cursor) => ok(c.v1.instances.$get({ query: { ...filter, limit: PAGE, cursor } })), max),
 
     // reboot coordination
@@ -212,6 +223,23 @@ export class Api {
     } as RequestInit);
     if (!res.ok) throw await apiErrorOf(res);
     return (await res.json()) as AgentBuild;
+  }
+
+  /**
+   * PUT one part of an image's upload: `body` streams (a file's range), `length` bytes; the raw
+   * octet-stream body is outside the typed client, so the request is built here.
+   */
+  async putImagePart(id: string, part: number, body: ReadableStream<Uint8Array>, length: number, signal?: AbortSignal) {
+    const url = this.client.v1.images[":id"].parts[":part"].$url({ param: { id, part: String(part) } });
+    const res = await this.fetchImpl(url.toString(), {
+      method: "PUT",
+      headers: { Authorization: `Bearer ${this.token}`, "Content-Type": "application/octet-stream", "Content-Length": String(length) },
+      body,
+      signal,
+      duplex: "half",
+    } as RequestInit);
+    if (!res.ok) throw await apiErrorOf(res);
+    return (await res.json()) as { part: number; size: number; upload: { part_size: number; parts: number; received: number[] } };
   }
 
   /** GET a server with its view's ETag. */

@@ -1,6 +1,7 @@
 import { Command, CommanderError, Option } from "commander";
 import { ApiError } from "./api.ts";
 import { Exit, FORMATS, processIo, type Io } from "./io.ts";
+import { fillFleet } from "./context.ts";
 import { registerCompletion } from "./commands/completion.ts";
 import { registerContexts } from "./commands/contexts.ts";
 import { registerIntent } from "./commands/intent.ts";
@@ -24,6 +25,7 @@ import { registerGates } from "./commands/gates.ts";
 import { registerWebhooks } from "./commands/webhooks.ts";
 import { registerEnrollTokens } from "./commands/enroll-tokens.ts";
 import { registerAgent } from "./commands/agent.ts";
+import { registerImages } from "./commands/images.ts";
 
 export function buildProgram(io: Io): Command {
   const program = new Command("hm")
@@ -51,6 +53,7 @@ export function buildProgram(io: Io): Command {
     registerRebootGroups,
     registerGates,
     registerWebhooks,
+    registerImages,
     registerFleetlock,
     registerTokens,
     registerEnrollTokens,
@@ -67,6 +70,7 @@ export function buildProgram(io: Io): Command {
   ]) {
     register(program, io);
   }
+  program.hook("preAction", fillFleet(io));
   // Subcommands inherit the output hooks and exit override, so usage errors come back here.
   const inherit = (cmd: Command) => {
     for (const sub of cmd.commands) {

@@ -17,7 +17,7 @@ import { metricsRoutes } from "./metrics/routes";
 import { DomainError } from "./domain/errors";
 import { actorOf } from "./domain/principal";
 import { allowedMethodsFinder } from "./http/allow";
-import { limitBodies, requireJsonBody } from "./http/content";
+import { exceptRawBodies, limitBodies, rawBodies, requireJsonBody } from "./http/content";
 import { corsForConfiguredOrigins } from "./http/cors";
 import { logError, requestLog } from "./http/log";
 import { DOCUMENT_CONFIG, registerServiceEndpoints, withRequestIdHeaders } from "./http/document";
@@ -38,6 +38,9 @@ import { statusRoutes } from "./servers/status.routes";
 import { enrollmentTokenRoutes, enrollRoutes } from "./enrollment/routes";
 import { agentBuildRoutes, installRoutes } from "./agent-builds/routes";
 import { except } from "hono/combine";
+import { imageRoutes } from "./images/routes";
+import { imageBlobRoutes } from "./images/blob.routes";
+import { MAX_PART_BYTES } from "./domain/images";
 
 /** Who made a request, as the audit log names them; a FleetLock call is its fleet's. */
 function requester(c: Context<AppEnv>, route: string | null) {
@@ -55,10 +58,12 @@ export function createApp() {
   app.use("*", requestId());
   app.use("*", requestLog(requester));
   app.use("*", corsForConfiguredOrigins());
-  // An agent build is bytes, not JSON, and larger than a JSON body (src/agent-builds/).
-  const rawBodies = "/v1/agent/builds/*";
-  app.use("/v1/*", except(rawBodies, limitBodies(MAX_BODY_BYTES)));
-  app.use("/v1/*", except(rawBodies, requireJsonBody));
+  // An agent build is bytes too (src/agent-builds/), but may come gzip-compressed and is larger
+  // than an image's part: its route checks its own body (length, encoding, checksum).
+  const agentBuilds = "/v1/agent/builds/*";
+  app.use("/v1/*", except(agentBuilds, exceptRawBodies(limitBodies(MAX_BODY_BYTES))));
+  app.use("/v1/*", except(agentBuilds, exceptRawBodies(requireJsonBody)));
+  app.use("/v1/*", rawBodies(MAX_PART_BYTES));
   app.use("/v1/*", rejectUnknownQuery(() => app.openAPIRegistry.definitions as never));
   // While upgrade steps are pending, writes answer 503 (hosts' own endpoints excepted).
   app.use("/v1/*", drainWrites());
@@ -93,6 +98,9 @@ export function createApp() {
     .route("/v1/agent", enrollRoutes)
     .route("/v1/agent", agentBuildRoutes)
     .route("/", installRoutes)
+    // The image catalog, and its bytes for hosts.
+    .route("/v1/images", imageRoutes)
+    .route("/v1/agent", imageBlobRoutes)
     // FleetLock (hosts) sits outside /v1: its own body limit, no JSON Content-Type rule, its own error body.
     .route("/fleetlock", fleetlockRoutes);
 

@@ -18,6 +18,7 @@ import { rolloutPages } from "./pages/rollouts";
 import { driftPages } from "./pages/drift";
 import { auditPage } from "./pages/audit";
 import { enrollmentPages } from "./pages/enrollment";
+import { imagesPage } from "./pages/images";
 
 export function consoleRoutes(getApp: () => InProcessApp) {
   const app = new Hono<ConsoleEnv>();
@@ -35,6 +36,7 @@ export function consoleRoutes(getApp: () => InProcessApp) {
   app.route("/", driftPages(getApp));
   app.get("/console/audit", requireSession, page(getApp, "audit", auditPage));
   app.route("/", enrollmentPages(getApp));
+  app.get("/console/images", requireSession, page(getApp, "images", imagesPage));
   app.onError((err, c) => {
     if (err instanceof Refused) return c.text(err.message, err.status);
     throw err;

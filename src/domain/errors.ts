@@ -72,6 +72,14 @@ export const ERROR_CODES = [
   // Enrollment: a token's hostname pattern refuses the hostname; a machine already enrolled as another hostname.
   "hostname_not_allowed",
   "machine_enrolled",
+  // The image catalog.
+  "image_not_found",
+  "image_in_use",
+  "image_conflict",
+  "digest_mismatch",
+  "upload_incomplete",
+  "invalid_part",
+  "range_not_satisfiable",
 ] as const;
 
 export type ErrorCode = (typeof ERROR_CODES)[number];

@@ -62,6 +62,13 @@ export const STATUS_OF_CODE = {
   hostname_taken: 409,
   hostname_not_allowed: 403,
   machine_enrolled: 409,
+  image_not_found: 422,
+  image_in_use: 409,
+  image_conflict: 409,
+  digest_mismatch: 422,
+  upload_incomplete: 409,
+  invalid_part: 400,
+  range_not_satisfiable: 416,
 } as const satisfies Record<ErrorCode, ContentfulStatusCode>;
 
 export const errorBody = (code: ErrorCode, message: string, details?: unknown) => ({

@@ -1,4 +1,5 @@
 import { z } from "@hono/zod-openapi";
+import { labelsSchema } from "../servers/labels";
 import { fleetId } from "../fleets/schemas";
 import { agentName, imageRef, versionString } from "../ledger/schemas";
 import { ROLLOUT_STATES, ROLLOUT_TARGET_STATES as TARGET_STATES } from "../domain/enums";
@@ -34,11 +35,13 @@ export const RolloutInput = z
   .strictObject({
     fleet: fleetId,
     agent: agentName,
-    image: imageRef,
-    version: versionString,
+    image: imageRef.optional().openapi({ description: "The image by name (with version); or give image_id" }),
+    version: versionString.optional(),
+    image_id: z.uuid().optional().openapi({ description: "A catalog image, by id (instead of image and version)" }),
     selector: z
       .strictObject({
         roles: z.array(roleName).max(64).optional(),
+        labels: labelsSchema.optional().openapi({ description: "servers with every one of these labels (key and value); with roles or servers too, a target matches each" }),
         servers: z
           .array(z.string().min(1).max(253))
           .max(MAX_ROLLOUT_SERVER_LIST)
@@ -65,6 +68,10 @@ export const RolloutInput = z
         "Move only the fleet's channel for the agent (servers set up later get the image) and write no server. " +
         "Without it, a rollout that would target no server is refused (422 no_targets).",
     }),
+  })
+  .refine((r) => (r.image_id ? r.image === undefined && r.version === undefined : r.image !== undefined && r.version !== undefined), {
+    message: "name the image by image and version, or by image_id (not both)",
+    path: ["image"],
   })
   .refine((r) => !r.channel_only || r.update_channel, { message: "channel_only moves the channel: update_channel cannot be false", path: ["update_channel"] })
   .refine((r) => !r.channel_only || (!r.selector && r.exclude.length === 0), {

@@ -14,6 +14,8 @@
  */
 import { issueToken } from "../auth/tokens";
 import { getDb } from "../db/client";
+import { servers } from "../db/schema";
+import { eq } from "drizzle-orm";
 import { DomainError, notFound } from "../domain/errors";
 import type { Env } from "../env";
 import { FLEET_ID } from "../fleets/schemas";
@@ -23,13 +25,16 @@ import { unwrap } from "../objects/kit/result";
 import type { ServerView } from "../ledger/durable-object";
 import { RESERVATION_MARGIN_MS } from "../ledger/operator";
 import type { ServerRecord } from "../ledger/record";
-import type { DesiredConfigInput } from "../ledger/schemas";
+import type { DesiredConfigInput, DesiredConfigRequest } from "../ledger/schemas";
+import { imageForFleet, policyOf } from "../images/resolve";
+import { catalogSpread } from "../domain/images";
 import { tagMatches, viewTag } from "../ledger/view-tag";
 import { ledgerOf, coordinatorOf } from "../objects/stubs";
 import { catchUpPlan, firstPlan, replanServer, setServerRoles } from "../planner/service";
 import type { ServerPatch } from "./schemas";
+import { sortedLabels, type Labels } from "./labels";
 import { refuseTakenHostname, serverIdOf } from "./naming";
-import { hostnamesIn, listServers, liveServerIdsOfFleet, type ServerFilter } from "./store";
+import { hostnamesIn, listServers, liveServerIdsOfFleet, sparseLabel, type ServerFilter } from "./store";
 import { viewWhenChanged } from "./wait";
 
 export interface RegisterInput {
@@ -37,6 +42,8 @@ export interface RegisterInput {
   hostname: string;
   kind: ServerRecord["kind"];
   roles: string[];
+  /** Enrollment passes the body's labels (already validated by labelsSchema) or none. */
+  labels?: Labels;
   reboot_group: string;
   fleetlock_id?: string;
 }
@@ -63,6 +70,7 @@ export async function registerServer(
     hostname: input.hostname.toLowerCase(),
     kind: input.kind,
     roles: input.roles,
+    labels: sortedLabels(input.labels ?? {}),
     reboot_group: input.reboot_group,
     fleetlock_id: input.fleetlock_id ?? null,
     state: "provisioning",
@@ -105,8 +113,9 @@ export async function serverIfChanged(
 }
 
 /** A page of the fleet-wide index by hostname (one more row than `limit` when another page exists). */
-export function searchServers(env: Env, filter: ServerFilter, after: [hostname: string, id: string] | null, limit: number) {
-  return listServers(getDb(env.DB), filter, after, limit);
+export async function searchServers(env: Env, filter: ServerFilter, after: [hostname: string, id: string] | null, limit: number) {
+  const db = getDb(env.DB);
+  return listServers(db, { ...filter, driveFrom: await sparseLabel(db, filter.fleet, filter.labels) }, after, limit);
 }
 
 /** The hostnames of these servers (removed ones included), for answers that name servers. */
@@ -134,17 +143,19 @@ export async function getDesiredConfig(env: Env, id: string) {
   return view.desired;
 }
 
-export async function putDesiredConfig(env: Env, actor: string, id: string, input: DesiredConfigInput) {
+export async function putDesiredConfig(env: Env, actor: string, id: string, request: DesiredConfigRequest) {
+  const input: DesiredConfigInput = { ...request, agents: await resolveAgents(env, id, request.agents) };
   return unwrap(await ledgerOf(env, id).putDesired(input, actor));
 }
 
-/** PATCH /v1/servers/{id}: the reboot identity first, then the roles (which re-plan the server). */
+/**
+ * PATCH /v1/servers/{id}: the labels first (refused before anything else is changed when the
+ * merge would exceed the limit), then the reboot identity, then the roles (which re-plan the server).
+ */
 export async function patchServer(env: Env, actor: string, id: string, patch: ServerPatch): Promise<ServerView> {
-  const { roles, ...identity } = patch;
-  let view =
-    identity.fleetlock_id !== undefined || identity.reboot_group !== undefined
-      ? await patchServerIdentity(env, actor, id, identity)
-      : null;
+  const { roles, labels, ...identity } = patch;
+  let view = labels !== undefined ? unwrap(await ledgerOf(env, id).setLabels(labels, { actor })).view : null;
+  if (identity.fleetlock_id !== undefined || identity.reboot_group !== undefined) view = await patchServerIdentity(env, actor, id, identity);
   if (roles !== undefined) view = (await setServerRoles(env, actor, id, roles)).view;
   return view!;
 }
@@ -238,4 +249,21 @@ export async function refreshFleet(env: Env, actor: string, fleet: string, after
     }),
   );
   return { rows, requested: ids.length - failed.length, failed };
+}
+
+/**
+ * The agents of a desired config with their images resolved now, against the catalog and the
+ * server's fleet's image policy: the ledger stores, and hands the host, exactly these.
+ */
+async function resolveAgents(env: Env, id: string, agents: DesiredConfigRequest["agents"]): Promise<DesiredConfigInput["agents"]> {
+  const db = getDb(env.DB);
+  const row = await db.query.servers.findFirst({ columns: { fleetId: true }, where: eq(servers.id, id) });
+  if (!row) throw notFound("server", id);
+  const policy = await policyOf(db, row.fleetId);
+  return Promise.all(
+    agents.map(async (a) => {
+      const { image, version, catalog } = await imageForFleet(db, row.fleetId, "image_id" in a ? { image_id: a.image_id } : a, policy);
+      return { name: a.name, image, version, ...(a.instance_id ? { instance_id: a.instance_id } : {}), ...catalogSpread(catalog) };
+    }),
+  );
 }
