@@ -12,6 +12,7 @@ import { join, resolve } from "node:path";
 
 const root = resolve(import.meta.dirname, "..");
 const wrangler = resolve(root, "node_modules/.bin/wrangler");
+const LOCAL_ENTRY = "src/local/index.ts";
 
 export const freePort = () =>
   new Promise<number>((res, rej) => {
@@ -49,6 +50,11 @@ export interface LocalServerOptions {
   /** More `wrangler dev` arguments (`--test-scheduled`, `--var NAME:value`, …). */
   devArgs?: string[];
   /**
+   * Run the local entry (src/local/index.ts): the same worker with the cost meter and the D1 taps,
+   * and their routes /__local/meter and /__local/d1-statements (benchmarks, cost runs).
+   */
+  metered?: boolean;
+  /**
    * PARK_TRUST_S: wrangler dev never tells the worker that a client went away, so a parked
    * FleetLock request is believed for this long (docs/fleetlock.md).
    */
@@ -80,6 +86,7 @@ async function startOnce({
   health = "/healthz",
   devArgs = [],
   parkTrustS = 30,
+  metered = false,
 }: LocalServerOptions): Promise<LocalServer> {
   const port = await freePort();
   const persist = reuse?.persist ?? mkdtempSync(join(tmpdir(), `harbormaster-${label}-`));
@@ -96,7 +103,7 @@ async function startOnce({
   }
   const child = spawn(
     wrangler,
-    ["dev", ...(config ? ["--config", config] : []), "--ip", "127.0.0.1", "--port", String(port), "--persist-to", persist,
+    ["dev", ...(metered ? [LOCAL_ENTRY] : []), ...(config ? ["--config", config] : []), "--ip", "127.0.0.1", "--port", String(port), "--persist-to", persist,
       "--env-file", envFile, "--log-level", "error", "--show-interactive-dev-session=false", ...devArgs],
     { cwd: root, stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, CI: "true" }, detached: true },
   );
@@ -134,7 +141,8 @@ async function startOnce({
 }
 
 if (import.meta.url === `file://${process.argv[1]}`) {
-  const s = await startLocalServer();
+  // `node scripts/local-server.ts --metered`: the local entry, meter and D1 taps on.
+  const s = await startLocalServer({ metered: process.argv.includes("--metered") });
   console.log(JSON.stringify({ url: s.url, token: s.admin }));
   for (const sig of ["SIGINT", "SIGTERM"]) process.on(sig, () => (s.stop(), process.exit(0)));
 }

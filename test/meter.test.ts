@@ -1,10 +1,13 @@
-import { createExecutionContext, env, waitOnExecutionContext } from "cloudflare:test";
+import { env, SELF } from "cloudflare:test";
 import { eq } from "drizzle-orm";
 import { describe, expect, it } from "vitest";
-import { createApp } from "../src/app";
-import { countingD1, d1RowsInto, getDb, type D1Rows } from "../src/db/client";
+import { getDb } from "../src/db/client";
 import { fleets } from "../src/db/schema";
-import { metered, meterReading, resetMeter } from "../src/objects/kit/meter";
+import * as deployed from "../src/index";
+import { ServerLedger as Ledger } from "../src/ledger/durable-object";
+import { d1Counters, d1RowsInto, type D1Rows } from "../src/local/d1-taps";
+import * as local from "../src/local/index";
+import { metered, meterReading, resetMeter } from "../src/local/meter";
 import { BASE, call, createFleet, fireTimersNow, registerServer, report, settle, uniq } from "./helpers";
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -32,10 +35,10 @@ class Probe {
 }
 const MeteredProbe = metered(Probe as never, "Probe") as unknown as typeof Probe;
 
-function probe(local = "1") {
+function probe() {
   const id = uniq("probe");
   const waits: Promise<unknown>[] = [];
-  const instance = new MeteredProbe({ id: { toString: () => id }, waitUntil: (p) => void waits.push(p) }, { LOCAL_COUNTERS: local });
+  const instance = new MeteredProbe({ id: { toString: () => id }, waitUntil: (p) => void waits.push(p) }, {});
   return { id, instance, waits };
 }
 
@@ -70,10 +73,11 @@ describe("cost meter", () => {
     expect(probeReading(id)).toMatchObject({ alarm: 1, ws_messages: 20, rpc: 0, requests: 2 });
   });
 
-  it("passes straight through, counting nothing, unless LOCAL_COUNTERS is 1", async () => {
-    const { id, instance } = probe("");
-    expect(await instance.work(1)).toBe("done");
-    expect(probeReading(id)).toBeUndefined();
+  it("stays out of the deployed entry: its objects are the classes themselves and it has no local routes", async () => {
+    expect(deployed.ServerLedger).toBe(Ledger);
+    expect(local.ServerLedger).not.toBe(Ledger);
+    const res = await deployed.default.fetch(new Request(`${BASE}/__local/meter`), env, { waitUntil() {}, passThroughOnException() {}, props: {} } as never);
+    expect(res.status).toBe(404);
   });
 
   it("counts D1 rows read and written from each statement's meta, by sender, through raw() and batch() too", async () => {
@@ -83,7 +87,7 @@ describe("cost meter", () => {
     const fleet = (id: string) => ({ id, capabilities: {}, staleAfterS: 300, lockTtlS: 600, createdAt: Date.now() });
 
     // The same statements sent without the meter, for their meta.
-    const direct = countingD1(env.DB);
+    const direct = env.DB;
     const insert = await getDb(direct).insert(fleets).values(fleet(a)).run();
     expect(insert.meta.rows_written).toBeGreaterThan(0);
     await db.insert(fleets).values(fleet(b)).run();
@@ -92,7 +96,7 @@ describe("cost meter", () => {
     const select = await direct.prepare("SELECT id FROM fleets").all();
     expect(select.meta.rows_read).toBeGreaterThan(1);
     // drizzle reads through raw(), whose answer carries no meta.
-    await countingD1(d1RowsInto(env.DB, rows)).prepare("SELECT id FROM fleets").raw();
+    await d1RowsInto(env.DB, rows).prepare("SELECT id FROM fleets").raw();
     expect(rows.rowsRead).toBe(insert.meta.rows_read + select.meta.rows_read);
     await db.batch([db.select().from(fleets).where(eq(fleets.id, a)), db.select().from(fleets).where(eq(fleets.id, b))]);
     expect(rows.statements).toBe(4);
@@ -128,20 +132,20 @@ describe("cost meter", () => {
     expect(storageOf()).toMatchObject({ rows_written: 0 });
   });
 
-  it("serves the meter only where LOCAL_COUNTERS is 1, and DELETE starts a new window", async () => {
-    const app = createApp();
-    const ask = async (method: string, local: string) => {
-      const ctx = createExecutionContext();
-      const res = await app.request(`${BASE}/__local/meter`, { method }, { ...env, LOCAL_COUNTERS: local }, ctx);
-      await waitOnExecutionContext(ctx);
-      return res;
-    };
-    expect((await ask("GET", "")).status).toBe(404);
-    expect((await ask("DELETE", "")).status).toBe(404);
+  it("counts the statements the Worker and the objects send, by kind, at /__local/d1-statements", async () => {
+    const before = { ...d1Counters };
+    await createFleet();
+    const served = (await (await SELF.fetch(`${BASE}/__local/d1-statements`)).json()) as { reads: number; writes: number };
+    expect(served.writes).toBeGreaterThan(before.writes);
+    expect(served).toEqual(d1Counters);
+  });
+
+  it("serves the meter in the local entry, and DELETE starts a new window", async () => {
+    const ask = (method: string) => SELF.fetch(`${BASE}/__local/meter`, { method });
     const { id, instance } = probe();
     await instance.work(1);
-    expect((await ask("DELETE", "1")).status).toBe(200);
-    const after = (await (await ask("GET", "1")).json()) as { window: { ms: number }; objects: Record<string, { by_instance: object }> };
+    expect((await ask("DELETE")).status).toBe(200);
+    const after = (await (await ask("GET")).json()) as { window: { ms: number }; objects: Record<string, { by_instance: object }> };
     expect(after.window.ms).toBeLessThan(5_000);
     expect(after.objects.Probe.by_instance).not.toHaveProperty(id);
   });

@@ -8,7 +8,7 @@ import { describe, expect, it } from "vitest";
 import { MemoryDriver } from "../agent/memory-driver";
 import type { ServerLedger } from "../src/ledger/durable-object";
 import { QUIET_TIMER, quietGraceMs } from "../src/ledger/quiet";
-import { meterReading } from "../src/objects/kit/meter";
+import { meterReading } from "../src/local/meter";
 import { call, createFleet, registerServer, report, settle } from "./helpers";
 import { runAgent, workerFetch } from "./agent-helpers";
 

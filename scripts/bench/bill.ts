@@ -1,5 +1,5 @@
 // The bill of `npm run bench -- cost` (./scenarios/cost.ts): the local meter's readings
-// (src/objects/kit/meter.ts) turned into usage per host-month, priced at ./prices.ts, itemized per
+// (src/local/meter.ts) turned into usage per host-month, priced at ./prices.ts, itemized per
 // transport and compared side by side with the bill measured before the host channel.
 import type { SimSummary } from "../../sim/simulator.ts";
 import type { BenchContext } from "./run.ts";

@@ -2,7 +2,7 @@
 // what a fleet would pay Cloudflare. For each transport in turn (a fleet of its own), the simulator
 // (sim/) plays HOSTS hosts in real time (no time compression), each running the reference agent
 // loop of that transport, and the local
-// meter (src/objects/kit/meter.ts, /__local/meter) counts what a deployment is billed for, in
+// meter (src/local/meter.ts, /__local/meter) counts what a deployment is billed for, in
 // windows:
 //   setup   registration and first desired configs (one-off per host: shown, not in the bill);
 //   join    hosts come up over the first RAMP_S seconds (shown, not in the bill);

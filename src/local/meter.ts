@@ -1,14 +1,15 @@
 /**
  * The local cost meter: what a deployment would be billed for, counted while the worker runs
- * locally (tests, `npm run bench -- cost`), and only where LOCAL_COUNTERS is "1" (never in a deploy:
- * elsewhere every wrapper below passes straight through). Served at /__local/meter (src/app.ts).
+ * locally from the local entry (./index.ts: `npm run bench`, the meter's own tests), never in a
+ * deployment, whose entry (src/index.ts) exports the objects and the Worker unwrapped. Served at
+ * /__local/meter.
  *
  * Counted per Durable Object instance, summed per class, and for the Worker:
  * - requests. An object: each RPC call, fetch and alarm is one; each WebSocket message it receives
  *   counts 1/20 (the billing ratio); webSocketClose/webSocketError run (and keep it awake) but are
  *   not billed as requests. The Worker: each fetch and each scheduled (cron) run.
  * - awake time: the wall-clock time an object is billed for (duration), defined below.
- * - D1 rows read and written, from each statement's meta, by the sender (src/db/client.ts).
+ * - D1 rows read and written, from each statement's meta, by the sender (./d1-taps.ts).
  * - an object's own storage rows read and written (./storage-meter.ts).
  * Objects are metered from the outside: `metered(Base, name)` returns a subclass whose instances
  * are seen by the runtime through a proxy, so only calls that come from outside the object (RPC,
@@ -31,7 +32,7 @@
  * disconnects". awake_ms leaves that tail out (the FAQ: not billed while it could hibernate);
  * idle_tail_ms counts it (up to 10 s after each awake period), so a bill can show both readings.
  */
-import { d1RowsInto, d1RowsMetered, d1Unattributed, type D1Rows } from "../../db/client";
+import { d1RowsInto, d1RowsMetered, d1Unattributed, type D1Rows } from "./d1-taps";
 import { meterStorage, type StorageRows } from "./storage-meter";
 
 /** The idle time before the runtime hibernates an object (lifecycle page), for idle_tail_ms. */
@@ -146,8 +147,7 @@ function objectMeter(className: string, id: string) {
   return m;
 }
 
-type MeterEnv = { LOCAL_COUNTERS?: string; DB?: D1Database };
-const metering = (env: MeterEnv) => env.LOCAL_COUNTERS === "1";
+type MeterEnv = { DB?: D1Database };
 
 /** The env a metered sender sees: the same bindings, its D1 rows counted as its own. */
 function senderEnv<E extends MeterEnv>(env: E, rows: D1Rows): E {
@@ -156,16 +156,15 @@ function senderEnv<E extends MeterEnv>(env: E, rows: D1Rows): E {
 
 type ObjectClass = abstract new (ctx: DurableObjectState, env: never) => object;
 
-/** The class `Base`, metered as `className` when its env has LOCAL_COUNTERS "1". */
+/** The class `Base`, metered as `className`. */
 export function metered<C extends ObjectClass>(Base: C, className: string): C {
   const Parent = Base as unknown as new (ctx: DurableObjectState, env: MeterEnv) => object;
   class Metered extends Parent {
     constructor(ctx: DurableObjectState, env: MeterEnv) {
-      const meter = metering(env) ? objectMeter(className, ctx.id.toString()) : null;
+      const meter = objectMeter(className, ctx.id.toString());
       // Before the object's constructor, which reads its storage already.
-      if (meter && ctx.storage) meter.settleStorage = meterStorage(ctx.storage, meter.storage);
-      super(ctx, meter ? senderEnv(env, meter.d1) : env);
-      if (!meter) return;
+      if (ctx.storage) meter.settleStorage = meterStorage(ctx.storage, meter.storage);
+      super(ctx, senderEnv(env, meter.d1));
       meter.counts.starts++;
       const waitUntil = ctx.waitUntil.bind(ctx);
       ctx.waitUntil = (work: Promise<unknown>) => {
@@ -209,7 +208,7 @@ function callsThrough(meter: ObjectMeter): ProxyHandler<object> {
   };
 }
 
-/** The Worker's handler, metered when its env has LOCAL_COUNTERS "1" (the meter's own route aside). */
+/** The Worker's handler, metered (the local routes aside: ./index.ts answers them first). */
 export function meteredWorker<H extends ExportedHandler<never>>(handler: H): H {
   const { fetch, scheduled } = handler as unknown as ExportedHandler<MeterEnv>;
   const metered: ExportedHandler<MeterEnv> = {
@@ -217,14 +216,12 @@ export function meteredWorker<H extends ExportedHandler<never>>(handler: H): H {
     fetch:
       fetch &&
       ((request, env, ctx) => {
-        if (!metering(env) || new URL(request.url).pathname.startsWith("/__local/")) return fetch(request, env, ctx);
         worker.requests++;
         return fetch(request, senderEnv(env, worker.d1), ctx);
       }),
     scheduled:
       scheduled &&
       ((controller, env, ctx) => {
-        if (!metering(env)) return scheduled(controller, env, ctx);
         worker.scheduled++;
         return scheduled(controller, senderEnv(env, worker.d1), ctx);
       }),
