@@ -5,7 +5,7 @@
 // all start their servers here.
 import { spawn, spawnSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
@@ -78,6 +78,27 @@ export async function startLocalServer(options: LocalServerOptions = {}): Promis
 
 class PortTaken extends Error {}
 
+/**
+ * The names of the worker's vars and required secrets in a wrangler config. wrangler dev takes
+ * them from its own environment over every file and `--var` (with `[secrets]` declared it reads
+ * process.env), so a caller's exported ADMIN_TOKEN would replace the token this server wrote for
+ * itself, and an exported ACCESS_LOG the benchmark's setting.
+ */
+export function workerSettingNames(config: string): string[] {
+  const toml = readFileSync(config, "utf8");
+  const section = (name: string) => new RegExp(`^\\[${name}\\]\\s*$([\\s\\S]*?)(?=^\\[|(?![\\s\\S]))`, "m").exec(toml)?.[1] ?? "";
+  const vars = [...section("vars").matchAll(/^([A-Za-z_][A-Za-z0-9_]*)\s*=/gm)].map((m) => m[1]);
+  const secrets = [.../required\s*=\s*\[([^\]]*)\]/.exec(section("secrets"))?.[1].matchAll(/"([^"]+)"/g) ?? []].map((m) => m[1]);
+  return [...new Set([...vars, ...secrets, "ADMIN_TOKEN"])];
+}
+
+/** The caller's environment less the worker's own settings (workerSettingNames), for wrangler. */
+function wranglerEnv(config: string): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = { ...process.env, CI: "true" };
+  for (const name of workerSettingNames(config)) delete env[name];
+  return env;
+}
+
 async function startOnce({
   label = "local",
   startTimeoutMs = 90_000,
@@ -105,7 +126,7 @@ async function startOnce({
     wrangler,
     ["dev", ...(metered ? [LOCAL_ENTRY] : []), ...(config ? ["--config", config] : []), "--ip", "127.0.0.1", "--port", String(port), "--persist-to", persist,
       "--env-file", envFile, "--log-level", "error", "--show-interactive-dev-session=false", ...devArgs],
-    { cwd: root, stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, CI: "true" }, detached: true },
+    { cwd: root, stdio: ["ignore", "pipe", "pipe"], env: wranglerEnv(config ?? resolve(root, "wrangler.toml")), detached: true },
   );
   let log = "";
   child.stdout.on("data", (d: Buffer) => (log += d));
