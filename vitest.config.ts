@@ -28,7 +28,8 @@ export default defineConfig(async () => {
       wrangler: { configPath: "./wrangler.toml" },
       ...(main ? { main } : {}),
       miniflare: {
-        bindings: { ADMIN_TOKEN: "test-admin-token", TEST_MIGRATIONS: migrations, ALLOW_LOOPBACK_HTTP: "1" },
+        // ACCESS_LOG "on": a line per request, as locally before the deployed default became "writes".
+        bindings: { ADMIN_TOKEN: "test-admin-token", TEST_MIGRATIONS: migrations, ALLOW_LOOPBACK_HTTP: "1", ACCESS_LOG: "on" },
       },
     });
   const shared = { setupFiles: ["./test/setup.ts"], testTimeout: 30_000 };

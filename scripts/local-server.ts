@@ -113,7 +113,8 @@ async function startOnce({
   const persist = reuse?.persist ?? mkdtempSync(join(tmpdir(), `harbormaster-${label}-`));
   const admin = reuse?.admin ?? randomBytes(24).toString("base64url");
   const envFile = join(persist, "server.vars");
-  writeFileSync(envFile, `ADMIN_TOKEN=${admin}\n${config ? "" : `PARK_TRUST_S=${parkTrustS}\nALLOW_LOOPBACK_HTTP=1\n`}`, { mode: 0o600 });
+  // ACCESS_LOG: a line per request locally (the deployed default logs writes only); `--var` wins.
+  writeFileSync(envFile, `ADMIN_TOKEN=${admin}\n${config ? "" : `PARK_TRUST_S=${parkTrustS}\nALLOW_LOOPBACK_HTTP=1\nACCESS_LOG=on\n`}`, { mode: 0o600 });
   if (!config) {
     const migrate = spawnSync(wrangler, ["d1", "migrations", "apply", "DB", "--local", "--persist-to", persist], {
       cwd: root,

@@ -1,4 +1,4 @@
-import { env, SELF } from "cloudflare:test";
+import { env, runDurableObjectAlarm, runInDurableObject, SELF } from "cloudflare:test";
 import { eq } from "drizzle-orm";
 import { describe, expect, it } from "vitest";
 import { getDb } from "../src/db/client";
@@ -130,6 +130,39 @@ describe("cost meter", () => {
     resetMeter();
     expect((await call("PUT", "/v1/agent/inventory", { token: s.token, body: report(1, []) })).status).toBe(200);
     expect(storageOf()).toMatchObject({ rows_written: 0 });
+  });
+
+  it("counts each setAlarm as a storage row written: the quiet watch re-arming when its timer finds a newer report", async () => {
+    const fleet = await createFleet({ stale_after_s: 120 });
+    const s = await registerServer(fleet.id);
+    const stub = env.LEDGER.get(env.LEDGER.idFromName(s.id));
+    expect((await call("PUT", "/v1/agent/inventory", { token: s.token, body: report(1, []) })).status).toBe(200);
+    await settle(s.id);
+    // The watch's timer made due now (the host reported since it was set): firing it re-arms it.
+    await runInDurableObject(stub, async (_i, state) => {
+      state.storage.sql.exec("UPDATE _timers SET due_at = ? WHERE name = 'quiet'", Date.now() - 1);
+      await state.storage.setAlarm(Date.now() - 1);
+    });
+    resetMeter();
+    await runDurableObjectAlarm(stub);
+    const storage = (meterReading().objects.ServerLedger as { by_instance: Record<string, any> }).by_instance[stub.id.toString()].storage;
+    expect(storage.alarms_set).toBe(1);
+    expect(storage.rows_written).toBeGreaterThanOrEqual(1);
+    expect(storage.stored_bytes).toBeGreaterThan(0);
+  });
+
+  it("counts console lines by kind and the Worker's writes, for Workers Logs", async () => {
+    resetMeter();
+    await createFleet();
+    await SELF.fetch(`${BASE}/healthz`);
+    console.log(JSON.stringify({ level: "info", msg: "request", note: "an access line" }));
+    console.warn("a warning");
+    const reading = meterReading();
+    expect(reading.worker).toMatchObject({ requests: 2, write_requests: 1 });
+    expect(reading.logs.lines).toBeGreaterThanOrEqual(2);
+    expect(reading.logs.access_lines).toBeGreaterThanOrEqual(1);
+    expect(reading.logs.lines - reading.logs.access_lines).toBeGreaterThanOrEqual(1);
+    expect(reading.d1_stored_bytes).toBeGreaterThan(0);
   });
 
   it("counts the statements the Worker and the objects send, by kind, at /__local/d1-statements", async () => {

@@ -32,7 +32,10 @@ let tapped = false;
 /** Whether rows are being counted (false: the binding lacks the internal the tap needs). */
 export const d1RowsMetered = () => tapped;
 
-type Answer = { meta?: { rows_read?: number; rows_written?: number } };
+type Answer = { meta?: { rows_read?: number; rows_written?: number; size_after?: number } };
+
+/** The database's size after the latest statement, bytes (each answer's meta.size_after). */
+export const d1Stored = { bytes: 0 };
 
 /**
  * The public API drops meta on raw() and first(), and drizzle reads through raw(); every method
@@ -54,6 +57,7 @@ function tapRows(db: D1Database) {
           rows.statements++;
           rows.rowsRead += one?.meta?.rows_read ?? 0;
           rows.rowsWritten += one?.meta?.rows_written ?? 0;
+          if (typeof one?.meta?.size_after === "number") d1Stored.bytes = one.meta.size_after;
         }
       },
       () => {},

@@ -11,7 +11,9 @@
 import type { Env } from "../env";
 import worker, * as objects from "../index";
 import { d1Counters } from "./d1-taps";
-import { metered, meteredWorker, meterReading } from "./meter";
+import { metered, meterConsole, meteredWorker, meterReading } from "./meter";
+
+meterConsole();
 
 export class ServerLedger extends metered(objects.ServerLedger, "ServerLedger") {}
 export class RebootCoordinator extends metered(objects.RebootCoordinator, "RebootCoordinator") {}
