@@ -8,6 +8,9 @@ import { ServerLedger as Ledger } from "../src/ledger/durable-object";
 import { d1Counters, d1RowsInto, type D1Rows } from "../src/local/d1-taps";
 import * as local from "../src/local/index";
 import { metered, meterReading, resetMeter } from "../src/local/meter";
+import { LEASE_REFRESH_ROWS } from "../scripts/bench/lease-refresh";
+import { INDEX_LEASE_MS } from "../src/ledger/projection";
+import { ledger, openChannel, sleep as pause } from "./channel-helpers";
 import { BASE, call, createFleet, fireTimersNow, registerServer, report, settle, uniq } from "./helpers";
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -149,6 +152,37 @@ describe("cost meter", () => {
     expect(storage.alarms_set).toBe(1);
     expect(storage.rows_written).toBeGreaterThanOrEqual(1);
     expect(storage.stored_bytes).toBeGreaterThan(0);
+  });
+
+  it("measures a connected host's lease refresh at what the cost benchmark adds once a lease, and a report within the lease at no row written", async () => {
+    const fleet = await createFleet({ stale_after_s: 300 });
+    const s = await registerServer(fleet.id);
+    const ch = await openChannel(s.token, { generation: 1 });
+    const send = async (id: string) => {
+      ch.send({ type: "report", v: 1, id, report: report(1, []) });
+      expect((await ch.next("ack")).status).toBe(200);
+      await settle(s.id);
+    };
+    await send("first");
+    // The first report's console notice leaves the outbox after its rate window.
+    await pause(700);
+    while (await runDurableObjectAlarm(ledger(s.id)));
+    const reading = () => (meterReading().objects.ServerLedger as { by_instance: Record<string, any> }).by_instance[ledger(s.id).id.toString()];
+    resetMeter();
+    await send("within the lease");
+    const steady = reading();
+    expect(steady.d1.rows_written + steady.storage.rows_written).toBe(0);
+    await runInDurableObject(ledger(s.id), (_i, state) => {
+      const mark = state.storage.kv.get<any>("projected");
+      state.storage.kv.put("projected", { ...mark, last_seen_written: mark.last_seen_written - INDEX_LEASE_MS });
+    });
+    await pause(5);
+    resetMeter();
+    await send("past the lease");
+    const refresh = reading();
+    expect({ d1RowsWritten: refresh.d1.rows_written, d1RowsRead: refresh.d1.rows_read, doRowsWritten: refresh.storage.rows_written, doRowsRead: refresh.storage.rows_read - steady.storage.rows_read }).toEqual(LEASE_REFRESH_ROWS);
+    expect(await runInDurableObject(ledger(s.id), (_i, state) => state.storage.getAlarm())).toBeNull();
+    ch.close();
   });
 
   it("counts console lines by kind and the Worker's writes, for Workers Logs", async () => {

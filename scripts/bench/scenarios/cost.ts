@@ -24,6 +24,7 @@ import type { FetchLike } from "../../../agent/http.ts";
 import type { SimOptions, SimSummary } from "../../../sim/simulator.ts";
 import type { BenchContext } from "../run.ts";
 import { compare, report, type Reading, type TransportBill, type Usage, type Window } from "../bill.ts";
+import { LEASE_REFRESH_ROWS } from "../lease-refresh.ts";
 import { MONTH_S } from "../prices.ts";
 import { INDEX_LEASE_MS } from "../../../src/domain/channel.ts";
 import { pollHeartbeatPersistMs, quietGraceMs } from "../../../src/ledger/quiet.ts";
@@ -32,16 +33,25 @@ import { pollHeartbeatPersistMs, quietGraceMs } from "../../../src/ledger/quiet.
  * How simulated hosts talk to Harbormaster: the simulator options that give its hosts that agent
  * loop, and what it costs on a period longer than the steady window can see (per host-month).
  */
-// A watched host's index row is refreshed once a lease (src/ledger/projection.ts): one two-column
-// UPDATE, 4 rows written with its indexes and 1 read, as the meter measured it.
+// A watched host's index row is refreshed once a lease (src/ledger/projection.ts): what that costs
+// is measured by the meter and pinned by test/meter.test.ts (../lease-refresh.ts).
 /** The simulator's fleets go stale after 4 report periods (sim/): the quiet watch fires this often. */
 const QUIET_PERIOD_S = 4 * 60 + quietGraceMs(4 * 60) / 1000;
 /** …and a steady HTTP host's heartbeat, carried by its polls, is stored this often. */
 const HEARTBEAT_PERSIST_S = pollHeartbeatPersistMs(4 * 60) / 1000;
 
+const LEASES_A_MONTH = (MONTH_S * 1000) / INDEX_LEASE_MS;
 const LEASE_REFRESH = {
-  usage: { d1RowsWritten: (MONTH_S * 1000 / INDEX_LEASE_MS) * 4, d1RowsRead: MONTH_S * 1000 / INDEX_LEASE_MS },
-  why: "the index refresh once a lease (an hour) of a watched host's row, which a 60 s window does not see: 720 a month, 4 rows written and 1 read each",
+  usage: {
+    d1RowsWritten: LEASES_A_MONTH * LEASE_REFRESH_ROWS.d1RowsWritten,
+    d1RowsRead: LEASES_A_MONTH * LEASE_REFRESH_ROWS.d1RowsRead,
+    doRowsWritten: LEASES_A_MONTH * LEASE_REFRESH_ROWS.doRowsWritten,
+    doRowsRead: LEASES_A_MONTH * LEASE_REFRESH_ROWS.doRowsRead,
+  },
+  why:
+    `the index refresh once a lease (${INDEX_LEASE_MS / 3_600_000} h) of a watched host's row, which a 60 s window does not see: ` +
+    `${LEASES_A_MONTH.toFixed(0)} a month, each ${LEASE_REFRESH_ROWS.d1RowsWritten} D1 rows written and ${LEASE_REFRESH_ROWS.d1RowsRead} read, ` +
+    `${LEASE_REFRESH_ROWS.doRowsWritten} storage rows written and ${LEASE_REFRESH_ROWS.doRowsRead} read (../lease-refresh.ts)`,
 };
 
 /**
@@ -66,10 +76,11 @@ const TRANSPORTS: Record<string, { label: string; sim: Partial<SimOptions>; peri
     periodic: {
       usage: {
         ...LEASE_REFRESH.usage,
+        doRowsRead: LEASE_REFRESH.usage.doRowsRead,
         doRequests: MONTH_S / QUIET_PERIOD_S,
         invocations: MONTH_S / QUIET_PERIOD_S,
         alarmsSet: MONTH_S / QUIET_PERIOD_S,
-        doRowsWritten: 2 * (MONTH_S / QUIET_PERIOD_S) + MONTH_S / HEARTBEAT_PERSIST_S,
+        doRowsWritten: LEASE_REFRESH.usage.doRowsWritten + 2 * (MONTH_S / QUIET_PERIOD_S) + MONTH_S / HEARTBEAT_PERSIST_S,
       },
       why:
         `${LEASE_REFRESH.why}; the quiet watch's alarm, once per stale_after + its grace (${QUIET_PERIOD_S} s here): ` +
