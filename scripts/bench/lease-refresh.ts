@@ -6,8 +6,12 @@ export const LEASE_REFRESH_ROWS = {
   /** One UPDATE of last_seen and stale_at: the row and its three indexes that hold them. */
   d1RowsWritten: 4,
   d1RowsRead: 1,
-  /** The ledger's outbox (the projection effect stored, then removed once delivered) and its projection mark. */
-  doRowsWritten: 6,
-  /** Beyond what the same report reads when no refresh is due. */
-  doRowsRead: 7,
+  /**
+   * The heartbeat persisted before the index may show it, and the projection's mark. The refresh
+   * is offered to the outbox, not stored in it (src/ledger/effects.ts, projectHeartbeat): it was
+   * 6 rows when stored (the effect's row and two indexes, then its removal).
+   */
+  doRowsWritten: 2,
+  /** Beyond what the same report reads when no refresh is due (7 when stored). */
+  doRowsRead: 3,
 };
