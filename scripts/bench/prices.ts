@@ -9,6 +9,7 @@
 //   Workers Logs:     https://developers.cloudflare.com/workers/observability/logs/workers-logs/#pricing
 //                     (from December 1, 2026 Workers Logs moves to Cloudflare Observability pricing,
 //                     the page says; the prices below are the ones it lists until then)
+//   R2:               https://developers.cloudflare.com/r2/pricing/ (Standard storage; egress is free)
 // Check them again before quoting a bill: prices and inclusions change.
 
 export const PRICES_READ_ON = "2026-11-24";
@@ -25,6 +26,7 @@ const WORKERS = "https://developers.cloudflare.com/workers/platform/pricing/";
 const DO = "https://developers.cloudflare.com/durable-objects/platform/pricing/";
 const D1 = "https://developers.cloudflare.com/d1/platform/pricing/";
 const LOGS = "https://developers.cloudflare.com/workers/observability/logs/workers-logs/#pricing";
+const R2 = "https://developers.cloudflare.com/r2/pricing/";
 
 export const PRICES = {
   /** The Workers Paid plan's monthly minimum, which the inclusions below come with. */
@@ -47,6 +49,10 @@ export const PRICES = {
   d1StoredGbMonth: { unit: "GB-month", includedPerMonth: 5, usdPerUnit: 0.75, source: D1 },
   /** Workers Logs events written: execution logs and console lines (./logging.ts), 20 million included. */
   logEvents: { unit: "log event", includedPerMonth: 20_000_000, usdPerUnit: 0.6 / 1e6, source: LOGS },
+  /** R2 (the image catalog's bytes): stored GB-month, Class A (writes, multipart steps), Class B (reads); no egress fee, deletes free. */
+  r2StorageGbMonth: { unit: "GB-month", includedPerMonth: 10, usdPerUnit: 0.015, source: R2 },
+  r2ClassA: { unit: "Class A operation", includedPerMonth: 1_000_000, usdPerUnit: 4.5 / 1e6, source: R2 },
+  r2ClassB: { unit: "Class B operation", includedPerMonth: 10_000_000, usdPerUnit: 0.36 / 1e6, source: R2 },
 } as const satisfies Record<string, Price | number>;
 
 /** Bytes in a GB of stored data (decimal, as the pricing pages' GB-month reads). */

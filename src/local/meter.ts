@@ -38,6 +38,7 @@
  * disconnects". awake_ms leaves that tail out (the FAQ: not billed while it could hibernate);
  * idle_tail_ms counts it (up to 10 s after each awake period), so a bill can show both readings.
  */
+import { r2Ops, resetR2Ops } from "../objects/kit/r2-meter";
 import { d1RowsInto, d1RowsMetered, d1Stored, d1Unattributed, type D1Rows } from "./d1-taps";
 import { meterStorage, type StorageRows } from "./storage-meter";
 
@@ -300,6 +301,7 @@ export function meterReading({ reset = false } = {}) {
     objects: classes,
     d1_unattributed: rowsReading(d1Unattributed),
     d1_rows_metered: d1RowsMetered(),
+    r2: { ...r2Ops },
   };
   if (reset) resetMeter(now);
   return reading;
@@ -313,5 +315,6 @@ export function resetMeter(now = Date.now()) {
   logs.lines = logs.access = logs.cron = 0;
   Object.assign(worker.d1, zeroRows());
   Object.assign(d1Unattributed, zeroRows());
+  resetR2Ops();
   windowStart = now;
 }
