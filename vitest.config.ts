@@ -19,6 +19,7 @@ const METERED = [
   "test/quiet-watch.test.ts",
   "test/specs-cost.test.ts",
   "test/staleness.test.ts",
+  "test/images-hosts.test.ts",
 ];
 
 const ADMIN_TOKEN = "test-admin-token";

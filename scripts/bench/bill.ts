@@ -284,7 +284,7 @@ export function compare(bills: TransportBill[]) {
 
 /**
  * R2 operations per step of an image's life, as test/images-hosts.test.ts measures them with the
- * meter's R2 counts (src/objects/kit/r2-meter.ts): an upload is one CreateMultipartUpload, one
+ * meter's R2 counts (src/local/r2-meter.ts): an upload is one CreateMultipartUpload, one
  * UploadPart per 50 MiB part and one CompleteMultipartUpload (Class A), and the completion's digest
  * check reads the object once (Class B); a host's download, whole or one Range, is one GetObject
  * (Class B) behind one Worker request that asks the server's ledger once (one DO request).

@@ -38,7 +38,7 @@
  * disconnects". awake_ms leaves that tail out (the FAQ: not billed while it could hibernate);
  * idle_tail_ms counts it (up to 10 s after each awake period), so a bill can show both readings.
  */
-import { r2Ops, resetR2Ops } from "../objects/kit/r2-meter";
+import { meteredBucket, r2Ops, resetR2Ops } from "./r2-meter";
 import { d1RowsInto, d1RowsMetered, d1Stored, d1Unattributed, type D1Rows } from "./d1-taps";
 import { meterStorage, type StorageRows } from "./storage-meter";
 
@@ -173,11 +173,13 @@ function objectMeter(className: string, id: string) {
   return m;
 }
 
-type MeterEnv = { DB?: D1Database };
+type MeterEnv = { DB?: D1Database; IMAGES?: R2Bucket };
 
 /** The env a metered sender sees: the same bindings, its D1 rows counted as its own. */
 function senderEnv<E extends MeterEnv>(env: E, rows: D1Rows): E {
-  return env.DB ? { ...env, DB: d1RowsInto(env.DB, rows) } : env;
+  const DB = env.DB ? d1RowsInto(env.DB, rows) : env.DB;
+  const IMAGES = env.IMAGES ? meteredBucket(env.IMAGES) : env.IMAGES;
+  return { ...env, ...(DB ? { DB } : {}), ...(IMAGES ? { IMAGES } : {}) };
 }
 
 type ObjectClass = abstract new (ctx: DurableObjectState, env: never) => object;
