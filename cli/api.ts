@@ -105,7 +105,7 @@ function methods(c: Client) {
     deleteImage: (id: string) => ok(c.v1.images[":id"].$delete({ param: { id } })),
 
     // servers
-    listServers: (filter: { fleet?: string; status?: ServerStatusFilter; state?: ServerStateFilter; hostname?: string } = {}, max?: number) =>
+    listServers: (filter: { fleet?: string; status?: ServerStatusFilter; state?: ServerStateFilter; hostname?: string; label?: string[] } = {}, max?: number) =>
       all((cursor) => ok(c.v1.servers.$get({ query: { ...filter, limit: PAGE, cursor } })), max),
     getServer: (id: string) => ok(c.v1.servers[":id"].$get({ param: { id: srv(id) } })),
     registerServer: (json: Parameters<Client["v1"]["servers"]["$post"]>[0]["json"]) => ok(c.v1.servers.$post({ json })),
@@ -118,7 +118,7 @@ function methods(c: Client) {
     refreshServer: (id: string) => ok(c.v1.servers[":id"].refresh.$post({ param: { id: srv(id) } })),
     rotateServerToken: (id: string) => ok(c.v1.servers[":id"].token.$post({ param: { id: srv(id) } })),
 
-    listInstances: (filter: { server?: string; agent?: string; image?: string } = {}, max?: number) =>
+    listInstances: (filter: { server?: string; agent?: string; image?: string; label?: string[] } = {}, max?: number) =>
       all((cursor) => ok(c.v1.instances.$get({ query: { ...filter, limit: PAGE, cursor } })), max),
 
     // reboot coordination

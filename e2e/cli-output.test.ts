@@ -98,6 +98,12 @@ describe("every hm command answers -o json in one shape", () => {
     await run("channels set", ["logs", "--fleet", fleet, "--image", "reg/logs:1", "--version", "1"], "object");
     await run("channels list", ["--fleet", fleet], "list");
     await run("channels show", ["logs", "--fleet", fleet], "object");
+    const imageFile = join(home, `image-${n++}.tar`);
+    writeFileSync(imageFile, "bytes of a walked image");
+    const image = await run("images push", [`walk-${fleet}`, "1", imageFile, "--kind", "tarball"], "object");
+    await run("images ls", ["--name", `walk-${fleet}`], "list");
+    await run("images show", [image.id], "object");
+    await run("images rm", [image.id], "object");
     await run("roles set", ["edge", "--fleet", fleet, "--agent", "logs"], "object");
     await run("roles list", ["--fleet", fleet], "list");
     await run("roles show", ["edge", "--fleet", fleet], "object");

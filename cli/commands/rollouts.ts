@@ -13,6 +13,7 @@ import { Exit, type Io, type Output } from "../io.ts";
 import { act, fleetOption, type Ctx } from "../context.ts";
 import { defaultFleet } from "../config.ts";
 import { isUuid, pick } from "../resolve.ts";
+import { labelsOf } from "./servers.ts";
 
 const wholeNumber = (v: string) => {
   if (!/^\d+$/.test(v)) throw new InvalidArgumentError("expected a whole number");
@@ -130,6 +131,7 @@ export function registerRollouts(program: Command, io: Io) {
     .option("--max-failure-percent <p>", "abort once this share of ended targets failed", positive)
     .option("--min-completed <n>", "judge the percentage only after n targets ended", wholeNumber)
     .option("--role <role>", "only servers with this role (repeatable)", collect)
+    .option("--label <key=value>", "only servers with this label (repeatable: all must hold)", collect)
     .option("--server <server>", "only this server: id or hostname (repeatable)", collect)
     .option("--exclude <id-or-hostname>", "leave this server out (repeatable)", collect)
     .option("--no-update-channel", "leave the fleet's channel where it is")
@@ -152,7 +154,7 @@ export function registerRollouts(program: Command, io: Io) {
           server_timeout_s: o.serverTimeout,
           slow_factor: o.slowFactor,
           abort,
-          selector: o.role || o.server ? { roles: o.role, servers: o.server } : undefined,
+          selector: o.role || o.server || o.label ? { roles: o.role, servers: o.server, labels: labelsOf(o.label) } : undefined,
           exclude: o.exclude,
           update_channel: o.updateChannel,
           reboot_slot: !!o.rebootSlot,
