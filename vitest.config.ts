@@ -20,6 +20,7 @@ const METERED = [
   "test/specs-cost.test.ts",
   "test/staleness.test.ts",
   "test/images-hosts.test.ts",
+  "test/labels.test.ts",
 ];
 
 const ADMIN_TOKEN = "test-admin-token";
