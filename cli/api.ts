@@ -44,6 +44,8 @@ export type Channel = Awaited<ReturnType<Methods["listChannels"]>>[number];
 export type Role = Awaited<ReturnType<Methods["listRoles"]>>[number];
 export type RoleInput = Parameters<Methods["putRole"]>[2];
 export type FleetPatch = Parameters<Methods["patchFleet"]>[1];
+export type EnrollmentToken = Awaited<ReturnType<Methods["listEnrollmentTokens"]>>[number];
+export type AgentBuild = Awaited<ReturnType<Methods["getAgentBuild"]>>;
 export type Image = Awaited<ReturnType<Methods["getImage"]>>;
 export type ImageInput = Parameters<Methods["registerImage"]>[0];
 export interface Page<T> {
@@ -161,6 +163,14 @@ function methods(c: Client) {
       ok(c.v1.rollouts[":id"].targets[":server"].end.$post({ param: { id, server: srv(server) }, json: reason ? { reason } : {} })),
     controlRollout: (id: string, action: "pause" | "resume" | "cancel" | "rollback") => ok(c.v1.rollouts[":id"][action].$post({ param: { id } })),
 
+    // enrollment and agent builds (issue 25)
+    listEnrollmentTokens: (fleet: string) =>
+      all((cursor) => ok(c.v1.fleets[":fleet"]["enrollment-tokens"].$get({ param: { fleet }, query: { limit: PAGE, cursor } }))),
+    createEnrollmentToken: (fleet: string, json: Parameters<Client["v1"]["fleets"][":fleet"]["enrollment-tokens"]["$post"]>[0]["json"]) =>
+      ok(c.v1.fleets[":fleet"]["enrollment-tokens"].$post({ param: { fleet }, json })),
+    revokeEnrollmentToken: (fleet: string, id: string) => ok(c.v1.fleets[":fleet"]["enrollment-tokens"][":id"].$delete({ param: { fleet, id } })),
+    getAgentBuild: (target: string) => ok(c.v1.agent.builds[":target"].$get({ param: { target } })),
+
     // upgrades, audit
     upgrades: (query: { limit?: number; cursor?: string } = {}) =>
       ok(c.v1.upgrades.$get({ query: { limit: query.limit?.toString(), cursor: query.cursor } })),
@@ -190,6 +200,29 @@ export class Api {
     this.base = baseUrl.replace(/\/+$/, "");
     this.client = createClient(this.base, token, { fetch: (input: string | URL | Request, init?: RequestInit) => this.fetchImpl(input as string, init) });
     Object.assign(this, methods(this.client));
+  }
+
+  /**
+   * PUT /v1/agent/builds/{target}: the file gzip-compressed as it streams (never read whole into
+   * memory; a ~110 MB executable travels as ~40 MB, within the Workers request limit), with its
+   * own length and SHA-256, which R2 checks against what it stores. Raw bytes, so not through hc.
+   */
+  async publishAgentBuild(target: string, file: { body: ReadableStream<Uint8Array>; size: number; sha256: string; version: string }) {
+    const res = await this.fetchImpl(`${this.base}/v1/agent/builds/${encodeURIComponent(target)}`, {
+      method: "PUT",
+      headers: {
+        Authorization: `Bearer ${this.token}`,
+        "Content-Type": "application/octet-stream",
+        "Content-Encoding": "gzip",
+        "X-Agent-Size": String(file.size),
+        "X-Agent-Version": file.version,
+        "X-Checksum-Sha256": file.sha256,
+      },
+      body: file.body,
+      duplex: "half",
+    } as RequestInit);
+    if (!res.ok) throw await apiErrorOf(res);
+    return (await res.json()) as AgentBuild;
   }
 
   /**

@@ -414,6 +414,46 @@ export const consoleSessions = sqliteTable(
 );
 
 // ---------------------------------------------------------------------------------------------
+// Enrollment (src/enrollment/): a fleet's enrollment tokens (`hme.<id>.<secret>`, only the hash
+// kept), and one row per machine a token enrolled. The enrollment row is written in the same
+// batch as the use it consumes and before the server is registered, under the server id the
+// registration will use: a retry from that machine (its first answer lost, or a crash between the
+// registration and the answer) finds it and consumes no second use.
+// ---------------------------------------------------------------------------------------------
+
+export const enrollmentTokens = sqliteTable(
+  "enrollment_tokens",
+  {
+    id: text("id").primaryKey(),
+    fleetId: text("fleet_id").notNull(),
+    name: text("name"),
+    hash: text("hash").notNull(),
+    roles: text("roles", { mode: "json" }).$type<string[]>().notNull(),
+    rebootGroup: text("reboot_group").notNull(),
+    kind: text("kind", { enum: SERVER_KINDS }).notNull(),
+    hostnamePattern: text("hostname_pattern"),
+    maxUses: integer("max_uses").notNull(),
+    uses: integer("uses").notNull().default(0),
+    expiresAt: integer("expires_at").notNull(),
+    createdBy: text("created_by").notNull(),
+    createdAt: integer("created_at").notNull(),
+    revokedAt: integer("revoked_at"),
+    lastUsedAt: integer("last_used_at"),
+  },
+  (t) => [index("enrollment_tokens_fleet_idx").on(t.fleetId, t.id), check("enrollment_tokens_uses_ck", sql`${t.uses} >= 0 AND ${t.uses} <= ${t.maxUses}`)],
+);
+
+export const enrollments = sqliteTable(
+  "enrollments",
+  {
+    tokenId: text("token_id").notNull(),
+    machineId: text("machine_id").notNull(),
+    serverId: text("server_id").notNull(),
+    hostname: text("hostname").notNull(),
+    createdAt: integer("created_at").notNull(),
+  },
+  (t) => [primaryKey({ columns: [t.tokenId, t.machineId] })],
+);
 // The image catalog: what a desired config may name, with the bytes (R2, binding IMAGES, key
 // images/<id>) or the registry reference a host installs it from. An image's id and content never
 // change; an upload in progress is a row in state 'uploading' with its R2 multipart upload and the

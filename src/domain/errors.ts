@@ -69,6 +69,9 @@ export const ERROR_CODES = [
   "ambiguous_server",
   "unknown_server",
   "hostname_taken",
+  // Enrollment: a token's hostname pattern refuses the hostname; a machine already enrolled as another hostname.
+  "hostname_not_allowed",
+  "machine_enrolled",
   // The image catalog.
   "image_not_found",
   "image_in_use",

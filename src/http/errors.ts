@@ -60,6 +60,8 @@ export const STATUS_OF_CODE = {
   ambiguous_server: 409,
   unknown_server: 422,
   hostname_taken: 409,
+  hostname_not_allowed: 403,
+  machine_enrolled: 409,
   image_not_found: 422,
   image_in_use: 409,
   image_conflict: 409,

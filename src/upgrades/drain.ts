@@ -16,9 +16,10 @@ const MUTATING = new Set(["POST", "PUT", "PATCH", "DELETE"]);
 
 /**
  * Hosts' own endpoints touch only their ledger (and its projection), which upgrades itself, so
- * they go on; so does the operator's "run now".
+ * they go on; so does the operator's "run now". An enrollment registers a server (D1 rows, as
+ * POST /v1/servers does), so it waits like a registration.
  */
-const exempt = (path: string) => path.startsWith("/v1/agent/") || path === "/v1/upgrades/run";
+const exempt = (path: string) => (path.startsWith("/v1/agent/") && path !== "/v1/agent/enroll") || path === "/v1/upgrades/run";
 
 export const drainedError = (version: number, newest: number, message?: string) =>
   new DomainError(
