@@ -165,6 +165,7 @@ type RolloutTargetStateFilter = NonNullable<Parameters<Client["v1"]["rollouts"][
 
 type ServerStatusFilter = NonNullable<Parameters<Client["v1"]["servers"]["$get"]>[0]>["query"]["status"];
 
+// oxlint-disable-next-line typescript/no-unsafe-declaration-merging -- the command methods are mixed in below
 export interface Api extends Methods {}
 
 export class Api {

@@ -1,5 +1,4 @@
 import { env, SELF } from "cloudflare:test";
-import { expect } from "vitest";
 import { BASE } from "./helpers";
 
 export const ledger = (id: string) => env.LEDGER.get(env.LEDGER.idFromName(id));

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { curl, fleetWithKey, getGroup, putGroup, raw, registerClients, zincati } from "./fleetlock-helpers";
+import { curl, fleetWithKey, getGroup, putGroup, registerClients, zincati } from "./fleetlock-helpers";
 
 describe("FleetLock protocol, as Zincati and curl speak it", () => {
   it("grants pre-reboot to a Zincati-shaped request (no Content-Type, pretty body, trailing-slash base_url)", async () => {

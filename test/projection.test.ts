@@ -1,4 +1,4 @@
-import { env, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
+import { env, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import type { ServerLedger } from "../src/ledger/durable-object";
 import { INDEX_LEASE_MS } from "../src/ledger/projection";

@@ -23,7 +23,6 @@ import {
   INDEX_REFRESH_MS,
   needsIndex,
   type GateConfig,
-  type GateInputs,
   type GateVerdict,
   type Hold,
 } from "./gates";

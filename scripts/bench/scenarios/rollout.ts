@@ -6,8 +6,6 @@ import type { BenchContext } from "../run.ts";
 
 const SIZES = (process.env.BENCH_ROLLOUT_SIZES ?? "1000,10000").split(",").map(Number);
 const CONCURRENCY = 500;
-/** Host requests in flight at once (the stand-in's own parallelism). */
-const HOST_WORKERS = 64;
 const AGENT = "fw-agent";
 const OLD = { image: "registry.example/fw:1.0.0", version: "1.0.0" };
 const NEW = { image: "registry.example/fw:2.0.0", version: "2.0.0" };

@@ -27,7 +27,7 @@ export interface CallEffect<P> {
   delivered?(payload: P): void;
 }
 
-export type Effect<P = any> = D1Effect<P> | CallEffect<P>;
+export type Effect<P = unknown> = D1Effect<P> | CallEffect<P>;
 
 /**
  * Thrown by a call effect whose receiver must not be called yet (a rate limit): the effect is
