@@ -20,29 +20,19 @@ async function ok<R extends ClientResponse<unknown, number, any>>(pending: Promi
 
 type Methods = ReturnType<typeof methods>;
 export type Fleet = Awaited<ReturnType<Methods["getFleet"]>>;
-export type FleetInput = Parameters<Methods["createFleet"]>[0];
 export type ServerSummary = Awaited<ReturnType<Methods["listServers"]>>[number];
 export type ServerDetail = Awaited<ReturnType<Methods["getServer"]>>;
-export type ServerCreated = Awaited<ReturnType<Methods["registerServer"]>>;
 export type ServerPatch = Parameters<Methods["patchServer"]>[1];
 export type ServerStatus = ServerDetail["status"];
-export type DesiredConfig = Awaited<ReturnType<Methods["getDesired"]>>;
 export type DesiredConfigInput = Parameters<Methods["putDesired"]>[1];
 export type RebootGroup = Awaited<ReturnType<Methods["getGroup"]>>;
-export type RebootGroupInput = Parameters<Methods["putGroup"]>[2];
-export type Token = Awaited<ReturnType<Methods["listTokens"]>>[number];
 export type AuditEntry = Awaited<ReturnType<Methods["audit"]>>["items"][number];
-export type Instance = Awaited<ReturnType<Methods["listInstances"]>>[number];
-export type UpgradeStatus = Awaited<ReturnType<Methods["upgrades"]>>;
 export type Rollout = Awaited<ReturnType<Methods["getRollout"]>>;
 export type RolloutInput = Parameters<Methods["startRollout"]>[0];
-export type RolloutTarget = Awaited<ReturnType<Methods["rolloutTargets"]>>[number];
 export type StatusAnswer = Awaited<ReturnType<Methods["status"]>>;
-export type Channel = Awaited<ReturnType<Methods["listChannels"]>>[number];
 export type Role = Awaited<ReturnType<Methods["listRoles"]>>[number];
-export type RoleInput = Parameters<Methods["putRole"]>[2];
 export type FleetPatch = Parameters<Methods["patchFleet"]>[1];
-export interface Page<T> {
+interface Page<T> {
   items: T[];
   next_cursor: string | null;
 }

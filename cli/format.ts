@@ -7,7 +7,7 @@ import { InvalidArgumentError } from "commander";
 const UNIT_S: Record<string, number> = { ms: 0.001, s: 1, m: 60, h: 3600, d: 86400 };
 
 /** Seconds in a duration: `90`, `90s`, `1.5m`, `1h30m`, `250ms`. */
-export function parseDuration(text: string): number {
+function parseDuration(text: string): number {
   const v = text.trim();
   if (/^\d+(\.\d+)?$/.test(v)) return Number(v);
   const parts = [...v.matchAll(/(\d+(?:\.\d+)?)(ms|s|m|h|d)/g)];

@@ -23,7 +23,7 @@ import { registerSpec } from "./commands/spec.ts";
 import { registerGates } from "./commands/gates.ts";
 import { registerWebhooks } from "./commands/webhooks.ts";
 
-export function buildProgram(io: Io): Command {
+function buildProgram(io: Io): Command {
   const program = new Command("hm")
     .description("Harbormaster operator CLI")
     .addOption(new Option("--url <url>", "API base URL").env("HM_URL"))

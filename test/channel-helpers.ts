@@ -3,7 +3,7 @@ import { BASE } from "./helpers";
 
 export const ledger = (id: string) => env.LEDGER.get(env.LEDGER.idFromName(id));
 
-export type Message = { type: string; [k: string]: any };
+type Message = { type: string; [k: string]: any };
 
 /** One host's end of the channel, opened through the worker, with its messages queued as they come. */
 export interface Channel {
@@ -31,7 +31,7 @@ export async function openChannel(token: string | null, opts: { generation?: num
   return channelOf(response);
 }
 
-export function channelOf(response: Response): Channel {
+function channelOf(response: Response): Channel {
   const ws = response.webSocket!;
   ws.accept();
   const inbox: Message[] = [];

@@ -138,7 +138,7 @@ export function registerServers(program: Command, io: Io) {
     );
 }
 
-export function registerDecommission(servers: Command, io: Io) {
+function registerDecommission(servers: Command, io: Io) {
   servers
     .command("decommission <server>")
     .description("terminate (managed) or uninstall (manual) a server; it is removed once its host acknowledges")
@@ -166,7 +166,7 @@ export function registerDecommission(servers: Command, io: Io) {
 }
 
 /** What a decommission (or its cancel, or a forced removal) left the server as, in words. */
-export function decommissionSays(s: ServerDetail, out: Output): string {
+function decommissionSays(s: ServerDetail, out: Output): string {
   const who = `Server ${s.hostname} (${s.id})`;
   const l = s.lifecycle;
   if (s.state === "removed") return `${who} is removed${l?.forced ? ` (forced by ${l.forced.by}: ${l.forced.reason})` : ""}; cleanup done: ${l?.cleanup_done.join(", ") || "-"}.`;
@@ -177,7 +177,7 @@ export function decommissionSays(s: ServerDetail, out: Output): string {
   return `${who} is ${s.state}; generation ${s.desired_generation} orders ${s.desired.lifecycle} with ${s.desired.agents.length} agent(s).`;
 }
 
-export function showServer(out: Output, s: ServerDetail) {
+function showServer(out: Output, s: ServerDetail) {
   out.fields([
     ["id", s.id],
     ["hostname", s.hostname],

@@ -5,17 +5,17 @@ import type { SimSummary } from "../../sim/simulator.ts";
 import type { BenchContext } from "./run.ts";
 import { DO_GB, MONTH_S, PRICES, PRICES_READ_ON, type Price } from "./prices.ts";
 
-export const FLEETS = [1_000, 10_000, 100_000];
+const FLEETS = [1_000, 10_000, 100_000];
 
-export interface Rows { statements: number; rows_read: number; rows_written: number }
-export interface ClassReading { requests: number; awake_ms: number; idle_tail_ms: number; instances: number; d1: Rows; storage: { rows_read: number; rows_written: number }; methods: Record<string, { calls: number; ms: number }> }
+interface Rows { statements: number; rows_read: number; rows_written: number }
+interface ClassReading { requests: number; awake_ms: number; idle_tail_ms: number; instances: number; d1: Rows; storage: { rows_read: number; rows_written: number }; methods: Record<string, { calls: number; ms: number }> }
 export interface Reading { window: { ms: number }; worker: { requests: number; scheduled: number; d1: Rows }; objects: Record<string, ClassReading>; d1_unattributed: Rows; d1_rows_metered: boolean }
 export interface Window { name: string; s: number; reading: Reading; cpuMs: number | null; idleCpuMs: number }
 
-export const ITEMS = ["workerRequests", "workerCpuMs", "doRequests", "doGbSeconds", "doRowsRead", "doRowsWritten", "d1RowsRead", "d1RowsWritten"] as const;
+const ITEMS = ["workerRequests", "workerCpuMs", "doRequests", "doGbSeconds", "doRowsRead", "doRowsWritten", "d1RowsRead", "d1RowsWritten"] as const;
 type Item = (typeof ITEMS)[number];
 export type Usage = Record<Item, number> & { doGbSecondsTail: number };
-export const LABEL: Record<Item, string> = {
+const LABEL: Record<Item, string> = {
   workerRequests: "Worker requests",
   workerCpuMs: "Worker CPU ms (estimate)",
   doRequests: "DO requests",
@@ -30,7 +30,7 @@ export const LABEL: Record<Item, string> = {
  * What the hosts used in a window. The cron's runs are left out: a deployment runs it once a
  * minute whatever its size, so it is billed once (`cronOf`), not scaled with the hosts.
  */
-export function usageOf(w: Window): Usage {
+function usageOf(w: Window): Usage {
   const r = w.reading;
   const classes = Object.values(r.objects);
   const rows = [r.worker.d1, r.d1_unattributed, ...classes.map((c) => c.d1)];
@@ -60,17 +60,17 @@ function cpuShare(w: Window, invocations: number) {
 }
 
 /** The cron, once a minute as deployed, per month: its invocations and their CPU (the estimate's share). */
-export function cronOf(w: Window): Record<Item, number> {
+function cronOf(w: Window): Record<Item, number> {
   const runs = MONTH_S / 60;
   const cpuPerRun = w.reading.worker.scheduled ? cpuShare(w, w.reading.worker.scheduled) / w.reading.worker.scheduled : 0;
   return { workerRequests: runs, workerCpuMs: runs * cpuPerRun, doRequests: 0, doGbSeconds: 0, doRowsRead: 0, doRowsWritten: 0, d1RowsRead: 0, d1RowsWritten: 0 };
 }
 
-export const combine = (a: Usage, b: Usage, k = 1) =>
+const combine = (a: Usage, b: Usage, k = 1) =>
   Object.fromEntries(Object.keys(a).map((key) => [key, a[key as keyof Usage] + k * b[key as keyof Usage]])) as Usage;
-export const scale = (a: Usage, k: number) => combine(a, a, k - 1);
-export const clamp = (a: Usage) => Object.fromEntries(Object.entries(a).map(([k, v]) => [k, Math.max(0, v)])) as Usage;
-export const charge = (p: Price, used: number) => Math.max(0, used - p.includedPerMonth) * p.usdPerUnit;
+const scale = (a: Usage, k: number) => combine(a, a, k - 1);
+const clamp = (a: Usage) => Object.fromEntries(Object.entries(a).map(([k, v]) => [k, Math.max(0, v)])) as Usage;
+const charge = (p: Price, used: number) => Math.max(0, used - p.includedPerMonth) * p.usdPerUnit;
 
 const si = (n: number) => (n >= 1e9 ? `${(n / 1e9).toFixed(2)}G` : n >= 1e6 ? `${(n / 1e6).toFixed(2)}M` : n >= 1e4 ? `${(n / 1e3).toFixed(1)}k` : n.toFixed(n < 10 ? 2 : 0));
 const usd = (n: number) => `$${n < 1 ? n.toFixed(4) : n.toFixed(2)}`;
@@ -94,7 +94,7 @@ export interface TransportBill {
  * host-month: `npm run bench -- cost --transport http` on the code of the meter's merge (150 hosts,
  * real time, 2026-11-24; docs/benchmarks.md). The in-object park it measured no longer exists.
  */
-export const BEFORE: TransportBill = {
+const BEFORE: TransportBill = {
   transport: "before",
   label: "long poll parked in the ledger (measured before the channel)",
   // Measured while the bill still scaled the cron with the hosts (288 of these 195.3k Worker
@@ -108,7 +108,7 @@ export const BEFORE: TransportBill = {
 };
 
 /** The month's bill for each fleet size: what lies beyond the plan's included amounts, plus the plan. */
-export function totalsOf(monthly: Record<Item, number>, fixed: Record<Item, number>) {
+function totalsOf(monthly: Record<Item, number>, fixed: Record<Item, number>) {
   return FLEETS.map((n) => ITEMS.reduce<number>((t, item) => t + charge(PRICES[item], monthly[item] * n + fixed[item]), PRICES.planUsdPerMonth));
 }
 

@@ -13,7 +13,7 @@ export interface SocketTag {
 }
 
 /** Close code for a page whose session expired: the client reloads and lands on sign-in. */
-export const SESSION_ENDED = 4001;
+const SESSION_ENDED = 4001;
 
 export function broadcast(sockets: WebSocket[], notice: FeedNotice, now: number) {
   const text = JSON.stringify(notice);

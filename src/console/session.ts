@@ -14,7 +14,7 @@ import type { Env } from "../env";
 import { digestsEqual, randomSecret, sha256Hex } from "../lib/crypto";
 
 /** An absolute lifetime: a session never outlives it, however busy. */
-export const SESSION_TTL_S = 8 * 3600;
+const SESSION_TTL_S = 8 * 3600;
 /** The bootstrap ADMIN_TOKEN has no token row; its sessions end when the secret changes (the API refuses it). */
 export const BOOTSTRAP_TOKEN_ID = "bootstrap";
 
@@ -30,10 +30,10 @@ export interface Session {
 const LOOPBACK = new Set(["127.0.0.1", "localhost", "[::1]", "::1"]);
 
 /** Secure cookies everywhere but a loopback address, where `npm start` serves plain HTTP. */
-export const isLoopback = (url: string) => LOOPBACK.has(new URL(url).hostname);
+const isLoopback = (url: string) => LOOPBACK.has(new URL(url).hostname);
 
 /** The __Host- prefix pins the cookie to this origin; it requires Secure, so loopback goes without. */
-export const cookieName = (c: Context, base: string) => (isLoopback(c.req.url) ? base : `__Host-${base}`);
+const cookieName = (c: Context, base: string) => (isLoopback(c.req.url) ? base : `__Host-${base}`);
 
 export function setConsoleCookie(c: Context, base: string, value: string, maxAge: number) {
   setCookie(c, cookieName(c, base), value, {
@@ -119,7 +119,7 @@ export async function currentSession(c: Context): Promise<Session | null> {
   return { idHash, tokenId: row.s.tokenId, scope: row.s.scope, csrf: row.s.csrf, token, expiresAt: row.s.expiresAt };
 }
 
-export async function endSessionRow(env: Env, idHash: string) {
+async function endSessionRow(env: Env, idHash: string) {
   await getDb(env.DB).delete(consoleSessions).where(eq(consoleSessions.idHash, idHash));
 }
 

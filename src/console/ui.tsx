@@ -27,7 +27,7 @@ export const Badge = ({ status, label }: { status: string; label?: string }) => 
 
 const UNITS: [string, number][] = [["y", 31536000], ["mo", 2592000], ["d", 86400], ["h", 3600], ["m", 60], ["s", 1]];
 
-export function relative(ms: number, now = Date.now()) {
+function relative(ms: number, now = Date.now()) {
   const s = Math.round((now - ms) / 1000);
   const abs = Math.abs(s);
   if (abs < 5) return "just now";
@@ -80,7 +80,7 @@ export const ActionForm = (props: { action: string; csrf: string; back: string; 
   </form>
 );
 
-export const Flash = ({ flash }: { flash: { ok: boolean; text: string } | null }) =>
+const Flash = ({ flash }: { flash: { ok: boolean; text: string } | null }) =>
   flash ? (
     <div class={`flash ${flash.ok ? "ok" : "bad"}`} role={flash.ok ? "status" : "alert"}>
       <strong>{flash.ok ? "✓ Done: " : "✕ Failed: "}</strong>
@@ -88,7 +88,7 @@ export const Flash = ({ flash }: { flash: { ok: boolean; text: string } | null }
     </div>
   ) : null;
 
-export const NAV = [
+const NAV = [
   ["overview", "Overview", "/console"],
   ["servers", "Servers", "/console/servers"],
   ["groups", "Reboot groups", "/console/groups"],

@@ -29,7 +29,6 @@ import type { GroupView } from "./views";
 // Kept where callers have always found them.
 export type { FleetSettings, ServerIdentity } from "./store";
 export { RESERVATION_TTL_MS } from "./identity";
-export { HOST_AUDIT_DEFER_MS } from "./effects";
 
 /**
  * One per fleet: a counting semaphore per reboot group, the fair queue in front of it, and the

@@ -13,7 +13,7 @@ import type { DeliveryPayload } from "../webhooks/dispatch";
 import { fleetEvent, type FleetEvent } from "../webhooks/events";
 
 /** How long a host grant's or release's audit row may wait to share a D1 batch with others. */
-export const HOST_AUDIT_DEFER_MS = 1_000;
+const HOST_AUDIT_DEFER_MS = 1_000;
 
 /** How many webhook deliveries (or other calls) one flush sends at once. */
 const CALLS_AT_ONCE = 8;

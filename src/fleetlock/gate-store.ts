@@ -32,7 +32,7 @@ export interface Recovering {
   unhealthy_at: number | null;
 }
 
-export const GATE_KEY = {
+const GATE_KEY = {
   fleet: "gates",
   inputs: "gate_inputs",
   recovering: (serverId: string) => `recovering:${serverId}`,

@@ -22,7 +22,7 @@ export interface GateConfig {
   external?: ExternalCheck | null;
 }
 
-export interface ExternalCheck {
+interface ExternalCheck {
   url: string;
   timeout_s: number;
   cache_s: number;
@@ -53,7 +53,7 @@ export const GATE_NAMES = ["hold", "fleet_health", "rollouts", "rebooted_unhealt
 export type GateName = (typeof GATE_NAMES)[number];
 
 /** The FleetLock kind each gate answers hosts with (409). */
-export const GATE_KIND = {
+const GATE_KIND = {
   hold: "operator_hold",
   fleet_health: "fleet_unhealthy",
   rollouts: "rollout_running",
@@ -70,12 +70,12 @@ export interface GateVerdict {
 }
 
 /** How old an input read from the D1 index may be before it counts as unknown. */
-export const INDEX_INPUT_MAX_AGE_MS = 120_000;
+const INDEX_INPUT_MAX_AGE_MS = 120_000;
 /** How often the coordinator reads the index again while a gate needs it. */
 export const INDEX_REFRESH_MS = 60_000;
 
 /** An external check's answer counts for its cache_s; past twice that it is unknown. */
-export const externalMaxAgeMs = (x: ExternalCheck) => 2 * x.cache_s * 1000;
+const externalMaxAgeMs = (x: ExternalCheck) => 2 * x.cache_s * 1000;
 
 /** Whether the group's effective configuration has any gate that reads the D1 index. */
 export const needsIndex = (cfg: GateConfig | null) => Boolean(cfg && (cfg.fleet_health || cfg.rollouts));

@@ -18,8 +18,8 @@ import { DEFAULT_HEALTH_TIMEOUT_S, type GroupState, type Holder } from "./semaph
 export const RELEASE_RULES = ["steady_state", "healthy_report"] as const;
 export type ReleaseRule = (typeof RELEASE_RULES)[number];
 
-export const releaseOn = (g: GroupState): ReleaseRule => g.release_on ?? "steady_state";
-export const healthTimeoutMs = (g: GroupState) => (g.health_timeout_s ?? DEFAULT_HEALTH_TIMEOUT_S) * 1000;
+const releaseOn = (g: GroupState): ReleaseRule => g.release_on ?? "steady_state";
+const healthTimeoutMs = (g: GroupState) => (g.health_timeout_s ?? DEFAULT_HEALTH_TIMEOUT_S) * 1000;
 
 /** Whether this holder's slot waits for a healthy report instead of its steady-state call. */
 export const waitsForHealth = (g: GroupState, h: Holder) => releaseOn(g) === "healthy_report" && h.server_id !== null && !h.id.startsWith("rollout:");

@@ -39,14 +39,6 @@ export const queuedOf = (q: Queue, id: string) => q.find((e) => e.id === id) ?? 
 /** Entries whose wait has not run out, in FIFO order. */
 export const liveEntries = (q: Queue, now: number) => q.filter((e) => e.deadline > now);
 
-/** Why a group grants nothing new right now, or null if it would grant to whoever is first. */
-export function closedBecause(g: GroupState, now: number): Refusal | null {
-  if (g.paused) return "group_paused";
-  if (!withinWindows(g.windows, now)) return "outside_maintenance_window";
-  if (g.holders.length >= g.slots) return "semaphore_full";
-  return null;
-}
-
 export const refusalValue: Record<Refusal, string> = {
   group_paused: "the reboot group is paused by an operator",
   outside_maintenance_window: "no maintenance window of the group is open now",
@@ -113,7 +105,7 @@ export function admit(
   return { kind: "parked", queue: [...live, entry], entry, changed: true };
 }
 
-export const waitOf = (g: GroupState) => g.queue_wait_s ?? 0;
+const waitOf = (g: GroupState) => g.queue_wait_s ?? 0;
 
 /** A host that comes back for a slot granted while it could not be answered now has it. */
 export function claim(g: GroupState, id: string, now: number): GroupState {

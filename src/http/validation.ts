@@ -4,7 +4,7 @@ import { DomainError, isErrorCode, type ErrorCode } from "../domain/errors";
 import type { AppEnv } from "./types";
 
 /** Field-level detail a client can act on, without echoing the whole schema. */
-export function issuesOf(error: ZodError) {
+function issuesOf(error: ZodError) {
   return error.issues.map((i) => ({ path: i.path.join("."), message: i.message }));
 }
 

@@ -28,7 +28,7 @@ export const ChannelChange = z
   .openapi("ChannelChange");
 
 /** `"firewall"`: the capability is true; `"!object_storage"`: it is not. */
-export const condition = z
+const condition = z
   .string()
   .regex(new RegExp(`^!?${CAPABILITY_NAME.source.slice(1, -1)}$`), "a capability name, optionally prefixed with '!'");
 

@@ -27,7 +27,6 @@ import { LedgerStore } from "./store";
 import { viewOf, type ServerView } from "./view";
 
 export type { ServerView } from "./view";
-export type { RefreshState } from "./store";
 
 /**
  * One per server: the authoritative desired config and last inventory report. Every write for a

@@ -18,7 +18,7 @@ import { statusAt } from "../servers/staleness";
  * A scrape every 15 s costs a handful of grouped D1 reads and one RPC per fleet, at most once per
  * CACHE_MS per isolate.
  */
-export const CACHE_MS = 15_000;
+const CACHE_MS = 15_000;
 
 /**
  * What the cron's staleness marking read and changed in this isolate (docs/design.md §8: it must grow with

@@ -29,7 +29,7 @@ export type PlanStep =
   | { kind: "issue"; planState: PlanState; record: ServerRecord; next: DesiredState; plan: Plan };
 
 /** The agents of `p`, keeping each one's instance id from the current config. */
-export function plannedAgents(p: Plan, current: DesiredState["agents"], newId: () => string) {
+function plannedAgents(p: Plan, current: DesiredState["agents"], newId: () => string) {
   const ids = new Map(current.map((a) => [a.name, a.instance_id]));
   return p.agents.map((a) => ({ name: a.name, image: a.image, version: a.version, instance_id: ids.get(a.name) ?? newId() }));
 }

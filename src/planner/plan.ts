@@ -5,7 +5,7 @@
  */
 
 /** `"firewall"` holds when the capability is true; `"!object_storage"` when it is not true. */
-export type Condition = string;
+type Condition = string;
 
 export interface RoleAgent {
   name: string;
@@ -23,7 +23,7 @@ export interface PlanInputs {
   current: readonly { name: string; image: string; version: string }[];
 }
 
-export interface PlannedAgent {
+interface PlannedAgent {
   name: string;
   image: string;
   version: string;
@@ -40,7 +40,7 @@ export interface Plan {
   unplannable: string[];
 }
 
-export function conditionHolds(when: Condition | undefined, capabilities: Readonly<Record<string, boolean>>) {
+function conditionHolds(when: Condition | undefined, capabilities: Readonly<Record<string, boolean>>) {
   if (when === undefined) return true;
   return when.startsWith("!") ? capabilities[when.slice(1)] !== true : capabilities[when] === true;
 }

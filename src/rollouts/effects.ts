@@ -35,7 +35,7 @@ export const CALL_CONCURRENCY = 32;
 const SETTINGS_TTL_MS = 30_000;
 
 /** The reboot-slot holder id of a rollout's target: operators see the rollout in it. */
-export const slotHolderId = (rolloutId: string, serverId: string) => `rollout:${rolloutId}:${serverId}`;
+const slotHolderId = (rolloutId: string, serverId: string) => `rollout:${rolloutId}:${serverId}`;
 
 type Target = { pass: number; server_id: string };
 

@@ -5,7 +5,6 @@
  */
 
 import {
-  ROLLOUT_CONTROLS,
   ROLLOUT_STATES,
   ROLLOUT_TARGET_STATES,
   type RolloutControl,
@@ -14,7 +13,7 @@ import {
 } from "../domain/enums";
 import { abortReason, type AbortRule } from "./abort";
 
-export { ROLLOUT_STATES, ROLLOUT_TARGET_STATES as TARGET_STATES, ROLLOUT_CONTROLS as CONTROLS };
+export { ROLLOUT_STATES, ROLLOUT_TARGET_STATES as TARGET_STATES };
 export type { RolloutState };
 export type TargetState = RolloutTargetState;
 export type Control = RolloutControl;
@@ -38,7 +37,7 @@ export interface RolloutSpec {
   created_at: number;
 }
 
-export type SlotPhase = "none" | "requested" | "held";
+type SlotPhase = "none" | "requested" | "held";
 
 export interface Target {
   pass: number;

@@ -17,7 +17,7 @@ export { MAX_ROLLOUT_WAIT_S };
 
 const roleName = z.string().regex(/^[a-z0-9][a-z0-9._-]{0,62}$/);
 
-export const AbortInput = z
+const AbortInput = z
   .strictObject({
     max_failures: z.number().int().min(0).max(1_000_000).optional(),
     max_failure_percent: z.number().min(0).max(100).optional(),

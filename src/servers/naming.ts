@@ -25,7 +25,7 @@ export function isServerRef(ref: string): boolean {
   return FLEET_ID.test(ref.slice(0, slash)) && HOSTNAME.test(ref.slice(slash + 1));
 }
 
-export interface NamedServer {
+interface NamedServer {
   id: string;
   fleet: string;
   hostname: string;

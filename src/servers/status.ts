@@ -18,9 +18,9 @@ import { fleetServerCounts } from "./counts";
 import { listServers } from "./store";
 
 /** The statuses that need a look, in the order they are shown. */
-export const ATTENTION: ServerStatus[] = ["failed", "stale", "drifted"];
+const ATTENTION: ServerStatus[] = ["failed", "stale", "drifted"];
 /** Fleets one answer covers (the rest are counted). */
-export const STATUS_FLEETS = 50;
+const STATUS_FLEETS = 50;
 
 export async function statusOf(env: Env, opts: { fleet?: string; attention: number }) {
   const db = getDb(env.DB);

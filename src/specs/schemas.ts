@@ -78,14 +78,14 @@ export const FleetSpec = z
   });
 export type FleetSpec = z.infer<typeof FleetSpec>;
 
-export const SPEC_SECTIONS = ["settings", "capabilities", "channels", "roles", "reboot_groups", "webhooks"] as const;
+const SPEC_SECTIONS = ["settings", "capabilities", "channels", "roles", "reboot_groups", "webhooks"] as const;
 
 /**
  * What spec:diff and PUT …/spec take: the spec itself, or the spec and the secrets its webhooks'
  * `secret_ref`s name (hm sends the latter: the document stays as it is in git, the secrets come
  * from its environment).
  */
-export const SpecWithSecrets = z
+const SpecWithSecrets = z
   .strictObject({ spec: FleetSpec, secrets: SpecSecretsSchema.default({}) })
   .openapi("FleetSpecWithSecrets", { description: "A spec and the values of the environment variables its webhooks' secret_ref name" });
 export const SpecRequest = z.union([FleetSpec, SpecWithSecrets]).openapi("FleetSpecRequest");
@@ -95,7 +95,7 @@ export type SpecRequest = z.infer<typeof SpecRequest>;
 export const unwrapRequest = (body: SpecRequest) => ("spec" in body ? body : { spec: body, secrets: {} as Record<string, string> });
 export type SpecSection = (typeof SPEC_SECTIONS)[number];
 
-export const DIFF_OPS = ["add", "change", "remove", "unlisted"] as const;
+const DIFF_OPS = ["add", "change", "remove", "unlisted"] as const;
 export type DiffOp = (typeof DIFF_OPS)[number];
 
 export const SpecProblem = z.object({ path: z.string(), message: z.string() }).openapi("FleetSpecProblem");

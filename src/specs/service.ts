@@ -136,7 +136,7 @@ export async function diffFleetSpec(env: Env, fleet: string, input: SpecInput, p
  * `If-Match` as RFC 9110 §13.1.1 reads it: `*`, or a list of strong tags one of which is current;
  * a fleet that does not exist (`etag` null) matches nothing, not even `*`.
  */
-export function ifMatches(header: string, etag: string | null) {
+function ifMatches(header: string, etag: string | null) {
   if (etag === null) return false;
   if (header.trim() === "*") return true;
   return header.split(",").some((t) => t.trim() === etag);

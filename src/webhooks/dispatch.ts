@@ -14,9 +14,9 @@ import { signature, SIGNATURE_HEADER } from "./signing";
 import type { WebhookStore } from "./store";
 
 /** Retried for up to a day, then given up (recorded as failed). */
-export const MAX_DELIVERY_AGE_MS = 24 * 3600_000;
+const MAX_DELIVERY_AGE_MS = 24 * 3600_000;
 /** One attempt's time limit. */
-export const DELIVERY_TIMEOUT_MS = 10_000;
+const DELIVERY_TIMEOUT_MS = 10_000;
 
 export interface DeliveryPayload {
   delivery_id: string;
