@@ -6,7 +6,7 @@
  */
 import { SingleBar } from "cli-progress";
 import { InvalidArgumentError, Option, type Command } from "commander";
-import { ROLLOUT_STATES, ROLLOUT_TARGET_STATES as TARGET_STATES } from "../../src/domain/enums.ts";
+import { ROLLOUT_CONTROLS, ROLLOUT_STATES, ROLLOUT_TARGET_STATES as TARGET_STATES } from "../../src/domain/enums.ts";
 import { duration, humanSpan } from "../format.ts";
 import type { Rollout, RolloutInput } from "../api.ts";
 import { Exit, type Io, type Output } from "../io.ts";
@@ -219,7 +219,7 @@ export function registerRollouts(program: Command, io: Io) {
       }),
     );
 
-  for (const action of ["pause", "resume", "cancel", "rollback"] as const) {
+  for (const action of ROLLOUT_CONTROLS) {
     rollout
       .command(`${action} <id>`)
       .description(

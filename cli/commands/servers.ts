@@ -2,11 +2,9 @@ import { InvalidArgumentError, Option, type Command } from "commander";
 import type { ServerDetail, ServerPatch, ServerStatus, ServerSummary } from "../api.ts";
 import { Exit, type Io, type Output } from "../io.ts";
 import { act } from "../context.ts";
+import { SERVER_KINDS, SERVER_STATES, SERVER_STATUSES } from "../../src/domain/enums.ts";
 
-const STATUSES = ["realized", "pending", "failed", "drifted", "unknown", "stale"];
 type ServerState = ServerSummary["state"];
-
-const STATES = ["provisioning", "active", "decommissioning", "removed"];
 
 export function registerServers(program: Command, io: Io) {
   const servers = program.command("servers").description("servers (list by default); a server is named by id, hostname or fleet/hostname");
@@ -35,8 +33,8 @@ export function registerServers(program: Command, io: Io) {
   const filters = (c: Command) =>
     c
       .option("--fleet <fleet>", "only this fleet")
-      .addOption(new Option("--status <status>", "only this status").choices(STATUSES))
-      .addOption(new Option("--state <state>", "only this state (removed servers are listed only so)").choices(STATES))
+      .addOption(new Option("--status <status>", "only this status").choices(SERVER_STATUSES))
+      .addOption(new Option("--state <state>", "only this state (removed servers are listed only so)").choices(SERVER_STATES))
       .option("--hostname <name>", "this hostname, or a prefix ending in * (node-1*)")
       .option("--limit <n>", "at most this many", (v) => {
         const n = Number(v);
@@ -61,7 +59,7 @@ export function registerServers(program: Command, io: Io) {
     .description("register a server; prints its token once")
     .requiredOption("--fleet <fleet>", "its fleet")
     .requiredOption("--hostname <name>", "its hostname")
-    .addOption(new Option("--kind <kind>", "managed (provisioned for us) or manual (borrowed)").choices(["managed", "manual"]).default("managed"))
+    .addOption(new Option("--kind <kind>", "managed (provisioned for us) or manual (borrowed)").choices(SERVER_KINDS).default("managed"))
     .option("--role <role...>", "roles")
     .option("--reboot-group <group>", "reboot group")
     .option("--fleetlock-id <id>", "the id its FleetLock client (Zincati) sends")

@@ -9,7 +9,7 @@ import type { Session } from "./session";
 const TONES: Record<string, [icon: string, tone: string]> = {
   realized: ["✓", "ok"], succeeded: ["✓", "ok"], done: ["✓", "ok"], active: ["●", "ok"], open: ["◯", "ok"], connected: ["●", "ok"],
   pending: ["◔", "info"], applying: ["◔", "info"], running: ["▶", "info"], provisioning: ["◌", "info"], queued: ["…", "idle"],
-  failed: ["✕", "bad"], removal_failed: ["✕", "bad"], stuck: ["⚠", "bad"], timed_out: ["◷", "bad"], unreachable: ["⚠", "bad"],
+  failed: ["✕", "bad"], removal_failed: ["✕", "bad"], stuck: ["⚠", "bad"], timed_out: ["◷", "bad"],
   drifted: ["≠", "warn"], stale: ["◷", "warn"], unknown: ["?", "idle"], paused: ["⏸", "warn"], closed: ["■", "idle"],
   decommissioning: ["⏏", "warn"], removal_pending: ["⏏", "warn"], removed: ["∅", "idle"], cancelled: ["⊘", "idle"],
   skipped: ["↷", "idle"], rolling_back: ["↶", "warn"], rolled_back: ["↶", "idle"], slow: ["◴", "warn"], waiting: ["…", "idle"],
@@ -204,7 +204,7 @@ export const Field = ({ label, name, value, ...rest }: { label: string; name: st
   </label>
 );
 
-export const Select = ({ name, label, options, value }: { name: string; label: string; options: string[]; value?: string }) => (
+export const Select = ({ name, label, options, value }: { name: string; label: string; options: readonly string[]; value?: string }) => (
   <label>
     {label}
     <select name={name}>

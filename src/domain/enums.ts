@@ -6,7 +6,7 @@
  */
 
 /** A server's place in its lifecycle (docs/design.md §3). */
-export const SERVER_STATES = ["provisioning", "active", "unreachable", "decommissioning", "removed"] as const;
+export const SERVER_STATES = ["provisioning", "active", "decommissioning", "removed"] as const;
 export type ServerState = (typeof SERVER_STATES)[number];
 
 /** A server's computed status (docs/design.md §4), from desired config + last report. */
@@ -111,5 +111,5 @@ export const ROLLOUT_TARGET_STATES = ["queued", "applying", "done", "failed", "t
 export type RolloutTargetState = (typeof ROLLOUT_TARGET_STATES)[number];
 
 /** An operator's control of a rollout. */
-const ROLLOUT_CONTROLS = ["pause", "resume", "cancel", "rollback"] as const;
+export const ROLLOUT_CONTROLS = ["pause", "resume", "cancel", "rollback"] as const;
 export type RolloutControl = (typeof ROLLOUT_CONTROLS)[number];

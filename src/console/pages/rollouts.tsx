@@ -1,13 +1,13 @@
 /** @jsxImportSource hono/jsx */
 /** Rollouts: the list, and one rollout with a bar per state, slow servers, failures, the event log; its controls. */
 import { Hono } from "hono";
+import { ROLLOUT_STATES } from "../../domain/enums";
 import { must, qs, type InProcessApp } from "../api";
 import { action, NoFleet, page, render, type View } from "../context";
 import { requireCsrf, requireSession, type ConsoleEnv } from "../guard";
 import { ActionForm, Ago, Badge, canWrite, Duration, Field, Filters, Pager, Select, Table } from "../ui";
 import { Progress } from "./overview";
 
-const STATES = ["running", "paused", "succeeded", "failed", "cancelled", "rolling_back", "rolled_back"];
 const TARGET_STATES: [string, string][] = [["done", "ok"], ["applying", ""], ["queued", ""], ["failed", "bad"], ["timed_out", "bad"], ["skipped", "warn"]];
 const total = (counts: Record<string, number>) => Object.values(counts).reduce((a, b) => a + b, 0);
 
@@ -23,7 +23,7 @@ async function rolloutsPage(v: View) {
     <>
       <h1>Rollouts</h1>
       <Filters action="/console/rollouts" label="Filter rollouts" fleet={v.fleet}>
-        <Select name="state" label="State" options={STATES} value={q.state} />
+        <Select name="state" label="State" options={ROLLOUT_STATES} value={q.state} />
         <Field label="Agent" name="agent" value={params.agent} />
       </Filters>
       <Table id="rollouts" caption="Rollouts" head={["Agent and image", "State", "Progress", "Started", "By"]}>

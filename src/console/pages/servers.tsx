@@ -6,14 +6,13 @@
  * filter: the console narrows the pages it reads (at most SCAN_PAGES of them) and says so.
  */
 import { Hono } from "hono";
+import { SERVER_STATES, SERVER_STATUSES } from "../../domain/enums";
 import { must, qs, type InProcessApp } from "../api";
 import { NoFleet, page, render, type View } from "../context";
 import { requireSession, type ConsoleEnv } from "../guard";
 import { Ago, Badge, Field, Filters, Pager, Select, Table } from "../ui";
 import { serverDetailPage, serverActions } from "./server";
 
-const STATUSES = ["realized", "pending", "failed", "drifted", "unknown", "stale"];
-const STATES = ["provisioning", "active", "unreachable", "decommissioning", "removed"];
 export const SCAN_PAGES = 5;
 const PAGE = 50;
 
@@ -44,8 +43,8 @@ async function serversPage(v: View) {
   const form = (
     <Filters action="/console/servers" label="Search servers" fleet={v.fleet} button="Search" clear={`/console/servers?fleet=${encodeURIComponent(v.fleet)}`}>
       <Field label="Hostname starts with" name="hostname" value={f.hostname} />
-      <Select name="status" label="Status" options={STATUSES} value={f.status} />
-      <Select name="state" label="State" options={STATES} value={f.state} />
+      <Select name="status" label="Status" options={SERVER_STATUSES} value={f.status} />
+      <Select name="state" label="State" options={SERVER_STATES} value={f.state} />
       <Field label="Role" name="role" value={f.role} size={10} />
       <Field label="Agent" name="agent" value={f.agent} size={10} />
       <Field label="Image" name="image" value={f.image} placeholder="registry/name:tag" />
