@@ -125,7 +125,7 @@ function methods(c: Client) {
     fixServerAgents: (filter: { fleet?: string; server?: string; agent?: string }, dryRun: boolean, cursor?: string) =>
       ok(c.v1.check["server-agents"].fix.$post({ json: { ...filter, dry_run: dryRun, limit: Number(PAGE), cursor } })),
 
-    // rollouts (issue 9)
+    // rollouts
     startRollout: (json: Parameters<Client["v1"]["rollouts"]["$post"]>[0]["json"]) => ok(c.v1.rollouts.$post({ json })),
     getRollout: (id: string) => ok(c.v1.rollouts[":id"].$get({ param: { id }, query: {} })),
     /** Parks until the rollout's `change` moves past `since` (at most `waitS` seconds). */

@@ -1,5 +1,5 @@
 /**
- * Every walk-through in the docs runs as written (issue 18): the ```sh blocks marked
+ * Every walk-through in the docs runs as written (docs/operator-guide.md): the ```sh blocks marked
  * `<!-- walkthrough: NAME -->` are extracted from README.md and docs/*.md (so they cannot drift
  * from what is tested) and run with bash -e -o pipefail against the private server, twice in a
  * row, given only PORT (as a user who set it for `npm start`) and the server's admin token. The

@@ -163,7 +163,7 @@ describe("PATCH of a server's FleetLock identity", () => {
 
 describe("an object waking after a crash", () => {
   /**
-   * The window behind issue 17's lost fleetlock_id changes: killed between the runtime dropping an
+   * The window behind lost fleetlock_id changes: killed between the runtime dropping an
    * alarm that had fired and the object's own record of it, an object reads back an alarm time in
    * the past that nothing will fire at. Trusting it, the scheduler never set another alarm, so an
    * identity whose first delivery failed waited in the outbox for the ledger's next write.

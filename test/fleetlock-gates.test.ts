@@ -1,5 +1,5 @@
 /**
- * Health gates (issue 17): each gate holds a new grant (a newcomer's, a parked host's) with its
+ * Health gates (docs/reboot-safety.md): each gate holds a new grant (a newcomer's, a parked host's) with its
  * own FleetLock kind, never takes a granted slot back, and lets the grant through once it opens.
  */
 import { env, runInDurableObject } from "cloudflare:test";

@@ -1,5 +1,5 @@
 /**
- * Queue hygiene (issue 17): a host parked for a server that is removed (or renamed) never gets a
+ * Queue hygiene (docs/reboot-safety.md): a host parked for a server that is removed (or renamed) never gets a
  * slot; an operator can take a host out of the queue; and where the runtime cannot tell that a
  * parked client went away, a grant answered to it is kept as unclaimed until the host calls again.
  */

@@ -1,5 +1,5 @@
 /**
- * The rules of issue 9 through the HTTP API and the objects: concurrency under racing reports,
+ * The rollout rules (docs/rollouts.md) through the HTTP API and the objects: concurrency under racing reports,
  * timeouts on the scheduler, abort criteria, operator controls, eviction, duplicate and reordered
  * events, one running rollout per (fleet, agent).
  */

@@ -1,5 +1,5 @@
 /**
- * Webhooks in a fleet spec (issue 19): declared by name, their secrets only referenced
+ * Webhooks in a fleet spec (docs/fleets-as-code.md): declared by name, their secrets only referenced
  * (`secret_ref: {env}`), the values sent beside the document and kept only by the coordinator.
  */
 import { createScheduledController, env, runInDurableObject } from "cloudflare:test";

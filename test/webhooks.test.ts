@@ -1,5 +1,5 @@
 /**
- * Webhooks (issue 17): kept and sent by the fleet's coordinator, each delivery signed, retried
+ * Webhooks (docs/notifications.md): kept and sent by the fleet's coordinator, each delivery signed, retried
  * with backoff until the receiver takes it, recorded, and sent only for the events asked for.
  */
 import { runInDurableObject } from "cloudflare:test";

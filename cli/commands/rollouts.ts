@@ -1,5 +1,5 @@
 /**
- * hm rollout start | status | watch | pause | resume | cancel | rollback, and hm rollouts (issue 9).
+ * hm rollout start | status | watch | pause | resume | cancel | rollback, and hm rollouts (docs/rollouts.md).
  * `watch` (and `start --watch`) follow the rollout on its long poll with a progress bar on a
  * terminal (a line per change otherwise) and end with an exit code scripts can branch on:
  * 0 succeeded or rolled back, 1 failed or cancelled, 3 the timeout came first.

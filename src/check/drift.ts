@@ -1,5 +1,5 @@
 /**
- * `check server-agents` (issue 8, after sdcadm's): drift between what each server should run and
+ * `check server-agents` (after sdcadm's): drift between what each server should run and
  * what it reports, answered from the D1 index. One finding per problem, each with the fix that
  * would address it; servers whose agents cannot be judged are listed as skipped, with why.
  */

@@ -1,5 +1,5 @@
 /**
- * Console sessions (issue 20). The browser holds a random session id in an HttpOnly cookie; D1
+ * Console sessions (docs/console.md). The browser holds a random session id in an HttpOnly cookie; D1
  * holds its SHA-256 with the operator token's id, scope, the CSRF token and the expiry. The
  * operator token itself is sealed (AES-GCM) under a key derived from the session id, so neither
  * the table nor the cookie alone yields it: the console needs it to call the API as the operator.

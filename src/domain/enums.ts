@@ -76,7 +76,7 @@ export const FLEETLOCK_KINDS = [
 ] as const;
 export type FleetLockKind = (typeof FLEETLOCK_KINDS)[number];
 
-/** Fleet intent (issue 8): whether the planner sets a server's agents, or an operator pinned them. */
+/** Fleet intent: whether the planner sets a server's agents, or an operator pinned them. */
 export const PLAN_MODES = ["planned", "pinned"] as const;
 
 /** The lifecycle orders a decommission issues (never `run`). */
@@ -100,7 +100,7 @@ export type DriftFix = (typeof DRIFT_FIXES)[number];
 export const FLEET_TASK_KINDS = ["push_settings", "wipe", "apply_groups", "apply_webhooks", "stale_events"] as const;
 export type FleetTaskKind = (typeof FLEET_TASK_KINDS)[number];
 
-// ---- rollouts (issue 9) ----
+// ---- rollouts ----
 
 /** A rollout's state (docs/design.md §4 "Rollouts"). */
 export const ROLLOUT_STATES = ["running", "paused", "succeeded", "failed", "cancelled", "rolling_back", "rolled_back"] as const;

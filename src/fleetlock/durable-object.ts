@@ -94,7 +94,7 @@ export class RebootCoordinator extends DurableObject<Env> {
 
   // ---- fleet configuration ----
 
-  /** The fleet was deleted (issue 8): its groups, holders, registry and key go. Idempotent. */
+  /** The fleet was deleted: its groups, holders, registry and key go. Idempotent. */
   async forget(): Promise<void> {
     // Audit rows still queued are delivered first; a failure here leaves everything for a retry.
     // Console notices of the fleet being deleted are not worth the wait.
@@ -104,7 +104,7 @@ export class RebootCoordinator extends DurableObject<Env> {
     await this.c.store.wipe();
   }
 
-  /** PATCH /v1/fleets/{fleet} (issue 8): the fleet's settings, as D1 now holds them. */
+  /** PATCH /v1/fleets/{fleet}: the fleet's settings, as D1 now holds them. */
   async updateSettings(settings: FleetSettings): Promise<void> {
     this.c.store.syncSettings(settings);
   }
@@ -153,12 +153,12 @@ export class RebootCoordinator extends DurableObject<Env> {
     return groups.listGroups(this.c, settings);
   }
 
-  /** A fleet spec's reboot groups (issue 19), delivered by its `apply_groups` fleet task. */
+  /** A fleet spec's reboot groups, delivered by its `apply_groups` fleet task. */
   async applyGroupSpec(settings: FleetSettings, spec: specGroups.GroupsSpec): Promise<specGroups.GroupsSpecOutcome> {
     return specGroups.applyGroupSpec(this.c, settings, spec);
   }
 
-  // ---- health gates (issue 17) ----
+  // ---- health gates ----
 
   async fleetGates(settings: FleetSettings) {
     return gateRules.fleetGatesView(this.c, settings);
@@ -201,7 +201,7 @@ export class RebootCoordinator extends DurableObject<Env> {
     return r;
   }
 
-  /** A fleet spec's webhooks (issue 19): their declared fields and secrets' digests; stage an apply's secrets; apply its task. */
+  /** A fleet spec's webhooks: their declared fields and secrets' digests; stage an apply's secrets; apply its task. */
   async webhookSpecState() {
     return hookSpec.webhookSpecState(this.c.webhookStore);
   }
@@ -259,7 +259,7 @@ export class RebootCoordinator extends DurableObject<Env> {
     await health.serverHealth(this.c, event);
   }
 
-  // ---- rollout slots (issue 9) ----
+  // ---- rollout slots ----
 
   async acquireRolloutSlot(settings: FleetSettings, req: slots.RolloutSlotRequest): Promise<{ ok: true } | { ok: false; kind: string; value: string }> {
     return slots.acquireRolloutSlot(this.c, settings, req);

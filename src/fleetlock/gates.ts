@@ -1,5 +1,5 @@
 /**
- * Health gates (issue 17), as pure functions over plain data: conditions that must hold before a
+ * Health gates (docs/reboot-safety.md), as pure functions over plain data: conditions that must hold before a
  * reboot group grants a new slot. They never take a granted slot back; they decide new grants,
  * parked hosts' included. A closed gate answers hosts with a FleetLock `{kind, value}` naming it.
  *

@@ -1,5 +1,5 @@
 /**
- * The release rule per group (issue 17): `steady_state`, what every FleetLock server does (the
+ * The release rule per group (docs/reboot-safety.md): `steady_state`, what every FleetLock server does (the
  * host's steady-state call frees its slot), or `healthy_report`: the steady-state call is answered
  * 200 as Zincati expects, but the slot stays taken until the server's ledger reports from the new
  * boot with every agent realized. Past the group's `health_timeout_s` without that, the server is

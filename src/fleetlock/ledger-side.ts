@@ -1,5 +1,5 @@
 /**
- * What a server's ledger tells its fleet's coordinator about the server's health (issue 17), as a
+ * What a server's ledger tells its fleet's coordinator about the server's health (docs/reboot-safety.md), as a
  * pure decision over two reports plus the outbox effect that carries it: the boot it reports from
  * (and whether that boot is new), whether every agent is realized, and a change of status to
  * failed or drifted. The coordinator frees a `healthy_report` slot on it, counts servers rebooted

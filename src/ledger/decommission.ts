@@ -1,5 +1,5 @@
 /**
- * Decommissioning a server (issue 8), over the ledger's store and outbox; the rules themselves are
+ * Decommissioning a server (docs/operator-guide.md), over the ledger's store and outbox; the rules themselves are
  * pure, in ./lifecycle.ts. The order goes out in the next generation; the host's acknowledgement
  * (or a forced removal) starts cleanup, whose steps are outbox effects delivered one after the
  * other (./effects.ts): the index first, then the coordinator. When the last one was delivered,

@@ -218,7 +218,7 @@ export class ServerLedger extends DurableObject<Env> {
     if (this.sockets.closed(ws)) await this.settleInBackground();
   }
 
-  // ---- rollouts (issue 9) ----
+  // ---- rollouts ----
 
   async applyRolloutImage(req: ApplyRolloutImage): Promise<ApplyOutcome | Failure> {
     const { outcome, wrote } = applyRolloutImage(this.deps, req);

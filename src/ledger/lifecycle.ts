@@ -1,5 +1,5 @@
 /**
- * Server lifecycle (issue 8; docs/design.md §4 "Server lifecycle": terminate is not uninstall).
+ * Server lifecycle (docs/design.md §4 "Server lifecycle": terminate is not uninstall).
  * Pure decisions; the ledger stores what they return.
  *
  * - Decommission orders `terminate` for a managed server (its agents stop, their data stays; the

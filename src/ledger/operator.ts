@@ -83,7 +83,7 @@ export function putDesired(d: LedgerDeps, input: DesiredConfigInput, actor: stri
     case "unchanged":
       return { ok: true, created: false, config: configOf(state.record, outcome.current) };
     case "accepted": {
-      // Lifecycle orders come only from decommissioning (issue 8), never from a desired PUT.
+      // Lifecycle orders come only from decommissioning, never from a desired PUT.
       if (outcome.next.lifecycle !== state.desired.lifecycle || state.record.state === "decommissioning") {
         return fail("lifecycle_change_refused", `lifecycle is '${state.desired.lifecycle}'; only decommissioning (or cancelling it) changes it`, {
           lifecycle: state.desired.lifecycle,

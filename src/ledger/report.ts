@@ -86,7 +86,7 @@ export function acceptReport(
         const release: ReleasePayload = { fleet_id: record.fleet_id, server_id: record.id, from_boot_id: previous.boot_id, to_boot_id: report.boot_id, seen_at: now };
         d.outbox.enqueue("release", release, { key: "release" });
       }
-      // A new boot, or becoming realized, failed or drifted: the coordinator's health rules (issue 17).
+      // A new boot, or becoming realized, failed or drifted: the coordinator's health rules.
       const health = unchanged ? null : serverHealthEventOf(record, desired, previous, stored, now);
       if (health) d.outbox.enqueue("server_health", health);
     });

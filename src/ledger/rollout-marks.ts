@@ -1,5 +1,5 @@
 /**
- * Rollouts (issue 9) in the ledger: a rollout writes a target's next generation here, and learns
+ * Rollouts (docs/rollouts.md) in the ledger: a rollout writes a target's next generation here, and learns
  * through this ledger's outbox when a report at that generation realizes or fails the agent. The
  * decisions are pure, in src/rollouts/ledger-side.ts; this applies them to the store and outbox.
  */

@@ -1,5 +1,5 @@
 /**
- * How a server's ledger applies the planner (issue 8). Pure, so each rule is unit-testable; the
+ * How a server's ledger applies the planner (docs/operator-guide.md). Pure, so each rule is unit-testable; the
  * ledger stores what these return.
  *
  * Pinned mode: an operator's explicit `PUT /v1/servers/{id}/desired` pins the server. The planner

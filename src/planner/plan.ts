@@ -1,5 +1,5 @@
 /**
- * The planner (docs/design.md §4 "Planner", issue 8): what a server should run, from its roles, the role
+ * The planner (docs/design.md §4 "Planner"): what a server should run, from its roles, the role
  * profiles and capabilities of its fleet, the fleet's agent channels, and what its current desired
  * config already gives it. Pure, so every rule is a table test.
  */

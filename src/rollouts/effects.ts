@@ -57,7 +57,7 @@ export function rolloutEffects(env: () => Env, parts: () => RolloutParts): Recor
 
   return {
     audit: { target: "d1", statements: (e: AuditEvent) => [auditInsertOnce(db(), e)] },
-    // Webhooks (issue 17): started, paused, resumed, ended, slow servers, for the fleet's coordinator.
+    // Webhooks: started, paused, resumed, ended, slow servers, for the fleet's coordinator.
     webhook_event: webhookEventEffect(env),
     // The console's live notice (src/console/notices.ts), raised when the projection landed.
     feed: feedEffect(env),

@@ -9,7 +9,7 @@ import { DecommissionInput, fleetOfHostname, ServerDetail, serverIdParam } from 
 import { cancelDecommission, decommissionServer, refreshServer, releaseServer, resolveServer, rotateServerToken } from "./service";
 import { serverDetail } from "./store";
 
-/** A server's lifecycle and planning (issue 8): release of a pin, decommission and its cancel, token rotation, refresh. */
+/** A server's lifecycle and planning: release of a pin, decommission and its cancel, token rotation, refresh. */
 
 /** POST /{id}/…: an action on one server, answered with the server as it now is. */
 const serverAction = <P extends string>(path: P, a: {

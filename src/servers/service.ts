@@ -184,7 +184,7 @@ async function patchServerIdentity(
   return result.view;
 }
 
-// ---- lifecycle (issue 8) ----
+// ---- lifecycle ----
 
 /** Hands a pinned server back to the planner; it is re-planned at once. */
 export const releaseServer = (env: Env, actor: string, id: string) =>

@@ -1,5 +1,5 @@
 /**
- * The fleet spec (issue 19): one document per fleet holding everything an operator declares
+ * The fleet spec (docs/fleets-as-code.md): one document per fleet holding everything an operator declares
  * about it, built from the same zod schemas as the API it stands for (fleet settings, channels,
  * roles, reboot groups), and the answers of the spec routes. schemas/fleet-spec.schema.json is
  * generated from `FleetSpec` (scripts/fleet-spec-schema.ts).

@@ -1,5 +1,5 @@
 /**
- * Fleet specs (issue 19): the fleet as one declarative document, what a spec would change, and
+ * Fleet specs (docs/fleets-as-code.md): the fleet as one declarative document, what a spec would change, and
  * its apply — all or nothing, at most once per state the operator saw (If-Match), with one audit
  * row and one planner run. D1 owns the intent and commits first, in one batch; the coordinator's
  * part (reboot groups) rides in that batch as a fleet task, delivered at once and by the cron

@@ -1,4 +1,4 @@
-// Per-agent rollouts (issue 9): N servers (1,000 and 10,000) updated at concurrency 500 by hosts
+// Per-agent rollouts (docs/rollouts.md): N servers (1,000 and 10,000) updated at concurrency 500 by hosts
 // that reconcile instantly (an in-bench stand-in speaking the host API: fetch the desired config,
 // report it realized). Reports control-plane time per target and D1 statements per target, as
 // ratios to the empty request measured at the start of the same run.
