@@ -4,7 +4,7 @@ import { connectThroughFetch } from "../agent/channel";
 import { MemoryDriver } from "../agent/memory-driver";
 import { call, createFleet, registerServer } from "./helpers";
 import { reported, runAgent, workerFetch } from "./agent-helpers";
-import { ledger } from "./channel-helpers";
+import { ledger } from "./support/objects";
 
 const agents = (...names: string[]) => names.map((n) => ({ name: n, image: `reg/${n}:1`, version: "1" }));
 

@@ -1,7 +1,5 @@
-import { env, SELF } from "cloudflare:test";
+import { SELF } from "cloudflare:test";
 import { BASE } from "./helpers";
-
-export const ledger = (id: string) => env.LEDGER.get(env.LEDGER.idFromName(id));
 
 type Message = { type: string; [k: string]: any };
 
@@ -75,4 +73,3 @@ export function closedWithin(ch: Channel, ms = 5_000) {
   return Promise.race([ch.closed, new Promise<never>((_, reject) => setTimeout(() => reject(new Error(`not closed within ${ms} ms`)), ms))]);
 }
 
-export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));

@@ -14,10 +14,9 @@ import { Scheduler } from "../src/objects/kit/scheduler";
 import { registerServer as registerViaService } from "../src/servers/service";
 import { fleetWithKey, getGroup, putGroup, registerClients, zincati } from "./fleetlock-helpers";
 import { breakCoordinator, breakD1, call, fireTimersNow, pendingEffects, report } from "./helpers";
+import { coordinator, ledger } from "./support/objects";
 
 const db = () => getDb(env.DB);
-const ledger = (id: string) => env.LEDGER.get(env.LEDGER.idFromName(id));
-const coordinator = (fleet: string) => env.REBOOT.get(env.REBOOT.idFromName(fleet));
 /** The coordinator's registry entry for a FleetLock id (read without asking anyone: no catch-up). */
 const registered = (fleet: string, id: string) =>
   runInDurableObject(coordinator(fleet), (_i, state) => state.storage.kv.get(`client:${id}`) ?? null);

@@ -9,7 +9,6 @@ import { rollouts } from "../src/db/schema";
 import { eq } from "drizzle-orm";
 import { call, fireTimersNow, report } from "./helpers";
 import {
-  coordinator,
   fleetWithKey,
   parkInOrder,
   putGroup,
@@ -18,6 +17,7 @@ import {
   view,
   zincati,
 } from "./fleetlock-helpers";
+import { coordinator } from "./support/objects";
 
 /** Runs the coordinator's alarm as if its timers were due: the gates' inputs are read, queues drained. */
 const readGates = (fleet: string) => fireTimersNow(coordinator(fleet));

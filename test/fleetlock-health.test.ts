@@ -6,7 +6,8 @@
  */
 import { describe, expect, it } from "vitest";
 import { call, fireTimersNow, report } from "./helpers";
-import { coordinator, fleetWithKey, flushCoordinator, parkInOrder, putGroup, registerClients, setClockOffset, view, zincati } from "./fleetlock-helpers";
+import { fleetWithKey, flushCoordinator, parkInOrder, putGroup, registerClients, setClockOffset, view, zincati } from "./fleetlock-helpers";
+import { coordinator } from "./support/objects";
 
 const healthy = (boot: string) => report(1, [], { boot_id: boot });
 const broken = (boot: string) => ({ ...report(1, [], { boot_id: boot }), errors: [{ agent: "compute", op: "start", message: "crash loop" }] });

@@ -9,17 +9,16 @@ import { drain, type Queue } from "../src/fleetlock/queue";
 import { newGroup } from "../src/fleetlock/semaphore";
 import { call, fireTimersNow } from "./helpers";
 import {
-  coordinator,
   fleetWithKey,
   parkInOrder,
   putGroup,
   registerClients,
   setClockOffset,
-  sleep,
   until,
   view,
   zincati,
 } from "./fleetlock-helpers";
+import { coordinator, sleep } from "./support/objects";
 
 /** Where the runtime cannot report a hang-up: parked calls are vouched for this long (PARK_TRUST_S). */
 const distrustParkedCalls = (fleet: string, trustMs: number) =>

@@ -6,8 +6,7 @@ import { countingD1, d1RowsInto, getDb, type D1Rows } from "../src/db/client";
 import { fleets } from "../src/db/schema";
 import { metered, meterReading, resetMeter } from "../src/objects/kit/meter";
 import { BASE, call, createFleet, fireTimersNow, registerServer, report, settle, uniq } from "./helpers";
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+import { sleep } from "./support/objects";
 
 /** A stand-in object: the meter needs only the constructor's (ctx, env) and ctx.id / ctx.waitUntil. */
 class Probe {

@@ -10,8 +10,8 @@ import type { Fetcher } from "../src/webhooks/dispatch";
 import { MAX_WEBHOOKS_PER_FLEET } from "../src/webhooks/manage";
 import { verify } from "../src/webhooks/signing";
 import { call } from "./helpers";
-import { coordinator } from "./fleetlock-helpers";
 import { auditOf, clone, fleetWithIntent, getSpec } from "./specs-helpers";
+import { coordinator } from "./support/objects";
 
 const SECRET = "first-secret-0123456789abcdef";
 const ROTATED = "second-secret-0123456789abcdef";

@@ -6,8 +6,9 @@ import { runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { verify } from "../src/webhooks/signing";
 import { call, fireTimersNow } from "./helpers";
-import { coordinator, fleetWithKey, putGroup, raw, registerClients, zincati } from "./fleetlock-helpers";
+import { fleetWithKey, putGroup, raw, registerClients, zincati } from "./fleetlock-helpers";
 import { createWebhook, receiver } from "./webhook-helpers";
+import { coordinator } from "./support/objects";
 
 const create = createWebhook;
 
