@@ -77,6 +77,9 @@ export const ServerDetail = ServerSummary.extend({
     .openapi("Refresh"),
 }).openapi("Server");
 
+/** A server's rotated token (POST /v1/servers/{id}/token), shown only in this answer. */
+export const ServerToken = z.object({ id: z.string(), token: z.string() });
+
 export const ServerCreated = ServerDetail.extend({
   token: z.string().openapi({ description: "The server's bearer token. Shown only here." }),
 }).openapi("ServerCreated");

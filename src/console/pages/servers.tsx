@@ -7,7 +7,10 @@
  */
 import { Hono } from "hono";
 import { SERVER_STATES, SERVER_STATUSES } from "../../domain/enums";
-import { must, qs, type InProcessApp } from "../api";
+import type { z } from "zod";
+import { Instance } from "../../instances/schemas";
+import { ServerSummary } from "../../servers/schemas";
+import { qs, readPage, type InProcessApp } from "../api";
 import { NoFleet, page, render, type View } from "../context";
 import { requireSession, type ConsoleEnv } from "../guard";
 import { Ago, Badge, Field, Filters, Pager, Select, Table } from "../ui";
@@ -17,12 +20,19 @@ export const SCAN_PAGES = 5;
 const PAGE = 50;
 
 /** Reads pages of `path` until `want` rows pass `keep` or SCAN_PAGES pages were read. */
-export async function scan<T>(v: View, path: (cursor?: string) => string, keep: (row: T) => boolean, want: number, cursor?: string) {
-  const rows: T[] = [];
+export async function scan<S extends z.ZodType>(
+  v: View,
+  item: S,
+  path: (cursor?: string) => string,
+  keep: (row: z.output<S>) => unknown,
+  want: number,
+  cursor?: string,
+) {
+  const rows: z.output<S>[] = [];
   let next: string | null = cursor ?? null;
   let pages = 0;
   do {
-    const res: { items: T[]; next_cursor: string | null } = await must(v.api("GET", path(next ?? undefined)));
+    const res = await readPage(v, item, path(next ?? undefined));
     rows.push(...res.items.filter(keep));
     next = res.next_cursor;
     pages++;
@@ -53,7 +63,7 @@ async function serversPage(v: View) {
   if (byInstance) {
     // /v1/instances has no fleet filter: rows of other fleets are left out here.
     const path = (cursor?: string) => `/v1/instances${qs({ agent: f.agent, image: f.image, limit: 200, cursor })}`;
-    const { rows, next } = await scan<any>(v, path, (r) => r.fleet === v.fleet, PAGE, q.cursor);
+    const { rows, next } = await scan(v, Instance, path, (r) => r.fleet === v.fleet, PAGE, q.cursor);
     return render(
       v,
       "servers",
@@ -81,8 +91,8 @@ async function serversPage(v: View) {
   }
   const path = (cursor?: string) =>
     `/v1/servers${qs({ fleet: v.fleet, status: f.status, state: f.state, hostname: prefix, limit: narrowed ? 200 : PAGE, cursor })}`;
-  const keep = (s: any) => (!host || prefix || s.hostname.toLowerCase().startsWith(host)) && (!f.role || s.roles.includes(f.role));
-  const { rows, next, pages } = await scan<any>(v, path, keep, PAGE, q.cursor);
+  const keep = (s: z.output<typeof ServerSummary>) => (!host || prefix || s.hostname.toLowerCase().startsWith(host)) && (!f.role || s.roles.includes(f.role));
+  const { rows, next, pages } = await scan(v, ServerSummary, path, keep, PAGE, q.cursor);
   return render(
     v,
     "servers",
