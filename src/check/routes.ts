@@ -6,7 +6,7 @@ import { bearer, commonErrors, serverNameErrors, jsonBody, jsonResponse } from "
 import { cursorParam, decodeCursor, limitParam, page } from "../http/paging";
 import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
-import { agentName } from "../ledger/schemas";
+import { agentName } from "../model/server/schemas";
 import { serverRef } from "../servers/schemas";
 import { checkServers, fixServerAgents } from "./service";
 import { CheckAnswer, FixAnswer, FixInput } from "./schemas";

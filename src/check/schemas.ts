@@ -1,7 +1,7 @@
 import { z } from "@hono/zod-openapi";
 import { DEFAULT_PAGE_SIZE, MAX_CURSOR_LENGTH, MAX_PAGE_SIZE } from "../domain/limits";
 import { fleetId } from "../fleets/schemas";
-import { agentName } from "../ledger/schemas";
+import { agentName } from "../model/server/schemas";
 import { serverRef } from "../servers/schemas";
 import { driftFix, driftReason, Finding, Skipped } from "./drift";
 

@@ -10,8 +10,8 @@
  */
 import type { Env } from "../env";
 import type { DesiredState } from "../ledger/desired";
-import type { ServerRecord } from "../ledger/record";
-import type { StoredReport } from "../ledger/schemas";
+import type { ServerRecord } from "../model/server/record";
+import type { StoredReport } from "../model/server/schemas";
 import { computeStatus } from "../ledger/status";
 import type { Effect } from "../objects/kit/outbox";
 import { coordinatorOf } from "../objects/stubs";

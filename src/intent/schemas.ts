@@ -1,6 +1,6 @@
 import { z } from "@hono/zod-openapi";
 import { CAPABILITY_NAME, fleetId, roleName } from "../fleets/schemas";
-import { agentName, imageRef, versionString } from "../ledger/schemas";
+import { agentName, imageRef, versionString } from "../model/server/schemas";
 
 import { MAX_ROLE_AGENTS } from "../domain/limits";
 

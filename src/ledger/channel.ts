@@ -26,12 +26,12 @@ import {
   type AckMessage,
   type HostMessage,
   type ServerMessage,
-} from "./channel-messages";
+} from "../model/server/channel-messages";
 import type { LedgerDeps } from "./effects";
 import { authorized } from "./poll";
 import { pendingRefresh } from "./refresh";
 import { acceptReport, reportAccepted } from "./report";
-import { InventoryReport } from "./schemas";
+import { InventoryReport } from "../model/server/schemas";
 import type { LedgerStore } from "./store";
 import { configOf } from "./view";
 

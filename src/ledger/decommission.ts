@@ -8,9 +8,9 @@
 import { fail, type Result } from "../objects/kit/result";
 import { audit, project, serverEvent, tokenPayload, type CleanupIndexPayload, type IdentityPayload, type LedgerDeps } from "./effects";
 import { acknowledges, cancelledDesired, CLEANUP_STEPS, decommissionOrder, lifecycleDesired, type CleanupStep, type LifecycleState } from "./lifecycle";
-import type { ServerRecord } from "./record";
+import type { ServerRecord } from "../model/server/record";
 import { leaveRollouts } from "./rollout-marks";
-import type { StoredReport } from "./schemas";
+import type { StoredReport } from "../model/server/schemas";
 
 /**
  * The order goes out in the next generation (terminate for managed servers, uninstall for manual

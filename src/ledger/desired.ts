@@ -1,4 +1,4 @@
-import type { AgentSpec, DesiredConfigInput } from "./schemas";
+import type { AgentSpec, DesiredConfigInput } from "../model/server/schemas";
 
 export interface DesiredState {
   generation: number;

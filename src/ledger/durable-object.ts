@@ -15,14 +15,14 @@ import { openLedger } from "./open";
 import * as operator from "./operator";
 import { applyPlan, type PlanOutcome } from "./planning";
 import { authorized, pollAnswer, type PollAnswer } from "./poll";
-import type { ServerRecord } from "./record";
+import type { ServerRecord } from "../model/server/record";
 import { requestRefresh } from "./refresh";
 import { QUIET_TIMER, QuietWatch } from "./quiet";
 import { acceptReport, pollHeartbeat, type ReportAnswer } from "./report";
 import { applyRolloutImage } from "./rollout-marks";
-import { PING, PONG } from "./channel-messages";
+import { PING, PONG } from "../model/server/channel-messages";
 import { LedgerSockets } from "./sockets";
-import type { AgentSpec, DesiredConfig, DesiredConfigInput, InventoryReport } from "./schemas";
+import type { AgentSpec, DesiredConfig, DesiredConfigInput, InventoryReport } from "../model/server/schemas";
 import { LedgerStore } from "./store";
 import { viewOf, type ServerView } from "./view";
 

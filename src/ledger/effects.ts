@@ -12,7 +12,7 @@ import { auditEvent, auditInsertOnce, type AuditEntry, type AuditEvent } from ".
 import type { Env } from "../env";
 import type { ServerIdentity } from "../fleetlock/durable-object";
 import type { Effect, Outbox } from "../objects/kit/outbox";
-import type { ServerRecord } from "./record";
+import type { ServerRecord } from "../model/server/record";
 import type { CleanupStep } from "./lifecycle";
 import { buildProjection, lastSeenDue, projectionStatements, sameSignatures } from "./projection";
 import type { QuietWatch } from "./quiet";

@@ -10,8 +10,8 @@
  *   removed. A forced removal skips the acknowledgement, not the cleanup.
  */
 import type { DesiredState } from "./desired";
-import type { ServerRecord } from "./record";
-import type { StoredReport } from "./schemas";
+import type { ServerRecord } from "../model/server/record";
+import type { StoredReport } from "../model/server/schemas";
 
 export const CLEANUP_STEPS = ["index", "coordinator"] as const;
 export type CleanupStep = (typeof CLEANUP_STEPS)[number];

@@ -8,8 +8,8 @@ import type { PlanState } from "../planner/ledger-side";
 import { applyDesired, type DesiredState } from "./desired";
 import { audit, identityPayload, project, serverEvent, tokenPayload, type LedgerDeps } from "./effects";
 import type { HeldNames } from "../fleetlock/store";
-import type { ServerRecord } from "./record";
-import type { AgentSpec, DesiredConfig, DesiredConfigInput } from "./schemas";
+import type { ServerRecord } from "../model/server/record";
+import type { AgentSpec, DesiredConfig, DesiredConfigInput } from "../model/server/schemas";
 import { configOf } from "./view";
 
 /**

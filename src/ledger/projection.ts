@@ -3,8 +3,8 @@ import { and, eq, sql } from "drizzle-orm";
 import type { Db } from "../db/client";
 import { agentInstances, servers } from "../db/schema";
 import type { DesiredState } from "./desired";
-import type { ServerRecord } from "./record";
-import type { StoredReport } from "./schemas";
+import type { ServerRecord } from "../model/server/record";
+import type { StoredReport } from "../model/server/schemas";
 import { computeStatus } from "./status";
 import { INDEX_LEASE_MS } from "../domain/channel";
 

@@ -6,7 +6,7 @@
 import { fail, type Failure } from "../objects/kit/result";
 import { decideApply, settleMarks, type ApplyOutcome, type ApplyRolloutImage, type RolloutEvent } from "../rollouts/ledger-side";
 import { audit, project, type LedgerDeps } from "./effects";
-import type { StoredReport } from "./schemas";
+import type { StoredReport } from "../model/server/schemas";
 
 /**
  * Writes the next generation with `agent`'s image changed, remembering which rollout wrote it;

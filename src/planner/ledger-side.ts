@@ -10,7 +10,7 @@
 import type { FleetPlanInputs } from "../intent/store";
 import { plan, planDiffers, type Plan } from "./plan";
 import type { DesiredState } from "../ledger/desired";
-import type { ServerRecord } from "../ledger/record";
+import type { ServerRecord } from "../model/server/record";
 
 export interface PlanState {
   mode: "planned" | "pinned";

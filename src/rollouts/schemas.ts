@@ -1,6 +1,6 @@
 import { z } from "@hono/zod-openapi";
 import { fleetId } from "../fleets/schemas";
-import { agentName, imageRef, versionString } from "../ledger/schemas";
+import { agentName, imageRef, versionString } from "../model/server/schemas";
 import { ROLLOUT_STATES, ROLLOUT_TARGET_STATES as TARGET_STATES } from "../domain/enums";
 import {
   DEFAULT_ROLLOUT_CONCURRENCY,

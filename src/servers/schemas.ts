@@ -2,7 +2,7 @@ import { z } from "@hono/zod-openapi";
 import { LIFECYCLE_ORDERS, PLAN_MODES, SERVER_KINDS, SERVER_STATES } from "../domain/enums";
 import { MAX_REASON_LENGTH, MAX_SERVER_ROLES, MAX_WAIT_S } from "../domain/limits";
 import { fleetId, fleetlockId, groupName, roleName } from "../fleets/schemas";
-import { AgentStatusRow, DesiredConfig, serverStatus, StoredReport } from "../ledger/schemas";
+import { AgentStatusRow, DesiredConfig, serverStatus, StoredReport } from "../model/server/schemas";
 import { HOSTNAME, isServerRef } from "./naming";
 
 const hostname = z.string().max(253).regex(HOSTNAME, "not a valid hostname");

@@ -12,7 +12,7 @@ import { z } from "@hono/zod-openapi";
 import { MAX_CAPABILITIES, MAX_SPEC_CHANNELS, MAX_SPEC_GROUPS, MAX_SPEC_ROLES } from "../domain/limits";
 import { capabilityName, FleetPatch, fleetId, groupName, roleName } from "../fleets/schemas";
 import { ChannelInput, PlannerRunSchema, RoleInput } from "../intent/schemas";
-import { agentName } from "../ledger/schemas";
+import { agentName } from "../model/server/schemas";
 import { MAX_WEBHOOKS_PER_FLEET } from "../webhooks/manage";
 import { SpecSecretsSchema, SpecWebhookSchema } from "../webhooks/schemas";
 import { SpecRebootGroup } from "./groups";

@@ -5,11 +5,11 @@
  * next to openapi.json; a test keeps the two the same). docs/host-agents.md describes the protocol.
  */
 import { z } from "@hono/zod-openapi";
-import { MAX_BODY_BYTES } from "../domain/limits";
-import { CHANNEL_PROTOCOL, CHANNEL_VERSION, CLOSE_CODES, FLOOD_MAX_MESSAGES, FLOOD_WINDOW_MS, PING, PONG, TOKEN_PROTOCOL_PREFIX } from "../domain/channel";
+import { MAX_BODY_BYTES } from "../../domain/limits";
+import { CHANNEL_PROTOCOL, CHANNEL_VERSION, CLOSE_CODES, FLOOD_MAX_MESSAGES, FLOOD_WINDOW_MS, PING, PONG, TOKEN_PROTOCOL_PREFIX } from "../../domain/channel";
 import { DesiredConfig, HostDesiredConfig, InventoryReport, ReportAccepted } from "./schemas";
 
-export * from "../domain/channel";
+export * from "../../domain/channel";
 
 /** A message is at most as large as a request body under /v1 (a report's largest). */
 export const MAX_CHANNEL_MESSAGE_BYTES = MAX_BODY_BYTES;

@@ -1,6 +1,6 @@
 import { z } from "@hono/zod-openapi";
-import { AGENT_STATES, AGENT_STATUSES, ERROR_OPS, LIFECYCLES, SERVER_STATUSES } from "../domain/enums";
-import { MAX_AGENTS, MAX_ASSIGNMENT_ID_LENGTH, MAX_ASSIGNMENTS, MAX_REPORT_ERRORS } from "../domain/limits";
+import { AGENT_STATES, AGENT_STATUSES, ERROR_OPS, LIFECYCLES, SERVER_STATUSES } from "../../domain/enums";
+import { MAX_AGENTS, MAX_ASSIGNMENT_ID_LENGTH, MAX_ASSIGNMENTS, MAX_REPORT_ERRORS } from "../../domain/limits";
 
 const AGENT_NAME = /^[a-z0-9][a-z0-9._-]{0,62}$/;
 
@@ -95,7 +95,7 @@ export const InventoryReport = z
 export type InventoryReport = z.infer<typeof InventoryReport>;
 
 export const serverStatus = z.enum(SERVER_STATUSES);
-export type { ServerStatus, AgentStatus } from "../domain/enums";
+export type { ServerStatus, AgentStatus } from "../../domain/enums";
 
 export const agentStatus = z.enum(AGENT_STATUSES);
 
