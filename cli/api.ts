@@ -15,6 +15,8 @@ type Success<R> = R extends ClientResponse<infer T, infer S, infer _F> ? (S exte
 async function ok<R extends ClientResponse<unknown, number, any>>(pending: Promise<R>): Promise<Success<R>> {
   const res = await pending;
   if (!res.ok) throw await apiErrorOf(res as unknown as Response);
+  // 204 (a delete) has no body to parse.
+  if (res.status === 204) return undefined as Success<R>;
   return (await res.json()) as Success<R>;
 }
 
@@ -32,6 +34,7 @@ export type RolloutInput = Parameters<Methods["startRollout"]>[0];
 export type StatusAnswer = Awaited<ReturnType<Methods["status"]>>;
 export type Role = Awaited<ReturnType<Methods["listRoles"]>>[number];
 export type FleetPatch = Parameters<Methods["patchFleet"]>[1];
+export type Image = Awaited<ReturnType<Methods["getImage"]>>;
 interface Page<T> {
   items: T[];
   next_cursor: string | null;
@@ -82,6 +85,13 @@ function methods(c: Client) {
     putRole: (fleet: string, role: string, json: Parameters<Client["v1"]["fleets"][":fleet"]["roles"][":role"]["$put"]>[0]["json"]) =>
       ok(c.v1.fleets[":fleet"].roles[":role"].$put({ param: { fleet, role }, json })),
     deleteRole: (fleet: string, role: string) => ok(c.v1.fleets[":fleet"].roles[":role"].$delete({ param: { fleet, role } })),
+
+    // images
+    registerImage: (json: Parameters<Client["v1"]["images"]["$post"]>[0]["json"]) => ok(c.v1.images.$post({ json })),
+    listImages: (query: { name?: string; version?: string } = {}) => all((cursor) => ok(c.v1.images.$get({ query: { ...query, limit: PAGE, cursor } }))),
+    getImage: (id: string) => ok(c.v1.images[":id"].$get({ param: { id } })),
+    completeImage: (id: string) => ok(c.v1.images[":id"].complete.$post({ param: { id } })),
+    deleteImage: (id: string) => ok(c.v1.images[":id"].$delete({ param: { id } })),
 
     // servers
     listServers: (filter: { fleet?: string; status?: ServerStatusFilter; state?: ServerStateFilter; hostname?: string } = {}, max?: number) =>
@@ -170,6 +180,23 @@ export class Api {
     this.base = baseUrl.replace(/\/+$/, "");
     this.client = createClient(this.base, token, { fetch: (input: string | URL | Request, init?: RequestInit) => this.fetchImpl(input as string, init) });
     Object.assign(this, methods(this.client));
+  }
+
+  /**
+   * PUT one part of an image's upload: `body` streams (a file's range), `length` bytes; the raw
+   * octet-stream body is outside the typed client, so the request is built here.
+   */
+  async putImagePart(id: string, part: number, body: ReadableStream<Uint8Array>, length: number, signal?: AbortSignal) {
+    const url = this.client.v1.images[":id"].parts[":part"].$url({ param: { id, part: String(part) } });
+    const res = await this.fetchImpl(url.toString(), {
+      method: "PUT",
+      headers: { Authorization: `Bearer ${this.token}`, "Content-Type": "application/octet-stream", "Content-Length": String(length) },
+      body,
+      signal,
+      duplex: "half",
+    } as RequestInit);
+    if (!res.ok) throw await apiErrorOf(res);
+    return (await res.json()) as { part: number; size: number; upload: { part_size: number; parts: number; received: number[] } };
   }
 
   /** GET a server with its view's ETag. */

@@ -1,6 +1,7 @@
 import { Command, CommanderError, Option } from "commander";
 import { ApiError } from "./api.ts";
 import { Exit, FORMATS, processIo, type Io } from "./io.ts";
+import { fillFleet } from "./context.ts";
 import { registerCompletion } from "./commands/completion.ts";
 import { registerContexts } from "./commands/contexts.ts";
 import { registerIntent } from "./commands/intent.ts";
@@ -22,8 +23,9 @@ import { registerRollouts } from "./commands/rollouts.ts";
 import { registerSpec } from "./commands/spec.ts";
 import { registerGates } from "./commands/gates.ts";
 import { registerWebhooks } from "./commands/webhooks.ts";
+import { registerImages } from "./commands/images.ts";
 
-function buildProgram(io: Io): Command {
+export function buildProgram(io: Io): Command {
   const program = new Command("hm")
     .description("Harbormaster operator CLI")
     .addOption(new Option("--url <url>", "API base URL").env("HM_URL"))
@@ -49,6 +51,7 @@ function buildProgram(io: Io): Command {
     registerRebootGroups,
     registerGates,
     registerWebhooks,
+    registerImages,
     registerFleetlock,
     registerTokens,
     registerUpgrades,
@@ -63,6 +66,7 @@ function buildProgram(io: Io): Command {
   ]) {
     register(program, io);
   }
+  program.hook("preAction", fillFleet(io));
   // Subcommands inherit the output hooks and exit override, so usage errors come back here.
   const inherit = (cmd: Command) => {
     for (const sub of cmd.commands) {

@@ -1,7 +1,7 @@
 import { InvalidArgumentError, Option, type Command } from "commander";
 import type { ServerDetail, ServerPatch, ServerStatus, ServerSummary } from "../api.ts";
 import { Exit, type Io, type Output } from "../io.ts";
-import { act } from "../context.ts";
+import { act, fleetOption } from "../context.ts";
 import { SERVER_KINDS, SERVER_STATES, SERVER_STATUSES } from "../../src/domain/enums.ts";
 
 type ServerState = ServerSummary["state"];
@@ -57,7 +57,7 @@ export function registerServers(program: Command, io: Io) {
   servers
     .command("register")
     .description("register a server; prints its token once")
-    .requiredOption("--fleet <fleet>", "its fleet")
+    .addOption(fleetOption("its fleet"))
     .requiredOption("--hostname <name>", "its hostname")
     .addOption(new Option("--kind <kind>", "managed (provisioned for us) or manual (borrowed)").choices(SERVER_KINDS).default("managed"))
     .option("--role <role...>", "roles")
