@@ -22,33 +22,21 @@ async function ok<R extends ClientResponse<unknown, number, any>>(pending: Promi
 
 type Methods = ReturnType<typeof methods>;
 export type Fleet = Awaited<ReturnType<Methods["getFleet"]>>;
-export type FleetInput = Parameters<Methods["createFleet"]>[0];
 export type ServerSummary = Awaited<ReturnType<Methods["listServers"]>>[number];
 export type ServerDetail = Awaited<ReturnType<Methods["getServer"]>>;
-export type ServerCreated = Awaited<ReturnType<Methods["registerServer"]>>;
 export type ServerPatch = Parameters<Methods["patchServer"]>[1];
 export type ServerStatus = ServerDetail["status"];
-export type DesiredConfig = Awaited<ReturnType<Methods["getDesired"]>>;
 export type DesiredConfigInput = Parameters<Methods["putDesired"]>[1];
 export type RebootGroup = Awaited<ReturnType<Methods["getGroup"]>>;
-export type RebootGroupInput = Parameters<Methods["putGroup"]>[2];
-export type Token = Awaited<ReturnType<Methods["listTokens"]>>[number];
 export type AuditEntry = Awaited<ReturnType<Methods["audit"]>>["items"][number];
-export type Instance = Awaited<ReturnType<Methods["listInstances"]>>[number];
-export type UpgradeStatus = Awaited<ReturnType<Methods["upgrades"]>>;
 export type Rollout = Awaited<ReturnType<Methods["getRollout"]>>;
 export type RolloutInput = Parameters<Methods["startRollout"]>[0];
-export type RolloutTarget = Awaited<ReturnType<Methods["rolloutTargets"]>>[number];
 export type StatusAnswer = Awaited<ReturnType<Methods["status"]>>;
-export type Channel = Awaited<ReturnType<Methods["listChannels"]>>[number];
 export type Role = Awaited<ReturnType<Methods["listRoles"]>>[number];
-export type RoleInput = Parameters<Methods["putRole"]>[2];
 export type FleetPatch = Parameters<Methods["patchFleet"]>[1];
-export type EnrollmentToken = Awaited<ReturnType<Methods["listEnrollmentTokens"]>>[number];
-export type AgentBuild = Awaited<ReturnType<Methods["getAgentBuild"]>>;
+type AgentBuild = Awaited<ReturnType<Methods["getAgentBuild"]>>;
 export type Image = Awaited<ReturnType<Methods["getImage"]>>;
-export type ImageInput = Parameters<Methods["registerImage"]>[0];
-export interface Page<T> {
+interface Page<T> {
   items: T[];
   next_cursor: string | null;
 }
@@ -148,7 +136,7 @@ function methods(c: Client) {
     fixServerAgents: (filter: { fleet?: string; server?: string; agent?: string }, dryRun: boolean, cursor?: string) =>
       ok(c.v1.check["server-agents"].fix.$post({ json: { ...filter, dry_run: dryRun, limit: Number(PAGE), cursor } })),
 
-    // rollouts (issue 9)
+    // rollouts
     startRollout: (json: Parameters<Client["v1"]["rollouts"]["$post"]>[0]["json"]) => ok(c.v1.rollouts.$post({ json })),
     getRollout: (id: string) => ok(c.v1.rollouts[":id"].$get({ param: { id }, query: {} })),
     /** Parks until the rollout's `change` moves past `since` (at most `waitS` seconds). */
@@ -186,6 +174,7 @@ type RolloutTargetStateFilter = NonNullable<Parameters<Client["v1"]["rollouts"][
 
 type ServerStatusFilter = NonNullable<Parameters<Client["v1"]["servers"]["$get"]>[0]>["query"]["status"];
 
+// oxlint-disable-next-line typescript/no-unsafe-declaration-merging -- the command methods are mixed in below
 export interface Api extends Methods {}
 
 export class Api {

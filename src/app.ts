@@ -83,15 +83,15 @@ export function createApp() {
     .route("/v1/instances", instanceRoutes)
     .route("/v1/audit", auditRoutes)
     .route("/v1/upgrades", upgradeRoutes)
-    // Fleet intent and lifecycle (issue 8).
+    // Fleet intent and lifecycle.
     .route("/v1/fleets", intentRoutes)
     .route("/v1/servers", serverLifecycleRoutes)
     .route("/v1/check", checkRoutes)
-    // Per-agent rollouts (issue 9).
+    // Per-agent rollouts.
     .route("/v1/rollouts", rolloutRoutes)
-    // Fleets as code (issue 19).
+    // Fleets as code.
     .route("/v1/fleets", specRoutes)
-    // hm status in one request (issue 18).
+    // hm status in one request.
     .route("/v1/status", statusRoutes)
     // Enrollment and the agent's builds (issue 25).
     .route("/v1/fleets", enrollmentTokenRoutes)
@@ -104,7 +104,7 @@ export function createApp() {
     // FleetLock (hosts) sits outside /v1: its own body limit, no JSON Content-Type rule, its own error body.
     .route("/fleetlock", fleetlockRoutes);
 
-  // The operator console (issue 20): pages over this app's own API, called in-process.
+  // The operator console: pages over this app's own API, called in-process.
   app.route("/", consoleRoutes(() => app));
 
   app.openAPIRegistry.registerComponent("securitySchemes", "Bearer", { type: "http", scheme: "bearer" });

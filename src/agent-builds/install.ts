@@ -8,7 +8,7 @@
  */
 import unitText from "../../agent/packaging/harbormaster-agent.service";
 
-export const INSTALLED_BINARY = "/usr/local/bin/harbormaster-agent";
+const INSTALLED_BINARY = "/usr/local/bin/harbormaster-agent";
 const UNIT_DELIMITER = "HARBORMASTER_AGENT_UNIT";
 
 /** The unit as install.sh writes it: ExecStart (and any other mention) naming the installed binary. */

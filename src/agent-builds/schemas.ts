@@ -1,8 +1,8 @@
 import { z } from "@hono/zod-openapi";
 
 /** The builds the agent ships: Node's names for the platform and the architecture (uname -m x86_64 → x64, aarch64 → arm64). */
-export const AGENT_OSES = ["linux"] as const;
-export const AGENT_ARCHES = ["x64", "arm64"] as const;
+const AGENT_OSES = ["linux"] as const;
+const AGENT_ARCHES = ["x64", "arm64"] as const;
 const TARGET = new RegExp(`^(${AGENT_OSES.join("|")})-(${AGENT_ARCHES.join("|")})$`);
 
 /**
@@ -19,7 +19,7 @@ export const downloadFile = z
   .regex(new RegExp(`^(${AGENT_OSES.join("|")})-(${AGENT_ARCHES.join("|")})(\\.sha256)?$`), "<os>-<arch>, or <os>-<arch>.sha256")
   .openapi({ description: "`linux-x64` (the build) or `linux-x64.sha256` (its checksum line, for `sha256sum -c`)", example: "linux-x64" });
 
-export const SHA256_HEX = /^[0-9a-f]{64}$/;
+const SHA256_HEX = /^[0-9a-f]{64}$/;
 
 export const PublishHeaders = z.object({
   "x-agent-version": z.string().regex(/^[0-9A-Za-z][0-9A-Za-z.+_-]{0,63}$/, "a version: letters, digits, '.', '+', '_', '-' (at most 64)").openapi({ description: "The build's version, e.g. 1.4.0" }),

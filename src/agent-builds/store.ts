@@ -3,7 +3,7 @@
  * `agent-builds/<os>-<arch>`, its version and SHA-256 in its custom metadata. A publish is one R2
  * put, which replaces the object whole or not at all: a download never sees half of a build.
  */
-export const buildKey = (target: string) => `agent-builds/${target}`;
+const buildKey = (target: string) => `agent-builds/${target}`;
 
 export interface BuildMeta {
   version: string;

@@ -1,5 +1,5 @@
 /**
- * The operator console (issue 20), served by the Worker at /console: server-rendered pages over
+ * The operator console (docs/console.md), served by the Worker at /console: server-rendered pages over
  * the app's own API (called in-process with the session's token), one client module, one
  * stylesheet, one live socket per page. `getApp` is the app this router is mounted in.
  */

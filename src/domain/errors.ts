@@ -41,7 +41,7 @@ export const ERROR_CODES = [
   "unknown_channel",
   "too_many_capabilities",
   "concurrent_change",
-  // Fleet specs (issue 19).
+  // Fleet specs.
   "invalid_spec",
   "precondition_failed",
   "report_tag_unknown",
@@ -65,7 +65,7 @@ export const ERROR_CODES = [
   "invalid_state",
   "rollout_in_progress",
   "no_targets",
-  // Naming a server by hostname (issue 18).
+  // Naming a server by hostname.
   "ambiguous_server",
   "unknown_server",
   "hostname_taken",

@@ -6,9 +6,9 @@
  * than a glob library built for file paths (where `*` stops at `/` and braces, classes and
  * escapes would all need refusing). Pure.
  */
-export const MAX_PATTERN_LENGTH = 253;
-export const MAX_PATTERN_WILDCARDS = 8;
-export const PATTERN = /^[a-z0-9*?][a-z0-9.*?-]*$/;
+const MAX_PATTERN_LENGTH = 253;
+const MAX_PATTERN_WILDCARDS = 8;
+const PATTERN = /^[a-z0-9*?][a-z0-9.*?-]*$/;
 
 /** Why a pattern is refused, or null when it is a valid one. */
 export function patternProblem(pattern: string): string | null {

@@ -7,9 +7,9 @@ import { patternProblem } from "./pattern";
 
 /** The longest an enrollment token may live: one that leaks stops working within a month at most. */
 export const MAX_ENROLLMENT_TTL_MS = 30 * 24 * 3600 * 1000;
-export const MAX_ENROLLMENT_USES = 100_000;
+const MAX_ENROLLMENT_USES = 100_000;
 
-export const hostnamePattern = z
+const hostnamePattern = z
   .string()
   .superRefine((p, ctx) => {
     const problem = patternProblem(p);

@@ -43,7 +43,7 @@ import {
 } from "./store";
 
 /** Who an enrollment acts as, in the audit log: the token, by id. */
-export const enrollmentActor = (tokenId: string) => `enrollment-token:${tokenId}`;
+const enrollmentActor = (tokenId: string) => `enrollment-token:${tokenId}`;
 
 export function enrollmentTokenView(r: EnrollmentTokenRow, now = Date.now()) {
   const state = r.revokedAt !== null ? "revoked" : r.expiresAt <= now ? "expired" : r.uses >= r.maxUses ? "used_up" : "active";

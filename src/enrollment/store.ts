@@ -10,7 +10,6 @@ import type { Db } from "../db/client";
 import { enrollments, enrollmentTokens } from "../db/schema";
 
 export type EnrollmentTokenRow = typeof enrollmentTokens.$inferSelect;
-export type EnrollmentRow = typeof enrollments.$inferSelect;
 
 export const enrollmentTokenById = (db: Db, id: string) => db.query.enrollmentTokens.findFirst({ where: eq(enrollmentTokens.id, id) });
 

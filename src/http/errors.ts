@@ -71,7 +71,7 @@ export const STATUS_OF_CODE = {
   range_not_satisfiable: 416,
 } as const satisfies Record<ErrorCode, ContentfulStatusCode>;
 
-export const errorBody = (code: ErrorCode, message: string, details?: unknown) => ({
+const errorBody = (code: ErrorCode, message: string, details?: unknown) => ({
   error: details === undefined ? { code, message } : { code, message, details },
 });
 

@@ -8,7 +8,7 @@ import { MigrationsPending, readUpgradeState } from "./state";
 import { newestVersion, type UpgradeStep } from "./step";
 import { UPGRADE_STEPS } from "./steps";
 
-export const RETRY_AFTER_S = 10;
+const RETRY_AFTER_S = 10;
 /** A drained isolate kicks a run at most this often; the lease makes extra kicks cheap anyway. */
 const KICK_INTERVAL_MS = 5_000;
 
@@ -21,7 +21,7 @@ const MUTATING = new Set(["POST", "PUT", "PATCH", "DELETE"]);
  */
 const exempt = (path: string) => (path.startsWith("/v1/agent/") && path !== "/v1/agent/enroll") || path === "/v1/upgrades/run";
 
-export const drainedError = (version: number, newest: number, message?: string) =>
+const drainedError = (version: number, newest: number, message?: string) =>
   new DomainError(
     "upgrade_in_progress",
     message ??

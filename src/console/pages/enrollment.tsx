@@ -4,7 +4,8 @@
  * only, never stored in a cookie nor shown again), revoke.
  */
 import { Hono } from "hono";
-import { ApiFailure, must, type InProcessApp } from "../api";
+import { EnrollmentToken, EnrollmentTokenCreated } from "../../enrollment/schemas";
+import { ApiFailure, readPage, send, type InProcessApp } from "../api";
 import { action, NoFleet, page, render, type View } from "../context";
 import { requireCsrf, requireSession, type ConsoleEnv } from "../guard";
 import { ActionForm, Ago, Badge, canWrite, Table } from "../ui";
@@ -37,7 +38,7 @@ const CreateForm = ({ v }: { v: View }) => (
 
 async function enrollmentPage(v: View, created?: { token: string; id: string }, refused?: string) {
   if (!v.fleet) return render(v, "overview", "Enrollment tokens", <NoFleet />);
-  const list = await must<any>(v.api("GET", `${tokensPath(v.fleet)}?limit=500`));
+  const list = await readPage(v, EnrollmentToken, `${tokensPath(v.fleet)}?limit=500`);
   const write = canWrite(v.session);
   const origin = new URL(v.c.req.url).origin;
   return render(
@@ -69,7 +70,7 @@ async function enrollmentPage(v: View, created?: { token: string; id: string }, 
         </section>
       ) : null}
       <Table id="enrollment-tokens" caption="Enrollment tokens" head={["Name", "State", ["Uses", "num"], "Roles", "Group", "Hostnames", "Expires", "Created", ...(write ? ["Revoke"] : [])]}>
-        {list.items.map((t: any) => (
+        {list.items.map((t) => (
           <tr data-token-id={t.id}>
             <td>{t.name ?? <span class="muted mono">{t.id.slice(0, 8)}</span>}</td>
             <td><Badge status={STATE_TONE[t.state] ?? "idle"} label={t.state.replace("_", " ")} /></td>
@@ -132,14 +133,14 @@ export function enrollmentPages(getApp: () => InProcessApp) {
           return enrollmentPage(v, undefined, `${err?.message ?? `the API answered ${answer.status}`}${fields}`);
         }
         if (!answer.ok) throw new ApiFailure(401, "unauthorized", "the session's token no longer works");
-        return enrollmentPage(v, answer.json);
+        return enrollmentPage(v, answer.json as import("zod").output<typeof EnrollmentTokenCreated>);
       }),
     )
     .post(
       "/console/enrollment/:id/revoke",
       requireCsrf,
       action(getApp, "/console/enrollment", async (v) => {
-        const t = await must<any>(v.api("DELETE", `${tokensPath(v.fleet!)}/${encodeURIComponent(v.c.req.param("id")!)}`));
+        const t = await send(v, EnrollmentToken, "DELETE", `${tokensPath(v.fleet!)}/${encodeURIComponent(v.c.req.param("id")!)}`);
         return `enrollment token ${t.name ?? t.id} is revoked: it enrolls nothing more.`;
       }),
     );
