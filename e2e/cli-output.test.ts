@@ -51,6 +51,7 @@ const NOT_WALKED: Record<string, string> = {
   completion: "prints a shell script, not data",
   "reboot-groups dequeue": "needs a host parked in the queue (FleetLock); the answer is printed by the same ctx.machine path",
   "reboot-groups release": "needs a host holding a slot (FleetLock); the answer is printed by the same ctx.machine path",
+  "agent publish": "replaces the deployment's one agent build, which other files download; e2e/enrollment.test.ts publishes with -o json",
   "rollout watch": "follows a rollout to its end; `rollout start --watch` prints the same object",
 };
 
@@ -90,6 +91,9 @@ describe("every hm command answers -o json in one shape", () => {
     await run("fleets create", [fleet], "object");
     await run("fleets create", [other], "object");
     await run("context set-fleet", [fleet], "object", { env: cfgEnv });
+    const enrollToken = await run("enroll-tokens create", [fleet, "--name", "walk", "--expires", "1h"], "object");
+    await run("enroll-tokens list", [fleet], "list");
+    await run("enroll-tokens revoke", [fleet, enrollToken.id], "object");
     await run("fleets list", [], "list");
     await run("fleets show", [fleet], "object");
     await run("fleets patch", [other, "--stale-after", "5m"], "object");
