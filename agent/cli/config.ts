@@ -38,8 +38,8 @@ export const AgentConfig = z.strictObject({
     .prefault({}),
   tarball: z
     .strictObject({
-      /** Tarball agents are unpacked under ROOT/NAME/VERSION. */
-      root: z.string().min(1).default("/opt/harbormaster/agents"),
+      /** Tarball agents are unpacked under ROOT/opt/harbormaster/agents/NAME/VERSION (another root: tests, chroots). */
+      root: z.string().min(1).default("/"),
       /** Longest a hook may run before it is killed and its agent reported failed. */
       hook_timeout_s: positiveSeconds.default(300),
     })
