@@ -4,6 +4,9 @@
  */
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { startLocalServer, type LocalServer } from "../../scripts/local-server.ts";
+import { chmodSync, existsSync, mkdirSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { StateDir } from "../cli/state.ts";
 import { apiFor, Host, waitFor, type Api } from "./e2e-helpers.ts";
 
 const executable = inject("agentExecutable");
@@ -28,11 +31,32 @@ const newHost = (...args: ConstructorParameters<typeof Host> extends [string, ..
   return h;
 };
 
-async function registered(fleet: string, hostname: string) {
+type Registered = { id: string; token: string; fleet: string; hostname: string; reboot_group: string; fleetlock_id: string | null };
+
+async function registered(fleet: string, hostname: string, extra: Record<string, unknown> = {}): Promise<Registered> {
   if ((await api("GET", `/v1/fleets/${fleet}`)).status === 404) expect((await api("POST", "/v1/fleets", { id: fleet })).status).toBe(201);
-  const r = await api("POST", "/v1/servers", { fleet, hostname });
+  const r = await api("POST", "/v1/servers", { fleet, hostname, ...extra });
   expect(r.status, JSON.stringify(r.json)).toBe(201);
-  return r.json as { id: string; token: string; fleet: string; hostname: string; reboot_group: string; fleetlock_id: string | null };
+  return r.json as Registered;
+}
+
+/** The identity `join` keeps, for a server registered through the API (join itself: cli-join.test.ts). */
+function joinedAs(host: Host, srv: Registered) {
+  new StateDir(host.stateDir).write("identity.json", {
+    url: server.url,
+    server_id: srv.id,
+    fleet: srv.fleet,
+    hostname: srv.hostname,
+    token: srv.token,
+    reboot_group: srv.reboot_group,
+    fleetlock_id: srv.fleetlock_id,
+    machine_id: "m",
+    joined_at: new Date().toISOString(),
+  });
+}
+
+async function serverView(id: string) {
+  return (await api("GET", `/v1/servers/${id}`)).json;
 }
 
 describe("harbormaster-agent, the built executable, against a private server", () => {
@@ -40,19 +64,7 @@ describe("harbormaster-agent, the built executable, against a private server", (
     const fleet = "agent-self";
     const srv = await registered(fleet, "self-1.example.com");
     const host = newHost();
-    // The identity join keeps (join itself: agent/test/cli-join.test.ts and the enrollment test).
-    const { StateDir } = await import("../cli/state.ts");
-    new StateDir(host.stateDir).write("identity.json", {
-      url: server.url,
-      server_id: srv.id,
-      fleet,
-      hostname: srv.hostname,
-      token: srv.token,
-      reboot_group: srv.reboot_group,
-      fleetlock_id: srv.fleetlock_id,
-      machine_id: "m",
-      joined_at: new Date().toISOString(),
-    });
+    joinedAs(host, srv);
     const put = await api("PUT", `/v1/servers/${srv.id}/desired`, {
       generation: 2,
       agents: [{ name: "harbormaster-agent", image: "harbormaster-agent", version, instance_id: "6f1c2a3b-4d5e-4f60-8a7b-9c0d1e2f3a4b" }],
@@ -74,5 +86,41 @@ describe("harbormaster-agent, the built executable, against a private server", (
     expect(host.log).toMatch(/<3>the server refused this host's token; stopping, and leaving every agent and its data as they are/);
     await new Promise((r) => setTimeout(r, 1000));
     expect(host.running).toBe(false);
+  });
+
+  it("a reboot marker takes a FleetLock slot, runs the reboot command, and the slot is released on the healthy report after the boot", async () => {
+    const fleet = "agent-reboot";
+    expect((await api("POST", "/v1/fleets", { id: fleet })).status).toBe(201);
+    const base = (await api("POST", `/v1/fleets/${fleet}/fleetlock-key`)).json.base_url as string;
+    expect((await api("PUT", `/v1/fleets/${fleet}/reboot-groups/default`, { slots: 1 })).status).toBe(200);
+    const srv = await registered(fleet, "reboot-1.example.com", { fleetlock_id: "reboot-1" });
+    const host = newHost();
+    const marker = join(host.root, "run/reboot-required");
+    // The "reboot": a new boot id, the marker (in /run) gone, the agent killed as a reboot kills
+    // it; the supervisor starts it again, as systemd does at boot.
+    const reboot = join(host.root, "reboot.sh");
+    writeFileSync(reboot, `#!/bin/sh\necho reboots >> ${host.root}/reboots\necho boot-2 > ${host.bootIdFile}\nrm -f ${marker}\nkill -KILL $PPID\n`);
+    chmodSync(reboot, 0o755);
+    host.writeConfig({ reboot: { fleetlock_url: base, command: [reboot] } });
+    joinedAs(host, srv);
+    host.start();
+    await waitFor("a first report", async () => (await serverView(srv.id)).reported_generation !== null);
+    const group = async () => (await api("GET", `/v1/fleets/${fleet}/reboot-groups/default`)).json;
+    expect((await group()).holders).toEqual([]);
+
+    mkdirSync(join(host.root, "run"), { recursive: true });
+    writeFileSync(marker, "*** System restart required ***\n");
+    await waitFor("the reboot command to run", () => existsSync(join(host.root, "reboots")), 30_000);
+    const during = await group();
+    expect(during.holders.map((h: { id: string }) => h.id)).toEqual(["reboot-1"]);
+    await waitFor("the slot to be released after the boot", async () => (await group()).holders.length === 0, 60_000);
+    const after = await serverView(srv.id);
+    expect(after.report.boot_id).toBe("boot-2");
+    expect(host.log).toMatch(/<6>reboot: slot granted; rebooting/);
+    expect(host.log).toMatch(/<6>reboot: healthy after the reboot; slot released/);
+    expect(new StateDir(host.stateDir).read("reboot.json")).toBe(null);
+    // One reboot: the marker is gone with the boot.
+    await new Promise((r) => setTimeout(r, 2000));
+    expect((await import("node:fs")).readFileSync(join(host.root, "reboots"), "utf8")).toBe("reboots\n");
   });
 });
