@@ -4,8 +4,8 @@
  * directory and configuration under a temp root, supervised as systemd's unit would
  * (Restart=on-failure, RestartPreventExitStatus=78).
  */
-import { spawn, type ChildProcess } from "node:child_process";
-import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { spawn, spawnSync, type ChildProcess } from "node:child_process";
+import { chmodSync, copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { stringify } from "yaml";
@@ -158,4 +158,62 @@ export class Host {
   async exited(timeoutMs = 60_000): Promise<number | null> {
     return waitFor("the agent to exit", () => (this.child === null && this.exits.length > 0 ? { code: this.exits.at(-1)! } : null), timeoutMs).then((x) => x.code);
   }
+}
+
+/** Runs podman (with the suite's CONTAINERS_CONF); throws with its output when it fails. */
+export function podman(...args: string[]): string {
+  const r = spawnSync("podman", args, { encoding: "utf8", timeout: 120_000 });
+  if (r.status !== 0) throw new Error(`podman ${args.join(" ")} failed (${r.status}): ${r.stderr}`);
+  return r.stdout;
+}
+
+/**
+ * A container image in podman's store built from Debian's busybox-static (no registry here):
+ * a root filesystem of /bin/busybox and its applets, imported with a CMD and volumes.
+ */
+export function localImage(ref: string, cmd: string[], volumes: string[] = []): string {
+  const dir = mkdtempSync(join(tmpdir(), "hm-e2e-image-"));
+  try {
+    const root = join(dir, "rootfs");
+    mkdirSync(join(root, "bin"), { recursive: true });
+    for (const d of ["tmp", "data", "etc"]) mkdirSync(join(root, d), { recursive: true });
+    copyFileSync("/bin/busybox", join(root, "bin/busybox"));
+    chmodSync(join(root, "bin/busybox"), 0o755);
+    for (const a of spawnSync("/bin/busybox", ["--list"], { encoding: "utf8" }).stdout.split("\n")) {
+      if (a && a !== "busybox") symlinkSync("busybox", join(root, "bin", a));
+    }
+    const tar = join(dir, "rootfs.tar");
+    const t = spawnSync("tar", ["-C", root, "-cf", tar, "."]);
+    if (t.status !== 0) throw new Error("tar failed");
+    const changes = [`CMD ${JSON.stringify(cmd)}`, "ENV PATH=/bin", ...volumes.map((v) => `VOLUME ${v}`)];
+    podman("import", ...changes.flatMap((c) => ["--change", c]), tar, ref);
+    return ref;
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+export interface PsRow {
+  Id: string;
+  Names: string[];
+  State: string;
+  Labels: Record<string, string>;
+  StartedAt: number;
+  Mounts?: string[];
+}
+
+/** What podman says of the containers of one scope. */
+export function containersOf(scope: string): PsRow[] {
+  return JSON.parse(podman("ps", "-a", "--filter", `label=io.harbormaster.scope=${scope}`, "--format", "json") || "[]") as PsRow[];
+}
+
+export function volumesOf(scope: string): string[] {
+  return podman("volume", "ls", "--filter", `label=io.harbormaster.scope=${scope}`, "--format", "{{.Name}}").split("\n").filter(Boolean);
+}
+
+/** Removes what a test left in podman: its scope's containers and volumes, and its images. */
+export function cleanPodman(scope: string, images: string[]) {
+  for (const c of containersOf(scope)) spawnSync("podman", ["rm", "-f", "-v", c.Id]);
+  for (const v of volumesOf(scope)) spawnSync("podman", ["volume", "rm", "-f", v]);
+  for (const i of images) spawnSync("podman", ["rmi", "-f", i]);
 }

@@ -54,6 +54,8 @@ describe("the executable", () => {
   it("is one file that runs without Node installed, and says its version", () => {
     const r = run(executable, ["version"], { PATH: "/nonexistent" });
     expect(r.status, r.stderr).toBe(0);
+    // Nothing on stderr: no warning about its code cache or experimental features.
+    expect(r.stderr).toBe("");
     expect(r.stdout.trim()).toBe(`harbormaster-agent ${version} (node ${run(join(import.meta.dirname, "../../node_modules/node/bin/node"), ["--version"]).stdout.trim()}, linux-x64)`);
   });
 });
