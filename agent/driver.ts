@@ -3,6 +3,12 @@ import type { AgentSpec, DesiredConfig, InventoryReport } from "../src/ledger/sc
 export type ReportedAgent = InventoryReport["agents"][number];
 export type ReportError = InventoryReport["errors"][number];
 export type Assignments = InventoryReport["assignments"];
+/**
+ * An agent as a driver lists it: what the report says of it, and, when its state is `failed`,
+ * why (a failing health check's or status hook's output). reconcile() reports the reason as an
+ * error of op `start` (the protocol has no health op) and sends only the protocol's fields.
+ */
+export type ListedAgent = ReportedAgent & { reason?: string };
 
 /**
  * How a host agent acts on its machine. The loop decides what to do; the driver does it (a
@@ -12,7 +18,7 @@ export type Assignments = InventoryReport["assignments"];
  */
 export interface AgentDriver {
   /** What is installed now, as the machine says (never what the loop last asked for). */
-  list(): Promise<ReportedAgent[]>;
+  list(): Promise<ListedAgent[]>;
   install(spec: AgentSpec): Promise<void>;
   /** Move an installed agent to the spec's image and version, keeping its data. */
   update(current: ReportedAgent, spec: AgentSpec): Promise<void>;
@@ -59,7 +65,11 @@ export async function reconcile(desired: DesiredConfig, driver: AgentDriver): Pr
     }
   };
   await driver.beforePass?.(desired);
-  const installed = new Map((await driver.list()).map((a) => [a.name, a]));
+  const listed = await driver.list();
+  const installed = new Map(listed.map((a) => [a.name, a]));
+  // The machine's truth after the pass: read again when anything was done, else what was just
+  // read (a real driver's list() spawns its engine and runs health checks: once per idle pass).
+  const after = async () => (operations === 0 ? listed : await driver.list());
 
   if (desired.lifecycle === "run") {
     for (const spec of desired.agents) {
@@ -73,12 +83,12 @@ export async function reconcile(desired: DesiredConfig, driver: AgentDriver): Pr
     for (const current of installed.values()) {
       if (!wanted.has(current.name)) await attempt(current.name, "remove", () => driver.remove(current));
     }
-    return { errors, operations, agents: await driver.list() };
+    return { errors, operations, agents: reported(await after(), errors) };
   }
 
   if (desired.lifecycle === "uninstall") {
     for (const current of installed.values()) await attempt(current.name, "remove", () => driver.remove(current));
-    return { errors, operations, agents: await driver.list() };
+    return { errors, operations, agents: reported(await after(), errors) };
   }
 
   // terminate: the machine is going away; its agents stop and keep their data. What still runs
@@ -86,5 +96,18 @@ export async function reconcile(desired: DesiredConfig, driver: AgentDriver): Pr
   for (const current of installed.values()) {
     if (current.state === "running") await attempt(current.name, null, () => driver.stop(current));
   }
-  return { errors, operations, agents: (await driver.list()).filter((a) => a.state === "running") };
+  return { errors, operations, agents: reported((await after()).filter((a) => a.state === "running"), errors) };
+}
+
+/**
+ * The listed agents as the protocol reports them; a failed agent's reason (an unhealthy check)
+ * joins the errors when the pass has none for it already, so its status says why.
+ */
+function reported(listed: ListedAgent[], errors: ReportError[]): ReportedAgent[] {
+  for (const a of listed) {
+    if (a.state === "failed" && a.reason && !errors.some((e) => e.agent === a.name)) {
+      errors.push({ agent: a.name, op: "start", message: a.reason.slice(0, 4096) || "failed" });
+    }
+  }
+  return listed.map(({ name, image, version, instance_id, state }) => ({ name, image, version, instance_id, state }));
 }

@@ -1,0 +1,211 @@
+import { createHash, type Hash } from "node:crypto";
+import { createReadStream } from "node:fs";
+import { mkdir, open, rename, rm, stat } from "node:fs/promises";
+import { join } from "node:path";
+import { ApiError, apiErrorOf, sleep, type FetchLike } from "../http.ts";
+
+export interface BlobFetcherOptions {
+  /** The control plane the blob paths are on (the agent's server URL). */
+  baseUrl: string | URL;
+  /** The server's own token (hms.…), read at each request so a renewed one is used. */
+  token: string | (() => string);
+  /** Where downloads are kept while they happen and until installed (under the agent's state dir). */
+  cacheDir: string;
+  fetch?: FetchLike;
+  /** Requests per download, resumed with Range after a dropped connection (default 6). */
+  attempts?: number;
+  /** A response that sends nothing for this long is dropped and resumed (default 30 s). */
+  idleTimeoutMs?: number;
+  /** Pause before a resumed request, ms, doubled each time (default 500). */
+  retryDelayMs?: number;
+}
+
+/** The bytes downloaded are not the ones the desired config names: nothing may use them. */
+export class DigestMismatchError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "DigestMismatchError";
+  }
+}
+
+const hexOf = (digest: string) => {
+  const m = /^sha256:([0-9a-f]{64})$/.exec(digest);
+  if (!m) throw new Error(`unsupported digest ${JSON.stringify(digest)} (expected sha256:<64 hex>)`);
+  return m[1];
+};
+
+/** Feeds a file's bytes into a hash; returns their count (0 when the file does not exist). */
+async function hashFile(path: string, hash: Hash): Promise<number> {
+  let n = 0;
+  try {
+    for await (const chunk of createReadStream(path)) {
+      hash.update(chunk as Buffer);
+      n += (chunk as Buffer).length;
+    }
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === "ENOENT") return 0;
+    throw err;
+  }
+  return n;
+}
+
+/** Errors worth another request: the connection, the server being busy. Refusals are final. */
+const retryable = (err: unknown) => !(err instanceof ApiError) || err.status >= 500 || err.status === 429 || err.status === 408;
+
+/**
+ * Downloads stored images' blobs from the control plane into a cache, hashing as the bytes
+ * arrive, and hands out a file only once its sha256 is the one the desired config names. A
+ * dropped connection resumes with Range where it stopped (also after the agent restarts: the
+ * partial file is re-hashed and continued). A mismatch deletes the file and throws
+ * DigestMismatchError.
+ */
+export class BlobFetcher {
+  private readonly opts: BlobFetcherOptions;
+  private readonly fetchFn: FetchLike;
+
+  constructor(opts: BlobFetcherOptions) {
+    this.opts = opts;
+    this.fetchFn = opts.fetch ?? ((input, init) => fetch(input, init));
+  }
+
+  /** Where a verified blob with this digest lives in the cache. */
+  pathOf(digest: string) {
+    return join(this.opts.cacheDir, `sha256-${hexOf(digest)}`);
+  }
+
+  /** Forgets a cached blob (after it was installed, or when it turned out unusable). */
+  async discard(digest: string) {
+    await rm(this.pathOf(digest), { force: true });
+    await rm(`${this.pathOf(digest)}.partial`, { force: true });
+  }
+
+  /**
+   * The path of a local file holding exactly the bytes with this digest, downloaded from
+   * `blobPath` (a path on the control plane) unless the cache already holds them.
+   */
+  async fetch(blobPath: string, digest: string, size?: number, signal?: AbortSignal): Promise<string> {
+    const hex = hexOf(digest);
+    await mkdir(this.opts.cacheDir, { recursive: true, mode: 0o700 });
+    const final = this.pathOf(digest);
+    const partial = `${final}.partial`;
+
+    // A cached blob is checked again: a disk can rot, and a verified name must never lie.
+    if (await exists(final)) {
+      const cached = createHash("sha256");
+      await hashFile(final, cached);
+      if (cached.digest("hex") === hex) return final;
+      await rm(final, { force: true });
+    }
+
+    // What a previous run left (the agent was killed mid-download) is hashed and continued.
+    const state: Progress = { hash: createHash("sha256"), have: 0 };
+    state.have = await hashFile(partial, state.hash);
+    if (size !== undefined && state.have > size) await restart(partial, state);
+
+    const attempts = this.opts.attempts ?? 6;
+    let lastErr: unknown = null;
+    for (let attempt = 0; attempt < attempts; attempt++) {
+      if (attempt > 0) await sleep((this.opts.retryDelayMs ?? 500) * 2 ** (attempt - 1), signal);
+      try {
+        await this.request(blobPath, partial, state, size, signal);
+        lastErr = null;
+        if (size === undefined || state.have === size) break;
+        lastErr = new Error(`the response ended at byte ${state.have} of ${size}`);
+      } catch (err) {
+        if (signal?.aborted) throw err;
+        if (err instanceof DigestMismatchError) {
+          await rm(partial, { force: true });
+          throw err;
+        }
+        lastErr = err;
+        if (err instanceof RestartError) await restart(partial, state);
+        else if (!retryable(err)) break;
+        // Otherwise what arrived before the drop is on disk and hashed: the next request asks for the rest.
+      }
+    }
+    if (lastErr !== null) {
+      if (lastErr instanceof ApiError) throw lastErr;
+      const m = lastErr instanceof Error ? lastErr.message : String(lastErr);
+      throw new Error(`download of ${blobPath} failed after ${state.have} bytes: ${m}`);
+    }
+    const got = state.hash.digest("hex");
+    if (got !== hex || (size !== undefined && state.have !== size)) {
+      await rm(partial, { force: true });
+      throw new DigestMismatchError(
+        `downloaded image does not match its digest: got sha256:${got} (${state.have} bytes), expected sha256:${hex}` +
+          `${size !== undefined ? ` (${size} bytes)` : ""}; the download was deleted and nothing was installed`,
+      );
+    }
+    await rename(partial, final);
+    return final;
+  }
+
+  /** One request, appending to `partial` from byte `state.have`, hashing what it writes. */
+  private async request(blobPath: string, partial: string, state: Progress, size: number | undefined, signal?: AbortSignal) {
+    const url = new URL(blobPath, this.opts.baseUrl);
+    const token = typeof this.opts.token === "function" ? this.opts.token() : this.opts.token;
+    const headers: Record<string, string> = { Authorization: `Bearer ${token}` };
+    if (state.have > 0) headers.Range = `bytes=${state.have}-`;
+    const controller = new AbortController();
+    const onAbort = () => controller.abort(signal?.reason);
+    if (signal?.aborted) controller.abort(signal.reason);
+    signal?.addEventListener("abort", onAbort, { once: true });
+    const idleMs = this.opts.idleTimeoutMs ?? 30_000;
+    const stall = () => controller.abort(new Error(`no data for ${idleMs} ms`));
+    let idle = setTimeout(stall, idleMs);
+    try {
+      const res = await this.fetchFn(url, { headers, signal: controller.signal });
+      if (res.status === 416) {
+        await res.body?.cancel();
+        throw new RestartError("the server refused the resumed range");
+      }
+      if (!res.ok) throw await apiErrorOf(res);
+      if (state.have > 0) {
+        const start = res.status === 206 ? Number(/^bytes (\d+)-/.exec(res.headers.get("Content-Range") ?? "")?.[1]) : 0;
+        if (start !== state.have) {
+          await res.body?.cancel();
+          throw new RestartError(`the server did not resume at byte ${state.have} (${res.status} ${res.headers.get("Content-Range") ?? ""})`);
+        }
+      }
+      if (!res.body) throw new Error("the response has no body");
+      const file = await open(partial, state.have > 0 ? "a" : "w", 0o600);
+      try {
+        for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
+          clearTimeout(idle);
+          idle = setTimeout(stall, idleMs);
+          if (size !== undefined && state.have + chunk.length > size) {
+            throw new DigestMismatchError(`the download is larger than the image's ${size} bytes; it was deleted and nothing was installed`);
+          }
+          await file.write(chunk);
+          state.hash.update(chunk);
+          state.have += chunk.length;
+        }
+        await file.sync();
+      } finally {
+        await file.close();
+      }
+    } finally {
+      clearTimeout(idle);
+      signal?.removeEventListener("abort", onAbort);
+    }
+  }
+}
+
+interface Progress {
+  /** The sha256 of the partial file's bytes so far. */
+  hash: Hash;
+  have: number;
+}
+
+async function restart(partial: string, state: Progress) {
+  await rm(partial, { force: true });
+  state.hash = createHash("sha256");
+  state.have = 0;
+}
+
+/** The partial download cannot be continued: it is deleted and fetched from the start. */
+class RestartError extends Error {}
+
+async function exists(path: string) {
+  return (await stat(path).catch(() => null)) !== null;
+}

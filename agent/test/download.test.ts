@@ -1,0 +1,113 @@
+import { randomBytes } from "node:crypto";
+import { readdir, readFile, rm, writeFile } from "node:fs/promises";
+import { join } from "node:path";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { BlobFetcher, DigestMismatchError } from "../drivers/download.ts";
+import { ApiError } from "../http.ts";
+import { BlobServer, tempDir } from "./helpers.ts";
+
+describe("BlobFetcher", () => {
+  let server: BlobServer;
+  let cache: string;
+  const bytes = randomBytes(300_000);
+
+  beforeAll(async () => {
+    server = await new BlobServer().start();
+  });
+  afterAll(async () => {
+    await server.stop();
+  });
+  afterEach(async () => {
+    server.requests.length = 0;
+    server.dropAfter = [];
+    server.ignoreRange = false;
+    if (cache) await rm(cache, { recursive: true, force: true });
+  });
+
+  const fetcher = async (extra: Partial<ConstructorParameters<typeof BlobFetcher>[0]> = {}) => {
+    cache = await tempDir("hm-cache-");
+    return new BlobFetcher({ baseUrl: server.url, token: server.token, cacheDir: join(cache, "blobs"), retryDelayMs: 10, ...extra });
+  };
+
+  it("downloads a blob with the server's token and hands out a file holding exactly its bytes", async () => {
+    const blob = server.put(bytes);
+    const f = await fetcher();
+    const path = await f.fetch(`/v1/agent/images/${blob.id}/blob`, blob.digest, blob.size);
+    expect((await readFile(path)).equals(bytes)).toBe(true);
+    expect(server.requests).toEqual([{ path: `/v1/agent/images/${blob.id}/blob`, range: null, authorization: `Bearer ${server.token}` }]);
+  });
+
+  it("resumes with Range after a dropped connection and still verifies the whole", async () => {
+    const blob = server.put(bytes);
+    server.dropAfter = [100_000, 50_000];
+    const f = await fetcher();
+    const path = await f.fetch(`/v1/agent/images/${blob.id}/blob`, blob.digest, blob.size);
+    expect((await readFile(path)).equals(bytes)).toBe(true);
+    const ranges = server.requests.map((r) => r.range);
+    expect(ranges[0]).toBeNull();
+    expect(ranges.length).toBe(3);
+    // Each resumed request asks for the bytes after the ones already on disk.
+    expect(ranges.slice(1).every((r) => /^bytes=[1-9]\d*-$/.test(r ?? ""))).toBe(true);
+    expect(Number(/\d+/.exec(ranges[2]!)![0])).toBeGreaterThan(Number(/\d+/.exec(ranges[1]!)![0]));
+  });
+
+  it("continues the partial file a killed agent left, from where it stopped", async () => {
+    const blob = server.put(bytes);
+    const f = await fetcher();
+    const partial = `${f.pathOf(blob.digest)}.partial`;
+    await f.fetch(`/v1/agent/images/${blob.id}/blob`, blob.digest, blob.size).then((p) => rm(p));
+    await writeFile(partial, bytes.subarray(0, 123_456));
+    server.requests.length = 0;
+    const path = await f.fetch(`/v1/agent/images/${blob.id}/blob`, blob.digest, blob.size);
+    expect((await readFile(path)).equals(bytes)).toBe(true);
+    expect(server.requests.map((r) => r.range)).toEqual(["bytes=123456-"]);
+  });
+
+  it("starts over when the server ignores the range", async () => {
+    const blob = server.put(bytes);
+    server.dropAfter = [70_000];
+    server.ignoreRange = true;
+    const f = await fetcher();
+    const path = await f.fetch(`/v1/agent/images/${blob.id}/blob`, blob.digest, blob.size);
+    expect((await readFile(path)).equals(bytes)).toBe(true);
+  });
+
+  it("refuses bytes that do not match the digest and deletes them", async () => {
+    const corrupted = Buffer.from(bytes);
+    corrupted[1000] ^= 0xff;
+    const good = server.put(bytes);
+    const blob = server.put(corrupted, good.digest);
+    const f = await fetcher();
+    const err = await f.fetch(`/v1/agent/images/${blob.id}/blob`, blob.digest, blob.size).catch((e) => e);
+    expect(err).toBeInstanceOf(DigestMismatchError);
+    expect(err.message).toMatch(/does not match its digest.*nothing was installed/);
+    expect(await readdir(join(cache, "blobs"))).toEqual([]);
+  });
+
+  it("refuses a download larger than the image's size without keeping it", async () => {
+    const blob = server.put(bytes);
+    const f = await fetcher();
+    const err = await f.fetch(`/v1/agent/images/${blob.id}/blob`, blob.digest, blob.size - 10).catch((e) => e);
+    expect(err).toBeInstanceOf(DigestMismatchError);
+    expect(await readdir(join(cache, "blobs"))).toEqual([]);
+  });
+
+  it("does not retry a refusal: a 404 is the server's answer, with its error code", async () => {
+    const f = await fetcher();
+    const err = await f.fetch(`/v1/agent/images/nope/blob`, `sha256:${"0".repeat(64)}`).catch((e) => e);
+    expect(err).toBeInstanceOf(ApiError);
+    expect(err.code).toBe("image_not_found");
+    expect(server.requests.length).toBe(1);
+  });
+
+  it("re-checks a cached blob and downloads again when it rotted on disk", async () => {
+    const blob = server.put(bytes);
+    const f = await fetcher();
+    const path = await f.fetch(`/v1/agent/images/${blob.id}/blob`, blob.digest, blob.size);
+    expect(await f.fetch(`/v1/agent/images/${blob.id}/blob`, blob.digest, blob.size)).toBe(path);
+    expect(server.requests.length).toBe(1);
+    await writeFile(path, "rot");
+    expect((await readFile(await f.fetch(`/v1/agent/images/${blob.id}/blob`, blob.digest, blob.size))).equals(bytes)).toBe(true);
+    expect(server.requests.length).toBe(2);
+  });
+});
