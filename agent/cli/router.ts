@@ -1,115 +1,58 @@
 /**
- * The host's driver: each desired agent goes to the driver of its image's kind (`oci-archive`
- * and `oci-ref` to the container engine, `tarball` to the tarball driver; a free-form image
- * string with no kind is a container image reference), and the agent itself (`harbormaster-agent`)
- * to its self-update driver. `list()` is the union of what each driver finds on the machine.
+ * The host's driver: the agent itself (`harbormaster-agent`) goes to its self-update driver
+ * (./self-update.ts), every other agent to the machine's drivers (agent/drivers/: podman or
+ * tarball by the image's kind). `list()` is the self entry (while the desired config names it)
+ * and what the machine's drivers find.
  */
 import type { AgentSpec, DesiredConfig } from "../../src/ledger/schemas.ts";
-import type { AgentDriver, Assignments, ReportedAgent } from "../driver.ts";
+import type { AgentDriver, Assignments, ListedAgent, ReportedAgent } from "../driver.ts";
 import { AGENT_NAME } from "./version.ts";
 
-export type ImageKind = "oci-archive" | "oci-ref" | "tarball";
+export class WithSelf implements AgentDriver {
+  private readonly self: AgentDriver;
+  private readonly machine: AgentDriver;
 
-/** A driver this host cannot offer, and why (podman missing, say): installs of its kind fail with that. */
-export type Offered = { driver: AgentDriver } | { driver: null; why: string };
-
-export interface RouterDrivers {
-  container: Offered;
-  tarball: Offered;
-  /** The agent's own entry (./self-update.ts). */
-  self: AgentDriver;
-}
-
-export function kindOf(spec: AgentSpec): ImageKind {
-  const kind = (spec as AgentSpec & { kind?: string }).kind;
-  return kind === "tarball" || kind === "oci-archive" ? kind : "oci-ref";
-}
-
-export class KindRouter implements AgentDriver {
-  private readonly drivers: RouterDrivers;
-  /** Which driver listed each agent in the last `list()`: its later operations go there. */
-  private owner = new Map<string, AgentDriver>();
-
-  constructor(drivers: RouterDrivers) {
-    this.drivers = drivers;
+  constructor(self: AgentDriver, machine: AgentDriver) {
+    this.self = self;
+    this.machine = machine;
   }
 
-  private offered(): AgentDriver[] {
-    const out: AgentDriver[] = [this.drivers.self];
-    for (const o of [this.drivers.container, this.drivers.tarball]) if (o.driver) out.push(o.driver);
-    return out;
+  private of(name: string) {
+    return name === AGENT_NAME ? this.self : this.machine;
   }
 
   async beforePass(desired: DesiredConfig) {
-    for (const d of this.offered()) await d.beforePass?.(desired);
+    await this.self.beforePass?.(desired);
+    await this.machine.beforePass?.(desired);
   }
 
-  async list(): Promise<ReportedAgent[]> {
-    const owner = new Map<string, AgentDriver>();
-    const out: ReportedAgent[] = [];
-    for (const d of this.offered()) {
-      for (const a of await d.list()) {
-        // One name, one agent: the first driver that has it owns it (the self driver first).
-        if (owner.has(a.name)) continue;
-        owner.set(a.name, d);
-        out.push(a);
-      }
-    }
-    this.owner = owner;
-    return out;
-  }
-
-  /** The driver for a desired agent; throws (a report error) when this host has none for its kind. */
-  driverFor(spec: AgentSpec): AgentDriver {
-    if (spec.name === AGENT_NAME) return this.drivers.self;
-    const kind = kindOf(spec);
-    const offered = kind === "tarball" ? this.drivers.tarball : this.drivers.container;
-    if (!offered.driver) throw new Error(`this host cannot run ${kind} images: ${offered.why}`);
-    return offered.driver;
-  }
-
-  private ownerOf(current: ReportedAgent): AgentDriver {
-    const d = this.owner.get(current.name);
-    if (!d) throw new Error(`${current.name} was not listed by any driver`);
-    return d;
+  async list(): Promise<ListedAgent[]> {
+    const mine = await this.self.list();
+    // A container or tarball named harbormaster-agent cannot be told from the agent itself: the agent wins.
+    return [...mine, ...(await this.machine.list()).filter((a) => a.name !== AGENT_NAME)];
   }
 
   install(spec: AgentSpec) {
-    return this.driverFor(spec).install(spec);
+    return this.of(spec.name).install(spec);
   }
 
-  async update(current: ReportedAgent, spec: AgentSpec) {
-    const from = this.ownerOf(current);
-    const to = this.driverFor(spec);
-    if (from === to) return to.update(current, spec);
-    // Another kind (a container agent shipped as a tarball now): the new one is installed
-    // first, so a failed install leaves the old one running; the old one goes once it is up.
-    await to.install(spec);
-    await from.remove(current);
+  update(current: ReportedAgent, spec: AgentSpec) {
+    return this.of(spec.name).update(current, spec);
   }
 
   remove(current: ReportedAgent) {
-    return this.ownerOf(current).remove(current);
+    return this.of(current.name).remove(current);
   }
 
   start(current: ReportedAgent) {
-    return this.ownerOf(current).start(current);
+    return this.of(current.name).start(current);
   }
 
   stop(current: ReportedAgent) {
-    return this.ownerOf(current).stop(current);
+    return this.of(current.name).stop(current);
   }
 
   async assignments(): Promise<Assignments> {
-    const units: string[] = [];
-    const storage: string[] = [];
-    for (const d of this.offered()) {
-      const a = await d.assignments?.();
-      if (a) {
-        units.push(...a.units);
-        storage.push(...a.storage);
-      }
-    }
-    return { units, storage };
+    return (await this.machine.assignments?.()) ?? { units: [], storage: [] };
   }
 }

@@ -18,7 +18,7 @@ import type { AgentConfig } from "./config.ts";
 import { readId } from "./join.ts";
 import type { Logger } from "./log.ts";
 import { RebootCoordinator } from "./reboot.ts";
-import { KindRouter, type Offered } from "./router.ts";
+import { WithSelf } from "./router.ts";
 import { checkSwapOnStart, EXIT_RESTART, SelfDriver } from "./self-update.ts";
 import type { Identity, StateDir, StatusFile } from "./state.ts";
 import { AGENT_VERSION } from "./version.ts";
@@ -26,8 +26,8 @@ import { AGENT_VERSION } from "./version.ts";
 export const EXIT_OK = 0;
 export const EXIT_CONFIG = 78;
 
-/** The machine's drivers, by kind (./drivers.ts makes the real ones). */
-export type DriverFactory = (config: AgentConfig, identity: Identity, state: StateDir, log: Logger) => { container: Offered; tarball: Offered };
+/** The machine's drivers (./drivers.ts makes the real ones: podman and tarballs, by the image's kind). */
+export type DriverFactory = (config: AgentConfig, identity: Identity, state: StateDir, log: Logger) => AgentDriver;
 
 export interface RunOptions {
   config: AgentConfig;
@@ -80,15 +80,14 @@ export async function runAgent(o: RunOptions): Promise<number> {
       stop.abort();
     },
   });
-  let offered: { container: Offered; tarball: Offered };
+  let machine: AgentDriver;
   try {
-    offered = o.drivers(config, identity, state, log);
+    machine = o.drivers(config, identity, state, log);
   } catch (err) {
     log.error(`drivers could not be set up: ${messageOf(err)}`);
     return EXIT_CONFIG;
   }
-  for (const [kind, d] of Object.entries(offered)) if (!d.driver) log.warn(`no ${kind} driver on this host: ${d.why}`);
-  const driver: AgentDriver = new KindRouter({ ...offered, self });
+  const driver: AgentDriver = new WithSelf(self, machine);
 
   const fleetlockUrl = config.reboot.fleetlock_url;
   const reboots = o.trial

@@ -4,7 +4,8 @@
  * `harbormaster-agent` image updates it in place:
  *
  *   1. download the build (a catalog image of kind `tarball`: the executable itself, or a tar
- *      holding `harbormaster-agent`) and check it against the desired digest;
+ *      holding `harbormaster-agent`) with the drivers' verified download, which keeps it only
+ *      when it matches the desired digest;
  *   2. a trial: the new build runs `run --trial` on this state directory and must reach a report
  *      accepted by the server within `self_update.start_timeout_s` (a build that cannot start never
  *      replaces the running one);
@@ -21,7 +22,7 @@ import { closeSync, existsSync, linkSync, openSync, readSync, renameSync, rmSync
 import { dirname, join } from "node:path";
 import type { AgentSpec, DesiredConfig } from "../../src/ledger/schemas.ts";
 import type { AgentDriver, ReportedAgent } from "../driver.ts";
-import { downloadVerified } from "./download.ts";
+import { BlobFetcher } from "../drivers/index.ts";
 import type { Logger } from "./log.ts";
 import type { Identity, StateDir } from "./state.ts";
 import { AGENT_NAME, AGENT_VERSION } from "./version.ts";
@@ -48,7 +49,7 @@ export interface FailedBuild {
   at: string;
 }
 
-type CatalogSpec = AgentSpec & { digest?: string; source?: { blob?: string; ref?: string }; kind?: string };
+type CatalogSpec = AgentSpec & { digest?: string; size?: number; source?: { blob?: string; ref?: string }; kind?: string };
 
 export interface SelfDriverOptions {
   state: StateDir;
@@ -105,15 +106,17 @@ export class SelfDriver implements AgentDriver {
     if (!spec.digest || !spec.source?.blob) {
       throw new Error("a harbormaster-agent update needs a catalog image stored in Harbormaster (kind tarball: the executable, or a tar holding harbormaster-agent)");
     }
-    const download = `${binary}.download`;
     const fresh = `${binary}.new`;
     rmSync(fresh, { force: true });
     log.info("self-update: downloading", { version: spec.version, digest: spec.digest });
-    await downloadVerified({ url: `${this.o.identity.url}${spec.source.blob}`, token: this.o.identity.token, digest: spec.digest, dest: download });
+    // The drivers' verified download: resumed after a dropped connection, kept only when its
+    // sha256 is the desired digest (else deleted, and this update fails saying so).
+    const blobs = new BlobFetcher({ baseUrl: this.o.identity.url, token: this.o.identity.token, cacheDir: join(state.dir, "cache", "self") });
+    const download = await blobs.fetch(spec.source.blob, spec.digest, spec.size);
     try {
       await unpackExecutable(download, fresh);
     } finally {
-      rmSync(download, { force: true });
+      await blobs.discard(spec.digest);
     }
     const fail = (reason: string) => {
       rmSync(fresh, { force: true });
@@ -158,7 +161,8 @@ async function unpackExecutable(download: string, dest: string) {
   const isTar = n >= 262 && head.subarray(257, 262).toString("latin1") === "ustar";
   const isGzip = head[0] === 0x1f && head[1] === 0x8b;
   if (!isTar && !isGzip) {
-    renameSync(download, dest);
+    // Copied beside the binary (the cache may be on another file system), so the swap is a rename.
+    copyFileSync(download, dest);
     chmodSync(dest, 0o755);
     return;
   }
@@ -168,7 +172,7 @@ async function unpackExecutable(download: string, dest: string) {
     if (!r.ok) throw new Error(`the build's archive could not be unpacked: ${r.reason}`);
     const inside = [join(dir, AGENT_NAME), join(dir, "bin", AGENT_NAME)].find((p) => existsSync(p));
     if (!inside) throw new Error(`the build's archive holds no ${AGENT_NAME} (at its top or in bin/)`);
-    renameSync(inside, dest);
+    copyFileSync(inside, dest);
     chmodSync(dest, 0o755);
   } finally {
     rmSync(dir, { recursive: true, force: true });
