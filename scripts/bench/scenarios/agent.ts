@@ -1,6 +1,9 @@
 // harbormaster-agent on a host: the executable's size, its idle resident memory on the host
 // channel (goal ≤ 60 MB), and its CPU per idle hour (goal ≤ 1 s), measured from /proc over
-// `--agent-idle` seconds (default 60) and scaled to the hour. The executable is built
+// `--agent-idle` seconds (default 60) and scaled to the hour; then, where podman runs, how long
+// from a desired change (the PUT's answer) to the new container running (podman's word, polled
+// every 100 ms) and to the server showing it realized, for a small busybox image: the first
+// install and an update to another image. The executable is built
 // (scripts/agent/build.ts, no .deb) unless HARBORMASTER_AGENT_EXECUTABLE names one; it runs as a
 // process against the benchmark's server, registered as a server of its own, with a state
 // directory in a temp dir, as systemd would run it.
@@ -63,7 +66,8 @@ export async function run(ctx: BenchContext) {
     writeFileSync(join(work, "boot_id"), "bench-boot\n");
     writeFileSync(join(work, "none.yaml"), "{}\n");
     const child = spawn(executable, ["run", "--state-dir", state], {
-      env: { ...process.env, HARBORMASTER_AGENT_BOOT_ID_FILE: join(work, "boot_id"), HARBORMASTER_AGENT_CONFIG: join(work, "none.yaml"), HARBORMASTER_AGENT_REBOOT_REQUIRED_FILE: join(work, "no-reboot") },
+      // This machine's podman settings (runc, no default ulimits), as the agent suite sets them.
+      env: { CONTAINERS_CONF: join(import.meta.dirname, "../../../agent/test/containers.conf"), ...process.env, HARBORMASTER_AGENT_BOOT_ID_FILE: join(work, "boot_id"), HARBORMASTER_AGENT_CONFIG: join(work, "none.yaml"), HARBORMASTER_AGENT_REBOOT_REQUIRED_FILE: join(work, "no-reboot") },
       stdio: ["ignore", "ignore", "pipe"],
     });
     let log = "";
@@ -88,11 +92,67 @@ export async function run(ctx: BenchContext) {
       const perHour = (cpuS * 3600) / windowS;
       const tickPerHour = (3600 / TICK_HZ / windowS).toFixed(2);
       ctx.note(`agent: CPU per idle hour (s, goal ≤ 1; ${Math.round(windowS)} s measured, ${cpuS.toFixed(2)} s used)`, cpuS === 0 ? `< ${tickPerHour}` : perHour.toFixed(2));
+      if (spawnSync("podman", ["--version"]).status === 0) await changeToRunning(ctx, api, String(server.id), work);
+      else ctx.note("agent: desired change to container running", "skipped: no podman here");
     } finally {
       child.kill("SIGTERM");
       await new Promise((r) => (child.exitCode !== null ? r(null) : child.on("close", r)));
     }
   } finally {
     rmSync(work, { recursive: true, force: true });
+  }
+}
+
+type Api = (method: string, path: string, body?: unknown) => Promise<Record<string, unknown>>;
+
+function podman(...args: string[]) {
+  const r = spawnSync("podman", args, { encoding: "utf8", env: { CONTAINERS_CONF: join(import.meta.dirname, "../../../agent/test/containers.conf"), ...process.env } });
+  if (r.status !== 0) throw new Error(`podman ${args.join(" ")}: ${r.stderr}`);
+  return r.stdout;
+}
+
+/** A small image in podman's store from Debian's busybox-static (no registry here). */
+function busyboxImage(ref: string, work: string) {
+  const root = join(work, `rootfs-${ref.replace(/\W/g, "-")}`);
+  mkdirSync(join(root, "bin"), { recursive: true });
+  writeFileSync(join(root, "bin/busybox"), readFileSync("/bin/busybox"), { mode: 0o755 });
+  spawnSync("ln", ["-s", "busybox", join(root, "bin/sleep")]);
+  const tar = `${root}.tar`;
+  spawnSync("tar", ["-C", root, "-cf", tar, "."]);
+  podman("import", "--change", 'CMD ["/bin/sleep","1000000"]', tar, ref);
+}
+
+async function changeToRunning(ctx: BenchContext, api: Api, serverId: string, work: string) {
+  const tag = `hm-bench-${Date.now().toString(36)}`;
+  const refs = [`localhost/${tag}:1`, `localhost/${tag}:2`];
+  for (const r of refs) busyboxImage(r, work);
+  try {
+    let generation = (await api("GET", `/v1/servers/${serverId}/desired`)).generation as number;
+    for (const [i, ref] of refs.entries()) {
+      const t0 = Date.now();
+      await api("PUT", `/v1/servers/${serverId}/desired`, {
+        generation: ++generation,
+        agents: [{ name: "bench", image: ref, version: String(i + 1), instance_id: "00000000-0000-4000-8000-000000000001" }],
+      });
+      let running: number | null = null;
+      let realized: number | null = null;
+      while ((running === null || realized === null) && Date.now() - t0 < 120_000) {
+        if (running === null) {
+          const ps = JSON.parse(podman("ps", "--filter", "label=io.harbormaster.agent=bench", "--filter", `label=io.harbormaster.version=${i + 1}`, "--format", "json") || "[]") as unknown[];
+          if (ps.length) running = Date.now() - t0;
+        }
+        if (realized === null) {
+          const v = await api("GET", `/v1/servers/${serverId}`);
+          if (v.status === "realized" && v.reported_generation === generation) realized = Date.now() - t0;
+        }
+        await new Promise((r) => setTimeout(r, 100));
+      }
+      const what = i === 0 ? "install" : "update";
+      ctx.note(`agent: desired change to container running (${what}, ms)`, running ?? "timed out");
+      ctx.note(`agent: desired change to server realized (${what}, ms)`, realized ?? "timed out");
+    }
+  } finally {
+    for (const c of podman("ps", "-a", "-q", "--filter", "label=io.harbormaster.agent=bench").split("\n").filter(Boolean)) spawnSync("podman", ["rm", "-f", "-v", c]);
+    for (const r of refs) spawnSync("podman", ["rmi", "-f", r]);
   }
 }
