@@ -116,10 +116,12 @@ function busyboxImage(ref: string, work: string) {
   const root = join(work, `rootfs-${ref.replace(/\W/g, "-")}`);
   mkdirSync(join(root, "bin"), { recursive: true });
   writeFileSync(join(root, "bin/busybox"), readFileSync("/bin/busybox"), { mode: 0o755 });
-  spawnSync("ln", ["-s", "busybox", join(root, "bin/sleep")]);
+  for (const applet of ["sh", "sleep"]) spawnSync("ln", ["-s", "busybox", join(root, "bin", applet)]);
   const tar = `${root}.tar`;
   spawnSync("tar", ["-C", root, "-cf", tar, "."]);
-  podman("import", "--change", 'CMD ["/bin/sleep","1000000"]', tar, ref);
+  // Stops when asked (a bare `sleep` as PID 1 ignores SIGTERM, and every update would wait out
+  // the 10 s stop timeout before the kill).
+  podman("import", "--change", `CMD ["/bin/sh","-c","trap 'exit 0' TERM; sleep 1000000 & wait"]`, tar, ref);
 }
 
 async function changeToRunning(ctx: BenchContext, api: Api, serverId: string, work: string) {
