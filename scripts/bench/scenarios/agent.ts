@@ -1,6 +1,7 @@
 // harbormaster-agent on a host: the executable's size, its idle resident memory on the host
 // channel (goal ≤ 60 MB), and its CPU per idle hour (goal ≤ 1 s), measured from /proc over
-// `--agent-idle` seconds (default 60) and scaled to the hour; then, where podman runs, how long
+// `--agent-idle` seconds (default 180: /proc counts 10 ms ticks, and a shorter window is mostly
+// rounding) and scaled to the hour; then, where podman runs, how long
 // from a desired change (the PUT's answer) to the new container running (podman's word, polled
 // every 100 ms) and to the server showing it realized, for a small busybox image: the first
 // install and an update to another image. The executable is built
@@ -24,10 +25,11 @@ function readStatus(path: string): { connected?: boolean; last_report?: { at: st
   }
 }
 
-function procCpuTicks(pid: number): number {
+/** The process's own CPU ticks (user + system), and those of its children that ended (podman runs). */
+function procCpuTicks(pid: number): { self: number; children: number } {
   const text = readFileSync(`/proc/${pid}/stat`, "utf8");
   const fields = text.slice(text.lastIndexOf(")") + 2).split(" ");
-  return Number(fields[11]) + Number(fields[12]);
+  return { self: Number(fields[11]) + Number(fields[12]), children: Number(fields[13]) + Number(fields[14]) };
 }
 
 function procRssMb(pid: number): number {
@@ -36,7 +38,7 @@ function procRssMb(pid: number): number {
 }
 
 export async function run(ctx: BenchContext) {
-  const idleS = Number(ctx.option("agent-idle") ?? 60);
+  const idleS = Number(ctx.option("agent-idle") ?? 180);
   const work = mkdtempSync(join(tmpdir(), "hm-bench-agent-"));
   try {
     const executable = process.env.HARBORMASTER_AGENT_EXECUTABLE ?? (await buildAgent({ outDir: join(work, "build"), deb: false, log: () => {} })).binary;
@@ -85,13 +87,17 @@ export async function run(ctx: BenchContext) {
       const t0 = procCpuTicks(child.pid!);
       const started = Date.now();
       await new Promise((r) => setTimeout(r, idleS * 1000));
-      const cpuS = (procCpuTicks(child.pid!) - t0) / TICK_HZ;
+      const t1 = procCpuTicks(child.pid!);
+      const cpuS = (t1.self - t0.self) / TICK_HZ;
+      const childrenS = (t1.children - t0.children) / TICK_HZ;
       const windowS = (Date.now() - started) / 1000;
       ctx.note("agent: idle RSS on the channel (MB, goal ≤ 60)", procRssMb(child.pid!).toFixed(1));
       // /proc counts CPU in clock ticks: no tick used in the window reads as "under one tick's worth".
       const perHour = (cpuS * 3600) / windowS;
       const tickPerHour = (3600 / TICK_HZ / windowS).toFixed(2);
       ctx.note(`agent: CPU per idle hour (s, goal ≤ 1; ${Math.round(windowS)} s measured, ${cpuS.toFixed(2)} s used)`, cpuS === 0 ? `< ${tickPerHour}` : perHour.toFixed(2));
+      // What the engine's commands it runs (a `podman ps` a heartbeat) cost on top, per idle hour.
+      ctx.note("agent: its podman commands' CPU per idle hour (s)", ((childrenS * 3600) / windowS).toFixed(2));
       if (spawnSync("podman", ["--version"]).status === 0) await changeToRunning(ctx, api, String(server.id), work);
       else ctx.note("agent: desired change to container running", "skipped: no podman here");
     } finally {
