@@ -1,7 +1,7 @@
 import { env, runInDurableObject, SELF } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { BASE, call, createFleet, fireTimersNow, registerServer, report, settle } from "./helpers";
-import { signIn } from "./console-helpers";
+import { consoleFetch, signIn } from "./console-helpers";
 import { fleetWithKey, putGroup, registerClients, zincati } from "./fleetlock-helpers";
 import { fleetWithAgent, rolloutStub, startRollout } from "./rollout-helpers";
 import { noticeNow, notifyFeed, THROTTLE_MS } from "../src/console/notices";
@@ -35,6 +35,63 @@ async function quietFeed(fleet: string) {
   seen.length = 0;
   return { ws, seen };
 }
+
+/** An open page's socket and when (and how) it closed. */
+async function openPage(fleet: string, cookie: string) {
+  const ws = (await openFeed(fleet, cookie)).webSocket!;
+  ws.accept();
+  const closed = new Promise<{ code: number; reason: string; at: number }>((resolve) =>
+    ws.addEventListener("close", (ev) => resolve({ code: ev.code, reason: ev.reason, at: Date.now() }), { once: true }),
+  );
+  return { ws, closed };
+}
+
+const within = <T,>(p: Promise<T>, ms: number) =>
+  Promise.race([p, new Promise<"open">((r) => setTimeout(() => r("open"), ms))]);
+
+describe("a console page's live socket when its session ends", () => {
+  it("closes within 2 s of its sign-out, with the session-ended code, and leaves another session's open", async () => {
+    const fleet = await createFleet();
+    const other = await createFleet();
+    const s = await signIn();
+    const bystander = await signIn();
+    const pages = [await openPage(fleet.id, s.cookie), await openPage(other.id, s.cookie)];
+    const kept = await openPage(fleet.id, bystander.cookie);
+    const t0 = Date.now();
+    const out = await consoleFetch("/console/sign-out", { cookie: s.cookie, body: { _csrf: s.csrf } });
+    expect(out.status).toBe(303);
+    for (const page of pages) {
+      const closed = await within(page.closed, 2000);
+      expect(closed).toMatchObject({ code: 4001, reason: "signed out" });
+      if (closed !== "open") console.log(`socket closed ${closed.at - t0} ms after the sign-out was sent`);
+      if (closed !== "open") expect(closed.at - t0).toBeLessThan(2000);
+    }
+    expect(await within(kept.closed, 300)).toBe("open");
+    kept.ws.close(1000, "done");
+  });
+
+  it("closes within 2 s of its token's revocation, every session of that token and no other", async () => {
+    const fleet = await createFleet();
+    const minted = await call("POST", "/v1/tokens", { body: { name: "wall screen", scope: "read" } });
+    expect(minted.status).toBe(201);
+    const first = await signIn(minted.json.token);
+    const second = await signIn(minted.json.token);
+    const admin = await signIn();
+    const pages = [await openPage(fleet.id, first.cookie), await openPage(fleet.id, second.cookie)];
+    const kept = await openPage(fleet.id, admin.cookie);
+    const t0 = Date.now();
+    expect((await call("DELETE", `/v1/tokens/${minted.json.id}`)).status).toBe(200);
+    for (const page of pages) {
+      const closed = await within(page.closed, 2000);
+      expect(closed).toMatchObject({ code: 4001, reason: "token revoked" });
+      if (closed !== "open") console.log(`socket closed ${closed.at - t0} ms after the revocation was sent`);
+    }
+    expect(await within(kept.closed, 300)).toBe("open");
+    // A socket opened with the revoked token's session afterwards is refused outright.
+    expect((await openFeed(fleet.id, first.cookie)).status).toBe(401);
+    kept.ws.close(1000, "done");
+  });
+});
 
 describe("the console's live feed", () => {
   it("takes a socket only from this origin with a live session", async () => {

@@ -8,6 +8,8 @@ import { getDb } from "../src/db/client";
 import { rollouts } from "../src/db/schema";
 import { eq } from "drizzle-orm";
 import { call, fireTimersNow, report } from "./helpers";
+import { LEFT_TIMER, QUIET_TIMER, quietGraceMs } from "../src/ledger/quiet";
+import { openChannel } from "./channel-helpers";
 import {
   coordinator,
   fleetWithKey,
@@ -28,7 +30,135 @@ const answerChecksWith = (fleet: string, answer: (url: string) => Promise<Respon
     (instance as unknown as { c: { gates: { fetcher: unknown } } }).c.gates.fetcher = answer;
   });
 
+const reportMessage = (id: string, body: unknown) => ({ type: "report", v: 1, id, report: body });
+
 const failing = (id: string) => ({ ...report(1, []), errors: [{ agent: "compute", op: "install", message: "image pull failed" }], boot_id: `b-${id}` });
+
+/** Asks for a pre-reboot every 100 ms until it answers `status`; how long that took (ms), or null after `ms`. */
+async function untilAnswered(baseUrl: string, id: string, status: number, since: number, ms = 5000) {
+  for (;;) {
+    const res = await zincati(baseUrl, "pre-reboot", id);
+    if (res.status === status) return Date.now() - since <= ms ? { ms: Date.now() - since, res } : null;
+    if (res.status === 200) await zincati(baseUrl, "steady-state", id);
+    if (Date.now() - since > ms) return null;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+/** A fleet of three realized servers whose default group's fleet_health gate allows none unhealthy, and a first grant through it. */
+async function healthyFleet() {
+  const f = await fleetWithKey({ stale_after_s: 120 });
+  await putGroup(f.fleet, "default", { slots: 3, gates: { fleet_health: { max_unhealthy: 0 } } });
+  const servers = await registerClients(f.fleet, 3);
+  for (const s of servers) expect((await call("PUT", "/v1/agent/inventory", { token: s.token, body: report(1, [], { boot_id: `b-${s.id}` }) })).status).toBe(200);
+  // The first pre-reboot finds no copy of the fleet's health: it is read, and the host granted.
+  let first = await zincati(f.baseUrl, "pre-reboot", servers[0].id);
+  if (first.status !== 200) {
+    await readGates(f.fleet);
+    first = await zincati(f.baseUrl, "pre-reboot", servers[0].id);
+  }
+  expect(first.status).toBe(200);
+  expect((await zincati(f.baseUrl, "steady-state", servers[0].id)).status).toBe(200);
+  return { f, servers };
+}
+
+describe("fleet-health gates on pushed facts", () => {
+  it("refuse the next pre-reboot within 5 s of a failing report, and grant again within 5 s of the realizing one", async () => {
+    const { f, servers: [, b, c] } = await healthyFleet();
+    const failedAt = Date.now();
+    expect((await call("PUT", "/v1/agent/inventory", { token: b.token, body: failing(b.id) })).status).toBe(200);
+    const closed = await untilAnswered(f.baseUrl, c.id, 409, failedAt);
+    expect(closed, "the gate did not close within 5 s of the failing report").not.toBeNull();
+    expect(closed!.res.json).toMatchObject({ kind: "fleet_unhealthy", value: expect.stringMatching(/1 of 3 server\(s\) failed/) });
+    console.log(`fleet-health gate closed ${closed!.ms} ms after the failing report`);
+    expect((await view(f.fleet)).gates).toMatchObject([{ gate: "fleet_health", open: false }]);
+
+    const fixedAt = Date.now();
+    expect((await call("PUT", "/v1/agent/inventory", { token: b.token, body: report(1, [], { boot_id: `b-${b.id}` }) })).status).toBe(200);
+    const open = await untilAnswered(f.baseUrl, c.id, 200, fixedAt);
+    expect(open, "the gate did not open within 5 s of the realizing report").not.toBeNull();
+    console.log(`fleet-health gate opened ${open!.ms} ms after the realizing report`);
+  });
+
+  it("refuse the next pre-reboot once the quiet watch finds a server silent, and grant again when it reports", async () => {
+    const { f, servers: [, b, c] } = await healthyFleet();
+    const ledger = env.LEDGER.get(env.LEDGER.idFromName(b.serverId));
+    // As if b had said nothing since stale_after and the watch's grace: its timer is due.
+    await runInDurableObject(ledger, async (instance, state) => {
+      const store = (instance as unknown as { store: { load(): any; save(p: unknown): void } }).store;
+      const { report: stored } = store.load();
+      store.save({ report: { ...stored, received_at: Date.now() - 120_000 - quietGraceMs(120) - 1_000 } });
+      state.storage.sql.exec("UPDATE _timers SET due_at = ? WHERE name = ?", Date.now() - 1, QUIET_TIMER);
+    });
+    const quietAt = Date.now();
+    await fireTimersNow(ledger);
+    const closed = await untilAnswered(f.baseUrl, c.id, 409, quietAt);
+    expect(closed, "the gate did not close within 5 s of the quiet watch").not.toBeNull();
+    expect(closed!.res.json.value).toMatch(/1 stale/);
+    console.log(`fleet-health gate closed ${closed!.ms} ms after the quiet watch fired`);
+
+    const backAt = Date.now();
+    expect((await call("PUT", "/v1/agent/inventory", { token: b.token, body: report(1, [], { boot_id: `b-${b.id}` }) })).status).toBe(200);
+    const open = await untilAnswered(f.baseUrl, c.id, 200, backAt);
+    expect(open, "the gate did not open within 5 s of the report after the silence").not.toBeNull();
+    console.log(`fleet-health gate opened ${open!.ms} ms after the host reported again`);
+  });
+
+  it("refuse the next pre-reboot once a host that left the channel turns stale, and grant again when it is back", async () => {
+    const { f, servers: [, b, c] } = await healthyFleet();
+    const ledger = env.LEDGER.get(env.LEDGER.idFromName(b.serverId));
+    const ch = await openChannel(b.token, { generation: 1 });
+    ch.send(reportMessage("r-1", report(1, [], { boot_id: `b-${b.id}` })));
+    expect((await ch.next("ack")).status).toBe(200);
+    ch.close();
+    await expect.poll(() => runInDurableObject(ledger, (_i, state) =>
+      state.storage.sql.exec("SELECT COUNT(*) AS n FROM _timers WHERE name = ?", LEFT_TIMER).one().n), { timeout: 3000 }).toBe(1);
+    // As if stale_after had passed since it left: its heartbeat is that old, the left timer due.
+    await runInDurableObject(ledger, async (instance, state) => {
+      const store = (instance as unknown as { store: { load(): any; save(p: unknown): void } }).store;
+      const { report: stored } = store.load();
+      store.save({ report: { ...stored, received_at: Date.now() - 121_000 } });
+      state.storage.sql.exec("UPDATE _timers SET due_at = ? WHERE name = ?", Date.now() - 1, LEFT_TIMER);
+    });
+    // The index row's stale_at, exact since the host left, is then in the past too.
+    await env.DB.prepare("UPDATE servers SET stale_at = ? WHERE id = ?").bind(Date.now() - 1_000, b.serverId).run();
+    const staleAt = Date.now();
+    await fireTimersNow(ledger);
+    const closed = await untilAnswered(f.baseUrl, c.id, 409, staleAt);
+    expect(closed, "the gate did not close within 5 s of the host turning stale").not.toBeNull();
+    expect(closed!.res.json.value).toMatch(/1 stale/);
+    console.log(`fleet-health gate closed ${closed!.ms} ms after the channel host turned stale`);
+
+    const backAt = Date.now();
+    const again = await openChannel(b.token, { generation: 1 });
+    again.send(reportMessage("r-2", report(1, [], { boot_id: `b-${b.id}` })));
+    expect((await again.next("ack")).status).toBe(200);
+    const open = await untilAnswered(f.baseUrl, c.id, 200, backAt);
+    expect(open, "the gate did not open within 5 s of the host's return").not.toBeNull();
+    console.log(`fleet-health gate opened ${open!.ms} ms after the channel host came back`);
+    again.close();
+  });
+
+  it("wait for a fresh read once the copy is past its bound, rather than answer from it", async () => {
+    const { f, servers: [, b, c] } = await healthyFleet();
+    // The index says b failed, with no push (as a change no owner tells would): only a read sees it.
+    await env.DB.prepare("UPDATE servers SET status = 'failed' WHERE id = ?").bind(b.serverId).run();
+    expect((await zincati(f.baseUrl, "pre-reboot", c.id)).status).toBe(200);
+    await zincati(f.baseUrl, "steady-state", c.id);
+    // The copy ages past its bound: the next pre-reboot is answered from a fresh read.
+    await runInDurableObject(coordinator(f.fleet), (instance) => {
+      const gs = (instance as unknown as { c: { gateStore: { inputs(): any; saveInputs(i: unknown): void } } }).c.gateStore;
+      const i = gs.inputs();
+      gs.saveInputs({ ...i, health: { ...i.health, at: Date.now() - 61_000 } });
+    });
+    const t0 = Date.now();
+    const res = await zincati(f.baseUrl, "pre-reboot", c.id);
+    expect(res.status).toBe(409);
+    expect(res.json.kind).toBe("fleet_unhealthy");
+    // Answered once the read was in, not at the end of the wait for it.
+    expect(Date.now() - t0).toBeLessThan(5000);
+  });
+});
 
 describe("health gates", () => {
   it("an operator's hold refuses newcomers with operator_hold and its reason, keeps parked hosts waiting, and lets them through when lifted", async () => {

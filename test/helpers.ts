@@ -134,9 +134,15 @@ export async function fireTimersNow(stub: DurableObjectStub, only?: string) {
     // `only`: just the timers whose name starts with it (the others keep their time).
     if (has("_timers")) state.storage.sql.exec("UPDATE _timers SET due_at = ? WHERE name LIKE ?", past, `${only ?? ""}%`);
     if (has("_outbox")) state.storage.sql.exec("UPDATE _outbox SET next_at = ? WHERE attempts > 0", past);
+    if (has("webhook_sends")) state.storage.sql.exec("UPDATE webhook_sends SET next_at = ? WHERE attempts > 0", past);
     if ((await state.storage.getAlarm()) === null) await state.storage.setAlarm(past);
   });
-  return runDurableObjectAlarm(stub);
+  const ran = await runDurableObjectAlarm(stub);
+  // A coordinator's webhook sends run unawaited by its alarm: let them finish before looking.
+  await runInDurableObject(stub, async (instance) => {
+    await (instance as unknown as { c?: { webhooks?: { idle?: () => Promise<void> } } }).c?.webhooks?.idle?.();
+  });
+  return ran;
 }
 
 let counter = 0;

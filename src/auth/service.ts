@@ -11,6 +11,7 @@ import type { Scope, TokenKind } from "../domain/enums";
 import type { Env } from "../env";
 import { notFound } from "../domain/errors";
 import { ledgerOf } from "../objects/stubs";
+import { closeLiveSockets } from "../console/session";
 import { listTokens, tokenById, type TokenRow } from "./store";
 import { issueToken } from "./tokens";
 
@@ -62,5 +63,7 @@ export async function revokeToken(env: Env, actor: string, id: string) {
     db.update(tokens).set({ revokedAt }).where(and(eq(tokens.id, id), isNull(tokens.revokedAt))),
     auditInsert(db, { actor, action: "token.revoke", target: `token:${id}` }),
   ]);
+  // Its console sessions are refused from now on; their open pages' live sockets close now too.
+  await closeLiveSockets(env, { token: id }, "token revoked");
   return { ...row, revokedAt };
 }

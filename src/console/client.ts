@@ -110,7 +110,12 @@ function connect() {
   socket.addEventListener("close", (ev) => {
     clearInterval(pinger);
     body.dataset.live = "off";
-    if (ev.code === 4001) { location.reload(); return; }
+    // The session ended (expired, signed out here or in another tab, its token revoked): say so on sign-in.
+    if (ev.code === 4001) {
+      const why = ev.reason === "signed out" ? "signed_out=1" : "ended=1";
+      location.assign("/console/sign-in?" + why + "&next=" + encodeURIComponent(location.pathname + location.search));
+      return;
+    }
     const wait = Math.min(30, 2 ** attempt) * (0.75 + Math.random() * 0.5);
     attempt += 1;
     show("\u25CB Disconnected \u2014 reconnecting in " + Math.ceil(wait) + " s", false);

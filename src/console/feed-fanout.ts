@@ -12,8 +12,20 @@ export interface SocketTag {
   until: number;
 }
 
-/** Close code for a page whose session expired: the client reloads and lands on sign-in. */
+/** Close code for a page whose session ended (expired, signed out, its token revoked): the client goes to sign-in. */
 export const SESSION_ENDED = 4001;
+
+/**
+ * The tags a page's socket is accepted with (the Hibernation API's own, so they survive
+ * hibernation): its session and its operator token, so that ending either closes exactly its sockets.
+ */
+export const sessionTag = (idHash: string) => `session:${idHash}`;
+export const tokenTag = (tokenId: string) => `token:${tokenId}`;
+
+/** Which sockets to close: a session's (sign-out), or every session's of a token (revocation). */
+export type SessionEnd = { session: string } | { token: string };
+
+export const tagOf = (end: SessionEnd) => ("session" in end ? sessionTag(end.session) : tokenTag(end.token));
 
 export function broadcast(sockets: WebSocket[], notice: FeedNotice, now: number) {
   const text = JSON.stringify(notice);

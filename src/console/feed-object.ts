@@ -6,7 +6,7 @@
  */
 import { DurableObject } from "cloudflare:workers";
 import type { Env } from "../env";
-import { broadcast, type FeedNotice, type SocketTag } from "./feed-fanout";
+import { broadcast, SESSION_ENDED, sessionTag, tagOf, tokenTag, type FeedNotice, type SessionEnd, type SocketTag } from "./feed-fanout";
 
 export class ConsoleFeed extends DurableObject<Env> {
   constructor(ctx: DurableObjectState, env: Env) {
@@ -14,10 +14,15 @@ export class ConsoleFeed extends DurableObject<Env> {
     this.ctx.setWebSocketAutoResponse(new WebSocketRequestResponsePair("ping", "pong"));
   }
 
-  /** A socket from /console/live (already authenticated there); `until` is its session's expiry. */
+  /**
+   * A socket from /console/live (already authenticated there); `until` is its session's expiry,
+   * and it is tagged with its session and token, so that their end closes it (endSessions).
+   */
   async fetch(request: Request): Promise<Response> {
     const { 0: client, 1: server } = new WebSocketPair();
-    this.ctx.acceptWebSocket(server);
+    const session = request.headers.get("X-Session-Id");
+    const token = request.headers.get("X-Session-Token");
+    this.ctx.acceptWebSocket(server, [...(session ? [sessionTag(session)] : []), ...(token ? [tokenTag(token)] : [])]);
     server.serializeAttachment({ until: Number(request.headers.get("X-Session-Until")) || 0 } satisfies SocketTag);
     return new Response(null, { status: 101, webSocket: client });
   }
@@ -25,6 +30,20 @@ export class ConsoleFeed extends DurableObject<Env> {
   /** Sends the notice to every open page; returns how many got it. */
   async notify(notice: FeedNotice): Promise<number> {
     return broadcast(this.ctx.getWebSockets(), notice, Date.now());
+  }
+
+  /** A session ended (signed out) or its token was revoked: its pages' sockets close now; how many. */
+  async endSessions(end: SessionEnd, reason: string): Promise<number> {
+    let closed = 0;
+    for (const ws of this.ctx.getWebSockets(tagOf(end))) {
+      try {
+        ws.close(SESSION_ENDED, reason);
+        closed++;
+      } catch {
+        // Closing already.
+      }
+    }
+    return closed;
   }
 
   async webSocketMessage(ws: WebSocket, message: string | ArrayBuffer) {

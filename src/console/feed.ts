@@ -20,6 +20,8 @@ export const liveRoutes = new Hono<ConsoleEnv>().get("/console/live", async (c) 
   if (!FLEET.test(fleet)) return c.text("name a fleet: ?fleet=", 400);
   const headers = new Headers(c.req.raw.headers);
   headers.set("X-Session-Until", String(session.expiresAt));
+  headers.set("X-Session-Id", session.idHash);
+  headers.set("X-Session-Token", session.tokenId);
   const res = await feedOf(c.env, fleet).fetch(new Request(c.req.url, { headers }));
   // A fresh Response: one from another object has immutable headers, and middleware adds some.
   return new Response(null, { status: res.status, webSocket: res.webSocket, headers: res.headers });

@@ -19,6 +19,9 @@ import { CoordinatorStore } from "./store";
 import { WebhookDispatcher } from "../webhooks/dispatch";
 import { WebhookStore } from "../webhooks/store";
 
+/** The webhooks' send queue (src/webhooks/dispatch.ts): its next retry, or a send's lease. */
+export const WEBHOOKS_TIMER = "webhooks";
+
 export function assemble(ctx: DurableObjectState, env: () => Env, clock: () => number): Coordination {
   const scheduler = new Scheduler(ctx.storage);
   const store = new CoordinatorStore(ctx.storage);
@@ -39,8 +42,15 @@ export function assemble(ctx: DurableObjectState, env: () => Env, clock: () => n
     dueAt: (g) => Math.min(healthWake(g) ?? Infinity, stuckWake(store, g) ?? Infinity),
   };
   const webhookStore = new WebhookStore(ctx.storage);
-  const webhooks = new WebhookDispatcher(webhookStore, (p) => effects.webhook(p));
-  effects.deliverWebhook = (p) => webhooks.deliver(p);
+  const webhooks = new WebhookDispatcher(webhookStore, {
+    timer: (at, opts) => {
+      if (at === null) scheduler.cancel(WEBHOOKS_TIMER);
+      else scheduler.schedule(WEBHOOKS_TIMER, at, null, opts);
+      void scheduler.arm().catch(() => undefined);
+    },
+    waitUntil: (p) => ctx.waitUntil(p),
+  });
+  effects.adoptWebhook = (p) => webhooks.adopt(p);
   effects.onEvent = (e) => webhooks.emit(e);
   const c: Coordination = { store, effects, scheduler, clock, parked, gates, gateStore, webhooks, webhookStore };
   gates.onChange = (change) => gateChanged(c, change);

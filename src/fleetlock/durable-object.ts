@@ -1,7 +1,7 @@
 import { DurableObject } from "cloudflare:workers";
 import type { Env } from "../env";
 import type { Failure } from "../objects/kit/result";
-import { assemble } from "./assemble";
+import { assemble, WEBHOOKS_TIMER } from "./assemble";
 import type { Coordination } from "./context";
 import { GATES_TIMER } from "./gate-keeper";
 import * as gateRules from "./gate-rules";
@@ -40,7 +40,7 @@ export { HOST_AUDIT_DEFER_MS } from "./effects";
  * sleeps while hosts wait.
  */
 export class RebootCoordinator extends DurableObject<Env> {
-  private readonly c: Coordination;
+  private c: Coordination;
 
   /** The clock every grant, window and wait is decided with; tests move it. */
   clock = () => Date.now();
@@ -61,6 +61,7 @@ export class RebootCoordinator extends DurableObject<Env> {
       hostname: (payload, name) => names.settleHostname(this.c, this.ask, name.slice("hostname:".length), (payload as { until: number }).until),
       [QUEUE_TIMER]: () => this.c.parked.fired(),
       [GATES_TIMER]: () => gateRules.readInputs(this.c),
+      [WEBHOOKS_TIMER]: () => this.c.webhooks.pump(),
     });
   }
 
@@ -95,14 +96,23 @@ export class RebootCoordinator extends DurableObject<Env> {
 
   // ---- fleet configuration ----
 
-  /** The fleet was deleted (issue 8): its groups, holders, registry and key go. Idempotent. */
+  /**
+   * The fleet was deleted: its groups, holders, registry, key and webhooks go. Idempotent. Its
+   * webhook deliveries still owed are dropped, not awaited (docs/notifications.md): a receiver that
+   * is down must not keep the fleet's id taken. Audit rows still queued are delivered first (D1, not
+   * an outsider); should D1 refuse them, everything stays for the cron's retry.
+   */
   async forget(): Promise<void> {
-    // Audit rows still queued are delivered first; a failure here leaves everything for a retry.
-    // Console notices of the fleet being deleted are not worth the wait.
+    this.c.webhooks.drop("dropped: the fleet was deleted");
+    // Console notices of the fleet being deleted are not worth the wait; nor are deliveries
+    // stored by earlier code in the outbox.
     this.c.effects.outbox.discard("feed");
+    this.c.effects.outbox.discard("webhook");
     await this.c.effects.outbox.flush();
     if (this.c.effects.outbox.pending() > 0) throw new Error("audit rows still pending; retry the wipe later");
     await this.c.store.wipe();
+    // A fleet of the same name may come next: its parts start from empty storage, no cache kept.
+    this.c = assemble(this.ctx, () => this.env, () => this.clock());
   }
 
   /** PATCH /v1/fleets/{fleet} (issue 8): the fleet's settings, as D1 now holds them. */
@@ -232,8 +242,8 @@ export class RebootCoordinator extends DurableObject<Env> {
   async testWebhook(settings: FleetSettings, id: string, actor: string) {
     this.c.store.syncSettings(settings);
     const r = hooks.testWebhook(this.c.webhookStore, this.c.webhooks, settings.fleet_id, id, actor, this.c.clock());
-    // Sent now, not with the next batch: the operator is watching.
-    if (r.ok) await this.c.effects.outbox.flush();
+    // Sent now and awaited: the operator is watching this receiver (and only this one).
+    if (r.ok) await this.c.webhooks.sendNow(r.delivery.id);
     return r.ok ? { ...r, delivery: hooks.deliveryView(this.c.webhookStore.delivery(r.delivery.id)!) } : r;
   }
 

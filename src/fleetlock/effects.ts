@@ -1,7 +1,8 @@
 /**
- * What the coordinator changes elsewhere: audit rows in D1. They leave through the durable outbox,
- * committed in the same turn as the change they record, so the caller's answer never waits for
- * D1 and no row is lost when D1 is down.
+ * What the coordinator changes elsewhere: audit rows in D1 and console notices. They leave through
+ * the durable outbox, committed in the same turn as the change they record, so no row is lost
+ * when D1 is down. Webhook deliveries do not: they go to outsiders, on their own queue
+ * (src/webhooks/dispatch.ts), so no receiver delays what this outbox carries.
  */
 import { auditEvent, auditInsertOnce, type AuditEntry, type AuditEvent } from "../audit/log";
 import { feedEffect, type NoticeInput } from "../console/notices";
@@ -15,15 +16,16 @@ import { fleetEvent, type FleetEvent } from "../webhooks/events";
 /** How long a host grant's or release's audit row may wait to share a D1 batch with others. */
 export const HOST_AUDIT_DEFER_MS = 1_000;
 
-/** How many webhook deliveries (or other calls) one flush sends at once. */
-const CALLS_AT_ONCE = 8;
-
 export class CoordinatorEffects {
   readonly outbox: Outbox<"audit" | "webhook" | "feed">;
   /** The fleet this object coordinates (its config), for its console notices; set by ./assemble.ts. */
   fleetId: () => string | undefined = () => undefined;
-  /** Sends one webhook delivery (src/webhooks/dispatch.ts); set by ./assemble.ts. */
-  deliverWebhook: (p: DeliveryPayload) => Promise<void> = async () => {
+  /**
+   * Hands a webhook delivery to the webhooks' own queue (src/webhooks/dispatch.ts); set by
+   * ./assemble.ts. Only for `webhook` effects stored by earlier code, which sent deliveries
+   * through this outbox: taking one over is a storage write, never a request to the receiver.
+   */
+  adoptWebhook: (p: DeliveryPayload) => void = () => {
     throw new Error("no webhook dispatcher");
   };
   /**
@@ -43,18 +45,11 @@ export class CoordinatorEffects {
       scheduler,
       {
         audit: { target: "d1", statements: (e: AuditEvent) => [auditInsertOnce(db(), e)] },
-        webhook: { target: "call", deliver: (p: DeliveryPayload) => this.deliverWebhook(p) },
+        webhook: { target: "call", deliver: async (p: DeliveryPayload) => this.adoptWebhook(p) },
         feed: feedEffect(env),
       },
       db,
-      CALLS_AT_ONCE,
     );
-  }
-
-  /** A webhook delivery, sent within a second (with the next flush, or by the alarm) and retried until taken. */
-  webhook(p: DeliveryPayload) {
-    this.outbox.enqueue("webhook", p, { deferMs: HOST_AUDIT_DEFER_MS });
-    void this.scheduler.arm().catch(() => undefined);
   }
 
   /**

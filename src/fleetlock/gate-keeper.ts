@@ -3,12 +3,14 @@
  *
  * Inputs the coordinator does not own are copies with a bounded age, never read on the host path:
  * the fleet's failed and stale servers and its running rollouts come from the D1 index, read by
- * this object's own alarm (GATES_TIMER) when a gate needs them and its copy is older than
- * INDEX_REFRESH_MS; an external check is fetched by the same alarm and its answer cached for the
- * check's cache_s. Reading is demand-driven: a pre-reboot that finds an input missing or old asks
- * for a read and is answered from what is known (an unknown input closes its gate; a parked host
- * is granted once the read opens it); while hosts wait behind a gate the alarm reads again every
- * INDEX_REFRESH_MS (or cache_s). An idle fleet costs nothing.
+ * this object's own alarm (GATES_TIMER); an external check is fetched by the same alarm and its
+ * answer cached for the check's cache_s. A server's change of health class is pushed by its ledger
+ * (./ledger-side.ts, ./health.ts): the fleet-health copy is then unknown until read again, and the
+ * read is asked for at once (healthChanged). The copy's age bound covers only what nobody pushes.
+ * Reading is demand-driven: a pre-reboot that finds an input old (INDEX_REFRESH_MS) asks for a
+ * read; one that finds it unknown (past INDEX_INPUT_MAX_AGE_MS, or changed) parks for up to
+ * READ_WAIT_S and is answered once the read is in; while hosts wait behind a gate the alarm reads
+ * again every INDEX_REFRESH_MS (or cache_s). An idle fleet costs nothing.
  */
 import { and, count, eq, inArray, ne } from "drizzle-orm";
 import type { Db } from "../db/client";
@@ -22,6 +24,7 @@ import {
   holdEnds,
   INDEX_REFRESH_MS,
   needsIndex,
+  READ_WAIT_S,
   type GateConfig,
   type GateInputs,
   type GateVerdict,
@@ -66,7 +69,21 @@ export class GateKeeper {
     const { config } = this.effective(g);
     if (config && this.stale(config, Date.now())) this.askForRead();
     const v = firstClosed(this.verdicts(g, now));
-    return v ? { kind: v.kind, value: v.reason } : null;
+    if (!v) return null;
+    // An input being read: the host waits for it (parked) rather than being answered without it.
+    return v.reading ? { kind: v.kind, value: v.reason, wait_s: READ_WAIT_S } : { kind: v.kind, value: v.reason };
+  }
+
+  /**
+   * A server's ledger told us its health class changed (failed, stale, or back): the fleet-health
+   * copy is unknown from now until read again, and the read is asked for at once. Nothing to do
+   * when no gate counts fleet health. Stored, so a restart still treats the copy as unknown.
+   */
+  healthChanged(now = Date.now()) {
+    if (!this.configs().some((cfg) => cfg.fleet_health)) return;
+    const i = this.gates.inputs();
+    if (i.health) this.gates.saveInputs({ ...i, health: { ...i.health, changed_at: now } });
+    this.askForRead(true);
   }
 
   /** After a gate setting changed: asks for a read if any gate now needs an input not at hand. */
@@ -94,7 +111,7 @@ export class GateKeeper {
   private stale(config: GateConfig, now: number): boolean {
     const i = this.gates.inputs();
     const old = (at: number | undefined) => at === undefined || now - at > INDEX_REFRESH_MS;
-    if (config.fleet_health && old(i.health?.at)) return true;
+    if (config.fleet_health && (old(i.health?.at) || i.health?.changed_at !== undefined)) return true;
     if (config.rollouts && old(i.rollouts?.at)) return true;
     if (config.external) {
       const seen = i.external[config.external.url];
@@ -103,10 +120,10 @@ export class GateKeeper {
     return false;
   }
 
-  /** Asks the alarm to read the inputs now (at most once per second from the host path). */
+  /** Asks the alarm to read the inputs now (from the host path, at most once per second while that read is pending). */
   private askForRead(always = false) {
     const now = Date.now();
-    if (!always && now - this.askedAt < 1_000) return;
+    if (!always && now - this.askedAt < 1_000 && this.scheduler.dueAt(GATES_TIMER) !== null) return;
     this.askedAt = now;
     this.scheduler.schedule(GATES_TIMER, now, null, { noLaterThan: true });
     void this.scheduler.arm().catch(() => undefined);
@@ -114,6 +131,7 @@ export class GateKeeper {
 
   /** The alarm's read: the index inputs the fleet's gates need, and each external check whose answer is due. */
   async refresh(fleetId: string, now = Date.now()): Promise<void> {
+    const startedAt = Date.now();
     const configs = this.configs();
     const inputs = this.gates.inputs();
     const next = { health: inputs.health, rollouts: inputs.rollouts, external: { ...inputs.external } };
@@ -145,11 +163,18 @@ export class GateKeeper {
       }),
     );
     for (const url of Object.keys(next.external)) if (!checks.has(url)) delete next.external[url];
+    // A change pushed while this read was under way may be missing from it: still unknown, read again.
+    const changedAt = this.gates.inputs().health?.changed_at;
+    if (next.health && changedAt !== undefined && changedAt >= startedAt) next.health = { ...next.health, changed_at: changedAt };
     this.gates.saveInputs(next);
   }
 
-  /** When the keeper must read again while hosts wait behind a gate that reads an input, or null. */
+  /**
+   * When the keeper must read again: at once if a health change came in during the last read;
+   * while hosts wait behind a gate that reads an input, every INDEX_REFRESH_MS (or cache_s); else null.
+   */
   nextRead(waiting: boolean, now = Date.now()): number | null {
+    if (this.gates.inputs().health?.changed_at !== undefined && this.configs().some((c) => c.fleet_health)) return now;
     if (!waiting) return null;
     let at = Infinity;
     for (const c of this.configs()) {

@@ -41,7 +41,11 @@ export interface Hold {
 
 /** Inputs with the time they were read (ms). */
 export interface GateInputs {
-  health: { failed: number; stale: number; total: number; at: number } | null;
+  /**
+   * `changed_at`: a server of the fleet told the coordinator its health class changed (failed,
+   * stale, or back) after this copy was read; the copy is then unknown until read again.
+   */
+  health: { failed: number; stale: number; total: number; at: number; changed_at?: number } | null;
   rollouts: { running: number; at: number } | null;
   /** Per URL: whether the last check answered 2xx, and what it said otherwise. */
   external: Record<string, { ok: boolean; reachable: boolean; detail: string; at: number }>;
@@ -67,12 +71,27 @@ export interface GateVerdict {
   kind: FleetLockKind;
   /** Why it is closed, or what it saw when open. */
   reason: string;
+  /** Closed because its input is being read: a host may wait for the read (READ_WAIT_S). */
+  reading?: boolean;
 }
 
-/** How old an input read from the D1 index may be before it counts as unknown. */
-export const INDEX_INPUT_MAX_AGE_MS = 120_000;
-/** How often the coordinator reads the index again while a gate needs it. */
-export const INDEX_REFRESH_MS = 60_000;
+/**
+ * How old an input read from the D1 index may be before it counts as unknown: past it, the gate
+ * waits for a fresh read rather than answer from the old copy. Changes of a server's health
+ * class are pushed by its ledger (src/fleetlock/ledger-side.ts) and make the copy unknown at
+ * once; the age bound covers what no owner pushes (docs/reboot-safety.md).
+ */
+export const INDEX_INPUT_MAX_AGE_MS = 60_000;
+/** How old a copy may be before a pre-reboot asks for a new read (while still answering from it). */
+export const INDEX_REFRESH_MS = 45_000;
+/**
+ * How long a host may wait (parked in the Worker, as in a queue) for an input being read, even in a
+ * group that does not queue: a read takes one D1 query, so the host is answered from fresh facts.
+ */
+export const READ_WAIT_S = 10;
+
+/** A server's health class as the fleet_health gate counts it; a change of class is pushed. */
+export const healthClass = (status: string) => (status === "failed" || status === "stale" ? status : "ok");
 
 /** An external check's answer counts for its cache_s; past twice that it is unknown. */
 export const externalMaxAgeMs = (x: ExternalCheck) => 2 * x.cache_s * 1000;
@@ -93,8 +112,10 @@ export function evaluate(cfg: GateConfig | null, holds: (Hold | null | undefined
   const fresh = (at: number | undefined) => at !== undefined && now - at <= INDEX_INPUT_MAX_AGE_MS;
   if (cfg.fleet_health) {
     const h = inputs.health;
-    if (!h || !fresh(h.at)) verdict("fleet_health", false, "fleet health is not known yet (being read)");
-    else {
+    if (!h || !fresh(h.at) || h.changed_at !== undefined) {
+      verdict("fleet_health", false, h?.changed_at !== undefined ? "a server's health changed: fleet health is being read" : "fleet health is not known yet (being read)");
+      out[out.length - 1].reading = true;
+    } else {
       const bad = h.failed + h.stale;
       const pct = h.total ? (100 * bad) / h.total : 0;
       const { max_unhealthy: n, max_unhealthy_percent: p } = cfg.fleet_health;
@@ -109,8 +130,10 @@ export function evaluate(cfg: GateConfig | null, holds: (Hold | null | undefined
   }
   if (cfg.rollouts) {
     const r = inputs.rollouts;
-    if (!r || !fresh(r.at)) verdict("rollouts", false, "running rollouts are not known yet (being read)");
-    else verdict("rollouts", r.running === 0, r.running === 0 ? "no rollout is running" : `${r.running} rollout(s) running in the fleet`);
+    if (!r || !fresh(r.at)) {
+      verdict("rollouts", false, "running rollouts are not known yet (being read)");
+      out[out.length - 1].reading = true;
+    } else verdict("rollouts", r.running === 0, r.running === 0 ? "no rollout is running" : `${r.running} rollout(s) running in the fleet`);
   }
   if (cfg.max_rebooted_unhealthy != null) {
     const n = inputs.rebootedUnhealthy;

@@ -12,6 +12,7 @@
 import type { Coordination } from "./context";
 import { emit, hostAudit } from "./effects";
 import type { Recovering } from "./gate-store";
+import { healthClass } from "./gates";
 import type { ServerHealthEvent } from "./ledger-side";
 import { DEFAULT_HEALTH_TIMEOUT_S, type GroupState, type Holder } from "./semaphore";
 
@@ -55,6 +56,11 @@ export function holdUntilHealthy(c: Coordination, name: string, h: Holder, now: 
 export async function serverHealth(c: Coordination, e: ServerHealthEvent) {
   const fleetId = c.store.config?.fleet_id;
   const now = c.clock();
+  // Failed, stale or back: the fleet-health copy no longer holds; gates wait for a read, asked now.
+  if (e.status && healthClass(e.status.from) !== healthClass(e.status.to)) {
+    c.gates.healthChanged();
+    await c.scheduler.arm();
+  }
   const recoveringBefore = c.gateStore.recovering().size;
   const held = c.store.groups().flatMap(([name, g]) => g.holders.filter((h) => h.server_id === e.server_id).map((h) => ({ name, g, h })));
   if (e.rebooted_from) {

@@ -6,7 +6,9 @@
  * and not yet healthy for the gates, and turns status changes into webhook events.
  *
  * Sent only on a change that matters (a new boot, becoming realized, becoming failed or
- * drifted), never for a heartbeat, so a steady fleet costs nothing here.
+ * drifted, a change of health class — into or out of failed or stale — that a fleet-health gate
+ * counts), never for a heartbeat, so a steady fleet costs nothing here. Going stale is sent by the
+ * quiet watch (quietEventOf), coming back by the first report after it.
  */
 import type { Env } from "../env";
 import type { DesiredState } from "../ledger/desired";
@@ -15,6 +17,7 @@ import type { StoredReport } from "../ledger/schemas";
 import { computeStatus } from "../ledger/status";
 import type { Effect } from "../objects/kit/outbox";
 import { coordinatorOf } from "../objects/stubs";
+import { healthClass } from "./gates";
 
 export interface ServerHealthEvent {
   fleet_id: string;
@@ -38,14 +41,22 @@ export function serverHealthEventOf(
   previous: StoredReport | undefined,
   report: StoredReport,
   now: number,
+  /**
+   * Whether the index could show the server stale before this report: its quiet watch had found
+   * it silent, or it was a channel host (exact once it left). Otherwise the previous report counts
+   * as of its own time, so a host back within the watch's grace pushes nothing the index never showed.
+   */
+  staleSeen = true,
 ): ServerHealthEvent | null {
   const staleMs = record.stale_after_s * 1000;
-  const before = previous ? computeStatus(desired, previous, now, staleMs).status : "unknown";
+  const before = previous ? computeStatus(desired, previous, staleSeen ? now : previous.received_at, staleMs).status : "unknown";
   const after = computeStatus(desired, report, now, staleMs).status;
   const rebootedFrom = previous && previous.boot_id !== report.boot_id ? previous.boot_id : null;
   const becameRealized = after === "realized" && before !== "realized";
   const badNow = after !== before && (after === "failed" || after === "drifted");
-  if (!rebootedFrom && !becameRealized && !badNow) return null;
+  // Into or out of failed or stale: what a fleet-health gate counts (the coordinator reads it again).
+  const classChanged = healthClass(before) !== healthClass(after);
+  if (!rebootedFrom && !becameRealized && !badNow && !classChanged) return null;
   return {
     fleet_id: record.fleet_id,
     server_id: record.id,
@@ -55,6 +66,27 @@ export function serverHealthEventOf(
     rebooted_from: rebootedFrom,
     realized: after === "realized",
     status: after !== before ? { from: before, to: after } : null,
+  };
+}
+
+/**
+ * The quiet watch found the HTTP host silent (src/ledger/quiet.ts): the server is stale now, a
+ * change of its health class no report carries, so the watch sends it. Null if it was stale already.
+ */
+export function quietEventOf(record: ServerRecord, desired: DesiredState, report: StoredReport, now: number): ServerHealthEvent | null {
+  const staleMs = record.stale_after_s * 1000;
+  const before = computeStatus(desired, report, report.received_at, staleMs).status;
+  const after = computeStatus(desired, report, now, staleMs).status;
+  if (healthClass(before) === healthClass(after)) return null;
+  return {
+    fleet_id: record.fleet_id,
+    server_id: record.id,
+    hostname: record.hostname,
+    at: now,
+    boot_id: report.boot_id,
+    rebooted_from: null,
+    realized: false,
+    status: { from: before, to: after },
   };
 }
 

@@ -16,7 +16,7 @@ import { acceptWaiter, answerWaiters } from "../objects/kit/wake";
 import { hostAudit, type CoordinatorEffects } from "./effects";
 import type { FleetLockKind } from "../domain/enums";
 import { rebootGranted, rebootReleased } from "./reboot-events";
-import { closureOf, dequeue, drain, liveEntries, nextWake, queuedOf, refusalValue, releaseUnclaimed, type Answer, type Closure, type QueueEntry } from "./queue";
+import { closureOf, dequeue, drain, liveEntries, nextWake, queuedOf, readDone, refusalValue, releaseUnclaimed, type Answer, type Closure, type QueueEntry } from "./queue";
 import type { GroupState } from "./semaphore";
 import type { CoordinatorStore } from "./store";
 
@@ -215,9 +215,12 @@ export class ParkedHosts {
       eligible: (e) => (e.server_id ? this.store.clients.get(e.id)?.server_id === e.server_id : Boolean(config?.allow_unknown_ids)),
       closed: (x) => this.hooks.closed(name, x, now),
     });
+    // Hosts parked only while a gate's input was read are answered once it is in.
+    const read = readDone(d.group, d.queue, now, this.hooks.closed(name, d.group, now));
     this.store.saveGroup(name, d.group);
-    this.store.saveQueue(name, d.queue);
+    this.store.saveQueue(name, read.queue);
     for (const e of lapsed) if (!queuedOf(d.queue, e.id)) this.answer(e.id, this.refusal(name, e.id, "refused"));
+    for (const e of read.done) this.answer(e.id, this.refusal(name, e.id, "refused"));
     for (const e of d.dropped) this.answer(e.id, this.refusal(name, e.id, "removed"));
     for (const h of freed.released) rebootReleased(this.effects, this.store, name, h, "unclaimed", now);
     for (const { entry, answerable } of d.granted) rebootGranted(this.effects, this.store, name, entry, now, { queued_since: new Date(entry.since).toISOString(), answered: answerable });

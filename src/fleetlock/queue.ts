@@ -30,6 +30,11 @@ export interface QueueEntry {
   deadline: number;
   /** Arrival order among entries parked in the same millisecond. */
   seq: number;
+  /**
+   * Parked past the group's own queue_wait_s to wait for a gate's input being read: once the read
+   * is in, its deadline is the group's own again (a group that does not queue refuses it then).
+   */
+  until_read?: true;
 }
 
 export type Queue = readonly QueueEntry[];
@@ -57,6 +62,8 @@ export const refusalValue: Record<Refusal, string> = {
 export interface Closure {
   kind: FleetLockKind;
   value: string;
+  /** A gate waiting for its input to be read: a host may park this long even where the group does not queue. */
+  wait_s?: number;
 }
 
 /**
@@ -102,18 +109,39 @@ export function admit(
     const granted: Holder = { id, server_id: serverId, granted_at: now };
     return { kind: "granted", group: { ...g, holders: [...g.holders, granted], updated_at: now }, changed: true };
   }
-  const why = closed ?? { kind: "semaphore_full" as const, value: refusalValue.semaphore_full };
+  const why: Closure = closed ?? { kind: "semaphore_full" as const, value: refusalValue.semaphore_full };
   const queued = live.length ? `; ${live.length} host(s) are queued` : "";
-  if (why.kind === "group_paused" || !opts.mayPark || waitOf(g) === 0) return { kind: "refused", refusal: why.kind, value: `${why.value}${queued}` };
+  const wait = Math.max(waitOf(g), why.wait_s ?? 0);
+  if (why.kind === "group_paused" || !opts.mayPark || wait === 0) return { kind: "refused", refusal: why.kind, value: `${why.value}${queued}` };
   if (live.length >= MAX_QUEUED_PER_GROUP) {
     return { kind: "refused", refusal: why.kind, value: `${why.value}; the queue is full (${live.length} host(s))` };
   }
   const seq = q.reduce((m, e) => Math.max(m, e.seq), 0) + 1;
-  const entry: QueueEntry = { id, server_id: serverId, since: now, deadline: now + waitOf(g) * 1000, seq };
+  const entry: QueueEntry = { id, server_id: serverId, since: now, deadline: now + wait * 1000, seq, ...(wait > waitOf(g) ? { until_read: true as const } : {}) };
   return { kind: "parked", queue: [...live, entry], entry, changed: true };
 }
 
 export const waitOf = (g: GroupState) => g.queue_wait_s ?? 0;
+
+/**
+ * The read a host waited for is in (`closed` is not a gate being read): entries parked only for it
+ * get the group's own deadline back; those past it leave the queue (`done`, to be refused now).
+ */
+export function readDone(g: GroupState, q: Queue, now: number, closed: Closure | null): { queue: Queue; done: QueueEntry[] } {
+  if (closed?.wait_s || !q.some((e) => e.until_read)) return { queue: q, done: [] };
+  const done: QueueEntry[] = [];
+  const queue = q.flatMap((e) => {
+    if (!e.until_read) return [e];
+    const { until_read: _, ...rest } = e;
+    const deadline = e.since + waitOf(g) * 1000;
+    if (deadline <= now) {
+      done.push(e);
+      return [];
+    }
+    return [{ ...rest, deadline }];
+  });
+  return { queue, done };
+}
 
 /** A host that comes back for a slot granted while it could not be answered now has it. */
 export function claim(g: GroupState, id: string, now: number): GroupState {

@@ -17,7 +17,8 @@ import { applyPlan, type PlanOutcome } from "./planning";
 import { authorized, pollAnswer, type PollAnswer } from "./poll";
 import type { ServerRecord } from "./record";
 import { requestRefresh } from "./refresh";
-import { QUIET_TIMER, QuietWatch } from "./quiet";
+import { LEFT_TIMER, QUIET_TIMER, QuietWatch } from "./quiet";
+import { quietEventOf } from "../fleetlock/ledger-side";
 import { acceptReport, pollHeartbeat, type ReportAnswer } from "./report";
 import { applyRolloutImage } from "./rollout-marks";
 import { PING, PONG } from "./channel-messages";
@@ -232,15 +233,31 @@ export class ServerLedger extends DurableObject<Env> {
 
   async alarm() {
     let quiet = false;
+    let stale = false;
     await this.scheduler.fire({
       outbox: () => this.outbox.flush(),
       // The HTTP host went quiet: the index gets its exact stale_at (./quiet.ts).
       [QUIET_TIMER]: () => {
-        quiet = this.deps.quiet.fired(Date.now());
-        if (quiet) project(this.outbox);
+        const now = Date.now();
+        quiet = this.deps.quiet.fired(now);
+        if (!quiet) return;
+        project(this.outbox);
+        // The server turned stale: its coordinator's fleet-health gates are told (after the index, same flush).
+        const state = this.store.load();
+        const health = state?.report ? quietEventOf(state.record, state.desired, state.report, now) : null;
+        if (health) this.outbox.enqueue("server_health", health);
+      },
+      // The host that left the channel did not come back: stale now, in the index too (exact since it left).
+      [LEFT_TIMER]: () => {
+        const now = Date.now();
+        if (!this.deps.quiet.leftFired(now, this.sockets.hostConnected())) return;
+        const state = this.store.load()!;
+        const health = quietEventOf(state.record, state.desired, state.report!, now);
+        if (health) this.outbox.enqueue("server_health", health);
+        stale = health !== null;
       },
     });
     // Delivered once the fired timer is gone, so the projection is no longer leased.
-    if (quiet) await this.outbox.flush();
+    if (quiet || stale) await this.outbox.flush();
   }
 }

@@ -16,6 +16,8 @@ import type { Scheduler } from "../objects/kit/scheduler";
 import type { LedgerStore } from "./store";
 
 export const QUIET_TIMER = "quiet";
+/** Due when a host that left the channel turns stale, should it not come back (left, leftFired). */
+export const LEFT_TIMER = "left";
 
 /**
  * How old the persisted heartbeat of an unchanged report may get (memory holds the latest): half
@@ -94,6 +96,24 @@ export class QuietWatch {
     if (this.watching() === false) return;
     this.scheduler.cancel(QUIET_TIMER);
     this.armed = false;
+  }
+
+  /**
+   * The host left the channel (its last socket closed): its index row is exact again and turns
+   * stale by itself at last heard + stale_after, which nothing else would tell its coordinator's
+   * fleet-health gates. One timer, due then; a host back meanwhile makes it find nothing to do
+   * (it is not cancelled on every report: that would be a write per report).
+   */
+  left(heardAt: number, staleAfterS: number) {
+    this.scheduler.schedule(LEFT_TIMER, heardAt + staleAfterS * 1000 + 1_000);
+  }
+
+  /** The left timer fired: true when the host is stale now (no report since it left, nor a socket). */
+  leftFired(now: number, connected: boolean): boolean {
+    const state = this.store.load();
+    const report = state?.report;
+    if (connected || !state || !report || state.record.state === "removed") return false;
+    return now - report.received_at > state.record.stale_after_s * 1000;
   }
 
   /**

@@ -56,6 +56,9 @@ export function acceptReport(
   let enqueued = false;
   if (opts.keepsHeartbeat) d.quiet.stop();
   else enqueued = d.quiet.watch(now, record.stale_after_s);
+  // Whether the index may have shown the server stale: a channel host's staleness is exact once it
+  // left; an HTTP host's only once its quiet watch fired (the watch is then set anew by this report).
+  const staleSeen = opts.keepsHeartbeat === true || enqueued;
   const key = contentKey(stored);
   const unchanged = previous !== undefined && reportKey === key;
   const persistEvery = (opts.viaPoll ? pollHeartbeatPersistMs : heartbeatPersistMs)(record.stale_after_s);
@@ -69,6 +72,16 @@ export function acceptReport(
     if (indexDue(d, now)) {
       projectHeartbeat(d.outbox);
       enqueued = true;
+    }
+    // Back after a silence long enough to be stale (a channel host keeps its heartbeat in memory
+    // however long it was away): the coordinator's fleet-health gates are told. Only then: one
+    // comparison per heartbeat, no write.
+    if (staleSeen && now - previous.received_at > record.stale_after_s * 1000) {
+      const health = serverHealthEventOf(record, desired, previous, stored, now);
+      if (health) {
+        d.outbox.enqueue("server_health", health);
+        enqueued = true;
+      }
     }
   } else {
     d.store.transaction(() => {
@@ -86,8 +99,9 @@ export function acceptReport(
         const release: ReleasePayload = { fleet_id: record.fleet_id, server_id: record.id, from_boot_id: previous.boot_id, to_boot_id: report.boot_id, seen_at: now };
         d.outbox.enqueue("release", release, { key: "release" });
       }
-      // A new boot, or becoming realized, failed or drifted: the coordinator's health rules (issue 17).
-      const health = unchanged ? null : serverHealthEventOf(record, desired, previous, stored, now);
+      // A new boot, or becoming realized, failed or drifted, or back from stale with the same
+      // content: the coordinator's health rules and its fleet-health gates.
+      const health = serverHealthEventOf(record, desired, previous, stored, now, staleSeen);
       if (health) d.outbox.enqueue("server_health", health);
     });
     enqueued = true;

@@ -61,6 +61,9 @@ export class LedgerSockets {
     restoreHeartbeat(this.d.store, [ws], true);
     if (this.hostConnected()) return false;
     project(this.d.outbox);
+    // Its staleness, when it comes, is told to the coordinator's gates by the left timer (./quiet.ts).
+    const state = this.d.store.load();
+    if (state?.report) this.d.quiet.left(state.report.received_at, state.record.stale_after_s);
     return true;
   }
 

@@ -38,6 +38,8 @@ export type DeliveryRow = {
   last_error: string | null;
 };
 
+export type SendRow = { delivery_id: string; webhook_id: string; payload: string; attempts: number };
+
 /** Finished deliveries kept per webhook for GET …/deliveries; older ones are dropped. */
 const DELIVERIES_KEPT = 200;
 
@@ -58,6 +60,7 @@ export class WebhookStore {
   private hooks: Map<string, Webhook> | undefined;
   private readonly table;
   private readonly seen;
+  private readonly sends;
 
   constructor(private readonly storage: DurableObjectStorage) {
     this.table = kitTable(storage, "webhook_deliveries", `CREATE TABLE IF NOT EXISTS webhook_deliveries (
@@ -79,6 +82,67 @@ export class WebhookStore {
       at INTEGER NOT NULL
     );
     CREATE INDEX IF NOT EXISTS webhook_events_by_at ON webhook_events (at);`);
+    // The sends still owed, one row per pending delivery: the webhooks' own queue, apart from the
+    // object's outbox, so a receiver that never answers holds up nothing but its own deliveries.
+    this.sends = kitTable(storage, "webhook_sends", `CREATE TABLE IF NOT EXISTS webhook_sends (
+      delivery_id TEXT PRIMARY KEY,
+      webhook_id TEXT NOT NULL,
+      payload TEXT NOT NULL,
+      attempts INTEGER NOT NULL DEFAULT 0,
+      next_at INTEGER NOT NULL
+    );
+    CREATE INDEX IF NOT EXISTS webhook_sends_by_next ON webhook_sends (next_at);`);
+  }
+
+  /** A delivery to send, due at `at` (a delivery already queued keeps its place). */
+  queueSend(deliveryId: string, webhookId: string, payload: unknown, at: number) {
+    this.sends.ensure();
+    this.storage.sql.exec(
+      "INSERT INTO webhook_sends (delivery_id, webhook_id, payload, next_at) VALUES (?, ?, ?, ?) ON CONFLICT(delivery_id) DO NOTHING",
+      deliveryId,
+      webhookId,
+      JSON.stringify(payload),
+      at,
+    );
+  }
+
+  /** Sends due at `now`, oldest first. */
+  dueSends(now: number, limit: number): SendRow[] {
+    if (!this.sends.exists()) return [];
+    return this.storage.sql
+      .exec<SendRow>("SELECT delivery_id, webhook_id, payload, attempts FROM webhook_sends WHERE next_at <= ? ORDER BY next_at, rowid LIMIT ?", now, limit)
+      .toArray();
+  }
+
+  /** When the next send falls due after `now` (a retry, or a send under way whose lease runs out), or null. */
+  nextSendAfter(now: number): number | null {
+    if (!this.sends.exists()) return null;
+    return this.storage.sql.exec<{ at: number | null }>("SELECT MIN(next_at) AS at FROM webhook_sends WHERE next_at > ?", now).one().at;
+  }
+
+  /** Moves a send to `at`: its lease while under way (tried again then, should the object die), or its retry. */
+  sendAt(deliveryId: string, at: number, attempts?: number) {
+    if (!this.sends.exists()) return;
+    if (attempts === undefined) this.storage.sql.exec("UPDATE webhook_sends SET next_at = ? WHERE delivery_id = ?", at, deliveryId);
+    else this.storage.sql.exec("UPDATE webhook_sends SET next_at = ?, attempts = ? WHERE delivery_id = ?", at, attempts, deliveryId);
+  }
+
+  sent(deliveryId: string) {
+    if (this.sends.exists()) this.storage.sql.exec("DELETE FROM webhook_sends WHERE delivery_id = ?", deliveryId);
+  }
+
+  /** Every send still owed is dropped, and its delivery recorded as failed with `why`; how many. */
+  dropSends(why: string): number {
+    if (!this.sends.exists()) return 0;
+    const n = this.storage.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM webhook_sends").one().n;
+    if (this.table.exists()) {
+      this.storage.sql.exec(
+        "UPDATE webhook_deliveries SET status = 'failed', last_error = ? WHERE status = 'pending' AND id IN (SELECT delivery_id FROM webhook_sends)",
+        why,
+      );
+    }
+    this.storage.sql.exec("DELETE FROM webhook_sends");
+    return n;
   }
 
   /**
