@@ -220,6 +220,34 @@ test("forged actions are refused: no CSRF token, a wrong one, another origin", a
   expect(socket.status()).toBe(403);
 });
 
+test("images: the catalog with name, version, digest, size and who uses each image, linked from the nav", async ({ page }) => {
+  const digest = `sha256:${"e".repeat(64)}`;
+  const image = await admin("POST", "/v1/images", {
+    name: "catalog-demo",
+    version: "3.1.0",
+    kind: "oci-ref",
+    digest,
+    size: 52_428_800,
+    ref: `registry.example.com/org/catalog-demo@${digest}`,
+  });
+  await admin("PUT", `/v1/fleets/${seed.fleet}/channels/catalog-demo`, { image_id: image.id });
+  await signIn(page);
+  await page.getByRole("navigation", { name: "Console" }).getByRole("link", { name: "Images" }).click();
+  await expect(page).toHaveURL(/\/console\/images/);
+  await expect(page.getByRole("heading", { level: 1 })).toHaveText("Images");
+  const row = page.locator("#images tbody tr", { hasText: "catalog-demo" });
+  await expect(row).toContainText("3.1.0");
+  await expect(row).toContainText("oci-ref");
+  await expect(row).toContainText("sha256:eeeeeeeeeeee");
+  await expect(row).toContainText("50.0 MiB");
+  await expect(row).toContainText(`channel ${seed.fleet}/catalog-demo`);
+  await page.getByLabel("Name").fill("no-such-image");
+  await page.getByRole("button", { name: "Filter" }).click();
+  await expect(page.locator("#images tbody tr")).toHaveCount(0);
+  await expect(page.getByText("No image named no-such-image")).toBeVisible();
+  await accessible(page);
+});
+
 test("usable at 390 px: the overview fits the width", async ({ page }) => {
   await page.setViewportSize({ width: 390, height: 844 });
   await signIn(page);

@@ -42,6 +42,8 @@ export type Channel = Awaited<ReturnType<Methods["listChannels"]>>[number];
 export type Role = Awaited<ReturnType<Methods["listRoles"]>>[number];
 export type RoleInput = Parameters<Methods["putRole"]>[2];
 export type FleetPatch = Parameters<Methods["patchFleet"]>[1];
+export type Image = Awaited<ReturnType<Methods["getImage"]>>;
+export type ImageInput = Parameters<Methods["registerImage"]>[0];
 export interface Page<T> {
   items: T[];
   next_cursor: string | null;
@@ -92,6 +94,13 @@ function methods(c: Client) {
     putRole: (fleet: string, role: string, json: Parameters<Client["v1"]["fleets"][":fleet"]["roles"][":role"]["$put"]>[0]["json"]) =>
       ok(c.v1.fleets[":fleet"].roles[":role"].$put({ param: { fleet, role }, json })),
     deleteRole: (fleet: string, role: string) => ok(c.v1.fleets[":fleet"].roles[":role"].$delete({ param: { fleet, role } })),
+
+    // images
+    registerImage: (json: Parameters<Client["v1"]["images"]["$post"]>[0]["json"]) => ok(c.v1.images.$post({ json })),
+    listImages: (query: { name?: string; version?: string } = {}) => all((cursor) => ok(c.v1.images.$get({ query: { ...query, limit: PAGE, cursor } }))),
+    getImage: (id: string) => ok(c.v1.images[":id"].$get({ param: { id } })),
+    completeImage: (id: string) => ok(c.v1.images[":id"].complete.$post({ param: { id } })),
+    deleteImage: (id: string) => ok(c.v1.images[":id"].$delete({ param: { id } })),
 
     // servers
     listServers: (filter: { fleet?: string; status?: ServerStatusFilter; state?: ServerStateFilter; hostname?: string } = {}, max?: number) =>
@@ -179,6 +188,23 @@ export class Api {
     this.base = baseUrl.replace(/\/+$/, "");
     this.client = createClient(this.base, token, { fetch: (input: string | URL | Request, init?: RequestInit) => this.fetchImpl(input as string, init) });
     Object.assign(this, methods(this.client));
+  }
+
+  /**
+   * PUT one part of an image's upload: `body` streams (a file's range), `length` bytes; the raw
+   * octet-stream body is outside the typed client, so the request is built here.
+   */
+  async putImagePart(id: string, part: number, body: ReadableStream<Uint8Array>, length: number, signal?: AbortSignal) {
+    const url = this.client.v1.images[":id"].parts[":part"].$url({ param: { id, part: String(part) } });
+    const res = await this.fetchImpl(url.toString(), {
+      method: "PUT",
+      headers: { Authorization: `Bearer ${this.token}`, "Content-Type": "application/octet-stream", "Content-Length": String(length) },
+      body,
+      signal,
+      duplex: "half",
+    } as RequestInit);
+    if (!res.ok) throw await apiErrorOf(res);
+    return (await res.json()) as { part: number; size: number; upload: { part_size: number; parts: number; received: number[] } };
   }
 
   /** GET a server with its view's ETag. */

@@ -22,6 +22,7 @@ import { registerRollouts } from "./commands/rollouts.ts";
 import { registerSpec } from "./commands/spec.ts";
 import { registerGates } from "./commands/gates.ts";
 import { registerWebhooks } from "./commands/webhooks.ts";
+import { registerImages } from "./commands/images.ts";
 
 export function buildProgram(io: Io): Command {
   const program = new Command("hm")
@@ -49,6 +50,7 @@ export function buildProgram(io: Io): Command {
     registerRebootGroups,
     registerGates,
     registerWebhooks,
+    registerImages,
     registerFleetlock,
     registerTokens,
     registerUpgrades,

@@ -17,7 +17,7 @@ import { metricsRoutes } from "./metrics/routes";
 import { DomainError } from "./domain/errors";
 import { actorOf } from "./domain/principal";
 import { allowedMethodsFinder } from "./http/allow";
-import { limitBodies, requireJsonBody } from "./http/content";
+import { exceptRawBodies, limitBodies, rawBodies, requireJsonBody } from "./http/content";
 import { corsForConfiguredOrigins } from "./http/cors";
 import { logError, requestLog } from "./http/log";
 import { DOCUMENT_CONFIG, registerServiceEndpoints, withRequestIdHeaders } from "./http/document";
@@ -35,6 +35,9 @@ import { fleetSummaryRoutes } from "./fleets/summary.routes";
 import { consoleRoutes } from "./console/routes";
 import { specRoutes } from "./specs/routes";
 import { statusRoutes } from "./servers/status.routes";
+import { imageRoutes } from "./images/routes";
+import { imageBlobRoutes } from "./images/blob.routes";
+import { MAX_PART_BYTES } from "./domain/images";
 
 /** Who made a request, as the audit log names them; a FleetLock call is its fleet's. */
 function requester(c: Context<AppEnv>, route: string | null) {
@@ -52,8 +55,9 @@ export function createApp() {
   app.use("*", requestId());
   app.use("*", requestLog(requester));
   app.use("*", corsForConfiguredOrigins());
-  app.use("/v1/*", limitBodies(MAX_BODY_BYTES));
-  app.use("/v1/*", requireJsonBody);
+  app.use("/v1/*", exceptRawBodies(limitBodies(MAX_BODY_BYTES)));
+  app.use("/v1/*", exceptRawBodies(requireJsonBody));
+  app.use("/v1/*", rawBodies(MAX_PART_BYTES));
   app.use("/v1/*", rejectUnknownQuery(() => app.openAPIRegistry.definitions as never));
   // While upgrade steps are pending, writes answer 503 (hosts' own endpoints excepted).
   app.use("/v1/*", drainWrites());
@@ -83,6 +87,9 @@ export function createApp() {
     .route("/v1/fleets", specRoutes)
     // hm status in one request (issue 18).
     .route("/v1/status", statusRoutes)
+    // The image catalog, and its bytes for hosts.
+    .route("/v1/images", imageRoutes)
+    .route("/v1/agent", imageBlobRoutes)
     // FleetLock (hosts) sits outside /v1: its own body limit, no JSON Content-Type rule, its own error body.
     .route("/fleetlock", fleetlockRoutes);
 

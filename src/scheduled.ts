@@ -6,6 +6,7 @@ import { sendUpgradeEvents } from "./upgrades/notices";
 import { sendStaleEvents } from "./webhooks/stale";
 import { logLine } from "./lib/log";
 import { redriveRollouts } from "./rollouts/service";
+import { sweepImages } from "./images/service";
 
 /** Cron: upgrade steps first (they may change what reconciliation reads), then reconciliation. */
 export async function runScheduled(controller: ScheduledController, env: Env) {
@@ -28,6 +29,8 @@ export async function runScheduled(controller: ScheduledController, env: Env) {
   await runFleetTasks(env);
   // Webhooks: servers that went stale since the previous tick (only those, by their stale_at).
   await sendStaleEvents(env, Date.now()).catch((err) => logLine("warn", "server.stale events failed", { error: String(err) }));
+  // Image uploads abandoned for a day are aborted; R2 deletes a crash left owed are done.
+  await sweepImages(env, Date.now()).catch((err) => logLine("warn", "image sweep failed", { error: String(err) }));
   // Rollouts advance on their own (ledger events, their alarms); this only re-drives quiet ones.
   await redriveRollouts(env, controller.scheduledTime);
 }

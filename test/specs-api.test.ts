@@ -14,7 +14,7 @@ describe("GET /v1/fleets/{fleet}/spec", () => {
       apiVersion: "harbormaster/v1",
       kind: "FleetSpec",
       fleet,
-      settings: { stale_after_s: 300, lock_ttl_s: 3600, allow_unknown_ids: false, default_group_slots: null },
+      settings: { stale_after_s: 300, lock_ttl_s: 3600, allow_unknown_ids: false, default_group_slots: null, image_policy: "any" },
       capabilities: { firewall: true },
       channels: { base: { image: "reg/base:1", version: "1" }, fw: { image: "reg/fw:1", version: "1" } },
       roles: { compute: { agents: [{ name: "base" }] }, edge: { agents: [{ name: "base" }, { name: "fw", when: "firewall" }] } },

@@ -62,9 +62,11 @@ export function registerFleets(program: Command, io: Io) {
     .option("--lock-ttl <duration>", "a reboot slot held longer is flagged stuck (1h)", seconds)
     .option("--default-group-slots <n>", "slots of reboot groups nobody configured", int)
     .option("--allow-unknown-ids", "accept FleetLock ids no server registered")
+    .option("--image-policy <policy>", "catalog: name only catalog images (hm images); any: free-form image strings (default)")
     .action(
       act(io, async (ctx, id: string, o) => {
         const f = await ctx.api.createFleet({
+          ...(o.imagePolicy ? { image_policy: policyOf(o.imagePolicy) } : {}),
           id,
           capabilities: capabilitiesOf(o.capability ?? [], false) as Record<string, boolean>,
           stale_after_s: o.staleAfter,
@@ -85,6 +87,7 @@ export function registerFleets(program: Command, io: Io) {
     .option("--default-group-slots <n>", "slots of reboot groups nobody configured", int)
     .option("--allow-unknown-ids", "accept FleetLock ids no server registered")
     .option("--no-allow-unknown-ids", "refuse FleetLock ids no server registered")
+    .option("--image-policy <policy>", "catalog: name only catalog images (hm images); any: free-form image strings")
     .action(
       act(io, async (ctx, id: string, o) => {
         const patch: FleetPatch = {};
@@ -93,7 +96,10 @@ export function registerFleets(program: Command, io: Io) {
         if (o.lockTtl !== undefined) patch.lock_ttl_s = o.lockTtl;
         if (o.defaultGroupSlots !== undefined) patch.default_group_slots = o.defaultGroupSlots;
         if (o.allowUnknownIds !== undefined) patch.allow_unknown_ids = o.allowUnknownIds;
-        if (Object.keys(patch).length === 0) throw new Exit(2, "nothing to change: pass --capability, --stale-after, --lock-ttl, --default-group-slots or --[no-]allow-unknown-ids");
+        if (o.imagePolicy !== undefined) patch.image_policy = policyOf(o.imagePolicy);
+        if (Object.keys(patch).length === 0) {
+          throw new Exit(2, "nothing to change: pass --capability, --stale-after, --lock-ttl, --default-group-slots, --[no-]allow-unknown-ids or --image-policy");
+        }
         const f = await ctx.api.patchFleet(id, patch);
         if (ctx.machine) return ctx.out.data(f);
         ctx.out.line(`Fleet ${f.id}: capabilities ${capabilities(f)}, stale after ${humanSpan(f.stale_after_s)}, lock ttl ${humanSpan(f.lock_ttl_s)}.`);
@@ -135,3 +141,8 @@ const capabilities = (f: Fleet) =>
   Object.entries(f.capabilities)
     .map(([k, v]) => (v ? k : `!${k}`))
     .join(", ") || "-";
+
+function policyOf(v: string): "catalog" | "any" {
+  if (v !== "catalog" && v !== "any") throw new Exit(2, `--image-policy ${v}: expected catalog or any`);
+  return v;
+}

@@ -189,3 +189,38 @@ export function compare(bills: TransportBill[]) {
   for (const item of ITEMS) log(`| ${LABEL[item]} | ${rows.map((b) => si(b.monthly[item])).join(" | ")} |`);
   log("");
 }
+
+/**
+ * R2 operations per step of an image's life, as test/images-hosts.test.ts measures them with the
+ * meter's R2 counts (src/objects/kit/r2-meter.ts): an upload is one CreateMultipartUpload, one
+ * UploadPart per 50 MiB part and one CompleteMultipartUpload (Class A), and the completion's digest
+ * check reads the object once (Class B); a host's download, whole or one Range, is one GetObject
+ * (Class B) behind one Worker request that asks the server's ledger once (one DO request).
+ */
+export const IMAGE_OPS = { partBytes: 50 * 1024 * 1024, classBPerDownload: 1, doRequestsPerDownload: 1 };
+
+/** A rollout of one `mb` MB image to `hosts` hosts, each downloading it once; the image kept a month. */
+export function imageRolloutBill(mb = 50, hosts = 10_000) {
+  const log = (line = "") => console.log(line);
+  const bytes = mb * 1e6;
+  const parts = Math.ceil(bytes / IMAGE_OPS.partBytes);
+  const items: [string, Price, number][] = [
+    ["R2 Class A (upload: create, parts, complete)", PRICES.r2ClassA, 2 + parts],
+    ["R2 Class B (digest check + one GetObject per host)", PRICES.r2ClassB, 1 + hosts * IMAGE_OPS.classBPerDownload],
+    ["R2 storage, GB-month (kept a month)", PRICES.r2StorageGbMonth, bytes / 1e9],
+    ["Worker requests (one per download)", PRICES.workerRequests, hosts],
+    ["DO requests (the ledger checks the download is in its config)", PRICES.doRequests, hosts * IMAGE_OPS.doRequestsPerDownload],
+  ];
+  log(`\n## A rollout of a ${mb} MB image to ${hosts.toLocaleString("en-US")} hosts\n`);
+  log("Arithmetic from the operations measured per upload and per download (test/images-hosts.test.ts, the meter's R2 counts); R2 has no egress fee, so the " + `${((bytes * hosts) / 1e9).toFixed(0)} GB the hosts download cost nothing as bytes.\n`);
+  log("| item | count | at list price | beyond the free tier alone |");
+  log("|---|---:|---:|---:|");
+  let list = 0;
+  for (const [label, price, n] of items) {
+    list += n * price.usdPerUnit;
+    log(`| ${label} | ${si(n)} | ${usd(n * price.usdPerUnit)} | ${usd(charge(price, n))} |`);
+  }
+  log(`| **total** | | **${usd(list)}** | |`);
+  log("");
+  return list;
+}

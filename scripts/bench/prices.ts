@@ -6,6 +6,7 @@
 //   Durable Objects:  https://developers.cloudflare.com/durable-objects/platform/pricing/
 //   DO lifecycle:     https://developers.cloudflare.com/durable-objects/concepts/durable-object-lifecycle/
 //   D1:               https://developers.cloudflare.com/d1/platform/pricing/
+//   R2:               https://developers.cloudflare.com/r2/pricing/ (Standard storage; egress is free)
 // Check them again before quoting a bill: prices and inclusions change.
 
 export const PRICES_READ_ON = "2026-11-24";
@@ -21,6 +22,7 @@ export interface Price {
 const WORKERS = "https://developers.cloudflare.com/workers/platform/pricing/";
 const DO = "https://developers.cloudflare.com/durable-objects/platform/pricing/";
 const D1 = "https://developers.cloudflare.com/d1/platform/pricing/";
+const R2 = "https://developers.cloudflare.com/r2/pricing/";
 
 export const PRICES = {
   /** The Workers Paid plan's monthly minimum, which the inclusions below come with. */
@@ -37,6 +39,10 @@ export const PRICES = {
   doRowsWritten: { unit: "row written", includedPerMonth: 50_000_000, usdPerUnit: 1 / 1e6, source: DO },
   d1RowsRead: { unit: "row read", includedPerMonth: 25_000_000_000, usdPerUnit: 0.001 / 1e6, source: D1 },
   d1RowsWritten: { unit: "row written", includedPerMonth: 50_000_000, usdPerUnit: 1 / 1e6, source: D1 },
+  /** R2 (the image catalog's bytes): stored GB-month, Class A (writes, multipart steps), Class B (reads); no egress fee, deletes free. */
+  r2StorageGbMonth: { unit: "GB-month", includedPerMonth: 10, usdPerUnit: 0.015, source: R2 },
+  r2ClassA: { unit: "Class A operation", includedPerMonth: 1_000_000, usdPerUnit: 4.5 / 1e6, source: R2 },
+  r2ClassB: { unit: "Class B operation", includedPerMonth: 10_000_000, usdPerUnit: 0.36 / 1e6, source: R2 },
 } as const satisfies Record<string, Price | number>;
 
 /** Memory every object is billed for, GB (the Durable Objects pricing page: 128 MB). */

@@ -17,6 +17,7 @@ import { groupPages } from "./pages/groups";
 import { rolloutPages } from "./pages/rollouts";
 import { driftPages } from "./pages/drift";
 import { auditPage } from "./pages/audit";
+import { imagesPage } from "./pages/images";
 
 export function consoleRoutes(getApp: () => InProcessApp) {
   const app = new Hono<ConsoleEnv>();
@@ -33,6 +34,7 @@ export function consoleRoutes(getApp: () => InProcessApp) {
   app.route("/", rolloutPages(getApp));
   app.route("/", driftPages(getApp));
   app.get("/console/audit", requireSession, page(getApp, "audit", auditPage));
+  app.get("/console/images", requireSession, page(getApp, "images", imagesPage));
   app.onError((err, c) => {
     if (err instanceof Refused) return c.text(err.message, err.status);
     throw err;

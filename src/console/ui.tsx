@@ -94,6 +94,7 @@ export const NAV = [
   ["groups", "Reboot groups", "/console/groups"],
   ["rollouts", "Rollouts", "/console/rollouts"],
   ["drift", "Drift", "/console/drift"],
+  ["images", "Images", "/console/images"],
   ["audit", "Audit", "/console/audit"],
 ] as const;
 export type Section = (typeof NAV)[number][0];

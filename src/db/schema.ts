@@ -17,6 +17,8 @@ import {
 import { FLEET_TASK_KINDS } from "../domain/enums";
 // Operator console (issue 20).
 import { OPERATOR_SCOPES } from "../domain/enums";
+// The image catalog.
+import type { CatalogFields } from "../domain/images";
 
 /**
  * D1 is the fleet-wide index. Each server's ledger (a Durable Object) is the source of truth for
@@ -33,6 +35,8 @@ export const fleets = sqliteTable("fleets", {
   allowUnknownIds: integer("allow_unknown_ids", { mode: "boolean" }).notNull().default(false),
   defaultGroupSlots: integer("default_group_slots"),
   createdAt: integer("created_at").notNull(),
+  /** "catalog": desired configs may name only catalog images; "any": free-form image strings. */
+  imagePolicy: text("image_policy", { enum: ["catalog", "any"] }).notNull().default("any"),
 });
 
 export const servers = sqliteTable(
@@ -218,6 +222,8 @@ export const agentChannels = sqliteTable(
     agent: text("agent").notNull(),
     image: text("image").notNull(),
     version: text("version").notNull(),
+    /** The catalog image the channel names, as resolved when it was set (null: a free-form image). */
+    catalog: text("catalog", { mode: "json" }).$type<CatalogFields>(),
     updatedAt: integer("updated_at").notNull(),
     updatedBy: text("updated_by").notNull(),
   },
@@ -314,6 +320,8 @@ export const rollouts = sqliteTable(
     agent: text("agent").notNull(),
     image: text("image").notNull(),
     version: text("version").notNull(),
+    /** The catalog image the rollout installs, as resolved when it was created (null: free-form). */
+    catalog: text("catalog", { mode: "json" }).$type<CatalogFields>(),
     state: text("state", { enum: ROLLOUT_STATES }).notNull(),
     pass: integer("pass").notNull(),
     counts: text("counts", { mode: "json" }).$type<Record<string, number>>().notNull(),
@@ -386,3 +394,59 @@ export const consoleSessions = sqliteTable(
   },
   (t) => [index("console_sessions_expires_idx").on(t.expiresAt), index("console_sessions_token_idx").on(t.tokenId)],
 );
+
+// ---------------------------------------------------------------------------------------------
+// The image catalog: what a desired config may name, with the bytes (R2, binding IMAGES, key
+// images/<id>) or the registry reference a host installs it from. An image's id and content never
+// change; an upload in progress is a row in state 'uploading' with its R2 multipart upload and the
+// parts received so far (the R2 binding cannot list a multipart upload's parts).
+// ---------------------------------------------------------------------------------------------
+
+export const images = sqliteTable(
+  "images",
+  {
+    id: text("id").primaryKey(),
+    name: text("name").notNull(),
+    version: text("version").notNull(),
+    kind: text("kind", { enum: ["oci-archive", "tarball", "oci-ref"] }).notNull(),
+    digest: text("digest").notNull(),
+    size: integer("size").notNull(),
+    ref: text("ref"),
+    labels: text("labels", { mode: "json" }).$type<Record<string, string>>().notNull(),
+    description: text("description"),
+    state: text("state", { enum: ["uploading", "ready"] }).notNull(),
+    /** The R2 multipart upload while state is 'uploading'; null once ready (and for oci-ref). */
+    uploadId: text("upload_id"),
+    partSize: integer("part_size"),
+    createdAt: integer("created_at").notNull(),
+    createdBy: text("created_by").notNull(),
+  },
+  (t) => [
+    uniqueIndex("images_name_version_idx").on(t.name, t.version),
+    // The abandoned-upload sweep reads only uploads, oldest first.
+    index("images_uploading_idx").on(t.createdAt).where(sql`${t.state} = 'uploading'`),
+  ],
+);
+
+/** Parts of an upload in progress that R2 has accepted, with the etag its completion needs. */
+export const imageParts = sqliteTable(
+  "image_parts",
+  {
+    imageId: text("image_id").notNull(),
+    part: integer("part").notNull(),
+    etag: text("etag").notNull(),
+    size: integer("size").notNull(),
+    uploadedAt: integer("uploaded_at").notNull(),
+  },
+  (t) => [primaryKey({ columns: [t.imageId, t.part] })],
+);
+
+/**
+ * R2 objects and uploads owed a delete: written in the same batch that forgets their image, removed
+ * once R2 has let go, so a crash between the two leaves work for the cron, not an orphan.
+ */
+export const imageDeletions = sqliteTable("image_deletions", {
+  key: text("key").primaryKey(),
+  uploadId: text("upload_id"),
+  at: integer("at").notNull(),
+});

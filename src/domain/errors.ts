@@ -69,6 +69,14 @@ export const ERROR_CODES = [
   "ambiguous_server",
   "unknown_server",
   "hostname_taken",
+  // The image catalog.
+  "image_not_found",
+  "image_in_use",
+  "image_conflict",
+  "digest_mismatch",
+  "upload_incomplete",
+  "invalid_part",
+  "range_not_satisfiable",
 ] as const;
 
 export type ErrorCode = (typeof ERROR_CODES)[number];

@@ -1,4 +1,5 @@
 import { z } from "@hono/zod-openapi";
+import { IMAGE_POLICIES } from "../domain/images";
 import { MAX_CAPABILITIES, MAX_FLEETLOCK_ID_LENGTH, MAX_GROUP_NAME_LENGTH, MAX_GROUP_SLOTS } from "../domain/limits";
 
 export const FLEET_ID = /^[a-z0-9][a-z0-9-]{0,62}$/;
@@ -17,6 +18,9 @@ const setting = {
   lock_ttl_s: z.number().int().min(60).max(30 * 86400),
   allow_unknown_ids: z.boolean(),
   default_group_slots: z.number().int().min(1).max(MAX_GROUP_SLOTS).nullable(),
+  image_policy: z.enum(IMAGE_POLICIES).openapi({
+    description: '"catalog": channels, rollouts and desired configs name only catalog images (else 422 image_not_found); "any": free-form image strings',
+  }),
 };
 const atMostCapabilities = (c: Record<string, unknown>) => Object.keys(c).length <= MAX_CAPABILITIES;
 
@@ -31,6 +35,7 @@ export const FleetInput = z
     lock_ttl_s: setting.lock_ttl_s.default(3600),
     allow_unknown_ids: setting.allow_unknown_ids.default(false),
     default_group_slots: setting.default_group_slots.default(null),
+    image_policy: setting.image_policy.default("any"),
   })
   .openapi("FleetInput");
 export type FleetInput = z.infer<typeof FleetInput>;
@@ -49,6 +54,7 @@ export const FleetPatch = z
     lock_ttl_s: setting.lock_ttl_s.optional(),
     allow_unknown_ids: setting.allow_unknown_ids.optional(),
     default_group_slots: setting.default_group_slots.optional(),
+    image_policy: setting.image_policy.optional(),
   })
   .refine((p) => Object.keys(p).length > 0, "name at least one field to change")
   .openapi("FleetPatch");
@@ -62,6 +68,7 @@ export const Fleet = z
     lock_ttl_s: z.number().int(),
     allow_unknown_ids: z.boolean(),
     default_group_slots: z.number().int().nullable(),
+    image_policy: z.enum(IMAGE_POLICIES),
     created_at: z.string(),
   })
   .openapi("Fleet");

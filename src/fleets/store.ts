@@ -26,6 +26,7 @@ export function fleetView(row: FleetRow) {
     lock_ttl_s: row.lockTtlS,
     allow_unknown_ids: row.allowUnknownIds,
     default_group_slots: row.defaultGroupSlots,
+    image_policy: row.imagePolicy,
     created_at: iso(row.createdAt),
   };
 }

@@ -60,6 +60,13 @@ export const STATUS_OF_CODE = {
   ambiguous_server: 409,
   unknown_server: 422,
   hostname_taken: 409,
+  image_not_found: 422,
+  image_in_use: 409,
+  image_conflict: 409,
+  digest_mismatch: 422,
+  upload_incomplete: 409,
+  invalid_part: 400,
+  range_not_satisfiable: 416,
 } as const satisfies Record<ErrorCode, ContentfulStatusCode>;
 
 export const errorBody = (code: ErrorCode, message: string, details?: unknown) => ({

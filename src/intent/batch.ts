@@ -1,3 +1,4 @@
+import type { CatalogFields } from "../domain/images";
 /**
  * The statements that write fleet intent rows (channels, role profiles), for the batches of this
  * feature's service and of a fleet spec's apply (src/specs/): one writer of these rows, whichever
@@ -14,10 +15,11 @@ export function channelWrite(
   actor: string,
   fleet: string,
   agent: string,
-  input: { image: string; version: string },
+  input: { image: string; version: string; catalog?: CatalogFields | null },
   previous: { image: string; version: string } | null,
   now: number,
 ) {
+  const catalog = input.catalog ?? null;
   return [
     db.insert(agentChannelHistory).values({
       fleetId: fleet,
@@ -31,10 +33,10 @@ export function channelWrite(
     }),
     db
       .insert(agentChannels)
-      .values({ fleetId: fleet, agent, ...input, updatedAt: now, updatedBy: actor })
+      .values({ fleetId: fleet, agent, image: input.image, version: input.version, catalog, updatedAt: now, updatedBy: actor })
       .onConflictDoUpdate({
         target: [agentChannels.fleetId, agentChannels.agent],
-        set: { image: input.image, version: input.version, updatedAt: now, updatedBy: actor },
+        set: { image: input.image, version: input.version, catalog, updatedAt: now, updatedBy: actor },
       }),
   ] as const;
 }
@@ -64,5 +66,5 @@ export const storedAgents = (agents: readonly { name: string; when?: string }[])
 export const fleetSettingsWrite = (
   db: Db,
   fleet: string,
-  set: Partial<Pick<typeof fleets.$inferInsert, "capabilities" | "staleAfterS" | "lockTtlS" | "allowUnknownIds" | "defaultGroupSlots">>,
+  set: Partial<Pick<typeof fleets.$inferInsert, "capabilities" | "staleAfterS" | "lockTtlS" | "allowUnknownIds" | "defaultGroupSlots" | "imagePolicy">>,
 ) => db.update(fleets).set(set).where(sql`${fleets.id} = ${fleet}`);

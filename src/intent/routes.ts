@@ -49,6 +49,10 @@ export const intentRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHoo
       200: jsonResponse(Channel.extend({ changed: z.boolean() }), "The channel; changed is false when it already held this image"),
       ...commonErrors,
       ...notFoundError,
+      422: jsonResponse(
+        z.object({ error: z.any() }),
+        "The image is no ready catalog image: named by id, or by name and version in a fleet with image_policy \"catalog\" (`image_not_found`)",
+      ),
     },
   }),
   async (c) => {

@@ -4,7 +4,10 @@ import { agentName, imageRef, versionString } from "../ledger/schemas";
 
 import { MAX_ROLE_AGENTS } from "../domain/limits";
 
-export const ChannelInput = z.strictObject({ image: imageRef, version: versionString }).openapi("ChannelInput");
+/** An image by its catalog id, or by name and version (in a fleet with image_policy "any", any image string). */
+export const ChannelInput = z
+  .union([z.strictObject({ image: imageRef, version: versionString }), z.strictObject({ image_id: z.uuid() })])
+  .openapi("ChannelInput");
 
 export const Channel = z
   .object({
@@ -12,6 +15,7 @@ export const Channel = z
     agent: z.string(),
     image: z.string(),
     version: z.string(),
+    image_id: z.string().nullable().openapi({ description: "The catalog image the channel names; null: a free-form image" }),
     updated_at: z.string(),
     updated_by: z.string(),
   })

@@ -11,6 +11,7 @@ import { fleets } from "../db/schema";
 import { DomainError, notFound } from "../domain/errors";
 import type { RoleInput } from "./schemas";
 import { channelWrite, roleDelete, roleWrite, storedAgents } from "./batch";
+import { imageForFleet, type ChannelImage, type ImageName } from "../images/resolve";
 import {
   agentsWithoutChannel,
   bumpIntentRev,
@@ -75,20 +76,26 @@ export async function changeIntent<T>(
  * (rollouts do that); new servers and newly added roles get it. Setting what is already there
  * changes nothing and records nothing.
  */
-export function putChannel(db: Db, actor: string, fleet: string, agent: string, input: { image: string; version: string }) {
+export function putChannel(db: Db, actor: string, fleet: string, agent: string, input: ChannelImage) {
   return changeIntent(db, fleet, async () => {
     const current = await getChannel(db, fleet, agent);
-    if (current && current.image === input.image && current.version === input.version) {
+    const catalog = input.catalog ?? null;
+    if (current && current.image === input.image && current.version === input.version && current.catalog?.image_id === catalog?.image_id) {
       return { statements: [], result: { channel: current, changed: false } };
     }
     const now = Date.now();
-    const channel: ChannelRow = { fleetId: fleet, agent, ...input, updatedAt: now, updatedBy: actor };
+    const channel: ChannelRow = { fleetId: fleet, agent, image: input.image, version: input.version, catalog, updatedAt: now, updatedBy: actor };
     const previous = current ? { image: current.image, version: current.version } : null;
     return {
       result: { channel, changed: true },
       statements: [
         ...channelWrite(db, actor, fleet, agent, input, previous, now),
-        auditInsert(db, { actor, action: "channel.put", target: `fleet:${fleet}`, details: { agent, ...input, previous } }),
+        auditInsert(db, {
+          actor,
+          action: "channel.put",
+          target: `fleet:${fleet}`,
+          details: { agent, image: input.image, version: input.version, ...(catalog ? { image_id: catalog.image_id } : {}), previous },
+        }),
       ],
     };
   });
@@ -177,6 +184,7 @@ export function patchFleet(db: Db, actor: string, fleet: string, patch: FleetPat
       lockTtlS: patch.lock_ttl_s ?? row.lockTtlS,
       allowUnknownIds: patch.allow_unknown_ids ?? row.allowUnknownIds,
       defaultGroupSlots: patch.default_group_slots === undefined ? row.defaultGroupSlots : patch.default_group_slots,
+      imagePolicy: patch.image_policy ?? row.imagePolicy,
     };
     const changed = {
       capabilities: JSON.stringify(sortKeys(capabilities)) !== JSON.stringify(sortKeys(row.capabilities)),
@@ -186,7 +194,9 @@ export function patchFleet(db: Db, actor: string, fleet: string, patch: FleetPat
         next.allowUnknownIds !== row.allowUnknownIds ||
         next.defaultGroupSlots !== row.defaultGroupSlots,
     };
-    if (!changed.capabilities && !changed.settings) return { statements: [], result: { fleet: row, before: row, changed } };
+    // The image policy is read from D1 by the writes it checks: no object keeps a copy.
+    const policyChanged = next.imagePolicy !== row.imagePolicy;
+    if (!changed.capabilities && !changed.settings && !policyChanged) return { statements: [], result: { fleet: row, before: row, changed } };
     return {
       result: { fleet: next, before: row, changed },
       statements: [
@@ -198,6 +208,7 @@ export function patchFleet(db: Db, actor: string, fleet: string, patch: FleetPat
             lockTtlS: next.lockTtlS,
             allowUnknownIds: next.allowUnknownIds,
             defaultGroupSlots: next.defaultGroupSlots,
+            imagePolicy: next.imagePolicy,
           })
           .where(eq(fleets.id, fleet)),
         auditInsert(db, { actor, action: "fleet.patch", target: `fleet:${fleet}`, details: patch }),
@@ -216,9 +227,10 @@ function sortKeys(o: Record<string, boolean>) {
 
 // ---- for the routes: channels and roles of a fleet ----
 
-/** PUT /v1/fleets/{fleet}/channels/{agent}. */
-export async function setChannel(env: Env, ctx: Ctx, actor: string, fleet: string, agent: string, input: { image: string; version: string }) {
-  const out = await putChannel(getDb(env.DB), actor, fleet, agent, input);
+/** PUT /v1/fleets/{fleet}/channels/{agent}: the image by id, or by name and version (a catalog image, under the fleet's policy). */
+export async function setChannel(env: Env, ctx: Ctx, actor: string, fleet: string, agent: string, input: ImageName) {
+  const db = getDb(env.DB);
+  const out = await putChannel(db, actor, fleet, agent, await imageForFleet(db, fleet, input));
   if (out.changed) pagesChanged(env, ctx, fleet, "fleet");
   return out;
 }

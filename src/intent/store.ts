@@ -2,7 +2,7 @@ import { and, asc, desc, eq, lt, sql, type SQL } from "drizzle-orm";
 import type { Db } from "../db/client";
 import { agentChannelHistory, agentChannels, fleetIntent, fleets, roleProfiles } from "../db/schema";
 import { iso } from "../lib/time";
-import type { RoleAgent } from "../planner/plan";
+import type { ChannelImage, RoleAgent } from "../planner/plan";
 
 export type ChannelRow = typeof agentChannels.$inferSelect;
 export type RoleRow = typeof roleProfiles.$inferSelect;
@@ -12,6 +12,7 @@ export const channelView = (r: ChannelRow) => ({
   agent: r.agent,
   image: r.image,
   version: r.version,
+  image_id: r.catalog?.image_id ?? null,
   updated_at: iso(r.updatedAt),
   updated_by: r.updatedBy,
 });
@@ -117,15 +118,15 @@ export async function planInputsOf(db: Db, fleet: string) {
     db.select({ rev: fleetIntent.rev }).from(fleetIntent).where(eq(fleetIntent.fleetId, fleet)),
     db.select({ role: roleProfiles.role, agents: roleProfiles.agents }).from(roleProfiles).where(eq(roleProfiles.fleetId, fleet)),
     db
-      .select({ agent: agentChannels.agent, image: agentChannels.image, version: agentChannels.version })
+      .select({ agent: agentChannels.agent, image: agentChannels.image, version: agentChannels.version, catalog: agentChannels.catalog })
       .from(agentChannels)
       .where(eq(agentChannels.fleetId, fleet)),
   ]);
   if (fleetRows.length === 0) return null;
   const profiles: Record<string, RoleAgent[]> = {};
   for (const r of roleRows) profiles[r.role] = r.agents;
-  const channels: Record<string, { image: string; version: string }> = {};
-  for (const c of channelRows) channels[c.agent] = { image: c.image, version: c.version };
+  const channels: Record<string, ChannelImage> = {};
+  for (const c of channelRows) channels[c.agent] = { image: c.image, version: c.version, catalog: c.catalog };
   return {
     fleet,
     rev: revRows[0]?.rev ?? 0,

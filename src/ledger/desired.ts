@@ -1,3 +1,4 @@
+import { catalogOf, catalogSpread } from "../domain/images";
 import type { AgentSpec, DesiredConfigInput } from "./schemas";
 
 export interface DesiredState {
@@ -28,6 +29,7 @@ function withInstanceIds(
     image: a.image,
     version: a.version,
     instance_id: a.instance_id ?? known.get(a.name) ?? newId(),
+    ...catalogSpread(catalogOf(a)),
   }));
 }
 
@@ -36,7 +38,7 @@ function sameContent(a: Pick<DesiredState, "agents" | "lifecycle">, b: Pick<Desi
   const byName = new Map(b.agents.map((x) => [x.name, x]));
   return a.agents.every((x) => {
     const y = byName.get(x.name);
-    return y && y.image === x.image && y.version === x.version && y.instance_id === x.instance_id;
+    return y && y.image === x.image && y.version === x.version && y.instance_id === x.instance_id && y.image_id === x.image_id;
   });
 }
 

@@ -1,5 +1,6 @@
 import { z } from "@hono/zod-openapi";
 import { AGENT_STATES, AGENT_STATUSES, ERROR_OPS, LIFECYCLES, SERVER_STATUSES } from "../domain/enums";
+import { IMAGE_KINDS, type CatalogFields } from "../domain/images";
 import { MAX_AGENTS, MAX_ASSIGNMENT_ID_LENGTH, MAX_ASSIGNMENTS, MAX_REPORT_ERRORS } from "../domain/limits";
 
 export const AGENT_NAME = /^[a-z0-9][a-z0-9._-]{0,62}$/;
@@ -28,26 +29,53 @@ function uniqueNames<T extends { name: string }>(items: T[], ctx: z.RefinementCt
   });
 }
 
+/** An agent with its image by name and version, or (a catalog image) by id. */
 export const DesiredAgent = z
-  .strictObject({
-    name: agentName,
-    image: imageRef,
-    version: versionString,
-    instance_id: z.uuid().optional(),
-  })
+  .union([
+    z.strictObject({
+      name: agentName,
+      image: imageRef,
+      version: versionString,
+      instance_id: z.uuid().optional(),
+    }),
+    z.strictObject({
+      name: agentName,
+      image_id: z.uuid().openapi({ description: "A catalog image, by id" }),
+      instance_id: z.uuid().optional(),
+    }),
+  ])
   .openapi("DesiredAgentInput");
 
-export const DesiredConfigInput = z
+export const DesiredConfigRequest = z
   .strictObject({
     generation,
     agents: z.array(DesiredAgent).max(MAX_AGENTS).superRefine(uniqueNames),
     lifecycle: lifecycle.default("run"),
   })
   .openapi("DesiredConfigInput");
-export type DesiredConfigInput = z.infer<typeof DesiredConfigInput>;
+export type DesiredConfigRequest = z.infer<typeof DesiredConfigRequest>;
+
+/** A desired config as its ledger takes it: every image resolved (src/images/resolve.ts). */
+export interface DesiredConfigInput {
+  generation: number;
+  lifecycle: "run" | "terminate" | "uninstall";
+  agents: ({ name: string; image: string; version: string; instance_id?: string } & Partial<CatalogFields>)[];
+}
+
+/** A catalog image as a desired config carries it (src/domain/images.ts, CatalogFields). */
+export const catalogFields = {
+  image_id: z.string().optional().openapi({ description: "Catalog images: the image's id" }),
+  kind: z.enum(IMAGE_KINDS).optional().openapi({ description: "Catalog images: how the image is installed" }),
+  digest: z.string().optional().openapi({ description: "Catalog images: sha256 of the bytes (or the manifest, for oci-ref)" }),
+  size: z.number().int().optional().openapi({ description: "Catalog images: bytes" }),
+  source: z
+    .union([z.object({ blob: z.string() }), z.object({ ref: z.string() })])
+    .optional()
+    .openapi({ description: "Catalog images: where the host gets it: `blob`, a path fetched with its own server token; `ref`, a registry reference pinned by digest" }),
+};
 
 export const AgentSpec = z
-  .object({ name: z.string(), image: z.string(), version: z.string(), instance_id: z.string() })
+  .object({ name: z.string(), image: z.string(), version: z.string(), instance_id: z.string(), ...catalogFields })
   .openapi("DesiredAgent");
 export type AgentSpec = z.infer<typeof AgentSpec>;
 

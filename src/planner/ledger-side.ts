@@ -31,7 +31,13 @@ export type PlanStep =
 /** The agents of `p`, keeping each one's instance id from the current config. */
 export function plannedAgents(p: Plan, current: DesiredState["agents"], newId: () => string) {
   const ids = new Map(current.map((a) => [a.name, a.instance_id]));
-  return p.agents.map((a) => ({ name: a.name, image: a.image, version: a.version, instance_id: ids.get(a.name) ?? newId() }));
+  return p.agents.map((a) => ({
+    name: a.name,
+    image: a.image,
+    version: a.version,
+    instance_id: ids.get(a.name) ?? newId(),
+    ...(a.catalog ? { ...a.catalog } : {}),
+  }));
 }
 
 export function planStep(

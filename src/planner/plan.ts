@@ -4,6 +4,22 @@
  * config already gives it. Pure, so every rule is a table test.
  */
 
+/** A catalog image's fields (src/domain/images.ts), repeated here to keep the planner import-free. */
+export interface PlannedCatalog {
+  image_id: string;
+  kind: "oci-archive" | "tarball" | "oci-ref";
+  digest: string;
+  size: number;
+  source: { blob: string } | { ref: string };
+}
+
+/** An image as a channel holds it; `catalog` when it is a catalog image. */
+export interface ChannelImage {
+  image: string;
+  version: string;
+  catalog?: PlannedCatalog | null;
+}
+
 /** `"firewall"` holds when the capability is true; `"!object_storage"` when it is not true. */
 export type Condition = string;
 
@@ -18,15 +34,17 @@ export interface PlanInputs {
   profiles: Readonly<Record<string, readonly RoleAgent[]>>;
   capabilities: Readonly<Record<string, boolean>>;
   /** agent → the image the fleet currently wants for it. */
-  channels: Readonly<Record<string, { image: string; version: string }>>;
+  channels: Readonly<Record<string, ChannelImage>>;
   /** The agents of the server's current desired config (empty at registration). */
-  current: readonly { name: string; image: string; version: string }[];
+  current: readonly ({ name: string; image: string; version: string } & Partial<PlannedCatalog>)[];
 }
 
 export interface PlannedAgent {
   name: string;
   image: string;
   version: string;
+  /** The catalog image, as the channel or the current config holds it; null: a free-form image. */
+  catalog: PlannedCatalog | null;
   /** Where the image came from: kept from the current config, or taken from the channel. */
   source: "current" | "channel";
 }
@@ -65,11 +83,11 @@ export function plan(inputs: PlanInputs): Plan {
     // channel change's (docs/design.md §3).
     const have = current.get(name);
     if (have) {
-      agents.push({ name, image: have.image, version: have.version, source: "current" });
+      agents.push({ name, image: have.image, version: have.version, catalog: catalogOfEntry(have), source: "current" });
       continue;
     }
     const channel = inputs.channels[name];
-    if (channel) agents.push({ name, image: channel.image, version: channel.version, source: "channel" });
+    if (channel) agents.push({ name, image: channel.image, version: channel.version, catalog: channel.catalog ?? null, source: "channel" });
     else unplannable.push(name);
   }
   return { agents, unknown_roles: unknownRoles.sort(), unplannable };
@@ -81,6 +99,11 @@ export function planDiffers(p: Plan, current: PlanInputs["current"]) {
   const byName = new Map(current.map((a) => [a.name, a]));
   return p.agents.some((a) => {
     const c = byName.get(a.name);
-    return !c || c.image !== a.image || c.version !== a.version;
+    return !c || c.image !== a.image || c.version !== a.version || (c.image_id ?? null) !== (a.catalog?.image_id ?? null);
   });
+}
+
+function catalogOfEntry(a: Partial<PlannedCatalog>): PlannedCatalog | null {
+  if (!a.image_id || !a.kind || !a.digest || a.size === undefined || !a.source) return null;
+  return { image_id: a.image_id, kind: a.kind, digest: a.digest, size: a.size, source: a.source };
 }

@@ -28,7 +28,7 @@ export async function firstPlan(env: Env, fleet: string, roles: string[]) {
   const inputs = await planInputsOf(getDb(env.DB), fleet);
   if (!inputs) return { agents: [], rev: 0 };
   const p = plan({ roles, profiles: inputs.profiles, capabilities: inputs.capabilities, channels: inputs.channels, current: [] });
-  return { agents: p.agents.map(({ name, image, version }) => ({ name, image, version })), rev: inputs.rev };
+  return { agents: p.agents.map(({ name, image, version, catalog }) => ({ name, image, version, ...(catalog ? { ...catalog } : {}) })), rev: inputs.rev };
 }
 
 /** After registration: re-plans the new server if the fleet's intent moved past what it was planned from. */

@@ -11,10 +11,14 @@ import { agentChannelHistory } from "../db/schema";
 import type { Env } from "../env";
 import { getChannel } from "../intent/store";
 import { putChannel } from "../intent/service";
+import type { CatalogFields } from "../domain/images";
+import { imageByNameVersion } from "../images/store";
+import { catalogFieldsOf } from "../images/service";
 
 export interface ChannelImage {
   image: string;
   version: string;
+  catalog?: CatalogFields | null;
 }
 
 export interface ChannelMove {
@@ -52,6 +56,8 @@ export async function restoreChannel(env: Env, fleet: string, agent: string, fro
   const db = getDb(env.DB);
   const current = await getChannel(db, fleet, agent);
   if (!current || current.image !== from.image || current.version !== from.version) return { restored: false };
-  await putChannel(db, actor, fleet, agent, previous);
+  // The history keeps names and versions: a catalog image goes back with its catalog fields.
+  const row = from.catalog ? await imageByNameVersion(db, previous.image, previous.version) : undefined;
+  await putChannel(db, actor, fleet, agent, { ...previous, catalog: row && row.state === "ready" ? catalogFieldsOf(row) : null });
   return { restored: true };
 }

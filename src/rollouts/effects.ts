@@ -18,6 +18,8 @@ import { coordinatorOf, ledgerOf } from "../objects/stubs";
 import { webhookEventEffect } from "../webhooks/outbox";
 import { feedEffect, type NoticeInput } from "../console/notices";
 import { moveChannel, restoreChannel } from "./channel";
+import { imageByNameVersion } from "../images/store";
+import { catalogFieldsOf } from "../images/service";
 import type { Core, RolloutSpec } from "./machine";
 import { applied } from "./outcomes";
 import type { EffectKind, RolloutParts } from "./parts";
@@ -109,7 +111,7 @@ export function rolloutEffects(env: () => Env, parts: () => RolloutParts): Recor
         const { spec } = p.store.load()!;
         const t = p.store.targets.get(pass, server_id);
         if (!t || t.state !== "applying" || t.generation !== null) return;
-        const write = { rollout_id: spec.id, pass, agent: spec.agent, image: t.image, version: t.version };
+        const write = { rollout_id: spec.id, pass, agent: spec.agent, image: t.image, version: t.version, catalog: await catalogFor(env(), spec, t) };
         applied(p, pass, server_id, await ledgerOf(env(), server_id).applyRolloutImage(write));
       },
     },
@@ -142,7 +144,7 @@ export function rolloutEffects(env: () => Env, parts: () => RolloutParts): Recor
       deliver: async ({ to }: { to: "rollout" | "previous" }) => {
         const { store } = parts();
         const { spec } = store.load()!;
-        const image = { image: spec.image, version: spec.version };
+        const image = { image: spec.image, version: spec.version, catalog: spec.catalog ?? null };
         const record = store.channel();
         if (to === "rollout") {
           store.setChannel(await moveChannel(env(), spec.fleet, spec.agent, image, `rollout:${spec.id}`));
@@ -162,6 +164,7 @@ function projection(d: Db, spec: RolloutSpec, core: Core, rows: DirtyTarget[], n
     agent: spec.agent,
     image: spec.image,
     version: spec.version,
+    catalog: spec.catalog ?? null,
     state: core.state,
     pass: core.pass,
     counts: core.counts,
@@ -207,4 +210,16 @@ function projection(d: Db, spec: RolloutSpec, core: Core, rows: DirtyTarget[], n
         }),
     ),
   ];
+}
+
+/**
+ * The catalog fields a target's write carries: the rollout's own image as resolved at its
+ * creation; a rollback target's earlier image looked up in the catalog by its name and version
+ * (none when it is not a ready catalog image: it goes back as the free-form image it was).
+ */
+async function catalogFor(env: Env, spec: RolloutSpec, t: { image: string; version: string }) {
+  if (t.image === spec.image && t.version === spec.version) return spec.catalog ?? null;
+  if (!spec.catalog) return null;
+  const row = await imageByNameVersion(getDb(env.DB), t.image, t.version);
+  return row && row.state === "ready" ? catalogFieldsOf(row) : null;
 }

@@ -4,6 +4,7 @@
  * rollout wrote (a "mark"); a report at or past that generation that realizes the agent at the
  * rollout's image (done) or reports an error for it (failed) sends the outcome once.
  */
+import { catalogSpread, type CatalogFields } from "../domain/images";
 import type { Env } from "../env";
 import type { DesiredState } from "../ledger/desired";
 import type { StoredReport } from "../ledger/schemas";
@@ -16,6 +17,8 @@ export interface ApplyRolloutImage {
   agent: string;
   image: string;
   version: string;
+  /** The catalog image's fields the agent entry gets; null or absent: a free-form image. */
+  catalog?: CatalogFields | null;
 }
 
 /** A rollout's write in this ledger, until a report settles it. */
@@ -48,11 +51,17 @@ export function decideApply(
   if (desired.lifecycle !== "run") return { outcome: { ok: true, outcome: "removed" } };
   const current = desired.agents.find((a) => a.name === req.agent);
   if (!current) return { outcome: { ok: true, outcome: "agent_absent" } };
-  if (current.image === req.image && current.version === req.version) return { outcome: { ok: true, outcome: "already_at_image" } };
+  if (current.image === req.image && current.version === req.version && (current.image_id ?? null) === (req.catalog?.image_id ?? null)) {
+    return { outcome: { ok: true, outcome: "already_at_image" } };
+  }
   const next: DesiredState = {
     ...desired,
     generation: desired.generation + 1,
-    agents: desired.agents.map((a) => (a.name === req.agent ? { ...a, image: req.image, version: req.version } : a)),
+    agents: desired.agents.map((a) =>
+      a.name === req.agent
+        ? { name: a.name, image: req.image, version: req.version, instance_id: a.instance_id, ...catalogSpread(req.catalog) }
+        : a,
+    ),
     updated_at: now,
   };
   const newMark: RolloutMark = {

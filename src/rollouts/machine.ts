@@ -1,3 +1,4 @@
+import type { CatalogFields } from "../domain/images";
 /**
  * A rollout's state machine as pure functions over plain data (no storage, no clock: `now` is
  * passed in). The Rollout Durable Object loads a target and the rollout's core, applies one of
@@ -28,6 +29,8 @@ export interface RolloutSpec {
   agent: string;
   image: string;
   version: string;
+  /** The catalog image, as resolved when the rollout was created; null or absent: a free-form image. */
+  catalog?: CatalogFields | null;
   concurrency: number;
   server_timeout_s: number | null;
   slow_factor: number | null;

@@ -34,8 +34,9 @@ export const RolloutInput = z
   .strictObject({
     fleet: fleetId,
     agent: agentName,
-    image: imageRef,
-    version: versionString,
+    image: imageRef.optional().openapi({ description: "The image by name (with version); or give image_id" }),
+    version: versionString.optional(),
+    image_id: z.uuid().optional().openapi({ description: "A catalog image, by id (instead of image and version)" }),
     selector: z
       .strictObject({
         roles: z.array(roleName).max(64).optional(),
@@ -65,6 +66,10 @@ export const RolloutInput = z
         "Move only the fleet's channel for the agent (servers set up later get the image) and write no server. " +
         "Without it, a rollout that would target no server is refused (422 no_targets).",
     }),
+  })
+  .refine((r) => (r.image_id ? r.image === undefined && r.version === undefined : r.image !== undefined && r.version !== undefined), {
+    message: "name the image by image and version, or by image_id (not both)",
+    path: ["image"],
   })
   .refine((r) => !r.channel_only || r.update_channel, { message: "channel_only moves the channel: update_channel cannot be false", path: ["update_channel"] })
   .refine((r) => !r.channel_only || (!r.selector && r.exclude.length === 0), {

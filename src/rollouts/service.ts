@@ -9,6 +9,7 @@ import { and, asc, desc, eq, inArray, isNotNull, lt, ne, notInArray, or, type SQ
 import { getDb, type Db } from "../db/client";
 import { agentInstances, rolloutLocks, rollouts, servers } from "../db/schema";
 import type { Env } from "../env";
+import { imageForFleet } from "../images/resolve";
 import { getFleet } from "../fleets/store";
 import { chunk } from "../lib/chunk";
 import { iso } from "../lib/time";
@@ -144,6 +145,9 @@ export async function createRollout(env: Env, actor: string, input: RolloutInput
   const db = getDb(env.DB);
   const fleet = await getFleet(db, input.fleet);
   if (!fleet) throw new DomainError("unknown_fleet", `fleet '${input.fleet}' does not exist`);
+  // The image as the catalog has it now; every write of the rollout carries exactly this.
+  const resolved = await imageForFleet(db, input.fleet, input.image_id ? { image_id: input.image_id } : { image: input.image!, version: input.version! }, fleet.imagePolicy);
+  input = { ...input, image: resolved.image, version: resolved.version };
   const targets = input.channel_only ? [] : await selectTargets(db, input);
   await refuseNoTargets(db, input, targets);
   const id = newId();
@@ -151,8 +155,9 @@ export async function createRollout(env: Env, actor: string, input: RolloutInput
     id,
     fleet: input.fleet,
     agent: input.agent,
-    image: input.image,
-    version: input.version,
+    image: resolved.image,
+    version: resolved.version,
+    catalog: resolved.catalog ?? null,
     concurrency: input.concurrency,
     server_timeout_s: input.server_timeout_s,
     slow_factor: input.slow_factor ?? null,

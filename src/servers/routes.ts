@@ -4,11 +4,11 @@ import { actorOf } from "../domain/principal";
 import { MAX_WAIT_S } from "../domain/limits";
 import { fleetId } from "../fleets/schemas";
 import { locationOfCreated } from "../http/location";
-import { bearer, createdResponse, commonErrors, etagHeader, conflictError, jsonBody, jsonResponse, notFoundError } from "../http/openapi";
+import { bearer, createdResponse, commonErrors, etagHeader, conflictError, jsonBody, jsonResponse, notFoundError, ErrorSchema } from "../http/openapi";
 import { cursorParam, decodeCursor, limitParam, page } from "../http/paging";
 import type { AppEnv } from "../http/types";
 import { parseQuery, validationHook } from "../http/validation";
-import { DesiredConfig, DesiredConfigInput, serverStatus } from "../ledger/schemas";
+import { DesiredConfig, DesiredConfigRequest, serverStatus } from "../ledger/schemas";
 import { fleetOfHostname, ServerCreated, ServerDetail, ServerInput, serverIdParam, ServerPatch, serverState, ServerSummary, serverWaitQuery } from "./schemas";
 import { getDesiredConfig, patchServer, putDesiredConfig, registerServer, resolveServer, searchServers, serverIfChanged } from "./service";
 import { serverDetail, serverSummary } from "./store";
@@ -130,13 +130,14 @@ export const serverRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHoo
     summary: "Set a server's desired config (generation rules: docs/design.md §4)",
     security: bearer,
     middleware: [requireScope("write")] as const,
-    request: { params: serverIdParam, body: jsonBody(DesiredConfigInput) },
+    request: { params: serverIdParam, body: jsonBody(DesiredConfigRequest) },
     parameters: [fleetOfHostname],
     responses: {
       200: jsonResponse(DesiredConfig, "The config now in force (new, or identical to the one sent)"),
       ...commonErrors,
       ...notFoundError,
       ...conflictError("generation_conflict or stale_generation; ambiguous_server"),
+      422: jsonResponse(ErrorSchema, "An agent names no ready catalog image, by id or, in a fleet with image_policy \"catalog\", by name and version (`image_not_found`)"),
     },
   }),
   async (c) => {

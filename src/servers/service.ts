@@ -14,6 +14,8 @@
  */
 import { issueToken } from "../auth/tokens";
 import { getDb } from "../db/client";
+import { servers } from "../db/schema";
+import { eq } from "drizzle-orm";
 import { DomainError, notFound } from "../domain/errors";
 import type { Env } from "../env";
 import { FLEET_ID } from "../fleets/schemas";
@@ -23,7 +25,9 @@ import { unwrap } from "../objects/kit/result";
 import type { ServerView } from "../ledger/durable-object";
 import { RESERVATION_MARGIN_MS } from "../ledger/operator";
 import type { ServerRecord } from "../ledger/record";
-import type { DesiredConfigInput } from "../ledger/schemas";
+import type { DesiredConfigInput, DesiredConfigRequest } from "../ledger/schemas";
+import { imageForFleet, policyOf } from "../images/resolve";
+import { catalogSpread } from "../domain/images";
 import { tagMatches, viewTag } from "../ledger/view-tag";
 import { ledgerOf, coordinatorOf } from "../objects/stubs";
 import { catchUpPlan, firstPlan, replanServer, setServerRoles } from "../planner/service";
@@ -134,7 +138,8 @@ export async function getDesiredConfig(env: Env, id: string) {
   return view.desired;
 }
 
-export async function putDesiredConfig(env: Env, actor: string, id: string, input: DesiredConfigInput) {
+export async function putDesiredConfig(env: Env, actor: string, id: string, request: DesiredConfigRequest) {
+  const input: DesiredConfigInput = { ...request, agents: await resolveAgents(env, id, request.agents) };
   return unwrap(await ledgerOf(env, id).putDesired(input, actor));
 }
 
@@ -238,4 +243,21 @@ export async function refreshFleet(env: Env, actor: string, fleet: string, after
     }),
   );
   return { rows, requested: ids.length - failed.length, failed };
+}
+
+/**
+ * The agents of a desired config with their images resolved now, against the catalog and the
+ * server's fleet's image policy: the ledger stores, and hands the host, exactly these.
+ */
+async function resolveAgents(env: Env, id: string, agents: DesiredConfigRequest["agents"]): Promise<DesiredConfigInput["agents"]> {
+  const db = getDb(env.DB);
+  const row = await db.query.servers.findFirst({ columns: { fleetId: true }, where: eq(servers.id, id) });
+  if (!row) throw notFound("server", id);
+  const policy = await policyOf(db, row.fleetId);
+  return Promise.all(
+    agents.map(async (a) => {
+      const { image, version, catalog } = await imageForFleet(db, row.fleetId, "image_id" in a ? { image_id: a.image_id } : a, policy);
+      return { name: a.name, image, version, ...(a.instance_id ? { instance_id: a.instance_id } : {}), ...catalogSpread(catalog) };
+    }),
+  );
 }

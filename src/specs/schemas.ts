@@ -11,7 +11,8 @@
 import { z } from "@hono/zod-openapi";
 import { MAX_CAPABILITIES, MAX_SPEC_CHANNELS, MAX_SPEC_GROUPS, MAX_SPEC_ROLES } from "../domain/limits";
 import { capabilityName, FleetPatch, fleetId, groupName, roleName } from "../fleets/schemas";
-import { ChannelInput, PlannerRunSchema, RoleInput } from "../intent/schemas";
+import { PlannerRunSchema, RoleInput } from "../intent/schemas";
+import { imageRef, versionString } from "../ledger/schemas";
 import { agentName } from "../ledger/schemas";
 import { MAX_WEBHOOKS_PER_FLEET } from "../webhooks/manage";
 import { SpecSecretsSchema, SpecWebhookSchema } from "../webhooks/schemas";
@@ -31,6 +32,9 @@ const section = <K extends z.ZodString, V extends z.ZodType>(key: K, value: V, m
     .optional()
     .openapi({ description });
 
+/** A channel in a spec: the image by name and version (in a fleet with image_policy "catalog", a catalog image's). */
+const SpecChannel = z.strictObject({ image: imageRef, version: versionString }).openapi("SpecChannel");
+
 /** The fleet's settings, each as PATCH /v1/fleets/{fleet} takes it; one left out is not managed. */
 export const SpecSettings = z
   .strictObject({
@@ -38,6 +42,7 @@ export const SpecSettings = z
     lock_ttl_s: FleetPatch.shape.lock_ttl_s,
     allow_unknown_ids: FleetPatch.shape.allow_unknown_ids,
     default_group_slots: FleetPatch.shape.default_group_slots,
+    image_policy: FleetPatch.shape.image_policy,
   })
   .openapi("FleetSpecSettings");
 export type SpecSettings = z.infer<typeof SpecSettings>;
@@ -49,7 +54,7 @@ export const FleetSpec = z
     fleet: fleetId,
     settings: SpecSettings.optional(),
     capabilities: section(capabilityName, z.boolean(), MAX_CAPABILITIES, "capabilities", "Named booleans that role agents' `when` conditions read"),
-    channels: section(agentName, ChannelInput, MAX_SPEC_CHANNELS, "channels", "Per agent, the image and version the fleet wants"),
+    channels: section(agentName, SpecChannel, MAX_SPEC_CHANNELS, "channels", "Per agent, the image and version the fleet wants"),
     roles: section(
       roleName,
       RoleInput,

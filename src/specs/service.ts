@@ -5,6 +5,7 @@
  * part (reboot groups) rides in that batch as a fleet task, delivered at once and by the cron
  * until done, and shown as applied meanwhile (./store.ts).
  */
+import { imageForFleet } from "../images/resolve";
 import { pagesChanged } from "../console/notices";
 import { and, eq } from "drizzle-orm";
 import { auditInsert } from "../audit/log";
@@ -49,6 +50,7 @@ const newFleetRow = (fleet: string): FleetRow => {
     lockTtlS: d.lock_ttl_s,
     allowUnknownIds: d.allow_unknown_ids,
     defaultGroupSlots: d.default_group_slots,
+    imagePolicy: d.image_policy,
     fleetlockKeyHash: null,
     createdAt: Date.now(),
   };
@@ -83,6 +85,29 @@ export async function refuseInvalidSpec(env: Env, fleet: string, raw: unknown, p
   const known = prune ? [] : await fleetChannels(getDb(env.DB), fleet);
   refuse([...errors.flatMap(schemaProblems), ...referenceProblems(raw, fleet, known), ...webhookUrlProblems(raw, loopback(env))]);
   throw new Error("unreachable: a schema failure has problems");
+}
+
+/**
+ * The channels a spec writes, resolved against the image catalog under the fleet's image policy
+ * as the spec leaves it: a catalog image is stored with its fields, and in a fleet that takes
+ * only catalog images one the catalog lacks is a problem of the spec (invalid_spec, with its path).
+ */
+async function resolveChannels(db: Db, state: FleetState, spec: FleetSpec, plan: SpecPlan) {
+  const policy = spec.settings?.image_policy ?? state.row.imagePolicy;
+  const problems: Problem[] = [];
+  const write = await Promise.all(
+    plan.channels.write.map(async (c) => {
+      try {
+        return { ...c, input: await imageForFleet(db, state.row.id, c.input, policy) };
+      } catch (err) {
+        if (!(err instanceof DomainError) || err.code !== "image_not_found") throw err;
+        problems.push({ path: `channels.${c.agent}`, message: `image_not_found: ${err.message}` });
+        return c;
+      }
+    }),
+  );
+  refuse(problems);
+  plan.channels.write = write;
 }
 
 /** A spec and the secrets sent with it (by environment variable name). */
@@ -127,6 +152,7 @@ export async function diffFleetSpec(env: Env, fleet: string, input: SpecInput, p
   refuse(referencesOf(env, state, spec, prune));
   const plan = planSpec(state, spec, prune, (await sentDigests(input)).digests);
   refuse(webhookCountProblems(state.webhooks, plan.items));
+  await resolveChannels(db, state, spec, plan);
   const replan = await serversToReplan(db, fleet, plan.replan);
   const etag = exists ? await etagOf(state) : null;
   return { ...diffOf(state, plan, prune, etag, exists), replan: { scope: scopeOf(plan), roles: plan.replan.roles, ...replan } };
@@ -172,6 +198,7 @@ async function decideApply(env: Env, state: FleetState, input: SpecInput, prune:
     ...missingSecrets(plan.items, input.spec.webhooks ?? {}, sent),
     ...webhookCountProblems(state.webhooks, plan.items),
   ]);
+  await resolveChannels(getDb(env.DB), state, input.spec, plan);
   const hooks = plan.webhooks;
   if (hooks?.needSecret.length) {
     const stage = await coordinatorOf(env, state.row.id).stageWebhookSecrets(Object.fromEntries(hooks.needSecret.map((n) => [n, sent[n]])));

@@ -77,6 +77,7 @@ export async function readFleetState(env: Env, db: Db, fleet: string, orNew?: ()
       lock_ttl_s: row.lockTtlS,
       allow_unknown_ids: row.allowUnknownIds,
       default_group_slots: row.defaultGroupSlots,
+      image_policy: row.imagePolicy,
     },
     capabilities: byKey(Object.entries(row.capabilities)),
     channels: byKey(channelRows.map((c) => [c.agent, { image: c.image, version: c.version }])),

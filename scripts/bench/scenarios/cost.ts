@@ -23,7 +23,7 @@ import { tsImport } from "tsx/esm/api";
 import type { FetchLike } from "../../../agent/http.ts";
 import type { SimOptions, SimSummary } from "../../../sim/simulator.ts";
 import type { BenchContext } from "../run.ts";
-import { compare, report, type Reading, type TransportBill, type Usage, type Window } from "../bill.ts";
+import { compare, imageRolloutBill, report, type Reading, type TransportBill, type Usage, type Window } from "../bill.ts";
 import { MONTH_S } from "../prices.ts";
 import { INDEX_LEASE_MS } from "../../../src/domain/channel.ts";
 import { pollHeartbeatPersistMs, quietGraceMs } from "../../../src/ledger/quiet.ts";
@@ -96,6 +96,7 @@ export async function run(ctx: BenchContext) {
   const bills: TransportBill[] = [];
   for (const name of names) bills.push(await measure(ctx, name, opt));
   compare(bills);
+  ctx.note("cost: a 50 MB image rolled out to 10,000 hosts, at list price", `$${imageRolloutBill(50, 10_000).toFixed(4)}`);
 }
 
 /** One transport's run: its own fleet, the windows read from the meter, its itemized bill. */

@@ -31,6 +31,7 @@
  * disconnects". awake_ms leaves that tail out (the FAQ: not billed while it could hibernate);
  * idle_tail_ms counts it (up to 10 s after each awake period), so a bill can show both readings.
  */
+import { r2Ops, resetR2Ops } from "./r2-meter";
 import { d1RowsInto, d1RowsMetered, d1Unattributed, type D1Rows } from "../../db/client";
 import { meterStorage, type StorageRows } from "./storage-meter";
 
@@ -269,6 +270,7 @@ export function meterReading({ reset = false } = {}) {
     objects: classes,
     d1_unattributed: rowsReading(d1Unattributed),
     d1_rows_metered: d1RowsMetered(),
+    r2: { ...r2Ops },
   };
   if (reset) resetMeter(now);
   return reading;
@@ -281,5 +283,6 @@ export function resetMeter(now = Date.now()) {
   worker.requests = worker.scheduled = 0;
   Object.assign(worker.d1, zeroRows());
   Object.assign(d1Unattributed, zeroRows());
+  resetR2Ops();
   windowStart = now;
 }
