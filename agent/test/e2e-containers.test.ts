@@ -7,6 +7,8 @@ import { randomBytes, randomUUID } from "node:crypto";
 import { rmSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
+import { Readable } from "node:stream";
+import { main as hmMain } from "../../cli/main.ts";
 import { startLocalServer, type LocalServer } from "../../scripts/local-server.ts";
 import { StateDir, type Identity } from "../cli/state.ts";
 import { apiFor, cleanPodman, containersOf, Host, localImage, podman, volumesOf, waitFor, type Api } from "./e2e-helpers.ts";
@@ -40,9 +42,9 @@ afterAll(async () => {
  * agent/test/cli-join.test.ts), its containers in a scope of its own: the driver tells one agent's
  * containers and volumes from another's on a shared engine by it, as two hosts would be two engines.
  */
-async function joinedHost(fleet: string, hostname: string, kind: "managed" | "manual" = "managed") {
+async function joinedHost(fleet: string, hostname: string, kind: "managed" | "manual" = "managed", roles: string[] = []) {
   if ((await api("GET", `/v1/fleets/${fleet}`)).status === 404) expect((await api("POST", "/v1/fleets", { id: fleet })).status).toBe(201);
-  const r = await api("POST", "/v1/servers", { fleet, hostname, kind });
+  const r = await api("POST", "/v1/servers", { fleet, hostname, kind, roles });
   expect(r.status, JSON.stringify(r.json)).toBe(201);
   const hostScope = `${scope}-${hostname.split(".")[0]}`;
   scopes.push(hostScope);
@@ -112,6 +114,39 @@ describe("harbormaster-agent with podman", () => {
     const [volume] = volumesOf(scope);
     rmSync(join(JSON.parse(podman("volume", "inspect", volume))[0].Mountpoint as string, "poison"));
     await waitFor("realized again", async () => (await view(id)).status === "realized", 60_000);
+    await host.stop();
+  });
+
+  it("a rollout to version 2 with hm rollout start replaces the container and succeeds", async () => {
+    const fleet = "agent-rollout";
+    expect((await api("POST", "/v1/fleets", { id: fleet })).status).toBe(201);
+    expect((await api("PUT", `/v1/fleets/${fleet}/channels/web`, { image: image(1), version: "1" })).status).toBe(200);
+    expect((await api("PUT", `/v1/fleets/${fleet}/roles/front`, { agents: [{ name: "web" }] })).status).toBe(200);
+    const { host, id, name, scope } = await joinedHost(fleet, "ro-1.example.com", "managed", ["front"]);
+    host.start();
+    // The planner gives the server its role's agents: version 1 from the channel.
+    await waitFor("version 1 realized", async () => {
+      const v = await view(id);
+      return v.status === "realized" && v.agents[0]?.reported?.version === "1";
+    }, 90_000);
+    const before = containersOf(scope).find((x) => x.Names.includes(name))!;
+    let stdout = "";
+    let stderr = "";
+    const code = await hmMain(["--json", "rollout", "start", "--fleet", fleet, "--agent", "web", "--image", image(2), "--version", "2", "--watch", "--timeout", "120"], {
+      stdout: (t) => void (stdout += t),
+      stderr: (t) => void (stderr += t),
+      stdin: Readable.from([]),
+      interactive: false,
+      env: { HM_CONFIG: join(host.root, "no-hm-config.json"), HM_URL: server.url, HM_TOKEN: server.admin },
+      cwd: host.root,
+    });
+    expect(code, `${stdout}\n${stderr}`).toBe(0);
+    const rollouts = (await api("GET", `/v1/rollouts?fleet=${fleet}`)).json.items as { state: string }[];
+    expect(rollouts.map((r) => r.state)).toEqual(["succeeded"]);
+    const after = containersOf(scope).find((x) => x.Names.includes(name))!;
+    expect(after.Id).not.toBe(before.Id);
+    expect(after).toMatchObject({ State: "running", Labels: expect.objectContaining({ "io.harbormaster.version": "2", "io.harbormaster.image": image(2) }) });
+    expect((await view(id)).agents[0]).toMatchObject({ status: "realized", reported: { version: "2", image: image(2) } });
     await host.stop();
   });
 
