@@ -127,7 +127,7 @@ describe("harbormaster-agent with the image catalog", () => {
     expect(containersOf(s).map((x) => [x.Labels["io.harbormaster.version"], x.State])).toEqual([["1", "running"]]);
   });
 
-  it("a tarball agent with hooks installs, updates and is removed", async () => {
+  it("a tarball agent with hooks installs, updates, is started again when killed by hand, and is removed", async () => {
     const tgz = (v: string) => {
       const dir = join(work, `tb-${v}`);
       mkdirSync(join(dir, "bin"), { recursive: true });
@@ -159,6 +159,13 @@ describe("harbormaster-agent with the image catalog", () => {
     const up = await until("version 2 realized", id, (v) => v.status === "realized" && v.reported_generation === gen2);
     expect(up.agents[0].reported).toMatchObject({ version: "2", state: "running" });
     expect(readFileSync(join(agents, "data", "log"), "utf8")).toMatch(/install 1\ninstall 2/);
+    // Its process killed by hand: the status hook says so, and the next pass starts it again.
+    const pid = Number(readFileSync(join(agents, "data", "pid"), "utf8"));
+    process.kill(pid, "SIGKILL");
+    await waitFor("the tarball agent started again", () => {
+      const now = Number(readFileSync(join(agents, "data", "pid"), "utf8"));
+      return now !== pid && existsSync(`/proc/${now}`);
+    }, 30_000);
     const gen3 = await desire(id, []);
     await until("removed", id, (v) => v.status === "realized" && v.reported_generation === gen3 && v.agents.length === 0);
     await host.stop();
