@@ -15,6 +15,8 @@ type Success<R> = R extends ClientResponse<infer T, infer S, infer _F> ? (S exte
 async function ok<R extends ClientResponse<unknown, number, any>>(pending: Promise<R>): Promise<Success<R>> {
   const res = await pending;
   if (!res.ok) throw await apiErrorOf(res as unknown as Response);
+  // 204 (a delete) has no body to parse.
+  if (res.status === 204) return undefined as Success<R>;
   return (await res.json()) as Success<R>;
 }
 
@@ -103,7 +105,7 @@ function methods(c: Client) {
     deleteImage: (id: string) => ok(c.v1.images[":id"].$delete({ param: { id } })),
 
     // servers
-    listServers: (filter: { fleet?: string; status?: ServerStatusFilter; state?: ServerStateFilter; hostname?: string } = {}, max?: number) =>
+    listServers: (filter: { fleet?: string; status?: ServerStatusFilter; state?: ServerStateFilter; hostname?: string; label?: string[] } = {}, max?: number) =>
       all((cursor) => ok(c.v1.servers.$get({ query: { ...filter, limit: PAGE, cursor } })), max),
     getServer: (id: string) => ok(c.v1.servers[":id"].$get({ param: { id: srv(id) } })),
     registerServer: (json: Parameters<Client["v1"]["servers"]["$post"]>[0]["json"]) => ok(c.v1.servers.$post({ json })),
@@ -116,7 +118,7 @@ function methods(c: Client) {
     refreshServer: (id: string) => ok(c.v1.servers[":id"].refresh.$post({ param: { id: srv(id) } })),
     rotateServerToken: (id: string) => ok(c.v1.servers[":id"].token.$post({ param: { id: srv(id) } })),
 
-    listInstances: (filter: { server?: string; agent?: string; image?: string } = {}, max?: number) =>
+    listInstances: (filter: { server?: string; agent?: string; image?: string; label?: string[] } = {}, max?: number) =>
       all((cursor) => ok(c.v1.instances.$get({ query: { ...filter, limit: PAGE, cursor } })), max),
 
     // reboot coordination

@@ -1,12 +1,15 @@
 import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { homedir } from "node:os";
 import { dirname, join, resolve } from "node:path";
+import { findLocalRecord } from "./local.ts";
 
 export interface Connection {
   url: string;
   token: string;
   /** Where the token came from, for `hm status` and error messages. */
-  source: "flags" | "environment" | "config file" | ".dev.vars";
+  source: "flags" | "environment" | "config file" | "local server record" | ".dev.vars";
+  /** The same, as a person reads it: "HM_TOKEN", "context 'prod'", "the local server record (…)". */
+  tokenFrom: string;
   /** The context the URL and token came from, if any. */
   context?: string;
   /** Where the URL came from, for messages about reaching it. */
@@ -25,7 +28,14 @@ export function configPath(env: Record<string, string | undefined> = process.env
 /** One server and its token, by name; `current` is the one used when none is named. */
 export interface Config {
   current: string | null;
-  contexts: Record<string, { url: string; token: string }>;
+  contexts: Record<string, ContextEntry>;
+}
+
+/** A context: a server, its token, and optionally the fleet fleet commands use without --fleet. */
+export interface ContextEntry {
+  url: string;
+  token: string;
+  fleet?: string;
 }
 
 export const DEFAULT_CONTEXT = "default";
@@ -72,8 +82,9 @@ export class UsageError extends Error {}
 
 /**
  * Flags, then HM_URL/HM_TOKEN, then the context (--context, HM_CONTEXT, else the config's
- * current one), then a local `npm start`: http://127.0.0.1:$PORT (8787) with the ADMIN_TOKEN from
- * .dev.vars. A context's token goes only to its own URL.
+ * current one), then the local server record `npm start` writes (.wrangler/hm-local.json, found
+ * from `cwd` upwards), then http://127.0.0.1:$PORT (8787) with the ADMIN_TOKEN from .dev.vars. A
+ * context's or the record's token goes only to its own URL.
  */
 export function resolveConnection(
   flags: { url?: string; token?: string; context?: string },
@@ -86,17 +97,41 @@ export function resolveConnection(
   const name = flags.context ?? env.HM_CONTEXT ?? file?.current ?? undefined;
   const context = name ? file?.contexts[name] : undefined;
   if ((flags.context ?? env.HM_CONTEXT) && !context) {
-    throw new UsageError(`no context '${name}' in ${configPath(env)} (hm context list; hm login --context ${name} adds it)`);
+    throw new UsageError(
+      `no context '${name}' in ${configPath(env)} (hm context list shows the known ones; hm login --name ${name} --url URL --token TOKEN adds it)`,
+    );
   }
-  const urlFrom = flags.url ? "--url" : env.HM_URL ? "HM_URL" : context ? `context '${name}'` : `the local default (npm start; PORT=${env.PORT ?? "8787"})`;
-  const url = checkUrl(flags.url ?? env.HM_URL ?? context?.url ?? `http://127.0.0.1:${env.PORT ?? "8787"}`);
+  const record = context ? null : findLocalRecord(cwd, env);
+  const recordText = record ? `the local server record (${record.path}, written by npm start)` : "";
+  const urlFrom = flags.url
+    ? "--url"
+    : env.HM_URL
+      ? "HM_URL"
+      : context
+        ? `context '${name}'`
+        : record
+          ? recordText
+          : `the local default (npm start; PORT=${env.PORT ?? "8787"})`;
+  const url = checkUrl(flags.url ?? env.HM_URL ?? context?.url ?? record?.url ?? `http://127.0.0.1:${env.PORT ?? "8787"}`);
   const base = { url, urlFrom, context: context && url === checkUrl(context.url) ? name : undefined };
-  if (flags.token) return { ...base, token: flags.token, source: "flags" };
-  if (env.HM_TOKEN) return { ...base, token: env.HM_TOKEN, source: "environment" };
-  if (context && base.context) return { ...base, token: context.token, source: "config file" };
+  if (flags.token) return { ...base, token: flags.token, source: "flags", tokenFrom: "--token" };
+  if (env.HM_TOKEN) return { ...base, token: env.HM_TOKEN, source: "environment", tokenFrom: "HM_TOKEN" };
+  if (context && base.context) return { ...base, token: context.token, source: "config file", tokenFrom: `context '${name}' (${configPath(env)})` };
+  if (record && url === checkUrl(record.url)) return { ...base, token: record.token, source: "local server record", tokenFrom: recordText };
   const dev = devVarsToken(cwd);
-  if (dev) return { ...base, token: dev, source: ".dev.vars" };
-  throw new UsageError("no token: pass --token, set HM_TOKEN, run 'hm login', or run from a checkout whose .dev.vars has ADMIN_TOKEN");
+  if (dev) return { ...base, token: dev, source: ".dev.vars", tokenFrom: ".dev.vars (ADMIN_TOKEN)" };
+  throw new UsageError(
+    "no token: pass --token, set HM_TOKEN, run 'hm login', or run inside a checkout where npm start has run (it records its URL and token in .wrangler/hm-local.json)",
+  );
+}
+
+/** The fleet fleet commands use without --fleet: HM_FLEET, else the context's (hm context set-fleet). */
+export function defaultFleet(flags: { context?: string }, env: Record<string, string | undefined> = process.env): { fleet: string; from: string } | null {
+  if (env.HM_FLEET) return { fleet: env.HM_FLEET, from: "HM_FLEET" };
+  const file = readConfig(configPath(env));
+  const name = flags.context ?? (env.HM_CONTEXT || undefined) ?? file?.current ?? undefined;
+  const fleet = name ? file?.contexts[name]?.fleet : undefined;
+  return fleet ? { fleet, from: `context '${name}'` } : null;
 }
 
 /** An http(s) URL, or a usage error that says what is wrong with it (and what was probably meant). */

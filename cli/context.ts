@@ -1,6 +1,6 @@
-import type { Command } from "commander";
-import { Api } from "./api.ts";
-import { resolveConnection, UsageError, type Connection } from "./config.ts";
+import { Option, type Command } from "commander";
+import { Api, ApiError } from "./api.ts";
+import { defaultFleet, resolveConnection, UsageError, type Connection } from "./config.ts";
 import type { FetchLike } from "../agent/http.ts";
 import { Exit, Output, readLine, type Format, type Io } from "./io.ts";
 
@@ -25,7 +25,58 @@ export type Action = (ctx: Ctx, ...args: any[]) => Promise<void>;
  */
 export function act(io: Io, fn: Action) {
   return async function (this: Command, ...args: unknown[]) {
-    await fn(new Ctx(io, this), ...args);
+    const ctx = new Ctx(io, this);
+    try {
+      await fn(ctx, ...args);
+    } catch (err) {
+      // A refused token: say which deployment refused it and where the token came from, so a
+      // stale HM_TOKEN or a context pointing elsewhere is found at once.
+      if (err instanceof ApiError && (err.status === 401 || err.status === 403) && ctx.resolved) {
+        const details = err.details === undefined ? "" : `\n${JSON.stringify(err.details)}`;
+        throw new Exit(1, `${err.code}: ${err.message}${details}\n${refusedBy(ctx.resolved)}`);
+      }
+      throw err;
+    }
+  };
+}
+
+/** "refused by URL (the URL from …); token from …": for 401 and 403 answers. */
+export function refusedBy(conn: Connection): string {
+  return `  refused by ${conn.url} (URL from ${conn.urlFrom}); token from ${conn.tokenFrom}`;
+}
+
+/** The --fleet options that fall back to HM_FLEET or the context's fleet (fleetOption). */
+const defaulted = new WeakSet<Option>();
+
+/**
+ * `--fleet <fleet>` for a command that needs one (`.addOption(fleetOption())`): when not given,
+ * HM_FLEET or the context's fleet (`hm context set-fleet`, `hm login --fleet`) stands in;
+ * without either it is a usage error that says how to set one. Applied by fillFleet, the
+ * program's preAction hook.
+ */
+export function fleetOption(description = "the fleet"): Option {
+  const o = new Option("--fleet <fleet>", `${description} (default: HM_FLEET, else the context's: hm context set-fleet)`);
+  defaulted.add(o);
+  return o;
+}
+
+/** The program's preAction hook: fills --fleet for the commands fleetOption marked. */
+export function fillFleet(io: Io) {
+  return (_program: Command, cmd: Command) => {
+    if (!cmd.options.some((o) => defaulted.has(o)) || cmd.getOptionValue("fleet") !== undefined) return;
+    const g = cmd.optsWithGlobals() as Globals;
+    let root: Command = cmd;
+    while (root.parent) root = root.parent;
+    const env = Object.fromEntries(Object.entries(io.env).filter(([, v]) => v !== ""));
+    let found: ReturnType<typeof defaultFleet>;
+    try {
+      found = defaultFleet({ context: root.getOptionValueSource("context") === "env" ? undefined : g.context }, env);
+    } catch (err) {
+      if (err instanceof UsageError) throw new Exit(2, err.message);
+      throw err;
+    }
+    if (!found) throw new Exit(2, "which fleet? pass --fleet NAME, set HM_FLEET, or keep one in the context: hm context set-fleet NAME");
+    cmd.setOptionValueWithSource("fleet", found.fleet, "config");
   };
 }
 
@@ -51,14 +102,19 @@ export class Ctx {
     return g.json ? "json" : (g.output ?? "table");
   }
 
-  /** Whether the output is the API's objects (json, yaml) rather than tables. */
+  /** Whether the output is the API's objects (json, yaml) or their names, rather than tables. */
   get machine(): boolean {
-    return this.format === "json" || this.format === "yaml";
+    return this.format === "json" || this.format === "yaml" || this.format === "name";
   }
 
   get out(): Output {
     const g = this.globals;
     return new Output(this.io, { format: this.format, color: g.color !== false, noHeaders: g.headers === false, absoluteTimes: !!g.absoluteTimes });
+  }
+
+  /** The connection if a command has resolved it (for messages about it), else undefined. */
+  get resolved(): Connection | undefined {
+    return this.conn;
   }
 
   get connection(): Connection {

@@ -45,3 +45,19 @@ export function humanSpan(seconds: number): string {
   if (s < 86400) return `${Math.floor(s / 3600)}h${Math.floor((s % 3600) / 60) ? `${Math.floor((s % 3600) / 60)}m` : ""}`;
   return `${Math.floor(s / 86400)}d${Math.floor((s % 86400) / 3600) ? `${Math.floor((s % 86400) / 3600)}h` : ""}`;
 }
+
+/**
+ * Text a host or another operator controls (error messages, hostnames, labels, reasons, URLs),
+ * made safe to print to a terminal: every control character (C0, DEL, C1) and the Unicode
+ * line/paragraph separators and bidi overrides become visible escapes (`\x1b`, `\u202e`), so a
+ * host's report cannot clear the screen, recolour it, set the terminal's title or fake a table
+ * line. Printable text, tabs excepted, is unchanged. Every table and field of hm goes through it
+ * (Output.table, Output.fields); colours hm adds itself are applied after.
+ */
+export function visible(text: string): string {
+  // eslint-disable-next-line no-control-regex
+  return text.replace(/[\u0000-\u001f\u007f-\u009f\u2028\u2029\u202a-\u202e\u2066-\u2069]/g, (ch) => {
+    const code = ch.charCodeAt(0);
+    return code <= 0xff ? `\\x${code.toString(16).padStart(2, "0")}` : `\\u${code.toString(16).padStart(4, "0")}`;
+  });
+}

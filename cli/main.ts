@@ -1,6 +1,7 @@
 import { Command, CommanderError, Option } from "commander";
 import { ApiError } from "./api.ts";
 import { Exit, FORMATS, processIo, type Io } from "./io.ts";
+import { fillFleet } from "./context.ts";
 import { registerCompletion } from "./commands/completion.ts";
 import { registerContexts } from "./commands/contexts.ts";
 import { registerIntent } from "./commands/intent.ts";
@@ -65,6 +66,7 @@ export function buildProgram(io: Io): Command {
   ]) {
     register(program, io);
   }
+  program.hook("preAction", fillFleet(io));
   // Subcommands inherit the output hooks and exit override, so usage errors come back here.
   const inherit = (cmd: Command) => {
     for (const sub of cmd.commands) {

@@ -54,9 +54,10 @@ describe("hm: reboot safety", () => {
     expect(add.code, add.stderr).toBe(0);
     expect(add.stdout).toMatch(/Signing secret \(shown once\): [A-Za-z0-9_-]{43}/);
     const list = await hm(["--json", "webhooks", "list", "--fleet", fleet]);
-    const id = list.json().items[0].id as string;
+    const id = list.json()[0].id as string;
     expect(list.stdout).not.toMatch(/secret/);
-    const test = await hm(["webhooks", "test", id, "--fleet", fleet]);
+    // A short id names it as well as the full one.
+    const test = await hm(["webhooks", "test", id.slice(0, 8), "--fleet", fleet]);
     expect(test.stdout).toMatch(/Delivered \(HTTP 200\)/);
     expect(JSON.parse(received.at(-1)!).text).toMatch(/Test delivery/);
     const log = await hm(["webhooks", "deliveries", id, "--fleet", fleet, "--no-color"]);
@@ -64,7 +65,12 @@ describe("hm: reboot safety", () => {
     const bad = await hm(["webhooks", "add", "--fleet", fleet, "--to", "https://hooks.example.com/x", "--event", "reboot.sideways"]);
     expect(bad.code).not.toBe(0);
     expect(bad.stderr).toMatch(/validation_failed/);
+    // A webhook that does not exist is refused before the question is asked.
+    const typo = await hm(["webhooks", "rm", "3f0c0000", "--fleet", fleet]);
+    expect(typo.code).toBe(1);
+    expect(typo.stderr).toMatch(/no webhook of .* '3f0c0000'; known: /);
+    expect(typo.stderr).not.toMatch(/\[y\/N\]/);
     expect((await hm(["--yes", "webhooks", "rm", id, "--fleet", fleet])).code).toBe(0);
-    expect((await hm(["--json", "webhooks", "list", "--fleet", fleet])).json().items).toEqual([]);
+    expect((await hm(["-o", "yaml", "webhooks", "list", "--fleet", fleet])).stdout).toBe("[]\n");
   });
 });

@@ -47,7 +47,7 @@ describe("hm against the worker", () => {
     expect(list.json()).toEqual([expect.objectContaining({ id: server.id, fleet, state: "provisioning", status: "unknown", desired_generation: 1 })]);
     const show = await hm(["--json", "servers", "show", server.id]);
     expect(Object.keys(show.json()).sort()).toEqual(
-      ["agents", "created_at", "desired", "desired_generation", "fleet", "fleetlock_id", "hostname", "id", "kind", "last_seen", "lifecycle", "planning", "reboot_group", "refresh", "report", "reported_generation", "roles", "state", "status"],
+      ["agents", "created_at", "desired", "desired_generation", "fleet", "fleetlock_id", "hostname", "id", "kind", "labels", "last_seen", "lifecycle", "planning", "reboot_group", "refresh", "report", "reported_generation", "roles", "state", "status"],
     );
     const human = await hm(["servers", "show", server.id]);
     expect(human.stdout).toMatch(/status\s+unknown/);

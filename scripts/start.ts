@@ -7,6 +7,7 @@ import { spawn, spawnSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { resolve } from "node:path";
+import { writeLocalRecord } from "../cli/local.ts";
 
 const root = resolve(import.meta.dirname, "..");
 const devVars = resolve(root, ".dev.vars");
@@ -25,15 +26,35 @@ if (!/^ADMIN_TOKEN=/m.test(current)) {
   console.log(`Wrote ADMIN_TOKEN to ${devVars} (${process.env.ADMIN_TOKEN ? "from the environment" : "random"}).`);
 }
 console.log(`The bootstrap admin token is in ${devVars} (ADMIN_TOKEN=...).`);
+const token = /^ADMIN_TOKEN=(.+)$/m.exec(readFileSync(devVars, "utf8"))![1].trim().replace(/^["']|["']$/g, "");
+// Where this server is and its token, for a second terminal: hm, `npm run sim` and the docs'
+// shell blocks read it (cli/local.ts), so nothing needs exporting there.
+const record = writeLocalRecord(root, { url: base, token, pid: process.pid, started_at: new Date().toISOString() });
+console.log(`hm, npm run sim and the guides in another terminal of this checkout find ${base} and the token through ${record}.`);
 
 const wrangler = resolve(root, "node_modules/.bin/wrangler");
 const LOCAL_PARK_TRUST_S = 30;
+// wrangler redraws its migration table once per migration (hundreds of lines before "Ready"):
+// its output is kept, one line said, and all of it shown only when applying fails.
 const migrate = spawnSync(wrangler, ["d1", "migrations", "apply", "DB", "--local"], {
   cwd: root,
-  stdio: "inherit",
+  encoding: "utf8",
   env: { ...process.env, CI: "true" },
 });
-if (migrate.status !== 0) process.exit(migrate.status ?? 1);
+if (migrate.status !== 0) {
+  process.stdout.write(migrate.stdout ?? "");
+  process.stderr.write(migrate.stderr ?? "");
+  process.exit(migrate.status ?? 1);
+}
+console.log(migrationSummary(`${migrate.stdout}${migrate.stderr}`));
+
+/** One line for wrangler's `d1 migrations apply` output: what was applied, or that none was due. */
+function migrationSummary(output: string): string {
+  if (/No migrations to apply/.test(output)) return "Local database: migrations up to date.";
+  const applied = [...new Set([...output.matchAll(/(\d{4}_[\w.-]+\.sql)\s*│\s*✅/g)].map((m) => m[1]))].sort();
+  if (!applied.length) return "Local database: migrations applied.";
+  return `Local database: applied ${applied.length} migration(s), ${applied[0]}${applied.length > 1 ? ` … ${applied.at(-1)}` : ""}.`;
+}
 
 // `--test-scheduled` exposes /__scheduled, which runs the worker's scheduled handler.
 // wrangler dev never tells the worker that a client went away (docs/fleetlock.md, "Places are

@@ -26,8 +26,8 @@ const rate = num(0, 1);
 
 const program = new Command("sim")
   .description("Simulate a fleet of hosts running the reference agent against Harbormaster")
-  .option("--url <url>", "Harbormaster base URL (HM_URL; default http://127.0.0.1:8787)")
-  .option("--token <token>", "operator token with write scope, admin for reboots (HM_TOKEN; default .dev.vars ADMIN_TOKEN)")
+  .option("--url <url>", "Harbormaster base URL (HM_URL, else hm's context, else where npm start serves: .wrangler/hm-local.json)")
+  .option("--token <token>", "operator token with write scope, admin for reboots (HM_TOKEN, else hm's context, else npm start's admin token)")
   .requiredOption("--fleet <id>", "fleet to use (created if missing)")
   .option("--servers <n>", "number of hosts", num(1, 100_000), DEFAULTS.servers)
   .option("--duration <s>", "stop after this many seconds", num(1, 24 * 3600), DEFAULTS.durationS)

@@ -82,6 +82,28 @@ describe("Location on every 201 that creates a resource with its own URL", () =>
   });
 });
 
+describe("Location on every 201, including those whose answer wraps what was created", () => {
+  it("names a new webhook, the fleet of a new FleetLock key and a fleet a spec created; each URL answers GET", async () => {
+    const fleet = await createFleet();
+    const hook = await call("POST", `/v1/fleets/${fleet.id}/webhooks`, { body: { url: "https://hooks.example.com/loc", events: ["server.failed"] } });
+    expect(hook.status).toBe(201);
+    expect(hook.headers.get("Location")).toBe(`/v1/fleets/${fleet.id}/webhooks/${hook.json.webhook.id}`);
+    const key = await call("POST", `/v1/fleets/${fleet.id}/fleetlock-key`);
+    expect(key.status).toBe(201);
+    expect(key.headers.get("Location")).toBe(`/v1/fleets/${fleet.id}`);
+    const specFleet = `loc-spec-${crypto.randomUUID().slice(0, 8)}`;
+    const spec = await call("PUT", `/v1/fleets/${specFleet}/spec`, { body: { apiVersion: "harbormaster/v1", kind: "FleetSpec", fleet: specFleet } });
+    expect(spec.status).toBe(201);
+    expect(spec.headers.get("Location")).toBe(`/v1/fleets/${specFleet}`);
+    const again = await call("PUT", `/v1/fleets/${specFleet}/spec`, { body: { apiVersion: "harbormaster/v1", kind: "FleetSpec", fleet: specFleet } });
+    expect(again.status).toBe(200);
+    expect(again.headers.get("Location")).toBeNull();
+    expect((await call("GET", hook.headers.get("Location")!)).json.id).toBe(hook.json.webhook.id);
+    expect((await call("GET", key.headers.get("Location")!)).json.id).toBe(fleet.id);
+    expect((await call("GET", spec.headers.get("Location")!)).json.id).toBe(specFleet);
+  });
+});
+
 describe("unknown query parameters are 400 invalid_query naming them", () => {
   it("refuses a typo instead of returning everything, on lists and single resources", async () => {
     const fleet = await createFleet();

@@ -1,7 +1,7 @@
 import type { Command } from "commander";
 import type { AuditEntry } from "../api.ts";
 import { sleep } from "../../agent/http.ts";
-import { duration } from "../format.ts";
+import { duration, visible } from "../format.ts";
 import { untilStopped, type Io, type Output } from "../io.ts";
 import { act } from "../context.ts";
 
@@ -19,7 +19,7 @@ export function registerAudit(program: Command, io: Io) {
         const first = await ctx.api.audit({ target: o.target, limit: o.limit });
         const out = ctx.out;
         if (!o.follow) {
-          if (ctx.machine) return out.data(first.items);
+          if (ctx.machine) return out.data(first.items, (e) => String(e.id));
           return out.table(
             ["AT", "ACTOR", "ACTION", "TARGET", { head: "ID", wide: true }],
             first.items.map((e) => [out.time(e.at), e.actor, e.action, targetName(e), e.id]),
@@ -57,8 +57,9 @@ export function registerAudit(program: Command, io: Io) {
 }
 
 function printEntry(out: Output, e: AuditEntry, json: boolean) {
+  if (out.format === "name") return out.line(String(e.id));
   if (json) return out.line(JSON.stringify(e));
-  out.line(`${out.c.dim(e.at)}  ${e.actor}  ${out.c.bold(e.action)}  ${targetName(e)}`);
+  out.line(`${out.c.dim(e.at)}  ${visible(e.actor)}  ${out.c.bold(e.action)}  ${visible(targetName(e))}`);
 }
 
 /** server:<hostname> rather than its id, when the entry names a server. */

@@ -13,7 +13,23 @@ function load(ctx: Ctx) {
   return { path, config: readConfig(path) ?? { current: null, contexts: {} } };
 }
 
+/** A value in single quotes for sh, bash and zsh. */
+const shQuote = (v: string) => `'${v.replace(/'/g, `'\\''`)}'`;
+
 export function registerContexts(program: Command, io: Io) {
+  program
+    .command("env")
+    .description("print export lines for HM_URL and HM_TOKEN as hm resolves them (eval \"$(hm env)\": curl and scripts then use the same server)")
+    .action(
+      act(io, async (ctx) => {
+        const c = ctx.connection;
+        if (ctx.machine) return ctx.out.data({ url: c.url, token: c.token, url_from: c.urlFrom, token_from: c.tokenFrom }, () => c.url);
+        ctx.out.line(`export HM_URL=${shQuote(c.url)}`);
+        ctx.out.line(`export HM_TOKEN=${shQuote(c.token)}`);
+        ctx.out.note(`# ${c.url} (URL from ${c.urlFrom}; token from ${c.tokenFrom})`);
+      }),
+    );
+
   const contexts = program.command("context").description("servers and tokens kept in the config file (list by default)");
   contexts
     .command("list", { isDefault: true })
@@ -21,9 +37,9 @@ export function registerContexts(program: Command, io: Io) {
     .action(
       act(io, async (ctx) => {
         const { config } = load(ctx);
-        const rows = Object.entries(config.contexts).map(([name, c]) => ({ name, url: c.url, current: name === config.current }));
-        if (ctx.machine) return ctx.out.data({ current: config.current, contexts: rows.map(({ name, url }) => ({ name, url })) });
-        ctx.out.table(["CURRENT", "NAME", "URL"], rows.map((r) => [r.current ? "*" : "", r.name, r.url]), "(no contexts: hm login --name NAME --url URL --token TOKEN)");
+        const rows = Object.entries(config.contexts).map(([name, c]) => ({ name, url: c.url, fleet: c.fleet ?? null, current: name === config.current }));
+        if (ctx.machine) return ctx.out.data(rows, (r) => r.name);
+        ctx.out.table(["CURRENT", "NAME", "URL", "FLEET"], rows.map((r) => [r.current ? "*" : "", r.name, r.url, r.fleet]), "(no contexts: hm login --name NAME --url URL --token TOKEN)");
       }),
     );
   contexts
@@ -45,8 +61,24 @@ export function registerContexts(program: Command, io: Io) {
     .action(
       act(io, async (ctx) => {
         const c = ctx.connection;
-        if (ctx.machine) return ctx.out.data({ context: c.context ?? null, url: c.url, token_from: c.source });
-        ctx.out.line(`${c.context ?? "(no context)"}  ${c.url}  (token from ${c.source})`);
+        if (ctx.machine) return ctx.out.data({ context: c.context ?? null, url: c.url, token_from: c.source, url_from: c.urlFrom }, () => c.context ?? "");
+        ctx.out.line(`${c.context ?? "(no context)"}  ${c.url}  (URL from ${c.urlFrom}; token from ${c.tokenFrom})`);
+      }),
+    );
+  contexts
+    .command("set-fleet <fleet>")
+    .description("keep a fleet in the context (the current one, or --context's): fleet commands then need no --fleet")
+    .action(
+      act(io, async (ctx, fleet: string) => {
+        const { path, config } = load(ctx);
+        const name = ctx.globals.context ?? config.current;
+        if (!name || !config.contexts[name]) {
+          throw new Exit(2, `no context to keep a fleet in (hm login --name NAME --url URL --token TOKEN --fleet ${fleet} makes one; HM_FLEET=${fleet} works without)`);
+        }
+        config.contexts[name].fleet = fleet;
+        writeConfig(path, config);
+        if (ctx.machine) return ctx.out.data({ context: name, fleet }, () => name);
+        ctx.out.line(`Context '${name}' now uses fleet '${fleet}' when --fleet is not given.`);
       }),
     );
   contexts
@@ -60,7 +92,8 @@ export function registerContexts(program: Command, io: Io) {
         delete config.contexts[name];
         if (config.current === name) config.current = null;
         writeConfig(path, config);
-        if (!ctx.machine) ctx.out.line(`Forgot context '${name}'.`);
+        if (ctx.machine) return ctx.out.data({ name, deleted: true }, () => name);
+        ctx.out.line(`Forgot context '${name}'.`);
       }),
     );
 }

@@ -1,6 +1,6 @@
 import type { Command } from "commander";
 import type { Io } from "../io.ts";
-import { act } from "../context.ts";
+import { act, fleetOption } from "../context.ts";
 
 export function registerFleetlock(program: Command, io: Io) {
   program
@@ -8,7 +8,7 @@ export function registerFleetlock(program: Command, io: Io) {
     .description("the fleet's FleetLock key")
     .command("rotate")
     .description("create or rotate the key; prints the Zincati config with the new base_url (the old key stops at once)")
-    .requiredOption("--fleet <fleet>", "the fleet")
+    .addOption(fleetOption("the fleet"))
     .action(
       act(io, async (ctx, o: { fleet: string }) => {
         await ctx.confirm(`Rotate the FleetLock key of ${o.fleet}? Hosts configured with the current key are refused until they get the new base_url.`);

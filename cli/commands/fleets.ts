@@ -111,8 +111,9 @@ export function registerFleets(program: Command, io: Io) {
     .action(
       act(io, async (ctx, id: string) => {
         await ctx.confirm(`Delete fleet ${id}, its channels, roles, reboot groups and FleetLock key?`);
-        const r = await ctx.api.deleteFleet(id);
-        if (ctx.machine) return ctx.out.data(r);
+        await ctx.api.deleteFleet(id);
+        // The API answers 204: scripts get what was deleted.
+        if (ctx.machine) return ctx.out.data({ id, deleted: true });
         ctx.out.line(`Deleted fleet ${id}.`);
       }),
     );

@@ -1,5 +1,5 @@
 import { InvalidArgumentError, type Command } from "commander";
-import { act, type Ctx } from "../context.ts";
+import { act, fleetOption, type Ctx } from "../context.ts";
 import type { Io, Output } from "../io.ts";
 import { safetyApi, type GateConfig } from "../safety-api.ts";
 
@@ -54,11 +54,11 @@ export function registerGates(program: Command, io: Io) {
   gates
     .command("show", { isDefault: true })
     .description("the fleet's default gates and hold, and what each group's gates say now")
-    .requiredOption("--fleet <fleet>", "the fleet")
+    .addOption(fleetOption("the fleet"))
     .action(
       act(io, async (ctx, o: { fleet: string }) => {
         const g = await safety(ctx).gates(o.fleet);
-        if (ctx.globals.json) return ctx.out.data(g);
+        if (ctx.machine) return ctx.out.data(g);
         showGates(ctx.out, g);
       }),
     );
@@ -66,7 +66,7 @@ export function registerGates(program: Command, io: Io) {
   gates
     .command("set")
     .description("set the fleet's default gates (or, with --group, one group's own); the options given replace the gates")
-    .requiredOption("--fleet <fleet>", "the fleet")
+    .addOption(fleetOption("the fleet"))
     .option("--group <group>", "set this group's own gates instead of the fleet's default")
     .option("--max-unhealthy <n>", "hold while more failed + stale servers than this", whole)
     .option("--max-unhealthy-percent <p>", "hold while more than this share of servers is failed or stale", percent)
@@ -83,12 +83,12 @@ export function registerGates(program: Command, io: Io) {
         if (o.group) {
           const current = await ctx.api.getGroup(o.fleet, o.group);
           const g = await ctx.api.putGroup(o.fleet, o.group, { slots: current.slots, gates: o.inherit ? null : gatesOf(o) });
-          if (ctx.globals.json) return ctx.out.data(g);
+          if (ctx.machine) return ctx.out.data(g);
           ctx.out.line(`Group ${o.group} of ${o.fleet}: ${g.gates_source === "group" ? "its own gates" : g.gates_source === "fleet" ? "the fleet's gates" : "no gates"}.`);
           return verdicts(ctx.out, g.gates);
         }
         const g = await safety(ctx).putGates(o.fleet, gatesOf(o));
-        if (ctx.globals.json) return ctx.out.data(g);
+        if (ctx.machine) return ctx.out.data(g);
         showGates(ctx.out, g);
       }),
     );
@@ -96,7 +96,7 @@ export function registerGates(program: Command, io: Io) {
   program
     .command("hold [group]")
     .description("hold a reboot group (or, without one, every group of the fleet): no new grants, granted slots stay")
-    .requiredOption("--fleet <fleet>", "the fleet")
+    .addOption(fleetOption("the fleet"))
     .requiredOption("--reason <text>", "why (shown to hosts, operators and in the audit log)")
     .option("--for <duration>", "lift it by itself after this long, e.g. 2h", duration)
     .option("--until <time>", "lift it by itself at this time (ISO 8601)")
@@ -104,7 +104,7 @@ export function registerGates(program: Command, io: Io) {
       act(io, async (ctx, group: string | undefined, o: { fleet: string; reason: string; for?: number; until?: string }) => {
         const body = { reason: o.reason, ...(o.for ? { for_s: o.for } : {}), ...(o.until ? { until: o.until } : {}) };
         const res = group ? await safety(ctx).holdGroup(o.fleet, group, body) : await safety(ctx).holdFleet(o.fleet, body);
-        if (ctx.globals.json) return ctx.out.data(res);
+        if (ctx.machine) return ctx.out.data(res);
         ctx.out.line(`${group ? `Group ${group}` : "Every group"} of ${o.fleet} held${res.hold?.until ? ` until ${res.hold.until}` : ""}: ${o.reason}`);
       }),
     );
@@ -112,11 +112,11 @@ export function registerGates(program: Command, io: Io) {
   program
     .command("unhold [group]")
     .description("lift a reboot group's hold (or, without one, the fleet-wide hold)")
-    .requiredOption("--fleet <fleet>", "the fleet")
+    .addOption(fleetOption("the fleet"))
     .action(
       act(io, async (ctx, group: string | undefined, o: { fleet: string }) => {
         const res = group ? await safety(ctx).unholdGroup(o.fleet, group) : await safety(ctx).unholdFleet(o.fleet);
-        if (ctx.globals.json) return ctx.out.data(res);
+        if (ctx.machine) return ctx.out.data(res);
         ctx.out.line(`${group ? `Group ${group}` : "The fleet"} of ${o.fleet} is no longer held.`);
       }),
     );

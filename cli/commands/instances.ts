@@ -9,10 +9,11 @@ export function registerInstances(program: Command, io: Io) {
     .option("--server <server>", "only this server (id, hostname or fleet/hostname)")
     .option("--agent <name>", "only this agent")
     .option("--image <ref>", "only this image (desired or reported)")
+    .option("--label <key[=value]>", "only servers with this label (zone=eu-1a) or label key (zone); repeatable, all must hold", (v: string, prev: string[] = []) => [...prev, v])
     .option("--limit <n>", "at most this many", Number)
     .action(
       act(io, async (ctx, o) => {
-        const items = await ctx.api.listInstances({ server: o.server, agent: o.agent, image: o.image }, o.limit);
+        const items = await ctx.api.listInstances({ server: o.server, agent: o.agent, image: o.image, label: o.label }, o.limit);
         if (ctx.machine) return ctx.out.data(items);
         const out = ctx.out;
         out.table(

@@ -6,9 +6,9 @@
 import type { Command } from "commander";
 import type { Role } from "../api.ts";
 import type { Io } from "../io.ts";
-import { act } from "../context.ts";
+import { act, fleetOption } from "../context.ts";
 
-const fleetOpt = (c: Command) => c.requiredOption("--fleet <fleet>", "the fleet");
+const fleetOpt = (c: Command) => c.addOption(fleetOption("the fleet"));
 const collect = (v: string, prev: string[] = []) => [...prev, v];
 
 /** `fw-agent@firewall`, `fw-agent@!object_storage` or just `base`. */
@@ -85,8 +85,9 @@ export function registerIntent(program: Command, io: Io) {
   fleetOpt(roles.command("delete <role>").description("delete a role (servers with it are re-planned without it)")).action(
     act(io, async (ctx, role: string, o: { fleet: string }) => {
       await ctx.confirm(`Delete role ${role} of ${o.fleet}? Its servers are re-planned without its agents.`);
-      const r = await ctx.api.deleteRole(o.fleet, role);
-      if (ctx.machine) return ctx.out.data(r);
+      await ctx.api.deleteRole(o.fleet, role);
+      // The API answers 204: scripts get what was deleted.
+      if (ctx.machine) return ctx.out.data({ fleet: o.fleet, name: role, deleted: true }, () => role);
       ctx.out.line(`Deleted role ${role} of ${o.fleet}.`);
     }),
   );

@@ -9,19 +9,21 @@ export function registerLogin(program: Command, io: Io) {
     .command("login")
     .description("check a URL and token, then keep them in the config file (mode 0600) as a context, and use it")
     .option("--name <context>", "the context's name (default: the current one, else 'default')")
+    .option("--fleet <fleet>", "the fleet commands use when --fleet is not given (hm context set-fleet changes it)")
     .action(
-      act(io, async (ctx, o: { name?: string }) => {
+      act(io, async (ctx, o: { name?: string; fleet?: string }) => {
         const { url, token } = ctx.connection;
         // A read that every operator scope may do proves the token before it is written down.
         await new Api(url, token, io.fetch).probe();
         const path = configPath(io.env);
         const config = readConfig(path) ?? { current: null, contexts: {} };
         const name = o.name ?? ctx.globals.context ?? config.current ?? DEFAULT_CONTEXT;
-        config.contexts[name] = { url, token };
+        const fleet = o.fleet ?? (config.contexts[name]?.url === url ? config.contexts[name]?.fleet : undefined);
+        config.contexts[name] = { url, token, ...(fleet ? { fleet } : {}) };
         config.current = name;
         writeConfig(path, config);
-        if (ctx.machine) return ctx.out.data({ url, context: name, config: path });
-        ctx.out.line(`Logged in to ${url} as context '${name}' (now current); saved to ${path} (mode 0600).`);
+        if (ctx.machine) return ctx.out.data({ url, context: name, config: path, fleet: fleet ?? null });
+        ctx.out.line(`Logged in to ${url} as context '${name}' (now current${fleet ? `, fleet ${fleet}` : ""}); saved to ${path} (mode 0600).`);
       }),
     );
   program
@@ -30,7 +32,7 @@ export function registerLogin(program: Command, io: Io) {
       act(io, async (ctx) => {
         const c = ctx.connection;
         if (!c) throw new Exit(2, "no connection");
-        ctx.out.line(`${c.url} (token from ${c.source}${c.context ? `, context ${c.context}` : ""})`);
+        ctx.out.line(`${c.url} (token from ${c.tokenFrom})`);
       }),
     );
 }

@@ -1,7 +1,7 @@
 import { InvalidArgumentError, type Command } from "commander";
 import type { RebootGroup } from "../api.ts";
 import { Exit, type Io, type Output } from "../io.ts";
-import { act } from "../context.ts";
+import { act, fleetOption } from "../context.ts";
 import { safety } from "./gates.ts";
 
 const slotsArg = (v: string) => {
@@ -30,11 +30,11 @@ interface SetOpts {
 
 export function registerRebootGroups(program: Command, io: Io) {
   const groups = program.command("reboot-groups").description("reboot semaphores of a fleet (FleetLock)");
-  const fleetOpt = (c: Command) => c.requiredOption("--fleet <fleet>", "the fleet");
+  const fleetOpt = (c: Command) => c.addOption(fleetOption("the fleet"));
 
   const list = act(io, async (ctx, o: { fleet: string }) => {
     const res = await ctx.api.listGroups(o.fleet);
-    if (ctx.machine) return ctx.out.data(res);
+    if (ctx.machine) return ctx.out.data(res.items);
     groupTable(ctx.out, res.items);
   });
   fleetOpt(groups.command("list", { isDefault: true }).description("the fleet's groups")).action(list);
@@ -95,7 +95,7 @@ export function registerRebootGroups(program: Command, io: Io) {
   fleetOpt(groups.command("dequeue <group> <id>").description("take a parked host out of the group's queue (audited); <id>: its FleetLock id, server id or hostname")).action(
     act(io, async (ctx, group: string, id: string, o: { fleet: string }) => {
       const res = await safety(ctx).dequeue(o.fleet, group, id);
-      if (ctx.globals.json) return ctx.out.data(res);
+      if (ctx.machine) return ctx.out.data(res);
       ctx.out.line(`Took ${res.removed.id} out of the queue of ${o.fleet}/${group} (waiting since ${res.removed.waiting_since}).`);
     }),
   );

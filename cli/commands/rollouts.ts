@@ -10,7 +10,10 @@ import { ROLLOUT_STATES, ROLLOUT_TARGET_STATES as TARGET_STATES } from "../../sr
 import { duration, humanSpan } from "../format.ts";
 import type { Rollout, RolloutInput } from "../api.ts";
 import { Exit, type Io, type Output } from "../io.ts";
-import { act, type Ctx } from "../context.ts";
+import { act, fleetOption, type Ctx } from "../context.ts";
+import { defaultFleet } from "../config.ts";
+import { isUuid, pick } from "../resolve.ts";
+import { labelsOf } from "./servers.ts";
 
 const wholeNumber = (v: string) => {
   if (!/^\d+$/.test(v)) throw new InvalidArgumentError("expected a whole number");
@@ -77,6 +80,24 @@ async function watch(ctx: Ctx, start: Rollout, timeoutS: number): Promise<never 
   if (r.state === "failed" || r.state === "cancelled") throw new Exit(1, `rollout ${r.id} ${r.state}${r.reason ? `: ${r.reason}` : ""}`);
 }
 
+/**
+ * A rollout as operators name it: its id, `latest` (the newest), an agent's name (that agent's
+ * newest rollout) or a short id, through the API's list (newest first). `latest` and agent names
+ * stay within HM_FLEET or the context's fleet when one is set.
+ */
+async function rolloutId(ctx: Ctx, ref: string): Promise<string> {
+  if (isUuid(ref)) return ref;
+  const fleet = defaultFleet({ context: ctx.globals.context }, ctx.io.env)?.fleet;
+  if (ref === "latest") {
+    const [newest] = await ctx.api.listRollouts(fleet ? { fleet } : {}, 1);
+    if (!newest) throw new Exit(1, `no rollouts${fleet ? ` in fleet ${fleet}` : ""} yet`);
+    return newest.id;
+  }
+  const [ofAgent] = await ctx.api.listRollouts(fleet ? { fleet, agent: ref } : { agent: ref }, 1);
+  if (ofAgent) return ofAgent.id;
+  return pick(await ctx.api.listRollouts({}, 1000), ref, "rollout", (r) => r.agent).id;
+}
+
 export function registerRollouts(program: Command, io: Io) {
   program
     .command("rollouts")
@@ -99,7 +120,7 @@ export function registerRollouts(program: Command, io: Io) {
   rollout
     .command("start")
     .description("start updating one agent to one image across a fleet")
-    .requiredOption("--fleet <fleet>")
+    .addOption(fleetOption())
     .requiredOption("--agent <agent>")
     .requiredOption("--image <image>")
     .requiredOption("--version <version>", "the image's version")
@@ -110,6 +131,7 @@ export function registerRollouts(program: Command, io: Io) {
     .option("--max-failure-percent <p>", "abort once this share of ended targets failed", positive)
     .option("--min-completed <n>", "judge the percentage only after n targets ended", wholeNumber)
     .option("--role <role>", "only servers with this role (repeatable)", collect)
+    .option("--label <key=value>", "only servers with this label (repeatable: all must hold)", collect)
     .option("--server <server>", "only this server: id or hostname (repeatable)", collect)
     .option("--exclude <id-or-hostname>", "leave this server out (repeatable)", collect)
     .option("--no-update-channel", "leave the fleet's channel where it is")
@@ -132,7 +154,7 @@ export function registerRollouts(program: Command, io: Io) {
           server_timeout_s: o.serverTimeout,
           slow_factor: o.slowFactor,
           abort,
-          selector: o.role || o.server ? { roles: o.role, servers: o.server } : undefined,
+          selector: o.role || o.server || o.label ? { roles: o.role, servers: o.server, labels: labelsOf(o.label) } : undefined,
           exclude: o.exclude,
           update_channel: o.updateChannel,
           reboot_slot: !!o.rebootSlot,
@@ -145,8 +167,9 @@ export function registerRollouts(program: Command, io: Io) {
       }),
     );
 
-  rollout.command("status <id>").description("counts, median, ETA and warnings").action(
-    act(io, async (ctx, id: string) => {
+  rollout.command("status <rollout>").description("counts, median, ETA and warnings").action(
+    act(io, async (ctx, ref: string) => {
+      const id = await rolloutId(ctx, ref);
       const r = await ctx.api.getRollout(id);
       if (ctx.machine) return ctx.out.data(r);
       summary(ctx.out, r);
@@ -156,18 +179,19 @@ export function registerRollouts(program: Command, io: Io) {
   );
 
   rollout
-    .command("watch <id>")
+    .command("watch <rollout>")
     .description("follow a rollout to its end: exit 0 succeeded or rolled back, 1 failed or cancelled, 3 timeout")
     .option("--timeout <duration>", "give up after this long (1h)", duration({ min: 1 }), 3600)
-    .action(act(io, async (ctx, id: string, o: { timeout: number }) => watch(ctx, await ctx.api.getRollout(id), o.timeout)));
+    .action(act(io, async (ctx, ref: string, o: { timeout: number }) => watch(ctx, await ctx.api.getRollout(await rolloutId(ctx, ref)), o.timeout)));
 
   rollout
-    .command("targets <id>")
+    .command("targets <rollout>")
     .description("the rollout's targets in order, by hostname")
     .addOption(new Option("--state <state>", "only this state").choices(TARGET_STATES))
     .option("--pass <n>", "0: forward, 1: rollback (default: the current pass)", wholeNumber)
     .action(
-      act(io, async (ctx, id: string, o: { state?: (typeof TARGET_STATES)[number]; pass?: number }) => {
+      act(io, async (ctx, ref: string, o: { state?: (typeof TARGET_STATES)[number]; pass?: number }) => {
+        const id = await rolloutId(ctx, ref);
         const items = await ctx.api.rolloutTargets(id, o.state, undefined, o.pass);
         if (ctx.machine) return ctx.out.data(items);
         const out = ctx.out;
@@ -191,10 +215,11 @@ export function registerRollouts(program: Command, io: Io) {
     );
 
   rollout
-    .command("events <id>")
+    .command("events <rollout>")
     .description("everything that happened to the rollout, oldest first")
     .action(
-      act(io, async (ctx, id: string) => {
+      act(io, async (ctx, ref: string) => {
+        const id = await rolloutId(ctx, ref);
         const items = await ctx.api.rolloutEvents(id);
         if (ctx.machine) return ctx.out.data(items);
         const out = ctx.out;
@@ -207,11 +232,12 @@ export function registerRollouts(program: Command, io: Io) {
     );
 
   rollout
-    .command("end-target <id> <server>")
+    .command("end-target <rollout> <server>")
     .description("stop waiting for one stuck target (id or hostname): applying becomes failed, queued skipped")
     .option("--reason <text>", "why (audited)")
     .action(
-      act(io, async (ctx, id: string, server: string, o: { reason?: string }) => {
+      act(io, async (ctx, ref: string, server: string, o: { reason?: string }) => {
+        const id = await rolloutId(ctx, ref);
         await ctx.confirm(`End target ${server} of rollout ${id}? An applying target counts as failed.`);
         const r = await ctx.api.endRolloutTarget(id, server, o.reason);
         if (ctx.machine) return ctx.out.data(r);
@@ -221,7 +247,7 @@ export function registerRollouts(program: Command, io: Io) {
 
   for (const action of ["pause", "resume", "cancel", "rollback"] as const) {
     rollout
-      .command(`${action} <id>`)
+      .command(`${action} <rollout>`)
       .description(
         {
           pause: "start no new target (those applying finish)",
@@ -231,7 +257,8 @@ export function registerRollouts(program: Command, io: Io) {
         }[action],
       )
       .action(
-        act(io, async (ctx, id: string) => {
+        act(io, async (ctx, ref: string) => {
+          const id = await rolloutId(ctx, ref);
           if (action === "cancel" || action === "rollback") await ctx.confirm(`${action} rollout ${id}?`);
           const r = await ctx.api.controlRollout(id, action);
           if (ctx.machine) return ctx.out.data(r);

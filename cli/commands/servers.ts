@@ -1,21 +1,41 @@
 import { InvalidArgumentError, Option, type Command } from "commander";
 import type { ServerDetail, ServerPatch, ServerStatus, ServerSummary } from "../api.ts";
 import { Exit, type Io, type Output } from "../io.ts";
-import { act } from "../context.ts";
+import { act, fleetOption } from "../context.ts";
 
 const STATUSES = ["realized", "pending", "failed", "drifted", "unknown", "stale"];
 type ServerState = ServerSummary["state"];
 
 const STATES = ["provisioning", "active", "decommissioning", "removed"];
 
+const collect = (v: string, prev: string[] = []) => [...prev, v];
+
+/** `--label zone=eu-1a` (repeatable) as a labels object; the API checks keys and values. */
+export function labelsOf(pairs: string[] | undefined): Record<string, string> | undefined {
+  if (!pairs) return undefined;
+  const out: Record<string, string> = {};
+  for (const p of pairs) {
+    const at = p.indexOf("=");
+    if (at <= 0) throw new Exit(2, `--label ${p}: expected key=value`);
+    out[p.slice(0, at)] = p.slice(at + 1);
+  }
+  return out;
+}
+
+/** Labels as one cell: `rack=r12,zone=eu-1a`. */
+export const labelsText = (labels: Record<string, string> | undefined) =>
+  Object.entries(labels ?? {})
+    .map(([k, v]) => `${k}=${v}`)
+    .join(",") || null;
+
 export function registerServers(program: Command, io: Io) {
   const servers = program.command("servers").description("servers (list by default); a server is named by id, hostname or fleet/hostname");
-  const list = act(io, async (ctx, o: { fleet?: string; status?: ServerStatus; state?: ServerState; hostname?: string; limit?: number }) => {
-    const items = await ctx.api.listServers({ fleet: o.fleet, status: o.status, state: o.state, hostname: o.hostname }, o.limit);
+  const list = act(io, async (ctx, o: { fleet?: string; status?: ServerStatus; state?: ServerState; hostname?: string; label?: string[]; limit?: number }) => {
+    const items = await ctx.api.listServers({ fleet: o.fleet, status: o.status, state: o.state, hostname: o.hostname, label: o.label }, o.limit);
     if (ctx.machine) return ctx.out.data(items);
     const out = ctx.out;
     out.table(
-      ["HOSTNAME", "FLEET", "STATE", "STATUS", "GEN", "REPORTED", "LAST SEEN", { head: "ID", wide: true }, { head: "KIND", wide: true }, { head: "ROLES", wide: true }, { head: "REBOOT GROUP", wide: true }],
+      ["HOSTNAME", "FLEET", "STATE", "STATUS", "GEN", "REPORTED", "LAST SEEN", "LABELS", { head: "ID", wide: true }, { head: "KIND", wide: true }, { head: "ROLES", wide: true }, { head: "REBOOT GROUP", wide: true }],
       items.map((s) => [
         s.hostname,
         s.fleet,
@@ -24,6 +44,7 @@ export function registerServers(program: Command, io: Io) {
         s.desired_generation,
         s.reported_generation,
         out.time(s.last_seen),
+        labelsText(s.labels),
         s.id,
         s.kind,
         s.roles.join(",") || null,
@@ -38,12 +59,13 @@ export function registerServers(program: Command, io: Io) {
       .addOption(new Option("--status <status>", "only this status").choices(STATUSES))
       .addOption(new Option("--state <state>", "only this state (removed servers are listed only so)").choices(STATES))
       .option("--hostname <name>", "this hostname, or a prefix ending in * (node-1*)")
+      .option("--label <key[=value]>", "only servers with this label (zone=eu-1a) or label key (zone); repeatable, all must hold", collect)
       .option("--limit <n>", "at most this many", (v) => {
         const n = Number(v);
         if (!Number.isInteger(n) || n < 1) throw new InvalidArgumentError("expected a positive whole number");
         return n;
       });
-  filters(servers.command("list", { isDefault: true }).description("search servers by hostname (from the fleet-wide index)")).action(list);
+  filters(servers.command("list", { isDefault: true }).alias("ls").description("search servers by hostname, status, state and labels (from the fleet-wide index)")).action(list);
 
   servers
     .command("show <server>")
@@ -59,12 +81,13 @@ export function registerServers(program: Command, io: Io) {
   servers
     .command("register")
     .description("register a server; prints its token once")
-    .requiredOption("--fleet <fleet>", "its fleet")
+    .addOption(fleetOption("its fleet"))
     .requiredOption("--hostname <name>", "its hostname")
     .addOption(new Option("--kind <kind>", "managed (provisioned for us) or manual (borrowed)").choices(["managed", "manual"]).default("managed"))
     .option("--role <role...>", "roles")
     .option("--reboot-group <group>", "reboot group")
     .option("--fleetlock-id <id>", "the id its FleetLock client (Zincati) sends")
+    .option("--label <key=value>", "a label (repeatable)", collect)
     .action(
       act(io, async (ctx, o) => {
         const s = await ctx.api.registerServer({
@@ -74,6 +97,7 @@ export function registerServers(program: Command, io: Io) {
           roles: o.role,
           reboot_group: o.rebootGroup,
           fleetlock_id: o.fleetlockId,
+          labels: labelsOf(o.label),
         });
         if (ctx.machine) return ctx.out.data(s);
         ctx.out.fields([
@@ -90,12 +114,14 @@ export function registerServers(program: Command, io: Io) {
 
   servers
     .command("patch <server>")
-    .description("change a server's FleetLock id, reboot group and/or roles (new roles re-plan it unless pinned)")
+    .description("change a server's FleetLock id, reboot group, roles (new roles re-plan it unless pinned) and/or labels (merged)")
     .option("--fleetlock-id <id>", "new FleetLock id")
     .option("--clear-fleetlock-id", "remove its FleetLock id")
     .option("--reboot-group <group>", "new reboot group")
     .option("--role <role...>", "its roles (replaced)")
     .option("--clear-roles", "no roles")
+    .option("--label <key=value>", "set this label, keeping the others (repeatable)", collect)
+    .option("--unlabel <key>", "remove this label (repeatable)", collect)
     .action(
       act(io, async (ctx, id: string, o) => {
         const patch: ServerPatch = {};
@@ -106,10 +132,20 @@ export function registerServers(program: Command, io: Io) {
         if (o.rebootGroup !== undefined) patch.reboot_group = o.rebootGroup;
         if (o.role !== undefined) patch.roles = o.role;
         if (o.clearRoles) patch.roles = [];
-        if (Object.keys(patch).length === 0) throw new Exit(2, "nothing to change: pass --fleetlock-id, --clear-fleetlock-id, --reboot-group, --role or --clear-roles");
+        if (o.label || o.unlabel) {
+          const labels: Record<string, string | null> = { ...labelsOf(o.label) };
+          for (const k of (o.unlabel ?? []) as string[]) {
+            if (k in labels) throw new Exit(2, `--label ${k}=… and --unlabel ${k} exclude each other`);
+            labels[k] = null;
+          }
+          patch.labels = labels;
+        }
+        if (Object.keys(patch).length === 0) throw new Exit(2, "nothing to change: pass --fleetlock-id, --clear-fleetlock-id, --reboot-group, --role, --clear-roles, --label or --unlabel");
         const s = await ctx.api.patchServer(id, patch);
         if (ctx.machine) return ctx.out.data(s);
-        ctx.out.line(`Server ${s.hostname}: fleetlock_id ${s.fleetlock_id ?? "-"}, reboot group ${s.reboot_group}, roles ${s.roles.join(", ") || "-"} (generation ${s.desired_generation}).`);
+        ctx.out.line(
+          `Server ${s.hostname}: fleetlock_id ${s.fleetlock_id ?? "-"}, reboot group ${s.reboot_group}, roles ${s.roles.join(", ") || "-"}, labels ${labelsText(s.labels) ?? "-"} (generation ${s.desired_generation}).`,
+        );
       }),
     );
 
@@ -184,6 +220,7 @@ export function showServer(out: Output, s: ServerDetail) {
     ["fleet", s.fleet],
     ["kind", s.kind],
     ["roles", s.roles.join(", ") || "-"],
+    ["labels", labelsText(s.labels) ?? "-"],
     ["state", s.state],
     ["status", out.status(s.status)],
     ["desired generation", `${s.desired_generation} (${s.desired.lifecycle})`],

@@ -10,7 +10,7 @@ import { extname, join, resolve } from "node:path";
 import type { Command } from "commander";
 import { parseAllDocuments, stringify } from "yaml";
 import { apiErrorOf } from "../../agent/http.ts";
-import { act, type Ctx } from "../context.ts";
+import { act, refusedBy, type Ctx } from "../context.ts";
 import { Exit, readAll, type Io, type Output } from "../io.ts";
 
 const SPEC_FILE = /\.(ya?ml|json)$/i;
@@ -152,9 +152,10 @@ function printDiff(out: Output, s: SpecFile, d: Diff) {
 
 /** An API refusal of one spec, with every problem it names; the other specs go on. */
 function reportFailure(ctx: Ctx, s: SpecFile, err: unknown) {
-  const e = err as { code?: string; message?: string; details?: { problems?: { path: string; message: string }[] } };
+  const e = err as { status?: number; code?: string; message?: string; details?: { problems?: { path: string; message: string }[] } };
   if (!e.code) throw err;
   ctx.io.stderr(`error: ${s.source} (fleet ${s.fleet}): ${e.code}: ${e.message}\n`);
+  if ((e.status === 401 || e.status === 403) && ctx.resolved) ctx.io.stderr(`${refusedBy(ctx.resolved)}\n`);
   for (const p of e.details?.problems ?? []) ctx.io.stderr(`  ${p.path}: ${p.message}\n`);
 }
 
@@ -167,13 +168,13 @@ async function runDiff(ctx: Ctx, o: { file: string; prune?: boolean }) {
     try {
       const d = await diffOf(ctx, s, o.prune);
       results.push({ ...d, source: s.source });
-      if (!ctx.globals.json) printDiff(out, s, d);
+      if (!ctx.machine) printDiff(out, s, d);
     } catch (err) {
       failed++;
       reportFailure(ctx, s, err);
     }
   }
-  if (ctx.globals.json) out.data(results);
+  if (ctx.machine) out.data(results, (r) => (r as { fleet?: string }).fleet);
   if (failed) throw new Exit(1, "");
   const differ = results.filter((d) => !d.equal).length;
   // Like diff(1): 0 when the fleets are what the specs say, 3 (a check that found something) when not.
@@ -188,7 +189,7 @@ async function runApply(ctx: Ctx, o: { file: string; prune?: boolean }) {
   for (const s of specs) {
     try {
       const d = await diffOf(ctx, s, o.prune);
-      if (!ctx.globals.json) printDiff(out, s, d);
+      if (!ctx.machine) printDiff(out, s, d);
       if (d.exists && d.summary.add + d.summary.change + d.summary.remove === 0) {
         results.push({ ...d, source: s.source, changed: false });
         continue;
@@ -206,7 +207,7 @@ async function runApply(ctx: Ctx, o: { file: string; prune?: boolean }) {
         { body, headers: precondition },
       );
       results.push({ ...applied, source: s.source });
-      if (!ctx.globals.json) {
+      if (!ctx.machine) {
         const p = applied.planning;
         out.line(
           `  ${applied.created ? `created fleet ${s.fleet}` : "applied"}${p ? `; planner: ${p.issued} of ${p.servers} server(s) given a new generation${p.remaining ? " (more in the background)" : ""}` : ""}` +
@@ -219,7 +220,7 @@ async function runApply(ctx: Ctx, o: { file: string; prune?: boolean }) {
       reportFailure(ctx, s, err);
     }
   }
-  if (ctx.globals.json) out.data(results);
+  if (ctx.machine) out.data(results, (r) => (r as { fleet?: string }).fleet);
   if (failed) throw new Exit(1, `${failed} spec(s) not applied`);
 }
 
@@ -229,9 +230,10 @@ const render = (spec: unknown, json: boolean) => (json ? `${JSON.stringify(spec,
 async function runExport(ctx: Ctx, fleets: string[], o: { to?: string }) {
   const specs = [];
   for (const fleet of fleets) specs.push({ fleet, spec: await call<unknown>(ctx, "GET", specPath(fleet)) });
-  const json = !!ctx.globals.json;
+  const json = !!ctx.machine;
   if (!o.to) {
-    if (json) return ctx.out.data(specs.length === 1 ? specs[0].spec : specs.map((s) => s.spec));
+    if (ctx.format === "name") return ctx.out.data(specs.map((s) => s.fleet));
+    if (ctx.machine) return ctx.out.data(specs.length === 1 ? specs[0].spec : specs.map((s) => s.spec));
     return ctx.io.stdout(specs.map((s) => render(s.spec, false)).join("---\n"));
   }
   const target = resolve(ctx.io.cwd, o.to);

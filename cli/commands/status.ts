@@ -6,7 +6,7 @@
 import type { Command } from "commander";
 import { sleep } from "../../agent/http.ts";
 import type { StatusAnswer } from "../api.ts";
-import { duration } from "../format.ts";
+import { duration, visible } from "../format.ts";
 import { Exit, untilStopped, type Io, type Output } from "../io.ts";
 import { act, type Ctx } from "../context.ts";
 
@@ -28,13 +28,13 @@ function renderFleet(out: Output, f: FleetStatus) {
   out.line(`${c.bold(`Fleet ${f.id}`)}  ${f.servers.total} servers   ${by || "-"}`);
   if (states) out.line(`  state   ${states}`);
   for (const a of f.attention) {
-    for (const s of a.items) out.line(`  ${out.status(s.status).padEnd(8)} ${s.hostname}  last seen ${s.last_seen ? out.time(s.last_seen) : "never"}`);
+    for (const s of a.items) out.line(`  ${out.status(s.status)}${" ".repeat(Math.max(0, 8 - s.status.length))} ${visible(s.hostname)}  last seen ${s.last_seen ? out.time(s.last_seen) : "never"}`);
     const more = a.count - a.items.length;
     if (more > 0) out.line(`  ${c.dim(`and ${more} more ${a.status} (hm servers --fleet ${f.id} --status ${a.status})`)}`);
   }
   for (const g of f.reboot_groups) {
     const flags = [g.paused ? c.yellow("paused") : "", g.open_now ? "" : c.yellow("closed"), g.queued ? `${g.queued} queued` : ""].filter(Boolean).join(" ");
-    const holders = g.holders.map((h) => `${h.hostname ?? h.id}${h.stuck ? c.red(" (stuck)") : ""}`).join(", ");
+    const holders = g.holders.map((h) => `${visible(h.hostname ?? h.id)}${h.stuck ? c.red(" (stuck)") : ""}`).join(", ");
     out.line(`  reboot group ${g.name}: ${g.held}/${g.slots} held ${flags}${holders ? `  ${holders}` : ""}`);
   }
   if (!f.rollouts.length) out.line(c.dim("  rollouts: none in progress"));
@@ -42,7 +42,7 @@ function renderFleet(out: Output, f: FleetStatus) {
     const n = (k: string) => r.counts[k] ?? 0;
     const total = Object.values(r.counts).reduce((a, b) => a + b, 0);
     out.line(
-      `  rollout ${r.agent} → ${r.image}: ${r.state}${r.pass ? " (rollback)" : ""}, ${n("done")}/${total} done, ${n("applying")} applying, ${n("failed") + n("timed_out")} failed  ${c.dim(r.id)}`,
+      `  rollout ${visible(r.agent)} → ${visible(r.image)}: ${r.state}${r.pass ? " (rollback)" : ""}, ${n("done")}/${total} done, ${n("applying")} applying, ${n("failed") + n("timed_out")} failed  ${c.dim(r.id)}`,
     );
   }
 }

@@ -1,19 +1,27 @@
 import type { Command } from "commander";
-import { act } from "../context.ts";
+import { act, fleetOption } from "../context.ts";
 import type { Io } from "../io.ts";
 import { safety } from "./gates.ts";
+import type { Ctx } from "../context.ts";
+import { pick } from "../resolve.ts";
+
+/** A webhook by id, name (from its fleet spec) or short id, through the fleet's list. */
+async function webhookOf(ctx: Ctx, fleet: string, ref: string) {
+  const { items } = await safety(ctx).webhooks(fleet);
+  return pick(items, ref, `webhook of ${fleet}`, (w) => w.name);
+}
 
 const collect = (v: string, prev: string[] = []) => [...prev, ...v.split(",").filter(Boolean)];
 
 export function registerWebhooks(program: Command, io: Io) {
   const hooks = program.command("webhooks").description("a fleet's webhooks: events sent to an HTTPS URL, signed");
-  const fleetOpt = (c: Command) => c.requiredOption("--fleet <fleet>", "the fleet");
+  const fleetOpt = (c: Command) => c.addOption(fleetOption("the fleet"));
 
   fleetOpt(hooks.command("list", { isDefault: true }).description("the fleet's webhooks")).action(
     act(io, async (ctx, o: { fleet: string }) => {
       const res = await safety(ctx).webhooks(o.fleet);
-      if (ctx.globals.json) return ctx.out.data(res);
-      ctx.out.table(["ID", "URL", "FORMAT", "EVENTS"], res.items.map((w) => [w.id, w.url, w.format, w.events.join(", ")]), "(no webhooks)");
+      if (ctx.machine) return ctx.out.data(res.items);
+      ctx.out.table(["ID", "NAME", "URL", "FORMAT", "EVENTS"], res.items.map((w) => [w.id, w.name, w.url, w.format, w.events.join(", ")]), "(no webhooks)");
     }),
   );
 
@@ -34,25 +42,28 @@ export function registerWebhooks(program: Command, io: Io) {
         format: o.format,
         ...(o.description ? { description: o.description } : {}),
       });
-      if (ctx.globals.json) return ctx.out.data(res);
+      if (ctx.machine) return ctx.out.data(res);
       ctx.out.line(`Webhook ${res.webhook.id} added: ${res.webhook.events.join(", ")} → ${res.webhook.url} (${res.webhook.format}).`);
       ctx.out.line(`Signing secret (shown once): ${res.secret}`);
     }),
   );
 
-  fleetOpt(hooks.command("rm <id>").description("remove a webhook")).action(
-    act(io, async (ctx, id: string, o: { fleet: string }) => {
-      await ctx.confirm(`Remove webhook ${id} of ${o.fleet}? Deliveries still being retried are given up.`);
-      const res = await safety(ctx).deleteWebhook(o.fleet, id);
-      if (ctx.globals.json) return ctx.out.data(res);
+  fleetOpt(hooks.command("rm <webhook>").description("remove a webhook (by id, name or short id)")).action(
+    act(io, async (ctx, ref: string, o: { fleet: string }) => {
+      // Found first: a mistyped id is refused before the question, not after a "y".
+      const w = await webhookOf(ctx, o.fleet, ref);
+      await ctx.confirm(`Remove webhook ${w.id}${w.name ? ` (${w.name})` : ""} of ${o.fleet}, sending to ${w.url}? Deliveries still being retried are given up.`);
+      const res = await safety(ctx).deleteWebhook(o.fleet, w.id);
+      if (ctx.machine) return ctx.out.data(res);
       ctx.out.line(`Removed webhook ${res.id} (${res.url}).`);
     }),
   );
 
-  fleetOpt(hooks.command("deliveries <id>").description("a webhook's deliveries, newest first").option("--limit <n>", "how many", "50")).action(
-    act(io, async (ctx, id: string, o: { fleet: string; limit: string }) => {
+  fleetOpt(hooks.command("deliveries <webhook>").description("a webhook's deliveries, newest first (by id, name or short id)").option("--limit <n>", "how many", "50")).action(
+    act(io, async (ctx, ref: string, o: { fleet: string; limit: string }) => {
+      const { id } = await webhookOf(ctx, o.fleet, ref);
       const res = await safety(ctx).deliveries(o.fleet, id, Number(o.limit));
-      if (ctx.globals.json) return ctx.out.data(res);
+      if (ctx.machine) return ctx.out.data(res.items);
       ctx.out.table(
         ["DELIVERY", "EVENT", "STATUS", "ATTEMPTS", "CREATED", "LAST ANSWER"],
         res.items.map((d) => [d.id, d.event, d.status === "delivered" ? d.status : ctx.out.c.yellow(d.status), d.attempts, d.created_at, d.last_error ?? d.last_status]),
@@ -61,10 +72,11 @@ export function registerWebhooks(program: Command, io: Io) {
     }),
   );
 
-  fleetOpt(hooks.command("test <id>").description("send a webhook.test event now")).action(
-    act(io, async (ctx, id: string, o: { fleet: string }) => {
+  fleetOpt(hooks.command("test <webhook>").description("send a webhook.test event now (by id, name or short id)")).action(
+    act(io, async (ctx, ref: string, o: { fleet: string }) => {
+      const { id } = await webhookOf(ctx, o.fleet, ref);
       const d = await safety(ctx).testWebhook(o.fleet, id);
-      if (ctx.globals.json) return ctx.out.data(d);
+      if (ctx.machine) return ctx.out.data(d);
       ctx.out.line(d.status === "delivered" ? `Delivered (HTTP ${d.last_status}).` : `Not taken yet (${d.last_error ?? "pending"}); retried with backoff: hm webhooks deliveries ${id} --fleet ${o.fleet}`);
     }),
   );

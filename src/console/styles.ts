@@ -34,6 +34,7 @@ table{border-collapse:collapse;width:100%}th,td{text-align:left;padding:7px 10px
 th{font-size:.85rem;color:var(--muted);font-weight:600;white-space:nowrap}tr:last-child td{border-bottom:0}
 td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}
 code,.mono{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:.88em;overflow-wrap:anywhere}
+code.label{display:inline-block;margin:0 .3em .15em 0;padding:0 .3em;border:1px solid var(--muted);border-radius:3px}
 .badge{display:inline-flex;align-items:center;gap:4px;padding:1px 8px;border-radius:999px;border:1px solid currentColor;font-size:.85rem;white-space:nowrap}
 .badge .i{font-weight:700}
 .t-ok{color:var(--ok)}.t-warn{color:var(--warn)}.t-bad{color:var(--bad)}.t-info{color:var(--info)}.t-idle{color:var(--idle)}

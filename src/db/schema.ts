@@ -47,6 +47,8 @@ export const servers = sqliteTable(
     hostname: text("hostname").notNull(),
     kind: text("kind", { enum: SERVER_KINDS }).notNull(),
     roles: text("roles", { mode: "json" }).$type<string[]>().notNull(),
+    /** The server's labels (its ledger's), shown in lists; filtered through server_labels. */
+    labels: text("labels", { mode: "json" }).$type<Record<string, string>>().notNull().default({}),
     rebootGroup: text("reboot_group").notNull(),
     fleetlockId: text("fleetlock_id"),
     state: text("state", { enum: SERVER_STATES }).notNull(),
@@ -81,6 +83,22 @@ export const servers = sqliteTable(
     index("servers_fleet_hostname_idx").on(t.fleetId, t.hostname, t.id),
     index("servers_hostname_idx").on(t.hostname, t.id),
   ],
+);
+
+/**
+ * One row per label of a server, written only by the server's ledger's projection and only when
+ * its labels change: `?label=zone=eu-1a` reads the servers that have it from the index below
+ * instead of parsing the labels of every server of the fleet.
+ */
+export const serverLabels = sqliteTable(
+  "server_labels",
+  {
+    serverId: text("server_id").notNull(),
+    fleetId: text("fleet_id").notNull(),
+    key: text("key").notNull(),
+    value: text("value").notNull(),
+  },
+  (t) => [primaryKey({ columns: [t.serverId, t.key] }), index("server_labels_fleet_key_value_idx").on(t.fleetId, t.key, t.value, t.serverId)],
 );
 
 export const agentInstances = sqliteTable(

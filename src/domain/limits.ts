@@ -86,3 +86,17 @@ export const CANCEL_GRACE_S = 120;
 export const MAX_SLOW_FACTOR = 1000;
 /** Servers a selector or an exclude list may name. */
 export const MAX_ROLLOUT_SERVER_LIST = 100_000;
+
+// ---- server labels ----
+
+/**
+ * Labels of one server (`{"zone": "eu-1a"}`). Few and short: they travel in every index row and
+ * every list answer, and each is a row of the label index (`server_labels`).
+ */
+export const MAX_SERVER_LABELS = 16;
+/** A label key, as Kubernetes' label names: lowercase, digits, `.`, `_`, `/`, `-`. */
+export const MAX_LABEL_KEY_LENGTH = 63;
+/** A label value, as Kubernetes' label values. */
+export const MAX_LABEL_VALUE_LENGTH = 63;
+/** `label=` terms one list query may AND together. */
+export const MAX_LABEL_FILTERS = 16;

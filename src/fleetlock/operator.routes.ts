@@ -2,7 +2,7 @@ import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
 import { requireScope } from "../auth/principal";
 import { actorOf } from "../domain/principal";
 import { fleetId, fleetlockId, groupName } from "../fleets/schemas";
-import { bearer, commonErrors, jsonBody, jsonResponse, notFoundError } from "../http/openapi";
+import { bearer, commonErrors, createdResponse, jsonBody, jsonResponse, notFoundError } from "../http/openapi";
 import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
 import { FleetlockKeyCreated, GroupInput, GroupSchema } from "./schemas";
@@ -151,12 +151,18 @@ export const rebootGroupRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validati
     security: bearer,
     middleware: [requireScope("admin")] as const,
     request: { params: fleetParam },
-    responses: { 201: jsonResponse(FleetlockKeyCreated, "The new key and base_url"), ...commonErrors, ...notFoundError },
+    responses: {
+      201: createdResponse(FleetlockKeyCreated, "The new key and base_url", "The fleet the key belongs to (the key itself is never readable again)"),
+      ...commonErrors,
+      ...notFoundError,
+    },
   }),
   async (c) => {
     const { fleet } = c.req.valid("param");
     const key = await rotateFleetlockKey(c.env, actorOf(c.var.principal), fleet);
     const base_url = `${new URL(c.req.url).origin}/fleetlock/${fleet}/${key}/`;
+    // The key has no URL of its own (it is never answered again): Location names its fleet.
+    c.header("Location", `/v1/fleets/${encodeURIComponent(fleet)}`);
     return c.json({ fleet, key, base_url }, 201);
   },
 );

@@ -9,6 +9,7 @@ import {
   fleetTasks,
   planMarks,
   roleProfiles,
+  serverLabels,
   servers,
   tokens,
 } from "../db/schema";
@@ -104,6 +105,7 @@ export function fleetWipe(db: Db, fleet: string) {
   return [
     db.delete(tokens).where(inArray(tokens.serverId, ofFleet)),
     db.delete(agentInstances).where(eq(agentInstances.fleetId, fleet)),
+    db.delete(serverLabels).where(eq(serverLabels.fleetId, fleet)),
     db.delete(planMarks).where(eq(planMarks.fleetId, fleet)),
     db.delete(servers).where(eq(servers.fleetId, fleet)),
     db.delete(roleProfiles).where(eq(roleProfiles.fleetId, fleet)),

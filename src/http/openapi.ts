@@ -62,10 +62,14 @@ export const jsonResponse = <T extends z.ZodType>(schema: T, description: string
 export const etagHeader = (description: string) =>
   z.object({ ETag: z.string().openapi({ description }) });
 
-/** A 201 for a resource with its own URL, which `Location` names (set by http/location.ts). */
-export const createdResponse = <T extends z.ZodType>(schema: T, description: string) => ({
+/** The `Location` header of a 201: the created resource's URL. */
+export const locationHeader = (description = "The created resource's URL") =>
+  z.object({ Location: z.string().openapi({ description, example: "/v1/fleets/prod" }) });
+
+/** A 201 for a resource with its own URL, which `Location` names (set by http/location.ts or the handler). */
+export const createdResponse = <T extends z.ZodType>(schema: T, description: string, location?: string) => ({
   description,
-  headers: z.object({ Location: z.string().openapi({ description: "The created resource's URL", example: "/v1/fleets/prod" }) }),
+  headers: locationHeader(location),
   content: { "application/json": { schema } },
 });
 

@@ -5,6 +5,7 @@ import { cursorParam, decodeCursor, limitParam, page } from "../http/paging";
 import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
 import { agentName, imageRef } from "../ledger/schemas";
+import { labelQuery } from "../servers/labels";
 import { serverRef } from "../servers/schemas";
 import { resolveServer } from "../servers/service";
 import { searchInstances } from "./service";
@@ -18,7 +19,7 @@ export const instanceRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationH
     path: "/",
     operationId: "listInstances",
     tags: ["instances"],
-    summary: "Agent instances (one per server and agent, in hostname order), searchable by server (id, hostname or fleet/hostname), agent and image",
+    summary: "Agent instances (one per server and agent, in hostname order), searchable by server (id, hostname or fleet/hostname), agent, image and the server's labels",
     security: bearer,
     middleware: [requireScope("read")] as const,
     request: {
@@ -26,6 +27,7 @@ export const instanceRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationH
         server: serverRef.optional(),
         agent: agentName.optional(),
         image: imageRef.optional().openapi({ description: "Matches the desired or the reported image" }),
+        label: labelQuery,
         limit: limitParam,
         cursor: cursorParam,
       }),
@@ -40,7 +42,7 @@ export const instanceRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationH
     const q = c.req.valid("query");
     const after = decodeCursor(q.cursor, 3);
     const server = q.server === undefined ? undefined : await resolveServer(c.env, q.server);
-    const rows = await searchInstances(c.env, { ...q, server }, after ? [after[0], after[1], after[2]] : null, q.limit);
+    const rows = await searchInstances(c.env, { ...q, server, labels: q.label }, after ? [after[0], after[1], after[2]] : null, q.limit);
     const { items, next_cursor } = page(rows, q.limit, (r) => [r.hostname, r.serverId, r.agent]);
     return c.json(
       {

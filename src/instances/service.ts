@@ -2,6 +2,7 @@ import { and, asc, eq, getTableColumns, or, sql, type SQL } from "drizzle-orm";
 import { getDb } from "../db/client";
 import { agentInstances, servers } from "../db/schema";
 import type { Env } from "../env";
+import { labelConditions, type LabelTerm } from "../servers/labels";
 
 /**
  * Agent instances from the fleet-wide index (one row per server and agent), by server, agent and
@@ -13,7 +14,7 @@ import type { Env } from "../env";
  */
 export function searchInstances(
   env: Env,
-  filter: { server?: string; agent?: string; image?: string },
+  filter: { server?: string; agent?: string; image?: string; labels?: LabelTerm[] },
   after: [hostname: string, server: string, agent: string] | null,
   limit: number,
 ) {
@@ -21,6 +22,7 @@ export function searchInstances(
   if (filter.server) conds.push(eq(agentInstances.serverId, filter.server));
   if (filter.agent) conds.push(eq(agentInstances.agent, filter.agent));
   if (filter.image) conds.push(or(eq(agentInstances.desiredImage, filter.image), eq(agentInstances.reportedImage, filter.image))!);
+  conds.push(...labelConditions(filter.labels, servers.id));
   if (after) conds.push(sql`(${servers.hostname}, ${servers.id}, ${agentInstances.agent}) > (${after[0]}, ${after[1]}, ${after[2]})`);
   return getDb(env.DB)
     .select({ ...getTableColumns(agentInstances), hostname: servers.hostname })

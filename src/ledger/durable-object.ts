@@ -134,6 +134,14 @@ export class ServerLedger extends DurableObject<Env> {
     return { ok: true, view: this.view()!, rev: r.rev };
   }
 
+  /** PATCH labels: merged here; the index (and its label rows) follow through the outbox. */
+  async setLabels(patch: Record<string, string | null>, meta: { actor: string }): Promise<Result<{ view: ServerView }>> {
+    const r = operator.setLabels(this.deps, patch, meta);
+    if (!r.ok) return r;
+    if (r.changed) await this.settle();
+    return { ok: true, view: this.view()! };
+  }
+
   async rotateToken(tokenHash: string, actor: string): Promise<Result<{ view: ServerView }>> {
     return this.answer(operator.rotateToken(this.deps, tokenHash, actor));
   }

@@ -9,6 +9,8 @@ import { applyDesired, type DesiredState } from "./desired";
 import { audit, identityPayload, project, serverEvent, tokenPayload, type LedgerDeps } from "./effects";
 import type { HeldNames } from "../fleetlock/store";
 import type { ServerRecord } from "./record";
+import { MAX_SERVER_LABELS } from "../domain/limits";
+import { mergeLabels, sameLabels } from "../servers/labels";
 import type { AgentSpec, DesiredConfig, DesiredConfigInput } from "./schemas";
 import { configOf } from "./view";
 
@@ -135,6 +137,34 @@ export function setRebootIdentity(
     audit(d.outbox, { actor: meta.actor, action: "server.patch", target: `server:${record.id}`, details: meta.details });
   });
   return { ok: true, rev };
+}
+
+/**
+ * Merges a PATCH's labels into the server's (a null removes its key). The merged set must stay
+ * within MAX_SERVER_LABELS; labels that come out the same write nothing.
+ */
+export function setLabels(
+  d: LedgerDeps,
+  patch: Record<string, string | null>,
+  meta: { actor: string },
+): Result<{ changed: boolean }> {
+  const record = d.store.load()?.record;
+  if (!record) return fail("not_found", "server does not exist");
+  if (record.state === "removed") return fail("server_removed", "a removed server cannot be changed");
+  const before = record.labels ?? {};
+  const labels = mergeLabels(before, patch);
+  if (Object.keys(labels).length > MAX_SERVER_LABELS) {
+    return fail("validation_failed", `the server would have ${Object.keys(labels).length} labels; at most ${MAX_SERVER_LABELS}`, [
+      { path: "labels", message: `at most ${MAX_SERVER_LABELS} labels (the server has ${Object.keys(before).length})` },
+    ]);
+  }
+  if (sameLabels(before, labels)) return { ok: true, changed: false };
+  d.store.transaction(() => {
+    d.store.save({ record: { ...record, labels } });
+    project(d.outbox);
+    audit(d.outbox, { actor: meta.actor, action: "server.labels", target: `server:${record.id}`, details: { before, after: labels } });
+  });
+  return { ok: true, changed: true };
 }
 
 /** The host's token stops working at once (a parked poll included); its D1 row follows. */

@@ -1,7 +1,7 @@
 import { chunk } from "../lib/chunk";
 import { and, eq, sql } from "drizzle-orm";
 import type { Db } from "../db/client";
-import { agentInstances, servers } from "../db/schema";
+import { agentInstances, serverLabels, servers } from "../db/schema";
 import type { DesiredState } from "./desired";
 import type { ServerRecord } from "./record";
 import type { StoredReport } from "./schemas";
@@ -81,6 +81,7 @@ export function buildProjection(
     hostname: record.hostname,
     kind: record.kind,
     roles: record.roles,
+    labels: record.labels ?? {},
     rebootGroup: record.reboot_group,
     fleetlockId: record.fleetlock_id,
     state: record.state,
@@ -94,10 +95,13 @@ export function buildProjection(
     updatedAt: now,
   };
   // stale_at moves with last_seen (refreshed on its own schedule); stale_after stands in for it.
-  const { updatedAt: _u, lastSeen: _l, staleAt: _s, ...shown } = server;
+  // No labels leave the signature as it was before servers had labels: an unlabelled server's
+  // row is not rewritten for them.
+  const { updatedAt: _u, lastSeen: _l, staleAt: _s, labels, ...shown } = server;
   const rows: Record<string, string> = {};
   for (const { updatedAt: _x, ...row } of instances) rows[row.agent] = JSON.stringify(row);
-  return { signatures: { server: JSON.stringify({ ...shown, staleAfterS: record.stale_after_s }), rows }, server, instances };
+  const signed = Object.keys(labels).length ? { ...shown, labels } : shown;
+  return { signatures: { server: JSON.stringify({ ...signed, staleAfterS: record.stale_after_s }), rows }, server, instances };
 }
 
 /**
@@ -147,7 +151,7 @@ export function projectionStatements(
   let serverRow = false;
   let rows = p.instances;
   if (!written) {
-    stmts.push(serverUpsert, inList(names, true));
+    stmts.push(serverUpsert, inList(names, true), ...labelStatements(db, p));
     serverRow = true;
   } else {
     if (written.server !== p.signatures.server) {
@@ -160,6 +164,7 @@ export function projectionStatements(
       stmts.push(db.update(servers).set({ lastSeen, staleAt, updatedAt }).where(eq(servers.id, p.server.id)));
       serverRow = true;
     }
+    if (labelsOfSignature(written.server) !== JSON.stringify(p.server.labels ?? {})) stmts.push(...labelStatements(db, p));
     const removed = Object.keys(written.rows).filter((agent) => !(agent in p.signatures.rows));
     if (removed.length) stmts.push(inList(removed, false));
     rows = p.instances.filter((i) => written.rows[i.agent] !== p.signatures.rows[i.agent]);
@@ -183,6 +188,28 @@ export function projectionStatements(
       }),
   );
   return { statements: [...stmts, ...upserts], serverRow };
+}
+
+/** The labels a server signature shows, as JSON ({} for one written without labels). */
+function labelsOfSignature(signature: string): string {
+  try {
+    return JSON.stringify((JSON.parse(signature) as { labels?: unknown }).labels ?? {});
+  } catch {
+    return "";
+  }
+}
+
+/**
+ * The server's rows of the label index, replaced: a delete and one insert in the projection's
+ * batch (atomic, so a retried batch leaves exactly these rows). Written only when the labels
+ * changed since the last written signature, or with no signature to compare.
+ */
+function labelStatements(db: Db, p: Projection) {
+  const labels = Object.entries(p.server.labels ?? {});
+  const clear = db.delete(serverLabels).where(eq(serverLabels.serverId, p.server.id));
+  if (!labels.length) return [clear];
+  // 16 labels × 4 columns stay inside D1's 100 bound parameters.
+  return [clear, db.insert(serverLabels).values(labels.map(([key, value]) => ({ serverId: p.server.id, fleetId: p.server.fleetId, key, value })))];
 }
 
 /** 11 columns a row; D1 binds at most 100 parameters per statement. */

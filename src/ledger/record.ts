@@ -7,6 +7,8 @@ export interface ServerRecord {
   hostname: string;
   kind: ServerKind;
   roles: string[];
+  /** Absent on records stored before servers had labels: none. */
+  labels?: Record<string, string>;
   reboot_group: string;
   fleetlock_id: string | null;
   state: ServerState;

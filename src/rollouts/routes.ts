@@ -53,7 +53,7 @@ export const rolloutRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHo
     summary: "Start a rollout of one agent's image across the fleet's servers that run it",
     description:
       "Targets are the servers of the fleet whose desired config has the agent, narrowed by `selector` " +
-      "(roles, server ids or hostnames); `exclude` (ids or hostnames) lists them as skipped. One running rollout per " +
+      "(roles, labels, server ids or hostnames); `exclude` (ids or hostnames) lists them as skipped. One running rollout per " +
       "(fleet, agent): 409 rollout_in_progress names it. A rollout with no target is refused (422 no_targets) unless " +
       "`channel_only` asks for a move of the fleet's channel alone. Every target has a deadline (`server_timeout_s`, " +
       "default 3600).",

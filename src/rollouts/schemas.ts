@@ -1,4 +1,5 @@
 import { z } from "@hono/zod-openapi";
+import { labelsSchema } from "../servers/labels";
 import { fleetId } from "../fleets/schemas";
 import { agentName, imageRef, versionString } from "../ledger/schemas";
 import { ROLLOUT_STATES, ROLLOUT_TARGET_STATES as TARGET_STATES } from "../domain/enums";
@@ -40,6 +41,7 @@ export const RolloutInput = z
     selector: z
       .strictObject({
         roles: z.array(roleName).max(64).optional(),
+        labels: labelsSchema.optional().openapi({ description: "servers with every one of these labels (key and value); with roles or servers too, a target matches each" }),
         servers: z
           .array(z.string().min(1).max(253))
           .max(MAX_ROLLOUT_SERVER_LIST)

@@ -19,6 +19,7 @@ import { unwrap } from "../objects/kit/result";
 import type { TargetInput } from "./durable-object";
 import { ACTIVE_STATES, isTerminal, type Control, type RolloutSpec, type RolloutState, type TargetState } from "./machine";
 import type { RolloutInput } from "./schemas";
+import { labelsMatch } from "../servers/labels";
 import { rolloutOf } from "../objects/stubs";
 import { waitForWake } from "../objects/kit/wake";
 import type { RolloutSummary } from "./views";
@@ -40,7 +41,7 @@ export async function selectTargets(
   input: Pick<RolloutInput, "fleet" | "agent" | "selector" | "exclude">,
 ): Promise<TargetInput[]> {
   const rows = await db
-    .select({ id: servers.id, hostname: servers.hostname, roles: servers.roles, rebootGroup: servers.rebootGroup })
+    .select({ id: servers.id, hostname: servers.hostname, roles: servers.roles, labels: servers.labels, rebootGroup: servers.rebootGroup })
     .from(agentInstances)
     .innerJoin(servers, eq(servers.id, agentInstances.serverId))
     .where(
@@ -54,11 +55,13 @@ export async function selectTargets(
     .orderBy(asc(servers.hostname), asc(servers.id));
   const named = (r: { id: string; hostname: string }, names: Set<string>) => names.has(r.id) || names.has(r.hostname.toLowerCase());
   const roles = input.selector?.roles ? new Set(input.selector.roles) : null;
+  // The selector's labels are few and the candidates already read: matched here, not in SQL.
+  const labels = input.selector?.labels ? Object.entries(input.selector.labels).map(([key, value]) => ({ key, value })) : null;
   const ids = input.selector?.servers ? new Set(input.selector.servers.map((n) => n.toLowerCase())) : null;
   const exclude = new Set(input.exclude.map((e) => e.toLowerCase()));
   await refuseUnknownNames(db, input.fleet, [...(ids ?? []), ...exclude], rows);
   return rows
-    .filter((r) => (!roles || r.roles.some((role) => roles.has(role))) && (!ids || named(r, ids)))
+    .filter((r) => (!roles || r.roles.some((role) => roles.has(role))) && (!labels || labelsMatch(r.labels, labels)) && (!ids || named(r, ids)))
     .map((r) => ({ server_id: r.id, hostname: r.hostname, reboot_group: r.rebootGroup, excluded: named(r, exclude) }));
 }
 

@@ -9,6 +9,7 @@ import { cursorParam, decodeCursor, limitParam, page } from "../http/paging";
 import type { AppEnv } from "../http/types";
 import { parseQuery, validationHook } from "../http/validation";
 import { DesiredConfig, DesiredConfigRequest, serverStatus } from "../ledger/schemas";
+import { labelQuery } from "./labels";
 import { fleetOfHostname, ServerCreated, ServerDetail, ServerInput, serverIdParam, ServerPatch, serverState, ServerSummary, serverWaitQuery } from "./schemas";
 import { getDesiredConfig, patchServer, putDesiredConfig, registerServer, resolveServer, searchServers, serverIfChanged } from "./service";
 import { serverDetail, serverSummary } from "./store";
@@ -86,7 +87,7 @@ export const serverRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHoo
     path: "/",
     operationId: "listServers",
     tags: ["servers"],
-    summary: "Search servers (from the fleet-wide index), by hostname",
+    summary: "Search servers (from the fleet-wide index), by hostname, status, state and labels",
     security: bearer,
     middleware: [requireScope("read")] as const,
     request: {
@@ -100,6 +101,7 @@ export const serverRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHoo
           .regex(/^[A-Za-z0-9.-]+\*?$/, "a hostname, or a prefix ending in *")
           .optional()
           .openapi({ description: "exact (`node-1.example.com`) or a prefix (`node-1*`)" }),
+        label: labelQuery,
         limit: limitParam,
         cursor: cursorParam,
       }),
@@ -113,9 +115,9 @@ export const serverRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHoo
     },
   }),
   async (c) => {
-    const { fleet, status, state, hostname, limit, cursor } = c.req.valid("query");
+    const { fleet, status, state, hostname, label, limit, cursor } = c.req.valid("query");
     const after = decodeCursor(cursor, 2);
-    const rows = await searchServers(c.env, { fleet, status, state, hostname }, after ? [after[0], after[1]] : null, limit);
+    const rows = await searchServers(c.env, { fleet, status, state, hostname, labels: label }, after ? [after[0], after[1]] : null, limit);
     const { items, next_cursor } = page(rows, limit, (r) => [r.hostname, r.id]);
     return c.json({ items: items.map(serverSummary), next_cursor }, 200);
   },
@@ -178,7 +180,7 @@ export const serverRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHoo
     path: "/{id}",
     operationId: "patchServer",
     tags: ["servers"],
-    summary: "Change a server's FleetLock id, reboot group and/or roles (a role change re-plans it unless pinned)",
+    summary: "Change a server's FleetLock id, reboot group, roles (a role change re-plans it unless pinned) and/or labels (merged)",
     security: bearer,
     middleware: [requireScope("write")] as const,
     request: { params: serverIdParam, body: jsonBody(ServerPatch) },

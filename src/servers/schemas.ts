@@ -3,6 +3,7 @@ import { LIFECYCLE_ORDERS, PLAN_MODES, SERVER_KINDS, SERVER_STATES } from "../do
 import { MAX_REASON_LENGTH, MAX_SERVER_ROLES, MAX_WAIT_S } from "../domain/limits";
 import { fleetId, fleetlockId, groupName, roleName } from "../fleets/schemas";
 import { AgentStatusRow, DesiredConfig, serverStatus, StoredReport } from "../ledger/schemas";
+import { labelsPatchSchema, labelsSchema } from "./labels";
 import { HOSTNAME, isServerRef } from "./naming";
 
 const hostname = z.string().max(253).regex(HOSTNAME, "not a valid hostname");
@@ -16,6 +17,7 @@ export const ServerInput = z
       description: "managed (provisioned for us: decommission terminates) or manual (borrowed: decommission uninstalls, when nothing is assigned)",
     }),
     roles: z.array(roleName).max(MAX_SERVER_ROLES).default([]),
+    labels: labelsSchema.default({}),
     reboot_group: groupName.default("default"),
     fleetlock_id: fleetlockId.optional(),
   })
@@ -30,6 +32,7 @@ export const ServerSummary = z
     hostname: z.string(),
     kind: serverKind,
     roles: z.array(z.string()),
+    labels: z.record(z.string(), z.string()),
     reboot_group: z.string(),
     fleetlock_id: z.string().nullable(),
     state: serverState,
@@ -107,7 +110,7 @@ export const fleetOfHostname = {
 /** GET /v1/servers/{id}?wait=S: documented by hand, validated by the handler (see the route). */
 export const serverWaitQuery = z.object({ wait: z.coerce.number().int().min(0).max(MAX_WAIT_S).default(0) });
 
-/** PATCH /v1/servers/{id}: its reboot identity (FleetLock id, reboot group) and/or its roles. */
+/** PATCH /v1/servers/{id}: its reboot identity (FleetLock id, reboot group), its roles and/or its labels. */
 export const ServerPatch = z
   .strictObject({
     fleetlock_id: fleetlockId
@@ -120,9 +123,10 @@ export const ServerPatch = z
       .max(MAX_SERVER_ROLES)
       .optional()
       .openapi({ description: "The server's roles (replaced); the server is re-planned unless pinned" }),
+    labels: labelsPatchSchema.optional(),
   })
-  .refine((p) => p.fleetlock_id !== undefined || p.reboot_group !== undefined || p.roles !== undefined, {
-    message: "send fleetlock_id, reboot_group and/or roles",
+  .refine((p) => p.fleetlock_id !== undefined || p.reboot_group !== undefined || p.roles !== undefined || p.labels !== undefined, {
+    message: "send fleetlock_id, reboot_group, roles and/or labels",
   })
   .openapi("ServerPatch");
 export type ServerPatch = z.infer<typeof ServerPatch>;

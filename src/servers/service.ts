@@ -32,8 +32,9 @@ import { tagMatches, viewTag } from "../ledger/view-tag";
 import { ledgerOf, coordinatorOf } from "../objects/stubs";
 import { catchUpPlan, firstPlan, replanServer, setServerRoles } from "../planner/service";
 import type { ServerPatch } from "./schemas";
+import { sortedLabels, type Labels } from "./labels";
 import { refuseTakenHostname, serverIdOf } from "./naming";
-import { hostnamesIn, listServers, liveServerIdsOfFleet, type ServerFilter } from "./store";
+import { hostnamesIn, listServers, liveServerIdsOfFleet, sparseLabel, type ServerFilter } from "./store";
 import { viewWhenChanged } from "./wait";
 
 export interface RegisterInput {
@@ -41,6 +42,8 @@ export interface RegisterInput {
   hostname: string;
   kind: ServerRecord["kind"];
   roles: string[];
+  /** Enrollment passes the body's labels (already validated by labelsSchema) or none. */
+  labels?: Labels;
   reboot_group: string;
   fleetlock_id?: string;
 }
@@ -67,6 +70,7 @@ export async function registerServer(
     hostname: input.hostname.toLowerCase(),
     kind: input.kind,
     roles: input.roles,
+    labels: sortedLabels(input.labels ?? {}),
     reboot_group: input.reboot_group,
     fleetlock_id: input.fleetlock_id ?? null,
     state: "provisioning",
@@ -109,8 +113,9 @@ export async function serverIfChanged(
 }
 
 /** A page of the fleet-wide index by hostname (one more row than `limit` when another page exists). */
-export function searchServers(env: Env, filter: ServerFilter, after: [hostname: string, id: string] | null, limit: number) {
-  return listServers(getDb(env.DB), filter, after, limit);
+export async function searchServers(env: Env, filter: ServerFilter, after: [hostname: string, id: string] | null, limit: number) {
+  const db = getDb(env.DB);
+  return listServers(db, { ...filter, driveFrom: await sparseLabel(db, filter.fleet, filter.labels) }, after, limit);
 }
 
 /** The hostnames of these servers (removed ones included), for answers that name servers. */
@@ -143,13 +148,14 @@ export async function putDesiredConfig(env: Env, actor: string, id: string, requ
   return unwrap(await ledgerOf(env, id).putDesired(input, actor));
 }
 
-/** PATCH /v1/servers/{id}: the reboot identity first, then the roles (which re-plan the server). */
+/**
+ * PATCH /v1/servers/{id}: the labels first (refused before anything else is changed when the
+ * merge would exceed the limit), then the reboot identity, then the roles (which re-plan the server).
+ */
 export async function patchServer(env: Env, actor: string, id: string, patch: ServerPatch): Promise<ServerView> {
-  const { roles, ...identity } = patch;
-  let view =
-    identity.fleetlock_id !== undefined || identity.reboot_group !== undefined
-      ? await patchServerIdentity(env, actor, id, identity)
-      : null;
+  const { roles, labels, ...identity } = patch;
+  let view = labels !== undefined ? unwrap(await ledgerOf(env, id).setLabels(labels, { actor })).view : null;
+  if (identity.fleetlock_id !== undefined || identity.reboot_group !== undefined) view = await patchServerIdentity(env, actor, id, identity);
   if (roles !== undefined) view = (await setServerRoles(env, actor, id, roles)).view;
   return view!;
 }

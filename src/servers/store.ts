@@ -1,7 +1,8 @@
-import { and, asc, eq, getTableColumns, gt, gte, inArray, lt, ne, notInArray, sql, type SQL } from "drizzle-orm";
+import { and, asc, count, eq, getTableColumns, gt, gte, inArray, lt, ne, notInArray, sql, type SQL } from "drizzle-orm";
 import { unionAll } from "drizzle-orm/sqlite-core";
 import type { Db } from "../db/client";
-import { servers } from "../db/schema";
+import { serverLabels, servers } from "../db/schema";
+import { labelConditions, type LabelTerm } from "./labels";
 import type { ServerView } from "../ledger/durable-object";
 import { iso, isoOrNull } from "../lib/time";
 import { statusAt, statusIs } from "./staleness";
@@ -15,6 +16,7 @@ export function serverSummary(row: ServerRow) {
     hostname: row.hostname,
     kind: row.kind,
     roles: row.roles,
+    labels: row.labels,
     reboot_group: row.rebootGroup,
     fleetlock_id: row.fleetlockId,
     state: row.state,
@@ -34,6 +36,7 @@ export function serverDetail(v: ServerView) {
     hostname: r.hostname,
     kind: r.kind,
     roles: r.roles,
+    labels: r.labels ?? {},
     reboot_group: r.reboot_group,
     fleetlock_id: r.fleetlock_id,
     state: r.state,
@@ -73,7 +76,41 @@ export interface ServerFilter {
   state?: ServerRow["state"];
   /** Exact, or a prefix when it ends in `*`. */
   hostname?: string;
+  /** Every term must hold. */
+  labels?: LabelTerm[];
+  /**
+   * One of `labels` held by few servers of the fleet (sparseLabel): the page is read from that
+   * label's entries (then sorted) rather than by walking the fleet in hostname order.
+   */
+  driveFrom?: LabelTerm;
 }
+
+/** Label entries a term may have for the page to be read from them (and sorted) instead of by hostname. */
+export const SPARSE_LABEL_ROWS = 200;
+
+/**
+ * The term with the fewest servers in the fleet, when it has at most SPARSE_LABEL_ROWS: a page
+ * driven from its entries reads at most that many (and as many servers), where a walk in hostname
+ * order would read the fleet to find them. A common label (a zone: a quarter of the fleet) is
+ * better walked, each server checked by primary key: a page of 20 reads about 80. Each probe reads
+ * at most SPARSE_LABEL_ROWS + 1 index entries.
+ */
+export async function sparseLabel(db: Db, fleet: string | undefined, terms: LabelTerm[] | undefined): Promise<LabelTerm | undefined> {
+  if (!fleet || !terms?.length) return undefined;
+  let best: { term: LabelTerm; n: number } | undefined;
+  for (const term of terms) {
+    const entries = db
+      .select({ one: sql`1` })
+      .from(serverLabels)
+      .where(and(eq(serverLabels.fleetId, fleet), eq(serverLabels.key, term.key), term.value === undefined ? undefined : eq(serverLabels.value, term.value)))
+      .limit(SPARSE_LABEL_ROWS + 1)
+      .as("entries");
+    const [{ n }] = await db.select({ n: count() }).from(entries);
+    if (n <= SPARSE_LABEL_ROWS && (!best || n < best.n)) best = { term, n };
+  }
+  return best?.term;
+}
+
 
 /** Hostnames are lowercase ASCII: every one with the prefix sorts below prefix + this. */
 const AFTER_PREFIX = "\u{10FFFF}";
@@ -89,6 +126,8 @@ export function listServers(db: Db, filter: ServerFilter, after: [hostname: stri
     if (name.endsWith("*")) conds.push(gte(servers.hostname, name.slice(0, -1)), lt(servers.hostname, name.slice(0, -1) + AFTER_PREFIX));
     else conds.push(eq(servers.hostname, name));
   }
+  const drive = filter.fleet && filter.status !== "stale" ? filter.driveFrom : undefined;
+  conds.push(...labelConditions(filter.labels?.filter((t) => t !== drive), servers.id));
   if (after) conds.push(sql`(${servers.hostname}, ${servers.id}) > (${after[0]}, ${after[1]})`);
   const columns = { ...getTableColumns(servers), status: statusAt(now) };
   const ordered = [asc(servers.hostname), asc(servers.id)];
@@ -96,6 +135,25 @@ export function listServers(db: Db, filter: ServerFilter, after: [hostname: stri
   if (filter.status !== "stale") {
     // Staleness is read from stale_at, never stored by the cron (./staleness.ts).
     const status = filter.status ? statusIs(filter.status, now) : undefined;
+    if (drive) {
+      // CROSS JOIN: SQLite keeps the label's entries as the outer loop (server_labels_fleet_key_value_idx).
+      return db
+        .select(columns)
+        .from(serverLabels)
+        .crossJoin(servers)
+        .where(
+          and(
+            eq(serverLabels.fleetId, filter.fleet!),
+            eq(serverLabels.key, drive.key),
+            drive.value === undefined ? undefined : eq(serverLabels.value, drive.value),
+            eq(servers.id, serverLabels.serverId),
+            status,
+            ...conds,
+          ),
+        )
+        .orderBy(...ordered)
+        .limit(limit + 1);
+    }
     // With a status: servers_fleet_status_hostname_idx holds the page in order, so it reads its own rows.
     return db.select(columns).from(servers).where(and(inFleet, status, ...conds)).orderBy(...ordered).limit(limit + 1);
   }

@@ -5,7 +5,7 @@ import { hasScope, requireScope } from "../auth/principal";
 import { DomainError } from "../domain/errors";
 import { actorOf } from "../domain/principal";
 import { backgroundOf } from "../http/background";
-import { bearer, commonErrors, etagHeader, jsonBody, jsonResponse, notFoundError, conflictError } from "../http/openapi";
+import { bearer, commonErrors, etagHeader, jsonBody, jsonResponse, locationHeader, notFoundError, conflictError } from "../http/openapi";
 import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
 import { fleetParam } from "../intent/schemas";
@@ -132,7 +132,10 @@ export const specRoutes = new OpenAPIHono<AppEnv>({ defaultHook: specHook })
       },
       responses: {
         200: { ...jsonResponse(SpecApplied, "Applied (or equal: changed false); `etag` is the fleet's spec tag now"), headers: specTag },
-        201: { ...jsonResponse(SpecApplied, "The fleet did not exist and was created from the spec"), headers: specTag },
+        201: {
+          ...jsonResponse(SpecApplied, "The fleet did not exist and was created from the spec"),
+          headers: specTag.extend(locationHeader("The fleet the spec created").shape),
+        },
         ...commonErrors,
         ...notFoundError,
         ...conflictError("concurrent_change: the fleet kept changing; retry"),
@@ -151,6 +154,8 @@ export const specRoutes = new OpenAPIHono<AppEnv>({ defaultHook: specHook })
         ifNoneMatch: c.req.valid("header")["if-none-match"],
       });
       c.header("ETag", out.etag);
-      return out.created ? c.json(out, 201) : c.json(out, 200);
+      if (!out.created) return c.json(out, 200);
+      c.header("Location", `/v1/fleets/${encodeURIComponent(fleet)}`);
+      return c.json(out, 201);
     },
   );

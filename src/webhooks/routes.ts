@@ -3,7 +3,7 @@ import { requireScope } from "../auth/principal";
 import { actorOf } from "../domain/principal";
 import { fleetId } from "../fleets/schemas";
 import { limitBodies } from "../http/content";
-import { bearer, commonErrors, conflictError, jsonBody, jsonResponse, notFoundError } from "../http/openapi";
+import { bearer, commonErrors, conflictError, createdResponse, jsonBody, jsonResponse, notFoundError } from "../http/openapi";
 import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
 import { DeliverySchema, MAX_WEBHOOK_BODY_BYTES, WebhookCreatedSchema, WebhookInputSchema, WebhookSchema } from "./schemas";
@@ -30,7 +30,7 @@ export const webhookApi = webhookRoutes
       middleware: [requireScope("write")] as const,
       request: { params: fleetParam, body: jsonBody(WebhookInputSchema) },
       responses: {
-        201: jsonResponse(WebhookCreatedSchema, "Created; the secret is never shown again"),
+        201: createdResponse(WebhookCreatedSchema, "Created; the secret is never shown again", "The webhook's URL (GET answers it, never its secret)"),
         ...commonErrors,
         ...notFoundError,
         ...conflictError("The fleet has as many webhooks as it may (`too_many_webhooks`)"),
@@ -38,7 +38,10 @@ export const webhookApi = webhookRoutes
     }),
     async (c) => {
       const { fleet } = c.req.valid("param");
-      return c.json(await createWebhook(c.env, actorOf(c.var.principal), fleet, c.req.valid("json")), 201);
+      const created = await createWebhook(c.env, actorOf(c.var.principal), fleet, c.req.valid("json"));
+      // The answer wraps the webhook ({webhook, secret}), so its URL is named here.
+      c.header("Location", `/v1/fleets/${encodeURIComponent(fleet)}/webhooks/${encodeURIComponent(created.webhook.id)}`);
+      return c.json(created, 201);
     },
   )
   .openapi(

@@ -43,6 +43,7 @@ export async function serverDetailPage(v: View) {
             <dt>Fleet</dt><dd><a href={`/console?fleet=${encodeURIComponent(s.fleet)}`}>{s.fleet}</a></dd>
             <dt>Kind</dt><dd>{s.kind}</dd>
             <dt>Roles</dt><dd>{s.roles.join(", ") || "none"}</dd>
+            <dt>Labels</dt><dd>{Object.entries(s.labels ?? {}).map(([k, val]) => `${k}=${val}`).join(", ") || "none"}</dd>
             <dt>Generation</dt><dd>desired {s.desired_generation}, reported {s.reported_generation ?? "none yet"}</dd>
             <dt>Last report</dt><dd><Ago at={s.last_seen} /></dd>
             <dt>Planning</dt><dd>{s.planning.mode}{s.planning.pinned_by ? ` by ${s.planning.pinned_by}` : ""}</dd>

@@ -2,8 +2,9 @@
 /**
  * Servers: the list (GET /v1/servers: fleet, status, state; GET /v1/instances: agent, image) and
  * one server's page (server.tsx). A hostname is a prefix the API reads from its hostname index
- * (`hostname=prefix*`), so the page costs the same however large the fleet. The API has no role
- * filter: the console narrows the pages it reads (at most SCAN_PAGES of them) and says so.
+ * (`hostname=prefix*`), so the page costs the same however large the fleet. Labels go to the API
+ * as `label=` terms (its label index answers them). The API has no role filter: the console
+ * narrows the pages it reads (at most SCAN_PAGES of them) and says so.
  */
 import { Hono } from "hono";
 import { must, qs, type InProcessApp } from "../api";
@@ -16,6 +17,14 @@ const STATUSES = ["realized", "pending", "failed", "drifted", "unknown", "stale"
 const STATES = ["provisioning", "active", "unreachable", "decommissioning", "removed"];
 export const SCAN_PAGES = 5;
 const PAGE = 50;
+
+/** "zone=eu-1a, rack" (commas or spaces) as the API's repeated `label=` terms. */
+export function labelTerms(text: string | undefined): string[] {
+  return (text ?? "").split(/[\s,]+/).filter(Boolean);
+}
+const withLabels = (path: string, terms: string[]) =>
+  terms.length ? `${path}${path.includes("?") ? "&" : "?"}${terms.map((t) => `label=${encodeURIComponent(t)}`).join("&")}` : path;
+const labelsText = (labels: Record<string, string> | undefined) => Object.entries(labels ?? {}).map(([k, v]) => `${k}=${v}`);
 
 /** Reads pages of `path` until `want` rows pass `keep` or SCAN_PAGES pages were read. */
 export async function scan<T>(v: View, path: (cursor?: string) => string, keep: (row: T) => boolean, want: number, cursor?: string) {
@@ -34,7 +43,8 @@ export async function scan<T>(v: View, path: (cursor?: string) => string, keep: 
 async function serversPage(v: View) {
   if (!v.fleet) return render(v, "servers", "Servers", <NoFleet />);
   const q = v.c.req.query();
-  const f = { fleet: v.fleet, status: q.status, state: q.state, hostname: q.hostname?.trim(), role: q.role?.trim(), agent: q.agent?.trim(), image: q.image?.trim() };
+  const f = { fleet: v.fleet, status: q.status, state: q.state, hostname: q.hostname?.trim(), role: q.role?.trim(), agent: q.agent?.trim(), image: q.image?.trim(), labels: q.labels?.trim() };
+  const terms = labelTerms(f.labels);
   const params = { ...f, cursor: q.cursor };
   const byInstance = !!(f.agent || f.image);
   const host = f.hostname?.toLowerCase();
@@ -47,13 +57,14 @@ async function serversPage(v: View) {
       <Select name="status" label="Status" options={STATUSES} value={f.status} />
       <Select name="state" label="State" options={STATES} value={f.state} />
       <Field label="Role" name="role" value={f.role} size={10} />
+      <Field label="Labels" name="labels" value={f.labels} size={16} placeholder="zone=eu-1a, rack" />
       <Field label="Agent" name="agent" value={f.agent} size={10} />
       <Field label="Image" name="image" value={f.image} placeholder="registry/name:tag" />
     </Filters>
   );
   if (byInstance) {
     // /v1/instances has no fleet filter: rows of other fleets are left out here.
-    const path = (cursor?: string) => `/v1/instances${qs({ agent: f.agent, image: f.image, limit: 200, cursor })}`;
+    const path = (cursor?: string) => withLabels(`/v1/instances${qs({ agent: f.agent, image: f.image, limit: 200, cursor })}`, terms);
     const { rows, next } = await scan<any>(v, path, (r) => r.fleet === v.fleet, PAGE, q.cursor);
     return render(
       v,
@@ -81,7 +92,7 @@ async function serversPage(v: View) {
     );
   }
   const path = (cursor?: string) =>
-    `/v1/servers${qs({ fleet: v.fleet, status: f.status, state: f.state, hostname: prefix, limit: narrowed ? 200 : PAGE, cursor })}`;
+    withLabels(`/v1/servers${qs({ fleet: v.fleet, status: f.status, state: f.state, hostname: prefix, limit: narrowed ? 200 : PAGE, cursor })}`, terms);
   const keep = (s: any) => (!host || prefix || s.hostname.toLowerCase().startsWith(host)) && (!f.role || s.roles.includes(f.role));
   const { rows, next, pages } = await scan<any>(v, path, keep, PAGE, q.cursor);
   return render(
@@ -97,7 +108,7 @@ async function serversPage(v: View) {
           state and hostname prefix.
         </p>
       ) : null}
-      <Table id="servers" caption="Servers" head={["Hostname", "Status", "State", "Roles", "Reboot group", ["Generation", "num"], "Last report"]}>
+      <Table id="servers" caption="Servers" head={["Hostname", "Status", "State", "Roles", "Labels", "Reboot group", ["Generation", "num"], "Last report"]}>
         {rows.map((s) => (
           <tr>
             <td>
@@ -106,6 +117,10 @@ async function serversPage(v: View) {
             <td><Badge status={s.status} /></td>
             <td><Badge status={s.state} /></td>
             <td>{s.roles.join(", ") || <span class="muted">none</span>}</td>
+            <td class="labels">
+              {labelsText(s.labels).map((l) => <code class="label">{l}</code>)}
+              {labelsText(s.labels).length ? null : <span class="muted">none</span>}
+            </td>
             <td>{s.reboot_group}</td>
             <td class="num">
               {s.reported_generation ?? "—"}/{s.desired_generation}
