@@ -21,7 +21,7 @@ beforeAll(async () => {
 }, 120_000);
 
 afterAll(async () => {
-  for (const h of hosts) await h.stop();
+  for (const h of hosts) await h.dispose();
   server?.stop();
 });
 

@@ -4,7 +4,7 @@
  * podman containers or tarballs with hooks; and the agent updating itself from a pushed build.
  */
 import { createHash, randomBytes } from "node:crypto";
-import { chmodSync, existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
+import { chmodSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Readable } from "node:stream";
@@ -32,12 +32,13 @@ beforeAll(async () => {
 }, 120_000);
 
 afterAll(async () => {
-  for (const h of hosts) await h.stop();
+  for (const h of hosts) await h.dispose();
   server?.stop();
   for (const s of scopes) cleanPodman(s, []);
   cleanPodman(scope, []);
   // The images the agents loaded (named after this file's scope).
   await cleanImages(scope);
+  rmSync(work, { recursive: true, force: true });
 });
 
 /** `hm` in-process against the private server, as an operator runs it. */

@@ -31,7 +31,7 @@ beforeAll(async () => {
 }, 180_000);
 
 afterAll(async () => {
-  for (const h of hosts) await h.stop();
+  for (const h of hosts) await h.dispose();
   server?.stop();
   for (const s of scopes) cleanPodman(s, []);
   cleanPodman(scope, [image(1), image(2)]);

@@ -155,6 +155,12 @@ export class Host {
     if (this.child === child) child.kill("SIGKILL");
   }
 
+  /** Stops the agent and deletes the host's temp root (its copy of the executable is 100 MB). */
+  async dispose() {
+    await this.stop();
+    rmSync(this.root, { recursive: true, force: true });
+  }
+
   async exited(timeoutMs = 60_000): Promise<number | null> {
     return waitFor("the agent to exit", () => (this.child === null && this.exits.length > 0 ? { code: this.exits.at(-1)! } : null), timeoutMs).then((x) => x.code);
   }
