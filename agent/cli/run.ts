@@ -119,7 +119,7 @@ export async function runAgent(o: RunOptions): Promise<number> {
   const saveStatus = () => {
     if (o.trial) return;
     try {
-      state.write("status.json", status);
+      state.write("status.json", status, { durable: false });
     } catch (err) {
       log.warn(`status.json could not be written: ${messageOf(err)}`);
     }

@@ -65,18 +65,23 @@ export class StateDir {
     return JSON.parse(text) as T;
   }
 
-  write(name: string, value: unknown) {
+  /**
+   * `durable: false` for what only informs (status.json, rewritten every heartbeat): still whole or
+   * not at all, but not flushed to disk, which a crash may cost and nothing depends on.
+   */
+  write(name: string, value: unknown, { durable = true }: { durable?: boolean } = {}) {
     this.ensure();
     const target = this.path(name);
     const tmp = `${target}.tmp-${process.pid}`;
     const fd = openSync(tmp, "w", 0o600);
     try {
       writeSync(fd, `${JSON.stringify(value, null, 2)}\n`);
-      fsyncSync(fd);
+      if (durable) fsyncSync(fd);
     } finally {
       closeSync(fd);
     }
     renameSync(tmp, target);
+    if (!durable) return;
     // The rename is durable once the directory is.
     const dfd = openSync(this.dir, "r");
     try {
