@@ -3,6 +3,8 @@
  * - no import circles anywhere (src/, cli/, sim/, agent/, scripts/);
  * - the toolkits (src/http, src/objects/kit, src/db, src/domain, src/lib, src/env.ts) sit at the
  *   bottom: they import each other and packages, never a feature or the app above them.
+ * - the instruments (src/local: the cost meter, its D1 taps, the local entry) stay out of the
+ *   deployed worker: nothing else in src/ imports them.
  * Type-only imports count too: a circle of types is still a circle in the design.
  */
 const TOOLKITS = "^src/(http|objects/kit|db|domain|lib)/|^src/env[.]ts$";
@@ -23,6 +25,13 @@ module.exports = {
       comment: "Toolkits are the bottom layer: what they need from a feature is passed in by the caller (src/app.ts wires them).",
       from: { path: TOOLKITS },
       to: { path: "^src/", pathNot: TOOLKITS },
+    },
+    {
+      name: "instruments-stay-local",
+      severity: "error",
+      comment: "The deployed entry (src/index.ts) and everything it reaches run without the meter: only the local entry wraps them.",
+      from: { path: "^src/", pathNot: "^src/local/" },
+      to: { path: "^src/local/" },
     },
   ],
   options: {

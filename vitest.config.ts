@@ -1,6 +1,28 @@
 import { cloudflareTest, readD1Migrations } from "@cloudflare/vitest-plugin";
 import { defineConfig } from "vitest/config";
 
+/**
+ * The test files that read the local cost meter or its D1 statement counts (/__local/*): they run
+ * the local entry (src/local/index.ts: the same worker with its objects passed through the meter).
+ * Every other file runs the deployed entry (wrangler.toml's main, src/index.ts), instruments off.
+ */
+const METERED = [
+  "test/meter.test.ts",
+  "test/auth.test.ts",
+  "test/check-reads.test.ts",
+  "test/console-summary.test.ts",
+  "test/host-wait.test.ts",
+  "test/object-waits.test.ts",
+  "test/planning-api.test.ts",
+  "test/poll-heartbeat.test.ts",
+  "test/projection.test.ts",
+  "test/quiet-watch.test.ts",
+  "test/specs-cost.test.ts",
+  "test/staleness.test.ts",
+  "test/images-hosts.test.ts",
+  "test/labels.test.ts",
+];
+
 const ADMIN_TOKEN = "test-admin-token";
 
 export default defineConfig(async () => {
@@ -9,22 +31,25 @@ export default defineConfig(async () => {
   // binding below is what the tests use; this only satisfies that check.
   process.env.ADMIN_TOKEN ??= ADMIN_TOKEN;
   const migrations = await readD1Migrations("./migrations");
+  const worker = (main?: string) =>
+    cloudflareTest({
+      wrangler: { configPath: "./wrangler.toml" },
+      ...(main ? { main } : {}),
+      miniflare: {
+        // ACCESS_LOG "on": a line per request, as locally before the deployed default became "writes".
+        bindings: { ADMIN_TOKEN, TEST_MIGRATIONS: migrations, ALLOW_LOOPBACK_HTTP: "1", ACCESS_LOG: "on" },
+      },
+    });
+  const shared = { setupFiles: ["./test/setup.ts"], testTimeout: 30_000 };
   return {
-    plugins: [
-      cloudflareTest({
-        wrangler: { configPath: "./wrangler.toml" },
-        miniflare: {
-          bindings: { ADMIN_TOKEN, TEST_MIGRATIONS: migrations, LOCAL_COUNTERS: "1", ALLOW_LOOPBACK_HTTP: "1" },
-        },
-      }),
-    ],
     test: {
-      include: ["test/**/*.test.ts"],
-      setupFiles: ["./test/setup.ts"],
-      testTimeout: 30_000,
       // The worker's one-line-per-request access log would drown the test output; tests that
       // check it spy on console.log, which sees every line whatever is printed.
       onConsoleLog: (log: string) => !log.includes('"msg":"request"'),
+      projects: [
+        { plugins: [worker()], test: { name: "worker", include: ["test/**/*.test.ts"], exclude: METERED, ...shared } },
+        { plugins: [worker("./src/local/index.ts")], test: { name: "metered", include: METERED, ...shared } },
+      ],
     },
   };
 });

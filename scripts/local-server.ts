@@ -5,13 +5,14 @@
 // all start their servers here.
 import { spawn, spawnSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 
 const root = resolve(import.meta.dirname, "..");
 const wrangler = resolve(root, "node_modules/.bin/wrangler");
+const LOCAL_ENTRY = "src/local/index.ts";
 
 export const freePort = () =>
   new Promise<number>((res, rej) => {
@@ -49,6 +50,11 @@ export interface LocalServerOptions {
   /** More `wrangler dev` arguments (`--test-scheduled`, `--var NAME:value`, …). */
   devArgs?: string[];
   /**
+   * Run the local entry (src/local/index.ts): the same worker with the cost meter and the D1 taps,
+   * and their routes /__local/meter and /__local/d1-statements (benchmarks, cost runs).
+   */
+  metered?: boolean;
+  /**
    * PARK_TRUST_S: wrangler dev never tells the worker that a client went away, so a parked
    * FleetLock request is believed for this long (docs/fleetlock.md).
    */
@@ -72,6 +78,27 @@ export async function startLocalServer(options: LocalServerOptions = {}): Promis
 
 class PortTaken extends Error {}
 
+/**
+ * The names of the worker's vars and required secrets in a wrangler config. wrangler dev takes
+ * them from its own environment over every file and `--var` (with `[secrets]` declared it reads
+ * process.env), so a caller's exported ADMIN_TOKEN would replace the token this server wrote for
+ * itself, and an exported ACCESS_LOG the benchmark's setting.
+ */
+export function workerSettingNames(config: string): string[] {
+  const toml = readFileSync(config, "utf8");
+  const section = (name: string) => new RegExp(`^\\[${name}\\]\\s*$([\\s\\S]*?)(?=^\\[|(?![\\s\\S]))`, "m").exec(toml)?.[1] ?? "";
+  const vars = [...section("vars").matchAll(/^([A-Za-z_][A-Za-z0-9_]*)\s*=/gm)].map((m) => m[1]);
+  const secrets = [.../required\s*=\s*\[([^\]]*)\]/.exec(section("secrets"))?.[1].matchAll(/"([^"]+)"/g) ?? []].map((m) => m[1]);
+  return [...new Set([...vars, ...secrets, "ADMIN_TOKEN"])];
+}
+
+/** The caller's environment less the worker's own settings (workerSettingNames), for wrangler. */
+function wranglerEnv(config: string): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = { ...process.env, CI: "true" };
+  for (const name of workerSettingNames(config)) delete env[name];
+  return env;
+}
+
 async function startOnce({
   label = "local",
   startTimeoutMs = 90_000,
@@ -80,12 +107,14 @@ async function startOnce({
   health = "/healthz",
   devArgs = [],
   parkTrustS = 30,
+  metered = false,
 }: LocalServerOptions): Promise<LocalServer> {
   const port = await freePort();
   const persist = reuse?.persist ?? mkdtempSync(join(tmpdir(), `harbormaster-${label}-`));
   const admin = reuse?.admin ?? randomBytes(24).toString("base64url");
   const envFile = join(persist, "server.vars");
-  writeFileSync(envFile, `ADMIN_TOKEN=${admin}\n${config ? "" : `PARK_TRUST_S=${parkTrustS}\nALLOW_LOOPBACK_HTTP=1\n`}`, { mode: 0o600 });
+  // ACCESS_LOG: a line per request locally (the deployed default logs writes only); `--var` wins.
+  writeFileSync(envFile, `ADMIN_TOKEN=${admin}\n${config ? "" : `PARK_TRUST_S=${parkTrustS}\nALLOW_LOOPBACK_HTTP=1\nACCESS_LOG=on\n`}`, { mode: 0o600 });
   if (!config) {
     const migrate = spawnSync(wrangler, ["d1", "migrations", "apply", "DB", "--local", "--persist-to", persist], {
       cwd: root,
@@ -96,9 +125,9 @@ async function startOnce({
   }
   const child = spawn(
     wrangler,
-    ["dev", ...(config ? ["--config", config] : []), "--ip", "127.0.0.1", "--port", String(port), "--persist-to", persist,
+    ["dev", ...(metered ? [LOCAL_ENTRY] : []), ...(config ? ["--config", config] : []), "--ip", "127.0.0.1", "--port", String(port), "--persist-to", persist,
       "--env-file", envFile, "--log-level", "error", "--show-interactive-dev-session=false", ...devArgs],
-    { cwd: root, stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, CI: "true" }, detached: true },
+    { cwd: root, stdio: ["ignore", "pipe", "pipe"], env: wranglerEnv(config ?? resolve(root, "wrangler.toml")), detached: true },
   );
   let log = "";
   child.stdout.on("data", (d: Buffer) => (log += d));
@@ -134,7 +163,8 @@ async function startOnce({
 }
 
 if (import.meta.url === `file://${process.argv[1]}`) {
-  const s = await startLocalServer();
+  // `node scripts/local-server.ts --metered`: the local entry, meter and D1 taps on.
+  const s = await startLocalServer({ metered: process.argv.includes("--metered") });
   console.log(JSON.stringify({ url: s.url, token: s.admin }));
   for (const sig of ["SIGINT", "SIGTERM"]) process.on(sig, () => (s.stop(), process.exit(0)));
 }

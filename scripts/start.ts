@@ -60,7 +60,8 @@ function migrationSummary(output: string): string {
 // wrangler dev never tells the worker that a client went away (docs/fleetlock.md, "Places are
 // durable"): parked FleetLock requests are believed for LOCAL_PARK_TRUST_S only.
 // Webhooks and external gate checks may reach a receiver on this machine over plain HTTP.
-const local = ["--var", `PARK_TRUST_S:${LOCAL_PARK_TRUST_S}`, "--var", "ALLOW_LOOPBACK_HTTP:1"];
+// A line per request locally, as before the deployed default became "writes" (wrangler.toml).
+const local = ["--var", `PARK_TRUST_S:${LOCAL_PARK_TRUST_S}`, "--var", "ALLOW_LOOPBACK_HTTP:1", "--var", "ACCESS_LOG:on"];
 const dev = spawn(
   wrangler,
   ["dev", "--ip", "127.0.0.1", "--port", port, ...local, ...(cron && !devArgs.includes("--test-scheduled") ? ["--test-scheduled"] : []), ...devArgs],

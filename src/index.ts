@@ -2,22 +2,17 @@ import type { Env } from "./env";
 import { createApp } from "./app";
 import { errorFields, logLine } from "./lib/log";
 import { runScheduled } from "./scheduled";
-import { ServerLedger as Ledger } from "./ledger/durable-object";
-import { RebootCoordinator as Coordinator } from "./fleetlock/durable-object";
-import { Rollout as RolloutObject } from "./rollouts/durable-object";
-import { ConsoleFeed as Feed } from "./console/feed-object";
-import { metered, meteredWorker } from "./objects/kit/meter";
 
-// The objects and the Worker pass the local cost meter (src/objects/kit/meter.ts), which counts
-// only where LOCAL_COUNTERS is "1" and otherwise passes every call straight through.
-export class ServerLedger extends metered(Ledger, "ServerLedger") {}
-export class RebootCoordinator extends metered(Coordinator, "RebootCoordinator") {}
-export class Rollout extends metered(RolloutObject, "Rollout") {}
-export class ConsoleFeed extends metered(Feed, "ConsoleFeed") {}
+// The deployed entry: the objects as they are, the Worker's handler as it is. The local entry
+// (src/local/index.ts) wraps the same in the cost meter for benchmarks and cost runs.
+export { ServerLedger } from "./ledger/durable-object";
+export { RebootCoordinator } from "./fleetlock/durable-object";
+export { Rollout } from "./rollouts/durable-object";
+export { ConsoleFeed } from "./console/feed-object";
 
 const app = createApp();
 
-export default meteredWorker({
+export default {
   fetch: app.fetch,
   async scheduled(controller, env, ctx) {
     const started = Date.now();
@@ -28,4 +23,4 @@ export default meteredWorker({
       ),
     );
   },
-} satisfies ExportedHandler<Env>);
+} satisfies ExportedHandler<Env>;

@@ -6,7 +6,8 @@
 import { env } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { checkServerAgents } from "../src/check/drift";
-import { d1RowsInto, getDb } from "../src/db/client";
+import { getDb } from "../src/db/client";
+import { d1RowsInto } from "../src/local/d1-taps";
 import { createFleet } from "./helpers";
 
 describe("the drift check of a large, healthy fleet", () => {

@@ -182,11 +182,14 @@ export function report(generation: number, agents: { name: string; image: string
 }
 
 /**
- * D1 statement counters from the local-only /__local/d1-statements (LOCAL_COUNTERS is "1" in the
- * tests; the worker, ledgers and tests share one isolate here).
+ * D1 statement counters from /__local/d1-statements, which only the local entry serves: a test file
+ * that reads them is listed in vitest.config.ts's METERED (the worker, ledgers and tests share one
+ * isolate here).
  */
 export async function d1Statements() {
-  return (await call("GET", "/__local/d1-statements", { token: null })).json as { reads: number; writes: number };
+  const res = await call("GET", "/__local/d1-statements", { token: null });
+  if (res.status !== 200) throw new Error("no /__local/d1-statements: list this test file in vitest.config.ts's METERED");
+  return res.json as { reads: number; writes: number };
 }
 
 /** Waits until the ledger's outbox has delivered what a report enqueued (or tried to). */

@@ -1,7 +1,7 @@
 import { evictDurableObject, runInDurableObject, SELF } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { viewWaitRequest } from "../src/ledger/waits";
-import { meterReading } from "../src/objects/kit/meter";
+import { meterReading } from "../src/local/meter";
 import { LOOK_AGAIN_AT } from "../src/objects/kit/wake";
 import { BASE, call, createFleet, registerServer, report } from "./helpers";
 import { ledger, sleep } from "./channel-helpers";
@@ -16,7 +16,7 @@ async function until(pred: () => Promise<boolean>, ms = 5_000) {
   }
 }
 
-/** The cost meter's reading of one server's ledger (the tests run with LOCAL_COUNTERS on). */
+/** The cost meter's reading of one server's ledger (this file runs the local entry: vitest.config.ts). */
 const ledgerMeter = (id: string) =>
   (meterReading().objects.ServerLedger as { by_instance: Record<string, any> }).by_instance[ledger(id).id.toString()];
 

@@ -267,4 +267,20 @@ describe("the access log switch", () => {
     expect(text).not.toContain("quiet-1");
     expect(text).toContain("loud-1");
   });
+
+  it("writes a request line only for requests that may change state or failed on the server, as deployed (writes)", async () => {
+    const log = vi.spyOn(console, "log");
+    const errors = vi.spyOn(console, "error");
+    const admin = { Authorization: `Bearer ${ADMIN}` };
+    const failing = new Proxy(env.DB, {
+      get: (target, prop) => (prop === "prepare" || prop === "batch" ? () => { throw new Error("D1_ERROR: simulated outage"); } : Reflect.get(target, prop)),
+    });
+    await withEnv({ ACCESS_LOG: "writes" }, "/v1/fleets", { headers: { ...admin, "X-Request-Id": "read-1" } });
+    await withEnv({ ACCESS_LOG: "writes" }, "/v1/fleets", { method: "POST", body: JSON.stringify({ id: "written-fleet-1x" }), headers: { ...admin, "Content-Type": "application/json", "X-Request-Id": "write-1" } });
+    await withEnv({ ACCESS_LOG: "writes", DB: failing }, "/v1/fleets", { headers: { ...admin, "X-Request-Id": "broken-1" } });
+    const lines = [...log.mock.calls, ...errors.mock.calls].map((args) => String(args[0])).filter((l) => l.includes('"msg":"request"'));
+    expect(lines.some((l) => l.includes("read-1"))).toBe(false);
+    expect(lines.some((l) => l.includes("write-1"))).toBe(true);
+    expect(lines.some((l) => l.includes("broken-1"))).toBe(true);
+  });
 });

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { BASE, call, checkedFetch, createFleet, registerServer } from "./helpers";
-import { r2Ops, resetR2Ops } from "../src/objects/kit/r2-meter";
+import { r2Ops, resetR2Ops } from "../src/local/r2-meter";
 import { apply } from "./specs-helpers";
 import { bytesOf, digestOf, imageName, register, storedImage } from "./image-helpers";
 

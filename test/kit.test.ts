@@ -89,6 +89,49 @@ describe("outbox", () => {
     });
   });
 
+  it("delivers an offered effect by the next flush without storing it or setting an alarm, leaves it to a stored one under its key, and drops it when D1 refuses", async () => {
+    await scratch(async (storage) => {
+      const s = new Scheduler(storage);
+      let statements = 0;
+      let delivered = 0;
+      let fail = false;
+      const db = () => getDb(env.DB);
+      const box = new Outbox<"row">(
+        storage,
+        s,
+        {
+          row: {
+            target: "d1",
+            statements: () => {
+              statements++;
+              if (fail) throw new Error("D1 refused");
+              return [db().select().from(auditLog).limit(1)];
+            },
+            delivered: () => void delivered++,
+          },
+        },
+        db,
+      );
+      box.offer("row", "k");
+      expect(box.pending()).toBe(0);
+      expect(s.dueAt(OUTBOX_TIMER)).toBeNull();
+      await box.flush();
+      expect([statements, delivered]).toEqual([1, 1]);
+      await box.flush();
+      expect(statements).toBe(1);
+      // A stored effect under the key pending: the offer rides on it (delivered once, by it).
+      box.enqueue("row", {}, { key: "k" });
+      box.offer("row", "k");
+      await box.flush();
+      expect([statements, delivered]).toEqual([2, 2]);
+      fail = true;
+      box.offer("row", "k");
+      await box.flush();
+      expect([statements, delivered, box.pending()]).toEqual([3, 2, 0]);
+      expect(s.dueAt(OUTBOX_TIMER)).toBeNull();
+    });
+  });
+
   it("holds an effect that answered NotYet until its time, whatever flushes come before", async () => {
     await scratch(async (storage) => {
       const s = new Scheduler(storage);

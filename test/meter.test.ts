@@ -1,10 +1,16 @@
-import { createExecutionContext, env, waitOnExecutionContext } from "cloudflare:test";
+import { env, runDurableObjectAlarm, runInDurableObject, SELF } from "cloudflare:test";
 import { eq } from "drizzle-orm";
 import { describe, expect, it } from "vitest";
-import { createApp } from "../src/app";
-import { countingD1, d1RowsInto, getDb, type D1Rows } from "../src/db/client";
+import { getDb } from "../src/db/client";
 import { fleets } from "../src/db/schema";
-import { metered, meterReading, resetMeter } from "../src/objects/kit/meter";
+import * as deployed from "../src/index";
+import { ServerLedger as Ledger } from "../src/ledger/durable-object";
+import { d1Counters, d1RowsInto, type D1Rows } from "../src/local/d1-taps";
+import * as local from "../src/local/index";
+import { metered, meterReading, resetMeter } from "../src/local/meter";
+import { LEASE_REFRESH_ROWS } from "../scripts/bench/lease-refresh";
+import { INDEX_LEASE_MS } from "../src/ledger/projection";
+import { ledger, openChannel, sleep as pause } from "./channel-helpers";
 import { BASE, call, createFleet, fireTimersNow, registerServer, report, settle, uniq } from "./helpers";
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -32,10 +38,10 @@ class Probe {
 }
 const MeteredProbe = metered(Probe as never, "Probe") as unknown as typeof Probe;
 
-function probe(local = "1") {
+function probe() {
   const id = uniq("probe");
   const waits: Promise<unknown>[] = [];
-  const instance = new MeteredProbe({ id: { toString: () => id }, waitUntil: (p) => void waits.push(p) }, { LOCAL_COUNTERS: local });
+  const instance = new MeteredProbe({ id: { toString: () => id }, waitUntil: (p) => void waits.push(p) }, {});
   return { id, instance, waits };
 }
 
@@ -70,10 +76,11 @@ describe("cost meter", () => {
     expect(probeReading(id)).toMatchObject({ alarm: 1, ws_messages: 20, rpc: 0, requests: 2 });
   });
 
-  it("passes straight through, counting nothing, unless LOCAL_COUNTERS is 1", async () => {
-    const { id, instance } = probe("");
-    expect(await instance.work(1)).toBe("done");
-    expect(probeReading(id)).toBeUndefined();
+  it("stays out of the deployed entry: its objects are the classes themselves and it has no local routes", async () => {
+    expect(deployed.ServerLedger).toBe(Ledger);
+    expect(local.ServerLedger).not.toBe(Ledger);
+    const res = await deployed.default.fetch(new Request(`${BASE}/__local/meter`), env, { waitUntil() {}, passThroughOnException() {}, props: {} } as never);
+    expect(res.status).toBe(404);
   });
 
   it("counts D1 rows read and written from each statement's meta, by sender, through raw() and batch() too", async () => {
@@ -83,7 +90,7 @@ describe("cost meter", () => {
     const fleet = (id: string) => ({ id, capabilities: {}, staleAfterS: 300, lockTtlS: 600, createdAt: Date.now() });
 
     // The same statements sent without the meter, for their meta.
-    const direct = countingD1(env.DB);
+    const direct = env.DB;
     const insert = await getDb(direct).insert(fleets).values(fleet(a)).run();
     expect(insert.meta.rows_written).toBeGreaterThan(0);
     await db.insert(fleets).values(fleet(b)).run();
@@ -92,7 +99,7 @@ describe("cost meter", () => {
     const select = await direct.prepare("SELECT id FROM fleets").all();
     expect(select.meta.rows_read).toBeGreaterThan(1);
     // drizzle reads through raw(), whose answer carries no meta.
-    await countingD1(d1RowsInto(env.DB, rows)).prepare("SELECT id FROM fleets").raw();
+    await d1RowsInto(env.DB, rows).prepare("SELECT id FROM fleets").raw();
     expect(rows.rowsRead).toBe(insert.meta.rows_read + select.meta.rows_read);
     await db.batch([db.select().from(fleets).where(eq(fleets.id, a)), db.select().from(fleets).where(eq(fleets.id, b))]);
     expect(rows.statements).toBe(4);
@@ -128,20 +135,84 @@ describe("cost meter", () => {
     expect(storageOf()).toMatchObject({ rows_written: 0 });
   });
 
-  it("serves the meter only where LOCAL_COUNTERS is 1, and DELETE starts a new window", async () => {
-    const app = createApp();
-    const ask = async (method: string, local: string) => {
-      const ctx = createExecutionContext();
-      const res = await app.request(`${BASE}/__local/meter`, { method }, { ...env, LOCAL_COUNTERS: local }, ctx);
-      await waitOnExecutionContext(ctx);
-      return res;
+  it("counts each setAlarm as a storage row written: the quiet watch re-arming when its timer finds a newer report", async () => {
+    const fleet = await createFleet({ stale_after_s: 120 });
+    const s = await registerServer(fleet.id);
+    const stub = env.LEDGER.get(env.LEDGER.idFromName(s.id));
+    expect((await call("PUT", "/v1/agent/inventory", { token: s.token, body: report(1, []) })).status).toBe(200);
+    await settle(s.id);
+    // The watch's timer made due now (the host reported since it was set): firing it re-arms it.
+    await runInDurableObject(stub, async (_i, state) => {
+      state.storage.sql.exec("UPDATE _timers SET due_at = ? WHERE name = 'quiet'", Date.now() - 1);
+      await state.storage.setAlarm(Date.now() - 1);
+    });
+    resetMeter();
+    await runDurableObjectAlarm(stub);
+    const storage = (meterReading().objects.ServerLedger as { by_instance: Record<string, any> }).by_instance[stub.id.toString()].storage;
+    expect(storage.alarms_set).toBe(1);
+    expect(storage.rows_written).toBeGreaterThanOrEqual(1);
+    expect(storage.stored_bytes).toBeGreaterThan(0);
+  });
+
+  it("measures a connected host's lease refresh at what the cost benchmark adds once a lease, and a report within the lease at no row written", async () => {
+    const fleet = await createFleet({ stale_after_s: 300 });
+    const s = await registerServer(fleet.id);
+    const ch = await openChannel(s.token, { generation: 1 });
+    const send = async (id: string) => {
+      ch.send({ type: "report", v: 1, id, report: report(1, []) });
+      expect((await ch.next("ack")).status).toBe(200);
+      await settle(s.id);
     };
-    expect((await ask("GET", "")).status).toBe(404);
-    expect((await ask("DELETE", "")).status).toBe(404);
+    await send("first");
+    // The first report's console notice leaves the outbox after its rate window.
+    await pause(700);
+    while (await runDurableObjectAlarm(ledger(s.id)));
+    const reading = () => (meterReading().objects.ServerLedger as { by_instance: Record<string, any> }).by_instance[ledger(s.id).id.toString()];
+    resetMeter();
+    await send("within the lease");
+    const steady = reading();
+    expect(steady.d1.rows_written + steady.storage.rows_written).toBe(0);
+    await runInDurableObject(ledger(s.id), (_i, state) => {
+      const mark = state.storage.kv.get<any>("projected");
+      state.storage.kv.put("projected", { ...mark, last_seen_written: mark.last_seen_written - INDEX_LEASE_MS });
+    });
+    await pause(5);
+    resetMeter();
+    await send("past the lease");
+    const refresh = reading();
+    expect({ d1RowsWritten: refresh.d1.rows_written, d1RowsRead: refresh.d1.rows_read, doRowsWritten: refresh.storage.rows_written, doRowsRead: refresh.storage.rows_read - steady.storage.rows_read }).toEqual(LEASE_REFRESH_ROWS);
+    expect(await runInDurableObject(ledger(s.id), (_i, state) => state.storage.getAlarm())).toBeNull();
+    ch.close();
+  });
+
+  it("counts console lines by kind and the Worker's writes, for Workers Logs", async () => {
+    resetMeter();
+    await createFleet();
+    await SELF.fetch(`${BASE}/healthz`);
+    console.log(JSON.stringify({ level: "info", msg: "request", note: "an access line" }));
+    console.warn("a warning");
+    const reading = meterReading();
+    expect(reading.worker).toMatchObject({ requests: 2, write_requests: 1 });
+    expect(reading.logs.lines).toBeGreaterThanOrEqual(2);
+    expect(reading.logs.access_lines).toBeGreaterThanOrEqual(1);
+    expect(reading.logs.lines - reading.logs.access_lines).toBeGreaterThanOrEqual(1);
+    expect(reading.d1_stored_bytes).toBeGreaterThan(0);
+  });
+
+  it("counts the statements the Worker and the objects send, by kind, at /__local/d1-statements", async () => {
+    const before = { ...d1Counters };
+    await createFleet();
+    const served = (await (await SELF.fetch(`${BASE}/__local/d1-statements`)).json()) as { reads: number; writes: number };
+    expect(served.writes).toBeGreaterThan(before.writes);
+    expect(served).toEqual(d1Counters);
+  });
+
+  it("serves the meter in the local entry, and DELETE starts a new window", async () => {
+    const ask = (method: string) => SELF.fetch(`${BASE}/__local/meter`, { method });
     const { id, instance } = probe();
     await instance.work(1);
-    expect((await ask("DELETE", "1")).status).toBe(200);
-    const after = (await (await ask("GET", "1")).json()) as { window: { ms: number }; objects: Record<string, { by_instance: object }> };
+    expect((await ask("DELETE")).status).toBe(200);
+    const after = (await (await ask("GET")).json()) as { window: { ms: number }; objects: Record<string, { by_instance: object }> };
     expect(after.window.ms).toBeLessThan(5_000);
     expect(after.objects.Probe.by_instance).not.toHaveProperty(id);
   });

@@ -85,13 +85,4 @@ describe("/metrics: gauges from durable state", () => {
     await waitOnExecutionContext(ctx);
     expect(res.status).toBe(200);
   });
-
-  it("keeps D1 statement counts off /metrics, on a route that exists only where LOCAL_COUNTERS is set", async () => {
-    const local = await call("GET", "/__local/d1-statements", { token: null });
-    expect(local.json).toMatchObject({ reads: expect.any(Number), writes: expect.any(Number) });
-    const ctx = createExecutionContext();
-    const res = await createApp().request(`${BASE}/__local/d1-statements`, {}, { ...env, LOCAL_COUNTERS: "" }, ctx);
-    await waitOnExecutionContext(ctx);
-    expect(res.status).toBe(404);
-  });
 });

@@ -5,7 +5,7 @@
  */
 import { evictDurableObject, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import { meterReading } from "../src/objects/kit/meter";
+import { meterReading } from "../src/local/meter";
 import { call } from "./helpers";
 import { coordinator, fleetWithKey, park, putGroup, registerClients, sleep, until, view, zincati } from "./fleetlock-helpers";
 import { fleetWithAgent, getRollout, reconcileApplying, rolloutStub, startRollout } from "./rollout-helpers";

@@ -1,20 +1,43 @@
 // The bill of `npm run bench -- cost` (./scenarios/cost.ts): the local meter's readings
-// (src/objects/kit/meter.ts) turned into usage per host-month, priced at ./prices.ts, itemized per
+// (src/local/meter.ts) turned into usage per host-month, priced at ./prices.ts, itemized per
 // transport and compared side by side with the bill measured before the host channel.
 import type { SimSummary } from "../../sim/simulator.ts";
 import type { BenchContext } from "./run.ts";
-import { DO_GB, MONTH_S, PRICES, PRICES_READ_ON, type Price } from "./prices.ts";
+import { deployedLogging, describeLogging, type Logging } from "./logging.ts";
+import { DO_GB, MONTH_S, PRICES, PRICES_READ_ON, STORED_GB, type Price } from "./prices.ts";
 
 export const FLEETS = [1_000, 10_000, 100_000];
 
 export interface Rows { statements: number; rows_read: number; rows_written: number }
-export interface ClassReading { requests: number; awake_ms: number; idle_tail_ms: number; instances: number; d1: Rows; storage: { rows_read: number; rows_written: number }; methods: Record<string, { calls: number; ms: number }> }
-export interface Reading { window: { ms: number }; worker: { requests: number; scheduled: number; d1: Rows }; objects: Record<string, ClassReading>; d1_unattributed: Rows; d1_rows_metered: boolean }
+export interface ClassReading {
+  requests: number; rpc: number; fetch: number; alarm: number; ws_messages: number; ws_events: number;
+  awake_ms: number; idle_tail_ms: number; instances: number; d1: Rows;
+  storage: { rows_read: number; rows_written: number; alarms_set: number; stored_bytes: number };
+  methods: Record<string, { calls: number; ms: number }>;
+}
+export interface Reading {
+  window: { ms: number };
+  worker: { requests: number; write_requests: number; scheduled: number; d1: Rows };
+  logs: { lines: number; access_lines: number; cron_lines: number };
+  objects: Record<string, ClassReading>;
+  d1_unattributed: Rows;
+  d1_rows_metered: boolean;
+  d1_stored_bytes: number;
+}
 export interface Window { name: string; s: number; reading: Reading; cpuMs: number | null; idleCpuMs: number }
 
-export const ITEMS = ["workerRequests", "workerCpuMs", "doRequests", "doGbSeconds", "doRowsRead", "doRowsWritten", "d1RowsRead", "d1RowsWritten"] as const;
+export const ITEMS = [
+  "workerRequests", "workerCpuMs", "doRequests", "doGbSeconds", "doRowsRead", "doRowsWritten", "doStoredGbMonth",
+  "d1RowsRead", "d1RowsWritten", "d1StoredGbMonth", "logEvents",
+] as const;
 type Item = (typeof ITEMS)[number];
-export type Usage = Record<Item, number> & { doGbSecondsTail: number };
+/**
+ * Per window or per host-month: the billed items, and what the log events are made of, so the bill
+ * can price other logging settings than the deployed one (invocations: each writes an execution
+ * log where invocation logs are on; the access log's lines with ACCESS_LOG "on" and "writes"; the
+ * other console lines, errors and warnings, always written).
+ */
+export type Usage = Record<Item, number> & { doGbSecondsTail: number; invocations: number; accessLines: number; writeLines: number; otherLines: number; alarmsSet: number };
 export const LABEL: Record<Item, string> = {
   workerRequests: "Worker requests",
   workerCpuMs: "Worker CPU ms (estimate)",
@@ -23,8 +46,19 @@ export const LABEL: Record<Item, string> = {
   d1RowsRead: "D1 rows read",
   d1RowsWritten: "D1 rows written",
   doRowsRead: "DO storage rows read",
-  doRowsWritten: "DO storage rows written",
+  doRowsWritten: "DO storage rows written (each setAlarm one)",
+  doStoredGbMonth: "DO stored GB-month",
+  d1StoredGbMonth: "D1 stored GB-month",
+  logEvents: "Workers Logs events",
 };
+
+/** The log events of `u` with logging `l`: execution logs (if on) and console lines, sampled. */
+export function logEventsOf(u: Pick<Usage, "invocations" | "accessLines" | "writeLines" | "otherLines">, l: Logging) {
+  if (!l.enabled) return 0;
+  const access = l.accessLog === "on" ? u.accessLines : l.accessLog === "writes" ? u.writeLines : 0;
+  return l.headSamplingRate * ((l.invocationLogs ? u.invocations : 0) + access + u.otherLines);
+}
+const DEPLOYED = deployedLogging();
 
 /**
  * What the hosts used in a window. The cron's runs are left out: a deployment runs it once a
@@ -37,7 +71,20 @@ export function usageOf(w: Window): Usage {
   const sum = (f: (c: ClassReading) => number) => classes.reduce((n, c) => n + f(c), 0);
   const workerRequests = r.worker.requests;
   const doRequests = sum((c) => c.requests);
+  // The cron's invocations and its line are billed once per deployment (cronOf), not here.
+  const parts = {
+    invocations: workerRequests + sum((c) => c.rpc + c.fetch + c.alarm + c.ws_messages + c.ws_events),
+    accessLines: workerRequests,
+    writeLines: r.worker.write_requests,
+    otherLines: Math.max(0, r.logs.lines - r.logs.access_lines - r.logs.cron_lines),
+  };
   return {
+    ...parts,
+    alarmsSet: sum((c) => c.storage?.alarms_set ?? 0),
+    logEvents: logEventsOf(parts, DEPLOYED),
+    // Stored data is not a rate: the bill adds it from the run's growth (report's `stored`).
+    doStoredGbMonth: 0,
+    d1StoredGbMonth: 0,
     workerRequests,
     workerCpuMs: cpuShare(w, workerRequests),
     doRequests,
@@ -62,9 +109,14 @@ function cpuShare(w: Window, invocations: number) {
 /** The cron, once a minute as deployed, per month: its invocations and their CPU (the estimate's share). */
 export function cronOf(w: Window): Record<Item, number> {
   const runs = MONTH_S / 60;
-  const cpuPerRun = w.reading.worker.scheduled ? cpuShare(w, w.reading.worker.scheduled) / w.reading.worker.scheduled : 0;
-  return { workerRequests: runs, workerCpuMs: runs * cpuPerRun, doRequests: 0, doGbSeconds: 0, doRowsRead: 0, doRowsWritten: 0, d1RowsRead: 0, d1RowsWritten: 0 };
+  const { scheduled } = w.reading.worker;
+  const cpuPerRun = scheduled ? cpuShare(w, scheduled) / scheduled : 0;
+  const logEvents = runs * logEventsOf({ invocations: 1, accessLines: 0, writeLines: 0, otherLines: cronLinesPerRun(w) }, DEPLOYED);
+  return { ...zeroItems(), workerRequests: runs, workerCpuMs: runs * cpuPerRun, logEvents };
 }
+/** The lines each cron run writes (its one `scheduled` line, and any warning). */
+const cronLinesPerRun = (w: Window) => (w.reading.worker.scheduled ? w.reading.logs.cron_lines / w.reading.worker.scheduled : 1);
+const zeroItems = () => Object.fromEntries(ITEMS.map((i) => [i, 0])) as Record<Item, number>;
 
 export const combine = (a: Usage, b: Usage, k = 1) =>
   Object.fromEntries(Object.keys(a).map((key) => [key, a[key as keyof Usage] + k * b[key as keyof Usage]])) as Usage;
@@ -72,7 +124,8 @@ export const scale = (a: Usage, k: number) => combine(a, a, k - 1);
 export const clamp = (a: Usage) => Object.fromEntries(Object.entries(a).map(([k, v]) => [k, Math.max(0, v)])) as Usage;
 export const charge = (p: Price, used: number) => Math.max(0, used - p.includedPerMonth) * p.usdPerUnit;
 
-const si = (n: number) => (n >= 1e9 ? `${(n / 1e9).toFixed(2)}G` : n >= 1e6 ? `${(n / 1e6).toFixed(2)}M` : n >= 1e4 ? `${(n / 1e3).toFixed(1)}k` : n.toFixed(n < 10 ? 2 : 0));
+const si = (n: number) =>
+  n >= 1e9 ? `${(n / 1e9).toFixed(2)}G` : n >= 1e6 ? `${(n / 1e6).toFixed(2)}M` : n >= 1e4 ? `${(n / 1e3).toFixed(1)}k` : n > 0 && n < 0.01 ? n.toPrecision(3) : n.toFixed(n < 10 ? 2 : 0);
 const usd = (n: number) => `$${n < 1 ? n.toFixed(4) : n.toFixed(2)}`;
 
 
@@ -87,6 +140,8 @@ export interface TransportBill {
   /** Share of the steady window each server's ledger was awake (an idle host's). */
   ledgerAwake: number | null;
   push: { p50: number | null; p99: number | null } | null;
+  /** Workers Logs' share of the month's bill at each fleet size, as deployed. */
+  logShares?: number[];
 }
 
 /**
@@ -99,13 +154,22 @@ export const BEFORE: TransportBill = {
   label: "long poll parked in the ledger (measured before the channel)",
   // Measured while the bill still scaled the cron with the hosts (288 of these 195.3k Worker
   // requests per host-month): nothing beside its DO duration.
-  // DO storage rows were not metered then (0 here).
-  monthly: { workerRequests: 195.3e3, workerCpuMs: 488.6e3, doRequests: 200.7e3, doGbSeconds: 322.3e3, doRowsRead: 0, doRowsWritten: 0, d1RowsRead: 53.6e3, d1RowsWritten: 281.0e3 },
-  fixed: { workerRequests: 0, workerCpuMs: 0, doRequests: 0, doGbSeconds: 0, doRowsRead: 0, doRowsWritten: 0, d1RowsRead: 0, d1RowsWritten: 0 },
+  // DO storage rows, stored data and logs were not metered then (0 here).
+  monthly: { ...zeroItems(), workerRequests: 195.3e3, workerCpuMs: 488.6e3, doRequests: 200.7e3, doGbSeconds: 322.3e3, d1RowsRead: 53.6e3, d1RowsWritten: 281.0e3 },
+  fixed: zeroItems(),
   totals: [],
   ledgerAwake: 0.97,
   push: null,
 };
+
+/** Other logging settings than the deployed one, to price in each bill: what turning more on costs. */
+const LOGGING_CHOICES: { label: string; logging: Logging }[] = [
+  { label: "as deployed", logging: DEPLOYED },
+  { label: 'ACCESS_LOG "on" (a line per request)', logging: { ...DEPLOYED, enabled: true, accessLog: "on" } },
+  { label: "invocation logs on (an execution log per invocation)", logging: { ...DEPLOYED, enabled: true, invocationLogs: true } },
+  { label: 'both, sampled at 0.01', logging: { enabled: true, accessLog: "on", invocationLogs: true, headSamplingRate: 0.01 } },
+  { label: 'both, head_sampling_rate 1 (the shipped default before)', logging: { enabled: true, accessLog: "on", invocationLogs: true, headSamplingRate: 1 } },
+];
 
 /** The month's bill for each fleet size: what lies beyond the plan's included amounts, plus the plan. */
 export function totalsOf(monthly: Record<Item, number>, fixed: Record<Item, number>) {
@@ -114,14 +178,22 @@ export function totalsOf(monthly: Record<Item, number>, fixed: Record<Item, numb
 
 export function report(
   ctx: BenchContext,
-  r: { transport: string; label: string; hosts: number; rounds: number; windows: Window[]; events: string[]; summary: SimSummary; periodic?: { usage: Partial<Usage>; why: string } },
+  r: {
+    transport: string; label: string; hosts: number; rounds: number; windows: Window[]; events: string[]; summary: SimSummary;
+    periodic?: { usage: Partial<Usage>; why: string };
+    /** Bytes stored per host at the end of the run, less what was stored before it. */
+    stored: { doBytes: number; d1Bytes: number };
+  },
 ): TransportBill {
   const w = Object.fromEntries(r.windows.map((x) => [x.name, x])) as Record<"setup" | "join" | "events" | "steady", Window>;
   const steady = usageOf(w.steady);
   const perHostMonth = scale(steady, MONTH_S / w.steady.s / r.hosts);
   const perHostRound = scale(clamp(combine(usageOf(w.events), steady, -w.events.s / w.steady.s)), 1 / r.hosts);
   const periodic = { ...scale(perHostRound, 0), ...r.periodic?.usage } as Usage;
+  periodic.logEvents += logEventsOf({ invocations: 0, accessLines: 0, writeLines: 0, otherLines: 0, ...r.periodic?.usage }, DEPLOYED);
   const monthly = combine(combine(perHostMonth, perHostRound, r.rounds), periodic);
+  monthly.doStoredGbMonth = r.stored.doBytes / STORED_GB;
+  monthly.d1StoredGbMonth = r.stored.d1Bytes / STORED_GB;
   const fixed = cronOf(w.steady);
   const log = (line = "") => console.log(line);
   const { latency_ms: lat } = r.summary;
@@ -144,8 +216,26 @@ export function report(
   const totals = totalsOf(monthly, fixed);
   log(`| **total per month** (plan included) | | ${totals.map((t) => `**${usd(t)}**`).join(" | ")} |`);
   log(`| per host-month | | ${totals.map((t, i) => usd(t / FLEETS[i])).join(" | ")} |`);
+  // The cron's runs log too, once per deployment: its invocation and its line(s) each run.
+  const cronRun = { invocations: 1, accessLines: 0, writeLines: 0, otherLines: cronLinesPerRun(w.steady) };
+  const logCost = (n: number, logging: Logging) =>
+    charge(PRICES.logEvents, logEventsOf(monthly, logging) * n + fixed.workerRequests * logEventsOf(cronRun, logging));
+  const logShares = FLEETS.map((n, i) => logCost(n, DEPLOYED) / totals[i]);
   const tail = FLEETS.map((n) => usd(charge(PRICES.doGbSeconds, (perHostMonth.doGbSecondsTail + r.rounds * perHostRound.doGbSecondsTail) * n) - charge(PRICES.doGbSeconds, monthly.doGbSeconds * n)));
   log(`| DO duration if the 10 s idle before hibernation is billed too | | ${tail.map((t) => `+${t}`).join(" | ")} |`);
+
+  log(`\nWorkers Logs (${describeLogging(DEPLOYED)}, as wrangler.toml deploys it): the month's log events and what they cost beyond the 20 million included, with the total bill they make; other settings priced the same way (docs/deploy.md says how to set them):\n`);
+  log(`| logging | events per host-month | ${FLEETS.map((n) => `${n.toLocaleString("en-US")} hosts: logs / bill (logs' share)`).join(" | ")} |`);
+  log(`|---|---:|${FLEETS.map(() => "---:").join("|")}|`);
+  for (const { label, logging } of LOGGING_CHOICES) {
+    const cells = FLEETS.map((n, i) => {
+      const cost = logCost(n, logging);
+      const bill = totals[i] - logCost(n, DEPLOYED) + cost;
+      return `${usd(cost)} / ${usd(bill)} (${pct(cost / bill)})`;
+    });
+    log(`| ${label} | ${si(logEventsOf(monthly, logging))} | ${cells.join(" | ")} |`);
+  }
+  log(`\nPer host-month: ${si(monthly.invocations)} invocations (an execution log each where invocation logs are on), ${si(monthly.accessLines)} Worker requests of which ${si(monthly.writeLines)} writes (ACCESS_LOG "on" / "writes" lines), ${si(monthly.otherLines)} other lines (errors, warnings); ${si(monthly.alarmsSet)} setAlarm() calls among the DO rows written; stored per host: ${(r.stored.doBytes / 1024).toFixed(1)} KiB in objects, ${(r.stored.d1Bytes / 1024).toFixed(1)} KiB in D1.`);
 
   log(`\nWhere it comes from (steady window, ${w.steady.s.toFixed(0)} s, ${r.hosts} hosts):\n`);
   log("| source | requests | awake (share of its objects' time) | D1 rows read / written | busiest calls (count, total s) |");
@@ -162,12 +252,13 @@ export function report(
   log(`One round of events, per host: ${ITEMS.map((i) => `${LABEL[i]} ${si(perHostRound[i])}`).join(", ")}.`);
   log(`Setup, per host (one-off): ${ITEMS.map((i) => `${LABEL[i]} ${si(usageOf(w.setup)[i] / r.hosts)}`).join(", ")}.`);
   if (!s.d1_rows_metered) log("\nD1 rows were NOT metered (the D1 binding lacks the internal the meter taps): their lines read 0.");
-  log("Not metered: stored GB (Durable Object and D1), Durable Object alarms' and WebSocket attachments' storage, Workers Logs.\n");
+  log("Not metered: WebSocket attachments' storage; stored data is one round's (audit rows and finished rollouts accumulate beyond it).\n");
 
   ctx.note(`cost (${r.transport}, ${r.hosts} hosts): per host-month at 10,000 hosts`, usd(totals[1] / FLEETS[1]));
   ctx.note(`cost (${r.transport}): DO GB-s per host-month`, si(monthly.doGbSeconds));
   const ledger = s.objects.ServerLedger;
-  return { transport: r.transport, label: r.label, monthly, fixed, totals, ledgerAwake: ledger ? shareOf(ledger) : null, push: lat.push_p50 === null ? null : { p50: lat.push_p50, p99: lat.push_p99 } };
+  ctx.note(`cost (${r.transport}): Workers Logs' share of the bill at 10,000 hosts`, pct(logShares[1]));
+  return { transport: r.transport, label: r.label, monthly, fixed, totals, logShares, ledgerAwake: ledger ? shareOf(ledger) : null, push: lat.push_p50 === null ? null : { p50: lat.push_p50, p99: lat.push_p99 } };
 }
 
 const pct = (x: number) => `${(x * 100).toFixed(x < 0.1 ? 2 : 0)}%`;
@@ -177,11 +268,12 @@ export function compare(bills: TransportBill[]) {
   const log = (line = "") => console.log(line);
   const rows = [{ ...BEFORE, totals: totalsOf(BEFORE.monthly, BEFORE.fixed) }, ...bills];
   log("\n## Side by side: the month's bill beyond the plan's included amounts (plan included)\n");
-  log(`| transport | ${FLEETS.map((n) => `${n.toLocaleString("en-US")} hosts`).join(" | ")} | per host-month at 10,000 | DO GB-s per host-month | ledger awake (steady) | push p50 / p99 |`);
-  log(`|---|${FLEETS.map(() => "---:").join("|")}|---:|---:|---:|---:|`);
+  log(`| transport | ${FLEETS.map((n) => `${n.toLocaleString("en-US")} hosts`).join(" | ")} | per host-month at 10,000 | logs' share at 10,000 / 100,000 | DO GB-s per host-month | ledger awake (steady) | push p50 / p99 |`);
+  log(`|---|${FLEETS.map(() => "---:").join("|")}|---:|---:|---:|---:|---:|`);
   for (const b of rows) {
     const push = b.push ? `${b.push.p50} / ${b.push.p99} ms` : "";
-    log(`| \`${b.transport}\`: ${b.label} | ${b.totals.map(usd).join(" | ")} | ${usd(b.totals[1] / FLEETS[1])} | ${si(b.monthly.doGbSeconds)} | ${b.ledgerAwake === null ? "" : pct(b.ledgerAwake)} | ${push} |`);
+    const logs = b.logShares ? `${pct(b.logShares[1])} / ${pct(b.logShares[2])}` : "not metered";
+    log(`| \`${b.transport}\`: ${b.label} | ${b.totals.map(usd).join(" | ")} | ${usd(b.totals[1] / FLEETS[1])} | ${logs} | ${si(b.monthly.doGbSeconds)} | ${b.ledgerAwake === null ? "" : pct(b.ledgerAwake)} | ${push} |`);
   }
   log("\nItem by item, per host-month:\n");
   log(`| item | ${rows.map((b) => `\`${b.transport}\``).join(" | ")} |`);
@@ -192,7 +284,7 @@ export function compare(bills: TransportBill[]) {
 
 /**
  * R2 operations per step of an image's life, as test/images-hosts.test.ts measures them with the
- * meter's R2 counts (src/objects/kit/r2-meter.ts): an upload is one CreateMultipartUpload, one
+ * meter's R2 counts (src/local/r2-meter.ts): an upload is one CreateMultipartUpload, one
  * UploadPart per 50 MiB part and one CompleteMultipartUpload (Class A), and the completion's digest
  * check reads the object once (Class B); a host's download, whole or one Range, is one GetObject
  * (Class B) behind one Worker request that asks the server's ledger once (one DO request).

@@ -6,6 +6,9 @@
 //   Durable Objects:  https://developers.cloudflare.com/durable-objects/platform/pricing/
 //   DO lifecycle:     https://developers.cloudflare.com/durable-objects/concepts/durable-object-lifecycle/
 //   D1:               https://developers.cloudflare.com/d1/platform/pricing/
+//   Workers Logs:     https://developers.cloudflare.com/workers/observability/logs/workers-logs/#pricing
+//                     (from December 1, 2026 Workers Logs moves to Cloudflare Observability pricing,
+//                     the page says; the prices below are the ones it lists until then)
 //   R2:               https://developers.cloudflare.com/r2/pricing/ (Standard storage; egress is free)
 // Check them again before quoting a bill: prices and inclusions change.
 
@@ -22,6 +25,7 @@ export interface Price {
 const WORKERS = "https://developers.cloudflare.com/workers/platform/pricing/";
 const DO = "https://developers.cloudflare.com/durable-objects/platform/pricing/";
 const D1 = "https://developers.cloudflare.com/d1/platform/pricing/";
+const LOGS = "https://developers.cloudflare.com/workers/observability/logs/workers-logs/#pricing";
 const R2 = "https://developers.cloudflare.com/r2/pricing/";
 
 export const PRICES = {
@@ -39,12 +43,20 @@ export const PRICES = {
   doRowsWritten: { unit: "row written", includedPerMonth: 50_000_000, usdPerUnit: 1 / 1e6, source: DO },
   d1RowsRead: { unit: "row read", includedPerMonth: 25_000_000_000, usdPerUnit: 0.001 / 1e6, source: D1 },
   d1RowsWritten: { unit: "row written", includedPerMonth: 50_000_000, usdPerUnit: 1 / 1e6, source: D1 },
+  /** "SQL Stored data": 5 GB-month included, then $0.20 per GB-month (SQLite-backed objects). */
+  doStoredGbMonth: { unit: "GB-month", includedPerMonth: 5, usdPerUnit: 0.2, source: DO },
+  /** D1 storage: the first 5 GB included, then $0.75 per GB-month. */
+  d1StoredGbMonth: { unit: "GB-month", includedPerMonth: 5, usdPerUnit: 0.75, source: D1 },
+  /** Workers Logs events written: execution logs and console lines (./logging.ts), 20 million included. */
+  logEvents: { unit: "log event", includedPerMonth: 20_000_000, usdPerUnit: 0.6 / 1e6, source: LOGS },
   /** R2 (the image catalog's bytes): stored GB-month, Class A (writes, multipart steps), Class B (reads); no egress fee, deletes free. */
   r2StorageGbMonth: { unit: "GB-month", includedPerMonth: 10, usdPerUnit: 0.015, source: R2 },
   r2ClassA: { unit: "Class A operation", includedPerMonth: 1_000_000, usdPerUnit: 4.5 / 1e6, source: R2 },
   r2ClassB: { unit: "Class B operation", includedPerMonth: 10_000_000, usdPerUnit: 0.36 / 1e6, source: R2 },
 } as const satisfies Record<string, Price | number>;
 
+/** Bytes in a GB of stored data (decimal, as the pricing pages' GB-month reads). */
+export const STORED_GB = 1e9;
 /** Memory every object is billed for, GB (the Durable Objects pricing page: 128 MB). */
 export const DO_GB = 0.128;
 /** Incoming WebSocket messages per billed Durable Object request. */

@@ -34,7 +34,7 @@ export interface BenchContext {
   clientFor(token: string | null): Client;
   /** D1 write statements so far (counted by the local server only, never on /metrics). */
   d1Writes(): Promise<number>;
-  /** A local counter by its former /metrics name (harbormaster_stale_marking_total{what="rows_read"}, …). */
+  /** A local counter by its former /metrics name (harbormaster_d1_statements_total{kind="write"}). */
   metric(name: string, labels: string): Promise<number>;
   /** The floors' req/s measured in this run (fixture worker: empty, Durable Object read, write). */
   floors: Floors;
@@ -54,9 +54,10 @@ type Row = LoadRow | { label: string; value: string | number };
 export type Floors = { empty: number; read: number; write: number };
 
 // Both servers through scripts/local-server.ts, with `--test-scheduled`: scenarios fire the
-// cron's handler through /__scheduled (no timer cron runs).
+// cron's handler through /__scheduled (no timer cron runs). Harbormaster runs its local entry
+// (src/local/index.ts): the deployed worker with the cost meter and the D1 taps.
 const startHarbormaster = () =>
-  startLocalServer({ label: "bench", startTimeoutMs: 60_000, devArgs: ["--test-scheduled", "--var", "LOCAL_COUNTERS:1", "--var", "ACCESS_LOG:off"] });
+  startLocalServer({ label: "bench", metered: true, startTimeoutMs: 60_000, devArgs: ["--test-scheduled", "--var", "ACCESS_LOG:off"] });
 /** The floor fixture: another worker, without D1. */
 const startFloor = () =>
   startLocalServer({ label: "bench-floor", config: resolve(import.meta.dirname, "floor/wrangler.toml"), health: "/empty", startTimeoutMs: 60_000, devArgs: ["--test-scheduled"] });
@@ -114,19 +115,18 @@ async function main() {
   const rows: Row[] = [];
   const floors: Floors = { empty: 0, read: 0, write: 0 };
   try {
-    // This isolate's counters (D1 statements, staleness marking), from the local-only route
-    // (LOCAL_COUNTERS=1): never on /metrics, which holds only fleet-wide gauges.
+    // This isolate's D1 statements, from the local entry's route: never on /metrics, which holds
+    // only fleet-wide gauges.
     const local = async () => {
       const res = await fetch(`${server.url}/__local/d1-statements`);
       if (!res.ok) throw new Error(`/__local/d1-statements: ${res.status}`);
-      return (await res.json()) as { reads: number; writes: number; stale: { ticks: number; rows_read: number; marked: number } };
+      return (await res.json()) as { reads: number; writes: number };
     };
     const d1Writes = async () => (await local()).writes;
     const metric = async (name: string, labels: string) => {
       const c = await local();
       const value = (labels.match(/"([^"]+)"/) ?? [])[1] as string;
       if (name === "harbormaster_d1_statements_total") return value === "read" ? c.reads : c.writes;
-      if (name === "harbormaster_stale_marking_total") return c.stale[value as keyof typeof c.stale] ?? 0;
       throw new Error(`no local counter ${name}`);
     };
 

@@ -2,9 +2,8 @@ import { getDb } from "../db/client";
 import { DomainError } from "../domain/errors";
 import { imageKey } from "../domain/images";
 import type { Env } from "../env";
-import { meteredBucket } from "../objects/kit/r2-meter";
 
-const bucket = (env: Env) => meteredBucket(env.IMAGES);
+const bucket = (env: Env) => env.IMAGES;
 import { unwrap } from "../objects/kit/result";
 import { ledgerOf } from "../objects/stubs";
 import { imageById } from "./store";

@@ -13,9 +13,8 @@ import {
   type CatalogFields,
 } from "../domain/images";
 import type { Env } from "../env";
-import { meteredBucket } from "../objects/kit/r2-meter";
 
-const bucket = (env: Env) => meteredBucket(env.IMAGES);
+const bucket = (env: Env) => env.IMAGES;
 import { decodeCursor, page } from "../http/paging";
 import { logLine } from "../lib/log";
 import type { ImageInput } from "./schemas";

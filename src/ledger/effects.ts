@@ -113,10 +113,11 @@ export const audit = (outbox: LedgerOutbox, entry: AuditEntry) => outbox.enqueue
 export const project = (outbox: LedgerOutbox) => outbox.enqueue("project", {}, { key: "project" });
 
 /**
- * Only a heartbeat is due in the index (its last_seen): no safety alarm, since the host's next
- * report brings it again should this delivery be lost; an alarm would wake the ledger for nothing.
+ * Only a heartbeat is due in the index (its last_seen): offered, not stored (no outbox row, no
+ * alarm), since the host's next report brings it again should this delivery be lost — the
+ * projection's mark moves only once D1 took it. A stored projection pending delivers it instead.
  */
-export const projectHeartbeat = (outbox: LedgerOutbox) => outbox.enqueue("project", {}, { key: "project", alarm: false });
+export const projectHeartbeat = (outbox: LedgerOutbox) => outbox.offer("project", "project");
 
 function tokenRowStatements(d: Db, t: TokenRowPayload) {
   const row = {

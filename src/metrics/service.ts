@@ -14,17 +14,12 @@ import { statusAt } from "../servers/staleness";
  * the data version) and each fleet's coordinator (reboot groups). Every isolate computes the same
  * truth, so a scrape that lands on any isolate reads the fleet as it is; nothing here is a
  * per-isolate counter dressed up as a total (request counts and latencies belong to Workers
- * Analytics; D1 statement counts reach benchmarks through a local-only route, src/app.ts).
+ * Analytics; D1 statement counts reach benchmarks through the local entry's route, src/local/index.ts).
  * A scrape every 15 s costs a handful of grouped D1 reads and one RPC per fleet, at most once per
  * CACHE_MS per isolate.
  */
 export const CACHE_MS = 15_000;
 
-/**
- * What the cron's staleness marking read and changed in this isolate (docs/design.md §8: it must grow with
- * change, not fleet size). A per-isolate counter, so it is served only on the local-only route.
- */
-export const staleCounters = { ticks: 0, rowsRead: 0, marked: 0 };
 let cached: { text: string; at: number } | null = null;
 
 const escape = (v: string) => v.replace(/\\/g, "\\\\").replace(/\n/g, "\\n").replace(/"/g, '\\"');

@@ -2,7 +2,7 @@
 // what a fleet would pay Cloudflare. For each transport in turn (a fleet of its own), the simulator
 // (sim/) plays HOSTS hosts in real time (no time compression), each running the reference agent
 // loop of that transport, and the local
-// meter (src/objects/kit/meter.ts, /__local/meter) counts what a deployment is billed for, in
+// meter (src/local/meter.ts, /__local/meter) counts what a deployment is billed for, in
 // windows:
 //   setup   registration and first desired configs (one-off per host: shown, not in the bill);
 //   join    hosts come up over the first RAMP_S seconds (shown, not in the bill);
@@ -24,6 +24,7 @@ import type { FetchLike } from "../../../agent/http.ts";
 import type { SimOptions, SimSummary } from "../../../sim/simulator.ts";
 import type { BenchContext } from "../run.ts";
 import { compare, imageRolloutBill, report, type Reading, type TransportBill, type Usage, type Window } from "../bill.ts";
+import { LEASE_REFRESH_ROWS } from "../lease-refresh.ts";
 import { MONTH_S } from "../prices.ts";
 import { INDEX_LEASE_MS } from "../../../src/domain/channel.ts";
 import { pollHeartbeatPersistMs, quietGraceMs } from "../../../src/ledger/quiet.ts";
@@ -32,16 +33,25 @@ import { pollHeartbeatPersistMs, quietGraceMs } from "../../../src/ledger/quiet.
  * How simulated hosts talk to Harbormaster: the simulator options that give its hosts that agent
  * loop, and what it costs on a period longer than the steady window can see (per host-month).
  */
-// A watched host's index row is refreshed once a lease (src/ledger/projection.ts): one two-column
-// UPDATE, 4 rows written with its indexes and 1 read, as the meter measured it.
+// A watched host's index row is refreshed once a lease (src/ledger/projection.ts): what that costs
+// is measured by the meter and pinned by test/meter.test.ts (../lease-refresh.ts).
 /** The simulator's fleets go stale after 4 report periods (sim/): the quiet watch fires this often. */
 const QUIET_PERIOD_S = 4 * 60 + quietGraceMs(4 * 60) / 1000;
 /** …and a steady HTTP host's heartbeat, carried by its polls, is stored this often. */
 const HEARTBEAT_PERSIST_S = pollHeartbeatPersistMs(4 * 60) / 1000;
 
+const LEASES_A_MONTH = (MONTH_S * 1000) / INDEX_LEASE_MS;
 const LEASE_REFRESH = {
-  usage: { d1RowsWritten: (MONTH_S * 1000 / INDEX_LEASE_MS) * 4, d1RowsRead: MONTH_S * 1000 / INDEX_LEASE_MS },
-  why: "the index refresh once a lease (an hour) of a watched host's row, which a 60 s window does not see: 720 a month, 4 rows written and 1 read each",
+  usage: {
+    d1RowsWritten: LEASES_A_MONTH * LEASE_REFRESH_ROWS.d1RowsWritten,
+    d1RowsRead: LEASES_A_MONTH * LEASE_REFRESH_ROWS.d1RowsRead,
+    doRowsWritten: LEASES_A_MONTH * LEASE_REFRESH_ROWS.doRowsWritten,
+    doRowsRead: LEASES_A_MONTH * LEASE_REFRESH_ROWS.doRowsRead,
+  },
+  why:
+    `the index refresh once a lease (${INDEX_LEASE_MS / 3_600_000} h) of a watched host's row, which a 60 s window does not see: ` +
+    `${LEASES_A_MONTH.toFixed(0)} a month, each ${LEASE_REFRESH_ROWS.d1RowsWritten} D1 rows written and ${LEASE_REFRESH_ROWS.d1RowsRead} read, ` +
+    `${LEASE_REFRESH_ROWS.doRowsWritten} storage rows written and ${LEASE_REFRESH_ROWS.doRowsRead} read (../lease-refresh.ts)`,
 };
 
 /**
@@ -61,16 +71,20 @@ const TRANSPORTS: Record<string, { label: string; sim: Partial<SimOptions>; peri
     // stale_after + its grace, the simulator's fleet having stale_after 4 report periods), nor the
     // storing of the heartbeat the polls carry (once per pollHeartbeatPersistMs) falls in the steady
     // window: every host's last report before it was at most 160 s earlier (the events), and the
-    // first of these comes 240 s after it. Each writes one storage row (test/poll-heartbeat.test.ts).
+    // first of these comes 240 s after it. The heartbeat writes one storage row, the quiet watch
+    // moving on two: its timer's row and the alarm set again (test/poll-heartbeat.test.ts).
     periodic: {
       usage: {
         ...LEASE_REFRESH.usage,
+        doRowsRead: LEASE_REFRESH.usage.doRowsRead,
         doRequests: MONTH_S / QUIET_PERIOD_S,
-        doRowsWritten: MONTH_S / QUIET_PERIOD_S + MONTH_S / HEARTBEAT_PERSIST_S,
+        invocations: MONTH_S / QUIET_PERIOD_S,
+        alarmsSet: MONTH_S / QUIET_PERIOD_S,
+        doRowsWritten: LEASE_REFRESH.usage.doRowsWritten + 2 * (MONTH_S / QUIET_PERIOD_S) + MONTH_S / HEARTBEAT_PERSIST_S,
       },
       why:
         `${LEASE_REFRESH.why}; the quiet watch's alarm, once per stale_after + its grace (${QUIET_PERIOD_S} s here): ` +
-        `${(MONTH_S / QUIET_PERIOD_S).toFixed(0)} DO requests and storage rows written a month; and the heartbeat the polls carry, ` +
+        `${(MONTH_S / QUIET_PERIOD_S).toFixed(0)} DO requests and twice as many storage rows written a month (its timer, and the alarm set again); and the heartbeat the polls carry, ` +
         `stored once per ${HEARTBEAT_PERSIST_S} s: ${(MONTH_S / HEARTBEAT_PERSIST_S).toFixed(0)} rows written a month`,
     },
   },
@@ -130,7 +144,11 @@ async function measure(ctx: BenchContext, transportName: string, opt: (name: str
     windows.push({ name, s: reading.window.ms / 1000, reading, cpuMs, idleCpuMs: idleRate * reading.window.ms });
     cpuAt = cpu;
   };
-  await meter(true);
+  const baseline = await meter(true);
+  const storedOf = (r: Reading) => ({
+    doBytes: Object.values(r.objects).reduce((n, c) => n + (c.storage?.stored_bytes ?? 0), 0),
+    d1Bytes: r.d1_stored_bytes,
+  });
 
   const { runSim, DEFAULTS } = (await tsImport("../../../sim/simulator.ts", import.meta.url)) as typeof import("../../../sim/simulator.ts");
   const { Api } = (await tsImport("../../../cli/api.ts", import.meta.url)) as typeof import("../../../cli/api.ts");
@@ -230,6 +248,10 @@ async function measure(ctx: BenchContext, transportName: string, opt: (name: str
   })();
   const [summary] = (await Promise.all([sim, script])) as [SimSummary, void];
   events.push(`reboot wave: ${summary.reboots.granted} of ${hosts} hosts rebooted through FleetLock (${summary.reboots.refusals} refusals)`);
-  return report(ctx, { transport: transportName, label: transport.label, hosts, rounds, windows, events, summary, periodic: transport.periodic });
+  // What the run's hosts left stored (their ledgers, the fleet's coordinator and rollout, their
+  // index rows and audit), per host: the state at the end less the state before the setup.
+  const [before, after] = [storedOf(baseline), storedOf(windows.at(-1)!.reading)];
+  const stored = { doBytes: (after.doBytes - before.doBytes) / hosts, d1Bytes: (after.d1Bytes - before.d1Bytes) / hosts };
+  return report(ctx, { transport: transportName, label: transport.label, hosts, rounds, windows, events, summary, periodic: transport.periodic, stored });
 }
 

@@ -67,6 +67,8 @@ export class Outbox<K extends string> {
   /** Effects enqueued by `delivered` hooks since the round began: the flush delivers them too. */
   private followUps = 0;
   private inHook = false;
+  /** Effects offered (`offer`) and not yet delivered, by key: in memory only. */
+  private readonly offered = new Map<string, { kind: K; payload: unknown }>();
 
   constructor(
     private readonly storage: DurableObjectStorage,
@@ -99,7 +101,7 @@ export class Outbox<K extends string> {
    * with its effect undelivered. Its count of failed attempts is kept, so should it fail again
    * the alarm's retries go on backing off from there rather than from the start.
    */
-  enqueue(kind: K, payload: unknown = {}, opts: { key?: string; deferMs?: number; alarm?: boolean } = {}) {
+  enqueue(kind: K, payload: unknown = {}, opts: { key?: string; deferMs?: number } = {}) {
     const now = Date.now();
     // `deferMs`: no delivery of its own; it rides with the next flush, or the alarm after deferMs,
     // so effects of a busy path (a grant's audit row) reach D1 many to a batch.
@@ -131,10 +133,19 @@ export class Outbox<K extends string> {
         attempts,
       );
     }
-    // `alarm: false`: no safety alarm of its own, for an effect the next call brings again anyway
-    // (a heartbeat's refresh): delivered by this call's flush or the next one; a failed delivery
-    // still retries on the alarm. It saves a wake-up that would find nothing to do.
-    if (opts.alarm !== false) this.scheduler.schedule(OUTBOX_TIMER, due, null, { noLaterThan: true });
+    this.scheduler.schedule(OUTBOX_TIMER, due, null, { noLaterThan: true });
+  }
+
+  /**
+   * A D1 effect whose loss costs nothing, because the next call brings it again (a heartbeat's
+   * index refresh, whose mark moves only once D1 took it): kept in memory, not stored, and
+   * delivered by the next flush — unless an effect under the same key is stored and pending, which
+   * delivers the state as it is then. A failed delivery is dropped; the next call offers it again.
+   * It costs no storage row and no alarm (a stored effect costs four rows and is kill -9 proof,
+   * which such an effect does not need).
+   */
+  offer(kind: K, key: string, payload: unknown = {}) {
+    this.offered.set(key, { kind, payload });
   }
 
   /** Drops the pending effects of one kind, worthless now (a wiped fleet's console notices). */
@@ -159,6 +170,7 @@ export class Outbox<K extends string> {
   }
 
   private async deliver() {
+    await this.deliverOffered();
     if (!this.table.exists()) return;
     this.followUps = 0;
     const now = Date.now();
@@ -204,6 +216,24 @@ export class Outbox<K extends string> {
     // A full round: more may be waiting behind it. A delivery that led to a next step (a
     // `delivered` hook enqueued it) has that step delivered now rather than by the alarm.
     if (rows.length === MAX_BATCH || this.followUps > 0) await this.deliver();
+  }
+
+  private async deliverOffered() {
+    if (this.offered.size === 0) return;
+    const offered = [...this.offered];
+    this.offered.clear();
+    const stored = (key: string) => this.table.exists() && this.storage.sql.exec("SELECT 1 FROM _outbox WHERE dedup_key = ?", key).toArray().length > 0;
+    for (const [key, { kind, payload }] of offered) {
+      if (stored(key)) continue;
+      const effect = this.effects[kind] as D1Effect<unknown>;
+      try {
+        const statements = await effect.statements(payload);
+        if (statements.length) await this.db().batch(statements as [BatchItem<"sqlite">, ...BatchItem<"sqlite">[]]);
+        this.hook(() => effect.delivered?.(payload));
+      } catch (err) {
+        console.warn(JSON.stringify({ msg: "offered effect not delivered; the next call offers it again", kind, error: String(err) }));
+      }
+    }
   }
 
   private hook(fn: () => void) {

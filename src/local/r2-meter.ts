@@ -1,8 +1,8 @@
 /**
  * R2 operations by billing class, for the local cost meter (./meter.ts): R2 bills Class A
  * (writes, lists, multipart steps) and Class B (reads, heads) per million, storage per GB-month,
- * and nothing for egress or deletes (https://developers.cloudflare.com/r2/pricing/). The Worker's
- * bucket is wrapped once (`meteredBucket`); counting is a few additions per operation.
+ * and nothing for egress or deletes (https://developers.cloudflare.com/r2/pricing/). The local
+ * entry hands each sender the bucket wrapped (`meteredBucket`, ./meter.ts); a deployment's is bare.
  */
 export const r2Ops = { class_a: 0, class_b: 0, free: 0, bytes_read: 0 };
 

@@ -1,15 +1,22 @@
 /**
  * The local cost meter: what a deployment would be billed for, counted while the worker runs
- * locally (tests, `npm run bench -- cost`), and only where LOCAL_COUNTERS is "1" (never in a deploy:
- * elsewhere every wrapper below passes straight through). Served at /__local/meter (src/app.ts).
+ * locally from the local entry (./index.ts: `npm run bench`, the meter's own tests), never in a
+ * deployment, whose entry (src/index.ts) exports the objects and the Worker unwrapped. Served at
+ * /__local/meter.
  *
  * Counted per Durable Object instance, summed per class, and for the Worker:
  * - requests. An object: each RPC call, fetch and alarm is one; each WebSocket message it receives
  *   counts 1/20 (the billing ratio); webSocketClose/webSocketError run (and keep it awake) but are
  *   not billed as requests. The Worker: each fetch and each scheduled (cron) run.
  * - awake time: the wall-clock time an object is billed for (duration), defined below.
- * - D1 rows read and written, from each statement's meta, by the sender (src/db/client.ts).
- * - an object's own storage rows read and written (./storage-meter.ts).
+ * - D1 rows read and written, from each statement's meta, by the sender (./d1-taps.ts).
+ * - an object's own storage rows read and written, each setAlarm() one of them, and its stored
+ *   bytes (./storage-meter.ts); D1's stored bytes (./d1-taps.ts).
+ * - Workers Logs: the lines the worker writes (console.*), by kind, and the invocations each of
+ *   which writes an execution log where invocation logs are on (the Worker's fetches and cron
+ *   runs, each object's calls, alarms and WebSocket events), for scripts/bench/bill.ts to price
+ *   as wrangler.toml's [observability] deploys them. The Worker's requests are also counted as
+ *   writes (not GET/HEAD, or answered 5xx): what ACCESS_LOG "writes" logs.
  * Objects are metered from the outside: `metered(Base, name)` returns a subclass whose instances
  * are seen by the runtime through a proxy, so only calls that come from outside the object (RPC,
  * fetch, alarm, webSocket* handlers) pass the meter; the object's calls to itself do not.
@@ -31,8 +38,8 @@
  * disconnects". awake_ms leaves that tail out (the FAQ: not billed while it could hibernate);
  * idle_tail_ms counts it (up to 10 s after each awake period), so a bill can show both readings.
  */
-import { r2Ops, resetR2Ops } from "./r2-meter";
-import { d1RowsInto, d1RowsMetered, d1Unattributed, type D1Rows } from "../../db/client";
+import { meteredBucket, r2Ops, resetR2Ops } from "./r2-meter";
+import { d1RowsInto, d1RowsMetered, d1Stored, d1Unattributed, type D1Rows } from "./d1-taps";
 import { meterStorage, type StorageRows } from "./storage-meter";
 
 /** The idle time before the runtime hibernates an object (lifecycle page), for idle_tail_ms. */
@@ -50,7 +57,7 @@ const zeroCounts = () => ({ rpc: 0, fetch: 0, alarm: 0, ws_messages: 0, ws_event
 class ObjectMeter {
   counts = zeroCounts();
   readonly d1 = zeroRows();
-  readonly storage: StorageRows = { rowsRead: 0, rowsWritten: 0 };
+  readonly storage: StorageRows = { rowsRead: 0, rowsWritten: 0, alarmsSet: 0, storedBytes: 0 };
   /** Folds the rows of the object's finished SQL cursors into `storage`. */
   settleStorage = () => {};
   methods = new Map<string, { calls: number; ms: number; max_ms: number }>();
@@ -115,7 +122,7 @@ class ObjectMeter {
       in_flight: this.inFlight,
       waiting_until: this.pending,
       d1: rowsReading(this.d1),
-      storage: { rows_read: this.storage.rowsRead, rows_written: this.storage.rowsWritten },
+      storage: { rows_read: this.storage.rowsRead, rows_written: this.storage.rowsWritten, alarms_set: this.storage.alarmsSet, stored_bytes: this.storage.storedBytes },
     };
   }
 
@@ -125,7 +132,7 @@ class ObjectMeter {
     // Zeroed in place: the object's D1 handle keeps adding to the same counters.
     Object.assign(this.d1, zeroRows());
     this.settleStorage();
-    Object.assign(this.storage, { rowsRead: 0, rowsWritten: 0 });
+    Object.assign(this.storage, { rowsRead: 0, rowsWritten: 0, alarmsSet: 0 });
     this.methods.clear();
     this.awakeMs = this.tailMs = 0;
     if (this.awakeSince !== null) this.awakeSince = now;
@@ -136,7 +143,26 @@ class ObjectMeter {
 const rowsReading = (r: D1Rows) => ({ statements: r.statements, rows_read: r.rowsRead, rows_written: r.rowsWritten });
 
 const objects = new Map<string, Map<string, ObjectMeter>>();
-const worker = { requests: 0, scheduled: 0, d1: zeroRows() };
+const worker = { requests: 0, writeRequests: 0, scheduled: 0, d1: zeroRows() };
+/** Lines written to the console by the worker and its objects (Workers Logs' custom logs), by kind. */
+const logs = { lines: 0, access: 0, cron: 0 };
+
+/**
+ * Counts every console line from now on: `request` lines are the access log (src/http/log.ts),
+ * `scheduled` the cron's one line a run (src/index.ts), the rest errors, warnings and notes.
+ */
+export function meterConsole() {
+  for (const level of ["log", "info", "warn", "error", "debug"] as const) {
+    const write = console[level].bind(console);
+    console[level] = (...args: unknown[]) => {
+      logs.lines++;
+      const first = typeof args[0] === "string" ? args[0] : "";
+      if (first.startsWith('{"level":"info","msg":"request"') || first.startsWith('{"level":"error","msg":"request"')) logs.access++;
+      else if (first.includes('"msg":"scheduled"')) logs.cron++;
+      write(...args);
+    };
+  }
+}
 let windowStart = Date.now();
 
 function objectMeter(className: string, id: string) {
@@ -147,26 +173,26 @@ function objectMeter(className: string, id: string) {
   return m;
 }
 
-type MeterEnv = { LOCAL_COUNTERS?: string; DB?: D1Database };
-const metering = (env: MeterEnv) => env.LOCAL_COUNTERS === "1";
+type MeterEnv = { DB?: D1Database; IMAGES?: R2Bucket };
 
 /** The env a metered sender sees: the same bindings, its D1 rows counted as its own. */
 function senderEnv<E extends MeterEnv>(env: E, rows: D1Rows): E {
-  return env.DB ? { ...env, DB: d1RowsInto(env.DB, rows) } : env;
+  const DB = env.DB ? d1RowsInto(env.DB, rows) : env.DB;
+  const IMAGES = env.IMAGES ? meteredBucket(env.IMAGES) : env.IMAGES;
+  return { ...env, ...(DB ? { DB } : {}), ...(IMAGES ? { IMAGES } : {}) };
 }
 
 type ObjectClass = abstract new (ctx: DurableObjectState, env: never) => object;
 
-/** The class `Base`, metered as `className` when its env has LOCAL_COUNTERS "1". */
+/** The class `Base`, metered as `className`. */
 export function metered<C extends ObjectClass>(Base: C, className: string): C {
   const Parent = Base as unknown as new (ctx: DurableObjectState, env: MeterEnv) => object;
   class Metered extends Parent {
     constructor(ctx: DurableObjectState, env: MeterEnv) {
-      const meter = metering(env) ? objectMeter(className, ctx.id.toString()) : null;
+      const meter = objectMeter(className, ctx.id.toString());
       // Before the object's constructor, which reads its storage already.
-      if (meter && ctx.storage) meter.settleStorage = meterStorage(ctx.storage, meter.storage);
-      super(ctx, meter ? senderEnv(env, meter.d1) : env);
-      if (!meter) return;
+      if (ctx.storage) meter.settleStorage = meterStorage(ctx.storage, meter.storage);
+      super(ctx, senderEnv(env, meter.d1));
       meter.counts.starts++;
       const waitUntil = ctx.waitUntil.bind(ctx);
       ctx.waitUntil = (work: Promise<unknown>) => {
@@ -210,7 +236,7 @@ function callsThrough(meter: ObjectMeter): ProxyHandler<object> {
   };
 }
 
-/** The Worker's handler, metered when its env has LOCAL_COUNTERS "1" (the meter's own route aside). */
+/** The Worker's handler, metered (the local routes aside: ./index.ts answers them first). */
 export function meteredWorker<H extends ExportedHandler<never>>(handler: H): H {
   const { fetch, scheduled } = handler as unknown as ExportedHandler<MeterEnv>;
   const metered: ExportedHandler<MeterEnv> = {
@@ -218,14 +244,17 @@ export function meteredWorker<H extends ExportedHandler<never>>(handler: H): H {
     fetch:
       fetch &&
       ((request, env, ctx) => {
-        if (!metering(env) || new URL(request.url).pathname.startsWith("/__local/")) return fetch(request, env, ctx);
         worker.requests++;
-        return fetch(request, senderEnv(env, worker.d1), ctx);
+        const answer = fetch(request, senderEnv(env, worker.d1), ctx);
+        const read = request.method === "GET" || request.method === "HEAD";
+        return Promise.resolve(answer).then((res) => {
+          if (!read || res.status >= 500) worker.writeRequests++;
+          return res;
+        });
       }),
     scheduled:
       scheduled &&
       ((controller, env, ctx) => {
-        if (!metering(env)) return scheduled(controller, env, ctx);
         worker.scheduled++;
         return scheduled(controller, senderEnv(env, worker.d1), ctx);
       }),
@@ -243,17 +272,19 @@ export function meterReading({ reset = false } = {}) {
   for (const [className, byId] of objects) {
     const sum: Record<string, number> = Object.fromEntries(NUMERIC.map((k) => [k, 0]));
     const d1 = { statements: 0, rows_read: 0, rows_written: 0 };
-    const storage = { rows_read: 0, rows_written: 0 };
+    const storage = { rows_read: 0, rows_written: 0, alarms_set: 0, stored_bytes: 0 };
     const methods: Record<string, { calls: number; ms: number; max_ms: number }> = {};
     const instances: Record<string, ObjectReading> = {};
     for (const [id, m] of byId) {
       const r = m.reading(now);
+      // Stored bytes are every object's, busy in this window or not: storage is billed by the month.
+      storage.stored_bytes += r.storage.stored_bytes;
       // Objects that did nothing in this window are left out.
       if (!r.requests && !r.awake_ms && !r.ws_events && !r.in_flight && !r.d1.statements) continue;
       instances[id] = r;
       for (const k of NUMERIC) sum[k] += r[k];
       for (const k of ["statements", "rows_read", "rows_written"] as const) d1[k] += r.d1[k];
-      for (const k of ["rows_read", "rows_written"] as const) storage[k] += r.storage[k];
+      for (const k of ["rows_read", "rows_written", "alarms_set"] as const) storage[k] += r.storage[k];
       for (const [name, use] of m.methods) {
         const t = (methods[name] ??= { calls: 0, ms: 0, max_ms: 0 });
         t.calls += use.calls;
@@ -261,12 +292,14 @@ export function meterReading({ reset = false } = {}) {
         t.max_ms = Math.max(t.max_ms, use.max_ms);
       }
     }
-    classes[className] = { ...sum, instances: Object.keys(instances).length, d1, storage, methods, by_instance: instances };
+    classes[className] = { ...sum, instances: Object.keys(instances).length, stored_instances: byId.size, d1, storage, methods, by_instance: instances };
   }
   const reading = {
     window: { since: new Date(windowStart).toISOString(), ms: now - windowStart },
     idle_before_hibernation_ms: IDLE_BEFORE_HIBERNATION_MS,
-    worker: { requests: worker.requests, scheduled: worker.scheduled, d1: rowsReading(worker.d1) },
+    worker: { requests: worker.requests, write_requests: worker.writeRequests, scheduled: worker.scheduled, d1: rowsReading(worker.d1) },
+    logs: { lines: logs.lines, access_lines: logs.access, cron_lines: logs.cron },
+    d1_stored_bytes: d1Stored.bytes,
     objects: classes,
     d1_unattributed: rowsReading(d1Unattributed),
     d1_rows_metered: d1RowsMetered(),
@@ -280,7 +313,8 @@ export function meterReading({ reset = false } = {}) {
 export function resetMeter(now = Date.now()) {
   for (const byId of objects.values()) for (const m of byId.values()) m.reset(now);
   // Zeroed in place: the Worker's D1 handle keeps adding to the same counters.
-  worker.requests = worker.scheduled = 0;
+  worker.requests = worker.writeRequests = worker.scheduled = 0;
+  logs.lines = logs.access = logs.cron = 0;
   Object.assign(worker.d1, zeroRows());
   Object.assign(d1Unattributed, zeroRows());
   resetR2Ops();

@@ -1,17 +1,24 @@
 /**
  * Durable Object storage rows for the local cost meter (./meter.ts): SQLite-backed objects are
  * billed for the rows they read and write, as D1 is (since January 2026; scripts/bench/prices.ts).
- * Counted by wrapping the object's own storage handles in place, only while metering:
+ * Counted by wrapping the object's own storage handles in place, only in the local entry:
  * - SQL statements report their rows on their cursor (rowsRead / rowsWritten), final once the
  *   cursor is consumed, so cursors are kept and summed when `settle` runs (the meter calls it
  *   when the object has no call in flight, and before a reading);
  * - the synchronous KV API (ctx.storage.kv, kept in a hidden SQLite table) counts a row per key
- *   read, written or deleted.
- * Alarms and WebSocket attachments are not counted, nor the local runtime's own statements.
+ *   read, written or deleted;
+ * - each setAlarm() is one row written (the Durable Objects pricing page, storage billing,
+ *   footnote 3: "Each setAlarm() is billed as a single row written"), counted in alarmsSet too.
+ * `settle` also records the object's stored bytes (sql.databaseSize: what "SQL Stored data" bills),
+ * read inside the object, where its storage may be touched.
+ * WebSocket attachments are not counted, nor the local runtime's own statements.
  */
 export interface StorageRows {
   rowsRead: number;
   rowsWritten: number;
+  alarmsSet: number;
+  /** The object's database size when last settled, bytes. */
+  storedBytes: number;
 }
 
 type Cursor = { rowsRead: number; rowsWritten: number };
@@ -51,11 +58,24 @@ export function meterStorage(storage: DurableObjectStorage, rows: StorageRows): 
       return listed[Symbol.iterator]();
     }) as typeof kv.list;
   }
+  if (typeof storage.setAlarm === "function") {
+    const setAlarm = storage.setAlarm.bind(storage);
+    storage.setAlarm = ((...args: Parameters<DurableObjectStorage["setAlarm"]>) => {
+      rows.rowsWritten++;
+      rows.alarmsSet++;
+      return setAlarm(...args);
+    }) as typeof storage.setAlarm;
+  }
   return () => {
     for (const c of cursors) {
       rows.rowsRead += c.rowsRead;
       rows.rowsWritten += c.rowsWritten;
     }
     cursors = [];
+    try {
+      if (sql) rows.storedBytes = sql.databaseSize;
+    } catch {
+      // Read outside the object's own context (a reading between calls): the last size stands.
+    }
   };
 }
