@@ -1,13 +1,14 @@
 /**
  * The house's layering, checked by `npm run lint:deps` (in CI after the type check):
  * - no import circles anywhere (src/, cli/, sim/, agent/, scripts/);
- * - the toolkits (src/http, src/objects/kit, src/db, src/domain, src/lib, src/env.ts) sit at the
+ * - the toolkits (src/http, src/objects/kit, src/db, src/domain, src/lib, src/env.ts) and the
+ *   model (src/model: the server model every feature and the agent share) sit at the
  *   bottom: they import each other and packages, never a feature or the app above them.
  * - the instruments (src/local: the cost meter, its D1 taps, the local entry) stay out of the
  *   deployed worker: nothing else in src/ imports them.
  * Type-only imports count too: a circle of types is still a circle in the design.
  */
-const TOOLKITS = "^src/(http|objects/kit|db|domain|lib)/|^src/env[.]ts$";
+const TOOLKITS = "^src/(http|objects/kit|db|domain|lib|model)/|^src/env[.]ts$";
 
 /** @type {import("dependency-cruiser").IConfiguration} */
 module.exports = {

@@ -7,7 +7,7 @@
  * refused token or a completed decommission.
  */
 import { CLOSE_CODES } from "../src/domain/channel.ts";
-import type { ServerMessage } from "../src/ledger/channel-messages.ts";
+import type { ServerMessage } from "../src/model/server/channel-messages.ts";
 import { ChannelConnection, channelRequest, type ChannelConnector } from "./channel.ts";
 import type { Report, ReportAccepted } from "./host-api.ts";
 import { ApiError } from "./http.ts";

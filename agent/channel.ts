@@ -2,7 +2,7 @@
  * The host channel, the host's half: one WebSocket to GET /v1/agent/channel over which the server
  * pushes the desired config (and refresh requests, decommission orders) as they happen, and the
  * host reports, each report acknowledged with what PUT /v1/agent/inventory would answer. Messages:
- * src/ledger/channel-messages.ts (channel.schema.json); the fixed words: src/domain/channel.ts.
+ * src/model/server/channel-messages.ts (channel.schema.json); the fixed words: src/domain/channel.ts.
  *
  * The socket comes from a connector. The default one is the runtime's WebSocket: Node ≥ 22's
  * (undici) takes headers, so the token travels in `Authorization` as on every other host call;
@@ -10,8 +10,8 @@
  * subprotocol `hm-token.<token>` instead (never in the URL, which proxies log).
  */
 import { CHANNEL_PROTOCOL, CHANNEL_VERSION, PING, PONG, TOKEN_PROTOCOL_PREFIX } from "../src/domain/channel.ts";
-import type { AckMessage, ServerMessage } from "../src/ledger/channel-messages.ts";
-import type { InventoryReport } from "../src/ledger/schemas.ts";
+import type { AckMessage, ServerMessage } from "../src/model/server/channel-messages.ts";
+import type { InventoryReport } from "../src/model/server/schemas.ts";
 import { ApiError, type FetchLike } from "./http.ts";
 
 /** What the agent needs of a WebSocket (the browser/Node WebSocket and workerd's both are). */

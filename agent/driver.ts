@@ -1,4 +1,4 @@
-import type { AgentSpec, DesiredConfig, InventoryReport } from "../src/ledger/schemas.ts";
+import type { AgentSpec, DesiredConfig, InventoryReport } from "../src/model/server/schemas.ts";
 
 export type ReportedAgent = InventoryReport["agents"][number];
 export type ReportError = InventoryReport["errors"][number];

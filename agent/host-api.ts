@@ -1,4 +1,4 @@
-import type { AgentStatusRow, DesiredConfig, InventoryReport, ServerStatus } from "../src/ledger/schemas.ts";
+import type { AgentStatusRow, DesiredConfig, InventoryReport, ServerStatus } from "../src/model/server/schemas.ts";
 import { apiErrorOf, type FetchLike, withTimeout } from "./http.ts";
 
 /** What `PUT /v1/agent/inventory` answers. */

@@ -1,5 +1,5 @@
 /** What the agent's loop reports, how it ends, and what it knows (shared by ./agent.ts and ./channel-session.ts). */
-import type { DesiredConfig } from "../src/ledger/schemas.ts";
+import type { DesiredConfig } from "../src/model/server/schemas.ts";
 import type { ReconcileOutcome } from "./driver.ts";
 import type { ReportAccepted } from "./host-api.ts";
 

@@ -1,4 +1,4 @@
-import type { AgentSpec } from "../src/ledger/schemas.ts";
+import type { AgentSpec } from "../src/model/server/schemas.ts";
 import type { AgentDriver, Assignments, ReportedAgent } from "./driver.ts";
 import { sleep } from "./http.ts";
 

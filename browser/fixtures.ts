@@ -9,7 +9,7 @@ export const url = (path: string) => `${seed.url}${path}`;
 export const admin = api(seed?.url ?? "", seed?.admin ?? "");
 
 /** The seeded hosts that keep reporting do so every 3 s, as agents would (the fleet's stale_after is 10 s). */
-export const heartbeat = () => Promise.all(Object.entries(seed.reports).map(([h, r]) => sendReport(seed.url, seed.hosts[h], r).catch(() => null)));
+const heartbeat = () => Promise.all(Object.entries(seed.reports).map(([h, r]) => sendReport(seed.url, seed.hosts[h], r).catch(() => null)));
 
 export const test = base.extend<{}, { hosts: void }>({
   hosts: [

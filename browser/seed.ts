@@ -3,6 +3,7 @@
  * (agent/): servers realized, converging, failed, drifted, never reporting, stale and
  * decommissioning; a reboot group with a held slot and a queued host; a running rollout; drift.
  */
+import { setTimeout as sleep } from "node:timers/promises";
 import { FleetLockClient } from "../agent/fleetlock.ts";
 import { HostApi, type Report } from "../agent/host-api.ts";
 
@@ -58,8 +59,6 @@ export function reportOf(generation: number, agents: { name: string; image: stri
 
 export const sendReport = (url: string, host: Host, report: Report) =>
   new HostApi(url, host.token).report({ ...report, reconciled_at: new Date().toISOString() });
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 export async function seed(url: string, admin: string): Promise<Seed> {
   const call = api(url, admin);

@@ -22,31 +22,21 @@ async function ok<R extends ClientResponse<unknown, number, any>>(pending: Promi
 
 type Methods = ReturnType<typeof methods>;
 export type Fleet = Awaited<ReturnType<Methods["getFleet"]>>;
-export type FleetInput = Parameters<Methods["createFleet"]>[0];
 export type ServerSummary = Awaited<ReturnType<Methods["listServers"]>>[number];
 export type ServerDetail = Awaited<ReturnType<Methods["getServer"]>>;
-export type ServerCreated = Awaited<ReturnType<Methods["registerServer"]>>;
 export type ServerPatch = Parameters<Methods["patchServer"]>[1];
 export type ServerStatus = ServerDetail["status"];
-export type DesiredConfig = Awaited<ReturnType<Methods["getDesired"]>>;
 export type DesiredConfigInput = Parameters<Methods["putDesired"]>[1];
 export type RebootGroup = Awaited<ReturnType<Methods["getGroup"]>>;
-export type RebootGroupInput = Parameters<Methods["putGroup"]>[2];
-export type Token = Awaited<ReturnType<Methods["listTokens"]>>[number];
 export type AuditEntry = Awaited<ReturnType<Methods["audit"]>>["items"][number];
-export type Instance = Awaited<ReturnType<Methods["listInstances"]>>[number];
-export type UpgradeStatus = Awaited<ReturnType<Methods["upgrades"]>>;
 export type Rollout = Awaited<ReturnType<Methods["getRollout"]>>;
 export type RolloutInput = Parameters<Methods["startRollout"]>[0];
-export type RolloutTarget = Awaited<ReturnType<Methods["rolloutTargets"]>>[number];
 export type StatusAnswer = Awaited<ReturnType<Methods["status"]>>;
-export type Channel = Awaited<ReturnType<Methods["listChannels"]>>[number];
 export type Role = Awaited<ReturnType<Methods["listRoles"]>>[number];
-export type RoleInput = Parameters<Methods["putRole"]>[2];
 export type FleetPatch = Parameters<Methods["patchFleet"]>[1];
+type AgentBuild = Awaited<ReturnType<Methods["getAgentBuild"]>>;
 export type Image = Awaited<ReturnType<Methods["getImage"]>>;
-export type ImageInput = Parameters<Methods["registerImage"]>[0];
-export interface Page<T> {
+interface Page<T> {
   items: T[];
   next_cursor: string | null;
 }
@@ -146,7 +136,7 @@ function methods(c: Client) {
     fixServerAgents: (filter: { fleet?: string; server?: string; agent?: string }, dryRun: boolean, cursor?: string) =>
       ok(c.v1.check["server-agents"].fix.$post({ json: { ...filter, dry_run: dryRun, limit: Number(PAGE), cursor } })),
 
-    // rollouts (issue 9)
+    // rollouts
     startRollout: (json: Parameters<Client["v1"]["rollouts"]["$post"]>[0]["json"]) => ok(c.v1.rollouts.$post({ json })),
     getRollout: (id: string) => ok(c.v1.rollouts[":id"].$get({ param: { id }, query: {} })),
     /** Parks until the rollout's `change` moves past `since` (at most `waitS` seconds). */
@@ -160,6 +150,14 @@ function methods(c: Client) {
     endRolloutTarget: (id: string, server: string, reason?: string) =>
       ok(c.v1.rollouts[":id"].targets[":server"].end.$post({ param: { id, server: srv(server) }, json: reason ? { reason } : {} })),
     controlRollout: (id: string, action: "pause" | "resume" | "cancel" | "rollback") => ok(c.v1.rollouts[":id"][action].$post({ param: { id } })),
+
+    // enrollment and agent builds (issue 25)
+    listEnrollmentTokens: (fleet: string) =>
+      all((cursor) => ok(c.v1.fleets[":fleet"]["enrollment-tokens"].$get({ param: { fleet }, query: { limit: PAGE, cursor } }))),
+    createEnrollmentToken: (fleet: string, json: Parameters<Client["v1"]["fleets"][":fleet"]["enrollment-tokens"]["$post"]>[0]["json"]) =>
+      ok(c.v1.fleets[":fleet"]["enrollment-tokens"].$post({ param: { fleet }, json })),
+    revokeEnrollmentToken: (fleet: string, id: string) => ok(c.v1.fleets[":fleet"]["enrollment-tokens"][":id"].$delete({ param: { fleet, id } })),
+    getAgentBuild: (target: string) => ok(c.v1.agent.builds[":target"].$get({ param: { target } })),
 
     // upgrades, audit
     upgrades: (query: { limit?: number; cursor?: string } = {}) =>
@@ -176,6 +174,7 @@ type RolloutTargetStateFilter = NonNullable<Parameters<Client["v1"]["rollouts"][
 
 type ServerStatusFilter = NonNullable<Parameters<Client["v1"]["servers"]["$get"]>[0]>["query"]["status"];
 
+// oxlint-disable-next-line typescript/no-unsafe-declaration-merging -- the command methods are mixed in below
 export interface Api extends Methods {}
 
 export class Api {
@@ -190,6 +189,29 @@ export class Api {
     this.base = baseUrl.replace(/\/+$/, "");
     this.client = createClient(this.base, token, { fetch: (input: string | URL | Request, init?: RequestInit) => this.fetchImpl(input as string, init) });
     Object.assign(this, methods(this.client));
+  }
+
+  /**
+   * PUT /v1/agent/builds/{target}: the file gzip-compressed as it streams (never read whole into
+   * memory; a ~110 MB executable travels as ~40 MB, within the Workers request limit), with its
+   * own length and SHA-256, which R2 checks against what it stores. Raw bytes, so not through hc.
+   */
+  async publishAgentBuild(target: string, file: { body: ReadableStream<Uint8Array>; size: number; sha256: string; version: string }) {
+    const res = await this.fetchImpl(`${this.base}/v1/agent/builds/${encodeURIComponent(target)}`, {
+      method: "PUT",
+      headers: {
+        Authorization: `Bearer ${this.token}`,
+        "Content-Type": "application/octet-stream",
+        "Content-Encoding": "gzip",
+        "X-Agent-Size": String(file.size),
+        "X-Agent-Version": file.version,
+        "X-Checksum-Sha256": file.sha256,
+      },
+      body: file.body,
+      duplex: "half",
+    } as RequestInit);
+    if (!res.ok) throw await apiErrorOf(res);
+    return (await res.json()) as AgentBuild;
   }
 
   /**

@@ -16,8 +16,6 @@ export interface Connection {
   urlFrom: string;
 }
 
-export const DEFAULT_LOCAL_URL = "http://127.0.0.1:8787";
-
 /** `$HM_CONFIG`, else `$XDG_CONFIG_HOME/harbormaster/config.json`, else `~/.config/harbormaster/config.json`. */
 export function configPath(env: Record<string, string | undefined> = process.env): string {
   if (env.HM_CONFIG) return resolve(env.HM_CONFIG);
@@ -32,7 +30,7 @@ export interface Config {
 }
 
 /** A context: a server, its token, and optionally the fleet fleet commands use without --fleet. */
-export interface ContextEntry {
+interface ContextEntry {
   url: string;
   token: string;
   fleet?: string;
@@ -64,7 +62,7 @@ export function writeConfig(path: string, config: Config) {
 }
 
 /** The ADMIN_TOKEN `npm start` keeps in .dev.vars, looked for from `cwd` upwards. */
-export function devVarsToken(cwd: string): string | null {
+function devVarsToken(cwd: string): string | null {
   let dir = resolve(cwd);
   for (;;) {
     const file = join(dir, ".dev.vars");
@@ -135,7 +133,7 @@ export function defaultFleet(flags: { context?: string }, env: Record<string, st
 }
 
 /** An http(s) URL, or a usage error that says what is wrong with it (and what was probably meant). */
-export function checkUrl(url: string): string {
+function checkUrl(url: string): string {
   const trimmed = url.trim().replace(/\/+$/, "");
   if (!/^[a-z][a-z0-9+.-]*:\/\//i.test(trimmed)) {
     throw new UsageError(`the URL '${url}' has no scheme: did you mean http://${trimmed} (or https://)?`);

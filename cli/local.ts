@@ -8,7 +8,7 @@
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 
-export const LOCAL_RECORD = ".wrangler/hm-local.json";
+const LOCAL_RECORD = ".wrangler/hm-local.json";
 
 export interface LocalRecord {
   url: string;

@@ -23,6 +23,8 @@ import { registerRollouts } from "./commands/rollouts.ts";
 import { registerSpec } from "./commands/spec.ts";
 import { registerGates } from "./commands/gates.ts";
 import { registerWebhooks } from "./commands/webhooks.ts";
+import { registerEnrollTokens } from "./commands/enroll-tokens.ts";
+import { registerAgent } from "./commands/agent.ts";
 import { registerImages } from "./commands/images.ts";
 
 export function buildProgram(io: Io): Command {
@@ -54,6 +56,8 @@ export function buildProgram(io: Io): Command {
     registerImages,
     registerFleetlock,
     registerTokens,
+    registerEnrollTokens,
+    registerAgent,
     registerUpgrades,
     registerAudit,
     registerCheck,

@@ -10,7 +10,7 @@ const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 export const isUuid = (ref: string) => UUID.test(ref);
 
 /** The shortest prefix a person types to name an id: this many characters at least. */
-export const MIN_PREFIX = 4;
+const MIN_PREFIX = 4;
 
 /**
  * The one item `ref` names among `items`: its id, its name (`nameOf`), else the one id starting

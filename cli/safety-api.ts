@@ -1,5 +1,5 @@
 /**
- * The reboot-safety calls of hm (issue 17): health gates, holds and webhooks, over the same typed
+ * The reboot-safety calls of hm (docs/reboot-safety.md): health gates, holds and webhooks, over the same typed
  * client as ./api.ts, with failures as ApiError.
  */
 import type { ClientResponse } from "hono/client";

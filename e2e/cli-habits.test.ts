@@ -1,5 +1,5 @@
 /**
- * hm as operators from kubectl, juju and sdcadm expect it (issue 18): servers named by hostname,
+ * hm as operators from kubectl, juju and sdcadm expect it (docs/operator-guide.md): servers named by hostname,
  * the daily API in commands, -o table|wide|json|yaml with --no-headers, --version, completion,
  * contexts, durations with units, relative times, status in one request with "and N more", a
  * closed pipe that ends quietly, and messages that say what is wrong.

@@ -195,6 +195,7 @@ describe("text a host controls is printed with its control characters visible", 
       expect(r.code, r.stderr).toBe(0);
       expect(r.stdout).toContain("\\x1b[2J\\x1b[31mhidden\\x1b]0;owned\\x07");
       // No control character but the line ends reaches the terminal.
+      // oxlint-disable-next-line no-control-regex -- the control characters are what is looked for
       expect(r.stdout).not.toMatch(/[\x00-\x09\x0b-\x1f\x7f]/);
     }
     const json = await hm(["-o", "json", "servers", "show", s.id]);

@@ -1,5 +1,5 @@
 /**
- * hm rollout … against the worker (issue 9): start, watch with its exit codes, status, rollback,
+ * hm rollout … against the worker (docs/rollouts.md): start, watch with its exit codes, status, rollback,
  * the list. Hosts are stand-ins that reconcile at once (one fails to pull the new image).
  */
 import { describe, expect, inject, it } from "vitest";

@@ -1,6 +1,6 @@
 /**
  * hm's reboot-safety commands against the local server: gates and holds, the release rule and
- * the queue, webhooks (issue 17).
+ * the queue, webhooks (docs/reboot-safety.md).
  */
 import { createServer } from "node:http";
 import { afterAll, describe, expect, it } from "vitest";

@@ -261,7 +261,7 @@ describe("hm against the worker", () => {
     expect(followed.code).toBe(0);
     const lines = followed.stdout.trim().split("\n").map((l) => JSON.parse(l));
     expect(lines.filter((e) => e.target === `token:${later.id}`).map((e) => e.action)).toEqual(["token.create"]);
-    expect(lines.map((e) => e.id)).toEqual([...lines.map((e) => e.id)].sort((a, b) => a - b));
+    expect(lines.map((e) => e.id)).toEqual(lines.map((e) => e.id).sort((a, b) => a - b));
 
     // The other files' servers and rollouts share this server, and their outboxes may still be
     // delivering audit rows: each token's own entries, and their order.

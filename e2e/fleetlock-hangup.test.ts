@@ -4,11 +4,10 @@
  * reaches the hung-up request is kept only as unclaimed, and the slot goes on to the next host
  * once the group's unclaimed_grant_s has passed without the host calling again.
  */
+import { setTimeout as sleep } from "node:timers/promises";
 import { request } from "node:http";
 import { describe, expect, it } from "vitest";
 import { adminApi } from "./harness.ts";
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 const api = adminApi;
 

@@ -4,12 +4,11 @@
  * three times, each request signed, and is never sent an event it did not ask for. The signature
  * is checked with the recipe of docs/notifications.md, in Node.
  */
+import { setTimeout as sleep } from "node:timers/promises";
 import { createHmac, timingSafeEqual } from "node:crypto";
 import { createServer, type IncomingMessage } from "node:http";
 import { afterAll, describe, expect, it } from "vitest";
 import { adminApi } from "./harness.ts";
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 const api = adminApi;
 

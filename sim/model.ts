@@ -1,7 +1,7 @@
 // What the simulator keeps about each host it plays, and what a run reports.
 import type { ServerStatus } from "../cli/api.ts";
 
-export interface HostFlags {
+interface HostFlags {
   failInstall: boolean;
   failRemove: boolean;
   slow: boolean;

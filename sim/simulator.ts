@@ -13,7 +13,7 @@ import { agentSpecs, ensureFleet, issueFirstOrder, planHosts, registerServers, s
 import { byStatus, round, Tally } from "./tally.ts";
 
 export { DEFAULTS, type SimOptions } from "./options.ts";
-export type { HostFlags, Progress, SimHost, SimSummary } from "./model.ts";
+export type { SimHost, SimSummary } from "./model.ts";
 
 /**
  * Plays `servers` hosts against a Harbormaster, each running the reference agent with an

@@ -35,6 +35,9 @@ import { fleetSummaryRoutes } from "./fleets/summary.routes";
 import { consoleRoutes } from "./console/routes";
 import { specRoutes } from "./specs/routes";
 import { statusRoutes } from "./servers/status.routes";
+import { enrollmentTokenRoutes, enrollRoutes } from "./enrollment/routes";
+import { agentBuildRoutes, installRoutes } from "./agent-builds/routes";
+import { except } from "hono/combine";
 import { imageRoutes } from "./images/routes";
 import { imageBlobRoutes } from "./images/blob.routes";
 import { MAX_PART_BYTES } from "./domain/images";
@@ -55,8 +58,11 @@ export function createApp() {
   app.use("*", requestId());
   app.use("*", requestLog(requester));
   app.use("*", corsForConfiguredOrigins());
-  app.use("/v1/*", exceptRawBodies(limitBodies(MAX_BODY_BYTES)));
-  app.use("/v1/*", exceptRawBodies(requireJsonBody));
+  // An agent build is bytes too (src/agent-builds/), but may come gzip-compressed and is larger
+  // than an image's part: its route checks its own body (length, encoding, checksum).
+  const agentBuilds = "/v1/agent/builds/*";
+  app.use("/v1/*", except(agentBuilds, exceptRawBodies(limitBodies(MAX_BODY_BYTES))));
+  app.use("/v1/*", except(agentBuilds, exceptRawBodies(requireJsonBody)));
   app.use("/v1/*", rawBodies(MAX_PART_BYTES));
   app.use("/v1/*", rejectUnknownQuery(() => app.openAPIRegistry.definitions as never));
   // While upgrade steps are pending, writes answer 503 (hosts' own endpoints excepted).
@@ -77,23 +83,28 @@ export function createApp() {
     .route("/v1/instances", instanceRoutes)
     .route("/v1/audit", auditRoutes)
     .route("/v1/upgrades", upgradeRoutes)
-    // Fleet intent and lifecycle (issue 8).
+    // Fleet intent and lifecycle.
     .route("/v1/fleets", intentRoutes)
     .route("/v1/servers", serverLifecycleRoutes)
     .route("/v1/check", checkRoutes)
-    // Per-agent rollouts (issue 9).
+    // Per-agent rollouts.
     .route("/v1/rollouts", rolloutRoutes)
-    // Fleets as code (issue 19).
+    // Fleets as code.
     .route("/v1/fleets", specRoutes)
-    // hm status in one request (issue 18).
+    // hm status in one request.
     .route("/v1/status", statusRoutes)
+    // Enrollment and the agent's builds (issue 25).
+    .route("/v1/fleets", enrollmentTokenRoutes)
+    .route("/v1/agent", enrollRoutes)
+    .route("/v1/agent", agentBuildRoutes)
+    .route("/", installRoutes)
     // The image catalog, and its bytes for hosts.
     .route("/v1/images", imageRoutes)
     .route("/v1/agent", imageBlobRoutes)
     // FleetLock (hosts) sits outside /v1: its own body limit, no JSON Content-Type rule, its own error body.
     .route("/fleetlock", fleetlockRoutes);
 
-  // The operator console (issue 20): pages over this app's own API, called in-process.
+  // The operator console: pages over this app's own API, called in-process.
   app.route("/", consoleRoutes(() => app));
 
   app.openAPIRegistry.registerComponent("securitySchemes", "Bearer", { type: "http", scheme: "bearer" });

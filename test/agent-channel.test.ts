@@ -4,7 +4,7 @@ import { connectThroughFetch } from "../agent/channel";
 import { MemoryDriver } from "../agent/memory-driver";
 import { call, createFleet, registerServer } from "./helpers";
 import { reported, runAgent, workerFetch } from "./agent-helpers";
-import { ledger } from "./channel-helpers";
+import { ledger } from "./support/objects";
 
 const agents = (...names: string[]) => names.map((n) => ({ name: n, image: `reg/${n}:1`, version: "1" }));
 
@@ -68,7 +68,7 @@ describe("reference host agent over the channel (against the worker)", () => {
       await run.until(reported(2, "realized"));
       await evictDurableObject(ledger(s.id), { webSockets: "close" });
       await run.until((e) => e.type === "channel" && e.state === "closed");
-      await run.until((e) => run.events.filter((x) => x.type === "channel" && x.state === "open").length === 2);
+      await run.until(() => run.events.filter((x) => x.type === "channel" && x.state === "open").length === 2);
       await call("PUT", `/v1/servers/${s.id}/desired`, { body: { generation: 3, agents: [] } });
       await run.until(reported(3, "realized"));
     } finally {

@@ -21,6 +21,7 @@ export function runAgent(token: string, driver: MemoryDriver, extra: Partial<Con
     ...extra,
     onEvent: (e) => {
       events.push(e);
+      // oxlint-disable-next-line unicorn/no-useless-spread -- a copy: the loop removes from waiters
       for (const w of [...waiters]) {
         if (w.pred(e)) {
           waiters.splice(waiters.indexOf(w), 1);

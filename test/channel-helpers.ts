@@ -1,10 +1,7 @@
-import { env, SELF } from "cloudflare:test";
-import { expect } from "vitest";
+import { SELF } from "cloudflare:test";
 import { BASE } from "./helpers";
 
-export const ledger = (id: string) => env.LEDGER.get(env.LEDGER.idFromName(id));
-
-export type Message = { type: string; [k: string]: any };
+type Message = { type: string; [k: string]: any };
 
 /** One host's end of the channel, opened through the worker, with its messages queued as they come. */
 export interface Channel {
@@ -32,7 +29,7 @@ export async function openChannel(token: string | null, opts: { generation?: num
   return channelOf(response);
 }
 
-export function channelOf(response: Response): Channel {
+function channelOf(response: Response): Channel {
   const ws = response.webSocket!;
   ws.accept();
   const inbox: Message[] = [];
@@ -76,4 +73,3 @@ export function closedWithin(ch: Channel, ms = 5_000) {
   return Promise.race([ch.closed, new Promise<never>((_, reject) => setTimeout(() => reject(new Error(`not closed within ${ms} ms`)), ms))]);
 }
 
-export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));

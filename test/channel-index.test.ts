@@ -1,11 +1,11 @@
-import { env, evictDurableObject, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
+import { evictDurableObject, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { INDEX_LEASE_MS } from "../src/ledger/projection";
 import { call, createFleet, registerServer, report, settle } from "./helpers";
-import { ledger, openChannel, sleep } from "./channel-helpers";
+import { openChannel } from "./channel-helpers";
+import { indexRow, ledger, sleep } from "./support/objects";
 
 const A = { name: "a", image: "a:1" };
-const indexRow = (id: string) => env.DB.prepare("SELECT last_seen, stale_at FROM servers WHERE id = ?").bind(id).first<{ last_seen: number; stale_at: number }>();
 
 async function until<T>(read: () => Promise<T>, pred: (v: T) => boolean, ms = 5_000) {
   const deadline = Date.now() + ms;

@@ -1,7 +1,7 @@
 /// <reference types="vite/client" />
 import { Validator, type Schema } from "@cfworker/json-schema";
 import { describe, expect, it } from "vitest";
-import { channelMessageDocument } from "../src/ledger/channel-messages";
+import { channelMessageDocument } from "../src/model/server/channel-messages";
 import { call, createFleet, registerServer, report } from "./helpers";
 import { openChannel } from "./channel-helpers";
 

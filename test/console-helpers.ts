@@ -14,7 +14,7 @@ export function cookiesOf(res: Response) {
   return out;
 }
 
-export function form(fields: Record<string, string>) {
+function form(fields: Record<string, string>) {
   return new URLSearchParams(fields).toString();
 }
 

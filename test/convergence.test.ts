@@ -14,10 +14,9 @@ import { Scheduler } from "../src/objects/kit/scheduler";
 import { registerServer as registerViaService } from "../src/servers/service";
 import { fleetWithKey, getGroup, putGroup, registerClients, zincati } from "./fleetlock-helpers";
 import { breakCoordinator, breakD1, call, fireTimersNow, pendingEffects, report } from "./helpers";
+import { coordinator, ledger } from "./support/objects";
 
 const db = () => getDb(env.DB);
-const ledger = (id: string) => env.LEDGER.get(env.LEDGER.idFromName(id));
-const coordinator = (fleet: string) => env.REBOOT.get(env.REBOOT.idFromName(fleet));
 /** The coordinator's registry entry for a FleetLock id (read without asking anyone: no catch-up). */
 const registered = (fleet: string, id: string) =>
   runInDurableObject(coordinator(fleet), (_i, state) => state.storage.kv.get(`client:${id}`) ?? null);
@@ -163,7 +162,7 @@ describe("PATCH of a server's FleetLock identity", () => {
 
 describe("an object waking after a crash", () => {
   /**
-   * The window behind issue 17's lost fleetlock_id changes: killed between the runtime dropping an
+   * The window behind lost fleetlock_id changes: killed between the runtime dropping an
    * alarm that had fired and the object's own record of it, an object reads back an alarm time in
    * the past that nothing will fire at. Trusting it, the scheduler never set another alarm, so an
    * identity whose first delivery failed waited in the outbox for the ledger's next write.

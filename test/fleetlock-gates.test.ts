@@ -1,5 +1,5 @@
 /**
- * Health gates (issue 17): each gate holds a new grant (a newcomer's, a parked host's) with its
+ * Health gates (docs/reboot-safety.md): each gate holds a new grant (a newcomer's, a parked host's) with its
  * own FleetLock kind, never takes a granted slot back, and lets the grant through once it opens.
  */
 import { env, runInDurableObject } from "cloudflare:test";
@@ -11,7 +11,6 @@ import { call, fireTimersNow, report } from "./helpers";
 import { LEFT_TIMER, QUIET_TIMER, quietGraceMs } from "../src/ledger/quiet";
 import { openChannel } from "./channel-helpers";
 import {
-  coordinator,
   fleetWithKey,
   parkInOrder,
   putGroup,
@@ -20,6 +19,7 @@ import {
   view,
   zincati,
 } from "./fleetlock-helpers";
+import { coordinator } from "./support/objects";
 
 /** Runs the coordinator's alarm as if its timers were due: the gates' inputs are read, queues drained. */
 const readGates = (fleet: string) => fireTimersNow(coordinator(fleet));

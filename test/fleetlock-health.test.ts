@@ -1,12 +1,13 @@
 /**
- * Release on a healthy report (issue 17): under `release_on: healthy_report` a host's steady
+ * Release on a healthy report (docs/reboot-safety.md): under `release_on: healthy_report` a host's steady
  * state is answered 200 but its slot is freed only by its server's report from the new boot with
  * every agent realized; past health_timeout_s the server is unhealthy after its reboot, its slot
  * stays taken and the group pauses itself. And the gate on servers rebooted and not yet healthy.
  */
 import { describe, expect, it } from "vitest";
 import { call, fireTimersNow, report } from "./helpers";
-import { coordinator, fleetWithKey, flushCoordinator, parkInOrder, putGroup, registerClients, setClockOffset, view, zincati } from "./fleetlock-helpers";
+import { fleetWithKey, flushCoordinator, parkInOrder, putGroup, registerClients, setClockOffset, view, zincati } from "./fleetlock-helpers";
+import { coordinator } from "./support/objects";
 
 const healthy = (boot: string) => report(1, [], { boot_id: boot });
 const broken = (boot: string) => ({ ...report(1, [], { boot_id: boot }), errors: [{ agent: "compute", op: "start", message: "crash loop" }] });

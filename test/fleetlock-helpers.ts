@@ -1,5 +1,6 @@
-import { env, runInDurableObject } from "cloudflare:test";
+import { runInDurableObject } from "cloudflare:test";
 import { BASE, call, createFleet, registerServer, send } from "./helpers";
+import { coordinator, sleep } from "./support/objects";
 
 export interface FleetLockFleet {
   fleet: string;
@@ -47,7 +48,6 @@ export async function registerClients(fleet: string, n: number, group = "default
 
 export type Op = "pre-reboot" | "steady-state";
 
-
 /**
  * Exactly as Zincati sends it: the URL resolved against base_url (trailing slash), the header,
  * a pretty-printed body and no Content-Type at all (a byte body gets none from fetch).
@@ -74,8 +74,6 @@ export function raw(path: string, init: RequestInit) {
 
 // ---- the queue, as operators and parked hosts see it ----
 
-export const coordinator = (fleet: string) => env.REBOOT.get(env.REBOOT.idFromName(fleet));
-
 export type Queued = { position: number; id: string; connected: boolean; waiting_since: string; server: { id: string } | null };
 export type Group = Omit<Awaited<ReturnType<typeof getGroup>>, "holders"> & {
   queue: Queued[];
@@ -84,8 +82,6 @@ export type Group = Omit<Awaited<ReturnType<typeof getGroup>>, "holders"> & {
   [more: string]: unknown;
 };
 export const view = async (fleet: string, group = "default") => (await getGroup(fleet, group)) as unknown as Group;
-
-export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** Polls the operator view until `check` holds (or fails after `ms`). */
 export async function until(fleet: string, check: (g: Group) => boolean, ms = 5000, group = "default") {

@@ -1,5 +1,5 @@
 /**
- * Queue hygiene (issue 17): a host parked for a server that is removed (or renamed) never gets a
+ * Queue hygiene (docs/reboot-safety.md): a host parked for a server that is removed (or renamed) never gets a
  * slot; an operator can take a host out of the queue; and where the runtime cannot tell that a
  * parked client went away, a grant answered to it is kept as unclaimed until the host calls again.
  */
@@ -9,17 +9,16 @@ import { drain, type Queue } from "../src/fleetlock/queue";
 import { newGroup } from "../src/fleetlock/semaphore";
 import { call, fireTimersNow } from "./helpers";
 import {
-  coordinator,
   fleetWithKey,
   parkInOrder,
   putGroup,
   registerClients,
   setClockOffset,
-  sleep,
   until,
   view,
   zincati,
 } from "./fleetlock-helpers";
+import { coordinator, sleep } from "./support/objects";
 
 /** Where the runtime cannot report a hang-up: parked calls are vouched for this long (PARK_TRUST_S). */
 const distrustParkedCalls = (fleet: string, trustMs: number) =>

@@ -1,7 +1,8 @@
 import { env, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { breakCoordinator, call, fireTimersNow, pendingEffects, registerServer } from "./helpers";
-import { coordinator, fleetWithKey, getGroup, putGroup, registerClients, zincati } from "./fleetlock-helpers";
+import { fleetWithKey, getGroup, putGroup, registerClients, zincati } from "./fleetlock-helpers";
+import { coordinator } from "./support/objects";
 
 describe("reboot groups for operators", () => {
   it("lists groups with slots, windows, holders, their servers and stuck flags", async () => {

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { curl, fleetWithKey, getGroup, putGroup, raw, registerClients, zincati } from "./fleetlock-helpers";
+import { curl, fleetWithKey, getGroup, putGroup, registerClients, zincati } from "./fleetlock-helpers";
 
 describe("FleetLock protocol, as Zincati and curl speak it", () => {
   it("grants pre-reboot to a Zincati-shaped request (no Content-Type, pretty body, trailing-slash base_url)", async () => {
@@ -30,8 +30,8 @@ describe("FleetLock protocol, as Zincati and curl speak it", () => {
 import { env, evictDurableObject, runInDurableObject } from "cloudflare:test";
 import { breakCoordinator, call, fireTimersNow, pendingEffects, report } from "./helpers";
 import type { GroupState } from "../src/fleetlock/semaphore";
+import { coordinator } from "./support/objects";
 
-const coordinator = (fleet: string) => env.REBOOT.get(env.REBOOT.idFromName(fleet));
 const holderIds = async (fleet: string, group = "default") => (await getGroup(fleet, group)).holders.map((h) => h.id);
 
 describe("semaphore over the protocol", () => {

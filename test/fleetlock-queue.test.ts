@@ -5,7 +5,6 @@ import { preRebootWaitRequest } from "../src/fleetlock/waits";
 import { sha256Hex } from "../src/lib/crypto";
 import { call } from "./helpers";
 import {
-  coordinator,
   fleetWithKey,
   park,
   parkInOrder,
@@ -14,13 +13,13 @@ import {
   registerClients,
   resetCoordinator,
   setClockOffset,
-  sleep,
   storedQueue,
   until,
   view,
   zincati,
   type Op,
 } from "./fleetlock-helpers";
+import { coordinator, sleep } from "./support/objects";
 
 describe("fair reboot queue", () => {
   it("refuses at once with queue_wait_s 0 (the default), and validates queue_wait_s", async () => {

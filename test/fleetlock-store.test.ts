@@ -1,11 +1,10 @@
-import { env, evictDurableObject, runInDurableObject } from "cloudflare:test";
+import { evictDurableObject, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { COORDINATOR_FORMAT, CoordinatorStore, FORMAT_KEY } from "../src/fleetlock/store";
 import { preRebootWaitRequest } from "../src/fleetlock/waits";
 import { sha256Hex } from "../src/lib/crypto";
 import { fleetWithKey, getGroup, putGroup, registerClients, zincati } from "./fleetlock-helpers";
-
-const coordinator = (fleet: string) => env.REBOOT.get(env.REBOOT.idFromName(fleet));
+import { coordinator } from "./support/objects";
 
 const stampOf = (fleet: string) => runInDurableObject(coordinator(fleet), (_i, state) => state.storage.kv.get(FORMAT_KEY));
 

@@ -87,9 +87,6 @@ export function breakD1(stub: DurableObjectStub) {
   );
 }
 
-/** Kept for the tests written against the ledger. */
-export const breakLedgerD1 = breakD1;
-
 /** Makes every call from the object to the fleets' coordinators fail until restored. */
 export function breakCoordinator(stub: DurableObjectStub) {
   const unreachable = new Proxy(

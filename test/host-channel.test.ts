@@ -1,7 +1,8 @@
 import { evictDurableObject, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { call, createFleet, registerServer, report } from "./helpers";
-import { closedWithin, ledger, openChannel, sleep, upgrade } from "./channel-helpers";
+import { closedWithin, openChannel, upgrade } from "./channel-helpers";
+import { ledger, sleep } from "./support/objects";
 
 const A = { name: "a", image: "a:1" };
 const agents = [{ name: "a", image: "a:1", version: "1" }];

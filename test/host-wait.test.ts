@@ -4,17 +4,9 @@ import { viewWaitRequest } from "../src/ledger/waits";
 import { meterReading } from "../src/local/meter";
 import { LOOK_AGAIN_AT } from "../src/objects/kit/wake";
 import { BASE, call, createFleet, registerServer, report } from "./helpers";
-import { ledger, sleep } from "./channel-helpers";
+import { ledger, sleep, until } from "./support/objects";
 
 const waiters = (id: string) => runInDurableObject(ledger(id), (_i, state) => state.getWebSockets("waiter").length);
-
-async function until(pred: () => Promise<boolean>, ms = 5_000) {
-  const deadline = Date.now() + ms;
-  while (!(await pred())) {
-    if (Date.now() > deadline) throw new Error("condition not met in time");
-    await sleep(50);
-  }
-}
 
 /** The cost meter's reading of one server's ledger (this file runs the local entry: vitest.config.ts). */
 const ledgerMeter = (id: string) =>

@@ -1,5 +1,5 @@
 /**
- * Servers named by hostname (issue 18): every route that takes a server takes its hostname (or
+ * Servers named by hostname (docs/operator-guide.md): every route that takes a server takes its hostname (or
  * fleet/hostname, or ?fleet=); a hostname is unique among a fleet's live servers; one that names
  * servers in several fleets is 409 ambiguous_server listing them; lists sort by hostname and
  * filter by exact hostname or prefix; instances and the audit log name servers by hostname.

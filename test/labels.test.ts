@@ -10,7 +10,7 @@ import { getDb } from "../src/db/client";
 import { serverLabels, servers } from "../src/db/schema";
 import { MAX_SERVER_LABELS } from "../src/domain/limits";
 import { buildProjection } from "../src/ledger/projection";
-import type { ServerRecord } from "../src/ledger/record";
+import type { ServerRecord } from "../src/model/server/record";
 import { listServers, sparseLabel } from "../src/servers/store";
 import { breakD1, call, createFleet, d1Statements, fireTimersNow, pendingEffects, registerServer, uniq } from "./helpers";
 import { AGENT, fleetWithAgent, NEW, startRollout, targets } from "./rollout-helpers";

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import type { DesiredState } from "../src/ledger/desired";
-import type { StoredReport } from "../src/ledger/schemas";
+import type { StoredReport } from "../src/model/server/schemas";
 import { computeStatus } from "../src/ledger/status";
 import { call, createFleet, registerServer, report } from "./helpers";
 

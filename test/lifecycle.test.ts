@@ -1,8 +1,8 @@
 import { env, evictDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { breakCoordinator, breakD1, call, createFleet, fireTimersNow, registerServer, report } from "./helpers";
+import { ledger } from "./support/objects";
 
-const ledger = (id: string) => env.LEDGER.get(env.LEDGER.idFromName(id));
 const A = { name: "a", image: "a:1", version: "1" };
 
 async function activeServer(fleet: string, overrides: Record<string, unknown> = {}, assignments = { units: [] as string[], storage: [] as string[] }) {

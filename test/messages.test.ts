@@ -1,5 +1,5 @@
 /**
- * Messages that say what is wrong (issue 18): the code that names the problem wins with its own
+ * Messages that say what is wrong (docs/operator-guide.md): the code that names the problem wins with its own
  * message; a registration without `kind` is a managed server, so the fleet's absence is what it
  * hears; validation messages name the fields.
  */

@@ -10,10 +10,9 @@ import * as local from "../src/local/index";
 import { metered, meterReading, resetMeter } from "../src/local/meter";
 import { LEASE_REFRESH_ROWS } from "../scripts/bench/lease-refresh";
 import { INDEX_LEASE_MS } from "../src/ledger/projection";
-import { ledger, openChannel, sleep as pause } from "./channel-helpers";
+import { openChannel } from "./channel-helpers";
 import { BASE, call, createFleet, fireTimersNow, registerServer, report, settle, uniq } from "./helpers";
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+import { ledger, sleep, sleep as pause } from "./support/objects";
 
 /** A stand-in object: the meter needs only the constructor's (ctx, env) and ctx.id / ctx.waitUntil. */
 class Probe {

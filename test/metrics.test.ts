@@ -4,7 +4,8 @@ import { beforeEach, describe, expect, it } from "vitest";
 import { createApp } from "../src/app";
 import { forgetMetricsCache } from "../src/metrics/service";
 import { BASE, call, createFleet, registerServer, report } from "./helpers";
-import { coordinator, fleetWithKey, putGroup, registerClients, zincati } from "./fleetlock-helpers";
+import { fleetWithKey, putGroup, registerClients, zincati } from "./fleetlock-helpers";
+import { coordinator } from "./support/objects";
 
 type Family = { name: string; type: string; metrics: { value: string; labels?: Record<string, string> }[] };
 

@@ -9,9 +9,8 @@ import { env, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { fleetWithKey, putGroup, registerClients, zincati } from "./fleetlock-helpers";
 import { breakCoordinator, breakD1, call, createFleet, fireTimersNow, pendingEffects, registerServer, uniq } from "./helpers";
+import { coordinator, ledger } from "./support/objects";
 
-const ledger = (id: string) => env.LEDGER.get(env.LEDGER.idFromName(id));
-const coordinator = (fleet: string) => env.REBOOT.get(env.REBOOT.idFromName(fleet));
 const register = (fleet: string, hostname: string, extra: Record<string, unknown> = {}) =>
   call("POST", "/v1/servers", { body: { fleet, hostname, kind: "managed", ...extra } });
 /** The coordinator's claim on a hostname, as stored. */

@@ -7,8 +7,9 @@ import { evictDurableObject, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { meterReading } from "../src/local/meter";
 import { call } from "./helpers";
-import { coordinator, fleetWithKey, park, putGroup, registerClients, sleep, until, view, zincati } from "./fleetlock-helpers";
+import { fleetWithKey, park, putGroup, registerClients, until, view, zincati } from "./fleetlock-helpers";
 import { fleetWithAgent, getRollout, reconcileApplying, rolloutStub, startRollout } from "./rollout-helpers";
+import { coordinator, sleep } from "./support/objects";
 
 type Reading = { in_flight: number; waiting_until: number; awake_ms: number };
 

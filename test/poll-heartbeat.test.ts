@@ -3,7 +3,7 @@
  * HTTP whose reconcile finds nothing new sends its last report's tag on the poll instead of the
  * report, so a steady host costs one request a minute.
  */
-import { env, evictDurableObject, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
+import { evictDurableObject, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { MemoryDriver } from "../agent/memory-driver";
 import type { ServerLedger } from "../src/ledger/durable-object";
@@ -11,24 +11,15 @@ import { QUIET_TIMER, quietGraceMs } from "../src/ledger/quiet";
 import { meterReading } from "../src/local/meter";
 import { call, createFleet, registerServer, report, settle } from "./helpers";
 import { runAgent, workerFetch } from "./agent-helpers";
+import { indexRow, ledger, until } from "./support/objects";
 
-const ledgerOf = (id: string) => env.LEDGER.get(env.LEDGER.idFromName(id));
-const indexRow = (id: string) => env.DB.prepare("SELECT last_seen, stale_at FROM servers WHERE id = ?").bind(id).first<{ last_seen: number; stale_at: number }>();
 const receivedAt = async (id: string) => Date.parse((await call("GET", `/v1/servers/${id}`)).json.report.received_at);
 const agents = [{ name: "compute", image: "reg/compute:1" }];
-const waiters = (id: string) => runInDurableObject(ledgerOf(id), (_i: ServerLedger, state) => state.getWebSockets("waiter").length);
-
-async function until(pred: () => Promise<boolean>, ms = 5_000) {
-  const deadline = Date.now() + ms;
-  while (!(await pred())) {
-    if (Date.now() > deadline) throw new Error("condition not met in time");
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
+const waiters = (id: string) => runInDurableObject(ledger(id), (_i: ServerLedger, state) => state.getWebSockets("waiter").length);
 
 /** Moves the stored report's received_at `agoMs` into the past (as a host silent that long). */
 async function age(id: string, agoMs: number) {
-  await runInDurableObject(ledgerOf(id), (instance: ServerLedger) => {
+  await runInDurableObject(ledger(id), (instance: ServerLedger) => {
     const store = (instance as unknown as { store: { load(): any; save(p: unknown): void } }).store;
     store.save({ report: { ...store.load().report, received_at: Date.now() - agoMs } });
   });
@@ -82,7 +73,7 @@ describe("a poll that names the host's report is its heartbeat", () => {
     const t0 = Date.now();
     const parked = poll(s.token, tag, 10);
     await until(async () => (await waiters(s.id)) === 1);
-    await evictDurableObject(ledgerOf(s.id));
+    await evictDurableObject(ledger(s.id));
     expect(await receivedAt(s.id)).toBeGreaterThanOrEqual(t0 - 1);
     await call("PUT", `/v1/servers/${s.id}/desired`, { body: { generation: 2, agents: [] } });
     expect((await parked).status).toBe(200);
@@ -94,7 +85,7 @@ describe("a poll that names the host's report is its heartbeat", () => {
     const t0 = Date.now();
     const parked = poll(s.token, tag, 2);
     await until(async () => (await waiters(s.id)) === 1);
-    await evictDurableObject(ledgerOf(s.id));
+    await evictDurableObject(ledger(s.id));
     expect((await parked).status).toBe(304);
     await until(async () => (await waiters(s.id)) === 0);
     expect(await receivedAt(s.id)).toBeGreaterThanOrEqual(t0 - 1);
@@ -102,7 +93,7 @@ describe("a poll that names the host's report is its heartbeat", () => {
 
   it("is stored at most once per stale_after (a poll's waiter keeps it meanwhile), not on every poll", async () => {
     const { s, tag } = await reported();
-    const stored = () => runInDurableObject(ledgerOf(s.id), (_i: ServerLedger, state) => state.storage.kv.get<{ received_at: number }>("report")!.received_at);
+    const stored = () => runInDurableObject(ledger(s.id), (_i: ServerLedger, state) => state.storage.kv.get<{ received_at: number }>("report")!.received_at);
     await age(s.id, 100_000);
     const old = await stored();
     expect((await poll(s.token, tag)).status).toBe(304);
@@ -116,7 +107,7 @@ describe("a poll that names the host's report is its heartbeat", () => {
 
   it("costs one storage row when its heartbeat is stored and none otherwise; the quiet watch moving on costs two (the cost benchmark's arithmetic)", async () => {
     const { s, tag } = await reported();
-    const written = () => (meterReading().objects.ServerLedger as { by_instance: Record<string, { storage: { rows_written: number } }> }).by_instance[ledgerOf(s.id).id.toString()].storage.rows_written;
+    const written = () => (meterReading().objects.ServerLedger as { by_instance: Record<string, { storage: { rows_written: number } }> }).by_instance[ledger(s.id).id.toString()].storage.rows_written;
     await poll(s.token, tag);
     await settle(s.id);
     let before = written();
@@ -129,12 +120,12 @@ describe("a poll that names the host's report is its heartbeat", () => {
     before = written();
     await poll(s.token, tag);
     expect(written() - before, "the poll whose heartbeat is stored").toBe(1);
-    await runInDurableObject(ledgerOf(s.id), async (_i: ServerLedger, state) => {
+    await runInDurableObject(ledger(s.id), async (_i: ServerLedger, state) => {
       state.storage.sql.exec("UPDATE _timers SET due_at = ? WHERE name = ?", Date.now() - 1, QUIET_TIMER);
       await state.storage.setAlarm(Date.now() - 1);
     });
     before = written();
-    await runDurableObjectAlarm(ledgerOf(s.id));
+    await runDurableObjectAlarm(ledger(s.id));
     // Its timer's row, and the alarm set again for it (each setAlarm() is billed as a row written).
     expect(written() - before, "the quiet watch moving on").toBe(2);
   });
@@ -186,11 +177,11 @@ describe("a poll that names the host's report is its heartbeat", () => {
   it("brings a host the quiet watch saw go quiet back into the index", async () => {
     const { fleet, s, tag } = await reported();
     await age(s.id, 120_000 + quietGraceMs(120) + 1_000);
-    await runInDurableObject(ledgerOf(s.id), async (_i: ServerLedger, state) => {
+    await runInDurableObject(ledger(s.id), async (_i: ServerLedger, state) => {
       state.storage.sql.exec("UPDATE _timers SET due_at = ? WHERE name = ?", Date.now() - 1, QUIET_TIMER);
       await state.storage.setAlarm(Date.now() - 1);
     });
-    await runDurableObjectAlarm(ledgerOf(s.id));
+    await runDurableObjectAlarm(ledger(s.id));
     const listed = async () => (await call("GET", `/v1/servers?fleet=${fleet.id}`)).json.items.find((x: { id: string }) => x.id === s.id)?.status;
     expect(await listed()).toBe("stale");
     expect((await poll(s.token, tag)).status).toBe(304);

@@ -1,8 +1,8 @@
-import { env, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
+import { env, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import type { ServerLedger } from "../src/ledger/durable-object";
 import { INDEX_LEASE_MS } from "../src/ledger/projection";
-import { breakLedgerD1, call, createFleet, d1Statements, fireTimersNow, pendingEffects, registerServer, report } from "./helpers";
+import { breakD1, call, createFleet, d1Statements, fireTimersNow, pendingEffects, registerServer, report } from "./helpers";
 
 const agents = [
   { name: "compute", image: "compute:1", version: "1" },
@@ -74,7 +74,7 @@ describe("D1 projection of the ledger", () => {
   it("repairs the index from the alarm after D1 refused a projection, losing nothing acknowledged", async () => {
     const { s } = await realizedServer();
     const stub = env.LEDGER.get(env.LEDGER.idFromName(s.id));
-    const restoreD1 = await breakLedgerD1(stub);
+    const restoreD1 = await breakD1(stub);
 
     const accepted = await call("PUT", `/v1/servers/${s.id}/desired`, {
       body: { generation: 3, agents: [{ name: "compute", image: "compute:2", version: "2" }] },
@@ -151,7 +151,7 @@ describe("reports while D1 is down", () => {
   it("are acknowledged from the ledger alone, and the armed alarm brings the index up to date", async () => {
     const { s } = await realizedServer();
     const stub = env.LEDGER.get(env.LEDGER.idFromName(s.id));
-    const restoreD1 = await breakLedgerD1(stub);
+    const restoreD1 = await breakD1(stub);
     const res = await call("PUT", "/v1/agent/inventory", {
       token: s.token,
       body: report(2, [agents[0]], { errors: [{ agent: "logs", op: "start", message: "crash loop" }] }),

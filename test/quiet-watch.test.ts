@@ -2,23 +2,22 @@
  * The quiet watch (src/ledger/quiet.ts): a host reporting over HTTP costs D1 one write a lease,
  * and when it goes quiet the ledger's own alarm gives the index its exact stale_at.
  */
-import { env, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
+import { runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import type { ServerLedger } from "../src/ledger/durable-object";
 import { INDEX_LEASE_MS } from "../src/ledger/projection";
 import { QUIET_TIMER, quietGraceMs } from "../src/ledger/quiet";
 import { LATE_DEADLINE_MS } from "../src/webhooks/stale";
 import { call, createFleet, d1Statements, registerServer, report, settle } from "./helpers";
+import { indexRow, ledger } from "./support/objects";
 
-const indexRow = (id: string) => env.DB.prepare("SELECT last_seen, stale_at FROM servers WHERE id = ?").bind(id).first<{ last_seen: number; stale_at: number }>();
-const ledgerOf = (id: string) => env.LEDGER.get(env.LEDGER.idFromName(id));
 const quietDue = (id: string) =>
-  runInDurableObject(ledgerOf(id), (_i: ServerLedger, state) => state.storage.sql.exec<{ due_at: number }>("SELECT due_at FROM _timers WHERE name = ?", QUIET_TIMER).toArray()[0]?.due_at ?? null);
+  runInDurableObject(ledger(id), (_i: ServerLedger, state) => state.storage.sql.exec<{ due_at: number }>("SELECT due_at FROM _timers WHERE name = ?", QUIET_TIMER).toArray()[0]?.due_at ?? null);
 const listed = async (fleet: string, id: string) => (await call("GET", `/v1/servers?fleet=${fleet}`)).json.items.find((x: { id: string }) => x.id === id)?.status;
 
 /** Makes the quiet timer due now; `reportedAgoMs`: the stored report's received_at is moved that far back. */
 async function fireQuiet(id: string, reportedAgoMs?: number) {
-  await runInDurableObject(ledgerOf(id), async (instance: ServerLedger, state) => {
+  await runInDurableObject(ledger(id), async (instance: ServerLedger, state) => {
     if (reportedAgoMs !== undefined) {
       const store = (instance as unknown as { store: { load(): any; save(p: unknown): void } }).store;
       const { report: stored } = store.load();
@@ -27,7 +26,7 @@ async function fireQuiet(id: string, reportedAgoMs?: number) {
     state.storage.sql.exec("UPDATE _timers SET due_at = ? WHERE name = ?", Date.now() - 1, QUIET_TIMER);
     await state.storage.setAlarm(Date.now() - 1);
   });
-  await runDurableObjectAlarm(ledgerOf(id));
+  await runDurableObjectAlarm(ledger(id));
 }
 
 describe("the quiet watch over an HTTP host", () => {

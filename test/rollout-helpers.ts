@@ -22,7 +22,7 @@ export async function fleetWithAgent(n: number, opts: { fleet?: Record<string, u
   const hosts: Host[] = [];
   for (let i = 0; i < n; i++) {
     const hostname = `node-${i}-${Math.random().toString(36).slice(2, 7)}.example.com`;
-    const s = await registerServer(fleet, { hostname, ...(opts.server?.(i) ?? {}) });
+    const s = await registerServer(fleet, { hostname, ...opts.server?.(i) });
     const put = await call("PUT", `/v1/servers/${s.id}/desired`, {
       body: { generation: 2, agents: [{ name: AGENT, image: OLD, version: "1.0.0" }, { name: "logs", image: "registry.example/logs:1", version: "1" }] },
     });

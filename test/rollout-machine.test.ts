@@ -4,7 +4,7 @@ import { control } from "../src/rollouts/controls";
 import { account, newCore, quiescent, startable, stepTarget, zeroCounts, type Core, type Target, type TargetEvent } from "../src/rollouts/machine";
 import { etaSeconds, isSlow, median } from "../src/rollouts/progress";
 import { decideApply, settleMarks, type RolloutMark } from "../src/rollouts/ledger-side";
-import type { StoredReport } from "../src/ledger/schemas";
+import type { StoredReport } from "../src/model/server/schemas";
 import type { DesiredState } from "../src/ledger/desired";
 
 const T = (over: Partial<Target> = {}): Target => ({

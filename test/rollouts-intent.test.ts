@@ -1,5 +1,5 @@
 /**
- * Rollouts with fleet intent (issue 8): the channel moves with the rollout (and back on rollback),
+ * Rollouts with fleet intent (docs/operator-guide.md): the channel moves with the rollout (and back on rollback),
  * servers registered meanwhile get the new image, decommissioned servers leave the rollout.
  */
 import { describe, expect, it } from "vitest";

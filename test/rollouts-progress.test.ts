@@ -6,9 +6,9 @@ import { rollouts, rolloutTargets } from "../src/db/schema";
 import worker from "../src/index";
 import { call, fireTimersNow, settle } from "./helpers";
 import { AGENT, drain, fleetWithAgent, getRollout, hostReconcile, NEW, reconcileApplying, rolloutStub, startRollout, targets } from "./rollout-helpers";
+import { sleep } from "./support/objects";
 
 const db = () => getDb(env.DB);
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 describe("progress, warnings and reads", () => {
   it("warns about a server slower than slow_factor x the median, when it ends and while it still applies", async () => {

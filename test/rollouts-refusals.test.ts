@@ -1,5 +1,5 @@
 /**
- * Rollouts that cannot lie (issue 18): a rollout that would write no server is refused unless a
+ * Rollouts that cannot lie (docs/rollouts.md): a rollout that would write no server is refused unless a
  * channel-only move is asked for; an exclude naming no server is refused; every target has a
  * deadline; a cancel lets the (fleet, agent) go in bounded time; an operator can end a stuck target.
  */

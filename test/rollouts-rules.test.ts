@@ -1,9 +1,9 @@
 /**
- * The rules of issue 9 through the HTTP API and the objects: concurrency under racing reports,
+ * The rollout rules (docs/rollouts.md) through the HTTP API and the objects: concurrency under racing reports,
  * timeouts on the scheduler, abort criteria, operator controls, eviction, duplicate and reordered
  * events, one running rollout per (fleet, agent).
  */
-import { env, evictDurableObject, runInDurableObject } from "cloudflare:test";
+import { evictDurableObject, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { call, fireTimersNow, settle } from "./helpers";
 import { AGENT, drain, fleetWithAgent, getRollout, hostReconcile, NEW, OLD, reconcileApplying, rolloutStub, startRollout, targets, type Host } from "./rollout-helpers";

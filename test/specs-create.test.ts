@@ -1,8 +1,8 @@
 import { runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import { coordinator } from "./fleetlock-helpers";
 import { call } from "./helpers";
-import { apply, auditOf, clone, diff, fleetWithIntent, getSpec } from "./specs-helpers";
+import { auditOf, clone, diff, fleetWithIntent, getSpec } from "./specs-helpers";
+import { coordinator } from "./support/objects";
 
 const newName = (what: string) => `${what}-${Date.now().toString(36)}-${Math.floor(Math.random() * 1e6)}`;
 const put = (fleet: string, spec: unknown, headers: Record<string, string>) => call("PUT", `/v1/fleets/${fleet}/spec`, { body: spec, headers });

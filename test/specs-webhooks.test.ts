@@ -1,5 +1,5 @@
 /**
- * Webhooks in a fleet spec (issue 19): declared by name, their secrets only referenced
+ * Webhooks in a fleet spec (docs/fleets-as-code.md): declared by name, their secrets only referenced
  * (`secret_ref: {env}`), the values sent beside the document and kept only by the coordinator.
  */
 import { createScheduledController, env, runInDurableObject } from "cloudflare:test";
@@ -10,8 +10,8 @@ import type { Fetcher } from "../src/webhooks/dispatch";
 import { MAX_WEBHOOKS_PER_FLEET } from "../src/webhooks/manage";
 import { verify } from "../src/webhooks/signing";
 import { call } from "./helpers";
-import { coordinator } from "./fleetlock-helpers";
 import { auditOf, clone, fleetWithIntent, getSpec } from "./specs-helpers";
+import { coordinator } from "./support/objects";
 
 const SECRET = "first-secret-0123456789abcdef";
 const ROTATED = "second-secret-0123456789abcdef";

@@ -10,8 +10,8 @@ import type { FleetEvent } from "../src/webhooks/events";
 import { RECENT_WRITE_MS, sendStaleEvents, STALE_CURSOR, STALE_PER_TICK } from "../src/webhooks/stale";
 import { runFleetTasks } from "../src/fleets/tasks";
 import { createFleet, fireTimersNow, uniq } from "./helpers";
-import { coordinator } from "./fleetlock-helpers";
 import { hook, receivedBy, receiver } from "./webhook-helpers";
+import { coordinator } from "./support/objects";
 
 /** `env` whose coordinators record the events they take, and refuse them for the fleets in `down`. */
 function recording(down = new Set<string>()) {

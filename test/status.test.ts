@@ -1,5 +1,5 @@
 /**
- * GET /v1/status (issue 18): hm status in one request. Counts come from the server, the lists of
+ * GET /v1/status (docs/operator-guide.md): hm status in one request. Counts come from the server, the lists of
  * servers that need a look are capped with their full count beside them, rollouts in progress are
  * there while they run.
  */

@@ -1,4 +1,4 @@
-import { env, evictDurableObject, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
+import { env, evictDurableObject, runInDurableObject } from "cloudflare:test";
 import { eq } from "drizzle-orm";
 import { describe, expect, it } from "vitest";
 import { getDb } from "../src/db/client";
@@ -6,8 +6,8 @@ import { servers } from "../src/db/schema";
 import type { DesiredState } from "../src/ledger/desired";
 import type { ServerLedger } from "../src/ledger/durable-object";
 import { buildProjection, projectionStatements } from "../src/ledger/projection";
-import type { ServerRecord } from "../src/ledger/record";
-import type { StoredReport } from "../src/ledger/schemas";
+import type { ServerRecord } from "../src/model/server/record";
+import type { StoredReport } from "../src/model/server/schemas";
 import { FORMAT_KEY, LEDGER_FORMAT, upgradeLedgerStorage } from "../src/ledger/storage-format";
 import { ledgerOf } from "../src/objects/stubs";
 import { call, createFleet, fireTimersNow, registerServer, report } from "./helpers";

@@ -1,13 +1,13 @@
-import { createExecutionContext, createScheduledController, env, waitOnExecutionContext } from "cloudflare:test";
+import { env } from "cloudflare:test";
 import { sql } from "drizzle-orm";
 import { beforeEach, describe, expect, it } from "vitest";
-import worker from "../src/index";
 import { getDb } from "../src/db/client";
 import { runUpgrades } from "../src/upgrades/runner";
 import { UPGRADE_STEPS, NEWEST_VERSION } from "../src/upgrades/steps";
 import { ACTIVATE_CHUNK } from "../src/upgrades/steps/activate-reported-servers";
 import type { UpgradeStep } from "../src/upgrades/step";
 import { attempts, dataVersion, probeRows, probeStep, probeTable, resetUpgrades, runs, upgradeProbe } from "./upgrades-helpers";
+import { scheduledRun } from "./support/objects";
 
 const OLD_FLEET = "old-fleet";
 
@@ -35,12 +35,6 @@ async function writeFoundationServers(reported: number, silent: number) {
 async function stateCounts() {
   const rows = await env.DB.prepare("SELECT state, count(*) AS n FROM servers GROUP BY state ORDER BY state").all<{ state: string; n: number }>();
   return Object.fromEntries(rows.results.map((r) => [r.state, r.n]));
-}
-
-async function scheduledRun() {
-  const ctx = createExecutionContext();
-  await worker.scheduled(createScheduledController({ scheduledTime: Date.now(), cron: "* * * * *" }), env, ctx);
-  await waitOnExecutionContext(ctx);
 }
 
 beforeEach(async () => {

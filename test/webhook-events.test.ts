@@ -4,9 +4,8 @@
  * (the Rollout's outbox), servers going stale (the cron's sweep over stale_at) and data upgrade
  * steps (their history rows, delivered by the cron).
  */
-import { createExecutionContext, createScheduledController, env, runInDurableObject, waitOnExecutionContext } from "cloudflare:test";
+import { env, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import worker from "../src/index";
 import { runUpgrades } from "../src/upgrades/runner";
 import { newestVersion } from "../src/upgrades/step";
 import { UPGRADE_STEPS } from "../src/upgrades/steps";
@@ -14,18 +13,10 @@ import { sendUpgradeEvents } from "../src/upgrades/notices";
 import { STALE_CURSOR } from "../src/webhooks/stale";
 import type { FleetEvent } from "../src/webhooks/events";
 import { call, createFleet, fireTimersNow, registerServer, report, settle } from "./helpers";
-import { coordinator } from "./fleetlock-helpers";
 import { drain, fleetWithAgent, getRollout, hostReconcile, reconcileApplying, rolloutStub, startRollout, targets } from "./rollout-helpers";
 import { probeStep, probeTable } from "./upgrades-helpers";
 import { bodiesOf, hook, receivedBy, receiver } from "./webhook-helpers";
-
-const ledger = (id: string) => env.LEDGER.get(env.LEDGER.idFromName(id));
-
-async function scheduledRun() {
-  const ctx = createExecutionContext();
-  await worker.scheduled(createScheduledController({ scheduledTime: Date.now(), cron: "* * * * *" }), env, ctx);
-  await waitOnExecutionContext(ctx);
-}
+import { coordinator, ledger, scheduledRun } from "./support/objects";
 
 describe("webhook events from every owner", () => {
   it("sends server.registered and server.decommissioned for a manual server without a FleetLock id, once each, only to the webhook that asked", async () => {

@@ -1,7 +1,7 @@
 import { runInDurableObject } from "cloudflare:test";
 import type { Fetcher } from "../src/webhooks/dispatch";
 import { call } from "./helpers";
-import { coordinator } from "./fleetlock-helpers";
+import { coordinator } from "./support/objects";
 
 export type Sent = { url: string; headers: Headers; body: string };
 

@@ -6,8 +6,8 @@ import { env, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import type { Fetcher } from "../src/webhooks/dispatch";
 import { call, createFleet, fireTimersNow, registerServer, uniq } from "./helpers";
-import { coordinator, sleep } from "./fleetlock-helpers";
 import { createWebhook } from "./webhook-helpers";
+import { coordinator, sleep } from "./support/objects";
 
 type Seen = { url: string; event: string | null; at: number };
 

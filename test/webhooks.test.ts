@@ -1,13 +1,14 @@
 /**
- * Webhooks (issue 17): kept and sent by the fleet's coordinator, each delivery signed, retried
+ * Webhooks (docs/notifications.md): kept and sent by the fleet's coordinator, each delivery signed, retried
  * with backoff until the receiver takes it, recorded, and sent only for the events asked for.
  */
 import { runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { verify } from "../src/webhooks/signing";
 import { call, fireTimersNow } from "./helpers";
-import { coordinator, fleetWithKey, putGroup, raw, registerClients, zincati } from "./fleetlock-helpers";
+import { fleetWithKey, putGroup, raw, registerClients, zincati } from "./fleetlock-helpers";
 import { createWebhook, receiver } from "./webhook-helpers";
+import { coordinator } from "./support/objects";
 
 const create = createWebhook;
 

@@ -8,7 +8,7 @@ import { existsSync, readFileSync } from "node:fs";
 import { parse as parseYaml } from "yaml";
 import { z } from "zod";
 
-export const DEFAULT_CONFIG_FILES = ["/etc/harbormaster-agent/config.yaml", "/etc/harbormaster-agent/config.json"];
+const DEFAULT_CONFIG_FILES = ["/etc/harbormaster-agent/config.yaml", "/etc/harbormaster-agent/config.json"];
 
 const positiveSeconds = z.number().int().min(1).max(86_400);
 const command = z.array(z.string().min(1)).min(1);
@@ -29,7 +29,10 @@ export const AgentConfig = z.strictObject({
       /** The container engine's command: `podman`, or `docker` (its CLI works the same). */
       engine: z.string().min(1).default("podman"),
       /** Containers are named PREFIX<agent>. */
-      name_prefix: z.string().regex(/^[a-zA-Z0-9][a-zA-Z0-9_.-]*$/).default("hm-"),
+      name_prefix: z
+        .string()
+        .regex(/^[a-zA-Z0-9][a-zA-Z0-9_.-]*$/)
+        .default("hm-"),
       /** Labels this agent's containers and volumes `io.harbormaster.scope=SCOPE`; it then sees only those (agents sharing one engine). */
       scope: z.string().min(1).nullable().default(null),
       /** Extra `create` arguments for every container (a network, devices). */
@@ -77,7 +80,7 @@ type Path = readonly string[];
 type EnvValue = "string" | "int" | "command" | "nullable-string" | "nullable-command";
 
 /** The environment overrides: every setting a host may need to change without editing the file. */
-export const ENV_OVERRIDES: ReadonlyArray<{ name: string; path: Path; type: EnvValue }> = [
+const ENV_OVERRIDES: ReadonlyArray<{ name: string; path: Path; type: EnvValue }> = [
   { name: "HARBORMASTER_AGENT_STATE_DIR", path: ["state_dir"], type: "string" },
   { name: "HARBORMASTER_AGENT_TRANSPORT", path: ["transport"], type: "string" },
   { name: "HARBORMASTER_AGENT_REPORT_INTERVAL_S", path: ["report_interval_s"], type: "int" },
@@ -147,7 +150,11 @@ export interface LoadedConfig {
  * Reads `file` (or the first default file that exists), applies the environment and
  * `overrides`, and validates the whole. Throws ConfigError naming the file and the bad keys.
  */
-export function loadConfig(file: string | null, env: NodeJS.ProcessEnv = process.env, overrides: { state_dir?: string } = {}): LoadedConfig {
+export function loadConfig(
+  file: string | null,
+  env: NodeJS.ProcessEnv = process.env,
+  overrides: { state_dir?: string } = {},
+): LoadedConfig {
   const explicit = file ?? env.HARBORMASTER_AGENT_CONFIG ?? null;
   const path = explicit ?? DEFAULT_CONFIG_FILES.find((f) => existsSync(f)) ?? null;
   let raw: Record<string, unknown> = {};
@@ -163,9 +170,12 @@ export function loadConfig(file: string | null, env: NodeJS.ProcessEnv = process
       const parsed = path.endsWith(".json") ? JSON.parse(text) : parseYaml(text);
       raw = parsed ?? {};
     } catch (err) {
-      throw new ConfigError(`configuration ${path} is not valid ${path.endsWith(".json") ? "JSON" : "YAML"}: ${(err as Error).message}`);
+      throw new ConfigError(
+        `configuration ${path} is not valid ${path.endsWith(".json") ? "JSON" : "YAML"}: ${(err as Error).message}`,
+      );
     }
-    if (typeof raw !== "object" || Array.isArray(raw)) throw new ConfigError(`configuration ${path} must be an object of settings`);
+    if (typeof raw !== "object" || Array.isArray(raw))
+      throw new ConfigError(`configuration ${path} must be an object of settings`);
   }
   for (const o of ENV_OVERRIDES) {
     const v = env[o.name];

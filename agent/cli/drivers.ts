@@ -11,7 +11,7 @@ import { BlobFetcher, ByKindDriver, PodmanDriver, TarballDriver } from "../drive
 import type { DriverFactory } from "./run.ts";
 
 /** A driver this host cannot offer: nothing of its kind is installed, and nothing can be. */
-export class UnavailableDriver implements AgentDriver {
+class UnavailableDriver implements AgentDriver {
   readonly why: string;
   constructor(why: string) {
     this.why = why;
@@ -40,7 +40,11 @@ export class UnavailableDriver implements AgentDriver {
 }
 
 export const makeDrivers: DriverFactory = (config, identity, state, log) => {
-  const blobs = new BlobFetcher({ baseUrl: identity.url, token: identity.token, cacheDir: join(state.dir, "cache", "images") });
+  const blobs = new BlobFetcher({
+    baseUrl: identity.url,
+    token: identity.token,
+    cacheDir: join(state.dir, "cache", "images"),
+  });
   const engine = config.podman.engine;
   const probe = spawnSync(engine, ["--version"], { encoding: "utf8", timeout: 30_000 });
   let containers: AgentDriver;
@@ -57,6 +61,10 @@ export const makeDrivers: DriverFactory = (config, identity, state, log) => {
     log.warn(why);
     containers = new UnavailableDriver(why);
   }
-  const tarballs = new TarballDriver({ blobs, root: config.tarball.root, hookTimeoutMs: config.tarball.hook_timeout_s * 1000 });
+  const tarballs = new TarballDriver({
+    blobs,
+    root: config.tarball.root,
+    hookTimeoutMs: config.tarball.hook_timeout_s * 1000,
+  });
   return new ByKindDriver({ containers, tarballs });
 };

@@ -35,7 +35,7 @@ export function readId(file: string, what: string): string {
   return id;
 }
 
-export function normalizeUrl(url: string): string {
+function normalizeUrl(url: string): string {
   let u: URL;
   try {
     u = new URL(url);
@@ -49,7 +49,8 @@ export function normalizeUrl(url: string): string {
 export async function join(state: StateDir, config: AgentConfig, opts: JoinOptions): Promise<JoinResult> {
   const existing = state.identity();
   if (existing) return { joined: false, identity: existing };
-  if (!/^hme\.[^.\s]+\.[^.\s]+$/.test(opts.token)) throw new Error("the enrollment token must look like hme.<id>.<secret>");
+  if (!/^hme\.[^.\s]+\.[^.\s]+$/.test(opts.token))
+    throw new Error("the enrollment token must look like hme.<id>.<secret>");
   const url = normalizeUrl(opts.url);
   const machineId = readId(config.machine_id_file, "machine id");
   const bootId = readId(config.boot_id_file, "boot id");
@@ -76,7 +77,8 @@ export async function join(state: StateDir, config: AgentConfig, opts: JoinOptio
     reboot_group?: string;
     fleetlock_id?: string | null;
   };
-  if (typeof answer.id !== "string" || typeof answer.token !== "string") throw new Error("the server's answer carries no server id and token");
+  if (typeof answer.id !== "string" || typeof answer.token !== "string")
+    throw new Error("the server's answer carries no server id and token");
   const identity: Identity = {
     url,
     server_id: answer.id,

@@ -28,8 +28,13 @@ export async function main(argv: string[]): Promise<number> {
   let code = 0;
   const program = new Command()
     .name("harbormaster-agent")
-    .description("The Harbormaster host agent: joins a fleet, runs the agents its desired config names, reports the truth.")
-    .option("--config <file>", "configuration file (JSON or YAML; default /etc/harbormaster-agent/config.yaml if it exists)")
+    .description(
+      "The Harbormaster host agent: joins a fleet, runs the agents its desired config names, reports the truth.",
+    )
+    .option(
+      "--config <file>",
+      "configuration file (JSON or YAML; default /etc/harbormaster-agent/config.yaml if it exists)",
+    )
     .option("--state-dir <dir>", "where the identity and state are kept (default /var/lib/harbormaster-agent)")
     .exitOverride()
     .showHelpAfterError();
@@ -51,13 +56,20 @@ export async function main(argv: string[]): Promise<number> {
         const id = r.identity;
         if (r.joined) {
           log.info("joined", { fleet: id.fleet, hostname: id.hostname, server: id.server_id, url: id.url });
-          process.stdout.write(`joined fleet ${id.fleet} as ${id.hostname} (server ${id.server_id}); start the agent: systemctl enable --now harbormaster-agent\n`);
+          process.stdout.write(
+            `joined fleet ${id.fleet} as ${id.hostname} (server ${id.server_id}); start the agent: systemctl enable --now harbormaster-agent\n`,
+          );
         } else {
-          process.stdout.write(`already joined fleet ${id.fleet} as ${id.hostname} (server ${id.server_id}) at ${id.url}; nothing done (to join again, remove ${state.path("identity.json")} first)\n`);
+          process.stdout.write(
+            `already joined fleet ${id.fleet} as ${id.hostname} (server ${id.server_id}) at ${id.url}; nothing done (to join again, remove ${state.path("identity.json")} first)\n`,
+          );
         }
       } catch (err) {
         if (err instanceof ApiError) {
-          const why = err.status === 401 ? "the enrollment token was refused (expired, revoked, used up, or mistyped)" : `the server refused the enrollment (${err.status} ${err.code})`;
+          const why =
+            err.status === 401
+              ? "the enrollment token was refused (expired, revoked, used up, or mistyped)"
+              : `the server refused the enrollment (${err.status} ${err.code})`;
           log.error(`join failed: ${why}: ${err.message}`);
         } else {
           const e = err as Error & { cause?: { message?: string } };
@@ -107,7 +119,9 @@ export async function main(argv: string[]): Promise<number> {
     .command("version")
     .description("print the agent's version")
     .action(() => {
-      process.stdout.write(`harbormaster-agent ${AGENT_VERSION} (node ${process.version}, ${process.platform}-${process.arch})\n`);
+      process.stdout.write(
+        `harbormaster-agent ${AGENT_VERSION} (node ${process.version}, ${process.platform}-${process.arch})\n`,
+      );
     });
 
   try {

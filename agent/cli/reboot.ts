@@ -26,7 +26,7 @@ export interface RebootState {
   since: string;
 }
 
-export interface FleetLock {
+interface FleetLock {
   preReboot(signal?: AbortSignal): Promise<FleetLockResult>;
   steadyState(signal?: AbortSignal): Promise<FleetLockResult>;
 }
@@ -42,7 +42,7 @@ export interface RebootOptions {
   runCommand?: (argv: string[], signal?: AbortSignal) => Promise<{ code: number | null; output: string }>;
 }
 
-export function spawnCommand(argv: string[], signal?: AbortSignal): Promise<{ code: number | null; output: string }> {
+function spawnCommand(argv: string[], signal?: AbortSignal): Promise<{ code: number | null; output: string }> {
   return new Promise((resolve) => {
     let output = "";
     const child = spawn(argv[0], argv.slice(1), { stdio: ["ignore", "pipe", "pipe"], signal });
@@ -92,20 +92,37 @@ export class RebootCoordinator {
       if (!st && !(await this.needed(signal))) return;
       const fleetlock = this.o.fleetlock;
       if (!fleetlock) {
-        if (!this.warnedNoFleetLock) this.o.log.warn("reboot: needed, but no reboot.fleetlock_url is configured; not rebooting");
+        if (!this.warnedNoFleetLock)
+          this.o.log.warn("reboot: needed, but no reboot.fleetlock_url is configured; not rebooting");
         this.warnedNoFleetLock = true;
         return;
       }
-      this.o.state.write("reboot.json", { phase: "requested", boot_id: this.o.bootId, since: st?.since ?? new Date().toISOString() } satisfies RebootState);
+      this.o.state.write("reboot.json", {
+        phase: "requested",
+        boot_id: this.o.bootId,
+        since: st?.since ?? new Date().toISOString(),
+      } satisfies RebootState);
       const r = await fleetlock.preReboot(signal);
       if (!r.ok) {
-        this.o.log.info("reboot: slot refused; asking again later", { kind: r.kind, value: r.value, retry_s: this.o.config.check_interval_s });
+        this.o.log.info("reboot: slot refused; asking again later", {
+          kind: r.kind,
+          value: r.value,
+          retry_s: this.o.config.check_interval_s,
+        });
         return;
       }
-      this.o.state.write("reboot.json", { phase: "granted", boot_id: this.o.bootId, since: st?.since ?? new Date().toISOString() } satisfies RebootState);
+      this.o.state.write("reboot.json", {
+        phase: "granted",
+        boot_id: this.o.bootId,
+        since: st?.since ?? new Date().toISOString(),
+      } satisfies RebootState);
       this.o.log.info("reboot: slot granted; rebooting", { command: this.o.config.command.join(" ") });
       const ran = await this.runCommand(this.o.config.command, signal);
-      if (ran.code !== 0) this.o.log.error("reboot: the reboot command failed; trying again later", { code: ran.code, output: ran.output });
+      if (ran.code !== 0)
+        this.o.log.error("reboot: the reboot command failed; trying again later", {
+          code: ran.code,
+          output: ran.output,
+        });
     } catch (err) {
       this.o.log.warn("reboot: FleetLock call failed; trying again later", { error: (err as Error).message });
     } finally {
@@ -126,14 +143,19 @@ export class RebootCoordinator {
     try {
       const r = await this.o.fleetlock.steadyState(signal);
       if (!r.ok) {
-        this.o.log.warn("reboot: steady-state refused; trying again after the next report", { kind: r.kind, value: r.value });
+        this.o.log.warn("reboot: steady-state refused; trying again after the next report", {
+          kind: r.kind,
+          value: r.value,
+        });
         return;
       }
       this.o.state.remove("reboot.json");
       this.awaitingHealthy = false;
       this.o.log.info("reboot: healthy after the reboot; slot released");
     } catch (err) {
-      this.o.log.warn("reboot: steady-state failed; trying again after the next report", { error: (err as Error).message });
+      this.o.log.warn("reboot: steady-state failed; trying again after the next report", {
+        error: (err as Error).message,
+      });
     } finally {
       this.busy = false;
     }

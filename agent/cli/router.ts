@@ -4,7 +4,7 @@
  * tarball by the image's kind). `list()` is the self entry (while the desired config names it)
  * and what the machine's drivers find.
  */
-import type { AgentSpec, DesiredConfig } from "../../src/ledger/schemas.ts";
+import type { AgentSpec, DesiredConfig } from "../../src/model/server/schemas.ts";
 import type { AgentDriver, Assignments, ListedAgent, ReportedAgent } from "../driver.ts";
 import { AGENT_NAME } from "./version.ts";
 

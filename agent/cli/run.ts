@@ -23,7 +23,7 @@ import { checkSwapOnStart, EXIT_RESTART, SelfDriver } from "./self-update.ts";
 import type { Identity, StateDir, StatusFile } from "./state.ts";
 import { AGENT_VERSION } from "./version.ts";
 
-export const EXIT_OK = 0;
+const EXIT_OK = 0;
 export const EXIT_CONFIG = 78;
 
 /** The machine's drivers (./drivers.ts makes the real ones: podman and tarballs, by the image's kind). */
@@ -156,7 +156,11 @@ export async function runAgent(o: RunOptions): Promise<number> {
           log.info("channel open", { url: identity.url });
           status.connected = true;
         } else {
-          log.warn("channel closed", { code: e.code, reason: e.reason || undefined, retry_in_s: Math.round(e.retryInMs / 1000) });
+          log.warn("channel closed", {
+            code: e.code,
+            reason: e.reason || undefined,
+            retry_in_s: Math.round(e.retryInMs / 1000),
+          });
           status.connected = false;
         }
         saveStatus();
@@ -167,13 +171,21 @@ export async function runAgent(o: RunOptions): Promise<number> {
           if (config.transport === "http" || !status.connected) status.connected = true;
           if (!e.changed) break;
         }
-        log.info("desired config", { generation: e.generation, via: e.type === "pushed" ? `channel ${e.message}` : "http" });
+        log.info("desired config", {
+          generation: e.generation,
+          via: e.type === "pushed" ? `channel ${e.message}` : "http",
+        });
         status.desired_generation = e.generation;
         saveStatus();
         break;
       case "reconciled":
         for (const err of e.outcome.errors) log.warn(`${err.agent}: ${err.op} failed`, { error: err.message });
-        if (e.outcome.operations > 0) log.info("reconciled", { generation: e.generation, operations: e.outcome.operations, errors: e.outcome.errors.length });
+        if (e.outcome.operations > 0)
+          log.info("reconciled", {
+            generation: e.generation,
+            operations: e.outcome.operations,
+            errors: e.outcome.errors.length,
+          });
         status.last_report = {
           at: status.last_report?.at ?? "",
           generation: e.generation,
@@ -186,7 +198,11 @@ export async function runAgent(o: RunOptions): Promise<number> {
         const changed = status.last_report?.status !== e.accepted.status;
         if (changed) log.info("reported", { generation: e.generation, status: e.accepted.status, ms: e.ms });
         else log.debug("reported", { generation: e.generation, status: e.accepted.status, ms: e.ms });
-        status.last_report = { ...(status.last_report ?? { agents: [], errors: 0, generation: e.generation }), at: new Date().toISOString(), status: e.accepted.status };
+        status.last_report = {
+          ...(status.last_report ?? { agents: [], errors: 0, generation: e.generation }),
+          at: new Date().toISOString(),
+          status: e.accepted.status,
+        };
         status.last_error = null;
         saveStatus();
         onReported(e.accepted);
@@ -249,7 +265,9 @@ export async function runAgent(o: RunOptions): Promise<number> {
   if (restart) return EXIT_RESTART;
   switch (exit.reason) {
     case "unauthorized":
-      log.error("the server refused this host's token; stopping, and leaving every agent and its data as they are", { error: exit.message });
+      log.error("the server refused this host's token; stopping, and leaving every agent and its data as they are", {
+        error: exit.message,
+      });
       return EXIT_CONFIG;
     case "terminated":
       log.info("terminated: every agent is stopped, its data kept", { generation: exit.generation });

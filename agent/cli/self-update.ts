@@ -18,9 +18,20 @@
  * A build that failed (its digest) is remembered and not tried again; its error stays in the reports.
  */
 import { spawn } from "node:child_process";
-import { closeSync, existsSync, linkSync, openSync, readSync, renameSync, rmSync, chmodSync, copyFileSync, mkdtempSync } from "node:fs";
+import {
+  closeSync,
+  existsSync,
+  linkSync,
+  openSync,
+  readSync,
+  renameSync,
+  rmSync,
+  chmodSync,
+  copyFileSync,
+  mkdtempSync,
+} from "node:fs";
 import { dirname, join } from "node:path";
-import type { AgentSpec, DesiredConfig } from "../../src/ledger/schemas.ts";
+import type { AgentSpec, DesiredConfig } from "../../src/model/server/schemas.ts";
 import type { AgentDriver, ReportedAgent } from "../driver.ts";
 import { BlobFetcher } from "../drivers/index.ts";
 import type { Logger } from "./log.ts";
@@ -49,7 +60,12 @@ export interface FailedBuild {
   at: string;
 }
 
-type CatalogSpec = AgentSpec & { digest?: string; size?: number; source?: { blob?: string; ref?: string }; kind?: string };
+type CatalogSpec = AgentSpec & {
+  digest?: string;
+  size?: number;
+  source?: { blob?: string; ref?: string };
+  kind?: string;
+};
 
 export interface SelfDriverOptions {
   state: StateDir;
@@ -79,7 +95,15 @@ export class SelfDriver implements AgentDriver {
 
   async list(): Promise<ReportedAgent[]> {
     if (!this.spec) return [];
-    return [{ name: AGENT_NAME, image: this.spec.image, version: AGENT_VERSION, instance_id: this.spec.instance_id, state: "running" }];
+    return [
+      {
+        name: AGENT_NAME,
+        image: this.spec.image,
+        version: AGENT_VERSION,
+        instance_id: this.spec.instance_id,
+        state: "running",
+      },
+    ];
   }
 
   async install(): Promise<void> {
@@ -99,19 +123,30 @@ export class SelfDriver implements AgentDriver {
     const { state, log } = this.o;
     const failed = state.read<FailedBuild>("self-update-failed.json");
     if (failed && failed.digest === spec.digest) {
-      throw new Error(`build ${failed.version} (${failed.digest}) was tried on ${failed.at} and ${failed.reason}; still running ${AGENT_VERSION}, not trying it again`);
+      throw new Error(
+        `build ${failed.version} (${failed.digest}) was tried on ${failed.at} and ${failed.reason}; still running ${AGENT_VERSION}, not trying it again`,
+      );
     }
     const binary = this.o.binary;
-    if (!binary) throw new Error("this agent does not run as the packaged executable (self_update.binary is not set): it cannot update itself");
+    if (!binary)
+      throw new Error(
+        "this agent does not run as the packaged executable (self_update.binary is not set): it cannot update itself",
+      );
     if (!spec.digest || !spec.source?.blob) {
-      throw new Error("a harbormaster-agent update needs a catalog image stored in Harbormaster (kind tarball: the executable, or a tar holding harbormaster-agent)");
+      throw new Error(
+        "a harbormaster-agent update needs a catalog image stored in Harbormaster (kind tarball: the executable, or a tar holding harbormaster-agent)",
+      );
     }
     const fresh = `${binary}.new`;
     rmSync(fresh, { force: true });
     log.info("self-update: downloading", { version: spec.version, digest: spec.digest });
     // The drivers' verified download: resumed after a dropped connection, kept only when its
     // sha256 is the desired digest (else deleted, and this update fails saying so).
-    const blobs = new BlobFetcher({ baseUrl: this.o.identity.url, token: this.o.identity.token, cacheDir: join(state.dir, "cache", "self") });
+    const blobs = new BlobFetcher({
+      baseUrl: this.o.identity.url,
+      token: this.o.identity.token,
+      cacheDir: join(state.dir, "cache", "self"),
+    });
     const download = await blobs.fetch(spec.source.blob, spec.digest, spec.size);
     try {
       await unpackExecutable(download, fresh);
@@ -120,11 +155,20 @@ export class SelfDriver implements AgentDriver {
     }
     const fail = (reason: string) => {
       rmSync(fresh, { force: true });
-      state.write("self-update-failed.json", { version: spec.version, digest: spec.digest!, reason, at: new Date().toISOString() } satisfies FailedBuild);
+      state.write("self-update-failed.json", {
+        version: spec.version,
+        digest: spec.digest!,
+        reason,
+        at: new Date().toISOString(),
+      } satisfies FailedBuild);
       return new Error(`build ${spec.version} ${reason}; still running ${AGENT_VERSION}`);
     };
     log.info("self-update: trial run of the new build", { version: spec.version });
-    const trial = await trialRun(fresh, ["run", "--trial", "--state-dir", state.dir, ...this.o.trialArgs], this.o.startTimeoutS * 1000);
+    const trial = await trialRun(
+      fresh,
+      ["run", "--trial", "--state-dir", state.dir, ...this.o.trialArgs],
+      this.o.startTimeoutS * 1000,
+    );
     if (!trial.ok) throw fail(`did not start: ${trial.reason}`);
     const previous = `${binary}.previous`;
     state.write("self-update.json", {
@@ -143,7 +187,11 @@ export class SelfDriver implements AgentDriver {
       copyFileSync(binary, previous);
     }
     renameSync(fresh, binary);
-    log.info("self-update: swapped; restarting into the new build", { from: AGENT_VERSION, to: spec.version, previous });
+    log.info("self-update: swapped; restarting into the new build", {
+      from: AGENT_VERSION,
+      to: spec.version,
+      previous,
+    });
     this.o.onRestart();
   }
 }
@@ -202,7 +250,8 @@ function run(cmd: string, args: string[], timeoutMs: number, env?: NodeJS.Proces
       clearTimeout(timer);
       const tail = out.trim().split("\n").slice(-3).join(" | ").replace(/^<\d>/gm, "");
       if (code === 0) resolve({ ok: true });
-      else if (signal === "SIGKILL") resolve({ ok: false, reason: `no report accepted within ${timeoutMs / 1000} s${tail ? ` (${tail})` : ""}` });
+      else if (signal === "SIGKILL")
+        resolve({ ok: false, reason: `no report accepted within ${timeoutMs / 1000} s${tail ? ` (${tail})` : ""}` });
       else resolve({ ok: false, reason: `exited with ${code ?? signal}${tail ? `: ${tail}` : ""}` });
     });
   });
@@ -211,7 +260,10 @@ function run(cmd: string, args: string[], timeoutMs: number, env?: NodeJS.Proces
 /** Runs the new build until its first accepted report (it exits 0 then), at most `timeoutMs`. */
 function trialRun(binary: string, args: string[], timeoutMs: number): Promise<RunResult> {
   // The trial is told its own bound too, so it gives up (and says why) before it is killed.
-  return run(binary, args, timeoutMs + 5_000, { ...process.env, HARBORMASTER_AGENT_START_TIMEOUT_S: String(Math.ceil(timeoutMs / 1000)) });
+  return run(binary, args, timeoutMs + 5_000, {
+    ...process.env,
+    HARBORMASTER_AGENT_START_TIMEOUT_S: String(Math.ceil(timeoutMs / 1000)),
+  });
 }
 
 export type StartCheck =
@@ -230,9 +282,18 @@ export function checkSwapOnStart(state: StateDir, log: Logger, version = AGENT_V
   const rollback = (reason: string) => {
     if (existsSync(marker.previous)) renameSync(marker.previous, marker.binary);
     else log.error("self-update: no previous build to fall back to", { previous: marker.previous });
-    state.write("self-update-failed.json", { version: marker.to, digest: marker.digest, reason, at: new Date().toISOString() } satisfies FailedBuild);
+    state.write("self-update-failed.json", {
+      version: marker.to,
+      digest: marker.digest,
+      reason,
+      at: new Date().toISOString(),
+    } satisfies FailedBuild);
     state.remove("self-update.json");
-    log.error("self-update: the new build failed; the previous one is back", { to: marker.to, from: marker.from, reason });
+    log.error("self-update: the new build failed; the previous one is back", {
+      to: marker.to,
+      from: marker.from,
+      reason,
+    });
   };
   if (marker.to !== version) {
     // The old build runs: the swap never happened (a crash before the rename) or was undone.

@@ -7,7 +7,18 @@
  *   self-update-failed.json  the last build that could not start (not tried again).
  * Every write is whole or not at all: a temporary file, fsync'd, renamed over the old one.
  */
-import { closeSync, fsyncSync, mkdirSync, openSync, readFileSync, renameSync, rmSync, writeSync, chmodSync, statSync } from "node:fs";
+import {
+  closeSync,
+  fsyncSync,
+  mkdirSync,
+  openSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  writeSync,
+  chmodSync,
+  statSync,
+} from "node:fs";
 import { join } from "node:path";
 
 export interface Identity {
@@ -31,7 +42,13 @@ export interface StatusFile {
   /** Whether the channel is open now (over HTTP: whether the last call got through). */
   connected: boolean;
   desired_generation: number | null;
-  last_report: { at: string; generation: number; status: string; agents: { name: string; version: string; state: string }[]; errors: number } | null;
+  last_report: {
+    at: string;
+    generation: number;
+    status: string;
+    agents: { name: string; version: string; state: string }[];
+    errors: number;
+  } | null;
   last_error: { at: string; message: string } | null;
   /** Set when the loop ended (why), null while it runs. */
   exited: { at: string; reason: string } | null;

@@ -7,7 +7,15 @@ import { AGENT_VERSION } from "./version.ts";
 export interface StatusView {
   version: string;
   state_dir: string;
-  joined: null | { url: string; server_id: string; fleet: string; hostname: string; reboot_group: string; fleetlock_id: string | null; joined_at: string };
+  joined: null | {
+    url: string;
+    server_id: string;
+    fleet: string;
+    hostname: string;
+    reboot_group: string;
+    fleetlock_id: string | null;
+    joined_at: string;
+  };
   running: boolean;
   loop: StatusFile | null;
   reboot: RebootState | null;
@@ -32,12 +40,23 @@ export function statusView(state: StateDir): StatusView {
     state_dir: state.dir,
     // Never the token: status is for reading over a shoulder.
     joined: id
-      ? { url: id.url, server_id: id.server_id, fleet: id.fleet, hostname: id.hostname, reboot_group: id.reboot_group, fleetlock_id: id.fleetlock_id, joined_at: id.joined_at }
+      ? {
+          url: id.url,
+          server_id: id.server_id,
+          fleet: id.fleet,
+          hostname: id.hostname,
+          reboot_group: id.reboot_group,
+          fleetlock_id: id.fleetlock_id,
+          joined_at: id.joined_at,
+        }
       : null,
     running,
     loop: loop ? { ...loop, connected: running && loop.connected } : null,
     reboot: state.read<RebootState>("reboot.json"),
-    self_update: { in_progress: state.read<SwapMarker>("self-update.json"), last_failed: state.read<FailedBuild>("self-update-failed.json") },
+    self_update: {
+      in_progress: state.read<SwapMarker>("self-update.json"),
+      last_failed: state.read<FailedBuild>("self-update-failed.json"),
+    },
   };
 }
 
@@ -53,8 +72,14 @@ export function formatStatus(v: StatusView): string {
   lines.push(`reboots:    group ${j.reboot_group}, FleetLock id ${j.fleetlock_id ?? "(none)"}`);
   const l = v.loop;
   if (!l) lines.push("loop:       has not run yet");
-  else if (!v.running) lines.push(`loop:       not running${l.exited ? ` (ended ${l.exited.at}: ${l.exited.reason})` : ` (pid ${l.pid} is gone)`}`);
-  else lines.push(`loop:       running (pid ${l.pid}, ${l.version}, since ${l.started_at}), ${l.connected ? "connected" : "not connected"} over ${l.transport}`);
+  else if (!v.running)
+    lines.push(
+      `loop:       not running${l.exited ? ` (ended ${l.exited.at}: ${l.exited.reason})` : ` (pid ${l.pid} is gone)`}`,
+    );
+  else
+    lines.push(
+      `loop:       running (pid ${l.pid}, ${l.version}, since ${l.started_at}), ${l.connected ? "connected" : "not connected"} over ${l.transport}`,
+    );
   if (l?.last_report) {
     const r = l.last_report;
     lines.push(`reported:   generation ${r.generation} at ${r.at || "(not yet)"}: ${r.status}, ${r.errors} error(s)`);
@@ -62,7 +87,9 @@ export function formatStatus(v: StatusView): string {
   } else if (l) lines.push("reported:   nothing yet");
   if (l?.last_error) lines.push(`last error: ${l.last_error.message} (${l.last_error.at})`);
   if (v.reboot) lines.push(`reboot:     ${v.reboot.phase} since ${v.reboot.since} (boot ${v.reboot.boot_id})`);
-  if (v.self_update.in_progress) lines.push(`update:     to ${v.self_update.in_progress.to} in progress (from ${v.self_update.in_progress.from})`);
-  if (v.self_update.last_failed) lines.push(`update:     build ${v.self_update.last_failed.version} ${v.self_update.last_failed.reason}`);
+  if (v.self_update.in_progress)
+    lines.push(`update:     to ${v.self_update.in_progress.to} in progress (from ${v.self_update.in_progress.from})`);
+  if (v.self_update.last_failed)
+    lines.push(`update:     build ${v.self_update.last_failed.version} ${v.self_update.last_failed.reason}`);
   return lines.join("\n");
 }

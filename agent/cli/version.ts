@@ -8,7 +8,8 @@ import { join } from "node:path";
 
 function fromCheckout(): string {
   try {
-    return (JSON.parse(readFileSync(join(import.meta.dirname, "../../package.json"), "utf8")) as { version: string }).version;
+    return (JSON.parse(readFileSync(join(import.meta.dirname, "../../package.json"), "utf8")) as { version: string })
+      .version;
   } catch {
     return "0.0.0-unknown";
   }

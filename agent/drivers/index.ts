@@ -3,7 +3,7 @@
  * and the driver that picks between them by the image's kind. Node only.
  */
 import { join } from "node:path";
-import type { AgentSpec } from "../../src/ledger/schemas.ts";
+import type { AgentSpec } from "../../src/model/server/schemas.ts";
 import type { AgentDriver, Assignments, ListedAgent, ReportedAgent } from "../driver.ts";
 import type { FetchLike } from "../http.ts";
 import { BlobFetcher } from "./download.ts";

@@ -1,5 +1,5 @@
 import { rm } from "node:fs/promises";
-import type { AgentSpec } from "../../src/ledger/schemas.ts";
+import type { AgentSpec } from "../../src/model/server/schemas.ts";
 import type { AgentDriver, ListedAgent, ReportedAgent } from "../driver.ts";
 import { sleep } from "../http.ts";
 import type { BlobFetcher } from "./download.ts";
@@ -377,7 +377,7 @@ export class PodmanDriver implements AgentDriver {
     return {
       // A loaded archive is created from its id: a tag can be moved by the next load.
       ref: img !== null && img.kind === "oci-archive" ? String(meta.Id ?? ref) : ref,
-      labels: { ...(meta.Labels ?? {}), ...(config.Labels ?? {}) },
+      labels: { ...meta.Labels, ...config.Labels },
       volumes: Object.keys(config.Volumes ?? {}).sort(),
     };
   }

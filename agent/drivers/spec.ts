@@ -1,7 +1,7 @@
 import { z } from "zod";
-import type { AgentSpec } from "../../src/ledger/schemas.ts";
+import type { AgentSpec } from "../../src/model/server/schemas.ts";
 
-/** The protocol's agent names (src/ledger/schemas.ts AGENT_NAME): a report naming another is refused whole. */
+/** The protocol's agent names (src/model/server/schemas.ts AGENT_NAME): a report naming another is refused whole. */
 export const AGENT_NAME = /^[a-z0-9][a-z0-9._-]{0,62}$/;
 
 /**

@@ -2,7 +2,7 @@ import { createHash, randomBytes } from "node:crypto";
 import { lstat, mkdir, readdir, readFile, readlink, rename, rm, symlink, writeFile } from "node:fs/promises";
 import { join, resolve, sep } from "node:path";
 import { z } from "zod";
-import type { AgentSpec } from "../../src/ledger/schemas.ts";
+import type { AgentSpec } from "../../src/model/server/schemas.ts";
 import type { AgentDriver, ListedAgent, ReportedAgent } from "../driver.ts";
 import type { BlobFetcher } from "./download.ts";
 import { describeFailure, run } from "./exec.ts";

@@ -30,7 +30,11 @@ describe("the agent's configuration", () => {
     expect(a.transport).toBe("http");
     expect(a.reboot.command).toEqual(["/sbin/reboot", "now"]);
     expect(a.reboot.check_interval_s).toBe(30);
-    const b = loadConfig(yaml, { HARBORMASTER_AGENT_TRANSPORT: "channel", HARBORMASTER_AGENT_REBOOT_COMMAND: '["sh","-c","echo hi"]', HARBORMASTER_AGENT_REPORT_INTERVAL_S: "7" }).config;
+    const b = loadConfig(yaml, {
+      HARBORMASTER_AGENT_TRANSPORT: "channel",
+      HARBORMASTER_AGENT_REBOOT_COMMAND: '["sh","-c","echo hi"]',
+      HARBORMASTER_AGENT_REPORT_INTERVAL_S: "7",
+    }).config;
     expect(b.transport).toBe("channel");
     expect(b.reboot.command).toEqual(["sh", "-c", "echo hi"]);
     expect(b.report_interval_s).toBe(7);
@@ -42,9 +46,9 @@ describe("the agent's configuration", () => {
   it("refuses a file it cannot read or use, naming the file and the bad keys", () => {
     expect(() => loadConfig(join(dir, "missing.yaml"), {})).toThrow(ConfigError);
     expect(() => loadConfig(file("bad.json", "{nope"), {})).toThrow(/not valid JSON/);
-    expect(() => loadConfig(file("keys.yaml", "transport: carrier-pigeon\nreboot:\n  check_interval_s: 0\n"), {})).toThrow(
-      /transport.*reboot\.check_interval_s|reboot\.check_interval_s.*transport/,
-    );
+    expect(() =>
+      loadConfig(file("keys.yaml", "transport: carrier-pigeon\nreboot:\n  check_interval_s: 0\n"), {}),
+    ).toThrow(/transport.*reboot\.check_interval_s|reboot\.check_interval_s.*transport/);
     expect(() => loadConfig(file("typo.yaml", "transprot: http\n"), {})).toThrow(/transprot/);
     expect(() => loadConfig(null, { HARBORMASTER_AGENT_REPORT_INTERVAL_S: "soon" })).toThrow(/report_interval_s/);
   });
@@ -53,7 +57,9 @@ describe("the agent's configuration", () => {
 describe("the agent's log", () => {
   it("writes one line per event with the sd-daemon priority prefix journald reads, when not on a terminal", () => {
     expect(formatLine("error", "join failed", { code: 401 })).toBe("<3>join failed code=401");
-    expect(formatLine("warn", "channel closed", { reason: "going away", retry_in_s: 4 })).toBe('<4>channel closed reason="going away" retry_in_s=4');
+    expect(formatLine("warn", "channel closed", { reason: "going away", retry_in_s: 4 })).toBe(
+      '<4>channel closed reason="going away" retry_in_s=4',
+    );
     expect(formatLine("info", "hook said\nline two")).toBe("<6>hook said | line two");
     expect(formatLine("debug", "x")).toBe("<7>x");
   });

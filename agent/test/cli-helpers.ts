@@ -1,14 +1,14 @@
 /** Helpers for the harbormaster-agent command's tests: temp roots, a scripted HTTP server, running the command from the checkout. */
-import { spawn, spawnSync } from "node:child_process";
+import { spawn } from "node:child_process";
 import { mkdtempSync, writeFileSync } from "node:fs";
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 
-export const repoRoot = resolve(import.meta.dirname, "../..");
+const repoRoot = resolve(import.meta.dirname, "../..");
 /** The pinned Node (24), which runs the command from its .ts sources. */
-export const NODE = join(repoRoot, "node_modules/node/bin/node");
-export const MAIN = join(repoRoot, "agent/cli/main.ts");
+const NODE = join(repoRoot, "node_modules/node/bin/node");
+const MAIN = join(repoRoot, "agent/cli/main.ts");
 
 /** A temp root with a machine-id and a boot_id file the agent is pointed at. */
 export function tempHost(label = "hm-agent") {
@@ -46,7 +46,11 @@ export async function scriptedServer(handle: (req: Recorded, res: ServerResponse
   });
   await new Promise<void>((ok) => server.listen(0, "127.0.0.1", ok));
   const { port } = server.address() as { port: number };
-  return { url: `http://127.0.0.1:${port}`, requests, close: () => new Promise<void>((ok) => server.close(() => ok())) };
+  return {
+    url: `http://127.0.0.1:${port}`,
+    requests,
+    close: () => new Promise<void>((ok) => server.close(() => ok())),
+  };
 }
 
 export function json(res: ServerResponse, status: number, body: unknown) {
@@ -55,7 +59,11 @@ export function json(res: ServerResponse, status: number, body: unknown) {
 }
 
 /** Runs the command from the checkout (async: a scripted server in this process must keep answering). */
-export function agentCmd(args: string[], env: Record<string, string>, input?: string): Promise<{ code: number | null; stdout: string; stderr: string }> {
+export function agentCmd(
+  args: string[],
+  env: Record<string, string>,
+  input?: string,
+): Promise<{ code: number | null; stdout: string; stderr: string }> {
   return new Promise((resolveRun) => {
     const child = spawn(NODE, [MAIN, ...args], { env: { ...process.env, ...env }, stdio: ["pipe", "pipe", "pipe"] });
     let stdout = "";
@@ -65,8 +73,4 @@ export function agentCmd(args: string[], env: Record<string, string>, input?: st
     child.stdin.end(input ?? "");
     child.on("close", (code) => resolveRun({ code, stdout, stderr }));
   });
-}
-
-export function agentCmdSync(args: string[], env: Record<string, string>) {
-  return spawnSync(NODE, [MAIN, ...args], { env: { ...process.env, ...env }, encoding: "utf8" });
 }

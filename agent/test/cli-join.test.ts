@@ -13,8 +13,10 @@ const answer = (body: Record<string, unknown>) => ({
 });
 
 const server = await scriptedServer((req, res) => {
-  if (req.method !== "POST" || req.url !== "/v1/agent/enroll") return json(res, 404, { error: { code: "not_found", message: "no" } });
-  if (req.headers.authorization === "Bearer hme.dead.token") return json(res, 401, { error: { code: "unauthorized", message: "enrollment token expired" } });
+  if (req.method !== "POST" || req.url !== "/v1/agent/enroll")
+    return json(res, 404, { error: { code: "not_found", message: "no" } });
+  if (req.headers.authorization === "Bearer hme.dead.token")
+    return json(res, 401, { error: { code: "unauthorized", message: "enrollment token expired" } });
   json(res, 201, answer(JSON.parse(req.body.toString())));
 });
 afterAll(() => server.close());
@@ -38,7 +40,13 @@ describe("harbormaster-agent join", () => {
 
     const status = await agentCmd(["status", "--json"], host.env);
     const view = JSON.parse(status.stdout);
-    expect(view.joined).toMatchObject({ url: server.url, server_id: "srv-1", fleet: "prod", hostname: "web-1", reboot_group: "rack-a" });
+    expect(view.joined).toMatchObject({
+      url: server.url,
+      server_id: "srv-1",
+      fleet: "prod",
+      hostname: "web-1",
+      reboot_group: "rack-a",
+    });
     // status never shows the server token
     expect(status.stdout).not.toContain("servertoken");
   });
@@ -55,7 +63,11 @@ describe("harbormaster-agent join", () => {
 
   it("reads the token from standard input with -, and takes --state-dir over the environment", async () => {
     const host = tempHost();
-    const r = await agentCmd(["join", server.url, "-", "--state-dir", `${host.root}/elsewhere`], host.env, `${TOKEN}\n`);
+    const r = await agentCmd(
+      ["join", server.url, "-", "--state-dir", `${host.root}/elsewhere`],
+      host.env,
+      `${TOKEN}\n`,
+    );
     expect(r.code, r.stderr).toBe(0);
     expect(statSync(`${host.root}/elsewhere/identity.json`).isFile()).toBe(true);
   });

@@ -12,23 +12,33 @@ import { json, scriptedServer, tempHost } from "./cli-helpers.ts";
 /** The FleetLock group: grants while `free`, else 409 semaphore_full, as Harbormaster answers. */
 let free = true;
 const fleetlock = await scriptedServer((req, res) => {
-  if (req.url?.endsWith("/v1/pre-reboot")) return free ? json(res, 200, {}) : json(res, 409, { kind: "semaphore_full", value: "1 of 1 slots held" });
+  if (req.url?.endsWith("/v1/pre-reboot"))
+    return free ? json(res, 200, {}) : json(res, 409, { kind: "semaphore_full", value: "1 of 1 slots held" });
   if (req.url?.endsWith("/v1/steady-state")) return json(res, 200, {});
   json(res, 404, { kind: "not_found", value: "" });
 });
 afterAll(() => fleetlock.close());
 
-const accepted = (status: ReportAccepted["status"]) => ({ server_id: "s", desired_generation: 1, status, agents: [] }) as ReportAccepted;
-const paths = (host: ReturnType<typeof tempHost>) => fleetlock.requests.filter((r) => r.url.includes(host.root.split("/").pop()!)).map((r) => r.url.replace(/.*\/v1\//, ""));
+const accepted = (status: ReportAccepted["status"]) =>
+  ({ server_id: "s", desired_generation: 1, status, agents: [] }) as ReportAccepted;
+const paths = (host: ReturnType<typeof tempHost>) =>
+  fleetlock.requests
+    .filter((r) => r.url.includes(host.root.split("/").pop()!))
+    .map((r) => r.url.replace(/.*\/v1\//, ""));
 
 function setup(bootId = "boot-1", opts: { fleetlockUrl?: string | null; checkCommand?: string[] } = {}) {
   const host = tempHost("hm-reboot");
   const marker = join(host.root, "reboot-required");
-  const config = AgentConfig.parse({ reboot: { required_file: marker, command: ["reboot-now"], check_command: opts.checkCommand ?? null } }).reboot;
+  const config = AgentConfig.parse({
+    reboot: { required_file: marker, command: ["reboot-now"], check_command: opts.checkCommand ?? null },
+  }).reboot;
   const state = new StateDir(host.stateDir);
   const ran: string[][] = [];
   const lines: string[] = [];
-  const url = opts.fleetlockUrl === undefined ? `${fleetlock.url}/fleetlock/prod/KEY/${host.root.split("/").pop()}/` : opts.fleetlockUrl;
+  const url =
+    opts.fleetlockUrl === undefined
+      ? `${fleetlock.url}/fleetlock/prod/KEY/${host.root.split("/").pop()}/`
+      : opts.fleetlockUrl;
   const make = (boot: string, commandCode = 0) =>
     new RebootCoordinator({
       state,

@@ -31,10 +31,18 @@ const newHost = (...args: ConstructorParameters<typeof Host> extends [string, ..
   return h;
 };
 
-type Registered = { id: string; token: string; fleet: string; hostname: string; reboot_group: string; fleetlock_id: string | null };
+type Registered = {
+  id: string;
+  token: string;
+  fleet: string;
+  hostname: string;
+  reboot_group: string;
+  fleetlock_id: string | null;
+};
 
 async function registered(fleet: string, hostname: string, extra: Record<string, unknown> = {}): Promise<Registered> {
-  if ((await api("GET", `/v1/fleets/${fleet}`)).status === 404) expect((await api("POST", "/v1/fleets", { id: fleet })).status).toBe(201);
+  if ((await api("GET", `/v1/fleets/${fleet}`)).status === 404)
+    expect((await api("POST", "/v1/fleets", { id: fleet })).status).toBe(201);
   const r = await api("POST", "/v1/servers", { fleet, hostname, ...extra });
   expect(r.status, JSON.stringify(r.json)).toBe(201);
   return r.json as Registered;
@@ -67,7 +75,14 @@ describe("harbormaster-agent, the built executable, against a private server", (
     joinedAs(host, srv);
     const put = await api("PUT", `/v1/servers/${srv.id}/desired`, {
       generation: 2,
-      agents: [{ name: "harbormaster-agent", image: "harbormaster-agent", version, instance_id: "6f1c2a3b-4d5e-4f60-8a7b-9c0d1e2f3a4b" }],
+      agents: [
+        {
+          name: "harbormaster-agent",
+          image: "harbormaster-agent",
+          version,
+          instance_id: "6f1c2a3b-4d5e-4f60-8a7b-9c0d1e2f3a4b",
+        },
+      ],
     });
     expect(put.status, JSON.stringify(put.json)).toBe(200);
     host.start();
@@ -76,14 +91,23 @@ describe("harbormaster-agent, the built executable, against a private server", (
       return s.status === "realized" && s.reported_generation === 2 ? s : null;
     });
     expect(shown.agents).toEqual([
-      expect.objectContaining({ name: "harbormaster-agent", status: "realized", reported: expect.objectContaining({ version, state: "running" }) }),
+      expect.objectContaining({
+        name: "harbormaster-agent",
+        status: "realized",
+        reported: expect.objectContaining({ version, state: "running" }),
+      }),
     ]);
     const status = await host.cmd(["status", "--json"]);
-    expect(JSON.parse(status.stdout)).toMatchObject({ running: true, loop: { connected: true, transport: "channel", last_report: { generation: 2, status: "realized" } } });
+    expect(JSON.parse(status.stdout)).toMatchObject({
+      running: true,
+      loop: { connected: true, transport: "channel", last_report: { generation: 2, status: "realized" } },
+    });
 
     expect((await api("POST", `/v1/servers/${srv.id}/token`)).status).toBe(200);
     expect(await host.exited()).toBe(78);
-    expect(host.log).toMatch(/<3>the server refused this host's token; stopping, and leaving every agent and its data as they are/);
+    expect(host.log).toMatch(
+      /<3>the server refused this host's token; stopping, and leaving every agent and its data as they are/,
+    );
     await new Promise((r) => setTimeout(r, 1000));
     expect(host.running).toBe(false);
   });
@@ -99,7 +123,10 @@ describe("harbormaster-agent, the built executable, against a private server", (
     // The "reboot": a new boot id, the marker (in /run) gone, the agent killed as a reboot kills
     // it; the supervisor starts it again, as systemd does at boot.
     const reboot = join(host.root, "reboot.sh");
-    writeFileSync(reboot, `#!/bin/sh\necho reboots >> ${host.root}/reboots\necho boot-2 > ${host.bootIdFile}\nrm -f ${marker}\nkill -KILL $PPID\n`);
+    writeFileSync(
+      reboot,
+      `#!/bin/sh\necho reboots >> ${host.root}/reboots\necho boot-2 > ${host.bootIdFile}\nrm -f ${marker}\nkill -KILL $PPID\n`,
+    );
     chmodSync(reboot, 0o755);
     host.writeConfig({ reboot: { fleetlock_url: base, command: [reboot] } });
     joinedAs(host, srv);

@@ -68,7 +68,8 @@ async function push(name: string, v: string, file: string, kind: "oci-archive" |
 
 /** A host registered in `fleet` with the identity `join` keeps (join itself: cli-join.test.ts), in a scope of its own. */
 async function joinedHost(fleet: string, hostname: string, config: Record<string, unknown> = {}, exe = executable) {
-  if ((await api("GET", `/v1/fleets/${fleet}`)).status === 404) expect((await api("POST", "/v1/fleets", { id: fleet })).status).toBe(201);
+  if ((await api("GET", `/v1/fleets/${fleet}`)).status === 404)
+    expect((await api("POST", "/v1/fleets", { id: fleet })).status).toBe(201);
   const r = await api("POST", "/v1/servers", { fleet, hostname });
   expect(r.status, JSON.stringify(r.json)).toBe(201);
   const hostScope = `${scope}-${hostname.split(".")[0]}`;
@@ -76,7 +77,15 @@ async function joinedHost(fleet: string, hostname: string, config: Record<string
   const host = new Host(exe, { config: { podman: { name_prefix: `${hostScope}-`, scope: hostScope }, ...config } });
   hosts.push(host);
   new StateDir(host.stateDir).write("identity.json", {
-    url: server.url, server_id: r.json.id, fleet, hostname, token: r.json.token, reboot_group: "default", fleetlock_id: null, machine_id: hostScope, joined_at: new Date().toISOString(),
+    url: server.url,
+    server_id: r.json.id,
+    fleet,
+    hostname,
+    token: r.json.token,
+    reboot_group: "default",
+    fleetlock_id: null,
+    machine_id: hostScope,
+    joined_at: new Date().toISOString(),
   } satisfies Identity);
   return { host, id: r.json.id as string, scope: hostScope };
 }
@@ -89,10 +98,14 @@ async function desire(id: string, agents: object[]) {
   return generation;
 }
 const until = (what: string, id: string, ok: (s: any) => boolean, ms = 90_000) =>
-  waitFor(what, async () => {
-    const s = await view(id);
-    return ok(s) ? s : null;
-  }, ms);
+  waitFor(
+    what,
+    async () => {
+      const s = await view(id);
+      return ok(s) ? s : null;
+    },
+    ms,
+  );
 
 describe("harbormaster-agent with the image catalog", () => {
   it("runs an image pushed with hm images push; a corrupted download is a report error and nothing starts", async () => {
@@ -106,14 +119,24 @@ describe("harbormaster-agent with the image catalog", () => {
     const gen = await desire(id, [{ name: "api", image_id: img1.id }]);
     host.start();
     const shown = await until("realized", id, (v) => v.status === "realized" && v.reported_generation === gen);
-    expect(shown.agents[0]).toMatchObject({ name: "api", status: "realized", reported: { image: "api", version: "1", state: "running" } });
+    expect(shown.agents[0]).toMatchObject({
+      name: "api",
+      status: "realized",
+      reported: { image: "api", version: "1", state: "running" },
+    });
     const [c] = containersOf(s);
-    expect(c.Labels).toMatchObject({ "io.harbormaster.agent": "api", "io.harbormaster.image-id": img1.id, "io.harbormaster.version": "1" });
+    expect(c.Labels).toMatchObject({
+      "io.harbormaster.agent": "api",
+      "io.harbormaster.image-id": img1.id,
+      "io.harbormaster.version": "1",
+    });
 
     // The stored bytes of version 2 rot in the bucket (the local R2's blob file, flipped).
     const blobs = join(server.persist, "v3", "r2");
     const files = (function walk(d: string): string[] {
-      return readdirSync(d, { withFileTypes: true }).flatMap((e) => (e.isDirectory() ? walk(join(d, e.name)) : [join(d, e.name)]));
+      return readdirSync(d, { withFileTypes: true }).flatMap((e) =>
+        e.isDirectory() ? walk(join(d, e.name)) : [join(d, e.name)],
+      );
     })(blobs).filter((f) => statSync(f).size === img2.size);
     expect(files.length).toBeGreaterThan(0);
     for (const f of files) {
@@ -122,8 +145,15 @@ describe("harbormaster-agent with the image catalog", () => {
       writeFileSync(f, b);
     }
     const gen2 = await desire(id, [{ name: "api", image_id: img2.id }]);
-    const failed = await until("the update to fail", id, (v) => v.reported_generation === gen2 && v.status === "failed");
-    expect(failed.agents[0].errors[0]).toMatchObject({ op: "update", message: expect.stringMatching(/does not match its digest/) });
+    const failed = await until(
+      "the update to fail",
+      id,
+      (v) => v.reported_generation === gen2 && v.status === "failed",
+    );
+    expect(failed.agents[0].errors[0]).toMatchObject({
+      op: "update",
+      message: expect.stringMatching(/does not match its digest/),
+    });
     // Nothing of version 2 started: version 1 runs on, alone.
     expect(containersOf(s).map((x) => [x.Labels["io.harbormaster.version"], x.State])).toEqual([["1", "running"]]);
   });
@@ -143,7 +173,14 @@ describe("harbormaster-agent with the image catalog", () => {
         writeFileSync(join(dir, "bin", h), text);
         chmodSync(join(dir, "bin", h), 0o755);
       }
-      writeFileSync(join(dir, "manifest.json"), JSON.stringify({ name: "meter", version: v, hooks: Object.fromEntries(Object.keys(hooks).map((h) => [h, `bin/${h}`])) }));
+      writeFileSync(
+        join(dir, "manifest.json"),
+        JSON.stringify({
+          name: "meter",
+          version: v,
+          hooks: Object.fromEntries(Object.keys(hooks).map((h) => [h, `bin/${h}`])),
+        }),
+      );
       const out = join(work, `meter-${v}.tgz`);
       return sh("tar", ["-czf", out, "-C", dir, "."]).then(() => out);
     };
@@ -163,17 +200,30 @@ describe("harbormaster-agent with the image catalog", () => {
     // Its process killed by hand: the status hook says so, and the next pass starts it again.
     const pid = Number(readFileSync(join(agents, "data", "pid"), "utf8"));
     process.kill(pid, "SIGKILL");
-    await waitFor("the tarball agent started again", () => {
-      const now = Number(readFileSync(join(agents, "data", "pid"), "utf8"));
-      return now !== pid && existsSync(`/proc/${now}`);
-    }, 30_000);
+    await waitFor(
+      "the tarball agent started again",
+      () => {
+        const now = Number(readFileSync(join(agents, "data", "pid"), "utf8"));
+        return now !== pid && existsSync(`/proc/${now}`);
+      },
+      30_000,
+    );
     const gen3 = await desire(id, []);
-    await until("removed", id, (v) => v.status === "realized" && v.reported_generation === gen3 && v.agents.length === 0);
+    await until(
+      "removed",
+      id,
+      (v) => v.status === "realized" && v.reported_generation === gen3 && v.agents.length === 0,
+    );
     await host.stop();
   });
 
   it("the agent updates itself from a pushed build, and falls back when the new build cannot start", async () => {
-    const next = await buildAgent({ version: `${version}-e2e.2`, outDir: join(work, "build-2"), deb: false, log: () => {} });
+    const next = await buildAgent({
+      version: `${version}-e2e.2`,
+      outDir: join(work, "build-2"),
+      deb: false,
+      log: () => {},
+    });
     const a2 = await push("harbormaster-agent", next.version, next.binary, "tarball");
     const { host, id } = await joinedHost("catalog", "cat-3.example.com");
     host.start();
@@ -181,22 +231,42 @@ describe("harbormaster-agent with the image catalog", () => {
     const gen = await desire(id, [{ name: "harbormaster-agent", image_id: a2.id }]);
     // The trial run reports first; then the swap, the exit (75) and the new build's own start.
     await waitFor("the agent to restart into the new build", () => host.exits.includes(75) && host.running, 180_000);
-    const updated = await until("the new build realized", id, (v) => v.status === "realized" && v.reported_generation === gen && v.agents[0]?.reported?.version === next.version);
+    const updated = await until(
+      "the new build realized",
+      id,
+      (v) =>
+        v.status === "realized" && v.reported_generation === gen && v.agents[0]?.reported?.version === next.version,
+    );
     expect(updated.agents[0].reported).toMatchObject({ version: next.version, state: "running" });
-    await waitFor("the new build to confirm itself", () => !existsSync(join(host.stateDir, "self-update.json")), 30_000);
+    await waitFor(
+      "the new build to confirm itself",
+      () => !existsSync(join(host.stateDir, "self-update.json")),
+      30_000,
+    );
     expect(createHash("sha256").update(readFileSync(host.binary)).digest("hex")).toBe(next.sha256);
     expect(readFileSync(`${host.binary}.previous`).equals(readFileSync(executable))).toBe(true);
     const st = await host.cmd(["status", "--json"]);
-    expect(JSON.parse(st.stdout)).toMatchObject({ running: true, loop: { version: next.version }, self_update: { in_progress: null } });
+    expect(JSON.parse(st.stdout)).toMatchObject({
+      running: true,
+      loop: { version: next.version },
+      self_update: { in_progress: null },
+    });
 
     // A build that cannot start: it never replaces the running one, and the report says why.
     const broken = join(work, "broken-agent");
     writeFileSync(broken, "#!/bin/sh\necho 'cannot open /etc/harbormaster-agent: Permission denied' >&2\nexit 1\n");
     const a3 = await push("harbormaster-agent", `${version}-e2e.3`, broken, "tarball");
     const gen3 = await desire(id, [{ name: "harbormaster-agent", image_id: a3.id }]);
-    const failed = await until("the broken build refused", id, (v) => v.reported_generation === gen3 && v.status === "failed", 120_000);
+    const failed = await until(
+      "the broken build refused",
+      id,
+      (v) => v.reported_generation === gen3 && v.status === "failed",
+      120_000,
+    );
     expect(failed.agents[0]).toMatchObject({ status: "failed", reported: { version: next.version } });
-    expect(failed.agents[0].errors[0].message).toMatch(/did not start: exited with 1: cannot open \/etc\/harbormaster-agent: Permission denied; still running/);
+    expect(failed.agents[0].errors[0].message).toMatch(
+      /did not start: exited with 1: cannot open \/etc\/harbormaster-agent: Permission denied; still running/,
+    );
     expect(createHash("sha256").update(readFileSync(host.binary)).digest("hex")).toBe(next.sha256);
     expect(host.running).toBe(true);
   });

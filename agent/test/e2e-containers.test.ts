@@ -11,7 +11,17 @@ import { Readable } from "node:stream";
 import { main as hmMain } from "../../cli/main.ts";
 import { startLocalServer, type LocalServer } from "../../scripts/local-server.ts";
 import { StateDir, type Identity } from "../cli/state.ts";
-import { apiFor, cleanPodman, containersOf, Host, localImage, podman, volumesOf, waitFor, type Api } from "./e2e-helpers.ts";
+import {
+  apiFor,
+  cleanPodman,
+  containersOf,
+  Host,
+  localImage,
+  podman,
+  volumesOf,
+  waitFor,
+  type Api,
+} from "./e2e-helpers.ts";
 
 const executable = inject("agentExecutable");
 const scope = `hme2e${randomBytes(3).toString("hex")}`;
@@ -42,8 +52,14 @@ afterAll(async () => {
  * agent/test/cli-join.test.ts), its containers in a scope of its own: the driver tells one agent's
  * containers and volumes from another's on a shared engine by it, as two hosts would be two engines.
  */
-async function joinedHost(fleet: string, hostname: string, kind: "managed" | "manual" = "managed", roles: string[] = []) {
-  if ((await api("GET", `/v1/fleets/${fleet}`)).status === 404) expect((await api("POST", "/v1/fleets", { id: fleet })).status).toBe(201);
+async function joinedHost(
+  fleet: string,
+  hostname: string,
+  kind: "managed" | "manual" = "managed",
+  roles: string[] = [],
+) {
+  if ((await api("GET", `/v1/fleets/${fleet}`)).status === 404)
+    expect((await api("POST", "/v1/fleets", { id: fleet })).status).toBe(201);
   const r = await api("POST", "/v1/servers", { fleet, hostname, kind, roles });
   expect(r.status, JSON.stringify(r.json)).toBe(201);
   const hostScope = `${scope}-${hostname.split(".")[0]}`;
@@ -52,7 +68,15 @@ async function joinedHost(fleet: string, hostname: string, kind: "managed" | "ma
   hosts.push(host);
   const keep = (token: string) =>
     new StateDir(host.stateDir).write("identity.json", {
-      url: server.url, server_id: r.json.id, fleet, hostname, token, reboot_group: "default", fleetlock_id: null, machine_id: hostScope, joined_at: new Date().toISOString(),
+      url: server.url,
+      server_id: r.json.id,
+      fleet,
+      hostname,
+      token,
+      reboot_group: "default",
+      fleetlock_id: null,
+      machine_id: hostScope,
+      joined_at: new Date().toISOString(),
     } satisfies Identity);
   keep(r.json.token);
   /** A new server token (the old one stops at once), kept as a new join would keep it. */
@@ -72,10 +96,14 @@ const desire = async (id: string, agents: { name: string; image: string; version
   return generation;
 };
 const realizedAt = (id: string, gen: number) =>
-  waitFor(`server ${id} realized at generation ${gen}`, async () => {
-    const s = await view(id);
-    return s.status === "realized" && s.reported_generation === gen ? s : null;
-  }, 90_000);
+  waitFor(
+    `server ${id} realized at generation ${gen}`,
+    async () => {
+      const s = await view(id);
+      return s.status === "realized" && s.reported_generation === gen ? s : null;
+    },
+    90_000,
+  );
 
 describe("harbormaster-agent with podman", () => {
   const instance = randomUUID();
@@ -87,8 +115,19 @@ describe("harbormaster-agent with podman", () => {
     const s = await realizedAt(id, gen);
     const [c] = containersOf(scope).filter((x) => x.Names.includes(name));
     expect(c.State).toBe("running");
-    expect(c.Labels).toMatchObject({ "io.harbormaster.agent": "web", "io.harbormaster.instance": instance, "io.harbormaster.image": image(1), "io.harbormaster.version": "1" });
-    expect(s.agents).toEqual([expect.objectContaining({ name: "web", status: "realized", reported: { image: image(1), version: "1", instance_id: instance, state: "running" } })]);
+    expect(c.Labels).toMatchObject({
+      "io.harbormaster.agent": "web",
+      "io.harbormaster.instance": instance,
+      "io.harbormaster.image": image(1),
+      "io.harbormaster.version": "1",
+    });
+    expect(s.agents).toEqual([
+      expect.objectContaining({
+        name: "web",
+        status: "realized",
+        reported: { image: image(1), version: "1", instance_id: instance, state: "running" },
+      }),
+    ]);
 
     const gen2 = await desire(id, [{ name: "web", image: image(2), version: "2", instance_id: instance }]);
     const s2 = await realizedAt(id, gen2);
@@ -125,28 +164,56 @@ describe("harbormaster-agent with podman", () => {
     const { host, id, name, scope } = await joinedHost(fleet, "ro-1.example.com", "managed", ["front"]);
     host.start();
     // The planner gives the server its role's agents: version 1 from the channel.
-    await waitFor("version 1 realized", async () => {
-      const v = await view(id);
-      return v.status === "realized" && v.agents[0]?.reported?.version === "1";
-    }, 90_000);
+    await waitFor(
+      "version 1 realized",
+      async () => {
+        const v = await view(id);
+        return v.status === "realized" && v.agents[0]?.reported?.version === "1";
+      },
+      90_000,
+    );
     const before = containersOf(scope).find((x) => x.Names.includes(name))!;
     let stdout = "";
     let stderr = "";
-    const code = await hmMain(["--json", "rollout", "start", "--fleet", fleet, "--agent", "web", "--image", image(2), "--version", "2", "--watch", "--timeout", "120"], {
-      stdout: (t) => void (stdout += t),
-      stderr: (t) => void (stderr += t),
-      stdin: Readable.from([]),
-      interactive: false,
-      env: { HM_CONFIG: join(host.root, "no-hm-config.json"), HM_URL: server.url, HM_TOKEN: server.admin },
-      cwd: host.root,
-    });
+    const code = await hmMain(
+      [
+        "--json",
+        "rollout",
+        "start",
+        "--fleet",
+        fleet,
+        "--agent",
+        "web",
+        "--image",
+        image(2),
+        "--version",
+        "2",
+        "--watch",
+        "--timeout",
+        "120",
+      ],
+      {
+        stdout: (t) => void (stdout += t),
+        stderr: (t) => void (stderr += t),
+        stdin: Readable.from([]),
+        interactive: false,
+        env: { HM_CONFIG: join(host.root, "no-hm-config.json"), HM_URL: server.url, HM_TOKEN: server.admin },
+        cwd: host.root,
+      },
+    );
     expect(code, `${stdout}\n${stderr}`).toBe(0);
     const rollouts = (await api("GET", `/v1/rollouts?fleet=${fleet}`)).json.items as { state: string }[];
     expect(rollouts.map((r) => r.state)).toEqual(["succeeded"]);
     const after = containersOf(scope).find((x) => x.Names.includes(name))!;
     expect(after.Id).not.toBe(before.Id);
-    expect(after).toMatchObject({ State: "running", Labels: expect.objectContaining({ "io.harbormaster.version": "2", "io.harbormaster.image": image(2) }) });
-    expect((await view(id)).agents[0]).toMatchObject({ status: "realized", reported: { version: "2", image: image(2) } });
+    expect(after).toMatchObject({
+      State: "running",
+      Labels: expect.objectContaining({ "io.harbormaster.version": "2", "io.harbormaster.image": image(2) }),
+    });
+    expect((await view(id)).agents[0]).toMatchObject({
+      status: "realized",
+      reported: { version: "2", image: image(2) },
+    });
     await host.stop();
   });
 

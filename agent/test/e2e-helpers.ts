@@ -5,13 +5,27 @@
  * (Restart=on-failure, RestartPreventExitStatus=78).
  */
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
-import { chmodSync, copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import {
+  chmodSync,
+  copyFileSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  rmSync,
+  symlinkSync,
+  writeFileSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { stringify } from "yaml";
 import type { StatusFile } from "../cli/state.ts";
 
-export async function waitFor<T>(what: string, probe: () => Promise<T | null | undefined | false> | T | null | undefined | false, timeoutMs = 60_000, everyMs = 250): Promise<T> {
+export async function waitFor<T>(
+  what: string,
+  probe: () => Promise<T | null | undefined | false> | T | null | undefined | false,
+  timeoutMs = 60_000,
+  everyMs = 250,
+): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   let last: unknown = null;
   for (;;) {
@@ -21,7 +35,8 @@ export async function waitFor<T>(what: string, probe: () => Promise<T | null | u
     } catch (err) {
       last = err;
     }
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}${last ? `: ${(last as Error).message}` : ""}`);
+    if (Date.now() > deadline)
+      throw new Error(`timed out waiting for ${what}${last ? `: ${(last as Error).message}` : ""}`);
     await new Promise((r) => setTimeout(r, everyMs));
   }
 }
@@ -34,7 +49,10 @@ export function apiFor(url: string, admin: string): Api {
   return async (method, path, body, token) => {
     const res = await fetch(`${url}${path}`, {
       method,
-      headers: { authorization: `Bearer ${token ?? admin}`, ...(body === undefined ? {} : { "content-type": "application/json" }) },
+      headers: {
+        authorization: `Bearer ${token ?? admin}`,
+        ...(body === undefined ? {} : { "content-type": "application/json" }),
+      },
       body: body === undefined ? undefined : JSON.stringify(body),
     });
     return { status: res.status, json: (await res.json().catch(() => null)) as any };
@@ -74,7 +92,10 @@ export class Host {
     this.bootIdFile = join(this.root, "boot_id");
     this.machineIdFile = join(this.root, "etc/machine-id");
     mkdirSync(join(this.root, "etc/harbormaster-agent"), { recursive: true });
-    writeFileSync(this.machineIdFile, `${Math.random().toString(16).slice(2).padEnd(16, "0")}${Date.now().toString(16).padStart(16, "0")}\n`);
+    writeFileSync(
+      this.machineIdFile,
+      `${Math.random().toString(16).slice(2).padEnd(16, "0")}${Date.now().toString(16).padStart(16, "0")}\n`,
+    );
     writeFileSync(this.bootIdFile, "boot-1\n");
     this.writeConfig(opts.config ?? {});
     this.env = { ...opts.env };
@@ -92,7 +113,10 @@ export class Host {
     };
     const merged: Record<string, unknown> = { ...base };
     for (const [k, v] of Object.entries(extra)) {
-      merged[k] = typeof v === "object" && v !== null && !Array.isArray(v) ? { ...((base as Record<string, unknown>)[k] as object), ...v } : v;
+      merged[k] =
+        typeof v === "object" && v !== null && !Array.isArray(v)
+          ? { ...((base as Record<string, unknown>)[k] as object), ...v }
+          : v;
     }
     writeFileSync(this.configFile, stringify(merged));
   }
@@ -100,7 +124,10 @@ export class Host {
   /** Runs a command of the agent to completion. */
   cmd(args: string[], input?: string): Promise<{ code: number | null; stdout: string; stderr: string }> {
     return new Promise((resolve) => {
-      const child = spawn(this.binary, [...args, "--config", this.configFile], { env: { ...process.env, ...this.env }, stdio: ["pipe", "pipe", "pipe"] });
+      const child = spawn(this.binary, [...args, "--config", this.configFile], {
+        env: { ...process.env, ...this.env },
+        stdio: ["pipe", "pipe", "pipe"],
+      });
       let stdout = "";
       let stderr = "";
       child.stdout.on("data", (d: Buffer) => (stdout += d));
@@ -114,14 +141,18 @@ export class Host {
   start() {
     this.supervising = true;
     const launch = () => {
-      const child = spawn(this.binary, ["run", "--config", this.configFile], { env: { ...process.env, ...this.env }, stdio: ["ignore", "ignore", "pipe"] });
+      const child = spawn(this.binary, ["run", "--config", this.configFile], {
+        env: { ...process.env, ...this.env },
+        stdio: ["ignore", "ignore", "pipe"],
+      });
       this.child = child;
       child.stderr!.on("data", (d: Buffer) => (this.log += d));
       child.on("close", (code) => {
         this.exits.push(code);
         this.log += `--- exit ${code}\n`;
         if (this.child === child) this.child = null;
-        if (this.supervising && code !== 0 && code !== 78) setTimeout(() => this.supervising && !this.child && launch(), 300);
+        if (this.supervising && code !== 0 && code !== 78)
+          setTimeout(() => this.supervising && !this.child && launch(), 300);
       });
     };
     launch();
@@ -162,7 +193,11 @@ export class Host {
   }
 
   async exited(timeoutMs = 60_000): Promise<number | null> {
-    return waitFor("the agent to exit", () => (this.child === null && this.exits.length > 0 ? { code: this.exits.at(-1)! } : null), timeoutMs).then((x) => x.code);
+    return waitFor(
+      "the agent to exit",
+      () => (this.child === null && this.exits.length > 0 ? { code: this.exits.at(-1)! } : null),
+      timeoutMs,
+    ).then((x) => x.code);
   }
 }
 
@@ -210,11 +245,15 @@ export interface PsRow {
 
 /** What podman says of the containers of one scope. */
 export function containersOf(scope: string): PsRow[] {
-  return JSON.parse(podman("ps", "-a", "--filter", `label=io.harbormaster.scope=${scope}`, "--format", "json") || "[]") as PsRow[];
+  return JSON.parse(
+    podman("ps", "-a", "--filter", `label=io.harbormaster.scope=${scope}`, "--format", "json") || "[]",
+  ) as PsRow[];
 }
 
 export function volumesOf(scope: string): string[] {
-  return podman("volume", "ls", "--filter", `label=io.harbormaster.scope=${scope}`, "--format", "{{.Name}}").split("\n").filter(Boolean);
+  return podman("volume", "ls", "--filter", `label=io.harbormaster.scope=${scope}`, "--format", "{{.Name}}")
+    .split("\n")
+    .filter(Boolean);
 }
 
 /** Removes what a test left in podman: its scope's containers and volumes, and its images. */

@@ -8,7 +8,8 @@ const executable = inject("agentExecutable");
 const deb = inject("agentDeb");
 const version = inject("agentVersion");
 
-const run = (cmd: string, args: string[], env: Record<string, string> = {}) => spawnSync(cmd, args, { encoding: "utf8", env: { ...process.env, ...env } });
+const run = (cmd: string, args: string[], env: Record<string, string> = {}) =>
+  spawnSync(cmd, args, { encoding: "utf8", env: { ...process.env, ...env } });
 
 describe("the .deb", () => {
   // dpkg --root with chrootless maintainer scripts: a real install, into a temp root, so the
@@ -30,7 +31,9 @@ describe("the .deb", () => {
     // Its state directory, for root only; the default configuration, a conffile the admin's edits survive.
     expect(statSync(join(root, "var/lib/harbormaster-agent")).mode & 0o777).toBe(0o700);
     expect(readFileSync(join(root, "etc/harbormaster-agent/config.yaml"), "utf8")).toMatch(/fleetlock_url/);
-    expect(readFileSync(join(root, "var/lib/dpkg/info/harbormaster-agent.conffiles"), "utf8")).toBe("/etc/harbormaster-agent/config.yaml\n");
+    expect(readFileSync(join(root, "var/lib/dpkg/info/harbormaster-agent.conffiles"), "utf8")).toBe(
+      "/etc/harbormaster-agent/config.yaml\n",
+    );
   });
 
   it("ships a unit systemd-analyze verify accepts, that never starts before join", () => {
@@ -56,6 +59,8 @@ describe("the executable", () => {
     expect(r.status, r.stderr).toBe(0);
     // Nothing on stderr: no warning about its code cache or experimental features.
     expect(r.stderr).toBe("");
-    expect(r.stdout.trim()).toBe(`harbormaster-agent ${version} (node ${run(join(import.meta.dirname, "../../node_modules/node/bin/node"), ["--version"]).stdout.trim()}, linux-x64)`);
+    expect(r.stdout.trim()).toBe(
+      `harbormaster-agent ${version} (node ${run(join(import.meta.dirname, "../../node_modules/node/bin/node"), ["--version"]).stdout.trim()}, linux-x64)`,
+    );
   });
 });

@@ -15,7 +15,7 @@ interface Node {
 }
 
 /** Every command path with its subcommands and options (the root's global options everywhere). */
-export function commandTree(program: Command): Node[] {
+function commandTree(program: Command): Node[] {
   const globals = program.options.map((o) => o.long).filter((x): x is string => !!x);
   const out: Node[] = [];
   const walk = (cmd: Command, path: string) => {
@@ -30,7 +30,7 @@ export function commandTree(program: Command): Node[] {
 
 const q = (s: string) => `'${s.replace(/'/g, "'\\''")}'`;
 
-export function bashScript(nodes: Node[]): string {
+function bashScript(nodes: Node[]): string {
   const entries = nodes.map((n) => `  [${q(n.path)}]=${q([...n.subcommands, ...n.options].join(" "))}`).join("\n");
   return `# hm completion for bash: source <(hm completion bash)
 declare -gA __hm_words=(
@@ -50,13 +50,13 @@ complete -o default -F _hm hm
 `;
 }
 
-export function zshScript(nodes: Node[]): string {
+function zshScript(nodes: Node[]): string {
   return `# hm completion for zsh: source <(hm completion zsh)
 autoload -U +X bashcompinit && bashcompinit
 ${bashScript(nodes).split("\n").slice(1).join("\n")}`;
 }
 
-export function fishScript(nodes: Node[]): string {
+function fishScript(nodes: Node[]): string {
   const paths = nodes.filter((n) => n.path).map((n) => q(n.path)).join(" ");
   const lines = [
     "# hm completion for fish: hm completion fish > ~/.config/fish/completions/hm.fish",

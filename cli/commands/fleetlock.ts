@@ -20,7 +20,7 @@ export function registerFleetlock(program: Command, io: Io) {
     );
 }
 
-export function zincatiSnippet(baseUrl: string) {
+function zincatiSnippet(baseUrl: string) {
   return [
     "# /etc/zincati/config.d/55-updates-strategy.toml",
     "[updates]",

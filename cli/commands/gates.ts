@@ -13,7 +13,7 @@ const percent = (v: string) => {
   return n;
 };
 /** 90s, 30m, 2h, 1d (or plain seconds). */
-export function duration(v: string) {
+function duration(v: string) {
   const m = /^(\d+)([smhd]?)$/.exec(v.trim());
   if (!m) throw new InvalidArgumentError("durations look like 90s, 30m, 2h or 1d");
   return Number(m[1]) * { "": 1, s: 1, m: 60, h: 3600, d: 86400 }[m[2] as "" | "s" | "m" | "h" | "d"];

@@ -1,5 +1,5 @@
 /**
- * The fleet's intent from the command line (issue 18): agent channels (the image the fleet
+ * The fleet's intent from the command line (docs/operator-guide.md): agent channels (the image the fleet
  * wants per agent, with history) and role profiles (which agents a role runs, each optionally
  * when a capability holds).
  */

@@ -127,7 +127,7 @@ function groupTable(out: Output, items: RebootGroup[]) {
   );
 }
 
-export function showGroup(out: Output, g: RebootGroup) {
+function showGroup(out: Output, g: RebootGroup) {
   out.fields([
     ["group", g.name],
     ["slots", `${g.holders.length} held of ${g.slots} (${g.available_slots} available)`],
@@ -163,4 +163,3 @@ export function showGroup(out: Output, g: RebootGroup) {
   );
 }
 
-export { Exit };

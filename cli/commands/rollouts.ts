@@ -1,12 +1,12 @@
 /**
- * hm rollout start | status | watch | pause | resume | cancel | rollback, and hm rollouts (issue 9).
+ * hm rollout start | status | watch | pause | resume | cancel | rollback, and hm rollouts (docs/rollouts.md).
  * `watch` (and `start --watch`) follow the rollout on its long poll with a progress bar on a
  * terminal (a line per change otherwise) and end with an exit code scripts can branch on:
  * 0 succeeded or rolled back, 1 failed or cancelled, 3 the timeout came first.
  */
 import { SingleBar } from "cli-progress";
 import { InvalidArgumentError, Option, type Command } from "commander";
-import { ROLLOUT_STATES, ROLLOUT_TARGET_STATES as TARGET_STATES } from "../../src/domain/enums.ts";
+import { ROLLOUT_CONTROLS, ROLLOUT_STATES, ROLLOUT_TARGET_STATES as TARGET_STATES } from "../../src/domain/enums.ts";
 import { duration, humanSpan } from "../format.ts";
 import type { Rollout, RolloutInput } from "../api.ts";
 import { Exit, type Io, type Output } from "../io.ts";
@@ -245,7 +245,7 @@ export function registerRollouts(program: Command, io: Io) {
       }),
     );
 
-  for (const action of ["pause", "resume", "cancel", "rollback"] as const) {
+  for (const action of ROLLOUT_CONTROLS) {
     rollout
       .command(`${action} <rollout>`)
       .description(

@@ -2,11 +2,9 @@ import { InvalidArgumentError, Option, type Command } from "commander";
 import type { ServerDetail, ServerPatch, ServerStatus, ServerSummary } from "../api.ts";
 import { Exit, type Io, type Output } from "../io.ts";
 import { act, fleetOption } from "../context.ts";
+import { SERVER_KINDS, SERVER_STATES, SERVER_STATUSES } from "../../src/domain/enums.ts";
 
-const STATUSES = ["realized", "pending", "failed", "drifted", "unknown", "stale"];
 type ServerState = ServerSummary["state"];
-
-const STATES = ["provisioning", "active", "decommissioning", "removed"];
 
 const collect = (v: string, prev: string[] = []) => [...prev, v];
 
@@ -23,7 +21,7 @@ export function labelsOf(pairs: string[] | undefined): Record<string, string> | 
 }
 
 /** Labels as one cell: `rack=r12,zone=eu-1a`. */
-export const labelsText = (labels: Record<string, string> | undefined) =>
+const labelsText = (labels: Record<string, string> | undefined) =>
   Object.entries(labels ?? {})
     .map(([k, v]) => `${k}=${v}`)
     .join(",") || null;
@@ -56,8 +54,8 @@ export function registerServers(program: Command, io: Io) {
   const filters = (c: Command) =>
     c
       .option("--fleet <fleet>", "only this fleet")
-      .addOption(new Option("--status <status>", "only this status").choices(STATUSES))
-      .addOption(new Option("--state <state>", "only this state (removed servers are listed only so)").choices(STATES))
+      .addOption(new Option("--status <status>", "only this status").choices(SERVER_STATUSES))
+      .addOption(new Option("--state <state>", "only this state (removed servers are listed only so)").choices(SERVER_STATES))
       .option("--hostname <name>", "this hostname, or a prefix ending in * (node-1*)")
       .option("--label <key[=value]>", "only servers with this label (zone=eu-1a) or label key (zone); repeatable, all must hold", collect)
       .option("--limit <n>", "at most this many", (v) => {
@@ -83,7 +81,7 @@ export function registerServers(program: Command, io: Io) {
     .description("register a server; prints its token once")
     .addOption(fleetOption("its fleet"))
     .requiredOption("--hostname <name>", "its hostname")
-    .addOption(new Option("--kind <kind>", "managed (provisioned for us) or manual (borrowed)").choices(["managed", "manual"]).default("managed"))
+    .addOption(new Option("--kind <kind>", "managed (provisioned for us) or manual (borrowed)").choices(SERVER_KINDS).default("managed"))
     .option("--role <role...>", "roles")
     .option("--reboot-group <group>", "reboot group")
     .option("--fleetlock-id <id>", "the id its FleetLock client (Zincati) sends")
@@ -174,7 +172,7 @@ export function registerServers(program: Command, io: Io) {
     );
 }
 
-export function registerDecommission(servers: Command, io: Io) {
+function registerDecommission(servers: Command, io: Io) {
   servers
     .command("decommission <server>")
     .description("terminate (managed) or uninstall (manual) a server; it is removed once its host acknowledges")
@@ -202,7 +200,7 @@ export function registerDecommission(servers: Command, io: Io) {
 }
 
 /** What a decommission (or its cancel, or a forced removal) left the server as, in words. */
-export function decommissionSays(s: ServerDetail, out: Output): string {
+function decommissionSays(s: ServerDetail, out: Output): string {
   const who = `Server ${s.hostname} (${s.id})`;
   const l = s.lifecycle;
   if (s.state === "removed") return `${who} is removed${l?.forced ? ` (forced by ${l.forced.by}: ${l.forced.reason})` : ""}; cleanup done: ${l?.cleanup_done.join(", ") || "-"}.`;
@@ -213,7 +211,7 @@ export function decommissionSays(s: ServerDetail, out: Output): string {
   return `${who} is ${s.state}; generation ${s.desired_generation} orders ${s.desired.lifecycle} with ${s.desired.agents.length} agent(s).`;
 }
 
-export function showServer(out: Output, s: ServerDetail) {
+function showServer(out: Output, s: ServerDetail) {
   out.fields([
     ["id", s.id],
     ["hostname", s.hostname],

@@ -1,5 +1,5 @@
 /**
- * Fleets as code (issue 19): `hm diff`, `hm apply` and `hm export` over fleet specs — YAML (one
+ * Fleets as code (docs/fleets-as-code.md): `hm diff`, `hm apply` and `hm export` over fleet specs — YAML (one
  * or more documents a file) or JSON, a file, a directory of them, or stdin. The server computes
  * every diff (POST …/spec:diff), so what is shown is what an apply would do, and the apply names
  * the fleet's state the diff was computed against (If-Match): a fleet changed in between is

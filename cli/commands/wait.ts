@@ -3,6 +3,7 @@ import { duration } from "../format.ts";
 import type { ServerDetail } from "../api.ts";
 import { Exit, type Io } from "../io.ts";
 import { act } from "../context.ts";
+import { SERVER_STATUSES } from "../../src/domain/enums.ts";
 
 const seconds = duration();
 
@@ -13,7 +14,7 @@ export function registerWait(program: Command, io: Io) {
     .command("server <server>")
     .description("wait until a server reaches a status; exit 3 if the timeout comes first")
     .option("--realized", "wait for status realized (the default)")
-    .addOption(new Option("--status <status>", "wait for this status").choices(["realized", "pending", "failed", "drifted", "unknown", "stale"]))
+    .addOption(new Option("--status <status>", "wait for this status").choices(SERVER_STATUSES))
     .option("--timeout <duration>", "give up after this long (20s, 5m)", seconds, 300)
     .action(
       act(io, async (ctx, id: string, o: { realized?: boolean; status?: string; timeout: number }) => {

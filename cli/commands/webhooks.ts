@@ -1,6 +1,7 @@
 import type { Command } from "commander";
 import { act, fleetOption } from "../context.ts";
 import type { Io } from "../io.ts";
+import type { WebhookFormat } from "../../src/webhooks/formats.ts";
 import { safety } from "./gates.ts";
 import type { Ctx } from "../context.ts";
 import { pick } from "../resolve.ts";
@@ -35,7 +36,7 @@ export function registerWebhooks(program: Command, io: Io) {
       .option("--format <format>", "cloudevents (default) or slack", "cloudevents")
       .option("--description <text>", "what it is for"),
   ).action(
-    act(io, async (ctx, o: { fleet: string; to: string; event: string[]; format: "cloudevents" | "slack"; description?: string }) => {
+    act(io, async (ctx, o: { fleet: string; to: string; event: string[]; format: WebhookFormat; description?: string }) => {
       const res = await safety(ctx).createWebhook(o.fleet, {
         url: o.to,
         events: o.event as never,

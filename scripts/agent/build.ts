@@ -12,7 +12,16 @@
 //   node scripts/agent/build.ts [--version V] [--out DIR] [--no-deb]
 import { spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
-import { chmodSync, copyFileSync, createReadStream, mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import {
+  chmodSync,
+  copyFileSync,
+  createReadStream,
+  mkdirSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from "node:fs";
 import { join, resolve } from "node:path";
 import { build } from "esbuild";
 
@@ -41,7 +50,8 @@ export interface BuildResult {
 
 function sh(cmd: string, args: string[]) {
   const r = spawnSync(cmd, args, { encoding: "utf8", maxBuffer: 64 * 2 ** 20 });
-  if (r.status !== 0) throw new Error(`${cmd} ${args.join(" ")} failed (${r.status ?? r.signal}):\n${r.stdout}\n${r.stderr}`);
+  if (r.status !== 0)
+    throw new Error(`${cmd} ${args.join(" ")} failed (${r.status ?? r.signal}):\n${r.stdout}\n${r.stderr}`);
   return r.stdout;
 }
 
@@ -89,7 +99,16 @@ export async function buildAgent(opts: BuildOptions = {}): Promise<BuildResult> 
   // waits; what it does at length, hashing and unpacking, runs in native code). The blob is made
   // under the same flag, or V8 would reject its code cache at start.
   const V8_FLAGS = ["--optimize-for-size"];
-  writeFileSync(seaConfig, JSON.stringify({ main: bundle, output: blob, disableExperimentalSEAWarning: true, useCodeCache: true, execArgv: V8_FLAGS }));
+  writeFileSync(
+    seaConfig,
+    JSON.stringify({
+      main: bundle,
+      output: blob,
+      disableExperimentalSEAWarning: true,
+      useCodeCache: true,
+      execArgv: V8_FLAGS,
+    }),
+  );
   sh(PINNED_NODE, [...V8_FLAGS, "--experimental-sea-config", seaConfig]);
 
   // 3. A copy of that Node with the blob injected.
@@ -101,7 +120,14 @@ export async function buildAgent(opts: BuildOptions = {}): Promise<BuildResult> 
   if (spawnSync("strip", ["--version"]).status === 0) sh("strip", ["--strip-all", staged]);
   // postject's CLI in a child process: its ELF library prints warnings about the binary's
   // notes that are no use to anyone (shown only when the injection fails).
-  sh(PINNED_NODE, [join(root, "node_modules/postject/dist/cli.js"), staged, "NODE_SEA_BLOB", blob, "--sentinel-fuse", SEA_FUSE]);
+  sh(PINNED_NODE, [
+    join(root, "node_modules/postject/dist/cli.js"),
+    staged,
+    "NODE_SEA_BLOB",
+    blob,
+    "--sentinel-fuse",
+    SEA_FUSE,
+  ]);
   const check = spawnSync(staged, ["version"], { encoding: "utf8" });
   if (check.status !== 0 || !check.stdout.includes(version) || check.stderr.trim()) {
     throw new Error(`the built executable does not run cleanly:\n${check.stdout}\n${check.stderr}`);
@@ -124,9 +150,14 @@ export async function buildAgent(opts: BuildOptions = {}): Promise<BuildResult> 
       chmodSync(join(pkg, path), mode);
     };
     put("usr/bin/harbormaster-agent", staged, 0o755);
-    put("lib/systemd/system/harbormaster-agent.service", join(root, "agent/packaging/harbormaster-agent.service"), 0o644);
+    put(
+      "lib/systemd/system/harbormaster-agent.service",
+      join(root, "agent/packaging/harbormaster-agent.service"),
+      0o644,
+    );
     put("etc/harbormaster-agent/config.yaml", join(root, "agent/packaging/config.yaml"), 0o644);
-    for (const script of ["postinst", "prerm", "postrm"]) put(`DEBIAN/${script}`, join(root, "agent/packaging", script), 0o755);
+    for (const script of ["postinst", "prerm", "postrm"])
+      put(`DEBIAN/${script}`, join(root, "agent/packaging", script), 0o755);
     writeFileSync(join(pkg, "DEBIAN/conffiles"), "/etc/harbormaster-agent/config.yaml\n");
     const installedKb = Math.ceil(size / 1024) + 8;
     writeFileSync(

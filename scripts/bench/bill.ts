@@ -6,10 +6,10 @@ import type { BenchContext } from "./run.ts";
 import { deployedLogging, describeLogging, type Logging } from "./logging.ts";
 import { DO_GB, MONTH_S, PRICES, PRICES_READ_ON, STORED_GB, type Price } from "./prices.ts";
 
-export const FLEETS = [1_000, 10_000, 100_000];
+const FLEETS = [1_000, 10_000, 100_000];
 
-export interface Rows { statements: number; rows_read: number; rows_written: number }
-export interface ClassReading {
+interface Rows { statements: number; rows_read: number; rows_written: number }
+interface ClassReading {
   requests: number; rpc: number; fetch: number; alarm: number; ws_messages: number; ws_events: number;
   awake_ms: number; idle_tail_ms: number; instances: number; d1: Rows;
   storage: { rows_read: number; rows_written: number; alarms_set: number; stored_bytes: number };
@@ -26,7 +26,7 @@ export interface Reading {
 }
 export interface Window { name: string; s: number; reading: Reading; cpuMs: number | null; idleCpuMs: number }
 
-export const ITEMS = [
+const ITEMS = [
   "workerRequests", "workerCpuMs", "doRequests", "doGbSeconds", "doRowsRead", "doRowsWritten", "doStoredGbMonth",
   "d1RowsRead", "d1RowsWritten", "d1StoredGbMonth", "logEvents",
 ] as const;
@@ -38,7 +38,7 @@ type Item = (typeof ITEMS)[number];
  * other console lines, errors and warnings, always written).
  */
 export type Usage = Record<Item, number> & { doGbSecondsTail: number; invocations: number; accessLines: number; writeLines: number; otherLines: number; alarmsSet: number };
-export const LABEL: Record<Item, string> = {
+const LABEL: Record<Item, string> = {
   workerRequests: "Worker requests",
   workerCpuMs: "Worker CPU ms (estimate)",
   doRequests: "DO requests",
@@ -53,7 +53,7 @@ export const LABEL: Record<Item, string> = {
 };
 
 /** The log events of `u` with logging `l`: execution logs (if on) and console lines, sampled. */
-export function logEventsOf(u: Pick<Usage, "invocations" | "accessLines" | "writeLines" | "otherLines">, l: Logging) {
+function logEventsOf(u: Pick<Usage, "invocations" | "accessLines" | "writeLines" | "otherLines">, l: Logging) {
   if (!l.enabled) return 0;
   const access = l.accessLog === "on" ? u.accessLines : l.accessLog === "writes" ? u.writeLines : 0;
   return l.headSamplingRate * ((l.invocationLogs ? u.invocations : 0) + access + u.otherLines);
@@ -64,7 +64,7 @@ const DEPLOYED = deployedLogging();
  * What the hosts used in a window. The cron's runs are left out: a deployment runs it once a
  * minute whatever its size, so it is billed once (`cronOf`), not scaled with the hosts.
  */
-export function usageOf(w: Window): Usage {
+function usageOf(w: Window): Usage {
   const r = w.reading;
   const classes = Object.values(r.objects);
   const rows = [r.worker.d1, r.d1_unattributed, ...classes.map((c) => c.d1)];
@@ -107,7 +107,7 @@ function cpuShare(w: Window, invocations: number) {
 }
 
 /** The cron, once a minute as deployed, per month: its invocations and their CPU (the estimate's share). */
-export function cronOf(w: Window): Record<Item, number> {
+function cronOf(w: Window): Record<Item, number> {
   const runs = MONTH_S / 60;
   const { scheduled } = w.reading.worker;
   const cpuPerRun = scheduled ? cpuShare(w, scheduled) / scheduled : 0;
@@ -118,11 +118,11 @@ export function cronOf(w: Window): Record<Item, number> {
 const cronLinesPerRun = (w: Window) => (w.reading.worker.scheduled ? w.reading.logs.cron_lines / w.reading.worker.scheduled : 1);
 const zeroItems = () => Object.fromEntries(ITEMS.map((i) => [i, 0])) as Record<Item, number>;
 
-export const combine = (a: Usage, b: Usage, k = 1) =>
+const combine = (a: Usage, b: Usage, k = 1) =>
   Object.fromEntries(Object.keys(a).map((key) => [key, a[key as keyof Usage] + k * b[key as keyof Usage]])) as Usage;
-export const scale = (a: Usage, k: number) => combine(a, a, k - 1);
-export const clamp = (a: Usage) => Object.fromEntries(Object.entries(a).map(([k, v]) => [k, Math.max(0, v)])) as Usage;
-export const charge = (p: Price, used: number) => Math.max(0, used - p.includedPerMonth) * p.usdPerUnit;
+const scale = (a: Usage, k: number) => combine(a, a, k - 1);
+const clamp = (a: Usage) => Object.fromEntries(Object.entries(a).map(([k, v]) => [k, Math.max(0, v)])) as Usage;
+const charge = (p: Price, used: number) => Math.max(0, used - p.includedPerMonth) * p.usdPerUnit;
 
 const si = (n: number) =>
   n >= 1e9 ? `${(n / 1e9).toFixed(2)}G` : n >= 1e6 ? `${(n / 1e6).toFixed(2)}M` : n >= 1e4 ? `${(n / 1e3).toFixed(1)}k` : n > 0 && n < 0.01 ? n.toPrecision(3) : n.toFixed(n < 10 ? 2 : 0);
@@ -149,7 +149,7 @@ export interface TransportBill {
  * host-month: `npm run bench -- cost --transport http` on the code of the meter's merge (150 hosts,
  * real time, 2026-11-24; docs/benchmarks.md). The in-object park it measured no longer exists.
  */
-export const BEFORE: TransportBill = {
+const BEFORE: TransportBill = {
   transport: "before",
   label: "long poll parked in the ledger (measured before the channel)",
   // Measured while the bill still scaled the cron with the hosts (288 of these 195.3k Worker
@@ -172,7 +172,7 @@ const LOGGING_CHOICES: { label: string; logging: Logging }[] = [
 ];
 
 /** The month's bill for each fleet size: what lies beyond the plan's included amounts, plus the plan. */
-export function totalsOf(monthly: Record<Item, number>, fixed: Record<Item, number>) {
+function totalsOf(monthly: Record<Item, number>, fixed: Record<Item, number>) {
   return FLEETS.map((n) => ITEMS.reduce<number>((t, item) => t + charge(PRICES[item], monthly[item] * n + fixed[item]), PRICES.planUsdPerMonth));
 }
 
@@ -289,7 +289,7 @@ export function compare(bills: TransportBill[]) {
  * check reads the object once (Class B); a host's download, whole or one Range, is one GetObject
  * (Class B) behind one Worker request that asks the server's ledger once (one DO request).
  */
-export const IMAGE_OPS = { partBytes: 50 * 1024 * 1024, classBPerDownload: 1, doRequestsPerDownload: 1 };
+const IMAGE_OPS = { partBytes: 50 * 1024 * 1024, classBPerDownload: 1, doRequestsPerDownload: 1 };
 
 /** A rollout of one `mb` MB image to `hosts` hosts, each downloading it once; the image kept a month. */
 export function imageRolloutBill(mb = 50, hosts = 10_000) {

@@ -54,6 +54,7 @@ export async function startDirectServer(vars: Record<string, string> = {}): Prom
     modules: true,
     modulesRoot: outdir,
     scriptPath: join(outdir, "index.js"),
+    // oxlint-disable-next-line unicorn/no-useless-fallback-in-spread -- the type admits non-objects
     bindings: { ...(workerOptions.bindings ?? {}), ADMIN_TOKEN: admin, ALLOW_LOOPBACK_HTTP: "1", ACCESS_LOG: "off", PARK_TRUST_S: "30", ...vars },
     host: "127.0.0.1",
     port,

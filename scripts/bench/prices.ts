@@ -59,7 +59,5 @@ export const PRICES = {
 export const STORED_GB = 1e9;
 /** Memory every object is billed for, GB (the Durable Objects pricing page: 128 MB). */
 export const DO_GB = 0.128;
-/** Incoming WebSocket messages per billed Durable Object request. */
-export const WS_MESSAGES_PER_REQUEST = 20;
 /** Seconds in the month the bill is for (30 days, as the pricing pages' examples use). */
 export const MONTH_S = 30 * 24 * 3600;

@@ -97,8 +97,3 @@ export function serverPrincipal(p: Principal) {
   if (p.kind !== "server") throw new DomainError("forbidden", "server token required");
   return p;
 }
-
-export function operatorPrincipal(p: Principal) {
-  if (p.kind !== "operator") throw new DomainError("forbidden", "operator token required");
-  return p;
-}

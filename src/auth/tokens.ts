@@ -24,3 +24,19 @@ export async function issueToken(kind: TokenKind, id: string) {
   const token = `${kind === "operator" ? "hmo" : "hms"}.${id}.${randomSecret()}`;
   return { token, hash: await sha256Hex(token) };
 }
+
+/**
+ * Enrollment tokens (`hme.<id>.<secret>`, src/enrollment/): the same shape and hashing, their own
+ * prefix, so one is never taken for an operator's or a server's token (and neither for one).
+ */
+const ENROLLMENT_FORMAT = /^hme\.([0-9a-f-]{36})\.[A-Za-z0-9_-]{43}$/;
+
+export function parseEnrollmentToken(token: string): { id: string } | null {
+  const m = ENROLLMENT_FORMAT.exec(token);
+  return m ? { id: m[1] } : null;
+}
+
+export async function issueEnrollmentToken(id: string) {
+  const token = `hme.${id}.${randomSecret()}`;
+  return { token, hash: await sha256Hex(token) };
+}

@@ -1,5 +1,5 @@
 /**
- * `check server-agents` (issue 8, after sdcadm's): drift between what each server should run and
+ * `check server-agents` (after sdcadm's): drift between what each server should run and
  * what it reports, answered from the D1 index. One finding per problem, each with the fix that
  * would address it; servers whose agents cannot be judged are listed as skipped, with why.
  */
@@ -16,7 +16,7 @@ export const driftReason = z.enum(DRIFT_REASONS);
 /** What to do about a finding: issue the config again, ask the host to report, or nothing we can do. */
 export const driftFix = z.enum(DRIFT_FIXES);
 
-export const FIX_OF: Record<DriftReason, { fix: z.infer<typeof driftFix>; advice: string }> = {
+const FIX_OF: Record<DriftReason, { fix: z.infer<typeof driftFix>; advice: string }> = {
   missing: { fix: "reissue", advice: "re-plan and issue the next generation so the host installs the agent again" },
   image_mismatch: { fix: "reissue", advice: "re-plan and issue the next generation so the host converges on the desired image" },
   failed: { fix: "reissue", advice: "issue the next generation so the host retries; look at the host's error first" },
@@ -60,7 +60,7 @@ type InstanceRow = Pick<
 >;
 
 /** Pure: the findings and skip reason of one server, from its index rows. */
-export function judge(server: ServerRow, instances: InstanceRow[]) {
+function judge(server: ServerRow, instances: InstanceRow[]) {
   const findings: z.infer<typeof Finding>[] = [];
   const base = { server: server.id, hostname: server.hostname };
   const finding = (reason: DriftReason, i?: InstanceRow) => ({

@@ -6,11 +6,10 @@ import { bearer, commonErrors, serverNameErrors, jsonBody, jsonResponse } from "
 import { cursorParam, decodeCursor, limitParam, page } from "../http/paging";
 import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
-import { agentName } from "../ledger/schemas";
+import { agentName } from "../model/server/schemas";
 import { serverRef } from "../servers/schemas";
-import { Finding, Skipped } from "./drift";
 import { checkServers, fixServerAgents } from "./service";
-import { FixActionSchema, FixInput } from "./schemas";
+import { CheckAnswer, FixAnswer, FixInput } from "./schemas";
 
 // One chain, so the type of this router (and of the app that mounts it) carries every route for hc.
 export const checkRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook })
@@ -37,7 +36,7 @@ export const checkRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook
     },
     responses: {
       200: jsonResponse(
-        z.object({ findings: z.array(Finding), skipped: z.array(Skipped), next_cursor: z.string().nullable() }),
+        CheckAnswer,
         "A page of findings",
       ),
       ...commonErrors,
@@ -67,7 +66,7 @@ export const checkRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook
     request: { body: jsonBody(FixInput) },
     responses: {
       200: jsonResponse(
-        z.object({ dry_run: z.boolean(), actions: z.array(FixActionSchema), skipped: z.array(Skipped), next_cursor: z.string().nullable() }),
+        FixAnswer,
         "What was (or would be) done, per server",
       ),
       ...commonErrors,

@@ -1,9 +1,9 @@
 import { z } from "@hono/zod-openapi";
 import { DEFAULT_PAGE_SIZE, MAX_CURSOR_LENGTH, MAX_PAGE_SIZE } from "../domain/limits";
 import { fleetId } from "../fleets/schemas";
-import { agentName } from "../ledger/schemas";
+import { agentName } from "../model/server/schemas";
 import { serverRef } from "../servers/schemas";
-import { driftFix, driftReason } from "./drift";
+import { driftFix, driftReason, Finding, Skipped } from "./drift";
 
 export const FixInput = z
   .strictObject({
@@ -16,7 +16,7 @@ export const FixInput = z
   })
   .openapi("DriftFixInput");
 
-export const FixActionSchema = z
+const FixActionSchema = z
   .object({
     server: z.string(),
     hostname: z.string(),
@@ -31,3 +31,14 @@ export const FixActionSchema = z
       .openapi({ description: "null in a dry run, or for action none" }),
   })
   .openapi("DriftFixAction");
+
+/** GET /v1/check/server-agents: a page of findings, and the servers the check could not judge. */
+export const CheckAnswer = z.object({ findings: z.array(Finding), skipped: z.array(Skipped), next_cursor: z.string().nullable() });
+
+/** POST /v1/check/server-agents/fix: what was (or would be) done, per server. */
+export const FixAnswer = z.object({
+  dry_run: z.boolean(),
+  actions: z.array(FixActionSchema),
+  skipped: z.array(Skipped),
+  next_cursor: z.string().nullable(),
+});

@@ -1,5 +1,5 @@
 /**
- * `check server-agents --fix` (issue 8): one action per server of a page of findings — re-plan and
+ * `check server-agents --fix` (docs/operator-guide.md): one action per server of a page of findings — re-plan and
  * re-issue its config, ask its host for a refresh, or nothing for a host that does not answer.
  * A dry run says what it would do and changes nothing; a real run does it and is audited.
  */

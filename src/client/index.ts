@@ -7,12 +7,10 @@
  *   const res = await hm.v1.servers[":id"].$get({ param: { id } });
  *   if (res.ok) console.log((await res.json()).status);
  */
-import { hc, type ClientRequestOptions, type InferRequestType, type InferResponseType } from "hono/client";
+import { hc, type ClientRequestOptions } from "hono/client";
 import type { AppType } from "../app";
 
-export type { AppType };
 export type Client = ReturnType<typeof hc<AppType>>;
-export type { InferRequestType, InferResponseType };
 
 export interface ClientOptions {
   /** A fetch to send requests with (tests pass SELF.fetch; default: the global fetch). */

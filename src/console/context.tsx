@@ -19,7 +19,7 @@ export interface View {
 }
 
 /** Fleets for the switcher: the first page is plenty for a selector; more are reachable by URL. */
-export async function viewOf(c: Ctx, getApp: () => InProcessApp): Promise<View> {
+async function viewOf(c: Ctx, getApp: () => InProcessApp): Promise<View> {
   const session = c.get("session");
   const api = apiFor(c, getApp, session.token);
   const list = await must<{ items: { id: string }[] }>(api("GET", `/v1/fleets${qs({ limit: 200 })}`));
@@ -31,7 +31,7 @@ export async function viewOf(c: Ctx, getApp: () => InProcessApp): Promise<View> 
 
 const FLASH = "hm_flash";
 
-export function setFlash(c: Ctx, flash: { ok: boolean; text: string }) {
+function setFlash(c: Ctx, flash: { ok: boolean; text: string }) {
   const bytes = new TextEncoder().encode(JSON.stringify({ ok: flash.ok, text: flash.text.slice(0, 600) }));
   setConsoleCookie(c, FLASH, btoa(String.fromCharCode(...bytes)).replace(/=+$/, ""), 60);
 }
@@ -67,7 +67,7 @@ export const NoFleet = () => (
  * An API refusal while rendering: 401 means the token no longer works (revoked, or ADMIN_TOKEN
  * changed), so the session ends; anything else is shown with the API's own words.
  */
-export async function failurePage(c: Ctx, err: ApiFailure, section?: Section) {
+async function failurePage(c: Ctx, err: ApiFailure, section?: Section) {
   const session = c.get("session");
   if (err.status === 401) {
     await endSession(c, session);
@@ -132,7 +132,7 @@ export function action(getApp: () => InProcessApp, fallback: string, run: (v: Vi
   };
 }
 
-export class ConfirmationMissing extends Error {}
+class ConfirmationMissing extends Error {}
 
 /** A typed confirmation: the form's `confirm` must repeat `expected` exactly. */
 export function confirmTyped(form: Record<string, string>, expected: string, what: string) {

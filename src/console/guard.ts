@@ -10,7 +10,7 @@ import { currentSession, readConsoleCookie, sameSecret, type Session } from "./s
 export type ConsoleEnv = { Bindings: Env; Variables: { session: Session } };
 
 /** No inline script or style anywhere: the one module and the one stylesheet come from here. */
-export function contentSecurityPolicy(url: string) {
+function contentSecurityPolicy(url: string) {
   const { host, protocol } = new URL(url);
   const socket = `${protocol === "https:" ? "wss" : "ws"}://${host}`;
   return [

@@ -1,5 +1,5 @@
 /**
- * The operator console (issue 20), served by the Worker at /console: server-rendered pages over
+ * The operator console (docs/console.md), served by the Worker at /console: server-rendered pages over
  * the app's own API (called in-process with the session's token), one client module, one
  * stylesheet, one live socket per page. `getApp` is the app this router is mounted in.
  */
@@ -17,6 +17,7 @@ import { groupPages } from "./pages/groups";
 import { rolloutPages } from "./pages/rollouts";
 import { driftPages } from "./pages/drift";
 import { auditPage } from "./pages/audit";
+import { enrollmentPages } from "./pages/enrollment";
 import { imagesPage } from "./pages/images";
 
 export function consoleRoutes(getApp: () => InProcessApp) {
@@ -34,6 +35,7 @@ export function consoleRoutes(getApp: () => InProcessApp) {
   app.route("/", rolloutPages(getApp));
   app.route("/", driftPages(getApp));
   app.get("/console/audit", requireSession, page(getApp, "audit", auditPage));
+  app.route("/", enrollmentPages(getApp));
   app.get("/console/images", requireSession, page(getApp, "images", imagesPage));
   app.onError((err, c) => {
     if (err instanceof Refused) return c.text(err.message, err.status);

@@ -1,5 +1,5 @@
 /**
- * Console sessions (issue 20). The browser holds a random session id in an HttpOnly cookie; D1
+ * Console sessions (docs/console.md). The browser holds a random session id in an HttpOnly cookie; D1
  * holds its SHA-256 with the operator token's id, scope, the CSRF token and the expiry. The
  * operator token itself is sealed (AES-GCM) under a key derived from the session id, so neither
  * the table nor the cookie alone yields it: the console needs it to call the API as the operator.
@@ -15,7 +15,7 @@ import { digestsEqual, randomSecret, sha256Hex } from "../lib/crypto";
 import type { SessionEnd } from "./feed-fanout";
 
 /** An absolute lifetime: a session never outlives it, however busy. */
-export const SESSION_TTL_S = 8 * 3600;
+const SESSION_TTL_S = 8 * 3600;
 /** The bootstrap ADMIN_TOKEN has no token row; its sessions end when the secret changes (the API refuses it). */
 export const BOOTSTRAP_TOKEN_ID = "bootstrap";
 
@@ -31,10 +31,10 @@ export interface Session {
 const LOOPBACK = new Set(["127.0.0.1", "localhost", "[::1]", "::1"]);
 
 /** Secure cookies everywhere but a loopback address, where `npm start` serves plain HTTP. */
-export const isLoopback = (url: string) => LOOPBACK.has(new URL(url).hostname);
+const isLoopback = (url: string) => LOOPBACK.has(new URL(url).hostname);
 
 /** The __Host- prefix pins the cookie to this origin; it requires Secure, so loopback goes without. */
-export const cookieName = (c: Context, base: string) => (isLoopback(c.req.url) ? base : `__Host-${base}`);
+const cookieName = (c: Context, base: string) => (isLoopback(c.req.url) ? base : `__Host-${base}`);
 
 export function setConsoleCookie(c: Context, base: string, value: string, maxAge: number) {
   setCookie(c, cookieName(c, base), value, {
@@ -120,7 +120,7 @@ export async function currentSession(c: Context): Promise<Session | null> {
   return { idHash, tokenId: row.s.tokenId, scope: row.s.scope, csrf: row.s.csrf, token, expiresAt: row.s.expiresAt };
 }
 
-export async function endSessionRow(env: Env, idHash: string) {
+async function endSessionRow(env: Env, idHash: string) {
   await getDb(env.DB).delete(consoleSessions).where(eq(consoleSessions.idHash, idHash));
 }
 

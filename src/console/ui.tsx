@@ -9,7 +9,7 @@ import type { Session } from "./session";
 const TONES: Record<string, [icon: string, tone: string]> = {
   realized: ["✓", "ok"], succeeded: ["✓", "ok"], done: ["✓", "ok"], active: ["●", "ok"], open: ["◯", "ok"], connected: ["●", "ok"],
   pending: ["◔", "info"], applying: ["◔", "info"], running: ["▶", "info"], provisioning: ["◌", "info"], queued: ["…", "idle"],
-  failed: ["✕", "bad"], removal_failed: ["✕", "bad"], stuck: ["⚠", "bad"], timed_out: ["◷", "bad"], unreachable: ["⚠", "bad"],
+  failed: ["✕", "bad"], removal_failed: ["✕", "bad"], stuck: ["⚠", "bad"], timed_out: ["◷", "bad"],
   drifted: ["≠", "warn"], stale: ["◷", "warn"], unknown: ["?", "idle"], paused: ["⏸", "warn"], closed: ["■", "idle"],
   decommissioning: ["⏏", "warn"], removal_pending: ["⏏", "warn"], removed: ["∅", "idle"], cancelled: ["⊘", "idle"],
   skipped: ["↷", "idle"], rolling_back: ["↶", "warn"], rolled_back: ["↶", "idle"], slow: ["◴", "warn"], waiting: ["…", "idle"],
@@ -27,7 +27,7 @@ export const Badge = ({ status, label }: { status: string; label?: string }) => 
 
 const UNITS: [string, number][] = [["y", 31536000], ["mo", 2592000], ["d", 86400], ["h", 3600], ["m", 60], ["s", 1]];
 
-export function relative(ms: number, now = Date.now()) {
+function relative(ms: number, now = Date.now()) {
   const s = Math.round((now - ms) / 1000);
   const abs = Math.abs(s);
   if (abs < 5) return "just now";
@@ -80,7 +80,7 @@ export const ActionForm = (props: { action: string; csrf: string; back: string; 
   </form>
 );
 
-export const Flash = ({ flash }: { flash: { ok: boolean; text: string } | null }) =>
+const Flash = ({ flash }: { flash: { ok: boolean; text: string } | null }) =>
   flash ? (
     <div class={`flash ${flash.ok ? "ok" : "bad"}`} role={flash.ok ? "status" : "alert"}>
       <strong>{flash.ok ? "✓ Done: " : "✕ Failed: "}</strong>
@@ -88,7 +88,7 @@ export const Flash = ({ flash }: { flash: { ok: boolean; text: string } | null }
     </div>
   ) : null;
 
-export const NAV = [
+const NAV = [
   ["overview", "Overview", "/console"],
   ["servers", "Servers", "/console/servers"],
   ["groups", "Reboot groups", "/console/groups"],
@@ -205,7 +205,7 @@ export const Field = ({ label, name, value, ...rest }: { label: string; name: st
   </label>
 );
 
-export const Select = ({ name, label, options, value }: { name: string; label: string; options: string[]; value?: string }) => (
+export const Select = ({ name, label, options, value }: { name: string; label: string; options: readonly string[]; value?: string }) => (
   <label>
     {label}
     <select name={name}>

@@ -13,9 +13,9 @@ import {
   UPGRADE_RUN_STATES,
   UPGRADE_STEP_STATES,
 } from "../domain/enums";
-// Fleet intent (issue 8); kept apart from the list above to keep merges clean.
+// Fleet intent; kept apart from the list above to keep merges clean.
 import { FLEET_TASK_KINDS } from "../domain/enums";
-// Operator console (issue 20).
+// Operator console.
 import { OPERATOR_SCOPES } from "../domain/enums";
 // The image catalog.
 import type { CatalogFields } from "../domain/images";
@@ -70,7 +70,7 @@ export const servers = sqliteTable(
     index("servers_fleet_status_hostname_idx").on(t.fleetId, t.status, t.hostname, t.id),
     // Staleness marking scans only servers whose last report is old.
     index("servers_fleet_last_seen_idx").on(t.fleetId, t.lastSeen),
-    // Staleness marking (issue 8): only rows not yet stale, by deadline, so a tick reads what crossed.
+    // Staleness marking: only rows not yet stale, by deadline, so a tick reads what crossed.
     index("servers_stale_at_idx").on(t.staleAt).where(sql`${t.status} != 'stale'`),
     // Not unique: the fleet's coordinator owns fleetlock_id uniqueness; the index only mirrors it,
     // and a uniqueness check here would make one ledger's projection wait on another's.
@@ -78,8 +78,8 @@ export const servers = sqliteTable(
     // The fleet summary (console, hm status): servers counted by state and status as read now
     // (stale derived from stale_at) in one aggregate that reads only this index.
     index("servers_fleet_state_status_idx").on(t.fleetId, t.state, t.status, t.staleAt),
-    // Servers are named by hostname (unique per fleet among live servers) and listed by hostname
-    // (issue 18): a fleet's page, a hostname prefix, a hostname across fleets.
+    // Servers are named by hostname (unique per fleet among live servers) and listed by hostname:
+    // a fleet's page, a hostname prefix, a hostname across fleets.
     index("servers_fleet_hostname_idx").on(t.fleetId, t.hostname, t.id),
     index("servers_hostname_idx").on(t.hostname, t.id),
   ],
@@ -228,7 +228,7 @@ export const cronCursors = sqliteTable("cron_cursors", {
 });
 
 // ---------------------------------------------------------------------------------------------
-// Fleet intent (issue 8): agent channels, role profiles, planner marks, staleness deadline.
+// Fleet intent: agent channels, role profiles, planner marks, staleness deadline.
 // Kept in one block at the end of the file so merges with the objects refactor stay clean.
 // ---------------------------------------------------------------------------------------------
 
@@ -326,7 +326,7 @@ export const fleetTasks = sqliteTable(
 );
 
 // ---------------------------------------------------------------------------------------------
-// Rollouts (issue 9): each row is the projection of one Rollout Durable Object (its only
+// Rollouts: each row is the projection of one Rollout Durable Object (its only
 // writer); rollout_locks holds the one running rollout per (fleet, agent).
 // ---------------------------------------------------------------------------------------------
 
@@ -392,7 +392,7 @@ export const rolloutLocks = sqliteTable(
 );
 
 // ---------------------------------------------------------------------------------------------
-// Operator console (issue 20): browser sessions. The cookie carries a random session id; only its
+// Operator console: browser sessions. The cookie carries a random session id; only its
 // SHA-256 is stored, so a copy of this table opens no session. The operator token the console
 // calls the API with is sealed with a key derived from that same id (AES-GCM): the table alone
 // cannot unseal it either.
@@ -414,6 +414,46 @@ export const consoleSessions = sqliteTable(
 );
 
 // ---------------------------------------------------------------------------------------------
+// Enrollment (src/enrollment/): a fleet's enrollment tokens (`hme.<id>.<secret>`, only the hash
+// kept), and one row per machine a token enrolled. The enrollment row is written in the same
+// batch as the use it consumes and before the server is registered, under the server id the
+// registration will use: a retry from that machine (its first answer lost, or a crash between the
+// registration and the answer) finds it and consumes no second use.
+// ---------------------------------------------------------------------------------------------
+
+export const enrollmentTokens = sqliteTable(
+  "enrollment_tokens",
+  {
+    id: text("id").primaryKey(),
+    fleetId: text("fleet_id").notNull(),
+    name: text("name"),
+    hash: text("hash").notNull(),
+    roles: text("roles", { mode: "json" }).$type<string[]>().notNull(),
+    rebootGroup: text("reboot_group").notNull(),
+    kind: text("kind", { enum: SERVER_KINDS }).notNull(),
+    hostnamePattern: text("hostname_pattern"),
+    maxUses: integer("max_uses").notNull(),
+    uses: integer("uses").notNull().default(0),
+    expiresAt: integer("expires_at").notNull(),
+    createdBy: text("created_by").notNull(),
+    createdAt: integer("created_at").notNull(),
+    revokedAt: integer("revoked_at"),
+    lastUsedAt: integer("last_used_at"),
+  },
+  (t) => [index("enrollment_tokens_fleet_idx").on(t.fleetId, t.id), check("enrollment_tokens_uses_ck", sql`${t.uses} >= 0 AND ${t.uses} <= ${t.maxUses}`)],
+);
+
+export const enrollments = sqliteTable(
+  "enrollments",
+  {
+    tokenId: text("token_id").notNull(),
+    machineId: text("machine_id").notNull(),
+    serverId: text("server_id").notNull(),
+    hostname: text("hostname").notNull(),
+    createdAt: integer("created_at").notNull(),
+  },
+  (t) => [primaryKey({ columns: [t.tokenId, t.machineId] })],
+);
 // The image catalog: what a desired config may name, with the bytes (R2, binding IMAGES, key
 // images/<id>) or the registry reference a host installs it from. An image's id and content never
 // change; an upload in progress is a row in state 'uploading' with its R2 multipart upload and the

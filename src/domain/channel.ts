@@ -1,5 +1,5 @@
 /**
- * The host channel's fixed words (GET /v1/agent/channel; its messages: src/ledger/channel-messages.ts
+ * The host channel's fixed words (GET /v1/agent/channel; its messages: src/model/server/channel-messages.ts
  * and channel.schema.json). Pure, with no imports, so the reference agent (agent/) loads it in
  * Node as it is.
  */

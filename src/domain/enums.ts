@@ -6,7 +6,7 @@
  */
 
 /** A server's place in its lifecycle (docs/design.md §3). */
-export const SERVER_STATES = ["provisioning", "active", "unreachable", "decommissioning", "removed"] as const;
+export const SERVER_STATES = ["provisioning", "active", "decommissioning", "removed"] as const;
 export type ServerState = (typeof SERVER_STATES)[number];
 
 /** A server's computed status (docs/design.md §4), from desired config + last report. */
@@ -19,15 +19,12 @@ export type ServerKind = (typeof SERVER_KINDS)[number];
 
 /** What a desired config orders its host to do with its agents. */
 export const LIFECYCLES = ["run", "terminate", "uninstall"] as const;
-export type Lifecycle = (typeof LIFECYCLES)[number];
 
 /** An agent's state as its host reports it. */
 export const AGENT_STATES = ["running", "stopped", "failed"] as const;
-export type AgentState = (typeof AGENT_STATES)[number];
 
 /** The operation a host's reported error belongs to. */
 export const ERROR_OPS = ["install", "update", "remove", "start"] as const;
-export type ErrorOp = (typeof ERROR_OPS)[number];
 
 /** One agent's computed status on one server. */
 export const AGENT_STATUSES = ["realized", "pending", "failed", "drifted", "removal_pending", "removal_failed"] as const;
@@ -42,19 +39,15 @@ export const OPERATOR_SCOPES = ["read", "write", "admin"] as const;
 export type Scope = (typeof OPERATOR_SCOPES)[number];
 /** A token row's scope: an operator scope, or `server` for a host's own token. */
 export const TOKEN_SCOPES = [...OPERATOR_SCOPES, "server"] as const;
-export type TokenScope = (typeof TOKEN_SCOPES)[number];
 
 /** A data-upgrade run (a holder of the upgrade lease, or one that held it). */
 export const UPGRADE_RUN_STATES = ["running", "succeeded", "failed", "expired"] as const;
-export type UpgradeRunState = (typeof UPGRADE_RUN_STATES)[number];
 
 /** One attempt at one upgrade step. */
 export const UPGRADE_STEP_STATES = ["running", "applied", "failed", "abandoned"] as const;
-export type UpgradeStepState = (typeof UPGRADE_STEP_STATES)[number];
 
 /** Where the data upgrade stands, as GET /v1/upgrades summarizes it. */
 export const UPGRADE_STATUSES = ["current", "pending", "running", "failing"] as const;
-export type UpgradeStatus = (typeof UPGRADE_STATUSES)[number];
 
 /**
  * The `kind` of a FleetLock refusal: a fixed set, because Zincati turns it into a metric label.
@@ -83,9 +76,8 @@ export const FLEETLOCK_KINDS = [
 ] as const;
 export type FleetLockKind = (typeof FLEETLOCK_KINDS)[number];
 
-/** Fleet intent (issue 8): whether the planner sets a server's agents, or an operator pinned them. */
+/** Fleet intent: whether the planner sets a server's agents, or an operator pinned them. */
 export const PLAN_MODES = ["planned", "pinned"] as const;
-export type PlanMode = (typeof PLAN_MODES)[number];
 
 /** The lifecycle orders a decommission issues (never `run`). */
 export const LIFECYCLE_ORDERS = ["terminate", "uninstall"] as const;
@@ -108,7 +100,7 @@ export type DriftFix = (typeof DRIFT_FIXES)[number];
 export const FLEET_TASK_KINDS = ["push_settings", "wipe", "apply_groups", "apply_webhooks", "stale_events"] as const;
 export type FleetTaskKind = (typeof FLEET_TASK_KINDS)[number];
 
-// ---- rollouts (issue 9) ----
+// ---- rollouts ----
 
 /** A rollout's state (docs/design.md §4 "Rollouts"). */
 export const ROLLOUT_STATES = ["running", "paused", "succeeded", "failed", "cancelled", "rolling_back", "rolled_back"] as const;

@@ -41,7 +41,7 @@ export const ERROR_CODES = [
   "unknown_channel",
   "too_many_capabilities",
   "concurrent_change",
-  // Fleet specs (issue 19).
+  // Fleet specs.
   "invalid_spec",
   "precondition_failed",
   "report_tag_unknown",
@@ -65,10 +65,13 @@ export const ERROR_CODES = [
   "invalid_state",
   "rollout_in_progress",
   "no_targets",
-  // Naming a server by hostname (issue 18).
+  // Naming a server by hostname.
   "ambiguous_server",
   "unknown_server",
   "hostname_taken",
+  // Enrollment: a token's hostname pattern refuses the hostname; a machine already enrolled as another hostname.
+  "hostname_not_allowed",
+  "machine_enrolled",
   // The image catalog.
   "image_not_found",
   "image_in_use",

@@ -5,11 +5,9 @@
  */
 
 export const IMAGE_KINDS = ["oci-archive", "tarball", "oci-ref"] as const;
-export type ImageKind = (typeof IMAGE_KINDS)[number];
-export const STORED_KINDS: readonly ImageKind[] = ["oci-archive", "tarball"];
+type ImageKind = (typeof IMAGE_KINDS)[number];
 
 export const IMAGE_POLICIES = ["catalog", "any"] as const;
-export type ImagePolicy = (typeof IMAGE_POLICIES)[number];
 
 /** `sha256:` and 64 lowercase hex digits. */
 export const DIGEST = /^sha256:[0-9a-f]{64}$/;
@@ -41,7 +39,7 @@ export const imageKey = (id: string) => `images/${id}`;
 /** Where a host fetches a stored image, with its own server token. */
 export const blobPath = (id: string) => `/v1/agent/images/${id}/blob`;
 
-export type ImageSource = { blob: string } | { ref: string };
+type ImageSource = { blob: string } | { ref: string };
 
 /** What a desired config's agent entry carries when its image is a catalog image. */
 export interface CatalogFields {

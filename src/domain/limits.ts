@@ -57,7 +57,7 @@ export const MAX_UNCLAIMED_GRANT_S = 3600;
 /** Hosts parked in one group's queue at once; beyond it a pre-reboot is refused as before. */
 export const MAX_QUEUED_PER_GROUP = 10_000;
 
-// ---- fleet specs (issue 19) ----
+// ---- fleet specs ----
 
 /**
  * Items of one fleet spec, per section: an apply is one D1 batch (two statements per channel or
@@ -67,7 +67,7 @@ export const MAX_SPEC_CHANNELS = 200;
 export const MAX_SPEC_ROLES = 200;
 export const MAX_SPEC_GROUPS = 100;
 
-// ---- rollouts (issue 9) ----
+// ---- rollouts ----
 
 /** Targets applying at once in one rollout: default and ceiling. */
 export const DEFAULT_ROLLOUT_CONCURRENCY = 20;

@@ -1,7 +1,7 @@
 /**
  * Builds the coordinator's parts and wires them to each other (./durable-object.ts stays a thin
  * surface): the store, scheduler and outbox, the queue of parked hosts, and the health gates the
- * queue consults before every grant (issue 17).
+ * queue consults before every grant (docs/reboot-safety.md).
  */
 import { getDb } from "../db/client";
 import type { Env } from "../env";

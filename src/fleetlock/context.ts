@@ -16,7 +16,7 @@ export interface Coordination {
   effects: CoordinatorEffects;
   scheduler: Scheduler;
   parked: ParkedHosts;
-  /** Health gates: their settings, inputs and the servers rebooted and not yet healthy (issue 17). */
+  /** Health gates: their settings, inputs and the servers rebooted and not yet healthy. */
   gates: GateKeeper;
   gateStore: GateStore;
   /** The fleet's webhooks: this object sends them, fed by every owner's events (src/webhooks/). */

@@ -29,7 +29,6 @@ import type { GroupView } from "./views";
 // Kept where callers have always found them.
 export type { FleetSettings, ServerIdentity } from "./store";
 export { RESERVATION_TTL_MS } from "./identity";
-export { HOST_AUDIT_DEFER_MS } from "./effects";
 
 /**
  * One per fleet: a counting semaphore per reboot group, the fair queue in front of it, and the
@@ -115,7 +114,7 @@ export class RebootCoordinator extends DurableObject<Env> {
     this.c = assemble(this.ctx, () => this.env, () => this.clock());
   }
 
-  /** PATCH /v1/fleets/{fleet} (issue 8): the fleet's settings, as D1 now holds them. */
+  /** PATCH /v1/fleets/{fleet}: the fleet's settings, as D1 now holds them. */
   async updateSettings(settings: FleetSettings): Promise<void> {
     this.c.store.syncSettings(settings);
   }
@@ -164,12 +163,12 @@ export class RebootCoordinator extends DurableObject<Env> {
     return groups.listGroups(this.c, settings);
   }
 
-  /** A fleet spec's reboot groups (issue 19), delivered by its `apply_groups` fleet task. */
+  /** A fleet spec's reboot groups, delivered by its `apply_groups` fleet task. */
   async applyGroupSpec(settings: FleetSettings, spec: specGroups.GroupsSpec): Promise<specGroups.GroupsSpecOutcome> {
     return specGroups.applyGroupSpec(this.c, settings, spec);
   }
 
-  // ---- health gates (issue 17) ----
+  // ---- health gates ----
 
   async fleetGates(settings: FleetSettings) {
     return gateRules.fleetGatesView(this.c, settings);
@@ -212,7 +211,7 @@ export class RebootCoordinator extends DurableObject<Env> {
     return r;
   }
 
-  /** A fleet spec's webhooks (issue 19): their declared fields and secrets' digests; stage an apply's secrets; apply its task. */
+  /** A fleet spec's webhooks: their declared fields and secrets' digests; stage an apply's secrets; apply its task. */
   async webhookSpecState() {
     return hookSpec.webhookSpecState(this.c.webhookStore);
   }
@@ -270,7 +269,7 @@ export class RebootCoordinator extends DurableObject<Env> {
     await health.serverHealth(this.c, event);
   }
 
-  // ---- rollout slots (issue 9) ----
+  // ---- rollout slots ----
 
   async acquireRolloutSlot(settings: FleetSettings, req: slots.RolloutSlotRequest): Promise<{ ok: true } | { ok: false; kind: string; value: string }> {
     return slots.acquireRolloutSlot(this.c, settings, req);

@@ -14,7 +14,7 @@ import type { DeliveryPayload } from "../webhooks/dispatch";
 import { fleetEvent, type FleetEvent } from "../webhooks/events";
 
 /** How long a host grant's or release's audit row may wait to share a D1 batch with others. */
-export const HOST_AUDIT_DEFER_MS = 1_000;
+const HOST_AUDIT_DEFER_MS = 1_000;
 
 export class CoordinatorEffects {
   readonly outbox: Outbox<"audit" | "webhook" | "feed">;

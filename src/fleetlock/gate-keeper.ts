@@ -1,5 +1,5 @@
 /**
- * Health gates, applied (issue 17): ./gates.ts decides, this keeps the inputs and tells the queue.
+ * Health gates, applied (docs/reboot-safety.md): ./gates.ts decides, this keeps the inputs and tells the queue.
  *
  * Inputs the coordinator does not own are copies with a bounded age, never read on the host path:
  * the fleet's failed and stale servers and its running rollouts come from the D1 index, read by
@@ -26,7 +26,6 @@ import {
   needsIndex,
   READ_WAIT_S,
   type GateConfig,
-  type GateInputs,
   type GateVerdict,
   type Hold,
 } from "./gates";

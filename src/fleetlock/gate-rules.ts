@@ -1,5 +1,5 @@
 /**
- * Health gates as operators set and see them (issue 17): the fleet's default gates, holds on a
+ * Health gates as operators set and see them (docs/reboot-safety.md): the fleet's default gates, holds on a
  * group or the whole fleet, the gates' state with their inputs; and the alarm's read of the inputs
  * (./gate-keeper.ts), after which parked hosts a gate held are granted if it opened.
  */

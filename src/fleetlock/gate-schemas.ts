@@ -2,17 +2,17 @@ import { z } from "@hono/zod-openapi";
 import { MAX_REASON_LENGTH } from "../domain/limits";
 import { GATE_NAMES } from "./gates";
 
-export const MAX_OUTBOUND_URL_LENGTH = 2048;
+const MAX_OUTBOUND_URL_LENGTH = 2048;
 
 /** An http(s) URL; whether it may be called (https, or loopback http in local runs) is the service's check. */
-export const outboundUrl = z
+const outboundUrl = z
   .string()
   .max(MAX_OUTBOUND_URL_LENGTH)
   // A pattern JSON Schema validators read the same (no escaped slashes, no flags).
   .regex(new RegExp("^https?://"), "must start with https://")
   .openapi({ format: "uri", example: "https://alerts.example.com/ok-to-reboot" });
 
-export const ExternalCheckSchema = z
+const ExternalCheckSchema = z
   .strictObject({
     url: outboundUrl,
     timeout_s: z.number().int().min(1).max(30).default(5).openapi({ description: "How long the check may take" }),

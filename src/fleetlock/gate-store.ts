@@ -1,5 +1,5 @@
 /**
- * The coordinator's storage for health gates and the health rule (issue 17), beside ./store.ts:
+ * The coordinator's storage for health gates and the health rule (docs/reboot-safety.md), beside ./store.ts:
  * the fleet's default gates and hold, the inputs last read for them, and the servers that rebooted
  * and have not yet reported healthy. Same rules as the main store: synchronous KV, written first,
  * mirrored in memory after, rebuilt when the object wakes.
@@ -32,7 +32,7 @@ export interface Recovering {
   unhealthy_at: number | null;
 }
 
-export const GATE_KEY = {
+const GATE_KEY = {
   fleet: "gates",
   inputs: "gate_inputs",
   recovering: (serverId: string) => `recovering:${serverId}`,

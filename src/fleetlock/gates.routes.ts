@@ -13,7 +13,7 @@ const groupParams = fleetParam.extend({ group: groupName });
 const HoldAnswer = z.object({ hold: HoldSchema.nullable() });
 const tags = ["reboot coordination"];
 
-/** Health gates and holds (issue 17); mounted at /v1/fleets. One chain, so hc sees every route. */
+/** Health gates and holds; mounted at /v1/fleets. One chain, so hc sees every route. */
 export const gateRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook })
   .openapi(
     createRoute({

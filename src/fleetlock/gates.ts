@@ -1,5 +1,5 @@
 /**
- * Health gates (issue 17), as pure functions over plain data: conditions that must hold before a
+ * Health gates (docs/reboot-safety.md), as pure functions over plain data: conditions that must hold before a
  * reboot group grants a new slot. They never take a granted slot back; they decide new grants,
  * parked hosts' included. A closed gate answers hosts with a FleetLock `{kind, value}` naming it.
  *
@@ -22,7 +22,7 @@ export interface GateConfig {
   external?: ExternalCheck | null;
 }
 
-export interface ExternalCheck {
+interface ExternalCheck {
   url: string;
   timeout_s: number;
   cache_s: number;
@@ -57,7 +57,7 @@ export const GATE_NAMES = ["hold", "fleet_health", "rollouts", "rebooted_unhealt
 export type GateName = (typeof GATE_NAMES)[number];
 
 /** The FleetLock kind each gate answers hosts with (409). */
-export const GATE_KIND = {
+const GATE_KIND = {
   hold: "operator_hold",
   fleet_health: "fleet_unhealthy",
   rollouts: "rollout_running",
@@ -81,7 +81,7 @@ export interface GateVerdict {
  * class are pushed by its ledger (src/fleetlock/ledger-side.ts) and make the copy unknown at
  * once; the age bound covers what no owner pushes (docs/reboot-safety.md).
  */
-export const INDEX_INPUT_MAX_AGE_MS = 60_000;
+const INDEX_INPUT_MAX_AGE_MS = 60_000;
 /** How old a copy may be before a pre-reboot asks for a new read (while still answering from it). */
 export const INDEX_REFRESH_MS = 45_000;
 /**
@@ -94,7 +94,7 @@ export const READ_WAIT_S = 10;
 export const healthClass = (status: string) => (status === "failed" || status === "stale" ? status : "ok");
 
 /** An external check's answer counts for its cache_s; past twice that it is unknown. */
-export const externalMaxAgeMs = (x: ExternalCheck) => 2 * x.cache_s * 1000;
+const externalMaxAgeMs = (x: ExternalCheck) => 2 * x.cache_s * 1000;
 
 /** Whether the group's effective configuration has any gate that reads the D1 index. */
 export const needsIndex = (cfg: GateConfig | null) => Boolean(cfg && (cfg.fleet_health || cfg.rollouts));

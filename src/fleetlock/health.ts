@@ -1,5 +1,5 @@
 /**
- * The release rule per group (issue 17): `steady_state`, what every FleetLock server does (the
+ * The release rule per group (docs/reboot-safety.md): `steady_state`, what every FleetLock server does (the
  * host's steady-state call frees its slot), or `healthy_report`: the steady-state call is answered
  * 200 as Zincati expects, but the slot stays taken until the server's ledger reports from the new
  * boot with every agent realized. Past the group's `health_timeout_s` without that, the server is
@@ -19,8 +19,8 @@ import { DEFAULT_HEALTH_TIMEOUT_S, type GroupState, type Holder } from "./semaph
 export const RELEASE_RULES = ["steady_state", "healthy_report"] as const;
 export type ReleaseRule = (typeof RELEASE_RULES)[number];
 
-export const releaseOn = (g: GroupState): ReleaseRule => g.release_on ?? "steady_state";
-export const healthTimeoutMs = (g: GroupState) => (g.health_timeout_s ?? DEFAULT_HEALTH_TIMEOUT_S) * 1000;
+const releaseOn = (g: GroupState): ReleaseRule => g.release_on ?? "steady_state";
+const healthTimeoutMs = (g: GroupState) => (g.health_timeout_s ?? DEFAULT_HEALTH_TIMEOUT_S) * 1000;
 
 /** Whether this holder's slot waits for a healthy report instead of its steady-state call. */
 export const waitsForHealth = (g: GroupState, h: Holder) => releaseOn(g) === "healthy_report" && h.server_id !== null && !h.id.startsWith("rollout:");

@@ -1,5 +1,5 @@
 /**
- * What a server's ledger tells its fleet's coordinator about the server's health (issue 17), as a
+ * What a server's ledger tells its fleet's coordinator about the server's health (docs/reboot-safety.md), as a
  * pure decision over two reports plus the outbox effect that carries it: the boot it reports from
  * (and whether that boot is new), whether every agent is realized, and a change of status to
  * failed or drifted. The coordinator frees a `healthy_report` slot on it, counts servers rebooted
@@ -12,8 +12,8 @@
  */
 import type { Env } from "../env";
 import type { DesiredState } from "../ledger/desired";
-import type { ServerRecord } from "../ledger/record";
-import type { StoredReport } from "../ledger/schemas";
+import type { ServerRecord } from "../model/server/record";
+import type { StoredReport } from "../model/server/schemas";
 import { computeStatus } from "../ledger/status";
 import type { Effect } from "../objects/kit/outbox";
 import { coordinatorOf } from "../objects/stubs";

@@ -48,7 +48,7 @@ const failure = (kind: FleetLockKind, value: string): Failure => ({ ok: false, k
 const hostTag = (id: string) => `host:${id}`;
 
 /** Why a group grants nothing new now, gates included; null when open. */
-export type ClosedFn = (name: string, g: GroupState, now: number) => Closure | null;
+type ClosedFn = (name: string, g: GroupState, now: number) => Closure | null;
 
 /** What the health gates add to the queue (./gate-keeper.ts): their closure, their wake-ups, their notes. */
 export interface QueueHooks {

@@ -9,7 +9,7 @@ import type { ContentfulStatusCode } from "hono/utils/http-status";
 import type { FleetLockKind } from "../domain/enums";
 import { ClientParamsBody } from "./schemas";
 
-export { FLEETLOCK_KINDS, type FleetLockKind } from "../domain/enums";
+export type { FleetLockKind } from "../domain/enums";
 
 /**
  * Every kind this service can answer with, and its status. A full group is 409 Conflict: the

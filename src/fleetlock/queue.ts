@@ -44,14 +44,6 @@ export const queuedOf = (q: Queue, id: string) => q.find((e) => e.id === id) ?? 
 /** Entries whose wait has not run out, in FIFO order. */
 export const liveEntries = (q: Queue, now: number) => q.filter((e) => e.deadline > now);
 
-/** Why a group grants nothing new right now, or null if it would grant to whoever is first. */
-export function closedBecause(g: GroupState, now: number): Refusal | null {
-  if (g.paused) return "group_paused";
-  if (!withinWindows(g.windows, now)) return "outside_maintenance_window";
-  if (g.holders.length >= g.slots) return "semaphore_full";
-  return null;
-}
-
 export const refusalValue: Record<Refusal, string> = {
   group_paused: "the reboot group is paused by an operator",
   outside_maintenance_window: "no maintenance window of the group is open now",
@@ -121,7 +113,7 @@ export function admit(
   return { kind: "parked", queue: [...live, entry], entry, changed: true };
 }
 
-export const waitOf = (g: GroupState) => g.queue_wait_s ?? 0;
+const waitOf = (g: GroupState) => g.queue_wait_s ?? 0;
 
 /**
  * The read a host waited for is in (`closed` is not a gate being read): entries parked only for it

@@ -37,7 +37,7 @@ export function rebootReleased(effects: CoordinatorEffects, store: CoordinatorSt
   }, now);
 }
 
-export function rebootStuck(effects: CoordinatorEffects, store: CoordinatorStore, group: string, h: Who & { granted_at: number }, lockTtlS: number, now: number) {
+function rebootStuck(effects: CoordinatorEffects, store: CoordinatorStore, group: string, h: Who & { granted_at: number }, lockTtlS: number, now: number) {
   if (h.id.startsWith("rollout:")) return;
   const host = hostOf(store, h);
   emit(effects, store.config?.fleet_id, "reboot.stuck", subject(h), `${host} has held its slot in group ${group} for over ${lockTtlS} s`, {

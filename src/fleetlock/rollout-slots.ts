@@ -1,5 +1,5 @@
 /**
- * Rollout slots (issue 9). A rollout with reboot_slot takes a slot of the target server's group
+ * Rollout slots (docs/rollouts.md). A rollout with reboot_slot takes a slot of the target server's group
  * under the holder id `rollout:<rollout id>:<server id>`: the same semaphore Zincati's FleetLock
  * takes, so the two together never exceed the group's slots.
  */

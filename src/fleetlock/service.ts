@@ -41,7 +41,7 @@ export async function putGroup(env: Env, actor: string, fleet: string, group: st
   return coordinatorOf(env, fleet).putGroup(fleetSettings(row), group, change, actor);
 }
 
-// ---- health gates and holds (issue 17) ----
+// ---- health gates and holds ----
 
 /** An external check must be a URL Harbormaster may call: https (loopback http in local runs). */
 function checkGateUrls(env: Env, gates: GateConfig | null | undefined) {

@@ -1,5 +1,5 @@
 /**
- * A fleet spec's reboot groups (issue 19), as the coordinator applies them: every group the spec
+ * A fleet spec's reboot groups (docs/fleets-as-code.md), as the coordinator applies them: every group the spec
  * declares, configured as declared, and the groups it prunes removed — all in one synchronous
  * turn, so hosts never see half of a spec. The spec's D1 batch recorded them as an `apply_groups`
  * fleet task (src/fleets/tasks.ts), which delivers them here until it gets an answer: a spec

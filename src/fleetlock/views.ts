@@ -5,7 +5,7 @@ import { liveEntries, unclaimedMs, type QueueEntry } from "./queue";
 import { DEFAULT_HEALTH_TIMEOUT_S, isStuck, type GroupState } from "./semaphore";
 import { withinWindows, type MaintenanceWindow } from "./windows";
 
-export interface HolderView {
+interface HolderView {
   id: string;
   granted_at: string;
   held_for_s: number;
@@ -17,7 +17,7 @@ export interface HolderView {
   unhealthy_after_reboot: boolean;
 }
 
-export interface QueuedView {
+interface QueuedView {
   position: number;
   id: string;
   server: { id: string; hostname: string | null } | null;

@@ -60,7 +60,7 @@ export function localMinuteOfWeek(nowMs: number, timeZone: string): number {
   return day * MINUTES_PER_DAY + hour * 60 + minute;
 }
 
-export function parseStartTime(hhmm: string): number {
+function parseStartTime(hhmm: string): number {
   const [h, m] = hhmm.split(":").map(Number);
   return h * 60 + m;
 }

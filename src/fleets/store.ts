@@ -65,7 +65,7 @@ export const fleetTask = (db: Db, fleet: string, kind: FleetTaskKind, rev: numbe
  * the revision it sent). The newest OWED_EVENTS_MAX are kept, so a coordinator unreachable for
  * days cannot grow the row past D1's limit; the hosts of older deadlines have long read as stale.
  */
-export const OWED_EVENTS_MAX = 1000;
+const OWED_EVENTS_MAX = 1000;
 export const owedEvents = (db: Db, fleet: string, events: { time: number }[], now: number) =>
   db
     .insert(fleetTasks)

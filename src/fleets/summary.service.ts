@@ -1,5 +1,5 @@
 /**
- * A fleet at a glance, for the operator console's overview (issue 20): counts from D1 aggregates
+ * A fleet at a glance, for the operator console's overview (docs/console.md): counts from D1 aggregates
  * over indexes (never by paging through servers), the reboot groups from the fleet's coordinator
  * and the data version. A constant number of statements whatever the fleet's size.
  */

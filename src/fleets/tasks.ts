@@ -1,5 +1,5 @@
 /**
- * The coordinator work that follows fleet changes (issue 8). The fleet's coordinator copies its
+ * The coordinator work that follows fleet changes (docs/operator-guide.md). The fleet's coordinator copies its
  * lock settings and holds its groups and FleetLock key (a fleet spec's groups reach it as `apply_groups`, its webhooks as `apply_webhooks`;
  * server.stale events it could not take when the cron swept them, as `stale_events`); D1 changes first, and a `fleet_tasks` row
  * in the same batch (`fleetTask`, ./store.ts) says what the coordinator still has to be told. The

@@ -10,7 +10,7 @@ import { DomainError } from "../domain/errors";
 import { bearer, commonErrors, ErrorSchema } from "../http/openapi";
 import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
-import { CHANNEL_PROTOCOL, TOKEN_PROTOCOL_PREFIX } from "../ledger/channel-messages";
+import { CHANNEL_PROTOCOL, TOKEN_PROTOCOL_PREFIX } from "../model/server/channel-messages";
 import { openChannel } from "./service";
 
 export const channelRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook }).openapi(

@@ -4,7 +4,7 @@ import { bearer, commonErrors, conflictError, jsonBody, jsonResponse, preconditi
 import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
 import { MAX_WAIT_S } from "../domain/limits";
-import { HostDesiredConfig, InventoryReport, ReportAccepted } from "../ledger/schemas";
+import { HostDesiredConfig, InventoryReport, ReportAccepted } from "../model/server/schemas";
 import { reportAccepted } from "../ledger/report";
 import { heldGeneration, matchesGeneration, parseIfNoneMatch } from "../http/conditional";
 import { iso } from "../lib/time";

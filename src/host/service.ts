@@ -5,7 +5,7 @@
 import type { Env } from "../env";
 import { channelRequest } from "../ledger/channel";
 import type { PollAnswer } from "../ledger/poll";
-import type { InventoryReport } from "../ledger/schemas";
+import type { InventoryReport } from "../model/server/schemas";
 import { pollWaitRequest } from "../ledger/waits";
 import { errorOf, unwrap, type Failure } from "../objects/kit/result";
 import { waitForWake } from "../objects/kit/wake";

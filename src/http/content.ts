@@ -18,7 +18,7 @@ const IDENTITY = new Set(["", "identity"]);
 const UTF8 = new Set(["utf-8", "utf8"]);
 
 /** The charset parameter of a Content-Type, lower-cased and unquoted, or null when absent. */
-export function charsetOf(contentType: string | undefined): string | null {
+function charsetOf(contentType: string | undefined): string | null {
   if (!contentType) return null;
   for (const param of contentType.split(";").slice(1)) {
     const eq = param.indexOf("=");

@@ -60,6 +60,8 @@ export const STATUS_OF_CODE = {
   ambiguous_server: 409,
   unknown_server: 422,
   hostname_taken: 409,
+  hostname_not_allowed: 403,
+  machine_enrolled: 409,
   image_not_found: 422,
   image_in_use: 409,
   image_conflict: 409,
@@ -69,7 +71,7 @@ export const STATUS_OF_CODE = {
   range_not_satisfiable: 416,
 } as const satisfies Record<ErrorCode, ContentfulStatusCode>;
 
-export const errorBody = (code: ErrorCode, message: string, details?: unknown) => ({
+const errorBody = (code: ErrorCode, message: string, details?: unknown) => ({
   error: details === undefined ? { code, message } : { code, message, details },
 });
 

@@ -36,9 +36,6 @@ export const commonErrors = {
   503: errorResponse("Data upgrade in progress (`upgrade_in_progress`); retry after the Retry-After delay", retryAfter),
 } as const;
 
-/** An error answer with its own description, e.g. a route's 503 that carries Retry-After. */
-export const errorWithRetryAfter = (description: string) => errorResponse(description, retryAfter);
-
 export const notFoundError = { 404: errorResponse("No such resource") } as const;
 /** A filter naming a server by hostname: none is named so (404), or several are (409 ambiguous_server). */
 export const serverNameErrors = {

@@ -1,9 +1,10 @@
 import type { Hook } from "@hono/zod-openapi";
 import type { z, ZodError } from "zod";
 import { DomainError, isErrorCode, type ErrorCode } from "../domain/errors";
+import type { AppEnv } from "./types";
 
 /** Field-level detail a client can act on, without echoing the whole schema. */
-export function issuesOf(error: ZodError) {
+function issuesOf(error: ZodError) {
   return error.issues.map((i) => ({ path: i.path.join("."), message: i.message }));
 }
 
@@ -21,7 +22,7 @@ const CODE_OF_TARGET: Record<string, ErrorCode> = {
  * Every zod failure becomes `400 validation_failed`, except issues that carry their own code
  * (e.g. `duplicate_agent`, one of the API's codes), which name the problem more precisely.
  */
-export const validationHook: Hook<unknown, any, any, unknown> = (result) => {
+export const validationHook: Hook<unknown, AppEnv, string, unknown> = (result) => {
   if (result.success) return;
   throw refusalOf(result.error as ZodError, result.target);
 };

@@ -1,6 +1,6 @@
 import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
 import { requireServer, serverPrincipal } from "../auth/principal";
-import { bearer, commonErrors, ErrorSchema, jsonResponse, notFoundError } from "../http/openapi";
+import { bearer, commonErrors, ErrorSchema, jsonResponse } from "../http/openapi";
 import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
 import { imageParam } from "./schemas";

@@ -9,11 +9,11 @@ import { ledgerOf } from "../objects/stubs";
 import { imageById } from "./store";
 
 /** One `bytes=` range of a `size`-byte body, or null to send it whole (absent, or several ranges). */
-export function rangeOf(header: string | undefined, size: number): { offset: number; length: number } | null {
+function rangeOf(header: string | undefined, size: number): { offset: number; length: number } | null {
   if (!header) return null;
   const m = /^bytes=(\d*)-(\d*)$/.exec(header.trim());
   if (!m) {
-    if (/^bytes=/.test(header.trim()) && header.includes(",")) return null;
+    if (header.trim().startsWith("bytes=") && header.includes(",")) return null;
     throw new DomainError("range_not_satisfiable", `Range '${header}' is not one 'bytes=' range`, { size });
   }
   const [, a, b] = m;

@@ -9,14 +9,15 @@ import {
   MAX_LABEL_KEY_LENGTH,
   MAX_LABEL_VALUE_LENGTH,
   MAX_PART_BYTES,
+  MAX_PARTS,
   MIN_PART_BYTES,
   PINNED_REF,
 } from "../domain/images";
-import { agentName, versionString } from "../ledger/schemas";
+import { agentName, versionString } from "../model/server/schemas";
 import { cursorParam, limitParam } from "../http/paging";
 
-export const imageKind = z.enum(IMAGE_KINDS);
-export const digest = z.string().regex(DIGEST, "a digest is 'sha256:' and 64 lowercase hex digits");
+const imageKind = z.enum(IMAGE_KINDS);
+const digest = z.string().regex(DIGEST, "a digest is 'sha256:' and 64 lowercase hex digits");
 const LABEL_KEY = /^[a-z0-9]([a-z0-9._/-]*[a-z0-9])?$/;
 
 export const ImageInput = z
@@ -58,7 +59,7 @@ export const ImageInput = z
   .openapi("ImageInput");
 export type ImageInput = z.infer<typeof ImageInput>;
 
-export const UploadState = z
+const UploadState = z
   .object({
     part_size: z.number().int(),
     parts: z.number().int().openapi({ description: "How many parts the image is uploaded in" }),
@@ -66,7 +67,7 @@ export const UploadState = z
   })
   .openapi("ImageUpload");
 
-export const ImageUser = z.object({
+const ImageUser = z.object({
   channels: z.array(z.object({ fleet: z.string(), agent: z.string() })),
   rollouts: z.array(z.object({ id: z.string(), fleet: z.string(), state: z.string() })),
   servers: z.array(z.object({ id: z.string(), fleet: z.string(), hostname: z.string() })),
@@ -94,7 +95,7 @@ export type Image = z.infer<typeof Image>;
 export const ImageWithUsers = Image.extend({ used_by: ImageUser.optional() }).openapi("ImageWithUsers");
 
 export const imageParam = z.object({ id: z.uuid() });
-export const partParams = imageParam.extend({ part: z.coerce.number().int().min(1).max(10_000) });
+export const partParams = imageParam.extend({ part: z.coerce.number().int().min(1).max(MAX_PARTS) });
 export const listQuery = z.object({
   name: agentName.optional(),
   version: versionString.optional(),

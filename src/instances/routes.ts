@@ -4,7 +4,7 @@ import { bearer, commonErrors, serverNameErrors, jsonResponse } from "../http/op
 import { cursorParam, decodeCursor, limitParam, page } from "../http/paging";
 import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
-import { agentName, imageRef } from "../ledger/schemas";
+import { agentName, imageRef } from "../model/server/schemas";
 import { labelQuery } from "../servers/labels";
 import { serverRef } from "../servers/schemas";
 import { resolveServer } from "../servers/service";

@@ -1,5 +1,5 @@
 import { z } from "@hono/zod-openapi";
-import { agentState, agentStatus } from "../ledger/schemas";
+import { agentState, agentStatus } from "../model/server/schemas";
 
 export const Instance = z
   .object({

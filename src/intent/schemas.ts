@@ -1,6 +1,6 @@
 import { z } from "@hono/zod-openapi";
 import { CAPABILITY_NAME, fleetId, roleName } from "../fleets/schemas";
-import { agentName, imageRef, versionString } from "../ledger/schemas";
+import { agentName, imageRef, versionString } from "../model/server/schemas";
 
 import { MAX_ROLE_AGENTS } from "../domain/limits";
 
@@ -32,7 +32,7 @@ export const ChannelChange = z
   .openapi("ChannelChange");
 
 /** `"firewall"`: the capability is true; `"!object_storage"`: it is not. */
-export const condition = z
+const condition = z
   .string()
   .regex(new RegExp(`^!?${CAPABILITY_NAME.source.slice(1, -1)}$`), "a capability name, optionally prefixed with '!'");
 

@@ -1,5 +1,5 @@
 /**
- * Fleet intent workflows (issue 8): agent channels, role profiles and fleet settings. Their facts
+ * Fleet intent workflows (docs/operator-guide.md): agent channels, role profiles and fleet settings. Their facts
  * live in D1 (the owner of fleet configuration); each change commits in one batch with its audit
  * row and the bump of the fleet's intent revision, or not at all.
  */

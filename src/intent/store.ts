@@ -105,9 +105,6 @@ export function isIntentConflict(err: unknown) {
   return /NOT NULL constraint failed: fleet_intent\.rev/i.test(text);
 }
 
-/** A statement's guard: the fleet still exists when the batch commits. */
-export const fleetExists = (fleet: string) => sql`EXISTS (SELECT 1 FROM ${fleets} WHERE ${fleets.id} = ${fleet})`;
-
 /**
  * Everything the planner needs for one fleet, read in one batch (one consistent snapshot) with the
  * intent revision it corresponds to.

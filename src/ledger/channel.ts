@@ -26,12 +26,12 @@ import {
   type AckMessage,
   type HostMessage,
   type ServerMessage,
-} from "./channel-messages";
+} from "../model/server/channel-messages";
 import type { LedgerDeps } from "./effects";
 import { authorized } from "./poll";
 import { pendingRefresh } from "./refresh";
 import { acceptReport, reportAccepted } from "./report";
-import { InventoryReport } from "./schemas";
+import { InventoryReport } from "../model/server/schemas";
 import type { LedgerStore } from "./store";
 import { configOf } from "./view";
 
@@ -206,7 +206,7 @@ function ackOf(id: string, f: ErrorShape): AckMessage {
 
 const errorOf = (f: ErrorShape) => (f.details === undefined ? { code: f.code, message: f.message } : { code: f.code, message: f.message, details: f.details });
 
-export type ParsedHostMessage =
+type ParsedHostMessage =
   | { kind: "message"; message: HostMessage }
   /** Answered with an `error`; nothing changes. */
   | { kind: "refused"; id?: string; error: ErrorShape }
@@ -224,7 +224,7 @@ const refused = (code: Failure["code"], text: string, details?: unknown, id?: st
  * known type or version, or not its type's shape. A report's body is checked as the HTTP route
  * checks it (same codes, same paths).
  */
-export function parseHostMessage(raw: string | ArrayBuffer): ParsedHostMessage {
+function parseHostMessage(raw: string | ArrayBuffer): ParsedHostMessage {
   if (typeof raw !== "string") return refused("unsupported_media_type", "send messages as JSON text frames");
   if (overBytes(raw, MAX_CHANNEL_MESSAGE_BYTES)) return refused("payload_too_large", `messages are limited to ${MAX_CHANNEL_MESSAGE_BYTES} bytes`);
   let json: unknown;

@@ -1,5 +1,5 @@
 /**
- * Decommissioning a server (issue 8), over the ledger's store and outbox; the rules themselves are
+ * Decommissioning a server (docs/operator-guide.md), over the ledger's store and outbox; the rules themselves are
  * pure, in ./lifecycle.ts. The order goes out in the next generation; the host's acknowledgement
  * (or a forced removal) starts cleanup, whose steps are outbox effects delivered one after the
  * other (./effects.ts): the index first, then the coordinator. When the last one was delivered,
@@ -8,9 +8,9 @@
 import { fail, type Result } from "../objects/kit/result";
 import { audit, project, serverEvent, tokenPayload, type CleanupIndexPayload, type IdentityPayload, type LedgerDeps } from "./effects";
 import { acknowledges, cancelledDesired, CLEANUP_STEPS, decommissionOrder, lifecycleDesired, type CleanupStep, type LifecycleState } from "./lifecycle";
-import type { ServerRecord } from "./record";
+import type { ServerRecord } from "../model/server/record";
 import { leaveRollouts } from "./rollout-marks";
-import type { StoredReport } from "./schemas";
+import type { StoredReport } from "../model/server/schemas";
 
 /**
  * The order goes out in the next generation (terminate for managed servers, uninstall for manual

@@ -1,5 +1,5 @@
 import { catalogOf, catalogSpread } from "../domain/images";
-import type { AgentSpec, DesiredConfigInput } from "./schemas";
+import type { AgentSpec, DesiredConfigInput } from "../model/server/schemas";
 
 export interface DesiredState {
   generation: number;

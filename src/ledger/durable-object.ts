@@ -15,20 +15,19 @@ import { openLedger } from "./open";
 import * as operator from "./operator";
 import { applyPlan, type PlanOutcome } from "./planning";
 import { authorized, pollAnswer, type PollAnswer } from "./poll";
-import type { ServerRecord } from "./record";
+import type { ServerRecord } from "../model/server/record";
 import { requestRefresh } from "./refresh";
 import { LEFT_TIMER, QUIET_TIMER, QuietWatch } from "./quiet";
 import { quietEventOf } from "../fleetlock/ledger-side";
 import { acceptReport, pollHeartbeat, type ReportAnswer } from "./report";
 import { applyRolloutImage } from "./rollout-marks";
-import { PING, PONG } from "./channel-messages";
+import { PING, PONG } from "../model/server/channel-messages";
 import { LedgerSockets } from "./sockets";
-import type { AgentSpec, DesiredConfig, DesiredConfigInput, InventoryReport } from "./schemas";
+import type { AgentSpec, DesiredConfig, DesiredConfigInput, InventoryReport } from "../model/server/schemas";
 import { LedgerStore } from "./store";
 import { viewOf, type ServerView } from "./view";
 
 export type { ServerView } from "./view";
-export type { RefreshState } from "./store";
 
 /**
  * One per server: the authoritative desired config and last inventory report. Every write for a
@@ -228,7 +227,7 @@ export class ServerLedger extends DurableObject<Env> {
     if (this.sockets.closed(ws)) await this.settleInBackground();
   }
 
-  // ---- rollouts (issue 9) ----
+  // ---- rollouts ----
 
   async applyRolloutImage(req: ApplyRolloutImage): Promise<ApplyOutcome | Failure> {
     const { outcome, wrote } = applyRolloutImage(this.deps, req);

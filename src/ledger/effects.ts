@@ -12,7 +12,7 @@ import { auditEvent, auditInsertOnce, type AuditEntry, type AuditEvent } from ".
 import type { Env } from "../env";
 import type { ServerIdentity } from "../fleetlock/durable-object";
 import type { Effect, Outbox } from "../objects/kit/outbox";
-import type { ServerRecord } from "./record";
+import type { ServerRecord } from "../model/server/record";
 import type { CleanupStep } from "./lifecycle";
 import { buildProjection, lastSeenDue, projectionStatements, sameSignatures } from "./projection";
 import type { QuietWatch } from "./quiet";
@@ -160,11 +160,11 @@ export function ledgerEffects(w: LedgerEffectWiring): Record<LedgerEffectKind, E
         await coordinatorOf(w.env(), p.fleet_id).setServerIdentity(p.server_id, p.identity);
       },
     },
-    // Rollouts (issue 9): a target's outcome, keyed per rollout.
+    // Rollouts: a target's outcome, keyed per rollout.
     rollout_event: rolloutEventEffect(w.env),
-    // Reboot safety (issue 17): a new boot, realized, failed or drifted, for the fleet's coordinator.
+    // Reboot safety: a new boot, realized, failed or drifted, for the fleet's coordinator.
     server_health: serverHealthEffect(w.env),
-    // Webhooks (issue 17): the server registered or removed, for the fleet's coordinator to send.
+    // Webhooks: the server registered or removed, for the fleet's coordinator to send.
     webhook_event: webhookEventEffect(w.env),
     // The console's live notice (src/console/notices.ts), raised when the projection wrote a change.
     feed: feedEffect(w.env),

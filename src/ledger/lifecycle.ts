@@ -1,5 +1,5 @@
 /**
- * Server lifecycle (issue 8; docs/design.md §4 "Server lifecycle": terminate is not uninstall).
+ * Server lifecycle (docs/design.md §4 "Server lifecycle": terminate is not uninstall).
  * Pure decisions; the ledger stores what they return.
  *
  * - Decommission orders `terminate` for a managed server (its agents stop, their data stays; the
@@ -10,8 +10,8 @@
  *   removed. A forced removal skips the acknowledgement, not the cleanup.
  */
 import type { DesiredState } from "./desired";
-import type { ServerRecord } from "./record";
-import type { StoredReport } from "./schemas";
+import type { ServerRecord } from "../model/server/record";
+import type { StoredReport } from "../model/server/schemas";
 
 export const CLEANUP_STEPS = ["index", "coordinator"] as const;
 export type CleanupStep = (typeof CLEANUP_STEPS)[number];

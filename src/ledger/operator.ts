@@ -8,10 +8,10 @@ import type { PlanState } from "../planner/ledger-side";
 import { applyDesired, type DesiredState } from "./desired";
 import { audit, identityPayload, project, serverEvent, tokenPayload, type LedgerDeps } from "./effects";
 import type { HeldNames } from "../fleetlock/store";
-import type { ServerRecord } from "./record";
+import type { ServerRecord } from "../model/server/record";
+import type { AgentSpec, DesiredConfig, DesiredConfigInput } from "../model/server/schemas";
 import { MAX_SERVER_LABELS } from "../domain/limits";
 import { mergeLabels, sameLabels } from "../servers/labels";
-import type { AgentSpec, DesiredConfig, DesiredConfigInput } from "./schemas";
 import { configOf } from "./view";
 
 /**
@@ -85,7 +85,7 @@ export function putDesired(d: LedgerDeps, input: DesiredConfigInput, actor: stri
     case "unchanged":
       return { ok: true, created: false, config: configOf(state.record, outcome.current) };
     case "accepted": {
-      // Lifecycle orders come only from decommissioning (issue 8), never from a desired PUT.
+      // Lifecycle orders come only from decommissioning, never from a desired PUT.
       if (outcome.next.lifecycle !== state.desired.lifecycle || state.record.state === "decommissioning") {
         return fail("lifecycle_change_refused", `lifecycle is '${state.desired.lifecycle}'; only decommissioning (or cancelling it) changes it`, {
           lifecycle: state.desired.lifecycle,

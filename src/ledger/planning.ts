@@ -1,5 +1,5 @@
 /**
- * The planner's write into a ledger (issue 8). The step itself is pure, in
+ * The planner's write into a ledger (docs/operator-guide.md). The step itself is pure, in
  * src/planner/ledger-side.ts; this applies it to the store and outbox.
  */
 import type { FleetPlanInputs } from "../intent/store";

@@ -4,9 +4,9 @@
  */
 import { digestsEqual } from "../lib/crypto";
 import { fail, type Failure } from "../objects/kit/result";
-import type { ServerRecord } from "./record";
+import type { ServerRecord } from "../model/server/record";
 import { pendingRefresh } from "./refresh";
-import type { DesiredConfig } from "./schemas";
+import type { DesiredConfig } from "../model/server/schemas";
 import type { LedgerStore } from "./store";
 import { configOf } from "./view";
 

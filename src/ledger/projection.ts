@@ -3,13 +3,13 @@ import { and, eq, sql } from "drizzle-orm";
 import type { Db } from "../db/client";
 import { agentInstances, serverLabels, servers } from "../db/schema";
 import type { DesiredState } from "./desired";
-import type { ServerRecord } from "./record";
-import type { StoredReport } from "./schemas";
+import type { ServerRecord } from "../model/server/record";
+import type { StoredReport } from "../model/server/schemas";
 import { computeStatus } from "./status";
 import { INDEX_LEASE_MS } from "../domain/channel";
 
 /** How often an otherwise unchanged report refreshes `last_seen` in D1 (docs/design.md §8). */
-export const LAST_SEEN_REFRESH_MS = 5 * 60_000;
+const LAST_SEEN_REFRESH_MS = 5 * 60_000;
 
 /**
  * While its host is watched — connected on the channel (its socket's close tells the ledger), or
@@ -24,7 +24,7 @@ export const LAST_SEEN_REFRESH_MS = 5 * 60_000;
 export { INDEX_LEASE_MS };
 
 /** How often an unchanged report refreshes last_seen in D1 (leased: the host is watched). */
-export function lastSeenRefreshMs(staleAfterS: number, leased = false) {
+function lastSeenRefreshMs(staleAfterS: number, leased = false) {
   // Refresh well inside stale-after, so a server that keeps reporting is never marked stale.
   return leased ? INDEX_LEASE_MS : Math.min(LAST_SEEN_REFRESH_MS, (staleAfterS * 1000) / 2);
 }
@@ -108,7 +108,7 @@ export function buildProjection(
  * When the server turns stale in the index (read at query time, src/servers/staleness.ts). A
  * removed server is never stale; one that never reported has nothing to be late with.
  */
-export function staleAtOf(record: ServerRecord, lastSeen: number | undefined, leased = false) {
+function staleAtOf(record: ServerRecord, lastSeen: number | undefined, leased = false) {
   return lastSeen == null || record.state === "removed" ? null : lastSeen + record.stale_after_s * 1000 + (leased ? INDEX_LEASE_MS : 0);
 }
 

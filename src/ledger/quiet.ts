@@ -50,7 +50,7 @@ export function pollHeartbeatPersistMs(staleAfterS: number) {
  * while it holds the heartbeat in memory or in a socket. A restart of the runtime drops both: until
  * the host's next poll its view may read stale, as a channel host's does until it is back.
  */
-export const quietGraceMs = pollHeartbeatPersistMs;
+export const quietGraceMs = (staleAfterS: number) => pollHeartbeatPersistMs(staleAfterS);
 
 /** When the watch of a host last heard at `heardAt` is due: when it would be stale, plus the grace. */
 const dueOf = (heardAt: number, staleAfterS: number) => heardAt + staleAfterS * 1000 + quietGraceMs(staleAfterS);

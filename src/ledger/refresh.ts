@@ -1,5 +1,5 @@
 /**
- * Refresh (issue 8): an operator asks the host to report again now. The request is pending until
+ * Refresh (docs/operator-guide.md): an operator asks the host to report again now. The request is pending until
  * the first report after it answers it; while it is pending, the host's poll answers 200 even to a
  * current If-None-Match, which is how the host learns of it.
  */

@@ -8,11 +8,11 @@ import { project, projectHeartbeat, type LedgerDeps, type ReleasePayload } from 
 import { authorized } from "./poll";
 import { lastSeenDue } from "./projection";
 import { heartbeatPersistMs, pollHeartbeatPersistMs } from "./quiet";
-import type { ServerRecord } from "./record";
+import type { ServerRecord } from "../model/server/record";
 import { answerRefresh } from "./refresh";
 import { settleRolloutMarks } from "./rollout-marks";
 import { serverHealthEventOf } from "../fleetlock/ledger-side";
-import type { InventoryReport, ReportAccepted, StoredReport } from "./schemas";
+import type { InventoryReport, ReportAccepted, StoredReport } from "../model/server/schemas";
 import { computeStatus, type ComputedStatus } from "./status";
 import { contentKey } from "../domain/report-content";
 import { reportTag } from "./store";

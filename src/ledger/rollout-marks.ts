@@ -1,12 +1,12 @@
 /**
- * Rollouts (issue 9) in the ledger: a rollout writes a target's next generation here, and learns
+ * Rollouts (docs/rollouts.md) in the ledger: a rollout writes a target's next generation here, and learns
  * through this ledger's outbox when a report at that generation realizes or fails the agent. The
  * decisions are pure, in src/rollouts/ledger-side.ts; this applies them to the store and outbox.
  */
 import { fail, type Failure } from "../objects/kit/result";
 import { decideApply, settleMarks, type ApplyOutcome, type ApplyRolloutImage, type RolloutEvent } from "../rollouts/ledger-side";
 import { audit, project, type LedgerDeps } from "./effects";
-import type { StoredReport } from "./schemas";
+import type { StoredReport } from "../model/server/schemas";
 
 /**
  * Writes the next generation with `agent`'s image changed, remembering which rollout wrote it;

@@ -1,5 +1,5 @@
 import type { DesiredState } from "./desired";
-import type { AgentStatus, AgentStatusRow, ServerStatus, StoredReport } from "./schemas";
+import type { AgentStatus, AgentStatusRow, ServerStatus, StoredReport } from "../model/server/schemas";
 
 export interface ComputedStatus {
   status: ServerStatus;

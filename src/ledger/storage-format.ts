@@ -27,7 +27,7 @@ interface RecordV1 {
   state: string;
 }
 
-export const FORMAT_STEPS: readonly FormatStep[] = [
+const FORMAT_STEPS: readonly FormatStep[] = [
   {
     to: 2,
     description:

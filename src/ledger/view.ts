@@ -5,8 +5,8 @@
 import type { PlanState } from "../planner/ledger-side";
 import type { DesiredState } from "./desired";
 import type { LifecycleState } from "./lifecycle";
-import type { ServerRecord } from "./record";
-import type { DesiredConfig, StoredReport } from "./schemas";
+import type { ServerRecord } from "../model/server/record";
+import type { DesiredConfig, StoredReport } from "../model/server/schemas";
 import { computeStatus, type ComputedStatus } from "./status";
 import type { LedgerStore, RefreshState } from "./store";
 

@@ -43,7 +43,7 @@ import { d1RowsInto, d1RowsMetered, d1Stored, d1Unattributed, type D1Rows } from
 import { meterStorage, type StorageRows } from "./storage-meter";
 
 /** The idle time before the runtime hibernates an object (lifecycle page), for idle_tail_ms. */
-export const IDLE_BEFORE_HIBERNATION_MS = 10_000;
+const IDLE_BEFORE_HIBERNATION_MS = 10_000;
 /** Incoming WebSocket messages billed per request. */
 const WS_MESSAGES_PER_REQUEST = 20;
 

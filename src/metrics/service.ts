@@ -18,7 +18,7 @@ import { statusAt } from "../servers/staleness";
  * A scrape every 15 s costs a handful of grouped D1 reads and one RPC per fleet, at most once per
  * CACHE_MS per isolate.
  */
-export const CACHE_MS = 15_000;
+const CACHE_MS = 15_000;
 
 let cached: { text: string; at: number } | null = null;
 

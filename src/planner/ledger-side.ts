@@ -1,5 +1,5 @@
 /**
- * How a server's ledger applies the planner (issue 8). Pure, so each rule is unit-testable; the
+ * How a server's ledger applies the planner (docs/operator-guide.md). Pure, so each rule is unit-testable; the
  * ledger stores what these return.
  *
  * Pinned mode: an operator's explicit `PUT /v1/servers/{id}/desired` pins the server. The planner
@@ -10,7 +10,7 @@
 import type { FleetPlanInputs } from "../intent/store";
 import { plan, planDiffers, type Plan } from "./plan";
 import type { DesiredState } from "../ledger/desired";
-import type { ServerRecord } from "../ledger/record";
+import type { ServerRecord } from "../model/server/record";
 
 export interface PlanState {
   mode: "planned" | "pinned";
@@ -29,7 +29,7 @@ export type PlanStep =
   | { kind: "issue"; planState: PlanState; record: ServerRecord; next: DesiredState; plan: Plan };
 
 /** The agents of `p`, keeping each one's instance id from the current config. */
-export function plannedAgents(p: Plan, current: DesiredState["agents"], newId: () => string) {
+function plannedAgents(p: Plan, current: DesiredState["agents"], newId: () => string) {
   const ids = new Map(current.map((a) => [a.name, a.instance_id]));
   return p.agents.map((a) => ({
     name: a.name,

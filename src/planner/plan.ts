@@ -1,11 +1,11 @@
 /**
- * The planner (docs/design.md §4 "Planner", issue 8): what a server should run, from its roles, the role
+ * The planner (docs/design.md §4 "Planner"): what a server should run, from its roles, the role
  * profiles and capabilities of its fleet, the fleet's agent channels, and what its current desired
  * config already gives it. Pure, so every rule is a table test.
  */
 
 /** A catalog image's fields (src/domain/images.ts), repeated here to keep the planner import-free. */
-export interface PlannedCatalog {
+interface PlannedCatalog {
   image_id: string;
   kind: "oci-archive" | "tarball" | "oci-ref";
   digest: string;
@@ -21,7 +21,7 @@ export interface ChannelImage {
 }
 
 /** `"firewall"` holds when the capability is true; `"!object_storage"` when it is not true. */
-export type Condition = string;
+type Condition = string;
 
 export interface RoleAgent {
   name: string;
@@ -39,7 +39,7 @@ export interface PlanInputs {
   current: readonly ({ name: string; image: string; version: string } & Partial<PlannedCatalog>)[];
 }
 
-export interface PlannedAgent {
+interface PlannedAgent {
   name: string;
   image: string;
   version: string;
@@ -58,7 +58,7 @@ export interface Plan {
   unplannable: string[];
 }
 
-export function conditionHolds(when: Condition | undefined, capabilities: Readonly<Record<string, boolean>>) {
+function conditionHolds(when: Condition | undefined, capabilities: Readonly<Record<string, boolean>>) {
   if (when === undefined) return true;
   return when.startsWith("!") ? capabilities[when.slice(1)] !== true : capabilities[when] === true;
 }

@@ -1,5 +1,5 @@
 /**
- * The planner's workflows (issue 8). A change of plan inputs (role profile, capabilities, the
+ * The planner's workflows (docs/operator-guide.md). A change of plan inputs (role profile, capabilities, the
  * fleet's stale_after) marks, in its own D1 batch, the servers it touches (plan_marks); the
  * planner then offers each marked server's ledger the fleet's inputs, and the ledger issues a new
  * generation only if its plan differs (and it is not pinned). A mark is deleted only once its

@@ -1,5 +1,5 @@
 /**
- * update_channel: the fleet's channel for the agent (issue 8) moves to the rollout's image when
+ * update_channel: the fleet's channel for the agent (docs/operator-guide.md) moves to the rollout's image when
  * the rollout starts, so servers registered meanwhile are set up with it, and moves back when the
  * rollout is rolled back. A channel change by itself moves no server that already runs the agent
  * (that is the rollout's work). Both moves are delivered from the Rollout object's outbox, so each

@@ -9,9 +9,9 @@ import { CANCEL_GRACE_S, DEFAULT_SERVER_TIMEOUT_S } from "../domain/limits";
 import type { RolloutSpec } from "./machine";
 import type { RolloutParts } from "./parts";
 
-export const timerOf = (pass: number, serverId: string) => `timeout:${pass}:${serverId}`;
+const timerOf = (pass: number, serverId: string) => `timeout:${pass}:${serverId}`;
 
-export const serverTimeoutMs = (spec: Pick<RolloutSpec, "server_timeout_s">) => (spec.server_timeout_s ?? DEFAULT_SERVER_TIMEOUT_S) * 1000;
+const serverTimeoutMs = (spec: Pick<RolloutSpec, "server_timeout_s">) => (spec.server_timeout_s ?? DEFAULT_SERVER_TIMEOUT_S) * 1000;
 
 /** A target that started applying at `startedAt` times out then. */
 export function armTimeout(p: RolloutParts, pass: number, serverId: string, startedAt: number) {

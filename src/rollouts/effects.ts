@@ -37,7 +37,7 @@ export const CALL_CONCURRENCY = 32;
 const SETTINGS_TTL_MS = 30_000;
 
 /** The reboot-slot holder id of a rollout's target: operators see the rollout in it. */
-export const slotHolderId = (rolloutId: string, serverId: string) => `rollout:${rolloutId}:${serverId}`;
+const slotHolderId = (rolloutId: string, serverId: string) => `rollout:${rolloutId}:${serverId}`;
 
 type Target = { pass: number; server_id: string };
 
@@ -59,7 +59,7 @@ export function rolloutEffects(env: () => Env, parts: () => RolloutParts): Recor
 
   return {
     audit: { target: "d1", statements: (e: AuditEvent) => [auditInsertOnce(db(), e)] },
-    // Webhooks (issue 17): started, paused, resumed, ended, slow servers, for the fleet's coordinator.
+    // Webhooks: started, paused, resumed, ended, slow servers, for the fleet's coordinator.
     webhook_event: webhookEventEffect(env),
     // The console's live notice (src/console/notices.ts), raised when the projection landed.
     feed: feedEffect(env),

@@ -6,7 +6,6 @@ import type { CatalogFields } from "../domain/images";
  */
 
 import {
-  ROLLOUT_CONTROLS,
   ROLLOUT_STATES,
   ROLLOUT_TARGET_STATES,
   type RolloutControl,
@@ -15,7 +14,7 @@ import {
 } from "../domain/enums";
 import { abortReason, type AbortRule } from "./abort";
 
-export { ROLLOUT_STATES, ROLLOUT_TARGET_STATES as TARGET_STATES, ROLLOUT_CONTROLS as CONTROLS };
+export { ROLLOUT_STATES, ROLLOUT_TARGET_STATES as TARGET_STATES };
 export type { RolloutState };
 export type TargetState = RolloutTargetState;
 export type Control = RolloutControl;
@@ -41,7 +40,7 @@ export interface RolloutSpec {
   created_at: number;
 }
 
-export type SlotPhase = "none" | "requested" | "held";
+type SlotPhase = "none" | "requested" | "held";
 
 export interface Target {
   pass: number;

@@ -8,7 +8,7 @@ import { DomainError } from "../domain/errors";
 import { cursorParam, decodeCursor, decodeIdCursor, encodeCursor, limitParam, page } from "../http/paging";
 import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
-import { agentName } from "../ledger/schemas";
+import { agentName } from "../model/server/schemas";
 import { eventView, listItem, targetView, view } from "./answers";
 import { controlRollout, createRollout, endRolloutTarget, getRollout, listRollouts, rolloutEvents, rolloutTargets } from "./service";
 import { ROLLOUT_STATES, TARGET_STATES, type Control } from "./machine";

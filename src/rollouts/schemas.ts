@@ -1,7 +1,7 @@
 import { z } from "@hono/zod-openapi";
 import { labelsSchema } from "../servers/labels";
 import { fleetId } from "../fleets/schemas";
-import { agentName, imageRef, versionString } from "../ledger/schemas";
+import { agentName, imageRef, versionString } from "../model/server/schemas";
 import { ROLLOUT_STATES, ROLLOUT_TARGET_STATES as TARGET_STATES } from "../domain/enums";
 import {
   DEFAULT_ROLLOUT_CONCURRENCY,
@@ -18,7 +18,7 @@ export { MAX_ROLLOUT_WAIT_S };
 
 const roleName = z.string().regex(/^[a-z0-9][a-z0-9._-]{0,62}$/);
 
-export const AbortInput = z
+const AbortInput = z
   .strictObject({
     max_failures: z.number().int().min(0).max(1_000_000).optional(),
     max_failure_percent: z.number().min(0).max(100).optional(),

@@ -25,7 +25,7 @@ import { waitForWake } from "../objects/kit/wake";
 import type { RolloutSummary } from "./views";
 import { summaryWaitRequest, type SummaryWaitAnswer } from "./waits";
 
-export const CLAIM_TTL_MS = 2 * 60_000;
+const CLAIM_TTL_MS = 2 * 60_000;
 
 /** How many unknown names an error lists (the count says the rest). */
 const NAMES_SHOWN = 20;
@@ -36,7 +36,7 @@ const NAMES_SHOWN = 20;
  * (unknown_server), never silently ignored: a typo in an exclude list would roll out to the very
  * server it meant to spare.
  */
-export async function selectTargets(
+async function selectTargets(
   db: Db,
   input: Pick<RolloutInput, "fleet" | "agent" | "selector" | "exclude">,
 ): Promise<TargetInput[]> {

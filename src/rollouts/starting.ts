@@ -10,7 +10,7 @@ import { scheduleSlowCheck } from "./slow";
 import { afterChange, change, releaseSlot } from "./transitions";
 
 /** A refused reboot slot is asked for again after this long. */
-export const SLOT_RETRY_MS = 5_000;
+const SLOT_RETRY_MS = 5_000;
 
 /** Starts as many queued targets as concurrency allows (a reboot_slot rollout asks for slots first). */
 export function pump(p: RolloutParts, now: number) {

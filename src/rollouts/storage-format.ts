@@ -12,14 +12,14 @@
 export const ROLLOUT_FORMAT = 2;
 export const FORMAT_KEY = "format";
 
-export interface FormatStep {
+interface FormatStep {
   /** The format this step produces from the one before it. */
   to: number;
   description: string;
   apply(sql: SqlStorage): void;
 }
 
-export const FORMAT_STEPS: readonly FormatStep[] = [
+const FORMAT_STEPS: readonly FormatStep[] = [
   {
     to: 1,
     description: "targets (one row per pass and server) and the event log",

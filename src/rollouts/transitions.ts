@@ -10,7 +10,7 @@ import { warnIfSlow } from "./slow";
 import { rolloutWebhook, stateEventType } from "./webhook-events";
 
 /** How long target changes may wait to reach the index together. */
-export const PROJECT_EVERY_MS = 1_000;
+const PROJECT_EVERY_MS = 1_000;
 
 /** Applies one target event; null (and nothing written) when it does not apply to the target. */
 export function change(p: RolloutParts, t: Target, e: TargetEvent, now: number): Target | null {

@@ -9,14 +9,14 @@ import { serverLabels } from "../db/schema";
 import { MAX_LABEL_FILTERS, MAX_LABEL_KEY_LENGTH, MAX_LABEL_VALUE_LENGTH, MAX_SERVER_LABELS } from "../domain/limits";
 
 /** Kubernetes' label-name shape: starts and ends with [a-z0-9]. */
-export const LABEL_KEY = new RegExp(`^[a-z0-9]([a-z0-9._/-]{0,${MAX_LABEL_KEY_LENGTH - 2}}[a-z0-9])?$`);
+const LABEL_KEY = new RegExp(`^[a-z0-9]([a-z0-9._/-]{0,${MAX_LABEL_KEY_LENGTH - 2}}[a-z0-9])?$`);
 /** Kubernetes' label-value shape, without the empty value (so `label=zone=` cannot mean two things). */
-export const LABEL_VALUE = new RegExp(`^[A-Za-z0-9]([A-Za-z0-9._-]{0,${MAX_LABEL_VALUE_LENGTH - 2}}[A-Za-z0-9])?$`);
+const LABEL_VALUE = new RegExp(`^[A-Za-z0-9]([A-Za-z0-9._-]{0,${MAX_LABEL_VALUE_LENGTH - 2}}[A-Za-z0-9])?$`);
 
 export type Labels = Record<string, string>;
 
 const labelKey = z.string().regex(LABEL_KEY, `a label key: lowercase letters, digits, '.', '_', '/', '-', at most ${MAX_LABEL_KEY_LENGTH}, starting and ending with a letter or digit`);
-export const labelValue = z
+const labelValue = z
   .string()
   .regex(LABEL_VALUE, `a label value: letters, digits, '.', '_', '-', 1 to ${MAX_LABEL_VALUE_LENGTH}, starting and ending with a letter or digit`);
 

@@ -1,15 +1,15 @@
-import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
+import { createRoute, OpenAPIHono } from "@hono/zod-openapi";
 import { requireScope } from "../auth/principal";
 import { DomainError } from "../domain/errors";
 import { actorOf } from "../domain/principal";
 import { bearer, commonErrors, conflictError, jsonResponse, notFoundError } from "../http/openapi";
 import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
-import { DecommissionInput, fleetOfHostname, ServerDetail, serverIdParam } from "./schemas";
+import { DecommissionInput, fleetOfHostname, ServerDetail, serverIdParam, ServerToken } from "./schemas";
 import { cancelDecommission, decommissionServer, refreshServer, releaseServer, resolveServer, rotateServerToken } from "./service";
 import { serverDetail } from "./store";
 
-/** A server's lifecycle and planning (issue 8): release of a pin, decommission and its cancel, token rotation, refresh. */
+/** A server's lifecycle and planning: release of a pin, decommission and its cancel, token rotation, refresh. */
 
 /** POST /{id}/…: an action on one server, answered with the server as it now is. */
 const serverAction = <P extends string>(path: P, a: {
@@ -116,7 +116,7 @@ export const serverLifecycleRoutes = new OpenAPIHono<AppEnv>({ defaultHook: vali
     request: { params: serverIdParam },
     parameters: [fleetOfHostname],
     responses: {
-      200: jsonResponse(z.object({ id: z.string(), token: z.string() }), "The new token (shown only here)"),
+      200: jsonResponse(ServerToken, "The new token (shown only here)"),
       ...commonErrors,
       ...notFoundError,
       ...conflictError("server_removed"),

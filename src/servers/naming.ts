@@ -1,5 +1,5 @@
 /**
- * Servers named the way operators name them (issue 18): a server id, a hostname, or
+ * Servers named the way operators name them (docs/operator-guide.md): a server id, a hostname, or
  * `fleet/hostname`. A hostname is unique among a fleet's live servers (registration refuses a
  * second one, `hostname_taken`); across fleets it may repeat, and a hostname that names live
  * servers in several fleets is `409 ambiguous_server`, listing them: `?fleet=` or the
@@ -25,7 +25,7 @@ export function isServerRef(ref: string): boolean {
   return FLEET_ID.test(ref.slice(0, slash)) && HOSTNAME.test(ref.slice(slash + 1));
 }
 
-export interface NamedServer {
+interface NamedServer {
   id: string;
   fleet: string;
   hostname: string;

@@ -8,7 +8,7 @@ import { bearer, createdResponse, commonErrors, etagHeader, conflictError, jsonB
 import { cursorParam, decodeCursor, limitParam, page } from "../http/paging";
 import type { AppEnv } from "../http/types";
 import { parseQuery, validationHook } from "../http/validation";
-import { DesiredConfig, DesiredConfigRequest, serverStatus } from "../ledger/schemas";
+import { DesiredConfig, DesiredConfigRequest, serverStatus } from "../model/server/schemas";
 import { labelQuery } from "./labels";
 import { fleetOfHostname, ServerCreated, ServerDetail, ServerInput, serverIdParam, ServerPatch, serverState, ServerSummary, serverWaitQuery } from "./schemas";
 import { getDesiredConfig, patchServer, putDesiredConfig, registerServer, resolveServer, searchServers, serverIfChanged } from "./service";

@@ -2,7 +2,7 @@ import { z } from "@hono/zod-openapi";
 import { LIFECYCLE_ORDERS, PLAN_MODES, SERVER_KINDS, SERVER_STATES } from "../domain/enums";
 import { MAX_REASON_LENGTH, MAX_SERVER_ROLES, MAX_WAIT_S } from "../domain/limits";
 import { fleetId, fleetlockId, groupName, roleName } from "../fleets/schemas";
-import { AgentStatusRow, DesiredConfig, serverStatus, StoredReport } from "../ledger/schemas";
+import { AgentStatusRow, DesiredConfig, serverStatus, StoredReport } from "../model/server/schemas";
 import { labelsPatchSchema, labelsSchema } from "./labels";
 import { HOSTNAME, isServerRef } from "./naming";
 
@@ -79,6 +79,9 @@ export const ServerDetail = ServerSummary.extend({
     .nullable()
     .openapi("Refresh"),
 }).openapi("Server");
+
+/** A server's rotated token (POST /v1/servers/{id}/token), shown only in this answer. */
+export const ServerToken = z.object({ id: z.string(), token: z.string() });
 
 export const ServerCreated = ServerDetail.extend({
   token: z.string().openapi({ description: "The server's bearer token. Shown only here." }),

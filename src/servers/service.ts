@@ -24,8 +24,8 @@ import { chunk } from "../lib/chunk";
 import { unwrap } from "../objects/kit/result";
 import type { ServerView } from "../ledger/durable-object";
 import { RESERVATION_MARGIN_MS } from "../ledger/operator";
-import type { ServerRecord } from "../ledger/record";
-import type { DesiredConfigInput, DesiredConfigRequest } from "../ledger/schemas";
+import type { ServerRecord } from "../model/server/record";
+import type { DesiredConfigInput, DesiredConfigRequest } from "../model/server/schemas";
 import { imageForFleet, policyOf } from "../images/resolve";
 import { catalogSpread } from "../domain/images";
 import { tagMatches, viewTag } from "../ledger/view-tag";
@@ -195,7 +195,7 @@ async function patchServerIdentity(
   return result.view;
 }
 
-// ---- lifecycle (issue 8) ----
+// ---- lifecycle ----
 
 /** Hands a pinned server back to the planner; it is re-planned at once. */
 export const releaseServer = (env: Env, actor: string, id: string) =>

@@ -1,5 +1,5 @@
 /**
- * GET /v1/status: what `hm status` shows, in one request (issue 18) — per fleet, its servers
+ * GET /v1/status: what `hm status` shows, in one request (docs/operator-guide.md) — per fleet, its servers
  * counted by status and state on the server side (never paged through by a client), the ones
  * that need a look (failed, stale, drifted: a count and the first few by hostname, so a cap says
  * "and N more"), its reboot groups with holders, its rollouts in progress; and the data version.
@@ -18,9 +18,9 @@ import { fleetServerCounts } from "./counts";
 import { listServers } from "./store";
 
 /** The statuses that need a look, in the order they are shown. */
-export const ATTENTION: ServerStatus[] = ["failed", "stale", "drifted"];
+const ATTENTION: ServerStatus[] = ["failed", "stale", "drifted"];
 /** Fleets one answer covers (the rest are counted). */
-export const STATUS_FLEETS = 50;
+const STATUS_FLEETS = 50;
 
 export async function statusOf(env: Env, opts: { fleet?: string; attention: number }) {
   const db = getDb(env.DB);

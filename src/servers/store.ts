@@ -86,7 +86,7 @@ export interface ServerFilter {
 }
 
 /** Label entries a term may have for the page to be read from them (and sorted) instead of by hostname. */
-export const SPARSE_LABEL_ROWS = 200;
+const SPARSE_LABEL_ROWS = 200;
 
 /**
  * The term with the fewest servers in the fleet, when it has at most SPARSE_LABEL_ROWS: a page

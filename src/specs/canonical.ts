@@ -15,7 +15,7 @@ function sorted(value: unknown): unknown {
   return value;
 }
 
-export const canonicalJson = (value: unknown) => JSON.stringify(sorted(value));
+const canonicalJson = (value: unknown) => JSON.stringify(sorted(value));
 
 export const sameValue = (a: unknown, b: unknown) => canonicalJson(a) === canonicalJson(b);
 

@@ -23,7 +23,7 @@ export const SpecRebootGroup = declared
 export type SpecRebootGroup = z.infer<typeof SpecRebootGroup>;
 
 /** The fields of a group a spec declares. */
-export const GROUP_FIELDS = Object.keys(SpecRebootGroup.shape) as (keyof SpecRebootGroup)[];
+const GROUP_FIELDS = Object.keys(SpecRebootGroup.shape) as (keyof SpecRebootGroup)[];
 
 /** A group's declared configuration with every field present. */
 export type GroupConfig = Required<SpecRebootGroup>;

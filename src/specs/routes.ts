@@ -28,7 +28,7 @@ const invalidSpec = {
  */
 const secretsPart = z.object({ secrets: SpecSecretsSchema.optional() });
 
-const specHook: Hook<unknown, AppEnv, any, unknown> = async (result, c) => {
+const specHook: Hook<unknown, AppEnv, string, unknown> = async (result, c) => {
   if (result.success || result.target !== "json") return validationHook(result, c);
   const raw = (result as { data?: unknown }).data;
   // The body is the spec, or {spec, secrets}: each part is checked on its own, so a problem's path

@@ -1,5 +1,5 @@
 /**
- * The fleet spec (issue 19): one document per fleet holding everything an operator declares
+ * The fleet spec (docs/fleets-as-code.md): one document per fleet holding everything an operator declares
  * about it, built from the same zod schemas as the API it stands for (fleet settings, channels,
  * roles, reboot groups), and the answers of the spec routes. schemas/fleet-spec.schema.json is
  * generated from `FleetSpec` (scripts/fleet-spec-schema.ts).
@@ -12,8 +12,7 @@ import { z } from "@hono/zod-openapi";
 import { MAX_CAPABILITIES, MAX_SPEC_CHANNELS, MAX_SPEC_GROUPS, MAX_SPEC_ROLES } from "../domain/limits";
 import { capabilityName, FleetPatch, fleetId, groupName, roleName } from "../fleets/schemas";
 import { PlannerRunSchema, RoleInput } from "../intent/schemas";
-import { imageRef, versionString } from "../ledger/schemas";
-import { agentName } from "../ledger/schemas";
+import { agentName, imageRef, versionString } from "../model/server/schemas";
 import { MAX_WEBHOOKS_PER_FLEET } from "../webhooks/manage";
 import { SpecSecretsSchema, SpecWebhookSchema } from "../webhooks/schemas";
 import { SpecRebootGroup } from "./groups";
@@ -83,14 +82,14 @@ export const FleetSpec = z
   });
 export type FleetSpec = z.infer<typeof FleetSpec>;
 
-export const SPEC_SECTIONS = ["settings", "capabilities", "channels", "roles", "reboot_groups", "webhooks"] as const;
+const SPEC_SECTIONS = ["settings", "capabilities", "channels", "roles", "reboot_groups", "webhooks"] as const;
 
 /**
  * What spec:diff and PUT …/spec take: the spec itself, or the spec and the secrets its webhooks'
  * `secret_ref`s name (hm sends the latter: the document stays as it is in git, the secrets come
  * from its environment).
  */
-export const SpecWithSecrets = z
+const SpecWithSecrets = z
   .strictObject({ spec: FleetSpec, secrets: SpecSecretsSchema.default({}) })
   .openapi("FleetSpecWithSecrets", { description: "A spec and the values of the environment variables its webhooks' secret_ref name" });
 export const SpecRequest = z.union([FleetSpec, SpecWithSecrets]).openapi("FleetSpecRequest");
@@ -100,7 +99,7 @@ export type SpecRequest = z.infer<typeof SpecRequest>;
 export const unwrapRequest = (body: SpecRequest) => ("spec" in body ? body : { spec: body, secrets: {} as Record<string, string> });
 export type SpecSection = (typeof SPEC_SECTIONS)[number];
 
-export const DIFF_OPS = ["add", "change", "remove", "unlisted"] as const;
+const DIFF_OPS = ["add", "change", "remove", "unlisted"] as const;
 export type DiffOp = (typeof DIFF_OPS)[number];
 
 export const SpecProblem = z.object({ path: z.string(), message: z.string() }).openapi("FleetSpecProblem");

@@ -1,5 +1,5 @@
 /**
- * Fleet specs (issue 19): the fleet as one declarative document, what a spec would change, and
+ * Fleet specs (docs/fleets-as-code.md): the fleet as one declarative document, what a spec would change, and
  * its apply — all or nothing, at most once per state the operator saw (If-Match), with one audit
  * row and one planner run. D1 owns the intent and commits first, in one batch; the coordinator's
  * part (reboot groups) rides in that batch as a fleet task, delivered at once and by the cron
@@ -162,7 +162,7 @@ export async function diffFleetSpec(env: Env, fleet: string, input: SpecInput, p
  * `If-Match` as RFC 9110 §13.1.1 reads it: `*`, or a list of strong tags one of which is current;
  * a fleet that does not exist (`etag` null) matches nothing, not even `*`.
  */
-export function ifMatches(header: string, etag: string | null) {
+function ifMatches(header: string, etag: string | null) {
   if (etag === null) return false;
   if (header.trim() === "*") return true;
   return header.split(",").some((t) => t.trim() === etag);

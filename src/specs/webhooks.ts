@@ -26,7 +26,7 @@ export const specForm = (w: DeclaredWebhook) => ({
 });
 
 /** A spec's webhook as the coordinator keeps it (events as a sorted set, no description as null). */
-export const declaredOf = (w: SpecWebhook): DeclaredWebhook => ({
+const declaredOf = (w: SpecWebhook): DeclaredWebhook => ({
   url: w.url,
   events: [...new Set(w.events)].sort(),
   format: w.format,

@@ -8,7 +8,7 @@ import { MigrationsPending, readUpgradeState } from "./state";
 import { newestVersion, type UpgradeStep } from "./step";
 import { UPGRADE_STEPS } from "./steps";
 
-export const RETRY_AFTER_S = 10;
+const RETRY_AFTER_S = 10;
 /** A drained isolate kicks a run at most this often; the lease makes extra kicks cheap anyway. */
 const KICK_INTERVAL_MS = 5_000;
 
@@ -16,11 +16,12 @@ const MUTATING = new Set(["POST", "PUT", "PATCH", "DELETE"]);
 
 /**
  * Hosts' own endpoints touch only their ledger (and its projection), which upgrades itself, so
- * they go on; so does the operator's "run now".
+ * they go on; so does the operator's "run now". An enrollment registers a server (D1 rows, as
+ * POST /v1/servers does), so it waits like a registration.
  */
-const exempt = (path: string) => path.startsWith("/v1/agent/") || path === "/v1/upgrades/run";
+const exempt = (path: string) => (path.startsWith("/v1/agent/") && path !== "/v1/agent/enroll") || path === "/v1/upgrades/run";
 
-export const drainedError = (version: number, newest: number, message?: string) =>
+const drainedError = (version: number, newest: number, message?: string) =>
   new DomainError(
     "upgrade_in_progress",
     message ??

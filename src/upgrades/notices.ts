@@ -9,7 +9,7 @@
  * the same way is one event (again once its error changes, or after the 7 days a coordinator
  * remembers ids), not a webhook delivery a minute.
  */
-import { and, asc, eq, inArray, isNull, ne } from "drizzle-orm";
+import { and, asc, inArray, isNull, ne } from "drizzle-orm";
 import { getDb } from "../db/client";
 import { fleets, upgradeSteps } from "../db/schema";
 import type { Env } from "../env";

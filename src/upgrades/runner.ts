@@ -9,9 +9,9 @@ import { newestVersion, type UpgradeStep } from "./step";
 import { UPGRADE_STEPS } from "./steps";
 
 /** After a failed run, request-triggered runs wait this long; the cron and operators do not. */
-export const REQUEST_RETRY_BACKOFF_MS = 60_000;
+const REQUEST_RETRY_BACKOFF_MS = 60_000;
 
-export type Trigger = "cron" | "request" | "operator";
+type Trigger = "cron" | "request" | "operator";
 
 export interface RunOptions {
   trigger: Trigger;

@@ -1,7 +1,7 @@
 import { z } from "@hono/zod-openapi";
 import { UPGRADE_RUN_STATES, UPGRADE_STATUSES, UPGRADE_STEP_STATES } from "../domain/enums";
 
-export const Run = z
+const Run = z
   .object({
     id: z.number().int(),
     runner: z.string(),
@@ -16,11 +16,11 @@ export const Run = z
   })
   .openapi("UpgradeRun");
 
-export const Lease = Run.extend({
+const Lease = Run.extend({
   stale: z.boolean().openapi({ description: "No heartbeat within the lease timeout: the next run takes it over" }),
 }).openapi("UpgradeLease");
 
-export const Attempt = z
+const Attempt = z
   .object({
     id: z.number().int(),
     run_id: z.number().int(),

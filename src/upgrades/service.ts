@@ -16,7 +16,7 @@ import { NEWEST_VERSION, UPGRADE_STEPS } from "./steps";
 /** Seconds after which a failed run is worth asking for again (the API stays drained meanwhile). */
 const FAILED_RETRY_AFTER_S = 60;
 
-export const runView = (r: RunRow) => ({
+const runView = (r: RunRow) => ({
   id: r.id,
   runner: r.runner,
   state: r.state,

@@ -4,7 +4,6 @@ import { upgradeRuns, upgradeState, upgradeSteps } from "../db/schema";
 
 export type UpgradeStateRow = typeof upgradeState.$inferSelect;
 export type RunRow = typeof upgradeRuns.$inferSelect;
-export type StepAttemptRow = typeof upgradeSteps.$inferSelect;
 
 /** Raised when the upgrade tables are missing: the code was deployed before its D1 migrations. */
 export class MigrationsPending extends Error {

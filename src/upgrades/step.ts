@@ -2,7 +2,7 @@ import type { BatchItem } from "drizzle-orm/batch";
 import type { Db } from "../db/client";
 import type { Env } from "../env";
 
-export interface StepContext {
+interface StepContext {
   db: Db;
   env: Env;
   /** The run's clock, so every row a step touches carries one timestamp. */
@@ -10,7 +10,7 @@ export interface StepContext {
 }
 
 /** What one chunk commits, and where the next chunk starts (null: this was the last chunk). */
-export interface ChunkResult {
+interface ChunkResult {
   statements: BatchItem<"sqlite">[];
   next: string | null;
 }

@@ -22,9 +22,9 @@ import { signature, SIGNATURE_HEADER } from "./signing";
 import type { WebhookStore } from "./store";
 
 /** Retried for up to a day, then given up (recorded as failed). */
-export const MAX_DELIVERY_AGE_MS = 24 * 3600_000;
+const MAX_DELIVERY_AGE_MS = 24 * 3600_000;
 /** One attempt's time limit. */
-export const DELIVERY_TIMEOUT_MS = 10_000;
+const DELIVERY_TIMEOUT_MS = 10_000;
 /** A queued send's timer, should the send that starts after its turn never run (the object died). */
 const SAFETY_MS = 10_000;
 
@@ -35,7 +35,7 @@ export interface DeliveryPayload {
 }
 
 /** Sends to one webhook under way at once; more wait their turn (a hanging receiver holds this many). */
-export const MAX_IN_FLIGHT_PER_WEBHOOK = 4;
+const MAX_IN_FLIGHT_PER_WEBHOOK = 4;
 /** A send under way is tried again this long after its time-out, should its answer never be recorded. */
 const LEASE_MARGIN_MS = 5_000;
 /** Sends started per pass over the queue. */
@@ -164,7 +164,7 @@ export class WebhookDispatcher {
 
   /** Every send under way has finished (tests). */
   async idle(): Promise<void> {
-    while (this.inFlight.size) await Promise.allSettled([...this.inFlight.values()]);
+    while (this.inFlight.size) await Promise.allSettled(this.inFlight.values());
   }
 
   /**

@@ -1,5 +1,5 @@
 /**
- * The events a fleet's webhooks can ask for (issue 17, docs/notifications.md), and the shape every
+ * The events a fleet's webhooks can ask for (docs/notifications.md), and the shape every
  * owner emits them in. Pure: the owners (the coordinator, ledgers, rollouts) build events, the
  * fleet's coordinator fans them out to the webhooks that want them (./dispatch.ts).
  */

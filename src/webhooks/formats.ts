@@ -9,9 +9,9 @@ export const WEBHOOK_FORMATS = ["cloudevents", "slack"] as const;
 export type WebhookFormat = (typeof WEBHOOK_FORMATS)[number];
 
 /** CloudEvents `type` values are reverse-DNS prefixed; the rest is the event's own name. */
-export const CLOUDEVENTS_TYPE_PREFIX = "dev.harbormaster.";
+const CLOUDEVENTS_TYPE_PREFIX = "dev.harbormaster.";
 
-export function cloudEvent(e: FleetEvent) {
+function cloudEvent(e: FleetEvent) {
   return {
     specversion: "1.0",
     id: e.id,
@@ -34,7 +34,7 @@ const ICON: Partial<Record<string, string>> = {
   "webhook.test": ":wave:",
 };
 
-export function slackMessage(e: FleetEvent) {
+function slackMessage(e: FleetEvent) {
   const icon = ICON[e.type] ?? ":information_source:";
   return { text: `${icon} [${e.fleet}] ${e.summary}` };
 }

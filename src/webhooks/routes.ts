@@ -13,8 +13,8 @@ const fleetParam = z.object({ fleet: fleetId });
 const hookParams = fleetParam.extend({ id: z.uuid() });
 const tags = ["webhooks"];
 
-/** A fleet's webhooks (issue 17, docs/notifications.md); mounted at /v1/fleets. One chain, so hc sees every route. */
-export const webhookRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook });
+/** A fleet's webhooks (docs/notifications.md); mounted at /v1/fleets. One chain, so hc sees every route. */
+const webhookRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook });
 // A webhook is a few hundred bytes: a body far larger is a mistake, refused before it is read.
 webhookRoutes.use("/:fleet/webhooks", limitBodies(MAX_WEBHOOK_BODY_BYTES));
 

@@ -2,7 +2,7 @@ import { z } from "@hono/zod-openapi";
 import { WEBHOOK_EVENTS } from "./events";
 import { WEBHOOK_FORMATS } from "./formats";
 
-export const MAX_WEBHOOK_URL_LENGTH = 2048;
+const MAX_WEBHOOK_URL_LENGTH = 2048;
 /** Webhook bodies are a few hundred bytes; anything much larger is a mistake, refused with 413. */
 export const MAX_WEBHOOK_BODY_BYTES = 16 * 1024;
 
@@ -30,7 +30,7 @@ export const WebhookInputSchema = z
   .openapi("WebhookInput");
 
 /** An environment variable's name, as a spec's `secret_ref` names one. */
-export const envName = z
+const envName = z
   .string()
   .max(128)
   .regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "an environment variable's name: letters, digits and _, not starting with a digit");

@@ -1,5 +1,5 @@
 /**
- * Webhooks for operators (issue 17): validated here, kept and sent by the fleet's coordinator,
+ * Webhooks for operators (docs/notifications.md): validated here, kept and sent by the fleet's coordinator,
  * which owns the secrets (src/webhooks/store.ts). A URL must be one Harbormaster may call.
  */
 import { getDb } from "../db/client";

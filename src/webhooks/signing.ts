@@ -5,7 +5,7 @@
  * receiver that refuses signatures older than REPLAY_WINDOW_S cannot be fed an old delivery again.
  */
 export const SIGNATURE_HEADER = "X-Harbormaster-Signature";
-export const REPLAY_WINDOW_S = 300;
+const REPLAY_WINDOW_S = 300;
 
 const encoder = new TextEncoder();
 

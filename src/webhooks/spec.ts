@@ -1,5 +1,5 @@
 /**
- * A fleet spec's webhooks (issue 19), on the side of the object that keeps them and their secrets
+ * A fleet spec's webhooks (docs/fleets-as-code.md), on the side of the object that keeps them and their secrets
  * (the fleet's coordinator). Pure over its store.
  *
  * Secrets never travel through D1: a spec's apply first stages the secrets it was sent here

@@ -41,7 +41,9 @@ export async function run(ctx: BenchContext) {
   const idleS = Number(ctx.option("agent-idle") ?? 180);
   const work = mkdtempSync(join(tmpdir(), "hm-bench-agent-"));
   try {
-    const executable = process.env.HARBORMASTER_AGENT_EXECUTABLE ?? (await buildAgent({ outDir: join(work, "build"), deb: false, log: () => {} })).binary;
+    const executable =
+      process.env.HARBORMASTER_AGENT_EXECUTABLE ??
+      (await buildAgent({ outDir: join(work, "build"), deb: false, log: () => {} })).binary;
     ctx.note("agent: executable size (MB)", (statSync(executable).size / 2 ** 20).toFixed(1));
 
     const api = async (method: string, path: string, body?: unknown) => {
@@ -62,14 +64,30 @@ export async function run(ctx: BenchContext) {
     // The identity `join` would have kept: the bench measures the loop, not the enrollment.
     writeFileSync(
       join(state, "identity.json"),
-      JSON.stringify({ url: ctx.base, server_id: server.id, fleet, hostname: server.hostname, token: server.token, reboot_group: "default", fleetlock_id: null, machine_id: "bench", joined_at: new Date().toISOString() }),
+      JSON.stringify({
+        url: ctx.base,
+        server_id: server.id,
+        fleet,
+        hostname: server.hostname,
+        token: server.token,
+        reboot_group: "default",
+        fleetlock_id: null,
+        machine_id: "bench",
+        joined_at: new Date().toISOString(),
+      }),
       { mode: 0o600 },
     );
     writeFileSync(join(work, "boot_id"), "bench-boot\n");
     writeFileSync(join(work, "none.yaml"), "{}\n");
     const child = spawn(executable, ["run", "--state-dir", state], {
       // This machine's podman settings (runc, no default ulimits), as the agent suite sets them.
-      env: { CONTAINERS_CONF: join(import.meta.dirname, "../../../agent/test/containers.conf"), ...process.env, HARBORMASTER_AGENT_BOOT_ID_FILE: join(work, "boot_id"), HARBORMASTER_AGENT_CONFIG: join(work, "none.yaml"), HARBORMASTER_AGENT_REBOOT_REQUIRED_FILE: join(work, "no-reboot") },
+      env: {
+        CONTAINERS_CONF: join(import.meta.dirname, "../../../agent/test/containers.conf"),
+        ...process.env,
+        HARBORMASTER_AGENT_BOOT_ID_FILE: join(work, "boot_id"),
+        HARBORMASTER_AGENT_CONFIG: join(work, "none.yaml"),
+        HARBORMASTER_AGENT_REBOOT_REQUIRED_FILE: join(work, "no-reboot"),
+      },
       stdio: ["ignore", "ignore", "pipe"],
     });
     let log = "";
@@ -80,7 +98,8 @@ export async function run(ctx: BenchContext) {
       for (;;) {
         const s = readStatus(join(state, "status.json"));
         if (s.connected && s.last_report?.at) break;
-        if (Date.now() > deadline || child.exitCode !== null) throw new Error(`the agent did not connect and report:\n${log}`);
+        if (Date.now() > deadline || child.exitCode !== null)
+          throw new Error(`the agent did not connect and report:\n${log}`);
         await new Promise((r) => setTimeout(r, 250));
       }
       await new Promise((r) => setTimeout(r, 5_000));
@@ -95,7 +114,10 @@ export async function run(ctx: BenchContext) {
       // /proc counts CPU in clock ticks: no tick used in the window reads as "under one tick's worth".
       const perHour = (cpuS * 3600) / windowS;
       const tickPerHour = (3600 / TICK_HZ / windowS).toFixed(2);
-      ctx.note(`agent: CPU per idle hour (s, goal ≤ 1; ${Math.round(windowS)} s measured, ${cpuS.toFixed(2)} s used)`, cpuS === 0 ? `< ${tickPerHour}` : perHour.toFixed(2));
+      ctx.note(
+        `agent: CPU per idle hour (s, goal ≤ 1; ${Math.round(windowS)} s measured, ${cpuS.toFixed(2)} s used)`,
+        cpuS === 0 ? `< ${tickPerHour}` : perHour.toFixed(2),
+      );
       // What the engine's commands it runs (a `podman ps` a heartbeat) cost on top, per idle hour.
       ctx.note("agent: its podman commands' CPU per idle hour (s)", ((childrenS * 3600) / windowS).toFixed(2));
       if (spawnSync("podman", ["--version"]).status === 0) await changeToRunning(ctx, api, String(server.id), work);
@@ -112,7 +134,10 @@ export async function run(ctx: BenchContext) {
 type Api = (method: string, path: string, body?: unknown) => Promise<Record<string, unknown>>;
 
 function podman(...args: string[]) {
-  const r = spawnSync("podman", args, { encoding: "utf8", env: { CONTAINERS_CONF: join(import.meta.dirname, "../../../agent/test/containers.conf"), ...process.env } });
+  const r = spawnSync("podman", args, {
+    encoding: "utf8",
+    env: { CONTAINERS_CONF: join(import.meta.dirname, "../../../agent/test/containers.conf"), ...process.env },
+  });
   if (r.status !== 0) throw new Error(`podman ${args.join(" ")}: ${r.stderr}`);
   return r.stdout;
 }
@@ -140,13 +165,25 @@ async function changeToRunning(ctx: BenchContext, api: Api, serverId: string, wo
       const t0 = Date.now();
       await api("PUT", `/v1/servers/${serverId}/desired`, {
         generation: ++generation,
-        agents: [{ name: "bench", image: ref, version: String(i + 1), instance_id: "00000000-0000-4000-8000-000000000001" }],
+        agents: [
+          { name: "bench", image: ref, version: String(i + 1), instance_id: "00000000-0000-4000-8000-000000000001" },
+        ],
       });
       let running: number | null = null;
       let realized: number | null = null;
       while ((running === null || realized === null) && Date.now() - t0 < 120_000) {
         if (running === null) {
-          const ps = JSON.parse(podman("ps", "--filter", "label=io.harbormaster.agent=bench", "--filter", `label=io.harbormaster.version=${i + 1}`, "--format", "json") || "[]") as unknown[];
+          const ps = JSON.parse(
+            podman(
+              "ps",
+              "--filter",
+              "label=io.harbormaster.agent=bench",
+              "--filter",
+              `label=io.harbormaster.version=${i + 1}`,
+              "--format",
+              "json",
+            ) || "[]",
+          ) as unknown[];
           if (ps.length) running = Date.now() - t0;
         }
         if (realized === null) {
@@ -160,7 +197,10 @@ async function changeToRunning(ctx: BenchContext, api: Api, serverId: string, wo
       ctx.note(`agent: desired change to server realized (${what}, ms)`, realized ?? "timed out");
     }
   } finally {
-    for (const c of podman("ps", "-a", "-q", "--filter", "label=io.harbormaster.agent=bench").split("\n").filter(Boolean)) spawnSync("podman", ["rm", "-f", "-v", c]);
+    for (const c of podman("ps", "-a", "-q", "--filter", "label=io.harbormaster.agent=bench")
+      .split("\n")
+      .filter(Boolean))
+      spawnSync("podman", ["rm", "-f", "-v", c]);
     for (const r of refs) spawnSync("podman", ["rmi", "-f", r]);
   }
 }

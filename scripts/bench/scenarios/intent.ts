@@ -1,4 +1,4 @@
-// Fleet intent at scale (issue 8): for fleets of N servers (BENCH_INTENT_N, default 1000,5000),
+// Fleet intent at scale (docs/operator-guide.md): for fleets of N servers (BENCH_INTENT_N, default 1000,5000),
 // (1) one role change: wall time and D1 statements for the planner to converge, per affected server;
 // (2) one cron tick with 100 newly stale servers: D1 statements and rows read, which must not grow with N.
 import { apiOf, ok, pool } from "../http.ts";

@@ -1,4 +1,4 @@
-// Per-agent rollouts (issue 9): N servers (1,000 and 10,000) updated at concurrency 500 by hosts
+// Per-agent rollouts (docs/rollouts.md): N servers (1,000 and 10,000) updated at concurrency 500 by hosts
 // that reconcile instantly (an in-bench stand-in speaking the host API: fetch the desired config,
 // report it realized). Reports control-plane time per target and D1 statements per target, as
 // ratios to the empty request measured at the start of the same run.
@@ -6,8 +6,6 @@ import type { BenchContext } from "../run.ts";
 
 const SIZES = (process.env.BENCH_ROLLOUT_SIZES ?? "1000,10000").split(",").map(Number);
 const CONCURRENCY = 500;
-/** Host requests in flight at once (the stand-in's own parallelism). */
-const HOST_WORKERS = 64;
 const AGENT = "fw-agent";
 const OLD = { image: "registry.example/fw:1.0.0", version: "1.0.0" };
 const NEW = { image: "registry.example/fw:2.0.0", version: "2.0.0" };

@@ -1,4 +1,4 @@
-// Fleets as code (issue 19): one spec apply that changes one role, against the same role change
+// Fleets as code (docs/fleets-as-code.md): one spec apply that changes one role, against the same role change
 // through the API, in one fleet of N servers (BENCH_SPEC_N, default 2000; one server in ten has
 // the role) in the same run: wall time and D1 statements per affected server. The two alternate
 // (API, spec, API, spec, …; BENCH_SPEC_ROUNDS each, default 3), each re-planning the same servers

@@ -1,4 +1,4 @@
-// `hm status` against a fleet of N servers (BENCH_STATUS_N, default 10000; issue 18): how many
+// `hm status` against a fleet of N servers (BENCH_STATUS_N, default 10000): how many
 // requests it makes and how long it takes, in-process through hm's own main(). Before GET
 // /v1/status it paged through every server to count them on the client: N / 200 requests per
 // fleet. Registering 10,000 servers takes minutes on a development machine, so this runs only

@@ -3,6 +3,8 @@
  * Audit: the log, newest first. The API filters by target (a server is `server:<id>`); actor,
  * action and time are matched here over the pages read (at most SCAN_PAGES), and the page says so.
  */
+import type { z } from "zod";
+import { AuditEntry } from "../../audit/schemas";
 import { qs } from "../api";
 import { render, type View } from "../context";
 import { Ago, Field, Filters, Pager, Table } from "../ui";
@@ -19,12 +21,12 @@ export async function auditPage(v: View) {
   const server = f.server && /^[0-9a-f-]{36}$/.test(f.server) ? f.server : undefined;
   const [since, until] = [when(f.since), when(f.until)];
   const narrowed = !!(f.actor || f.action || since || until);
-  const keep = (e: any) => {
+  const keep = (e: z.output<typeof AuditEntry>) => {
     const at = Date.parse(e.at);
     return (!f.actor || e.actor.includes(f.actor)) && (!f.action || e.action.startsWith(f.action)) && (!since || at >= since) && (!until || at <= until);
   };
   const path = (cursor?: string) => `/v1/audit${qs({ target: server ? `server:${server}` : undefined, limit: narrowed ? 200 : 50, cursor })}`;
-  const { rows, next, pages } = await scan<any>(v, path, keep, 50, q.cursor);
+  const { rows, next, pages } = await scan(v, AuditEntry, path, keep, 50, q.cursor);
   // Newest first: once past `since`, older pages cannot match.
   const more = since && rows.length && Date.parse(rows[rows.length - 1].at) < since ? null : next;
   return render(
@@ -47,7 +49,7 @@ export async function auditPage(v: View) {
         </p>
       ) : null}
       <Table id="audit" caption="Audit entries" head={["When", "Actor", "Action", "Target", "Details"]}>
-        {rows.map((e: any) => (
+        {rows.map((e) => (
           <tr>
             <td><Ago at={e.at} /></td>
             <td class="mono">{e.actor}</td>

@@ -1,7 +1,8 @@
 /** @jsxImportSource hono/jsx */
 /** Drift: the check's findings with their reasons; a dry run of the fix, then the fix. */
 import { Hono } from "hono";
-import { must, qs, type InProcessApp } from "../api";
+import { qs, read, send, type InProcessApp } from "../api";
+import { CheckAnswer, FixAnswer } from "../../check/schemas";
 import { action, NoFleet, page, render, type View } from "../context";
 import { requireCsrf, requireSession, type ConsoleEnv } from "../guard";
 import { ActionForm, Badge, canWrite, Field, Filters, Pager, Table } from "../ui";
@@ -19,8 +20,8 @@ const ServerLink = ({ id, hostname, fleet }: { id: string; hostname: string; fle
 async function driftPage(v: View) {
   if (!v.fleet) return render(v, "drift", "Drift", <NoFleet />);
   const f = filterOf(v, v.c.req.query());
-  const out = await must<any>(v.api("GET", `/v1/check/server-agents${qs({ ...f, limit: 50 })}`));
-  const fixable = out.findings.some((x: any) => x.fix !== "none");
+  const out = await read(v, CheckAnswer, `/v1/check/server-agents${qs({ ...f, limit: 50 })}`);
+  const fixable = out.findings.some((x) => x.fix !== "none");
   return render(
     v,
     "drift",
@@ -31,7 +32,7 @@ async function driftPage(v: View) {
         <Field label="Agent" name="agent" value={f.agent} />
       </Filters>
       <Table id="drift-findings" caption="Findings" head={["Server", "Agent", "Reason", "Desired", "Reported", "Fix"]}>
-        {out.findings.map((x: any) => (
+        {out.findings.map((x) => (
           <tr>
             <td><ServerLink id={x.server} hostname={x.hostname} fleet={v.fleet!} /></td>
             <td>{x.agent ?? "—"}</td>
@@ -50,7 +51,7 @@ async function driftPage(v: View) {
         <>
           <h2>Skipped</h2>
           <ul>
-            {out.skipped.map((s: any) => (
+            {out.skipped.map((s) => (
               <li>
                 <ServerLink id={s.server} hostname={s.hostname} fleet={v.fleet!} />: {s.why}
               </li>
@@ -79,7 +80,7 @@ export function driftPages(getApp: () => InProcessApp) {
     .get("/console/drift", requireSession, page(getApp, "drift", driftPage))
     .post("/console/drift/dry-run", requireCsrf, action(getApp, "/console/drift", async (v, form) => {
       const f = filterOf(v, form);
-      const plan = await must<any>(v.api("POST", "/v1/check/server-agents/fix", body(f, true)));
+      const plan = await send(v, FixAnswer, "POST", "/v1/check/server-agents/fix", body(f, true));
       // The plan is this answer (nothing changed yet); the fix form under it carries the same filters.
       return render(
         v,
@@ -89,7 +90,7 @@ export function driftPages(getApp: () => InProcessApp) {
           <h1>What the fix would do</h1>
           <p>Nothing has changed yet. Each server below gets the action shown when you apply the fix.</p>
           <Table id="drift-plan" caption="Planned fixes" head={["Server", "Action", "Reasons"]}>
-            {plan.actions.map((a: any) => (
+            {plan.actions.map((a) => (
               <tr>
                 <td><ServerLink id={a.server} hostname={a.hostname} fleet={v.fleet!} /></td>
                 <td>{a.action}</td>
@@ -109,8 +110,8 @@ export function driftPages(getApp: () => InProcessApp) {
       );
     }))
     .post("/console/drift/fix", requireCsrf, action(getApp, "/console/drift", async (v, form) => {
-      const out = await must<any>(v.api("POST", "/v1/check/server-agents/fix", body(filterOf(v, form), false)));
-      const failed = out.actions.filter((a: any) => a.result && !a.result.ok).length;
+      const out = await send(v, FixAnswer, "POST", "/v1/check/server-agents/fix", body(filterOf(v, form), false));
+      const failed = out.actions.filter((a) => a.result && !a.result.ok).length;
       return `fix applied to ${out.actions.length} server(s)${failed ? `, ${failed} failed` : ""}.`;
     }));
 }

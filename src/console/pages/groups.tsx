@@ -1,10 +1,14 @@
 /** @jsxImportSource hono/jsx */
 /** Reboot groups: holders, the queue in order, windows in the group's time zone; pause, resize, force-release. */
 import { Hono } from "hono";
-import { must, type InProcessApp } from "../api";
+import type { z } from "zod";
+import { GroupSchema } from "../../fleetlock/schemas";
+import { must, read, send, type InProcessApp } from "../api";
 import { action, confirmTyped, NoFleet, page, render, type View } from "../context";
 import { requireCsrf, requireSession, type ConsoleEnv } from "../guard";
 import { ActionForm, Ago, Badge, canWrite, Duration, Field, Filters, Table } from "../ui";
+
+type Group = z.output<typeof GroupSchema>;
 
 const groupPath = (fleet: string, group: string) => `/v1/fleets/${encodeURIComponent(fleet)}/reboot-groups/${encodeURIComponent(group)}`;
 
@@ -17,7 +21,7 @@ function nowIn(timeZone: string) {
   }
 }
 
-const Windows = ({ windows }: { windows: any[] }) =>
+const Windows = ({ windows }: { windows: Group["windows"] }) =>
   windows.length === 0 ? (
     <span class="muted">none: slots are granted at any time</span>
   ) : (
@@ -32,9 +36,9 @@ const Windows = ({ windows }: { windows: any[] }) =>
 
 async function groupsPage(v: View) {
   if (!v.fleet) return render(v, "groups", "Reboot groups", <NoFleet />);
-  const list = await must<any>(v.api("GET", `/v1/fleets/${encodeURIComponent(v.fleet)}/reboot-groups`));
+  const list = await must(v.api<{ fleet: string; lock_ttl_s: number; items: Group[] }>("GET", `/v1/fleets/${encodeURIComponent(v.fleet)}/reboot-groups`));
   const q = (v.c.req.query("q") ?? "").trim().toLowerCase();
-  const items = list.items.filter((g: any) => !q || g.name.toLowerCase().includes(q));
+  const items = list.items.filter((g) => !q || g.name.toLowerCase().includes(q));
   return render(
     v,
     "groups",
@@ -46,7 +50,7 @@ async function groupsPage(v: View) {
       </Filters>
       <p class="muted small">A holder is stuck once it has held its slot longer than the fleet's lock TTL ({list.lock_ttl_s} s).</p>
       <Table id="groups" caption="Reboot groups" head={["Group", ["Held", "num"], ["Queue", "num"], "Windows", "State"]}>
-        {items.map((g: any) => (
+        {items.map((g) => (
           <tr>
             <td><a href={`/console/groups/${encodeURIComponent(g.name)}?fleet=${encodeURIComponent(v.fleet!)}`}>{g.name}</a></td>
             <td class="num">{g.holders.length}/{g.slots}</td>
@@ -54,7 +58,7 @@ async function groupsPage(v: View) {
             <td>{g.windows.length ? <Badge status={g.open_now ? "open" : "closed"} label={g.open_now ? "window open" : "window closed"} /> : <span class="muted">always</span>}</td>
             <td>
               {g.paused ? <Badge status="paused" /> : <Badge status="active" label="admitting" />}{" "}
-              {g.holders.some((h: any) => h.stuck) ? <Badge status="stuck" /> : null}
+              {g.holders.some((h) => h.stuck) ? <Badge status="stuck" /> : null}
             </td>
           </tr>
         ))}
@@ -67,12 +71,12 @@ async function groupsPage(v: View) {
 async function groupPage(v: View) {
   if (!v.fleet) return render(v, "groups", "Reboot group", <NoFleet />);
   const name = v.c.req.param("group")!;
-  const g = await must<any>(v.api("GET", groupPath(v.fleet, name)));
+  const g = await read(v, GroupSchema, groupPath(v.fleet, name));
   const back = `/console/groups/${encodeURIComponent(name)}?fleet=${encodeURIComponent(v.fleet)}`;
   const act = (what: string) => `/console/groups/${encodeURIComponent(name)}/${what}?fleet=${encodeURIComponent(v.fleet!)}`;
   const csrf = v.session.csrf;
   const write = canWrite(v.session);
-  const serverLink = (s: any) => (s ? <a href={`/console/servers/${s.id}?fleet=${encodeURIComponent(v.fleet!)}`}>{s.hostname ?? s.id}</a> : <span class="muted">unknown id</span>);
+  const serverLink = (s: Group["holders"][number]["server"]) => (s ? <a href={`/console/servers/${s.id}?fleet=${encodeURIComponent(v.fleet!)}`}>{s.hostname ?? s.id}</a> : <span class="muted">unknown id</span>);
   return render(
     v,
     "groups",
@@ -99,7 +103,7 @@ async function groupPage(v: View) {
         </div>
         <h2>Holders</h2>
         <Table caption="Holders" head={["FleetLock id", "Server", "Since", "State", ...(write ? ["Force release"] : [])]}>
-          {g.holders.map((h: any) => (
+          {g.holders.map((h) => (
             <tr>
               <td class="mono">{h.id}</td>
               <td>{serverLink(h.server)}</td>
@@ -126,7 +130,7 @@ async function groupPage(v: View) {
           <p class="muted">Nobody is waiting.</p>
         ) : (
           <ol class="queue" aria-label="Queue">
-            {g.queue.map((w: any) => (
+            {g.queue.map((w) => (
               <li>
                 <span class="mono">{w.id}</span> ({serverLink(w.server)}) waiting <Duration seconds={w.waited_s} />, refused <Ago at={w.deadline} /> unless
                 granted {w.connected ? <Badge status="connected" /> : <Badge status="waiting" label="request gone, keeps its place" />}
@@ -158,10 +162,10 @@ async function groupPage(v: View) {
 
 export function groupPages(getApp: () => InProcessApp) {
   const fallback = "/console/groups";
-  const put = async (v: View, change: (g: any) => Record<string, unknown>) => {
+  const put = async (v: View, change: (g: Group) => Record<string, unknown>) => {
     const path = groupPath(v.fleet!, v.c.req.param("group")!);
-    const g = await must<any>(v.api("GET", path));
-    return must<any>(v.api("PUT", path, { slots: g.slots, ...change(g) }));
+    const g = await read(v, GroupSchema, path);
+    return send(v, GroupSchema, "PUT", path, { slots: g.slots, ...change(g) });
   };
   return new Hono<ConsoleEnv>()
     .get("/console/groups", requireSession, page(getApp, "groups", groupsPage))

@@ -3,24 +3,26 @@
  * Images: the catalog, by name then version, with who uses each image (channels, live rollouts,
  * servers), read from each image's own answer (a page is at most PAGE images).
  */
-import { must, qs } from "../api";
+import type { z } from "zod";
+import { Image, ImageWithUsers } from "../../images/schemas";
+import { qs, read, readPage } from "../api";
 import { render, type View } from "../context";
 import { Ago, Field, Filters, Pager, Table } from "../ui";
 
 const PAGE = 25;
 
-export const sizeOf = (n: number) => (n >= 1024 ** 3 ? `${(n / 1024 ** 3).toFixed(2)} GiB` : n >= 1024 ** 2 ? `${(n / 1024 ** 2).toFixed(1)} MiB` : n >= 1024 ? `${(n / 1024).toFixed(1)} KiB` : `${n} B`);
+const sizeOf = (n: number) => (n >= 1024 ** 3 ? `${(n / 1024 ** 3).toFixed(2)} GiB` : n >= 1024 ** 2 ? `${(n / 1024 ** 2).toFixed(1)} MiB` : n >= 1024 ? `${(n / 1024).toFixed(1)} KiB` : `${n} B`);
 
-const Users = ({ used }: { used: any }) => {
+const Users = ({ used }: { used: z.output<typeof ImageWithUsers>["used_by"] }) => {
   if (!used) return <span class="muted">—</span>;
   const items = [
-    ...used.channels.map((c: any) => <li>channel {c.fleet}/{c.agent}</li>),
-    ...used.rollouts.map((r: any) => (
+    ...used.channels.map((c) => <li>channel {c.fleet}/{c.agent}</li>),
+    ...used.rollouts.map((r) => (
       <li>
         rollout <a href={`/console/rollouts/${r.id}`}>{r.id.slice(0, 8)}</a> ({r.state})
       </li>
     )),
-    ...used.servers.map((s: any) => (
+    ...used.servers.map((s) => (
       <li>
         server <a href={`/console/servers/${s.id}`}>{s.hostname}</a>
       </li>
@@ -32,8 +34,8 @@ const Users = ({ used }: { used: any }) => {
 export async function imagesPage(v: View) {
   const q = v.c.req.query();
   const name = q.name?.trim() || undefined;
-  const list = await must<any>(v.api("GET", `/v1/images${qs({ name, limit: PAGE, cursor: q.cursor })}`));
-  const details = await Promise.all(list.items.map((i: any) => must<any>(v.api("GET", `/v1/images/${i.id}`))));
+  const list = await readPage(v, Image, `/v1/images${qs({ name, limit: PAGE, cursor: q.cursor })}`);
+  const details = await Promise.all(list.items.map((i) => read(v, ImageWithUsers, `/v1/images/${i.id}`)));
   return render(
     v,
     "images",
@@ -44,7 +46,7 @@ export async function imagesPage(v: View) {
         <Field label="Name" name="name" value={name} />
       </Filters>
       <Table id="images" caption="Catalog images" head={["Name", "Version", "Kind", "Digest", "Size", "State", "Used by", "Created"]}>
-        {details.map((i: any) => (
+        {details.map((i) => (
           <tr>
             <td>{i.name}</td>
             <td>{i.version}</td>

@@ -42,6 +42,9 @@ export async function overviewPage(v: View) {
       <h1>
         Fleet <span class="mono">{v.fleet}</span>
       </h1>
+      <p class="small">
+        <a href={`/console/enrollment?fleet=${f}`}>Enrollment tokens</a>: let machines join this fleet by themselves
+      </p>
       <div class="grid" id="overview-cards" data-live="">
         <section class="card" aria-labelledby="h-servers">
           <h2 id="h-servers">Servers ({s.servers.total})</h2>

@@ -1,21 +1,22 @@
 /** @jsxImportSource hono/jsx */
 /** Rollouts: the list, and one rollout with a bar per state, slow servers, failures, the event log; its controls. */
 import { Hono } from "hono";
-import { must, qs, type InProcessApp } from "../api";
+import { ROLLOUT_STATES, type RolloutTargetState } from "../../domain/enums";
+import { EventSchema, RolloutListItem, RolloutSchema, TargetSchema } from "../../rollouts/schemas";
+import { must, qs, read, readPage, type InProcessApp } from "../api";
 import { action, NoFleet, page, render, type View } from "../context";
 import { requireCsrf, requireSession, type ConsoleEnv } from "../guard";
 import { ActionForm, Ago, Badge, canWrite, Duration, Field, Filters, Pager, Select, Table } from "../ui";
 import { Progress } from "./overview";
 
-const STATES = ["running", "paused", "succeeded", "failed", "cancelled", "rolling_back", "rolled_back"];
-const TARGET_STATES: [string, string][] = [["done", "ok"], ["applying", ""], ["queued", ""], ["failed", "bad"], ["timed_out", "bad"], ["skipped", "warn"]];
+const TARGET_STATES: [RolloutTargetState, string][] = [["done", "ok"], ["applying", ""], ["queued", ""], ["failed", "bad"], ["timed_out", "bad"], ["skipped", "warn"]];
 const total = (counts: Record<string, number>) => Object.values(counts).reduce((a, b) => a + b, 0);
 
 async function rolloutsPage(v: View) {
   if (!v.fleet) return render(v, "rollouts", "Rollouts", <NoFleet />);
   const q = v.c.req.query();
   const params = { fleet: v.fleet, state: q.state, agent: q.agent?.trim(), cursor: q.cursor };
-  const list = await must<any>(v.api("GET", `/v1/rollouts${qs({ ...params, limit: 50 })}`));
+  const list = await readPage(v, RolloutListItem, `/v1/rollouts${qs({ ...params, limit: 50 })}`);
   return render(
     v,
     "rollouts",
@@ -23,11 +24,11 @@ async function rolloutsPage(v: View) {
     <>
       <h1>Rollouts</h1>
       <Filters action="/console/rollouts" label="Filter rollouts" fleet={v.fleet}>
-        <Select name="state" label="State" options={STATES} value={q.state} />
+        <Select name="state" label="State" options={ROLLOUT_STATES} value={q.state} />
         <Field label="Agent" name="agent" value={params.agent} />
       </Filters>
       <Table id="rollouts" caption="Rollouts" head={["Agent and image", "State", "Progress", "Started", "By"]}>
-        {list.items.map((r: any) => {
+        {list.items.map((r) => {
           const n = total(r.counts);
           return (
             <tr>
@@ -52,10 +53,10 @@ async function rolloutPage(v: View) {
   const id = v.c.req.param("id")!;
   const q = v.c.req.query();
   const [r, failed, timedOut, events] = await Promise.all([
-    must<any>(v.api("GET", `/v1/rollouts/${id}`)),
-    must<any>(v.api("GET", `/v1/rollouts/${id}/targets${qs({ state: "failed", limit: 50 })}`)),
-    must<any>(v.api("GET", `/v1/rollouts/${id}/targets${qs({ state: "timed_out", limit: 50 })}`)),
-    must<any>(v.api("GET", `/v1/rollouts/${id}/events${qs({ limit: 50, cursor: q.cursor })}`)),
+    read(v, RolloutSchema, `/v1/rollouts/${id}`),
+    readPage(v, TargetSchema, `/v1/rollouts/${id}/targets${qs({ state: "failed", limit: 50 })}`),
+    readPage(v, TargetSchema, `/v1/rollouts/${id}/targets${qs({ state: "timed_out", limit: 50 })}`),
+    readPage(v, EventSchema, `/v1/rollouts/${id}/events${qs({ limit: 50, cursor: q.cursor })}`),
   ]);
   v.fleet = r.fleet;
   const back = `/console/rollouts/${id}?fleet=${encodeURIComponent(r.fleet)}`;
@@ -106,7 +107,7 @@ async function rolloutPage(v: View) {
           <p class="muted">None.</p>
         ) : (
           <ul>
-            {r.warnings.map((w: any) => (
+            {r.warnings.map((w) => (
               <li>
                 <Badge status="slow" /> <a href={`/console/servers/${w.server_id}`}>{w.hostname}</a>: {w.message} (<Ago at={w.at} />)
               </li>
@@ -118,7 +119,7 @@ async function rolloutPage(v: View) {
           <p class="muted">No target failed.</p>
         ) : (
           <Table caption="Failed targets" head={["Server", "State", "Why", "Ended"]}>
-            {failures.map((t: any) => (
+            {failures.map((t) => (
               <tr>
                 <td><a href={`/console/servers/${t.server_id}`}>{t.hostname}</a></td>
                 <td><Badge status={t.state} /></td>
@@ -141,7 +142,7 @@ async function rolloutPage(v: View) {
       ) : null}
       <h2>Event log</h2>
       <Table id="rollout-events" caption="Event log" head={["When", "What", "Server", "Details"]}>
-        {events.items.map((e: any) => (
+        {events.items.map((e) => (
           <tr>
             <td><Ago at={e.at} /></td>
             <td>{e.kind}</td>

@@ -1,28 +1,33 @@
 /** @jsxImportSource hono/jsx */
 /** One server: desired against reported per agent, lifecycle, FleetLock, audit trail, and its actions. */
 import { Hono } from "hono";
-import { must, qs, type InProcessApp } from "../api";
+import type { z } from "zod";
+import { AuditEntry } from "../../audit/schemas";
+import { GroupSchema } from "../../fleetlock/schemas";
+import { ServerDetail, ServerToken } from "../../servers/schemas";
+import { must, qs, read, readPage, send, type InProcessApp } from "../api";
 import { action, confirmTyped, render, type View } from "../context";
 import { requireCsrf, type ConsoleEnv } from "../guard";
 import { ActionForm, Ago, Badge, canWrite, Pager, Table } from "../ui";
 
 const idOf = (v: View) => v.c.req.param("id")!;
 
-async function holdsOf(v: View, s: any) {
-  const res = await v.api("GET", `/v1/fleets/${encodeURIComponent(s.fleet)}/reboot-groups/${encodeURIComponent(s.reboot_group)}`);
+async function holdsOf(v: View, s: z.output<typeof ServerDetail>) {
+  const path = `/v1/fleets/${encodeURIComponent(s.fleet)}/reboot-groups/${encodeURIComponent(s.reboot_group)}`;
+  const res = await v.api<z.output<typeof GroupSchema>>("GET", path);
   if (!res.ok) return null;
   const g = res.json;
-  const mine = (x: any) => x.server?.id === s.id || (s.fleetlock_id && x.id === s.fleetlock_id);
+  const mine = (x: { id: string; server: { id: string } | null }) => x.server?.id === s.id || (s.fleetlock_id && x.id === s.fleetlock_id);
   return { group: g, holder: g.holders.find(mine) ?? null, queued: g.queue.find(mine) ?? null };
 }
 
 export async function serverDetailPage(v: View) {
   const id = idOf(v);
-  const s = await must<any>(v.api("GET", `/v1/servers/${id}`));
+  const s = await read(v, ServerDetail, `/v1/servers/${id}`);
   v.fleet = s.fleet;
   const [holds, audit] = await Promise.all([
     holdsOf(v, s),
-    must<any>(v.api("GET", `/v1/audit${qs({ target: `server:${id}`, limit: 20, cursor: v.c.req.query("cursor") })}`)),
+    readPage(v, AuditEntry, `/v1/audit${qs({ target: `server:${id}`, limit: 20, cursor: v.c.req.query("cursor") })}`),
   ]);
   const back = `/console/servers/${id}?fleet=${encodeURIComponent(s.fleet)}`;
   const csrf = v.session.csrf;
@@ -89,13 +94,13 @@ export async function serverDetailPage(v: View) {
       </div>
       <h2>Agents: desired against reported</h2>
       <Table id="server-agents" caption="Agents" head={["Agent", "Status", "Desired", "Reported", "Errors"]}>
-        {s.agents.map((a: any) => (
+        {s.agents.map((a) => (
           <tr>
             <td>{a.name}</td>
             <td><Badge status={a.status} /></td>
             <td class="mono">{a.desired ? `${a.desired.image}` : "— (to remove)"}</td>
             <td class="mono">{a.reported ? `${a.reported.image} · ${a.reported.state}` : "not reported"}</td>
-            <td>{a.errors.length ? a.errors.map((e: any) => <div class="t-bad">✕ {e.op}: {e.message}</div>) : <span class="muted">none</span>}</td>
+            <td>{a.errors.length ? a.errors.map((e) => <div class="t-bad">✕ {e.op}: {e.message}</div>) : <span class="muted">none</span>}</td>
           </tr>
         ))}
       </Table>
@@ -128,7 +133,7 @@ export async function serverDetailPage(v: View) {
       ) : null}
       <h2>Audit trail</h2>
       <Table id="server-audit" caption="Audit trail" head={["When", "Who", "What"]}>
-        {audit.items.map((e: any) => (
+        {audit.items.map((e) => (
           <tr>
             <td><Ago at={e.at} /></td>
             <td class="mono">{e.actor}</td>
@@ -143,14 +148,14 @@ export async function serverDetailPage(v: View) {
 
 export function serverActions(getApp: () => InProcessApp) {
   const fallback = "/console/servers";
-  const post = (v: View, path: string, body?: unknown) => must<any>(v.api("POST", `/v1/servers/${idOf(v)}${path}`, body));
+  const post = (v: View, path: string, body?: unknown) => must(v.api("POST", `/v1/servers/${idOf(v)}${path}`, body));
   return new Hono<ConsoleEnv>()
     .post("/console/servers/:id{[0-9a-f-]{36}}/refresh", requireCsrf, action(getApp, fallback, async (v) => {
       await post(v, "/refresh");
       return "a report was asked for; the page updates when it arrives.";
     }))
     .post("/console/servers/:id{[0-9a-f-]{36}}/decommission", requireCsrf, action(getApp, fallback, async (v, form) => {
-      const s = await must<any>(v.api("GET", `/v1/servers/${idOf(v)}`));
+      const s = await read(v, ServerDetail, `/v1/servers/${idOf(v)}`);
       confirmTyped(form, s.hostname, "the server's hostname");
       await post(v, "/decommission", {});
       return `${s.hostname} is decommissioning.`;
@@ -160,7 +165,7 @@ export function serverActions(getApp: () => InProcessApp) {
       return "the decommission was cancelled.";
     }))
     .post("/console/servers/:id{[0-9a-f-]{36}}/token", requireCsrf, action(getApp, fallback, async (v) => {
-      const out = await post(v, "/token");
+      const out = await send(v, ServerToken, "POST", `/v1/servers/${idOf(v)}/token`);
       // The new token is shown once, on this answer, never through a redirect or a cookie.
       return render(
         v,

@@ -7,19 +7,21 @@
  * narrows the pages it reads (at most SCAN_PAGES of them) and says so.
  */
 import { Hono } from "hono";
-import { must, qs, type InProcessApp } from "../api";
+import { SERVER_STATES, SERVER_STATUSES } from "../../domain/enums";
+import type { z } from "zod";
+import { Instance } from "../../instances/schemas";
+import { ServerSummary } from "../../servers/schemas";
+import { qs, readPage, type InProcessApp } from "../api";
 import { NoFleet, page, render, type View } from "../context";
 import { requireSession, type ConsoleEnv } from "../guard";
 import { Ago, Badge, Field, Filters, Pager, Select, Table } from "../ui";
 import { serverDetailPage, serverActions } from "./server";
 
-const STATUSES = ["realized", "pending", "failed", "drifted", "unknown", "stale"];
-const STATES = ["provisioning", "active", "unreachable", "decommissioning", "removed"];
 export const SCAN_PAGES = 5;
 const PAGE = 50;
 
 /** "zone=eu-1a, rack" (commas or spaces) as the API's repeated `label=` terms. */
-export function labelTerms(text: string | undefined): string[] {
+function labelTerms(text: string | undefined): string[] {
   return (text ?? "").split(/[\s,]+/).filter(Boolean);
 }
 const withLabels = (path: string, terms: string[]) =>
@@ -27,12 +29,19 @@ const withLabels = (path: string, terms: string[]) =>
 const labelsText = (labels: Record<string, string> | undefined) => Object.entries(labels ?? {}).map(([k, v]) => `${k}=${v}`);
 
 /** Reads pages of `path` until `want` rows pass `keep` or SCAN_PAGES pages were read. */
-export async function scan<T>(v: View, path: (cursor?: string) => string, keep: (row: T) => boolean, want: number, cursor?: string) {
-  const rows: T[] = [];
+export async function scan<S extends z.ZodType>(
+  v: View,
+  item: S,
+  path: (cursor?: string) => string,
+  keep: (row: z.output<S>) => unknown,
+  want: number,
+  cursor?: string,
+) {
+  const rows: z.output<S>[] = [];
   let next: string | null = cursor ?? null;
   let pages = 0;
   do {
-    const res: { items: T[]; next_cursor: string | null } = await must(v.api("GET", path(next ?? undefined)));
+    const res = await readPage(v, item, path(next ?? undefined));
     rows.push(...res.items.filter(keep));
     next = res.next_cursor;
     pages++;
@@ -54,8 +63,8 @@ async function serversPage(v: View) {
   const form = (
     <Filters action="/console/servers" label="Search servers" fleet={v.fleet} button="Search" clear={`/console/servers?fleet=${encodeURIComponent(v.fleet)}`}>
       <Field label="Hostname starts with" name="hostname" value={f.hostname} />
-      <Select name="status" label="Status" options={STATUSES} value={f.status} />
-      <Select name="state" label="State" options={STATES} value={f.state} />
+      <Select name="status" label="Status" options={SERVER_STATUSES} value={f.status} />
+      <Select name="state" label="State" options={SERVER_STATES} value={f.state} />
       <Field label="Role" name="role" value={f.role} size={10} />
       <Field label="Labels" name="labels" value={f.labels} size={16} placeholder="zone=eu-1a, rack" />
       <Field label="Agent" name="agent" value={f.agent} size={10} />
@@ -65,7 +74,7 @@ async function serversPage(v: View) {
   if (byInstance) {
     // /v1/instances has no fleet filter: rows of other fleets are left out here.
     const path = (cursor?: string) => withLabels(`/v1/instances${qs({ agent: f.agent, image: f.image, limit: 200, cursor })}`, terms);
-    const { rows, next } = await scan<any>(v, path, (r) => r.fleet === v.fleet, PAGE, q.cursor);
+    const { rows, next } = await scan(v, Instance, path, (r) => r.fleet === v.fleet, PAGE, q.cursor);
     return render(
       v,
       "servers",
@@ -93,8 +102,8 @@ async function serversPage(v: View) {
   }
   const path = (cursor?: string) =>
     withLabels(`/v1/servers${qs({ fleet: v.fleet, status: f.status, state: f.state, hostname: prefix, limit: narrowed ? 200 : PAGE, cursor })}`, terms);
-  const keep = (s: any) => (!host || prefix || s.hostname.toLowerCase().startsWith(host)) && (!f.role || s.roles.includes(f.role));
-  const { rows, next, pages } = await scan<any>(v, path, keep, PAGE, q.cursor);
+  const keep = (s: z.output<typeof ServerSummary>) => (!host || prefix || s.hostname.toLowerCase().startsWith(host)) && (!f.role || s.roles.includes(f.role));
+  const { rows, next, pages } = await scan(v, ServerSummary, path, keep, PAGE, q.cursor);
   return render(
     v,
     "servers",

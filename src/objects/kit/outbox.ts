@@ -11,7 +11,7 @@ import type { Scheduler } from "./scheduler";
 import { kitTable } from "./tables";
 
 /** An effect that becomes D1 statements; all due D1 effects of one flush share one batch. */
-export interface D1Effect<P> {
+interface D1Effect<P> {
   target: "d1";
   /** Statements for the payload, built when delivered (from the object's state at that time). */
   statements(payload: P): BatchItem<"sqlite">[] | Promise<BatchItem<"sqlite">[]>;
@@ -20,14 +20,14 @@ export interface D1Effect<P> {
 }
 
 /** An effect delivered by calling something else (another Durable Object). */
-export interface CallEffect<P> {
+interface CallEffect<P> {
   target: "call";
   deliver(payload: P): Promise<void>;
   /** After the receiver took it, in the turn that removes it from the outbox. */
   delivered?(payload: P): void;
 }
 
-export type Effect<P = any> = D1Effect<P> | CallEffect<P>;
+export type Effect<P = unknown> = D1Effect<P> | CallEffect<P>;
 
 /**
  * Thrown by a call effect whose receiver must not be called yet (a rate limit): the effect is
@@ -53,7 +53,7 @@ export const OUTBOX_TIMER = "outbox";
 export const OUTBOX_SAFETY_MS = 10_000;
 export const OUTBOX_MAX_BACKOFF_MS = 5 * 60_000;
 /** Effects delivered per round of a flush (one D1 batch at most this large). */
-export const MAX_BATCH = 200;
+const MAX_BATCH = 200;
 
 export function backoffMs(attempts: number, random = Math.random()) {
   const capped = Math.min(OUTBOX_MAX_BACKOFF_MS, 1000 * 2 ** Math.max(0, attempts - 1));

@@ -9,7 +9,7 @@ import { kitTable } from "./tables";
 export type TimerHandler = (payload: unknown, name: string) => Promise<void> | void;
 
 /** When a handler throws, its timer fires again after this long (handlers are idempotent). */
-export const TIMER_RETRY_MS = 5_000;
+const TIMER_RETRY_MS = 5_000;
 
 export class Scheduler {
   /** The alarm this object last set; undefined until read once after the object woke. */

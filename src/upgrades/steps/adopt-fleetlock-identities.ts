@@ -3,7 +3,7 @@ import { servers } from "../../db/schema";
 import type { UpgradeStep } from "../step";
 import { coordinatorOf } from "../../objects/stubs";
 
-export const ADOPT_CHUNK = 200;
+const ADOPT_CHUNK = 200;
 
 /**
  * Until this release a coordinator that missed a server's identity looked the id up in D1 on the

@@ -5,11 +5,11 @@
  * next to openapi.json; a test keeps the two the same). docs/host-agents.md describes the protocol.
  */
 import { z } from "@hono/zod-openapi";
-import { MAX_BODY_BYTES } from "../domain/limits";
-import { CHANNEL_PROTOCOL, CHANNEL_VERSION, CLOSE_CODES, FLOOD_MAX_MESSAGES, FLOOD_WINDOW_MS, PING, PONG, TOKEN_PROTOCOL_PREFIX } from "../domain/channel";
+import { MAX_BODY_BYTES } from "../../domain/limits";
+import { CHANNEL_PROTOCOL, CHANNEL_VERSION, CLOSE_CODES, FLOOD_MAX_MESSAGES, FLOOD_WINDOW_MS, PING, PONG, TOKEN_PROTOCOL_PREFIX } from "../../domain/channel";
 import { DesiredConfig, HostDesiredConfig, InventoryReport, ReportAccepted } from "./schemas";
 
-export * from "../domain/channel";
+export * from "../../domain/channel";
 
 /** A message is at most as large as a request body under /v1 (a report's largest). */
 export const MAX_CHANNEL_MESSAGE_BYTES = MAX_BODY_BYTES;
@@ -17,7 +17,7 @@ export const MAX_CHANNEL_MESSAGE_BYTES = MAX_BODY_BYTES;
 const v = z.literal(CHANNEL_VERSION);
 
 /** The API's error shape, as in an HTTP error body. */
-export const ChannelError = z.object({ code: z.string(), message: z.string(), details: z.unknown().optional() });
+const ChannelError = z.object({ code: z.string(), message: z.string(), details: z.unknown().optional() });
 
 // ---- host → server ----
 
@@ -47,15 +47,15 @@ export const HOST_MESSAGE_TYPES = ["hello", "report"] as const;
 
 // ---- server → host ----
 
-export const DesiredMessage = z
+const DesiredMessage = z
   .object({ type: z.literal("desired"), v, config: HostDesiredConfig })
   .describe("A new desired config to reconcile against (on connect when the host's is not current, and on every change)");
 
-export const LifecycleMessage = z
+const LifecycleMessage = z
   .object({ type: z.literal("lifecycle"), v, order: z.enum(["terminate", "uninstall"]), config: DesiredConfig })
   .describe("A decommission order: the desired config that carries it; reconcile and report as for `desired`");
 
-export const RefreshMessage = z
+const RefreshMessage = z
   .object({ type: z.literal("refresh"), v, requested_at: z.string() })
   .describe("An operator asks for a report now");
 
@@ -71,7 +71,7 @@ export const AckMessage = z
   })
   .describe("The answer to a `report`: `body` as the HTTP route's 200, or `error` with the status it would have refused with");
 
-export const ErrorMessage = z
+const ErrorMessage = z
   .object({ type: z.literal("error"), v, id: z.string().optional(), error: ChannelError })
   .describe("A message the server could not take (malformed, oversized, unknown, unauthorized); nothing changed");
 

@@ -1,4 +1,4 @@
-import type { ServerKind, ServerState } from "../domain/enums";
+import type { ServerKind, ServerState } from "../../domain/enums";
 
 /** What a ledger knows of its server besides desired config and report. */
 export interface ServerRecord {

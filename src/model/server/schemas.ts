@@ -1,17 +1,17 @@
 import { z } from "@hono/zod-openapi";
-import { AGENT_STATES, AGENT_STATUSES, ERROR_OPS, LIFECYCLES, SERVER_STATUSES } from "../domain/enums";
-import { IMAGE_KINDS, type CatalogFields } from "../domain/images";
-import { MAX_AGENTS, MAX_ASSIGNMENT_ID_LENGTH, MAX_ASSIGNMENTS, MAX_REPORT_ERRORS } from "../domain/limits";
+import { AGENT_STATES, AGENT_STATUSES, ERROR_OPS, LIFECYCLES, SERVER_STATUSES } from "../../domain/enums";
+import { IMAGE_KINDS, type CatalogFields } from "../../domain/images";
+import { MAX_AGENTS, MAX_ASSIGNMENT_ID_LENGTH, MAX_ASSIGNMENTS, MAX_REPORT_ERRORS } from "../../domain/limits";
 
-export const AGENT_NAME = /^[a-z0-9][a-z0-9._-]{0,62}$/;
+const AGENT_NAME = /^[a-z0-9][a-z0-9._-]{0,62}$/;
 
 export const agentName = z
   .string()
   .regex(AGENT_NAME, "agent names are 1-63 chars of a-z, 0-9, '.', '_', '-', starting alphanumeric");
 export const imageRef = z.string().min(1).max(512);
 export const versionString = z.string().min(1).max(128);
-export const generation = z.number().int().min(1).max(Number.MAX_SAFE_INTEGER);
-export const lifecycle = z.enum(LIFECYCLES);
+const generation = z.number().int().min(1).max(Number.MAX_SAFE_INTEGER);
+const lifecycle = z.enum(LIFECYCLES);
 
 /** Rejects a list naming the same agent twice; the hook maps it to `duplicate_agent`. */
 function uniqueNames<T extends { name: string }>(items: T[], ctx: z.RefinementCtx) {
@@ -30,7 +30,7 @@ function uniqueNames<T extends { name: string }>(items: T[], ctx: z.RefinementCt
 }
 
 /** An agent with its image by name and version, or (a catalog image) by id. */
-export const DesiredAgent = z
+const DesiredAgent = z
   .union([
     z.strictObject({
       name: agentName,
@@ -63,7 +63,7 @@ export interface DesiredConfigInput {
 }
 
 /** A catalog image as a desired config carries it (src/domain/images.ts, CatalogFields). */
-export const catalogFields = {
+const catalogFields = {
   image_id: z.string().optional().openapi({ description: "Catalog images: the image's id" }),
   kind: z.enum(IMAGE_KINDS).optional().openapi({ description: "Catalog images: how the image is installed" }),
   digest: z.string().optional().openapi({ description: "Catalog images: sha256 of the bytes (or the manifest, for oci-ref)" }),
@@ -90,9 +90,9 @@ export const DesiredConfig = z
 export type DesiredConfig = z.infer<typeof DesiredConfig>;
 
 export const agentState = z.enum(AGENT_STATES);
-export const errorOp = z.enum(ERROR_OPS);
+const errorOp = z.enum(ERROR_OPS);
 
-export const ReportedAgent = z
+const ReportedAgent = z
   .strictObject({
     name: agentName,
     image: imageRef,
@@ -102,7 +102,7 @@ export const ReportedAgent = z
   })
   .openapi("ReportedAgent");
 
-export const ReportError = z
+const ReportError = z
   .strictObject({ agent: agentName, op: errorOp, message: z.string().min(1).max(4096) })
   .openapi("ReportError");
 
@@ -123,7 +123,7 @@ export const InventoryReport = z
 export type InventoryReport = z.infer<typeof InventoryReport>;
 
 export const serverStatus = z.enum(SERVER_STATUSES);
-export type { ServerStatus, AgentStatus } from "../domain/enums";
+export type { ServerStatus, AgentStatus } from "../../domain/enums";
 
 export const agentStatus = z.enum(AGENT_STATUSES);
 
