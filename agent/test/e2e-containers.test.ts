@@ -1,5 +1,6 @@
 /**
- * harbormaster-agent end to end with real podman containers: the built executable runs agents
+ * harbormaster-agent end to end with real podman containers: the built executable joins with an
+ * enrollment token and runs agents
  * whose images are in the machine's podman store (free-form image references, as fleets without
  * the image catalog name them), against a private server.
  */
@@ -47,10 +48,23 @@ afterAll(async () => {
   cleanPodman(scope, [image(1), image(2)]);
 });
 
+async function enrollmentToken(fleet: string, kind: "managed" | "manual", roles: string[]) {
+  if ((await api("GET", `/v1/fleets/${fleet}`)).status === 404)
+    expect((await api("POST", "/v1/fleets", { id: fleet })).status).toBe(201);
+  const r = await api("POST", `/v1/fleets/${fleet}/enrollment-tokens`, {
+    expires_at: new Date(Date.now() + 3600_000).toISOString(),
+    max_uses: 5,
+    kind,
+    roles,
+  });
+  expect(r.status, JSON.stringify(r.json)).toBe(201);
+  return r.json.token as string;
+}
+
 /**
- * A host registered in `fleet`, with the identity `join` keeps (join itself is
- * agent/test/cli-join.test.ts), its containers in a scope of its own: the driver tells one agent's
- * containers and volumes from another's on a shared engine by it, as two hosts would be two engines.
+ * A host that joined `fleet` with an enrollment token (`harbormaster-agent join`), its containers
+ * in a scope of its own: the driver tells one agent's containers and volumes from another's on a
+ * shared engine by it, as two hosts would be two engines.
  */
 async function joinedHost(
   fleet: string,
@@ -58,34 +72,25 @@ async function joinedHost(
   kind: "managed" | "manual" = "managed",
   roles: string[] = [],
 ) {
-  if ((await api("GET", `/v1/fleets/${fleet}`)).status === 404)
-    expect((await api("POST", "/v1/fleets", { id: fleet })).status).toBe(201);
-  const r = await api("POST", "/v1/servers", { fleet, hostname, kind, roles });
-  expect(r.status, JSON.stringify(r.json)).toBe(201);
   const hostScope = `${scope}-${hostname.split(".")[0]}`;
   scopes.push(hostScope);
   const host = new Host(executable, { config: { podman: { name_prefix: `${hostScope}-`, scope: hostScope } } });
   hosts.push(host);
-  const keep = (token: string) =>
-    new StateDir(host.stateDir).write("identity.json", {
-      url: server.url,
-      server_id: r.json.id,
-      fleet,
-      hostname,
-      token,
-      reboot_group: "default",
-      fleetlock_id: null,
-      machine_id: hostScope,
-      joined_at: new Date().toISOString(),
-    } satisfies Identity);
-  keep(r.json.token);
-  /** A new server token (the old one stops at once), kept as a new join would keep it. */
+  const token = await enrollmentToken(fleet, kind, roles);
+  const joined = await host.cmd(["join", server.url, token, "--hostname", hostname]);
+  expect(joined.code, joined.stderr).toBe(0);
+  expect(joined.stdout).toMatch(new RegExp(`joined fleet ${fleet} as ${hostname.replace(/\./g, "\\.")}`));
+  const again = await host.cmd(["join", server.url, token]);
+  expect(again.stdout).toMatch(/already joined/);
+  const id = (new StateDir(host.stateDir).identity() as Identity).server_id;
+  /** The join retried from the same machine with its token (its first answer lost): the same server, a fresh token. */
   const rejoin = async () => {
-    const t = await api("POST", `/v1/servers/${r.json.id}/token`);
-    expect(t.status).toBe(200);
-    keep(t.json.token);
+    new StateDir(host.stateDir).remove("identity.json");
+    const r = await host.cmd(["join", server.url, token, "--hostname", hostname]);
+    expect(r.code, r.stderr).toBe(0);
+    expect(new StateDir(host.stateDir).identity()!.server_id).toBe(id);
   };
-  return { host, id: r.json.id as string, name: `${hostScope}-web`, scope: hostScope, rejoin };
+  return { host, id, name: `${hostScope}-web`, scope: hostScope, rejoin };
 }
 
 const view = async (id: string) => (await api("GET", `/v1/servers/${id}`)).json;
@@ -230,7 +235,8 @@ describe("harbormaster-agent with podman", () => {
     expect(after).toMatchObject({ Id: before.Id, State: "running" });
     expect(after.Mounts ?? []).toEqual(volumes);
 
-    // A new token for the same server: the agent comes back and finds its container as it left it.
+    // Joined again (the enrollment retried from the same machine: the same server, a new token),
+    // the agent comes back and finds its container as it left it.
     await rejoin();
     host.start();
     expect((await api("POST", `/v1/servers/${id}/decommission`, {})).status).toBe(200);
