@@ -7,6 +7,8 @@ import { defineConfig } from "vitest/config";
 export default defineConfig({
   test: {
     include: ["agent/test/**/*.test.ts"],
+    // harbormaster-agent, built once per run for the tests that run the real executable.
+    globalSetup: ["./agent/test/build-setup.ts"],
     environment: "node",
     env: { CONTAINERS_CONF: process.env.CONTAINERS_CONF ?? fileURLToPath(new URL("./agent/test/containers.conf", import.meta.url)) },
     testTimeout: 120_000,

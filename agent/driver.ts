@@ -29,6 +29,8 @@ export interface AgentDriver {
   stop(current: ReportedAgent): Promise<void>;
   /** Workload units and storage attachments this host carries (they block an uninstall). */
   assignments?(): Promise<Assignments>;
+  /** Told the desired config at the start of each pass, before `list()` (a driver whose truth depends on it). */
+  beforePass?(desired: DesiredConfig): Promise<void>;
 }
 
 export interface ReconcileOutcome {
@@ -62,6 +64,7 @@ export async function reconcile(desired: DesiredConfig, driver: AgentDriver): Pr
       if (op) errors.push({ agent, op, message: messageOf(err) });
     }
   };
+  await driver.beforePass?.(desired);
   const listed = await driver.list();
   const installed = new Map(listed.map((a) => [a.name, a]));
   // The machine's truth after the pass: read again when anything was done, else what was just

@@ -1,0 +1,95 @@
+/**
+ * `harbormaster-agent join URL TOKEN`: enrolls this machine with an enrollment token (`hme.…`)
+ * through `POST /v1/agent/enroll` and keeps the identity it answers (the server's own token) in
+ * the state directory. Joined once, a second join changes nothing. A join whose answer was lost
+ * (a crash, a dropped connection) is simply run again: the server answers the same machine_id with
+ * the same server and a fresh token, the first one revoked.
+ */
+import { readFileSync } from "node:fs";
+import { hostname as osHostname } from "node:os";
+import { apiErrorOf, type FetchLike } from "../http.ts";
+import type { AgentConfig } from "./config.ts";
+import type { Identity, StateDir } from "./state.ts";
+
+export interface JoinOptions {
+  url: string;
+  token: string;
+  hostname?: string;
+  fleetlockId?: string;
+  fetch?: FetchLike;
+  now?: () => Date;
+}
+
+export type JoinResult = { joined: true; identity: Identity } | { joined: false; identity: Identity };
+
+/** The first line of a file, trimmed (machine-id, boot_id). */
+export function readId(file: string, what: string): string {
+  let text: string;
+  try {
+    text = readFileSync(file, "utf8");
+  } catch (err) {
+    throw new Error(`cannot read the ${what} from ${file}: ${(err as Error).message}`);
+  }
+  const id = text.split("\n")[0].trim();
+  if (!id) throw new Error(`${file} holds no ${what}`);
+  return id;
+}
+
+function normalizeUrl(url: string): string {
+  let u: URL;
+  try {
+    u = new URL(url);
+  } catch {
+    throw new Error(`not a URL: ${url}`);
+  }
+  if (u.protocol !== "https:" && u.protocol !== "http:") throw new Error(`not an http(s) URL: ${url}`);
+  return u.toString().replace(/\/+$/, "");
+}
+
+export async function join(state: StateDir, config: AgentConfig, opts: JoinOptions): Promise<JoinResult> {
+  const existing = state.identity();
+  if (existing) return { joined: false, identity: existing };
+  if (!/^hme\.[^.\s]+\.[^.\s]+$/.test(opts.token))
+    throw new Error("the enrollment token must look like hme.<id>.<secret>");
+  const url = normalizeUrl(opts.url);
+  const machineId = readId(config.machine_id_file, "machine id");
+  const bootId = readId(config.boot_id_file, "boot id");
+  const body = {
+    hostname: opts.hostname ?? osHostname(),
+    machine_id: machineId,
+    boot_id: bootId,
+    // The FleetLock id defaults to the machine id, as unique as the machine (Zincati derives its own from it).
+    fleetlock_id: opts.fleetlockId ?? machineId,
+  };
+  const fetchImpl = opts.fetch ?? ((i, init) => fetch(i, init));
+  const res = await fetchImpl(`${url}/v1/agent/enroll`, {
+    method: "POST",
+    headers: { Authorization: `Bearer ${opts.token}`, "Content-Type": "application/json" },
+    body: JSON.stringify(body),
+    signal: AbortSignal.timeout(60_000),
+  });
+  if (!res.ok) throw await apiErrorOf(res);
+  const answer = (await res.json()) as {
+    id: string;
+    fleet: string;
+    hostname: string;
+    token: string;
+    reboot_group?: string;
+    fleetlock_id?: string | null;
+  };
+  if (typeof answer.id !== "string" || typeof answer.token !== "string")
+    throw new Error("the server's answer carries no server id and token");
+  const identity: Identity = {
+    url,
+    server_id: answer.id,
+    fleet: answer.fleet,
+    hostname: answer.hostname,
+    token: answer.token,
+    reboot_group: answer.reboot_group ?? "default",
+    fleetlock_id: answer.fleetlock_id ?? null,
+    machine_id: machineId,
+    joined_at: (opts.now?.() ?? new Date()).toISOString(),
+  };
+  state.write("identity.json", identity);
+  return { joined: true, identity };
+}

@@ -1,0 +1,118 @@
+/**
+ * What the agent keeps in its state directory (root-only: the directory 0700, every file 0600):
+ *   identity.json     the server it joined as: URL, server id, server token (a secret);
+ *   status.json       what the running loop last did (for `harbormaster-agent status`);
+ *   reboot.json       a reboot in progress (./reboot.ts), so a crash anywhere converges;
+ *   self-update.json  a swap of its own executable in progress (./self-update.ts);
+ *   self-update-failed.json  the last build that could not start (not tried again).
+ * Every write is whole or not at all: a temporary file, fsync'd, renamed over the old one.
+ */
+import {
+  closeSync,
+  fsyncSync,
+  mkdirSync,
+  openSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  writeSync,
+  chmodSync,
+  statSync,
+} from "node:fs";
+import { join } from "node:path";
+
+export interface Identity {
+  url: string;
+  server_id: string;
+  fleet: string;
+  hostname: string;
+  /** The server's own token (`hms.…`). */
+  token: string;
+  reboot_group: string;
+  fleetlock_id: string | null;
+  machine_id: string;
+  joined_at: string;
+}
+
+export interface StatusFile {
+  pid: number;
+  version: string;
+  started_at: string;
+  transport: "channel" | "http";
+  /** Whether the channel is open now (over HTTP: whether the last call got through). */
+  connected: boolean;
+  desired_generation: number | null;
+  last_report: {
+    at: string;
+    generation: number;
+    status: string;
+    agents: { name: string; version: string; state: string }[];
+    errors: number;
+  } | null;
+  last_error: { at: string; message: string } | null;
+  /** Set when the loop ended (why), null while it runs. */
+  exited: { at: string; reason: string } | null;
+}
+
+export class StateDir {
+  readonly dir: string;
+
+  constructor(dir: string) {
+    this.dir = dir;
+  }
+
+  path(name: string) {
+    return join(this.dir, name);
+  }
+
+  /** Creates the directory (0700) if missing; tightens one that exists. */
+  ensure() {
+    mkdirSync(this.dir, { recursive: true, mode: 0o700 });
+    if ((statSync(this.dir).mode & 0o777) !== 0o700) chmodSync(this.dir, 0o700);
+  }
+
+  read<T>(name: string): T | null {
+    let text: string;
+    try {
+      text = readFileSync(this.path(name), "utf8");
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === "ENOENT") return null;
+      throw err;
+    }
+    return JSON.parse(text) as T;
+  }
+
+  /**
+   * `durable: false` for what only informs (status.json, rewritten every heartbeat): still whole or
+   * not at all, but not flushed to disk, which a crash may cost and nothing depends on.
+   */
+  write(name: string, value: unknown, { durable = true }: { durable?: boolean } = {}) {
+    this.ensure();
+    const target = this.path(name);
+    const tmp = `${target}.tmp-${process.pid}`;
+    const fd = openSync(tmp, "w", 0o600);
+    try {
+      writeSync(fd, `${JSON.stringify(value, null, 2)}\n`);
+      if (durable) fsyncSync(fd);
+    } finally {
+      closeSync(fd);
+    }
+    renameSync(tmp, target);
+    if (!durable) return;
+    // The rename is durable once the directory is.
+    const dfd = openSync(this.dir, "r");
+    try {
+      fsyncSync(dfd);
+    } finally {
+      closeSync(dfd);
+    }
+  }
+
+  remove(name: string) {
+    rmSync(this.path(name), { force: true });
+  }
+
+  identity(): Identity | null {
+    return this.read<Identity>("identity.json");
+  }
+}

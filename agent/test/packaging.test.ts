@@ -1,0 +1,66 @@
+import { spawnSync } from "node:child_process";
+import { mkdirSync, mkdtempSync, readFileSync, statSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { describe, expect, inject, it } from "vitest";
+
+const executable = inject("agentExecutable");
+const deb = inject("agentDeb");
+const version = inject("agentVersion");
+
+const run = (cmd: string, args: string[], env: Record<string, string> = {}) =>
+  spawnSync(cmd, args, { encoding: "utf8", env: { ...process.env, ...env } });
+
+describe("the .deb", () => {
+  // dpkg --root with chrootless maintainer scripts: a real install, into a temp root, so the
+  // test changes nothing on the machine (the scripts honour DPKG_ROOT).
+  const root = mkdtempSync(join(tmpdir(), "hm-deb-root-"));
+  for (const d of ["info", "updates", "triggers"]) mkdirSync(join(root, "var/lib/dpkg", d), { recursive: true });
+  writeFileSync(join(root, "var/lib/dpkg/status"), "");
+  writeFileSync(join(root, "var/lib/dpkg/available"), "");
+
+  it("installs with dpkg -i, and its harbormaster-agent runs", () => {
+    expect(deb, "HARBORMASTER_AGENT_DEB must name the .deb of a reused build").toMatch(/\.deb$/);
+    const r = run("dpkg", ["--root", root, "--force-script-chrootless", "--force-not-root", "-i", deb]);
+    expect(r.status, r.stderr).toBe(0);
+    const v = run(join(root, "usr/bin/harbormaster-agent"), ["version"]);
+    expect(v.status, v.stderr).toBe(0);
+    expect(v.stdout).toMatch(new RegExp(`^harbormaster-agent ${version.replace(/\./g, "\\.")} \\(node v24\\.`));
+    const status = run("dpkg-query", ["--root", root, "-W", "-f", "${Status} ${Version}", "harbormaster-agent"]);
+    expect(status.stdout).toBe(`install ok installed ${version}`);
+    // Its state directory, for root only; the default configuration, a conffile the admin's edits survive.
+    expect(statSync(join(root, "var/lib/harbormaster-agent")).mode & 0o777).toBe(0o700);
+    expect(readFileSync(join(root, "etc/harbormaster-agent/config.yaml"), "utf8")).toMatch(/fleetlock_url/);
+    expect(readFileSync(join(root, "var/lib/dpkg/info/harbormaster-agent.conffiles"), "utf8")).toBe(
+      "/etc/harbormaster-agent/config.yaml\n",
+    );
+  });
+
+  it("ships a unit systemd-analyze verify accepts, that never starts before join", () => {
+    const unit = readFileSync(join(root, "lib/systemd/system/harbormaster-agent.service"), "utf8");
+    expect(unit).toMatch(/^ConditionPathExists=\/var\/lib\/harbormaster-agent\/identity\.json$/m);
+    expect(unit).toMatch(/^ExecStart=\/usr\/bin\/harbormaster-agent run$/m);
+    expect(unit).toMatch(/^RestartPreventExitStatus=78$/m);
+    // verify checks ExecStart's binary too: point it at the one installed in the temp root.
+    const copy = join(mkdtempSync(join(tmpdir(), "hm-unit-")), "harbormaster-agent.service");
+    writeFileSync(copy, unit.replace("ExecStart=/usr/bin/", `ExecStart=${root}/usr/bin/`));
+    const r = run("systemd-analyze", ["verify", copy]);
+    expect(r.status, r.stderr).toBe(0);
+    // Unknown keys and bad values are only warnings to verify: none may be printed.
+    expect((r.stdout + r.stderr).trim()).toBe("");
+    const postinst = readFileSync(join(root, "var/lib/dpkg/info/harbormaster-agent.postinst"), "utf8");
+    expect(postinst).not.toMatch(/systemctl (start|enable|restart)\b/);
+  });
+});
+
+describe("the executable", () => {
+  it("is one file that runs without Node installed, and says its version", () => {
+    const r = run(executable, ["version"], { PATH: "/nonexistent" });
+    expect(r.status, r.stderr).toBe(0);
+    // Nothing on stderr: no warning about its code cache or experimental features.
+    expect(r.stderr).toBe("");
+    expect(r.stdout.trim()).toBe(
+      `harbormaster-agent ${version} (node ${run(join(import.meta.dirname, "../../node_modules/node/bin/node"), ["--version"]).stdout.trim()}, linux-x64)`,
+    );
+  });
+});
