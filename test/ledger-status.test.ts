@@ -43,6 +43,14 @@ describe("computeStatus (pure status table)", () => {
     expect(s.agents.find((a) => a.name === "logs")!.status).toBe("realized");
   });
 
+  it("is drifted, not realized, when the report runs the desired image at another version (a catalog image keeps its name across versions)", () => {
+    const r = stored(3, both);
+    r.agents[0] = { ...r.agents[0], version: "1" };
+    const s = at(r);
+    expect(s.status).toBe("drifted");
+    expect(s.agents.find((a) => a.name === "compute")!.status).toBe("drifted");
+  });
+
   it("is failed when the current generation carries errors, naming the failed agent", () => {
     const s = at(
       stored(3, [{ name: "compute", image: "compute:1" }, { name: "logs", image: "logs:1" }], {

@@ -25,7 +25,7 @@ describe("cursor paging", () => {
       const s = await registerServer(fleet.id);
       ids.push(s.id);
       const agents = [
-        { name: "compute", image: `compute:${i % 2}`, version: "1" },
+        { name: "compute", image: `compute:${i % 2}`, version: `${i % 2}` },
         { name: "logs", image: "logs:1", version: "1" },
       ];
       await call("PUT", `/v1/servers/${s.id}/desired`, { body: { generation: 2, agents } });

@@ -199,7 +199,7 @@ describe("D1 writes follow what changed", () => {
 });
 
 describe("a server back from silence", () => {
-  it("has its stale index row rewritten even when its first report changes only an instance row", async () => {
+  it("has its stale index row rewritten by its first report back, when only an instance row's version moves", async () => {
     const { fleet, s } = await realizedServer();
     await env.DB.prepare("UPDATE servers SET last_seen = ?1, stale_at = ?1 + 60000 WHERE id = ?2").bind(Date.now() - 3_600_000, s.id).run();
     const { runScheduled } = await import("../src/scheduled");
@@ -211,13 +211,13 @@ describe("a server back from silence", () => {
       const mark = state.storage.kv.get<any>("projected");
       state.storage.kv.put("projected", { ...mark, last_seen_written: Date.now() - 3_600_000 });
     });
-    // Same images, so the server stays realized; only the reported version of one row moves.
+    // Same images; the reported version of one row moves, which is drifted (the version is compared too).
     const body = report(2, agents);
     body.agents[0].version = "1.0.1";
     await call("PUT", "/v1/agent/inventory", { token: s.token, body });
     const row = (await indexRow(s.id))!;
-    expect(row.status).toBe("realized");
-    expect(await listedStatus(fleet.id, s.id)).toBe("realized");
+    expect(row.status).toBe("drifted");
+    expect(await listedStatus(fleet.id, s.id)).toBe("drifted");
     expect(row.last_seen).toBeGreaterThan(Date.now() - 60_000);
     expect((await call("GET", `/v1/servers?fleet=${fleet.id}&status=stale`)).json.items).toEqual([]);
   });

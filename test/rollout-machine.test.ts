@@ -188,6 +188,13 @@ describe("the ledger's side", () => {
     expect(Object.keys(remaining)).toEqual(outcome ? [] : ["fw"]);
   });
 
+  it("a mark that names its version settles only on that version, whatever the image string (a catalog image keeps its name)", () => {
+    const versioned: RolloutMark = { ...mark, image: "img", version: "2" };
+    const at = (version: string): StoredReport => ({ ...report(5, "img"), agents: [{ name: "fw", image: "img", version, instance_id: "i", state: "running" }] });
+    expect(settleMarks({ fw: versioned }, at("1"), "s1").events).toEqual([]);
+    expect(settleMarks({ fw: versioned }, at("2"), "s1").events.map((e) => e.outcome)).toEqual(["realized"]);
+  });
+
   const desired = { generation: 4, agents: [{ name: "fw", image: "img:1", version: "1", instance_id: "i" }], lifecycle: "run" as const, updated_at: 0 };
   const req = { rollout_id: "r1", pass: 0, agent: "fw", image: "img:2", version: "2" };
   it.each([

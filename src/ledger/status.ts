@@ -39,7 +39,8 @@ export function computeStatus(
   for (const d of desired.agents) {
     const r = reported.get(d.name);
     const errors = errorsOf(d.name);
-    const matches = !!r && r.image === d.image && r.state === "running";
+    // The version too: a catalog image's string is its name, the same for every version of it.
+    const matches = !!r && r.image === d.image && r.version === d.version && r.state === "running";
     let status: AgentStatus;
     if (current && errors.length > 0) status = "failed";
     else if (matches) status = "realized";

@@ -27,6 +27,8 @@ export interface RolloutMark {
   pass: number;
   generation: number;
   image: string;
+  /** Absent in marks written before versions were compared (those settle on the image alone). */
+  version?: string;
   from_image: string | null;
   from_version: string | null;
 }
@@ -69,6 +71,7 @@ export function decideApply(
     pass: req.pass,
     generation: next.generation,
     image: req.image,
+    version: req.version,
     from_image: current.image,
     from_version: current.version,
   };
@@ -111,7 +114,7 @@ export function settleMarks(
     const base = { rollout_id: m.rollout_id, pass: m.pass, server_id: serverId, generation: m.generation, at: report.received_at };
     if (errors.length > 0) {
       events.push({ ...base, outcome: "failed", message: errors.map((e) => `${e.op}: ${e.message}`).join("; ").slice(0, 500) });
-    } else if (seen && seen.image === m.image && seen.state === "running") {
+    } else if (seen && seen.image === m.image && (m.version === undefined || seen.version === m.version) && seen.state === "running") {
       events.push({ ...base, outcome: "realized" });
     } else {
       remaining[agent] = m;
