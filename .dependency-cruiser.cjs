@@ -16,21 +16,24 @@ module.exports = {
     {
       name: "no-circular",
       severity: "error",
-      comment: "Import circles make the load order matter and the layers meaningless; break them by moving the shared piece down.",
+      comment:
+        "Import circles make the load order matter and the layers meaningless; break them by moving the shared piece down.",
       from: { path: "^(src|cli|sim|agent|scripts)/" },
       to: { circular: true },
     },
     {
       name: "toolkits-import-only-toolkits",
       severity: "error",
-      comment: "Toolkits are the bottom layer: what they need from a feature is passed in by the caller (src/app.ts wires them).",
+      comment:
+        "Toolkits are the bottom layer: what they need from a feature is passed in by the caller (src/app.ts wires them).",
       from: { path: TOOLKITS },
       to: { path: "^src/", pathNot: TOOLKITS },
     },
     {
       name: "instruments-stay-local",
       severity: "error",
-      comment: "The deployed entry (src/index.ts) and everything it reaches run without the meter: only the local entry wraps them.",
+      comment:
+        "The deployed entry (src/index.ts) and everything it reaches run without the meter: only the local entry wraps them.",
       from: { path: "^src/", pathNot: "^src/local/" },
       to: { path: "^src/local/" },
     },
@@ -39,6 +42,9 @@ module.exports = {
     doNotFollow: { path: "node_modules" },
     tsPreCompilationDeps: true,
     tsConfig: { fileName: "tsconfig.json" },
-    enhancedResolveOptions: { exportsFields: ["exports"], conditionNames: ["import", "require", "node", "default", "types"] },
+    enhancedResolveOptions: {
+      exportsFields: ["exports"],
+      conditionNames: ["import", "require", "node", "default", "types"],
+    },
   },
 };

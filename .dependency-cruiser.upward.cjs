@@ -14,7 +14,8 @@ module.exports = {
     {
       name: "into-the-ledger-folder",
       severity: "info",
-      comment: "A feature or the agent reaching into the ledger object's folder: what they share belongs in src/model/.",
+      comment:
+        "A feature or the agent reaching into the ledger object's folder: what they share belongs in src/model/.",
       from: { path: "^(src|agent|cli|sim|scripts)/", pathNot: ["^src/ledger/", "^src/index[.]ts$"] },
       to: { path: "^src/ledger/" },
     },

@@ -10,7 +10,10 @@ export default defineConfig({
     // harbormaster-agent, built once per run for the tests that run the real executable.
     globalSetup: ["./agent/test/build-setup.ts"],
     environment: "node",
-    env: { CONTAINERS_CONF: process.env.CONTAINERS_CONF ?? fileURLToPath(new URL("./agent/test/containers.conf", import.meta.url)) },
+    env: {
+      CONTAINERS_CONF:
+        process.env.CONTAINERS_CONF ?? fileURLToPath(new URL("./agent/test/containers.conf", import.meta.url)),
+    },
     testTimeout: 120_000,
     hookTimeout: 120_000,
     // Containers are slow to start on a shared 2-core machine: one file at a time.

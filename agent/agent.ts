@@ -76,7 +76,11 @@ export class HostAgent {
     this.reportIntervalMs = opts.reportIntervalMs ?? 60_000;
     this.now = opts.now ?? Date.now;
     this.sleep = opts.sleep ?? defaultSleep;
-    this.connect = opts.connect ?? (typeof WebSocket === "function" && !("WebSocketPair" in globalThis) ? connectWebSocket : connectThroughFetch(opts.fetch));
+    this.connect =
+      opts.connect ??
+      (typeof WebSocket === "function" && !("WebSocketPair" in globalThis)
+        ? connectWebSocket
+        : connectThroughFetch(opts.fetch));
   }
 
   emit(e: AgentEvent) {
@@ -104,7 +108,13 @@ export class HostAgent {
         if (signal?.aborted) break;
         drops = session.opened && this.now() - openedAt >= STABLE_MS ? 1 : drops + 1;
         const retryInMs = backoffDelay(drops, this.opts.reconnect ?? DEFAULT_RECONNECT, this.opts.random);
-        this.emit({ type: "channel", state: "closed", code: session.code ?? null, reason: session.reason ?? "", retryInMs });
+        this.emit({
+          type: "channel",
+          state: "closed",
+          code: session.code ?? null,
+          reason: session.reason ?? "",
+          retryInMs,
+        });
         channelAt = this.now() + retryInMs;
         // A channel that was open and dropped waits out its delay (a fleet dropped by a deploy must
         // not fall on the HTTP API at once); one that could not be opened polls over HTTP meanwhile.
@@ -124,7 +134,10 @@ export class HostAgent {
     try {
       const untilReport = s.lastReportAt + this.reportIntervalMs - this.now();
       const untilChannel = channelAt - this.now();
-      const wait = s.due || !s.desired ? 0 : Math.max(0, Math.min(this.waitS, Math.ceil(Math.min(untilReport, untilChannel) / 1000)));
+      const wait =
+        s.due || !s.desired
+          ? 0
+          : Math.max(0, Math.min(this.waitS, Math.ceil(Math.min(untilReport, untilChannel) / 1000)));
       const minGap = this.opts.minPollIntervalMs ?? 1000;
       if (!s.due) {
         const gap = s.lastPollAt + minGap - this.now();
@@ -136,14 +149,21 @@ export class HostAgent {
       // Not said back (an older server, or a proxy that drops the header): the poll was no
       // heartbeat, so the next reconcile reports in full.
       if (s.reportTag !== null && !answer.heartbeat) s.reportTag = null;
-      this.emit({ type: "desired", changed: answer.changed, generation: answer.changed ? answer.config.generation : s.desired?.generation ?? null, ms: this.now() - t0 });
+      this.emit({
+        type: "desired",
+        changed: answer.changed,
+        generation: answer.changed ? answer.config.generation : (s.desired?.generation ?? null),
+        ms: this.now() - t0,
+      });
       if (answer.changed) {
         s.desired = answer.config;
         s.etag = answer.etag;
         s.due = true;
       }
       // A heartbeat due within the next poll's minimum gap is sent now: one poll per period, not two.
-      const exit = this.reportDue(s, minGap) ? await this.reconcileAndReport(s, (r) => this.api.report(r, signal), { pollCarriesHeartbeat: true }) : null;
+      const exit = this.reportDue(s, minGap)
+        ? await this.reconcileAndReport(s, (r) => this.api.report(r, signal), { pollCarriesHeartbeat: true })
+        : null;
       s.failures = 0;
       return exit;
     } catch (err) {
@@ -192,8 +212,10 @@ export class HostAgent {
     s.reportTag = accepted.report_tag ?? null;
     s.reportedContent = content;
     this.emit({ type: "reported", generation: desired.generation, accepted, ms: s.lastReportAt - t1 });
-    if (desired.lifecycle === "terminate" && outcome.agents.length === 0) return { reason: "terminated", generation: desired.generation };
-    if (desired.lifecycle === "uninstall" && outcome.agents.length === 0) return { reason: "uninstalled", generation: desired.generation };
+    if (desired.lifecycle === "terminate" && outcome.agents.length === 0)
+      return { reason: "terminated", generation: desired.generation };
+    if (desired.lifecycle === "uninstall" && outcome.agents.length === 0)
+      return { reason: "uninstalled", generation: desired.generation };
     return null;
   }
 
@@ -214,7 +236,9 @@ export class HostAgent {
     }
     s.failures++;
     const delayMs =
-      err instanceof ApiError && err.retryAfterMs !== null ? err.retryAfterMs : backoffDelay(s.failures, this.opts.backoff ?? DEFAULT_BACKOFF, this.opts.random);
+      err instanceof ApiError && err.retryAfterMs !== null
+        ? err.retryAfterMs
+        : backoffDelay(s.failures, this.opts.backoff ?? DEFAULT_BACKOFF, this.opts.random);
     this.emit({ type: "error", error: err, attempt: s.failures, delayMs });
     await this.sleep(delayMs, signal).catch(() => {});
     return null;

@@ -47,7 +47,12 @@ class ChannelClosed extends Error {
 }
 
 export async function runChannelSession(agent: SessionAgent, s: LoopState, signal?: AbortSignal): Promise<SessionEnd> {
-  const req = channelRequest(agent.opts.url, agent.opts.token, s.desired?.generation ?? null, agent.opts.tokenIn ?? "header");
+  const req = channelRequest(
+    agent.opts.url,
+    agent.opts.token,
+    s.desired?.generation ?? null,
+    agent.opts.tokenIn ?? "header",
+  );
   let conn: ChannelConnection;
   try {
     conn = new ChannelConnection(await agent.connect(req.url, req), agent.opts.pingMs ?? 30_000);
@@ -88,8 +93,16 @@ export async function runChannelSession(agent: SessionAgent, s: LoopState, signa
 
 /** A close the loop ends on (the token is gone) or reconnects after. */
 function ended(code: number, reason: string): SessionEnd {
-  if (code === CLOSE_CODES.token_revoked) return { opened: true, exit: { reason: "unauthorized", message: `channel closed: ${reason || "the token was revoked"}` } };
-  if (code === CLOSE_CODES.decommissioned) return { opened: true, exit: { reason: "unauthorized", message: `channel closed: ${reason || "the server was decommissioned"}` } };
+  if (code === CLOSE_CODES.token_revoked)
+    return {
+      opened: true,
+      exit: { reason: "unauthorized", message: `channel closed: ${reason || "the token was revoked"}` },
+    };
+  if (code === CLOSE_CODES.decommissioned)
+    return {
+      opened: true,
+      exit: { reason: "unauthorized", message: `channel closed: ${reason || "the server was decommissioned"}` },
+    };
   return { opened: true, code, reason };
 }
 
@@ -105,7 +118,12 @@ function take(agent: SessionAgent, s: LoopState, m: ServerMessage) {
     s.due = true;
     agent.emit({ type: "pushed", message: "refresh", generation: s.desired?.generation ?? null });
   } else if (m.type === "error") {
-    agent.emit({ type: "error", error: new ApiError(400, m.error.code, m.error.message, null, m.error.details), attempt: s.failures, delayMs: 0 });
+    agent.emit({
+      type: "error",
+      error: new ApiError(400, m.error.code, m.error.message, null, m.error.details),
+      attempt: s.failures,
+      delayMs: 0,
+    });
   }
 }
 
@@ -115,7 +133,13 @@ async function reportOver(conn: ChannelConnection, report: Report, signal?: Abor
   const a = await conn.ack(id, ACK_TIMEOUT_MS, signal);
   if ("type" in a) {
     if (a.status === 200 && a.body) return a.body;
-    throw new ApiError(a.status, a.error?.code ?? `http_${a.status}`, a.error?.message ?? `report refused (${a.status})`, null, a.error?.details);
+    throw new ApiError(
+      a.status,
+      a.error?.code ?? `http_${a.status}`,
+      a.error?.message ?? `report refused (${a.status})`,
+      null,
+      a.error?.details,
+    );
   }
   if (a.kind === "closed") throw new ChannelClosed(a.code, a.reason);
   conn.close(4000, "no ack");

@@ -24,13 +24,21 @@ export interface ChannelSocket {
 }
 
 /** Opens a socket to `url` with these subprotocols and headers; rejects when it cannot (refused, unreachable). */
-export type ChannelConnector = (url: string, init: { protocols: string[]; headers: Record<string, string> }) => Promise<ChannelSocket>;
+export type ChannelConnector = (
+  url: string,
+  init: { protocols: string[]; headers: Record<string, string> },
+) => Promise<ChannelSocket>;
 
 /** The runtime's WebSocket (Node ≥ 22, browsers with `tokenIn: "protocol"`). */
 export const connectWebSocket: ChannelConnector = (url, init) =>
   new Promise((resolve, reject) => {
     // undici's WebSocket takes { protocols, headers }; a browser's takes the protocols only.
-    const ws = new WebSocket(url, Object.keys(init.headers).length ? ({ protocols: init.protocols, headers: init.headers } as never) : init.protocols);
+    const ws = new WebSocket(
+      url,
+      Object.keys(init.headers).length
+        ? ({ protocols: init.protocols, headers: init.headers } as never)
+        : init.protocols,
+    );
     const fail = () => reject(new Error(`channel to ${url.replace(/\?.*$/, "")} could not be opened`));
     ws.addEventListener("open", () => {
       ws.removeEventListener("error", fail);
@@ -60,9 +68,7 @@ export function connectThroughFetch(fetchImpl: FetchLike = (i, init) => fetch(i,
 }
 
 export type ChannelEvent =
-  | { kind: "message"; message: ServerMessage }
-  | { kind: "closed"; code: number; reason: string }
-  | { kind: "timeout" };
+  { kind: "message"; message: ServerMessage } | { kind: "closed"; code: number; reason: string } | { kind: "timeout" };
 
 /**
  * One open channel: the messages queue up as they come; `next` takes them in order. A keep-alive
@@ -126,7 +132,9 @@ export class ChannelConnection {
   async ack(id: string, ms: number, signal?: AbortSignal): Promise<AckMessage | ChannelEvent> {
     const deadline = Date.now() + ms;
     for (;;) {
-      const i = this.queue.findIndex((e) => e.kind === "closed" || (e.kind === "message" && e.message.type === "ack" && e.message.id === id));
+      const i = this.queue.findIndex(
+        (e) => e.kind === "closed" || (e.kind === "message" && e.message.type === "ack" && e.message.id === id),
+      );
       if (i >= 0) {
         const [e] = this.queue.splice(i, 1);
         return e.kind === "message" ? (e.message as AckMessage) : e;
@@ -180,7 +188,12 @@ export class ChannelConnection {
 }
 
 /** The URL and the upgrade's subprotocols and headers for a host holding `generation`. */
-export function channelRequest(baseUrl: string, token: string, generation: number | null, tokenIn: "header" | "protocol"): { url: string; protocols: string[]; headers: Record<string, string> } {
+export function channelRequest(
+  baseUrl: string,
+  token: string,
+  generation: number | null,
+  tokenIn: "header" | "protocol",
+): { url: string; protocols: string[]; headers: Record<string, string> } {
   const url = new URL(`${baseUrl.replace(/\/+$/, "")}/v1/agent/channel`);
   url.protocol = url.protocol === "https:" ? "wss:" : url.protocol === "http:" ? "ws:" : url.protocol;
   if (generation !== null) url.searchParams.set("generation", String(generation));

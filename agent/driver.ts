@@ -96,7 +96,14 @@ export async function reconcile(desired: DesiredConfig, driver: AgentDriver): Pr
   for (const current of installed.values()) {
     if (current.state === "running") await attempt(current.name, null, () => driver.stop(current));
   }
-  return { errors, operations, agents: reported((await after()).filter((a) => a.state === "running"), errors) };
+  return {
+    errors,
+    operations,
+    agents: reported(
+      (await after()).filter((a) => a.state === "running"),
+      errors,
+    ),
+  };
 }
 
 /**

@@ -17,7 +17,11 @@ export class FleetLockClient {
   readonly body: Uint8Array;
   private readonly base: URL;
 
-  constructor(baseUrl: string, params: { id: string; group?: string }, fetchImpl: FetchLike = (i, init) => fetch(i, init)) {
+  constructor(
+    baseUrl: string,
+    params: { id: string; group?: string },
+    fetchImpl: FetchLike = (i, init) => fetch(i, init),
+  ) {
     this.params = params;
     this.fetchImpl = fetchImpl;
     this.base = new URL(baseUrl);

@@ -39,7 +39,12 @@ export class HostApi {
    * current; `waitS` parks the request until a new generation or the wait runs out. With
    * `reportTag` (the last accepted report's), the poll is also the host's heartbeat.
    */
-  async desired(etag: string | null, waitS: number, signal?: AbortSignal, reportTag?: string | null): Promise<DesiredAnswer> {
+  async desired(
+    etag: string | null,
+    waitS: number,
+    signal?: AbortSignal,
+    reportTag?: string | null,
+  ): Promise<DesiredAnswer> {
     const headers: Record<string, string> = { Authorization: `Bearer ${this.token}` };
     if (etag) headers["If-None-Match"] = etag;
     if (reportTag) headers["X-Report-Tag"] = reportTag;

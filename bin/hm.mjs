@@ -15,7 +15,9 @@ if (process.features.typescript) {
   const pinned = fileURLToPath(new URL("../node_modules/node/bin/node", import.meta.url));
   const child = spawnSync(pinned, [fileURLToPath(cli), ...process.argv.slice(2)], { stdio: "inherit" });
   if (child.error) {
-    process.stderr.write(`hm needs Node ≥ 22.18 (this is ${process.version}), or \`npm ci\` in its checkout for the pinned one\n`);
+    process.stderr.write(
+      `hm needs Node ≥ 22.18 (this is ${process.version}), or \`npm ci\` in its checkout for the pinned one\n`,
+    );
     process.exit(1);
   }
   process.exit(child.status ?? 1);

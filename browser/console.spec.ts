@@ -1,4 +1,17 @@
-import { accessible, admin, audited, expect, live, markDocument, notReloaded, screenshots, seed, signIn, test, url } from "./fixtures.ts";
+import {
+  accessible,
+  admin,
+  audited,
+  expect,
+  live,
+  markDocument,
+  notReloaded,
+  screenshots,
+  seed,
+  signIn,
+  test,
+  url,
+} from "./fixtures.ts";
 import { NEW, reportOf, EXPORTER } from "./seed.ts";
 
 test.describe.configure({ mode: "serial" });
@@ -44,7 +57,12 @@ test("a live change appears on an open page within 2 s, without a reload", async
   await live(page);
   await markDocument(page);
   const before = Number(await page.locator('[data-count="unknown"]').textContent());
-  await admin("POST", "/v1/servers", { fleet: seed.fleet, hostname: "new-01.prod-eu.example.com", kind: "managed", roles: ["db"] });
+  await admin("POST", "/v1/servers", {
+    fleet: seed.fleet,
+    hostname: "new-01.prod-eu.example.com",
+    kind: "managed",
+    roles: ["db"],
+  });
   await expect(page.locator('[data-count="unknown"]')).toHaveText(String(before + 1), { timeout: 2_000 });
   await notReloaded(page);
 });
@@ -74,7 +92,9 @@ test("servers: filtered by labels (several ANDed, or a bare key), shown in their
   await page.getByRole("button", { name: "Search" }).click();
   await expect(page.locator("#servers tbody tr")).toHaveCount(2);
   await expect(page.locator("#servers tbody tr", { hasText: "app-01" }).locator("td.labels")).toContainText("rack=r1");
-  await expect(page.locator("#servers tbody tr", { hasText: "app-01" }).locator("td.labels")).toContainText("zone=eu-1a");
+  await expect(page.locator("#servers tbody tr", { hasText: "app-01" }).locator("td.labels")).toContainText(
+    "zone=eu-1a",
+  );
   await page.getByLabel("Labels").fill("zone=eu-1a, rack=r2");
   await page.getByRole("button", { name: "Search" }).click();
   await expect(page.locator("#servers tbody tr")).toHaveCount(1);
@@ -85,10 +105,13 @@ test("servers: filtered by labels (several ANDed, or a bare key), shown in their
   await expect(page.getByLabel("Labels")).toHaveValue("zone");
   await accessible(page);
   // Labels are undone so later tests see the seed as it was.
-  for (const h of ["app-01", "app-02", "app-03"]) await admin("PATCH", `/v1/servers/${host(h).id}`, { labels: { zone: null, rack: null } });
+  for (const h of ["app-01", "app-02", "app-03"])
+    await admin("PATCH", `/v1/servers/${host(h).id}`, { labels: { zone: null, rack: null } });
 });
 
-test("a server: desired against reported with errors, FleetLock hold, audit; refresh and token rotation, audited", async ({ page }) => {
+test("a server: desired against reported with errors, FleetLock hold, audit; refresh and token rotation, audited", async ({
+  page,
+}) => {
   await signIn(page, seed.admin, `/console/servers/${host("app-04").id}`);
   await expect(page.locator("#server-agents")).toContainText("manifest unknown");
   await expect(page.locator("#server-agents")).toContainText("failed");
@@ -128,7 +151,9 @@ test("decommission needs the hostname typed; cancel brings the server back; both
   expect((await admin("GET", `/v1/servers/${s.id}`)).state).not.toBe("decommissioning");
 });
 
-test("a reboot group: holder, queue in order; pause and resume, resize, force-release with confirmation; audited", async ({ page }) => {
+test("a reboot group: holder, queue in order; pause and resume, resize, force-release with confirmation; audited", async ({
+  page,
+}) => {
   await signIn(page, seed.admin, `/console/groups${fleetQ}`);
   await expect(page.locator("#groups")).toContainText("night");
   await accessible(page);
@@ -149,8 +174,14 @@ test("a reboot group: holder, queue in order; pause and resume, resize, force-re
   await row.getByLabel("Type the id to confirm").fill("wrong");
   await row.getByRole("button", { name: "Release" }).click();
   await expect(page.locator(".flash.bad")).toContainText("Not done");
-  await page.locator("#group-detail tr", { hasText: host("app-03").fleetlockId }).getByLabel("Type the id to confirm").fill(host("app-03").fleetlockId);
-  await page.locator("#group-detail tr", { hasText: host("app-03").fleetlockId }).getByRole("button", { name: "Release" }).click();
+  await page
+    .locator("#group-detail tr", { hasText: host("app-03").fleetlockId })
+    .getByLabel("Type the id to confirm")
+    .fill(host("app-03").fleetlockId);
+  await page
+    .locator("#group-detail tr", { hasText: host("app-03").fleetlockId })
+    .getByRole("button", { name: "Release" })
+    .click();
   await expect(page.locator(".flash.ok")).toContainText("released");
   await audited("reboot_group.force_release", `fleet:${seed.fleet}`);
   // The freed slot went to the queued host, first in line.
@@ -176,7 +207,10 @@ test("a rollout: a bar per state, live progress, pause and resume, audited", asy
   await live(page);
   await markDocument(page);
   const desired = await admin("GET", `/v1/servers/${host("app-01").id}/desired`);
-  seed.reports["app-01"] = reportOf(desired.generation, [{ name: "web", image: NEW }, { name: "exporter", image: EXPORTER }]);
+  seed.reports["app-01"] = reportOf(desired.generation, [
+    { name: "web", image: NEW },
+    { name: "exporter", image: EXPORTER },
+  ]);
   await (await import("./seed.ts")).sendReport(seed.url, host("app-01"), seed.reports["app-01"]);
   await expect(page.getByLabel(/^done: 1 of/)).toBeVisible({ timeout: 2_500 });
   await notReloaded(page);
@@ -215,7 +249,12 @@ test("audit: filtered by action, actor and server", async ({ page }) => {
 test("a read token sees everything and no action; the API refuses it anyway", async ({ page }) => {
   await signIn(page, seed.readToken);
   await expect(page.locator('[data-count="realized"]')).toBeVisible();
-  for (const path of [`/console/servers/${host("app-02").id}`, `/console/groups/night${fleetQ}`, `/console/rollouts/${seed.rollout}`, `/console/drift${fleetQ}`]) {
+  for (const path of [
+    `/console/servers/${host("app-02").id}`,
+    `/console/groups/night${fleetQ}`,
+    `/console/rollouts/${seed.rollout}`,
+    `/console/drift${fleetQ}`,
+  ]) {
     await page.goto(url(path));
     await expect(page.locator("main h1")).toBeVisible();
     await expect(page.locator("main form[method=post]")).toHaveCount(0);
@@ -240,11 +279,21 @@ test("forged actions are refused: no CSRF token, a wrong one, another origin", a
   ];
   expect(attempts.map((r) => r.status())).toEqual([403, 403, 403, 403]);
   // A page from elsewhere cannot open the live socket either.
-  const socket = await page.request.get(url(`/console/live${fleetQ}`), { headers: { Upgrade: "websocket", Origin: "https://evil.example", Connection: "Upgrade", "Sec-WebSocket-Version": "13", "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==" } });
+  const socket = await page.request.get(url(`/console/live${fleetQ}`), {
+    headers: {
+      Upgrade: "websocket",
+      Origin: "https://evil.example",
+      Connection: "Upgrade",
+      "Sec-WebSocket-Version": "13",
+      "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
+    },
+  });
   expect(socket.status()).toBe(403);
 });
 
-test("images: the catalog with name, version, digest, size and who uses each image, linked from the nav", async ({ page }) => {
+test("images: the catalog with name, version, digest, size and who uses each image, linked from the nav", async ({
+  page,
+}) => {
   const digest = `sha256:${"e".repeat(64)}`;
   const image = await admin("POST", "/v1/images", {
     name: "catalog-demo",

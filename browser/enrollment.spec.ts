@@ -4,7 +4,9 @@ test.describe.configure({ mode: "serial" });
 
 const fleetQ = `?fleet=${seed?.fleet}`;
 
-test("enrollment tokens: linked from the fleet's overview, created with the token shown once, listed without it, revoked", async ({ page }) => {
+test("enrollment tokens: linked from the fleet's overview, created with the token shown once, listed without it, revoked", async ({
+  page,
+}) => {
   await signIn(page);
   await page.getByRole("link", { name: "Enrollment tokens" }).click();
   await expect(page).toHaveURL(/\/console\/enrollment\?fleet=/);
@@ -47,7 +49,9 @@ test("enrollment tokens: linked from the fleet's overview, created with the toke
   expect(list.items.find((t: any) => t.id === id).state).toBe("revoked");
 });
 
-test("enrollment tokens: a bad pattern is refused with the API's reason; a read token sees the list but no form", async ({ page }) => {
+test("enrollment tokens: a bad pattern is refused with the API's reason; a read token sees the list but no form", async ({
+  page,
+}) => {
   await signIn(page, seed.admin, `/console/enrollment${fleetQ}`);
   const form = page.getByRole("form", { name: "Create an enrollment token" });
   await form.getByLabel("Hostname pattern").fill("web-[0-9]");

@@ -9,7 +9,8 @@ export const url = (path: string) => `${seed.url}${path}`;
 export const admin = api(seed?.url ?? "", seed?.admin ?? "");
 
 /** The seeded hosts that keep reporting do so every 3 s, as agents would (the fleet's stale_after is 10 s). */
-const heartbeat = () => Promise.all(Object.entries(seed.reports).map(([h, r]) => sendReport(seed.url, seed.hosts[h], r).catch(() => null)));
+const heartbeat = () =>
+  Promise.all(Object.entries(seed.reports).map(([h, r]) => sendReport(seed.url, seed.hosts[h], r).catch(() => null)));
 
 export const test = base.extend<{}, { hosts: void }>({
   hosts: [
@@ -36,7 +37,16 @@ export async function accessible(page: Page) {
     await page.emulateMedia({ colorScheme });
     const result = await new AxeBuilder({ page }).analyze();
     const bad = result.violations.filter((v) => v.impact === "serious" || v.impact === "critical");
-    expect(bad.map((v) => `${v.id}: ${v.help} (${v.nodes.map((n) => n.target.join(" ")).slice(0, 3).join(", ")})`), colorScheme).toEqual([]);
+    expect(
+      bad.map(
+        (v) =>
+          `${v.id}: ${v.help} (${v.nodes
+            .map((n) => n.target.join(" "))
+            .slice(0, 3)
+            .join(", ")})`,
+      ),
+      colorScheme,
+    ).toEqual([]);
   }
   await page.emulateMedia({ colorScheme: "light" });
 }
@@ -53,18 +63,23 @@ export async function screenshots(page: Page, name: string) {
 }
 
 /** The page is live: its socket to the fleet's feed is open. */
-export const live = (page: Page) => expect(page.locator("body")).toHaveAttribute("data-live", "on", { timeout: 10_000 });
+export const live = (page: Page) =>
+  expect(page.locator("body")).toHaveAttribute("data-live", "on", { timeout: 10_000 });
 
 /** Marks the document, so a test can tell a live update from a reload (a reload loses the mark). */
 export const markDocument = (page: Page) => page.evaluate("window.__notReloaded = true");
-export const notReloaded = async (page: Page) => expect(await page.evaluate("window.__notReloaded === true")).toBe(true);
+export const notReloaded = async (page: Page) =>
+  expect(await page.evaluate("window.__notReloaded === true")).toBe(true);
 
 /** The audit log has an entry with `action` (outbox deliveries land within a second or so). */
 export async function audited(action: string, target?: string) {
   await expect
-    .poll(async () => {
-      const page = await admin("GET", `/v1/audit?limit=200${target ? `&target=${encodeURIComponent(target)}` : ""}`);
-      return page.items.some((e: { action: string }) => e.action === action);
-    }, { timeout: 10_000, message: `audited ${action}` })
+    .poll(
+      async () => {
+        const page = await admin("GET", `/v1/audit?limit=200${target ? `&target=${encodeURIComponent(target)}` : ""}`);
+        return page.items.some((e: { action: string }) => e.action === action);
+      },
+      { timeout: 10_000, message: `audited ${action}` },
+    )
     .toBe(true);
 }

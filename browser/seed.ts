@@ -36,7 +36,10 @@ export function api(url: string, token: string) {
   return async (method: string, path: string, body?: unknown) => {
     const res = await fetch(`${url}${path}`, {
       method,
-      headers: { Authorization: `Bearer ${token}`, ...(body === undefined ? {} : { "Content-Type": "application/json" }) },
+      headers: {
+        Authorization: `Bearer ${token}`,
+        ...(body === undefined ? {} : { "Content-Type": "application/json" }),
+      },
       body: body === undefined ? undefined : JSON.stringify(body),
     });
     const text = await res.text();
@@ -46,12 +49,22 @@ export function api(url: string, token: string) {
   };
 }
 
-export function reportOf(generation: number, agents: { name: string; image: string }[], errors: Report["errors"] = []): Report {
+export function reportOf(
+  generation: number,
+  agents: { name: string; image: string }[],
+  errors: Report["errors"] = [],
+): Report {
   return {
     generation,
     reconciled_at: new Date().toISOString(),
     boot_id: "boot-1",
-    agents: agents.map((a) => ({ name: a.name, image: a.image, version: a.image.split(":")[1], instance_id: `i-${a.name}`, state: "running" as const })),
+    agents: agents.map((a) => ({
+      name: a.name,
+      image: a.image,
+      version: a.image.split(":")[1],
+      instance_id: `i-${a.name}`,
+      state: "running" as const,
+    })),
     errors,
     assignments: { units: [], storage: [] },
   } as Report;
@@ -83,13 +96,23 @@ export async function seed(url: string, admin: string): Promise<Seed> {
     });
     hosts[hostname] = { id: s.id, hostname: s.hostname, token: s.token, fleetlockId: `node-${hostname}` };
   }
-  const good = reportOf(1, [{ name: "web", image: OLD }, { name: "exporter", image: EXPORTER }]);
+  const good = reportOf(1, [
+    { name: "web", image: OLD },
+    { name: "exporter", image: EXPORTER },
+  ]);
   const reports: Record<string, Report> = {
     "app-01": good,
     "app-02": good,
     "app-03": good,
-    "app-04": reportOf(1, [{ name: "exporter", image: EXPORTER }], [{ agent: "web", op: "install", message: "pull registry.example/web:1.4.0: manifest unknown" }]),
-    "app-05": reportOf(1, [{ name: "web", image: "registry.example/web:1.3.9" }, { name: "exporter", image: EXPORTER }]),
+    "app-04": reportOf(
+      1,
+      [{ name: "exporter", image: EXPORTER }],
+      [{ agent: "web", op: "install", message: "pull registry.example/web:1.4.0: manifest unknown" }],
+    ),
+    "app-05": reportOf(1, [
+      { name: "web", image: "registry.example/web:1.3.9" },
+      { name: "exporter", image: EXPORTER },
+    ]),
     "db-01": reportOf(1, [{ name: "exporter", image: EXPORTER }]),
   };
   const heartbeat = () => Promise.all(Object.entries(reports).map(([h, r]) => sendReport(url, hosts[h], r)));
@@ -104,7 +127,9 @@ export async function seed(url: string, admin: string): Promise<Seed> {
   if (!held.ok) throw new Error(`app-03 did not get the slot: ${JSON.stringify(held)}`);
   // db-01 parks for the slot; its request goes away, and it keeps its place until its deadline.
   const parked = new AbortController();
-  const waiting = lock("db-01").preReboot(parked.signal).catch(() => null);
+  const waiting = lock("db-01")
+    .preReboot(parked.signal)
+    .catch(() => null);
   await sleep(1500);
   parked.abort();
   await waiting;
@@ -125,5 +150,15 @@ export async function seed(url: string, admin: string): Promise<Seed> {
   const tick = await fetch(`${url}/cdn-cgi/handler/scheduled?cron=${encodeURIComponent("* * * * *")}`);
   if (!tick.ok) throw new Error(`scheduled tick: ${tick.status}`);
   await heartbeat();
-  return { url, admin, readToken, writeToken, fleet: FLEET, hosts, reports, rollout: rollout.id, fleetlockKey: key.base_url };
+  return {
+    url,
+    admin,
+    readToken,
+    writeToken,
+    fleet: FLEET,
+    hosts,
+    reports,
+    rollout: rollout.id,
+    fleetlockKey: key.base_url,
+  };
 }

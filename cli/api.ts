@@ -69,34 +69,51 @@ function methods(c: Client) {
     listFleets: () => all((cursor) => ok(c.v1.fleets.$get({ query: { limit: PAGE, cursor } }))),
     getFleet: (id: string) => ok(c.v1.fleets[":id"].$get({ param: { id } })),
     createFleet: (json: Parameters<Client["v1"]["fleets"]["$post"]>[0]["json"]) => ok(c.v1.fleets.$post({ json })),
-    patchFleet: (id: string, json: Parameters<Client["v1"]["fleets"][":id"]["$patch"]>[0]["json"]) => ok(c.v1.fleets[":id"].$patch({ param: { id }, json })),
+    patchFleet: (id: string, json: Parameters<Client["v1"]["fleets"][":id"]["$patch"]>[0]["json"]) =>
+      ok(c.v1.fleets[":id"].$patch({ param: { id }, json })),
     deleteFleet: (id: string) => ok(c.v1.fleets[":id"].$delete({ param: { id } })),
-    refreshFleet: (fleet: string, cursor?: string) => ok(c.v1.fleets[":fleet"].refresh.$post({ param: { fleet }, query: { limit: PAGE, cursor } })),
+    refreshFleet: (fleet: string, cursor?: string) =>
+      ok(c.v1.fleets[":fleet"].refresh.$post({ param: { fleet }, query: { limit: PAGE, cursor } })),
     status: (query: { fleet?: string; attention?: number } = {}) =>
       ok(c.v1.status.$get({ query: { fleet: query.fleet, attention: query.attention?.toString() } })),
 
     // fleet intent
-    listChannels: (fleet: string) => all((cursor) => ok(c.v1.fleets[":fleet"].channels.$get({ param: { fleet }, query: { limit: PAGE, cursor } }))),
+    listChannels: (fleet: string) =>
+      all((cursor) => ok(c.v1.fleets[":fleet"].channels.$get({ param: { fleet }, query: { limit: PAGE, cursor } }))),
     getChannel: (fleet: string, agent: string, limit = 10) =>
       ok(c.v1.fleets[":fleet"].channels[":agent"].$get({ param: { fleet, agent }, query: { limit: String(limit) } })),
     putChannel: (fleet: string, agent: string, json: { image: string; version: string }) =>
       ok(c.v1.fleets[":fleet"].channels[":agent"].$put({ param: { fleet, agent }, json })),
-    listRoles: (fleet: string) => all((cursor) => ok(c.v1.fleets[":fleet"].roles.$get({ param: { fleet }, query: { limit: PAGE, cursor } }))),
+    listRoles: (fleet: string) =>
+      all((cursor) => ok(c.v1.fleets[":fleet"].roles.$get({ param: { fleet }, query: { limit: PAGE, cursor } }))),
     getRole: (fleet: string, role: string) => ok(c.v1.fleets[":fleet"].roles[":role"].$get({ param: { fleet, role } })),
-    putRole: (fleet: string, role: string, json: Parameters<Client["v1"]["fleets"][":fleet"]["roles"][":role"]["$put"]>[0]["json"]) =>
-      ok(c.v1.fleets[":fleet"].roles[":role"].$put({ param: { fleet, role }, json })),
-    deleteRole: (fleet: string, role: string) => ok(c.v1.fleets[":fleet"].roles[":role"].$delete({ param: { fleet, role } })),
+    putRole: (
+      fleet: string,
+      role: string,
+      json: Parameters<Client["v1"]["fleets"][":fleet"]["roles"][":role"]["$put"]>[0]["json"],
+    ) => ok(c.v1.fleets[":fleet"].roles[":role"].$put({ param: { fleet, role }, json })),
+    deleteRole: (fleet: string, role: string) =>
+      ok(c.v1.fleets[":fleet"].roles[":role"].$delete({ param: { fleet, role } })),
 
     // images
     registerImage: (json: Parameters<Client["v1"]["images"]["$post"]>[0]["json"]) => ok(c.v1.images.$post({ json })),
-    listImages: (query: { name?: string; version?: string } = {}) => all((cursor) => ok(c.v1.images.$get({ query: { ...query, limit: PAGE, cursor } }))),
+    listImages: (query: { name?: string; version?: string } = {}) =>
+      all((cursor) => ok(c.v1.images.$get({ query: { ...query, limit: PAGE, cursor } }))),
     getImage: (id: string) => ok(c.v1.images[":id"].$get({ param: { id } })),
     completeImage: (id: string) => ok(c.v1.images[":id"].complete.$post({ param: { id } })),
     deleteImage: (id: string) => ok(c.v1.images[":id"].$delete({ param: { id } })),
 
     // servers
-    listServers: (filter: { fleet?: string; status?: ServerStatusFilter; state?: ServerStateFilter; hostname?: string; label?: string[] } = {}, max?: number) =>
-      all((cursor) => ok(c.v1.servers.$get({ query: { ...filter, limit: PAGE, cursor } })), max),
+    listServers: (
+      filter: {
+        fleet?: string;
+        status?: ServerStatusFilter;
+        state?: ServerStateFilter;
+        hostname?: string;
+        label?: string[];
+      } = {},
+      max?: number,
+    ) => all((cursor) => ok(c.v1.servers.$get({ query: { ...filter, limit: PAGE, cursor } })), max),
     getServer: (id: string) => ok(c.v1.servers[":id"].$get({ param: { id: srv(id) } })),
     registerServer: (json: Parameters<Client["v1"]["servers"]["$post"]>[0]["json"]) => ok(c.v1.servers.$post({ json })),
     patchServer: (id: string, json: Parameters<Client["v1"]["servers"][":id"]["$patch"]>[0]["json"]) =>
@@ -113,7 +130,8 @@ function methods(c: Client) {
 
     // reboot coordination
     listGroups: (fleet: string) => ok(c.v1.fleets[":fleet"]["reboot-groups"].$get({ param: { fleet } })),
-    getGroup: (fleet: string, group: string) => ok(c.v1.fleets[":fleet"]["reboot-groups"][":group"].$get({ param: { fleet, group } })),
+    getGroup: (fleet: string, group: string) =>
+      ok(c.v1.fleets[":fleet"]["reboot-groups"][":group"].$get({ param: { fleet, group } })),
     putGroup: (
       fleet: string,
       group: string,
@@ -124,12 +142,18 @@ function methods(c: Client) {
     rotateFleetlockKey: (fleet: string) => ok(c.v1.fleets[":fleet"]["fleetlock-key"].$post({ param: { fleet } })),
 
     // tokens
-    listTokens: (kind?: "operator" | "server") => all((cursor) => ok(c.v1.tokens.$get({ query: { kind, limit: PAGE, cursor } }))),
+    listTokens: (kind?: "operator" | "server") =>
+      all((cursor) => ok(c.v1.tokens.$get({ query: { kind, limit: PAGE, cursor } }))),
     createToken: (json: Parameters<Client["v1"]["tokens"]["$post"]>[0]["json"]) => ok(c.v1.tokens.$post({ json })),
     revokeToken: (id: string) => ok(c.v1.tokens[":id"].$delete({ param: { id } })),
 
     decommission: (id: string, body: { force?: boolean; reason?: string } = {}) =>
-      ok(c.v1.servers[":id"].decommission.$post({ param: { id: srv(id) }, json: { force: body.force ?? false, reason: body.reason } })),
+      ok(
+        c.v1.servers[":id"].decommission.$post({
+          param: { id: srv(id) },
+          json: { force: body.force ?? false, reason: body.reason },
+        }),
+      ),
     cancelDecommission: (id: string) => ok(c.v1.servers[":id"].decommission.cancel.$post({ param: { id: srv(id) } })),
     checkServerAgents: (filter: { fleet?: string; server?: string; agent?: string }, cursor?: string) =>
       ok(c.v1.check["server-agents"].$get({ query: { ...filter, limit: PAGE, cursor } })),
@@ -141,22 +165,45 @@ function methods(c: Client) {
     getRollout: (id: string) => ok(c.v1.rollouts[":id"].$get({ param: { id }, query: {} })),
     /** Parks until the rollout's `change` moves past `since` (at most `waitS` seconds). */
     waitRollout: (id: string, since: number, waitS: number) =>
-      ok(c.v1.rollouts[":id"].$get({ param: { id }, query: { wait: String(Math.floor(waitS)), since: String(since) } })),
+      ok(
+        c.v1.rollouts[":id"].$get({ param: { id }, query: { wait: String(Math.floor(waitS)), since: String(since) } }),
+      ),
     listRollouts: (filter: { fleet?: string; agent?: string; state?: RolloutStateFilter } = {}, max?: number) =>
       all((cursor) => ok(c.v1.rollouts.$get({ query: { ...filter, limit: PAGE, cursor } })), max),
     rolloutTargets: (id: string, state?: RolloutTargetStateFilter, max?: number, pass?: number) =>
-      all((cursor) => ok(c.v1.rollouts[":id"].targets.$get({ param: { id }, query: { state, pass: pass?.toString(), limit: PAGE, cursor } })), max),
-    rolloutEvents: (id: string, max?: number) => all((cursor) => ok(c.v1.rollouts[":id"].events.$get({ param: { id }, query: { limit: PAGE, cursor } })), max),
+      all(
+        (cursor) =>
+          ok(
+            c.v1.rollouts[":id"].targets.$get({
+              param: { id },
+              query: { state, pass: pass?.toString(), limit: PAGE, cursor },
+            }),
+          ),
+        max,
+      ),
+    rolloutEvents: (id: string, max?: number) =>
+      all((cursor) => ok(c.v1.rollouts[":id"].events.$get({ param: { id }, query: { limit: PAGE, cursor } })), max),
     endRolloutTarget: (id: string, server: string, reason?: string) =>
-      ok(c.v1.rollouts[":id"].targets[":server"].end.$post({ param: { id, server: srv(server) }, json: reason ? { reason } : {} })),
-    controlRollout: (id: string, action: "pause" | "resume" | "cancel" | "rollback") => ok(c.v1.rollouts[":id"][action].$post({ param: { id } })),
+      ok(
+        c.v1.rollouts[":id"].targets[":server"].end.$post({
+          param: { id, server: srv(server) },
+          json: reason ? { reason } : {},
+        }),
+      ),
+    controlRollout: (id: string, action: "pause" | "resume" | "cancel" | "rollback") =>
+      ok(c.v1.rollouts[":id"][action].$post({ param: { id } })),
 
     // enrollment and agent builds (issue 25)
     listEnrollmentTokens: (fleet: string) =>
-      all((cursor) => ok(c.v1.fleets[":fleet"]["enrollment-tokens"].$get({ param: { fleet }, query: { limit: PAGE, cursor } }))),
-    createEnrollmentToken: (fleet: string, json: Parameters<Client["v1"]["fleets"][":fleet"]["enrollment-tokens"]["$post"]>[0]["json"]) =>
-      ok(c.v1.fleets[":fleet"]["enrollment-tokens"].$post({ param: { fleet }, json })),
-    revokeEnrollmentToken: (fleet: string, id: string) => ok(c.v1.fleets[":fleet"]["enrollment-tokens"][":id"].$delete({ param: { fleet, id } })),
+      all((cursor) =>
+        ok(c.v1.fleets[":fleet"]["enrollment-tokens"].$get({ param: { fleet }, query: { limit: PAGE, cursor } })),
+      ),
+    createEnrollmentToken: (
+      fleet: string,
+      json: Parameters<Client["v1"]["fleets"][":fleet"]["enrollment-tokens"]["$post"]>[0]["json"],
+    ) => ok(c.v1.fleets[":fleet"]["enrollment-tokens"].$post({ param: { fleet }, json })),
+    revokeEnrollmentToken: (fleet: string, id: string) =>
+      ok(c.v1.fleets[":fleet"]["enrollment-tokens"][":id"].$delete({ param: { fleet, id } })),
     getAgentBuild: (target: string) => ok(c.v1.agent.builds[":target"].$get({ param: { target } })),
 
     // upgrades, audit
@@ -164,13 +211,19 @@ function methods(c: Client) {
       ok(c.v1.upgrades.$get({ query: { limit: query.limit?.toString(), cursor: query.cursor } })),
     runUpgrades: () => ok(c.v1.upgrades.run.$post()),
     audit: (query: { target?: string; limit?: number; cursor?: string | null } = {}) =>
-      ok(c.v1.audit.$get({ query: { target: query.target, limit: query.limit?.toString(), cursor: query.cursor ?? undefined } })),
+      ok(
+        c.v1.audit.$get({
+          query: { target: query.target, limit: query.limit?.toString(), cursor: query.cursor ?? undefined },
+        }),
+      ),
   };
 }
 
 type ServerStateFilter = NonNullable<Parameters<Client["v1"]["servers"]["$get"]>[0]>["query"]["state"];
 type RolloutStateFilter = NonNullable<Parameters<Client["v1"]["rollouts"]["$get"]>[0]>["query"]["state"];
-type RolloutTargetStateFilter = NonNullable<Parameters<Client["v1"]["rollouts"][":id"]["targets"]["$get"]>[0]>["query"]["state"];
+type RolloutTargetStateFilter = NonNullable<
+  Parameters<Client["v1"]["rollouts"][":id"]["targets"]["$get"]>[0]
+>["query"]["state"];
 
 type ServerStatusFilter = NonNullable<Parameters<Client["v1"]["servers"]["$get"]>[0]>["query"]["status"];
 
@@ -187,7 +240,9 @@ export class Api {
     this.token = token;
     this.fetchImpl = fetchImpl;
     this.base = baseUrl.replace(/\/+$/, "");
-    this.client = createClient(this.base, token, { fetch: (input: string | URL | Request, init?: RequestInit) => this.fetchImpl(input as string, init) });
+    this.client = createClient(this.base, token, {
+      fetch: (input: string | URL | Request, init?: RequestInit) => this.fetchImpl(input as string, init),
+    });
     Object.assign(this, methods(this.client));
   }
 
@@ -196,7 +251,10 @@ export class Api {
    * memory; a ~110 MB executable travels as ~40 MB, within the Workers request limit), with its
    * own length and SHA-256, which R2 checks against what it stores. Raw bytes, so not through hc.
    */
-  async publishAgentBuild(target: string, file: { body: ReadableStream<Uint8Array>; size: number; sha256: string; version: string }) {
+  async publishAgentBuild(
+    target: string,
+    file: { body: ReadableStream<Uint8Array>; size: number; sha256: string; version: string },
+  ) {
     const res = await this.fetchImpl(`${this.base}/v1/agent/builds/${encodeURIComponent(target)}`, {
       method: "PUT",
       headers: {
@@ -222,13 +280,21 @@ export class Api {
     const url = this.client.v1.images[":id"].parts[":part"].$url({ param: { id, part: String(part) } });
     const res = await this.fetchImpl(url.toString(), {
       method: "PUT",
-      headers: { Authorization: `Bearer ${this.token}`, "Content-Type": "application/octet-stream", "Content-Length": String(length) },
+      headers: {
+        Authorization: `Bearer ${this.token}`,
+        "Content-Type": "application/octet-stream",
+        "Content-Length": String(length),
+      },
       body,
       signal,
       duplex: "half",
     } as RequestInit);
     if (!res.ok) throw await apiErrorOf(res);
-    return (await res.json()) as { part: number; size: number; upload: { part_size: number; parts: number; received: number[] } };
+    return (await res.json()) as {
+      part: number;
+      size: number;
+      upload: { part_size: number; parts: number; received: number[] };
+    };
   }
 
   /** GET a server with its view's ETag. */

@@ -49,7 +49,8 @@ export function readConfig(path: string): Config | null {
   }
   const r = raw as Partial<Config> & { url?: string; token?: string };
   if (r.contexts && typeof r.contexts === "object") return { current: r.current ?? null, contexts: r.contexts };
-  if (r.url && r.token) return { current: DEFAULT_CONTEXT, contexts: { [DEFAULT_CONTEXT]: { url: r.url, token: r.token } } };
+  if (r.url && r.token)
+    return { current: DEFAULT_CONTEXT, contexts: { [DEFAULT_CONTEXT]: { url: r.url, token: r.token } } };
   return { current: null, contexts: {} };
 }
 
@@ -110,12 +111,21 @@ export function resolveConnection(
         : record
           ? recordText
           : `the local default (npm start; PORT=${env.PORT ?? "8787"})`;
-  const url = checkUrl(flags.url ?? env.HM_URL ?? context?.url ?? record?.url ?? `http://127.0.0.1:${env.PORT ?? "8787"}`);
+  const url = checkUrl(
+    flags.url ?? env.HM_URL ?? context?.url ?? record?.url ?? `http://127.0.0.1:${env.PORT ?? "8787"}`,
+  );
   const base = { url, urlFrom, context: context && url === checkUrl(context.url) ? name : undefined };
   if (flags.token) return { ...base, token: flags.token, source: "flags", tokenFrom: "--token" };
   if (env.HM_TOKEN) return { ...base, token: env.HM_TOKEN, source: "environment", tokenFrom: "HM_TOKEN" };
-  if (context && base.context) return { ...base, token: context.token, source: "config file", tokenFrom: `context '${name}' (${configPath(env)})` };
-  if (record && url === checkUrl(record.url)) return { ...base, token: record.token, source: "local server record", tokenFrom: recordText };
+  if (context && base.context)
+    return {
+      ...base,
+      token: context.token,
+      source: "config file",
+      tokenFrom: `context '${name}' (${configPath(env)})`,
+    };
+  if (record && url === checkUrl(record.url))
+    return { ...base, token: record.token, source: "local server record", tokenFrom: recordText };
   const dev = devVarsToken(cwd);
   if (dev) return { ...base, token: dev, source: ".dev.vars", tokenFrom: ".dev.vars (ADMIN_TOKEN)" };
   throw new UsageError(
@@ -124,7 +134,10 @@ export function resolveConnection(
 }
 
 /** The fleet fleet commands use without --fleet: HM_FLEET, else the context's (hm context set-fleet). */
-export function defaultFleet(flags: { context?: string }, env: Record<string, string | undefined> = process.env): { fleet: string; from: string } | null {
+export function defaultFleet(
+  flags: { context?: string },
+  env: Record<string, string | undefined> = process.env,
+): { fleet: string; from: string } | null {
   if (env.HM_FLEET) return { fleet: env.HM_FLEET, from: "HM_FLEET" };
   const file = readConfig(configPath(env));
   const name = flags.context ?? (env.HM_CONTEXT || undefined) ?? file?.current ?? undefined;
@@ -144,6 +157,7 @@ function checkUrl(url: string): string {
   } catch {
     throw new UsageError(`'${url}' is not a URL (expected e.g. http://127.0.0.1:8787)`);
   }
-  if (parsed.protocol !== "http:" && parsed.protocol !== "https:") throw new UsageError(`the URL '${url}' must be http:// or https://`);
+  if (parsed.protocol !== "http:" && parsed.protocol !== "https:")
+    throw new UsageError(`the URL '${url}' must be http:// or https://`);
   return trimmed;
 }

@@ -55,7 +55,10 @@ const defaulted = new WeakSet<Option>();
  * program's preAction hook.
  */
 export function fleetOption(description = "the fleet"): Option {
-  const o = new Option("--fleet <fleet>", `${description} (default: HM_FLEET, else the context's: hm context set-fleet)`);
+  const o = new Option(
+    "--fleet <fleet>",
+    `${description} (default: HM_FLEET, else the context's: hm context set-fleet)`,
+  );
   defaulted.add(o);
   return o;
 }
@@ -75,7 +78,11 @@ export function fillFleet(io: Io) {
       if (err instanceof UsageError) throw new Exit(2, err.message);
       throw err;
     }
-    if (!found) throw new Exit(2, "which fleet? pass --fleet NAME, set HM_FLEET, or keep one in the context: hm context set-fleet NAME");
+    if (!found)
+      throw new Exit(
+        2,
+        "which fleet? pass --fleet NAME, set HM_FLEET, or keep one in the context: hm context set-fleet NAME",
+      );
     cmd.setOptionValueWithSource("fleet", found.fleet, "config");
   };
 }
@@ -109,7 +116,12 @@ export class Ctx {
 
   get out(): Output {
     const g = this.globals;
-    return new Output(this.io, { format: this.format, color: g.color !== false, noHeaders: g.headers === false, absoluteTimes: !!g.absoluteTimes });
+    return new Output(this.io, {
+      format: this.format,
+      color: g.color !== false,
+      noHeaders: g.headers === false,
+      absoluteTimes: !!g.absoluteTimes,
+    });
   }
 
   /** The connection if a command has resolved it (for messages about it), else undefined. */
@@ -124,8 +136,13 @@ export class Ctx {
         // which reads the environment itself and can then say where a URL came from.
         let root: Command = this.cmd;
         while (root.parent) root = root.parent;
-        const given = (k: "url" | "token" | "context") => (root.getOptionValueSource(k) === "env" ? undefined : this.globals[k]);
-        this.conn = resolveConnection({ url: given("url"), token: given("token"), context: given("context") }, this.io.env, this.io.cwd);
+        const given = (k: "url" | "token" | "context") =>
+          root.getOptionValueSource(k) === "env" ? undefined : this.globals[k];
+        this.conn = resolveConnection(
+          { url: given("url"), token: given("token"), context: given("context") },
+          this.io.env,
+          this.io.cwd,
+        );
       } catch (err) {
         if (err instanceof UsageError) throw new Exit(2, err.message);
         throw err;
@@ -149,7 +166,8 @@ export class Ctx {
     this.io.stderr(`${question} [y/N] `);
     const answer = await readLine(this.io.stdin);
     if (answer === null) this.io.stderr("\n");
-    if (!answer || !/^y(es)?$/i.test(answer.trim())) throw new Exit(1, "not confirmed; nothing changed (pass --yes to skip the question)");
+    if (!answer || !/^y(es)?$/i.test(answer.trim()))
+      throw new Exit(1, "not confirmed; nothing changed (pass --yes to skip the question)");
   }
 }
 

@@ -92,12 +92,14 @@ function nameOf(v: unknown): string | null {
   if (typeof v === "string") return v;
   if (!v || typeof v !== "object") return null;
   const o = v as Record<string, unknown>;
-  for (const k of ["id", "name", "agent", "hostname", "fleet"]) if (typeof o[k] === "string" && o[k]) return o[k] as string;
+  for (const k of ["id", "name", "agent", "hostname", "fleet"])
+    if (typeof o[k] === "string" && o[k]) return o[k] as string;
   // A wrapper (`{webhook, secret}`, `{released}`): the one object inside it that has a name.
-  for (const inner of Object.values(o)) if (inner && typeof inner === "object" && !Array.isArray(inner)) {
-    const n = nameOf(inner);
-    if (n) return n;
-  }
+  for (const inner of Object.values(o))
+    if (inner && typeof inner === "object" && !Array.isArray(inner)) {
+      const n = nameOf(inner);
+      if (n) return n;
+    }
   return null;
 }
 
@@ -161,10 +163,32 @@ export class Output {
     const t = new Table({
       ...(this.opts.noHeaders ? {} : { head: names.map((h) => this.c.bold(h).text) }),
       style: { head: [], border: [], "padding-left": 0, "padding-right": 0 },
-      chars: { top: "", "top-mid": "", "top-left": "", "top-right": "", bottom: "", "bottom-mid": "", "bottom-left": "", "bottom-right": "", left: "", "left-mid": "", mid: "", "mid-mid": "", right: "", "right-mid": "", middle: "  " },
+      chars: {
+        top: "",
+        "top-mid": "",
+        "top-left": "",
+        "top-right": "",
+        bottom: "",
+        "bottom-mid": "",
+        "bottom-left": "",
+        "bottom-right": "",
+        left: "",
+        "left-mid": "",
+        mid: "",
+        "mid-mid": "",
+        right: "",
+        "right-mid": "",
+        middle: "  ",
+      },
     });
     for (const r of rows) t.push(r.filter((_, i) => keep[i]).map(cellText));
-    this.line(t.toString().split("\n").map((l) => l.trimEnd()).join("\n"));
+    this.line(
+      t
+        .toString()
+        .split("\n")
+        .map((l) => l.trimEnd())
+        .join("\n"),
+    );
   }
 
   /** Key/value block for one object; values are shown as table cells are (cellText). */

@@ -28,7 +28,10 @@ export interface FoundRecord extends LocalRecord {
  * server elsewhere), else `.wrangler/hm-local.json` in `cwd` or the nearest directory above it.
  * A file that is not a record is ignored, as if absent.
  */
-export function findLocalRecord(cwd: string, env: Record<string, string | undefined> = process.env): FoundRecord | null {
+export function findLocalRecord(
+  cwd: string,
+  env: Record<string, string | undefined> = process.env,
+): FoundRecord | null {
   if (env.HM_LOCAL_RECORD) return readRecord(resolve(cwd, env.HM_LOCAL_RECORD));
   let dir = resolve(cwd);
   for (;;) {

@@ -32,8 +32,14 @@ export function buildProgram(io: Io): Command {
     .description("Harbormaster operator CLI")
     .addOption(new Option("--url <url>", "API base URL").env("HM_URL"))
     .addOption(new Option("--token <token>", "operator token").env("HM_TOKEN"))
-    .addOption(new Option("--context <name>", "use this context of the config file (hm context list)").env("HM_CONTEXT"))
-    .addOption(new Option("-o, --output <format>", "table, wide (more columns), json or yaml (the API's objects)").choices(FORMATS))
+    .addOption(
+      new Option("--context <name>", "use this context of the config file (hm context list)").env("HM_CONTEXT"),
+    )
+    .addOption(
+      new Option("-o, --output <format>", "table, wide (more columns), json or yaml (the API's objects)").choices(
+        FORMATS,
+      ),
+    )
     .option("--json", "the same as -o json")
     .option("--no-headers", "tables without their header row")
     .option("--absolute-times", "timestamps as ISO 8601 instead of '3m ago'")
@@ -74,7 +80,10 @@ export function buildProgram(io: Io): Command {
   // Subcommands inherit the output hooks and exit override, so usage errors come back here.
   const inherit = (cmd: Command) => {
     for (const sub of cmd.commands) {
-      sub.exitOverride().configureOutput({ writeOut: io.stdout, writeErr: io.stderr }).showHelpAfterError("(run with --help for usage)");
+      sub
+        .exitOverride()
+        .configureOutput({ writeOut: io.stdout, writeErr: io.stderr })
+        .showHelpAfterError("(run with --help for usage)");
       inherit(sub);
     }
   };
@@ -110,7 +119,9 @@ export async function main(argv: string[], io: Io = processIo()): Promise<number
       return err.code;
     }
     if (err instanceof ApiError) {
-      io.stderr(`error: ${err.code}: ${err.message}${err.details === undefined ? "" : `\n${JSON.stringify(err.details)}`}\n`);
+      io.stderr(
+        `error: ${err.code}: ${err.message}${err.details === undefined ? "" : `\n${JSON.stringify(err.details)}`}\n`,
+      );
       return 1;
     }
     io.stderr(`error: ${err instanceof Error ? err.message : String(err)}\n`);

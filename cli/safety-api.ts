@@ -6,7 +6,8 @@ import type { ClientResponse } from "hono/client";
 import { createClient, type Client } from "../src/client/index.ts";
 import { apiErrorOf, type FetchLike } from "../agent/http.ts";
 
-type Success<R> = R extends ClientResponse<infer T, infer S, infer _F> ? (S extends 200 | 201 | 202 ? T : never) : never;
+type Success<R> =
+  R extends ClientResponse<infer T, infer S, infer _F> ? (S extends 200 | 201 | 202 ? T : never) : never;
 
 async function ok<R extends ClientResponse<unknown, number, any>>(pending: Promise<R>): Promise<Success<R>> {
   const res = await pending;
@@ -20,16 +21,21 @@ export type HoldInput = Parameters<Fleets["hold"]["$put"]>[0]["json"];
 export type WebhookInput = Parameters<Fleets["webhooks"]["$post"]>[0]["json"];
 
 export function safetyApi(conn: { url: string; token: string }, fetchImpl: FetchLike) {
-  const c = createClient(conn.url.replace(/\/+$/, ""), conn.token, { fetch: (i: string | URL | Request, init?: RequestInit) => fetchImpl(i as string, init) });
+  const c = createClient(conn.url.replace(/\/+$/, ""), conn.token, {
+    fetch: (i: string | URL | Request, init?: RequestInit) => fetchImpl(i as string, init),
+  });
   const f = c.v1.fleets[":fleet"];
   return {
     gates: (fleet: string) => ok(f.gates.$get({ param: { fleet } })),
     putGates: (fleet: string, json: GateConfig) => ok(f.gates.$put({ param: { fleet }, json })),
     holdFleet: (fleet: string, json: HoldInput) => ok(f.hold.$put({ param: { fleet }, json })),
     unholdFleet: (fleet: string) => ok(f.hold.$delete({ param: { fleet } })),
-    holdGroup: (fleet: string, group: string, json: HoldInput) => ok(f["reboot-groups"][":group"].hold.$put({ param: { fleet, group }, json })),
-    unholdGroup: (fleet: string, group: string) => ok(f["reboot-groups"][":group"].hold.$delete({ param: { fleet, group } })),
-    dequeue: (fleet: string, group: string, id: string) => ok(f["reboot-groups"][":group"].queue[":id"].$delete({ param: { fleet, group, id } })),
+    holdGroup: (fleet: string, group: string, json: HoldInput) =>
+      ok(f["reboot-groups"][":group"].hold.$put({ param: { fleet, group }, json })),
+    unholdGroup: (fleet: string, group: string) =>
+      ok(f["reboot-groups"][":group"].hold.$delete({ param: { fleet, group } })),
+    dequeue: (fleet: string, group: string, id: string) =>
+      ok(f["reboot-groups"][":group"].queue[":id"].$delete({ param: { fleet, group, id } })),
     webhooks: (fleet: string) => ok(f.webhooks.$get({ param: { fleet } })),
     createWebhook: (fleet: string, json: WebhookInput) => ok(f.webhooks.$post({ param: { fleet }, json })),
     deleteWebhook: (fleet: string, id: string) => ok(f.webhooks[":id"].$delete({ param: { fleet, id } })),

@@ -9,7 +9,11 @@ const admin = inject("hmAdmin");
 const api = new Api(url, admin);
 
 async function server(fleet: string) {
-  const s = await api.registerServer({ fleet, hostname: `h-${Math.random().toString(36).slice(2)}.example.com`, kind: "managed" });
+  const s = await api.registerServer({
+    fleet,
+    hostname: `h-${Math.random().toString(36).slice(2)}.example.com`,
+    kind: "managed",
+  });
   await api.putDesired(s.id, { generation: 2, agents: [{ name: "a", image: "reg/a:1", version: "1" }] });
   return s;
 }
@@ -18,7 +22,14 @@ async function server(fleet: string) {
 function start(token: string, extra: Partial<ConstructorParameters<typeof HostAgent>[0]> = {}) {
   const events: AgentEvent[] = [];
   const stop = new AbortController();
-  const exit = new HostAgent({ url, token, driver: new MemoryDriver(), bootId: "e2e", onEvent: (e) => events.push(e), ...extra }).run(stop.signal);
+  const exit = new HostAgent({
+    url,
+    token,
+    driver: new MemoryDriver(),
+    bootId: "e2e",
+    onEvent: (e) => events.push(e),
+    ...extra,
+  }).run(stop.signal);
   const until = async (pred: (e: AgentEvent) => boolean, ms = 15_000) => {
     const deadline = Date.now() + ms;
     while (!events.some(pred)) {
@@ -29,7 +40,8 @@ function start(token: string, extra: Partial<ConstructorParameters<typeof HostAg
   return { events, until, exit, stop: () => stop.abort() };
 }
 
-const reported = (generation: number) => (e: AgentEvent) => e.type === "reported" && e.generation === generation && e.accepted.status === "realized";
+const reported = (generation: number) => (e: AgentEvent) =>
+  e.type === "reported" && e.generation === generation && e.accepted.status === "realized";
 
 describe("host channel from Node (the runtime's WebSocket against wrangler dev)", () => {
   const fleet = `chan-${Date.now().toString(36)}`;
@@ -72,7 +84,9 @@ describe("host channel from Node (the runtime's WebSocket against wrangler dev)"
       run.stop();
     }
     await run.exit;
-    const kinds = run.events.filter((e) => ["channel", "desired", "pushed"].includes(e.type)).map((e) => (e.type === "channel" ? `channel ${e.state}` : e.type));
+    const kinds = run.events
+      .filter((e) => ["channel", "desired", "pushed"].includes(e.type))
+      .map((e) => (e.type === "channel" ? `channel ${e.state}` : e.type));
     expect(kinds[0]).toBe("channel closed");
     expect(kinds.indexOf("desired")).toBeLessThan(kinds.indexOf("channel open"));
     expect(kinds.at(-1)).toBe("pushed");

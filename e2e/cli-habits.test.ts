@@ -39,14 +39,22 @@ describe("hm names servers by hostname", () => {
   it("show, desired, patch --role, refresh, rotate-token, release, instances and audit by hostname; lists sorted by hostname", async () => {
     const fleet = fresh("hn");
     await api.createFleet({ id: fleet });
-    for (const h of ["b.example.com", "a.example.com"]) await api.registerServer({ fleet, hostname: h, kind: "managed" });
+    for (const h of ["b.example.com", "a.example.com"])
+      await api.registerServer({ fleet, hostname: h, kind: "managed" });
     const list = await hm(["servers", "--fleet", fleet, "--no-headers"]);
-    expect(list.stdout.trim().split("\n").map((l) => l.split(/\s+/)[0])).toEqual(["a.example.com", "b.example.com"]);
+    expect(
+      list.stdout
+        .trim()
+        .split("\n")
+        .map((l) => l.split(/\s+/)[0]),
+    ).toEqual(["a.example.com", "b.example.com"]);
     const show = await hm(["-o", "json", "servers", "show", "a.example.com"]);
     expect(show.json().hostname).toBe("a.example.com");
     expect((await hm(["servers", "show", `${fleet}/b.example.com`])).stdout).toMatch(/hostname\s+b\.example\.com/);
     const file = join(home, `d-${n++}.json`);
-    await import("node:fs").then((fs) => fs.writeFileSync(file, JSON.stringify({ agents: [{ name: "logs", image: "reg/logs:1", version: "1" }] })));
+    await import("node:fs").then((fs) =>
+      fs.writeFileSync(file, JSON.stringify({ agents: [{ name: "logs", image: "reg/logs:1", version: "1" }] })),
+    );
     const set = await hm(["desired", "set", "a.example.com", "-f", file]);
     expect(set.stdout).toMatch(/pinned.*hm desired release a\.example\.com/);
     const inst = await hm(["instances", "--server", "a.example.com"]);
@@ -72,17 +80,42 @@ describe("the daily API in hm", () => {
   it("channels, roles, fleets patch/delete, tokens --kind, decommission --force says what happened", async () => {
     const fleet = fresh("api");
     expect((await hm(["fleets", "create", fleet, "--stale-after", "5m", "--lock-ttl", "1h"])).code).toBe(0);
-    expect((await hm(["-o", "json", "fleets", "show", fleet])).json()).toMatchObject({ stale_after_s: 300, lock_ttl_s: 3600 });
-    expect((await hm(["channels", "set", "base", "--fleet", fleet, "--image", "reg/base:1", "--version", "1"])).stdout).toMatch(/now reg\/base:1/);
+    expect((await hm(["-o", "json", "fleets", "show", fleet])).json()).toMatchObject({
+      stale_after_s: 300,
+      lock_ttl_s: 3600,
+    });
+    expect(
+      (await hm(["channels", "set", "base", "--fleet", fleet, "--image", "reg/base:1", "--version", "1"])).stdout,
+    ).toMatch(/now reg\/base:1/);
     expect((await hm(["channels", "--fleet", fleet])).stdout).toMatch(/base\s+reg\/base:1\s+1/);
     expect((await hm(["-o", "json", "channels", "show", "base", "--fleet", fleet])).json().history).toHaveLength(1);
-    expect((await hm(["roles", "set", "edge", "--fleet", fleet, "--agent", "base", "--agent", "base2@firewall"])).code).toBe(1); // base2 has no channel
+    expect(
+      (await hm(["roles", "set", "edge", "--fleet", fleet, "--agent", "base", "--agent", "base2@firewall"])).code,
+    ).toBe(1); // base2 has no channel
     expect((await hm(["roles", "set", "edge", "--fleet", fleet, "--agent", "base"])).code).toBe(0);
     expect((await hm(["roles", "--fleet", fleet])).stdout).toMatch(/edge\s+base/);
-    const patched = await hm(["-o", "json", "fleets", "patch", fleet, "--capability", "firewall=true", "--stale-after", "10m"]);
+    const patched = await hm([
+      "-o",
+      "json",
+      "fleets",
+      "patch",
+      fleet,
+      "--capability",
+      "firewall=true",
+      "--stale-after",
+      "10m",
+    ]);
     expect(patched.json()).toMatchObject({ capabilities: { firewall: true }, stale_after_s: 600 });
     const s = await api.registerServer({ fleet, hostname: "gone.example.com", roles: ["edge"] });
-    const forced = await hm(["--yes", "servers", "decommission", "gone.example.com", "--force", "--reason", "disk died"]);
+    const forced = await hm([
+      "--yes",
+      "servers",
+      "decommission",
+      "gone.example.com",
+      "--force",
+      "--reason",
+      "disk died",
+    ]);
     expect(forced.code).toBe(0);
     expect(forced.stdout).not.toMatch(/orders run/);
     expect(forced.stdout).toMatch(/removed|being removed/);
@@ -91,10 +124,15 @@ describe("the daily API in hm", () => {
     // Only operator tokens by default: a fleet's server tokens are one per server.
     const tokens = await hm(["-o", "json", "tokens"]);
     expect(tokens.json().every((t: { kind: string }) => t.kind === "operator")).toBe(true);
-    expect((await hm(["-o", "json", "tokens", "--kind", "server"])).json().some((t: { kind: string }) => t.kind === "server")).toBe(true);
+    expect(
+      (await hm(["-o", "json", "tokens", "--kind", "server"]))
+        .json()
+        .some((t: { kind: string }) => t.kind === "server"),
+    ).toBe(true);
     // The removed server is gone from the fleet's live list; --state removed shows it.
     expect((await hm(["servers", "--fleet", fleet, "--state", "removed"])).stdout).toContain("gone.example.com");
-    for (let i = 0; i < 20 && (await hm(["--yes", "fleets", "delete", fleet])).code !== 0; i++) await new Promise((r) => setTimeout(r, 250));
+    for (let i = 0; i < 20 && (await hm(["--yes", "fleets", "delete", fleet])).code !== 0; i++)
+      await new Promise((r) => setTimeout(r, 250));
     expect((await hm(["fleets", "show", fleet])).code).toBe(1);
     const run = await hm(["upgrades", "run"]);
     expect(run.stdout).not.toMatch(/^\{/);
@@ -141,10 +179,16 @@ describe("kubectl habits", () => {
     expect(bash.stdout).toContain("complete -o default -F _hm hm");
     expect(bash.stdout).toMatch(/\['rollout'\]='start status watch/);
     expect(bash.stdout).toMatch(/\['servers list'\]='.*--hostname/);
-    const check = spawnSync("bash", ["-c", `${bash.stdout}\nCOMP_WORDS=(hm rollout st); COMP_CWORD=2; _hm; echo "\${COMPREPLY[@]}"`], { encoding: "utf8" });
+    const check = spawnSync(
+      "bash",
+      ["-c", `${bash.stdout}\nCOMP_WORDS=(hm rollout st); COMP_CWORD=2; _hm; echo "\${COMPREPLY[@]}"`],
+      { encoding: "utf8" },
+    );
     expect(check.stdout.trim().split(" ").sort()).toEqual(["start", "status"]);
     expect((await hm(["completion", "zsh"])).stdout).toContain("bashcompinit");
-    expect((await hm(["completion", "fish"])).stdout).toContain("complete -c hm -n 'test (__hm_path) = '\\''rollout'\\''' -a 'start status watch");
+    expect((await hm(["completion", "fish"])).stdout).toContain(
+      "complete -c hm -n 'test (__hm_path) = '\\''rollout'\\''' -a 'start status watch",
+    );
     // `hm … | head -1`: the reader has gone before hm writes (what head does once it has its line).
     const child = spawn(process.execPath, [bin, "completion", "fish"], { stdio: ["ignore", "pipe", "pipe"] });
     let stderr = "";
@@ -160,11 +204,27 @@ describe("kubectl habits", () => {
     const env = { ...process.env, CI: "true", HM_URL: url, HM_TOKEN: admin, FORCE_COLOR: "", NO_COLOR: "" };
     // Not spawnSync: a blocked event loop misses the server closing an idle pooled connection,
     // and the next test's first fetch would then reuse the dead socket ("other side closed").
-    const out = await promisify(execFile)(process.execPath, [sim, "--fleet", fresh("simc"), "--servers", "2", "--duration", "2", "--ramp", "0", "--state", join(home, `sim-${n++}.json`)], {
-      env,
-      encoding: "utf8",
-      timeout: 60_000,
-    });
+    const out = await promisify(execFile)(
+      process.execPath,
+      [
+        sim,
+        "--fleet",
+        fresh("simc"),
+        "--servers",
+        "2",
+        "--duration",
+        "2",
+        "--ramp",
+        "0",
+        "--state",
+        join(home, `sim-${n++}.json`),
+      ],
+      {
+        env,
+        encoding: "utf8",
+        timeout: 60_000,
+      },
+    );
     expect(out.stdout).toContain("servers");
     expect(out.stdout + out.stderr).not.toContain("\x1b[");
   });
@@ -187,7 +247,8 @@ describe("hm status", () => {
     await api.putChannel(fleet, "logs", { image: "reg/logs:1", version: "1" });
     await api.putRole(fleet, "edge", { agents: [{ name: "logs" }] });
     const hosts = [];
-    for (const h of ["s1", "s2", "s3"]) hosts.push(await api.registerServer({ fleet, hostname: `${h}.example.com`, roles: ["edge"] }));
+    for (const h of ["s1", "s2", "s3"])
+      hosts.push(await api.registerServer({ fleet, hostname: `${h}.example.com`, roles: ["edge"] }));
     for (const h of hosts) await new HostApi(url, h.token).report(failedReport(h.desired.generation));
     let requests = 0;
     const counting: typeof fetch = (input, init) => (requests++, fetch(input, init));
@@ -216,9 +277,22 @@ describe("hm status", () => {
     await api.putChannel(fleet, "logs", { image: "reg/logs:1", version: "1" });
     await api.putRole(fleet, "edge", { agents: [{ name: "logs" }] });
     await api.registerServer({ fleet, hostname: "t1.example.com", roles: ["edge"] });
-    const typo = await hm(["rollout", "start", "--fleet", fleet, "--agent", "lgos", "--image", "reg/lgos:2", "--version", "2"]);
+    const typo = await hm([
+      "rollout",
+      "start",
+      "--fleet",
+      fleet,
+      "--agent",
+      "lgos",
+      "--image",
+      "reg/lgos:2",
+      "--version",
+      "2",
+    ]);
     expect(typo.code).toBe(1);
-    expect(typo.stderr).toMatch(/no_targets: no server of fleet '.*' runs agent 'lgos' \(the fleet's servers run: logs\)/);
+    expect(typo.stderr).toMatch(
+      /no_targets: no server of fleet '.*' runs agent 'lgos' \(the fleet's servers run: logs\)/,
+    );
     const r = await api.startRollout({ fleet, agent: "logs", image: "reg/logs:2", version: "2" });
     expect((await hm(["rollout", "targets", r.id])).stdout).toMatch(/t1\.example\.com\s+applying/);
     expect((await hm(["rollout", "events", r.id])).stdout).toMatch(/target\.applying\s+t1\.example\.com/);

@@ -19,7 +19,16 @@ describe("hm and labels", () => {
     const fleet = `labels-${Date.now().toString(36)}`;
     expect((await hm(["fleets", "create", fleet])).code).toBe(0);
     const reg = async (host: string, ...labels: string[]) => {
-      const r = await hm(["--json", "servers", "register", "--fleet", fleet, "--hostname", host, ...labels.flatMap((l) => ["--label", l])]);
+      const r = await hm([
+        "--json",
+        "servers",
+        "register",
+        "--fleet",
+        fleet,
+        "--hostname",
+        host,
+        ...labels.flatMap((l) => ["--label", l]),
+      ]);
       expect(r.code, r.stderr).toBe(0);
       return r.json() as { id: string; labels: Record<string, string> };
     };
@@ -28,7 +37,10 @@ describe("hm and labels", () => {
     await reg("b.example.com", "zone=eu-1a", "rack=r2");
     await reg("c.example.com", "zone=eu-1b");
 
-    const names = async (...args: string[]) => ((await hm(["--json", "servers", "ls", "--fleet", fleet, ...args])).json() as { hostname: string }[]).map((s) => s.hostname);
+    const names = async (...args: string[]) =>
+      ((await hm(["--json", "servers", "ls", "--fleet", fleet, ...args])).json() as { hostname: string }[]).map(
+        (s) => s.hostname,
+      );
     expect(await names("--label", "zone=eu-1a")).toEqual(["a.example.com", "b.example.com"]);
     expect(await names("--label", "zone=eu-1a", "--label", "rack=r2")).toEqual(["b.example.com"]);
     expect(await names("--label", "rack")).toEqual(["a.example.com", "b.example.com"]);
@@ -37,7 +49,15 @@ describe("hm and labels", () => {
     expect(table.stdout).toMatch(/LABELS/);
     expect(table.stdout).toMatch(/c\.example\.com.*zone=eu-1b/);
 
-    const patched = await hm(["servers", "patch", `${fleet}/a.example.com`, "--label", "zone=eu-1b", "--unlabel", "rack"]);
+    const patched = await hm([
+      "servers",
+      "patch",
+      `${fleet}/a.example.com`,
+      "--label",
+      "zone=eu-1b",
+      "--unlabel",
+      "rack",
+    ]);
     expect(patched.code, patched.stderr).toBe(0);
     expect(patched.stdout).toContain("labels zone=eu-1b");
     const shown = await hm(["servers", "show", a.id]);
@@ -49,10 +69,26 @@ describe("hm and labels", () => {
       await api.putDesired(s.id, { generation: 2, agents: [{ name: "web", image: "reg/web:1", version: "1" }] });
     }
     const inst = await hm(["--json", "instances", "--agent", "web", "--label", "zone=eu-1a"]);
-    expect((inst.json() as { hostname: string; fleet: string }[]).filter((i) => i.fleet === fleet).map((i) => i.hostname)).toEqual(["b.example.com"]);
+    expect(
+      (inst.json() as { hostname: string; fleet: string }[]).filter((i) => i.fleet === fleet).map((i) => i.hostname),
+    ).toEqual(["b.example.com"]);
 
     // A rollout of the servers with the label only.
-    const started = await hm(["--json", "rollout", "start", "--fleet", fleet, "--agent", "web", "--image", "reg/web:2", "--version", "2", "--label", "zone=eu-1a"]);
+    const started = await hm([
+      "--json",
+      "rollout",
+      "start",
+      "--fleet",
+      fleet,
+      "--agent",
+      "web",
+      "--image",
+      "reg/web:2",
+      "--version",
+      "2",
+      "--label",
+      "zone=eu-1a",
+    ]);
     expect(started.code, started.stderr).toBe(0);
     const targets = await hm(["--json", "rollout", "targets", (started.json() as { id: string }).id]);
     expect((targets.json() as { hostname: string }[]).map((t) => t.hostname)).toEqual(["b.example.com"]);

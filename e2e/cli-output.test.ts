@@ -30,7 +30,9 @@ const receiver = createServer((req, res) => {
   req.resume();
   req.on("end", () => res.writeHead(204).end());
 });
-const port = await new Promise<number>((r) => receiver.listen(0, "127.0.0.1", () => r((receiver.address() as { port: number }).port)));
+const port = await new Promise<number>((r) =>
+  receiver.listen(0, "127.0.0.1", () => r((receiver.address() as { port: number }).port)),
+);
 afterAll(() => new Promise<void>((r) => receiver.close(() => r())));
 
 /** Every command path hm has, leaves and parents with an action of their own ("upgrades"). */
@@ -49,9 +51,12 @@ function commandPaths(): string[] {
 const NOT_WALKED: Record<string, string> = {
   whoami: "hidden; prints one line for people",
   completion: "prints a shell script, not data",
-  "reboot-groups dequeue": "needs a host parked in the queue (FleetLock); the answer is printed by the same ctx.machine path",
-  "reboot-groups release": "needs a host holding a slot (FleetLock); the answer is printed by the same ctx.machine path",
-  "agent publish": "replaces the deployment's one agent build, which other files download; e2e/enrollment.test.ts publishes with -o json",
+  "reboot-groups dequeue":
+    "needs a host parked in the queue (FleetLock); the answer is printed by the same ctx.machine path",
+  "reboot-groups release":
+    "needs a host holding a slot (FleetLock); the answer is printed by the same ctx.machine path",
+  "agent publish":
+    "replaces the deployment's one agent build, which other files download; e2e/enrollment.test.ts publishes with -o json",
   "rollout watch": "follows a rollout to its end; `rollout start --watch` prints the same object",
 };
 
@@ -72,7 +77,12 @@ describe("every hm command answers -o json in one shape", () => {
 
     type Shape = "list" | "object";
     const seen = new Set<string>();
-    const run = async (path: string, args: string[], shape: Shape, opts: { env?: Record<string, string>; stdin?: string } = {}) => {
+    const run = async (
+      path: string,
+      args: string[],
+      shape: Shape,
+      opts: { env?: Record<string, string>; stdin?: string } = {},
+    ) => {
       seen.add(path);
       const r = await hm(["-o", "json", "--yes", ...path.split(" "), ...args], opts);
       expect(r.code, `${path}: ${r.stderr}`).toBe(0);
@@ -134,12 +144,20 @@ describe("every hm command answers -o json in one shape", () => {
     await run("hold", ["night", "--fleet", fleet, "--reason", "walk"], "object");
     await run("unhold", ["night", "--fleet", fleet], "object");
     await run("fleetlock-key rotate", ["--fleet", fleet], "object");
-    const hook = await run("webhooks add", ["--fleet", fleet, "--to", `http://127.0.0.1:${port}/h`, "--event", "server.failed"], "object");
+    const hook = await run(
+      "webhooks add",
+      ["--fleet", fleet, "--to", `http://127.0.0.1:${port}/h`, "--event", "server.failed"],
+      "object",
+    );
     await run("webhooks list", ["--fleet", fleet], "list");
     await run("webhooks test", [hook.webhook.id, "--fleet", fleet], "object");
     await run("webhooks deliveries", [hook.webhook.id, "--fleet", fleet], "list");
     await run("webhooks rm", [hook.webhook.id, "--fleet", fleet], "object");
-    const rollout = await run("rollout start", ["--fleet", fleet, "--agent", "logs", "--image", "reg/logs:2", "--version", "2"], "object");
+    const rollout = await run(
+      "rollout start",
+      ["--fleet", fleet, "--agent", "logs", "--image", "reg/logs:2", "--version", "2"],
+      "object",
+    );
     await run("rollouts", ["--fleet", fleet], "list");
     await run("rollout status", [rollout.id], "object");
     await run("rollout targets", [rollout.id], "list");
@@ -148,7 +166,11 @@ describe("every hm command answers -o json in one shape", () => {
     await run("rollout resume", [rollout.id], "object");
     await run("rollout end-target", [rollout.id, A], "object");
     await run("rollout rollback", [rollout.id], "object");
-    await run("rollout start", ["--fleet", fleet, "--agent", "logs", "--image", "reg/logs:3", "--version", "3"], "object");
+    await run(
+      "rollout start",
+      ["--fleet", fleet, "--agent", "logs", "--image", "reg/logs:3", "--version", "3"],
+      "object",
+    );
     await run("rollout cancel", ["latest"], "object");
     const exported = await run("export", [fleet], "object");
     writeFileSync(join(specDir, `${fleet}.json`), JSON.stringify(exported));
@@ -171,12 +193,15 @@ describe("every hm command answers -o json in one shape", () => {
   it("-o name prints one name a line, and --json is -o json", async () => {
     const fleet = fresh("names");
     await api.createFleet({ id: fleet });
-    for (const h of [`n1.${fleet}.test`, `n2.${fleet}.test`]) await api.registerServer({ fleet, hostname: h, kind: "managed" });
+    for (const h of [`n1.${fleet}.test`, `n2.${fleet}.test`])
+      await api.registerServer({ fleet, hostname: h, kind: "managed" });
     const ids = (await api.listServers({ fleet })).map((s) => s.id).sort();
     expect((await hm(["-o", "name", "servers", "--fleet", fleet])).stdout.trim().split("\n").sort()).toEqual(ids);
     expect((await hm(["-o", "name", "fleets", "show", fleet])).stdout).toBe(`${fleet}\n`);
     expect((await hm(["-o", "name", "audit", "--limit", "2"])).stdout).toMatch(/^\d+\n\d+\n$/);
-    expect((await hm(["--json", "reboot-groups", "--fleet", fleet])).json()).toEqual((await hm(["-o", "json", "reboot-groups", "--fleet", fleet])).json());
+    expect((await hm(["--json", "reboot-groups", "--fleet", fleet])).json()).toEqual(
+      (await hm(["-o", "json", "reboot-groups", "--fleet", fleet])).json(),
+    );
   });
 });
 
@@ -185,7 +210,10 @@ describe("text a host controls is printed with its control characters visible", 
     const fleet = fresh("esc");
     await api.createFleet({ id: fleet });
     const s = await api.registerServer({ fleet, hostname: `esc.${fleet}.test`, kind: "managed" });
-    const desired = await api.putDesired(s.id, { generation: (await api.getDesired(s.id)).generation + 1, agents: [{ name: "logs", image: "reg/logs:1", version: "1" }] });
+    const desired = await api.putDesired(s.id, {
+      generation: (await api.getDesired(s.id)).generation + 1,
+      agents: [{ name: "logs", image: "reg/logs:1", version: "1" }],
+    });
     await new HostApi(url, s.token).report({
       generation: desired.generation,
       reconciled_at: new Date().toISOString(),
@@ -194,7 +222,10 @@ describe("text a host controls is printed with its control characters visible", 
       errors: [{ agent: "logs", op: "install", message: escapes }],
       assignments: { units: [], storage: [] },
     });
-    for (const args of [["servers", "show", s.id], ["-o", "wide", "servers", "show", s.id]]) {
+    for (const args of [
+      ["servers", "show", s.id],
+      ["-o", "wide", "servers", "show", s.id],
+    ]) {
       const r = await hm(args);
       expect(r.code, r.stderr).toBe(0);
       expect(r.stdout).toContain("\\x1b[2J\\x1b[31mhidden\\x1b]0;owned\\x07");
@@ -219,13 +250,17 @@ describe("a second terminal finds the server npm start recorded", () => {
     // From a directory below the checkout, as a shell in docs/ would.
     const found = await hm(["-o", "json", "fleets", "show", fleet], { auth: false, cwd: join(checkout, "docs") });
     expect(found.code, found.stderr).toBe(0);
-    expect((await hm(["context", "current"], { auth: false, cwd: checkout })).stdout).toContain(`token from the local server record (${record}`);
+    expect((await hm(["context", "current"], { auth: false, cwd: checkout })).stdout).toContain(
+      `token from the local server record (${record}`,
+    );
 
     writeFileSync(record, JSON.stringify({ url, token: "not-the-token" }));
     const refused = await hm(["fleets"], { auth: false, cwd: checkout });
     expect(refused.code).toBe(1);
     expect(refused.stderr).toMatch(/unauthorized/);
-    expect(refused.stderr).toContain(`refused by ${url} (URL from the local server record (${record}, written by npm start)); token from the local server record`);
+    expect(refused.stderr).toContain(
+      `refused by ${url} (URL from the local server record (${record}, written by npm start)); token from the local server record`,
+    );
     const stale = await hm(["fleets"], { auth: false, cwd: checkout, env: { HM_TOKEN: "stale" } });
     expect(stale.stderr).toMatch(/token from HM_TOKEN$/m);
   });
@@ -244,11 +279,15 @@ describe("a default fleet, and objects by short id, name or latest", () => {
     await api.putGroup(fleet, "night", { slots: 2 });
     const none = await hm(["reboot-groups"]);
     expect(none.code).toBe(2);
-    expect(none.stderr).toMatch(/which fleet\? pass --fleet NAME, set HM_FLEET, or keep one in the context: hm context set-fleet NAME/);
+    expect(none.stderr).toMatch(
+      /which fleet\? pass --fleet NAME, set HM_FLEET, or keep one in the context: hm context set-fleet NAME/,
+    );
     expect((await hm(["-o", "name", "reboot-groups"], { env: { HM_FLEET: fleet } })).stdout).toMatch(/night/);
     const config = join(home, `fleet-${n++}.json`);
     const env = { HM_CONFIG: config, HM_URL: "", HM_TOKEN: "" };
-    expect((await hm(["login", "--name", "d", "--url", url, "--token", admin, "--fleet", fleet], { env })).code).toBe(0);
+    expect((await hm(["login", "--name", "d", "--url", url, "--token", admin, "--fleet", fleet], { env })).code).toBe(
+      0,
+    );
     expect((await hm(["-o", "name", "reboot-groups"], { env })).stdout).toMatch(/night/);
     // --fleet still wins over the context's.
     expect((await hm(["reboot-groups", "--fleet", "nope-fleet"], { env })).code).toBe(1);
@@ -259,8 +298,20 @@ describe("a default fleet, and objects by short id, name or latest", () => {
     await api.createFleet({ id: fleet });
     await api.registerServer({ fleet, hostname: `r.${fleet}.test`, kind: "managed" });
     // Channel-only rollouts: the fleet's servers need not run the agents.
-    const first = await api.startRollout({ fleet, agent: "alpha", image: "reg/alpha:1", version: "1", channel_only: true });
-    const second = await api.startRollout({ fleet, agent: "beta", image: "reg/beta:1", version: "1", channel_only: true });
+    const first = await api.startRollout({
+      fleet,
+      agent: "alpha",
+      image: "reg/alpha:1",
+      version: "1",
+      channel_only: true,
+    });
+    const second = await api.startRollout({
+      fleet,
+      agent: "beta",
+      image: "reg/beta:1",
+      version: "1",
+      channel_only: true,
+    });
     const env = { HM_FLEET: fleet };
     expect((await hm(["-o", "json", "rollout", "status", "latest"], { env })).json().id).toBe(second.id);
     expect((await hm(["-o", "json", "rollout", "status", "alpha"], { env })).json().id).toBe(first.id);

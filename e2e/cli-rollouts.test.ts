@@ -16,10 +16,11 @@ const AGENT = "fw-agent";
 /** A host that reconciles whatever generation it is given; `fail` reports the agent's update failing. */
 async function reconcile(token: string, fail: boolean) {
   const headers = { Authorization: `Bearer ${token}`, "Content-Type": "application/json" };
-  const cfg = (await (await fetch(`${url}/v1/agent/desired`, { headers })).json()) as { generation: number; agents: Record<string, string>[] };
-  const agents = cfg.agents
-    .filter((a) => !(fail && a.name === AGENT))
-    .map((a) => ({ ...a, state: "running" }));
+  const cfg = (await (await fetch(`${url}/v1/agent/desired`, { headers })).json()) as {
+    generation: number;
+    agents: Record<string, string>[];
+  };
+  const agents = cfg.agents.filter((a) => !(fail && a.name === AGENT)).map((a) => ({ ...a, state: "running" }));
   await fetch(`${url}/v1/agent/inventory`, {
     method: "PUT",
     headers,
@@ -40,7 +41,11 @@ describe("hm rollout", () => {
     const fleet = `ro-${Date.now().toString(36)}`;
     await api.createFleet({ id: fleet });
     const put = (path: string, body: unknown) =>
-      fetch(`${url}${path}`, { method: "PUT", headers: { Authorization: `Bearer ${admin}`, "Content-Type": "application/json" }, body: JSON.stringify(body) });
+      fetch(`${url}${path}`, {
+        method: "PUT",
+        headers: { Authorization: `Bearer ${admin}`, "Content-Type": "application/json" },
+        body: JSON.stringify(body),
+      });
     expect((await put(`/v1/fleets/${fleet}/channels/${AGENT}`, { image: "reg/fw:1", version: "1" })).ok).toBe(true);
     expect((await put(`/v1/fleets/${fleet}/roles/edge`, { agents: [{ name: AGENT }] })).ok).toBe(true);
     const hosts: { id: string; token: string; fail: boolean; seen: number }[] = [];
@@ -49,7 +54,23 @@ describe("hm rollout", () => {
       hosts.push({ id: s.id, token: s.token, fail: false, seen: await reconcile(s.token, false) });
     }
 
-    const started = await hm(["--json", "rollout", "start", "--fleet", fleet, "--agent", AGENT, "--image", "reg/fw:2", "--version", "2", "--concurrency", "1", "--max-failures", "0"]);
+    const started = await hm([
+      "--json",
+      "rollout",
+      "start",
+      "--fleet",
+      fleet,
+      "--agent",
+      AGENT,
+      "--image",
+      "reg/fw:2",
+      "--version",
+      "2",
+      "--concurrency",
+      "1",
+      "--max-failures",
+      "0",
+    ]);
     expect(started.code).toBe(0);
     const id = started.json().id as string;
     // The second server to be targeted fails.

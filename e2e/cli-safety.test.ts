@@ -17,25 +17,53 @@ const receiver = createServer((req, res) => {
     res.writeHead(200).end();
   });
 });
-const port = await new Promise<number>((r) => receiver.listen(0, "127.0.0.1", () => r((receiver.address() as { port: number }).port)));
+const port = await new Promise<number>((r) =>
+  receiver.listen(0, "127.0.0.1", () => r((receiver.address() as { port: number }).port)),
+);
 afterAll(() => new Promise<void>((r) => receiver.close(() => r())));
 
 describe("hm: reboot safety", () => {
   it("sets gates and holds, the release rule, and shows them", async () => {
     const fleet = `safe-${Date.now().toString(36)}`;
     expect((await hm(["fleets", "create", fleet])).code).toBe(0);
-    const set = await hm(["--json", "reboot-groups", "set", "default", "--fleet", fleet, "--slots", "2", "--release-on", "healthy_report", "--health-timeout", "600", "--no-pause-on-unhealthy"]);
+    const set = await hm([
+      "--json",
+      "reboot-groups",
+      "set",
+      "default",
+      "--fleet",
+      fleet,
+      "--slots",
+      "2",
+      "--release-on",
+      "healthy_report",
+      "--health-timeout",
+      "600",
+      "--no-pause-on-unhealthy",
+    ]);
     expect(set.code).toBe(0);
-    expect(set.json()).toMatchObject({ release_on: "healthy_report", health_timeout_s: 600, pause_on_unhealthy: false });
-    expect((await hm(["reboot-groups", "set", "default", "--fleet", fleet, "--slots", "2", "--release-on", "sometimes"])).code).toBe(2);
+    expect(set.json()).toMatchObject({
+      release_on: "healthy_report",
+      health_timeout_s: 600,
+      pause_on_unhealthy: false,
+    });
+    expect(
+      (await hm(["reboot-groups", "set", "default", "--fleet", fleet, "--slots", "2", "--release-on", "sometimes"]))
+        .code,
+    ).toBe(2);
 
     const gates = await hm(["--json", "gates", "set", "--fleet", fleet, "--max-unhealthy-percent", "10", "--rollouts"]);
     expect(gates.code).toBe(0);
-    expect(gates.json().default).toEqual({ fleet_health: { max_unhealthy: null, max_unhealthy_percent: 10 }, rollouts: true });
+    expect(gates.json().default).toEqual({
+      fleet_health: { max_unhealthy: null, max_unhealthy_percent: 10 },
+      rollouts: true,
+    });
     const own = await hm(["--json", "gates", "set", "--fleet", fleet, "--group", "default", "--none"]);
     expect(own.json()).toMatchObject({ gates_source: "group", own_gates: {} });
 
-    expect((await hm(["hold", "default", "--fleet", fleet, "--reason", "kernel regression", "--for", "2h"])).code).toBe(0);
+    expect((await hm(["hold", "default", "--fleet", fleet, "--reason", "kernel regression", "--for", "2h"])).code).toBe(
+      0,
+    );
     const show = await hm(["reboot-groups", "show", "default", "--fleet", fleet, "--no-color"]);
     expect(show.stdout).toMatch(/hold\s+kernel regression \(by token:bootstrap, until /);
     expect(show.stdout).toMatch(/release on\s+healthy report \(within 600s, then keep going\)/);
@@ -50,7 +78,18 @@ describe("hm: reboot safety", () => {
   it("adds a webhook (its secret printed once), tests it, lists its deliveries, and removes it", async () => {
     const fleet = `hooks-${Date.now().toString(36)}`;
     expect((await hm(["fleets", "create", fleet])).code).toBe(0);
-    const add = await hm(["webhooks", "add", "--fleet", fleet, "--to", `http://127.0.0.1:${port}/slack`, "--format", "slack", "--event", "reboot.gate_closed,reboot.unhealthy_after_reboot"]);
+    const add = await hm([
+      "webhooks",
+      "add",
+      "--fleet",
+      fleet,
+      "--to",
+      `http://127.0.0.1:${port}/slack`,
+      "--format",
+      "slack",
+      "--event",
+      "reboot.gate_closed,reboot.unhealthy_after_reboot",
+    ]);
     expect(add.code, add.stderr).toBe(0);
     expect(add.stdout).toMatch(/Signing secret \(shown once\): [A-Za-z0-9_-]{43}/);
     const list = await hm(["--json", "webhooks", "list", "--fleet", fleet]);
@@ -62,7 +101,16 @@ describe("hm: reboot safety", () => {
     expect(JSON.parse(received.at(-1)!).text).toMatch(/Test delivery/);
     const log = await hm(["webhooks", "deliveries", id, "--fleet", fleet, "--no-color"]);
     expect(log.stdout).toMatch(/webhook\.test\s+delivered\s+1/);
-    const bad = await hm(["webhooks", "add", "--fleet", fleet, "--to", "https://hooks.example.com/x", "--event", "reboot.sideways"]);
+    const bad = await hm([
+      "webhooks",
+      "add",
+      "--fleet",
+      fleet,
+      "--to",
+      "https://hooks.example.com/x",
+      "--event",
+      "reboot.sideways",
+    ]);
     expect(bad.code).not.toBe(0);
     expect(bad.stderr).toMatch(/validation_failed/);
     // A webhook that does not exist is refused before the question is asked.

@@ -44,7 +44,10 @@ async function fleetByHand() {
   await put("/roles/edge", { agents: [{ name: "base" }] });
   await put("/reboot-groups/default", { slots: 1 });
   const servers = [];
-  for (let i = 0; i < 3; i++) servers.push(await api.registerServer({ fleet, hostname: `e${i}.${fleet}.example.com`, kind: "managed", roles: ["edge"] }));
+  for (let i = 0; i < 3; i++)
+    servers.push(
+      await api.registerServer({ fleet, hostname: `e${i}.${fleet}.example.com`, kind: "managed", roles: ["edge"] }),
+    );
   return { fleet, servers };
 }
 
@@ -56,7 +59,11 @@ describe("hm export, diff and apply against a running server", () => {
     const exported = await hm(["export", fleet, "--to", dir]);
     expect(exported.code).toBe(0);
     const file = join(dir, `${fleet}.yaml`);
-    expect(parse(readFileSync(file, "utf8"))).toMatchObject({ apiVersion: "harbormaster/v1", kind: "FleetSpec", fleet });
+    expect(parse(readFileSync(file, "utf8"))).toMatchObject({
+      apiVersion: "harbormaster/v1",
+      kind: "FleetSpec",
+      fleet,
+    });
     const d = await hm(["diff", "-f", dir]);
     expect(d.code).toBe(0);
     expect(d.stdout).toContain("up to date");
@@ -72,7 +79,10 @@ describe("hm export, diff and apply against a running server", () => {
     const spec = parse(readFileSync(file, "utf8"));
     spec.roles.edge.agents.push({ name: "fw", when: "firewall" });
     spec.reboot_groups.default.slots = 3;
-    spec.reboot_groups.night = { slots: 1, windows: [{ days: ["Saturday"], start_time: "23:00", length_minutes: 60, time_zone: "Europe/Berlin" }] };
+    spec.reboot_groups.night = {
+      slots: 1,
+      windows: [{ days: ["Saturday"], start_time: "23:00", length_minutes: 60, time_zone: "Europe/Berlin" }],
+    };
     writeFileSync(file, stringify(spec));
 
     const d = await hm(["diff", "-f", file]);
@@ -83,7 +93,11 @@ describe("hm export, diff and apply against a running server", () => {
     expect(d.stdout).toMatch(/planner: re-plans 3 server\(s\) \(roles edge\)/);
     const asJson = await hm(["--json", "diff", "-f", file]);
     expect(asJson.code).toBe(3);
-    expect(JSON.parse(asJson.stdout)[0].items.map((i: { path: string }) => i.path)).toEqual(["roles.edge", "reboot_groups.default", "reboot_groups.night"]);
+    expect(JSON.parse(asJson.stdout)[0].items.map((i: { path: string }) => i.path)).toEqual([
+      "roles.edge",
+      "reboot_groups.default",
+      "reboot_groups.night",
+    ]);
 
     const declined = await hm(["apply", "-f", file]);
     expect(declined.code).toBe(1);
@@ -150,7 +164,9 @@ describe("hm export, diff and apply against a running server", () => {
     const { fleet } = await fleetByHand();
     const file = join(home, `${fleet}-hooks.yaml`);
     const spec = JSON.parse((await hm(["--json", "export", fleet])).stdout);
-    spec.webhooks = { pager: { url: "https://hooks.example.com/pager", events: ["reboot.stuck"], secret_ref: { env: "PAGER_SECRET" } } };
+    spec.webhooks = {
+      pager: { url: "https://hooks.example.com/pager", events: ["reboot.stuck"], secret_ref: { env: "PAGER_SECRET" } },
+    };
     writeFileSync(file, stringify(spec));
     const first = "e2e-secret-0123456789abcdef";
     // Not set: a new webhook is refused, nothing applied.
@@ -160,7 +176,9 @@ describe("hm export, diff and apply against a running server", () => {
     const applied = await hm(["--yes", "apply", "-f", file], { env: { PAGER_SECRET: first } });
     expect(applied.code, applied.stderr).toBe(0);
     expect(applied.stdout).toContain("+ webhooks.pager");
-    const hooks = (await (await fetch(`${url}/v1/fleets/${fleet}/webhooks`, { headers: { Authorization: `Bearer ${admin}` } })).json()) as { items: unknown[] };
+    const hooks = (await (
+      await fetch(`${url}/v1/fleets/${fleet}/webhooks`, { headers: { Authorization: `Bearer ${admin}` } })
+    ).json()) as { items: unknown[] };
     expect(hooks.items).toEqual([expect.objectContaining({ name: "pager", url: "https://hooks.example.com/pager" })]);
     // Up to date with the same secret, or with none sent (it is kept); a new value is a change.
     expect((await hm(["diff", "-f", file], { env: { PAGER_SECRET: first } })).code).toBe(0);
@@ -168,10 +186,14 @@ describe("hm export, diff and apply against a running server", () => {
     const rotated = await hm(["diff", "-f", file], { env: { PAGER_SECRET: "e2e-rotated-0123456789abcdef" } });
     expect(rotated.code).toBe(3);
     expect(rotated.stdout).toContain('~ webhooks.pager.secret: "(kept)" → "(new, from $PAGER_SECRET)"');
-    expect((await hm(["--yes", "apply", "-f", file], { env: { PAGER_SECRET: "e2e-rotated-0123456789abcdef" } })).code).toBe(0);
+    expect(
+      (await hm(["--yes", "apply", "-f", file], { env: { PAGER_SECRET: "e2e-rotated-0123456789abcdef" } })).code,
+    ).toBe(0);
     const exported = (await hm(["export", fleet])).stdout;
     expect(parse(exported).webhooks.pager.secret_ref).toEqual({ env: "PAGER_SECRET" });
-    const audit = await (await fetch(`${url}/v1/audit?target=fleet:${fleet}&limit=100`, { headers: { Authorization: `Bearer ${admin}` } })).text();
+    const audit = await (
+      await fetch(`${url}/v1/audit?target=fleet:${fleet}&limit=100`, { headers: { Authorization: `Bearer ${admin}` } })
+    ).text();
     for (const text of [exported, audit, readFileSync(file, "utf8")]) {
       expect(text).not.toContain(first);
       expect(text).not.toContain("e2e-rotated");

@@ -21,14 +21,27 @@ const fleetId = () => `cli-${Date.now().toString(36)}-${n++}`;
 async function fleetWithServer(hostname = `h${n}.example.com`) {
   const fleet = fleetId();
   expect((await hm(["fleets", "create", fleet, "--stale-after", "600"])).code).toBe(0);
-  const reg = await hm(["--json", "servers", "register", "--fleet", fleet, "--hostname", hostname, "--fleetlock-id", `fl-${hostname}`]);
+  const reg = await hm([
+    "--json",
+    "servers",
+    "register",
+    "--fleet",
+    fleet,
+    "--hostname",
+    hostname,
+    "--fleetlock-id",
+    `fl-${hostname}`,
+  ]);
   expect(reg.code).toBe(0);
   return { fleet, server: reg.json() as { id: string; token: string } };
 }
 
 const agentsFile = (agents: string[], extra: Record<string, unknown> = {}) => {
   const file = join(home, `desired-${n++}.json`);
-  writeFileSync(file, JSON.stringify({ agents: agents.map((a) => ({ name: a, image: `reg/${a}:1`, version: "1" })), ...extra }));
+  writeFileSync(
+    file,
+    JSON.stringify({ agents: agents.map((a) => ({ name: a, image: `reg/${a}:1`, version: "1" })), ...extra }),
+  );
   return file;
 };
 
@@ -41,14 +54,45 @@ describe("hm against the worker", () => {
     expect(table.stdout).toContain(fleet);
 
     const fleets = await hm(["--json", "fleets"]);
-    expect(fleets.json().find((f: { id: string }) => f.id === fleet)).toMatchObject({ id: fleet, stale_after_s: 600, lock_ttl_s: 3600 });
+    expect(fleets.json().find((f: { id: string }) => f.id === fleet)).toMatchObject({
+      id: fleet,
+      stale_after_s: 600,
+      lock_ttl_s: 3600,
+    });
 
     const list = await hm(["--json", "servers", "list", "--fleet", fleet]);
-    expect(list.json()).toEqual([expect.objectContaining({ id: server.id, fleet, state: "provisioning", status: "unknown", desired_generation: 1 })]);
+    expect(list.json()).toEqual([
+      expect.objectContaining({
+        id: server.id,
+        fleet,
+        state: "provisioning",
+        status: "unknown",
+        desired_generation: 1,
+      }),
+    ]);
     const show = await hm(["--json", "servers", "show", server.id]);
-    expect(Object.keys(show.json()).sort()).toEqual(
-      ["agents", "created_at", "desired", "desired_generation", "fleet", "fleetlock_id", "hostname", "id", "kind", "labels", "last_seen", "lifecycle", "planning", "reboot_group", "refresh", "report", "reported_generation", "roles", "state", "status"],
-    );
+    expect(Object.keys(show.json()).sort()).toEqual([
+      "agents",
+      "created_at",
+      "desired",
+      "desired_generation",
+      "fleet",
+      "fleetlock_id",
+      "hostname",
+      "id",
+      "kind",
+      "labels",
+      "last_seen",
+      "lifecycle",
+      "planning",
+      "reboot_group",
+      "refresh",
+      "report",
+      "reported_generation",
+      "roles",
+      "state",
+      "status",
+    ]);
     const human = await hm(["servers", "show", server.id]);
     expect(human.stdout).toMatch(/status\s+unknown/);
   });
@@ -90,7 +134,9 @@ describe("hm against the worker", () => {
     expect(accepted.code).toBe(0);
     expect((await api.getDesired(server.id)).agents.map((a) => a.name)).toEqual(["compute"]);
 
-    const fromStdin = await hm(["--yes", "--json", "desired", "set", server.id, "-f", "-"], { stdin: JSON.stringify({ agents: [], lifecycle: "run" }) });
+    const fromStdin = await hm(["--yes", "--json", "desired", "set", server.id, "-f", "-"], {
+      stdin: JSON.stringify({ agents: [], lifecycle: "run" }),
+    });
     expect(fromStdin.code).toBe(0);
     expect(fromStdin.json()).toMatchObject({ generation: 4, agents: [] });
     const get = await hm(["--json", "desired", "get", server.id]);
@@ -131,27 +177,55 @@ describe("hm against the worker", () => {
   it("reboot groups: set, pause, resume, show; release asks first", async () => {
     const { fleet, server } = await fleetWithServer("rb.example.com");
     expect((await hm(["reboot-groups", "set", "default", "--fleet", fleet, "--slots", "2"])).code).toBe(0);
-    const queued = await hm(["--json", "reboot-groups", "set", "default", "--fleet", fleet, "--slots", "2", "--queue-wait", "30"]);
+    const queued = await hm([
+      "--json",
+      "reboot-groups",
+      "set",
+      "default",
+      "--fleet",
+      fleet,
+      "--slots",
+      "2",
+      "--queue-wait",
+      "30",
+    ]);
     expect(queued.json()).toMatchObject({ slots: 2, queue_wait_s: 30, queue: [] });
-    expect((await hm(["--json", "reboot-groups", "pause", "default", "--fleet", fleet])).json()).toMatchObject({ paused: true, slots: 2, queue_wait_s: 30 });
-    expect((await hm(["--json", "reboot-groups", "resume", "default", "--fleet", fleet])).json()).toMatchObject({ paused: false, slots: 2 });
+    expect((await hm(["--json", "reboot-groups", "pause", "default", "--fleet", fleet])).json()).toMatchObject({
+      paused: true,
+      slots: 2,
+      queue_wait_s: 30,
+    });
+    expect((await hm(["--json", "reboot-groups", "resume", "default", "--fleet", fleet])).json()).toMatchObject({
+      paused: false,
+      slots: 2,
+    });
 
     const rotated = await hm(["--yes", "fleetlock-key", "rotate", "--fleet", fleet]);
     expect(rotated.code).toBe(0);
     const baseUrl = /base_url = "([^"]+)"/.exec(rotated.stdout)![1];
     expect(baseUrl).toMatch(new RegExp(`/fleetlock/${fleet}/[^/]+/$`));
     expect(rotated.stdout).toContain('strategy = "fleet_lock"');
-    expect(await new FleetLockClient(baseUrl, { id: "fl-rb.example.com" }).preReboot()).toEqual({ ok: true, status: 200 });
+    expect(await new FleetLockClient(baseUrl, { id: "fl-rb.example.com" }).preReboot()).toEqual({
+      ok: true,
+      status: 200,
+    });
 
     const shown = await hm(["--json", "reboot-groups", "show", "default", "--fleet", fleet]);
-    expect(shown.json().holders).toEqual([expect.objectContaining({ id: "fl-rb.example.com", server: { id: server.id, hostname: "rb.example.com" } })]);
+    expect(shown.json().holders).toEqual([
+      expect.objectContaining({ id: "fl-rb.example.com", server: { id: server.id, hostname: "rb.example.com" } }),
+    ]);
     const table = await hm(["reboot-groups", "--fleet", fleet]);
     expect(table.stdout).toMatch(/default\s+1\s+2\s+no/);
 
-    const declined = await hm(["reboot-groups", "release", "default", "fl-rb.example.com", "--fleet", fleet], { stdin: "no\n" });
+    const declined = await hm(["reboot-groups", "release", "default", "fl-rb.example.com", "--fleet", fleet], {
+      stdin: "no\n",
+    });
     expect(declined.code).toBe(1);
     expect((await api.getGroup(fleet, "default")).holders).toHaveLength(1);
-    const released = await hm(["--json", "reboot-groups", "release", "default", "fl-rb.example.com", "--fleet", fleet], { stdin: "yes\n" });
+    const released = await hm(
+      ["--json", "reboot-groups", "release", "default", "fl-rb.example.com", "--fleet", fleet],
+      { stdin: "yes\n" },
+    );
     expect(released.code).toBe(0);
     expect(released.json().released.id).toBe("fl-rb.example.com");
     expect((await api.getGroup(fleet, "default")).holders).toHaveLength(0);
@@ -183,7 +257,11 @@ describe("hm against the worker", () => {
         {
           id: fleet,
           servers: { total: 1, by_status: { failed: 1 }, by_state: { active: 1 } },
-          attention: [{ status: "failed", count: 1, items: [{ id: server.id, status: "failed" }] }, { status: "stale", count: 0 }, { status: "drifted", count: 0 }],
+          attention: [
+            { status: "failed", count: 1, items: [{ id: server.id, status: "failed" }] },
+            { status: "stale", count: 0 },
+            { status: "drifted", count: 0 },
+          ],
           rollouts: [],
         },
       ],
@@ -211,7 +289,9 @@ describe("hm against the worker", () => {
       await new Promise((r) => setTimeout(r, 200));
     }
     expect(check!.code).toBe(3);
-    expect(check!.json().findings).toEqual([expect.objectContaining({ server: server.id, agent: "logs", reason: "failed", fix: "reissue" })]);
+    expect(check!.json().findings).toEqual([
+      expect.objectContaining({ server: server.id, agent: "logs", reason: "failed", fix: "reissue" }),
+    ]);
     const human = await hm(["check", "server-agents", "--fleet", fleet]);
     expect(human.stdout).toMatch(/failed\s+reg\/logs:1/);
     const clean = await hm(["check", "server-agents", "--fleet", (await fleetWithServer()).fleet]);
@@ -232,9 +312,15 @@ describe("hm against the worker", () => {
     const login = await hm(["login", "--url", url, "--token", admin], { auth: false, env: { HM_CONFIG: config } });
     expect(login.code).toBe(0);
     expect(statSync(config).mode & 0o777).toBe(0o600);
-    expect(JSON.parse(readFileSync(config, "utf8"))).toEqual({ current: "default", contexts: { default: { url, token: admin } } });
+    expect(JSON.parse(readFileSync(config, "utf8"))).toEqual({
+      current: "default",
+      contexts: { default: { url, token: admin } },
+    });
     expect((await hm(["fleets"], { auth: false, env: { HM_CONFIG: config } })).code).toBe(0);
-    const refused = await hm(["login", "--url", url, "--token", "hmo.bad.bad"], { auth: false, env: { HM_CONFIG: join(home, "cfg2.json") } });
+    const refused = await hm(["login", "--url", url, "--token", "hmo.bad.bad"], {
+      auth: false,
+      env: { HM_CONFIG: join(home, "cfg2.json") },
+    });
     expect(refused.code).toBe(1);
 
     const checkout = mkdtempSync(join(tmpdir(), "hm-checkout-"));
@@ -251,7 +337,10 @@ describe("hm against the worker", () => {
     const list = await hm(["--json", "tokens"]);
     expect(list.json().some((x: { id: string }) => x.id === t.id)).toBe(true);
     expect((await hm(["tokens", "revoke", t.id])).code).toBe(1);
-    expect((await hm(["--yes", "--json", "tokens", "revoke", t.id])).json()).toMatchObject({ id: t.id, revoked_at: expect.any(String) });
+    expect((await hm(["--yes", "--json", "tokens", "revoke", t.id])).json()).toMatchObject({
+      id: t.id,
+      revoked_at: expect.any(String),
+    });
 
     // --follow prints what happens while it runs, once each, oldest first, as JSON lines.
     const following = hm(["--json", "audit", "--follow", "--limit", "1", "--interval", "0.3", "--for", "2.5"]);
@@ -259,7 +348,10 @@ describe("hm against the worker", () => {
     const later = await api.createToken({ name: "followed", scope: "read" });
     const followed = await following;
     expect(followed.code).toBe(0);
-    const lines = followed.stdout.trim().split("\n").map((l) => JSON.parse(l));
+    const lines = followed.stdout
+      .trim()
+      .split("\n")
+      .map((l) => JSON.parse(l));
     expect(lines.filter((e) => e.target === `token:${later.id}`).map((e) => e.action)).toEqual(["token.create"]);
     expect(lines.map((e) => e.id)).toEqual(lines.map((e) => e.id).sort((a, b) => a - b));
 
@@ -280,7 +372,10 @@ describe("hm against the worker", () => {
     const ok = spawnSync(process.execPath, [bin, "--json", "fleets"], { env, encoding: "utf8" });
     expect(ok.status).toBe(0);
     expect(Array.isArray(JSON.parse(ok.stdout))).toBe(true);
-    const notFound = spawnSync(process.execPath, [bin, "servers", "show", crypto.randomUUID()], { env, encoding: "utf8" });
+    const notFound = spawnSync(process.execPath, [bin, "servers", "show", crypto.randomUUID()], {
+      env,
+      encoding: "utf8",
+    });
     expect(notFound.status).toBe(1);
     expect(notFound.stderr).toContain("not_found");
     expect(spawnSync(process.execPath, [bin, "nope"], { env, encoding: "utf8" }).status).toBe(2);
@@ -306,7 +401,13 @@ describe("hm check server-agents --fix", () => {
     const found = await hm(["--json", "check", "server-agents", "--fleet", fleet]);
     expect(found.code).toBe(3);
     expect(found.json().findings).toMatchObject([
-      { agent: "compute", reason: "image_mismatch", desired_image: "reg/compute:1", reported_image: "reg/compute:0", fix: "reissue" },
+      {
+        agent: "compute",
+        reason: "image_mismatch",
+        desired_image: "reg/compute:1",
+        reported_image: "reg/compute:0",
+        fix: "reissue",
+      },
     ]);
     const declined = await hm(["check", "server-agents", "--fleet", fleet, "--fix"], { stdin: "n\n" });
     expect(declined.code).toBe(1);

@@ -66,7 +66,10 @@ describe("conformance: the simulator against the worker", () => {
       expect(claims.filter((r) => r.status === "realized")).toEqual([]);
       const s = await api.getServer(h.id);
       expect(s.status).toBe("failed");
-      expect(s.agents.find((a) => a.name === "sim-a1")).toMatchObject({ status: "failed", errors: [{ op: "install" }] });
+      expect(s.agents.find((a) => a.name === "sim-a1")).toMatchObject({
+        status: "failed",
+        errors: [{ op: "install" }],
+      });
     }
   });
 
@@ -77,7 +80,9 @@ describe("conformance: the simulator against the worker", () => {
       expect(s.status).toBe("failed");
       expect(s.agents.find((a) => a.name === "sim-a2")).toMatchObject({ status: "removal_failed", desired: null });
       // Never shown as removed: every report after the change still carries it.
-      expect(h.reports.filter((r) => r.generation === finalGeneration(h)).every((r) => r.status !== "realized")).toBe(true);
+      expect(h.reports.filter((r) => r.generation === finalGeneration(h)).every((r) => r.status !== "realized")).toBe(
+        true,
+      );
     }
   });
 

@@ -25,9 +25,17 @@ async function newFleet() {
 }
 
 const enroll = (token: string, body: Record<string, unknown>) =>
-  fetch(`${url}/v1/agent/enroll`, { method: "POST", headers: { authorization: `Bearer ${token}`, "content-type": "application/json" }, body: JSON.stringify(body) });
+  fetch(`${url}/v1/agent/enroll`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+    body: JSON.stringify(body),
+  });
 
-const machine = () => ({ hostname: `m${n++}.example.com`, machine_id: randomUUID().replace(/-/g, ""), boot_id: randomUUID() });
+const machine = () => ({
+  hostname: `m${n++}.example.com`,
+  machine_id: randomUUID().replace(/-/g, ""),
+  boot_id: randomUUID(),
+});
 
 /** The stand-in for harbormaster-agent: records its arguments; `join URL TOKEN` enrolls with curl as the agent would. */
 const FAKE_AGENT = `#!/bin/sh
@@ -50,7 +58,18 @@ function fakeBin() {
 async function publishFake() {
   const file = join(work, "harbormaster-agent");
   writeFileSync(file, FAKE_AGENT);
-  const res = await hm(["--json", "agent", "publish", file, "--os", "linux", "--arch", "x64", "--version", "0.0.1-test"]);
+  const res = await hm([
+    "--json",
+    "agent",
+    "publish",
+    file,
+    "--os",
+    "linux",
+    "--arch",
+    "x64",
+    "--version",
+    "0.0.1-test",
+  ]);
   expect(res.code, res.stderr).toBe(0);
   return { file, bytes: readFileSync(file) };
 }
@@ -70,7 +89,13 @@ function runInstall(script: string, args: string[], opts: { path?: string } = {}
   const machineId = randomUUID().replace(/-/g, "");
   const r = spawnSync("sh", [script, ...args], {
     encoding: "utf8",
-    env: { ...process.env, PATH: `${opts.path ? `${opts.path}:` : ""}${bin}:${process.env.PATH}`, FAKE_AGENT_LOG: log, FAKE_SYSTEMCTL_LOG: systemctlLog, FAKE_MACHINE_ID: machineId },
+    env: {
+      ...process.env,
+      PATH: `${opts.path ? `${opts.path}:` : ""}${bin}:${process.env.PATH}`,
+      FAKE_AGENT_LOG: log,
+      FAKE_SYSTEMCTL_LOG: systemctlLog,
+      FAKE_MACHINE_ID: machineId,
+    },
   });
   return { ...r, log, systemctlLog };
 }
@@ -78,7 +103,19 @@ function runInstall(script: string, args: string[], opts: { path?: string } = {}
 describe("enrollment end to end", () => {
   it("hm enroll-tokens create prints the token once; a machine enrolls with it over HTTP; ls counts it; revoke stops it", async () => {
     const fleet = await newFleet();
-    const created = await hm(["enroll-tokens", "create", fleet, "--max-uses", "2", "--roles", "web", "--expires", "2h", "--name", "e2e"]);
+    const created = await hm([
+      "enroll-tokens",
+      "create",
+      fleet,
+      "--max-uses",
+      "2",
+      "--roles",
+      "web",
+      "--expires",
+      "2h",
+      "--name",
+      "e2e",
+    ]);
     expect(created.code, created.stderr).toBe(0);
     const token = /token\s+(hme\.\S+)/.exec(created.stdout)?.[1];
     expect(token).toBeTruthy();
@@ -110,15 +147,34 @@ describe("enrollment end to end", () => {
     const file = join(work, "build.bin");
     const bytes = Buffer.from(Array.from({ length: 3 * 1024 * 1024 }, (_, i) => (i * 7919) & 0xff));
     writeFileSync(file, bytes);
-    const pub = await hm(["--json", "agent", "publish", file, "--os", "linux", "--arch", "arm64", "--version", "2.0.0"]);
+    const pub = await hm([
+      "--json",
+      "agent",
+      "publish",
+      file,
+      "--os",
+      "linux",
+      "--arch",
+      "arm64",
+      "--version",
+      "2.0.0",
+    ]);
     expect(pub.code, pub.stderr).toBe(0);
-    expect(pub.json()).toMatchObject({ os: "linux", arch: "arm64", version: "2.0.0", sha256: sha256(bytes), size: bytes.length });
+    expect(pub.json()).toMatchObject({
+      os: "linux",
+      arch: "arm64",
+      version: "2.0.0",
+      sha256: sha256(bytes),
+      size: bytes.length,
+    });
     const got = await fetch(`${url}/v1/agent/download/linux-arm64`);
     expect(got.status).toBe(200);
     const downloaded = Buffer.from(await got.arrayBuffer());
     expect(downloaded.equals(bytes)).toBe(true);
     expect(got.headers.get("x-checksum-sha256")).toBe(sha256(bytes));
-    expect(await (await fetch(`${url}/v1/agent/download/linux-arm64.sha256`)).text()).toBe(`${sha256(bytes)}  harbormaster-agent-linux-arm64\n`);
+    expect(await (await fetch(`${url}/v1/agent/download/linux-arm64.sha256`)).text()).toBe(
+      `${sha256(bytes)}  harbormaster-agent-linux-arm64\n`,
+    );
   });
 
   it("install.sh installs the build and its unit under --prefix, joins with the token and starts the service", async () => {
@@ -138,10 +194,19 @@ describe("enrollment end to end", () => {
     expect(unit).toBe(packaged.replaceAll("/usr/bin/harbormaster-agent", "/usr/local/bin/harbormaster-agent"));
     expect(unit).toContain("ExecStart=/usr/local/bin/harbormaster-agent run");
 
-    expect(readFileSync(r.log, "utf8").split("\n").filter(Boolean)).toEqual(["join", url, token, "--hostname", "edge-1.example.com"]);
+    expect(readFileSync(r.log, "utf8").split("\n").filter(Boolean)).toEqual([
+      "join",
+      url,
+      token,
+      "--hostname",
+      "edge-1.example.com",
+    ]);
     const enrolled = JSON.parse(readFileSync(`${r.log}.answer`, "utf8"));
     expect(enrolled).toMatchObject({ fleet, hostname: "edge-1.example.com", roles: ["edge"] });
-    expect(readFileSync(r.systemctlLog, "utf8").split("\n").filter(Boolean)).toEqual(["daemon-reload", "enable --now harbormaster-agent"]);
+    expect(readFileSync(r.systemctlLog, "utf8").split("\n").filter(Boolean)).toEqual([
+      "daemon-reload",
+      "enable --now harbormaster-agent",
+    ]);
   });
 
   it("install.sh refuses a download whose SHA-256 does not match and installs nothing; --no-start leaves the service alone", async () => {

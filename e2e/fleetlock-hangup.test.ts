@@ -15,7 +15,11 @@ const fleetlockBody = (id: string) => JSON.stringify({ client_params: { id, grou
 
 /** As Zincati sends it. */
 async function zincati(base: string, op: string, id: string) {
-  const res = await fetch(new URL(`v1/${op}`, base), { method: "POST", headers: { "fleet-lock-protocol": "true" }, body: fleetlockBody(id) });
+  const res = await fetch(new URL(`v1/${op}`, base), {
+    method: "POST",
+    headers: { "fleet-lock-protocol": "true" },
+    body: fleetlockBody(id),
+  });
   return { status: res.status, json: (await res.json()) as any };
 }
 
@@ -41,10 +45,23 @@ describe("a parked host that closes its socket", () => {
     const fleet = `hang-${Date.now().toString(36)}`;
     expect((await api("POST", "/v1/fleets", { id: fleet })).status).toBe(201);
     const base = (await api("POST", `/v1/fleets/${fleet}/fleetlock-key`)).json.base_url as string;
-    expect((await api("PUT", `/v1/fleets/${fleet}/reboot-groups/default`, { slots: 1, queue_wait_s: 60, unclaimed_grant_s: 5 })).status).toBe(200);
+    expect(
+      (
+        await api("PUT", `/v1/fleets/${fleet}/reboot-groups/default`, {
+          slots: 1,
+          queue_wait_s: 60,
+          unclaimed_grant_s: 5,
+        })
+      ).status,
+    ).toBe(200);
     const ids = ["a", "b", "c"].map((n) => `${fleet}-${n}`);
     for (const id of ids) {
-      const r = await api("POST", "/v1/servers", { fleet, hostname: `${id}.example.com`, kind: "managed", fleetlock_id: id });
+      const r = await api("POST", "/v1/servers", {
+        fleet,
+        hostname: `${id}.example.com`,
+        kind: "managed",
+        fleetlock_id: id,
+      });
       expect(r.status).toBe(201);
     }
     const [a, b, c] = ids;
@@ -54,7 +71,10 @@ describe("a parked host that closes its socket", () => {
     await sleep(2500);
     const parkedC = zincati(base, "pre-reboot", c);
     await sleep(300);
-    expect((await api("GET", `/v1/fleets/${fleet}/reboot-groups/default`)).json.queue.map((q: any) => q.id)).toEqual([b, c]);
+    expect((await api("GET", `/v1/fleets/${fleet}/reboot-groups/default`)).json.queue.map((q: any) => q.id)).toEqual([
+      b,
+      c,
+    ]);
 
     // a is back: the slot goes to b, whose answer nobody reads; it is held for b only as unclaimed…
     expect((await zincati(base, "steady-state", a)).status).toBe(200);

@@ -33,7 +33,10 @@ export function hmRunner(label: string) {
 export async function adminApi(method: string, path: string, body?: unknown) {
   const res = await fetch(`${inject("hmUrl")}${path}`, {
     method,
-    headers: { authorization: `Bearer ${inject("hmAdmin")}`, ...(body === undefined ? {} : { "content-type": "application/json" }) },
+    headers: {
+      authorization: `Bearer ${inject("hmAdmin")}`,
+      ...(body === undefined ? {} : { "content-type": "application/json" }),
+    },
     body: body === undefined ? undefined : JSON.stringify(body),
   });
   return { status: res.status, json: (await res.json().catch(() => null)) as any };

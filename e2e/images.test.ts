@@ -50,7 +50,11 @@ describe("hm images push and a host's download", () => {
     expect(parts).toBe(Math.ceil(SIZE / partSize));
     const first = await fetch(`${url}/v1/images/${reg.json.id}/parts/1`, {
       method: "PUT",
-      headers: { authorization: `Bearer ${inject("hmAdmin")}`, "content-type": "application/octet-stream", "content-length": String(partSize) },
+      headers: {
+        authorization: `Bearer ${inject("hmAdmin")}`,
+        "content-type": "application/octet-stream",
+        "content-length": String(partSize),
+      },
       body: Readable.toWeb(createReadStream(file, { start: 0, end: partSize - 1 })) as ReadableStream,
       duplex: "half",
     } as RequestInit);
@@ -68,9 +72,15 @@ describe("hm images push and a host's download", () => {
     // A fleet that takes only catalog images; a server whose desired config names this one.
     const fleet = `e2e-img-${Date.now().toString(36)}`;
     expect((await adminApi("POST", "/v1/fleets", { id: fleet, image_policy: "catalog" })).status).toBe(201);
-    const server = (await adminApi("POST", "/v1/servers", { fleet, hostname: "img-host.example.com", kind: "managed" })).json;
-    const other = (await adminApi("POST", "/v1/servers", { fleet, hostname: "other-host.example.com", kind: "managed" })).json;
-    const put = await adminApi("PUT", `/v1/servers/${server.id}/desired`, { generation: 2, agents: [{ name, image: name, version: "1.0.0" }] });
+    const server = (await adminApi("POST", "/v1/servers", { fleet, hostname: "img-host.example.com", kind: "managed" }))
+      .json;
+    const other = (
+      await adminApi("POST", "/v1/servers", { fleet, hostname: "other-host.example.com", kind: "managed" })
+    ).json;
+    const put = await adminApi("PUT", `/v1/servers/${server.id}/desired`, {
+      generation: 2,
+      agents: [{ name, image: name, version: "1.0.0" }],
+    });
     expect(put.status).toBe(200);
     const desired = (await (await hostGet("/v1/agent/desired", server.token)).json()) as any;
     const agent = desired.agents[0];
@@ -108,7 +118,18 @@ describe("hm images push and a host's download", () => {
     expect(pushed.status).toBe(403);
     const fleet = `e2e-noimg-${Date.now().toString(36)}`;
     await adminApi("POST", "/v1/fleets", { id: fleet, image_policy: "catalog" });
-    const r = await hm(["rollout", "start", "--fleet", fleet, "--agent", "web", "--image", "web", "--version", "9.9.9"]);
+    const r = await hm([
+      "rollout",
+      "start",
+      "--fleet",
+      fleet,
+      "--agent",
+      "web",
+      "--image",
+      "web",
+      "--version",
+      "9.9.9",
+    ]);
     expect(r.code).not.toBe(0);
     expect(r.stderr).toContain("image_not_found");
   });

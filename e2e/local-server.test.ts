@@ -9,7 +9,8 @@ import { startLocalServer, type LocalServer } from "../scripts/local-server.ts";
 const servers: LocalServer[] = [];
 afterAll(() => servers.forEach((s) => s.stop()));
 
-const fleets = (base: string, token: string) => fetch(`${base}/v1/fleets`, { headers: { Authorization: `Bearer ${token}` } });
+const fleets = (base: string, token: string) =>
+  fetch(`${base}/v1/fleets`, { headers: { Authorization: `Bearer ${token}` } });
 
 describe("a private local server", () => {
   it("answers to the admin token it wrote for itself, not to an ADMIN_TOKEN the caller exported", async () => {

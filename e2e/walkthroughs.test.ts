@@ -27,7 +27,12 @@ interface Block {
 }
 
 function shBlocks(): Block[] {
-  const files = ["README.md", ...readdirSync(join(root, "docs")).filter((f) => f.endsWith(".md")).map((f) => `docs/${f}`)];
+  const files = [
+    "README.md",
+    ...readdirSync(join(root, "docs"))
+      .filter((f) => f.endsWith(".md"))
+      .map((f) => `docs/${f}`),
+  ];
   const out: Block[] = [];
   for (const file of files) {
     const lines = readFileSync(join(root, file), "utf8").split("\n");
@@ -35,7 +40,10 @@ function shBlocks(): Block[] {
       if (lines[i].trim() !== "```sh") continue;
       let j = i - 1;
       while (j >= 0 && lines[j].trim() === "") j--;
-      const marker = j >= 0 && /^<!-- (walkthrough: [\w-]+|not a walkthrough: .+) -->$/.test(lines[j].trim()) ? lines[j].trim() : null;
+      const marker =
+        j >= 0 && /^<!-- (walkthrough: [\w-]+|not a walkthrough: .+) -->$/.test(lines[j].trim())
+          ? lines[j].trim()
+          : null;
       // A fence may be indented (a block inside a list item).
       const end = lines.findIndex((l, k) => k > i && l.trim() === "```");
       out.push({ file, line: i + 1, marker, code: lines.slice(i + 1, end).join("\n") });
@@ -60,7 +68,8 @@ chmodSync(join(linked, "hm"), 0o755);
 
 function run(code: string, withLinkedHm: boolean) {
   const env: Record<string, string> = {};
-  for (const [k, v] of Object.entries(process.env)) if (v !== undefined && !k.startsWith("HM_") && k !== "PORT" && k !== "ADMIN_TOKEN") env[k] = v;
+  for (const [k, v] of Object.entries(process.env))
+    if (v !== undefined && !k.startsWith("HM_") && k !== "PORT" && k !== "ADMIN_TOKEN") env[k] = v;
   Object.assign(env, {
     HM_LOCAL_RECORD: record,
     // Not the developer's contexts: a current one would win over the record.
@@ -68,7 +77,12 @@ function run(code: string, withLinkedHm: boolean) {
     NO_COLOR: "1",
     PATH: withLinkedHm ? `${linked}:${process.env.PATH}` : (process.env.PATH ?? ""),
   });
-  return spawnSync("bash", ["-e", "-o", "pipefail", "-c", code], { cwd: root, env, encoding: "utf8", timeout: 240_000 });
+  return spawnSync("bash", ["-e", "-o", "pipefail", "-c", code], {
+    cwd: root,
+    env,
+    encoding: "utf8",
+    timeout: 240_000,
+  });
 }
 
 describe("the docs' walk-throughs", () => {
@@ -79,14 +93,18 @@ describe("the docs' walk-throughs", () => {
   });
 
   for (const w of walkthroughs) {
-    it(`${w.name} (${w.file}:${w.line}) runs exactly as written, twice in a row, with nothing exported`, { timeout: 600_000 }, () => {
-      for (const linkedHm of [false, true]) {
-        const r = run(w.code, linkedHm);
-        const where = `${w.name}, run ${linkedHm ? 2 : 1}\n--- stdout\n${r.stdout}\n--- stderr\n${r.stderr}`;
-        if (process.env.HM_TEST_DEBUG) console.log(where);
-        expect(r.status, where).toBe(0);
-        expect(r.stdout + r.stderr, where).not.toMatch(/internal_error|undefined|at async |TypeError|ReferenceError/);
-      }
-    });
+    it(
+      `${w.name} (${w.file}:${w.line}) runs exactly as written, twice in a row, with nothing exported`,
+      { timeout: 600_000 },
+      () => {
+        for (const linkedHm of [false, true]) {
+          const r = run(w.code, linkedHm);
+          const where = `${w.name}, run ${linkedHm ? 2 : 1}\n--- stdout\n${r.stdout}\n--- stderr\n${r.stderr}`;
+          if (process.env.HM_TEST_DEBUG) console.log(where);
+          expect(r.status, where).toBe(0);
+          expect(r.stdout + r.stderr, where).not.toMatch(/internal_error|undefined|at async |TypeError|ReferenceError/);
+        }
+      },
+    );
   }
 });

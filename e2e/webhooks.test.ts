@@ -33,7 +33,9 @@ const receiver = createServer((req, res) => {
     res.writeHead(status).end();
   });
 });
-const port = await new Promise<number>((resolve) => receiver.listen(0, "127.0.0.1", () => resolve((receiver.address() as { port: number }).port)));
+const port = await new Promise<number>((resolve) =>
+  receiver.listen(0, "127.0.0.1", () => resolve((receiver.address() as { port: number }).port)),
+);
 afterAll(() => new Promise<void>((r) => receiver.close(() => r())));
 
 describe("a webhook against a real receiver", () => {
@@ -42,13 +44,20 @@ describe("a webhook against a real receiver", () => {
     expect((await api("POST", "/v1/fleets", { id: fleet })).status).toBe(201);
     const base = (await api("POST", `/v1/fleets/${fleet}/fleetlock-key`)).json.base_url as string;
     await api("PUT", `/v1/fleets/${fleet}/reboot-groups/default`, { slots: 1 });
-    const created = await api("POST", `/v1/fleets/${fleet}/webhooks`, { url: `http://127.0.0.1:${port}/hook`, events: ["reboot.granted"] });
+    const created = await api("POST", `/v1/fleets/${fleet}/webhooks`, {
+      url: `http://127.0.0.1:${port}/hook`,
+      events: ["reboot.granted"],
+    });
     expect(created.status).toBe(201);
     const { secret, webhook } = created.json;
     const id = `${fleet}-a`;
-    expect((await api("POST", "/v1/servers", { fleet, hostname: `${id}.example.com`, kind: "managed", fleetlock_id: id })).status).toBe(201);
+    expect(
+      (await api("POST", "/v1/servers", { fleet, hostname: `${id}.example.com`, kind: "managed", fleetlock_id: id }))
+        .status,
+    ).toBe(201);
     const body = JSON.stringify({ client_params: { id, group: "default" } });
-    const zincati = (op: string) => fetch(new URL(`v1/${op}`, base), { method: "POST", headers: { "fleet-lock-protocol": "true" }, body });
+    const zincati = (op: string) =>
+      fetch(new URL(`v1/${op}`, base), { method: "POST", headers: { "fleet-lock-protocol": "true" }, body });
     expect((await zincati("pre-reboot")).status).toBe(200);
     expect((await zincati("steady-state")).status).toBe(200); // reboot.released: not asked for
 
@@ -58,8 +67,13 @@ describe("a webhook against a real receiver", () => {
     expect(received.map((r) => r.answered)).toEqual([500, 500, 204]);
     expect(received.every((r) => r.headers["x-harbormaster-event"] === "reboot.granted")).toBe(true);
     expect(new Set(received.map((r) => r.headers["x-harbormaster-delivery"])).size).toBe(1);
-    for (const r of received) expect(verified(secret, r.body, r.headers["x-harbormaster-signature"] as string)).toBe(true);
-    expect(JSON.parse(received[2].body)).toMatchObject({ specversion: "1.0", type: "dev.harbormaster.reboot.granted", data: { id } });
+    for (const r of received)
+      expect(verified(secret, r.body, r.headers["x-harbormaster-signature"] as string)).toBe(true);
+    expect(JSON.parse(received[2].body)).toMatchObject({
+      specversion: "1.0",
+      type: "dev.harbormaster.reboot.granted",
+      data: { id },
+    });
     const log = await api("GET", `/v1/fleets/${fleet}/webhooks/${webhook.id}/deliveries`);
     expect(log.json.items).toMatchObject([{ status: "delivered", attempts: 3, last_status: 204 }]);
   });
@@ -67,7 +81,9 @@ describe("a webhook against a real receiver", () => {
 
 /** Accepts every request and never answers: the sender's own time-out (10 s) ends each. */
 const hanging = createServer(() => {});
-const hangingPort = await new Promise<number>((resolve) => hanging.listen(0, "127.0.0.1", () => resolve((hanging.address() as { port: number }).port)));
+const hangingPort = await new Promise<number>((resolve) =>
+  hanging.listen(0, "127.0.0.1", () => resolve((hanging.address() as { port: number }).port)),
+);
 const promptly: { event: string; at: number }[] = [];
 const prompt = createServer((req, res) => {
   req.resume();
@@ -76,7 +92,9 @@ const prompt = createServer((req, res) => {
     res.writeHead(204).end();
   });
 });
-const promptPort = await new Promise<number>((resolve) => prompt.listen(0, "127.0.0.1", () => resolve((prompt.address() as { port: number }).port)));
+const promptPort = await new Promise<number>((resolve) =>
+  prompt.listen(0, "127.0.0.1", () => resolve((prompt.address() as { port: number }).port)),
+);
 afterAll(async () => {
   hanging.closeAllConnections();
   await new Promise<void>((r) => hanging.close(() => r()));
@@ -91,8 +109,14 @@ describe("a receiver that never answers, or is down", () => {
     const hooked = `hung-${Date.now().toString(36)}`;
     for (const id of [plain, hooked]) expect((await api("POST", "/v1/fleets", { id })).status).toBe(201);
     const events = ["server.registered"];
-    expect((await api("POST", `/v1/fleets/${hooked}/webhooks`, { url: `http://127.0.0.1:${hangingPort}/hook`, events })).status).toBe(201);
-    expect((await api("POST", `/v1/fleets/${hooked}/webhooks`, { url: `http://127.0.0.1:${promptPort}/hook`, events })).status).toBe(201);
+    expect(
+      (await api("POST", `/v1/fleets/${hooked}/webhooks`, { url: `http://127.0.0.1:${hangingPort}/hook`, events }))
+        .status,
+    ).toBe(201);
+    expect(
+      (await api("POST", `/v1/fleets/${hooked}/webhooks`, { url: `http://127.0.0.1:${promptPort}/hook`, events }))
+        .status,
+    ).toBe(201);
     const put = async (fleet: string, slots: number) => {
       const t0 = performance.now();
       expect((await api("PUT", `/v1/fleets/${fleet}/reboot-groups/default`, { slots })).status).toBe(200);
@@ -105,12 +129,16 @@ describe("a receiver that never answers, or is down", () => {
     const delays: number[] = [];
     for (let i = 0; i < 7; i++) {
       // A registration owes the hanging receiver a fresh event each time; its send hangs for 10 s.
-      expect((await api("POST", "/v1/servers", { fleet: plain, hostname: `p${i}.example.com`, kind: "manual" })).status).toBe(201);
+      expect(
+        (await api("POST", "/v1/servers", { fleet: plain, hostname: `p${i}.example.com`, kind: "manual" })).status,
+      ).toBe(201);
       await sleep(300);
       without.push(await put(plain, 2 + (i % 2)));
       const before = promptly.length;
       const registered = Date.now();
-      expect((await api("POST", "/v1/servers", { fleet: hooked, hostname: `h${i}.example.com`, kind: "manual" })).status).toBe(201);
+      expect(
+        (await api("POST", "/v1/servers", { fleet: hooked, hostname: `h${i}.example.com`, kind: "manual" })).status,
+      ).toBe(201);
       for (let j = 0; j < 40 && promptly.length === before; j++) await sleep(50);
       expect(promptly.length).toBe(before + 1);
       delays.push(promptly[before].at - registered);
@@ -119,7 +147,9 @@ describe("a receiver that never answers, or is down", () => {
     }
     const a = median(without);
     const b = median(withHanging);
-    console.log(`e2e reboot-group PUT, median of 7: ${a.toFixed(1)} ms without webhooks, ${b.toFixed(1)} ms with a hanging receiver (all: ${without.map((x) => x.toFixed(0)).join("/")} vs ${withHanging.map((x) => x.toFixed(0)).join("/")}); the other webhook's event after ${delays.join(", ")} ms`);
+    console.log(
+      `e2e reboot-group PUT, median of 7: ${a.toFixed(1)} ms without webhooks, ${b.toFixed(1)} ms with a hanging receiver (all: ${without.map((x) => x.toFixed(0)).join("/")} vs ${withHanging.map((x) => x.toFixed(0)).join("/")}); the other webhook's event after ${delays.join(", ")} ms`,
+    );
     expect(Math.max(...delays)).toBeLessThan(2000);
     // ±10 %, or 20 ms on a shared machine; a PUT that waited on the receiver would take 10 s.
     expect(b).toBeLessThanOrEqual(Math.max(a * 1.1, a + 20));
@@ -130,9 +160,14 @@ describe("a receiver that never answers, or is down", () => {
     expect((await api("POST", "/v1/fleets", { id: fleet })).status).toBe(201);
     // A port nothing listens on: every attempt is refused.
     const closed = createServer();
-    const closedPort = await new Promise<number>((resolve) => closed.listen(0, "127.0.0.1", () => resolve((closed.address() as { port: number }).port)));
+    const closedPort = await new Promise<number>((resolve) =>
+      closed.listen(0, "127.0.0.1", () => resolve((closed.address() as { port: number }).port)),
+    );
     await new Promise<void>((r) => closed.close(() => r()));
-    const created = await api("POST", `/v1/fleets/${fleet}/webhooks`, { url: `http://127.0.0.1:${closedPort}/hook`, events: ["server.registered"] });
+    const created = await api("POST", `/v1/fleets/${fleet}/webhooks`, {
+      url: `http://127.0.0.1:${closedPort}/hook`,
+      events: ["server.registered"],
+    });
     expect(created.status).toBe(201);
     const test = await api("POST", `/v1/fleets/${fleet}/webhooks/${created.json.webhook.id}/test`);
     expect(test.json.status).toBe("pending");

@@ -86,9 +86,12 @@ class PortTaken extends Error {}
  */
 export function workerSettingNames(config: string): string[] {
   const toml = readFileSync(config, "utf8");
-  const section = (name: string) => new RegExp(`^\\[${name}\\]\\s*$([\\s\\S]*?)(?=^\\[|(?![\\s\\S]))`, "m").exec(toml)?.[1] ?? "";
+  const section = (name: string) =>
+    new RegExp(`^\\[${name}\\]\\s*$([\\s\\S]*?)(?=^\\[|(?![\\s\\S]))`, "m").exec(toml)?.[1] ?? "";
   const vars = [...section("vars").matchAll(/^([A-Za-z_][A-Za-z0-9_]*)\s*=/gm)].map((m) => m[1]);
-  const secrets = [.../required\s*=\s*\[([^\]]*)\]/.exec(section("secrets"))?.[1].matchAll(/"([^"]+)"/g) ?? []].map((m) => m[1]);
+  const secrets = [...(/required\s*=\s*\[([^\]]*)\]/.exec(section("secrets"))?.[1].matchAll(/"([^"]+)"/g) ?? [])].map(
+    (m) => m[1],
+  );
   return [...new Set([...vars, ...secrets, "ADMIN_TOKEN"])];
 }
 
@@ -114,7 +117,11 @@ async function startOnce({
   const admin = reuse?.admin ?? randomBytes(24).toString("base64url");
   const envFile = join(persist, "server.vars");
   // ACCESS_LOG: a line per request locally (the deployed default logs writes only); `--var` wins.
-  writeFileSync(envFile, `ADMIN_TOKEN=${admin}\n${config ? "" : `PARK_TRUST_S=${parkTrustS}\nALLOW_LOOPBACK_HTTP=1\nACCESS_LOG=on\n`}`, { mode: 0o600 });
+  writeFileSync(
+    envFile,
+    `ADMIN_TOKEN=${admin}\n${config ? "" : `PARK_TRUST_S=${parkTrustS}\nALLOW_LOOPBACK_HTTP=1\nACCESS_LOG=on\n`}`,
+    { mode: 0o600 },
+  );
   if (!config) {
     const migrate = spawnSync(wrangler, ["d1", "migrations", "apply", "DB", "--local", "--persist-to", persist], {
       cwd: root,
@@ -125,9 +132,29 @@ async function startOnce({
   }
   const child = spawn(
     wrangler,
-    ["dev", ...(metered ? [LOCAL_ENTRY] : []), ...(config ? ["--config", config] : []), "--ip", "127.0.0.1", "--port", String(port), "--persist-to", persist,
-      "--env-file", envFile, "--log-level", "error", "--show-interactive-dev-session=false", ...devArgs],
-    { cwd: root, stdio: ["ignore", "pipe", "pipe"], env: wranglerEnv(config ?? resolve(root, "wrangler.toml")), detached: true },
+    [
+      "dev",
+      ...(metered ? [LOCAL_ENTRY] : []),
+      ...(config ? ["--config", config] : []),
+      "--ip",
+      "127.0.0.1",
+      "--port",
+      String(port),
+      "--persist-to",
+      persist,
+      "--env-file",
+      envFile,
+      "--log-level",
+      "error",
+      "--show-interactive-dev-session=false",
+      ...devArgs,
+    ],
+    {
+      cwd: root,
+      stdio: ["ignore", "pipe", "pipe"],
+      env: wranglerEnv(config ?? resolve(root, "wrangler.toml")),
+      detached: true,
+    },
   );
   let log = "";
   child.stdout.on("data", (d: Buffer) => (log += d));

@@ -26,11 +26,16 @@ if (!/^ADMIN_TOKEN=/m.test(current)) {
   console.log(`Wrote ADMIN_TOKEN to ${devVars} (${process.env.ADMIN_TOKEN ? "from the environment" : "random"}).`);
 }
 console.log(`The bootstrap admin token is in ${devVars} (ADMIN_TOKEN=...).`);
-const token = /^ADMIN_TOKEN=(.+)$/m.exec(readFileSync(devVars, "utf8"))![1].trim().replace(/^["']|["']$/g, "");
+const token = /^ADMIN_TOKEN=(.+)$/m
+  .exec(readFileSync(devVars, "utf8"))![1]
+  .trim()
+  .replace(/^["']|["']$/g, "");
 // Where this server is and its token, for a second terminal: hm, `npm run sim` and the docs'
 // shell blocks read it (cli/local.ts), so nothing needs exporting there.
 const record = writeLocalRecord(root, { url: base, token, pid: process.pid, started_at: new Date().toISOString() });
-console.log(`hm, npm run sim and the guides in another terminal of this checkout find ${base} and the token through ${record}.`);
+console.log(
+  `hm, npm run sim and the guides in another terminal of this checkout find ${base} and the token through ${record}.`,
+);
 
 const wrangler = resolve(root, "node_modules/.bin/wrangler");
 const LOCAL_PARK_TRUST_S = 30;
@@ -61,10 +66,26 @@ function migrationSummary(output: string): string {
 // durable"): parked FleetLock requests are believed for LOCAL_PARK_TRUST_S only.
 // Webhooks and external gate checks may reach a receiver on this machine over plain HTTP.
 // A line per request locally, as before the deployed default became "writes" (wrangler.toml).
-const local = ["--var", `PARK_TRUST_S:${LOCAL_PARK_TRUST_S}`, "--var", "ALLOW_LOOPBACK_HTTP:1", "--var", "ACCESS_LOG:on"];
+const local = [
+  "--var",
+  `PARK_TRUST_S:${LOCAL_PARK_TRUST_S}`,
+  "--var",
+  "ALLOW_LOOPBACK_HTTP:1",
+  "--var",
+  "ACCESS_LOG:on",
+];
 const dev = spawn(
   wrangler,
-  ["dev", "--ip", "127.0.0.1", "--port", port, ...local, ...(cron && !devArgs.includes("--test-scheduled") ? ["--test-scheduled"] : []), ...devArgs],
+  [
+    "dev",
+    "--ip",
+    "127.0.0.1",
+    "--port",
+    port,
+    ...local,
+    ...(cron && !devArgs.includes("--test-scheduled") ? ["--test-scheduled"] : []),
+    ...devArgs,
+  ],
   { cwd: root, stdio: "inherit" },
 );
 for (const sig of ["SIGINT", "SIGTERM"] as const) process.on(sig, () => dev.kill(sig));
@@ -80,7 +101,8 @@ function configuredCrons(): string[] {
 if (cron) {
   const crons = configuredCrons();
   const other = crons.filter((c) => c !== "* * * * *");
-  if (other.length) console.warn(`npm start fires every minute; these crons are fired every minute too: ${other.join(", ")}`);
+  if (other.length)
+    console.warn(`npm start fires every minute; these crons are fired every minute too: ${other.join(", ")}`);
   const fire = async () => {
     for (const expr of crons) {
       try {

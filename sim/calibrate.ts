@@ -20,8 +20,12 @@ const program = new Command("sim:calibrate")
   .parse();
 const o = program.opts<{ servers: number; duration: number; heartbeat: number }>();
 
-const child = spawn(process.execPath, [resolve(import.meta.dirname, "fake-server.ts")], { stdio: ["ignore", "pipe", "inherit"] });
-const port = await new Promise<number>((res) => createInterface({ input: child.stdout! }).once("line", (l) => res(JSON.parse(l).port)));
+const child = spawn(process.execPath, [resolve(import.meta.dirname, "fake-server.ts")], {
+  stdio: ["ignore", "pipe", "inherit"],
+});
+const port = await new Promise<number>((res) =>
+  createInterface({ input: child.stdout! }).once("line", (l) => res(JSON.parse(l).port)),
+);
 const url = `http://127.0.0.1:${port}`;
 
 const stop = new AbortController();
@@ -32,7 +36,15 @@ const loops: Promise<unknown>[] = [];
 {
   const warm = new AbortController();
   const w = Array.from({ length: 20 }, (_, i) =>
-    new HostAgent({ url, token: `t${i}`, driver: new MemoryDriver(), bootId: "w", transport: "http", waitS: 0, reportIntervalMs: 100 }).run(warm.signal),
+    new HostAgent({
+      url,
+      token: `t${i}`,
+      driver: new MemoryDriver(),
+      bootId: "w",
+      transport: "http",
+      waitS: 0,
+      reportIntervalMs: 100,
+    }).run(warm.signal),
   );
   await new Promise((r) => setTimeout(r, 1500));
   warm.abort();
@@ -56,7 +68,11 @@ for (let i = 0; i < o.servers; i++) {
       if (e.type === "desired" || e.type === "reported") ops++;
       else if (e.type === "error") errors++;
     },
-    sleep: (ms, signal) => new Promise((r) => { const t = setTimeout(r, ms); signal?.addEventListener("abort", () => (clearTimeout(t), r())); }),
+    sleep: (ms, signal) =>
+      new Promise((r) => {
+        const t = setTimeout(r, ms);
+        signal?.addEventListener("abort", () => (clearTimeout(t), r()));
+      }),
   });
   loops.push(agent.run(stop.signal));
 }

@@ -10,10 +10,20 @@ const config = (generation: number) =>
   JSON.stringify({
     server_id: "00000000-0000-4000-8000-000000000000",
     generation,
-    agents: [0, 1, 2].map((j) => ({ name: `sim-a${j}`, image: `sim/agent-${j}:v1`, version: "v1", instance_id: `i-${j}` })),
+    agents: [0, 1, 2].map((j) => ({
+      name: `sim-a${j}`,
+      image: `sim/agent-${j}:v1`,
+      version: "v1",
+      instance_id: `i-${j}`,
+    })),
     lifecycle: "run",
   });
-const accepted = JSON.stringify({ server_id: "00000000-0000-4000-8000-000000000000", desired_generation: 2, status: "realized", agents: [] });
+const accepted = JSON.stringify({
+  server_id: "00000000-0000-4000-8000-000000000000",
+  desired_generation: 2,
+  status: "realized",
+  agents: [],
+});
 
 const server = createServer((req, res) => {
   let body = "";

@@ -17,17 +17,26 @@ const colorsFor = (stream: NodeJS.WriteStream) => createColors(!!stream.isTTY &&
 const outColors = colorsFor(process.stdout);
 const errColors = colorsFor(process.stderr);
 
-const num = (min: number, max = Infinity) => (v: string) => {
-  const n = Number(v);
-  if (!Number.isFinite(n) || n < min || n > max) throw new InvalidArgumentError(`expected a number from ${min} to ${max}`);
-  return n;
-};
+const num =
+  (min: number, max = Infinity) =>
+  (v: string) => {
+    const n = Number(v);
+    if (!Number.isFinite(n) || n < min || n > max)
+      throw new InvalidArgumentError(`expected a number from ${min} to ${max}`);
+    return n;
+  };
 const rate = num(0, 1);
 
 const program = new Command("sim")
   .description("Simulate a fleet of hosts running the reference agent against Harbormaster")
-  .option("--url <url>", "Harbormaster base URL (HM_URL, else hm's context, else where npm start serves: .wrangler/hm-local.json)")
-  .option("--token <token>", "operator token with write scope, admin for reboots (HM_TOKEN, else hm's context, else npm start's admin token)")
+  .option(
+    "--url <url>",
+    "Harbormaster base URL (HM_URL, else hm's context, else where npm start serves: .wrangler/hm-local.json)",
+  )
+  .option(
+    "--token <token>",
+    "operator token with write scope, admin for reboots (HM_TOKEN, else hm's context, else npm start's admin token)",
+  )
   .requiredOption("--fleet <id>", "fleet to use (created if missing)")
   .option("--servers <n>", "number of hosts", num(1, 100_000), DEFAULTS.servers)
   .option("--duration <s>", "stop after this many seconds", num(1, 24 * 3600), DEFAULTS.durationS)
@@ -44,7 +53,11 @@ const program = new Command("sim")
   .option("--group <name>", "reboot group of the simulated hosts", DEFAULTS.group)
   .option("--change-at <s>", "issue a second generation (one agent removed, one updated) at this second", num(0))
   .option("--ramp <s>", "hosts start spread over this many seconds", num(0), DEFAULTS.rampS)
-  .addOption(new Option("--transport <t>", "how hosts learn of changes: the host channel, or the HTTP long poll only").choices(["channel", "http"]).default(DEFAULTS.transport))
+  .addOption(
+    new Option("--transport <t>", "how hosts learn of changes: the host channel, or the HTTP long poll only")
+      .choices(["channel", "http"])
+      .default(DEFAULTS.transport),
+  )
   .option("--wait <s>", "host long-poll wait (HTTP)", num(0, 60), DEFAULTS.waitS)
   .option("--heartbeat <s>", "host report interval", num(1), DEFAULTS.heartbeatS)
   .option("--seed <n>", "seed for fault injection", num(0), DEFAULTS.seed)
@@ -66,9 +79,14 @@ async function main() {
   const stop = new AbortController();
   process.once("SIGINT", () => stop.abort());
   const live = !f.quiet && !f.json;
-  const bar = live && process.stderr.isTTY
-    ? new SingleBar({ format: "{bar} {elapsed}/{total}s | {statuses} | ops {ops} | errors {errors} | reboots {reboots}", hideCursor: true, stream: process.stderr })
-    : null;
+  const bar =
+    live && process.stderr.isTTY
+      ? new SingleBar({
+          format: "{bar} {elapsed}/{total}s | {statuses} | ops {ops} | errors {errors} | reboots {reboots}",
+          hideCursor: true,
+          stream: process.stderr,
+        })
+      : null;
   let started = false;
   const options: SimOptions = {
     ...DEFAULTS,
@@ -100,17 +118,32 @@ async function main() {
     progressEveryMs: bar ? 500 : 5000,
     onProgress: (p) => {
       if (!live) return;
-      const statuses = Object.entries(p.byStatus).map(([k, v]) => `${k} ${v}`).join(", ");
+      const statuses = Object.entries(p.byStatus)
+        .map(([k, v]) => `${k} ${v}`)
+        .join(", ");
       if (bar) {
         if (!started) bar.start(Math.round(p.durationS), 0, { elapsed: 0, statuses, ops: 0, errors: 0, reboots: 0 });
         started = true;
-        bar.update(Math.min(Math.round(p.elapsedS), Math.round(p.durationS)), { elapsed: Math.round(p.elapsedS), statuses, ops: p.ops, errors: p.errors, reboots: p.reboots });
+        bar.update(Math.min(Math.round(p.elapsedS), Math.round(p.durationS)), {
+          elapsed: Math.round(p.elapsedS),
+          statuses,
+          ops: p.ops,
+          errors: p.errors,
+          reboots: p.reboots,
+        });
       } else {
-        console.error(`${Math.round(p.elapsedS)}/${p.durationS}s  ${statuses}  ops ${p.ops}  errors ${p.errors}  reboots ${p.reboots}`);
+        console.error(
+          `${Math.round(p.elapsedS)}/${p.durationS}s  ${statuses}  ops ${p.ops}  errors ${p.errors}  reboots ${p.reboots}`,
+        );
       }
     },
   };
-  if (live) console.error(errColors.dim(`simulating ${options.servers} hosts in fleet '${options.fleet}' against ${options.url} for ${options.durationS}s`));
+  if (live)
+    console.error(
+      errColors.dim(
+        `simulating ${options.servers} hosts in fleet '${options.fleet}' against ${options.url} for ${options.durationS}s`,
+      ),
+    );
   const summary = await runSim(options);
   bar?.stop();
   if (f.json) {
@@ -122,17 +155,44 @@ async function main() {
   const row = (k: string, v: unknown) => t.push([k, typeof v === "string" ? v : JSON.stringify(v)]);
   row("servers", `${summary.servers} (${summary.registered} registered, ${summary.reused} reused)`);
   row("duration", `${summary.durationS.toFixed(1)} s`);
-  row("status (last report)", Object.entries(summary.byStatus).map(([k, v]) => `${k} ${v}`).join(", "));
-  row("transport", options.transport === "channel" ? `host channel (sockets opened ${summary.channel.opened}, closed or refused ${summary.channel.closed})` : "HTTP long poll");
-  row("host operations", `${summary.ops.total} (polls ${summary.ops.polls}, of which changed ${summary.ops.polls_changed}; pushes ${summary.ops.pushes}; reports ${summary.ops.reports}, heartbeats on a poll ${summary.ops.heartbeats}; FleetLock ${summary.ops.fleetlock}); errors ${summary.ops.errors}`);
+  row(
+    "status (last report)",
+    Object.entries(summary.byStatus)
+      .map(([k, v]) => `${k} ${v}`)
+      .join(", "),
+  );
+  row(
+    "transport",
+    options.transport === "channel"
+      ? `host channel (sockets opened ${summary.channel.opened}, closed or refused ${summary.channel.closed})`
+      : "HTTP long poll",
+  );
+  row(
+    "host operations",
+    `${summary.ops.total} (polls ${summary.ops.polls}, of which changed ${summary.ops.polls_changed}; pushes ${summary.ops.pushes}; reports ${summary.ops.reports}, heartbeats on a poll ${summary.ops.heartbeats}; FleetLock ${summary.ops.fleetlock}); errors ${summary.ops.errors}`,
+  );
   row("report latency", `p50 ${summary.latency_ms.report_p50} ms, p99 ${summary.latency_ms.report_p99} ms`);
-  row("push (desired written → host has it)", summary.latency_ms.push_p50 === null ? "-" : `p50 ${summary.latency_ms.push_p50} ms, p99 ${summary.latency_ms.push_p99} ms`);
-  row("convergence (desired → realized)", summary.latency_ms.converge_p50 === null ? "-" : `p50 ${summary.latency_ms.converge_p50} ms, p99 ${summary.latency_ms.converge_p99} ms`);
+  row(
+    "push (desired written → host has it)",
+    summary.latency_ms.push_p50 === null
+      ? "-"
+      : `p50 ${summary.latency_ms.push_p50} ms, p99 ${summary.latency_ms.push_p99} ms`,
+  );
+  row(
+    "convergence (desired → realized)",
+    summary.latency_ms.converge_p50 === null
+      ? "-"
+      : `p50 ${summary.latency_ms.converge_p50} ms, p99 ${summary.latency_ms.converge_p99} ms`,
+  );
   row("reboots", summary.reboots);
   row("reboot group", summary.group);
-  row("simulator overhead", `${summary.overhead.cpu_us_per_op} µs CPU per host operation (${summary.overhead.cpu_ms} ms in all); event loop ${Math.round(summary.overhead.event_loop_utilization * 100)}% busy`);
+  row(
+    "simulator overhead",
+    `${summary.overhead.cpu_us_per_op} µs CPU per host operation (${summary.overhead.cpu_ms} ms in all); event loop ${Math.round(summary.overhead.event_loop_utilization * 100)}% busy`,
+  );
   console.log(t.toString());
-  if (summary.group.over_slots > 0) console.log(outColors.red(`reboot group exceeded its slots in ${summary.group.over_slots} samples`));
+  if (summary.group.over_slots > 0)
+    console.log(outColors.red(`reboot group exceeded its slots in ${summary.group.over_slots} samples`));
 }
 
 main().catch((err) => {

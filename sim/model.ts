@@ -48,12 +48,28 @@ export interface SimSummary {
   durationS: number;
   byStatus: Record<string, number>;
   /** `heartbeats`: reports not sent over HTTP because nothing changed (the next poll carried their tag). */
-  ops: { polls: number; polls_changed: number; pushes: number; reports: number; heartbeats: number; fleetlock: number; total: number; errors: number };
+  ops: {
+    polls: number;
+    polls_changed: number;
+    pushes: number;
+    reports: number;
+    heartbeats: number;
+    fleetlock: number;
+    total: number;
+    errors: number;
+  };
   /** Channel sockets opened, and closed or refused (the host channel only). */
   channel: { opened: number; closed: number };
   errors_by_kind: Record<string, number>;
   /** push: from the operator's write of a generation to its host receiving it over the channel (hosts connected at the write). */
-  latency_ms: { report_p50: number; report_p99: number; converge_p50: number | null; converge_p99: number | null; push_p50: number | null; push_p99: number | null };
+  latency_ms: {
+    report_p50: number;
+    report_p99: number;
+    converge_p50: number | null;
+    converge_p99: number | null;
+    push_p50: number | null;
+    push_p99: number | null;
+  };
   reboots: { planned: number; granted: number; refusals: number; back: number; steady_state_lost: number };
   group: { slots: number; samples: number; max_holders: number; over_slots: number; holders_at_end: string[] };
   /** What the simulator itself cost: its CPU time per host operation, and how busy its event loop was. */

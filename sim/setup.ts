@@ -55,25 +55,44 @@ export async function registerServers(api: Api, o: SimOptions, runTag: string) {
   const state = loadState(o.stateFile, api.base, o.fleet);
   const known = new Map(state.servers.map((s) => [s.index, s]));
   let registered = 0;
-  const entries = await pool(Array.from({ length: o.servers }, (_, i) => i), o.setupConcurrency, async (i): Promise<StateEntry> => {
-    const reuse = known.get(i);
-    if (reuse) return reuse;
-    let hostname = `sim-${i}.${o.fleet}.sim.test`;
-    let fleetlockId = `sim-${i}`;
-    let created;
-    try {
-      created = await api.registerServer({ fleet: o.fleet, hostname, kind: "managed", reboot_group: o.group, fleetlock_id: fleetlockId });
-    } catch (err) {
-      // A server of an earlier run (whose state file is gone) holds the hostname or the id.
-      if (!(err instanceof ApiError && (err.code === "fleetlock_id_taken" || err.code === "hostname_taken"))) throw err;
-      hostname = `sim-${i}-${runTag}.${o.fleet}.sim.test`;
-      fleetlockId = `sim-${i}-${runTag}`;
-      created = await api.registerServer({ fleet: o.fleet, hostname, kind: "managed", reboot_group: o.group, fleetlock_id: fleetlockId });
-    }
-    registered++;
-    return { index: i, id: created.id, hostname, fleetlock_id: fleetlockId, token: created.token };
-  });
-  state.servers = [...new Map([...state.servers, ...entries].map((s) => [s.index, s])).values()].sort((a, b) => a.index - b.index);
+  const entries = await pool(
+    Array.from({ length: o.servers }, (_, i) => i),
+    o.setupConcurrency,
+    async (i): Promise<StateEntry> => {
+      const reuse = known.get(i);
+      if (reuse) return reuse;
+      let hostname = `sim-${i}.${o.fleet}.sim.test`;
+      let fleetlockId = `sim-${i}`;
+      let created;
+      try {
+        created = await api.registerServer({
+          fleet: o.fleet,
+          hostname,
+          kind: "managed",
+          reboot_group: o.group,
+          fleetlock_id: fleetlockId,
+        });
+      } catch (err) {
+        // A server of an earlier run (whose state file is gone) holds the hostname or the id.
+        if (!(err instanceof ApiError && (err.code === "fleetlock_id_taken" || err.code === "hostname_taken")))
+          throw err;
+        hostname = `sim-${i}-${runTag}.${o.fleet}.sim.test`;
+        fleetlockId = `sim-${i}-${runTag}`;
+        created = await api.registerServer({
+          fleet: o.fleet,
+          hostname,
+          kind: "managed",
+          reboot_group: o.group,
+          fleetlock_id: fleetlockId,
+        });
+      }
+      registered++;
+      return { index: i, id: created.id, hostname, fleetlock_id: fleetlockId, token: created.token };
+    },
+  );
+  state.servers = [...new Map([...state.servers, ...entries].map((s) => [s.index, s])).values()].sort(
+    (a, b) => a.index - b.index,
+  );
   saveState(o.stateFile, state);
   return { state, known, entries, registered };
 }
@@ -114,7 +133,11 @@ export async function setUpReboots(api: Api, o: SimOptions, hosts: SimHost[], st
   let baseUrl: string | null = null;
   if (!hosts.some((h) => h.flags.rebootAtMs !== null)) return baseUrl;
   if (state.base_url) {
-    const probe = await new FleetLockClient(state.base_url, { id: hosts[0].fleetlockId, group: o.group }, fetchImpl).steadyState();
+    const probe = await new FleetLockClient(
+      state.base_url,
+      { id: hosts[0].fleetlockId, group: o.group },
+      fetchImpl,
+    ).steadyState();
     if (probe.ok) baseUrl = state.base_url;
   }
   if (!baseUrl) {

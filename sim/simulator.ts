@@ -46,7 +46,9 @@ export async function runSim(o: SimOptions): Promise<SimSummary> {
   const loops: Promise<void>[] = [];
   for (const h of hosts) loops.push(hostLife(h));
   // Handled here, not only when awaited at the end: a rejection meanwhile would end the process.
-  const change = secondOrder(api, o, hosts, desiredNow, stopAll.signal).catch((err) => console.error(`sim: the operator's second order failed: ${err}`));
+  const change = secondOrder(api, o, hosts, desiredNow, stopAll.signal).catch((err) =>
+    console.error(`sim: the operator's second order failed: ${err}`),
+  );
   const sampler = sampleGroup(api, o, baseUrl, tally, stopAll.signal);
 
   const progressTimer = setInterval(
@@ -63,7 +65,10 @@ export async function runSim(o: SimOptions): Promise<SimSummary> {
   );
 
   const timer = setTimeout(() => stopAll.abort(), durationMs);
-  await Promise.race([new Promise((r) => stopAll.signal.addEventListener("abort", r, { once: true })), Promise.all(loops)]);
+  await Promise.race([
+    new Promise((r) => stopAll.signal.addEventListener("abort", r, { once: true })),
+    Promise.all(loops),
+  ]);
   stopAll.abort();
   clearTimeout(timer);
   clearInterval(progressTimer);
@@ -107,7 +112,13 @@ export async function runSim(o: SimOptions): Promise<SimSummary> {
 }
 
 /** The operator's second order, mid-run: the last agent removed, the first updated. */
-async function secondOrder(api: Api, o: SimOptions, hosts: SimHost[], desiredNow: Map<string, number>, stop: AbortSignal) {
+async function secondOrder(
+  api: Api,
+  o: SimOptions,
+  hosts: SimHost[],
+  desiredNow: Map<string, number>,
+  stop: AbortSignal,
+) {
   if (o.changeAtS === null) return;
   await sleep(o.changeAtS * 1000, stop).catch(() => {});
   if (stop.aborted) return;

@@ -52,7 +52,14 @@ export class Tally {
     } else if (e.type === "error") {
       ops.errors++;
       const err = e.error;
-      const kind = err instanceof ApiError ? `${err.status} ${err.code}` : err instanceof Error ? (err.cause instanceof Error ? `${err.message}: ${err.cause.message}` : err.message) : String(err);
+      const kind =
+        err instanceof ApiError
+          ? `${err.status} ${err.code}`
+          : err instanceof Error
+            ? err.cause instanceof Error
+              ? `${err.message}: ${err.cause.message}`
+              : err.message
+            : String(err);
       this.errorKinds.set(kind.slice(0, 120), (this.errorKinds.get(kind.slice(0, 120)) ?? 0) + 1);
     }
   };

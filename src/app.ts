@@ -64,7 +64,10 @@ export function createApp() {
   app.use("/v1/*", except(agentBuilds, exceptRawBodies(limitBodies(MAX_BODY_BYTES))));
   app.use("/v1/*", except(agentBuilds, exceptRawBodies(requireJsonBody)));
   app.use("/v1/*", rawBodies(MAX_PART_BYTES));
-  app.use("/v1/*", rejectUnknownQuery(() => app.openAPIRegistry.definitions as never));
+  app.use(
+    "/v1/*",
+    rejectUnknownQuery(() => app.openAPIRegistry.definitions as never),
+  );
   // While upgrade steps are pending, writes answer 503 (hosts' own endpoints excepted).
   app.use("/v1/*", drainWrites());
 
@@ -105,7 +108,10 @@ export function createApp() {
     .route("/fleetlock", fleetlockRoutes);
 
   // The operator console: pages over this app's own API, called in-process.
-  app.route("/", consoleRoutes(() => app));
+  app.route(
+    "/",
+    consoleRoutes(() => app),
+  );
 
   app.openAPIRegistry.registerComponent("securitySchemes", "Bearer", { type: "http", scheme: "bearer" });
   registerServiceEndpoints(app.openAPIRegistry);

@@ -19,7 +19,12 @@ export default {
     ctx.waitUntil(
       runScheduled(controller, env).then(
         () => logLine("info", "scheduled", { cron: controller.cron, duration_ms: Date.now() - started }),
-        (err) => logLine("error", "scheduled run failed", { cron: controller.cron, duration_ms: Date.now() - started, ...errorFields(err) }),
+        (err) =>
+          logLine("error", "scheduled run failed", {
+            cron: controller.cron,
+            duration_ms: Date.now() - started,
+            ...errorFields(err),
+          }),
       ),
     );
   },

@@ -12,7 +12,9 @@ import { sweepImages } from "./images/service";
 export async function runScheduled(controller: ScheduledController, env: Env) {
   const upgrade = await runUpgrades(env, { trigger: "cron" });
   // Webhooks: the steps' applied/failed events still owed (also, and above all, after a failure).
-  await sendUpgradeEvents(env, Date.now()).catch((err) => logLine("warn", "upgrade step events failed", { error: String(err) }));
+  await sendUpgradeEvents(env, Date.now()).catch((err) =>
+    logLine("warn", "upgrade step events failed", { error: String(err) }),
+  );
   // Reconciliation is written for the newest data; on older data it waits for the next tick.
   if (upgrade.version < upgrade.newest) {
     logLine("warn", "reconciliation skipped: data not at the newest version", {
@@ -28,7 +30,9 @@ export async function runScheduled(controller: ScheduledController, env: Env) {
   // Coordinator work owed by fleet changes (settings pushes, wipes of deleted fleets).
   await runFleetTasks(env);
   // Webhooks: servers that went stale since the previous tick (only those, by their stale_at).
-  await sendStaleEvents(env, Date.now()).catch((err) => logLine("warn", "server.stale events failed", { error: String(err) }));
+  await sendStaleEvents(env, Date.now()).catch((err) =>
+    logLine("warn", "server.stale events failed", { error: String(err) }),
+  );
   // Image uploads abandoned for a day are aborted; R2 deletes a crash left owed are done.
   await sweepImages(env, Date.now()).catch((err) => logLine("warn", "image sweep failed", { error: String(err) }));
   // Rollouts advance on their own (ledger events, their alarms); this only re-drives quiet ones.

@@ -4,13 +4,24 @@ import { BASE, call, checkedFetch } from "./helpers";
 
 const bytes = (n: number, seed = 1) => Uint8Array.from({ length: n }, (_, i) => (i * 31 + seed) & 0xff);
 async function sha256(data: Uint8Array) {
-  return [...new Uint8Array(await crypto.subtle.digest("SHA-256", data))].map((b) => b.toString(16).padStart(2, "0")).join("");
+  return [...new Uint8Array(await crypto.subtle.digest("SHA-256", data))]
+    .map((b) => b.toString(16).padStart(2, "0"))
+    .join("");
 }
 
-function publish(target: string, body: Uint8Array, headers: Record<string, string>, token: string | null = "test-admin-token") {
+function publish(
+  target: string,
+  body: Uint8Array,
+  headers: Record<string, string>,
+  token: string | null = "test-admin-token",
+) {
   return checkedFetch(`${BASE}/v1/agent/builds/${target}`, {
     method: "PUT",
-    headers: { "Content-Type": "application/octet-stream", ...(token ? { Authorization: `Bearer ${token}` } : {}), ...headers },
+    headers: {
+      "Content-Type": "application/octet-stream",
+      ...(token ? { Authorization: `Bearer ${token}` } : {}),
+      ...headers,
+    },
     body,
   });
 }
@@ -23,7 +34,14 @@ describe("agent builds", () => {
     const sum = await sha256(build);
     const put = await publish("linux-arm64", build, { "X-Agent-Version": "1.2.3", "X-Checksum-Sha256": sum });
     expect(put.status).toBe(200);
-    expect(await put.json()).toMatchObject({ os: "linux", arch: "arm64", version: "1.2.3", sha256: sum, size: build.length, url: `${BASE}/v1/agent/download/linux-arm64` });
+    expect(await put.json()).toMatchObject({
+      os: "linux",
+      arch: "arm64",
+      version: "1.2.3",
+      sha256: sum,
+      size: build.length,
+      url: `${BASE}/v1/agent/download/linux-arm64`,
+    });
 
     const got = await checkedFetch(`${BASE}/v1/agent/download/linux-arm64`);
     expect(got.status).toBe(200);
@@ -43,7 +61,9 @@ describe("agent builds", () => {
   it("refuses a body whose SHA-256 is not the one sent, keeping the previous build", async () => {
     const good = bytes(1000, 7);
     const sum = await sha256(good);
-    expect((await publish("linux-x64", good, { "X-Agent-Version": "1.0.0", "X-Checksum-Sha256": sum })).status).toBe(200);
+    expect((await publish("linux-x64", good, { "X-Agent-Version": "1.0.0", "X-Checksum-Sha256": sum })).status).toBe(
+      200,
+    );
     const bad = await publish("linux-x64", bytes(1000, 8), { "X-Agent-Version": "1.0.1", "X-Checksum-Sha256": sum });
     expect(bad.status).toBe(400);
     expect(((await bad.json()) as any).error.message).toContain("SHA-256");
@@ -55,19 +75,40 @@ describe("agent builds", () => {
   it("takes a gzip-compressed build and stores the build itself; refuses one whose X-Agent-Size is wrong", async () => {
     const build = bytes(200_000, 3);
     const sum = await sha256(build);
-    const gz = new Uint8Array(await new Response(new Blob([build]).stream().pipeThrough(new CompressionStream("gzip"))).arrayBuffer());
+    const gz = new Uint8Array(
+      await new Response(new Blob([build]).stream().pipeThrough(new CompressionStream("gzip"))).arrayBuffer(),
+    );
     expect(gz.length).toBeLessThan(build.length);
-    const put = await publish("linux-x64", gz, { "Content-Encoding": "gzip", "X-Agent-Size": String(build.length), "X-Agent-Version": "3.0.0", "X-Checksum-Sha256": sum });
+    const put = await publish("linux-x64", gz, {
+      "Content-Encoding": "gzip",
+      "X-Agent-Size": String(build.length),
+      "X-Agent-Version": "3.0.0",
+      "X-Checksum-Sha256": sum,
+    });
     expect(put.status).toBe(200);
     expect(await put.json()).toMatchObject({ version: "3.0.0", sha256: sum, size: build.length });
     const got = await checkedFetch(`${BASE}/v1/agent/download/linux-x64`);
     expect(await sha256(new Uint8Array(await got.arrayBuffer()))).toBe(sum);
 
-    const short = await publish("linux-x64", gz, { "Content-Encoding": "gzip", "X-Agent-Size": String(build.length + 1), "X-Agent-Version": "3.0.1", "X-Checksum-Sha256": sum });
+    const short = await publish("linux-x64", gz, {
+      "Content-Encoding": "gzip",
+      "X-Agent-Size": String(build.length + 1),
+      "X-Agent-Version": "3.0.1",
+      "X-Checksum-Sha256": sum,
+    });
     expect(short.status).toBe(400);
-    const noSize = await publish("linux-x64", gz, { "Content-Encoding": "gzip", "X-Agent-Version": "3.0.1", "X-Checksum-Sha256": sum });
+    const noSize = await publish("linux-x64", gz, {
+      "Content-Encoding": "gzip",
+      "X-Agent-Version": "3.0.1",
+      "X-Checksum-Sha256": sum,
+    });
     expect(noSize.status).toBe(400);
-    const notGzip = await publish("linux-x64", build.slice(0, 1000), { "Content-Encoding": "gzip", "X-Agent-Size": String(build.length), "X-Agent-Version": "3.0.1", "X-Checksum-Sha256": sum });
+    const notGzip = await publish("linux-x64", build.slice(0, 1000), {
+      "Content-Encoding": "gzip",
+      "X-Agent-Size": String(build.length),
+      "X-Agent-Version": "3.0.1",
+      "X-Checksum-Sha256": sum,
+    });
     expect(notGzip.status).toBe(400);
     expect((await checkedFetch(`${BASE}/v1/agent/download/linux-x64`)).headers.get("X-Agent-Version")).toBe("3.0.0");
   });
@@ -76,15 +117,22 @@ describe("agent builds", () => {
     const build = bytes(10);
     const sum = await sha256(build);
     const write = (await call("POST", "/v1/tokens", { body: { name: "writer", scope: "write" } })).json.token;
-    expect((await publish("linux-x64", build, { "X-Agent-Version": "1", "X-Checksum-Sha256": sum }, null)).status).toBe(401);
-    expect((await publish("linux-x64", build, { "X-Agent-Version": "1", "X-Checksum-Sha256": sum }, write)).status).toBe(403);
+    expect((await publish("linux-x64", build, { "X-Agent-Version": "1", "X-Checksum-Sha256": sum }, null)).status).toBe(
+      401,
+    );
+    expect(
+      (await publish("linux-x64", build, { "X-Agent-Version": "1", "X-Checksum-Sha256": sum }, write)).status,
+    ).toBe(403);
     expect((await publish("linux-x64", build, { "X-Checksum-Sha256": sum })).status).toBe(400);
-    expect((await publish("linux-x64", build, { "X-Agent-Version": "1", "X-Checksum-Sha256": "abc" })).status).toBe(400);
-    expect((await publish("windows-x64", build, { "X-Agent-Version": "1", "X-Checksum-Sha256": sum })).status).toBe(400);
+    expect((await publish("linux-x64", build, { "X-Agent-Version": "1", "X-Checksum-Sha256": "abc" })).status).toBe(
+      400,
+    );
+    expect((await publish("windows-x64", build, { "X-Agent-Version": "1", "X-Checksum-Sha256": sum })).status).toBe(
+      400,
+    );
     expect((await checkedFetch(`${BASE}/v1/agent/download/plan9-mips`)).status).toBe(400);
     expect((await checkedFetch(`${BASE}/v1/agent/download/linux-x64.md5`)).status).toBe(400);
   });
-
 });
 
 describe("GET /install.sh", () => {

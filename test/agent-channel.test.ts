@@ -18,7 +18,9 @@ describe("reference host agent over the channel (against the worker)", () => {
     try {
       await run.until(reported(2, "realized"));
       const changedAt = Date.now();
-      await call("PUT", `/v1/servers/${s.id}/desired`, { body: { generation: 3, agents: [{ name: "compute", image: "reg/compute:2", version: "2" }] } });
+      await call("PUT", `/v1/servers/${s.id}/desired`, {
+        body: { generation: 3, agents: [{ name: "compute", image: "reg/compute:2", version: "2" }] },
+      });
       await run.until(reported(3, "realized"));
       expect(Date.now() - changedAt).toBeLessThan(2_000);
     } finally {
@@ -26,8 +28,12 @@ describe("reference host agent over the channel (against the worker)", () => {
     }
     expect(await run.exit).toEqual({ reason: "aborted" });
     expect(run.events.filter((e) => e.type === "desired")).toEqual([]);
-    expect(run.events.filter((e) => e.type === "pushed").map((e) => e.type === "pushed" && e.generation)).toEqual([2, 3]);
-    expect(run.events.filter((e) => e.type === "channel").map((e) => e.type === "channel" && e.state)).toEqual(["open"]);
+    expect(run.events.filter((e) => e.type === "pushed").map((e) => e.type === "pushed" && e.generation)).toEqual([
+      2, 3,
+    ]);
+    expect(run.events.filter((e) => e.type === "channel").map((e) => e.type === "channel" && e.state)).toEqual([
+      "open",
+    ]);
   });
 
   it("falls back to the HTTP long poll while the upgrade is refused, and comes back to the channel", async () => {
@@ -51,7 +57,9 @@ describe("reference host agent over the channel (against the worker)", () => {
       run.stop();
     }
     await run.exit;
-    const kinds = run.events.filter((e) => ["channel", "desired", "pushed", "reported"].includes(e.type)).map((e) => (e.type === "channel" ? `channel ${e.state}` : e.type));
+    const kinds = run.events
+      .filter((e) => ["channel", "desired", "pushed", "reported"].includes(e.type))
+      .map((e) => (e.type === "channel" ? `channel ${e.state}` : e.type));
     // Refused, then polled and reported over HTTP, then the channel, where generation 3 was pushed.
     expect(kinds.slice(0, 3)).toEqual(["channel closed", "desired", "reported"]);
     expect(kinds.indexOf("channel open")).toBeGreaterThan(2);
@@ -76,7 +84,9 @@ describe("reference host agent over the channel (against the worker)", () => {
     }
     await run.exit;
     // Generation 2 was current when it came back: only the change was pushed again.
-    expect(run.events.filter((e) => e.type === "pushed").map((e) => e.type === "pushed" && e.generation)).toEqual([2, 3]);
+    expect(run.events.filter((e) => e.type === "pushed").map((e) => e.type === "pushed" && e.generation)).toEqual([
+      2, 3,
+    ]);
   });
 
   it("ends its loop as unauthorized when the channel is closed for a revoked token", async () => {

@@ -6,7 +6,11 @@ import { BASE } from "./helpers";
 export const workerFetch = (input: string | URL | Request, init?: RequestInit) => SELF.fetch(input as string, init);
 
 /** Runs an agent against the worker until `until` sees the event it waits for. */
-export function runAgent(token: string, driver: MemoryDriver, extra: Partial<ConstructorParameters<typeof HostAgent>[0]> = {}) {
+export function runAgent(
+  token: string,
+  driver: MemoryDriver,
+  extra: Partial<ConstructorParameters<typeof HostAgent>[0]> = {},
+) {
   const events: AgentEvent[] = [];
   const waiters: { pred: (e: AgentEvent) => boolean; resolve: (e: AgentEvent) => void }[] = [];
   const controller = new AbortController();
@@ -35,7 +39,10 @@ export function runAgent(token: string, driver: MemoryDriver, extra: Partial<Con
     new Promise<AgentEvent>((resolve, reject) => {
       const hit = events.find(pred);
       if (hit) return resolve(hit);
-      const timer = setTimeout(() => reject(new Error(`no such event within ${ms} ms: ${JSON.stringify(events.map((e) => e.type))}`)), ms);
+      const timer = setTimeout(
+        () => reject(new Error(`no such event within ${ms} ms: ${JSON.stringify(events.map((e) => e.type))}`)),
+        ms,
+      );
       waiters.push({ pred, resolve: (e) => (clearTimeout(timer), resolve(e)) });
     });
   return { events, until, exit, stop: () => controller.abort() };
@@ -43,4 +50,3 @@ export function runAgent(token: string, driver: MemoryDriver, extra: Partial<Con
 
 export const reported = (generation: number, status?: string) => (e: AgentEvent) =>
   e.type === "reported" && e.generation === generation && (status === undefined || e.accepted.status === status);
-

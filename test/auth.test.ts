@@ -9,7 +9,11 @@ async function tokenWith(scope: "read" | "write" | "admin") {
 
 describe("authentication and scopes", () => {
   it("answers 401 without a token and with a bad one", async () => {
-    for (const token of [null, "nope", "hmo.00000000-0000-4000-8000-000000000000.AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"]) {
+    for (const token of [
+      null,
+      "nope",
+      "hmo.00000000-0000-4000-8000-000000000000.AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
+    ]) {
       const res = await call("GET", "/v1/fleets", { token });
       expect(res.status).toBe(401);
       expect(res.json.error.code).toBe("unauthorized");
@@ -28,8 +32,12 @@ describe("authentication and scopes", () => {
 
     const fleet = await call("POST", "/v1/fleets", { token: write.token, body: { id: `w-${Date.now()}` } });
     expect(fleet.status).toBe(201);
-    expect((await call("POST", "/v1/tokens", { token: write.token, body: { name: "x", scope: "read" } })).status).toBe(403);
-    expect((await call("POST", "/v1/tokens", { token: admin.token, body: { name: "x", scope: "read" } })).status).toBe(201);
+    expect((await call("POST", "/v1/tokens", { token: write.token, body: { name: "x", scope: "read" } })).status).toBe(
+      403,
+    );
+    expect((await call("POST", "/v1/tokens", { token: admin.token, body: { name: "x", scope: "read" } })).status).toBe(
+      201,
+    );
   });
 
   it("stores only hashes, lists tokens without secrets, and revocation takes effect at once", async () => {

@@ -17,33 +17,129 @@ describe("bad input gets a clear 4xx error and changes nothing", () => {
     await call("PUT", `/v1/servers/${s.id}/desired`, {
       body: { generation: 2, agents: [{ name: "compute", image: "compute:1", version: "1" }] },
     });
-    await call("PUT", "/v1/agent/inventory", { token: s.token, body: report(2, [{ name: "compute", image: "compute:1" }]) });
+    await call("PUT", "/v1/agent/inventory", {
+      token: s.token,
+      body: report(2, [{ name: "compute", image: "compute:1" }]),
+    });
     const before = await snapshot(s.id, s.token);
 
     const desiredPath = `/v1/servers/${s.id}/desired`;
     const agent = { name: "compute", image: "compute:9", version: "9" };
     const cases: [string, string, Parameters<typeof call>[2], number, string][] = [
-      ["PUT", desiredPath, { rawBody: "{not json", headers: { "Content-Type": "application/json" } }, 400, "malformed_json"],
-      ["PUT", desiredPath, { rawBody: '{"generation":3}', headers: { "Content-Type": "text/plain" } }, 415, "unsupported_media_type"],
+      [
+        "PUT",
+        desiredPath,
+        { rawBody: "{not json", headers: { "Content-Type": "application/json" } },
+        400,
+        "malformed_json",
+      ],
+      [
+        "PUT",
+        desiredPath,
+        { rawBody: '{"generation":3}', headers: { "Content-Type": "text/plain" } },
+        415,
+        "unsupported_media_type",
+      ],
       ["PUT", desiredPath, { body: { generation: "3", agents: [agent] } }, 400, "validation_failed"],
       ["PUT", desiredPath, { body: { generation: -3, agents: [agent] } }, 400, "validation_failed"],
       ["PUT", desiredPath, { body: { generation: 3.5, agents: [agent] } }, 400, "validation_failed"],
       ["PUT", desiredPath, { body: { generation: 0, agents: [agent] } }, 400, "validation_failed"],
       ["PUT", desiredPath, { body: { generation: 3, agents: [agent], colour: "blue" } }, 400, "validation_failed"],
       ["PUT", desiredPath, { body: { generation: 3, agents: [{ ...agent, extra: 1 }] } }, 400, "validation_failed"],
-      ["PUT", desiredPath, { body: { generation: 3, agents: [agent, { ...agent, image: "compute:8" }] } }, 400, "duplicate_agent"],
-      ["PUT", desiredPath, { body: { generation: 3, agents: [{ ...agent, name: "Bad Name" }] } }, 400, "validation_failed"],
-      ["PUT", desiredPath, { body: { generation: 3, agents: [agent], lifecycle: "explode" } }, 400, "validation_failed"],
-      ["PUT", desiredPath, { body: { generation: 3, agents: [{ ...agent, instance_id: "not-a-uuid" }] } }, 400, "validation_failed"],
+      [
+        "PUT",
+        desiredPath,
+        { body: { generation: 3, agents: [agent, { ...agent, image: "compute:8" }] } },
+        400,
+        "duplicate_agent",
+      ],
+      [
+        "PUT",
+        desiredPath,
+        { body: { generation: 3, agents: [{ ...agent, name: "Bad Name" }] } },
+        400,
+        "validation_failed",
+      ],
+      [
+        "PUT",
+        desiredPath,
+        { body: { generation: 3, agents: [agent], lifecycle: "explode" } },
+        400,
+        "validation_failed",
+      ],
+      [
+        "PUT",
+        desiredPath,
+        { body: { generation: 3, agents: [{ ...agent, instance_id: "not-a-uuid" }] } },
+        400,
+        "validation_failed",
+      ],
       ["PUT", "/v1/servers/-not-a-name-/desired", { body: { generation: 3, agents: [agent] } }, 400, "invalid_param"],
-      ["PUT", desiredPath, { rawBody: JSON.stringify({ generation: 3, agents: [{ ...agent, image: "x".repeat(1024 * 1024) }] }), headers: { "Content-Type": "application/json" } }, 413, "payload_too_large"],
-      ["PUT", "/v1/agent/inventory", { token: s.token, rawBody: "[1,2", headers: { "Content-Type": "application/json" } }, 400, "malformed_json"],
-      ["PUT", "/v1/agent/inventory", { token: s.token, body: { ...report(2, []), generation: -1 } }, 400, "validation_failed"],
-      ["PUT", "/v1/agent/inventory", { token: s.token, body: { ...report(2, []), reconciled_at: "yesterday" } }, 400, "validation_failed"],
-      ["PUT", "/v1/agent/inventory", { token: s.token, body: report(2, [{ name: "a", image: "a:1" }, { name: "a", image: "a:2" }]) }, 400, "duplicate_agent"],
-      ["PUT", "/v1/agent/inventory", { token: s.token, body: report(2, [{ name: "a", image: "a:1", state: "dancing" }]) }, 400, "validation_failed"],
-      ["PUT", "/v1/agent/inventory", { token: s.token, body: { ...report(2, []), errors: [{ agent: "a", op: "explode", message: "x" }] } }, 400, "validation_failed"],
-      ["PUT", "/v1/agent/inventory", { token: s.token, body: { ...report(2, []), surprise: true } }, 400, "validation_failed"],
+      [
+        "PUT",
+        desiredPath,
+        {
+          rawBody: JSON.stringify({ generation: 3, agents: [{ ...agent, image: "x".repeat(1024 * 1024) }] }),
+          headers: { "Content-Type": "application/json" },
+        },
+        413,
+        "payload_too_large",
+      ],
+      [
+        "PUT",
+        "/v1/agent/inventory",
+        { token: s.token, rawBody: "[1,2", headers: { "Content-Type": "application/json" } },
+        400,
+        "malformed_json",
+      ],
+      [
+        "PUT",
+        "/v1/agent/inventory",
+        { token: s.token, body: { ...report(2, []), generation: -1 } },
+        400,
+        "validation_failed",
+      ],
+      [
+        "PUT",
+        "/v1/agent/inventory",
+        { token: s.token, body: { ...report(2, []), reconciled_at: "yesterday" } },
+        400,
+        "validation_failed",
+      ],
+      [
+        "PUT",
+        "/v1/agent/inventory",
+        {
+          token: s.token,
+          body: report(2, [
+            { name: "a", image: "a:1" },
+            { name: "a", image: "a:2" },
+          ]),
+        },
+        400,
+        "duplicate_agent",
+      ],
+      [
+        "PUT",
+        "/v1/agent/inventory",
+        { token: s.token, body: report(2, [{ name: "a", image: "a:1", state: "dancing" }]) },
+        400,
+        "validation_failed",
+      ],
+      [
+        "PUT",
+        "/v1/agent/inventory",
+        { token: s.token, body: { ...report(2, []), errors: [{ agent: "a", op: "explode", message: "x" }] } },
+        400,
+        "validation_failed",
+      ],
+      [
+        "PUT",
+        "/v1/agent/inventory",
+        { token: s.token, body: { ...report(2, []), surprise: true } },
+        400,
+        "validation_failed",
+      ],
       ["PUT", "/v1/agent/inventory", { token: s.token, body: report(3, []) }, 409, "generation_not_issued"],
     ];
     for (const [method, path, opts, status, code] of cases) {
@@ -62,7 +158,12 @@ describe("bad input gets a clear 4xx error and changes nothing", () => {
       ["/v1/servers", { fleet: "no-such-fleet", hostname: "a.example", kind: "managed" }, 422, "unknown_fleet"],
       ["/v1/servers", { fleet: fleet.id, hostname: "a.example", kind: "borrowed" }, 400, "validation_failed"],
       ["/v1/servers", { fleet: fleet.id, hostname: "not a hostname", kind: "managed" }, 400, "validation_failed"],
-      ["/v1/servers", { fleet: fleet.id, hostname: "a.example", kind: "managed", reboot_group: "bad/group" }, 400, "validation_failed"],
+      [
+        "/v1/servers",
+        { fleet: fleet.id, hostname: "a.example", kind: "managed", reboot_group: "bad/group" },
+        400,
+        "validation_failed",
+      ],
       ["/v1/servers", { fleet: fleet.id, kind: "managed" }, 400, "validation_failed"],
       ["/v1/fleets", { id: "Bad_Fleet" }, 400, "validation_failed"],
       ["/v1/fleets", { id: fleet.id }, 409, "already_exists"],
@@ -106,7 +207,9 @@ describe("bad input gets a clear 4xx error and changes nothing", () => {
     const wrongMethod = await call("DELETE", "/v1/fleets");
     expect(wrongMethod.status).toBe(405);
     expect(wrongMethod.json.error.code).toBe("method_not_allowed");
-    const res = await SELF.fetch(`${BASE}/v1/servers/${crypto.randomUUID()}`, { headers: { Authorization: "Bearer test-admin-token" } });
+    const res = await SELF.fetch(`${BASE}/v1/servers/${crypto.randomUUID()}`, {
+      headers: { Authorization: "Bearer test-admin-token" },
+    });
     expect(res.status).toBe(404);
     expect((await res.json<any>()).error.code).toBe("not_found");
   });

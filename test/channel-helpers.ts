@@ -16,14 +16,20 @@ export interface Channel {
   close(): void;
 }
 
-export async function upgrade(token: string | null, opts: { generation?: number; headers?: Record<string, string> } = {}) {
+export async function upgrade(
+  token: string | null,
+  opts: { generation?: number; headers?: Record<string, string> } = {},
+) {
   const headers: Record<string, string> = { Upgrade: "websocket", ...opts.headers };
   if (token) headers.Authorization = `Bearer ${token}`;
   const query = opts.generation === undefined ? "" : `?generation=${opts.generation}`;
   return SELF.fetch(`${BASE}/v1/agent/channel${query}`, { headers });
 }
 
-export async function openChannel(token: string | null, opts: { generation?: number; headers?: Record<string, string> } = {}): Promise<Channel> {
+export async function openChannel(
+  token: string | null,
+  opts: { generation?: number; headers?: Record<string, string> } = {},
+): Promise<Channel> {
   const response = await upgrade(token, opts);
   if (response.status !== 101) throw new Error(`upgrade refused: ${response.status} ${await response.text()}`);
   return channelOf(response);
@@ -50,7 +56,8 @@ function channelOf(response: Response): Channel {
       const i = inbox.findIndex((m) => type === undefined || m.type === type);
       if (i >= 0) return inbox.splice(0, i + 1).at(-1)!;
       const left = deadline - Date.now();
-      if (left <= 0) throw new Error(`no ${type ?? "message"} within ${ms} ms; got ${JSON.stringify(inbox.map((m) => m.type))}`);
+      if (left <= 0)
+        throw new Error(`no ${type ?? "message"} within ${ms} ms; got ${JSON.stringify(inbox.map((m) => m.type))}`);
       await new Promise<void>((r) => {
         const t = setTimeout(r, left);
         waiters.push(() => (clearTimeout(t), r()));
@@ -70,6 +77,8 @@ function channelOf(response: Response): Channel {
 
 /** Resolves with the close, or rejects after `ms`. */
 export function closedWithin(ch: Channel, ms = 5_000) {
-  return Promise.race([ch.closed, new Promise<never>((_, reject) => setTimeout(() => reject(new Error(`not closed within ${ms} ms`)), ms))]);
+  return Promise.race([
+    ch.closed,
+    new Promise<never>((_, reject) => setTimeout(() => reject(new Error(`not closed within ${ms} ms`)), ms)),
+  ]);
 }
-

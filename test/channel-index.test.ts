@@ -21,7 +21,9 @@ describe("the index's staleness while a host is on the channel", () => {
   it("is leased (stale_at one lease beyond last_seen + stale_after) while connected, and exact as soon as the socket closes", async () => {
     const fleet = await createFleet({ stale_after_s: 300 });
     const s = await registerServer(fleet.id);
-    await call("PUT", `/v1/servers/${s.id}/desired`, { body: { generation: 2, agents: [{ name: "a", image: "a:1", version: "1" }] } });
+    await call("PUT", `/v1/servers/${s.id}/desired`, {
+      body: { generation: 2, agents: [{ name: "a", image: "a:1", version: "1" }] },
+    });
     const ch = await openChannel(s.token, { generation: 2 });
     ch.send({ type: "report", v: 1, id: "r", report: report(2, [A]) });
     expect((await ch.next("ack")).status).toBe(200);
@@ -30,7 +32,10 @@ describe("the index's staleness while a host is on the channel", () => {
     expect(leased.stale_at).toBe(leased.last_seen + 300_000 + INDEX_LEASE_MS);
 
     ch.close();
-    const exact = await until(() => indexRow(s.id), (r) => r!.stale_at === r!.last_seen + 300_000);
+    const exact = await until(
+      () => indexRow(s.id),
+      (r) => r!.stale_at === r!.last_seen + 300_000,
+    );
     expect(exact!.last_seen).toBe(leased.last_seen);
   });
 
@@ -45,7 +50,10 @@ describe("the index's staleness while a host is on the channel", () => {
     expect(leased.stale_at).toBe(leased.last_seen + 300_000 + INDEX_LEASE_MS);
     await call("DELETE", `/v1/tokens/${s.id}`);
     await ch.closed;
-    await until(() => indexRow(s.id), (r) => r!.stale_at === r!.last_seen + 300_000);
+    await until(
+      () => indexRow(s.id),
+      (r) => r!.stale_at === r!.last_seen + 300_000,
+    );
   });
 
   it("refreshes a connected host's last_seen only once a lease has passed, and a heartbeat's refresh leaves no alarm to wake the ledger", async () => {
@@ -93,7 +101,11 @@ describe("a connected host's heartbeat", () => {
       expect((await ch.next("ack")).status).toBe(200);
       await settle(s.id);
     };
-    const stored = () => runInDurableObject(ledger(s.id), (_i, state) => state.storage.kv.get<{ received_at: number }>("report")!.received_at);
+    const stored = () =>
+      runInDurableObject(
+        ledger(s.id),
+        (_i, state) => state.storage.kv.get<{ received_at: number }>("report")!.received_at,
+      );
     await send("first");
     const first = await stored();
     // Long after the HTTP route would have stored it, an unchanged report is still kept in memory only.

@@ -6,19 +6,28 @@ import { call, createFleet, registerServer, report } from "./helpers";
 import { openChannel } from "./channel-helpers";
 
 /** The committed file as it is on disk, bundled into the test by Vite (workerd has no file system). */
-const committed = JSON.parse(Object.values(import.meta.glob("../channel.schema.json", { query: "?raw", import: "default", eager: true }))[0] as string);
+const committed = JSON.parse(
+  Object.values(
+    import.meta.glob("../channel.schema.json", { query: "?raw", import: "default", eager: true }),
+  )[0] as string,
+);
 
-const validator = (def: "HostMessage" | "ServerMessage") => new Validator({ ...(committed as object), $ref: `#/$defs/${def}` } as Schema, "2020-12", false);
+const validator = (def: "HostMessage" | "ServerMessage") =>
+  new Validator({ ...(committed as object), $ref: `#/$defs/${def}` } as Schema, "2020-12", false);
 
 describe("the host channel's message document", () => {
   it("is the committed channel.schema.json (generated from the schemas the ledger validates with; `npx vitest run -u` refreshes it)", async () => {
-    await expect(JSON.stringify(channelMessageDocument(), null, 2) + "\n").toMatchFileSnapshot("../channel.schema.json");
+    await expect(JSON.stringify(channelMessageDocument(), null, 2) + "\n").toMatchFileSnapshot(
+      "../channel.schema.json",
+    );
   });
 
   it("describes every message the server sends and the host sends, and refuses what the ledger refuses", async () => {
     const fleet = await createFleet();
     const s = await registerServer(fleet.id);
-    await call("PUT", `/v1/servers/${s.id}/desired`, { body: { generation: 2, agents: [{ name: "a", image: "a:1", version: "1" }] } });
+    await call("PUT", `/v1/servers/${s.id}/desired`, {
+      body: { generation: 2, agents: [{ name: "a", image: "a:1", version: "1" }] },
+    });
     const ch = await openChannel(s.token, { generation: 1 });
     const hostSent = [
       { type: "hello", v: 1, generation: 2 },

@@ -22,7 +22,9 @@ describe("the drift check of a large, healthy fleet", () => {
               CASE WHEN i % 333 = 7 THEN 'decommissioning' ELSE 'active' END,
               CASE WHEN i % 100 = 1 THEN 'failed' WHEN i % 100 = 2 THEN 'drifted' ELSE 'realized' END,
               1, 1, CASE WHEN i % 400 = 5 THEN ?2 - 1000 ELSE ?2 + 3600000 END, ?2, ?2 FROM n`,
-    ).bind(fleet.id, now).run();
+    )
+      .bind(fleet.id, now)
+      .run();
     const rows = { statements: 0, rowsRead: 0, rowsWritten: 0 };
     const db = getDb(d1RowsInto(env.DB, rows));
 
@@ -44,7 +46,9 @@ describe("the drift check of a large, healthy fleet", () => {
     // failed + drifted (200), decommissioning (30, minus the 1 that is also failed or drifted), stale (25, minus overlaps).
     const expected = await env.DB.prepare(
       `SELECT count(*) AS n FROM servers WHERE fleet_id = ?1 AND state != 'removed' AND (status != 'realized' OR state = 'decommissioning' OR stale_at < ?2)`,
-    ).bind(fleet.id, now).first<{ n: number }>();
+    )
+      .bind(fleet.id, now)
+      .first<{ n: number }>();
     expect(seen).toHaveLength(expected!.n);
   });
 });

@@ -61,7 +61,10 @@ describe("GET /v1/check/server-agents", () => {
     const seen: any[] = [];
     let cursor: string | null = null;
     do {
-      const p: any = await call("GET", `/v1/check/server-agents?fleet=${f.id}&limit=2${cursor ? `&cursor=${cursor}` : ""}`);
+      const p: any = await call(
+        "GET",
+        `/v1/check/server-agents?fleet=${f.id}&limit=2${cursor ? `&cursor=${cursor}` : ""}`,
+      );
       seen.push(...p.json.findings);
       cursor = p.json.next_cursor;
     } while (cursor);

@@ -8,7 +8,11 @@ import { consoleFetch, signIn } from "./console-helpers";
 describe("console answers", () => {
   it("carry a strict CSP (no inline script or style), frame denial and nosniff, on pages and refusals alike", async () => {
     const s = await signIn();
-    for (const res of [await consoleFetch("/console/sign-in"), await consoleFetch("/console", { cookie: s.cookie }), await consoleFetch("/console/servers/x/refresh", { method: "POST" })]) {
+    for (const res of [
+      await consoleFetch("/console/sign-in"),
+      await consoleFetch("/console", { cookie: s.cookie }),
+      await consoleFetch("/console/servers/x/refresh", { method: "POST" }),
+    ]) {
       const csp = res.headers.get("Content-Security-Policy")!;
       expect(csp).toContain("default-src 'none'");
       expect(csp).toContain("script-src 'self'");
@@ -77,11 +81,18 @@ describe("console actions are CSRF-safe", () => {
   it("let a genuine action through (form token or X-CSRF-Token header), audited under the operator's token", async () => {
     const { server } = await setup();
     const s = await signIn();
-    const res = await consoleFetch(`/console/servers/${server}/refresh`, { cookie: s.cookie, body: { _csrf: s.csrf, back: `/console/servers/${server}` } });
+    const res = await consoleFetch(`/console/servers/${server}/refresh`, {
+      cookie: s.cookie,
+      body: { _csrf: s.csrf, back: `/console/servers/${server}` },
+    });
     expect(res.status).toBe(303);
     expect(res.headers.get("Location")).toBe(`/console/servers/${server}`);
     expect(await refreshes(server)).toMatchObject({ requested_by: "token:bootstrap" });
-    const viaHeader = await consoleFetch(`/console/servers/${server}/refresh`, { cookie: s.cookie, body: {}, headers: { "X-CSRF-Token": s.csrf } });
+    const viaHeader = await consoleFetch(`/console/servers/${server}/refresh`, {
+      cookie: s.cookie,
+      body: {},
+      headers: { "X-CSRF-Token": s.csrf },
+    });
     expect(viaHeader.status).toBe(303);
     const audit = (await call("GET", `/v1/audit?target=server:${server}`)).json.items;
     expect(audit.filter((e: { action: string }) => e.action === "server.refresh").length).toBe(2);
@@ -95,7 +106,15 @@ describe("console actions are CSRF-safe", () => {
     expect(page).not.toContain(`/console/servers/${server}/refresh`);
     const res = await consoleFetch(`/console/servers/${server}/refresh`, { cookie: s.cookie, body: { _csrf: s.csrf } });
     expect(res.status).toBe(303);
-    const after = await consoleFetch(res.headers.get("Location")!, { cookie: s.cookie + "; " + res.headers.getSetCookie().map((c) => c.split(";")[0]).join("; ") });
+    const after = await consoleFetch(res.headers.get("Location")!, {
+      cookie:
+        s.cookie +
+        "; " +
+        res.headers
+          .getSetCookie()
+          .map((c) => c.split(";")[0])
+          .join("; "),
+    });
     expect(await after.text()).toContain("needs a token with scope");
     expect(await refreshes(server)).toBeNull();
   });

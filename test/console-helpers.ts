@@ -19,13 +19,27 @@ function form(fields: Record<string, string>) {
 }
 
 /** A browser-like console request: cookies, and Origin on POSTs (as browsers send it). */
-export async function consoleFetch(path: string, init: { method?: string; cookie?: string; body?: Record<string, string>; origin?: string | null; headers?: Record<string, string> } = {}) {
+export async function consoleFetch(
+  path: string,
+  init: {
+    method?: string;
+    cookie?: string;
+    body?: Record<string, string>;
+    origin?: string | null;
+    headers?: Record<string, string>;
+  } = {},
+) {
   const headers: Record<string, string> = { ...init.headers };
   if (init.cookie) headers.Cookie = init.cookie;
   const method = init.method ?? (init.body ? "POST" : "GET");
   if (method !== "GET" && init.origin !== null) headers.Origin = init.origin ?? BASE;
   if (init.body) headers["Content-Type"] = "application/x-www-form-urlencoded";
-  return SELF.fetch(`${BASE}${path}`, { method, headers, body: init.body ? form(init.body) : undefined, redirect: "manual" });
+  return SELF.fetch(`${BASE}${path}`, {
+    method,
+    headers,
+    body: init.body ? form(init.body) : undefined,
+    redirect: "manual",
+  });
 }
 
 /** Signs in through the form; returns the session cookie header and the page's CSRF token. */
@@ -34,7 +48,10 @@ export async function signIn(token = ADMIN) {
   const signin = cookiesOf(page)["__Host-hm_signin"].value;
   const html = await page.text();
   const csrf = /name="_csrf" value="([^"]+)"/.exec(html)![1];
-  const res = await consoleFetch("/console/sign-in", { cookie: `__Host-hm_signin=${signin}`, body: { _csrf: csrf, token, next: "/console" } });
+  const res = await consoleFetch("/console/sign-in", {
+    cookie: `__Host-hm_signin=${signin}`,
+    body: { _csrf: csrf, token, next: "/console" },
+  });
   if (res.status !== 303) throw new Error(`sign-in: ${res.status} ${await res.text()}`);
   const sid = cookiesOf(res)[SESSION];
   const cookie = `${SESSION}=${sid.value}`;

@@ -17,10 +17,14 @@ async function openFeed(fleet: string, cookie: string, origin: string | null = B
 function nextMessage(ws: WebSocket, timeoutMs = 2000) {
   return new Promise<string>((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error("no message within the time")), timeoutMs);
-    ws.addEventListener("message", (ev) => {
-      clearTimeout(timer);
-      resolve(String(ev.data));
-    }, { once: true });
+    ws.addEventListener(
+      "message",
+      (ev) => {
+        clearTimeout(timer);
+        resolve(String(ev.data));
+      },
+      { once: true },
+    );
   });
 }
 
@@ -46,7 +50,7 @@ async function openPage(fleet: string, cookie: string) {
   return { ws, closed };
 }
 
-const within = <T,>(p: Promise<T>, ms: number) =>
+const within = <T>(p: Promise<T>, ms: number) =>
   Promise.race([p, new Promise<"open">((r) => setTimeout(() => r("open"), ms))]);
 
 describe("a console page's live socket when its session ends", () => {
@@ -148,10 +152,15 @@ describe("the console's live feed", () => {
     // Nobody calls the API: the rollout's timer fires, the target times out, the index is told,
     // and the rollout's outbox tells the fleet's feed.
     await fireTimersNow(rolloutStub(r.id));
-    await expect.poll(async () => {
-      await fireTimersNow(rolloutStub(r.id));
-      return seen.map((n) => n.kind);
-    }, { timeout: 4000, interval: 300 }).toContain("rollout");
+    await expect
+      .poll(
+        async () => {
+          await fireTimersNow(rolloutStub(r.id));
+          return seen.map((n) => n.kind);
+        },
+        { timeout: 4000, interval: 300 },
+      )
+      .toContain("rollout");
     expect(seen.find((n) => n.kind === "rollout")).toMatchObject({ ids: [r.id] });
     ws.close(1000, "done");
   });
@@ -170,17 +179,27 @@ describe("the console's live feed", () => {
       store.save({ report: { ...stored, received_at: Date.now() - 120_000 - quietGraceMs(120) - 1_000 } });
       state.storage.sql.exec("UPDATE _timers SET due_at = ? WHERE name = ?", Date.now() - 1, QUIET_TIMER);
     });
-    await expect.poll(async () => {
-      await fireTimersNow(ledger);
-      return seen;
-    }, { timeout: 4000, interval: 300 }).toEqual([expect.objectContaining({ kind: "server", ids: [server.id] })]);
+    await expect
+      .poll(
+        async () => {
+          await fireTimersNow(ledger);
+          return seen;
+        },
+        { timeout: 4000, interval: 300 },
+      )
+      .toEqual([expect.objectContaining({ kind: "server", ids: [server.id] })]);
     // The host speaks again, with the same report: the index shows it live again, and so must the page.
     await call("PUT", "/v1/agent/inventory", { token: server.token, body: report(1, []) });
     await settle(server.id);
-    await expect.poll(async () => {
-      await fireTimersNow(ledger);
-      return seen.length;
-    }, { timeout: 4000, interval: 300 }).toBe(2);
+    await expect
+      .poll(
+        async () => {
+          await fireTimersNow(ledger);
+          return seen.length;
+        },
+        { timeout: 4000, interval: 300 },
+      )
+      .toBe(2);
     expect(seen[1]).toMatchObject({ kind: "server", ids: [server.id] });
     ws.close(1000, "done");
   });
@@ -189,50 +208,82 @@ describe("the console's live feed", () => {
     const fleet = await createFleet();
     const server = await registerServer(fleet.id);
     const agents = [{ name: "a", image: "registry.example/a:1" }];
-    expect((await call("PUT", `/v1/servers/${server.id}/desired`, { body: { generation: 2, agents: [{ ...agents[0], version: "1" }] } })).status).toBeLessThan(300);
+    expect(
+      (
+        await call("PUT", `/v1/servers/${server.id}/desired`, {
+          body: { generation: 2, agents: [{ ...agents[0], version: "1" }] },
+        })
+      ).status,
+    ).toBeLessThan(300);
     await call("PUT", "/v1/agent/inventory", { token: server.token, body: report(2, agents) });
     await settle(server.id);
     const { ws, seen } = await quietFeed(fleet.id);
 
     // The same report again (a host's steady heartbeat): the index shows nothing new.
-    expect((await call("PUT", "/v1/agent/inventory", { token: server.token, body: report(2, agents) })).status).toBe(200);
+    expect((await call("PUT", "/v1/agent/inventory", { token: server.token, body: report(2, agents) })).status).toBe(
+      200,
+    );
     await settle(server.id);
     await new Promise((r) => setTimeout(r, 800));
     expect(seen).toEqual([]);
 
     // The agent stopped: the server's status changes, and the page hears of it.
-    expect((await call("PUT", "/v1/agent/inventory", { token: server.token, body: report(2, [{ ...agents[0], state: "stopped" }]) })).status).toBe(200);
+    expect(
+      (
+        await call("PUT", "/v1/agent/inventory", {
+          token: server.token,
+          body: report(2, [{ ...agents[0], state: "stopped" }]),
+        })
+      ).status,
+    ).toBe(200);
     await settle(server.id);
-    await expect.poll(() => seen, { timeout: 2000 }).toEqual([expect.objectContaining({ kind: "server", ids: [server.id] })]);
+    await expect
+      .poll(() => seen, { timeout: 2000 })
+      .toEqual([expect.objectContaining({ kind: "server", ids: [server.id] })]);
     ws.close(1000, "done");
   });
 
   it("coalesces a busy fleet's notices to one call to its feed per 500 ms: one trailing notice stands for the rest", async () => {
     const calls: unknown[] = [];
-    const fake = { FEED: { idFromName: (n: string) => n, get: () => ({ notify: async (b: unknown) => void calls.push(b) }) } } as unknown as Env;
+    const fake = {
+      FEED: { idFromName: (n: string) => n, get: () => ({ notify: async (b: unknown) => void calls.push(b) }) },
+    } as unknown as Env;
     const fleet = `busy-${crypto.randomUUID()}`;
     const t0 = Date.now();
     const answers = [];
-    for (let i = 0; i < 50; i++) answers.push(await notifyFeed(fake, { fleet, kind: "server", ids: [`s${i}`], from: `server:s${i}` }, t0 + i));
+    for (let i = 0; i < 50; i++)
+      answers.push(await notifyFeed(fake, { fleet, kind: "server", ids: [`s${i}`], from: `server:s${i}` }, t0 + i));
     expect(calls).toHaveLength(1);
     // The second becomes the window's trailing notice (its outbox keeps it until then); the rest are covered by it.
     expect(answers[1]).toEqual({ later: t0 + THROTTLE_MS });
     expect(answers.slice(2).every((a) => a === "covered")).toBe(true);
     // Its holder asking early is told to wait again, never dropped; at the window's end it goes.
-    expect(await notifyFeed(fake, { fleet, kind: "server", from: "server:s1" }, t0 + 100)).toEqual({ later: t0 + THROTTLE_MS });
+    expect(await notifyFeed(fake, { fleet, kind: "server", from: "server:s1" }, t0 + 100)).toEqual({
+      later: t0 + THROTTLE_MS,
+    });
     expect(await notifyFeed(fake, { fleet, kind: "server", from: "server:s1" }, t0 + THROTTLE_MS)).toBe("sent");
     expect(calls).toHaveLength(2);
   });
 
   it("a service's notice told to wait keeps coming back until it is sent, even when another owner took the window it waited for", async () => {
     const calls: { ids: string[] }[] = [];
-    const fake = { FEED: { idFromName: (n: string) => n, get: () => ({ notify: async (b: { ids: string[] }) => void calls.push(b) }) } } as unknown as Env;
+    const fake = {
+      FEED: {
+        idFromName: (n: string) => n,
+        get: () => ({ notify: async (b: { ids: string[] }) => void calls.push(b) }),
+      },
+    } as unknown as Env;
     const fleet = `race-${crypto.randomUUID()}`;
     const t0 = Date.now();
     expect(await notifyFeed(fake, { fleet, kind: "server", ids: ["first"], from: "server:a" }, t0)).toBe("sent");
     const opens = t0 + THROTTLE_MS;
     // Another owner's notice lands as the window opens, just before the service's comes back.
-    const other = new Promise((res) => setTimeout(() => res(notifyFeed(fake, { fleet, kind: "server", ids: ["other"], from: "server:b" }, opens)), Math.max(0, opens - Date.now() - 100)));
+    const other = new Promise((res) =>
+      setTimeout(
+        () => res(notifyFeed(fake, { fleet, kind: "server", ids: ["other"], from: "server:b" }, opens)),
+        Math.max(0, opens - Date.now() - 100),
+      ),
+    );
     await noticeNow(fake, { fleet, kind: "fleet", ids: ["service"], from: "service:intent" });
     expect(await other).toBe("sent");
     expect(calls.map((c) => c.ids[0])).toEqual(["first", "other", "service"]);
@@ -250,7 +301,9 @@ describe("the console's live feed", () => {
     await runInDurableObject(stub, (_i, state) => {
       for (const socket of state.getWebSockets()) socket.serializeAttachment({ until: Date.now() - 1 });
     });
-    const closed = new Promise<number>((resolve) => ws.addEventListener("close", (ev) => resolve(ev.code), { once: true }));
+    const closed = new Promise<number>((resolve) =>
+      ws.addEventListener("close", (ev) => resolve(ev.code), { once: true }),
+    );
     expect(await stub.notify({ kind: "test", ids: [], at: new Date().toISOString() })).toBe(0);
     expect(await closed).toBe(4001);
   });

@@ -17,7 +17,9 @@ describe("the console's servers list by hostname", () => {
       `INSERT INTO servers (id, fleet_id, hostname, kind, roles, reboot_group, state, status, desired_generation, created_at, updated_at)
        WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 1200)
        SELECT printf('00000000-0000-4000-c000-%012d', i), ?1, 'h' || i || '.example.com', 'managed', '[]', 'default', 'active', 'realized', 1, ?2, ?2 FROM n`,
-    ).bind(fleet.id, now).run();
+    )
+      .bind(fleet.id, now)
+      .run();
     const { cookie } = await signIn();
     const res = await consoleFetch(`/console/servers?fleet=${fleet.id}&hostname=h999`, { cookie });
     expect(res.status).toBe(200);

@@ -37,7 +37,10 @@ describe("console sessions", () => {
     const page = await consoleFetch("/console/sign-in");
     const signin = cookiesOf(page)["__Host-hm_signin"].value;
     const csrf = /name="_csrf" value="([^"]+)"/.exec(await page.text())![1];
-    const bad = await consoleFetch("/console/sign-in", { cookie: `__Host-hm_signin=${signin}`, body: { _csrf: csrf, token: "nope" } });
+    const bad = await consoleFetch("/console/sign-in", {
+      cookie: `__Host-hm_signin=${signin}`,
+      body: { _csrf: csrf, token: "nope" },
+    });
     expect(bad.status).toBe(401);
     expect(cookiesOf(bad)[SESSION]).toBeUndefined();
   });
@@ -45,7 +48,10 @@ describe("console sessions", () => {
   it("sign-in itself needs this origin and the form's token", async () => {
     const page = await consoleFetch("/console/sign-in");
     const signin = cookiesOf(page)["__Host-hm_signin"].value;
-    const forged = await consoleFetch("/console/sign-in", { cookie: `__Host-hm_signin=${signin}`, body: { _csrf: "wrong", token: "test-admin-token" } });
+    const forged = await consoleFetch("/console/sign-in", {
+      cookie: `__Host-hm_signin=${signin}`,
+      body: { _csrf: "wrong", token: "test-admin-token" },
+    });
     expect(forged.status).toBe(403);
     const elsewhere = await consoleFetch("/console/sign-in", {
       cookie: `__Host-hm_signin=${signin}`,
@@ -72,20 +78,26 @@ describe("console sessions", () => {
     expect((await call("DELETE", `/v1/tokens/${t.id}`)).status).toBe(200);
     const after = await consoleFetch("/console", { cookie: s.cookie });
     expect(after.status).toBe(303);
-    const left = await env.DB.prepare("SELECT COUNT(*) AS n FROM console_sessions WHERE token_id = ?").bind(t.id).first<{ n: number }>();
+    const left = await env.DB.prepare("SELECT COUNT(*) AS n FROM console_sessions WHERE token_id = ?")
+      .bind(t.id)
+      .first<{ n: number }>();
     expect(left!.n).toBe(0);
   });
 
   it("an expired session opens nothing", async () => {
     const s = await signIn();
-    await env.DB.prepare("UPDATE console_sessions SET expires_at = ? ").bind(Date.now() - 1).run();
+    await env.DB.prepare("UPDATE console_sessions SET expires_at = ? ")
+      .bind(Date.now() - 1)
+      .run();
     expect((await consoleFetch("/console", { cookie: s.cookie })).status).toBe(303);
   });
 
   it("records each session's scope: a read token's pages show no action", async () => {
     const t = await operatorToken("read");
     const s = await signIn(t.token);
-    const row = await env.DB.prepare("SELECT scope FROM console_sessions WHERE token_id = ?").bind(t.id).first<{ scope: string }>();
+    const row = await env.DB.prepare("SELECT scope FROM console_sessions WHERE token_id = ?")
+      .bind(t.id)
+      .first<{ scope: string }>();
     expect(row!.scope).toBe("read");
     const html = await (await consoleFetch("/console/audit", { cookie: s.cookie })).text();
     expect(html).toContain('data-scope="read"');

@@ -5,10 +5,15 @@ import { call, createFleet, d1Statements, registerServer, report } from "./helpe
 describe("GET /v1/fleets/{fleet}/summary", () => {
   it("counts the fleet's servers by status and by state, with its reboot groups, moving rollouts and data version", async () => {
     const fleet = await createFleet();
-    await call("PUT", `/v1/fleets/${fleet.id}/channels/web`, { body: { image: "registry.example/web:1", version: "1" } });
+    await call("PUT", `/v1/fleets/${fleet.id}/channels/web`, {
+      body: { image: "registry.example/web:1", version: "1" },
+    });
     await call("PUT", `/v1/fleets/${fleet.id}/roles/web`, { body: { agents: [{ name: "web" }] } });
     const realized = await registerServer(fleet.id, { roles: ["web"] });
-    await call("PUT", "/v1/agent/inventory", { token: realized.token, body: report(1, [{ name: "web", image: "registry.example/web:1" }]) });
+    await call("PUT", "/v1/agent/inventory", {
+      token: realized.token,
+      body: report(1, [{ name: "web", image: "registry.example/web:1" }]),
+    });
     const failed = await registerServer(fleet.id, { roles: ["web"] });
     await call("PUT", "/v1/agent/inventory", {
       token: failed.token,
@@ -30,18 +35,28 @@ describe("GET /v1/fleets/{fleet}/summary", () => {
       expect.objectContaining({ name: "night", slots: 2, holders: 0, queue_length: 0, paused: true, open_now: false }),
     );
     expect(s.rollouts).toEqual([]);
-    expect(s.data).toMatchObject({ version: expect.any(Number), newest_version: expect.any(Number), pending: expect.any(Array) });
+    expect(s.data).toMatchObject({
+      version: expect.any(Number),
+      newest_version: expect.any(Number),
+      pending: expect.any(Array),
+    });
   });
 
   it("lists a running rollout with its counters", async () => {
     const fleet = await createFleet();
-    await call("PUT", `/v1/fleets/${fleet.id}/channels/web`, { body: { image: "registry.example/web:1", version: "1" } });
+    await call("PUT", `/v1/fleets/${fleet.id}/channels/web`, {
+      body: { image: "registry.example/web:1", version: "1" },
+    });
     await call("PUT", `/v1/fleets/${fleet.id}/roles/web`, { body: { agents: [{ name: "web" }] } });
     for (let i = 0; i < 2; i++) await registerServer(fleet.id, { roles: ["web"] });
-    const started = await call("POST", "/v1/rollouts", { body: { fleet: fleet.id, agent: "web", image: "registry.example/web:2", version: "2" } });
+    const started = await call("POST", "/v1/rollouts", {
+      body: { fleet: fleet.id, agent: "web", image: "registry.example/web:2", version: "2" },
+    });
     expect(started.status).toBe(201);
     const s = (await call("GET", `/v1/fleets/${fleet.id}/summary`)).json;
-    expect(s.rollouts).toEqual([expect.objectContaining({ id: started.json.id, agent: "web", state: "running", total: 2 })]);
+    expect(s.rollouts).toEqual([
+      expect.objectContaining({ id: started.json.id, agent: "web", state: "running", total: 2 }),
+    ]);
     expect(s.rollouts[0].counts.queued + s.rollouts[0].counts.applying).toBe(2);
   });
 
@@ -63,7 +78,9 @@ describe("GET /v1/fleets/{fleet}/summary", () => {
               CASE WHEN i % 100 = 0 THEN 'decommissioning' ELSE 'active' END,
               CASE i % 4 WHEN 0 THEN 'realized' WHEN 1 THEN 'pending' WHEN 2 THEN 'failed' ELSE 'stale' END,
               1, ?2, ?2 FROM n`,
-    ).bind(big.id, now).run();
+    )
+      .bind(big.id, now)
+      .run();
 
     const cost = async (fleet: string) => {
       const before = await d1Statements();
@@ -83,7 +100,9 @@ describe("GET /v1/fleets/{fleet}/summary", () => {
 
     const plan = await env.DB.prepare(
       "EXPLAIN QUERY PLAN SELECT state, status, count(*) FROM servers WHERE fleet_id = ? GROUP BY state, status",
-    ).bind(big.id).all<{ detail: string }>();
+    )
+      .bind(big.id)
+      .all<{ detail: string }>();
     expect(plan.results.map((r) => r.detail).join("\n")).toMatch(/COVERING INDEX servers_fleet_state_status_idx/);
   });
 });

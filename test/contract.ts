@@ -47,7 +47,12 @@ export interface ContractViolation {
 }
 
 /** Problems of one answer against the document; empty when it conforms or no operation describes it. */
-export async function contractProblems(method: string, url: string, res: Response, body: string): Promise<ContractViolation | null> {
+export async function contractProblems(
+  method: string,
+  url: string,
+  res: Response,
+  body: string,
+): Promise<ContractViolation | null> {
   const { pathname } = new URL(url);
   if (pathname === "/openapi.json" || pathname.startsWith("/__")) return null;
   const { doc, routes } = await load();
@@ -60,7 +65,11 @@ export async function contractProblems(method: string, url: string, res: Respons
   const problems: string[] = [];
   const status = String(res.status);
   const response = operation.responses[status] ?? operation.responses[`${status[0]}XX`] ?? operation.responses.default;
-  if (!response) return { where, problems: [`status ${status} is not documented (documented: ${Object.keys(operation.responses).join(", ")})`] };
+  if (!response)
+    return {
+      where,
+      problems: [`status ${status} is not documented (documented: ${Object.keys(operation.responses).join(", ")})`],
+    };
   const documented = new Set(Object.keys(response.headers ?? {}).map((h) => h.toLowerCase()));
   for (const h of OUR_HEADERS) {
     if (res.headers.has(h) && !documented.has(h)) problems.push(`header ${h} is sent but not documented`);
@@ -68,17 +77,32 @@ export async function contractProblems(method: string, url: string, res: Respons
   const type = res.headers.get("Content-Type") ?? "";
   const mediaTypes = Object.keys(response.content ?? {});
   if (body.length === 0) {
-    if (mediaTypes.length && res.status !== 304 && method !== "HEAD") problems.push("no body, but the document describes one");
+    if (mediaTypes.length && res.status !== 304 && method !== "HEAD")
+      problems.push("no body, but the document describes one");
   } else if (type.startsWith("application/json")) {
-    const media = mediaTypes.find((t) => t === "application/json") ?? mediaTypes.find((t) => t.includes("json") || t === "*/*");
+    const media =
+      mediaTypes.find((t) => t === "application/json") ?? mediaTypes.find((t) => t.includes("json") || t === "*/*");
     if (!media) problems.push(`a JSON body is sent but the document describes ${mediaTypes.join(", ") || "none"}`);
     else if (response.content[media].schema) {
-      const ref = pointer("paths", route.template, m, "responses", operation.responses[status] ? status : Object.keys(operation.responses).find((k) => operation.responses[k] === response)!, "content", media, "schema");
+      const ref = pointer(
+        "paths",
+        route.template,
+        m,
+        "responses",
+        operation.responses[status]
+          ? status
+          : Object.keys(operation.responses).find((k) => operation.responses[k] === response)!,
+        "content",
+        media,
+        "schema",
+      );
       const result = validatorFor(doc, ref).validate(JSON.parse(body));
       if (!result.valid) {
         problems.push(
           ...result.errors
-            .filter((e) => !/^(?:A subschema had errors|Instance does not match)/.test(e.error) || result.errors.length === 1)
+            .filter(
+              (e) => !/^(?:A subschema had errors|Instance does not match)/.test(e.error) || result.errors.length === 1,
+            )
             .slice(0, 6)
             .map((e) => `body ${e.instanceLocation}: ${e.error}`),
         );

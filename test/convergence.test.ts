@@ -22,7 +22,10 @@ const registered = (fleet: string, id: string) =>
   runInDurableObject(coordinator(fleet), (_i, state) => state.storage.kv.get(`client:${id}`) ?? null);
 const indexRow = async (id: string) => (await db().select().from(servers).where(eq(servers.id, id)))[0];
 const auditRows = (target: string, action: string) =>
-  db().select().from(auditLog).where(and(eq(auditLog.target, target), eq(auditLog.action, action)));
+  db()
+    .select()
+    .from(auditLog)
+    .where(and(eq(auditLog.target, target), eq(auditLog.action, action)));
 
 describe("registration converges after a failure at every step", () => {
   it("a crash after the fleetlock_id reservation leaves nothing: the reservation expires and the id is free again", async () => {
@@ -42,7 +45,9 @@ describe("registration converges after a failure at every step", () => {
 
     await runInDurableObject(coordinator(f.fleet), (_i, state) => {
       // The reservation's timer, RESERVATION_TTL_MS later.
-      const due = state.storage.sql.exec<{ due_at: number }>("SELECT due_at FROM _timers WHERE name = 'reservation:node-ghost'").one().due_at;
+      const due = state.storage.sql
+        .exec<{ due_at: number }>("SELECT due_at FROM _timers WHERE name = 'reservation:node-ghost'")
+        .one().due_at;
       expect(due).toBeGreaterThan(Date.now() + RESERVATION_TTL_MS - 5_000);
     });
     await fireTimersNow(coordinator(f.fleet));
@@ -63,7 +68,14 @@ describe("registration converges after a failure at every step", () => {
     const { view, token } = await registerViaService(
       env,
       "token:test",
-      { fleet: f.fleet, hostname: "late.example.com", kind: "managed", roles: [], reboot_group: "default", fleetlock_id: "late-1" },
+      {
+        fleet: f.fleet,
+        hostname: "late.example.com",
+        kind: "managed",
+        roles: [],
+        reboot_group: "default",
+        fleetlock_id: "late-1",
+      },
       () => id,
     );
     expect(view.record.id).toBe(id);
@@ -79,7 +91,10 @@ describe("registration converges after a failure at every step", () => {
 
     expect(await pendingEffects(ledger(id))).toBe(0);
     expect(await indexRow(id)).toMatchObject({ id, fleetlockId: "late-1", state: "provisioning" });
-    expect((await db().select().from(tokens).where(eq(tokens.id, id)))[0]).toMatchObject({ kind: "server", revokedAt: null });
+    expect((await db().select().from(tokens).where(eq(tokens.id, id)))[0]).toMatchObject({
+      kind: "server",
+      revokedAt: null,
+    });
     expect(await auditRows(`server:${id}`, "server.register")).toHaveLength(1);
     expect((await zincati(f.baseUrl, "pre-reboot", "late-1")).status).toBe(200);
     expect((await getGroup(f.fleet, "default")).holders[0].server).toEqual({ id, hostname: "late.example.com" });
@@ -95,7 +110,14 @@ describe("registration converges after a failure at every step", () => {
       registerViaService(
         env,
         "token:test",
-        { fleet: f.fleet, hostname: "dup.example.com", kind: "managed", roles: [], reboot_group: "default", fleetlock_id: a.id },
+        {
+          fleet: f.fleet,
+          hostname: "dup.example.com",
+          kind: "managed",
+          roles: [],
+          reboot_group: "default",
+          fleetlock_id: a.id,
+        },
         () => id,
       ),
     ).rejects.toMatchObject({ code: "fleetlock_id_taken" });
@@ -203,7 +225,9 @@ describe("an object waking after a crash", () => {
     await putGroup(f.fleet, "default", { slots: 1 });
     const [a] = await registerClients(f.fleet, 1);
     const restore = await breakCoordinator(ledger(a.serverId));
-    expect((await call("PATCH", `/v1/servers/${a.serverId}`, { body: { fleetlock_id: "after-crash" } })).status).toBe(200);
+    expect((await call("PATCH", `/v1/servers/${a.serverId}`, { body: { fleetlock_id: "after-crash" } })).status).toBe(
+      200,
+    );
     expect(await registered(f.fleet, "after-crash")).toBeNull();
     await evictDurableObject(ledger(a.serverId));
     void restore;
@@ -220,7 +244,9 @@ describe("PATCH of a removed server", () => {
   it("is refused without reserving the id, which another server can take at once", async () => {
     const f = await fleetWithKey();
     const [a] = await registerClients(f.fleet, 1);
-    const removed = await call("POST", `/v1/servers/${a.serverId}/decommission`, { body: { force: true, reason: "gone" } });
+    const removed = await call("POST", `/v1/servers/${a.serverId}/decommission`, {
+      body: { force: true, reason: "gone" },
+    });
     expect(removed.status).toBe(200);
     await fireTimersNow(ledger(a.serverId)); // the cleanup steps
     expect((await call("GET", `/v1/servers/${a.serverId}`)).json.state).toBe("removed");

@@ -12,21 +12,49 @@ async function newToken(fleet: string, body: Record<string, unknown> = {}) {
   return res.json as { id: string; token: string; uses: number; max_uses: number };
 }
 
-const machine = () => ({ hostname: `${uniq("m")}.example.com`, machine_id: crypto.randomUUID().replace(/-/g, ""), boot_id: crypto.randomUUID() });
+const machine = () => ({
+  hostname: `${uniq("m")}.example.com`,
+  machine_id: crypto.randomUUID().replace(/-/g, ""),
+  boot_id: crypto.randomUUID(),
+});
 
 const enrollWith = (token: string | null, body: unknown) => call("POST", "/v1/agent/enroll", { token, body });
 
 async function tokenRow(id: string) {
-  return (await env.DB.prepare("SELECT uses, last_used_at FROM enrollment_tokens WHERE id = ?").bind(id).first()) as { uses: number };
+  return (await env.DB.prepare("SELECT uses, last_used_at FROM enrollment_tokens WHERE id = ?").bind(id).first()) as {
+    uses: number;
+  };
 }
-const countRows = async (sql: string, ...args: unknown[]) => ((await env.DB.prepare(sql).bind(...args).first()) as { n: number }).n;
+const countRows = async (sql: string, ...args: unknown[]) =>
+  (
+    (await env.DB.prepare(sql)
+      .bind(...args)
+      .first()) as { n: number }
+  ).n;
 
 describe("enrollment tokens", () => {
   it("creates a token shown once, lists it without its secret, and revokes it", async () => {
     const { id: fleet } = await createFleet();
-    const created = await newToken(fleet, { name: "web pool", roles: ["web"], reboot_group: "canary", kind: "manual", max_uses: 5, hostname_pattern: "web-*.example.com" });
+    const created = await newToken(fleet, {
+      name: "web pool",
+      roles: ["web"],
+      reboot_group: "canary",
+      kind: "manual",
+      max_uses: 5,
+      hostname_pattern: "web-*.example.com",
+    });
     expect(created.token).toMatch(new RegExp(`^hme\\.${created.id}\\.[A-Za-z0-9_-]{43}$`));
-    expect(created).toMatchObject({ fleet, name: "web pool", roles: ["web"], reboot_group: "canary", kind: "manual", max_uses: 5, uses: 0, state: "active", hostname_pattern: "web-*.example.com" });
+    expect(created).toMatchObject({
+      fleet,
+      name: "web pool",
+      roles: ["web"],
+      reboot_group: "canary",
+      kind: "manual",
+      max_uses: 5,
+      uses: 0,
+      state: "active",
+      hostname_pattern: "web-*.example.com",
+    });
 
     const list = await call("GET", `/v1/fleets/${fleet}/enrollment-tokens`);
     expect(list.status).toBe(200);
@@ -40,10 +68,15 @@ describe("enrollment tokens", () => {
     expect(revoked.json).toMatchObject({ state: "revoked" });
     expect(revoked.json.revoked_at).not.toBeNull();
     // Revoking again changes nothing and says so the same way.
-    expect((await call("DELETE", `/v1/fleets/${fleet}/enrollment-tokens/${created.id}`)).json.revoked_at).toBe(revoked.json.revoked_at);
+    expect((await call("DELETE", `/v1/fleets/${fleet}/enrollment-tokens/${created.id}`)).json.revoked_at).toBe(
+      revoked.json.revoked_at,
+    );
 
     const audit = await call("GET", `/v1/audit?target=${encodeURIComponent(`enrollment-token:${created.id}`)}`);
-    expect(audit.json.items.map((a: any) => a.action).sort()).toEqual(["enrollment_token.create", "enrollment_token.revoke"]);
+    expect(audit.json.items.map((a: any) => a.action).sort()).toEqual([
+      "enrollment_token.create",
+      "enrollment_token.revoke",
+    ]);
   });
 
   it("refuses an expiry over 30 days or in the past, a bad hostname pattern, and a read token, writing nothing", async () => {
@@ -64,10 +97,15 @@ describe("enrollment tokens", () => {
     }
     expect((await newToken(fleet, { expires_at: inDays(29.9) })).id).toBeTruthy();
     const read = await call("POST", "/v1/tokens", { body: { name: "reader", scope: "read" } });
-    const denied = await call("POST", `/v1/fleets/${fleet}/enrollment-tokens`, { token: read.json.token, body: { expires_at: inDays(1) } });
+    const denied = await call("POST", `/v1/fleets/${fleet}/enrollment-tokens`, {
+      token: read.json.token,
+      body: { expires_at: inDays(1) },
+    });
     expect(denied.status).toBe(403);
     expect((await call("GET", `/v1/fleets/${fleet}/enrollment-tokens`)).json.items).toHaveLength(1);
-    expect((await call("POST", `/v1/fleets/no-such-fleet/enrollment-tokens`, { body: { expires_at: inDays(1) } })).status).toBe(404);
+    expect(
+      (await call("POST", `/v1/fleets/no-such-fleet/enrollment-tokens`, { body: { expires_at: inDays(1) } })).status,
+    ).toBe(404);
   });
 });
 
@@ -78,7 +116,15 @@ describe("POST /v1/agent/enroll", () => {
     const m = machine();
     const res = await enrollWith(t.token, { ...m, fleetlock_id: "node-a" });
     expect(res.status).toBe(201);
-    expect(res.json).toMatchObject({ fleet, hostname: m.hostname, roles: ["web"], reboot_group: "canary", kind: "manual", fleetlock_id: "node-a", state: "provisioning" });
+    expect(res.json).toMatchObject({
+      fleet,
+      hostname: m.hostname,
+      roles: ["web"],
+      reboot_group: "canary",
+      kind: "manual",
+      fleetlock_id: "node-a",
+      state: "provisioning",
+    });
     expect(res.json.token).toMatch(new RegExp(`^hms\\.${res.json.id}\\.`));
     // The server token works on the host API.
     expect((await call("GET", "/v1/agent/desired", { token: res.json.token })).status).toBe(200);
@@ -86,8 +132,13 @@ describe("POST /v1/agent/enroll", () => {
 
     const audit = await call("GET", `/v1/audit?target=${encodeURIComponent(`server:${res.json.id}`)}`);
     const enrolled = audit.json.items.find((a: any) => a.action === "server.enroll");
-    expect(enrolled).toMatchObject({ actor: `enrollment-token:${t.id}`, details: { token_id: t.id, machine_id: m.machine_id, retry: false } });
-    expect(audit.json.items.find((a: any) => a.action === "server.register")).toMatchObject({ actor: `enrollment-token:${t.id}` });
+    expect(enrolled).toMatchObject({
+      actor: `enrollment-token:${t.id}`,
+      details: { token_id: t.id, machine_id: m.machine_id, retry: false },
+    });
+    expect(audit.json.items.find((a: any) => a.action === "server.register")).toMatchObject({
+      actor: `enrollment-token:${t.id}`,
+    });
   });
 
   it("answers 401 to an expired, revoked, used-up or forged token, an operator token and a server token", async () => {
@@ -97,12 +148,23 @@ describe("POST /v1/agent/enroll", () => {
     const usedUp = await newToken(fleet, { max_uses: 1 });
     expect((await enrollWith(usedUp.token, machine())).status).toBe(201);
     const expired = await newToken(fleet);
-    await env.DB.prepare("UPDATE enrollment_tokens SET expires_at = ? WHERE id = ?").bind(Date.now() - 1000, expired.id).run();
+    await env.DB.prepare("UPDATE enrollment_tokens SET expires_at = ? WHERE id = ?")
+      .bind(Date.now() - 1000, expired.id)
+      .run();
     const live = await newToken(fleet);
     const forged = `hme.${live.id}.${"A".repeat(43)}`;
     const operator = (await call("POST", "/v1/tokens", { body: { name: "op", scope: "admin" } })).json.token;
     const server = (await registerServer(fleet)).token;
-    for (const token of [revoked.token, usedUp.token, expired.token, forged, operator, server, "test-admin-token", null]) {
+    for (const token of [
+      revoked.token,
+      usedUp.token,
+      expired.token,
+      forged,
+      operator,
+      server,
+      "test-admin-token",
+      null,
+    ]) {
       const res = await enrollWith(token, machine());
       expect(res.status, String(token)).toBe(401);
       expect(res.json.error.code).toBe("unauthorized");
@@ -173,7 +235,12 @@ describe("POST /v1/agent/enroll", () => {
     expect((await call("GET", "/v1/agent/desired", { token: again.json.token })).status).toBe(200);
     expect((await tokenRow(t.id)).uses).toBe(1);
     const audit = await call("GET", `/v1/audit?target=${encodeURIComponent(`server:${first.json.id}`)}`);
-    expect(audit.json.items.filter((a: any) => a.action === "server.enroll").map((a: any) => a.details.retry).sort()).toEqual([false, true]);
+    expect(
+      audit.json.items
+        .filter((a: any) => a.action === "server.enroll")
+        .map((a: any) => a.details.retry)
+        .sort(),
+    ).toEqual([false, true]);
 
     // Under another hostname it is refused, and after the token is revoked the machine is refused too.
     const renamed = await enrollWith(t.token, { ...m, hostname: "other.example.com" });

@@ -4,7 +4,10 @@ import { ERROR_CODES, isErrorCode } from "../src/domain/errors";
 import { STATUS_OF_CODE } from "../src/http/errors";
 
 /** The worker's sources as text, bundled into the test by Vite (the Workers runtime has no file system). */
-const SOURCES = import.meta.glob("../src/**/*.ts", { query: "?raw", import: "default", eager: true }) as Record<string, string>;
+const SOURCES = import.meta.glob("../src/**/*.ts", { query: "?raw", import: "default", eager: true }) as Record<
+  string,
+  string
+>;
 
 /**
  * Every place a code is written down in the worker: thrown (`new DomainError("…"`), returned by an

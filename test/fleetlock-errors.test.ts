@@ -1,6 +1,14 @@
 import { describe, expect, it } from "vitest";
 import { call, registerServer } from "./helpers";
-import { fleetWithKey, getGroup, putGroup, raw, registerClients, zincati, type FleetLockFleet } from "./fleetlock-helpers";
+import {
+  fleetWithKey,
+  getGroup,
+  putGroup,
+  raw,
+  registerClients,
+  zincati,
+  type FleetLockFleet,
+} from "./fleetlock-helpers";
 
 const KINDS = new Set([
   "missing_protocol_header",
@@ -33,8 +41,12 @@ async function setup(overrides: Record<string, unknown> = {}) {
   return { f, a };
 }
 
-const post = (f: FleetLockFleet, op: string, body: BodyInit | null, headers: Record<string, string> = { "fleet-lock-protocol": "true" }) =>
-  raw(new URL(`v1/${op}`, f.baseUrl).toString(), { method: "POST", headers, body });
+const post = (
+  f: FleetLockFleet,
+  op: string,
+  body: BodyInit | null,
+  headers: Record<string, string> = { "fleet-lock-protocol": "true" },
+) => raw(new URL(`v1/${op}`, f.baseUrl).toString(), { method: "POST", headers, body });
 
 const nothingHeld = async (f: FleetLockFleet) => expect((await getGroup(f.fleet, "default")).holders).toEqual([]);
 
@@ -44,8 +56,16 @@ describe("FleetLock refusals: the right {kind,value}, and nothing changes", () =
     const wrongKey = f.baseUrl.replace(f.key, "A".repeat(43));
     expectFailure(await zincati(wrongKey, "pre-reboot", a.id), 403, "unauthorized");
     expectFailure(await zincati(f.baseUrl.replace(f.key, "short"), "pre-reboot", a.id), 403, "unauthorized");
-    expectFailure(await zincati(f.baseUrl.replace(`/${f.fleet}/`, "/no-such-fleet/"), "pre-reboot", a.id), 403, "unauthorized");
-    expectFailure(await zincati(f.baseUrl.replace(`/${f.fleet}/`, "/Not_A_Fleet/"), "pre-reboot", a.id), 403, "unauthorized");
+    expectFailure(
+      await zincati(f.baseUrl.replace(`/${f.fleet}/`, "/no-such-fleet/"), "pre-reboot", a.id),
+      403,
+      "unauthorized",
+    );
+    expectFailure(
+      await zincati(f.baseUrl.replace(`/${f.fleet}/`, "/Not_A_Fleet/"), "pre-reboot", a.id),
+      403,
+      "unauthorized",
+    );
     await nothingHeld(f);
   });
 
@@ -77,7 +97,11 @@ describe("FleetLock refusals: the right {kind,value}, and nothing changes", () =
     const { f, a } = await setup();
     const body = JSON.stringify({ client_params: { id: a.id, group: "default" } });
     expectFailure(await post(f, "pre-reboot", body, {}), 400, "missing_protocol_header");
-    expectFailure(await post(f, "pre-reboot", body, { "fleet-lock-protocol": "false" }), 400, "missing_protocol_header");
+    expectFailure(
+      await post(f, "pre-reboot", body, { "fleet-lock-protocol": "false" }),
+      400,
+      "missing_protocol_header",
+    );
     expectFailure(await post(f, "steady-state", body, {}), 400, "missing_protocol_header");
     await nothingHeld(f);
   });

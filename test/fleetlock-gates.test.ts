@@ -32,7 +32,11 @@ const answerChecksWith = (fleet: string, answer: (url: string) => Promise<Respon
 
 const reportMessage = (id: string, body: unknown) => ({ type: "report", v: 1, id, report: body });
 
-const failing = (id: string) => ({ ...report(1, []), errors: [{ agent: "compute", op: "install", message: "image pull failed" }], boot_id: `b-${id}` });
+const failing = (id: string) => ({
+  ...report(1, []),
+  errors: [{ agent: "compute", op: "install", message: "image pull failed" }],
+  boot_id: `b-${id}`,
+});
 
 /** Asks for a pre-reboot every 100 ms until it answers `status`; how long that took (ms), or null after `ms`. */
 async function untilAnswered(baseUrl: string, id: string, status: number, since: number, ms = 5000) {
@@ -50,7 +54,11 @@ async function healthyFleet() {
   const f = await fleetWithKey({ stale_after_s: 120 });
   await putGroup(f.fleet, "default", { slots: 3, gates: { fleet_health: { max_unhealthy: 0 } } });
   const servers = await registerClients(f.fleet, 3);
-  for (const s of servers) expect((await call("PUT", "/v1/agent/inventory", { token: s.token, body: report(1, [], { boot_id: `b-${s.id}` }) })).status).toBe(200);
+  for (const s of servers)
+    expect(
+      (await call("PUT", "/v1/agent/inventory", { token: s.token, body: report(1, [], { boot_id: `b-${s.id}` }) }))
+        .status,
+    ).toBe(200);
   // The first pre-reboot finds no copy of the fleet's health: it is read, and the host granted.
   let first = await zincati(f.baseUrl, "pre-reboot", servers[0].id);
   if (first.status !== 200) {
@@ -64,24 +72,36 @@ async function healthyFleet() {
 
 describe("fleet-health gates on pushed facts", () => {
   it("refuse the next pre-reboot within 5 s of a failing report, and grant again within 5 s of the realizing one", async () => {
-    const { f, servers: [, b, c] } = await healthyFleet();
+    const {
+      f,
+      servers: [, b, c],
+    } = await healthyFleet();
     const failedAt = Date.now();
     expect((await call("PUT", "/v1/agent/inventory", { token: b.token, body: failing(b.id) })).status).toBe(200);
     const closed = await untilAnswered(f.baseUrl, c.id, 409, failedAt);
     expect(closed, "the gate did not close within 5 s of the failing report").not.toBeNull();
-    expect(closed!.res.json).toMatchObject({ kind: "fleet_unhealthy", value: expect.stringMatching(/1 of 3 server\(s\) failed/) });
+    expect(closed!.res.json).toMatchObject({
+      kind: "fleet_unhealthy",
+      value: expect.stringMatching(/1 of 3 server\(s\) failed/),
+    });
     console.log(`fleet-health gate closed ${closed!.ms} ms after the failing report`);
     expect((await view(f.fleet)).gates).toMatchObject([{ gate: "fleet_health", open: false }]);
 
     const fixedAt = Date.now();
-    expect((await call("PUT", "/v1/agent/inventory", { token: b.token, body: report(1, [], { boot_id: `b-${b.id}` }) })).status).toBe(200);
+    expect(
+      (await call("PUT", "/v1/agent/inventory", { token: b.token, body: report(1, [], { boot_id: `b-${b.id}` }) }))
+        .status,
+    ).toBe(200);
     const open = await untilAnswered(f.baseUrl, c.id, 200, fixedAt);
     expect(open, "the gate did not open within 5 s of the realizing report").not.toBeNull();
     console.log(`fleet-health gate opened ${open!.ms} ms after the realizing report`);
   });
 
   it("refuse the next pre-reboot once the quiet watch finds a server silent, and grant again when it reports", async () => {
-    const { f, servers: [, b, c] } = await healthyFleet();
+    const {
+      f,
+      servers: [, b, c],
+    } = await healthyFleet();
     const ledger = env.LEDGER.get(env.LEDGER.idFromName(b.serverId));
     // As if b had said nothing since stale_after and the watch's grace: its timer is due.
     await runInDurableObject(ledger, async (instance, state) => {
@@ -98,21 +118,36 @@ describe("fleet-health gates on pushed facts", () => {
     console.log(`fleet-health gate closed ${closed!.ms} ms after the quiet watch fired`);
 
     const backAt = Date.now();
-    expect((await call("PUT", "/v1/agent/inventory", { token: b.token, body: report(1, [], { boot_id: `b-${b.id}` }) })).status).toBe(200);
+    expect(
+      (await call("PUT", "/v1/agent/inventory", { token: b.token, body: report(1, [], { boot_id: `b-${b.id}` }) }))
+        .status,
+    ).toBe(200);
     const open = await untilAnswered(f.baseUrl, c.id, 200, backAt);
     expect(open, "the gate did not open within 5 s of the report after the silence").not.toBeNull();
     console.log(`fleet-health gate opened ${open!.ms} ms after the host reported again`);
   });
 
   it("refuse the next pre-reboot once a host that left the channel turns stale, and grant again when it is back", async () => {
-    const { f, servers: [, b, c] } = await healthyFleet();
+    const {
+      f,
+      servers: [, b, c],
+    } = await healthyFleet();
     const ledger = env.LEDGER.get(env.LEDGER.idFromName(b.serverId));
     const ch = await openChannel(b.token, { generation: 1 });
     ch.send(reportMessage("r-1", report(1, [], { boot_id: `b-${b.id}` })));
     expect((await ch.next("ack")).status).toBe(200);
     ch.close();
-    await expect.poll(() => runInDurableObject(ledger, (_i, state) =>
-      state.storage.sql.exec("SELECT COUNT(*) AS n FROM _timers WHERE name = ?", LEFT_TIMER).one().n), { timeout: 3000 }).toBe(1);
+    await expect
+      .poll(
+        () =>
+          runInDurableObject(
+            ledger,
+            (_i, state) =>
+              state.storage.sql.exec("SELECT COUNT(*) AS n FROM _timers WHERE name = ?", LEFT_TIMER).one().n,
+          ),
+        { timeout: 3000 },
+      )
+      .toBe(1);
     // As if stale_after had passed since it left: its heartbeat is that old, the left timer due.
     await runInDurableObject(ledger, async (instance, state) => {
       const store = (instance as unknown as { store: { load(): any; save(p: unknown): void } }).store;
@@ -121,7 +156,9 @@ describe("fleet-health gates on pushed facts", () => {
       state.storage.sql.exec("UPDATE _timers SET due_at = ? WHERE name = ?", Date.now() - 1, LEFT_TIMER);
     });
     // The index row's stale_at, exact since the host left, is then in the past too.
-    await env.DB.prepare("UPDATE servers SET stale_at = ? WHERE id = ?").bind(Date.now() - 1_000, b.serverId).run();
+    await env.DB.prepare("UPDATE servers SET stale_at = ? WHERE id = ?")
+      .bind(Date.now() - 1_000, b.serverId)
+      .run();
     const staleAt = Date.now();
     await fireTimersNow(ledger);
     const closed = await untilAnswered(f.baseUrl, c.id, 409, staleAt);
@@ -140,14 +177,18 @@ describe("fleet-health gates on pushed facts", () => {
   });
 
   it("wait for a fresh read once the copy is past its bound, rather than answer from it", async () => {
-    const { f, servers: [, b, c] } = await healthyFleet();
+    const {
+      f,
+      servers: [, b, c],
+    } = await healthyFleet();
     // The index says b failed, with no push (as a change no owner tells would): only a read sees it.
     await env.DB.prepare("UPDATE servers SET status = 'failed' WHERE id = ?").bind(b.serverId).run();
     expect((await zincati(f.baseUrl, "pre-reboot", c.id)).status).toBe(200);
     await zincati(f.baseUrl, "steady-state", c.id);
     // The copy ages past its bound: the next pre-reboot is answered from a fresh read.
     await runInDurableObject(coordinator(f.fleet), (instance) => {
-      const gs = (instance as unknown as { c: { gateStore: { inputs(): any; saveInputs(i: unknown): void } } }).c.gateStore;
+      const gs = (instance as unknown as { c: { gateStore: { inputs(): any; saveInputs(i: unknown): void } } }).c
+        .gateStore;
       const i = gs.inputs();
       gs.saveInputs({ ...i, health: { ...i.health, at: Date.now() - 61_000 } });
     });
@@ -166,7 +207,9 @@ describe("health gates", () => {
     await putGroup(f.fleet, "default", { slots: 2, queue_wait_s: 30 });
     const [a, b, c] = await registerClients(f.fleet, 3);
     expect((await zincati(f.baseUrl, "pre-reboot", a.id)).status).toBe(200);
-    const held = await call("PUT", `/v1/fleets/${f.fleet}/reboot-groups/default/hold`, { body: { reason: "datacenter maintenance" } });
+    const held = await call("PUT", `/v1/fleets/${f.fleet}/reboot-groups/default/hold`, {
+      body: { reason: "datacenter maintenance" },
+    });
     expect(held.status).toBe(200);
     expect(held.json.hold).toMatchObject({ reason: "datacenter maintenance", until: null });
     await putGroup(f.fleet, "default", { slots: 2, queue_wait_s: 0 });
@@ -177,7 +220,9 @@ describe("health gates", () => {
     // The holder keeps its slot (gates never revoke) and its recursive lock.
     expect((await zincati(f.baseUrl, "pre-reboot", a.id)).status).toBe(200);
     const g = await view(f.fleet);
-    expect(g.gates).toEqual([{ gate: "hold", open: false, kind: "operator_hold", reason: expect.stringMatching(/datacenter maintenance/) }]);
+    expect(g.gates).toEqual([
+      { gate: "hold", open: false, kind: "operator_hold", reason: expect.stringMatching(/datacenter maintenance/) },
+    ]);
 
     await putGroup(f.fleet, "default", { slots: 2, queue_wait_s: 30 });
     const [pb] = await parkInOrder(f, [b.id]);
@@ -188,7 +233,9 @@ describe("health gates", () => {
     expect((await zincati(f.baseUrl, "pre-reboot", c.id)).json.kind).toBe("semaphore_full");
     const audit = await call("GET", `/v1/audit?target=fleet:${f.fleet}&limit=100`);
     const actions = audit.json.items.map((e: { action: string }) => e.action);
-    expect(actions).toEqual(expect.arrayContaining(["reboot.hold", "reboot.unhold", "reboot_group.gate_closed", "reboot_group.gate_opened"]));
+    expect(actions).toEqual(
+      expect.arrayContaining(["reboot.hold", "reboot.unhold", "reboot_group.gate_closed", "reboot_group.gate_opened"]),
+    );
   });
 
   it("a fleet-wide hold with an expiry holds every group and lifts by itself, granting the parked host", async () => {
@@ -224,7 +271,10 @@ describe("health gates", () => {
     expect(gates.json.inputs.health).toMatchObject({ failed: 1, total: 2 });
 
     // b is fixed: its next report is realized. The next read opens the gate.
-    expect((await call("PUT", "/v1/agent/inventory", { token: b.token, body: report(1, [], { boot_id: `b-${b.id}` }) })).status).toBe(200);
+    expect(
+      (await call("PUT", "/v1/agent/inventory", { token: b.token, body: report(1, [], { boot_id: `b-${b.id}` }) }))
+        .status,
+    ).toBe(200);
     await readGates(f.fleet);
     expect((await pa).status).toBe(200);
     g = await view(f.fleet);
@@ -253,8 +303,17 @@ describe("health gates", () => {
     const id = crypto.randomUUID();
     const now = Date.now();
     await getDb(env.DB).insert(rollouts).values({
-      id, fleetId: f.fleet, agent: "compute", image: "compute:2", version: "2", state: "running", pass: 1,
-      counts: {}, createdBy: "test", createdAt: now, updatedAt: now,
+      id,
+      fleetId: f.fleet,
+      agent: "compute",
+      image: "compute:2",
+      version: "2",
+      state: "running",
+      pass: 1,
+      counts: {},
+      createdBy: "test",
+      createdAt: now,
+      updatedAt: now,
     });
     const [pa] = await parkInOrder(f, [a.id]);
     await readGates(f.fleet);
@@ -278,7 +337,9 @@ describe("health gates", () => {
     const [pa] = await parkInOrder(f, [a.id]);
     await readGates(f.fleet);
     let g = await view(f.fleet);
-    expect(g.gates).toMatchObject([{ gate: "external", open: false, kind: "external_check_failed", reason: `${url} answered HTTP 503` }]);
+    expect(g.gates).toMatchObject([
+      { gate: "external", open: false, kind: "external_check_failed", reason: `${url} answered HTTP 503` },
+    ]);
     status = 200;
     await setClockOffset(f.fleet, 0);
     await readGates(f.fleet);
@@ -294,12 +355,19 @@ describe("health gates", () => {
     await answerChecksWith(f.fleet, async () => {
       throw new Error("connection refused");
     });
-    await putGroup(f.fleet, "default", { slots: 1, queue_wait_s: 0, gates: { external: { url: `${url}?v=2`, cache_s: 5 } } });
+    await putGroup(f.fleet, "default", {
+      slots: 1,
+      queue_wait_s: 0,
+      gates: { external: { url: `${url}?v=2`, cache_s: 5 } },
+    });
     await readGates(f.fleet);
     const closed = await zincati(f.baseUrl, "pre-reboot", b.id);
     expect(closed.json.kind).toBe("external_check_failed");
     expect(closed.json.value).toMatch(/could not be checked: connection refused/);
-    await putGroup(f.fleet, "default", { slots: 1, gates: { external: { url: `${url}?v=2`, cache_s: 5, fail_open: true } } });
+    await putGroup(f.fleet, "default", {
+      slots: 1,
+      gates: { external: { url: `${url}?v=2`, cache_s: 5, fail_open: true } },
+    });
     g = await view(f.fleet);
     expect(g.gates).toMatchObject([{ gate: "external", open: true }]);
     expect((await zincati(f.baseUrl, "pre-reboot", b.id)).status).toBe(200);
@@ -308,13 +376,17 @@ describe("health gates", () => {
   it("refuses an external check that is not HTTPS, and a hold that ends in the past, changing nothing", async () => {
     const f = await fleetWithKey();
     await putGroup(f.fleet, "default", { slots: 1 });
-    const bad = await call("PUT", `/v1/fleets/${f.fleet}/gates`, { body: { external: { url: "http://alerts.example.com/ok" } } });
+    const bad = await call("PUT", `/v1/fleets/${f.fleet}/gates`, {
+      body: { external: { url: "http://alerts.example.com/ok" } },
+    });
     expect(bad.status).toBe(400);
     expect(bad.json.error.code).toBe("validation_failed");
     expect(bad.json.error.message).toMatch(/must be https/);
     const unknown = await call("PUT", `/v1/fleets/${f.fleet}/gates`, { body: { fleet_health: {} } });
     expect(unknown.status).toBe(400);
-    const past = await call("PUT", `/v1/fleets/${f.fleet}/hold`, { body: { reason: "x", until: "2001-01-01T00:00:00Z" } });
+    const past = await call("PUT", `/v1/fleets/${f.fleet}/hold`, {
+      body: { reason: "x", until: "2001-01-01T00:00:00Z" },
+    });
     expect(past.status).toBe(400);
     const gates = await call("GET", `/v1/fleets/${f.fleet}/gates`);
     expect(gates.json).toMatchObject({ default: null, hold: null });

@@ -6,16 +6,34 @@
  */
 import { describe, expect, it } from "vitest";
 import { call, fireTimersNow, report } from "./helpers";
-import { fleetWithKey, flushCoordinator, parkInOrder, putGroup, registerClients, setClockOffset, view, zincati } from "./fleetlock-helpers";
+import {
+  fleetWithKey,
+  flushCoordinator,
+  parkInOrder,
+  putGroup,
+  registerClients,
+  setClockOffset,
+  view,
+  zincati,
+} from "./fleetlock-helpers";
 import { coordinator } from "./support/objects";
 
 const healthy = (boot: string) => report(1, [], { boot_id: boot });
-const broken = (boot: string) => ({ ...report(1, [], { boot_id: boot }), errors: [{ agent: "compute", op: "start", message: "crash loop" }] });
+const broken = (boot: string) => ({
+  ...report(1, [], { boot_id: boot }),
+  errors: [{ agent: "compute", op: "start", message: "crash loop" }],
+});
 const inventory = (token: string, body: unknown) => call("PUT", "/v1/agent/inventory", { token, body });
 
 async function fleetWithHealthRule(extra: Record<string, unknown> = {}) {
   const f = await fleetWithKey();
-  await putGroup(f.fleet, "default", { slots: 1, queue_wait_s: 30, release_on: "healthy_report", health_timeout_s: 600, ...extra });
+  await putGroup(f.fleet, "default", {
+    slots: 1,
+    queue_wait_s: 30,
+    release_on: "healthy_report",
+    health_timeout_s: 600,
+    ...extra,
+  });
   const hosts = await registerClients(f.fleet, 3);
   for (const h of hosts) expect((await inventory(h.token, healthy(`${h.id}-boot-1`))).status).toBe(200);
   return { f, hosts };
@@ -23,7 +41,10 @@ async function fleetWithHealthRule(extra: Record<string, unknown> = {}) {
 
 describe("release on a healthy report", () => {
   it("keeps the slot past steady state, through reports from the old boot and a failing new boot, and frees it on a realized report from the new boot", async () => {
-    const { f, hosts: [a, b] } = await fleetWithHealthRule();
+    const {
+      f,
+      hosts: [a, b],
+    } = await fleetWithHealthRule();
     expect((await zincati(f.baseUrl, "pre-reboot", a.id)).status).toBe(200);
     const [pb] = await parkInOrder(f, [b.id]);
 
@@ -35,7 +56,10 @@ describe("release on a healthy report", () => {
     expect(g.holders).toMatchObject([{ id: a.id, rebooted_at: expect.any(String), unhealthy_after_reboot: false }]);
 
     // The old boot, realized: not the new boot. The new boot, failing: not healthy.
-    await inventory(a.token, { ...healthy(`${a.id}-boot-1`), reconciled_at: new Date(Date.now() + 1000).toISOString() });
+    await inventory(a.token, {
+      ...healthy(`${a.id}-boot-1`),
+      reconciled_at: new Date(Date.now() + 1000).toISOString(),
+    });
     await inventory(a.token, broken(`${a.id}-boot-2`));
     g = await view(f.fleet);
     expect(g.holders.map((h) => h.id)).toEqual([a.id]);
@@ -51,7 +75,10 @@ describe("release on a healthy report", () => {
   });
 
   it("frees the slot when the healthy report from the new boot comes before the host's steady-state call", async () => {
-    const { f, hosts: [a] } = await fleetWithHealthRule();
+    const {
+      f,
+      hosts: [a],
+    } = await fleetWithHealthRule();
     expect((await zincati(f.baseUrl, "pre-reboot", a.id)).status).toBe(200);
     await inventory(a.token, healthy(`${a.id}-boot-2`));
     expect((await view(f.fleet)).holders).toEqual([]);
@@ -59,7 +86,10 @@ describe("release on a healthy report", () => {
   });
 
   it("marks a server unhealthy after its reboot at the time-out: its slot stays taken and the group pauses itself, saying why", async () => {
-    const { f, hosts: [a, b] } = await fleetWithHealthRule();
+    const {
+      f,
+      hosts: [a, b],
+    } = await fleetWithHealthRule();
     expect((await zincati(f.baseUrl, "pre-reboot", a.id)).status).toBe(200);
     await zincati(f.baseUrl, "steady-state", a.id);
     await inventory(a.token, broken(`${a.id}-boot-2`));
@@ -76,10 +106,15 @@ describe("release on a healthy report", () => {
     expect(g.paused_reason).toMatch(/did not report healthy within 600 s/);
     const refused = await zincati(f.baseUrl, "pre-reboot", b.id);
     expect(refused.status).toBe(409);
-    expect(refused.json).toMatchObject({ kind: "group_paused", value: expect.stringMatching(/did not report healthy/) });
+    expect(refused.json).toMatchObject({
+      kind: "group_paused",
+      value: expect.stringMatching(/did not report healthy/),
+    });
     await flushCoordinator(f.fleet);
     const audit = await call("GET", `/v1/audit?target=fleet:${f.fleet}&limit=100`);
-    expect(audit.json.items.some((e: { action: string }) => e.action === "fleetlock.unhealthy_after_reboot")).toBe(true);
+    expect(audit.json.items.some((e: { action: string }) => e.action === "fleetlock.unhealthy_after_reboot")).toBe(
+      true,
+    );
 
     // Healthy at last: its slot is freed, and the group stays paused until an operator resumes it.
     await inventory(a.token, healthy(`${a.id}-boot-2`));
@@ -92,7 +127,10 @@ describe("release on a healthy report", () => {
   });
 
   it("does not pause the group when told not to, but still keeps the slot", async () => {
-    const { f, hosts: [a] } = await fleetWithHealthRule({ pause_on_unhealthy: false });
+    const {
+      f,
+      hosts: [a],
+    } = await fleetWithHealthRule({ pause_on_unhealthy: false });
     await zincati(f.baseUrl, "pre-reboot", a.id);
     await zincati(f.baseUrl, "steady-state", a.id);
     await setClockOffset(f.fleet, 601_000);

@@ -30,7 +30,12 @@ export async function getGroup(fleet: string, group: string) {
     paused: boolean;
     open_now: boolean;
     available_slots: number;
-    holders: { id: string; granted_at: string; stuck: boolean; server: { id: string; hostname: string | null } | null }[];
+    holders: {
+      id: string;
+      granted_at: string;
+      stuck: boolean;
+      server: { id: string; hostname: string | null } | null;
+    }[];
   };
 }
 
@@ -55,7 +60,11 @@ export type Op = "pre-reboot" | "steady-state";
 export function zincati(baseUrl: string, op: Op, id: string, group = "default") {
   const url = new URL(`v1/${op}`, baseUrl).toString();
   const body = JSON.stringify({ client_params: { id, group } }, null, 2);
-  return send(url, { method: "POST", headers: { "fleet-lock-protocol": "true" }, body: new TextEncoder().encode(body) });
+  return send(url, {
+    method: "POST",
+    headers: { "fleet-lock-protocol": "true" },
+    body: new TextEncoder().encode(body),
+  });
 }
 
 /** As `curl -H "fleet-lock-protocol: true" -d '{…}' URL` sends it: form Content-Type, compact body. */
@@ -74,11 +83,22 @@ export function raw(path: string, init: RequestInit) {
 
 // ---- the queue, as operators and parked hosts see it ----
 
-export type Queued = { position: number; id: string; connected: boolean; waiting_since: string; server: { id: string } | null };
+export type Queued = {
+  position: number;
+  id: string;
+  connected: boolean;
+  waiting_since: string;
+  server: { id: string } | null;
+};
 export type Group = Omit<Awaited<ReturnType<typeof getGroup>>, "holders"> & {
   queue: Queued[];
   queue_wait_s: number;
-  holders: { id: string; granted_at: string; unclaimed_until: string | null; server: { id: string; hostname: string | null } | null }[];
+  holders: {
+    id: string;
+    granted_at: string;
+    unclaimed_until: string | null;
+    server: { id: string; hostname: string | null } | null;
+  }[];
   [more: string]: unknown;
 };
 export const view = async (fleet: string, group = "default") => (await getGroup(fleet, group)) as unknown as Group;
@@ -102,7 +122,12 @@ export function park(baseUrl: string, id: string, log: string[] = [], group = "d
   });
 }
 
-export async function parkInOrder(f: { fleet: string; baseUrl: string }, ids: string[], log: string[] = [], group = "default") {
+export async function parkInOrder(
+  f: { fleet: string; baseUrl: string },
+  ids: string[],
+  log: string[] = [],
+  group = "default",
+) {
   const pending: ReturnType<typeof park>[] = [];
   for (const id of ids) {
     pending.push(park(f.baseUrl, id, log, group));
@@ -121,7 +146,9 @@ export const resetCoordinator = (fleet: string) =>
 
 /** The queue entries in the coordinator's storage (the view hides expired ones). */
 export const storedQueue = (fleet: string) =>
-  runInDurableObject(coordinator(fleet), (_i, state) => [...state.storage.kv.list({ prefix: "queue:" })].map(([k]) => k));
+  runInDurableObject(coordinator(fleet), (_i, state) =>
+    [...state.storage.kv.list({ prefix: "queue:" })].map(([k]) => k),
+  );
 
 /** Moves the coordinator's clock by `offsetMs` (a new instance after eviction starts on real time). */
 export const setClockOffset = (fleet: string, offsetMs: number) =>

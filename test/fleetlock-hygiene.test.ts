@@ -34,7 +34,9 @@ describe("a removed server's parked host", () => {
     expect((await zincati(f.baseUrl, "pre-reboot", a.id)).status).toBe(200);
     const [pb, pc] = await parkInOrder(f, [b.id, c.id]);
 
-    const removed = await call("POST", `/v1/servers/${b.serverId}/decommission`, { body: { force: true, reason: "dead disk" } });
+    const removed = await call("POST", `/v1/servers/${b.serverId}/decommission`, {
+      body: { force: true, reason: "dead disk" },
+    });
     expect(removed.status).toBe(200);
     const answer = await pb;
     expect(answer.status).toBe(403);
@@ -55,7 +57,9 @@ describe("a removed server's parked host", () => {
     await zincati(f.baseUrl, "pre-reboot", a.id);
     const [pb, pc] = await parkInOrder(f, [b.id, c.id]);
     // The operator gives b's server another FleetLock id: the old id is nobody's any more.
-    expect((await call("PATCH", `/v1/servers/${b.serverId}`, { body: { fleetlock_id: `${b.id}-new` } })).status).toBe(200);
+    expect((await call("PATCH", `/v1/servers/${b.serverId}`, { body: { fleetlock_id: `${b.id}-new` } })).status).toBe(
+      200,
+    );
     expect((await pb).json.kind).toBe("unknown_client");
     await zincati(f.baseUrl, "steady-state", a.id);
     expect((await pc).status).toBe(200);
@@ -95,7 +99,9 @@ describe("an operator takes a host out of the queue", () => {
     expect(again.status).toBe(404);
     expect(again.json.error.code).toBe("not_queued");
     // A holder is not a queued host either: it is released with DELETE …/holders/{id}.
-    expect((await call("DELETE", `/v1/fleets/${f.fleet}/reboot-groups/default/queue/${a.id}`)).json.error.code).toBe("not_queued");
+    expect((await call("DELETE", `/v1/fleets/${f.fleet}/reboot-groups/default/queue/${a.id}`)).json.error.code).toBe(
+      "not_queued",
+    );
     const audit = await call("GET", `/v1/audit?target=fleet:${f.fleet}&limit=50`);
     expect(audit.json.items.filter((e: { action: string }) => e.action === "reboot_group.dequeue")).toHaveLength(1);
 
@@ -112,8 +118,13 @@ describe("an operator names a queued host by its server", () => {
     await zincati(f.baseUrl, "pre-reboot", a.id);
     const parked = await parkInOrder(f, [b.id, c.id, d.id]);
     const queue = `/v1/fleets/${f.fleet}/reboot-groups/default/queue`;
-    expect((await call("DELETE", `${queue}/${b.hostname}`)).json.removed).toMatchObject({ id: b.id, server_id: b.serverId });
-    expect((await call("DELETE", `${queue}/${encodeURIComponent(`${f.fleet}/${c.hostname}`)}`)).json.removed.id).toBe(c.id);
+    expect((await call("DELETE", `${queue}/${b.hostname}`)).json.removed).toMatchObject({
+      id: b.id,
+      server_id: b.serverId,
+    });
+    expect((await call("DELETE", `${queue}/${encodeURIComponent(`${f.fleet}/${c.hostname}`)}`)).json.removed.id).toBe(
+      c.id,
+    );
     expect((await call("DELETE", `${queue}/${d.serverId}`)).json.removed.id).toBe(d.id);
     const none = await call("DELETE", `${queue}/${b.hostname}`);
     expect(none.status).toBe(404);
@@ -178,6 +189,8 @@ describe("a runtime that cannot report a parked client's hang-up", () => {
     const [pb] = await parkInOrder(f, [b.id]);
     await zincati(f.baseUrl, "steady-state", a.id);
     expect((await pb).status).toBe(200);
-    expect((await until(f.fleet, (g) => g.holders.length === 1)).holders).toMatchObject([{ id: b.id, unclaimed_until: null }]);
+    expect((await until(f.fleet, (g) => g.holders.length === 1)).holders).toMatchObject([
+      { id: b.id, unclaimed_until: null },
+    ]);
   });
 });

@@ -42,8 +42,12 @@ describe("reboot groups for operators", () => {
       expect(res.status, JSON.stringify(body)).toBe(400);
       expect(res.json.error.code).toBe("validation_failed");
     }
-    expect((await call("PUT", `/v1/fleets/${f.fleet}/reboot-groups/bad_name`, { body: { slots: 1 } })).status).toBe(400);
-    expect((await call("PUT", `/v1/fleets/no-such-fleet/reboot-groups/default`, { body: { slots: 1 } })).status).toBe(404);
+    expect((await call("PUT", `/v1/fleets/${f.fleet}/reboot-groups/bad_name`, { body: { slots: 1 } })).status).toBe(
+      400,
+    );
+    expect((await call("PUT", `/v1/fleets/no-such-fleet/reboot-groups/default`, { body: { slots: 1 } })).status).toBe(
+      404,
+    );
     expect((await call("GET", `/v1/fleets/${f.fleet}/reboot-groups/default`)).status).toBe(404);
     expect((await call("GET", `/v1/fleets/no-such-fleet/reboot-groups`)).status).toBe(404);
     expect((await call("GET", `/v1/fleets/${f.fleet}/reboot-groups`)).json.items).toEqual([]);
@@ -54,7 +58,10 @@ describe("reboot groups for operators", () => {
     const read = await call("POST", "/v1/tokens", { body: { name: "r", scope: "read" } });
     await putGroup(f.fleet, "default", { slots: 1 });
     expect((await call("GET", `/v1/fleets/${f.fleet}/reboot-groups`, { token: read.json.token })).status).toBe(200);
-    const put = await call("PUT", `/v1/fleets/${f.fleet}/reboot-groups/default`, { token: read.json.token, body: { slots: 3 } });
+    const put = await call("PUT", `/v1/fleets/${f.fleet}/reboot-groups/default`, {
+      token: read.json.token,
+      body: { slots: 3 },
+    });
     expect(put.status).toBe(403);
     expect((await getGroup(f.fleet, "default")).slots).toBe(1);
     expect((await call("GET", `/v1/fleets/${f.fleet}/reboot-groups`, { token: null })).status).toBe(401);
@@ -95,7 +102,9 @@ describe("reboot groups for operators", () => {
     expect(byName.json.released).toMatchObject({ id: a.id, server_id: a.serverId });
     const byServer = await call("DELETE", `${holders}/${b.serverId}`);
     expect(byServer.json.released).toMatchObject({ id: b.id, server_id: b.serverId });
-    expect((await call("DELETE", `${holders}/${encodeURIComponent(`${f.fleet}/${a.hostname}`)}`)).json.error.code).toBe("not_held");
+    expect((await call("DELETE", `${holders}/${encodeURIComponent(`${f.fleet}/${a.hostname}`)}`)).json.error.code).toBe(
+      "not_held",
+    );
     const none = await call("DELETE", `${holders}/nobody.example.com`);
     expect(none.status).toBe(404);
     expect(none.json.error.message).toMatch(/'nobody\.example\.com'.*FleetLock id, a server id and a hostname/);
@@ -174,7 +183,9 @@ describe("server FleetLock identity (registration and PATCH /v1/servers/{id})", 
     for (const body of [{}, { fleetlock_id: "" }, { reboot_group: "bad group" }, { hostname: "x" }]) {
       expect((await call("PATCH", `/v1/servers/${s.id}`, { body })).status, JSON.stringify(body)).toBe(400);
     }
-    expect((await call("PATCH", `/v1/servers/${crypto.randomUUID()}`, { body: { fleetlock_id: "x" } })).status).toBe(404);
+    expect((await call("PATCH", `/v1/servers/${crypto.randomUUID()}`, { body: { fleetlock_id: "x" } })).status).toBe(
+      404,
+    );
   });
 
   it("delivers a PATCHed identity the coordinator missed from the ledger's outbox, once reachable", async () => {
@@ -187,7 +198,10 @@ describe("server FleetLock identity (registration and PATCH /v1/servers/{id})", 
     expect(res.status).toBe(200);
     // Not delivered yet: the coordinator still knows the old id, and the new one is only reserved.
     // (Read from storage: a host asking under the new id would have the coordinator ask the ledger.)
-    const registry = await runInDurableObject(coordinator(f.fleet), (_i, state) => [state.storage.kv.get("client:renamed"), state.storage.kv.get(`client:${a.id}`)]);
+    const registry = await runInDurableObject(coordinator(f.fleet), (_i, state) => [
+      state.storage.kv.get("client:renamed"),
+      state.storage.kv.get(`client:${a.id}`),
+    ]);
     expect(registry).toEqual([undefined, expect.objectContaining({ server_id: a.serverId })]);
     expect(await pendingEffects(ledger)).toBeGreaterThan(0);
 

@@ -203,19 +203,28 @@ describe("stuck holders and automatic release", () => {
     ]);
     const list = await call("GET", `/v1/fleets/${f.fleet}/reboot-groups`);
     expect(list.json.lock_ttl_s).toBe(600);
-    expect(list.json.items[0].holders[0]).toMatchObject({ id: a.id, stuck: true, server: { id: a.serverId, hostname: a.hostname } });
+    expect(list.json.items[0].holders[0]).toMatchObject({
+      id: a.id,
+      stuck: true,
+      server: { id: a.serverId, hostname: a.hostname },
+    });
   });
 
   it("releases a holder whose server reports a new boot_id (it rebooted, its steady-state was lost)", async () => {
     const f = await fleetWithKey();
     await putGroup(f.fleet, "default", { slots: 1 });
     const [a, b] = await registerClients(f.fleet, 2);
-    expect((await call("PUT", "/v1/agent/inventory", { token: a.token, body: report(1, [], { boot_id: "boot-1" }) })).status).toBe(200);
+    expect(
+      (await call("PUT", "/v1/agent/inventory", { token: a.token, body: report(1, [], { boot_id: "boot-1" }) })).status,
+    ).toBe(200);
     await zincati(f.baseUrl, "pre-reboot", a.id);
     // The same boot reporting again changes nothing.
     await call("PUT", "/v1/agent/inventory", { token: a.token, body: report(1, [], { boot_id: "boot-1" }) });
     expect(await holderIds(f.fleet)).toEqual([a.id]);
-    const rebooted = await call("PUT", "/v1/agent/inventory", { token: a.token, body: report(1, [], { boot_id: "boot-2" }) });
+    const rebooted = await call("PUT", "/v1/agent/inventory", {
+      token: a.token,
+      body: report(1, [], { boot_id: "boot-2" }),
+    });
     expect(rebooted.status).toBe(200);
     expect(await holderIds(f.fleet)).toEqual([]);
     expect((await zincati(f.baseUrl, "pre-reboot", b.id)).status).toBe(200);
@@ -254,7 +263,10 @@ describe("stuck holders and automatic release", () => {
     const ledger = env.LEDGER.get(env.LEDGER.idFromName(a.serverId));
     const restore = await breakCoordinator(ledger);
     // The host came back with a new boot and its steady-state was lost; the coordinator is unreachable.
-    const res = await call("PUT", "/v1/agent/inventory", { token: a.token, body: report(1, [], { boot_id: "boot-2" }) });
+    const res = await call("PUT", "/v1/agent/inventory", {
+      token: a.token,
+      body: report(1, [], { boot_id: "boot-2" }),
+    });
     expect(res.status).toBe(200);
     expect(await holderIds(f.fleet)).toEqual([a.id]);
     await evictDurableObject(ledger);

@@ -7,7 +7,8 @@ const T0 = Date.UTC(2026, 10, 23, 12, 0, 30); // Monday 12:00:30 UTC
 
 function full(slots: number, wait = 30): GroupState {
   let g = configure(newGroup(slots, T0), { slots, queue_wait_s: wait }, T0);
-  for (let i = 0; i < slots; i++) g = { ...g, holders: [...g.holders, { id: `h${i}`, server_id: null, granted_at: T0 }] };
+  for (let i = 0; i < slots; i++)
+    g = { ...g, holders: [...g.holders, { id: `h${i}`, server_id: null, granted_at: T0 }] };
   return g;
 }
 
@@ -32,8 +33,14 @@ describe("queue state", () => {
     ]);
     const again = admit(g, q, "b", null, T0 + 5, { mayPark: true });
     expect(again).toMatchObject({ kind: "parked", changed: false, entry: { id: "b", since: T0 } });
-    expect(admit(full(1, 0), [], "x", null, T0, { mayPark: true })).toMatchObject({ kind: "refused", refusal: "semaphore_full" });
-    expect(admit(g, [], "x", null, T0, { mayPark: false })).toMatchObject({ kind: "refused", refusal: "semaphore_full" });
+    expect(admit(full(1, 0), [], "x", null, T0, { mayPark: true })).toMatchObject({
+      kind: "refused",
+      refusal: "semaphore_full",
+    });
+    expect(admit(g, [], "x", null, T0, { mayPark: false })).toMatchObject({
+      kind: "refused",
+      refusal: "semaphore_full",
+    });
   });
 
   it(`refuses instead of parking once ${MAX_QUEUED_PER_GROUP} hosts wait in the group`, () => {
@@ -45,7 +52,10 @@ describe("queue state", () => {
       deadline: T0 + 30_000,
       seq: i + 1,
     }));
-    expect(admit(g, q, "late", null, T0, { mayPark: true })).toMatchObject({ kind: "refused", refusal: "semaphore_full" });
+    expect(admit(g, q, "late", null, T0, { mayPark: true })).toMatchObject({
+      kind: "refused",
+      refusal: "semaphore_full",
+    });
     expect(admit(g, q.slice(1), "late", null, T0, { mayPark: true })).toMatchObject({ kind: "parked" });
   });
 
@@ -91,7 +101,10 @@ describe("queue state", () => {
   });
 
   it("releases unclaimed grants at their bound, not before", () => {
-    const g: GroupState = { ...full(1), holders: [{ id: "a", server_id: null, granted_at: T0, unclaimed_until: T0 + 1000 }] };
+    const g: GroupState = {
+      ...full(1),
+      holders: [{ id: "a", server_id: null, granted_at: T0, unclaimed_until: T0 + 1000 }],
+    };
     expect(releaseUnclaimed(g, T0 + 999).released).toEqual([]);
     expect(releaseUnclaimed(g, T0 + 1000).released.map((h) => h.id)).toEqual(["a"]);
   });
@@ -102,7 +115,10 @@ describe("queue state", () => {
     const w = [{ days: ["Tue" as const], start_time: "00:00", length_minutes: 60, time_zone: "UTC" }];
     const closed = configure({ ...full(1), holders: [] }, { slots: 1, windows: w }, T0);
     expect(nextWake(closed, q, T0)).toBe(Date.UTC(2026, 10, 23, 12, 1));
-    const unclaimed: GroupState = { ...full(1), holders: [{ id: "x", server_id: null, granted_at: T0, unclaimed_until: T0 + 5 }] };
+    const unclaimed: GroupState = {
+      ...full(1),
+      holders: [{ id: "x", server_id: null, granted_at: T0, unclaimed_until: T0 + 5 }],
+    };
     expect(nextWake(unclaimed, q, T0)).toBe(T0 + 5);
     expect(nextWake(full(1), [], T0)).toBeNull();
   });

@@ -32,13 +32,17 @@ describe("fair reboot queue", () => {
     expect((await zincati(f.baseUrl, "pre-reboot", b.id)).json.kind).toBe("semaphore_full");
     expect(Date.now() - t).toBeLessThan(1000);
     for (const bad of [-1, MAX_QUEUE_WAIT_S + 1, 1.5, "10"]) {
-      const res = await call("PUT", `/v1/fleets/${f.fleet}/reboot-groups/default`, { body: { slots: 1, queue_wait_s: bad } });
+      const res = await call("PUT", `/v1/fleets/${f.fleet}/reboot-groups/default`, {
+        body: { slots: 1, queue_wait_s: bad },
+      });
       expect(res.status, String(bad)).toBe(400);
     }
     expect((await view(f.fleet)).queue_wait_s).toBe(0);
     // Up to just under Zincati's 30-minute request time-out.
     expect(MAX_QUEUE_WAIT_S).toBe(1740);
-    expect((await putGroup(f.fleet, "default", { slots: 1, queue_wait_s: MAX_QUEUE_WAIT_S })).queue_wait_s).toBe(MAX_QUEUE_WAIT_S);
+    expect((await putGroup(f.fleet, "default", { slots: 1, queue_wait_s: MAX_QUEUE_WAIT_S })).queue_wait_s).toBe(
+      MAX_QUEUE_WAIT_S,
+    );
   });
 
   it("grants freed slots to parked hosts in FIFO order, each answered 200 the moment its slot frees", async () => {
@@ -297,7 +301,11 @@ describe("fair reboot queue", () => {
     await zincati(f.baseUrl, "pre-reboot", a.id);
     await zincati(f.baseUrl, "pre-reboot", b.id);
     const log: string[] = [];
-    const pending = await parkInOrder(f, waiting.map((w) => w.id), log);
+    const pending = await parkInOrder(
+      f,
+      waiting.map((w) => w.id),
+      log,
+    );
     await resetCoordinator(f.fleet);
     // Each parked request is asked again and finds its place: the queue is as it was.
     const g = await until(f.fleet, (v) => v.queue.length === 4 && v.queue.every((q) => q.connected));

@@ -1,5 +1,14 @@
 import { describe, expect, it } from "vitest";
-import { acquire, configure, isStuck, newGroup, release, releaseWhere, renameHolder, type GroupState } from "../src/fleetlock/semaphore";
+import {
+  acquire,
+  configure,
+  isStuck,
+  newGroup,
+  release,
+  releaseWhere,
+  renameHolder,
+  type GroupState,
+} from "../src/fleetlock/semaphore";
 import { localMinuteOfWeek, windowOpen, withinWindows, type MaintenanceWindow } from "../src/fleetlock/windows";
 
 const T0 = Date.UTC(2026, 10, 23, 12, 0); // Monday 2026-11-23 12:00 UTC
@@ -22,7 +31,15 @@ describe("semaphore state machine", () => {
 
   it("is recursive: a holder acquiring again succeeds without a change, even when full, paused or outside windows", () => {
     let g = grant(newGroup(1, T0), "a");
-    g = configure(g, { slots: 1, paused: true, windows: [{ days: ["Sun"], start_time: "00:00", length_minutes: 1, time_zone: "UTC" }] }, T0);
+    g = configure(
+      g,
+      {
+        slots: 1,
+        paused: true,
+        windows: [{ days: ["Sun"], start_time: "00:00", length_minutes: 1, time_zone: "UTC" }],
+      },
+      T0,
+    );
     const r = acquire(g, "a", "srv-a", T0 + 5000);
     expect(r).toMatchObject({ ok: true, changed: false });
     if (r.ok) expect(r.granted.granted_at).toBe(T0);
@@ -116,18 +133,33 @@ describe("maintenance windows", () => {
   });
 
   it("follows the zone's wall clock, not UTC: the same instant is inside in one zone and outside in another", () => {
-    const berlin: MaintenanceWindow = { days: ["Sat"], start_time: "02:00", length_minutes: 120, time_zone: "Europe/Berlin" };
+    const berlin: MaintenanceWindow = {
+      days: ["Sat"],
+      start_time: "02:00",
+      length_minutes: 120,
+      time_zone: "Europe/Berlin",
+    };
     // Saturday 02:30 in Berlin (UTC+1 in November) is Saturday 01:30 UTC.
     expect(windowOpen(berlin, at("2026-11-28T01:30:00Z"))).toBe(true);
     expect(windowOpen({ ...berlin, time_zone: "UTC" }, at("2026-11-28T01:30:00Z"))).toBe(false);
     // The day boundary is local too: Friday 23:30 UTC is already Saturday 00:30 in Berlin.
-    const satMidnight: MaintenanceWindow = { days: ["Sat"], start_time: "00:00", length_minutes: 60, time_zone: "Europe/Berlin" };
+    const satMidnight: MaintenanceWindow = {
+      days: ["Sat"],
+      start_time: "00:00",
+      length_minutes: 60,
+      time_zone: "Europe/Berlin",
+    };
     expect(windowOpen(satMidnight, at("2026-11-27T23:30:00Z"))).toBe(true);
     expect(windowOpen({ ...satMidnight, time_zone: "UTC" }, at("2026-11-27T23:30:00Z"))).toBe(false);
   });
 
   it("obeys clock times across a DST change (summer offset differs from winter)", () => {
-    const w: MaintenanceWindow = { days: ["Sun"], start_time: "01:30", length_minutes: 60, time_zone: "America/New_York" };
+    const w: MaintenanceWindow = {
+      days: ["Sun"],
+      start_time: "01:30",
+      length_minutes: 60,
+      time_zone: "America/New_York",
+    };
     // July: EDT (UTC-4): 01:30 local = 05:30 UTC. November: EST (UTC-5): 01:30 local = 06:30 UTC.
     expect(windowOpen(w, at("2026-07-05T05:45:00Z"))).toBe(true);
     expect(windowOpen(w, at("2026-11-29T05:45:00Z"))).toBe(false);

@@ -6,7 +6,8 @@ import { sha256Hex } from "../src/lib/crypto";
 import { fleetWithKey, getGroup, putGroup, registerClients, zincati } from "./fleetlock-helpers";
 import { coordinator } from "./support/objects";
 
-const stampOf = (fleet: string) => runInDurableObject(coordinator(fleet), (_i, state) => state.storage.kv.get(FORMAT_KEY));
+const stampOf = (fleet: string) =>
+  runInDurableObject(coordinator(fleet), (_i, state) => state.storage.kv.get(FORMAT_KEY));
 
 type Queued = { id: string; connected: boolean };
 const queueOf = async (fleet: string) => ((await getGroup(fleet, "default")) as unknown as { queue: Queued[] }).queue;
@@ -84,7 +85,9 @@ describe("parked pre-reboot calls", () => {
     }
     expect(await queueOf(f.fleet)).toMatchObject([{ id: b.id, connected: false }]);
     await zincati(f.baseUrl, "steady-state", a.id);
-    const g = (await getGroup(f.fleet, "default")) as unknown as { holders: { id: string; unclaimed_until: string | null }[] };
+    const g = (await getGroup(f.fleet, "default")) as unknown as {
+      holders: { id: string; unclaimed_until: string | null }[];
+    };
     expect(g.holders.map((h) => [h.id, h.unclaimed_until !== null])).toEqual([[b.id, true]]);
   });
 });

@@ -38,7 +38,8 @@ export async function send(url: string, init: RequestInit) {
   const res = await SELF.fetch(url, init);
   const text = await res.text();
   const violation = await contractProblems(init.method ?? "GET", url, res, text);
-  if (violation) throw new Error(`answer outside the OpenAPI document: ${violation.where}\n  ${violation.problems.join("\n  ")}`);
+  if (violation)
+    throw new Error(`answer outside the OpenAPI document: ${violation.where}\n  ${violation.problems.join("\n  ")}`);
   let json: any = null;
   try {
     json = text ? JSON.parse(text) : null;
@@ -54,7 +55,8 @@ export async function checkedFetch(input: RequestInfo | URL, init?: RequestInit)
   const res = await SELF.fetch(req.clone());
   const text = await res.clone().text();
   const violation = await contractProblems(req.method, req.url, res, text);
-  if (violation) throw new Error(`answer outside the OpenAPI document: ${violation.where}\n  ${violation.problems.join("\n  ")}`);
+  if (violation)
+    throw new Error(`answer outside the OpenAPI document: ${violation.where}\n  ${violation.problems.join("\n  ")}`);
   return res;
 }
 
@@ -127,9 +129,11 @@ export const pendingEffects = (stub: DurableObjectStub) =>
 export async function fireTimersNow(stub: DurableObjectStub, only?: string) {
   await runInDurableObject(stub, async (_i, state) => {
     const past = Date.now() - 1;
-    const has = (t: string) => state.storage.sql.exec("SELECT 1 FROM sqlite_master WHERE name = ?", t).toArray().length > 0;
+    const has = (t: string) =>
+      state.storage.sql.exec("SELECT 1 FROM sqlite_master WHERE name = ?", t).toArray().length > 0;
     // `only`: just the timers whose name starts with it (the others keep their time).
-    if (has("_timers")) state.storage.sql.exec("UPDATE _timers SET due_at = ? WHERE name LIKE ?", past, `${only ?? ""}%`);
+    if (has("_timers"))
+      state.storage.sql.exec("UPDATE _timers SET due_at = ? WHERE name LIKE ?", past, `${only ?? ""}%`);
     if (has("_outbox")) state.storage.sql.exec("UPDATE _outbox SET next_at = ? WHERE attempts > 0", past);
     if (has("webhook_sends")) state.storage.sql.exec("UPDATE webhook_sends SET next_at = ? WHERE attempts > 0", past);
     if ((await state.storage.getAlarm()) === null) await state.storage.setAlarm(past);
@@ -160,7 +164,11 @@ export async function registerServer(fleet: string, overrides: Record<string, un
   return res.json as { id: string; token: string; desired: { generation: number } };
 }
 
-export function report(generation: number, agents: { name: string; image: string; state?: string }[], extra: Record<string, unknown> = {}) {
+export function report(
+  generation: number,
+  agents: { name: string; image: string; state?: string }[],
+  extra: Record<string, unknown> = {},
+) {
   return {
     generation,
     reconciled_at: new Date().toISOString(),
@@ -185,7 +193,8 @@ export function report(generation: number, agents: { name: string; image: string
  */
 export async function d1Statements() {
   const res = await call("GET", "/__local/d1-statements", { token: null });
-  if (res.status !== 200) throw new Error("no /__local/d1-statements: list this test file in vitest.config.ts's METERED");
+  if (res.status !== 200)
+    throw new Error("no /__local/d1-statements: list this test file in vitest.config.ts's METERED");
   return res.json as { reads: number; writes: number };
 }
 

@@ -88,7 +88,11 @@ describe("reference host agent (against the worker)", () => {
     let calls = 0;
     const flaky = async (input: string | URL | Request, init?: RequestInit) => {
       calls++;
-      if (calls === 1) return new Response(JSON.stringify({ error: { code: "busy", message: "later" } }), { status: 503, headers: { "Retry-After": "7" } });
+      if (calls === 1)
+        return new Response(JSON.stringify({ error: { code: "busy", message: "later" } }), {
+          status: 503,
+          headers: { "Retry-After": "7" },
+        });
       if (calls === 2) throw new TypeError("connection refused");
       if (calls === 3) return new Response("bad gateway", { status: 502 });
       return workerFetch(input, init);
@@ -110,7 +114,11 @@ describe("reference host agent (against the worker)", () => {
     // 7 s from Retry-After; then (random = 0.5) half of 2 s and half of 4 s capped at 3 s.
     expect(sleeps.slice(0, 3)).toEqual([7000, 1000, 1500]);
     const errors = run.events.filter((e) => e.type === "error");
-    expect(errors.map((e) => e.type === "error" && [e.attempt, e.delayMs])).toEqual([[1, 7000], [2, 1000], [3, 1500]]);
+    expect(errors.map((e) => e.type === "error" && [e.attempt, e.delayMs])).toEqual([
+      [1, 7000],
+      [2, 1000],
+      [3, 1500],
+    ]);
   });
 
   it("does not busy-poll a server that answers 304 without parking", async () => {
@@ -124,10 +132,22 @@ describe("reference host agent (against the worker)", () => {
           ? new Response(JSON.stringify(config), { status: 200, headers: { ETag: '"1"' } })
           : new Response(null, { status: 304, headers: { ETag: '"1"' } });
       }
-      return new Response(JSON.stringify({ server_id: "s", desired_generation: 1, status: "realized", agents: [] }), { status: 200 });
+      return new Response(JSON.stringify({ server_id: "s", desired_generation: 1, status: "realized", agents: [] }), {
+        status: 200,
+      });
     };
     const controller = new AbortController();
-    const agent = new HostAgent({ url: BASE, token: "t", driver: new MemoryDriver(), bootId: "b", transport: "http", waitS: 30, reportIntervalMs: 60_000, minPollIntervalMs: 200, fetch: instant });
+    const agent = new HostAgent({
+      url: BASE,
+      token: "t",
+      driver: new MemoryDriver(),
+      bootId: "b",
+      transport: "http",
+      waitS: 30,
+      reportIntervalMs: 60_000,
+      minPollIntervalMs: 200,
+      fetch: instant,
+    });
     const exit = agent.run(controller.signal);
     await new Promise((r) => setTimeout(r, 1_000));
     controller.abort();
@@ -154,7 +174,10 @@ describe("reference host agent (against the worker)", () => {
       const run = runAgent(s.token, driver);
       await run.until(reported(2, "realized"));
       expect((await call("POST", `/v1/servers/${s.id}/decommission`, { body: {} })).status).toBe(200);
-      const exit = await Promise.race([run.exit, new Promise<never>((_, rej) => setTimeout(() => rej(new Error("loop did not end")), 10_000))]);
+      const exit = await Promise.race([
+        run.exit,
+        new Promise<never>((_, rej) => setTimeout(() => rej(new Error("loop did not end")), 10_000)),
+      ]);
       expect(exit).toEqual({ reason: lifecycle === "terminate" ? "terminated" : "uninstalled", generation: 3 });
       if (lifecycle === "terminate") {
         expect([...driver.installed.values()].map((a) => a.state)).toEqual(["stopped", "stopped"]);
@@ -171,7 +194,9 @@ describe("reference host agent (against the worker)", () => {
 describe("retry timing", () => {
   it("grows exponentially under a cap and jitters over the whole range", () => {
     const policy = { baseMs: 100, capMs: 1000 };
-    expect([1, 2, 3, 4, 5, 10].map((n) => backoffDelay(n, policy, () => 0.999999))).toEqual([99, 199, 399, 799, 999, 999]);
+    expect([1, 2, 3, 4, 5, 10].map((n) => backoffDelay(n, policy, () => 0.999999))).toEqual([
+      99, 199, 399, 799, 999, 999,
+    ]);
     expect(backoffDelay(6, policy, () => 0)).toBe(0);
   });
 
@@ -190,11 +215,25 @@ describe("FleetLock client", () => {
   it("sends what Zincati sends: URL under base_url, the protocol header, a pretty body, no Content-Type", async () => {
     const seen: { url: string; headers: Headers; body: string; method?: string }[] = [];
     const capture = async (input: string | URL | Request, init?: RequestInit) => {
-      seen.push({ url: String(input), headers: new Headers(init?.headers), body: new TextDecoder().decode(init?.body as Uint8Array), method: init?.method });
+      seen.push({
+        url: String(input),
+        headers: new Headers(init?.headers),
+        body: new TextDecoder().decode(init?.body as Uint8Array),
+        method: init?.method,
+      });
       return new Response(JSON.stringify({ kind: "semaphore_full", value: "all 1 slots are held" }), { status: 409 });
     };
-    const client = new FleetLockClient("https://hm.test/fleetlock/prod/KEY/", { id: "node-1", group: "workers" }, capture);
-    expect(await client.preReboot()).toEqual({ ok: false, status: 409, kind: "semaphore_full", value: "all 1 slots are held" });
+    const client = new FleetLockClient(
+      "https://hm.test/fleetlock/prod/KEY/",
+      { id: "node-1", group: "workers" },
+      capture,
+    );
+    expect(await client.preReboot()).toEqual({
+      ok: false,
+      status: 409,
+      kind: "semaphore_full",
+      value: "all 1 slots are held",
+    });
     await client.steadyState();
     expect(seen.map((s) => [s.method, s.url])).toEqual([
       ["POST", "https://hm.test/fleetlock/prod/KEY/v1/pre-reboot"],
@@ -207,8 +246,17 @@ describe("FleetLock client", () => {
   });
 
   it("names a rejection without a FleetLock body generic_http_<status>, as Zincati does", async () => {
-    const client = new FleetLockClient("https://hm.test/fl/", { id: "n" }, async () => new Response("<html>", { status: 502 }));
-    expect(await client.preReboot()).toEqual({ ok: false, status: 502, kind: "generic_http_502", value: "(unknown server error)" });
+    const client = new FleetLockClient(
+      "https://hm.test/fl/",
+      { id: "n" },
+      async () => new Response("<html>", { status: 502 }),
+    );
+    expect(await client.preReboot()).toEqual({
+      ok: false,
+      status: 502,
+      kind: "generic_http_502",
+      value: "(unknown server error)",
+    });
   });
 
   it("takes and gives back slots on the worker; a report with a new boot_id frees a slot whose steady-state was lost", async () => {

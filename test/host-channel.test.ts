@@ -19,10 +19,16 @@ const reportMessage = (id: string, body: unknown) => ({ type: "report", v: 1, id
 describe("host channel: connecting", () => {
   it("opens with the server token, selects harbormaster.v1, and sends the desired config unless the host's generation is current", async () => {
     const s = await serverAt2();
-    const stale = await openChannel(s.token, { generation: 1, headers: { "Sec-WebSocket-Protocol": "harbormaster.v1" } });
+    const stale = await openChannel(s.token, {
+      generation: 1,
+      headers: { "Sec-WebSocket-Protocol": "harbormaster.v1" },
+    });
     expect(stale.response.headers.get("Sec-WebSocket-Protocol")).toBe("harbormaster.v1");
     const pushed = await stale.next("desired");
-    expect(pushed).toMatchObject({ v: 1, config: { server_id: s.id, generation: 2, lifecycle: "run", agents: [{ name: "a", image: "a:1" }] } });
+    expect(pushed).toMatchObject({
+      v: 1,
+      config: { server_id: s.id, generation: 2, lifecycle: "run", agents: [{ name: "a", image: "a:1" }] },
+    });
 
     const current = await openChannel(s.token, { generation: 2 });
     await sleep(300);
@@ -32,7 +38,9 @@ describe("host channel: connecting", () => {
 
   it("takes the token as a subprotocol (hm-token.<token>) from clients that cannot set headers, and never echoes it", async () => {
     const s = await serverAt2();
-    const ch = await openChannel(null, { headers: { "Sec-WebSocket-Protocol": `harbormaster.v1, hm-token.${s.token}` } });
+    const ch = await openChannel(null, {
+      headers: { "Sec-WebSocket-Protocol": `harbormaster.v1, hm-token.${s.token}` },
+    });
     expect(ch.response.headers.get("Sec-WebSocket-Protocol")).toBe("harbormaster.v1");
     expect((await ch.next("desired")).config.generation).toBe(2);
     ch.close();
@@ -68,7 +76,9 @@ describe("host channel: pushes and reports", () => {
     const s = await serverAt2();
     const ch = await openChannel(s.token, { generation: 2 });
     const changedAt = Date.now();
-    await call("PUT", `/v1/servers/${s.id}/desired`, { body: { generation: 3, agents: [{ name: "a", image: "a:2", version: "2" }] } });
+    await call("PUT", `/v1/servers/${s.id}/desired`, {
+      body: { generation: 3, agents: [{ name: "a", image: "a:2", version: "2" }] },
+    });
     const pushed = await ch.next("desired");
     expect(pushed.config).toMatchObject({ generation: 3, agents: [{ name: "a", image: "a:2", version: "2" }] });
     expect(Date.now() - changedAt).toBeLessThan(2_000);
@@ -90,9 +100,17 @@ describe("host channel: pushes and reports", () => {
     ch.send(reportMessage("ahead", report(9, [A])));
     const ahead = await ch.next("ack");
     const httpAhead = await call("PUT", "/v1/agent/inventory", { token: s.token, body: report(9, [A]) });
-    expect(ahead).toMatchObject({ id: "ahead", status: 409, error: { code: "generation_not_issued", details: { desired_generation: 2 } } });
+    expect(ahead).toMatchObject({
+      id: "ahead",
+      status: 409,
+      error: { code: "generation_not_issued", details: { desired_generation: 2 } },
+    });
     expect(httpAhead.status).toBe(409);
-    expect(ahead.error).toEqual({ code: httpAhead.json.error.code, message: httpAhead.json.error.message, details: httpAhead.json.error.details });
+    expect(ahead.error).toEqual({
+      code: httpAhead.json.error.code,
+      message: httpAhead.json.error.message,
+      details: httpAhead.json.error.details,
+    });
 
     const invalid = { ...report(2, [A, A]), extra: true };
     ch.send(reportMessage("bad", invalid));
@@ -100,7 +118,11 @@ describe("host channel: pushes and reports", () => {
     const httpBad = await call("PUT", "/v1/agent/inventory", { token: s.token, body: invalid });
     expect(bad.status).toBe(400);
     expect(bad.status).toBe(httpBad.status);
-    expect(bad.error).toEqual({ code: httpBad.json.error.code, message: httpBad.json.error.message, details: httpBad.json.error.details });
+    expect(bad.error).toEqual({
+      code: httpBad.json.error.code,
+      message: httpBad.json.error.message,
+      details: httpBad.json.error.details,
+    });
     ch.close();
   });
 
@@ -168,7 +190,10 @@ describe("host channel: bad messages", () => {
     const ch = await openChannel(s.token, { generation: 2 });
     const cases: [unknown, string][] = [
       ["{not json", "malformed_json"],
-      [JSON.stringify({ type: "report", v: 1, id: "big", report: { pad: "x".repeat(1024 * 1024) } }), "payload_too_large"],
+      [
+        JSON.stringify({ type: "report", v: 1, id: "big", report: { pad: "x".repeat(1024 * 1024) } }),
+        "payload_too_large",
+      ],
       [JSON.stringify({ type: "launch", v: 1 }), "validation_failed"],
       [JSON.stringify({ type: "report", v: 2, id: "v2", report: report(2, []) }), "validation_failed"],
       [JSON.stringify({ type: "report", v: 1, report: report(2, []) }), "validation_failed"],

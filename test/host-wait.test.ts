@@ -84,7 +84,9 @@ describe("long polls wait in the Worker while the ledger sleeps", () => {
   it("an operator's view wait survives an eviction too, and asks to be looked at again when the status would turn stale", async () => {
     const fleet = await createFleet();
     const s = await registerServer(fleet.id);
-    await call("PUT", `/v1/servers/${s.id}/desired`, { body: { generation: 2, agents: [{ name: "a", image: "a:1", version: "1" }] } });
+    await call("PUT", `/v1/servers/${s.id}/desired`, {
+      body: { generation: 2, agents: [{ name: "a", image: "a:1", version: "1" }] },
+    });
     await call("PUT", "/v1/agent/inventory", { token: s.token, body: report(2, [{ name: "a", image: "a:1" }]) });
     const tag = (await call("GET", `/v1/servers/${s.id}`)).headers.get("ETag")!;
     const upgrade = await ledger(s.id).fetch(viewWaitRequest(tag));
@@ -97,7 +99,10 @@ describe("long polls wait in the Worker while the ledger sleeps", () => {
     const parked = call("GET", `/v1/servers/${s.id}?wait=30`, { headers: { "If-None-Match": tag } });
     await until(async () => (await waiters(s.id)) === 1);
     await evictDurableObject(ledger(s.id));
-    await call("PUT", "/v1/agent/inventory", { token: s.token, body: report(2, [{ name: "a", image: "a:1", state: "stopped" }]) });
+    await call("PUT", "/v1/agent/inventory", {
+      token: s.token,
+      body: report(2, [{ name: "a", image: "a:1", state: "stopped" }]),
+    });
     const res = await parked;
     expect(res.status).toBe(200);
     expect(res.headers.get("ETag")).not.toBe(tag);

@@ -22,7 +22,9 @@ describe("a server named by hostname", () => {
     const put = await call("PUT", `/v1/servers/${name}/desired`, { body: { generation: 2, agents: [A] } });
     expect(put.json.generation).toBe(2);
     expect((await call("GET", `/v1/servers/${name}/desired`)).json.generation).toBe(2);
-    expect((await call("PATCH", `/v1/servers/${name}`, { body: { reboot_group: "rack-1" } })).json.reboot_group).toBe("rack-1");
+    expect((await call("PATCH", `/v1/servers/${name}`, { body: { reboot_group: "rack-1" } })).json.reboot_group).toBe(
+      "rack-1",
+    );
     expect((await call("POST", `/v1/servers/${name}/desired/release`)).json.planning.mode).toBe("planned");
     expect((await call("POST", `/v1/servers/${name}/refresh`)).json.refresh).not.toBeNull();
     const rotated = await call("POST", `/v1/servers/${name}/token`);
@@ -96,7 +98,9 @@ describe("lists by hostname", () => {
     const names = ["m", "c", "x", "a"].map((p) => `${p}-${tag}.example.com`);
     for (const name of names) {
       const s = await registerServer(fleet, { hostname: name });
-      await call("PUT", `/v1/servers/${s.id}/desired`, { body: { generation: 2, agents: [A, { name: "b", image: "b:1", version: "1" }] } });
+      await call("PUT", `/v1/servers/${s.id}/desired`, {
+        body: { generation: 2, agents: [A, { name: "b", image: "b:1", version: "1" }] },
+      });
     }
     const seen: string[] = [];
     let cursor: string | null = null;

@@ -26,7 +26,9 @@ describe("405 with Allow for a known path and a wrong method", () => {
       ["POST", "/healthz", "GET, HEAD"],
     ];
     for (const [method, path, allow] of cases) {
-      const res = await call(method, path, { token: method === "POST" && path === "/v1/agent/desired" ? s.token : ADMIN });
+      const res = await call(method, path, {
+        token: method === "POST" && path === "/v1/agent/desired" ? s.token : ADMIN,
+      });
       expect(res.status, `${method} ${path}`).toBe(405);
       expect(res.headers.get("Allow"), `${method} ${path}`).toBe(allow);
       expect(res.json.error.code).toBe("method_not_allowed");
@@ -42,7 +44,8 @@ describe("If-None-Match as RFC 9110 reads it", () => {
     const fleet = await createFleet();
     const s = await registerServer(fleet.id);
     await call("PUT", `/v1/servers/${s.id}/desired`, { body: { generation: 2, agents: [] } });
-    const poll = (inm: string) => call("GET", "/v1/agent/desired", { token: s.token, headers: { "If-None-Match": inm } });
+    const poll = (inm: string) =>
+      call("GET", "/v1/agent/desired", { token: s.token, headers: { "If-None-Match": inm } });
     for (const inm of ['"1", "2"', '"2", "1"', 'W/"1", W/"2"', "*", ' "7", "2" ']) {
       const res = await poll(inm);
       expect(res.status, inm).toBe(304);
@@ -70,7 +73,9 @@ describe("Location on every 201 that creates a resource with its own URL", () =>
     const id = `loc-${crypto.randomUUID().slice(0, 8)}`;
     const fleet = await call("POST", "/v1/fleets", { body: { id } });
     expect(fleet.headers.get("Location")).toBe(`/v1/fleets/${id}`);
-    const server = await call("POST", "/v1/servers", { body: { fleet: id, hostname: "loc.example.com", kind: "managed" } });
+    const server = await call("POST", "/v1/servers", {
+      body: { fleet: id, hostname: "loc.example.com", kind: "managed" },
+    });
     expect(server.headers.get("Location")).toBe(`/v1/servers/${server.json.id}`);
     const token = await call("POST", "/v1/tokens", { body: { name: "loc", scope: "read" } });
     expect(token.headers.get("Location")).toBe(`/v1/tokens/${token.json.id}`);
@@ -85,17 +90,23 @@ describe("Location on every 201 that creates a resource with its own URL", () =>
 describe("Location on every 201, including those whose answer wraps what was created", () => {
   it("names a new webhook, the fleet of a new FleetLock key and a fleet a spec created; each URL answers GET", async () => {
     const fleet = await createFleet();
-    const hook = await call("POST", `/v1/fleets/${fleet.id}/webhooks`, { body: { url: "https://hooks.example.com/loc", events: ["server.failed"] } });
+    const hook = await call("POST", `/v1/fleets/${fleet.id}/webhooks`, {
+      body: { url: "https://hooks.example.com/loc", events: ["server.failed"] },
+    });
     expect(hook.status).toBe(201);
     expect(hook.headers.get("Location")).toBe(`/v1/fleets/${fleet.id}/webhooks/${hook.json.webhook.id}`);
     const key = await call("POST", `/v1/fleets/${fleet.id}/fleetlock-key`);
     expect(key.status).toBe(201);
     expect(key.headers.get("Location")).toBe(`/v1/fleets/${fleet.id}`);
     const specFleet = `loc-spec-${crypto.randomUUID().slice(0, 8)}`;
-    const spec = await call("PUT", `/v1/fleets/${specFleet}/spec`, { body: { apiVersion: "harbormaster/v1", kind: "FleetSpec", fleet: specFleet } });
+    const spec = await call("PUT", `/v1/fleets/${specFleet}/spec`, {
+      body: { apiVersion: "harbormaster/v1", kind: "FleetSpec", fleet: specFleet },
+    });
     expect(spec.status).toBe(201);
     expect(spec.headers.get("Location")).toBe(`/v1/fleets/${specFleet}`);
-    const again = await call("PUT", `/v1/fleets/${specFleet}/spec`, { body: { apiVersion: "harbormaster/v1", kind: "FleetSpec", fleet: specFleet } });
+    const again = await call("PUT", `/v1/fleets/${specFleet}/spec`, {
+      body: { apiVersion: "harbormaster/v1", kind: "FleetSpec", fleet: specFleet },
+    });
     expect(again.status).toBe(200);
     expect(again.headers.get("Location")).toBeNull();
     expect((await call("GET", hook.headers.get("Location")!)).json.id).toBe(hook.json.webhook.id);
@@ -113,7 +124,11 @@ describe("unknown query parameters are 400 invalid_query naming them", () => {
     expect(res.json.error.code).toBe("invalid_query");
     expect(res.json.error.message).toContain("hostnme");
     expect(res.json.error.details.unknown).toEqual(["hostnme"]);
-    for (const path of [`/v1/servers/${s.id}?verbose=1`, "/v1/instances?imgae=x&limit=1", `/v1/fleets/${fleet.id}/reboot-groups?all=1`]) {
+    for (const path of [
+      `/v1/servers/${s.id}?verbose=1`,
+      "/v1/instances?imgae=x&limit=1",
+      `/v1/fleets/${fleet.id}/reboot-groups?all=1`,
+    ]) {
       const r = await call("GET", path);
       expect(r.status, path).toBe(400);
       expect(r.json.error.code, path).toBe("invalid_query");
@@ -158,11 +173,17 @@ describe("a request id on every route", () => {
 describe("CORS for configured origins, off by default", () => {
   const preflight = {
     method: "OPTIONS",
-    headers: { Origin: "https://dash.example", "Access-Control-Request-Method": "PUT", "Access-Control-Request-Headers": "authorization, content-type" },
+    headers: {
+      Origin: "https://dash.example",
+      "Access-Control-Request-Method": "PUT",
+      "Access-Control-Request-Headers": "authorization, content-type",
+    },
   };
 
   it("sends no CORS header and answers no preflight when CORS_ORIGINS is empty", async () => {
-    const res = await withEnv({ CORS_ORIGINS: "" }, "/v1/fleets", { headers: { Origin: "https://dash.example", Authorization: `Bearer ${ADMIN}` } });
+    const res = await withEnv({ CORS_ORIGINS: "" }, "/v1/fleets", {
+      headers: { Origin: "https://dash.example", Authorization: `Bearer ${ADMIN}` },
+    });
     expect(res.status).toBe(200);
     expect(res.headers.get("Access-Control-Allow-Origin")).toBeNull();
     const pre = await withEnv({ CORS_ORIGINS: "" }, "/v1/fleets", preflight);
@@ -177,18 +198,24 @@ describe("CORS for configured origins, off by default", () => {
     expect(pre.headers.get("Access-Control-Allow-Origin")).toBe("https://dash.example");
     expect(pre.headers.get("Access-Control-Allow-Methods")).toContain("PUT");
     expect(pre.headers.get("Access-Control-Allow-Headers")?.toLowerCase()).toContain("authorization");
-    const res = await withEnv(origins, "/v1/fleets", { headers: { Origin: "https://dash.example", Authorization: `Bearer ${ADMIN}` } });
+    const res = await withEnv(origins, "/v1/fleets", {
+      headers: { Origin: "https://dash.example", Authorization: `Bearer ${ADMIN}` },
+    });
     expect(res.headers.get("Access-Control-Allow-Origin")).toBe("https://dash.example");
     expect(res.headers.get("Access-Control-Expose-Headers")).toContain("X-Request-Id");
     // Another origin gets nothing it could use.
-    const other = await withEnv(origins, "/v1/fleets", { headers: { Origin: "https://evil.example", Authorization: `Bearer ${ADMIN}` } });
+    const other = await withEnv(origins, "/v1/fleets", {
+      headers: { Origin: "https://evil.example", Authorization: `Bearer ${ADMIN}` },
+    });
     expect(other.headers.get("Access-Control-Allow-Origin")).toBeNull();
   });
 });
 
 describe("a deployment without ADMIN_TOKEN", () => {
   it("explains the missing secret instead of a bare 401", async () => {
-    const res = await withEnv({ ADMIN_TOKEN: undefined as unknown as string }, "/v1/fleets", { headers: { Authorization: "Bearer guess" } });
+    const res = await withEnv({ ADMIN_TOKEN: undefined as unknown as string }, "/v1/fleets", {
+      headers: { Authorization: "Bearer guess" },
+    });
     expect(res.status).toBe(401);
     const body = await res.json<any>();
     expect(body.error.message).toContain("wrangler secret put ADMIN_TOKEN");
@@ -204,13 +231,15 @@ describe("one structured log line per request", () => {
   afterEach(() => vi.restoreAllMocks());
 
   const linesOf = (spy: ReturnType<typeof vi.spyOn>) =>
-    spy.mock.calls.map((args: unknown[]) => {
-      try {
-        return JSON.parse(String(args[0]));
-      } catch {
-        return null;
-      }
-    }).filter((l: any) => l && l.msg === "request");
+    spy.mock.calls
+      .map((args: unknown[]) => {
+        try {
+          return JSON.parse(String(args[0]));
+        } catch {
+          return null;
+        }
+      })
+      .filter((l: any) => l && l.msg === "request");
 
   it("logs request id, method, route pattern, status, duration and principal, never the FleetLock key", async () => {
     const fleet = await fleetWithKey();
@@ -221,10 +250,21 @@ describe("one structured log line per request", () => {
     await zincati(fleet.baseUrl, "pre-reboot", a.id);
     const lines = linesOf(log);
     const op = lines.find((l: any) => l.request_id === "log-1");
-    expect(op).toMatchObject({ level: "info", method: "GET", route: "/v1/fleets/:id", status: 200, principal: "token:bootstrap" });
+    expect(op).toMatchObject({
+      level: "info",
+      method: "GET",
+      route: "/v1/fleets/:id",
+      status: 200,
+      principal: "token:bootstrap",
+    });
     expect(typeof op.duration_ms).toBe("number");
     const host = lines.find((l: any) => l.route?.startsWith("/fleetlock/"));
-    expect(host).toMatchObject({ method: "POST", route: "/fleetlock/:fleet/:key/v1/pre-reboot", status: 200, principal: `fleetlock:${fleet.fleet}` });
+    expect(host).toMatchObject({
+      method: "POST",
+      route: "/fleetlock/:fleet/:key/v1/pre-reboot",
+      status: 200,
+      principal: `fleetlock:${fleet.fleet}`,
+    });
     expect(JSON.stringify(log.mock.calls)).not.toContain(fleet.key);
   });
 
@@ -240,7 +280,9 @@ describe("one structured log line per request", () => {
       },
     });
     const errors = vi.spyOn(console, "error");
-    const res = await withEnv({ DB: failing }, "/v1/fleets", { headers: { Authorization: `Bearer ${ADMIN}`, "X-Request-Id": "boom-1" } });
+    const res = await withEnv({ DB: failing }, "/v1/fleets", {
+      headers: { Authorization: `Bearer ${ADMIN}`, "X-Request-Id": "boom-1" },
+    });
     expect(res.status).toBe(500);
     expect((await res.json<any>()).error).toMatchObject({ code: "internal_error", request_id: "boom-1" });
     const lines = errors.mock.calls.map((args) => {
@@ -251,7 +293,12 @@ describe("one structured log line per request", () => {
       }
     });
     const line = lines.find((l) => l?.msg === "unhandled error" && l.request_id === "boom-1");
-    expect(line).toMatchObject({ level: "error", method: "GET", route: "/v1/fleets", error: expect.stringContaining("simulated outage") });
+    expect(line).toMatchObject({
+      level: "error",
+      method: "GET",
+      route: "/v1/fleets",
+      error: expect.stringContaining("simulated outage"),
+    });
     expect(line.stack).toContain("simulated outage");
   });
 });
@@ -273,12 +320,25 @@ describe("the access log switch", () => {
     const errors = vi.spyOn(console, "error");
     const admin = { Authorization: `Bearer ${ADMIN}` };
     const failing = new Proxy(env.DB, {
-      get: (target, prop) => (prop === "prepare" || prop === "batch" ? () => { throw new Error("D1_ERROR: simulated outage"); } : Reflect.get(target, prop)),
+      get: (target, prop) =>
+        prop === "prepare" || prop === "batch"
+          ? () => {
+              throw new Error("D1_ERROR: simulated outage");
+            }
+          : Reflect.get(target, prop),
     });
     await withEnv({ ACCESS_LOG: "writes" }, "/v1/fleets", { headers: { ...admin, "X-Request-Id": "read-1" } });
-    await withEnv({ ACCESS_LOG: "writes" }, "/v1/fleets", { method: "POST", body: JSON.stringify({ id: "written-fleet-1x" }), headers: { ...admin, "Content-Type": "application/json", "X-Request-Id": "write-1" } });
-    await withEnv({ ACCESS_LOG: "writes", DB: failing }, "/v1/fleets", { headers: { ...admin, "X-Request-Id": "broken-1" } });
-    const lines = [...log.mock.calls, ...errors.mock.calls].map((args) => String(args[0])).filter((l) => l.includes('"msg":"request"'));
+    await withEnv({ ACCESS_LOG: "writes" }, "/v1/fleets", {
+      method: "POST",
+      body: JSON.stringify({ id: "written-fleet-1x" }),
+      headers: { ...admin, "Content-Type": "application/json", "X-Request-Id": "write-1" },
+    });
+    await withEnv({ ACCESS_LOG: "writes", DB: failing }, "/v1/fleets", {
+      headers: { ...admin, "X-Request-Id": "broken-1" },
+    });
+    const lines = [...log.mock.calls, ...errors.mock.calls]
+      .map((args) => String(args[0]))
+      .filter((l) => l.includes('"msg":"request"'));
     expect(lines.some((l) => l.includes("read-1"))).toBe(false);
     expect(lines.some((l) => l.includes("write-1"))).toBe(true);
     expect(lines.some((l) => l.includes("broken-1"))).toBe(true);

@@ -25,7 +25,13 @@ export async function register(body: Record<string, unknown>, token = ADMIN) {
   return call("POST", "/v1/images", { body, token });
 }
 
-export async function putPart(id: string, n: number, bytes: Uint8Array, headers: Record<string, string> = {}, token = ADMIN) {
+export async function putPart(
+  id: string,
+  n: number,
+  bytes: Uint8Array,
+  headers: Record<string, string> = {},
+  token = ADMIN,
+) {
   const res = await checkedFetch(`${BASE}/v1/images/${id}/parts/${n}`, {
     method: "PUT",
     headers: { Authorization: `Bearer ${token}`, "Content-Type": "application/octet-stream", ...headers },
@@ -35,7 +41,10 @@ export async function putPart(id: string, n: number, bytes: Uint8Array, headers:
 }
 
 /** A stored image registered, uploaded in parts of `partSize` and completed. */
-export async function storedImage(bytes: Uint8Array, opts: { name?: string; version?: string; partSize?: number; kind?: string } = {}) {
+export async function storedImage(
+  bytes: Uint8Array,
+  opts: { name?: string; version?: string; partSize?: number; kind?: string } = {},
+) {
   const partSize = opts.partSize ?? 5 * MiB;
   const reg = await register({
     name: opts.name ?? imageName(),

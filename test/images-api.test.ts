@@ -17,10 +17,25 @@ async function tokenWith(scope: "read" | "write") {
 describe("registering images", () => {
   it("registers an oci-ref ready at once, answers the same image to the same registration, and 409 to other content", async () => {
     const name = imageName();
-    const body = { name, version: "1.0.0", kind: "oci-ref", digest: `sha256:${HEX}`, size: 1234, ref: ref(), labels: { team: "net" } };
+    const body = {
+      name,
+      version: "1.0.0",
+      kind: "oci-ref",
+      digest: `sha256:${HEX}`,
+      size: 1234,
+      ref: ref(),
+      labels: { team: "net" },
+    };
     const first = await register(body);
     expect(first.status).toBe(201);
-    expect(first.json).toMatchObject({ name, version: "1.0.0", kind: "oci-ref", state: "ready", ref: ref(), labels: { team: "net" } });
+    expect(first.json).toMatchObject({
+      name,
+      version: "1.0.0",
+      kind: "oci-ref",
+      state: "ready",
+      ref: ref(),
+      labels: { team: "net" },
+    });
     const again = await register(body);
     expect(again.status).toBe(200);
     expect(again.json.id).toBe(first.json.id);
@@ -50,14 +65,20 @@ describe("registering images", () => {
       const res = await register(body);
       expect(res.status, JSON.stringify(body).slice(0, 80)).toBe(400);
     }
-    const text = await call("POST", "/v1/images", { rawBody: JSON.stringify(base), headers: { "Content-Type": "text/plain" } });
+    const text = await call("POST", "/v1/images", {
+      rawBody: JSON.stringify(base),
+      headers: { "Content-Type": "text/plain" },
+    });
     expect(text.status).toBe(415);
     expect((await call("GET", `/v1/images?name=${name}`)).json.items).toEqual([]);
   });
 
   it("refuses a read token's push (403) and serves it the catalog", async () => {
     const read = await tokenWith("read");
-    const res = await register({ name: imageName(), version: "1", kind: "oci-ref", digest: `sha256:${HEX}`, size: 1, ref: ref() }, read);
+    const res = await register(
+      { name: imageName(), version: "1", kind: "oci-ref", digest: `sha256:${HEX}`, size: 1, ref: ref() },
+      read,
+    );
     expect(res.status).toBe(403);
     expect((await call("GET", "/v1/images", { token: read })).status).toBe(200);
   });
@@ -74,7 +95,14 @@ describe("uploading an image's bytes", () => {
 
   it("takes parts in any order, lists those received so a client can resume, and completes only when all are there", async () => {
     const bytes = bytesOf(2 * 5 * MiB + 123, 3);
-    const reg = await register({ name: imageName(), version: "2", kind: "oci-archive", digest: await digestOf(bytes), size: bytes.length, part_size: 5 * MiB });
+    const reg = await register({
+      name: imageName(),
+      version: "2",
+      kind: "oci-archive",
+      digest: await digestOf(bytes),
+      size: bytes.length,
+      part_size: 5 * MiB,
+    });
     expect(reg.status).toBe(201);
     expect(reg.json.upload).toEqual({ part_size: 5 * MiB, parts: 3, received: [] });
     const id = reg.json.id;
@@ -82,7 +110,14 @@ describe("uploading an image's bytes", () => {
     expect((await putPart(id, 1, bytes.subarray(0, 5 * MiB))).json.upload.received).toEqual([1, 3]);
     // The connection dropped here: the client asks what is done (a re-registration answers the same).
     expect((await call("GET", `/v1/images/${id}`)).json.upload.received).toEqual([1, 3]);
-    const again = await register({ name: reg.json.name, version: "2", kind: "oci-archive", digest: reg.json.digest, size: bytes.length, part_size: 5 * MiB });
+    const again = await register({
+      name: reg.json.name,
+      version: "2",
+      kind: "oci-archive",
+      digest: reg.json.digest,
+      size: bytes.length,
+      part_size: 5 * MiB,
+    });
     expect(again.status).toBe(200);
     expect(again.json.upload.received).toEqual([1, 3]);
     const early = await call("POST", `/v1/images/${id}/complete`);
@@ -100,11 +135,21 @@ describe("uploading an image's bytes", () => {
 
   it("completes an upload that R2 assembled before a crash kept the call from recording it", async () => {
     const bytes = bytesOf(3000, 31);
-    const reg = await register({ name: imageName(), version: "1", kind: "tarball", digest: await digestOf(bytes), size: 3000 });
+    const reg = await register({
+      name: imageName(),
+      version: "1",
+      kind: "tarball",
+      digest: await digestOf(bytes),
+      size: 3000,
+    });
     const put = await putPart(reg.json.id, 1, bytes);
-    const row = (await env.DB.prepare("SELECT upload_id FROM images WHERE id = ?").bind(reg.json.id).first<{ upload_id: string }>())!;
+    const row = (await env.DB.prepare("SELECT upload_id FROM images WHERE id = ?")
+      .bind(reg.json.id)
+      .first<{ upload_id: string }>())!;
     // The first completion got as far as R2 and died there: the upload is assembled, the row still 'uploading'.
-    const etag = (await env.DB.prepare("SELECT etag FROM image_parts WHERE image_id = ?").bind(reg.json.id).first<{ etag: string }>())!.etag;
+    const etag = (await env.DB.prepare("SELECT etag FROM image_parts WHERE image_id = ?")
+      .bind(reg.json.id)
+      .first<{ etag: string }>())!.etag;
     await env.IMAGES.resumeMultipartUpload(`images/${reg.json.id}`, row.upload_id).complete([{ partNumber: 1, etag }]);
     expect(put.status).toBe(200);
     const retried = await call("POST", `/v1/images/${reg.json.id}/complete`);
@@ -114,22 +159,46 @@ describe("uploading an image's bytes", () => {
 
   it("refuses bytes whose digest is not the registered one and keeps nothing", async () => {
     const bytes = bytesOf(4096, 1);
-    const reg = await register({ name: imageName(), version: "1", kind: "tarball", digest: await digestOf(bytesOf(4096, 2)), size: 4096 });
+    const reg = await register({
+      name: imageName(),
+      version: "1",
+      kind: "tarball",
+      digest: await digestOf(bytesOf(4096, 2)),
+      size: 4096,
+    });
     expect((await putPart(reg.json.id, 1, bytes)).status).toBe(200);
     const res = await call("POST", `/v1/images/${reg.json.id}/complete`);
     expect(res.status).toBe(422);
     expect(res.json.error).toMatchObject({ code: "digest_mismatch", details: { actual: await digestOf(bytes) } });
     expect((await call("GET", `/v1/images/${reg.json.id}`)).status).toBe(404);
     expect(await r2Head(reg.json.id)).toBeNull();
-    const owed = await env.DB.prepare("SELECT count(*) AS n FROM image_deletions WHERE key = ?").bind(`images/${reg.json.id}`).first<{ n: number }>();
+    const owed = await env.DB.prepare("SELECT count(*) AS n FROM image_deletions WHERE key = ?")
+      .bind(`images/${reg.json.id}`)
+      .first<{ n: number }>();
     expect(owed!.n).toBe(0);
     // The name and version are free again.
-    expect((await register({ name: reg.json.name, version: "1", kind: "tarball", digest: await digestOf(bytes), size: 4096 })).status).toBe(201);
+    expect(
+      (
+        await register({
+          name: reg.json.name,
+          version: "1",
+          kind: "tarball",
+          digest: await digestOf(bytes),
+          size: 4096,
+        })
+      ).status,
+    ).toBe(201);
   });
 
   it("does not record a part whose body is shorter or longer than its size, or not sent as octet-stream", async () => {
     const bytes = bytesOf(2048, 5);
-    const reg = await register({ name: imageName(), version: "1", kind: "tarball", digest: await digestOf(bytes), size: 2048 });
+    const reg = await register({
+      name: imageName(),
+      version: "1",
+      kind: "tarball",
+      digest: await digestOf(bytes),
+      size: 2048,
+    });
     const id = reg.json.id;
     const short = await putPart(id, 1, bytes.subarray(0, 2000));
     expect(short.status).toBe(400);
@@ -148,11 +217,22 @@ describe("uploading an image's bytes", () => {
   });
 
   it("refuses parts for a reference, and a part over the part limit", async () => {
-    const r = await register({ name: imageName(), version: "1", kind: "oci-ref", digest: `sha256:${HEX}`, size: 1, ref: ref() });
+    const r = await register({
+      name: imageName(),
+      version: "1",
+      kind: "oci-ref",
+      digest: `sha256:${HEX}`,
+      size: 1,
+      ref: ref(),
+    });
     expect((await putPart(r.json.id, 1, bytesOf(10))).json.error.code).toBe("invalid_state");
     const big = await checkedFetch(`${BASE}/v1/images/${r.json.id}/parts/1`, {
       method: "PUT",
-      headers: { Authorization: "Bearer test-admin-token", "Content-Type": "application/octet-stream", "Content-Length": String(51 * MiB) },
+      headers: {
+        Authorization: "Bearer test-admin-token",
+        "Content-Type": "application/octet-stream",
+        "Content-Length": String(51 * MiB),
+      },
       body: bytesOf(16),
     }).catch(() => null);
     // Either the runtime refuses the lying Content-Length, or the worker does (413): nothing is kept.
@@ -165,7 +245,11 @@ async function SELFfetchStream(id: string, body: ReadableStream, length: number)
   try {
     const res = await checkedFetch(`${BASE}/v1/images/${id}/parts/1`, {
       method: "PUT",
-      headers: { Authorization: "Bearer test-admin-token", "Content-Type": "application/octet-stream", "Content-Length": String(length) },
+      headers: {
+        Authorization: "Bearer test-admin-token",
+        "Content-Type": "application/octet-stream",
+        "Content-Length": String(length),
+      },
       body,
       duplex: "half",
     } as RequestInit);
@@ -179,7 +263,9 @@ describe("listing, reading and deleting images", () => {
   it("lists by name and version, paged", async () => {
     const name = imageName();
     for (const v of ["1", "2", "3"]) {
-      expect((await register({ name, version: v, kind: "oci-ref", digest: `sha256:${HEX}`, size: 1, ref: ref() })).status).toBe(201);
+      expect(
+        (await register({ name, version: v, kind: "oci-ref", digest: `sha256:${HEX}`, size: 1, ref: ref() })).status,
+      ).toBe(201);
     }
     const first = await call("GET", `/v1/images?name=${name}&limit=2`);
     expect(first.json.items.map((i: any) => i.version)).toEqual(["1", "2"]);
@@ -192,15 +278,26 @@ describe("listing, reading and deleting images", () => {
   it("refuses to delete an image a channel wants (409 image_in_use naming it), then deletes it and its bytes", async () => {
     const img = await storedImage(bytesOf(300, 9));
     const { id: fleet } = await createFleet({ image_policy: "catalog" });
-    expect((await call("PUT", `/v1/fleets/${fleet}/channels/${img.name}`, { body: { image_id: img.id } })).status).toBe(200);
+    expect((await call("PUT", `/v1/fleets/${fleet}/channels/${img.name}`, { body: { image_id: img.id } })).status).toBe(
+      200,
+    );
     const refused = await call("DELETE", `/v1/images/${img.id}`);
     expect(refused.status).toBe(409);
     expect(refused.json.error.code).toBe("image_in_use");
     expect(refused.json.error.details.channels).toEqual([{ fleet, agent: img.name }]);
     expect((await call("GET", `/v1/images/${img.id}`)).json.used_by.channels).toEqual([{ fleet, agent: img.name }]);
     expect(await r2Head(img.id)).not.toBeNull();
-    const next = await register({ name: img.name, version: "2.0.0", kind: "oci-ref", digest: `sha256:${HEX}`, size: 1, ref: ref() });
-    expect((await call("PUT", `/v1/fleets/${fleet}/channels/${img.name}`, { body: { image_id: next.json.id } })).status).toBe(200);
+    const next = await register({
+      name: img.name,
+      version: "2.0.0",
+      kind: "oci-ref",
+      digest: `sha256:${HEX}`,
+      size: 1,
+      ref: ref(),
+    });
+    expect(
+      (await call("PUT", `/v1/fleets/${fleet}/channels/${img.name}`, { body: { image_id: next.json.id } })).status,
+    ).toBe(200);
     expect((await call("DELETE", `/v1/images/${img.id}`)).status).toBe(200);
     expect((await call("GET", `/v1/images/${img.id}`)).status).toBe(404);
     expect(await r2Head(img.id)).toBeNull();
@@ -211,7 +308,9 @@ describe("the abandoned-upload sweep", () => {
   it("deletes R2 objects a crash left owed after their image was forgotten", async () => {
     const key = `images/${crypto.randomUUID()}`;
     await env.IMAGES.put(key, "left behind");
-    await env.DB.prepare("INSERT INTO image_deletions (key, upload_id, at) VALUES (?, NULL, ?)").bind(key, Date.now()).run();
+    await env.DB.prepare("INSERT INTO image_deletions (key, upload_id, at) VALUES (?, NULL, ?)")
+      .bind(key, Date.now())
+      .run();
     await sweepImages(env, Date.now());
     expect(await env.IMAGES.head(key)).toBeNull();
     expect(await env.DB.prepare("SELECT key FROM image_deletions WHERE key = ?").bind(key).first()).toBeNull();
@@ -219,19 +318,39 @@ describe("the abandoned-upload sweep", () => {
 
   it("aborts uploads older than a day and forgets their rows; younger ones stay", async () => {
     const bytes = bytesOf(5000, 4);
-    const old = await register({ name: imageName(), version: "1", kind: "tarball", digest: await digestOf(bytes), size: 5000 });
-    const young = await register({ name: imageName(), version: "1", kind: "tarball", digest: await digestOf(bytes), size: 5000 });
+    const old = await register({
+      name: imageName(),
+      version: "1",
+      kind: "tarball",
+      digest: await digestOf(bytes),
+      size: 5000,
+    });
+    const young = await register({
+      name: imageName(),
+      version: "1",
+      kind: "tarball",
+      digest: await digestOf(bytes),
+      size: 5000,
+    });
     expect((await putPart(old.json.id, 1, bytes)).status).toBe(200);
     const now = Date.now();
-    const uploadId = (await env.DB.prepare("SELECT upload_id FROM images WHERE id = ?").bind(old.json.id).first<{ upload_id: string }>())!.upload_id;
-    await env.DB.prepare("UPDATE images SET created_at = ? WHERE id = ?").bind(now - ABANDONED_UPLOAD_MS - 1000, old.json.id).run();
+    const uploadId = (await env.DB.prepare("SELECT upload_id FROM images WHERE id = ?")
+      .bind(old.json.id)
+      .first<{ upload_id: string }>())!.upload_id;
+    await env.DB.prepare("UPDATE images SET created_at = ? WHERE id = ?")
+      .bind(now - ABANDONED_UPLOAD_MS - 1000, old.json.id)
+      .run();
     const swept = await sweepImages(env, now);
     expect(swept.abandoned).toBeGreaterThanOrEqual(1);
     expect((await call("GET", `/v1/images/${old.json.id}`)).status).toBe(404);
     expect((await call("GET", `/v1/images/${young.json.id}`)).json.state).toBe("uploading");
-    const parts = await env.DB.prepare("SELECT count(*) AS n FROM image_parts WHERE image_id = ?").bind(old.json.id).first<{ n: number }>();
+    const parts = await env.DB.prepare("SELECT count(*) AS n FROM image_parts WHERE image_id = ?")
+      .bind(old.json.id)
+      .first<{ n: number }>();
     expect(parts!.n).toBe(0);
-    const owed = await env.DB.prepare("SELECT count(*) AS n FROM image_deletions WHERE key = ?").bind(`images/${old.json.id}`).first<{ n: number }>();
+    const owed = await env.DB.prepare("SELECT count(*) AS n FROM image_deletions WHERE key = ?")
+      .bind(`images/${old.json.id}`)
+      .first<{ n: number }>();
     expect(owed!.n).toBe(0);
     // The upload is gone from R2: completing it there fails.
     const upload = env.IMAGES.resumeMultipartUpload(`images/${old.json.id}`, uploadId);

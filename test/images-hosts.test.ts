@@ -42,10 +42,14 @@ describe("desired configs naming catalog images", () => {
     const img = await storedImage(bytesOf(100, 12));
     const { id: fleet } = await createFleet({ image_policy: "catalog" });
     const server = await registerServer(fleet);
-    const ok = await call("PUT", `/v1/servers/${server.id}/desired`, { body: { generation: 2, agents: [{ name: img.name, image: img.name, version: img.version }] } });
+    const ok = await call("PUT", `/v1/servers/${server.id}/desired`, {
+      body: { generation: 2, agents: [{ name: img.name, image: img.name, version: img.version }] },
+    });
     expect(ok.status).toBe(200);
     expect(ok.json.agents[0].image_id).toBe(img.id);
-    const missing = await call("PUT", `/v1/servers/${server.id}/desired`, { body: { generation: 3, agents: [{ name: "nope", image: "nope", version: "9" }] } });
+    const missing = await call("PUT", `/v1/servers/${server.id}/desired`, {
+      body: { generation: 3, agents: [{ name: "nope", image: "nope", version: "9" }] },
+    });
     expect(missing.status).toBe(422);
     expect(missing.json.error.code).toBe("image_not_found");
     expect((await call("GET", `/v1/servers/${server.id}/desired`)).json.generation).toBe(2);
@@ -59,11 +63,17 @@ describe("desired configs naming catalog images", () => {
     const { id: fleet } = await createFleet();
     expect((await call("GET", `/v1/fleets/${fleet}`)).json.image_policy).toBe("any");
     const server = await registerServer(fleet);
-    const free = await call("PUT", `/v1/servers/${server.id}/desired`, { body: { generation: 2, agents: [{ name: "a", image: "registry.example/a:1", version: "1" }] } });
+    const free = await call("PUT", `/v1/servers/${server.id}/desired`, {
+      body: { generation: 2, agents: [{ name: "a", image: "registry.example/a:1", version: "1" }] },
+    });
     expect(free.status).toBe(200);
     expect(free.json.agents[0].image_id).toBeUndefined();
-    expect((await call("PATCH", `/v1/fleets/${fleet}`, { body: { image_policy: "catalog" } })).json.image_policy).toBe("catalog");
-    const refused = await call("PUT", `/v1/servers/${server.id}/desired`, { body: { generation: 3, agents: [{ name: "a", image: "registry.example/a:2", version: "2" }] } });
+    expect((await call("PATCH", `/v1/fleets/${fleet}`, { body: { image_policy: "catalog" } })).json.image_policy).toBe(
+      "catalog",
+    );
+    const refused = await call("PUT", `/v1/servers/${server.id}/desired`, {
+      body: { generation: 3, agents: [{ name: "a", image: "registry.example/a:2", version: "2" }] },
+    });
     expect(refused.json.error.code).toBe("image_not_found");
   });
 
@@ -75,23 +85,43 @@ describe("desired configs naming catalog images", () => {
     const rollout = await call("POST", "/v1/rollouts", { body: { fleet, agent: "web", image: "web", version: "2" } });
     expect(rollout.status).toBe(422);
     expect(rollout.json.error.code).toBe("image_not_found");
-    const img = await register({ name: imageName(), version: "1", kind: "oci-ref", digest: `sha256:${"d".repeat(64)}`, size: 5, ref: `ghcr.io/org/web@sha256:${"d".repeat(64)}` });
+    const img = await register({
+      name: imageName(),
+      version: "1",
+      kind: "oci-ref",
+      digest: `sha256:${"d".repeat(64)}`,
+      size: 5,
+      ref: `ghcr.io/org/web@sha256:${"d".repeat(64)}`,
+    });
     const set = await call("PUT", `/v1/fleets/${fleet}/channels/web`, { body: { image_id: img.json.id } });
     expect(set.status).toBe(200);
     // A new server planned from the channel gets the reference as its source.
     await call("PUT", `/v1/fleets/${fleet}/roles/webserver`, { body: { agents: [{ name: "web" }] } });
     const server = await registerServer(fleet, { roles: ["webserver"] });
     const desired = await call("GET", "/v1/agent/desired", { token: server.token });
-    expect(desired.json.agents[0]).toMatchObject({ name: "web", image_id: img.json.id, kind: "oci-ref", source: { ref: img.json.ref } });
+    expect(desired.json.agents[0]).toMatchObject({
+      name: "web",
+      image_id: img.json.id,
+      kind: "oci-ref",
+      source: { ref: img.json.ref },
+    });
   });
 
   it("resolves a fleet spec's channels against the catalog when the spec turns the check on, and refuses one it lacks", async () => {
     const img = await storedImage(bytesOf(80, 13));
     const fleet = `spec-img-${Math.random().toString(36).slice(2, 8)}`;
-    const spec = (channels: Record<string, unknown>) => ({ apiVersion: "harbormaster/v1", kind: "FleetSpec", fleet, settings: { image_policy: "catalog" }, channels });
+    const spec = (channels: Record<string, unknown>) => ({
+      apiVersion: "harbormaster/v1",
+      kind: "FleetSpec",
+      fleet,
+      settings: { image_policy: "catalog" },
+      channels,
+    });
     const refused = await apply(fleet, spec({ web: { image: "web", version: "404" } }));
     expect(refused.status).toBe(422);
-    expect(refused.json.error.details.problems).toEqual([{ path: "channels.web", message: expect.stringContaining("image_not_found") }]);
+    expect(refused.json.error.details.problems).toEqual([
+      { path: "channels.web", message: expect.stringContaining("image_not_found") },
+    ]);
     expect((await call("GET", `/v1/fleets/${fleet}`)).status).toBe(404);
     const ok = await apply(fleet, spec({ [img.name]: { image: img.name, version: img.version } }));
     expect(ok.status, JSON.stringify(ok.json)).toBeLessThan(300);
@@ -99,11 +129,16 @@ describe("desired configs naming catalog images", () => {
   });
 
   it("lets a rollout name a catalog image by id and hands each target its catalog fields", async () => {
-    const v1 = await storedImage(bytesOf(64, 1), { name: "rolled" + Math.random().toString(36).slice(2, 7), version: "1" });
+    const v1 = await storedImage(bytesOf(64, 1), {
+      name: "rolled" + Math.random().toString(36).slice(2, 7),
+      version: "1",
+    });
     const v2 = await storedImage(bytesOf(64, 2), { name: v1.name, version: "2" });
     const { id: fleet } = await createFleet({ image_policy: "catalog" });
     const server = await registerServer(fleet);
-    await call("PUT", `/v1/servers/${server.id}/desired`, { body: { generation: 2, agents: [{ name: v1.name, image_id: v1.id }] } });
+    await call("PUT", `/v1/servers/${server.id}/desired`, {
+      body: { generation: 2, agents: [{ name: v1.name, image_id: v1.id }] },
+    });
     const r = await call("POST", "/v1/rollouts", { body: { fleet, agent: v1.name, image_id: v2.id } });
     expect(r.status, JSON.stringify(r.json)).toBe(201);
     expect(r.json).toMatchObject({ image: v1.name, version: "2" });

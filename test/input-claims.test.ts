@@ -20,7 +20,11 @@ describe("a /v1 body is read as what its headers claim, or refused with 415", ()
   });
 
   it("refuses a body labelled with a charset other than UTF-8, and creates nothing", async () => {
-    for (const type of ["application/json; charset=utf-16", "application/json;charset=ISO-8859-1", 'application/json; charset="utf-16le"']) {
+    for (const type of [
+      "application/json; charset=utf-16",
+      "application/json;charset=ISO-8859-1",
+      'application/json; charset="utf-16le"',
+    ]) {
       const id = `cs-${crypto.randomUUID().slice(0, 8)}`;
       const res = await call("POST", "/v1/fleets", { rawBody: fleetBody(id), headers: { "Content-Type": type } });
       expect(res.status, type).toBe(415);
@@ -67,7 +71,10 @@ describe("FleetLock reads raw bytes, but refuses a body that declares another co
     ]) {
       const res = await post(f, body, headers);
       expect(res.status, JSON.stringify(headers)).toBe(400);
-      expect(res.json).toEqual({ kind: "invalid_client_params", value: expect.stringMatching(/Content-Encoding|charset/) });
+      expect(res.json).toEqual({
+        kind: "invalid_client_params",
+        value: expect.stringMatching(/Content-Encoding|charset/),
+      });
     }
     expect((await getGroup(f.fleet, "default")).holders).toEqual([]);
     // The same body declared as UTF-8 (or with no Content-Type at all, as Zincati sends it) is granted.

@@ -36,9 +36,15 @@ describe("agent channels", () => {
 
   it("refuses bad input and unknown fleets without writing", async () => {
     const f = await createFleet();
-    expect((await call("PUT", `/v1/fleets/${f.id}/channels/fw`, { body: { image: "" , version: "1"} })).json.error.code).toBe("validation_failed");
-    expect((await call("PUT", `/v1/fleets/${f.id}/channels/Bad Name`, { body: { image: "x:1", version: "1" } })).status).toBe(400);
-    expect((await call("PUT", `/v1/fleets/nope-${Date.now()}/channels/fw`, { body: { image: "x:1", version: "1" } })).status).toBe(404);
+    expect(
+      (await call("PUT", `/v1/fleets/${f.id}/channels/fw`, { body: { image: "", version: "1" } })).json.error.code,
+    ).toBe("validation_failed");
+    expect(
+      (await call("PUT", `/v1/fleets/${f.id}/channels/Bad Name`, { body: { image: "x:1", version: "1" } })).status,
+    ).toBe(400);
+    expect(
+      (await call("PUT", `/v1/fleets/nope-${Date.now()}/channels/fw`, { body: { image: "x:1", version: "1" } })).status,
+    ).toBe(404);
     expect((await call("GET", `/v1/fleets/${f.id}/channels/fw`)).status).toBe(404);
     expect((await call("GET", `/v1/fleets/${f.id}/channels`)).json.items).toEqual([]);
   });
@@ -64,12 +70,16 @@ describe("role profiles", () => {
   it("refuses an agent without a channel (422 unknown_channel), a bad condition, a duplicate agent", async () => {
     const f = await createFleet();
     await channel(f.id, "base", "base:1");
-    const missing = await call("PUT", `/v1/fleets/${f.id}/roles/r1`, { body: { agents: [{ name: "base" }, { name: "ghost" }] } });
+    const missing = await call("PUT", `/v1/fleets/${f.id}/roles/r1`, {
+      body: { agents: [{ name: "base" }, { name: "ghost" }] },
+    });
     expect(missing.status).toBe(422);
     expect(missing.json.error).toMatchObject({ code: "unknown_channel", details: { agents: ["ghost"] } });
     const bad = await call("PUT", `/v1/fleets/${f.id}/roles/r1`, { body: { agents: [{ name: "base", when: "!!x" }] } });
     expect(bad.json.error.code).toBe("validation_failed");
-    const dup = await call("PUT", `/v1/fleets/${f.id}/roles/r1`, { body: { agents: [{ name: "base" }, { name: "base" }] } });
+    const dup = await call("PUT", `/v1/fleets/${f.id}/roles/r1`, {
+      body: { agents: [{ name: "base" }, { name: "base" }] },
+    });
     expect(dup.json.error.code).toBe("duplicate_agent");
     expect((await call("GET", `/v1/fleets/${f.id}/roles/r1`)).status).toBe(404);
   });
@@ -79,7 +89,12 @@ describe("PATCH /v1/fleets/{fleet}", () => {
   it("merges capabilities (null removes a key) and replaces settings", async () => {
     const f = await createFleet({ capabilities: { firewall: true, object_storage: true } });
     const res = await call("PATCH", `/v1/fleets/${f.id}`, {
-      body: { capabilities: { object_storage: null, gpu: true }, stale_after_s: 120, allow_unknown_ids: true, default_group_slots: 2 },
+      body: {
+        capabilities: { object_storage: null, gpu: true },
+        stale_after_s: 120,
+        allow_unknown_ids: true,
+        default_group_slots: 2,
+      },
     });
     expect(res.status).toBe(200);
     expect(res.json).toMatchObject({
@@ -97,11 +112,14 @@ describe("PATCH /v1/fleets/{fleet}", () => {
 
   it("refuses an empty or invalid patch and changes nothing", async () => {
     const f = await createFleet({ capabilities: { firewall: true } });
-    for (const body of [{}, { stale_after_s: 1 }, { capabilities: { "Bad": true } }, { id: "x" }]) {
+    for (const body of [{}, { stale_after_s: 1 }, { capabilities: { Bad: true } }, { id: "x" }]) {
       const res = await call("PATCH", `/v1/fleets/${f.id}`, { body });
       expect(res.status, JSON.stringify(body)).toBe(400);
     }
-    expect((await call("GET", `/v1/fleets/${f.id}`)).json).toMatchObject({ capabilities: { firewall: true }, stale_after_s: 300 });
+    expect((await call("GET", `/v1/fleets/${f.id}`)).json).toMatchObject({
+      capabilities: { firewall: true },
+      stale_after_s: 300,
+    });
     expect((await call("PATCH", `/v1/fleets/nope-${Date.now()}`, { body: { stale_after_s: 60 } })).status).toBe(404);
   });
 
@@ -136,14 +154,18 @@ describe("coordinator tasks", () => {
     // As if a PATCH committed in D1 (row and task) and the worker died before telling the coordinator.
     await env.DB.batch([
       env.DB.prepare("UPDATE fleets SET allow_unknown_ids = 1 WHERE id = ?").bind(f.id),
-      env.DB.prepare("INSERT INTO fleet_tasks (fleet_id, kind, rev, created_at) VALUES (?, 'push_settings', 1, 0)").bind(f.id),
+      env.DB.prepare(
+        "INSERT INTO fleet_tasks (fleet_id, kind, rev, created_at) VALUES (?, 'push_settings', 1, 0)",
+      ).bind(f.id),
     ]);
     expect((await pre()).status).toBe(403);
     const { runScheduled } = await import("../src/scheduled");
     const { createScheduledController } = await import("cloudflare:test");
     await runScheduled(createScheduledController({ scheduledTime: Date.now() }), env);
     expect((await pre()).status).toBe(200);
-    expect(await env.DB.prepare("SELECT COUNT(*) AS n FROM fleet_tasks WHERE fleet_id = ?").bind(f.id).first("n")).toBe(0);
+    expect(await env.DB.prepare("SELECT COUNT(*) AS n FROM fleet_tasks WHERE fleet_id = ?").bind(f.id).first("n")).toBe(
+      0,
+    );
   });
 });
 
@@ -168,13 +190,24 @@ describe("DELETE /v1/fleets/{fleet}", () => {
     const tomb = crypto.randomUUID();
     await env.DB.prepare(
       "INSERT INTO servers (id, fleet_id, hostname, kind, roles, reboot_group, state, status, desired_generation, created_at, updated_at) VALUES (?, ?, 'gone.example.com', 'managed', '[]', 'default', 'removed', 'unknown', 3, 1, 1)",
-    ).bind(tomb, f.id).run();
+    )
+      .bind(tomb, f.id)
+      .run();
     expect((await call("DELETE", `/v1/fleets/${f.id}`, { token: null })).status).toBe(401);
     const res = await call("DELETE", `/v1/fleets/${f.id}`);
     expect(res.status).toBe(204);
     expect((await call("GET", `/v1/fleets/${f.id}`)).status).toBe(404);
-    for (const table of ["servers", "agent_channels", "agent_channel_history", "role_profiles", "fleet_intent", "fleet_tasks"]) {
-      const n = await env.DB.prepare(`SELECT COUNT(*) AS n FROM ${table} WHERE fleet_id = ?`).bind(f.id).first<{ n: number }>("n");
+    for (const table of [
+      "servers",
+      "agent_channels",
+      "agent_channel_history",
+      "role_profiles",
+      "fleet_intent",
+      "fleet_tasks",
+    ]) {
+      const n = await env.DB.prepare(`SELECT COUNT(*) AS n FROM ${table} WHERE fleet_id = ?`)
+        .bind(f.id)
+        .first<{ n: number }>("n");
       expect(n, table).toBe(0);
     }
     // The same id starts afresh: no old groups, no old key.
@@ -188,7 +221,9 @@ describe("concurrent intent changes", () => {
   it("apply one after another: racing channel PUTs leave a history whose every entry names the one it replaced", async () => {
     const f = await createFleet();
     const results = await Promise.all(
-      Array.from({ length: 8 }, (_, i) => call("PUT", `/v1/fleets/${f.id}/channels/fw`, { body: { image: `fw:${i}`, version: `${i}` } })),
+      Array.from({ length: 8 }, (_, i) =>
+        call("PUT", `/v1/fleets/${f.id}/channels/fw`, { body: { image: `fw:${i}`, version: `${i}` } }),
+      ),
     );
     expect(results.map((r) => r.status)).toEqual(Array(8).fill(200));
     const h = (await call("GET", `/v1/fleets/${f.id}/channels/fw`)).json.history as any[];

@@ -4,7 +4,14 @@ import { describe, expect, it } from "vitest";
 import { auditEvent, auditInsertOnce } from "../src/audit/log";
 import { getDb } from "../src/db/client";
 import { auditLog } from "../src/db/schema";
-import { backoffMs, NotYet, Outbox, OUTBOX_MAX_BACKOFF_MS, OUTBOX_SAFETY_MS, OUTBOX_TIMER } from "../src/objects/kit/outbox";
+import {
+  backoffMs,
+  NotYet,
+  Outbox,
+  OUTBOX_MAX_BACKOFF_MS,
+  OUTBOX_SAFETY_MS,
+  OUTBOX_TIMER,
+} from "../src/objects/kit/outbox";
 import { Scheduler } from "../src/objects/kit/scheduler";
 
 /** A scratch Durable Object's storage (a ledger no server was registered in). */
@@ -137,7 +144,20 @@ describe("outbox", () => {
       const s = new Scheduler(storage);
       let calls = 0;
       const at = Date.now() + 60_000;
-      const box = new Outbox<"call">(storage, s, { call: { target: "call", deliver: async () => { calls++; throw new NotYet(at); } } }, () => getDb(env.DB));
+      const box = new Outbox<"call">(
+        storage,
+        s,
+        {
+          call: {
+            target: "call",
+            deliver: async () => {
+              calls++;
+              throw new NotYet(at);
+            },
+          },
+        },
+        () => getDb(env.DB),
+      );
       box.enqueue("call", {});
       await box.flush();
       await box.flush();
@@ -151,8 +171,21 @@ describe("outbox", () => {
   it("makes a keyed effect enqueued anew due at once, keeping the failed attempts of the one it replaces", async () => {
     await scratch(async (storage) => {
       const s = new Scheduler(storage);
-      const box = new Outbox<"call">(storage, s, { call: { target: "call", deliver: async () => { throw new Error("down"); } } }, () => getDb(env.DB));
-      const attempts = () => storage.sql.exec<{ attempts: number; next_at: number }>("SELECT attempts, next_at FROM _outbox").one();
+      const box = new Outbox<"call">(
+        storage,
+        s,
+        {
+          call: {
+            target: "call",
+            deliver: async () => {
+              throw new Error("down");
+            },
+          },
+        },
+        () => getDb(env.DB),
+      );
+      const attempts = () =>
+        storage.sql.exec<{ attempts: number; next_at: number }>("SELECT attempts, next_at FROM _outbox").one();
       box.enqueue("call", { v: 1 }, { key: "k" });
       await box.flush();
       await storage.sql.exec("UPDATE _outbox SET next_at = ?", Date.now() - 1);
@@ -212,7 +245,9 @@ describe("outbox", () => {
   it("arms the alarm for an effect before its first delivery, so a crash right after the commit delays it by OUTBOX_SAFETY_MS at most", async () => {
     await scratch(async (storage) => {
       const s = new Scheduler(storage);
-      const box = new Outbox<"call">(storage, s, { call: { target: "call", deliver: async () => {} } }, () => getDb(env.DB));
+      const box = new Outbox<"call">(storage, s, { call: { target: "call", deliver: async () => {} } }, () =>
+        getDb(env.DB),
+      );
       const now = Date.now();
       box.enqueue("call", {});
       await s.arm();
@@ -229,7 +264,13 @@ describe("outbox", () => {
       const box = new Outbox<"d1">(
         storage,
         s,
-        { d1: { target: "d1", statements: () => [], delivered: (p: { n: string }) => void (batches.at(-1) ?? batches[batches.push([]) - 1]).push(p.n) } },
+        {
+          d1: {
+            target: "d1",
+            statements: () => [],
+            delivered: (p: { n: string }) => void (batches.at(-1) ?? batches[batches.push([]) - 1]).push(p.n),
+          },
+        },
         () => getDb(env.DB),
       );
       const now = Date.now();

@@ -12,21 +12,38 @@ import { MAX_SERVER_LABELS } from "../src/domain/limits";
 import { buildProjection } from "../src/ledger/projection";
 import type { ServerRecord } from "../src/model/server/record";
 import { listServers, sparseLabel } from "../src/servers/store";
-import { breakD1, call, createFleet, d1Statements, fireTimersNow, pendingEffects, registerServer, uniq } from "./helpers";
+import {
+  breakD1,
+  call,
+  createFleet,
+  d1Statements,
+  fireTimersNow,
+  pendingEffects,
+  registerServer,
+  uniq,
+} from "./helpers";
 import { AGENT, fleetWithAgent, NEW, startRollout, targets } from "./rollout-helpers";
 
 const db = () => getDb(env.DB);
 const ledger = (id: string) => env.LEDGER.get(env.LEDGER.idFromName(id));
 const labelRows = async (id: string) =>
-  (await db().select().from(serverLabels).where(eq(serverLabels.serverId, id))).map((r) => `${r.key}=${r.value}`).sort();
-const indexLabels = async (id: string) => (await db().select({ labels: servers.labels }).from(servers).where(eq(servers.id, id)))[0]?.labels;
-const manyLabels = (n: number, prefix = "k") => Object.fromEntries(Array.from({ length: n }, (_, i) => [`${prefix}${i}`, `v${i}`]));
+  (await db().select().from(serverLabels).where(eq(serverLabels.serverId, id)))
+    .map((r) => `${r.key}=${r.value}`)
+    .sort();
+const indexLabels = async (id: string) =>
+  (await db().select({ labels: servers.labels }).from(servers).where(eq(servers.id, id)))[0]?.labels;
+const manyLabels = (n: number, prefix = "k") =>
+  Object.fromEntries(Array.from({ length: n }, (_, i) => [`${prefix}${i}`, `v${i}`]));
 
 describe("labels at registration", () => {
   it("are kept by the ledger, shown by GET and the list, and written to the label index", async () => {
     const { id: fleet } = await createFleet();
     const s = await registerServer(fleet, { labels: { zone: "eu-1a", rack: "r12", "example.com/tier": "gold" } });
-    expect((s as unknown as { labels: unknown }).labels).toEqual({ "example.com/tier": "gold", rack: "r12", zone: "eu-1a" });
+    expect((s as unknown as { labels: unknown }).labels).toEqual({
+      "example.com/tier": "gold",
+      rack: "r12",
+      zone: "eu-1a",
+    });
     const got = await call("GET", `/v1/servers/${s.id}`);
     expect(got.json.labels).toEqual({ "example.com/tier": "gold", rack: "r12", zone: "eu-1a" });
     const list = await call("GET", `/v1/servers?fleet=${fleet}`);
@@ -73,7 +90,9 @@ describe("PATCH labels", () => {
   it("merges: named keys are set, null removes a key, the others are kept", async () => {
     const { id: fleet } = await createFleet();
     const s = await registerServer(fleet, { labels: { zone: "eu-1a", rack: "r12", tier: "gold" } });
-    const res = await call("PATCH", `/v1/servers/${s.id}`, { body: { labels: { zone: "eu-1b", rack: null, os: "fcos" } } });
+    const res = await call("PATCH", `/v1/servers/${s.id}`, {
+      body: { labels: { zone: "eu-1b", rack: null, os: "fcos" } },
+    });
     expect(res.status).toBe(200);
     expect(res.json.labels).toEqual({ os: "fcos", tier: "gold", zone: "eu-1b" });
     expect(await indexLabels(s.id)).toEqual({ os: "fcos", tier: "gold", zone: "eu-1b" });
@@ -104,13 +123,20 @@ describe("PATCH labels", () => {
     const { id: fleet } = await createFleet();
     const s = await registerServer(fleet, { roles: ["web"], reboot_group: "g1" });
     const res = await call("PATCH", `/v1/servers/${s.id}`, { body: { labels: { zone: "eu-1a" } } });
-    expect(res.json).toMatchObject({ roles: ["web"], reboot_group: "g1", labels: { zone: "eu-1a" }, desired_generation: 1 });
+    expect(res.json).toMatchObject({
+      roles: ["web"],
+      reboot_group: "g1",
+      labels: { zone: "eu-1a" },
+      desired_generation: 1,
+    });
   });
 
   it(`refuses a merge that would exceed ${MAX_SERVER_LABELS} labels, and changes nothing (the roles sent with it included)`, async () => {
     const { id: fleet } = await createFleet();
     const s = await registerServer(fleet, { labels: manyLabels(MAX_SERVER_LABELS - 1), roles: ["web"] });
-    const res = await call("PATCH", `/v1/servers/${s.id}`, { body: { labels: { extra1: "a", extra2: "b" }, roles: ["db"] } });
+    const res = await call("PATCH", `/v1/servers/${s.id}`, {
+      body: { labels: { extra1: "a", extra2: "b" }, roles: ["db"] },
+    });
     expect(res.status).toBe(400);
     expect(res.json.error.code).toBe("validation_failed");
     expect(res.json.error.details).toEqual([expect.objectContaining({ path: "labels" })]);
@@ -119,7 +145,9 @@ describe("PATCH labels", () => {
     expect(got.roles).toEqual(["web"]);
     expect(await labelRows(s.id)).toHaveLength(MAX_SERVER_LABELS - 1);
     // Replacing one (removing one as it adds one) stays within the limit.
-    const swap = await call("PATCH", `/v1/servers/${s.id}`, { body: { labels: { k0: null, extra1: "a", extra2: "b" } } });
+    const swap = await call("PATCH", `/v1/servers/${s.id}`, {
+      body: { labels: { k0: null, extra1: "a", extra2: "b" } },
+    });
     expect(swap.status).toBe(200);
     expect(Object.keys(swap.json.labels)).toHaveLength(MAX_SERVER_LABELS);
   });
@@ -136,10 +164,25 @@ describe("PATCH labels", () => {
 
 describe("the projection's signature", () => {
   const record = (labels?: Record<string, string>): ServerRecord => ({
-    id: crypto.randomUUID(), fleet_id: "f", hostname: "h.example.com", kind: "managed", roles: [], reboot_group: "default", fleetlock_id: null,
-    state: "active", stale_after_s: 600, created_at: 0, token_hash: "", token_id: "", ...(labels ? { labels } : {}),
+    id: crypto.randomUUID(),
+    fleet_id: "f",
+    hostname: "h.example.com",
+    kind: "managed",
+    roles: [],
+    reboot_group: "default",
+    fleetlock_id: null,
+    state: "active",
+    stale_after_s: 600,
+    created_at: 0,
+    token_hash: "",
+    token_id: "",
+    ...(labels ? { labels } : {}),
   });
-  const signed = (r: ServerRecord) => JSON.parse(buildProjection(r, { generation: 1, agents: [], lifecycle: "run", updated_at: 0 }, undefined, 0).signatures.server);
+  const signed = (r: ServerRecord) =>
+    JSON.parse(
+      buildProjection(r, { generation: 1, agents: [], lifecycle: "run", updated_at: 0 }, undefined, 0).signatures
+        .server,
+    );
 
   it("of a server without labels is the one written before servers had labels, so its row is not rewritten for them", () => {
     expect(signed(record())).not.toHaveProperty("labels");
@@ -174,14 +217,16 @@ describe("the label index converges after D1 failed", () => {
 describe("filtering by label", () => {
   async function zonedFleet() {
     const { id: fleet } = await createFleet();
-    const mk = (name: string, labels: Record<string, string>) => registerServer(fleet, { hostname: `${name}.example.com`, labels });
+    const mk = (name: string, labels: Record<string, string>) =>
+      registerServer(fleet, { hostname: `${name}.example.com`, labels });
     const a = await mk("a", { zone: "eu-1a", rack: "r1" });
     const b = await mk("b", { zone: "eu-1a", rack: "r2" });
     const c = await mk("c", { zone: "eu-1b", rack: "r1" });
     const d = await mk("d", {});
     return { fleet, a, b, c, d };
   }
-  const hostnames = (res: { json: { items: { hostname: string }[] } }) => res.json.items.map((i) => i.hostname.split(".")[0]);
+  const hostnames = (res: { json: { items: { hostname: string }[] } }) =>
+    res.json.items.map((i) => i.hostname.split(".")[0]);
 
   it("GET /v1/servers: key=value, several terms ANDed, a bare key for servers that have it", async () => {
     const { fleet } = await zonedFleet();
@@ -211,12 +256,15 @@ describe("filtering by label", () => {
     expect(hostnames(await call("GET", `/v1/servers?fleet=${fleet}&label=zone=eu-1b`))).toEqual(["a", "c"]);
   });
 
-  it.each([["Zone=eu-1a"], ["zone=eu 1a"], ["zone="], ["=eu-1a"]])("refuses label=%s as invalid_query", async (term) => {
-    const res = await call("GET", `/v1/servers?label=${encodeURIComponent(term)}`);
-    expect(res.status).toBe(400);
-    expect(res.json.error.code).toBe("invalid_query");
-    expect(res.json.error.details[0].path).toMatch(/^label/);
-  });
+  it.each([["Zone=eu-1a"], ["zone=eu 1a"], ["zone="], ["=eu-1a"]])(
+    "refuses label=%s as invalid_query",
+    async (term) => {
+      const res = await call("GET", `/v1/servers?label=${encodeURIComponent(term)}`);
+      expect(res.status).toBe(400);
+      expect(res.json.error.code).toBe("invalid_query");
+      expect(res.json.error.details[0].path).toMatch(/^label/);
+    },
+  );
 
   it("refuses more than 16 terms", async () => {
     const q = Array.from({ length: 17 }, (_, i) => `label=k${i}`).join("&");
@@ -226,7 +274,9 @@ describe("filtering by label", () => {
   });
 
   it("GET /v1/instances filters by the server's labels", async () => {
-    const { fleet, hosts } = await fleetWithAgent(3, { server: (i) => ({ labels: { zone: i < 2 ? "eu-1a" : "eu-1b" } }) });
+    const { fleet, hosts } = await fleetWithAgent(3, {
+      server: (i) => ({ labels: { zone: i < 2 ? "eu-1a" : "eu-1b" } }),
+    });
     const res = await call("GET", `/v1/instances?agent=${AGENT}&label=zone=eu-1a`);
     const mine = res.json.items.filter((i: { fleet: string }) => i.fleet === fleet);
     expect(mine.map((i: { server_id: string }) => i.server_id).sort()).toEqual([hosts[0].id, hosts[1].id].sort());
@@ -245,19 +295,25 @@ describe("filtering by label", () => {
        SELECT printf('00000000-0000-4000-c000-%012d', i), ?1, 'h' || i || '.example.com', 'managed', '[]',
               CASE WHEN i % 1000 = 0 THEN '{"canary":"yes"}' ELSE '{"zone":"z' || (i % 4) || '"}' END,
               'default', 'active', 'realized', 1, ?2, ?2 FROM n`,
-    ).bind(fleet, now).run();
+    )
+      .bind(fleet, now)
+      .run();
     await env.DB.prepare(
       `INSERT INTO server_labels (server_id, fleet_id, key, value)
        WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 10000)
        SELECT printf('00000000-0000-4000-c000-%012d', i), ?1,
               CASE WHEN i % 1000 = 0 THEN 'canary' ELSE 'zone' END,
               CASE WHEN i % 1000 = 0 THEN 'yes' ELSE 'z' || (i % 4) END FROM n`,
-    ).bind(fleet).run();
+    )
+      .bind(fleet)
+      .run();
     const read = async (labels: { key: string; value?: string }[]) => {
       const driveFrom = await sparseLabel(getDb(env.DB), fleet, labels);
       const query = listServers(getDb(env.DB), { fleet, labels, driveFrom }, null, 20, now);
       const { sql, params } = query.toSQL();
-      const { meta } = await env.DB.prepare(sql).bind(...params).all();
+      const { meta } = await env.DB.prepare(sql)
+        .bind(...params)
+        .all();
       return { rows: await query, rowsRead: meta.rows_read };
     };
     const canary = await read([{ key: "canary", value: "yes" }]);
@@ -278,16 +334,21 @@ describe("filtering by label", () => {
 });
 
 describe("rollouts select by label", () => {
-  const rollout = (body: Record<string, unknown>) => call("POST", "/v1/rollouts", { body: { agent: AGENT, image: NEW, version: "2.0.0", ...body } });
+  const rollout = (body: Record<string, unknown>) =>
+    call("POST", "/v1/rollouts", { body: { agent: AGENT, image: NEW, version: "2.0.0", ...body } });
 
   it("targets only the servers with every label of the selector", async () => {
-    const { fleet, hosts } = await fleetWithAgent(4, { server: (i) => ({ labels: { zone: i % 2 ? "eu-1b" : "eu-1a", ...(i === 0 ? { canary: "yes" } : {}) } }) });
+    const { fleet, hosts } = await fleetWithAgent(4, {
+      server: (i) => ({ labels: { zone: i % 2 ? "eu-1b" : "eu-1a", ...(i === 0 ? { canary: "yes" } : {}) } }),
+    });
     const r = await startRollout({ fleet, selector: { labels: { zone: "eu-1a" } } });
     expect((await targets(r.id)).map((x) => x.server_id).sort()).toEqual([hosts[0].id, hosts[2].id].sort());
   });
 
   it("with labels and roles, both must hold", async () => {
-    const { fleet, hosts } = await fleetWithAgent(3, { server: (i) => ({ labels: { zone: i === 2 ? "eu-1b" : "eu-1a" }, roles: i === 0 ? [] : ["web"] }) });
+    const { fleet, hosts } = await fleetWithAgent(3, {
+      server: (i) => ({ labels: { zone: i === 2 ? "eu-1b" : "eu-1a" }, roles: i === 0 ? [] : ["web"] }),
+    });
     const r = await startRollout({ fleet, selector: { labels: { zone: "eu-1a" }, roles: ["web"] } });
     expect((await targets(r.id)).map((x) => x.server_id)).toEqual([hosts[1].id]);
   });

@@ -100,7 +100,15 @@ describe("PUT /v1/servers/{id}/desired", () => {
         generation: 2,
         reconciled_at: new Date().toISOString(),
         boot_id: "b1",
-        agents: [{ name: "compute", image: "c:1", version: "1", instance_id: first.json.agents[0].instance_id, state: "running" }],
+        agents: [
+          {
+            name: "compute",
+            image: "c:1",
+            version: "1",
+            instance_id: first.json.agents[0].instance_id,
+            state: "running",
+          },
+        ],
       },
     });
     expect(report.status).toBe(200);
@@ -114,7 +122,9 @@ describe("PUT /v1/servers/{id}/desired", () => {
   });
 
   it("answers 404 for a server that does not exist", async () => {
-    const res = await call("PUT", `/v1/servers/${crypto.randomUUID()}/desired`, { body: { generation: 2, agents: [] } });
+    const res = await call("PUT", `/v1/servers/${crypto.randomUUID()}/desired`, {
+      body: { generation: 2, agents: [] },
+    });
     expect(res.status).toBe(404);
     expect(res.json.error.code).toBe("not_found");
   });

@@ -14,7 +14,11 @@ const desired: DesiredState = {
   updated_at: 0,
 };
 
-function stored(generation: number, agents: { name: string; image: string; state?: string }[], extra = {}): StoredReport {
+function stored(
+  generation: number,
+  agents: { name: string; image: string; state?: string }[],
+  extra = {},
+): StoredReport {
   return { ...(report(generation, agents, extra) as any), received_at: 1_000 };
 }
 
@@ -37,7 +41,12 @@ describe("computeStatus (pure status table)", () => {
   });
 
   it("is pending while the report's generation is behind", () => {
-    const s = at(stored(2, [{ name: "compute", image: "compute:1" }, { name: "logs", image: "logs:1" }]));
+    const s = at(
+      stored(2, [
+        { name: "compute", image: "compute:1" },
+        { name: "logs", image: "logs:1" },
+      ]),
+    );
     expect(s.status).toBe("pending");
     expect(s.agents.find((a) => a.name === "compute")!.status).toBe("pending");
     expect(s.agents.find((a) => a.name === "logs")!.status).toBe("realized");
@@ -53,9 +62,16 @@ describe("computeStatus (pure status table)", () => {
 
   it("is failed when the current generation carries errors, naming the failed agent", () => {
     const s = at(
-      stored(3, [{ name: "compute", image: "compute:1" }, { name: "logs", image: "logs:1" }], {
-        errors: [{ agent: "compute", op: "update", message: "disk full" }],
-      }),
+      stored(
+        3,
+        [
+          { name: "compute", image: "compute:1" },
+          { name: "logs", image: "logs:1" },
+        ],
+        {
+          errors: [{ agent: "compute", op: "update", message: "disk full" }],
+        },
+      ),
     );
     expect(s.status).toBe("failed");
     expect(s.agents.find((a) => a.name === "compute")).toMatchObject({
@@ -109,7 +125,10 @@ describe("PUT /v1/agent/inventory", () => {
     const s = await setup();
     const claimed = await call("PUT", "/v1/agent/inventory", {
       token: s.token,
-      body: report(3, [{ name: "compute", image: "compute:2" }, { name: "gone", image: "gone:1" }]),
+      body: report(3, [
+        { name: "compute", image: "compute:2" },
+        { name: "gone", image: "gone:1" },
+      ]),
     });
     expect(claimed.status).toBe(200);
     expect(claimed.json.status).toBe("drifted");
@@ -117,9 +136,16 @@ describe("PUT /v1/agent/inventory", () => {
 
     const failed = await call("PUT", "/v1/agent/inventory", {
       token: s.token,
-      body: report(3, [{ name: "compute", image: "compute:2" }, { name: "gone", image: "gone:1" }], {
-        errors: [{ agent: "gone", op: "remove", message: "device busy" }],
-      }),
+      body: report(
+        3,
+        [
+          { name: "compute", image: "compute:2" },
+          { name: "gone", image: "gone:1" },
+        ],
+        {
+          errors: [{ agent: "gone", op: "remove", message: "device busy" }],
+        },
+      ),
     });
     expect(failed.json.status).toBe("failed");
     const view = await call("GET", `/v1/servers/${s.id}`);
@@ -139,7 +165,10 @@ describe("PUT /v1/agent/inventory", () => {
 
   it("rejects a report claiming a generation that was never issued, and keeps the previous report", async () => {
     const s = await setup();
-    await call("PUT", "/v1/agent/inventory", { token: s.token, body: report(2, [{ name: "compute", image: "compute:1" }]) });
+    await call("PUT", "/v1/agent/inventory", {
+      token: s.token,
+      body: report(2, [{ name: "compute", image: "compute:1" }]),
+    });
     const res = await call("PUT", "/v1/agent/inventory", {
       token: s.token,
       body: report(4, [{ name: "compute", image: "compute:2" }]),
@@ -152,8 +181,14 @@ describe("PUT /v1/agent/inventory", () => {
 
   it("projects status and instances into the index for search", async () => {
     const s = await setup();
-    await call("PUT", "/v1/agent/inventory", { token: s.token, body: report(3, [{ name: "compute", image: "compute:2" }]) });
-    const list = await call("GET", `/v1/servers?fleet=${(await call("GET", `/v1/servers/${s.id}`)).json.fleet}&status=realized`);
+    await call("PUT", "/v1/agent/inventory", {
+      token: s.token,
+      body: report(3, [{ name: "compute", image: "compute:2" }]),
+    });
+    const list = await call(
+      "GET",
+      `/v1/servers?fleet=${(await call("GET", `/v1/servers/${s.id}`)).json.fleet}&status=realized`,
+    );
     expect(list.json.items.map((x: any) => x.id)).toEqual([s.id]);
     expect(list.json.items[0]).toMatchObject({ state: "active", desired_generation: 3, reported_generation: 3 });
     const byImage = await call("GET", `/v1/instances?image=compute:2&server=${s.id}`);

@@ -5,7 +5,11 @@ import { ledger } from "./support/objects";
 
 const A = { name: "a", image: "a:1", version: "1" };
 
-async function activeServer(fleet: string, overrides: Record<string, unknown> = {}, assignments = { units: [] as string[], storage: [] as string[] }) {
+async function activeServer(
+  fleet: string,
+  overrides: Record<string, unknown> = {},
+  assignments = { units: [] as string[], storage: [] as string[] },
+) {
   const s = await registerServer(fleet, overrides);
   await call("PUT", `/v1/servers/${s.id}/desired`, { body: { generation: 2, agents: [A] } });
   await call("PUT", "/v1/agent/inventory", { token: s.token, body: report(2, [A], { assignments }) });
@@ -31,8 +35,12 @@ async function fleetWithLocks() {
 
 async function indexState(id: string) {
   const row = await env.DB.prepare("SELECT state FROM servers WHERE id = ?").bind(id).first<string>("state");
-  const instances = await env.DB.prepare("SELECT COUNT(*) AS n FROM agent_instances WHERE server_id = ?").bind(id).first<number>("n");
-  const token = await env.DB.prepare("SELECT revoked_at FROM tokens WHERE id = ?").bind(id).first<number | null>("revoked_at");
+  const instances = await env.DB.prepare("SELECT COUNT(*) AS n FROM agent_instances WHERE server_id = ?")
+    .bind(id)
+    .first<number>("n");
+  const token = await env.DB.prepare("SELECT revoked_at FROM tokens WHERE id = ?")
+    .bind(id)
+    .first<number | null>("revoked_at");
   return { state: row, instances, tokenRevoked: token !== null };
 }
 
@@ -44,7 +52,10 @@ describe("decommission", () => {
 
     const res = await call("POST", `/v1/servers/${s.id}/decommission`);
     expect(res.status).toBe(200);
-    expect(res.json).toMatchObject({ state: "decommissioning", desired: { generation: 3, lifecycle: "terminate", agents: [] } });
+    expect(res.json).toMatchObject({
+      state: "decommissioning",
+      desired: { generation: 3, lifecycle: "terminate", agents: [] },
+    });
     expect(res.json.lifecycle).toMatchObject({ order: "terminate", generation: 3, cleanup_from: null });
     // The host polls, sees the order, stops its agents and says so.
     const poll = await call("GET", "/v1/agent/desired", { token: s.token });
@@ -66,7 +77,9 @@ describe("decommission", () => {
     expect((await registerServer(f.id, { fleetlock_id: "node-a" })).id).toBeTruthy();
     // Tombstones: listed only when asked for.
     expect((await call("GET", `/v1/servers?fleet=${f.id}`)).json.items.map((x: any) => x.id)).not.toContain(s.id);
-    expect((await call("GET", `/v1/servers?fleet=${f.id}&state=removed`)).json.items.map((x: any) => x.id)).toEqual([s.id]);
+    expect((await call("GET", `/v1/servers?fleet=${f.id}&state=removed`)).json.items.map((x: any) => x.id)).toEqual([
+      s.id,
+    ]);
     const audit = await call("GET", `/v1/audit?target=server:${s.id}`);
     expect(audit.json.items.map((a: any) => a.action)).toEqual(
       expect.arrayContaining(["server.decommission", "server.decommission.acknowledged", "server.removed"]),
@@ -85,7 +98,10 @@ describe("decommission", () => {
     const s = await activeServer(f.id, { kind: "manual" }, { units: ["web/0", "db/1"], storage: ["vol-9"] });
     const res = await call("POST", `/v1/servers/${s.id}/decommission`);
     expect(res.status).toBe(409);
-    expect(res.json.error).toMatchObject({ code: "uninstall_blocked", details: { units: ["web/0", "db/1"], storage: ["vol-9"] } });
+    expect(res.json.error).toMatchObject({
+      code: "uninstall_blocked",
+      details: { units: ["web/0", "db/1"], storage: ["vol-9"] },
+    });
     expect(await server(s.id)).toMatchObject({ state: "active", desired_generation: 2, desired: { lifecycle: "run" } });
     // A manual server that never reported cannot show it is empty either.
     const silent = await registerServer(f.id, { kind: "manual" });
@@ -142,13 +158,13 @@ describe("decommission", () => {
     await fireTimersNow(ledger(s.id));
     // Acknowledged, token stopped at once, but nothing else done: not removed.
     expect((await call("GET", "/v1/agent/desired", { token: s.token })).status).toBe(401);
-    expect((await server(s.id))).toMatchObject({ state: "decommissioning", lifecycle: { cleanup_done: [] } });
+    expect(await server(s.id)).toMatchObject({ state: "decommissioning", lifecycle: { cleanup_done: [] } });
     expect((await indexState(s.id)).instances).toBe(1);
 
     await restoreD1();
     await breakCoordinator(ledger(s.id));
     await fireTimersNow(ledger(s.id));
-    expect((await server(s.id))).toMatchObject({ state: "decommissioning", lifecycle: { cleanup_done: ["index"] } });
+    expect(await server(s.id)).toMatchObject({ state: "decommissioning", lifecycle: { cleanup_done: ["index"] } });
     expect((await call("GET", `/v1/fleets/${f.id}/reboot-groups/default`)).json.holders).toHaveLength(1);
 
     await evictDurableObject(ledger(s.id));
@@ -162,19 +178,33 @@ describe("decommission", () => {
     const f = await createFleet();
     const s = await activeServer(f.id);
     const writer = (await call("POST", "/v1/tokens", { body: { name: "w", scope: "write" } })).json.token;
-    expect((await call("POST", `/v1/servers/${s.id}/decommission`, { token: writer, body: { force: true, reason: "dead" } })).status).toBe(403);
-    expect((await call("POST", `/v1/servers/${s.id}/decommission`, { body: { force: true } })).json.error.code).toBe("validation_failed");
+    expect(
+      (await call("POST", `/v1/servers/${s.id}/decommission`, { token: writer, body: { force: true, reason: "dead" } }))
+        .status,
+    ).toBe(403);
+    expect((await call("POST", `/v1/servers/${s.id}/decommission`, { body: { force: true } })).json.error.code).toBe(
+      "validation_failed",
+    );
     expect((await server(s.id)).state).toBe("active");
 
-    const res = await call("POST", `/v1/servers/${s.id}/decommission`, { body: { force: true, reason: "PSU dead, host gone" } });
+    const res = await call("POST", `/v1/servers/${s.id}/decommission`, {
+      body: { force: true, reason: "PSU dead, host gone" },
+    });
     expect(res.status).toBe(200);
     await fireTimersNow(ledger(s.id));
-    expect(await server(s.id)).toMatchObject({ state: "removed", lifecycle: { forced: { reason: "PSU dead, host gone" } } });
+    expect(await server(s.id)).toMatchObject({
+      state: "removed",
+      lifecycle: { forced: { reason: "PSU dead, host gone" } },
+    });
     expect(await indexState(s.id)).toEqual({ state: "removed", instances: 0, tokenRevoked: true });
     const audit = await call("GET", `/v1/audit?target=server:${s.id}`);
-    expect(audit.json.items.find((a: any) => a.action === "server.decommission.force").details).toEqual({ reason: "PSU dead, host gone" });
+    expect(audit.json.items.find((a: any) => a.action === "server.decommission.force").details).toEqual({
+      reason: "PSU dead, host gone",
+    });
     // Repeating changes nothing; the server cannot be decommissioned again or changed.
-    expect((await call("POST", `/v1/servers/${s.id}/decommission`, { body: { force: true, reason: "again" } })).status).toBe(200);
+    expect(
+      (await call("POST", `/v1/servers/${s.id}/decommission`, { body: { force: true, reason: "again" } })).status,
+    ).toBe(200);
     expect((await call("POST", `/v1/servers/${s.id}/decommission`)).json.error.code).toBe("server_removed");
   });
 });

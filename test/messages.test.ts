@@ -31,7 +31,9 @@ describe("error messages", () => {
 
   it("validation_failed names the failing fields in its message", async () => {
     const fleet = await createFleet();
-    const res = await call("POST", "/v1/servers", { body: { fleet: fleet.id, hostname: "a.example.com", kind: "borrowed" } });
+    const res = await call("POST", "/v1/servers", {
+      body: { fleet: fleet.id, hostname: "a.example.com", kind: "borrowed" },
+    });
     expect(res.json.error.code).toBe("validation_failed");
     expect(res.json.error.message).toMatch(/^request body does not match the schema: kind: /);
   });

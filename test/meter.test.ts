@@ -44,7 +44,8 @@ function probe() {
   return { id, instance, waits };
 }
 
-const probeReading = (id: string) => (meterReading().objects.Probe as { by_instance: Record<string, any> } | undefined)?.by_instance[id];
+const probeReading = (id: string) =>
+  (meterReading().objects.Probe as { by_instance: Record<string, any> } | undefined)?.by_instance[id];
 
 describe("cost meter", () => {
   it("counts a call from outside as one request and keeps the object awake until it settles; the object's calls to itself do not count", async () => {
@@ -78,7 +79,11 @@ describe("cost meter", () => {
   it("stays out of the deployed entry: its objects are the classes themselves and it has no local routes", async () => {
     expect(deployed.ServerLedger).toBe(Ledger);
     expect(local.ServerLedger).not.toBe(Ledger);
-    const res = await deployed.default.fetch(new Request(`${BASE}/__local/meter`), env, { waitUntil() {}, passThroughOnException() {}, props: {} } as never);
+    const res = await deployed.default.fetch(new Request(`${BASE}/__local/meter`), env, {
+      waitUntil() {},
+      passThroughOnException() {},
+      props: {},
+    } as never);
     expect(res.status).toBe(404);
   });
 
@@ -100,7 +105,10 @@ describe("cost meter", () => {
     // drizzle reads through raw(), whose answer carries no meta.
     await d1RowsInto(env.DB, rows).prepare("SELECT id FROM fleets").raw();
     expect(rows.rowsRead).toBe(insert.meta.rows_read + select.meta.rows_read);
-    await db.batch([db.select().from(fleets).where(eq(fleets.id, a)), db.select().from(fleets).where(eq(fleets.id, b))]);
+    await db.batch([
+      db.select().from(fleets).where(eq(fleets.id, a)),
+      db.select().from(fleets).where(eq(fleets.id, b)),
+    ]);
     expect(rows.statements).toBe(4);
     expect(rows.rowsRead).toBeGreaterThan(insert.meta.rows_read + select.meta.rows_read);
   });
@@ -112,7 +120,9 @@ describe("cost meter", () => {
     const reading = meterReading();
     expect(reading.d1_rows_metered).toBe(true);
     expect(reading.worker.d1.rows_read).toBeGreaterThan(0);
-    const ledger = (reading.objects.ServerLedger as { by_instance: Record<string, any> }).by_instance[env.LEDGER.idFromName(s.id).toString()];
+    const ledger = (reading.objects.ServerLedger as { by_instance: Record<string, any> }).by_instance[
+      env.LEDGER.idFromName(s.id).toString()
+    ];
     expect(ledger.d1.rows_written).toBeGreaterThan(0);
   });
 
@@ -120,7 +130,8 @@ describe("cost meter", () => {
     const fleet = await createFleet();
     const s = await registerServer(fleet.id);
     const id = env.LEDGER.idFromName(s.id).toString();
-    const storageOf = () => (meterReading().objects.ServerLedger as { by_instance: Record<string, any> }).by_instance[id]?.storage;
+    const storageOf = () =>
+      (meterReading().objects.ServerLedger as { by_instance: Record<string, any> }).by_instance[id]?.storage;
     resetMeter();
     expect((await call("PUT", "/v1/agent/inventory", { token: s.token, body: report(1, []) })).status).toBe(200);
     await settle(s.id);
@@ -147,7 +158,9 @@ describe("cost meter", () => {
     });
     resetMeter();
     await runDurableObjectAlarm(stub);
-    const storage = (meterReading().objects.ServerLedger as { by_instance: Record<string, any> }).by_instance[stub.id.toString()].storage;
+    const storage = (meterReading().objects.ServerLedger as { by_instance: Record<string, any> }).by_instance[
+      stub.id.toString()
+    ].storage;
     expect(storage.alarms_set).toBe(1);
     expect(storage.rows_written).toBeGreaterThanOrEqual(1);
     expect(storage.stored_bytes).toBeGreaterThan(0);
@@ -166,7 +179,10 @@ describe("cost meter", () => {
     // The first report's console notice leaves the outbox after its rate window.
     await pause(700);
     while (await runDurableObjectAlarm(ledger(s.id)));
-    const reading = () => (meterReading().objects.ServerLedger as { by_instance: Record<string, any> }).by_instance[ledger(s.id).id.toString()];
+    const reading = () =>
+      (meterReading().objects.ServerLedger as { by_instance: Record<string, any> }).by_instance[
+        ledger(s.id).id.toString()
+      ];
     resetMeter();
     await send("within the lease");
     const steady = reading();
@@ -179,7 +195,12 @@ describe("cost meter", () => {
     resetMeter();
     await send("past the lease");
     const refresh = reading();
-    expect({ d1RowsWritten: refresh.d1.rows_written, d1RowsRead: refresh.d1.rows_read, doRowsWritten: refresh.storage.rows_written, doRowsRead: refresh.storage.rows_read - steady.storage.rows_read }).toEqual(LEASE_REFRESH_ROWS);
+    expect({
+      d1RowsWritten: refresh.d1.rows_written,
+      d1RowsRead: refresh.d1.rows_read,
+      doRowsWritten: refresh.storage.rows_written,
+      doRowsRead: refresh.storage.rows_read - steady.storage.rows_read,
+    }).toEqual(LEASE_REFRESH_ROWS);
     expect(await runInDurableObject(ledger(s.id), (_i, state) => state.storage.getAlarm())).toBeNull();
     ch.close();
   });
@@ -201,7 +222,10 @@ describe("cost meter", () => {
   it("counts the statements the Worker and the objects send, by kind, at /__local/d1-statements", async () => {
     const before = { ...d1Counters };
     await createFleet();
-    const served = (await (await SELF.fetch(`${BASE}/__local/d1-statements`)).json()) as { reads: number; writes: number };
+    const served = (await (await SELF.fetch(`${BASE}/__local/d1-statements`)).json()) as {
+      reads: number;
+      writes: number;
+    };
     expect(served.writes).toBeGreaterThan(before.writes);
     expect(served).toEqual(d1Counters);
   });
@@ -211,7 +235,10 @@ describe("cost meter", () => {
     const { id, instance } = probe();
     await instance.work(1);
     expect((await ask("DELETE")).status).toBe(200);
-    const after = (await (await ask("GET")).json()) as { window: { ms: number }; objects: Record<string, { by_instance: object }> };
+    const after = (await (await ask("GET")).json()) as {
+      window: { ms: number };
+      objects: Record<string, { by_instance: object }>;
+    };
     expect(after.window.ms).toBeLessThan(5_000);
     expect(after.objects.Probe.by_instance).not.toHaveProperty(id);
   });

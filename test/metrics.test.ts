@@ -31,9 +31,14 @@ describe("/metrics: gauges from durable state", () => {
     const b = await registerServer(fleet.id);
     const agent = `m${crypto.randomUUID().slice(0, 8)}`;
     for (const s of [a, b]) {
-      await call("PUT", `/v1/servers/${s.id}/desired`, { body: { generation: 2, agents: [{ name: agent, image: `${agent}:1`, version: "1" }] } });
+      await call("PUT", `/v1/servers/${s.id}/desired`, {
+        body: { generation: 2, agents: [{ name: agent, image: `${agent}:1`, version: "1" }] },
+      });
     }
-    await call("PUT", "/v1/agent/inventory", { token: a.token, body: report(2, [{ name: agent, image: `${agent}:1` }]) });
+    await call("PUT", "/v1/agent/inventory", {
+      token: a.token,
+      body: report(2, [{ name: agent, image: `${agent}:1` }]),
+    });
 
     const fl = await fleetWithKey();
     await putGroup(fl.fleet, "default", { slots: 3 });
@@ -59,10 +64,13 @@ describe("/metrics: gauges from durable state", () => {
     const fl = await fleetWithKey();
     await putGroup(fl.fleet, "default", { slots: 1 });
     await call("PUT", `/v1/fleets/${fl.fleet}/reboot-groups/default/hold`, { body: { reason: "freeze" } });
-    const hook = await call("POST", `/v1/fleets/${fl.fleet}/webhooks`, { body: { url: "https://hooks.example.com/x", events: ["reboot.granted"] } });
+    const hook = await call("POST", `/v1/fleets/${fl.fleet}/webhooks`, {
+      body: { url: "https://hooks.example.com/x", events: ["reboot.granted"] },
+    });
     // The receiver is down.
     await runInDurableObject(coordinator(fl.fleet), (instance) => {
-      (instance as unknown as { c: { webhooks: { fetcher: unknown } } }).c.webhooks.fetcher = async () => new Response("down", { status: 502 });
+      (instance as unknown as { c: { webhooks: { fetcher: unknown } } }).c.webhooks.fetcher = async () =>
+        new Response("down", { status: 502 });
     });
     const [host] = await registerClients(fl.fleet, 1);
     await call("DELETE", `/v1/fleets/${fl.fleet}/reboot-groups/default/hold`);
@@ -70,7 +78,9 @@ describe("/metrics: gauges from durable state", () => {
     await call("PUT", `/v1/fleets/${fl.fleet}/reboot-groups/default/hold`, { body: { reason: "freeze" } });
     expect(hook.status).toBe(201);
     const m = await scrape();
-    expect(value(m, "harbormaster_reboot_group_gate_closed", { fleet: fl.fleet, group: "default", gate: "hold" })).toBe(1);
+    expect(value(m, "harbormaster_reboot_group_gate_closed", { fleet: fl.fleet, group: "default", gate: "hold" })).toBe(
+      1,
+    );
     expect(value(m, "harbormaster_webhook_deliveries", { fleet: fl.fleet, status: "pending" })).toBe(1);
     expect(value(m, "harbormaster_webhook_deliveries", { fleet: fl.fleet, status: "failed" })).toBe(0);
   });

@@ -8,14 +8,26 @@
 import { env, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { fleetWithKey, putGroup, registerClients, zincati } from "./fleetlock-helpers";
-import { breakCoordinator, breakD1, call, createFleet, fireTimersNow, pendingEffects, registerServer, uniq } from "./helpers";
+import {
+  breakCoordinator,
+  breakD1,
+  call,
+  createFleet,
+  fireTimersNow,
+  pendingEffects,
+  registerServer,
+  uniq,
+} from "./helpers";
 import { coordinator, ledger } from "./support/objects";
 
 const register = (fleet: string, hostname: string, extra: Record<string, unknown> = {}) =>
   call("POST", "/v1/servers", { body: { fleet, hostname, kind: "managed", ...extra } });
 /** The coordinator's claim on a hostname, as stored. */
 const claimOf = (fleet: string, name: string) =>
-  runInDurableObject(coordinator(fleet), (_i, state) => state.storage.kv.get<{ server_id: string; until: number | null }>(`hostname:${name}`) ?? null);
+  runInDurableObject(
+    coordinator(fleet),
+    (_i, state) => state.storage.kv.get<{ server_id: string; until: number | null }>(`hostname:${name}`) ?? null,
+  );
 
 describe("a hostname in a fleet", () => {
   it("registered by several requests at once goes to exactly one; the others are 409 hostname_taken", async () => {
@@ -57,7 +69,12 @@ describe("a hostname in a fleet", () => {
     const restore = await breakD1(ledger(id));
     try {
       const { registerServer: viaService } = await import("../src/servers/service");
-      await viaService(env, "test", { fleet, hostname: name, kind: "managed", roles: [], reboot_group: "default" }, () => id);
+      await viaService(
+        env,
+        "test",
+        { fleet, hostname: name, kind: "managed", roles: [], reboot_group: "default" },
+        () => id,
+      );
       await fireTimersNow(coordinator(fleet), "hostname:");
       expect(await claimOf(fleet, name)).toEqual({ server_id: id, until: null });
       const second = await register(fleet, name);
@@ -88,7 +105,9 @@ describe("a hostname in a fleet", () => {
     const first = await registerServer(fleet, { hostname: name });
     await fireTimersNow(coordinator(fleet), "hostname:");
     expect((await register(fleet, name)).status).toBe(409);
-    const removed = await call("POST", `/v1/servers/${first.id}/decommission`, { body: { force: true, reason: "replaced" } });
+    const removed = await call("POST", `/v1/servers/${first.id}/decommission`, {
+      body: { force: true, reason: "replaced" },
+    });
     expect(removed.status).toBe(200);
     expect(await claimOf(fleet, name)).toBeNull();
     const again = await register(fleet, name);
@@ -125,7 +144,9 @@ describe("an acknowledged fleetlock_id reaches the coordinator", () => {
     const [a] = await registerClients(f.fleet, 1);
     const restore = await breakCoordinator(ledger(a.serverId));
     try {
-      expect((await call("PATCH", `/v1/servers/${a.serverId}`, { body: { fleetlock_id: "caught-up" } })).status).toBe(200);
+      expect((await call("PATCH", `/v1/servers/${a.serverId}`, { body: { fleetlock_id: "caught-up" } })).status).toBe(
+        200,
+      );
       expect(await pendingEffects(ledger(a.serverId))).toBeGreaterThan(0);
     } finally {
       await restore();
@@ -142,7 +163,9 @@ describe("an acknowledged fleetlock_id reaches the coordinator", () => {
     const [a] = await registerClients(f.fleet, 1);
     const restore = await breakCoordinator(ledger(a.serverId));
     try {
-      expect((await call("PATCH", `/v1/servers/${a.serverId}`, { body: { fleetlock_id: "caught-late" } })).status).toBe(200);
+      expect((await call("PATCH", `/v1/servers/${a.serverId}`, { body: { fleetlock_id: "caught-late" } })).status).toBe(
+        200,
+      );
     } finally {
       await restore();
     }
@@ -157,7 +180,8 @@ describe("an acknowledged fleetlock_id reaches the coordinator", () => {
       };
     });
     const wrongKey = f.baseUrl.replace(f.key, "x".repeat(f.key.length));
-    for (const op of ["pre-reboot", "steady-state"] as const) expect((await zincati(wrongKey, op, "caught-late")).json.kind).toBe("unauthorized");
+    for (const op of ["pre-reboot", "steady-state"] as const)
+      expect((await zincati(wrongKey, op, "caught-late")).json.kind).toBe("unauthorized");
     expect(asked).toBe(0);
     for (const op of ["pre-reboot", "steady-state"] as const) {
       const res = await zincati(f.baseUrl, op, "caught-late");
@@ -173,20 +197,30 @@ describe("an acknowledged fleetlock_id reaches the coordinator", () => {
     const f = await fleetWithKey();
     const [a] = await registerClients(f.fleet, 1);
     const restore = await breakCoordinator(ledger(a.serverId));
-    expect((await call("PATCH", `/v1/servers/${a.serverId}`, { body: { fleetlock_id: "first-try" } })).status).toBe(200);
+    expect((await call("PATCH", `/v1/servers/${a.serverId}`, { body: { fleetlock_id: "first-try" } })).status).toBe(
+      200,
+    );
     await restore();
     // The failed delivery left its row waiting (backoff); the next PATCH replaces its payload.
-    expect((await call("PATCH", `/v1/servers/${a.serverId}`, { body: { fleetlock_id: "second-try" } })).status).toBe(200);
+    expect((await call("PATCH", `/v1/servers/${a.serverId}`, { body: { fleetlock_id: "second-try" } })).status).toBe(
+      200,
+    );
     // Delivered before the answer: nothing left, and the coordinator has it without any alarm.
     expect(await pendingEffects(ledger(a.serverId))).toBe(0);
-    const client = await runInDurableObject(coordinator(f.fleet), (_i, state) => state.storage.kv.get("client:second-try") ?? null);
+    const client = await runInDurableObject(
+      coordinator(f.fleet),
+      (_i, state) => state.storage.kv.get("client:second-try") ?? null,
+    );
     expect(client).toMatchObject({ server_id: a.serverId });
   });
 
   it("is refused by a ledger reached after its reservation could have ended (503 reservation_expired), changing nothing", async () => {
     const f = await fleetWithKey();
     const [a] = await registerClients(f.fleet, 1);
-    const late = await ledger(a.serverId).setRebootIdentity({ fleetlock_id: "too-late" }, { actor: "test", deadline: Date.now() - 1 });
+    const late = await ledger(a.serverId).setRebootIdentity(
+      { fleetlock_id: "too-late" },
+      { actor: "test", deadline: Date.now() - 1 },
+    );
     expect(late).toMatchObject({ ok: false, code: "reservation_expired" });
     expect((await ledger(a.serverId).view())!.record.fleetlock_id).toBe(a.id);
   });

@@ -13,7 +13,8 @@ import { coordinator, sleep } from "./support/objects";
 
 type Reading = { in_flight: number; waiting_until: number; awake_ms: number };
 
-const waitersIn = (stub: DurableObjectStub) => runInDurableObject(stub, (_i, state) => state.getWebSockets("waiter").length);
+const waitersIn = (stub: DurableObjectStub) =>
+  runInDurableObject(stub, (_i, state) => state.getWebSockets("waiter").length);
 
 const readingOf = (className: string, stub: DurableObjectStub) =>
   (meterReading().objects[className] as { by_instance: Record<string, Reading> }).by_instance[stub.id.toString()];

@@ -6,7 +6,14 @@ describe("service endpoints", () => {
     const res = await call("GET", "/openapi.json", { token: null });
     expect(res.status).toBe(200);
     expect(res.json.openapi).toBe("3.1.0");
-    for (const path of ["/v1/servers/{id}/desired", "/v1/agent/desired", "/v1/agent/inventory", "/v1/instances", "/v1/tokens", "/v1/fleets"]) {
+    for (const path of [
+      "/v1/servers/{id}/desired",
+      "/v1/agent/desired",
+      "/v1/agent/inventory",
+      "/v1/instances",
+      "/v1/tokens",
+      "/v1/fleets",
+    ]) {
       expect(Object.keys(res.json.paths)).toContain(path);
     }
     const schema = res.json.components.schemas.DesiredConfigInput;

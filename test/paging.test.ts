@@ -7,7 +7,10 @@ async function walk(path: string, limit: number) {
   let pages = 0;
   do {
     const sep = path.includes("?") ? "&" : "?";
-    const res = await call("GET", `${path}${sep}limit=${limit}${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""}`);
+    const res = await call(
+      "GET",
+      `${path}${sep}limit=${limit}${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""}`,
+    );
     expect(res.status).toBe(200);
     expect(res.json.items.length).toBeLessThanOrEqual(limit);
     seen.push(...res.json.items);

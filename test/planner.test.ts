@@ -24,10 +24,26 @@ const names = (p: ReturnType<typeof plan>) => p.agents.map((a) => `${a.name}=${a
 describe("planner: roles × capabilities × channels (+ current images) → agents", () => {
   it.each<[string, Partial<PlanInputs>, string[], Partial<ReturnType<typeof plan>>?]>([
     ["no roles, nothing to run", { roles: [] }, []],
-    ["an unconditioned agent always runs; a missing capability is not true", { capabilities: {} }, ["base=base:2/channel", "s3=s3:1/channel"]],
-    ["`when` holds only when the capability is true", { capabilities: { firewall: true } }, ["base=base:2/channel", "fw=fw:5/channel", "s3=s3:1/channel"]],
-    ["a false capability is not true", { capabilities: { firewall: false } }, ["base=base:2/channel", "s3=s3:1/channel"]],
-    ["`!cap` drops the agent when the capability is true", { capabilities: { object_storage: true } }, ["base=base:2/channel"]],
+    [
+      "an unconditioned agent always runs; a missing capability is not true",
+      { capabilities: {} },
+      ["base=base:2/channel", "s3=s3:1/channel"],
+    ],
+    [
+      "`when` holds only when the capability is true",
+      { capabilities: { firewall: true } },
+      ["base=base:2/channel", "fw=fw:5/channel", "s3=s3:1/channel"],
+    ],
+    [
+      "a false capability is not true",
+      { capabilities: { firewall: false } },
+      ["base=base:2/channel", "s3=s3:1/channel"],
+    ],
+    [
+      "`!cap` drops the agent when the capability is true",
+      { capabilities: { object_storage: true } },
+      ["base=base:2/channel"],
+    ],
     [
       "an agent the server already runs keeps its image, whatever the channel says",
       { current: [{ name: "base", image: "base:1", version: "1" }] },
@@ -44,7 +60,12 @@ describe("planner: roles × capabilities × channels (+ current images) → agen
       ["base=base:2/channel", "logs=logs:3/channel", "s3=s3:1/channel"],
       { unplannable: ["ghost"] },
     ],
-    ["a role with no profile contributes nothing and is named", { roles: ["compute", "db"] }, ["base=base:2/channel", "s3=s3:1/channel"], { unknown_roles: ["db"] }],
+    [
+      "a role with no profile contributes nothing and is named",
+      { roles: ["compute", "db"] },
+      ["base=base:2/channel", "s3=s3:1/channel"],
+      { unknown_roles: ["db"] },
+    ],
   ])("%s", (_name, over, expected, extra) => {
     const p = plan(inputs(over));
     expect(names(p)).toEqual(expected);
@@ -53,7 +74,9 @@ describe("planner: roles × capabilities × channels (+ current images) → agen
 
   it("says whether a plan differs from the current agents (name, image, version)", () => {
     const current = [{ name: "base", image: "base:2", version: "2" }];
-    expect(planDiffers(plan(inputs({ roles: ["edge"], profiles: { edge: [{ name: "base" }] }, current })), current)).toBe(false);
+    expect(
+      planDiffers(plan(inputs({ roles: ["edge"], profiles: { edge: [{ name: "base" }] }, current })), current),
+    ).toBe(false);
     expect(planDiffers(plan(inputs({ current })), current)).toBe(true);
     expect(planDiffers(plan(inputs({ roles: [], current })), current)).toBe(true);
   });

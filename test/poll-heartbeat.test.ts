@@ -15,7 +15,8 @@ import { indexRow, ledger, until } from "./support/objects";
 
 const receivedAt = async (id: string) => Date.parse((await call("GET", `/v1/servers/${id}`)).json.report.received_at);
 const agents = [{ name: "compute", image: "reg/compute:1" }];
-const waiters = (id: string) => runInDurableObject(ledger(id), (_i: ServerLedger, state) => state.getWebSockets("waiter").length);
+const waiters = (id: string) =>
+  runInDurableObject(ledger(id), (_i: ServerLedger, state) => state.getWebSockets("waiter").length);
 
 /** Moves the stored report's received_at `agoMs` into the past (as a host silent that long). */
 async function age(id: string, agoMs: number) {
@@ -93,7 +94,11 @@ describe("a poll that names the host's report is its heartbeat", () => {
 
   it("is stored at most once per stale_after (a poll's waiter keeps it meanwhile), not on every poll", async () => {
     const { s, tag } = await reported();
-    const stored = () => runInDurableObject(ledger(s.id), (_i: ServerLedger, state) => state.storage.kv.get<{ received_at: number }>("report")!.received_at);
+    const stored = () =>
+      runInDurableObject(
+        ledger(s.id),
+        (_i: ServerLedger, state) => state.storage.kv.get<{ received_at: number }>("report")!.received_at,
+      );
     await age(s.id, 100_000);
     const old = await stored();
     expect((await poll(s.token, tag)).status).toBe(304);
@@ -107,7 +112,9 @@ describe("a poll that names the host's report is its heartbeat", () => {
 
   it("costs one storage row when its heartbeat is stored and none otherwise; the quiet watch moving on costs two (the cost benchmark's arithmetic)", async () => {
     const { s, tag } = await reported();
-    const written = () => (meterReading().objects.ServerLedger as { by_instance: Record<string, { storage: { rows_written: number } }> }).by_instance[ledger(s.id).id.toString()].storage.rows_written;
+    const written = () =>
+      (meterReading().objects.ServerLedger as { by_instance: Record<string, { storage: { rows_written: number } }> })
+        .by_instance[ledger(s.id).id.toString()].storage.rows_written;
     await poll(s.token, tag);
     await settle(s.id);
     let before = written();
@@ -182,7 +189,9 @@ describe("a poll that names the host's report is its heartbeat", () => {
       await state.storage.setAlarm(Date.now() - 1);
     });
     await runDurableObjectAlarm(ledger(s.id));
-    const listed = async () => (await call("GET", `/v1/servers?fleet=${fleet.id}`)).json.items.find((x: { id: string }) => x.id === s.id)?.status;
+    const listed = async () =>
+      (await call("GET", `/v1/servers?fleet=${fleet.id}`)).json.items.find((x: { id: string }) => x.id === s.id)
+        ?.status;
     expect(await listed()).toBe("stale");
     expect((await poll(s.token, tag)).status).toBe(304);
     await settle(s.id);
@@ -198,11 +207,19 @@ describe("the reference agent over HTTP", () => {
     const seen: string[] = [];
     const counting = (input: string | URL | Request, init?: RequestInit) => {
       const headers = new Headers(init?.headers);
-      seen.push(`${init?.method ?? "GET"} ${new URL(String(input)).pathname}${headers.has("X-Report-Tag") ? " tagged" : ""}`);
+      seen.push(
+        `${init?.method ?? "GET"} ${new URL(String(input)).pathname}${headers.has("X-Report-Tag") ? " tagged" : ""}`,
+      );
       return workerFetch(input, init);
     };
     const driver = new MemoryDriver();
-    const run = runAgent(s.token, driver, { transport: "http", fetch: counting, waitS: 1, reportIntervalMs: 300, minPollIntervalMs: 100 });
+    const run = runAgent(s.token, driver, {
+      transport: "http",
+      fetch: counting,
+      waitS: 1,
+      reportIntervalMs: 300,
+      minPollIntervalMs: 100,
+    });
     try {
       await run.until((e) => e.type === "unchanged");
       await run.until(() => seen.filter((x) => x === "GET /v1/agent/desired tagged").length >= 3);
@@ -210,7 +227,9 @@ describe("the reference agent over HTTP", () => {
       const view = await call("GET", `/v1/servers/${s.id}`);
       expect(Date.now() - Date.parse(view.json.report.received_at)).toBeLessThan(3_000);
 
-      await call("PUT", `/v1/servers/${s.id}/desired`, { body: { generation: 2, agents: [{ name: "logs", image: "reg/logs:1", version: "1" }] } });
+      await call("PUT", `/v1/servers/${s.id}/desired`, {
+        body: { generation: 2, agents: [{ name: "logs", image: "reg/logs:1", version: "1" }] },
+      });
       await run.until((e) => e.type === "reported" && e.generation === 2);
       expect(seen.filter((x) => x.startsWith("PUT")).length).toBe(2);
     } finally {
@@ -226,7 +245,13 @@ describe("the reference agent over HTTP", () => {
       headers.delete("X-Report-Tag");
       return workerFetch(input, { ...init, headers });
     };
-    const run = runAgent(s.token, new MemoryDriver(), { transport: "http", fetch: stripping, waitS: 1, reportIntervalMs: 300, minPollIntervalMs: 100 });
+    const run = runAgent(s.token, new MemoryDriver(), {
+      transport: "http",
+      fetch: stripping,
+      waitS: 1,
+      reportIntervalMs: 300,
+      minPollIntervalMs: 100,
+    });
     try {
       await run.until(() => run.events.filter((e) => e.type === "reported").length >= 3);
       expect(run.events.some((e) => e.type === "unchanged")).toBe(false);
@@ -241,7 +266,12 @@ describe("the reference agent over HTTP", () => {
     const fleet = await createFleet();
     const s = await registerServer(fleet.id);
     const driver = new MemoryDriver();
-    const run = runAgent(s.token, driver, { transport: "http", waitS: 1, reportIntervalMs: 300, minPollIntervalMs: 100 });
+    const run = runAgent(s.token, driver, {
+      transport: "http",
+      waitS: 1,
+      reportIntervalMs: 300,
+      minPollIntervalMs: 100,
+    });
     try {
       await run.until((e) => e.type === "unchanged");
       // Another report behind the agent's back (a second process with the same token, say).

@@ -2,7 +2,16 @@ import { env, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import type { ServerLedger } from "../src/ledger/durable-object";
 import { INDEX_LEASE_MS } from "../src/ledger/projection";
-import { breakD1, call, createFleet, d1Statements, fireTimersNow, pendingEffects, registerServer, report } from "./helpers";
+import {
+  breakD1,
+  call,
+  createFleet,
+  d1Statements,
+  fireTimersNow,
+  pendingEffects,
+  registerServer,
+  report,
+} from "./helpers";
 
 const agents = [
   { name: "compute", image: "compute:1", version: "1" },
@@ -104,7 +113,9 @@ describe("D1 projection of the ledger", () => {
 
   it("shows stale once a server stops reporting past its deadline, and not after its next report", async () => {
     const { fleet, s } = await realizedServer();
-    await env.DB.prepare("UPDATE servers SET last_seen = ?1, stale_at = ?1 + 60000 WHERE id = ?2").bind(Date.now() - 3_600_000, s.id).run();
+    await env.DB.prepare("UPDATE servers SET last_seen = ?1, stale_at = ?1 + 60000 WHERE id = ?2")
+      .bind(Date.now() - 3_600_000, s.id)
+      .run();
     const { runScheduled } = await import("../src/scheduled");
     const { createScheduledController } = await import("cloudflare:test");
     await runScheduled(createScheduledController({ scheduledTime: Date.now() }), env);
@@ -175,17 +186,26 @@ describe("D1 writes follow what changed", () => {
     await call("PUT", `/v1/servers/${s.id}/desired`, { body: { generation: 2, agents: many } });
     await call("PUT", "/v1/agent/inventory", { token: s.token, body: report(2, many) });
     const rowsOf = async () =>
-      (await call("GET", `/v1/instances?server=${s.id}`)).json.items.map((i: any) => [i.agent, i.status, i.reported?.state ?? null]);
+      (await call("GET", `/v1/instances?server=${s.id}`)).json.items.map((i: any) => [
+        i.agent,
+        i.status,
+        i.reported?.state ?? null,
+      ]);
     expect(await rowsOf()).toEqual(many.map((a) => [a.name, "realized", "running"]));
 
     // One agent stops: the server row (now drifted) and that agent's row, nothing else.
     let before = await d1Statements();
     await call("PUT", "/v1/agent/inventory", {
       token: s.token,
-      body: report(2, many.map((a) => (a.name === "c" ? { ...a, state: "stopped" } : a))),
+      body: report(
+        2,
+        many.map((a) => (a.name === "c" ? { ...a, state: "stopped" } : a)),
+      ),
     });
     expect((await d1Statements()).writes - before.writes).toBe(2);
-    expect(await rowsOf()).toEqual(many.map((a) => [a.name, a.name === "c" ? "drifted" : "realized", a.name === "c" ? "stopped" : "running"]));
+    expect(await rowsOf()).toEqual(
+      many.map((a) => [a.name, a.name === "c" ? "drifted" : "realized", a.name === "c" ? "stopped" : "running"]),
+    );
 
     // A new generation drops two agents and the host confirms: only the removals are deleted.
     await call("PUT", `/v1/servers/${s.id}/desired`, { body: { generation: 3, agents: many.slice(0, 3) } });
@@ -194,14 +214,20 @@ describe("D1 writes follow what changed", () => {
     const delta = (await d1Statements()).writes - before.writes;
     expect(delta).toBe(3); // server row, one DELETE for d and e, one upsert for c (running again)
     expect(await rowsOf()).toEqual(many.slice(0, 3).map((a) => [a.name, "realized", "running"]));
-    expect((await indexRow(s.id))!).toMatchObject({ status: "realized", desired_generation: 3, reported_generation: 3 });
+    expect((await indexRow(s.id))!).toMatchObject({
+      status: "realized",
+      desired_generation: 3,
+      reported_generation: 3,
+    });
   });
 });
 
 describe("a server back from silence", () => {
   it("has its stale index row rewritten by its first report back, when only an instance row's version moves", async () => {
     const { fleet, s } = await realizedServer();
-    await env.DB.prepare("UPDATE servers SET last_seen = ?1, stale_at = ?1 + 60000 WHERE id = ?2").bind(Date.now() - 3_600_000, s.id).run();
+    await env.DB.prepare("UPDATE servers SET last_seen = ?1, stale_at = ?1 + 60000 WHERE id = ?2")
+      .bind(Date.now() - 3_600_000, s.id)
+      .run();
     const { runScheduled } = await import("../src/scheduled");
     const { createScheduledController } = await import("cloudflare:test");
     await runScheduled(createScheduledController({ scheduledTime: Date.now() }), env);

@@ -12,8 +12,14 @@ import { call, createFleet, d1Statements, registerServer, report, settle } from 
 import { indexRow, ledger } from "./support/objects";
 
 const quietDue = (id: string) =>
-  runInDurableObject(ledger(id), (_i: ServerLedger, state) => state.storage.sql.exec<{ due_at: number }>("SELECT due_at FROM _timers WHERE name = ?", QUIET_TIMER).toArray()[0]?.due_at ?? null);
-const listed = async (fleet: string, id: string) => (await call("GET", `/v1/servers?fleet=${fleet}`)).json.items.find((x: { id: string }) => x.id === id)?.status;
+  runInDurableObject(
+    ledger(id),
+    (_i: ServerLedger, state) =>
+      state.storage.sql.exec<{ due_at: number }>("SELECT due_at FROM _timers WHERE name = ?", QUIET_TIMER).toArray()[0]
+        ?.due_at ?? null,
+  );
+const listed = async (fleet: string, id: string) =>
+  (await call("GET", `/v1/servers?fleet=${fleet}`)).json.items.find((x: { id: string }) => x.id === id)?.status;
 
 /** Makes the quiet timer due now; `reportedAgoMs`: the stored report's received_at is moved that far back. */
 async function fireQuiet(id: string, reportedAgoMs?: number) {
@@ -32,7 +38,8 @@ async function fireQuiet(id: string, reportedAgoMs?: number) {
 describe("the quiet watch over an HTTP host", () => {
   it("writes a quiet host's stale_at at most as late as the server.stale sweep looks back, whatever stale_after", () => {
     expect(quietGraceMs(300)).toBe(300_000);
-    for (const staleAfterS of [10, 300, 3600, 7 * 86400]) expect(quietGraceMs(staleAfterS)).toBeLessThan(LATE_DEADLINE_MS);
+    for (const staleAfterS of [10, 300, 3600, 7 * 86400])
+      expect(quietGraceMs(staleAfterS)).toBeLessThan(LATE_DEADLINE_MS);
   });
 
   it("leases the index row from the first report and sets one timer, due when the host would be stale (plus the grace)", async () => {

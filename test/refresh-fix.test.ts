@@ -62,21 +62,32 @@ describe("POST /v1/check/server-agents/fix", () => {
       expect(v.desired_generation).toBe(2);
       expect(v.refresh).toBeNull();
     }
-    expect((await call("GET", `/v1/audit?target=fleet:${f.id}`)).json.items.some((a: any) => a.action === "check.fix")).toBe(false);
+    expect(
+      (await call("GET", `/v1/audit?target=fleet:${f.id}`)).json.items.some((a: any) => a.action === "check.fix"),
+    ).toBe(false);
 
     const real = await call("POST", "/v1/check/server-agents/fix", { body: { fleet: f.id, dry_run: false } });
     const done = Object.fromEntries(real.json.actions.map((a: any) => [a.server, a.result]));
     expect(done[mismatch.id]).toMatchObject({ ok: true, outcome: "reissued", generation: 3 });
     expect(done[behind.id]).toMatchObject({ ok: true, outcome: "refresh_requested" });
     expect(done[stale.id]).toBeNull();
-    expect((await call("GET", `/v1/servers/${mismatch.id}/desired`)).json).toMatchObject({ generation: 3, agents: [{ name: "a", image: "a:1" }] });
+    expect((await call("GET", `/v1/servers/${mismatch.id}/desired`)).json).toMatchObject({
+      generation: 3,
+      agents: [{ name: "a", image: "a:1" }],
+    });
     expect((await call("GET", `/v1/servers/${behind.id}`)).json.refresh.answered_at).toBeNull();
-    expect((await call("GET", `/v1/audit?target=fleet:${f.id}`)).json.items.some((a: any) => a.action === "check.fix")).toBe(true);
+    expect(
+      (await call("GET", `/v1/audit?target=fleet:${f.id}`)).json.items.some((a: any) => a.action === "check.fix"),
+    ).toBe(true);
   });
 
   it("refuses bad input", async () => {
-    expect((await call("POST", "/v1/check/server-agents/fix", { body: { dry_run: "yes" } })).json.error.code).toBe("validation_failed");
-    expect((await call("POST", "/v1/check/server-agents/fix", { body: { fleet: "x", cursor: "zzz" } })).json.error.code).toBe("invalid_cursor");
+    expect((await call("POST", "/v1/check/server-agents/fix", { body: { dry_run: "yes" } })).json.error.code).toBe(
+      "validation_failed",
+    );
+    expect(
+      (await call("POST", "/v1/check/server-agents/fix", { body: { fleet: "x", cursor: "zzz" } })).json.error.code,
+    ).toBe("invalid_cursor");
   });
 });
 
@@ -95,7 +106,9 @@ describe("refresh for a fleet", () => {
     expect(second.json.next_cursor).toBeNull();
     for (const s of [a, b]) expect((await call("GET", `/v1/servers/${s.id}`)).json.refresh.answered_at).toBeNull();
     expect((await call("GET", `/v1/servers/${gone.id}`)).json.refresh).toBeNull();
-    expect((await call("GET", "/v1/agent/desired", { token: a.token, headers: { "If-None-Match": '"2"' } })).status).toBe(200);
+    expect(
+      (await call("GET", "/v1/agent/desired", { token: a.token, headers: { "If-None-Match": '"2"' } })).status,
+    ).toBe(200);
     expect((await call("POST", `/v1/fleets/nope-${Date.now()}/refresh`)).status).toBe(404);
   });
 });

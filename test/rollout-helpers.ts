@@ -17,14 +17,23 @@ export interface Host {
 }
 
 /** A fleet whose `n` servers run AGENT at OLD (desired generation 2, reported realized). */
-export async function fleetWithAgent(n: number, opts: { fleet?: Record<string, unknown>; server?: (i: number) => Record<string, unknown> } = {}) {
+export async function fleetWithAgent(
+  n: number,
+  opts: { fleet?: Record<string, unknown>; server?: (i: number) => Record<string, unknown> } = {},
+) {
   const { id: fleet } = await createFleet(opts.fleet ?? {});
   const hosts: Host[] = [];
   for (let i = 0; i < n; i++) {
     const hostname = `node-${i}-${Math.random().toString(36).slice(2, 7)}.example.com`;
     const s = await registerServer(fleet, { hostname, ...opts.server?.(i) });
     const put = await call("PUT", `/v1/servers/${s.id}/desired`, {
-      body: { generation: 2, agents: [{ name: AGENT, image: OLD, version: "1.0.0" }, { name: "logs", image: "registry.example/logs:1", version: "1" }] },
+      body: {
+        generation: 2,
+        agents: [
+          { name: AGENT, image: OLD, version: "1.0.0" },
+          { name: "logs", image: "registry.example/logs:1", version: "1" },
+        ],
+      },
     });
     if (put.status !== 201 && put.status !== 200) throw new Error(`desired: ${put.status} ${JSON.stringify(put.json)}`);
     hosts.push({ id: s.id, token: s.token, hostname });
@@ -39,7 +48,10 @@ export async function fleetWithAgent(n: number, opts: { fleet?: Record<string, u
  */
 export async function hostReconcile(h: Host, opts: { fail?: boolean; bootId?: string } = {}) {
   const d = await call("GET", "/v1/agent/desired", { token: h.token });
-  const cfg = d.json as { generation: number; agents: { name: string; image: string; version: string; instance_id: string }[] };
+  const cfg = d.json as {
+    generation: number;
+    agents: { name: string; image: string; version: string; instance_id: string }[];
+  };
   const agents = cfg.agents
     .filter((a) => !(opts.fail && a.name === AGENT))
     .map((a) => ({ name: a.name, image: a.image, version: a.version, instance_id: a.instance_id, state: "running" }));
@@ -63,7 +75,9 @@ export async function drain(id: string) {
   for (let i = 0; i < 20; i++) {
     const pending = await runInDurableObject(rolloutStub(id), async (instance: any, state) => {
       await instance.outbox.flush();
-      return state.storage.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM _outbox WHERE attempts = 0 AND kind != 'feed'").one().n;
+      return state.storage.sql
+        .exec<{ n: number }>("SELECT COUNT(*) AS n FROM _outbox WHERE attempts = 0 AND kind != 'feed'")
+        .one().n;
     });
     if (pending === 0) return;
   }
@@ -96,7 +110,16 @@ export async function getRollout(id: string) {
 export async function targets(id: string, query = "") {
   const res = await call("GET", `/v1/rollouts/${id}/targets${query}`);
   if (res.status !== 200) throw new Error(`targets: ${res.status} ${JSON.stringify(res.json)}`);
-  return res.json.items as { server_id: string; hostname: string; state: string; generation: number | null; reason: string | null; from_image: string | null; image: string; reboot_slot: string }[];
+  return res.json.items as {
+    server_id: string;
+    hostname: string;
+    state: string;
+    generation: number | null;
+    reason: string | null;
+    from_image: string | null;
+    image: string;
+    reboot_slot: string;
+  }[];
 }
 
 /** Every host whose desired config has a newer generation than it reported reconciles once. */

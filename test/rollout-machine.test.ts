@@ -1,7 +1,17 @@
 import { describe, expect, it } from "vitest";
 import { abortReason } from "../src/rollouts/abort";
 import { control } from "../src/rollouts/controls";
-import { account, newCore, quiescent, startable, stepTarget, zeroCounts, type Core, type Target, type TargetEvent } from "../src/rollouts/machine";
+import {
+  account,
+  newCore,
+  quiescent,
+  startable,
+  stepTarget,
+  zeroCounts,
+  type Core,
+  type Target,
+  type TargetEvent,
+} from "../src/rollouts/machine";
 import { etaSeconds, isSlow, median } from "../src/rollouts/progress";
 import { decideApply, settleMarks, type RolloutMark } from "../src/rollouts/ledger-side";
 import type { StoredReport } from "../src/model/server/schemas";
@@ -37,18 +47,58 @@ describe("target transitions", () => {
   const cases: [string, Target, TargetEvent, Partial<Target> | null][] = [
     ["queued starts", T(), { type: "start", at: 10 }, { state: "applying", started_at: 10 }],
     ["a slot request marks it", T(), { type: "slot_requested" }, { slot: "requested", state: "queued" }],
-    ["a granted slot starts it holding the slot", T({ slot: "requested" }), { type: "start", at: 3 }, { state: "applying", slot: "held" }],
+    [
+      "a granted slot starts it holding the slot",
+      T({ slot: "requested" }),
+      { type: "start", at: 3 },
+      { state: "applying", slot: "held" },
+    ],
     ["a refused slot puts it back", T({ slot: "requested" }), { type: "slot_refused" }, { slot: "none" }],
-    ["applied records the generation and the image before", T({ state: "applying" }), { type: "applied", generation: 7, from_image: "img:1", from_version: "1" }, { generation: 7, from_image: "img:1" }],
-    ["a second applied changes nothing", applying, { type: "applied", generation: 5, from_image: null, from_version: null }, null],
-    ["realized at the written generation is done", applying, { type: "realized", generation: 5, at: 9 }, { state: "done", ended_at: 9 }],
+    [
+      "applied records the generation and the image before",
+      T({ state: "applying" }),
+      { type: "applied", generation: 7, from_image: "img:1", from_version: "1" },
+      { generation: 7, from_image: "img:1" },
+    ],
+    [
+      "a second applied changes nothing",
+      applying,
+      { type: "applied", generation: 5, from_image: null, from_version: null },
+      null,
+    ],
+    [
+      "realized at the written generation is done",
+      applying,
+      { type: "realized", generation: 5, at: 9 },
+      { state: "done", ended_at: 9 },
+    ],
     ["realized at another generation changes nothing", applying, { type: "realized", generation: 4, at: 9 }, null],
-    ["realized on a done target changes nothing (duplicate)", T({ state: "done", generation: 5 }), { type: "realized", generation: 5, at: 9 }, null],
-    ["failed after done changes nothing (reordered)", T({ state: "done", generation: 5 }), { type: "failed", generation: 5, message: "x", at: 9 }, null],
-    ["failed at the written generation", applying, { type: "failed", generation: 5, message: "pull", at: 9 }, { state: "failed", reason: "pull" }],
+    [
+      "realized on a done target changes nothing (duplicate)",
+      T({ state: "done", generation: 5 }),
+      { type: "realized", generation: 5, at: 9 },
+      null,
+    ],
+    [
+      "failed after done changes nothing (reordered)",
+      T({ state: "done", generation: 5 }),
+      { type: "failed", generation: 5, message: "x", at: 9 },
+      null,
+    ],
+    [
+      "failed at the written generation",
+      applying,
+      { type: "failed", generation: 5, message: "pull", at: 9 },
+      { state: "failed", reason: "pull" },
+    ],
     ["timeout ends an applying target", applying, { type: "timeout", at: 9 }, { state: "timed_out" }],
     ["timeout of a done target changes nothing", T({ state: "done" }), { type: "timeout", at: 9 }, null],
-    ["already at the image: skipped", T({ state: "applying" }), { type: "skip", reason: "already_at_image", at: 2 }, { state: "skipped", reason: "already_at_image" }],
+    [
+      "already at the image: skipped",
+      T({ state: "applying" }),
+      { type: "skip", reason: "already_at_image", at: 2 },
+      { state: "skipped", reason: "already_at_image" },
+    ],
     ["skip after a write changes nothing", applying, { type: "skip", reason: "x", at: 2 }, null],
     ["removed leaves the rollout", applying, { type: "removed", at: 2 }, { state: "skipped", reason: "removed" }],
     ["start of an applying target changes nothing", applying, { type: "start", at: 2 }, null],
@@ -79,7 +129,12 @@ describe("abort rule", () => {
     ["max_failures 0: the first failure aborts", { failed: 1 }, { max_failures: 0 }, true],
     ["max_failures 1: one failure does not", { failed: 1, done: 3 }, { max_failures: 1 }, false],
     ["max_failures 1: a failure and a timeout do", { failed: 1, timed_out: 1 }, { max_failures: 1 }, true],
-    ["percent before min_completed does not", { failed: 2, done: 0 }, { max_failure_percent: 10, min_completed: 5 }, false],
+    [
+      "percent before min_completed does not",
+      { failed: 2, done: 0 },
+      { max_failure_percent: 10, min_completed: 5 },
+      false,
+    ],
     ["percent after min_completed does", { failed: 2, done: 3 }, { max_failure_percent: 10, min_completed: 5 }, true],
     ["percent at the limit does not", { failed: 1, done: 9 }, { max_failure_percent: 10, min_completed: 5 }, false],
     ["skipped targets do not count", { failed: 1, done: 9, skipped: 50 }, { max_failure_percent: 10 }, false],
@@ -103,13 +158,27 @@ describe("abort rule", () => {
     const before = T({ state: "applying", generation: 3 });
     const after = stepTarget(before, { type: "realized", generation: 3, at: 5 })!;
     expect(account(core({}, { applying: 1, done: 2 }), { abort: {} }, before, after, 5).core.state).toBe("succeeded");
-    expect(account(core({ state: "rolling_back", pass: 1 }, { applying: 1 }), { abort: {} }, { ...before, pass: 1 }, { ...after, pass: 1 }, 5).core.state).toBe("rolled_back");
+    expect(
+      account(
+        core({ state: "rolling_back", pass: 1 }, { applying: 1 }),
+        { abort: {} },
+        { ...before, pass: 1 },
+        { ...after, pass: 1 },
+        5,
+      ).core.state,
+    ).toBe("rolled_back");
   });
 
   it("a forward target ending during the rollback frees its place without touching the rollback's counts", () => {
     const before = T({ state: "applying", generation: 3 });
     const after = stepTarget(before, { type: "failed", generation: 3, message: "x", at: 5 })!;
-    const out = account(core({ state: "rolling_back", pass: 1, prev_applying: 1 }, { queued: 1 }), { abort: { max_failures: 0 } }, before, after, 5);
+    const out = account(
+      core({ state: "rolling_back", pass: 1, prev_applying: 1 }, { queued: 1 }),
+      { abort: { max_failures: 0 } },
+      before,
+      after,
+      5,
+    );
     expect(out.core).toMatchObject({ state: "rolling_back", prev_applying: 0, counts: { queued: 1, failed: 0 } });
   });
 });
@@ -118,8 +187,18 @@ describe("operator controls", () => {
   it.each([
     ["pause a running rollout", core(), "pause", "paused"],
     ["resume a paused one", core({ state: "paused", paused_from: "running" }, { queued: 1 }), "resume", "running"],
-    ["resume a paused rollback", core({ state: "paused", paused_from: "rolling_back", pass: 1 }, { queued: 1 }), "resume", "rolling_back"],
-    ["resume with nothing left finishes", core({ state: "paused", paused_from: "running" }, { done: 3 }), "resume", "succeeded"],
+    [
+      "resume a paused rollback",
+      core({ state: "paused", paused_from: "rolling_back", pass: 1 }, { queued: 1 }),
+      "resume",
+      "rolling_back",
+    ],
+    [
+      "resume with nothing left finishes",
+      core({ state: "paused", paused_from: "running" }, { done: 3 }),
+      "resume",
+      "succeeded",
+    ],
     ["cancel a running one", core({}, { queued: 3 }), "cancel", "cancelled"],
     ["cancel a paused one", core({ state: "paused", paused_from: "running" }), "cancel", "cancelled"],
     ["roll back a succeeded one", core({ state: "succeeded" }, { done: 3 }), "rollback", "rolling_back"],
@@ -166,7 +245,14 @@ describe("progress", () => {
 });
 
 describe("the ledger's side", () => {
-  const mark: RolloutMark = { rollout_id: "r1", pass: 0, generation: 5, image: "img:2", from_image: "img:1", from_version: "1" };
+  const mark: RolloutMark = {
+    rollout_id: "r1",
+    pass: 0,
+    generation: 5,
+    image: "img:2",
+    from_image: "img:1",
+    from_version: "1",
+  };
   const report = (generation: number, image: string, error = false): StoredReport => ({
     generation,
     reconciled_at: "2026-01-01T00:00:00Z",
@@ -190,23 +276,38 @@ describe("the ledger's side", () => {
 
   it("a mark that names its version settles only on that version, whatever the image string (a catalog image keeps its name)", () => {
     const versioned: RolloutMark = { ...mark, image: "img", version: "2" };
-    const at = (version: string): StoredReport => ({ ...report(5, "img"), agents: [{ name: "fw", image: "img", version, instance_id: "i", state: "running" }] });
+    const at = (version: string): StoredReport => ({
+      ...report(5, "img"),
+      agents: [{ name: "fw", image: "img", version, instance_id: "i", state: "running" }],
+    });
     expect(settleMarks({ fw: versioned }, at("1"), "s1").events).toEqual([]);
     expect(settleMarks({ fw: versioned }, at("2"), "s1").events.map((e) => e.outcome)).toEqual(["realized"]);
   });
 
-  const desired = { generation: 4, agents: [{ name: "fw", image: "img:1", version: "1", instance_id: "i" }], lifecycle: "run" as const, updated_at: 0 };
+  const desired = {
+    generation: 4,
+    agents: [{ name: "fw", image: "img:1", version: "1", instance_id: "i" }],
+    lifecycle: "run" as const,
+    updated_at: 0,
+  };
   const req = { rollout_id: "r1", pass: 0, agent: "fw", image: "img:2", version: "2" };
   it.each([
     ["writes the next generation with the agent's image changed", desired, "active", undefined, "applied"],
     ["a redelivery answers the same generation and writes nothing", desired, "active", mark, "applied"],
-    ["already at the image", { ...desired, agents: [{ ...desired.agents[0], image: "img:2", version: "2" }] }, "active", undefined, "already_at_image"],
+    [
+      "already at the image",
+      { ...desired, agents: [{ ...desired.agents[0], image: "img:2", version: "2" }] },
+      "active",
+      undefined,
+      "already_at_image",
+    ],
     ["no such agent", { ...desired, agents: [] }, "active", undefined, "agent_absent"],
     ["a decommissioning server", desired, "decommissioning", undefined, "removed"],
   ] as const)("%s", (_n, d, state, m, outcome) => {
     const out = decideApply(d as DesiredState, state, m, req, 9);
     expect(out.outcome.outcome).toBe(outcome);
-    if (outcome === "applied" && !m) expect(out.next).toMatchObject({ generation: 5, agents: [{ image: "img:2", instance_id: "i" }] });
+    if (outcome === "applied" && !m)
+      expect(out.next).toMatchObject({ generation: 5, agents: [{ image: "img:2", instance_id: "i" }] });
     if (m) expect(out.next).toBeUndefined();
   });
 });

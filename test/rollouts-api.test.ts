@@ -1,6 +1,15 @@
 import { describe, expect, it } from "vitest";
 import { call } from "./helpers";
-import { AGENT, fleetWithAgent, getRollout, NEW, OLD, reconcileApplying, startRollout, targets } from "./rollout-helpers";
+import {
+  AGENT,
+  fleetWithAgent,
+  getRollout,
+  NEW,
+  OLD,
+  reconcileApplying,
+  startRollout,
+  targets,
+} from "./rollout-helpers";
 
 describe("a rollout through the HTTP API", () => {
   it("moves every target to the new image, concurrency at a time, and succeeds", async () => {

@@ -4,12 +4,27 @@
  */
 import { describe, expect, it } from "vitest";
 import { call, createFleet, registerServer, settle } from "./helpers";
-import { AGENT, drain, getRollout, hostReconcile, NEW, OLD, reconcileApplying, startRollout, targets, type Host } from "./rollout-helpers";
+import {
+  AGENT,
+  drain,
+  getRollout,
+  hostReconcile,
+  NEW,
+  OLD,
+  reconcileApplying,
+  startRollout,
+  targets,
+  type Host,
+} from "./rollout-helpers";
 
 async function plannedFleet(n: number) {
   const { id: fleet } = await createFleet();
-  expect((await call("PUT", `/v1/fleets/${fleet}/channels/${AGENT}`, { body: { image: OLD, version: "1.0.0" } })).status).toBeLessThan(300);
-  expect((await call("PUT", `/v1/fleets/${fleet}/roles/edge`, { body: { agents: [{ name: AGENT }] } })).status).toBeLessThan(300);
+  expect(
+    (await call("PUT", `/v1/fleets/${fleet}/channels/${AGENT}`, { body: { image: OLD, version: "1.0.0" } })).status,
+  ).toBeLessThan(300);
+  expect(
+    (await call("PUT", `/v1/fleets/${fleet}/roles/edge`, { body: { agents: [{ name: AGENT }] } })).status,
+  ).toBeLessThan(300);
   const hosts: Host[] = [];
   for (let i = 0; i < n; i++) hosts.push(await plannedServer(fleet));
   return { fleet, hosts };
@@ -24,9 +39,11 @@ async function plannedServer(fleet: string): Promise<Host> {
   return h;
 }
 
-const channel = async (fleet: string) => (await call("GET", `/v1/fleets/${fleet}/channels/${AGENT}`)).json.image as string;
+const channel = async (fleet: string) =>
+  (await call("GET", `/v1/fleets/${fleet}/channels/${AGENT}`)).json.image as string;
 const desiredImage = async (id: string) =>
-  (await call("GET", `/v1/servers/${id}`)).json.desired.agents.find((a: any) => a.name === AGENT)?.image as string | undefined;
+  (await call("GET", `/v1/servers/${id}`)).json.desired.agents.find((a: any) => a.name === AGENT)?.image as
+    string | undefined;
 
 describe("rollouts and fleet intent", () => {
   it("moves the channel at the start (new servers get the image) and back on rollback", async () => {
@@ -45,11 +62,14 @@ describe("rollouts and fleet intent", () => {
     expect(rb.status).toBe(200);
     await drain(r.id);
     expect(await channel(fleet)).toBe(OLD);
-    for (let i = 0; i < 4 && (await getRollout(r.id)).state === "rolling_back"; i++) await reconcileApplying(r.id, hosts);
+    for (let i = 0; i < 4 && (await getRollout(r.id)).state === "rolling_back"; i++)
+      await reconcileApplying(r.id, hosts);
     expect((await getRollout(r.id)).state).toBe("rolled_back");
     for (const h of hosts) expect(await desiredImage(h.id)).toBe(OLD);
     const history = await call("GET", `/v1/audit?target=fleet:${fleet}`);
-    expect(history.json.items.filter((a: any) => a.action === "channel.put" && a.actor === `rollout:${r.id}`)).toHaveLength(2);
+    expect(
+      history.json.items.filter((a: any) => a.action === "channel.put" && a.actor === `rollout:${r.id}`),
+    ).toHaveLength(2);
   });
 
   it("update_channel false leaves the channel alone", async () => {
@@ -66,7 +86,10 @@ describe("rollouts and fleet intent", () => {
     const queued = (await targets(r.id, "?state=queued"))[0];
     // One applying server decommissioned, one force-removed (a dead host), one queued decommissioned.
     expect((await call("POST", `/v1/servers/${a.server_id}/decommission`, { body: {} })).status).toBe(200);
-    expect((await call("POST", `/v1/servers/${b.server_id}/decommission`, { body: { force: true, reason: "host is dead" } })).status).toBe(200);
+    expect(
+      (await call("POST", `/v1/servers/${b.server_id}/decommission`, { body: { force: true, reason: "host is dead" } }))
+        .status,
+    ).toBe(200);
     expect((await call("POST", `/v1/servers/${queued.server_id}/decommission`, { body: {} })).status).toBe(200);
     for (const id of [a.server_id, b.server_id, queued.server_id]) await settle(id);
     await drain(r.id);

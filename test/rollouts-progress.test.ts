@@ -1,11 +1,29 @@
-import { createExecutionContext, createScheduledController, env, evictDurableObject, runInDurableObject, waitOnExecutionContext } from "cloudflare:test";
+import {
+  createExecutionContext,
+  createScheduledController,
+  env,
+  evictDurableObject,
+  runInDurableObject,
+  waitOnExecutionContext,
+} from "cloudflare:test";
 import { eq } from "drizzle-orm";
 import { describe, expect, it } from "vitest";
 import { getDb } from "../src/db/client";
 import { rollouts, rolloutTargets } from "../src/db/schema";
 import worker from "../src/index";
 import { call, fireTimersNow, settle } from "./helpers";
-import { AGENT, drain, fleetWithAgent, getRollout, hostReconcile, NEW, reconcileApplying, rolloutStub, startRollout, targets } from "./rollout-helpers";
+import {
+  AGENT,
+  drain,
+  fleetWithAgent,
+  getRollout,
+  hostReconcile,
+  NEW,
+  reconcileApplying,
+  rolloutStub,
+  startRollout,
+  targets,
+} from "./rollout-helpers";
 import { sleep } from "./support/objects";
 
 const db = () => getDb(env.DB);
@@ -109,12 +127,17 @@ describe("progress, warnings and reads", () => {
       state.storage.sql.exec("DELETE FROM _timers");
       await state.storage.deleteAlarm();
     });
-    await db().update(rollouts).set({ updatedAt: Date.now() - 5 * 60_000 }).where(eq(rollouts.id, r.id));
+    await db()
+      .update(rollouts)
+      .set({ updatedAt: Date.now() - 5 * 60_000 })
+      .where(eq(rollouts.id, r.id));
     const ctx = createExecutionContext();
     await worker.scheduled(createScheduledController({ scheduledTime: Date.now(), cron: "* * * * *" }), env, ctx);
     await waitOnExecutionContext(ctx);
-    const timers = await runInDurableObject(stub, (_i, state) =>
-      state.storage.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM _timers WHERE name LIKE 'timeout:%'").one().n,
+    const timers = await runInDurableObject(
+      stub,
+      (_i, state) =>
+        state.storage.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM _timers WHERE name LIKE 'timeout:%'").one().n,
     );
     expect(timers).toBe(2);
     await fireTimersNow(stub);

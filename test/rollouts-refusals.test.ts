@@ -14,7 +14,9 @@ const start = (body: Record<string, unknown>) =>
 
 const timeoutTimers = (id: string) =>
   runInDurableObject(rolloutStub(id), (_i, state) =>
-    state.storage.sql.exec<{ name: string; due_at: number }>("SELECT name, due_at FROM _timers WHERE name LIKE 'timeout:%'").toArray(),
+    state.storage.sql
+      .exec<{ name: string; due_at: number }>("SELECT name, due_at FROM _timers WHERE name LIKE 'timeout:%'")
+      .toArray(),
   );
 
 describe("a rollout that would write no server", () => {
@@ -48,8 +50,12 @@ describe("a rollout that would write no server", () => {
     expect((await call("GET", `/v1/fleets/${fleet}/channels/new-agent`)).json.image).toBe(NEW);
     expect((await call("GET", `/v1/servers/${hosts[0].id}`)).json.desired.generation).toBe(2);
     // A channel-only move with a selector or without the channel is a contradiction.
-    expect((await start({ fleet, channel_only: true, update_channel: false })).json.error.code).toBe("validation_failed");
-    expect((await start({ fleet, channel_only: true, exclude: [hosts[0].hostname] })).json.error.code).toBe("validation_failed");
+    expect((await start({ fleet, channel_only: true, update_channel: false })).json.error.code).toBe(
+      "validation_failed",
+    );
+    expect((await start({ fleet, channel_only: true, exclude: [hosts[0].hostname] })).json.error.code).toBe(
+      "validation_failed",
+    );
   });
 
   it("an exclude or selector naming no server of the fleet is refused with unknown_server, and nothing starts", async () => {
@@ -121,7 +127,7 @@ describe("deadlines", () => {
     });
     const { evictDurableObject } = await import("cloudflare:test");
     await evictDurableObject(rolloutStub(r.id));
-    expect((await timeoutTimers(r.id))).toHaveLength(0);
+    expect(await timeoutTimers(r.id)).toHaveLength(0);
     expect((await start({ fleet })).status).toBe(409);
     expect(await timeoutTimers(r.id)).toHaveLength(1);
     await fireTimersNow(rolloutStub(r.id));
@@ -135,7 +141,9 @@ describe("ending a stuck target", () => {
     const { fleet } = await fleetWithAgent(3);
     const r = await startRollout({ fleet, concurrency: 1 });
     const [stuck] = await targets(r.id, "?state=applying");
-    const res = await call("POST", `/v1/rollouts/${r.id}/targets/${stuck.hostname}/end`, { body: { reason: "host is dead" } });
+    const res = await call("POST", `/v1/rollouts/${r.id}/targets/${stuck.hostname}/end`, {
+      body: { reason: "host is dead" },
+    });
     expect(res.status).toBe(200);
     expect(res.json.target).toMatchObject({ server_id: stuck.server_id, state: "failed" });
     expect(res.json.target.reason).toMatch(/^ended by .*: host is dead$/);

@@ -6,11 +6,26 @@
 import { evictDurableObject, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { call, fireTimersNow, settle } from "./helpers";
-import { AGENT, drain, fleetWithAgent, getRollout, hostReconcile, NEW, OLD, reconcileApplying, rolloutStub, startRollout, targets, type Host } from "./rollout-helpers";
+import {
+  AGENT,
+  drain,
+  fleetWithAgent,
+  getRollout,
+  hostReconcile,
+  NEW,
+  OLD,
+  reconcileApplying,
+  rolloutStub,
+  startRollout,
+  targets,
+  type Host,
+} from "./rollout-helpers";
 
 const applyingInObject = (id: string) =>
-  runInDurableObject(rolloutStub(id), (_i, state) =>
-    state.storage.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM targets WHERE state = 'applying'").one().n,
+  runInDurableObject(
+    rolloutStub(id),
+    (_i, state) =>
+      state.storage.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM targets WHERE state = 'applying'").one().n,
   );
 
 const desiredImage = async (h: Host) => {
@@ -46,7 +61,9 @@ describe("timeouts", () => {
     const { fleet } = await fleetWithAgent(2);
     const r = await startRollout({ fleet, concurrency: 2, server_timeout_s: 30 });
     const timers = await runInDurableObject(rolloutStub(r.id), (_i, state) =>
-      state.storage.sql.exec<{ name: string; due_at: number }>("SELECT name, due_at FROM _timers WHERE name LIKE 'timeout:%'").toArray(),
+      state.storage.sql
+        .exec<{ name: string; due_at: number }>("SELECT name, due_at FROM _timers WHERE name LIKE 'timeout:%'")
+        .toArray(),
     );
     expect(timers).toHaveLength(2);
     for (const t of timers) expect(t.due_at).toBeGreaterThan(Date.now() + 25_000);
@@ -63,7 +80,9 @@ describe("abort criteria", () => {
   it("max_failures: once failures exceed it the rollout fails, applying targets finish, queued ones are skipped", async () => {
     const { fleet, hosts } = await fleetWithAgent(6);
     const r = await startRollout({ fleet, concurrency: 2, abort: { max_failures: 0 } });
-    const [first, second] = (await targets(r.id, "?state=applying")).map((t) => hosts.find((h) => h.id === t.server_id)!);
+    const [first, second] = (await targets(r.id, "?state=applying")).map((t) =>
+      hosts.find((h) => h.id === t.server_id)!,
+    );
     await hostReconcile(first, { fail: true });
     await settle(first.id);
     const failed = await getRollout(r.id);
@@ -116,7 +135,9 @@ describe("operator controls", () => {
     await reconcileApplying(r.id, hosts);
     expect((await getRollout(r.id)).counts).toMatchObject({ done: 2, applying: 0 });
     const actions = (await call("GET", `/v1/audit?target=rollout:${r.id}`)).json.items.map((a: any) => a.action);
-    expect(actions).toEqual(expect.arrayContaining(["rollout.start", "rollout.pause", "rollout.resume", "rollout.cancel"]));
+    expect(actions).toEqual(
+      expect.arrayContaining(["rollout.start", "rollout.pause", "rollout.resume", "rollout.cancel"]),
+    );
   });
 
   it("rollback re-targets the done servers to the image each had before, keeping the id", async () => {
@@ -159,12 +180,14 @@ describe("durability and idempotence", () => {
     expect(after.counts).toEqual(before.counts);
     expect(after.change).toBe(before.change);
     expect(await targets(r.id)).toEqual(rowsBefore);
-    const timers = await runInDurableObject(rolloutStub(r.id), (_i, state) =>
-      state.storage.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM _timers WHERE name LIKE 'timeout:%'").one().n,
+    const timers = await runInDurableObject(
+      rolloutStub(r.id),
+      (_i, state) =>
+        state.storage.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM _timers WHERE name LIKE 'timeout:%'").one().n,
     );
     expect(timers).toBe(2);
     for (let i = 0; i < 5 && (await getRollout(r.id)).state === "running"; i++) await reconcileApplying(r.id, hosts);
-    expect((await getRollout(r.id))).toMatchObject({ state: "succeeded", counts: { done: 6 } });
+    expect(await getRollout(r.id)).toMatchObject({ state: "succeeded", counts: { done: 6 } });
   });
 
   it("a duplicated or reordered realization event changes nothing", async () => {
@@ -180,11 +203,21 @@ describe("durability and idempotence", () => {
     const stub = rolloutStub(r.id);
     const base = { rollout_id: r.id, pass: 0, server_id: h.id, generation: gen, at: Date.now() };
     expect(await stub.targetEvent({ ...base, outcome: "realized" })).toEqual({ ok: true, changed: false });
-    expect(await stub.targetEvent({ ...base, outcome: "failed", message: "late" })).toEqual({ ok: true, changed: false });
+    expect(await stub.targetEvent({ ...base, outcome: "failed", message: "late" })).toEqual({
+      ok: true,
+      changed: false,
+    });
     expect(await stub.targetEvent({ ...base, outcome: "removed" })).toEqual({ ok: true, changed: false });
     // An event for a generation the rollout did not write, on the target now applying.
     const [next] = await targets(r.id, "?state=applying");
-    expect(await stub.targetEvent({ ...base, server_id: next.server_id, generation: next.generation! - 1, outcome: "realized" })).toEqual({ ok: true, changed: false });
+    expect(
+      await stub.targetEvent({
+        ...base,
+        server_id: next.server_id,
+        generation: next.generation! - 1,
+        outcome: "realized",
+      }),
+    ).toEqual({ ok: true, changed: false });
     const same = await getRollout(r.id);
     expect(same.counts).toEqual(after.counts);
     expect(same.change).toBe(after.change);
@@ -206,7 +239,9 @@ describe("one running rollout per (fleet, agent)", () => {
     expect(lost.status).toBe(409);
     expect(lost.json.error.code).toBe("rollout_in_progress");
     expect(lost.json.error.details.rollout_id).toBe(won.json.id);
-    const other = await call("POST", "/v1/rollouts", { body: { ...body, agent: "logs", image: "registry.example/logs:2", version: "2" } });
+    const other = await call("POST", "/v1/rollouts", {
+      body: { ...body, agent: "logs", image: "registry.example/logs:2", version: "2" },
+    });
     expect(other.status).toBe(201);
     // Cancelled with targets still applying, it holds the agent until they end (or its grace
     // runs out: test/rollouts-refusals.test.ts).
@@ -256,7 +291,12 @@ describe("rollback and the (fleet, agent) claim", () => {
 describe("targets", () => {
   it("selector and exclude: only servers with the agent and a matching role; excluded ones listed as skipped", async () => {
     const { fleet, hosts } = await fleetWithAgent(4, { server: (i) => ({ roles: i < 3 ? ["edge"] : ["core"] }) });
-    const r = await startRollout({ fleet, concurrency: 5, selector: { roles: ["edge"] }, exclude: [hosts[0].hostname, hosts[1].id] });
+    const r = await startRollout({
+      fleet,
+      concurrency: 5,
+      selector: { roles: ["edge"] },
+      exclude: [hosts[0].hostname, hosts[1].id],
+    });
     const all = await targets(r.id);
     expect(all.map((t) => t.server_id).sort()).toEqual([hosts[0].id, hosts[1].id, hosts[2].id].sort());
     expect(all.filter((t) => t.state === "skipped").map((t) => t.reason)).toEqual(["excluded", "excluded"]);
@@ -265,16 +305,29 @@ describe("targets", () => {
   });
 
   it("bad input changes nothing: validation, unknown fleet, unknown rollout", async () => {
-    const bad = await call("POST", "/v1/rollouts", { body: { fleet: "x", agent: AGENT, image: NEW, version: "2", concurrency: 0 } });
+    const bad = await call("POST", "/v1/rollouts", {
+      body: { fleet: "x", agent: AGENT, image: NEW, version: "2", concurrency: 0 },
+    });
     expect(bad.status).toBe(400);
-    const both = await call("POST", "/v1/rollouts", { body: { fleet: "x", agent: AGENT, image: NEW, version: "2", abort: { max_failures: 1, max_failure_percent: 5 } } });
+    const both = await call("POST", "/v1/rollouts", {
+      body: { fleet: "x", agent: AGENT, image: NEW, version: "2", abort: { max_failures: 1, max_failure_percent: 5 } },
+    });
     expect(both.status).toBe(400);
-    const unknown = await call("POST", "/v1/rollouts", { body: { fleet: "no-such-fleet", agent: AGENT, image: NEW, version: "2" } });
+    const unknown = await call("POST", "/v1/rollouts", {
+      body: { fleet: "no-such-fleet", agent: AGENT, image: NEW, version: "2" },
+    });
     expect(unknown.status).toBe(422);
     expect((await call("GET", `/v1/rollouts/${crypto.randomUUID()}`)).status).toBe(404);
     expect((await call("POST", `/v1/rollouts/${crypto.randomUUID()}/pause`)).status).toBe(404);
     expect((await call("GET", "/v1/rollouts/not-a-uuid")).status).toBe(400);
     const ro = await call("POST", "/v1/tokens", { body: { name: "ro", scope: "read" } });
-    expect((await call("POST", "/v1/rollouts", { token: ro.json.token, body: { fleet: "x", agent: AGENT, image: NEW, version: "2" } })).status).toBe(403);
+    expect(
+      (
+        await call("POST", "/v1/rollouts", {
+          token: ro.json.token,
+          body: { fleet: "x", agent: AGENT, image: NEW, version: "2" },
+        })
+      ).status,
+    ).toBe(403);
   });
 });

@@ -1,7 +1,15 @@
 import { describe, expect, it } from "vitest";
 import { call, fireTimersNow, settle } from "./helpers";
 import { fleetWithKey, getGroup, putGroup, zincati } from "./fleetlock-helpers";
-import { drain, getRollout, hostReconcile, reconcileApplying, rolloutStub, startRollout, targets } from "./rollout-helpers";
+import {
+  drain,
+  getRollout,
+  hostReconcile,
+  reconcileApplying,
+  rolloutStub,
+  startRollout,
+  targets,
+} from "./rollout-helpers";
 
 describe("disruptive updates take reboot slots", () => {
   it("a reboot_slot rollout and Zincati clients sharing a 2-slot group never exceed 2 holders", async () => {
@@ -11,7 +19,9 @@ describe("disruptive updates take reboot slots", () => {
     const { hosts } = await fleetWithAgentIn(f.fleet, 5);
     const zincatiIds = ["zc-a", "zc-b"];
     for (const id of zincatiIds) {
-      const s = await call("POST", "/v1/servers", { body: { fleet: f.fleet, hostname: `${id}.example.com`, kind: "managed", fleetlock_id: id } });
+      const s = await call("POST", "/v1/servers", {
+        body: { fleet: f.fleet, hostname: `${id}.example.com`, kind: "managed", fleetlock_id: id },
+      });
       expect(s.status).toBe(201);
     }
     expect((await zincati(f.baseUrl, "pre-reboot", "zc-a")).status).toBe(200);
@@ -54,14 +64,19 @@ describe("disruptive updates take reboot slots", () => {
     const f = await fleetWithKey();
     await putGroup(f.fleet, "default", { slots: 1, queue_wait_s: 30 });
     const { hosts } = await fleetWithAgentIn(f.fleet, 2);
-    const zc = await call("POST", "/v1/servers", { body: { fleet: f.fleet, hostname: "zq.example.com", kind: "managed", fleetlock_id: "zq" } });
+    const zc = await call("POST", "/v1/servers", {
+      body: { fleet: f.fleet, hostname: "zq.example.com", kind: "managed", fleetlock_id: "zq" },
+    });
     expect(zc.status).toBe(201);
     const r = await startRollout({ fleet: f.fleet, concurrency: 1, reboot_slot: true });
     const [first] = await targets(r.id, "?state=applying");
-    expect((await getGroup(f.fleet, "default")).holders.map((h) => h.id)).toEqual([`rollout:${r.id}:${first.server_id}`]);
+    expect((await getGroup(f.fleet, "default")).holders.map((h) => h.id)).toEqual([
+      `rollout:${r.id}:${first.server_id}`,
+    ]);
     // Zincati parks in the queue while the rollout holds the only slot.
     const parked = zincati(f.baseUrl, "pre-reboot", "zq");
-    for (let i = 0; i < 100 && !((await getGroup(f.fleet, "default")) as any).queue?.length; i++) await new Promise((res) => setTimeout(res, 20));
+    for (let i = 0; i < 100 && !((await getGroup(f.fleet, "default")) as any).queue?.length; i++)
+      await new Promise((res) => setTimeout(res, 20));
     await reconcileApplying(r.id, hosts);
     // The target is done; its slot went to the parked host, not to the rollout's next target.
     expect((await parked).status).toBe(200);
@@ -75,7 +90,7 @@ describe("disruptive updates take reboot slots", () => {
     g = await getGroup(f.fleet, "default");
     expect(g.holders.map((h) => h.id)).toEqual([expect.stringMatching(new RegExp(`^rollout:${r.id}:`))]);
     await reconcileApplying(r.id, hosts);
-    expect((await getRollout(r.id))).toMatchObject({ state: "succeeded", counts: { done: 2 } });
+    expect(await getRollout(r.id)).toMatchObject({ state: "succeeded", counts: { done: 2 } });
   });
 
   it("a target whose server's group is not configured fails with the reason", async () => {
@@ -93,7 +108,9 @@ async function fleetWithAgentIn(fleet: string, n: number) {
   const hosts = [];
   for (let i = 0; i < n; i++) {
     const hostname = `slot-${i}-${Math.random().toString(36).slice(2, 7)}.example.com`;
-    const s = await call("POST", "/v1/servers", { body: { fleet, hostname, kind: "managed", fleetlock_id: `rs-${i}-${Math.random().toString(36).slice(2, 7)}` } });
+    const s = await call("POST", "/v1/servers", {
+      body: { fleet, hostname, kind: "managed", fleetlock_id: `rs-${i}-${Math.random().toString(36).slice(2, 7)}` },
+    });
     await call("PUT", `/v1/servers/${s.json.id}/desired`, {
       body: { generation: 2, agents: [{ name: "fw-agent", image: "registry.example/fw:1.0.0", version: "1.0.0" }] },
     });

@@ -64,7 +64,9 @@ describe("rollout storage format", () => {
     const r = await startRollout({ fleet });
     await runInDurableObject(rolloutStub(r.id), (_i, state) => {
       state.storage.kv.put(FORMAT_KEY, ROLLOUT_FORMAT + 1);
-      expect(() => upgradeRolloutStorage(state.storage, storedFormat(state.storage.kv))).toThrow(/newer than this code/);
+      expect(() => upgradeRolloutStorage(state.storage, storedFormat(state.storage.kv))).toThrow(
+        /newer than this code/,
+      );
       expect(state.storage.kv.get(FORMAT_KEY)).toBe(ROLLOUT_FORMAT + 1);
       // Put back, so the object can load again after this test.
       state.storage.kv.put(FORMAT_KEY, ROLLOUT_FORMAT);

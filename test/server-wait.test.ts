@@ -4,7 +4,9 @@ import { call, createFleet, registerServer, report } from "./helpers";
 async function realizedServer() {
   const fleet = await createFleet();
   const s = await registerServer(fleet.id);
-  await call("PUT", `/v1/servers/${s.id}/desired`, { body: { generation: 2, agents: [{ name: "logs", image: "logs:1", version: "1" }] } });
+  await call("PUT", `/v1/servers/${s.id}/desired`, {
+    body: { generation: 2, agents: [{ name: "logs", image: "logs:1", version: "1" }] },
+  });
   return s;
 }
 
@@ -68,7 +70,9 @@ describe("GET /v1/servers/{id} for operators: ETag and long poll", () => {
     expect(bad.status).toBe(400);
     expect(bad.json.error.code).toBe("invalid_query");
     const unknown = crypto.randomUUID();
-    expect((await call("GET", `/v1/servers/${unknown}?wait=1`, { headers: { "If-None-Match": 'W/"x"' } })).status).toBe(404);
+    expect((await call("GET", `/v1/servers/${unknown}?wait=1`, { headers: { "If-None-Match": 'W/"x"' } })).status).toBe(
+      404,
+    );
     expect((await call("GET", `/v1/servers/${unknown}`)).status).toBe(404);
   });
 });

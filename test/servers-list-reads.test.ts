@@ -24,7 +24,9 @@ describe("listing a fleet's servers by status", () => {
          SELECT printf('00000000-0000-4000-${tag}-%012d', i), ?1, 'h' || i || '.example.com', 'managed', '[]', 'default', 'active',
                 CASE WHEN i % 333 = 0 THEN 'failed' WHEN i % 500 = 1 THEN 'drifted' WHEN i % 1000 = 2 THEN 'stale' ELSE 'realized' END,
                 1, CASE WHEN i % 666 = 3 THEN ?2 - 1000 ELSE ?2 + 3600000 END, ?2, ?2 FROM n`,
-      ).bind(id, now).run();
+      )
+        .bind(id, now)
+        .run();
     await seed(fleet.id, 10_000, "a000");
     await seed(other.id, 1_000, "b000");
 
@@ -32,7 +34,9 @@ describe("listing a fleet's servers by status", () => {
       const query = listServers(getDb(env.DB), { fleet: fleet.id, status }, null, 20, now);
       // The same statement again through the binding itself, whose answer carries D1's rows_read.
       const { sql, params } = query.toSQL();
-      const { meta } = await env.DB.prepare(sql).bind(...params).all();
+      const { meta } = await env.DB.prepare(sql)
+        .bind(...params)
+        .all();
       return { rows: await query, rowsRead: meta.rows_read };
     };
     const failed = await read("failed");

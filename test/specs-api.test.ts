@@ -4,7 +4,11 @@ import { describe, expect, it } from "vitest";
 import { ADMIN, BASE, call } from "./helpers";
 import { apply, auditOf, clone, diff, fleetWithIntent, getSpec, WINDOW } from "./specs-helpers";
 
-const desiredOf = async (id: string) => (await call("GET", `/v1/servers/${id}/desired`)).json as { generation: number; agents: { name: string; image: string }[] };
+const desiredOf = async (id: string) =>
+  (await call("GET", `/v1/servers/${id}/desired`)).json as {
+    generation: number;
+    agents: { name: string; image: string }[];
+  };
 
 describe("GET /v1/fleets/{fleet}/spec", () => {
   it("answers the fleet as a spec, with a strong ETag that changes with the fleet", async () => {
@@ -14,10 +18,19 @@ describe("GET /v1/fleets/{fleet}/spec", () => {
       apiVersion: "harbormaster/v1",
       kind: "FleetSpec",
       fleet,
-      settings: { stale_after_s: 300, lock_ttl_s: 3600, allow_unknown_ids: false, default_group_slots: null, image_policy: "any" },
+      settings: {
+        stale_after_s: 300,
+        lock_ttl_s: 3600,
+        allow_unknown_ids: false,
+        default_group_slots: null,
+        image_policy: "any",
+      },
       capabilities: { firewall: true },
       channels: { base: { image: "reg/base:1", version: "1" }, fw: { image: "reg/fw:1", version: "1" } },
-      roles: { compute: { agents: [{ name: "base" }] }, edge: { agents: [{ name: "base" }, { name: "fw", when: "firewall" }] } },
+      roles: {
+        compute: { agents: [{ name: "base" }] },
+        edge: { agents: [{ name: "base" }, { name: "fw", when: "firewall" }] },
+      },
       reboot_groups: {
         // Every declared field of a group, those never set as a new group has them.
         default: groupConfig({ slots: 2, windows: [], queue_wait_s: 0 }),
@@ -49,7 +62,13 @@ describe("export, then apply", () => {
       expect(d.json).toMatchObject({ equal: true, items: [], etag, replan: { scope: "none", servers: 0 } });
       const res = await apply(fleet, spec, { prune, ifMatch: etag });
       expect(res.status).toBe(200);
-      expect(res.json).toMatchObject({ changed: false, equal: true, etag, planning: null, coordinator: { pending: false } });
+      expect(res.json).toMatchObject({
+        changed: false,
+        equal: true,
+        etag,
+        planning: null,
+        coordinator: { pending: false },
+      });
       expect(res.headers.get("ETag")).toBe(etag);
     }
     expect((await auditOf(fleet)).length).toBe(auditBefore);
@@ -83,16 +102,27 @@ describe("POST /v1/fleets/{fleet}/spec:diff", () => {
       "unlisted reboot_groups.night",
     ]);
     const fw = res.json.items.find((i: any) => i.path === "channels.fw");
-    expect(fw).toMatchObject({ before: { image: "reg/fw:1", version: "1" }, after: { image: "reg/fw:2", version: "2" } });
-    expect(res.json.items.find((i: any) => i.path === "reboot_groups.day").after).toEqual(groupConfig({ slots: 1, windows: [], queue_wait_s: 0 }));
+    expect(fw).toMatchObject({
+      before: { image: "reg/fw:1", version: "1" },
+      after: { image: "reg/fw:2", version: "2" },
+    });
+    expect(res.json.items.find((i: any) => i.path === "reboot_groups.day").after).toEqual(
+      groupConfig({ slots: 1, windows: [], queue_wait_s: 0 }),
+    );
     expect(res.json.summary).toEqual({ add: 2, change: 4, remove: 0, unlisted: 2 });
-    const edge = servers.filter((_, i) => i % 2).map((s) => s.id).sort();
+    const edge = servers
+      .filter((_, i) => i % 2)
+      .map((s) => s.id)
+      .sort();
     expect(res.json.replan).toMatchObject({ scope: "roles", roles: ["edge"], servers: 2 });
     expect(res.json.replan.sample.map((s: any) => s.id)).toEqual(edge);
     expect(res.json.equal).toBe(false);
 
     const pruned = await diff(fleet, next, true);
-    expect(pruned.json.items.filter((i: any) => i.op === "remove").map((i: any) => i.path)).toEqual(["roles.compute", "reboot_groups.night"]);
+    expect(pruned.json.items.filter((i: any) => i.op === "remove").map((i: any) => i.path)).toEqual([
+      "roles.compute",
+      "reboot_groups.night",
+    ]);
     expect(pruned.json.replan).toMatchObject({ scope: "roles", roles: ["compute", "edge"], servers: 4 });
 
     // A capability change re-plans the fleet.
@@ -138,7 +168,11 @@ describe("PUT /v1/fleets/{fleet}/spec", () => {
 
     const entries = (await auditOf(fleet)).slice(0, (await auditOf(fleet)).length - auditBefore);
     expect(entries.map((e) => e.action)).toEqual(["fleet.spec.apply"]);
-    expect(entries[0].details).toMatchObject({ spec_hash: res.json.spec_hash, prune: false, summary: { add: 1, change: 5 } });
+    expect(entries[0].details).toMatchObject({
+      spec_hash: res.json.spec_hash,
+      prune: false,
+      summary: { add: 1, change: 5 },
+    });
     expect(entries[0].details.items.map((i: any) => i.path)).toContain("roles.edge");
     // One new generation per server, however many of its inputs changed.
     for (const s of servers) {
@@ -150,7 +184,10 @@ describe("PUT /v1/fleets/{fleet}/spec", () => {
     const group = (await call("GET", `/v1/fleets/${fleet}/reboot-groups/default`)).json;
     expect(group).toMatchObject({ slots: 5, windows: [WINDOW] });
     // Applying it again is a no-op.
-    expect((await apply(fleet, next, { ifMatch: after.etag })).json).toMatchObject({ changed: false, etag: after.etag });
+    expect((await apply(fleet, next, { ifMatch: after.etag })).json).toMatchObject({
+      changed: false,
+      etag: after.etag,
+    });
   });
 
   it("refuses a stale If-Match with 412 and changes nothing", async () => {
@@ -232,6 +269,8 @@ describe("PUT /v1/fleets/{fleet}/spec", () => {
     expect(after.etag).toBe(etag);
     expect(after.spec).toEqual(spec);
     expect((await auditOf(fleet)).length).toBe(auditBefore);
-    expect(await env.DB.prepare("SELECT COUNT(*) AS n FROM fleet_tasks WHERE fleet_id = ?").bind(fleet).first("n")).toBe(0);
+    expect(
+      await env.DB.prepare("SELECT COUNT(*) AS n FROM fleet_tasks WHERE fleet_id = ?").bind(fleet).first("n"),
+    ).toBe(0);
   });
 });

@@ -12,11 +12,20 @@ import { apply, getSpec } from "./specs-helpers";
  */
 async function fleetWithEdges(edges: number) {
   const { id: fleet } = await createFleet();
-  for (const [agent, image] of [["base", "base:1"], ["fw", "fw:1"]]) {
-    expect((await call("PUT", `/v1/fleets/${fleet}/channels/${agent}`, { body: { image, version: "1" } })).status).toBe(200);
+  for (const [agent, image] of [
+    ["base", "base:1"],
+    ["fw", "fw:1"],
+  ]) {
+    expect((await call("PUT", `/v1/fleets/${fleet}/channels/${agent}`, { body: { image, version: "1" } })).status).toBe(
+      200,
+    );
   }
-  expect((await call("PUT", `/v1/fleets/${fleet}/roles/edge`, { body: { agents: [{ name: "base" }] } })).status).toBe(200);
-  expect((await call("PUT", `/v1/fleets/${fleet}/roles/compute`, { body: { agents: [{ name: "base" }] } })).status).toBe(200);
+  expect((await call("PUT", `/v1/fleets/${fleet}/roles/edge`, { body: { agents: [{ name: "base" }] } })).status).toBe(
+    200,
+  );
+  expect(
+    (await call("PUT", `/v1/fleets/${fleet}/roles/compute`, { body: { agents: [{ name: "base" }] } })).status,
+  ).toBe(200);
   const ids = [];
   for (let i = 0; i < edges; i++) ids.push((await registerServer(fleet, { roles: ["edge"] })).id);
   await registerServer(fleet, { roles: ["compute"] });
@@ -62,7 +71,11 @@ describe("the D1 cost of a one-role change", () => {
     spec.roles.edge = withFw;
     expect((await apply(fleet, spec, { ifMatch: etag })).status).toBe(200);
     for (const id of edges) {
-      const items = (await call("GET", `/v1/audit?target=server:${id}`)).json.items as { action: string; actor: string; details: any }[];
+      const items = (await call("GET", `/v1/audit?target=server:${id}`)).json.items as {
+        action: string;
+        actor: string;
+        details: any;
+      }[];
       const replan = items.find((a) => a.action === "server.replan");
       expect(replan).toMatchObject({ details: { cause: "fleet.spec.apply", fleet } });
       expect(replan!.details.rev).toBeGreaterThan(0);

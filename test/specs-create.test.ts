@@ -5,17 +5,26 @@ import { auditOf, clone, diff, fleetWithIntent, getSpec } from "./specs-helpers"
 import { coordinator } from "./support/objects";
 
 const newName = (what: string) => `${what}-${Date.now().toString(36)}-${Math.floor(Math.random() * 1e6)}`;
-const put = (fleet: string, spec: unknown, headers: Record<string, string>) => call("PUT", `/v1/fleets/${fleet}/spec`, { body: spec, headers });
+const put = (fleet: string, spec: unknown, headers: Record<string, string>) =>
+  call("PUT", `/v1/fleets/${fleet}/spec`, { body: spec, headers });
 
 describe("a spec for a fleet that does not exist", () => {
   it("is diffed against an empty fleet: exists false, never equal, no ETag", async () => {
     const fleet = newName("new");
-    const d = await diff(fleet, { apiVersion: "harbormaster/v1", kind: "FleetSpec", fleet, capabilities: { gpu: true } });
+    const d = await diff(fleet, {
+      apiVersion: "harbormaster/v1",
+      kind: "FleetSpec",
+      fleet,
+      capabilities: { gpu: true },
+    });
     expect(d.status).toBe(200);
     expect(d.json).toMatchObject({ exists: false, equal: false, etag: null, summary: { add: 1 } });
     expect(d.headers.get("ETag")).toBeNull();
     // An empty spec still differs: applying it creates the fleet.
-    expect((await diff(fleet, { apiVersion: "harbormaster/v1", kind: "FleetSpec", fleet })).json).toMatchObject({ exists: false, equal: false });
+    expect((await diff(fleet, { apiVersion: "harbormaster/v1", kind: "FleetSpec", fleet })).json).toMatchObject({
+      exists: false,
+      equal: false,
+    });
     expect((await call("GET", `/v1/fleets/${fleet}`)).status).toBe(404);
   });
 
@@ -27,7 +36,9 @@ describe("a spec for a fleet that does not exist", () => {
     expect(d.status).toBe(200);
     expect(d.json).toMatchObject({ exists: false, summary: { add: 1 } });
     // Nothing was stored in the coordinator the name would have (not even its settings).
-    expect(await runInDurableObject(coordinator(fleet), (_i, state) => [...state.storage.kv.list()].map(([k]) => k))).toEqual([]);
+    expect(
+      await runInDurableObject(coordinator(fleet), (_i, state) => [...state.storage.kv.list()].map(([k]) => k)),
+    ).toEqual([]);
   });
 
   it("creates the fleet with every section (201), audited as a creation and an apply; the same PUT again is 200 and changes nothing", async () => {
@@ -70,7 +81,11 @@ describe("a spec for a fleet that does not exist", () => {
 
   it("a spec refused for its problems creates nothing", async () => {
     const fleet = newName("bad");
-    const res = await put(fleet, { apiVersion: "harbormaster/v1", kind: "FleetSpec", fleet, roles: { edge: { agents: [{ name: "nochannel" }] } } }, {});
+    const res = await put(
+      fleet,
+      { apiVersion: "harbormaster/v1", kind: "FleetSpec", fleet, roles: { edge: { agents: [{ name: "nochannel" }] } } },
+      {},
+    );
     expect(res.status).toBe(422);
     expect((await call("GET", `/v1/fleets/${fleet}`)).status).toBe(404);
   });

@@ -38,6 +38,6 @@ export const apply = (fleet: string, spec: unknown, opts: { prune?: boolean; ifM
   });
 
 export const auditOf = async (fleet: string) =>
-  ((await call("GET", `/v1/audit?target=fleet:${fleet}&limit=100`)).json.items as { action: string; details: any }[]);
+  (await call("GET", `/v1/audit?target=fleet:${fleet}&limit=100`)).json.items as { action: string; details: any }[];
 
 export const clone = <T>(v: T): T => JSON.parse(JSON.stringify(v));

@@ -53,7 +53,9 @@ describe("a spec with problems", () => {
     next.roles.edge.agents.push({ name: "ghost" });
     const res = await apply(fleet, next);
     expect(res.status).toBe(422);
-    expect(res.json.error.details.problems).toEqual([{ path: "roles.edge.agents.2.name", message: "agent 'ghost' has no channel in the spec or the fleet" }]);
+    expect(res.json.error.details.problems).toEqual([
+      { path: "roles.edge.agents.2.name", message: "agent 'ghost' has no channel in the spec or the fleet" },
+    ]);
 
     // Without prune the fleet's channel counts; pruning would remove it, so then it does not.
     const lean = clone(spec);
@@ -61,8 +63,13 @@ describe("a spec with problems", () => {
     expect((await diff(fleet, lean)).status).toBe(200);
     const pruned = await diff(fleet, lean, true);
     expect(pruned.status).toBe(422);
-    expect(pruned.json.error.details.problems).toEqual([{ path: "roles.edge.agents.1.name", message: "agent 'fw' has no channel in the spec" }]);
-    expect((await call("PUT", `/v1/fleets/${fleet}/spec`, { body: { ...spec, apiVersion: "harbormaster/v0" } })).json.error.details.problems[0].path).toBe("apiVersion");
+    expect(pruned.json.error.details.problems).toEqual([
+      { path: "roles.edge.agents.1.name", message: "agent 'fw' has no channel in the spec" },
+    ]);
+    expect(
+      (await call("PUT", `/v1/fleets/${fleet}/spec`, { body: { ...spec, apiVersion: "harbormaster/v0" } })).json.error
+        .details.problems[0].path,
+    ).toBe("apiVersion");
     expect((await getSpec(fleet)).etag).toBe(etag);
   });
 });
@@ -96,7 +103,14 @@ describe("reboot groups, owned by the coordinator", () => {
     next.reboot_groups.default.slots = 6;
     // Written out in full (a field left out reads back as a new group's), so the spec reads back as sent.
     next.reboot_groups.day = groupConfig({ slots: 3, windows: [WINDOW] as never, queue_wait_s: 30 });
-    const out = await applyFleetSpec(envWithoutGroupPushes(), { waitUntil() {} }, "test", fleet, { spec: next, secrets: {} }, { prune: false });
+    const out = await applyFleetSpec(
+      envWithoutGroupPushes(),
+      { waitUntil() {} },
+      "test",
+      fleet,
+      { spec: next, secrets: {} },
+      { prune: false },
+    );
     expect(out).toMatchObject({ changed: true, coordinator: { pending: true } });
     // The coordinator still has the old groups; the spec reads as applied already.
     expect((await call("GET", `/v1/fleets/${fleet}/reboot-groups/default`)).json.slots).toBe(2);
@@ -107,8 +121,14 @@ describe("reboot groups, owned by the coordinator", () => {
     // The cron delivers it.
     await runScheduled(createScheduledController({ scheduledTime: Date.now() }), env);
     expect((await call("GET", `/v1/fleets/${fleet}/reboot-groups/default`)).json.slots).toBe(6);
-    expect((await call("GET", `/v1/fleets/${fleet}/reboot-groups/day`)).json).toMatchObject({ slots: 3, windows: [WINDOW], queue_wait_s: 30 });
-    expect(await env.DB.prepare("SELECT COUNT(*) AS n FROM fleet_tasks WHERE fleet_id = ?").bind(fleet).first("n")).toBe(0);
+    expect((await call("GET", `/v1/fleets/${fleet}/reboot-groups/day`)).json).toMatchObject({
+      slots: 3,
+      windows: [WINDOW],
+      queue_wait_s: 30,
+    });
+    expect(
+      await env.DB.prepare("SELECT COUNT(*) AS n FROM fleet_tasks WHERE fleet_id = ?").bind(fleet).first("n"),
+    ).toBe(0);
     expect((await getSpec(fleet)).etag).toBe(out.etag);
   });
 
@@ -129,7 +149,11 @@ describe("reboot groups, owned by the coordinator", () => {
 
     const stub = env.REBOOT.get(env.REBOOT.idFromName(fleet));
     const settings = { fleet_id: fleet, lock_ttl_s: 3600, allow_unknown_ids: false, default_group_slots: null };
-    const late = await stub.applyGroupSpec(settings, { rev: 1, groups: { default: { slots: 1, windows: [], queue_wait_s: 0 } }, remove: ["day"] });
+    const late = await stub.applyGroupSpec(settings, {
+      rev: 1,
+      groups: { default: { slots: 1, windows: [], queue_wait_s: 0 } },
+      remove: ["day"],
+    });
     expect(late.applied).toBe(false);
     expect((await getSpec(fleet)).spec.reboot_groups).toEqual(groups);
   });
@@ -144,14 +168,20 @@ describe("reboot groups, owned by the coordinator", () => {
     delete lean.reboot_groups.night;
     const d = await diff(fleet, lean, true);
     expect(d.json.items).toEqual([
-      expect.objectContaining({ op: "remove", path: "reboot_groups.night", note: expect.stringMatching(/1 holder\(s\).*closed \(0 slots\)/) }),
+      expect.objectContaining({
+        op: "remove",
+        path: "reboot_groups.night",
+        note: expect.stringMatching(/1 holder\(s\).*closed \(0 slots\)/),
+      }),
     ]);
     expect((await apply(fleet, lean, { prune: true })).status).toBe(200);
     const night = (await call("GET", `/v1/fleets/${fleet}/reboot-groups/night`)).json;
     expect(night).toMatchObject({ slots: 0, holders: [expect.objectContaining({ id: host.id })] });
     // Once its holder is back, a later apply removes it.
     expect((await zincati(key, "steady-state", host.id, "night")).status).toBe(200);
-    expect((await apply(fleet, lean, { prune: true })).json.items.map((i: any) => `${i.op} ${i.path}`)).toEqual(["remove reboot_groups.night"]);
+    expect((await apply(fleet, lean, { prune: true })).json.items.map((i: any) => `${i.op} ${i.path}`)).toEqual([
+      "remove reboot_groups.night",
+    ]);
     expect((await call("GET", `/v1/fleets/${fleet}/reboot-groups/night`)).status).toBe(404);
   });
 });

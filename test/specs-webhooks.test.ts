@@ -15,9 +15,20 @@ import { coordinator } from "./support/objects";
 
 const SECRET = "first-secret-0123456789abcdef";
 const ROTATED = "second-secret-0123456789abcdef";
-const ALERTS = { url: "https://hooks.example.com/alerts", events: ["reboot.stuck", "reboot.granted"], format: "cloudevents", secret_ref: { env: "ALERTS_SECRET" } };
+const ALERTS = {
+  url: "https://hooks.example.com/alerts",
+  events: ["reboot.stuck", "reboot.granted"],
+  format: "cloudevents",
+  secret_ref: { env: "ALERTS_SECRET" },
+};
 
-const send = (method: "PUT" | "POST", fleet: string, spec: unknown, secrets: Record<string, string> | null, opts: { prune?: boolean } = {}) =>
+const send = (
+  method: "PUT" | "POST",
+  fleet: string,
+  spec: unknown,
+  secrets: Record<string, string> | null,
+  opts: { prune?: boolean } = {},
+) =>
   call(method, `/v1/fleets/${fleet}/spec${method === "POST" ? ":diff" : ""}${opts.prune ? "?prune=true" : ""}`, {
     body: secrets ? { spec, secrets } : spec,
   });
@@ -45,7 +56,12 @@ async function signedWith(fleet: string, id: string, secret: string) {
   return verify(secret, sent[0].body, sent[0].headers.get("x-harbormaster-signature"));
 }
 
-const hooksOf = async (fleet: string) => (await call("GET", `/v1/fleets/${fleet}/webhooks`)).json.items as { id: string; name: string | null; events: string[] }[];
+const hooksOf = async (fleet: string) =>
+  (await call("GET", `/v1/fleets/${fleet}/webhooks`)).json.items as {
+    id: string;
+    name: string | null;
+    events: string[];
+  }[];
 
 describe("webhooks in a fleet spec", () => {
   it("are created with the referenced secret, exported with the reference only, and round-trip as a no-op", async () => {
@@ -62,7 +78,10 @@ describe("webhooks in a fleet spec", () => {
     for (const secrets of [{ ALERTS_SECRET: SECRET }, null]) {
       const d = await send("POST", fleet, spec, secrets, { prune: true });
       expect(d.json).toMatchObject({ equal: true, items: [] });
-      const res = await call("PUT", `/v1/fleets/${fleet}/spec?prune=true`, { body: secrets ? { spec, secrets } : spec, headers: { "If-Match": etag } });
+      const res = await call("PUT", `/v1/fleets/${fleet}/spec?prune=true`, {
+        body: secrets ? { spec, secrets } : spec,
+        headers: { "If-Match": etag },
+      });
       expect(res.json).toMatchObject({ changed: false, equal: true });
     }
     expect((await hooksOf(fleet))[0].id).toBe(hook.id);
@@ -77,8 +96,16 @@ describe("webhooks in a fleet spec", () => {
       expect.objectContaining({
         op: "change",
         path: "webhooks.alerts",
-        before: expect.objectContaining({ events: ["reboot.granted", "reboot.stuck"], format: "cloudevents", secret: "(kept)" }),
-        after: expect.objectContaining({ events: ["reboot.stuck"], format: "slack", secret: "(new, from $ALERTS_SECRET)" }),
+        before: expect.objectContaining({
+          events: ["reboot.granted", "reboot.stuck"],
+          format: "cloudevents",
+          secret: "(kept)",
+        }),
+        after: expect.objectContaining({
+          events: ["reboot.stuck"],
+          format: "slack",
+          secret: "(new, from $ALERTS_SECRET)",
+        }),
       }),
     ]);
     expect(JSON.stringify(d.json)).not.toContain(ROTATED);
@@ -95,7 +122,8 @@ describe("webhooks in a fleet spec", () => {
 
   it("refuses secrets in a diff with a read token, which could otherwise confirm a guessed secret; without them it diffs", async () => {
     const { fleet, spec } = await withAlerts();
-    const tokenOf = async (scope: string) => (await call("POST", "/v1/tokens", { body: { name: `${scope} bot`, scope } })).json.token as string;
+    const tokenOf = async (scope: string) =>
+      (await call("POST", "/v1/tokens", { body: { name: `${scope} bot`, scope } })).json.token as string;
     const reader = await tokenOf("read");
     const diffAs = (token: string, secrets: Record<string, string> | null) =>
       call("POST", `/v1/fleets/${fleet}/spec:diff`, { token, body: secrets ? { spec, secrets } : spec });
@@ -107,13 +135,18 @@ describe("webhooks in a fleet spec", () => {
     }
     expect((await diffAs(reader, null)).json).toMatchObject({ equal: true });
     const writer = await tokenOf("write");
-    expect((await diffAs(writer, { ALERTS_SECRET: ROTATED })).json).toMatchObject({ equal: false, summary: { change: 1 } });
+    expect((await diffAs(writer, { ALERTS_SECRET: ROTATED })).json).toMatchObject({
+      equal: false,
+      summary: { change: 1 },
+    });
   });
 
   it("leaves a webhook the spec does not list (unlisted), and removes it with prune", async () => {
     const { fleet, spec } = await withAlerts();
     delete spec.webhooks.alerts;
-    expect((await send("PUT", fleet, spec, null)).json.items).toEqual([expect.objectContaining({ op: "unlisted", path: "webhooks.alerts" })]);
+    expect((await send("PUT", fleet, spec, null)).json.items).toEqual([
+      expect.objectContaining({ op: "unlisted", path: "webhooks.alerts" }),
+    ]);
     expect(await hooksOf(fleet)).toHaveLength(1);
     const pruned = await send("PUT", fleet, spec, null, { prune: true });
     expect(pruned.json).toMatchObject({ changed: true, summary: { remove: 1 } });
@@ -132,15 +165,27 @@ describe("webhooks in a fleet spec", () => {
           if (prop !== "get") return Reflect.get(target, prop);
           return (id: DurableObjectId) =>
             new Proxy(target.get(id), {
-              get: (s, p) => (p === "applyWebhookSpec" ? () => Promise.reject(new Error("simulated: coordinator unreachable")) : Reflect.get(s, p)),
+              get: (s, p) =>
+                p === "applyWebhookSpec"
+                  ? () => Promise.reject(new Error("simulated: coordinator unreachable"))
+                  : Reflect.get(s, p),
             });
         },
       }),
     } as typeof env;
-    const out = await applyFleetSpec(unreachable, { waitUntil() {} }, "test", fleet, { spec, secrets: { ALERTS_SECRET: SECRET } }, { prune: false });
+    const out = await applyFleetSpec(
+      unreachable,
+      { waitUntil() {} },
+      "test",
+      fleet,
+      { spec, secrets: { ALERTS_SECRET: SECRET } },
+      { prune: false },
+    );
     expect(out).toMatchObject({ changed: true, coordinator: { pending: true } });
     // Shown as applied meanwhile; the secret is nowhere in D1 (the task names its stage).
-    expect((await getSpec(fleet)).spec.webhooks).toEqual({ alerts: { ...ALERTS, events: ["reboot.granted", "reboot.stuck"] } });
+    expect((await getSpec(fleet)).spec.webhooks).toEqual({
+      alerts: { ...ALERTS, events: ["reboot.granted", "reboot.stuck"] },
+    });
     const tasks = await env.DB.prepare("SELECT payload FROM fleet_tasks WHERE fleet_id = ?").bind(fleet).all();
     expect(JSON.stringify(tasks.results)).toContain("secret_stage");
     expect(JSON.stringify(tasks.results)).not.toContain(SECRET);
@@ -153,7 +198,9 @@ describe("webhooks in a fleet spec", () => {
 
   it("names a webhook added through the API by its id, so its export applies as a no-op", async () => {
     const { fleet } = await fleetWithIntent();
-    const created = await call("POST", `/v1/fleets/${fleet}/webhooks`, { body: { url: "https://hooks.example.com/b", events: ["server.failed"] } });
+    const created = await call("POST", `/v1/fleets/${fleet}/webhooks`, {
+      body: { url: "https://hooks.example.com/b", events: ["server.failed"] },
+    });
     const { spec, etag } = await getSpec(fleet);
     expect(Object.keys(spec.webhooks)).toEqual([created.json.webhook.id]);
     const res = await call("PUT", `/v1/fleets/${fleet}/spec?prune=true`, { body: spec, headers: { "If-Match": etag } });
@@ -162,18 +209,26 @@ describe("webhooks in a fleet spec", () => {
 
   it("refuses a spec whose webhooks, with those added through the API it keeps, would exceed the fleet's maximum", async () => {
     const { fleet } = await fleetWithIntent();
-    const created = await call("POST", `/v1/fleets/${fleet}/webhooks`, { body: { url: "https://hooks.example.com/api", events: ["server.failed"] } });
+    const created = await call("POST", `/v1/fleets/${fleet}/webhooks`, {
+      body: { url: "https://hooks.example.com/api", events: ["server.failed"] },
+    });
     expect(created.status).toBe(201);
     const { spec, etag } = await getSpec(fleet);
     spec.webhooks = Object.fromEntries(
-      Array.from({ length: MAX_WEBHOOKS_PER_FLEET }, (_, i) => [`hook${i}`, { ...ALERTS, url: `https://hooks.example.com/${i}` }]),
+      Array.from({ length: MAX_WEBHOOKS_PER_FLEET }, (_, i) => [
+        `hook${i}`,
+        { ...ALERTS, url: `https://hooks.example.com/${i}` },
+      ]),
     );
     for (const method of ["POST", "PUT"] as const) {
       const res = await send(method, fleet, spec, { ALERTS_SECRET: SECRET });
       expect(res.status).toBe(422);
       expect(res.json.error.code).toBe("invalid_spec");
       expect(res.json.error.details.problems).toEqual([
-        { path: "webhooks", message: `the fleet would have ${MAX_WEBHOOKS_PER_FLEET + 1} webhooks, and it may have at most ${MAX_WEBHOOKS_PER_FLEET} (1 the spec does not list are kept: list them, or apply with prune to remove them)` },
+        {
+          path: "webhooks",
+          message: `the fleet would have ${MAX_WEBHOOKS_PER_FLEET + 1} webhooks, and it may have at most ${MAX_WEBHOOKS_PER_FLEET} (1 the spec does not list are kept: list them, or apply with prune to remove them)`,
+        },
       ]);
     }
     expect(await hooksOf(fleet)).toHaveLength(1);
@@ -190,7 +245,11 @@ describe("webhooks in a fleet spec", () => {
     const bad = clone(spec);
     bad.webhooks = {
       plain: { url: "http://hooks.example.com/x", events: ["reboot.granted"], secret_ref: { env: "S" } },
-      odd: { url: "https://hooks.example.com/y", events: ["reboot.granted", "reboot.exploded"], secret_ref: { env: "S" } },
+      odd: {
+        url: "https://hooks.example.com/y",
+        events: ["reboot.granted", "reboot.exploded"],
+        secret_ref: { env: "S" },
+      },
       nosecret: { url: "https://hooks.example.com/z", events: ["server.failed"] },
     };
     bad.roles.edge.agents.push({ name: "ghost" });
@@ -198,22 +257,33 @@ describe("webhooks in a fleet spec", () => {
     expect(res.status).toBe(422);
     expect(res.json.error.code).toBe("invalid_spec");
     const problems = res.json.error.details.problems as { path: string; message: string }[];
-    expect(problems.map((p) => p.path).sort()).toEqual(["roles.edge.agents.2.name", "webhooks.odd.events.1", "webhooks.plain.url"]);
+    expect(problems.map((p) => p.path).sort()).toEqual([
+      "roles.edge.agents.2.name",
+      "webhooks.odd.events.1",
+      "webhooks.plain.url",
+    ]);
     expect(problems.find((p) => p.path === "webhooks.plain.url")!.message).toMatch(/https/);
-    expect(problems.find((p) => p.path === "webhooks.odd.events.1")!.message).toMatch(/'reboot.exploded' is not an event/);
+    expect(problems.find((p) => p.path === "webhooks.odd.events.1")!.message).toMatch(
+      /'reboot.exploded' is not an event/,
+    );
     // A schema-valid spec: its plain-HTTP URL alone is still refused, by diff and apply alike.
     const onlyHttp = clone(spec);
     onlyHttp.webhooks = { plain: bad.webhooks.plain };
     for (const method of ["POST", "PUT"] as const) {
       const r = await send(method, fleet, onlyHttp, { S: SECRET });
       expect(r.status).toBe(422);
-      expect(r.json.error.details.problems).toEqual([{ path: "webhooks.plain.url", message: expect.stringMatching(/must be https/) }]);
+      expect(r.json.error.details.problems).toEqual([
+        { path: "webhooks.plain.url", message: expect.stringMatching(/must be https/) },
+      ]);
     }
     // Once the schema holds, a new webhook without a secret is refused too (the diff only notes it).
     const noSecret = clone(spec);
     noSecret.webhooks = { nosecret: bad.webhooks.nosecret, named: { ...ALERTS } };
     const d = await send("POST", fleet, noSecret, null);
-    expect(d.json.items.map((i: any) => i.note)).toEqual([expect.stringMatching(/no secret sent/), expect.stringMatching(/no secret sent/)]);
+    expect(d.json.items.map((i: any) => i.note)).toEqual([
+      expect.stringMatching(/no secret sent/),
+      expect.stringMatching(/no secret sent/),
+    ]);
     const refused = await send("PUT", fleet, noSecret, null);
     expect(refused.status).toBe(422);
     expect(refused.json.error.details.problems).toEqual([

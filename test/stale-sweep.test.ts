@@ -36,20 +36,33 @@ function recording(down = new Set<string>()) {
 }
 
 /** `n` server rows of `fleet`, the i-th with stale_at `staleAt(i)`, written at `updatedAt(i)`. */
-async function staleRows(fleet: string, n: number, staleAt: (i: number) => number, updatedAt: (i: number) => number, tag = "s") {
+async function staleRows(
+  fleet: string,
+  n: number,
+  staleAt: (i: number) => number,
+  updatedAt: (i: number) => number,
+  tag = "s",
+) {
   const stmt = env.DB.prepare(
     `INSERT INTO servers (id, fleet_id, hostname, kind, roles, reboot_group, state, status, desired_generation, last_seen, stale_at, created_at, updated_at)
      VALUES (?, ?, ?, 'managed', '[]', 'default', 'active', 'realized', 1, ?, ?, ?, ?)`,
   );
   const ids = Array.from({ length: n }, (_, i) => `${fleet}-${tag}${i}`);
-  await env.DB.batch(ids.map((id, i) => stmt.bind(id, fleet, `${id}.sweep.example`, staleAt(i) - 300_000, staleAt(i), updatedAt(i), updatedAt(i))));
+  await env.DB.batch(
+    ids.map((id, i) =>
+      stmt.bind(id, fleet, `${id}.sweep.example`, staleAt(i) - 300_000, staleAt(i), updatedAt(i), updatedAt(i)),
+    ),
+  );
   return ids;
 }
 
 const setCursor = (at: number) =>
-  env.DB.prepare("INSERT INTO cron_cursors (name, at) VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET at = excluded.at").bind(STALE_CURSOR, at).run();
+  env.DB.prepare("INSERT INTO cron_cursors (name, at) VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET at = excluded.at")
+    .bind(STALE_CURSOR, at)
+    .run();
 
-const serversOf = (events: FleetEvent[], fleet: string) => new Set(events.filter((e) => e.fleet === fleet).map((e) => e.data.server_id));
+const serversOf = (events: FleetEvent[], fleet: string) =>
+  new Set(events.filter((e) => e.fleet === fleet).map((e) => e.data.server_id));
 
 describe("the server.stale sweep under load", () => {
   // The sweep reads every fleet's rows: each test's own are removed after it.
@@ -62,7 +75,12 @@ describe("the server.stale sweep under load", () => {
     // The sweep passed these deadlines before their rows were written (a ledger's quiet watch
     // writes the exact stale_at minutes late): a network cut silenced more hosts than one page.
     await setCursor(now);
-    const ids = await staleRows(fleet, STALE_PER_TICK + 100, (i) => now - 4 * 60_000 + i, (i) => now - 30_000 + i * 10);
+    const ids = await staleRows(
+      fleet,
+      STALE_PER_TICK + 100,
+      (i) => now - 4 * 60_000 + i,
+      (i) => now - 30_000 + i * 10,
+    );
     const { env: e, taken } = recording();
     await sendStaleEvents(e, now);
     expect(serversOf(taken, fleet).size).toBe(STALE_PER_TICK);
@@ -84,20 +102,29 @@ describe("the server.stale sweep under load", () => {
     const written = () => now - 60_000;
     const busyIds = await staleRows(busy, STALE_PER_TICK + 100, (i) => first + 1 + i, written);
     // One before the page, one after it: the fleet is owed events from two ticks.
-    const downIds = [...(await staleRows(down, 1, () => first, written)), ...(await staleRows(down, 1, () => first + 550, written, "later"))];
+    const downIds = [
+      ...(await staleRows(down, 1, () => first, written)),
+      ...(await staleRows(down, 1, () => first + 550, written, "later")),
+    ];
 
     const { env: e, taken } = recording(new Set([down]));
     for (let tick = 0; tick < 3; tick++) await sendStaleEvents(e, now + tick * 60_000);
     // The other fleet got every one of its deadlines while this one could not take any.
     expect(serversOf(taken, busy)).toEqual(new Set(busyIds));
     expect(serversOf(taken, down).size).toBe(0);
-    const task = await env.DB.prepare("SELECT payload FROM fleet_tasks WHERE fleet_id = ? AND kind = 'stale_events'").bind(down).first<{ payload: string }>();
-    expect(new Set((JSON.parse(task!.payload) as FleetEvent[]).map((ev) => ev.data.server_id))).toEqual(new Set(downIds));
+    const task = await env.DB.prepare("SELECT payload FROM fleet_tasks WHERE fleet_id = ? AND kind = 'stale_events'")
+      .bind(down)
+      .first<{ payload: string }>();
+    expect(new Set((JSON.parse(task!.payload) as FleetEvent[]).map((ev) => ev.data.server_id))).toEqual(
+      new Set(downIds),
+    );
 
     // The coordinator is back: the cron's fleet tasks hand it what it is owed, once.
     await runFleetTasks(env);
     await fireTimersNow(coordinator(down));
     expect(receivedBy(sent, wants)).toEqual(["server.stale", "server.stale"]);
-    expect(await env.DB.prepare("SELECT COUNT(*) AS n FROM fleet_tasks WHERE fleet_id = ?").bind(down).first("n")).toBe(0);
+    expect(await env.DB.prepare("SELECT COUNT(*) AS n FROM fleet_tasks WHERE fleet_id = ?").bind(down).first("n")).toBe(
+      0,
+    );
   });
 });

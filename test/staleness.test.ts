@@ -14,10 +14,12 @@ async function statusOf(id: string) {
   const items = (await call("GET", `/v1/servers?fleet=${fleet}`)).json.items as { id: string; status: string }[];
   return items.find((s) => s.id === id)!.status;
 }
-const staleIds = async (fleet: string) => ((await call("GET", `/v1/servers?fleet=${fleet}&status=stale`)).json.items as { id: string }[]).map((s) => s.id);
+const staleIds = async (fleet: string) =>
+  ((await call("GET", `/v1/servers?fleet=${fleet}&status=stale`)).json.items as { id: string }[]).map((s) => s.id);
 // The cron's statements counted as the local entry counts the Worker's (d1Statements).
 const cronRows = { statements: 0, rowsRead: 0, rowsWritten: 0 };
-const tick = (at = Date.now()) => runScheduled(createScheduledController({ scheduledTime: at }), { ...env, DB: d1RowsInto(env.DB, cronRows) });
+const tick = (at = Date.now()) =>
+  runScheduled(createScheduledController({ scheduledTime: at }), { ...env, DB: d1RowsInto(env.DB, cronRows) });
 
 describe("staleness, read from stale_at (cost ∝ change)", () => {
   it("keeps stale_at = last_seen + the fleet's stale_after in the index, leased while the ledger watches its host", async () => {
@@ -42,8 +44,12 @@ describe("staleness, read from stale_at (cost ∝ change)", () => {
     }
     const now = Date.now();
     // Server 0 (fleet of 60 s) and 2 (fleet of 600 s) went silent 2 minutes ago: only 0 crossed.
-    await env.DB.prepare("UPDATE servers SET last_seen = ?1, stale_at = ?1 + 60000 WHERE id = ?2").bind(now - 120_000, servers[0].id).run();
-    await env.DB.prepare("UPDATE servers SET last_seen = ?1, stale_at = ?1 + 600000 WHERE id = ?2").bind(now - 120_000, servers[2].id).run();
+    await env.DB.prepare("UPDATE servers SET last_seen = ?1, stale_at = ?1 + 60000 WHERE id = ?2")
+      .bind(now - 120_000, servers[0].id)
+      .run();
+    await env.DB.prepare("UPDATE servers SET last_seen = ?1, stale_at = ?1 + 600000 WHERE id = ?2")
+      .bind(now - 120_000, servers[2].id)
+      .run();
     const before = await d1Statements();
     await tick(now);
     const after = await d1Statements();
@@ -55,7 +61,11 @@ describe("staleness, read from stale_at (cost ∝ change)", () => {
     expect(await staleIds(fleets[0].id)).toEqual([servers[0].id]);
     expect(await staleIds(fleets[1].id)).toEqual([]);
     // The other statuses leave it out: it is listed under one status only.
-    expect((await call("GET", `/v1/servers?fleet=${fleets[0].id}&status=realized`)).json.items.map((s: { id: string }) => s.id)).toEqual([servers[1].id]);
+    expect(
+      (await call("GET", `/v1/servers?fleet=${fleets[0].id}&status=realized`)).json.items.map(
+        (s: { id: string }) => s.id,
+      ),
+    ).toEqual([servers[1].id]);
 
     // Already stale: the next tick writes nothing either, and it stays stale.
     const again = await d1Statements();
@@ -70,11 +80,15 @@ describe("staleness, read from stale_at (cost ∝ change)", () => {
     const s = await registerServer(f.id);
     await call("PUT", "/v1/agent/inventory", { token: s.token, body: report(1, []) });
     expect(await statusOf(s.id)).toBe("realized");
-    await env.DB.prepare("UPDATE servers SET last_seen = ?1, stale_at = ?1 + 60000 WHERE id = ?2").bind(Date.now() - 120_000, s.id).run();
+    await env.DB.prepare("UPDATE servers SET last_seen = ?1, stale_at = ?1 + 60000 WHERE id = ?2")
+      .bind(Date.now() - 120_000, s.id)
+      .run();
 
     expect(await statusOf(s.id)).toBe("stale");
     const check = await call("GET", `/v1/check/server-agents?fleet=${f.id}`);
-    expect(check.json.findings.map((x: { server: string; reason: string }) => [x.server, x.reason])).toEqual([[s.id, "stale_report"]]);
+    expect(check.json.findings.map((x: { server: string; reason: string }) => [x.server, x.reason])).toEqual([
+      [s.id, "stale_report"],
+    ]);
     forgetMetricsCache();
     const metrics = (await call("GET", "/metrics")).json as string;
     expect(metrics).toContain(`harbormaster_servers{fleet="${f.id}",status="stale"} 1`);
@@ -83,7 +97,9 @@ describe("staleness, read from stale_at (cost ∝ change)", () => {
 
   it("reads the stale servers fleet-wide through the indexes (the partial one on stale_at), never the whole servers table", async () => {
     const query = getDb(env.DB).select({ id: serversTable.id }).from(serversTable).where(isStale(Date.now())).toSQL();
-    const plan = await env.DB.prepare(`EXPLAIN QUERY PLAN ${query.sql}`).bind(...query.params).all<{ detail: string }>();
+    const plan = await env.DB.prepare(`EXPLAIN QUERY PLAN ${query.sql}`)
+      .bind(...query.params)
+      .all<{ detail: string }>();
     const detail = plan.results.map((r) => r.detail).join(" | ");
     expect(detail).toMatch(/USING INDEX servers_stale_at_idx/);
     expect(detail).not.toMatch(/SCAN servers(?! USING)/);

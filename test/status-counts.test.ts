@@ -23,7 +23,9 @@ describe("server counts shared by hm status and the console's overview", () => {
               CASE WHEN i % 10 = 0 THEN 'removed' WHEN i % 11 = 0 THEN 'decommissioning' WHEN i % 3 = 0 THEN 'provisioning' ELSE 'active' END,
               CASE WHEN i % 13 = 0 THEN 'stale' ELSE (CASE i % 5 WHEN 0 THEN 'realized' WHEN 1 THEN 'pending' WHEN 2 THEN 'failed' WHEN 3 THEN 'drifted' ELSE 'unknown' END) END,
               1, CASE WHEN i % 7 = 0 THEN ?2 - 1000 ELSE ?2 + 3600000 END, ?2, ?2 FROM n`,
-    ).bind(fleet.id, now).run();
+    )
+      .bind(fleet.id, now)
+      .run();
 
     const status = (await call("GET", `/v1/status?fleet=${fleet.id}&attention=200`)).json.fleets[0];
     const summary = (await call("GET", `/v1/fleets/${fleet.id}/summary`)).json;

@@ -25,7 +25,11 @@ describe("GET /v1/status", () => {
     const res = await call("GET", `/v1/status?fleet=${fleet}&attention=2`);
     expect(res.status).toBe(200);
     const [f] = res.json.fleets;
-    expect(f.servers).toEqual({ total: 4, by_status: { failed: 3, unknown: 1 }, by_state: { active: 3, provisioning: 1 } });
+    expect(f.servers).toEqual({
+      total: 4,
+      by_status: { failed: 3, unknown: 1 },
+      by_state: { active: 3, provisioning: 1 },
+    });
     const failed = f.attention.find((a: any) => a.status === "failed");
     expect(failed.count).toBe(3);
     expect(failed.items.map((s: any) => s.hostname)).toEqual(["f-1.example.com", "f-2.example.com"]);

@@ -44,7 +44,9 @@ describe("drain while upgrade steps are pending", () => {
       code: "upgrade_in_progress",
       details: { data_version: NEWEST_VERSION - 1, newest_version: NEWEST_VERSION },
     });
-    expect((await api.send("PUT", `/v1/servers/${server.id}/desired`, { body: { generation: 2, agents: [] } })).status).toBe(503);
+    expect(
+      (await api.send("PUT", `/v1/servers/${server.id}/desired`, { body: { generation: 2, agents: [] } })).status,
+    ).toBe(503);
     expect((await api.send("DELETE", `/v1/tokens/${crypto.randomUUID()}`)).status).toBe(503);
 
     expect((await api.send("GET", `/v1/servers/${server.id}`)).status).toBe(200);
@@ -126,7 +128,10 @@ describe("GET /v1/upgrades", () => {
       .bind(now, now)
       .run();
     const got = await call("GET", "/v1/upgrades");
-    expect(got.json).toMatchObject({ state: "running", lease: { runner: "cron:busy", state: "running", stale: false } });
+    expect(got.json).toMatchObject({
+      state: "running",
+      lease: { runner: "cron:busy", state: "running", stale: false },
+    });
 
     const busy = await call("POST", "/v1/upgrades/run");
     expect(busy.status).toBe(409);
@@ -143,11 +148,19 @@ describe("POST /v1/upgrades/run", () => {
   });
 
   it("reports up_to_date when nothing is pending, and audits a run that did work", async () => {
-    expect((await call("POST", "/v1/upgrades/run")).json).toMatchObject({ outcome: "up_to_date", run_id: null, applied: [] });
+    expect((await call("POST", "/v1/upgrades/run")).json).toMatchObject({
+      outcome: "up_to_date",
+      run_id: null,
+      applied: [],
+    });
     await resetUpgrades(0);
     const ran = await call("POST", "/v1/upgrades/run");
     const audit = await call("GET", "/v1/audit?target=upgrades");
-    expect(audit.json.items[0]).toMatchObject({ action: "upgrade.run", actor: "token:bootstrap", details: { outcome: "applied" } });
+    expect(audit.json.items[0]).toMatchObject({
+      action: "upgrade.run",
+      actor: "token:bootstrap",
+      details: { outcome: "applied" },
+    });
     expect(ran.json.run_id).toEqual(expect.any(Number));
   });
 });

@@ -26,7 +26,10 @@ export async function runs() {
 }
 
 /** The scratch table as drizzle sees it, for steps that write to it. */
-export const upgradeProbe = sqliteTable("upgrade_probe", { step: integer("step").notNull(), n: integer("n").notNull() });
+export const upgradeProbe = sqliteTable("upgrade_probe", {
+  step: integer("step").notNull(),
+  n: integer("n").notNull(),
+});
 
 /** A scratch table a test step writes to, so its effects can be counted. */
 export async function probeTable() {
@@ -35,11 +38,15 @@ export async function probeTable() {
 }
 
 export async function probeRows() {
-  return (await env.DB.prepare("SELECT step, n FROM upgrade_probe ORDER BY rowid").all<{ step: number; n: number }>()).results;
+  return (await env.DB.prepare("SELECT step, n FROM upgrade_probe ORDER BY rowid").all<{ step: number; n: number }>())
+    .results;
 }
 
 /** A step that records one probe row per chunk, `chunks` chunks long. */
-export function probeStep(version: number, opts: { chunks?: number; delayMs?: number; failAtChunk?: () => number | null } = {}): UpgradeStep {
+export function probeStep(
+  version: number,
+  opts: { chunks?: number; delayMs?: number; failAtChunk?: () => number | null } = {},
+): UpgradeStep {
   const total = opts.chunks ?? 1;
   return {
     version,

@@ -36,7 +36,12 @@ async function foundationLedger() {
     const { statements } = projectionStatements(db, p, null);
     await db.batch(statements as [any, ...any[]]);
     // The foundation's mark held one signature string for the whole projection.
-    kv.put("projected", { signature: JSON.stringify(p.signatures), last_seen_written: stored.received_at, dirty: false, attempts: 0 });
+    kv.put("projected", {
+      signature: JSON.stringify(p.signatures),
+      last_seen_written: stored.received_at,
+      dirty: false,
+      attempts: 0,
+    });
   });
   await evictDurableObject(stub);
   return { server, stub };
@@ -125,10 +130,17 @@ describe("ledger storage format", () => {
 
     expect(await fireTimersNow(stub)).toBe(true);
 
-    expect((await call("GET", `/v1/servers/${server.id}`)).json).toMatchObject({ state: "removed", lifecycle: { cleanup_done: ["index", "coordinator"] } });
+    expect((await call("GET", `/v1/servers/${server.id}`)).json).toMatchObject({
+      state: "removed",
+      lifecycle: { cleanup_done: ["index", "coordinator"] },
+    });
     expect(await indexState(server.id)).toBe("removed");
-    expect(await env.DB.prepare("SELECT COUNT(*) AS n FROM agent_instances WHERE server_id = ?").bind(server.id).first("n")).toBe(0);
-    expect(await env.DB.prepare("SELECT revoked_at FROM tokens WHERE id = ?").bind(server.id).first("revoked_at")).not.toBeNull();
+    expect(
+      await env.DB.prepare("SELECT COUNT(*) AS n FROM agent_instances WHERE server_id = ?").bind(server.id).first("n"),
+    ).toBe(0);
+    expect(
+      await env.DB.prepare("SELECT revoked_at FROM tokens WHERE id = ?").bind(server.id).first("revoked_at"),
+    ).not.toBeNull();
     await runInDurableObject<ServerLedger, void>(stub, (_i, state) => {
       expect(state.storage.kv.get(FORMAT_KEY)).toBe(LEDGER_FORMAT);
       expect(state.storage.sql.exec("SELECT name FROM _timers WHERE name = 'cleanup'").toArray()).toEqual([]);

@@ -6,7 +6,16 @@ import { runUpgrades } from "../src/upgrades/runner";
 import { UPGRADE_STEPS, NEWEST_VERSION } from "../src/upgrades/steps";
 import { ACTIVATE_CHUNK } from "../src/upgrades/steps/activate-reported-servers";
 import type { UpgradeStep } from "../src/upgrades/step";
-import { attempts, dataVersion, probeRows, probeStep, probeTable, resetUpgrades, runs, upgradeProbe } from "./upgrades-helpers";
+import {
+  attempts,
+  dataVersion,
+  probeRows,
+  probeStep,
+  probeTable,
+  resetUpgrades,
+  runs,
+  upgradeProbe,
+} from "./upgrades-helpers";
 import { scheduledRun } from "./support/objects";
 
 const OLD_FLEET = "old-fleet";
@@ -33,7 +42,10 @@ async function writeFoundationServers(reported: number, silent: number) {
 }
 
 async function stateCounts() {
-  const rows = await env.DB.prepare("SELECT state, count(*) AS n FROM servers GROUP BY state ORDER BY state").all<{ state: string; n: number }>();
+  const rows = await env.DB.prepare("SELECT state, count(*) AS n FROM servers GROUP BY state ORDER BY state").all<{
+    state: string;
+    n: number;
+  }>();
   return Object.fromEntries(rows.results.map((r) => [r.state, r.n]));
 }
 
@@ -95,7 +107,12 @@ describe("upgrade runner", () => {
     expect(await dataVersion()).toBe(NEWEST_VERSION);
     expect(await probeRows()).toEqual([{ step: NEWEST_VERSION + 1, n: 1 }]);
     expect(await attempts()).toMatchObject([
-      { version: NEWEST_VERSION + 1, state: "failed", chunks: 1, error: `probe step ${NEWEST_VERSION + 1} broke at chunk 2` },
+      {
+        version: NEWEST_VERSION + 1,
+        state: "failed",
+        chunks: 1,
+        error: `probe step ${NEWEST_VERSION + 1} broke at chunk 2`,
+      },
     ]);
     expect(await runs()).toMatchObject([{ state: "failed", to_version: NEWEST_VERSION }]);
     expect((await runs())[0].error).toContain("broke at chunk 2");
@@ -132,7 +149,9 @@ describe("upgrade runner", () => {
     expect(await dataVersion()).toBe(NEWEST_VERSION);
 
     broken = false;
-    expect(await runUpgrades(env, { trigger: "cron", steps: [...UPGRADE_STEPS, step] })).toMatchObject({ outcome: "applied" });
+    expect(await runUpgrades(env, { trigger: "cron", steps: [...UPGRADE_STEPS, step] })).toMatchObject({
+      outcome: "applied",
+    });
     expect(await probeRows()).toHaveLength(2);
   });
 
@@ -187,7 +206,9 @@ describe("upgrade lease", () => {
     await Promise.all([scheduledRun(), scheduledRun()]);
 
     expect(await dataVersion()).toBe(NEWEST_VERSION);
-    expect((await attempts()).map((a) => [a.version, a.state])).toEqual(UPGRADE_STEPS.map((s) => [s.version, "applied"]));
+    expect((await attempts()).map((a) => [a.version, a.state])).toEqual(
+      UPGRADE_STEPS.map((s) => [s.version, "applied"]),
+    );
     expect(await runs()).toHaveLength(1);
     const applied = await env.DB.prepare(
       "SELECT count(*) AS n FROM audit_log WHERE action = 'upgrade.step.applied' AND json_extract(details, '$.run_id') = ?",
@@ -250,7 +271,9 @@ describe("upgrade lease", () => {
         // Another runner expires us and takes the lease before our commit lands.
         await env.DB.batch([
           env.DB.prepare("UPDATE upgrade_runs SET state = 'expired', finished_at = 1 WHERE state = 'running'"),
-          env.DB.prepare("INSERT INTO upgrade_runs (runner, state, from_version, started_at, heartbeat_at) VALUES ('cron:other', 'running', 0, 1, ?)").bind(Date.now()),
+          env.DB.prepare(
+            "INSERT INTO upgrade_runs (runner, state, from_version, started_at, heartbeat_at) VALUES ('cron:other', 'running', 0, 1, ?)",
+          ).bind(Date.now()),
         ]);
         return { statements: [db.insert(upgradeProbe).values({ step: NEWEST_VERSION + 1, n: 1 })], next: null };
       },

@@ -13,7 +13,16 @@ import { sendUpgradeEvents } from "../src/upgrades/notices";
 import { STALE_CURSOR } from "../src/webhooks/stale";
 import type { FleetEvent } from "../src/webhooks/events";
 import { call, createFleet, fireTimersNow, registerServer, report, settle } from "./helpers";
-import { drain, fleetWithAgent, getRollout, hostReconcile, reconcileApplying, rolloutStub, startRollout, targets } from "./rollout-helpers";
+import {
+  drain,
+  fleetWithAgent,
+  getRollout,
+  hostReconcile,
+  reconcileApplying,
+  rolloutStub,
+  startRollout,
+  targets,
+} from "./rollout-helpers";
 import { probeStep, probeTable } from "./upgrades-helpers";
 import { bodiesOf, hook, receivedBy, receiver } from "./webhook-helpers";
 import { coordinator, ledger, scheduledRun } from "./support/objects";
@@ -27,20 +36,33 @@ describe("webhook events from every owner", () => {
 
     const s = await registerServer(f.id, { kind: "manual" });
     await settle(s.id);
-    expect((await call("POST", `/v1/servers/${s.id}/decommission`, { body: { force: true, reason: "gone" } })).status).toBe(200);
+    expect(
+      (await call("POST", `/v1/servers/${s.id}/decommission`, { body: { force: true, reason: "gone" } })).status,
+    ).toBe(200);
     for (let i = 0; i < 3; i++) await fireTimersNow(ledger(s.id));
     await fireTimersNow(coordinator(f.id));
 
     expect(receivedBy(sent, wants)).toEqual(["server.registered", "server.decommissioned"]);
     expect(receivedBy(sent, other)).toEqual([]);
     const [registered, removed] = bodiesOf(sent, wants);
-    expect(registered).toMatchObject({ subject: `server:${s.id}`, data: { server_id: s.id, kind: "manual", fleetlock_id: null } });
+    expect(registered).toMatchObject({
+      subject: `server:${s.id}`,
+      data: { server_id: s.id, kind: "manual", fleetlock_id: null },
+    });
     expect(removed).toMatchObject({ subject: `server:${s.id}`, data: { server_id: s.id, forced: { reason: "gone" } } });
 
     // The ledger's outbox delivers at least once: the same event again is dropped by its id.
     await runInDurableObject(coordinator(f.id), async (instance) => {
       await (instance as unknown as { fleetEvents(e: FleetEvent[]): Promise<void> }).fleetEvents([
-        { id: `server.registered:${s.id}`, type: "server.registered", fleet: f.id, time: Date.now(), subject: `server:${s.id}`, summary: "again", data: {} },
+        {
+          id: `server.registered:${s.id}`,
+          type: "server.registered",
+          fleet: f.id,
+          time: Date.now(),
+          subject: `server:${s.id}`,
+          summary: "again",
+          data: {},
+        },
       ]);
     });
     await fireTimersNow(coordinator(f.id));
@@ -49,7 +71,12 @@ describe("webhook events from every owner", () => {
 
   it("sends a rollout's started, paused, resumed and succeeded from the Rollout object, once each, and cancelled to the webhook that asked for it", async () => {
     const { fleet, hosts } = await fleetWithAgent(2);
-    const life = await hook(fleet, "life", ["rollout.started", "rollout.paused", "rollout.resumed", "rollout.succeeded"]);
+    const life = await hook(fleet, "life", [
+      "rollout.started",
+      "rollout.paused",
+      "rollout.resumed",
+      "rollout.succeeded",
+    ]);
     const ends = await hook(fleet, "ends", ["rollout.cancelled", "rollout.failed"]);
     const sent = await receiver(fleet);
 
@@ -59,11 +86,21 @@ describe("webhook events from every owner", () => {
     for (let i = 0; i < 4 && (await reconcileApplying(r.id, hosts)) > 0; i++);
     await drain(r.id);
     await fireTimersNow(coordinator(fleet));
-    expect(receivedBy(sent, life)).toEqual(["rollout.started", "rollout.paused", "rollout.resumed", "rollout.succeeded"]);
+    expect(receivedBy(sent, life)).toEqual([
+      "rollout.started",
+      "rollout.paused",
+      "rollout.resumed",
+      "rollout.succeeded",
+    ]);
     expect(receivedBy(sent, ends)).toEqual([]);
-    expect(bodiesOf(sent, life)[3]).toMatchObject({ subject: `rollout:${r.id}`, data: { rollout_id: r.id, state: "succeeded", version: "2.0.0" } });
+    expect(bodiesOf(sent, life)[3]).toMatchObject({
+      subject: `rollout:${r.id}`,
+      data: { rollout_id: r.id, state: "succeeded", version: "2.0.0" },
+    });
 
-    const second = await call("POST", "/v1/rollouts", { body: { fleet, agent: "fw-agent", image: "registry.example/fw:3.0.0", version: "3.0.0", concurrency: 1 } });
+    const second = await call("POST", "/v1/rollouts", {
+      body: { fleet, agent: "fw-agent", image: "registry.example/fw:3.0.0", version: "3.0.0", concurrency: 1 },
+    });
     expect((await call("POST", `/v1/rollouts/${second.json.id}/cancel`)).status).toBe(200);
     await drain(second.json.id);
     await fireTimersNow(coordinator(fleet));
@@ -99,7 +136,13 @@ describe("webhook events from every owner", () => {
     // Failed: its abort rule (no failure allowed) ends it at the first failure.
     await hostReconcile(applying[2]);
     await settle(applying[2].id);
-    const second = await startRollout({ fleet, image: "registry.example/fw:3.0.0", version: "3.0.0", concurrency: 1, abort: { max_failures: 0 } });
+    const second = await startRollout({
+      fleet,
+      image: "registry.example/fw:3.0.0",
+      version: "3.0.0",
+      concurrency: 1,
+      abort: { max_failures: 0 },
+    });
     const [first] = (await targets(second.id, "?state=applying")).map((t) => hosts.find((h) => h.id === t.server_id)!);
     await hostReconcile(first, { fail: true });
     await settle(first.id);
@@ -107,7 +150,10 @@ describe("webhook events from every owner", () => {
     await drain(second.id);
     await fireTimersNow(coordinator(fleet));
     expect(receivedBy(sent, failedHook)).toEqual(["rollout.failed"]);
-    expect(bodiesOf(sent, failedHook)[0]).toMatchObject({ subject: `rollout:${second.id}`, data: { state: "failed", reason: expect.stringMatching(/max_failures 0/) } });
+    expect(bodiesOf(sent, failedHook)[0]).toMatchObject({
+      subject: `rollout:${second.id}`,
+      data: { state: "failed", reason: expect.stringMatching(/max_failures 0/) },
+    });
     expect(receivedBy(sent, slowHook)).toEqual(["rollout.slow_server"]);
   });
 
@@ -122,18 +168,27 @@ describe("webhook events from every owner", () => {
     // The host went quiet: its deadline (kept by its ledger's projection) passed a moment ago.
     const staleAt = Date.now() - 1000;
     await env.DB.prepare("UPDATE servers SET stale_at = ? WHERE id = ?").bind(staleAt, s.id).run();
-    await env.DB.prepare("INSERT INTO cron_cursors (name, at) VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET at = excluded.at").bind(STALE_CURSOR, staleAt - 5000).run();
+    await env.DB.prepare(
+      "INSERT INTO cron_cursors (name, at) VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET at = excluded.at",
+    )
+      .bind(STALE_CURSOR, staleAt - 5000)
+      .run();
 
     await scheduledRun();
     await fireTimersNow(coordinator(f.id));
     expect(receivedBy(sent, wants)).toEqual(["server.stale"]);
-    expect(bodiesOf(sent, wants)[0]).toMatchObject({ subject: `server:${s.id}`, data: { server_id: s.id, stale_at: new Date(staleAt).toISOString() } });
+    expect(bodiesOf(sent, wants)[0]).toMatchObject({
+      subject: `server:${s.id}`,
+      data: { server_id: s.id, stale_at: new Date(staleAt).toISOString() },
+    });
     expect(receivedBy(sent, other)).toEqual([]);
 
     // The next tick reads from where this one stopped; a tick repeated over the same span (its
     // cursor never moved) sends nothing twice either.
     await scheduledRun();
-    await env.DB.prepare("UPDATE cron_cursors SET at = ? WHERE name = ?").bind(staleAt - 5000, STALE_CURSOR).run();
+    await env.DB.prepare("UPDATE cron_cursors SET at = ? WHERE name = ?")
+      .bind(staleAt - 5000, STALE_CURSOR)
+      .run();
     await scheduledRun();
     await fireTimersNow(coordinator(f.id));
     expect(receivedBy(sent, wants)).toHaveLength(1);
@@ -145,12 +200,16 @@ describe("webhook events from every owner", () => {
     await settle(late.id);
     await scheduledRun();
     const lateAt = Date.now() - 90_000;
-    await env.DB.prepare("UPDATE servers SET stale_at = ?, updated_at = ? WHERE id = ?").bind(lateAt, Date.now(), late.id).run();
+    await env.DB.prepare("UPDATE servers SET stale_at = ?, updated_at = ? WHERE id = ?")
+      .bind(lateAt, Date.now(), late.id)
+      .run();
     await scheduledRun();
     await scheduledRun();
     await fireTimersNow(coordinator(f.id));
     expect(receivedBy(sent, wants)).toEqual(["server.stale", "server.stale"]);
-    expect(bodiesOf(sent, wants)[1]).toMatchObject({ data: { server_id: late.id, stale_at: new Date(lateAt).toISOString() } });
+    expect(bodiesOf(sent, wants)[1]).toMatchObject({
+      data: { server_id: late.id, stale_at: new Date(lateAt).toISOString() },
+    });
   });
 
   it("sends upgrade.step_applied and step_failed to every fleet's webhooks that want them, from the step's history row, once", async () => {
@@ -184,9 +243,13 @@ describe("webhook events from every owner", () => {
     expect(receivedBy(sentB, neither)).toEqual([]);
     expect(bodiesOf(sentA, applied)[0]).toMatchObject({ subject: `upgrade:${next}`, data: { version: next } });
     // Marked: nothing is owed any more.
-    const owed = await env.DB.prepare("SELECT COUNT(*) AS n FROM upgrade_steps WHERE notified_at IS NULL AND state != 'running'").first<number>("n");
+    const owed = await env.DB.prepare(
+      "SELECT COUNT(*) AS n FROM upgrade_steps WHERE notified_at IS NULL AND state != 'running'",
+    ).first<number>("n");
     expect(owed).toBe(0);
-    await env.DB.prepare("UPDATE upgrade_state SET version = ? WHERE id = 1").bind(next - 1).run();
+    await env.DB.prepare("UPDATE upgrade_state SET version = ? WHERE id = 1")
+      .bind(next - 1)
+      .run();
   });
 
   it("sends upgrade.step_failed once for a step the cron retries every minute failing the same way, and again when its error changes", async () => {
@@ -209,9 +272,14 @@ describe("webhook events from every owner", () => {
     for (let i = 0; i < 2; i++) await tick();
     await fireTimersNow(coordinator(f.id));
     expect(receivedBy(sent, failed)).toEqual(["upgrade.step_failed", "upgrade.step_failed"]);
-    expect(bodiesOf(sent, failed).map((b) => b.data.error)).toEqual([`probe step ${next} broke at chunk 1`, `probe step ${next} broke at chunk 2`]);
+    expect(bodiesOf(sent, failed).map((b) => b.data.error)).toEqual([
+      `probe step ${next} broke at chunk 1`,
+      `probe step ${next} broke at chunk 2`,
+    ]);
     failAt = null;
     expect(await runUpgrades(env, { trigger: "cron", steps })).toMatchObject({ outcome: "applied" });
-    await env.DB.prepare("UPDATE upgrade_state SET version = ? WHERE id = 1").bind(next - 1).run();
+    await env.DB.prepare("UPDATE upgrade_state SET version = ? WHERE id = 1")
+      .bind(next - 1)
+      .run();
   });
 });

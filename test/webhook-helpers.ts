@@ -18,7 +18,8 @@ export async function receiver(fleet: string, statuses: number[] = []) {
   return sent;
 }
 
-export const createWebhook = (fleet: string, body: Record<string, unknown>) => call("POST", `/v1/fleets/${fleet}/webhooks`, { body });
+export const createWebhook = (fleet: string, body: Record<string, unknown>) =>
+  call("POST", `/v1/fleets/${fleet}/webhooks`, { body });
 
 /** A webhook for `events` at its own URL; its deliveries are the sent requests to that URL. */
 export async function hook(fleet: string, name: string, events: string[]) {
@@ -28,6 +29,7 @@ export async function hook(fleet: string, name: string, events: string[]) {
 }
 
 /** The event types a URL received, in order. */
-export const receivedBy = (sent: Sent[], url: string) => sent.filter((s) => s.url === url).map((s) => s.headers.get("x-harbormaster-event"));
+export const receivedBy = (sent: Sent[], url: string) =>
+  sent.filter((s) => s.url === url).map((s) => s.headers.get("x-harbormaster-event"));
 
 export const bodiesOf = (sent: Sent[], url: string) => sent.filter((s) => s.url === url).map((s) => JSON.parse(s.body));

@@ -19,7 +19,9 @@ async function receivers(fleet: string, behaviour: Record<string, "hang" | "down
     const how = behaviour[url] ?? "ok";
     if (how === "down") return Promise.resolve(new Response("down", { status: 503 }));
     if (how === "ok") return Promise.resolve(new Response("ok"));
-    return new Promise<Response>((_, reject) => init.signal?.addEventListener("abort", () => reject(init.signal!.reason)));
+    return new Promise<Response>((_, reject) =>
+      init.signal?.addEventListener("abort", () => reject(init.signal!.reason)),
+    );
   };
   await runInDurableObject(coordinator(fleet), (instance) => {
     (instance as unknown as { c: { webhooks: { fetcher: Fetcher } } }).c.webhooks.fetcher = fetcher;
@@ -43,7 +45,10 @@ describe("webhook receivers that hang or are down", () => {
     const hooked = await createFleet();
     const hang = "https://hooks.example.com/hangs";
     const fine = "https://hooks.example.com/fine";
-    for (const url of [hang, fine]) expect((await createWebhook(hooked.id, { url, events: ["server.registered", "reboot.gate_closed"] })).status).toBe(201);
+    for (const url of [hang, fine])
+      expect(
+        (await createWebhook(hooked.id, { url, events: ["server.registered", "reboot.gate_closed"] })).status,
+      ).toBe(201);
     const seen = await receivers(hooked.id, { [hang]: "hang", [fine]: "ok" });
 
     // Events the hanging receiver takes and never answers, sent while the operator works.
@@ -56,7 +61,9 @@ describe("webhook receivers that hang or are down", () => {
     const fineAt = seen.filter((s) => s.url === fine).map((s) => s.at);
     expect(fineAt).toHaveLength(3);
     for (let i = 0; i < 3; i++) expect(fineAt[i] - registeredAt[i]).toBeLessThan(2000);
-    console.log(`the other webhook received server.registered after ${fineAt.map((t, i) => t - registeredAt[i]).join(", ")} ms`);
+    console.log(
+      `the other webhook received server.registered after ${fineAt.map((t, i) => t - registeredAt[i]).join(", ")} ms`,
+    );
     expect(seen.filter((s) => s.url === hang).length).toBeGreaterThan(0);
 
     // The same PUT, alternating between a fleet without webhooks and the one whose receiver hangs,
@@ -76,7 +83,9 @@ describe("webhook receivers that hang or are down", () => {
     }
     const a = median(without);
     const b = median(withHanging);
-    console.log(`reboot-group PUT, median of 9: ${a.toFixed(1)} ms without webhooks, ${b.toFixed(1)} ms with a hanging receiver`);
+    console.log(
+      `reboot-group PUT, median of 9: ${a.toFixed(1)} ms without webhooks, ${b.toFixed(1)} ms with a hanging receiver`,
+    );
     // ±10 %, or 20 ms: a PUT takes only tens of milliseconds here, on a machine shared with other
     // work, where 10 % is within the noise; a PUT that waits on the receiver takes its 10 s time-out.
     expect(b).toBeLessThanOrEqual(Math.max(a * 1.1, a + 20));
@@ -98,7 +107,10 @@ describe("webhook receivers that hang or are down", () => {
     const down = "https://hooks.example.com/down";
     const created = await createWebhook(id, { url: down, events: ["reboot.gate_closed"] });
     const seen = await receivers(id, { [down]: "down" });
-    expect((await call("POST", `/v1/fleets/${id}/webhooks/${created.json.webhook.id}/test`)).json).toMatchObject({ status: "pending", last_status: 503 });
+    expect((await call("POST", `/v1/fleets/${id}/webhooks/${created.json.webhook.id}/test`)).json).toMatchObject({
+      status: "pending",
+      last_status: 503,
+    });
     expect(seen).toHaveLength(1);
 
     const t0 = Date.now();
@@ -112,7 +124,9 @@ describe("webhook receivers that hang or are down", () => {
     console.log(`fleet deleted with its receiver down: its id free again after ${ms} ms`);
     expect(again.status).toBe(201);
     expect(ms).toBeLessThan(5000);
-    expect(await env.DB.prepare("SELECT COUNT(*) AS n FROM fleet_tasks WHERE fleet_id = ?").bind(id).first("n")).toBe(0);
+    expect(await env.DB.prepare("SELECT COUNT(*) AS n FROM fleet_tasks WHERE fleet_id = ?").bind(id).first("n")).toBe(
+      0,
+    );
 
     // The deleted fleet's delivery is never sent again, and the new fleet starts empty and works.
     await fireTimersNow(coordinator(id));
@@ -121,7 +135,9 @@ describe("webhook receivers that hang or are down", () => {
     const fresh = await createWebhook(id, { url: "https://hooks.example.com/new", events: ["reboot.gate_closed"] });
     expect(fresh.status).toBe(201);
     await receivers(id, {});
-    expect((await call("POST", `/v1/fleets/${id}/webhooks/${fresh.json.webhook.id}/test`)).json).toMatchObject({ status: "delivered" });
+    expect((await call("POST", `/v1/fleets/${id}/webhooks/${fresh.json.webhook.id}/test`)).json).toMatchObject({
+      status: "delivered",
+    });
     expect((await call("PUT", `/v1/fleets/${id}/reboot-groups/default`, { body: { slots: 1 } })).status).toBe(200);
   }, 30_000);
 
@@ -132,7 +148,14 @@ describe("webhook receivers that hang or are down", () => {
     await receivers(f.id, { [down]: "down" });
     await call("POST", `/v1/fleets/${f.id}/webhooks/${created.json.webhook.id}/test`);
     const log = await runInDurableObject(coordinator(f.id), (instance) => {
-      const c = (instance as unknown as { c: { webhooks: { drop(why: string): number }; webhookStore: { deliveries(id: string, n: number): { status: string; last_error: string }[] } } }).c;
+      const c = (
+        instance as unknown as {
+          c: {
+            webhooks: { drop(why: string): number };
+            webhookStore: { deliveries(id: string, n: number): { status: string; last_error: string }[] };
+          };
+        }
+      ).c;
       const dropped = c.webhooks.drop("dropped: the fleet was deleted");
       return { dropped, rows: c.webhookStore.deliveries(created.json.webhook.id, 10) };
     });
@@ -146,14 +169,30 @@ describe("webhook receivers that hang or are down", () => {
     const created = await createWebhook(f.id, { url, events: ["reboot.gate_closed"] });
     const seen = await receivers(f.id, {});
     await runInDurableObject(coordinator(f.id), async (instance) => {
-      const c = (instance as unknown as {
-        c: {
-          webhookStore: { addDelivery(r: unknown): void };
-          effects: { outbox: { enqueue(kind: string, p: unknown): void; flush(): Promise<void> } };
-        };
-      }).c;
-      const event = { id: "left-over", type: "reboot.gate_closed", fleet: f.id, subject: "group:default", summary: "held", data: {}, time: new Date().toISOString() };
-      c.webhookStore.addDelivery({ id: "d-left-over", webhook_id: created.json.webhook.id, event_id: event.id, event_type: event.type, created_at: Date.now() });
+      const c = (
+        instance as unknown as {
+          c: {
+            webhookStore: { addDelivery(r: unknown): void };
+            effects: { outbox: { enqueue(kind: string, p: unknown): void; flush(): Promise<void> } };
+          };
+        }
+      ).c;
+      const event = {
+        id: "left-over",
+        type: "reboot.gate_closed",
+        fleet: f.id,
+        subject: "group:default",
+        summary: "held",
+        data: {},
+        time: new Date().toISOString(),
+      };
+      c.webhookStore.addDelivery({
+        id: "d-left-over",
+        webhook_id: created.json.webhook.id,
+        event_id: event.id,
+        event_type: event.type,
+        created_at: Date.now(),
+      });
       c.effects.outbox.enqueue("webhook", { delivery_id: "d-left-over", webhook_id: created.json.webhook.id, event });
       await c.effects.outbox.flush();
     });

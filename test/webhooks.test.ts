@@ -15,10 +15,17 @@ const create = createWebhook;
 describe("webhooks", () => {
   it("answers the secret once at creation, never in a read, and lists the webhook", async () => {
     const f = await fleetWithKey();
-    const res = await create(f.fleet, { url: "https://hooks.example.com/a", events: ["reboot.granted", "reboot.released"] });
+    const res = await create(f.fleet, {
+      url: "https://hooks.example.com/a",
+      events: ["reboot.granted", "reboot.released"],
+    });
     expect(res.status).toBe(201);
     expect(res.json.secret).toMatch(/^[A-Za-z0-9_-]{43}$/);
-    expect(res.json.webhook).toMatchObject({ url: "https://hooks.example.com/a", events: ["reboot.granted", "reboot.released"], format: "cloudevents" });
+    expect(res.json.webhook).toMatchObject({
+      url: "https://hooks.example.com/a",
+      events: ["reboot.granted", "reboot.released"],
+      format: "cloudevents",
+    });
     const list = await call("GET", `/v1/fleets/${f.fleet}/webhooks`);
     expect(list.json.items).toHaveLength(1);
     expect(JSON.stringify(list.json)).not.toContain(res.json.secret);
@@ -32,10 +39,16 @@ describe("webhooks", () => {
     const f = await fleetWithKey();
     const http = await create(f.fleet, { url: "http://hooks.example.com/a", events: ["reboot.granted"] });
     expect(http.status).toBe(400);
-    expect(http.json.error).toMatchObject({ code: "validation_failed", message: expect.stringMatching(/url must be https/) });
+    expect(http.json.error).toMatchObject({
+      code: "validation_failed",
+      message: expect.stringMatching(/url must be https/),
+    });
     const creds = await create(f.fleet, { url: "https://user:pw@hooks.example.com/a", events: ["reboot.granted"] });
     expect(creds.status).toBe(400);
-    const unknown = await create(f.fleet, { url: "https://hooks.example.com/a", events: ["reboot.granted", "reboot.exploded"] });
+    const unknown = await create(f.fleet, {
+      url: "https://hooks.example.com/a",
+      events: ["reboot.granted", "reboot.exploded"],
+    });
     expect(unknown.status).toBe(400);
     expect(JSON.stringify(unknown.json.error.details)).toMatch(/'reboot.exploded' is not an event/);
     const none = await create(f.fleet, { url: "https://hooks.example.com/a", events: [] });
@@ -43,11 +56,18 @@ describe("webhooks", () => {
     const big = await raw(`/v1/fleets/${f.fleet}/webhooks`, {
       method: "POST",
       headers: { Authorization: "Bearer test-admin-token", "Content-Type": "application/json" },
-      body: JSON.stringify({ url: "https://hooks.example.com/a", events: ["reboot.granted"], description: "x".repeat(20_000) }),
+      body: JSON.stringify({
+        url: "https://hooks.example.com/a",
+        events: ["reboot.granted"],
+        description: "x".repeat(20_000),
+      }),
     });
     expect(big.status).toBe(413);
     expect(big.json.error.code).toBe("payload_too_large");
-    const long = await create(f.fleet, { url: `https://hooks.example.com/${"a".repeat(2100)}`, events: ["reboot.granted"] });
+    const long = await create(f.fleet, {
+      url: `https://hooks.example.com/${"a".repeat(2100)}`,
+      events: ["reboot.granted"],
+    });
     expect(long.status).toBe(400);
     expect((await call("GET", `/v1/fleets/${f.fleet}/webhooks`)).json.items).toEqual([]);
   });
@@ -65,7 +85,11 @@ describe("webhooks", () => {
     expect((await zincati(f.baseUrl, "steady-state", a.id)).status).toBe(200);
     for (let i = 0; i < 5; i++) await fireTimersNow(coordinator(f.fleet));
 
-    expect(sent.map((s) => s.headers.get("x-harbormaster-event"))).toEqual(["reboot.granted", "reboot.granted", "reboot.granted"]);
+    expect(sent.map((s) => s.headers.get("x-harbormaster-event"))).toEqual([
+      "reboot.granted",
+      "reboot.granted",
+      "reboot.granted",
+    ]);
     // One delivery, retried: the same id on every attempt, each signed over its timestamp and body.
     expect(new Set(sent.map((s) => s.headers.get("x-harbormaster-delivery"))).size).toBe(1);
     for (const s of sent) expect(await verify(secret, s.body, s.headers.get("x-harbormaster-signature"))).toBe(true);
@@ -81,17 +105,31 @@ describe("webhooks", () => {
     });
 
     const log = await call("GET", `/v1/fleets/${f.fleet}/webhooks/${webhook.id}/deliveries`);
-    expect(log.json.items).toMatchObject([{ event: "reboot.granted", status: "delivered", attempts: 3, last_status: 200, last_error: null }]);
+    expect(log.json.items).toMatchObject([
+      { event: "reboot.granted", status: "delivered", attempts: 3, last_status: 200, last_error: null },
+    ]);
   });
 
   it("sends a test event on demand, in Slack's format when asked, and records a receiver's refusal", async () => {
     const f = await fleetWithKey();
-    const created = await create(f.fleet, { url: "https://hooks.slack.example.com/T0/B0/x", events: ["reboot.unhealthy_after_reboot"], format: "slack" });
+    const created = await create(f.fleet, {
+      url: "https://hooks.slack.example.com/T0/B0/x",
+      events: ["reboot.unhealthy_after_reboot"],
+      format: "slack",
+    });
     const sent = await receiver(f.fleet, [404]);
     const first = await call("POST", `/v1/fleets/${f.fleet}/webhooks/${created.json.webhook.id}/test`);
     expect(first.status).toBe(202);
-    expect(first.json).toMatchObject({ event: "webhook.test", status: "pending", attempts: 1, last_status: 404, last_error: expect.stringMatching(/HTTP 404/) });
-    expect(JSON.parse(sent[0].body)).toEqual({ text: expect.stringMatching(/^:wave: \[.+\] Test delivery to https:\/\/hooks\.slack/) });
+    expect(first.json).toMatchObject({
+      event: "webhook.test",
+      status: "pending",
+      attempts: 1,
+      last_status: 404,
+      last_error: expect.stringMatching(/HTTP 404/),
+    });
+    expect(JSON.parse(sent[0].body)).toEqual({
+      text: expect.stringMatching(/^:wave: \[.+\] Test delivery to https:\/\/hooks\.slack/),
+    });
     await fireTimersNow(coordinator(f.fleet));
     const log = await call("GET", `/v1/fleets/${f.fleet}/webhooks/${created.json.webhook.id}/deliveries`);
     expect(log.json.items).toMatchObject([{ status: "delivered", attempts: 2 }]);
@@ -104,10 +142,13 @@ describe("webhooks", () => {
     await receiver(f.fleet, [500, 500, 500]);
     await call("POST", `/v1/fleets/${f.fleet}/webhooks/${created.json.webhook.id}/test`);
     await runInDurableObject(coordinator(f.fleet), (instance) => {
-      (instance as unknown as { c: { webhooks: { clock: () => number } } }).c.webhooks.clock = () => Date.now() + 25 * 3600_000;
+      (instance as unknown as { c: { webhooks: { clock: () => number } } }).c.webhooks.clock = () =>
+        Date.now() + 25 * 3600_000;
     });
     await fireTimersNow(coordinator(f.fleet));
     const log = await call("GET", `/v1/fleets/${f.fleet}/webhooks/${created.json.webhook.id}/deliveries`);
-    expect(log.json.items).toMatchObject([{ status: "failed", attempts: 1, last_error: expect.stringMatching(/given up after 24 h/) }]);
+    expect(log.json.items).toMatchObject([
+      { status: "failed", attempts: 1, last_error: expect.stringMatching(/given up after 24 h/) },
+    ]);
   });
 });

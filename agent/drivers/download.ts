@@ -50,7 +50,8 @@ async function hashFile(path: string, hash: Hash): Promise<number> {
 }
 
 /** Errors worth another request: the connection, the server being busy. Refusals are final. */
-const retryable = (err: unknown) => !(err instanceof ApiError) || err.status >= 500 || err.status === 429 || err.status === 408;
+const retryable = (err: unknown) =>
+  !(err instanceof ApiError) || err.status >= 500 || err.status === 429 || err.status === 408;
 
 /**
  * Downloads stored images' blobs from the control plane into a cache, hashing as the bytes
@@ -141,7 +142,13 @@ export class BlobFetcher {
   }
 
   /** One request, appending to `partial` from byte `state.have`, hashing what it writes. */
-  private async request(blobPath: string, partial: string, state: Progress, size: number | undefined, signal?: AbortSignal) {
+  private async request(
+    blobPath: string,
+    partial: string,
+    state: Progress,
+    size: number | undefined,
+    signal?: AbortSignal,
+  ) {
     const url = new URL(blobPath, this.opts.baseUrl);
     const token = typeof this.opts.token === "function" ? this.opts.token() : this.opts.token;
     const headers: Record<string, string> = { Authorization: `Bearer ${token}` };
@@ -161,10 +168,13 @@ export class BlobFetcher {
       }
       if (!res.ok) throw await apiErrorOf(res);
       if (state.have > 0) {
-        const start = res.status === 206 ? Number(/^bytes (\d+)-/.exec(res.headers.get("Content-Range") ?? "")?.[1]) : 0;
+        const start =
+          res.status === 206 ? Number(/^bytes (\d+)-/.exec(res.headers.get("Content-Range") ?? "")?.[1]) : 0;
         if (start !== state.have) {
           await res.body?.cancel();
-          throw new RestartError(`the server did not resume at byte ${state.have} (${res.status} ${res.headers.get("Content-Range") ?? ""})`);
+          throw new RestartError(
+            `the server did not resume at byte ${state.have} (${res.status} ${res.headers.get("Content-Range") ?? ""})`,
+          );
         }
       }
       if (!res.body) throw new Error("the response has no body");
@@ -174,7 +184,9 @@ export class BlobFetcher {
           clearTimeout(idle);
           idle = setTimeout(stall, idleMs);
           if (size !== undefined && state.have + chunk.length > size) {
-            throw new DigestMismatchError(`the download is larger than the image's ${size} bytes; it was deleted and nothing was installed`);
+            throw new DigestMismatchError(
+              `the download is larger than the image's ${size} bytes; it was deleted and nothing was installed`,
+            );
           }
           await file.write(chunk);
           state.hash.update(chunk);

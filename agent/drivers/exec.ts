@@ -95,7 +95,14 @@ export function run(cmd: string, args: string[], opts: RunOptions): Promise<RunR
       clearTimeout(timer);
       child.stdout.destroy();
       child.stderr.destroy();
-      resolve({ code, signal, timedOut, stdout: Buffer.concat(out).toString("utf8"), stderr: err.toString(), tail: tail.toString() });
+      resolve({
+        code,
+        signal,
+        timedOut,
+        stdout: Buffer.concat(out).toString("utf8"),
+        stderr: err.toString(),
+        tail: tail.toString(),
+      });
     };
     // Usually the pipes close as the command exits; when something it started keeps them open (a
     // daemon a start hook leaves running), what was written by then is read and the rest let go.

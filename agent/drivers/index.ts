@@ -135,8 +135,17 @@ export interface HostDriverOptions {
  * A host's drivers, sharing one verified download cache: the container engine's, the tarballs',
  * and the fetcher (for a caller that routes agents itself, as harbormaster-agent does).
  */
-export function hostDrivers(opts: HostDriverOptions): { blobs: BlobFetcher; containers: PodmanDriver; tarballs: TarballDriver } {
-  const blobs = new BlobFetcher({ baseUrl: opts.serverUrl, token: opts.token, cacheDir: join(opts.stateDir, "cache", "images"), fetch: opts.fetch });
+export function hostDrivers(opts: HostDriverOptions): {
+  blobs: BlobFetcher;
+  containers: PodmanDriver;
+  tarballs: TarballDriver;
+} {
+  const blobs = new BlobFetcher({
+    baseUrl: opts.serverUrl,
+    token: opts.token,
+    cacheDir: join(opts.stateDir, "cache", "images"),
+    fetch: opts.fetch,
+  });
   return {
     blobs,
     containers: new PodmanDriver({

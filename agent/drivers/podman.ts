@@ -110,7 +110,14 @@ export class PodmanDriver implements AgentDriver {
   private async cli(args: string[], opts: { timeoutMs?: number; allowFail?: boolean } = {}): Promise<RunResult> {
     const timeoutMs = opts.timeoutMs ?? this.opts.commandTimeoutMs ?? 600_000;
     const r = await run(this.engine, args, { timeoutMs, env: this.opts.env });
-    if (r.code !== 0 && !opts.allowFail) throw new Error(describeFailure(`${this.engine} ${args[0]}${args[1] && !args[1].startsWith("-") ? ` ${args[1]}` : ""}`, r, timeoutMs));
+    if (r.code !== 0 && !opts.allowFail)
+      throw new Error(
+        describeFailure(
+          `${this.engine} ${args[0]}${args[1] && !args[1].startsWith("-") ? ` ${args[1]}` : ""}`,
+          r,
+          timeoutMs,
+        ),
+      );
     return r;
   }
 
@@ -131,7 +138,11 @@ export class PodmanDriver implements AgentDriver {
     return parsePs(r.stdout).filter((c) => {
       const a = c.labels[LABEL.agent];
       // Only names this driver gives: another prefix's containers (another agent on this engine) are not ours.
-      return a !== undefined && AGENT_NAME.test(a) && [this.nameOf(a), this.nameOf(a) + NEW, this.nameOf(a) + OLD].includes(c.name);
+      return (
+        a !== undefined &&
+        AGENT_NAME.test(a) &&
+        [this.nameOf(a), this.nameOf(a) + NEW, this.nameOf(a) + OLD].includes(c.name)
+      );
     });
   }
 
@@ -165,7 +176,12 @@ export class PodmanDriver implements AgentDriver {
 
   private async describe(agent: string, c: Container): Promise<ListedAgent> {
     const reported: ListedAgent = {
-      ...reportable(agent, c.labels[LABEL.image] || c.image, c.labels[LABEL.version], c.labels[LABEL.instance] || c.id.slice(0, 12)),
+      ...reportable(
+        agent,
+        c.labels[LABEL.image] || c.image,
+        c.labels[LABEL.version],
+        c.labels[LABEL.instance] || c.id.slice(0, 12),
+      ),
       state: "stopped",
     };
     if (c.state === "running") {
@@ -173,7 +189,10 @@ export class PodmanDriver implements AgentDriver {
       if (health === null) reported.state = "running";
       else Object.assign(reported, { state: "failed", reason: health });
     } else if (c.state === "exited" && c.exitCode !== 0) {
-      Object.assign(reported, { state: "failed", reason: `container ${c.name} exited with code ${c.exitCode}${c.exitCode === 137 ? " (killed)" : ""}` });
+      Object.assign(reported, {
+        state: "failed",
+        reason: `container ${c.name} exited with code ${c.exitCode}${c.exitCode === 137 ? " (killed)" : ""}`,
+      });
     }
     return reported;
   }
@@ -191,19 +210,25 @@ export class PodmanDriver implements AgentDriver {
    * which a host without systemd (or a container started outside it) does not have: the check is
    * run here each time the agent looks; the engine's verdict (after the check's retries) counts.
    */
-  private async healthOf(c: Container): Promise<{ status: "none" | "starting" | "healthy" | "unhealthy"; output: string }> {
+  private async healthOf(
+    c: Container,
+  ): Promise<{ status: "none" | "starting" | "healthy" | "unhealthy"; output: string }> {
     if (!/\((healthy|unhealthy|starting|health: starting)\)\s*$/.test(c.status)) return { status: "none", output: "" };
     if (!this.isDocker) {
       const timeoutMs = this.opts.healthTimeoutMs ?? 60_000;
       const r = await this.cli(["healthcheck", "run", c.id], { timeoutMs, allowFail: true });
-      if (r.timedOut) return { status: "unhealthy", output: `the healthcheck timed out after ${Math.round(timeoutMs / 1000)} s` };
+      if (r.timedOut)
+        return { status: "unhealthy", output: `the healthcheck timed out after ${Math.round(timeoutMs / 1000)} s` };
     }
     const r = await this.cli(["container", "inspect", c.id], { allowFail: true });
     try {
       const state = JSON.parse(r.stdout)[0]?.State ?? {};
       const h = state.Health ?? state.Healthcheck ?? {};
       const last = Array.isArray(h.Log) ? h.Log[h.Log.length - 1] : undefined;
-      const output = String(last?.Output ?? "").trim().slice(-2000) || (last ? `the check exited with code ${last.ExitCode}` : "");
+      const output =
+        String(last?.Output ?? "")
+          .trim()
+          .slice(-2000) || (last ? `the check exited with code ${last.ExitCode}` : "");
       const status = h.Status === "healthy" || h.Status === "unhealthy" ? h.Status : "starting";
       return { status, output };
     } catch {
@@ -293,7 +318,9 @@ export class PodmanDriver implements AgentDriver {
       const h = await this.healthOf(c);
       if (h.status === "none" || h.status === "healthy") return;
       if (Date.now() > deadline) {
-        throw new Error(`the new container was not healthy within ${Math.round((this.opts.readyTimeoutMs ?? 60_000) / 1000)} s${h.output ? `: ${h.output}` : ""}`);
+        throw new Error(
+          `the new container was not healthy within ${Math.round((this.opts.readyTimeoutMs ?? 60_000) / 1000)} s${h.output ? `: ${h.output}` : ""}`,
+        );
       }
       await sleep(1000);
     }
@@ -321,7 +348,8 @@ export class PodmanDriver implements AgentDriver {
 
   async stop(current: ReportedAgent): Promise<void> {
     const running = (await this.containers(current.name)).filter((c) => c.state === "running" || c.state === "paused");
-    if (running.length > 0) await this.cli(["stop", "-t", String(this.opts.stopTimeoutSec ?? 10), ...running.map((c) => c.id)]);
+    if (running.length > 0)
+      await this.cli(["stop", "-t", String(this.opts.stopTimeoutSec ?? 10), ...running.map((c) => c.id)]);
   }
 
   /**
@@ -353,13 +381,16 @@ export class PodmanDriver implements AgentDriver {
     } else if ("ref" in img.source) {
       const at = img.source.ref.lastIndexOf("@");
       if (at < 0 || img.source.ref.slice(at + 1) !== img.digest) {
-        throw new Error(`oci-ref ${img.source.ref} is not pinned to the image's digest ${img.digest}; nothing was pulled`);
+        throw new Error(
+          `oci-ref ${img.source.ref} is not pinned to the image's digest ${img.digest}; nothing was pulled`,
+        );
       }
       ref = img.source.ref;
       // Named by its digest, an image already in the store is that image: no need to ask the registry.
       if ((await this.cli(["image", "inspect", ref], { allowFail: true })).code !== 0) await this.cli(["pull", ref]);
     } else {
-      if (!this.opts.blobs) throw new Error(`cannot download image ${spec.image}: this agent has no image store configured`);
+      if (!this.opts.blobs)
+        throw new Error(`cannot download image ${spec.image}: this agent has no image store configured`);
       const file = await this.opts.blobs.fetch(img.source.blob, img.digest, img.size);
       try {
         const r = await this.cli(["load", "-i", file]);
@@ -396,7 +427,9 @@ export class PodmanDriver implements AgentDriver {
     for (const path of image.volumes) {
       const vol = `${this.nameOf(spec.name)}-${slug(path)}`;
       if ((await this.cli(["volume", "inspect", vol], { allowFail: true })).code !== 0) {
-        const vlabels = [LABEL.agent, LABEL.scope].filter((k) => labels[k] !== undefined).flatMap((k) => ["--label", `${k}=${labels[k]}`]);
+        const vlabels = [LABEL.agent, LABEL.scope]
+          .filter((k) => labels[k] !== undefined)
+          .flatMap((k) => ["--label", `${k}=${labels[k]}`]);
         await this.cli(["volume", "create", ...vlabels, vol]);
       }
       mounts.push("-v", `${vol}:${path}`);
@@ -416,7 +449,10 @@ export class PodmanDriver implements AgentDriver {
   /** The names of an agent's volumes. */
   private async volumes(agent: string): Promise<string[]> {
     const r = await this.cli(["volume", "ls", ...this.filters(agent), "--format", "{{.Name}}"]);
-    return r.stdout.split("\n").map((s) => s.trim()).filter(Boolean);
+    return r.stdout
+      .split("\n")
+      .map((s) => s.trim())
+      .filter(Boolean);
   }
 }
 
@@ -436,7 +472,9 @@ function slug(path: string) {
 export function parsePs(stdout: string): Container[] {
   const text = stdout.trim();
   if (!text) return [];
-  const rows: Record<string, unknown>[] = text.startsWith("[") ? JSON.parse(text) : text.split("\n").map((l) => JSON.parse(l));
+  const rows: Record<string, unknown>[] = text.startsWith("[")
+    ? JSON.parse(text)
+    : text.split("\n").map((l) => JSON.parse(l));
   return rows.map((r) => {
     const names = Array.isArray(r.Names) ? (r.Names as string[]) : String(r.Names ?? "").split(",");
     const labels =

@@ -9,7 +9,12 @@ export const AGENT_NAME = /^[a-z0-9][a-z0-9._-]{0,62}$/;
  * have edited): empty or overlong fields are replaced or cut so that one odd agent does not get
  * the whole report refused.
  */
-export function reportable(name: string, image: string | undefined, version: string | undefined, instanceId: string | undefined) {
+export function reportable(
+  name: string,
+  image: string | undefined,
+  version: string | undefined,
+  instanceId: string | undefined,
+) {
   return {
     name,
     image: (image || "unknown").slice(0, 512),
@@ -56,7 +61,9 @@ export function catalogImage(spec: AgentSpec): CatalogImage | null {
     throw new Error(`the desired config's image for ${spec.name} is not usable: ${why}`);
   }
   const img = parsed.data;
-  if (img.kind === "oci-ref" && !("ref" in img.source)) throw new Error(`image ${spec.image} is an oci-ref without a ref`);
-  if (img.kind !== "oci-ref" && !("blob" in img.source)) throw new Error(`image ${spec.image} is stored (${img.kind}) but has no blob path`);
+  if (img.kind === "oci-ref" && !("ref" in img.source))
+    throw new Error(`image ${spec.image} is an oci-ref without a ref`);
+  if (img.kind !== "oci-ref" && !("blob" in img.source))
+    throw new Error(`image ${spec.image} is stored (${img.kind}) but has no blob path`);
   return img;
 }

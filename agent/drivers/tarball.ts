@@ -46,7 +46,13 @@ export type TarballManifest = z.infer<typeof TarballManifest>;
 type Hook = keyof TarballManifest["hooks"];
 
 /** What the driver writes beside an unpacked version: the desired config's words for it. */
-const Installed = z.object({ image: z.string(), version: z.string(), instance_id: z.string(), image_id: z.string(), digest: z.string() });
+const Installed = z.object({
+  image: z.string(),
+  version: z.string(),
+  instance_id: z.string(),
+  image_id: z.string(),
+  digest: z.string(),
+});
 type Installed = z.infer<typeof Installed>;
 
 const META = ".harbormaster.json";
@@ -89,7 +95,14 @@ export class TarballDriver implements AgentDriver {
   }
 
   /** Runs one hook of an unpacked version; throws HookError with its output when it fails. */
-  private async hook(dir: string, manifest: TarballManifest, hook: Hook, meta: Installed, name: string, ok: number[] = [0]) {
+  private async hook(
+    dir: string,
+    manifest: TarballManifest,
+    hook: Hook,
+    meta: Installed,
+    name: string,
+    ok: number[] = [0],
+  ) {
     const rel = manifest.hooks[hook];
     if (rel === undefined) return 0;
     const file = resolve(dir, rel);
@@ -145,7 +158,10 @@ export class TarballDriver implements AgentDriver {
     for (const name of names) {
       const cur = await this.current(name);
       if (!cur) continue;
-      const agent: ListedAgent = { ...reportable(name, cur.meta.image, cur.meta.version, cur.meta.instance_id), state: "running" };
+      const agent: ListedAgent = {
+        ...reportable(name, cur.meta.image, cur.meta.version, cur.meta.instance_id),
+        state: "running",
+      };
       try {
         const code = await this.hook(cur.dir, cur.manifest, "status", cur.meta, name, [0, 3]);
         if (code === 3) agent.state = "stopped";
@@ -163,9 +179,12 @@ export class TarballDriver implements AgentDriver {
   private async unpack(spec: AgentSpec): Promise<{ dir: string; manifest: TarballManifest; meta: Installed }> {
     const img = catalogImage(spec);
     if (img === null || img.kind !== "tarball" || !("blob" in img.source)) {
-      throw new Error(`image ${spec.image} ${spec.version} is not a tarball in the image catalog; the tarball driver installs only those`);
+      throw new Error(
+        `image ${spec.image} ${spec.version} is not a tarball in the image catalog; the tarball driver installs only those`,
+      );
     }
-    if (!this.opts.blobs) throw new Error(`cannot download image ${spec.image}: this agent has no image store configured`);
+    if (!this.opts.blobs)
+      throw new Error(`cannot download image ${spec.image}: this agent has no image store configured`);
     const file = await this.opts.blobs.fetch(img.source.blob, img.digest, img.size);
     const base = this.agentDir(spec.name);
     await mkdir(base, { recursive: true, mode: 0o755 });
@@ -179,16 +198,28 @@ export class TarballDriver implements AgentDriver {
       try {
         manifest = TarballManifest.parse(JSON.parse(await readFile(join(tmp, "manifest.json"), "utf8")));
       } catch (err) {
-        const why = err instanceof z.ZodError ? err.issues.map((i) => `${i.path.join(".")}: ${i.message}`).join("; ") : (err as Error).message;
+        const why =
+          err instanceof z.ZodError
+            ? err.issues.map((i) => `${i.path.join(".")}: ${i.message}`).join("; ")
+            : (err as Error).message;
         throw new Error(`${spec.image} ${spec.version}: manifest.json is missing or invalid: ${why}`);
       }
       if (manifest.version !== spec.version || (manifest.name !== spec.name && manifest.name !== spec.image)) {
-        throw new Error(`the tarball is ${manifest.name} ${manifest.version}, not ${spec.image} ${spec.version}; nothing was installed`);
+        throw new Error(
+          `the tarball is ${manifest.name} ${manifest.version}, not ${spec.image} ${spec.version}; nothing was installed`,
+        );
       }
       for (const h of Object.values(manifest.hooks)) {
-        if (h !== undefined && !(await lstat(resolve(tmp, h)).catch(() => null))?.isFile()) throw new Error(`${spec.image} ${spec.version}: hook ${h} is not a file in the tarball`);
+        if (h !== undefined && !(await lstat(resolve(tmp, h)).catch(() => null))?.isFile())
+          throw new Error(`${spec.image} ${spec.version}: hook ${h} is not a file in the tarball`);
       }
-      const meta: Installed = { image: spec.image, version: spec.version, instance_id: spec.instance_id, image_id: img.image_id, digest: img.digest };
+      const meta: Installed = {
+        image: spec.image,
+        version: spec.version,
+        instance_id: spec.instance_id,
+        image_id: img.image_id,
+        digest: img.digest,
+      };
       await writeFile(join(tmp, META), JSON.stringify(meta));
       // The in-use version keeps its directory: a new one with the same name goes beside it.
       const cur = await readlink(join(base, CURRENT)).catch(() => null);

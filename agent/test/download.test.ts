@@ -26,7 +26,13 @@ describe("BlobFetcher", () => {
 
   const fetcher = async (extra: Partial<ConstructorParameters<typeof BlobFetcher>[0]> = {}) => {
     cache = await tempDir("hm-cache-");
-    return new BlobFetcher({ baseUrl: server.url, token: server.token, cacheDir: join(cache, "blobs"), retryDelayMs: 10, ...extra });
+    return new BlobFetcher({
+      baseUrl: server.url,
+      token: server.token,
+      cacheDir: join(cache, "blobs"),
+      retryDelayMs: 10,
+      ...extra,
+    });
   };
 
   it("downloads a blob with the server's token and hands out a file holding exactly its bytes", async () => {
@@ -34,7 +40,9 @@ describe("BlobFetcher", () => {
     const f = await fetcher();
     const path = await f.fetch(`/v1/agent/images/${blob.id}/blob`, blob.digest, blob.size);
     expect((await readFile(path)).equals(bytes)).toBe(true);
-    expect(server.requests).toEqual([{ path: `/v1/agent/images/${blob.id}/blob`, range: null, authorization: `Bearer ${server.token}` }]);
+    expect(server.requests).toEqual([
+      { path: `/v1/agent/images/${blob.id}/blob`, range: null, authorization: `Bearer ${server.token}` },
+    ]);
   });
 
   it("resumes with Range after a dropped connection and still verifies the whole", async () => {
@@ -107,7 +115,9 @@ describe("BlobFetcher", () => {
     expect(await f.fetch(`/v1/agent/images/${blob.id}/blob`, blob.digest, blob.size)).toBe(path);
     expect(server.requests.length).toBe(1);
     await writeFile(path, "rot");
-    expect((await readFile(await f.fetch(`/v1/agent/images/${blob.id}/blob`, blob.digest, blob.size))).equals(bytes)).toBe(true);
+    expect(
+      (await readFile(await f.fetch(`/v1/agent/images/${blob.id}/blob`, blob.digest, blob.size))).equals(bytes),
+    ).toBe(true);
     expect(server.requests.length).toBe(2);
   });
 });

@@ -73,7 +73,12 @@ export async function buildImage(recipe: ImageRecipe): Promise<BuiltImage> {
     await podman("save", "--format", "oci-archive", "-o", archive, recipe.ref);
     if (!recipe.keep) await podman("rmi", recipe.ref);
     const bytes = await readFile(archive);
-    return { ref: recipe.ref, archive: bytes, digest: `sha256:${createHash("sha256").update(bytes).digest("hex")}`, size: bytes.length };
+    return {
+      ref: recipe.ref,
+      archive: bytes,
+      digest: `sha256:${createHash("sha256").update(bytes).digest("hex")}`,
+      size: bytes.length,
+    };
   } finally {
     await rm(dir, { recursive: true, force: true });
   }
@@ -128,11 +133,15 @@ export class BlobServer {
       this.requests.push({ path, range: req.headers.range ?? null, authorization: req.headers.authorization ?? null });
       const blob = this.blobs.get(path);
       if (req.headers.authorization !== `Bearer ${this.token}`) {
-        res.writeHead(401, { "content-type": "application/json" }).end(JSON.stringify({ error: { code: "unauthorized", message: "bad token" } }));
+        res
+          .writeHead(401, { "content-type": "application/json" })
+          .end(JSON.stringify({ error: { code: "unauthorized", message: "bad token" } }));
         return;
       }
       if (!blob) {
-        res.writeHead(404, { "content-type": "application/json" }).end(JSON.stringify({ error: { code: "image_not_found", message: "no such image" } }));
+        res
+          .writeHead(404, { "content-type": "application/json" })
+          .end(JSON.stringify({ error: { code: "image_not_found", message: "no such image" } }));
         return;
       }
       let start = 0;
@@ -145,7 +154,11 @@ export class BlobServer {
         }
       }
       const body = blob.bytes.subarray(start);
-      const headers: Record<string, string | number> = { etag: `"${blob.digest}"`, "content-length": body.length, "accept-ranges": "bytes" };
+      const headers: Record<string, string | number> = {
+        etag: `"${blob.digest}"`,
+        "content-length": body.length,
+        "accept-ranges": "bytes",
+      };
       if (start > 0) headers["content-range"] = `bytes ${start}-${blob.bytes.length - 1}/${blob.bytes.length}`;
       res.writeHead(start > 0 ? 206 : 200, headers);
       const drop = this.dropAfter.shift();
@@ -175,18 +188,28 @@ export class BlobServer {
 
 /** Removes whatever a run left in podman: its containers, volumes and images. */
 export async function cleanPodman(scope: string, imageRefs: string[] = []) {
-  const ids = (await podman("ps", "-a", "-q", "--filter", `label=io.harbormaster.scope=${scope}`)).split("\n").filter(Boolean);
+  const ids = (await podman("ps", "-a", "-q", "--filter", `label=io.harbormaster.scope=${scope}`))
+    .split("\n")
+    .filter(Boolean);
   if (ids.length) await podman("rm", "-f", "-t", "0", "-v", ...ids);
-  const vols = (await podman("volume", "ls", "-q", "--filter", `label=io.harbormaster.scope=${scope}`)).split("\n").filter(Boolean);
+  const vols = (await podman("volume", "ls", "-q", "--filter", `label=io.harbormaster.scope=${scope}`))
+    .split("\n")
+    .filter(Boolean);
   if (vols.length) await podman("volume", "rm", "-f", ...vols);
   // Images this run loaded (by their repository's prefix) and any leftover tags.
   const images = JSON.parse((await podman("images", "--format", "json")) || "[]") as { Id: string; Names?: string[] }[];
-  const ours = images.filter((i) => (i.Names ?? []).some((n) => n.includes(`/${scope}-`)) || imageRefs.some((r) => (i.Names ?? []).includes(r)));
+  const ours = images.filter(
+    (i) => (i.Names ?? []).some((n) => n.includes(`/${scope}-`)) || imageRefs.some((r) => (i.Names ?? []).includes(r)),
+  );
   if (ours.length) await sh("podman", ["rmi", "-f", ...ours.map((i) => i.Id)]).catch(() => {});
 }
 
 /** Polls `check` until it returns something truthy, or throws after `ms`. */
-export async function eventually<T>(check: () => Promise<T | null | undefined | false>, ms = 20_000, what = "condition"): Promise<T> {
+export async function eventually<T>(
+  check: () => Promise<T | null | undefined | false>,
+  ms = 20_000,
+  what = "condition",
+): Promise<T> {
   const deadline = Date.now() + ms;
   for (;;) {
     const v = await check();

@@ -15,18 +15,57 @@ describe("parsePs: what `ps --format json` says, from podman or docker", () => {
       },
     ]);
     expect(parsePs(out)).toEqual([
-      { id: "abc", name: "hm-web", labels: { "io.harbormaster.agent": "web" }, state: "exited", exitCode: 137, status: "Exited (137) 2 seconds ago", imageId: "f00", image: undefined },
+      {
+        id: "abc",
+        name: "hm-web",
+        labels: { "io.harbormaster.agent": "web" },
+        state: "exited",
+        exitCode: 137,
+        status: "Exited (137) 2 seconds ago",
+        imageId: "f00",
+        image: undefined,
+      },
     ]);
   });
 
   it("reads docker's object per line, whose labels are one string and exit code is in the status", () => {
     const lines = [
-      { ID: "d1", Names: "hm-web", Labels: "io.harbormaster.agent=web,io.harbormaster.image=a=b", State: "exited", Status: "Exited (3) 1 minute ago" },
-      { ID: "d2", Names: "hm-db", Labels: "io.harbormaster.agent=db", State: "running", Status: "Up 2 minutes (unhealthy)" },
+      {
+        ID: "d1",
+        Names: "hm-web",
+        Labels: "io.harbormaster.agent=web,io.harbormaster.image=a=b",
+        State: "exited",
+        Status: "Exited (3) 1 minute ago",
+      },
+      {
+        ID: "d2",
+        Names: "hm-db",
+        Labels: "io.harbormaster.agent=db",
+        State: "running",
+        Status: "Up 2 minutes (unhealthy)",
+      },
     ];
     expect(parsePs(lines.map((l) => JSON.stringify(l)).join("\n"))).toEqual([
-      { id: "d1", name: "hm-web", labels: { "io.harbormaster.agent": "web", "io.harbormaster.image": "a=b" }, state: "exited", exitCode: 3, status: "Exited (3) 1 minute ago", imageId: undefined, image: undefined },
-      { id: "d2", name: "hm-db", labels: { "io.harbormaster.agent": "db" }, state: "running", exitCode: 0, status: "Up 2 minutes (unhealthy)", imageId: undefined, image: undefined },
+      {
+        id: "d1",
+        name: "hm-web",
+        labels: { "io.harbormaster.agent": "web", "io.harbormaster.image": "a=b" },
+        state: "exited",
+        exitCode: 3,
+        status: "Exited (3) 1 minute ago",
+        imageId: undefined,
+        image: undefined,
+      },
+      {
+        id: "d2",
+        name: "hm-db",
+        labels: { "io.harbormaster.agent": "db" },
+        state: "running",
+        exitCode: 0,
+        status: "Up 2 minutes (unhealthy)",
+        imageId: undefined,
+        image: undefined,
+      },
     ]);
   });
 

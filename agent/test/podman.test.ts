@@ -5,7 +5,18 @@ import { reconcile } from "../driver.ts";
 import { BlobFetcher, DigestMismatchError } from "../drivers/download.ts";
 import { PodmanDriver } from "../drivers/podman.ts";
 import type { DriverSpec } from "../drivers/spec.ts";
-import { BlobServer, buildImage, cleanPodman, eventually, newRunId, podman, sh, storedSpec, tempDir, type BuiltImage } from "./helpers.ts";
+import {
+  BlobServer,
+  buildImage,
+  cleanPodman,
+  eventually,
+  newRunId,
+  podman,
+  sh,
+  storedSpec,
+  tempDir,
+  type BuiltImage,
+} from "./helpers.ts";
 
 // Every container appends to /data/log when it starts and when it is asked to stop, so a test
 // can tell from the volume in which order versions ran.
@@ -30,12 +41,21 @@ describe("PodmanDriver (real podman)", () => {
     const ref = (tag: string) => `localhost/${scope}-app:${tag}`;
     images.v1 = await buildImage({ ref: ref("1"), cmd: serve("1"), volumes: ["/data"] });
     images.v2 = await buildImage({ ref: ref("2"), cmd: serve("2"), volumes: ["/data"] });
-    images.v2first = await buildImage({ ref: ref("2f"), cmd: serve("2"), volumes: ["/data"], labels: { "io.harbormaster.update": "start-first" } });
+    images.v2first = await buildImage({
+      ref: ref("2f"),
+      cmd: serve("2"),
+      volumes: ["/data"],
+      labels: { "io.harbormaster.update": "start-first" },
+    });
     images.v3sick = await buildImage({
       ref: ref("3s"),
       cmd: ["/bin/sh", "-c", "echo broken > /tmp/sick; exec sleep 1000"],
       volumes: ["/data"],
-      labels: { "io.harbormaster.update": "start-first", "io.harbormaster.healthcheck": SICK_CHECK, "io.harbormaster.healthcheck-retries": "1" },
+      labels: {
+        "io.harbormaster.update": "start-first",
+        "io.harbormaster.healthcheck": SICK_CHECK,
+        "io.harbormaster.healthcheck-retries": "1",
+      },
     });
     images.v3nostart = await buildImage({ ref: ref("3n"), cmd: ["/no/such/program"], volumes: ["/data"] });
     images.checked = await buildImage({
@@ -52,13 +72,21 @@ describe("PodmanDriver (real podman)", () => {
       stopTimeoutSec: 5,
       settleMs: 500,
       readyTimeoutMs: 5_000,
-      blobs: new BlobFetcher({ baseUrl: server.url, token: server.token, cacheDir: join(cache, "blobs"), retryDelayMs: 10 }),
+      blobs: new BlobFetcher({
+        baseUrl: server.url,
+        token: server.token,
+        cacheDir: join(cache, "blobs"),
+        retryDelayMs: 10,
+      }),
     });
   });
 
   afterAll(async () => {
     await server.stop();
-    await cleanPodman(scope, Object.values(images).map((i) => i.ref));
+    await cleanPodman(
+      scope,
+      Object.values(images).map((i) => i.ref),
+    );
     await rm(cache, { recursive: true, force: true });
   });
 
@@ -67,10 +95,21 @@ describe("PodmanDriver (real podman)", () => {
     for (const a of await driver.list()) await driver.remove(a);
   });
 
-  const inspect = async (name: string) => JSON.parse(await podman("inspect", "--type", "container", name, "--format", "json"))[0];
+  const inspect = async (name: string) =>
+    JSON.parse(await podman("inspect", "--type", "container", name, "--format", "json"))[0];
   const dataLog = async (container: string) => (await podman("exec", container, "cat", "/data/log")).trim().split("\n");
   const volumesOf = async (agent: string) =>
-    (await podman("volume", "ls", "-q", "--filter", `label=io.harbormaster.agent=${agent}`, "--filter", `label=io.harbormaster.scope=${scope}`))
+    (
+      await podman(
+        "volume",
+        "ls",
+        "-q",
+        "--filter",
+        `label=io.harbormaster.agent=${agent}`,
+        "--filter",
+        `label=io.harbormaster.scope=${scope}`,
+      )
+    )
       .split("\n")
       .filter(Boolean);
 
@@ -86,8 +125,12 @@ describe("PodmanDriver (real podman)", () => {
       "io.harbormaster.image-id": blobs.v1.id,
       "io.harbormaster.version": "1",
     });
-    expect(server.requests.some((r) => r.path === spec.source.blob && r.authorization === `Bearer ${server.token}`)).toBe(true);
-    expect(await driver.list()).toEqual([{ name: "web", image: "web", version: "1", instance_id: spec.instance_id, state: "running" }]);
+    expect(
+      server.requests.some((r) => r.path === spec.source.blob && r.authorization === `Bearer ${server.token}`),
+    ).toBe(true);
+    expect(await driver.list()).toEqual([
+      { name: "web", image: "web", version: "1", instance_id: spec.instance_id, state: "running" },
+    ]);
     // The data volume is a named volume of the agent's, so it outlives the container.
     expect(await volumesOf("web")).toEqual([`${scope}-web-data`]);
     // The archive is in the engine now; the cache does not keep a copy.
@@ -108,7 +151,9 @@ describe("PodmanDriver (real podman)", () => {
     expect(await readdir(join(cache, "blobs"))).toEqual([]);
     // Through reconcile, it is the report's install error.
     const outcome = await reconcile({ server_id: "s", generation: 1, lifecycle: "run", agents: [spec] }, driver);
-    expect(outcome.errors).toEqual([{ agent: "bad", op: "install", message: expect.stringMatching(/does not match its digest/) }]);
+    expect(outcome.errors).toEqual([
+      { agent: "bad", op: "install", message: expect.stringMatching(/does not match its digest/) },
+    ]);
     expect(outcome.agents).toEqual([]);
   });
 
@@ -119,13 +164,22 @@ describe("PodmanDriver (real podman)", () => {
     const oldImage = (await inspect(`${scope}-db`)).Image;
     const [current] = await driver.list();
     await driver.update(current, { ...storedSpec("db", "2", blobs.v2, "oci-archive", spec.instance_id) });
-    expect(await driver.list()).toEqual([{ name: "db", image: "db", version: "2", instance_id: spec.instance_id, state: "running" }]);
+    expect(await driver.list()).toEqual([
+      { name: "db", image: "db", version: "2", instance_id: spec.instance_id, state: "running" },
+    ]);
     expect((await podman("exec", `${scope}-db`, "cat", "/data/mine")).trim()).toBe("kept");
     expect(await dataLog(`${scope}-db`)).toEqual(["start 1", "stop 1", "start 2"]);
     // The superseded catalog image left the store with its container.
-    expect((await sh("podman", ["image", "exists", oldImage]).then(() => "exists", () => "gone"))).toBe("gone");
+    expect(
+      await sh("podman", ["image", "exists", oldImage]).then(
+        () => "exists",
+        () => "gone",
+      ),
+    ).toBe("gone");
     // One container for the agent, no leftovers of the swap.
-    expect((await podman("ps", "-a", "--format", "{{.Names}}", "--filter", `label=io.harbormaster.scope=${scope}`)).trim()).toBe(`${scope}-db`);
+    expect(
+      (await podman("ps", "-a", "--format", "{{.Names}}", "--filter", `label=io.harbormaster.scope=${scope}`)).trim(),
+    ).toBe(`${scope}-db`);
     await driver.remove((await driver.list())[0]);
   });
 
@@ -136,7 +190,9 @@ describe("PodmanDriver (real podman)", () => {
     await driver.update(current, storedSpec("api", "2", blobs.v2first, "oci-archive", spec.instance_id));
     expect((await driver.list()).map((a) => [a.version, a.state])).toEqual([["2", "running"]]);
     expect(await dataLog(`${scope}-api`)).toEqual(["start 1", "start 2", "stop 1"]);
-    expect((await podman("ps", "-a", "--format", "{{.Names}}", "--filter", `label=io.harbormaster.scope=${scope}`)).trim()).toBe(`${scope}-api`);
+    expect(
+      (await podman("ps", "-a", "--format", "{{.Names}}", "--filter", `label=io.harbormaster.scope=${scope}`)).trim(),
+    ).toBe(`${scope}-api`);
     await driver.remove((await driver.list())[0]);
   });
 
@@ -144,7 +200,9 @@ describe("PodmanDriver (real podman)", () => {
     const spec = storedSpec("edge", "1", blobs.v1);
     await driver.install(spec);
     const [current] = await driver.list();
-    const err = await driver.update(current, storedSpec("edge", "3", blobs.v3sick, "oci-archive", spec.instance_id)).catch((e) => e);
+    const err = await driver
+      .update(current, storedSpec("edge", "3", blobs.v3sick, "oci-archive", spec.instance_id))
+      .catch((e) => e);
     expect(err.message).toMatch(/not healthy.*sick: broken/);
     expect((await driver.list()).map((a) => [a.version, a.state])).toEqual([["1", "running"]]);
     expect(await dataLog(`${scope}-edge`)).toEqual(["start 1"]);
@@ -155,7 +213,9 @@ describe("PodmanDriver (real podman)", () => {
     const spec = storedSpec("cron", "1", blobs.v1);
     await driver.install(spec);
     const [current] = await driver.list();
-    const err = await driver.update(current, storedSpec("cron", "3", blobs.v3nostart, "oci-archive", spec.instance_id)).catch((e) => e);
+    const err = await driver
+      .update(current, storedSpec("cron", "3", blobs.v3nostart, "oci-archive", spec.instance_id))
+      .catch((e) => e);
     expect(err.message).toMatch(/podman start .*no\/such\/program|no such file/i);
     expect((await driver.list()).map((a) => [a.version, a.state])).toEqual([["1", "running"]]);
     expect(await dataLog(`${scope}-cron`)).toEqual(["start 1", "stop 1", "start 1"]);
@@ -183,10 +243,18 @@ describe("PodmanDriver (real podman)", () => {
     expect((await driver.list()).map((a) => a.state)).toEqual(["running"]);
     await podman("exec", `${scope}-checked`, "sh", "-c", "echo disk full > /tmp/sick");
     const [listed] = await driver.list();
-    expect(listed).toMatchObject({ name: "checked", state: "failed", reason: expect.stringMatching(/unhealthy: sick: disk full/) });
+    expect(listed).toMatchObject({
+      name: "checked",
+      state: "failed",
+      reason: expect.stringMatching(/unhealthy: sick: disk full/),
+    });
     const outcome = await reconcile({ server_id: "s", generation: 1, lifecycle: "run", agents: [spec] }, driver);
-    expect(outcome.agents).toEqual([{ name: "checked", image: "checked", version: "1", instance_id: spec.instance_id, state: "failed" }]);
-    expect(outcome.errors).toEqual([{ agent: "checked", op: "start", message: expect.stringMatching(/sick: disk full/) }]);
+    expect(outcome.agents).toEqual([
+      { name: "checked", image: "checked", version: "1", instance_id: spec.instance_id, state: "failed" },
+    ]);
+    expect(outcome.errors).toEqual([
+      { agent: "checked", op: "start", message: expect.stringMatching(/sick: disk full/) },
+    ]);
     await podman("exec", `${scope}-checked`, "rm", "/tmp/sick");
     expect((await driver.list()).map((a) => a.state)).toEqual(["running"]);
     await driver.remove((await driver.list())[0]);
@@ -215,8 +283,26 @@ describe("PodmanDriver (real podman)", () => {
       expect((await inspect(`${scope}-free`)).Config.Labels["io.harbormaster.image-id"]).toBe("");
       // A container made by hand with the agent label is listed too, what its labels lack filled
       // in, so that one odd container cannot get the whole report refused.
-      await podman("create", "--name", `${scope}-hand`, "--label", "io.harbormaster.agent=hand", "--label", `io.harbormaster.scope=${scope}`, free.ref);
-      await podman("create", "--name", `${scope}-Bad_Name`, "--label", "io.harbormaster.agent=Bad_Name", "--label", `io.harbormaster.scope=${scope}`, free.ref);
+      await podman(
+        "create",
+        "--name",
+        `${scope}-hand`,
+        "--label",
+        "io.harbormaster.agent=hand",
+        "--label",
+        `io.harbormaster.scope=${scope}`,
+        free.ref,
+      );
+      await podman(
+        "create",
+        "--name",
+        `${scope}-Bad_Name`,
+        "--label",
+        "io.harbormaster.agent=Bad_Name",
+        "--label",
+        `io.harbormaster.scope=${scope}`,
+        free.ref,
+      );
       expect((await driver.list()).find((a) => a.name === "hand")).toEqual({
         name: "hand",
         image: free.ref,
@@ -235,10 +321,22 @@ describe("PodmanDriver (real podman)", () => {
   });
 
   it("installs an oci-ref pinned by digest (already in the store: no registry asked), and refuses one that is not pinned", async () => {
-    const loaded = /Loaded image.*?: (\S+)/.exec(await sh("sh", ["-c", `podman load -q -i ${join(cache, "v1.tar")}`]))![1];
-    const digestRef = (JSON.parse(await podman("image", "inspect", loaded, "--format", "json"))[0].RepoDigests as string[])[0];
+    const loaded = /Loaded image.*?: (\S+)/.exec(
+      await sh("sh", ["-c", `podman load -q -i ${join(cache, "v1.tar")}`]),
+    )![1];
+    const digestRef = (
+      JSON.parse(await podman("image", "inspect", loaded, "--format", "json"))[0].RepoDigests as string[]
+    )[0];
     const digest = digestRef.slice(digestRef.indexOf("@") + 1);
-    const base = { name: "pinned", image: "pinned", version: "1", instance_id: "5a3c1a5e-9f7b-4a39-8d55-0c1c2a7b9e01", image_id: "9b0e3b8e-2f1c-4d3a-8a7b-1c2d3e4f5a6b", kind: "oci-ref" as const, digest };
+    const base = {
+      name: "pinned",
+      image: "pinned",
+      version: "1",
+      instance_id: "5a3c1a5e-9f7b-4a39-8d55-0c1c2a7b9e01",
+      image_id: "9b0e3b8e-2f1c-4d3a-8a7b-1c2d3e4f5a6b",
+      kind: "oci-ref" as const,
+      digest,
+    };
     const unpinnedSpec: DriverSpec = { ...base, source: { ref: loaded } };
     const pinnedSpec: DriverSpec = { ...base, source: { ref: digestRef } };
     const unpinned = await driver.install(unpinnedSpec).catch((e) => e);
@@ -250,7 +348,11 @@ describe("PodmanDriver (real podman)", () => {
   });
 
   it("sees only its own containers: another prefix or scope on the same engine is not its agents'", async () => {
-    const other = new PodmanDriver({ namePrefix: `${scope}x-`, scope: `${scope}x`, blobs: (driver as unknown as { opts: { blobs: BlobFetcher } }).opts.blobs });
+    const other = new PodmanDriver({
+      namePrefix: `${scope}x-`,
+      scope: `${scope}x`,
+      blobs: (driver as unknown as { opts: { blobs: BlobFetcher } }).opts.blobs,
+    });
     try {
       await other.install(storedSpec("neighbour", "1", blobs.v1));
       expect(await driver.list()).toEqual([]);
@@ -271,7 +373,9 @@ describe("PodmanDriver (real podman)", () => {
     expect(listed).toMatchObject({ name: "crash", version: "1", state: "stopped" });
     await driver.update(listed, storedSpec("crash", "2", blobs.v2, "oci-archive", spec.instance_id));
     expect((await driver.list()).map((a) => [a.version, a.state])).toEqual([["2", "running"]]);
-    expect((await podman("ps", "-a", "--format", "{{.Names}}", "--filter", `label=io.harbormaster.scope=${scope}`)).trim()).toBe(`${scope}-crash`);
+    expect(
+      (await podman("ps", "-a", "--format", "{{.Names}}", "--filter", `label=io.harbormaster.scope=${scope}`)).trim(),
+    ).toBe(`${scope}-crash`);
     await driver.remove((await driver.list())[0]);
   });
 });

@@ -8,7 +8,9 @@ class Probe extends MemoryDriver {
   sick = new Map<string, string>();
   override async list(): Promise<ListedAgent[]> {
     this.lists++;
-    return (await super.list()).map((a) => (this.sick.has(a.name) ? { ...a, state: "failed" as const, reason: this.sick.get(a.name) } : a));
+    return (await super.list()).map((a) =>
+      this.sick.has(a.name) ? { ...a, state: "failed" as const, reason: this.sick.get(a.name) } : a,
+    );
   }
 }
 

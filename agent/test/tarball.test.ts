@@ -31,7 +31,13 @@ if [ -e "$HM_DATA_DIR/sick" ]; then echo "sick: $(cat "$HM_DATA_DIR/sick")"; exi
 `,
 };
 
-const MANIFEST_HOOKS = { install: "bin/install", start: "bin/start", stop: "bin/stop", status: "bin/status", remove: "bin/remove" };
+const MANIFEST_HOOKS = {
+  install: "bin/install",
+  start: "bin/start",
+  stop: "bin/stop",
+  status: "bin/status",
+  remove: "bin/remove",
+};
 
 describe("TarballDriver (real hook processes)", () => {
   const server = new BlobServer();
@@ -49,7 +55,12 @@ describe("TarballDriver (real hook processes)", () => {
       root,
       hookTimeoutMs: 5_000,
       env: { REMOVE_MARKER: marker },
-      blobs: new BlobFetcher({ baseUrl: server.url, token: server.token, cacheDir: join(work, "state", "cache"), retryDelayMs: 10 }),
+      blobs: new BlobFetcher({
+        baseUrl: server.url,
+        token: server.token,
+        cacheDir: join(work, "state", "cache"),
+        retryDelayMs: 10,
+      }),
     });
   });
 
@@ -65,7 +76,11 @@ describe("TarballDriver (real hook processes)", () => {
 
   /** A tarball for `name` `version` with the standard hooks, some replaced, on the blob server. */
   let n = 0;
-  const tarball = async (name: string, version: string, opts: { hooks?: Record<string, string>; health?: boolean; manifest?: object } = {}) => {
+  const tarball = async (
+    name: string,
+    version: string,
+    opts: { hooks?: Record<string, string>; health?: boolean; manifest?: object } = {},
+  ) => {
     const dir = join(work, `src-${n++}`);
     const files = { ...HOOKS, ...opts.hooks };
     for (const [path, content] of Object.entries(files)) {
@@ -73,7 +88,11 @@ describe("TarballDriver (real hook processes)", () => {
       await writeFile(join(dir, path), content);
       await chmod(join(dir, path), 0o755);
     }
-    const manifest = opts.manifest ?? { name, version, hooks: { ...MANIFEST_HOOKS, ...(opts.health ? { health: "bin/health" } : {}) } };
+    const manifest = opts.manifest ?? {
+      name,
+      version,
+      hooks: { ...MANIFEST_HOOKS, ...(opts.health ? { health: "bin/health" } : {}) },
+    };
     await writeFile(join(dir, "manifest.json"), JSON.stringify(manifest));
     const out = join(work, `pkg-${n++}.tgz`);
     await sh("tar", ["-czf", out, "-C", dir, "."]);
@@ -96,10 +115,14 @@ describe("TarballDriver (real hook processes)", () => {
     const spec = storedSpec("metrics", "1.0.0", await tarball("metrics", "1.0.0"), "tarball");
     await driver.install(spec);
     expect(await readlink(join(agentDir("metrics"), "current"))).toBe("1.0.0");
-    expect(JSON.parse(await readFile(join(agentDir("metrics"), "1.0.0", "manifest.json"), "utf8")).version).toBe("1.0.0");
+    expect(JSON.parse(await readFile(join(agentDir("metrics"), "1.0.0", "manifest.json"), "utf8")).version).toBe(
+      "1.0.0",
+    );
     expect(await log("metrics")).toEqual(["install 1.0.0", "start 1.0.0"]);
     expect(alive(await pidOf("metrics"))).toBe(true);
-    expect(await driver.list()).toEqual([{ name: "metrics", image: "metrics", version: "1.0.0", instance_id: spec.instance_id, state: "running" }]);
+    expect(await driver.list()).toEqual([
+      { name: "metrics", image: "metrics", version: "1.0.0", instance_id: spec.instance_id, state: "running" },
+    ]);
   });
 
   it("lists a process that died as stopped (status 3), and a status hook that fails otherwise as failed with its output", async () => {
@@ -107,7 +130,13 @@ describe("TarballDriver (real hook processes)", () => {
     process.kill(await pidOf("svc"), "SIGKILL");
     await eventually(async () => (await driver.list())[0]?.state === "stopped");
     await writeFile(join(agentDir("svc"), "1", "bin", "status"), '#!/bin/sh\necho "cannot read config" >&2\nexit 1\n');
-    expect(await driver.list()).toEqual([expect.objectContaining({ name: "svc", state: "failed", reason: expect.stringMatching(/status hook exited with code 1: cannot read config/) })]);
+    expect(await driver.list()).toEqual([
+      expect.objectContaining({
+        name: "svc",
+        state: "failed",
+        reason: expect.stringMatching(/status hook exited with code 1: cannot read config/),
+      }),
+    ]);
   });
 
   it("updates beside the old version: install new, stop old, start new, and only then delete the old directory", async () => {
@@ -119,15 +148,21 @@ describe("TarballDriver (real hook processes)", () => {
     expect(await log("agentx")).toEqual(["install 1", "start 1", "install 2", "stop 1", "start 2"]);
     expect((await readdir(agentDir("agentx"))).sort()).toEqual(["2", "current", "data"]);
     expect(await readFile(join(agentDir("agentx"), "data", "state"), "utf8")).toBe("kept");
-    expect(await driver.list()).toEqual([{ name: "agentx", image: "agentx", version: "2", instance_id: spec.instance_id, state: "running" }]);
+    expect(await driver.list()).toEqual([
+      { name: "agentx", image: "agentx", version: "2", instance_id: spec.instance_id, state: "running" },
+    ]);
   });
 
   it("keeps the old version when the new one will not start, and says why in the hook's words", async () => {
     const spec = storedSpec("agenty", "1", await tarball("agenty", "1"), "tarball");
     await driver.install(spec);
     const [current] = await driver.list();
-    const bad = await tarball("agenty", "2", { hooks: { "bin/start": '#!/bin/sh\necho "port 8080 already in use" >&2\nexit 1\n' } });
-    const err = await driver.update(current, storedSpec("agenty", "2", bad, "tarball", spec.instance_id)).catch((e) => e);
+    const bad = await tarball("agenty", "2", {
+      hooks: { "bin/start": '#!/bin/sh\necho "port 8080 already in use" >&2\nexit 1\n' },
+    });
+    const err = await driver
+      .update(current, storedSpec("agenty", "2", bad, "tarball", spec.instance_id))
+      .catch((e) => e);
     expect(err.message).toBe("agenty 2: start hook exited with code 1: port 8080 already in use");
     expect(await driver.list()).toEqual([expect.objectContaining({ version: "1", state: "running" })]);
     expect((await readdir(agentDir("agenty"))).sort()).toEqual(["1", "current", "data"]);
@@ -135,12 +170,23 @@ describe("TarballDriver (real hook processes)", () => {
 
   it("kills a hook that runs past its timeout, with everything it started, and reports the timeout", async () => {
     const hung = await tarball("slow", "1", {
-      hooks: { "bin/install": '#!/bin/sh\necho "waiting for the lock"\nsleep 1000 &\necho $! > "$HM_DATA_DIR/child"\nwait\n' },
+      hooks: {
+        "bin/install": '#!/bin/sh\necho "waiting for the lock"\nsleep 1000 &\necho $! > "$HM_DATA_DIR/child"\nwait\n',
+      },
     });
     const started = Date.now();
-    const outcome = await reconcile({ server_id: "s", generation: 1, lifecycle: "run", agents: [storedSpec("slow", "1", hung, "tarball")] }, driver);
+    const outcome = await reconcile(
+      { server_id: "s", generation: 1, lifecycle: "run", agents: [storedSpec("slow", "1", hung, "tarball")] },
+      driver,
+    );
     expect(Date.now() - started).toBeLessThan(15_000);
-    expect(outcome.errors).toEqual([{ agent: "slow", op: "install", message: "slow 1: install hook timed out after 5 s (killed): waiting for the lock" }]);
+    expect(outcome.errors).toEqual([
+      {
+        agent: "slow",
+        op: "install",
+        message: "slow 1: install hook timed out after 5 s (killed): waiting for the lock",
+      },
+    ]);
     expect(outcome.agents).toEqual([]);
     const child = Number(await readFile(join(agentDir("slow"), "data", "child"), "utf8"));
     await eventually(async () => !alive(child), 5_000, "the hook's child to be killed");
@@ -169,7 +215,9 @@ describe("TarballDriver (real hook processes)", () => {
     await writeFile(join(agentDir("checked"), "data", "sick"), "queue full");
     const outcome = await reconcile({ server_id: "s", generation: 1, lifecycle: "run", agents: [spec] }, driver);
     expect(outcome.agents).toEqual([expect.objectContaining({ name: "checked", state: "failed" })]);
-    expect(outcome.errors).toEqual([{ agent: "checked", op: "start", message: "checked 1: health hook exited with code 1: sick: queue full" }]);
+    expect(outcome.errors).toEqual([
+      { agent: "checked", op: "start", message: "checked 1: health hook exited with code 1: sick: queue full" },
+    ]);
   });
 
   it("stop keeps the agent and its data; remove runs stop and remove, then deletes it all", async () => {
@@ -187,7 +235,12 @@ describe("TarballDriver (real hook processes)", () => {
   });
 
   it("keeps everything when the remove hook fails", async () => {
-    const spec = storedSpec("sticky", "1", await tarball("sticky", "1", { hooks: { "bin/remove": "#!/bin/sh\necho busy >&2\nexit 2\n" } }), "tarball");
+    const spec = storedSpec(
+      "sticky",
+      "1",
+      await tarball("sticky", "1", { hooks: { "bin/remove": "#!/bin/sh\necho busy >&2\nexit 2\n" } }),
+      "tarball",
+    );
     await driver.install(spec);
     const [current] = await driver.list();
     await expect(driver.remove(current)).rejects.toThrow("sticky 1: remove hook exited with code 2: busy");

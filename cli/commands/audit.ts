@@ -44,7 +44,11 @@ export function registerAudit(program: Command, io: Io) {
             const fresh: AuditEntry[] = [];
             let cursor: string | null = null;
             for (;;) {
-              const page: { items: AuditEntry[]; next_cursor: string | null } = await ctx.api.audit({ target: o.target, limit: 100, cursor });
+              const page: { items: AuditEntry[]; next_cursor: string | null } = await ctx.api.audit({
+                target: o.target,
+                limit: 100,
+                cursor,
+              });
               fresh.push(...page.items.filter((e) => e.id > last));
               if (!page.next_cursor || page.items.some((e) => e.id <= last)) break;
               cursor = page.next_cursor;

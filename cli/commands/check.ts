@@ -20,7 +20,11 @@ async function fix(ctx: Ctx, filter: Filter) {
   const planned = await run(true);
   const todo = planned.filter((a) => a.action !== "none");
   if (!ctx.machine) {
-    out.table(["HOSTNAME", "ACTION", "REASONS", { head: "SERVER", wide: true }], planned.map((a) => [a.hostname, a.action, a.reasons.join(", "), a.server]), "nothing to fix");
+    out.table(
+      ["HOSTNAME", "ACTION", "REASONS", { head: "SERVER", wide: true }],
+      planned.map((a) => [a.hostname, a.action, a.reasons.join(", "), a.server]),
+      "nothing to fix",
+    );
   }
   if (todo.length === 0) {
     if (ctx.machine) out.data({ actions: planned });
@@ -33,7 +37,15 @@ async function fix(ctx: Ctx, filter: Filter) {
     out.line();
     out.table(
       ["HOSTNAME", "ACTION", "RESULT"],
-      done.map((a) => [a.hostname, a.action, a.result ? (a.result.ok ? `${a.result.outcome} (generation ${a.result.generation})` : `failed: ${a.result.error}`) : "-"]),
+      done.map((a) => [
+        a.hostname,
+        a.action,
+        a.result
+          ? a.result.ok
+            ? `${a.result.outcome} (generation ${a.result.generation})`
+            : `failed: ${a.result.error}`
+          : "-",
+      ]),
     );
   }
   const failed = done.filter((a) => a.result && !a.result.ok).length;
@@ -67,12 +79,24 @@ export function registerCheck(program: Command, io: Io) {
         else {
           out.table(
             ["HOSTNAME", "AGENT", "REASON", "DESIRED", "REPORTED", "FIX", "ADVICE", { head: "SERVER", wide: true }],
-            findings.map((f) => [f.hostname, f.agent, out.c.yellow(f.reason), f.desired_image, f.reported_image, f.fix, f.advice, f.server]),
+            findings.map((f) => [
+              f.hostname,
+              f.agent,
+              out.c.yellow(f.reason),
+              f.desired_image,
+              f.reported_image,
+              f.fix,
+              f.advice,
+              f.server,
+            ]),
             "no drift",
           );
           if (skipped.length) {
             out.line();
-            out.table(["SKIPPED", "WHY", { head: "SERVER", wide: true }], skipped.map((s) => [s.hostname, s.why, s.server]));
+            out.table(
+              ["SKIPPED", "WHY", { head: "SERVER", wide: true }],
+              skipped.map((s) => [s.hostname, s.why, s.server]),
+            );
           }
         }
         if (findings.length) throw new Exit(3, `${findings.length} finding(s)`);

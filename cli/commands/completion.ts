@@ -57,7 +57,10 @@ ${bashScript(nodes).split("\n").slice(1).join("\n")}`;
 }
 
 function fishScript(nodes: Node[]): string {
-  const paths = nodes.filter((n) => n.path).map((n) => q(n.path)).join(" ");
+  const paths = nodes
+    .filter((n) => n.path)
+    .map((n) => q(n.path))
+    .join(" ");
   const lines = [
     "# hm completion for fish: hm completion fish > ~/.config/fish/completions/hm.fish",
     `set -g __hm_paths ${paths}`,
@@ -65,7 +68,7 @@ function fishScript(nodes: Node[]): string {
     "  set -l p ''",
     "  for w in (commandline -opc)[2..-1]",
     "    string match -q -- '-*' $w; and continue",
-    "    set -l next (string trim -- \"$p $w\")",
+    '    set -l next (string trim -- "$p $w")',
     "    contains -- $next $__hm_paths; and set p $next",
     "  end",
     "  echo $p",
@@ -83,12 +86,21 @@ function fishScript(nodes: Node[]): string {
 export function registerCompletion(program: Command, io: Io) {
   program
     .command("completion")
-    .description("print a shell completion script: source <(hm completion bash), or zsh; fish: hm completion fish > ~/.config/fish/completions/hm.fish")
+    .description(
+      "print a shell completion script: source <(hm completion bash), or zsh; fish: hm completion fish > ~/.config/fish/completions/hm.fish",
+    )
     .addArgument(new Argument("<shell>", "bash, zsh or fish").choices(["bash", "zsh", "fish"]))
     .action(
       act(io, async (_ctx, shell: string) => {
         const nodes = commandTree(program);
-        const script = shell === "bash" ? bashScript(nodes) : shell === "zsh" ? zshScript(nodes) : shell === "fish" ? fishScript(nodes) : null;
+        const script =
+          shell === "bash"
+            ? bashScript(nodes)
+            : shell === "zsh"
+              ? zshScript(nodes)
+              : shell === "fish"
+                ? fishScript(nodes)
+                : null;
         if (!script) throw new Exit(2, `no completion for ${shell}`);
         io.stdout(script);
       }),

@@ -19,27 +19,44 @@ const shQuote = (v: string) => `'${v.replace(/'/g, `'\\''`)}'`;
 export function registerContexts(program: Command, io: Io) {
   program
     .command("env")
-    .description("print export lines for HM_URL and HM_TOKEN as hm resolves them (eval \"$(hm env)\": curl and scripts then use the same server)")
+    .description(
+      'print export lines for HM_URL and HM_TOKEN as hm resolves them (eval "$(hm env)": curl and scripts then use the same server)',
+    )
     .action(
       act(io, async (ctx) => {
         const c = ctx.connection;
-        if (ctx.machine) return ctx.out.data({ url: c.url, token: c.token, url_from: c.urlFrom, token_from: c.tokenFrom }, () => c.url);
+        if (ctx.machine)
+          return ctx.out.data(
+            { url: c.url, token: c.token, url_from: c.urlFrom, token_from: c.tokenFrom },
+            () => c.url,
+          );
         ctx.out.line(`export HM_URL=${shQuote(c.url)}`);
         ctx.out.line(`export HM_TOKEN=${shQuote(c.token)}`);
         ctx.out.note(`# ${c.url} (URL from ${c.urlFrom}; token from ${c.tokenFrom})`);
       }),
     );
 
-  const contexts = program.command("context").description("servers and tokens kept in the config file (list by default)");
+  const contexts = program
+    .command("context")
+    .description("servers and tokens kept in the config file (list by default)");
   contexts
     .command("list", { isDefault: true })
     .description("every context; * marks the current one")
     .action(
       act(io, async (ctx) => {
         const { config } = load(ctx);
-        const rows = Object.entries(config.contexts).map(([name, c]) => ({ name, url: c.url, fleet: c.fleet ?? null, current: name === config.current }));
+        const rows = Object.entries(config.contexts).map(([name, c]) => ({
+          name,
+          url: c.url,
+          fleet: c.fleet ?? null,
+          current: name === config.current,
+        }));
         if (ctx.machine) return ctx.out.data(rows, (r) => r.name);
-        ctx.out.table(["CURRENT", "NAME", "URL", "FLEET"], rows.map((r) => [r.current ? "*" : "", r.name, r.url, r.fleet]), "(no contexts: hm login --name NAME --url URL --token TOKEN)");
+        ctx.out.table(
+          ["CURRENT", "NAME", "URL", "FLEET"],
+          rows.map((r) => [r.current ? "*" : "", r.name, r.url, r.fleet]),
+          "(no contexts: hm login --name NAME --url URL --token TOKEN)",
+        );
       }),
     );
   contexts
@@ -48,7 +65,8 @@ export function registerContexts(program: Command, io: Io) {
     .action(
       act(io, async (ctx, name: string) => {
         const { path, config } = load(ctx);
-        if (!config.contexts[name]) throw new Exit(1, `no context '${name}' (known: ${Object.keys(config.contexts).join(", ") || "none"})`);
+        if (!config.contexts[name])
+          throw new Exit(1, `no context '${name}' (known: ${Object.keys(config.contexts).join(", ") || "none"})`);
         config.current = name;
         writeConfig(path, config);
         if (ctx.machine) return ctx.out.data({ current: name, url: config.contexts[name].url });
@@ -61,7 +79,11 @@ export function registerContexts(program: Command, io: Io) {
     .action(
       act(io, async (ctx) => {
         const c = ctx.connection;
-        if (ctx.machine) return ctx.out.data({ context: c.context ?? null, url: c.url, token_from: c.source, url_from: c.urlFrom }, () => c.context ?? "");
+        if (ctx.machine)
+          return ctx.out.data(
+            { context: c.context ?? null, url: c.url, token_from: c.source, url_from: c.urlFrom },
+            () => c.context ?? "",
+          );
         ctx.out.line(`${c.context ?? "(no context)"}  ${c.url}  (URL from ${c.urlFrom}; token from ${c.tokenFrom})`);
       }),
     );
@@ -73,7 +95,10 @@ export function registerContexts(program: Command, io: Io) {
         const { path, config } = load(ctx);
         const name = ctx.globals.context ?? config.current;
         if (!name || !config.contexts[name]) {
-          throw new Exit(2, `no context to keep a fleet in (hm login --name NAME --url URL --token TOKEN --fleet ${fleet} makes one; HM_FLEET=${fleet} works without)`);
+          throw new Exit(
+            2,
+            `no context to keep a fleet in (hm login --name NAME --url URL --token TOKEN --fleet ${fleet} makes one; HM_FLEET=${fleet} works without)`,
+          );
         }
         config.contexts[name].fleet = fleet;
         writeConfig(path, config);

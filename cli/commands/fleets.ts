@@ -17,7 +17,8 @@ function capabilitiesOf(specs: string[], allowNull: boolean): Record<string, boo
     specs.map((kv) => {
       const [k, v = "true"] = kv.split("=");
       if (v === "null" && allowNull) return [k, null];
-      if (v !== "true" && v !== "false") throw new Exit(2, `--capability ${kv}: the value is true or false${allowNull ? " (null removes it)" : ""}`);
+      if (v !== "true" && v !== "false")
+        throw new Exit(2, `--capability ${kv}: the value is true or false${allowNull ? " (null removes it)" : ""}`);
       return [k, v === "true"];
     }),
   );
@@ -31,7 +32,13 @@ export function registerFleets(program: Command, io: Io) {
     const out = ctx.out;
     out.table(
       ["FLEET", "STALE AFTER", "LOCK TTL", "CAPABILITIES", "CREATED"],
-      items.map((f: Fleet) => [f.id, humanSpan(f.stale_after_s), humanSpan(f.lock_ttl_s), capabilities(f), out.time(f.created_at)]),
+      items.map((f: Fleet) => [
+        f.id,
+        humanSpan(f.stale_after_s),
+        humanSpan(f.lock_ttl_s),
+        capabilities(f),
+        out.time(f.created_at),
+      ]),
       "(no fleets)",
     );
   });
@@ -62,7 +69,10 @@ export function registerFleets(program: Command, io: Io) {
     .option("--lock-ttl <duration>", "a reboot slot held longer is flagged stuck (1h)", seconds)
     .option("--default-group-slots <n>", "slots of reboot groups nobody configured", int)
     .option("--allow-unknown-ids", "accept FleetLock ids no server registered")
-    .option("--image-policy <policy>", "catalog: name only catalog images (hm images); any: free-form image strings (default)")
+    .option(
+      "--image-policy <policy>",
+      "catalog: name only catalog images (hm images); any: free-form image strings (default)",
+    )
     .action(
       act(io, async (ctx, id: string, o) => {
         const f = await ctx.api.createFleet({
@@ -80,7 +90,9 @@ export function registerFleets(program: Command, io: Io) {
     );
   fleets
     .command("patch <fleet>")
-    .description("change a fleet's capabilities (merged; name=null removes one) and settings; a change re-plans its servers")
+    .description(
+      "change a fleet's capabilities (merged; name=null removes one) and settings; a change re-plans its servers",
+    )
     .option("--capability <name=bool|null>", "firewall=true, firewall=false, firewall=null (repeatable)", collect)
     .option("--stale-after <duration>", "without a report for this long a server is stale", seconds)
     .option("--lock-ttl <duration>", "a reboot slot held longer is flagged stuck", seconds)
@@ -98,16 +110,23 @@ export function registerFleets(program: Command, io: Io) {
         if (o.allowUnknownIds !== undefined) patch.allow_unknown_ids = o.allowUnknownIds;
         if (o.imagePolicy !== undefined) patch.image_policy = policyOf(o.imagePolicy);
         if (Object.keys(patch).length === 0) {
-          throw new Exit(2, "nothing to change: pass --capability, --stale-after, --lock-ttl, --default-group-slots, --[no-]allow-unknown-ids or --image-policy");
+          throw new Exit(
+            2,
+            "nothing to change: pass --capability, --stale-after, --lock-ttl, --default-group-slots, --[no-]allow-unknown-ids or --image-policy",
+          );
         }
         const f = await ctx.api.patchFleet(id, patch);
         if (ctx.machine) return ctx.out.data(f);
-        ctx.out.line(`Fleet ${f.id}: capabilities ${capabilities(f)}, stale after ${humanSpan(f.stale_after_s)}, lock ttl ${humanSpan(f.lock_ttl_s)}.`);
+        ctx.out.line(
+          `Fleet ${f.id}: capabilities ${capabilities(f)}, stale after ${humanSpan(f.stale_after_s)}, lock ttl ${humanSpan(f.lock_ttl_s)}.`,
+        );
       }),
     );
   fleets
     .command("delete <fleet>")
-    .description("delete a fleet whose servers are all removed (admin): its channels, roles and reboot groups go with it")
+    .description(
+      "delete a fleet whose servers are all removed (admin): its channels, roles and reboot groups go with it",
+    )
     .action(
       act(io, async (ctx, id: string) => {
         await ctx.confirm(`Delete fleet ${id}, its channels, roles, reboot groups and FleetLock key?`);
@@ -132,7 +151,9 @@ export function registerFleets(program: Command, io: Io) {
           cursor = page.next_cursor ?? undefined;
         } while (cursor);
         if (ctx.machine) return ctx.out.data({ requested, failed });
-        ctx.out.line(`Asked ${requested} server(s) of ${id} to report${failed.length ? `; ${failed.length} could not be asked: ${failed.join(", ")}` : ""}.`);
+        ctx.out.line(
+          `Asked ${requested} server(s) of ${id} to report${failed.length ? `; ${failed.length} could not be asked: ${failed.join(", ")}` : ""}.`,
+        );
         if (failed.length) throw new Exit(1, `${failed.length} refresh(es) failed`);
       }),
     );

@@ -40,17 +40,30 @@ function gatesOf(o: GateOpts): GateConfig {
   if (o.none) return {};
   const health = o.maxUnhealthy !== undefined || o.maxUnhealthyPercent !== undefined;
   return {
-    ...(health ? { fleet_health: { max_unhealthy: o.maxUnhealthy ?? null, max_unhealthy_percent: o.maxUnhealthyPercent ?? null } } : {}),
+    ...(health
+      ? {
+          fleet_health: { max_unhealthy: o.maxUnhealthy ?? null, max_unhealthy_percent: o.maxUnhealthyPercent ?? null },
+        }
+      : {}),
     ...(o.rollouts ? { rollouts: true } : {}),
     ...(o.maxRebootedUnhealthy !== undefined ? { max_rebooted_unhealthy: o.maxRebootedUnhealthy } : {}),
     ...(o.external
-      ? { external: { url: o.external, timeout_s: o.externalTimeout ?? 5, cache_s: o.externalCache ?? 60, fail_open: !!o.externalFailOpen } }
+      ? {
+          external: {
+            url: o.external,
+            timeout_s: o.externalTimeout ?? 5,
+            cache_s: o.externalCache ?? 60,
+            fail_open: !!o.externalFailOpen,
+          },
+        }
       : {}),
   };
 }
 
 export function registerGates(program: Command, io: Io) {
-  const gates = program.command("gates").description("health gates: what must hold before a reboot group grants a new slot");
+  const gates = program
+    .command("gates")
+    .description("health gates: what must hold before a reboot group grants a new slot");
   gates
     .command("show", { isDefault: true })
     .description("the fleet's default gates and hold, and what each group's gates say now")
@@ -65,13 +78,19 @@ export function registerGates(program: Command, io: Io) {
 
   gates
     .command("set")
-    .description("set the fleet's default gates (or, with --group, one group's own); the options given replace the gates")
+    .description(
+      "set the fleet's default gates (or, with --group, one group's own); the options given replace the gates",
+    )
     .addOption(fleetOption("the fleet"))
     .option("--group <group>", "set this group's own gates instead of the fleet's default")
     .option("--max-unhealthy <n>", "hold while more failed + stale servers than this", whole)
     .option("--max-unhealthy-percent <p>", "hold while more than this share of servers is failed or stale", percent)
     .option("--rollouts", "hold while a rollout runs in the fleet")
-    .option("--max-rebooted-unhealthy <n>", "hold while more servers than this rebooted and have not reported healthy", whole)
+    .option(
+      "--max-rebooted-unhealthy <n>",
+      "hold while more servers than this rebooted and have not reported healthy",
+      whole,
+    )
     .option("--external <url>", "hold unless this HTTPS URL answers 2xx")
     .option("--external-timeout <s>", "the check's time limit (default 5)", whole)
     .option("--external-cache <s>", "how long an answer counts (default 60)", whole)
@@ -82,9 +101,14 @@ export function registerGates(program: Command, io: Io) {
       act(io, async (ctx, o: GateOpts) => {
         if (o.group) {
           const current = await ctx.api.getGroup(o.fleet, o.group);
-          const g = await ctx.api.putGroup(o.fleet, o.group, { slots: current.slots, gates: o.inherit ? null : gatesOf(o) });
+          const g = await ctx.api.putGroup(o.fleet, o.group, {
+            slots: current.slots,
+            gates: o.inherit ? null : gatesOf(o),
+          });
           if (ctx.machine) return ctx.out.data(g);
-          ctx.out.line(`Group ${o.group} of ${o.fleet}: ${g.gates_source === "group" ? "its own gates" : g.gates_source === "fleet" ? "the fleet's gates" : "no gates"}.`);
+          ctx.out.line(
+            `Group ${o.group} of ${o.fleet}: ${g.gates_source === "group" ? "its own gates" : g.gates_source === "fleet" ? "the fleet's gates" : "no gates"}.`,
+          );
           return verdicts(ctx.out, g.gates);
         }
         const g = await safety(ctx).putGates(o.fleet, gatesOf(o));
@@ -101,12 +125,19 @@ export function registerGates(program: Command, io: Io) {
     .option("--for <duration>", "lift it by itself after this long, e.g. 2h", duration)
     .option("--until <time>", "lift it by itself at this time (ISO 8601)")
     .action(
-      act(io, async (ctx, group: string | undefined, o: { fleet: string; reason: string; for?: number; until?: string }) => {
-        const body = { reason: o.reason, ...(o.for ? { for_s: o.for } : {}), ...(o.until ? { until: o.until } : {}) };
-        const res = group ? await safety(ctx).holdGroup(o.fleet, group, body) : await safety(ctx).holdFleet(o.fleet, body);
-        if (ctx.machine) return ctx.out.data(res);
-        ctx.out.line(`${group ? `Group ${group}` : "Every group"} of ${o.fleet} held${res.hold?.until ? ` until ${res.hold.until}` : ""}: ${o.reason}`);
-      }),
+      act(
+        io,
+        async (ctx, group: string | undefined, o: { fleet: string; reason: string; for?: number; until?: string }) => {
+          const body = { reason: o.reason, ...(o.for ? { for_s: o.for } : {}), ...(o.until ? { until: o.until } : {}) };
+          const res = group
+            ? await safety(ctx).holdGroup(o.fleet, group, body)
+            : await safety(ctx).holdFleet(o.fleet, body);
+          if (ctx.machine) return ctx.out.data(res);
+          ctx.out.line(
+            `${group ? `Group ${group}` : "Every group"} of ${o.fleet} held${res.hold?.until ? ` until ${res.hold.until}` : ""}: ${o.reason}`,
+          );
+        },
+      ),
     );
 
   program
@@ -125,7 +156,11 @@ export function registerGates(program: Command, io: Io) {
 type Verdict = { gate: string; open: boolean; kind: string; reason: string };
 
 function verdicts(out: Output, vs: Verdict[]) {
-  out.table(["GATE", "STATE", "WHY"], vs.map((v) => [v.gate, v.open ? "open" : out.c.red("closed"), v.reason]), "(no gates)");
+  out.table(
+    ["GATE", "STATE", "WHY"],
+    vs.map((v) => [v.gate, v.open ? "open" : out.c.red("closed"), v.reason]),
+    "(no gates)",
+  );
 }
 
 function showGates(out: Output, g: Awaited<ReturnType<ReturnType<typeof safetyApi>["gates"]>>) {
@@ -133,13 +168,23 @@ function showGates(out: Output, g: Awaited<ReturnType<ReturnType<typeof safetyAp
     ["fleet", g.fleet],
     ["default gates", g.default && Object.keys(g.default).length ? JSON.stringify(g.default) : "none"],
     ["hold", g.hold ? `${g.hold.reason} (by ${g.hold.by}${g.hold.until ? `, until ${g.hold.until}` : ""})` : "none"],
-    ["failed / stale", g.inputs.health ? `${g.inputs.health.failed} / ${g.inputs.health.stale} of ${g.inputs.health.total} (read ${g.inputs.health.age_s}s ago)` : "-"],
-    ["rollouts running", g.inputs.rollouts ? `${g.inputs.rollouts.running} (read ${g.inputs.rollouts.age_s}s ago)` : "-"],
+    [
+      "failed / stale",
+      g.inputs.health
+        ? `${g.inputs.health.failed} / ${g.inputs.health.stale} of ${g.inputs.health.total} (read ${g.inputs.health.age_s}s ago)`
+        : "-",
+    ],
+    [
+      "rollouts running",
+      g.inputs.rollouts ? `${g.inputs.rollouts.running} (read ${g.inputs.rollouts.age_s}s ago)` : "-",
+    ],
     ["rebooted, not yet healthy", String(g.inputs.rebooted_unhealthy)],
   ]);
   for (const group of g.groups) {
     out.line();
-    out.line(`${group.name}: ${group.open ? "open" : out.c.red("held")} (${group.source === "group" ? "its own gates" : group.source === "fleet" ? "the fleet's gates" : "no gates"})`);
+    out.line(
+      `${group.name}: ${group.open ? "open" : out.c.red("held")} (${group.source === "group" ? "its own gates" : group.source === "fleet" ? "the fleet's gates" : "no gates"})`,
+    );
     if (group.gates.length) verdicts(out, group.gates);
   }
 }

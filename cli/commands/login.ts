@@ -23,16 +23,16 @@ export function registerLogin(program: Command, io: Io) {
         config.current = name;
         writeConfig(path, config);
         if (ctx.machine) return ctx.out.data({ url, context: name, config: path, fleet: fleet ?? null });
-        ctx.out.line(`Logged in to ${url} as context '${name}' (now current${fleet ? `, fleet ${fleet}` : ""}); saved to ${path} (mode 0600).`);
+        ctx.out.line(
+          `Logged in to ${url} as context '${name}' (now current${fleet ? `, fleet ${fleet}` : ""}); saved to ${path} (mode 0600).`,
+        );
       }),
     );
-  program
-    .command("whoami", { hidden: true })
-    .action(
-      act(io, async (ctx) => {
-        const c = ctx.connection;
-        if (!c) throw new Exit(2, "no connection");
-        ctx.out.line(`${c.url} (token from ${c.tokenFrom})`);
-      }),
-    );
+  program.command("whoami", { hidden: true }).action(
+    act(io, async (ctx) => {
+      const c = ctx.connection;
+      if (!c) throw new Exit(2, "no connection");
+      ctx.out.line(`${c.url} (token from ${c.tokenFrom})`);
+    }),
+  );
 }

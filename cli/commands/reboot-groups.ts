@@ -13,7 +13,10 @@ const slotsArg = (v: string) => {
 function windowArg(v: string, prev: unknown[] = []) {
   const m = /^([A-Za-z,]+)@(\d{2}:\d{2})\+(\d+)(?:\/(.+))?$/.exec(v);
   if (!m) throw new InvalidArgumentError("windows look like Sat,Sun@23:30+60 or Sat,Sun@23:30+60/Europe/Berlin");
-  return [...prev, { days: m[1].split(","), start_time: m[2], length_minutes: Number(m[3]), ...(m[4] ? { time_zone: m[4] } : {}) }];
+  return [
+    ...prev,
+    { days: m[1].split(","), start_time: m[2], length_minutes: Number(m[3]), ...(m[4] ? { time_zone: m[4] } : {}) },
+  ];
 }
 
 interface SetOpts {
@@ -54,9 +57,20 @@ export function registerRebootGroups(program: Command, io: Io) {
       .requiredOption("--slots <n>", "slots", slotsArg)
       .option("--window <spec...>", "maintenance windows, e.g. Sat,Sun@23:30+60/Europe/Berlin", windowArg)
       .option("--no-windows", "remove every window")
-      .option("--queue-wait <s>", "seconds a pre-reboot may wait for a slot, first come first served (0: refuse at once)", slotsArg)
-      .option("--unclaimed-grant <s>", "seconds a slot granted to a host that went away is kept for its next call", slotsArg)
-      .option("--release-on <rule>", "what frees a slot: steady_state, or healthy_report (a report from the new boot, every agent realized)")
+      .option(
+        "--queue-wait <s>",
+        "seconds a pre-reboot may wait for a slot, first come first served (0: refuse at once)",
+        slotsArg,
+      )
+      .option(
+        "--unclaimed-grant <s>",
+        "seconds a slot granted to a host that went away is kept for its next call",
+        slotsArg,
+      )
+      .option(
+        "--release-on <rule>",
+        "what frees a slot: steady_state, or healthy_report (a report from the new boot, every agent realized)",
+      )
       .option("--health-timeout <s>", "healthy_report: seconds a rebooted server may take to report healthy", slotsArg)
       .option("--pause-on-unhealthy", "healthy_report: pause the group when a server misses it (the default)")
       .option("--no-pause-on-unhealthy", "healthy_report: keep granting when a server misses it"),
@@ -80,29 +94,50 @@ export function registerRebootGroups(program: Command, io: Io) {
     }),
   );
 
-  for (const [name, paused] of [["pause", true], ["resume", false]] as const) {
-    fleetOpt(groups.command(`${name} <group>`).description(paused ? "stop granting slots" : "grant slots again")).action(
+  for (const [name, paused] of [
+    ["pause", true],
+    ["resume", false],
+  ] as const) {
+    fleetOpt(
+      groups.command(`${name} <group>`).description(paused ? "stop granting slots" : "grant slots again"),
+    ).action(
       act(io, async (ctx, group: string, o: { fleet: string }) => {
         // The PUT needs slots; they stay as they are.
         const current = await ctx.api.getGroup(o.fleet, group);
         const g = await ctx.api.putGroup(o.fleet, group, { slots: current.slots, paused });
         if (ctx.machine) return ctx.out.data(g);
-        ctx.out.line(`Group ${group} of ${o.fleet} ${paused ? "paused" : "resumed"} (${g.holders.length}/${g.slots} held).`);
+        ctx.out.line(
+          `Group ${group} of ${o.fleet} ${paused ? "paused" : "resumed"} (${g.holders.length}/${g.slots} held).`,
+        );
       }),
     );
   }
 
-  fleetOpt(groups.command("dequeue <group> <id>").description("take a parked host out of the group's queue (audited); <id>: its FleetLock id, server id or hostname")).action(
+  fleetOpt(
+    groups
+      .command("dequeue <group> <id>")
+      .description(
+        "take a parked host out of the group's queue (audited); <id>: its FleetLock id, server id or hostname",
+      ),
+  ).action(
     act(io, async (ctx, group: string, id: string, o: { fleet: string }) => {
       const res = await safety(ctx).dequeue(o.fleet, group, id);
       if (ctx.machine) return ctx.out.data(res);
-      ctx.out.line(`Took ${res.removed.id} out of the queue of ${o.fleet}/${group} (waiting since ${res.removed.waiting_since}).`);
+      ctx.out.line(
+        `Took ${res.removed.id} out of the queue of ${o.fleet}/${group} (waiting since ${res.removed.waiting_since}).`,
+      );
     }),
   );
 
-  fleetOpt(groups.command("release <group> <id>").description("force-release one holder's slot (audited); <id>: its FleetLock id, server id or hostname")).action(
+  fleetOpt(
+    groups
+      .command("release <group> <id>")
+      .description("force-release one holder's slot (audited); <id>: its FleetLock id, server id or hostname"),
+  ).action(
     act(io, async (ctx, group: string, id: string, o: { fleet: string }) => {
-      await ctx.confirm(`Release the slot '${id}' holds in ${o.fleet}/${group}? If that host is mid-reboot, another may reboot alongside it.`);
+      await ctx.confirm(
+        `Release the slot '${id}' holds in ${o.fleet}/${group}? If that host is mid-reboot, another may reboot alongside it.`,
+      );
       const res = await ctx.api.releaseHolder(o.fleet, group, id);
       if (ctx.machine) return ctx.out.data(res);
       ctx.out.line(`Released ${res.released.id} (held since ${res.released.granted_at}).`);
@@ -133,11 +168,24 @@ function showGroup(out: Output, g: RebootGroup) {
     ["slots", `${g.holders.length} held of ${g.slots} (${g.available_slots} available)`],
     ["paused", g.paused ? (g.paused_reason ? `yes: ${g.paused_reason}` : "yes") : "no"],
     ["hold", g.hold ? `${g.hold.reason} (by ${g.hold.by}${g.hold.until ? `, until ${g.hold.until}` : ""})` : "-"],
-    ["release on", g.release_on === "healthy_report" ? `healthy report (within ${g.health_timeout_s}s, then ${g.pause_on_unhealthy ? "pause" : "keep going"})` : "steady state"],
-    ["gates", g.gates.length ? g.gates.map((v) => `${v.gate} ${v.open ? "open" : "CLOSED"}`).join(", ") + ` (${g.gates_source})` : "none"],
+    [
+      "release on",
+      g.release_on === "healthy_report"
+        ? `healthy report (within ${g.health_timeout_s}s, then ${g.pause_on_unhealthy ? "pause" : "keep going"})`
+        : "steady state",
+    ],
+    [
+      "gates",
+      g.gates.length
+        ? g.gates.map((v) => `${v.gate} ${v.open ? "open" : "CLOSED"}`).join(", ") + ` (${g.gates_source})`
+        : "none",
+    ],
     ["open now", g.open_now ? "yes" : "no"],
     ["queue wait", g.queue_wait_s ? `${g.queue_wait_s}s` : "off (refused at once)"],
-    ["windows", g.windows.map((w) => `${w.days.join(",")} ${w.start_time}+${w.length_minutes}m ${w.time_zone}`).join("; ") || "-"],
+    [
+      "windows",
+      g.windows.map((w) => `${w.days.join(",")} ${w.start_time}+${w.length_minutes}m ${w.time_zone}`).join("; ") || "-",
+    ],
     ["updated", g.updated_at],
   ]);
   out.line();
@@ -158,8 +206,15 @@ function showGroup(out: Output, g: RebootGroup) {
   out.line();
   out.table(
     ["QUEUED", "ID", "SERVER", "HOSTNAME", "WAITING SINCE", "WAITED", "CONNECTED"],
-    g.queue.map((q) => [q.position, q.id, q.server?.id, q.server?.hostname, q.waiting_since, `${q.waited_s}s`, q.connected ? "yes" : out.c.yellow("gone")]),
+    g.queue.map((q) => [
+      q.position,
+      q.id,
+      q.server?.id,
+      q.server?.hostname,
+      q.waiting_since,
+      `${q.waited_s}s`,
+      q.connected ? "yes" : out.c.yellow("gone"),
+    ]),
     "",
   );
 }
-

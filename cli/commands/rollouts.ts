@@ -36,9 +36,15 @@ function summary(out: Output, r: Rollout) {
     ["fleet / agent", `${r.fleet} / ${r.agent}`],
     ["image", `${r.image} (${r.version})`],
     ["state", `${r.state}${r.pass ? " (rollback pass)" : ""}${r.reason ? ` — ${r.reason}` : ""}`],
-    ["targets", `${r.total}: ${c.done} done, ${c.applying} applying, ${c.queued} queued, ${c.failed} failed, ${c.timed_out} timed out, ${c.skipped} skipped`],
+    [
+      "targets",
+      `${r.total}: ${c.done} done, ${c.applying} applying, ${c.queued} queued, ${c.failed} failed, ${c.timed_out} timed out, ${c.skipped} skipped`,
+    ],
     ["concurrency", r.concurrency],
-    ["median / eta", `${r.median_s === null ? "-" : humanSpan(r.median_s)} / ${r.eta_s === null ? "-" : humanSpan(r.eta_s)}`],
+    [
+      "median / eta",
+      `${r.median_s === null ? "-" : humanSpan(r.median_s)} / ${r.eta_s === null ? "-" : humanSpan(r.eta_s)}`,
+    ],
     ["server timeout", r.server_timeout_s === null ? "-" : humanSpan(r.server_timeout_s)],
     ["channel moved", r.channel_updated],
     ["reboot slots", r.reboot_slot],
@@ -51,14 +57,19 @@ async function watch(ctx: Ctx, start: Rollout, timeoutS: number): Promise<never 
   const out = ctx.out;
   const deadline = Date.now() + timeoutS * 1000;
   const ended = (r: Rollout) => r.counts.done + r.counts.failed + r.counts.timed_out + r.counts.skipped;
-  const bar = ctx.io.interactive && !ctx.machine ? new SingleBar({ format: " {bar} {value}/{total} | {state} | {detail}", hideCursor: true }) : null;
-  const detail = (r: Rollout) => `${r.counts.applying} applying, ${r.counts.failed + r.counts.timed_out} failed, eta ${r.eta_s ?? "-"} s`;
+  const bar =
+    ctx.io.interactive && !ctx.machine
+      ? new SingleBar({ format: " {bar} {value}/{total} | {state} | {detail}", hideCursor: true })
+      : null;
+  const detail = (r: Rollout) =>
+    `${r.counts.applying} applying, ${r.counts.failed + r.counts.timed_out} failed, eta ${r.eta_s ?? "-"} s`;
   let r = start;
   let warned = r.warnings.length;
   bar?.start(r.total, ended(r), { state: r.state, detail: detail(r) });
   const say = (x: Rollout) => {
     if (bar) bar.update(ended(x), { state: x.state, detail: detail(x) });
-    else if (!ctx.machine) out.note(`${new Date().toISOString()}  ${x.state}  ${ended(x)}/${x.total} ended  ${detail(x)}`);
+    else if (!ctx.machine)
+      out.note(`${new Date().toISOString()}  ${x.state}  ${ended(x)}/${x.total} ended  ${detail(x)}`);
     for (const w of x.warnings.slice(0, Math.max(0, x.warnings.length - warned))) out.note(`warning: ${w.message}`);
     warned = x.warnings.length;
   };
@@ -77,7 +88,8 @@ async function watch(ctx: Ctx, start: Rollout, timeoutS: number): Promise<never 
   }
   if (ctx.machine) out.data(r);
   else summary(out, r);
-  if (r.state === "failed" || r.state === "cancelled") throw new Exit(1, `rollout ${r.id} ${r.state}${r.reason ? `: ${r.reason}` : ""}`);
+  if (r.state === "failed" || r.state === "cancelled")
+    throw new Exit(1, `rollout ${r.id} ${r.state}${r.reason ? `: ${r.reason}` : ""}`);
 }
 
 /**
@@ -111,7 +123,16 @@ export function registerRollouts(program: Command, io: Io) {
         if (ctx.machine) return ctx.out.data(items);
         ctx.out.table(
           ["ROLLOUT", "FLEET", "AGENT", "IMAGE", "STATE", "DONE", "FAILED", "CREATED"],
-          items.map((r) => [r.id, r.fleet, r.agent, r.image, r.state, r.counts.done ?? 0, (r.counts.failed ?? 0) + (r.counts.timed_out ?? 0), ctx.out.time(r.created_at)]),
+          items.map((r) => [
+            r.id,
+            r.fleet,
+            r.agent,
+            r.image,
+            r.state,
+            r.counts.done ?? 0,
+            (r.counts.failed ?? 0) + (r.counts.timed_out ?? 0),
+            ctx.out.time(r.created_at),
+          ]),
         );
       }),
     );
@@ -125,7 +146,11 @@ export function registerRollouts(program: Command, io: Io) {
     .requiredOption("--image <image>")
     .requiredOption("--version <version>", "the image's version")
     .option("--concurrency <n>", "targets applying at once (default 20)", wholeNumber)
-    .option("--server-timeout <duration>", "a target with no realizing report by then times out (default 1h)", duration({ whole: true, min: 1 }))
+    .option(
+      "--server-timeout <duration>",
+      "a target with no realizing report by then times out (default 1h)",
+      duration({ whole: true, min: 1 }),
+    )
     .option("--slow-factor <x>", "warn about a server slower than x times the median", positive)
     .option("--max-failures <n>", "abort once failures exceed n", wholeNumber)
     .option("--max-failure-percent <p>", "abort once this share of ended targets failed", positive)
@@ -154,7 +179,8 @@ export function registerRollouts(program: Command, io: Io) {
           server_timeout_s: o.serverTimeout,
           slow_factor: o.slowFactor,
           abort,
-          selector: o.role || o.server || o.label ? { roles: o.role, servers: o.server, labels: labelsOf(o.label) } : undefined,
+          selector:
+            o.role || o.server || o.label ? { roles: o.role, servers: o.server, labels: labelsOf(o.label) } : undefined,
           exclude: o.exclude,
           update_channel: o.updateChannel,
           reboot_slot: !!o.rebootSlot,
@@ -167,22 +193,36 @@ export function registerRollouts(program: Command, io: Io) {
       }),
     );
 
-  rollout.command("status <rollout>").description("counts, median, ETA and warnings").action(
-    act(io, async (ctx, ref: string) => {
-      const id = await rolloutId(ctx, ref);
-      const r = await ctx.api.getRollout(id);
-      if (ctx.machine) return ctx.out.data(r);
-      summary(ctx.out, r);
-      const failed = [...(await ctx.api.rolloutTargets(id, "failed", 20)), ...(await ctx.api.rolloutTargets(id, "timed_out", 20))];
-      if (failed.length) ctx.out.table(["HOSTNAME", "STATE", "REASON", { head: "SERVER", wide: true }], failed.map((t) => [t.hostname, t.state, t.reason, t.server_id]));
-    }),
-  );
+  rollout
+    .command("status <rollout>")
+    .description("counts, median, ETA and warnings")
+    .action(
+      act(io, async (ctx, ref: string) => {
+        const id = await rolloutId(ctx, ref);
+        const r = await ctx.api.getRollout(id);
+        if (ctx.machine) return ctx.out.data(r);
+        summary(ctx.out, r);
+        const failed = [
+          ...(await ctx.api.rolloutTargets(id, "failed", 20)),
+          ...(await ctx.api.rolloutTargets(id, "timed_out", 20)),
+        ];
+        if (failed.length)
+          ctx.out.table(
+            ["HOSTNAME", "STATE", "REASON", { head: "SERVER", wide: true }],
+            failed.map((t) => [t.hostname, t.state, t.reason, t.server_id]),
+          );
+      }),
+    );
 
   rollout
     .command("watch <rollout>")
     .description("follow a rollout to its end: exit 0 succeeded or rolled back, 1 failed or cancelled, 3 timeout")
     .option("--timeout <duration>", "give up after this long (1h)", duration({ min: 1 }), 3600)
-    .action(act(io, async (ctx, ref: string, o: { timeout: number }) => watch(ctx, await ctx.api.getRollout(await rolloutId(ctx, ref)), o.timeout)));
+    .action(
+      act(io, async (ctx, ref: string, o: { timeout: number }) =>
+        watch(ctx, await ctx.api.getRollout(await rolloutId(ctx, ref)), o.timeout),
+      ),
+    );
 
   rollout
     .command("targets <rollout>")
@@ -196,7 +236,18 @@ export function registerRollouts(program: Command, io: Io) {
         if (ctx.machine) return ctx.out.data(items);
         const out = ctx.out;
         out.table(
-          ["HOSTNAME", "STATE", "IMAGE", "GENERATION", "STARTED", "TOOK", "REASON", { head: "SERVER", wide: true }, { head: "FROM", wide: true }, { head: "SLOT", wide: true }],
+          [
+            "HOSTNAME",
+            "STATE",
+            "IMAGE",
+            "GENERATION",
+            "STARTED",
+            "TOOK",
+            "REASON",
+            { head: "SERVER", wide: true },
+            { head: "FROM", wide: true },
+            { head: "SLOT", wide: true },
+          ],
           items.map((t) => [
             t.hostname,
             t.slow ? out.c.yellow(`${t.state} (slow)`) : t.state,
@@ -225,7 +276,12 @@ export function registerRollouts(program: Command, io: Io) {
         const out = ctx.out;
         out.table(
           ["AT", "EVENT", "SERVER", "DETAILS"],
-          items.map((e) => [out.time(e.at), e.kind, e.hostname ?? e.server_id, e.details === null ? null : JSON.stringify(e.details)]),
+          items.map((e) => [
+            out.time(e.at),
+            e.kind,
+            e.hostname ?? e.server_id,
+            e.details === null ? null : JSON.stringify(e.details),
+          ]),
           "(no events)",
         );
       }),
@@ -241,7 +297,9 @@ export function registerRollouts(program: Command, io: Io) {
         await ctx.confirm(`End target ${server} of rollout ${id}? An applying target counts as failed.`);
         const r = await ctx.api.endRolloutTarget(id, server, o.reason);
         if (ctx.machine) return ctx.out.data(r);
-        ctx.out.line(`Target ${r.target.hostname} is ${r.target.state} (${r.target.reason}); rollout ${r.rollout.state}.`);
+        ctx.out.line(
+          `Target ${r.target.hostname} is ${r.target.state} (${r.target.reason}); rollout ${r.rollout.state}.`,
+        );
       }),
     );
 

@@ -27,43 +27,85 @@ const labelsText = (labels: Record<string, string> | undefined) =>
     .join(",") || null;
 
 export function registerServers(program: Command, io: Io) {
-  const servers = program.command("servers").description("servers (list by default); a server is named by id, hostname or fleet/hostname");
-  const list = act(io, async (ctx, o: { fleet?: string; status?: ServerStatus; state?: ServerState; hostname?: string; label?: string[]; limit?: number }) => {
-    const items = await ctx.api.listServers({ fleet: o.fleet, status: o.status, state: o.state, hostname: o.hostname, label: o.label }, o.limit);
-    if (ctx.machine) return ctx.out.data(items);
-    const out = ctx.out;
-    out.table(
-      ["HOSTNAME", "FLEET", "STATE", "STATUS", "GEN", "REPORTED", "LAST SEEN", "LABELS", { head: "ID", wide: true }, { head: "KIND", wide: true }, { head: "ROLES", wide: true }, { head: "REBOOT GROUP", wide: true }],
-      items.map((s) => [
-        s.hostname,
-        s.fleet,
-        s.state,
-        out.status(s.status),
-        s.desired_generation,
-        s.reported_generation,
-        out.time(s.last_seen),
-        labelsText(s.labels),
-        s.id,
-        s.kind,
-        s.roles.join(",") || null,
-        s.reboot_group,
-      ]),
-      "(no servers)",
-    );
-  });
+  const servers = program
+    .command("servers")
+    .description("servers (list by default); a server is named by id, hostname or fleet/hostname");
+  const list = act(
+    io,
+    async (
+      ctx,
+      o: {
+        fleet?: string;
+        status?: ServerStatus;
+        state?: ServerState;
+        hostname?: string;
+        label?: string[];
+        limit?: number;
+      },
+    ) => {
+      const items = await ctx.api.listServers(
+        { fleet: o.fleet, status: o.status, state: o.state, hostname: o.hostname, label: o.label },
+        o.limit,
+      );
+      if (ctx.machine) return ctx.out.data(items);
+      const out = ctx.out;
+      out.table(
+        [
+          "HOSTNAME",
+          "FLEET",
+          "STATE",
+          "STATUS",
+          "GEN",
+          "REPORTED",
+          "LAST SEEN",
+          "LABELS",
+          { head: "ID", wide: true },
+          { head: "KIND", wide: true },
+          { head: "ROLES", wide: true },
+          { head: "REBOOT GROUP", wide: true },
+        ],
+        items.map((s) => [
+          s.hostname,
+          s.fleet,
+          s.state,
+          out.status(s.status),
+          s.desired_generation,
+          s.reported_generation,
+          out.time(s.last_seen),
+          labelsText(s.labels),
+          s.id,
+          s.kind,
+          s.roles.join(",") || null,
+          s.reboot_group,
+        ]),
+        "(no servers)",
+      );
+    },
+  );
   const filters = (c: Command) =>
     c
       .option("--fleet <fleet>", "only this fleet")
       .addOption(new Option("--status <status>", "only this status").choices(SERVER_STATUSES))
-      .addOption(new Option("--state <state>", "only this state (removed servers are listed only so)").choices(SERVER_STATES))
+      .addOption(
+        new Option("--state <state>", "only this state (removed servers are listed only so)").choices(SERVER_STATES),
+      )
       .option("--hostname <name>", "this hostname, or a prefix ending in * (node-1*)")
-      .option("--label <key[=value]>", "only servers with this label (zone=eu-1a) or label key (zone); repeatable, all must hold", collect)
+      .option(
+        "--label <key[=value]>",
+        "only servers with this label (zone=eu-1a) or label key (zone); repeatable, all must hold",
+        collect,
+      )
       .option("--limit <n>", "at most this many", (v) => {
         const n = Number(v);
         if (!Number.isInteger(n) || n < 1) throw new InvalidArgumentError("expected a positive whole number");
         return n;
       });
-  filters(servers.command("list", { isDefault: true }).alias("ls").description("search servers by hostname, status, state and labels (from the fleet-wide index)")).action(list);
+  filters(
+    servers
+      .command("list", { isDefault: true })
+      .alias("ls")
+      .description("search servers by hostname, status, state and labels (from the fleet-wide index)"),
+  ).action(list);
 
   servers
     .command("show <server>")
@@ -81,7 +123,11 @@ export function registerServers(program: Command, io: Io) {
     .description("register a server; prints its token once")
     .addOption(fleetOption("its fleet"))
     .requiredOption("--hostname <name>", "its hostname")
-    .addOption(new Option("--kind <kind>", "managed (provisioned for us) or manual (borrowed)").choices(SERVER_KINDS).default("managed"))
+    .addOption(
+      new Option("--kind <kind>", "managed (provisioned for us) or manual (borrowed)")
+        .choices(SERVER_KINDS)
+        .default("managed"),
+    )
     .option("--role <role...>", "roles")
     .option("--reboot-group <group>", "reboot group")
     .option("--fleetlock-id <id>", "the id its FleetLock client (Zincati) sends")
@@ -104,7 +150,9 @@ export function registerServers(program: Command, io: Io) {
           ["fleet", s.fleet],
           ["token", s.token],
         ]);
-        ctx.out.note(ctx.out.c.yellow("The token is shown only now: put it on the host (its agent authenticates with it)."));
+        ctx.out.note(
+          ctx.out.c.yellow("The token is shown only now: put it on the host (its agent authenticates with it)."),
+        );
       }),
     );
 
@@ -112,7 +160,9 @@ export function registerServers(program: Command, io: Io) {
 
   servers
     .command("patch <server>")
-    .description("change a server's FleetLock id, reboot group, roles (new roles re-plan it unless pinned) and/or labels (merged)")
+    .description(
+      "change a server's FleetLock id, reboot group, roles (new roles re-plan it unless pinned) and/or labels (merged)",
+    )
     .option("--fleetlock-id <id>", "new FleetLock id")
     .option("--clear-fleetlock-id", "remove its FleetLock id")
     .option("--reboot-group <group>", "new reboot group")
@@ -123,7 +173,8 @@ export function registerServers(program: Command, io: Io) {
     .action(
       act(io, async (ctx, id: string, o) => {
         const patch: ServerPatch = {};
-        if (o.fleetlockId !== undefined && o.clearFleetlockId) throw new Exit(2, "--fleetlock-id and --clear-fleetlock-id exclude each other");
+        if (o.fleetlockId !== undefined && o.clearFleetlockId)
+          throw new Exit(2, "--fleetlock-id and --clear-fleetlock-id exclude each other");
         if (o.role !== undefined && o.clearRoles) throw new Exit(2, "--role and --clear-roles exclude each other");
         if (o.fleetlockId !== undefined) patch.fleetlock_id = o.fleetlockId;
         if (o.clearFleetlockId) patch.fleetlock_id = null;
@@ -138,7 +189,11 @@ export function registerServers(program: Command, io: Io) {
           }
           patch.labels = labels;
         }
-        if (Object.keys(patch).length === 0) throw new Exit(2, "nothing to change: pass --fleetlock-id, --clear-fleetlock-id, --reboot-group, --role, --clear-roles, --label or --unlabel");
+        if (Object.keys(patch).length === 0)
+          throw new Exit(
+            2,
+            "nothing to change: pass --fleetlock-id, --clear-fleetlock-id, --reboot-group, --role, --clear-roles, --label or --unlabel",
+          );
         const s = await ctx.api.patchServer(id, patch);
         if (ctx.machine) return ctx.out.data(s);
         ctx.out.line(
@@ -166,7 +221,10 @@ export function registerServers(program: Command, io: Io) {
         await ctx.confirm(`Rotate the token of server ${id}? Its host is refused until it has the new one.`);
         const t = await ctx.api.rotateServerToken(id);
         if (ctx.machine) return ctx.out.data(t);
-        ctx.out.fields([["id", t.id], ["token", t.token]]);
+        ctx.out.fields([
+          ["id", t.id],
+          ["token", t.token],
+        ]);
         ctx.out.note(ctx.out.c.yellow("The token is shown only now: put it on the host."));
       }),
     );
@@ -203,8 +261,10 @@ function registerDecommission(servers: Command, io: Io) {
 function decommissionSays(s: ServerDetail, out: Output): string {
   const who = `Server ${s.hostname} (${s.id})`;
   const l = s.lifecycle;
-  if (s.state === "removed") return `${who} is removed${l?.forced ? ` (forced by ${l.forced.by}: ${l.forced.reason})` : ""}; cleanup done: ${l?.cleanup_done.join(", ") || "-"}.`;
-  if (l?.forced) return `${who} is being removed (forced by ${l.forced.by}: ${l.forced.reason}); cleanup so far: ${l.cleanup_done.join(", ") || "none"}.`;
+  if (s.state === "removed")
+    return `${who} is removed${l?.forced ? ` (forced by ${l.forced.by}: ${l.forced.reason})` : ""}; cleanup done: ${l?.cleanup_done.join(", ") || "-"}.`;
+  if (l?.forced)
+    return `${who} is being removed (forced by ${l.forced.by}: ${l.forced.reason}); cleanup so far: ${l.cleanup_done.join(", ") || "none"}.`;
   if (s.state === "decommissioning" && l) {
     return `${who} is decommissioning: generation ${l.generation} orders ${l.order}; it is removed once its host acknowledges (requested ${out.time(l.requested_at)}).`;
   }
@@ -224,7 +284,12 @@ function showServer(out: Output, s: ServerDetail) {
     ["desired generation", `${s.desired_generation} (${s.desired.lifecycle})`],
     ["reported generation", s.reported_generation],
     ["last seen", out.time(s.last_seen)],
-    ["planning", s.planning.mode === "pinned" ? `pinned by ${s.planning.pinned_by} ${out.time(s.planning.pinned_at)} (hm desired release ${s.hostname})` : "planned"],
+    [
+      "planning",
+      s.planning.mode === "pinned"
+        ? `pinned by ${s.planning.pinned_by} ${out.time(s.planning.pinned_at)} (hm desired release ${s.hostname})`
+        : "planned",
+    ],
     ["boot id", s.report?.boot_id],
     ["reboot group", s.reboot_group],
     ["fleetlock id", s.fleetlock_id],

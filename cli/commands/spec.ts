@@ -77,12 +77,21 @@ async function readSpecs(io: Io, path: string): Promise<SpecFile[]> {
   return specs;
 }
 
-async function call<T>(ctx: Ctx, method: string, path: string, opts: { body?: unknown; headers?: Record<string, string> } = {}) {
+async function call<T>(
+  ctx: Ctx,
+  method: string,
+  path: string,
+  opts: { body?: unknown; headers?: Record<string, string> } = {},
+) {
   const { url, token } = ctx.connection;
   const doFetch = ctx.io.fetch ?? fetch;
   const res = await doFetch(`${url.replace(/\/+$/, "")}${path}`, {
     method,
-    headers: { Authorization: `Bearer ${token}`, ...(opts.body ? { "Content-Type": "application/json" } : {}), ...opts.headers },
+    headers: {
+      Authorization: `Bearer ${token}`,
+      ...(opts.body ? { "Content-Type": "application/json" } : {}),
+      ...opts.headers,
+    },
     body: opts.body ? JSON.stringify(opts.body) : undefined,
   });
   if (!res.ok) throw await apiErrorOf(res);
@@ -117,7 +126,6 @@ function bodyOf(ctx: Ctx, s: SpecFile) {
 const diffOf = (ctx: Ctx, s: SpecFile, prune?: boolean) =>
   call<Diff>(ctx, "POST", `${specPath(s.fleet)}:diff${prunePart(prune)}`, { body: bodyOf(ctx, s).body });
 
-
 /** A changed item as its changed fields (a reboot group's slots, say), or whole when it is not an object. */
 function fieldChanges(path: string, before: unknown, after: unknown): [string, unknown, unknown][] {
   if (!isMap(before) || !isMap(after)) return [[path, before, after]];
@@ -130,16 +138,22 @@ function fieldChanges(path: string, before: unknown, after: unknown): [string, u
 function printDiff(out: Output, s: SpecFile, d: Diff) {
   const c = out.c;
   if (d.equal) return out.line(`${c.bold(`fleet ${d.fleet}`)} (${s.source}): ${c.green("up to date")}`);
-  const counts = (["add", "change", "remove", "unlisted"] as const).filter((k) => d.summary[k]).map((k) => `${d.summary[k]} ${k}`);
+  const counts = (["add", "change", "remove", "unlisted"] as const)
+    .filter((k) => d.summary[k])
+    .map((k) => `${d.summary[k]} ${k}`);
   const created = d.exists ? "" : c.green(`new fleet, created by apply${counts.length ? "; " : ""}`);
   out.line(`${c.bold(`${d.exists ? "" : "+ "}fleet ${d.fleet}`)} (${s.source}): ${created}${counts.join(", ")}`);
   const style = { add: ["+", c.green], remove: ["-", c.red], change: ["~", c.yellow], unlisted: ["?", c.dim] } as const;
   for (const i of d.items) {
     const [sign, paint] = style[i.op];
     if (i.op === "change") {
-      for (const [path, before, after] of fieldChanges(i.path, i.before, i.after)) out.line(paint(`  ${sign} ${path}: ${compact(before)} → ${compact(after)}`));
+      for (const [path, before, after] of fieldChanges(i.path, i.before, i.after))
+        out.line(paint(`  ${sign} ${path}: ${compact(before)} → ${compact(after)}`));
     } else {
-      const value = i.op === "add" ? compact(i.after) : `${compact(i.before)}${i.op === "unlisted" ? "  (not in the spec: left; --prune removes it)" : ""}`;
+      const value =
+        i.op === "add"
+          ? compact(i.after)
+          : `${compact(i.before)}${i.op === "unlisted" ? "  (not in the spec: left; --prune removes it)" : ""}`;
       out.line(paint(`  ${sign} ${i.path}: ${value}`));
     }
     if (i.note) out.line(c.dim(`      ${i.note}`));
@@ -152,7 +166,12 @@ function printDiff(out: Output, s: SpecFile, d: Diff) {
 
 /** An API refusal of one spec, with every problem it names; the other specs go on. */
 function reportFailure(ctx: Ctx, s: SpecFile, err: unknown) {
-  const e = err as { status?: number; code?: string; message?: string; details?: { problems?: { path: string; message: string }[] } };
+  const e = err as {
+    status?: number;
+    code?: string;
+    message?: string;
+    details?: { problems?: { path: string; message: string }[] };
+  };
   if (!e.code) throw err;
   ctx.io.stderr(`error: ${s.source} (fleet ${s.fleet}): ${e.code}: ${e.message}\n`);
   if ((e.status === 401 || e.status === 403) && ctx.resolved) ctx.io.stderr(`${refusedBy(ctx.resolved)}\n`);
@@ -199,13 +218,16 @@ async function runApply(ctx: Ctx, o: { file: string; prune?: boolean }) {
       // meanwhile is refused (412), not overwritten unseen.
       const precondition: Record<string, string> = d.etag ? { "If-Match": d.etag } : { "If-None-Match": "*" };
       const { body, unset } = bodyOf(ctx, s);
-      for (const env of unset) ctx.io.stderr(`note: ${s.source}: $${env} is not set: its webhooks keep their secret (a new one is refused)\n`);
-      const applied = await call<Diff & { created: boolean; changed: boolean; planning: { servers: number; issued: number; remaining: boolean } | null; coordinator: { pending: boolean } }>(
-        ctx,
-        "PUT",
-        `${specPath(s.fleet)}${prunePart(o.prune)}`,
-        { body, headers: precondition },
-      );
+      for (const env of unset)
+        ctx.io.stderr(`note: ${s.source}: $${env} is not set: its webhooks keep their secret (a new one is refused)\n`);
+      const applied = await call<
+        Diff & {
+          created: boolean;
+          changed: boolean;
+          planning: { servers: number; issued: number; remaining: boolean } | null;
+          coordinator: { pending: boolean };
+        }
+      >(ctx, "PUT", `${specPath(s.fleet)}${prunePart(o.prune)}`, { body, headers: precondition });
       results.push({ ...applied, source: s.source });
       if (!ctx.machine) {
         const p = applied.planning;
@@ -225,7 +247,8 @@ async function runApply(ctx: Ctx, o: { file: string; prune?: boolean }) {
 }
 
 /** YAML for people; JSON with --json or a .json file. */
-const render = (spec: unknown, json: boolean) => (json ? `${JSON.stringify(spec, null, 2)}\n` : stringify(spec, { lineWidth: 0 }));
+const render = (spec: unknown, json: boolean) =>
+  json ? `${JSON.stringify(spec, null, 2)}\n` : stringify(spec, { lineWidth: 0 });
 
 async function runExport(ctx: Ctx, fleets: string[], o: { to?: string }) {
   const specs = [];
@@ -250,7 +273,10 @@ export function registerSpec(program: Command, io: Io) {
   program
     .command("diff")
     .description("what applying fleet specs would change (exit 0: up to date, 3: differences)")
-    .requiredOption("-f, --file <path>", "a spec file (YAML or JSON; several YAML documents allowed), a directory of them, or - for stdin")
+    .requiredOption(
+      "-f, --file <path>",
+      "a spec file (YAML or JSON; several YAML documents allowed), a directory of them, or - for stdin",
+    )
     .option("--prune", "list items the specs lack as removals (else as unlisted)")
     .action(act(io, (ctx, o) => runDiff(ctx, o)));
   program
@@ -262,6 +288,9 @@ export function registerSpec(program: Command, io: Io) {
   program
     .command("export <fleets...>")
     .description("write fleets as specs (YAML; JSON with --json or a .json file)")
-    .option("--to <path>", "a file, or a directory for one <fleet>.yaml each (default: stdout; -o is the output format)")
+    .option(
+      "--to <path>",
+      "a file, or a directory for one <fleet>.yaml each (default: stdout; -o is the output format)",
+    )
     .action(act(io, (ctx, fleets: string[], o) => runExport(ctx, fleets, o)));
 }

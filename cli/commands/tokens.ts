@@ -18,7 +18,9 @@ export function registerTokens(program: Command, io: Io) {
   tokens
     .command("list", { isDefault: true })
     .description("list tokens (operator tokens unless --kind says otherwise: a fleet has a server token per server)")
-    .addOption(new Option("--kind <kind>", "operator, server or all").choices([...TOKEN_KINDS, "all"]).default("operator"))
+    .addOption(
+      new Option("--kind <kind>", "operator, server or all").choices([...TOKEN_KINDS, "all"]).default("operator"),
+    )
     .action(list);
   tokens
     .command("create")

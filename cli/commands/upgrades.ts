@@ -20,7 +20,15 @@ export function registerUpgrades(program: Command, io: Io) {
         out.line();
         out.table(
           ["VERSION", "STEP", "STATE", "RUNNER", "STARTED", "FINISHED", "ERROR"],
-          u.history.items.map((h) => [h.version, h.description, h.state, h.runner, out.time(h.started_at), out.time(h.finished_at), h.error]),
+          u.history.items.map((h) => [
+            h.version,
+            h.description,
+            h.state,
+            h.runner,
+            out.time(h.started_at),
+            out.time(h.finished_at),
+            h.error,
+          ]),
           "(no step history)",
         );
       }),

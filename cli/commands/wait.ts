@@ -25,7 +25,10 @@ export function registerWait(program: Command, io: Io) {
         let { etag, server } = await ctx.api.getServerTagged(id);
         let view: ServerDetail = server;
         const say = (s: ServerDetail) => {
-          if (!ctx.machine) out.note(`${new Date().toISOString()}  ${s.hostname}  ${out.status(s.status)}  generation ${s.reported_generation ?? "-"}/${s.desired_generation}`);
+          if (!ctx.machine)
+            out.note(
+              `${new Date().toISOString()}  ${s.hostname}  ${out.status(s.status)}  generation ${s.reported_generation ?? "-"}/${s.desired_generation}`,
+            );
         };
         say(view);
         while (view.status !== target) {

@@ -22,7 +22,11 @@ export function registerWebhooks(program: Command, io: Io) {
     act(io, async (ctx, o: { fleet: string }) => {
       const res = await safety(ctx).webhooks(o.fleet);
       if (ctx.machine) return ctx.out.data(res.items);
-      ctx.out.table(["ID", "NAME", "URL", "FORMAT", "EVENTS"], res.items.map((w) => [w.id, w.name, w.url, w.format, w.events.join(", ")]), "(no webhooks)");
+      ctx.out.table(
+        ["ID", "NAME", "URL", "FORMAT", "EVENTS"],
+        res.items.map((w) => [w.id, w.name, w.url, w.format, w.events.join(", ")]),
+        "(no webhooks)",
+      );
     }),
   );
 
@@ -32,53 +36,82 @@ export function registerWebhooks(program: Command, io: Io) {
       .description("add a webhook; its signing secret is printed once")
       // Not --url: that is hm's own API address.
       .requiredOption("--to <url>", "where to send (https://)")
-      .requiredOption("--event <name...>", "events to send, e.g. reboot.unhealthy_after_reboot,reboot.gate_closed", collect)
+      .requiredOption(
+        "--event <name...>",
+        "events to send, e.g. reboot.unhealthy_after_reboot,reboot.gate_closed",
+        collect,
+      )
       .option("--format <format>", "cloudevents (default) or slack", "cloudevents")
       .option("--description <text>", "what it is for"),
   ).action(
-    act(io, async (ctx, o: { fleet: string; to: string; event: string[]; format: WebhookFormat; description?: string }) => {
-      const res = await safety(ctx).createWebhook(o.fleet, {
-        url: o.to,
-        events: o.event as never,
-        format: o.format,
-        ...(o.description ? { description: o.description } : {}),
-      });
-      if (ctx.machine) return ctx.out.data(res);
-      ctx.out.line(`Webhook ${res.webhook.id} added: ${res.webhook.events.join(", ")} → ${res.webhook.url} (${res.webhook.format}).`);
-      ctx.out.line(`Signing secret (shown once): ${res.secret}`);
-    }),
+    act(
+      io,
+      async (ctx, o: { fleet: string; to: string; event: string[]; format: WebhookFormat; description?: string }) => {
+        const res = await safety(ctx).createWebhook(o.fleet, {
+          url: o.to,
+          events: o.event as never,
+          format: o.format,
+          ...(o.description ? { description: o.description } : {}),
+        });
+        if (ctx.machine) return ctx.out.data(res);
+        ctx.out.line(
+          `Webhook ${res.webhook.id} added: ${res.webhook.events.join(", ")} → ${res.webhook.url} (${res.webhook.format}).`,
+        );
+        ctx.out.line(`Signing secret (shown once): ${res.secret}`);
+      },
+    ),
   );
 
   fleetOpt(hooks.command("rm <webhook>").description("remove a webhook (by id, name or short id)")).action(
     act(io, async (ctx, ref: string, o: { fleet: string }) => {
       // Found first: a mistyped id is refused before the question, not after a "y".
       const w = await webhookOf(ctx, o.fleet, ref);
-      await ctx.confirm(`Remove webhook ${w.id}${w.name ? ` (${w.name})` : ""} of ${o.fleet}, sending to ${w.url}? Deliveries still being retried are given up.`);
+      await ctx.confirm(
+        `Remove webhook ${w.id}${w.name ? ` (${w.name})` : ""} of ${o.fleet}, sending to ${w.url}? Deliveries still being retried are given up.`,
+      );
       const res = await safety(ctx).deleteWebhook(o.fleet, w.id);
       if (ctx.machine) return ctx.out.data(res);
       ctx.out.line(`Removed webhook ${res.id} (${res.url}).`);
     }),
   );
 
-  fleetOpt(hooks.command("deliveries <webhook>").description("a webhook's deliveries, newest first (by id, name or short id)").option("--limit <n>", "how many", "50")).action(
+  fleetOpt(
+    hooks
+      .command("deliveries <webhook>")
+      .description("a webhook's deliveries, newest first (by id, name or short id)")
+      .option("--limit <n>", "how many", "50"),
+  ).action(
     act(io, async (ctx, ref: string, o: { fleet: string; limit: string }) => {
       const { id } = await webhookOf(ctx, o.fleet, ref);
       const res = await safety(ctx).deliveries(o.fleet, id, Number(o.limit));
       if (ctx.machine) return ctx.out.data(res.items);
       ctx.out.table(
         ["DELIVERY", "EVENT", "STATUS", "ATTEMPTS", "CREATED", "LAST ANSWER"],
-        res.items.map((d) => [d.id, d.event, d.status === "delivered" ? d.status : ctx.out.c.yellow(d.status), d.attempts, d.created_at, d.last_error ?? d.last_status]),
+        res.items.map((d) => [
+          d.id,
+          d.event,
+          d.status === "delivered" ? d.status : ctx.out.c.yellow(d.status),
+          d.attempts,
+          d.created_at,
+          d.last_error ?? d.last_status,
+        ]),
         "(no deliveries)",
       );
     }),
   );
 
-  fleetOpt(hooks.command("test <webhook>").description("send a webhook.test event now (by id, name or short id)")).action(
+  fleetOpt(
+    hooks.command("test <webhook>").description("send a webhook.test event now (by id, name or short id)"),
+  ).action(
     act(io, async (ctx, ref: string, o: { fleet: string }) => {
       const { id } = await webhookOf(ctx, o.fleet, ref);
       const d = await safety(ctx).testWebhook(o.fleet, id);
       if (ctx.machine) return ctx.out.data(d);
-      ctx.out.line(d.status === "delivered" ? `Delivered (HTTP ${d.last_status}).` : `Not taken yet (${d.last_error ?? "pending"}); retried with backoff: hm webhooks deliveries ${id} --fleet ${o.fleet}`);
+      ctx.out.line(
+        d.status === "delivered"
+          ? `Delivered (HTTP ${d.last_status}).`
+          : `Not taken yet (${d.last_error ?? "pending"}); retried with backoff: hm webhooks deliveries ${id} --fleet ${o.fleet}`,
+      );
     }),
   );
 }

@@ -45,25 +45,36 @@ export async function startDirectServer(vars: Record<string, string> = {}): Prom
   run(["deploy", "--dry-run", "--outdir", outdir]);
   run(["d1", "migrations", "apply", "DB", "--local", "--persist-to", persist]);
   // The bundle is one ES module: the module rules wrangler would bundle with do not apply.
-  const { modulesRules: _rules, ...workerOptions } = unstable_getMiniflareWorkerOptions(resolve(root, "wrangler.toml")).workerOptions;
+  const { modulesRules: _rules, ...workerOptions } = unstable_getMiniflareWorkerOptions(
+    resolve(root, "wrangler.toml"),
+  ).workerOptions;
   const port = await freePort();
   let restarts = 0;
   // wrangler describes the worker in Miniflare's previous options shape.
-  const mf = new Miniflare(convertV4MiniflareOptions({
-    ...workerOptions,
-    modules: true,
-    modulesRoot: outdir,
-    scriptPath: join(outdir, "index.js"),
-    // oxlint-disable-next-line unicorn/no-useless-fallback-in-spread -- the type admits non-objects
-    bindings: { ...(workerOptions.bindings ?? {}), ADMIN_TOKEN: admin, ALLOW_LOOPBACK_HTTP: "1", ACCESS_LOG: "off", PARK_TRUST_S: "30", ...vars },
-    host: "127.0.0.1",
-    port,
-    // wrangler's `--persist-to` layout, so the migrations applied above are the database it opens.
-    resourcePersistencePath: join(persist, "v3"),
-    unsafeHandleRuntimeRestart: () => {
-      restarts++;
-    },
-  }));
+  const mf = new Miniflare(
+    convertV4MiniflareOptions({
+      ...workerOptions,
+      modules: true,
+      modulesRoot: outdir,
+      scriptPath: join(outdir, "index.js"),
+      bindings: {
+        // oxlint-disable-next-line unicorn/no-useless-fallback-in-spread -- the type admits non-objects
+        ...(workerOptions.bindings ?? {}),
+        ADMIN_TOKEN: admin,
+        ALLOW_LOOPBACK_HTTP: "1",
+        ACCESS_LOG: "off",
+        PARK_TRUST_S: "30",
+        ...vars,
+      },
+      host: "127.0.0.1",
+      port,
+      // wrangler's `--persist-to` layout, so the migrations applied above are the database it opens.
+      resourcePersistencePath: join(persist, "v3"),
+      unsafeHandleRuntimeRestart: () => {
+        restarts++;
+      },
+    }),
+  );
   const url = (await mf.ready).toString().replace(/\/$/, "");
   if (!(await fetch(`${url}/healthz`)).ok) throw new Error("the direct server did not answer /healthz");
   return {

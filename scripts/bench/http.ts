@@ -3,12 +3,14 @@
 import type { BenchContext } from "./run.ts";
 
 /** A request to the bench server with the admin token (or `token`). */
-export const apiOf = (ctx: BenchContext) => (path: string, method = "GET", body?: unknown, token = ctx.admin) =>
-  fetch(`${ctx.base}${path}`, {
-    method,
-    headers: { authorization: `Bearer ${token}`, ...(body ? { "content-type": "application/json" } : {}) },
-    body: body ? JSON.stringify(body) : undefined,
-  });
+export const apiOf =
+  (ctx: BenchContext) =>
+  (path: string, method = "GET", body?: unknown, token = ctx.admin) =>
+    fetch(`${ctx.base}${path}`, {
+      method,
+      headers: { authorization: `Bearer ${token}`, ...(body ? { "content-type": "application/json" } : {}) },
+      body: body ? JSON.stringify(body) : undefined,
+    });
 
 /** The answer's JSON, or an error naming what failed. */
 export async function ok(res: Response, what: string) {

@@ -19,7 +19,9 @@ export interface Logging {
 function table(toml: string, name: string): Record<string, string> {
   const escaped = name.replace(/\./g, "\\.");
   const body = new RegExp(`^\\[${escaped}\\]\\s*$([\\s\\S]*?)(?=^\\[|(?![\\s\\S]))`, "m").exec(toml)?.[1] ?? "";
-  return Object.fromEntries([...body.matchAll(/^([A-Za-z_][A-Za-z0-9_]*)\s*=\s*("?)([^"\n#]*)\2/gm)].map((m) => [m[1], m[3].trim()]));
+  return Object.fromEntries(
+    [...body.matchAll(/^([A-Za-z_][A-Za-z0-9_]*)\s*=\s*("?)([^"\n#]*)\2/gm)].map((m) => [m[1], m[3].trim()]),
+  );
 }
 
 export function deployedLogging(config = resolve(import.meta.dirname, "../../wrangler.toml")): Logging {

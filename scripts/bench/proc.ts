@@ -21,7 +21,12 @@ export function procStats(): Map<number, ProcStat> | null {
         const close = text.lastIndexOf(")");
         const fields = text.slice(close + 2).split(" ");
         // After "pid (comm) ": state, ppid, …; utime and stime are the stat file's fields 14 and 15.
-        stats.set(Number(entry), { ppid: Number(fields[1]), comm: text.slice(text.indexOf("(") + 1, close), ticks: Number(fields[11]) + Number(fields[12]), rssPages: Number(fields[21]) });
+        stats.set(Number(entry), {
+          ppid: Number(fields[1]),
+          comm: text.slice(text.indexOf("(") + 1, close),
+          ticks: Number(fields[11]) + Number(fields[12]),
+          rssPages: Number(fields[21]),
+        });
       } catch {
         // the process ended meanwhile
       }

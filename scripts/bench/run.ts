@@ -57,10 +57,21 @@ export type Floors = { empty: number; read: number; write: number };
 // cron's handler through /__scheduled (no timer cron runs). Harbormaster runs its local entry
 // (src/local/index.ts): the deployed worker with the cost meter and the D1 taps.
 const startHarbormaster = () =>
-  startLocalServer({ label: "bench", metered: true, startTimeoutMs: 60_000, devArgs: ["--test-scheduled", "--var", "ACCESS_LOG:off"] });
+  startLocalServer({
+    label: "bench",
+    metered: true,
+    startTimeoutMs: 60_000,
+    devArgs: ["--test-scheduled", "--var", "ACCESS_LOG:off"],
+  });
 /** The floor fixture: another worker, without D1. */
 const startFloor = () =>
-  startLocalServer({ label: "bench-floor", config: resolve(import.meta.dirname, "floor/wrangler.toml"), health: "/empty", startTimeoutMs: 60_000, devArgs: ["--test-scheduled"] });
+  startLocalServer({
+    label: "bench-floor",
+    config: resolve(import.meta.dirname, "floor/wrangler.toml"),
+    health: "/empty",
+    startTimeoutMs: 60_000,
+    devArgs: ["--test-scheduled"],
+  });
 
 /** CPU time (user + system, ms) so far and resident memory (MB) of the workerd processes under `root`, from /proc (Linux). */
 function runtimeUse(root: number): { cpuMs: number; rssMb: number } | null {
@@ -143,7 +154,8 @@ async function main() {
       ["read", "/do/read", "floor: fixture worker, one Durable Object read"],
       ["write", "/do/write", "floor: fixture worker, one Durable Object write"],
     ] as const;
-    for (const [, path] of floorPaths) await load(floorServer.url, { durationSec: 1, requests: [{ method: "GET", path }] });
+    for (const [, path] of floorPaths)
+      await load(floorServer.url, { durationSec: 1, requests: [{ method: "GET", path }] });
     for (const [key, path, label] of floorPaths) {
       const s = summarize(await load(floorServer.url, { requests: [{ method: "GET", path }] }));
       floors[key] = s.rps;
@@ -175,7 +187,9 @@ async function main() {
     };
 
     const dir = resolve(import.meta.dirname, "scenarios");
-    const files = readdirSync(dir).filter((f) => f.endsWith(".ts")).sort();
+    const files = readdirSync(dir)
+      .filter((f) => f.endsWith(".ts"))
+      .sort();
     for (const file of files) {
       const name = file.replace(/\.ts$/, "");
       if (only.length && !only.includes(name)) continue;
@@ -185,13 +199,21 @@ async function main() {
     }
 
     const ceilingAfter = summarize(await load(server.url, { requests: emptyRequest }));
-    rows.push({ label: "empty request (ceiling, after)", ...ceilingAfter, ratio: ceilingAfter.rps / ceilingBefore.rps });
+    rows.push({
+      label: "empty request (ceiling, after)",
+      ...ceilingAfter,
+      ratio: ceilingAfter.rps / ceilingBefore.rps,
+    });
   } finally {
     stopAll();
   }
 
-  console.log(`\nHarbormaster benchmark — 16 connections, ${seconds}s per load, ratios to the empty request measured first\n`);
-  console.log("| measurement | req/s | p50 ms | p99 ms | × ceiling | × floor empty | × floor DO read | × floor DO write | non-2xx/errors |");
+  console.log(
+    `\nHarbormaster benchmark — 16 connections, ${seconds}s per load, ratios to the empty request measured first\n`,
+  );
+  console.log(
+    "| measurement | req/s | p50 ms | p99 ms | × ceiling | × floor empty | × floor DO read | × floor DO write | non-2xx/errors |",
+  );
   console.log("|---|---:|---:|---:|---:|---:|---:|---:|---|");
   const x = (rps: number, floor: number) => (floor ? (rps / floor).toFixed(2) : "");
   for (const r of rows) {

@@ -22,7 +22,12 @@ async function main() {
   await start();
   const set = await setUpFleet("crash", SERVERS, (i) => ({ hostname: `h${i}.example.com`, fleetlock_id: `fl-${i}` }));
   const { fleet, key } = set;
-  const servers: Server[] = set.servers.map((s, i) => ({ ...s, fleetlockId: `fl-${i}`, acked: 1, ackedFleetlockId: `fl-${i}` }));
+  const servers: Server[] = set.servers.map((s, i) => ({
+    ...s,
+    fleetlockId: `fl-${i}`,
+    acked: 1,
+    ackedFleetlockId: `fl-${i}`,
+  }));
   let acknowledged = 0;
   const convergence: number[] = [];
   for (let round = 0; round < ROUNDS; round++) {
@@ -43,13 +48,18 @@ async function main() {
               acknowledged++;
             }
           }),
-          api("PUT", "/v1/agent/inventory", {
-            generation: s.acked,
-            reconciled_at: new Date().toISOString(),
-            boot_id: `b-${round}-${n}`,
-            agents: [],
-            errors: [],
-          }, s.token).then(() => {}),
+          api(
+            "PUT",
+            "/v1/agent/inventory",
+            {
+              generation: s.acked,
+              reconciled_at: new Date().toISOString(),
+              boot_id: `b-${round}-${n}`,
+              agents: [],
+              errors: [],
+            },
+            s.token,
+          ).then(() => {}),
         ];
         if (n % 3 === 0) {
           const next = `fl-${i}-${round}-${n}`;
@@ -85,7 +95,9 @@ async function main() {
     }
     const took = Date.now() - restarted;
     convergence.push(took);
-    console.log(`round ${round + 1}/${ROUNDS}: converged ${took} ms after restart (${acknowledged} writes acknowledged so far)`);
+    console.log(
+      `round ${round + 1}/${ROUNDS}: converged ${took} ms after restart (${acknowledged} writes acknowledged so far)`,
+    );
   }
   convergence.sort((a, b) => a - b);
   console.log(
@@ -103,11 +115,14 @@ async function problems(fleet: string, basePath: string, servers: Server[]): Pro
     const ledger = await api("GET", `/v1/servers/${s.id}`);
     if (ledger.status !== 200) return `server ${s.id}: ledger answered ${ledger.status}`;
     const v = ledger.json;
-    if (v.desired_generation < s.acked) return `server ${s.id}: acknowledged generation ${s.acked} lost (ledger has ${v.desired_generation})`;
+    if (v.desired_generation < s.acked)
+      return `server ${s.id}: acknowledged generation ${s.acked} lost (ledger has ${v.desired_generation})`;
     const row = rows.get(s.id);
     if (!row) return `server ${s.id}: no index row`;
-    if (row.desired_generation !== v.desired_generation) return `server ${s.id}: index generation ${row.desired_generation} ≠ ledger ${v.desired_generation}`;
-    if (row.fleetlock_id !== v.fleetlock_id) return `server ${s.id}: index fleetlock_id ${row.fleetlock_id} ≠ ledger ${v.fleetlock_id}`;
+    if (row.desired_generation !== v.desired_generation)
+      return `server ${s.id}: index generation ${row.desired_generation} ≠ ledger ${v.desired_generation}`;
+    if (row.fleetlock_id !== v.fleetlock_id)
+      return `server ${s.id}: index fleetlock_id ${row.fleetlock_id} ≠ ledger ${v.fleetlock_id}`;
     if (ids.has(v.fleetlock_id)) return `fleetlock_id ${v.fleetlock_id} held by two servers`;
     ids.add(v.fleetlock_id);
     // The coordinator grants to the ledger's id (and its steady-state gives the slot back).
@@ -117,9 +132,12 @@ async function problems(fleet: string, basePath: string, servers: Server[]): Pro
     s.fleetlockId = v.fleetlock_id;
     // Every generation the ledger holds was audited exactly once.
     const audit = await api("GET", `/v1/audit?target=server:${s.id}&limit=500`);
-    const gens = audit.json.items.filter((e: any) => e.action === "server.desired.put").map((e: any) => e.details.generation);
+    const gens = audit.json.items
+      .filter((e: any) => e.action === "server.desired.put")
+      .map((e: any) => e.details.generation);
     if (new Set(gens).size !== gens.length) return `server ${s.id}: a desired PUT audited twice`;
-    for (let g = 2; g <= v.desired_generation; g++) if (!gens.includes(g)) return `server ${s.id}: generation ${g} not audited`;
+    for (let g = 2; g <= v.desired_generation; g++)
+      if (!gens.includes(g)) return `server ${s.id}: generation ${g} not audited`;
   }
   return "";
 }

@@ -42,14 +42,18 @@ async function problems(key: string, servers: Server[]): Promise<string> {
     if (typeof last === "string") return `server ${s.id}: ${last}`;
     const next = s.inFlight ? await accepted(key, s.inFlight) : false;
     if (typeof next === "string") return `server ${s.id}: ${next}`;
-    if (last === next) return `server ${s.id}: ${last ? "both" : "neither"} of acknowledged ${s.acked} and in-flight ${s.inFlight} accepted`;
+    if (last === next)
+      return `server ${s.id}: ${last ? "both" : "neither"} of acknowledged ${s.acked} and in-flight ${s.inFlight} accepted`;
   }
   return "";
 }
 
 async function main() {
   await start();
-  const set = await setUpFleet("crash-ids", SERVERS, (i) => ({ hostname: `id${i}.example.com`, fleetlock_id: `id-${i}` }));
+  const set = await setUpFleet("crash-ids", SERVERS, (i) => ({
+    hostname: `id${i}.example.com`,
+    fleetlock_id: `id-${i}`,
+  }));
   const { key } = set;
   const servers: Server[] = set.servers.map((s, i) => ({ id: s.id, left: [], acked: `id-${i}`, inFlight: null }));
   let acknowledged = 0;
@@ -92,7 +96,8 @@ async function main() {
     // Only now the ledgers are read: each accepted id must be the one its ledger holds.
     for (const s of servers) {
       const held = (await api("GET", `/v1/servers/${s.id}`)).json.fleetlock_id;
-      if (held !== s.acked && held !== s.inFlight) problem ||= `server ${s.id}: ledger holds ${held}, neither ${s.acked} nor ${s.inFlight}`;
+      if (held !== s.acked && held !== s.inFlight)
+        problem ||= `server ${s.id}: ledger holds ${held}, neither ${s.acked} nor ${s.inFlight}`;
       if (held === s.inFlight) {
         s.left.push(s.acked);
         s.acked = held;
@@ -105,7 +110,9 @@ async function main() {
       console.error(`round ${round + 1}/${ROUNDS}: NOT converged within ${CONVERGE_LIMIT_MS} ms: ${problem}`);
     } else {
       convergence.push(took);
-      console.log(`round ${round + 1}/${ROUNDS}: every acknowledged id accepted, every old one refused, ${took} ms after restart (${acknowledged} PATCHes acknowledged so far)`);
+      console.log(
+        `round ${round + 1}/${ROUNDS}: every acknowledged id accepted, every old one refused, ${took} ms after restart (${acknowledged} PATCHes acknowledged so far)`,
+      );
     }
   }
   convergence.sort((a, b) => a - b);

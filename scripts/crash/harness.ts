@@ -33,7 +33,10 @@ function cleanUp() {
 export async function api(method: string, path: string, body?: unknown, token = admin) {
   const res = await fetch(`${base}${path}`, {
     method,
-    headers: { authorization: `Bearer ${token}`, ...(body === undefined ? {} : { "content-type": "application/json" }) },
+    headers: {
+      authorization: `Bearer ${token}`,
+      ...(body === undefined ? {} : { "content-type": "application/json" }),
+    },
     body: body === undefined ? undefined : JSON.stringify(body),
   });
   const text = await res.text();
@@ -70,7 +73,11 @@ export function run(main: () => Promise<void>) {
  * on another port), a `default` reboot group of 100 slots, and `n` servers registered with the
  * names `nameOf` gives (each registration answered 201).
  */
-export async function setUpFleet(prefix: string, n: number, nameOf: (i: number) => { hostname: string; fleetlock_id: string }) {
+export async function setUpFleet(
+  prefix: string,
+  n: number,
+  nameOf: (i: number) => { hostname: string; fleetlock_id: string },
+) {
   const fleet = `${prefix}-${Date.now().toString(36)}`;
   if ((await api("POST", "/v1/fleets", { id: fleet })).status !== 201) throw new Error("fleet");
   const key = new URL((await api("POST", `/v1/fleets/${fleet}/fleetlock-key`)).json.base_url).pathname;

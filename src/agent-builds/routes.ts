@@ -10,7 +10,10 @@ import { buildFileName, buildHead, buildObject, buildView, checksumLine, publish
 
 const tags = ["agent builds"];
 const originOf = (url: string) => new URL(url).origin;
-const errorContent = (description: string) => ({ description, content: { "application/json": { schema: z.object({ error: z.any() }) } } });
+const errorContent = (description: string) => ({
+  description,
+  content: { "application/json": { schema: z.object({ error: z.any() }) } },
+});
 
 /** The agent's builds: published by an admin, downloaded by anyone (install.sh); mounted at /v1/agent. One chain, so hc sees every route. */
 export const agentBuildRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook })
@@ -30,7 +33,10 @@ export const agentBuildRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validatio
       request: {
         params: z.object({ target: buildTarget }),
         headers: PublishHeaders,
-        body: { required: true, content: { "application/octet-stream": { schema: z.string().openapi({ format: "binary" }) } } },
+        body: {
+          required: true,
+          content: { "application/octet-stream": { schema: z.string().openapi({ format: "binary" }) } },
+        },
       },
       responses: { 200: jsonResponse(AgentBuild, "Published"), ...commonErrors },
     }),
@@ -76,13 +82,17 @@ export const agentBuildRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validatio
       request: { params: z.object({ file: downloadFile }) },
       responses: {
         200: {
-          description: "The build (with its SHA-256 in X-Checksum-Sha256 and the ETag), or `<hex>  harbormaster-agent-<os>-<arch>`",
+          description:
+            "The build (with its SHA-256 in X-Checksum-Sha256 and the ETag), or `<hex>  harbormaster-agent-<os>-<arch>`",
           headers: z.object({
             ETag: z.string().openapi({ description: "The build's SHA-256, quoted" }),
             "X-Checksum-Sha256": z.string().openapi({ description: "The build's SHA-256 (hex)" }),
             "X-Agent-Version": z.string(),
           }),
-          content: { "application/octet-stream": { schema: z.string().openapi({ format: "binary" }) }, "text/plain": { schema: z.string() } },
+          content: {
+            "application/octet-stream": { schema: z.string().openapi({ format: "binary" }) },
+            "text/plain": { schema: z.string() },
+          },
         },
         400: errorContent("Not an os-arch this API knows"),
         404: errorContent("No build is published for it"),
@@ -95,7 +105,12 @@ export const agentBuildRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validatio
       if (wantsSum) {
         const head = await buildHead(c.env, target);
         const { sha256, version } = buildView(head, target, "");
-        return c.text(checksumLine(sha256, target), 200, { ETag: `"${sha256}"`, "X-Checksum-Sha256": sha256, "X-Agent-Version": version, "Cache-Control": "no-cache" });
+        return c.text(checksumLine(sha256, target), 200, {
+          ETag: `"${sha256}"`,
+          "X-Checksum-Sha256": sha256,
+          "X-Agent-Version": version,
+          "Cache-Control": "no-cache",
+        });
       }
       const object = await buildObject(c.env, target);
       const { sha256, version } = buildView(object, target, "");
@@ -118,9 +133,14 @@ export const installRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHo
     path: "/install.sh",
     operationId: "getInstallScript",
     tags,
-    summary: "The agent installer, a POSIX sh script: `curl -fsSL URL/install.sh | sh -s -- --token hme.…` (public; holds no secret)",
+    summary:
+      "The agent installer, a POSIX sh script: `curl -fsSL URL/install.sh | sh -s -- --token hme.…` (public; holds no secret)",
     security: [],
     responses: { 200: { description: "The script", content: { "text/x-shellscript": { schema: z.string() } } } },
   }),
-  (c) => c.body(installScript(originOf(c.req.url)), 200, { "Content-Type": "text/x-shellscript; charset=utf-8", "Cache-Control": "no-cache" }),
+  (c) =>
+    c.body(installScript(originOf(c.req.url)), 200, {
+      "Content-Type": "text/x-shellscript; charset=utf-8",
+      "Cache-Control": "no-cache",
+    }),
 );

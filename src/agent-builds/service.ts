@@ -22,17 +22,34 @@ export async function publishBuild(
   env: Env,
   actor: string,
   target: string,
-  input: { version: string; sha256: string; contentLength?: number; gzip: boolean; size?: number; body: ReadableStream | null },
+  input: {
+    version: string;
+    sha256: string;
+    contentLength?: number;
+    gzip: boolean;
+    size?: number;
+    body: ReadableStream | null;
+  },
 ) {
   const length = input.gzip ? input.size : (input.size ?? input.contentLength);
   if (length === undefined) {
-    throw new DomainError("bad_request", input.gzip ? "a gzip-compressed build needs X-Agent-Size (its uncompressed length)" : "send Content-Length");
+    throw new DomainError(
+      "bad_request",
+      input.gzip ? "a gzip-compressed build needs X-Agent-Size (its uncompressed length)" : "send Content-Length",
+    );
   }
   if (length > MAX_AGENT_BUILD_BYTES) {
-    throw new DomainError("payload_too_large", `an agent build is at most ${MAX_AGENT_BUILD_BYTES} bytes`, { max_bytes: MAX_AGENT_BUILD_BYTES });
+    throw new DomainError("payload_too_large", `an agent build is at most ${MAX_AGENT_BUILD_BYTES} bytes`, {
+      max_bytes: MAX_AGENT_BUILD_BYTES,
+    });
   }
   if (!input.body || length === 0) throw new DomainError("bad_request", "send the build as the request body");
-  const meta = { version: input.version, sha256: input.sha256, published_at: new Date().toISOString(), published_by: actor };
+  const meta = {
+    version: input.version,
+    sha256: input.sha256,
+    published_at: new Date().toISOString(),
+    published_by: actor,
+  };
   // R2 needs the stream's length: the build's own, held to by FixedLengthStream.
   // Piped by hand, each pipe's failure caught here: it reaches R2's read as an error anyway, and
   // left alone it would also surface as an unhandled rejection.
@@ -54,7 +71,9 @@ export async function publishBuild(
     stop.abort();
     const message = String((err as Error)?.message ?? err);
     if (/sha-?256|checksum|digest/i.test(message)) {
-      throw new DomainError("bad_request", "the body's SHA-256 is not the X-Checksum-Sha256 sent; nothing was stored", { sha256: input.sha256 });
+      throw new DomainError("bad_request", "the body's SHA-256 is not the X-Checksum-Sha256 sent; nothing was stored", {
+        sha256: input.sha256,
+      });
     }
     if (/length|bytes|gzip|decompress|incorrect header|unexpected end/i.test(message)) {
       throw new DomainError("bad_request", "the body is not the build's length, or not valid gzip; nothing was stored");
@@ -63,7 +82,12 @@ export async function publishBuild(
   }
   if (!object) throw new Error("R2 stored nothing");
   await getDb(env.DB).batch([
-    auditInsert(getDb(env.DB), { actor, action: "agent_build.publish", target: `agent-build:${target}`, details: { version: meta.version, sha256: meta.sha256, size: object.size } }),
+    auditInsert(getDb(env.DB), {
+      actor,
+      action: "agent_build.publish",
+      target: `agent-build:${target}`,
+      details: { version: meta.version, sha256: meta.sha256, size: object.size },
+    }),
   ]);
   return object;
 }

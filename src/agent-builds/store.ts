@@ -24,5 +24,10 @@ export const headBuild = (bucket: R2Bucket, target: string) => bucket.head(build
 
 export function metaOf(object: R2Object): BuildMeta {
   const m = object.customMetadata ?? {};
-  return { version: m.version ?? "", sha256: m.sha256 ?? "", published_at: m.published_at ?? "", published_by: m.published_by ?? "" };
+  return {
+    version: m.version ?? "",
+    sha256: m.sha256 ?? "",
+    published_at: m.published_at ?? "",
+    published_by: m.published_by ?? "",
+  };
 }

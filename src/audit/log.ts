@@ -24,7 +24,14 @@ export function auditInsert(db: Db, entry: AuditEntry, at = Date.now()) {
 export function auditInsertOnce(db: Db, e: AuditEvent) {
   return db
     .insert(auditLog)
-    .values({ at: e.at, actor: e.actor, action: e.action, target: e.target, details: e.details ?? null, eventId: e.event_id })
+    .values({
+      at: e.at,
+      actor: e.actor,
+      action: e.action,
+      target: e.target,
+      details: e.details ?? null,
+      eventId: e.event_id,
+    })
     .onConflictDoNothing({ target: auditLog.eventId });
 }
 

@@ -9,8 +9,7 @@ import { searchAudit } from "./service";
 import { AuditEntry } from "./schemas";
 
 // One chain, so the type of auditRoutes (and of the app that mounts it at /v1/audit) carries every route for hc.
-export const auditRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook })
-.openapi(
+export const auditRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook }).openapi(
   createRoute({
     method: "get",
     path: "/",
@@ -21,11 +20,10 @@ export const auditRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook
     middleware: [requireScope("read")] as const,
     request: {
       query: z.object({
-        target: z
-          .string()
-          .max(330)
-          .optional()
-          .openapi({ description: "e.g. `fleet:prod`, `rollout:<id>`, `server:<id>`, `server:<hostname>` or `server:<fleet>/<hostname>`" }),
+        target: z.string().max(330).optional().openapi({
+          description:
+            "e.g. `fleet:prod`, `rollout:<id>`, `server:<id>`, `server:<hostname>` or `server:<fleet>/<hostname>`",
+        }),
         limit: limitParam,
         cursor: cursorParam,
       }),
@@ -43,7 +41,15 @@ export const auditRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook
     const { items, next_cursor } = page(rows, q.limit, (r) => [String(r.id)]);
     return c.json(
       {
-        items: items.map((r) => ({ id: r.id, at: iso(r.at), actor: r.actor, action: r.action, target: r.target, hostname: r.hostname, details: r.details })),
+        items: items.map((r) => ({
+          id: r.id,
+          at: iso(r.at),
+          actor: r.actor,
+          action: r.action,
+          target: r.target,
+          hostname: r.hostname,
+          details: r.details,
+        })),
         next_cursor,
       },
       200,

@@ -11,9 +11,14 @@ const SERVER = "server:";
  * server carry its hostname, so nobody reads uuids.
  */
 export async function searchAudit(env: Env, opts: { target?: string; before?: number; limit: number }) {
-  const target = opts.target?.startsWith(SERVER) ? SERVER + (await resolveServer(env, opts.target.slice(SERVER.length), undefined, { removedToo: true })) : opts.target;
+  const target = opts.target?.startsWith(SERVER)
+    ? SERVER + (await resolveServer(env, opts.target.slice(SERVER.length), undefined, { removedToo: true }))
+    : opts.target;
   const rows = await listAudit(getDb(env.DB), { ...opts, target });
   const ids = rows.filter((r) => r.target.startsWith(SERVER)).map((r) => r.target.slice(SERVER.length));
   const names = await hostnamesOf(env, ids);
-  return rows.map((r) => ({ ...r, hostname: r.target.startsWith(SERVER) ? (names.get(r.target.slice(SERVER.length)) ?? null) : null }));
+  return rows.map((r) => ({
+    ...r,
+    hostname: r.target.startsWith(SERVER) ? (names.get(r.target.slice(SERVER.length)) ?? null) : null,
+  }));
 }

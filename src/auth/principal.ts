@@ -53,7 +53,8 @@ async function withAdminTokenHint<T>(env: AppEnv["Bindings"], authenticate: () =
 }
 
 /** Whether the principal is an operator whose scope is at least `scope`. */
-export const hasScope = (principal: Principal, scope: Scope) => principal.kind === "operator" && scopeRank(principal.scope) >= scopeRank(scope);
+export const hasScope = (principal: Principal, scope: Scope) =>
+  principal.kind === "operator" && scopeRank(principal.scope) >= scopeRank(scope);
 
 /** Operator routes: a valid operator token whose scope is at least `scope`. */
 export const requireScope = (scope: Scope) =>
@@ -73,7 +74,10 @@ export const requireScope = (scope: Scope) =>
  * `hm-token.<token>`, beside the protocol it speaks: never in the URL, which proxies log.
  */
 function protocolTokenOf(header: string | undefined) {
-  const offered = header?.split(",").map((p) => p.trim()).find((p) => p.startsWith(TOKEN_PROTOCOL_PREFIX));
+  const offered = header
+    ?.split(",")
+    .map((p) => p.trim())
+    .find((p) => p.startsWith(TOKEN_PROTOCOL_PREFIX));
   return offered?.slice(TOKEN_PROTOCOL_PREFIX.length);
 }
 
@@ -82,7 +86,10 @@ function protocolTokenOf(header: string | undefined) {
  * hot path (desired polls, reports) never reads D1.
  */
 export const requireServer = createMiddleware<AppEnv>(async (c, next) => {
-  const token = c.req.header("Authorization") === undefined ? protocolTokenOf(c.req.header("Sec-WebSocket-Protocol")) ?? bearerOf(undefined) : bearerOf(c.req.header("Authorization"));
+  const token =
+    c.req.header("Authorization") === undefined
+      ? (protocolTokenOf(c.req.header("Sec-WebSocket-Protocol")) ?? bearerOf(undefined))
+      : bearerOf(c.req.header("Authorization"));
   const parsed = parseToken(token);
   if (parsed?.kind !== "server") {
     // A valid operator token is refused as such (403); anything else is simply not a token (401).

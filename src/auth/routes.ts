@@ -25,89 +25,89 @@ const view = (r: TokenRow) => ({
 
 // One chain, so the type of tokenRoutes (and of the app that mounts it at /v1/tokens) carries every route for hc.
 export const tokenRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook })
-.openapi(
-  createRoute({
-    method: "post",
-    path: "/",
-    operationId: "createToken",
-    tags: ["tokens"],
-    summary: "Create an operator token; the secret is returned once",
-    security: bearer,
-    middleware: [requireScope("admin"), locationOfCreated] as const,
-    request: { body: jsonBody(TokenInput) },
-    responses: {
-      201: createdResponse(Token.extend({ token: z.string() }), "The token, with its secret"),
-      ...commonErrors,
+  .openapi(
+    createRoute({
+      method: "post",
+      path: "/",
+      operationId: "createToken",
+      tags: ["tokens"],
+      summary: "Create an operator token; the secret is returned once",
+      security: bearer,
+      middleware: [requireScope("admin"), locationOfCreated] as const,
+      request: { body: jsonBody(TokenInput) },
+      responses: {
+        201: createdResponse(Token.extend({ token: z.string() }), "The token, with its secret"),
+        ...commonErrors,
+      },
+    }),
+    async (c) => {
+      const { row, token } = await createOperatorToken(c.env, actorOf(c.var.principal), c.req.valid("json"));
+      return c.json({ ...view(row), token }, 201);
     },
-  }),
-  async (c) => {
-    const { row, token } = await createOperatorToken(c.env, actorOf(c.var.principal), c.req.valid("json"));
-    return c.json({ ...view(row), token }, 201);
-  },
-)
+  )
 
-.openapi(
-  createRoute({
-    method: "get",
-    path: "/",
-    operationId: "listTokens",
-    tags: ["tokens"],
-    summary: "List tokens (never their secrets)",
-    security: bearer,
-    middleware: [requireScope("admin")] as const,
-    request: {
-      query: z.object({
-        kind: z.enum(TOKEN_KINDS).optional(),
-        limit: limitParam,
-        cursor: cursorParam,
-      }),
+  .openapi(
+    createRoute({
+      method: "get",
+      path: "/",
+      operationId: "listTokens",
+      tags: ["tokens"],
+      summary: "List tokens (never their secrets)",
+      security: bearer,
+      middleware: [requireScope("admin")] as const,
+      request: {
+        query: z.object({
+          kind: z.enum(TOKEN_KINDS).optional(),
+          limit: limitParam,
+          cursor: cursorParam,
+        }),
+      },
+      responses: {
+        200: jsonResponse(z.object({ items: z.array(Token), next_cursor: z.string().nullable() }), "A page"),
+        ...commonErrors,
+      },
+    }),
+    async (c) => {
+      const q = c.req.valid("query");
+      const after = decodeCursor(q.cursor, 1);
+      const rows = await searchTokens(c.env, q.kind, after?.[0] ?? null, q.limit);
+      const { items, next_cursor } = page(rows, q.limit, (r) => [r.id]);
+      return c.json({ items: items.map(view), next_cursor }, 200);
     },
-    responses: {
-      200: jsonResponse(z.object({ items: z.array(Token), next_cursor: z.string().nullable() }), "A page"),
-      ...commonErrors,
+  )
+
+  .openapi(
+    createRoute({
+      method: "delete",
+      path: "/{id}",
+      operationId: "revokeToken",
+      tags: ["tokens"],
+      summary: "Revoke a token; it stops working at once",
+      security: bearer,
+      middleware: [requireScope("admin")] as const,
+      request: { params: z.object({ id: z.uuid() }) },
+      responses: { 200: jsonResponse(Token, "The revoked token"), ...commonErrors, ...notFoundError },
+    }),
+    async (c) => {
+      const { id } = c.req.valid("param");
+      return c.json(view(await revokeToken(c.env, actorOf(c.var.principal), id)), 200);
     },
-  }),
-  async (c) => {
-    const q = c.req.valid("query");
-    const after = decodeCursor(q.cursor, 1);
-    const rows = await searchTokens(c.env, q.kind, after?.[0] ?? null, q.limit);
-    const { items, next_cursor } = page(rows, q.limit, (r) => [r.id]);
-    return c.json({ items: items.map(view), next_cursor }, 200);
-  },
-)
+  )
 
-.openapi(
-  createRoute({
-    method: "delete",
-    path: "/{id}",
-    operationId: "revokeToken",
-    tags: ["tokens"],
-    summary: "Revoke a token; it stops working at once",
-    security: bearer,
-    middleware: [requireScope("admin")] as const,
-    request: { params: z.object({ id: z.uuid() }) },
-    responses: { 200: jsonResponse(Token, "The revoked token"), ...commonErrors, ...notFoundError },
-  }),
-  async (c) => {
-    const { id } = c.req.valid("param");
-    return c.json(view(await revokeToken(c.env, actorOf(c.var.principal), id)), 200);
-  },
-)
-
-.openapi(
-  createRoute({
-    method: "get",
-    path: "/{id}",
-    operationId: "getToken",
-    tags: ["tokens"],
-    summary: "One token (never its secret)",
-    security: bearer,
-    middleware: [requireScope("admin")] as const,
-    request: { params: z.object({ id: z.uuid() }) },
-    responses: { 200: jsonResponse(Token, "The token"), ...commonErrors, ...notFoundError },
-  }),
-  async (c) => {
-    const { id } = c.req.valid("param");
-    return c.json(view(await tokenOf(c.env, id)), 200);
-  },
-);
+  .openapi(
+    createRoute({
+      method: "get",
+      path: "/{id}",
+      operationId: "getToken",
+      tags: ["tokens"],
+      summary: "One token (never its secret)",
+      security: bearer,
+      middleware: [requireScope("admin")] as const,
+      request: { params: z.object({ id: z.uuid() }) },
+      responses: { 200: jsonResponse(Token, "The token"), ...commonErrors, ...notFoundError },
+    }),
+    async (c) => {
+      const { id } = c.req.valid("param");
+      return c.json(view(await tokenOf(c.env, id)), 200);
+    },
+  );

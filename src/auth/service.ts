@@ -60,7 +60,10 @@ export async function revokeToken(env: Env, actor: string, id: string) {
   }
   const revokedAt = Date.now();
   await db.batch([
-    db.update(tokens).set({ revokedAt }).where(and(eq(tokens.id, id), isNull(tokens.revokedAt))),
+    db
+      .update(tokens)
+      .set({ revokedAt })
+      .where(and(eq(tokens.id, id), isNull(tokens.revokedAt))),
     auditInsert(db, { actor, action: "token.revoke", target: `token:${id}` }),
   ]);
   // Its console sessions are refused from now on; their open pages' live sockets close now too.

@@ -18,12 +18,24 @@ export const driftFix = z.enum(DRIFT_FIXES);
 
 const FIX_OF: Record<DriftReason, { fix: z.infer<typeof driftFix>; advice: string }> = {
   missing: { fix: "reissue", advice: "re-plan and issue the next generation so the host installs the agent again" },
-  image_mismatch: { fix: "reissue", advice: "re-plan and issue the next generation so the host converges on the desired image" },
+  image_mismatch: {
+    fix: "reissue",
+    advice: "re-plan and issue the next generation so the host converges on the desired image",
+  },
   failed: { fix: "reissue", advice: "issue the next generation so the host retries; look at the host's error first" },
-  removal_failed: { fix: "reissue", advice: "issue the next generation so the host retries the removal; look at the host's error first" },
+  removal_failed: {
+    fix: "reissue",
+    advice: "issue the next generation so the host retries the removal; look at the host's error first",
+  },
   removal_pending: { fix: "refresh", advice: "ask the host to report again; it has not said the agent is gone" },
-  generation_behind: { fix: "refresh", advice: "ask the host to report again; it has not reconciled the newest generation" },
-  stale_report: { fix: "none", advice: "the host does not answer: check the machine; nothing is issued to a host that does not report" },
+  generation_behind: {
+    fix: "refresh",
+    advice: "ask the host to report again; it has not reconciled the newest generation",
+  },
+  stale_report: {
+    fix: "none",
+    advice: "the host does not answer: check the machine; nothing is issued to a host that does not report",
+  },
 };
 
 export const Finding = z
@@ -40,9 +52,7 @@ export const Finding = z
   })
   .openapi("DriftFinding");
 
-export const Skipped = z
-  .object({ server: z.string(), hostname: z.string(), why: z.string() })
-  .openapi("DriftSkipped");
+export const Skipped = z.object({ server: z.string(), hostname: z.string(), why: z.string() }).openapi("DriftSkipped");
 
 export interface DriftFilter {
   fleet?: string;
@@ -82,7 +92,10 @@ function judge(server: ServerRow, instances: InstanceRow[]) {
     findings.push(finding("stale_report"));
     return {
       findings,
-      skipped: { ...base, why: `stale: no report since ${isoOrNull(server.lastSeen) ?? "ever"}; its agents were not checked` },
+      skipped: {
+        ...base,
+        why: `stale: no report since ${isoOrNull(server.lastSeen) ?? "ever"}; its agents were not checked`,
+      },
     };
   }
   if (server.reportedGeneration !== null && server.reportedGeneration < server.desiredGeneration) {
@@ -112,11 +125,19 @@ const NOT_REALIZED = SERVER_STATUSES.filter((s) => s !== "realized");
  * Realized servers have nothing to report and are never read: the servers query keeps to the
  * index's non-realized rows (and, with `agent`, to servers that have an instance of it).
  */
-export async function checkServerAgents(db: Db, filter: DriftFilter, after: string | null, limit: number, now = Date.now()) {
+export async function checkServerAgents(
+  db: Db,
+  filter: DriftFilter,
+  after: string | null,
+  limit: number,
+  now = Date.now(),
+) {
   const shared: SQL[] = [];
   if (filter.server) shared.push(eq(servers.id, filter.server));
   if (filter.agent) {
-    shared.push(sql`EXISTS (SELECT 1 FROM ${agentInstances} WHERE server_id = ${servers.id} AND agent = ${filter.agent})`);
+    shared.push(
+      sql`EXISTS (SELECT 1 FROM ${agentInstances} WHERE server_id = ${servers.id} AND agent = ${filter.agent})`,
+    );
   }
   if (after) shared.push(gt(servers.id, after));
   const columns = {
@@ -137,7 +158,10 @@ export async function checkServerAgents(db: Db, filter: DriftFilter, after: stri
     // that need a look, not a walk in id order through every realized server to find them (which
     // is what SQLite's planner picks for `ORDER BY id LIMIT` unless told: hence INDEXED BY).
     // Raw SQL: drizzle's builder has no INDEXED BY. Each column is named as the row type has it.
-    const pick = sql`SELECT ${sql.join(Object.entries(columns).map(([name, column]) => sql`${column} AS ${sql.identifier(name)}`), sql`, `)}`;
+    const pick = sql`SELECT ${sql.join(
+      Object.entries(columns).map(([name, column]) => sql`${column} AS ${sql.identifier(name)}`),
+      sql`, `,
+    )}`;
     const read = (index: string, ...conds: SQL[]) =>
       sql`${pick} FROM ${servers} INDEXED BY ${sql.identifier(index)} WHERE ${and(eq(servers.fleetId, fleet), ...conds, ...shared)}`;
     rows = await db.all<ServerRow>(

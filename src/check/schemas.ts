@@ -33,7 +33,11 @@ const FixActionSchema = z
   .openapi("DriftFixAction");
 
 /** GET /v1/check/server-agents: a page of findings, and the servers the check could not judge. */
-export const CheckAnswer = z.object({ findings: z.array(Finding), skipped: z.array(Skipped), next_cursor: z.string().nullable() });
+export const CheckAnswer = z.object({
+  findings: z.array(Finding),
+  skipped: z.array(Skipped),
+  next_cursor: z.string().nullable(),
+});
 
 /** POST /v1/check/server-agents/fix: what was (or would be) done, per server. */
 export const FixAnswer = z.object({

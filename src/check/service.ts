@@ -22,7 +22,9 @@ export interface FixAction {
 
 /** The filter with its server (id, hostname or fleet/hostname) resolved to an id. */
 async function resolved(env: Env, filter: DriftFilter): Promise<DriftFilter> {
-  return filter.server === undefined ? filter : { ...filter, server: await resolveServer(env, filter.server, filter.fleet) };
+  return filter.server === undefined
+    ? filter
+    : { ...filter, server: await resolveServer(env, filter.server, filter.fleet) };
 }
 
 /** `check server-agents`: a page of drift findings from the fleet-wide index. */
@@ -41,7 +43,13 @@ export async function fixServerAgents(
   const check = await checkServerAgents(db, opts.filter, opts.after, opts.limit);
   const byServer = new Map<string, FixAction>();
   for (const f of check.findings) {
-    const a = byServer.get(f.server) ?? { server: f.server, hostname: f.hostname, action: "none", reasons: [], result: null };
+    const a = byServer.get(f.server) ?? {
+      server: f.server,
+      hostname: f.hostname,
+      action: "none",
+      reasons: [],
+      result: null,
+    };
     if (!a.reasons.includes(f.reason)) a.reasons.push(f.reason);
     // A new generation also makes the host report: re-issue covers a refresh.
     if (RANK[f.fix] > RANK[a.action]) a.action = f.fix;
@@ -60,7 +68,11 @@ export async function fixServerAgents(
           if (fleet && !inputs.has(fleet)) inputs.set(fleet, await planInputsOf(db, fleet));
           const fleetInputs = fleet ? inputs.get(fleet) : null;
           if (!fleetInputs) throw new Error("the server's fleet no longer exists");
-          const out = await ledger.applyPlan(fleetInputs, { actor, reason: `drift fix: ${a.reasons.join(", ")}`, reissue: true });
+          const out = await ledger.applyPlan(fleetInputs, {
+            actor,
+            reason: `drift fix: ${a.reasons.join(", ")}`,
+            reissue: true,
+          });
           a.result = out.ok
             ? { ok: true, outcome: out.outcome, generation: out.view.desired.generation }
             : { ok: false, error: (out as unknown as { code: string }).code };
@@ -78,8 +90,15 @@ export async function fixServerAgents(
       auditInsert(db, {
         actor,
         action: "check.fix",
-        target: opts.filter.server ? `server:${opts.filter.server}` : opts.filter.fleet ? `fleet:${opts.filter.fleet}` : "check",
-        details: { filter: opts.filter, actions: actions.map((a) => ({ server: a.server, action: a.action, ok: a.result?.ok ?? null })) },
+        target: opts.filter.server
+          ? `server:${opts.filter.server}`
+          : opts.filter.fleet
+            ? `fleet:${opts.filter.fleet}`
+            : "check",
+        details: {
+          filter: opts.filter,
+          actions: actions.map((a) => ({ server: a.server, action: a.action, ok: a.result?.ok ?? null })),
+        },
       }),
     ]);
   }

@@ -31,7 +31,10 @@ export function createClient(baseUrl: string, token?: string | null, options: Cl
 }
 
 /** The body of an error answer (`{error: {code, message, details?, request_id?}}`), or null when it is not one. */
-export async function errorOf(res: { ok: boolean; clone(): { json(): Promise<unknown> } }): Promise<{ code: string; message: string; details?: unknown } | null> {
+export async function errorOf(res: {
+  ok: boolean;
+  clone(): { json(): Promise<unknown> };
+}): Promise<{ code: string; message: string; details?: unknown } | null> {
   if (res.ok) return null;
   try {
     const body = (await res.clone().json()) as { error?: { code: string; message: string; details?: unknown } };

@@ -19,7 +19,11 @@ export interface ApiAnswer<T = unknown> {
 }
 
 export class ApiFailure extends Error {
-  constructor(readonly status: number, readonly code: string, message: string) {
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    message: string,
+  ) {
     super(message);
   }
 }
@@ -87,7 +91,13 @@ export function readPage<S extends z.ZodType>(v: { api: Api }, item: S, path: st
 }
 
 /** A write (`POST`, `PUT`, `DELETE`) whose answer is typed as `schema`, as `read` does for a GET. */
-export function send<S extends z.ZodType>(v: { api: Api }, schema: S, method: string, path: string, body?: unknown): Promise<z.output<S>> {
+export function send<S extends z.ZodType>(
+  v: { api: Api },
+  schema: S,
+  method: string,
+  path: string,
+  body?: unknown,
+): Promise<z.output<S>> {
   return must(v.api<z.output<S>>(method, path, body));
 }
 

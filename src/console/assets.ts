@@ -17,8 +17,16 @@ function contentHash(text: string) {
 }
 
 export const ASSETS = {
-  js: { path: `/console/assets/console.${contentHash(CONSOLE_JS)}.js`, body: CONSOLE_JS, type: "text/javascript; charset=utf-8" },
-  css: { path: `/console/assets/console.${contentHash(CONSOLE_CSS)}.css`, body: CONSOLE_CSS, type: "text/css; charset=utf-8" },
+  js: {
+    path: `/console/assets/console.${contentHash(CONSOLE_JS)}.js`,
+    body: CONSOLE_JS,
+    type: "text/javascript; charset=utf-8",
+  },
+  css: {
+    path: `/console/assets/console.${contentHash(CONSOLE_CSS)}.css`,
+    body: CONSOLE_CSS,
+    type: "text/css; charset=utf-8",
+  },
 } as const;
 
 export const assetRoutes = new Hono();

@@ -49,7 +49,13 @@ function takeFlash(c: Ctx): { ok: boolean; text: string } | null {
   }
 }
 
-export function render(v: View, section: Section | undefined, title: string, body: Child, status: 200 | 403 | 404 | 409 | 422 | 502 = 200) {
+export function render(
+  v: View,
+  section: Section | undefined,
+  title: string,
+  body: Child,
+  status: 200 | 403 | 404 | 409 | 422 | 502 = 200,
+) {
   const frame: Frame = { title, section, session: v.session, fleet: v.fleet, fleets: v.fleets, flash: takeFlash(v.c) };
   return v.c.html(<Page frame={frame}>{body}</Page>, status);
 }
@@ -74,13 +80,17 @@ async function failurePage(c: Ctx, err: ApiFailure, section?: Section) {
     return c.redirect("/console/sign-in?ended=1", 303);
   }
   const frame: Frame = { title: "Problem", section, session, fleet: c.req.query("fleet") };
-  const status = err.status === 403 || err.status === 404 || err.status === 409 || err.status === 422 ? err.status : 502;
+  const status =
+    err.status === 403 || err.status === 404 || err.status === 409 || err.status === 422 ? err.status : 502;
   return c.html(
     <Page frame={frame}>
       <div class="flash bad" role="alert">
         <h1>{status === 404 ? "Not found" : status === 403 ? "Not allowed" : "The API refused"}</h1>
         <p>
-          {err.message} <span class="muted">({err.code}, {err.status})</span>
+          {err.message}{" "}
+          <span class="muted">
+            ({err.code}, {err.status})
+          </span>
         </p>
       </div>
     </Page>,
@@ -109,7 +119,11 @@ export function page(getApp: () => InProcessApp, section: Section | undefined, b
  * Runs an action: `run` calls the API and returns the message to show; the browser goes back
  * (303) to the page it came from, which shows the message. A refusal is shown the same way.
  */
-export function action(getApp: () => InProcessApp, fallback: string, run: (v: View, form: Record<string, string>) => Promise<string | Response>) {
+export function action(
+  getApp: () => InProcessApp,
+  fallback: string,
+  run: (v: View, form: Record<string, string>) => Promise<string | Response>,
+) {
   return async (c: Ctx) => {
     const raw = await c.req.parseBody();
     const form: Record<string, string> = {};
@@ -136,5 +150,6 @@ class ConfirmationMissing extends Error {}
 
 /** A typed confirmation: the form's `confirm` must repeat `expected` exactly. */
 export function confirmTyped(form: Record<string, string>, expected: string, what: string) {
-  if ((form.confirm ?? "").trim() !== expected) throw new ConfirmationMissing(`Not done: type ${what} (${expected}) to confirm.`);
+  if ((form.confirm ?? "").trim() !== expected)
+    throw new ConfirmationMissing(`Not done: type ${what} (${expected}) to confirm.`);
 }

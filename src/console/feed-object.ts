@@ -6,7 +6,16 @@
  */
 import { DurableObject } from "cloudflare:workers";
 import type { Env } from "../env";
-import { broadcast, SESSION_ENDED, sessionTag, tagOf, tokenTag, type FeedNotice, type SessionEnd, type SocketTag } from "./feed-fanout";
+import {
+  broadcast,
+  SESSION_ENDED,
+  sessionTag,
+  tagOf,
+  tokenTag,
+  type FeedNotice,
+  type SessionEnd,
+  type SocketTag,
+} from "./feed-fanout";
 
 export class ConsoleFeed extends DurableObject<Env> {
   constructor(ctx: DurableObjectState, env: Env) {

@@ -42,7 +42,10 @@ export const securityHeaders: MiddlewareHandler = async (c, next) => {
 export const sameOrigin = (c: Context) => c.req.header("Origin") === new URL(c.req.url).origin;
 
 export class Refused extends Error {
-  constructor(readonly status: 401 | 403, message: string) {
+  constructor(
+    readonly status: 401 | 403,
+    message: string,
+  ) {
     super(message);
   }
 }
@@ -73,7 +76,8 @@ export const requireCsrf = createMiddleware<ConsoleEnv>(async (c, next) => {
   const session = await currentSession(c);
   if (!session) throw new Refused(401, "Your session has ended: sign in again.");
   if (!sameOrigin(c)) throw new Refused(403, "Refused: the request did not come from this console (Origin).");
-  if (!sameSecret(await sentToken(c), session.csrf)) throw new Refused(403, "Refused: the form's CSRF token is missing or wrong. Reload the page and try again.");
+  if (!sameSecret(await sentToken(c), session.csrf))
+    throw new Refused(403, "Refused: the form's CSRF token is missing or wrong. Reload the page and try again.");
   c.set("session", session);
   await next();
 });

@@ -45,7 +45,11 @@ function windowOf(fleet: string) {
  * Tells the fleet's feed now, or answers when it may (`later`: the caller keeps the notice until
  * then), or not at all (`covered`: a trailing notice already stands for this one).
  */
-export async function notifyFeed(env: Env, n: NoticeInput, now = Date.now()): Promise<"sent" | "covered" | { later: number }> {
+export async function notifyFeed(
+  env: Env,
+  n: NoticeInput,
+  now = Date.now(),
+): Promise<"sent" | "covered" | { later: number }> {
   const w = windowOf(n.fleet);
   const opens = w.last + THROTTLE_MS;
   if (now < opens) {

@@ -59,7 +59,11 @@ async function sealKey(sessionId: string) {
 
 async function seal(sessionId: string, token: string) {
   const iv = crypto.getRandomValues(new Uint8Array(12));
-  const sealed = await crypto.subtle.encrypt({ name: "AES-GCM", iv }, await sealKey(sessionId), new TextEncoder().encode(token));
+  const sealed = await crypto.subtle.encrypt(
+    { name: "AES-GCM", iv },
+    await sealKey(sessionId),
+    new TextEncoder().encode(token),
+  );
   return `${b64(iv)}.${b64(new Uint8Array(sealed))}`;
 }
 
@@ -147,10 +151,15 @@ export async function closeLiveSockets(env: Env, end: SessionEnd, reason: string
   const ids = (await getDb(env.DB).select({ id: fleets.id }).from(fleets)).map((r) => r.id);
   let closed = 0;
   for (let i = 0; i < ids.length; i += FEEDS_AT_ONCE) {
-    const results = await Promise.allSettled(ids.slice(i, i + FEEDS_AT_ONCE).map((id) => env.FEED.get(env.FEED.idFromName(id)).endSessions(end, reason)));
+    const results = await Promise.allSettled(
+      ids.slice(i, i + FEEDS_AT_ONCE).map((id) => env.FEED.get(env.FEED.idFromName(id)).endSessions(end, reason)),
+    );
     for (const r of results) {
       if (r.status === "fulfilled") closed += r.value;
-      else console.warn(JSON.stringify({ msg: "a console feed could not close an ended session's sockets", error: String(r.reason) }));
+      else
+        console.warn(
+          JSON.stringify({ msg: "a console feed could not close an ended session's sockets", error: String(r.reason) }),
+        );
     }
   }
   return closed;

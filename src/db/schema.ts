@@ -36,7 +36,9 @@ export const fleets = sqliteTable("fleets", {
   defaultGroupSlots: integer("default_group_slots"),
   createdAt: integer("created_at").notNull(),
   /** "catalog": desired configs may name only catalog images; "any": free-form image strings. */
-  imagePolicy: text("image_policy", { enum: ["catalog", "any"] }).notNull().default("any"),
+  imagePolicy: text("image_policy", { enum: ["catalog", "any"] })
+    .notNull()
+    .default("any"),
 });
 
 export const servers = sqliteTable(
@@ -71,7 +73,9 @@ export const servers = sqliteTable(
     // Staleness marking scans only servers whose last report is old.
     index("servers_fleet_last_seen_idx").on(t.fleetId, t.lastSeen),
     // Staleness marking: only rows not yet stale, by deadline, so a tick reads what crossed.
-    index("servers_stale_at_idx").on(t.staleAt).where(sql`${t.status} != 'stale'`),
+    index("servers_stale_at_idx")
+      .on(t.staleAt)
+      .where(sql`${t.status} != 'stale'`),
     // Not unique: the fleet's coordinator owns fleetlock_id uniqueness; the index only mirrors it,
     // and a uniqueness check here would make one ledger's projection wait on another's.
     index("servers_fleetlock_id_idx").on(t.fleetId, t.fleetlockId),
@@ -98,7 +102,10 @@ export const serverLabels = sqliteTable(
     key: text("key").notNull(),
     value: text("value").notNull(),
   },
-  (t) => [primaryKey({ columns: [t.serverId, t.key] }), index("server_labels_fleet_key_value_idx").on(t.fleetId, t.key, t.value, t.serverId)],
+  (t) => [
+    primaryKey({ columns: [t.serverId, t.key] }),
+    index("server_labels_fleet_key_value_idx").on(t.fleetId, t.key, t.value, t.serverId),
+  ],
 );
 
 export const agentInstances = sqliteTable(
@@ -191,7 +198,11 @@ export const upgradeRuns = sqliteTable(
     finishedAt: integer("finished_at"),
     error: text("error"),
   },
-  (t) => [uniqueIndex("upgrade_runs_one_running_uq").on(t.state).where(sql`${t.state} = 'running'`)],
+  (t) => [
+    uniqueIndex("upgrade_runs_one_running_uq")
+      .on(t.state)
+      .where(sql`${t.state} = 'running'`),
+  ],
 );
 
 /** The history: every attempt at every step, with who ran it and how it ended. */
@@ -217,7 +228,9 @@ export const upgradeSteps = sqliteTable(
   (t) => [
     index("upgrade_steps_run_idx").on(t.runId),
     // The cron reads only the finished steps whose event is still owed.
-    index("upgrade_steps_unnotified_idx").on(t.id).where(sql`${t.notifiedAt} IS NULL AND ${t.state} != 'running'`),
+    index("upgrade_steps_unnotified_idx")
+      .on(t.id)
+      .where(sql`${t.notifiedAt} IS NULL AND ${t.state} != 'running'`),
   ],
 );
 
@@ -352,7 +365,9 @@ export const rollouts = sqliteTable(
   (t) => [
     index("rollouts_fleet_agent_idx").on(t.fleetId, t.agent, t.createdAt),
     // The cron backstop reads only rollouts that still move, oldest update first.
-    index("rollouts_active_idx").on(t.state, t.updatedAt).where(sql`${t.state} IN ('running', 'paused', 'rolling_back')`),
+    index("rollouts_active_idx")
+      .on(t.state, t.updatedAt)
+      .where(sql`${t.state} IN ('running', 'paused', 'rolling_back')`),
   ],
 );
 
@@ -440,7 +455,10 @@ export const enrollmentTokens = sqliteTable(
     revokedAt: integer("revoked_at"),
     lastUsedAt: integer("last_used_at"),
   },
-  (t) => [index("enrollment_tokens_fleet_idx").on(t.fleetId, t.id), check("enrollment_tokens_uses_ck", sql`${t.uses} >= 0 AND ${t.uses} <= ${t.maxUses}`)],
+  (t) => [
+    index("enrollment_tokens_fleet_idx").on(t.fleetId, t.id),
+    check("enrollment_tokens_uses_ck", sql`${t.uses} >= 0 AND ${t.uses} <= ${t.maxUses}`),
+  ],
 );
 
 export const enrollments = sqliteTable(
@@ -482,7 +500,9 @@ export const images = sqliteTable(
   (t) => [
     uniqueIndex("images_name_version_idx").on(t.name, t.version),
     // The abandoned-upload sweep reads only uploads, oldest first.
-    index("images_uploading_idx").on(t.createdAt).where(sql`${t.state} = 'uploading'`),
+    index("images_uploading_idx")
+      .on(t.createdAt)
+      .where(sql`${t.state} = 'uploading'`),
   ],
 );
 

@@ -27,7 +27,14 @@ export const AGENT_STATES = ["running", "stopped", "failed"] as const;
 export const ERROR_OPS = ["install", "update", "remove", "start"] as const;
 
 /** One agent's computed status on one server. */
-export const AGENT_STATUSES = ["realized", "pending", "failed", "drifted", "removal_pending", "removal_failed"] as const;
+export const AGENT_STATUSES = [
+  "realized",
+  "pending",
+  "failed",
+  "drifted",
+  "removal_pending",
+  "removal_failed",
+] as const;
 export type AgentStatus = (typeof AGENT_STATUSES)[number];
 
 /** Who a token belongs to. */
@@ -103,7 +110,15 @@ export type FleetTaskKind = (typeof FLEET_TASK_KINDS)[number];
 // ---- rollouts ----
 
 /** A rollout's state (docs/design.md §4 "Rollouts"). */
-export const ROLLOUT_STATES = ["running", "paused", "succeeded", "failed", "cancelled", "rolling_back", "rolled_back"] as const;
+export const ROLLOUT_STATES = [
+  "running",
+  "paused",
+  "succeeded",
+  "failed",
+  "cancelled",
+  "rolling_back",
+  "rolled_back",
+] as const;
 export type RolloutState = (typeof ROLLOUT_STATES)[number];
 
 /** One target's state in a rollout pass. */

@@ -12,9 +12,11 @@ const PATTERN = /^[a-z0-9*?][a-z0-9.*?-]*$/;
 
 /** Why a pattern is refused, or null when it is a valid one. */
 export function patternProblem(pattern: string): string | null {
-  if (pattern.length === 0 || pattern.length > MAX_PATTERN_LENGTH) return `a pattern is 1 to ${MAX_PATTERN_LENGTH} characters`;
+  if (pattern.length === 0 || pattern.length > MAX_PATTERN_LENGTH)
+    return `a pattern is 1 to ${MAX_PATTERN_LENGTH} characters`;
   if (!PATTERN.test(pattern)) return "a pattern is lower-case letters, digits, '.', '-', and the wildcards '*' and '?'";
-  if ((pattern.match(/[*?]/g) ?? []).length > MAX_PATTERN_WILDCARDS) return `a pattern has at most ${MAX_PATTERN_WILDCARDS} wildcards`;
+  if ((pattern.match(/[*?]/g) ?? []).length > MAX_PATTERN_WILDCARDS)
+    return `a pattern has at most ${MAX_PATTERN_WILDCARDS} wildcards`;
   return null;
 }
 

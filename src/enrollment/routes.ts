@@ -7,7 +7,14 @@ import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
 import { ServerCreated } from "../servers/schemas";
 import { serverDetail } from "../servers/store";
-import { EnrollInput, EnrollmentToken, EnrollmentTokenCreated, EnrollmentTokenInput, fleetParam, tokenParams } from "./schemas";
+import {
+  EnrollInput,
+  EnrollmentToken,
+  EnrollmentTokenCreated,
+  EnrollmentTokenInput,
+  fleetParam,
+  tokenParams,
+} from "./schemas";
 import {
   createEnrollmentToken,
   enroll,
@@ -31,7 +38,11 @@ export const enrollmentTokenRoutes = new OpenAPIHono<AppEnv>({ defaultHook: vali
       security: bearer,
       middleware: [requireScope("write")] as const,
       request: { params: fleetParam, body: jsonBody(EnrollmentTokenInput) },
-      responses: { 201: jsonResponse(EnrollmentTokenCreated, "Created; the token is never shown again"), ...commonErrors, ...notFoundError },
+      responses: {
+        201: jsonResponse(EnrollmentTokenCreated, "Created; the token is never shown again"),
+        ...commonErrors,
+        ...notFoundError,
+      },
     }),
     async (c) => {
       const { fleet } = c.req.valid("param");
@@ -49,7 +60,10 @@ export const enrollmentTokenRoutes = new OpenAPIHono<AppEnv>({ defaultHook: vali
       middleware: [requireScope("read")] as const,
       request: { params: fleetParam, query: z.object({ limit: limitParam, cursor: cursorParam }) },
       responses: {
-        200: jsonResponse(z.object({ items: z.array(EnrollmentToken), next_cursor: z.string().nullable() }), "A page of tokens, by id"),
+        200: jsonResponse(
+          z.object({ items: z.array(EnrollmentToken), next_cursor: z.string().nullable() }),
+          "A page of tokens, by id",
+        ),
         ...commonErrors,
         ...notFoundError,
       },
@@ -87,11 +101,16 @@ export const enrollmentTokenRoutes = new OpenAPIHono<AppEnv>({ defaultHook: vali
       path: "/{fleet}/enrollment-tokens/{id}",
       operationId: "revokeEnrollmentToken",
       tags,
-      summary: "Revoke an enrollment token: it enrolls nothing more, retries included (enrolled servers keep their tokens)",
+      summary:
+        "Revoke an enrollment token: it enrolls nothing more, retries included (enrolled servers keep their tokens)",
       security: bearer,
       middleware: [requireScope("write")] as const,
       request: { params: tokenParams },
-      responses: { 200: jsonResponse(EnrollmentToken, "Revoked (or already revoked)"), ...commonErrors, ...notFoundError },
+      responses: {
+        200: jsonResponse(EnrollmentToken, "Revoked (or already revoked)"),
+        ...commonErrors,
+        ...notFoundError,
+      },
     }),
     async (c) => {
       const { fleet, id } = c.req.valid("param");
@@ -118,7 +137,9 @@ export const enrollRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHoo
     responses: {
       201: jsonResponse(ServerCreated, "The server, with its token"),
       ...commonErrors,
-      ...conflictError("hostname_taken, fleetlock_id_taken, or machine_enrolled (this machine was enrolled under another hostname)"),
+      ...conflictError(
+        "hostname_taken, fleetlock_id_taken, or machine_enrolled (this machine was enrolled under another hostname)",
+      ),
     },
   }),
   async (c) => {

@@ -16,18 +16,40 @@ const hostnamePattern = z
     if (problem) ctx.addIssue({ code: "custom", message: problem });
   })
   .openapi({
-    description: "Hostnames this token may enroll: `*` any run of hostname characters, `?` one (e.g. `web-*.example.com`); lower case, at most 253 characters and 8 wildcards",
+    description:
+      "Hostnames this token may enroll: `*` any run of hostname characters, `?` one (e.g. `web-*.example.com`); lower case, at most 253 characters and 8 wildcards",
     example: "web-*.example.com",
   });
 
 export const EnrollmentTokenInput = z
   .strictObject({
-    name: z.string().trim().min(1).max(100).optional().openapi({ description: "What the token is for (shown in lists)" }),
-    roles: z.array(roleName).max(MAX_SERVER_ROLES).default([]).openapi({ description: "The roles of every server it enrolls" }),
+    name: z
+      .string()
+      .trim()
+      .min(1)
+      .max(100)
+      .optional()
+      .openapi({ description: "What the token is for (shown in lists)" }),
+    roles: z
+      .array(roleName)
+      .max(MAX_SERVER_ROLES)
+      .default([])
+      .openapi({ description: "The roles of every server it enrolls" }),
     reboot_group: groupName.default("default"),
-    kind: z.enum(SERVER_KINDS).default("managed").openapi({ description: "The kind of every server it enrolls (as POST /v1/servers)" }),
-    expires_at: z.iso.datetime({ offset: true }).openapi({ description: "Required; in the future and at most 30 days ahead" }),
-    max_uses: z.number().int().min(1).max(MAX_ENROLLMENT_USES).default(1).openapi({ description: "How many machines it may enroll" }),
+    kind: z
+      .enum(SERVER_KINDS)
+      .default("managed")
+      .openapi({ description: "The kind of every server it enrolls (as POST /v1/servers)" }),
+    expires_at: z.iso
+      .datetime({ offset: true })
+      .openapi({ description: "Required; in the future and at most 30 days ahead" }),
+    max_uses: z
+      .number()
+      .int()
+      .min(1)
+      .max(MAX_ENROLLMENT_USES)
+      .default(1)
+      .openapi({ description: "How many machines it may enroll" }),
     hostname_pattern: hostnamePattern.optional(),
   })
   .openapi("EnrollmentTokenInput");
@@ -49,7 +71,9 @@ export const EnrollmentToken = z
     created_by: z.string(),
     revoked_at: z.string().nullable(),
     last_used_at: z.string().nullable(),
-    state: z.enum(["active", "expired", "used_up", "revoked"]).openapi({ description: "Whether it can enroll a new machine now" }),
+    state: z
+      .enum(["active", "expired", "used_up", "revoked"])
+      .openapi({ description: "Whether it can enroll a new machine now" }),
   })
   .openapi("EnrollmentToken");
 
@@ -63,7 +87,9 @@ export const EnrollInput = z
     machine_id: z
       .string()
       .regex(/^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$/, "1-128 characters of letters, digits, '_', '.', ':' and '-'")
-      .openapi({ description: "The machine's stable id (/etc/machine-id): a retry with the same id is the same enrollment" }),
+      .openapi({
+        description: "The machine's stable id (/etc/machine-id): a retry with the same id is the same enrollment",
+      }),
     boot_id: z.string().min(1).max(128).openapi({ description: "/proc/sys/kernel/random/boot_id" }),
     fleetlock_id: fleetlockId.optional(),
   })

@@ -46,7 +46,8 @@ import {
 const enrollmentActor = (tokenId: string) => `enrollment-token:${tokenId}`;
 
 export function enrollmentTokenView(r: EnrollmentTokenRow, now = Date.now()) {
-  const state = r.revokedAt !== null ? "revoked" : r.expiresAt <= now ? "expired" : r.uses >= r.maxUses ? "used_up" : "active";
+  const state =
+    r.revokedAt !== null ? "revoked" : r.expiresAt <= now ? "expired" : r.uses >= r.maxUses ? "used_up" : "active";
   return {
     id: r.id,
     fleet: r.fleetId,
@@ -77,12 +78,16 @@ export async function createEnrollmentToken(env: Env, actor: string, fleet: stri
   const now = Date.now();
   const expiresAt = Date.parse(input.expires_at);
   if (!(expiresAt > now)) {
-    throw new DomainError("validation_failed", "expires_at must be in the future", [{ path: "expires_at", message: "in the past" }]);
+    throw new DomainError("validation_failed", "expires_at must be in the future", [
+      { path: "expires_at", message: "in the past" },
+    ]);
   }
   if (expiresAt > now + MAX_ENROLLMENT_TTL_MS) {
-    throw new DomainError("validation_failed", `expires_at is at most 30 days ahead (${iso(now + MAX_ENROLLMENT_TTL_MS)})`, [
-      { path: "expires_at", message: "more than 30 days ahead" },
-    ]);
+    throw new DomainError(
+      "validation_failed",
+      `expires_at is at most 30 days ahead (${iso(now + MAX_ENROLLMENT_TTL_MS)})`,
+      [{ path: "expires_at", message: "more than 30 days ahead" }],
+    );
   }
   await fleetOrNotFound(env, fleet);
   const id = crypto.randomUUID();
@@ -134,7 +139,12 @@ export async function revokeFleetEnrollmentToken(env: Env, actor: string, fleet:
   const row = await tokenOfFleet(env, fleet, id);
   if (row.revokedAt !== null) return enrollmentTokenView(row);
   const at = Date.now();
-  await revokeEnrollmentToken(getDb(env.DB), id, at, { actor, action: "enrollment_token.revoke", target: `enrollment-token:${id}`, details: { fleet } });
+  await revokeEnrollmentToken(getDb(env.DB), id, at, {
+    actor,
+    action: "enrollment_token.revoke",
+    target: `enrollment-token:${id}`,
+    details: { fleet },
+  });
   return enrollmentTokenView((await enrollmentTokenById(getDb(env.DB), id)) ?? { ...row, revokedAt: at });
 }
 
@@ -174,14 +184,20 @@ export async function enroll(env: Env, authorization: string | undefined, input:
   if (previous) return reenroll(env, token, input, previous);
 
   if (token.hostnamePattern !== null && !hostnameMatches(token.hostnamePattern, hostname)) {
-    throw new DomainError("hostname_not_allowed", `this enrollment token enrolls only hostnames matching '${token.hostnamePattern}'`, {
-      hostname_pattern: token.hostnamePattern,
-    });
+    throw new DomainError(
+      "hostname_not_allowed",
+      `this enrollment token enrolls only hostnames matching '${token.hostnamePattern}'`,
+      {
+        hostname_pattern: token.hostnamePattern,
+      },
+    );
   }
-  if (token.uses >= token.maxUses) throw unauthorized(`this enrollment token is used up (${token.maxUses} of ${token.maxUses})`);
+  if (token.uses >= token.maxUses)
+    throw unauthorized(`this enrollment token is used up (${token.maxUses} of ${token.maxUses})`);
   // A fleet deleted and created again under the same id is another fleet: its old tokens do not enroll into it.
   const fleet = await getFleet(db, token.fleetId);
-  if (!fleet || fleet.createdAt > token.createdAt) throw unauthorized(`this enrollment token's fleet '${token.fleetId}' no longer exists`);
+  if (!fleet || fleet.createdAt > token.createdAt)
+    throw unauthorized(`this enrollment token's fleet '${token.fleetId}' no longer exists`);
 
   const claim: Claim = { tokenId: token.id, machineId: input.machine_id, serverId: crypto.randomUUID(), hostname, now };
   if (!(await claimUse(db, claim))) {
@@ -213,12 +229,21 @@ const registration = (token: EnrollmentTokenRow, input: EnrollInput) => ({
 });
 
 /** The machine enrolled before with this token: the same server, a fresh token, the old one revoked. */
-async function reenroll(env: Env, token: EnrollmentTokenRow, input: EnrollInput, previous: { serverId: string; hostname: string }) {
+async function reenroll(
+  env: Env,
+  token: EnrollmentTokenRow,
+  input: EnrollInput,
+  previous: { serverId: string; hostname: string },
+) {
   if (previous.hostname !== input.hostname.toLowerCase()) {
-    throw new DomainError("machine_enrolled", `machine '${input.machine_id}' was enrolled with this token as '${previous.hostname}'`, {
-      server_id: previous.serverId,
-      hostname: previous.hostname,
-    });
+    throw new DomainError(
+      "machine_enrolled",
+      `machine '${input.machine_id}' was enrolled with this token as '${previous.hostname}'`,
+      {
+        server_id: previous.serverId,
+        hostname: previous.hostname,
+      },
+    );
   }
   const actor = enrollmentActor(token.id);
   let out;
@@ -238,6 +263,13 @@ async function audited(env: Env, token: EnrollmentTokenRow, input: EnrollInput, 
     actor: enrollmentActor(token.id),
     action: "server.enroll",
     target: `server:${serverId}`,
-    details: { token_id: token.id, fleet: token.fleetId, hostname: input.hostname.toLowerCase(), machine_id: input.machine_id, boot_id: input.boot_id, retry },
+    details: {
+      token_id: token.id,
+      fleet: token.fleetId,
+      hostname: input.hostname.toLowerCase(),
+      machine_id: input.machine_id,
+      boot_id: input.boot_id,
+      retry,
+    },
   });
 }

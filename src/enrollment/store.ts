@@ -11,7 +11,8 @@ import { enrollments, enrollmentTokens } from "../db/schema";
 
 export type EnrollmentTokenRow = typeof enrollmentTokens.$inferSelect;
 
-export const enrollmentTokenById = (db: Db, id: string) => db.query.enrollmentTokens.findFirst({ where: eq(enrollmentTokens.id, id) });
+export const enrollmentTokenById = (db: Db, id: string) =>
+  db.query.enrollmentTokens.findFirst({ where: eq(enrollmentTokens.id, id) });
 
 export async function insertEnrollmentToken(db: Db, row: EnrollmentTokenRow, entry: AuditEntry) {
   await db.batch([db.insert(enrollmentTokens).values(row), auditInsert(db, entry, row.createdAt)]);
@@ -29,13 +30,18 @@ export const listEnrollmentTokens = (db: Db, fleet: string, after: string | null
 /** Revokes the token (once: a second revocation writes nothing) with its audit row. */
 export async function revokeEnrollmentToken(db: Db, id: string, at: number, entry: AuditEntry) {
   await db.batch([
-    db.update(enrollmentTokens).set({ revokedAt: at }).where(and(eq(enrollmentTokens.id, id), sql`${enrollmentTokens.revokedAt} IS NULL`)),
+    db
+      .update(enrollmentTokens)
+      .set({ revokedAt: at })
+      .where(and(eq(enrollmentTokens.id, id), sql`${enrollmentTokens.revokedAt} IS NULL`)),
     auditInsert(db, entry, at),
   ]);
 }
 
 export const enrollmentOf = (db: Db, tokenId: string, machineId: string) =>
-  db.query.enrollments.findFirst({ where: and(eq(enrollments.tokenId, tokenId), eq(enrollments.machineId, machineId)) });
+  db.query.enrollments.findFirst({
+    where: and(eq(enrollments.tokenId, tokenId), eq(enrollments.machineId, machineId)),
+  });
 
 export interface Claim {
   tokenId: string;
@@ -46,7 +52,8 @@ export interface Claim {
 }
 
 /** This claim's own row exists: `server_id` is fresh per attempt, so only the attempt that wrote it sees it. */
-const CLAIM_ROW_EXISTS = "EXISTS (SELECT 1 FROM enrollments WHERE token_id = ?1 AND machine_id = ?2 AND server_id = ?3)";
+const CLAIM_ROW_EXISTS =
+  "EXISTS (SELECT 1 FROM enrollments WHERE token_id = ?1 AND machine_id = ?2 AND server_id = ?3)";
 
 /**
  * Spends one use of a live token on this machine, recording the server id it will be registered
@@ -67,7 +74,9 @@ export async function claimUse(db: Db, c: Claim): Promise<boolean> {
       )
       .bind(...args),
     d1
-      .prepare(`UPDATE enrollment_tokens SET uses = uses + 1, last_used_at = ?5 WHERE id = ?1 AND uses < max_uses AND ${CLAIM_ROW_EXISTS} RETURNING uses`)
+      .prepare(
+        `UPDATE enrollment_tokens SET uses = uses + 1, last_used_at = ?5 WHERE id = ?1 AND uses < max_uses AND ${CLAIM_ROW_EXISTS} RETURNING uses`,
+      )
       .bind(...args),
   ]);
   return counted.results.length === 1;
@@ -82,7 +91,9 @@ export async function releaseUse(db: Db, c: Claim) {
   const d1 = db.$client;
   const args = [c.tokenId, c.machineId, c.serverId] as const;
   await d1.batch([
-    d1.prepare(`UPDATE enrollment_tokens SET uses = uses - 1 WHERE id = ?1 AND uses > 0 AND ${CLAIM_ROW_EXISTS}`).bind(...args),
+    d1
+      .prepare(`UPDATE enrollment_tokens SET uses = uses - 1 WHERE id = ?1 AND uses > 0 AND ${CLAIM_ROW_EXISTS}`)
+      .bind(...args),
     d1.prepare("DELETE FROM enrollments WHERE token_id = ?1 AND machine_id = ?2 AND server_id = ?3").bind(...args),
   ]);
 }

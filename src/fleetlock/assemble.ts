@@ -62,26 +62,44 @@ function gateChanged(c: Coordination, { group, closed, was }: GateChange) {
   const fleetId = c.store.config?.fleet_id;
   const at = c.clock();
   if (closed) {
-    emit(c.effects, fleetId, "reboot.gate_closed", `group:${group}`, `Reboots in group ${group} are held: ${closed.reason}`, {
-      group,
-      gate: closed.gate,
-      kind: closed.kind,
-      reason: closed.reason,
-    }, at);
+    emit(
+      c.effects,
+      fleetId,
+      "reboot.gate_closed",
+      `group:${group}`,
+      `Reboots in group ${group} are held: ${closed.reason}`,
+      {
+        group,
+        gate: closed.gate,
+        kind: closed.kind,
+        reason: closed.reason,
+      },
+      at,
+    );
   } else if (was) {
-    emit(c.effects, fleetId, "reboot.gate_opened", `group:${group}`, `Reboots in group ${group} may go on: the ${was.gate} gate opened`, {
-      group,
-      gate: was.gate,
-      closed_since: new Date(was.since).toISOString(),
-    }, at);
+    emit(
+      c.effects,
+      fleetId,
+      "reboot.gate_opened",
+      `group:${group}`,
+      `Reboots in group ${group} may go on: the ${was.gate} gate opened`,
+      {
+        group,
+        gate: was.gate,
+        closed_since: new Date(was.since).toISOString(),
+      },
+      at,
+    );
   }
   void c.effects.audit(
-    [{
-      actor: "harbormaster",
-      action: closed ? "reboot_group.gate_closed" : "reboot_group.gate_opened",
-      target: `fleet:${fleetId ?? "?"}`,
-      details: closed ? { group, gate: closed.gate, reason: closed.reason } : { group, gate: was?.gate },
-    }],
+    [
+      {
+        actor: "harbormaster",
+        action: closed ? "reboot_group.gate_closed" : "reboot_group.gate_opened",
+        target: `fleet:${fleetId ?? "?"}`,
+        details: closed ? { group, gate: closed.gate, reason: closed.reason } : { group, gate: was?.gate },
+      },
+    ],
     { wait: false },
   );
 }

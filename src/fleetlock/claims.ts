@@ -10,7 +10,12 @@ interface Claims {
 }
 
 /** What the claiming server's ledger holds, or `stale` when the claim ending at `until` is gone or changed. */
-export async function askClaimant(claims: Claims, ask: AskLedger, name: string, until: number): Promise<{ stale: true } | { stale: false; serverId: string; held: HeldNames | null }> {
+export async function askClaimant(
+  claims: Claims,
+  ask: AskLedger,
+  name: string,
+  until: number,
+): Promise<{ stale: true } | { stale: false; serverId: string; held: HeldNames | null }> {
   const claim = claims.get(name);
   if (!claim || claim.until !== until) return { stale: true };
   const held = await ask(claim.server_id);

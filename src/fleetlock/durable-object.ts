@@ -46,7 +46,11 @@ export class RebootCoordinator extends DurableObject<Env> {
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
-    this.c = assemble(ctx, () => this.env, () => this.clock());
+    this.c = assemble(
+      ctx,
+      () => this.env,
+      () => this.clock(),
+    );
   }
 
   /** What a server's ledger holds of the fleet's names (asked when a reservation ends). */
@@ -56,8 +60,14 @@ export class RebootCoordinator extends DurableObject<Env> {
     await this.c.scheduler.fire({
       outbox: () => this.c.effects.outbox.flush(),
       reservation: (payload, name) =>
-        identity.settleReservation(this.c, this.ask, name.slice("reservation:".length), (payload as { until: number }).until),
-      hostname: (payload, name) => names.settleHostname(this.c, this.ask, name.slice("hostname:".length), (payload as { until: number }).until),
+        identity.settleReservation(
+          this.c,
+          this.ask,
+          name.slice("reservation:".length),
+          (payload as { until: number }).until,
+        ),
+      hostname: (payload, name) =>
+        names.settleHostname(this.c, this.ask, name.slice("hostname:".length), (payload as { until: number }).until),
       [QUEUE_TIMER]: () => this.c.parked.fired(),
       [GATES_TIMER]: () => gateRules.readInputs(this.c),
       [WEBHOOKS_TIMER]: () => this.c.webhooks.pump(),
@@ -89,7 +99,10 @@ export class RebootCoordinator extends DurableObject<Env> {
     this.c.parked.closed(ws);
   }
 
-  async steadyState(keyHash: string, params: ClientParams): Promise<{ ok: true; released: boolean } | FleetLockFailure> {
+  async steadyState(
+    keyHash: string,
+    params: ClientParams,
+  ): Promise<{ ok: true; released: boolean } | FleetLockFailure> {
     return grants.steadyState(this.c, keyHash, params, this.ask);
   }
 
@@ -111,7 +124,11 @@ export class RebootCoordinator extends DurableObject<Env> {
     if (this.c.effects.outbox.pending() > 0) throw new Error("audit rows still pending; retry the wipe later");
     await this.c.store.wipe();
     // A fleet of the same name may come next: its parts start from empty storage, no cache kept.
-    this.c = assemble(this.ctx, () => this.env, () => this.clock());
+    this.c = assemble(
+      this.ctx,
+      () => this.env,
+      () => this.clock(),
+    );
   }
 
   /** PATCH /v1/fleets/{fleet}: the fleet's settings, as D1 now holds them. */
@@ -122,7 +139,10 @@ export class RebootCoordinator extends DurableObject<Env> {
   /** Installs a new key; the previous one stops working with this write. */
   async setKey(settings: FleetSettings, keyHash: string, actor: string): Promise<void> {
     this.c.store.putConfig({ ...settings, key_hash: keyHash });
-    await this.c.effects.audit([{ actor, action: "fleet.fleetlock_key.rotate", target: `fleet:${settings.fleet_id}` }], { wait: true });
+    await this.c.effects.audit(
+      [{ actor, action: "fleet.fleetlock_key.rotate", target: `fleet:${settings.fleet_id}` }],
+      { wait: true },
+    );
   }
 
   // ---- the FleetLock identity registry ----
@@ -132,7 +152,11 @@ export class RebootCoordinator extends DurableObject<Env> {
   }
 
   /** A registration's hostname and fleetlock_id, both or neither (./names.ts), until its ledger commits. */
-  async reserveRegistration(hostname: string, fleetlockId: string | null, serverId: string): Promise<{ ok: true; until: number } | Failure> {
+  async reserveRegistration(
+    hostname: string,
+    fleetlockId: string | null,
+    serverId: string,
+  ): Promise<{ ok: true; until: number } | Failure> {
     return names.reserveRegistration(this.c, this.ask, hostname, fleetlockId, serverId);
   }
 
@@ -178,7 +202,12 @@ export class RebootCoordinator extends DurableObject<Env> {
     return gateRules.putFleetGates(this.c, settings, gates, actor);
   }
 
-  async setHold(settings: FleetSettings, group: string | null, hold: { reason: string; until: number | null } | null, actor: string) {
+  async setHold(
+    settings: FleetSettings,
+    group: string | null,
+    hold: { reason: string; until: number | null } | null,
+    actor: string,
+  ) {
     return gateRules.setHold(this.c, settings, group, hold, actor);
   }
 
@@ -192,7 +221,8 @@ export class RebootCoordinator extends DurableObject<Env> {
   async createWebhook(settings: FleetSettings, input: hooks.WebhookInput, actor: string) {
     this.c.store.syncSettings(settings);
     const r = hooks.createWebhook(this.c.webhookStore, input, actor, this.c.clock());
-    if (r.ok) await this.audited(actor, "webhook.create", { id: r.webhook.id, url: r.webhook.url, events: r.webhook.events });
+    if (r.ok)
+      await this.audited(actor, "webhook.create", { id: r.webhook.id, url: r.webhook.url, events: r.webhook.events });
     return r;
   }
 
@@ -247,12 +277,19 @@ export class RebootCoordinator extends DurableObject<Env> {
   }
 
   private async audited(actor: string, action: string, details: Record<string, unknown>) {
-    await this.c.effects.audit([{ actor, action, target: `fleet:${this.c.store.config?.fleet_id ?? "?"}`, details }], { wait: true });
+    await this.c.effects.audit([{ actor, action, target: `fleet:${this.c.store.config?.fleet_id ?? "?"}`, details }], {
+      wait: true,
+    });
   }
 
   // ---- releases ----
 
-  async forceRelease(settings: FleetSettings, name: string, id: string, actor: string): Promise<{ ok: true; released: Holder; group: GroupView } | Failure> {
+  async forceRelease(
+    settings: FleetSettings,
+    name: string,
+    id: string,
+    actor: string,
+  ): Promise<{ ok: true; released: Holder; group: GroupView } | Failure> {
     return grants.forceRelease(this.c, settings, name, id, actor);
   }
 
@@ -260,7 +297,10 @@ export class RebootCoordinator extends DurableObject<Env> {
     return groups.dequeueHost(this.c, settings, name, id, actor);
   }
 
-  async releaseServer(serverId: string, opts: { reason: string; actor: string; granted_before?: number }): Promise<(Holder & { group: string })[]> {
+  async releaseServer(
+    serverId: string,
+    opts: { reason: string; actor: string; granted_before?: number },
+  ): Promise<(Holder & { group: string })[]> {
     return grants.releaseServer(this.c, serverId, opts);
   }
 
@@ -271,7 +311,10 @@ export class RebootCoordinator extends DurableObject<Env> {
 
   // ---- rollout slots ----
 
-  async acquireRolloutSlot(settings: FleetSettings, req: slots.RolloutSlotRequest): Promise<{ ok: true } | { ok: false; kind: string; value: string }> {
+  async acquireRolloutSlot(
+    settings: FleetSettings,
+    req: slots.RolloutSlotRequest,
+  ): Promise<{ ok: true } | { ok: false; kind: string; value: string }> {
     return slots.acquireRolloutSlot(this.c, settings, req);
   }
 

@@ -69,7 +69,8 @@ export class CoordinatorEffects {
    * to one D1 batch, instead of one batch each; an operator's change is delivered before its answer.
    */
   async audit(entries: AuditEntry[], opts: { wait: boolean }) {
-    for (const e of entries) this.outbox.enqueue("audit", auditEvent(e), opts.wait ? {} : { deferMs: HOST_AUDIT_DEFER_MS });
+    for (const e of entries)
+      this.outbox.enqueue("audit", auditEvent(e), opts.wait ? {} : { deferMs: HOST_AUDIT_DEFER_MS });
     // Every audited change (gates, holds, settings, webhooks) is one pages may show.
     if (entries.length) this.changed();
     if (entries.length) await this.scheduler.arm();
@@ -78,7 +79,15 @@ export class CoordinatorEffects {
 }
 
 /** Emits a fleet event (src/webhooks/events.ts) in the current turn. */
-export function emit(effects: CoordinatorEffects, fleetId: string | undefined, type: FleetEvent["type"], subject: string, summary: string, data: Record<string, unknown>, time?: number) {
+export function emit(
+  effects: CoordinatorEffects,
+  fleetId: string | undefined,
+  type: FleetEvent["type"],
+  subject: string,
+  summary: string,
+  data: Record<string, unknown>,
+  time?: number,
+) {
   if (fleetId) effects.onEvent(fleetEvent(fleetId, type, subject, summary, data, time));
 }
 

@@ -164,7 +164,8 @@ export class GateKeeper {
     for (const url of Object.keys(next.external)) if (!checks.has(url)) delete next.external[url];
     // A change pushed while this read was under way may be missing from it: still unknown, read again.
     const changedAt = this.gates.inputs().health?.changed_at;
-    if (next.health && changedAt !== undefined && changedAt >= startedAt) next.health = { ...next.health, changed_at: changedAt };
+    if (next.health && changedAt !== undefined && changedAt >= startedAt)
+      next.health = { ...next.health, changed_at: changedAt };
     this.gates.saveInputs(next);
   }
 
@@ -196,12 +197,17 @@ export class GateKeeper {
 
   private async check(url: string, timeoutS: number): Promise<{ ok: boolean; reachable: boolean; detail: string }> {
     try {
-      const res = await this.fetcher(url, { method: "GET", redirect: "manual", signal: AbortSignal.timeout(timeoutS * 1000) });
+      const res = await this.fetcher(url, {
+        method: "GET",
+        redirect: "manual",
+        signal: AbortSignal.timeout(timeoutS * 1000),
+      });
       await res.body?.cancel();
       return { ok: res.status >= 200 && res.status < 300, reachable: true, detail: `HTTP ${res.status}` };
     } catch (err) {
       const e = err as { name?: string; message?: string };
-      const detail = e?.name === "TimeoutError" ? `no answer within ${timeoutS} s` : String(e?.message ?? err).slice(0, 200);
+      const detail =
+        e?.name === "TimeoutError" ? `no answer within ${timeoutS} s` : String(e?.message ?? err).slice(0, 200);
       return { ok: false, reachable: false, detail };
     }
   }

@@ -38,7 +38,9 @@ export interface HoldView {
 }
 
 export const holdView = (h: Hold | null | undefined, now: number): HoldView | null =>
-  h && (h.until === null || h.until > now) ? { reason: h.reason, until: isoOrNull(h.until), by: h.by, at: iso(h.at) } : null;
+  h && (h.until === null || h.until > now)
+    ? { reason: h.reason, until: isoOrNull(h.until), by: h.by, at: iso(h.at) }
+    : null;
 
 export const verdictView = (v: GateVerdict) => ({ gate: v.gate, open: v.open, kind: v.kind, reason: v.reason });
 
@@ -54,9 +56,22 @@ export function fleetGatesView(c: Coordination, settings: FleetSettings) {
     default: fleet?.config ?? null,
     hold: holdView(fleet?.hold, now),
     inputs: {
-      health: inputs.health ? { failed: inputs.health.failed, stale: inputs.health.stale, total: inputs.health.total, age_s: age(inputs.health.at) } : null,
+      health: inputs.health
+        ? {
+            failed: inputs.health.failed,
+            stale: inputs.health.stale,
+            total: inputs.health.total,
+            age_s: age(inputs.health.at),
+          }
+        : null,
       rollouts: inputs.rollouts ? { running: inputs.rollouts.running, age_s: age(inputs.rollouts.at) } : null,
-      external: Object.entries(inputs.external).map(([url, x]) => ({ url, ok: x.ok, reachable: x.reachable, detail: x.detail, age_s: age(x.at) })),
+      external: Object.entries(inputs.external).map(([url, x]) => ({
+        url,
+        ok: x.ok,
+        reachable: x.reachable,
+        detail: x.detail,
+        age_s: age(x.at),
+      })),
       rebooted_unhealthy: inputs.rebootedUnhealthy,
     },
     groups: c.store.groups().map(([name, g]) => ({
@@ -69,7 +84,12 @@ export function fleetGatesView(c: Coordination, settings: FleetSettings) {
 }
 
 /** PUT /v1/fleets/{fleet}/gates: the default gates of groups without their own. */
-export async function putFleetGates(c: Coordination, settings: FleetSettings, config: GateConfig | null, actor: string) {
+export async function putFleetGates(
+  c: Coordination,
+  settings: FleetSettings,
+  config: GateConfig | null,
+  actor: string,
+) {
   c.store.syncSettings(settings);
   const before = c.gateStore.fleet();
   const next: FleetGates = { config, hold: before?.hold ?? null, updated_at: c.clock() };
@@ -108,7 +128,13 @@ export async function setHold(
 }
 
 /** After a gate setting changed: audited, queues drained (a gate may have opened), inputs read if new ones are needed. */
-async function changed(c: Coordination, settings: FleetSettings, actor: string, action: string, details: Record<string, unknown>) {
+async function changed(
+  c: Coordination,
+  settings: FleetSettings,
+  actor: string,
+  action: string,
+  details: Record<string, unknown>,
+) {
   const audited = c.effects.audit([{ actor, action, target: `fleet:${settings.fleet_id}`, details }], { wait: true });
   c.gates.prime();
   await Promise.all([audited, c.parked.drainAll()]);

@@ -39,7 +39,11 @@ export const gateRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook 
       security: bearer,
       middleware: [requireScope("write")] as const,
       request: { params: fleetParam, body: jsonBody(GateConfigSchema) },
-      responses: { 200: jsonResponse(FleetGatesSchema, "The gates as they now are"), ...commonErrors, ...notFoundError },
+      responses: {
+        200: jsonResponse(FleetGatesSchema, "The gates as they now are"),
+        ...commonErrors,
+        ...notFoundError,
+      },
     }),
     async (c) => {
       const { fleet } = c.req.valid("param");
@@ -52,7 +56,8 @@ export const gateRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook 
       path: "/{fleet}/hold",
       operationId: "holdFleet",
       tags,
-      summary: "Hold every reboot group of the fleet (no new grants; granted slots stay), with a reason and an optional expiry",
+      summary:
+        "Hold every reboot group of the fleet (no new grants; granted slots stay), with a reason and an optional expiry",
       security: bearer,
       middleware: [requireScope("write")] as const,
       request: { params: fleetParam, body: jsonBody(HoldInput) },
@@ -75,7 +80,8 @@ export const gateRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook 
       request: { params: fleetParam },
       responses: { 200: jsonResponse(HoldAnswer, "No hold any more"), ...commonErrors, ...notFoundError },
     }),
-    async (c) => c.json({ hold: await setHold(c.env, actorOf(c.var.principal), c.req.valid("param").fleet, null, null) }, 200),
+    async (c) =>
+      c.json({ hold: await setHold(c.env, actorOf(c.var.principal), c.req.valid("param").fleet, null, null) }, 200),
   )
   .openapi(
     createRoute({

@@ -100,9 +100,15 @@ const externalMaxAgeMs = (x: ExternalCheck) => 2 * x.cache_s * 1000;
 export const needsIndex = (cfg: GateConfig | null) => Boolean(cfg && (cfg.fleet_health || cfg.rollouts));
 
 /** Every gate that applies, open or closed, in the order hosts are told about them. */
-export function evaluate(cfg: GateConfig | null, holds: (Hold | null | undefined)[], inputs: GateInputs, now: number): GateVerdict[] {
+export function evaluate(
+  cfg: GateConfig | null,
+  holds: (Hold | null | undefined)[],
+  inputs: GateInputs,
+  now: number,
+): GateVerdict[] {
   const out: GateVerdict[] = [];
-  const verdict = (gate: GateName, open: boolean, reason: string) => out.push({ gate, open, kind: GATE_KIND[gate], reason });
+  const verdict = (gate: GateName, open: boolean, reason: string) =>
+    out.push({ gate, open, kind: GATE_KIND[gate], reason });
   for (const h of holds) {
     if (!h || (h.until !== null && h.until <= now)) continue;
     const until = h.until === null ? "" : ` until ${new Date(h.until).toISOString()}`;
@@ -113,7 +119,13 @@ export function evaluate(cfg: GateConfig | null, holds: (Hold | null | undefined
   if (cfg.fleet_health) {
     const h = inputs.health;
     if (!h || !fresh(h.at) || h.changed_at !== undefined) {
-      verdict("fleet_health", false, h?.changed_at !== undefined ? "a server's health changed: fleet health is being read" : "fleet health is not known yet (being read)");
+      verdict(
+        "fleet_health",
+        false,
+        h?.changed_at !== undefined
+          ? "a server's health changed: fleet health is being read"
+          : "fleet health is not known yet (being read)",
+      );
       out[out.length - 1].reading = true;
     } else {
       const bad = h.failed + h.stale;
@@ -133,12 +145,21 @@ export function evaluate(cfg: GateConfig | null, holds: (Hold | null | undefined
     if (!r || !fresh(r.at)) {
       verdict("rollouts", false, "running rollouts are not known yet (being read)");
       out[out.length - 1].reading = true;
-    } else verdict("rollouts", r.running === 0, r.running === 0 ? "no rollout is running" : `${r.running} rollout(s) running in the fleet`);
+    } else
+      verdict(
+        "rollouts",
+        r.running === 0,
+        r.running === 0 ? "no rollout is running" : `${r.running} rollout(s) running in the fleet`,
+      );
   }
   if (cfg.max_rebooted_unhealthy != null) {
     const n = inputs.rebootedUnhealthy;
     const over = n > cfg.max_rebooted_unhealthy;
-    verdict("rebooted_unhealthy", !over, `${n} server(s) rebooted and not yet reported healthy${over ? ` (more than ${cfg.max_rebooted_unhealthy})` : ""}`);
+    verdict(
+      "rebooted_unhealthy",
+      !over,
+      `${n} server(s) rebooted and not yet reported healthy${over ? ` (more than ${cfg.max_rebooted_unhealthy})` : ""}`,
+    );
   }
   if (cfg.external) {
     const x = cfg.external;
@@ -146,7 +167,11 @@ export function evaluate(cfg: GateConfig | null, holds: (Hold | null | undefined
     if (!seen || now - seen.at > externalMaxAgeMs(x)) {
       verdict("external", x.fail_open, `${x.url} not checked yet${x.fail_open ? " (fail-open)" : ""}`);
     } else if (!seen.reachable) {
-      verdict("external", x.fail_open, `${x.url} could not be checked: ${seen.detail}${x.fail_open ? " (fail-open)" : ""}`);
+      verdict(
+        "external",
+        x.fail_open,
+        `${x.url} could not be checked: ${seen.detail}${x.fail_open ? " (fail-open)" : ""}`,
+      );
     } else {
       verdict("external", seen.ok, `${x.url} answered ${seen.detail}`);
     }

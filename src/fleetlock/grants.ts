@@ -75,7 +75,10 @@ export async function preReboot(
   if (lapsed) return lapsed;
   const group = c.store.group(name) ?? implicitGroup(config, now);
   if (!group) return failure("unknown_group", `reboot group '${name}' is not configured for this fleet`);
-  const adm = admit(group, c.store.queue(name), params.id, serverId, now, { mayPark: !opts.resume, gate: c.gates.closed(group, now) });
+  const adm = admit(group, c.store.queue(name), params.id, serverId, now, {
+    mayPark: !opts.resume,
+    gate: c.gates.closed(group, now),
+  });
   if (adm.kind === "refused") {
     if (c.store.group(name)) c.gates.note(name, c.store.group(name)!, now);
     return failure(adm.refusal, adm.value);
@@ -84,7 +87,9 @@ export async function preReboot(
     if (adm.changed) {
       c.store.saveGroup(name, adm.group);
       rebootGranted(c.effects, c.store, name, { id: params.id, server_id: serverId }, now);
-      await c.effects.audit([hostAudit(config.fleet_id, "fleetlock.grant", params.id, serverId, { group: name })], { wait: false });
+      await c.effects.audit([hostAudit(config.fleet_id, "fleetlock.grant", params.id, serverId, { group: name })], {
+        wait: false,
+      });
     }
     return { ok: true };
   }
@@ -132,7 +137,8 @@ export async function steadyState(
     return { ok: true, released: false };
   }
   // Counted as rebooted and not yet healthy before its slot goes to anyone (the gate may close).
-  if (holder.server_id && !holder.id.startsWith("rollout:")) noteRebooted(c, { server_id: holder.server_id, id: holder.id }, groupName, now, null);
+  if (holder.server_id && !holder.id.startsWith("rollout:"))
+    noteRebooted(c, { server_id: holder.server_id, id: holder.id }, groupName, now, null);
   const released = await releaseAndDrain(c, groupName, params.id, now, (h) => {
     rebootReleased(c.effects, c.store, groupName, h, "steady_state", now);
     return hostAudit(c.store.config?.fleet_id, "fleetlock.release", params.id, h.server_id, { group: groupName });
@@ -210,23 +216,31 @@ export async function releaseServer(
   if (removal) c.gateStore.dropRecovering(serverId);
   for (const [name, group] of c.store.groups()) {
     // A reboot seen by the ledger frees a healthy_report slot only once the new boot is healthy.
-    for (const h of group.holders) if (!removal && match(h) && waitsForHealth(group, h)) holdUntilHealthy(c, name, h, now, null);
+    for (const h of group.holders)
+      if (!removal && match(h) && waitsForHealth(group, h)) holdUntilHealthy(c, name, h, now, null);
     const next = releaseWhere(c.store.group(name)!, (h) => match(h) && (removal || !waitsForHealth(group, h)), now);
     if (next.released.length === 0) continue;
     c.store.saveGroup(name, next.group);
     released.push(...next.released.map((h) => ({ ...h, group: name })));
-    for (const h of next.released) rebootReleased(c.effects, c.store, name, h, removal ? "server_removed" : "rebooted", now);
+    for (const h of next.released)
+      rebootReleased(c.effects, c.store, name, h, removal ? "server_removed" : "rebooted", now);
   }
   for (const name of new Set(released.map((h) => h.group))) await c.parked.drain(name);
   await c.parked.rearm();
   if (released.length > 0) {
     await c.effects.audit(
-      [{
-        actor: opts.actor,
-        action: "fleetlock.release_server",
-        target: `server:${serverId}`,
-        details: { server_id: serverId, reason: opts.reason, released: released.map((h) => ({ group: h.group, id: h.id })) },
-      }],
+      [
+        {
+          actor: opts.actor,
+          action: "fleetlock.release_server",
+          target: `server:${serverId}`,
+          details: {
+            server_id: serverId,
+            reason: opts.reason,
+            released: released.map((h) => ({ group: h.group, id: h.id })),
+          },
+        },
+      ],
       // Called from a ledger's outbox, never on a host's path: deliver before answering.
       { wait: true },
     );

@@ -16,7 +16,13 @@ export function implicitGroup(config: FleetConfig, now: number): GroupState | nu
   return config.default_group_slots ? newGroup(config.default_group_slots, now) : null;
 }
 
-export async function putGroup(c: Coordination, settings: FleetSettings, name: string, change: GroupChange, actor: string): Promise<GroupView> {
+export async function putGroup(
+  c: Coordination,
+  settings: FleetSettings,
+  name: string,
+  change: GroupChange,
+  actor: string,
+): Promise<GroupView> {
   const config = c.store.syncSettings(settings);
   const now = c.clock();
   c.store.saveGroup(name, configure(c.store.group(name) ?? null, change, now));
@@ -30,7 +36,11 @@ export async function putGroup(c: Coordination, settings: FleetSettings, name: s
   return viewOf(c, config, name, c.store.group(name)!, now);
 }
 
-export function getGroup(c: Coordination, settings: FleetSettings, name: string): { ok: true; group: GroupView } | Failure {
+export function getGroup(
+  c: Coordination,
+  settings: FleetSettings,
+  name: string,
+): { ok: true; group: GroupView } | Failure {
   const config = c.store.syncSettings(settings);
   const group = c.store.group(name);
   if (!group) return fail("not_found", `reboot group '${name}' is not configured`);
@@ -52,10 +62,18 @@ export function viewOf(c: Coordination, config: FleetConfig, name: string, group
     hold: holdView(group.hold, now),
     verdicts: c.gates.verdicts(group, now).map(verdictView),
   };
-  return groupView(name, group, queue, now, config.lock_ttl_s * 1000, (serverId) => {
-    const s = c.store.servers.get(serverId);
-    return { id: serverId, hostname: s ? s.hostname : null };
-  }, gates);
+  return groupView(
+    name,
+    group,
+    queue,
+    now,
+    config.lock_ttl_s * 1000,
+    (serverId) => {
+      const s = c.store.servers.get(serverId);
+      return { id: serverId, hostname: s ? s.hostname : null };
+    },
+    gates,
+  );
 }
 
 /** An operator takes a parked host out of the group's queue; its waiting request is refused. */
@@ -69,16 +87,28 @@ export async function dequeueHost(
   const config = c.store.syncSettings(settings);
   if (!c.store.group(name)) return fail("not_found", `reboot group '${name}' is not configured`);
   const now = c.clock();
-  const queued = entryNamed(liveEntries(c.store.queue(name), now), id, settings.fleet_id, (s) => c.store.servers.get(s)?.hostname);
+  const queued = entryNamed(
+    liveEntries(c.store.queue(name), now),
+    id,
+    settings.fleet_id,
+    (s) => c.store.servers.get(s)?.hostname,
+  );
   if (!queued) return fail("not_queued", `'${id}' is not waiting in the queue of reboot group '${name}' (${TRIED})`);
   const removed = c.parked.dequeue(name, queued.id)!;
   await c.effects.audit(
-    [{
-      actor,
-      action: "reboot_group.dequeue",
-      target: `fleet:${settings.fleet_id}`,
-      details: { group: name, id: removed.id, server_id: removed.server_id, waiting_since: new Date(removed.since).toISOString() },
-    }],
+    [
+      {
+        actor,
+        action: "reboot_group.dequeue",
+        target: `fleet:${settings.fleet_id}`,
+        details: {
+          group: name,
+          id: removed.id,
+          server_id: removed.server_id,
+          waiting_since: new Date(removed.since).toISOString(),
+        },
+      },
+    ],
     { wait: true },
   );
   return { ok: true, removed, group: viewOf(c, config, name, c.store.group(name)!, now) };

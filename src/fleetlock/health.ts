@@ -23,10 +23,17 @@ const releaseOn = (g: GroupState): ReleaseRule => g.release_on ?? "steady_state"
 const healthTimeoutMs = (g: GroupState) => (g.health_timeout_s ?? DEFAULT_HEALTH_TIMEOUT_S) * 1000;
 
 /** Whether this holder's slot waits for a healthy report instead of its steady-state call. */
-export const waitsForHealth = (g: GroupState, h: Holder) => releaseOn(g) === "healthy_report" && h.server_id !== null && !h.id.startsWith("rollout:");
+export const waitsForHealth = (g: GroupState, h: Holder) =>
+  releaseOn(g) === "healthy_report" && h.server_id !== null && !h.id.startsWith("rollout:");
 
 /** Remembers that a server rebooted (and, once seen, the boot it came back with). */
-export function noteRebooted(c: Coordination, h: { server_id: string; id: string }, group: string, now: number, bootId: string | null) {
+export function noteRebooted(
+  c: Coordination,
+  h: { server_id: string; id: string },
+  group: string,
+  now: number,
+  bootId: string | null,
+) {
   const was = c.gateStore.recovering().get(h.server_id);
   const next: Recovering = {
     server_id: h.server_id,
@@ -47,7 +54,11 @@ export function noteRebooted(c: Coordination, h: { server_id: string; id: string
 export function holdUntilHealthy(c: Coordination, name: string, h: Holder, now: number, bootId: string | null) {
   const g = c.store.group(name)!;
   if (h.rebooted_at === undefined) {
-    c.store.saveGroup(name, { ...g, holders: g.holders.map((x) => (x.id === h.id ? { ...x, rebooted_at: now } : x)), updated_at: now });
+    c.store.saveGroup(name, {
+      ...g,
+      holders: g.holders.map((x) => (x.id === h.id ? { ...x, rebooted_at: now } : x)),
+      updated_at: now,
+    });
   }
   noteRebooted(c, { server_id: h.server_id!, id: h.id }, name, now, bootId);
 }
@@ -62,21 +73,36 @@ export async function serverHealth(c: Coordination, e: ServerHealthEvent) {
     await c.scheduler.arm();
   }
   const recoveringBefore = c.gateStore.recovering().size;
-  const held = c.store.groups().flatMap(([name, g]) => g.holders.filter((h) => h.server_id === e.server_id).map((h) => ({ name, g, h })));
+  const held = c.store
+    .groups()
+    .flatMap(([name, g]) => g.holders.filter((h) => h.server_id === e.server_id).map((h) => ({ name, g, h })));
   if (e.rebooted_from) {
     // Slots granted before this report belong to the boot that just ended.
     const before = held.filter(({ h }) => h.granted_at <= e.at);
     for (const { name, g, h } of before) if (waitsForHealth(g, h)) holdUntilHealthy(c, name, h, now, e.boot_id);
     const first = before[0];
-    noteRebooted(c, { server_id: e.server_id, id: first?.h.id ?? c.store.servers.get(e.server_id)?.fleetlock_id ?? e.server_id }, first?.name ?? "", now, e.boot_id);
+    noteRebooted(
+      c,
+      { server_id: e.server_id, id: first?.h.id ?? c.store.servers.get(e.server_id)?.fleetlock_id ?? e.server_id },
+      first?.name ?? "",
+      now,
+      e.boot_id,
+    );
   }
   if (e.realized) await realized(c, e.server_id, e.boot_id, now);
   // Fewer (or more) servers rebooted and not yet healthy: a gate counting them may have changed.
   if (c.gateStore.recovering().size !== recoveringBefore) await c.parked.drainAll();
   await c.parked.rearm();
   if (e.status && (e.status.to === "failed" || e.status.to === "drifted")) {
-    emit(c.effects, fleetId, e.status.to === "failed" ? "server.failed" : "server.drifted", `server:${e.server_id}`,
-      `Server ${e.hostname} is ${e.status.to} (was ${e.status.from})`, { server_id: e.server_id, hostname: e.hostname, from: e.status.from, to: e.status.to }, e.at);
+    emit(
+      c.effects,
+      fleetId,
+      e.status.to === "failed" ? "server.failed" : "server.drifted",
+      `server:${e.server_id}`,
+      `Server ${e.hostname} is ${e.status.to} (was ${e.status.from})`,
+      { server_id: e.server_id, hostname: e.hostname, from: e.status.from, to: e.status.to },
+      e.at,
+    );
   }
 }
 
@@ -99,16 +125,36 @@ async function releaseHealthy(c: Coordination, serverId: string, now: number, r:
   const fleetId = c.store.config?.fleet_id;
   const freed: string[] = [];
   for (const [name, g] of c.store.groups()) {
-    const mine = g.holders.filter((h) => h.server_id === serverId && h.rebooted_at !== undefined && waitsForHealth(g, h));
+    const mine = g.holders.filter(
+      (h) => h.server_id === serverId && h.rebooted_at !== undefined && waitsForHealth(g, h),
+    );
     if (mine.length === 0) continue;
     c.store.saveGroup(name, { ...g, holders: g.holders.filter((h) => !mine.includes(h)), updated_at: now });
     freed.push(name);
     for (const h of mine) {
-      emit(c.effects, fleetId, "reboot.released", `server:${serverId}`, `${h.id} reported healthy after its reboot; its slot in ${name} is free`, {
-        group: name, id: h.id, server_id: serverId, reason: "healthy_report", boot_id: r.boot_id, rebooted_at: new Date(h.rebooted_at!).toISOString(),
-      }, now);
+      emit(
+        c.effects,
+        fleetId,
+        "reboot.released",
+        `server:${serverId}`,
+        `${h.id} reported healthy after its reboot; its slot in ${name} is free`,
+        {
+          group: name,
+          id: h.id,
+          server_id: serverId,
+          reason: "healthy_report",
+          boot_id: r.boot_id,
+          rebooted_at: new Date(h.rebooted_at!).toISOString(),
+        },
+        now,
+      );
     }
-    await c.effects.audit(mine.map((h) => hostAudit(fleetId, "fleetlock.release_healthy", h.id, serverId, { group: name, boot_id: r.boot_id })), { wait: false });
+    await c.effects.audit(
+      mine.map((h) =>
+        hostAudit(fleetId, "fleetlock.release_healthy", h.id, serverId, { group: name, boot_id: r.boot_id }),
+      ),
+      { wait: false },
+    );
   }
   for (const name of freed) await c.parked.drain(name);
 }
@@ -119,7 +165,9 @@ async function releaseHealthy(c: Coordination, serverId: string, now: number, r:
  */
 export function expireHealth(c: Coordination, name: string, g: GroupState, now: number): GroupState {
   if (releaseOn(g) !== "healthy_report") return g;
-  const late = g.holders.filter((h) => h.rebooted_at !== undefined && h.unhealthy_at === undefined && h.rebooted_at + healthTimeoutMs(g) <= now);
+  const late = g.holders.filter(
+    (h) => h.rebooted_at !== undefined && h.unhealthy_at === undefined && h.rebooted_at + healthTimeoutMs(g) <= now,
+  );
   if (late.length === 0) return g;
   const fleetId = c.store.config?.fleet_id;
   const pause = g.pause_on_unhealthy !== false;
@@ -136,12 +184,27 @@ export function expireHealth(c: Coordination, name: string, g: GroupState, now: 
     const r = c.gateStore.recovering().get(h.server_id!);
     if (r) c.gateStore.saveRecovering({ ...r, unhealthy_at: now });
     const host = c.store.servers.get(h.server_id!)?.hostname ?? h.id;
-    emit(c.effects, fleetId, "reboot.unhealthy_after_reboot", `server:${h.server_id}`,
+    emit(
+      c.effects,
+      fleetId,
+      "reboot.unhealthy_after_reboot",
+      `server:${h.server_id}`,
       `${host} rebooted but did not report healthy within ${healthTimeoutMs(g) / 1000} s; its slot in ${name} stays taken${pause ? ` and the group is paused` : ""}`,
-      { group: name, id: h.id, server_id: h.server_id, hostname: host, rebooted_at: new Date(h.rebooted_at!).toISOString(), paused: pause }, now);
+      {
+        group: name,
+        id: h.id,
+        server_id: h.server_id,
+        hostname: host,
+        rebooted_at: new Date(h.rebooted_at!).toISOString(),
+        paused: pause,
+      },
+      now,
+    );
   }
   void c.effects.audit(
-    late.map((h) => hostAudit(fleetId, "fleetlock.unhealthy_after_reboot", h.id, h.server_id, { group: name, paused: pause })),
+    late.map((h) =>
+      hostAudit(fleetId, "fleetlock.unhealthy_after_reboot", h.id, h.server_id, { group: name, paused: pause }),
+    ),
     { wait: false },
   );
   return next;
@@ -151,6 +214,8 @@ export function expireHealth(c: Coordination, name: string, g: GroupState, now: 
 export function healthWake(g: GroupState): number | null {
   if (releaseOn(g) !== "healthy_report") return null;
   let at = Infinity;
-  for (const h of g.holders) if (h.rebooted_at !== undefined && h.unhealthy_at === undefined) at = Math.min(at, h.rebooted_at + healthTimeoutMs(g));
+  for (const h of g.holders)
+    if (h.rebooted_at !== undefined && h.unhealthy_at === undefined)
+      at = Math.min(at, h.rebooted_at + healthTimeoutMs(g));
   return at === Infinity ? null : at;
 }

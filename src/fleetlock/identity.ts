@@ -12,7 +12,14 @@ import type { Coordination } from "./context";
 import { failure, type FleetLockFailure } from "./protocol";
 import { renameHolder } from "./semaphore";
 import { askClaimant } from "./claims";
-import { KEY, type AskLedger, type ClientEntry, type CoordinatorStore, type FleetConfig, type ServerIdentity } from "./store";
+import {
+  KEY,
+  type AskLedger,
+  type ClientEntry,
+  type CoordinatorStore,
+  type FleetConfig,
+  type ServerIdentity,
+} from "./store";
 
 /** How long a reserved name (an id, a hostname: ./names.ts) waits for its ledger before the ledger is asked. */
 export const RESERVATION_TTL_MS = 2 * 60_000;
@@ -21,7 +28,11 @@ export const RESERVATION_TTL_MS = 2 * 60_000;
  * The registry entry for an id. Only ids no server has registered are refused, unless the fleet
  * allows unknown ids.
  */
-export function clientOf(store: CoordinatorStore, config: FleetConfig, id: string): { ok: true; entry: ClientEntry | null } | FleetLockFailure {
+export function clientOf(
+  store: CoordinatorStore,
+  config: FleetConfig,
+  id: string,
+): { ok: true; entry: ClientEntry | null } | FleetLockFailure {
   const entry = store.clients.get(id) ?? null;
   if (entry || config.allow_unknown_ids) return { ok: true, entry };
   return failure("unknown_client", `no server of this fleet is registered with fleetlock_id '${id}'`);
@@ -32,7 +43,12 @@ export function clientOf(store: CoordinatorStore, config: FleetConfig, id: strin
  * reservation's end, the ledger is asked whether it committed it (./names.ts). Refused while
  * another server has the id, registered or reserved.
  */
-export async function reserve(c: Coordination, ask: AskLedger, fleetlockId: string, serverId: string): Promise<{ ok: true; until: number | null } | Failure> {
+export async function reserve(
+  c: Coordination,
+  ask: AskLedger,
+  fleetlockId: string,
+  serverId: string,
+): Promise<{ ok: true; until: number | null } | Failure> {
   await settlePast(c, ask, fleetlockId, serverId);
   const taken = clientIdTaken(c.store, fleetlockId, serverId);
   if (taken) return taken;
@@ -44,7 +60,8 @@ export async function reserve(c: Coordination, ask: AskLedger, fleetlockId: stri
 /** Another server's reservation past its end but not settled yet: its ledger decides, not the clock. */
 export async function settlePast(c: Coordination, ask: AskLedger, fleetlockId: string, serverId: string) {
   const before = c.store.reservations.get(fleetlockId);
-  if (before && before.server_id !== serverId && before.until <= Date.now()) await settleReservation(c, ask, fleetlockId, before.until);
+  if (before && before.server_id !== serverId && before.until <= Date.now())
+    await settleReservation(c, ask, fleetlockId, before.until);
 }
 
 /** Whether another server has the id, registered or reserved (synchronous). */
@@ -73,7 +90,12 @@ export async function settleReservation(c: Coordination, ask: AskLedger, fleetlo
   const asked = await askClaimant(c.store.reservations, ask, fleetlockId, until);
   if (asked.stale) return;
   const { held, serverId } = asked;
-  if (held?.live && held.identity.fleetlock_id === fleetlockId && (await setIdentity(c, serverId, held.identity)).applied) return;
+  if (
+    held?.live &&
+    held.identity.fleetlock_id === fleetlockId &&
+    (await setIdentity(c, serverId, held.identity)).applied
+  )
+    return;
   c.store.reservations.delete(fleetlockId);
   c.scheduler.cancel(KEY.reservation(fleetlockId));
 }
@@ -90,7 +112,13 @@ export async function catchUpReserved(c: Coordination, ask: AskLedger, fleetlock
   const r = c.store.reservations.get(fleetlockId);
   if (!r) return;
   const held = await ask(r.server_id).catch((err) => {
-    console.error(JSON.stringify({ msg: "reserving ledger not reached; the id waits for its delivery", id: fleetlockId, error: String(err) }));
+    console.error(
+      JSON.stringify({
+        msg: "reserving ledger not reached; the id waits for its delivery",
+        id: fleetlockId,
+        error: String(err),
+      }),
+    );
     return null;
   });
   if (held?.live && held.identity.fleetlock_id === fleetlockId) await setIdentity(c, r.server_id, held.identity);
@@ -101,19 +129,25 @@ export async function catchUpReserved(c: Coordination, ask: AskLedger, fleetlock
  * are ignored, so redeliveries and reordered deliveries change nothing. An id that another server
  * registered meanwhile stays with that server (audited as a conflict).
  */
-export async function setIdentity(c: Coordination, serverId: string, identity: ServerIdentity): Promise<{ applied: boolean; conflict?: boolean }> {
+export async function setIdentity(
+  c: Coordination,
+  serverId: string,
+  identity: ServerIdentity,
+): Promise<{ applied: boolean; conflict?: boolean }> {
   const { store, effects } = c;
   const id = identity.fleetlock_id;
   const owner = id ? store.clients.get(id) : undefined;
   const previous = store.servers.get(serverId);
   if (id && owner && owner.server_id !== serverId && !(previous && previous.rev >= identity.rev)) {
     await effects.audit(
-      [{
-        actor: `server:${serverId}`,
-        action: "fleetlock.identity_conflict",
-        target: `server:${serverId}`,
-        details: { fleetlock_id: id, held_by: owner.server_id },
-      }],
+      [
+        {
+          actor: `server:${serverId}`,
+          action: "fleetlock.identity_conflict",
+          target: `server:${serverId}`,
+          details: { fleetlock_id: id, held_by: owner.server_id },
+        },
+      ],
       { wait: false },
     );
     return { applied: false, conflict: true };

@@ -49,7 +49,9 @@ export function serverHealthEventOf(
   staleSeen = true,
 ): ServerHealthEvent | null {
   const staleMs = record.stale_after_s * 1000;
-  const before = previous ? computeStatus(desired, previous, staleSeen ? now : previous.received_at, staleMs).status : "unknown";
+  const before = previous
+    ? computeStatus(desired, previous, staleSeen ? now : previous.received_at, staleMs).status
+    : "unknown";
   const after = computeStatus(desired, report, now, staleMs).status;
   const rebootedFrom = previous && previous.boot_id !== report.boot_id ? previous.boot_id : null;
   const becameRealized = after === "realized" && before !== "realized";
@@ -73,7 +75,12 @@ export function serverHealthEventOf(
  * The quiet watch found the HTTP host silent (src/ledger/quiet.ts): the server is stale now, a
  * change of its health class no report carries, so the watch sends it. Null if it was stale already.
  */
-export function quietEventOf(record: ServerRecord, desired: DesiredState, report: StoredReport, now: number): ServerHealthEvent | null {
+export function quietEventOf(
+  record: ServerRecord,
+  desired: DesiredState,
+  report: StoredReport,
+  now: number,
+): ServerHealthEvent | null {
   const staleMs = record.stale_after_s * 1000;
   const before = computeStatus(desired, report, report.received_at, staleMs).status;
   const after = computeStatus(desired, report, now, staleMs).status;

@@ -40,7 +40,8 @@ export async function reserveRegistration(
   }
   if (fleetlockId) await settlePast(c, ask, fleetlockId, serverId);
   // From here no await until both are held: one turn decides both.
-  const refused = hostnameTaken(c.store, name, serverId) ?? (fleetlockId ? clientIdTaken(c.store, fleetlockId, serverId) : null);
+  const refused =
+    hostnameTaken(c.store, name, serverId) ?? (fleetlockId ? clientIdTaken(c.store, fleetlockId, serverId) : null);
   if (refused) return refused;
   const until = Date.now() + RESERVATION_TTL_MS;
   c.store.hostnames.put(name, { server_id: serverId, until });
@@ -53,16 +54,21 @@ export async function reserveRegistration(
 function hostnameTaken(store: CoordinatorStore, name: string, serverId: string): Failure | null {
   const claim = store.hostnames.get(name);
   if (!claim || claim.server_id === serverId) return null;
-  return fail("hostname_taken", `another server of this fleet (${claim.server_id}) is named '${name}'${claim.until === null ? "" : " (being registered)"}`, {
-    server_id: claim.server_id,
-  });
+  return fail(
+    "hostname_taken",
+    `another server of this fleet (${claim.server_id}) is named '${name}'${claim.until === null ? "" : " (being registered)"}`,
+    {
+      server_id: claim.server_id,
+    },
+  );
 }
 
 /** The timer of a reserved hostname (or a writer that found it past its end): ask the ledger. */
 export async function settleHostname(c: Coordination, ask: AskLedger, name: string, until: number) {
   const asked = await askClaimant(c.store.hostnames, ask, name, until);
   if (asked.stale) return;
-  if (asked.held?.live && asked.held.identity.hostname === name) c.store.hostnames.put(name, { server_id: asked.serverId, until: null });
+  if (asked.held?.live && asked.held.identity.hostname === name)
+    c.store.hostnames.put(name, { server_id: asked.serverId, until: null });
   else c.store.hostnames.delete(name);
   c.scheduler.cancel(KEY.hostname(name));
 }

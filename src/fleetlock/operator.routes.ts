@@ -8,7 +8,6 @@ import { validationHook } from "../http/validation";
 import { FleetlockKeyCreated, GroupInput, GroupSchema } from "./schemas";
 import { dequeueHost, forceRelease, getGroup, listGroups, putGroup, rotateFleetlockKey } from "./service";
 
-
 const fleetParam = z.object({ fleet: fleetId });
 const groupParams = fleetParam.extend({ group: groupName });
 // A FleetLock id, or the server holding under one: its id, hostname or fleet/hostname (./named.ts).
@@ -18,151 +17,172 @@ const holderParams = groupParams.extend({
 
 // One chain, so the type of rebootGroupRoutes (and of the app that mounts it at /v1/fleets) carries every route for hc.
 export const rebootGroupRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook })
-.openapi(
-  createRoute({
-    method: "get",
-    path: "/{fleet}/reboot-groups",
-    operationId: "listRebootGroups",
-    tags: ["reboot coordination"],
-    summary: "The fleet's reboot groups: slots, pause, windows, holders (with their server) and stuck flags",
-    security: bearer,
-    middleware: [requireScope("read")] as const,
-    request: { params: fleetParam },
-    responses: {
-      200: jsonResponse(
-        z.object({ fleet: z.string(), lock_ttl_s: z.number().int(), items: z.array(GroupSchema) }),
-        "The groups",
-      ),
-      ...commonErrors,
-      ...notFoundError,
+  .openapi(
+    createRoute({
+      method: "get",
+      path: "/{fleet}/reboot-groups",
+      operationId: "listRebootGroups",
+      tags: ["reboot coordination"],
+      summary: "The fleet's reboot groups: slots, pause, windows, holders (with their server) and stuck flags",
+      security: bearer,
+      middleware: [requireScope("read")] as const,
+      request: { params: fleetParam },
+      responses: {
+        200: jsonResponse(
+          z.object({ fleet: z.string(), lock_ttl_s: z.number().int(), items: z.array(GroupSchema) }),
+          "The groups",
+        ),
+        ...commonErrors,
+        ...notFoundError,
+      },
+    }),
+    async (c) => {
+      const { fleet } = c.req.valid("param");
+      const { row, items } = await listGroups(c.env, fleet);
+      return c.json({ fleet, lock_ttl_s: row.lockTtlS, items }, 200);
     },
-  }),
-  async (c) => {
-    const { fleet } = c.req.valid("param");
-    const { row, items } = await listGroups(c.env, fleet);
-    return c.json({ fleet, lock_ttl_s: row.lockTtlS, items }, 200);
-  },
-)
+  )
 
-.openapi(
-  createRoute({
-    method: "get",
-    path: "/{fleet}/reboot-groups/{group}",
-    operationId: "getRebootGroup",
-    tags: ["reboot coordination"],
-    summary: "One reboot group",
-    security: bearer,
-    middleware: [requireScope("read")] as const,
-    request: { params: groupParams },
-    responses: { 200: jsonResponse(GroupSchema, "The group"), ...commonErrors, ...notFoundError },
-  }),
-  async (c) => {
-    const { fleet, group } = c.req.valid("param");
-    return c.json(await getGroup(c.env, fleet, group), 200);
-  },
-)
-
-.openapi(
-  createRoute({
-    method: "put",
-    path: "/{fleet}/reboot-groups/{group}",
-    operationId: "putRebootGroup",
-    tags: ["reboot coordination"],
-    summary: "Create or change a reboot group live; shrinking never evicts holders",
-    security: bearer,
-    middleware: [requireScope("write")] as const,
-    request: { params: groupParams, body: jsonBody(GroupInput) },
-    responses: { 200: jsonResponse(GroupSchema, "The group as it now is"), ...commonErrors, ...notFoundError },
-  }),
-  async (c) => {
-    const { fleet, group } = c.req.valid("param");
-    const input = c.req.valid("json");
-    return c.json(await putGroup(c.env, actorOf(c.var.principal), fleet, group, input), 200);
-  },
-)
-
-.openapi(
-  createRoute({
-    method: "delete",
-    path: "/{fleet}/reboot-groups/{group}/holders/{id}",
-    operationId: "releaseRebootHolder",
-    tags: ["reboot coordination"],
-    summary: "Force-release one holder's slot (audited)",
-    security: bearer,
-    middleware: [requireScope("write")] as const,
-    request: { params: holderParams },
-    responses: {
-      200: jsonResponse(
-        z.object({ released: z.object({ id: z.string(), server_id: z.string().nullable(), granted_at: z.string() }), group: GroupSchema }),
-        "Released; the group as it now is",
-      ),
-      ...commonErrors,
-      404: jsonResponse(z.object({ error: z.any() }), "No such fleet or group, or nothing the id names (as a FleetLock id, server id or hostname) holds a slot in it"),
+  .openapi(
+    createRoute({
+      method: "get",
+      path: "/{fleet}/reboot-groups/{group}",
+      operationId: "getRebootGroup",
+      tags: ["reboot coordination"],
+      summary: "One reboot group",
+      security: bearer,
+      middleware: [requireScope("read")] as const,
+      request: { params: groupParams },
+      responses: { 200: jsonResponse(GroupSchema, "The group"), ...commonErrors, ...notFoundError },
+    }),
+    async (c) => {
+      const { fleet, group } = c.req.valid("param");
+      return c.json(await getGroup(c.env, fleet, group), 200);
     },
-  }),
-  async (c) => {
-    const { fleet, group, id } = c.req.valid("param");
-    const result = await forceRelease(c.env, actorOf(c.var.principal), fleet, group, id);
-    const released = {
-      id: result.released.id,
-      server_id: result.released.server_id,
-      granted_at: new Date(result.released.granted_at).toISOString(),
-    };
-    return c.json({ released, group: result.group }, 200);
-  },
-)
+  )
 
-.openapi(
-  createRoute({
-    method: "delete",
-    path: "/{fleet}/reboot-groups/{group}/queue/{id}",
-    operationId: "dequeueRebootHost",
-    tags: ["reboot coordination"],
-    summary: "Take a parked host out of the group's queue (audited); its waiting pre-reboot is refused",
-    description: "The host keeps no place: its next pre-reboot queues anew at the back (or is granted, if the group is free).",
-    security: bearer,
-    middleware: [requireScope("write")] as const,
-    request: { params: holderParams },
-    responses: {
-      200: jsonResponse(
-        z.object({ removed: z.object({ id: z.string(), server_id: z.string().nullable(), waiting_since: z.string() }), group: GroupSchema }),
-        "Taken out; the group as it now is",
-      ),
-      ...commonErrors,
-      404: jsonResponse(z.object({ error: z.any() }), "No such fleet or group, or nothing the id names (as a FleetLock id, server id or hostname) waits in its queue"),
+  .openapi(
+    createRoute({
+      method: "put",
+      path: "/{fleet}/reboot-groups/{group}",
+      operationId: "putRebootGroup",
+      tags: ["reboot coordination"],
+      summary: "Create or change a reboot group live; shrinking never evicts holders",
+      security: bearer,
+      middleware: [requireScope("write")] as const,
+      request: { params: groupParams, body: jsonBody(GroupInput) },
+      responses: { 200: jsonResponse(GroupSchema, "The group as it now is"), ...commonErrors, ...notFoundError },
+    }),
+    async (c) => {
+      const { fleet, group } = c.req.valid("param");
+      const input = c.req.valid("json");
+      return c.json(await putGroup(c.env, actorOf(c.var.principal), fleet, group, input), 200);
     },
-  }),
-  async (c) => {
-    const { fleet, group, id } = c.req.valid("param");
-    const result = await dequeueHost(c.env, actorOf(c.var.principal), fleet, group, id);
-    const removed = { id: result.removed.id, server_id: result.removed.server_id, waiting_since: new Date(result.removed.since).toISOString() };
-    return c.json({ removed, group: result.group }, 200);
-  },
-)
+  )
 
-.openapi(
-  createRoute({
-    method: "post",
-    path: "/{fleet}/fleetlock-key",
-    operationId: "rotateFleetlockKey",
-    tags: ["reboot coordination"],
-    summary: "Create or rotate the fleet's FleetLock key; the previous key stops working at once",
-    description: "Returns the key once, inside the base_url hosts put in their Zincati config.",
-    security: bearer,
-    middleware: [requireScope("admin")] as const,
-    request: { params: fleetParam },
-    responses: {
-      201: createdResponse(FleetlockKeyCreated, "The new key and base_url", "The fleet the key belongs to (the key itself is never readable again)"),
-      ...commonErrors,
-      ...notFoundError,
+  .openapi(
+    createRoute({
+      method: "delete",
+      path: "/{fleet}/reboot-groups/{group}/holders/{id}",
+      operationId: "releaseRebootHolder",
+      tags: ["reboot coordination"],
+      summary: "Force-release one holder's slot (audited)",
+      security: bearer,
+      middleware: [requireScope("write")] as const,
+      request: { params: holderParams },
+      responses: {
+        200: jsonResponse(
+          z.object({
+            released: z.object({ id: z.string(), server_id: z.string().nullable(), granted_at: z.string() }),
+            group: GroupSchema,
+          }),
+          "Released; the group as it now is",
+        ),
+        ...commonErrors,
+        404: jsonResponse(
+          z.object({ error: z.any() }),
+          "No such fleet or group, or nothing the id names (as a FleetLock id, server id or hostname) holds a slot in it",
+        ),
+      },
+    }),
+    async (c) => {
+      const { fleet, group, id } = c.req.valid("param");
+      const result = await forceRelease(c.env, actorOf(c.var.principal), fleet, group, id);
+      const released = {
+        id: result.released.id,
+        server_id: result.released.server_id,
+        granted_at: new Date(result.released.granted_at).toISOString(),
+      };
+      return c.json({ released, group: result.group }, 200);
     },
-  }),
-  async (c) => {
-    const { fleet } = c.req.valid("param");
-    const key = await rotateFleetlockKey(c.env, actorOf(c.var.principal), fleet);
-    const base_url = `${new URL(c.req.url).origin}/fleetlock/${fleet}/${key}/`;
-    // The key has no URL of its own (it is never answered again): Location names its fleet.
-    c.header("Location", `/v1/fleets/${encodeURIComponent(fleet)}`);
-    return c.json({ fleet, key, base_url }, 201);
-  },
-);
+  )
+
+  .openapi(
+    createRoute({
+      method: "delete",
+      path: "/{fleet}/reboot-groups/{group}/queue/{id}",
+      operationId: "dequeueRebootHost",
+      tags: ["reboot coordination"],
+      summary: "Take a parked host out of the group's queue (audited); its waiting pre-reboot is refused",
+      description:
+        "The host keeps no place: its next pre-reboot queues anew at the back (or is granted, if the group is free).",
+      security: bearer,
+      middleware: [requireScope("write")] as const,
+      request: { params: holderParams },
+      responses: {
+        200: jsonResponse(
+          z.object({
+            removed: z.object({ id: z.string(), server_id: z.string().nullable(), waiting_since: z.string() }),
+            group: GroupSchema,
+          }),
+          "Taken out; the group as it now is",
+        ),
+        ...commonErrors,
+        404: jsonResponse(
+          z.object({ error: z.any() }),
+          "No such fleet or group, or nothing the id names (as a FleetLock id, server id or hostname) waits in its queue",
+        ),
+      },
+    }),
+    async (c) => {
+      const { fleet, group, id } = c.req.valid("param");
+      const result = await dequeueHost(c.env, actorOf(c.var.principal), fleet, group, id);
+      const removed = {
+        id: result.removed.id,
+        server_id: result.removed.server_id,
+        waiting_since: new Date(result.removed.since).toISOString(),
+      };
+      return c.json({ removed, group: result.group }, 200);
+    },
+  )
+
+  .openapi(
+    createRoute({
+      method: "post",
+      path: "/{fleet}/fleetlock-key",
+      operationId: "rotateFleetlockKey",
+      tags: ["reboot coordination"],
+      summary: "Create or rotate the fleet's FleetLock key; the previous key stops working at once",
+      description: "Returns the key once, inside the base_url hosts put in their Zincati config.",
+      security: bearer,
+      middleware: [requireScope("admin")] as const,
+      request: { params: fleetParam },
+      responses: {
+        201: createdResponse(
+          FleetlockKeyCreated,
+          "The new key and base_url",
+          "The fleet the key belongs to (the key itself is never readable again)",
+        ),
+        ...commonErrors,
+        ...notFoundError,
+      },
+    }),
+    async (c) => {
+      const { fleet } = c.req.valid("param");
+      const key = await rotateFleetlockKey(c.env, actorOf(c.var.principal), fleet);
+      const base_url = `${new URL(c.req.url).origin}/fleetlock/${fleet}/${key}/`;
+      // The key has no URL of its own (it is never answered again): Location names its fleet.
+      c.header("Location", `/v1/fleets/${encodeURIComponent(fleet)}`);
+      return c.json({ fleet, key, base_url }, 201);
+    },
+  );

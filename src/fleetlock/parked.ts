@@ -16,7 +16,20 @@ import { acceptWaiter, answerWaiters } from "../objects/kit/wake";
 import { hostAudit, type CoordinatorEffects } from "./effects";
 import type { FleetLockKind } from "../domain/enums";
 import { rebootGranted, rebootReleased } from "./reboot-events";
-import { closureOf, dequeue, drain, liveEntries, nextWake, queuedOf, readDone, refusalValue, releaseUnclaimed, type Answer, type Closure, type QueueEntry } from "./queue";
+import {
+  closureOf,
+  dequeue,
+  drain,
+  liveEntries,
+  nextWake,
+  queuedOf,
+  readDone,
+  refusalValue,
+  releaseUnclaimed,
+  type Answer,
+  type Closure,
+  type QueueEntry,
+} from "./queue";
 import type { GroupState } from "./semaphore";
 import type { CoordinatorStore } from "./store";
 
@@ -69,7 +82,13 @@ export class ParkedHosts {
   /** When the queue timer is set for; undefined until the first look after a wake. */
   private timerAt: number | null | undefined;
   /** Gates add theirs here (./durable-object.ts wires ./gate-keeper.ts); by default pause, windows and slots decide. */
-  hooks: QueueHooks = { closed: (_name, g, now) => closureOf(g, now), wakeAt: () => null, drained: () => {}, tidy: (_n, g) => g, dueAt: () => null };
+  hooks: QueueHooks = {
+    closed: (_name, g, now) => closureOf(g, now),
+    wakeAt: () => null,
+    drained: () => {},
+    tidy: (_n, g) => g,
+    dueAt: () => null,
+  };
 
   constructor(
     private readonly store: CoordinatorStore,
@@ -100,7 +119,12 @@ export class ParkedHosts {
    * real time: the decision clock may be moved in tests). Called in the turn that stored the place.
    */
   hold(name: string, entry: QueueEntry, now: number): Response {
-    return acceptWaiter(this.room, { id: entry.id, group: name, at: now } satisfies Waiter, Date.now() + Math.max(0, entry.deadline - now), [hostTag(entry.id)]);
+    return acceptWaiter(
+      this.room,
+      { id: entry.id, group: name, at: now } satisfies Waiter,
+      Date.now() + Math.max(0, entry.deadline - now),
+      [hostTag(entry.id)],
+    );
   }
 
   /**
@@ -128,11 +152,15 @@ export class ParkedHosts {
 
   /** The failure a host of the group is told when it waited without a slot, from the group as it is now. */
   refusal(name: string, id: string, why: Refused): ParkedAnswer {
-    if (why === "removed") return failure("unknown_client", `'${id}' no longer belongs to a server of this fleet; it left the queue`);
+    if (why === "removed")
+      return failure("unknown_client", `'${id}' no longer belongs to a server of this fleet; it left the queue`);
     // A slot it holds anywhere answers it (recursive lock).
     if (this.store.heldIn(id)) return { ok: true };
     const g = this.store.group(name);
-    const closed = (g && this.hooks.closed(name, g, this.clock())) ?? { kind: "semaphore_full" as const, value: refusalValue.semaphore_full };
+    const closed = (g && this.hooks.closed(name, g, this.clock())) ?? {
+      kind: "semaphore_full" as const,
+      value: refusalValue.semaphore_full,
+    };
     if (why === "dequeued") return failure(closed.kind, `${closed.value}; an operator took this host out of the queue`);
     return failure(closed.kind, `${closed.value}; waited ${g?.queue_wait_s ?? 0} s in the queue`);
   }
@@ -212,7 +240,8 @@ export class ParkedHosts {
         return held !== undefined && held !== name;
       },
       // A removed server's host (or a renamed id) is never granted, whatever order the news came in.
-      eligible: (e) => (e.server_id ? this.store.clients.get(e.id)?.server_id === e.server_id : Boolean(config?.allow_unknown_ids)),
+      eligible: (e) =>
+        e.server_id ? this.store.clients.get(e.id)?.server_id === e.server_id : Boolean(config?.allow_unknown_ids),
       closed: (x) => this.hooks.closed(name, x, now),
     });
     // Hosts parked only while a gate's input was read are answered once it is in.
@@ -223,14 +252,20 @@ export class ParkedHosts {
     for (const e of read.done) this.answer(e.id, this.refusal(name, e.id, "refused"));
     for (const e of d.dropped) this.answer(e.id, this.refusal(name, e.id, "removed"));
     for (const h of freed.released) rebootReleased(this.effects, this.store, name, h, "unclaimed", now);
-    for (const { entry, answerable } of d.granted) rebootGranted(this.effects, this.store, name, entry, now, { queued_since: new Date(entry.since).toISOString(), answered: answerable });
+    for (const { entry, answerable } of d.granted)
+      rebootGranted(this.effects, this.store, name, entry, now, {
+        queued_since: new Date(entry.since).toISOString(),
+        answered: answerable,
+      });
     this.hooks.drained(name, d.group, now);
     for (const { entry, answerable } of d.granted) if (answerable) this.answer(entry.id, { ok: true });
     const rearm = this.armTimer(now);
     const fleetId = this.store.config?.fleet_id;
     await this.effects.audit(
       [
-        ...freed.released.map((h) => hostAudit(fleetId, "fleetlock.release_unclaimed", h.id, h.server_id, { group: name })),
+        ...freed.released.map((h) =>
+          hostAudit(fleetId, "fleetlock.release_unclaimed", h.id, h.server_id, { group: name }),
+        ),
         ...d.granted.map(({ entry, answerable, provisional }) =>
           hostAudit(fleetId, "fleetlock.grant", entry.id, entry.server_id, {
             group: name,
@@ -259,7 +294,8 @@ export class ParkedHosts {
     for (const [name, g] of this.store.groups()) {
       at = Math.min(at, nextWake(g, this.store.queue(name), now) ?? Infinity, this.hooks.dueAt(g) ?? Infinity);
       // A hold lifting matters only to hosts waiting behind it.
-      if (liveEntries(this.store.queue(name), now).length) at = Math.min(at, this.hooks.wakeAt(name, g, now) ?? Infinity);
+      if (liveEntries(this.store.queue(name), now).length)
+        at = Math.min(at, this.hooks.wakeAt(name, g, now) ?? Infinity);
     }
     if (at === Infinity) {
       // Unknown after a wake (undefined): cancel once, in case a timer was left from before.

@@ -20,7 +20,10 @@ fleetlock.use(
   bodyLimit({
     maxSize: MAX_FLEETLOCK_BODY_BYTES,
     onError: () => {
-      throw new FleetLockError("payload_too_large", `FleetLock bodies are limited to ${MAX_FLEETLOCK_BODY_BYTES} bytes`);
+      throw new FleetLockError(
+        "payload_too_large",
+        `FleetLock bodies are limited to ${MAX_FLEETLOCK_BODY_BYTES} bytes`,
+      );
     },
   }),
 );
@@ -51,15 +54,20 @@ const ops = {
 
 const keyParams = z.object({
   fleet: z.string().regex(FLEET_ID),
-  key: z.string().regex(FLEETLOCK_KEY).openapi({
-    description:
-      "The credential: the fleet's FleetLock key (stored hashed; rotated with POST /v1/fleets/{fleet}/fleetlock-key). " +
-      "A wrong, rotated or missing key answers 403 `unauthorized`.",
-    format: "password",
-  }),
+  key: z
+    .string()
+    .regex(FLEETLOCK_KEY)
+    .openapi({
+      description:
+        "The credential: the fleet's FleetLock key (stored hashed; rotated with POST /v1/fleets/{fleet}/fleetlock-key). " +
+        "A wrong, rotated or missing key answers 403 `unauthorized`.",
+      format: "password",
+    }),
 });
 const groupParams = keyParams.extend({
-  group: z.string().openapi({ description: "A `${group}` Zincati templated into base_url; must equal the body's group" }),
+  group: z
+    .string()
+    .openapi({ description: "A `${group}` Zincati templated into base_url; must equal the body's group" }),
 });
 
 /*
@@ -88,7 +96,10 @@ for (const op of ["pre-reboot", "steady-state"] as const) {
           headers: z.object({ "fleet-lock-protocol": z.literal("true") }),
           body: { required: true, content: { "*/*": { schema: ClientParamsBody } } },
         },
-        responses: { 200: { description: "Done", content: { "application/json": { schema: ops[op].ok } } }, ...errorResponses },
+        responses: {
+          200: { description: "Done", content: { "application/json": { schema: ops[op].ok } } },
+          ...errorResponses,
+        },
       }),
     );
   }
@@ -112,7 +123,10 @@ async function handle(c: Context<AppEnv>, op: "pre-reboot"): Promise<{ granted: 
 async function handle(c: Context<AppEnv>, op: "steady-state"): Promise<{ released: boolean }>;
 async function handle(c: Context<AppEnv>, op: "pre-reboot" | "steady-state") {
   if (c.req.header("fleet-lock-protocol")?.trim().toLowerCase() !== "true") {
-    throw new FleetLockError("missing_protocol_header", "FleetLock requests must carry the header 'fleet-lock-protocol: true'");
+    throw new FleetLockError(
+      "missing_protocol_header",
+      "FleetLock requests must carry the header 'fleet-lock-protocol: true'",
+    );
   }
   const { fleet, key, group: pathGroup } = c.req.param() as { fleet: string; key: string; group?: string };
   if (!FLEET_ID.test(fleet) || !FLEETLOCK_KEY.test(key)) {
@@ -171,7 +185,12 @@ fleetlock
   .post("/:fleet/:key/:group//v1/steady-state", async (c) => c.json(await handle(c, "steady-state"), 200));
 
 // Registered after the POST routes, so only other methods reach it.
-for (const path of ["/:fleet/:key/v1/:op", "/:fleet/:key/:group/v1/:op", "/:fleet/:key//v1/:op", "/:fleet/:key/:group//v1/:op"]) {
+for (const path of [
+  "/:fleet/:key/v1/:op",
+  "/:fleet/:key/:group/v1/:op",
+  "/:fleet/:key//v1/:op",
+  "/:fleet/:key/:group//v1/:op",
+]) {
   fleetlock.all(path, (c) => {
     const op = c.req.param("op");
     if (op !== "pre-reboot" && op !== "steady-state") {
@@ -182,5 +201,8 @@ for (const path of ["/:fleet/:key/v1/:op", "/:fleet/:key/:group/v1/:op", "/:flee
   });
 }
 fleetlock.all("/*", (c) => {
-  throw new FleetLockError("not_found", `no FleetLock endpoint at ${c.req.path}; use {base_url}v1/pre-reboot or v1/steady-state`);
+  throw new FleetLockError(
+    "not_found",
+    `no FleetLock endpoint at ${c.req.path}; use {base_url}v1/pre-reboot or v1/steady-state`,
+  );
 });

@@ -63,11 +63,19 @@ export interface Closure {
  * health gate (`gate`, ./gates.ts), then windows, then slots. Null when it would grant.
  */
 export function closureOf(g: GroupState, now: number, gate: Closure | null = null): Closure | null {
-  if (g.paused) return { kind: "group_paused", value: g.paused_reason ? `the reboot group is paused: ${g.paused_reason}` : refusalValue.group_paused };
+  if (g.paused)
+    return {
+      kind: "group_paused",
+      value: g.paused_reason ? `the reboot group is paused: ${g.paused_reason}` : refusalValue.group_paused,
+    };
   if (gate) return gate;
-  if (!withinWindows(g.windows, now)) return { kind: "outside_maintenance_window", value: refusalValue.outside_maintenance_window };
+  if (!withinWindows(g.windows, now))
+    return { kind: "outside_maintenance_window", value: refusalValue.outside_maintenance_window };
   if (g.holders.length >= g.slots) {
-    return { kind: "semaphore_full", value: `all ${g.slots} slot(s) of the group are held (${g.holders.length} holder(s))` };
+    return {
+      kind: "semaphore_full",
+      value: `all ${g.slots} slot(s) of the group are held (${g.holders.length} holder(s))`,
+    };
   }
   return null;
 }
@@ -92,7 +100,8 @@ export function admit(
   now: number,
   opts: { mayPark: boolean; gate?: Closure | null },
 ): Admission {
-  if (holderOf(g, id)) return { kind: "granted", group: claim(g, id, now), changed: holderOf(g, id)!.unclaimed_until !== undefined };
+  if (holderOf(g, id))
+    return { kind: "granted", group: claim(g, id, now), changed: holderOf(g, id)!.unclaimed_until !== undefined };
   const live = liveEntries(q, now);
   const mine = queuedOf(live, id);
   if (mine) return { kind: "parked", queue: q, entry: mine, changed: false };
@@ -104,12 +113,20 @@ export function admit(
   const why: Closure = closed ?? { kind: "semaphore_full" as const, value: refusalValue.semaphore_full };
   const queued = live.length ? `; ${live.length} host(s) are queued` : "";
   const wait = Math.max(waitOf(g), why.wait_s ?? 0);
-  if (why.kind === "group_paused" || !opts.mayPark || wait === 0) return { kind: "refused", refusal: why.kind, value: `${why.value}${queued}` };
+  if (why.kind === "group_paused" || !opts.mayPark || wait === 0)
+    return { kind: "refused", refusal: why.kind, value: `${why.value}${queued}` };
   if (live.length >= MAX_QUEUED_PER_GROUP) {
     return { kind: "refused", refusal: why.kind, value: `${why.value}; the queue is full (${live.length} host(s))` };
   }
   const seq = q.reduce((m, e) => Math.max(m, e.seq), 0) + 1;
-  const entry: QueueEntry = { id, server_id: serverId, since: now, deadline: now + wait * 1000, seq, ...(wait > waitOf(g) ? { until_read: true as const } : {}) };
+  const entry: QueueEntry = {
+    id,
+    server_id: serverId,
+    since: now,
+    deadline: now + wait * 1000,
+    seq,
+    ...(wait > waitOf(g) ? { until_read: true as const } : {}),
+  };
   return { kind: "parked", queue: [...live, entry], entry, changed: true };
 }
 
@@ -119,7 +136,12 @@ const waitOf = (g: GroupState) => g.queue_wait_s ?? 0;
  * The read a host waited for is in (`closed` is not a gate being read): entries parked only for it
  * get the group's own deadline back; those past it leave the queue (`done`, to be refused now).
  */
-export function readDone(g: GroupState, q: Queue, now: number, closed: Closure | null): { queue: Queue; done: QueueEntry[] } {
+export function readDone(
+  g: GroupState,
+  q: Queue,
+  now: number,
+  closed: Closure | null,
+): { queue: Queue; done: QueueEntry[] } {
   if (closed?.wait_s || !q.some((e) => e.until_read)) return { queue: q, done: [] };
   const done: QueueEntry[] = [];
   const queue = q.flatMap((e) => {
@@ -207,7 +229,9 @@ export function drain(
     const holder: Holder = { id: entry.id, server_id: entry.server_id, granted_at: now };
     if (how !== "live") holder.unclaimed_until = now + unclaimedMs(g);
     group = { ...group, holders: [...group.holders, holder], updated_at: now };
-    granted.push(how === "provisional" ? { entry, answerable: true, provisional: true } : { entry, answerable: how === "live" });
+    granted.push(
+      how === "provisional" ? { entry, answerable: true, provisional: true } : { entry, answerable: how === "live" },
+    );
   }
   return { group, queue: queue.length === q.length ? q : queue, granted, dropped };
 }

@@ -9,19 +9,43 @@ import type { CoordinatorStore } from "./store";
 
 type Who = { id: string; server_id: string | null };
 
-const hostOf = (store: CoordinatorStore, h: Who) => (h.server_id ? (store.servers.get(h.server_id)?.hostname ?? h.id) : h.id);
+const hostOf = (store: CoordinatorStore, h: Who) =>
+  h.server_id ? (store.servers.get(h.server_id)?.hostname ?? h.id) : h.id;
 const subject = (h: Who) => (h.server_id ? `server:${h.server_id}` : `fleetlock:${h.id}`);
 
-export function rebootGranted(effects: CoordinatorEffects, store: CoordinatorStore, group: string, h: Who, now: number, extra: Record<string, unknown> = {}) {
+export function rebootGranted(
+  effects: CoordinatorEffects,
+  store: CoordinatorStore,
+  group: string,
+  h: Who,
+  now: number,
+  extra: Record<string, unknown> = {},
+) {
   if (h.id.startsWith("rollout:")) return;
   const host = hostOf(store, h);
-  emit(effects, store.config?.fleet_id, "reboot.granted", subject(h), `${host} may reboot now (group ${group})`, { group, id: h.id, server_id: h.server_id, hostname: host, ...extra }, now);
+  emit(
+    effects,
+    store.config?.fleet_id,
+    "reboot.granted",
+    subject(h),
+    `${host} may reboot now (group ${group})`,
+    { group, id: h.id, server_id: h.server_id, hostname: host, ...extra },
+    now,
+  );
 }
 
 /** Why a slot was freed: the host's steady state, a new boot seen, an operator, nobody claiming it, the server removed. */
-export type ReleaseReason = "steady_state" | "rebooted" | "force_release" | "unclaimed" | "server_removed" | "healthy_report";
+export type ReleaseReason =
+  "steady_state" | "rebooted" | "force_release" | "unclaimed" | "server_removed" | "healthy_report";
 
-export function rebootReleased(effects: CoordinatorEffects, store: CoordinatorStore, group: string, h: Who, reason: ReleaseReason, now: number) {
+export function rebootReleased(
+  effects: CoordinatorEffects,
+  store: CoordinatorStore,
+  group: string,
+  h: Who,
+  reason: ReleaseReason,
+  now: number,
+) {
   if (h.id.startsWith("rollout:")) return;
   const host = hostOf(store, h);
   const why: Record<ReleaseReason, string> = {
@@ -32,24 +56,64 @@ export function rebootReleased(effects: CoordinatorEffects, store: CoordinatorSt
     server_removed: "was removed",
     healthy_report: "reported healthy after its reboot",
   };
-  emit(effects, store.config?.fleet_id, "reboot.released", subject(h), `${host} ${why[reason]}; its slot in group ${group} is free`, {
-    group, id: h.id, server_id: h.server_id, hostname: host, reason,
-  }, now);
+  emit(
+    effects,
+    store.config?.fleet_id,
+    "reboot.released",
+    subject(h),
+    `${host} ${why[reason]}; its slot in group ${group} is free`,
+    {
+      group,
+      id: h.id,
+      server_id: h.server_id,
+      hostname: host,
+      reason,
+    },
+    now,
+  );
 }
 
-function rebootStuck(effects: CoordinatorEffects, store: CoordinatorStore, group: string, h: Who & { granted_at: number }, lockTtlS: number, now: number) {
+function rebootStuck(
+  effects: CoordinatorEffects,
+  store: CoordinatorStore,
+  group: string,
+  h: Who & { granted_at: number },
+  lockTtlS: number,
+  now: number,
+) {
   if (h.id.startsWith("rollout:")) return;
   const host = hostOf(store, h);
-  emit(effects, store.config?.fleet_id, "reboot.stuck", subject(h), `${host} has held its slot in group ${group} for over ${lockTtlS} s`, {
-    group, id: h.id, server_id: h.server_id, hostname: host, granted_at: new Date(h.granted_at).toISOString(), lock_ttl_s: lockTtlS,
-  }, now);
+  emit(
+    effects,
+    store.config?.fleet_id,
+    "reboot.stuck",
+    subject(h),
+    `${host} has held its slot in group ${group} for over ${lockTtlS} s`,
+    {
+      group,
+      id: h.id,
+      server_id: h.server_id,
+      hostname: host,
+      granted_at: new Date(h.granted_at).toISOString(),
+      lock_ttl_s: lockTtlS,
+    },
+    now,
+  );
 }
 
 /** Holders that became stuck (held longer than the fleet's lock_ttl_s) are reported once each. */
-export function reportStuck(effects: CoordinatorEffects, store: CoordinatorStore, name: string, g: GroupState, now: number): GroupState {
+export function reportStuck(
+  effects: CoordinatorEffects,
+  store: CoordinatorStore,
+  name: string,
+  g: GroupState,
+  now: number,
+): GroupState {
   const ttl = store.config?.lock_ttl_s;
   if (!ttl) return g;
-  const late = g.holders.filter((h) => !h.stuck_reported && isStuck(h, now, ttl * 1000) && !h.id.startsWith("rollout:"));
+  const late = g.holders.filter(
+    (h) => !h.stuck_reported && isStuck(h, now, ttl * 1000) && !h.id.startsWith("rollout:"),
+  );
   if (late.length === 0) return g;
   const next = { ...g, holders: g.holders.map((h) => (late.includes(h) ? { ...h, stuck_reported: true } : h)) };
   store.saveGroup(name, next);
@@ -62,6 +126,7 @@ export function stuckWake(store: CoordinatorStore, g: GroupState): number | null
   const ttl = store.config?.lock_ttl_s;
   if (!ttl) return null;
   let at = Infinity;
-  for (const h of g.holders) if (!h.stuck_reported && !h.id.startsWith("rollout:")) at = Math.min(at, h.granted_at + ttl * 1000 + 1);
+  for (const h of g.holders)
+    if (!h.stuck_reported && !h.id.startsWith("rollout:")) at = Math.min(at, h.granted_at + ttl * 1000 + 1);
   return at === Infinity ? null : at;
 }

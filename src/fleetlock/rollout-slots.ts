@@ -30,7 +30,8 @@ export async function acquireRolloutSlot(
   if (c.store.heldIn(req.holder)) return { ok: true };
   const now = c.clock();
   const group = c.store.group(req.group) ?? implicitGroup(config, now);
-  if (!group) return { ok: false, kind: "unknown_group", value: `reboot group '${req.group}' is not configured for this fleet` };
+  if (!group)
+    return { ok: false, kind: "unknown_group", value: `reboot group '${req.group}' is not configured for this fleet` };
   // Hosts parked in the group's FIFO queue go first: a rollout never takes a slot past them.
   if (c.store.queue(req.group).length > 0) {
     return { ok: false, kind: "semaphore_full", value: "hosts are queued for this group's slots" };
@@ -40,12 +41,14 @@ export async function acquireRolloutSlot(
   if (result.changed) {
     c.store.saveGroup(req.group, result.group);
     await c.effects.audit(
-      [{
-        actor: `rollout:${req.rollout_id}`,
-        action: "fleetlock.grant",
-        target: `fleet:${settings.fleet_id}`,
-        details: { id: req.holder, server_id: req.server_id, group: req.group },
-      }],
+      [
+        {
+          actor: `rollout:${req.rollout_id}`,
+          action: "fleetlock.grant",
+          target: `fleet:${settings.fleet_id}`,
+          details: { id: req.holder, server_id: req.server_id, group: req.group },
+        },
+      ],
       { wait: false },
     );
   }
@@ -53,7 +56,11 @@ export async function acquireRolloutSlot(
 }
 
 /** Releases a rollout target's slot if held, and hands it to the first parked host; releasing nothing succeeds. */
-export async function releaseRolloutSlot(c: Coordination, holder: string, rolloutId: string): Promise<{ ok: true; released: boolean }> {
+export async function releaseRolloutSlot(
+  c: Coordination,
+  holder: string,
+  rolloutId: string,
+): Promise<{ ok: true; released: boolean }> {
   const groupName = c.store.heldIn(holder);
   if (!groupName) return { ok: true, released: false };
   const released = await releaseAndDrain(c, groupName, holder, c.clock(), (h) => ({

@@ -61,7 +61,12 @@ const MaintenanceWindowSchema = z
 
 export const GroupInput = z
   .strictObject({
-    slots: z.number().int().min(0).max(MAX_GROUP_SLOTS).openapi({ description: "0 admits no one; existing holders keep their slots" }),
+    slots: z
+      .number()
+      .int()
+      .min(0)
+      .max(MAX_GROUP_SLOTS)
+      .openapi({ description: "0 admits no one; existing holders keep their slots" }),
     paused: z.boolean().optional().openapi({ description: "Omitted: unchanged (false for a new group)" }),
     windows: z.array(MaintenanceWindowSchema).max(64).optional().openapi({
       description: "Weekly windows in which alone new slots are granted; [] removes them. Omitted: unchanged",
@@ -88,20 +93,31 @@ export const GroupInput = z
           "How long a slot granted to a parked host that could not be told (its request went away) is kept for its next " +
           `pre-reboot before it goes to the next host. Omitted: unchanged (${UNCLAIMED_GRANT_S} for a new group)`,
       }),
-    release_on: z.enum(RELEASE_RULES).optional().openapi({
-      description:
-        "What frees a slot: `steady_state` (the host's steady-state call, as every FleetLock server does) or `healthy_report` " +
-        "(the steady-state call is answered 200, but the slot is freed only when the server reports from its new boot with every " +
-        "agent realized). Omitted: unchanged (steady_state for a new group)",
-    }),
-    health_timeout_s: z.number().int().min(30).max(7 * 86400).optional().openapi({
-      description: `healthy_report: how long after its reboot a server may take to report healthy before it is marked unhealthy after reboot. Omitted: unchanged (${DEFAULT_HEALTH_TIMEOUT_S} for a new group)`,
-    }),
+    release_on: z
+      .enum(RELEASE_RULES)
+      .optional()
+      .openapi({
+        description:
+          "What frees a slot: `steady_state` (the host's steady-state call, as every FleetLock server does) or `healthy_report` " +
+          "(the steady-state call is answered 200, but the slot is freed only when the server reports from its new boot with every " +
+          "agent realized). Omitted: unchanged (steady_state for a new group)",
+      }),
+    health_timeout_s: z
+      .number()
+      .int()
+      .min(30)
+      .max(7 * 86400)
+      .optional()
+      .openapi({
+        description: `healthy_report: how long after its reboot a server may take to report healthy before it is marked unhealthy after reboot. Omitted: unchanged (${DEFAULT_HEALTH_TIMEOUT_S} for a new group)`,
+      }),
     pause_on_unhealthy: z.boolean().optional().openapi({
-      description: "healthy_report: whether the group pauses itself when a server is unhealthy after its reboot. Omitted: unchanged (true for a new group)",
+      description:
+        "healthy_report: whether the group pauses itself when a server is unhealthy after its reboot. Omitted: unchanged (true for a new group)",
     }),
     gates: GateConfigSchema.nullable().optional().openapi({
-      description: "The group's own health gates ({} for none); null: the fleet's default gates (PUT /v1/fleets/{fleet}/gates). Omitted: unchanged",
+      description:
+        "The group's own health gates ({} for none); null: the fleet's default gates (PUT /v1/fleets/{fleet}/gates). Omitted: unchanged",
     }),
   })
   .openapi("RebootGroupInput");
@@ -113,13 +129,20 @@ const HolderSchema = z
     held_for_s: z.number().int(),
     stuck: z.boolean().openapi({ description: "Held for longer than the fleet's lock_ttl_s" }),
     server: z.object({ id: z.string(), hostname: z.string().nullable() }).nullable(),
-    rebooted_at: z.string().nullable().openapi({ description: "healthy_report: when the host was back from its reboot; the slot waits for a healthy report" }),
-    unhealthy_after_reboot: z.boolean().openapi({ description: "healthy_report: it missed the group's health_timeout_s; the slot stays taken" }),
-    unclaimed_until: z.string().nullable().openapi({
-      description:
-        "Granted to a parked host that could no longer be answered (or, where the runtime cannot tell, whose answer may " +
-        "not have reached it): its next call claims the slot, else it is released then (the group's unclaimed_grant_s after the grant)",
+    rebooted_at: z.string().nullable().openapi({
+      description: "healthy_report: when the host was back from its reboot; the slot waits for a healthy report",
     }),
+    unhealthy_after_reboot: z
+      .boolean()
+      .openapi({ description: "healthy_report: it missed the group's health_timeout_s; the slot stays taken" }),
+    unclaimed_until: z
+      .string()
+      .nullable()
+      .openapi({
+        description:
+          "Granted to a parked host that could no longer be answered (or, where the runtime cannot tell, whose answer may " +
+          "not have reached it): its next call claims the slot, else it is released then (the group's unclaimed_grant_s after the grant)",
+      }),
   })
   .openapi("RebootHolder");
 
@@ -131,7 +154,9 @@ const QueuedSchema = z
     waiting_since: z.string(),
     waited_s: z.number().int(),
     deadline: z.string().openapi({ description: "When its wait runs out and it is refused" }),
-    connected: z.boolean().openapi({ description: "false: its request went away; it keeps its place until its deadline" }),
+    connected: z
+      .boolean()
+      .openapi({ description: "false: its request went away; it keeps its place until its deadline" }),
   })
   .openapi("RebootQueued");
 
@@ -141,7 +166,12 @@ export const GroupSchema = z
     slots: z.number().int(),
     paused: z.boolean(),
     windows: z.array(
-      z.object({ days: z.array(z.string()), start_time: z.string(), length_minutes: z.number().int(), time_zone: z.string() }),
+      z.object({
+        days: z.array(z.string()),
+        start_time: z.string(),
+        length_minutes: z.number().int(),
+        time_zone: z.string(),
+      }),
     ),
     open_now: z.boolean(),
     available_slots: z.number().int(),
@@ -152,11 +182,19 @@ export const GroupSchema = z
     release_on: z.enum(RELEASE_RULES),
     health_timeout_s: z.number().int(),
     pause_on_unhealthy: z.boolean(),
-    paused_reason: z.string().nullable().openapi({ description: "Why the coordinator paused the group by itself (null: an operator paused it, or it is not paused)" }),
-    gates: z.array(VerdictSchema).openapi({ description: "The gates that apply to the group and what each says now; a closed one holds every new grant" }),
-    gates_source: z.enum(["group", "fleet", "none"]).openapi({ description: "Whose gates apply: the group's own, the fleet's default, or none" }),
+    paused_reason: z.string().nullable().openapi({
+      description: "Why the coordinator paused the group by itself (null: an operator paused it, or it is not paused)",
+    }),
+    gates: z.array(VerdictSchema).openapi({
+      description: "The gates that apply to the group and what each says now; a closed one holds every new grant",
+    }),
+    gates_source: z
+      .enum(["group", "fleet", "none"])
+      .openapi({ description: "Whose gates apply: the group's own, the fleet's default, or none" }),
     own_gates: GateConfigSchema.nullable(),
-    hold: HoldSchema.nullable().openapi({ description: "An operator's hold on this group (a fleet-wide hold shows in gates)" }),
+    hold: HoldSchema.nullable().openapi({
+      description: "An operator's hold on this group (a fleet-wide hold shows in gates)",
+    }),
     updated_at: z.string(),
   })
   .openapi("RebootGroup");

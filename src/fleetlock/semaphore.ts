@@ -59,8 +59,7 @@ export interface GroupState {
 export type Refusal = "semaphore_full" | "group_paused" | "outside_maintenance_window";
 
 export type AcquireResult =
-  | { ok: true; group: GroupState; granted: Holder; changed: boolean }
-  | { ok: false; kind: Refusal; value: string };
+  { ok: true; group: GroupState; granted: Holder; changed: boolean } | { ok: false; kind: Refusal; value: string };
 
 export function newGroup(slots: number, now: number): GroupState {
   return { slots, paused: false, windows: [], holders: [], queue_wait_s: 0, updated_at: now };
@@ -141,7 +140,9 @@ export function configure(g: GroupState | null, change: GroupChange, now: number
     paused_reason: change.paused === undefined ? (base.paused_reason ?? null) : null,
     windows: change.windows ?? base.windows,
     queue_wait_s: change.queue_wait_s ?? base.queue_wait_s ?? 0,
-    ...((change.unclaimed_grant_s ?? base.unclaimed_grant_s) === undefined ? {} : { unclaimed_grant_s: change.unclaimed_grant_s ?? base.unclaimed_grant_s }),
+    ...((change.unclaimed_grant_s ?? base.unclaimed_grant_s) === undefined
+      ? {}
+      : { unclaimed_grant_s: change.unclaimed_grant_s ?? base.unclaimed_grant_s }),
     gates: change.gates === undefined ? (base.gates ?? null) : change.gates,
     release_on: change.release_on ?? base.release_on ?? "steady_state",
     health_timeout_s: change.health_timeout_s ?? base.health_timeout_s ?? DEFAULT_HEALTH_TIMEOUT_S,

@@ -47,7 +47,10 @@ export async function putGroup(env: Env, actor: string, fleet: string, group: st
 function checkGateUrls(env: Env, gates: GateConfig | null | undefined) {
   const url = gates?.external?.url;
   const problem = url ? outboundUrlProblem(url, env.ALLOW_LOOPBACK_HTTP === "1") : null;
-  if (problem) throw new DomainError("validation_failed", `gates.external.url ${problem}`, [{ path: "gates.external.url", message: problem }]);
+  if (problem)
+    throw new DomainError("validation_failed", `gates.external.url ${problem}`, [
+      { path: "gates.external.url", message: problem },
+    ]);
 }
 
 export async function getFleetGates(env: Env, fleet: string) {
@@ -71,7 +74,10 @@ export async function setHold(
 ) {
   const row = await fleetOf(env, fleet);
   const until = hold?.until ? Date.parse(hold.until) : hold?.for_s ? Date.now() + hold.for_s * 1000 : null;
-  if (until !== null && until <= Date.now()) throw new DomainError("validation_failed", "until is in the past", [{ path: "until", message: "must be in the future" }]);
+  if (until !== null && until <= Date.now())
+    throw new DomainError("validation_failed", "until is in the past", [
+      { path: "until", message: "must be in the future" },
+    ]);
   const value = hold ? { reason: hold.reason, until } : null;
   return unwrap(await coordinatorOf(env, fleet).setHold(fleetSettings(row), group, value, actor)).hold;
 }
@@ -109,15 +115,25 @@ export const steadyState = (env: Env, fleet: string, keyHash: string, params: { 
  * the request looks again with `resume`: the host's durable place is picked up again, its grant
  * answered or its refusal given, and nothing is parked anew.
  */
-export async function preReboot(env: Env, request: { signal?: AbortSignal }, fleet: string, keyHash: string, params: ClientParams): Promise<ParkedAnswer> {
+export async function preReboot(
+  env: Env,
+  request: { signal?: AbortSignal },
+  fleet: string,
+  keyHash: string,
+  params: ClientParams,
+): Promise<ParkedAnswer> {
   const { signal } = request;
   // A bound on the whole wait past the longest queue_wait_s; the coordinator names the deadline.
   const until = Date.now() + (MAX_QUEUE_WAIT_S + 60) * 1000;
   let resume = false;
-  for (let failures = 0; ; ) {
+  for (let failures = 0; ;) {
     let wake: Wake;
     try {
-      wake = await waitForWake(() => coordinatorOf(env, fleet).fetch(preRebootWaitRequest(keyHash, params, resume)), until, signal);
+      wake = await waitForWake(
+        () => coordinatorOf(env, fleet).fetch(preRebootWaitRequest(keyHash, params, resume)),
+        until,
+        signal,
+      );
     } catch (err) {
       if (signal?.aborted || ++failures > MAX_RESUMES || !restarted(err)) throw err;
       resume = true;
@@ -129,7 +145,8 @@ export async function preReboot(env: Env, request: { signal?: AbortSignal }, fle
     if (wake.kind === "aborted") return failure("semaphore_full", "the client went away while it waited in the queue");
     // Past every deadline the coordinator can name (it always names one sooner): give up, not spin.
     if (wake.kind === "timeout") return failure("semaphore_full", "the wait in the queue ran out");
-    if (wake.kind === "lost" && ++failures > MAX_RESUMES) throw new Error("the reboot coordinator kept closing the wait");
+    if (wake.kind === "lost" && ++failures > MAX_RESUMES)
+      throw new Error("the reboot coordinator kept closing the wait");
     resume = true;
   }
 }

@@ -30,7 +30,11 @@ export interface GroupsSpecOutcome {
 /** The group without its timestamp, to tell whether a configuration changes anything. */
 const settled = (g: GroupState) => JSON.stringify({ ...g, updated_at: 0 });
 
-export async function applyGroupSpec(c: Coordination, settings: FleetSettings, spec: GroupsSpec): Promise<GroupsSpecOutcome> {
+export async function applyGroupSpec(
+  c: Coordination,
+  settings: FleetSettings,
+  spec: GroupsSpec,
+): Promise<GroupsSpecOutcome> {
   c.store.syncSettings(settings);
   const out: GroupsSpecOutcome = { applied: false, changed: [], removed: [], closed: [] };
   if (spec.rev <= c.store.specRev) return out;

@@ -276,7 +276,9 @@ function openFormat(kv: SyncKvStorage): boolean {
   const stamped = kv.get<number>(FORMAT_KEY);
   if (stamped === undefined) return false;
   if (stamped > COORDINATOR_FORMAT) {
-    throw new Error(`coordinator storage is in format ${stamped}, newer than this code's ${COORDINATOR_FORMAT}; refusing to read it`);
+    throw new Error(
+      `coordinator storage is in format ${stamped}, newer than this code's ${COORDINATOR_FORMAT}; refusing to read it`,
+    );
   }
   return stamped === COORDINATOR_FORMAT;
 }

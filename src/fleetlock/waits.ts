@@ -18,13 +18,19 @@ const KEY_HASH = "X-Key-Hash";
  */
 export function preRebootWaitRequest(keyHash: string, params: ClientParams, resume: boolean) {
   const query = new URLSearchParams({ id: params.id, group: params.group, ...(resume ? { resume: "1" } : {}) });
-  return new Request(`${ORIGIN}${PRE_REBOOT_WAIT_PATH}?${query}`, { headers: { Upgrade: "websocket", [KEY_HASH]: keyHash } });
+  return new Request(`${ORIGIN}${PRE_REBOOT_WAIT_PATH}?${query}`, {
+    headers: { Upgrade: "websocket", [KEY_HASH]: keyHash },
+  });
 }
 
 /** The coordinator's reading of it. */
 export function preRebootWaitOf(request: Request): { keyHash: string; params: ClientParams; resume: boolean } {
   const q = new URL(request.url).searchParams;
-  return { keyHash: request.headers.get(KEY_HASH) ?? "", params: { id: q.get("id") ?? "", group: q.get("group") ?? "" }, resume: q.has("resume") };
+  return {
+    keyHash: request.headers.get(KEY_HASH) ?? "",
+    params: { id: q.get("id") ?? "", group: q.get("group") ?? "" },
+    resume: q.has("resume"),
+  };
 }
 
 /** An answer given at once, without a waiter. */

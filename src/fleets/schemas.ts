@@ -14,12 +14,21 @@ export const groupName = z.string().max(MAX_GROUP_NAME_LENGTH).regex(GROUP_NAME,
 
 /** The fleet's settings, shared by creation (with defaults) and PATCH (each optional). */
 const setting = {
-  stale_after_s: z.number().int().min(10).max(7 * 86400),
-  lock_ttl_s: z.number().int().min(60).max(30 * 86400),
+  stale_after_s: z
+    .number()
+    .int()
+    .min(10)
+    .max(7 * 86400),
+  lock_ttl_s: z
+    .number()
+    .int()
+    .min(60)
+    .max(30 * 86400),
   allow_unknown_ids: z.boolean(),
   default_group_slots: z.number().int().min(1).max(MAX_GROUP_SLOTS).nullable(),
   image_policy: z.enum(IMAGE_POLICIES).openapi({
-    description: '"catalog": channels, rollouts and desired configs name only catalog images (else 422 image_not_found); "any": free-form image strings',
+    description:
+      '"catalog": channels, rollouts and desired configs name only catalog images (else 422 image_not_found); "any": free-form image strings',
   }),
 };
 const atMostCapabilities = (c: Record<string, unknown>) => Object.keys(c).length <= MAX_CAPABILITIES;

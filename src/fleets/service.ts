@@ -13,7 +13,16 @@ import type { Env } from "../env";
 import { changeIntent, patchFleet } from "../intent/service";
 import { planAfterChange } from "../planner/service";
 import type { FleetInput, FleetPatch } from "./schemas";
-import { fleetTask, fleetWipe, getFleet, listFleets, liveServersOf, noLiveServers, removalPending, type FleetRow } from "./store";
+import {
+  fleetTask,
+  fleetWipe,
+  getFleet,
+  listFleets,
+  liveServersOf,
+  noLiveServers,
+  removalPending,
+  type FleetRow,
+} from "./store";
 import { runFleetTasks } from "./tasks";
 
 /** Servers a refused deletion names (the rest are counted). */
@@ -22,7 +31,10 @@ const NAMED_MAX = 20;
 export async function createFleet(env: Env, actor: string, input: FleetInput): Promise<FleetRow> {
   const db = getDb(env.DB);
   if (await removalPending(db, input.id)) {
-    throw new DomainError("fleet_removal_pending", `fleet '${input.id}' was deleted and is still being cleaned up; retry shortly`);
+    throw new DomainError(
+      "fleet_removal_pending",
+      `fleet '${input.id}' was deleted and is still being cleaned up; retry shortly`,
+    );
   }
   const row = {
     id: input.id,
@@ -60,9 +72,16 @@ export const searchFleets = (env: Env, after: string | null, limit: number) => l
  * PATCH /v1/fleets/{id}: the change commits first; then the coordinator gets new lock settings and
  * the servers are re-planned when capabilities or the staleness setting they copy changed.
  */
-export async function updateFleet(env: Env, ctx: { waitUntil(p: Promise<unknown>): void }, actor: string, id: string, patch: FleetPatch) {
+export async function updateFleet(
+  env: Env,
+  ctx: { waitUntil(p: Promise<unknown>): void },
+  actor: string,
+  id: string,
+  patch: FleetPatch,
+) {
   const out = await patchFleet(getDb(env.DB), actor, id, patch);
-  if (out.changed.settings || out.changed.capabilities || out.fleet.staleAfterS !== out.before.staleAfterS) pagesChanged(env, ctx, id, "fleet");
+  if (out.changed.settings || out.changed.capabilities || out.fleet.staleAfterS !== out.before.staleAfterS)
+    pagesChanged(env, ctx, id, "fleet");
   if (out.changed.settings) await runFleetTasks(env, { fleet: id });
   if (out.changed.capabilities || out.fleet.staleAfterS !== out.before.staleAfterS) await planAfterChange(env, ctx, id);
   return out.fleet;

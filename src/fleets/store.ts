@@ -50,7 +50,6 @@ export const fleetSettings = (row: FleetRow): FleetSettings => ({
   default_group_slots: row.defaultGroupSlots,
 });
 
-
 /** The statement that records a task for the fleet's coordinator (a newer one replaces an older, payload and all). */
 export const fleetTask = (db: Db, fleet: string, kind: FleetTaskKind, rev: number, payload: unknown = null) =>
   db
@@ -82,7 +81,9 @@ export const owedEvents = (db: Db, fleet: string, events: { time: number }[], no
 
 /** Whether the fleet id is still being cleaned up after a deletion (it cannot be created yet). */
 export async function removalPending(db: Db, fleet: string) {
-  return !!(await db.query.fleetTasks.findFirst({ where: and(eq(fleetTasks.fleetId, fleet), eq(fleetTasks.kind, "wipe")) }));
+  return !!(await db.query.fleetTasks.findFirst({
+    where: and(eq(fleetTasks.fleetId, fleet), eq(fleetTasks.kind, "wipe")),
+  }));
 }
 
 /** The fleet's servers that are not removed: how many in each state, and the first `named` of them. */
@@ -90,7 +91,12 @@ export async function liveServersOf(db: Db, fleet: string, named: number) {
   const live = and(eq(servers.fleetId, fleet), ne(servers.state, "removed"));
   const [byState, first] = await db.batch([
     db.select({ state: servers.state, n: count() }).from(servers).where(live).groupBy(servers.state),
-    db.select({ id: servers.id, hostname: servers.hostname, state: servers.state }).from(servers).where(live).orderBy(asc(servers.id)).limit(named),
+    db
+      .select({ id: servers.id, hostname: servers.hostname, state: servers.state })
+      .from(servers)
+      .where(live)
+      .orderBy(asc(servers.id))
+      .limit(named),
   ]);
   return { byState, named: first };
 }

@@ -13,7 +13,9 @@ const SummaryGroup = z
     stuck: z.number().int().openapi({ description: "Holders past the fleet's lock_ttl_s" }),
     queue_length: z.number().int(),
     paused: z.boolean(),
-    open_now: z.boolean().openapi({ description: "Admitting now: not paused, and inside a maintenance window (or the group has none)" }),
+    open_now: z
+      .boolean()
+      .openapi({ description: "Admitting now: not paused, and inside a maintenance window (or the group has none)" }),
     has_windows: z.boolean(),
   })
   .openapi("FleetSummaryRebootGroup");
@@ -44,11 +46,13 @@ export const FleetSummary = z
         by_status: countsOf(SERVER_STATUSES).openapi({ description: "Removed servers excluded" }),
         by_state: countsOf(SERVER_STATES),
       })
-      .openapi({ description: "Counted from the fleet-wide index (D1), which a report reaches shortly after its acknowledgement" }),
+      .openapi({
+        description: "Counted from the fleet-wide index (D1), which a report reaches shortly after its acknowledgement",
+      }),
     reboot_groups: z.array(SummaryGroup),
-    rollouts: z
-      .array(SummaryRollout)
-      .openapi({ description: "Rollouts that still move (running, paused, rolling back), newest first, with their target counters" }),
+    rollouts: z.array(SummaryRollout).openapi({
+      description: "Rollouts that still move (running, paused, rolling back), newest first, with their target counters",
+    }),
     data: z.object({
       version: z.number().int(),
       newest_version: z.number().int(),

@@ -71,7 +71,10 @@ export async function fleetSummary(env: Env, fleet: string): Promise<FleetSummar
     data: {
       version: upgrade.version,
       newest_version: NEWEST_VERSION,
-      pending: UPGRADE_STEPS.filter((s) => s.version > upgrade.version).map((s) => ({ version: s.version, description: s.description })),
+      pending: UPGRADE_STEPS.filter((s) => s.version > upgrade.version).map((s) => ({
+        version: s.version,
+        description: s.description,
+      })),
     },
   };
 }

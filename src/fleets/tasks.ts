@@ -27,7 +27,8 @@ async function runTask(env: Env, db: Db, task: typeof fleetTasks.$inferSelect) {
   const row = await getFleet(db, task.fleetId);
   if (!row) return;
   if (task.kind === "apply_groups") await coordinator.applyGroupSpec(fleetSettings(row), task.payload as GroupsSpec);
-  else if (task.kind === "apply_webhooks") await coordinator.applyWebhookSpec(fleetSettings(row), task.payload as WebhooksSpec);
+  else if (task.kind === "apply_webhooks")
+    await coordinator.applyWebhookSpec(fleetSettings(row), task.payload as WebhooksSpec);
   else if (task.kind === "stale_events") await coordinator.fleetEvents(task.payload as FleetEvent[]);
   else await coordinator.updateSettings(fleetSettings(row));
 }

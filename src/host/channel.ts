@@ -32,12 +32,21 @@ export const channelRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHo
     middleware: [requireServer] as const,
     request: {
       query: z.object({
-        generation: z.coerce.number().int().min(0).max(Number.MAX_SAFE_INTEGER).optional().openapi({ description: "The desired generation the host holds" }),
+        generation: z.coerce
+          .number()
+          .int()
+          .min(0)
+          .max(Number.MAX_SAFE_INTEGER)
+          .optional()
+          .openapi({ description: "The desired generation the host holds" }),
       }),
     },
     responses: {
       101: { description: "Switching Protocols: the channel is open" },
-      426: { description: "Not a WebSocket upgrade (`upgrade_required`)", content: { "application/json": { schema: ErrorSchema } } },
+      426: {
+        description: "Not a WebSocket upgrade (`upgrade_required`)",
+        content: { "application/json": { schema: ErrorSchema } },
+      },
       ...commonErrors,
     },
   }),

@@ -30,7 +30,8 @@ export async function desiredForHost(
   reportTag?: string,
 ) {
   const ledger = ledgerOf(env, host.serverId);
-  if (waitMs <= 0 || heldGeneration === null) return unwrap(await ledger.agentDesired(host.tokenHash, heldGeneration, reportTag));
+  if (waitMs <= 0 || heldGeneration === null)
+    return unwrap(await ledger.agentDesired(host.tokenHash, heldGeneration, reportTag));
   const until = Date.now() + waitMs;
   const unchanged = { ok: true, notModified: true, generation: heldGeneration } as const;
   // The heartbeat a report tag stands for is counted once, by the first look.
@@ -55,8 +56,15 @@ export async function reportFromHost(env: Env, host: Host, report: InventoryRepo
  * Hands a host's WebSocket upgrade to its ledger (src/ledger/channel.ts): the 101 that opens the
  * channel, or the ledger's refusal thrown as an error.
  */
-export async function openChannel(env: Env, host: Host, heldGeneration: number | null, offeredProtocols: string[]): Promise<Response> {
-  const res = await ledgerOf(env, host.serverId).fetch(channelRequest(host.tokenHash, heldGeneration, offeredProtocols));
+export async function openChannel(
+  env: Env,
+  host: Host,
+  heldGeneration: number | null,
+  offeredProtocols: string[],
+): Promise<Response> {
+  const res = await ledgerOf(env, host.serverId).fetch(
+    channelRequest(host.tokenHash, heldGeneration, offeredProtocols),
+  );
   if (res.status === 101) return res;
   throw errorOf((await res.json()) as Failure);
 }

@@ -14,7 +14,9 @@ export function allowedMethodsFinder(routes: () => RouterRoute[]) {
         pattern: new RegExp(
           `^${r.path
             .split("/")
-            .map((seg) => (seg.startsWith(":") ? "[^/]+" : seg === "*" ? ".*" : seg.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")))
+            .map((seg) =>
+              seg.startsWith(":") ? "[^/]+" : seg === "*" ? ".*" : seg.replace(/[.*+?^${}()|[\]\\]/g, "\\$&"),
+            )
             .join("/")}$`,
         ),
       }));

@@ -24,7 +24,11 @@ function charsetOf(contentType: string | undefined): string | null {
     const eq = param.indexOf("=");
     if (eq < 0) continue;
     if (param.slice(0, eq).trim().toLowerCase() !== "charset") continue;
-    return param.slice(eq + 1).trim().replace(/^"(.*)"$/, "$1").toLowerCase();
+    return param
+      .slice(eq + 1)
+      .trim()
+      .replace(/^"(.*)"$/, "$1")
+      .toLowerCase();
   }
   return null;
 }
@@ -86,8 +90,11 @@ export const limitBodies = (maxBytes: number) =>
  * Routes whose body is raw bytes, not JSON (an image's upload parts): the JSON body rules and the
  * 1 MiB limit do not apply; `rawBodies` takes their place.
  */
-const RAW_BODY_ROUTES: { method: string; path: RegExp }[] = [{ method: "PUT", path: /^\/v1\/images\/[^/]+\/parts\/[^/]+$/ }];
-const isRawBodyRoute = (method: string, path: string) => RAW_BODY_ROUTES.some((r) => r.method === method && r.path.test(path));
+const RAW_BODY_ROUTES: { method: string; path: RegExp }[] = [
+  { method: "PUT", path: /^\/v1\/images\/[^/]+\/parts\/[^/]+$/ },
+];
+const isRawBodyRoute = (method: string, path: string) =>
+  RAW_BODY_ROUTES.some((r) => r.method === method && r.path.test(path));
 
 /** `mw` for every request but those of a raw-body route. */
 export const exceptRawBodies = (mw: MiddlewareHandler<AppEnv>) =>
@@ -101,13 +108,18 @@ export const rawBodies = (maxBytes: number) =>
   createMiddleware<AppEnv>(async (c, next) => {
     if (!isRawBodyRoute(c.req.method, c.req.path)) return next();
     const encoding = bodyClaimProblem(c.req.raw.headers);
-    if (encoding?.code === "unsupported_content_encoding") throw new DomainError(encoding.code, encoding.message, encoding.details);
+    if (encoding?.code === "unsupported_content_encoding")
+      throw new DomainError(encoding.code, encoding.message, encoding.details);
     const type = c.req.header("Content-Type");
     if (!type || !/^application\/octet-stream\s*(;|$)/i.test(type)) {
       throw new DomainError("unsupported_media_type", "send the bytes with Content-Type: application/octet-stream");
     }
     const length = Number(c.req.header("Content-Length") ?? NaN);
-    if (!Number.isSafeInteger(length)) throw new DomainError("invalid_header", "send a Content-Length: the bytes stream through and are counted against it");
+    if (!Number.isSafeInteger(length))
+      throw new DomainError(
+        "invalid_header",
+        "send a Content-Length: the bytes stream through and are counted against it",
+      );
     if (length > maxBytes) throw new DomainError("payload_too_large", `a part is at most ${maxBytes} bytes`);
     await next();
   });

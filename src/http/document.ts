@@ -25,7 +25,9 @@ export function registerServiceEndpoints(registry: OpenAPIHono["openAPIRegistry"
     tags: ["service"],
     summary: "Liveness",
     security: [],
-    responses: { 200: { description: "Alive", content: { "application/json": { schema: z.object({ ok: z.literal(true) }) } } } },
+    responses: {
+      200: { description: "Alive", content: { "application/json": { schema: z.object({ ok: z.literal(true) }) } } },
+    },
   });
   registry.registerPath({
     method: "get",
@@ -35,7 +37,7 @@ export function registerServiceEndpoints(registry: OpenAPIHono["openAPIRegistry"
     summary: "Prometheus gauges computed from durable state (servers, instances, reboot groups, data version)",
     description:
       "Needs a read token (Prometheus: `authorization: { credentials: <token> }` in the scrape config) " +
-      "unless the deployment sets METRICS_PUBLIC = \"true\". Computed at most every 15 s per isolate.",
+      'unless the deployment sets METRICS_PUBLIC = "true". Computed at most every 15 s per isolate.',
     security: [{ Bearer: [] }, {}],
     responses: {
       200: { description: "Metrics", content: { "text/plain": { schema: z.string() } } },
@@ -49,15 +51,25 @@ export function registerServiceEndpoints(registry: OpenAPIHono["openAPIRegistry"
   });
 }
 
-type Doc = { components?: { headers?: Record<string, unknown> }; paths?: Record<string, Record<string, { responses?: Record<string, { headers?: Record<string, unknown> }> }>> };
+type Doc = {
+  components?: { headers?: Record<string, unknown> };
+  paths?: Record<string, Record<string, { responses?: Record<string, { headers?: Record<string, unknown> }> }>>;
+};
 
 /** Every answer of every operation carries X-Request-Id; documented once and referenced everywhere. */
 export function withRequestIdHeaders<D extends object>(doc: D): D {
   const d = doc as D & Doc;
-  d.components = { ...d.components, headers: { ...d.components?.headers, XRequestId: {
-    description: "The request's id: the X-Request-Id it sent (a plain token of at most 255 characters), else a new uuid",
-    schema: { type: "string" },
-  } } };
+  d.components = {
+    ...d.components,
+    headers: {
+      ...d.components?.headers,
+      XRequestId: {
+        description:
+          "The request's id: the X-Request-Id it sent (a plain token of at most 255 characters), else a new uuid",
+        schema: { type: "string" },
+      },
+    },
+  };
   for (const item of Object.values(d.paths ?? {})) {
     for (const op of Object.values(item)) {
       for (const response of Object.values(op.responses ?? {})) {

@@ -42,7 +42,11 @@ export function requestLog(actorOf: (c: Context<AppEnv>, route: string | null) =
   });
 }
 
-function logRequest(c: Context<AppEnv>, started: number, actorOf: (c: Context<AppEnv>, route: string | null) => string | null) {
+function logRequest(
+  c: Context<AppEnv>,
+  started: number,
+  actorOf: (c: Context<AppEnv>, route: string | null) => string | null,
+) {
   const route = routeOf(c);
   logLine(c.res.status >= 500 ? "error" : "info", "request", {
     request_id: c.get("requestId"),

@@ -18,7 +18,9 @@ const errorResponse = (description: string, headers?: z.ZodObject) => ({
 });
 
 const wwwAuthenticate = z.object({
-  "WWW-Authenticate": z.string().openapi({ description: "The scheme to authenticate with", example: 'Bearer realm="harbormaster"' }),
+  "WWW-Authenticate": z
+    .string()
+    .openapi({ description: "The scheme to authenticate with", example: 'Bearer realm="harbormaster"' }),
 });
 const retryAfter = z.object({
   "Retry-After": z.string().openapi({ description: "Seconds to wait before retrying", example: "10" }),
@@ -26,7 +28,9 @@ const retryAfter = z.object({
 
 /** The error answers every /v1 route can give; listed once for the document. */
 export const commonErrors = {
-  400: errorResponse("The request is malformed or fails validation (`invalid_query` names unknown query parameters); nothing changed"),
+  400: errorResponse(
+    "The request is malformed or fails validation (`invalid_query` names unknown query parameters); nothing changed",
+  ),
   401: errorResponse("Missing or invalid bearer token", wwwAuthenticate),
   403: errorResponse("The token's scope or owner does not allow this"),
   413: errorResponse("The body is over 1 MiB (`payload_too_large`)"),
@@ -56,8 +60,7 @@ export const jsonResponse = <T extends z.ZodType>(schema: T, description: string
 });
 
 /** `ETag` on an answer, with what the tag stands for. */
-export const etagHeader = (description: string) =>
-  z.object({ ETag: z.string().openapi({ description }) });
+export const etagHeader = (description: string) => z.object({ ETag: z.string().openapi({ description }) });
 
 /** The `Location` header of a 201: the created resource's URL. */
 export const locationHeader = (description = "The created resource's URL") =>

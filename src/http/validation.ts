@@ -34,14 +34,18 @@ export function refusalOf(error: ZodError, target: string): DomainError {
   const specific = (coded as { params?: { code?: ErrorCode } } | undefined)?.params?.code;
   return new DomainError(
     specific ?? CODE_OF_TARGET[target] ?? "validation_failed",
-    coded ? coded.message : `request ${target === "json" ? "body" : target} does not match the schema: ${summaryOf(error)}`,
+    coded
+      ? coded.message
+      : `request ${target === "json" ? "body" : target} does not match the schema: ${summaryOf(error)}`,
     issuesOf(error),
   );
 }
 
 /** The first few failing fields in a line, so a message alone says what to fix. */
 function summaryOf(error: ZodError, shown = 3) {
-  const parts = error.issues.slice(0, shown).map((i) => (i.path.length ? `${i.path.join(".")}: ${i.message}` : i.message));
+  const parts = error.issues
+    .slice(0, shown)
+    .map((i) => (i.path.length ? `${i.path.join(".")}: ${i.message}` : i.message));
   return parts.join("; ") + (error.issues.length > shown ? ` (and ${error.issues.length - shown} more)` : "");
 }
 
@@ -51,6 +55,11 @@ function summaryOf(error: ZodError, shown = 3) {
  */
 export function parseQuery<T extends z.ZodType>(schema: T, query: Record<string, string>): z.output<T> {
   const parsed = schema.safeParse(query);
-  if (!parsed.success) throw new DomainError("invalid_query", `request query does not match the schema: ${summaryOf(parsed.error)}`, issuesOf(parsed.error));
+  if (!parsed.success)
+    throw new DomainError(
+      "invalid_query",
+      `request query does not match the schema: ${summaryOf(parsed.error)}`,
+      issuesOf(parsed.error),
+    );
   return parsed.data;
 }

@@ -17,7 +17,8 @@ function rangeOf(header: string | undefined, size: number): { offset: number; le
     throw new DomainError("range_not_satisfiable", `Range '${header}' is not one 'bytes=' range`, { size });
   }
   const [, a, b] = m;
-  if (a === "" && b === "") throw new DomainError("range_not_satisfiable", `Range '${header}' names no bytes`, { size });
+  if (a === "" && b === "")
+    throw new DomainError("range_not_satisfiable", `Range '${header}' names no bytes`, { size });
   if (a === "") {
     const suffix = Math.min(Number(b), size);
     if (suffix === 0) throw new DomainError("range_not_satisfiable", `Range '${header}' names no bytes`, { size });
@@ -25,7 +26,8 @@ function rangeOf(header: string | undefined, size: number): { offset: number; le
   }
   const start = Number(a);
   const end = b === "" ? size - 1 : Math.min(Number(b), size - 1);
-  if (start >= size || end < start) throw new DomainError("range_not_satisfiable", `Range '${header}' is outside the ${size} bytes`, { size });
+  if (start >= size || end < start)
+    throw new DomainError("range_not_satisfiable", `Range '${header}' is outside the ${size} bytes`, { size });
   return { offset: start, length: end - start + 1 };
 }
 
@@ -33,7 +35,12 @@ function rangeOf(header: string | undefined, size: number): { offset: number; le
  * GET /v1/agent/images/{id}/blob: a host's download of a stored image its own desired config
  * names (its ledger checks the token and says what the config names), whole or by one range.
  */
-export async function blobForHost(env: Env, host: { serverId: string; tokenHash: string }, id: string, headers: { range?: string; ifNoneMatch?: string }) {
+export async function blobForHost(
+  env: Env,
+  host: { serverId: string; tokenHash: string },
+  id: string,
+  headers: { range?: string; ifNoneMatch?: string },
+) {
   const answer = unwrap(await ledgerOf(env, host.serverId).agentDesired(host.tokenHash, null));
   const named = !answer.notModified && answer.config.agents.some((a) => a.image_id === id);
   const gone = () => new DomainError("not_found", `image ${id} is not in this server's desired config`);

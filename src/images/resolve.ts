@@ -24,7 +24,12 @@ export async function policyOf(db: Db, fleet: string) {
 }
 
 /** The image a write names, as stored: resolved against the catalog, or free-form where the fleet allows it. */
-export async function imageForFleet(db: Db, fleet: string, named: ImageName, policy?: "catalog" | "any"): Promise<ChannelImage> {
+export async function imageForFleet(
+  db: Db,
+  fleet: string,
+  named: ImageName,
+  policy?: "catalog" | "any",
+): Promise<ChannelImage> {
   const row = await resolveImage(db, policy ?? (await policyOf(db, fleet)), named);
   if (row) return { image: row.name, version: row.version, catalog: catalogFieldsOf(row) };
   if ("image_id" in named) throw new Error("unreachable: an id always resolves or refuses");

@@ -2,7 +2,15 @@ import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
 import { requireScope } from "../auth/principal";
 import { actorOf } from "../domain/principal";
 import { MAX_PART_BYTES } from "../domain/images";
-import { bearer, commonErrors, conflictError, ErrorSchema, jsonBody, jsonResponse, notFoundError } from "../http/openapi";
+import {
+  bearer,
+  commonErrors,
+  conflictError,
+  ErrorSchema,
+  jsonBody,
+  jsonResponse,
+  notFoundError,
+} from "../http/openapi";
 import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
 import { Image, ImageInput, ImageWithUsers, imageParam, listQuery, PartReceived, partParams } from "./schemas";
@@ -19,7 +27,8 @@ export const imageRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook
       path: "/",
       operationId: "registerImage",
       tags,
-      summary: "Register an image: an oci-ref is ready at once; an oci-archive or tarball then uploads its parts and completes",
+      summary:
+        "Register an image: an oci-ref is ready at once; an oci-archive or tarball then uploads its parts and completes",
       description:
         "The same name, version and content again answers the image as it is (200), with the upload parts already received: " +
         "a client that lost its connection resumes from there. The same name and version with other content is 409 `image_conflict`.",
@@ -48,7 +57,10 @@ export const imageRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook
       security: bearer,
       middleware: [requireScope("read")] as const,
       request: { query: listQuery },
-      responses: { 200: jsonResponse(z.object({ items: z.array(Image), next_cursor: z.string().nullable() }), "A page of images"), ...commonErrors },
+      responses: {
+        200: jsonResponse(z.object({ items: z.array(Image), next_cursor: z.string().nullable() }), "A page of images"),
+        ...commonErrors,
+      },
     }),
     async (c) => c.json(await listCatalog(c.env, c.req.valid("query")), 200),
   )
@@ -72,7 +84,8 @@ export const imageRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook
       path: "/{id}/parts/{part}",
       operationId: "putImagePart",
       tags,
-      summary: "Upload one part of an image's bytes (raw body, Content-Length the part's exact size); sending a part again replaces it",
+      summary:
+        "Upload one part of an image's bytes (raw body, Content-Length the part's exact size); sending a part again replaces it",
       description:
         `Parts are numbered from 1; each is \`part_size\` bytes (at most ${MAX_PART_BYTES}) but the last, which holds the rest. ` +
         "The body streams to storage; one that ends before its Content-Length is not recorded (400 `invalid_part`).",
@@ -80,7 +93,10 @@ export const imageRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook
       middleware: [requireScope("write")] as const,
       request: {
         params: partParams,
-        body: { required: true, content: { "application/octet-stream": { schema: z.string().openapi({ format: "binary" }) } } },
+        body: {
+          required: true,
+          content: { "application/octet-stream": { schema: z.string().openapi({ format: "binary" }) } },
+        },
       },
       responses: {
         200: jsonResponse(PartReceived, "Received; the upload's parts so far"),
@@ -94,7 +110,13 @@ export const imageRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook
     async (c) => {
       const { id, part } = c.req.valid("param");
       const length = c.req.header("Content-Length");
-      const answer = await putPart(c.env, id, part, length && /^\d+$/.test(length) ? Number(length) : null, c.req.raw.body);
+      const answer = await putPart(
+        c.env,
+        id,
+        part,
+        length && /^\d+$/.test(length) ? Number(length) : null,
+        c.req.raw.body,
+      );
       return c.json(answer, 200);
     },
   )
@@ -112,8 +134,12 @@ export const imageRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook
         200: jsonResponse(Image, "The image, ready (also when it already was)"),
         ...commonErrors,
         ...notFoundError,
-        ...conflictError("Parts are missing (`upload_incomplete` lists them), or the image is a reference (`invalid_state`)"),
-        422: error("The bytes' sha256 is not the registered digest (`digest_mismatch`): the image and its bytes are gone"),
+        ...conflictError(
+          "Parts are missing (`upload_incomplete` lists them), or the image is a reference (`invalid_state`)",
+        ),
+        422: error(
+          "The bytes' sha256 is not the registered digest (`digest_mismatch`): the image and its bytes are gone",
+        ),
       },
     }),
     async (c) => c.json(await completeUpload(c.env, actorOf(c.var.principal), c.req.valid("param").id), 200),

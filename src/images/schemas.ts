@@ -26,7 +26,12 @@ export const ImageInput = z
     version: versionString,
     kind: imageKind,
     digest,
-    size: z.number().int().min(0).max(Number.MAX_SAFE_INTEGER).openapi({ description: "Bytes (for oci-ref: as the registry says)" }),
+    size: z
+      .number()
+      .int()
+      .min(0)
+      .max(Number.MAX_SAFE_INTEGER)
+      .openapi({ description: "Bytes (for oci-ref: as the registry says)" }),
     ref: z
       .string()
       .max(512)
@@ -34,7 +39,10 @@ export const ImageInput = z
       .optional()
       .openapi({ description: "oci-ref only: the image in an existing registry, pinned by digest" }),
     labels: z
-      .record(z.string().max(MAX_LABEL_KEY_LENGTH).regex(LABEL_KEY, "label keys are a-z, 0-9, '.', '_', '/', '-'"), z.string().max(MAX_LABEL_VALUE_LENGTH))
+      .record(
+        z.string().max(MAX_LABEL_KEY_LENGTH).regex(LABEL_KEY, "label keys are a-z, 0-9, '.', '_', '/', '-'"),
+        z.string().max(MAX_LABEL_VALUE_LENGTH),
+      )
       .refine((l) => Object.keys(l).length <= MAX_IMAGE_LABELS, `at most ${MAX_IMAGE_LABELS} labels`)
       .default({}),
     description: z.string().max(MAX_DESCRIPTION_LENGTH).optional(),
@@ -49,11 +57,15 @@ export const ImageInput = z
   .superRefine((v, ctx) => {
     if (v.kind === "oci-ref") {
       if (!v.ref) ctx.addIssue({ code: "custom", path: ["ref"], message: "an oci-ref image names its ref" });
-      else if (!v.ref.endsWith(`@${v.digest}`)) ctx.addIssue({ code: "custom", path: ["ref"], message: "the ref's digest is not the image's digest" });
+      else if (!v.ref.endsWith(`@${v.digest}`))
+        ctx.addIssue({ code: "custom", path: ["ref"], message: "the ref's digest is not the image's digest" });
     } else {
-      if (v.ref !== undefined) ctx.addIssue({ code: "custom", path: ["ref"], message: `a ${v.kind} image is uploaded, not referenced` });
-      if (v.size > MAX_IMAGE_BYTES) ctx.addIssue({ code: "custom", path: ["size"], message: `images are at most ${MAX_IMAGE_BYTES} bytes` });
-      if (v.size === 0) ctx.addIssue({ code: "custom", path: ["size"], message: "an uploaded image has at least one byte" });
+      if (v.ref !== undefined)
+        ctx.addIssue({ code: "custom", path: ["ref"], message: `a ${v.kind} image is uploaded, not referenced` });
+      if (v.size > MAX_IMAGE_BYTES)
+        ctx.addIssue({ code: "custom", path: ["size"], message: `images are at most ${MAX_IMAGE_BYTES} bytes` });
+      if (v.size === 0)
+        ctx.addIssue({ code: "custom", path: ["size"], message: "an uploaded image has at least one byte" });
     }
   })
   .openapi("ImageInput");
@@ -63,7 +75,9 @@ const UploadState = z
   .object({
     part_size: z.number().int(),
     parts: z.number().int().openapi({ description: "How many parts the image is uploaded in" }),
-    received: z.array(z.number().int()).openapi({ description: "The parts already received, in order: send the others" }),
+    received: z
+      .array(z.number().int())
+      .openapi({ description: "The parts already received, in order: send the others" }),
   })
   .openapi("ImageUpload");
 
@@ -102,4 +116,6 @@ export const listQuery = z.object({
   limit: limitParam,
   cursor: cursorParam,
 });
-export const PartReceived = z.object({ part: z.number().int(), size: z.number().int(), upload: UploadState }).openapi("ImagePartReceived");
+export const PartReceived = z
+  .object({ part: z.number().int(), size: z.number().int(), upload: UploadState })
+  .openapi("ImagePartReceived");

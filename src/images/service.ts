@@ -4,14 +4,7 @@ import { getDb, type Db } from "../db/client";
 import { isUniqueViolation } from "../db/errors";
 import { imageParts, images } from "../db/schema";
 import { DomainError } from "../domain/errors";
-import {
-  ABANDONED_UPLOAD_MS,
-  blobPath,
-  imageKey,
-  partBytes,
-  partCount,
-  type CatalogFields,
-} from "../domain/images";
+import { ABANDONED_UPLOAD_MS, blobPath, imageKey, partBytes, partCount, type CatalogFields } from "../domain/images";
 import type { Env } from "../env";
 
 const bucket = (env: Env) => env.IMAGES;
@@ -38,7 +31,10 @@ const notFound = (id: string) => new DomainError("not_found", `no image ${id}`);
 
 /** Whether a registration names the image already registered under its name and version. */
 const sameImage = (row: ImageRow, input: ImageInput) =>
-  row.kind === input.kind && row.digest === input.digest && row.size === input.size && (row.ref ?? undefined) === input.ref;
+  row.kind === input.kind &&
+  row.digest === input.digest &&
+  row.size === input.size &&
+  (row.ref ?? undefined) === input.ref;
 
 async function answerExisting(db: Db, row: ImageRow, input: ImageInput) {
   if (!sameImage(row, input)) {
@@ -86,7 +82,16 @@ export async function registerImage(env: Env, actor: string, input: ImageInput) 
   try {
     await db.batch([
       db.insert(images).values(row),
-      auditInsert(db, { actor, action: "image.register", target: `image:${id}`, details: { name: row.name, version: row.version, kind: row.kind, digest: row.digest } }, now),
+      auditInsert(
+        db,
+        {
+          actor,
+          action: "image.register",
+          target: `image:${id}`,
+          details: { name: row.name, version: row.version, kind: row.kind, digest: row.digest },
+        },
+        now,
+      ),
     ]);
   } catch (err) {
     if (!isUniqueViolation(err)) throw err;
@@ -103,7 +108,10 @@ async function uploadingImage(db: Db, id: string) {
   const row = await imageById(db, id);
   if (!row) throw notFound(id);
   if (row.state !== "uploading" || !row.uploadId || !row.partSize) {
-    throw new DomainError("invalid_state", `image ${id} is ${row.kind === "oci-ref" ? "a reference: it has no bytes to upload" : "already complete"}`);
+    throw new DomainError(
+      "invalid_state",
+      `image ${id} is ${row.kind === "oci-ref" ? "a reference: it has no bytes to upload" : "already complete"}`,
+    );
   }
   return { ...row, uploadId: row.uploadId, partSize: row.partSize };
 }
@@ -112,18 +120,31 @@ async function uploadingImage(db: Db, id: string) {
  * PUT /v1/images/{id}/parts/{n}: the body streams through to R2 (never held whole), through a
  * FixedLengthStream of the part's size, so a body that ends early fails the part and is not recorded.
  */
-export async function putPart(env: Env, id: string, part: number, contentLength: number | null, body: ReadableStream | null) {
+export async function putPart(
+  env: Env,
+  id: string,
+  part: number,
+  contentLength: number | null,
+  body: ReadableStream | null,
+) {
   const db = getDb(env.DB);
   const row = await uploadingImage(db, id);
   const parts = partCount(row.size, row.partSize);
-  if (part > parts) throw new DomainError("invalid_part", `image ${id} is uploaded in ${parts} parts; there is no part ${part}`, { parts });
+  if (part > parts)
+    throw new DomainError("invalid_part", `image ${id} is uploaded in ${parts} parts; there is no part ${part}`, {
+      parts,
+    });
   const want = partBytes(row.size, row.partSize, part);
   if (contentLength !== want || !body) {
-    throw new DomainError("invalid_part", `part ${part} of image ${id} is ${want} bytes; send it whole with Content-Length: ${want}`, {
-      part,
-      expected_bytes: want,
-      content_length: contentLength,
-    });
+    throw new DomainError(
+      "invalid_part",
+      `part ${part} of image ${id} is ${want} bytes; send it whole with Content-Length: ${want}`,
+      {
+        part,
+        expected_bytes: want,
+        content_length: contentLength,
+      },
+    );
   }
   const fixed = new FixedLengthStream(want);
   const piping = body.pipeTo(fixed.writable).catch((err: unknown) => err);
@@ -133,13 +154,20 @@ export async function putPart(env: Env, id: string, part: number, contentLength:
     uploaded = await upload.uploadPart(part, fixed.readable);
   } catch (err) {
     const cause = await piping;
-    throw new DomainError("invalid_part", `part ${part} was not received whole (${String(cause ?? err)}); send it again`, { part, expected_bytes: want });
+    throw new DomainError(
+      "invalid_part",
+      `part ${part} was not received whole (${String(cause ?? err)}); send it again`,
+      { part, expected_bytes: want },
+    );
   }
   const now = Date.now();
   await db
     .insert(imageParts)
     .values({ imageId: id, part, etag: uploaded.etag, size: want, uploadedAt: now })
-    .onConflictDoUpdate({ target: [imageParts.imageId, imageParts.part], set: { etag: uploaded.etag, size: want, uploadedAt: now } });
+    .onConflictDoUpdate({
+      target: [imageParts.imageId, imageParts.part],
+      set: { etag: uploaded.etag, size: want, uploadedAt: now },
+    });
   const received = await partsOf(db, id);
   return { part, size: want, upload: { part_size: row.partSize, parts, received: received.map((p) => p.part) } };
 }
@@ -155,7 +183,8 @@ async function digestOf(object: R2ObjectBody) {
 /** Deletes what R2 owes: an upload's parts and the object; then drops the debt. */
 async function settleDeletion(env: Env, db: Db, key: string, uploadId: string | null) {
   if (uploadId) {
-    await bucket(env).resumeMultipartUpload(key, uploadId)
+    await bucket(env)
+      .resumeMultipartUpload(key, uploadId)
       .abort()
       .catch(() => undefined);
   }
@@ -181,13 +210,20 @@ export async function completeUpload(env: Env, actor: string, id: string) {
   const parts = await partsOf(db, id);
   const n = partCount(up.size, up.partSize);
   const have = new Map(parts.map((p) => [p.part, p]));
-  const missing = Array.from({ length: n }, (_, i) => i + 1).filter((p) => have.get(p)?.size !== partBytes(up.size, up.partSize, p));
+  const missing = Array.from({ length: n }, (_, i) => i + 1).filter(
+    (p) => have.get(p)?.size !== partBytes(up.size, up.partSize, p),
+  );
   if (missing.length) {
-    throw new DomainError("upload_incomplete", `image ${id} still lacks ${missing.length} of its ${n} parts`, { missing: missing.slice(0, 100), parts: n });
+    throw new DomainError("upload_incomplete", `image ${id} still lacks ${missing.length} of its ${n} parts`, {
+      missing: missing.slice(0, 100),
+      parts: n,
+    });
   }
   const key = imageKey(id);
   try {
-    await bucket(env).resumeMultipartUpload(key, up.uploadId).complete(parts.map((p) => ({ partNumber: p.part, etag: p.etag })));
+    await bucket(env)
+      .resumeMultipartUpload(key, up.uploadId)
+      .complete(parts.map((p) => ({ partNumber: p.part, etag: p.etag })));
   } catch (err) {
     // Completed by an earlier call that did not live to record it: the object is there.
     const head = await bucket(env).head(key);
@@ -199,7 +235,16 @@ export async function completeUpload(env: Env, actor: string, id: string) {
   if (actual !== up.digest) {
     await db.batch([
       ...forgetImage(db, up, now),
-      auditInsert(db, { actor, action: "image.upload_refused", target: `image:${id}`, details: { expected: up.digest, actual, size: object?.size ?? null } }, now),
+      auditInsert(
+        db,
+        {
+          actor,
+          action: "image.upload_refused",
+          target: `image:${id}`,
+          details: { expected: up.digest, actual, size: object?.size ?? null },
+        },
+        now,
+      ),
     ]);
     await settleDeletion(env, db, key, null);
     throw new DomainError(
@@ -211,9 +256,16 @@ export async function completeUpload(env: Env, actor: string, id: string) {
     );
   }
   await db.batch([
-    db.update(images).set({ state: "ready", uploadId: null }).where(and(eq(images.id, id), eq(images.state, "uploading"))),
+    db
+      .update(images)
+      .set({ state: "ready", uploadId: null })
+      .where(and(eq(images.id, id), eq(images.state, "uploading"))),
     db.delete(imageParts).where(eq(imageParts.imageId, id)),
-    auditInsert(db, { actor, action: "image.upload_complete", target: `image:${id}`, details: { digest: up.digest, size: up.size } }, now),
+    auditInsert(
+      db,
+      { actor, action: "image.upload_complete", target: `image:${id}`, details: { digest: up.digest, size: up.size } },
+      now,
+    ),
   ]);
   return imageView({ ...up, state: "ready", uploadId: null });
 }
@@ -228,11 +280,24 @@ export async function getImage(env: Env, id: string) {
 
 export async function listCatalog(env: Env, q: { name?: string; version?: string; limit: number; cursor?: string }) {
   const db = getDb(env.DB);
-  const rows = await listImages(db, { name: q.name, version: q.version, after: decodeCursor(q.cursor, 3), limit: q.limit });
+  const rows = await listImages(db, {
+    name: q.name,
+    version: q.version,
+    after: decodeCursor(q.cursor, 3),
+    limit: q.limit,
+  });
   const paged = page(rows, q.limit, (r) => [r.name, r.version, r.id]);
   const uploading = paged.items.filter((r) => r.state === "uploading").map((r) => r.id);
   const parts = await partsOfImages(db, uploading);
-  return { items: paged.items.map((r) => imageView(r, parts.filter((p) => p.imageId === r.id))), next_cursor: paged.next_cursor };
+  return {
+    items: paged.items.map((r) =>
+      imageView(
+        r,
+        parts.filter((p) => p.imageId === r.id),
+      ),
+    ),
+    next_cursor: paged.next_cursor,
+  };
 }
 
 /** DELETE /v1/images/{id}: refused while a channel, a live rollout or a server wants it. */
@@ -242,10 +307,21 @@ export async function deleteImage(env: Env, actor: string, id: string) {
   if (!row) throw notFound(id);
   const users = await usersOf(db, row);
   if (inUse(users)) {
-    throw new DomainError("image_in_use", `image ${row.name} ${row.version} is still wanted; move these off it first`, users);
+    throw new DomainError(
+      "image_in_use",
+      `image ${row.name} ${row.version} is still wanted; move these off it first`,
+      users,
+    );
   }
   const now = Date.now();
-  await db.batch([...forgetImage(db, row, now), auditInsert(db, { actor, action: "image.delete", target: `image:${id}`, details: { name: row.name, version: row.version } }, now)]);
+  await db.batch([
+    ...forgetImage(db, row, now),
+    auditInsert(
+      db,
+      { actor, action: "image.delete", target: `image:${id}`, details: { name: row.name, version: row.version } },
+      now,
+    ),
+  ]);
   if (row.kind !== "oci-ref") await settleDeletion(env, db, imageKey(id), row.uploadId);
   return imageView({ ...row, state: row.state });
 }
@@ -260,7 +336,16 @@ export async function sweepImages(env: Env, now: number, limit = 100) {
   for (const row of stale) {
     await db.batch([
       ...forgetImage(db, row, now),
-      auditInsert(db, { actor: "system", action: "image.upload_abandoned", target: `image:${row.id}`, details: { name: row.name, version: row.version } }, now),
+      auditInsert(
+        db,
+        {
+          actor: "system",
+          action: "image.upload_abandoned",
+          target: `image:${row.id}`,
+          details: { name: row.name, version: row.version },
+        },
+        now,
+      ),
     ]);
   }
   let settled = 0;
@@ -294,7 +379,10 @@ export type ImageName = { image_id: string } | { image: string; version: string 
 export async function resolveImage(db: Db, policy: "catalog" | "any", named: ImageName) {
   if ("image_id" in named) {
     const row = await imageById(db, named.image_id);
-    if (!row || row.state !== "ready") throw new DomainError("image_not_found", `no ready image ${named.image_id} in the catalog`, { image_id: named.image_id });
+    if (!row || row.state !== "ready")
+      throw new DomainError("image_not_found", `no ready image ${named.image_id} in the catalog`, {
+        image_id: named.image_id,
+      });
     return row;
   }
   if (policy === "any") return null;

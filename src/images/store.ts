@@ -37,7 +37,8 @@ export const imageById = (db: Db, id: string) => db.query.images.findFirst({ whe
 export const imageByNameVersion = (db: Db, name: string, version: string) =>
   db.query.images.findFirst({ where: and(eq(images.name, name), eq(images.version, version)) });
 
-export const partsOf = (db: Db, id: string) => db.select().from(imageParts).where(eq(imageParts.imageId, id)).orderBy(asc(imageParts.part));
+export const partsOf = (db: Db, id: string) =>
+  db.select().from(imageParts).where(eq(imageParts.imageId, id)).orderBy(asc(imageParts.part));
 
 /** By name, then version, then id: one name's versions together. */
 export function listImages(db: Db, f: { name?: string; version?: string; after: string[] | null; limit: number }) {
@@ -78,7 +79,12 @@ export async function usersOf(db: Db, image: ImageRow) {
     db
       .select({ id: rollouts.id, fleet: rollouts.fleetId, state: rollouts.state })
       .from(rollouts)
-      .where(and(inArray(rollouts.state, [...ACTIVE_ROLLOUT]), sql`json_extract(${rollouts.catalog}, '$.image_id') = ${image.id}`))
+      .where(
+        and(
+          inArray(rollouts.state, [...ACTIVE_ROLLOUT]),
+          sql`json_extract(${rollouts.catalog}, '$.image_id') = ${image.id}`,
+        ),
+      )
       .limit(USERS_SHOWN),
     db
       .select({ id: servers.id, fleet: servers.fleetId, hostname: servers.hostname })
@@ -90,7 +96,8 @@ export async function usersOf(db: Db, image: ImageRow) {
   return { channels, rollouts: live, servers: hosts };
 }
 
-export const inUse = (u: Awaited<ReturnType<typeof usersOf>>) => u.channels.length + u.rollouts.length + u.servers.length > 0;
+export const inUse = (u: Awaited<ReturnType<typeof usersOf>>) =>
+  u.channels.length + u.rollouts.length + u.servers.length > 0;
 
 /** Statements that forget an image and leave its R2 object (and upload) owed a delete. */
 export function forgetImage(db: Db, row: ImageRow, at: number) {
@@ -116,5 +123,6 @@ export const abandonedUploads = (db: Db, before: number, limit: number) =>
     .orderBy(asc(images.createdAt))
     .limit(limit);
 
-export const owedDeletions = (db: Db, limit: number) => db.select().from(imageDeletions).orderBy(asc(imageDeletions.at)).limit(limit);
+export const owedDeletions = (db: Db, limit: number) =>
+  db.select().from(imageDeletions).orderBy(asc(imageDeletions.at)).limit(limit);
 export const deletionDone = (db: Db, key: string) => db.delete(imageDeletions).where(eq(imageDeletions.key, key));

@@ -12,14 +12,14 @@ import { searchInstances } from "./service";
 import { Instance } from "./schemas";
 
 // One chain, so the type of instanceRoutes (and of the app that mounts it at /v1/instances) carries every route for hc.
-export const instanceRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook })
-.openapi(
+export const instanceRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook }).openapi(
   createRoute({
     method: "get",
     path: "/",
     operationId: "listInstances",
     tags: ["instances"],
-    summary: "Agent instances (one per server and agent, in hostname order), searchable by server (id, hostname or fleet/hostname), agent, image and the server's labels",
+    summary:
+      "Agent instances (one per server and agent, in hostname order), searchable by server (id, hostname or fleet/hostname), agent, image and the server's labels",
     security: bearer,
     middleware: [requireScope("read")] as const,
     request: {
@@ -42,7 +42,12 @@ export const instanceRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationH
     const q = c.req.valid("query");
     const after = decodeCursor(q.cursor, 3);
     const server = q.server === undefined ? undefined : await resolveServer(c.env, q.server);
-    const rows = await searchInstances(c.env, { ...q, server, labels: q.label }, after ? [after[0], after[1], after[2]] : null, q.limit);
+    const rows = await searchInstances(
+      c.env,
+      { ...q, server, labels: q.label },
+      after ? [after[0], after[1], after[2]] : null,
+      q.limit,
+    );
     const { items, next_cursor } = page(rows, q.limit, (r) => [r.hostname, r.serverId, r.agent]);
     return c.json(
       {

@@ -21,9 +21,13 @@ export function searchInstances(
   const conds: SQL[] = [];
   if (filter.server) conds.push(eq(agentInstances.serverId, filter.server));
   if (filter.agent) conds.push(eq(agentInstances.agent, filter.agent));
-  if (filter.image) conds.push(or(eq(agentInstances.desiredImage, filter.image), eq(agentInstances.reportedImage, filter.image))!);
+  if (filter.image)
+    conds.push(or(eq(agentInstances.desiredImage, filter.image), eq(agentInstances.reportedImage, filter.image))!);
   conds.push(...labelConditions(filter.labels, servers.id));
-  if (after) conds.push(sql`(${servers.hostname}, ${servers.id}, ${agentInstances.agent}) > (${after[0]}, ${after[1]}, ${after[2]})`);
+  if (after)
+    conds.push(
+      sql`(${servers.hostname}, ${servers.id}, ${agentInstances.agent}) > (${after[0]}, ${after[1]}, ${after[2]})`,
+    );
   return getDb(env.DB)
     .select({ ...getTableColumns(agentInstances), hostname: servers.hostname })
     .from(servers)

@@ -33,7 +33,15 @@ export function channelWrite(
     }),
     db
       .insert(agentChannels)
-      .values({ fleetId: fleet, agent, image: input.image, version: input.version, catalog, updatedAt: now, updatedBy: actor })
+      .values({
+        fleetId: fleet,
+        agent,
+        image: input.image,
+        version: input.version,
+        catalog,
+        updatedAt: now,
+        updatedBy: actor,
+      })
       .onConflictDoUpdate({
         target: [agentChannels.fleetId, agentChannels.agent],
         set: { image: input.image, version: input.version, catalog, updatedAt: now, updatedBy: actor },
@@ -66,5 +74,14 @@ export const storedAgents = (agents: readonly { name: string; when?: string }[])
 export const fleetSettingsWrite = (
   db: Db,
   fleet: string,
-  set: Partial<Pick<typeof fleets.$inferInsert, "capabilities" | "staleAfterS" | "lockTtlS" | "allowUnknownIds" | "defaultGroupSlots" | "imagePolicy">>,
-) => db.update(fleets).set(set).where(sql`${fleets.id} = ${fleet}`);
+  set: Partial<
+    Pick<
+      typeof fleets.$inferInsert,
+      "capabilities" | "staleAfterS" | "lockTtlS" | "allowUnknownIds" | "defaultGroupSlots" | "imagePolicy"
+    >
+  >,
+) =>
+  db
+    .update(fleets)
+    .set(set)
+    .where(sql`${fleets.id} = ${fleet}`);

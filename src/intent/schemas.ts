@@ -15,7 +15,10 @@ export const Channel = z
     agent: z.string(),
     image: z.string(),
     version: z.string(),
-    image_id: z.string().nullable().openapi({ description: "The catalog image the channel names; null: a free-form image" }),
+    image_id: z
+      .string()
+      .nullable()
+      .openapi({ description: "The catalog image the channel names; null: a free-form image" }),
     updated_at: z.string(),
     updated_by: z.string(),
   })

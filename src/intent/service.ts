@@ -80,11 +80,24 @@ export function putChannel(db: Db, actor: string, fleet: string, agent: string, 
   return changeIntent(db, fleet, async () => {
     const current = await getChannel(db, fleet, agent);
     const catalog = input.catalog ?? null;
-    if (current && current.image === input.image && current.version === input.version && current.catalog?.image_id === catalog?.image_id) {
+    if (
+      current &&
+      current.image === input.image &&
+      current.version === input.version &&
+      current.catalog?.image_id === catalog?.image_id
+    ) {
       return { statements: [], result: { channel: current, changed: false } };
     }
     const now = Date.now();
-    const channel: ChannelRow = { fleetId: fleet, agent, image: input.image, version: input.version, catalog, updatedAt: now, updatedBy: actor };
+    const channel: ChannelRow = {
+      fleetId: fleet,
+      agent,
+      image: input.image,
+      version: input.version,
+      catalog,
+      updatedAt: now,
+      updatedBy: actor,
+    };
     const previous = current ? { image: current.image, version: current.version } : null;
     return {
       result: { channel, changed: true },
@@ -94,7 +107,13 @@ export function putChannel(db: Db, actor: string, fleet: string, agent: string, 
           actor,
           action: "channel.put",
           target: `fleet:${fleet}`,
-          details: { agent, image: input.image, version: input.version, ...(catalog ? { image_id: catalog.image_id } : {}), previous },
+          details: {
+            agent,
+            image: input.image,
+            version: input.version,
+            ...(catalog ? { image_id: catalog.image_id } : {}),
+            previous,
+          },
         }),
       ],
     };
@@ -115,7 +134,11 @@ export async function putRole(env: Env, ctx: Ctx, actor: string, fleet: string, 
 function changeRole(db: Db, actor: string, fleet: string, role: string, input: RoleInput) {
   const agents = storedAgents(input.agents);
   return changeIntent(db, fleet, async ({ rev }) => {
-    const missing = await agentsWithoutChannel(db, fleet, agents.map((a) => a.name));
+    const missing = await agentsWithoutChannel(
+      db,
+      fleet,
+      agents.map((a) => a.name),
+    );
     if (missing.length) {
       throw new DomainError("unknown_channel", `agents without a channel in fleet '${fleet}': ${missing.join(", ")}`, {
         agents: missing,
@@ -132,7 +155,10 @@ function changeRole(db: Db, actor: string, fleet: string, role: string, input: R
       statements: [
         roleWrite(db, actor, fleet, role, agents, now),
         // The servers with this role are re-planned (a new role's agents get their channel's image).
-        ...markServersWithRole(db, fleet, role, rev + 1, now, { actor, action: current ? "role.update" : "role.create" }),
+        ...markServersWithRole(db, fleet, role, rev + 1, now, {
+          actor,
+          action: current ? "role.update" : "role.create",
+        }),
         auditInsert(db, {
           actor,
           action: current ? "role.update" : "role.create",
@@ -155,7 +181,12 @@ export async function deleteRole(env: Env, ctx: Ctx, actor: string, fleet: strin
       statements: [
         ...markServersWithRole(db, fleet, role, rev + 1, Date.now(), { actor, action: "role.delete" }),
         roleDelete(db, fleet, role),
-        auditInsert(db, { actor, action: "role.delete", target: `fleet:${fleet}`, details: { role, agents: current.agents } }),
+        auditInsert(db, {
+          actor,
+          action: "role.delete",
+          target: `fleet:${fleet}`,
+          details: { role, agents: current.agents },
+        }),
       ],
     };
   });
@@ -196,7 +227,8 @@ export function patchFleet(db: Db, actor: string, fleet: string, patch: FleetPat
     };
     // The image policy is read from D1 by the writes it checks: no object keeps a copy.
     const policyChanged = next.imagePolicy !== row.imagePolicy;
-    if (!changed.capabilities && !changed.settings && !policyChanged) return { statements: [], result: { fleet: row, before: row, changed } };
+    if (!changed.capabilities && !changed.settings && !policyChanged)
+      return { statements: [], result: { fleet: row, before: row, changed } };
     return {
       result: { fleet: next, before: row, changed },
       statements: [
@@ -215,7 +247,9 @@ export function patchFleet(db: Db, actor: string, fleet: string, patch: FleetPat
         // The coordinator copies the lock settings; told at once after the commit, retried by the cron.
         ...(changed.settings ? [fleetTask(db, fleet, "push_settings", rev + 1)] : []),
         // Capabilities change plans; stale_after is copied by every ledger (its staleness deadline).
-        ...(changed.capabilities || next.staleAfterS !== row.staleAfterS ? markFleet(db, fleet, rev + 1, Date.now(), { actor, action: "fleet.patch" }) : []),
+        ...(changed.capabilities || next.staleAfterS !== row.staleAfterS
+          ? markFleet(db, fleet, rev + 1, Date.now(), { actor, action: "fleet.patch" })
+          : []),
       ],
     };
   });
@@ -255,10 +289,24 @@ async function pageOfFleet<R, V>(
 }
 
 export const channelsOfFleet = (env: Env, fleet: string, q: { limit: number; cursor?: string }) =>
-  pageOfFleet(env, fleet, q, (db, after) => listChannels(db, fleet, after, q.limit), (r) => r.agent, channelView);
+  pageOfFleet(
+    env,
+    fleet,
+    q,
+    (db, after) => listChannels(db, fleet, after, q.limit),
+    (r) => r.agent,
+    channelView,
+  );
 
 export const rolesOfFleet = (env: Env, fleet: string, q: { limit: number; cursor?: string }) =>
-  pageOfFleet(env, fleet, q, (db, after) => listRoles(db, fleet, after, q.limit), (r) => r.role, roleView);
+  pageOfFleet(
+    env,
+    fleet,
+    q,
+    (db, after) => listRoles(db, fleet, after, q.limit),
+    (r) => r.role,
+    roleView,
+  );
 
 /** One channel and a page of its history, newest first. */
 export async function channelWithHistory(env: Env, fleet: string, agent: string, before: number | null, limit: number) {

@@ -111,11 +111,22 @@ export function isIntentConflict(err: unknown) {
  */
 export async function planInputsOf(db: Db, fleet: string) {
   const [fleetRows, revRows, roleRows, channelRows] = await db.batch([
-    db.select({ capabilities: fleets.capabilities, staleAfterS: fleets.staleAfterS }).from(fleets).where(eq(fleets.id, fleet)),
-    db.select({ rev: fleetIntent.rev }).from(fleetIntent).where(eq(fleetIntent.fleetId, fleet)),
-    db.select({ role: roleProfiles.role, agents: roleProfiles.agents }).from(roleProfiles).where(eq(roleProfiles.fleetId, fleet)),
     db
-      .select({ agent: agentChannels.agent, image: agentChannels.image, version: agentChannels.version, catalog: agentChannels.catalog })
+      .select({ capabilities: fleets.capabilities, staleAfterS: fleets.staleAfterS })
+      .from(fleets)
+      .where(eq(fleets.id, fleet)),
+    db.select({ rev: fleetIntent.rev }).from(fleetIntent).where(eq(fleetIntent.fleetId, fleet)),
+    db
+      .select({ role: roleProfiles.role, agents: roleProfiles.agents })
+      .from(roleProfiles)
+      .where(eq(roleProfiles.fleetId, fleet)),
+    db
+      .select({
+        agent: agentChannels.agent,
+        image: agentChannels.image,
+        version: agentChannels.version,
+        catalog: agentChannels.catalog,
+      })
       .from(agentChannels)
       .where(eq(agentChannels.fleetId, fleet)),
   ]);

@@ -65,8 +65,10 @@ export const channelRequest = (tokenHash: string, held: number | null, offered: 
     headers: { Upgrade: "websocket", [TOKEN_HASH]: tokenHash, [OFFERED]: offered.join(",") },
   });
 
-const message = <T extends ServerMessage["type"]>(type: T, body: Omit<Extract<ServerMessage, { type: T }>, "type" | "v">) =>
-  ({ type, v: CHANNEL_VERSION, ...body }) as Extract<ServerMessage, { type: T }>;
+const message = <T extends ServerMessage["type"]>(
+  type: T,
+  body: Omit<Extract<ServerMessage, { type: T }>, "type" | "v">,
+) => ({ type, v: CHANNEL_VERSION, ...body }) as Extract<ServerMessage, { type: T }>;
 
 /**
  * A host connects: its token must be the server's current one. A newer connection replaces an
@@ -80,10 +82,19 @@ export function connectHost(d: LedgerDeps, room: SocketRoom, request: Request): 
   const heldParam = new URL(request.url).searchParams.get("generation");
   const olders = room.list(HOST_TAG);
   // The heartbeat an older socket kept carries over to the new one.
-  const heard = olders.map((ws) => attachmentOf<HostSocket>(ws).heard).reduce((a, b) => (b && b.at > (a?.at ?? 0) ? b : a), null);
+  const heard = olders
+    .map((ws) => attachmentOf<HostSocket>(ws).heard)
+    .reduce((a, b) => (b && b.at > (a?.at ?? 0) ? b : a), null);
   for (const older of olders) closeSocket(older, CLOSE_CODES.replaced, "replaced by a newer connection");
   const offered = (request.headers.get(OFFERED) ?? "").split(",");
-  const attachment: HostSocket = { token: tokenHash, sent: heldParam === null ? null : Number(heldParam), refresh: null, window: d.clock(), count: 0, heard };
+  const attachment: HostSocket = {
+    token: tokenHash,
+    sent: heldParam === null ? null : Number(heldParam),
+    refresh: null,
+    window: d.clock(),
+    count: 0,
+    heard,
+  };
   const { socket, response } = room.accept(
     [HOST_TAG, `server:${record.id}`, `token:${tokenHash}`],
     attachment,
@@ -125,14 +136,18 @@ export function hostMessage(d: LedgerDeps, ws: WebSocket, raw: string | ArrayBuf
   }
   const parsed = parseHostMessage(raw);
   if (parsed.kind === "refused") {
-    sendJson(ws, message("error", parsed.id === undefined ? { error: parsed.error } : { id: parsed.id, error: parsed.error }));
+    sendJson(
+      ws,
+      message("error", parsed.id === undefined ? { error: parsed.error } : { id: parsed.id, error: parsed.error }),
+    );
     return false;
   }
   const record = authorized(d.store, attachment.token);
   if (!record) {
     // The token changed after the socket opened (that closes it; this message crossed the close).
     const refusal = fail("unauthorized", "invalid server token");
-    const reportId = parsed.kind === "invalid_report" ? parsed.id : parsed.message.type === "report" ? parsed.message.id : null;
+    const reportId =
+      parsed.kind === "invalid_report" ? parsed.id : parsed.message.type === "report" ? parsed.message.id : null;
     sendJson(ws, reportId === null ? message("error", { error: errorOf(refusal) }) : ackOf(reportId, refusal));
     closeSocket(ws, ...goneCode(d.store));
     return false;
@@ -149,10 +164,17 @@ export function hostMessage(d: LedgerDeps, ws: WebSocket, raw: string | ArrayBuf
   }
   const { answer, enqueued, heartbeat } = acceptReport(d, record, msg.report, { keepsHeartbeat: true });
   if (answer.ok) {
-    attachment.heard = heartbeat ? { at: d.store.load()!.report!.received_at, reconciled_at: msg.report.reconciled_at } : null;
+    attachment.heard = heartbeat
+      ? { at: d.store.load()!.report!.received_at, reconciled_at: msg.report.reconciled_at }
+      : null;
     setAttachment(ws, attachment);
   }
-  sendJson(ws, answer.ok ? message("ack", { id: msg.id, status: 200, body: reportAccepted(record.id, answer) }) : ackOf(msg.id, answer));
+  sendJson(
+    ws,
+    answer.ok
+      ? message("ack", { id: msg.id, status: 200, body: reportAccepted(record.id, answer) })
+      : ackOf(msg.id, answer),
+  );
   return enqueued;
 }
 
@@ -184,7 +206,12 @@ function pushTo(store: LedgerStore, ws: WebSocket, attachment: HostSocket) {
     const config = configOf(record, desired);
     const sent =
       config.lifecycle === "run"
-        ? sendJson(ws, message("desired", { config: refresh ? { ...config, refresh: { requested_at: iso(refresh.requested_at) } } : config }))
+        ? sendJson(
+            ws,
+            message("desired", {
+              config: refresh ? { ...config, refresh: { requested_at: iso(refresh.requested_at) } } : config,
+            }),
+          )
         : sendJson(ws, message("lifecycle", { order: config.lifecycle, config }));
     if (!sent) return;
     attachment.sent = desired.generation;
@@ -204,7 +231,10 @@ function ackOf(id: string, f: ErrorShape): AckMessage {
   return message("ack", { id, status: STATUS_OF_CODE[f.code], error: errorOf(f) });
 }
 
-const errorOf = (f: ErrorShape) => (f.details === undefined ? { code: f.code, message: f.message } : { code: f.code, message: f.message, details: f.details });
+const errorOf = (f: ErrorShape) =>
+  f.details === undefined
+    ? { code: f.code, message: f.message }
+    : { code: f.code, message: f.message, details: f.details };
 
 type ParsedHostMessage =
   | { kind: "message"; message: HostMessage }
@@ -226,18 +256,25 @@ const refused = (code: Failure["code"], text: string, details?: unknown, id?: st
  */
 function parseHostMessage(raw: string | ArrayBuffer): ParsedHostMessage {
   if (typeof raw !== "string") return refused("unsupported_media_type", "send messages as JSON text frames");
-  if (overBytes(raw, MAX_CHANNEL_MESSAGE_BYTES)) return refused("payload_too_large", `messages are limited to ${MAX_CHANNEL_MESSAGE_BYTES} bytes`);
+  if (overBytes(raw, MAX_CHANNEL_MESSAGE_BYTES))
+    return refused("payload_too_large", `messages are limited to ${MAX_CHANNEL_MESSAGE_BYTES} bytes`);
   let json: unknown;
   try {
     json = JSON.parse(raw);
   } catch {
     return refused("malformed_json", "the message is not valid JSON");
   }
-  const envelope = json !== null && typeof json === "object" && !Array.isArray(json) ? (json as Record<string, unknown>) : {};
+  const envelope =
+    json !== null && typeof json === "object" && !Array.isArray(json) ? (json as Record<string, unknown>) : {};
   const id = typeof envelope.id === "string" ? envelope.id.slice(0, 64) : undefined;
   if (typeof envelope.type !== "string" || !(HOST_MESSAGE_TYPES as readonly string[]).includes(envelope.type)) {
     const known = HOST_MESSAGE_TYPES.join(", ");
-    return refused("validation_failed", `unknown message type ${JSON.stringify(envelope.type ?? null)} (known: ${known})`, [{ path: "type", message: "unknown message type" }], id);
+    return refused(
+      "validation_failed",
+      `unknown message type ${JSON.stringify(envelope.type ?? null)} (known: ${known})`,
+      [{ path: "type", message: "unknown message type" }],
+      id,
+    );
   }
   if (envelope.v !== CHANNEL_VERSION) {
     const text = `unsupported version ${JSON.stringify(envelope.v ?? null)}; this server speaks ${CHANNEL_VERSION}`;
@@ -245,12 +282,15 @@ function parseHostMessage(raw: string | ArrayBuffer): ParsedHostMessage {
   }
   if (envelope.type === "hello") {
     const hello = HelloMessage.safeParse(envelope);
-    return hello.success ? { kind: "message", message: hello.data } : { kind: "refused", id, error: errorOf(refusalOf(hello.error, "message")) };
+    return hello.success
+      ? { kind: "message", message: hello.data }
+      : { kind: "refused", id, error: errorOf(refusalOf(hello.error, "message")) };
   }
   const { report, ...head } = envelope;
   const parsedHead = ReportMessage.omit({ report: true }).safeParse(head);
   if (!parsedHead.success) return { kind: "refused", id, error: errorOf(refusalOf(parsedHead.error, "message")) };
   const body = InventoryReport.safeParse(report);
-  if (!body.success) return { kind: "invalid_report", id: parsedHead.data.id, error: errorOf(refusalOf(body.error, "json")) };
+  if (!body.success)
+    return { kind: "invalid_report", id: parsedHead.data.id, error: errorOf(refusalOf(body.error, "json")) };
   return { kind: "message", message: { ...parsedHead.data, report: body.data } };
 }

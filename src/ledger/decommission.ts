@@ -6,8 +6,24 @@
  * the server is removed.
  */
 import { fail, type Result } from "../objects/kit/result";
-import { audit, project, serverEvent, tokenPayload, type CleanupIndexPayload, type IdentityPayload, type LedgerDeps } from "./effects";
-import { acknowledges, cancelledDesired, CLEANUP_STEPS, decommissionOrder, lifecycleDesired, type CleanupStep, type LifecycleState } from "./lifecycle";
+import {
+  audit,
+  project,
+  serverEvent,
+  tokenPayload,
+  type CleanupIndexPayload,
+  type IdentityPayload,
+  type LedgerDeps,
+} from "./effects";
+import {
+  acknowledges,
+  cancelledDesired,
+  CLEANUP_STEPS,
+  decommissionOrder,
+  lifecycleDesired,
+  type CleanupStep,
+  type LifecycleState,
+} from "./lifecycle";
 import type { ServerRecord } from "../model/server/record";
 import { leaveRollouts } from "./rollout-marks";
 import type { StoredReport } from "../model/server/schemas";
@@ -17,7 +33,10 @@ import type { StoredReport } from "../model/server/schemas";
  * ones only when their last report shows nothing assigned or attached). With `force` (a dead
  * host), cleanup starts at once without the host's acknowledgement. Repeating it changes nothing.
  */
-export function decommission(d: LedgerDeps, opts: { actor: string; force?: { reason: string } }): Result<{ changed: boolean }> {
+export function decommission(
+  d: LedgerDeps,
+  opts: { actor: string; force?: { reason: string } },
+): Result<{ changed: boolean }> {
   const state = d.store.load();
   if (!state) return fail("not_found", "server does not exist");
   const { record, desired, report } = state;
@@ -44,7 +63,12 @@ export function decommission(d: LedgerDeps, opts: { actor: string; force?: { rea
       d.store.save({ record: { ...record, state: "decommissioning" } });
       leaveRollouts(d, record.id, now);
       beginCleanup(d, d.store.load()!.record, forced, now);
-      audit(d.outbox, { actor: opts.actor, action: "server.decommission.force", target: `server:${record.id}`, details: { reason: opts.force!.reason } });
+      audit(d.outbox, {
+        actor: opts.actor,
+        action: "server.decommission.force",
+        target: `server:${record.id}`,
+        details: { reason: opts.force!.reason },
+      });
     });
     return { ok: true, changed: true };
   }
@@ -87,16 +111,25 @@ export function cancelDecommission(d: LedgerDeps, actor: string): Result {
   if (!state) return fail("not_found", "server does not exist");
   if (state.record.state === "removed") return fail("server_removed", "the server is removed");
   const lc = d.store.lifecycle();
-  if (!lc || state.record.state !== "decommissioning") return fail("not_decommissioning", "the server is not being decommissioned");
+  if (!lc || state.record.state !== "decommissioning")
+    return fail("not_decommissioning", "the server is not being decommissioned");
   if (lc.cleanup_from !== undefined) {
-    return fail("decommission_acknowledged", "the host acknowledged (or removal was forced); cleanup is under way and cannot be cancelled");
+    return fail(
+      "decommission_acknowledged",
+      "the host acknowledged (or removal was forced); cleanup is under way and cannot be cancelled",
+    );
   }
   const next = cancelledDesired(state.desired, lc, d.clock());
   d.store.transaction(() => {
     d.store.save({ record: { ...state.record, state: lc.previous_state }, desired: next });
     d.store.setLifecycle(null);
     project(d.outbox);
-    audit(d.outbox, { actor, action: "server.decommission.cancel", target: `server:${state.record.id}`, details: { generation: next.generation } });
+    audit(d.outbox, {
+      actor,
+      action: "server.decommission.cancel",
+      target: `server:${state.record.id}`,
+      details: { generation: next.generation },
+    });
   });
   return { ok: true };
 }
@@ -134,10 +167,19 @@ function advance(d: LedgerDeps, record: ServerRecord, lc: LifecycleState) {
     const token = tokenPayload(record, lc.forced?.by ?? lc.requested_by, lc.cleanup_from!);
     d.outbox.enqueue("cleanup_index", { server_id: record.id, token } satisfies CleanupIndexPayload, { key: "token" });
   } else if (next === "coordinator") {
-    const identity = { fleetlock_id: null, hostname: record.hostname, reboot_group: record.reboot_group, rev: d.store.rebootRev() || 1 };
-    d.outbox.enqueue("cleanup_coordinator", { fleet_id: record.fleet_id, server_id: record.id, identity } satisfies IdentityPayload, {
-      key: "cleanup",
-    });
+    const identity = {
+      fleetlock_id: null,
+      hostname: record.hostname,
+      reboot_group: record.reboot_group,
+      rev: d.store.rebootRev() || 1,
+    };
+    d.outbox.enqueue(
+      "cleanup_coordinator",
+      { fleet_id: record.fleet_id, server_id: record.id, identity } satisfies IdentityPayload,
+      {
+        key: "cleanup",
+      },
+    );
   } else {
     d.store.save({ record: { ...record, state: "removed" } });
     project(d.outbox);
@@ -155,7 +197,9 @@ function advance(d: LedgerDeps, record: ServerRecord, lc: LifecycleState) {
 function underWay(d: LedgerDeps) {
   const state = d.store.load();
   const lc = d.store.lifecycle();
-  return state && lc && lc.cleanup_from !== undefined && state.record.state !== "removed" ? { record: state.record, lc } : null;
+  return state && lc && lc.cleanup_from !== undefined && state.record.state !== "removed"
+    ? { record: state.record, lc }
+    : null;
 }
 
 /** A cleanup step reached its receiver (the outbox's `delivered` hook): the cleanup moves on. */

@@ -18,11 +18,7 @@ export type DesiredOutcome =
  * An agent keeps its instance id from one generation to the next, so "the same agent, updated"
  * stays distinguishable from "a new installation" (docs/design.md §3).
  */
-function withInstanceIds(
-  input: DesiredConfigInput,
-  current: DesiredState,
-  newId: () => string,
-): AgentSpec[] {
+function withInstanceIds(input: DesiredConfigInput, current: DesiredState, newId: () => string): AgentSpec[] {
   const known = new Map(current.agents.map((a) => [a.name, a.instance_id]));
   return input.agents.map((a) => ({
     name: a.name,
@@ -38,7 +34,13 @@ function sameContent(a: Pick<DesiredState, "agents" | "lifecycle">, b: Pick<Desi
   const byName = new Map(b.agents.map((x) => [x.name, x]));
   return a.agents.every((x) => {
     const y = byName.get(x.name);
-    return y && y.image === x.image && y.version === x.version && y.instance_id === x.instance_id && y.image_id === x.image_id;
+    return (
+      y &&
+      y.image === x.image &&
+      y.version === x.version &&
+      y.instance_id === x.instance_id &&
+      y.image_id === x.image_id
+    );
   });
 }
 

@@ -57,8 +57,19 @@ export class ServerLedger extends DurableObject<Env> {
     const leased = () => this.sockets.hostConnected() || quiet.watching();
     // One pending console notice per ledger (keyed): the newest stands for every change before it.
     const shown = (fleet: string, server: string) =>
-      this.outbox.enqueue("feed", { fleet, kind: "server", ids: [server], from: `server:${server}` } satisfies NoticeInput, { key: "feed" });
-    const effects = ledgerEffects({ env: () => this.env, db, store: this.store, cleaned: (step) => cleanupDelivered(this.deps, step), leased, shown });
+      this.outbox.enqueue(
+        "feed",
+        { fleet, kind: "server", ids: [server], from: `server:${server}` } satisfies NoticeInput,
+        { key: "feed" },
+      );
+    const effects = ledgerEffects({
+      env: () => this.env,
+      db,
+      store: this.store,
+      cleaned: (step) => cleanupDelivered(this.deps, step),
+      leased,
+      shown,
+    });
     this.outbox = new Outbox(ctx.storage, this.scheduler, effects, db);
     this.deps = { store: this.store, outbox: this.outbox, clock: () => Date.now(), leased, quiet };
     this.sockets = new LedgerSockets(this.deps, socketRoom(ctx));
@@ -111,7 +122,10 @@ export class ServerLedger extends DurableObject<Env> {
     return operator.heldNames(this.deps);
   }
 
-  async putDesired(input: DesiredConfigInput, actor: string): Promise<{ ok: true; created: boolean; config: DesiredConfig } | Failure> {
+  async putDesired(
+    input: DesiredConfigInput,
+    actor: string,
+  ): Promise<{ ok: true; created: boolean; config: DesiredConfig } | Failure> {
     const r = operator.putDesired(this.deps, input, actor);
     if (r.ok && r.created) await this.settle();
     return r;
@@ -134,7 +148,10 @@ export class ServerLedger extends DurableObject<Env> {
   }
 
   /** PATCH labels: merged here; the index (and its label rows) follow through the outbox. */
-  async setLabels(patch: Record<string, string | null>, meta: { actor: string }): Promise<Result<{ view: ServerView }>> {
+  async setLabels(
+    patch: Record<string, string | null>,
+    meta: { actor: string },
+  ): Promise<Result<{ view: ServerView }>> {
     const r = operator.setLabels(this.deps, patch, meta);
     if (!r.ok) return r;
     if (r.changed) await this.settle();
@@ -159,7 +176,10 @@ export class ServerLedger extends DurableObject<Env> {
     return { ok: true, outcome: r.outcome, view: this.view()! };
   }
 
-  async decommission(opts: { actor: string; force?: { reason: string } }): Promise<Result<{ view: ServerView; changed: boolean }>> {
+  async decommission(opts: {
+    actor: string;
+    force?: { reason: string };
+  }): Promise<Result<{ view: ServerView; changed: boolean }>> {
     const r = decommission(this.deps, opts);
     if (!r.ok) return r;
     // A forced removal's cleanup is delivered here too: the answer may show the server removed.

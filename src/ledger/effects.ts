@@ -101,10 +101,35 @@ export const identityPayload = (record: ServerRecord, rev: number): IdentityPayl
  * server.registered / server.decommissioned for the fleet's webhooks, one per server and change:
  * its id is derived from both, so the coordinator sends it once however often it is delivered.
  */
-export function serverEvent(outbox: LedgerOutbox, record: ServerRecord, change: "registered" | "decommissioned", now: number, extra: Record<string, unknown> = {}) {
-  const summary = change === "registered" ? `Server ${record.hostname} was registered` : `Server ${record.hostname} was removed`;
-  const data = { server_id: record.id, hostname: record.hostname, kind: record.kind, reboot_group: record.reboot_group, fleetlock_id: record.fleetlock_id, ...extra };
-  outbox.enqueue("webhook_event", ownedEvent(`server.${change}:${record.id}`, record.fleet_id, `server.${change}`, `server:${record.id}`, summary, data, now));
+export function serverEvent(
+  outbox: LedgerOutbox,
+  record: ServerRecord,
+  change: "registered" | "decommissioned",
+  now: number,
+  extra: Record<string, unknown> = {},
+) {
+  const summary =
+    change === "registered" ? `Server ${record.hostname} was registered` : `Server ${record.hostname} was removed`;
+  const data = {
+    server_id: record.id,
+    hostname: record.hostname,
+    kind: record.kind,
+    reboot_group: record.reboot_group,
+    fleetlock_id: record.fleetlock_id,
+    ...extra,
+  };
+  outbox.enqueue(
+    "webhook_event",
+    ownedEvent(
+      `server.${change}:${record.id}`,
+      record.fleet_id,
+      `server.${change}`,
+      `server:${record.id}`,
+      summary,
+      data,
+      now,
+    ),
+  );
 }
 
 export const audit = (outbox: LedgerOutbox, entry: AuditEntry) => outbox.enqueue("audit", auditEvent(entry));
@@ -131,10 +156,13 @@ function tokenRowStatements(d: Db, t: TokenRowPayload) {
     createdAt: t.created_at,
     revokedAt: t.revoked_at,
   };
-  return d.insert(tokens).values(row).onConflictDoUpdate({
-    target: tokens.id,
-    set: { hash: sql`excluded.hash`, revokedAt: sql`excluded.revoked_at`, name: sql`excluded.name` },
-  });
+  return d
+    .insert(tokens)
+    .values(row)
+    .onConflictDoUpdate({
+      target: tokens.id,
+      set: { hash: sql`excluded.hash`, revokedAt: sql`excluded.revoked_at`, name: sql`excluded.name` },
+    });
 }
 
 export interface LedgerEffectWiring {
@@ -182,7 +210,10 @@ export function ledgerEffects(w: LedgerEffectWiring): Record<LedgerEffectKind, E
       target: "d1",
       statements: (p: CleanupIndexPayload) => {
         const d = w.db();
-        return [d.delete(agentInstances).where(eq(agentInstances.serverId, p.server_id)), tokenRowStatements(d, p.token)];
+        return [
+          d.delete(agentInstances).where(eq(agentInstances.serverId, p.server_id)),
+          tokenRowStatements(d, p.token),
+        ];
       },
       delivered: () => w.cleaned("index"),
     },
@@ -230,7 +261,8 @@ function projectEffect(w: LedgerEffectWiring): Effect {
       // server stale in the index, and one starting (it is back) live again: pages are told of
       // that too, not only of changed rows.
       const leaseTurned = serverRow && (mark?.leased ?? false) !== leased;
-      if (statements.length && (leaseTurned || !written || !sameSignatures(written, p.signatures))) changedIn = { fleet: state.record.fleet_id, server: state.record.id };
+      if (statements.length && (leaseTurned || !written || !sameSignatures(written, p.signatures)))
+        changedIn = { fleet: state.record.fleet_id, server: state.record.id };
       inFlight = serverRow
         ? { written: p.signatures, last_seen_written: lastSeen, leased }
         : { written: p.signatures, last_seen_written: mark?.last_seen_written ?? null, leased: mark?.leased ?? false };

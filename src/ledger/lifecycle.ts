@@ -38,7 +38,8 @@ export type DecommissionDecision =
 export function decommissionOrder(record: ServerRecord, report: StoredReport | undefined): DecommissionDecision {
   if (record.kind === "managed") return { kind: "order", order: "terminate" };
   // A borrowed machine is cleaned only when nothing of anyone else's is on it, as its last report says.
-  if (!report) return { kind: "blocked", units: [], storage: [], why: "the server never reported; nothing shows it is empty" };
+  if (!report)
+    return { kind: "blocked", units: [], storage: [], why: "the server never reported; nothing shows it is empty" };
   const { units, storage } = report.assignments;
   if (units.length || storage.length) {
     return { kind: "blocked", units, storage, why: "the last report shows assigned units or attached storage" };

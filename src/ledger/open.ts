@@ -12,7 +12,8 @@ export function openLedger(d: LedgerDeps) {
   if (!record) return;
   d.store.transaction(() => {
     const legacy = d.store.takeLegacyRelease<Omit<ReleasePayload, "server_id">>();
-    if (legacy) d.outbox.enqueue("release", { ...legacy, server_id: record.id } satisfies ReleasePayload, { key: "release" });
+    if (legacy)
+      d.outbox.enqueue("release", { ...legacy, server_id: record.id } satisfies ReleasePayload, { key: "release" });
     if (upgraded && upgraded.from < 3) resumeCleanup(d);
     // The index learns of what the upgrade changed through the projection.
     if (upgraded?.changed) project(d.outbox);

@@ -24,7 +24,10 @@ export const RESERVATION_MARGIN_MS = 30_000;
 
 function pastDeadline(d: LedgerDeps, deadline: number | undefined): Failure | null {
   if (deadline === undefined || d.clock() <= deadline) return null;
-  return fail("reservation_expired", "the names reserved for this write were held too long before it reached the server's ledger; try again");
+  return fail(
+    "reservation_expired",
+    "the names reserved for this write were held too long before it reached the server's ledger; try again",
+  );
 }
 
 /** What this ledger holds of the fleet's names, for its coordinator (src/fleetlock/names.ts). */
@@ -36,7 +39,12 @@ export function heldNames(d: LedgerDeps): HeldNames | null {
   return {
     fleet_id: record.fleet_id,
     live,
-    identity: { fleetlock_id: live ? record.fleetlock_id : null, hostname: record.hostname, reboot_group: record.reboot_group, rev: d.store.rebootRev() },
+    identity: {
+      fleetlock_id: live ? record.fleetlock_id : null,
+      hostname: record.hostname,
+      reboot_group: record.reboot_group,
+      rev: d.store.rebootRev(),
+    },
   };
 }
 
@@ -62,22 +70,35 @@ export function register(
     project(d.outbox);
     d.outbox.enqueue("token", tokenPayload(record, meta.actor, null), { key: "token" });
     if (record.fleetlock_id) d.outbox.enqueue("identity", identityPayload(record, 0), { key: "identity" });
-    audit(d.outbox, { actor: meta.actor, action: "server.register", target: `server:${record.id}`, details: meta.details });
+    audit(d.outbox, {
+      actor: meta.actor,
+      action: "server.register",
+      target: `server:${record.id}`,
+      details: meta.details,
+    });
     serverEvent(d.outbox, record, "registered", record.created_at);
   });
   return { ok: true };
 }
 
-export function putDesired(d: LedgerDeps, input: DesiredConfigInput, actor: string): { ok: true; created: boolean; config: DesiredConfig } | Failure {
+export function putDesired(
+  d: LedgerDeps,
+  input: DesiredConfigInput,
+  actor: string,
+): { ok: true; created: boolean; config: DesiredConfig } | Failure {
   const state = d.store.load();
   if (!state) return fail("not_found", "server does not exist");
   if (state.record.state === "removed") return fail("server_removed", "a removed server cannot be changed");
   const outcome = applyDesired(state.desired, input, d.clock());
   switch (outcome.kind) {
     case "stale_generation":
-      return fail("stale_generation", `generation ${input.generation} is older than the current generation ${outcome.current.generation}`, {
-        current_generation: outcome.current.generation,
-      });
+      return fail(
+        "stale_generation",
+        `generation ${input.generation} is older than the current generation ${outcome.current.generation}`,
+        {
+          current_generation: outcome.current.generation,
+        },
+      );
     case "generation_conflict":
       return fail("generation_conflict", `generation ${input.generation} already holds a different config`, {
         current_generation: outcome.current.generation,
@@ -87,15 +108,24 @@ export function putDesired(d: LedgerDeps, input: DesiredConfigInput, actor: stri
     case "accepted": {
       // Lifecycle orders come only from decommissioning, never from a desired PUT.
       if (outcome.next.lifecycle !== state.desired.lifecycle || state.record.state === "decommissioning") {
-        return fail("lifecycle_change_refused", `lifecycle is '${state.desired.lifecycle}'; only decommissioning (or cancelling it) changes it`, {
-          lifecycle: state.desired.lifecycle,
-        });
+        return fail(
+          "lifecycle_change_refused",
+          `lifecycle is '${state.desired.lifecycle}'; only decommissioning (or cancelling it) changes it`,
+          {
+            lifecycle: state.desired.lifecycle,
+          },
+        );
       }
       const config = configOf(state.record, outcome.next);
       d.store.transaction(() => {
         d.store.save({ desired: outcome.next });
         // An explicit config pins the server: the planner leaves it alone until released.
-        d.store.setPlan({ ...d.store.plan(), mode: "pinned", pinned_at: d.clock(), pinned_by: actor } satisfies PlanState);
+        d.store.setPlan({
+          ...d.store.plan(),
+          mode: "pinned",
+          pinned_at: d.clock(),
+          pinned_by: actor,
+        } satisfies PlanState);
         project(d.outbox);
         audit(d.outbox, {
           actor,
@@ -134,7 +164,12 @@ export function setRebootIdentity(
     d.store.setRebootRev(rev);
     d.outbox.enqueue("identity", identityPayload(next, rev), { key: "identity" });
     project(d.outbox);
-    audit(d.outbox, { actor: meta.actor, action: "server.patch", target: `server:${record.id}`, details: meta.details });
+    audit(d.outbox, {
+      actor: meta.actor,
+      action: "server.patch",
+      target: `server:${record.id}`,
+      details: meta.details,
+    });
   });
   return { ok: true, rev };
 }
@@ -154,15 +189,27 @@ export function setLabels(
   const before = record.labels ?? {};
   const labels = mergeLabels(before, patch);
   if (Object.keys(labels).length > MAX_SERVER_LABELS) {
-    return fail("validation_failed", `the server would have ${Object.keys(labels).length} labels; at most ${MAX_SERVER_LABELS}`, [
-      { path: "labels", message: `at most ${MAX_SERVER_LABELS} labels (the server has ${Object.keys(before).length})` },
-    ]);
+    return fail(
+      "validation_failed",
+      `the server would have ${Object.keys(labels).length} labels; at most ${MAX_SERVER_LABELS}`,
+      [
+        {
+          path: "labels",
+          message: `at most ${MAX_SERVER_LABELS} labels (the server has ${Object.keys(before).length})`,
+        },
+      ],
+    );
   }
   if (sameLabels(before, labels)) return { ok: true, changed: false };
   d.store.transaction(() => {
     d.store.save({ record: { ...record, labels } });
     project(d.outbox);
-    audit(d.outbox, { actor: meta.actor, action: "server.labels", target: `server:${record.id}`, details: { before, after: labels } });
+    audit(d.outbox, {
+      actor: meta.actor,
+      action: "server.labels",
+      target: `server:${record.id}`,
+      details: { before, after: labels },
+    });
   });
   return { ok: true, changed: true };
 }

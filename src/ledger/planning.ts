@@ -34,13 +34,21 @@ export function applyPlan(
     d.store.transaction(() => {
       d.store.save({ record });
       project(d.outbox);
-      audit(d.outbox, { actor: meta.actor, action: "server.roles", target: `server:${record.id}`, details: { before: state.record.roles, after: record.roles } });
+      audit(d.outbox, {
+        actor: meta.actor,
+        action: "server.roles",
+        target: `server:${record.id}`,
+        details: { before: state.record.roles, after: record.roles },
+      });
     });
   }
   if (step.kind === "skipped") return { ok: true, outcome: step.why, wrote: rolesChanged };
   // A drift fix re-issues the config (same agents, next generation) when the plan is unchanged,
   // so the host reconciles again.
-  const reissue = step.kind === "recorded" && meta.reissue ? { ...state.desired, generation: state.desired.generation + 1, updated_at: now } : null;
+  const reissue =
+    step.kind === "recorded" && meta.reissue
+      ? { ...state.desired, generation: state.desired.generation + 1, updated_at: now }
+      : null;
   d.store.transaction(() => {
     const recordChanged = step.record !== record;
     if (recordChanged) {
@@ -50,29 +58,40 @@ export function applyPlan(
     }
     d.store.setPlan(step.planState);
     if (meta.release && before.mode === "pinned") {
-      audit(d.outbox, { actor: meta.actor, action: "server.desired.release", target: `server:${record.id}`, details: { rev: inputs.rev } });
+      audit(d.outbox, {
+        actor: meta.actor,
+        action: "server.desired.release",
+        target: `server:${record.id}`,
+        details: { rev: inputs.rev },
+      });
     }
     if (step.kind === "issue") {
       d.store.save({ desired: step.next });
       // A generation the planner issues for a marked intent change is audited by that change, in
       // its own batch (src/planner/service.ts markWhere); the desired config keeps the generation.
-      if (!meta.audited) audit(d.outbox, {
-        actor: meta.actor,
-        action: "server.plan",
-        target: `server:${record.id}`,
-        details: {
-          reason: meta.reason,
-          rev: inputs.rev,
-          generation: step.next.generation,
-          agents: step.next.agents.map((a) => `${a.name}=${a.image}`),
-          unknown_roles: step.plan.unknown_roles,
-          unplannable: step.plan.unplannable,
-        },
-      });
+      if (!meta.audited)
+        audit(d.outbox, {
+          actor: meta.actor,
+          action: "server.plan",
+          target: `server:${record.id}`,
+          details: {
+            reason: meta.reason,
+            rev: inputs.rev,
+            generation: step.next.generation,
+            agents: step.next.agents.map((a) => `${a.name}=${a.image}`),
+            unknown_roles: step.plan.unknown_roles,
+            unplannable: step.plan.unplannable,
+          },
+        });
     }
     if (reissue) {
       d.store.save({ desired: reissue });
-      audit(d.outbox, { actor: meta.actor, action: "server.reissue", target: `server:${record.id}`, details: { reason: meta.reason, generation: reissue.generation } });
+      audit(d.outbox, {
+        actor: meta.actor,
+        action: "server.reissue",
+        target: `server:${record.id}`,
+        details: { reason: meta.reason, generation: reissue.generation },
+      });
     }
     if (recordChanged || step.kind === "issue" || reissue) project(d.outbox);
   });

@@ -18,7 +18,9 @@ export type PollAnswer =
 /** The record of the server whose token hashes to `tokenHash`, while that token is valid. */
 export function authorized(store: LedgerStore, tokenHash: string): ServerRecord | null {
   const record = store.load()?.record;
-  return record && record.state !== "removed" && record.token_hash !== "" && digestsEqual(record.token_hash, tokenHash) ? record : null;
+  return record && record.state !== "removed" && record.token_hash !== "" && digestsEqual(record.token_hash, tokenHash)
+    ? record
+    : null;
 }
 
 /** A host that holds the current generation, with no refresh pending, has nothing to be told yet. */
@@ -34,7 +36,12 @@ export function pollSignature(store: LedgerStore) {
   const state = store.load();
   if (!state) return "";
   const { token_hash, state: lifecycle } = state.record;
-  return JSON.stringify([token_hash, lifecycle === "removed", state.desired.generation, pendingRefresh(store)?.requested_at ?? null]);
+  return JSON.stringify([
+    token_hash,
+    lifecycle === "removed",
+    state.desired.generation,
+    pendingRefresh(store)?.requested_at ?? null,
+  ]);
 }
 
 export function pollAnswer(store: LedgerStore, tokenHash: string, known: number | null): PollAnswer {
@@ -46,6 +53,13 @@ export function pollAnswer(store: LedgerStore, tokenHash: string, known: number 
   // A 304 carries no body, so the config is not copied across the RPC boundary for it.
   if (known === desired.generation && !refresh) return { ok: true, notModified: true, generation: desired.generation };
   const config = configOf(record, desired);
-  if (refresh) return { ok: true, notModified: false, generation: desired.generation, config, refresh: { requested_at: refresh.requested_at } };
+  if (refresh)
+    return {
+      ok: true,
+      notModified: false,
+      generation: desired.generation,
+      config,
+      refresh: { requested_at: refresh.requested_at },
+    };
   return { ok: true, notModified: false, generation: desired.generation, config };
 }

@@ -33,7 +33,12 @@ function lastSeenRefreshMs(staleAfterS: number, leased = false) {
  * Whether the index's last_seen (and stale_at with it) is due: never written, written under the
  * other mode (the host connected or left the channel since), or older than the mode's interval.
  */
-export function lastSeenDue(mark: { last_seen_written: number | null; leased?: boolean } | undefined, lastSeen: number, staleAfterS: number, leased: boolean) {
+export function lastSeenDue(
+  mark: { last_seen_written: number | null; leased?: boolean } | undefined,
+  lastSeen: number,
+  staleAfterS: number,
+  leased: boolean,
+) {
   if (mark?.last_seen_written == null || (mark.leased ?? false) !== leased) return true;
   return lastSeen - mark.last_seen_written >= lastSeenRefreshMs(staleAfterS, leased);
 }
@@ -101,7 +106,11 @@ export function buildProjection(
   const rows: Record<string, string> = {};
   for (const { updatedAt: _x, ...row } of instances) rows[row.agent] = JSON.stringify(row);
   const signed = Object.keys(labels).length ? { ...shown, labels } : shown;
-  return { signatures: { server: JSON.stringify({ ...signed, staleAfterS: record.stale_after_s }), rows }, server, instances };
+  return {
+    signatures: { server: JSON.stringify({ ...signed, staleAfterS: record.stale_after_s }), rows },
+    server,
+    instances,
+  };
 }
 
 /**
@@ -109,7 +118,9 @@ export function buildProjection(
  * removed server is never stale; one that never reported has nothing to be late with.
  */
 function staleAtOf(record: ServerRecord, lastSeen: number | undefined, leased = false) {
-  return lastSeen == null || record.state === "removed" ? null : lastSeen + record.stale_after_s * 1000 + (leased ? INDEX_LEASE_MS : 0);
+  return lastSeen == null || record.state === "removed"
+    ? null
+    : lastSeen + record.stale_after_s * 1000 + (leased ? INDEX_LEASE_MS : 0);
 }
 
 /** Whether the index already shows everything `p` would write (last_seen aside). */
@@ -134,7 +145,10 @@ export function projectionStatements(
 ) {
   const names = p.instances.map((i) => i.agent);
   const { id: _id, createdAt: _c, ...serverUpdate } = p.server;
-  const serverUpsert = db.insert(servers).values(p.server).onConflictDoUpdate({ target: servers.id, set: serverUpdate });
+  const serverUpsert = db
+    .insert(servers)
+    .values(p.server)
+    .onConflictDoUpdate({ target: servers.id, set: serverUpdate });
   // Lists travel as one bound JSON parameter: D1 allows at most 100 per statement.
   const inList = (agents: string[], negate: boolean) =>
     db
@@ -164,7 +178,8 @@ export function projectionStatements(
       stmts.push(db.update(servers).set({ lastSeen, staleAt, updatedAt }).where(eq(servers.id, p.server.id)));
       serverRow = true;
     }
-    if (labelsOfSignature(written.server) !== JSON.stringify(p.server.labels ?? {})) stmts.push(...labelStatements(db, p));
+    if (labelsOfSignature(written.server) !== JSON.stringify(p.server.labels ?? {}))
+      stmts.push(...labelStatements(db, p));
     const removed = Object.keys(written.rows).filter((agent) => !(agent in p.signatures.rows));
     if (removed.length) stmts.push(inList(removed, false));
     rows = p.instances.filter((i) => written.rows[i.agent] !== p.signatures.rows[i.agent]);
@@ -209,7 +224,12 @@ function labelStatements(db: Db, p: Projection) {
   const clear = db.delete(serverLabels).where(eq(serverLabels.serverId, p.server.id));
   if (!labels.length) return [clear];
   // 16 labels × 4 columns stay inside D1's 100 bound parameters.
-  return [clear, db.insert(serverLabels).values(labels.map(([key, value]) => ({ serverId: p.server.id, fleetId: p.server.fleetId, key, value })))];
+  return [
+    clear,
+    db
+      .insert(serverLabels)
+      .values(labels.map(([key, value]) => ({ serverId: p.server.id, fleetId: p.server.fleetId, key, value }))),
+  ];
 }
 
 /** 11 columns a row; D1 binds at most 100 parameters per statement. */

@@ -20,7 +20,10 @@ import { reportTag } from "./store";
 export type ReportAnswer = { ok: true; generation: number; computed: ComputedStatus; tag: string } | Failure;
 
 /** An accepted report's answer, as PUT /v1/agent/inventory and the channel's ack give it. */
-export const reportAccepted = (serverId: string, answer: { generation: number; computed: ComputedStatus; tag: string }): ReportAccepted => ({
+export const reportAccepted = (
+  serverId: string,
+  answer: { generation: number; computed: ComputedStatus; tag: string },
+): ReportAccepted => ({
   server_id: serverId,
   desired_generation: answer.generation,
   status: answer.computed.status,
@@ -44,9 +47,13 @@ export function acceptReport(
 ): { answer: ReportAnswer; enqueued: boolean; heartbeat: boolean } {
   const { desired, report: previous, reportKey, persistedAt } = d.store.load()!;
   if (report.generation > desired.generation) {
-    const answer = fail("generation_not_issued", `report claims generation ${report.generation}, but the newest issued is ${desired.generation}`, {
-      desired_generation: desired.generation,
-    });
+    const answer = fail(
+      "generation_not_issued",
+      `report claims generation ${report.generation}, but the newest issued is ${desired.generation}`,
+      {
+        desired_generation: desired.generation,
+      },
+    );
     return { answer, enqueued: false, heartbeat: false };
   }
   const now = d.clock();
@@ -62,7 +69,8 @@ export function acceptReport(
   const key = contentKey(stored);
   const unchanged = previous !== undefined && reportKey === key;
   const persistEvery = (opts.viaPoll ? pollHeartbeatPersistMs : heartbeatPersistMs)(record.stale_after_s);
-  const heartbeat = unchanged && persistedAt !== undefined && (opts.keepsHeartbeat === true || now - persistedAt < persistEvery);
+  const heartbeat =
+    unchanged && persistedAt !== undefined && (opts.keepsHeartbeat === true || now - persistedAt < persistEvery);
   if (heartbeat) {
     // Same content as the stored report: only the heartbeat moved. It lives in memory (and in a
     // poll's waiter) and is persisted at most every heartbeatPersistMs (pollHeartbeatPersistMs),
@@ -96,7 +104,13 @@ export function acceptReport(
       // A new boot_id: the host rebooted and came back, so any slot it still holds is one whose
       // steady-state call was lost. Slots granted after this moment belong to the new boot.
       if (previous !== undefined && previous.boot_id !== report.boot_id) {
-        const release: ReleasePayload = { fleet_id: record.fleet_id, server_id: record.id, from_boot_id: previous.boot_id, to_boot_id: report.boot_id, seen_at: now };
+        const release: ReleasePayload = {
+          fleet_id: record.fleet_id,
+          server_id: record.id,
+          from_boot_id: previous.boot_id,
+          to_boot_id: report.boot_id,
+          seen_at: now,
+        };
         d.outbox.enqueue("release", release, { key: "release" });
       }
       // A new boot, or becoming realized, failed or drifted, or back from stale with the same
@@ -118,7 +132,11 @@ export function acceptReport(
  * over HTTP instead of a report and a poll. A tag that is not the stored report's refuses the poll:
  * the host reports in full first. `enqueued`: the caller arms the alarm and delivers.
  */
-export function pollHeartbeat(d: LedgerDeps, tokenHash: string, tag: string | undefined): { ok: true; enqueued: boolean } | Failure {
+export function pollHeartbeat(
+  d: LedgerDeps,
+  tokenHash: string,
+  tag: string | undefined,
+): { ok: true; enqueued: boolean } | Failure {
   const record = authorized(d.store, tokenHash);
   if (!record) return fail("unauthorized", "invalid server token");
   if (tag === undefined) return { ok: true, enqueued: false };

@@ -4,7 +4,13 @@
  * decisions are pure, in src/rollouts/ledger-side.ts; this applies them to the store and outbox.
  */
 import { fail, type Failure } from "../objects/kit/result";
-import { decideApply, settleMarks, type ApplyOutcome, type ApplyRolloutImage, type RolloutEvent } from "../rollouts/ledger-side";
+import {
+  decideApply,
+  settleMarks,
+  type ApplyOutcome,
+  type ApplyRolloutImage,
+  type RolloutEvent,
+} from "../rollouts/ledger-side";
 import { audit, project, type LedgerDeps } from "./effects";
 import type { StoredReport } from "../model/server/schemas";
 
@@ -13,7 +19,10 @@ import type { StoredReport } from "../model/server/schemas";
  * or answers why not (already at the image, no such agent, server leaving). A redelivery of the
  * same write answers the same generation and writes nothing.
  */
-export function applyRolloutImage(d: LedgerDeps, req: ApplyRolloutImage): { outcome: ApplyOutcome | Failure; wrote: boolean } {
+export function applyRolloutImage(
+  d: LedgerDeps,
+  req: ApplyRolloutImage,
+): { outcome: ApplyOutcome | Failure; wrote: boolean } {
   const state = d.store.load();
   if (!state) return { outcome: fail("not_found", "server does not exist"), wrote: false };
   const marks = d.store.rolloutMarks();
@@ -28,7 +37,13 @@ export function applyRolloutImage(d: LedgerDeps, req: ApplyRolloutImage): { outc
       actor: `rollout:${req.rollout_id}`,
       action: "server.desired.rollout",
       target: `server:${state.record.id}`,
-      details: { generation: next.generation, agent: req.agent, image: req.image, version: req.version, pass: req.pass },
+      details: {
+        generation: next.generation,
+        agent: req.agent,
+        image: req.image,
+        version: req.version,
+        pass: req.pass,
+      },
     });
   });
   return { outcome: decision.outcome, wrote: true };
@@ -48,7 +63,14 @@ export function settleRolloutMarks(d: LedgerDeps, serverId: string, report: Stor
 export function leaveRollouts(d: LedgerDeps, serverId: string, now: number) {
   const marks = d.store.rolloutMarks();
   for (const m of Object.values(marks)) {
-    const e: RolloutEvent = { rollout_id: m.rollout_id, pass: m.pass, server_id: serverId, generation: m.generation, outcome: "removed", at: now };
+    const e: RolloutEvent = {
+      rollout_id: m.rollout_id,
+      pass: m.pass,
+      server_id: serverId,
+      generation: m.generation,
+      outcome: "removed",
+      at: now,
+    };
     d.outbox.enqueue("rollout_event", e, { key: `rollout:${m.rollout_id}` });
   }
   if (Object.keys(marks).length) d.store.setRolloutMarks({});

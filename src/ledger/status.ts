@@ -49,9 +49,7 @@ export function computeStatus(
       name: d.name,
       status,
       desired: { image: d.image, version: d.version, instance_id: d.instance_id },
-      reported: r
-        ? { image: r.image, version: r.version, instance_id: r.instance_id, state: r.state }
-        : null,
+      reported: r ? { image: r.image, version: r.version, instance_id: r.instance_id, state: r.state } : null,
       errors,
     });
   }

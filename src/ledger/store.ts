@@ -63,7 +63,6 @@ export interface LedgerState {
   persistedAt?: number;
 }
 
-
 /**
  * A short name for a report's content (its contentKey), handed to the host with each accepted
  * report: a poll that carries it back says "my report is still that one" (./report.ts,
@@ -158,7 +157,12 @@ export class LedgerStore {
     if (!report) return;
     let newest: { at: number; reconciled_at?: string } | null = null;
     for (const heard of kept) if (heard && heard.at > (newest?.at ?? report.received_at)) newest = heard;
-    if (newest) this.heartbeat({ ...report, received_at: newest.at, reconciled_at: newest.reconciled_at ?? report.reconciled_at });
+    if (newest)
+      this.heartbeat({
+        ...report,
+        received_at: newest.at,
+        reconciled_at: newest.reconciled_at ?? report.reconciled_at,
+      });
   }
 
   /** Stores a heartbeat held only in memory (before the index is told of it). */

@@ -35,7 +35,11 @@ const upgrade = (path: string, query: Record<string, string>, headers: Record<st
 
 /** A host that holds generation `known` (and whose report is `reportTag`, if given) waits for its poll's answer to change. */
 export const pollWaitRequest = (tokenHash: string, known: number, reportTag?: string) =>
-  upgrade(WAIT_PATHS.poll, { known: String(known) }, { [TOKEN_HASH]: tokenHash, ...(reportTag === undefined ? {} : { [REPORT_TAG]: reportTag }) });
+  upgrade(
+    WAIT_PATHS.poll,
+    { known: String(known) },
+    { [TOKEN_HASH]: tokenHash, ...(reportTag === undefined ? {} : { [REPORT_TAG]: reportTag }) },
+  );
 
 /** An operator who holds the view's tag `etag` waits for it to change. */
 export const viewWaitRequest = (etag: string) => upgrade(WAIT_PATHS.view, { etag });
@@ -47,16 +51,24 @@ export const viewWaitRequest = (etag: string) => upgrade(WAIT_PATHS.view, { etag
  * differs), else hands over a waiter. A poll naming the host's report is its heartbeat first
  * (./report.ts): `enqueued` when that left something to deliver.
  */
-export function openPollWait(d: LedgerDeps, room: SocketRoom, request: Request): { response: Response; enqueued: boolean } {
+export function openPollWait(
+  d: LedgerDeps,
+  room: SocketRoom,
+  request: Request,
+): { response: Response; enqueued: boolean } {
   const { store } = d;
   const tokenHash = request.headers.get(TOKEN_HASH) ?? "";
   const known = Number(new URL(request.url).searchParams.get("known"));
   const beat = pollHeartbeat(d, tokenHash, request.headers.get(REPORT_TAG) ?? undefined);
   if (!beat.ok) return { response: Response.json(beat satisfies PollAnswer), enqueued: false };
-  if (!nothingNew(store, known)) return { response: Response.json(pollAnswer(store, tokenHash, known)), enqueued: beat.enqueued };
+  if (!nothingNew(store, known))
+    return { response: Response.json(pollAnswer(store, tokenHash, known)), enqueued: beat.enqueued };
   // The heartbeat memory holds now (this poll's, or an earlier one's): the waiter keeps it through an eviction.
   const heardAt = store.load()!.report?.received_at;
-  return { response: acceptWaiter(room, { kind: "poll", signature: pollSignature(store), heardAt } satisfies Held), enqueued: beat.enqueued };
+  return {
+    response: acceptWaiter(room, { kind: "poll", signature: pollSignature(store), heardAt } satisfies Held),
+    enqueued: beat.enqueued,
+  };
 }
 
 /**

@@ -13,8 +13,11 @@ export function outboundUrlProblem(raw: string, allowLoopbackHttp: boolean): str
   } catch {
     return "is not an absolute URL";
   }
-  if (url.username || url.password) return "must not carry credentials (put a secret in the path or use the webhook's signature)";
+  if (url.username || url.password)
+    return "must not carry credentials (put a secret in the path or use the webhook's signature)";
   if (url.protocol === "https:") return null;
   if (url.protocol === "http:" && allowLoopbackHttp && LOOPBACK.has(url.hostname)) return null;
-  return allowLoopbackHttp ? "must be https:// (or http:// to 127.0.0.1, localhost or [::1] in local runs)" : "must be https://";
+  return allowLoopbackHttp
+    ? "must be https:// (or http:// to 127.0.0.1, localhost or [::1] in local runs)"
+    : "must be https://";
 }

@@ -45,7 +45,9 @@ export const d1Stored = { bytes: 0 };
  * entered synchronously within that call.
  */
 function tapRows(db: D1Database) {
-  const session = (db as unknown as { alwaysPrimarySession?: { _send?: (...a: unknown[]) => Promise<Answer | Answer[]> } }).alwaysPrimarySession;
+  const session = (
+    db as unknown as { alwaysPrimarySession?: { _send?: (...a: unknown[]) => Promise<Answer | Answer[]> } }
+  ).alwaysPrimarySession;
   const send = session?._send;
   if (!session || typeof send !== "function" || (send as { tapped?: boolean }).tapped) return;
   const tap = function (this: unknown, ...args: unknown[]) {

@@ -48,7 +48,13 @@ const IDLE_BEFORE_HIBERNATION_MS = 10_000;
 const WS_MESSAGES_PER_REQUEST = 20;
 
 type Kind = "rpc" | "fetch" | "alarm" | "ws_messages" | "ws_events";
-const KINDS: Record<string, Kind> = { fetch: "fetch", alarm: "alarm", webSocketMessage: "ws_messages", webSocketClose: "ws_events", webSocketError: "ws_events" };
+const KINDS: Record<string, Kind> = {
+  fetch: "fetch",
+  alarm: "alarm",
+  webSocketMessage: "ws_messages",
+  webSocketClose: "ws_events",
+  webSocketError: "ws_events",
+};
 
 const zeroRows = (): D1Rows => ({ statements: 0, rowsRead: 0, rowsWritten: 0 });
 const zeroCounts = () => ({ rpc: 0, fetch: 0, alarm: 0, ws_messages: 0, ws_events: 0, starts: 0 });
@@ -122,7 +128,12 @@ class ObjectMeter {
       in_flight: this.inFlight,
       waiting_until: this.pending,
       d1: rowsReading(this.d1),
-      storage: { rows_read: this.storage.rowsRead, rows_written: this.storage.rowsWritten, alarms_set: this.storage.alarmsSet, stored_bytes: this.storage.storedBytes },
+      storage: {
+        rows_read: this.storage.rowsRead,
+        rows_written: this.storage.rowsWritten,
+        alarms_set: this.storage.alarmsSet,
+        stored_bytes: this.storage.storedBytes,
+      },
     };
   }
 
@@ -157,7 +168,8 @@ export function meterConsole() {
     console[level] = (...args: unknown[]) => {
       logs.lines++;
       const first = typeof args[0] === "string" ? args[0] : "";
-      if (first.startsWith('{"level":"info","msg":"request"') || first.startsWith('{"level":"error","msg":"request"')) logs.access++;
+      if (first.startsWith('{"level":"info","msg":"request"') || first.startsWith('{"level":"error","msg":"request"'))
+        logs.access++;
       else if (first.includes('"msg":"scheduled"')) logs.cron++;
       write(...args);
     };
@@ -228,7 +240,13 @@ function callsThrough(meter: ObjectMeter): ProxyHandler<object> {
     get(target, prop) {
       const value = Reflect.get(target, prop, target);
       // Methods of the class (the prototype chain), not the instance's own function fields.
-      if (typeof prop !== "string" || typeof value !== "function" || prop === "constructor" || Object.hasOwn(target, prop)) return value;
+      if (
+        typeof prop !== "string" ||
+        typeof value !== "function" ||
+        prop === "constructor" ||
+        Object.hasOwn(target, prop)
+      )
+        return value;
       let w = wrappers.get(prop);
       if (!w) wrappers.set(prop, (w = wrap(target, prop)));
       return w;
@@ -263,7 +281,19 @@ export function meteredWorker<H extends ExportedHandler<never>>(handler: H): H {
 }
 
 type ObjectReading = ReturnType<ObjectMeter["reading"]>;
-const NUMERIC = ["requests", "rpc", "fetch", "alarm", "ws_messages", "ws_events", "starts", "awake_ms", "idle_tail_ms", "in_flight", "waiting_until"] as const;
+const NUMERIC = [
+  "requests",
+  "rpc",
+  "fetch",
+  "alarm",
+  "ws_messages",
+  "ws_events",
+  "starts",
+  "awake_ms",
+  "idle_tail_ms",
+  "in_flight",
+  "waiting_until",
+] as const;
 
 /** What the meter has counted since the window began; `reset` begins a new window after reading. */
 export function meterReading({ reset = false } = {}) {
@@ -292,12 +322,25 @@ export function meterReading({ reset = false } = {}) {
         t.max_ms = Math.max(t.max_ms, use.max_ms);
       }
     }
-    classes[className] = { ...sum, instances: Object.keys(instances).length, stored_instances: byId.size, d1, storage, methods, by_instance: instances };
+    classes[className] = {
+      ...sum,
+      instances: Object.keys(instances).length,
+      stored_instances: byId.size,
+      d1,
+      storage,
+      methods,
+      by_instance: instances,
+    };
   }
   const reading = {
     window: { since: new Date(windowStart).toISOString(), ms: now - windowStart },
     idle_before_hibernation_ms: IDLE_BEFORE_HIBERNATION_MS,
-    worker: { requests: worker.requests, write_requests: worker.writeRequests, scheduled: worker.scheduled, d1: rowsReading(worker.d1) },
+    worker: {
+      requests: worker.requests,
+      write_requests: worker.writeRequests,
+      scheduled: worker.scheduled,
+      d1: rowsReading(worker.d1),
+    },
     logs: { lines: logs.lines, access_lines: logs.access, cron_lines: logs.cron },
     d1_stored_bytes: d1Stored.bytes,
     objects: classes,

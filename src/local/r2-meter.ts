@@ -47,7 +47,9 @@ export function meteredBucket(bucket: R2Bucket): R2Bucket {
         if (name === "createMultipartUpload") return (out as Promise<R2MultipartUpload>).then(meteredUpload);
         if (name === "get") {
           return (out as Promise<R2ObjectBody | null>).then((o) => {
-            if (o) r2Ops.bytes_read += o.range && "length" in o.range && o.range.length !== undefined ? o.range.length : o.size;
+            if (o)
+              r2Ops.bytes_read +=
+                o.range && "length" in o.range && o.range.length !== undefined ? o.range.length : o.size;
             return o;
           });
         }

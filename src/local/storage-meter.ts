@@ -39,7 +39,12 @@ export function meterStorage(storage: DurableObjectStorage, rows: StorageRows): 
   }
   const kv = storage.kv;
   if (kv) {
-    const { get, put, delete: del, list } = { get: kv.get.bind(kv), put: kv.put.bind(kv), delete: kv.delete.bind(kv), list: kv.list.bind(kv) };
+    const {
+      get,
+      put,
+      delete: del,
+      list,
+    } = { get: kv.get.bind(kv), put: kv.put.bind(kv), delete: kv.delete.bind(kv), list: kv.list.bind(kv) };
     kv.get = ((key: string) => {
       rows.rowsRead++;
       return get(key);

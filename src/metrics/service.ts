@@ -55,7 +55,14 @@ export async function metricsText(env: Env, now = Date.now()): Promise<string> {
     db.select().from(fleets),
     readUpgradeState(db),
   ]);
-  const groups: { fleet: string; group: string; slots: number; holders: number; stuck: number; gates: { gate: string; open: boolean }[] }[] = [];
+  const groups: {
+    fleet: string;
+    group: string;
+    slots: number;
+    holders: number;
+    stuck: number;
+    gates: { gate: string; open: boolean }[];
+  }[] = [];
   const deliveries: { fleet: string; pending: number; failed: number }[] = [];
   let unreachable = 0;
   await Promise.all(
@@ -63,7 +70,14 @@ export async function metricsText(env: Env, now = Date.now()): Promise<string> {
       try {
         const m = await coordinatorOf(env, row.id).metrics(fleetSettings(row));
         for (const g of m.groups) {
-          groups.push({ fleet: row.id, group: g.name, slots: g.slots, holders: g.holders.length, stuck: g.holders.filter((h) => h.stuck).length, gates: g.gates });
+          groups.push({
+            fleet: row.id,
+            group: g.name,
+            slots: g.slots,
+            holders: g.holders.length,
+            stuck: g.holders.filter((h) => h.stuck).length,
+            gates: g.gates,
+          });
         }
         deliveries.push({ fleet: row.id, ...m.webhooks });
       } catch (err) {
@@ -85,8 +99,16 @@ export async function metricsText(env: Env, now = Date.now()): Promise<string> {
     "Agent instances by agent and status (from the fleet-wide index).",
     byInstance.map((r) => ({ labels: { agent: r.agent, status: r.status }, value: r.n })),
   );
-  out.gauge("harbormaster_reboot_group_slots", "Slots of each reboot group.", groups.map((g) => ({ labels: { fleet: g.fleet, group: g.group }, value: g.slots })));
-  out.gauge("harbormaster_reboot_group_holders", "Holders of each reboot group.", groups.map((g) => ({ labels: { fleet: g.fleet, group: g.group }, value: g.holders })));
+  out.gauge(
+    "harbormaster_reboot_group_slots",
+    "Slots of each reboot group.",
+    groups.map((g) => ({ labels: { fleet: g.fleet, group: g.group }, value: g.slots })),
+  );
+  out.gauge(
+    "harbormaster_reboot_group_holders",
+    "Holders of each reboot group.",
+    groups.map((g) => ({ labels: { fleet: g.fleet, group: g.group }, value: g.holders })),
+  );
   out.gauge(
     "harbormaster_reboot_group_stuck_holders",
     "Holders that have held their slot longer than the fleet's lock_ttl_s.",
@@ -95,7 +117,9 @@ export async function metricsText(env: Env, now = Date.now()): Promise<string> {
   out.gauge(
     "harbormaster_reboot_group_gate_closed",
     "1 while a health gate holds every new grant of the group, 0 while it is open (one sample per gate that applies).",
-    groups.flatMap((g) => g.gates.map((v) => ({ labels: { fleet: g.fleet, group: g.group, gate: v.gate }, value: v.open ? 0 : 1 }))),
+    groups.flatMap((g) =>
+      g.gates.map((v) => ({ labels: { fleet: g.fleet, group: g.group, gate: v.gate }, value: v.open ? 0 : 1 })),
+    ),
   );
   deliveries.sort((a, b) => (a.fleet < b.fleet ? -1 : 1));
   out.gauge(
@@ -106,9 +130,13 @@ export async function metricsText(env: Env, now = Date.now()): Promise<string> {
       { labels: { fleet: d.fleet, status: "failed" }, value: d.failed },
     ]),
   );
-  out.gauge("harbormaster_coordinators_unreachable", "Fleets whose coordinator did not answer this scrape.", [{ value: unreachable }]);
+  out.gauge("harbormaster_coordinators_unreachable", "Fleets whose coordinator did not answer this scrape.", [
+    { value: unreachable },
+  ]);
   out.gauge("harbormaster_data_version", "The data version D1 is at.", [{ value: upgrade.version }]);
-  out.gauge("harbormaster_data_version_newest", "The newest data version this code knows.", [{ value: NEWEST_VERSION }]);
+  out.gauge("harbormaster_data_version_newest", "The newest data version this code knows.", [
+    { value: NEWEST_VERSION },
+  ]);
   out.gauge("harbormaster_upgrade_steps_pending", "Upgrade steps not yet applied.", [
     { value: UPGRADE_STEPS.filter((s) => s.version > upgrade.version).length },
   ]);

@@ -20,4 +20,3 @@ export function coordinatorOf(env: Env, fleetId: string) {
 
 /** The Rollout object of one rollout; its Durable Object id derives from the rollout id. */
 export const rolloutOf = (env: Env, rolloutId: string) => env.ROLLOUT.get(env.ROLLOUT.idFromName(rolloutId));
-

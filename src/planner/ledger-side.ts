@@ -54,7 +54,8 @@ export function planStep(
   if (record.state === "removed" || record.state === "decommissioning" || desired.lifecycle !== "run") {
     return { kind: "skipped", why: "not_running" };
   }
-  const nextRecord = record.stale_after_s === inputs.stale_after_s ? record : { ...record, stale_after_s: inputs.stale_after_s };
+  const nextRecord =
+    record.stale_after_s === inputs.stale_after_s ? record : { ...record, stale_after_s: inputs.stale_after_s };
   const nextState: PlanState = { ...planState, rev: Math.max(planState.rev, inputs.rev) };
   const p = plan({
     roles: record.roles,
@@ -63,8 +64,10 @@ export function planStep(
     channels: inputs.channels,
     current: desired.agents,
   });
-  if (planState.mode === "pinned") return { kind: "recorded", planState: nextState, record: nextRecord, why: "pinned", plan: p };
-  if (!planDiffers(p, desired.agents)) return { kind: "recorded", planState: nextState, record: nextRecord, why: "unchanged", plan: p };
+  if (planState.mode === "pinned")
+    return { kind: "recorded", planState: nextState, record: nextRecord, why: "pinned", plan: p };
+  if (!planDiffers(p, desired.agents))
+    return { kind: "recorded", planState: nextState, record: nextRecord, why: "unchanged", plan: p };
   return {
     kind: "issue",
     planState: nextState,

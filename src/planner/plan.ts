@@ -87,7 +87,14 @@ export function plan(inputs: PlanInputs): Plan {
       continue;
     }
     const channel = inputs.channels[name];
-    if (channel) agents.push({ name, image: channel.image, version: channel.version, catalog: channel.catalog ?? null, source: "channel" });
+    if (channel)
+      agents.push({
+        name,
+        image: channel.image,
+        version: channel.version,
+        catalog: channel.catalog ?? null,
+        source: "channel",
+      });
     else unplannable.push(name);
   }
   return { agents, unknown_roles: unknownRoles.sort(), unplannable };
@@ -99,7 +106,9 @@ export function planDiffers(p: Plan, current: PlanInputs["current"]) {
   const byName = new Map(current.map((a) => [a.name, a]));
   return p.agents.some((a) => {
     const c = byName.get(a.name);
-    return !c || c.image !== a.image || c.version !== a.version || (c.image_id ?? null) !== (a.catalog?.image_id ?? null);
+    return (
+      !c || c.image !== a.image || c.version !== a.version || (c.image_id ?? null) !== (a.catalog?.image_id ?? null)
+    );
   });
 }
 

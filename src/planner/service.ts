@@ -27,8 +27,22 @@ const MAX_BACKOFF_MS = 5 * 60_000;
 export async function firstPlan(env: Env, fleet: string, roles: string[]) {
   const inputs = await planInputsOf(getDb(env.DB), fleet);
   if (!inputs) return { agents: [], rev: 0 };
-  const p = plan({ roles, profiles: inputs.profiles, capabilities: inputs.capabilities, channels: inputs.channels, current: [] });
-  return { agents: p.agents.map(({ name, image, version, catalog }) => ({ name, image, version, ...(catalog ? { ...catalog } : {}) })), rev: inputs.rev };
+  const p = plan({
+    roles,
+    profiles: inputs.profiles,
+    capabilities: inputs.capabilities,
+    channels: inputs.channels,
+    current: [],
+  });
+  return {
+    agents: p.agents.map(({ name, image, version, catalog }) => ({
+      name,
+      image,
+      version,
+      ...(catalog ? { ...catalog } : {}),
+    })),
+    rev: inputs.rev,
+  };
 }
 
 /** After registration: re-plans the new server if the fleet's intent moved past what it was planned from. */
@@ -37,7 +51,9 @@ export async function catchUpPlan(env: Env, id: string, fleet: string, rev: numb
   if ((await intentRevOf(db, fleet)) === rev) return null;
   const inputs = await planInputsOf(db, fleet);
   if (!inputs) return null;
-  const out = unwrap(await ledgerOf(env, id).applyPlan(inputs, { actor: "planner", reason: "registration raced an intent change" }));
+  const out = unwrap(
+    await ledgerOf(env, id).applyPlan(inputs, { actor: "planner", reason: "registration raced an intent change" }),
+  );
   return out.view;
 }
 
@@ -106,7 +122,14 @@ function markWhere(db: Db, where: SQL, fleet: string, rev: number, now: number, 
 }
 
 /** Marks (and audits, see markWhere) the fleet's servers that have `role` (a role profile changed). */
-export const markServersWithRole = (db: Db, fleet: string, role: string, rev: number, now: number, cause: ReplanCause) =>
+export const markServersWithRole = (
+  db: Db,
+  fleet: string,
+  role: string,
+  rev: number,
+  now: number,
+  cause: ReplanCause,
+) =>
   markWhere(db, sql`EXISTS (SELECT 1 FROM json_each(${servers.roles}) WHERE value = ${role})`, fleet, rev, now, cause);
 
 /** Marks (and audits) every server of the fleet (capabilities or a setting the ledgers copy changed). */
@@ -172,7 +195,11 @@ async function planFleetMarks(
       const m = marks[next++];
       try {
         // Audited by the change that marked it (markWhere): the ledger writes no audit row of its own.
-        const out = await ledgerOf(env, m.serverId).applyPlan(inputs, { actor: "planner", reason: `intent rev ${inputs.rev}`, audited: true });
+        const out = await ledgerOf(env, m.serverId).applyPlan(inputs, {
+          actor: "planner",
+          reason: `intent rev ${inputs.rev}`,
+          audited: true,
+        });
         // A ledger that no longer exists or is removed has nothing to plan: its mark is done too.
         if (out.ok && out.outcome === "issued") run.issued++;
         done.push(m.serverId);

@@ -34,7 +34,14 @@ export const targetView = (t: Target & { duration_ms: number | null }) => ({
   slow: t.warned,
 });
 
-export const eventView = (e: { id: number; at: number; kind: string; server_id: string | null; hostname: string | null; details: string | null }) => ({
+export const eventView = (e: {
+  id: number;
+  at: number;
+  kind: string;
+  server_id: string | null;
+  hostname: string | null;
+  details: string | null;
+}) => ({
   id: e.id,
   at: iso(e.at),
   kind: e.kind,

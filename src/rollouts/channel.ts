@@ -29,7 +29,13 @@ export interface ChannelMove {
 }
 
 /** Points the channel at `to`; answers what it pointed at before this rollout (`actor`) moved it. */
-export async function moveChannel(env: Env, fleet: string, agent: string, to: ChannelImage, actor: string): Promise<ChannelMove> {
+export async function moveChannel(
+  env: Env,
+  fleet: string,
+  agent: string,
+  to: ChannelImage,
+  actor: string,
+): Promise<ChannelMove> {
   const db = getDb(env.DB);
   const current = await getChannel(db, fleet, agent);
   if (current && current.image === to.image && current.version === to.version) {
@@ -37,11 +43,18 @@ export async function moveChannel(env: Env, fleet: string, agent: string, to: Ch
     const mine = await db
       .select()
       .from(agentChannelHistory)
-      .where(and(eq(agentChannelHistory.fleetId, fleet), eq(agentChannelHistory.agent, agent), eq(agentChannelHistory.actor, actor)))
+      .where(
+        and(
+          eq(agentChannelHistory.fleetId, fleet),
+          eq(agentChannelHistory.agent, agent),
+          eq(agentChannelHistory.actor, actor),
+        ),
+      )
       .orderBy(desc(agentChannelHistory.id))
       .limit(1);
     const row = mine[0];
-    const previous = row?.previousImage && row.previousVersion ? { image: row.previousImage, version: row.previousVersion } : null;
+    const previous =
+      row?.previousImage && row.previousVersion ? { image: row.previousImage, version: row.previousVersion } : null;
     return { updated: true, previous: row ? previous : { image: current.image, version: current.version } };
   }
   await putChannel(db, actor, fleet, agent, to);
@@ -52,12 +65,22 @@ export async function moveChannel(env: Env, fleet: string, agent: string, to: Ch
  * Rollback: the channel goes back to `previous`, only while it still points at the rollout's image
  * (an operator who has moved it since keeps their choice).
  */
-export async function restoreChannel(env: Env, fleet: string, agent: string, from: ChannelImage, previous: ChannelImage, actor: string) {
+export async function restoreChannel(
+  env: Env,
+  fleet: string,
+  agent: string,
+  from: ChannelImage,
+  previous: ChannelImage,
+  actor: string,
+) {
   const db = getDb(env.DB);
   const current = await getChannel(db, fleet, agent);
   if (!current || current.image !== from.image || current.version !== from.version) return { restored: false };
   // The history keeps names and versions: a catalog image goes back with its catalog fields.
   const row = from.catalog ? await imageByNameVersion(db, previous.image, previous.version) : undefined;
-  await putChannel(db, actor, fleet, agent, { ...previous, catalog: row && row.state === "ready" ? catalogFieldsOf(row) : null });
+  await putChannel(db, actor, fleet, agent, {
+    ...previous,
+    catalog: row && row.state === "ready" ? catalogFieldsOf(row) : null,
+  });
   return { restored: true };
 }

@@ -6,8 +6,7 @@
 import { driving, finish, isTerminal, type Control, type Core, type Outcome } from "./machine";
 
 export type ControlResult =
-  | ({ ok: true } & Outcome & { newPass?: boolean })
-  | { ok: false; code: "invalid_state"; message: string };
+  ({ ok: true } & Outcome & { newPass?: boolean }) | { ok: false; code: "invalid_state"; message: string };
 
 /**
  * Pause and cancel stop new targets (cancel turns queued ones skipped); resume continues a
@@ -15,12 +14,20 @@ export type ControlResult =
  * keeping the rollout's id. Targets in flight always finish.
  */
 export function control(core: Core, action: Control, now: number): ControlResult {
-  const refuse = (why: string): ControlResult => ({ ok: false, code: "invalid_state", message: `cannot ${action} a rollout that is ${core.state}${why}` });
+  const refuse = (why: string): ControlResult => ({
+    ok: false,
+    code: "invalid_state",
+    message: `cannot ${action} a rollout that is ${core.state}${why}`,
+  });
   const v = core.version + 1;
   switch (action) {
     case "pause":
       if (!driving(core.state)) return refuse("");
-      return { ok: true, core: { ...core, state: "paused", paused_from: core.state as Core["paused_from"], version: v }, entered: "paused" };
+      return {
+        ok: true,
+        core: { ...core, state: "paused", paused_from: core.state as Core["paused_from"], version: v },
+        entered: "paused",
+      };
     case "resume": {
       if (core.state !== "paused") return refuse("");
       const resumed: Core = { ...core, state: core.paused_from ?? "running", paused_from: null, version: v };
@@ -36,7 +43,11 @@ export function control(core: Core, action: Control, now: number): ControlResult
         entered: "cancelled",
       };
     case "rollback":
-      if (core.state === "rolling_back" || core.state === "rolled_back" || (core.state === "paused" && core.paused_from === "rolling_back")) {
+      if (
+        core.state === "rolling_back" ||
+        core.state === "rolled_back" ||
+        (core.state === "paused" && core.paused_from === "rolling_back")
+      ) {
         return refuse(core.state === "paused" ? " (a paused rollback)" : "");
       }
       return {

@@ -11,7 +11,8 @@ import type { RolloutParts } from "./parts";
 
 const timerOf = (pass: number, serverId: string) => `timeout:${pass}:${serverId}`;
 
-const serverTimeoutMs = (spec: Pick<RolloutSpec, "server_timeout_s">) => (spec.server_timeout_s ?? DEFAULT_SERVER_TIMEOUT_S) * 1000;
+const serverTimeoutMs = (spec: Pick<RolloutSpec, "server_timeout_s">) =>
+  (spec.server_timeout_s ?? DEFAULT_SERVER_TIMEOUT_S) * 1000;
 
 /** A target that started applying at `startedAt` times out then. */
 export function armTimeout(p: RolloutParts, pass: number, serverId: string, startedAt: number) {
@@ -32,6 +33,7 @@ export function armCancelGrace(p: RolloutParts, cancelledAt: number) {
 export function timeoutReason(p: RolloutParts, startedAt: number | null, now: number): string {
   const { spec, core } = p.store.load()!;
   const ownDeadline = (startedAt ?? now) + serverTimeoutMs(spec);
-  if (core.state === "cancelled" && now < ownDeadline) return `no realizing report within ${CANCEL_GRACE_S} s of the cancel`;
+  if (core.state === "cancelled" && now < ownDeadline)
+    return `no realizing report within ${CANCEL_GRACE_S} s of the cancel`;
   return `no realizing report within server_timeout_s (${serverTimeoutMs(spec) / 1000} s)`;
 }

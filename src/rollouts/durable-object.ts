@@ -37,8 +37,17 @@ export class Rollout extends DurableObject<Env> {
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
     this.scheduler = new Scheduler(ctx.storage);
-    const effects = rolloutEffects(() => this.env, () => this.parts);
-    this.outbox = new Outbox<EffectKind>(ctx.storage, this.scheduler, effects, () => getDb(this.env.DB), CALL_CONCURRENCY);
+    const effects = rolloutEffects(
+      () => this.env,
+      () => this.parts,
+    );
+    this.outbox = new Outbox<EffectKind>(
+      ctx.storage,
+      this.scheduler,
+      effects,
+      () => getDb(this.env.DB),
+      CALL_CONCURRENCY,
+    );
     this.parts = {
       store: new RolloutStore(ctx.storage),
       outbox: this.outbox,

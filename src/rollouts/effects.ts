@@ -78,7 +78,12 @@ export function rolloutEffects(env: () => Env, parts: () => RolloutParts): Recor
         p.store.targets.projected(inFlight);
         // The index shows the rollout as it is now: open console pages re-read it.
         const spec = p.store.load()?.spec;
-        if (spec) p.outbox.enqueue("feed", { fleet: spec.fleet, kind: "rollout", ids: [spec.id], from: `rollout:${spec.id}` } satisfies NoticeInput, { key: "feed" });
+        if (spec)
+          p.outbox.enqueue(
+            "feed",
+            { fleet: spec.fleet, kind: "rollout", ids: [spec.id], from: `rollout:${spec.id}` } satisfies NoticeInput,
+            { key: "feed" },
+          );
         const more = inFlight.length === PROJECT_ROWS;
         inFlight = [];
         if (more) project(p);
@@ -91,7 +96,11 @@ export function rolloutEffects(env: () => Env, parts: () => RolloutParts): Recor
         const { spec } = store.load()!;
         // Only while still terminal: a rollback may have claimed the lock again meanwhile.
         if (!store.unlocked()) return [];
-        const mine = and(eq(rolloutLocks.fleetId, spec.fleet), eq(rolloutLocks.agent, spec.agent), eq(rolloutLocks.rolloutId, spec.id));
+        const mine = and(
+          eq(rolloutLocks.fleetId, spec.fleet),
+          eq(rolloutLocks.agent, spec.agent),
+          eq(rolloutLocks.rolloutId, spec.id),
+        );
         return [db().delete(rolloutLocks).where(mine)];
       },
     },
@@ -101,7 +110,12 @@ export function rolloutEffects(env: () => Env, parts: () => RolloutParts): Recor
         const { store, clock } = parts();
         const { spec } = store.load()!;
         if (store.unlocked()) return [];
-        return [db().insert(rolloutLocks).values({ fleetId: spec.fleet, agent: spec.agent, rolloutId: spec.id, createdAt: clock() }).onConflictDoNothing()];
+        return [
+          db()
+            .insert(rolloutLocks)
+            .values({ fleetId: spec.fleet, agent: spec.agent, rolloutId: spec.id, createdAt: clock() })
+            .onConflictDoNothing(),
+        ];
       },
     },
     apply: {
@@ -111,7 +125,14 @@ export function rolloutEffects(env: () => Env, parts: () => RolloutParts): Recor
         const { spec } = p.store.load()!;
         const t = p.store.targets.get(pass, server_id);
         if (!t || t.state !== "applying" || t.generation !== null) return;
-        const write = { rollout_id: spec.id, pass, agent: spec.agent, image: t.image, version: t.version, catalog: await catalogFor(env(), spec, t) };
+        const write = {
+          rollout_id: spec.id,
+          pass,
+          agent: spec.agent,
+          image: t.image,
+          version: t.version,
+          catalog: await catalogFor(env(), spec, t),
+        };
         applied(p, pass, server_id, await ledgerOf(env(), server_id).applyRolloutImage(write));
       },
     },

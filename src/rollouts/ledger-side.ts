@@ -47,13 +47,26 @@ export function decideApply(
 ): { outcome: ApplyOutcome; next?: DesiredState; mark?: RolloutMark } {
   // A redelivery of the same write: the same answer, nothing written again.
   if (mark && mark.rollout_id === req.rollout_id && mark.pass === req.pass) {
-    return { outcome: { ok: true, outcome: "applied", generation: mark.generation, from_image: mark.from_image, from_version: mark.from_version } };
+    return {
+      outcome: {
+        ok: true,
+        outcome: "applied",
+        generation: mark.generation,
+        from_image: mark.from_image,
+        from_version: mark.from_version,
+      },
+    };
   }
-  if (serverState === "decommissioning" || serverState === "removed") return { outcome: { ok: true, outcome: "removed" } };
+  if (serverState === "decommissioning" || serverState === "removed")
+    return { outcome: { ok: true, outcome: "removed" } };
   if (desired.lifecycle !== "run") return { outcome: { ok: true, outcome: "removed" } };
   const current = desired.agents.find((a) => a.name === req.agent);
   if (!current) return { outcome: { ok: true, outcome: "agent_absent" } };
-  if (current.image === req.image && current.version === req.version && (current.image_id ?? null) === (req.catalog?.image_id ?? null)) {
+  if (
+    current.image === req.image &&
+    current.version === req.version &&
+    (current.image_id ?? null) === (req.catalog?.image_id ?? null)
+  ) {
     return { outcome: { ok: true, outcome: "already_at_image" } };
   }
   const next: DesiredState = {
@@ -61,7 +74,13 @@ export function decideApply(
     generation: desired.generation + 1,
     agents: desired.agents.map((a) =>
       a.name === req.agent
-        ? { name: a.name, image: req.image, version: req.version, instance_id: a.instance_id, ...catalogSpread(req.catalog) }
+        ? {
+            name: a.name,
+            image: req.image,
+            version: req.version,
+            instance_id: a.instance_id,
+            ...catalogSpread(req.catalog),
+          }
         : a,
     ),
     updated_at: now,
@@ -76,7 +95,13 @@ export function decideApply(
     from_version: current.version,
   };
   return {
-    outcome: { ok: true, outcome: "applied", generation: next.generation, from_image: current.image, from_version: current.version },
+    outcome: {
+      ok: true,
+      outcome: "applied",
+      generation: next.generation,
+      from_image: current.image,
+      from_version: current.version,
+    },
     next,
     mark: newMark,
   };
@@ -111,10 +136,28 @@ export function settleMarks(
     }
     const errors = report.errors.filter((e) => e.agent === agent);
     const seen = report.agents.find((a) => a.name === agent);
-    const base = { rollout_id: m.rollout_id, pass: m.pass, server_id: serverId, generation: m.generation, at: report.received_at };
+    const base = {
+      rollout_id: m.rollout_id,
+      pass: m.pass,
+      server_id: serverId,
+      generation: m.generation,
+      at: report.received_at,
+    };
     if (errors.length > 0) {
-      events.push({ ...base, outcome: "failed", message: errors.map((e) => `${e.op}: ${e.message}`).join("; ").slice(0, 500) });
-    } else if (seen && seen.image === m.image && (m.version === undefined || seen.version === m.version) && seen.state === "running") {
+      events.push({
+        ...base,
+        outcome: "failed",
+        message: errors
+          .map((e) => `${e.op}: ${e.message}`)
+          .join("; ")
+          .slice(0, 500),
+      });
+    } else if (
+      seen &&
+      seen.image === m.image &&
+      (m.version === undefined || seen.version === m.version) &&
+      seen.state === "running"
+    ) {
       events.push({ ...base, outcome: "realized" });
     } else {
       remaining[agent] = m;

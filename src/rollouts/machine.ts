@@ -130,7 +130,12 @@ export type TargetEvent =
  * reordered event, an event of another generation): such events change nothing.
  */
 export function stepTarget(t: Target, e: TargetEvent): Target | null {
-  const end = (state: TargetState, at: number, reason: string | null): Target => ({ ...t, state, ended_at: at, reason });
+  const end = (state: TargetState, at: number, reason: string | null): Target => ({
+    ...t,
+    state,
+    ended_at: at,
+    reason,
+  });
   switch (e.type) {
     case "slot_requested":
       return t.state === "queued" && t.slot === "none" ? { ...t, slot: "requested" } : null;
@@ -151,14 +156,17 @@ export function stepTarget(t: Target, e: TargetEvent): Target | null {
       return null;
     case "skip":
       // Only before anything was written: a target whose generation is out finishes as it ends.
-      if (t.state === "queued" || (t.state === "applying" && t.generation === null)) return end("skipped", e.at, e.reason);
+      if (t.state === "queued" || (t.state === "applying" && t.generation === null))
+        return end("skipped", e.at, e.reason);
       return null;
     case "realized":
       return t.state === "applying" && t.generation === e.generation ? end("done", e.at, null) : null;
     case "failed":
       return t.state === "applying" && t.generation === e.generation ? end("failed", e.at, e.message) : null;
     case "timeout":
-      return t.state === "applying" ? end("timed_out", e.at, e.reason ?? "no realizing report within server_timeout_s") : null;
+      return t.state === "applying"
+        ? end("timed_out", e.at, e.reason ?? "no realizing report within server_timeout_s")
+        : null;
     case "removed":
       return t.state === "queued" || t.state === "applying" ? end("skipped", e.at, "removed") : null;
     case "fail":
@@ -178,7 +186,13 @@ export interface Outcome {
  * The core after one target changed from `before` to `after`: counts, then the abort rule, then
  * completion. A target of an earlier pass only frees its place.
  */
-export function account(core: Core, spec: Pick<RolloutSpec, "abort">, before: Target, after: Target, now: number): Outcome {
+export function account(
+  core: Core,
+  spec: Pick<RolloutSpec, "abort">,
+  before: Target,
+  after: Target,
+  now: number,
+): Outcome {
   let next: Core = { ...core, counts: { ...core.counts }, version: core.version + 1 };
   if (before.slot === "requested" && after.slot !== "requested") next.slot_requests--;
   if (before.slot !== "requested" && after.slot === "requested") next.slot_requests++;
@@ -206,7 +220,8 @@ export function account(core: Core, spec: Pick<RolloutSpec, "abort">, before: Ta
 /** A driving rollout with nothing queued or in flight has finished its pass. */
 export function finish(core: Core, now: number): { core: Core; entered?: RolloutState } {
   if (!driving(core.state)) return { core };
-  if (core.counts.queued > 0 || core.counts.applying > 0 || core.prev_applying > 0 || core.slot_requests > 0) return { core };
+  if (core.counts.queued > 0 || core.counts.applying > 0 || core.prev_applying > 0 || core.slot_requests > 0)
+    return { core };
   const state: RolloutState = core.state === "running" ? "succeeded" : "rolled_back";
   return { core: { ...core, state, ended_at: now, version: core.version + 1 }, entered: state };
 }

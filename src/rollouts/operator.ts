@@ -32,12 +32,34 @@ export async function start(p: RolloutParts, spec: RolloutSpec, targets: TargetI
         const state = t.excluded ? "skipped" : "queued";
         counts[state]++;
         const { server_id, hostname, reboot_group } = t;
-        return { server_id, hostname, reboot_group, state, ended_at: t.excluded ? now : null, reason: t.excluded ? "excluded" : null };
+        return {
+          server_id,
+          hostname,
+          reboot_group,
+          state,
+          ended_at: t.excluded ? now : null,
+          reason: t.excluded ? "excluded" : null,
+        };
       });
       p.store.create(spec, { ...newCore(), counts }, rows);
-      const row = p.store.events.add("rollout.running", null, { targets: targets.length, excluded: counts.skipped }, now);
-      rolloutWebhook(p, "rollout.started", row, { targets: targets.length, excluded: counts.skipped, created_by: spec.created_by }, now);
-      audit(p, { actor: spec.created_by, action: "rollout.start", details: { ...spec, targets: targets.length, excluded: counts.skipped } });
+      const row = p.store.events.add(
+        "rollout.running",
+        null,
+        { targets: targets.length, excluded: counts.skipped },
+        now,
+      );
+      rolloutWebhook(
+        p,
+        "rollout.started",
+        row,
+        { targets: targets.length, excluded: counts.skipped, created_by: spec.created_by },
+        now,
+      );
+      audit(p, {
+        actor: spec.created_by,
+        action: "rollout.start",
+        details: { ...spec, targets: targets.length, excluded: counts.skipped },
+      });
       if (spec.update_channel) p.outbox.enqueue("channel", { to: "rollout" }, { key: "channel" });
       const done = finish(p.store.load()!.core, now);
       p.store.putCore(done.core);
@@ -52,7 +74,11 @@ export async function start(p: RolloutParts, spec: RolloutSpec, targets: TargetI
 }
 
 /** pause | resume | cancel | rollback, audited with the operator's name. */
-export async function control(p: RolloutParts, action: Control, actor: string): Promise<{ ok: true; summary: RolloutSummary } | Failure> {
+export async function control(
+  p: RolloutParts,
+  action: Control,
+  actor: string,
+): Promise<{ ok: true; summary: RolloutSummary } | Failure> {
   const state = p.store.load();
   if (!state) return fail("not_found", "rollout does not exist");
   const now = p.clock();
@@ -123,7 +149,9 @@ export async function endTarget(
   const found = p.store.targets.find(server);
   if (!found) return fail("not_found", `server '${server}' is not a target of this rollout`);
   if (found.state !== "queued" && found.state !== "applying") {
-    return fail("invalid_state", `the target ${found.hostname} has already ended (${found.state})`, { state: found.state });
+    return fail("invalid_state", `the target ${found.hostname} has already ended (${found.state})`, {
+      state: found.state,
+    });
   }
   const reason = `ended by ${actor}${why ? `: ${why}` : ""}`;
   const ended = p.store.transaction(() => {
@@ -136,7 +164,17 @@ export async function endTarget(
       const t = found.slot === "requested" ? (change(p, found, { type: "slot_refused" }, now) ?? found) : found;
       after = change(p, t, { type: "skip", reason, at: now }, now);
     }
-    audit(p, { actor, action: "rollout.target.end", details: { server_id: found.server_id, hostname: found.hostname, pass: found.pass, from: found.state, reason: why ?? null } });
+    audit(p, {
+      actor,
+      action: "rollout.target.end",
+      details: {
+        server_id: found.server_id,
+        hostname: found.hostname,
+        pass: found.pass,
+        from: found.state,
+        reason: why ?? null,
+      },
+    });
     pump(p, now);
     afterChange(p);
     project(p);

@@ -50,7 +50,8 @@ export function applied(p: RolloutParts, pass: number, serverId: string, r: Appl
     if (!t) return;
     let ev: TargetEvent;
     if (!r.ok) ev = { type: "removed", at: now };
-    else if (r.outcome === "applied") ev = { type: "applied", generation: r.generation, from_image: r.from_image, from_version: r.from_version };
+    else if (r.outcome === "applied")
+      ev = { type: "applied", generation: r.generation, from_image: r.from_image, from_version: r.from_version };
     else if (r.outcome === "removed") ev = { type: "removed", at: now };
     else ev = { type: "skip", reason: r.outcome, at: now };
     if (change(p, t, ev, now) && ev.type !== "applied") {

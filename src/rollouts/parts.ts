@@ -7,7 +7,8 @@ import type { Outbox } from "../objects/kit/outbox";
 import type { Scheduler } from "../objects/kit/scheduler";
 import type { RolloutStore } from "./store";
 
-export type EffectKind = "project" | "audit" | "apply" | "slot" | "release" | "unlock" | "lock" | "channel" | "webhook_event" | "feed";
+export type EffectKind =
+  "project" | "audit" | "apply" | "slot" | "release" | "unlock" | "lock" | "channel" | "webhook_event" | "feed";
 
 export interface RolloutParts {
   store: RolloutStore;

@@ -41,7 +41,10 @@ export const RolloutInput = z
     selector: z
       .strictObject({
         roles: z.array(roleName).max(64).optional(),
-        labels: labelsSchema.optional().openapi({ description: "servers with every one of these labels (key and value); with roles or servers too, a target matches each" }),
+        labels: labelsSchema.optional().openapi({
+          description:
+            "servers with every one of these labels (key and value); with roles or servers too, a target matches each",
+        }),
         servers: z
           .array(z.string().min(1).max(253))
           .max(MAX_ROLLOUT_SERVER_LIST)
@@ -63,17 +66,27 @@ export const RolloutInput = z
     abort: AbortInput.optional(),
     update_channel: z.boolean().default(true),
     reboot_slot: z.boolean().default(false),
-    channel_only: z.boolean().default(false).openapi({
-      description:
-        "Move only the fleet's channel for the agent (servers set up later get the image) and write no server. " +
-        "Without it, a rollout that would target no server is refused (422 no_targets).",
-    }),
+    channel_only: z
+      .boolean()
+      .default(false)
+      .openapi({
+        description:
+          "Move only the fleet's channel for the agent (servers set up later get the image) and write no server. " +
+          "Without it, a rollout that would target no server is refused (422 no_targets).",
+      }),
   })
-  .refine((r) => (r.image_id ? r.image === undefined && r.version === undefined : r.image !== undefined && r.version !== undefined), {
-    message: "name the image by image and version, or by image_id (not both)",
-    path: ["image"],
+  .refine(
+    (r) =>
+      r.image_id ? r.image === undefined && r.version === undefined : r.image !== undefined && r.version !== undefined,
+    {
+      message: "name the image by image and version, or by image_id (not both)",
+      path: ["image"],
+    },
+  )
+  .refine((r) => !r.channel_only || r.update_channel, {
+    message: "channel_only moves the channel: update_channel cannot be false",
+    path: ["update_channel"],
   })
-  .refine((r) => !r.channel_only || r.update_channel, { message: "channel_only moves the channel: update_channel cannot be false", path: ["update_channel"] })
   .refine((r) => !r.channel_only || (!r.selector && r.exclude.length === 0), {
     message: "channel_only writes no server: selector and exclude do not apply",
     path: ["channel_only"],
@@ -81,7 +94,12 @@ export const RolloutInput = z
   .openapi("RolloutInput");
 export type RolloutInput = z.infer<typeof RolloutInput>;
 
-const counts = z.object(Object.fromEntries(TARGET_STATES.map((s) => [s, z.number().int()])) as Record<(typeof TARGET_STATES)[number], z.ZodNumber>);
+const counts = z.object(
+  Object.fromEntries(TARGET_STATES.map((s) => [s, z.number().int()])) as Record<
+    (typeof TARGET_STATES)[number],
+    z.ZodNumber
+  >,
+);
 
 export const RolloutSchema = z
   .object({
@@ -96,7 +114,11 @@ export const RolloutSchema = z
     concurrency: z.number().int(),
     server_timeout_s: z.number().int().nullable(),
     slow_factor: z.number().nullable(),
-    abort: z.object({ max_failures: z.number().optional(), max_failure_percent: z.number().optional(), min_completed: z.number().optional() }),
+    abort: z.object({
+      max_failures: z.number().optional(),
+      max_failure_percent: z.number().optional(),
+      min_completed: z.number().optional(),
+    }),
     update_channel: z.boolean(),
     channel_updated: z.boolean().nullable(),
     reboot_slot: z.boolean(),
@@ -163,6 +185,14 @@ export const EventSchema = z
   .openapi("RolloutEvent");
 
 export const EndTargetInput = z
-  .strictObject({ reason: z.string().trim().min(1).max(MAX_REASON_LENGTH).optional().openapi({ description: "why (audited, and in the target's reason)" }) })
+  .strictObject({
+    reason: z
+      .string()
+      .trim()
+      .min(1)
+      .max(MAX_REASON_LENGTH)
+      .optional()
+      .openapi({ description: "why (audited, and in the target's reason)" }),
+  })
   .openapi("EndTargetInput");
 export type EndTargetInput = z.infer<typeof EndTargetInput>;

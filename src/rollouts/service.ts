@@ -17,7 +17,14 @@ import { DomainError, notFound } from "../domain/errors";
 import { CANCEL_GRACE_S } from "../domain/limits";
 import { unwrap } from "../objects/kit/result";
 import type { TargetInput } from "./durable-object";
-import { ACTIVE_STATES, isTerminal, type Control, type RolloutSpec, type RolloutState, type TargetState } from "./machine";
+import {
+  ACTIVE_STATES,
+  isTerminal,
+  type Control,
+  type RolloutSpec,
+  type RolloutState,
+  type TargetState,
+} from "./machine";
 import type { RolloutInput } from "./schemas";
 import { labelsMatch } from "../servers/labels";
 import { rolloutOf } from "../objects/stubs";
@@ -41,7 +48,13 @@ async function selectTargets(
   input: Pick<RolloutInput, "fleet" | "agent" | "selector" | "exclude">,
 ): Promise<TargetInput[]> {
   const rows = await db
-    .select({ id: servers.id, hostname: servers.hostname, roles: servers.roles, labels: servers.labels, rebootGroup: servers.rebootGroup })
+    .select({
+      id: servers.id,
+      hostname: servers.hostname,
+      roles: servers.roles,
+      labels: servers.labels,
+      rebootGroup: servers.rebootGroup,
+    })
     .from(agentInstances)
     .innerJoin(servers, eq(servers.id, agentInstances.serverId))
     .where(
@@ -53,15 +66,23 @@ async function selectTargets(
       ),
     )
     .orderBy(asc(servers.hostname), asc(servers.id));
-  const named = (r: { id: string; hostname: string }, names: Set<string>) => names.has(r.id) || names.has(r.hostname.toLowerCase());
+  const named = (r: { id: string; hostname: string }, names: Set<string>) =>
+    names.has(r.id) || names.has(r.hostname.toLowerCase());
   const roles = input.selector?.roles ? new Set(input.selector.roles) : null;
   // The selector's labels are few and the candidates already read: matched here, not in SQL.
-  const labels = input.selector?.labels ? Object.entries(input.selector.labels).map(([key, value]) => ({ key, value })) : null;
+  const labels = input.selector?.labels
+    ? Object.entries(input.selector.labels).map(([key, value]) => ({ key, value }))
+    : null;
   const ids = input.selector?.servers ? new Set(input.selector.servers.map((n) => n.toLowerCase())) : null;
   const exclude = new Set(input.exclude.map((e) => e.toLowerCase()));
   await refuseUnknownNames(db, input.fleet, [...(ids ?? []), ...exclude], rows);
   return rows
-    .filter((r) => (!roles || r.roles.some((role) => roles.has(role))) && (!labels || labelsMatch(r.labels, labels)) && (!ids || named(r, ids)))
+    .filter(
+      (r) =>
+        (!roles || r.roles.some((role) => roles.has(role))) &&
+        (!labels || labelsMatch(r.labels, labels)) &&
+        (!ids || named(r, ids)),
+    )
     .map((r) => ({ server_id: r.id, hostname: r.hostname, reboot_group: r.rebootGroup, excluded: named(r, exclude) }));
 }
 
@@ -73,13 +94,24 @@ async function refuseUnknownNames(db: Db, fleet: string, names: string[], known:
     const found = await db
       .select({ id: servers.id, hostname: servers.hostname })
       .from(servers)
-      .where(and(eq(servers.fleetId, fleet), ne(servers.state, "removed"), or(inArray(servers.id, part), inArray(servers.hostname, part))));
+      .where(
+        and(
+          eq(servers.fleetId, fleet),
+          ne(servers.state, "removed"),
+          or(inArray(servers.id, part), inArray(servers.hostname, part)),
+        ),
+      );
     for (const r of found) seen.add(r.id).add(r.hostname.toLowerCase());
   }
   const unknown = rest.filter((n) => !seen.has(n));
   if (unknown.length) {
-    const shown = unknown.slice(0, NAMES_SHOWN).join(", ") + (unknown.length > NAMES_SHOWN ? ` and ${unknown.length - NAMES_SHOWN} more` : "");
-    throw new DomainError("unknown_server", `no server of fleet '${fleet}' is named ${shown}`, { fleet, unknown: unknown.slice(0, 100) });
+    const shown =
+      unknown.slice(0, NAMES_SHOWN).join(", ") +
+      (unknown.length > NAMES_SHOWN ? ` and ${unknown.length - NAMES_SHOWN} more` : "");
+    throw new DomainError("unknown_server", `no server of fleet '${fleet}' is named ${shown}`, {
+      fleet,
+      unknown: unknown.slice(0, 100),
+    });
   }
 }
 
@@ -99,7 +131,9 @@ async function refuseNoTargets(db: Db, input: RolloutInput, targets: TargetInput
   if (input.channel_only || targets.length > 0) return;
   const agents = await agentsOfFleet(db, input.fleet);
   const runs = agents.includes(input.agent);
-  const what = runs ? `no server of fleet '${input.fleet}' running '${input.agent}' matches the selector` : `no server of fleet '${input.fleet}' runs agent '${input.agent}'`;
+  const what = runs
+    ? `no server of fleet '${input.fleet}' running '${input.agent}' matches the selector`
+    : `no server of fleet '${input.fleet}' runs agent '${input.agent}'`;
   throw new DomainError(
     "no_targets",
     `${what} (the fleet's servers run: ${agents.join(", ") || "no agent"}); to move only the fleet's channel, pass channel_only: true`,
@@ -116,13 +150,23 @@ async function claim(env: Env, db: Db, fleet: string, agent: string, rolloutId: 
       .onConflictDoNothing()
       .returning({ id: rolloutLocks.rolloutId });
     if (inserted.length) return { fresh: true };
-    const holder = await db.query.rolloutLocks.findFirst({ where: and(eq(rolloutLocks.fleetId, fleet), eq(rolloutLocks.agent, agent)) });
+    const holder = await db.query.rolloutLocks.findFirst({
+      where: and(eq(rolloutLocks.fleetId, fleet), eq(rolloutLocks.agent, agent)),
+    });
     if (!holder) continue; // released meanwhile
     if (holder.rolloutId === rolloutId) return { fresh: false };
     const stub = rolloutOf(env, holder.rolloutId);
     const running = await stub.get();
     if (!running && Date.now() - holder.createdAt > CLAIM_TTL_MS) {
-      await db.delete(rolloutLocks).where(and(eq(rolloutLocks.fleetId, fleet), eq(rolloutLocks.agent, agent), eq(rolloutLocks.rolloutId, holder.rolloutId)));
+      await db
+        .delete(rolloutLocks)
+        .where(
+          and(
+            eq(rolloutLocks.fleetId, fleet),
+            eq(rolloutLocks.agent, agent),
+            eq(rolloutLocks.rolloutId, holder.rolloutId),
+          ),
+        );
       continue;
     }
     if (running && isTerminal(running.state)) {
@@ -136,20 +180,34 @@ async function claim(env: Env, db: Db, fleet: string, agent: string, rolloutId: 
         { rollout_id: holder.rolloutId, state: running.state, applying: running.counts.applying },
       );
     }
-    throw new DomainError("rollout_in_progress", `rollout ${holder.rolloutId} is already updating '${agent}' in fleet '${fleet}'`, {
-      rollout_id: holder.rolloutId,
-      state: running?.state ?? "starting",
-    });
+    throw new DomainError(
+      "rollout_in_progress",
+      `rollout ${holder.rolloutId} is already updating '${agent}' in fleet '${fleet}'`,
+      {
+        rollout_id: holder.rolloutId,
+        state: running?.state ?? "starting",
+      },
+    );
   }
   throw new DomainError("rollout_in_progress", `another rollout of '${agent}' in fleet '${fleet}' is starting; retry`);
 }
 
-export async function createRollout(env: Env, actor: string, input: RolloutInput, newId: () => string = () => crypto.randomUUID()) {
+export async function createRollout(
+  env: Env,
+  actor: string,
+  input: RolloutInput,
+  newId: () => string = () => crypto.randomUUID(),
+) {
   const db = getDb(env.DB);
   const fleet = await getFleet(db, input.fleet);
   if (!fleet) throw new DomainError("unknown_fleet", `fleet '${input.fleet}' does not exist`);
   // The image as the catalog has it now; every write of the rollout carries exactly this.
-  const resolved = await imageForFleet(db, input.fleet, input.image_id ? { image_id: input.image_id } : { image: input.image!, version: input.version! }, fleet.imagePolicy);
+  const resolved = await imageForFleet(
+    db,
+    input.fleet,
+    input.image_id ? { image_id: input.image_id } : { image: input.image!, version: input.version! },
+    fleet.imagePolicy,
+  );
   input = { ...input, image: resolved.image, version: resolved.version };
   const targets = input.channel_only ? [] : await selectTargets(db, input);
   await refuseNoTargets(db, input, targets);
@@ -179,7 +237,11 @@ export async function createRollout(env: Env, actor: string, input: RolloutInput
  * The wait is held here, in the Worker, while the Rollout object sleeps: it wakes this request when
  * its core moves (./waits.ts). `signal`: the client hung up.
  */
-export async function getRollout(env: Env, id: string, opts: { since: number | null; waitMs: number; signal?: AbortSignal } = { since: null, waitMs: 0 }) {
+export async function getRollout(
+  env: Env,
+  id: string,
+  opts: { since: number | null; waitMs: number; signal?: AbortSignal } = { since: null, waitMs: 0 },
+) {
   const stub = rolloutOf(env, id);
   const found = (summary: RolloutSummary | null) => {
     if (!summary) throw notFound("rollout", id);
@@ -206,7 +268,15 @@ export async function controlRollout(env: Env, actor: string, id: string, action
   const { fresh } = await claim(env, db, current.fleet, current.agent, id);
   const result = await stub.control("rollback", actor);
   if (!result.ok && fresh) {
-    await db.delete(rolloutLocks).where(and(eq(rolloutLocks.fleetId, current.fleet), eq(rolloutLocks.agent, current.agent), eq(rolloutLocks.rolloutId, id)));
+    await db
+      .delete(rolloutLocks)
+      .where(
+        and(
+          eq(rolloutLocks.fleetId, current.fleet),
+          eq(rolloutLocks.agent, current.agent),
+          eq(rolloutLocks.rolloutId, id),
+        ),
+      );
   }
   return unwrap(result).summary;
 }
@@ -229,7 +299,12 @@ export async function listRollouts(
   if (filter.state) conds.push(eq(rollouts.state, filter.state));
   if (before) {
     // Newest first; ties on created_at broken by id.
-    conds.push(or(lt(rollouts.createdAt, before.createdAt), and(eq(rollouts.createdAt, before.createdAt), lt(rollouts.id, before.id)))!);
+    conds.push(
+      or(
+        lt(rollouts.createdAt, before.createdAt),
+        and(eq(rollouts.createdAt, before.createdAt), lt(rollouts.id, before.id)),
+      )!,
+    );
   }
   return getDb(env.DB)
     .select()
@@ -265,7 +340,15 @@ export async function activeRollouts(env: Env, fleet: string, limit = 20) {
     .where(and(sqlActive(), eq(rollouts.fleetId, fleet)))
     .orderBy(desc(rollouts.createdAt))
     .limit(limit);
-  return rows.map((r) => ({ id: r.id, agent: r.agent, image: r.image, state: r.state, pass: r.pass, counts: r.counts, created_at: iso(r.createdAt) }));
+  return rows.map((r) => ({
+    id: r.id,
+    agent: r.agent,
+    image: r.image,
+    state: r.state,
+    pass: r.pass,
+    counts: r.counts,
+    created_at: iso(r.createdAt),
+  }));
 }
 
 /**
@@ -280,7 +363,13 @@ export async function redriveRollouts(env: Env, now: number, quietMs = 60_000, l
     .where(and(sqlActive(), lt(rollouts.updatedAt, now - quietMs)))
     .orderBy(asc(rollouts.updatedAt))
     .limit(limit);
-  await Promise.all(rows.map((r) => rolloutOf(env, r.id).redrive().catch((err) => console.error("rollout redrive failed", r.id, String(err)))));
+  await Promise.all(
+    rows.map((r) =>
+      rolloutOf(env, r.id)
+        .redrive()
+        .catch((err) => console.error("rollout redrive failed", r.id, String(err))),
+    ),
+  );
   return rows.length;
 }
 

@@ -18,8 +18,19 @@ export function warnIfSlow(p: RolloutParts, t: Target, elapsed: number, ended: b
   if (!isSlow(elapsed, m, spec.slow_factor)) return;
   p.store.targets.markWarned(t);
   const message = `${t.hostname} ${ended ? "took" : "has taken"} ${Math.round(elapsed / 1000)} s, over ${spec.slow_factor} x the median ${Math.round(m! / 1000)} s`;
-  const row = p.store.events.add("warning.slow_server", t.server_id, { hostname: t.hostname, elapsed_ms: elapsed, median_ms: m, message }, now);
-  rolloutWebhook(p, "rollout.slow_server", row, { server_id: t.server_id, hostname: t.hostname, elapsed_ms: elapsed, median_ms: m, message }, now);
+  const row = p.store.events.add(
+    "warning.slow_server",
+    t.server_id,
+    { hostname: t.hostname, elapsed_ms: elapsed, median_ms: m, message },
+    now,
+  );
+  rolloutWebhook(
+    p,
+    "rollout.slow_server",
+    row,
+    { server_id: t.server_id, hostname: t.hostname, elapsed_ms: elapsed, median_ms: m, message },
+    now,
+  );
 }
 
 /** One timer for the oldest applying target not yet warned about, at the moment it turns slow. */

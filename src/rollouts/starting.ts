@@ -68,7 +68,12 @@ export function slotAnswered(p: RolloutParts, pass: number, serverId: string, r:
       begin(p, t, now);
     } else if (r.kind === "unknown_group") {
       change(p, t, { type: "slot_refused" }, now);
-      change(p, p.store.targets.get(pass, serverId)!, { type: "fail", reason: `no reboot slot: ${r.value}`, at: now }, now);
+      change(
+        p,
+        p.store.targets.get(pass, serverId)!,
+        { type: "fail", reason: `no reboot slot: ${r.value}`, at: now },
+        now,
+      );
       pump(p, now);
       afterChange(p);
     } else {

@@ -64,7 +64,9 @@ export function storedFormat(kv: SyncKvStorage): number {
  */
 export function upgradeRolloutStorage(storage: DurableObjectStorage, from: number): number[] {
   if (from > ROLLOUT_FORMAT) {
-    throw new Error(`rollout storage is in format ${from}, newer than this code's ${ROLLOUT_FORMAT}; refusing to read it`);
+    throw new Error(
+      `rollout storage is in format ${from}, newer than this code's ${ROLLOUT_FORMAT}; refusing to read it`,
+    );
   }
   const applied = FORMAT_STEPS.filter((s) => s.to > from);
   for (const step of applied) step.apply(storage.sql);

@@ -49,7 +49,9 @@ export class TargetRows {
   }
 
   get(pass: number, serverId: string): Target | null {
-    const r = this.sql.exec<Row>(`SELECT ${COLS} FROM targets WHERE pass = ? AND server_id = ?`, pass, serverId).toArray()[0];
+    const r = this.sql
+      .exec<Row>(`SELECT ${COLS} FROM targets WHERE pass = ? AND server_id = ?`, pass, serverId)
+      .toArray()[0];
     return r ? toTarget(r) : null;
   }
 
@@ -126,7 +128,10 @@ export class TargetRows {
   }
 
   done(pass: number): Target[] {
-    return this.sql.exec<Row>(`SELECT ${COLS} FROM targets WHERE pass = ? AND state = 'done' ORDER BY seq`, pass).toArray().map(toTarget);
+    return this.sql
+      .exec<Row>(`SELECT ${COLS} FROM targets WHERE pass = ? AND state = 'done' ORDER BY seq`, pass)
+      .toArray()
+      .map(toTarget);
   }
 
   /** The next `n` queued targets that may start now, in order. */
@@ -145,7 +150,11 @@ export class TargetRows {
   /** When the earliest target waiting out a slot refusal may ask again, or null. */
   nextSlotRetry(pass: number, now: number): number | null {
     return this.sql
-      .exec<{ at: number | null }>("SELECT MIN(not_before) AS at FROM targets WHERE pass = ? AND state = 'queued' AND not_before > ?", pass, now)
+      .exec<{ at: number | null }>(
+        "SELECT MIN(not_before) AS at FROM targets WHERE pass = ? AND state = 'queued' AND not_before > ?",
+        pass,
+        now,
+      )
       .one().at;
   }
 
@@ -160,16 +169,34 @@ export class TargetRows {
 
   applying(): { pass: number; server_id: string; started_at: number }[] {
     return this.sql
-      .exec<{ pass: number; server_id: string; started_at: number }>("SELECT pass, server_id, started_at FROM targets WHERE state = 'applying'")
+      .exec<{ pass: number; server_id: string; started_at: number }>(
+        "SELECT pass, server_id, started_at FROM targets WHERE state = 'applying'",
+      )
       .toArray();
   }
 
   /** Targets of a page: `limit + 1` rows, so the caller knows whether more follow. */
-  page(pass: number, state: TargetState | undefined, after: number, limit: number): (Target & { duration_ms: number | null })[] {
+  page(
+    pass: number,
+    state: TargetState | undefined,
+    after: number,
+    limit: number,
+  ): (Target & { duration_ms: number | null })[] {
     // Two statements rather than "(? IS NULL OR state = ?)", so each uses its index.
     const rows = state
-      ? this.sql.exec<Row>(`SELECT ${COLS}, duration_ms FROM targets WHERE pass = ? AND state = ? AND seq > ? ORDER BY seq LIMIT ?`, pass, state, after, limit + 1)
-      : this.sql.exec<Row>(`SELECT ${COLS}, duration_ms FROM targets WHERE pass = ? AND seq > ? ORDER BY seq LIMIT ?`, pass, after, limit + 1);
+      ? this.sql.exec<Row>(
+          `SELECT ${COLS}, duration_ms FROM targets WHERE pass = ? AND state = ? AND seq > ? ORDER BY seq LIMIT ?`,
+          pass,
+          state,
+          after,
+          limit + 1,
+        )
+      : this.sql.exec<Row>(
+          `SELECT ${COLS}, duration_ms FROM targets WHERE pass = ? AND seq > ? ORDER BY seq LIMIT ?`,
+          pass,
+          after,
+          limit + 1,
+        );
     return rows.toArray().map((r) => ({ ...toTarget(r), duration_ms: r.duration_ms }));
   }
 
@@ -182,7 +209,10 @@ export class TargetRows {
   /** When the oldest applying target of the pass not yet warned about started, or null. */
   oldestUnwarned(pass: number): number | null {
     return this.sql
-      .exec<{ at: number | null }>("SELECT MIN(started_at) AS at FROM targets WHERE pass = ? AND state = 'applying' AND warned = 0", pass)
+      .exec<{ at: number | null }>(
+        "SELECT MIN(started_at) AS at FROM targets WHERE pass = ? AND state = 'applying' AND warned = 0",
+        pass,
+      )
       .one().at;
   }
 
@@ -201,7 +231,10 @@ export class TargetRows {
   /** Durations of the pass's done targets, ascending. */
   doneDurations(pass: number): number[] {
     return this.sql
-      .exec<{ d: number }>("SELECT duration_ms AS d FROM targets WHERE pass = ? AND state = 'done' ORDER BY duration_ms", pass)
+      .exec<{ d: number }>(
+        "SELECT duration_ms AS d FROM targets WHERE pass = ? AND state = 'done' ORDER BY duration_ms",
+        pass,
+      )
       .toArray()
       .map((r) => r.d);
   }
@@ -219,7 +252,12 @@ export class TargetRows {
   /** The index took these changes; a target changed again meanwhile stays dirty. */
   projected(rows: { pass: number; server_id: string; dirty: number }[]) {
     for (const r of rows) {
-      this.sql.exec("UPDATE targets SET dirty = 0 WHERE pass = ? AND server_id = ? AND dirty = ?", r.pass, r.server_id, r.dirty);
+      this.sql.exec(
+        "UPDATE targets SET dirty = 0 WHERE pass = ? AND server_id = ? AND dirty = ?",
+        r.pass,
+        r.server_id,
+        r.dirty,
+      );
     }
   }
 }

@@ -4,7 +4,17 @@
  * rollout state (audit, channel), and letting the (fleet, agent) go once nothing is in flight.
  */
 import { auditEvent, type AuditEntry } from "../audit/log";
-import { account, isEnded, quiescent, skippedQueued, stepTarget, type Core, type RolloutState, type Target, type TargetEvent } from "./machine";
+import {
+  account,
+  isEnded,
+  quiescent,
+  skippedQueued,
+  stepTarget,
+  type Core,
+  type RolloutState,
+  type Target,
+  type TargetEvent,
+} from "./machine";
 import type { RolloutParts } from "./parts";
 import { warnIfSlow } from "./slow";
 import { rolloutWebhook, stateEventType } from "./webhook-events";
@@ -24,7 +34,13 @@ export function change(p: RolloutParts, t: Target, e: TargetEvent, now: number):
   // read from this object (GET …/targets), so the index is not rewritten at every step.
   p.store.targets.write(after, duration, endedNow);
   let nextCore = out.core;
-  if (t.state !== after.state) p.store.events.add(`target.${after.state}`, after.server_id, { pass: after.pass, generation: after.generation, reason: after.reason }, now);
+  if (t.state !== after.state)
+    p.store.events.add(
+      `target.${after.state}`,
+      after.server_id,
+      { pass: after.pass, generation: after.generation, reason: after.reason },
+      now,
+    );
   if (endedNow) {
     p.timers.cancel(`timeout:${after.pass}:${after.server_id}`);
     if (after.slot === "held") releaseSlot(p, after.server_id);
@@ -48,7 +64,8 @@ export function change(p: RolloutParts, t: Target, e: TargetEvent, now: number):
   return after;
 }
 
-const rollingBack = (core: Core) => core.state === "rolling_back" || (core.state === "paused" && core.paused_from === "rolling_back");
+const rollingBack = (core: Core) =>
+  core.state === "rolling_back" || (core.state === "paused" && core.paused_from === "rolling_back");
 
 /** Queued targets of a pass become skipped (cancel, abort, rollback); slot requests under way are dropped. */
 export function skipQueued(p: RolloutParts, core: Core, pass: number, reason: string, now: number): Core {
@@ -71,8 +88,13 @@ export function entered(p: RolloutParts, state: RolloutState, now: number, resum
   const row = p.store.events.add(`rollout.${state}`, null, { reason: core.reason, pass: core.pass }, now);
   const type = stateEventType(state, resumed);
   if (type) rolloutWebhook(p, type, row, {}, now);
-  audit(p, { actor: `rollout:${spec.id}`, action: `rollout.${state}`, details: { reason: core.reason, counts: core.counts, pass: core.pass } });
-  if (state === "rolling_back" && spec.update_channel) p.outbox.enqueue("channel", { to: "previous" }, { key: "channel" });
+  audit(p, {
+    actor: `rollout:${spec.id}`,
+    action: `rollout.${state}`,
+    details: { reason: core.reason, counts: core.counts, pass: core.pass },
+  });
+  if (state === "rolling_back" && spec.update_channel)
+    p.outbox.enqueue("channel", { to: "previous" }, { key: "channel" });
 }
 
 /** A terminal rollout with nothing in flight lets its (fleet, agent) go. */

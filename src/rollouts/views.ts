@@ -71,7 +71,10 @@ export function summaryIfAny(p: RolloutParts): RolloutSummary | null {
   return p.store.load() ? summary(p) : null;
 }
 
-export function targetsPage(p: RolloutParts, opts: { pass?: number; state?: TargetState; after: number; limit: number }) {
+export function targetsPage(
+  p: RolloutParts,
+  opts: { pass?: number; state?: TargetState; after: number; limit: number },
+) {
   const state = p.store.load();
   if (!state) return null;
   return p.store.targets.page(opts.pass ?? state.core.pass, opts.state, opts.after, opts.limit);

@@ -35,7 +35,8 @@ export function openSummaryWait(p: RolloutParts, room: SocketRoom, request: Requ
   const known = raw === null ? null : Number(raw);
   const state = p.store.load();
   if (!state) return Response.json(null satisfies SummaryWaitAnswer);
-  if (quiescent(state.core) || (known !== null && known !== state.core.version)) return Response.json(summary(p) satisfies SummaryWaitAnswer);
+  if (quiescent(state.core) || (known !== null && known !== state.core.version))
+    return Response.json(summary(p) satisfies SummaryWaitAnswer);
   return acceptWaiter(room, { version: state.core.version } satisfies Held);
 }
 

@@ -28,13 +28,37 @@ export function stateEventType(state: RolloutState, resumed: boolean): WebhookEv
 }
 
 /** Enqueues one rollout event for the fleet's webhooks; `row` is its event-log row id. */
-export function rolloutWebhook(p: RolloutParts, type: WebhookEventType, row: number, data: Record<string, unknown>, now: number) {
+export function rolloutWebhook(
+  p: RolloutParts,
+  type: WebhookEventType,
+  row: number,
+  data: Record<string, unknown>,
+  now: number,
+) {
   const { spec, core } = p.store.load()!;
   const what = type.slice("rollout.".length).replace("_", " ");
-  const summary = typeof data.message === "string" ? `Rollout of ${spec.agent} ${spec.version}: ${data.message}` : `Rollout of ${spec.agent} ${spec.version} ${what}`;
-  const event = ownedEvent(`rollout:${spec.id}:${row}`, spec.fleet, type, `rollout:${spec.id}`, summary, {
-    rollout_id: spec.id, agent: spec.agent, image: spec.image, version: spec.version, state: core.state, pass: core.pass,
-    reason: core.reason ?? null, counts: core.counts, ...data,
-  }, now);
+  const summary =
+    typeof data.message === "string"
+      ? `Rollout of ${spec.agent} ${spec.version}: ${data.message}`
+      : `Rollout of ${spec.agent} ${spec.version} ${what}`;
+  const event = ownedEvent(
+    `rollout:${spec.id}:${row}`,
+    spec.fleet,
+    type,
+    `rollout:${spec.id}`,
+    summary,
+    {
+      rollout_id: spec.id,
+      agent: spec.agent,
+      image: spec.image,
+      version: spec.version,
+      state: core.state,
+      pass: core.pass,
+      reason: core.reason ?? null,
+      counts: core.counts,
+      ...data,
+    },
+    now,
+  );
   p.outbox.enqueue("webhook_event", event);
 }

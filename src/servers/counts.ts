@@ -12,7 +12,8 @@ import { SERVER_STATES, SERVER_STATUSES, type ServerState, type ServerStatus } f
 import { statusAt } from "./staleness";
 
 /** Every key at zero, so a count is there even when nothing has it. */
-export const zeros = <T extends readonly string[]>(keys: T) => Object.fromEntries(keys.map((k) => [k, 0])) as Record<T[number], number>;
+export const zeros = <T extends readonly string[]>(keys: T) =>
+  Object.fromEntries(keys.map((k) => [k, 0])) as Record<T[number], number>;
 
 export interface ServerCounts {
   /** Every server but removed ones (tombstones). */

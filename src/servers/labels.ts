@@ -15,24 +15,41 @@ const LABEL_VALUE = new RegExp(`^[A-Za-z0-9]([A-Za-z0-9._-]{0,${MAX_LABEL_VALUE_
 
 export type Labels = Record<string, string>;
 
-const labelKey = z.string().regex(LABEL_KEY, `a label key: lowercase letters, digits, '.', '_', '/', '-', at most ${MAX_LABEL_KEY_LENGTH}, starting and ending with a letter or digit`);
+const labelKey = z
+  .string()
+  .regex(
+    LABEL_KEY,
+    `a label key: lowercase letters, digits, '.', '_', '/', '-', at most ${MAX_LABEL_KEY_LENGTH}, starting and ending with a letter or digit`,
+  );
 const labelValue = z
   .string()
-  .regex(LABEL_VALUE, `a label value: letters, digits, '.', '_', '-', 1 to ${MAX_LABEL_VALUE_LENGTH}, starting and ending with a letter or digit`);
+  .regex(
+    LABEL_VALUE,
+    `a label value: letters, digits, '.', '_', '-', 1 to ${MAX_LABEL_VALUE_LENGTH}, starting and ending with a letter or digit`,
+  );
 
-const fewEnough = [(l: object) => Object.keys(l).length <= MAX_SERVER_LABELS, { message: `at most ${MAX_SERVER_LABELS} labels` }] as const;
+const fewEnough = [
+  (l: object) => Object.keys(l).length <= MAX_SERVER_LABELS,
+  { message: `at most ${MAX_SERVER_LABELS} labels` },
+] as const;
 
 /** A server's labels as registration (and enrollment) sets them. */
-export const labelsSchema = z.record(labelKey, labelValue).refine(...fewEnough).openapi({
-  description: `Labels: at most ${MAX_SERVER_LABELS}, keys like Kubernetes label names, values up to ${MAX_LABEL_VALUE_LENGTH} characters`,
-  example: { zone: "eu-1a", rack: "r12" },
-});
+export const labelsSchema = z
+  .record(labelKey, labelValue)
+  .refine(...fewEnough)
+  .openapi({
+    description: `Labels: at most ${MAX_SERVER_LABELS}, keys like Kubernetes label names, values up to ${MAX_LABEL_VALUE_LENGTH} characters`,
+    example: { zone: "eu-1a", rack: "r12" },
+  });
 
 /** PATCH: merged into the server's labels; a null value removes its key. */
-export const labelsPatchSchema = z.record(labelKey, labelValue.nullable()).refine(...fewEnough).openapi({
-  description: "Merged into the server's labels (keys not named are kept); a null value removes its key",
-  example: { zone: "eu-1b", rack: null },
-});
+export const labelsPatchSchema = z
+  .record(labelKey, labelValue.nullable())
+  .refine(...fewEnough)
+  .openapi({
+    description: "Merged into the server's labels (keys not named are kept); a null value removes its key",
+    example: { zone: "eu-1b", rack: null },
+  });
 
 /** The labels after a PATCH's merge, keys sorted (so equal label sets compare equal as JSON). */
 export function mergeLabels(current: Labels, patch: Record<string, string | null>): Labels {
@@ -64,7 +81,8 @@ const labelTerm = z
     const key = at < 0 ? s : s.slice(0, at);
     const value = at < 0 ? undefined : s.slice(at + 1);
     if (!LABEL_KEY.test(key)) ctx.addIssue({ code: "custom", message: `'${key}' is not a label key` });
-    else if (value !== undefined && !LABEL_VALUE.test(value)) ctx.addIssue({ code: "custom", message: `'${value}' is not a label value` });
+    else if (value !== undefined && !LABEL_VALUE.test(value))
+      ctx.addIssue({ code: "custom", message: `'${value}' is not a label value` });
     return value === undefined ? { key } : { key, value };
   });
 

@@ -38,7 +38,12 @@ const CANDIDATES = 20;
  * The id of the server `ref` names (in `fleet`, when given). An id is answered as is: whether it
  * exists is for the caller's read to say.
  */
-export async function serverIdOf(db: Db, ref: string, fleet?: string, opts: { removedToo?: boolean } = {}): Promise<string> {
+export async function serverIdOf(
+  db: Db,
+  ref: string,
+  fleet?: string,
+  opts: { removedToo?: boolean } = {},
+): Promise<string> {
   if (UUID.test(ref)) return ref.toLowerCase();
   const slash = ref.indexOf("/");
   const inFleet = slash < 0 ? fleet : ref.slice(0, slash);
@@ -50,7 +55,13 @@ export async function serverIdOf(db: Db, ref: string, fleet?: string, opts: { re
     db
       .select({ id: servers.id, fleet: servers.fleetId, hostname: servers.hostname })
       .from(servers)
-      .where(and(eq(servers.hostname, hostname), inFleet ? eq(servers.fleetId, inFleet) : undefined, removed ? eq(servers.state, "removed") : ne(servers.state, "removed")))
+      .where(
+        and(
+          eq(servers.hostname, hostname),
+          inFleet ? eq(servers.fleetId, inFleet) : undefined,
+          removed ? eq(servers.state, "removed") : ne(servers.state, "removed"),
+        ),
+      )
       .orderBy(asc(servers.fleetId), asc(servers.id))
       .limit(CANDIDATES + 1);
   let rows = await named(false);
@@ -69,9 +80,13 @@ function ambiguous(hostname: string, rows: NamedServer[]) {
     fleets.length > 1
       ? `say which fleet: ?fleet=${fleets[0]} or ${fleets[0]}/${hostname}`
       : `they are in the same fleet (registered concurrently): name one by id`;
-  return new DomainError("ambiguous_server", `hostname '${hostname}' names ${rows.length} servers (${rows.map((r) => `${r.fleet}/${r.id}`).join(", ")}); ${how}`, {
-    candidates: rows,
-  });
+  return new DomainError(
+    "ambiguous_server",
+    `hostname '${hostname}' names ${rows.length} servers (${rows.map((r) => `${r.fleet}/${r.id}`).join(", ")}); ${how}`,
+    {
+      candidates: rows,
+    },
+  );
 }
 
 /** Registration: a live server of the fleet already has this hostname (409 hostname_taken). */
@@ -82,8 +97,12 @@ export async function refuseTakenHostname(db: Db, fleet: string, hostname: strin
     .where(and(eq(servers.fleetId, fleet), eq(servers.hostname, hostname.toLowerCase()), ne(servers.state, "removed")))
     .limit(1);
   if (taken.length) {
-    throw new DomainError("hostname_taken", `fleet '${fleet}' already has a server named '${hostname.toLowerCase()}' (${taken[0].id})`, {
-      server_id: taken[0].id,
-    });
+    throw new DomainError(
+      "hostname_taken",
+      `fleet '${fleet}' already has a server named '${hostname.toLowerCase()}' (${taken[0].id})`,
+      {
+        server_id: taken[0].id,
+      },
+    );
   }
 }

@@ -14,7 +14,8 @@ export const ServerInput = z
     fleet: fleetId,
     hostname,
     kind: serverKind.default("managed").openapi({
-      description: "managed (provisioned for us: decommission terminates) or manual (borrowed: decommission uninstalls, when nothing is assigned)",
+      description:
+        "managed (provisioned for us: decommission terminates) or manual (borrowed: decommission uninstalls, when nothing is assigned)",
     }),
     roles: z.array(roleName).max(MAX_SERVER_ROLES).default([]),
     labels: labelsSchema.default({}),
@@ -53,7 +54,10 @@ export const ServerDetail = ServerSummary.extend({
       mode: z.enum(PLAN_MODES).openapi({
         description: "planned: the planner sets the agents; pinned: an operator's PUT desired did, until released",
       }),
-      rev: z.number().int().openapi({ description: "the fleet intent revision of the newest inputs the server was offered" }),
+      rev: z
+        .number()
+        .int()
+        .openapi({ description: "the fleet intent revision of the newest inputs the server was offered" }),
       pinned_at: z.string().optional(),
       pinned_by: z.string().optional(),
     })
@@ -64,7 +68,10 @@ export const ServerDetail = ServerSummary.extend({
       generation: z.number().int(),
       requested_at: z.string(),
       requested_by: z.string(),
-      cleanup_from: z.string().nullable().openapi({ description: "when the host acknowledged (or removal was forced)" }),
+      cleanup_from: z
+        .string()
+        .nullable()
+        .openapi({ description: "when the host acknowledged (or removal was forced)" }),
       forced: z.object({ by: z.string(), reason: z.string() }).nullable(),
       cleanup_done: z.array(z.string()),
     })
@@ -93,7 +100,9 @@ export const serverRef = z
   .min(1)
   .max(64 + 253)
   .refine(isServerRef, "a server id, a hostname, or fleet/hostname")
-  .openapi({ description: "The server's id, its hostname, or `fleet/hostname` (the slash URL-encoded in a path: `%2F`)" });
+  .openapi({
+    description: "The server's id, its hostname, or `fleet/hostname` (the slash URL-encoded in a path: `%2F`)",
+  });
 
 export const serverIdParam = z.object({ id: serverRef });
 
@@ -128,16 +137,29 @@ export const ServerPatch = z
       .openapi({ description: "The server's roles (replaced); the server is re-planned unless pinned" }),
     labels: labelsPatchSchema.optional(),
   })
-  .refine((p) => p.fleetlock_id !== undefined || p.reboot_group !== undefined || p.roles !== undefined || p.labels !== undefined, {
-    message: "send fleetlock_id, reboot_group, roles and/or labels",
-  })
+  .refine(
+    (p) =>
+      p.fleetlock_id !== undefined || p.reboot_group !== undefined || p.roles !== undefined || p.labels !== undefined,
+    {
+      message: "send fleetlock_id, reboot_group, roles and/or labels",
+    },
+  )
   .openapi("ServerPatch");
 export type ServerPatch = z.infer<typeof ServerPatch>;
 
 export const DecommissionInput = z
   .strictObject({
-    force: z.boolean().default(false).openapi({ description: "remove a dead host without its acknowledgement (admin only)" }),
-    reason: z.string().trim().min(1).max(MAX_REASON_LENGTH).optional().openapi({ description: "required with force; audited" }),
+    force: z
+      .boolean()
+      .default(false)
+      .openapi({ description: "remove a dead host without its acknowledgement (admin only)" }),
+    reason: z
+      .string()
+      .trim()
+      .min(1)
+      .max(MAX_REASON_LENGTH)
+      .optional()
+      .openapi({ description: "required with force; audited" }),
   })
   .refine((b) => !b.force || b.reason !== undefined, { message: "force needs a reason", path: ["reason"] })
   .openapi("DecommissionInput");
@@ -146,16 +168,33 @@ export type DecommissionInput = z.infer<typeof DecommissionInput>;
 /** GET /v1/status (./status.ts). */
 export const StatusSchema = z
   .object({
-    data: z.object({ state: z.enum(["current", "running", "failing", "pending"]), data_version: z.number().int(), newest_version: z.number().int() }),
+    data: z.object({
+      state: z.enum(["current", "running", "failing", "pending"]),
+      data_version: z.number().int(),
+      newest_version: z.number().int(),
+    }),
     fleets: z.array(
       z.object({
         id: z.string(),
-        servers: z.object({ total: z.number().int(), by_status: z.record(z.string(), z.number().int()), by_state: z.record(z.string(), z.number().int()) }),
+        servers: z.object({
+          total: z.number().int(),
+          by_status: z.record(z.string(), z.number().int()),
+          by_state: z.record(z.string(), z.number().int()),
+        }),
         attention: z.array(
           z.object({
             status: serverStatus,
-            count: z.number().int().openapi({ description: "every server of the fleet with this status; `items` shows the first by hostname" }),
-            items: z.array(z.object({ id: z.string(), hostname: z.string(), status: serverStatus, last_seen: z.string().nullable() })),
+            count: z.number().int().openapi({
+              description: "every server of the fleet with this status; `items` shows the first by hostname",
+            }),
+            items: z.array(
+              z.object({
+                id: z.string(),
+                hostname: z.string(),
+                status: serverStatus,
+                last_seen: z.string().nullable(),
+              }),
+            ),
           }),
         ),
         reboot_groups: z.array(
@@ -166,11 +205,21 @@ export const StatusSchema = z
             paused: z.boolean(),
             open_now: z.boolean(),
             queued: z.number().int(),
-            holders: z.array(z.object({ id: z.string(), hostname: z.string().nullable(), since: z.string(), stuck: z.boolean() })),
+            holders: z.array(
+              z.object({ id: z.string(), hostname: z.string().nullable(), since: z.string(), stuck: z.boolean() }),
+            ),
           }),
         ),
         rollouts: z.array(
-          z.object({ id: z.string(), agent: z.string(), image: z.string(), state: z.string(), pass: z.number().int(), counts: z.record(z.string(), z.number()), created_at: z.string() }),
+          z.object({
+            id: z.string(),
+            agent: z.string(),
+            image: z.string(),
+            state: z.string(),
+            pass: z.number().int(),
+            counts: z.record(z.string(), z.number()),
+            created_at: z.string(),
+          }),
         ),
       }),
     ),

@@ -62,7 +62,9 @@ export async function registerServer(
   // hostnames; the coordinator's reservation serializes registrations racing for one name.
   await refuseTakenHostname(db, fleet.id, input.hostname);
   const id = newId();
-  const { until } = unwrap(await coordinatorOf(env, fleet.id).reserveRegistration(input.hostname, input.fleetlock_id ?? null, id));
+  const { until } = unwrap(
+    await coordinatorOf(env, fleet.id).reserveRegistration(input.hostname, input.fleetlock_id ?? null, id),
+  );
   const { token, hash } = await issueToken("server", id);
   const record: ServerRecord = {
     id,
@@ -83,7 +85,9 @@ export async function registerServer(
   const first = await firstPlan(env, fleet.id, record.roles);
   const ledger = ledgerOf(env, id);
   const deadline = commitDeadline(until);
-  const { view: registered } = unwrap(await ledger.register(record, first.agents, { actor, details: input, plan_rev: first.rev, deadline }));
+  const { view: registered } = unwrap(
+    await ledger.register(record, first.agents, { actor, details: input, plan_rev: first.rev, deadline }),
+  );
   // An intent change that committed meanwhile could not mark this server (no index row yet).
   const caughtUp = await catchUpPlan(env, id, fleet.id, first.rev);
   return { view: caughtUp ?? registered, token };
@@ -113,7 +117,12 @@ export async function serverIfChanged(
 }
 
 /** A page of the fleet-wide index by hostname (one more row than `limit` when another page exists). */
-export async function searchServers(env: Env, filter: ServerFilter, after: [hostname: string, id: string] | null, limit: number) {
+export async function searchServers(
+  env: Env,
+  filter: ServerFilter,
+  after: [hostname: string, id: string] | null,
+  limit: number,
+) {
   const db = getDb(env.DB);
   return listServers(db, { ...filter, driveFrom: await sparseLabel(db, filter.fleet, filter.labels) }, after, limit);
 }
@@ -132,8 +141,14 @@ export async function hostnamesOf(env: Env, ids: string[]): Promise<Map<string, 
  * The id of the server a route was given: an id, a hostname or `fleet/hostname`, with `?fleet=`
  * (src/servers/naming.ts). Other features name servers through this too.
  */
-export async function resolveServer(env: Env, ref: string, fleet?: string, opts: { removedToo?: boolean } = {}): Promise<string> {
-  if (fleet !== undefined && !FLEET_ID.test(fleet)) throw new DomainError("invalid_query", `fleet '${fleet}' is not a fleet id`);
+export async function resolveServer(
+  env: Env,
+  ref: string,
+  fleet?: string,
+  opts: { removedToo?: boolean } = {},
+): Promise<string> {
+  if (fleet !== undefined && !FLEET_ID.test(fleet))
+    throw new DomainError("invalid_query", `fleet '${fleet}' is not a fleet id`);
   return serverIdOf(getDb(env.DB), ref, fleet, opts);
 }
 
@@ -155,7 +170,8 @@ export async function putDesiredConfig(env: Env, actor: string, id: string, requ
 export async function patchServer(env: Env, actor: string, id: string, patch: ServerPatch): Promise<ServerView> {
   const { roles, labels, ...identity } = patch;
   let view = labels !== undefined ? unwrap(await ledgerOf(env, id).setLabels(labels, { actor })).view : null;
-  if (identity.fleetlock_id !== undefined || identity.reboot_group !== undefined) view = await patchServerIdentity(env, actor, id, identity);
+  if (identity.fleetlock_id !== undefined || identity.reboot_group !== undefined)
+    view = await patchServerIdentity(env, actor, id, identity);
   if (roles !== undefined) view = (await setServerRoles(env, actor, id, roles)).view;
   return view!;
 }
@@ -188,7 +204,9 @@ async function patchServerIdentity(
   // have moved it on since (reserving an id the server owns costs nothing). And only the fields
   // given go to the ledger: the rest of `after` comes from this read, which a concurrent PATCH
   // may have made stale, and would undo an acknowledged change.
-  const reserved = input.fleetlock_id ? unwrap(await coordinatorOf(env, current.record.fleet_id).reserveClientId(input.fleetlock_id, id)) : null;
+  const reserved = input.fleetlock_id
+    ? unwrap(await coordinatorOf(env, current.record.fleet_id).reserveClientId(input.fleetlock_id, id))
+    : null;
   const change = { fleetlock_id: input.fleetlock_id, reboot_group: input.reboot_group };
   const deadline = commitDeadline(reserved?.until ?? null);
   const result = unwrap(await ledger.setRebootIdentity(change, { actor, details: { before, after: input }, deadline }));
@@ -255,15 +273,30 @@ export async function refreshFleet(env: Env, actor: string, fleet: string, after
  * The agents of a desired config with their images resolved now, against the catalog and the
  * server's fleet's image policy: the ledger stores, and hands the host, exactly these.
  */
-async function resolveAgents(env: Env, id: string, agents: DesiredConfigRequest["agents"]): Promise<DesiredConfigInput["agents"]> {
+async function resolveAgents(
+  env: Env,
+  id: string,
+  agents: DesiredConfigRequest["agents"],
+): Promise<DesiredConfigInput["agents"]> {
   const db = getDb(env.DB);
   const row = await db.query.servers.findFirst({ columns: { fleetId: true }, where: eq(servers.id, id) });
   if (!row) throw notFound("server", id);
   const policy = await policyOf(db, row.fleetId);
   return Promise.all(
     agents.map(async (a) => {
-      const { image, version, catalog } = await imageForFleet(db, row.fleetId, "image_id" in a ? { image_id: a.image_id } : a, policy);
-      return { name: a.name, image, version, ...(a.instance_id ? { instance_id: a.instance_id } : {}), ...catalogSpread(catalog) };
+      const { image, version, catalog } = await imageForFleet(
+        db,
+        row.fleetId,
+        "image_id" in a ? { image_id: a.image_id } : a,
+        policy,
+      );
+      return {
+        name: a.name,
+        image,
+        version,
+        ...(a.instance_id ? { instance_id: a.instance_id } : {}),
+        ...catalogSpread(catalog),
+      };
     }),
   );
 }

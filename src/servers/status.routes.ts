@@ -14,7 +14,8 @@ export const statusRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHoo
     path: "/",
     operationId: "getStatus",
     tags: ["servers"],
-    summary: "One screen: per fleet, servers counted by status and state, those that need a look, reboot groups, rollouts in progress; the data version",
+    summary:
+      "One screen: per fleet, servers counted by status and state, those that need a look, reboot groups, rollouts in progress; the data version",
     description:
       "Counted on the server, in one request whatever the fleet's size. `attention` caps the servers listed per " +
       "status (failed, stale, drifted); each list comes with its full `count`, so a client can say how many more " +
@@ -24,7 +25,13 @@ export const statusRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHoo
     request: {
       query: z.object({
         fleet: fleetId.optional(),
-        attention: z.coerce.number().int().min(0).max(200).default(20).openapi({ description: "servers listed per status that needs a look" }),
+        attention: z.coerce
+          .number()
+          .int()
+          .min(0)
+          .max(200)
+          .default(20)
+          .openapi({ description: "servers listed per status that needs a look" }),
       }),
     },
     responses: { 200: jsonResponse(StatusSchema, "The status"), ...commonErrors, ...notFoundError },

@@ -34,7 +34,10 @@ export async function statusOf(env: Env, opts: { fleet?: string; attention: numb
     fleets = rows.slice(0, STATUS_FLEETS).map((f) => f.id);
     more = rows.length > STATUS_FLEETS ? 1 : 0;
   }
-  const [upgrades, perFleet] = await Promise.all([upgradeStatus(env, null, 1), Promise.all(fleets.map((f) => fleetStatus(env, db, f, opts.attention)))]);
+  const [upgrades, perFleet] = await Promise.all([
+    upgradeStatus(env, null, 1),
+    Promise.all(fleets.map((f) => fleetStatus(env, db, f, opts.attention))),
+  ]);
   return {
     data: { state: upgrades.state, data_version: upgrades.data_version, newest_version: upgrades.newest_version },
     fleets: perFleet,
@@ -63,7 +66,9 @@ async function fleetStatus(env: Env, db: Db, fleet: string, attention: number) {
     attention: ATTENTION.map((status, i) => ({
       status,
       count: by_status[status] ?? 0,
-      items: lists[i].slice(0, attention).map((s) => ({ id: s.id, hostname: s.hostname, status: s.status, last_seen: isoOrNull(s.lastSeen) })),
+      items: lists[i]
+        .slice(0, attention)
+        .map((s) => ({ id: s.id, hostname: s.hostname, status: s.status, last_seen: isoOrNull(s.lastSeen) })),
     })),
     reboot_groups: groups.map((g) => ({
       name: g.name,
@@ -72,7 +77,12 @@ async function fleetStatus(env: Env, db: Db, fleet: string, attention: number) {
       paused: g.paused,
       open_now: g.open_now,
       queued: g.queue.length,
-      holders: g.holders.map((h) => ({ id: h.id, hostname: h.server?.hostname ?? null, since: h.granted_at, stuck: h.stuck })),
+      holders: g.holders.map((h) => ({
+        id: h.id,
+        hostname: h.server?.hostname ?? null,
+        since: h.granted_at,
+        stuck: h.stuck,
+      })),
     })),
     rollouts,
   };

@@ -65,7 +65,11 @@ export function serverDetail(v: ServerView) {
         }
       : null,
     refresh: v.refresh
-      ? { requested_at: iso(v.refresh.requested_at), requested_by: v.refresh.requested_by, answered_at: isoOrNull(v.refresh.answered_at) }
+      ? {
+          requested_at: iso(v.refresh.requested_at),
+          requested_by: v.refresh.requested_by,
+          answered_at: isoOrNull(v.refresh.answered_at),
+        }
       : null,
   };
 }
@@ -95,14 +99,24 @@ const SPARSE_LABEL_ROWS = 200;
  * better walked, each server checked by primary key: a page of 20 reads about 80. Each probe reads
  * at most SPARSE_LABEL_ROWS + 1 index entries.
  */
-export async function sparseLabel(db: Db, fleet: string | undefined, terms: LabelTerm[] | undefined): Promise<LabelTerm | undefined> {
+export async function sparseLabel(
+  db: Db,
+  fleet: string | undefined,
+  terms: LabelTerm[] | undefined,
+): Promise<LabelTerm | undefined> {
   if (!fleet || !terms?.length) return undefined;
   let best: { term: LabelTerm; n: number } | undefined;
   for (const term of terms) {
     const entries = db
       .select({ one: sql`1` })
       .from(serverLabels)
-      .where(and(eq(serverLabels.fleetId, fleet), eq(serverLabels.key, term.key), term.value === undefined ? undefined : eq(serverLabels.value, term.value)))
+      .where(
+        and(
+          eq(serverLabels.fleetId, fleet),
+          eq(serverLabels.key, term.key),
+          term.value === undefined ? undefined : eq(serverLabels.value, term.value),
+        ),
+      )
       .limit(SPARSE_LABEL_ROWS + 1)
       .as("entries");
     const [{ n }] = await db.select({ n: count() }).from(entries);
@@ -111,23 +125,34 @@ export async function sparseLabel(db: Db, fleet: string | undefined, terms: Labe
   return best?.term;
 }
 
-
 /** Hostnames are lowercase ASCII: every one with the prefix sorts below prefix + this. */
 const AFTER_PREFIX = "\u{10FFFF}";
 
 /** A page of the index in hostname order (then id), after the key `after`. */
-export function listServers(db: Db, filter: ServerFilter, after: [hostname: string, id: string] | null, limit: number, now = Date.now()) {
+export function listServers(
+  db: Db,
+  filter: ServerFilter,
+  after: [hostname: string, id: string] | null,
+  limit: number,
+  now = Date.now(),
+) {
   const conds: SQL[] = [];
   // Removed servers are tombstones: listed only when asked for by state.
   conds.push(filter.state ? eq(servers.state, filter.state) : ne(servers.state, "removed"));
   if (filter.hostname) {
     const name = filter.hostname.toLowerCase();
     // A prefix as a range, so it reads the hostname indexes rather than every row (LIKE would not).
-    if (name.endsWith("*")) conds.push(gte(servers.hostname, name.slice(0, -1)), lt(servers.hostname, name.slice(0, -1) + AFTER_PREFIX));
+    if (name.endsWith("*"))
+      conds.push(gte(servers.hostname, name.slice(0, -1)), lt(servers.hostname, name.slice(0, -1) + AFTER_PREFIX));
     else conds.push(eq(servers.hostname, name));
   }
   const drive = filter.fleet && filter.status !== "stale" ? filter.driveFrom : undefined;
-  conds.push(...labelConditions(filter.labels?.filter((t) => t !== drive), servers.id));
+  conds.push(
+    ...labelConditions(
+      filter.labels?.filter((t) => t !== drive),
+      servers.id,
+    ),
+  );
   if (after) conds.push(sql`(${servers.hostname}, ${servers.id}) > (${after[0]}, ${after[1]})`);
   const columns = { ...getTableColumns(servers), status: statusAt(now) };
   const ordered = [asc(servers.hostname), asc(servers.id)];
@@ -155,7 +180,12 @@ export function listServers(db: Db, filter: ServerFilter, after: [hostname: stri
         .limit(limit + 1);
     }
     // With a status: servers_fleet_status_hostname_idx holds the page in order, so it reads its own rows.
-    return db.select(columns).from(servers).where(and(inFleet, status, ...conds)).orderBy(...ordered).limit(limit + 1);
+    return db
+      .select(columns)
+      .from(servers)
+      .where(and(inFleet, status, ...conds))
+      .orderBy(...ordered)
+      .limit(limit + 1);
   }
   // Stale is either of two sets (./staleness.ts), each read through its own index: rows an older
   // cron marked stale (in hostname order from servers_fleet_status_hostname_idx), and rows whose
@@ -163,12 +193,24 @@ export function listServers(db: Db, filter: ServerFilter, after: [hostname: stri
   // text so SQLite can match it; `+` keeps SQLite off the fleet's indexes, which would read every
   // server of the fleet to find the few stale ones). The page
   // reads the stale servers, never the fleet.
-  const marked = db.select(columns).from(servers).where(and(inFleet, eq(servers.status, "stale"), ...conds));
+  const marked = db
+    .select(columns)
+    .from(servers)
+    .where(and(inFleet, eq(servers.status, "stale"), ...conds));
   const passed = db
     .select(columns)
     .from(servers)
-    .where(and(filter.fleet ? sql`+${servers.fleetId} = ${filter.fleet}` : undefined, sql`${servers.status} != 'stale'`, lt(servers.staleAt, now), ...conds));
-  return unionAll(marked, passed).orderBy(...ordered).limit(limit + 1);
+    .where(
+      and(
+        filter.fleet ? sql`+${servers.fleetId} = ${filter.fleet}` : undefined,
+        sql`${servers.status} != 'stale'`,
+        lt(servers.staleAt, now),
+        ...conds,
+      ),
+    );
+  return unionAll(marked, passed)
+    .orderBy(...ordered)
+    .limit(limit + 1);
 }
 
 /** One page of the fleet's servers that can still be asked anything (not removed or being removed). */
@@ -188,4 +230,3 @@ export const liveServerIdsOfFleet = (db: Db, fleet: string, after: string | null
 
 export const hostnamesIn = (db: Db, ids: string[]) =>
   db.select({ id: servers.id, hostname: servers.hostname }).from(servers).where(inArray(servers.id, ids));
-

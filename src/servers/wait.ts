@@ -13,7 +13,13 @@ import { waitForWake } from "../objects/kit/wake";
 import { ledgerOf } from "../objects/stubs";
 
 /** The view once its tag differs from `etag` (`view: null` when `waitMs` ran out first, or the client left). */
-export async function viewWhenChanged(env: Env, id: string, etag: string, waitMs: number, signal?: AbortSignal): Promise<{ etag: string; view: ServerView | null }> {
+export async function viewWhenChanged(
+  env: Env,
+  id: string,
+  etag: string,
+  waitMs: number,
+  signal?: AbortSignal,
+): Promise<{ etag: string; view: ServerView | null }> {
   const ledger = ledgerOf(env, id);
   const until = Date.now() + waitMs;
   for (;;) {

@@ -19,7 +19,14 @@ export interface SpecPlan {
   settings: Partial<SpecSettings>;
   /** The fleet's capabilities after the apply, when they change. */
   capabilities: Record<string, boolean> | null;
-  channels: { write: { agent: string; input: { image: string; version: string }; previous: { image: string; version: string } | null }[]; remove: string[] };
+  channels: {
+    write: {
+      agent: string;
+      input: { image: string; version: string };
+      previous: { image: string; version: string } | null;
+    }[];
+    remove: string[];
+  };
   roles: { write: { role: string; agents: RoleAgent[] }[]; remove: string[] };
   /** Every group the coordinator is to hold as declared, and those to remove; null: groups unchanged. */
   groups: { groups: Record<string, GroupChange>; remove: string[] } | null;
@@ -65,14 +72,26 @@ function diffMap<T>(
 const changed = (items: DiffItem[]) => items.filter((i) => i.op !== "unlisted");
 
 /** `sent`: the SHA-256 of each secret sent with the spec, by webhook name. */
-export function planSpec(state: FleetState, spec: FleetSpec, prune: boolean, sent: Record<string, string> = {}): SpecPlan {
+export function planSpec(
+  state: FleetState,
+  spec: FleetSpec,
+  prune: boolean,
+  sent: Record<string, string> = {},
+): SpecPlan {
   // Settings: only those the spec names.
   const settings: Partial<SpecSettings> = {};
   const settingItems: DiffItem[] = [];
   for (const [key, value] of Object.entries(spec.settings ?? {}) as [keyof SpecSettings, unknown][]) {
     if (value === undefined || value === state.settings[key]) continue;
     (settings as Record<string, unknown>)[key] = value;
-    settingItems.push({ section: "settings", name: key, path: `settings.${key}`, op: "change", before: state.settings[key], after: value });
+    settingItems.push({
+      section: "settings",
+      name: key,
+      path: `settings.${key}`,
+      op: "change",
+      before: state.settings[key],
+      after: value,
+    });
   }
 
   const capabilityItems = diffMap("capabilities", state.capabilities, spec.capabilities ?? {}, prune);
@@ -84,7 +103,9 @@ export function planSpec(state: FleetState, spec: FleetSpec, prune: boolean, sen
   const desiredRoles = byKey(Object.entries(spec.roles ?? {}).map(([r, p]) => [r, { agents: storedAgents(p.agents) }]));
   const roleItems = diffMap("roles", state.roles, desiredRoles, prune);
 
-  const desiredGroups: Record<string, GroupConfig> = byKey(Object.entries(spec.reboot_groups ?? {}).map(([g, c]) => [g, groupConfig(c)]));
+  const desiredGroups: Record<string, GroupConfig> = byKey(
+    Object.entries(spec.reboot_groups ?? {}).map(([g, c]) => [g, groupConfig(c)]),
+  );
   const groupItems = diffMap("reboot_groups", state.groups, desiredGroups, prune, (name, op) => {
     const busy = state.busy[name];
     if (op !== "remove" || !busy || busy.holders + busy.queued === 0) return undefined;
@@ -100,15 +121,22 @@ export function planSpec(state: FleetState, spec: FleetSpec, prune: boolean, sen
     const remove = groupChanges.filter((i) => i.op === "remove").map((i) => i.name);
     const all: Record<string, GroupChange> = { ...owed.groups, ...desiredGroups };
     for (const name of remove) delete all[name];
-    groups = { groups: byKey(Object.entries(all)), remove: [...new Set([...owed.remove.filter((n) => !Object.hasOwn(all, n)), ...remove])].sort() };
+    groups = {
+      groups: byKey(Object.entries(all)),
+      remove: [...new Set([...owed.remove.filter((n) => !Object.hasOwn(all, n)), ...remove])].sort(),
+    };
   }
 
   const hooks = comparable(state.webhooks, spec.webhooks ?? {}, sent);
   const webhookItems = diffMap("webhooks", hooks.current, hooks.desired, prune, (name, op) =>
-    op === "add" && !Object.hasOwn(sent, name) ? "no secret sent: the apply refuses a new webhook without one (secret_ref)" : undefined,
+    op === "add" && !Object.hasOwn(sent, name)
+      ? "no secret sent: the apply refuses a new webhook without one (secret_ref)"
+      : undefined,
   );
   const webhookChanges = changed(webhookItems);
-  const needSecret = new Set(webhookChanges.filter((i) => i.op === "add" && Object.hasOwn(sent, i.name)).map((i) => i.name));
+  const needSecret = new Set(
+    webhookChanges.filter((i) => i.op === "add" && Object.hasOwn(sent, i.name)).map((i) => i.name),
+  );
   for (const name of hooks.rotate) needSecret.add(name);
 
   const roleChanges = changed(roleItems);
@@ -119,17 +147,31 @@ export function planSpec(state: FleetState, spec: FleetSpec, prune: boolean, sen
     channels: {
       write: changed(channelItems)
         .filter((i) => i.op !== "remove")
-        .map((i) => ({ agent: i.name, input: spec.channels![i.name], previous: (i.before as { image: string; version: string } | null) ?? null })),
+        .map((i) => ({
+          agent: i.name,
+          input: spec.channels![i.name],
+          previous: (i.before as { image: string; version: string } | null) ?? null,
+        })),
       remove: channelItems.filter((i) => i.op === "remove").map((i) => i.name),
     },
     roles: {
-      write: roleChanges.filter((i) => i.op !== "remove").map((i) => ({ role: i.name, agents: desiredRoles[i.name].agents })),
+      write: roleChanges
+        .filter((i) => i.op !== "remove")
+        .map((i) => ({ role: i.name, agents: desiredRoles[i.name].agents })),
       remove: roleItems.filter((i) => i.op === "remove").map((i) => i.name),
     },
     groups,
-    replan: { fleet: capabilities !== null || settings.stale_after_s !== undefined, roles: roleChanges.map((i) => i.name) },
-    lockSettings: settings.lock_ttl_s !== undefined || settings.allow_unknown_ids !== undefined || settings.default_group_slots !== undefined,
-    webhooks: webhookChanges.length ? webhooksTask(state.webhooks, spec.webhooks ?? {}, webhookItems, needSecret) : null,
+    replan: {
+      fleet: capabilities !== null || settings.stale_after_s !== undefined,
+      roles: roleChanges.map((i) => i.name),
+    },
+    lockSettings:
+      settings.lock_ttl_s !== undefined ||
+      settings.allow_unknown_ids !== undefined ||
+      settings.default_group_slots !== undefined,
+    webhooks: webhookChanges.length
+      ? webhooksTask(state.webhooks, spec.webhooks ?? {}, webhookItems, needSecret)
+      : null,
   };
 }
 

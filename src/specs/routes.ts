@@ -5,7 +5,16 @@ import { hasScope, requireScope } from "../auth/principal";
 import { DomainError } from "../domain/errors";
 import { actorOf } from "../domain/principal";
 import { backgroundOf } from "../http/background";
-import { bearer, commonErrors, etagHeader, jsonBody, jsonResponse, locationHeader, notFoundError, conflictError } from "../http/openapi";
+import {
+  bearer,
+  commonErrors,
+  etagHeader,
+  jsonBody,
+  jsonResponse,
+  locationHeader,
+  notFoundError,
+  conflictError,
+} from "../http/openapi";
 import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
 import { fleetParam } from "../intent/schemas";
@@ -17,7 +26,14 @@ const specTag = etagHeader("Strong tag of the fleet's spec: a hash of the docume
 
 const invalidSpec = {
   422: jsonResponse(
-    z.object({ error: z.object({ code: z.string(), message: z.string(), details: z.object({ problems: z.array(SpecProblem) }), request_id: z.string().optional() }) }),
+    z.object({
+      error: z.object({
+        code: z.string(),
+        message: z.string(),
+        details: z.object({ problems: z.array(SpecProblem) }),
+        request_id: z.string().optional(),
+      }),
+    }),
     "The spec has problems (invalid_spec): every one of them, with its path in the document; nothing changed",
   ),
 };
@@ -35,7 +51,10 @@ const specHook: Hook<unknown, AppEnv, string, unknown> = async (result, c) => {
   // is its place in the document (a union's error names neither).
   const isEnvelope = typeof raw === "object" && raw !== null && "spec" in raw && !("apiVersion" in raw);
   const parts = isEnvelope ? (raw as { spec: unknown; secrets?: unknown }) : { spec: raw, secrets: undefined };
-  const errors: ZodError[] = [FleetSpec.safeParse(parts.spec).error, secretsPart.safeParse({ secrets: parts.secrets }).error].filter((e) => e !== undefined);
+  const errors: ZodError[] = [
+    FleetSpec.safeParse(parts.spec).error,
+    secretsPart.safeParse({ secrets: parts.secrets }).error,
+  ].filter((e) => e !== undefined);
   if (errors.length === 0) errors.push(result.error as ZodError); // the envelope itself (an unknown field beside spec and secrets)
   await refuseInvalidSpec(c.env, c.req.param("fleet") ?? "", parts.spec, c.req.query("prune") === "true", errors);
 };
@@ -45,7 +64,8 @@ const specHook: Hook<unknown, AppEnv, string, unknown> = async (result, c) => {
  * `…/specanything`; only the literal last segment `spec:diff` is it.
  */
 const literalSpecDiff = createMiddleware<AppEnv>(async (c, next) => {
-  if (decodeURIComponent(c.req.path.slice(c.req.path.lastIndexOf("/") + 1)) !== "spec:diff") throw new DomainError("not_found", `no route for ${c.req.method} ${c.req.path}`);
+  if (decodeURIComponent(c.req.path.slice(c.req.path.lastIndexOf("/") + 1)) !== "spec:diff")
+    throw new DomainError("not_found", `no route for ${c.req.method} ${c.req.path}`);
   await next();
 });
 
@@ -100,7 +120,10 @@ export const specRoutes = new OpenAPIHono<AppEnv>({ defaultHook: specHook })
       const input = unwrapRequest(c.req.valid("json"));
       // Comparing sent secrets with the kept ones answers whether a guess is right: the apply's scope.
       if (Object.keys(input.secrets).length > 0 && !hasScope(c.var.principal, "write")) {
-        throw new DomainError("forbidden", "secrets sent with a spec need a token with scope 'write'; diff without them (unset their variables)");
+        throw new DomainError(
+          "forbidden",
+          "secrets sent with a spec need a token with scope 'write'; diff without them (unset their variables)",
+        );
       }
       const diff = await diffFleetSpec(c.env, fleet, input, c.req.valid("query").prune === "true");
       if (diff.etag) c.header("ETag", diff.etag);
@@ -113,7 +136,8 @@ export const specRoutes = new OpenAPIHono<AppEnv>({ defaultHook: specHook })
       path: "/{fleet}/spec",
       operationId: "applyFleetSpec",
       tags: ["fleet specs"],
-      summary: "Apply a spec, all or nothing; with If-Match, only to the fleet as that ETag names it; a missing fleet is created",
+      summary:
+        "Apply a spec, all or nothing; with If-Match, only to the fleet as that ETag names it; a missing fleet is created",
       description:
         "One D1 batch with one audit entry and one planner run; reboot groups reach the coordinator through a fleet task. " +
         "Without prune, items the spec does not list are left and listed as unlisted. A fleet that does not exist is created " +
@@ -125,13 +149,22 @@ export const specRoutes = new OpenAPIHono<AppEnv>({ defaultHook: specHook })
         params: fleetParam,
         query: specQuery,
         headers: z.object({
-          "if-match": z.string().optional().openapi({ description: "The ETag of GET …/spec or of a diff; * for any existing fleet" }),
-          "if-none-match": z.string().optional().openapi({ description: "*: only create the fleet (412 when it exists)" }),
+          "if-match": z
+            .string()
+            .optional()
+            .openapi({ description: "The ETag of GET …/spec or of a diff; * for any existing fleet" }),
+          "if-none-match": z
+            .string()
+            .optional()
+            .openapi({ description: "*: only create the fleet (412 when it exists)" }),
         }),
         body: jsonBody(SpecRequest),
       },
       responses: {
-        200: { ...jsonResponse(SpecApplied, "Applied (or equal: changed false); `etag` is the fleet's spec tag now"), headers: specTag },
+        200: {
+          ...jsonResponse(SpecApplied, "Applied (or equal: changed false); `etag` is the fleet's spec tag now"),
+          headers: specTag,
+        },
         201: {
           ...jsonResponse(SpecApplied, "The fleet did not exist and was created from the spec"),
           headers: specTag.extend(locationHeader("The fleet the spec created").shape),
@@ -148,11 +181,18 @@ export const specRoutes = new OpenAPIHono<AppEnv>({ defaultHook: specHook })
     }),
     async (c) => {
       const { fleet } = c.req.valid("param");
-      const out = await applyFleetSpec(c.env, backgroundOf(c), actorOf(c.var.principal), fleet, unwrapRequest(c.req.valid("json")), {
-        prune: c.req.valid("query").prune === "true",
-        ifMatch: c.req.valid("header")["if-match"],
-        ifNoneMatch: c.req.valid("header")["if-none-match"],
-      });
+      const out = await applyFleetSpec(
+        c.env,
+        backgroundOf(c),
+        actorOf(c.var.principal),
+        fleet,
+        unwrapRequest(c.req.valid("json")),
+        {
+          prune: c.req.valid("query").prune === "true",
+          ifMatch: c.req.valid("header")["if-match"],
+          ifNoneMatch: c.req.valid("header")["if-none-match"],
+        },
+      );
       c.header("ETag", out.etag);
       if (!out.created) return c.json(out, 200);
       c.header("Location", `/v1/fleets/${encodeURIComponent(fleet)}`);

@@ -24,7 +24,13 @@ export const SPEC_API_VERSION = "harbormaster/v1" as const;
 export const SPEC_KIND = "FleetSpec" as const;
 
 /** A map section: items by name, at most `max` of them; left out, it is empty. */
-const section = <K extends z.ZodString, V extends z.ZodType>(key: K, value: V, max: number, what: string, description: string) =>
+const section = <K extends z.ZodString, V extends z.ZodType>(
+  key: K,
+  value: V,
+  max: number,
+  what: string,
+  description: string,
+) =>
   z
     .record(key, value)
     .refine((m) => Object.keys(m).length <= max, `at most ${max} ${what}`)
@@ -52,8 +58,20 @@ export const FleetSpec = z
     kind: z.literal(SPEC_KIND),
     fleet: fleetId,
     settings: SpecSettings.optional(),
-    capabilities: section(capabilityName, z.boolean(), MAX_CAPABILITIES, "capabilities", "Named booleans that role agents' `when` conditions read"),
-    channels: section(agentName, SpecChannel, MAX_SPEC_CHANNELS, "channels", "Per agent, the image and version the fleet wants"),
+    capabilities: section(
+      capabilityName,
+      z.boolean(),
+      MAX_CAPABILITIES,
+      "capabilities",
+      "Named booleans that role agents' `when` conditions read",
+    ),
+    channels: section(
+      agentName,
+      SpecChannel,
+      MAX_SPEC_CHANNELS,
+      "channels",
+      "Per agent, the image and version the fleet wants",
+    ),
     roles: section(
       roleName,
       RoleInput,
@@ -91,12 +109,15 @@ const SPEC_SECTIONS = ["settings", "capabilities", "channels", "roles", "reboot_
  */
 const SpecWithSecrets = z
   .strictObject({ spec: FleetSpec, secrets: SpecSecretsSchema.default({}) })
-  .openapi("FleetSpecWithSecrets", { description: "A spec and the values of the environment variables its webhooks' secret_ref name" });
+  .openapi("FleetSpecWithSecrets", {
+    description: "A spec and the values of the environment variables its webhooks' secret_ref name",
+  });
 export const SpecRequest = z.union([FleetSpec, SpecWithSecrets]).openapi("FleetSpecRequest");
 export type SpecRequest = z.infer<typeof SpecRequest>;
 
 /** The spec of a request, and the secrets sent with it. */
-export const unwrapRequest = (body: SpecRequest) => ("spec" in body ? body : { spec: body, secrets: {} as Record<string, string> });
+export const unwrapRequest = (body: SpecRequest) =>
+  "spec" in body ? body : { spec: body, secrets: {} as Record<string, string> };
 export type SpecSection = (typeof SPEC_SECTIONS)[number];
 
 const DIFF_OPS = ["add", "change", "remove", "unlisted"] as const;
@@ -124,7 +145,9 @@ const Replan = z
     scope: z.enum(["none", "roles", "fleet"]),
     roles: z.array(z.string()),
     servers: z.number().int().openapi({ description: "Servers the planner would offer the new inputs" }),
-    sample: z.array(z.object({ id: z.string(), hostname: z.string() })).openapi({ description: "The first of them, by id" }),
+    sample: z
+      .array(z.object({ id: z.string(), hostname: z.string() }))
+      .openapi({ description: "The first of them, by id" }),
   })
   .openapi("FleetSpecReplan");
 
@@ -133,14 +156,20 @@ export const SpecDiff = z
     fleet: z.string(),
     prune: z.boolean(),
     exists: z.boolean().openapi({
-      description: "false: the fleet does not exist; the items are against an empty fleet and applying creates it (If-None-Match: *)",
+      description:
+        "false: the fleet does not exist; the items are against an empty fleet and applying creates it (If-None-Match: *)",
     }),
     equal: z.boolean().openapi({ description: "The fleet exists and is what the spec says: no item of any kind" }),
-    etag: z
-      .string()
-      .nullable()
-      .openapi({ description: "The fleet's spec ETag the diff was computed against (If-Match for the apply); null when the fleet does not exist" }),
-    summary: z.object({ add: z.number().int(), change: z.number().int(), remove: z.number().int(), unlisted: z.number().int() }),
+    etag: z.string().nullable().openapi({
+      description:
+        "The fleet's spec ETag the diff was computed against (If-Match for the apply); null when the fleet does not exist",
+    }),
+    summary: z.object({
+      add: z.number().int(),
+      change: z.number().int(),
+      remove: z.number().int(),
+      unlisted: z.number().int(),
+    }),
     items: z.array(DiffItem),
     replan: Replan,
   })
@@ -153,12 +182,15 @@ export const SpecApplied = SpecDiff.extend({
   created: z.boolean().openapi({ description: "The apply created the fleet (answered 201)" }),
   spec_hash: z.string().openapi({ description: "Hash of the applied spec, as its audit entry names it" }),
   planning: PlannerRunSchema.nullable(),
-  coordinator: z.object({ pending: z.boolean().openapi({ description: "Reboot groups still on their way to the coordinator (the cron delivers them)" }) }),
+  coordinator: z.object({
+    pending: z
+      .boolean()
+      .openapi({ description: "Reboot groups still on their way to the coordinator (the cron delivers them)" }),
+  }),
 }).openapi("FleetSpecApplied");
 
 export const specQuery = z.object({
-  prune: z
-    .enum(["true", "false"])
-    .optional()
-    .openapi({ description: "true: items of the fleet the spec does not list are removed (else left and listed as unlisted)" }),
+  prune: z.enum(["true", "false"]).optional().openapi({
+    description: "true: items of the fleet the spec does not list are removed (else left and listed as unlisted)",
+  }),
 });

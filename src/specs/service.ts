@@ -69,11 +69,18 @@ export async function fleetSpec(env: Env, fleet: string) {
 
 function refuse(problems: Problem[]) {
   if (problems.length === 0) return;
-  throw new DomainError("invalid_spec", `the spec has ${problems.length} problem(s); nothing was changed`, { problems });
+  throw new DomainError("invalid_spec", `the spec has ${problems.length} problem(s); nothing was changed`, {
+    problems,
+  });
 }
 
 const fleetChannels = async (db: Db, fleet: string) =>
-  (await db.select({ agent: agentChannels.agent }).from(agentChannels).where(and(eq(agentChannels.fleetId, fleet)))).map((r) => r.agent);
+  (
+    await db
+      .select({ agent: agentChannels.agent })
+      .from(agentChannels)
+      .where(and(eq(agentChannels.fleetId, fleet)))
+  ).map((r) => r.agent);
 
 const loopback = (env: Env) => env.ALLOW_LOOPBACK_HTTP === "1";
 
@@ -81,9 +88,19 @@ const loopback = (env: Env) => env.ALLOW_LOOPBACK_HTTP === "1";
  * A spec its schema refused: its schema's problems and its references', all in one answer.
  * `errors`: the spec's own (paths in the document) and those of the secrets sent with it.
  */
-export async function refuseInvalidSpec(env: Env, fleet: string, raw: unknown, prune: boolean, errors: ZodError[]): Promise<never> {
+export async function refuseInvalidSpec(
+  env: Env,
+  fleet: string,
+  raw: unknown,
+  prune: boolean,
+  errors: ZodError[],
+): Promise<never> {
   const known = prune ? [] : await fleetChannels(getDb(env.DB), fleet);
-  refuse([...errors.flatMap(schemaProblems), ...referenceProblems(raw, fleet, known), ...webhookUrlProblems(raw, loopback(env))]);
+  refuse([
+    ...errors.flatMap(schemaProblems),
+    ...referenceProblems(raw, fleet, known),
+    ...webhookUrlProblems(raw, loopback(env)),
+  ]);
   throw new Error("unreachable: a schema failure has problems");
 }
 
@@ -142,7 +159,8 @@ function diffOf(state: FleetState, plan: SpecPlan, prune: boolean, etag: string 
   };
 }
 
-const scopeOf = (plan: SpecPlan) => (plan.replan.fleet ? "fleet" : plan.replan.roles.length ? "roles" : "none") as "fleet" | "roles" | "none";
+const scopeOf = (plan: SpecPlan) =>
+  (plan.replan.fleet ? "fleet" : plan.replan.roles.length ? "roles" : "none") as "fleet" | "roles" | "none";
 
 /** POST …/spec:diff: what the spec would change, and whom the planner would re-plan; changes nothing. */
 export async function diffFleetSpec(env: Env, fleet: string, input: SpecInput, prune: boolean) {
@@ -155,7 +173,10 @@ export async function diffFleetSpec(env: Env, fleet: string, input: SpecInput, p
   await resolveChannels(db, state, spec, plan);
   const replan = await serversToReplan(db, fleet, plan.replan);
   const etag = exists ? await etagOf(state) : null;
-  return { ...diffOf(state, plan, prune, etag, exists), replan: { scope: scopeOf(plan), roles: plan.replan.roles, ...replan } };
+  return {
+    ...diffOf(state, plan, prune, etag, exists),
+    replan: { scope: scopeOf(plan), roles: plan.replan.roles, ...replan },
+  };
 }
 
 /**
@@ -178,8 +199,14 @@ function checkPreconditions(etag: string | null, opts: { ifMatch?: string; ifNon
         : `the fleet's spec changed since ${opts.ifMatch}: it is ${etag} now; diff again`,
     );
   }
-  if (opts.ifNoneMatch !== undefined && etag !== null && (opts.ifNoneMatch.trim() === "*" || ifMatches(opts.ifNoneMatch, etag))) {
-    throw failed(`the fleet exists (${etag}) and If-None-Match is ${opts.ifNoneMatch}; diff it and apply with If-Match`);
+  if (
+    opts.ifNoneMatch !== undefined &&
+    etag !== null &&
+    (opts.ifNoneMatch.trim() === "*" || ifMatches(opts.ifNoneMatch, etag))
+  ) {
+    throw failed(
+      `the fleet exists (${etag}) and If-None-Match is ${opts.ifNoneMatch}; diff it and apply with If-Match`,
+    );
   }
 }
 
@@ -201,7 +228,9 @@ async function decideApply(env: Env, state: FleetState, input: SpecInput, prune:
   await resolveChannels(getDb(env.DB), state, input.spec, plan);
   const hooks = plan.webhooks;
   if (hooks?.needSecret.length) {
-    const stage = await coordinatorOf(env, state.row.id).stageWebhookSecrets(Object.fromEntries(hooks.needSecret.map((n) => [n, sent[n]])));
+    const stage = await coordinatorOf(env, state.row.id).stageWebhookSecrets(
+      Object.fromEntries(hooks.needSecret.map((n) => [n, sent[n]])),
+    );
     for (const name of hooks.needSecret) hooks.webhooks[name] = { ...hooks.webhooks[name], secret_stage: stage };
   }
   return plan;
@@ -212,10 +241,20 @@ async function decideApply(env: Env, state: FleetState, input: SpecInput, prune:
  * statements in one batch, with the first bump of its intent revision. null: the fleet was created
  * meanwhile (by POST /v1/fleets or another apply), and the apply is decided again as an update.
  */
-async function createFromSpec(env: Env, actor: string, fleet: string, input: SpecInput, spec_hash: string, opts: ApplyOpts) {
+async function createFromSpec(
+  env: Env,
+  actor: string,
+  fleet: string,
+  input: SpecInput,
+  spec_hash: string,
+  opts: ApplyOpts,
+) {
   const db = getDb(env.DB);
   if (await removalPending(db, fleet)) {
-    throw new DomainError("fleet_removal_pending", `fleet '${fleet}' was deleted and is still being cleaned up; retry shortly`);
+    throw new DomainError(
+      "fleet_removal_pending",
+      `fleet '${fleet}' was deleted and is still being cleaned up; retry shortly`,
+    );
   }
   const { state, exists } = await stateOrNew(env, db, fleet);
   if (exists) return null;
@@ -226,7 +265,12 @@ async function createFromSpec(env: Env, actor: string, fleet: string, input: Spe
     await db.batch([
       bumpIntentRev(db, fleet, state.rev),
       db.insert(fleets).values(row),
-      auditInsert(db, { actor, action: "fleet.create", target: `fleet:${fleet}`, details: { id: fleet, via: "fleet.spec.apply", spec_hash } }),
+      auditInsert(db, {
+        actor,
+        action: "fleet.create",
+        target: `fleet:${fleet}`,
+        details: { id: fleet, via: "fleet.spec.apply", spec_hash },
+      }),
       ...applyStatements(db, actor, fleet, state.rev + 1, plan, { spec_hash, prune: opts.prune }),
     ]);
   } catch (err) {
@@ -240,7 +284,14 @@ async function createFromSpec(env: Env, actor: string, fleet: string, input: Spe
  * PUT …/spec: the apply. Refused whole (nothing written) for any problem of the spec, or 412 when
  * the fleet is no longer what `If-Match` names; a spec equal to the fleet writes nothing.
  */
-export async function applyFleetSpec(env: Env, ctx: Background, actor: string, fleet: string, input: SpecInput, opts: ApplyOpts) {
+export async function applyFleetSpec(
+  env: Env,
+  ctx: Background,
+  actor: string,
+  fleet: string,
+  input: SpecInput,
+  opts: ApplyOpts,
+) {
   const db = getDb(env.DB);
   // The document's hash: the secrets sent beside it are no part of it (nor of the audit entry).
   const spec_hash = await specHash(input.spec);
@@ -269,7 +320,8 @@ export async function applyFleetSpec(env: Env, ctx: Background, actor: string, f
   const changed = created !== null || writes(plan);
   if (changed) pagesChanged(env, ctx, fleet, "fleet");
   let pending = state.pending !== null || state.webhooks.pending !== null;
-  if (writes(plan) && (plan.groups || plan.lockSettings || plan.webhooks)) pending = (await runFleetTasks(env, { fleet })).failed > 0;
+  if (writes(plan) && (plan.groups || plan.lockSettings || plan.webhooks))
+    pending = (await runFleetTasks(env, { fleet })).failed > 0;
   const planning = changed && scopeOf(plan) !== "none" ? await planAfterChange(env, ctx, fleet) : null;
   const after = changed ? await etagOf(await stateOf(env, db, fleet)) : etag!;
   return {

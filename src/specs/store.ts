@@ -39,11 +39,19 @@ export interface FleetState {
  * applied against it: no channels, roles or groups, its settings' defaults). `exists`: whether the
  * row is D1's.
  */
-export async function readFleetState(env: Env, db: Db, fleet: string, orNew?: () => FleetRow): Promise<{ state: FleetState; exists: boolean } | null> {
+export async function readFleetState(
+  env: Env,
+  db: Db,
+  fleet: string,
+  orNew?: () => FleetRow,
+): Promise<{ state: FleetState; exists: boolean } | null> {
   const [fleetRows, revRows, roleRows, channelRows, taskRows] = await db.batch([
     db.select().from(fleets).where(eq(fleets.id, fleet)),
     db.select({ rev: fleetIntent.rev }).from(fleetIntent).where(eq(fleetIntent.fleetId, fleet)),
-    db.select({ role: roleProfiles.role, agents: roleProfiles.agents }).from(roleProfiles).where(eq(roleProfiles.fleetId, fleet)),
+    db
+      .select({ role: roleProfiles.role, agents: roleProfiles.agents })
+      .from(roleProfiles)
+      .where(eq(roleProfiles.fleetId, fleet)),
     db
       .select({ agent: agentChannels.agent, image: agentChannels.image, version: agentChannels.version })
       .from(agentChannels)
@@ -60,14 +68,17 @@ export async function readFleetState(env: Env, db: Db, fleet: string, orNew?: ()
   // id is free again), and asking would create one and store the settings there: a read-scoped
   // diff may name any fleet.
   const coordinator = coordinatorOf(env, fleet);
-  const [views, hooks] = exists ? await Promise.all([coordinator.listGroups(fleetSettings(row)), coordinator.webhookSpecState()]) : [[], {}];
+  const [views, hooks] = exists
+    ? await Promise.all([coordinator.listGroups(fleetSettings(row)), coordinator.webhookSpecState()])
+    : [[], {}];
   // A group's view shows its gates' verdicts under `gates`; what it declares is `own_gates`.
   const groups = new Map(views.map((v) => [v.name, configOf({ ...v, gates: v.own_gates })]));
   const task = <T>(kind: string) => (taskRows.find((t) => t.kind === kind)?.payload as T | undefined) ?? null;
   const pending = task<GroupsSpec>("apply_groups");
   if (pending) {
     for (const name of pending.remove) groups.delete(name);
-    for (const [name, change] of Object.entries(pending.groups)) groups.set(name, groupConfig(change as SpecRebootGroup));
+    for (const [name, change] of Object.entries(pending.groups))
+      groups.set(name, groupConfig(change as SpecRebootGroup));
   }
   const state: FleetState = {
     row,
@@ -90,7 +101,10 @@ export async function readFleetState(env: Env, db: Db, fleet: string, orNew?: ()
   return { state, exists };
 }
 
-function webhookState(kept: Awaited<ReturnType<ReturnType<typeof coordinatorOf>["webhookSpecState"]>>, pending: WebhooksSpec | null): WebhookState {
+function webhookState(
+  kept: Awaited<ReturnType<ReturnType<typeof coordinatorOf>["webhookSpecState"]>>,
+  pending: WebhooksSpec | null,
+): WebhookState {
   const declared: WebhookState["declared"] = {};
   const digests: WebhookState["digests"] = {};
   for (const [name, { secret_sha256, ...w }] of Object.entries(kept)) {
@@ -134,7 +148,12 @@ export async function serversToReplan(db: Db, fleet: string, scope: { fleet: boo
   );
   const [total, sample] = await db.batch([
     db.select({ n: count() }).from(servers).where(where),
-    db.select({ id: servers.id, hostname: servers.hostname }).from(servers).where(where).orderBy(asc(servers.id)).limit(SAMPLE),
+    db
+      .select({ id: servers.id, hostname: servers.hostname })
+      .from(servers)
+      .where(where)
+      .orderBy(asc(servers.id))
+      .limit(SAMPLE),
   ]);
   return { servers: total[0]?.n ?? 0, sample };
 }

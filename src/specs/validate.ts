@@ -31,7 +31,10 @@ export function referenceProblems(raw: unknown, fleet: string, fleetChannels: re
     const agents = isObject(profile) && Array.isArray(profile.agents) ? profile.agents : [];
     agents.forEach((agent, i) => {
       if (!isObject(agent) || typeof agent.name !== "string" || known.has(agent.name)) return;
-      problems.push({ path: `roles.${role}.agents.${i}.name`, message: `agent '${agent.name}' has no channel ${where}` });
+      problems.push({
+        path: `roles.${role}.agents.${i}.name`,
+        message: `agent '${agent.name}' has no channel ${where}`,
+      });
     });
   }
   return problems;

@@ -55,7 +55,11 @@ export interface WebhookState {
  * The diff's webhook items are computed by diffMap over these forms: a webhook whose secret
  * changes carries a `secret` marker, so it is a change like any other field (never the secret).
  */
-export function comparable(state: WebhookState, spec: Record<string, SpecWebhook>, sentDigests: Record<string, string>) {
+export function comparable(
+  state: WebhookState,
+  spec: Record<string, SpecWebhook>,
+  sentDigests: Record<string, string>,
+) {
   const current: Record<string, unknown> = {};
   const desired: Record<string, unknown> = {};
   const rotate = new Set<string>();
@@ -73,7 +77,11 @@ export function comparable(state: WebhookState, spec: Record<string, SpecWebhook
 }
 
 /** New webhooks with no secret sent: the apply refuses them (the diff only notes it). */
-export function missingSecrets(items: DiffItem[], spec: Record<string, SpecWebhook>, sent: Record<string, string>): Problem[] {
+export function missingSecrets(
+  items: DiffItem[],
+  spec: Record<string, SpecWebhook>,
+  sent: Record<string, string>,
+): Problem[] {
   return items
     .filter((i) => i.section === "webhooks" && i.op === "add" && !Object.hasOwn(sent, i.name))
     .map((i) => {
@@ -101,11 +109,14 @@ export function webhookCountProblems(state: WebhookState, items: DiffItem[]): Pr
   }
   if (after.size <= MAX_WEBHOOKS_PER_FLEET) return [];
   const kept = items.filter((i) => i.section === "webhooks" && i.op === "unlisted").length;
-  return [{
-    path: "webhooks",
-    message: `the fleet would have ${after.size} webhooks, and it may have at most ${MAX_WEBHOOKS_PER_FLEET}` +
-      (kept ? ` (${kept} the spec does not list are kept: list them, or apply with prune to remove them)` : ""),
-  }];
+  return [
+    {
+      path: "webhooks",
+      message:
+        `the fleet would have ${after.size} webhooks, and it may have at most ${MAX_WEBHOOKS_PER_FLEET}` +
+        (kept ? ` (${kept} the spec does not list are kept: list them, or apply with prune to remove them)` : ""),
+    },
+  ];
 }
 
 /**

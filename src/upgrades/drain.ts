@@ -19,7 +19,8 @@ const MUTATING = new Set(["POST", "PUT", "PATCH", "DELETE"]);
  * they go on; so does the operator's "run now". An enrollment registers a server (D1 rows, as
  * POST /v1/servers does), so it waits like a registration.
  */
-const exempt = (path: string) => (path.startsWith("/v1/agent/") && path !== "/v1/agent/enroll") || path === "/v1/upgrades/run";
+const exempt = (path: string) =>
+  (path.startsWith("/v1/agent/") && path !== "/v1/agent/enroll") || path === "/v1/upgrades/run";
 
 const drainedError = (version: number, newest: number, message?: string) =>
   new DomainError(
@@ -56,7 +57,9 @@ export function drainWrites(steps: readonly UpgradeStep[] = UPGRADE_STEPS) {
     if (now - lastKick >= KICK_INTERVAL_MS) {
       lastKick = now;
       c.executionCtx.waitUntil(
-        runUpgrades(c.env, { trigger: "request", steps }).catch((err) => logLine("error", "upgrade run failed", { trigger: "request", ...errorFields(err) })),
+        runUpgrades(c.env, { trigger: "request", steps }).catch((err) =>
+          logLine("error", "upgrade run failed", { trigger: "request", ...errorFields(err) }),
+        ),
       );
     }
     throw drainedError(version, newest);

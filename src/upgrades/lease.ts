@@ -12,9 +12,7 @@ import { currentHolder, type RunRow } from "./state";
  */
 export const LEASE_TIMEOUT_MS = 90_000;
 
-export type LeaseResult =
-  | { ok: true; run: RunRow; tookOver: RunRow | null }
-  | { ok: false; holder: RunRow };
+export type LeaseResult = { ok: true; run: RunRow; tookOver: RunRow | null } | { ok: false; holder: RunRow };
 
 /** Raised when this runner's lease was taken over while it worked; it must stop at once. */
 export class LeaseLost extends Error {
@@ -75,8 +73,20 @@ export async function acquireLease(
         .update(upgradeSteps)
         .set({ state: "abandoned", finishedAt: now, error: `${why}; its uncommitted chunk was discarded` })
         .where(and(eq(upgradeSteps.runId, holder.id), eq(upgradeSteps.state, "running"))),
-      db.insert(upgradeRuns).values({ ...fresh, tookOverFrom: holder.id }).returning(),
-      auditInsert(db, { actor: `upgrade:${runner}`, action: "upgrade.lease.takeover", target: `upgrade-run:${holder.id}`, details: { reason: why } }, now),
+      db
+        .insert(upgradeRuns)
+        .values({ ...fresh, tookOverFrom: holder.id })
+        .returning(),
+      auditInsert(
+        db,
+        {
+          actor: `upgrade:${runner}`,
+          action: "upgrade.lease.takeover",
+          target: `upgrade-run:${holder.id}`,
+          details: { reason: why },
+        },
+        now,
+      ),
     ]);
     return { ok: true, run: inserted[0], tookOver: holder };
   } catch (err) {

@@ -36,25 +36,55 @@ export async function sendUpgradeEvents(env: Env, now: number): Promise<{ sent: 
   // An abandoned attempt (its lease was taken over) is marked too, but sends nothing.
   const told = owed.filter((s) => s.state === "applied" || s.state === "failed");
   const ids = await Promise.all(
-    told.map(async (s) => (s.state === "failed" ? `upgrade:${s.version}:failed:${(await sha256Hex(s.error ?? "")).slice(0, 16)}` : `upgrade:${s.id}:${s.state}`)),
+    told.map(async (s) =>
+      s.state === "failed"
+        ? `upgrade:${s.version}:failed:${(await sha256Hex(s.error ?? "")).slice(0, 16)}`
+        : `upgrade:${s.id}:${s.state}`,
+    ),
   );
   const eventsOf = (fleet: string): FleetEvent[] =>
     told.map((s, i) => {
       const type = s.state === "applied" ? "upgrade.step_applied" : "upgrade.step_failed";
-      const summary = s.state === "applied" ? `Data upgrade step ${s.version} applied: ${s.description}` : `Data upgrade step ${s.version} failed: ${s.error ?? "no error recorded"}`;
-      return ownedEvent(ids[i], fleet, type, `upgrade:${s.version}`, summary, {
-        version: s.version, description: s.description, run_id: s.runId, chunks: s.chunks, error: s.error,
-        started_at: new Date(s.startedAt).toISOString(), finished_at: s.finishedAt ? new Date(s.finishedAt).toISOString() : null,
-      }, s.finishedAt ?? now);
+      const summary =
+        s.state === "applied"
+          ? `Data upgrade step ${s.version} applied: ${s.description}`
+          : `Data upgrade step ${s.version} failed: ${s.error ?? "no error recorded"}`;
+      return ownedEvent(
+        ids[i],
+        fleet,
+        type,
+        `upgrade:${s.version}`,
+        summary,
+        {
+          version: s.version,
+          description: s.description,
+          run_id: s.runId,
+          chunks: s.chunks,
+          error: s.error,
+          started_at: new Date(s.startedAt).toISOString(),
+          finished_at: s.finishedAt ? new Date(s.finishedAt).toISOString() : null,
+        },
+        s.finishedAt ?? now,
+      );
     });
   for (const part of told.length ? chunk(fleetIds, FLEETS_AT_ONCE) : []) {
     const results = await Promise.allSettled(part.map((f) => coordinatorOf(env, f).fleetEvents(eventsOf(f))));
     const failed = results.find((r) => r.status === "rejected");
     if (failed) {
-      logLine("warn", "upgrade step events not taken; the next tick sends them again", { error: String((failed as PromiseRejectedResult).reason) });
+      logLine("warn", "upgrade step events not taken; the next tick sends them again", {
+        error: String((failed as PromiseRejectedResult).reason),
+      });
       return { sent: 0 };
     }
   }
-  await db.update(upgradeSteps).set({ notifiedAt: now }).where(inArray(upgradeSteps.id, owed.map((s) => s.id)));
+  await db
+    .update(upgradeSteps)
+    .set({ notifiedAt: now })
+    .where(
+      inArray(
+        upgradeSteps.id,
+        owed.map((s) => s.id),
+      ),
+    );
   return { sent: owed.length };
 }

@@ -3,7 +3,16 @@ import { auditInsert } from "../audit/log";
 import { getDb, type Db } from "../db/client";
 import { upgradeState, upgradeSteps } from "../db/schema";
 import type { Env } from "../env";
-import { acquireLease, dropRun, fenceOf, heartbeat, isFenceViolation, LEASE_TIMEOUT_MS, LeaseLost, releaseLease } from "./lease";
+import {
+  acquireLease,
+  dropRun,
+  fenceOf,
+  heartbeat,
+  isFenceViolation,
+  LEASE_TIMEOUT_MS,
+  LeaseLost,
+  releaseLease,
+} from "./lease";
 import { latestRun, readUpgradeState, type RunRow } from "./state";
 import { newestVersion, type UpgradeStep } from "./step";
 import { UPGRADE_STEPS } from "./steps";
@@ -25,8 +34,25 @@ export interface RunOptions {
 
 export type RunOutcome =
   | { outcome: "up_to_date"; version: number; newest: number }
-  | { outcome: "applied"; version: number; newest: number; run_id: number; from: number; applied: number[]; took_over_from: number | null }
-  | { outcome: "failed"; version: number; newest: number; run_id: number; from: number; applied: number[]; failed_step: number; error: string }
+  | {
+      outcome: "applied";
+      version: number;
+      newest: number;
+      run_id: number;
+      from: number;
+      applied: number[];
+      took_over_from: number | null;
+    }
+  | {
+      outcome: "failed";
+      version: number;
+      newest: number;
+      run_id: number;
+      from: number;
+      applied: number[];
+      failed_step: number;
+      error: string;
+    }
   | { outcome: "lease_held"; version: number; newest: number; holder: RunRow }
   | { outcome: "lease_lost"; version: number; newest: number; run_id: number }
   | { outcome: "backing_off"; version: number; newest: number; last_run: RunRow };
@@ -83,14 +109,35 @@ export async function runUpgrades(env: Env, opts: RunOptions): Promise<RunOutcom
       }
       const error = errorText(err);
       console.error(`upgrade step ${step.version} failed:`, err);
-      await releaseLease(db, run.id, clock(), { state: "failed", toVersion: version, error: `step ${step.version}: ${error}` });
-      return { outcome: "failed", version, newest, run_id: run.id, from: start.version, applied, failed_step: step.version, error };
+      await releaseLease(db, run.id, clock(), {
+        state: "failed",
+        toVersion: version,
+        error: `step ${step.version}: ${error}`,
+      });
+      return {
+        outcome: "failed",
+        version,
+        newest,
+        run_id: run.id,
+        from: start.version,
+        applied,
+        failed_step: step.version,
+        error,
+      };
     }
     applied.push(step.version);
     version = step.version;
   }
   await releaseLease(db, run.id, clock(), { state: "succeeded", toVersion: version });
-  return { outcome: "applied", version, newest, run_id: run.id, from: start.version, applied, took_over_from: lease.tookOver?.id ?? null };
+  return {
+    outcome: "applied",
+    version,
+    newest,
+    run_id: run.id,
+    from: start.version,
+    applied,
+    took_over_from: lease.tookOver?.id ?? null,
+  };
 }
 
 /**
@@ -109,7 +156,14 @@ async function applyStep(
 ) {
   const [attempt] = await db
     .insert(upgradeSteps)
-    .values({ runId, version: step.version, description: step.description, runner, state: "running", startedAt: clock() })
+    .values({
+      runId,
+      version: step.version,
+      description: step.description,
+      runner,
+      state: "running",
+      startedAt: clock(),
+    })
     .returning();
   let cursor = start.cursorVersion === step.version ? start.cursor : null;
   let chunks = 0;
@@ -125,18 +179,28 @@ async function applyStep(
         ? [
             db
               .update(upgradeState)
-              .set({ version: step.version, cursorVersion: null, cursor: null, writtenByRun: fenceOf(runId), updatedAt: now })
+              .set({
+                version: step.version,
+                cursorVersion: null,
+                cursor: null,
+                writtenByRun: fenceOf(runId),
+                updatedAt: now,
+              })
               .where(onlyFromPrevious),
             db
               .update(upgradeSteps)
               .set({ state: "applied", chunks, finishedAt: now })
               .where(eq(upgradeSteps.id, attempt.id)),
-            auditInsert(db, {
-              actor: `upgrade:${runner}`,
-              action: "upgrade.step.applied",
-              target: `upgrade:${step.version}`,
-              details: { description: step.description, run_id: runId, chunks },
-            }, now),
+            auditInsert(
+              db,
+              {
+                actor: `upgrade:${runner}`,
+                action: "upgrade.step.applied",
+                target: `upgrade:${step.version}`,
+                details: { description: step.description, run_id: runId, chunks },
+              },
+              now,
+            ),
           ]
         : [
             db
@@ -145,7 +209,7 @@ async function applyStep(
               .where(onlyFromPrevious),
             db.update(upgradeSteps).set({ chunks }).where(eq(upgradeSteps.id, attempt.id)),
           ];
-      await db.batch([...statements, ...bookkeeping] as [typeof bookkeeping[0], ...typeof bookkeeping]);
+      await db.batch([...statements, ...bookkeeping] as [(typeof bookkeeping)[0], ...typeof bookkeeping]);
       if (done) return;
       cursor = next;
     }

@@ -38,7 +38,8 @@ const Attempt = z
 export const UpgradeStatus = z
   .object({
     state: z.enum(UPGRADE_STATUSES).openapi({
-      description: "current: nothing to do; running: a runner holds the lease; failing: the last run failed; pending: waiting for a run",
+      description:
+        "current: nothing to do; running: a runner holds the lease; failing: the last run failed; pending: waiting for a run",
     }),
     data_version: z.number().int(),
     newest_version: z.number().int(),

@@ -41,10 +41,19 @@ export async function upgradeStatus(env: Env, before: number | null, limit: numb
   const now = Date.now();
   const current = state.version >= NEWEST_VERSION;
   return {
-    state: current ? ("current" as const) : holder ? ("running" as const) : last?.state === "failed" ? ("failing" as const) : ("pending" as const),
+    state: current
+      ? ("current" as const)
+      : holder
+        ? ("running" as const)
+        : last?.state === "failed"
+          ? ("failing" as const)
+          : ("pending" as const),
     data_version: state.version,
     newest_version: NEWEST_VERSION,
-    pending: UPGRADE_STEPS.filter((s) => s.version > state.version).map((s) => ({ version: s.version, description: s.description })),
+    pending: UPGRADE_STEPS.filter((s) => s.version > state.version).map((s) => ({
+      version: s.version,
+      description: s.description,
+    })),
     lease: holder ? { ...runView(holder), stale: holder.heartbeatAt < now - LEASE_TIMEOUT_MS } : null,
     last_run: last ? runView(last) : null,
     attempts,
@@ -82,7 +91,13 @@ export async function runUpgradesNow(env: Env, actor: string) {
       throw new DomainError(
         "upgrade_failed",
         `upgrade step ${result.failed_step} failed: ${result.error}`,
-        { ...versions, run_id: result.run_id, applied: result.applied, failed_step: result.failed_step, error: result.error },
+        {
+          ...versions,
+          run_id: result.run_id,
+          applied: result.applied,
+          failed_step: result.failed_step,
+          error: result.error,
+        },
         { retryAfterS: FAILED_RETRY_AFTER_S },
       );
     case "backing_off":

@@ -30,8 +30,7 @@ export async function readUpgradeState(db: Db): Promise<UpgradeStateRow> {
   return row;
 }
 
-export const currentHolder = (db: Db) =>
-  db.query.upgradeRuns.findFirst({ where: eq(upgradeRuns.state, "running") });
+export const currentHolder = (db: Db) => db.query.upgradeRuns.findFirst({ where: eq(upgradeRuns.state, "running") });
 
 export const latestRun = (db: Db) => db.query.upgradeRuns.findFirst({ orderBy: desc(upgradeRuns.id) });
 

@@ -91,7 +91,13 @@ export class WebhookDispatcher {
 
   private queue(webhookId: string, event: FleetEvent): string {
     const id = crypto.randomUUID();
-    this.store.addDelivery({ id, webhook_id: webhookId, event_id: event.id, event_type: event.type, created_at: this.clock() });
+    this.store.addDelivery({
+      id,
+      webhook_id: webhookId,
+      event_id: event.id,
+      event_type: event.type,
+      created_at: this.clock(),
+    });
     this.adopt({ delivery_id: id, webhook_id: webhookId, event });
     return id;
   }
@@ -124,12 +130,14 @@ export class WebhookDispatcher {
       if (n >= MAX_IN_FLIGHT_PER_WEBHOOK) continue;
       this.perHook.set(r.webhook_id, n + 1);
       this.store.sendAt(r.delivery_id, now + DELIVERY_TIMEOUT_MS + LEASE_MARGIN_MS);
-      const send = this.send(r.delivery_id, JSON.parse(r.payload) as DeliveryPayload, r.attempts, this.epoch).finally(() => {
-        this.inFlight.delete(r.delivery_id);
-        const left = (this.perHook.get(r.webhook_id) ?? 1) - 1;
-        if (left > 0) this.perHook.set(r.webhook_id, left);
-        else this.perHook.delete(r.webhook_id);
-      });
+      const send = this.send(r.delivery_id, JSON.parse(r.payload) as DeliveryPayload, r.attempts, this.epoch).finally(
+        () => {
+          this.inFlight.delete(r.delivery_id);
+          const left = (this.perHook.get(r.webhook_id) ?? 1) - 1;
+          if (left > 0) this.perHook.set(r.webhook_id, left);
+          else this.perHook.delete(r.webhook_id);
+        },
+      );
       this.inFlight.set(r.delivery_id, send);
       this.host.waitUntil(send);
     }
@@ -187,7 +195,10 @@ export class WebhookDispatcher {
     if (!hook) return this.store.abandon(p.delivery_id, "the webhook was deleted");
     const now = this.clock();
     if (now - row.created_at > MAX_DELIVERY_AGE_MS) {
-      return this.store.abandon(p.delivery_id, `given up after ${MAX_DELIVERY_AGE_MS / 3600_000} h: ${row.last_error ?? "no answer"}`);
+      return this.store.abandon(
+        p.delivery_id,
+        `given up after ${MAX_DELIVERY_AGE_MS / 3600_000} h: ${row.last_error ?? "no answer"}`,
+      );
     }
     const { body, contentType } = bodyOf(hook.format, p.event);
     const headers = {
@@ -200,13 +211,23 @@ export class WebhookDispatcher {
     let http: number | null = null;
     let error: string | null = null;
     try {
-      const res = await this.fetcher(hook.url, { method: "POST", headers, body, redirect: "manual", signal: AbortSignal.timeout(DELIVERY_TIMEOUT_MS) });
+      const res = await this.fetcher(hook.url, {
+        method: "POST",
+        headers,
+        body,
+        redirect: "manual",
+        signal: AbortSignal.timeout(DELIVERY_TIMEOUT_MS),
+      });
       http = res.status;
-      if (res.status < 200 || res.status >= 300) error = `HTTP ${res.status}: ${(await res.text().catch(() => "")).slice(0, 200)}`;
+      if (res.status < 200 || res.status >= 300)
+        error = `HTTP ${res.status}: ${(await res.text().catch(() => "")).slice(0, 200)}`;
       else await res.body?.cancel();
     } catch (err) {
       const e = err as { name?: string; message?: string };
-      error = e?.name === "TimeoutError" ? `no answer within ${DELIVERY_TIMEOUT_MS / 1000} s` : String(e?.message ?? err).slice(0, 300);
+      error =
+        e?.name === "TimeoutError"
+          ? `no answer within ${DELIVERY_TIMEOUT_MS / 1000} s`
+          : String(e?.message ?? err).slice(0, 300);
     }
     // Dropped meanwhile (the fleet was deleted): its log says so already.
     if (epoch !== this.epoch) return;

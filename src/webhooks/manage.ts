@@ -45,7 +45,12 @@ export const deliveryView = (d: DeliveryRow) => ({
   last_error: d.last_error,
 });
 
-export function createWebhook(store: WebhookStore, input: WebhookInput, actor: string, now: number): { ok: true; webhook: WebhookView } | Failure {
+export function createWebhook(
+  store: WebhookStore,
+  input: WebhookInput,
+  actor: string,
+  now: number,
+): { ok: true; webhook: WebhookView } | Failure {
   if (store.all().length >= MAX_WEBHOOKS_PER_FLEET) {
     return fail("too_many_webhooks", `a fleet has at most ${MAX_WEBHOOKS_PER_FLEET} webhooks; delete one first`);
   }
@@ -81,10 +86,24 @@ export function deliveriesOf(store: WebhookStore, id: string, limit: number) {
 }
 
 /** A `webhook.test` event to this webhook alone; answered with the delivery to watch. */
-export function testWebhook(store: WebhookStore, dispatcher: WebhookDispatcher, fleet: string, id: string, actor: string, now: number) {
+export function testWebhook(
+  store: WebhookStore,
+  dispatcher: WebhookDispatcher,
+  fleet: string,
+  id: string,
+  actor: string,
+  now: number,
+) {
   const w = store.get(id);
   if (!w) return fail("not_found", `webhook '${id}' does not exist in this fleet`);
-  const event = fleetEvent(fleet, TEST_EVENT, `webhook:${id}`, `Test delivery to ${w.url}, sent by ${actor}`, { webhook_id: id, by: actor }, now);
+  const event = fleetEvent(
+    fleet,
+    TEST_EVENT,
+    `webhook:${id}`,
+    `Test delivery to ${w.url}, sent by ${actor}`,
+    { webhook_id: id, by: actor },
+    now,
+  );
   const delivery = dispatcher.test(id, event);
   return { ok: true as const, delivery: deliveryView(store.delivery(delivery)!) };
 }

@@ -3,10 +3,24 @@ import { requireScope } from "../auth/principal";
 import { actorOf } from "../domain/principal";
 import { fleetId } from "../fleets/schemas";
 import { limitBodies } from "../http/content";
-import { bearer, commonErrors, conflictError, createdResponse, jsonBody, jsonResponse, notFoundError } from "../http/openapi";
+import {
+  bearer,
+  commonErrors,
+  conflictError,
+  createdResponse,
+  jsonBody,
+  jsonResponse,
+  notFoundError,
+} from "../http/openapi";
 import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
-import { DeliverySchema, MAX_WEBHOOK_BODY_BYTES, WebhookCreatedSchema, WebhookInputSchema, WebhookSchema } from "./schemas";
+import {
+  DeliverySchema,
+  MAX_WEBHOOK_BODY_BYTES,
+  WebhookCreatedSchema,
+  WebhookInputSchema,
+  WebhookSchema,
+} from "./schemas";
 import { createWebhook, deleteWebhook, getWebhook, listWebhooks, testWebhook, webhookDeliveries } from "./service";
 
 const fleetParam = z.object({ fleet: fleetId });
@@ -30,7 +44,11 @@ export const webhookApi = webhookRoutes
       middleware: [requireScope("write")] as const,
       request: { params: fleetParam, body: jsonBody(WebhookInputSchema) },
       responses: {
-        201: createdResponse(WebhookCreatedSchema, "Created; the secret is never shown again", "The webhook's URL (GET answers it, never its secret)"),
+        201: createdResponse(
+          WebhookCreatedSchema,
+          "Created; the secret is never shown again",
+          "The webhook's URL (GET answers it, never its secret)",
+        ),
         ...commonErrors,
         ...notFoundError,
         ...conflictError("The fleet has as many webhooks as it may (`too_many_webhooks`)"),
@@ -40,7 +58,10 @@ export const webhookApi = webhookRoutes
       const { fleet } = c.req.valid("param");
       const created = await createWebhook(c.env, actorOf(c.var.principal), fleet, c.req.valid("json"));
       // The answer wraps the webhook ({webhook, secret}), so its URL is named here.
-      c.header("Location", `/v1/fleets/${encodeURIComponent(fleet)}/webhooks/${encodeURIComponent(created.webhook.id)}`);
+      c.header(
+        "Location",
+        `/v1/fleets/${encodeURIComponent(fleet)}/webhooks/${encodeURIComponent(created.webhook.id)}`,
+      );
       return c.json(created, 201);
     },
   )
@@ -54,7 +75,11 @@ export const webhookApi = webhookRoutes
       security: bearer,
       middleware: [requireScope("read")] as const,
       request: { params: fleetParam },
-      responses: { 200: jsonResponse(z.object({ items: z.array(WebhookSchema) }), "The webhooks"), ...commonErrors, ...notFoundError },
+      responses: {
+        200: jsonResponse(z.object({ items: z.array(WebhookSchema) }), "The webhooks"),
+        ...commonErrors,
+        ...notFoundError,
+      },
     }),
     async (c) => c.json({ items: await listWebhooks(c.env, c.req.valid("param").fleet) }, 200),
   )
@@ -102,7 +127,11 @@ export const webhookApi = webhookRoutes
       security: bearer,
       middleware: [requireScope("read")] as const,
       request: { params: hookParams, query: z.object({ limit: z.coerce.number().int().min(1).max(200).default(50) }) },
-      responses: { 200: jsonResponse(z.object({ items: z.array(DeliverySchema) }), "The deliveries"), ...commonErrors, ...notFoundError },
+      responses: {
+        200: jsonResponse(z.object({ items: z.array(DeliverySchema) }), "The deliveries"),
+        ...commonErrors,
+        ...notFoundError,
+      },
     }),
     async (c) => {
       const { fleet, id } = c.req.valid("param");
@@ -119,7 +148,11 @@ export const webhookApi = webhookRoutes
       security: bearer,
       middleware: [requireScope("write")] as const,
       request: { params: hookParams },
-      responses: { 202: jsonResponse(DeliverySchema, "Sent (or being retried: see its status)"), ...commonErrors, ...notFoundError },
+      responses: {
+        202: jsonResponse(DeliverySchema, "Sent (or being retried: see its status)"),
+        ...commonErrors,
+        ...notFoundError,
+      },
     }),
     async (c) => {
       const { fleet, id } = c.req.valid("param");

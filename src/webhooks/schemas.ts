@@ -15,12 +15,17 @@ export const WebhookInputSchema = z
       .regex(new RegExp("^https?://"), "must start with https://")
       .openapi({ format: "uri", example: "https://hooks.slack.com/services/T000/B000/XXXX" }),
     events: z
-      .array(z.enum(WEBHOOK_EVENTS, { error: (i) => `'${String(i.input)}' is not an event; one of ${WEBHOOK_EVENTS.join(", ")}` }))
+      .array(
+        z.enum(WEBHOOK_EVENTS, {
+          error: (i) => `'${String(i.input)}' is not an event; one of ${WEBHOOK_EVENTS.join(", ")}`,
+        }),
+      )
       .min(1)
       .max(WEBHOOK_EVENTS.length)
       .openapi({ description: "The events it is sent (docs/notifications.md)" }),
     format: z.enum(WEBHOOK_FORMATS).default("cloudevents").openapi({
-      description: "cloudevents: CloudEvents 1.0 JSON (structured mode); slack: {\"text\": …}, for Slack's and chat tools' incoming webhooks",
+      description:
+        "cloudevents: CloudEvents 1.0 JSON (structured mode); slack: {\"text\": …}, for Slack's and chat tools' incoming webhooks",
     }),
     description: z.string().trim().max(500).nullable().optional(),
     secret: z.string().min(16).max(256).optional().openapi({
@@ -33,7 +38,10 @@ export const WebhookInputSchema = z
 const envName = z
   .string()
   .max(128)
-  .regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "an environment variable's name: letters, digits and _, not starting with a digit");
+  .regex(
+    /^[A-Za-z_][A-Za-z0-9_]*$/,
+    "an environment variable's name: letters, digits and _, not starting with a digit",
+  );
 
 /**
  * A webhook in a fleet spec (src/specs/): what POST …/webhooks takes, except the secret, which a
@@ -45,26 +53,27 @@ export const SpecWebhookSchema = z
     events: WebhookInputSchema.shape.events,
     format: WebhookInputSchema.shape.format,
     description: WebhookInputSchema.shape.description,
-    secret_ref: z
-      .strictObject({ env: envName })
-      .optional()
-      .openapi({
-        description:
-          "Where the signing secret comes from: hm reads this environment variable and sends its value with the spec (never stored in the spec). Left out: the webhook keeps its secret; a new webhook needs one",
-      }),
+    secret_ref: z.strictObject({ env: envName }).optional().openapi({
+      description:
+        "Where the signing secret comes from: hm reads this environment variable and sends its value with the spec (never stored in the spec). Left out: the webhook keeps its secret; a new webhook needs one",
+    }),
   })
   .openapi("FleetSpecWebhook");
 export type SpecWebhook = z.infer<typeof SpecWebhookSchema>;
 
 /** The secrets hm sends alongside a spec: by environment variable name, the values its `secret_ref`s name. */
-export const SpecSecretsSchema = z
-  .record(envName, WebhookInputSchema.shape.secret.unwrap())
-  .openapi({ description: "Values of the environment variables the spec's webhooks name in secret_ref; never stored, never answered" });
+export const SpecSecretsSchema = z.record(envName, WebhookInputSchema.shape.secret.unwrap()).openapi({
+  description:
+    "Values of the environment variables the spec's webhooks name in secret_ref; never stored, never answered",
+});
 
 export const WebhookSchema = z
   .object({
     id: z.string(),
-    name: z.string().nullable().openapi({ description: "Its name in the fleet spec; null when added through this API (a spec names it by id)" }),
+    name: z
+      .string()
+      .nullable()
+      .openapi({ description: "Its name in the fleet spec; null when added through this API (a spec names it by id)" }),
     url: z.string(),
     events: z.array(z.string()),
     format: z.enum(WEBHOOK_FORMATS),
@@ -86,7 +95,9 @@ export const DeliverySchema = z
     id: z.string().openapi({ description: "Sent as X-Harbormaster-Delivery; the same on every retry" }),
     event_id: z.string(),
     event: z.string(),
-    status: z.enum(["pending", "delivered", "failed"]).openapi({ description: "pending: still being tried (with backoff, for up to 24 h)" }),
+    status: z
+      .enum(["pending", "delivered", "failed"])
+      .openapi({ description: "pending: still being tried (with backoff, for up to 24 h)" }),
     attempts: z.number().int(),
     created_at: z.string(),
     last_attempt_at: z.string().nullable(),

@@ -10,7 +10,9 @@ const REPLAY_WINDOW_S = 300;
 const encoder = new TextEncoder();
 
 async function hmacHex(secret: string, message: string): Promise<string> {
-  const key = await crypto.subtle.importKey("raw", encoder.encode(secret), { name: "HMAC", hash: "SHA-256" }, false, ["sign"]);
+  const key = await crypto.subtle.importKey("raw", encoder.encode(secret), { name: "HMAC", hash: "SHA-256" }, false, [
+    "sign",
+  ]);
   const mac = new Uint8Array(await crypto.subtle.sign("HMAC", key, encoder.encode(message)));
   return Array.from(mac, (b) => b.toString(16).padStart(2, "0")).join("");
 }
@@ -21,7 +23,12 @@ export async function signature(secret: string, body: string, unixSeconds: numbe
 }
 
 /** What a receiver does: the header's timestamp is recent and its digest is the body's. */
-export async function verify(secret: string, body: string, header: string | null, nowS = Math.floor(Date.now() / 1000)): Promise<boolean> {
+export async function verify(
+  secret: string,
+  body: string,
+  header: string | null,
+  nowS = Math.floor(Date.now() / 1000),
+): Promise<boolean> {
   const parts = Object.fromEntries((header ?? "").split(",").map((kv) => kv.split("=", 2) as [string, string]));
   const t = Number(parts.t);
   if (!Number.isInteger(t) || Math.abs(nowS - t) > REPLAY_WINDOW_S || !parts.v1) return false;

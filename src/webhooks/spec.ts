@@ -102,7 +102,11 @@ export function applyWebhookSpec(store: WebhookStore, spec: WebhooksSpec, now: n
       created_at: current?.created_at ?? now,
       created_by: current?.created_by ?? spec.actor,
     };
-    const same = current && current.name === name && current.secret === secret && JSON.stringify(declared(current)) === JSON.stringify(declared(next));
+    const same =
+      current &&
+      current.name === name &&
+      current.secret === secret &&
+      JSON.stringify(declared(current)) === JSON.stringify(declared(next));
     if (same) continue;
     store.put(next);
     byName.set(name, next);

@@ -42,23 +42,44 @@ export const RECENT_WRITE_MS = 2 * 60_000;
  */
 const LATE_CURSOR = "stale_events_late";
 
-const columns = { id: servers.id, fleet: servers.fleetId, hostname: servers.hostname, lastSeen: servers.lastSeen, staleAt: servers.staleAt, updatedAt: servers.updatedAt };
+const columns = {
+  id: servers.id,
+  fleet: servers.fleetId,
+  hostname: servers.hostname,
+  lastSeen: servers.lastSeen,
+  staleAt: servers.staleAt,
+  updatedAt: servers.updatedAt,
+};
 
 export async function sendStaleEvents(env: Env, now: number): Promise<{ sent: number }> {
   const db = getDb(env.DB);
-  const cursors = await db.select().from(cronCursors).where(inArray(cronCursors.name, [STALE_CURSOR, LATE_CURSOR]));
+  const cursors = await db
+    .select()
+    .from(cronCursors)
+    .where(inArray(cronCursors.name, [STALE_CURSOR, LATE_CURSOR]));
   const cursor = cursors.find((c) => c.name === STALE_CURSOR) ?? { at: now - STALE_FIRST_LOOKBACK_MS };
   const lateCursor = cursors.find((c) => c.name === LATE_CURSOR);
   const lateFrom = Math.min(lateCursor?.at ?? Infinity, now - RECENT_WRITE_MS);
   // `status != 'stale'` lets SQLite read the partial index servers_stale_at_idx (both reads).
   const live = and(ne(servers.status, "stale"), ne(servers.state, "removed"));
   const [onTime, late] = await db.batch([
-    db.select(columns).from(servers)
+    db
+      .select(columns)
+      .from(servers)
       .where(and(live, gte(servers.staleAt, cursor.at), lt(servers.staleAt, now)))
       .orderBy(asc(servers.staleAt))
       .limit(STALE_PER_TICK),
-    db.select(columns).from(servers)
-      .where(and(live, gte(servers.staleAt, cursor.at - LATE_DEADLINE_MS), lt(servers.staleAt, Math.min(cursor.at, now)), gte(servers.updatedAt, lateFrom)))
+    db
+      .select(columns)
+      .from(servers)
+      .where(
+        and(
+          live,
+          gte(servers.staleAt, cursor.at - LATE_DEADLINE_MS),
+          lt(servers.staleAt, Math.min(cursor.at, now)),
+          gte(servers.updatedAt, lateFrom),
+        ),
+      )
       .orderBy(asc(servers.updatedAt))
       .limit(STALE_PER_TICK),
   ]);
@@ -66,19 +87,34 @@ export async function sendStaleEvents(env: Env, now: number): Promise<{ sent: nu
   const byFleet = new Map<string, FleetEvent[]>();
   for (const r of rows) {
     const staleAt = r.staleAt!;
-    const e = ownedEvent(`server.stale:${r.id}:${staleAt}`, r.fleet, "server.stale", `server:${r.id}`,
-      `Server ${r.hostname} has not reported since ${r.lastSeen ? new Date(r.lastSeen).toISOString() : "it was registered"}`, {
-        server_id: r.id, hostname: r.hostname, last_seen: r.lastSeen ? new Date(r.lastSeen).toISOString() : null, stale_at: new Date(staleAt).toISOString(),
-      }, staleAt);
+    const e = ownedEvent(
+      `server.stale:${r.id}:${staleAt}`,
+      r.fleet,
+      "server.stale",
+      `server:${r.id}`,
+      `Server ${r.hostname} has not reported since ${r.lastSeen ? new Date(r.lastSeen).toISOString() : "it was registered"}`,
+      {
+        server_id: r.id,
+        hostname: r.hostname,
+        last_seen: r.lastSeen ? new Date(r.lastSeen).toISOString() : null,
+        stale_at: new Date(staleAt).toISOString(),
+      },
+      staleAt,
+    );
     byFleet.set(r.fleet, [...(byFleet.get(r.fleet) ?? []), e]);
   }
   const fleets = [...byFleet];
-  const results = await Promise.allSettled(fleets.map(([fleet, events]) => coordinatorOf(env, fleet).fleetEvents(events)));
+  const results = await Promise.allSettled(
+    fleets.map(([fleet, events]) => coordinatorOf(env, fleet).fleetEvents(events)),
+  );
   const failed = fleets.filter((_, i) => results[i].status === "rejected");
   const writes: BatchItem<"sqlite">[] = failed.map(([fleet, events]) => owedEvents(db, fleet, events, now));
   if (failed.length) {
     const error = String((results.find((r) => r.status === "rejected") as PromiseRejectedResult).reason);
-    logLine("warn", "server.stale events not taken; owed to those fleets as tasks the cron retries", { fleets: failed.length, error });
+    logLine("warn", "server.stale events not taken; owed to those fleets as tasks the cron retries", {
+      fleets: failed.length,
+      error,
+    });
   }
   // A full page: the next tick starts at its last deadline (ties read again, and dropped as seen).
   // D1 writes only on change: a tick that found no deadline past the cursor leaves it where it is
@@ -86,8 +122,14 @@ export async function sendStaleEvents(env: Env, now: number): Promise<{ sent: nu
   if (onTime.length) {
     const next = onTime.length === STALE_PER_TICK ? Math.max(cursor.at + 1, onTime[onTime.length - 1].staleAt!) : now;
     writes.push(
-      db.insert(cronCursors).values({ name: STALE_CURSOR, at: next })
-        .onConflictDoUpdate({ target: cronCursors.name, set: { at: next }, where: sql`${cronCursors.at} = ${cursor.at}` }),
+      db
+        .insert(cronCursors)
+        .values({ name: STALE_CURSOR, at: next })
+        .onConflictDoUpdate({
+          target: cronCursors.name,
+          set: { at: next },
+          where: sql`${cronCursors.at} = ${cursor.at}`,
+        }),
     );
   }
   // The late read's cursor: after a full page, its last write (ties read again); once a page is
@@ -95,7 +137,12 @@ export async function sendStaleEvents(env: Env, now: number): Promise<{ sent: nu
   const lateStill = sql`${cronCursors.at} = ${lateCursor?.at ?? null}`;
   if (late.length === STALE_PER_TICK) {
     const next = Math.max(lateCursor?.at ?? 0, lateFrom + 1, late[late.length - 1].updatedAt);
-    writes.push(db.insert(cronCursors).values({ name: LATE_CURSOR, at: next }).onConflictDoUpdate({ target: cronCursors.name, set: { at: next }, where: lateStill }));
+    writes.push(
+      db
+        .insert(cronCursors)
+        .values({ name: LATE_CURSOR, at: next })
+        .onConflictDoUpdate({ target: cronCursors.name, set: { at: next }, where: lateStill }),
+    );
   } else if (lateCursor) {
     writes.push(db.delete(cronCursors).where(and(eq(cronCursors.name, LATE_CURSOR), lateStill)));
   }

@@ -63,7 +63,10 @@ export class WebhookStore {
   private readonly sends;
 
   constructor(private readonly storage: DurableObjectStorage) {
-    this.table = kitTable(storage, "webhook_deliveries", `CREATE TABLE IF NOT EXISTS webhook_deliveries (
+    this.table = kitTable(
+      storage,
+      "webhook_deliveries",
+      `CREATE TABLE IF NOT EXISTS webhook_deliveries (
       id TEXT PRIMARY KEY,
       webhook_id TEXT NOT NULL,
       event_id TEXT NOT NULL,
@@ -76,22 +79,31 @@ export class WebhookStore {
       last_status INTEGER,
       last_error TEXT
     );
-    CREATE INDEX IF NOT EXISTS webhook_deliveries_by_hook ON webhook_deliveries (webhook_id, created_at);`);
-    this.seen = kitTable(storage, "webhook_events", `CREATE TABLE IF NOT EXISTS webhook_events (
+    CREATE INDEX IF NOT EXISTS webhook_deliveries_by_hook ON webhook_deliveries (webhook_id, created_at);`,
+    );
+    this.seen = kitTable(
+      storage,
+      "webhook_events",
+      `CREATE TABLE IF NOT EXISTS webhook_events (
       id TEXT PRIMARY KEY,
       at INTEGER NOT NULL
     );
-    CREATE INDEX IF NOT EXISTS webhook_events_by_at ON webhook_events (at);`);
+    CREATE INDEX IF NOT EXISTS webhook_events_by_at ON webhook_events (at);`,
+    );
     // The sends still owed, one row per pending delivery: the webhooks' own queue, apart from the
     // object's outbox, so a receiver that never answers holds up nothing but its own deliveries.
-    this.sends = kitTable(storage, "webhook_sends", `CREATE TABLE IF NOT EXISTS webhook_sends (
+    this.sends = kitTable(
+      storage,
+      "webhook_sends",
+      `CREATE TABLE IF NOT EXISTS webhook_sends (
       delivery_id TEXT PRIMARY KEY,
       webhook_id TEXT NOT NULL,
       payload TEXT NOT NULL,
       attempts INTEGER NOT NULL DEFAULT 0,
       next_at INTEGER NOT NULL
     );
-    CREATE INDEX IF NOT EXISTS webhook_sends_by_next ON webhook_sends (next_at);`);
+    CREATE INDEX IF NOT EXISTS webhook_sends_by_next ON webhook_sends (next_at);`,
+    );
   }
 
   /** A delivery to send, due at `at` (a delivery already queued keeps its place). */
@@ -110,21 +122,34 @@ export class WebhookStore {
   dueSends(now: number, limit: number): SendRow[] {
     if (!this.sends.exists()) return [];
     return this.storage.sql
-      .exec<SendRow>("SELECT delivery_id, webhook_id, payload, attempts FROM webhook_sends WHERE next_at <= ? ORDER BY next_at, rowid LIMIT ?", now, limit)
+      .exec<SendRow>(
+        "SELECT delivery_id, webhook_id, payload, attempts FROM webhook_sends WHERE next_at <= ? ORDER BY next_at, rowid LIMIT ?",
+        now,
+        limit,
+      )
       .toArray();
   }
 
   /** When the next send falls due after `now` (a retry, or a send under way whose lease runs out), or null. */
   nextSendAfter(now: number): number | null {
     if (!this.sends.exists()) return null;
-    return this.storage.sql.exec<{ at: number | null }>("SELECT MIN(next_at) AS at FROM webhook_sends WHERE next_at > ?", now).one().at;
+    return this.storage.sql
+      .exec<{ at: number | null }>("SELECT MIN(next_at) AS at FROM webhook_sends WHERE next_at > ?", now)
+      .one().at;
   }
 
   /** Moves a send to `at`: its lease while under way (tried again then, should the object die), or its retry. */
   sendAt(deliveryId: string, at: number, attempts?: number) {
     if (!this.sends.exists()) return;
-    if (attempts === undefined) this.storage.sql.exec("UPDATE webhook_sends SET next_at = ? WHERE delivery_id = ?", at, deliveryId);
-    else this.storage.sql.exec("UPDATE webhook_sends SET next_at = ?, attempts = ? WHERE delivery_id = ?", at, attempts, deliveryId);
+    if (attempts === undefined)
+      this.storage.sql.exec("UPDATE webhook_sends SET next_at = ? WHERE delivery_id = ?", at, deliveryId);
+    else
+      this.storage.sql.exec(
+        "UPDATE webhook_sends SET next_at = ?, attempts = ? WHERE delivery_id = ?",
+        at,
+        attempts,
+        deliveryId,
+      );
   }
 
   sent(deliveryId: string) {
@@ -151,7 +176,9 @@ export class WebhookStore {
    */
   firstSeen(id: string, now: number): boolean {
     this.seen.ensure();
-    const fresh = this.storage.sql.exec("INSERT INTO webhook_events (id, at) VALUES (?, ?) ON CONFLICT(id) DO NOTHING", id, now).rowsWritten > 0;
+    const fresh =
+      this.storage.sql.exec("INSERT INTO webhook_events (id, at) VALUES (?, ?) ON CONFLICT(id) DO NOTHING", id, now)
+        .rowsWritten > 0;
     if (fresh) this.storage.sql.exec("DELETE FROM webhook_events WHERE at < ?", now - EVENT_IDS_KEPT_MS);
     return fresh;
   }
@@ -180,7 +207,8 @@ export class WebhookStore {
   delete(id: string) {
     this.storage.kv.delete(KEY(id));
     this.map.delete(id);
-    if (this.table.exists()) this.storage.sql.exec("DELETE FROM webhook_deliveries WHERE webhook_id = ? AND status != 'pending'", id);
+    if (this.table.exists())
+      this.storage.sql.exec("DELETE FROM webhook_deliveries WHERE webhook_id = ? AND status != 'pending'", id);
   }
 
   addDelivery(row: Pick<DeliveryRow, "id" | "webhook_id" | "event_id" | "event_type" | "created_at">) {
@@ -209,7 +237,11 @@ export class WebhookStore {
   }
 
   /** An attempt's outcome; `status` moves on only from pending. */
-  recordAttempt(id: string, at: number, outcome: { status: DeliveryStatus; http: number | null; error: string | null }) {
+  recordAttempt(
+    id: string,
+    at: number,
+    outcome: { status: DeliveryStatus; http: number | null; error: string | null },
+  ) {
     if (!this.table.exists()) return;
     this.storage.sql.exec(
       `UPDATE webhook_deliveries SET attempts = attempts + 1, last_attempt_at = ?, last_status = ?, last_error = ?,
@@ -228,13 +260,21 @@ export class WebhookStore {
   /** Gives up on a delivery without an attempt (its webhook was deleted, or it is too old). */
   abandon(id: string, why: string) {
     if (!this.table.exists()) return;
-    this.storage.sql.exec("UPDATE webhook_deliveries SET status = 'failed', last_error = ? WHERE id = ? AND status = 'pending'", why, id);
+    this.storage.sql.exec(
+      "UPDATE webhook_deliveries SET status = 'failed', last_error = ? WHERE id = ? AND status = 'pending'",
+      why,
+      id,
+    );
   }
 
   deliveries(webhookId: string, limit: number): DeliveryRow[] {
     if (!this.table.exists()) return [];
     return this.storage.sql
-      .exec<DeliveryRow>("SELECT * FROM webhook_deliveries WHERE webhook_id = ? ORDER BY created_at DESC, id LIMIT ?", webhookId, limit)
+      .exec<DeliveryRow>(
+        "SELECT * FROM webhook_deliveries WHERE webhook_id = ? ORDER BY created_at DESC, id LIMIT ?",
+        webhookId,
+        limit,
+      )
       .toArray();
   }
 

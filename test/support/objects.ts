@@ -24,7 +24,9 @@ export async function until(pred: () => Promise<boolean>, ms = 5_000) {
 
 /** A server's index row as the quiet watch keeps it: when it was last seen and when it goes stale. */
 export const indexRow = (id: string) =>
-  env.DB.prepare("SELECT last_seen, stale_at FROM servers WHERE id = ?").bind(id).first<{ last_seen: number; stale_at: number }>();
+  env.DB.prepare("SELECT last_seen, stale_at FROM servers WHERE id = ?")
+    .bind(id)
+    .first<{ last_seen: number; stale_at: number }>();
 
 /** One cron tick, as the deployed trigger runs it, to the end of its background work. */
 export async function scheduledRun() {

@@ -29,7 +29,11 @@ const reportOf = (desired: { generation: number; agents: any[] }, how: "realized
   agents:
     how === "failed"
       ? []
-      : desired.agents.map((a) => ({ ...a, state: "running", ...(how === "drifted" ? { image: "registry.example/fw:0.9.0", version: "0.9.0" } : {}) })),
+      : desired.agents.map((a) => ({
+          ...a,
+          state: "running",
+          ...(how === "drifted" ? { image: "registry.example/fw:0.9.0", version: "0.9.0" } : {}),
+        })),
   errors: how === "failed" ? [{ agent: AGENT, op: "install", message: "pull failed" }] : [],
   assignments: { units: [], storage: [] },
 });
@@ -46,7 +50,13 @@ async function seed(ctx: BenchContext) {
   const started = Date.now();
   await pool([...Array(N).keys()], PARALLEL, async (i) => {
     const s = await ok(
-      await api("/v1/servers", "POST", { fleet, hostname: `h-${i}.${fleet}.bench`, kind: "managed", roles: ["edge"], fleetlock_id: `fl-${i}` }),
+      await api("/v1/servers", "POST", {
+        fleet,
+        hostname: `h-${i}.${fleet}.bench`,
+        kind: "managed",
+        roles: ["edge"],
+        fleetlock_id: `fl-${i}`,
+      }),
       "register",
     );
     ids[i] = s.id;
@@ -63,18 +73,28 @@ async function seed(ctx: BenchContext) {
   const key = await ok(await api(`/v1/fleets/${fleet}/fleetlock-key`, "POST"), "fleetlock key");
   const lock = `${ctx.base}${new URL(key.base_url).pathname}v1/pre-reboot`;
   const preReboot = (id: string, signal?: AbortSignal) =>
-    fetch(lock, { method: "POST", signal, headers: { "fleet-lock-protocol": "true" }, body: JSON.stringify({ client_params: { id, group: "default" } }) });
-  for (const id of ["fl-0", "fl-1"]) if ((await preReboot(id)).status !== 200) throw new Error(`pre-reboot ${id} was not granted`);
+    fetch(lock, {
+      method: "POST",
+      signal,
+      headers: { "fleet-lock-protocol": "true" },
+      body: JSON.stringify({ client_params: { id, group: "default" } }),
+    });
+  for (const id of ["fl-0", "fl-1"])
+    if ((await preReboot(id)).status !== 200) throw new Error(`pre-reboot ${id} was not granted`);
   const parked = new AbortController();
   const waits = ["fl-3", "fl-4", "fl-5"].map((id) => preReboot(id, parked.signal).catch(() => undefined));
   await new Promise((r) => setTimeout(r, 1000));
   parked.abort();
   await Promise.all(waits);
   const group = await ok(await api(`/v1/fleets/${fleet}/reboot-groups/default`), "group view");
-  if (group.holders.length !== 2 || group.queue.length !== 3) throw new Error(`group: ${group.holders.length} holders, ${group.queue.length} queued`);
+  if (group.holders.length !== 2 || group.queue.length !== 3)
+    throw new Error(`group: ${group.holders.length} holders, ${group.queue.length} queued`);
 
   // A rollout that stays running: nobody answers, and its servers have an hour each.
-  const rollout = await ok(await api("/v1/rollouts", "POST", { fleet, agent: AGENT, ...NEW, concurrency: 10, server_timeout_s: 3600 }), "rollout");
+  const rollout = await ok(
+    await api("/v1/rollouts", "POST", { fleet, agent: AGENT, ...NEW, concurrency: 10, server_timeout_s: 3600 }),
+    "rollout",
+  );
   return { fleet, server: ids[EVERY + 1], rollout: rollout.id as string };
 }
 
@@ -114,7 +134,8 @@ async function phase<T>(name: string, fn: () => Promise<T>) {
   }
 }
 
-const percentile = (sorted: number[], p: number) => sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)];
+const percentile = (sorted: number[], p: number) =>
+  sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)];
 
 /** p50 and p99 (ms) of REQUESTS sequential GETs of `path`, after a warm-up; every answer must be 200. */
 async function timed(ctx: BenchContext, path: string, cookie?: string) {
@@ -133,10 +154,19 @@ async function timed(ctx: BenchContext, path: string, cookie?: string) {
 /** D1 rows read by one request of `path` (the fewest of three, so background work elsewhere does not count). */
 async function rowsRead(ctx: BenchContext, path: string, cookie: string) {
   const meter = async (method: "GET" | "DELETE") => {
-    const res = method === "GET" ? await get(`${ctx.base}/__local/meter`) : await fetch(`${ctx.base}/__local/meter`, { method });
+    const res =
+      method === "GET" ? await get(`${ctx.base}/__local/meter`) : await fetch(`${ctx.base}/__local/meter`, { method });
     if (!res.ok) throw new Error(`/__local/meter: ${res.status}`);
-    const m = (await res.json()) as { worker: { d1: { rows_read: number } }; objects: Record<string, { d1: { rows_read: number } }>; d1_unattributed: { rows_read: number } };
-    return m.worker.d1.rows_read + m.d1_unattributed.rows_read + Object.values(m.objects).reduce((n, o) => n + o.d1.rows_read, 0);
+    const m = (await res.json()) as {
+      worker: { d1: { rows_read: number } };
+      objects: Record<string, { d1: { rows_read: number } }>;
+      d1_unattributed: { rows_read: number };
+    };
+    return (
+      m.worker.d1.rows_read +
+      m.d1_unattributed.rows_read +
+      Object.values(m.objects).reduce((n, o) => n + o.d1.rows_read, 0)
+    );
   };
   let fewest = Infinity;
   for (let i = 0; i < 3; i++) {
@@ -169,16 +199,24 @@ export async function run(ctx: BenchContext) {
     ["audit", `/console/audit?${f}`],
   ];
   const empty = await phase("empty request", () => timed(ctx, "/healthz"));
-  const table = [`| page (${N} servers) | p50 / p99 ms | × empty request (p50 / p99) | D1 rows read |`, "|---|---:|---:|---:|"];
+  const table = [
+    `| page (${N} servers) | p50 / p99 ms | × empty request (p50 / p99) | D1 rows read |`,
+    "|---|---:|---:|---:|",
+  ];
   table.push(`| empty request (GET /healthz) | ${empty.p50.toFixed(1)} / ${empty.p99.toFixed(1)} | 1 / 1 | 0 |`);
   for (const [name, path] of pages) {
     const t = await phase(name, () => timed(ctx, path, cookie));
     const rows = await phase(`${name}: rows read`, () => rowsRead(ctx, path, cookie));
     const ratio = `${(t.p50 / empty.p50).toFixed(1)} / ${(t.p99 / empty.p99).toFixed(1)}`;
     table.push(`| ${name} | ${t.p50.toFixed(0)} / ${t.p99.toFixed(0)} | ${ratio} | ${rows} |`);
-    ctx.note(`console (${N} servers): ${name} — p50 / p99 ms, × empty (p50 / p99), D1 rows read`, `${t.p50.toFixed(0)} / ${t.p99.toFixed(0)}, ${ratio}, ${rows}`);
+    ctx.note(
+      `console (${N} servers): ${name} — p50 / p99 ms, × empty (p50 / p99), D1 rows read`,
+      `${t.p50.toFixed(0)} / ${t.p99.toFixed(0)}, ${ratio}, ${rows}`,
+    );
   }
   const after = await timed(ctx, "/healthz");
-  table.push(`| empty request again, after the pages | ${after.p50.toFixed(1)} / ${after.p99.toFixed(1)} | ${(after.p50 / empty.p50).toFixed(2)} / ${(after.p99 / empty.p99).toFixed(2)} | |`);
+  table.push(
+    `| empty request again, after the pages | ${after.p50.toFixed(1)} / ${after.p99.toFixed(1)} | ${(after.p50 / empty.p50).toFixed(2)} / ${(after.p99 / empty.p99).toFixed(2)} | |`,
+  );
   console.error(["", ...table, ""].join("\n"));
 }

@@ -23,7 +23,15 @@ import { tsImport } from "tsx/esm/api";
 import type { FetchLike } from "../../../agent/http.ts";
 import type { SimOptions, SimSummary } from "../../../sim/simulator.ts";
 import type { BenchContext } from "../run.ts";
-import { compare, imageRolloutBill, report, type Reading, type TransportBill, type Usage, type Window } from "../bill.ts";
+import {
+  compare,
+  imageRolloutBill,
+  report,
+  type Reading,
+  type TransportBill,
+  type Usage,
+  type Window,
+} from "../bill.ts";
 import { LEASE_REFRESH_ROWS } from "../lease-refresh.ts";
 import { MONTH_S } from "../prices.ts";
 import { INDEX_LEASE_MS } from "../../../src/domain/channel.ts";
@@ -58,14 +66,18 @@ const LEASE_REFRESH = {
  * How simulated hosts talk to Harbormaster: the simulator options that give its hosts that agent
  * loop, and what it costs on a period longer than the steady window can see (per host-month).
  */
-const TRANSPORTS: Record<string, { label: string; sim: Partial<SimOptions>; periodic?: { usage: Partial<Usage>; why: string } }> = {
+const TRANSPORTS: Record<
+  string,
+  { label: string; sim: Partial<SimOptions>; periodic?: { usage: Partial<Usage>; why: string } }
+> = {
   channel: {
     label: "the host channel: a report a minute as a message, changes pushed, pings answered by the runtime",
     sim: { transport: "channel", heartbeatS: 60 },
     periodic: LEASE_REFRESH,
   },
   http: {
-    label: "the long poll GET /v1/agent/desired?wait=60, held in the Worker, carrying the heartbeat (X-Report-Tag); a report only on change",
+    label:
+      "the long poll GET /v1/agent/desired?wait=60, held in the Worker, carrying the heartbeat (X-Report-Tag); a report only on change",
     sim: { transport: "http", waitS: 60, heartbeatS: 60 },
     // Neither the lease's refresh, nor the quiet watch's alarm (src/ledger/quiet.ts: once per
     // stale_after + its grace, the simulator's fleet having stale_after 4 report periods), nor the
@@ -80,7 +92,8 @@ const TRANSPORTS: Record<string, { label: string; sim: Partial<SimOptions>; peri
         doRequests: MONTH_S / QUIET_PERIOD_S,
         invocations: MONTH_S / QUIET_PERIOD_S,
         alarmsSet: MONTH_S / QUIET_PERIOD_S,
-        doRowsWritten: LEASE_REFRESH.usage.doRowsWritten + 2 * (MONTH_S / QUIET_PERIOD_S) + MONTH_S / HEARTBEAT_PERSIST_S,
+        doRowsWritten:
+          LEASE_REFRESH.usage.doRowsWritten + 2 * (MONTH_S / QUIET_PERIOD_S) + MONTH_S / HEARTBEAT_PERSIST_S,
       },
       why:
         `${LEASE_REFRESH.why}; the quiet watch's alarm, once per stale_after + its grace (${QUIET_PERIOD_S} s here): ` +
@@ -104,17 +117,26 @@ export async function run(ctx: BenchContext) {
     ctx.note("cost: skipped (run `npm run bench -- cost`, or set BENCH_COST_TRANSPORT)", "-");
     return;
   }
-  const opt = (name: string, fallback: string) => ctx.option(name) ?? process.env[`BENCH_COST_${name.toUpperCase()}`] ?? fallback;
+  const opt = (name: string, fallback: string) =>
+    ctx.option(name) ?? process.env[`BENCH_COST_${name.toUpperCase()}`] ?? fallback;
   const names = opt("transport", "channel,http").split(",");
-  for (const name of names) if (!TRANSPORTS[name]) throw new Error(`--transport ${name}: known are ${Object.keys(TRANSPORTS).join(", ")}`);
+  for (const name of names)
+    if (!TRANSPORTS[name]) throw new Error(`--transport ${name}: known are ${Object.keys(TRANSPORTS).join(", ")}`);
   const bills: TransportBill[] = [];
   for (const name of names) bills.push(await measure(ctx, name, opt));
   compare(bills);
-  ctx.note("cost: a 50 MB image rolled out to 10,000 hosts, at list price", `$${imageRolloutBill(50, 10_000).toFixed(4)}`);
+  ctx.note(
+    "cost: a 50 MB image rolled out to 10,000 hosts, at list price",
+    `$${imageRolloutBill(50, 10_000).toFixed(4)}`,
+  );
 }
 
 /** One transport's run: its own fleet, the windows read from the meter, its itemized bill. */
-async function measure(ctx: BenchContext, transportName: string, opt: (name: string, fallback: string) => string): Promise<TransportBill> {
+async function measure(
+  ctx: BenchContext,
+  transportName: string,
+  opt: (name: string, fallback: string) => string,
+): Promise<TransportBill> {
   const transport = TRANSPORTS[transportName];
   const hosts = Number(opt("hosts", "150"));
   const durationS = Number(opt("duration", "180"));
@@ -122,7 +144,8 @@ async function measure(ctx: BenchContext, transportName: string, opt: (name: str
   const joinS = RAMP_S + 5;
   if (!(durationS >= joinS + 60 + STEADY_S)) throw new Error(`--duration must be at least ${joinS + 60 + STEADY_S} s`);
   // The periodic items above are added by arithmetic because the steady window cannot see them.
-  if (transportName === "http" && durationS > joinS + HEARTBEAT_PERSIST_S) throw new Error(`--duration for http: at most ${joinS + HEARTBEAT_PERSIST_S} s`);
+  if (transportName === "http" && durationS > joinS + HEARTBEAT_PERSIST_S)
+    throw new Error(`--duration for http: at most ${joinS + HEARTBEAT_PERSIST_S} s`);
 
   const meter = async (reset: boolean): Promise<Reading> => {
     const res = await fetch(`${ctx.base}/__local/meter`, { method: reset ? "DELETE" : "GET" });
@@ -150,7 +173,10 @@ async function measure(ctx: BenchContext, transportName: string, opt: (name: str
     d1Bytes: r.d1_stored_bytes,
   });
 
-  const { runSim, DEFAULTS } = (await tsImport("../../../sim/simulator.ts", import.meta.url)) as typeof import("../../../sim/simulator.ts");
+  const { runSim, DEFAULTS } = (await tsImport(
+    "../../../sim/simulator.ts",
+    import.meta.url,
+  )) as typeof import("../../../sim/simulator.ts");
   const { Api } = (await tsImport("../../../cli/api.ts", import.meta.url)) as typeof import("../../../cli/api.ts");
   const api = new Api(ctx.base, ctx.admin);
   const fleet = `cost-${transportName}-${Date.now().toString(36)}`;
@@ -161,7 +187,8 @@ async function measure(ctx: BenchContext, transportName: string, opt: (name: str
   const sampled = `/v1/fleets/${fleet}/reboot-groups/${DEFAULTS.group}`;
   const simFetch: FetchLike = (input, init) => {
     const url = new URL(input instanceof Request ? input.url : input);
-    if ((init?.method ?? "GET") === "GET" && url.pathname === sampled) return Promise.resolve(Response.json({ slots: 0, holders: [], queue: [] }));
+    if ((init?.method ?? "GET") === "GET" && url.pathname === sampled)
+      return Promise.resolve(Response.json({ slots: 0, holders: [], queue: [] }));
     return fetch(input, init);
   };
   // t0: when the hosts' loops began (the simulator's first progress report comes a second later).
@@ -177,7 +204,8 @@ async function measure(ctx: BenchContext, transportName: string, opt: (name: str
   // The reboot wave: the simulator reboots its rebooting hosts between 15% and 50% of `durationS`
   // (sim/simulator.ts), so the events window starts before it and the steady window after.
   const steadyFrom = durationS - STEADY_S;
-  if (0.15 * durationS < joinS || 0.5 * durationS > steadyFrom - 10) throw new Error("the reboot wave would fall outside the events window: raise --duration");
+  if (0.15 * durationS < joinS || 0.5 * durationS > steadyFrom - 10)
+    throw new Error("the reboot wave would fall outside the events window: raise --duration");
   const sim = runSim({
     ...DEFAULTS,
     ...transport.sim,
@@ -225,7 +253,12 @@ async function measure(ctx: BenchContext, transportName: string, opt: (name: str
     const servers = (await api.listServers({ fleet })).slice(0, SINGLE_CHANGES);
     for (const s of servers) {
       const d = await api.getDesired(s.id);
-      await api.putDesired(s.id, { generation: d.generation + 1, agents: d.agents.map((a, i) => (i === d.agents.length - 1 ? { ...a, version: `${a.version}-edit` } : a)).map(({ name, image, version }) => ({ name, image, version })) });
+      await api.putDesired(s.id, {
+        generation: d.generation + 1,
+        agents: d.agents
+          .map((a, i) => (i === d.agents.length - 1 ? { ...a, version: `${a.version}-edit` } : a))
+          .map(({ name, image, version }) => ({ name, image, version })),
+      });
     }
     events.push(`${servers.length} single-server desired changes`);
 
@@ -247,11 +280,25 @@ async function measure(ctx: BenchContext, transportName: string, opt: (name: str
     await cron;
   })();
   const [summary] = (await Promise.all([sim, script])) as [SimSummary, void];
-  events.push(`reboot wave: ${summary.reboots.granted} of ${hosts} hosts rebooted through FleetLock (${summary.reboots.refusals} refusals)`);
+  events.push(
+    `reboot wave: ${summary.reboots.granted} of ${hosts} hosts rebooted through FleetLock (${summary.reboots.refusals} refusals)`,
+  );
   // What the run's hosts left stored (their ledgers, the fleet's coordinator and rollout, their
   // index rows and audit), per host: the state at the end less the state before the setup.
   const [before, after] = [storedOf(baseline), storedOf(windows.at(-1)!.reading)];
-  const stored = { doBytes: (after.doBytes - before.doBytes) / hosts, d1Bytes: (after.d1Bytes - before.d1Bytes) / hosts };
-  return report(ctx, { transport: transportName, label: transport.label, hosts, rounds, windows, events, summary, periodic: transport.periodic, stored });
+  const stored = {
+    doBytes: (after.doBytes - before.doBytes) / hosts,
+    d1Bytes: (after.d1Bytes - before.d1Bytes) / hosts,
+  };
+  return report(ctx, {
+    transport: transportName,
+    label: transport.label,
+    hosts,
+    rounds,
+    windows,
+    events,
+    summary,
+    periodic: transport.periodic,
+    stored,
+  });
 }
-

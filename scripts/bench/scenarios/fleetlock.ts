@@ -17,8 +17,14 @@ export async function run(ctx: BenchContext) {
   // base_url carries the request's origin; the load goes to the same path on the bench server.
   const basePath = new URL((await k.json()).base_url).pathname;
 
-  for (const [group, slots] of [["wide", CLIENTS], ["narrow", 2]] as const) {
-    const g = await ctx.client.v1.fleets[":fleet"]["reboot-groups"][":group"].$put({ param: { fleet, group }, json: { slots } });
+  for (const [group, slots] of [
+    ["wide", CLIENTS],
+    ["narrow", 2],
+  ] as const) {
+    const g = await ctx.client.v1.fleets[":fleet"]["reboot-groups"][":group"].$put({
+      param: { fleet, group },
+      json: { slots },
+    });
     if (g.status !== 200) throw new Error(`group: ${g.status} ${await g.text()}`);
   }
   const ids: Record<Group, string[]> = { wide: [], narrow: [] };

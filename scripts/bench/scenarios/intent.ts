@@ -10,7 +10,6 @@ const NEWLY_STALE = 100;
 const STALE_AFTER_S = 10;
 const PARALLEL = 16;
 
-
 export async function run(ctx: BenchContext) {
   // Registering 6,000 servers takes minutes on a development machine: only when asked for.
   if (!process.argv.slice(2).includes("intent") && !process.env.BENCH_INTENT_N) {
@@ -26,35 +25,53 @@ export async function run(ctx: BenchContext) {
   for (const n of SIZES) {
     const fleet = `intent-${n}-${Date.now().toString(36)}`;
     await ok(await api("/v1/fleets", "POST", { id: fleet, stale_after_s: STALE_AFTER_S }), "fleet");
-    for (const [agent, image] of [["base", "base:1"], ["logs", "logs:1"], ["fw", "fw:1"]]) {
+    for (const [agent, image] of [
+      ["base", "base:1"],
+      ["logs", "logs:1"],
+      ["fw", "fw:1"],
+    ]) {
       await ok(await api(`/v1/fleets/${fleet}/channels/${agent}`, "PUT", { image, version: "1" }), "channel");
     }
     await ok(await api(`/v1/fleets/${fleet}/roles/compute`, "PUT", { agents: [{ name: "base" }] }), "role");
-    await ok(await api(`/v1/fleets/${fleet}/roles/edge`, "PUT", { agents: [{ name: "base" }, { name: "logs" }] }), "role");
+    await ok(
+      await api(`/v1/fleets/${fleet}/roles/edge`, "PUT", { agents: [{ name: "base" }, { name: "logs" }] }),
+      "role",
+    );
 
     const started = Date.now();
     const servers: { id: string; token: string; edge: boolean }[] = new Array(n);
     await pool([...Array(n).keys()], PARALLEL, async (i) => {
       const edge = i % AFFECTED_EVERY === 0;
       const s = await ok(
-        await api("/v1/servers", "POST", { fleet, hostname: `h-${i}.${fleet}.bench`, kind: "managed", roles: [edge ? "edge" : "compute"] }),
+        await api("/v1/servers", "POST", {
+          fleet,
+          hostname: `h-${i}.${fleet}.bench`,
+          kind: "managed",
+          roles: [edge ? "edge" : "compute"],
+        }),
         "register",
       );
       servers[i] = { id: s.id, token: s.token, edge };
     });
-    ctx.note(`intent N=${n}: registration (planned first config), ms per server`, ((Date.now() - started) / n).toFixed(1));
+    ctx.note(
+      `intent N=${n}: registration (planned first config), ms per server`,
+      ((Date.now() - started) / n).toFixed(1),
+    );
 
     // (1) One role change; the answer comes once the planner has converged (or says what remains).
     const affected = servers.filter((s) => s.edge).length;
     const before = await statements();
     const t0 = performance.now();
     const res = await ok(
-      await api(`/v1/fleets/${fleet}/roles/edge`, "PUT", { agents: [{ name: "base" }, { name: "logs" }, { name: "fw" }] }),
+      await api(`/v1/fleets/${fleet}/roles/edge`, "PUT", {
+        agents: [{ name: "base" }, { name: "logs" }, { name: "fw" }],
+      }),
       "role change",
     );
     const ms = performance.now() - t0;
     const after = await statements();
-    if (res.planning.remaining || res.planning.issued !== affected) throw new Error(`planner did not converge inline: ${JSON.stringify(res.planning)}`);
+    if (res.planning.remaining || res.planning.issued !== affected)
+      throw new Error(`planner did not converge inline: ${JSON.stringify(res.planning)}`);
     const sample = await ok(await api(`/v1/servers/${servers.find((s) => !s.edge)!.id}/desired`), "desired");
     if (sample.generation !== 1) throw new Error("an unaffected server was re-planned");
     ctx.note(`intent N=${n}: role change → ${affected} servers re-planned, total ms`, ms.toFixed(0));
@@ -68,7 +85,12 @@ export async function run(ctx: BenchContext) {
     await pool(servers.slice(0, NEWLY_STALE), PARALLEL, async (s) => {
       const d = await ok(await api("/v1/agent/desired", "GET", undefined, s.token), "poll");
       await ok(
-        await api("/v1/agent/inventory", "PUT", { generation: d.generation, reconciled_at: new Date().toISOString(), boot_id: "b", agents: [] }, s.token),
+        await api(
+          "/v1/agent/inventory",
+          "PUT",
+          { generation: d.generation, reconciled_at: new Date().toISOString(), boot_id: "b", agents: [] },
+          s.token,
+        ),
         "report",
       );
     });

@@ -40,7 +40,10 @@ export async function run(ctx: BenchContext) {
     const s = await ctx.client.v1.servers.$post({ json: { fleet, hostname: `host-${i}.bench`, kind: "managed" } });
     if (s.status !== 201) throw new Error(`server: ${s.status} ${await s.text()}`);
     const server = await s.json();
-    const d = await ctx.client.v1.servers[":id"].desired.$put({ param: { id: server.id }, json: { generation: 2, agents: AGENTS } });
+    const d = await ctx.client.v1.servers[":id"].desired.$put({
+      param: { id: server.id },
+      json: { generation: 2, agents: AGENTS },
+    });
     if (d.status !== 200) throw new Error(`desired: ${d.status} ${await d.text()}`);
     const r = await ctx.clientFor(server.token).v1.agent.inventory.$put({ json: report(2) });
     if (r.status !== 200) throw new Error(`report: ${r.status} ${await r.text()}`);
@@ -74,7 +77,10 @@ export async function run(ctx: BenchContext) {
       {
         method: "GET",
         path: "/v1/agent/desired",
-        setupRequest: (req) => ({ ...req, headers: { authorization: `Bearer ${wrongSecret[w++ % wrongSecret.length]}` } }),
+        setupRequest: (req) => ({
+          ...req,
+          headers: { authorization: `Bearer ${wrongSecret[w++ % wrongSecret.length]}` },
+        }),
       },
     ],
   });

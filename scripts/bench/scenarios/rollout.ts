@@ -45,10 +45,19 @@ export async function run(ctx: BenchContext) {
     await api("PUT", `/v1/fleets/${fleet}/roles/edge`, { agents: [{ name: AGENT }] });
     const hosts: { id: string; token: string; generation: number }[] = [];
     const setupStart = Date.now();
-    await pool(Array.from({ length: n }, (_, i) => i), 32, async (i) => {
-      const s = await api("POST", "/v1/servers", { fleet, hostname: `h${i}.${fleet}.bench`, kind: "managed", roles: ["edge"] });
-      hosts.push({ id: s.id, token: s.token, generation: s.desired.generation });
-    });
+    await pool(
+      Array.from({ length: n }, (_, i) => i),
+      32,
+      async (i) => {
+        const s = await api("POST", "/v1/servers", {
+          fleet,
+          hostname: `h${i}.${fleet}.bench`,
+          kind: "managed",
+          roles: ["edge"],
+        });
+        hosts.push({ id: s.id, token: s.token, generation: s.desired.generation });
+      },
+    );
     console.error(`  ${n} servers registered in ${((Date.now() - setupStart) / 1000).toFixed(1)} s`);
     const byId = new Map(hosts.map((h) => [h.id, h]));
 
@@ -77,7 +86,10 @@ export async function run(ctx: BenchContext) {
       hostRequests++;
       if (res.status === 304) return reconcileOnce(h);
       if (!res.ok) throw new Error(`desired: ${res.status} ${await res.text()}`);
-      const cfg = (await res.json()) as { generation: number; agents: { name: string; image: string; version: string; instance_id: string }[] };
+      const cfg = (await res.json()) as {
+        generation: number;
+        agents: { name: string; image: string; version: string; instance_id: string }[];
+      };
       await api(
         "PUT",
         "/v1/agent/inventory",
@@ -95,7 +107,9 @@ export async function run(ctx: BenchContext) {
       h.generation = cfg.generation;
     };
 
-    const d1 = async () => (await ctx.metric("harbormaster_d1_statements_total", 'kind="read"')) + (await ctx.metric("harbormaster_d1_statements_total", 'kind="write"'));
+    const d1 = async () =>
+      (await ctx.metric("harbormaster_d1_statements_total", 'kind="read"')) +
+      (await ctx.metric("harbormaster_d1_statements_total", 'kind="write"'));
     const writes = () => ctx.metric("harbormaster_d1_statements_total", 'kind="write"');
     const d1Before = await d1();
     const writesBefore = await writes();
@@ -147,7 +161,8 @@ export async function run(ctx: BenchContext) {
     const statements = (await d1()) - d1Before;
     const writeStatements = (await writes()) - writesBefore;
     const final = await api("GET", `/v1/rollouts/${r.id}`);
-    if (final.state !== "succeeded" || final.counts.done !== n) throw new Error(`rollout ended ${final.state} ${JSON.stringify(final.counts)}`);
+    if (final.state !== "succeeded" || final.counts.done !== n)
+      throw new Error(`rollout ended ${final.state} ${JSON.stringify(final.counts)}`);
     const perTarget = elapsed / n;
     ctx.note(
       `rollout of ${n} targets at concurrency ${CONCURRENCY}: control-plane ms per target (× empty request ${floorMs.toFixed(2)} ms)`,
@@ -157,6 +172,8 @@ export async function run(ctx: BenchContext) {
       `rollout of ${n} targets: D1 statements per target (the empty request costs 0)`,
       `${(statements / n).toFixed(2)} (${(writeStatements / n).toFixed(2)} writes)`,
     );
-    console.error(`  rollout ${n}: ${perTarget.toFixed(2)} ms/target, ${(statements / n).toFixed(2)} D1 statements/target`);
+    console.error(
+      `  rollout ${n}: ${perTarget.toFixed(2)} ms/target, ${(statements / n).toFixed(2)} D1 statements/target`,
+    );
   }
 }

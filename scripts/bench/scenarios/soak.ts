@@ -18,7 +18,15 @@ import type { BenchContext } from "../run.ts";
 const SAMPLE_MS = 30_000;
 const FILES_PER_HOST = 4;
 
-interface Sample { s: number; simRssMb: number; simHeapMb: number; serverRssMb: number | null; reports: number; errors: number; channels: number }
+interface Sample {
+  s: number;
+  simRssMb: number;
+  simHeapMb: number;
+  serverRssMb: number | null;
+  reports: number;
+  errors: number;
+  channels: number;
+}
 
 export async function run(ctx: BenchContext) {
   if (!process.argv.slice(2).includes("soak")) {
@@ -28,14 +36,19 @@ export async function run(ctx: BenchContext) {
   const hosts = Number(ctx.option("hosts") ?? 10_000);
   const durationS = Number(ctx.option("duration") ?? 600);
   const rampS = Number(ctx.option("ramp") ?? 120);
-  const { runSim, DEFAULTS } = (await tsImport("../../../sim/simulator.ts", import.meta.url)) as typeof import("../../../sim/simulator.ts");
+  const { runSim, DEFAULTS } = (await tsImport(
+    "../../../sim/simulator.ts",
+    import.meta.url,
+  )) as typeof import("../../../sim/simulator.ts");
   // The local runtime holds, per host, its socket and, while the host's ledger is awake, that
   // ledger's SQLite file with its -wal and -shm: about FILES_PER_HOST open files, and it aborts
   // when it cannot open one more (the runtime inherits this process's limit). Refused up front
   // rather than after minutes of set-up.
   const fdLimit = Number(/Max open files\s+(\d+)/.exec(readFileSync("/proc/self/limits", "utf8"))?.[1] ?? Infinity);
   if (hosts * FILES_PER_HOST + 1_000 > fdLimit) {
-    throw new Error(`soak: ${hosts} hosts need about ${hosts * FILES_PER_HOST + 1_000} open files in the runtime; this process may open ${fdLimit} (ulimit -n)`);
+    throw new Error(
+      `soak: ${hosts} hosts need about ${hosts * FILES_PER_HOST + 1_000} open files in the runtime; this process may open ${fdLimit} (ulimit -n)`,
+    );
   }
   const server = await startDirectServer();
   try {
@@ -61,7 +74,13 @@ async function soak(
   let timer: ReturnType<typeof setInterval> | null = null;
   const sample = () => {
     const m = process.memoryUsage();
-    samples.push({ s: Math.round((Date.now() - started!) / 1000), simRssMb: mb(m.rss), simHeapMb: mb(m.heapUsed), serverRssMb: server.rssMb(), ...progress });
+    samples.push({
+      s: Math.round((Date.now() - started!) / 1000),
+      simRssMb: mb(m.rss),
+      simHeapMb: mb(m.heapUsed),
+      serverRssMb: server.rssMb(),
+      ...progress,
+    });
   };
   const setupStarted = Date.now();
   const summary = await runSim({
@@ -81,7 +100,9 @@ async function soak(
     onProgress: (p) => {
       if (started === null) {
         started = Date.now() - 5_000;
-        console.error(`soak: ${hosts} hosts set up in ${((started - setupStarted) / 1000).toFixed(0)} s; running ${rampS + durationS} s`);
+        console.error(
+          `soak: ${hosts} hosts set up in ${((started - setupStarted) / 1000).toFixed(0)} s; running ${rampS + durationS} s`,
+        );
         sample();
         timer = setInterval(sample, SAMPLE_MS);
       }
@@ -93,21 +114,36 @@ async function soak(
 
   const log = (line = "") => console.log(line);
   log(`\n## Soak: ${hosts} hosts on the host channel, ${rampS} s ramp + ${durationS} s\n`);
-  log("| t (s) | simulator RSS (MB) | simulator heap (MB) | local runtime RSS (MB) | host operations so far | errors so far |");
+  log(
+    "| t (s) | simulator RSS (MB) | simulator heap (MB) | local runtime RSS (MB) | host operations so far | errors so far |",
+  );
   log("|---:|---:|---:|---:|---:|---:|");
-  for (const x of samples) log(`| ${x.s} | ${x.simRssMb.toFixed(0)} | ${x.simHeapMb.toFixed(0)} | ${x.serverRssMb?.toFixed(0) ?? "-"} | ${x.reports} | ${x.errors} |`);
+  for (const x of samples)
+    log(
+      `| ${x.s} | ${x.simRssMb.toFixed(0)} | ${x.simHeapMb.toFixed(0)} | ${x.serverRssMb?.toFixed(0) ?? "-"} | ${x.reports} | ${x.errors} |`,
+    );
   // Steady: after the ramp and the change's minute.
   const steady = samples.filter((x) => x.s >= rampS + 120);
   const growth = (f: (x: Sample) => number | null) => {
     if (steady.length < 2) return "-";
     const a = f(steady[0]);
     const b = f(steady.at(-1)!);
-    return a === null || b === null ? "-" : `${(b - a).toFixed(0)} MB over ${steady.at(-1)!.s - steady[0].s} s (${(((b - a) / a) * 100).toFixed(1)}%)`;
+    return a === null || b === null
+      ? "-"
+      : `${(b - a).toFixed(0)} MB over ${steady.at(-1)!.s - steady[0].s} s (${(((b - a) / a) * 100).toFixed(1)}%)`;
   };
-  log(`\nSteady growth: simulator RSS ${growth((x) => x.simRssMb)}, heap ${growth((x) => x.simHeapMb)}; local runtime RSS ${growth((x) => x.serverRssMb)}.`);
-  log(`Reports: ${summary.ops.reports}; errors: ${summary.ops.errors} ${JSON.stringify(summary.errors_by_kind)}; channel sockets opened ${summary.channel.opened}, closed ${summary.channel.closed}; last status ${JSON.stringify(summary.byStatus)}.`);
-  log(`The change reached connected hosts in p50 ${summary.latency_ms.push_p50} ms, p99 ${summary.latency_ms.push_p99} ms (from the write; ${hosts} writes at ${DEFAULTS.setupConcurrency * 2} at a time); report ack p50 ${summary.latency_ms.report_p50} ms, p99 ${summary.latency_ms.report_p99} ms.`);
-  log(`Simulator CPU: ${summary.overhead.cpu_ms} ms; event loop ${Math.round(summary.overhead.event_loop_utilization * 100)}% busy. Runtime restarts (crashes): ${server.restarts()}.\n`);
+  log(
+    `\nSteady growth: simulator RSS ${growth((x) => x.simRssMb)}, heap ${growth((x) => x.simHeapMb)}; local runtime RSS ${growth((x) => x.serverRssMb)}.`,
+  );
+  log(
+    `Reports: ${summary.ops.reports}; errors: ${summary.ops.errors} ${JSON.stringify(summary.errors_by_kind)}; channel sockets opened ${summary.channel.opened}, closed ${summary.channel.closed}; last status ${JSON.stringify(summary.byStatus)}.`,
+  );
+  log(
+    `The change reached connected hosts in p50 ${summary.latency_ms.push_p50} ms, p99 ${summary.latency_ms.push_p99} ms (from the write; ${hosts} writes at ${DEFAULTS.setupConcurrency * 2} at a time); report ack p50 ${summary.latency_ms.report_p50} ms, p99 ${summary.latency_ms.report_p99} ms.`,
+  );
+  log(
+    `Simulator CPU: ${summary.overhead.cpu_ms} ms; event loop ${Math.round(summary.overhead.event_loop_utilization * 100)}% busy. Runtime restarts (crashes): ${server.restarts()}.\n`,
+  );
   ctx.note(`soak (${hosts} hosts, channel): errors`, summary.ops.errors);
   ctx.note(`soak (${hosts} hosts, channel): reports`, summary.ops.reports);
   ctx.note(`soak (${hosts} hosts, channel): runtime restarts`, server.restarts());

@@ -12,7 +12,6 @@ const ROUNDS = Number(process.env.BENCH_SPEC_ROUNDS ?? 3);
 const AFFECTED_EVERY = 10;
 const PARALLEL = 16;
 
-
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 
 export async function run(ctx: BenchContext) {
@@ -24,7 +23,11 @@ export async function run(ctx: BenchContext) {
   const api = (path: string, method = "GET", body?: unknown, headers: Record<string, string> = {}) =>
     fetch(`${ctx.base}${path}`, {
       method,
-      headers: { authorization: `Bearer ${ctx.admin}`, ...(body ? { "content-type": "application/json" } : {}), ...headers },
+      headers: {
+        authorization: `Bearer ${ctx.admin}`,
+        ...(body ? { "content-type": "application/json" } : {}),
+        ...headers,
+      },
       body: body ? JSON.stringify(body) : undefined,
     });
   const statements = async () => ({
@@ -34,11 +37,18 @@ export async function run(ctx: BenchContext) {
 
   const fleet = `spec-${N}-${Date.now().toString(36)}`;
   await ok(await api("/v1/fleets", "POST", { id: fleet }), "fleet");
-  for (const [agent, image] of [["base", "base:1"], ["logs", "logs:1"], ["fw", "fw:1"]]) {
+  for (const [agent, image] of [
+    ["base", "base:1"],
+    ["logs", "logs:1"],
+    ["fw", "fw:1"],
+  ]) {
     await ok(await api(`/v1/fleets/${fleet}/channels/${agent}`, "PUT", { image, version: "1" }), "channel");
   }
   await ok(await api(`/v1/fleets/${fleet}/roles/compute`, "PUT", { agents: [{ name: "base" }] }), "role");
-  await ok(await api(`/v1/fleets/${fleet}/roles/edge`, "PUT", { agents: [{ name: "base" }, { name: "logs" }] }), "role");
+  await ok(
+    await api(`/v1/fleets/${fleet}/roles/edge`, "PUT", { agents: [{ name: "base" }, { name: "logs" }] }),
+    "role",
+  );
   await ok(await api(`/v1/fleets/${fleet}/reboot-groups/default`, "PUT", { slots: 5 }), "group");
   const started = Date.now();
   await pool([...Array(N).keys()], PARALLEL, async (i) => {
@@ -77,7 +87,8 @@ export async function run(ctx: BenchContext) {
         : await ok(await api(`/v1/fleets/${fleet}/spec`, "PUT", body, { "if-match": etag }), "spec apply");
     const ms = performance.now() - t0;
     const after = await statements();
-    if (out.planning.remaining || out.planning.issued !== affected) throw new Error(`${how}: planner did not converge inline: ${JSON.stringify(out.planning)}`);
+    if (out.planning.remaining || out.planning.issued !== affected)
+      throw new Error(`${how}: planner did not converge inline: ${JSON.stringify(out.planning)}`);
     return { ms, reads: (after.reads - before.reads) / affected, writes: (after.writes - before.writes) / affected };
   };
   const runs = { api: [] as Awaited<ReturnType<typeof measure>>[], spec: [] as Awaited<ReturnType<typeof measure>>[] };
@@ -104,8 +115,15 @@ export async function run(ctx: BenchContext) {
   const etag = res.headers.get("ETag")!;
   const spec = await ok(res, "export");
   const before = await statements();
-  const same = await ok(await api(`/v1/fleets/${fleet}/spec?prune=true`, "PUT", spec, { "if-match": etag }), "round trip");
+  const same = await ok(
+    await api(`/v1/fleets/${fleet}/spec?prune=true`, "PUT", spec, { "if-match": etag }),
+    "round trip",
+  );
   const after = await statements();
-  if (same.changed || same.planning) throw new Error(`export → apply changed something: ${JSON.stringify(same.summary)}`);
-  ctx.note(`spec N=${N}: export → apply of the same spec: D1 writes / servers re-planned`, `${after.writes - before.writes} / 0`);
+  if (same.changed || same.planning)
+    throw new Error(`export → apply changed something: ${JSON.stringify(same.summary)}`);
+  ctx.note(
+    `spec N=${N}: export → apply of the same spec: D1 writes / servers re-planned`,
+    `${after.writes - before.writes} / 0`,
+  );
 }

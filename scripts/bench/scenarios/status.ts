@@ -23,17 +23,25 @@ export async function run(ctx: BenchContext) {
   await ok(await api("/v1/fleets", "POST", { id: fleet }), "fleet");
   const started = Date.now();
   await pool([...Array(N).keys()], PARALLEL, async (i) => {
-    const s = await ok(await api("/v1/servers", "POST", { fleet, hostname: `h-${i}.${fleet}.bench`, kind: "managed" }), "register");
+    const s = await ok(
+      await api("/v1/servers", "POST", { fleet, hostname: `h-${i}.${fleet}.bench`, kind: "managed" }),
+      "register",
+    );
     if (i % FAILED_EVERY === 0) {
       await ok(
-        await api("/v1/agent/inventory", "PUT", {
-          generation: 1,
-          reconciled_at: new Date().toISOString(),
-          boot_id: "b",
-          agents: [],
-          errors: [{ agent: "base", op: "install", message: "pull failed" }],
-          assignments: { units: [], storage: [] },
-        }, s.token),
+        await api(
+          "/v1/agent/inventory",
+          "PUT",
+          {
+            generation: 1,
+            reconciled_at: new Date().toISOString(),
+            boot_id: "b",
+            agents: [],
+            errors: [{ agent: "base", op: "install", message: "pull failed" }],
+            assignments: { units: [], storage: [] },
+          },
+          s.token,
+        ),
         "report",
       );
     }
@@ -63,9 +71,13 @@ export async function run(ctx: BenchContext) {
   }
   times.sort((a, b) => a - b);
   const failed = /failed (\d+)/.exec(shown)?.[1];
-  if (Number(failed) !== Math.ceil(N / FAILED_EVERY)) throw new Error(`hm status counted ${failed} failed, expected ${Math.ceil(N / FAILED_EVERY)}`);
+  if (Number(failed) !== Math.ceil(N / FAILED_EVERY))
+    throw new Error(`hm status counted ${failed} failed, expected ${Math.ceil(N / FAILED_EVERY)}`);
   ctx.note(`hm status --fleet (${N} servers): requests`, requests);
-  ctx.note(`hm status --fleet (${N} servers): wall ms, median of ${RUNS} (min–max)`, `${times[RUNS >> 1].toFixed(0)} (${times[0].toFixed(0)}–${times[RUNS - 1].toFixed(0)})`);
+  ctx.note(
+    `hm status --fleet (${N} servers): wall ms, median of ${RUNS} (min–max)`,
+    `${times[RUNS >> 1].toFixed(0)} (${times[0].toFixed(0)}–${times[RUNS - 1].toFixed(0)})`,
+  );
   ctx.note(`hm status before GET /v1/status: requests (servers paged 200 at a time)`, Math.ceil(N / 200) + 3);
   console.error(`  status: ${requests} request(s), median ${times[RUNS >> 1].toFixed(0)} ms`);
 }

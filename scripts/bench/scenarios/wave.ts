@@ -49,7 +49,9 @@ async function setup(ctx: BenchContext, queueWaitS: number, gates: boolean) {
 
 /** The operator's view of the group: holders and parked hosts. */
 async function groupView(ctx: BenchContext, fleet: string) {
-  const g = await ctx.client.v1.fleets[":fleet"]["reboot-groups"][":group"].$get({ param: { fleet, group: "default" } });
+  const g = await ctx.client.v1.fleets[":fleet"]["reboot-groups"][":group"].$get({
+    param: { fleet, group: "default" },
+  });
   if (g.status !== 200) return null;
   return (await g.json()) as { holders: unknown[]; queue: unknown[] };
 }
@@ -146,9 +148,22 @@ export async function run(ctx: BenchContext) {
     }
     const prefix = `wave ${HOSTS} hosts, ${SLOTS} slots, tick ${TICK_MS} ms, reboot ${REBOOT_MS} ms, ${label}`;
     const each = (f: (r: (typeof results)[number]) => string) => results.map(f).join(", ");
-    ctx.note(`${prefix}: wall time / bound (${(bound / 1000).toFixed(1)} s), each round`, each((r) => `${r.ratio.toFixed(2)} (${(r.wallMs / 1000).toFixed(1)} s)`));
-    ctx.note(`${prefix}: pre-reboot calls per host (mean / max), each round`, each((r) => `${r.callsPerHost.toFixed(2)} / ${r.maxCalls}`));
-    ctx.note(`${prefix}: most holders seen (slots ${SLOTS}), each round`, each((r) => String(r.maxHolders)));
-    if (wait) ctx.note(`${prefix}: most hosts seen parked, each round`, each((r) => String(r.maxQueued)));
+    ctx.note(
+      `${prefix}: wall time / bound (${(bound / 1000).toFixed(1)} s), each round`,
+      each((r) => `${r.ratio.toFixed(2)} (${(r.wallMs / 1000).toFixed(1)} s)`),
+    );
+    ctx.note(
+      `${prefix}: pre-reboot calls per host (mean / max), each round`,
+      each((r) => `${r.callsPerHost.toFixed(2)} / ${r.maxCalls}`),
+    );
+    ctx.note(
+      `${prefix}: most holders seen (slots ${SLOTS}), each round`,
+      each((r) => String(r.maxHolders)),
+    );
+    if (wait)
+      ctx.note(
+        `${prefix}: most hosts seen parked, each round`,
+        each((r) => String(r.maxQueued)),
+      );
   }
 }

@@ -34,10 +34,15 @@ async function driftPage(v: View) {
       <Table id="drift-findings" caption="Findings" head={["Server", "Agent", "Reason", "Desired", "Reported", "Fix"]}>
         {out.findings.map((x) => (
           <tr>
-            <td><ServerLink id={x.server} hostname={x.hostname} fleet={v.fleet!} /></td>
+            <td>
+              <ServerLink id={x.server} hostname={x.hostname} fleet={v.fleet!} />
+            </td>
             <td>{x.agent ?? "—"}</td>
             <td>
-              <Badge status={x.reason === "failed" ? "failed" : x.reason === "stale_report" ? "stale" : "drifted"} label={x.reason.replace(/_/g, " ")} />
+              <Badge
+                status={x.reason === "failed" ? "failed" : x.reason === "stale_report" ? "stale" : "drifted"}
+                label={x.reason.replace(/_/g, " ")}
+              />
               <div class="small muted">{x.advice}</div>
             </td>
             <td class="mono">{x.desired_image ?? "—"}</td>
@@ -59,10 +64,19 @@ async function driftPage(v: View) {
           </ul>
         </>
       ) : null}
-      <Pager base="/console/drift" params={{ fleet: v.fleet, agent: f.agent, cursor: f.cursor }} next={out.next_cursor} />
+      <Pager
+        base="/console/drift"
+        params={{ fleet: v.fleet, agent: f.agent, cursor: f.cursor }}
+        next={out.next_cursor}
+      />
       {canWrite(v.session) && fixable ? (
         <div class="actions">
-          <ActionForm action={`/console/drift/dry-run${qs({ fleet: v.fleet })}`} csrf={v.session.csrf} back={`/console/drift${qs(f)}`} label="Dry run">
+          <ActionForm
+            action={`/console/drift/dry-run${qs({ fleet: v.fleet })}`}
+            csrf={v.session.csrf}
+            back={`/console/drift${qs(f)}`}
+            label="Dry run"
+          >
             <input type="hidden" name="agent" value={f.agent ?? ""} />
             <input type="hidden" name="cursor" value={f.cursor ?? ""} />
             <button type="submit">Dry-run the fix for this page</button>
@@ -73,45 +87,70 @@ async function driftPage(v: View) {
   );
 }
 
-const body = (f: ReturnType<typeof filterOf>, dry: boolean) => ({ fleet: f.fleet, agent: f.agent, cursor: f.cursor, dry_run: dry, limit: 50 });
+const body = (f: ReturnType<typeof filterOf>, dry: boolean) => ({
+  fleet: f.fleet,
+  agent: f.agent,
+  cursor: f.cursor,
+  dry_run: dry,
+  limit: 50,
+});
 
 export function driftPages(getApp: () => InProcessApp) {
   return new Hono<ConsoleEnv>()
     .get("/console/drift", requireSession, page(getApp, "drift", driftPage))
-    .post("/console/drift/dry-run", requireCsrf, action(getApp, "/console/drift", async (v, form) => {
-      const f = filterOf(v, form);
-      const plan = await send(v, FixAnswer, "POST", "/v1/check/server-agents/fix", body(f, true));
-      // The plan is this answer (nothing changed yet); the fix form under it carries the same filters.
-      return render(
-        v,
-        "drift",
-        "Drift fix: dry run",
-        <>
-          <h1>What the fix would do</h1>
-          <p>Nothing has changed yet. Each server below gets the action shown when you apply the fix.</p>
-          <Table id="drift-plan" caption="Planned fixes" head={["Server", "Action", "Reasons"]}>
-            {plan.actions.map((a) => (
-              <tr>
-                <td><ServerLink id={a.server} hostname={a.hostname} fleet={v.fleet!} /></td>
-                <td>{a.action}</td>
-                <td>{a.reasons.join(", ")}</td>
-              </tr>
-            ))}
-          </Table>
-          <div class="actions">
-            <ActionForm action={`/console/drift/fix${qs({ fleet: v.fleet })}`} csrf={v.session.csrf} back={`/console/drift${qs(f)}`} label="Apply the fix">
-              <input type="hidden" name="agent" value={f.agent ?? ""} />
-              <input type="hidden" name="cursor" value={f.cursor ?? ""} />
-              <button type="submit" class="primary">Apply the fix</button>
-            </ActionForm>
-            <a class="button" href={`/console/drift${qs(f)}`}>Cancel</a>
-          </div>
-        </>,
-      );
-    }))
-    .post("/console/drift/fix", requireCsrf, action(getApp, "/console/drift", async (v, form) => {
-      const out = await send(v, FixAnswer, "POST", "/v1/check/server-agents/fix", body(filterOf(v, form), false));
-      const failed = out.actions.filter((a) => a.result && !a.result.ok).length;
-      return `fix applied to ${out.actions.length} server(s)${failed ? `, ${failed} failed` : ""}.`;
-    }));
+    .post(
+      "/console/drift/dry-run",
+      requireCsrf,
+      action(getApp, "/console/drift", async (v, form) => {
+        const f = filterOf(v, form);
+        const plan = await send(v, FixAnswer, "POST", "/v1/check/server-agents/fix", body(f, true));
+        // The plan is this answer (nothing changed yet); the fix form under it carries the same filters.
+        return render(
+          v,
+          "drift",
+          "Drift fix: dry run",
+          <>
+            <h1>What the fix would do</h1>
+            <p>Nothing has changed yet. Each server below gets the action shown when you apply the fix.</p>
+            <Table id="drift-plan" caption="Planned fixes" head={["Server", "Action", "Reasons"]}>
+              {plan.actions.map((a) => (
+                <tr>
+                  <td>
+                    <ServerLink id={a.server} hostname={a.hostname} fleet={v.fleet!} />
+                  </td>
+                  <td>{a.action}</td>
+                  <td>{a.reasons.join(", ")}</td>
+                </tr>
+              ))}
+            </Table>
+            <div class="actions">
+              <ActionForm
+                action={`/console/drift/fix${qs({ fleet: v.fleet })}`}
+                csrf={v.session.csrf}
+                back={`/console/drift${qs(f)}`}
+                label="Apply the fix"
+              >
+                <input type="hidden" name="agent" value={f.agent ?? ""} />
+                <input type="hidden" name="cursor" value={f.cursor ?? ""} />
+                <button type="submit" class="primary">
+                  Apply the fix
+                </button>
+              </ActionForm>
+              <a class="button" href={`/console/drift${qs(f)}`}>
+                Cancel
+              </a>
+            </div>
+          </>,
+        );
+      }),
+    )
+    .post(
+      "/console/drift/fix",
+      requireCsrf,
+      action(getApp, "/console/drift", async (v, form) => {
+        const out = await send(v, FixAnswer, "POST", "/v1/check/server-agents/fix", body(filterOf(v, form), false));
+        const failed = out.actions.filter((a) => a.result && !a.result.ok).length;
+        return `fix applied to ${out.actions.length} server(s)${failed ? `, ${failed} failed` : ""}.`;
+      }),
+    );
 }

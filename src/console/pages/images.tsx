@@ -11,12 +11,23 @@ import { Ago, Field, Filters, Pager, Table } from "../ui";
 
 const PAGE = 25;
 
-const sizeOf = (n: number) => (n >= 1024 ** 3 ? `${(n / 1024 ** 3).toFixed(2)} GiB` : n >= 1024 ** 2 ? `${(n / 1024 ** 2).toFixed(1)} MiB` : n >= 1024 ? `${(n / 1024).toFixed(1)} KiB` : `${n} B`);
+const sizeOf = (n: number) =>
+  n >= 1024 ** 3
+    ? `${(n / 1024 ** 3).toFixed(2)} GiB`
+    : n >= 1024 ** 2
+      ? `${(n / 1024 ** 2).toFixed(1)} MiB`
+      : n >= 1024
+        ? `${(n / 1024).toFixed(1)} KiB`
+        : `${n} B`;
 
 const Users = ({ used }: { used: z.output<typeof ImageWithUsers>["used_by"] }) => {
   if (!used) return <span class="muted">—</span>;
   const items = [
-    ...used.channels.map((c) => <li>channel {c.fleet}/{c.agent}</li>),
+    ...used.channels.map((c) => (
+      <li>
+        channel {c.fleet}/{c.agent}
+      </li>
+    )),
     ...used.rollouts.map((r) => (
       <li>
         rollout <a href={`/console/rollouts/${r.id}`}>{r.id.slice(0, 8)}</a> ({r.state})
@@ -42,10 +53,19 @@ export async function imagesPage(v: View) {
     "Images",
     <>
       <h1>Images</h1>
-      <Filters action="/console/images" label="Filter images" fleet={v.fleet} clear={`/console/images${qs({ fleet: v.fleet })}`}>
+      <Filters
+        action="/console/images"
+        label="Filter images"
+        fleet={v.fleet}
+        clear={`/console/images${qs({ fleet: v.fleet })}`}
+      >
         <Field label="Name" name="name" value={name} />
       </Filters>
-      <Table id="images" caption="Catalog images" head={["Name", "Version", "Kind", "Digest", "Size", "State", "Used by", "Created"]}>
+      <Table
+        id="images"
+        caption="Catalog images"
+        head={["Name", "Version", "Kind", "Digest", "Size", "State", "Used by", "Created"]}
+      >
         {details.map((i) => (
           <tr>
             <td>{i.name}</td>
@@ -55,7 +75,11 @@ export async function imagesPage(v: View) {
               {i.digest.slice(0, 19)}…
             </td>
             <td>{sizeOf(i.size)}</td>
-            <td>{i.state === "ready" ? "ready" : `uploading (${i.upload?.received.length ?? 0}/${i.upload?.parts ?? "?"} parts)`}</td>
+            <td>
+              {i.state === "ready"
+                ? "ready"
+                : `uploading (${i.upload?.received.length ?? 0}/${i.upload?.parts ?? "?"} parts)`}
+            </td>
             <td>
               <Users used={i.used_by} />
             </td>
@@ -65,7 +89,11 @@ export async function imagesPage(v: View) {
           </tr>
         ))}
       </Table>
-      {details.length === 0 ? <p>No image{name ? ` named ${name}` : ""} in the catalog. Add one with <code>hm images push</code>.</p> : null}
+      {details.length === 0 ? (
+        <p>
+          No image{name ? ` named ${name}` : ""} in the catalog. Add one with <code>hm images push</code>.
+        </p>
+      ) : null}
       <Pager base="/console/images" params={{ fleet: v.fleet, name, cursor: q.cursor }} next={list.next_cursor} />
     </>,
   );

@@ -19,7 +19,12 @@ const SERVER_ROWS: [key: string, label: string, from: "status" | "state"][] = [
 export const Progress = ({ label, value, max, tone }: { label: string; value: number; max: number; tone?: string }) => (
   <>
     <span>{label}</span>
-    <progress value={value} max={Math.max(max, 1)} class={tone ? `p-${tone}` : undefined} aria-label={`${label}: ${value} of ${max}`}>
+    <progress
+      value={value}
+      max={Math.max(max, 1)}
+      class={tone ? `p-${tone}` : undefined}
+      aria-label={`${label}: ${value} of ${max}`}
+    >
       {value}/{max}
     </progress>
     <span class="mono">
@@ -55,7 +60,9 @@ export async function overviewPage(v: View) {
                   <Badge status={key} label={label} />
                 </a>
                 <span class="n" data-count={key}>
-                  {from === "status" ? s.servers.by_status[key as keyof typeof s.servers.by_status] : s.servers.by_state[key as keyof typeof s.servers.by_state]}
+                  {from === "status"
+                    ? s.servers.by_status[key as keyof typeof s.servers.by_status]
+                    : s.servers.by_state[key as keyof typeof s.servers.by_state]}
                 </span>
               </li>
             ))}
@@ -64,8 +71,10 @@ export async function overviewPage(v: View) {
         <section class="card" aria-labelledby="h-drift">
           <h2 id="h-drift">Drift</h2>
           <p>
-            <span class="n" data-count="drift">{drift}</span> server{drift === 1 ? "" : "s"} whose agents differ from what they should run
-            or failed to get there.
+            <span class="n" data-count="drift">
+              {drift}
+            </span>{" "}
+            server{drift === 1 ? "" : "s"} whose agents differ from what they should run or failed to get there.
           </p>
           <p>
             <a href={`/console/drift?fleet=${f}`}>See the findings and fix them</a>
@@ -75,7 +84,11 @@ export async function overviewPage(v: View) {
           <h2 id="h-data">Data version</h2>
           <p>
             Version <strong>{s.data.version}</strong> of {s.data.newest_version}{" "}
-            {s.data.pending.length ? <Badge status="pending" label={`${s.data.pending.length} step(s) pending`} /> : <Badge status="realized" label="current" />}
+            {s.data.pending.length ? (
+              <Badge status="pending" label={`${s.data.pending.length} step(s) pending`} />
+            ) : (
+              <Badge status="realized" label="current" />
+            )}
           </p>
           {s.data.pending.length ? (
             <ul>
@@ -92,7 +105,11 @@ export async function overviewPage(v: View) {
       {s.reboot_groups.length === 0 ? (
         <p class="muted">No reboot group yet: the first FleetLock request of a group creates it.</p>
       ) : (
-        <Table id="overview-groups" caption="Reboot groups" head={["Group", ["Slots held", "num"], ["Free", "num"], ["Queue", "num"], "Window", "State"]}>
+        <Table
+          id="overview-groups"
+          caption="Reboot groups"
+          head={["Group", ["Slots held", "num"], ["Free", "num"], ["Queue", "num"], "Window", "State"]}
+        >
           {s.reboot_groups.map((g) => (
             <tr>
               <td>
@@ -103,9 +120,16 @@ export async function overviewPage(v: View) {
               </td>
               <td class="num">{g.available_slots}</td>
               <td class="num">{g.queue_length}</td>
-              <td>{g.has_windows ? <Badge status={g.open_now ? "open" : "closed"} label={g.open_now ? "window open" : "window closed"} /> : <span class="muted">always open</span>}</td>
               <td>
-                {g.paused ? <Badge status="paused" /> : <Badge status="active" label="admitting" />} {g.stuck ? <Badge status="stuck" label={`${g.stuck} stuck`} /> : null}
+                {g.has_windows ? (
+                  <Badge status={g.open_now ? "open" : "closed"} label={g.open_now ? "window open" : "window closed"} />
+                ) : (
+                  <span class="muted">always open</span>
+                )}
+              </td>
+              <td>
+                {g.paused ? <Badge status="paused" /> : <Badge status="active" label="admitting" />}{" "}
+                {g.stuck ? <Badge status="stuck" label={`${g.stuck} stuck`} /> : null}
               </td>
             </tr>
           ))}
@@ -127,7 +151,8 @@ export async function overviewPage(v: View) {
                   </a>
                 </h3>
                 <p>
-                  <Badge status={r.state} /> started <Ago at={r.created_at} /> by <span class="mono">{r.created_by}</span>
+                  <Badge status={r.state} /> started <Ago at={r.created_at} /> by{" "}
+                  <span class="mono">{r.created_by}</span>
                 </p>
                 <div class="bars">
                   <Progress label="done" value={r.counts.done} max={r.total} tone="ok" />

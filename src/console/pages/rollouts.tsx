@@ -9,7 +9,14 @@ import { requireCsrf, requireSession, type ConsoleEnv } from "../guard";
 import { ActionForm, Ago, Badge, canWrite, Duration, Field, Filters, Pager, Select, Table } from "../ui";
 import { Progress } from "./overview";
 
-const TARGET_STATES: [RolloutTargetState, string][] = [["done", "ok"], ["applying", ""], ["queued", ""], ["failed", "bad"], ["timed_out", "bad"], ["skipped", "warn"]];
+const TARGET_STATES: [RolloutTargetState, string][] = [
+  ["done", "ok"],
+  ["applying", ""],
+  ["queued", ""],
+  ["failed", "bad"],
+  ["timed_out", "bad"],
+  ["skipped", "warn"],
+];
 const total = (counts: Record<string, number>) => Object.values(counts).reduce((a, b) => a + b, 0);
 
 async function rolloutsPage(v: View) {
@@ -32,12 +39,26 @@ async function rolloutsPage(v: View) {
           const n = total(r.counts);
           return (
             <tr>
-              <td><a href={`/console/rollouts/${r.id}?fleet=${encodeURIComponent(r.fleet)}`}>{r.agent} → <span class="mono">{r.image}</span></a></td>
-              <td><Badge status={r.state} /></td>
               <td>
-                <progress value={r.counts.done ?? 0} max={Math.max(n, 1)} aria-label={`${r.counts.done ?? 0} of ${n} done`} class="p-ok" /> {r.counts.done ?? 0}/{n}
+                <a href={`/console/rollouts/${r.id}?fleet=${encodeURIComponent(r.fleet)}`}>
+                  {r.agent} → <span class="mono">{r.image}</span>
+                </a>
               </td>
-              <td><Ago at={r.created_at} /></td>
+              <td>
+                <Badge status={r.state} />
+              </td>
+              <td>
+                <progress
+                  value={r.counts.done ?? 0}
+                  max={Math.max(n, 1)}
+                  aria-label={`${r.counts.done ?? 0} of ${n} done`}
+                  class="p-ok"
+                />{" "}
+                {r.counts.done ?? 0}/{n}
+              </td>
+              <td>
+                <Ago at={r.created_at} />
+              </td>
               <td class="mono">{r.created_by}</td>
             </tr>
           );
@@ -62,16 +83,24 @@ async function rolloutPage(v: View) {
   const back = `/console/rollouts/${id}?fleet=${encodeURIComponent(r.fleet)}`;
   const csrf = v.session.csrf;
   const moving = r.state === "running" || r.state === "rolling_back" || r.state === "paused";
-  const canRollBack = r.pass === 0 && (r.counts.done ?? 0) > 0 && r.state !== "rolling_back" && r.state !== "rolled_back";
+  const canRollBack =
+    r.pass === 0 && (r.counts.done ?? 0) > 0 && r.state !== "rolling_back" && r.state !== "rolled_back";
   const failures = [...failed.items, ...timedOut.items];
   const control = (what: string, label: string, danger = false) => (
-    <ActionForm action={`/console/rollouts/${id}/${what}?fleet=${encodeURIComponent(r.fleet)}`} csrf={csrf} back={back} label={label}>
+    <ActionForm
+      action={`/console/rollouts/${id}/${what}?fleet=${encodeURIComponent(r.fleet)}`}
+      csrf={csrf}
+      back={back}
+      label={label}
+    >
       {danger ? (
         <label class="check">
           <input type="checkbox" name="confirm" value="yes" required /> I mean it
         </label>
       ) : null}
-      <button type="submit" class={danger ? "danger" : undefined}>{label}</button>
+      <button type="submit" class={danger ? "danger" : undefined}>
+        {label}
+      </button>
     </ActionForm>
   );
   return render(
@@ -87,18 +116,44 @@ async function rolloutPage(v: View) {
           <section class="card" aria-labelledby="h-progress">
             <h2 id="h-progress">Progress{r.pass === 1 ? " (rolling back)" : ""}</h2>
             <div class="bars">
-              {TARGET_STATES.map(([s, tone]) => <Progress label={s.replace("_", " ")} value={r.counts[s] ?? 0} max={r.total} tone={tone || undefined} />)}
+              {TARGET_STATES.map(([s, tone]) => (
+                <Progress label={s.replace("_", " ")} value={r.counts[s] ?? 0} max={r.total} tone={tone || undefined} />
+              ))}
             </div>
           </section>
           <section class="card" aria-labelledby="h-about">
             <h2 id="h-about">About</h2>
             <dl class="kv">
-              <dt>Version</dt><dd class="mono">{r.version}</dd>
-              <dt>Started</dt><dd><Ago at={r.created_at} /> by <span class="mono">{r.created_by}</span></dd>
-              <dt>Ended</dt><dd><Ago at={r.ended_at} never="not yet" /></dd>
-              <dt>Concurrency</dt><dd>{r.concurrency}{r.reboot_slot ? ", takes a reboot slot" : ""}</dd>
-              <dt>Median</dt><dd>{r.median_s === null ? "—" : <Duration seconds={r.median_s} />}{r.eta_s !== null ? <>, about <Duration seconds={r.eta_s} /> to go</> : null}</dd>
-              {r.reason ? <><dt>Reason</dt><dd>{r.reason}</dd></> : null}
+              <dt>Version</dt>
+              <dd class="mono">{r.version}</dd>
+              <dt>Started</dt>
+              <dd>
+                <Ago at={r.created_at} /> by <span class="mono">{r.created_by}</span>
+              </dd>
+              <dt>Ended</dt>
+              <dd>
+                <Ago at={r.ended_at} never="not yet" />
+              </dd>
+              <dt>Concurrency</dt>
+              <dd>
+                {r.concurrency}
+                {r.reboot_slot ? ", takes a reboot slot" : ""}
+              </dd>
+              <dt>Median</dt>
+              <dd>
+                {r.median_s === null ? "—" : <Duration seconds={r.median_s} />}
+                {r.eta_s !== null ? (
+                  <>
+                    , about <Duration seconds={r.eta_s} /> to go
+                  </>
+                ) : null}
+              </dd>
+              {r.reason ? (
+                <>
+                  <dt>Reason</dt>
+                  <dd>{r.reason}</dd>
+                </>
+              ) : null}
             </dl>
           </section>
         </div>
@@ -109,7 +164,8 @@ async function rolloutPage(v: View) {
           <ul>
             {r.warnings.map((w) => (
               <li>
-                <Badge status="slow" /> <a href={`/console/servers/${w.server_id}`}>{w.hostname}</a>: {w.message} (<Ago at={w.at} />)
+                <Badge status="slow" /> <a href={`/console/servers/${w.server_id}`}>{w.hostname}</a>: {w.message} (
+                <Ago at={w.at} />)
               </li>
             ))}
           </ul>
@@ -121,10 +177,16 @@ async function rolloutPage(v: View) {
           <Table caption="Failed targets" head={["Server", "State", "Why", "Ended"]}>
             {failures.map((t) => (
               <tr>
-                <td><a href={`/console/servers/${t.server_id}`}>{t.hostname}</a></td>
-                <td><Badge status={t.state} /></td>
+                <td>
+                  <a href={`/console/servers/${t.server_id}`}>{t.hostname}</a>
+                </td>
+                <td>
+                  <Badge status={t.state} />
+                </td>
                 <td>{t.reason ?? "—"}</td>
-                <td><Ago at={t.ended_at} /></td>
+                <td>
+                  <Ago at={t.ended_at} />
+                </td>
               </tr>
             ))}
           </Table>
@@ -144,9 +206,19 @@ async function rolloutPage(v: View) {
       <Table id="rollout-events" caption="Event log" head={["When", "What", "Server", "Details"]}>
         {events.items.map((e) => (
           <tr>
-            <td><Ago at={e.at} /></td>
+            <td>
+              <Ago at={e.at} />
+            </td>
             <td>{e.kind}</td>
-            <td>{e.server_id ? <a href={`/console/servers/${e.server_id}`} class="mono">{e.server_id.slice(0, 8)}</a> : "—"}</td>
+            <td>
+              {e.server_id ? (
+                <a href={`/console/servers/${e.server_id}`} class="mono">
+                  {e.server_id.slice(0, 8)}
+                </a>
+              ) : (
+                "—"
+              )}
+            </td>
             <td class="mono small">{e.details ? JSON.stringify(e.details).slice(0, 160) : ""}</td>
           </tr>
         ))}
@@ -166,8 +238,16 @@ export function rolloutPages(getApp: () => InProcessApp) {
   return new Hono<ConsoleEnv>()
     .get("/console/rollouts", requireSession, page(getApp, "rollouts", rolloutsPage))
     .get(`/console/rollouts/${id}`, requireSession, page(getApp, "rollouts", rolloutPage))
-    .post(`/console/rollouts/${id}/pause`, requireCsrf, control("pause", "the rollout is paused: no new target starts."))
+    .post(
+      `/console/rollouts/${id}/pause`,
+      requireCsrf,
+      control("pause", "the rollout is paused: no new target starts."),
+    )
     .post(`/console/rollouts/${id}/resume`, requireCsrf, control("resume", "the rollout is running again."))
-    .post(`/console/rollouts/${id}/cancel`, requireCsrf, control("cancel", "the rollout is cancelled: queued targets are skipped."))
+    .post(
+      `/console/rollouts/${id}/cancel`,
+      requireCsrf,
+      control("cancel", "the rollout is cancelled: queued targets are skipped."),
+    )
     .post(`/console/rollouts/${id}/rollback`, requireCsrf, control("rollback", "the rollout is rolling back."));
 }

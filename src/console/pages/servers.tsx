@@ -25,8 +25,11 @@ function labelTerms(text: string | undefined): string[] {
   return (text ?? "").split(/[\s,]+/).filter(Boolean);
 }
 const withLabels = (path: string, terms: string[]) =>
-  terms.length ? `${path}${path.includes("?") ? "&" : "?"}${terms.map((t) => `label=${encodeURIComponent(t)}`).join("&")}` : path;
-const labelsText = (labels: Record<string, string> | undefined) => Object.entries(labels ?? {}).map(([k, v]) => `${k}=${v}`);
+  terms.length
+    ? `${path}${path.includes("?") ? "&" : "?"}${terms.map((t) => `label=${encodeURIComponent(t)}`).join("&")}`
+    : path;
+const labelsText = (labels: Record<string, string> | undefined) =>
+  Object.entries(labels ?? {}).map(([k, v]) => `${k}=${v}`);
 
 /** Reads pages of `path` until `want` rows pass `keep` or SCAN_PAGES pages were read. */
 export async function scan<S extends z.ZodType>(
@@ -52,7 +55,16 @@ export async function scan<S extends z.ZodType>(
 async function serversPage(v: View) {
   if (!v.fleet) return render(v, "servers", "Servers", <NoFleet />);
   const q = v.c.req.query();
-  const f = { fleet: v.fleet, status: q.status, state: q.state, hostname: q.hostname?.trim(), role: q.role?.trim(), agent: q.agent?.trim(), image: q.image?.trim(), labels: q.labels?.trim() };
+  const f = {
+    fleet: v.fleet,
+    status: q.status,
+    state: q.state,
+    hostname: q.hostname?.trim(),
+    role: q.role?.trim(),
+    agent: q.agent?.trim(),
+    image: q.image?.trim(),
+    labels: q.labels?.trim(),
+  };
   const terms = labelTerms(f.labels);
   const params = { ...f, cursor: q.cursor };
   const byInstance = !!(f.agent || f.image);
@@ -61,7 +73,13 @@ async function serversPage(v: View) {
   const prefix = host && /^[a-z0-9.-]+$/.test(host) ? `${host}*` : undefined;
   const narrowed = !!((host && !prefix) || f.role);
   const form = (
-    <Filters action="/console/servers" label="Search servers" fleet={v.fleet} button="Search" clear={`/console/servers?fleet=${encodeURIComponent(v.fleet)}`}>
+    <Filters
+      action="/console/servers"
+      label="Search servers"
+      fleet={v.fleet}
+      button="Search"
+      clear={`/console/servers?fleet=${encodeURIComponent(v.fleet)}`}
+    >
       <Field label="Hostname starts with" name="hostname" value={f.hostname} />
       <Select name="status" label="Status" options={SERVER_STATUSES} value={f.status} />
       <Select name="state" label="State" options={SERVER_STATES} value={f.state} />
@@ -73,7 +91,8 @@ async function serversPage(v: View) {
   );
   if (byInstance) {
     // /v1/instances has no fleet filter: rows of other fleets are left out here.
-    const path = (cursor?: string) => withLabels(`/v1/instances${qs({ agent: f.agent, image: f.image, limit: 200, cursor })}`, terms);
+    const path = (cursor?: string) =>
+      withLabels(`/v1/instances${qs({ agent: f.agent, image: f.image, limit: 200, cursor })}`, terms);
     const { rows, next } = await scan(v, Instance, path, (r) => r.fleet === v.fleet, PAGE, q.cursor);
     return render(
       v,
@@ -86,10 +105,14 @@ async function serversPage(v: View) {
           {rows.map((r) => (
             <tr>
               <td>
-                <a href={`/console/servers/${r.server_id}?fleet=${encodeURIComponent(v.fleet!)}`} class="mono">{r.server_id.slice(0, 8)}</a>
+                <a href={`/console/servers/${r.server_id}?fleet=${encodeURIComponent(v.fleet!)}`} class="mono">
+                  {r.server_id.slice(0, 8)}
+                </a>
               </td>
               <td>{r.agent}</td>
-              <td><Badge status={r.status} /></td>
+              <td>
+                <Badge status={r.status} />
+              </td>
               <td class="mono">{r.desired?.image ?? "—"}</td>
               <td class="mono">{r.reported ? `${r.reported.image} (${r.reported.state ?? "?"})` : "—"}</td>
             </tr>
@@ -101,8 +124,12 @@ async function serversPage(v: View) {
     );
   }
   const path = (cursor?: string) =>
-    withLabels(`/v1/servers${qs({ fleet: v.fleet, status: f.status, state: f.state, hostname: prefix, limit: narrowed ? 200 : PAGE, cursor })}`, terms);
-  const keep = (s: z.output<typeof ServerSummary>) => (!host || prefix || s.hostname.toLowerCase().startsWith(host)) && (!f.role || s.roles.includes(f.role));
+    withLabels(
+      `/v1/servers${qs({ fleet: v.fleet, status: f.status, state: f.state, hostname: prefix, limit: narrowed ? 200 : PAGE, cursor })}`,
+      terms,
+    );
+  const keep = (s: z.output<typeof ServerSummary>) =>
+    (!host || prefix || s.hostname.toLowerCase().startsWith(host)) && (!f.role || s.roles.includes(f.role));
   const { rows, next, pages } = await scan(v, ServerSummary, path, keep, PAGE, q.cursor);
   return render(
     v,
@@ -113,28 +140,40 @@ async function serversPage(v: View) {
       {form}
       {narrowed ? (
         <p class="muted small">
-          {f.role ? "Role is" : "The hostname is"} matched here over {pages} page(s) of the index ({pages * 200} servers at most); the API filters by fleet, status,
-          state and hostname prefix.
+          {f.role ? "Role is" : "The hostname is"} matched here over {pages} page(s) of the index ({pages * 200} servers
+          at most); the API filters by fleet, status, state and hostname prefix.
         </p>
       ) : null}
-      <Table id="servers" caption="Servers" head={["Hostname", "Status", "State", "Roles", "Labels", "Reboot group", ["Generation", "num"], "Last report"]}>
+      <Table
+        id="servers"
+        caption="Servers"
+        head={["Hostname", "Status", "State", "Roles", "Labels", "Reboot group", ["Generation", "num"], "Last report"]}
+      >
         {rows.map((s) => (
           <tr>
             <td>
               <a href={`/console/servers/${s.id}?fleet=${encodeURIComponent(s.fleet)}`}>{s.hostname}</a>
             </td>
-            <td><Badge status={s.status} /></td>
-            <td><Badge status={s.state} /></td>
+            <td>
+              <Badge status={s.status} />
+            </td>
+            <td>
+              <Badge status={s.state} />
+            </td>
             <td>{s.roles.join(", ") || <span class="muted">none</span>}</td>
             <td class="labels">
-              {labelsText(s.labels).map((l) => <code class="label">{l}</code>)}
+              {labelsText(s.labels).map((l) => (
+                <code class="label">{l}</code>
+              ))}
               {labelsText(s.labels).length ? null : <span class="muted">none</span>}
             </td>
             <td>{s.reboot_group}</td>
             <td class="num">
               {s.reported_generation ?? "—"}/{s.desired_generation}
             </td>
-            <td><Ago at={s.last_seen} /></td>
+            <td>
+              <Ago at={s.last_seen} />
+            </td>
           </tr>
         ))}
       </Table>

@@ -5,7 +5,15 @@ import { parseToken } from "../../auth/tokens";
 import { apiFor, type InProcessApp } from "../api";
 import { backTo } from "../context";
 import { checkSignInCsrf, requireCsrf, type ConsoleEnv } from "../guard";
-import { currentSession, endSession, readConsoleCookie, setConsoleCookie, startSession, tokenScope, BOOTSTRAP_TOKEN_ID } from "../session";
+import {
+  currentSession,
+  endSession,
+  readConsoleCookie,
+  setConsoleCookie,
+  startSession,
+  tokenScope,
+  BOOTSTRAP_TOKEN_ID,
+} from "../session";
 import { randomSecret } from "../../lib/crypto";
 import { Page } from "../ui";
 
@@ -27,7 +35,9 @@ function SignInPage(props: { csrf: string; next: string; message?: { ok: boolean
             A token from <code>hm tokens create</code> (or the deployment's ADMIN_TOKEN). It stays on the server; your
             browser keeps only a session cookie, which ends after 8 hours or when you sign out.
           </p>
-          <button type="submit" class="primary">Sign in</button>
+          <button type="submit" class="primary">
+            Sign in
+          </button>
         </form>
       </div>
     </Page>
@@ -41,7 +51,11 @@ export function signInRoutes(getApp: () => InProcessApp) {
       const csrf = randomSecret();
       setConsoleCookie(c, SIGN_IN_COOKIE, csrf, 1800);
       const q = c.req.query();
-      const message = q.ended ? { ok: false, text: "Your session ended: sign in again." } : q.signed_out ? { ok: true, text: "Signed out." } : undefined;
+      const message = q.ended
+        ? { ok: false, text: "Your session ended: sign in again." }
+        : q.signed_out
+          ? { ok: true, text: "Signed out." }
+          : undefined;
       return c.html(<SignInPage csrf={csrf} next={backTo(q.next, "/console")} message={message} />);
     })
     .post("/console/sign-in", async (c) => {

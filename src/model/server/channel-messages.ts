@@ -6,7 +6,16 @@
  */
 import { z } from "@hono/zod-openapi";
 import { MAX_BODY_BYTES } from "../../domain/limits";
-import { CHANNEL_PROTOCOL, CHANNEL_VERSION, CLOSE_CODES, FLOOD_MAX_MESSAGES, FLOOD_WINDOW_MS, PING, PONG, TOKEN_PROTOCOL_PREFIX } from "../../domain/channel";
+import {
+  CHANNEL_PROTOCOL,
+  CHANNEL_VERSION,
+  CLOSE_CODES,
+  FLOOD_MAX_MESSAGES,
+  FLOOD_WINDOW_MS,
+  PING,
+  PONG,
+  TOKEN_PROTOCOL_PREFIX,
+} from "../../domain/channel";
 import { DesiredConfig, HostDesiredConfig, InventoryReport, ReportAccepted } from "./schemas";
 
 export * from "../../domain/channel";
@@ -49,7 +58,9 @@ export const HOST_MESSAGE_TYPES = ["hello", "report"] as const;
 
 const DesiredMessage = z
   .object({ type: z.literal("desired"), v, config: HostDesiredConfig })
-  .describe("A new desired config to reconcile against (on connect when the host's is not current, and on every change)");
+  .describe(
+    "A new desired config to reconcile against (on connect when the host's is not current, and on every change)",
+  );
 
 const LifecycleMessage = z
   .object({ type: z.literal("lifecycle"), v, order: z.enum(["terminate", "uninstall"]), config: DesiredConfig })
@@ -69,13 +80,21 @@ export const AckMessage = z
     body: ReportAccepted.optional(),
     error: ChannelError.optional(),
   })
-  .describe("The answer to a `report`: `body` as the HTTP route's 200, or `error` with the status it would have refused with");
+  .describe(
+    "The answer to a `report`: `body` as the HTTP route's 200, or `error` with the status it would have refused with",
+  );
 
 const ErrorMessage = z
   .object({ type: z.literal("error"), v, id: z.string().optional(), error: ChannelError })
   .describe("A message the server could not take (malformed, oversized, unknown, unauthorized); nothing changed");
 
-export const ServerMessage = z.discriminatedUnion("type", [DesiredMessage, LifecycleMessage, RefreshMessage, AckMessage, ErrorMessage]);
+export const ServerMessage = z.discriminatedUnion("type", [
+  DesiredMessage,
+  LifecycleMessage,
+  RefreshMessage,
+  AckMessage,
+  ErrorMessage,
+]);
 export type ServerMessage = z.infer<typeof ServerMessage>;
 export type AckMessage = z.infer<typeof AckMessage>;
 
@@ -86,7 +105,10 @@ export type AckMessage = z.infer<typeof AckMessage>;
  */
 export function channelMessageDocument() {
   const def = (schema: z.ZodType, io: "input" | "output") => {
-    const { $schema: _drop, ...rest } = z.toJSONSchema(schema, { io, target: "draft-2020-12" }) as Record<string, unknown>;
+    const { $schema: _drop, ...rest } = z.toJSONSchema(schema, { io, target: "draft-2020-12" }) as Record<
+      string,
+      unknown
+    >;
     return rest;
   };
   return {

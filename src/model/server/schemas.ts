@@ -66,12 +66,18 @@ export interface DesiredConfigInput {
 const catalogFields = {
   image_id: z.string().optional().openapi({ description: "Catalog images: the image's id" }),
   kind: z.enum(IMAGE_KINDS).optional().openapi({ description: "Catalog images: how the image is installed" }),
-  digest: z.string().optional().openapi({ description: "Catalog images: sha256 of the bytes (or the manifest, for oci-ref)" }),
+  digest: z
+    .string()
+    .optional()
+    .openapi({ description: "Catalog images: sha256 of the bytes (or the manifest, for oci-ref)" }),
   size: z.number().int().optional().openapi({ description: "Catalog images: bytes" }),
   source: z
     .union([z.object({ blob: z.string() }), z.object({ ref: z.string() })])
     .optional()
-    .openapi({ description: "Catalog images: where the host gets it: `blob`, a path fetched with its own server token; `ref`, a registry reference pinned by digest" }),
+    .openapi({
+      description:
+        "Catalog images: where the host gets it: `blob`, a path fetched with its own server token; `ref`, a registry reference pinned by digest",
+    }),
 };
 
 export const AgentSpec = z

@@ -78,7 +78,10 @@ export class Outbox<K extends string> {
     /** Call effects delivered at once per flush (1: one after another, in enqueue order). */
     private readonly callConcurrency = 1,
   ) {
-    this.table = kitTable(storage, "_outbox", `CREATE TABLE IF NOT EXISTS _outbox (
+    this.table = kitTable(
+      storage,
+      "_outbox",
+      `CREATE TABLE IF NOT EXISTS _outbox (
       id INTEGER PRIMARY KEY AUTOINCREMENT,
       kind TEXT NOT NULL,
       dedup_key TEXT UNIQUE,
@@ -88,7 +91,8 @@ export class Outbox<K extends string> {
       next_at INTEGER NOT NULL,
       created_at INTEGER NOT NULL,
       last_error TEXT
-    )`);
+    )`,
+    );
   }
 
   /**
@@ -204,7 +208,12 @@ export class Outbox<K extends string> {
         this.done(r);
       } catch (err) {
         // Due again at `at`, not at every flush before it: counted as an attempt, so that next_at holds.
-        if (err instanceof NotYet) this.storage.sql.exec("UPDATE _outbox SET next_at = ?, attempts = MAX(attempts, 1) WHERE id = ?", err.at, r.id);
+        if (err instanceof NotYet)
+          this.storage.sql.exec(
+            "UPDATE _outbox SET next_at = ?, attempts = MAX(attempts, 1) WHERE id = ?",
+            err.at,
+            r.id,
+          );
         else this.failed([r], err);
       }
     };
@@ -222,7 +231,9 @@ export class Outbox<K extends string> {
     if (this.offered.size === 0) return;
     const offered = [...this.offered];
     this.offered.clear();
-    const stored = (key: string) => this.table.exists() && this.storage.sql.exec("SELECT 1 FROM _outbox WHERE dedup_key = ?", key).toArray().length > 0;
+    const stored = (key: string) =>
+      this.table.exists() &&
+      this.storage.sql.exec("SELECT 1 FROM _outbox WHERE dedup_key = ?", key).toArray().length > 0;
     for (const [key, { kind, payload }] of offered) {
       if (stored(key)) continue;
       const effect = this.effects[kind] as D1Effect<unknown>;
@@ -231,7 +242,13 @@ export class Outbox<K extends string> {
         if (statements.length) await this.db().batch(statements as [BatchItem<"sqlite">, ...BatchItem<"sqlite">[]]);
         this.hook(() => effect.delivered?.(payload));
       } catch (err) {
-        console.warn(JSON.stringify({ msg: "offered effect not delivered; the next call offers it again", kind, error: String(err) }));
+        console.warn(
+          JSON.stringify({
+            msg: "offered effect not delivered; the next call offers it again",
+            kind,
+            error: String(err),
+          }),
+        );
       }
     }
   }
@@ -281,7 +298,9 @@ export class Outbox<K extends string> {
         r.id,
       );
     }
-    console.warn(JSON.stringify({ msg: "outbox delivery failed; retrying", kinds: rows.map((r) => r.kind), error: String(err) }));
+    console.warn(
+      JSON.stringify({ msg: "outbox delivery failed; retrying", kinds: rows.map((r) => r.kind), error: String(err) }),
+    );
   }
 
   /** The outbox timer follows the earliest pending effect; none pending, no timer. */

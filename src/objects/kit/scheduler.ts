@@ -46,7 +46,9 @@ export class Scheduler {
 
   dueAt(name: string): number | null {
     if (!this.table.exists()) return null;
-    const row = this.storage.sql.exec<{ due_at: number }>("SELECT due_at FROM _timers WHERE name = ?", name).toArray()[0];
+    const row = this.storage.sql
+      .exec<{ due_at: number }>("SELECT due_at FROM _timers WHERE name = ?", name)
+      .toArray()[0];
     return row ? row.due_at : null;
   }
 

@@ -10,7 +10,11 @@
 
 export interface SocketRoom {
   /** Accepts a new socket with its tags and attachment; `response` (101) hands its peer to the caller. */
-  accept(tags: string[], attachment: unknown, headers?: Record<string, string>): { socket: WebSocket; response: Response };
+  accept(
+    tags: string[],
+    attachment: unknown,
+    headers?: Record<string, string>,
+  ): { socket: WebSocket; response: Response };
   /** The open sockets with this tag (after an eviction too). */
   list(tag: string): WebSocket[];
   tags(ws: WebSocket): string[];

@@ -8,7 +8,8 @@ export function kitTable(storage: DurableObjectStorage, name: string, ddl: strin
     /** Whether the table exists; reads of a missing table see nothing. */
     exists(): boolean {
       if (!ready) {
-        ready = storage.sql.exec("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", name).toArray().length > 0;
+        ready =
+          storage.sql.exec("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", name).toArray().length > 0;
       }
       return ready;
     },

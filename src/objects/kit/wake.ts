@@ -26,8 +26,14 @@ export const LOOK_AGAIN_AT = "X-Look-Again-At";
  * The 101 that hands a waiter to the caller; the attachment is what the waiter holds, `tags` (beside
  * WAITER_TAG) let the object find the waiters of one key again after an eviction.
  */
-export function acceptWaiter(room: SocketRoom, attachment: unknown, lookAgainAt?: number, tags: string[] = []): Response {
-  const headers = lookAgainAt !== undefined && Number.isFinite(lookAgainAt) ? { [LOOK_AGAIN_AT]: String(lookAgainAt) } : undefined;
+export function acceptWaiter(
+  room: SocketRoom,
+  attachment: unknown,
+  lookAgainAt?: number,
+  tags: string[] = [],
+): Response {
+  const headers =
+    lookAgainAt !== undefined && Number.isFinite(lookAgainAt) ? { [LOOK_AGAIN_AT]: String(lookAgainAt) } : undefined;
   return room.accept([WAITER_TAG, ...tags], attachment, headers).response;
 }
 
@@ -101,7 +107,10 @@ export async function waitForWake(open: () => Promise<Response>, until: number, 
       resolve(wake);
     };
     const onAbort = () => finish({ kind: "aborted" });
-    const timer = setTimeout(() => finish({ kind: lookAgain ? "look_again" : "timeout" }), Math.max(0, (lookAgain ? lookAgainAt : until) - Date.now()));
+    const timer = setTimeout(
+      () => finish({ kind: lookAgain ? "look_again" : "timeout" }),
+      Math.max(0, (lookAgain ? lookAgainAt : until) - Date.now()),
+    );
     ws.addEventListener("message", (event) => finish({ kind: "changed", answer: answerIn(event.data) }));
     ws.addEventListener("close", () => finish({ kind: "lost" }));
     ws.addEventListener("error", () => finish({ kind: "lost" }));

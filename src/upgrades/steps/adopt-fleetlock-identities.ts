@@ -17,9 +17,17 @@ export const adoptFleetlockIdentities: UpgradeStep = {
   description: "Hand every registered FleetLock identity the coordinators have not heard of to its fleet's coordinator",
   async chunk({ db, env }, cursor) {
     const rows = await db
-      .select({ id: servers.id, fleetId: servers.fleetId, fleetlockId: servers.fleetlockId, hostname: servers.hostname, rebootGroup: servers.rebootGroup })
+      .select({
+        id: servers.id,
+        fleetId: servers.fleetId,
+        fleetlockId: servers.fleetlockId,
+        hostname: servers.hostname,
+        rebootGroup: servers.rebootGroup,
+      })
       .from(servers)
-      .where(and(isNotNull(servers.fleetlockId), ne(servers.state, "removed"), cursor ? gt(servers.id, cursor) : undefined))
+      .where(
+        and(isNotNull(servers.fleetlockId), ne(servers.state, "removed"), cursor ? gt(servers.id, cursor) : undefined),
+      )
       .orderBy(asc(servers.id))
       .limit(ADOPT_CHUNK);
     for (const r of rows) {
