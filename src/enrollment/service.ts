@@ -153,7 +153,7 @@ export async function revokeFleetEnrollmentToken(env: Env, actor: string, fleet:
 const unauthorized = (message: string) => new DomainError("unauthorized", message);
 
 /** The live token a bearer header names; every refusal is a 401. */
-async function liveEnrollmentToken(env: Env, header: string | undefined, now: number) {
+export async function liveEnrollmentToken(env: Env, header: string | undefined, now: number) {
   const bearer = header ? /^Bearer\s+(\S+)\s*$/i.exec(header)?.[1] : undefined;
   const parsed = bearer ? parseEnrollmentToken(bearer) : null;
   if (!bearer || !parsed) throw unauthorized("an enrollment token (Bearer hme.…) is required");
