@@ -371,4 +371,23 @@ describe("a fleet deleted and created again", () => {
     expect(res.status).toBe(401);
     expect(res.json.error.message).toContain("no longer exists");
   });
+
+  it("does not show or revoke the old fleet's tokens, deleted or created again", async () => {
+    const { id: fleet } = await createFleet();
+    const t = await newToken(fleet);
+    expect((await call("DELETE", `/v1/fleets/${fleet}`)).status).toBeLessThan(300);
+    const gone = `/v1/fleets/${fleet}/enrollment-tokens`;
+    expect((await call("GET", gone)).status).toBe(404);
+    expect((await call("GET", `${gone}/${t.id}`)).status).toBe(404);
+    expect((await call("DELETE", `${gone}/${t.id}`)).status).toBe(404);
+    expect((await call("POST", "/v1/fleets", { body: { id: fleet } })).status).toBe(201);
+    const fresh = await newToken(fleet);
+    const listed = await call("GET", gone);
+    expect(listed.status).toBe(200);
+    expect(listed.json.items.map((i: { id: string }) => i.id)).toEqual([fresh.id]);
+    expect((await call("GET", `${gone}/${t.id}`)).status).toBe(404);
+    expect((await call("DELETE", `${gone}/${t.id}`)).status).toBe(404);
+    const row = await env.DB.prepare("SELECT revoked_at FROM enrollment_tokens WHERE id = ?").bind(t.id).first();
+    expect(row).toEqual({ revoked_at: null });
+  });
 });

@@ -120,13 +120,18 @@ export async function createEnrollmentToken(env: Env, actor: string, fleet: stri
 }
 
 export async function listFleetEnrollmentTokens(env: Env, fleet: string, after: string | null, limit: number) {
-  await fleetOrNotFound(env, fleet);
-  return listEnrollmentTokens(getDb(env.DB), fleet, after, limit);
+  const { createdAt } = await fleetOrNotFound(env, fleet);
+  return listEnrollmentTokens(getDb(env.DB), fleet, createdAt, after, limit);
 }
 
+/**
+ * The token, of this fleet as it is now: a deleted fleet's tokens (kept, and refused by enroll)
+ * are not found under it, nor under a fleet created again with its id.
+ */
 async function tokenOfFleet(env: Env, fleet: string, id: string) {
+  const { createdAt } = await fleetOrNotFound(env, fleet);
   const row = await enrollmentTokenById(getDb(env.DB), id);
-  if (!row || row.fleetId !== fleet) throw notFound("enrollment token", id);
+  if (!row || row.fleetId !== fleet || row.createdAt < createdAt) throw notFound("enrollment token", id);
   return row;
 }
 
