@@ -297,6 +297,9 @@ describe("filtering by label", () => {
     const res = await call("GET", `/v1/servers?${q}`);
     expect(res.status).toBe(400);
     expect(res.json.error.code).toBe("invalid_query");
+    // Saying why, not zod's bare "Invalid input" for a union neither branch took.
+    expect(res.json.error.message).toContain("at most 16 label terms");
+    expect(res.json.error.details).toEqual([{ path: "label", message: "at most 16 label terms" }]);
   });
 
   it("GET /v1/instances filters by the server's labels", async () => {
