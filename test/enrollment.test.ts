@@ -174,6 +174,42 @@ describe("POST /v1/agent/enroll", () => {
     expect(await countRows("SELECT count(*) AS n FROM servers WHERE fleet_id = ?", fleet)).toBe(2);
   });
 
+  it("answers 401 to a wrong token before it looks at the body; a live token's bad body is 400", async () => {
+    const { id: fleet } = await createFleet();
+    const revoked = await newToken(fleet);
+    await call("DELETE", `/v1/fleets/${fleet}/enrollment-tokens/${revoked.id}`);
+    const live = await newToken(fleet);
+    const server = (await registerServer(fleet)).token;
+    const bodies = ["{", "null", "{}", JSON.stringify({ ...machine(), hostname: 1 })];
+    for (const token of [
+      revoked.token,
+      `hme.${live.id}.${"A".repeat(43)}`,
+      server,
+      "test-admin-token",
+      "garbage",
+      null,
+    ]) {
+      for (const rawBody of bodies) {
+        const res = await call("POST", "/v1/agent/enroll", {
+          token,
+          rawBody,
+          headers: { "Content-Type": "application/json" },
+        });
+        expect(res.status, `${token} ${rawBody}`).toBe(401);
+        expect(res.json.error.code).toBe("unauthorized");
+      }
+    }
+    for (const rawBody of bodies) {
+      const res = await call("POST", "/v1/agent/enroll", {
+        token: live.token,
+        rawBody,
+        headers: { "Content-Type": "application/json" },
+      });
+      expect(res.status, rawBody).toBe(400);
+    }
+    expect((await tokenRow(live.id)).uses).toBe(0);
+  });
+
   it("refuses a hostname outside the token's pattern (403) and a bad body (400), writing nothing", async () => {
     const { id: fleet } = await createFleet();
     const t = await newToken(fleet, { hostname_pattern: "web-??.example.com" });
@@ -334,5 +370,24 @@ describe("a fleet deleted and created again", () => {
     const res = await enrollWith(t.token, machine());
     expect(res.status).toBe(401);
     expect(res.json.error.message).toContain("no longer exists");
+  });
+
+  it("does not show or revoke the old fleet's tokens, deleted or created again", async () => {
+    const { id: fleet } = await createFleet();
+    const t = await newToken(fleet);
+    expect((await call("DELETE", `/v1/fleets/${fleet}`)).status).toBeLessThan(300);
+    const gone = `/v1/fleets/${fleet}/enrollment-tokens`;
+    expect((await call("GET", gone)).status).toBe(404);
+    expect((await call("GET", `${gone}/${t.id}`)).status).toBe(404);
+    expect((await call("DELETE", `${gone}/${t.id}`)).status).toBe(404);
+    expect((await call("POST", "/v1/fleets", { body: { id: fleet } })).status).toBe(201);
+    const fresh = await newToken(fleet);
+    const listed = await call("GET", gone);
+    expect(listed.status).toBe(200);
+    expect(listed.json.items.map((i: { id: string }) => i.id)).toEqual([fresh.id]);
+    expect((await call("GET", `${gone}/${t.id}`)).status).toBe(404);
+    expect((await call("DELETE", `${gone}/${t.id}`)).status).toBe(404);
+    const row = await env.DB.prepare("SELECT revoked_at FROM enrollment_tokens WHERE id = ?").bind(t.id).first();
+    expect(row).toEqual({ revoked_at: null });
   });
 });

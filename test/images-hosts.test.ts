@@ -169,6 +169,11 @@ describe("GET /v1/agent/images/{id}/blob", () => {
     expect(new Uint8Array(await suffix.arrayBuffer())).toEqual(bytes.subarray(4990));
     expect((await blob(img.id, server.token, { Range: "bytes=6000-" })).status).toBe(416);
     expect((await blob(img.id, server.token, { "If-None-Match": `"${img.digest}"` })).status).toBe(304);
+    // Weak comparison, as RFC 9110 has If-None-Match compare: a W/ tag matches, in a list too.
+    expect((await blob(img.id, server.token, { "If-None-Match": `W/"${img.digest}"` })).status).toBe(304);
+    expect((await blob(img.id, server.token, { "If-None-Match": `"other", W/"${img.digest}"` })).status).toBe(304);
+    // An unquoted digest is not an entity tag.
+    expect((await blob(img.id, server.token, { "If-None-Match": img.digest })).status).toBe(200);
   });
 
   it("costs one R2 Class B operation per download, whole or by Range, and three Class A to upload a one-part image", async () => {

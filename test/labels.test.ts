@@ -152,6 +152,32 @@ describe("PATCH labels", () => {
     expect(Object.keys(swap.json.labels)).toHaveLength(MAX_SERVER_LABELS);
   });
 
+  it("refused for a taken fleetlock_id sent with it, changes no label", async () => {
+    const { id: fleet } = await createFleet();
+    await registerServer(fleet, { fleetlock_id: "taken-1" });
+    const s = await registerServer(fleet, { labels: { zone: "eu-1a" } });
+    const res = await call("PATCH", `/v1/servers/${s.id}`, {
+      body: { labels: { zone: "eu-1b", rack: "r1" }, fleetlock_id: "taken-1" },
+    });
+    expect(res.status).toBe(409);
+    expect(res.json.error.code).toBe("fleetlock_id_taken");
+    const got = (await call("GET", `/v1/servers/${s.id}`)).json;
+    expect(got.labels).toEqual({ zone: "eu-1a" });
+    expect(got.fleetlock_id).toBeNull();
+    expect(await labelRows(s.id)).toEqual(["zone=eu-1a"]);
+  });
+
+  it(`refused for exceeding ${MAX_SERVER_LABELS} labels, changes no reboot group sent with it`, async () => {
+    const { id: fleet } = await createFleet();
+    const s = await registerServer(fleet, { labels: manyLabels(MAX_SERVER_LABELS) });
+    const res = await call("PATCH", `/v1/servers/${s.id}`, { body: { labels: { extra: "a" }, reboot_group: "other" } });
+    expect(res.status).toBe(400);
+    expect(res.json.error.details).toEqual([expect.objectContaining({ path: "labels" })]);
+    const got = (await call("GET", `/v1/servers/${s.id}`)).json;
+    expect(got.reboot_group).toBe("default");
+    expect(got.labels).toEqual(manyLabels(MAX_SERVER_LABELS));
+  });
+
   it("refuses a bad key or value with its path before anything changes", async () => {
     const { id: fleet } = await createFleet();
     const s = await registerServer(fleet, { labels: { zone: "eu-1a" } });
@@ -271,6 +297,9 @@ describe("filtering by label", () => {
     const res = await call("GET", `/v1/servers?${q}`);
     expect(res.status).toBe(400);
     expect(res.json.error.code).toBe("invalid_query");
+    // Saying why, not zod's bare "Invalid input" for a union neither branch took.
+    expect(res.json.error.message).toContain("at most 16 label terms");
+    expect(res.json.error.details).toEqual([{ path: "label", message: "at most 16 label terms" }]);
   });
 
   it("GET /v1/instances filters by the server's labels", async () => {

@@ -1,4 +1,5 @@
 import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
+import { createMiddleware } from "hono/factory";
 import { requireScope } from "../auth/principal";
 import { actorOf } from "../domain/principal";
 import { bearer, commonErrors, conflictError, jsonBody, jsonResponse, notFoundError } from "../http/openapi";
@@ -21,6 +22,7 @@ import {
   enrollmentTokenView,
   getEnrollmentToken,
   listFleetEnrollmentTokens,
+  liveEnrollmentToken,
   revokeFleetEnrollmentToken,
 } from "./service";
 
@@ -118,6 +120,16 @@ export const enrollmentTokenRoutes = new OpenAPIHono<AppEnv>({ defaultHook: vali
     },
   );
 
+/**
+ * The token is checked before the body is validated, as the operator routes' scope check is: a
+ * caller without a live enrollment token learns 401, not what a valid body looks like.
+ * (enroll checks it again, with the rest of the protocol.)
+ */
+const requireEnrollmentToken = createMiddleware<AppEnv>(async (c, next) => {
+  await liveEnrollmentToken(c.env, c.req.header("Authorization"), Date.now());
+  await next();
+});
+
 /** POST /v1/agent/enroll: a machine registers itself with an enrollment token; mounted at /v1/agent. */
 export const enrollRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook }).openapi(
   createRoute({
@@ -133,6 +145,7 @@ export const enrollRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHoo
       "an enrollment token, or is revoked, expired or used up; 403 `hostname_not_allowed` outside the token's " +
       "hostname pattern; 409 `hostname_taken`, or `machine_enrolled` for a retry under another hostname.",
     security: bearer,
+    middleware: [requireEnrollmentToken] as const,
     request: { body: jsonBody(EnrollInput) },
     responses: {
       201: jsonResponse(ServerCreated, "The server, with its token"),

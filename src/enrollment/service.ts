@@ -120,13 +120,18 @@ export async function createEnrollmentToken(env: Env, actor: string, fleet: stri
 }
 
 export async function listFleetEnrollmentTokens(env: Env, fleet: string, after: string | null, limit: number) {
-  await fleetOrNotFound(env, fleet);
-  return listEnrollmentTokens(getDb(env.DB), fleet, after, limit);
+  const { createdAt } = await fleetOrNotFound(env, fleet);
+  return listEnrollmentTokens(getDb(env.DB), fleet, createdAt, after, limit);
 }
 
+/**
+ * The token, of this fleet as it is now: a deleted fleet's tokens (kept, and refused by enroll)
+ * are not found under it, nor under a fleet created again with its id.
+ */
 async function tokenOfFleet(env: Env, fleet: string, id: string) {
+  const { createdAt } = await fleetOrNotFound(env, fleet);
   const row = await enrollmentTokenById(getDb(env.DB), id);
-  if (!row || row.fleetId !== fleet) throw notFound("enrollment token", id);
+  if (!row || row.fleetId !== fleet || row.createdAt < createdAt) throw notFound("enrollment token", id);
   return row;
 }
 
@@ -153,7 +158,7 @@ export async function revokeFleetEnrollmentToken(env: Env, actor: string, fleet:
 const unauthorized = (message: string) => new DomainError("unauthorized", message);
 
 /** The live token a bearer header names; every refusal is a 401. */
-async function liveEnrollmentToken(env: Env, header: string | undefined, now: number) {
+export async function liveEnrollmentToken(env: Env, header: string | undefined, now: number) {
   const bearer = header ? /^Bearer\s+(\S+)\s*$/i.exec(header)?.[1] : undefined;
   const parsed = bearer ? parseEnrollmentToken(bearer) : null;
   if (!bearer || !parsed) throw unauthorized("an enrollment token (Bearer hme.…) is required");

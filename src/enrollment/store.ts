@@ -4,7 +4,7 @@
  * transaction) as the enrollment row it pays for, so racing enrollments never count past
  * max_uses, and a use is never spent without its row nor a row written without its use.
  */
-import { and, asc, eq, gt, sql } from "drizzle-orm";
+import { and, asc, eq, gt, gte, sql } from "drizzle-orm";
 import { auditInsert, type AuditEntry } from "../audit/log";
 import type { Db } from "../db/client";
 import { enrollments, enrollmentTokens } from "../db/schema";
@@ -19,11 +19,18 @@ export async function insertEnrollmentToken(db: Db, row: EnrollmentTokenRow, ent
 }
 
 /** A page of a fleet's tokens by id (one more row than `limit` when another page exists). */
-export const listEnrollmentTokens = (db: Db, fleet: string, after: string | null, limit: number) =>
+/** The fleet's tokens created since `since` (the fleet's creation: a deleted fleet's tokens are not the new one's). */
+export const listEnrollmentTokens = (db: Db, fleet: string, since: number, after: string | null, limit: number) =>
   db
     .select()
     .from(enrollmentTokens)
-    .where(and(eq(enrollmentTokens.fleetId, fleet), after ? gt(enrollmentTokens.id, after) : undefined))
+    .where(
+      and(
+        eq(enrollmentTokens.fleetId, fleet),
+        gte(enrollmentTokens.createdAt, since),
+        after ? gt(enrollmentTokens.id, after) : undefined,
+      ),
+    )
     .orderBy(asc(enrollmentTokens.id))
     .limit(limit + 1);
 

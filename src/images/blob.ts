@@ -48,7 +48,9 @@ export async function blobForHost(
   const row = await imageById(getDb(env.DB), id);
   if (!row || row.state !== "ready" || row.kind === "oci-ref") throw gone();
   const etag = `"${row.digest}"`;
-  if (headers.ifNoneMatch && headers.ifNoneMatch.split(",").some((t) => t.trim() === etag || t.trim() === "*")) {
+  // Weak comparison (RFC 9110 §13.1.2), as src/http/conditional.ts reads If-None-Match: W/"x" matches "x".
+  const tags = headers.ifNoneMatch?.split(",").map((t) => t.trim().replace(/^W\//, "")) ?? [];
+  if (tags.some((t) => t === etag || t === "*")) {
     return { kind: "not_modified" as const, etag };
   }
   const range = rangeOf(headers.range, row.size);

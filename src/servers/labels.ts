@@ -91,9 +91,9 @@ const labelTerm = z
  * as an array and a single one as a string; both are taken.
  */
 export const labelQuery = z
-  .union([z.string(), z.array(z.string()).max(MAX_LABEL_FILTERS)])
+  .union([z.string(), z.array(z.string())])
   .transform((v) => (Array.isArray(v) ? v : [v]))
-  .pipe(z.array(labelTerm))
+  .pipe(z.array(labelTerm).max(MAX_LABEL_FILTERS, `at most ${MAX_LABEL_FILTERS} label terms`))
   .optional()
   .openapi({
     type: "array",

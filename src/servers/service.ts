@@ -19,6 +19,7 @@ import { eq } from "drizzle-orm";
 import { DomainError, notFound } from "../domain/errors";
 import type { Env } from "../env";
 import { FLEET_ID } from "../fleets/schemas";
+import { MAX_SERVER_LABELS } from "../domain/limits";
 import { getFleet } from "../fleets/store";
 import { chunk } from "../lib/chunk";
 import { unwrap } from "../objects/kit/result";
@@ -32,7 +33,7 @@ import { tagMatches, viewTag } from "../ledger/view-tag";
 import { ledgerOf, coordinatorOf } from "../objects/stubs";
 import { catchUpPlan, firstPlan, replanServer, setServerRoles } from "../planner/service";
 import type { ServerPatch } from "./schemas";
-import { sortedLabels, type Labels } from "./labels";
+import { mergeLabels, sortedLabels, type Labels } from "./labels";
 import { refuseTakenHostname, serverIdOf } from "./naming";
 import { hostnamesIn, listServers, liveServerIdsOfFleet, sparseLabel, type ServerFilter } from "./store";
 import { viewWhenChanged } from "./wait";
@@ -164,16 +165,33 @@ export async function putDesiredConfig(env: Env, actor: string, id: string, requ
 }
 
 /**
- * PATCH /v1/servers/{id}: the labels first (refused before anything else is changed when the
- * merge would exceed the limit), then the reboot identity, then the roles (which re-plan the server).
+ * PATCH /v1/servers/{id}: the reboot identity first (a taken fleetlock_id is refused before anything
+ * is written), then the labels, then the roles (which re-plan the server). When labels come with
+ * other fields, the merge's limit is checked first, so a refused label merge changes nothing either.
  */
 export async function patchServer(env: Env, actor: string, id: string, patch: ServerPatch): Promise<ServerView> {
   const { roles, labels, ...identity } = patch;
-  let view = labels !== undefined ? unwrap(await ledgerOf(env, id).setLabels(labels, { actor })).view : null;
-  if (identity.fleetlock_id !== undefined || identity.reboot_group !== undefined)
-    view = await patchServerIdentity(env, actor, id, identity);
+  const changesIdentity = identity.fleetlock_id !== undefined || identity.reboot_group !== undefined;
+  if (labels !== undefined && (changesIdentity || roles !== undefined)) await refuseLabelMerge(env, id, labels);
+  let view: ServerView | null = null;
+  if (changesIdentity) view = await patchServerIdentity(env, actor, id, identity);
+  if (labels !== undefined) view = unwrap(await ledgerOf(env, id).setLabels(labels, { actor })).view;
   if (roles !== undefined) view = (await setServerRoles(env, actor, id, roles)).view;
   return view!;
+}
+
+/** The refusals setLabels would answer (no server, removed, over the limit), checked before a PATCH writes anything. */
+async function refuseLabelMerge(env: Env, id: string, patch: Record<string, string | null>) {
+  const current = await ledgerOf(env, id).view();
+  if (!current) throw notFound("server", id);
+  if (current.record.state === "removed") throw new DomainError("server_removed", "a removed server cannot be changed");
+  const before = current.record.labels ?? {};
+  const count = Object.keys(mergeLabels(before, patch)).length;
+  if (count > MAX_SERVER_LABELS) {
+    throw new DomainError("validation_failed", `the server would have ${count} labels; at most ${MAX_SERVER_LABELS}`, [
+      { path: "labels", message: `at most ${MAX_SERVER_LABELS} labels (the server has ${Object.keys(before).length})` },
+    ]);
+  }
 }
 
 /** A ledger commits reserved names only while they are surely still held (src/ledger/operator.ts). */
