@@ -244,7 +244,8 @@ export class TarballDriver implements AgentDriver {
     await rename(tmp, join(base, CURRENT));
   }
 
-  async install(spec: AgentSpec): Promise<void> {
+  /** Unpacks the spec's version and runs its install hook; a version whose hook fails is removed. */
+  private async unpackAndInstall(spec: AgentSpec) {
     const v = await this.unpack(spec);
     await mkdir(join(this.agentDir(spec.name), DATA), { recursive: true, mode: 0o750 });
     try {
@@ -253,6 +254,11 @@ export class TarballDriver implements AgentDriver {
       await rm(v.dir, { recursive: true, force: true });
       throw err;
     }
+    return v;
+  }
+
+  async install(spec: AgentSpec): Promise<void> {
+    const v = await this.unpackAndInstall(spec);
     // Listed from here on: a crash before the start hook leaves a stopped agent the next pass starts.
     await this.point(spec.name, v.dir);
     try {
@@ -274,13 +280,7 @@ export class TarballDriver implements AgentDriver {
   async update(current: ReportedAgent, spec: AgentSpec): Promise<void> {
     const old = await this.current(current.name);
     if (!old) throw new Error(`${current.name} has no installed version to update`);
-    const v = await this.unpack(spec);
-    try {
-      await this.hook(v.dir, v.manifest, "install", v.meta, spec.name);
-    } catch (err) {
-      await rm(v.dir, { recursive: true, force: true });
-      throw err;
-    }
+    const v = await this.unpackAndInstall(spec);
     try {
       await this.hook(old.dir, old.manifest, "stop", old.meta, current.name);
     } catch (err) {

@@ -168,6 +168,23 @@ describe("TarballDriver (real hook processes)", () => {
     expect((await readdir(agentDir("agenty"))).sort()).toEqual(["1", "current", "data"]);
   });
 
+  it("leaves no version behind when an install hook fails, neither on install nor on update, and keeps the running one", async () => {
+    const failing = { "bin/install": '#!/bin/sh\necho "missing libfoo" >&2\nexit 1\n' };
+    await expect(
+      driver.install(storedSpec("job", "1", await tarball("job", "1", { hooks: failing }), "tarball")),
+    ).rejects.toThrow(/missing libfoo/);
+    expect(existsSync(join(agentDir("job"), "1"))).toBe(false);
+    expect(await driver.list()).toEqual([]);
+
+    await driver.install(storedSpec("job", "1", await tarball("job", "1"), "tarball"));
+    const [current] = await driver.list();
+    await expect(
+      driver.update(current, storedSpec("job", "2", await tarball("job", "2", { hooks: failing }), "tarball")),
+    ).rejects.toThrow(/missing libfoo/);
+    expect(existsSync(join(agentDir("job"), "2"))).toBe(false);
+    expect(await driver.list()).toEqual([expect.objectContaining({ name: "job", version: "1", state: "running" })]);
+  });
+
   it("kills a hook that runs past its timeout, with everything it started, and reports the timeout", async () => {
     const hung = await tarball("slow", "1", {
       hooks: {
