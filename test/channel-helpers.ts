@@ -1,5 +1,6 @@
 import { SELF } from "cloudflare:test";
-import { BASE } from "./helpers";
+import { expect } from "vitest";
+import { BASE, report, settle } from "./helpers";
 
 type Message = { type: string; [k: string]: any };
 
@@ -81,4 +82,13 @@ export function closedWithin(ch: Channel, ms = 5_000) {
     ch.closed,
     new Promise<never>((_, reject) => setTimeout(() => reject(new Error(`not closed within ${ms} ms`)), ms)),
   ]);
+}
+
+/** Sends an empty generation-1 report on the channel, expects its ack (200), and lets the ledger's outbox settle. */
+export function emptyReporter(ch: Channel, serverId: string) {
+  return async (id: string) => {
+    ch.send({ type: "report", v: 1, id, report: report(1, []) });
+    expect((await ch.next("ack")).status).toBe(200);
+    await settle(serverId);
+  };
 }

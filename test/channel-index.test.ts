@@ -2,7 +2,7 @@ import { evictDurableObject, runDurableObjectAlarm, runInDurableObject } from "c
 import { describe, expect, it } from "vitest";
 import { INDEX_LEASE_MS } from "../src/ledger/projection";
 import { call, createFleet, registerServer, report, settle } from "./helpers";
-import { openChannel } from "./channel-helpers";
+import { emptyReporter, openChannel } from "./channel-helpers";
 import { indexRow, ledger, sleep } from "./support/objects";
 
 const A = { name: "a", image: "a:1" };
@@ -60,11 +60,7 @@ describe("the index's staleness while a host is on the channel", () => {
     const fleet = await createFleet({ stale_after_s: 300 });
     const s = await registerServer(fleet.id);
     const ch = await openChannel(s.token, { generation: 1 });
-    const send = async (id: string) => {
-      ch.send({ type: "report", v: 1, id, report: report(1, []) });
-      expect((await ch.next("ack")).status).toBe(200);
-      await settle(s.id);
-    };
+    const send = emptyReporter(ch, s.id);
     await send("first");
     const first = (await indexRow(s.id))!;
     // Heartbeats within the lease (even past the exact mode's 150 s) leave the row alone.
@@ -96,11 +92,7 @@ describe("a connected host's heartbeat", () => {
     const fleet = await createFleet({ stale_after_s: 300 });
     const s = await registerServer(fleet.id);
     const ch = await openChannel(s.token, { generation: 1 });
-    const send = async (id: string) => {
-      ch.send({ type: "report", v: 1, id, report: report(1, []) });
-      expect((await ch.next("ack")).status).toBe(200);
-      await settle(s.id);
-    };
+    const send = emptyReporter(ch, s.id);
     const stored = () =>
       runInDurableObject(
         ledger(s.id),

@@ -10,7 +10,7 @@ import * as local from "../src/local/index";
 import { metered, meterReading, resetMeter } from "../src/local/meter";
 import { LEASE_REFRESH_ROWS } from "../scripts/bench/lease-refresh";
 import { INDEX_LEASE_MS } from "../src/ledger/projection";
-import { openChannel } from "./channel-helpers";
+import { emptyReporter, openChannel } from "./channel-helpers";
 import { BASE, call, createFleet, fireTimersNow, registerServer, report, settle, uniq } from "./helpers";
 import { ledger, sleep, sleep as pause } from "./support/objects";
 
@@ -170,11 +170,7 @@ describe("cost meter", () => {
     const fleet = await createFleet({ stale_after_s: 300 });
     const s = await registerServer(fleet.id);
     const ch = await openChannel(s.token, { generation: 1 });
-    const send = async (id: string) => {
-      ch.send({ type: "report", v: 1, id, report: report(1, []) });
-      expect((await ch.next("ack")).status).toBe(200);
-      await settle(s.id);
-    };
+    const send = emptyReporter(ch, s.id);
     await send("first");
     // The first report's console notice leaves the outbox after its rate window.
     await pause(700);
