@@ -4,14 +4,14 @@
  * from that moment, a parked poll included) and updates the D1 row and the audit log from its outbox.
  */
 import { and, eq, isNull } from "drizzle-orm";
-import { auditInsert } from "../audit/log";
+import { auditInsert } from "../db/audit";
 import { getDb } from "../db/client";
 import { tokens } from "../db/schema";
 import type { Scope, TokenKind } from "../domain/enums";
 import type { Env } from "../env";
 import { notFound } from "../domain/errors";
 import { ledgerOf } from "../objects/stubs";
-import { closeLiveSockets } from "../console/session";
+import { closeLiveSockets } from "../notices/sessions";
 import { listTokens, tokenById, type TokenRow } from "./store";
 import { issueToken } from "./tokens";
 

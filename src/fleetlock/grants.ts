@@ -4,7 +4,7 @@
  * the only await before a grant or a park is stored is none at all, so nothing interleaves.
  */
 import { entryNamed, TRIED } from "./named";
-import type { AuditEntry } from "../audit/log";
+import type { AuditEntry } from "../db/audit";
 import { digestsEqual } from "../lib/crypto";
 import { fail, type Failure } from "../objects/kit/result";
 import type { Coordination } from "./context";

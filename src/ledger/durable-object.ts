@@ -1,6 +1,6 @@
 import { DurableObject } from "cloudflare:workers";
 import { getDb } from "../db/client";
-import type { NoticeInput } from "../console/notices";
+import type { NoticeInput } from "../notices/notices";
 import type { Env } from "../env";
 import type { HeldNames } from "../fleetlock/store";
 import type { FleetPlanInputs } from "../intent/store";
