@@ -8,7 +8,8 @@ import { checkServerAgents, type DriftFilter } from "./drift";
 import { getDb } from "../db/client";
 import type { DriftFix, DriftReason } from "../domain/enums";
 import type { Env } from "../env";
-import { planInputsOf, type FleetPlanInputs } from "../intent/store";
+import { planInputsOf } from "../planner/store";
+import type { FleetPlanInputs } from "../planner/plan";
 import { ledgerOf } from "../objects/stubs";
 import { resolveServer } from "../servers/service";
 

@@ -18,7 +18,6 @@ import {
   channelHistory,
   getChannel,
   getRole,
-  intentRevOf,
   isIntentConflict,
   listChannels,
   listRoles,
@@ -27,6 +26,7 @@ import {
   type ChannelRow,
   type RoleRow,
 } from "./store";
+import { intentRevOf } from "../planner/store";
 import type { Env } from "../env";
 import { decodeCursor, page } from "../http/paging";
 import { fleetTask, getFleet, type FleetRow } from "../fleets/store";

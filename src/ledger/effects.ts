@@ -10,7 +10,7 @@ import type { Db } from "../db/client";
 import { agentInstances, tokens } from "../db/schema";
 import { auditEvent, auditInsertOnce, type AuditEntry, type AuditEvent } from "../db/audit";
 import type { Env } from "../env";
-import type { ServerIdentity } from "../fleetlock/durable-object";
+import type { ServerIdentity } from "../model/fleet";
 import type { Effect, Outbox } from "../objects/kit/outbox";
 import type { ServerRecord } from "../model/server/record";
 import type { CleanupStep } from "./lifecycle";

@@ -2,10 +2,9 @@ import { chunk } from "../lib/chunk";
 import { and, eq, sql } from "drizzle-orm";
 import type { Db } from "../db/client";
 import { agentInstances, serverLabels, servers } from "../db/schema";
-import type { DesiredState } from "./desired";
-import type { ServerRecord } from "../model/server/record";
+import type { ServerRecord, DesiredState } from "../model/server/record";
 import type { StoredReport } from "../model/server/schemas";
-import { computeStatus } from "./status";
+import { computeStatus } from "../model/server/status";
 import { INDEX_LEASE_MS } from "../domain/channel";
 
 /** How often an otherwise unchanged report refreshes `last_seen` in D1 (docs/design.md §8). */

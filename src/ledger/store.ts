@@ -7,10 +7,9 @@
 import type { PlanState } from "../planner/ledger-side";
 import { INITIAL_PLAN_STATE } from "../planner/ledger-side";
 import type { RolloutMark } from "../rollouts/ledger-side";
-import type { DesiredState } from "./desired";
 import type { LifecycleState } from "./lifecycle";
 import type { Signatures } from "./projection";
-import type { ServerRecord } from "../model/server/record";
+import type { ServerRecord, DesiredState } from "../model/server/record";
 import { contentKey } from "../domain/report-content";
 import type { StoredReport } from "../model/server/schemas";
 import { FORMAT_KEY, LEDGER_FORMAT, upgradeLedgerStorage, type FormatUpgrade } from "./storage-format";

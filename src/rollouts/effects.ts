@@ -11,7 +11,7 @@ import { getDb, type Db } from "../db/client";
 import { rolloutLocks, rollouts, rolloutTargets } from "../db/schema";
 import type { Env } from "../env";
 import { fleetSettings } from "../fleets/store";
-import type { FleetSettings } from "../fleetlock/durable-object";
+import type { FleetSettings } from "../model/fleet";
 import { chunk } from "../lib/chunk";
 import type { Effect } from "../objects/kit/outbox";
 import { coordinatorOf, ledgerOf } from "../objects/stubs";

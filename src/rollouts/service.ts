@@ -16,7 +16,7 @@ import { iso } from "../lib/time";
 import { DomainError, notFound } from "../domain/errors";
 import { CANCEL_GRACE_S } from "../domain/limits";
 import { unwrap } from "../objects/kit/result";
-import type { TargetInput } from "./durable-object";
+import type { TargetInput } from "./operator";
 import {
   ACTIVE_STATES,
   isTerminal,

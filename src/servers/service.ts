@@ -23,7 +23,7 @@ import { MAX_SERVER_LABELS } from "../domain/limits";
 import { getFleet } from "../fleets/store";
 import { chunk } from "../lib/chunk";
 import { unwrap } from "../objects/kit/result";
-import type { ServerView } from "../ledger/durable-object";
+import type { ServerView } from "../ledger/view";
 import { RESERVATION_MARGIN_MS } from "../ledger/operator";
 import type { ServerRecord } from "../model/server/record";
 import type { DesiredConfigInput, DesiredConfigRequest } from "../model/server/schemas";

@@ -3,7 +3,7 @@ import { unionAll } from "drizzle-orm/sqlite-core";
 import type { Db } from "../db/client";
 import { serverLabels, servers } from "../db/schema";
 import { labelConditions, type LabelTerm } from "./labels";
-import type { ServerView } from "../ledger/durable-object";
+import type { ServerView } from "../ledger/view";
 import { iso, isoOrNull } from "../lib/time";
 import { statusAt, statusIs } from "./staleness";
 
