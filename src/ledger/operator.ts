@@ -11,7 +11,7 @@ import type { HeldNames } from "../fleetlock/store";
 import type { ServerRecord, DesiredState } from "../model/server/record";
 import type { AgentSpec, DesiredConfig, DesiredConfigInput } from "../model/server/schemas";
 import { MAX_SERVER_LABELS } from "../domain/limits";
-import { mergeLabels, sameLabels } from "../servers/labels";
+import { mergeLabels, sameLabels } from "../model/server/labels";
 import { configOf } from "./view";
 
 /**

@@ -64,7 +64,7 @@ export function buildProjection(
   now: number,
   leased = false,
 ): Projection {
-  // The index never stores "stale": it is read from stale_at (src/servers/staleness.ts).
+  // The index never stores "stale": it is read from stale_at (src/model/server/staleness.ts).
   const computed = computeStatus(desired, report, now, Number.POSITIVE_INFINITY);
   const instances = computed.agents.map((a) => ({
     serverId: record.id,
@@ -113,7 +113,7 @@ export function buildProjection(
 }
 
 /**
- * When the server turns stale in the index (read at query time, src/servers/staleness.ts). A
+ * When the server turns stale in the index (read at query time, src/model/server/staleness.ts). A
  * removed server is never stale; one that never reported has nothing to be late with.
  */
 function staleAtOf(record: ServerRecord, lastSeen: number | undefined, leased = false) {

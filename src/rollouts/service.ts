@@ -26,7 +26,7 @@ import {
   type TargetState,
 } from "./machine";
 import type { RolloutInput } from "./schemas";
-import { labelsMatch } from "../servers/labels";
+import { labelsMatch } from "../model/server/labels";
 import { rolloutOf } from "../objects/stubs";
 import { waitForWake } from "../objects/kit/wake";
 import type { RolloutSummary } from "./views";

@@ -3,7 +3,7 @@ import { LIFECYCLE_ORDERS, PLAN_MODES, SERVER_KINDS, SERVER_STATES } from "../do
 import { MAX_REASON_LENGTH, MAX_SERVER_ROLES, MAX_WAIT_S } from "../domain/limits";
 import { fleetId, fleetlockId, groupName, roleName } from "../fleets/schemas";
 import { AgentStatusRow, DesiredConfig, serverStatus, StoredReport } from "../model/server/schemas";
-import { labelsPatchSchema, labelsSchema } from "./labels";
+import { labelsPatchSchema, labelsSchema } from "../model/server/labels";
 import { HOSTNAME, isServerRef } from "./naming";
 
 const hostname = z.string().max(253).regex(HOSTNAME, "not a valid hostname");

@@ -33,7 +33,7 @@ import { tagMatches, viewTag } from "../ledger/view-tag";
 import { ledgerOf, coordinatorOf } from "../objects/stubs";
 import { catchUpPlan, firstPlan, replanServer, setServerRoles } from "../planner/service";
 import type { ServerPatch } from "./schemas";
-import { mergeLabels, sortedLabels, type Labels } from "./labels";
+import { mergeLabels, sortedLabels, type Labels } from "../model/server/labels";
 import { refuseTakenHostname, serverIdOf } from "./naming";
 import { hostnamesIn, listServers, liveServerIdsOfFleet, sparseLabel, type ServerFilter } from "./store";
 import { viewWhenChanged } from "./wait";
