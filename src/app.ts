@@ -96,7 +96,7 @@ export function createApp() {
     .route("/v1/fleets", specRoutes)
     // hm status in one request.
     .route("/v1/status", statusRoutes)
-    // Enrollment and the agent's builds (issue 25).
+    // Enrollment (docs/images-and-enrollment.md) and the agent's builds.
     .route("/v1/fleets", enrollmentTokenRoutes)
     .route("/v1/agent", enrollRoutes)
     .route("/v1/agent", agentBuildRoutes)
