@@ -125,7 +125,7 @@ describe("D1 projection of the ledger", () => {
     const stub = env.LEDGER.get(env.LEDGER.idFromName(s.id));
     await runInDurableObject(stub, (_i: ServerLedger, state) => {
       const mark = state.storage.kv.get<any>("projected");
-      state.storage.kv.put("projected", { ...mark, last_seen_written: Date.now() - 3_600_000 });
+      state.storage.kv.put("projected", { ...mark, last_seen_written: Date.now() - INDEX_LEASE_MS });
     });
     await call("PUT", "/v1/agent/inventory", { token: s.token, body: report(2, agents) });
     expect((await indexRow(s.id))!.status).toBe("realized");
@@ -235,7 +235,7 @@ describe("a server back from silence", () => {
     const stub = env.LEDGER.get(env.LEDGER.idFromName(s.id));
     await runInDurableObject(stub, (_i: ServerLedger, state) => {
       const mark = state.storage.kv.get<any>("projected");
-      state.storage.kv.put("projected", { ...mark, last_seen_written: Date.now() - 3_600_000 });
+      state.storage.kv.put("projected", { ...mark, last_seen_written: Date.now() - INDEX_LEASE_MS });
     });
     // Same images; the reported version of one row moves, which is drifted (the version is compared too).
     const body = report(2, agents);
