@@ -15,11 +15,11 @@ const LAST_SEEN_REFRESH_MS = 5 * 60_000;
  * While its host is watched — connected on the channel (its socket's close tells the ledger), or
  * reporting over HTTP (the ledger's quiet watch, ./quiet.ts) — a server's index row is refreshed
  * this seldom, and its stale_at is leased this far beyond last_seen + stale_after: a steady host's
- * heartbeats then cost D1 one write an hour, not one every few minutes (at 10,000 hosts, the
- * difference between D1's included writes and hundreds of dollars a month). When the socket closes
- * or the quiet watch finds the host silent, the ledger writes the exact stale_at; a host whose
- * agent hangs with its socket open is shown stale in the index at most this much late (its own
- * view is always exact).
+ * heartbeats then cost D1 one write a day, not one every few minutes. When the socket closes, the
+ * quiet watch finds the host silent or the ledger wakes without the socket its lease was on
+ * (./open.ts), the ledger writes the exact stale_at; a host whose reports stop with its socket open
+ * is shown stale in the index at most this much late (its own view is always exact). Why that is
+ * enough: docs/storage.md, "The index's staleness lease".
  */
 export { INDEX_LEASE_MS };
 
