@@ -1,0 +1,61 @@
+/**
+ * The cron's rollup of every fleet (src/scheduled.ts): on the first tick of each 5-minute period,
+ * each fleet's figures are read in a few aggregates and compared with its last row; a row is
+ * written only for a fleet whose figures changed or that rebooted or started a rollout, and rows
+ * past 30 days are pruned in the same batch. A quiet deployment's rollup writes nothing.
+ */
+import { getDb } from "../db/client";
+import { SERVER_STATUSES } from "../domain/enums";
+import type { Env } from "../env";
+import { zeros } from "../servers/counts";
+import { fleetVersions, periodOf, pruneBefore, worthARow, type Figures } from "./rollup";
+import { countEvents, lastRows, readInputs, writeRollup } from "./store";
+
+export interface RollupResult {
+  fleets: number;
+  written: number;
+}
+
+export async function rollupHistory(env: Env, now: number): Promise<RollupResult> {
+  const db = getDb(env.DB);
+  const at = periodOf(now);
+  const input = await readInputs(db, now);
+  // Without a cursor (the first rollup ever) nothing before it is counted: it would all land in one period.
+  const from = input.cursor ?? input.maxAuditId;
+  const events = from < input.maxAuditId ? await countEvents(db, from, input.maxAuditId) : new Map();
+  const ids = input.fleetRows.map((f) => f.id);
+  const last = await lastRows(db, ids);
+
+  const figures = new Map<string, Figures>();
+  for (const id of ids) {
+    const ev = events.get(id);
+    figures.set(id, {
+      servers: { total: 0, ...zeros(SERVER_STATUSES) },
+      versions: {},
+      reboots: ev?.reboots ?? 0,
+      rollouts: ev?.rollouts ?? 0,
+    });
+  }
+  for (const c of input.counts) {
+    const f = figures.get(c.fleet);
+    if (!f) continue;
+    f.servers[c.status] = (f.servers[c.status] ?? 0) + Number(c.n);
+    f.servers.total += Number(c.n);
+  }
+  const versionRows = new Map<string, { agent: string; version: string | null; n: number }[]>();
+  for (const v of input.versions) {
+    const list = versionRows.get(v.fleet) ?? [];
+    list.push({ agent: v.agent, version: v.version, n: Number(v.n) });
+    versionRows.set(v.fleet, list);
+  }
+  for (const [fleet, rows] of versionRows) {
+    const f = figures.get(fleet);
+    if (f) f.versions = fleetVersions(rows);
+  }
+
+  const rows = [...figures]
+    .filter(([fleet, f]) => worthARow(last.get(fleet), f))
+    .map(([fleet, f]) => ({ fleet, at, figures: f }));
+  await writeRollup(env.DB, rows, { from: input.cursor, to: input.maxAuditId }, pruneBefore(now));
+  return { fleets: ids.length, written: rows.length };
+}

@@ -1,0 +1,156 @@
+/**
+ * The fleet history's D1 statements. The rollup reads every fleet's figures in a constant number of
+ * aggregates (not one per fleet), then each fleet's last row (one LIMIT 1 read each, in the same
+ * batch), and writes its rows, its audit cursor and the pruning in one batch: a crash before that
+ * batch leaves nothing, after it everything.
+ */
+import { and, asc, desc, eq, gte, inArray, lt, lte, sql } from "drizzle-orm";
+import type { Db } from "../db/client";
+import { agentInstances, auditLog, cronCursors, fleetHistory, fleets, servers } from "../db/schema";
+import { statusAt } from "../servers/staleness";
+import type { Figures } from "./rollup";
+
+/** The last audit row the rollup counted (its id, in `at`). */
+export const AUDIT_CURSOR = "history_audit";
+
+/** What the rollup reads: fleets, their servers by status, their agents' versions, the audit rows since the cursor. */
+export async function readInputs(db: Db, now: number) {
+  const [fleetRows, counts, versions, cursor, maxId] = await db.batch([
+    db.select({ id: fleets.id }).from(fleets),
+    // One aggregate over servers_fleet_state_status_idx for every fleet (the covering index).
+    db
+      .select({ fleet: servers.fleetId, status: statusAt(now), n: sql<number>`count(*)` })
+      .from(servers)
+      .where(sql`${servers.state} != 'removed'`)
+      .groupBy(servers.fleetId, statusAt(now)),
+    db
+      .select({
+        fleet: agentInstances.fleetId,
+        agent: agentInstances.agent,
+        version: agentInstances.reportedVersion,
+        n: sql<number>`count(*)`,
+      })
+      .from(agentInstances)
+      .groupBy(agentInstances.fleetId, agentInstances.agent, agentInstances.reportedVersion),
+    db.select({ at: cronCursors.at }).from(cronCursors).where(eq(cronCursors.name, AUDIT_CURSOR)),
+    db.select({ id: sql<number | null>`max(${auditLog.id})` }).from(auditLog),
+  ]);
+  return { fleetRows, counts, versions, cursor: cursor[0]?.at ?? null, maxAuditId: Number(maxId[0]?.id ?? 0) };
+}
+
+/**
+ * Reboots (FleetLock grants to hosts: a rollout's own slot grants name the rollout as actor) and
+ * rollouts started, per fleet, among the audit rows (after, upTo]. The rowid range reads only them.
+ */
+export async function countEvents(db: Db, after: number, upTo: number) {
+  const rows = await db
+    .select({
+      action: auditLog.action,
+      fleet: sql<
+        string | null
+      >`CASE WHEN ${auditLog.action} = 'rollout.start' THEN json_extract(${auditLog.details}, '$.fleet') WHEN ${auditLog.target} LIKE 'fleet:%' THEN substr(${auditLog.target}, 7) END`,
+      n: sql<number>`count(*)`,
+    })
+    .from(auditLog)
+    .where(
+      and(
+        sql`${auditLog.id} > ${after}`,
+        lte(auditLog.id, upTo),
+        inArray(auditLog.action, ["fleetlock.grant", "rollout.start"]),
+        sql`${auditLog.actor} NOT LIKE 'rollout:%'`,
+      ),
+    )
+    .groupBy(sql`1`, sql`2`);
+  const out = new Map<string, { reboots: number; rollouts: number }>();
+  for (const r of rows) {
+    if (!r.fleet) continue;
+    const c = out.get(r.fleet) ?? { reboots: 0, rollouts: 0 };
+    if (r.action === "rollout.start") c.rollouts += Number(r.n);
+    else c.reboots += Number(r.n);
+    out.set(r.fleet, c);
+  }
+  return out;
+}
+
+/** Each fleet's newest row (one indexed LIMIT 1 read per fleet, in one round trip). */
+export async function lastRows(db: Db, fleetIds: string[]) {
+  if (fleetIds.length === 0) return new Map<string, Pick<Figures, "servers" | "versions">>();
+  const reads = fleetIds.map((f) =>
+    db
+      .select({ fleet: fleetHistory.fleetId, servers: fleetHistory.servers, versions: fleetHistory.versions })
+      .from(fleetHistory)
+      .where(eq(fleetHistory.fleetId, f))
+      .orderBy(desc(fleetHistory.at))
+      .limit(1),
+  );
+  const results = await db.batch(reads as [(typeof reads)[0], ...(typeof reads)[0][]]);
+  const out = new Map<string, Pick<Figures, "servers" | "versions">>();
+  for (const rows of results) for (const r of rows) out.set(r.fleet, r);
+  return out;
+}
+
+/**
+ * The rollup's one batch: the rows (each only while its fleet exists, so a fleet deleted meanwhile
+ * gets none; a repeated tick's row for the same period is dropped), the audit cursor if it moved,
+ * and the pruning (rows past the retention, but each fleet's newest of them: its state at the cutoff).
+ */
+export async function writeRollup(
+  d1: D1Database,
+  rows: { fleet: string; at: number; figures: Figures }[],
+  cursor: { from: number | null; to: number },
+  cutoff: number,
+) {
+  // Raw statements: drizzle's batch takes its builders only, and these need INSERT … SELECT … WHERE EXISTS.
+  const insert = d1.prepare(
+    `INSERT INTO fleet_history (fleet_id, at, servers, versions, reboots, rollouts)
+     SELECT ?1, ?2, ?3, ?4, ?5, ?6 WHERE EXISTS (SELECT 1 FROM fleets WHERE id = ?1)
+     ON CONFLICT (fleet_id, at) DO NOTHING`,
+  );
+  const stmts = rows.map((r) =>
+    insert.bind(
+      r.fleet,
+      r.at,
+      JSON.stringify(r.figures.servers),
+      JSON.stringify(r.figures.versions),
+      r.figures.reboots,
+      r.figures.rollouts,
+    ),
+  );
+  if (cursor.from !== cursor.to)
+    stmts.push(
+      d1
+        .prepare(
+          "INSERT INTO cron_cursors (name, at) VALUES (?1, ?2) ON CONFLICT (name) DO UPDATE SET at = excluded.at",
+        )
+        .bind(AUDIT_CURSOR, cursor.to),
+    );
+  stmts.push(
+    d1
+      .prepare(
+        `DELETE FROM fleet_history WHERE at < ?1 AND EXISTS (
+           SELECT 1 FROM fleet_history AS n WHERE n.fleet_id = fleet_history.fleet_id AND n.at > fleet_history.at AND n.at <= ?1)`,
+      )
+      .bind(cutoff),
+  );
+  await d1.batch(stmts);
+}
+
+export type HistoryRow = typeof fleetHistory.$inferSelect;
+
+/** A fleet's rows of [since, until], and the newest before `since` (the state when the window opened). */
+export async function readWindow(db: Db, fleet: string, since: number, until: number): Promise<HistoryRow[]> {
+  const [before, within] = await db.batch([
+    db
+      .select()
+      .from(fleetHistory)
+      .where(and(eq(fleetHistory.fleetId, fleet), lt(fleetHistory.at, since)))
+      .orderBy(desc(fleetHistory.at))
+      .limit(1),
+    db
+      .select()
+      .from(fleetHistory)
+      .where(and(eq(fleetHistory.fleetId, fleet), gte(fleetHistory.at, since), lte(fleetHistory.at, until)))
+      .orderBy(asc(fleetHistory.at)),
+  ]);
+  return [...before, ...within];
+}
