@@ -8,14 +8,25 @@ import { getDb } from "../db/client";
 import { SERVER_STATUSES } from "../domain/enums";
 import type { Env } from "../env";
 import { zeros } from "../servers/counts";
-import { fleetVersions, periodOf, pruneBefore, worthARow, type Figures } from "./rollup";
-import { countEvents, lastRows, readInputs, writeRollup } from "./store";
+import { fleetVersions, periodOf, pruneBefore, rollupDue, worthARow, type Figures } from "./rollup";
+import { countEvents, lastRows, readInputs, rolledPeriod, writeRollup } from "./store";
 
 export interface RollupResult {
   fleets: number;
   written: number;
 }
 
+/**
+ * The cron's entry: a rollup on the first tick of each period (the period's cursor, written in the
+ * rollup's batch, says which was rolled up last), else nothing but that one read. A tick missed
+ * or late still rolls its period up; two ticks in a period roll it up once.
+ */
+export async function rollupIfDue(env: Env, now: number): Promise<RollupResult | null> {
+  if (!rollupDue(now, await rolledPeriod(getDb(env.DB)))) return null;
+  return rollupHistory(env, now);
+}
+
+/** Rolls every fleet up for the period of `now`, due or not. */
 export async function rollupHistory(env: Env, now: number): Promise<RollupResult> {
   const db = getDb(env.DB);
   const at = periodOf(now);
@@ -56,6 +67,6 @@ export async function rollupHistory(env: Env, now: number): Promise<RollupResult
   const rows = [...figures]
     .filter(([fleet, f]) => worthARow(last.get(fleet), f))
     .map(([fleet, f]) => ({ fleet, at, figures: f }));
-  await writeRollup(env.DB, rows, { from: input.cursor, to: input.maxAuditId }, pruneBefore(now));
+  await writeRollup(env.DB, rows, { from: input.cursor, to: input.maxAuditId }, at, pruneBefore(now));
   return { fleets: ids.length, written: rows.length };
 }

@@ -8,8 +8,6 @@
 export const PERIOD_MS = 5 * 60_000;
 /** Rows older than this go, but the newest of them stays: it is the state at the window's start. */
 export const RETENTION_MS = 30 * 86_400_000;
-/** The cron runs every minute: its first tick in a period rolls up (a missed tick waits for the next period). */
-const TICK_MS = 60_000;
 /** Versions kept per agent, the most common first; the rest are counted together as `other`. */
 export const MAX_VERSIONS = 8;
 /** Agents kept per fleet, by name; a row stays small whatever a fleet runs. */
@@ -36,8 +34,8 @@ export interface Figures {
 
 export const periodOf = (now: number) => now - (now % PERIOD_MS);
 
-/** The cron's first tick of a period (a tick runs a few ms past its minute). */
-export const rollupDue = (now: number) => now % PERIOD_MS < TICK_MS;
+/** Whether the cron's tick at `now` rolls up: the first tick of a period not rolled up yet (`rolled`: the last one that was). */
+export const rollupDue = (now: number, rolled: number | null) => rolled === null || periodOf(now) > rolled;
 
 /** The cutoff below which rows go (all but the newest row below it, per fleet). */
 export const pruneBefore = (now: number) => periodOf(now) - RETENTION_MS;

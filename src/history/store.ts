@@ -12,6 +12,14 @@ import type { Figures } from "./rollup";
 
 /** The last audit row the rollup counted (its id, in `at`). */
 export const AUDIT_CURSOR = "history_audit";
+/** The period the rollup last ran for (its start, ms): a tick in the same period does nothing. */
+export const PERIOD_CURSOR = "history";
+
+/** The period the rollup last ran for, or null before the first rollup: the one read a tick costs. */
+export async function rolledPeriod(db: Db): Promise<number | null> {
+  const rows = await db.select({ at: cronCursors.at }).from(cronCursors).where(eq(cronCursors.name, PERIOD_CURSOR));
+  return rows[0]?.at ?? null;
+}
 
 /** What the rollup reads: fleets, their servers by status, their agents' versions, the audit rows since the cursor. */
 export async function readInputs(db: Db, now: number) {
@@ -98,6 +106,7 @@ export async function writeRollup(
   d1: D1Database,
   rows: { fleet: string; at: number; figures: Figures }[],
   cursor: { from: number | null; to: number },
+  period: number,
   cutoff: number,
 ) {
   // Raw statements: drizzle's batch takes its builders only, and these need INSERT … SELECT … WHERE EXISTS.
@@ -116,14 +125,11 @@ export async function writeRollup(
       r.figures.rollouts,
     ),
   );
-  if (cursor.from !== cursor.to)
-    stmts.push(
-      d1
-        .prepare(
-          "INSERT INTO cron_cursors (name, at) VALUES (?1, ?2) ON CONFLICT (name) DO UPDATE SET at = excluded.at",
-        )
-        .bind(AUDIT_CURSOR, cursor.to),
-    );
+  const setCursor = d1.prepare(
+    "INSERT INTO cron_cursors (name, at) VALUES (?1, ?2) ON CONFLICT (name) DO UPDATE SET at = excluded.at",
+  );
+  if (cursor.from !== cursor.to) stmts.push(setCursor.bind(AUDIT_CURSOR, cursor.to));
+  stmts.push(setCursor.bind(PERIOD_CURSOR, period));
   stmts.push(
     d1
       .prepare(
