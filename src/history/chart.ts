@@ -5,7 +5,7 @@
  * The console's history charts use it; any page can (a rollout's analysis, say).
  */
 
-export interface ChartPoint {
+interface ChartPoint {
   x: number;
   y: number;
 }
@@ -58,14 +58,16 @@ export function svgText(s: string): string {
 
 const round = (n: number) => Math.round(n * 10) / 10;
 
-/** Ticks at 1, 2 or 5 times a power of ten, about `count` of them, from lo to hi. */
+/** Ticks at 1, 2 or 5 times a power of ten, about `count` of them, from lo to at least hi. */
 export function niceTicks(lo: number, hi: number, count = 4): number[] {
   if (!(hi > lo)) return [lo];
   const raw = (hi - lo) / count;
   const mag = 10 ** Math.floor(Math.log10(raw));
   const step = [1, 2, 5, 10].map((m) => m * mag).find((s) => s >= raw)!;
   const ticks: number[] = [];
-  for (let t = Math.ceil(lo / step) * step; t <= hi + step * 1e-9; t += step) ticks.push(Number(t.toPrecision(12)));
+  // Up to the first tick at or above `hi`, so the top line is above every point.
+  const top = Math.ceil(hi / step - 1e-9) * step;
+  for (let t = Math.ceil(lo / step) * step; t <= top + step * 1e-9; t += step) ticks.push(Number(t.toPrecision(12)));
   return ticks;
 }
 

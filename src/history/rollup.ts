@@ -9,9 +9,9 @@ export const PERIOD_MS = 5 * 60_000;
 /** Rows older than this go, but the newest of them stays: it is the state at the window's start. */
 export const RETENTION_MS = 30 * 86_400_000;
 /** Versions kept per agent, the most common first; the rest are counted together as `other`. */
-export const MAX_VERSIONS = 8;
+const MAX_VERSIONS = 8;
 /** Agents kept per fleet, by name; a row stays small whatever a fleet runs. */
-export const MAX_AGENTS = 64;
+const MAX_AGENTS = 64;
 
 export interface AgentVersions {
   /** reported version → servers reporting it */
@@ -68,7 +68,7 @@ export function fleetVersions(rows: { agent: string; version: string | null; n: 
 }
 
 /** JSON with keys sorted, so equal figures compare equal whatever order D1 gave them in. */
-export function canonical(value: unknown): string {
+function canonical(value: unknown): string {
   if (value === null || typeof value !== "object") return JSON.stringify(value);
   if (Array.isArray(value)) return `[${value.map(canonical).join(",")}]`;
   const o = value as Record<string, unknown>;

@@ -53,13 +53,13 @@ export const HistoryQuery = z.object({
 
 const Iso = z.string().openapi({ example: "2026-11-26T10:05:00.000Z" });
 
-export const ServersPoint = z.object({
+const ServersPoint = z.object({
   at: Iso,
   total: z.number().int(),
   by_status: z.record(z.enum(SERVER_STATUSES), z.number().int()),
 });
 
-export const VersionsPoint = z.object({
+const VersionsPoint = z.object({
   at: Iso,
   total: z.number().int().openapi({ description: "servers that should run the agent" }),
   versions: z.record(z.string(), z.number().int()).openapi({ description: "reported version → servers" }),
@@ -67,7 +67,7 @@ export const VersionsPoint = z.object({
   other: z.number().int().openapi({ description: "servers on versions past the 8 most common (folded)" }),
 });
 
-export const VersionSpread = z.object({
+const VersionSpread = z.object({
   version: z.string(),
   servers: z.number().int().openapi({ description: "servers reporting it at the end of the window" }),
   share: z.number().openapi({ description: "of the agent's servers, 0..1, at the end of the window" }),
@@ -81,13 +81,13 @@ export const VersionSpread = z.object({
     .openapi({ description: "from first seen to 95 %; null if either falls outside the window" }),
 });
 
-export const AgentHistory = z.object({
+const AgentHistory = z.object({
   agent: z.string(),
   points: z.array(VersionsPoint),
   spread: z.array(VersionSpread),
 });
 
-export const DayCount = z.object({ day: z.string().openapi({ example: "2026-11-26" }), count: z.number().int() });
+const DayCount = z.object({ day: z.string().openapi({ example: "2026-11-26" }), count: z.number().int() });
 
 export const FleetHistory = z
   .object({

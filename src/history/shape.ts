@@ -11,7 +11,7 @@ import type { HistoryRow } from "./store";
 
 const DAY_MS = 86_400_000;
 /** A version has spread once this share of the agent's servers reports it. */
-export const SPREAD_SHARE = 0.95;
+const SPREAD_SHARE = 0.95;
 
 export interface ShapeOptions {
   fleet: string;

@@ -11,9 +11,9 @@ import { statusAt } from "../servers/staleness";
 import type { Figures } from "./rollup";
 
 /** The last audit row the rollup counted (its id, in `at`). */
-export const AUDIT_CURSOR = "history_audit";
+const AUDIT_CURSOR = "history_audit";
 /** The period the rollup last ran for (its start, ms): a tick in the same period does nothing. */
-export const PERIOD_CURSOR = "history";
+const PERIOD_CURSOR = "history";
 
 /** The period the rollup last ran for, or null before the first rollup: the one read a tick costs. */
 export async function rolledPeriod(db: Db): Promise<number | null> {

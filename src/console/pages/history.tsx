@@ -43,7 +43,7 @@ export const historyPath = (fleet: string, query: Record<string, string | undefi
   `/v1/fleets/${encodeURIComponent(fleet)}/history${qs(query)}`;
 
 /** The servers-by-status chart (SVG markup) of a history. */
-export function serversChart(h: FleetHistory, id = "servers-chart"): string {
+function serversChart(h: FleetHistory, id = "servers-chart"): string {
   const points = h.servers ?? [];
   const series: ChartSeries[] = STATUS_SERIES.filter(([key]) => points.some((p) => p.by_status[key] > 0)).map(
     ([key, name, color]) => ({
