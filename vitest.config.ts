@@ -32,7 +32,7 @@ export default defineConfig(async () => {
   process.env.ADMIN_TOKEN ??= ADMIN_TOKEN;
   // With [secrets] in wrangler.toml, wrangler reads process.env for them and logs "Using secrets
   // defined in process.env" once per test file, at its `log` level (it has no quiet option for
-  // the pool's call): its warnings and errors still show. WRANGLER_LOG=debug (or info) brings it back.
+  // the pool's call): its warnings and errors still show. WRANGLER_LOG=log (or debug) brings it back.
   process.env.WRANGLER_LOG ??= "warn";
   const migrations = await readD1Migrations("./migrations");
   const worker = (main?: string) =>
