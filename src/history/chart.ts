@@ -117,7 +117,7 @@ export function renderLineChart(series: ChartSeries[], opts: ChartOptions): stri
   for (const t of yTicks) {
     const y = sy(t);
     out.push(
-      `<line x1="${pad.left}" x2="${pad.left + plotW}" y1="${y}" y2="${y}" stroke="#d0d4d9" stroke-width="1"/>`,
+      `<line class="grid" x1="${pad.left}" x2="${pad.left + plotW}" y1="${y}" y2="${y}" stroke="#d0d4d9" stroke-width="1"/>`,
       `<text x="${pad.left - 6}" y="${y + 4}" text-anchor="end" font-size="11" fill="currentColor">${svgText(fy(t))}</text>`,
     );
   }
@@ -156,7 +156,7 @@ export function renderLineChart(series: ChartSeries[], opts: ChartOptions): stri
     });
     if (opts.step && hasX && pts[pts.length - 1].x < xMax) coords.push(`${sx(xMax)},${sy(pts[pts.length - 1].y)}`);
     out.push(
-      `<polyline fill="none" stroke="${svgText(color)}" stroke-width="2"${dash ? ` stroke-dasharray="${dash}"` : ""} points="${coords.join(" ")}"><title>${svgText(s.name)}</title></polyline>`,
+      `<polyline class="series" fill="none" stroke="${svgText(color)}" stroke-width="2"${dash ? ` stroke-dasharray="${dash}"` : ""} points="${coords.join(" ")}"><title>${svgText(s.name)}</title></polyline>`,
     );
   });
   // Legend: three to a row under the plot.
@@ -166,7 +166,7 @@ export function renderLineChart(series: ChartSeries[], opts: ChartOptions): stri
     const x = pad.left + (i % 3) * Math.floor(plotW / 3);
     const y = height + Math.floor(i / 3) * 18 + 4;
     out.push(
-      `<line x1="${x}" x2="${x + 22}" y1="${y}" y2="${y}" stroke="${svgText(color)}" stroke-width="2"${dash ? ` stroke-dasharray="${dash}"` : ""}/>`,
+      `<line class="series" x1="${x}" x2="${x + 22}" y1="${y}" y2="${y}" stroke="${svgText(color)}" stroke-width="2"${dash ? ` stroke-dasharray="${dash}"` : ""}/>`,
       `<text x="${x + 28}" y="${y + 4}" font-size="12" fill="currentColor">${svgText(s.name)}</text>`,
     );
   });
