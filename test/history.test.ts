@@ -136,6 +136,23 @@ describe("the history rollup", () => {
     expect(rows.map((r) => r.at)).toEqual([cutoff - 2 * PERIOD_MS, cutoff + PERIOD_MS, periodOf(now)]);
   });
 
+  it("writes the rows of many fleets in one rollup (a statement per 50), each once", async () => {
+    const ids = Array.from({ length: 120 }, (_, i) => `many-${Date.now().toString(36)}-${i}`);
+    await env.DB.batch(
+      ids.map((id) =>
+        env.DB.prepare(
+          "INSERT INTO fleets (id, capabilities, stale_after_s, lock_ttl_s, created_at) VALUES (?, '{}', 300, 3600, ?)",
+        ).bind(id, Date.now()),
+      ),
+    );
+    await rollupHistory(env, tick(30));
+    await rollupHistory(env, tick(31));
+    const { results } = await env.DB.prepare(
+      `SELECT count(*) AS n, count(DISTINCT fleet_id) AS fleets FROM fleet_history WHERE fleet_id LIKE 'many-%'`,
+    ).all<{ n: number; fleets: number }>();
+    expect(results[0]).toEqual({ n: 120, fleets: 120 });
+  });
+
   it("leaves no rows behind a deleted fleet", async () => {
     const { id: fleet } = await createFleet();
     await rollupHistory(env, tick(0));

@@ -9,7 +9,7 @@ import { SERVER_STATUSES } from "../domain/enums";
 import type { Env } from "../env";
 import { zeros } from "../servers/counts";
 import { fleetVersions, periodOf, pruneBefore, rollupDue, worthARow, type Figures } from "./rollup";
-import { countEvents, lastRows, readInputs, rolledPeriod, writeRollup } from "./store";
+import { countEvents, readInputs, rolledPeriod, writeRollup } from "./store";
 
 export interface RollupResult {
   fleets: number;
@@ -35,7 +35,11 @@ export async function rollupHistory(env: Env, now: number): Promise<RollupResult
   const from = input.cursor ?? input.maxAuditId;
   const events = from < input.maxAuditId ? await countEvents(db, from, input.maxAuditId) : new Map();
   const ids = input.fleetRows.map((f) => f.id);
-  const last = await lastRows(db, ids);
+  const last = new Map(
+    input.fleetRows
+      .filter((f) => f.last !== null)
+      .map((f) => [f.id, JSON.parse(f.last!) as Pick<Figures, "servers" | "versions">]),
+  );
 
   const figures = new Map<string, Figures>();
   for (const id of ids) {
@@ -66,7 +70,7 @@ export async function rollupHistory(env: Env, now: number): Promise<RollupResult
 
   const rows = [...figures]
     .filter(([fleet, f]) => worthARow(last.get(fleet), f))
-    .map(([fleet, f]) => ({ fleet, at, figures: f }));
+    .map(([fleet, f]) => ({ fleet, figures: f }));
   await writeRollup(env.DB, rows, { from: input.cursor, to: input.maxAuditId }, at, pruneBefore(now));
   return { fleets: ids.length, written: rows.length };
 }

@@ -1,8 +1,8 @@
 /**
- * The fleet history's D1 statements. The rollup reads every fleet's figures in a constant number of
- * aggregates (not one per fleet), then each fleet's last row (one LIMIT 1 read each, in the same
- * batch), and writes its rows, its audit cursor and the pruning in one batch: a crash before that
- * batch leaves nothing, after it everything.
+ * The fleet history's D1 statements. The rollup reads every fleet's figures and its last row in a
+ * constant number of statements (one batch; the audit count apart), and writes its rows (a
+ * statement per 50 fleets), its cursors and the pruning in one batch: a crash before that batch
+ * leaves nothing, after it everything. A Worker invocation's limit on statements is never near.
  */
 import { and, asc, desc, eq, gte, inArray, lt, lte, sql } from "drizzle-orm";
 import type { Db } from "../db/client";
@@ -12,6 +12,8 @@ import type { Figures } from "./rollup";
 
 /** The last audit row the rollup counted (its id, in `at`). */
 const AUDIT_CURSOR = "history_audit";
+/** Fleets' rows per INSERT: a statement's JSON stays far under D1's limits (a row is a few KB at most). */
+const ROWS_PER_STATEMENT = 50;
 /** The period the rollup last ran for (its start, ms): a tick in the same period does nothing. */
 const PERIOD_CURSOR = "history";
 
@@ -24,7 +26,16 @@ export async function rolledPeriod(db: Db): Promise<number | null> {
 /** What the rollup reads: fleets, their servers by status, their agents' versions, the audit rows since the cursor. */
 export async function readInputs(db: Db, now: number) {
   const [fleetRows, counts, versions, cursor, maxId] = await db.batch([
-    db.select({ id: fleets.id }).from(fleets),
+    // Every fleet with its newest row, one indexed LIMIT 1 read each, in one statement: the
+    // rollup's statements stay a handful whatever the number of fleets.
+    db
+      .select({
+        id: fleets.id,
+        last: sql<
+          string | null
+        >`(SELECT json_object('servers', json(h.servers), 'versions', json(h.versions)) FROM ${fleetHistory} AS h WHERE h.fleet_id = ${fleets.id} ORDER BY h.at DESC LIMIT 1)`,
+      })
+      .from(fleets),
     // One aggregate over servers_fleet_state_status_idx for every fleet (the covering index).
     db
       .select({ fleet: servers.fleetId, status: statusAt(now), n: sql<number>`count(*)` })
@@ -80,23 +91,6 @@ export async function countEvents(db: Db, after: number, upTo: number) {
   return out;
 }
 
-/** Each fleet's newest row (one indexed LIMIT 1 read per fleet, in one round trip). */
-export async function lastRows(db: Db, fleetIds: string[]) {
-  if (fleetIds.length === 0) return new Map<string, Pick<Figures, "servers" | "versions">>();
-  const reads = fleetIds.map((f) =>
-    db
-      .select({ fleet: fleetHistory.fleetId, servers: fleetHistory.servers, versions: fleetHistory.versions })
-      .from(fleetHistory)
-      .where(eq(fleetHistory.fleetId, f))
-      .orderBy(desc(fleetHistory.at))
-      .limit(1),
-  );
-  const results = await db.batch(reads as [(typeof reads)[0], ...(typeof reads)[0][]]);
-  const out = new Map<string, Pick<Figures, "servers" | "versions">>();
-  for (const rows of results) for (const r of rows) out.set(r.fleet, r);
-  return out;
-}
-
 /**
  * The rollup's one batch: the rows (each only while its fleet exists, so a fleet deleted meanwhile
  * gets none; a repeated tick's row for the same period is dropped), the audit cursor if it moved,
@@ -104,27 +98,24 @@ export async function lastRows(db: Db, fleetIds: string[]) {
  */
 export async function writeRollup(
   d1: D1Database,
-  rows: { fleet: string; at: number; figures: Figures }[],
+  rows: { fleet: string; figures: Figures }[],
   cursor: { from: number | null; to: number },
   period: number,
   cutoff: number,
 ) {
-  // Raw statements: drizzle's batch takes its builders only, and these need INSERT … SELECT … WHERE EXISTS.
+  // Raw statements (drizzle's batch takes its builders only): the rows as JSON, a chunk to a
+  // statement (json_each), so a rollup is a few statements whatever the number of fleets.
   const insert = d1.prepare(
     `INSERT INTO fleet_history (fleet_id, at, servers, versions, reboots, rollouts)
-     SELECT ?1, ?2, ?3, ?4, ?5, ?6 WHERE EXISTS (SELECT 1 FROM fleets WHERE id = ?1)
+     SELECT r.value ->> 'fleet', ?2, json(r.value -> 'servers'), json(r.value -> 'versions'), r.value ->> 'reboots', r.value ->> 'rollouts'
+     FROM json_each(?1) AS r WHERE EXISTS (SELECT 1 FROM fleets WHERE id = r.value ->> 'fleet')
      ON CONFLICT (fleet_id, at) DO NOTHING`,
   );
-  const stmts = rows.map((r) =>
-    insert.bind(
-      r.fleet,
-      r.at,
-      JSON.stringify(r.figures.servers),
-      JSON.stringify(r.figures.versions),
-      r.figures.reboots,
-      r.figures.rollouts,
-    ),
-  );
+  const stmts: D1PreparedStatement[] = [];
+  for (let i = 0; i < rows.length; i += ROWS_PER_STATEMENT) {
+    const chunk = rows.slice(i, i + ROWS_PER_STATEMENT).map((r) => ({ fleet: r.fleet, ...r.figures }));
+    stmts.push(insert.bind(JSON.stringify(chunk), period));
+  }
   const setCursor = d1.prepare(
     "INSERT INTO cron_cursors (name, at) VALUES (?1, ?2) ON CONFLICT (name) DO UPDATE SET at = excluded.at",
   );
