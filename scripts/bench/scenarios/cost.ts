@@ -32,6 +32,7 @@ import {
   type Usage,
   type Window,
 } from "../bill.ts";
+import { calibrateCpu } from "../cpu.ts";
 import { LEASE_REFRESH_ROWS } from "../lease-refresh.ts";
 import { HISTORY_ROLLUP_ROWS } from "../history-rollup.ts";
 import { PERIOD_MS as HISTORY_PERIOD_MS } from "../../../src/history/rollup.ts";
@@ -305,6 +306,9 @@ async function measure(
     await cron;
   })();
   const [summary] = (await Promise.all([sim, script])) as [SimSummary, void];
+  // Over HTTP a host makes a Worker request a minute, so its CPU is a line of the bill: measured
+  // in short bursts once the hosts stopped (../cpu.ts), not shared out of the run's window.
+  const cpu = transportName === "http" ? await calibrateCpu(ctx, `${fleet}-cpu`) : null;
   events.push(
     `reboot wave: ${summary.reboots.granted} of ${hosts} hosts rebooted through FleetLock (${summary.reboots.refusals} refusals)`,
   );
@@ -325,5 +329,6 @@ async function measure(
     summary,
     periodic: withHistory(transport.periodic, hosts),
     stored,
+    cpu,
   });
 }
