@@ -27,7 +27,7 @@ const readGates = (fleet: string) => fireTimersNow(coordinator(fleet));
 /** Replaces the coordinator's outbound fetch for external checks. */
 const answerChecksWith = (fleet: string, answer: (url: string) => Promise<Response>) =>
   runInDurableObject(coordinator(fleet), (instance) => {
-    (instance as unknown as { c: { gates: { fetcher: unknown } } }).c.gates.fetcher = answer;
+    (instance as unknown as { parts: { gates: { fetcher: unknown } } }).parts.gates.fetcher = answer;
   });
 
 const reportMessage = (id: string, body: unknown) => ({ type: "report", v: 1, id, report: body });
@@ -187,8 +187,8 @@ describe("fleet-health gates on pushed facts", () => {
     await zincati(f.baseUrl, "steady-state", c.id);
     // The copy ages past its bound: the next pre-reboot is answered from a fresh read.
     await runInDurableObject(coordinator(f.fleet), (instance) => {
-      const gs = (instance as unknown as { c: { gateStore: { inputs(): any; saveInputs(i: unknown): void } } }).c
-        .gateStore;
+      const gs = (instance as unknown as { parts: { gateStore: { inputs(): any; saveInputs(i: unknown): void } } })
+        .parts.gateStore;
       const i = gs.inputs();
       gs.saveInputs({ ...i, health: { ...i.health, at: Date.now() - 61_000 } });
     });

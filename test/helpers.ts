@@ -141,7 +141,7 @@ export async function fireTimersNow(stub: DurableObjectStub, only?: string) {
   const ran = await runDurableObjectAlarm(stub);
   // A coordinator's webhook sends run unawaited by its alarm: let them finish before looking.
   await runInDurableObject(stub, async (instance) => {
-    await (instance as unknown as { c?: { webhooks?: { idle?: () => Promise<void> } } }).c?.webhooks?.idle?.();
+    await (instance as unknown as { parts?: { webhooks?: { idle?: () => Promise<void> } } }).parts?.webhooks?.idle?.();
   });
   return ran;
 }
