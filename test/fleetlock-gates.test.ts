@@ -105,7 +105,7 @@ describe("fleet-health gates on pushed facts", () => {
     const ledger = env.LEDGER.get(env.LEDGER.idFromName(b.serverId));
     // As if b had said nothing since stale_after and the watch's grace: its timer is due.
     await runInDurableObject(ledger, async (instance, state) => {
-      const store = (instance as unknown as { store: { load(): any; save(p: unknown): void } }).store;
+      const store = (instance as unknown as { parts: { store: { load(): any; save(p: unknown): void } } }).parts.store;
       const { report: stored } = store.load();
       store.save({ report: { ...stored, received_at: Date.now() - 120_000 - quietGraceMs(120) - 1_000 } });
       state.storage.sql.exec("UPDATE _timers SET due_at = ? WHERE name = ?", Date.now() - 1, QUIET_TIMER);
@@ -150,7 +150,7 @@ describe("fleet-health gates on pushed facts", () => {
       .toBe(1);
     // As if stale_after had passed since it left: its heartbeat is that old, the left timer due.
     await runInDurableObject(ledger, async (instance, state) => {
-      const store = (instance as unknown as { store: { load(): any; save(p: unknown): void } }).store;
+      const store = (instance as unknown as { parts: { store: { load(): any; save(p: unknown): void } } }).parts.store;
       const { report: stored } = store.load();
       store.save({ report: { ...stored, received_at: Date.now() - 121_000 } });
       state.storage.sql.exec("UPDATE _timers SET due_at = ? WHERE name = ?", Date.now() - 1, LEFT_TIMER);

@@ -202,6 +202,6 @@ export async function d1Statements() {
 export async function settle(serverId: string) {
   const stub = env.LEDGER.get(env.LEDGER.idFromName(serverId));
   await runInDurableObject(stub, async (instance) => {
-    await (instance as unknown as { outbox: { flush(): Promise<void> } }).outbox.flush();
+    await (instance as unknown as { parts: { outbox: { flush(): Promise<void> } } }).parts.outbox.flush();
   });
 }

@@ -17,7 +17,7 @@ export const WEBHOOKS_TIMER = "webhooks";
 
 const untilOf = (payload: unknown) => (payload as { until: number }).until;
 
-export const coordinatorTimers = (p: CoordinatorParts): Record<string, TimerHandler> => ({
+const coordinatorTimers = (p: CoordinatorParts): Record<string, TimerHandler> => ({
   outbox: () => p.outbox.flush(),
   reservation: (payload, name) =>
     identity.settleReservation(p, p.ask, name.slice("reservation:".length), untilOf(payload)),

@@ -1,12 +1,13 @@
 import { resumeCleanup } from "./decommission";
-import { project, type LedgerDeps, type ReleasePayload } from "./effects";
+import { project, type ReleasePayload } from "./effects";
+import type { LedgerParts } from "./parts";
 
 /**
  * When the ledger wakes, before any call reads it: storage written by older code is brought to
  * this code's format (throwing, storage untouched, on a newer one), and what older formats kept
  * outside the outbox moves into it.
  */
-export function openLedger(d: LedgerDeps) {
+export function openLedger(d: LedgerParts) {
   const upgraded = d.store.open();
   const record = d.store.load()?.record;
   if (!record) return;

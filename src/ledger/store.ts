@@ -84,10 +84,12 @@ export class LedgerStore {
   /** Undefined until first read; null while no server is registered here. */
   private cache?: LedgerState | null;
   private refreshMemo?: RefreshState | null;
-  /** Called after every write, in the writer's turn. */
-  onChange: () => void = () => {};
 
-  constructor(private readonly storage: DurableObjectStorage) {}
+  constructor(
+    private readonly storage: DurableObjectStorage,
+    /** Called after every write, in the writer's turn. */
+    private readonly onChange: () => void = () => {},
+  ) {}
 
   private get kv() {
     return this.storage.kv;
