@@ -23,8 +23,9 @@ import { WEBHOOKS_TIMER } from "./timers";
 import { WebhookDispatcher } from "../webhooks/dispatch";
 import { WebhookStore } from "../webhooks/store";
 
-export function assemble(ctx: DurableObjectState, env: Env, clock: () => number): CoordinatorParts {
-  const db = () => getDb(env.DB);
+/** `env` is read at each use, not captured: the runtime's (and a test's) bindings as they are then. */
+export function assemble(ctx: DurableObjectState, env: () => Env, clock: () => number): CoordinatorParts {
+  const db = () => getDb(env().DB);
   const scheduler = new Scheduler(ctx.storage);
   const store = new CoordinatorStore(ctx.storage, (group) => changed(parts, group));
   const gateStore = new GateStore(ctx.storage);
@@ -37,7 +38,7 @@ export function assemble(ctx: DurableObjectState, env: Env, clock: () => number)
     },
     waitUntil: (p) => ctx.waitUntil(p),
   });
-  const outbox = new Outbox(ctx.storage, scheduler, coordinatorEffects({ db, env: () => env, webhooks }), db);
+  const outbox = new Outbox(ctx.storage, scheduler, coordinatorEffects({ db, env, webhooks }), db);
   const gates = new GateKeeper(store, gateStore, scheduler, db, (change) => gateChanged(parts, change));
   // The queue consults the health gates before every grant (docs/reboot-safety.md).
   const hooks: QueueHooks = {
@@ -47,8 +48,8 @@ export function assemble(ctx: DurableObjectState, env: Env, clock: () => number)
     tidy: (name, g, now) => reportStuck(parts, name, expireHealth(parts, name, g, now), now),
     dueAt: (g) => Math.min(healthWake(g) ?? Infinity, stuckWake(store, g) ?? Infinity),
   };
-  const trust = Number(env.PARK_TRUST_S);
-  const trustMs = env.PARK_TRUST_S && Number.isFinite(trust) && trust >= 0 ? trust * 1000 : null;
+  const trust = Number(env().PARK_TRUST_S);
+  const trustMs = env().PARK_TRUST_S && Number.isFinite(trust) && trust >= 0 ? trust * 1000 : null;
   // The parts' clock is read at each call, not captured: a test that moves it moves the queue too.
   const parked = new ParkedHosts(
     { store, outbox, scheduler, webhooks },
@@ -66,7 +67,7 @@ export function assemble(ctx: DurableObjectState, env: Env, clock: () => number)
     gateStore,
     webhooks,
     webhookStore,
-    ask: (serverId) => ledgerOf(env, serverId).heldNames(),
+    ask: (serverId) => ledgerOf(env(), serverId).heldNames(),
     clock,
   };
   return parts;

@@ -42,7 +42,11 @@ export class RebootCoordinator extends DurableObject<Env> {
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
-    this.parts = assemble(ctx, env, () => Date.now());
+    this.parts = assemble(
+      ctx,
+      () => this.env,
+      () => Date.now(),
+    );
   }
 
   /** Dispatches every due timer to its handler (./timers.ts). */
@@ -100,7 +104,7 @@ export class RebootCoordinator extends DurableObject<Env> {
     if (this.parts.outbox.pending() > 0) throw new Error("audit rows still pending; retry the wipe later");
     await this.parts.store.wipe();
     // A fleet of the same name may come next: its parts start from empty storage, no cache kept.
-    this.parts = assemble(this.ctx, this.env, this.parts.clock);
+    this.parts = assemble(this.ctx, () => this.env, this.parts.clock);
   }
 
   /** PATCH /v1/fleets/{fleet}: the fleet's settings, as D1 now holds them. */
