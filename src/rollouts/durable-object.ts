@@ -5,6 +5,7 @@ import { Outbox } from "../objects/kit/outbox";
 import type { Failure } from "../objects/kit/result";
 import { Scheduler } from "../objects/kit/scheduler";
 import { socketRoom, type SocketRoom } from "../objects/kit/sockets";
+import { takeSample } from "./analysis-checks";
 import { CALL_CONCURRENCY, rolloutEffects } from "./effects";
 import type { RolloutEvent } from "./ledger-side";
 import type { Control, RolloutSpec, RolloutState, TargetState } from "./machine";
@@ -12,6 +13,7 @@ import { control, endTarget, redrive, start, type TargetInput } from "./operator
 import { targetEvent } from "./outcomes";
 import type { EffectKind, RolloutParts } from "./parts";
 import { RolloutStore } from "./store";
+import type { Plan } from "./strategy";
 import { rolloutTimers } from "./timers";
 import { eventsPage, summary, summaryIfAny, targetsPage, type RolloutSummary } from "./views";
 import { openSummaryWait, SUMMARY_WAIT_PATH, wakeSummaryWaits } from "./waits";
@@ -54,6 +56,7 @@ export class Rollout extends DurableObject<Env> {
       timers: this.scheduler,
       clock: Date.now,
       background: (work) => ctx.waitUntil(work),
+      analyze: (req) => takeSample(getDb(this.env.DB), (u, i) => fetch(u, i), req, Date.now()),
     };
     this.room = socketRoom(ctx);
     // Wakes go out once the writing turn is over (a transaction's several writes are one wake).
@@ -70,8 +73,8 @@ export class Rollout extends DurableObject<Env> {
   // ---- RPC: start, operator controls, reads ----
 
   /** Creates the rollout and starts its first targets; a repeated call changes nothing. */
-  start(spec: RolloutSpec, targets: TargetInput[]): Promise<RolloutSummary> {
-    return start(this.parts, spec, targets);
+  start(spec: RolloutSpec, targets: TargetInput[], plan: Plan | null = null): Promise<RolloutSummary> {
+    return start(this.parts, spec, targets, plan);
   }
 
   /** pause | resume | cancel | rollback, audited with the operator's name. */

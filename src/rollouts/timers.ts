@@ -3,11 +3,12 @@
  * per-target timeouts, the slow-server check, the batched projection and slot retries.
  */
 import type { TimerHandler } from "../objects/kit/scheduler";
+import { sampleDue } from "./analysis";
 import { timedOut } from "./outcomes";
 import type { RolloutParts } from "./parts";
 import { checkSlow } from "./slow";
-import { retrySlots } from "./starting";
-import { project } from "./transitions";
+import { pump, retrySlots } from "./starting";
+import { afterChange, project } from "./transitions";
 
 export const rolloutTimers = (p: RolloutParts): Record<string, TimerHandler> => ({
   outbox: () => p.outbox.flush(),
@@ -15,4 +16,18 @@ export const rolloutTimers = (p: RolloutParts): Record<string, TimerHandler> => 
   slow: () => checkSlow(p, p.clock()),
   project: () => project(p),
   pump: () => retrySlots(p),
+  // A strategy's bake time ended, or its window opened: the plan moves on.
+  phase: () => movePlan(p),
+  window: () => movePlan(p),
+  analysis: () => sampleDue(p),
 });
+
+function movePlan(p: RolloutParts) {
+  p.store.transaction(() => {
+    if (!p.store.load()) return;
+    const now = p.clock();
+    pump(p, now);
+    afterChange(p);
+    project(p);
+  });
+}
