@@ -40,11 +40,8 @@ describe("a strategy's plan", () => {
     expect(phases[0].size).toBe(2);
     // Each wave is one phase per zone, in zone order.
     const waves = phases.slice(2);
-    expect(waves.map((p) => p.label?.value)).toEqual([
-      ...["z0", "z1", "z2", "z3"],
-      ...["z0", "z1", "z2", "z3"],
-      ...["z0", "z1", "z2", "z3"],
-    ]);
+    const zones = ["z0", "z1", "z2", "z3"];
+    expect(waves.map((p) => p.label?.value)).toEqual([zones, zones, zones].flat());
     expect(waves.every((p) => p.kind === "release")).toBe(true);
     expect(r.phaseOf.size).toBe(100);
     // Cumulative shares per zone: ceil(10 % of 25) = 3 by the end of the first wave.

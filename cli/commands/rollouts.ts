@@ -51,7 +51,7 @@ type Strategy = NonNullable<RolloutInput["strategy"]>;
  * The strategy of `hm rollout start`: a file (JSON: `{"steps": [...]}`), or built from flags in
  * this order: canary, its analysis, a pause, then the waves (each `--by` the label given).
  */
-export function strategyOf(o: Record<string, any>): Strategy | undefined {
+function strategyOf(o: Record<string, any>): Strategy | undefined {
   const flags = o.canary || o.wave || o.ramp || o.analysis !== undefined || o.pause !== undefined || o.autoRollback;
   if (o.strategy) {
     if (flags) throw new Exit(2, "--strategy FILE or the strategy flags (--canary, --wave, …), not both");

@@ -28,7 +28,7 @@ export interface SampleRequest {
 export type SampleResult = CheckResult & { name: string };
 
 /** The URL of a Prometheus instant query. */
-export const prometheusQueryUrl = (endpoint: string, query: string) =>
+const prometheusQueryUrl = (endpoint: string, query: string) =>
   `${endpoint.replace(/\/+$/, "")}/api/v1/query?query=${encodeURIComponent(query)}`;
 
 /** One Prometheus instant query, judged; an endpoint that does not answer in time fails the check. */

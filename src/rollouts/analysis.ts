@@ -54,7 +54,7 @@ export async function sampleDue(p: RolloutParts) {
 }
 
 /** A sample's answer: stored, then judged. */
-export async function sampleAnswered(p: RolloutParts, phase: number, seq: number, results: SampleResult[]) {
+async function sampleAnswered(p: RolloutParts, phase: number, seq: number, results: SampleResult[]) {
   const now = p.clock();
   const taken = p.store.transaction(() => {
     const state = p.store.load();

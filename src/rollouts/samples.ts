@@ -18,7 +18,7 @@ export interface SampleRow {
 }
 
 /** Samples a summary carries (the newest); older ones stay stored. */
-export const SAMPLES_SHOWN = 500;
+const SAMPLES_SHOWN = 500;
 
 export class Samples {
   constructor(private readonly sql: SqlStorage) {}

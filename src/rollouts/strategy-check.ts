@@ -15,7 +15,7 @@ import { planStrategy, type Plan, type PlanTarget } from "./strategy";
 import type { StrategyInput } from "./strategy-schemas";
 
 /** How long creation waits for a Prometheus endpoint: a host that hangs must not hold the request. */
-export const CREATE_PROBE_TIMEOUT_S = 3;
+const CREATE_PROBE_TIMEOUT_S = 3;
 
 type Problem = { path: string; message: string };
 

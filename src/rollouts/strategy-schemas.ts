@@ -9,7 +9,7 @@ import { MaintenanceWindowSchema } from "../fleetlock/schemas";
 import { labelKey, labelsSchema } from "../servers/labels";
 
 /** Steps a strategy may hold; the plan they expand to is bounded too (MAX_PHASES in ./strategy.ts). */
-export const MAX_STRATEGY_STEPS = 50;
+const MAX_STRATEGY_STEPS = 50;
 const MAX_URL = 2048;
 const MAX_QUERY = 2000;
 
@@ -56,7 +56,7 @@ const PauseStep = z
   })
   .openapi("PauseStep");
 
-export const COMPARISONS = ["<", "<=", ">", ">=", "==", "!="] as const;
+const COMPARISONS = ["<", "<=", ">", ">=", "==", "!="] as const;
 export type Comparison = (typeof COMPARISONS)[number];
 
 const timeout = z.number().int().min(1).max(10).default(5).openapi({ description: "how long one check may take" });

@@ -16,11 +16,11 @@ import type { Labels } from "../servers/labels";
 import type { AnalysisCheck, Comparison, StrategyInput, StrategyStep } from "./strategy-schemas";
 
 /** A plan this long is a mistake (a ramp with a tiny factor over a large fleet). */
-export const MAX_PHASES = 200;
+const MAX_PHASES = 200;
 
-export type PhaseKind = "release" | "pause" | "analysis";
+type PhaseKind = "release" | "pause" | "analysis";
 
-export interface Phase {
+interface Phase {
   /** Index of the step it comes from; steps.length for the implicit last wave. */
   step: number;
   kind: PhaseKind;

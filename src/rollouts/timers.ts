@@ -4,6 +4,7 @@
  */
 import type { TimerHandler } from "../objects/kit/scheduler";
 import { sampleDue } from "./analysis";
+import { ANALYSIS_TIMER, PHASE_TIMER, WINDOW_TIMER } from "./phases";
 import { timedOut } from "./outcomes";
 import type { RolloutParts } from "./parts";
 import { checkSlow } from "./slow";
@@ -17,9 +18,9 @@ export const rolloutTimers = (p: RolloutParts): Record<string, TimerHandler> => 
   project: () => project(p),
   pump: () => retrySlots(p),
   // A strategy's bake time ended, or its window opened: the plan moves on.
-  phase: () => movePlan(p),
-  window: () => movePlan(p),
-  analysis: () => sampleDue(p),
+  [PHASE_TIMER]: () => movePlan(p),
+  [WINDOW_TIMER]: () => movePlan(p),
+  [ANALYSIS_TIMER]: () => sampleDue(p),
 });
 
 function movePlan(p: RolloutParts) {

@@ -13,7 +13,7 @@ import { strategyBlockedBy, type Plan } from "./strategy";
 /** Hostnames a step lists in the summary (GET …/targets pages through them all). */
 const STEP_SERVERS_SHOWN = 50;
 
-export interface StepView {
+interface StepView {
   phase: number;
   step: number;
   kind: "release" | "pause" | "analysis";
