@@ -254,3 +254,29 @@ describe("windows and why a rollout waits", () => {
     expect(paused[0]).toMatchObject({ kind: "paused", by: "alice" });
   });
 });
+
+describe("the rollout page's chart", () => {
+  it("draws each series with its threshold and escapes every text", async () => {
+    const { renderLineChart } = await import("../src/console/charts");
+    const svg = renderLineChart(
+      [
+        {
+          name: "errors <script>",
+          threshold: 0.05,
+          points: [
+            { at: 1000, value: 0.01 },
+            { at: 2000, value: 0.2, bad: true },
+          ],
+        },
+      ],
+      { title: "a & b" },
+    );
+    expect(svg).toContain("<title>a &amp; b</title>");
+    expect(svg).not.toContain("<script>");
+    expect(svg).toContain("&lt;script&gt;");
+    expect(svg).toContain("<polyline");
+    expect(svg).toContain('stroke-dasharray="4 3"');
+    expect(svg).toContain('fill="#dc2626"');
+    expect(renderLineChart([], { title: "empty" })).toContain("no samples yet");
+  });
+});

@@ -1,5 +1,6 @@
 import { runDurableObjectAlarm } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
+import { consoleFetch, signIn } from "./console-helpers";
 import { call } from "./helpers";
 import {
   AGENT,
@@ -140,6 +141,31 @@ describe("a rollout with a strategy", () => {
     const kinds = events.json.items.map((e: { kind: string }) => e.kind);
     expect(kinds).toEqual(expect.arrayContaining(["step.started", "analysis.failed", "rollout.auto_rollback"]));
     expect(NEW).not.toBe(OLD);
+
+    // The console's page: the plan with its servers, the analysis as SVG, hostnames, sentences.
+    const { cookie } = await signIn();
+    const page = await consoleFetch(`/console/rollouts/${r.id}?fleet=${fleet}`, { cookie });
+    expect(page.status).toBe(200);
+    const html = await page.text();
+    const plan = html.slice(
+      html.indexOf('id="rollout-plan"'),
+      html.indexOf("</section>", html.indexOf('id="rollout-plan"')),
+    );
+    expect(plan).toContain("canary 2");
+    const canaryHost = hosts.find((h) => h.id === failing)!.hostname;
+    expect(plan).toContain(canaryHost);
+    expect(plan).toMatch(/<svg[^>]*role="img"/);
+    expect(plan).toContain("<circle");
+    expect(plan).toContain("threshold 100");
+    const log = html.slice(html.indexOf('id="rollout-events"'));
+    expect(log).toContain(`Analysis of step 1 failed: servers realized and healthy`);
+    expect(log).toContain("Rolling back by itself");
+    expect(log).toContain(`>${canaryHost}</a>`);
+    // No raw JSON, no fragment of a server's id.
+    expect(log.slice(0, log.indexOf("</table>"))).not.toMatch(/[{}]|"pass"/);
+    for (const h of hosts) expect(log.slice(0, log.indexOf("</table>"))).not.toContain(`>${h.id.slice(0, 8)}<`);
+    const table = html.slice(html.indexOf('id="rollout-targets"'));
+    expect(table).toContain(hosts[0].hostname);
   });
 
   it("pauses at a pause step until resumed, saying so", async () => {
