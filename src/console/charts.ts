@@ -3,7 +3,7 @@
  * per line over time, with an optional dashed threshold per series. Pure; every text is escaped.
  */
 
-export interface ChartPoint {
+interface ChartPoint {
   /** ms since the epoch */
   at: number;
   value: number | null;
