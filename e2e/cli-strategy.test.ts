@@ -2,6 +2,8 @@
  * hm rollout start with a strategy from flags or a file, and hm rollout show printing its plan.
  */
 import { writeFileSync, mkdtempSync } from "node:fs";
+import { createServer } from "node:http";
+import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
@@ -82,5 +84,45 @@ describe("hm rollout with a strategy", () => {
     expect(ok.json().steps.map((s: { size: number }) => s.size)).toEqual([1, 1]);
     const both = await hm([...start, "--fleet", fleet, "--strategy", file, "--canary", "1"]);
     expect(both.code).toBe(2);
+  });
+});
+
+describe("a Prometheus endpoint that hangs", () => {
+  it("is refused at creation within a few seconds, with its path, and nothing starts", async () => {
+    const fleet = await fleetOf(2);
+    // Accepts the connection and never answers.
+    const held: import("node:http").ServerResponse[] = [];
+    const server = createServer((_req, res) => void held.push(res));
+    await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+    const endpoint = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+    try {
+      const t0 = Date.now();
+      const res = await adminApi("POST", "/v1/rollouts", {
+        fleet,
+        agent: AGENT,
+        image: "reg/fw:2",
+        version: "2",
+        strategy: {
+          steps: [
+            { type: "canary", count: 1 },
+            {
+              type: "analysis",
+              checks: [{ kind: "prometheus", endpoint, query: "up", comparison: ">=", threshold: 1 }],
+            },
+          ],
+        },
+      });
+      const took = Date.now() - t0;
+      console.log(`a hanging Prometheus endpoint was refused in ${took} ms`);
+      expect(res.status).toBe(422);
+      expect(res.json.error.details[0]).toMatchObject({ path: "strategy.steps.1.checks.0.endpoint" });
+      expect(res.json.error.details[0].message).toContain("no answer within 3 s");
+      expect(took).toBeLessThan(5_000);
+      expect(held.length).toBeGreaterThan(0);
+      expect((await adminApi("GET", `/v1/rollouts?fleet=${fleet}`)).json.items).toEqual([]);
+    } finally {
+      for (const r of held) r.destroy();
+      server.close();
+    }
   });
 });
