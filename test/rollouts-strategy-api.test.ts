@@ -1,7 +1,9 @@
 import { runDurableObjectAlarm } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { consoleFetch, signIn } from "./console-helpers";
-import { call } from "./helpers";
+import { call, fireTimersNow } from "./helpers";
+import { coordinator } from "./support/objects";
+import { bodiesOf, hook, receiver, receivedBy } from "./webhook-helpers";
 import {
   AGENT,
   drain,
@@ -105,6 +107,12 @@ describe("a rollout with a strategy", () => {
   it("fails its analysis on a failing canary and rolls back only the canary by itself", async () => {
     const { fleet, hosts } = await fleetWithAgent(6, { server: zoneOf });
     const before = await Promise.all(hosts.map(desiredImage));
+    const events = await hook(fleet, "strategy", [
+      "rollout.step_started",
+      "rollout.analysis_failed",
+      "rollout.rolled_back",
+    ]);
+    const sent = await receiver(fleet);
     const r = await startRollout({
       fleet,
       strategy: {
@@ -137,8 +145,19 @@ describe("a rollout with a strategy", () => {
       if (canary.has(h.id)) continue;
       expect(await desiredImage(h)).toEqual(before[i]);
     }
-    const events = await call("GET", `/v1/rollouts/${r.id}/events`);
-    const kinds = events.json.items.map((e: { kind: string }) => e.kind);
+    const eventLog = await call("GET", `/v1/rollouts/${r.id}/events`);
+    const kinds = eventLog.json.items.map((e: { kind: string }) => e.kind);
+    // Webhooks: each step's start (the analysis' with what it waits for), the failure, the rollback.
+    await fireTimersNow(coordinator(fleet));
+    expect(receivedBy(sent, events)).toEqual([
+      "rollout.step_started",
+      "rollout.step_started",
+      "rollout.analysis_failed",
+      "rollout.rolled_back",
+    ]);
+    const bodies = bodiesOf(sent, events);
+    expect(bodies[1].data.blocked_by).toEqual([expect.objectContaining({ kind: "analysis" })]);
+    expect(bodies[2].data).toMatchObject({ value: 50, threshold: 100, auto_rollback: true });
     expect(kinds).toEqual(expect.arrayContaining(["step.started", "analysis.failed", "rollout.auto_rollback"]));
     expect(NEW).not.toBe(OLD);
 

@@ -5,6 +5,7 @@
  * once resumed, an analysis once its checks held through their bake time (./analysis.ts). The
  * rollback pass and rollouts without a strategy are not held by any of it.
  */
+import type { BlockedBy } from "../model/blocked-by";
 import type { RolloutParts } from "./parts";
 import type { PhaseState } from "./store";
 import { nextOpening, stepOf, type Plan } from "./strategy";
@@ -75,10 +76,50 @@ function phaseDone(p: RolloutParts, plan: Plan, ph: PhaseState, now: number): bo
   }
 }
 
-/** A phase begins: logged, sent to webhooks; a pause or analysis sets its bake time. */
+/**
+ * A phase begins: a pause or an analysis sets its bake time; logged, and sent to webhooks with
+ * what the rollout now waits for (blocked_by), if anything.
+ */
 function enter(p: RolloutParts, plan: Plan, ph: PhaseState, now: number) {
   const phase = plan.phases[ph.phase];
   const step = stepOf(plan, ph.phase);
+  const iso = (ms: number) => new Date(ms).toISOString();
+  let blocked: BlockedBy[] = [];
+  let pausedNow = false;
+  if (step?.type === "pause" && step.duration_s === undefined) {
+    // Until an operator resumes it: the rollout is paused, by its strategy.
+    p.store.setPhase({ ...ph, started_at: now, awaiting_resume: true });
+    const { core } = p.store.load()!;
+    p.store.putCore({ ...core, state: "paused", paused_from: "running", version: core.version + 1 });
+    p.store.setPausedBy({ by: null, at: now });
+    pausedNow = true;
+    blocked = [
+      {
+        kind: "paused",
+        message: `paused by its strategy (step ${phase.step}): resume it to go on`,
+        since: iso(now),
+      },
+    ];
+  } else if (step?.type === "pause") {
+    const until = now + step.duration_s! * 1000;
+    p.store.setPhase({ ...ph, started_at: now, until });
+    p.timers.schedule(PHASE_TIMER, until, null, { noLaterThan: true });
+    blocked = [{ kind: "bake", message: `pause step ${phase.step} bakes until ${iso(until)}`, until: iso(until) }];
+  } else if (step?.type === "analysis") {
+    const until = now + step.bake_s * 1000;
+    p.store.setPhase({ ...ph, started_at: now, until, failures: step.checks.map(() => 0) });
+    p.timers.schedule(ANALYSIS_TIMER, now, null, { noLaterThan: true });
+    blocked = [
+      {
+        kind: "analysis",
+        message: `analysis (step ${phase.step}) is taking its first sample`,
+        since: iso(now),
+        until: iso(until),
+      },
+    ];
+  } else {
+    p.store.setPhase({ ...ph, started_at: now });
+  }
   const row = p.store.events.add(
     "step.started",
     null,
@@ -95,33 +136,17 @@ function enter(p: RolloutParts, plan: Plan, ph: PhaseState, now: number) {
       step: phase.step,
       kind: phase.kind,
       title: phase.title,
+      blocked_by: blocked,
     },
     now,
   );
-  if (step?.type === "pause" && step.duration_s === undefined) {
-    // Until an operator resumes it: the rollout is paused, by its strategy.
-    p.store.setPhase({ ...ph, started_at: now, awaiting_resume: true });
-    const { core, spec } = p.store.load()!;
-    p.store.putCore({ ...core, state: "paused", paused_from: "running", version: core.version + 1 });
-    p.store.setPausedBy({ by: null, at: now });
+  if (pausedNow) {
+    const { spec } = p.store.load()!;
     audit(p, {
       actor: `rollout:${spec.id}`,
       action: "rollout.pause",
       details: { from: "running", to: "paused", step: phase.step },
     });
     entered(p, "paused", now);
-    return;
   }
-  if (step?.type === "pause") {
-    const until = now + step.duration_s! * 1000;
-    p.store.setPhase({ ...ph, started_at: now, until });
-    p.timers.schedule(PHASE_TIMER, until, null, { noLaterThan: true });
-    return;
-  }
-  if (step?.type === "analysis") {
-    p.store.setPhase({ ...ph, started_at: now, until: now + step.bake_s * 1000, failures: step.checks.map(() => 0) });
-    p.timers.schedule(ANALYSIS_TIMER, now, null, { noLaterThan: true });
-    return;
-  }
-  p.store.setPhase({ ...ph, started_at: now });
 }
