@@ -11,7 +11,7 @@ import type { Db } from "../db/client";
 import { servers } from "../db/schema";
 import { externalCheck, fetchFailure, type Fetcher } from "../fleetlock/external-check";
 import { chunk } from "../lib/chunk";
-import { statusAt } from "../servers/staleness";
+import { statusAt } from "../model/server/staleness";
 import type { TargetState } from "./machine";
 import type { AnalysisCheck } from "./strategy-schemas";
 import { checkName, judgePrometheus, type CheckResult } from "./strategy";

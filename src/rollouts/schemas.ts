@@ -1,5 +1,5 @@
 import { z } from "@hono/zod-openapi";
-import { labelsSchema } from "../servers/labels";
+import { labelsSchema } from "../model/server/labels";
 import { BlockedByListSchema } from "../model/blocked-by";
 import { StrategyInput } from "./strategy-schemas";
 import { fleetId } from "../fleets/schemas";

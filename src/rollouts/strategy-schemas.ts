@@ -6,7 +6,7 @@
  */
 import { z } from "@hono/zod-openapi";
 import { MaintenanceWindowSchema } from "../fleetlock/schemas";
-import { labelKey, labelsSchema } from "../servers/labels";
+import { labelKey, labelsSchema } from "../model/server/labels";
 
 /** Steps a strategy may hold; the plan they expand to is bounded too (MAX_PHASES in ./strategy.ts). */
 const MAX_STRATEGY_STEPS = 50;

@@ -12,7 +12,7 @@
  */
 import type { BlockedBy } from "../model/blocked-by";
 import { withinWindows, localMinuteOfWeek, DAYS, MINUTES_PER_WEEK, type MaintenanceWindow } from "../fleetlock/windows";
-import type { Labels } from "../servers/labels";
+import type { Labels } from "../model/server/labels";
 import type { AnalysisCheck, Comparison, StrategyInput, StrategyStep } from "./strategy-schemas";
 
 /** A plan this long is a mistake (a ramp with a tiny factor over a large fleet). */
