@@ -17,6 +17,7 @@ import type { Db } from "../db/client";
 import { rollouts, servers } from "../db/schema";
 import type { Scheduler } from "../objects/kit/scheduler";
 import { statusAt } from "../model/server/staleness";
+import { externalCheck } from "./external-check";
 import type { GateStore } from "./gate-store";
 import {
   evaluate,
@@ -197,19 +198,7 @@ export class GateKeeper {
   }
 
   private async check(url: string, timeoutS: number): Promise<{ ok: boolean; reachable: boolean; detail: string }> {
-    try {
-      const res = await this.fetcher(url, {
-        method: "GET",
-        redirect: "manual",
-        signal: AbortSignal.timeout(timeoutS * 1000),
-      });
-      await res.body?.cancel();
-      return { ok: res.status >= 200 && res.status < 300, reachable: true, detail: `HTTP ${res.status}` };
-    } catch (err) {
-      const e = err as { name?: string; message?: string };
-      const detail =
-        e?.name === "TimeoutError" ? `no answer within ${timeoutS} s` : String(e?.message ?? err).slice(0, 200);
-      return { ok: false, reachable: false, detail };
-    }
+    const { ok, reachable, detail } = await externalCheck(this.fetcher, url, timeoutS);
+    return { ok, reachable, detail };
   }
 }

@@ -9,6 +9,7 @@ import type { Env } from "../env";
 import { Outbox } from "../objects/kit/outbox";
 import { Scheduler } from "../objects/kit/scheduler";
 import { socketRoom, type SocketRoom } from "../objects/kit/sockets";
+import { takeSample } from "./analysis-checks";
 import { CALL_CONCURRENCY, rolloutEffects } from "./effects";
 import type { EffectKind, RolloutParts } from "./parts";
 import { RolloutStore } from "./store";
@@ -40,6 +41,7 @@ export function assemble(
     scheduler,
     clock,
     background: (work) => ctx.waitUntil(work),
+    analyze: (req) => takeSample(getDb(env().DB), (u, i) => fetch(u, i), req, clock()),
   };
   return { parts, room };
 }

@@ -8,6 +8,7 @@ import type { Control, RolloutSpec, RolloutState, TargetState } from "./machine"
 import { control, endTarget, redrive, start, type TargetInput } from "./operator";
 import { targetEvent } from "./outcomes";
 import type { RolloutParts } from "./parts";
+import type { Plan } from "./strategy";
 import { fireTimers } from "./timers";
 import { eventsPage, summary, summaryIfAny, targetsPage, type RolloutSummary } from "./views";
 import { openSummaryWait, SUMMARY_WAIT_PATH } from "./waits";
@@ -38,8 +39,8 @@ export class Rollout extends DurableObject<Env> {
   // ---- RPC: start, operator controls, reads ----
 
   /** Creates the rollout and starts its first targets; a repeated call changes nothing. */
-  start(spec: RolloutSpec, targets: TargetInput[]): Promise<RolloutSummary> {
-    return start(this.parts, spec, targets);
+  start(spec: RolloutSpec, targets: TargetInput[], plan: Plan | null = null): Promise<RolloutSummary> {
+    return start(this.parts, spec, targets, plan);
   }
 
   /** pause | resume | cancel | rollback, audited with the operator's name. */

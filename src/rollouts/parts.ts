@@ -5,6 +5,7 @@
  */
 import type { Outbox } from "../objects/kit/outbox";
 import type { Scheduler } from "../objects/kit/scheduler";
+import type { SampleRequest, SampleResult } from "./analysis-checks";
 import type { RolloutStore } from "./store";
 
 export type EffectKind =
@@ -20,6 +21,8 @@ export interface RolloutParts {
   clock: () => number;
   /** Keeps the object alive for work that finishes after the answer (ctx.waitUntil). */
   background(work: Promise<unknown>): void;
+  /** Takes one analysis sample (D1 and outbound checks), outside the object's storage turns. */
+  analyze?: (req: SampleRequest) => Promise<SampleResult[]>;
 }
 
 /** After the caller's turn committed: the alarm, then delivery, waited for (operator) or not (events). */

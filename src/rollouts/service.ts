@@ -26,6 +26,8 @@ import {
   type TargetState,
 } from "./machine";
 import type { RolloutInput } from "./schemas";
+import { checkStrategy } from "./strategy-check";
+import type { Fetcher } from "../fleetlock/external-check";
 import { labelsMatch } from "../model/server/labels";
 import { rolloutOf } from "../objects/stubs";
 import { waitForWake } from "../objects/kit/wake";
@@ -46,7 +48,7 @@ const NAMES_SHOWN = 20;
 async function selectTargets(
   db: Db,
   input: Pick<RolloutInput, "fleet" | "agent" | "selector" | "exclude">,
-): Promise<TargetInput[]> {
+): Promise<(TargetInput & { labels: Record<string, string> })[]> {
   const rows = await db
     .select({
       id: servers.id,
@@ -83,7 +85,13 @@ async function selectTargets(
         (!labels || labelsMatch(r.labels, labels)) &&
         (!ids || named(r, ids)),
     )
-    .map((r) => ({ server_id: r.id, hostname: r.hostname, reboot_group: r.rebootGroup, excluded: named(r, exclude) }));
+    .map((r) => ({
+      server_id: r.id,
+      hostname: r.hostname,
+      reboot_group: r.rebootGroup,
+      excluded: named(r, exclude),
+      labels: r.labels,
+    }));
 }
 
 /** Names (ids or hostnames) that are no live server of the fleet: 422 unknown_server. */
@@ -197,6 +205,7 @@ export async function createRollout(
   actor: string,
   input: RolloutInput,
   newId: () => string = () => crypto.randomUUID(),
+  fetcher: Fetcher = (u, i) => fetch(u, i),
 ) {
   const db = getDb(env.DB);
   const fleet = await getFleet(db, input.fleet);
@@ -209,8 +218,20 @@ export async function createRollout(
     fleet.imagePolicy,
   );
   input = { ...input, image: resolved.image, version: resolved.version };
-  const targets = input.channel_only ? [] : await selectTargets(db, input);
-  await refuseNoTargets(db, input, targets);
+  const selected = input.channel_only ? [] : await selectTargets(db, input);
+  await refuseNoTargets(db, input, selected);
+  const planned = input.strategy
+    ? await checkStrategy(
+        db,
+        fetcher,
+        { fleet: input.fleet, allowLoopbackHttp: env.ALLOW_LOOPBACK_HTTP === "1" },
+        input.strategy,
+        selected.filter((t) => !t.excluded),
+      )
+    : null;
+  const targets: TargetInput[] = selected.map(({ labels: _l, ...t }) =>
+    planned && !t.excluded ? { ...t, phase: planned.phaseOf.get(t.server_id) ?? 0 } : t,
+  );
   const id = newId();
   const spec: RolloutSpec = {
     id,
@@ -229,7 +250,7 @@ export async function createRollout(
     created_at: Date.now(),
   };
   await claim(env, db, input.fleet, input.agent, id);
-  return rolloutOf(env, id).start(spec, targets);
+  return rolloutOf(env, id).start(spec, targets, planned?.plan ?? null);
 }
 
 /**

@@ -6,6 +6,7 @@
 import { armTimeout } from "./deadlines";
 import { startable, type Target } from "./machine";
 import { settle, type RolloutParts } from "./parts";
+import { progress, releasable } from "./phases";
 import { scheduleSlowCheck } from "./slow";
 import { afterChange, change, releaseSlot } from "./transitions";
 
@@ -16,9 +17,13 @@ const SLOT_RETRY_MS = 5_000;
 export function pump(p: RolloutParts, now: number) {
   const state = p.store.load();
   if (!state) return;
+  // A strategy's phase may have ended (or begun) with the change that calls this.
+  progress(p, now);
   const n = startable(state.core, state.spec);
   if (n <= 0) return;
-  for (const t of p.store.targets.nextQueued(state.core.pass, now, n)) {
+  const maxPhase = releasable(p, now);
+  if (maxPhase === -1) return;
+  for (const t of p.store.targets.nextQueued(state.core.pass, now, n, maxPhase ?? undefined)) {
     if (state.spec.reboot_slot) {
       if (change(p, t, { type: "slot_requested" }, now)) {
         p.outbox.enqueue("slot", { pass: t.pass, server_id: t.server_id }, { key: `slot:${t.pass}:${t.server_id}` });
