@@ -1,9 +1,19 @@
 /** @jsxImportSource hono/jsx */
 /** Overview: one fleet at a glance, from GET /v1/fleets/{fleet}/summary (one request). */
-import { must } from "../api";
-import { NoFleet, render, type View } from "../context";
+import { must, qs, readPage } from "../api";
+import { NoFleet, render, staleAfterOf, type View } from "../context";
 import type { FleetSummary } from "../../fleets/summary.schemas";
-import { Ago, Badge, Table } from "../ui";
+import { ServerSummary } from "../../servers/schemas";
+import { Ago, Badge, ExactTime, LastReport, naturally, serverHref, Table } from "../ui";
+import { ledgerViews } from "./servers";
+
+/** How many servers of each troubled status the overview names before linking to the rest. */
+const NAMED = 5;
+const TROUBLE: [status: "failed" | "stale" | "drifted", title: string][] = [
+  ["failed", "Failed"],
+  ["stale", "Stale"],
+  ["drifted", "Drifting"],
+];
 
 /** The overview's rows: status words from the index, decommissioning from the lifecycle state. */
 const SERVER_ROWS: [key: string, label: string, from: "status" | "state"][] = [
@@ -34,9 +44,22 @@ export const Progress = ({ label, value, max, tone }: { label: string; value: nu
 );
 
 export async function overviewPage(v: View) {
+  // Several fleets and none asked for: the all-fleets page, not whichever sorts first.
+  if (!v.c.req.query("fleet") && v.fleets.length > 1) return v.c.redirect("/console/fleets", 303);
   if (!v.fleet) return render(v, "overview", "Overview", <NoFleet />);
   const f = encodeURIComponent(v.fleet);
-  const s = await must<FleetSummary>(v.api("GET", `/v1/fleets/${f}/summary`));
+  const [s, ...named] = await Promise.all([
+    must<FleetSummary>(v.api("GET", `/v1/fleets/${f}/summary`)),
+    // The index's fleet+status+hostname index answers each with NAMED rows.
+    ...TROUBLE.map(([status]) =>
+      readPage(v, ServerSummary, `/v1/servers${qs({ fleet: v.fleet, status, limit: NAMED })}`),
+    ),
+  ]);
+  const staleAfter = staleAfterOf(v, v.fleet);
+  const ledgers = await ledgerViews(
+    v,
+    named.flatMap((p) => p.items.map((x) => x.id)),
+  );
   const serversOf = (key: string, from: "status" | "state") => `/console/servers?fleet=${f}&${from}=${key}`;
   const drift = s.servers.by_status.drifted + s.servers.by_status.failed;
   return render(
@@ -100,6 +123,42 @@ export async function overviewPage(v: View) {
             </ul>
           ) : null}
         </section>
+      </div>
+      <div class="grid" id="overview-named" data-live="">
+        {TROUBLE.map(([status, title], i) => {
+          const total = s.servers.by_status[status];
+          if (total === 0) return null;
+          const rows = naturally(named[i].items, (x) => x.hostname);
+          return (
+            <section class="card" aria-labelledby={`h-named-${status}`} data-named={status}>
+              <h2 id={`h-named-${status}`}>
+                <Badge status={status} label={title} /> ({total})
+              </h2>
+              <ul class="plain">
+                {rows.map((x) => (
+                  <li>
+                    <a href={serverHref(x)}>{x.hostname}</a>{" "}
+                    <span class="muted small">
+                      last report{" "}
+                      {ledgers.get(x.id) ? (
+                        <ExactTime at={ledgers.get(x.id)!.last_seen} />
+                      ) : (
+                        <LastReport at={x.last_seen} status={x.status} staleAfterS={staleAfter} />
+                      )}
+                    </span>
+                  </li>
+                ))}
+              </ul>
+              {total > rows.length ? (
+                <p class="small">
+                  <a href={serversOf(status, "status")}>
+                    All {total} {status} servers
+                  </a>
+                </p>
+              ) : null}
+            </section>
+          );
+        })}
       </div>
       <h2>Reboot groups</h2>
       {s.reboot_groups.length === 0 ? (
