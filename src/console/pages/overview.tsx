@@ -9,6 +9,7 @@ import { ledgerViews } from "./servers";
 
 /** How many servers of each troubled status the overview names before linking to the rest. */
 const NAMED = 5;
+const NAMED_FROM = 50;
 const TROUBLE: [status: "failed" | "stale" | "drifted", title: string][] = [
   ["failed", "Failed"],
   ["stale", "Stale"],
@@ -50,15 +51,18 @@ export async function overviewPage(v: View) {
   const f = encodeURIComponent(v.fleet);
   const [s, ...named] = await Promise.all([
     must<FleetSummary>(v.api("GET", `/v1/fleets/${f}/summary`)),
-    // The index's fleet+status+hostname index answers each with NAMED rows.
+    // servers_fleet_status_hostname_idx answers each with NAMED_FROM rows at most.
     ...TROUBLE.map(([status]) =>
-      readPage(v, ServerSummary, `/v1/servers${qs({ fleet: v.fleet, status, limit: NAMED })}`),
+      readPage(v, ServerSummary, `/v1/servers${qs({ fleet: v.fleet, status, limit: NAMED_FROM })}`),
     ),
   ]);
+  // The index answers in text order (sim-10 before sim-2): the first few by natural order come
+  // from a larger page, exact while the fleet has at most NAMED_FROM servers of the status.
+  const firstOf = named.map((p) => naturally(p.items, (x) => x.hostname).slice(0, NAMED));
   const staleAfter = staleAfterOf(v, v.fleet);
   const ledgers = await ledgerViews(
     v,
-    named.flatMap((p) => p.items.map((x) => x.id)),
+    firstOf.flatMap((rows) => rows.map((x) => x.id)),
   );
   const serversOf = (key: string, from: "status" | "state") => `/console/servers?fleet=${f}&${from}=${key}`;
   const drift = s.servers.by_status.drifted + s.servers.by_status.failed;
@@ -128,7 +132,7 @@ export async function overviewPage(v: View) {
         {TROUBLE.map(([status, title], i) => {
           const total = s.servers.by_status[status];
           if (total === 0) return null;
-          const rows = naturally(named[i].items, (x) => x.hostname);
+          const rows = firstOf[i];
           return (
             <section class="card" aria-labelledby={`h-named-${status}`} data-named={status}>
               <h2 id={`h-named-${status}`}>
