@@ -174,7 +174,8 @@ export async function fleetsPage(v: View) {
         ))}
       </Table>
       <Pager base="/console/fleets" params={{ cursor }} next={list.next_cursor} />
-      <p class="muted small">
+      <p class="muted small" id="fleets-at">
+        Read <Ago at={new Date().toISOString()} />; this page does not update by itself (each fleet's overview does).
         Counts come from the fleet-wide index. The last change is the newest fleet-level audit entry (settings,
         channels, roles, reboot groups) or rollout step.
       </p>
