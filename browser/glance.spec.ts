@@ -353,3 +353,24 @@ test("rollout timing: sub-second durations in ms, no 'to go' once it ended", asy
   await expect(about).not.toContainText("to go");
   await expect(page.locator("#rollout-progress")).not.toContainText(" 0 s");
 });
+
+test("the overview says who started a rollout by the token's name, not its id", async ({ page }) => {
+  await ensureOps();
+  const writer = api(seed.url, seed.writeToken);
+  const r = await writer("POST", "/v1/rollouts", {
+    fleet: OPS,
+    agent: "web",
+    image: NEW,
+    version: "1.5.0",
+    concurrency: 1,
+    server_timeout_s: 600,
+  });
+  try {
+    await signIn(page, seed.admin, `/console?fleet=${OPS}`);
+    const card = page.locator("#overview-rollouts section", { hasText: "web" });
+    await expect(card).toContainText("by token console-writer");
+    await expect(card).not.toContainText("token:");
+  } finally {
+    await admin("POST", `/v1/rollouts/${r.id}/cancel`);
+  }
+});

@@ -65,7 +65,7 @@ const SERVER_LOOKUPS = 20;
  * others see short ids) and the hostnames of servers that acted, from the entries themselves
  * where a server is also the target, else read by id.
  */
-export async function actorNames(v: View, entries: Entry[]): Promise<Names> {
+export async function actorNames(v: View, entries: Pick<Entry, "actor" | "target" | "hostname">[]): Promise<Names> {
   const servers = new Map<string, { hostname: string; fleet?: string }>();
   for (const e of entries)
     if (e.target.startsWith("server:") && e.hostname) servers.set(e.target.slice(7), { hostname: e.hostname });

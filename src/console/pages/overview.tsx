@@ -6,6 +6,7 @@ import type { FleetSummary } from "../../fleets/summary.schemas";
 import { ServerSummary } from "../../servers/schemas";
 import { Ago, Badge, ExactTime, LastReport, naturally, serverHref, Table } from "../ui";
 import { ledgerViews } from "./servers";
+import { actorNames, actorText } from "../audit-text";
 
 /** How many servers of each troubled status the overview names before linking to the rest. */
 const NAMED = 5;
@@ -60,6 +61,11 @@ export async function overviewPage(v: View) {
   // from a larger page, exact while the fleet has at most NAMED_FROM servers of the status.
   const firstOf = named.map((p) => naturally(p.items, (x) => x.hostname).slice(0, NAMED));
   const staleAfter = staleAfterOf(v, v.fleet);
+  // Who started each rollout, by name (a token's name for an admin session).
+  const names = await actorNames(
+    v,
+    s.rollouts.map((r) => ({ actor: r.created_by, target: "", hostname: null })),
+  );
   const ledgers = await ledgerViews(
     v,
     firstOf.flatMap((rows) => rows.map((x) => x.id)),
@@ -214,8 +220,7 @@ export async function overviewPage(v: View) {
                   </a>
                 </h3>
                 <p>
-                  <Badge status={r.state} /> started <Ago at={r.created_at} /> by{" "}
-                  <span class="mono">{r.created_by}</span>
+                  <Badge status={r.state} /> started <Ago at={r.created_at} /> by {actorText(r.created_by, names)}
                 </p>
                 <div class="bars">
                   <Progress label="done" value={r.counts.done} max={r.total} tone="ok" />
