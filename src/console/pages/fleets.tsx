@@ -7,7 +7,7 @@
 import type { z } from "zod";
 import { AuditEntry } from "../../audit/schemas";
 import { Fleet } from "../../fleets/schemas";
-import { FleetSummary } from "../../fleets/summary.schemas";
+import { FleetSummary } from "../../status/schemas";
 import { qs, read, readPage } from "../api";
 import { NoFleet, render, type View } from "../context";
 import { Ago, Badge, Pager, Table, naturally } from "../ui";

@@ -2,7 +2,7 @@
 /** Overview: one fleet at a glance, from GET /v1/fleets/{fleet}/summary (one request). */
 import { must, qs, readPage } from "../api";
 import { NoFleet, render, staleAfterOf, type View } from "../context";
-import type { FleetSummary } from "../../fleets/summary.schemas";
+import type { FleetSummary } from "../../status/schemas";
 import { ServerSummary } from "../../servers/schemas";
 import { Ago, Badge, ExactTime, LastReport, naturally, serverHref, Table } from "../ui";
 import { ledgerViews } from "./servers";
