@@ -5,7 +5,7 @@
  */
 import type { Target } from "./machine";
 import type { RolloutParts } from "./parts";
-import { isSlow, median } from "./progress";
+import { durationWords, isSlow, median } from "./progress";
 import { rolloutWebhook } from "./webhook-events";
 
 export const medianMs = (p: RolloutParts) => median(p.store.doneDurations());
@@ -17,7 +17,7 @@ export function warnIfSlow(p: RolloutParts, t: Target, elapsed: number, ended: b
   const m = medianMs(p);
   if (!isSlow(elapsed, m, spec.slow_factor)) return;
   p.store.targets.markWarned(t);
-  const message = `${t.hostname} ${ended ? "took" : "has taken"} ${Math.round(elapsed / 1000)} s, over ${spec.slow_factor} x the median ${Math.round(m! / 1000)} s`;
+  const message = `${t.hostname} ${ended ? "took" : "has taken"} ${durationWords(elapsed)}, over ${spec.slow_factor} x the median ${durationWords(m!)}`;
   const row = p.store.events.add(
     "warning.slow_server",
     t.server_id,

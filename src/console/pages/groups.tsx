@@ -6,7 +6,7 @@ import { GroupSchema } from "../../fleetlock/schemas";
 import { must, read, send, type InProcessApp } from "../api";
 import { action, confirmTyped, NoFleet, page, render, type View } from "../context";
 import { requireCsrf, requireSession, type ConsoleEnv } from "../guard";
-import { ActionForm, Ago, Badge, canWrite, Duration, Field, Filters, Table } from "../ui";
+import { ActionForm, Ago, Badge, canWrite, Duration, Field, Filters, serverHref, Table } from "../ui";
 
 type Group = z.output<typeof GroupSchema>;
 
@@ -106,7 +106,7 @@ async function groupPage(v: View) {
   const write = canWrite(v.session);
   const serverLink = (s: Group["holders"][number]["server"]) =>
     s ? (
-      <a href={`/console/servers/${s.id}?fleet=${encodeURIComponent(v.fleet!)}`}>{s.hostname ?? s.id}</a>
+      <a href={serverHref({ id: s.id, hostname: s.hostname, fleet: v.fleet })}>{s.hostname ?? s.id}</a>
     ) : (
       <span class="muted">unknown id</span>
     );

@@ -9,7 +9,20 @@ import { EventSchema, RolloutListItem, RolloutSchema, TargetSchema } from "../..
 import { must, qs, read, readPage, type InProcessApp } from "../api";
 import { action, NoFleet, page, render, type View } from "../context";
 import { requireCsrf, requireSession, type ConsoleEnv } from "../guard";
-import { ActionForm, Ago, Badge, canWrite, Duration, Field, Filters, Pager, Select, Table } from "../ui";
+import {
+  ActionForm,
+  Ago,
+  Badge,
+  canWrite,
+  Duration,
+  Field,
+  Filters,
+  naturally,
+  Pager,
+  Select,
+  serverHref,
+  Table,
+} from "../ui";
 import { Progress } from "./overview";
 
 const TARGET_STATES: [RolloutTargetState, string][] = [
@@ -146,7 +159,8 @@ async function rolloutPage(v: View) {
               <dt>Median</dt>
               <dd>
                 {r.median_s === null ? "—" : <Duration seconds={r.median_s} />}
-                {r.eta_s !== null ? (
+                {/* An ended rollout has nothing to go (the API says 0), and an ETA under a second says nothing. */}
+                {r.eta_s !== null && !r.ended_at && r.eta_s > 0 ? (
                   <>
                     , about <Duration seconds={r.eta_s} /> to go
                   </>
@@ -187,7 +201,9 @@ async function rolloutPage(v: View) {
           <ul>
             {r.warnings.map((w) => (
               <li>
-                <Badge status="slow" /> <a href={`/console/servers/${w.server_id}`}>{w.hostname}</a>: {w.message} (
+                <Badge status="slow" />{" "}
+                <a href={serverHref({ id: w.server_id, hostname: w.hostname, fleet: r.fleet })}>{w.hostname}</a>:{" "}
+                {w.message} (
                 <Ago at={w.at} />)
               </li>
             ))}
@@ -198,10 +214,10 @@ async function rolloutPage(v: View) {
           <p class="muted">No target failed.</p>
         ) : (
           <Table caption="Failed targets" head={["Server", "State", "Why", "Ended"]}>
-            {failures.map((t) => (
+            {naturally(failures, (t) => t.hostname).map((t) => (
               <tr>
                 <td>
-                  <a href={`/console/servers/${t.server_id}`}>{t.hostname}</a>
+                  <a href={serverHref({ id: t.server_id, hostname: t.hostname, fleet: r.fleet })}>{t.hostname}</a>
                 </td>
                 <td>
                   <Badge status={t.state} />
