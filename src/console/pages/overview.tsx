@@ -34,7 +34,7 @@ export const Progress = ({ label, value, max, tone }: { label: string; value: nu
 );
 
 export async function overviewPage(v: View) {
-  if (!v.fleet) return render(v, "overview", "Overview", <NoFleet />);
+  if (!v.fleet) return render(v, "overview", "Overview", <NoFleet session={v.session} />);
   const f = encodeURIComponent(v.fleet);
   const s = await must<FleetSummary>(v.api("GET", `/v1/fleets/${f}/summary`));
   const serversOf = (key: string, from: "status" | "state") => `/console/servers?fleet=${f}&${from}=${key}`;
