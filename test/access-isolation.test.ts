@@ -313,10 +313,11 @@ describe("access per fleet in the console", () => {
     const pages = consolePages();
     expect(pages.length).toBeGreaterThan(6);
     for (const p of pages) {
-      const path = p
-        .replace(/:id\{[^}]*\}/, p.startsWith("/console/rollouts") ? w.bRollout : w.bServer)
-        .replace(/:id\b/, w.bServer)
-        .replace(/:group\b/, "default");
+      // A parameter with its pattern (`:id{[0-9a-f-]{36}}`, one level of braces inside) or without.
+      const path = p.replace(/:(\w+)(\{(?:[^{}]|\{[^{}]*\})*\})?/g, (_, name: string) =>
+        name === "group" ? "default" : p.startsWith("/console/rollouts") ? w.bRollout : w.bServer,
+      );
+      expect(path, p).not.toMatch(/[:{}]/);
       for (const q of ["", `?fleet=${w.b}`]) {
         const res = await consoleFetch(`${path}${q}`, { cookie });
         const html = await res.text();
