@@ -193,7 +193,7 @@ function methods(c: Client) {
     controlRollout: (id: string, action: "pause" | "resume" | "cancel" | "rollback") =>
       ok(c.v1.rollouts[":id"][action].$post({ param: { id } })),
 
-    // enrollment and agent builds (issue 25)
+    // enrollment and agent builds (docs/images-and-enrollment.md)
     listEnrollmentTokens: (fleet: string) =>
       all((cursor) =>
         ok(c.v1.fleets[":fleet"]["enrollment-tokens"].$get({ param: { fleet }, query: { limit: PAGE, cursor } })),

@@ -31,10 +31,10 @@ import { checkRoutes } from "./check/routes";
 import { intentRoutes } from "./intent/routes";
 import { MAX_BODY_BYTES } from "./domain/limits";
 import { rolloutRoutes } from "./rollouts/routes";
-import { fleetSummaryRoutes } from "./fleets/summary.routes";
+import { fleetSummaryRoutes } from "./status/summary.routes";
 import { consoleRoutes } from "./console/routes";
 import { specRoutes } from "./specs/routes";
-import { statusRoutes } from "./servers/status.routes";
+import { statusRoutes } from "./status/routes";
 import { enrollmentTokenRoutes, enrollRoutes } from "./enrollment/routes";
 import { agentBuildRoutes, installRoutes } from "./agent-builds/routes";
 import { except } from "hono/combine";
@@ -96,7 +96,7 @@ export function createApp() {
     .route("/v1/fleets", specRoutes)
     // hm status in one request.
     .route("/v1/status", statusRoutes)
-    // Enrollment and the agent's builds (issue 25).
+    // Enrollment (docs/images-and-enrollment.md) and the agent's builds.
     .route("/v1/fleets", enrollmentTokenRoutes)
     .route("/v1/agent", enrollRoutes)
     .route("/v1/agent", agentBuildRoutes)

@@ -25,7 +25,7 @@ export async function runScheduled(controller: ScheduledController, env: Env) {
     return;
   }
   // Planner backstop: only servers whose inputs changed (plan_marks), never a scan of every server.
-  // (Staleness is not marked here: it is read from stale_at, src/servers/staleness.ts.)
+  // (Staleness is not marked here: it is read from stale_at, src/model/server/staleness.ts.)
   await runPlanner(env, { budgetMs: 20_000 });
   // Coordinator work owed by fleet changes (settings pushes, wipes of deleted fleets).
   await runFleetTasks(env);

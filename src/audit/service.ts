@@ -4,7 +4,7 @@ import { tokens } from "../db/schema";
 import { BOOTSTRAP_ID, visibleFleets, type Principal } from "../domain/principal";
 import type { Env } from "../env";
 import { hostnamesOf, resolveServer } from "../servers/service";
-import { listAudit } from "./log";
+import { listAudit } from "./store";
 
 const SERVER = "server:";
 

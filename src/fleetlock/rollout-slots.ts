@@ -7,7 +7,7 @@ import type { Coordination } from "./context";
 import { releaseAndDrain } from "./grants";
 import { implicitGroup } from "./groups";
 import { acquire } from "./semaphore";
-import type { FleetSettings } from "./store";
+import type { FleetSettings } from "../model/fleet";
 
 export interface RolloutSlotRequest {
   holder: string;

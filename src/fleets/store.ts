@@ -16,7 +16,7 @@ import {
 } from "../db/schema";
 import type { FleetTaskKind } from "../domain/enums";
 import { iso } from "../lib/time";
-import type { FleetSettings } from "../fleetlock/durable-object";
+import type { FleetSettings } from "../model/fleet";
 
 export type FleetRow = typeof fleets.$inferSelect;
 

@@ -32,6 +32,7 @@ import {
   type Usage,
   type Window,
 } from "../bill.ts";
+import { calibrateCpu } from "../cpu.ts";
 import { LEASE_REFRESH_ROWS } from "../lease-refresh.ts";
 import { MONTH_S } from "../prices.ts";
 import { INDEX_LEASE_MS } from "../../../src/domain/channel.ts";
@@ -280,6 +281,9 @@ async function measure(
     await cron;
   })();
   const [summary] = (await Promise.all([sim, script])) as [SimSummary, void];
+  // Over HTTP a host makes a Worker request a minute, so its CPU is a line of the bill: measured
+  // in short bursts once the hosts stopped (../cpu.ts), not shared out of the run's window.
+  const cpu = transportName === "http" ? await calibrateCpu(ctx, `${fleet}-cpu`) : null;
   events.push(
     `reboot wave: ${summary.reboots.granted} of ${hosts} hosts rebooted through FleetLock (${summary.reboots.refusals} refusals)`,
   );
@@ -300,5 +304,6 @@ async function measure(
     summary,
     periodic: transport.periodic,
     stored,
+    cpu,
   });
 }

@@ -2,7 +2,7 @@
 /** Overview: one fleet at a glance, from GET /v1/fleets/{fleet}/summary (one request). */
 import { must } from "../api";
 import { NoFleet, render, type View } from "../context";
-import type { FleetSummary } from "../../fleets/summary.schemas";
+import type { FleetSummary } from "../../status/schemas";
 import { Ago, Badge, Table } from "../ui";
 
 /** The overview's rows: status words from the index, decommissioning from the lifecycle state. */
