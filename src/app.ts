@@ -31,6 +31,7 @@ import { checkRoutes } from "./check/routes";
 import { intentRoutes } from "./intent/routes";
 import { MAX_BODY_BYTES } from "./domain/limits";
 import { rolloutRoutes } from "./rollouts/routes";
+import { historyRoutes } from "./history/routes";
 import { fleetSummaryRoutes } from "./status/summary.routes";
 import { consoleRoutes } from "./console/routes";
 import { specRoutes } from "./specs/routes";
@@ -104,6 +105,8 @@ export function createApp() {
     // The image catalog, and its bytes for hosts.
     .route("/v1/images", imageRoutes)
     .route("/v1/agent", imageBlobRoutes)
+    // The fleets' history (the cron's rollup).
+    .route("/v1/fleets", historyRoutes)
     // FleetLock (hosts) sits outside /v1: its own body limit, no JSON Content-Type rule, its own error body.
     .route("/fleetlock", fleetlockRoutes);
 

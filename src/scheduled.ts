@@ -7,6 +7,7 @@ import { sendStaleEvents } from "./webhooks/stale";
 import { logLine } from "./lib/log";
 import { redriveRollouts } from "./rollouts/service";
 import { sweepImages } from "./images/service";
+import { rollupIfDue } from "./history/rollup.service";
 
 /** Cron: upgrade steps first (they may change what reconciliation reads), then reconciliation. */
 export async function runScheduled(controller: ScheduledController, env: Env) {
@@ -35,6 +36,8 @@ export async function runScheduled(controller: ScheduledController, env: Env) {
   );
   // Image uploads abandoned for a day are aborted; R2 deletes a crash left owed are done.
   await sweepImages(env, Date.now()).catch((err) => logLine("warn", "image sweep failed", { error: String(err) }));
+  // The fleets' history: the first tick of each period rolls up (rows only for fleets that changed).
+  await rollupIfDue(env, Date.now()).catch((err) => logLine("warn", "history rollup failed", { error: String(err) }));
   // Rollouts advance on their own (ledger events, their alarms); this only re-drives quiet ones.
   await redriveRollouts(env, controller.scheduledTime);
 }

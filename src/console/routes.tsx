@@ -20,6 +20,7 @@ import { auditPage } from "./pages/audit";
 import { enrollmentPages } from "./pages/enrollment";
 import { imagesPage } from "./pages/images";
 import { mePage } from "./pages/me";
+import { historyPages } from "./pages/history";
 
 export function consoleRoutes(getApp: () => InProcessApp) {
   const app = new Hono<ConsoleEnv>();
@@ -39,6 +40,7 @@ export function consoleRoutes(getApp: () => InProcessApp) {
   app.route("/", enrollmentPages(getApp));
   app.get("/console/images", requireSession, page(getApp, "images", imagesPage));
   app.get("/console/me", requireSession, page(getApp, undefined, mePage));
+  app.route("/", historyPages(getApp));
   app.onError((err, c) => {
     if (err instanceof Refused) return c.text(err.message, err.status);
     throw err;

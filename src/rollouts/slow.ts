@@ -40,8 +40,8 @@ export function scheduleSlowCheck(p: RolloutParts) {
   const m = medianMs(p);
   if (m === null) return;
   const oldest = p.store.targets.oldestUnwarned(core.pass);
-  if (oldest === null) p.timers.cancel("slow");
-  else p.timers.schedule("slow", oldest + spec.slow_factor * m + 1);
+  if (oldest === null) p.scheduler.cancel("slow");
+  else p.scheduler.schedule("slow", oldest + spec.slow_factor * m + 1);
 }
 
 /** The slow timer fired: warns about every target slow by now, then watches the next. */

@@ -30,7 +30,7 @@ export function pump(p: RolloutParts, now: number) {
   // Targets waiting out a slot refusal are tried again when the earliest may.
   if (state.spec.reboot_slot && startable(p.store.load()!.core, state.spec) > 0) {
     const next = p.store.targets.nextSlotRetry(state.core.pass, now);
-    if (next !== null) p.timers.schedule("pump", next, null, { noLaterThan: true });
+    if (next !== null) p.scheduler.schedule("pump", next, null, { noLaterThan: true });
   }
 }
 
@@ -79,7 +79,7 @@ export function slotAnswered(p: RolloutParts, pass: number, serverId: string, r:
     } else {
       change(p, t, { type: "slot_refused" }, now);
       p.store.targets.deferSlot(pass, serverId, now + SLOT_RETRY_MS);
-      p.timers.schedule("pump", now + SLOT_RETRY_MS, null, { noLaterThan: true });
+      p.scheduler.schedule("pump", now + SLOT_RETRY_MS, null, { noLaterThan: true });
       p.store.events.add("target.slot_refused", serverId, { kind: r.kind, value: r.value }, now);
     }
   });

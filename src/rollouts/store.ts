@@ -17,10 +17,12 @@ export class RolloutStore {
   readonly events: EventLog;
   private cache: { spec: RolloutSpec; core: Core } | null = null;
   private durations: { pass: number; sorted: number[] } | null = null;
-  /** Told after each write of the core, in the writer's turn (the object wakes its waiters). */
-  onCoreMoved: () => void = () => {};
 
-  constructor(private readonly storage: DurableObjectStorage) {
+  constructor(
+    private readonly storage: DurableObjectStorage,
+    /** Told after each write of the core, in the writer's turn (the object wakes its waiters). */
+    private readonly onCoreMoved: () => void = () => {},
+  ) {
     this.targets = new TargetRows(storage.sql);
     this.events = new EventLog(storage.sql);
     // A rollout written by older code is brought to this code's format once, before any call

@@ -9,10 +9,16 @@ import { checkSlow } from "./slow";
 import { retrySlots } from "./starting";
 import { project } from "./transitions";
 
-export const rolloutTimers = (p: RolloutParts): Record<string, TimerHandler> => ({
+const rolloutTimers = (p: RolloutParts): Record<string, TimerHandler> => ({
   outbox: () => p.outbox.flush(),
   timeout: (_payload, name) => timedOut(p, name),
   slow: () => checkSlow(p, p.clock()),
   project: () => project(p),
   pump: () => retrySlots(p),
 });
+
+/** The alarm: every due timer, by its handler; then whatever they enqueued is delivered. */
+export async function fireTimers(p: RolloutParts) {
+  await p.scheduler.fire(rolloutTimers(p));
+  await p.outbox.flush();
+}
