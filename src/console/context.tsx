@@ -72,14 +72,23 @@ export function render(
   return v.c.html(<Page frame={frame}>{body}</Page>, status);
 }
 
-export const NoFleet = () => (
-  <div class="card">
-    <h1>No fleet yet</h1>
-    <p>
-      Create one with <code>hm fleets create NAME</code> or <code>POST /v1/fleets</code>; it shows up here.
-    </p>
-  </div>
-);
+export const NoFleet = ({ session }: { session: Session }) =>
+  session.fleets === "*" ? (
+    <div class="card">
+      <h1>No fleet yet</h1>
+      <p>
+        Create one with <code>hm fleets create NAME</code> or <code>POST /v1/fleets</code>; it shows up here.
+      </p>
+    </div>
+  ) : (
+    <div class="card">
+      <h1>None of your fleets exists yet</h1>
+      <p>
+        Your token may act on {session.fleets.join(", ")} only (<a href="/console/me">what you may do</a>); once one of
+        them is created it shows up here.
+      </p>
+    </div>
+  );
 
 type ErrorStatus = 401 | 403 | 404 | 409 | 422 | 500 | 502;
 const ERROR_TITLES: Record<ErrorStatus, string> = {

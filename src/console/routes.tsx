@@ -22,6 +22,7 @@ import { driftPages } from "./pages/drift";
 import { auditPage } from "./pages/audit";
 import { enrollmentPages } from "./pages/enrollment";
 import { imagesPage } from "./pages/images";
+import { mePage } from "./pages/me";
 import { historyPages } from "./pages/history";
 
 export function consoleRoutes(getApp: () => InProcessApp) {
@@ -42,6 +43,7 @@ export function consoleRoutes(getApp: () => InProcessApp) {
   app.get("/console/audit", requireSession, page(getApp, "audit", auditPage));
   app.route("/", enrollmentPages(getApp));
   app.get("/console/images", requireSession, page(getApp, "images", imagesPage));
+  app.get("/console/me", requireSession, page(getApp, undefined, mePage));
   app.route("/", historyPages(getApp));
   // Any other console address (a server id that is not one, a mistyped page) is a page that says so:
   // without this the API's 405 finder, which reads `:id{uuid}` as any segment, answered JSON.

@@ -358,10 +358,18 @@ export const Page = ({ frame, children }: { frame: Frame; children: Child }) => 
                     ○ Not live yet
                   </span>
                 ) : null}
-                <span class="badge t-idle" title="Your token's scope">
+                <a
+                  id="who"
+                  class="badge t-idle"
+                  href="/console/me"
+                  title={`Signed in through ${session.via === "bootstrap" ? "ADMIN_TOKEN" : session.via === "token" ? "an operator token" : "single sign-on"}: scope ${session.scope}, ${session.fleets === "*" ? "every fleet" : `fleets ${session.fleets.join(", ")}`}`}
+                >
                   <Icon name="diamond" />
-                  {session.scope}
-                </span>
+                  {session.name} · {session.scope}
+                  {session.fleets === "*"
+                    ? ""
+                    : ` · ${session.fleets.length} fleet${session.fleets.length === 1 ? "" : "s"}`}
+                </a>
                 <form method="post" action="/console/sign-out" class="inline">
                   <input type="hidden" name="_csrf" value={session.csrf} />
                   <button type="submit">Sign out</button>

@@ -14,6 +14,8 @@ import { getFleet } from "../fleets/store";
 import { chunk } from "../lib/chunk";
 import { iso } from "../lib/time";
 import { DomainError, notFound } from "../domain/errors";
+import { visibleFleets, type Principal } from "../domain/principal";
+import { inVisibleFleets } from "../db/access";
 import { CANCEL_GRACE_S } from "../domain/limits";
 import { unwrap } from "../objects/kit/result";
 import type { TargetInput } from "./operator";
@@ -200,6 +202,8 @@ async function claim(env: Env, db: Db, fleet: string, agent: string, rolloutId: 
   throw new DomainError("rollout_in_progress", `another rollout of '${agent}' in fleet '${fleet}' is starting; retry`);
 }
 
+export const unknownFleet = (fleet: string) => new DomainError("unknown_fleet", `fleet '${fleet}' does not exist`);
+
 export async function createRollout(
   env: Env,
   actor: string,
@@ -209,7 +213,7 @@ export async function createRollout(
 ) {
   const db = getDb(env.DB);
   const fleet = await getFleet(db, input.fleet);
-  if (!fleet) throw new DomainError("unknown_fleet", `fleet '${input.fleet}' does not exist`);
+  if (!fleet) throw unknownFleet(input.fleet);
   // The image as the catalog has it now; every write of the rollout carries exactly this.
   const resolved = await imageForFleet(
     db,
@@ -307,14 +311,31 @@ export async function endRolloutTarget(env: Env, actor: string, id: string, serv
   return unwrap(await rolloutOf(env, id).endTarget(server, actor, reason));
 }
 
+/**
+ * A rollout of a fleet the token may not see is answered as one that does not exist (its fleet
+ * read from the index; a "*" token reads nothing more).
+ */
+export async function refuseHiddenRollout(env: Env, principal: Principal, id: string) {
+  const visible = visibleFleets(principal);
+  if (visible === null) return;
+  const [row] = await getDb(env.DB)
+    .select({ fleet: rollouts.fleetId })
+    .from(rollouts)
+    .where(eq(rollouts.id, id))
+    .limit(1);
+  if (!row || !visible.includes(row.fleet)) throw notFound("rollout", id);
+}
+
 /** Rollouts from the D1 index, newest first (one more row than `limit` when another page exists). */
 export async function listRollouts(
   env: Env,
-  filter: { fleet?: string; agent?: string; state?: RolloutState },
+  filter: { fleet?: string; agent?: string; state?: RolloutState; visible: readonly string[] | null },
   before: { createdAt: number; id: string } | null,
   limit: number,
 ) {
   const conds: SQL[] = [];
+  const visible = inVisibleFleets(rollouts.fleetId, filter.visible);
+  if (visible) conds.push(visible);
   if (filter.fleet) conds.push(eq(rollouts.fleetId, filter.fleet));
   if (filter.agent) conds.push(eq(rollouts.agent, filter.agent));
   if (filter.state) conds.push(eq(rollouts.state, filter.state));

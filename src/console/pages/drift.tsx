@@ -18,7 +18,7 @@ const ServerLink = ({ id, hostname, fleet }: { id: string; hostname: string; fle
 );
 
 async function driftPage(v: View) {
-  if (!v.fleet) return render(v, "drift", "Drift", <NoFleet />);
+  if (!v.fleet) return render(v, "drift", "Drift", <NoFleet session={v.session} />);
   const f = filterOf(v, v.c.req.query());
   const out = await read(v, CheckAnswer, `/v1/check/server-agents${qs({ ...f, limit: 50 })}`);
   const fixable = out.findings.some((x) => x.fix !== "none");

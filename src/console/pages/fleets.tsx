@@ -145,7 +145,7 @@ const FleetRow = ({ r }: { r: Row }) => {
 export async function fleetsPage(v: View) {
   // No fleet is "in view" here: the switcher picks one, and no single fleet's feed is followed.
   v.fleet = undefined;
-  if (v.fleets.length === 0) return render(v, "fleets", "All fleets", <NoFleet />);
+  if (v.fleets.length === 0) return render(v, "fleets", "All fleets", <NoFleet session={v.session} />);
   const cursor = v.c.req.query("cursor");
   const list = await readPage(v, Fleet, `/v1/fleets${qs({ limit: PAGE, cursor })}`);
   const rows: Row[] = await Promise.all(

@@ -39,7 +39,7 @@ const Windows = ({ windows }: { windows: Group["windows"] }) =>
   );
 
 async function groupsPage(v: View) {
-  if (!v.fleet) return render(v, "groups", "Reboot groups", <NoFleet />);
+  if (!v.fleet) return render(v, "groups", "Reboot groups", <NoFleet session={v.session} />);
   const list = await must(
     v.api<{ fleet: string; lock_ttl_s: number; items: Group[] }>(
       "GET",
@@ -96,7 +96,7 @@ async function groupsPage(v: View) {
 }
 
 async function groupPage(v: View) {
-  if (!v.fleet) return render(v, "groups", "Reboot group", <NoFleet />);
+  if (!v.fleet) return render(v, "groups", "Reboot group", <NoFleet session={v.session} />);
   const name = v.c.req.param("group")!;
   const g = await read(v, GroupSchema, groupPath(v.fleet, name));
   const back = `/console/groups/${encodeURIComponent(name)}?fleet=${encodeURIComponent(v.fleet)}`;

@@ -50,7 +50,7 @@ export const Progress = ({ label, value, max, tone }: { label: string; value: nu
 export async function overviewPage(v: View) {
   // Several fleets and none asked for: the all-fleets page, not whichever sorts first.
   if (!v.c.req.query("fleet") && v.fleets.length > 1) return v.c.redirect("/console/fleets", 303);
-  if (!v.fleet) return render(v, "overview", "Overview", <NoFleet />);
+  if (!v.fleet) return render(v, "overview", "Overview", <NoFleet session={v.session} />);
   const f = encodeURIComponent(v.fleet);
   const [s, history, ...named] = await Promise.all([
     must<FleetSummary>(v.api("GET", `/v1/fleets/${f}/summary`)),

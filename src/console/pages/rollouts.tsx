@@ -36,7 +36,7 @@ const TARGET_STATES: [RolloutTargetState, string][] = [
 const total = (counts: Record<string, number>) => Object.values(counts).reduce((a, b) => a + b, 0);
 
 async function rolloutsPage(v: View) {
-  if (!v.fleet) return render(v, "rollouts", "Rollouts", <NoFleet />);
+  if (!v.fleet) return render(v, "rollouts", "Rollouts", <NoFleet session={v.session} />);
   const q = v.c.req.query();
   const params = { fleet: v.fleet, state: q.state, agent: q.agent?.trim(), cursor: q.cursor };
   const list = await readPage(v, RolloutListItem, `/v1/rollouts${qs({ ...params, limit: 50 })}`);

@@ -97,7 +97,7 @@ export async function scan<S extends z.ZodType>(
 }
 
 async function serversPage(v: View) {
-  if (!v.fleet) return render(v, "servers", "Servers", <NoFleet />);
+  if (!v.fleet) return render(v, "servers", "Servers", <NoFleet session={v.session} />);
   const q = v.c.req.query();
   const f = {
     fleet: v.fleet,
