@@ -37,6 +37,35 @@ describe("scheduler", () => {
     });
   });
 
+  it("writes a storage row only when a timer moves: one for a new timer, none for one set where it already is or later under noLaterThan", async () => {
+    await scratch(async (storage) => {
+      // Counted as the cost meter counts them (src/local/storage-meter.ts): each statement's cursor.
+      let cursors: SqlStorageCursor<Record<string, SqlStorageValue>>[] = [];
+      const exec = storage.sql.exec.bind(storage.sql);
+      storage.sql.exec = ((query: string, ...bindings: unknown[]) => {
+        const cursor = exec(query, ...bindings);
+        cursors.push(cursor);
+        return cursor;
+      }) as typeof storage.sql.exec;
+      const s = new Scheduler(storage);
+      const now = Date.now();
+      s.schedule("other", now + 60_000); // the table made (a schema write) before counting
+      const rows = (fn: () => void) => {
+        cursors = [];
+        fn();
+        return cursors.reduce((n, c) => (c.toArray(), n + c.rowsWritten), 0);
+      };
+      expect(rows(() => s.schedule("outbox", now + 10_000, null, { noLaterThan: true }))).toBe(1);
+      expect(rows(() => s.schedule("outbox", now + 20_000, null, { noLaterThan: true }))).toBe(0);
+      expect(rows(() => s.schedule("outbox", now + 10_000))).toBe(0);
+      expect(rows(() => s.schedule("outbox", now + 5_000, null, { noLaterThan: true }))).toBe(1);
+      expect(s.dueAt("outbox")).toBe(now + 5_000);
+      expect(rows(() => s.schedule("outbox", now + 8_000))).toBe(1);
+      expect(rows(() => s.schedule("outbox", now + 8_000, { moved: true }))).toBe(1);
+      expect(s.dueAt("outbox")).toBe(now + 8_000);
+    });
+  });
+
   it("runs due timers by name or prefix, keeps a timer whose handler threw, and re-arms for the rest", async () => {
     await scratch(async (storage) => {
       const s = new Scheduler(storage);
