@@ -6,7 +6,7 @@
 // runtime a deployment would have, so it serves its hosts from here.
 import { spawnSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, readdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { convertV4MiniflareOptions, Miniflare } from "miniflare";
@@ -22,6 +22,8 @@ export interface DirectServer {
   admin: string;
   /** Resident memory (MB) of the one workerd process, from /proc; null when it cannot be read. */
   rssMb: () => number | null;
+  /** Files (sockets included) the workerd process holds open, from /proc; null when unreadable. */
+  openFiles: () => number | null;
   /** Times the runtime crashed and Miniflare started it again. */
   restarts: () => number;
   stop: () => Promise<void>;
@@ -36,6 +38,19 @@ function run(args: string[]) {
 function childWorkerdRssMb(): number | null {
   const own = [...(procStats() ?? new Map()).values()].filter((p) => p.comm === "workerd" && p.ppid === process.pid);
   return own.length ? (own.reduce((sum, p) => sum + p.rssPages, 0) * PAGE_BYTES) / 2 ** 20 : null;
+}
+
+/** Descriptors the workerd processes this process started hold: what the open-files limit counts. */
+function childWorkerdOpenFiles(): number | null {
+  const own = [...(procStats() ?? new Map()).entries()].filter(
+    ([, p]) => p.comm === "workerd" && p.ppid === process.pid,
+  );
+  if (!own.length) return null;
+  try {
+    return own.reduce((sum, [pid]) => sum + readdirSync(`/proc/${pid}/fd`).length, 0);
+  } catch {
+    return null;
+  }
 }
 
 export async function startDirectServer(vars: Record<string, string> = {}): Promise<DirectServer> {
@@ -81,6 +96,7 @@ export async function startDirectServer(vars: Record<string, string> = {}): Prom
     url,
     admin,
     rssMb: childWorkerdRssMb,
+    openFiles: childWorkerdOpenFiles,
     restarts: () => restarts,
     stop: async () => {
       await mf.dispose();

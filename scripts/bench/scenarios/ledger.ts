@@ -32,6 +32,7 @@ function reportBody(generation: number, state: "running" | "stopped" = "running"
 }
 
 export async function run(ctx: BenchContext) {
+  base = ctx.base;
   const fleet = `bench-${Date.now().toString(36)}`;
   const f = await ctx.client.v1.fleets.$post({ json: { id: fleet } });
   if (f.status !== 201) throw new Error(`fleet: ${f.status} ${await f.text()}`);
@@ -108,6 +109,8 @@ export async function run(ctx: BenchContext) {
   const flip = new Map<string, number>();
   const variants = [reportBody(2, "stopped"), reportBody(2, "running")];
   const changedBefore = await ctx.d1Writes();
+  await meter("DELETE");
+  const cpuBefore = ctx.serverCpuMs();
   const changed = await ctx.measure("PUT /v1/agent/inventory, changed", {
     requests: [
       {
@@ -128,4 +131,54 @@ export async function run(ctx: BenchContext) {
   });
   const changedAfter = await ctx.d1Writes();
   ctx.note("D1 write statements per changed report", ((changedAfter - changedBefore) / changed.requests).toFixed(2));
+  // What the reports left in their outboxes (deliveries after the answer) is part of their cost.
+  await new Promise((r) => setTimeout(r, 1_500));
+  profile(ctx, changed.requests, await meter("GET"), cpuBefore);
+}
+
+type Reading = {
+  worker: { requests: number };
+  objects: Record<
+    string,
+    {
+      requests: number;
+      awake_ms: number;
+      d1: { statements: number; rows_written: number };
+      storage: { rows_read: number; rows_written: number; alarms_set: number };
+      methods: Record<string, { calls: number; ms: number }>;
+    }
+  >;
+};
+
+async function meter(method: "GET" | "DELETE"): Promise<Reading> {
+  const res = await fetch(`${base}/__local/meter`, { method });
+  if (!res.ok) throw new Error(`/__local/meter: ${res.status}`);
+  return (await res.json()) as Reading;
+}
+let base = "";
+
+/**
+ * Where a changed report's time goes: per object class, the calls it made per report, their wall
+ * time (a call's start to its answer, awaited I/O included), and the storage and D1 rows written
+ * per report, from the local meter over the load; and the runtime's CPU per report.
+ */
+function profile(ctx: BenchContext, reports: number, m: Reading, cpuBefore: number | null) {
+  const per = (n: number) => (n / reports).toFixed(2);
+  const cpuAfter = ctx.serverCpuMs();
+  if (cpuBefore !== null && cpuAfter !== null)
+    ctx.note(
+      "changed report: runtime CPU ms per report (every process of the local server)",
+      per(cpuAfter - cpuBefore),
+    );
+  ctx.note("changed report: Worker requests per report", per(m.worker.requests));
+  for (const [name, c] of Object.entries(m.objects)) {
+    if (!c.requests) continue;
+    const calls = Object.entries(c.methods)
+      .map(([method, t]) => `${method} ${per(t.calls)}× ${(t.ms / Math.max(1, t.calls)).toFixed(1)} ms`)
+      .join(", ");
+    ctx.note(
+      `changed report: ${name} per report`,
+      `${per(c.requests)} requests (${calls}); awake ${per(c.awake_ms)} ms; storage rows written ${per(c.storage.rows_written)} (alarms ${per(c.storage.alarms_set)}), read ${per(c.storage.rows_read)}; D1 statements ${per(c.d1.statements)}, rows written ${per(c.d1.rows_written)}`,
+    );
+  }
 }
