@@ -59,7 +59,9 @@ export async function startDirectServer(vars: Record<string, string> = {}): Prom
   const outdir = join(persist, "bundle");
   run(["deploy", "--dry-run", "--outdir", outdir]);
   run(["d1", "migrations", "apply", "DB", "--local", "--persist-to", persist]);
-  // The bundle is one ES module: the module rules wrangler would bundle with do not apply.
+  // The bundle is one ES module plus the text files it imports (the agent's systemd unit, renamed
+  // by its hash at the bundle's root): wrangler's own rules name their source paths, so the
+  // bundle's get a rule of their own.
   const { modulesRules: _rules, ...workerOptions } = unstable_getMiniflareWorkerOptions(
     resolve(root, "wrangler.toml"),
   ).workerOptions;
@@ -70,6 +72,7 @@ export async function startDirectServer(vars: Record<string, string> = {}): Prom
     convertV4MiniflareOptions({
       ...workerOptions,
       modules: true,
+      modulesRules: [{ type: "Text", include: ["**/*.service"] }],
       modulesRoot: outdir,
       scriptPath: join(outdir, "index.js"),
       bindings: {
