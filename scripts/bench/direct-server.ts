@@ -60,8 +60,7 @@ export async function startDirectServer(vars: Record<string, string> = {}): Prom
   run(["deploy", "--dry-run", "--outdir", outdir]);
   run(["d1", "migrations", "apply", "DB", "--local", "--persist-to", persist]);
   // The bundle is one ES module plus the text files it imports (the agent's systemd unit, renamed
-  // by its hash at the bundle's root): wrangler's own rules name their source paths, so the
-  // bundle's get a rule of their own.
+  // by its hash at the bundle's root): listed one by one, since wrangler's rules name source paths.
   const { modulesRules: _rules, ...workerOptions } = unstable_getMiniflareWorkerOptions(
     resolve(root, "wrangler.toml"),
   ).workerOptions;
@@ -71,10 +70,13 @@ export async function startDirectServer(vars: Record<string, string> = {}): Prom
   const mf = new Miniflare(
     convertV4MiniflareOptions({
       ...workerOptions,
-      modules: true,
-      modulesRules: [{ type: "Text", include: ["**/*.service"] }],
+      modules: [
+        { type: "ESModule", path: join(outdir, "index.js") },
+        ...readdirSync(outdir)
+          .filter((f) => f.endsWith(".service"))
+          .map((f) => ({ type: "Text" as const, path: join(outdir, f) })),
+      ],
       modulesRoot: outdir,
-      scriptPath: join(outdir, "index.js"),
       bindings: {
         // oxlint-disable-next-line unicorn/no-useless-fallback-in-spread -- the type admits non-objects
         ...(workerOptions.bindings ?? {}),
