@@ -5,6 +5,7 @@
  * is durable. This object is the only writer, and storage is written first and memory after, so
  * the mirror cannot drift; it is rebuilt whenever the object wakes.
  */
+import type { DisruptionBudget } from "../domain/disruption-budget";
 import type { Queue, QueueEntry } from "./queue";
 import type { GroupState } from "./semaphore";
 
@@ -22,6 +23,8 @@ export interface FleetSettings {
   lock_ttl_s: number;
   allow_unknown_ids: boolean;
   default_group_slots: number | null;
+  /** Absent in settings stored before budgets existed: none. */
+  disruption_budget?: DisruptionBudget | null;
 }
 
 export interface FleetConfig extends FleetSettings {
@@ -162,6 +165,7 @@ export class CoordinatorStore {
       current.lock_ttl_s !== next.lock_ttl_s ||
       current.allow_unknown_ids !== next.allow_unknown_ids ||
       current.default_group_slots !== next.default_group_slots ||
+      JSON.stringify(current.disruption_budget ?? null) !== JSON.stringify(next.disruption_budget ?? null) ||
       current.fleet_id !== next.fleet_id
     ) {
       this.putConfig(next);

@@ -15,7 +15,7 @@ const LABEL_VALUE = new RegExp(`^[A-Za-z0-9]([A-Za-z0-9._-]{0,${MAX_LABEL_VALUE_
 
 export type Labels = Record<string, string>;
 
-const labelKey = z
+export const labelKey = z
   .string()
   .regex(
     LABEL_KEY,
