@@ -8,6 +8,8 @@ import type { Env } from "../env";
 import { Scheduler } from "../objects/kit/scheduler";
 import { socketRoom } from "../objects/kit/sockets";
 import type { Coordination } from "./context";
+import { budgetClosure, BudgetWatch } from "./disruption";
+import { DisruptionStore } from "./disruption-store";
 import { CoordinatorEffects, emit } from "./effects";
 import { GateKeeper, type GateChange } from "./gate-keeper";
 import { GateStore } from "./gate-store";
@@ -28,7 +30,13 @@ export function assemble(ctx: DurableObjectState, env: () => Env, clock: () => n
   const db = () => getDb(env().DB);
   const effects = new CoordinatorEffects(ctx.storage, scheduler, db, env);
   effects.fleetId = () => store.config?.fleet_id;
-  store.onChange = (group) => effects.changed(group);
+  const disruption = new DisruptionStore(ctx.storage);
+  const budgetWatch = new BudgetWatch(() => c);
+  store.onChange = (group) => {
+    effects.changed(group);
+    budgetWatch.touch();
+  };
+  disruption.onChange = () => budgetWatch.touch();
   const gateStore = new GateStore(ctx.storage);
   const gates = new GateKeeper(store, gateStore, scheduler, db);
   const trust = Number(env().PARK_TRUST_S);
@@ -40,6 +48,7 @@ export function assemble(ctx: DurableObjectState, env: () => Env, clock: () => n
     drained: (name, g, now) => void gates.note(name, g, now),
     tidy: (name, g, now) => reportStuck(effects, store, name, expireHealth(c, name, g, now), now),
     dueAt: (g) => Math.min(healthWake(g) ?? Infinity, stuckWake(store, g) ?? Infinity),
+    budget: (serverId, extra) => budgetClosure(c, serverId, extra),
   };
   const webhookStore = new WebhookStore(ctx.storage);
   const webhooks = new WebhookDispatcher(webhookStore, {
@@ -52,7 +61,19 @@ export function assemble(ctx: DurableObjectState, env: () => Env, clock: () => n
   });
   effects.adoptWebhook = (p) => webhooks.adopt(p);
   effects.onEvent = (e) => webhooks.emit(e);
-  const c: Coordination = { store, effects, scheduler, clock, parked, gates, gateStore, webhooks, webhookStore };
+  const c: Coordination = {
+    store,
+    effects,
+    scheduler,
+    clock,
+    parked,
+    gates,
+    gateStore,
+    disruption,
+    budgetWatch,
+    webhooks,
+    webhookStore,
+  };
   gates.onChange = (change) => gateChanged(c, change);
   return c;
 }
@@ -73,6 +94,14 @@ function gateChanged(c: Coordination, { group, closed, was }: GateChange) {
         gate: closed.gate,
         kind: closed.kind,
         reason: closed.reason,
+        blocked_by: [
+          {
+            kind: closed.gate === "hold" ? "hold" : "gate",
+            message: `the ${closed.gate} gate is closed: ${closed.reason}`,
+            since: new Date(at).toISOString(),
+            detail: closed.reason,
+          },
+        ],
       },
       at,
     );

@@ -3,6 +3,8 @@
  * its parts, never the object itself, so no module calls back into it.
  */
 import type { Scheduler } from "../objects/kit/scheduler";
+import type { BudgetWatch } from "./disruption";
+import type { DisruptionStore } from "./disruption-store";
 import type { CoordinatorEffects } from "./effects";
 import type { GateKeeper } from "./gate-keeper";
 import type { GateStore } from "./gate-store";
@@ -19,6 +21,10 @@ export interface Coordination {
   /** Health gates: their settings, inputs and the servers rebooted and not yet healthy. */
   gates: GateKeeper;
   gateStore: GateStore;
+  /** The disruption budget's own records (members, unavailable servers, rollout holds, waits). */
+  disruption: DisruptionStore;
+  /** Notices once per turn that the budget may have freed. */
+  budgetWatch: BudgetWatch;
   /** The fleet's webhooks: this object sends them, fed by every owner's events (src/webhooks/). */
   webhooks: WebhookDispatcher;
   webhookStore: WebhookStore;

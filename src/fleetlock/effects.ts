@@ -10,6 +10,7 @@ import type { Db } from "../db/client";
 import type { Env } from "../env";
 import { Outbox } from "../objects/kit/outbox";
 import type { Scheduler } from "../objects/kit/scheduler";
+import { rolloutOf } from "../objects/stubs";
 import type { DeliveryPayload } from "../webhooks/dispatch";
 import { fleetEvent, type FleetEvent } from "../webhooks/events";
 
@@ -17,7 +18,7 @@ import { fleetEvent, type FleetEvent } from "../webhooks/events";
 const HOST_AUDIT_DEFER_MS = 1_000;
 
 export class CoordinatorEffects {
-  readonly outbox: Outbox<"audit" | "webhook" | "feed">;
+  readonly outbox: Outbox<"audit" | "webhook" | "feed" | "budget_wake">;
   /** The fleet this object coordinates (its config), for its console notices; set by ./assemble.ts. */
   fleetId: () => string | undefined = () => undefined;
   /**
@@ -47,6 +48,13 @@ export class CoordinatorEffects {
         audit: { target: "d1", statements: (e: AuditEvent) => [auditInsertOnce(db(), e)] },
         webhook: { target: "call", deliver: async (p: DeliveryPayload) => this.adoptWebhook(p) },
         feed: feedEffect(env),
+        // A rollout waiting for the disruption budget: budget freed, it asks again (./disruption.ts).
+        budget_wake: {
+          target: "call",
+          deliver: async (p: { rollout_id: string }) => {
+            await rolloutOf(env(), p.rollout_id).budgetFreed();
+          },
+        },
       },
       db,
     );

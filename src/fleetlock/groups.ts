@@ -5,6 +5,8 @@
 import { entryNamed, TRIED } from "./named";
 import { fail, type Failure } from "../objects/kit/result";
 import type { Coordination } from "./context";
+import { groupBlockedBy, hostBlockedBy } from "./blocked";
+import { budgetClosure } from "./disruption";
 import { holdView, verdictView } from "./gate-rules";
 import { liveEntries, type QueueEntry } from "./queue";
 import { configure, newGroup, type GroupChange, type GroupState } from "./semaphore";
@@ -62,6 +64,16 @@ export function viewOf(c: Coordination, config: FleetConfig, name: string, group
     hold: holdView(group.hold, now),
     verdicts: c.gates.verdicts(group, now).map(verdictView),
   };
+  const hostname = (serverId: string | null, id: string) =>
+    (serverId && (c.store.servers.get(serverId)?.hostname ?? c.disruption.members().get(serverId)?.hostname)) || id;
+  const input = {
+    g: group,
+    now,
+    holds: c.gates.effective(group).holds,
+    verdicts: c.gates.verdicts(group, now),
+    hostname,
+  };
+  const held = groupBlockedBy(input);
   return groupView(
     name,
     group,
@@ -73,6 +85,10 @@ export function viewOf(c: Coordination, config: FleetConfig, name: string, group
       return { id: serverId, hostname: s ? s.hostname : null };
     },
     gates,
+    {
+      group: held,
+      host: (e, ahead) => hostBlockedBy(input, held, budgetClosure(c, e.server_id)?.block ?? null, ahead),
+    },
   );
 }
 

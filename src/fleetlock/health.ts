@@ -10,6 +10,7 @@
  * `recovering`) for the `max_rebooted_unhealthy` gate, until a healthy report or its removal.
  */
 import type { Coordination } from "./context";
+import { noteHealth } from "./disruption";
 import { emit, hostAudit } from "./effects";
 import type { Recovering } from "./gate-store";
 import { healthClass } from "./gates";
@@ -72,6 +73,8 @@ export async function serverHealth(c: Coordination, e: ServerHealthEvent) {
     c.gates.healthChanged();
     await c.scheduler.arm();
   }
+  // Stale or failed servers are disrupted: the budget counts them until they are back.
+  noteHealth(c, e.server_id, e.status, e.at);
   const recoveringBefore = c.gateStore.recovering().size;
   const held = c.store
     .groups()
@@ -197,6 +200,17 @@ export function expireHealth(c: Coordination, name: string, g: GroupState, now: 
         hostname: host,
         rebooted_at: new Date(h.rebooted_at!).toISOString(),
         paused: pause,
+        blocked_by: pause
+          ? [
+              {
+                kind: "auto_paused",
+                message: `paused by itself: ${reason}`,
+                since: new Date(now).toISOString(),
+                servers: names.slice(0, 10),
+                detail: reason,
+              },
+            ]
+          : [],
       },
       now,
     );

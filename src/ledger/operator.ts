@@ -6,7 +6,7 @@
 import { fail, type Failure, type Result } from "../objects/kit/result";
 import type { PlanState } from "../planner/ledger-side";
 import { applyDesired, type DesiredState } from "./desired";
-import { audit, identityPayload, project, serverEvent, tokenPayload, type LedgerDeps } from "./effects";
+import { audit, identityPayload, memberPayload, project, serverEvent, tokenPayload, type LedgerDeps } from "./effects";
 import type { HeldNames } from "../fleetlock/store";
 import type { ServerRecord } from "../model/server/record";
 import type { AgentSpec, DesiredConfig, DesiredConfigInput } from "../model/server/schemas";
@@ -70,6 +70,7 @@ export function register(
     project(d.outbox);
     d.outbox.enqueue("token", tokenPayload(record, meta.actor, null), { key: "token" });
     if (record.fleetlock_id) d.outbox.enqueue("identity", identityPayload(record, 0), { key: "identity" });
+    d.outbox.enqueue("member", memberPayload(record, record.created_at), { key: "member" });
     audit(d.outbox, {
       actor: meta.actor,
       action: "server.register",
@@ -203,6 +204,7 @@ export function setLabels(
   if (sameLabels(before, labels)) return { ok: true, changed: false };
   d.store.transaction(() => {
     d.store.save({ record: { ...record, labels } });
+    d.outbox.enqueue("member", memberPayload({ ...record, labels }, d.clock()), { key: "member" });
     project(d.outbox);
     audit(d.outbox, {
       actor: meta.actor,

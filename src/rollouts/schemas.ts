@@ -1,4 +1,5 @@
 import { z } from "@hono/zod-openapi";
+import { BlockedByListSchema } from "../model/blocked-by";
 import { labelsSchema } from "../servers/labels";
 import { fleetId } from "../fleets/schemas";
 import { agentName, imageRef, versionString } from "../model/server/schemas";
@@ -170,6 +171,9 @@ export const TargetSchema = z
     duration_s: z.number().nullable(),
     reason: z.string().nullable(),
     slow: z.boolean(),
+    blocked_by: BlockedByListSchema.openapi({
+      description: "Why a queued or waiting target has not started (empty when it does not wait)",
+    }),
   })
   .openapi("RolloutTarget");
 
