@@ -1,5 +1,12 @@
 import { describe, expect, it } from "vitest";
-import { allowance, budgetBlock, mayDisrupt, type BudgetInput, type Disruption } from "../src/fleetlock/budget";
+import {
+  allowance,
+  budgetBlock,
+  mayDisrupt,
+  type BudgetInput,
+  type Disruption,
+  type Member,
+} from "../src/fleetlock/budget";
 
 const members = (spec: Record<string, string>) =>
   new Map(Object.entries(spec).map(([id, zone]) => [id, { hostname: `${id}.example.com`, labels: { zone } }]));
@@ -69,7 +76,7 @@ describe("the disruption budget (pure)", () => {
   it("does not limit a server by a label it does not carry, but still by the fleet's limit", () => {
     const i: BudgetInput = {
       budget: { max_unavailable: 2, per_label: { zone: 1 } },
-      members: new Map([
+      members: new Map<string, Member>([
         ["a1", { hostname: "a1", labels: { zone: "a" } }],
         ["x", { hostname: "x", labels: {} }],
         ["y", { hostname: "y", labels: {} }],
