@@ -6,13 +6,14 @@ import { EventSchema, RolloutListItem, RolloutSchema, TargetSchema } from "../..
 import { must, qs, read, readPage, type InProcessApp } from "../api";
 import { action, NoFleet, page, render, type View } from "../context";
 import { requireCsrf, requireSession, type ConsoleEnv } from "../guard";
-import { ActionForm, Ago, Badge, canWrite, Duration, Field, Filters, Pager, Select, Table } from "../ui";
+import { ActionForm, Ago, Badge, BlockedList, canWrite, Duration, Field, Filters, Pager, Select, Table } from "../ui";
 import { Progress } from "./overview";
 
 const TARGET_STATES: [RolloutTargetState, string][] = [
   ["done", "ok"],
   ["applying", ""],
   ["queued", ""],
+  ["waiting_budget", "warn"],
   ["failed", "bad"],
   ["timed_out", "bad"],
   ["skipped", "warn"],
@@ -73,11 +74,12 @@ async function rolloutsPage(v: View) {
 async function rolloutPage(v: View) {
   const id = v.c.req.param("id")!;
   const q = v.c.req.query();
-  const [r, failed, timedOut, events] = await Promise.all([
+  const [r, failed, timedOut, events, waiting] = await Promise.all([
     read(v, RolloutSchema, `/v1/rollouts/${id}`),
     readPage(v, TargetSchema, `/v1/rollouts/${id}/targets${qs({ state: "failed", limit: 50 })}`),
     readPage(v, TargetSchema, `/v1/rollouts/${id}/targets${qs({ state: "timed_out", limit: 50 })}`),
     readPage(v, EventSchema, `/v1/rollouts/${id}/events${qs({ limit: 50, cursor: q.cursor })}`),
+    readPage(v, TargetSchema, `/v1/rollouts/${id}/targets${qs({ state: "waiting_budget", limit: 50 })}`),
   ]);
   v.fleet = r.fleet;
   const back = `/console/rollouts/${id}?fleet=${encodeURIComponent(r.fleet)}`;
@@ -169,6 +171,23 @@ async function rolloutPage(v: View) {
               </li>
             ))}
           </ul>
+        )}
+        <h2>Waiting</h2>
+        {waiting.items.length === 0 ? (
+          <p class="muted">No target waits for the disruption budget.</p>
+        ) : (
+          <Table caption="Targets waiting for the disruption budget" head={["Server", "Why it waits"]}>
+            {waiting.items.map((t) => (
+              <tr>
+                <td>
+                  <a href={`/console/servers/${t.server_id}`}>{t.hostname}</a> <Badge status={t.state} />
+                </td>
+                <td>
+                  <BlockedList items={t.blocked_by} label={`Why ${t.hostname} waits`} />
+                </td>
+              </tr>
+            ))}
+          </Table>
         )}
         <h2>Failures</h2>
         {failures.length === 0 ? (
