@@ -191,6 +191,18 @@ export class HostAgent {
     const outcome = await reconcile(desired, this.opts.driver);
     this.emit({ type: "reconciled", generation: desired.generation, outcome });
     const assignments = (await this.opts.driver.assignments?.()) ?? { units: [], storage: [] };
+    if (outcome.found) {
+      // What the pass found before it restarted something: the server learns the agent stopped,
+      // then (below) that it runs again.
+      await send({
+        generation: desired.generation,
+        reconciled_at: new Date(this.now()).toISOString(),
+        boot_id: this.opts.bootId,
+        agents: outcome.found.agents,
+        errors: outcome.found.errors,
+        assignments,
+      });
+    }
     const report: Report = {
       generation: desired.generation,
       reconciled_at: new Date(this.now()).toISOString(),

@@ -39,6 +39,12 @@ export interface ReconcileOutcome {
   operations: number;
   /** What to report: the machine's truth after this pass. */
   agents: ReportedAgent[];
+  /**
+   * The machine's truth before this pass healed it, when it started an agent it found stopped or
+   * failed: reported first, so a container killed between two passes shows in the server's
+   * history instead of vanishing behind its restart.
+   */
+  found?: { agents: ReportedAgent[]; errors: ReportError[] };
 }
 
 const messageOf = (err: unknown) => {
@@ -72,18 +78,24 @@ export async function reconcile(desired: DesiredConfig, driver: AgentDriver): Pr
   const after = async () => (operations === 0 ? listed : await driver.list());
 
   if (desired.lifecycle === "run") {
+    let healed = false;
     for (const spec of desired.agents) {
       const current = installed.get(spec.name);
       if (!current) await attempt(spec.name, "install", () => driver.install(spec));
       else if (current.image !== spec.image || current.version !== spec.version) {
         await attempt(spec.name, "update", () => driver.update(current, spec));
-      } else if (current.state !== "running") await attempt(spec.name, "start", () => driver.start(current));
+      } else if (current.state !== "running") {
+        healed = true;
+        await attempt(spec.name, "start", () => driver.start(current));
+      }
     }
     const wanted = new Set(desired.agents.map((a) => a.name));
     for (const current of installed.values()) {
       if (!wanted.has(current.name)) await attempt(current.name, "remove", () => driver.remove(current));
     }
-    return { errors, operations, agents: reported(await after(), errors) };
+    const foundErrors: ReportError[] = [];
+    const found = healed ? { agents: reported(listed, foundErrors), errors: foundErrors } : undefined;
+    return { errors, operations, agents: reported(await after(), errors), ...(found && { found }) };
   }
 
   if (desired.lifecycle === "uninstall") {

@@ -45,6 +45,20 @@ describe("bad input gets a clear 4xx error and changes nothing", () => {
       ["PUT", desiredPath, { body: { generation: 3.5, agents: [agent] } }, 400, "validation_failed"],
       ["PUT", desiredPath, { body: { generation: 0, agents: [agent] } }, 400, "validation_failed"],
       ["PUT", desiredPath, { body: { generation: 3, agents: [agent], colour: "blue" } }, 400, "validation_failed"],
+      [
+        "PUT",
+        desiredPath,
+        { body: { generation: 3, agents: [{ ...agent, version: "9\u001b[2J" }] } },
+        400,
+        "validation_failed",
+      ],
+      [
+        "PUT",
+        desiredPath,
+        { body: { generation: 3, agents: [{ ...agent, image: "compute\u0007:9" }] } },
+        400,
+        "validation_failed",
+      ],
       ["PUT", desiredPath, { body: { generation: 3, agents: [{ ...agent, extra: 1 }] } }, 400, "validation_failed"],
       [
         "PUT",

@@ -446,13 +446,17 @@ export class PodmanDriver implements AgentDriver {
     ]);
   }
 
-  /** The names of an agent's volumes. */
+  /**
+   * The names of an agent's volumes: labelled as its own and named as this driver names them, so
+   * removing an agent never takes the data of another driver's agent of the same name on this engine.
+   */
   private async volumes(agent: string): Promise<string[]> {
     const r = await this.cli(["volume", "ls", ...this.filters(agent), "--format", "{{.Name}}"]);
+    const prefix = `${this.nameOf(agent)}-`;
     return r.stdout
       .split("\n")
       .map((s) => s.trim())
-      .filter(Boolean);
+      .filter((name) => name.startsWith(prefix));
   }
 }
 

@@ -363,6 +363,27 @@ describe("PodmanDriver (real podman)", () => {
     }
   });
 
+  it("removing an agent keeps the volume of a same-named agent another prefix runs in the same scope", async () => {
+    const other = new PodmanDriver({
+      namePrefix: `${scope}y-`,
+      scope,
+      blobs: (driver as unknown as { opts: { blobs: BlobFetcher } }).opts.blobs,
+    });
+    const volumes = async () =>
+      (await podman("volume", "ls", "--format", "{{.Name}}", "--filter", `label=io.harbormaster.scope=${scope}`))
+        .split("\n")
+        .filter((v) => v.includes("twin"))
+        .sort();
+    await driver.install(storedSpec("twin", "1", blobs.v1));
+    await other.install(storedSpec("twin", "1", blobs.v1));
+    expect(await volumes()).toEqual([`${scope}-twin-data`, `${scope}y-twin-data`]);
+    const mine = (await driver.list()).find((a) => a.name === "twin")!;
+    await driver.remove(mine);
+    expect(await volumes()).toEqual([`${scope}y-twin-data`]);
+    await other.remove((await other.list()).find((a) => a.name === "twin")!);
+    expect(await volumes()).toEqual([]);
+  });
+
   it("finishes an update a crash interrupted: the old container renamed away is the agent again", async () => {
     const spec = storedSpec("crash", "1", blobs.v1);
     await driver.install(spec);

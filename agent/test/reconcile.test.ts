@@ -1,4 +1,6 @@
 import { describe, expect, it } from "vitest";
+import { HostAgent, type LoopState } from "../agent.ts";
+import type { Report, ReportAccepted } from "../host-api.ts";
 import { reconcile, type ListedAgent } from "../driver.ts";
 import { MemoryDriver } from "../memory-driver.ts";
 
@@ -39,5 +41,32 @@ describe("reconcile with drivers that list for real", () => {
     const out = await reconcile(desired([{ name: "a", version: "1" }]), d);
     expect(out.agents).toEqual([{ name: "a", image: "a", version: "1", instance_id: "i-a", state: "failed" }]);
     expect(out.errors).toEqual([{ agent: "a", op: "start", message: "container hm-a is unhealthy: disk full" }]);
+  });
+});
+
+describe("an agent found stopped", () => {
+  it("is restarted, and the pass keeps what it found so the report can say so first", async () => {
+    const d = new Probe();
+    await reconcile(desired([{ name: "a", version: "1" }]), d);
+    d.installed.get("a")!.state = "stopped";
+    const out = await reconcile(desired([{ name: "a", version: "1" }]), d);
+    expect(out.found?.agents).toEqual([{ name: "a", image: "a", version: "1", instance_id: "i-a", state: "stopped" }]);
+    expect(out.agents[0].state).toBe("running");
+    const idle = await reconcile(desired([{ name: "a", version: "1" }]), d);
+    expect(idle.found).toBeUndefined();
+  });
+});
+
+describe("a host agent that heals a stopped agent", () => {
+  it("reports the agent stopped, then running", async () => {
+    const d = new Probe();
+    const agent = new HostAgent({ url: "http://127.0.0.1:1", token: "hms.x.y", driver: d, bootId: "b" });
+    const s = { desired: desired([{ name: "a", version: "1" }]), due: true } as unknown as LoopState;
+    const sent: Report[] = [];
+    const send = async (r: Report) => (sent.push(r), { report_tag: null } as unknown as ReportAccepted);
+    await agent.reconcileAndReport(s, send);
+    d.installed.get("a")!.state = "stopped";
+    await agent.reconcileAndReport(s, send);
+    expect(sent.map((r) => r.agents.map((a) => a.state))).toEqual([["running"], ["stopped"], ["running"]]);
   });
 });

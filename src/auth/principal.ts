@@ -1,7 +1,7 @@
 import { createMiddleware } from "hono/factory";
 import { getDb } from "../db/client";
 import { DomainError } from "../domain/errors";
-import type { Principal } from "../domain/principal";
+import type { OperatorPrincipal, Principal } from "../domain/principal";
 import type { AppEnv } from "../http/types";
 import { digestsEqual, sha256Hex } from "../lib/crypto";
 import { liveTokenOf } from "./store";
@@ -20,7 +20,7 @@ function bearerOf(header: string | undefined) {
 async function authenticateOperator(env: AppEnv["Bindings"], token: string): Promise<Principal> {
   const hash = await sha256Hex(token);
   if (env.ADMIN_TOKEN && digestsEqual(hash, await sha256Hex(env.ADMIN_TOKEN))) {
-    return { kind: "operator", id: "bootstrap", name: "ADMIN_TOKEN", scope: "admin" };
+    return { kind: "operator", id: "bootstrap", name: "ADMIN_TOKEN", scope: "admin", fleets: "*", via: "bootstrap" };
   }
   const parsed = parseToken(token);
   if (!parsed) throw unauthorized();
@@ -29,7 +29,17 @@ async function authenticateOperator(env: AppEnv["Bindings"], token: string): Pro
   if (row.scope === "server") {
     throw new DomainError("forbidden", "server tokens reach only /v1/agent/* for their own server");
   }
-  return { kind: "operator", id: row.id, name: row.name, scope: row.scope };
+  // An expired token is no token at all, exactly as a revoked one.
+  if (row.expiresAt !== null && row.expiresAt <= Date.now()) throw unauthorized();
+  return {
+    kind: "operator",
+    id: row.id,
+    name: row.name,
+    scope: row.scope,
+    fleets: row.fleets,
+    via: "token",
+    ...(row.expiresAt !== null ? { expiresAt: row.expiresAt } : {}),
+  };
 }
 
 /**
@@ -99,6 +109,11 @@ export const requireServer = createMiddleware<AppEnv>(async (c, next) => {
   c.set("principal", { kind: "server", serverId: parsed.id, tokenHash: await sha256Hex(token) });
   await next();
 });
+
+export function operatorOf(p: Principal): OperatorPrincipal {
+  if (p.kind !== "operator") throw new DomainError("forbidden", "operator token required");
+  return p;
+}
 
 export function serverPrincipal(p: Principal) {
   if (p.kind !== "server") throw new DomainError("forbidden", "server token required");

@@ -8,19 +8,23 @@ import { validationHook } from "../http/validation";
 import { createOperatorToken, revokeToken, searchTokens, tokenOf } from "./service";
 import type { TokenRow } from "./store";
 import { iso, isoOrNull } from "../lib/time";
-import { requireScope } from "./principal";
+import { operatorOf, requireScope } from "./principal";
 import { actorOf } from "../domain/principal";
 import { Token, TokenInput } from "./schemas";
 
-const view = (r: TokenRow) => ({
+const view = (r: TokenRow): z.input<typeof Token> => ({
   id: r.id,
   kind: r.kind,
   scope: r.scope,
   server_id: r.serverId,
   name: r.name,
+  fleets: r.fleets,
+  description: r.description,
   created_by: r.createdBy,
   created_at: iso(r.createdAt),
+  expires_at: isoOrNull(r.expiresAt),
   revoked_at: isoOrNull(r.revokedAt),
+  state: r.revokedAt !== null ? "revoked" : r.expiresAt !== null && r.expiresAt <= Date.now() ? "expired" : "active",
 });
 
 // One chain, so the type of tokenRoutes (and of the app that mounts it at /v1/tokens) carries every route for hc.
@@ -41,7 +45,7 @@ export const tokenRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook
       },
     }),
     async (c) => {
-      const { row, token } = await createOperatorToken(c.env, actorOf(c.var.principal), c.req.valid("json"));
+      const { row, token } = await createOperatorToken(c.env, operatorOf(c.var.principal), c.req.valid("json"));
       return c.json({ ...view(row), token }, 201);
     },
   )

@@ -7,33 +7,50 @@ import { and, eq, isNull } from "drizzle-orm";
 import { auditInsert } from "../audit/log";
 import { getDb } from "../db/client";
 import { tokens } from "../db/schema";
-import type { Scope, TokenKind } from "../domain/enums";
+import type { TokenKind } from "../domain/enums";
+import { actorOf, type OperatorPrincipal } from "../domain/principal";
+import { iso } from "../lib/time";
 import type { Env } from "../env";
 import { notFound } from "../domain/errors";
 import { ledgerOf } from "../objects/stubs";
 import { closeLiveSockets } from "../console/session";
 import { listTokens, tokenById, type TokenRow } from "./store";
+import { grantFor } from "./grants";
+import type { TokenInput } from "./schemas";
 import { issueToken } from "./tokens";
 
 /** A new operator token; its secret is answered here only, its hash is what D1 keeps. */
-export async function createOperatorToken(env: Env, actor: string, input: { name: string; scope: Scope }) {
+export async function createOperatorToken(env: Env, creator: OperatorPrincipal, input: TokenInput) {
   const db = getDb(env.DB);
+  const now = Date.now();
+  const grant = grantFor(creator, input, now);
+  const actor = actorOf(creator);
   const id = crypto.randomUUID();
   const { token, hash } = await issueToken("operator", id);
   const row: TokenRow = {
     id,
     kind: "operator",
-    scope: input.scope,
+    scope: grant.scope,
     serverId: null,
     name: input.name,
     hash,
     createdBy: actor,
-    createdAt: Date.now(),
+    createdAt: now,
     revokedAt: null,
+    fleets: grant.fleets,
+    description: input.description ?? null,
+    expiresAt: grant.expiresAt,
+  };
+  const details = {
+    name: input.name,
+    scope: grant.scope,
+    fleets: grant.fleets,
+    ...(row.description !== null ? { description: row.description } : {}),
+    ...(grant.expiresAt !== null ? { expires_at: iso(grant.expiresAt) } : {}),
   };
   await db.batch([
     db.insert(tokens).values(row),
-    auditInsert(db, { actor, action: "token.create", target: `token:${id}`, details: input }),
+    auditInsert(db, { actor, action: "token.create", target: `token:${id}`, details }),
   ]);
   return { row, token };
 }

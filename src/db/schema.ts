@@ -146,6 +146,14 @@ export const tokens = sqliteTable(
     createdBy: text("created_by").notNull(),
     createdAt: integer("created_at").notNull(),
     revokedAt: integer("revoked_at"),
+    /** The fleets an operator token may act on: "*" or fleet names (src/domain/principal.ts). */
+    fleets: text("fleets", { mode: "json" })
+      .$type<"*" | string[]>()
+      .notNull()
+      .default(sql`'"*"'`),
+    description: text("description"),
+    /** ms epoch after which the token is refused; null = never. */
+    expiresAt: integer("expires_at"),
   },
   (t) => [index("tokens_server_idx").on(t.serverId)],
 );

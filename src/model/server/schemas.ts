@@ -8,8 +8,22 @@ const AGENT_NAME = /^[a-z0-9][a-z0-9._-]{0,62}$/;
 export const agentName = z
   .string()
   .regex(AGENT_NAME, "agent names are 1-63 chars of a-z, 0-9, '.', '_', '-', starting alphanumeric");
-export const imageRef = z.string().min(1).max(512);
-export const versionString = z.string().min(1).max(128);
+/** No control characters: an image or version an operator sets is printed in tables and terminals. */
+const PRINTABLE = /^[^\u0000-\u001f\u007f-\u009f]*$/;
+const printable = (what: string) => [PRINTABLE, `${what} must not contain control characters`] as const;
+export const imageRef = z
+  .string()
+  .min(1)
+  .max(512)
+  .regex(...printable("an image"));
+export const versionString = z
+  .string()
+  .min(1)
+  .max(128)
+  .regex(...printable("a version"));
+/** What a host reports is its truth, whatever it holds: accepted as it is, and shown escaped. */
+const reportedImage = z.string().min(1).max(512);
+const reportedVersion = z.string().min(1).max(128);
 const generation = z.number().int().min(1).max(Number.MAX_SAFE_INTEGER);
 const lifecycle = z.enum(LIFECYCLES);
 
@@ -101,8 +115,8 @@ const errorOp = z.enum(ERROR_OPS);
 const ReportedAgent = z
   .strictObject({
     name: agentName,
-    image: imageRef,
-    version: versionString,
+    image: reportedImage,
+    version: reportedVersion,
     instance_id: z.string().min(1).max(128),
     state: agentState,
   })

@@ -1,0 +1,117 @@
+import { env } from "cloudflare:test";
+import { describe, expect, it } from "vitest";
+import { grantFor } from "../src/auth/grants";
+import { fleetAllowed, type OperatorPrincipal } from "../src/domain/principal";
+import { call, createFleet } from "./helpers";
+
+async function token(body: Record<string, unknown>, as?: string) {
+  const res = await call("POST", "/v1/tokens", { token: as, body: { name: "t", scope: "read", ...body } });
+  expect(res.status, JSON.stringify(res.json)).toBe(201);
+  return res.json as { id: string; token: string; fleets: "*" | string[]; expires_at: string | null };
+}
+
+const operator = (over: Partial<OperatorPrincipal>): OperatorPrincipal => ({
+  kind: "operator",
+  id: "x",
+  name: "x",
+  scope: "admin",
+  fleets: "*",
+  via: "token",
+  ...over,
+});
+
+describe("fleetAllowed", () => {
+  it("allows every fleet to a * principal and only the listed names to a scoped one", () => {
+    expect(fleetAllowed(operator({}), "anything")).toBe(true);
+    const p = operator({ fleets: ["web", "db"] });
+    expect(fleetAllowed(p, "web")).toBe(true);
+    expect(fleetAllowed(p, "db")).toBe(true);
+    expect(fleetAllowed(p, "we")).toBe(false);
+    expect(fleetAllowed(p, "*")).toBe(false);
+    expect(fleetAllowed({ kind: "server", serverId: "s", tokenHash: "h" }, "web")).toBe(false);
+  });
+});
+
+describe("grantFor", () => {
+  const now = Date.parse("2026-01-01T00:00:00Z");
+  it("gives a new token its creator's fleets and expiry when it names none", () => {
+    const creator = operator({ fleets: ["a"], expiresAt: now + 1000 });
+    expect(grantFor(creator, { scope: "read" }, now)).toEqual({ scope: "read", fleets: ["a"], expiresAt: now + 1000 });
+  });
+  it("refuses fleets, a scope or an expiry beyond the creator's", () => {
+    const creator = operator({ scope: "write", fleets: ["a", "b"], expiresAt: now + 1000 });
+    expect(() => grantFor(creator, { scope: "admin" }, now)).toThrow(/cannot create a 'admin'/);
+    expect(() => grantFor(creator, { scope: "read", fleets: "*" }, now)).toThrow(/"\*" token/);
+    expect(() => grantFor(creator, { scope: "read", fleets: ["a", "c"] }, now)).toThrow(/only its own fleets/);
+    expect(() => grantFor(creator, { scope: "read", expires_at: new Date(now + 2000).toISOString() }, now)).toThrow(
+      /at most/,
+    );
+    expect(grantFor(creator, { scope: "read", fleets: ["b"] }, now).fleets).toEqual(["b"]);
+  });
+});
+
+describe("operator tokens carry fleets, a description and an expiry", () => {
+  it("stores and shows them; the bootstrap token's tokens default to every fleet", async () => {
+    const everything = await token({});
+    expect(everything.fleets).toBe("*");
+    const expires = new Date(Date.now() + 3600_000).toISOString();
+    const t = await token({ fleets: ["web", "db"], description: "CI for web", expires_at: expires });
+    const shown = await call("GET", `/v1/tokens/${t.id}`);
+    expect(shown.json).toMatchObject({
+      fleets: ["web", "db"],
+      description: "CI for web",
+      expires_at: expires,
+      state: "active",
+    });
+    const audit = await call("GET", `/v1/audit?target=token:${t.id}`);
+    expect(audit.json.items[0]).toMatchObject({
+      action: "token.create",
+      actor: "token:bootstrap",
+      details: { fleets: ["web", "db"], description: "CI for web", expires_at: expires },
+    });
+  });
+
+  it("refuses an expired token as 401, exactly as an unknown one", async () => {
+    const t = await token({ expires_at: new Date(Date.now() + 3600_000).toISOString() });
+    expect((await call("GET", "/v1/fleets", { token: t.token })).status).toBe(200);
+    await env.DB.prepare("UPDATE tokens SET expires_at = ? WHERE id = ?")
+      .bind(Date.now() - 1, t.id)
+      .run();
+    const refused = await call("GET", "/v1/fleets", { token: t.token });
+    expect(refused.status).toBe(401);
+    expect(refused.json.error.code).toBe("unauthorized");
+    expect((await call("GET", `/v1/tokens/${t.id}`)).json.state).toBe("expired");
+  });
+
+  it("refuses bad fleets and an expiry in the past as 400, writing nothing", async () => {
+    const before = await env.DB.prepare("SELECT count(*) AS n FROM tokens").first<{ n: number }>();
+    for (const body of [
+      { fleets: [] },
+      { fleets: ["Web!"] },
+      { fleets: ["a", "a"] },
+      { fleets: "all" },
+      { expires_at: new Date(Date.now() - 1000).toISOString() },
+      { expires_at: "tomorrow" },
+      { description: "" },
+    ]) {
+      const res = await call("POST", "/v1/tokens", { body: { name: "bad", scope: "read", ...body } });
+      expect(res.status, JSON.stringify(body)).toBe(400);
+      expect(res.json.error.code).toBe("validation_failed");
+    }
+    const after = await env.DB.prepare("SELECT count(*) AS n FROM tokens").first<{ n: number }>();
+    expect(after?.n).toBe(before?.n);
+  });
+
+  it("lets a scoped admin create tokens only within its own fleets", async () => {
+    const a = (await createFleet()).id;
+    const b = (await createFleet()).id;
+    const admin = await token({ scope: "admin", fleets: [a] });
+    const child = await token({ scope: "write" }, admin.token);
+    expect(child.fleets).toEqual([a]);
+    for (const fleets of ["*", [b], [a, b], ["no-such-fleet"]]) {
+      const res = await call("POST", "/v1/tokens", { token: admin.token, body: { name: "x", scope: "read", fleets } });
+      expect(res.status, JSON.stringify(fleets)).toBe(403);
+      expect(res.json.error.code).toBe("forbidden");
+    }
+  });
+});
