@@ -242,7 +242,7 @@ export async function enroll(env: Env, authorization: string | undefined, input:
 
 /** The token's labels with the machine's own over them; more than a server may carry is refused. */
 function enrolledLabels(token: EnrollmentTokenRow, input: EnrollInput) {
-  const labels = sortedLabels({ ...(token.labels ?? {}), ...(input.labels ?? {}) });
+  const labels = sortedLabels({ ...token.labels, ...input.labels });
   const n = Object.keys(labels).length;
   if (n > MAX_SERVER_LABELS) {
     throw new DomainError(

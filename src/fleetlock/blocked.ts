@@ -14,7 +14,7 @@ const MINUTE = 60_000;
 const WEEK_MINUTES = 7 * 24 * 60;
 
 /** When the group's next window opens (windows open on whole minutes), or null: none within a week. */
-export function nextWindowOpen(g: GroupState, now: number): number | null {
+function nextWindowOpen(g: GroupState, now: number): number | null {
   if (g.windows.length === 0) return null;
   const start = (Math.floor(now / MINUTE) + 1) * MINUTE;
   for (let i = 0; i <= WEEK_MINUTES; i++) if (withinWindows(g.windows, start + i * MINUTE)) return start + i * MINUTE;

@@ -22,8 +22,8 @@ export interface Member {
   labels: Record<string, string>;
 }
 
-export const DISRUPTIONS = ["reboot", "rollout", "unavailable"] as const;
-export type Disruption = (typeof DISRUPTIONS)[number];
+/** What disrupts a server: a reboot slot, a rollout target applying, being stale or failed. */
+export type Disruption = "reboot" | "rollout" | "unavailable";
 
 /** How many servers out of `total` an amount allows; a share is rounded up, never below 0. */
 export function allowance(amount: Amount, total: number): number {

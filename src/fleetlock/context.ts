@@ -3,7 +3,6 @@
  * its parts, never the object itself, so no module calls back into it.
  */
 import type { Scheduler } from "../objects/kit/scheduler";
-import type { BudgetWatch } from "./disruption";
 import type { DisruptionStore } from "./disruption-store";
 import type { CoordinatorEffects } from "./effects";
 import type { GateKeeper } from "./gate-keeper";
@@ -23,8 +22,8 @@ export interface Coordination {
   gateStore: GateStore;
   /** The disruption budget's own records (members, unavailable servers, rollout holds, waits). */
   disruption: DisruptionStore;
-  /** Notices once per turn that the budget may have freed. */
-  budgetWatch: BudgetWatch;
+  /** Notices once per turn that the budget may have freed (./disruption.ts BudgetWatch). */
+  budgetWatch: { touch(force?: boolean): void };
   /** The fleet's webhooks: this object sends them, fed by every owner's events (src/webhooks/). */
   webhooks: WebhookDispatcher;
   webhookStore: WebhookStore;

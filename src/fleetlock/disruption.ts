@@ -15,10 +15,10 @@ import type { StoredMember } from "./disruption-store";
 import { healthClass } from "./gates";
 import type { Closure } from "./queue";
 
-export const budgetOf = (c: Coordination): DisruptionBudget | null => c.store.config?.disruption_budget ?? null;
+const budgetOf = (c: Coordination): DisruptionBudget | null => c.store.config?.disruption_budget ?? null;
 
 /** Servers disrupted now (and `extra`, granted in the decision under way), with what disrupts each. */
-export function disruptedNow(c: Coordination, extra: readonly string[] = []): Map<string, Disruption[]> {
+function disruptedNow(c: Coordination, extra: readonly string[] = []): Map<string, Disruption[]> {
   const out = new Map<string, Disruption[]>();
   const add = (id: string, why: Disruption) => {
     const list = out.get(id) ?? [];
@@ -33,7 +33,7 @@ export function disruptedNow(c: Coordination, extra: readonly string[] = []): Ma
   return out;
 }
 
-export const budgetInput = (c: Coordination, extra: readonly string[] = []): BudgetInput => ({
+const budgetInput = (c: Coordination, extra: readonly string[] = []): BudgetInput => ({
   budget: budgetOf(c),
   members: c.disruption.members(),
   disrupted: disruptedNow(c, extra),
@@ -141,10 +141,11 @@ export class BudgetWatch {
 }
 
 /** The budget may have freed: parked hosts first (in the turn that freed it), then waiting rollouts. */
-export async function budgetFreed(c: Coordination) {
+async function budgetFreed(c: Coordination) {
   const drained = c.parked.drainAll();
   let woken = 0;
-  for (const w of [...c.disruption.waits().values()]) {
+  // A copy: the loop drops the waits it wakes.
+  for (const w of Array.from(c.disruption.waits().values())) {
     if (!w.servers.some((s) => budgetClosure(c, s) === null)) continue;
     c.disruption.dropWait(w.rollout_id);
     c.effects.outbox.enqueue("budget_wake", { rollout_id: w.rollout_id }, { key: `budget_wake:${w.rollout_id}` });

@@ -27,7 +27,7 @@ const amount = z
 const MAX_BUDGET_LABELS = 4;
 
 /** The fleet's disruption budget (docs/reboot-safety.md#one-disruption-budget). */
-export const DisruptionBudgetSchema = z
+const DisruptionBudgetSchema = z
   .strictObject({
     max_unavailable: amount.nullable().default(null).openapi({
       description: "At most this many servers of the fleet disrupted at once; null: no fleet-wide limit",
