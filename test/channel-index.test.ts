@@ -1,5 +1,6 @@
-import { evictDurableObject, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
+import { env, evictDurableObject, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
+import { ServerLedger } from "../src/ledger/durable-object";
 import { INDEX_LEASE_MS } from "../src/ledger/projection";
 import { call, createFleet, registerServer, report, settle } from "./helpers";
 import { emptyReporter, openChannel } from "./channel-helpers";
@@ -83,6 +84,33 @@ describe("the index's staleness while a host is on the channel", () => {
     expect(refreshed.last_seen).toBeGreaterThan(first.last_seen);
     expect(refreshed.stale_at).toBe(refreshed.last_seen + 300_000 + INDEX_LEASE_MS);
     expect(await runInDurableObject(ledger(s.id), (_i, state) => state.storage.getAlarm())).toBeNull();
+    ch.close();
+  });
+
+  it("is exact again when the ledger wakes without its host's socket (a reset dropped it, no close came)", async () => {
+    const fleet = await createFleet({ stale_after_s: 300 });
+    const s = await registerServer(fleet.id);
+    const ch = await openChannel(s.token, { generation: 1 });
+    await emptyReporter(ch, s.id)("first");
+    const leased = (await indexRow(s.id))!;
+    expect(leased.stale_at).toBe(leased.last_seen + 300_000 + INDEX_LEASE_MS);
+    await runInDurableObject(ledger(s.id), async (_i, state) => {
+      // The ledger as a reset leaves it: its storage, and no socket (none was closed in its sight).
+      const sockets = state.getWebSockets;
+      Object.defineProperty(state, "getWebSockets", { value: () => [], configurable: true });
+      try {
+        const woken = new ServerLedger(state, env as never);
+        // Its opening runs under blockConcurrencyWhile, after this turn.
+        await sleep(50);
+        // Its outbox delivered now rather than by the safety alarm 10 s on.
+        state.storage.sql.exec("UPDATE _timers SET due_at = 0");
+        await woken.alarm();
+      } finally {
+        Object.defineProperty(state, "getWebSockets", { value: sockets, configurable: true });
+      }
+    });
+    const exact = (await indexRow(s.id))!;
+    expect(exact.stale_at).toBe(leased.last_seen + 300_000);
     ch.close();
   });
 });

@@ -4,7 +4,7 @@ import { BASE, call, createFleet, fireTimersNow, registerServer, report, settle 
 import { consoleFetch, signIn } from "./console-helpers";
 import { fleetWithKey, putGroup, registerClients, zincati } from "./fleetlock-helpers";
 import { fleetWithAgent, rolloutStub, startRollout } from "./rollout-helpers";
-import { noticeNow, notifyFeed, THROTTLE_MS } from "../src/console/notices";
+import { noticeNow, notifyFeed, THROTTLE_MS } from "../src/notices/notices";
 import { QUIET_TIMER, quietGraceMs } from "../src/ledger/quiet";
 import type { Env } from "../src/env";
 

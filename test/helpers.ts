@@ -113,7 +113,7 @@ export function breakCoordinator(stub: DurableObjectStub) {
 
 /**
  * Effects still waiting in an object's outbox; a console notice held back by the feed's rate limit
- * (src/console/notices.ts) is not work owed and is not counted.
+ * (src/notices/notices.ts) is not work owed and is not counted.
  */
 export const pendingEffects = (stub: DurableObjectStub) =>
   runInDurableObject(stub, (_i, state) =>

@@ -8,6 +8,7 @@ import { ServerLedger as Ledger } from "../src/ledger/durable-object";
 import { d1Counters, d1RowsInto, type D1Rows } from "../src/local/d1-taps";
 import * as local from "../src/local/index";
 import { metered, meterReading, resetMeter } from "../src/local/meter";
+import { meterStorage } from "../src/local/storage-meter";
 import { LEASE_REFRESH_ROWS } from "../scripts/bench/lease-refresh";
 import { INDEX_LEASE_MS } from "../src/ledger/projection";
 import { emptyReporter, openChannel } from "./channel-helpers";
@@ -136,7 +137,7 @@ describe("cost meter", () => {
     expect((await call("PUT", "/v1/agent/inventory", { token: s.token, body: report(1, []) })).status).toBe(200);
     await settle(s.id);
     expect(storageOf().rows_written).toBeGreaterThan(0);
-    // The first report's console notice waits out its rate window (src/console/notices.ts) in the
+    // The first report's console notice waits out its rate window (src/notices/notices.ts) in the
     // outbox: delivered before the window that measures the unchanged report.
     await sleep(600);
     await fireTimersNow(env.LEDGER.get(env.LEDGER.idFromName(s.id)));
@@ -198,6 +199,32 @@ describe("cost meter", () => {
       doRowsRead: refresh.storage.rows_read - steady.storage.rows_read,
     }).toEqual(LEASE_REFRESH_ROWS);
     expect(await runInDurableObject(ledger(s.id), (_i, state) => state.storage.getAlarm())).toBeNull();
+    ch.close();
+  });
+
+  it("reads at most 8 of a ledger's storage rows for a connected host's report that wakes it", async () => {
+    const fleet = await createFleet({ stale_after_s: 300 });
+    const s = await registerServer(fleet.id);
+    const ch = await openChannel(s.token, { generation: 1 });
+    const send = emptyReporter(ch, s.id);
+    await send("first");
+    await pause(700);
+    await send("second");
+    const read = await runInDurableObject(ledger(s.id), async (_i, state) => {
+      // Counted as the meter counts them (src/local/storage-meter.ts), on a ledger woken anew: on
+      // the channel each report a minute apart wakes it from hibernation.
+      const counted = { rowsRead: 0, rowsWritten: 0, alarmsSet: 0, storedBytes: 0 };
+      const settleRows = meterStorage(state.storage, counted);
+      const woken = new Ledger(state, env as never);
+      // Its opening runs under blockConcurrencyWhile, after this turn.
+      await pause(20);
+      const ws = state.getWebSockets("host")[0];
+      await woken.webSocketMessage(ws, JSON.stringify({ type: "report", v: 1, id: "third", report: report(1, []) }));
+      settleRows();
+      return counted;
+    });
+    expect(read.rowsRead).toBeLessThanOrEqual(8);
+    expect(read.rowsWritten).toBe(0);
     ch.close();
   });
 

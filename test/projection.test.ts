@@ -11,7 +11,9 @@ import {
   pendingEffects,
   registerServer,
   report,
+  settle,
 } from "./helpers";
+import { meterReading, resetMeter } from "../src/local/meter";
 
 const agents = [
   { name: "compute", image: "compute:1", version: "1" },
@@ -55,6 +57,26 @@ describe("D1 projection of the ledger", () => {
     });
     expect((await d1Statements()).writes).toBeGreaterThan(before.writes);
     expect((await indexRow(s.id))!.status).toBe("drifted");
+  });
+
+  it("writes only the columns a change moves: a status that moves rewrites the indexes holding it, not all of the row's", async () => {
+    const { s } = await realizedServer();
+    await settle(s.id);
+    const ledgerRows = () =>
+      (meterReading().objects.ServerLedger as { by_instance: Record<string, any> }).by_instance[
+        env.LEDGER.idFromName(s.id).toString()
+      ].d1.rows_written as number;
+    resetMeter();
+    // One agent stops: the server turns drifted and that agent's row moves its state and status.
+    await call("PUT", "/v1/agent/inventory", {
+      token: s.token,
+      body: report(2, [agents[0], { ...agents[1], state: "stopped" }]),
+    });
+    await settle(s.id);
+    expect((await indexRow(s.id))!.status).toBe("drifted");
+    // The server row with its four indexes on status, and the instance row without its two image
+    // indexes: 6 rows (13 when both rows were upserted whole, every index rewritten).
+    expect(ledgerRows()).toBeLessThanOrEqual(6);
   });
 
   it("refreshes last_seen in D1 once a lease has passed (the quiet watch watches meanwhile), not on every report", async () => {
@@ -125,7 +147,7 @@ describe("D1 projection of the ledger", () => {
     const stub = env.LEDGER.get(env.LEDGER.idFromName(s.id));
     await runInDurableObject(stub, (_i: ServerLedger, state) => {
       const mark = state.storage.kv.get<any>("projected");
-      state.storage.kv.put("projected", { ...mark, last_seen_written: Date.now() - 3_600_000 });
+      state.storage.kv.put("projected", { ...mark, last_seen_written: Date.now() - INDEX_LEASE_MS });
     });
     await call("PUT", "/v1/agent/inventory", { token: s.token, body: report(2, agents) });
     expect((await indexRow(s.id))!.status).toBe("realized");
@@ -235,7 +257,7 @@ describe("a server back from silence", () => {
     const stub = env.LEDGER.get(env.LEDGER.idFromName(s.id));
     await runInDurableObject(stub, (_i: ServerLedger, state) => {
       const mark = state.storage.kv.get<any>("projected");
-      state.storage.kv.put("projected", { ...mark, last_seen_written: Date.now() - 3_600_000 });
+      state.storage.kv.put("projected", { ...mark, last_seen_written: Date.now() - INDEX_LEASE_MS });
     });
     // Same images; the reported version of one row moves, which is drifted (the version is compared too).
     const body = report(2, agents);

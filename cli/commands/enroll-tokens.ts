@@ -3,6 +3,7 @@ import type { Io } from "../io.ts";
 import { labelsOf } from "./servers.ts";
 import { act } from "../context.ts";
 import { parseDuration } from "../format.ts";
+import { SERVER_KINDS } from "../../src/domain/enums.ts";
 
 const list = (v: string) =>
   v
@@ -68,7 +69,7 @@ export function registerEnrollTokens(program: Command, io: Io) {
     .option("--roles <roles>", "roles of the servers it enrolls, comma-separated", list, [])
     .option("--reboot-group <group>", "their reboot group", "default")
     .option("--label <key=value>", "a label of every server it enrolls, e.g. zone=eu-1a (repeatable)", collectLabel)
-    .addOption(new Option("--kind <kind>", "their kind").choices(["managed", "manual"]).default("managed"))
+    .addOption(new Option("--kind <kind>", "their kind").choices(SERVER_KINDS).default("managed"))
     .option(
       "--hostname-pattern <glob>",
       "only hostnames matching it (`*` any run, `?` one character), e.g. 'web-*.example.com'",

@@ -2,6 +2,7 @@
 // (src/local/meter.ts) turned into usage per host-month, priced at ./prices.ts, itemized per
 // transport and compared side by side with the bill measured before the host channel.
 import type { SimSummary } from "../../sim/simulator.ts";
+import type { CpuCalibration } from "./cpu.ts";
 import type { BenchContext } from "./run.ts";
 import { deployedLogging, describeLogging, type Logging } from "./logging.ts";
 import { DO_GB, MONTH_S, PRICES, PRICES_READ_ON, STORED_GB, type Price } from "./prices.ts";
@@ -254,6 +255,8 @@ export function report(
     periodic?: { usage: Partial<Usage>; why: string };
     /** Bytes stored per host at the end of the run, less what was stored before it. */
     stored: { doBytes: number; d1Bytes: number };
+    /** The Worker's CPU per request, calibrated (./cpu.ts): replaces the window's estimate. */
+    cpu?: CpuCalibration | null;
   },
 ): TransportBill {
   const w = Object.fromEntries(r.windows.map((x) => [x.name, x])) as Record<
@@ -271,6 +274,7 @@ export function report(
   const monthly = combine(combine(perHostMonth, perHostRound, r.rounds), periodic);
   monthly.doStoredGbMonth = r.stored.doBytes / STORED_GB;
   monthly.d1StoredGbMonth = r.stored.d1Bytes / STORED_GB;
+  if (r.cpu) monthly.workerCpuMs = monthly.workerRequests * r.cpu.perRequestMs;
   const fixed = cronOf(w.steady);
   const log = (line = "") => console.log(line);
   const { latency_ms: lat } = r.summary;
@@ -293,6 +297,10 @@ export function report(
     `Month: the steady window's rate over 30 days plus ${r.rounds} rounds of the events window (less the steady rate over its length)${r.periodic ? `, plus ${r.periodic.why}` : ""}. Fleets scale the per-host figures; the cron (once a minute: ${si(fixed.workerRequests)} runs, ${si(fixed.workerCpuMs)} CPU ms by the estimate) is billed once per deployment; the bill is what lies beyond the plan's included amounts, plus the plan's $${PRICES.planUsdPerMonth}.\n`,
   );
 
+  if (r.cpu)
+    log(
+      `Worker CPU, calibrated (scripts/bench/cpu.ts): ${r.cpu.perRequestMs.toFixed(2)} ms per request, the median of ${r.cpu.bursts.map((b) => b.toFixed(2)).join(" / ")} ms (${r.cpu.requests}); the runtime's CPU for the whole request, ledger and local D1 included, so an upper bound on the Worker's. The window's estimate said ${(perHostMonth.workerCpuMs / Math.max(1, perHostMonth.workerRequests)).toFixed(2)} ms.\n`,
+    );
   const head = ["item", "per host-month", ...FLEETS.map((n) => `${n.toLocaleString("en-US")} hosts`)];
   log(`| ${head.join(" | ")} |`);
   log(`|${head.map((_, i) => (i ? "---:" : "---")).join("|")}|`);

@@ -1,7 +1,7 @@
 import { getDb } from "../db/client";
 import type { Env } from "../env";
 import { hostnamesOf, resolveServer } from "../servers/service";
-import { listAudit } from "./log";
+import { listAudit } from "./store";
 
 const SERVER = "server:";
 

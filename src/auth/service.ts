@@ -4,7 +4,7 @@
  * from that moment, a parked poll included) and updates the D1 row and the audit log from its outbox.
  */
 import { and, eq, isNull } from "drizzle-orm";
-import { auditInsert } from "../audit/log";
+import { auditInsert } from "../db/audit";
 import { getDb } from "../db/client";
 import { tokens } from "../db/schema";
 import type { TokenKind } from "../domain/enums";
@@ -13,7 +13,7 @@ import { iso } from "../lib/time";
 import type { Env } from "../env";
 import { notFound } from "../domain/errors";
 import { ledgerOf } from "../objects/stubs";
-import { closeLiveSockets } from "../console/session";
+import { closeLiveSockets } from "../notices/sessions";
 import { listTokens, tokenById, type TokenRow } from "./store";
 import { grantFor } from "./grants";
 import type { TokenInput } from "./schemas";

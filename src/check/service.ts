@@ -3,12 +3,13 @@
  * re-issue its config, ask its host for a refresh, or nothing for a host that does not answer.
  * A dry run says what it would do and changes nothing; a real run does it and is audited.
  */
-import { auditInsert } from "../audit/log";
+import { auditInsert } from "../db/audit";
 import { checkServerAgents, type DriftFilter } from "./drift";
 import { getDb } from "../db/client";
 import type { DriftFix, DriftReason } from "../domain/enums";
 import type { Env } from "../env";
-import { planInputsOf, type FleetPlanInputs } from "../intent/store";
+import { planInputsOf } from "../planner/store";
+import type { FleetPlanInputs } from "../planner/plan";
 import { ledgerOf } from "../objects/stubs";
 import { resolveServer } from "../servers/service";
 

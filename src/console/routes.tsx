@@ -19,6 +19,7 @@ import { driftPages } from "./pages/drift";
 import { auditPage } from "./pages/audit";
 import { enrollmentPages } from "./pages/enrollment";
 import { imagesPage } from "./pages/images";
+import { historyPages } from "./pages/history";
 
 export function consoleRoutes(getApp: () => InProcessApp) {
   const app = new Hono<ConsoleEnv>();
@@ -37,6 +38,7 @@ export function consoleRoutes(getApp: () => InProcessApp) {
   app.get("/console/audit", requireSession, page(getApp, "audit", auditPage));
   app.route("/", enrollmentPages(getApp));
   app.get("/console/images", requireSession, page(getApp, "images", imagesPage));
+  app.route("/", historyPages(getApp));
   app.onError((err, c) => {
     if (err instanceof Refused) return c.text(err.message, err.status);
     throw err;

@@ -8,11 +8,11 @@ import { and, eq, lt } from "drizzle-orm";
 import type { Context } from "hono";
 import { getCookie, setCookie } from "hono/cookie";
 import { getDb } from "../db/client";
-import { consoleSessions, fleets, tokens } from "../db/schema";
+import { consoleSessions, tokens } from "../db/schema";
 import type { Scope } from "../domain/enums";
 import type { Env } from "../env";
 import { digestsEqual, randomSecret, sha256Hex } from "../lib/crypto";
-import type { SessionEnd } from "./feed-fanout";
+import { closeLiveSockets } from "../notices/sessions";
 
 /** An absolute lifetime: a session never outlives it, however busy. */
 const SESSION_TTL_S = 8 * 3600;
@@ -135,34 +135,6 @@ export async function endSession(c: Context, session: Session | null) {
     await closeLiveSockets(c.env as Env, { session: session.idHash }, "signed out");
   }
   setConsoleCookie(c, SESSION_COOKIE, "", 0);
-}
-
-/** Fleets' feeds told at once when a session ends. */
-const FEEDS_AT_ONCE = 16;
-
-/**
- * Closes the live sockets of a session (signed out) or of every session of a token (revoked) at
- * once, on every fleet's feed: a page's socket is tagged with both (src/console/feed-object.ts),
- * so each feed closes exactly those, and one that holds none answers without touching a socket.
- * A session ends rarely; a feed that cannot be reached is logged, and the pages it holds are
- * refused at their next request (the session row is gone) or on their session's expiry.
- */
-export async function closeLiveSockets(env: Env, end: SessionEnd, reason: string): Promise<number> {
-  const ids = (await getDb(env.DB).select({ id: fleets.id }).from(fleets)).map((r) => r.id);
-  let closed = 0;
-  for (let i = 0; i < ids.length; i += FEEDS_AT_ONCE) {
-    const results = await Promise.allSettled(
-      ids.slice(i, i + FEEDS_AT_ONCE).map((id) => env.FEED.get(env.FEED.idFromName(id)).endSessions(end, reason)),
-    );
-    for (const r of results) {
-      if (r.status === "fulfilled") closed += r.value;
-      else
-        console.warn(
-          JSON.stringify({ msg: "a console feed could not close an ended session's sockets", error: String(r.reason) }),
-        );
-    }
-  }
-  return closed;
 }
 
 /** The scope of an operator token the API accepted: from its row, or admin for ADMIN_TOKEN. */

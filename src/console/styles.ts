@@ -13,6 +13,9 @@ html{font:15px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,"Noto Sans",sans-s
 body{margin:0}
 a{color:var(--accent)}
 :focus-visible{outline:3px solid var(--focus);outline-offset:2px}
+svg.chart{display:block;width:100%;max-width:760px;height:auto}.history figure,figure.history{margin:0}
+svg.chart .grid{stroke:var(--line)}
+@media (prefers-color-scheme:dark){svg.chart .series{filter:brightness(2.2)}}
 .skip{position:absolute;left:-999px}.skip:focus{left:8px;top:8px;background:var(--panel);padding:6px 10px;z-index:9}
 .top{display:flex;flex-wrap:wrap;gap:8px 16px;align-items:center;padding:10px 16px;background:var(--panel);border-bottom:1px solid var(--line)}
 .brand{font-weight:700;text-decoration:none;color:var(--fg)}

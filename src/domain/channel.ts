@@ -33,8 +33,13 @@ export const CLOSE_CODES = {
 /**
  * How long the index's staleness of a watched host is leased (src/ledger/projection.ts): one on the
  * channel (its socket watches) or reporting over HTTP (the ledger's quiet watch, src/ledger/quiet.ts).
+ * A day: the lease is not what makes a silent host stale in the index. The socket's close (the
+ * host's, or the edge's after 100 s without a keep-alive) or the quiet watch's durable timer writes
+ * the exact stale_at as soon as the host goes quiet; the lease only bounds how late the index turns
+ * stale when neither can run (a ledger reset while its host is gone, docs/storage.md), and every
+ * refresh of it is 4 D1 rows written, so an hourly lease was 90 % of a channel host's D1 writes.
  */
-export const INDEX_LEASE_MS = 60 * 60_000;
+export const INDEX_LEASE_MS = 24 * 60 * 60_000;
 
 /**
  * More messages than this within one window closes the socket (1008): a host sends a report a

@@ -3,7 +3,7 @@ import { SERVER_KINDS } from "../domain/enums";
 import { MAX_SERVER_ROLES } from "../domain/limits";
 import { fleetId, fleetlockId, groupName, roleName } from "../fleets/schemas";
 import { HOSTNAME } from "../servers/naming";
-import { labelsSchema } from "../servers/labels";
+import { labelsSchema } from "../model/server/labels";
 import { patternProblem } from "./pattern";
 
 /** The longest an enrollment token may live: one that leaks stops working within a month at most. */

@@ -27,7 +27,7 @@ import { digestsEqual, sha256Hex } from "../lib/crypto";
 import { iso, isoOrNull } from "../lib/time";
 import { issueEnrollmentToken, parseEnrollmentToken } from "../auth/tokens";
 import { registerServer, rotateServerToken } from "../servers/service";
-import { sortedLabels } from "../servers/labels";
+import { sortedLabels } from "../model/server/labels";
 import { MAX_SERVER_LABELS } from "../domain/limits";
 import { hostnameMatches } from "./pattern";
 import { MAX_ENROLLMENT_TTL_MS, type EnrollInput, type EnrollmentTokenInput } from "./schemas";

@@ -7,7 +7,7 @@
  * (BudgetWatch): parked hosts of every group are looked at again, and rollouts that wait for
  * budget are woken through the outbox; nothing polls.
  */
-import { auditEvent } from "../audit/log";
+import { auditEvent } from "../db/audit";
 import type { BlockedBy } from "../model/blocked-by";
 import { budgetBlock, mayDisrupt, type BudgetInput, type Disruption, type DisruptionBudget } from "./budget";
 import type { Coordination } from "./context";

@@ -13,6 +13,7 @@ import * as groups from "./groups";
 import * as identity from "./identity";
 import * as names from "./names";
 import type { AskLedger } from "./store";
+import type { FleetSettings, ServerIdentity } from "../model/fleet";
 import { ledgerOf } from "../objects/stubs";
 import { QUEUE_TIMER } from "./parked";
 import { answered, PRE_REBOOT_WAIT_PATH, preRebootWaitOf } from "./waits";
@@ -22,15 +23,12 @@ import * as disruption from "./disruption";
 import type { StoredMember } from "./disruption-store";
 import * as specGroups from "./spec-groups";
 import type { GroupChange, Holder } from "./semaphore";
-import type { FleetSettings, ServerIdentity } from "./store";
 import type { FleetEvent } from "../webhooks/events";
 import * as hooks from "../webhooks/manage";
 import * as hookSpec from "../webhooks/spec";
 import type { GroupView } from "./views";
 
 // Kept where callers have always found them.
-export type { FleetSettings, ServerIdentity } from "./store";
-export { RESERVATION_TTL_MS } from "./identity";
 
 /**
  * One per fleet: a counting semaphore per reboot group, the fair queue in front of it, and the

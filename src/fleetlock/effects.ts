@@ -4,8 +4,8 @@
  * when D1 is down. Webhook deliveries do not: they go to outsiders, on their own queue
  * (src/webhooks/dispatch.ts), so no receiver delays what this outbox carries.
  */
-import { auditEvent, auditInsertOnce, type AuditEntry, type AuditEvent } from "../audit/log";
-import { feedEffect, type NoticeInput } from "../console/notices";
+import { auditEvent, auditInsertOnce, type AuditEntry, type AuditEvent } from "../db/audit";
+import { feedEffect, type NoticeInput } from "../notices/notices";
 import type { Db } from "../db/client";
 import type { Env } from "../env";
 import { Outbox } from "../objects/kit/outbox";

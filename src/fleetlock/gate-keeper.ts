@@ -16,7 +16,7 @@ import { and, count, eq, inArray, ne } from "drizzle-orm";
 import type { Db } from "../db/client";
 import { rollouts, servers } from "../db/schema";
 import type { Scheduler } from "../objects/kit/scheduler";
-import { statusAt } from "../servers/staleness";
+import { statusAt } from "../model/server/staleness";
 import type { GateStore } from "./gate-store";
 import {
   evaluate,

@@ -10,7 +10,7 @@ import { GATES_TIMER } from "./gate-keeper";
 import type { FleetGates } from "./gate-store";
 import { needsIndex, type GateConfig, type GateVerdict, type Hold } from "./gates";
 import { liveEntries } from "./queue";
-import type { FleetSettings } from "./store";
+import type { FleetSettings } from "../model/fleet";
 
 /** The alarm's read of the gates' inputs; then the queues are drained, and the next read planned. */
 export async function readInputs(c: Coordination) {

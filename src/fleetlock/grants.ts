@@ -3,9 +3,10 @@
  * releases operators and ledgers ask for. Each decision reads and writes the store in one turn;
  * the only await before a grant or a park is stored is none at all, so nothing interleaves.
  */
+import type { FleetSettings } from "../model/fleet";
 import { entryNamed, TRIED } from "./named";
 import { budgetClosure } from "./disruption";
-import type { AuditEntry } from "../audit/log";
+import type { AuditEntry } from "../db/audit";
 import { digestsEqual } from "../lib/crypto";
 import { fail, type Failure } from "../objects/kit/result";
 import type { Coordination } from "./context";
@@ -17,7 +18,7 @@ import { failure, type ClientParams, type FleetLockFailure } from "./protocol";
 import { admit, claim, queuedOf } from "./queue";
 import { holdUntilHealthy, noteRebooted, waitsForHealth } from "./health";
 import { holderOf, release, releaseWhere, type Holder } from "./semaphore";
-import type { AskLedger, FleetConfig, FleetSettings } from "./store";
+import type { AskLedger, FleetConfig } from "./store";
 import type { GroupView } from "./views";
 
 /**

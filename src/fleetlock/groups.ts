@@ -2,6 +2,7 @@
  * Reboot groups as operators see and change them: configuration changes, applied live, and the
  * views of groups with their holders and parked hosts.
  */
+import type { FleetSettings } from "../model/fleet";
 import { entryNamed, TRIED } from "./named";
 import { fail, type Failure } from "../objects/kit/result";
 import type { Coordination } from "./context";
@@ -10,7 +11,7 @@ import { budgetClosure } from "./disruption";
 import { holdView, verdictView } from "./gate-rules";
 import { liveEntries, type QueueEntry } from "./queue";
 import { configure, newGroup, type GroupChange, type GroupState } from "./semaphore";
-import type { FleetConfig, FleetSettings } from "./store";
+import type { FleetConfig } from "./store";
 import { groupView, type GroupView } from "./views";
 
 /** A group the fleet creates on first use, when it has a default slot count. */

@@ -7,19 +7,13 @@
  * Reservations run on real time (Date.now), not the coordinator's decision clock: their end is
  * a scheduler timer, and the timer runs on real time; how a reservation ends: ./names.ts.
  */
+import type { ServerIdentity } from "../model/fleet";
 import { fail, type Failure } from "../objects/kit/result";
 import type { Coordination } from "./context";
 import { failure, type FleetLockFailure } from "./protocol";
 import { renameHolder } from "./semaphore";
 import { askClaimant } from "./claims";
-import {
-  KEY,
-  type AskLedger,
-  type ClientEntry,
-  type CoordinatorStore,
-  type FleetConfig,
-  type ServerIdentity,
-} from "./store";
+import { KEY, type AskLedger, type ClientEntry, type CoordinatorStore, type FleetConfig } from "./store";
 
 /** How long a reserved name (an id, a hostname: ./names.ts) waits for its ledger before the ledger is asked. */
 export const RESERVATION_TTL_MS = 2 * 60_000;

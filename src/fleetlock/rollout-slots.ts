@@ -9,7 +9,7 @@ import { implicitGroup } from "./groups";
 import { acquire, type GroupState } from "./semaphore";
 import { budgetClosure, holdForRollout, releaseRolloutHold } from "./disruption";
 import type { BlockedBy } from "../model/blocked-by";
-import type { FleetSettings } from "./store";
+import type { FleetSettings } from "../model/fleet";
 
 export interface RolloutSlotRequest {
   holder: string;

@@ -7,7 +7,7 @@
  */
 import type { Coordination } from "./context";
 import { configure, type GroupChange, type GroupState } from "./semaphore";
-import type { FleetSettings } from "./store";
+import type { FleetSettings } from "../model/fleet";
 
 /** What a spec's apply asks of the coordinator. */
 export interface GroupsSpec {

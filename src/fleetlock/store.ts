@@ -5,7 +5,7 @@
  * is durable. This object is the only writer, and storage is written first and memory after, so
  * the mirror cannot drift; it is rebuilt whenever the object wakes.
  */
-import type { DisruptionBudget } from "../domain/disruption-budget";
+import type { FleetSettings, ServerIdentity } from "../model/fleet";
 import type { Queue, QueueEntry } from "./queue";
 import type { GroupState } from "./semaphore";
 
@@ -17,16 +17,6 @@ import type { GroupState } from "./semaphore";
 export const COORDINATOR_FORMAT = 1;
 export const FORMAT_KEY = "format";
 
-/** The fleet's settings the coordinator needs, pushed from D1 by every operator call. */
-export interface FleetSettings {
-  fleet_id: string;
-  lock_ttl_s: number;
-  allow_unknown_ids: boolean;
-  default_group_slots: number | null;
-  /** Absent in settings stored before budgets existed: none. */
-  disruption_budget?: DisruptionBudget | null;
-}
-
 export interface FleetConfig extends FleetSettings {
   /** SHA-256 of the current FleetLock key; null until an admin creates one. */
   key_hash: string | null;
@@ -37,14 +27,6 @@ export interface ClientEntry {
   server_id: string;
   hostname: string;
   reboot_group: string;
-}
-
-/** A server's FleetLock identity; `rev` orders pushes so a late, older one cannot win. */
-export interface ServerIdentity {
-  fleetlock_id: string | null;
-  hostname: string;
-  reboot_group: string;
-  rev: number;
 }
 
 /** What a server's ledger says it holds, when its coordinator asks (./names.ts). */

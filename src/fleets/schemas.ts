@@ -1,7 +1,7 @@
 import { z } from "@hono/zod-openapi";
 import { IMAGE_POLICIES } from "../domain/images";
 import { MAX_CAPABILITIES, MAX_FLEETLOCK_ID_LENGTH, MAX_GROUP_NAME_LENGTH, MAX_GROUP_SLOTS } from "../domain/limits";
-import { labelKey } from "../servers/labels";
+import { labelKey } from "../model/server/labels";
 
 export const FLEET_ID = /^[a-z0-9][a-z0-9-]{0,62}$/;
 const GROUP_NAME = /^[a-zA-Z0-9.-]+$/;

@@ -3,8 +3,8 @@
  * with its audit row (and, through the fleet's intent, its plan marks and coordinator tasks) in one
  * batch, then the coordinator is told (./tasks.ts) and the touched servers are re-planned.
  */
-import { pagesChanged } from "../console/notices";
-import { auditInsert } from "../audit/log";
+import { pagesChanged } from "../notices/notices";
+import { auditInsert } from "../db/audit";
 import { getDb } from "../db/client";
 import { isUniqueViolation } from "../db/errors";
 import { fleets } from "../db/schema";

@@ -4,6 +4,7 @@ import {
   agentChannelHistory,
   agentChannels,
   agentInstances,
+  fleetHistory,
   fleetIntent,
   fleets,
   fleetTasks,
@@ -15,7 +16,7 @@ import {
 } from "../db/schema";
 import type { FleetTaskKind } from "../domain/enums";
 import { iso } from "../lib/time";
-import type { FleetSettings } from "../fleetlock/durable-object";
+import type { FleetSettings } from "../model/fleet";
 
 export type FleetRow = typeof fleets.$inferSelect;
 
@@ -121,6 +122,7 @@ export function fleetWipe(db: Db, fleet: string) {
     db.delete(agentChannelHistory).where(eq(agentChannelHistory.fleetId, fleet)),
     db.delete(fleets).where(eq(fleets.id, fleet)),
     db.delete(fleetIntent).where(eq(fleetIntent.fleetId, fleet)),
+    db.delete(fleetHistory).where(eq(fleetHistory.fleetId, fleet)),
     // Settings and spec groups owed to a coordinator that is about to be wiped are moot.
     db.delete(fleetTasks).where(and(eq(fleetTasks.fleetId, fleet), ne(fleetTasks.kind, "wipe"))),
   ] as const;

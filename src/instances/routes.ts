@@ -5,7 +5,7 @@ import { cursorParam, decodeCursor, limitParam, page } from "../http/paging";
 import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
 import { agentName, imageRef } from "../model/server/schemas";
-import { labelQuery } from "../servers/labels";
+import { labelQuery } from "../model/server/labels";
 import { serverRef } from "../servers/schemas";
 import { resolveServer } from "../servers/service";
 import { searchInstances } from "./service";

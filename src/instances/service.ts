@@ -2,7 +2,7 @@ import { and, asc, eq, getTableColumns, or, sql, type SQL } from "drizzle-orm";
 import { getDb } from "../db/client";
 import { agentInstances, servers } from "../db/schema";
 import type { Env } from "../env";
-import { labelConditions, type LabelTerm } from "../servers/labels";
+import { labelConditions, type LabelTerm } from "../model/server/labels";
 
 /**
  * Agent instances from the fleet-wide index (one row per server and agent), by server, agent and

@@ -1,9 +1,9 @@
 import { DurableObject } from "cloudflare:workers";
 import { getDb } from "../db/client";
-import type { NoticeInput } from "../console/notices";
+import type { NoticeInput } from "../notices/notices";
 import type { Env } from "../env";
 import type { HeldNames } from "../fleetlock/store";
-import type { FleetPlanInputs } from "../intent/store";
+import type { FleetPlanInputs } from "../planner/plan";
 import { Outbox } from "../objects/kit/outbox";
 import { fail, type Failure, type Result } from "../objects/kit/result";
 import { Scheduler } from "../objects/kit/scheduler";
@@ -26,8 +26,6 @@ import { LedgerSockets } from "./sockets";
 import type { AgentSpec, DesiredConfig, DesiredConfigInput, InventoryReport } from "../model/server/schemas";
 import { LedgerStore } from "./store";
 import { viewOf, type ServerView } from "./view";
-
-export type { ServerView } from "./view";
 
 /**
  * One per server: the authoritative desired config and last inventory report. Every write for a

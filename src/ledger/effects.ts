@@ -8,9 +8,9 @@
 import { eq, sql } from "drizzle-orm";
 import type { Db } from "../db/client";
 import { agentInstances, tokens } from "../db/schema";
-import { auditEvent, auditInsertOnce, type AuditEntry, type AuditEvent } from "../audit/log";
+import { auditEvent, auditInsertOnce, type AuditEntry, type AuditEvent } from "../db/audit";
 import type { Env } from "../env";
-import type { ServerIdentity } from "../fleetlock/durable-object";
+import type { ServerIdentity } from "../model/fleet";
 import type { Effect, Outbox } from "../objects/kit/outbox";
 import type { ServerRecord } from "../model/server/record";
 import type { CleanupStep } from "./lifecycle";
@@ -21,7 +21,7 @@ import { rolloutEventEffect } from "../rollouts/ledger-side";
 import { serverHealthEffect } from "../fleetlock/ledger-side";
 import { coordinatorOf } from "../objects/stubs";
 import { ownedEvent, webhookEventEffect } from "../webhooks/outbox";
-import { feedEffect } from "../console/notices";
+import { feedEffect } from "../notices/notices";
 
 export type LedgerEffectKind =
   | "project"
@@ -223,7 +223,7 @@ export function ledgerEffects(w: LedgerEffectWiring): Record<LedgerEffectKind, E
     server_health: serverHealthEffect(w.env),
     // Webhooks: the server registered or removed, for the fleet's coordinator to send.
     webhook_event: webhookEventEffect(w.env),
-    // The console's live notice (src/console/notices.ts), raised when the projection wrote a change.
+    // The console's live notice (src/notices/notices.ts), raised when the projection wrote a change.
     feed: feedEffect(w.env),
     release: {
       target: "call",

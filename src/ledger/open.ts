@@ -17,5 +17,16 @@ export function openLedger(d: LedgerDeps) {
     if (upgraded && upgraded.from < 3) resumeCleanup(d);
     // The index learns of what the upgrade changed through the projection.
     if (upgraded?.changed) project(d.outbox);
+    if (orphanedLease(d)) project(d.outbox);
   });
+}
+
+/**
+ * The index was last told that the host is watched (its stale_at leased, ./projection.ts), yet the
+ * ledger wakes with no host socket and no quiet watch: a reset (a deploy, a crash) dropped its
+ * sockets without a close. The index gets the exact stale_at now, not at the lease's end. Read
+ * only when nothing watches, so a connected host's wake for its report costs no row for it.
+ */
+function orphanedLease(d: LedgerDeps) {
+  return !d.leased() && d.store.projected()?.leased === true;
 }

@@ -5,13 +5,13 @@
  */
 import { fail, type Failure, type Result } from "../objects/kit/result";
 import type { PlanState } from "../planner/ledger-side";
-import { applyDesired, type DesiredState } from "./desired";
+import { applyDesired } from "./desired";
 import { audit, identityPayload, memberPayload, project, serverEvent, tokenPayload, type LedgerDeps } from "./effects";
 import type { HeldNames } from "../fleetlock/store";
-import type { ServerRecord } from "../model/server/record";
+import type { ServerRecord, DesiredState } from "../model/server/record";
 import type { AgentSpec, DesiredConfig, DesiredConfigInput } from "../model/server/schemas";
 import { MAX_SERVER_LABELS } from "../domain/limits";
-import { mergeLabels, sameLabels } from "../servers/labels";
+import { mergeLabels, sameLabels } from "../model/server/labels";
 import { configOf } from "./view";
 
 /**

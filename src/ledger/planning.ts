@@ -2,7 +2,7 @@
  * The planner's write into a ledger (docs/operator-guide.md). The step itself is pure, in
  * src/planner/ledger-side.ts; this applies it to the store and outbox.
  */
-import type { FleetPlanInputs } from "../intent/store";
+import type { FleetPlanInputs } from "../planner/plan";
 import { fail, type Result } from "../objects/kit/result";
 import { planStep, type PlanState } from "../planner/ledger-side";
 import { audit, project, type LedgerDeps } from "./effects";

@@ -2,10 +2,9 @@ import { chunk } from "../lib/chunk";
 import { and, eq, sql } from "drizzle-orm";
 import type { Db } from "../db/client";
 import { agentInstances, serverLabels, servers } from "../db/schema";
-import type { DesiredState } from "./desired";
-import type { ServerRecord } from "../model/server/record";
+import type { ServerRecord, DesiredState } from "../model/server/record";
 import type { StoredReport } from "../model/server/schemas";
-import { computeStatus } from "./status";
+import { computeStatus } from "../model/server/status";
 import { INDEX_LEASE_MS } from "../domain/channel";
 
 /** How often an otherwise unchanged report refreshes `last_seen` in D1 (docs/design.md §8). */
@@ -15,11 +14,11 @@ const LAST_SEEN_REFRESH_MS = 5 * 60_000;
  * While its host is watched — connected on the channel (its socket's close tells the ledger), or
  * reporting over HTTP (the ledger's quiet watch, ./quiet.ts) — a server's index row is refreshed
  * this seldom, and its stale_at is leased this far beyond last_seen + stale_after: a steady host's
- * heartbeats then cost D1 one write an hour, not one every few minutes (at 10,000 hosts, the
- * difference between D1's included writes and hundreds of dollars a month). When the socket closes
- * or the quiet watch finds the host silent, the ledger writes the exact stale_at; a host whose
- * agent hangs with its socket open is shown stale in the index at most this much late (its own
- * view is always exact).
+ * heartbeats then cost D1 one write a day, not one every few minutes. When the socket closes, the
+ * quiet watch finds the host silent or the ledger wakes without the socket its lease was on
+ * (./open.ts), the ledger writes the exact stale_at; a host whose reports stop with its socket open
+ * is shown stale in the index at most this much late (its own view is always exact). Why that is
+ * enough: docs/storage.md, "The index's staleness lease".
  */
 export { INDEX_LEASE_MS };
 
@@ -65,7 +64,7 @@ export function buildProjection(
   now: number,
   leased = false,
 ): Projection {
-  // The index never stores "stale": it is read from stale_at (src/servers/staleness.ts).
+  // The index never stores "stale": it is read from stale_at (src/model/server/staleness.ts).
   const computed = computeStatus(desired, report, now, Number.POSITIVE_INFINITY);
   const instances = computed.agents.map((a) => ({
     serverId: record.id,
@@ -114,7 +113,7 @@ export function buildProjection(
 }
 
 /**
- * When the server turns stale in the index (read at query time, src/servers/staleness.ts). A
+ * When the server turns stale in the index (read at query time, src/model/server/staleness.ts). A
  * removed server is never stale; one that never reported has nothing to be late with.
  */
 function staleAtOf(record: ServerRecord, lastSeen: number | undefined, leased = false) {
@@ -145,10 +144,8 @@ export function projectionStatements(
 ) {
   const names = p.instances.map((i) => i.agent);
   const { id: _id, createdAt: _c, ...serverUpdate } = p.server;
-  const serverUpsert = db
-    .insert(servers)
-    .values(p.server)
-    .onConflictDoUpdate({ target: servers.id, set: serverUpdate });
+  const upsertSet = (set: Partial<typeof serverUpdate>) =>
+    db.insert(servers).values(p.server).onConflictDoUpdate({ target: servers.id, set });
   // Lists travel as one bound JSON parameter: D1 allows at most 100 per statement.
   const inList = (agents: string[], negate: boolean) =>
     db
@@ -165,16 +162,24 @@ export function projectionStatements(
   let serverRow = false;
   let rows = p.instances;
   if (!written) {
-    stmts.push(serverUpsert, inList(names, true), ...labelStatements(db, p));
+    stmts.push(upsertSet(serverUpdate), inList(names, true), ...labelStatements(db, p));
     serverRow = true;
   } else {
-    if (written.server !== p.signatures.server) {
-      stmts.push(serverUpsert);
-      serverRow = true;
-    } else if (opts.serverRowDue) {
-      // Only the heartbeat moved: the two columns it changes (3 rows written with their indexes,
-      // not the 7 of a whole row), so a steady host's refreshes stay cheap.
-      const { lastSeen, staleAt, updatedAt } = p.server;
+    const { lastSeen, staleAt, updatedAt } = p.server;
+    // Only the columns that moved: D1 bills a row written for the row and for each index entry an
+    // UPDATE rewrites, and SQLite rewrites an index's entry whenever the SET names one of its
+    // columns, same value or not (a whole-row upsert touched all ten of the servers table's).
+    // last_seen and stale_at move on their own schedule (`serverRowDue`), a change or not.
+    const moved = changedColumns(written.server, p.signatures.server, serverUpdate);
+    const due = opts.serverRowDue === true || moved.staleAfter;
+    if (moved.columns.length) {
+      const set: Partial<typeof serverUpdate> = { updatedAt };
+      for (const column of moved.columns) Object.assign(set, { [column]: serverUpdate[column] });
+      if (due) Object.assign(set, { lastSeen, staleAt });
+      stmts.push(upsertSet(set));
+      serverRow = due;
+    } else if (due) {
+      // Only the heartbeat moved: the two columns it changes (4 rows written with their indexes).
       stmts.push(db.update(servers).set({ lastSeen, staleAt, updatedAt }).where(eq(servers.id, p.server.id)));
       serverRow = true;
     }
@@ -184,25 +189,87 @@ export function projectionStatements(
     if (removed.length) stmts.push(inList(removed, false));
     rows = p.instances.filter((i) => written.rows[i.agent] !== p.signatures.rows[i.agent]);
   }
-  const upserts = chunk(rows, INSTANCE_ROWS_PER_STATEMENT).map((rows) =>
-    db
-      .insert(agentInstances)
-      .values(rows)
-      .onConflictDoUpdate({
-        target: [agentInstances.serverId, agentInstances.agent],
-        set: {
-          instanceId: sql`excluded.instance_id`,
-          desiredImage: sql`excluded.desired_image`,
-          desiredVersion: sql`excluded.desired_version`,
-          reportedImage: sql`excluded.reported_image`,
-          reportedVersion: sql`excluded.reported_version`,
-          reportedState: sql`excluded.reported_state`,
-          status: sql`excluded.status`,
-          updatedAt: sql`excluded.updated_at`,
-        },
-      }),
+  return { statements: [...stmts, ...instanceStatements(db, rows, written)], serverRow };
+}
+
+type ServerColumn = Exclude<
+  keyof typeof servers.$inferInsert,
+  "id" | "createdAt" | "lastSeen" | "staleAt" | "updatedAt"
+>;
+
+/**
+ * The server row's columns whose value differs between two signatures (labels included when they
+ * moved), and whether stale_after did (stale_at follows it). An unreadable old signature (a mark
+ * of an older release) names every column.
+ */
+function changedColumns(
+  before: string,
+  after: string,
+  row: Record<string, unknown>,
+): { columns: ServerColumn[]; staleAfter: boolean } {
+  if (before === after) return { columns: [], staleAfter: false };
+  const a = parseSignature(before);
+  const b = parseSignature(after);
+  const all = Object.keys(row).filter((k) => !["lastSeen", "staleAt", "updatedAt"].includes(k)) as ServerColumn[];
+  if (!a || !b) return { columns: all, staleAfter: true };
+  const same = (k: string) =>
+    JSON.stringify(a[k] ?? (k === "labels" ? {} : null)) === JSON.stringify(b[k] ?? (k === "labels" ? {} : null));
+  return { columns: all.filter((k) => !same(k)), staleAfter: !same("staleAfterS") };
+}
+
+function parseSignature(signature: string): Record<string, unknown> | null {
+  try {
+    const parsed: unknown = JSON.parse(signature);
+    return parsed !== null && typeof parsed === "object" ? (parsed as Record<string, unknown>) : null;
+  } catch {
+    return null;
+  }
+}
+
+type InstanceRow = typeof agentInstances.$inferInsert;
+type InstanceColumn = Exclude<keyof InstanceRow, "serverId" | "agent" | "fleetId" | "updatedAt">;
+const INSTANCE_COLUMNS: Record<InstanceColumn, string> = {
+  instanceId: "instance_id",
+  desiredImage: "desired_image",
+  desiredVersion: "desired_version",
+  reportedImage: "reported_image",
+  reportedVersion: "reported_version",
+  reportedState: "reported_state",
+  status: "status",
+};
+
+/**
+ * Upserts of the instance rows that changed, each setting only its columns that moved (so a status
+ * that moves alone does not rewrite the image indexes' entries), rows that moved alike sharing a
+ * statement; a row never written (or with nothing to compare) sets every column.
+ */
+function instanceStatements(db: Db, rows: InstanceRow[], written: Signatures | null) {
+  const groups = new Map<string, { columns: InstanceColumn[]; rows: InstanceRow[] }>();
+  const every = Object.keys(INSTANCE_COLUMNS) as InstanceColumn[];
+  for (const row of rows) {
+    const before = written?.rows[row.agent] === undefined ? null : parseSignature(written.rows[row.agent]);
+    const columns = before
+      ? every.filter((c) => (before[c] ?? null) !== ((row as Record<string, unknown>)[c] ?? null))
+      : every;
+    const key = columns.join(",");
+    const group = groups.get(key) ?? { columns, rows: [] };
+    group.rows.push(row);
+    groups.set(key, group);
+  }
+  return [...groups.values()].flatMap(({ columns, rows }) =>
+    chunk(rows, INSTANCE_ROWS_PER_STATEMENT).map((part) =>
+      db
+        .insert(agentInstances)
+        .values(part)
+        .onConflictDoUpdate({
+          target: [agentInstances.serverId, agentInstances.agent],
+          set: Object.fromEntries([
+            ...columns.map((c) => [c, sql.raw(`excluded.${INSTANCE_COLUMNS[c]}`)]),
+            ["updatedAt", sql`excluded.updated_at`],
+          ]),
+        }),
+    ),
   );
-  return { statements: [...stmts, ...upserts], serverRow };
 }
 
 /** The labels a server signature shows, as JSON ({} for one written without labels). */

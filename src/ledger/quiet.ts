@@ -4,7 +4,7 @@
  * ledger); a host reporting over HTTP is watched by one timer on the ledger's alarm, due when the
  * host would be stale. While either watches, the host's index row is leased (its stale_at lies a
  * lease beyond last_seen + stale_after, refreshed once a lease: ./projection.ts), so a steady host
- * costs D1 one write an hour whichever way it talks.
+ * costs D1 one write a day whichever way it talks.
  *
  * When the timer fires, a host that reported since is watched again from its newest heartbeat (no
  * write anywhere but the timer's row); one that did not is told to the index with its exact

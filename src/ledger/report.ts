@@ -13,7 +13,7 @@ import { answerRefresh } from "./refresh";
 import { settleRolloutMarks } from "./rollout-marks";
 import { serverHealthEventOf } from "../fleetlock/ledger-side";
 import type { InventoryReport, ReportAccepted, StoredReport } from "../model/server/schemas";
-import { computeStatus, type ComputedStatus } from "./status";
+import { computeStatus, type ComputedStatus } from "../model/server/status";
 import { contentKey } from "../domain/report-content";
 import { reportTag } from "./store";
 

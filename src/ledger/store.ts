@@ -7,10 +7,9 @@
 import type { PlanState } from "../planner/ledger-side";
 import { INITIAL_PLAN_STATE } from "../planner/ledger-side";
 import type { RolloutMark } from "../rollouts/ledger-side";
-import type { DesiredState } from "./desired";
 import type { LifecycleState } from "./lifecycle";
 import type { Signatures } from "./projection";
-import type { ServerRecord } from "../model/server/record";
+import type { ServerRecord, DesiredState } from "../model/server/record";
 import { contentKey } from "../domain/report-content";
 import type { StoredReport } from "../model/server/schemas";
 import { FORMAT_KEY, LEDGER_FORMAT, upgradeLedgerStorage, type FormatUpgrade } from "./storage-format";
@@ -84,6 +83,8 @@ export class LedgerStore {
   /** Undefined until first read; null while no server is registered here. */
   private cache?: LedgerState | null;
   private refreshMemo?: RefreshState | null;
+  /** open() checked (and upgraded) the format: load() need not read it again. */
+  private formatKnown = false;
   /** Called after every write, in the writer's turn. */
   onChange: () => void = () => {};
 
@@ -99,7 +100,11 @@ export class LedgerStore {
 
   /** Brings storage written by older code to LEDGER_FORMAT; throws (touching nothing) on a newer one. */
   open(): FormatUpgrade | null {
-    return upgradeLedgerStorage(this.storage);
+    const upgraded = upgradeLedgerStorage(this.storage);
+    // It threw on a format this code cannot read; otherwise the storage is in LEDGER_FORMAT now,
+    // or empty until create() stamps it. Storage rows read are billed: not read twice per wake.
+    this.formatKnown = true;
+    return upgraded;
   }
 
   load(): LedgerState | null {
@@ -107,7 +112,7 @@ export class LedgerStore {
       const record = this.kv.get<ServerRecord>(KEY.record);
       const desired = this.kv.get<DesiredState>(KEY.desired);
       const report = this.kv.get<StoredReport>(KEY.report);
-      if (record && this.kv.get<number>(FORMAT_KEY) !== LEDGER_FORMAT) {
+      if (record && !this.formatKnown && this.kv.get<number>(FORMAT_KEY) !== LEDGER_FORMAT) {
         // open() stamps every ledger it upgrades and create() stamps new ones: this code never
         // reads a format it was not written for.
         throw new Error(`ledger storage is not in format ${LEDGER_FORMAT}; refusing to read it`);

@@ -7,7 +7,7 @@ import { readUpgradeState } from "../upgrades/state";
 import { NEWEST_VERSION, UPGRADE_STEPS } from "../upgrades/steps";
 import { fleetSettings } from "../fleets/store";
 import { coordinatorOf } from "../objects/stubs";
-import { statusAt } from "../servers/staleness";
+import { statusAt } from "../model/server/staleness";
 
 /**
  * Prometheus gauges computed from durable state at scrape time: the D1 index (servers, instances,

@@ -1,7 +1,7 @@
 /** How rollouts, their targets and events are answered over HTTP (ids and times as the API shows them). */
 import type { rollouts } from "../db/schema";
 import { iso, isoOrNull } from "../lib/time";
-import type { RolloutSummary } from "./durable-object";
+import type { RolloutSummary } from "./views";
 import type { Target } from "./machine";
 import type { BlockedBy } from "../model/blocked-by";
 

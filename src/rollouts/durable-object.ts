@@ -17,8 +17,6 @@ import { rolloutTimers } from "./timers";
 import { eventsPage, summary, summaryIfAny, targetsPage, type RolloutSummary } from "./views";
 import { openSummaryWait, SUMMARY_WAIT_PATH, wakeSummaryWaits } from "./waits";
 
-export type { RolloutSummary, TargetInput };
-
 /**
  * One per rollout: its targets and their states (SQL in its own storage), its counters, its
  * timers (per-target timeouts, slow-server checks, slot retries) on one alarm. It writes each

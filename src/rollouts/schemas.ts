@@ -1,6 +1,6 @@
 import { z } from "@hono/zod-openapi";
 import { BlockedByListSchema } from "../model/blocked-by";
-import { labelsSchema } from "../servers/labels";
+import { labelsSchema } from "../model/server/labels";
 import { fleetId } from "../fleets/schemas";
 import { agentName, imageRef, versionString } from "../model/server/schemas";
 import { ROLLOUT_STATES, ROLLOUT_TARGET_STATES as TARGET_STATES } from "../domain/enums";

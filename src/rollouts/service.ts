@@ -16,7 +16,7 @@ import { iso } from "../lib/time";
 import { DomainError, notFound } from "../domain/errors";
 import { CANCEL_GRACE_S } from "../domain/limits";
 import { unwrap } from "../objects/kit/result";
-import type { TargetInput } from "./durable-object";
+import type { TargetInput } from "./operator";
 import {
   ACTIVE_STATES,
   isTerminal,
@@ -26,7 +26,7 @@ import {
   type TargetState,
 } from "./machine";
 import type { RolloutInput } from "./schemas";
-import { labelsMatch } from "../servers/labels";
+import { labelsMatch } from "../model/server/labels";
 import { rolloutOf } from "../objects/stubs";
 import { waitForWake } from "../objects/kit/wake";
 import type { RolloutSummary } from "./views";

@@ -3,7 +3,7 @@
  * target row, the core, the event log, its timers, the slot it held, bulk skips, entering a new
  * rollout state (audit, channel), and letting the (fleet, agent) go once nothing is in flight.
  */
-import { auditEvent, type AuditEntry } from "../audit/log";
+import { auditEvent, type AuditEntry } from "../db/audit";
 import {
   account,
   isEnded,

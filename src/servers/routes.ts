@@ -19,7 +19,7 @@ import { cursorParam, decodeCursor, limitParam, page } from "../http/paging";
 import type { AppEnv } from "../http/types";
 import { parseQuery, validationHook } from "../http/validation";
 import { DesiredConfig, DesiredConfigRequest, serverStatus } from "../model/server/schemas";
-import { labelQuery } from "./labels";
+import { labelQuery } from "../model/server/labels";
 import {
   fleetOfHostname,
   ServerCreated,

@@ -2,10 +2,10 @@ import { and, asc, count, eq, getTableColumns, gt, gte, inArray, lt, ne, notInAr
 import { unionAll } from "drizzle-orm/sqlite-core";
 import type { Db } from "../db/client";
 import { serverLabels, servers } from "../db/schema";
-import { labelConditions, type LabelTerm } from "./labels";
-import type { ServerView } from "../ledger/durable-object";
+import { labelConditions, type LabelTerm } from "../model/server/labels";
+import type { ServerView } from "../ledger/view";
 import { iso, isoOrNull } from "../lib/time";
-import { statusAt, statusIs } from "./staleness";
+import { statusAt, statusIs } from "../model/server/staleness";
 
 export type ServerRow = typeof servers.$inferSelect;
 

@@ -1,9 +1,11 @@
 /** @jsxImportSource hono/jsx */
 /** Overview: one fleet at a glance, from GET /v1/fleets/{fleet}/summary (one request). */
-import { must } from "../api";
+import { must, read } from "../api";
 import { NoFleet, render, type View } from "../context";
-import type { FleetSummary } from "../../fleets/summary.schemas";
+import type { FleetSummary } from "../../status/schemas";
 import { Ago, Badge, Table } from "../ui";
+import { FleetHistory } from "../../history/schemas";
+import { historyPath, HistoryCard } from "./history";
 
 /** The overview's rows: status words from the index, decommissioning from the lifecycle state. */
 const SERVER_ROWS: [key: string, label: string, from: "status" | "state"][] = [
@@ -36,7 +38,10 @@ export const Progress = ({ label, value, max, tone }: { label: string; value: nu
 export async function overviewPage(v: View) {
   if (!v.fleet) return render(v, "overview", "Overview", <NoFleet />);
   const f = encodeURIComponent(v.fleet);
-  const s = await must<FleetSummary>(v.api("GET", `/v1/fleets/${f}/summary`));
+  const [s, history] = await Promise.all([
+    must<FleetSummary>(v.api("GET", `/v1/fleets/${f}/summary`)),
+    read(v, FleetHistory, historyPath(v.fleet, { metric: "servers,versions", since: "24h" })),
+  ]);
   const serversOf = (key: string, from: "status" | "state") => `/console/servers?fleet=${f}&${from}=${key}`;
   const drift = s.servers.by_status.drifted + s.servers.by_status.failed;
   return render(
@@ -101,6 +106,7 @@ export async function overviewPage(v: View) {
           ) : null}
         </section>
       </div>
+      <HistoryCard h={history} fleet={v.fleet} />
       <h2>Reboot groups</h2>
       {s.reboot_groups.length === 0 ? (
         <p class="muted">No reboot group yet: the first FleetLock request of a group creates it.</p>

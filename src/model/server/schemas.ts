@@ -9,6 +9,7 @@ export const agentName = z
   .string()
   .regex(AGENT_NAME, "agent names are 1-63 chars of a-z, 0-9, '.', '_', '-', starting alphanumeric");
 /** No control characters: an image or version an operator sets is printed in tables and terminals. */
+// oxlint-disable-next-line no-control-regex -- finding control characters is the point
 const PRINTABLE = /^[^\u0000-\u001f\u007f-\u009f]*$/;
 const printable = (what: string) => [PRINTABLE, `${what} must not contain control characters`] as const;
 export const imageRef = z

@@ -15,7 +15,7 @@ import { activeRollouts } from "../rollouts/service";
 import { upgradeStatus } from "../upgrades/service";
 import { isoOrNull } from "../lib/time";
 import { fleetServerCounts } from "./counts";
-import { listServers } from "./store";
+import { listServers } from "../servers/store";
 
 /** The statuses that need a look, in the order they are shown. */
 const ATTENTION: ServerStatus[] = ["failed", "stale", "drifted"];

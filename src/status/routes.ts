@@ -5,9 +5,9 @@ import { bearer, commonErrors, jsonResponse, notFoundError } from "../http/opena
 import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
 import { StatusSchema } from "./schemas";
-import { statusOf } from "./status";
+import { statusOf } from "./service";
 
-/** GET /v1/status: `hm status` in one request (./status.ts). */
+/** GET /v1/status: `hm status` in one request (./service.ts). */
 export const statusRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook }).openapi(
   createRoute({
     method: "get",
