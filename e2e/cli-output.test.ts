@@ -178,7 +178,11 @@ describe("every hm command answers -o json in one shape", () => {
     await run("diff", ["-f", join(specDir, `${fleet}.json`)], "list");
     await run("apply", ["-f", join(specDir, `${fleet}.json`)], "list");
     await run("roles delete", ["edge", "--fleet", fleet], "object");
-    const token = await run("tokens create", ["--name", "walk", "--scope", "read"], "object");
+    const token = await run(
+      "tokens create",
+      ["--name", "walk", "--scope", "read", "--fleet", fleet, "--expires", "30d", "--description", "the walk"],
+      "object",
+    );
     await run("tokens list", [], "list");
     await run("tokens revoke", [token.id], "object");
     await run("audit", ["--limit", "3"], "list");

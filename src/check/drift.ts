@@ -1,3 +1,4 @@
+import { inVisibleFleets } from "../db/access";
 /**
  * `check server-agents` (after sdcadm's): drift between what each server should run and
  * what it reports, answered from the D1 index. One finding per problem, each with the fix that
@@ -58,6 +59,8 @@ export interface DriftFilter {
   fleet?: string;
   server?: string;
   agent?: string;
+  /** The fleets the token may see (null: every fleet). */
+  visible?: readonly string[] | null;
 }
 
 type ServerRow = Pick<
@@ -134,6 +137,8 @@ export async function checkServerAgents(
 ) {
   const shared: SQL[] = [];
   if (filter.server) shared.push(eq(servers.id, filter.server));
+  const visible = inVisibleFleets(servers.fleetId, filter.visible ?? null);
+  if (visible) shared.push(visible);
   if (filter.agent) {
     shared.push(
       sql`EXISTS (SELECT 1 FROM ${agentInstances} WHERE server_id = ${servers.id} AND agent = ${filter.agent})`,

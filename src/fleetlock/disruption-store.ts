@@ -49,10 +49,12 @@ interface Mirror {
 
 export class DisruptionStore {
   private mem: Mirror | null = null;
-  /** Something the count reads changed (in the caller's turn). */
-  onChange: () => void = () => {};
 
-  constructor(private readonly storage: DurableObjectStorage) {}
+  /** `onChange`: something the count reads changed (called in the caller's turn). */
+  constructor(
+    private readonly storage: DurableObjectStorage,
+    private readonly onChange: () => void,
+  ) {}
 
   private get kv() {
     return this.storage.kv;

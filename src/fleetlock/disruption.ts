@@ -10,15 +10,15 @@
 import { auditEvent } from "../db/audit";
 import type { BlockedBy } from "../model/blocked-by";
 import { budgetBlock, mayDisrupt, type BudgetInput, type Disruption, type DisruptionBudget } from "./budget";
-import type { Coordination } from "./context";
+import type { CoordinatorParts } from "./parts";
 import type { StoredMember } from "./disruption-store";
 import { healthClass } from "./gates";
 import type { Closure } from "./queue";
 
-const budgetOf = (c: Coordination): DisruptionBudget | null => c.store.config?.disruption_budget ?? null;
+const budgetOf = (c: CoordinatorParts): DisruptionBudget | null => c.store.config?.disruption_budget ?? null;
 
 /** Servers disrupted now (and `extra`, granted in the decision under way), with what disrupts each. */
-function disruptedNow(c: Coordination, extra: readonly string[] = []): Map<string, Disruption[]> {
+function disruptedNow(c: CoordinatorParts, extra: readonly string[] = []): Map<string, Disruption[]> {
   const out = new Map<string, Disruption[]>();
   const add = (id: string, why: Disruption) => {
     const list = out.get(id) ?? [];
@@ -33,7 +33,7 @@ function disruptedNow(c: Coordination, extra: readonly string[] = []): Map<strin
   return out;
 }
 
-const budgetInput = (c: Coordination, extra: readonly string[] = []): BudgetInput => ({
+const budgetInput = (c: CoordinatorParts, extra: readonly string[] = []): BudgetInput => ({
   budget: budgetOf(c),
   members: c.disruption.members(),
   disrupted: disruptedNow(c, extra),
@@ -44,7 +44,7 @@ export type BudgetClosure = Closure & { block: BlockedBy };
 
 /** Null when `serverId` may be disrupted now; else why not, naming the servers that hold the budget. */
 export function budgetClosure(
-  c: Coordination,
+  c: CoordinatorParts,
   serverId: string | null,
   extra: readonly string[] = [],
 ): BudgetClosure | null {
@@ -56,12 +56,12 @@ export function budgetClosure(
 }
 
 /** A ledger described its server (registration, a label change): kept for per-label budgets. */
-export function serverMember(c: Coordination, serverId: string, m: StoredMember) {
+export function serverMember(c: CoordinatorParts, serverId: string, m: StoredMember) {
   c.disruption.putMember(serverId, m);
 }
 
 /** A server's health class changed (its ledger said so): stale or failed servers are disrupted. */
-export function noteHealth(c: Coordination, serverId: string, status: { to: string } | null, at: number) {
+export function noteHealth(c: CoordinatorParts, serverId: string, status: { to: string } | null, at: number) {
   if (!status) return;
   const cls = healthClass(status.to);
   c.disruption.setDown(serverId, cls === "ok" ? null : { status: cls, since: at });
@@ -69,14 +69,14 @@ export function noteHealth(c: Coordination, serverId: string, status: { to: stri
 
 /** A rollout target's hold without a reboot slot, for the time it applies. */
 export function holdForRollout(
-  c: Coordination,
+  c: CoordinatorParts,
   req: { holder: string; server_id: string; rollout_id: string },
   fleetId: string,
   now: number,
 ) {
   if (c.disruption.holds().has(req.holder)) return;
   c.disruption.putHold({ holder: req.holder, server_id: req.server_id, rollout_id: req.rollout_id, since: now });
-  c.effects.outbox.enqueue(
+  c.outbox.enqueue(
     "audit",
     auditEvent({
       actor: `rollout:${req.rollout_id}`,
@@ -89,10 +89,10 @@ export function holdForRollout(
 }
 
 /** Ends a rollout target's hold; true when one was held. */
-export function releaseRolloutHold(c: Coordination, holder: string, rolloutId: string): boolean {
+export function releaseRolloutHold(c: CoordinatorParts, holder: string, rolloutId: string): boolean {
   const h = c.disruption.dropHold(holder);
   if (!h) return false;
-  c.effects.outbox.enqueue(
+  c.outbox.enqueue(
     "audit",
     auditEvent({
       actor: `rollout:${rolloutId}`,
@@ -116,7 +116,7 @@ export class BudgetWatch {
   private pending = false;
   private forced = false;
 
-  constructor(private readonly c: () => Coordination) {}
+  constructor(private readonly c: () => CoordinatorParts) {}
 
   /** Something the count reads changed in this turn; `force`: a change that may free without a release. */
   touch(force = false) {
@@ -141,19 +141,19 @@ export class BudgetWatch {
 }
 
 /** The budget may have freed: parked hosts first (in the turn that freed it), then waiting rollouts. */
-async function budgetFreed(c: Coordination) {
+async function budgetFreed(c: CoordinatorParts) {
   const drained = c.parked.drainAll();
   let woken = 0;
   // A copy: the loop drops the waits it wakes.
   for (const w of Array.from(c.disruption.waits().values())) {
     if (!w.servers.some((s) => budgetClosure(c, s) === null)) continue;
     c.disruption.dropWait(w.rollout_id);
-    c.effects.outbox.enqueue("budget_wake", { rollout_id: w.rollout_id }, { key: `budget_wake:${w.rollout_id}` });
+    c.outbox.enqueue("budget_wake", { rollout_id: w.rollout_id }, { key: `budget_wake:${w.rollout_id}` });
     woken++;
   }
   await drained;
   if (woken > 0) {
     await c.scheduler.arm();
-    void c.effects.outbox.flush().catch(() => undefined);
+    void c.outbox.flush().catch(() => undefined);
   }
 }

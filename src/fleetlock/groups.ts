@@ -5,9 +5,10 @@
 import type { FleetSettings } from "../model/fleet";
 import { entryNamed, TRIED } from "./named";
 import { fail, type Failure } from "../objects/kit/result";
-import type { Coordination } from "./context";
 import { groupBlockedBy, hostBlockedBy } from "./blocked";
 import { budgetClosure } from "./disruption";
+import { audit } from "./effects";
+import type { CoordinatorParts } from "./parts";
 import { holdView, verdictView } from "./gate-rules";
 import { liveEntries, type QueueEntry } from "./queue";
 import { configure, newGroup, type GroupChange, type GroupState } from "./semaphore";
@@ -20,7 +21,7 @@ export function implicitGroup(config: FleetConfig, now: number): GroupState | nu
 }
 
 export async function putGroup(
-  c: Coordination,
+  c: CoordinatorParts,
   settings: FleetSettings,
   name: string,
   change: GroupChange,
@@ -30,7 +31,8 @@ export async function putGroup(
   const now = c.clock();
   c.store.saveGroup(name, configure(c.store.group(name) ?? null, change, now));
   c.gates.prime();
-  const audited = c.effects.audit(
+  const audited = audit(
+    c,
     [{ actor, action: "reboot_group.put", target: `fleet:${settings.fleet_id}`, details: { group: name, ...change } }],
     { wait: true },
   );
@@ -40,7 +42,7 @@ export async function putGroup(
 }
 
 export function getGroup(
-  c: Coordination,
+  c: CoordinatorParts,
   settings: FleetSettings,
   name: string,
 ): { ok: true; group: GroupView } | Failure {
@@ -50,13 +52,19 @@ export function getGroup(
   return { ok: true, group: viewOf(c, config, name, group, c.clock()) };
 }
 
-export function listGroups(c: Coordination, settings: FleetSettings): GroupView[] {
+export function listGroups(c: CoordinatorParts, settings: FleetSettings): GroupView[] {
   const config = c.store.syncSettings(settings);
   const now = c.clock();
   return c.store.groups().map(([name, group]) => viewOf(c, config, name, group, now));
 }
 
-export function viewOf(c: Coordination, config: FleetConfig, name: string, group: GroupState, now: number): GroupView {
+export function viewOf(
+  c: CoordinatorParts,
+  config: FleetConfig,
+  name: string,
+  group: GroupState,
+  now: number,
+): GroupView {
   const queue = { entries: c.store.queue(name), connected: (id: string) => c.parked.connected(id) };
   const fleetGates = c.gateStore.fleet();
   const gates = {
@@ -95,7 +103,7 @@ export function viewOf(c: Coordination, config: FleetConfig, name: string, group
 
 /** An operator takes a parked host out of the group's queue; its waiting request is refused. */
 export async function dequeueHost(
-  c: Coordination,
+  c: CoordinatorParts,
   settings: FleetSettings,
   name: string,
   id: string,
@@ -112,7 +120,8 @@ export async function dequeueHost(
   );
   if (!queued) return fail("not_queued", `'${id}' is not waiting in the queue of reboot group '${name}' (${TRIED})`);
   const removed = c.parked.dequeue(name, queued.id)!;
-  await c.effects.audit(
+  await audit(
+    c,
     [
       {
         actor,

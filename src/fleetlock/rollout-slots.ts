@@ -3,7 +3,8 @@
  * under the holder id `rollout:<rollout id>:<server id>`: the same semaphore Zincati's FleetLock
  * takes, so the two together never exceed the group's slots.
  */
-import type { Coordination } from "./context";
+import { audit } from "./effects";
+import type { CoordinatorParts } from "./parts";
 import { releaseAndDrain } from "./grants";
 import { implicitGroup } from "./groups";
 import { acquire, type GroupState } from "./semaphore";
@@ -29,7 +30,7 @@ export type RolloutSlotAnswer = { ok: true } | { ok: false; kind: string; value:
  * as waiting: it is woken through the outbox once the budget frees (./disruption.ts).
  */
 export async function acquireRolloutSlot(
-  c: Coordination,
+  c: CoordinatorParts,
   settings: FleetSettings,
   req: RolloutSlotRequest,
 ): Promise<RolloutSlotAnswer> {
@@ -65,7 +66,8 @@ export async function acquireRolloutSlot(
   }
   if (taken.changed) {
     c.store.saveGroup(req.group, taken.group);
-    await c.effects.audit(
+    await audit(
+      c,
       [
         {
           actor: `rollout:${req.rollout_id}`,
@@ -82,7 +84,7 @@ export async function acquireRolloutSlot(
 
 /** Releases a rollout target's slot if held, and hands it to the first parked host; releasing nothing succeeds. */
 export async function releaseRolloutSlot(
-  c: Coordination,
+  c: CoordinatorParts,
   holder: string,
   rolloutId: string,
 ): Promise<{ ok: true; released: boolean }> {

@@ -67,7 +67,8 @@ export async function fleetById(env: Env, id: string) {
 }
 
 /** A page of fleets by id (one more row than `limit` when another page exists). */
-export const searchFleets = (env: Env, after: string | null, limit: number) => listFleets(getDb(env.DB), after, limit);
+export const searchFleets = (env: Env, visible: readonly string[] | null, after: string | null, limit: number) =>
+  listFleets(getDb(env.DB), visible, after, limit);
 
 /**
  * PATCH /v1/fleets/{id}: the change commits first; then the coordinator gets new lock settings and

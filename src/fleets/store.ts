@@ -1,3 +1,4 @@
+import { inVisibleFleets } from "../db/access";
 import { and, asc, count, eq, gt, inArray, ne, sql } from "drizzle-orm";
 import type { Db } from "../db/client";
 import {
@@ -36,11 +37,11 @@ export function fleetView(row: FleetRow) {
 
 export const getFleet = (db: Db, id: string) => db.query.fleets.findFirst({ where: eq(fleets.id, id) });
 
-export const listFleets = (db: Db, after: string | null, limit: number) =>
+export const listFleets = (db: Db, visible: readonly string[] | null, after: string | null, limit: number) =>
   db
     .select()
     .from(fleets)
-    .where(after ? gt(fleets.id, after) : undefined)
+    .where(and(inVisibleFleets(fleets.id, visible), after ? gt(fleets.id, after) : undefined))
     .orderBy(asc(fleets.id))
     .limit(limit + 1);
 

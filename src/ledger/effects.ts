@@ -15,7 +15,6 @@ import type { Effect, Outbox } from "../objects/kit/outbox";
 import type { ServerRecord } from "../model/server/record";
 import type { CleanupStep } from "./lifecycle";
 import { buildProjection, lastSeenDue, projectionStatements, sameSignatures } from "./projection";
-import type { QuietWatch } from "./quiet";
 import type { LedgerStore, ProjectedMark } from "./store";
 import { rolloutEventEffect } from "../rollouts/ledger-side";
 import { serverHealthEffect } from "../fleetlock/ledger-side";
@@ -38,19 +37,6 @@ export type LedgerEffectKind =
   | "feed";
 
 export type LedgerOutbox = Outbox<LedgerEffectKind>;
-
-/**
- * What the ledger's decision modules are given: its storage, its outbox, the time, and whether its
- * host is connected on the channel now (the index's staleness is leased meanwhile, ./projection.ts).
- */
-export interface LedgerDeps {
-  store: LedgerStore;
-  outbox: LedgerOutbox;
-  clock: () => number;
-  /** Whether the host's index row is leased: its socket or the quiet watch (./quiet.ts) watches it. */
-  leased: () => boolean;
-  quiet: QuietWatch;
-}
 
 /** The server's token row in D1 (listing, and telling a server token apart on operator routes). */
 export interface TokenRowPayload {
@@ -183,9 +169,11 @@ function tokenRowStatements(d: Db, t: TokenRowPayload) {
     });
 }
 
+/** What the effects are delivered with. */
 export interface LedgerEffectWiring {
   env: () => Env;
   db: () => Db;
+  clock: () => number;
   store: LedgerStore;
   /** A cleanup step reached its receiver (./decommission.ts takes the cleanup on from there). */
   cleaned: (step: CleanupStep) => void;
@@ -281,7 +269,7 @@ function projectEffect(w: LedgerEffectWiring): Effect {
       if (!state) return [];
       const mark = w.store.projected();
       const leased = w.leased();
-      const p = buildProjection(state.record, state.desired, state.report, Date.now(), leased);
+      const p = buildProjection(state.record, state.desired, state.report, w.clock(), leased);
       const written = mark && !mark.dirty && mark.written ? mark.written : null;
       const lastSeen = p.server.lastSeen ?? null;
       const due = lastSeen != null && lastSeenDue(mark, lastSeen, state.record.stale_after_s, leased);

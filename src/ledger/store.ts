@@ -85,10 +85,12 @@ export class LedgerStore {
   private refreshMemo?: RefreshState | null;
   /** open() checked (and upgraded) the format: load() need not read it again. */
   private formatKnown = false;
-  /** Called after every write, in the writer's turn. */
-  onChange: () => void = () => {};
 
-  constructor(private readonly storage: DurableObjectStorage) {}
+  constructor(
+    private readonly storage: DurableObjectStorage,
+    /** Called after every write, in the writer's turn. */
+    private readonly onChange: () => void = () => {},
+  ) {}
 
   private get kv() {
     return this.storage.kv;

@@ -6,9 +6,11 @@ import type { Target } from "./machine";
 import type { BlockedBy } from "../model/blocked-by";
 
 export const view = (s: RolloutSummary) => {
-  const { version_seq, created_at, ended_at, warnings, ...rest } = s;
+  const { version_seq, created_at, ended_at, warnings, steps, analysis, ...rest } = s;
   return {
     ...rest,
+    steps: steps.map((st) => ({ ...st, started_at: isoOrNull(st.started_at), until: isoOrNull(st.until) })),
+    analysis: analysis.map((a) => ({ ...a, at: iso(a.at) })),
     warnings: warnings.map((w) => ({ ...w, at: iso(w.at) })),
     created_at: iso(created_at),
     ended_at: isoOrNull(ended_at),

@@ -98,7 +98,7 @@ const span = (s: number) =>
   s < 90 ? `${s} s` : s < 5400 ? `${Math.round(s / 60)} min` : `${Math.round((s / 3600) * 10) / 10} h`;
 
 async function agentPage(v: View) {
-  if (!v.fleet) return render(v, "overview", "Agent", <NoFleet />);
+  if (!v.fleet) return render(v, "overview", "Agent", <NoFleet session={v.session} />);
   const name = v.c.req.param("agent") ?? "";
   if (!agentName.safeParse(name).success)
     return render(v, "overview", "Not found", <p role="alert">No agent can be called that.</p>, 404);
