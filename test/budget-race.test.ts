@@ -200,4 +200,51 @@ describe("one disruption budget for reboots and rollouts", () => {
     await reconcileApplying(r.id, hosts);
     expect((await getRollout(r.id)).state).toBe("succeeded");
   });
+  it("a strategy's next step is not released while its canary waits for the budget", async () => {
+    const f = await fleetWithKey();
+    await putGroup(f.fleet, "default", { slots: 2 });
+    await call("PATCH", `/v1/fleets/${f.fleet}`, {
+      body: { disruption_budget: { max_unavailable: 1, per_label: {} } },
+    });
+    const hosts = await zonedFleet(f.fleet, 1);
+    expect((await zincati(f.baseUrl, "pre-reboot", hosts[0].fleetlockId)).status).toBe(200);
+    const r = await startRollout({
+      fleet: f.fleet,
+      concurrency: 3,
+      selector: { servers: hosts.slice(1).map((h) => h.id) },
+      strategy: {
+        steps: [
+          { type: "canary", count: 1 },
+          { type: "wave", percent: 100 },
+        ],
+      },
+    });
+    // The canary has not run: the wave must not start (and ask for budget) past it.
+    expect((await getRollout(r.id)).counts).toMatchObject({ waiting_budget: 1, queued: 2, applying: 0 });
+    expect((await call("GET", `/v1/rollouts/${r.id}`)).json.current_phase).toBe(0);
+    expect((await zincati(f.baseUrl, "steady-state", hosts[0].fleetlockId)).status).toBe(200);
+    await flushCoordinator(f.fleet);
+    await drain(r.id);
+    expect((await getRollout(r.id)).counts).toMatchObject({ waiting_budget: 0, queued: 2, applying: 1 });
+  });
+
+  it("an operator may end a target waiting for the budget: it is skipped and the rollout finishes", async () => {
+    const f = await fleetWithKey();
+    await putGroup(f.fleet, "default", { slots: 2 });
+    await call("PATCH", `/v1/fleets/${f.fleet}`, {
+      body: { disruption_budget: { max_unavailable: 1, per_label: {} } },
+    });
+    const hosts = await zonedFleet(f.fleet, 1);
+    expect((await zincati(f.baseUrl, "pre-reboot", hosts[0].fleetlockId)).status).toBe(200);
+    const r = await startRollout({ fleet: f.fleet, selector: { servers: [hosts[1].id] } });
+    expect((await getRollout(r.id)).counts).toMatchObject({ waiting_budget: 1 });
+    const ended = await call("POST", `/v1/rollouts/${r.id}/targets/${hosts[1].hostname}/end`, {
+      body: { reason: "not this one" },
+    });
+    expect(ended.status).toBe(200);
+    expect(ended.json.target).toMatchObject({ state: "skipped" });
+    const after = await getRollout(r.id);
+    expect(after.counts).toMatchObject({ waiting_budget: 0, skipped: 1 });
+    expect(after.state).toBe("succeeded");
+  });
 });
