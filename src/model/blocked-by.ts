@@ -27,7 +27,6 @@ const BLOCKED_BY_KINDS = [
   /** earlier hosts in the group's queue go first; `servers` are ahead */
   "queue",
 ] as const;
-type BlockedByKind = (typeof BLOCKED_BY_KINDS)[number];
 
 const BlockedBySchema = z
   .object({
