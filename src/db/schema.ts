@@ -536,3 +536,42 @@ export const imageDeletions = sqliteTable("image_deletions", {
   uploadId: text("upload_id"),
   at: integer("at").notNull(),
 });
+
+// ---------------------------------------------------------------------------------------------
+// Sign-in through an identity provider (src/sso/): who gets what, by email or group, and the
+// sessions minted for signed-in users. A session IS a short-lived operator token (a `tokens` row
+// with expires_at, scope and fleets from the mapping), so one code path authenticates everything;
+// `sso_sessions` only says whose it is and through which provider, for the admins' list.
+// ---------------------------------------------------------------------------------------------
+
+export const ssoMappings = sqliteTable(
+  "sso_mappings",
+  {
+    id: text("id").primaryKey(),
+    /** "email" (lower-cased) or "group" (as the provider spells it). */
+    kind: text("kind", { enum: ["email", "group"] }).notNull(),
+    value: text("value").notNull(),
+    scope: text("scope", { enum: OPERATOR_SCOPES }).notNull(),
+    fleets: text("fleets", { mode: "json" }).$type<"*" | string[]>().notNull(),
+    description: text("description"),
+    createdBy: text("created_by").notNull(),
+    createdAt: integer("created_at").notNull(),
+  },
+  (t) => [uniqueIndex("sso_mappings_match_idx").on(t.kind, t.value)],
+);
+
+export const ssoSessions = sqliteTable(
+  "sso_sessions",
+  {
+    /** The operator token this session is. */
+    tokenId: text("token_id").primaryKey(),
+    provider: text("provider", { enum: ["access", "oidc"] }).notNull(),
+    subject: text("subject").notNull(),
+    email: text("email"),
+    /** "console" or "cli": where the user signed in. */
+    client: text("client", { enum: ["console", "cli"] }).notNull(),
+    createdAt: integer("created_at").notNull(),
+    expiresAt: integer("expires_at").notNull(),
+  },
+  (t) => [index("sso_sessions_expires_idx").on(t.expiresAt)],
+);
