@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { exportJWK, generateKeyPair, SignJWT, type CryptoKey, type JWK } from "jose";
 import { call, createFleet, uniq } from "./helpers";
+import { consoleFetch, cookiesOf, SESSION } from "./console-helpers";
 
 const ISSUER = "https://hm-test.cloudflareaccess.com";
 const CERTS = `${ISSUER}/cdn-cgi/access/certs`;
@@ -172,5 +173,41 @@ describe("Cloudflare Access sign-in", () => {
     const jwt = await assertion(current, { email: "nobody@example.com", groups: ["unmapped"] });
     const res = await call("GET", "/v1/fleets", { headers: { "Cf-Access-Jwt-Assertion": jwt } });
     expect(res.status).toBe(200);
+  });
+
+  it("signs a console visitor in from the CF_Authorization cookie, as a listed session that ending closes", async () => {
+    const email = `${uniq("cara")}@example.com`;
+    const jwt = await assertion(current, { email, groups: [group] });
+    const first = await consoleFetch("/console/audit?x=1", { cookie: `CF_Authorization=${jwt}` });
+    expect(first.status).toBe(303);
+    expect(first.headers.get("Location")).toBe("/console/audit?x=1");
+    const cookie = `${SESSION}=${cookiesOf(first)[SESSION].value}`;
+    expect((await consoleFetch("/console/audit", { cookie })).status).toBe(200);
+
+    const sessions = await call("GET", "/v1/sso/sessions");
+    const mine = sessions.json.items.find((x: { email: string }) => x.email === email);
+    expect(mine).toMatchObject({ provider: "access", client: "console", scope: "write", fleets: [fleetA] });
+    const token = await call("GET", `/v1/tokens/${mine.token_id}`);
+    expect(token.json.description).toBe(`${email} signed in through Cloudflare Access (console)`);
+    expect(Date.parse(token.json.expires_at)).toBeLessThanOrEqual(Date.now() + 600_000);
+
+    expect((await call("DELETE", `/v1/sso/sessions/${mine.token_id}`)).status).toBe(200);
+    const after = await consoleFetch("/console/audit", { cookie });
+    expect(after.status).toBe(303);
+    expect(after.headers.get("Location")).toContain("/console/sign-in");
+    const listed = await call("GET", "/v1/sso/sessions");
+    expect(listed.json.items.some((x: { token_id: string }) => x.token_id === mine.token_id)).toBe(false);
+  });
+
+  it("refuses a console visitor no mapping names, and one with a forged cookie, without a session", async () => {
+    const unmapped = await assertion(current, { email: "zed@example.com", groups: ["nobody"] });
+    const res = await consoleFetch("/console", { cookie: `CF_Authorization=${unmapped}` });
+    expect(res.status).toBe(403);
+    expect(await res.text()).toContain("no SSO mapping");
+    expect(cookiesOf(res)[SESSION]).toBeUndefined();
+    const forged = await assertion(await newKey(current.kid), { email: "ana@example.com", groups: [group] });
+    const bad = await consoleFetch("/console", { cookie: `CF_Authorization=${forged}` });
+    expect(bad.status).toBe(401);
+    expect(cookiesOf(bad)[SESSION]).toBeUndefined();
   });
 });

@@ -74,9 +74,14 @@ async function unseal(sessionId: string, sealed: string) {
 }
 
 /** Starts a session for a token the API has just accepted; sets the cookie. */
-export async function startSession(c: Context, token: { id: string; scope: Scope; secret: string }) {
+export async function startSession(
+  c: Context,
+  token: { id: string; scope: Scope; secret: string; expiresAt?: number },
+) {
   const sessionId = randomSecret();
   const now = Date.now();
+  // A short-lived token (an SSO sign-in) ends its session when it expires.
+  const expiresAt = Math.min(now + SESSION_TTL_S * 1000, token.expiresAt ?? Number.POSITIVE_INFINITY);
   const db = getDb((c.env as Env).DB);
   await db.batch([
     // Expired sessions go as new ones come, through the expiry index.
@@ -88,10 +93,10 @@ export async function startSession(c: Context, token: { id: string; scope: Scope
       csrf: randomSecret(),
       sealedToken: await seal(sessionId, token.secret),
       createdAt: now,
-      expiresAt: now + SESSION_TTL_S * 1000,
+      expiresAt,
     }),
   ]);
-  setConsoleCookie(c, SESSION_COOKIE, sessionId, SESSION_TTL_S);
+  setConsoleCookie(c, SESSION_COOKIE, sessionId, Math.max(1, Math.floor((expiresAt - now) / 1000)));
 }
 
 /**
