@@ -1,3 +1,19 @@
+CREATE TABLE `sso_logins` (
+	`state_hash` text PRIMARY KEY NOT NULL,
+	`client` text NOT NULL,
+	`verifier` text NOT NULL,
+	`nonce` text NOT NULL,
+	`return_to` text NOT NULL,
+	`browser_hash` text,
+	`cli_challenge` text,
+	`code_hash` text,
+	`identity` text,
+	`created_at` integer NOT NULL,
+	`expires_at` integer NOT NULL
+);
+--> statement-breakpoint
+CREATE UNIQUE INDEX `sso_logins_code_idx` ON `sso_logins` (`code_hash`);--> statement-breakpoint
+CREATE INDEX `sso_logins_expires_idx` ON `sso_logins` (`expires_at`);--> statement-breakpoint
 CREATE TABLE `sso_mappings` (
 	`id` text PRIMARY KEY NOT NULL,
 	`kind` text NOT NULL,

@@ -73,7 +73,7 @@ export const hasScope = (principal: Principal, scope: Scope) =>
  * the scope and fleets the SSO mappings give them (none: refused). Checked on every request, so
  * a mapping removed takes effect at once; the keys are cached (src/sso/access.ts).
  */
-export async function accessPrincipal(env: AppEnv["Bindings"], jwt: string): Promise<OperatorPrincipal> {
+async function accessPrincipal(env: AppEnv["Bindings"], jwt: string): Promise<OperatorPrincipal> {
   const config = accessConfig(env);
   if (!config) throw unauthorized();
   const { who, exp } = await verifyAccessJwt(config, jwt);

@@ -36,12 +36,18 @@ const isLoopback = (url: string) => LOOPBACK.has(new URL(url).hostname);
 /** The __Host- prefix pins the cookie to this origin; it requires Secure, so loopback goes without. */
 const cookieName = (c: Context, base: string) => (isLoopback(c.req.url) ? base : `__Host-${base}`);
 
-export function setConsoleCookie(c: Context, base: string, value: string, maxAge: number) {
+export function setConsoleCookie(
+  c: Context,
+  base: string,
+  value: string,
+  maxAge: number,
+  sameSite: "Strict" | "Lax" = "Strict",
+) {
   setCookie(c, cookieName(c, base), value, {
     path: "/",
     httpOnly: true,
     secure: !isLoopback(c.req.url),
-    sameSite: "Strict",
+    sameSite,
     maxAge,
   });
 }

@@ -575,3 +575,36 @@ export const ssoSessions = sqliteTable(
   },
   (t) => [index("sso_sessions_expires_idx").on(t.expiresAt)],
 );
+
+/**
+ * OpenID Connect sign-ins under way: one row from the redirect to the provider until the callback
+ * (console) or until `hm` exchanges its one-time code (cli). Consumed by deleting it, so a state or
+ * a code works once; rows older than their expiry are deleted as new ones come.
+ */
+export const ssoLogins = sqliteTable(
+  "sso_logins",
+  {
+    /** SHA-256 of the `state` sent to the provider. */
+    stateHash: text("state_hash").primaryKey(),
+    client: text("client", { enum: ["console", "cli"] }).notNull(),
+    /** The PKCE code_verifier for the provider (S256 challenge sent). */
+    verifier: text("verifier").notNull(),
+    nonce: text("nonce").notNull(),
+    /** Console: the page to return to; cli: hm's loopback URL. */
+    returnTo: text("return_to").notNull(),
+    /** Console: SHA-256 of the browser's hm_sso cookie, so the callback completes only in that browser. */
+    browserHash: text("browser_hash"),
+    /** Cli: hm's own S256 challenge; its verifier is needed to exchange the one-time code. */
+    cliChallenge: text("cli_challenge"),
+    /** Cli, after the callback: SHA-256 of the one-time code handed to hm's loopback listener. */
+    codeHash: text("code_hash"),
+    identity: text("identity", { mode: "json" }).$type<{
+      subject: string;
+      email: string | null;
+      groups: string[];
+    }>(),
+    createdAt: integer("created_at").notNull(),
+    expiresAt: integer("expires_at").notNull(),
+  },
+  (t) => [uniqueIndex("sso_logins_code_idx").on(t.codeHash), index("sso_logins_expires_idx").on(t.expiresAt)],
+);

@@ -14,7 +14,10 @@ import { validationHook } from "../http/validation";
 import { iso } from "../lib/time";
 import { actorOf } from "../domain/principal";
 import { requireScope } from "../auth/principal";
-import { SsoMapping, SsoMappingInput, SsoSession } from "./schemas";
+import { CliExchange, CliStart, SsoMapping, SsoMappingInput, SsoSession } from "./schemas";
+import { exchangeCliCode, startLogin } from "./logins";
+import { oidcConfig } from "./oidc";
+import { DomainError } from "../domain/errors";
 import { activeSessions, createMapping, deleteMapping, endSsoSession, listMappings } from "./service";
 import type { SsoMappingRow } from "./store";
 
@@ -130,5 +133,67 @@ export const ssoRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook }
     async (c) => {
       const { token } = await endSsoSession(c.env, actorOf(c.var.principal), c.req.valid("param").token_id);
       return c.json({ token_id: token.id, ended_at: iso(token.revokedAt ?? Date.now()) }, 200);
+    },
+  )
+  .openapi(
+    createRoute({
+      method: "post",
+      path: "/cli/start",
+      operationId: "startCliSignIn",
+      tags: ["sso"],
+      summary: "hm login --sso: the provider's URL for the browser; it comes back to hm's loopback listener",
+      description: "Unauthenticated: it is how a user without a token gets one.",
+      security: [],
+      request: { body: jsonBody(CliStart) },
+      responses: {
+        200: jsonResponse(z.object({ url: z.string() }), "Where to send the browser"),
+        ...commonErrors,
+        ...notFoundError,
+      },
+    }),
+    async (c) => {
+      const config = oidcConfig(c.env);
+      if (!config) throw new DomainError("not_found", "OpenID Connect sign-in is not configured on this deployment");
+      const input = c.req.valid("json");
+      const url = await startLogin(c.env, config, {
+        origin: new URL(c.req.url).origin,
+        client: "cli",
+        returnTo: input.redirect_uri,
+        cliChallenge: input.code_challenge,
+      });
+      return c.json({ url }, 200);
+    },
+  )
+  .openapi(
+    createRoute({
+      method: "post",
+      path: "/cli/exchange",
+      operationId: "exchangeCliSignIn",
+      tags: ["sso"],
+      summary: "hm login --sso: the one-time code and hm's verifier for a short-lived operator token",
+      description: "Unauthenticated: the one-time code and the PKCE verifier are the proof.",
+      security: [],
+      request: { body: jsonBody(CliExchange) },
+      responses: {
+        200: jsonResponse(
+          z.object({
+            token: z.string(),
+            token_id: z.string(),
+            scope: z.enum(["read", "write", "admin"]),
+            fleets: z.union([z.literal("*"), z.array(z.string())]),
+            expires_at: z.string(),
+          }),
+          "The session's token",
+        ),
+        ...commonErrors,
+      },
+    }),
+    async (c) => {
+      const input = c.req.valid("json");
+      const s = await exchangeCliCode(c.env, { code: input.code, verifier: input.code_verifier });
+      return c.json(
+        { token: s.token, token_id: s.id, scope: s.scope, fleets: s.fleets, expires_at: iso(s.expiresAt) },
+        200,
+      );
     },
   );

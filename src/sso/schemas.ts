@@ -52,3 +52,22 @@ export const SsoSession = z
     expires_at: z.string(),
   })
   .openapi("SsoSession");
+
+/** hm's loopback listener: plain http on a loopback address with a port, nothing else. */
+const loopbackUri = z
+  .url()
+  .max(200)
+  .refine((v) => {
+    const u = URL.parse(v);
+    return !!u && u.protocol === "http:" && ["127.0.0.1", "[::1]", "localhost"].includes(u.hostname) && u.port !== "";
+  }, "redirect_uri must be http://127.0.0.1:<port>/… (hm's loopback listener)");
+const b64url43 = z.string().regex(/^[A-Za-z0-9_-]{43,128}$/, "43-128 characters of base64url");
+
+export const CliStart = z
+  .strictObject({
+    redirect_uri: loopbackUri,
+    code_challenge: b64url43.openapi({ description: "base64url(SHA-256(code_verifier)), as PKCE's S256" }),
+  })
+  .openapi("CliSignInStart");
+
+export const CliExchange = z.strictObject({ code: b64url43, code_verifier: b64url43 }).openapi("CliSignInExchange");
