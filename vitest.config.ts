@@ -30,6 +30,10 @@ export default defineConfig(async () => {
   // looks for it in the environment and warns once per test file when it is not there. The
   // binding below is what the tests use; this only satisfies that check.
   process.env.ADMIN_TOKEN ??= ADMIN_TOKEN;
+  // With [secrets] in wrangler.toml, wrangler reads process.env for them and logs "Using secrets
+  // defined in process.env" once per test file, at its `log` level (it has no quiet option for
+  // the pool's call): its warnings and errors still show. WRANGLER_LOG=log (or debug) brings it back.
+  process.env.WRANGLER_LOG ??= "warn";
   const migrations = await readD1Migrations("./migrations");
   const worker = (main?: string) =>
     cloudflareTest({

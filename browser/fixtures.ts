@@ -24,7 +24,8 @@ export const test = base.extend<{}, { hosts: void }>({
 });
 export { expect };
 
-export async function signIn(page: Page, token = seed.admin, next = "/console") {
+/** Signs in and lands on `next` (the seeded fleet's overview: /console alone lists fleets once there are several). */
+export async function signIn(page: Page, token = seed.admin, next = `/console?fleet=${seed?.fleet}`) {
   await page.goto(url(`/console/sign-in?next=${encodeURIComponent(next)}`));
   await page.getByLabel("Operator token").fill(token);
   await page.getByRole("button", { name: "Sign in" }).click();

@@ -6,6 +6,7 @@
 import type { ClientResponse } from "hono/client";
 import { createClient, type Client } from "../src/client/index.ts";
 import { ApiError, apiErrorOf, type FetchLike } from "../agent/http.ts";
+import type { FleetHistory as FleetHistoryJson } from "../src/history/schemas.ts";
 
 export { ApiError };
 
@@ -36,6 +37,7 @@ export type Role = Awaited<ReturnType<Methods["listRoles"]>>[number];
 export type FleetPatch = Parameters<Methods["patchFleet"]>[1];
 type AgentBuild = Awaited<ReturnType<Methods["getAgentBuild"]>>;
 export type Image = Awaited<ReturnType<Methods["getImage"]>>;
+export type FleetHistory = Awaited<ReturnType<Methods["history"]>>;
 interface Page<T> {
   items: T[];
   next_cursor: string | null;
@@ -201,7 +203,7 @@ function methods(c: Client) {
     controlRollout: (id: string, action: "pause" | "resume" | "cancel" | "rollback") =>
       ok(c.v1.rollouts[":id"][action].$post({ param: { id } })),
 
-    // enrollment and agent builds (issue 25)
+    // enrollment and agent builds (docs/images-and-enrollment.md)
     listEnrollmentTokens: (fleet: string) =>
       all((cursor) =>
         ok(c.v1.fleets[":fleet"]["enrollment-tokens"].$get({ param: { fleet }, query: { limit: PAGE, cursor } })),
@@ -213,6 +215,11 @@ function methods(c: Client) {
     revokeEnrollmentToken: (fleet: string, id: string) =>
       ok(c.v1.fleets[":fleet"]["enrollment-tokens"][":id"].$delete({ param: { fleet, id } })),
     getAgentBuild: (target: string) => ok(c.v1.agent.builds[":target"].$get({ param: { target } })),
+
+    // history
+    // The route also answers text/csv (historyCsv below); this asks for, and gets, its JSON.
+    history: async (fleet: string, query: { metric?: string; since?: string; agent?: string }) =>
+      (await ok(c.v1.fleets[":fleet"].history.$get({ param: { fleet }, query }))) as FleetHistoryJson,
 
     // upgrades, audit
     upgrades: (query: { limit?: number; cursor?: string } = {}) =>
@@ -303,6 +310,16 @@ export class Api {
       size: number;
       upload: { part_size: number; parts: number; received: number[] };
     };
+  }
+
+  /** The fleet's history as CSV (`?format=csv`): text, so outside the typed client's JSON. */
+  async historyCsv(fleet: string, query: { metric?: string; since?: string; agent?: string }) {
+    const url = this.client.v1.fleets[":fleet"].history.$url({ param: { fleet }, query: {} });
+    for (const [k, v] of Object.entries(query)) if (v !== undefined) url.searchParams.set(k, v);
+    url.searchParams.set("format", "csv");
+    const res = await this.fetchImpl(url.toString(), { headers: { Authorization: `Bearer ${this.token}` } });
+    if (!res.ok) throw await apiErrorOf(res);
+    return res.text();
   }
 
   /** GET a server with its view's ETag. */

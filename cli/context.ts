@@ -26,6 +26,8 @@ export type Action = (ctx: Ctx, ...args: any[]) => Promise<void>;
 export function act(io: Io, fn: Action) {
   return async function (this: Command, ...args: unknown[]) {
     const ctx = new Ctx(io, this);
+    if (ctx.format === "csv" && !writesCsv.has(this))
+      throw new Exit(2, "-o csv: only hm history writes CSV; use -o json or -o yaml here");
     try {
       await fn(ctx, ...args);
     } catch (err) {
@@ -38,6 +40,15 @@ export function act(io: Io, fn: Action) {
       throw err;
     }
   };
+}
+
+/** The commands that write CSV for -o csv (csvCommand). */
+const writesCsv = new WeakSet<Command>();
+
+/** Marks a command as one that writes -o csv. */
+export function csvCommand(cmd: Command): Command {
+  writesCsv.add(cmd);
+  return cmd;
 }
 
 /** "refused by URL (the URL from …); token from …": for 401 and 403 answers. */

@@ -40,7 +40,8 @@ export class Exit extends Error {
   }
 }
 
-export const FORMATS = ["table", "wide", "json", "yaml", "name"] as const;
+/** `csv` only where a command says it writes CSV (hm history): act() refuses it elsewhere. */
+export const FORMATS = ["table", "wide", "json", "yaml", "name", "csv"] as const;
 export type Format = (typeof FORMATS)[number];
 
 export interface OutputOptions {

@@ -27,6 +27,7 @@ import { registerWebhooks } from "./commands/webhooks.ts";
 import { registerEnrollTokens } from "./commands/enroll-tokens.ts";
 import { registerAgent } from "./commands/agent.ts";
 import { registerImages } from "./commands/images.ts";
+import { registerHistory } from "./commands/history.ts";
 
 export function buildProgram(io: Io): Command {
   const program = new Command("hm")
@@ -37,9 +38,10 @@ export function buildProgram(io: Io): Command {
       new Option("--context <name>", "use this context of the config file (hm context list)").env("HM_CONTEXT"),
     )
     .addOption(
-      new Option("-o, --output <format>", "table, wide (more columns), json or yaml (the API's objects)").choices(
-        FORMATS,
-      ),
+      new Option(
+        "-o, --output <format>",
+        "table, wide (more columns), json or yaml (the API's objects), name; csv for hm history",
+      ).choices(FORMATS),
     )
     .option("--json", "the same as -o json")
     .option("--no-headers", "tables without their header row")
@@ -68,6 +70,7 @@ export function buildProgram(io: Io): Command {
     registerAgent,
     registerUpgrades,
     registerAudit,
+    registerHistory,
     registerCheck,
     registerWait,
     registerRollouts,

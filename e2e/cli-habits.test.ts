@@ -36,6 +36,19 @@ const failedReport = (generation: number) => ({
 });
 
 describe("hm names servers by hostname", () => {
+  it("lists hostnames in natural order: sim-2 before sim-10", async () => {
+    const fleet = fresh("nat");
+    await api.createFleet({ id: fleet });
+    for (const h of ["sim-10", "sim-2", "sim-1"]) await api.registerServer({ fleet, hostname: h, kind: "managed" });
+    const list = await hm(["servers", "--fleet", fleet, "--no-headers"]);
+    expect(
+      list.stdout
+        .trim()
+        .split("\n")
+        .map((l) => l.split(/\s+/)[0]),
+    ).toEqual(["sim-1", "sim-2", "sim-10"]);
+  });
+
   it("show, desired, patch --role, refresh, rotate-token, release, instances and audit by hostname; lists sorted by hostname", async () => {
     const fleet = fresh("hn");
     await api.createFleet({ id: fleet });

@@ -178,7 +178,11 @@ describe("every hm command answers -o json in one shape", () => {
     await run("diff", ["-f", join(specDir, `${fleet}.json`)], "list");
     await run("apply", ["-f", join(specDir, `${fleet}.json`)], "list");
     await run("roles delete", ["edge", "--fleet", fleet], "object");
-    const token = await run("tokens create", ["--name", "walk", "--scope", "read"], "object");
+    const token = await run(
+      "tokens create",
+      ["--name", "walk", "--scope", "read", "--fleet", fleet, "--expires", "30d", "--description", "the walk"],
+      "object",
+    );
     await run("tokens list", [], "list");
     await run("tokens revoke", [token.id], "object");
     const mapping = await run(
@@ -190,6 +194,7 @@ describe("every hm command answers -o json in one shape", () => {
     await run("sso mappings remove", [mapping.id], "object");
     await run("sessions list", [], "list");
     await run("audit", ["--limit", "3"], "list");
+    await run("history", ["--fleet", fleet, "--since", "1h"], "object");
     await run("upgrades", [], "object");
     await run("upgrades run", [], "object");
     await run("servers decommission", [b.id, "--force", "--reason", "walk"], "object");
@@ -211,6 +216,45 @@ describe("every hm command answers -o json in one shape", () => {
     expect((await hm(["--json", "reboot-groups", "--fleet", fleet])).json()).toEqual(
       (await hm(["-o", "json", "reboot-groups", "--fleet", fleet])).json(),
     );
+  });
+});
+
+describe("hm history", () => {
+  it("prints the rollup as tables, the API's CSV with -o csv, only the metrics asked for; -o csv elsewhere is a usage error", async () => {
+    const fleet = fresh("hist");
+    await api.createFleet({ id: fleet });
+    for (const h of [`h1.${fleet}.test`, `h2.${fleet}.test`])
+      await api.registerServer({ fleet, hostname: h, kind: "managed" });
+    // One cron tick at the start of a period rolls every fleet up.
+    const at = Date.now() - (Date.now() % 300_000) + 1_000;
+    expect((await fetch(`${url}/__scheduled?cron=${encodeURIComponent("* * * * *")}&time=${at}`)).ok).toBe(true);
+    await expect
+      .poll(async () => (await api.history(fleet, { metric: "servers" })).servers?.length ?? 0, { timeout: 15_000 })
+      .toBeGreaterThan(0);
+
+    const table = await hm(["history", "--fleet", fleet]);
+    expect(table.code, table.stderr).toBe(0);
+    expect(table.stdout).toMatch(/Servers by status/);
+    expect(table.stdout).toMatch(/NEVER REPORTED/);
+    expect(table.stdout).toMatch(/Per day \(UTC\)/);
+
+    const csv = await hm(["-o", "csv", "history", "--fleet", fleet, "--metric", "servers"]);
+    expect(csv.code, csv.stderr).toBe(0);
+    const lines = csv.stdout.trimEnd().split("\r\n");
+    expect(lines[0]).toBe("at,metric,agent,series,value");
+    expect(lines).toContainEqual(expect.stringMatching(/,servers,,unknown,2$/));
+    expect(lines.every((l, i) => i === 0 || l.split(",")[1] === "servers")).toBe(true);
+
+    const json = (await hm(["-o", "json", "history", "--fleet", fleet, "--metric", "reboots,rollouts"])).json();
+    expect(json.metrics).toEqual(["reboots", "rollouts"]);
+    expect(json.servers).toBeUndefined();
+
+    const typo = await hm(["history", "--fleet", fleet, "--metric", "cpu"]);
+    expect(typo.code).toBe(2);
+    expect(typo.stderr).toMatch(/servers, versions, reboots, rollouts/);
+    const elsewhere = await hm(["-o", "csv", "fleets"]);
+    expect(elsewhere.code).toBe(2);
+    expect(elsewhere.stderr).toMatch(/only hm history writes CSV/);
   });
 });
 

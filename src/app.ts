@@ -32,10 +32,11 @@ import { checkRoutes } from "./check/routes";
 import { intentRoutes } from "./intent/routes";
 import { MAX_BODY_BYTES } from "./domain/limits";
 import { rolloutRoutes } from "./rollouts/routes";
-import { fleetSummaryRoutes } from "./fleets/summary.routes";
+import { historyRoutes } from "./history/routes";
+import { fleetSummaryRoutes } from "./status/summary.routes";
 import { consoleRoutes } from "./console/routes";
 import { specRoutes } from "./specs/routes";
-import { statusRoutes } from "./servers/status.routes";
+import { statusRoutes } from "./status/routes";
 import { enrollmentTokenRoutes, enrollRoutes } from "./enrollment/routes";
 import { agentBuildRoutes, installRoutes } from "./agent-builds/routes";
 import { except } from "hono/combine";
@@ -98,7 +99,7 @@ export function createApp() {
     .route("/v1/fleets", specRoutes)
     // hm status in one request.
     .route("/v1/status", statusRoutes)
-    // Enrollment and the agent's builds (issue 25).
+    // Enrollment (docs/images-and-enrollment.md) and the agent's builds.
     .route("/v1/fleets", enrollmentTokenRoutes)
     .route("/v1/agent", enrollRoutes)
     .route("/v1/agent", agentBuildRoutes)
@@ -106,6 +107,8 @@ export function createApp() {
     // The image catalog, and its bytes for hosts.
     .route("/v1/images", imageRoutes)
     .route("/v1/agent", imageBlobRoutes)
+    // The fleets' history (the cron's rollup).
+    .route("/v1/fleets", historyRoutes)
     // FleetLock (hosts) sits outside /v1: its own body limit, no JSON Content-Type rule, its own error body.
     .route("/fleetlock", fleetlockRoutes);
 

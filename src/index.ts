@@ -8,7 +8,7 @@ import { runScheduled } from "./scheduled";
 export { ServerLedger } from "./ledger/durable-object";
 export { RebootCoordinator } from "./fleetlock/durable-object";
 export { Rollout } from "./rollouts/durable-object";
-export { ConsoleFeed } from "./console/feed-object";
+export { ConsoleFeed } from "./notices/feed-object";
 
 const app = createApp();
 

@@ -7,6 +7,7 @@ import { sendStaleEvents } from "./webhooks/stale";
 import { logLine } from "./lib/log";
 import { redriveRollouts } from "./rollouts/service";
 import { sweepImages } from "./images/service";
+import { rollupIfDue } from "./history/rollup.service";
 
 /** Cron: upgrade steps first (they may change what reconciliation reads), then reconciliation. */
 export async function runScheduled(controller: ScheduledController, env: Env) {
@@ -25,7 +26,7 @@ export async function runScheduled(controller: ScheduledController, env: Env) {
     return;
   }
   // Planner backstop: only servers whose inputs changed (plan_marks), never a scan of every server.
-  // (Staleness is not marked here: it is read from stale_at, src/servers/staleness.ts.)
+  // (Staleness is not marked here: it is read from stale_at, src/model/server/staleness.ts.)
   await runPlanner(env, { budgetMs: 20_000 });
   // Coordinator work owed by fleet changes (settings pushes, wipes of deleted fleets).
   await runFleetTasks(env);
@@ -35,6 +36,8 @@ export async function runScheduled(controller: ScheduledController, env: Env) {
   );
   // Image uploads abandoned for a day are aborted; R2 deletes a crash left owed are done.
   await sweepImages(env, Date.now()).catch((err) => logLine("warn", "image sweep failed", { error: String(err) }));
+  // The fleets' history: the first tick of each period rolls up (rows only for fleets that changed).
+  await rollupIfDue(env, Date.now()).catch((err) => logLine("warn", "history rollup failed", { error: String(err) }));
   // Rollouts advance on their own (ledger events, their alarms); this only re-drives quiet ones.
   await redriveRollouts(env, controller.scheduledTime);
 }

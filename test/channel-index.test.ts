@@ -130,7 +130,7 @@ describe("a connected host's heartbeat", () => {
     const first = await stored();
     // Long after the HTTP route would have stored it, an unchanged report is still kept in memory only.
     await runInDurableObject(ledger(s.id), (instance) => {
-      const cache = (instance as any).store.load();
+      const cache = (instance as any).parts.store.load();
       cache.persistedAt -= 10 * 60_000;
     });
     await sleep(5);

@@ -33,16 +33,30 @@ describe("console answers", () => {
     expect(html).not.toMatch(/(src|href)="(https?:)?\/\//);
   });
 
-  it("serve the client module and the stylesheet under content-hashed names, cached for a year, within 60 KB compressed", async () => {
+  it("serve the client module, the stylesheet and the favicon under content-hashed names, cached for a year, within 60 KB compressed", async () => {
     let total = 0;
     for (const asset of Object.values(ASSETS)) {
-      expect(asset.path).toMatch(/\.[0-9a-f]{8}\.(js|css)$/);
+      expect(asset.path).toMatch(/\.[0-9a-f]{8}\.(js|css|svg)$/);
       const res = await SELF.fetch(`${BASE}${asset.path}`);
       expect(res.status).toBe(200);
       expect(res.headers.get("Cache-Control")).toBe("public, max-age=31536000, immutable");
       total += await gzippedSize(await res.text());
     }
     expect(total).toBeLessThan(60 * 1024);
+  });
+
+  it("answer an address that is no page with an HTML 404 page, not the API's JSON 405", async () => {
+    const s = await signIn();
+    for (const path of ["/console/rollouts/not-a-uuid", "/console/servers/under_score", "/console/nothing-here"]) {
+      const res = await consoleFetch(path, { cookie: s.cookie });
+      expect(res.status, path).toBe(404);
+      expect(res.headers.get("Content-Type"), path).toMatch(/^text\/html/);
+      expect(res.headers.get("Content-Security-Policy"), path).toContain("default-src 'none'");
+      expect(await res.text(), path).toContain("Not found");
+    }
+    const icon = await SELF.fetch(`${BASE}/favicon.ico`, { redirect: "manual" });
+    expect(icon.status).toBe(301);
+    expect(icon.headers.get("Location")).toBe(ASSETS.icon.path);
   });
 
   it("ship a client module that parses as JavaScript", () => {

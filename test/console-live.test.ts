@@ -4,7 +4,7 @@ import { BASE, call, createFleet, fireTimersNow, registerServer, report, settle 
 import { consoleFetch, signIn } from "./console-helpers";
 import { fleetWithKey, putGroup, registerClients, zincati } from "./fleetlock-helpers";
 import { fleetWithAgent, rolloutStub, startRollout } from "./rollout-helpers";
-import { noticeNow, notifyFeed, THROTTLE_MS } from "../src/console/notices";
+import { noticeNow, notifyFeed, THROTTLE_MS } from "../src/notices/notices";
 import { QUIET_TIMER, quietGraceMs } from "../src/ledger/quiet";
 import type { Env } from "../src/env";
 
@@ -174,7 +174,7 @@ describe("the console's live feed", () => {
     const ledger = env.LEDGER.get(env.LEDGER.idFromName(server.id));
     // As if the host had said nothing since stale_after and the watch's grace: its timer is due.
     await runInDurableObject(ledger, async (instance, state) => {
-      const store = (instance as unknown as { store: { load(): any; save(p: unknown): void } }).store;
+      const store = (instance as unknown as { parts: { store: { load(): any; save(p: unknown): void } } }).parts.store;
       const { report: stored } = store.load();
       store.save({ report: { ...stored, received_at: Date.now() - 120_000 - quietGraceMs(120) - 1_000 } });
       state.storage.sql.exec("UPDATE _timers SET due_at = ? WHERE name = ?", Date.now() - 1, QUIET_TIMER);

@@ -9,7 +9,7 @@ import { and, eq } from "drizzle-orm";
 import { describe, expect, it } from "vitest";
 import { getDb } from "../src/db/client";
 import { auditLog, servers, tokens } from "../src/db/schema";
-import { RESERVATION_TTL_MS } from "../src/fleetlock/durable-object";
+import { RESERVATION_TTL_MS } from "../src/fleetlock/identity";
 import { Scheduler } from "../src/objects/kit/scheduler";
 import { registerServer as registerViaService } from "../src/servers/service";
 import { fleetWithKey, getGroup, putGroup, registerClients, zincati } from "./fleetlock-helpers";

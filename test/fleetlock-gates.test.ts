@@ -27,7 +27,7 @@ const readGates = (fleet: string) => fireTimersNow(coordinator(fleet));
 /** Replaces the coordinator's outbound fetch for external checks. */
 const answerChecksWith = (fleet: string, answer: (url: string) => Promise<Response>) =>
   runInDurableObject(coordinator(fleet), (instance) => {
-    (instance as unknown as { c: { gates: { fetcher: unknown } } }).c.gates.fetcher = answer;
+    (instance as unknown as { parts: { gates: { fetcher: unknown } } }).parts.gates.fetcher = answer;
   });
 
 const reportMessage = (id: string, body: unknown) => ({ type: "report", v: 1, id, report: body });
@@ -105,7 +105,7 @@ describe("fleet-health gates on pushed facts", () => {
     const ledger = env.LEDGER.get(env.LEDGER.idFromName(b.serverId));
     // As if b had said nothing since stale_after and the watch's grace: its timer is due.
     await runInDurableObject(ledger, async (instance, state) => {
-      const store = (instance as unknown as { store: { load(): any; save(p: unknown): void } }).store;
+      const store = (instance as unknown as { parts: { store: { load(): any; save(p: unknown): void } } }).parts.store;
       const { report: stored } = store.load();
       store.save({ report: { ...stored, received_at: Date.now() - 120_000 - quietGraceMs(120) - 1_000 } });
       state.storage.sql.exec("UPDATE _timers SET due_at = ? WHERE name = ?", Date.now() - 1, QUIET_TIMER);
@@ -150,7 +150,7 @@ describe("fleet-health gates on pushed facts", () => {
       .toBe(1);
     // As if stale_after had passed since it left: its heartbeat is that old, the left timer due.
     await runInDurableObject(ledger, async (instance, state) => {
-      const store = (instance as unknown as { store: { load(): any; save(p: unknown): void } }).store;
+      const store = (instance as unknown as { parts: { store: { load(): any; save(p: unknown): void } } }).parts.store;
       const { report: stored } = store.load();
       store.save({ report: { ...stored, received_at: Date.now() - 121_000 } });
       state.storage.sql.exec("UPDATE _timers SET due_at = ? WHERE name = ?", Date.now() - 1, LEFT_TIMER);
@@ -187,8 +187,8 @@ describe("fleet-health gates on pushed facts", () => {
     await zincati(f.baseUrl, "steady-state", c.id);
     // The copy ages past its bound: the next pre-reboot is answered from a fresh read.
     await runInDurableObject(coordinator(f.fleet), (instance) => {
-      const gs = (instance as unknown as { c: { gateStore: { inputs(): any; saveInputs(i: unknown): void } } }).c
-        .gateStore;
+      const gs = (instance as unknown as { parts: { gateStore: { inputs(): any; saveInputs(i: unknown): void } } })
+        .parts.gateStore;
       const i = gs.inputs();
       gs.saveInputs({ ...i, health: { ...i.health, at: Date.now() - 61_000 } });
     });

@@ -153,11 +153,11 @@ export const storedQueue = (fleet: string) =>
 /** Moves the coordinator's clock by `offsetMs` (a new instance after eviction starts on real time). */
 export const setClockOffset = (fleet: string, offsetMs: number) =>
   runInDurableObject(coordinator(fleet), (instance) => {
-    (instance as unknown as { clock: () => number }).clock = () => Date.now() + offsetMs;
+    (instance as unknown as { parts: { clock: () => number } }).parts.clock = () => Date.now() + offsetMs;
   });
 
 /** Delivers what the coordinator's outbox holds now (host audit rows wait up to a second for a batch). */
 export const flushCoordinator = (fleet: string) =>
   runInDurableObject(coordinator(fleet), async (instance) => {
-    await (instance as unknown as { c: { effects: { outbox: { flush(): Promise<void> } } } }).c.effects.outbox.flush();
+    await (instance as unknown as { parts: { outbox: { flush(): Promise<void> } } }).parts.outbox.flush();
   });

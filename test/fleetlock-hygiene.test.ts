@@ -23,7 +23,7 @@ import { coordinator, sleep } from "./support/objects";
 /** Where the runtime cannot report a hang-up: parked calls are vouched for this long (PARK_TRUST_S). */
 const distrustParkedCalls = (fleet: string, trustMs: number) =>
   runInDurableObject(coordinator(fleet), (instance) => {
-    (instance as unknown as { c: { parked: { trustMs: number | null } } }).c.parked.trustMs = trustMs;
+    (instance as unknown as { parts: { parked: { trustMs: number | null } } }).parts.parked.trustMs = trustMs;
   });
 
 describe("a removed server's parked host", () => {

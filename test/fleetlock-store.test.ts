@@ -1,6 +1,7 @@
 import { evictDurableObject, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import { COORDINATOR_FORMAT, CoordinatorStore, FORMAT_KEY } from "../src/fleetlock/store";
+import { CoordinatorStore } from "../src/fleetlock/store";
+import { COORDINATOR_FORMAT, FORMAT_KEY } from "../src/fleetlock/storage-format";
 import { preRebootWaitRequest } from "../src/fleetlock/waits";
 import { sha256Hex } from "../src/lib/crypto";
 import { fleetWithKey, getGroup, putGroup, registerClients, zincati } from "./fleetlock-helpers";

@@ -113,7 +113,7 @@ export function breakCoordinator(stub: DurableObjectStub) {
 
 /**
  * Effects still waiting in an object's outbox; a console notice held back by the feed's rate limit
- * (src/console/notices.ts) is not work owed and is not counted.
+ * (src/notices/notices.ts) is not work owed and is not counted.
  */
 export const pendingEffects = (stub: DurableObjectStub) =>
   runInDurableObject(stub, (_i, state) =>
@@ -141,7 +141,7 @@ export async function fireTimersNow(stub: DurableObjectStub, only?: string) {
   const ran = await runDurableObjectAlarm(stub);
   // A coordinator's webhook sends run unawaited by its alarm: let them finish before looking.
   await runInDurableObject(stub, async (instance) => {
-    await (instance as unknown as { c?: { webhooks?: { idle?: () => Promise<void> } } }).c?.webhooks?.idle?.();
+    await (instance as unknown as { parts?: { webhooks?: { idle?: () => Promise<void> } } }).parts?.webhooks?.idle?.();
   });
   return ran;
 }
@@ -202,6 +202,6 @@ export async function d1Statements() {
 export async function settle(serverId: string) {
   const stub = env.LEDGER.get(env.LEDGER.idFromName(serverId));
   await runInDurableObject(stub, async (instance) => {
-    await (instance as unknown as { outbox: { flush(): Promise<void> } }).outbox.flush();
+    await (instance as unknown as { parts: { outbox: { flush(): Promise<void> } } }).parts.outbox.flush();
   });
 }

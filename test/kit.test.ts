@@ -1,7 +1,7 @@
 import { env, runInDurableObject } from "cloudflare:test";
 import { eq } from "drizzle-orm";
 import { describe, expect, it } from "vitest";
-import { auditEvent, auditInsertOnce } from "../src/audit/log";
+import { auditEvent, auditInsertOnce } from "../src/db/audit";
 import { getDb } from "../src/db/client";
 import { auditLog } from "../src/db/schema";
 import {

@@ -1,6 +1,7 @@
 import { env, evictDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import { applyDesired, type DesiredState } from "../src/ledger/desired";
+import { applyDesired } from "../src/ledger/desired";
+import type { DesiredState } from "../src/model/server/record";
 import { call, createFleet, registerServer } from "./helpers";
 
 const agents = (image: string) => [{ name: "compute", image, version: image.split(":")[1] }];

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
-import type { DesiredState } from "../src/ledger/desired";
+import type { DesiredState } from "../src/model/server/record";
 import type { StoredReport } from "../src/model/server/schemas";
-import { computeStatus } from "../src/ledger/status";
+import { computeStatus } from "../src/model/server/status";
 import { call, createFleet, registerServer, report } from "./helpers";
 
 const desired: DesiredState = {

@@ -137,7 +137,7 @@ describe("cost meter", () => {
     expect((await call("PUT", "/v1/agent/inventory", { token: s.token, body: report(1, []) })).status).toBe(200);
     await settle(s.id);
     expect(storageOf().rows_written).toBeGreaterThan(0);
-    // The first report's console notice waits out its rate window (src/console/notices.ts) in the
+    // The first report's console notice waits out its rate window (src/notices/notices.ts) in the
     // outbox: delivered before the window that measures the unchanged report.
     await sleep(600);
     await fireTimersNow(env.LEDGER.get(env.LEDGER.idFromName(s.id)));

@@ -69,7 +69,7 @@ describe("/metrics: gauges from durable state", () => {
     });
     // The receiver is down.
     await runInDurableObject(coordinator(fl.fleet), (instance) => {
-      (instance as unknown as { c: { webhooks: { fetcher: unknown } } }).c.webhooks.fetcher = async () =>
+      (instance as unknown as { parts: { webhooks: { fetcher: unknown } } }).parts.webhooks.fetcher = async () =>
         new Response("down", { status: 502 });
     });
     const [host] = await registerClients(fl.fleet, 1);

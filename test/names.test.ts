@@ -172,7 +172,7 @@ describe("an acknowledged fleetlock_id reaches the coordinator", () => {
     let asked = 0;
     let reachable = false;
     await runInDurableObject(coordinator(f.fleet), (instance) => {
-      const own = instance as unknown as { ask: (id: string) => Promise<unknown> };
+      const own = (instance as unknown as { parts: { ask: (id: string) => Promise<unknown> } }).parts;
       const ask = own.ask;
       own.ask = (id) => {
         asked++;

@@ -255,7 +255,7 @@ describe("planner durability", () => {
   it("never lets a run with older inputs undo a newer one, and keeps a mark newer than what it applied", async () => {
     const f = await setup();
     const s = await registerServer(f.id, { roles: ["compute"] });
-    const { planInputsOf } = await import("../src/intent/store");
+    const { planInputsOf } = await import("../src/planner/store");
     const { getDb } = await import("../src/db/client");
     const old = (await planInputsOf(getDb(env.DB), f.id))!;
     await call("PUT", `/v1/fleets/${f.id}/roles/compute`, { body: { agents: [{ name: "logs" }] } });
@@ -270,7 +270,7 @@ describe("planner durability", () => {
 describe("registration racing an intent change", () => {
   it("re-plans the new server when the fleet's intent moved past the inputs it was planned from", async () => {
     const f = await setup();
-    const { planInputsOf } = await import("../src/intent/store");
+    const { planInputsOf } = await import("../src/planner/store");
     const { getDb } = await import("../src/db/client");
     const before = (await planInputsOf(getDb(env.DB), f.id))!.rev;
     const s = await registerServer(f.id, { roles: ["compute"] });

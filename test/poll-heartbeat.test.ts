@@ -21,7 +21,7 @@ const waiters = (id: string) =>
 /** Moves the stored report's received_at `agoMs` into the past (as a host silent that long). */
 async function age(id: string, agoMs: number) {
   await runInDurableObject(ledger(id), (instance: ServerLedger) => {
-    const store = (instance as unknown as { store: { load(): any; save(p: unknown): void } }).store;
+    const store = (instance as unknown as { parts: { store: { load(): any; save(p: unknown): void } } }).parts.store;
     store.save({ report: { ...store.load().report, received_at: Date.now() - agoMs } });
   });
 }

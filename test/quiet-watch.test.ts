@@ -25,7 +25,7 @@ const listed = async (fleet: string, id: string) =>
 async function fireQuiet(id: string, reportedAgoMs?: number) {
   await runInDurableObject(ledger(id), async (instance: ServerLedger, state) => {
     if (reportedAgoMs !== undefined) {
-      const store = (instance as unknown as { store: { load(): any; save(p: unknown): void } }).store;
+      const store = (instance as unknown as { parts: { store: { load(): any; save(p: unknown): void } } }).parts.store;
       const { report: stored } = store.load();
       store.save({ report: { ...stored, received_at: Date.now() - reportedAgoMs } });
     }

@@ -74,7 +74,7 @@ export async function hostReconcile(h: Host, opts: { fail?: boolean; bootId?: st
 export async function drain(id: string) {
   for (let i = 0; i < 20; i++) {
     const pending = await runInDurableObject(rolloutStub(id), async (instance: any, state) => {
-      await instance.outbox.flush();
+      await instance.parts.outbox.flush();
       return state.storage.sql
         .exec<{ n: number }>("SELECT COUNT(*) AS n FROM _outbox WHERE attempts = 0 AND kind != 'feed'")
         .one().n;

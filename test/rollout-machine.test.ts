@@ -15,7 +15,7 @@ import {
 import { etaSeconds, isSlow, median } from "../src/rollouts/progress";
 import { decideApply, settleMarks, type RolloutMark } from "../src/rollouts/ledger-side";
 import type { StoredReport } from "../src/model/server/schemas";
-import type { DesiredState } from "../src/ledger/desired";
+import type { DesiredState } from "../src/model/server/record";
 
 const T = (over: Partial<Target> = {}): Target => ({
   pass: 0,

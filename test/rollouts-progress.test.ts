@@ -25,6 +25,7 @@ import {
   targets,
 } from "./rollout-helpers";
 import { sleep } from "./support/objects";
+import { durationWords } from "../src/rollouts/progress";
 
 const db = () => getDb(env.DB);
 
@@ -142,5 +143,17 @@ describe("progress, warnings and reads", () => {
     expect(timers).toBe(2);
     await fireTimersNow(stub);
     expect((await getRollout(r.id)).counts.timed_out).toBe(2);
+  });
+});
+
+describe("durations in the slow-server warning", () => {
+  it("says sub-second and few-second durations as they are, not as 0 s", () => {
+    expect(durationWords(372)).toBe("372 ms");
+    expect(durationWords(120)).toBe("120 ms");
+    expect(durationWords(999.6)).toBe("1.0 s");
+    expect(durationWords(9_960)).toBe("10 s");
+    expect(durationWords(3_740)).toBe("3.7 s");
+    expect(durationWords(42_400)).toBe("42 s");
+    expect(durationWords(-5)).toBe("0 ms");
   });
 });

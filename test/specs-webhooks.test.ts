@@ -50,7 +50,7 @@ async function signedWith(fleet: string, id: string, secret: string) {
     return new Response("ok");
   };
   await runInDurableObject(coordinator(fleet), (instance) => {
-    (instance as unknown as { c: { webhooks: { fetcher: Fetcher } } }).c.webhooks.fetcher = fetcher;
+    (instance as unknown as { parts: { webhooks: { fetcher: Fetcher } } }).parts.webhooks.fetcher = fetcher;
   });
   expect((await call("POST", `/v1/fleets/${fleet}/webhooks/${id}/test`)).status).toBe(202);
   return verify(secret, sent[0].body, sent[0].headers.get("x-harbormaster-signature"));

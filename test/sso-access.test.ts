@@ -71,6 +71,10 @@ describe("Cloudflare Access sign-in", () => {
   it("maps a verified user's group to its scope and fleets", async () => {
     const jwt = await assertion(current, { email: "Ana@Example.com", groups: [group] });
     expect((await call("GET", `/v1/fleets/${fleetA}`, asUser(jwt))).status).toBe(200);
+    // A fleet outside the mapping is missing, as for a token limited to fleets; lists leave it out.
+    expect((await call("GET", `/v1/fleets/${fleetB}`, asUser(jwt))).status).toBe(404);
+    const list = await call("GET", "/v1/fleets?limit=500", asUser(jwt));
+    expect(list.json.items.map((f: { id: string }) => f.id)).toEqual([fleetA]);
     // "write" from the mapping: an admin route is refused.
     const admin = await call("POST", "/v1/sso/mappings", {
       ...asUser(jwt),

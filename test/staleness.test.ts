@@ -5,7 +5,7 @@ import { servers as serversTable } from "../src/db/schema";
 import { runScheduled } from "../src/scheduled";
 import { INDEX_LEASE_MS } from "../src/ledger/projection";
 import { d1RowsInto } from "../src/local/d1-taps";
-import { isStale } from "../src/servers/staleness";
+import { isStale } from "../src/model/server/staleness";
 import { call, createFleet, d1Statements, registerServer, report } from "./helpers";
 
 /** A server's status as the index answers it (GET /v1/servers reads it at query time). */

@@ -1,6 +1,6 @@
 /**
  * `hm status` (GET /v1/status) and the console's overview (GET /v1/fleets/{fleet}/summary) count a
- * fleet's servers through one aggregate (src/servers/counts.ts): the two answers must agree on
+ * fleet's servers through one aggregate (src/status/counts.ts): the two answers must agree on
  * every count, whatever mix of states, statuses, deadlines passed and tombstones the fleet holds.
  */
 import { env } from "cloudflare:test";

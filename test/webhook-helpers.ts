@@ -13,7 +13,7 @@ export async function receiver(fleet: string, statuses: number[] = []) {
     return new Response("ok", { status: statuses.shift() ?? 200 });
   };
   await runInDurableObject(coordinator(fleet), (instance) => {
-    (instance as unknown as { c: { webhooks: { fetcher: Fetcher } } }).c.webhooks.fetcher = fetcher;
+    (instance as unknown as { parts: { webhooks: { fetcher: Fetcher } } }).parts.webhooks.fetcher = fetcher;
   });
   return sent;
 }

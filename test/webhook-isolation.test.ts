@@ -24,7 +24,7 @@ async function receivers(fleet: string, behaviour: Record<string, "hang" | "down
     );
   };
   await runInDurableObject(coordinator(fleet), (instance) => {
-    (instance as unknown as { c: { webhooks: { fetcher: Fetcher } } }).c.webhooks.fetcher = fetcher;
+    (instance as unknown as { parts: { webhooks: { fetcher: Fetcher } } }).parts.webhooks.fetcher = fetcher;
   });
   return seen;
 }
@@ -150,12 +150,12 @@ describe("webhook receivers that hang or are down", () => {
     const log = await runInDurableObject(coordinator(f.id), (instance) => {
       const c = (
         instance as unknown as {
-          c: {
+          parts: {
             webhooks: { drop(why: string): number };
             webhookStore: { deliveries(id: string, n: number): { status: string; last_error: string }[] };
           };
         }
-      ).c;
+      ).parts;
       const dropped = c.webhooks.drop("dropped: the fleet was deleted");
       return { dropped, rows: c.webhookStore.deliveries(created.json.webhook.id, 10) };
     });
@@ -171,12 +171,12 @@ describe("webhook receivers that hang or are down", () => {
     await runInDurableObject(coordinator(f.id), async (instance) => {
       const c = (
         instance as unknown as {
-          c: {
+          parts: {
             webhookStore: { addDelivery(r: unknown): void };
-            effects: { outbox: { enqueue(kind: string, p: unknown): void; flush(): Promise<void> } };
+            outbox: { enqueue(kind: string, p: unknown): void; flush(): Promise<void> };
           };
         }
-      ).c;
+      ).parts;
       const event = {
         id: "left-over",
         type: "reboot.gate_closed",
@@ -193,8 +193,8 @@ describe("webhook receivers that hang or are down", () => {
         event_type: event.type,
         created_at: Date.now(),
       });
-      c.effects.outbox.enqueue("webhook", { delivery_id: "d-left-over", webhook_id: created.json.webhook.id, event });
-      await c.effects.outbox.flush();
+      c.outbox.enqueue("webhook", { delivery_id: "d-left-over", webhook_id: created.json.webhook.id, event });
+      await c.outbox.flush();
     });
     await fireTimersNow(coordinator(f.id));
     expect(seen.map((s) => s.url)).toEqual([url]);

@@ -142,7 +142,7 @@ describe("webhooks", () => {
     await receiver(f.fleet, [500, 500, 500]);
     await call("POST", `/v1/fleets/${f.fleet}/webhooks/${created.json.webhook.id}/test`);
     await runInDurableObject(coordinator(f.fleet), (instance) => {
-      (instance as unknown as { c: { webhooks: { clock: () => number } } }).c.webhooks.clock = () =>
+      (instance as unknown as { parts: { webhooks: { clock: () => number } } }).parts.webhooks.clock = () =>
         Date.now() + 25 * 3600_000;
     });
     await fireTimersNow(coordinator(f.fleet));

@@ -8,6 +8,7 @@ import { Option, type Command } from "commander";
 import { Exit, type Io } from "../io.ts";
 import { act } from "../context.ts";
 import { VERSION } from "../version.ts";
+import { AGENT_ARCHES, AGENT_OSES } from "../../src/domain/enums.ts";
 
 /** The file's SHA-256, read as a stream (a build is ~100 MB). */
 async function sha256Of(file: string): Promise<string> {
@@ -22,8 +23,8 @@ export function registerAgent(program: Command, io: Io) {
   agent
     .command("publish <file>")
     .description("publish a build of harbormaster-agent for one os-arch (admin); install.sh downloads it from then on")
-    .addOption(new Option("--os <os>", "its platform").choices(["linux"]).default("linux"))
-    .addOption(new Option("--arch <arch>", "its architecture").choices(["x64", "arm64"]).default("x64"))
+    .addOption(new Option("--os <os>", "its platform").choices(AGENT_OSES).default("linux"))
+    .addOption(new Option("--arch <arch>", "its architecture").choices(AGENT_ARCHES).default("x64"))
     .option("--version <version>", "its version (default: hm's)")
     .action(
       act(io, async (ctx, file: string, o: { os: string; arch: string; version?: string }) => {

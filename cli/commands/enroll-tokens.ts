@@ -2,6 +2,7 @@ import { InvalidArgumentError, Option, type Command } from "commander";
 import type { Io } from "../io.ts";
 import { act } from "../context.ts";
 import { parseDuration } from "../format.ts";
+import { SERVER_KINDS } from "../../src/domain/enums.ts";
 
 const list = (v: string) =>
   v
@@ -64,7 +65,7 @@ export function registerEnrollTokens(program: Command, io: Io) {
     .option("--max-uses <n>", "how many machines it may enroll", positive, 1)
     .option("--roles <roles>", "roles of the servers it enrolls, comma-separated", list, [])
     .option("--reboot-group <group>", "their reboot group", "default")
-    .addOption(new Option("--kind <kind>", "their kind").choices(["managed", "manual"]).default("managed"))
+    .addOption(new Option("--kind <kind>", "their kind").choices(SERVER_KINDS).default("managed"))
     .option(
       "--hostname-pattern <glob>",
       "only hostnames matching it (`*` any run, `?` one character), e.g. 'web-*.example.com'",

@@ -7,6 +7,7 @@ import { Option, type Command } from "commander";
 import { ApiError, type Image } from "../api.ts";
 import { act, type Ctx } from "../context.ts";
 import { Exit, type Io } from "../io.ts";
+import { UPLOADED_IMAGE_KINDS } from "../../src/domain/images.ts";
 
 /** The sha256 of a file, read once as a stream. */
 async function fileDigest(file: string) {
@@ -77,7 +78,7 @@ export function registerImages(program: Command, io: Io) {
   images
     .command("push <name> <version> [file]")
     .description("register an image and upload FILE (resumes an interrupted upload), or register --ref REF")
-    .addOption(new Option("--kind <kind>", "what FILE is").choices(["oci-archive", "tarball"]).default("oci-archive"))
+    .addOption(new Option("--kind <kind>", "what FILE is").choices(UPLOADED_IMAGE_KINDS).default("oci-archive"))
     .option("--ref <ref>", "an image in a registry, pinned by digest (registry/org/x@sha256:…); nothing is uploaded")
     .option("--size <bytes>", "with --ref: the image's size as the registry gives it", "0")
     .option("--label <key=value...>", "a label (repeatable)")
@@ -90,7 +91,13 @@ export function registerImages(program: Command, io: Io) {
           name: string,
           version: string,
           file: string | undefined,
-          o: { kind: "oci-archive" | "tarball"; ref?: string; size: string; label?: string[]; description?: string },
+          o: {
+            kind: (typeof UPLOADED_IMAGE_KINDS)[number];
+            ref?: string;
+            size: string;
+            label?: string[];
+            description?: string;
+          },
         ) => {
           const labels = Object.fromEntries(
             (o.label ?? []).map((l) => {

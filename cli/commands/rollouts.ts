@@ -14,6 +14,7 @@ import { act, fleetOption, type Ctx } from "../context.ts";
 import { defaultFleet } from "../config.ts";
 import { isUuid, pick } from "../resolve.ts";
 import { labelsOf } from "./servers.ts";
+import { readFileSync } from "node:fs";
 
 const wholeNumber = (v: string) => {
   if (!/^\d+$/.test(v)) throw new InvalidArgumentError("expected a whole number");
@@ -25,6 +26,92 @@ const positive = (v: string) => {
   return n;
 };
 const collect = (v: string, prev: string[] = []) => [...prev, v];
+
+/** A size as `--canary 2` or `--wave 10%`. */
+const size = (v: string): { count: number } | { percent: number } => {
+  const m = /^(\d+(?:\.\d+)?)(%?)$/.exec(v.trim());
+  if (!m || Number(m[1]) <= 0) throw new InvalidArgumentError("expected a count (2) or a share (10%)");
+  return m[2] ? { percent: Number(m[1]) } : { count: Number(m[1]) };
+};
+const collectSize = (v: string, prev: ReturnType<typeof size>[] = []) => [...prev, size(v)];
+
+/** `--query 'expr < 0.05'`: a Prometheus expression, a comparison and a threshold. */
+const queryCheck = (v: string) => {
+  const m = /^(.+?)\s*(<=|>=|==|!=|<|>)\s*(-?\d+(?:\.\d+)?(?:e-?\d+)?)$/.exec(v.trim());
+  if (!m)
+    throw new InvalidArgumentError(
+      "expected '<expression> <comparison> <threshold>', e.g. 'job:errors:ratio5m < 0.05'",
+    );
+  return { query: m[1], comparison: m[2], threshold: Number(m[3]) };
+};
+
+type Strategy = NonNullable<RolloutInput["strategy"]>;
+
+/**
+ * The strategy of `hm rollout start`: a file (JSON: `{"steps": [...]}`), or built from flags in
+ * this order: canary, its analysis, a pause, then the waves (each `--by` the label given).
+ */
+function strategyOf(o: Record<string, any>): Strategy | undefined {
+  const flags = o.canary || o.wave || o.ramp || o.analysis !== undefined || o.pause !== undefined || o.autoRollback;
+  if (o.strategy) {
+    if (flags) throw new Exit(2, "--strategy FILE or the strategy flags (--canary, --wave, …), not both");
+    let text: string;
+    try {
+      text = readFileSync(o.strategy, "utf8");
+    } catch (e) {
+      throw new Exit(2, `cannot read ${o.strategy}: ${(e as Error).message}`);
+    }
+    try {
+      return JSON.parse(text) as Strategy;
+    } catch (e) {
+      throw new Exit(2, `${o.strategy} is not JSON: ${(e as Error).message}`);
+    }
+  }
+  if (!flags) return undefined;
+  const steps: Strategy["steps"] = [];
+  if (o.canary) steps.push({ type: "canary", ...o.canary });
+  if (o.analysis !== undefined || o.query) {
+    const checks: Record<string, unknown>[] = [{ kind: "realized" }];
+    if (o.maxFleetFailures !== undefined) checks.push({ kind: "failure_percent", max_percent: o.maxFleetFailures });
+    if (o.query) {
+      if (!o.prometheus) throw new Exit(2, "--query needs --prometheus <url>");
+      checks.push({ kind: "prometheus", endpoint: o.prometheus, ...o.query });
+    }
+    steps.push({ type: "analysis", bake_s: o.analysis ?? 60, checks } as Strategy["steps"][number]);
+  }
+  if (o.pause !== undefined)
+    steps.push(o.pause === "manual" ? { type: "pause" } : { type: "pause", duration_s: o.pause });
+  for (const w of o.wave ?? []) steps.push({ type: "wave", ...w, ...(o.by ? { by: o.by } : {}) });
+  if (o.ramp) steps.push({ type: "wave", ramp: o.ramp, ...(o.by ? { by: o.by } : {}) });
+  return { steps, auto_rollback: !!o.autoRollback } as Strategy;
+}
+
+/** The plan as `hm rollout show` prints it: one line per step, and why it waits. */
+function plan(out: Output, r: Rollout) {
+  if (r.steps.length) {
+    out.table(
+      ["#", "STEP", "STATE", "SERVERS", "DONE", "FAILED"],
+      r.steps.map((s) => [
+        s.phase === r.current_phase ? `> ${s.phase}` : `  ${s.phase}`,
+        s.title,
+        s.state,
+        s.kind === "release"
+          ? s.servers.slice(0, 4).join(", ") + (s.size > 4 ? ` (+${s.size - 4})` : "")
+          : s.until
+            ? `until ${out.time(s.until)}`
+            : null,
+        s.kind === "release" ? (s.counts.done ?? 0) : null,
+        s.kind === "release" ? (s.counts.failed ?? 0) + (s.counts.timed_out ?? 0) : null,
+      ]),
+    );
+    const last = new Map(r.analysis.map((a) => [a.name, a]));
+    for (const a of last.values())
+      out.line(
+        `analysis: ${a.name}: ${a.ok ? out.c.green("holds") : out.c.red("fails")} (${a.detail}) at ${out.time(a.at)}`,
+      );
+  }
+  for (const b of r.blocked_by) out.line(out.c.yellow(`waiting: ${b.message}`));
+}
 
 const ENDED = new Set(["succeeded", "failed", "cancelled", "rolled_back"]);
 const quiet = (r: Rollout) => ENDED.has(r.state) && r.counts.applying === 0;
@@ -140,7 +227,8 @@ export function registerRollouts(program: Command, io: Io) {
   const rollout = program.command("rollout").description("per-agent rollouts");
   rollout
     .command("start")
-    .description("start updating one agent to one image across a fleet")
+    .alias("create")
+    .description("start updating one agent to one image across a fleet (a canary, analysis and waves with a strategy)")
     .addOption(fleetOption())
     .requiredOption("--agent <agent>")
     .requiredOption("--image <image>")
@@ -162,6 +250,31 @@ export function registerRollouts(program: Command, io: Io) {
     .option("--no-update-channel", "leave the fleet's channel where it is")
     .option("--reboot-slot", "apply each target only while holding a slot of its reboot group")
     .option("--channel-only", "move only the fleet's channel (servers set up later get the image); write no server")
+    .option("--strategy <file>", 'steps from a JSON file: {"steps": [...], "auto_rollback": true} (docs/rollouts.md)')
+    .option("--canary <n|p%>", "first release this many targets (or this share)", size)
+    .option(
+      "--analysis <duration>",
+      "after the canary: its servers must stay realized and healthy this long",
+      duration({ whole: true, min: 0 }),
+    )
+    .option(
+      "--max-fleet-failures <p>",
+      "with --analysis: and the fleet's failed and stale servers at most p %",
+      positive,
+    )
+    .option("--prometheus <url>", "with --query: a Prometheus-compatible endpoint")
+    .option("--query <check>", "with --analysis: '<expression> <comparison> <threshold>' must hold", queryCheck)
+    .option("--pause <duration|manual>", "then bake this long (or wait to be resumed)", (v: string) =>
+      v === "manual" ? v : duration({ whole: true, min: 1 })(v),
+    )
+    .option("--wave <n|p%>", "then a wave: p% cumulative share, or n more targets (repeatable)", collectSize)
+    .option("--ramp <start:factor>", "then waves of start, start×factor, … until every target", (v: string) => {
+      const m = /^(\d+):(\d+(?:\.\d+)?)$/.exec(v);
+      if (!m) throw new InvalidArgumentError("expected start:factor, e.g. 1:2");
+      return { start: Number(m[1]), factor: Number(m[2]) };
+    })
+    .option("--by <label-key>", "waves one value of this label at a time (e.g. zone)")
+    .option("--auto-rollback", "a failed analysis rolls back the servers the rollout changed")
     .option("--watch", "follow it to the end (exit code as for watch)")
     .option("--timeout <duration>", "with --watch: give up after this long (1h)", duration({ min: 1 }), 3600)
     .action(
@@ -185,23 +298,27 @@ export function registerRollouts(program: Command, io: Io) {
           update_channel: o.updateChannel,
           reboot_slot: !!o.rebootSlot,
           channel_only: !!o.channelOnly,
+          strategy: strategyOf(o),
         };
         const r = await ctx.api.startRollout(input);
         if (o.watch) return watch(ctx, r, o.timeout);
         if (ctx.machine) return ctx.out.data(r);
         summary(ctx.out, r);
+        plan(ctx.out, r);
       }),
     );
 
   rollout
     .command("status <rollout>")
-    .description("counts, median, ETA and warnings")
+    .alias("show")
+    .description("counts, median, ETA, warnings, the strategy's steps and why it waits")
     .action(
       act(io, async (ctx, ref: string) => {
         const id = await rolloutId(ctx, ref);
         const r = await ctx.api.getRollout(id);
         if (ctx.machine) return ctx.out.data(r);
         summary(ctx.out, r);
+        plan(ctx.out, r);
         const failed = [
           ...(await ctx.api.rolloutTargets(id, "failed", 20)),
           ...(await ctx.api.rolloutTargets(id, "timed_out", 20)),

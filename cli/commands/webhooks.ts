@@ -1,7 +1,7 @@
-import type { Command } from "commander";
+import { Option, type Command } from "commander";
 import { act, fleetOption } from "../context.ts";
 import type { Io } from "../io.ts";
-import type { WebhookFormat } from "../../src/webhooks/formats.ts";
+import { WEBHOOK_FORMATS, type WebhookFormat } from "../../src/domain/enums.ts";
 import { safety } from "./gates.ts";
 import type { Ctx } from "../context.ts";
 import { pick } from "../resolve.ts";
@@ -41,7 +41,11 @@ export function registerWebhooks(program: Command, io: Io) {
         "events to send, e.g. reboot.unhealthy_after_reboot,reboot.gate_closed",
         collect,
       )
-      .option("--format <format>", "cloudevents (default) or slack", "cloudevents")
+      .addOption(
+        new Option("--format <format>", "the body: CloudEvents JSON or a Slack message")
+          .choices(WEBHOOK_FORMATS)
+          .default("cloudevents"),
+      )
       .option("--description <text>", "what it is for"),
   ).action(
     act(

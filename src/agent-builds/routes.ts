@@ -1,5 +1,5 @@
 import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
-import { requireScope } from "../auth/principal";
+import { requireAllFleets, requireScope } from "../auth/principal";
 import { actorOf } from "../domain/principal";
 import { bearer, commonErrors, jsonResponse, notFoundError } from "../http/openapi";
 import type { AppEnv } from "../http/types";
@@ -29,7 +29,7 @@ export const agentBuildRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validatio
         "or gzip-compressed (Content-Encoding: gzip, with X-Agent-Size: its uncompressed length) to fit the Workers request limit; " +
         "streamed to R2. X-Checksum-Sha256 is checked by R2 against what it received: a mismatch (400) stores nothing and the previous build stays.",
       security: bearer,
-      middleware: [requireScope("admin")] as const,
+      middleware: [requireScope("admin"), requireAllFleets] as const,
       request: {
         params: z.object({ target: buildTarget }),
         headers: PublishHeaders,

@@ -1,8 +1,6 @@
 import { z } from "@hono/zod-openapi";
+import { AGENT_ARCHES, AGENT_OSES } from "../domain/enums";
 
-/** The builds the agent ships: Node's names for the platform and the architecture (uname -m x86_64 → x64, aarch64 → arm64). */
-const AGENT_OSES = ["linux"] as const;
-const AGENT_ARCHES = ["x64", "arm64"] as const;
 const TARGET = new RegExp(`^(${AGENT_OSES.join("|")})-(${AGENT_ARCHES.join("|")})$`);
 
 /**

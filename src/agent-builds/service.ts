@@ -1,4 +1,4 @@
-import { auditInsert } from "../audit/log";
+import { auditInsert } from "../db/audit";
 import { getDb } from "../db/client";
 import { DomainError, notFound } from "../domain/errors";
 import type { Env } from "../env";

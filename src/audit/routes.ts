@@ -37,7 +37,7 @@ export const auditRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook
   async (c) => {
     const q = c.req.valid("query");
     const before = decodeIdCursor(q.cursor) ?? undefined;
-    const rows = await searchAudit(c.env, { target: q.target, before, limit: q.limit });
+    const rows = await searchAudit(c.env, c.var.principal, { target: q.target, before, limit: q.limit });
     const { items, next_cursor } = page(rows, q.limit, (r) => [String(r.id)]);
     return c.json(
       {
@@ -45,6 +45,7 @@ export const auditRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook
           id: r.id,
           at: iso(r.at),
           actor: r.actor,
+          actor_name: r.actor_name,
           action: r.action,
           target: r.target,
           hostname: r.hostname,

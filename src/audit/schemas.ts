@@ -5,6 +5,10 @@ export const AuditEntry = z
     id: z.number().int(),
     at: z.string(),
     actor: z.string(),
+    actor_name: z
+      .string()
+      .nullable()
+      .openapi({ description: "for an operator token (`token:<id>`), its name; ADMIN_TOKEN for the bootstrap token" }),
     action: z.string(),
     target: z.string(),
     hostname: z.string().nullable().openapi({ description: "for a server target, its hostname" }),

@@ -1,7 +1,7 @@
 import { createMiddleware } from "hono/factory";
 import { getDb } from "../db/client";
-import { DomainError } from "../domain/errors";
-import type { OperatorPrincipal, Principal } from "../domain/principal";
+import { DomainError, notFound } from "../domain/errors";
+import { allFleets, BOOTSTRAP_ID, fleetAllowed, type OperatorPrincipal, type Principal } from "../domain/principal";
 import type { AppEnv } from "../http/types";
 import { digestsEqual, sha256Hex } from "../lib/crypto";
 import { liveTokenOf } from "./store";
@@ -22,7 +22,7 @@ function bearerOf(header: string | undefined) {
 async function authenticateOperator(env: AppEnv["Bindings"], token: string): Promise<Principal> {
   const hash = await sha256Hex(token);
   if (env.ADMIN_TOKEN && digestsEqual(hash, await sha256Hex(env.ADMIN_TOKEN))) {
-    return { kind: "operator", id: "bootstrap", name: "ADMIN_TOKEN", scope: "admin", fleets: "*", via: "bootstrap" };
+    return { kind: "operator", id: BOOTSTRAP_ID, name: "ADMIN_TOKEN", scope: "admin", fleets: "*", via: "bootstrap" };
   }
   const parsed = parseToken(token);
   if (!parsed) throw unauthorized();
@@ -102,9 +102,37 @@ export const requireScope = (scope: Scope) =>
     if (!hasScope(principal, scope)) {
       throw new DomainError("forbidden", `this needs a token with scope '${scope}' or higher`);
     }
+    // Every route under /v1/fleets/{fleet} is guarded here, so a route added later inherits it.
+    const fleet = fleetInPath(c.req.path);
+    if (fleet !== null && !fleetAllowed(principal, fleet)) throw notFound("fleet", fleet);
     c.set("principal", principal);
     await next();
   });
+
+/**
+ * The fleet a /v1/fleets/{fleet}/… path names. A fleet outside the token's list answers exactly as
+ * a fleet that does not exist, so a token cannot learn which fleets exist beyond its own.
+ */
+function fleetInPath(path: string): string | null {
+  const m = /^\/v1\/fleets\/([^/]+)/.exec(path);
+  if (!m) return null;
+  try {
+    return decodeURIComponent(m[1]);
+  } catch {
+    return m[1];
+  }
+}
+
+/**
+ * Deployment-wide changes (the image catalog, agent builds, data upgrades) reach every fleet, so
+ * they take a token of every fleet.
+ */
+export const requireAllFleets = createMiddleware<AppEnv>(async (c, next) => {
+  if (!allFleets(c.var.principal)) {
+    throw new DomainError("forbidden", 'this changes every fleet: it needs a token of every fleet ("*")');
+  }
+  await next();
+});
 
 /**
  * A WebSocket client that cannot set headers (a browser) offers its token as a subprotocol,

@@ -9,7 +9,6 @@ import { createOperatorToken, revokeToken, searchTokens, tokenOf } from "./servi
 import type { TokenRow } from "./store";
 import { iso, isoOrNull } from "../lib/time";
 import { operatorOf, requireScope } from "./principal";
-import { actorOf } from "../domain/principal";
 import { Token, TokenInput } from "./schemas";
 
 const view = (r: TokenRow): z.input<typeof Token> => ({
@@ -74,7 +73,7 @@ export const tokenRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook
     async (c) => {
       const q = c.req.valid("query");
       const after = decodeCursor(q.cursor, 1);
-      const rows = await searchTokens(c.env, q.kind, after?.[0] ?? null, q.limit);
+      const rows = await searchTokens(c.env, c.var.principal, q.kind, after?.[0] ?? null, q.limit);
       const { items, next_cursor } = page(rows, q.limit, (r) => [r.id]);
       return c.json({ items: items.map(view), next_cursor }, 200);
     },
@@ -94,7 +93,7 @@ export const tokenRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook
     }),
     async (c) => {
       const { id } = c.req.valid("param");
-      return c.json(view(await revokeToken(c.env, actorOf(c.var.principal), id)), 200);
+      return c.json(view(await revokeToken(c.env, c.var.principal, id)), 200);
     },
   )
 
@@ -112,6 +111,6 @@ export const tokenRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook
     }),
     async (c) => {
       const { id } = c.req.valid("param");
-      return c.json(view(await tokenOf(c.env, id)), 200);
+      return c.json(view(await tokenOf(c.env, c.var.principal, id)), 200);
     },
   );

@@ -3,7 +3,7 @@ import { OPERATOR_SCOPES, TOKEN_KINDS, TOKEN_SCOPES } from "../domain/enums";
 import { fleetId } from "../fleets/schemas";
 
 /** The most fleets one token may name: a longer list is a "*" token in disguise, or a mistake. */
-export const MAX_TOKEN_FLEETS = 100;
+const MAX_TOKEN_FLEETS = 100;
 
 export const FleetAccessSchema = z
   .union([

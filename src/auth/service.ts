@@ -4,17 +4,17 @@
  * from that moment, a parked poll included) and updates the D1 row and the audit log from its outbox.
  */
 import { and, eq, isNull } from "drizzle-orm";
-import { auditInsert } from "../audit/log";
+import { auditInsert } from "../db/audit";
 import { getDb } from "../db/client";
 import { tokens } from "../db/schema";
 import type { TokenKind } from "../domain/enums";
-import { actorOf, type OperatorPrincipal } from "../domain/principal";
+import { actorOf, visibleFleets, type OperatorPrincipal, type Principal } from "../domain/principal";
 import { iso } from "../lib/time";
 import type { Env } from "../env";
 import { notFound } from "../domain/errors";
 import { ledgerOf } from "../objects/stubs";
-import { closeLiveSockets } from "../console/session";
-import { listTokens, tokenById, type TokenRow } from "./store";
+import { closeLiveSockets } from "../notices/sessions";
+import { listTokens, tokenById, tokenWithin, type TokenRow } from "./store";
 import { grantFor } from "./grants";
 import type { TokenInput } from "./schemas";
 import { issueToken } from "./tokens";
@@ -55,19 +55,25 @@ export async function createOperatorToken(env: Env, creator: OperatorPrincipal, 
   return { row, token };
 }
 
-export const searchTokens = (env: Env, kind: TokenKind | undefined, after: string | null, limit: number) =>
-  listTokens(getDb(env.DB), kind, after, limit);
+export const searchTokens = (
+  env: Env,
+  principal: Principal,
+  kind: TokenKind | undefined,
+  after: string | null,
+  limit: number,
+) => listTokens(getDb(env.DB), visibleFleets(principal), kind, after, limit);
 
-export async function tokenOf(env: Env, id: string) {
-  const row = await tokenById(getDb(env.DB), id);
+/** A token the principal may see (every fleet it names is one of the principal's), else not found. */
+export async function tokenOf(env: Env, principal: Principal, id: string) {
+  const row = await tokenWithin(getDb(env.DB), id, visibleFleets(principal));
   if (!row) throw notFound("token", id);
   return row;
 }
 
-export async function revokeToken(env: Env, actor: string, id: string) {
+export async function revokeToken(env: Env, principal: Principal, id: string) {
   const db = getDb(env.DB);
-  const row = await tokenById(db, id);
-  if (!row) throw notFound("token", id);
+  const actor = actorOf(principal);
+  const row = await tokenOf(env, principal, id);
   if (row.revokedAt != null) return row;
   if (row.kind === "server" && row.serverId) {
     await ledgerOf(env, row.serverId).revokeToken(actor);

@@ -1,6 +1,6 @@
-import { and, asc, eq, gt, isNull } from "drizzle-orm";
+import { and, asc, eq, gt, isNull, sql, type SQL } from "drizzle-orm";
 import type { Db } from "../db/client";
-import { tokens } from "../db/schema";
+import { servers, tokens } from "../db/schema";
 import type { TokenKind } from "../domain/enums";
 
 export type TokenRow = typeof tokens.$inferSelect;
@@ -16,11 +16,44 @@ export const liveTokenOf = (db: Db, parsed: { kind: TokenKind; id: string }) =>
         : and(eq(tokens.serverId, parsed.id), eq(tokens.kind, "server"), isNull(tokens.revokedAt)),
   });
 
+/**
+ * The tokens a token limited to `visible` fleets may see: operator tokens whose fleets are all
+ * among them ("*" tokens never), and the tokens of servers of those fleets.
+ */
+function tokensWithin(visible: readonly string[] | null): SQL | undefined {
+  if (visible === null) return undefined;
+  const names = sql`(SELECT value FROM json_each(${JSON.stringify(visible)}))`;
+  return sql`(
+    (${tokens.kind} = 'operator' AND json_type(${tokens.fleets}) = 'array'
+      AND NOT EXISTS (SELECT 1 FROM json_each(${tokens.fleets}) AS f WHERE f.value NOT IN ${names}))
+    OR (${tokens.kind} = 'server'
+      AND EXISTS (SELECT 1 FROM ${servers} WHERE ${servers.id} = ${tokens.serverId} AND ${servers.fleetId} IN ${names}))
+  )`;
+}
+
+/** One token, if `visible` may see it (a plain select: tokensWithin names two tables). */
+export async function tokenWithin(db: Db, id: string, visible: readonly string[] | null) {
+  const [row] = await db
+    .select()
+    .from(tokens)
+    .where(and(eq(tokens.id, id), tokensWithin(visible)))
+    .limit(1);
+  return row;
+}
+
 /** A page of tokens by id (one more row than `limit` when another page exists). */
-export const listTokens = (db: Db, kind: TokenKind | undefined, after: string | null, limit: number) =>
+export const listTokens = (
+  db: Db,
+  visible: readonly string[] | null,
+  kind: TokenKind | undefined,
+  after: string | null,
+  limit: number,
+) =>
   db
     .select()
     .from(tokens)
-    .where(and(kind ? eq(tokens.kind, kind) : undefined, after ? gt(tokens.id, after) : undefined))
+    .where(
+      and(tokensWithin(visible), kind ? eq(tokens.kind, kind) : undefined, after ? gt(tokens.id, after) : undefined),
+    )
     .orderBy(asc(tokens.id))
     .limit(limit + 1);

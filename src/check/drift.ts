@@ -1,3 +1,4 @@
+import { inVisibleFleets } from "../db/access";
 /**
  * `check server-agents` (after sdcadm's): drift between what each server should run and
  * what it reports, answered from the D1 index. One finding per problem, each with the fix that
@@ -9,7 +10,7 @@ import type { Db } from "../db/client";
 import { agentInstances, servers } from "../db/schema";
 import { isoOrNull } from "../lib/time";
 import { DRIFT_FIXES, DRIFT_REASONS, SERVER_STATUSES, type DriftReason } from "../domain/enums";
-import { isStale, statusAt } from "../servers/staleness";
+import { isStale, statusAt } from "../model/server/staleness";
 
 export const driftReason = z.enum(DRIFT_REASONS);
 
@@ -58,6 +59,8 @@ export interface DriftFilter {
   fleet?: string;
   server?: string;
   agent?: string;
+  /** The fleets the token may see (null: every fleet). */
+  visible?: readonly string[] | null;
 }
 
 type ServerRow = Pick<
@@ -134,6 +137,8 @@ export async function checkServerAgents(
 ) {
   const shared: SQL[] = [];
   if (filter.server) shared.push(eq(servers.id, filter.server));
+  const visible = inVisibleFleets(servers.fleetId, filter.visible ?? null);
+  if (visible) shared.push(visible);
   if (filter.agent) {
     shared.push(
       sql`EXISTS (SELECT 1 FROM ${agentInstances} WHERE server_id = ${servers.id} AND agent = ${filter.agent})`,
@@ -154,7 +159,7 @@ export async function checkServerAgents(
   if (fleet && !filter.server) {
     // A fleet's page as three disjoint reads, each through the index that holds only its rows: the
     // servers not realized, the realized ones being decommissioned, and the realized ones past
-    // their deadline (stale: ../servers/staleness.ts). So a healthy fleet of 10,000 costs the few
+    // their deadline (stale: src/model/server/staleness.ts). So a healthy fleet of 10,000 costs the few
     // that need a look, not a walk in id order through every realized server to find them (which
     // is what SQLite's planner picks for `ORDER BY id LIMIT` unless told: hence INDEXED BY).
     // Raw SQL: drizzle's builder has no INDEXED BY. Each column is named as the row type has it.
@@ -178,7 +183,7 @@ export async function checkServerAgents(
         ORDER BY id LIMIT ${limit + 1}`,
     );
   } else {
-    // A realized server whose deadline passed is stale (../servers/staleness.ts), so it is read too.
+    // A realized server whose deadline passed is stale (src/model/server/staleness.ts), so it is read too.
     const conds: SQL[] = [
       ne(servers.state, "removed"),
       sql`(${servers.status} != 'realized' OR ${servers.state} = 'decommissioning' OR ${isStale(now)})`,

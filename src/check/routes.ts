@@ -1,6 +1,5 @@
 import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
 import { requireScope } from "../auth/principal";
-import { actorOf } from "../domain/principal";
 import { fleetId } from "../fleets/schemas";
 import { bearer, commonErrors, serverNameErrors, jsonBody, jsonResponse } from "../http/openapi";
 import { cursorParam, decodeCursor, limitParam, page } from "../http/paging";
@@ -44,7 +43,7 @@ export const checkRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook
     async (c) => {
       const q = c.req.valid("query");
       const after = decodeCursor(q.cursor, 1);
-      const out = await checkServers(c.env, q, after?.[0] ?? null, q.limit);
+      const out = await checkServers(c.env, c.var.principal, q, after?.[0] ?? null, q.limit);
       const { next_cursor } = page(out.rows, q.limit, (r) => [r.id]);
       return c.json({ findings: out.findings, skipped: out.skipped, next_cursor }, 200);
     },
@@ -72,7 +71,7 @@ export const checkRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook
     async (c) => {
       const q = c.req.valid("json");
       const after = decodeCursor(q.cursor, 1);
-      const out = await fixServerAgents(c.env, actorOf(c.var.principal), {
+      const out = await fixServerAgents(c.env, c.var.principal, {
         filter: { fleet: q.fleet, server: q.server, agent: q.agent },
         dryRun: q.dry_run,
         after: after?.[0] ?? null,

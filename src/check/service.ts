@@ -3,12 +3,14 @@
  * re-issue its config, ask its host for a refresh, or nothing for a host that does not answer.
  * A dry run says what it would do and changes nothing; a real run does it and is audited.
  */
-import { auditInsert } from "../audit/log";
+import { auditInsert } from "../db/audit";
 import { checkServerAgents, type DriftFilter } from "./drift";
 import { getDb } from "../db/client";
 import type { DriftFix, DriftReason } from "../domain/enums";
 import type { Env } from "../env";
-import { planInputsOf, type FleetPlanInputs } from "../intent/store";
+import { actorOf, visibleFleets, type Principal } from "../domain/principal";
+import { planInputsOf } from "../planner/store";
+import type { FleetPlanInputs } from "../planner/plan";
 import { ledgerOf } from "../objects/stubs";
 import { resolveServer } from "../servers/service";
 
@@ -21,25 +23,32 @@ export interface FixAction {
 }
 
 /** The filter with its server (id, hostname or fleet/hostname) resolved to an id. */
-async function resolved(env: Env, filter: DriftFilter): Promise<DriftFilter> {
+async function resolved(env: Env, principal: Principal, filter: DriftFilter): Promise<DriftFilter> {
+  const visible = { ...filter, visible: visibleFleets(principal) };
   return filter.server === undefined
-    ? filter
-    : { ...filter, server: await resolveServer(env, filter.server, filter.fleet) };
+    ? visible
+    : { ...visible, server: await resolveServer(env, principal, filter.server, filter.fleet) };
 }
 
 /** `check server-agents`: a page of drift findings from the fleet-wide index. */
-export const checkServers = async (env: Env, filter: DriftFilter, after: string | null, limit: number) =>
-  checkServerAgents(getDb(env.DB), await resolved(env, filter), after, limit);
+export const checkServers = async (
+  env: Env,
+  principal: Principal,
+  filter: DriftFilter,
+  after: string | null,
+  limit: number,
+) => checkServerAgents(getDb(env.DB), await resolved(env, principal, filter), after, limit);
 
 const RANK: Record<DriftFix, number> = { reissue: 2, refresh: 1, none: 0 };
 
 export async function fixServerAgents(
   env: Env,
-  actor: string,
+  principal: Principal,
   opts: { filter: DriftFilter; dryRun: boolean; after: string | null; limit: number },
 ) {
   const db = getDb(env.DB);
-  opts = { ...opts, filter: await resolved(env, opts.filter) };
+  const actor = actorOf(principal);
+  opts = { ...opts, filter: await resolved(env, principal, opts.filter) };
   const check = await checkServerAgents(db, opts.filter, opts.after, opts.limit);
   const byServer = new Map<string, FixAction>();
   for (const f of check.findings) {

@@ -1,5 +1,8 @@
+/** The favicon: the anchor of the header on the accent colour, drawn (no font needed). */
+const FAVICON = `<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 32 32"><rect width="32" height="32" rx="7" fill="#0b5cad"/><g fill="none" stroke="#fff" stroke-width="2.6" stroke-linecap="round" stroke-linejoin="round"><circle cx="16" cy="7" r="2.8"/><path d="M16 10v17M10 14.5h12M6.5 19a9.5 8 0 0 0 19 0"/></g></svg>`;
+
 /**
- * The console's two static assets, served by the Worker itself: names carry a hash of the content,
+ * The console's static assets (script, stylesheet, favicon), served by the Worker itself: names carry a hash of the content,
  * so they are cached for a year and a new deployment's pages name new files.
  */
 import { Hono } from "hono";
@@ -27,9 +30,16 @@ export const ASSETS = {
     body: CONSOLE_CSS,
     type: "text/css; charset=utf-8",
   },
+  icon: {
+    path: `/console/assets/favicon.${contentHash(FAVICON)}.svg`,
+    body: FAVICON,
+    type: "image/svg+xml",
+  },
 } as const;
 
 export const assetRoutes = new Hono();
+// Browsers ask for /favicon.ico by themselves (a JSON page, a tab, a bookmark): send them to the icon.
+assetRoutes.get("/favicon.ico", (c) => c.redirect(ASSETS.icon.path, 301));
 for (const asset of Object.values(ASSETS)) {
   assetRoutes.get(asset.path, (c) =>
     c.body(asset.body, 200, { "Content-Type": asset.type, "Cache-Control": "public, max-age=31536000, immutable" }),

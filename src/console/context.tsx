@@ -9,11 +9,19 @@ import { Page, type Frame, type Section } from "./ui";
 
 export type Ctx = Context<ConsoleEnv>;
 
+/** What the console needs of a fleet in the switcher and the lists. */
+interface FleetBrief {
+  id: string;
+  stale_after_s: number;
+}
+
 export interface View {
   c: Ctx;
   api: Api;
   session: Session;
   fleets: string[];
+  /** The fleets' settings the lists need (stale-after, for how fresh a last report is). */
+  fleetInfo: FleetBrief[];
   /** The fleet in view: ?fleet=, else the first. Undefined when there is none. */
   fleet: string | undefined;
 }
@@ -22,12 +30,16 @@ export interface View {
 async function viewOf(c: Ctx, getApp: () => InProcessApp): Promise<View> {
   const session = c.get("session");
   const api = apiFor(c, getApp, session.token);
-  const list = await must<{ items: { id: string }[] }>(api("GET", `/v1/fleets${qs({ limit: 200 })}`));
+  const list = await must<{ items: FleetBrief[] }>(api("GET", `/v1/fleets${qs({ limit: 200 })}`));
   const fleets = list.items.map((f) => f.id);
   const asked = c.req.query("fleet");
   const fleet = asked && /^[a-z0-9][a-z0-9-]{0,62}$/.test(asked) ? asked : fleets[0];
-  return { c, api, session, fleets, fleet };
+  return { c, api, session, fleets, fleetInfo: list.items, fleet };
 }
+
+/** The stale-after of `fleet`, when it is among the fleets read for the switcher. */
+export const staleAfterOf = (v: View, fleet: string | undefined) =>
+  v.fleetInfo.find((f) => f.id === fleet)?.stale_after_s;
 
 const FLASH = "hm_flash";
 
@@ -60,14 +72,64 @@ export function render(
   return v.c.html(<Page frame={frame}>{body}</Page>, status);
 }
 
-export const NoFleet = () => (
-  <div class="card">
-    <h1>No fleet yet</h1>
-    <p>
-      Create one with <code>hm fleets create NAME</code> or <code>POST /v1/fleets</code>; it shows up here.
-    </p>
-  </div>
-);
+export const NoFleet = ({ session }: { session: Session }) =>
+  session.fleets === "*" ? (
+    <div class="card">
+      <h1>No fleet yet</h1>
+      <p>
+        Create one with <code>hm fleets create NAME</code> or <code>POST /v1/fleets</code>; it shows up here.
+      </p>
+    </div>
+  ) : (
+    <div class="card">
+      <h1>None of your fleets exists yet</h1>
+      <p>
+        Your token may act on {session.fleets.join(", ")} only (<a href="/console/me">what you may do</a>); once one of
+        them is created it shows up here.
+      </p>
+    </div>
+  );
+
+type ErrorStatus = 401 | 403 | 404 | 409 | 422 | 500 | 502;
+const ERROR_TITLES: Record<ErrorStatus, string> = {
+  401: "Signed out",
+  403: "Not allowed",
+  404: "Not found",
+  409: "Conflict",
+  422: "Not accepted",
+  500: "Something broke",
+  502: "The API refused",
+};
+
+/** An error as a console page (HTML, in the console's frame), never as the API's JSON. */
+export function errorPage(
+  c: Context,
+  status: ErrorStatus,
+  message: Child,
+  opts: { session?: Session | null; section?: Section; fleet?: string; detail?: string } = {},
+) {
+  const frame: Frame = {
+    title: ERROR_TITLES[status],
+    section: opts.section,
+    session: opts.session ?? null,
+    fleet: opts.fleet,
+  };
+  return c.html(
+    <Page frame={frame}>
+      <div class="card error" role="alert">
+        <h1>
+          {ERROR_TITLES[status]} <span class="muted">({status})</span>
+        </h1>
+        <p>{message}</p>
+        {opts.detail ? <p class="muted small">{opts.detail}</p> : null}
+        <p>
+          <a href={opts.session ? "/console/fleets" : "/console"}>Back to the console</a>
+        </p>
+      </div>
+    </Page>,
+    status,
+  );
+}
 
 /**
  * An API refusal while rendering: 401 means the token no longer works (revoked, or ADMIN_TOKEN
@@ -79,23 +141,14 @@ async function failurePage(c: Ctx, err: ApiFailure, section?: Section) {
     await endSession(c, session);
     return c.redirect("/console/sign-in?ended=1", 303);
   }
-  const frame: Frame = { title: "Problem", section, session, fleet: c.req.query("fleet") };
-  const status =
+  const status: ErrorStatus =
     err.status === 403 || err.status === 404 || err.status === 409 || err.status === 422 ? err.status : 502;
-  return c.html(
-    <Page frame={frame}>
-      <div class="flash bad" role="alert">
-        <h1>{status === 404 ? "Not found" : status === 403 ? "Not allowed" : "The API refused"}</h1>
-        <p>
-          {err.message}{" "}
-          <span class="muted">
-            ({err.code}, {err.status})
-          </span>
-        </p>
-      </div>
-    </Page>,
-    status,
-  );
+  return errorPage(c, status, err.message, {
+    session,
+    section,
+    fleet: c.req.query("fleet"),
+    detail: `The API answered ${err.status} ${err.code}.`,
+  });
 }
 
 /** Where an action sends the browser back to: a console path named by the form, else `fallback`. */

@@ -18,6 +18,8 @@ export const liveRoutes = new Hono<ConsoleEnv>().get("/console/live", async (c) 
   if (!session) return c.text("Sign in first.", 401);
   const fleet = c.req.query("fleet") ?? "";
   if (!FLEET.test(fleet)) return c.text("name a fleet: ?fleet=", 400);
+  // Decided by the session's own list, whether the fleet exists or not: nothing is confirmed.
+  if (session.fleets !== "*" && !session.fleets.includes(fleet)) return c.text("no such fleet", 404);
   const headers = new Headers(c.req.raw.headers);
   headers.set("X-Session-Until", String(session.expiresAt));
   headers.set("X-Session-Id", session.idHash);

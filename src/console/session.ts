@@ -8,11 +8,12 @@ import { and, eq, lt } from "drizzle-orm";
 import type { Context } from "hono";
 import { getCookie, setCookie } from "hono/cookie";
 import { getDb } from "../db/client";
-import { consoleSessions, fleets, tokens } from "../db/schema";
+import { consoleSessions, tokens } from "../db/schema";
 import type { Scope } from "../domain/enums";
+import type { FleetAccess, OperatorVia } from "../domain/principal";
 import type { Env } from "../env";
 import { digestsEqual, randomSecret, sha256Hex } from "../lib/crypto";
-import type { SessionEnd } from "./feed-fanout";
+import { closeLiveSockets } from "../notices/sessions";
 
 /** An absolute lifetime: a session never outlives it, however busy. */
 const SESSION_TTL_S = 8 * 3600;
@@ -26,6 +27,14 @@ export interface Session {
   csrf: string;
   token: string;
   expiresAt: number;
+  /** Who signed in, as the token names them (ADMIN_TOKEN for the bootstrap secret). */
+  name: string;
+  description: string | null;
+  /** The token's fleets: the pages show only these, as the API does. */
+  fleets: FleetAccess;
+  via: OperatorVia;
+  /** When the token itself expires (null: never); the session ends then at the latest. */
+  tokenExpiresAt: number | null;
 }
 
 const LOOPBACK = new Set(["127.0.0.1", "localhost", "[::1]", "::1"]);
@@ -82,12 +91,12 @@ async function unseal(sessionId: string, sealed: string) {
 /** Starts a session for a token the API has just accepted; sets the cookie. */
 export async function startSession(
   c: Context,
-  token: { id: string; scope: Scope; secret: string; expiresAt?: number },
+  token: { id: string; scope: Scope; secret: string; expiresAt: number | null },
 ) {
   const sessionId = randomSecret();
   const now = Date.now();
-  // A short-lived token (an SSO sign-in) ends its session when it expires.
-  const expiresAt = Math.min(now + SESSION_TTL_S * 1000, token.expiresAt ?? Number.POSITIVE_INFINITY);
+  // A session never outlives its token.
+  const expiresAt = Math.min(now + SESSION_TTL_S * 1000, token.expiresAt ?? Infinity);
   const db = getDb((c.env as Env).DB);
   await db.batch([
     // Expired sessions go as new ones come, through the expiry index.
@@ -102,7 +111,7 @@ export async function startSession(
       expiresAt,
     }),
   ]);
-  setConsoleCookie(c, SESSION_COOKIE, sessionId, Math.max(1, Math.floor((expiresAt - now) / 1000)));
+  setConsoleCookie(c, SESSION_COOKIE, sessionId, Math.max(1, Math.ceil((expiresAt - now) / 1000)));
 }
 
 /**
@@ -115,14 +124,25 @@ export async function currentSession(c: Context): Promise<Session | null> {
   const idHash = await sha256Hex(sessionId);
   const db = getDb((c.env as Env).DB);
   const [row] = await db
-    .select({ s: consoleSessions, revokedAt: tokens.revokedAt, tokenRow: tokens.id })
+    .select({
+      s: consoleSessions,
+      revokedAt: tokens.revokedAt,
+      tokenRow: tokens.id,
+      name: tokens.name,
+      description: tokens.description,
+      fleets: tokens.fleets,
+      tokenExpiresAt: tokens.expiresAt,
+    })
     .from(consoleSessions)
     .leftJoin(tokens, eq(tokens.id, consoleSessions.tokenId))
     .where(eq(consoleSessions.idHash, idHash))
     .limit(1);
   if (!row) return null;
-  const revoked = row.s.tokenId !== BOOTSTRAP_TOKEN_ID && (row.tokenRow === null || row.revokedAt !== null);
-  if (revoked || row.s.expiresAt <= Date.now()) {
+  const now = Date.now();
+  const bootstrap = row.s.tokenId === BOOTSTRAP_TOKEN_ID;
+  const revoked = !bootstrap && (row.tokenRow === null || row.revokedAt !== null);
+  const tokenExpired = !bootstrap && row.tokenExpiresAt !== null && row.tokenExpiresAt <= now;
+  if (revoked || tokenExpired || row.s.expiresAt <= now) {
     await endSessionRow(c.env as Env, idHash);
     return null;
   }
@@ -132,7 +152,19 @@ export async function currentSession(c: Context): Promise<Session | null> {
   } catch {
     return null;
   }
-  return { idHash, tokenId: row.s.tokenId, scope: row.s.scope, csrf: row.s.csrf, token, expiresAt: row.s.expiresAt };
+  return {
+    idHash,
+    tokenId: row.s.tokenId,
+    scope: row.s.scope,
+    csrf: row.s.csrf,
+    token,
+    expiresAt: row.s.expiresAt,
+    name: bootstrap ? "ADMIN_TOKEN" : (row.name ?? ""),
+    description: bootstrap ? null : (row.description ?? null),
+    fleets: bootstrap ? "*" : (row.fleets ?? []),
+    via: bootstrap ? "bootstrap" : "token",
+    tokenExpiresAt: bootstrap ? null : (row.tokenExpiresAt ?? null),
+  };
 }
 
 async function endSessionRow(env: Env, idHash: string) {
@@ -148,43 +180,19 @@ export async function endSession(c: Context, session: Session | null) {
   setConsoleCookie(c, SESSION_COOKIE, "", 0);
 }
 
-/** Fleets' feeds told at once when a session ends. */
-const FEEDS_AT_ONCE = 16;
-
-/**
- * Closes the live sockets of a session (signed out) or of every session of a token (revoked) at
- * once, on every fleet's feed: a page's socket is tagged with both (src/console/feed-object.ts),
- * so each feed closes exactly those, and one that holds none answers without touching a socket.
- * A session ends rarely; a feed that cannot be reached is logged, and the pages it holds are
- * refused at their next request (the session row is gone) or on their session's expiry.
- */
-export async function closeLiveSockets(env: Env, end: SessionEnd, reason: string): Promise<number> {
-  const ids = (await getDb(env.DB).select({ id: fleets.id }).from(fleets)).map((r) => r.id);
-  let closed = 0;
-  for (let i = 0; i < ids.length; i += FEEDS_AT_ONCE) {
-    const results = await Promise.allSettled(
-      ids.slice(i, i + FEEDS_AT_ONCE).map((id) => env.FEED.get(env.FEED.idFromName(id)).endSessions(end, reason)),
-    );
-    for (const r of results) {
-      if (r.status === "fulfilled") closed += r.value;
-      else
-        console.warn(
-          JSON.stringify({ msg: "a console feed could not close an ended session's sockets", error: String(r.reason) }),
-        );
-    }
-  }
-  return closed;
-}
-
-/** The scope of an operator token the API accepted: from its row, or admin for ADMIN_TOKEN. */
-export async function tokenScope(env: Env, tokenId: string): Promise<Scope | null> {
-  if (tokenId === BOOTSTRAP_TOKEN_ID) return "admin";
+/** The scope and expiry of an operator token the API accepted: from its row, or admin for ADMIN_TOKEN. */
+export async function tokenGrant(
+  env: Env,
+  tokenId: string,
+): Promise<{ scope: Scope; expiresAt: number | null } | null> {
+  if (tokenId === BOOTSTRAP_TOKEN_ID) return { scope: "admin", expiresAt: null };
   const row = await getDb(env.DB).query.tokens.findFirst({
     where: and(eq(tokens.id, tokenId), eq(tokens.kind, "operator")),
-    columns: { scope: true, revokedAt: true },
+    columns: { scope: true, revokedAt: true, expiresAt: true },
   });
   if (!row || row.revokedAt !== null || row.scope === "server") return null;
-  return row.scope;
+  if (row.expiresAt !== null && row.expiresAt <= Date.now()) return null;
+  return { scope: row.scope, expiresAt: row.expiresAt };
 }
 
 /** Constant-time comparison of two secrets of any length. */

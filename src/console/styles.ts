@@ -13,6 +13,9 @@ html{font:15px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,"Noto Sans",sans-s
 body{margin:0}
 a{color:var(--accent)}
 :focus-visible{outline:3px solid var(--focus);outline-offset:2px}
+svg.chart{display:block;width:100%;max-width:760px;height:auto}.history figure,figure.history{margin:0}
+svg.chart .grid{stroke:var(--line)}
+@media (prefers-color-scheme:dark){svg.chart .series{filter:brightness(2.2)}}
 .skip{position:absolute;left:-999px}.skip:focus{left:8px;top:8px;background:var(--panel);padding:6px 10px;z-index:9}
 .top{display:flex;flex-wrap:wrap;gap:8px 16px;align-items:center;padding:10px 16px;background:var(--panel);border-bottom:1px solid var(--line)}
 .brand{font-weight:700;text-decoration:none;color:var(--fg)}
@@ -29,14 +32,27 @@ h1{font-size:1.4rem;margin:.2rem 0 1rem}h2{font-size:1.1rem;margin:1.4rem 0 .6re
 .kv{display:grid;grid-template-columns:max-content 1fr;gap:4px 14px;margin:0}.kv dt{color:var(--muted)}.kv dd{margin:0;overflow-wrap:anywhere}
 .counts{list-style:none;margin:0;padding:0}.counts li{display:flex;justify-content:space-between;gap:8px;padding:3px 0;border-bottom:1px dashed var(--line)}
 .counts li:last-child{border-bottom:0}.counts .n{font-variant-numeric:tabular-nums;font-weight:600}
-.table{overflow-x:auto;background:var(--panel);border:1px solid var(--line);border-radius:8px}
+.table{overflow-x:auto;max-width:100%;background:var(--panel);border:1px solid var(--line);border-radius:8px;
+background-image:linear-gradient(to right,var(--panel) 30%,transparent),linear-gradient(to left,var(--panel) 30%,transparent),
+linear-gradient(to right,rgba(0,0,0,.18),transparent),linear-gradient(to left,rgba(0,0,0,.18),transparent);
+background-position:left center,right center,left center,right center;background-repeat:no-repeat;
+background-size:28px 100%,28px 100%,10px 100%,10px 100%;background-attachment:local,local,scroll,scroll}
 table{border-collapse:collapse;width:100%}th,td{text-align:left;padding:7px 10px;border-bottom:1px solid var(--line);vertical-align:top}
 th{font-size:.85rem;color:var(--muted);font-weight:600;white-space:nowrap}tr:last-child td{border-bottom:0}
 td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}
 code,.mono{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:.88em;overflow-wrap:anywhere}
 code.label{display:inline-block;margin:0 .3em .15em 0;padding:0 .3em;border:1px solid var(--muted);border-radius:3px}
 .badge{display:inline-flex;align-items:center;gap:4px;padding:1px 8px;border-radius:999px;border:1px solid currentColor;font-size:.85rem;white-space:nowrap}
-.badge .i{font-weight:700}
+.icon{flex:none;vertical-align:-2px}
+.brand .icon{width:18px;height:18px;vertical-align:-3px}
+.chips{list-style:none;margin:4px 0 0;padding:0;display:flex;flex-wrap:wrap;gap:4px}
+.chips a{text-decoration:none}
+ul.plain{list-style:none;margin:0;padding:0}ul.plain li{padding:2px 0}
+dl.details{display:grid;grid-template-columns:max-content minmax(0,1fr);gap:0 8px;margin:0;font-size:.87rem}
+dl.details dt{color:var(--muted)}dl.details dd{margin:0;overflow-wrap:anywhere}
+.fresh{text-decoration:underline dotted;text-underline-offset:3px;cursor:help}
+.versions div{white-space:nowrap}
+.card.error{max-width:720px;margin:6vh auto}
 .t-ok{color:var(--ok)}.t-warn{color:var(--warn)}.t-bad{color:var(--bad)}.t-info{color:var(--info)}.t-idle{color:var(--idle)}
 .t-bad{border-style:double;border-width:3px}.t-warn{border-style:dashed}
 form.inline{display:inline}
@@ -60,5 +76,7 @@ progress.p-bad{accent-color:var(--bad)}progress.p-ok{accent-color:var(--ok)}prog
 .live.on{color:var(--ok);border-color:var(--ok)}.live.off{color:var(--bad);border-color:var(--bad);border-style:dashed}
 .signin{max-width:420px;margin:10vh auto}.signin form{display:flex;flex-direction:column;gap:10px}
 ol.queue{margin:0;padding-left:1.4rem}
-@media (max-width:600px){main{padding:10px}th,td{padding:6px}.top{padding:8px 10px}.hide-narrow{display:none}}
+main>*{min-width:0}
+@media (max-width:600px){main{padding:10px}th,td{padding:6px}.top{padding:8px 10px}.hide-narrow{display:none}
+.grid{grid-template-columns:minmax(0,1fr)}.filters input{max-width:100%}}
 `;

@@ -5,46 +5,106 @@ import type { Child } from "hono/jsx";
 import { ASSETS } from "./assets";
 import type { Session } from "./session";
 
+/**
+ * The icons, drawn as inline SVG (16×16, currentColor): a text glyph such as ⏸ needs a font that
+ * has it, and Debian's default fonts do not, so it rendered as an empty box.
+ */
+const ICONS = {
+  check: <path d="M3 8.5l3 3 7-7" />,
+  dot: <circle cx="8" cy="8" r="4" fill="currentColor" />,
+  ring: <circle cx="8" cy="8" r="5" />,
+  half: (
+    <>
+      <circle cx="8" cy="8" r="5.5" />
+      <path d="M8 2.5v5.5h5.5" />
+    </>
+  ),
+  play: <path d="M5 3l8 5-8 5z" fill="currentColor" />,
+  dashed: <circle cx="8" cy="8" r="5.5" stroke-dasharray="2.5 2" />,
+  more: (
+    <>
+      <circle cx="3" cy="8" r="1.3" fill="currentColor" />
+      <circle cx="8" cy="8" r="1.3" fill="currentColor" />
+      <circle cx="13" cy="8" r="1.3" fill="currentColor" />
+    </>
+  ),
+  cross: <path d="M4 4l8 8M12 4l-8 8" />,
+  warning: <path d="M8 2L1.5 14h13zM8 6.5v3.5M8 11.5v1" />,
+  differs: <path d="M3 6h10M3 10h10M11 3L5 13" />,
+  clock: <path d="M8 2.5a5.5 5.5 0 1 0 0.01 0zM8 5v3.5l2.5 1.5" />,
+  question: <path d="M5.5 6a2.5 2.5 0 1 1 3.5 2.3c-.7.3-1 .8-1 1.5v.7M8 12.5v1" />,
+  pause: <path d="M5.5 3.5v9M10.5 3.5v9" stroke-width="2.5" />,
+  square: <rect x="4" y="4" width="8" height="8" fill="currentColor" />,
+  eject: <path d="M3 9.5L8 4l5 5.5zM3 12.5h10" />,
+  empty: <path d="M8 2.5a5.5 5.5 0 1 0 0.01 0zM3 13L13 3" />,
+  banned: <path d="M8 2.5a5.5 5.5 0 1 0 0.01 0zM4.2 4.2l7.6 7.6" />,
+  skip: <path d="M3 11a5 5 0 0 1 9-4M12 3v4h-4" />,
+  back: <path d="M13 11a5 5 0 0 0-9-4M4 3v4h4" />,
+  diamond: <path d="M8 2l6 6-6 6-6-6z" fill="currentColor" />,
+  bullet: <circle cx="8" cy="8" r="2" fill="currentColor" />,
+  anchor: <path d="M8 5v9M5 7.5h6M3 10a5 4 0 0 0 10 0M8 1.5a1.7 1.7 0 1 0 0.01 0" />,
+} as const;
+type IconName = keyof typeof ICONS;
+
+/** An icon beside a word: decorative, the word says the same. */
+const Icon = ({ name, label }: { name: IconName; label?: string }) => (
+  <svg
+    class="icon"
+    viewBox="0 0 16 16"
+    width="14"
+    height="14"
+    fill="none"
+    stroke="currentColor"
+    stroke-width="1.8"
+    stroke-linecap="round"
+    stroke-linejoin="round"
+    aria-hidden={label ? undefined : "true"}
+    role={label ? "img" : undefined}
+    aria-label={label}
+    focusable="false"
+  >
+    {ICONS[name]}
+  </svg>
+);
+
 /** Every status word with its icon and tone: never colour alone. */
-const TONES: Record<string, [icon: string, tone: string]> = {
-  realized: ["✓", "ok"],
-  succeeded: ["✓", "ok"],
-  done: ["✓", "ok"],
-  active: ["●", "ok"],
-  open: ["◯", "ok"],
-  connected: ["●", "ok"],
-  pending: ["◔", "info"],
-  applying: ["◔", "info"],
-  running: ["▶", "info"],
-  provisioning: ["◌", "info"],
-  queued: ["…", "idle"],
-  failed: ["✕", "bad"],
-  removal_failed: ["✕", "bad"],
-  stuck: ["⚠", "bad"],
-  timed_out: ["◷", "bad"],
-  drifted: ["≠", "warn"],
-  stale: ["◷", "warn"],
-  unknown: ["?", "idle"],
-  paused: ["⏸", "warn"],
-  closed: ["■", "idle"],
-  decommissioning: ["⏏", "warn"],
-  removal_pending: ["⏏", "warn"],
-  removed: ["∅", "idle"],
-  cancelled: ["⊘", "idle"],
-  skipped: ["↷", "idle"],
-  rolling_back: ["↶", "warn"],
-  rolled_back: ["↶", "idle"],
-  slow: ["◴", "warn"],
-  waiting: ["…", "idle"],
+const TONES: Record<string, [icon: IconName, tone: string]> = {
+  realized: ["check", "ok"],
+  succeeded: ["check", "ok"],
+  done: ["check", "ok"],
+  active: ["dot", "ok"],
+  open: ["ring", "ok"],
+  connected: ["dot", "ok"],
+  pending: ["half", "info"],
+  applying: ["half", "info"],
+  running: ["play", "info"],
+  provisioning: ["dashed", "info"],
+  queued: ["more", "idle"],
+  failed: ["cross", "bad"],
+  removal_failed: ["cross", "bad"],
+  stuck: ["warning", "bad"],
+  timed_out: ["clock", "bad"],
+  drifted: ["differs", "warn"],
+  stale: ["clock", "warn"],
+  unknown: ["question", "idle"],
+  paused: ["pause", "warn"],
+  closed: ["square", "idle"],
+  decommissioning: ["eject", "warn"],
+  removal_pending: ["eject", "warn"],
+  removed: ["empty", "idle"],
+  cancelled: ["banned", "idle"],
+  skipped: ["skip", "idle"],
+  rolling_back: ["back", "warn"],
+  rolled_back: ["back", "idle"],
+  slow: ["clock", "warn"],
+  waiting: ["more", "idle"],
 };
 
 export const Badge = ({ status, label }: { status: string; label?: string }) => {
-  const [icon, tone] = TONES[status] ?? ["•", "idle"];
+  const [icon, tone] = TONES[status] ?? ["bullet", "idle"];
   return (
     <span class={`badge t-${tone}`} data-status={status}>
-      <span class="i" aria-hidden="true">
-        {icon}
-      </span>
+      <Icon name={icon} />
       {label ?? status.replace(/_/g, " ")}
     </span>
   );
@@ -85,15 +145,81 @@ export const Ago = ({ at, never = "never" }: { at: string | null | undefined; ne
   );
 };
 
-export const Duration = ({ seconds }: { seconds: number }) => {
-  const s = Math.max(0, Math.round(seconds));
-  const text =
-    s >= 3600
-      ? `${Math.floor(s / 3600)}h ${Math.floor((s % 3600) / 60)}m`
-      : s >= 60
-        ? `${Math.floor(s / 60)}m ${s % 60}s`
-        : `${s}s`;
-  return <span title={`${s} seconds`}>{text}</span>;
+/**
+ * A duration for people: "372 ms" and "3.7 s" below ten seconds (a whole-second figure said "0 s"
+ * for work that took a third of one), whole seconds, minutes and hours above.
+ */
+function durationText(seconds: number) {
+  const x = Math.max(0, seconds);
+  if (x < 0.9995) return `${Math.round(x * 1000)} ms`;
+  if (x < 9.95) return `${(Math.round(x * 10) / 10).toFixed(1)} s`;
+  const s = Math.round(x);
+  const [h, m, rest] = [Math.floor(s / 3600), Math.floor((s % 3600) / 60), s % 60];
+  if (h) return m ? `${h}h ${m}m` : `${h}h`;
+  if (m) return rest ? `${m}m ${rest}s` : `${m}m`;
+  return `${s} s`;
+}
+
+/** A time read from its owner (a server's ledger), so exact: "9s ago", the UTC time on hover. */
+export const ExactTime = ({ at }: { at: string | null | undefined }) => {
+  if (!at) return <span class="muted">never</span>;
+  const ms = Date.parse(at);
+  return (
+    <time datetime={new Date(ms).toISOString()} title={absolute(ms)} data-rel="" data-exact="">
+      {relative(ms)}
+    </time>
+  );
+};
+
+export const Duration = ({ seconds }: { seconds: number }) => (
+  <span title={`${Math.round(Math.max(0, seconds) * 1000) / 1000} seconds`}>{durationText(seconds)}</span>
+);
+
+/** Hostnames as people count: sim-2 before sim-10 (digits compared as numbers). */
+const NATURAL = new Intl.Collator("en", { numeric: true, sensitivity: "base" });
+const naturalCompare = (a: string, b: string) => NATURAL.compare(a, b) || (a < b ? -1 : a > b ? 1 : 0);
+/** A copy of `rows` in natural order of `key` (a hostname). */
+export const naturally = <T,>(rows: readonly T[], key: (row: T) => string | null | undefined) =>
+  [...rows].sort((a, b) => naturalCompare(key(a) ?? "", key(b) ?? ""));
+
+/** A console URL for one server: by hostname (the API resolves it within the fleet), else by id. */
+export const serverHref = (s: { id: string; hostname?: string | null; fleet?: string | null }) =>
+  s.hostname
+    ? `/console/servers/${encodeURIComponent(s.hostname)}${s.fleet ? `?fleet=${encodeURIComponent(s.fleet)}` : ""}`
+    : `/console/servers/${s.id}${s.fleet ? `?fleet=${encodeURIComponent(s.fleet)}` : ""}`;
+
+/**
+ * A server's last report as the fleet-wide index knows it. The index is written on change: for a host
+ * that keeps reporting the same thing its time is refreshed only every few minutes (an hour while
+ * the host is watched), so the index's figure can be minutes old while the host reported seconds ago.
+ * A server that is neither stale nor silent reported within its fleet's stale-after, so past that
+ * age the list says "within" it rather than a time it knows to be wrong; the server's own page, read
+ * from its ledger, has the exact time.
+ */
+export const LastReport = ({
+  at,
+  status,
+  staleAfterS,
+  now = Date.now(),
+}: {
+  at: string | null | undefined;
+  status: string;
+  staleAfterS: number | undefined;
+  now?: number;
+}) => {
+  if (!at) return <span class="muted">never</span>;
+  const ms = Date.parse(at);
+  const reporting = status !== "stale" && status !== "unknown";
+  if (!reporting || staleAfterS === undefined || now - ms <= staleAfterS * 1000) return <Ago at={at} />;
+  return (
+    <span
+      class="fresh"
+      data-within={staleAfterS}
+      title={`Reported within the last ${durationText(staleAfterS)} (not stale); the index's time, ${absolute(ms)}, is refreshed every few minutes while nothing changes. The server's page has the exact time.`}
+    >
+      within {durationText(staleAfterS)}
+    </span>
+  );
 };
 
 /** A paged list's "next" link (and a way back to the first page). */
@@ -138,12 +264,15 @@ export const ActionForm = (props: { action: string; csrf: string; back: string; 
 const Flash = ({ flash }: { flash: { ok: boolean; text: string } | null }) =>
   flash ? (
     <div class={`flash ${flash.ok ? "ok" : "bad"}`} role={flash.ok ? "status" : "alert"}>
-      <strong>{flash.ok ? "✓ Done: " : "✕ Failed: "}</strong>
+      <strong>
+        <Icon name={flash.ok ? "check" : "cross"} /> {flash.ok ? "Done: " : "Failed: "}
+      </strong>
       {flash.text}
     </div>
   ) : null;
 
 const NAV = [
+  ["fleets", "All fleets", "/console/fleets"],
   ["overview", "Overview", "/console"],
   ["servers", "Servers", "/console/servers"],
   ["groups", "Reboot groups", "/console/groups"],
@@ -175,6 +304,7 @@ export const Page = ({ frame, children }: { frame: Frame; children: Child }) => 
           <meta name="viewport" content="width=device-width, initial-scale=1" />
           <meta name="color-scheme" content="light dark" />
           <title>{`${frame.title} · Harbormaster`}</title>
+          <link rel="icon" type="image/svg+xml" href={ASSETS.icon.path} />
           <link rel="stylesheet" href={ASSETS.css.path} />
           <script type="module" src={ASSETS.js.path}></script>
         </head>
@@ -187,15 +317,18 @@ export const Page = ({ frame, children }: { frame: Frame; children: Child }) => 
             Skip to content
           </a>
           <header class="top">
-            <a class="brand" href={withFleet("/console")}>
-              <span aria-hidden="true">⚓ </span>Harbormaster
+            <a class="brand" href={session ? "/console/fleets" : "/console"}>
+              <Icon name="anchor" /> Harbormaster
             </a>
             {session ? (
               <nav aria-label="Console">
                 <ul>
                   {NAV.map(([key, label, href]) => (
                     <li>
-                      <a href={withFleet(href)} aria-current={frame.section === key ? "page" : undefined}>
+                      <a
+                        href={key === "fleets" ? href : withFleet(href)}
+                        aria-current={frame.section === key ? "page" : undefined}
+                      >
                         {label}
                       </a>
                     </li>
@@ -225,12 +358,18 @@ export const Page = ({ frame, children }: { frame: Frame; children: Child }) => 
                     ○ Not live yet
                   </span>
                 ) : null}
-                <span class="badge t-idle" title="Your token's scope">
-                  <span class="i" aria-hidden="true">
-                    ◆
-                  </span>
-                  {session.scope}
-                </span>
+                <a
+                  id="who"
+                  class="badge t-idle"
+                  href="/console/me"
+                  title={`Signed in through ${session.via === "bootstrap" ? "ADMIN_TOKEN" : session.via === "token" ? "an operator token" : "single sign-on"}: scope ${session.scope}, ${session.fleets === "*" ? "every fleet" : `fleets ${session.fleets.join(", ")}`}`}
+                >
+                  <Icon name="diamond" />
+                  {session.name} · {session.scope}
+                  {session.fleets === "*"
+                    ? ""
+                    : ` · ${session.fleets.length} fleet${session.fleets.length === 1 ? "" : "s"}`}
+                </a>
                 <form method="post" action="/console/sign-out" class="inline">
                   <input type="hidden" name="_csrf" value={session.csrf} />
                   <button type="submit">Sign out</button>
@@ -248,7 +387,10 @@ export const Page = ({ frame, children }: { frame: Frame; children: Child }) => 
   );
 };
 
-/** A titled table with a horizontal scroll on narrow screens. */
+/**
+ * A titled table. On a narrow screen it scrolls sideways inside its own box (a labelled region
+ * that takes focus, so the keyboard can scroll it too) and the page itself never does.
+ */
 export const Table = ({
   caption,
   head,
@@ -260,7 +402,7 @@ export const Table = ({
   children: Child;
   id?: string;
 }) => (
-  <div class="table" id={id} data-live={id ? "" : undefined}>
+  <div class="table" id={id} data-live={id ? "" : undefined} role="region" aria-label={caption} tabindex={0}>
     <table>
       <caption class="skip">{caption}</caption>
       <thead>

@@ -538,6 +538,40 @@ export const imageDeletions = sqliteTable("image_deletions", {
 });
 
 // ---------------------------------------------------------------------------------------------
+// History: the cron's rollup of each fleet (src/history/), kept 30 days.
+// ---------------------------------------------------------------------------------------------
+
+/**
+ * One row per fleet per period (5 minutes) in which a figure changed; a period like the one before
+ * writes nothing, so a quiet fleet costs no rows. Each row is a whole snapshot (servers by status,
+ * each agent's reported versions) plus the reboots and rollouts counted since the previous rollup,
+ * so a reader needs only the rows of its window and the one before it.
+ */
+export const fleetHistory = sqliteTable(
+  "fleet_history",
+  {
+    fleetId: text("fleet_id").notNull(),
+    /** The start of the period (ms epoch, a multiple of the period). */
+    at: integer("at").notNull(),
+    /** Servers by status (removed excluded) and their total. */
+    servers: text("servers", { mode: "json" }).$type<Record<string, number>>().notNull(),
+    /** agent → {versions: reported version → servers, none: not reported yet, other: versions past the bound}. */
+    versions: text("versions", { mode: "json" })
+      .$type<Record<string, { versions: Record<string, number>; none: number; other: number }>>()
+      .notNull(),
+    /** FleetLock reboot grants to hosts since the previous rollup. */
+    reboots: integer("reboots").notNull(),
+    /** Rollouts started since the previous rollup. */
+    rollouts: integer("rollouts").notNull(),
+  },
+  (t) => [
+    primaryKey({ columns: [t.fleetId, t.at] }),
+    // Pruning reads only the rows past the retention.
+    index("fleet_history_at_idx").on(t.at),
+  ],
+);
+
+// ---------------------------------------------------------------------------------------------
 // Sign-in through an identity provider (src/sso/): who gets what, by email or group, and the
 // sessions minted for signed-in users. A session IS a short-lived operator token (a `tokens` row
 // with expires_at, scope and fleets from the mapping), so one code path authenticates everything;

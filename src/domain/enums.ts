@@ -128,3 +128,11 @@ export type RolloutTargetState = (typeof ROLLOUT_TARGET_STATES)[number];
 /** An operator's control of a rollout. */
 export const ROLLOUT_CONTROLS = ["pause", "resume", "cancel", "rollback"] as const;
 export type RolloutControl = (typeof ROLLOUT_CONTROLS)[number];
+
+/** The builds the agent ships: Node's names for the platform and the architecture (uname -m x86_64 → x64, aarch64 → arm64). */
+export const AGENT_OSES = ["linux"] as const;
+export const AGENT_ARCHES = ["x64", "arm64"] as const;
+
+/** The bodies a webhook can ask for (src/webhooks/formats.ts). */
+export const WEBHOOK_FORMATS = ["cloudevents", "slack"] as const;
+export type WebhookFormat = (typeof WEBHOOK_FORMATS)[number];

@@ -65,6 +65,7 @@ export const ERROR_CODES = [
   "invalid_state",
   "rollout_in_progress",
   "no_targets",
+  "invalid_strategy",
   // Naming a server by hostname.
   "ambiguous_server",
   "unknown_server",

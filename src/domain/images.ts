@@ -6,6 +6,8 @@
 
 export const IMAGE_KINDS = ["oci-archive", "tarball", "oci-ref"] as const;
 type ImageKind = (typeof IMAGE_KINDS)[number];
+/** The kinds whose bytes are uploaded to the catalog (a reference has none). */
+export const UPLOADED_IMAGE_KINDS = ["oci-archive", "tarball"] as const satisfies readonly ImageKind[];
 
 export const IMAGE_POLICIES = ["catalog", "any"] as const;
 

@@ -20,6 +20,9 @@ export type OperatorPrincipal = {
   expiresAt?: number;
 };
 
+/** The id the ADMIN_TOKEN secret acts under (it has no token row). */
+export const BOOTSTRAP_ID = "bootstrap";
+
 /** Who a request acts for, once authenticated (src/auth/principal.ts). */
 export type Principal = OperatorPrincipal | { kind: "server"; serverId: string; tokenHash: string };
 
@@ -41,3 +44,9 @@ export function fleetAllowed(p: Principal, fleetName: string): boolean {
 
 /** Whether the principal sees every fleet (nothing to filter). */
 export const allFleets = (p: Principal) => p.kind === "operator" && p.fleets === "*";
+
+/** The fleets a list may show: null for every fleet, else these names (none for a server token). */
+export function visibleFleets(p: Principal): readonly string[] | null {
+  if (p.kind !== "operator") return [];
+  return p.fleets === "*" ? null : p.fleets;
+}

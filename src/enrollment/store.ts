@@ -5,7 +5,7 @@
  * max_uses, and a use is never spent without its row nor a row written without its use.
  */
 import { and, asc, eq, gt, gte, sql } from "drizzle-orm";
-import { auditInsert, type AuditEntry } from "../audit/log";
+import { auditInsert, type AuditEntry } from "../db/audit";
 import type { Db } from "../db/client";
 import { enrollments, enrollmentTokens } from "../db/schema";
 

@@ -1,46 +1,34 @@
 /**
- * Builds the coordinator's parts and wires them to each other (./durable-object.ts stays a thin
- * surface): the store, scheduler and outbox, the queue of parked hosts, and the health gates the
- * queue consults before every grant (docs/reboot-safety.md).
+ * Builds the coordinator's parts (./parts.ts) from the object's constructor arguments and wires
+ * them to each other, once: every part gets what it calls in its constructor, and nothing is set
+ * on a part afterwards. The parts call each other only once built (closures over `parts` run after
+ * this returns), so the order below is the order of what each constructor needs.
  */
 import { getDb } from "../db/client";
 import type { Env } from "../env";
+import { Outbox } from "../objects/kit/outbox";
 import { Scheduler } from "../objects/kit/scheduler";
 import { socketRoom } from "../objects/kit/sockets";
-import type { Coordination } from "./context";
-import { CoordinatorEffects, emit } from "./effects";
+import { ledgerOf } from "../objects/stubs";
+import { audit, changed, coordinatorEffects, emit } from "./effects";
 import { GateKeeper, type GateChange } from "./gate-keeper";
 import { GateStore } from "./gate-store";
 import { expireHealth, healthWake } from "./health";
 import { reportStuck, stuckWake } from "./reboot-events";
-import { ParkedHosts } from "./parked";
+import { ParkedHosts, type QueueHooks } from "./parked";
+import type { CoordinatorParts } from "./parts";
 import { closureOf } from "./queue";
 import { CoordinatorStore } from "./store";
+import { WEBHOOKS_TIMER } from "./timers";
 import { WebhookDispatcher } from "../webhooks/dispatch";
 import { WebhookStore } from "../webhooks/store";
 
-/** The webhooks' send queue (src/webhooks/dispatch.ts): its next retry, or a send's lease. */
-export const WEBHOOKS_TIMER = "webhooks";
-
-export function assemble(ctx: DurableObjectState, env: () => Env, clock: () => number): Coordination {
-  const scheduler = new Scheduler(ctx.storage);
-  const store = new CoordinatorStore(ctx.storage);
+/** `env` is read at each use, not captured: the runtime's (and a test's) bindings as they are then. */
+export function assemble(ctx: DurableObjectState, env: () => Env, clock: () => number): CoordinatorParts {
   const db = () => getDb(env().DB);
-  const effects = new CoordinatorEffects(ctx.storage, scheduler, db, env);
-  effects.fleetId = () => store.config?.fleet_id;
-  store.onChange = (group) => effects.changed(group);
+  const scheduler = new Scheduler(ctx.storage);
+  const store = new CoordinatorStore(ctx.storage, (group) => changed(parts, group));
   const gateStore = new GateStore(ctx.storage);
-  const gates = new GateKeeper(store, gateStore, scheduler, db);
-  const trust = Number(env().PARK_TRUST_S);
-  const trustMs = env().PARK_TRUST_S && Number.isFinite(trust) && trust >= 0 ? trust * 1000 : null;
-  const parked = new ParkedHosts(store, effects, scheduler, clock, socketRoom(ctx), trustMs);
-  parked.hooks = {
-    closed: (_name, g, now) => closureOf(g, now, g.paused ? null : gates.closed(g, now)),
-    wakeAt: (_name, g, now) => gates.wakeAt(g, now),
-    drained: (name, g, now) => void gates.note(name, g, now),
-    tidy: (name, g, now) => reportStuck(effects, store, name, expireHealth(c, name, g, now), now),
-    dueAt: (g) => Math.min(healthWake(g) ?? Infinity, stuckWake(store, g) ?? Infinity),
-  };
   const webhookStore = new WebhookStore(ctx.storage);
   const webhooks = new WebhookDispatcher(webhookStore, {
     timer: (at, opts) => {
@@ -50,20 +38,48 @@ export function assemble(ctx: DurableObjectState, env: () => Env, clock: () => n
     },
     waitUntil: (p) => ctx.waitUntil(p),
   });
-  effects.adoptWebhook = (p) => webhooks.adopt(p);
-  effects.onEvent = (e) => webhooks.emit(e);
-  const c: Coordination = { store, effects, scheduler, clock, parked, gates, gateStore, webhooks, webhookStore };
-  gates.onChange = (change) => gateChanged(c, change);
-  return c;
+  const outbox = new Outbox(ctx.storage, scheduler, coordinatorEffects({ db, env, webhooks }), db);
+  const gates = new GateKeeper(store, gateStore, scheduler, db, (change) => gateChanged(parts, change));
+  // The queue consults the health gates before every grant (docs/reboot-safety.md).
+  const hooks: QueueHooks = {
+    closed: (_name, g, now) => closureOf(g, now, g.paused ? null : gates.closed(g, now)),
+    wakeAt: (_name, g, now) => gates.wakeAt(g, now),
+    drained: (name, g, now) => void gates.note(name, g, now),
+    tidy: (name, g, now) => reportStuck(parts, name, expireHealth(parts, name, g, now), now),
+    dueAt: (g) => Math.min(healthWake(g) ?? Infinity, stuckWake(store, g) ?? Infinity),
+  };
+  const trust = Number(env().PARK_TRUST_S);
+  const trustMs = env().PARK_TRUST_S && Number.isFinite(trust) && trust >= 0 ? trust * 1000 : null;
+  // The parts' clock is read at each call, not captured: a test that moves it moves the queue too.
+  const parked = new ParkedHosts(
+    { store, outbox, scheduler, webhooks },
+    () => parts.clock(),
+    socketRoom(ctx),
+    hooks,
+    trustMs,
+  );
+  const parts: CoordinatorParts = {
+    store,
+    outbox,
+    scheduler,
+    parked,
+    gates,
+    gateStore,
+    webhooks,
+    webhookStore,
+    ask: (serverId) => ledgerOf(env(), serverId).heldNames(),
+    clock,
+  };
+  return parts;
 }
 
 /** A group's first closed gate changed: audited, and reported to the fleet's webhooks. */
-function gateChanged(c: Coordination, { group, closed, was }: GateChange) {
-  const fleetId = c.store.config?.fleet_id;
-  const at = c.clock();
+function gateChanged(p: CoordinatorParts, { group, closed, was }: GateChange) {
+  const fleetId = p.store.config?.fleet_id;
+  const at = p.clock();
   if (closed) {
     emit(
-      c.effects,
+      p,
       fleetId,
       "reboot.gate_closed",
       `group:${group}`,
@@ -78,7 +94,7 @@ function gateChanged(c: Coordination, { group, closed, was }: GateChange) {
     );
   } else if (was) {
     emit(
-      c.effects,
+      p,
       fleetId,
       "reboot.gate_opened",
       `group:${group}`,
@@ -91,7 +107,8 @@ function gateChanged(c: Coordination, { group, closed, was }: GateChange) {
       at,
     );
   }
-  void c.effects.audit(
+  void audit(
+    p,
     [
       {
         actor: "harbormaster",

@@ -1,9 +1,8 @@
 import { DurableObject } from "cloudflare:workers";
 import type { Env } from "../env";
 import type { Failure } from "../objects/kit/result";
-import { assemble, WEBHOOKS_TIMER } from "./assemble";
-import type { Coordination } from "./context";
-import { GATES_TIMER } from "./gate-keeper";
+import { assemble } from "./assemble";
+import { audit } from "./effects";
 import * as gateRules from "./gate-rules";
 import type { GateConfig } from "./gates";
 import * as grants from "./grants";
@@ -12,23 +11,20 @@ import type { ServerHealthEvent } from "./ledger-side";
 import * as groups from "./groups";
 import * as identity from "./identity";
 import * as names from "./names";
-import type { AskLedger } from "./store";
-import { ledgerOf } from "../objects/stubs";
-import { QUEUE_TIMER } from "./parked";
+import type { CoordinatorParts } from "./parts";
+import type { FleetSettings, ServerIdentity } from "../model/fleet";
+import { fireTimers } from "./timers";
 import { answered, PRE_REBOOT_WAIT_PATH, preRebootWaitOf } from "./waits";
 import type { ClientParams, FleetLockFailure } from "./protocol";
 import * as slots from "./rollout-slots";
 import * as specGroups from "./spec-groups";
 import type { GroupChange, Holder } from "./semaphore";
-import type { FleetSettings, ServerIdentity } from "./store";
 import type { FleetEvent } from "../webhooks/events";
 import * as hooks from "../webhooks/manage";
 import * as hookSpec from "../webhooks/spec";
 import type { GroupView } from "./views";
 
 // Kept where callers have always found them.
-export type { FleetSettings, ServerIdentity } from "./store";
-export { RESERVATION_TTL_MS } from "./identity";
 
 /**
  * One per fleet: a counting semaphore per reboot group, the fair queue in front of it, and the
@@ -39,39 +35,21 @@ export { RESERVATION_TTL_MS } from "./identity";
  * sleeps while hosts wait.
  */
 export class RebootCoordinator extends DurableObject<Env> {
-  private c: Coordination;
-
-  /** The clock every grant, window and wait is decided with; tests move it. */
-  clock = () => Date.now();
+  /** Built once from the constructor's arguments (./assemble.ts); anew only when the fleet is deleted. */
+  private parts: CoordinatorParts;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
-    this.c = assemble(
+    this.parts = assemble(
       ctx,
       () => this.env,
-      () => this.clock(),
+      () => Date.now(),
     );
   }
 
-  /** What a server's ledger holds of the fleet's names (asked when a reservation ends). */
-  private readonly ask: AskLedger = (serverId) => ledgerOf(this.env, serverId).heldNames();
-
+  /** Dispatches every due timer to its handler (./timers.ts). */
   async alarm() {
-    await this.c.scheduler.fire({
-      outbox: () => this.c.effects.outbox.flush(),
-      reservation: (payload, name) =>
-        identity.settleReservation(
-          this.c,
-          this.ask,
-          name.slice("reservation:".length),
-          (payload as { until: number }).until,
-        ),
-      hostname: (payload, name) =>
-        names.settleHostname(this.c, this.ask, name.slice("hostname:".length), (payload as { until: number }).until),
-      [QUEUE_TIMER]: () => this.c.parked.fired(),
-      [GATES_TIMER]: () => gateRules.readInputs(this.c),
-      [WEBHOOKS_TIMER]: () => this.c.webhooks.pump(),
-    });
+    await fireTimers(this.parts);
   }
 
   // ---- host path (FleetLock) ----
@@ -83,7 +61,7 @@ export class RebootCoordinator extends DurableObject<Env> {
   async fetch(request: Request): Promise<Response> {
     if (new URL(request.url).pathname !== PRE_REBOOT_WAIT_PATH) return new Response(null, { status: 404 });
     const { keyHash, params, resume } = preRebootWaitOf(request);
-    const answer = await grants.preReboot(this.c, keyHash, params, { resume, ask: this.ask });
+    const answer = await grants.preReboot(this.parts, keyHash, params, { resume, ask: this.parts.ask });
     return answer.ok === "waiting" ? answer.waiter : answered(answer);
   }
 
@@ -92,18 +70,18 @@ export class RebootCoordinator extends DurableObject<Env> {
 
   /** A waiter closed: its host's client went away (the Worker saw it hang up). It keeps its place. */
   async webSocketClose(ws: WebSocket) {
-    this.c.parked.closed(ws);
+    this.parts.parked.closed(ws);
   }
 
   async webSocketError(ws: WebSocket) {
-    this.c.parked.closed(ws);
+    this.parts.parked.closed(ws);
   }
 
   async steadyState(
     keyHash: string,
     params: ClientParams,
   ): Promise<{ ok: true; released: boolean } | FleetLockFailure> {
-    return grants.steadyState(this.c, keyHash, params, this.ask);
+    return grants.steadyState(this.parts, keyHash, params, this.parts.ask);
   }
 
   // ---- fleet configuration ----
@@ -115,40 +93,35 @@ export class RebootCoordinator extends DurableObject<Env> {
    * an outsider); should D1 refuse them, everything stays for the cron's retry.
    */
   async forget(): Promise<void> {
-    this.c.webhooks.drop("dropped: the fleet was deleted");
+    this.parts.webhooks.drop("dropped: the fleet was deleted");
     // Console notices of the fleet being deleted are not worth the wait; nor are deliveries
     // stored by earlier code in the outbox.
-    this.c.effects.outbox.discard("feed");
-    this.c.effects.outbox.discard("webhook");
-    await this.c.effects.outbox.flush();
-    if (this.c.effects.outbox.pending() > 0) throw new Error("audit rows still pending; retry the wipe later");
-    await this.c.store.wipe();
+    this.parts.outbox.discard("feed");
+    this.parts.outbox.discard("webhook");
+    await this.parts.outbox.flush();
+    if (this.parts.outbox.pending() > 0) throw new Error("audit rows still pending; retry the wipe later");
+    await this.parts.store.wipe();
     // A fleet of the same name may come next: its parts start from empty storage, no cache kept.
-    this.c = assemble(
-      this.ctx,
-      () => this.env,
-      () => this.clock(),
-    );
+    this.parts = assemble(this.ctx, () => this.env, this.parts.clock);
   }
 
   /** PATCH /v1/fleets/{fleet}: the fleet's settings, as D1 now holds them. */
   async updateSettings(settings: FleetSettings): Promise<void> {
-    this.c.store.syncSettings(settings);
+    this.parts.store.syncSettings(settings);
   }
 
   /** Installs a new key; the previous one stops working with this write. */
   async setKey(settings: FleetSettings, keyHash: string, actor: string): Promise<void> {
-    this.c.store.putConfig({ ...settings, key_hash: keyHash });
-    await this.c.effects.audit(
-      [{ actor, action: "fleet.fleetlock_key.rotate", target: `fleet:${settings.fleet_id}` }],
-      { wait: true },
-    );
+    this.parts.store.putConfig({ ...settings, key_hash: keyHash });
+    await audit(this.parts, [{ actor, action: "fleet.fleetlock_key.rotate", target: `fleet:${settings.fleet_id}` }], {
+      wait: true,
+    });
   }
 
   // ---- the FleetLock identity registry ----
 
   async reserveClientId(fleetlockId: string, serverId: string): Promise<{ ok: true; until: number | null } | Failure> {
-    return identity.reserve(this.c, this.ask, fleetlockId, serverId);
+    return identity.reserve(this.parts, this.parts.ask, fleetlockId, serverId);
   }
 
   /** A registration's hostname and fleetlock_id, both or neither (./names.ts), until its ledger commits. */
@@ -157,49 +130,49 @@ export class RebootCoordinator extends DurableObject<Env> {
     fleetlockId: string | null,
     serverId: string,
   ): Promise<{ ok: true; until: number } | Failure> {
-    return names.reserveRegistration(this.c, this.ask, hostname, fleetlockId, serverId);
+    return names.reserveRegistration(this.parts, this.parts.ask, hostname, fleetlockId, serverId);
   }
 
   /** The server was removed: its hostname is free again. */
   async releaseHostname(serverId: string, hostname: string): Promise<void> {
-    names.releaseHostname(this.c, serverId, hostname);
+    names.releaseHostname(this.parts, serverId, hostname);
   }
 
   async setServerIdentity(serverId: string, id: ServerIdentity): Promise<{ applied: boolean; conflict?: boolean }> {
-    return identity.setIdentity(this.c, serverId, id);
+    return identity.setIdentity(this.parts, serverId, id);
   }
 
   async adoptIdentity(serverId: string, id: ServerIdentity): Promise<{ applied: boolean }> {
-    return identity.adoptIdentity(this.c, serverId, id);
+    return identity.adoptIdentity(this.parts, serverId, id);
   }
 
   // ---- reboot groups ----
 
   async putGroup(settings: FleetSettings, name: string, change: GroupChange, actor: string): Promise<GroupView> {
-    return groups.putGroup(this.c, settings, name, change, actor);
+    return groups.putGroup(this.parts, settings, name, change, actor);
   }
 
   async getGroup(settings: FleetSettings, name: string): Promise<{ ok: true; group: GroupView } | Failure> {
-    return groups.getGroup(this.c, settings, name);
+    return groups.getGroup(this.parts, settings, name);
   }
 
   async listGroups(settings: FleetSettings): Promise<GroupView[]> {
-    return groups.listGroups(this.c, settings);
+    return groups.listGroups(this.parts, settings);
   }
 
   /** A fleet spec's reboot groups, delivered by its `apply_groups` fleet task. */
   async applyGroupSpec(settings: FleetSettings, spec: specGroups.GroupsSpec): Promise<specGroups.GroupsSpecOutcome> {
-    return specGroups.applyGroupSpec(this.c, settings, spec);
+    return specGroups.applyGroupSpec(this.parts, settings, spec);
   }
 
   // ---- health gates ----
 
   async fleetGates(settings: FleetSettings) {
-    return gateRules.fleetGatesView(this.c, settings);
+    return gateRules.fleetGatesView(this.parts, settings);
   }
 
   async putFleetGates(settings: FleetSettings, gates: GateConfig, actor: string) {
-    return gateRules.putFleetGates(this.c, settings, gates, actor);
+    return gateRules.putFleetGates(this.parts, settings, gates, actor);
   }
 
   async setHold(
@@ -208,51 +181,51 @@ export class RebootCoordinator extends DurableObject<Env> {
     hold: { reason: string; until: number | null } | null,
     actor: string,
   ) {
-    return gateRules.setHold(this.c, settings, group, hold, actor);
+    return gateRules.setHold(this.parts, settings, group, hold, actor);
   }
 
   /** What /metrics shows of this fleet: its groups (gates included) and its webhook deliveries. */
   async metrics(settings: FleetSettings) {
-    return { groups: groups.listGroups(this.c, settings), webhooks: this.c.webhookStore.counts() };
+    return { groups: groups.listGroups(this.parts, settings), webhooks: this.parts.webhookStore.counts() };
   }
 
   // ---- webhooks: this object sends the fleet's (src/webhooks/) ----
 
   async createWebhook(settings: FleetSettings, input: hooks.WebhookInput, actor: string) {
-    this.c.store.syncSettings(settings);
-    const r = hooks.createWebhook(this.c.webhookStore, input, actor, this.c.clock());
+    this.parts.store.syncSettings(settings);
+    const r = hooks.createWebhook(this.parts.webhookStore, input, actor, this.parts.clock());
     if (r.ok)
-      await this.audited(actor, "webhook.create", { id: r.webhook.id, url: r.webhook.url, events: r.webhook.events });
+      await this.#audited(actor, "webhook.create", { id: r.webhook.id, url: r.webhook.url, events: r.webhook.events });
     return r;
   }
 
   async listWebhooks() {
-    return this.c.webhookStore.all().map(hooks.webhookView);
+    return this.parts.webhookStore.all().map(hooks.webhookView);
   }
 
   async getWebhook(id: string) {
-    return hooks.getWebhook(this.c.webhookStore, id);
+    return hooks.getWebhook(this.parts.webhookStore, id);
   }
 
   async deleteWebhook(settings: FleetSettings, id: string, actor: string) {
-    this.c.store.syncSettings(settings);
-    const r = hooks.deleteWebhook(this.c.webhookStore, id);
-    if (r.ok) await this.audited(actor, "webhook.delete", { id, url: r.webhook.url });
+    this.parts.store.syncSettings(settings);
+    const r = hooks.deleteWebhook(this.parts.webhookStore, id);
+    if (r.ok) await this.#audited(actor, "webhook.delete", { id, url: r.webhook.url });
     return r;
   }
 
   /** A fleet spec's webhooks: their declared fields and secrets' digests; stage an apply's secrets; apply its task. */
   async webhookSpecState() {
-    return hookSpec.webhookSpecState(this.c.webhookStore);
+    return hookSpec.webhookSpecState(this.parts.webhookStore);
   }
 
   async stageWebhookSecrets(secrets: Record<string, string>): Promise<string> {
-    return hookSpec.stageSecrets(this.c.webhookStore, secrets, this.c.clock());
+    return hookSpec.stageSecrets(this.parts.webhookStore, secrets, this.parts.clock());
   }
 
   async applyWebhookSpec(settings: FleetSettings, spec: hookSpec.WebhooksSpec): Promise<hookSpec.WebhooksSpecOutcome> {
-    this.c.store.syncSettings(settings);
-    return hookSpec.applyWebhookSpec(this.c.webhookStore, spec, this.c.clock());
+    this.parts.store.syncSettings(settings);
+    return hookSpec.applyWebhookSpec(this.parts.webhookStore, spec, this.parts.clock());
   }
 
   /**
@@ -260,26 +233,32 @@ export class RebootCoordinator extends DurableObject<Env> {
    * notices): each is sent to the webhooks that want it once, however often it arrives (by id).
    */
   async fleetEvents(events: FleetEvent[]): Promise<void> {
-    for (const e of events) this.c.webhooks.take(e);
-    await this.c.scheduler.arm();
+    for (const e of events) this.parts.webhooks.take(e);
+    await this.parts.scheduler.arm();
   }
 
   async webhookDeliveries(id: string, limit: number) {
-    return hooks.deliveriesOf(this.c.webhookStore, id, limit);
+    return hooks.deliveriesOf(this.parts.webhookStore, id, limit);
   }
 
   async testWebhook(settings: FleetSettings, id: string, actor: string) {
-    this.c.store.syncSettings(settings);
-    const r = hooks.testWebhook(this.c.webhookStore, this.c.webhooks, settings.fleet_id, id, actor, this.c.clock());
+    this.parts.store.syncSettings(settings);
+    const r = hooks.testWebhook(
+      this.parts.webhookStore,
+      this.parts.webhooks,
+      settings.fleet_id,
+      id,
+      actor,
+      this.parts.clock(),
+    );
     // Sent now and awaited: the operator is watching this receiver (and only this one).
-    if (r.ok) await this.c.webhooks.sendNow(r.delivery.id);
-    return r.ok ? { ...r, delivery: hooks.deliveryView(this.c.webhookStore.delivery(r.delivery.id)!) } : r;
+    if (r.ok) await this.parts.webhooks.sendNow(r.delivery.id);
+    return r.ok ? { ...r, delivery: hooks.deliveryView(this.parts.webhookStore.delivery(r.delivery.id)!) } : r;
   }
 
-  private async audited(actor: string, action: string, details: Record<string, unknown>) {
-    await this.c.effects.audit([{ actor, action, target: `fleet:${this.c.store.config?.fleet_id ?? "?"}`, details }], {
-      wait: true,
-    });
+  async #audited(actor: string, action: string, details: Record<string, unknown>) {
+    const target = `fleet:${this.parts.store.config?.fleet_id ?? "?"}`;
+    await audit(this.parts, [{ actor, action, target, details }], { wait: true });
   }
 
   // ---- releases ----
@@ -290,23 +269,23 @@ export class RebootCoordinator extends DurableObject<Env> {
     id: string,
     actor: string,
   ): Promise<{ ok: true; released: Holder; group: GroupView } | Failure> {
-    return grants.forceRelease(this.c, settings, name, id, actor);
+    return grants.forceRelease(this.parts, settings, name, id, actor);
   }
 
   async dequeueHost(settings: FleetSettings, name: string, id: string, actor: string) {
-    return groups.dequeueHost(this.c, settings, name, id, actor);
+    return groups.dequeueHost(this.parts, settings, name, id, actor);
   }
 
   async releaseServer(
     serverId: string,
     opts: { reason: string; actor: string; granted_before?: number },
   ): Promise<(Holder & { group: string })[]> {
-    return grants.releaseServer(this.c, serverId, opts);
+    return grants.releaseServer(this.parts, serverId, opts);
   }
 
   /** A server's ledger: a new boot, realized, failed or drifted (./ledger-side.ts). */
   async serverHealth(event: ServerHealthEvent): Promise<void> {
-    await health.serverHealth(this.c, event);
+    await health.serverHealth(this.parts, event);
   }
 
   // ---- rollout slots ----
@@ -315,10 +294,10 @@ export class RebootCoordinator extends DurableObject<Env> {
     settings: FleetSettings,
     req: slots.RolloutSlotRequest,
   ): Promise<{ ok: true } | { ok: false; kind: string; value: string }> {
-    return slots.acquireRolloutSlot(this.c, settings, req);
+    return slots.acquireRolloutSlot(this.parts, settings, req);
   }
 
   async releaseRolloutSlot(holder: string, rolloutId: string): Promise<{ ok: true; released: boolean }> {
-    return slots.releaseRolloutSlot(this.c, holder, rolloutId);
+    return slots.releaseRolloutSlot(this.parts, holder, rolloutId);
   }
 }

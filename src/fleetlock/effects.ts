@@ -4,83 +4,81 @@
  * when D1 is down. Webhook deliveries do not: they go to outsiders, on their own queue
  * (src/webhooks/dispatch.ts), so no receiver delays what this outbox carries.
  */
-import { auditEvent, auditInsertOnce, type AuditEntry, type AuditEvent } from "../audit/log";
-import { feedEffect, type NoticeInput } from "../console/notices";
+import { auditEvent, auditInsertOnce, type AuditEntry, type AuditEvent } from "../db/audit";
+import { feedEffect, type NoticeInput } from "../notices/notices";
 import type { Db } from "../db/client";
 import type { Env } from "../env";
-import { Outbox } from "../objects/kit/outbox";
+import type { Effect, Outbox } from "../objects/kit/outbox";
 import type { Scheduler } from "../objects/kit/scheduler";
-import type { DeliveryPayload } from "../webhooks/dispatch";
+import type { DeliveryPayload, WebhookDispatcher } from "../webhooks/dispatch";
 import { fleetEvent, type FleetEvent } from "../webhooks/events";
+import type { CoordinatorStore } from "./store";
 
 /** How long a host grant's or release's audit row may wait to share a D1 batch with others. */
 const HOST_AUDIT_DEFER_MS = 1_000;
 
-export class CoordinatorEffects {
-  readonly outbox: Outbox<"audit" | "webhook" | "feed">;
-  /** The fleet this object coordinates (its config), for its console notices; set by ./assemble.ts. */
-  fleetId: () => string | undefined = () => undefined;
-  /**
-   * Hands a webhook delivery to the webhooks' own queue (src/webhooks/dispatch.ts); set by
-   * ./assemble.ts. Only for `webhook` effects stored by earlier code, which sent deliveries
-   * through this outbox: taking one over is a storage write, never a request to the receiver.
-   */
-  adoptWebhook: (p: DeliveryPayload) => void = () => {
-    throw new Error("no webhook dispatcher");
-  };
-  /**
-   * Fleet events (reboot granted, gate closed, …) go to the fleet's webhooks from here; set by
-   * ./assemble.ts. Called in the turn of the change, so its deliveries commit with it.
-   */
-  onEvent: (e: FleetEvent) => void = () => {};
+export type CoordinatorEffectKind = "audit" | "webhook" | "feed";
+export type CoordinatorOutbox = Outbox<CoordinatorEffectKind>;
 
-  constructor(
-    storage: DurableObjectStorage,
-    private readonly scheduler: Scheduler,
-    db: () => Db,
-    env: () => Env,
-  ) {
-    this.outbox = new Outbox(
-      storage,
-      scheduler,
-      {
-        audit: { target: "d1", statements: (e: AuditEvent) => [auditInsertOnce(db(), e)] },
-        webhook: { target: "call", deliver: async (p: DeliveryPayload) => this.adoptWebhook(p) },
-        feed: feedEffect(env),
-      },
-      db,
-    );
-  }
-
-  /**
-   * Something open console pages show changed (a grant, a release, the queue, a gate, a group):
-   * one pending notice (keyed), riding with this second's audit batch or its alarm.
-   */
-  changed(group?: string) {
-    const fleet = this.fleetId();
-    if (!fleet) return;
-    const notice: NoticeInput = { fleet, kind: "reboot", ids: group ? [group] : [], from: "coordinator" };
-    this.outbox.enqueue("feed", notice, { key: "feed", deferMs: HOST_AUDIT_DEFER_MS });
-    void this.scheduler.arm().catch(() => undefined);
-  }
-
-  /**
-   * Hosts' grants and releases (`wait: false`) are audited within HOST_AUDIT_DEFER_MS, many rows
-   * to one D1 batch, instead of one batch each; an operator's change is delivered before its answer.
-   */
-  async audit(entries: AuditEntry[], opts: { wait: boolean }) {
-    for (const e of entries)
-      this.outbox.enqueue("audit", auditEvent(e), opts.wait ? {} : { deferMs: HOST_AUDIT_DEFER_MS });
-    // Every audited change (gates, holds, settings, webhooks) is one pages may show.
-    if (entries.length) this.changed();
-    if (entries.length) await this.scheduler.arm();
-    if (opts.wait) await this.outbox.flush();
-  }
+/** What the effects are delivered with. */
+export interface CoordinatorEffectWiring {
+  db: () => Db;
+  env: () => Env;
+  webhooks: WebhookDispatcher;
 }
 
-/** Emits a fleet event (src/webhooks/events.ts) in the current turn. */
+export function coordinatorEffects(w: CoordinatorEffectWiring): Record<CoordinatorEffectKind, Effect> {
+  return {
+    audit: { target: "d1", statements: (e: AuditEvent) => [auditInsertOnce(w.db(), e)] },
+    // Only `webhook` effects stored by earlier code, which sent deliveries through this outbox:
+    // taking one over is a storage write on the webhooks' own queue, never a request to the receiver.
+    webhook: { target: "call", deliver: async (p: DeliveryPayload) => w.webhooks.adopt(p) },
+    // The console's live notice (src/notices/notices.ts).
+    feed: feedEffect(w.env),
+  };
+}
+
+/**
+ * The parts that send (./parts.ts has them all): the fleet (its config), the outbox and its alarm,
+ * and the webhooks. A narrower view, so the queue (./parked.ts), which the parts hold, sends too.
+ */
+export interface Outgoing {
+  store: CoordinatorStore;
+  outbox: CoordinatorOutbox;
+  scheduler: Scheduler;
+  webhooks: WebhookDispatcher;
+}
+
+/**
+ * Something open console pages show changed (a grant, a release, the queue, a gate, a group):
+ * one pending notice (keyed), riding with this second's audit batch or its alarm.
+ */
+export function changed(o: Outgoing, group?: string) {
+  const fleet = o.store.config?.fleet_id;
+  if (!fleet) return;
+  const notice: NoticeInput = { fleet, kind: "reboot", ids: group ? [group] : [], from: "coordinator" };
+  o.outbox.enqueue("feed", notice, { key: "feed", deferMs: HOST_AUDIT_DEFER_MS });
+  void o.scheduler.arm().catch(() => undefined);
+}
+
+/**
+ * Hosts' grants and releases (`wait: false`) are audited within HOST_AUDIT_DEFER_MS, many rows
+ * to one D1 batch, instead of one batch each; an operator's change is delivered before its answer.
+ */
+export async function audit(o: Outgoing, entries: AuditEntry[], opts: { wait: boolean }) {
+  for (const e of entries) o.outbox.enqueue("audit", auditEvent(e), opts.wait ? {} : { deferMs: HOST_AUDIT_DEFER_MS });
+  // Every audited change (gates, holds, settings, webhooks) is one pages may show.
+  if (entries.length) changed(o);
+  if (entries.length) await o.scheduler.arm();
+  if (opts.wait) await o.outbox.flush();
+}
+
+/**
+ * Emits a fleet event (src/webhooks/events.ts) to the fleet's webhooks in the current turn, so its
+ * deliveries commit with the change.
+ */
 export function emit(
-  effects: CoordinatorEffects,
+  o: Outgoing,
   fleetId: string | undefined,
   type: FleetEvent["type"],
   subject: string,
@@ -88,7 +86,7 @@ export function emit(
   data: Record<string, unknown>,
   time?: number,
 ) {
-  if (fleetId) effects.onEvent(fleetEvent(fleetId, type, subject, summary, data, time));
+  if (fleetId) o.webhooks.emit(fleetEvent(fleetId, type, subject, summary, data, time));
 }
 
 /** A host's (or an allowed unknown id's) grant or release, as its audit row. */

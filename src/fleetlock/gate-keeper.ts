@@ -16,7 +16,8 @@ import { and, count, eq, inArray, ne } from "drizzle-orm";
 import type { Db } from "../db/client";
 import { rollouts, servers } from "../db/schema";
 import type { Scheduler } from "../objects/kit/scheduler";
-import { statusAt } from "../servers/staleness";
+import { statusAt } from "../model/server/staleness";
+import { externalCheck } from "./external-check";
 import type { GateStore } from "./gate-store";
 import {
   evaluate,
@@ -41,14 +42,15 @@ export type GateChange = { group: string; closed: GateVerdict | null; was: Group
 export class GateKeeper {
   /** When a read was last asked for (real time), so a burst of pre-reboots asks once. */
   private askedAt = 0;
-  /** Told of every change of a group's first closed gate (the coordinator emits events). */
-  onChange: (c: GateChange) => void = () => {};
 
   constructor(
     private readonly store: CoordinatorStore,
     private readonly gates: GateStore,
+    /** Its read runs on this timer; inputs' ages are the alarm's real time (`scheduler.now()`). */
     private readonly scheduler: Scheduler,
     private readonly db: () => Db,
+    /** Told of every change of a group's first closed gate (the coordinator emits events). */
+    private readonly onChange: (c: GateChange) => void,
     private readonly fetcher: (url: string, init: RequestInit) => Promise<Response> = (u, i) => fetch(u, i),
   ) {}
 
@@ -66,7 +68,7 @@ export class GateKeeper {
   /** The first closed gate of the group as hosts are told it, or null; asks for a read if an input is old. */
   closed(g: GroupState, now: number): Closure | null {
     const { config } = this.effective(g);
-    if (config && this.stale(config, Date.now())) this.askForRead();
+    if (config && this.stale(config, this.scheduler.now())) this.askForRead();
     const v = firstClosed(this.verdicts(g, now));
     if (!v) return null;
     // An input being read: the host waits for it (parked) rather than being answered without it.
@@ -78,7 +80,7 @@ export class GateKeeper {
    * copy is unknown from now until read again, and the read is asked for at once. Nothing to do
    * when no gate counts fleet health. Stored, so a restart still treats the copy as unknown.
    */
-  healthChanged(now = Date.now()) {
+  healthChanged(now = this.scheduler.now()) {
     if (!this.configs().some((cfg) => cfg.fleet_health)) return;
     const i = this.gates.inputs();
     if (i.health) this.gates.saveInputs({ ...i, health: { ...i.health, changed_at: now } });
@@ -87,7 +89,7 @@ export class GateKeeper {
 
   /** After a gate setting changed: asks for a read if any gate now needs an input not at hand. */
   prime() {
-    const now = Date.now();
+    const now = this.scheduler.now();
     if (this.configs().some((cfg) => this.stale(cfg, now))) this.askForRead(true);
   }
 
@@ -121,7 +123,7 @@ export class GateKeeper {
 
   /** Asks the alarm to read the inputs now (from the host path, at most once per second while that read is pending). */
   private askForRead(always = false) {
-    const now = Date.now();
+    const now = this.scheduler.now();
     if (!always && now - this.askedAt < 1_000 && this.scheduler.dueAt(GATES_TIMER) !== null) return;
     this.askedAt = now;
     this.scheduler.schedule(GATES_TIMER, now, null, { noLaterThan: true });
@@ -129,8 +131,8 @@ export class GateKeeper {
   }
 
   /** The alarm's read: the index inputs the fleet's gates need, and each external check whose answer is due. */
-  async refresh(fleetId: string, now = Date.now()): Promise<void> {
-    const startedAt = Date.now();
+  async refresh(fleetId: string, now = this.scheduler.now()): Promise<void> {
+    const startedAt = this.scheduler.now();
     const configs = this.configs();
     const inputs = this.gates.inputs();
     const next = { health: inputs.health, rollouts: inputs.rollouts, external: { ...inputs.external } };
@@ -173,7 +175,7 @@ export class GateKeeper {
    * When the keeper must read again: at once if a health change came in during the last read;
    * while hosts wait behind a gate that reads an input, every INDEX_REFRESH_MS (or cache_s); else null.
    */
-  nextRead(waiting: boolean, now = Date.now()): number | null {
+  nextRead(waiting: boolean, now = this.scheduler.now()): number | null {
     if (this.gates.inputs().health?.changed_at !== undefined && this.configs().some((c) => c.fleet_health)) return now;
     if (!waiting) return null;
     let at = Infinity;
@@ -196,19 +198,7 @@ export class GateKeeper {
   }
 
   private async check(url: string, timeoutS: number): Promise<{ ok: boolean; reachable: boolean; detail: string }> {
-    try {
-      const res = await this.fetcher(url, {
-        method: "GET",
-        redirect: "manual",
-        signal: AbortSignal.timeout(timeoutS * 1000),
-      });
-      await res.body?.cancel();
-      return { ok: res.status >= 200 && res.status < 300, reachable: true, detail: `HTTP ${res.status}` };
-    } catch (err) {
-      const e = err as { name?: string; message?: string };
-      const detail =
-        e?.name === "TimeoutError" ? `no answer within ${timeoutS} s` : String(e?.message ?? err).slice(0, 200);
-      return { ok: false, reachable: false, detail };
-    }
+    const { ok, reachable, detail } = await externalCheck(this.fetcher, url, timeoutS);
+    return { ok, reachable, detail };
   }
 }

@@ -5,15 +5,16 @@
  */
 import { iso, isoOrNull } from "../lib/time";
 import { fail, type Failure } from "../objects/kit/result";
-import type { Coordination } from "./context";
+import { audit } from "./effects";
+import type { CoordinatorParts } from "./parts";
 import { GATES_TIMER } from "./gate-keeper";
 import type { FleetGates } from "./gate-store";
 import { needsIndex, type GateConfig, type GateVerdict, type Hold } from "./gates";
 import { liveEntries } from "./queue";
-import type { FleetSettings } from "./store";
+import type { FleetSettings } from "../model/fleet";
 
 /** The alarm's read of the gates' inputs; then the queues are drained, and the next read planned. */
-export async function readInputs(c: Coordination) {
+export async function readInputs(c: CoordinatorParts) {
   const fleetId = c.store.config?.fleet_id;
   if (!fleetId) return;
   await c.gates.refresh(fleetId);
@@ -45,12 +46,13 @@ export const holdView = (h: Hold | null | undefined, now: number): HoldView | nu
 export const verdictView = (v: GateVerdict) => ({ gate: v.gate, open: v.open, kind: v.kind, reason: v.reason });
 
 /** The fleet's gates: the default configuration and hold, what each group's gates say, and the inputs as last read. */
-export function fleetGatesView(c: Coordination, settings: FleetSettings) {
+export function fleetGatesView(c: CoordinatorParts, settings: FleetSettings) {
   c.store.syncSettings(settings);
   const now = c.clock();
   const fleet = c.gateStore.fleet();
   const inputs = c.gateStore.inputs();
-  const age = (at: number | undefined) => (at === undefined ? null : Math.max(0, Math.round((Date.now() - at) / 1000)));
+  const age = (at: number | undefined) =>
+    at === undefined ? null : Math.max(0, Math.round((c.scheduler.now() - at) / 1000));
   return {
     fleet: settings.fleet_id,
     default: fleet?.config ?? null,
@@ -85,7 +87,7 @@ export function fleetGatesView(c: Coordination, settings: FleetSettings) {
 
 /** PUT /v1/fleets/{fleet}/gates: the default gates of groups without their own. */
 export async function putFleetGates(
-  c: Coordination,
+  c: CoordinatorParts,
   settings: FleetSettings,
   config: GateConfig | null,
   actor: string,
@@ -103,7 +105,7 @@ export async function putFleetGates(
  * granted slot back; parked hosts stay parked behind it until it lifts (or their wait ends).
  */
 export async function setHold(
-  c: Coordination,
+  c: CoordinatorParts,
   settings: FleetSettings,
   group: string | null,
   hold: Omit<Hold, "at" | "by"> | null,
@@ -129,13 +131,13 @@ export async function setHold(
 
 /** After a gate setting changed: audited, queues drained (a gate may have opened), inputs read if new ones are needed. */
 async function changed(
-  c: Coordination,
+  c: CoordinatorParts,
   settings: FleetSettings,
   actor: string,
   action: string,
   details: Record<string, unknown>,
 ) {
-  const audited = c.effects.audit([{ actor, action, target: `fleet:${settings.fleet_id}`, details }], { wait: true });
+  const audited = audit(c, [{ actor, action, target: `fleet:${settings.fleet_id}`, details }], { wait: true });
   c.gates.prime();
   await Promise.all([audited, c.parked.drainAll()]);
   await c.parked.rearm();

@@ -3,12 +3,13 @@
  * releases operators and ledgers ask for. Each decision reads and writes the store in one turn;
  * the only await before a grant or a park is stored is none at all, so nothing interleaves.
  */
+import type { FleetSettings } from "../model/fleet";
 import { entryNamed, TRIED } from "./named";
-import type { AuditEntry } from "../audit/log";
+import type { AuditEntry } from "../db/audit";
 import { digestsEqual } from "../lib/crypto";
 import { fail, type Failure } from "../objects/kit/result";
-import type { Coordination } from "./context";
-import { hostAudit } from "./effects";
+import type { CoordinatorParts } from "./parts";
+import { audit, hostAudit } from "./effects";
 import { rebootGranted, rebootReleased } from "./reboot-events";
 import { implicitGroup, viewOf } from "./groups";
 import { catchUpReserved, clientOf } from "./identity";
@@ -16,7 +17,7 @@ import { failure, type ClientParams, type FleetLockFailure } from "./protocol";
 import { admit, claim, queuedOf } from "./queue";
 import { holdUntilHealthy, noteRebooted, waitsForHealth } from "./health";
 import { holderOf, release, releaseWhere, type Holder } from "./semaphore";
-import type { AskLedger, FleetConfig, FleetSettings } from "./store";
+import type { AskLedger, FleetConfig } from "./store";
 import type { GroupView } from "./views";
 
 /**
@@ -31,7 +32,7 @@ export interface PreRebootOptions {
 /** A pre-reboot's answer now, or the waiter (a 101) the Worker holds until the answer is decided. */
 type PreRebootAnswer = { ok: true } | FleetLockFailure | { ok: "waiting"; waiter: Response };
 
-function authorized(c: Coordination, keyHash: string): FleetConfig | null {
+function authorized(c: CoordinatorParts, keyHash: string): FleetConfig | null {
   const config = c.store.config;
   return config?.key_hash && digestsEqual(config.key_hash, keyHash) ? config : null;
 }
@@ -43,7 +44,7 @@ const unauthorized = () => failure("unauthorized", "invalid FleetLock key for th
  * (the Worker waits on a waiter socket, woken with the answer: ./parked.ts), or a refusal saying why.
  */
 export async function preReboot(
-  c: Coordination,
+  c: CoordinatorParts,
   keyHash: string,
   params: ClientParams,
   opts: PreRebootOptions,
@@ -86,8 +87,8 @@ export async function preReboot(
   if (adm.kind === "granted") {
     if (adm.changed) {
       c.store.saveGroup(name, adm.group);
-      rebootGranted(c.effects, c.store, name, { id: params.id, server_id: serverId }, now);
-      await c.effects.audit([hostAudit(config.fleet_id, "fleetlock.grant", params.id, serverId, { group: name })], {
+      rebootGranted(c, name, { id: params.id, server_id: serverId }, now);
+      await audit(c, [hostAudit(config.fleet_id, "fleetlock.grant", params.id, serverId, { group: name })], {
         wait: false,
       });
     }
@@ -112,7 +113,7 @@ export async function preReboot(
  * slot must still be able to reach steady state. Succeeds whether or not anything was held.
  */
 export async function steadyState(
-  c: Coordination,
+  c: CoordinatorParts,
   keyHash: string,
   params: ClientParams,
   ask: AskLedger,
@@ -140,7 +141,7 @@ export async function steadyState(
   if (holder.server_id && !holder.id.startsWith("rollout:"))
     noteRebooted(c, { server_id: holder.server_id, id: holder.id }, groupName, now, null);
   const released = await releaseAndDrain(c, groupName, params.id, now, (h) => {
-    rebootReleased(c.effects, c.store, groupName, h, "steady_state", now);
+    rebootReleased(c, groupName, h, "steady_state", now);
     return hostAudit(c.store.config?.fleet_id, "fleetlock.release", params.id, h.server_id, { group: groupName });
   });
   return { ok: true, released: released !== null };
@@ -152,23 +153,23 @@ export async function steadyState(
  * nothing but the grant's write.
  */
 export async function releaseAndDrain(
-  c: Coordination,
+  c: CoordinatorParts,
   groupName: string,
   id: string,
   now: number,
-  audit: (released: Holder) => AuditEntry,
+  entryOf: (released: Holder) => AuditEntry,
   opts: { wait: boolean } = { wait: false },
 ): Promise<Holder | null> {
   const next = release(c.store.group(groupName)!, id, now);
   c.store.saveGroup(groupName, next.group);
-  const audited = next.released ? c.effects.audit([audit(next.released)], opts) : undefined;
+  const audited = next.released ? audit(c, [entryOf(next.released)], opts) : undefined;
   await Promise.all([audited, c.parked.drain(groupName)]);
   return next.released;
 }
 
 /** An operator's force release of one holder. */
 export async function forceRelease(
-  c: Coordination,
+  c: CoordinatorParts,
   settings: FleetSettings,
   name: string,
   id: string,
@@ -187,7 +188,7 @@ export async function forceRelease(
     held.id,
     now,
     (r) => {
-      rebootReleased(c.effects, c.store, name, r, "force_release", now);
+      rebootReleased(c, name, r, "force_release", now);
       return {
         actor,
         action: "reboot_group.force_release",
@@ -205,7 +206,7 @@ export async function forceRelease(
  * steady-state call getting through, or it was removed. Audited here, so every caller is.
  */
 export async function releaseServer(
-  c: Coordination,
+  c: CoordinatorParts,
   serverId: string,
   opts: { reason: string; actor: string; granted_before?: number },
 ): Promise<(Holder & { group: string })[]> {
@@ -222,13 +223,13 @@ export async function releaseServer(
     if (next.released.length === 0) continue;
     c.store.saveGroup(name, next.group);
     released.push(...next.released.map((h) => ({ ...h, group: name })));
-    for (const h of next.released)
-      rebootReleased(c.effects, c.store, name, h, removal ? "server_removed" : "rebooted", now);
+    for (const h of next.released) rebootReleased(c, name, h, removal ? "server_removed" : "rebooted", now);
   }
   for (const name of new Set(released.map((h) => h.group))) await c.parked.drain(name);
   await c.parked.rearm();
   if (released.length > 0) {
-    await c.effects.audit(
+    await audit(
+      c,
       [
         {
           actor: opts.actor,

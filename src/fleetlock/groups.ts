@@ -2,13 +2,15 @@
  * Reboot groups as operators see and change them: configuration changes, applied live, and the
  * views of groups with their holders and parked hosts.
  */
+import type { FleetSettings } from "../model/fleet";
 import { entryNamed, TRIED } from "./named";
 import { fail, type Failure } from "../objects/kit/result";
-import type { Coordination } from "./context";
+import { audit } from "./effects";
+import type { CoordinatorParts } from "./parts";
 import { holdView, verdictView } from "./gate-rules";
 import { liveEntries, type QueueEntry } from "./queue";
 import { configure, newGroup, type GroupChange, type GroupState } from "./semaphore";
-import type { FleetConfig, FleetSettings } from "./store";
+import type { FleetConfig } from "./store";
 import { groupView, type GroupView } from "./views";
 
 /** A group the fleet creates on first use, when it has a default slot count. */
@@ -17,7 +19,7 @@ export function implicitGroup(config: FleetConfig, now: number): GroupState | nu
 }
 
 export async function putGroup(
-  c: Coordination,
+  c: CoordinatorParts,
   settings: FleetSettings,
   name: string,
   change: GroupChange,
@@ -27,7 +29,8 @@ export async function putGroup(
   const now = c.clock();
   c.store.saveGroup(name, configure(c.store.group(name) ?? null, change, now));
   c.gates.prime();
-  const audited = c.effects.audit(
+  const audited = audit(
+    c,
     [{ actor, action: "reboot_group.put", target: `fleet:${settings.fleet_id}`, details: { group: name, ...change } }],
     { wait: true },
   );
@@ -37,7 +40,7 @@ export async function putGroup(
 }
 
 export function getGroup(
-  c: Coordination,
+  c: CoordinatorParts,
   settings: FleetSettings,
   name: string,
 ): { ok: true; group: GroupView } | Failure {
@@ -47,13 +50,19 @@ export function getGroup(
   return { ok: true, group: viewOf(c, config, name, group, c.clock()) };
 }
 
-export function listGroups(c: Coordination, settings: FleetSettings): GroupView[] {
+export function listGroups(c: CoordinatorParts, settings: FleetSettings): GroupView[] {
   const config = c.store.syncSettings(settings);
   const now = c.clock();
   return c.store.groups().map(([name, group]) => viewOf(c, config, name, group, now));
 }
 
-export function viewOf(c: Coordination, config: FleetConfig, name: string, group: GroupState, now: number): GroupView {
+export function viewOf(
+  c: CoordinatorParts,
+  config: FleetConfig,
+  name: string,
+  group: GroupState,
+  now: number,
+): GroupView {
   const queue = { entries: c.store.queue(name), connected: (id: string) => c.parked.connected(id) };
   const fleetGates = c.gateStore.fleet();
   const gates = {
@@ -78,7 +87,7 @@ export function viewOf(c: Coordination, config: FleetConfig, name: string, group
 
 /** An operator takes a parked host out of the group's queue; its waiting request is refused. */
 export async function dequeueHost(
-  c: Coordination,
+  c: CoordinatorParts,
   settings: FleetSettings,
   name: string,
   id: string,
@@ -95,7 +104,8 @@ export async function dequeueHost(
   );
   if (!queued) return fail("not_queued", `'${id}' is not waiting in the queue of reboot group '${name}' (${TRIED})`);
   const removed = c.parked.dequeue(name, queued.id)!;
-  await c.effects.audit(
+  await audit(
+    c,
     [
       {
         actor,

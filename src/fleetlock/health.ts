@@ -9,8 +9,8 @@
  * Either way, a server that rebooted and has not yet reported healthy is remembered (gate-store's
  * `recovering`) for the `max_rebooted_unhealthy` gate, until a healthy report or its removal.
  */
-import type { Coordination } from "./context";
-import { emit, hostAudit } from "./effects";
+import type { CoordinatorParts } from "./parts";
+import { audit, emit, hostAudit } from "./effects";
 import type { Recovering } from "./gate-store";
 import { healthClass } from "./gates";
 import type { ServerHealthEvent } from "./ledger-side";
@@ -28,7 +28,7 @@ export const waitsForHealth = (g: GroupState, h: Holder) =>
 
 /** Remembers that a server rebooted (and, once seen, the boot it came back with). */
 export function noteRebooted(
-  c: Coordination,
+  c: CoordinatorParts,
   h: { server_id: string; id: string },
   group: string,
   now: number,
@@ -51,7 +51,7 @@ export function noteRebooted(
  * A holder in a healthy_report group is back (its steady-state call, or its ledger saw the new
  * boot): the slot stays taken, and the health time-out starts.
  */
-export function holdUntilHealthy(c: Coordination, name: string, h: Holder, now: number, bootId: string | null) {
+export function holdUntilHealthy(c: CoordinatorParts, name: string, h: Holder, now: number, bootId: string | null) {
   const g = c.store.group(name)!;
   if (h.rebooted_at === undefined) {
     c.store.saveGroup(name, {
@@ -64,7 +64,7 @@ export function holdUntilHealthy(c: Coordination, name: string, h: Holder, now: 
 }
 
 /** The ledger's news of a server (./ledger-side.ts): a new boot, realized, failed or drifted. */
-export async function serverHealth(c: Coordination, e: ServerHealthEvent) {
+export async function serverHealth(c: CoordinatorParts, e: ServerHealthEvent) {
   const fleetId = c.store.config?.fleet_id;
   const now = c.clock();
   // Failed, stale or back: the fleet-health copy no longer holds; gates wait for a read, asked now.
@@ -95,7 +95,7 @@ export async function serverHealth(c: Coordination, e: ServerHealthEvent) {
   await c.parked.rearm();
   if (e.status && (e.status.to === "failed" || e.status.to === "drifted")) {
     emit(
-      c.effects,
+      c,
       fleetId,
       e.status.to === "failed" ? "server.failed" : "server.drifted",
       `server:${e.server_id}`,
@@ -107,7 +107,7 @@ export async function serverHealth(c: Coordination, e: ServerHealthEvent) {
 }
 
 /** A report from `bootId` with every agent realized: healthy, if that is the boot it rebooted into. */
-async function realized(c: Coordination, serverId: string, bootId: string, now: number) {
+async function realized(c: CoordinatorParts, serverId: string, bootId: string, now: number) {
   const r = c.gateStore.recovering().get(serverId);
   if (!r) return;
   if (r.boot_id === null) {
@@ -121,7 +121,7 @@ async function realized(c: Coordination, serverId: string, bootId: string, now: 
 }
 
 /** Frees the slots a server kept until it was healthy; its group stays paused if it paused itself. */
-async function releaseHealthy(c: Coordination, serverId: string, now: number, r: Recovering) {
+async function releaseHealthy(c: CoordinatorParts, serverId: string, now: number, r: Recovering) {
   const fleetId = c.store.config?.fleet_id;
   const freed: string[] = [];
   for (const [name, g] of c.store.groups()) {
@@ -133,7 +133,7 @@ async function releaseHealthy(c: Coordination, serverId: string, now: number, r:
     freed.push(name);
     for (const h of mine) {
       emit(
-        c.effects,
+        c,
         fleetId,
         "reboot.released",
         `server:${serverId}`,
@@ -149,7 +149,8 @@ async function releaseHealthy(c: Coordination, serverId: string, now: number, r:
         now,
       );
     }
-    await c.effects.audit(
+    await audit(
+      c,
       mine.map((h) =>
         hostAudit(fleetId, "fleetlock.release_healthy", h.id, serverId, { group: name, boot_id: r.boot_id }),
       ),
@@ -163,7 +164,7 @@ async function releaseHealthy(c: Coordination, serverId: string, now: number, r:
  * Before a group grants anything: holders past their health time-out are marked unhealthy after
  * their reboot (reported once), and the group pauses itself unless told not to.
  */
-export function expireHealth(c: Coordination, name: string, g: GroupState, now: number): GroupState {
+export function expireHealth(c: CoordinatorParts, name: string, g: GroupState, now: number): GroupState {
   if (releaseOn(g) !== "healthy_report") return g;
   const late = g.holders.filter(
     (h) => h.rebooted_at !== undefined && h.unhealthy_at === undefined && h.rebooted_at + healthTimeoutMs(g) <= now,
@@ -185,7 +186,7 @@ export function expireHealth(c: Coordination, name: string, g: GroupState, now: 
     if (r) c.gateStore.saveRecovering({ ...r, unhealthy_at: now });
     const host = c.store.servers.get(h.server_id!)?.hostname ?? h.id;
     emit(
-      c.effects,
+      c,
       fleetId,
       "reboot.unhealthy_after_reboot",
       `server:${h.server_id}`,
@@ -201,7 +202,8 @@ export function expireHealth(c: Coordination, name: string, g: GroupState, now: 
       now,
     );
   }
-  void c.effects.audit(
+  void audit(
+    c,
     late.map((h) =>
       hostAudit(fleetId, "fleetlock.unhealthy_after_reboot", h.id, h.server_id, { group: name, paused: pause }),
     ),

@@ -4,22 +4,17 @@
  * fleetlock_id uniqueness lives. Identities arrive from the ledgers' outboxes, so the host path
  * never reads D1.
  *
- * Reservations run on real time (Date.now), not the coordinator's decision clock: their end is
+ * Reservations run on real time (`scheduler.now()`), not the coordinator's decision clock: their end is
  * a scheduler timer, and the timer runs on real time; how a reservation ends: ./names.ts.
  */
+import type { ServerIdentity } from "../model/fleet";
 import { fail, type Failure } from "../objects/kit/result";
-import type { Coordination } from "./context";
+import { audit } from "./effects";
+import type { CoordinatorParts } from "./parts";
 import { failure, type FleetLockFailure } from "./protocol";
 import { renameHolder } from "./semaphore";
 import { askClaimant } from "./claims";
-import {
-  KEY,
-  type AskLedger,
-  type ClientEntry,
-  type CoordinatorStore,
-  type FleetConfig,
-  type ServerIdentity,
-} from "./store";
+import { KEY, type AskLedger, type ClientEntry, type CoordinatorStore, type FleetConfig } from "./store";
 
 /** How long a reserved name (an id, a hostname: ./names.ts) waits for its ledger before the ledger is asked. */
 export const RESERVATION_TTL_MS = 2 * 60_000;
@@ -44,7 +39,7 @@ export function clientOf(
  * another server has the id, registered or reserved.
  */
 export async function reserve(
-  c: Coordination,
+  c: CoordinatorParts,
   ask: AskLedger,
   fleetlockId: string,
   serverId: string,
@@ -58,9 +53,9 @@ export async function reserve(
 }
 
 /** Another server's reservation past its end but not settled yet: its ledger decides, not the clock. */
-export async function settlePast(c: Coordination, ask: AskLedger, fleetlockId: string, serverId: string) {
+export async function settlePast(c: CoordinatorParts, ask: AskLedger, fleetlockId: string, serverId: string) {
   const before = c.store.reservations.get(fleetlockId);
-  if (before && before.server_id !== serverId && before.until <= Date.now())
+  if (before && before.server_id !== serverId && before.until <= c.scheduler.now())
     await settleReservation(c, ask, fleetlockId, before.until);
 }
 
@@ -73,9 +68,9 @@ export function clientIdTaken(store: CoordinatorStore, fleetlockId: string, serv
 }
 
 /** Reserves a free id (synchronous; the caller arms the alarm): its end, or null if the server already has it. */
-export function holdClientId(c: Coordination, fleetlockId: string, serverId: string): number | null {
+export function holdClientId(c: CoordinatorParts, fleetlockId: string, serverId: string): number | null {
   if (c.store.clients.get(fleetlockId)) return null;
-  const until = Date.now() + RESERVATION_TTL_MS;
+  const until = c.scheduler.now() + RESERVATION_TTL_MS;
   c.store.reservations.put(fleetlockId, { server_id: serverId, until });
   c.scheduler.schedule(KEY.reservation(fleetlockId), until, { until });
   return until;
@@ -86,7 +81,7 @@ export function holdClientId(c: Coordination, fleetlockId: string, serverId: str
  * as if its outbox had delivered it (an outbox that has not, after a crash, cannot lose the id
  * to another server); otherwise the id is free again.
  */
-export async function settleReservation(c: Coordination, ask: AskLedger, fleetlockId: string, until: number) {
+export async function settleReservation(c: CoordinatorParts, ask: AskLedger, fleetlockId: string, until: number) {
   const asked = await askClaimant(c.store.reservations, ask, fleetlockId, until);
   if (asked.stale) return;
   const { held, serverId } = asked;
@@ -107,7 +102,7 @@ export async function settleReservation(c: Coordination, ask: AskLedger, fleetlo
  * that cannot be reached now changes nothing: the host is answered as before, and the ledger's
  * outbox (or the reservation's timer) brings the id later.
  */
-export async function catchUpReserved(c: Coordination, ask: AskLedger, fleetlockId: string) {
+export async function catchUpReserved(c: CoordinatorParts, ask: AskLedger, fleetlockId: string) {
   if (c.store.clients.get(fleetlockId)) return;
   const r = c.store.reservations.get(fleetlockId);
   if (!r) return;
@@ -130,16 +125,17 @@ export async function catchUpReserved(c: Coordination, ask: AskLedger, fleetlock
  * registered meanwhile stays with that server (audited as a conflict).
  */
 export async function setIdentity(
-  c: Coordination,
+  c: CoordinatorParts,
   serverId: string,
   identity: ServerIdentity,
 ): Promise<{ applied: boolean; conflict?: boolean }> {
-  const { store, effects } = c;
+  const { store } = c;
   const id = identity.fleetlock_id;
   const owner = id ? store.clients.get(id) : undefined;
   const previous = store.servers.get(serverId);
   if (id && owner && owner.server_id !== serverId && !(previous && previous.rev >= identity.rev)) {
-    await effects.audit(
+    await audit(
+      c,
       [
         {
           actor: `server:${serverId}`,
@@ -159,14 +155,14 @@ export async function setIdentity(
  * An identity read from the index by an upgrade step: taken only if this coordinator knows
  * nothing of the server and nobody else has the id, so it never overrides a ledger's delivery.
  */
-export function adoptIdentity(c: Coordination, serverId: string, identity: ServerIdentity): { applied: boolean } {
+export function adoptIdentity(c: CoordinatorParts, serverId: string, identity: ServerIdentity): { applied: boolean } {
   if (c.store.servers.get(serverId)) return { applied: false };
   const id = identity.fleetlock_id;
   if (!id || c.store.clients.get(id)) return { applied: false };
   return { applied: apply(c, serverId, { ...identity, rev: -1 }) };
 }
 
-function apply(c: Coordination, serverId: string, identity: ServerIdentity): boolean {
+function apply(c: CoordinatorParts, serverId: string, identity: ServerIdentity): boolean {
   const { store, scheduler } = c;
   const previous = store.servers.get(serverId);
   if (previous && previous.rev > identity.rev) return false;
@@ -183,7 +179,7 @@ function apply(c: Coordination, serverId: string, identity: ServerIdentity): boo
     // The slot follows the server to its new id, so the new id's steady-state releases it.
     const heldIn = store.heldIn(oldId);
     if (heldIn && identity.fleetlock_id) {
-      store.saveGroup(heldIn, renameHolder(store.group(heldIn)!, oldId, identity.fleetlock_id, Date.now()));
+      store.saveGroup(heldIn, renameHolder(store.group(heldIn)!, oldId, identity.fleetlock_id, c.scheduler.now()));
     }
   }
   if (identity.fleetlock_id) {

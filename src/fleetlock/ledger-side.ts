@@ -11,10 +11,9 @@
  * quiet watch (quietEventOf), coming back by the first report after it.
  */
 import type { Env } from "../env";
-import type { DesiredState } from "../ledger/desired";
-import type { ServerRecord } from "../model/server/record";
+import type { ServerRecord, DesiredState } from "../model/server/record";
 import type { StoredReport } from "../model/server/schemas";
-import { computeStatus } from "../ledger/status";
+import { computeStatus } from "../model/server/status";
 import type { Effect } from "../objects/kit/outbox";
 import { coordinatorOf } from "../objects/stubs";
 import { healthClass } from "./gates";

@@ -11,11 +11,11 @@
  * and the name is free. The ledger refuses a commit later than the reservation's end less
  * RESERVATION_MARGIN_MS (src/ledger/operator.ts), so no commit can follow the question.
  *
- * Real time (Date.now) throughout: the expiry is a scheduler timer, and timers run on real time.
+ * Real time (`scheduler.now()`) throughout: the expiry is a scheduler timer, and timers run on real time.
  */
 import { askClaimant } from "./claims";
 import { fail, type Failure } from "../objects/kit/result";
-import type { Coordination } from "./context";
+import type { CoordinatorParts } from "./parts";
 import { clientIdTaken, holdClientId, RESERVATION_TTL_MS, settlePast } from "./identity";
 import { KEY, type AskLedger, type CoordinatorStore } from "./store";
 
@@ -26,7 +26,7 @@ import { KEY, type AskLedger, type CoordinatorStore } from "./store";
  * sent again is not blocked by its own earlier attempt. `until`: the earliest reservation's end.
  */
 export async function reserveRegistration(
-  c: Coordination,
+  c: CoordinatorParts,
   ask: AskLedger,
   hostname: string,
   fleetlockId: string | null,
@@ -35,7 +35,7 @@ export async function reserveRegistration(
   const name = hostname.toLowerCase();
   // Past their end but not settled yet: whether their server committed decides, not the clock.
   const before = c.store.hostnames.get(name);
-  if (before && before.server_id !== serverId && before.until !== null && before.until <= Date.now()) {
+  if (before && before.server_id !== serverId && before.until !== null && before.until <= c.scheduler.now()) {
     await settleHostname(c, ask, name, before.until);
   }
   if (fleetlockId) await settlePast(c, ask, fleetlockId, serverId);
@@ -43,7 +43,7 @@ export async function reserveRegistration(
   const refused =
     hostnameTaken(c.store, name, serverId) ?? (fleetlockId ? clientIdTaken(c.store, fleetlockId, serverId) : null);
   if (refused) return refused;
-  const until = Date.now() + RESERVATION_TTL_MS;
+  const until = c.scheduler.now() + RESERVATION_TTL_MS;
   c.store.hostnames.put(name, { server_id: serverId, until });
   c.scheduler.schedule(KEY.hostname(name), until, { until });
   const idUntil = fleetlockId ? holdClientId(c, fleetlockId, serverId) : null;
@@ -64,7 +64,7 @@ function hostnameTaken(store: CoordinatorStore, name: string, serverId: string):
 }
 
 /** The timer of a reserved hostname (or a writer that found it past its end): ask the ledger. */
-export async function settleHostname(c: Coordination, ask: AskLedger, name: string, until: number) {
+export async function settleHostname(c: CoordinatorParts, ask: AskLedger, name: string, until: number) {
   const asked = await askClaimant(c.store.hostnames, ask, name, until);
   if (asked.stale) return;
   if (asked.held?.live && asked.held.identity.hostname === name)
@@ -74,7 +74,7 @@ export async function settleHostname(c: Coordination, ask: AskLedger, name: stri
 }
 
 /** The server was removed (its ledger's cleanup): its hostname is free again. Idempotent. */
-export function releaseHostname(c: Coordination, serverId: string, hostname: string) {
+export function releaseHostname(c: CoordinatorParts, serverId: string, hostname: string) {
   const name = hostname.toLowerCase();
   if (c.store.hostnames.get(name)?.server_id !== serverId) return;
   c.store.hostnames.delete(name);

@@ -10,14 +10,12 @@
  * UNCLAIMED_GRANT_S). Deadlines need no timer in memory: the scheduler's alarm (QUEUE_TIMER) and
  * the waiting Worker's look at the deadline both end them.
  */
-import type { Scheduler } from "../objects/kit/scheduler";
 import { attachmentOf, closeSocket, type SocketRoom } from "../objects/kit/sockets";
 import { acceptWaiter, answerWaiters } from "../objects/kit/wake";
-import { hostAudit, type CoordinatorEffects } from "./effects";
+import { audit, hostAudit, type Outgoing } from "./effects";
 import type { FleetLockKind } from "../domain/enums";
 import { rebootGranted, rebootReleased } from "./reboot-events";
 import {
-  closureOf,
   dequeue,
   drain,
   liveEntries,
@@ -81,21 +79,15 @@ export class ParkedHosts {
   private readonly gone = new WeakSet<WebSocket>();
   /** When the queue timer is set for; undefined until the first look after a wake. */
   private timerAt: number | null | undefined;
-  /** Gates add theirs here (./durable-object.ts wires ./gate-keeper.ts); by default pause, windows and slots decide. */
-  hooks: QueueHooks = {
-    closed: (_name, g, now) => closureOf(g, now),
-    wakeAt: () => null,
-    drained: () => {},
-    tidy: (_n, g) => g,
-    dueAt: () => null,
-  };
 
   constructor(
-    private readonly store: CoordinatorStore,
-    private readonly effects: CoordinatorEffects,
-    private readonly scheduler: Scheduler,
+    /** The store, and what sends: grants and releases are audited and reported from here. */
+    private readonly o: Outgoing,
+    /** The decision clock (the parts' own, read at each call: tests move it). */
     private readonly clock: () => number,
     private readonly room: SocketRoom,
+    /** What the health gates add (./gate-keeper.ts, wired by ./assemble.ts). */
+    private readonly hooks: QueueHooks,
     /**
      * How long a waiting host is believed to still have its client where the runtime cannot report
      * a hang-up (PARK_TRUST_S; wrangler dev's proxy never aborts request.signal, so the Worker never
@@ -103,6 +95,10 @@ export class ParkedHosts {
      */
     private readonly trustMs: number | null = null,
   ) {}
+
+  private get store(): CoordinatorStore {
+    return this.o.store;
+  }
 
   /** The id's waiters still open. */
   private waiters(id: string) {
@@ -122,7 +118,7 @@ export class ParkedHosts {
     return acceptWaiter(
       this.room,
       { id: entry.id, group: name, at: now } satisfies Waiter,
-      Date.now() + Math.max(0, entry.deadline - now),
+      this.o.scheduler.now() + Math.max(0, entry.deadline - now),
       [hostTag(entry.id)],
     );
   }
@@ -251,9 +247,9 @@ export class ParkedHosts {
     for (const e of lapsed) if (!queuedOf(d.queue, e.id)) this.answer(e.id, this.refusal(name, e.id, "refused"));
     for (const e of read.done) this.answer(e.id, this.refusal(name, e.id, "refused"));
     for (const e of d.dropped) this.answer(e.id, this.refusal(name, e.id, "removed"));
-    for (const h of freed.released) rebootReleased(this.effects, this.store, name, h, "unclaimed", now);
+    for (const h of freed.released) rebootReleased(this.o, name, h, "unclaimed", now);
     for (const { entry, answerable } of d.granted)
-      rebootGranted(this.effects, this.store, name, entry, now, {
+      rebootGranted(this.o, name, entry, now, {
         queued_since: new Date(entry.since).toISOString(),
         answered: answerable,
       });
@@ -261,7 +257,8 @@ export class ParkedHosts {
     for (const { entry, answerable } of d.granted) if (answerable) this.answer(entry.id, { ok: true });
     const rearm = this.armTimer(now);
     const fleetId = this.store.config?.fleet_id;
-    await this.effects.audit(
+    await audit(
+      this.o,
       [
         ...freed.released.map((h) =>
           hostAudit(fleetId, "fleetlock.release_unclaimed", h.id, h.server_id, { group: name }),
@@ -277,12 +274,12 @@ export class ParkedHosts {
       ],
       { wait: false },
     );
-    if (rearm) await this.scheduler.arm();
+    if (rearm) await this.o.scheduler.arm();
   }
 
   /** Keeps the queue timer right after a change made outside a drain (a hold set or lifted). */
   async rearm() {
-    if (this.armTimer(this.clock())) await this.scheduler.arm();
+    if (this.armTimer(this.clock())) await this.o.scheduler.arm();
   }
 
   /**
@@ -299,13 +296,13 @@ export class ParkedHosts {
     }
     if (at === Infinity) {
       // Unknown after a wake (undefined): cancel once, in case a timer was left from before.
-      if (this.timerAt !== null) this.scheduler.cancel(QUEUE_TIMER);
+      if (this.timerAt !== null) this.o.scheduler.cancel(QUEUE_TIMER);
       this.timerAt = null;
       return false;
     }
-    const due = Date.now() + Math.max(0, at - now);
+    const due = this.o.scheduler.now() + Math.max(0, at - now);
     if (due === this.timerAt) return false;
-    this.scheduler.schedule(QUEUE_TIMER, due);
+    this.o.scheduler.schedule(QUEUE_TIMER, due);
     this.timerAt = due;
     return true;
   }

@@ -3,7 +3,7 @@
  * grant or release happens, in its turn. Rollout slots (`rollout:…` holders) are not reboots and
  * send none.
  */
-import { emit, type CoordinatorEffects } from "./effects";
+import { emit, type Outgoing } from "./effects";
 import { isStuck, type GroupState } from "./semaphore";
 import type { CoordinatorStore } from "./store";
 
@@ -13,19 +13,12 @@ const hostOf = (store: CoordinatorStore, h: Who) =>
   h.server_id ? (store.servers.get(h.server_id)?.hostname ?? h.id) : h.id;
 const subject = (h: Who) => (h.server_id ? `server:${h.server_id}` : `fleetlock:${h.id}`);
 
-export function rebootGranted(
-  effects: CoordinatorEffects,
-  store: CoordinatorStore,
-  group: string,
-  h: Who,
-  now: number,
-  extra: Record<string, unknown> = {},
-) {
+export function rebootGranted(o: Outgoing, group: string, h: Who, now: number, extra: Record<string, unknown> = {}) {
   if (h.id.startsWith("rollout:")) return;
-  const host = hostOf(store, h);
+  const host = hostOf(o.store, h);
   emit(
-    effects,
-    store.config?.fleet_id,
+    o,
+    o.store.config?.fleet_id,
     "reboot.granted",
     subject(h),
     `${host} may reboot now (group ${group})`,
@@ -38,16 +31,9 @@ export function rebootGranted(
 export type ReleaseReason =
   "steady_state" | "rebooted" | "force_release" | "unclaimed" | "server_removed" | "healthy_report";
 
-export function rebootReleased(
-  effects: CoordinatorEffects,
-  store: CoordinatorStore,
-  group: string,
-  h: Who,
-  reason: ReleaseReason,
-  now: number,
-) {
+export function rebootReleased(o: Outgoing, group: string, h: Who, reason: ReleaseReason, now: number) {
   if (h.id.startsWith("rollout:")) return;
-  const host = hostOf(store, h);
+  const host = hostOf(o.store, h);
   const why: Record<ReleaseReason, string> = {
     steady_state: "is back",
     rebooted: "came back from its reboot",
@@ -57,8 +43,8 @@ export function rebootReleased(
     healthy_report: "reported healthy after its reboot",
   };
   emit(
-    effects,
-    store.config?.fleet_id,
+    o,
+    o.store.config?.fleet_id,
     "reboot.released",
     subject(h),
     `${host} ${why[reason]}; its slot in group ${group} is free`,
@@ -73,19 +59,12 @@ export function rebootReleased(
   );
 }
 
-function rebootStuck(
-  effects: CoordinatorEffects,
-  store: CoordinatorStore,
-  group: string,
-  h: Who & { granted_at: number },
-  lockTtlS: number,
-  now: number,
-) {
+function rebootStuck(o: Outgoing, group: string, h: Who & { granted_at: number }, lockTtlS: number, now: number) {
   if (h.id.startsWith("rollout:")) return;
-  const host = hostOf(store, h);
+  const host = hostOf(o.store, h);
   emit(
-    effects,
-    store.config?.fleet_id,
+    o,
+    o.store.config?.fleet_id,
     "reboot.stuck",
     subject(h),
     `${host} has held its slot in group ${group} for over ${lockTtlS} s`,
@@ -102,22 +81,16 @@ function rebootStuck(
 }
 
 /** Holders that became stuck (held longer than the fleet's lock_ttl_s) are reported once each. */
-export function reportStuck(
-  effects: CoordinatorEffects,
-  store: CoordinatorStore,
-  name: string,
-  g: GroupState,
-  now: number,
-): GroupState {
-  const ttl = store.config?.lock_ttl_s;
+export function reportStuck(o: Outgoing, name: string, g: GroupState, now: number): GroupState {
+  const ttl = o.store.config?.lock_ttl_s;
   if (!ttl) return g;
   const late = g.holders.filter(
     (h) => !h.stuck_reported && isStuck(h, now, ttl * 1000) && !h.id.startsWith("rollout:"),
   );
   if (late.length === 0) return g;
   const next = { ...g, holders: g.holders.map((h) => (late.includes(h) ? { ...h, stuck_reported: true } : h)) };
-  store.saveGroup(name, next);
-  for (const h of late) rebootStuck(effects, store, name, h, ttl, now);
+  o.store.saveGroup(name, next);
+  for (const h of late) rebootStuck(o, name, h, ttl, now);
   return next;
 }
 

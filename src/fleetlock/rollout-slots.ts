@@ -3,11 +3,12 @@
  * under the holder id `rollout:<rollout id>:<server id>`: the same semaphore Zincati's FleetLock
  * takes, so the two together never exceed the group's slots.
  */
-import type { Coordination } from "./context";
+import { audit } from "./effects";
+import type { CoordinatorParts } from "./parts";
 import { releaseAndDrain } from "./grants";
 import { implicitGroup } from "./groups";
 import { acquire } from "./semaphore";
-import type { FleetSettings } from "./store";
+import type { FleetSettings } from "../model/fleet";
 
 export interface RolloutSlotRequest {
   holder: string;
@@ -22,7 +23,7 @@ export interface RolloutSlotRequest {
  * unknown group).
  */
 export async function acquireRolloutSlot(
-  c: Coordination,
+  c: CoordinatorParts,
   settings: FleetSettings,
   req: RolloutSlotRequest,
 ): Promise<{ ok: true } | { ok: false; kind: string; value: string }> {
@@ -40,7 +41,8 @@ export async function acquireRolloutSlot(
   if (!result.ok) return { ok: false, kind: result.kind, value: result.value };
   if (result.changed) {
     c.store.saveGroup(req.group, result.group);
-    await c.effects.audit(
+    await audit(
+      c,
       [
         {
           actor: `rollout:${req.rollout_id}`,
@@ -57,7 +59,7 @@ export async function acquireRolloutSlot(
 
 /** Releases a rollout target's slot if held, and hands it to the first parked host; releasing nothing succeeds. */
 export async function releaseRolloutSlot(
-  c: Coordination,
+  c: CoordinatorParts,
   holder: string,
   rolloutId: string,
 ): Promise<{ ok: true; released: boolean }> {

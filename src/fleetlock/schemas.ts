@@ -46,7 +46,7 @@ const day = z
   })
   .openapi({ type: "string", example: "Sat" });
 
-const MaintenanceWindowSchema = z
+export const MaintenanceWindowSchema = z
   .strictObject({
     days: z.array(day).min(1).max(7),
     start_time: z.string().regex(/^([01]\d|2[0-3]):[0-5]\d$/, "start_time is HH:MM, 00:00 to 23:59"),

@@ -128,7 +128,7 @@ export interface GroupChange {
 
 /**
  * Create or change a group live. Holders are kept as they are: a smaller slot count only stops
- * new grants until enough holders have released (airlock ignores a new count instead: its #81).
+ * new grants until enough holders have released (airlock, another FleetLock server, ignores a new count instead).
  */
 export function configure(g: GroupState | null, change: GroupChange, now: number): GroupState {
   const base = g ?? newGroup(change.slots, now);

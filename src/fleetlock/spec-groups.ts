@@ -5,9 +5,9 @@
  * fleet task (src/fleets/tasks.ts), which delivers them here until it gets an answer: a spec
  * revision applies once, and an older one arriving late changes nothing.
  */
-import type { Coordination } from "./context";
+import type { CoordinatorParts } from "./parts";
 import { configure, type GroupChange, type GroupState } from "./semaphore";
-import type { FleetSettings } from "./store";
+import type { FleetSettings } from "../model/fleet";
 
 /** What a spec's apply asks of the coordinator. */
 export interface GroupsSpec {
@@ -31,7 +31,7 @@ export interface GroupsSpecOutcome {
 const settled = (g: GroupState) => JSON.stringify({ ...g, updated_at: 0 });
 
 export async function applyGroupSpec(
-  c: Coordination,
+  c: CoordinatorParts,
   settings: FleetSettings,
   spec: GroupsSpec,
 ): Promise<GroupsSpecOutcome> {

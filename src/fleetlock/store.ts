@@ -1,28 +1,14 @@
 /**
- * The coordinator's storage: its keys, their load and save, and the in-memory mirror the host
- * path reads. Storage is the synchronous KV API, so a caller's read-check-write runs in one turn
+ * The coordinator's storage: its keys (in the format of ./storage-format.ts), their load and
+ * save, and the in-memory mirror the host path reads. Storage is the synchronous KV API, so a caller's read-check-write runs in one turn
  * that no other request can interleave with, and the output gate holds each reply until its write
  * is durable. This object is the only writer, and storage is written first and memory after, so
  * the mirror cannot drift; it is rebuilt whenever the object wakes.
  */
+import type { FleetSettings, ServerIdentity } from "../model/fleet";
 import type { Queue, QueueEntry } from "./queue";
 import type { GroupState } from "./semaphore";
-
-/**
- * The layout of the keys below. Storage written before the format was recorded is format 1;
- * storage stamped by newer code is refused rather than guessed at. A later layout bumps this and
- * brings older storage up to it in `openFormat`, before any call reads it.
- */
-export const COORDINATOR_FORMAT = 1;
-export const FORMAT_KEY = "format";
-
-/** The fleet's settings the coordinator needs, pushed from D1 by every operator call. */
-export interface FleetSettings {
-  fleet_id: string;
-  lock_ttl_s: number;
-  allow_unknown_ids: boolean;
-  default_group_slots: number | null;
-}
+import { COORDINATOR_FORMAT, FORMAT_KEY, openCoordinatorFormat } from "./storage-format";
 
 export interface FleetConfig extends FleetSettings {
   /** SHA-256 of the current FleetLock key; null until an admin creates one. */
@@ -34,14 +20,6 @@ export interface ClientEntry {
   server_id: string;
   hostname: string;
   reboot_group: string;
-}
-
-/** A server's FleetLock identity; `rev` orders pushes so a late, older one cannot win. */
-export interface ServerIdentity {
-  fleetlock_id: string | null;
-  hostname: string;
-  reboot_group: string;
-  rev: number;
 }
 
 /** What a server's ledger says it holds, when its coordinator asks (./names.ts). */
@@ -101,14 +79,15 @@ export class CoordinatorStore {
   /** Whether the storage carries this code's format stamp; unknown until the object loads. */
   private stamped: boolean | undefined;
 
-  /** A group's slots, settings or queue changed (in the caller's turn): open console pages are told. */
-  onChange: (group: string) => void = () => {};
-
-  constructor(private readonly storage: DurableObjectStorage) {}
+  constructor(
+    private readonly storage: DurableObjectStorage,
+    /** A group's slots, settings or queue changed (in the caller's turn): open console pages are told. */
+    private readonly onChange: (group: string) => void = () => {},
+  ) {}
 
   /** Every read goes through here: the format is checked once, before anything is read. */
   private get kv() {
-    if (this.stamped === undefined) this.stamped = openFormat(this.storage.kv);
+    if (this.stamped === undefined) this.stamped = openCoordinatorFormat(this.storage.kv);
     return this.storage.kv;
   }
 
@@ -266,19 +245,4 @@ export class CoordinatorStore {
     this.mem = null;
     this.stamped = undefined;
   }
-}
-
-/**
- * Reads the format stamp before anything else: whether it is this code's (false: unstamped
- * storage, format 1, stamped on its first write). Throws on storage from newer code.
- */
-function openFormat(kv: SyncKvStorage): boolean {
-  const stamped = kv.get<number>(FORMAT_KEY);
-  if (stamped === undefined) return false;
-  if (stamped > COORDINATOR_FORMAT) {
-    throw new Error(
-      `coordinator storage is in format ${stamped}, newer than this code's ${COORDINATOR_FORMAT}; refusing to read it`,
-    );
-  }
-  return stamped === COORDINATOR_FORMAT;
 }

@@ -1,6 +1,7 @@
 import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
 import { requireScope } from "../auth/principal";
-import { actorOf } from "../domain/principal";
+import { DomainError } from "../domain/errors";
+import { actorOf, fleetAllowed, visibleFleets } from "../domain/principal";
 import { locationOfCreated } from "../http/location";
 import {
   bearer,
@@ -38,7 +39,12 @@ export const fleetRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook
       },
     }),
     async (c) => {
-      const row = await createFleet(c.env, actorOf(c.var.principal), c.req.valid("json"));
+      const input = c.req.valid("json");
+      // Decided by the token's own list alone, whether the fleet exists or not: nothing is confirmed.
+      if (!fleetAllowed(c.var.principal, input.id)) {
+        throw new DomainError("forbidden", "this token may create only the fleets it names");
+      }
+      const row = await createFleet(c.env, actorOf(c.var.principal), input);
       return c.json(fleetView(row), 201);
     },
   )
@@ -79,7 +85,7 @@ export const fleetRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook
     async (c) => {
       const { limit, cursor } = c.req.valid("query");
       const after = decodeCursor(cursor, 1);
-      const rows = await searchFleets(c.env, after?.[0] ?? null, limit);
+      const rows = await searchFleets(c.env, visibleFleets(c.var.principal), after?.[0] ?? null, limit);
       const { items, next_cursor } = page(rows, limit, (r) => [r.id]);
       return c.json({ items: items.map(fleetView), next_cursor }, 200);
     },

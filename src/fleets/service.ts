@@ -3,8 +3,8 @@
  * with its audit row (and, through the fleet's intent, its plan marks and coordinator tasks) in one
  * batch, then the coordinator is told (./tasks.ts) and the touched servers are re-planned.
  */
-import { pagesChanged } from "../console/notices";
-import { auditInsert } from "../audit/log";
+import { pagesChanged } from "../notices/notices";
+import { auditInsert } from "../db/audit";
 import { getDb } from "../db/client";
 import { isUniqueViolation } from "../db/errors";
 import { fleets } from "../db/schema";
@@ -66,7 +66,8 @@ export async function fleetById(env: Env, id: string) {
 }
 
 /** A page of fleets by id (one more row than `limit` when another page exists). */
-export const searchFleets = (env: Env, after: string | null, limit: number) => listFleets(getDb(env.DB), after, limit);
+export const searchFleets = (env: Env, visible: readonly string[] | null, after: string | null, limit: number) =>
+  listFleets(getDb(env.DB), visible, after, limit);
 
 /**
  * PATCH /v1/fleets/{id}: the change commits first; then the coordinator gets new lock settings and

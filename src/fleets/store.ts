@@ -1,9 +1,11 @@
+import { inVisibleFleets } from "../db/access";
 import { and, asc, count, eq, gt, inArray, ne, sql } from "drizzle-orm";
 import type { Db } from "../db/client";
 import {
   agentChannelHistory,
   agentChannels,
   agentInstances,
+  fleetHistory,
   fleetIntent,
   fleets,
   fleetTasks,
@@ -15,7 +17,7 @@ import {
 } from "../db/schema";
 import type { FleetTaskKind } from "../domain/enums";
 import { iso } from "../lib/time";
-import type { FleetSettings } from "../fleetlock/durable-object";
+import type { FleetSettings } from "../model/fleet";
 
 export type FleetRow = typeof fleets.$inferSelect;
 
@@ -34,11 +36,11 @@ export function fleetView(row: FleetRow) {
 
 export const getFleet = (db: Db, id: string) => db.query.fleets.findFirst({ where: eq(fleets.id, id) });
 
-export const listFleets = (db: Db, after: string | null, limit: number) =>
+export const listFleets = (db: Db, visible: readonly string[] | null, after: string | null, limit: number) =>
   db
     .select()
     .from(fleets)
-    .where(after ? gt(fleets.id, after) : undefined)
+    .where(and(inVisibleFleets(fleets.id, visible), after ? gt(fleets.id, after) : undefined))
     .orderBy(asc(fleets.id))
     .limit(limit + 1);
 
@@ -119,6 +121,7 @@ export function fleetWipe(db: Db, fleet: string) {
     db.delete(agentChannelHistory).where(eq(agentChannelHistory.fleetId, fleet)),
     db.delete(fleets).where(eq(fleets.id, fleet)),
     db.delete(fleetIntent).where(eq(fleetIntent.fleetId, fleet)),
+    db.delete(fleetHistory).where(eq(fleetHistory.fleetId, fleet)),
     // Settings and spec groups owed to a coordinator that is about to be wiped are moot.
     db.delete(fleetTasks).where(and(eq(fleetTasks.fleetId, fleet), ne(fleetTasks.kind, "wipe"))),
   ] as const;

@@ -13,9 +13,15 @@ import { fleetTasks } from "../db/schema";
 import type { Env } from "../env";
 import { getFleet, fleetSettings } from "./store";
 import { coordinatorOf } from "../objects/stubs";
-import type { GroupsSpec } from "../fleetlock/spec-groups";
-import type { FleetEvent } from "../webhooks/events";
-import type { WebhooksSpec } from "../webhooks/spec";
+
+/**
+ * A task's payload is exactly what the coordinator's RPC takes, so it is typed by that signature:
+ * the fleets feature names none of the coordinator's or the webhooks' types.
+ */
+type Coordinator = ReturnType<typeof coordinatorOf>;
+type PayloadOf<M extends "applyGroupSpec" | "applyWebhookSpec" | "fleetEvents"> = Parameters<
+  Coordinator[M]
+>[M extends "fleetEvents" ? 0 : 1];
 
 async function runTask(env: Env, db: Db, task: typeof fleetTasks.$inferSelect) {
   const coordinator = coordinatorOf(env, task.fleetId);
@@ -26,10 +32,11 @@ async function runTask(env: Env, db: Db, task: typeof fleetTasks.$inferSelect) {
   // The settings as D1 holds them now: a later PATCH's task pushes the same, or newer.
   const row = await getFleet(db, task.fleetId);
   if (!row) return;
-  if (task.kind === "apply_groups") await coordinator.applyGroupSpec(fleetSettings(row), task.payload as GroupsSpec);
+  if (task.kind === "apply_groups")
+    await coordinator.applyGroupSpec(fleetSettings(row), task.payload as PayloadOf<"applyGroupSpec">);
   else if (task.kind === "apply_webhooks")
-    await coordinator.applyWebhookSpec(fleetSettings(row), task.payload as WebhooksSpec);
-  else if (task.kind === "stale_events") await coordinator.fleetEvents(task.payload as FleetEvent[]);
+    await coordinator.applyWebhookSpec(fleetSettings(row), task.payload as PayloadOf<"applyWebhookSpec">);
+  else if (task.kind === "stale_events") await coordinator.fleetEvents(task.payload as PayloadOf<"fleetEvents">);
   else await coordinator.updateSettings(fleetSettings(row));
 }
 

@@ -57,6 +57,7 @@ export const STATUS_OF_CODE = {
   invalid_state: 409,
   rollout_in_progress: 409,
   no_targets: 422,
+  invalid_strategy: 422,
   ambiguous_server: 409,
   unknown_server: 422,
   hostname_taken: 409,

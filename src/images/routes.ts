@@ -1,6 +1,6 @@
 import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
-import { requireScope } from "../auth/principal";
-import { actorOf } from "../domain/principal";
+import { requireAllFleets, requireScope } from "../auth/principal";
+import { actorOf, visibleFleets } from "../domain/principal";
 import { MAX_PART_BYTES } from "../domain/images";
 import {
   bearer,
@@ -33,7 +33,7 @@ export const imageRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook
         "The same name, version and content again answers the image as it is (200), with the upload parts already received: " +
         "a client that lost its connection resumes from there. The same name and version with other content is 409 `image_conflict`.",
       security: bearer,
-      middleware: [requireScope("write")] as const,
+      middleware: [requireScope("write"), requireAllFleets] as const,
       request: { body: jsonBody(ImageInput) },
       responses: {
         201: jsonResponse(Image, "Registered"),
@@ -76,7 +76,7 @@ export const imageRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook
       request: { params: imageParam },
       responses: { 200: jsonResponse(ImageWithUsers, "The image"), ...commonErrors, ...notFoundError },
     }),
-    async (c) => c.json(await getImage(c.env, c.req.valid("param").id), 200),
+    async (c) => c.json(await getImage(c.env, c.req.valid("param").id, visibleFleets(c.var.principal)), 200),
   )
   .openapi(
     createRoute({
@@ -90,7 +90,7 @@ export const imageRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook
         `Parts are numbered from 1; each is \`part_size\` bytes (at most ${MAX_PART_BYTES}) but the last, which holds the rest. ` +
         "The body streams to storage; one that ends before its Content-Length is not recorded (400 `invalid_part`).",
       security: bearer,
-      middleware: [requireScope("write")] as const,
+      middleware: [requireScope("write"), requireAllFleets] as const,
       request: {
         params: partParams,
         body: {
@@ -128,7 +128,7 @@ export const imageRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook
       tags,
       summary: "Assemble the parts and check the digest: ready, or refused and nothing kept",
       security: bearer,
-      middleware: [requireScope("write")] as const,
+      middleware: [requireScope("write"), requireAllFleets] as const,
       request: { params: imageParam },
       responses: {
         200: jsonResponse(Image, "The image, ready (also when it already was)"),
@@ -152,7 +152,7 @@ export const imageRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook
       tags,
       summary: "Remove an image and its bytes; refused while a channel, a live rollout or a server wants it",
       security: bearer,
-      middleware: [requireScope("write")] as const,
+      middleware: [requireScope("write"), requireAllFleets] as const,
       request: { params: imageParam },
       responses: {
         200: jsonResponse(Image, "Removed"),

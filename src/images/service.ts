@@ -1,5 +1,5 @@
 import { and, eq } from "drizzle-orm";
-import { auditInsert } from "../audit/log";
+import { auditInsert } from "../db/audit";
 import { getDb, type Db } from "../db/client";
 import { isUniqueViolation } from "../db/errors";
 import { imageParts, images } from "../db/schema";
@@ -270,11 +270,15 @@ export async function completeUpload(env: Env, actor: string, id: string) {
   return imageView({ ...up, state: "ready", uploadId: null });
 }
 
-export async function getImage(env: Env, id: string) {
+/** The image; who uses it is shown only within the fleets the token may see (null: every fleet). */
+export async function getImage(env: Env, id: string, visible: readonly string[] | null) {
   const db = getDb(env.DB);
   const row = await imageById(db, id);
   if (!row) throw notFound(id);
-  const [parts, users] = await Promise.all([row.state === "uploading" ? partsOf(db, id) : [], usersOf(db, row)]);
+  const [parts, users] = await Promise.all([
+    row.state === "uploading" ? partsOf(db, id) : [],
+    usersOf(db, row, visible),
+  ]);
   return { ...imageView(row, parts), used_by: users };
 }
 

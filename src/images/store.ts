@@ -1,3 +1,4 @@
+import { inVisibleFleets } from "../db/access";
 import { and, asc, eq, inArray, lt, sql } from "drizzle-orm";
 import type { Db } from "../db/client";
 import { agentChannels, agentInstances, imageDeletions, imageParts, images, rollouts, servers } from "../db/schema";
@@ -69,12 +70,17 @@ const USERS_SHOWN = 20;
  * config names it (by its name and version, as the index keeps them; a free-form config naming the
  * same strings counts too, which errs on the side of keeping the bytes).
  */
-export async function usersOf(db: Db, image: ImageRow) {
+export async function usersOf(db: Db, image: ImageRow, visible: readonly string[] | null = null) {
   const [channels, live, hosts] = await db.batch([
     db
       .select({ fleet: agentChannels.fleetId, agent: agentChannels.agent })
       .from(agentChannels)
-      .where(sql`json_extract(${agentChannels.catalog}, '$.image_id') = ${image.id}`)
+      .where(
+        and(
+          sql`json_extract(${agentChannels.catalog}, '$.image_id') = ${image.id}`,
+          inVisibleFleets(agentChannels.fleetId, visible),
+        ),
+      )
       .limit(USERS_SHOWN),
     db
       .select({ id: rollouts.id, fleet: rollouts.fleetId, state: rollouts.state })
@@ -83,6 +89,7 @@ export async function usersOf(db: Db, image: ImageRow) {
         and(
           inArray(rollouts.state, [...ACTIVE_ROLLOUT]),
           sql`json_extract(${rollouts.catalog}, '$.image_id') = ${image.id}`,
+          inVisibleFleets(rollouts.fleetId, visible),
         ),
       )
       .limit(USERS_SHOWN),
@@ -90,7 +97,13 @@ export async function usersOf(db: Db, image: ImageRow) {
       .select({ id: servers.id, fleet: servers.fleetId, hostname: servers.hostname })
       .from(agentInstances)
       .innerJoin(servers, eq(servers.id, agentInstances.serverId))
-      .where(and(eq(agentInstances.desiredImage, image.name), eq(agentInstances.desiredVersion, image.version)))
+      .where(
+        and(
+          eq(agentInstances.desiredImage, image.name),
+          eq(agentInstances.desiredVersion, image.version),
+          inVisibleFleets(servers.fleetId, visible),
+        ),
+      )
       .limit(USERS_SHOWN),
   ]);
   return { channels, rollouts: live, servers: hosts };

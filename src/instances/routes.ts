@@ -1,11 +1,12 @@
 import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
 import { requireScope } from "../auth/principal";
+import { visibleFleets } from "../domain/principal";
 import { bearer, commonErrors, serverNameErrors, jsonResponse } from "../http/openapi";
 import { cursorParam, decodeCursor, limitParam, page } from "../http/paging";
 import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
 import { agentName, imageRef } from "../model/server/schemas";
-import { labelQuery } from "../servers/labels";
+import { labelQuery } from "../model/server/labels";
 import { serverRef } from "../servers/schemas";
 import { resolveServer } from "../servers/service";
 import { searchInstances } from "./service";
@@ -41,10 +42,10 @@ export const instanceRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationH
   async (c) => {
     const q = c.req.valid("query");
     const after = decodeCursor(q.cursor, 3);
-    const server = q.server === undefined ? undefined : await resolveServer(c.env, q.server);
+    const server = q.server === undefined ? undefined : await resolveServer(c.env, c.var.principal, q.server);
     const rows = await searchInstances(
       c.env,
-      { ...q, server, labels: q.label },
+      { ...q, server, labels: q.label, visible: visibleFleets(c.var.principal) },
       after ? [after[0], after[1], after[2]] : null,
       q.limit,
     );

@@ -1,8 +1,9 @@
 import { and, asc, eq, getTableColumns, or, sql, type SQL } from "drizzle-orm";
+import { inVisibleFleets } from "../db/access";
 import { getDb } from "../db/client";
 import { agentInstances, servers } from "../db/schema";
 import type { Env } from "../env";
-import { labelConditions, type LabelTerm } from "../servers/labels";
+import { labelConditions, type LabelTerm } from "../model/server/labels";
 
 /**
  * Agent instances from the fleet-wide index (one row per server and agent), by server, agent and
@@ -14,12 +15,21 @@ import { labelConditions, type LabelTerm } from "../servers/labels";
  */
 export function searchInstances(
   env: Env,
-  filter: { server?: string; agent?: string; image?: string; labels?: LabelTerm[] },
+  filter: {
+    server?: string;
+    agent?: string;
+    image?: string;
+    labels?: LabelTerm[];
+    /** The fleets the token may see (null: every fleet). */
+    visible: readonly string[] | null;
+  },
   after: [hostname: string, server: string, agent: string] | null,
   limit: number,
 ) {
   const conds: SQL[] = [];
   if (filter.server) conds.push(eq(agentInstances.serverId, filter.server));
+  const visible = inVisibleFleets(servers.fleetId, filter.visible);
+  if (visible) conds.push(visible);
   if (filter.agent) conds.push(eq(agentInstances.agent, filter.agent));
   if (filter.image)
     conds.push(or(eq(agentInstances.desiredImage, filter.image), eq(agentInstances.reportedImage, filter.image))!);

@@ -3,9 +3,9 @@
  * live in D1 (the owner of fleet configuration); each change commits in one batch with its audit
  * row and the bump of the fleet's intent revision, or not at all.
  */
-import { pagesChanged } from "../console/notices";
+import { pagesChanged } from "../notices/notices";
 import { eq, type SQL } from "drizzle-orm";
-import { auditInsert } from "../audit/log";
+import { auditInsert } from "../db/audit";
 import { getDb, type Db } from "../db/client";
 import { fleets } from "../db/schema";
 import { DomainError, notFound } from "../domain/errors";
@@ -18,7 +18,6 @@ import {
   channelHistory,
   getChannel,
   getRole,
-  intentRevOf,
   isIntentConflict,
   listChannels,
   listRoles,
@@ -27,6 +26,7 @@ import {
   type ChannelRow,
   type RoleRow,
 } from "./store";
+import { intentRevOf } from "../planner/store";
 import type { Env } from "../env";
 import { decodeCursor, page } from "../http/paging";
 import { fleetTask, getFleet, type FleetRow } from "../fleets/store";

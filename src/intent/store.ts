@@ -1,8 +1,7 @@
 import { and, asc, desc, eq, lt, sql, type SQL } from "drizzle-orm";
 import type { Db } from "../db/client";
-import { agentChannelHistory, agentChannels, fleetIntent, fleets, roleProfiles } from "../db/schema";
+import { agentChannelHistory, agentChannels, fleetIntent, roleProfiles } from "../db/schema";
 import { iso } from "../lib/time";
-import type { ChannelImage, RoleAgent } from "../planner/plan";
 
 export type ChannelRow = typeof agentChannels.$inferSelect;
 export type RoleRow = typeof roleProfiles.$inferSelect;
@@ -78,12 +77,6 @@ export async function agentsWithoutChannel(db: Db, fleet: string, names: string[
   return names.filter((n) => !have.has(n));
 }
 
-/** The fleet's intent revision now (0 before its first change). */
-export async function intentRevOf(db: Db, fleet: string) {
-  const row = await db.query.fleetIntent.findFirst({ where: eq(fleetIntent.fleetId, fleet) });
-  return row?.rev ?? 0;
-}
-
 /**
  * The statement that moves the fleet's intent revision from `expected` to `expected + 1`. It goes
  * in the batch of every change of a plan input: if another change committed since `expected` was
@@ -104,44 +97,3 @@ export function isIntentConflict(err: unknown) {
   const text = err instanceof Error ? `${err.message} ${(err as { cause?: Error }).cause?.message ?? ""}` : String(err);
   return /NOT NULL constraint failed: fleet_intent\.rev/i.test(text);
 }
-
-/**
- * Everything the planner needs for one fleet, read in one batch (one consistent snapshot) with the
- * intent revision it corresponds to.
- */
-export async function planInputsOf(db: Db, fleet: string) {
-  const [fleetRows, revRows, roleRows, channelRows] = await db.batch([
-    db
-      .select({ capabilities: fleets.capabilities, staleAfterS: fleets.staleAfterS })
-      .from(fleets)
-      .where(eq(fleets.id, fleet)),
-    db.select({ rev: fleetIntent.rev }).from(fleetIntent).where(eq(fleetIntent.fleetId, fleet)),
-    db
-      .select({ role: roleProfiles.role, agents: roleProfiles.agents })
-      .from(roleProfiles)
-      .where(eq(roleProfiles.fleetId, fleet)),
-    db
-      .select({
-        agent: agentChannels.agent,
-        image: agentChannels.image,
-        version: agentChannels.version,
-        catalog: agentChannels.catalog,
-      })
-      .from(agentChannels)
-      .where(eq(agentChannels.fleetId, fleet)),
-  ]);
-  if (fleetRows.length === 0) return null;
-  const profiles: Record<string, RoleAgent[]> = {};
-  for (const r of roleRows) profiles[r.role] = r.agents;
-  const channels: Record<string, ChannelImage> = {};
-  for (const c of channelRows) channels[c.agent] = { image: c.image, version: c.version, catalog: c.catalog };
-  return {
-    fleet,
-    rev: revRows[0]?.rev ?? 0,
-    capabilities: fleetRows[0].capabilities,
-    stale_after_s: fleetRows[0].staleAfterS,
-    profiles,
-    channels,
-  };
-}
-export type FleetPlanInputs = NonNullable<Awaited<ReturnType<typeof planInputsOf>>>;

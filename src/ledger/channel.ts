@@ -27,7 +27,7 @@ import {
   type HostMessage,
   type ServerMessage,
 } from "../model/server/channel-messages";
-import type { LedgerDeps } from "./effects";
+import type { LedgerParts } from "./parts";
 import { authorized } from "./poll";
 import { pendingRefresh } from "./refresh";
 import { acceptReport, reportAccepted } from "./report";
@@ -75,7 +75,7 @@ const message = <T extends ServerMessage["type"]>(
  * older one (closed with CLOSE_CODES.replaced); the host is sent its desired config unless the
  * generation it says it holds is current. A refusal is answered as a domain failure (JSON).
  */
-export function connectHost(d: LedgerDeps, room: SocketRoom, request: Request): Response {
+export function connectHost(d: LedgerParts, room: SocketRoom, request: Request): Response {
   const tokenHash = request.headers.get(TOKEN_HASH) ?? "";
   const record = authorized(d.store, tokenHash);
   if (!record) return Response.json(fail("unauthorized", "invalid server token"));
@@ -124,7 +124,7 @@ export function pushToHosts(store: LedgerStore, room: SocketRoom, gone: (ws: Web
  * One message from a host. Answers on the socket; returns whether the outbox has something to
  * deliver (the surface then delivers it in the background, as for an HTTP report).
  */
-export function hostMessage(d: LedgerDeps, ws: WebSocket, raw: string | ArrayBuffer): boolean {
+export function hostMessage(d: LedgerParts, ws: WebSocket, raw: string | ArrayBuffer): boolean {
   const attachment = attachmentOf<HostSocket>(ws);
   const now = d.clock();
   if (now - attachment.window >= FLOOD_WINDOW_MS) Object.assign(attachment, { window: now, count: 0 });

@@ -6,15 +6,7 @@
  * the server is removed.
  */
 import { fail, type Result } from "../objects/kit/result";
-import {
-  audit,
-  project,
-  serverEvent,
-  tokenPayload,
-  type CleanupIndexPayload,
-  type IdentityPayload,
-  type LedgerDeps,
-} from "./effects";
+import { audit, project, serverEvent, tokenPayload, type CleanupIndexPayload, type IdentityPayload } from "./effects";
 import {
   acknowledges,
   cancelledDesired,
@@ -25,6 +17,7 @@ import {
   type LifecycleState,
 } from "./lifecycle";
 import type { ServerRecord } from "../model/server/record";
+import type { LedgerParts } from "./parts";
 import { leaveRollouts } from "./rollout-marks";
 import type { StoredReport } from "../model/server/schemas";
 
@@ -34,7 +27,7 @@ import type { StoredReport } from "../model/server/schemas";
  * host), cleanup starts at once without the host's acknowledgement. Repeating it changes nothing.
  */
 export function decommission(
-  d: LedgerDeps,
+  d: LedgerParts,
   opts: { actor: string; force?: { reason: string } },
 ): Result<{ changed: boolean }> {
   const state = d.store.load();
@@ -106,7 +99,7 @@ export function decommission(
 }
 
 /** Cancels a decommission the host has not acknowledged: the next generation orders `run` again. */
-export function cancelDecommission(d: LedgerDeps, actor: string): Result {
+export function cancelDecommission(d: LedgerParts, actor: string): Result {
   const state = d.store.load();
   if (!state) return fail("not_found", "server does not exist");
   if (state.record.state === "removed") return fail("server_removed", "the server is removed");
@@ -135,7 +128,7 @@ export function cancelDecommission(d: LedgerDeps, actor: string): Result {
 }
 
 /** In a report's transaction: the host's acknowledgement starts cleanup. */
-export function acknowledgeLifecycle(d: LedgerDeps, record: ServerRecord, report: StoredReport, now: number) {
+export function acknowledgeLifecycle(d: LedgerParts, record: ServerRecord, report: StoredReport, now: number) {
   const lc = d.store.lifecycle();
   if (!lc || lc.cleanup_from !== undefined || !acknowledges(lc, report)) return false;
   beginCleanup(d, record, lc, now);
@@ -149,7 +142,7 @@ export function acknowledgeLifecycle(d: LedgerDeps, record: ServerRecord, report
 }
 
 /** Inside a transaction: the token stops at once; the cleanup steps leave through the outbox. */
-function beginCleanup(d: LedgerDeps, record: ServerRecord, lc: LifecycleState, now: number) {
+function beginCleanup(d: LedgerParts, record: ServerRecord, lc: LifecycleState, now: number) {
   const revoked = { ...record, token_hash: "" };
   d.store.save({ record: revoked });
   // The FleetLock identity goes with the next revision, so no older delivery can bring it back.
@@ -158,7 +151,7 @@ function beginCleanup(d: LedgerDeps, record: ServerRecord, lc: LifecycleState, n
 }
 
 /** Inside a transaction: records the progress, then enqueues the next step or removes the server. */
-function advance(d: LedgerDeps, record: ServerRecord, lc: LifecycleState) {
+function advance(d: LedgerParts, record: ServerRecord, lc: LifecycleState) {
   d.store.setLifecycle(lc);
   const next = CLEANUP_STEPS.find((s) => !lc.done.includes(s));
   if (next === "index") {
@@ -194,7 +187,7 @@ function advance(d: LedgerDeps, record: ServerRecord, lc: LifecycleState) {
 }
 
 /** The cleanup under way, if any. */
-function underWay(d: LedgerDeps) {
+function underWay(d: LedgerParts) {
   const state = d.store.load();
   const lc = d.store.lifecycle();
   return state && lc && lc.cleanup_from !== undefined && state.record.state !== "removed"
@@ -203,7 +196,7 @@ function underWay(d: LedgerDeps) {
 }
 
 /** A cleanup step reached its receiver (the outbox's `delivered` hook): the cleanup moves on. */
-export function cleanupDelivered(d: LedgerDeps, step: CleanupStep) {
+export function cleanupDelivered(d: LedgerParts, step: CleanupStep) {
   const cleanup = underWay(d);
   if (!cleanup || cleanup.lc.done.includes(step)) return;
   d.store.transaction(() => advance(d, cleanup.record, { ...cleanup.lc, done: [...cleanup.lc.done, step] }));
@@ -213,7 +206,7 @@ export function cleanupDelivered(d: LedgerDeps, step: CleanupStep) {
  * Ledgers of an older format ran cleanup from a timer of their own (storage format 3): one under
  * way continues from its first step not done, through the outbox.
  */
-export function resumeCleanup(d: LedgerDeps) {
+export function resumeCleanup(d: LedgerParts) {
   const cleanup = underWay(d);
   if (cleanup) d.store.transaction(() => advance(d, cleanup.record, cleanup.lc));
 }

@@ -1,12 +1,6 @@
 import { catalogOf, catalogSpread } from "../domain/images";
+import type { DesiredState } from "../model/server/record";
 import type { AgentSpec, DesiredConfigInput } from "../model/server/schemas";
-
-export interface DesiredState {
-  generation: number;
-  agents: AgentSpec[];
-  lifecycle: "run" | "terminate" | "uninstall";
-  updated_at: number;
-}
 
 export type DesiredOutcome =
   | { kind: "accepted"; next: DesiredState }

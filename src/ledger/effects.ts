@@ -8,20 +8,19 @@
 import { eq, sql } from "drizzle-orm";
 import type { Db } from "../db/client";
 import { agentInstances, tokens } from "../db/schema";
-import { auditEvent, auditInsertOnce, type AuditEntry, type AuditEvent } from "../audit/log";
+import { auditEvent, auditInsertOnce, type AuditEntry, type AuditEvent } from "../db/audit";
 import type { Env } from "../env";
-import type { ServerIdentity } from "../fleetlock/durable-object";
+import type { ServerIdentity } from "../model/fleet";
 import type { Effect, Outbox } from "../objects/kit/outbox";
 import type { ServerRecord } from "../model/server/record";
 import type { CleanupStep } from "./lifecycle";
 import { buildProjection, lastSeenDue, projectionStatements, sameSignatures } from "./projection";
-import type { QuietWatch } from "./quiet";
 import type { LedgerStore, ProjectedMark } from "./store";
 import { rolloutEventEffect } from "../rollouts/ledger-side";
 import { serverHealthEffect } from "../fleetlock/ledger-side";
 import { coordinatorOf } from "../objects/stubs";
 import { ownedEvent, webhookEventEffect } from "../webhooks/outbox";
-import { feedEffect } from "../console/notices";
+import { feedEffect } from "../notices/notices";
 
 export type LedgerEffectKind =
   | "project"
@@ -37,19 +36,6 @@ export type LedgerEffectKind =
   | "feed";
 
 export type LedgerOutbox = Outbox<LedgerEffectKind>;
-
-/**
- * What the ledger's decision modules are given: its storage, its outbox, the time, and whether its
- * host is connected on the channel now (the index's staleness is leased meanwhile, ./projection.ts).
- */
-export interface LedgerDeps {
-  store: LedgerStore;
-  outbox: LedgerOutbox;
-  clock: () => number;
-  /** Whether the host's index row is leased: its socket or the quiet watch (./quiet.ts) watches it. */
-  leased: () => boolean;
-  quiet: QuietWatch;
-}
 
 /** The server's token row in D1 (listing, and telling a server token apart on operator routes). */
 export interface TokenRowPayload {
@@ -165,9 +151,11 @@ function tokenRowStatements(d: Db, t: TokenRowPayload) {
     });
 }
 
+/** What the effects are delivered with. */
 export interface LedgerEffectWiring {
   env: () => Env;
   db: () => Db;
+  clock: () => number;
   store: LedgerStore;
   /** A cleanup step reached its receiver (./decommission.ts takes the cleanup on from there). */
   cleaned: (step: CleanupStep) => void;
@@ -194,7 +182,7 @@ export function ledgerEffects(w: LedgerEffectWiring): Record<LedgerEffectKind, E
     server_health: serverHealthEffect(w.env),
     // Webhooks: the server registered or removed, for the fleet's coordinator to send.
     webhook_event: webhookEventEffect(w.env),
-    // The console's live notice (src/console/notices.ts), raised when the projection wrote a change.
+    // The console's live notice (src/notices/notices.ts), raised when the projection wrote a change.
     feed: feedEffect(w.env),
     release: {
       target: "call",
@@ -252,7 +240,7 @@ function projectEffect(w: LedgerEffectWiring): Effect {
       if (!state) return [];
       const mark = w.store.projected();
       const leased = w.leased();
-      const p = buildProjection(state.record, state.desired, state.report, Date.now(), leased);
+      const p = buildProjection(state.record, state.desired, state.report, w.clock(), leased);
       const written = mark && !mark.dirty && mark.written ? mark.written : null;
       const lastSeen = p.server.lastSeen ?? null;
       const due = lastSeen != null && lastSeenDue(mark, lastSeen, state.record.stale_after_s, leased);

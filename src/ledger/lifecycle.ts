@@ -9,8 +9,7 @@
  *   error; then cleanup runs, step by step, each durable and retried, and only then is the server
  *   removed. A forced removal skips the acknowledgement, not the cleanup.
  */
-import type { DesiredState } from "./desired";
-import type { ServerRecord } from "../model/server/record";
+import type { ServerRecord, DesiredState } from "../model/server/record";
 import type { StoredReport } from "../model/server/schemas";
 
 export const CLEANUP_STEPS = ["index", "coordinator"] as const;

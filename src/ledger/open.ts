@@ -1,12 +1,13 @@
 import { resumeCleanup } from "./decommission";
-import { project, type LedgerDeps, type ReleasePayload } from "./effects";
+import { project, type ReleasePayload } from "./effects";
+import type { LedgerParts } from "./parts";
 
 /**
  * When the ledger wakes, before any call reads it: storage written by older code is brought to
  * this code's format (throwing, storage untouched, on a newer one), and what older formats kept
  * outside the outbox moves into it.
  */
-export function openLedger(d: LedgerDeps) {
+export function openLedger(d: LedgerParts) {
   const upgraded = d.store.open();
   const record = d.store.load()?.record;
   if (!record) return;
@@ -27,6 +28,6 @@ export function openLedger(d: LedgerDeps) {
  * sockets without a close. The index gets the exact stale_at now, not at the lease's end. Read
  * only when nothing watches, so a connected host's wake for its report costs no row for it.
  */
-function orphanedLease(d: LedgerDeps) {
+function orphanedLease(d: LedgerParts) {
   return !d.leased() && d.store.projected()?.leased === true;
 }

@@ -5,13 +5,14 @@
  */
 import { fail, type Failure, type Result } from "../objects/kit/result";
 import type { PlanState } from "../planner/ledger-side";
-import { applyDesired, type DesiredState } from "./desired";
-import { audit, identityPayload, project, serverEvent, tokenPayload, type LedgerDeps } from "./effects";
+import { applyDesired } from "./desired";
+import { audit, identityPayload, project, serverEvent, tokenPayload } from "./effects";
+import type { LedgerParts } from "./parts";
 import type { HeldNames } from "../fleetlock/store";
-import type { ServerRecord } from "../model/server/record";
+import type { ServerRecord, DesiredState } from "../model/server/record";
 import type { AgentSpec, DesiredConfig, DesiredConfigInput } from "../model/server/schemas";
 import { MAX_SERVER_LABELS } from "../domain/limits";
-import { mergeLabels, sameLabels } from "../servers/labels";
+import { mergeLabels, sameLabels } from "../model/server/labels";
 import { configOf } from "./view";
 
 /**
@@ -22,7 +23,7 @@ import { configOf } from "./view";
  */
 export const RESERVATION_MARGIN_MS = 30_000;
 
-function pastDeadline(d: LedgerDeps, deadline: number | undefined): Failure | null {
+function pastDeadline(d: LedgerParts, deadline: number | undefined): Failure | null {
   if (deadline === undefined || d.clock() <= deadline) return null;
   return fail(
     "reservation_expired",
@@ -31,7 +32,7 @@ function pastDeadline(d: LedgerDeps, deadline: number | undefined): Failure | nu
 }
 
 /** What this ledger holds of the fleet's names, for its coordinator (src/fleetlock/names.ts). */
-export function heldNames(d: LedgerDeps): HeldNames | null {
+export function heldNames(d: LedgerParts): HeldNames | null {
   const record = d.store.load()?.record;
   if (!record) return null;
   // Removed, or its removal's cleanup under way: it holds no fleetlock_id and no hostname.
@@ -50,7 +51,7 @@ export function heldNames(d: LedgerDeps): HeldNames | null {
 
 /** Creates the ledger with generation 1; a repeated call for the same server changes nothing. */
 export function register(
-  d: LedgerDeps,
+  d: LedgerParts,
   record: ServerRecord,
   agents: Omit<AgentSpec, "instance_id">[],
   meta: { actor: string; details?: unknown; plan_rev?: number; deadline?: number },
@@ -82,7 +83,7 @@ export function register(
 }
 
 export function putDesired(
-  d: LedgerDeps,
+  d: LedgerParts,
   input: DesiredConfigInput,
   actor: string,
 ): { ok: true; created: boolean; config: DesiredConfig } | Failure {
@@ -144,7 +145,7 @@ export function putDesired(
  * revision, so the coordinator ignores a delivery that arrives after a newer one.
  */
 export function setRebootIdentity(
-  d: LedgerDeps,
+  d: LedgerParts,
   change: { fleetlock_id?: string | null; reboot_group?: string },
   meta: { actor: string; details?: unknown; deadline?: number },
 ): Result<{ rev: number }> {
@@ -179,7 +180,7 @@ export function setRebootIdentity(
  * within MAX_SERVER_LABELS; labels that come out the same write nothing.
  */
 export function setLabels(
-  d: LedgerDeps,
+  d: LedgerParts,
   patch: Record<string, string | null>,
   meta: { actor: string },
 ): Result<{ changed: boolean }> {
@@ -215,7 +216,7 @@ export function setLabels(
 }
 
 /** The host's token stops working at once (a parked poll included); its D1 row follows. */
-export function revokeToken(d: LedgerDeps, actor: string): boolean {
+export function revokeToken(d: LedgerParts, actor: string): boolean {
   const record = d.store.load()?.record;
   if (!record) return false;
   if (record.token_hash === "") return true;
@@ -228,7 +229,7 @@ export function revokeToken(d: LedgerDeps, actor: string): boolean {
 }
 
 /** A new server token; the old one stops at once (a parked poll included). */
-export function rotateToken(d: LedgerDeps, tokenHash: string, actor: string): Result {
+export function rotateToken(d: LedgerParts, tokenHash: string, actor: string): Result {
   const state = d.store.load();
   if (!state) return fail("not_found", "server does not exist");
   if (state.record.state === "removed" || d.store.lifecycle()?.cleanup_from !== undefined) {

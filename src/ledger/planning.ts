@@ -2,10 +2,11 @@
  * The planner's write into a ledger (docs/operator-guide.md). The step itself is pure, in
  * src/planner/ledger-side.ts; this applies it to the store and outbox.
  */
-import type { FleetPlanInputs } from "../intent/store";
+import type { FleetPlanInputs } from "../planner/plan";
 import { fail, type Result } from "../objects/kit/result";
 import { planStep, type PlanState } from "../planner/ledger-side";
-import { audit, project, type LedgerDeps } from "./effects";
+import { audit, project } from "./effects";
+import type { LedgerParts } from "./parts";
 
 export type PlanOutcome = "issued" | "reissued" | "unchanged" | "pinned" | "older_inputs" | "not_running";
 
@@ -16,7 +17,7 @@ export type PlanOutcome = "issued" | "reissued" | "unchanged" | "pinned" | "olde
  * first. `wrote`: something was stored (and so is to be delivered before the answer).
  */
 export function applyPlan(
-  d: LedgerDeps,
+  d: LedgerParts,
   inputs: FleetPlanInputs,
   meta: { actor: string; reason: string; release?: boolean; reissue?: boolean; roles?: string[]; audited?: boolean },
 ): Result<{ outcome: PlanOutcome; wrote: boolean }> {

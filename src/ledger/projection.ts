@@ -2,10 +2,9 @@ import { chunk } from "../lib/chunk";
 import { and, eq, sql } from "drizzle-orm";
 import type { Db } from "../db/client";
 import { agentInstances, serverLabels, servers } from "../db/schema";
-import type { DesiredState } from "./desired";
-import type { ServerRecord } from "../model/server/record";
+import type { ServerRecord, DesiredState } from "../model/server/record";
 import type { StoredReport } from "../model/server/schemas";
-import { computeStatus } from "./status";
+import { computeStatus } from "../model/server/status";
 import { INDEX_LEASE_MS } from "../domain/channel";
 
 /** How often an otherwise unchanged report refreshes `last_seen` in D1 (docs/design.md §8). */
@@ -65,7 +64,7 @@ export function buildProjection(
   now: number,
   leased = false,
 ): Projection {
-  // The index never stores "stale": it is read from stale_at (src/servers/staleness.ts).
+  // The index never stores "stale": it is read from stale_at (src/model/server/staleness.ts).
   const computed = computeStatus(desired, report, now, Number.POSITIVE_INFINITY);
   const instances = computed.agents.map((a) => ({
     serverId: record.id,
@@ -114,7 +113,7 @@ export function buildProjection(
 }
 
 /**
- * When the server turns stale in the index (read at query time, src/servers/staleness.ts). A
+ * When the server turns stale in the index (read at query time, src/model/server/staleness.ts). A
  * removed server is never stale; one that never reported has nothing to be late with.
  */
 function staleAtOf(record: ServerRecord, lastSeen: number | undefined, leased = false) {

@@ -4,7 +4,8 @@
  * current If-None-Match, which is how the host learns of it.
  */
 import { fail, type Result } from "../objects/kit/result";
-import { audit, type LedgerDeps } from "./effects";
+import { audit } from "./effects";
+import type { LedgerParts } from "./parts";
 import type { LedgerStore, RefreshState } from "./store";
 
 export function pendingRefresh(store: LedgerStore): RefreshState | null {
@@ -18,7 +19,7 @@ export function answerRefresh(store: LedgerStore, now: number) {
   if (r) store.setRefresh({ ...r, answered_at: now });
 }
 
-export function requestRefresh(d: LedgerDeps, actor: string): Result {
+export function requestRefresh(d: LedgerParts, actor: string): Result {
   const state = d.store.load();
   if (!state) return fail("not_found", "server does not exist");
   if (state.record.state === "removed") return fail("server_removed", "the server is removed");

@@ -4,7 +4,8 @@
  */
 import { fail, type Failure } from "../objects/kit/result";
 import { acknowledgeLifecycle } from "./decommission";
-import { project, projectHeartbeat, type LedgerDeps, type ReleasePayload } from "./effects";
+import { project, projectHeartbeat, type ReleasePayload } from "./effects";
+import type { LedgerParts } from "./parts";
 import { authorized } from "./poll";
 import { lastSeenDue } from "./projection";
 import { heartbeatPersistMs, pollHeartbeatPersistMs } from "./quiet";
@@ -13,7 +14,7 @@ import { answerRefresh } from "./refresh";
 import { settleRolloutMarks } from "./rollout-marks";
 import { serverHealthEventOf } from "../fleetlock/ledger-side";
 import type { InventoryReport, ReportAccepted, StoredReport } from "../model/server/schemas";
-import { computeStatus, type ComputedStatus } from "./status";
+import { computeStatus, type ComputedStatus } from "../model/server/status";
 import { contentKey } from "../domain/report-content";
 import { reportTag } from "./store";
 
@@ -40,7 +41,7 @@ export const reportAccepted = (
  * pending refresh, which asks for a fresh one.
  */
 export function acceptReport(
-  d: LedgerDeps,
+  d: LedgerParts,
   record: ServerRecord,
   report: InventoryReport,
   opts: { keepsHeartbeat?: boolean; viaPoll?: boolean } = {},
@@ -133,7 +134,7 @@ export function acceptReport(
  * the host reports in full first. `enqueued`: the caller arms the alarm and delivers.
  */
 export function pollHeartbeat(
-  d: LedgerDeps,
+  d: LedgerParts,
   tokenHash: string,
   tag: string | undefined,
 ): { ok: true; enqueued: boolean } | Failure {
@@ -149,7 +150,7 @@ export function pollHeartbeat(
 }
 
 /** Whether the index's last_seen is due a refresh (a coarse one, docs/design.md §8; leased while watched). */
-function indexDue(d: LedgerDeps, now: number) {
+function indexDue(d: LedgerParts, now: number) {
   const state = d.store.load();
   if (!state?.report) return false;
   return lastSeenDue(d.store.projected(), now, state.record.stale_after_s, d.leased());

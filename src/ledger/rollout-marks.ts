@@ -11,7 +11,8 @@ import {
   type ApplyRolloutImage,
   type RolloutEvent,
 } from "../rollouts/ledger-side";
-import { audit, project, type LedgerDeps } from "./effects";
+import { audit, project } from "./effects";
+import type { LedgerParts } from "./parts";
 import type { StoredReport } from "../model/server/schemas";
 
 /**
@@ -20,7 +21,7 @@ import type { StoredReport } from "../model/server/schemas";
  * same write answers the same generation and writes nothing.
  */
 export function applyRolloutImage(
-  d: LedgerDeps,
+  d: LedgerParts,
   req: ApplyRolloutImage,
 ): { outcome: ApplyOutcome | Failure; wrote: boolean } {
   const state = d.store.load();
@@ -50,7 +51,7 @@ export function applyRolloutImage(
 }
 
 /** In the report's storage turn: outcomes leave through the outbox, one pending event per rollout. */
-export function settleRolloutMarks(d: LedgerDeps, serverId: string, report: StoredReport) {
+export function settleRolloutMarks(d: LedgerParts, serverId: string, report: StoredReport) {
   const marks = d.store.rolloutMarks();
   if (Object.keys(marks).length === 0) return;
   const { events, remaining } = settleMarks(marks, report, serverId);
@@ -60,7 +61,7 @@ export function settleRolloutMarks(d: LedgerDeps, serverId: string, report: Stor
 }
 
 /** Decommissioning: each rollout still waiting on this server hears that it left (its target is skipped). */
-export function leaveRollouts(d: LedgerDeps, serverId: string, now: number) {
+export function leaveRollouts(d: LedgerParts, serverId: string, now: number) {
   const marks = d.store.rolloutMarks();
   for (const m of Object.values(marks)) {
     const e: RolloutEvent = {

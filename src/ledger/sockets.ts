@@ -6,7 +6,8 @@
  */
 import type { SocketRoom } from "../objects/kit/sockets";
 import { HOST_TAG, CHANNEL_PATH, connectHost, hostMessage, pushToHosts, restoreHeartbeat } from "./channel";
-import { project, type LedgerDeps } from "./effects";
+import { project } from "./effects";
+import type { LedgerParts } from "./parts";
 import { WAITER_TAG } from "../objects/kit/wake";
 import { openPollWait, openViewWait, restorePollHeartbeat, WAIT_PATHS, wakeWaits } from "./waits";
 
@@ -16,7 +17,7 @@ export class LedgerSockets {
   private readonly gone = new WeakSet<WebSocket>();
 
   constructor(
-    private readonly d: LedgerDeps,
+    private readonly d: LedgerParts,
     private readonly room: SocketRoom,
   ) {}
 

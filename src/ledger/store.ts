@@ -7,10 +7,9 @@
 import type { PlanState } from "../planner/ledger-side";
 import { INITIAL_PLAN_STATE } from "../planner/ledger-side";
 import type { RolloutMark } from "../rollouts/ledger-side";
-import type { DesiredState } from "./desired";
 import type { LifecycleState } from "./lifecycle";
 import type { Signatures } from "./projection";
-import type { ServerRecord } from "../model/server/record";
+import type { ServerRecord, DesiredState } from "../model/server/record";
 import { contentKey } from "../domain/report-content";
 import type { StoredReport } from "../model/server/schemas";
 import { FORMAT_KEY, LEDGER_FORMAT, upgradeLedgerStorage, type FormatUpgrade } from "./storage-format";
@@ -86,10 +85,12 @@ export class LedgerStore {
   private refreshMemo?: RefreshState | null;
   /** open() checked (and upgraded) the format: load() need not read it again. */
   private formatKnown = false;
-  /** Called after every write, in the writer's turn. */
-  onChange: () => void = () => {};
 
-  constructor(private readonly storage: DurableObjectStorage) {}
+  constructor(
+    private readonly storage: DurableObjectStorage,
+    /** Called after every write, in the writer's turn. */
+    private readonly onChange: () => void = () => {},
+  ) {}
 
   private get kv() {
     return this.storage.kv;

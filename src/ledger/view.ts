@@ -3,11 +3,10 @@
  * computed as of `now`, never stored as a belief.
  */
 import type { PlanState } from "../planner/ledger-side";
-import type { DesiredState } from "./desired";
 import type { LifecycleState } from "./lifecycle";
-import type { ServerRecord } from "../model/server/record";
+import type { ServerRecord, DesiredState } from "../model/server/record";
 import type { DesiredConfig, StoredReport } from "../model/server/schemas";
-import { computeStatus, type ComputedStatus } from "./status";
+import { computeStatus, type ComputedStatus } from "../model/server/status";
 import type { LedgerStore, RefreshState } from "./store";
 
 export interface ServerView {

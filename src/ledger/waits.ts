@@ -7,7 +7,7 @@
  */
 import { attachmentOf, type SocketRoom } from "../objects/kit/sockets";
 import { acceptWaiter, wakeWaiters } from "../objects/kit/wake";
-import type { LedgerDeps } from "./effects";
+import type { LedgerParts } from "./parts";
 import { nothingNew, pollAnswer, pollSignature, type PollAnswer } from "./poll";
 import { pollHeartbeat } from "./report";
 import type { LedgerStore } from "./store";
@@ -52,7 +52,7 @@ export const viewWaitRequest = (etag: string) => upgrade(WAIT_PATHS.view, { etag
  * (./report.ts): `enqueued` when that left something to deliver.
  */
 export function openPollWait(
-  d: LedgerDeps,
+  d: LedgerParts,
   room: SocketRoom,
   request: Request,
 ): { response: Response; enqueued: boolean } {

@@ -1,5 +1,6 @@
 import { Hono } from "hono";
 import { requireScope } from "../auth/principal";
+import { visibleFleets } from "../domain/principal";
 import type { AppEnv } from "../http/types";
 import { metricsText } from "./service";
 
@@ -9,5 +10,10 @@ export const metricsRoutes = new Hono<AppEnv>()
   .get(
     "/metrics",
     async (c, next) => (c.env.METRICS_PUBLIC === "true" ? next() : requireScope("read")(c, next)),
-    async (c) => c.text(await metricsText(c.env), 200, { "Content-Type": "text/plain; version=0.0.4" }),
+    async (c) => {
+      // Public metrics (METRICS_PUBLIC) were chosen to show every fleet; a token shows its own fleets.
+      const principal = c.get("principal");
+      const visible = principal ? visibleFleets(principal) : null;
+      return c.text(await metricsText(c.env, visible), 200, { "Content-Type": "text/plain; version=0.0.4" });
+    },
   );

@@ -7,7 +7,7 @@ import { readUpgradeState } from "../upgrades/state";
 import { NEWEST_VERSION, UPGRADE_STEPS } from "../upgrades/steps";
 import { fleetSettings } from "../fleets/store";
 import { coordinatorOf } from "../objects/stubs";
-import { statusAt } from "../servers/staleness";
+import { statusAt } from "../model/server/staleness";
 
 /**
  * Prometheus gauges computed from durable state at scrape time: the D1 index (servers, instances,
@@ -20,7 +20,7 @@ import { statusAt } from "../servers/staleness";
  */
 const CACHE_MS = 15_000;
 
-let cached: { text: string; at: number } | null = null;
+let cached: { data: Gathered; at: number } | null = null;
 
 const escape = (v: string) => v.replace(/\\/g, "\\\\").replace(/\n/g, "\\n").replace(/"/g, '\\"');
 const labels = (l: Record<string, string>) =>
@@ -39,8 +39,32 @@ class Exposition {
   }
 }
 
-export async function metricsText(env: Env, now = Date.now()): Promise<string> {
-  if (cached && now - cached.at < CACHE_MS) return cached.text;
+interface Gathered {
+  byStatus: { fleet: string; status: string; n: number }[];
+  byInstance: { fleet: string; agent: string; status: string; n: number }[];
+  groups: {
+    fleet: string;
+    group: string;
+    slots: number;
+    holders: number;
+    stuck: number;
+    gates: { gate: string; open: boolean }[];
+  }[];
+  deliveries: { fleet: string; pending: number; failed: number }[];
+  unreachable: string[];
+  version: number;
+}
+
+/**
+ * The exposition: every fleet's samples (null), or, for a token limited to some fleets, only
+ * theirs, the instance counts summed over them alone, so no figure counts a fleet it may not see.
+ */
+export async function metricsText(env: Env, visible: readonly string[] | null = null, now = Date.now()) {
+  if (!cached || now - cached.at >= CACHE_MS) cached = { data: await gather(env, now), at: now };
+  return render(cached.data, visible);
+}
+
+async function gather(env: Env, now: number): Promise<Gathered> {
   const db = getDb(env.DB);
   const [byStatus, byInstance, fleetRows, upgrade] = await Promise.all([
     db
@@ -49,22 +73,15 @@ export async function metricsText(env: Env, now = Date.now()): Promise<string> {
       .where(ne(servers.state, "removed"))
       .groupBy(servers.fleetId, statusAt(now)),
     db
-      .select({ agent: agentInstances.agent, status: agentInstances.status, n: count() })
+      .select({ fleet: agentInstances.fleetId, agent: agentInstances.agent, status: agentInstances.status, n: count() })
       .from(agentInstances)
-      .groupBy(agentInstances.agent, agentInstances.status),
+      .groupBy(agentInstances.fleetId, agentInstances.agent, agentInstances.status),
     db.select().from(fleets),
     readUpgradeState(db),
   ]);
-  const groups: {
-    fleet: string;
-    group: string;
-    slots: number;
-    holders: number;
-    stuck: number;
-    gates: { gate: string; open: boolean }[];
-  }[] = [];
-  const deliveries: { fleet: string; pending: number; failed: number }[] = [];
-  let unreachable = 0;
+  const groups: Gathered["groups"] = [];
+  const deliveries: Gathered["deliveries"] = [];
+  const unreachable: string[] = [];
   await Promise.all(
     fleetRows.map(async (row) => {
       try {
@@ -81,13 +98,28 @@ export async function metricsText(env: Env, now = Date.now()): Promise<string> {
         }
         deliveries.push({ fleet: row.id, ...m.webhooks });
       } catch (err) {
-        unreachable++;
+        unreachable.push(row.id);
         logLine("warn", "metrics: a fleet's coordinator did not answer", { fleet: row.id, ...errorFields(err) });
       }
     }),
   );
   groups.sort((a, b) => (a.fleet + "\0" + a.group < b.fleet + "\0" + b.group ? -1 : 1));
+  deliveries.sort((a, b) => (a.fleet < b.fleet ? -1 : 1));
+  return { byStatus, byInstance, groups, deliveries, unreachable, version: upgrade.version };
+}
 
+function render(all: Gathered, visible: readonly string[] | null): string {
+  const seen = (r: { fleet: string }) => visible === null || visible.includes(r.fleet);
+  const byStatus = all.byStatus.filter(seen);
+  const groups = all.groups.filter(seen);
+  const deliveries = all.deliveries.filter(seen);
+  const instances = new Map<string, { agent: string; status: string; value: number }>();
+  for (const r of all.byInstance.filter(seen)) {
+    const key = `${r.agent}\0${r.status}`;
+    const sum = instances.get(key) ?? { agent: r.agent, status: r.status, value: 0 };
+    sum.value += r.n;
+    instances.set(key, sum);
+  }
   const out = new Exposition();
   out.gauge(
     "harbormaster_servers",
@@ -97,7 +129,9 @@ export async function metricsText(env: Env, now = Date.now()): Promise<string> {
   out.gauge(
     "harbormaster_agent_instances",
     "Agent instances by agent and status (from the fleet-wide index).",
-    byInstance.map((r) => ({ labels: { agent: r.agent, status: r.status }, value: r.n })),
+    [...instances.values()]
+      .sort((a, b) => (a.agent + "\0" + a.status < b.agent + "\0" + b.status ? -1 : 1))
+      .map((r) => ({ labels: { agent: r.agent, status: r.status }, value: r.value })),
   );
   out.gauge(
     "harbormaster_reboot_group_slots",
@@ -121,7 +155,6 @@ export async function metricsText(env: Env, now = Date.now()): Promise<string> {
       g.gates.map((v) => ({ labels: { fleet: g.fleet, group: g.group, gate: v.gate }, value: v.open ? 0 : 1 })),
     ),
   );
-  deliveries.sort((a, b) => (a.fleet < b.fleet ? -1 : 1));
   out.gauge(
     "harbormaster_webhook_deliveries",
     "Webhook deliveries still being retried (pending) and given up on (failed, as kept in the delivery log).",
@@ -131,17 +164,16 @@ export async function metricsText(env: Env, now = Date.now()): Promise<string> {
     ]),
   );
   out.gauge("harbormaster_coordinators_unreachable", "Fleets whose coordinator did not answer this scrape.", [
-    { value: unreachable },
+    { value: all.unreachable.filter((fleet) => seen({ fleet })).length },
   ]);
-  out.gauge("harbormaster_data_version", "The data version D1 is at.", [{ value: upgrade.version }]);
+  out.gauge("harbormaster_data_version", "The data version D1 is at.", [{ value: all.version }]);
   out.gauge("harbormaster_data_version_newest", "The newest data version this code knows.", [
     { value: NEWEST_VERSION },
   ]);
   out.gauge("harbormaster_upgrade_steps_pending", "Upgrade steps not yet applied.", [
-    { value: UPGRADE_STEPS.filter((s) => s.version > upgrade.version).length },
+    { value: UPGRADE_STEPS.filter((s) => s.version > all.version).length },
   ]);
-  cached = { text: out.text(), at: now };
-  return cached.text;
+  return out.text();
 }
 
 /** Tests: the next scrape computes afresh. */

@@ -7,10 +7,8 @@
  * `POST /v1/servers/{id}/desired/release` hands it back to planning, which re-plans it at once
  * from its current config (agents it runs keep their images; the rest follow roles and channels).
  */
-import type { FleetPlanInputs } from "../intent/store";
-import { plan, planDiffers, type Plan } from "./plan";
-import type { DesiredState } from "../ledger/desired";
-import type { ServerRecord } from "../model/server/record";
+import { plan, planDiffers, type Plan, type FleetPlanInputs } from "./plan";
+import type { ServerRecord, DesiredState } from "../model/server/record";
 
 export interface PlanState {
   mode: "planned" | "pinned";

@@ -39,6 +39,20 @@ export interface PlanInputs {
   current: readonly ({ name: string; image: string; version: string } & Partial<PlannedCatalog>)[];
 }
 
+/**
+ * Everything the planner needs of one fleet, read as one snapshot with the intent revision it
+ * corresponds to (./store.ts). Declared, not inferred from the query, because it travels: it is
+ * the argument of the ledger's `applyPlan` RPC and the input of the ledger's plan step.
+ */
+export interface FleetPlanInputs {
+  fleet: string;
+  rev: number;
+  capabilities: Record<string, boolean>;
+  stale_after_s: number;
+  profiles: Record<string, RoleAgent[]>;
+  channels: Record<string, ChannelImage>;
+}
+
 interface PlannedAgent {
   name: string;
   image: string;

@@ -11,12 +11,11 @@ import type { Db } from "../db/client";
 import { getDb } from "../db/client";
 import { auditLog, planMarks, servers } from "../db/schema";
 import type { Env } from "../env";
-import { intentRevOf, planInputsOf, type FleetPlanInputs } from "../intent/store";
+import { intentRevOf, planInputsOf } from "./store";
 import { notFound } from "../domain/errors";
 import { unwrap } from "../objects/kit/result";
-import type { ServerView } from "../ledger/durable-object";
 import { ledgerOf } from "../objects/stubs";
-import { plan } from "./plan";
+import { plan, type FleetPlanInputs } from "./plan";
 
 /** Servers re-planned in parallel by one planner run. */
 const CONCURRENCY = 16;
@@ -45,8 +44,11 @@ export async function firstPlan(env: Env, fleet: string, roles: string[]) {
   };
 }
 
-/** After registration: re-plans the new server if the fleet's intent moved past what it was planned from. */
-export async function catchUpPlan(env: Env, id: string, fleet: string, rev: number): Promise<ServerView | null> {
+/**
+ * After registration: re-plans the new server if the fleet's intent moved past what it was planned
+ * from. Its answer is the ledger's view as the stub types it, so the planner names no ledger type.
+ */
+export async function catchUpPlan(env: Env, id: string, fleet: string, rev: number) {
   const db = getDb(env.DB);
   if ((await intentRevOf(db, fleet)) === rev) return null;
   const inputs = await planInputsOf(db, fleet);

@@ -1,13 +1,15 @@
 /** How rollouts, their targets and events are answered over HTTP (ids and times as the API shows them). */
 import type { rollouts } from "../db/schema";
 import { iso, isoOrNull } from "../lib/time";
-import type { RolloutSummary } from "./durable-object";
+import type { RolloutSummary } from "./views";
 import type { Target } from "./machine";
 
 export const view = (s: RolloutSummary) => {
-  const { version_seq, created_at, ended_at, warnings, ...rest } = s;
+  const { version_seq, created_at, ended_at, warnings, steps, analysis, ...rest } = s;
   return {
     ...rest,
+    steps: steps.map((st) => ({ ...st, started_at: isoOrNull(st.started_at), until: isoOrNull(st.until) })),
+    analysis: analysis.map((a) => ({ ...a, at: iso(a.at) })),
     warnings: warnings.map((w) => ({ ...w, at: iso(w.at) })),
     created_at: iso(created_at),
     ended_at: isoOrNull(ended_at),

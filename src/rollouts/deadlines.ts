@@ -17,7 +17,7 @@ const serverTimeoutMs = (spec: Pick<RolloutSpec, "server_timeout_s">) =>
 /** A target that started applying at `startedAt` times out then. */
 export function armTimeout(p: RolloutParts, pass: number, serverId: string, startedAt: number) {
   const { spec } = p.store.load()!;
-  p.timers.schedule(timerOf(pass, serverId), startedAt + serverTimeoutMs(spec), null, { noLaterThan: true });
+  p.scheduler.schedule(timerOf(pass, serverId), startedAt + serverTimeoutMs(spec), null, { noLaterThan: true });
 }
 
 /** Every target still applying is waited for at most CANCEL_GRACE_S after `cancelledAt` (and never longer than its timeout). */
@@ -25,7 +25,7 @@ export function armCancelGrace(p: RolloutParts, cancelledAt: number) {
   const { spec } = p.store.load()!;
   for (const a of p.store.targets.applying()) {
     const due = Math.min(a.started_at + serverTimeoutMs(spec), cancelledAt + CANCEL_GRACE_S * 1000);
-    p.timers.schedule(timerOf(a.pass, a.server_id), due, null, { noLaterThan: true });
+    p.scheduler.schedule(timerOf(a.pass, a.server_id), due, null, { noLaterThan: true });
   }
 }
 

@@ -1,22 +1,17 @@
 import { DurableObject } from "cloudflare:workers";
-import { getDb } from "../db/client";
 import type { Env } from "../env";
-import { Outbox } from "../objects/kit/outbox";
 import type { Failure } from "../objects/kit/result";
-import { Scheduler } from "../objects/kit/scheduler";
-import { socketRoom, type SocketRoom } from "../objects/kit/sockets";
-import { CALL_CONCURRENCY, rolloutEffects } from "./effects";
+import type { SocketRoom } from "../objects/kit/sockets";
+import { assemble } from "./assemble";
 import type { RolloutEvent } from "./ledger-side";
 import type { Control, RolloutSpec, RolloutState, TargetState } from "./machine";
 import { control, endTarget, redrive, start, type TargetInput } from "./operator";
 import { targetEvent } from "./outcomes";
-import type { EffectKind, RolloutParts } from "./parts";
-import { RolloutStore } from "./store";
-import { rolloutTimers } from "./timers";
+import type { RolloutParts } from "./parts";
+import type { Plan } from "./strategy";
+import { fireTimers } from "./timers";
 import { eventsPage, summary, summaryIfAny, targetsPage, type RolloutSummary } from "./views";
-import { openSummaryWait, SUMMARY_WAIT_PATH, wakeSummaryWaits } from "./waits";
-
-export type { RolloutSummary, TargetInput };
+import { openSummaryWait, SUMMARY_WAIT_PATH } from "./waits";
 
 /**
  * One per rollout: its targets and their states (SQL in its own storage), its counters, its
@@ -28,50 +23,24 @@ export type { RolloutSummary, TargetInput };
  * each call to the module that decides it. Its long poll waits in the Worker (./waits.ts).
  */
 export class Rollout extends DurableObject<Env> {
-  private readonly scheduler: Scheduler;
-  private readonly outbox: Outbox<EffectKind>;
+  /** Built once from the constructor's arguments (./assemble.ts). */
   private readonly parts: RolloutParts;
   private readonly room: SocketRoom;
-  private wakePending = false;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
-    this.scheduler = new Scheduler(ctx.storage);
-    const effects = rolloutEffects(
+    ({ parts: this.parts, room: this.room } = assemble(
+      ctx,
       () => this.env,
-      () => this.parts,
-    );
-    this.outbox = new Outbox<EffectKind>(
-      ctx.storage,
-      this.scheduler,
-      effects,
-      () => getDb(this.env.DB),
-      CALL_CONCURRENCY,
-    );
-    this.parts = {
-      store: new RolloutStore(ctx.storage),
-      outbox: this.outbox,
-      timers: this.scheduler,
-      clock: Date.now,
-      background: (work) => ctx.waitUntil(work),
-    };
-    this.room = socketRoom(ctx);
-    // Wakes go out once the writing turn is over (a transaction's several writes are one wake).
-    this.parts.store.onCoreMoved = () => {
-      if (this.wakePending) return;
-      this.wakePending = true;
-      queueMicrotask(() => {
-        this.wakePending = false;
-        wakeSummaryWaits(this.parts, this.room);
-      });
-    };
+      () => Date.now(),
+    ));
   }
 
   // ---- RPC: start, operator controls, reads ----
 
   /** Creates the rollout and starts its first targets; a repeated call changes nothing. */
-  start(spec: RolloutSpec, targets: TargetInput[]): Promise<RolloutSummary> {
-    return start(this.parts, spec, targets);
+  start(spec: RolloutSpec, targets: TargetInput[], plan: Plan | null = null): Promise<RolloutSummary> {
+    return start(this.parts, spec, targets, plan);
   }
 
   /** pause | resume | cancel | rollback, audited with the operator's name. */
@@ -126,8 +95,8 @@ export class Rollout extends DurableObject<Env> {
 
   // ---- timers ----
 
+  /** Dispatches every due timer to its handler (./timers.ts). */
   async alarm() {
-    await this.scheduler.fire(rolloutTimers(this.parts));
-    await this.outbox.flush();
+    await fireTimers(this.parts);
   }
 }

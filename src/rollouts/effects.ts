@@ -6,17 +6,17 @@
  * and what an effect writes is built from the rollout's state when it is delivered.
  */
 import { and, eq, sql } from "drizzle-orm";
-import { auditInsertOnce, type AuditEvent } from "../audit/log";
+import { auditInsertOnce, type AuditEvent } from "../db/audit";
 import { getDb, type Db } from "../db/client";
 import { rolloutLocks, rollouts, rolloutTargets } from "../db/schema";
 import type { Env } from "../env";
 import { fleetSettings } from "../fleets/store";
-import type { FleetSettings } from "../fleetlock/durable-object";
+import type { FleetSettings } from "../model/fleet";
 import { chunk } from "../lib/chunk";
 import type { Effect } from "../objects/kit/outbox";
 import { coordinatorOf, ledgerOf } from "../objects/stubs";
 import { webhookEventEffect } from "../webhooks/outbox";
-import { feedEffect, type NoticeInput } from "../console/notices";
+import { feedEffect, type NoticeInput } from "../notices/notices";
 import { moveChannel, restoreChannel } from "./channel";
 import { imageByNameVersion } from "../images/store";
 import { catalogFieldsOf } from "../images/service";
@@ -61,7 +61,7 @@ export function rolloutEffects(env: () => Env, parts: () => RolloutParts): Recor
     audit: { target: "d1", statements: (e: AuditEvent) => [auditInsertOnce(db(), e)] },
     // Webhooks: started, paused, resumed, ended, slow servers, for the fleet's coordinator.
     webhook_event: webhookEventEffect(env),
-    // The console's live notice (src/console/notices.ts), raised when the projection landed.
+    // The console's live notice (src/notices/notices.ts), raised when the projection landed.
     feed: feedEffect(env),
     project: {
       target: "d1",

@@ -6,7 +6,7 @@
  */
 import { catalogSpread, type CatalogFields } from "../domain/images";
 import type { Env } from "../env";
-import type { DesiredState } from "../ledger/desired";
+import type { DesiredState } from "../model/server/record";
 import type { StoredReport } from "../model/server/schemas";
 import type { Effect } from "../objects/kit/outbox";
 import { rolloutOf } from "../objects/stubs";

@@ -8,6 +8,7 @@ import { control as decide } from "./controls";
 import { armCancelGrace, armTimeout } from "./deadlines";
 import { finish, newCore, zeroCounts, type Control, type RolloutSpec, type RolloutState, type Target } from "./machine";
 import { settle, type RolloutParts } from "./parts";
+import type { Plan } from "./strategy";
 import type { NewTarget } from "./target-rows";
 import { pump } from "./starting";
 import { afterChange, audit, change, entered, project, queueRollback, skipQueued } from "./transitions";
@@ -20,10 +21,17 @@ export interface TargetInput {
   hostname: string;
   reboot_group: string;
   excluded: boolean;
+  /** The phase of the strategy's plan that releases it (none without a strategy). */
+  phase?: number;
 }
 
 /** Creates the rollout and starts its first targets; a repeated call changes nothing. */
-export async function start(p: RolloutParts, spec: RolloutSpec, targets: TargetInput[]): Promise<RolloutSummary> {
+export async function start(
+  p: RolloutParts,
+  spec: RolloutSpec,
+  targets: TargetInput[],
+  plan: Plan | null = null,
+): Promise<RolloutSummary> {
   if (!p.store.load()) {
     const now = p.clock();
     p.store.transaction(() => {
@@ -39,9 +47,10 @@ export async function start(p: RolloutParts, spec: RolloutSpec, targets: TargetI
           state,
           ended_at: t.excluded ? now : null,
           reason: t.excluded ? "excluded" : null,
+          phase: t.phase ?? 0,
         };
       });
-      p.store.create(spec, { ...newCore(), counts }, rows);
+      p.store.create(spec, { ...newCore(), counts }, rows, plan);
       const row = p.store.events.add(
         "rollout.running",
         null,
@@ -79,39 +88,47 @@ export async function control(
   action: Control,
   actor: string,
 ): Promise<{ ok: true; summary: RolloutSummary } | Failure> {
-  const state = p.store.load();
-  if (!state) return fail("not_found", "rollout does not exist");
-  const now = p.clock();
-  const before = state.core;
-  const out = decide(before, action, now);
-  if (!out.ok) return fail("invalid_state", out.message, { state: before.state });
-  p.store.transaction(() => {
-    let core = out.core;
-    audit(p, { actor, action: `rollout.${action}`, details: { from: before.state, to: core.state } });
-    if (out.newPass) {
-      // Queued forward targets will not run; those done go back to the image each had before.
-      core = skipQueued(p, { ...core, pass: before.pass }, before.pass, out.skipQueued!, now);
-      core = { ...core, pass: out.core.pass, counts: zeroCounts(), slot_requests: core.slot_requests };
-      core = queueRollback(p, p.store.targets.done(before.pass), core);
-      // The service claimed the (fleet, agent) again; should an earlier release have raced it, this re-claims.
-      p.store.setUnlocked(false);
-      p.outbox.enqueue("lock", {}, { key: "lock" });
-    } else if (out.skipQueued) {
-      core = skipQueued(p, core, core.pass, out.skipQueued, now);
-    }
-    const finished = finish(core, now);
-    p.store.putCore(finished.core);
-    // Targets still applying are waited for a little while, not for ever: the cancel lets the
-    // (fleet, agent) go in bounded time however dead their hosts are.
-    if (action === "cancel") armCancelGrace(p, now);
-    if (out.entered) entered(p, out.entered, now, before.state === "paused" && action === "resume");
-    if (finished.entered) entered(p, finished.entered, now);
-    pump(p, now);
-    afterChange(p);
-    project(p);
-  });
+  if (!p.store.load()) return fail("not_found", "rollout does not exist");
+  const refused = p.store.transaction(() => applyControl(p, action, actor, p.clock()));
+  if (refused) return refused;
   await settle(p, true);
   return { ok: true, summary: summary(p) };
+}
+
+/**
+ * A control applied in the caller's storage turn (an operator's, or the rollout's own rollback
+ * after a failed analysis); a refusal writes nothing.
+ */
+export function applyControl(p: RolloutParts, action: Control, actor: string, now: number): Failure | null {
+  const before = p.store.load()!.core;
+  const out = decide(before, action, now);
+  if (!out.ok) return fail("invalid_state", out.message, { state: before.state });
+  let core = out.core;
+  audit(p, { actor, action: `rollout.${action}`, details: { from: before.state, to: core.state } });
+  if (action === "pause") p.store.setPausedBy({ by: actor, at: now });
+  else p.store.setPausedBy(null);
+  if (out.newPass) {
+    // Queued forward targets will not run; those done go back to the image each had before.
+    core = skipQueued(p, { ...core, pass: before.pass }, before.pass, out.skipQueued!, now);
+    core = { ...core, pass: out.core.pass, counts: zeroCounts(), slot_requests: core.slot_requests };
+    core = queueRollback(p, p.store.targets.done(before.pass), core);
+    // The service claimed the (fleet, agent) again; should an earlier release have raced it, this re-claims.
+    p.store.setUnlocked(false);
+    p.outbox.enqueue("lock", {}, { key: "lock" });
+  } else if (out.skipQueued) {
+    core = skipQueued(p, core, core.pass, out.skipQueued, now);
+  }
+  const finished = finish(core, now);
+  p.store.putCore(finished.core);
+  // Targets still applying are waited for a little while, not for ever: the cancel lets the
+  // (fleet, agent) go in bounded time however dead their hosts are.
+  if (action === "cancel") armCancelGrace(p, now);
+  if (out.entered) entered(p, out.entered, now, before.state === "paused" && action === "resume");
+  if (finished.entered) entered(p, finished.entered, now);
+  pump(p, now);
+  afterChange(p);
+  project(p);
+  return null;
 }
 
 /** Cron backstop: re-arms what may have been lost (timers, deliveries) and starts what may start. */

@@ -1,10 +1,11 @@
 /**
- * What a rollout's modules work with: its store, its outbox (every effect on another binding
- * leaves through it), its timers, its clock, and the runtime's hook for work that finishes after
- * the answer. Modules take these and never call back into the object's class.
+ * The rollout's parts: what its modules (./operator.ts, ./outcomes.ts, ./starting.ts, …) are
+ * handed, never the object itself, so no module calls back into it. Built once per object by
+ * ./assemble.ts from the constructor's arguments; nothing is set on them afterwards.
  */
 import type { Outbox } from "../objects/kit/outbox";
 import type { Scheduler } from "../objects/kit/scheduler";
+import type { SampleRequest, SampleResult } from "./analysis-checks";
 import type { RolloutStore } from "./store";
 
 export type EffectKind =
@@ -12,16 +13,21 @@ export type EffectKind =
 
 export interface RolloutParts {
   store: RolloutStore;
+  /** Every effect on another binding leaves through it (./effects.ts). */
   outbox: Outbox<EffectKind>;
-  timers: Scheduler;
+  /** The object's timers on its one alarm (./timers.ts). */
+  scheduler: Scheduler;
+  /** The clock the rollout decides with. */
   clock: () => number;
   /** Keeps the object alive for work that finishes after the answer (ctx.waitUntil). */
   background(work: Promise<unknown>): void;
+  /** Takes one analysis sample (D1 and outbound checks), outside the object's storage turns. */
+  analyze?: (req: SampleRequest) => Promise<SampleResult[]>;
 }
 
 /** After the caller's turn committed: the alarm, then delivery, waited for (operator) or not (events). */
 export async function settle(p: RolloutParts, wait: boolean) {
-  await p.timers.arm();
+  await p.scheduler.arm();
   if (wait) await p.outbox.flush();
   else p.background(p.outbox.flush());
 }

@@ -22,6 +22,17 @@ export function etaSeconds(core: Core, concurrency: number, medianMs: number | n
   return Math.round((Math.ceil(remaining / concurrency) * medianMs) / 1000);
 }
 
+/**
+ * A duration in words for the warnings: "372 ms" below a second and "3.7 s" below ten, whole
+ * seconds above (in whole seconds, 372 ms against a 120 ms median read "0 s over 3 x the median 0 s").
+ */
+export function durationWords(ms: number): string {
+  const x = Math.max(0, ms);
+  if (x < 999.5) return `${Math.round(x)} ms`;
+  if (x < 9_950) return `${(Math.round(x / 100) / 10).toFixed(1)} s`;
+  return `${Math.round(x / 1000)} s`;
+}
+
 /** Where `ms` goes in an ascending list, after any equal values (keeps the list sorted). */
 export function sortedInsert(sorted: number[], ms: number) {
   let lo = 0;

@@ -1,6 +1,7 @@
 import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
+import { createMiddleware } from "hono/factory";
 import { requireScope } from "../auth/principal";
-import { actorOf } from "../domain/principal";
+import { actorOf, fleetAllowed, visibleFleets } from "../domain/principal";
 import { fleetId } from "../fleets/schemas";
 import { locationOfCreated } from "../http/location";
 import {
@@ -24,8 +25,10 @@ import {
   endRolloutTarget,
   getRollout,
   listRollouts,
+  refuseHiddenRollout,
   rolloutEvents,
   rolloutTargets,
+  unknownFleet,
 } from "./service";
 import { ROLLOUT_STATES, TARGET_STATES, type Control } from "./machine";
 import {
@@ -39,6 +42,12 @@ import {
 } from "./schemas";
 
 const idParam = z.object({ id: z.uuid() });
+
+/** After the scope: a rollout of a fleet the token may not see is answered as a missing one. */
+const rolloutInReach = createMiddleware<AppEnv>(async (c, next) => {
+  await refuseHiddenRollout(c.env, c.var.principal, c.req.param("id") ?? "");
+  await next();
+});
 
 /** pause | resume | cancel | rollback share one shape. */
 const controlRoute = <A extends Control>(action: A) =>
@@ -54,7 +63,7 @@ const controlRoute = <A extends Control>(action: A) =>
       rollback: "Roll back: the done targets go back to the image each had before, as a new pass with the same rules",
     }[action],
     security: bearer,
-    middleware: [requireScope("write")] as const,
+    middleware: [requireScope("write"), rolloutInReach] as const,
     request: { params: idParam },
     responses: {
       200: jsonResponse(RolloutSchema, "The rollout as it now is"),
@@ -97,6 +106,8 @@ export const rolloutRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHo
     }),
     async (c) => {
       const input = c.req.valid("json");
+      // Exactly what creation answers for a fleet that does not exist.
+      if (!fleetAllowed(c.var.principal, input.fleet)) throw unknownFleet(input.fleet);
       return c.json(view(await createRollout(c.env, actorOf(c.var.principal), input)), 201);
     },
   )
@@ -129,7 +140,12 @@ export const rolloutRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHo
       const before = key ? { createdAt: Number(key[0]), id: key[1] } : null;
       if (before && !Number.isSafeInteger(before.createdAt))
         throw new DomainError("invalid_cursor", "cursor is not one this API issued");
-      const rows = await listRollouts(c.env, { fleet: q.fleet, agent: q.agent, state: q.state }, before, q.limit);
+      const rows = await listRollouts(
+        c.env,
+        { fleet: q.fleet, agent: q.agent, state: q.state, visible: visibleFleets(c.var.principal) },
+        before,
+        q.limit,
+      );
       const { items, next_cursor } = page(rows, q.limit, (r) => [String(r.createdAt), r.id]);
       return c.json({ items: items.map(listItem), next_cursor }, 200);
     },
@@ -145,7 +161,7 @@ export const rolloutRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHo
         "With `wait` (seconds, at most 60) the answer waits for the rollout's next change: after the " +
         "change `since` names (the `change` of an earlier answer), or after this request arrived.",
       security: bearer,
-      middleware: [requireScope("read")] as const,
+      middleware: [requireScope("read"), rolloutInReach] as const,
       request: {
         params: idParam,
         query: z.object({
@@ -188,7 +204,7 @@ export const rolloutRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHo
       tags: ["rollouts"],
       summary: "The rollout's targets in order, optionally by state (the current pass unless `pass` is given)",
       security: bearer,
-      middleware: [requireScope("read")] as const,
+      middleware: [requireScope("read"), rolloutInReach] as const,
       request: {
         params: idParam,
         query: z.object({
@@ -222,7 +238,7 @@ export const rolloutRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHo
       tags: ["rollouts"],
       summary: "Everything that happened to the rollout, oldest first (paged)",
       security: bearer,
-      middleware: [requireScope("read")] as const,
+      middleware: [requireScope("read"), rolloutInReach] as const,
       request: { params: idParam, query: z.object({ limit: limitParam, cursor: cursorParam }) },
       responses: {
         200: jsonResponse(z.object({ items: z.array(EventSchema), next_cursor: z.string().nullable() }), "A page"),
@@ -251,7 +267,7 @@ export const rolloutRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHo
         "(reason `ended by <actor>[: reason]`, counted by the abort rule), a queued one `skipped`; its reboot slot " +
         "and timer go with it, and a cancelled rollout whose last target ends lets its (fleet, agent) go. Audited.",
       security: bearer,
-      middleware: [requireScope("write")] as const,
+      middleware: [requireScope("write"), rolloutInReach] as const,
       request: {
         params: z.object({
           id: z.uuid(),

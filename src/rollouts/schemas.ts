@@ -1,5 +1,7 @@
 import { z } from "@hono/zod-openapi";
-import { labelsSchema } from "../servers/labels";
+import { labelsSchema } from "../model/server/labels";
+import { BlockedByListSchema } from "../model/blocked-by";
+import { StrategyInput } from "./strategy-schemas";
 import { fleetId } from "../fleets/schemas";
 import { agentName, imageRef, versionString } from "../model/server/schemas";
 import { ROLLOUT_STATES, ROLLOUT_TARGET_STATES as TARGET_STATES } from "../domain/enums";
@@ -66,6 +68,11 @@ export const RolloutInput = z
     abort: AbortInput.optional(),
     update_channel: z.boolean().default(true),
     reboot_slot: z.boolean().default(false),
+    strategy: StrategyInput.optional().openapi({
+      description:
+        "Canary, pause, analysis and wave steps, in order (without it: one wave at `concurrency`, as before). " +
+        "`concurrency` still bounds the targets applying at once within a step.",
+    }),
     channel_only: z
       .boolean()
       .default(false)
@@ -90,6 +97,10 @@ export const RolloutInput = z
   .refine((r) => !r.channel_only || (!r.selector && r.exclude.length === 0), {
     message: "channel_only writes no server: selector and exclude do not apply",
     path: ["channel_only"],
+  })
+  .refine((r) => !r.channel_only || !r.strategy, {
+    message: "channel_only writes no server: a strategy does not apply",
+    path: ["strategy"],
   })
   .openapi("RolloutInput");
 export type RolloutInput = z.infer<typeof RolloutInput>;
@@ -131,6 +142,44 @@ export const RolloutSchema = z
     created_at: z.string(),
     ended_at: z.string().nullable(),
     change: z.number().int().openapi({ description: "Moves with every change; pass it back as `since` to long-poll" }),
+    strategy: StrategyInput.nullable().openapi({ description: "The strategy as given (null: one wave)" }),
+    steps: z
+      .array(
+        z.object({
+          phase: z.number().int(),
+          step: z
+            .number()
+            .int()
+            .openapi({ description: "index in strategy.steps (its length: the implicit last wave)" }),
+          kind: z.enum(["release", "pause", "analysis"]),
+          title: z.string(),
+          state: z.enum(["pending", "running", "done", "failed", "skipped"]),
+          label: z.object({ key: z.string(), value: z.string() }).nullable(),
+          size: z.number().int(),
+          counts: z.record(z.string(), z.number()),
+          servers: z.array(z.string()).openapi({ description: "hostnames, the first 50" }),
+          started_at: z.string().nullable(),
+          until: z.string().nullable(),
+        }),
+      )
+      .openapi({ description: "The plan: one entry per phase (a wave by a label is one per value)" }),
+    current_phase: z.number().int().nullable(),
+    analysis: z
+      .array(
+        z.object({
+          phase: z.number().int(),
+          seq: z.number().int(),
+          check: z.number().int(),
+          name: z.string(),
+          at: z.string(),
+          ok: z.boolean(),
+          value: z.number().nullable(),
+          threshold: z.number().nullable(),
+          detail: z.string(),
+        }),
+      )
+      .openapi({ description: "Analysis samples, oldest first (the latest 500)" }),
+    blocked_by: BlockedByListSchema,
   })
   .openapi("Rollout");
 

@@ -14,9 +14,11 @@ import { getFleet } from "../fleets/store";
 import { chunk } from "../lib/chunk";
 import { iso } from "../lib/time";
 import { DomainError, notFound } from "../domain/errors";
+import { visibleFleets, type Principal } from "../domain/principal";
+import { inVisibleFleets } from "../db/access";
 import { CANCEL_GRACE_S } from "../domain/limits";
 import { unwrap } from "../objects/kit/result";
-import type { TargetInput } from "./durable-object";
+import type { TargetInput } from "./operator";
 import {
   ACTIVE_STATES,
   isTerminal,
@@ -26,7 +28,9 @@ import {
   type TargetState,
 } from "./machine";
 import type { RolloutInput } from "./schemas";
-import { labelsMatch } from "../servers/labels";
+import { checkStrategy } from "./strategy-check";
+import type { Fetcher } from "../fleetlock/external-check";
+import { labelsMatch } from "../model/server/labels";
 import { rolloutOf } from "../objects/stubs";
 import { waitForWake } from "../objects/kit/wake";
 import type { RolloutSummary } from "./views";
@@ -46,7 +50,7 @@ const NAMES_SHOWN = 20;
 async function selectTargets(
   db: Db,
   input: Pick<RolloutInput, "fleet" | "agent" | "selector" | "exclude">,
-): Promise<TargetInput[]> {
+): Promise<(TargetInput & { labels: Record<string, string> })[]> {
   const rows = await db
     .select({
       id: servers.id,
@@ -83,7 +87,13 @@ async function selectTargets(
         (!labels || labelsMatch(r.labels, labels)) &&
         (!ids || named(r, ids)),
     )
-    .map((r) => ({ server_id: r.id, hostname: r.hostname, reboot_group: r.rebootGroup, excluded: named(r, exclude) }));
+    .map((r) => ({
+      server_id: r.id,
+      hostname: r.hostname,
+      reboot_group: r.rebootGroup,
+      excluded: named(r, exclude),
+      labels: r.labels,
+    }));
 }
 
 /** Names (ids or hostnames) that are no live server of the fleet: 422 unknown_server. */
@@ -192,15 +202,18 @@ async function claim(env: Env, db: Db, fleet: string, agent: string, rolloutId: 
   throw new DomainError("rollout_in_progress", `another rollout of '${agent}' in fleet '${fleet}' is starting; retry`);
 }
 
+export const unknownFleet = (fleet: string) => new DomainError("unknown_fleet", `fleet '${fleet}' does not exist`);
+
 export async function createRollout(
   env: Env,
   actor: string,
   input: RolloutInput,
   newId: () => string = () => crypto.randomUUID(),
+  fetcher: Fetcher = (u, i) => fetch(u, i),
 ) {
   const db = getDb(env.DB);
   const fleet = await getFleet(db, input.fleet);
-  if (!fleet) throw new DomainError("unknown_fleet", `fleet '${input.fleet}' does not exist`);
+  if (!fleet) throw unknownFleet(input.fleet);
   // The image as the catalog has it now; every write of the rollout carries exactly this.
   const resolved = await imageForFleet(
     db,
@@ -209,8 +222,20 @@ export async function createRollout(
     fleet.imagePolicy,
   );
   input = { ...input, image: resolved.image, version: resolved.version };
-  const targets = input.channel_only ? [] : await selectTargets(db, input);
-  await refuseNoTargets(db, input, targets);
+  const selected = input.channel_only ? [] : await selectTargets(db, input);
+  await refuseNoTargets(db, input, selected);
+  const planned = input.strategy
+    ? await checkStrategy(
+        db,
+        fetcher,
+        { fleet: input.fleet, allowLoopbackHttp: env.ALLOW_LOOPBACK_HTTP === "1" },
+        input.strategy,
+        selected.filter((t) => !t.excluded),
+      )
+    : null;
+  const targets: TargetInput[] = selected.map(({ labels: _l, ...t }) =>
+    planned && !t.excluded ? { ...t, phase: planned.phaseOf.get(t.server_id) ?? 0 } : t,
+  );
   const id = newId();
   const spec: RolloutSpec = {
     id,
@@ -229,7 +254,7 @@ export async function createRollout(
     created_at: Date.now(),
   };
   await claim(env, db, input.fleet, input.agent, id);
-  return rolloutOf(env, id).start(spec, targets);
+  return rolloutOf(env, id).start(spec, targets, planned?.plan ?? null);
 }
 
 /**
@@ -286,14 +311,31 @@ export async function endRolloutTarget(env: Env, actor: string, id: string, serv
   return unwrap(await rolloutOf(env, id).endTarget(server, actor, reason));
 }
 
+/**
+ * A rollout of a fleet the token may not see is answered as one that does not exist (its fleet
+ * read from the index; a "*" token reads nothing more).
+ */
+export async function refuseHiddenRollout(env: Env, principal: Principal, id: string) {
+  const visible = visibleFleets(principal);
+  if (visible === null) return;
+  const [row] = await getDb(env.DB)
+    .select({ fleet: rollouts.fleetId })
+    .from(rollouts)
+    .where(eq(rollouts.id, id))
+    .limit(1);
+  if (!row || !visible.includes(row.fleet)) throw notFound("rollout", id);
+}
+
 /** Rollouts from the D1 index, newest first (one more row than `limit` when another page exists). */
 export async function listRollouts(
   env: Env,
-  filter: { fleet?: string; agent?: string; state?: RolloutState },
+  filter: { fleet?: string; agent?: string; state?: RolloutState; visible: readonly string[] | null },
   before: { createdAt: number; id: string } | null,
   limit: number,
 ) {
   const conds: SQL[] = [];
+  const visible = inVisibleFleets(rollouts.fleetId, filter.visible);
+  if (visible) conds.push(visible);
   if (filter.fleet) conds.push(eq(rollouts.fleetId, filter.fleet));
   if (filter.agent) conds.push(eq(rollouts.agent, filter.agent));
   if (filter.state) conds.push(eq(rollouts.state, filter.state));

@@ -5,7 +5,7 @@
  */
 import type { Target } from "./machine";
 import type { RolloutParts } from "./parts";
-import { isSlow, median } from "./progress";
+import { durationWords, isSlow, median } from "./progress";
 import { rolloutWebhook } from "./webhook-events";
 
 export const medianMs = (p: RolloutParts) => median(p.store.doneDurations());
@@ -17,7 +17,7 @@ export function warnIfSlow(p: RolloutParts, t: Target, elapsed: number, ended: b
   const m = medianMs(p);
   if (!isSlow(elapsed, m, spec.slow_factor)) return;
   p.store.targets.markWarned(t);
-  const message = `${t.hostname} ${ended ? "took" : "has taken"} ${Math.round(elapsed / 1000)} s, over ${spec.slow_factor} x the median ${Math.round(m! / 1000)} s`;
+  const message = `${t.hostname} ${ended ? "took" : "has taken"} ${durationWords(elapsed)}, over ${spec.slow_factor} x the median ${durationWords(m!)}`;
   const row = p.store.events.add(
     "warning.slow_server",
     t.server_id,
@@ -40,8 +40,8 @@ export function scheduleSlowCheck(p: RolloutParts) {
   const m = medianMs(p);
   if (m === null) return;
   const oldest = p.store.targets.oldestUnwarned(core.pass);
-  if (oldest === null) p.timers.cancel("slow");
-  else p.timers.schedule("slow", oldest + spec.slow_factor * m + 1);
+  if (oldest === null) p.scheduler.cancel("slow");
+  else p.scheduler.schedule("slow", oldest + spec.slow_factor * m + 1);
 }
 
 /** The slow timer fired: warns about every target slow by now, then watches the next. */

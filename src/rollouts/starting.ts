@@ -6,6 +6,7 @@
 import { armTimeout } from "./deadlines";
 import { startable, type Target } from "./machine";
 import { settle, type RolloutParts } from "./parts";
+import { progress, releasable } from "./phases";
 import { scheduleSlowCheck } from "./slow";
 import { afterChange, change, releaseSlot } from "./transitions";
 
@@ -16,9 +17,13 @@ const SLOT_RETRY_MS = 5_000;
 export function pump(p: RolloutParts, now: number) {
   const state = p.store.load();
   if (!state) return;
+  // A strategy's phase may have ended (or begun) with the change that calls this.
+  progress(p, now);
   const n = startable(state.core, state.spec);
   if (n <= 0) return;
-  for (const t of p.store.targets.nextQueued(state.core.pass, now, n)) {
+  const maxPhase = releasable(p, now);
+  if (maxPhase === -1) return;
+  for (const t of p.store.targets.nextQueued(state.core.pass, now, n, maxPhase ?? undefined)) {
     if (state.spec.reboot_slot) {
       if (change(p, t, { type: "slot_requested" }, now)) {
         p.outbox.enqueue("slot", { pass: t.pass, server_id: t.server_id }, { key: `slot:${t.pass}:${t.server_id}` });
@@ -30,7 +35,7 @@ export function pump(p: RolloutParts, now: number) {
   // Targets waiting out a slot refusal are tried again when the earliest may.
   if (state.spec.reboot_slot && startable(p.store.load()!.core, state.spec) > 0) {
     const next = p.store.targets.nextSlotRetry(state.core.pass, now);
-    if (next !== null) p.timers.schedule("pump", next, null, { noLaterThan: true });
+    if (next !== null) p.scheduler.schedule("pump", next, null, { noLaterThan: true });
   }
 }
 
@@ -79,7 +84,7 @@ export function slotAnswered(p: RolloutParts, pass: number, serverId: string, r:
     } else {
       change(p, t, { type: "slot_refused" }, now);
       p.store.targets.deferSlot(pass, serverId, now + SLOT_RETRY_MS);
-      p.timers.schedule("pump", now + SLOT_RETRY_MS, null, { noLaterThan: true });
+      p.scheduler.schedule("pump", now + SLOT_RETRY_MS, null, { noLaterThan: true });
       p.store.events.add("target.slot_refused", serverId, { kind: r.kind, value: r.value }, now);
     }
   });

@@ -9,7 +9,7 @@
  * idempotent (IF NOT EXISTS), since a format 1 object may or may not have every table yet.
  */
 
-export const ROLLOUT_FORMAT = 2;
+export const ROLLOUT_FORMAT = 3;
 export const FORMAT_KEY = "format";
 
 interface FormatStep {
@@ -49,6 +49,22 @@ const FORMAT_STEPS: readonly FormatStep[] = [
       "seconds while slots are refused, read every target of the rollout to find them",
     apply(sql) {
       sql.exec("CREATE INDEX IF NOT EXISTS targets_waiting ON targets (not_before) WHERE not_before > 0");
+    },
+  },
+  {
+    to: 3,
+    description:
+      "A strategy's plan: each target's phase (0 for every target of a rollout without a strategy, which " +
+      "is one wave) and the analysis samples (one row per check and sample: value, threshold, time)",
+    apply(sql) {
+      const cols = sql.exec<{ name: string }>("PRAGMA table_info(targets)").toArray();
+      if (!cols.some((c) => c.name === "phase"))
+        sql.exec("ALTER TABLE targets ADD COLUMN phase INTEGER NOT NULL DEFAULT 0");
+      sql.exec("CREATE INDEX IF NOT EXISTS targets_phase ON targets (pass, phase, state)");
+      sql.exec(`CREATE TABLE IF NOT EXISTS samples (
+        id INTEGER PRIMARY KEY AUTOINCREMENT, phase INTEGER NOT NULL, seq INTEGER NOT NULL,
+        check_index INTEGER NOT NULL, name TEXT NOT NULL, at INTEGER NOT NULL, ok INTEGER NOT NULL,
+        value REAL, threshold REAL, detail TEXT NOT NULL)`);
     },
   },
 ];

@@ -9,20 +9,26 @@ import type { ChannelMove } from "./channel";
 import { EventLog } from "./event-log";
 import type { Core, RolloutSpec } from "./machine";
 import { sortedInsert } from "./progress";
+import { Samples } from "./samples";
+import type { Plan } from "./strategy";
 import { ROLLOUT_FORMAT, storedFormat, upgradeRolloutStorage } from "./storage-format";
 import { TargetRows, type NewTarget } from "./target-rows";
 
 export class RolloutStore {
   readonly targets: TargetRows;
   readonly events: EventLog;
+  readonly samples: Samples;
   private cache: { spec: RolloutSpec; core: Core } | null = null;
   private durations: { pass: number; sorted: number[] } | null = null;
-  /** Told after each write of the core, in the writer's turn (the object wakes its waiters). */
-  onCoreMoved: () => void = () => {};
 
-  constructor(private readonly storage: DurableObjectStorage) {
+  constructor(
+    private readonly storage: DurableObjectStorage,
+    /** Told after each write of the core, in the writer's turn (the object wakes its waiters). */
+    private readonly onCoreMoved: () => void = () => {},
+  ) {
     this.targets = new TargetRows(storage.sql);
     this.events = new EventLog(storage.sql);
+    this.samples = new Samples(storage.sql);
     // A rollout written by older code is brought to this code's format once, before any call
     // reads it; an object that holds no rollout is left empty until its rollout starts.
     if (storedFormat(storage.kv) > 0) storage.transactionSync(() => this.ensureFormat());
@@ -55,10 +61,14 @@ export class RolloutStore {
     return this.cache;
   }
 
-  /** A new rollout: its tables, its first pass, its spec and core. */
-  create(spec: RolloutSpec, core: Core, targets: NewTarget[]) {
+  /** A new rollout: its tables, its first pass, its spec and core (and its strategy's plan, if any). */
+  create(spec: RolloutSpec, core: Core, targets: NewTarget[], plan: Plan | null = null) {
     this.ensureFormat();
     this.targets.insertFirstPass(spec.image, spec.version, targets);
+    if (plan) {
+      this.kv.put("plan", plan);
+      this.kv.put("phase", { phase: 0, started_at: null, until: null, seq: 0, failures: [] } satisfies PhaseState);
+    }
     this.kv.put("spec", spec);
     this.kv.put("core", core);
     this.cache = { spec, core };
@@ -90,6 +100,34 @@ export class RolloutStore {
     if (this.durations?.pass === pass) sortedInsert(this.durations.sorted, ms);
   }
 
+  // ---- the strategy ----
+
+  /** The strategy's plan; null for a rollout without one (one wave). */
+  plan(): Plan | null {
+    if (this.planCache === undefined) this.planCache = this.kv.get<Plan>("plan") ?? null;
+    return this.planCache;
+  }
+  private planCache: Plan | null | undefined;
+
+  phase(): PhaseState | null {
+    return this.kv.get<PhaseState>("phase") ?? null;
+  }
+
+  setPhase(phase: PhaseState) {
+    this.kv.put("phase", phase);
+    this.onCoreMoved();
+  }
+
+  /** Who paused the rollout and when (null: its strategy did, or it is not paused). */
+  pausedBy(): { by: string | null; at: number } | null {
+    return this.kv.get<{ by: string | null; at: number }>("paused_by") ?? null;
+  }
+
+  setPausedBy(value: { by: string | null; at: number } | null) {
+    if (value) this.kv.put("paused_by", value);
+    else this.kv.delete("paused_by");
+  }
+
   // ---- what the effects read ----
 
   /** Whether this rollout has let its (fleet, agent) go. */
@@ -108,4 +146,21 @@ export class RolloutStore {
   setChannel(move: ChannelMove) {
     this.kv.put("channel", move);
   }
+}
+
+/** Where a strategy's rollout is in its plan. */
+export interface PhaseState {
+  /** The current phase (index into the plan's phases). */
+  phase: number;
+  started_at: number | null;
+  /** The end of a pause's or an analysis' bake time. */
+  until: number | null;
+  /** The number of the analysis sample asked for last; an answer for another is stale. */
+  seq: number;
+  /** Per check of the current analysis: failed samples so far. */
+  failures: number[];
+  /** A pause until resumed is waiting for its resume. */
+  awaiting_resume?: boolean;
+  /** The analysis held through its bake time. */
+  passed?: boolean;
 }

@@ -21,6 +21,8 @@ export interface NewTarget {
   state: TargetState;
   ended_at: number | null;
   reason: string | null;
+  /** The phase of the strategy's plan that releases it (0 without a strategy). */
+  phase?: number;
 }
 
 /** A target change the index has not taken yet (`dirty` counts the changes). */
@@ -33,8 +35,8 @@ export class TargetRows {
   insertFirstPass(image: string, version: string, targets: NewTarget[]) {
     targets.forEach((t, i) => {
       this.sql.exec(
-        `INSERT INTO targets (pass, server_id, seq, hostname, reboot_group, state, image, version, ended_at, reason)
-         VALUES (0, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+        `INSERT INTO targets (pass, server_id, seq, hostname, reboot_group, state, image, version, ended_at, reason, phase)
+         VALUES (0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
         t.server_id,
         i,
         t.hostname,
@@ -44,6 +46,7 @@ export class TargetRows {
         version,
         t.ended_at,
         t.reason,
+        t.phase ?? 0,
       );
     });
   }
@@ -134,13 +137,14 @@ export class TargetRows {
       .map(toTarget);
   }
 
-  /** The next `n` queued targets that may start now, in order. */
-  nextQueued(pass: number, now: number, n: number): Target[] {
+  /** The next `n` queued targets that may start now, in order; of phases up to `maxPhase` only. */
+  nextQueued(pass: number, now: number, n: number, maxPhase = Number.MAX_SAFE_INTEGER): Target[] {
     return this.sql
       .exec<Row>(
-        `SELECT ${COLS} FROM targets WHERE pass = ? AND state = 'queued' AND slot = 'none' AND not_before <= ? ORDER BY seq LIMIT ?`,
+        `SELECT ${COLS} FROM targets WHERE pass = ? AND state = 'queued' AND slot = 'none' AND not_before <= ? AND phase <= ? ORDER BY seq LIMIT ?`,
         pass,
         now,
+        maxPhase,
         n,
       )
       .toArray()
@@ -198,6 +202,56 @@ export class TargetRows {
           limit + 1,
         );
     return rows.toArray().map((r) => ({ ...toTarget(r), duration_ms: r.duration_ms }));
+  }
+
+  // ---- the strategy's phases ----
+
+  /** Forward targets of a phase still queued or applying. */
+  openInPhase(phase: number): number {
+    return this.sql
+      .exec<{ n: number }>(
+        "SELECT COUNT(*) AS n FROM targets WHERE pass = 0 AND phase = ? AND state IN ('queued', 'applying')",
+        phase,
+      )
+      .one().n;
+  }
+
+  /** Forward targets of the phases before `phase`, with their states: what an analysis looks at. */
+  releasedBefore(phase: number): { server_id: string; hostname: string; state: TargetState }[] {
+    return this.sql
+      .exec<{ server_id: string; hostname: string; state: TargetState }>(
+        "SELECT server_id, hostname, state FROM targets WHERE pass = 0 AND phase < ? AND state != 'skipped' ORDER BY seq",
+        phase,
+      )
+      .toArray();
+  }
+
+  /** Per phase: its forward targets' counts by state and the first `shown` hostnames. */
+  phases(shown: number): Map<number, { counts: Partial<Record<TargetState, number>>; hostnames: string[] }> {
+    const out = new Map<number, { counts: Partial<Record<TargetState, number>>; hostnames: string[] }>();
+    const rows = this.sql
+      .exec<{
+        phase: number;
+        state: TargetState;
+        n: number;
+      }>("SELECT phase, state, COUNT(*) AS n FROM targets WHERE pass = 0 GROUP BY phase, state")
+      .toArray();
+    for (const r of rows) {
+      const e = out.get(r.phase) ?? { counts: {}, hostnames: [] };
+      e.counts[r.state] = r.n;
+      out.set(r.phase, e);
+    }
+    for (const phase of out.keys()) {
+      out.get(phase)!.hostnames = this.sql
+        .exec<{ hostname: string }>(
+          "SELECT hostname FROM targets WHERE pass = 0 AND phase = ? ORDER BY seq LIMIT ?",
+          phase,
+          shown,
+        )
+        .toArray()
+        .map((r) => r.hostname);
+    }
+    return out;
   }
 
   // ---- slow servers ----

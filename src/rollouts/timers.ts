@@ -1,18 +1,41 @@
 /**
  * The rollout's timers, all on its one alarm (src/objects/kit/scheduler.ts): outbox redelivery,
- * per-target timeouts, the slow-server check, the batched projection and slot retries.
+ * per-target timeouts, the slow-server check, the batched projection, slot retries, and a
+ * strategy's bake times, windows and analysis samples.
  */
 import type { TimerHandler } from "../objects/kit/scheduler";
+import { sampleDue } from "./analysis";
+import { ANALYSIS_TIMER, PHASE_TIMER, WINDOW_TIMER } from "./phases";
 import { timedOut } from "./outcomes";
 import type { RolloutParts } from "./parts";
 import { checkSlow } from "./slow";
-import { retrySlots } from "./starting";
-import { project } from "./transitions";
+import { pump, retrySlots } from "./starting";
+import { afterChange, project } from "./transitions";
 
-export const rolloutTimers = (p: RolloutParts): Record<string, TimerHandler> => ({
+const rolloutTimers = (p: RolloutParts): Record<string, TimerHandler> => ({
   outbox: () => p.outbox.flush(),
   timeout: (_payload, name) => timedOut(p, name),
   slow: () => checkSlow(p, p.clock()),
   project: () => project(p),
   pump: () => retrySlots(p),
+  // A strategy's bake time ended, or its window opened: the plan moves on.
+  [PHASE_TIMER]: () => movePlan(p),
+  [WINDOW_TIMER]: () => movePlan(p),
+  [ANALYSIS_TIMER]: () => sampleDue(p),
 });
+
+/** The alarm: every due timer, by its handler; then whatever they enqueued is delivered. */
+export async function fireTimers(p: RolloutParts) {
+  await p.scheduler.fire(rolloutTimers(p));
+  await p.outbox.flush();
+}
+
+function movePlan(p: RolloutParts) {
+  p.store.transaction(() => {
+    if (!p.store.load()) return;
+    const now = p.clock();
+    pump(p, now);
+    afterChange(p);
+    project(p);
+  });
+}

@@ -3,7 +3,7 @@
  * target row, the core, the event log, its timers, the slot it held, bulk skips, entering a new
  * rollout state (audit, channel), and letting the (fleet, agent) go once nothing is in flight.
  */
-import { auditEvent, type AuditEntry } from "../audit/log";
+import { auditEvent, type AuditEntry } from "../db/audit";
 import {
   account,
   isEnded,
@@ -42,7 +42,7 @@ export function change(p: RolloutParts, t: Target, e: TargetEvent, now: number):
       now,
     );
   if (endedNow) {
-    p.timers.cancel(`timeout:${after.pass}:${after.server_id}`);
+    p.scheduler.cancel(`timeout:${after.pass}:${after.server_id}`);
     if (after.slot === "held") releaseSlot(p, after.server_id);
     // A target of the forward pass that finishes during the rollback is rolled back too.
     if (after.state === "done" && after.pass < nextCore.pass && rollingBack(nextCore) && after.from_image) {
@@ -121,5 +121,5 @@ export function project(p: RolloutParts) {
 
 /** Target changes reach the index at most every PROJECT_EVERY_MS, many rows to a batch. */
 function projectSoon(p: RolloutParts, now: number) {
-  p.timers.schedule("project", now + PROJECT_EVERY_MS, null, { noLaterThan: true });
+  p.scheduler.schedule("project", now + PROJECT_EVERY_MS, null, { noLaterThan: true });
 }

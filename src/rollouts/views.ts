@@ -6,6 +6,26 @@ import { type RolloutSpec, type RolloutState, type TargetState } from "./machine
 import type { RolloutParts } from "./parts";
 import { etaSeconds } from "./progress";
 import { medianMs } from "./slow";
+import type { BlockedBy } from "../model/blocked-by";
+import type { SampleRow } from "./samples";
+import { strategyBlockedBy, type Plan } from "./strategy";
+
+/** Hostnames a step lists in the summary (GET …/targets pages through them all). */
+const STEP_SERVERS_SHOWN = 50;
+
+interface StepView {
+  phase: number;
+  step: number;
+  kind: "release" | "pause" | "analysis";
+  title: string;
+  state: "pending" | "running" | "done" | "failed" | "skipped";
+  label: { key: string; value: string } | null;
+  size: number;
+  counts: Partial<Record<TargetState, number>>;
+  servers: string[];
+  started_at: number | null;
+  until: number | null;
+}
 
 export interface RolloutSummary {
   id: string;
@@ -32,6 +52,11 @@ export interface RolloutSummary {
   created_at: number;
   ended_at: number | null;
   version_seq: number;
+  strategy: Plan["strategy"] | null;
+  steps: StepView[];
+  current_phase: number | null;
+  analysis: SampleRow[];
+  blocked_by: BlockedBy[];
 }
 
 export function summary(p: RolloutParts): RolloutSummary {
@@ -63,7 +88,56 @@ export function summary(p: RolloutParts): RolloutSummary {
     created_at: spec.created_at,
     ended_at: core.ended_at,
     version_seq: core.version,
+    ...strategyView(p),
   };
+}
+
+/** The plan with each phase's state and servers, the analysis samples, and why the rollout waits. */
+function strategyView(p: RolloutParts) {
+  const { core } = p.store.load()!;
+  const plan = p.store.plan();
+  const ph = p.store.phase();
+  const paused = p.store.pausedBy();
+  const now = p.clock();
+  const samples = plan ? p.store.samples.recent() : [];
+  const last = ph ? samples.filter((r) => r.phase === ph.phase && r.seq === ph.seq) : [];
+  const blocked_by = strategyBlockedBy({
+    state: core.state,
+    pass: core.pass,
+    paused_by: paused?.by ?? null,
+    paused_at: paused?.at ?? null,
+    plan,
+    progress: ph,
+    last,
+    now,
+  });
+  if (!plan || !ph) return { strategy: null, steps: [], current_phase: null, analysis: [], blocked_by };
+  const byPhase = p.store.targets.phases(STEP_SERVERS_SHOWN);
+  const ended = core.state !== "running" && core.state !== "paused";
+  const steps = plan.phases.map((phase, i): StepView => {
+    let state: StepView["state"];
+    if (i < ph.phase) state = "done";
+    else if (i > ph.phase) state = ended || core.pass > 0 ? "skipped" : "pending";
+    else if (core.state === "succeeded") state = "done";
+    else if (core.pass > 0 || core.state === "failed" || core.state === "cancelled")
+      state = ph.started_at === null ? "skipped" : "failed";
+    else state = ph.started_at === null ? "pending" : "running";
+    const rows = byPhase.get(i);
+    return {
+      phase: i,
+      step: phase.step,
+      kind: phase.kind,
+      title: phase.title,
+      state,
+      label: phase.label ?? null,
+      size: phase.size,
+      counts: phase.kind === "release" ? (rows?.counts ?? {}) : {},
+      servers: phase.kind === "release" ? (rows?.hostnames ?? []) : [],
+      started_at: i === ph.phase ? ph.started_at : null,
+      until: i === ph.phase ? ph.until : null,
+    };
+  });
+  return { strategy: plan.strategy, steps, current_phase: ph.phase, analysis: samples, blocked_by };
 }
 
 /** The summary now; null when no rollout was started here. */

@@ -62,7 +62,7 @@ export const serverLifecycleRoutes = new OpenAPIHono<AppEnv>({ defaultHook: vali
       conflicts: "server_removed",
     }),
     async (c) => {
-      const id = await resolveServer(c.env, c.req.valid("param").id, c.req.query("fleet"));
+      const id = await resolveServer(c.env, c.var.principal, c.req.valid("param").id, c.req.query("fleet"));
       const out = await releaseServer(c.env, actorOf(c.var.principal), id);
       return c.json(serverDetail(out.view), 200);
     },
@@ -95,7 +95,7 @@ export const serverLifecycleRoutes = new OpenAPIHono<AppEnv>({ defaultHook: vali
       },
     }),
     async (c) => {
-      const id = await resolveServer(c.env, c.req.valid("param").id, c.req.query("fleet"));
+      const id = await resolveServer(c.env, c.var.principal, c.req.valid("param").id, c.req.query("fleet"));
       const body = (c.req.valid("json") as DecommissionInput | undefined) ?? { force: false };
       const principal = c.var.principal;
       if (body.force && !(principal.kind === "operator" && principal.scope === "admin")) {
@@ -115,7 +115,7 @@ export const serverLifecycleRoutes = new OpenAPIHono<AppEnv>({ defaultHook: vali
       conflicts: "not_decommissioning, decommission_acknowledged, server_removed",
     }),
     async (c) => {
-      const id = await resolveServer(c.env, c.req.valid("param").id, c.req.query("fleet"));
+      const id = await resolveServer(c.env, c.var.principal, c.req.valid("param").id, c.req.query("fleet"));
       const out = await cancelDecommission(c.env, actorOf(c.var.principal), id);
       return c.json(serverDetail(out.view), 200);
     },
@@ -139,7 +139,7 @@ export const serverLifecycleRoutes = new OpenAPIHono<AppEnv>({ defaultHook: vali
       },
     }),
     async (c) => {
-      const id = await resolveServer(c.env, c.req.valid("param").id, c.req.query("fleet"));
+      const id = await resolveServer(c.env, c.var.principal, c.req.valid("param").id, c.req.query("fleet"));
       const out = await rotateServerToken(c.env, actorOf(c.var.principal), id);
       return c.json({ id, token: out.token }, 200);
     },
@@ -156,7 +156,7 @@ export const serverLifecycleRoutes = new OpenAPIHono<AppEnv>({ defaultHook: vali
       conflicts: "server_removed",
     }),
     async (c) => {
-      const id = await resolveServer(c.env, c.req.valid("param").id, c.req.query("fleet"));
+      const id = await resolveServer(c.env, c.var.principal, c.req.valid("param").id, c.req.query("fleet"));
       const out = await refreshServer(c.env, actorOf(c.var.principal), id);
       return c.json(serverDetail(out.view), 200);
     },

@@ -10,7 +10,8 @@
 import { and, asc, eq, ne } from "drizzle-orm";
 import type { Db } from "../db/client";
 import { servers } from "../db/schema";
-import { DomainError } from "../domain/errors";
+import { inVisibleFleets } from "../db/access";
+import { DomainError, notFound } from "../domain/errors";
 import { FLEET_ID } from "../fleets/schemas";
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
@@ -42,9 +43,17 @@ export async function serverIdOf(
   db: Db,
   ref: string,
   fleet?: string,
-  opts: { removedToo?: boolean } = {},
+  opts: { removedToo?: boolean; visible?: readonly string[] | null } = {},
 ): Promise<string> {
-  if (UUID.test(ref)) return ref.toLowerCase();
+  const visible = opts.visible ?? null;
+  if (UUID.test(ref)) {
+    const id = ref.toLowerCase();
+    if (visible === null) return id;
+    // A server of a fleet the token may not see is answered as one that does not exist.
+    const [row] = await db.select({ fleet: servers.fleetId }).from(servers).where(eq(servers.id, id)).limit(1);
+    if (!row || !visible.includes(row.fleet)) throw notFound("server", id);
+    return id;
+  }
   const slash = ref.indexOf("/");
   const inFleet = slash < 0 ? fleet : ref.slice(0, slash);
   const hostname = (slash < 0 ? ref : ref.slice(slash + 1)).toLowerCase();
@@ -59,6 +68,7 @@ export async function serverIdOf(
         and(
           eq(servers.hostname, hostname),
           inFleet ? eq(servers.fleetId, inFleet) : undefined,
+          inVisibleFleets(servers.fleetId, visible),
           removed ? eq(servers.state, "removed") : ne(servers.state, "removed"),
         ),
       )

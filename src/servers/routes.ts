@@ -1,6 +1,6 @@
 import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
 import { requireScope } from "../auth/principal";
-import { actorOf } from "../domain/principal";
+import { actorOf, fleetAllowed, visibleFleets } from "../domain/principal";
 import { MAX_WAIT_S } from "../domain/limits";
 import { fleetId } from "../fleets/schemas";
 import { locationOfCreated } from "../http/location";
@@ -19,7 +19,7 @@ import { cursorParam, decodeCursor, limitParam, page } from "../http/paging";
 import type { AppEnv } from "../http/types";
 import { parseQuery, validationHook } from "../http/validation";
 import { DesiredConfig, DesiredConfigRequest, serverStatus } from "../model/server/schemas";
-import { labelQuery } from "./labels";
+import { labelQuery } from "../model/server/labels";
 import {
   fleetOfHostname,
   ServerCreated,
@@ -39,6 +39,7 @@ import {
   resolveServer,
   searchServers,
   serverIfChanged,
+  unknownFleet,
 } from "./service";
 import { serverDetail, serverSummary } from "./store";
 
@@ -66,7 +67,10 @@ export const serverRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHoo
       },
     }),
     async (c) => {
-      const { view, token } = await registerServer(c.env, actorOf(c.var.principal), c.req.valid("json"));
+      const input = c.req.valid("json");
+      // Exactly what registration answers for a fleet that does not exist.
+      if (!fleetAllowed(c.var.principal, input.fleet)) unknownFleet(input.fleet);
+      const { view, token } = await registerServer(c.env, actorOf(c.var.principal), input);
       return c.json({ ...serverDetail(view), token }, 201);
     },
   )
@@ -112,7 +116,7 @@ export const serverRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHoo
       },
     }),
     async (c) => {
-      const id = await resolveServer(c.env, c.req.valid("param").id, c.req.query("fleet"));
+      const id = await resolveServer(c.env, c.var.principal, c.req.valid("param").id, c.req.query("fleet"));
       const { wait } = parseQuery(serverWaitQuery, c.req.query());
       c.header("Cache-Control", "no-store");
       const { etag, view } = await serverIfChanged(
@@ -168,7 +172,7 @@ export const serverRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHoo
       const after = decodeCursor(cursor, 2);
       const rows = await searchServers(
         c.env,
-        { fleet, status, state, hostname, labels: label },
+        { fleet, status, state, hostname, labels: label, visible: visibleFleets(c.var.principal) },
         after ? [after[0], after[1]] : null,
         limit,
       );
@@ -200,7 +204,7 @@ export const serverRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHoo
       },
     }),
     async (c) => {
-      const id = await resolveServer(c.env, c.req.valid("param").id, c.req.query("fleet"));
+      const id = await resolveServer(c.env, c.var.principal, c.req.valid("param").id, c.req.query("fleet"));
       const input = c.req.valid("json");
       const result = await putDesiredConfig(c.env, actorOf(c.var.principal), id, input);
       return c.json(result.config, 200);
@@ -226,7 +230,7 @@ export const serverRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHoo
       },
     }),
     async (c) => {
-      const id = await resolveServer(c.env, c.req.valid("param").id, c.req.query("fleet"));
+      const id = await resolveServer(c.env, c.var.principal, c.req.valid("param").id, c.req.query("fleet"));
       return c.json(await getDesiredConfig(c.env, id), 200);
     },
   )
@@ -251,7 +255,7 @@ export const serverRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHoo
       },
     }),
     async (c) => {
-      const id = await resolveServer(c.env, c.req.valid("param").id, c.req.query("fleet"));
+      const id = await resolveServer(c.env, c.var.principal, c.req.valid("param").id, c.req.query("fleet"));
       const view = await patchServer(c.env, actorOf(c.var.principal), id, c.req.valid("json"));
       return c.json(serverDetail(view), 200);
     },

@@ -3,7 +3,7 @@ import { LIFECYCLE_ORDERS, PLAN_MODES, SERVER_KINDS, SERVER_STATES } from "../do
 import { MAX_REASON_LENGTH, MAX_SERVER_ROLES, MAX_WAIT_S } from "../domain/limits";
 import { fleetId, fleetlockId, groupName, roleName } from "../fleets/schemas";
 import { AgentStatusRow, DesiredConfig, serverStatus, StoredReport } from "../model/server/schemas";
-import { labelsPatchSchema, labelsSchema } from "./labels";
+import { labelsPatchSchema, labelsSchema } from "../model/server/labels";
 import { HOSTNAME, isServerRef } from "./naming";
 
 const hostname = z.string().max(253).regex(HOSTNAME, "not a valid hostname");
@@ -164,65 +164,3 @@ export const DecommissionInput = z
   .refine((b) => !b.force || b.reason !== undefined, { message: "force needs a reason", path: ["reason"] })
   .openapi("DecommissionInput");
 export type DecommissionInput = z.infer<typeof DecommissionInput>;
-
-/** GET /v1/status (./status.ts). */
-export const StatusSchema = z
-  .object({
-    data: z.object({
-      state: z.enum(["current", "running", "failing", "pending"]),
-      data_version: z.number().int(),
-      newest_version: z.number().int(),
-    }),
-    fleets: z.array(
-      z.object({
-        id: z.string(),
-        servers: z.object({
-          total: z.number().int(),
-          by_status: z.record(z.string(), z.number().int()),
-          by_state: z.record(z.string(), z.number().int()),
-        }),
-        attention: z.array(
-          z.object({
-            status: serverStatus,
-            count: z.number().int().openapi({
-              description: "every server of the fleet with this status; `items` shows the first by hostname",
-            }),
-            items: z.array(
-              z.object({
-                id: z.string(),
-                hostname: z.string(),
-                status: serverStatus,
-                last_seen: z.string().nullable(),
-              }),
-            ),
-          }),
-        ),
-        reboot_groups: z.array(
-          z.object({
-            name: z.string(),
-            slots: z.number().int(),
-            held: z.number().int(),
-            paused: z.boolean(),
-            open_now: z.boolean(),
-            queued: z.number().int(),
-            holders: z.array(
-              z.object({ id: z.string(), hostname: z.string().nullable(), since: z.string(), stuck: z.boolean() }),
-            ),
-          }),
-        ),
-        rollouts: z.array(
-          z.object({
-            id: z.string(),
-            agent: z.string(),
-            image: z.string(),
-            state: z.string(),
-            pass: z.number().int(),
-            counts: z.record(z.string(), z.number()),
-            created_at: z.string(),
-          }),
-        ),
-      }),
-    ),
-    more_fleets: z.boolean().openapi({ description: "without ?fleet=, whether fleets beyond the first 50 exist" }),
-  })
-  .openapi("Status");

@@ -18,12 +18,13 @@ import { servers } from "../db/schema";
 import { eq } from "drizzle-orm";
 import { DomainError, notFound } from "../domain/errors";
 import type { Env } from "../env";
+import { visibleFleets, type Principal } from "../domain/principal";
 import { FLEET_ID } from "../fleets/schemas";
 import { MAX_SERVER_LABELS } from "../domain/limits";
 import { getFleet } from "../fleets/store";
 import { chunk } from "../lib/chunk";
 import { unwrap } from "../objects/kit/result";
-import type { ServerView } from "../ledger/durable-object";
+import type { ServerView } from "../ledger/view";
 import { RESERVATION_MARGIN_MS } from "../ledger/operator";
 import type { ServerRecord } from "../model/server/record";
 import type { DesiredConfigInput, DesiredConfigRequest } from "../model/server/schemas";
@@ -33,7 +34,7 @@ import { tagMatches, viewTag } from "../ledger/view-tag";
 import { ledgerOf, coordinatorOf } from "../objects/stubs";
 import { catchUpPlan, firstPlan, replanServer, setServerRoles } from "../planner/service";
 import type { ServerPatch } from "./schemas";
-import { mergeLabels, sortedLabels, type Labels } from "./labels";
+import { mergeLabels, sortedLabels, type Labels } from "../model/server/labels";
 import { refuseTakenHostname, serverIdOf } from "./naming";
 import { hostnamesIn, listServers, liveServerIdsOfFleet, sparseLabel, type ServerFilter } from "./store";
 import { viewWhenChanged } from "./wait";
@@ -49,6 +50,10 @@ export interface RegisterInput {
   fleetlock_id?: string;
 }
 
+export function unknownFleet(fleet: string): never {
+  throw new DomainError("unknown_fleet", `fleet '${fleet}' does not exist`);
+}
+
 export async function registerServer(
   env: Env,
   actor: string,
@@ -57,7 +62,7 @@ export async function registerServer(
 ): Promise<{ view: ServerView; token: string }> {
   const db = getDb(env.DB);
   const fleet = await getFleet(db, input.fleet);
-  if (!fleet) throw new DomainError("unknown_fleet", `fleet '${input.fleet}' does not exist`);
+  if (!fleet) unknownFleet(input.fleet);
   // Operators name servers by hostname: a second live one in the fleet would make that name
   // ambiguous. The index answers for servers registered before the fleet's coordinator kept
   // hostnames; the coordinator's reservation serializes registrations racing for one name.
@@ -144,13 +149,14 @@ export async function hostnamesOf(env: Env, ids: string[]): Promise<Map<string, 
  */
 export async function resolveServer(
   env: Env,
+  principal: Principal,
   ref: string,
   fleet?: string,
   opts: { removedToo?: boolean } = {},
 ): Promise<string> {
   if (fleet !== undefined && !FLEET_ID.test(fleet))
     throw new DomainError("invalid_query", `fleet '${fleet}' is not a fleet id`);
-  return serverIdOf(getDb(env.DB), ref, fleet, opts);
+  return serverIdOf(getDb(env.DB), ref, fleet, { ...opts, visible: visibleFleets(principal) });
 }
 
 export async function getDesiredConfig(env: Env, id: string) {

@@ -1,11 +1,12 @@
+import { inVisibleFleets } from "../db/access";
 import { and, asc, count, eq, getTableColumns, gt, gte, inArray, lt, ne, notInArray, sql, type SQL } from "drizzle-orm";
 import { unionAll } from "drizzle-orm/sqlite-core";
 import type { Db } from "../db/client";
 import { serverLabels, servers } from "../db/schema";
-import { labelConditions, type LabelTerm } from "./labels";
-import type { ServerView } from "../ledger/durable-object";
+import { labelConditions, type LabelTerm } from "../model/server/labels";
+import type { ServerView } from "../ledger/view";
 import { iso, isoOrNull } from "../lib/time";
-import { statusAt, statusIs } from "./staleness";
+import { statusAt, statusIs } from "../model/server/staleness";
 
 export type ServerRow = typeof servers.$inferSelect;
 
@@ -76,6 +77,8 @@ export function serverDetail(v: ServerView) {
 
 export interface ServerFilter {
   fleet?: string;
+  /** The fleets the token may see (null: every fleet). */
+  visible?: readonly string[] | null;
   status?: ServerRow["status"];
   state?: ServerRow["state"];
   /** Exact, or a prefix when it ends in `*`. */
@@ -139,6 +142,8 @@ export function listServers(
   const conds: SQL[] = [];
   // Removed servers are tombstones: listed only when asked for by state.
   conds.push(filter.state ? eq(servers.state, filter.state) : ne(servers.state, "removed"));
+  const visible = inVisibleFleets(servers.fleetId, filter.visible ?? null);
+  if (visible) conds.push(visible);
   if (filter.hostname) {
     const name = filter.hostname.toLowerCase();
     // A prefix as a range, so it reads the hostname indexes rather than every row (LIKE would not).

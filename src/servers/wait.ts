@@ -6,7 +6,7 @@
  */
 import { notFound } from "../domain/errors";
 import type { Env } from "../env";
-import type { ServerView } from "../ledger/durable-object";
+import type { ServerView } from "../ledger/view";
 import { viewTag } from "../ledger/view-tag";
 import { viewWaitRequest, type ViewWaitAnswer } from "../ledger/waits";
 import { waitForWake } from "../objects/kit/wake";

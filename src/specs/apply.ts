@@ -4,7 +4,7 @@
  * fleet tasks (reboot groups, lock settings, webhooks), and one audit row — committed together with the
  * fleet's intent revision bump (src/intent/service.ts changeIntent), or not at all.
  */
-import { auditInsert } from "../audit/log";
+import { auditInsert } from "../db/audit";
 import type { Db } from "../db/client";
 import { fleetTask } from "../fleets/store";
 import { channelDelete, channelWrite, fleetSettingsWrite, roleDelete, roleWrite } from "../intent/batch";

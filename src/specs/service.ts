@@ -6,9 +6,9 @@
  * until done, and shown as applied meanwhile (./store.ts).
  */
 import { imageForFleet } from "../images/resolve";
-import { pagesChanged } from "../console/notices";
+import { pagesChanged } from "../notices/notices";
 import { and, eq } from "drizzle-orm";
-import { auditInsert } from "../audit/log";
+import { auditInsert } from "../db/audit";
 import type { ZodError } from "zod";
 import { getDb, type Db } from "../db/client";
 import { isUniqueViolation } from "../db/errors";

@@ -131,7 +131,7 @@ export const ssoRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook }
       },
     }),
     async (c) => {
-      const { token } = await endSsoSession(c.env, actorOf(c.var.principal), c.req.valid("param").token_id);
+      const { token } = await endSsoSession(c.env, c.var.principal, c.req.valid("param").token_id);
       return c.json({ token_id: token.id, ended_at: iso(token.revokedAt ?? Date.now()) }, 200);
     },
   )

@@ -4,13 +4,14 @@
  * the console and `hm` authenticate it exactly as any token, and ending one is revoking it.
  */
 import { eq } from "drizzle-orm";
-import { auditInsert } from "../audit/log";
+import { auditInsert } from "../db/audit";
 import { revokeToken } from "../auth/service";
 import { issueToken } from "../auth/tokens";
 import { getDb } from "../db/client";
 import { ssoMappings, ssoSessions, tokens } from "../db/schema";
 import { DomainError, notFound } from "../domain/errors";
 import type { Env } from "../env";
+import type { Principal } from "../domain/principal";
 import { isUniqueViolation } from "../db/errors";
 import { grantOf, normalEmail, type Identity, type SsoGrant } from "./mapping";
 import { MAX_SSO_MAPPINGS, type SsoMappingInput } from "./schemas";
@@ -148,10 +149,10 @@ export async function mintSession(
 export const activeSessions = (env: Env, limit: number) => liveSessions(getDb(env.DB), Date.now(), limit);
 
 /** Ends a session: its token is revoked, so its console sessions and live sockets close too. */
-export async function endSsoSession(env: Env, actor: string, tokenId: string) {
+export async function endSsoSession(env: Env, principal: Principal, tokenId: string) {
   const db = getDb(env.DB);
   const session = await sessionByToken(db, tokenId);
   if (!session) throw notFound("sso session", tokenId);
-  const token = await revokeToken(env, actor, tokenId);
+  const token = await revokeToken(env, principal, tokenId);
   return { session, token };
 }

@@ -1,5 +1,5 @@
 import { and, eq, lt, sql } from "drizzle-orm";
-import { auditInsert } from "../audit/log";
+import { auditInsert } from "../db/audit";
 import type { Db } from "../db/client";
 import { isUniqueViolation } from "../db/errors";
 import { upgradeRuns, upgradeSteps } from "../db/schema";

@@ -1,5 +1,5 @@
 import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
-import { requireScope } from "../auth/principal";
+import { requireAllFleets, requireScope } from "../auth/principal";
 import { actorOf } from "../domain/principal";
 import { bearer, commonErrors, conflictError, jsonResponse } from "../http/openapi";
 import { cursorParam, decodeIdCursor, limitParam, page } from "../http/paging";
@@ -62,7 +62,7 @@ export const upgradeRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHo
         "409 `upgrade_lease_held` when another runner is at work (watch GET /v1/upgrades); " +
         "503 `upgrade_failed` when a step failed (recorded in the history; the API stays drained).",
       security: bearer,
-      middleware: [requireScope("admin")] as const,
+      middleware: [requireScope("admin"), requireAllFleets] as const,
       responses: {
         200: jsonResponse(RunResult, "Every step is applied (now or before)"),
         ...commonErrors,

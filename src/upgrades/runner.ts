@@ -1,5 +1,5 @@
 import { and, eq } from "drizzle-orm";
-import { auditInsert } from "../audit/log";
+import { auditInsert } from "../db/audit";
 import { getDb, type Db } from "../db/client";
 import { upgradeState, upgradeSteps } from "../db/schema";
 import type { Env } from "../env";

@@ -3,7 +3,7 @@
  * demand (POST /v1/upgrades/run). The runner (./runner.ts) does the work; this reads its tables
  * and speaks its outcomes in the API's error codes.
  */
-import { auditInsert } from "../audit/log";
+import { auditInsert } from "../db/audit";
 import { getDb } from "../db/client";
 import { DomainError } from "../domain/errors";
 import type { Env } from "../env";

@@ -3,10 +3,8 @@
  * (https://github.com/cloudevents/spec, v1.0.2), or a Slack-compatible message (`{"text": …}`,
  * what Slack's incoming webhooks and most chat tools take).
  */
+import type { WebhookFormat } from "../domain/enums";
 import type { FleetEvent } from "./events";
-
-export const WEBHOOK_FORMATS = ["cloudevents", "slack"] as const;
-export type WebhookFormat = (typeof WEBHOOK_FORMATS)[number];
 
 /** CloudEvents `type` values are reverse-DNS prefixed; the rest is the event's own name. */
 const CLOUDEVENTS_TYPE_PREFIX = "dev.harbormaster.";

@@ -6,7 +6,7 @@
 import { fail, type Failure } from "../objects/kit/result";
 import type { WebhookDispatcher } from "./dispatch";
 import { fleetEvent, TEST_EVENT } from "./events";
-import type { WebhookFormat } from "./formats";
+import type { WebhookFormat } from "../domain/enums";
 import type { DeliveryRow, Webhook, WebhookStore } from "./store";
 
 export const MAX_WEBHOOKS_PER_FLEET = 20;

@@ -1,6 +1,6 @@
 import { z } from "@hono/zod-openapi";
 import { WEBHOOK_EVENTS } from "./events";
-import { WEBHOOK_FORMATS } from "./formats";
+import { WEBHOOK_FORMATS } from "../domain/enums";
 
 const MAX_WEBHOOK_URL_LENGTH = 2048;
 /** Webhook bodies are a few hundred bytes; anything much larger is a mistake, refused with 413. */

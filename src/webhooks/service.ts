@@ -10,7 +10,7 @@ import { randomSecret } from "../lib/crypto";
 import { outboundUrlProblem } from "../lib/url";
 import { unwrap } from "../objects/kit/result";
 import { coordinatorOf } from "../objects/stubs";
-import type { WebhookFormat } from "./formats";
+import type { WebhookFormat } from "../domain/enums";
 
 async function settingsOf(env: Env, fleet: string) {
   const row = await getFleet(getDb(env.DB), fleet);

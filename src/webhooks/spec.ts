@@ -9,7 +9,7 @@
  * its stage; a stage whose batch never committed is dropped after STAGE_TTL_MS.
  */
 import { randomSecret, sha256Hex } from "../lib/crypto";
-import type { WebhookFormat } from "./formats";
+import type { WebhookFormat } from "../domain/enums";
 import { MAX_WEBHOOKS_PER_FLEET } from "./manage";
 import type { Webhook, WebhookStore } from "./store";
 

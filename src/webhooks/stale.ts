@@ -1,6 +1,6 @@
 /**
  * server.stale for the fleets' webhooks. Staleness is never written (a server whose stale_at has
- * passed reads as stale, src/servers/staleness.ts), so no owner commits a change to raise it from.
+ * passed reads as stale, src/model/server/staleness.ts), so no owner commits a change to raise it from.
  * Instead the cron reads, through the partial index on stale_at, the servers whose deadline passed
  * since its previous tick — [cursor, now) — and hands each fleet's coordinator its events. The cost
  * follows the servers that went quiet, not the fleet's size. The cursor (D1 `cron_cursors`) moves

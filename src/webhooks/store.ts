@@ -4,7 +4,7 @@
  * leaves the object after creation: views drop it), and one SQL row per delivery.
  */
 import { kitTable } from "../objects/kit/tables";
-import type { WebhookFormat } from "./formats";
+import type { WebhookFormat } from "../domain/enums";
 
 export interface Webhook {
   id: string;

@@ -186,6 +186,7 @@ export async function run(ctx: BenchContext) {
   const cookie = await phase("sign-in", () => signIn(ctx));
   const f = `fleet=${fleet}`;
   const pages: [string, string][] = [
+    ["all fleets", `/console/fleets`],
     ["overview", `/console?${f}`],
     ["servers", `/console/servers?${f}`],
     ["servers, status failed", `/console/servers?${f}&status=failed`],

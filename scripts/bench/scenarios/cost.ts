@@ -34,6 +34,8 @@ import {
 } from "../bill.ts";
 import { calibrateCpu } from "../cpu.ts";
 import { LEASE_REFRESH_ROWS } from "../lease-refresh.ts";
+import { HISTORY_ROLLUP_ROWS } from "../history-rollup.ts";
+import { PERIOD_MS as HISTORY_PERIOD_MS } from "../../../src/history/rollup.ts";
 import { MONTH_S } from "../prices.ts";
 import { INDEX_LEASE_MS } from "../../../src/domain/channel.ts";
 import { pollHeartbeatPersistMs, quietGraceMs } from "../../../src/ledger/quiet.ts";
@@ -50,6 +52,20 @@ const QUIET_PERIOD_S = 4 * 60 + quietGraceMs(4 * 60) / 1000;
 const HEARTBEAT_PERSIST_S = pollHeartbeatPersistMs(4 * 60) / 1000;
 
 const LEASES_A_MONTH = (MONTH_S * 1000) / INDEX_LEASE_MS;
+
+// The fleet history's rollup (src/history/): once a period, every server's index entry and agent
+// instance read; a row written only in a period where a figure of the fleet changed. Per host:
+// the reads; the writes are the fleet's (at most one row a period whatever its size), so a host's
+// share is billed as if its fleet changed every period and had only the run's hosts (an upper bound).
+const ROLLUPS_A_MONTH = (MONTH_S * 1000) / HISTORY_PERIOD_MS;
+const historyRollup = (hosts: number) => ({
+  d1RowsRead: ROLLUPS_A_MONTH * HISTORY_ROLLUP_ROWS.d1RowsReadPerServer,
+  d1RowsWritten: (ROLLUPS_A_MONTH * HISTORY_ROLLUP_ROWS.d1RowsWrittenPerChange) / hosts,
+});
+const historyWhy = (hosts: number) =>
+  `the history rollup once every ${HISTORY_PERIOD_MS / 60_000} min (${ROLLUPS_A_MONTH.toFixed(0)} a month): ` +
+  `${HISTORY_ROLLUP_ROWS.d1RowsReadPerServer} D1 rows read per server, and the fleet's row (${HISTORY_ROLLUP_ROWS.d1RowsWrittenPerChange} rows written) ` +
+  `shared by its ${hosts} hosts as if a figure changed every period (test/history.test.ts)`;
 const LEASE_REFRESH = {
   usage: {
     d1RowsWritten: LEASES_A_MONTH * LEASE_REFRESH_ROWS.d1RowsWritten,
@@ -103,6 +119,15 @@ const TRANSPORTS: Record<
     },
   },
 };
+
+/** A transport's periodic items with the history rollup's added (the same on every transport). */
+function withHistory(periodic: { usage: Partial<Usage>; why: string } | undefined, hosts: number) {
+  const h = historyRollup(hosts);
+  const usage = { ...periodic?.usage };
+  usage.d1RowsRead = (usage.d1RowsRead ?? 0) + h.d1RowsRead;
+  usage.d1RowsWritten = (usage.d1RowsWritten ?? 0) + h.d1RowsWritten;
+  return { usage, why: [periodic?.why, historyWhy(hosts)].filter(Boolean).join("; ") };
+}
 
 const STEADY_S = 60;
 const RAMP_S = 10;
@@ -302,7 +327,7 @@ async function measure(
     windows,
     events,
     summary,
-    periodic: transport.periodic,
+    periodic: withHistory(transport.periodic, hosts),
     stored,
     cpu,
   });

@@ -5,7 +5,7 @@ import { qs, read, send, type InProcessApp } from "../api";
 import { CheckAnswer, FixAnswer } from "../../check/schemas";
 import { action, NoFleet, page, render, type View } from "../context";
 import { requireCsrf, requireSession, type ConsoleEnv } from "../guard";
-import { ActionForm, Badge, canWrite, Field, Filters, Pager, Table } from "../ui";
+import { ActionForm, Badge, canWrite, Field, Filters, naturally, Pager, serverHref, Table } from "../ui";
 
 const filterOf = (v: View, source: Record<string, string | undefined>) => ({
   fleet: v.fleet,
@@ -14,11 +14,11 @@ const filterOf = (v: View, source: Record<string, string | undefined>) => ({
 });
 
 const ServerLink = ({ id, hostname, fleet }: { id: string; hostname: string; fleet: string }) => (
-  <a href={`/console/servers/${id}?fleet=${encodeURIComponent(fleet)}`}>{hostname}</a>
+  <a href={serverHref({ id, hostname, fleet })}>{hostname}</a>
 );
 
 async function driftPage(v: View) {
-  if (!v.fleet) return render(v, "drift", "Drift", <NoFleet />);
+  if (!v.fleet) return render(v, "drift", "Drift", <NoFleet session={v.session} />);
   const f = filterOf(v, v.c.req.query());
   const out = await read(v, CheckAnswer, `/v1/check/server-agents${qs({ ...f, limit: 50 })}`);
   const fixable = out.findings.some((x) => x.fix !== "none");
@@ -32,7 +32,7 @@ async function driftPage(v: View) {
         <Field label="Agent" name="agent" value={f.agent} />
       </Filters>
       <Table id="drift-findings" caption="Findings" head={["Server", "Agent", "Reason", "Desired", "Reported", "Fix"]}>
-        {out.findings.map((x) => (
+        {naturally(out.findings, (x) => x.hostname).map((x) => (
           <tr>
             <td>
               <ServerLink id={x.server} hostname={x.hostname} fleet={v.fleet!} />
@@ -56,7 +56,7 @@ async function driftPage(v: View) {
         <>
           <h2>Skipped</h2>
           <ul>
-            {out.skipped.map((s) => (
+            {naturally(out.skipped, (s) => s.hostname).map((s) => (
               <li>
                 <ServerLink id={s.server} hostname={s.hostname} fleet={v.fleet!} />: {s.why}
               </li>
@@ -113,7 +113,7 @@ export function driftPages(getApp: () => InProcessApp) {
             <h1>What the fix would do</h1>
             <p>Nothing has changed yet. Each server below gets the action shown when you apply the fix.</p>
             <Table id="drift-plan" caption="Planned fixes" head={["Server", "Action", "Reasons"]}>
-              {plan.actions.map((a) => (
+              {naturally(plan.actions, (a) => a.hostname).map((a) => (
                 <tr>
                   <td>
                     <ServerLink id={a.server} hostname={a.hostname} fleet={v.fleet!} />

@@ -68,7 +68,7 @@ const CreateForm = ({ v }: { v: View }) => (
 );
 
 async function enrollmentPage(v: View, created?: { token: string; id: string }, refused?: string) {
-  if (!v.fleet) return render(v, "overview", "Enrollment tokens", <NoFleet />);
+  if (!v.fleet) return render(v, "overview", "Enrollment tokens", <NoFleet session={v.session} />);
   const list = await readPage(v, EnrollmentToken, `${tokensPath(v.fleet)}?limit=500`);
   const write = canWrite(v.session);
   const origin = new URL(v.c.req.url).origin;

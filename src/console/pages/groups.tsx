@@ -6,7 +6,7 @@ import { GroupSchema } from "../../fleetlock/schemas";
 import { must, read, send, type InProcessApp } from "../api";
 import { action, confirmTyped, NoFleet, page, render, type View } from "../context";
 import { requireCsrf, requireSession, type ConsoleEnv } from "../guard";
-import { ActionForm, Ago, Badge, canWrite, Duration, Field, Filters, Table } from "../ui";
+import { ActionForm, Ago, Badge, canWrite, Duration, Field, Filters, serverHref, Table } from "../ui";
 
 type Group = z.output<typeof GroupSchema>;
 
@@ -39,7 +39,7 @@ const Windows = ({ windows }: { windows: Group["windows"] }) =>
   );
 
 async function groupsPage(v: View) {
-  if (!v.fleet) return render(v, "groups", "Reboot groups", <NoFleet />);
+  if (!v.fleet) return render(v, "groups", "Reboot groups", <NoFleet session={v.session} />);
   const list = await must(
     v.api<{ fleet: string; lock_ttl_s: number; items: Group[] }>(
       "GET",
@@ -96,7 +96,7 @@ async function groupsPage(v: View) {
 }
 
 async function groupPage(v: View) {
-  if (!v.fleet) return render(v, "groups", "Reboot group", <NoFleet />);
+  if (!v.fleet) return render(v, "groups", "Reboot group", <NoFleet session={v.session} />);
   const name = v.c.req.param("group")!;
   const g = await read(v, GroupSchema, groupPath(v.fleet, name));
   const back = `/console/groups/${encodeURIComponent(name)}?fleet=${encodeURIComponent(v.fleet)}`;
@@ -106,7 +106,7 @@ async function groupPage(v: View) {
   const write = canWrite(v.session);
   const serverLink = (s: Group["holders"][number]["server"]) =>
     s ? (
-      <a href={`/console/servers/${s.id}?fleet=${encodeURIComponent(v.fleet!)}`}>{s.hostname ?? s.id}</a>
+      <a href={serverHref({ id: s.id, hostname: s.hostname, fleet: v.fleet })}>{s.hostname ?? s.id}</a>
     ) : (
       <span class="muted">unknown id</span>
     );

@@ -7,7 +7,7 @@ import type { z } from "zod";
 import { Image, ImageWithUsers } from "../../images/schemas";
 import { qs, read, readPage } from "../api";
 import { render, type View } from "../context";
-import { Ago, Field, Filters, Pager, Table } from "../ui";
+import { Ago, Field, Filters, Pager, serverHref, Table } from "../ui";
 
 const PAGE = 25;
 
@@ -35,7 +35,7 @@ const Users = ({ used }: { used: z.output<typeof ImageWithUsers>["used_by"] }) =
     )),
     ...used.servers.map((s) => (
       <li>
-        server <a href={`/console/servers/${s.id}`}>{s.hostname}</a>
+        server <a href={serverHref(s)}>{s.hostname}</a>
       </li>
     )),
   ];

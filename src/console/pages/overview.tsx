@@ -1,9 +1,23 @@
 /** @jsxImportSource hono/jsx */
 /** Overview: one fleet at a glance, from GET /v1/fleets/{fleet}/summary (one request). */
-import { must } from "../api";
-import { NoFleet, render, type View } from "../context";
-import type { FleetSummary } from "../../fleets/summary.schemas";
-import { Ago, Badge, Table } from "../ui";
+import { must, qs, read, readPage } from "../api";
+import { NoFleet, render, staleAfterOf, type View } from "../context";
+import type { FleetSummary } from "../../status/schemas";
+import { ServerSummary } from "../../servers/schemas";
+import { Ago, Badge, ExactTime, LastReport, naturally, serverHref, Table } from "../ui";
+import { ledgerViews } from "./servers";
+import { actorNames, actorText } from "../audit-text";
+import { FleetHistory } from "../../history/schemas";
+import { historyPath, HistoryCard } from "./history";
+
+/** How many servers of each troubled status the overview names before linking to the rest. */
+const NAMED = 5;
+const NAMED_FROM = 50;
+const TROUBLE: [status: "failed" | "stale" | "drifted", title: string][] = [
+  ["failed", "Failed"],
+  ["stale", "Stale"],
+  ["drifted", "Drifting"],
+];
 
 /** The overview's rows: status words from the index, decommissioning from the lifecycle state. */
 const SERVER_ROWS: [key: string, label: string, from: "status" | "state"][] = [
@@ -34,9 +48,31 @@ export const Progress = ({ label, value, max, tone }: { label: string; value: nu
 );
 
 export async function overviewPage(v: View) {
-  if (!v.fleet) return render(v, "overview", "Overview", <NoFleet />);
+  // Several fleets and none asked for: the all-fleets page, not whichever sorts first.
+  if (!v.c.req.query("fleet") && v.fleets.length > 1) return v.c.redirect("/console/fleets", 303);
+  if (!v.fleet) return render(v, "overview", "Overview", <NoFleet session={v.session} />);
   const f = encodeURIComponent(v.fleet);
-  const s = await must<FleetSummary>(v.api("GET", `/v1/fleets/${f}/summary`));
+  const [s, history, ...named] = await Promise.all([
+    must<FleetSummary>(v.api("GET", `/v1/fleets/${f}/summary`)),
+    read(v, FleetHistory, historyPath(v.fleet, { metric: "servers,versions", since: "24h" })),
+    // servers_fleet_status_hostname_idx answers each with NAMED_FROM rows at most.
+    ...TROUBLE.map(([status]) =>
+      readPage(v, ServerSummary, `/v1/servers${qs({ fleet: v.fleet, status, limit: NAMED_FROM })}`),
+    ),
+  ]);
+  // The index answers in text order (sim-10 before sim-2): the first few by natural order come
+  // from a larger page, exact while the fleet has at most NAMED_FROM servers of the status.
+  const firstOf = named.map((p) => naturally(p.items, (x) => x.hostname).slice(0, NAMED));
+  const staleAfter = staleAfterOf(v, v.fleet);
+  // Who started each rollout, by name (a token's name for an admin session).
+  const names = await actorNames(
+    v,
+    s.rollouts.map((r) => ({ actor: r.created_by, target: "", hostname: null })),
+  );
+  const ledgers = await ledgerViews(
+    v,
+    firstOf.flatMap((rows) => rows.map((x) => x.id)),
+  );
   const serversOf = (key: string, from: "status" | "state") => `/console/servers?fleet=${f}&${from}=${key}`;
   const drift = s.servers.by_status.drifted + s.servers.by_status.failed;
   return render(
@@ -101,6 +137,43 @@ export async function overviewPage(v: View) {
           ) : null}
         </section>
       </div>
+      <div class="grid" id="overview-named" data-live="">
+        {TROUBLE.map(([status, title], i) => {
+          const total = s.servers.by_status[status];
+          if (total === 0) return null;
+          const rows = firstOf[i];
+          return (
+            <section class="card" aria-labelledby={`h-named-${status}`} data-named={status}>
+              <h2 id={`h-named-${status}`}>
+                <Badge status={status} label={title} /> ({total})
+              </h2>
+              <ul class="plain">
+                {rows.map((x) => (
+                  <li>
+                    <a href={serverHref(x)}>{x.hostname}</a>{" "}
+                    <span class="muted small">
+                      last report{" "}
+                      {ledgers.get(x.id) ? (
+                        <ExactTime at={ledgers.get(x.id)!.last_seen} />
+                      ) : (
+                        <LastReport at={x.last_seen} status={x.status} staleAfterS={staleAfter} />
+                      )}
+                    </span>
+                  </li>
+                ))}
+              </ul>
+              {total > rows.length ? (
+                <p class="small">
+                  <a href={serversOf(status, "status")}>
+                    All {total} {status} servers
+                  </a>
+                </p>
+              ) : null}
+            </section>
+          );
+        })}
+      </div>
+      <HistoryCard h={history} fleet={v.fleet} />
       <h2>Reboot groups</h2>
       {s.reboot_groups.length === 0 ? (
         <p class="muted">No reboot group yet: the first FleetLock request of a group creates it.</p>
@@ -151,8 +224,7 @@ export async function overviewPage(v: View) {
                   </a>
                 </h3>
                 <p>
-                  <Badge status={r.state} /> started <Ago at={r.created_at} /> by{" "}
-                  <span class="mono">{r.created_by}</span>
+                  <Badge status={r.state} /> started <Ago at={r.created_at} /> by {actorText(r.created_by, names)}
                 </p>
                 <div class="bars">
                   <Progress label="done" value={r.counts.done} max={r.total} tone="ok" />

@@ -1,12 +1,28 @@
 /** @jsxImportSource hono/jsx */
 /** Rollouts: the list, and one rollout with a bar per state, slow servers, failures, the event log; its controls. */
 import { Hono } from "hono";
+import { raw } from "hono/html";
+import { renderLineChart, type ChartSeries } from "../charts";
+import { describeRolloutEvent } from "../rollout-events";
 import { ROLLOUT_STATES, type RolloutTargetState } from "../../domain/enums";
 import { EventSchema, RolloutListItem, RolloutSchema, TargetSchema } from "../../rollouts/schemas";
 import { must, qs, read, readPage, type InProcessApp } from "../api";
 import { action, NoFleet, page, render, type View } from "../context";
 import { requireCsrf, requireSession, type ConsoleEnv } from "../guard";
-import { ActionForm, Ago, Badge, canWrite, Duration, Field, Filters, Pager, Select, Table } from "../ui";
+import {
+  ActionForm,
+  Ago,
+  Badge,
+  canWrite,
+  Duration,
+  Field,
+  Filters,
+  naturally,
+  Pager,
+  Select,
+  serverHref,
+  Table,
+} from "../ui";
 import { Progress } from "./overview";
 
 const TARGET_STATES: [RolloutTargetState, string][] = [
@@ -20,7 +36,7 @@ const TARGET_STATES: [RolloutTargetState, string][] = [
 const total = (counts: Record<string, number>) => Object.values(counts).reduce((a, b) => a + b, 0);
 
 async function rolloutsPage(v: View) {
-  if (!v.fleet) return render(v, "rollouts", "Rollouts", <NoFleet />);
+  if (!v.fleet) return render(v, "rollouts", "Rollouts", <NoFleet session={v.session} />);
   const q = v.c.req.query();
   const params = { fleet: v.fleet, state: q.state, agent: q.agent?.trim(), cursor: q.cursor };
   const list = await readPage(v, RolloutListItem, `/v1/rollouts${qs({ ...params, limit: 50 })}`);
@@ -73,11 +89,12 @@ async function rolloutsPage(v: View) {
 async function rolloutPage(v: View) {
   const id = v.c.req.param("id")!;
   const q = v.c.req.query();
-  const [r, failed, timedOut, events] = await Promise.all([
+  const [r, failed, timedOut, events, all] = await Promise.all([
     read(v, RolloutSchema, `/v1/rollouts/${id}`),
     readPage(v, TargetSchema, `/v1/rollouts/${id}/targets${qs({ state: "failed", limit: 50 })}`),
     readPage(v, TargetSchema, `/v1/rollouts/${id}/targets${qs({ state: "timed_out", limit: 50 })}`),
-    readPage(v, EventSchema, `/v1/rollouts/${id}/events${qs({ limit: 50, cursor: q.cursor })}`),
+    readPage(v, EventSchema, `/v1/rollouts/${id}/events${qs({ limit: 100, cursor: q.cursor })}`),
+    readPage(v, TargetSchema, `/v1/rollouts/${id}/targets${qs({ limit: 200, cursor: q.targets })}`),
   ]);
   v.fleet = r.fleet;
   const back = `/console/rollouts/${id}?fleet=${encodeURIComponent(r.fleet)}`;
@@ -142,7 +159,8 @@ async function rolloutPage(v: View) {
               <dt>Median</dt>
               <dd>
                 {r.median_s === null ? "—" : <Duration seconds={r.median_s} />}
-                {r.eta_s !== null ? (
+                {/* An ended rollout has nothing to go (the API says 0), and an ETA under a second says nothing. */}
+                {r.eta_s !== null && !r.ended_at && r.eta_s > 0 ? (
                   <>
                     , about <Duration seconds={r.eta_s} /> to go
                   </>
@@ -157,6 +175,25 @@ async function rolloutPage(v: View) {
             </dl>
           </section>
         </div>
+        {r.blocked_by.length ? (
+          <section class="card" aria-labelledby="h-waits" id="rollout-waits">
+            <h2 id="h-waits">Why it waits</h2>
+            <ul>
+              {r.blocked_by.map((b) => (
+                <li>
+                  <Badge status={b.kind} /> {b.message}
+                  {b.until ? (
+                    <>
+                      {" "}
+                      (until <time datetime={b.until}>{b.until.replace("T", " ").slice(0, 16)} UTC</time>)
+                    </>
+                  ) : null}
+                </li>
+              ))}
+            </ul>
+          </section>
+        ) : null}
+        {r.steps.length ? <Plan r={r} /> : null}
         <h2>Slow servers</h2>
         {r.warnings.length === 0 ? (
           <p class="muted">None.</p>
@@ -164,7 +201,9 @@ async function rolloutPage(v: View) {
           <ul>
             {r.warnings.map((w) => (
               <li>
-                <Badge status="slow" /> <a href={`/console/servers/${w.server_id}`}>{w.hostname}</a>: {w.message} (
+                <Badge status="slow" />{" "}
+                <a href={serverHref({ id: w.server_id, hostname: w.hostname, fleet: r.fleet })}>{w.hostname}</a>:{" "}
+                {w.message} (
                 <Ago at={w.at} />)
               </li>
             ))}
@@ -175,10 +214,10 @@ async function rolloutPage(v: View) {
           <p class="muted">No target failed.</p>
         ) : (
           <Table caption="Failed targets" head={["Server", "State", "Why", "Ended"]}>
-            {failures.map((t) => (
+            {naturally(failures, (t) => t.hostname).map((t) => (
               <tr>
                 <td>
-                  <a href={`/console/servers/${t.server_id}`}>{t.hostname}</a>
+                  <a href={serverHref({ id: t.server_id, hostname: t.hostname, fleet: r.fleet })}>{t.hostname}</a>
                 </td>
                 <td>
                   <Badge status={t.state} />
@@ -202,29 +241,100 @@ async function rolloutPage(v: View) {
           </div>
         </>
       ) : null}
+      <h2>Targets</h2>
+      <Table
+        id="rollout-targets"
+        caption={`Targets${r.pass === 1 ? " of the rollback pass" : ""}`}
+        head={["Server", "State", "Image", "Started", "Why"]}
+      >
+        {all.items.map((t) => (
+          <tr>
+            <td>
+              <a href={`/console/servers/${t.server_id}`}>{t.hostname}</a>
+            </td>
+            <td>
+              <Badge status={t.state} />
+            </td>
+            <td class="mono">{t.version}</td>
+            <td>
+              <Ago at={t.started_at} never="—" />
+            </td>
+            <td>{t.reason ?? ""}</td>
+          </tr>
+        ))}
+      </Table>
+      {all.next_cursor ? (
+        <nav class="pager" aria-label="Target pages">
+          {q.targets ? <a href={`/console/rollouts/${id}${qs({ fleet: r.fleet })}`}>« First targets</a> : null}
+          <a href={`/console/rollouts/${id}${qs({ fleet: r.fleet, targets: all.next_cursor })}`} rel="next">
+            More targets »
+          </a>
+        </nav>
+      ) : null}
       <h2>Event log</h2>
-      <Table id="rollout-events" caption="Event log" head={["When", "What", "Server", "Details"]}>
+      <Table id="rollout-events" caption="Event log" head={["When", "What happened", "Server"]}>
         {events.items.map((e) => (
           <tr>
             <td>
               <Ago at={e.at} />
             </td>
-            <td>{e.kind}</td>
-            <td>
-              {e.server_id ? (
-                <a href={`/console/servers/${e.server_id}`} class="mono">
-                  {e.server_id.slice(0, 8)}
-                </a>
-              ) : (
-                "—"
-              )}
-            </td>
-            <td class="mono small">{e.details ? JSON.stringify(e.details).slice(0, 160) : ""}</td>
+            <td>{describeRolloutEvent(e.kind, e.details, e.hostname)}</td>
+            <td>{e.server_id && e.hostname ? <a href={`/console/servers/${e.server_id}`}>{e.hostname}</a> : "—"}</td>
           </tr>
         ))}
       </Table>
       <Pager base={`/console/rollouts/${id}`} params={{ fleet: r.fleet, cursor: q.cursor }} next={events.next_cursor} />
     </>,
+  );
+}
+
+type RolloutView = typeof RolloutSchema._output;
+
+/** The strategy's plan: each step with its state and servers, and the analysis values over time. */
+function Plan({ r }: { r: RolloutView }) {
+  const names = [...new Set(r.analysis.map((a) => a.name))];
+  const series: ChartSeries[] = names.map((name) => {
+    const points = r.analysis.filter((a) => a.name === name);
+    return {
+      name,
+      threshold: points.at(-1)?.threshold ?? null,
+      points: points.map((a) => ({ at: Date.parse(a.at), value: a.value, bad: !a.ok })),
+    };
+  });
+  return (
+    <section aria-labelledby="h-plan" id="rollout-plan">
+      <h2 id="h-plan">Plan</h2>
+      <Table caption="Steps of the strategy" head={["#", "Step", "State", "Servers"]}>
+        {r.steps.map((s) => (
+          <tr class={s.phase === r.current_phase ? "current" : undefined}>
+            <td>{s.step}</td>
+            <td>{s.title}</td>
+            <td>
+              <Badge status={s.state} />
+            </td>
+            <td>
+              {s.kind === "release"
+                ? s.servers.join(", ") + (s.size > s.servers.length ? ` and ${s.size - s.servers.length} more` : "")
+                : s.until
+                  ? `until ${s.until.replace("T", " ").slice(0, 19)} UTC`
+                  : "—"}
+            </td>
+          </tr>
+        ))}
+      </Table>
+      {names.length ? (
+        <figure id="rollout-analysis">
+          {raw(renderLineChart(series, { title: `Analysis of the rollout of ${r.agent}` }))}
+          <figcaption>
+            Analysis samples: {r.analysis.length} value(s) of {names.length} check(s); the latest:{" "}
+            {names
+              .map((n) => r.analysis.filter((a) => a.name === n).at(-1)!)
+              .map((a) => `${a.name}: ${a.detail}`)
+              .join("; ")}
+          </figcaption>
+        </figure>
+      ) : null}
+    </section>
   );
 }
 

@@ -8,7 +8,8 @@ import { ServerDetail, ServerToken } from "../../servers/schemas";
 import { must, qs, read, readPage, send, type InProcessApp } from "../api";
 import { action, confirmTyped, render, type View } from "../context";
 import { requireCsrf, type ConsoleEnv } from "../guard";
-import { ActionForm, Ago, Badge, canWrite, Pager, Table } from "../ui";
+import { ActionForm, Ago, Badge, canWrite, Pager, serverHref, Table } from "../ui";
+import { actorNames, actorText, AuditDetails } from "../audit-text";
 
 const idOf = (v: View) => v.c.req.param("id")!;
 
@@ -23,14 +24,18 @@ async function holdsOf(v: View, s: z.output<typeof ServerDetail>) {
 }
 
 export async function serverDetailPage(v: View) {
-  const id = idOf(v);
-  const s = await read(v, ServerDetail, `/v1/servers/${id}`);
+  // An id or a hostname (the API resolves it; ?fleet= picks one when several fleets have it).
+  const ref = idOf(v);
+  const asked = v.c.req.query("fleet");
+  const s = await read(v, ServerDetail, `/v1/servers/${encodeURIComponent(ref)}${qs({ fleet: asked })}`);
+  const id = s.id;
   v.fleet = s.fleet;
   const [holds, audit] = await Promise.all([
     holdsOf(v, s),
     readPage(v, AuditEntry, `/v1/audit${qs({ target: `server:${id}`, limit: 20, cursor: v.c.req.query("cursor") })}`),
   ]);
-  const back = `/console/servers/${id}?fleet=${encodeURIComponent(s.fleet)}`;
+  const names = await actorNames(v, audit.items);
+  const back = serverHref(s);
   const csrf = v.session.csrf;
   const write = canWrite(v.session) && s.state !== "removed";
   return render(
@@ -68,6 +73,7 @@ export async function serverDetailPage(v: View) {
             <dt>Last report</dt>
             <dd>
               <Ago at={s.last_seen} />
+              {s.last_seen ? <span class="muted small"> (exact, from the server's own ledger)</span> : null}
             </dd>
             <dt>Planning</dt>
             <dd>
@@ -204,19 +210,22 @@ export async function serverDetailPage(v: View) {
         </>
       ) : null}
       <h2>Audit trail</h2>
-      <Table id="server-audit" caption="Audit trail" head={["When", "Who", "What"]}>
+      <Table id="server-audit" caption="Audit trail" head={["When", "Who", "What", "Details"]}>
         {audit.items.map((e) => (
           <tr>
             <td>
               <Ago at={e.at} />
             </td>
-            <td class="mono">{e.actor}</td>
+            <td>{actorText(e.actor, names)}</td>
             <td>{e.action}</td>
+            <td>
+              <AuditDetails details={e.details} />
+            </td>
           </tr>
         ))}
       </Table>
       <Pager
-        base={`/console/servers/${id}`}
+        base={`/console/servers/${encodeURIComponent(s.hostname)}`}
         params={{ fleet: s.fleet, cursor: v.c.req.query("cursor") }}
         next={audit.next_cursor}
       />

@@ -10,11 +10,11 @@ import { Hono } from "hono";
 import { SERVER_STATES, SERVER_STATUSES } from "../../domain/enums";
 import type { z } from "zod";
 import { Instance } from "../../instances/schemas";
-import { ServerSummary } from "../../servers/schemas";
+import { ServerDetail, ServerSummary } from "../../servers/schemas";
 import { qs, readPage, type InProcessApp } from "../api";
-import { NoFleet, page, render, type View } from "../context";
+import { NoFleet, page, render, staleAfterOf, type View } from "../context";
 import { requireSession, type ConsoleEnv } from "../guard";
-import { Ago, Badge, Field, Filters, Pager, Select, Table } from "../ui";
+import { Badge, ExactTime, Field, Filters, LastReport, naturally, Pager, Select, serverHref, Table } from "../ui";
 import { serverDetailPage, serverActions } from "./server";
 
 export const SCAN_PAGES = 5;
@@ -32,6 +32,50 @@ const labelsText = (labels: Record<string, string> | undefined) =>
   Object.entries(labels ?? {}).map(([k, v]) => `${k}=${v}`);
 
 /** Reads pages of `path` until `want` rows pass `keep` or SCAN_PAGES pages were read. */
+type AgentRow = z.output<typeof ServerDetail>["agents"][number];
+
+/**
+ * One agent's image and version as a list shows it: what runs, and where it should go when that
+ * differs ("1.4.0 → 1.5.0"); the full references on hover.
+ */
+const AgentVersion = ({ a }: { a: AgentRow }) => {
+  const title = [
+    a.reported ? `runs ${a.reported.image}` : "not reported",
+    a.desired ? `should run ${a.desired.image}` : "to remove",
+  ].join("; ");
+  return (
+    <span class="agentver" title={title}>
+      {a.name} <span class="mono">{a.reported?.version ?? "—"}</span>
+      {a.desired && a.reported?.image !== a.desired.image ? (
+        <>
+          {" "}
+          → <span class="mono">{a.desired.version}</span>
+        </>
+      ) : null}
+    </span>
+  );
+};
+
+/** How many rows of a list a page reads from their ledgers: every row of a page, never more. */
+const LEDGER_READS = 50;
+
+/**
+ * The listed servers as their own ledgers see them (one read each, in parallel, a page at most):
+ * the exact last report (a host that keeps reporting the same thing, or only polls, moves the
+ * index's time only every few minutes) and the agents' images and versions. A read that fails
+ * leaves the row to the index's figures.
+ */
+export async function ledgerViews(v: View, ids: string[]) {
+  const views = await Promise.all(
+    ids
+      .slice(0, LEDGER_READS)
+      .map((id) =>
+        v.api<z.output<typeof ServerDetail>>("GET", `/v1/servers/${id}`).then((r) => (r.ok ? r.json : null)),
+      ),
+  );
+  return new Map(ids.slice(0, LEDGER_READS).map((id, n) => [id, views[n]]));
+}
+
 export async function scan<S extends z.ZodType>(
   v: View,
   item: S,
@@ -53,7 +97,7 @@ export async function scan<S extends z.ZodType>(
 }
 
 async function serversPage(v: View) {
-  if (!v.fleet) return render(v, "servers", "Servers", <NoFleet />);
+  if (!v.fleet) return render(v, "servers", "Servers", <NoFleet session={v.session} />);
   const q = v.c.req.query();
   const f = {
     fleet: v.fleet,
@@ -130,7 +174,17 @@ async function serversPage(v: View) {
     );
   const keep = (s: z.output<typeof ServerSummary>) =>
     (!host || prefix || s.hostname.toLowerCase().startsWith(host)) && (!f.role || s.roles.includes(f.role));
-  const { rows, next, pages } = await scan(v, ServerSummary, path, keep, PAGE, q.cursor);
+  const found = await scan(v, ServerSummary, path, keep, PAGE, q.cursor);
+  const { next, pages } = found;
+  // The index pages in text order (sim-10 before sim-2); a page is shown as people count.
+  const rows = naturally(found.rows, (x) => x.hostname);
+  const [ledgers, staleAfter] = [
+    await ledgerViews(
+      v,
+      rows.map((x) => x.id),
+    ),
+    staleAfterOf(v, v.fleet),
+  ];
   return render(
     v,
     "servers",
@@ -147,18 +201,39 @@ async function serversPage(v: View) {
       <Table
         id="servers"
         caption="Servers"
-        head={["Hostname", "Status", "State", "Roles", "Labels", "Reboot group", ["Generation", "num"], "Last report"]}
+        head={[
+          "Hostname",
+          "Status",
+          "State",
+          "Agents and versions",
+          "Roles",
+          "Labels",
+          "Reboot group",
+          ["Generation", "num"],
+          "Last report",
+        ]}
       >
         {rows.map((s) => (
           <tr>
             <td>
-              <a href={`/console/servers/${s.id}?fleet=${encodeURIComponent(s.fleet)}`}>{s.hostname}</a>
+              <a href={serverHref(s)}>{s.hostname}</a>
             </td>
             <td>
               <Badge status={s.status} />
             </td>
             <td>
               <Badge status={s.state} />
+            </td>
+            <td class="versions">
+              {ledgers.get(s.id)?.agents.length ? (
+                ledgers.get(s.id)!.agents.map((a) => (
+                  <div>
+                    <AgentVersion a={a} />
+                  </div>
+                ))
+              ) : (
+                <span class="muted">{ledgers.get(s.id) ? "none" : "unknown"}</span>
+              )}
             </td>
             <td>{s.roles.join(", ") || <span class="muted">none</span>}</td>
             <td class="labels">
@@ -172,7 +247,11 @@ async function serversPage(v: View) {
               {s.reported_generation ?? "—"}/{s.desired_generation}
             </td>
             <td>
-              <Ago at={s.last_seen} />
+              {ledgers.get(s.id) ? (
+                <ExactTime at={ledgers.get(s.id)!.last_seen} />
+              ) : (
+                <LastReport at={s.last_seen} status={s.status} staleAfterS={staleAfter} />
+              )}
             </td>
           </tr>
         ))}
@@ -184,8 +263,15 @@ async function serversPage(v: View) {
 }
 
 export function serverPages(getApp: () => InProcessApp) {
-  return new Hono<ConsoleEnv>()
-    .get("/console/servers", requireSession, page(getApp, "servers", serversPage))
-    .get("/console/servers/:id{[0-9a-f-]{36}}", requireSession, page(getApp, "servers", serverDetailPage))
-    .route("/", serverActions(getApp));
+  return (
+    new Hono<ConsoleEnv>()
+      .get("/console/servers", requireSession, page(getApp, "servers", serversPage))
+      // A server by id, hostname or (with ?fleet=) a hostname of that fleet: the API resolves the name.
+      .get(
+        "/console/servers/:id{[A-Za-z0-9][A-Za-z0-9.-]{0,252}}",
+        requireSession,
+        page(getApp, "servers", serverDetailPage),
+      )
+      .route("/", serverActions(getApp))
+  );
 }

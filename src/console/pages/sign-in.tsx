@@ -11,7 +11,7 @@ import {
   readConsoleCookie,
   setConsoleCookie,
   startSession,
-  tokenScope,
+  tokenGrant,
   BOOTSTRAP_TOKEN_ID,
 } from "../session";
 import { randomSecret } from "../../lib/crypto";
@@ -94,9 +94,9 @@ export function signInRoutes(getApp: () => InProcessApp) {
         if (probe.status === 403) return again("That is a server's token; sign in with an operator token.", 403);
         if (probe.status !== 200) return again("That token was not accepted.", 401);
         const id = parseToken(token)?.id ?? BOOTSTRAP_TOKEN_ID;
-        const scope = await tokenScope(c.env, id);
-        if (!scope) return again("That token was not accepted.", 401);
-        await startSession(c, { id, scope, secret: token });
+        const grant = await tokenGrant(c.env, id);
+        if (!grant) return again("That token was not accepted.", 401);
+        await startSession(c, { id, ...grant, secret: token });
         setConsoleCookie(c, SIGN_IN_COOKIE, "", 0);
         return c.redirect(next, 303);
       })

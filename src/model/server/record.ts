@@ -1,4 +1,5 @@
 import type { ServerKind, ServerState } from "../../domain/enums";
+import type { AgentSpec } from "./schemas";
 
 /** What a ledger knows of its server besides desired config and report. */
 export interface ServerRecord {
@@ -17,4 +18,12 @@ export interface ServerRecord {
   /** SHA-256 of the server's token; the ledger authenticates its own host. */
   token_hash: string;
   token_id: string;
+}
+
+/** The desired config a ledger keeps: what its host is told to run, and at which generation. */
+export interface DesiredState {
+  generation: number;
+  agents: AgentSpec[];
+  lifecycle: "run" | "terminate" | "uninstall";
+  updated_at: number;
 }

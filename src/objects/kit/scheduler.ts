@@ -25,6 +25,15 @@ export class Scheduler {
   }
 
   /**
+   * The alarm's time: real time, which every timer is set in and other objects agree on. An
+   * object's decisions read its parts' clock instead (a test may move that one; nothing moves the
+   * runtime's alarm), and a timer for a decision-clock instant keeps its distance from now.
+   */
+  now(): number {
+    return Date.now();
+  }
+
+  /**
    * Sets (or moves) the timer `name` to fire at `dueAt`. Synchronous: commits with the caller's
    * turn. `noLaterThan`: only bring an existing timer forward, never push it back.
    */
@@ -84,7 +93,7 @@ export class Scheduler {
    * handler finished and only if the handler did not move it, so a crash mid-handler fires it
    * again. A handler that throws is retried after TIMER_RETRY_MS.
    */
-  async fire(handlers: Record<string, TimerHandler>, now = Date.now()) {
+  async fire(handlers: Record<string, TimerHandler>, now = this.now()) {
     this.armedAt = null; // the runtime cleared the alarm that woke us
     if (!this.table.exists()) return;
     const due = this.storage.sql
@@ -102,7 +111,7 @@ export class Scheduler {
         console.error(JSON.stringify({ msg: "timer handler failed", timer: t.name, error: String(err) }));
         this.storage.sql.exec(
           "UPDATE _timers SET due_at = ? WHERE name = ? AND due_at = ?",
-          Date.now() + TIMER_RETRY_MS,
+          this.now() + TIMER_RETRY_MS,
           t.name,
           t.due_at,
         );

@@ -10,12 +10,12 @@ import { ROLLOUT_TARGET_STATES } from "../domain/enums";
 import type { Env } from "../env";
 import { notFound } from "../domain/errors";
 import { iso } from "../lib/time";
-import { fleetServerCounts, zeros } from "../servers/counts";
+import { fleetServerCounts, zeros } from "./counts";
 import { coordinatorOf } from "../objects/stubs";
 import { readUpgradeState } from "../upgrades/state";
 import { NEWEST_VERSION, UPGRADE_STEPS } from "../upgrades/steps";
-import { fleetSettings, getFleet } from "./store";
-import type { FleetSummary } from "./summary.schemas";
+import { fleetSettings, getFleet } from "../fleets/store";
+import type { FleetSummary } from "./schemas";
 
 /** The rollout states in which a rollout still moves (the partial index rollouts_active_idx). */
 const MOVING = ["running", "paused", "rolling_back"] as const;
@@ -26,7 +26,7 @@ export async function fleetSummary(env: Env, fleet: string): Promise<FleetSummar
   const row = await getFleet(db, fleet);
   if (!row) throw notFound("fleet", fleet);
   const [counts, moving, upgrade, groups] = await Promise.all([
-    // The aggregate `hm status` shares (src/servers/counts.ts).
+    // The aggregate `hm status` shares (./counts.ts).
     fleetServerCounts(db, fleet, now),
     // The literal IN list is the partial index's own WHERE, so SQLite reads only moving rollouts.
     db

@@ -1,5 +1,5 @@
-import type { DesiredState } from "./desired";
-import type { AgentStatus, AgentStatusRow, ServerStatus, StoredReport } from "../model/server/schemas";
+import type { DesiredState } from "./record";
+import type { AgentStatus, AgentStatusRow, ServerStatus, StoredReport } from "./schemas";
 
 export interface ComputedStatus {
   status: ServerStatus;

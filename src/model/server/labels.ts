@@ -5,8 +5,13 @@
 import { z } from "@hono/zod-openapi";
 import { sql, type SQL } from "drizzle-orm";
 import type { SQLiteColumn } from "drizzle-orm/sqlite-core";
-import { serverLabels } from "../db/schema";
-import { MAX_LABEL_FILTERS, MAX_LABEL_KEY_LENGTH, MAX_LABEL_VALUE_LENGTH, MAX_SERVER_LABELS } from "../domain/limits";
+import { serverLabels } from "../../db/schema";
+import {
+  MAX_LABEL_FILTERS,
+  MAX_LABEL_KEY_LENGTH,
+  MAX_LABEL_VALUE_LENGTH,
+  MAX_SERVER_LABELS,
+} from "../../domain/limits";
 
 /** Kubernetes' label-name shape: starts and ends with [a-z0-9]. */
 const LABEL_KEY = new RegExp(`^[a-z0-9]([a-z0-9._/-]{0,${MAX_LABEL_KEY_LENGTH - 2}}[a-z0-9])?$`);
@@ -15,7 +20,7 @@ const LABEL_VALUE = new RegExp(`^[A-Za-z0-9]([A-Za-z0-9._-]{0,${MAX_LABEL_VALUE_
 
 export type Labels = Record<string, string>;
 
-const labelKey = z
+export const labelKey = z
   .string()
   .regex(
     LABEL_KEY,

@@ -1,6 +1,6 @@
-import { desc, lt, and, eq, type SQL } from "drizzle-orm";
-import type { Db } from "../db/client";
-import { auditLog } from "../db/schema";
+/** The audit rows every owner writes with its own change (read back by src/audit/). */
+import type { Db } from "./client";
+import { auditLog } from "./schema";
 
 export interface AuditEntry {
   actor: string;
@@ -41,15 +41,3 @@ export const auditEvent = (entry: AuditEntry, at = Date.now()): AuditEvent => ({
   at,
   event_id: crypto.randomUUID(),
 });
-
-export async function listAudit(db: Db, opts: { target?: string; before?: number; limit: number }) {
-  const conds: SQL[] = [];
-  if (opts.target) conds.push(eq(auditLog.target, opts.target));
-  if (opts.before) conds.push(lt(auditLog.id, opts.before));
-  return db
-    .select()
-    .from(auditLog)
-    .where(conds.length ? and(...conds) : undefined)
-    .orderBy(desc(auditLog.id))
-    .limit(opts.limit + 1);
-}

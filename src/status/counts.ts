@@ -9,7 +9,7 @@ import { eq, sql } from "drizzle-orm";
 import type { Db } from "../db/client";
 import { servers } from "../db/schema";
 import { SERVER_STATES, SERVER_STATUSES, type ServerState, type ServerStatus } from "../domain/enums";
-import { statusAt } from "./staleness";
+import { statusAt } from "../model/server/staleness";
 
 /** Every key at zero, so a count is there even when nothing has it. */
 export const zeros = <T extends readonly string[]>(keys: T) =>

@@ -5,9 +5,10 @@ import { bearer, commonErrors, jsonResponse, notFoundError } from "../http/opena
 import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
 import { StatusSchema } from "./schemas";
-import { statusOf } from "./status";
+import { visibleFleets } from "../domain/principal";
+import { statusOf } from "./service";
 
-/** GET /v1/status: `hm status` in one request (./status.ts). */
+/** GET /v1/status: `hm status` in one request (./service.ts). */
 export const statusRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook }).openapi(
   createRoute({
     method: "get",
@@ -38,6 +39,6 @@ export const statusRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHoo
   }),
   async (c) => {
     const q = c.req.valid("query");
-    return c.json(await statusOf(c.env, q), 200);
+    return c.json(await statusOf(c.env, { ...q, visible: visibleFleets(c.var.principal) }), 200);
   },
 );

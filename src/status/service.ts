@@ -7,7 +7,7 @@
  */
 import { getDb, type Db } from "../db/client";
 import type { ServerStatus } from "../domain/enums";
-import { DomainError } from "../domain/errors";
+import { notFound } from "../domain/errors";
 import type { Env } from "../env";
 import { listGroups } from "../fleetlock/service";
 import { getFleet, listFleets } from "../fleets/store";
@@ -15,22 +15,26 @@ import { activeRollouts } from "../rollouts/service";
 import { upgradeStatus } from "../upgrades/service";
 import { isoOrNull } from "../lib/time";
 import { fleetServerCounts } from "./counts";
-import { listServers } from "./store";
+import { listServers } from "../servers/store";
 
 /** The statuses that need a look, in the order they are shown. */
 const ATTENTION: ServerStatus[] = ["failed", "stale", "drifted"];
 /** Fleets one answer covers (the rest are counted). */
 const STATUS_FLEETS = 50;
 
-export async function statusOf(env: Env, opts: { fleet?: string; attention: number }) {
+export async function statusOf(
+  env: Env,
+  opts: { fleet?: string; attention: number; visible: readonly string[] | null },
+) {
   const db = getDb(env.DB);
   let fleets: string[];
   let more = 0;
   if (opts.fleet) {
-    if (!(await getFleet(db, opts.fleet))) throw new DomainError("not_found", `fleet '${opts.fleet}' does not exist`);
+    const hidden = opts.visible !== null && !opts.visible.includes(opts.fleet);
+    if (hidden || !(await getFleet(db, opts.fleet))) throw notFound("fleet", opts.fleet);
     fleets = [opts.fleet];
   } else {
-    const rows = await listFleets(db, null, STATUS_FLEETS);
+    const rows = await listFleets(db, opts.visible, null, STATUS_FLEETS);
     fleets = rows.slice(0, STATUS_FLEETS).map((f) => f.id);
     more = rows.length > STATUS_FLEETS ? 1 : 0;
   }

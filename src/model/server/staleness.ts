@@ -1,6 +1,6 @@
 import { and, eq, sql, type SQL } from "drizzle-orm";
-import { servers } from "../db/schema";
-import type { ServerStatus } from "../domain/enums";
+import { servers } from "../../db/schema";
+import type { ServerStatus } from "../../domain/enums";
 
 /**
  * Staleness is read, never written: a server is stale once its deadline has passed (stale_at =

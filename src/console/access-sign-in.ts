@@ -9,11 +9,11 @@ import type { Context } from "hono";
 import { getCookie } from "hono/cookie";
 import { DomainError } from "../domain/errors";
 import type { Env } from "../env";
-import { startSession } from "../console/session";
-import { ACCESS_COOKIE, ACCESS_HEADER, accessConfig, verifyAccessJwt } from "./access";
-import { grantFor, mintSession } from "./service";
+import { startSession } from "./session";
+import { ACCESS_COOKIE, ACCESS_HEADER, accessConfig, verifyAccessJwt } from "../sso/access";
+import { grantFor, mintSession } from "../sso/service";
 
-export type AccessSignIn = { started: true } | { started: false; status: 401 | 403 | 503; message: string } | null;
+export type AccessSignIn = { started: true } | { started: false; status: 401 | 403 | 502; message: string } | null;
 
 /** A new console session from the request's Access JWT; null when there is none (or no Access). */
 export async function accessSession(c: Context): Promise<AccessSignIn> {
@@ -29,7 +29,8 @@ export async function accessSession(c: Context): Promise<AccessSignIn> {
     return { started: true };
   } catch (err) {
     if (!(err instanceof DomainError)) throw err;
-    const status = err.code === "forbidden" ? 403 : err.code === "unauthorized" ? 401 : 503;
+    // The provider's keys out of reach is an upstream failure to the console's visitor: 502.
+    const status = err.code === "forbidden" ? 403 : err.code === "unauthorized" ? 401 : 502;
     return { started: false, status, message: err.message };
   }
 }

@@ -1,5 +1,6 @@
 import { z } from "@hono/zod-openapi";
 import { ROLLOUT_STATES, ROLLOUT_TARGET_STATES, SERVER_STATES, SERVER_STATUSES } from "../domain/enums";
+import { serverStatus } from "../model/server/schemas";
 
 const countsOf = <T extends readonly string[]>(keys: T) =>
   z.object(Object.fromEntries(keys.map((k) => [k, z.number().int()])) as Record<T[number], z.ZodNumber>);
@@ -61,3 +62,65 @@ export const FleetSummary = z
   })
   .openapi("FleetSummary");
 export type FleetSummary = z.infer<typeof FleetSummary>;
+
+/** GET /v1/status (./service.ts). */
+export const StatusSchema = z
+  .object({
+    data: z.object({
+      state: z.enum(["current", "running", "failing", "pending"]),
+      data_version: z.number().int(),
+      newest_version: z.number().int(),
+    }),
+    fleets: z.array(
+      z.object({
+        id: z.string(),
+        servers: z.object({
+          total: z.number().int(),
+          by_status: z.record(z.string(), z.number().int()),
+          by_state: z.record(z.string(), z.number().int()),
+        }),
+        attention: z.array(
+          z.object({
+            status: serverStatus,
+            count: z.number().int().openapi({
+              description: "every server of the fleet with this status; `items` shows the first by hostname",
+            }),
+            items: z.array(
+              z.object({
+                id: z.string(),
+                hostname: z.string(),
+                status: serverStatus,
+                last_seen: z.string().nullable(),
+              }),
+            ),
+          }),
+        ),
+        reboot_groups: z.array(
+          z.object({
+            name: z.string(),
+            slots: z.number().int(),
+            held: z.number().int(),
+            paused: z.boolean(),
+            open_now: z.boolean(),
+            queued: z.number().int(),
+            holders: z.array(
+              z.object({ id: z.string(), hostname: z.string().nullable(), since: z.string(), stuck: z.boolean() }),
+            ),
+          }),
+        ),
+        rollouts: z.array(
+          z.object({
+            id: z.string(),
+            agent: z.string(),
+            image: z.string(),
+            state: z.string(),
+            pass: z.number().int(),
+            counts: z.record(z.string(), z.number()),
+            created_at: z.string(),
+          }),
+        ),
+      }),
+    ),
+    more_fleets: z.boolean().openapi({ description: "without ?fleet=, whether fleets beyond the first 50 exist" }),
+  })
+  .openapi("Status");

@@ -3,9 +3,9 @@ import { requireScope } from "../auth/principal";
 import { bearer, commonErrors, jsonResponse, notFoundError } from "../http/openapi";
 import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
-import { fleetId } from "./schemas";
-import { FleetSummary } from "./summary.schemas";
-import { fleetSummary } from "./summary.service";
+import { fleetId } from "../fleets/schemas";
+import { FleetSummary } from "./schemas";
+import { fleetSummary } from "./summary";
 
 // One chain, so the type of this router (and of the app that mounts it at /v1/fleets) carries its route for hc.
 export const fleetSummaryRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook }).openapi(

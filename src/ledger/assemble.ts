@@ -1,0 +1,50 @@
+/**
+ * Builds the ledger's parts (./parts.ts) and its sockets from the object's constructor arguments
+ * and wires them to each other, once: every part gets what it calls in its constructor, and
+ * nothing is set on a part afterwards. The parts call each other only once built (closures over
+ * `parts` and `sockets` run after this returns).
+ */
+import type { NoticeInput } from "../notices/notices";
+import { getDb } from "../db/client";
+import type { Env } from "../env";
+import { Outbox } from "../objects/kit/outbox";
+import { Scheduler } from "../objects/kit/scheduler";
+import { socketRoom } from "../objects/kit/sockets";
+import { cleanupDelivered } from "./decommission";
+import { ledgerEffects } from "./effects";
+import type { LedgerParts } from "./parts";
+import { QuietWatch } from "./quiet";
+import { LedgerSockets } from "./sockets";
+import { LedgerStore } from "./store";
+
+/** `env` is read at each use, not captured: the runtime's (and a test's) bindings as they are then. */
+export function assemble(
+  ctx: DurableObjectState,
+  env: () => Env,
+  clock: () => number,
+): { parts: LedgerParts; sockets: LedgerSockets } {
+  const db = () => getDb(env().DB);
+  // Every store write wakes what waits on the ledger and pushes to its host (./sockets.ts).
+  const store = new LedgerStore(ctx.storage, () => sockets.changed());
+  const scheduler = new Scheduler(ctx.storage);
+  const quiet = new QuietWatch(scheduler, store);
+  const hostConnected = () => sockets.hostConnected();
+  const leased = () => hostConnected() || quiet.watching();
+  const effects = ledgerEffects({
+    env,
+    db,
+    clock,
+    store,
+    cleaned: (step) => cleanupDelivered(parts, step),
+    leased,
+    // One pending console notice per ledger (keyed): the newest stands for every change before it.
+    shown: (fleet, server) =>
+      outbox.enqueue("feed", { fleet, kind: "server", ids: [server], from: `server:${server}` } satisfies NoticeInput, {
+        key: "feed",
+      }),
+  });
+  const outbox = new Outbox(ctx.storage, scheduler, effects, db);
+  const parts: LedgerParts = { store, outbox, scheduler, clock, hostConnected, leased, quiet };
+  const sockets = new LedgerSockets(parts, socketRoom(ctx));
+  return { parts, sockets };
+}

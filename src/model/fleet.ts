@@ -1,0 +1,20 @@
+/**
+ * What a fleet's coordinator is told by the others: the fleet's settings (from its D1 row, by the
+ * fleets feature and the rollouts) and a server's FleetLock identity (by the server's ledger).
+ */
+
+/** The fleet's settings the coordinator needs, pushed from D1 by every operator call. */
+export interface FleetSettings {
+  fleet_id: string;
+  lock_ttl_s: number;
+  allow_unknown_ids: boolean;
+  default_group_slots: number | null;
+}
+
+/** A server's FleetLock identity; `rev` orders pushes so a late, older one cannot win. */
+export interface ServerIdentity {
+  fleetlock_id: string | null;
+  hostname: string;
+  reboot_group: string;
+  rev: number;
+}

@@ -1,0 +1,67 @@
+import { env } from "cloudflare:test";
+import { describe, expect, it } from "vitest";
+import { BASE, call, createFleet } from "./helpers";
+import { consoleFetch, signIn } from "./console-helpers";
+
+async function scopedToken(fleets: string[], scope = "read", extra: Record<string, unknown> = {}) {
+  const res = await call("POST", "/v1/tokens", {
+    body: { name: "wall screen", scope, fleets, description: "lobby display", ...extra },
+  });
+  expect(res.status).toBe(201);
+  return res.json as { id: string; token: string };
+}
+
+describe("the console says who you are and what you may do", () => {
+  it("names the token, how it signed in, its scope and fleets, and what it may not do", async () => {
+    const { id: fleet } = await createFleet();
+    const t = await scopedToken([fleet]);
+    const { cookie } = await signIn(t.token);
+    const overview = await (await consoleFetch(`/console?fleet=${fleet}`, { cookie })).text();
+    expect(overview).toMatch(/id="who"[^>]*href="\/console\/me"/);
+    expect(overview).toContain("wall screen · read · 1 fleet");
+    const me = await consoleFetch("/console/me", { cookie });
+    expect(me.status).toBe(200);
+    const html = await me.text();
+    expect(html).toMatch(/id="me-name">wall screen<span class="muted"> — lobby display/);
+    expect(html).toContain('id="me-via">an operator token<');
+    expect(html).toContain(`id="me-fleets">${fleet}<`);
+    expect(html).toContain("✓ See servers");
+    expect(html).toContain("✕ Change them");
+    expect(html).toContain("they need a token of every fleet");
+  });
+
+  it("shows the ADMIN_TOKEN as itself, on every fleet", async () => {
+    const { cookie } = await signIn();
+    const html = await (await consoleFetch("/console/me", { cookie })).text();
+    expect(html).toContain('id="me-via">the deployment&#39;s ADMIN_TOKEN secret<');
+    expect(html).toContain('id="me-fleets">every fleet, present and future<');
+    expect(html).toContain("✓ Deployment-wide changes");
+  });
+
+  it("tells a scoped user whose fleets do not exist yet so, rather than to create one", async () => {
+    const t = await scopedToken(["not-created-yet"]);
+    const { cookie } = await signIn(t.token);
+    const html = await (await consoleFetch("/console", { cookie })).text();
+    expect(html).toContain("None of your fleets exists yet");
+    expect(html).not.toContain("hm fleets create");
+  });
+
+  it("ends the session when its token expires", async () => {
+    const { id: fleet } = await createFleet();
+    const t = await scopedToken([fleet], "read", { expires_at: new Date(Date.now() + 3600_000).toISOString() });
+    const { cookie } = await signIn(t.token);
+    expect((await consoleFetch("/console/me", { cookie })).status).toBe(200);
+    await env.DB.prepare("UPDATE tokens SET expires_at = ? WHERE id = ?")
+      .bind(Date.now() - 1, t.id)
+      .run();
+    // The live socket asks the session alone (no API call that the expired token would fail).
+    const live = await consoleFetch(`/console/live?fleet=${fleet}`, {
+      cookie,
+      headers: { Upgrade: "websocket", Origin: BASE },
+    });
+    expect(live.status).toBe(401);
+    const after = await consoleFetch("/console/me", { cookie });
+    expect(after.status).toBe(303);
+    expect(after.headers.get("Location")).toMatch(/^\/console\/sign-in/);
+  });
+});
