@@ -8,13 +8,11 @@ import type { Server } from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Readable } from "node:stream";
-import Provider from "oidc-provider";
+import { oidcVars, startOidcProvider } from "./oidc-provider.ts";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { main } from "../cli/main.ts";
 import { freePort, startLocalServer, type LocalServer } from "../scripts/local-server.ts";
 
-const CLIENT_ID = "harbormaster";
-const CLIENT_SECRET = "test-client-secret-0123456789";
 /** The provider's users: login name → claims. */
 const USERS: Record<string, { email: string; groups: string[] }> = {
   ana: { email: "Ana@Example.com", groups: ["platform"] },
@@ -99,35 +97,9 @@ beforeAll(async () => {
   issuer = `http://127.0.0.1:${port}`;
   server = await startLocalServer({
     label: "sso",
-    devArgs: [
-      "--var",
-      `OIDC_ISSUER:${issuer}`,
-      "--var",
-      `OIDC_CLIENT_ID:${CLIENT_ID}`,
-      "--var",
-      `OIDC_CLIENT_SECRET:${CLIENT_SECRET}`,
-    ],
+    devArgs: oidcVars(issuer),
   });
-  const oidc = new Provider(issuer, {
-    clients: [
-      {
-        client_id: CLIENT_ID,
-        client_secret: CLIENT_SECRET,
-        redirect_uris: [`${server.url}/console/sso/callback`],
-        grant_types: ["authorization_code"],
-        response_types: ["code"],
-      },
-    ],
-    claims: { openid: ["sub"], email: ["email", "email_verified", "groups"] },
-    conformIdTokenClaims: false,
-    pkce: { required: () => true },
-    cookies: { keys: ["test-cookie-key-0123456789"] },
-    findAccount: async (_ctx, id) => ({
-      accountId: id,
-      claims: async () => ({ sub: id, email: USERS[id]?.email, email_verified: true, groups: USERS[id]?.groups ?? [] }),
-    }),
-  });
-  provider = oidc.listen(port);
+  provider = startOidcProvider(port, server.url, USERS);
   const fleet = await api("POST", "/v1/fleets", { id: "web" });
   expect(fleet.status).toBe(201);
   const mapped = await api("POST", "/v1/sso/mappings", {
