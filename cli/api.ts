@@ -149,6 +149,14 @@ function methods(c: Client) {
     createToken: (json: Parameters<Client["v1"]["tokens"]["$post"]>[0]["json"]) => ok(c.v1.tokens.$post({ json })),
     revokeToken: (id: string) => ok(c.v1.tokens[":id"].$delete({ param: { id } })),
 
+    // sign-in through an identity provider
+    listSsoMappings: () => ok(c.v1.sso.mappings.$get()),
+    createSsoMapping: (json: Parameters<Client["v1"]["sso"]["mappings"]["$post"]>[0]["json"]) =>
+      ok(c.v1.sso.mappings.$post({ json })),
+    deleteSsoMapping: (id: string) => ok(c.v1.sso.mappings[":id"].$delete({ param: { id } })),
+    listSsoSessions: () => ok(c.v1.sso.sessions.$get()),
+    endSsoSession: (token_id: string) => ok(c.v1.sso.sessions[":token_id"].$delete({ param: { token_id } })),
+
     decommission: (id: string, body: { force?: boolean; reason?: string } = {}) =>
       ok(
         c.v1.servers[":id"].decommission.$post({

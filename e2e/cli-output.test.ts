@@ -58,6 +58,7 @@ const NOT_WALKED: Record<string, string> = {
   "agent publish":
     "replaces the deployment's one agent build, which other files download; e2e/enrollment.test.ts publishes with -o json",
   "rollout watch": "follows a rollout to its end; `rollout start --watch` prints the same object",
+  "sessions end": "needs an SSO session, which needs an OpenID provider: e2e/sso-oidc.test.ts ends one with -o json",
 };
 
 const escapes = "\x1b[2J\x1b[31mhidden\x1b]0;owned\x07";
@@ -137,6 +138,7 @@ describe("every hm command answers -o json in one shape", () => {
     await run("reboot-groups set", ["night", "--fleet", fleet, "--slots", "1"], "object");
     await run("reboot-groups list", ["--fleet", fleet], "list");
     await run("reboot-groups show", ["night", "--fleet", fleet], "object");
+    await run("fleetlock-waiting", ["--fleet", fleet], "list");
     await run("reboot-groups pause", ["night", "--fleet", fleet], "object");
     await run("reboot-groups resume", ["night", "--fleet", fleet], "object");
     await run("gates set", ["--fleet", fleet, "--rollouts"], "object");
@@ -184,6 +186,14 @@ describe("every hm command answers -o json in one shape", () => {
     );
     await run("tokens list", [], "list");
     await run("tokens revoke", [token.id], "object");
+    const mapping = await run(
+      "sso mappings add",
+      ["--group", `walk-${fleet}`, "--scope", "read", "--fleet", fleet],
+      "object",
+    );
+    await run("sso mappings list", [], "list");
+    await run("sso mappings remove", [mapping.id], "object");
+    await run("sessions list", [], "list");
     await run("audit", ["--limit", "3"], "list");
     await run("history", ["--fleet", fleet, "--since", "1h"], "object");
     await run("upgrades", [], "object");

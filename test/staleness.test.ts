@@ -43,6 +43,9 @@ describe("staleness, read from stale_at (cost ∝ change)", () => {
       }
     }
     const now = Date.now();
+    // A first tick rolls this period's fleet history up (src/history/), so the measured one below
+    // writes only what staleness owes.
+    await tick(now);
     // Server 0 (fleet of 60 s) and 2 (fleet of 600 s) went silent 2 minutes ago: only 0 crossed.
     await env.DB.prepare("UPDATE servers SET last_seen = ?1, stale_at = ?1 + 60000 WHERE id = ?2")
       .bind(now - 120_000, servers[0].id)
