@@ -9,6 +9,10 @@ import { DAY_MS, dayKey, dayStart, verifyChain, type DownloadedDay } from "../sr
 import { AUDIT_DAY_CURSOR, archiveAudit } from "../src/audit/archive.service";
 import { pruneAudit } from "../src/audit/store";
 import { getDb } from "../src/db/client";
+import { AUDIT_EVENTS_CURSOR, sendAuditEvents } from "../src/audit/events.service";
+import { bodiesOf, hook, receivedBy, receiver } from "./webhook-helpers";
+import { coordinator } from "./support/objects";
+import { fireTimersNow } from "./helpers";
 import { ADMIN, BASE, call, checkedFetch, createFleet } from "./helpers";
 
 /** Audit rows written straight into D1, each `at` as given; returns their ids. */
@@ -257,5 +261,51 @@ describe("retention", () => {
     const r = await archiveAudit(short, now + DAY_MS);
     expect(r.cut).toEqual([name(dayStart(now))]);
     expect(await present(late)).toBe(false);
+  });
+});
+
+describe("audit.recorded webhooks", () => {
+  it("hands each fleet one event a tick with its new rows, once, and writes nothing when there are none", async () => {
+    const { id: fleet } = await createFleet();
+    const { id: other } = await createFleet();
+    const url = await hook(fleet, "siem", ["audit.recorded"]);
+    const otherUrl = await hook(other, "siem-b", ["audit.recorded"]);
+    const sent = await receiver(fleet);
+    const sentB = await receiver(other);
+    const now = Date.now();
+    // The first tick starts the cursor at the present; history stays in the export.
+    await sendAuditEvents(env, now);
+    const start = await env.DB.prepare("SELECT at FROM cron_cursors WHERE name = ?")
+      .bind(AUDIT_EVENTS_CURSOR)
+      .first<{ at: number }>();
+    for (const s of [60, 120, 180])
+      expect((await call("PATCH", `/v1/fleets/${fleet}`, { body: { stale_after_s: s } })).status).toBe(200);
+    await rows([now], `fleet:${other}`, "siem.other");
+    await rows([now], "image:deployment-wide", "siem.none");
+    const r = await sendAuditEvents(env, now);
+    expect(r.events).toBe(2);
+    // A repeated tick (the cursor rolled back, as after a crash before its write) is dropped.
+    await env.DB.prepare("UPDATE cron_cursors SET at = ? WHERE name = ?").bind(start!.at, AUDIT_EVENTS_CURSOR).run();
+    await sendAuditEvents(env, now);
+    await fireTimersNow(coordinator(fleet));
+    await fireTimersNow(coordinator(other));
+    expect(receivedBy(sent, url)).toEqual(["audit.recorded"]);
+    const [body] = bodiesOf(sent, url);
+    expect(body.data.entries.map((e: { action: string }) => e.action)).toEqual([
+      "fleet.patch",
+      "fleet.patch",
+      "fleet.patch",
+    ]);
+    expect(bodiesOf(sentB, otherUrl)[0].data.entries.map((e: { action: string }) => e.action)).toEqual(["siem.other"]);
+    // Nothing new: no event, no cursor write.
+    const before = await env.DB.prepare("SELECT at FROM cron_cursors WHERE name = ?")
+      .bind(AUDIT_EVENTS_CURSOR)
+      .first<{ at: number }>();
+    expect(await sendAuditEvents(env, now)).toEqual({ rows: 0, events: 0 });
+    expect(
+      (await env.DB.prepare("SELECT at FROM cron_cursors WHERE name = ?")
+        .bind(AUDIT_EVENTS_CURSOR)
+        .first<{ at: number }>())!.at,
+    ).toBe(before!.at);
   });
 });

@@ -43,12 +43,12 @@ const DAYS_PER_TICK = 7;
 const READ_PAGE = 1000;
 const PRUNE_BATCH = 5000;
 const PRUNE_BATCHES = 10;
-export const DEFAULT_RETENTION_DAYS = 90;
+const DEFAULT_RETENTION_DAYS = 90;
 
 const bucket = (env: Env) => env.IMAGES;
 
 /** The deployment's retention of D1 audit rows, in days (AUDIT_RETENTION_DAYS; 90 when unset or not a whole number ≥ 1). */
-export function retentionDays(env: Env): number {
+function retentionDays(env: Env): number {
   const raw = env.AUDIT_RETENTION_DAYS;
   const n = raw && /^\d{1,6}$/.test(raw.trim()) ? Number(raw.trim()) : NaN;
   return Number.isInteger(n) && n >= 1 ? n : DEFAULT_RETENTION_DAYS;

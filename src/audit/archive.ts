@@ -14,7 +14,7 @@ import { sha256Hex } from "../lib/crypto";
 export const DAY_MS = 86_400_000;
 export const AUDIT_PREFIX = "audit/";
 /** A day is cut this long after it ends: room for objects' outboxes to deliver its last rows. */
-export const CUT_GRACE_MS = 15 * 60_000;
+const CUT_GRACE_MS = 15 * 60_000;
 export const FILE_FORMAT = 1;
 
 export const dayStart = (ms: number) => Math.floor(ms / DAY_MS) * DAY_MS;
@@ -94,7 +94,7 @@ export const metaRecord = (m: DayMeta): Record<string, string> => ({
  * range) and its link to the previous file (`prev`: that file's digest and last id; null at the
  * start of a check, whose first link is taken as given). Returns the problem, or null.
  */
-export function checkDay(
+function checkDay(
   day: string,
   text: string,
   prev: { day: string; sha256: string; last_id: number } | null,

@@ -2,7 +2,7 @@ import { z } from "@hono/zod-openapi";
 import { MAX_CURSOR_LENGTH } from "../domain/limits";
 
 /** Rows per export answer: a page stays a few MB, so a huge log never holds one request long. */
-export const MAX_EXPORT_PAGE = 5000;
+const MAX_EXPORT_PAGE = 5000;
 
 export const AuditEntry = z
   .object({

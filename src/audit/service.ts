@@ -63,7 +63,7 @@ async function actorNames(db: Db, actors: string[]): Promise<Map<string, string>
 }
 
 /** The line of one row, as the export streams it and the day files hold it. */
-export const lineOf = (r: Awaited<ReturnType<typeof withNames>>[number]): AuditLine => ({
+const lineOf = (r: Awaited<ReturnType<typeof withNames>>[number]): AuditLine => ({
   id: r.id,
   at: iso(r.at),
   actor: r.actor,

@@ -91,3 +91,8 @@ export async function pruneAudit(db: Db, opts: { exportedUpTo: number; before: n
   const gone = await db.delete(auditLog).where(inArray(auditLog.id, doomed)).returning({ id: auditLog.id });
   return gone.length;
 }
+
+export async function maxAuditId(db: Db): Promise<number> {
+  const [r] = await db.select({ id: max(auditLog.id) }).from(auditLog);
+  return r?.id ?? 0;
+}
