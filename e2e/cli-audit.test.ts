@@ -8,8 +8,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, inject, it } from "vitest";
 import { Api } from "../cli/api.ts";
-import { dayFile, type AuditLine } from "../src/audit/archive.ts";
-import { sha256Hex } from "../src/lib/crypto.ts";
+import { dayFile, fileSha256, type AuditLine } from "../src/audit/archive.ts";
 import { hmRunner } from "./hm.ts";
 
 const url = inject("hmUrl");
@@ -81,7 +80,7 @@ async function chain() {
       { audit_day: day, format: 1, prev_sha256: prev?.sha256 ?? null, after_id: prev?.last ?? 0, last_id: id, rows: 2 },
       rows,
     );
-    const sha256 = await sha256Hex(text);
+    const sha256 = await fileSha256(text);
     out.push({ day, text, sha256 });
     prev = { sha256, last: id };
   }

@@ -17,7 +17,6 @@ import { eq, sql } from "drizzle-orm";
 import { getDb } from "../db/client";
 import { cronCursors } from "../db/schema";
 import type { Env } from "../env";
-import { sha256Hex } from "../lib/crypto";
 import { logLine } from "../lib/log";
 import {
   AUDIT_PREFIX,
@@ -29,6 +28,7 @@ import {
   dayName,
   dayOfKey,
   dayStart,
+  fileSha256,
   metaOf,
   metaRecord,
   type AuditLine,
@@ -126,7 +126,7 @@ async function cutDay(env: Env, day: number, prev: DayMeta | null): Promise<DayM
     lines,
   );
   const meta: DayMeta = {
-    sha256: await sha256Hex(text),
+    sha256: await fileSha256(text),
     prev_sha256: prev?.sha256 ?? null,
     after_id: after,
     last_id: upTo,

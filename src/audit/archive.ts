@@ -9,7 +9,13 @@
  * object's outbox delivered after its day was cut (dated earlier) lands in the next file cut.
  */
 
-import { sha256Hex } from "../lib/crypto";
+// No imports: hm (Node, running the .ts sources as they are) loads this file for `hm audit verify`.
+
+/** sha256 (hex) of a file's text: its link in the chain. */
+export async function fileSha256(text: string): Promise<string> {
+  const digest = new Uint8Array(await crypto.subtle.digest("SHA-256", new TextEncoder().encode(text)));
+  return Array.from(digest, (b) => b.toString(16).padStart(2, "0")).join("");
+}
 
 export const DAY_MS = 86_400_000;
 export const AUDIT_PREFIX = "audit/";
@@ -145,7 +151,7 @@ export async function verifyChain(
   for (const d of days) {
     const problem = checkDay(d.day, d.text, prev);
     if (problem) return { day: d.day, problem };
-    const sha = await sha256Hex(d.text);
+    const sha = await fileSha256(d.text);
     prev = {
       day: d.day,
       sha256: sha,
