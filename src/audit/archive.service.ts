@@ -74,7 +74,6 @@ export async function archiveAudit(env: Env, now: number): Promise<{ cut: string
     day = dayStart(firstAt);
   }
   const cut: string[] = [];
-  let cursorAt = cursor?.at ?? null;
   while (cutDue(day, now) && cut.length < DAYS_PER_TICK) {
     const key = dayKey(day);
     const head = await bucket(env).head(key);
@@ -83,20 +82,22 @@ export async function archiveAudit(env: Env, now: number): Promise<{ cut: string
       logLine("error", "audit day file without its metadata: left as it is, days after it are not cut", { key });
       break;
     }
-    const meta = found ?? (await cutDay(env, day, prev));
-    // Moves only from where this run found it: a concurrent run that moved it first wins.
-    await db
-      .insert(cronCursors)
-      .values({ name: AUDIT_DAY_CURSOR, at: day })
-      .onConflictDoUpdate({
-        target: cronCursors.name,
-        set: { at: day },
-        where: cursorAt === null ? sql`0` : sql`${cronCursors.at} = ${cursorAt}`,
-      });
-    cursorAt = day;
-    prev = meta;
+    prev = found ?? (await cutDay(env, day, prev));
     cut.push(dayName(day));
     day += DAY_MS;
+  }
+  if (cut.length) {
+    // One write for the tick's days, moved only from where this run found it (a concurrent run
+    // that moved it first wins); a crash before it leaves files the next run adopts as they are.
+    const last = day - DAY_MS;
+    await db
+      .insert(cronCursors)
+      .values({ name: AUDIT_DAY_CURSOR, at: last })
+      .onConflictDoUpdate({
+        target: cronCursors.name,
+        set: { at: last },
+        where: cursor ? sql`${cronCursors.at} = ${cursor.at}` : sql`0`,
+      });
   }
   // Once a day, after a cut: a tick that cut nothing has nothing new to let go of.
   const pruned = prev && cut.length ? await prune(env, prev.last_id, now) : 0;
