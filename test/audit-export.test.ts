@@ -100,12 +100,15 @@ describe("GET /v1/audit/export", () => {
     expect(days.status).toBe(403);
   });
 
-  it("refuses a bad cursor, a bad since and a page over the cap, as 400s", async () => {
+  it("refuses a bad cursor, a bad since, a page over the cap and a day that is none, as 400s; an absent day is 404", async () => {
     for (const q of ["cursor=nope", "since=yesterday", "since=2031-13-45T00:00:00Z", "limit=0", "limit=5001"]) {
       const res = await call("GET", `/v1/audit/export?${q}`);
       expect(res.status, q).toBe(400);
       expect(res.json.error.code).toMatch(/invalid_/);
     }
+    expect((await call("GET", "/v1/audit/days?from=2026-02-30")).json.error.code).toBe("invalid_query");
+    expect((await call("GET", "/v1/audit/days/2026-02-30")).json.error.code).toBe("invalid_param");
+    expect((await call("GET", "/v1/audit/days/1999-01-01")).status).toBe(404);
   });
 });
 
