@@ -399,6 +399,39 @@ describe("access per fleet over every route of the OpenAPI document", () => {
     expect(tokens.json.items.every((t: { fleets: unknown }) => JSON.stringify(t.fleets) === JSON.stringify([w.a])));
   });
 
+  it("keeps a fleet-limited admin's SSO mappings within its fleets: no \"*\", no B, B's not seen", async () => {
+    const ofB = await call("POST", "/v1/sso/mappings", {
+      body: { kind: "group", value: uniq("team-b"), scope: "admin", fleets: [w.b] },
+    });
+    expect(ofB.status).toBe(201);
+    const before = await fingerprint();
+    for (const fleets of ["*", [w.b], [w.a, w.b]]) {
+      const res = await call("POST", "/v1/sso/mappings", {
+        token: w.tA.token,
+        body: { kind: "email", value: `${uniq("me")}@example.com`, scope: "admin", fleets },
+      });
+      expect([JSON.stringify(fleets), res.status, res.json.error?.code]).toEqual([
+        JSON.stringify(fleets),
+        403,
+        "forbidden",
+      ]);
+    }
+    const del = await call("DELETE", `/v1/sso/mappings/${ofB.json.id}`, { token: w.tA.token });
+    expect(del.status).toBe(404);
+    expect(await fingerprint()).toBe(before);
+    const list = await call("GET", "/v1/sso/mappings", { token: w.tA.token });
+    expect(list.json.items.length).toBeGreaterThan(0);
+    expect(list.json.items.every((m: { fleets: unknown }) => JSON.stringify(m.fleets) === JSON.stringify([w.a]))).toBe(
+      true,
+    );
+    expect(leaks(JSON.stringify(list.json))).toEqual([]);
+    const own = await call("POST", "/v1/sso/mappings", {
+      token: w.tA.token,
+      body: { kind: "email", value: `${uniq("me")}@example.com`, scope: "write", fleets: [w.a] },
+    });
+    expect(own.status).toBe(201);
+  });
+
   it("answers a scoped token's hostname reference within its own fleets only", async () => {
     const other = await createFleet();
     const res = await call("GET", `/v1/servers/${encodeURIComponent(w.bHostname)}`, { token: w.tA.token });
