@@ -123,6 +123,17 @@ beforeAll(async () => {
   expect(mapped.status).toBe(201);
   const ssoAJwt = await accessJwt({ email: `${uniq("ana")}@example.com`, groups: [groupA] });
   const ssoNoneJwt = await accessJwt({ email: `${uniq("zed")}@example.com`, groups: [uniq("unmapped")] });
+  // A user of B signed in to the console: a live session that A's lists must not show.
+  const groupB = uniq("team-b");
+  expect(
+    (
+      await call("POST", "/v1/sso/mappings", {
+        body: { kind: "group", value: groupB, scope: "read", fleets: [B.fleet] },
+      })
+    ).status,
+  ).toBe(201);
+  const bUser = await accessJwt({ email: `${uniq("bea")}@example.com`, groups: [groupB] });
+  expect((await consoleFetch("/console", { cookie: `CF_Authorization=${bUser}` })).status).toBe(303);
   const viaAccess = (jwt: string): Caller => ({ token: null, headers: { "Cf-Access-Jwt-Assertion": jwt } });
   w = {
     a: A.fleet,

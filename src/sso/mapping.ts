@@ -50,8 +50,8 @@ export function grantOf(who: Identity, rules: readonly MappingRule[]): SsoGrant 
 /** An email as mappings keep it: trimmed and lower-cased (providers differ in case). */
 export const normalEmail = (email: string) => email.trim().toLowerCase();
 
-/** Whether a mapping's fleets lie within what the principal may act on (a "*" mapping: only for "*"). */
-export function mappingWithin(fleets: "*" | string[], p: Principal): boolean {
+/** Whether a mapping's (or a session's) fleets lie within what the principal may act on ("*" only for "*"). */
+export function fleetsWithin(fleets: "*" | string[], p: Principal): boolean {
   if (p.kind !== "operator") return false;
   if (p.fleets === "*") return true;
   const own = p.fleets;

@@ -98,7 +98,7 @@ export const ssoRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook }
       responses: { 200: jsonResponse(z.object({ items: z.array(SsoSession) }), "Active sessions"), ...commonErrors },
     }),
     async (c) => {
-      const rows = await activeSessions(c.env, SESSIONS_SHOWN);
+      const rows = await activeSessions(c.env, c.var.principal, SESSIONS_SHOWN);
       const items = rows.map((r) => ({
         token_id: r.s.tokenId,
         provider: r.s.provider,

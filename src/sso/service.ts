@@ -14,7 +14,7 @@ import { DomainError, notFound } from "../domain/errors";
 import type { Env } from "../env";
 import { actorOf, type Principal } from "../domain/principal";
 import { isUniqueViolation } from "../db/errors";
-import { grantOf, mappingWithin, normalEmail, type Identity, type SsoGrant } from "./mapping";
+import { grantOf, fleetsWithin, normalEmail, type Identity, type SsoGrant } from "./mapping";
 import { MAX_SSO_MAPPINGS, type SsoMappingInput } from "./schemas";
 import { allMappings, liveSessions, mappingById, sessionByToken, type SsoMappingRow } from "./store";
 
@@ -25,7 +25,7 @@ const PROVIDER_NAMES = { access: "Cloudflare Access", oidc: "OpenID Connect" } a
 
 /** The mappings the admin may see: those within its own fleets (a fleet-limited admin sees none of "*"). */
 export const listMappings = async (env: Env, principal: Principal) =>
-  (await allMappings(getDb(env.DB))).filter((m) => mappingWithin(m.fleets, principal));
+  (await allMappings(getDb(env.DB))).filter((m) => fleetsWithin(m.fleets, principal));
 
 /**
  * A mapping is a grant: an admin limited to some fleets may map users only to those fleets and at
@@ -73,7 +73,7 @@ export async function deleteMapping(env: Env, principal: Principal, id: string) 
   const db = getDb(env.DB);
   const row = await mappingById(db, id);
   // One outside the admin's fleets is answered as a missing one: its existence is not confirmed.
-  if (!row || !mappingWithin(row.fleets, principal)) throw notFound("sso mapping", id);
+  if (!row || !fleetsWithin(row.fleets, principal)) throw notFound("sso mapping", id);
   await db.batch([
     db.delete(ssoMappings).where(eq(ssoMappings.id, id)),
     auditInsert(db, {
@@ -158,7 +158,9 @@ export async function mintSession(
   return { id, token, scope: grant.scope, fleets: grant.fleets, expiresAt };
 }
 
-export const activeSessions = (env: Env, limit: number) => liveSessions(getDb(env.DB), Date.now(), limit);
+/** The live sessions the admin may see: those whose fleets lie within its own (as for mappings). */
+export const activeSessions = async (env: Env, principal: Principal, limit: number) =>
+  (await liveSessions(getDb(env.DB), Date.now(), limit)).filter((r) => fleetsWithin(r.fleets, principal));
 
 /** Ends a session: its token is revoked, so its console sessions and live sockets close too. */
 export async function endSsoSession(env: Env, principal: Principal, tokenId: string) {
