@@ -4,6 +4,7 @@ import { Hono } from "hono";
 import { raw } from "hono/html";
 import { renderLineChart, type ChartSeries } from "../charts";
 import { describeRolloutEvent } from "../rollout-events";
+import { namedActor } from "../audit-text";
 import { ROLLOUT_STATES, type RolloutTargetState } from "../../domain/enums";
 import { EventSchema, RolloutListItem, RolloutSchema, TargetSchema } from "../../rollouts/schemas";
 import { must, qs, read, readPage, type InProcessApp } from "../api";
@@ -75,7 +76,7 @@ async function rolloutsPage(v: View) {
               <td>
                 <Ago at={r.created_at} />
               </td>
-              <td class="mono">{r.created_by}</td>
+              <td>{namedActor(r.created_by, r.created_by_name)}</td>
             </tr>
           );
         })}
@@ -145,7 +146,7 @@ async function rolloutPage(v: View) {
               <dd class="mono">{r.version}</dd>
               <dt>Started</dt>
               <dd>
-                <Ago at={r.created_at} /> by <span class="mono">{r.created_by}</span>
+                <Ago at={r.created_at} /> by {namedActor(r.created_by, r.created_by_name)}
               </dd>
               <dt>Ended</dt>
               <dd>
