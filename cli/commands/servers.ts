@@ -4,9 +4,6 @@ import { Exit, type Io, type Output } from "../io.ts";
 import { act, fleetOption } from "../context.ts";
 import { SERVER_KINDS, SERVER_STATES, SERVER_STATUSES } from "../../src/domain/enums.ts";
 
-/** Hostnames as people count: digits compared as numbers. */
-const HOSTNAME_ORDER = new Intl.Collator("en", { numeric: true, sensitivity: "base" });
-
 type ServerState = ServerSummary["state"];
 
 const collect = (v: string, prev: string[] = []) => [...prev, v];
@@ -67,23 +64,21 @@ export function registerServers(program: Command, io: Io) {
           { head: "ROLES", wide: true },
           { head: "REBOOT GROUP", wide: true },
         ],
-        // The API pages in text order (sim-10 before sim-2); the table reads as people count.
-        [...items]
-          .sort((a, b) => HOSTNAME_ORDER.compare(a.hostname, b.hostname) || a.fleet.localeCompare(b.fleet))
-          .map((s) => [
-            s.hostname,
-            s.fleet,
-            s.state,
-            out.status(s.status),
-            s.desired_generation,
-            s.reported_generation,
-            out.time(s.last_seen),
-            labelsText(s.labels),
-            s.id,
-            s.kind,
-            s.roles.join(",") || null,
-            s.reboot_group,
-          ]),
+        // The API pages in natural order (sim-2 before sim-10), across pages too: shown as it comes.
+        items.map((s) => [
+          s.hostname,
+          s.fleet,
+          s.state,
+          out.status(s.status),
+          s.desired_generation,
+          s.reported_generation,
+          out.time(s.last_seen),
+          labelsText(s.labels),
+          s.id,
+          s.kind,
+          s.roles.join(",") || null,
+          s.reboot_group,
+        ]),
         "(no servers)",
       );
     },

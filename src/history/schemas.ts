@@ -67,7 +67,7 @@ const VersionsPoint = z.object({
   other: z.number().int().openapi({ description: "servers on versions past the 8 most common (folded)" }),
 });
 
-export const TimeTo95StateSchema = z.enum(["measured", "before_window", "not_reached"]);
+const TimeTo95StateSchema = z.enum(["measured", "before_window", "not_reached"]);
 export type TimeTo95State = z.infer<typeof TimeTo95StateSchema>;
 
 const VersionSpread = z.object({
