@@ -198,7 +198,7 @@ test("a rollout: a bar per state, live progress, pause and resume, audited", asy
   await expect(page.locator("#rollouts")).toContainText(NEW);
   await accessible(page);
   await page.goto(url(`/console/rollouts/${seed.rollout}`));
-  await expect(page.locator("#rollout-progress progress")).toHaveCount(6);
+  await expect(page.locator("#rollout-progress progress")).toHaveCount(7);
   await expect(page.locator("#rollout-progress")).toContainText("applying");
   await accessible(page);
   await screenshots(page, "rollout");

@@ -62,3 +62,8 @@ export function visible(text: string): string {
     return code <= 0xff ? `\\x${code.toString(16).padStart(2, "0")}` : `\\u${code.toString(16).padStart(4, "0")}`;
   });
 }
+
+/** Why something waits (its blocked_by), one line: every reason, the one to clear first first. */
+export function blockedText(list: readonly { message: string }[] | undefined): string | null {
+  return list && list.length ? list.map((b) => b.message).join("; ") : null;
+}

@@ -137,6 +137,7 @@ describe("every hm command answers -o json in one shape", () => {
     await run("reboot-groups set", ["night", "--fleet", fleet, "--slots", "1"], "object");
     await run("reboot-groups list", ["--fleet", fleet], "list");
     await run("reboot-groups show", ["night", "--fleet", fleet], "object");
+    await run("fleetlock-waiting", ["--fleet", fleet], "list");
     await run("reboot-groups pause", ["night", "--fleet", fleet], "object");
     await run("reboot-groups resume", ["night", "--fleet", fleet], "object");
     await run("gates set", ["--fleet", fleet, "--rollouts"], "object");

@@ -81,7 +81,7 @@ describe("registration converges after a failure at every step", () => {
     expect(view.record.id).toBe(id);
     expect(await indexRow(id)).toBeUndefined();
     expect(await registered(f.fleet, "late-1")).toBeNull();
-    expect(await pendingEffects(ledger(id))).toBe(5); // index, token, audit, identity, webhook event
+    expect(await pendingEffects(ledger(id))).toBe(6); // index, token, audit, identity, member, webhook event
 
     // The object dies before any delivery; its successor has the real bindings.
     await evictDurableObject(ledger(id));

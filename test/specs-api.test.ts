@@ -23,6 +23,7 @@ describe("GET /v1/fleets/{fleet}/spec", () => {
         lock_ttl_s: 3600,
         allow_unknown_ids: false,
         default_group_slots: null,
+        disruption_budget: null,
         image_policy: "any",
       },
       capabilities: { firewall: true },

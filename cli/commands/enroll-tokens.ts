@@ -1,5 +1,6 @@
 import { InvalidArgumentError, Option, type Command } from "commander";
 import type { Io } from "../io.ts";
+import { labelsOf } from "./servers.ts";
 import { act } from "../context.ts";
 import { parseDuration } from "../format.ts";
 import { SERVER_KINDS } from "../../src/domain/enums.ts";
@@ -14,6 +15,8 @@ const positive = (v: string) => {
   if (!Number.isInteger(n) || n < 1) throw new InvalidArgumentError("expected a whole number of at least 1");
   return n;
 };
+
+const collectLabel = (v: string, prev: string[] = []) => [...prev, v];
 
 /** `hm enroll-tokens`: a fleet's enrollment tokens, which let machines join it by themselves (install.sh, harbormaster-agent join). */
 export function registerEnrollTokens(program: Command, io: Io) {
@@ -65,6 +68,7 @@ export function registerEnrollTokens(program: Command, io: Io) {
     .option("--max-uses <n>", "how many machines it may enroll", positive, 1)
     .option("--roles <roles>", "roles of the servers it enrolls, comma-separated", list, [])
     .option("--reboot-group <group>", "their reboot group", "default")
+    .option("--label <key=value>", "a label of every server it enrolls, e.g. zone=eu-1a (repeatable)", collectLabel)
     .addOption(new Option("--kind <kind>", "their kind").choices(SERVER_KINDS).default("managed"))
     .option(
       "--hostname-pattern <glob>",
@@ -84,6 +88,7 @@ export function registerEnrollTokens(program: Command, io: Io) {
             rebootGroup: string;
             kind: "managed" | "manual";
             hostnamePattern?: string;
+            label?: string[];
           },
         ) => {
           let seconds: number;
@@ -100,6 +105,7 @@ export function registerEnrollTokens(program: Command, io: Io) {
             reboot_group: o.rebootGroup,
             kind: o.kind,
             hostname_pattern: o.hostnamePattern,
+            ...(o.label ? { labels: labelsOf(o.label) } : {}),
           });
           if (ctx.machine) return ctx.out.data(t);
           const out = ctx.out;

@@ -11,6 +11,40 @@ const int = (v: string) => {
 const seconds = duration({ whole: true, min: 1 });
 const collect = (v: string, prev: string[] = []) => [...prev, v];
 
+type Amount = number | `${number}%`;
+/** A budget amount: a whole number of servers or a share ("25%"); the API checks the range. */
+function amountOf(v: string): Amount {
+  if (/^\d+%$/.test(v)) return v as `${number}%`;
+  if (/^\d+$/.test(v)) return Number(v);
+  throw new InvalidArgumentError("expected a number of servers or a share like 25%");
+}
+
+/** The budget --max-unavailable and --max-unavailable-per say, or undefined when neither is given. */
+function budgetOf(max: Amount | undefined, per: string[] | undefined) {
+  if (max === undefined && !per) return undefined;
+  const per_label: Record<string, Amount> = {};
+  for (const kv of per ?? []) {
+    const at = kv.lastIndexOf("=");
+    if (at <= 0) throw new Exit(2, `--max-unavailable-per ${kv}: expected key=n or key=p%`);
+    try {
+      per_label[kv.slice(0, at)] = amountOf(kv.slice(at + 1));
+    } catch (err) {
+      throw new Exit(2, `--max-unavailable-per ${kv}: ${(err as Error).message}`);
+    }
+  }
+  return { max_unavailable: max ?? null, per_label };
+}
+
+const budgetText = (b: Fleet["disruption_budget"]) =>
+  b
+    ? [
+        b.max_unavailable === null ? null : `at most ${b.max_unavailable} of the fleet`,
+        ...Object.entries(b.per_label).map(([k, v]) => `at most ${v} per ${k}`),
+      ]
+        .filter(Boolean)
+        .join(", ")
+    : "none";
+
 /** `firewall=true`, `firewall` (true), `firewall=false`; with `null` allowed, `firewall=null` removes it. */
 function capabilitiesOf(specs: string[], allowNull: boolean): Record<string, boolean | null> {
   return Object.fromEntries(
@@ -112,6 +146,7 @@ export function registerFleets(program: Command, io: Io) {
           ["lock ttl", humanSpan(f.lock_ttl_s)],
           ["unknown FleetLock ids", f.allow_unknown_ids ? "allowed" : "refused"],
           ["default group slots", f.default_group_slots],
+          ["disruption budget", budgetText(f.disruption_budget)],
           ["created", ctx.out.time(f.created_at)],
         ]);
       }),
@@ -124,6 +159,8 @@ export function registerFleets(program: Command, io: Io) {
     .option("--lock-ttl <duration>", "a reboot slot held longer is flagged stuck (1h)", seconds)
     .option("--default-group-slots <n>", "slots of reboot groups nobody configured", int)
     .option("--allow-unknown-ids", "accept FleetLock ids no server registered")
+    .option("--max-unavailable <n|p%>", "disruption budget: servers of the fleet disrupted at once", amountOf)
+    .option("--max-unavailable-per <key=n|p%>", "disruption budget per label key, e.g. zone=1 (repeatable)", collect)
     .option(
       "--image-policy <policy>",
       "catalog: name only catalog images (hm images); any: free-form image strings (default)",
@@ -138,6 +175,7 @@ export function registerFleets(program: Command, io: Io) {
           lock_ttl_s: o.lockTtl,
           default_group_slots: o.defaultGroupSlots,
           allow_unknown_ids: o.allowUnknownIds,
+          disruption_budget: budgetOf(o.maxUnavailable, o.maxUnavailablePer),
         });
         if (ctx.machine) return ctx.out.data(f);
         ctx.out.line(`Created fleet ${f.id}.`);
@@ -154,6 +192,9 @@ export function registerFleets(program: Command, io: Io) {
     .option("--default-group-slots <n>", "slots of reboot groups nobody configured", int)
     .option("--allow-unknown-ids", "accept FleetLock ids no server registered")
     .option("--no-allow-unknown-ids", "refuse FleetLock ids no server registered")
+    .option("--max-unavailable <n|p%>", "disruption budget: servers of the fleet disrupted at once", amountOf)
+    .option("--max-unavailable-per <key=n|p%>", "disruption budget per label key, e.g. zone=1 (repeatable)", collect)
+    .option("--no-disruption-budget", "remove the fleet's disruption budget")
     .option("--image-policy <policy>", "catalog: name only catalog images (hm images); any: free-form image strings")
     .action(
       act(io, async (ctx, id: string, o) => {
@@ -164,10 +205,13 @@ export function registerFleets(program: Command, io: Io) {
         if (o.defaultGroupSlots !== undefined) patch.default_group_slots = o.defaultGroupSlots;
         if (o.allowUnknownIds !== undefined) patch.allow_unknown_ids = o.allowUnknownIds;
         if (o.imagePolicy !== undefined) patch.image_policy = policyOf(o.imagePolicy);
+        if (o.disruptionBudget === false) patch.disruption_budget = null;
+        else if (o.maxUnavailable !== undefined || o.maxUnavailablePer)
+          patch.disruption_budget = budgetOf(o.maxUnavailable, o.maxUnavailablePer);
         if (Object.keys(patch).length === 0) {
           throw new Exit(
             2,
-            "nothing to change: pass --capability, --stale-after, --lock-ttl, --default-group-slots, --[no-]allow-unknown-ids or --image-policy",
+            "nothing to change: pass --capability, --stale-after, --lock-ttl, --default-group-slots, --[no-]allow-unknown-ids, --max-unavailable[-per], --no-disruption-budget or --image-policy",
           );
         }
         const f = await ctx.api.patchFleet(id, patch);

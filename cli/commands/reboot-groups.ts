@@ -3,6 +3,7 @@ import type { RebootGroup } from "../api.ts";
 import { Exit, type Io, type Output } from "../io.ts";
 import { act, fleetOption } from "../context.ts";
 import { safety } from "./gates.ts";
+import { blockedText } from "../format.ts";
 
 const slotsArg = (v: string) => {
   if (!/^\d+$/.test(v)) throw new InvalidArgumentError("expected a whole number");
@@ -181,6 +182,7 @@ function showGroup(out: Output, g: RebootGroup) {
         : "none",
     ],
     ["open now", g.open_now ? "yes" : "no"],
+    ["blocked by", blockedText(g.blocked_by) ?? "-"],
     ["queue wait", g.queue_wait_s ? `${g.queue_wait_s}s` : "off (refused at once)"],
     [
       "windows",
@@ -205,15 +207,25 @@ function showGroup(out: Output, g: RebootGroup) {
   if (g.queue.length === 0) return;
   out.line();
   out.table(
-    ["QUEUED", "ID", "SERVER", "HOSTNAME", "WAITING SINCE", "WAITED", "CONNECTED"],
+    [
+      "QUEUED",
+      "ID",
+      "HOSTNAME",
+      "WAITED",
+      "CONNECTED",
+      "WAITS FOR",
+      { head: "SERVER", wide: true },
+      { head: "WAITING SINCE", wide: true },
+    ],
     g.queue.map((q) => [
       q.position,
       q.id,
-      q.server?.id,
       q.server?.hostname,
-      q.waiting_since,
       `${q.waited_s}s`,
       q.connected ? "yes" : out.c.yellow("gone"),
+      blockedText(q.blocked_by),
+      q.server?.id,
+      q.waiting_since,
     ]),
     "",
   );

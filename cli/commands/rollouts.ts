@@ -7,7 +7,7 @@
 import { SingleBar } from "cli-progress";
 import { InvalidArgumentError, Option, type Command } from "commander";
 import { ROLLOUT_CONTROLS, ROLLOUT_STATES, ROLLOUT_TARGET_STATES as TARGET_STATES } from "../../src/domain/enums.ts";
-import { duration, humanSpan } from "../format.ts";
+import { duration, humanSpan, blockedText } from "../format.ts";
 import type { Rollout, RolloutInput } from "../api.ts";
 import { Exit, type Io, type Output } from "../io.ts";
 import { act, fleetOption, type Ctx } from "../context.ts";
@@ -361,6 +361,7 @@ export function registerRollouts(program: Command, io: Io) {
             "STARTED",
             "TOOK",
             "REASON",
+            "WAITS FOR",
             { head: "SERVER", wide: true },
             { head: "FROM", wide: true },
             { head: "SLOT", wide: true },
@@ -372,7 +373,8 @@ export function registerRollouts(program: Command, io: Io) {
             t.generation,
             out.time(t.started_at),
             t.duration_s === null ? null : humanSpan(t.duration_s),
-            t.reason,
+            t.state === "waiting_budget" ? null : t.reason,
+            blockedText(t.blocked_by),
             t.server_id,
             t.from_image,
             t.reboot_slot,

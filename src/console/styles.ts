@@ -76,6 +76,8 @@ progress.p-bad{accent-color:var(--bad)}progress.p-ok{accent-color:var(--ok)}prog
 .live.on{color:var(--ok);border-color:var(--ok)}.live.off{color:var(--bad);border-color:var(--bad);border-style:dashed}
 .signin{max-width:420px;margin:10vh auto}.signin form{display:flex;flex-direction:column;gap:10px}
 ol.queue{margin:0;padding-left:1.4rem}
+ul.blocked{margin:4px 0 0;padding-left:1.2rem}ul.blocked li{margin:2px 0}
+.card.notice{border-left:4px solid var(--warn);margin-bottom:12px}
 main>*{min-width:0}
 @media (max-width:600px){main{padding:10px}th,td{padding:6px}.top{padding:8px 10px}.hide-narrow{display:none}
 .grid{grid-template-columns:minmax(0,1fr)}.filters input{max-width:100%}}

@@ -98,6 +98,7 @@ const TONES: Record<string, [icon: IconName, tone: string]> = {
   rolled_back: ["back", "idle"],
   slow: ["clock", "warn"],
   waiting: ["more", "idle"],
+  waiting_budget: ["more", "warn"],
 };
 
 export const Badge = ({ status, label }: { status: string; label?: string }) => {
@@ -482,3 +483,46 @@ export const Select = ({
 );
 
 export const canWrite = (s: Session | null) => !!s && s.scope !== "read";
+
+const BLOCKED_LABEL: Record<string, string> = {
+  window: "Window closed",
+  gate: "Gate failing",
+  budget: "Disruption budget",
+  slots: "Slots taken",
+  hold: "Hold",
+  paused: "Paused",
+  auto_paused: "Paused by itself",
+  analysis: "Analysis",
+  bake: "Baking",
+  queue: "Queue",
+};
+
+/** Why something waits (its blocked_by), each reason in words, with its since and until. */
+export const BlockedList = ({
+  items,
+  label = "Why it waits",
+}: {
+  items: readonly { kind: string; message: string; since?: string; until?: string }[];
+  label?: string;
+}) =>
+  items.length === 0 ? null : (
+    <ul class="blocked" aria-label={label}>
+      {items.map((b) => (
+        <li data-kind={b.kind}>
+          <strong>{BLOCKED_LABEL[b.kind] ?? b.kind}:</strong> {b.message}
+          {b.since ? (
+            <>
+              {" "}
+              (since <Ago at={b.since} />)
+            </>
+          ) : null}
+          {b.until ? (
+            <>
+              {" "}
+              (until <Ago at={b.until} />)
+            </>
+          ) : null}
+        </li>
+      ))}
+    </ul>
+  );

@@ -19,6 +19,7 @@ import { FLEET_TASK_KINDS } from "../domain/enums";
 import { OPERATOR_SCOPES } from "../domain/enums";
 // The image catalog.
 import type { CatalogFields } from "../domain/images";
+import type { DisruptionBudget } from "../domain/disruption-budget";
 
 /**
  * D1 is the fleet-wide index. Each server's ledger (a Durable Object) is the source of truth for
@@ -34,6 +35,8 @@ export const fleets = sqliteTable("fleets", {
   fleetlockKeyHash: text("fleetlock_key_hash"),
   allowUnknownIds: integer("allow_unknown_ids", { mode: "boolean" }).notNull().default(false),
   defaultGroupSlots: integer("default_group_slots"),
+  /** The fleet's disruption budget (src/fleetlock/budget.ts); null: none. */
+  disruptionBudget: text("disruption_budget", { mode: "json" }).$type<DisruptionBudget | null>(),
   createdAt: integer("created_at").notNull(),
   /** "catalog": desired configs may name only catalog images; "any": free-form image strings. */
   imagePolicy: text("image_policy", { enum: ["catalog", "any"] })
@@ -461,6 +464,8 @@ export const enrollmentTokens = sqliteTable(
     rebootGroup: text("reboot_group").notNull(),
     kind: text("kind", { enum: SERVER_KINDS }).notNull(),
     hostnamePattern: text("hostname_pattern"),
+    /** Labels every server it enrolls gets (the enroll body's own labels win on a shared key). */
+    labels: text("labels", { mode: "json" }).$type<Record<string, string>>().notNull().default({}),
     maxUses: integer("max_uses").notNull(),
     uses: integer("uses").notNull().default(0),
     expiresAt: integer("expires_at").notNull(),

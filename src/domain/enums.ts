@@ -77,6 +77,8 @@ export const FLEETLOCK_KINDS = [
   "rollout_running",
   "reboots_unhealthy",
   "external_check_failed",
+  // The fleet's disruption budget (src/fleetlock/budget.ts) is spent: the group would grant.
+  "budget_exhausted",
   "not_found",
   "method_not_allowed",
   "internal_error",
@@ -122,7 +124,16 @@ export const ROLLOUT_STATES = [
 export type RolloutState = (typeof ROLLOUT_STATES)[number];
 
 /** One target's state in a rollout pass. */
-export const ROLLOUT_TARGET_STATES = ["queued", "applying", "done", "failed", "timed_out", "skipped"] as const;
+/** `waiting_budget`: queued, and refused by the fleet's disruption budget; it starts when the budget frees. */
+export const ROLLOUT_TARGET_STATES = [
+  "queued",
+  "waiting_budget",
+  "applying",
+  "done",
+  "failed",
+  "timed_out",
+  "skipped",
+] as const;
 export type RolloutTargetState = (typeof ROLLOUT_TARGET_STATES)[number];
 
 /** An operator's control of a rollout. */

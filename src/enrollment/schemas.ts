@@ -3,6 +3,7 @@ import { SERVER_KINDS } from "../domain/enums";
 import { MAX_SERVER_ROLES } from "../domain/limits";
 import { fleetId, fleetlockId, groupName, roleName } from "../fleets/schemas";
 import { HOSTNAME } from "../servers/naming";
+import { labelsSchema } from "../model/server/labels";
 import { patternProblem } from "./pattern";
 
 /** The longest an enrollment token may live: one that leaks stops working within a month at most. */
@@ -36,6 +37,10 @@ export const EnrollmentTokenInput = z
       .default([])
       .openapi({ description: "The roles of every server it enrolls" }),
     reboot_group: groupName.default("default"),
+    labels: labelsSchema.default({}).openapi({
+      description: "Labels every server it enrolls gets; the enroll body's own labels win on a shared key",
+      example: { zone: "eu-1a" },
+    }),
     kind: z
       .enum(SERVER_KINDS)
       .default("managed")
@@ -62,6 +67,7 @@ export const EnrollmentToken = z
     name: z.string().nullable(),
     roles: z.array(z.string()),
     reboot_group: z.string(),
+    labels: z.record(z.string(), z.string()),
     kind: z.enum(SERVER_KINDS),
     hostname_pattern: z.string().nullable(),
     max_uses: z.number().int(),
@@ -92,6 +98,10 @@ export const EnrollInput = z
       }),
     boot_id: z.string().min(1).max(128).openapi({ description: "/proc/sys/kernel/random/boot_id" }),
     fleetlock_id: fleetlockId.optional(),
+    labels: labelsSchema.optional().openapi({
+      description: "The machine's own labels (its zone, its rack), merged over the token's",
+      example: { zone: "eu-1a", rack: "r12" },
+    }),
   })
   .openapi("EnrollInput");
 export type EnrollInput = z.infer<typeof EnrollInput>;

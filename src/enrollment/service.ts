@@ -27,6 +27,8 @@ import { digestsEqual, sha256Hex } from "../lib/crypto";
 import { iso, isoOrNull } from "../lib/time";
 import { issueEnrollmentToken, parseEnrollmentToken } from "../auth/tokens";
 import { registerServer, rotateServerToken } from "../servers/service";
+import { sortedLabels } from "../model/server/labels";
+import { MAX_SERVER_LABELS } from "../domain/limits";
 import { hostnameMatches } from "./pattern";
 import { MAX_ENROLLMENT_TTL_MS, type EnrollInput, type EnrollmentTokenInput } from "./schemas";
 import {
@@ -54,6 +56,7 @@ export function enrollmentTokenView(r: EnrollmentTokenRow, now = Date.now()) {
     name: r.name,
     roles: r.roles,
     reboot_group: r.rebootGroup,
+    labels: r.labels ?? {},
     kind: r.kind,
     hostname_pattern: r.hostnamePattern,
     max_uses: r.maxUses,
@@ -99,6 +102,7 @@ export async function createEnrollmentToken(env: Env, actor: string, fleet: stri
     hash,
     roles: input.roles,
     rebootGroup: input.reboot_group,
+    labels: sortedLabels(input.labels),
     kind: input.kind,
     hostnamePattern: input.hostname_pattern ?? null,
     maxUses: input.max_uses,
@@ -109,12 +113,22 @@ export async function createEnrollmentToken(env: Env, actor: string, fleet: stri
     revokedAt: null,
     lastUsedAt: null,
   };
-  const { name, roles, reboot_group, kind, max_uses, hostname_pattern } = input;
+  const { name, roles, reboot_group, labels, kind, max_uses, hostname_pattern } = input;
   await insertEnrollmentToken(getDb(env.DB), row, {
     actor,
     action: "enrollment_token.create",
     target: `enrollment-token:${id}`,
-    details: { fleet, name, roles, reboot_group, kind, max_uses, hostname_pattern, expires_at: iso(expiresAt) },
+    details: {
+      fleet,
+      name,
+      roles,
+      reboot_group,
+      labels,
+      kind,
+      max_uses,
+      hostname_pattern,
+      expires_at: iso(expiresAt),
+    },
   });
   return { ...enrollmentTokenView(row, now), token };
 }
@@ -197,6 +211,8 @@ export async function enroll(env: Env, authorization: string | undefined, input:
       },
     );
   }
+  // Checked before a use is claimed: a refused enrollment uses nothing.
+  enrolledLabels(token, input);
   if (token.uses >= token.maxUses)
     throw unauthorized(`this enrollment token is used up (${token.maxUses} of ${token.maxUses})`);
   // A fleet deleted and created again under the same id is another fleet: its old tokens do not enroll into it.
@@ -224,12 +240,32 @@ export async function enroll(env: Env, authorization: string | undefined, input:
   return registered;
 }
 
+/** The token's labels with the machine's own over them; more than a server may carry is refused. */
+function enrolledLabels(token: EnrollmentTokenRow, input: EnrollInput) {
+  const labels = sortedLabels({ ...token.labels, ...input.labels });
+  const n = Object.keys(labels).length;
+  if (n > MAX_SERVER_LABELS) {
+    throw new DomainError(
+      "validation_failed",
+      `the server would have ${n} labels (the token's and the body's); at most ${MAX_SERVER_LABELS}`,
+      [
+        {
+          path: "labels",
+          message: `at most ${MAX_SERVER_LABELS} labels, the token's ${Object.keys(token.labels ?? {}).length} included`,
+        },
+      ],
+    );
+  }
+  return labels;
+}
+
 const registration = (token: EnrollmentTokenRow, input: EnrollInput) => ({
   fleet: token.fleetId,
   hostname: input.hostname,
   kind: token.kind,
   roles: token.roles,
   reboot_group: token.rebootGroup,
+  labels: enrolledLabels(token, input),
   ...(input.fleetlock_id !== undefined ? { fleetlock_id: input.fleetlock_id } : {}),
 });
 

@@ -10,6 +10,8 @@ import { Outbox } from "../objects/kit/outbox";
 import { Scheduler } from "../objects/kit/scheduler";
 import { socketRoom } from "../objects/kit/sockets";
 import { ledgerOf } from "../objects/stubs";
+import { budgetClosure, BudgetWatch } from "./disruption";
+import { DisruptionStore } from "./disruption-store";
 import { audit, changed, coordinatorEffects, emit } from "./effects";
 import { GateKeeper, type GateChange } from "./gate-keeper";
 import { GateStore } from "./gate-store";
@@ -27,7 +29,13 @@ import { WebhookStore } from "../webhooks/store";
 export function assemble(ctx: DurableObjectState, env: () => Env, clock: () => number): CoordinatorParts {
   const db = () => getDb(env().DB);
   const scheduler = new Scheduler(ctx.storage);
-  const store = new CoordinatorStore(ctx.storage, (group) => changed(parts, group));
+  // What the budget counts changed (a slot, a hold, a server down or back): looked at once per turn.
+  const budgetWatch = new BudgetWatch(() => parts);
+  const store = new CoordinatorStore(ctx.storage, (group) => {
+    changed(parts, group);
+    budgetWatch.touch();
+  });
+  const disruption = new DisruptionStore(ctx.storage, () => budgetWatch.touch());
   const gateStore = new GateStore(ctx.storage);
   const webhookStore = new WebhookStore(ctx.storage);
   const webhooks = new WebhookDispatcher(webhookStore, {
@@ -47,6 +55,7 @@ export function assemble(ctx: DurableObjectState, env: () => Env, clock: () => n
     drained: (name, g, now) => void gates.note(name, g, now),
     tidy: (name, g, now) => reportStuck(parts, name, expireHealth(parts, name, g, now), now),
     dueAt: (g) => Math.min(healthWake(g) ?? Infinity, stuckWake(store, g) ?? Infinity),
+    budget: (serverId, extra) => budgetClosure(parts, serverId, extra),
   };
   const trust = Number(env().PARK_TRUST_S);
   const trustMs = env().PARK_TRUST_S && Number.isFinite(trust) && trust >= 0 ? trust * 1000 : null;
@@ -65,6 +74,8 @@ export function assemble(ctx: DurableObjectState, env: () => Env, clock: () => n
     parked,
     gates,
     gateStore,
+    disruption,
+    budgetWatch,
     webhooks,
     webhookStore,
     ask: (serverId) => ledgerOf(env(), serverId).heldNames(),
@@ -89,6 +100,14 @@ function gateChanged(p: CoordinatorParts, { group, closed, was }: GateChange) {
         gate: closed.gate,
         kind: closed.kind,
         reason: closed.reason,
+        blocked_by: [
+          {
+            kind: closed.gate === "hold" ? "hold" : "gate",
+            message: `the ${closed.gate} gate is closed: ${closed.reason}`,
+            since: new Date(at).toISOString(),
+            detail: closed.reason,
+          },
+        ],
       },
       at,
     );

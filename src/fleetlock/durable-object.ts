@@ -17,6 +17,8 @@ import { fireTimers } from "./timers";
 import { answered, PRE_REBOOT_WAIT_PATH, preRebootWaitOf } from "./waits";
 import type { ClientParams, FleetLockFailure } from "./protocol";
 import * as slots from "./rollout-slots";
+import * as disruption from "./disruption";
+import type { StoredMember } from "./disruption-store";
 import * as specGroups from "./spec-groups";
 import type { GroupChange, Holder } from "./semaphore";
 import type { FleetEvent } from "../webhooks/events";
@@ -107,7 +109,15 @@ export class RebootCoordinator extends DurableObject<Env> {
 
   /** PATCH /v1/fleets/{fleet}: the fleet's settings, as D1 now holds them. */
   async updateSettings(settings: FleetSettings): Promise<void> {
+    const before = JSON.stringify(this.parts.store.config?.disruption_budget ?? null);
     this.parts.store.syncSettings(settings);
+    // A larger budget (or none) frees what waited for it.
+    if (JSON.stringify(settings.disruption_budget ?? null) !== before) this.parts.budgetWatch.touch(true);
+  }
+
+  /** A server's ledger describes it (hostname, labels): the disruption budget counts by them. */
+  async serverMember(serverId: string, m: StoredMember): Promise<void> {
+    disruption.serverMember(this.parts, serverId, m);
   }
 
   /** Installs a new key; the previous one stops working with this write. */
@@ -290,10 +300,7 @@ export class RebootCoordinator extends DurableObject<Env> {
 
   // ---- rollout slots ----
 
-  async acquireRolloutSlot(
-    settings: FleetSettings,
-    req: slots.RolloutSlotRequest,
-  ): Promise<{ ok: true } | { ok: false; kind: string; value: string }> {
+  async acquireRolloutSlot(settings: FleetSettings, req: slots.RolloutSlotRequest): Promise<slots.RolloutSlotAnswer> {
     return slots.acquireRolloutSlot(this.parts, settings, req);
   }
 

@@ -10,6 +10,7 @@ import type { Db } from "../db/client";
 import type { Env } from "../env";
 import type { Effect, Outbox } from "../objects/kit/outbox";
 import type { Scheduler } from "../objects/kit/scheduler";
+import { rolloutOf } from "../objects/stubs";
 import type { DeliveryPayload, WebhookDispatcher } from "../webhooks/dispatch";
 import { fleetEvent, type FleetEvent } from "../webhooks/events";
 import type { CoordinatorStore } from "./store";
@@ -17,7 +18,7 @@ import type { CoordinatorStore } from "./store";
 /** How long a host grant's or release's audit row may wait to share a D1 batch with others. */
 const HOST_AUDIT_DEFER_MS = 1_000;
 
-export type CoordinatorEffectKind = "audit" | "webhook" | "feed";
+export type CoordinatorEffectKind = "audit" | "webhook" | "feed" | "budget_wake";
 export type CoordinatorOutbox = Outbox<CoordinatorEffectKind>;
 
 /** What the effects are delivered with. */
@@ -35,6 +36,13 @@ export function coordinatorEffects(w: CoordinatorEffectWiring): Record<Coordinat
     webhook: { target: "call", deliver: async (p: DeliveryPayload) => w.webhooks.adopt(p) },
     // The console's live notice (src/notices/notices.ts).
     feed: feedEffect(w.env),
+    // A rollout waiting for the disruption budget: budget freed, it asks again (./disruption.ts).
+    budget_wake: {
+      target: "call",
+      deliver: async (p: { rollout_id: string }) => {
+        await rolloutOf(w.env(), p.rollout_id).budgetFreed();
+      },
+    },
   };
 }
 

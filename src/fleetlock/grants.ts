@@ -5,11 +5,12 @@
  */
 import type { FleetSettings } from "../model/fleet";
 import { entryNamed, TRIED } from "./named";
+import { budgetClosure } from "./disruption";
 import type { AuditEntry } from "../db/audit";
 import { digestsEqual } from "../lib/crypto";
 import { fail, type Failure } from "../objects/kit/result";
 import type { CoordinatorParts } from "./parts";
-import { audit, hostAudit } from "./effects";
+import { audit, emit, hostAudit } from "./effects";
 import { rebootGranted, rebootReleased } from "./reboot-events";
 import { implicitGroup, viewOf } from "./groups";
 import { catchUpReserved, clientOf } from "./identity";
@@ -79,6 +80,7 @@ export async function preReboot(
   const adm = admit(group, c.store.queue(name), params.id, serverId, now, {
     mayPark: !opts.resume,
     gate: c.gates.closed(group, now),
+    budget: budgetClosure(c, serverId),
   });
   if (adm.kind === "refused") {
     if (c.store.group(name)) c.gates.note(name, c.store.group(name)!, now);
@@ -103,9 +105,36 @@ export async function preReboot(
   if (holderOf(c.store.group(name)!, params.id)) answer = { ok: true };
   else if (!queuedOf(c.store.queue(name), params.id)) answer = c.parked.refusal(name, params.id, "removed");
   // Still in this turn: every later decision finds the waiter.
-  else answer = { ok: "waiting", waiter: c.parked.hold(name, adm.entry, now) };
+  else {
+    answer = { ok: "waiting", waiter: c.parked.hold(name, adm.entry, now) };
+    if (adm.changed) queuedEvent(c, config, name, params.id, serverId, now);
+  }
   await drained;
   return answer;
+}
+
+/** A host parked: the fleet's webhooks learn it, and why it waits. */
+function queuedEvent(
+  c: CoordinatorParts,
+  config: FleetConfig,
+  name: string,
+  id: string,
+  serverId: string | null,
+  now: number,
+) {
+  const view = viewOf(c, config, name, c.store.group(name)!, now);
+  const mine = view.queue.find((e) => e.id === id);
+  if (!mine) return;
+  const host = mine.server?.hostname ?? id;
+  emit(
+    c,
+    config.fleet_id,
+    "reboot.queued",
+    serverId ? `server:${serverId}` : `group:${name}`,
+    `${host} waits for a reboot slot in ${name}: ${mine.blocked_by.map((b) => b.message).join("; ") || "queued"}`,
+    { group: name, id, server_id: serverId, hostname: host, position: mine.position, blocked_by: mine.blocked_by },
+    now,
+  );
 }
 
 /**
@@ -214,7 +243,10 @@ export async function releaseServer(
   const match = (h: Holder) => h.server_id === serverId && (removal || h.granted_at <= opts.granted_before!);
   const now = c.clock();
   const released: (Holder & { group: string })[] = [];
-  if (removal) c.gateStore.dropRecovering(serverId);
+  if (removal) {
+    c.gateStore.dropRecovering(serverId);
+    c.disruption.dropServer(serverId);
+  }
   for (const [name, group] of c.store.groups()) {
     // A reboot seen by the ledger frees a healthy_report slot only once the new boot is healthy.
     for (const h of group.holders)

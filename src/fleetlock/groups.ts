@@ -5,6 +5,8 @@
 import type { FleetSettings } from "../model/fleet";
 import { entryNamed, TRIED } from "./named";
 import { fail, type Failure } from "../objects/kit/result";
+import { groupBlockedBy, hostBlockedBy } from "./blocked";
+import { budgetClosure } from "./disruption";
 import { audit } from "./effects";
 import type { CoordinatorParts } from "./parts";
 import { holdView, verdictView } from "./gate-rules";
@@ -71,6 +73,16 @@ export function viewOf(
     hold: holdView(group.hold, now),
     verdicts: c.gates.verdicts(group, now).map(verdictView),
   };
+  const hostname = (serverId: string | null, id: string) =>
+    (serverId && (c.store.servers.get(serverId)?.hostname ?? c.disruption.members().get(serverId)?.hostname)) || id;
+  const input = {
+    g: group,
+    now,
+    holds: c.gates.effective(group).holds,
+    verdicts: c.gates.verdicts(group, now),
+    hostname,
+  };
+  const held = groupBlockedBy(input);
   return groupView(
     name,
     group,
@@ -82,6 +94,10 @@ export function viewOf(
       return { id: serverId, hostname: s ? s.hostname : null };
     },
     gates,
+    {
+      group: held,
+      host: (e, ahead) => hostBlockedBy(input, held, budgetClosure(c, e.server_id)?.block ?? null, ahead),
+    },
   );
 }
 

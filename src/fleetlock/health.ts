@@ -10,6 +10,7 @@
  * `recovering`) for the `max_rebooted_unhealthy` gate, until a healthy report or its removal.
  */
 import type { CoordinatorParts } from "./parts";
+import { noteHealth } from "./disruption";
 import { audit, emit, hostAudit } from "./effects";
 import type { Recovering } from "./gate-store";
 import { healthClass } from "./gates";
@@ -72,6 +73,8 @@ export async function serverHealth(c: CoordinatorParts, e: ServerHealthEvent) {
     c.gates.healthChanged();
     await c.scheduler.arm();
   }
+  // Stale or failed servers are disrupted: the budget counts them until they are back.
+  noteHealth(c, e.server_id, e.status, e.at);
   const recoveringBefore = c.gateStore.recovering().size;
   const held = c.store
     .groups()
@@ -198,6 +201,17 @@ export function expireHealth(c: CoordinatorParts, name: string, g: GroupState, n
         hostname: host,
         rebooted_at: new Date(h.rebooted_at!).toISOString(),
         paused: pause,
+        blocked_by: pause
+          ? [
+              {
+                kind: "auto_paused",
+                message: `paused by itself: ${reason}`,
+                since: new Date(now).toISOString(),
+                servers: names.slice(0, 10),
+                detail: reason,
+              },
+            ]
+          : [],
       },
       now,
     );

@@ -72,6 +72,8 @@ export interface QueueHooks {
   tidy: (name: string, g: GroupState, now: number) => GroupState;
   /** When the group must be looked at by itself whoever waits (a health time-out, a holder becoming stuck); Infinity: never. */
   dueAt: (g: GroupState) => number | null;
+  /** Why the fleet's disruption budget refuses a server now (counting `extra` as granted), or null. */
+  budget: (serverId: string | null, extra: readonly string[]) => Closure | null;
 }
 
 export class ParkedHosts {
@@ -153,10 +155,11 @@ export class ParkedHosts {
     // A slot it holds anywhere answers it (recursive lock).
     if (this.store.heldIn(id)) return { ok: true };
     const g = this.store.group(name);
-    const closed = (g && this.hooks.closed(name, g, this.clock())) ?? {
-      kind: "semaphore_full" as const,
-      value: refusalValue.semaphore_full,
-    };
+    const closed = (g && this.hooks.closed(name, g, this.clock())) ??
+      this.hooks.budget(this.store.clients.get(id)?.server_id ?? null, []) ?? {
+        kind: "semaphore_full" as const,
+        value: refusalValue.semaphore_full,
+      };
     if (why === "dequeued") return failure(closed.kind, `${closed.value}; an operator took this host out of the queue`);
     return failure(closed.kind, `${closed.value}; waited ${g?.queue_wait_s ?? 0} s in the queue`);
   }
@@ -239,6 +242,7 @@ export class ParkedHosts {
       eligible: (e) =>
         e.server_id ? this.store.clients.get(e.id)?.server_id === e.server_id : Boolean(config?.allow_unknown_ids),
       closed: (x) => this.hooks.closed(name, x, now),
+      budgetRefuses: (e, granted) => this.hooks.budget(e.server_id, granted) !== null,
     });
     // Hosts parked only while a gate's input was read are answered once it is in.
     const read = readDone(d.group, d.queue, now, this.hooks.closed(name, d.group, now));

@@ -4,6 +4,7 @@
  * ./assemble.ts from the constructor's arguments; nothing is set on them afterwards.
  */
 import type { Scheduler } from "../objects/kit/scheduler";
+import type { DisruptionStore } from "./disruption-store";
 import type { CoordinatorOutbox } from "./effects";
 import type { GateKeeper } from "./gate-keeper";
 import type { GateStore } from "./gate-store";
@@ -22,6 +23,10 @@ export interface CoordinatorParts {
   /** Health gates: their settings, inputs and the servers rebooted and not yet healthy. */
   gates: GateKeeper;
   gateStore: GateStore;
+  /** The disruption budget's own records (members, unavailable servers, rollout holds, waits). */
+  disruption: DisruptionStore;
+  /** Notices once per turn that the budget may have freed (./disruption.ts BudgetWatch). */
+  budgetWatch: { touch(force?: boolean): void };
   /** The fleet's webhooks: this object sends them, fed by every owner's events (src/webhooks/). */
   webhooks: WebhookDispatcher;
   webhookStore: WebhookStore;

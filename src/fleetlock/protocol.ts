@@ -33,6 +33,7 @@ export const KIND_STATUS = {
   rollout_running: 409,
   reboots_unhealthy: 409,
   external_check_failed: 409,
+  budget_exhausted: 409,
   not_found: 404,
   method_not_allowed: 405,
   internal_error: 500,

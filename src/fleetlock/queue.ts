@@ -98,14 +98,15 @@ export function admit(
   id: string,
   serverId: string | null,
   now: number,
-  opts: { mayPark: boolean; gate?: Closure | null },
+  opts: { mayPark: boolean; gate?: Closure | null; budget?: Closure | null },
 ): Admission {
   if (holderOf(g, id))
     return { kind: "granted", group: claim(g, id, now), changed: holderOf(g, id)!.unclaimed_until !== undefined };
   const live = liveEntries(q, now);
   const mine = queuedOf(live, id);
   if (mine) return { kind: "parked", queue: q, entry: mine, changed: false };
-  const closed = closureOf(g, now, opts.gate ?? null);
+  // The fleet's disruption budget comes last: the group would grant, the fleet cannot take one more.
+  const closed = closureOf(g, now, opts.gate ?? null) ?? opts.budget ?? null;
   if (live.length === 0 && !closed) {
     const granted: Holder = { id, server_id: serverId, granted_at: now };
     return { kind: "granted", group: { ...g, holders: [...g.holders, granted], updated_at: now }, changed: true };
@@ -184,6 +185,11 @@ export interface DrainOptions {
   eligible?: (entry: QueueEntry) => boolean;
   /** Why the group grants nothing new now; defaults to pause, windows and slots (gates add theirs). */
   closed?: (g: GroupState) => Closure | null;
+  /**
+   * Whether the fleet's disruption budget refuses this entry's server, counting the servers granted
+   * earlier in this drain. A refused entry keeps its place and the next one may go (another zone).
+   */
+  budgetRefuses?: (entry: QueueEntry, granted: string[]) => boolean;
 }
 
 export interface Drained {
@@ -216,6 +222,7 @@ export function drain(
   let group = g;
   const granted: Drained["granted"] = [];
   const dropped: QueueEntry[] = [];
+  const waiting: QueueEntry[] = [];
   while (queue.length > 0 && closed(group) === null) {
     const [entry, ...rest] = queue;
     queue = rest;
@@ -224,6 +231,11 @@ export function drain(
       continue;
     }
     if (holderOf(group, entry.id) || opts.holdsElsewhere?.(entry.id)) continue;
+    const grantedServers = granted.flatMap((x) => (x.entry.server_id ? [x.entry.server_id] : []));
+    if (opts.budgetRefuses?.(entry, grantedServers)) {
+      waiting.push(entry);
+      continue;
+    }
     const a = answer(entry.id);
     const how: Answer = a === true ? "live" : a === false ? "gone" : a;
     const holder: Holder = { id: entry.id, server_id: entry.server_id, granted_at: now };
@@ -233,7 +245,9 @@ export function drain(
       how === "provisional" ? { entry, answerable: true, provisional: true } : { entry, answerable: how === "live" },
     );
   }
-  return { group, queue: queue.length === q.length ? q : queue, granted, dropped };
+  // Entries the budget refused keep their places, ahead of those never looked at.
+  const left = waiting.length ? [...waiting, ...queue] : queue;
+  return { group, queue: left.length === q.length ? q : left, granted, dropped };
 }
 
 /** Releases grants nobody came back for within UNCLAIMED_GRANT_S. */

@@ -1,4 +1,5 @@
 import { z } from "@hono/zod-openapi";
+import { BlockedByListSchema } from "../model/blocked-by";
 import { fleetlockId, groupName } from "../fleets/schemas";
 import { MAX_GROUP_SLOTS, MAX_UNCLAIMED_GRANT_S, MIN_UNCLAIMED_GRANT_S } from "../domain/limits";
 import { FLEETLOCK_KINDS } from "../domain/enums";
@@ -157,6 +158,7 @@ const QueuedSchema = z
     connected: z
       .boolean()
       .openapi({ description: "false: its request went away; it keeps its place until its deadline" }),
+    blocked_by: BlockedByListSchema.openapi({ description: "Why it waits, first the reason to clear first" }),
   })
   .openapi("RebootQueued");
 
@@ -194,6 +196,9 @@ export const GroupSchema = z
     own_gates: GateConfigSchema.nullable(),
     hold: HoldSchema.nullable().openapi({
       description: "An operator's hold on this group (a fleet-wide hold shows in gates)",
+    }),
+    blocked_by: BlockedByListSchema.openapi({
+      description: "What holds the whole group now (pause, holds, a closed gate or window); empty when it would grant",
     }),
     updated_at: z.string(),
   })

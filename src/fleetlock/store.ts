@@ -141,6 +141,7 @@ export class CoordinatorStore {
       current.lock_ttl_s !== next.lock_ttl_s ||
       current.allow_unknown_ids !== next.allow_unknown_ids ||
       current.default_group_slots !== next.default_group_slots ||
+      JSON.stringify(current.disruption_budget ?? null) !== JSON.stringify(next.disruption_budget ?? null) ||
       current.fleet_id !== next.fleet_id
     ) {
       this.putConfig(next);

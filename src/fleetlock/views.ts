@@ -1,4 +1,5 @@
 import { iso } from "../lib/time";
+import type { BlockedBy } from "../model/blocked-by";
 import type { HoldView } from "./gate-rules";
 import type { GateConfig, GateName } from "./gates";
 import { liveEntries, unclaimedMs, type QueueEntry } from "./queue";
@@ -27,6 +28,8 @@ interface QueuedView {
   deadline: string;
   /** Whether its request is still open here (false: it went away, or the coordinator restarted). */
   connected: boolean;
+  /** Why it waits, first the reason to clear first. */
+  blocked_by: BlockedBy[];
 }
 
 /** What the health gates say about a group (./gate-rules.ts). */
@@ -60,6 +63,8 @@ export interface GroupView {
   gates_source: GroupGatesView["source"];
   own_gates: GateConfig | null;
   hold: HoldView | null;
+  /** What holds the whole group (pause, holds, a closed gate or window); empty when it would grant. */
+  blocked_by: BlockedBy[];
   updated_at: string;
 }
 
@@ -71,6 +76,10 @@ export function groupView(
   lockTtlMs: number,
   serverOf: (serverId: string) => { id: string; hostname: string | null },
   gates: GroupGatesView,
+  blocked: { group: BlockedBy[]; host: (e: QueueEntry, ahead: QueueEntry[]) => BlockedBy[] } = {
+    group: [],
+    host: () => [],
+  },
 ): GroupView {
   return {
     name,
@@ -95,7 +104,7 @@ export function groupView(
       rebooted_at: h.rebooted_at === undefined ? null : iso(h.rebooted_at),
       unhealthy_after_reboot: h.unhealthy_at !== undefined,
     })),
-    queue: liveEntries(queue.entries, now).map((e, i) => ({
+    queue: liveEntries(queue.entries, now).map((e, i, all) => ({
       position: i + 1,
       id: e.id,
       server: e.server_id ? serverOf(e.server_id) : null,
@@ -103,11 +112,13 @@ export function groupView(
       waited_s: Math.max(0, Math.floor((now - e.since) / 1000)),
       deadline: iso(e.deadline),
       connected: queue.connected(e.id),
+      blocked_by: blocked.host(e, all.slice(0, i)),
     })),
     gates: gates.verdicts,
     gates_source: gates.source,
     own_gates: gates.own,
     hold: gates.hold,
+    blocked_by: blocked.group,
     updated_at: iso(g.updated_at),
   };
 }

@@ -1,6 +1,7 @@
 import { z } from "@hono/zod-openapi";
 import { IMAGE_POLICIES } from "../domain/images";
 import { MAX_CAPABILITIES, MAX_FLEETLOCK_ID_LENGTH, MAX_GROUP_NAME_LENGTH, MAX_GROUP_SLOTS } from "../domain/limits";
+import { labelKey } from "../model/server/labels";
 
 export const FLEET_ID = /^[a-z0-9][a-z0-9-]{0,62}$/;
 const GROUP_NAME = /^[a-zA-Z0-9.-]+$/;
@@ -11,6 +12,42 @@ export const capabilityName = z
   .string()
   .regex(CAPABILITY_NAME, "capability names are 1-63 chars of a-z, 0-9 and '_', starting with a letter");
 export const groupName = z.string().max(MAX_GROUP_NAME_LENGTH).regex(GROUP_NAME, "group names match ^[a-zA-Z0-9.-]+$");
+
+/** A count of servers (at least 1) or a share of them, "1%" to "100%". */
+const amount = z
+  .union([
+    z.number().int().min(1).max(100_000),
+    z
+      .string()
+      .regex(/^([1-9][0-9]?|100)%$/, 'a share is "1%" to "100%"')
+      .transform((s) => s as `${number}%`),
+  ])
+  .openapi({ description: 'A count of servers, or a share of them ("25%", rounded up)', example: 1 });
+
+const MAX_BUDGET_LABELS = 4;
+
+/** The fleet's disruption budget (docs/reboot-safety.md#one-disruption-budget). */
+const DisruptionBudgetSchema = z
+  .strictObject({
+    max_unavailable: amount.nullable().default(null).openapi({
+      description: "At most this many servers of the fleet disrupted at once; null: no fleet-wide limit",
+    }),
+    per_label: z
+      .record(labelKey, amount)
+      .refine((m) => Object.keys(m).length <= MAX_BUDGET_LABELS, `at most ${MAX_BUDGET_LABELS} label keys`)
+      .default({})
+      .openapi({
+        description: 'Per label key, at most this many servers sharing one value of it ({"zone": 1})',
+        example: { zone: 1 },
+      }),
+  })
+  .refine((b) => b.max_unavailable !== null || Object.keys(b.per_label).length > 0, {
+    message: "name max_unavailable or per_label (null clears the budget)",
+  })
+  .openapi("DisruptionBudget", {
+    description:
+      "How many servers may be disrupted at once (holding a reboot slot, an applying rollout target, stale or failed)",
+  });
 
 /** The fleet's settings, shared by creation (with defaults) and PATCH (each optional). */
 const setting = {
@@ -26,6 +63,7 @@ const setting = {
     .max(30 * 86400),
   allow_unknown_ids: z.boolean(),
   default_group_slots: z.number().int().min(1).max(MAX_GROUP_SLOTS).nullable(),
+  disruption_budget: DisruptionBudgetSchema.nullable(),
   image_policy: z.enum(IMAGE_POLICIES).openapi({
     description:
       '"catalog": channels, rollouts and desired configs name only catalog images (else 422 image_not_found); "any": free-form image strings',
@@ -44,6 +82,7 @@ export const FleetInput = z
     lock_ttl_s: setting.lock_ttl_s.default(3600),
     allow_unknown_ids: setting.allow_unknown_ids.default(false),
     default_group_slots: setting.default_group_slots.default(null),
+    disruption_budget: setting.disruption_budget.default(null),
     image_policy: setting.image_policy.default("any"),
   })
   .openapi("FleetInput");
@@ -63,6 +102,7 @@ export const FleetPatch = z
     lock_ttl_s: setting.lock_ttl_s.optional(),
     allow_unknown_ids: setting.allow_unknown_ids.optional(),
     default_group_slots: setting.default_group_slots.optional(),
+    disruption_budget: setting.disruption_budget.optional(),
     image_policy: setting.image_policy.optional(),
   })
   .refine((p) => Object.keys(p).length > 0, "name at least one field to change")
@@ -77,6 +117,7 @@ export const Fleet = z
     lock_ttl_s: z.number().int(),
     allow_unknown_ids: z.boolean(),
     default_group_slots: z.number().int().nullable(),
+    disruption_budget: DisruptionBudgetSchema.nullable(),
     image_policy: z.enum(IMAGE_POLICIES),
     created_at: z.string(),
   })

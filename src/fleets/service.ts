@@ -43,6 +43,7 @@ export async function createFleet(env: Env, actor: string, input: FleetInput): P
     lockTtlS: input.lock_ttl_s,
     allowUnknownIds: input.allow_unknown_ids,
     defaultGroupSlots: input.default_group_slots,
+    disruptionBudget: input.disruption_budget,
     imagePolicy: input.image_policy,
     createdAt: Date.now(),
   };

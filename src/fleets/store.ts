@@ -29,6 +29,7 @@ export function fleetView(row: FleetRow) {
     lock_ttl_s: row.lockTtlS,
     allow_unknown_ids: row.allowUnknownIds,
     default_group_slots: row.defaultGroupSlots,
+    disruption_budget: row.disruptionBudget ?? null,
     image_policy: row.imagePolicy,
     created_at: iso(row.createdAt),
   };
@@ -50,6 +51,7 @@ export const fleetSettings = (row: FleetRow): FleetSettings => ({
   lock_ttl_s: row.lockTtlS,
   allow_unknown_ids: row.allowUnknownIds,
   default_group_slots: row.defaultGroupSlots,
+  disruption_budget: row.disruptionBudget ?? null,
 });
 
 /** The statement that records a task for the fleet's coordinator (a newer one replaces an older, payload and all). */

@@ -77,7 +77,13 @@ export const fleetSettingsWrite = (
   set: Partial<
     Pick<
       typeof fleets.$inferInsert,
-      "capabilities" | "staleAfterS" | "lockTtlS" | "allowUnknownIds" | "defaultGroupSlots" | "imagePolicy"
+      | "capabilities"
+      | "staleAfterS"
+      | "lockTtlS"
+      | "allowUnknownIds"
+      | "defaultGroupSlots"
+      | "disruptionBudget"
+      | "imagePolicy"
     >
   >,
 ) =>

@@ -215,6 +215,8 @@ export function patchFleet(db: Db, actor: string, fleet: string, patch: FleetPat
       lockTtlS: patch.lock_ttl_s ?? row.lockTtlS,
       allowUnknownIds: patch.allow_unknown_ids ?? row.allowUnknownIds,
       defaultGroupSlots: patch.default_group_slots === undefined ? row.defaultGroupSlots : patch.default_group_slots,
+      disruptionBudget:
+        patch.disruption_budget === undefined ? (row.disruptionBudget ?? null) : patch.disruption_budget,
       imagePolicy: patch.image_policy ?? row.imagePolicy,
     };
     const changed = {
@@ -223,7 +225,8 @@ export function patchFleet(db: Db, actor: string, fleet: string, patch: FleetPat
         next.staleAfterS !== row.staleAfterS ||
         next.lockTtlS !== row.lockTtlS ||
         next.allowUnknownIds !== row.allowUnknownIds ||
-        next.defaultGroupSlots !== row.defaultGroupSlots,
+        next.defaultGroupSlots !== row.defaultGroupSlots ||
+        JSON.stringify(next.disruptionBudget ?? null) !== JSON.stringify(row.disruptionBudget ?? null),
     };
     // The image policy is read from D1 by the writes it checks: no object keeps a copy.
     const policyChanged = next.imagePolicy !== row.imagePolicy;
@@ -240,6 +243,7 @@ export function patchFleet(db: Db, actor: string, fleet: string, patch: FleetPat
             lockTtlS: next.lockTtlS,
             allowUnknownIds: next.allowUnknownIds,
             defaultGroupSlots: next.defaultGroupSlots,
+            disruptionBudget: next.disruptionBudget,
             imagePolicy: next.imagePolicy,
           })
           .where(eq(fleets.id, fleet)),

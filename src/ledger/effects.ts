@@ -27,6 +27,7 @@ export type LedgerEffectKind =
   | "token"
   | "audit"
   | "identity"
+  | "member"
   | "release"
   | "rollout_event"
   | "cleanup_index"
@@ -75,6 +76,23 @@ export const tokenPayload = (record: ServerRecord, createdBy: string, revokedAt:
   created_by: createdBy,
   created_at: record.created_at,
   revoked_at: revokedAt,
+});
+
+/** What the fleet's coordinator counts the disruption budget by (src/fleetlock/disruption.ts). */
+export interface MemberPayload {
+  fleet_id: string;
+  server_id: string;
+  hostname: string;
+  labels: Record<string, string>;
+  at: number;
+}
+
+export const memberPayload = (record: ServerRecord, at: number): MemberPayload => ({
+  fleet_id: record.fleet_id,
+  server_id: record.id,
+  hostname: record.hostname,
+  labels: record.labels ?? {},
+  at,
 });
 
 export const identityPayload = (record: ServerRecord, rev: number): IdentityPayload => ({
@@ -174,6 +192,17 @@ export function ledgerEffects(w: LedgerEffectWiring): Record<LedgerEffectKind, E
       target: "call",
       deliver: async (p: IdentityPayload) => {
         await coordinatorOf(w.env(), p.fleet_id).setServerIdentity(p.server_id, p.identity);
+      },
+    },
+    // The disruption budget: the server's hostname and labels, for its fleet's coordinator.
+    member: {
+      target: "call",
+      deliver: async (p: MemberPayload) => {
+        await coordinatorOf(w.env(), p.fleet_id).serverMember(p.server_id, {
+          hostname: p.hostname,
+          labels: p.labels,
+          at: p.at,
+        });
       },
     },
     // Rollouts: a target's outcome, keyed per rollout.

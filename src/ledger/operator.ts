@@ -6,7 +6,7 @@
 import { fail, type Failure, type Result } from "../objects/kit/result";
 import type { PlanState } from "../planner/ledger-side";
 import { applyDesired } from "./desired";
-import { audit, identityPayload, project, serverEvent, tokenPayload } from "./effects";
+import { audit, identityPayload, memberPayload, project, serverEvent, tokenPayload } from "./effects";
 import type { LedgerParts } from "./parts";
 import type { HeldNames } from "../fleetlock/store";
 import type { ServerRecord, DesiredState } from "../model/server/record";
@@ -71,6 +71,7 @@ export function register(
     project(d.outbox);
     d.outbox.enqueue("token", tokenPayload(record, meta.actor, null), { key: "token" });
     if (record.fleetlock_id) d.outbox.enqueue("identity", identityPayload(record, 0), { key: "identity" });
+    d.outbox.enqueue("member", memberPayload(record, record.created_at), { key: "member" });
     audit(d.outbox, {
       actor: meta.actor,
       action: "server.register",
@@ -204,6 +205,7 @@ export function setLabels(
   if (sameLabels(before, labels)) return { ok: true, changed: false };
   d.store.transaction(() => {
     d.store.save({ record: { ...record, labels } });
+    d.outbox.enqueue("member", memberPayload({ ...record, labels }, d.clock()), { key: "member" });
     project(d.outbox);
     audit(d.outbox, {
       actor: meta.actor,

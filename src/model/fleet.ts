@@ -2,6 +2,7 @@
  * What a fleet's coordinator is told by the others: the fleet's settings (from its D1 row, by the
  * fleets feature and the rollouts) and a server's FleetLock identity (by the server's ledger).
  */
+import type { DisruptionBudget } from "../domain/disruption-budget";
 
 /** The fleet's settings the coordinator needs, pushed from D1 by every operator call. */
 export interface FleetSettings {
@@ -9,6 +10,8 @@ export interface FleetSettings {
   lock_ttl_s: number;
   allow_unknown_ids: boolean;
   default_group_slots: number | null;
+  /** Absent in settings stored before budgets existed: none. */
+  disruption_budget?: DisruptionBudget | null;
 }
 
 /** A server's FleetLock identity; `rev` orders pushes so a late, older one cannot win. */

@@ -3,6 +3,7 @@ import type { rollouts } from "../db/schema";
 import { iso, isoOrNull } from "../lib/time";
 import type { RolloutSummary } from "./views";
 import type { Target } from "./machine";
+import type { BlockedBy } from "../model/blocked-by";
 
 /** Token actors' names (`token:<id>` → name), so a rollout says who started it by name. */
 export type ActorNames = ReadonlyMap<string, string>;
@@ -21,7 +22,7 @@ export const view = (s: RolloutSummary, names: ActorNames) => {
   };
 };
 
-export const targetView = (t: Target & { duration_ms: number | null }) => ({
+export const targetView = (t: Target & { duration_ms: number | null; blocked_by?: BlockedBy[] }) => ({
   server_id: t.server_id,
   hostname: t.hostname,
   reboot_group: t.reboot_group,
@@ -38,6 +39,7 @@ export const targetView = (t: Target & { duration_ms: number | null }) => ({
   duration_s: t.duration_ms === null ? null : t.duration_ms / 1000,
   reason: t.reason,
   slow: t.warned,
+  blocked_by: t.blocked_by ?? [],
 });
 
 export const eventView = (e: {

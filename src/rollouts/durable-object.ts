@@ -8,6 +8,7 @@ import type { Control, RolloutSpec, RolloutState, TargetState } from "./machine"
 import { control, endTarget, redrive, start, type TargetInput } from "./operator";
 import { targetEvent } from "./outcomes";
 import type { RolloutParts } from "./parts";
+import { budgetFreed } from "./starting";
 import type { Plan } from "./strategy";
 import { fireTimers } from "./timers";
 import { eventsPage, summary, summaryIfAny, targetsPage, type RolloutSummary } from "./views";
@@ -86,6 +87,11 @@ export class Rollout extends DurableObject<Env> {
   /** A target's outcome; duplicates and reordered or late events are answered `changed: false`. */
   targetEvent(e: RolloutEvent): Promise<{ ok: true; changed: boolean }> {
     return targetEvent(this.parts, e);
+  }
+
+  /** The fleet's coordinator: the disruption budget freed, targets waiting for it ask again. */
+  async budgetFreed(): Promise<{ ok: true; requeued: number }> {
+    return budgetFreed(this.parts);
   }
 
   /** Cron backstop: re-arms what may have been lost (timers, deliveries) and starts what may start. */

@@ -149,6 +149,7 @@ export function rolloutEffects(env: () => Env, parts: () => RolloutParts): Recor
           server_id: t.server_id,
           group: t.reboot_group,
           rollout_id: spec.id,
+          reboot_slot: spec.reboot_slot,
         });
         slotAnswered(p, pass, server_id, r);
       },

@@ -36,6 +36,11 @@ export interface RolloutSpec {
   abort: AbortRule;
   update_channel: boolean;
   reboot_slot: boolean;
+  /**
+   * The fleet had a disruption budget when the rollout was created: each target asks the fleet's
+   * coordinator for its unit before it is applied. Absent on rollouts created before budgets.
+   */
+  budget?: boolean;
   created_by: string;
   created_at: number;
 }
@@ -65,7 +70,15 @@ export interface Target {
 }
 
 export type Counts = Record<TargetState, number>;
-export const zeroCounts = (): Counts => ({ queued: 0, applying: 0, done: 0, failed: 0, timed_out: 0, skipped: 0 });
+export const zeroCounts = (): Counts => ({
+  queued: 0,
+  waiting_budget: 0,
+  applying: 0,
+  done: 0,
+  failed: 0,
+  timed_out: 0,
+  skipped: 0,
+});
 
 export interface Core {
   state: RolloutState;
@@ -99,7 +112,9 @@ export const newCore = (): Core => ({
 
 export const driving = (s: RolloutState) => s === "running" || s === "rolling_back";
 export const isTerminal = (s: RolloutState) => !(ACTIVE_STATES as readonly string[]).includes(s);
-export const isEnded = (t: TargetState) => t !== "queued" && t !== "applying";
+export const isEnded = (t: TargetState) => t !== "queued" && t !== "waiting_budget" && t !== "applying";
+/** Not started yet: queued, or waiting for the fleet's disruption budget. */
+const notStarted = (t: TargetState) => t === "queued" || t === "waiting_budget";
 
 /** How many more targets may start now: never more than `concurrency` in flight, whatever the races. */
 export function startable(core: Core, spec: Pick<RolloutSpec, "concurrency">): number {
@@ -116,6 +131,10 @@ export const quiescent = (core: Core) =>
 export type TargetEvent =
   | { type: "slot_requested" }
   | { type: "slot_refused" }
+  /** The coordinator refused its slot request for the fleet's disruption budget. */
+  | { type: "budget_wait"; reason: string }
+  /** The coordinator said the budget freed: it asks again. */
+  | { type: "budget_freed" }
   | { type: "start"; at: number }
   | { type: "applied"; generation: number; from_image: string | null; from_version: string | null }
   | { type: "skip"; reason: string; at: number }
@@ -141,6 +160,12 @@ export function stepTarget(t: Target, e: TargetEvent): Target | null {
       return t.state === "queued" && t.slot === "none" ? { ...t, slot: "requested" } : null;
     case "slot_refused":
       return t.state === "queued" && t.slot === "requested" ? { ...t, slot: "none" } : null;
+    case "budget_wait":
+      return t.state === "queued" && t.slot === "requested"
+        ? { ...t, state: "waiting_budget", slot: "none", reason: e.reason }
+        : null;
+    case "budget_freed":
+      return t.state === "waiting_budget" ? { ...t, state: "queued", reason: null } : null;
     case "start":
       if (t.state !== "queued") return null;
       return { ...t, state: "applying", started_at: e.at, slot: t.slot === "requested" ? "held" : t.slot };
@@ -156,7 +181,7 @@ export function stepTarget(t: Target, e: TargetEvent): Target | null {
       return null;
     case "skip":
       // Only before anything was written: a target whose generation is out finishes as it ends.
-      if (t.state === "queued" || (t.state === "applying" && t.generation === null))
+      if (notStarted(t.state) || (t.state === "applying" && t.generation === null))
         return end("skipped", e.at, e.reason);
       return null;
     case "realized":
@@ -168,9 +193,9 @@ export function stepTarget(t: Target, e: TargetEvent): Target | null {
         ? end("timed_out", e.at, e.reason ?? "no realizing report within server_timeout_s")
         : null;
     case "removed":
-      return t.state === "queued" || t.state === "applying" ? end("skipped", e.at, "removed") : null;
+      return notStarted(t.state) || t.state === "applying" ? end("skipped", e.at, "removed") : null;
     case "fail":
-      return t.state === "queued" || t.state === "applying" ? end("failed", e.at, e.reason) : null;
+      return notStarted(t.state) || t.state === "applying" ? end("failed", e.at, e.reason) : null;
   }
 }
 
@@ -220,14 +245,25 @@ export function account(
 /** A driving rollout with nothing queued or in flight has finished its pass. */
 export function finish(core: Core, now: number): { core: Core; entered?: RolloutState } {
   if (!driving(core.state)) return { core };
-  if (core.counts.queued > 0 || core.counts.applying > 0 || core.prev_applying > 0 || core.slot_requests > 0)
+  if (
+    core.counts.queued > 0 ||
+    core.counts.waiting_budget > 0 ||
+    core.counts.applying > 0 ||
+    core.prev_applying > 0 ||
+    core.slot_requests > 0
+  )
     return { core };
   const state: RolloutState = core.state === "running" ? "succeeded" : "rolled_back";
   return { core: { ...core, state, ended_at: now, version: core.version + 1 }, entered: state };
 }
 
-/** After a bulk skip of queued targets (cancel, abort, rollback), the counts move with it. */
-export function skippedQueued(core: Core, n: number): Core {
-  const counts = { ...core.counts, queued: core.counts.queued - n, skipped: core.counts.skipped + n };
+/** After a bulk skip of queued (and budget-waiting) targets (cancel, abort, rollback), the counts move with it. */
+export function skippedQueued(core: Core, n: number, waiting = 0): Core {
+  const counts = {
+    ...core.counts,
+    queued: core.counts.queued - n,
+    waiting_budget: core.counts.waiting_budget - waiting,
+    skipped: core.counts.skipped + n + waiting,
+  };
   return { ...core, counts };
 }

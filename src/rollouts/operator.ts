@@ -165,7 +165,8 @@ export async function endTarget(
   const now = p.clock();
   const found = p.store.targets.find(server);
   if (!found) return fail("not_found", `server '${server}' is not a target of this rollout`);
-  if (found.state !== "queued" && found.state !== "applying") {
+  // A target waiting for the disruption budget has not started either: it may be ended (skipped).
+  if (found.state !== "queued" && found.state !== "waiting_budget" && found.state !== "applying") {
     return fail("invalid_state", `the target ${found.hostname} has already ended (${found.state})`, {
       state: found.state,
     });

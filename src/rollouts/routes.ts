@@ -278,7 +278,8 @@ export const rolloutRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHo
       summary: "End one stuck target (by server id or hostname): queued is skipped, applying is failed",
       description:
         "For a host that will not answer: the rollout stops waiting for it. An applying target becomes `failed` " +
-        "(reason `ended by <actor>[: reason]`, counted by the abort rule), a queued one `skipped`; its reboot slot " +
+        "(reason `ended by <actor>[: reason]`, counted by the abort rule), a queued one (or one waiting for the " +
+        "disruption budget) `skipped`; its reboot slot " +
         "and timer go with it, and a cancelled rollout whose last target ends lets its (fleet, agent) go. Audited.",
       security: bearer,
       middleware: [requireScope("write"), rolloutInReach] as const,

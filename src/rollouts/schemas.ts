@@ -227,6 +227,9 @@ export const TargetSchema = z
     duration_s: z.number().nullable(),
     reason: z.string().nullable(),
     slow: z.boolean(),
+    blocked_by: BlockedByListSchema.openapi({
+      description: "Why a queued or waiting target has not started (empty when it does not wait)",
+    }),
   })
   .openapi("RolloutTarget");
 

@@ -250,6 +250,7 @@ export async function createRollout(
     abort: input.abort ?? {},
     update_channel: input.update_channel,
     reboot_slot: input.reboot_slot,
+    budget: fleet.disruptionBudget !== null && fleet.disruptionBudget !== undefined,
     created_by: actor,
     created_at: Date.now(),
   };

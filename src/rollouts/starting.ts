@@ -1,19 +1,27 @@
 /**
- * Starting targets: as many queued targets as concurrency allows, in order. A reboot_slot rollout
- * asks the fleet's coordinator for each target's slot first; a refused request is asked again
- * after SLOT_RETRY_MS, a request for a group the coordinator does not know fails the target.
+ * Starting targets: as many queued targets as concurrency allows, in order. A reboot_slot rollout,
+ * or one in a fleet with a disruption budget, asks the fleet's coordinator for each target's slot
+ * (or its unit of the budget) first. A slot refused for the group (full, paused, outside its
+ * windows) is asked for again after SLOT_RETRY_MS; a request for a group the coordinator does not
+ * know fails the target. A target refused for the budget waits as `waiting_budget`, with no timer:
+ * the coordinator wakes the rollout through its outbox when the budget frees (budgetFreed).
  */
+import type { BlockedBy } from "../model/blocked-by";
 import { armTimeout } from "./deadlines";
 import { startable, type Target } from "./machine";
 import { settle, type RolloutParts } from "./parts";
 import { progress, releasable } from "./phases";
 import { scheduleSlowCheck } from "./slow";
 import { afterChange, change, releaseSlot } from "./transitions";
+import { rolloutWebhook } from "./webhook-events";
 
 /** A refused reboot slot is asked for again after this long. */
 const SLOT_RETRY_MS = 5_000;
 
-/** Starts as many queued targets as concurrency allows (a reboot_slot rollout asks for slots first). */
+/** Whether the rollout's targets ask the coordinator before they start. */
+const asks = (spec: { reboot_slot: boolean; budget?: boolean }) => spec.reboot_slot || spec.budget === true;
+
+/** Starts as many queued targets as concurrency allows (asking for slots first where it must). */
 export function pump(p: RolloutParts, now: number) {
   const state = p.store.load();
   if (!state) return;
@@ -24,7 +32,7 @@ export function pump(p: RolloutParts, now: number) {
   const maxPhase = releasable(p, now);
   if (maxPhase === -1) return;
   for (const t of p.store.targets.nextQueued(state.core.pass, now, n, maxPhase ?? undefined)) {
-    if (state.spec.reboot_slot) {
+    if (asks(state.spec)) {
       if (change(p, t, { type: "slot_requested" }, now)) {
         p.outbox.enqueue("slot", { pass: t.pass, server_id: t.server_id }, { key: `slot:${t.pass}:${t.server_id}` });
       }
@@ -33,7 +41,7 @@ export function pump(p: RolloutParts, now: number) {
     }
   }
   // Targets waiting out a slot refusal are tried again when the earliest may.
-  if (state.spec.reboot_slot && startable(p.store.load()!.core, state.spec) > 0) {
+  if (asks(state.spec) && startable(p.store.load()!.core, state.spec) > 0) {
     const next = p.store.targets.nextSlotRetry(state.core.pass, now);
     if (next !== null) p.scheduler.schedule("pump", next, null, { noLaterThan: true });
   }
@@ -42,6 +50,7 @@ export function pump(p: RolloutParts, now: number) {
 /** queued → applying: the ledger write leaves through the outbox, the timeout starts. */
 function begin(p: RolloutParts, t: Target, now: number) {
   if (!change(p, t, { type: "start", at: now }, now)) return;
+  p.store.setBlocked(t.pass, t.server_id, null);
   p.outbox.enqueue("apply", { pass: t.pass, server_id: t.server_id }, { key: `apply:${t.pass}:${t.server_id}` });
   // Always a deadline (DEFAULT_SERVER_TIMEOUT_S when the rollout named none): a dead host must
   // not hold the rollout, nor its (fleet, agent), for ever.
@@ -57,7 +66,32 @@ export function retrySlots(p: RolloutParts) {
   });
 }
 
-export type SlotAnswer = { ok: true } | { ok: false; kind: string; value: string };
+/**
+ * The fleet's coordinator says the disruption budget freed: every target of the current pass
+ * waiting for it is queued again and asks (in order, as concurrency allows). Idempotent.
+ */
+export function budgetFreed(p: RolloutParts): { ok: true; requeued: number } {
+  const now = p.clock();
+  let requeued = 0;
+  p.store.transaction(() => {
+    const state = p.store.load();
+    if (!state) return;
+    for (const t of p.store.targets.waitingBudget(state.core.pass))
+      if (change(p, t, { type: "budget_freed" }, now)) requeued++;
+    pump(p, now);
+  });
+  p.background(settle(p, false));
+  return { ok: true, requeued };
+}
+
+export type SlotAnswer = { ok: true } | { ok: false; kind: string; value: string; blocked_by?: BlockedBy[] };
+
+/** What a slot refusal of the group (not the budget) means to a waiting target. */
+function slotBlock(r: { kind: string; value: string }, retryAt: number): BlockedBy {
+  const kind =
+    r.kind === "group_paused" ? "paused" : r.kind === "outside_maintenance_window" ? "window" : ("slots" as const);
+  return { kind, message: r.value, until: new Date(retryAt).toISOString(), detail: r.kind };
+}
 
 /** The coordinator's answer to a slot request. */
 export function slotAnswered(p: RolloutParts, pass: number, serverId: string, r: SlotAnswer) {
@@ -81,9 +115,25 @@ export function slotAnswered(p: RolloutParts, pass: number, serverId: string, r:
       );
       pump(p, now);
       afterChange(p);
+    } else if (r.kind === "budget_exhausted") {
+      // No timer: the coordinator recorded this rollout as waiting and wakes it (budgetFreed).
+      const blocked = r.blocked_by ?? [{ kind: "budget" as const, message: r.value }];
+      change(p, t, { type: "budget_wait", reason: r.value }, now);
+      p.store.setBlocked(pass, serverId, blocked);
+      const row = p.store.events.add("target.waiting_budget", serverId, { blocked_by: blocked }, now);
+      rolloutWebhook(
+        p,
+        "rollout.target_waiting",
+        row,
+        { server_id: serverId, hostname: t.hostname, blocked_by: blocked, message: `${t.hostname} waits: ${r.value}` },
+        now,
+      );
+      // The freed place goes to the next queued target (another zone may go).
+      pump(p, now);
     } else {
       change(p, t, { type: "slot_refused" }, now);
       p.store.targets.deferSlot(pass, serverId, now + SLOT_RETRY_MS);
+      p.store.setBlocked(pass, serverId, [slotBlock(r, now + SLOT_RETRY_MS)]);
       p.scheduler.schedule("pump", now + SLOT_RETRY_MS, null, { noLaterThan: true });
       p.store.events.add("target.slot_refused", serverId, { kind: r.kind, value: r.value }, now);
     }

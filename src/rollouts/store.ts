@@ -7,7 +7,8 @@
  */
 import type { ChannelMove } from "./channel";
 import { EventLog } from "./event-log";
-import type { Core, RolloutSpec } from "./machine";
+import { zeroCounts, type Core, type RolloutSpec } from "./machine";
+import type { BlockedBy } from "../model/blocked-by";
 import { sortedInsert } from "./progress";
 import { Samples } from "./samples";
 import type { Plan } from "./strategy";
@@ -56,7 +57,8 @@ export class RolloutStore {
       const spec = this.kv.get<RolloutSpec>("spec");
       const core = this.kv.get<Core>("core");
       if (!spec || !core) return null;
-      this.cache = { spec, core };
+      // Cores stored before targets could wait for budget have no such count: none waited.
+      this.cache = { spec, core: { ...core, counts: { ...zeroCounts(), ...core.counts } } };
     }
     return this.cache;
   }
@@ -72,6 +74,17 @@ export class RolloutStore {
     this.kv.put("spec", spec);
     this.kv.put("core", core);
     this.cache = { spec, core };
+  }
+
+  // ---- why a target waits (its blocked_by), kept while it waits ----
+
+  blocked(pass: number, serverId: string): BlockedBy[] | undefined {
+    return this.kv.get<BlockedBy[]>(`blocked:${pass}:${serverId}`);
+  }
+
+  setBlocked(pass: number, serverId: string, blocked: BlockedBy[] | null) {
+    if (blocked === null) this.kv.delete(`blocked:${pass}:${serverId}`);
+    else this.kv.put(`blocked:${pass}:${serverId}`, blocked);
   }
 
   /** Stores the core and tells the long polls waiting for it to move. */

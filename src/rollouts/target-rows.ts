@@ -66,7 +66,7 @@ export class TargetRows {
     const r = this.sql
       .exec<Row>(
         `SELECT ${COLS} FROM targets WHERE server_id = ? OR hostname = ?
-         ORDER BY state IN ('queued', 'applying') DESC, pass DESC LIMIT 1`,
+         ORDER BY state IN ('queued', 'waiting_budget', 'applying') DESC, pass DESC LIMIT 1`,
         server,
         server.toLowerCase(),
       )
@@ -94,18 +94,23 @@ export class TargetRows {
     );
   }
 
-  /** Queued targets of a pass become skipped: how many, and how many of them had asked for a slot. */
-  skipQueued(pass: number, reason: string, now: number): { n: number; req: number } {
+  /**
+   * Queued (and budget-waiting) targets of a pass become skipped: how many queued, how many of them
+   * had asked for a slot, and how many were waiting for budget.
+   */
+  skipQueued(pass: number, reason: string, now: number): { n: number; req: number; waiting: number } {
     const counted = this.sql
-      .exec<{ n: number; req: number }>(
-        "SELECT COUNT(*) AS n, COALESCE(SUM(slot = 'requested'), 0) AS req FROM targets WHERE pass = ? AND state = 'queued'",
+      .exec<{ n: number; req: number; waiting: number }>(
+        `SELECT COALESCE(SUM(state = 'queued'), 0) AS n, COALESCE(SUM(slot = 'requested'), 0) AS req,
+           COALESCE(SUM(state = 'waiting_budget'), 0) AS waiting
+         FROM targets WHERE pass = ? AND state IN ('queued', 'waiting_budget')`,
         pass,
       )
       .one();
-    if (counted.n === 0) return counted;
+    if (counted.n === 0 && counted.waiting === 0) return counted;
     this.sql.exec(
       `UPDATE targets SET state = 'skipped', reason = ?, ended_at = ?, slot = 'none', dirty = dirty + 1
-       WHERE pass = ? AND state = 'queued'`,
+       WHERE pass = ? AND state IN ('queued', 'waiting_budget')`,
       reason,
       now,
       pass,
@@ -166,6 +171,14 @@ export class TargetRows {
     this.sql.exec("UPDATE targets SET not_before = ? WHERE pass = ? AND server_id = ?", until, pass, serverId);
   }
 
+  /** The targets of a pass waiting for the fleet's disruption budget, in order. */
+  waitingBudget(pass: number): Target[] {
+    return this.sql
+      .exec<Row>(`SELECT ${COLS} FROM targets WHERE pass = ? AND state = 'waiting_budget' ORDER BY seq`, pass)
+      .toArray()
+      .map(toTarget);
+  }
+
   /** Every target waiting out a slot refusal may ask again. */
   endSlotWaits() {
     this.sql.exec("UPDATE targets SET not_before = 0 WHERE not_before > 0");
@@ -206,11 +219,11 @@ export class TargetRows {
 
   // ---- the strategy's phases ----
 
-  /** Forward targets of a phase still queued or applying. */
+  /** Forward targets of a phase still queued, waiting for the disruption budget, or applying. */
   openInPhase(phase: number): number {
     return this.sql
       .exec<{ n: number }>(
-        "SELECT COUNT(*) AS n FROM targets WHERE pass = 0 AND phase = ? AND state IN ('queued', 'applying')",
+        "SELECT COUNT(*) AS n FROM targets WHERE pass = 0 AND phase = ? AND state IN ('queued', 'waiting_budget', 'applying')",
         phase,
       )
       .one().n;

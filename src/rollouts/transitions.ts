@@ -69,10 +69,10 @@ const rollingBack = (core: Core) =>
 
 /** Queued targets of a pass become skipped (cancel, abort, rollback); slot requests under way are dropped. */
 export function skipQueued(p: RolloutParts, core: Core, pass: number, reason: string, now: number): Core {
-  const { n, req } = p.store.targets.skipQueued(pass, reason, now);
-  if (n === 0) return core;
-  p.store.events.add("targets.skipped", null, { pass, count: n, reason }, now);
-  const next = pass === core.pass ? skippedQueued(core, n) : core;
+  const { n, req, waiting } = p.store.targets.skipQueued(pass, reason, now);
+  if (n === 0 && waiting === 0) return core;
+  p.store.events.add("targets.skipped", null, { pass, count: n + waiting, reason }, now);
+  const next = pass === core.pass ? skippedQueued(core, n, waiting) : core;
   return { ...next, slot_requests: next.slot_requests - req };
 }
 

@@ -151,7 +151,12 @@ export function targetsPage(
 ) {
   const state = p.store.load();
   if (!state) return null;
-  return p.store.targets.page(opts.pass ?? state.core.pass, opts.state, opts.after, opts.limit);
+  return p.store.targets.page(opts.pass ?? state.core.pass, opts.state, opts.after, opts.limit).map((t) => ({
+    ...t,
+    // Why it waits: kept while it is queued behind a refused slot or waits for the budget.
+    blocked_by:
+      t.state === "queued" || t.state === "waiting_budget" ? (p.store.blocked(t.pass, t.server_id) ?? []) : [],
+  }));
 }
 
 export function eventsPage(p: RolloutParts, opts: { after: number; limit: number }) {

@@ -33,6 +33,7 @@ export function applyStatements(
         lockTtlS: s.lock_ttl_s,
         allowUnknownIds: s.allow_unknown_ids,
         defaultGroupSlots: s.default_group_slots,
+        disruptionBudget: s.disruption_budget,
         imagePolicy: s.image_policy,
       }),
     );

@@ -82,7 +82,8 @@ export function planSpec(
   const settings: Partial<SpecSettings> = {};
   const settingItems: DiffItem[] = [];
   for (const [key, value] of Object.entries(spec.settings ?? {}) as [keyof SpecSettings, unknown][]) {
-    if (value === undefined || value === state.settings[key]) continue;
+    // The budget is an object: equal when its JSON is.
+    if (value === undefined || JSON.stringify(value) === JSON.stringify(state.settings[key])) continue;
     (settings as Record<string, unknown>)[key] = value;
     settingItems.push({
       section: "settings",
@@ -168,7 +169,8 @@ export function planSpec(
     lockSettings:
       settings.lock_ttl_s !== undefined ||
       settings.allow_unknown_ids !== undefined ||
-      settings.default_group_slots !== undefined,
+      settings.default_group_slots !== undefined ||
+      settings.disruption_budget !== undefined,
     webhooks: webhookChanges.length
       ? webhooksTask(state.webhooks, spec.webhooks ?? {}, webhookItems, needSecret)
       : null,

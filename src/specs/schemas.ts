@@ -47,6 +47,7 @@ export const SpecSettings = z
     lock_ttl_s: FleetPatch.shape.lock_ttl_s,
     allow_unknown_ids: FleetPatch.shape.allow_unknown_ids,
     default_group_slots: FleetPatch.shape.default_group_slots,
+    disruption_budget: FleetPatch.shape.disruption_budget,
     image_policy: FleetPatch.shape.image_policy,
   })
   .openapi("FleetSpecSettings");

@@ -50,6 +50,7 @@ const newFleetRow = (fleet: string): FleetRow => {
     lockTtlS: d.lock_ttl_s,
     allowUnknownIds: d.allow_unknown_ids,
     defaultGroupSlots: d.default_group_slots,
+    disruptionBudget: d.disruption_budget,
     imagePolicy: d.image_policy,
     fleetlockKeyHash: null,
     createdAt: Date.now(),

@@ -88,6 +88,7 @@ export async function readFleetState(
       lock_ttl_s: row.lockTtlS,
       allow_unknown_ids: row.allowUnknownIds,
       default_group_slots: row.defaultGroupSlots,
+      disruption_budget: row.disruptionBudget ?? null,
       image_policy: row.imagePolicy,
     },
     capabilities: byKey(Object.entries(row.capabilities)),

@@ -12,10 +12,14 @@ export const WEBHOOK_EVENTS = [
   "rollout.failed",
   "rollout.cancelled",
   "rollout.slow_server",
+  /** A target waits (the fleet's disruption budget); data.blocked_by says why. */
+  "rollout.target_waiting",
   "rollout.step_started",
   "rollout.analysis_failed",
   "rollout.rolled_back",
   "reboot.granted",
+  /** A host parked in its group's queue; data.blocked_by says why. */
+  "reboot.queued",
   "reboot.released",
   "reboot.stuck",
   "reboot.gate_closed",

@@ -6,7 +6,7 @@ import { GroupSchema } from "../../fleetlock/schemas";
 import { must, read, send, type InProcessApp } from "../api";
 import { action, confirmTyped, NoFleet, page, render, type View } from "../context";
 import { requireCsrf, requireSession, type ConsoleEnv } from "../guard";
-import { ActionForm, Ago, Badge, canWrite, Duration, Field, Filters, serverHref, Table } from "../ui";
+import { ActionForm, Ago, Badge, BlockedList, canWrite, Duration, Field, Filters, serverHref, Table } from "../ui";
 
 type Group = z.output<typeof GroupSchema>;
 
@@ -120,6 +120,12 @@ async function groupPage(v: View) {
         {g.paused ? <Badge status="paused" /> : <Badge status="active" label="admitting" />}
       </h1>
       <div id="group-detail" data-live="">
+        {g.blocked_by.length ? (
+          <section class="card notice" aria-labelledby="h-blocked">
+            <h2 id="h-blocked">Why it admits no one</h2>
+            <BlockedList items={g.blocked_by} label="Why the group admits no one" />
+          </section>
+        ) : null}
         <div class="grid">
           <section class="card" aria-labelledby="h-slots">
             <h2 id="h-slots">Slots</h2>
@@ -196,6 +202,7 @@ async function groupPage(v: View) {
                 ) : (
                   <Badge status="waiting" label="request gone, keeps its place" />
                 )}
+                <BlockedList items={w.blocked_by} label={`Why ${w.server?.hostname ?? w.id} waits`} />
               </li>
             ))}
           </ol>

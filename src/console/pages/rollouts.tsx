@@ -14,6 +14,7 @@ import {
   ActionForm,
   Ago,
   Badge,
+  BlockedList,
   canWrite,
   Duration,
   Field,
@@ -30,6 +31,7 @@ const TARGET_STATES: [RolloutTargetState, string][] = [
   ["done", "ok"],
   ["applying", ""],
   ["queued", ""],
+  ["waiting_budget", "warn"],
   ["failed", "bad"],
   ["timed_out", "bad"],
   ["skipped", "warn"],
@@ -90,12 +92,13 @@ async function rolloutsPage(v: View) {
 async function rolloutPage(v: View) {
   const id = v.c.req.param("id")!;
   const q = v.c.req.query();
-  const [r, failed, timedOut, events, all] = await Promise.all([
+  const [r, failed, timedOut, events, all, waiting] = await Promise.all([
     read(v, RolloutSchema, `/v1/rollouts/${id}`),
     readPage(v, TargetSchema, `/v1/rollouts/${id}/targets${qs({ state: "failed", limit: 50 })}`),
     readPage(v, TargetSchema, `/v1/rollouts/${id}/targets${qs({ state: "timed_out", limit: 50 })}`),
     readPage(v, EventSchema, `/v1/rollouts/${id}/events${qs({ limit: 100, cursor: q.cursor })}`),
     readPage(v, TargetSchema, `/v1/rollouts/${id}/targets${qs({ limit: 200, cursor: q.targets })}`),
+    readPage(v, TargetSchema, `/v1/rollouts/${id}/targets${qs({ state: "waiting_budget", limit: 50 })}`),
   ]);
   v.fleet = r.fleet;
   const back = `/console/rollouts/${id}?fleet=${encodeURIComponent(r.fleet)}`;
@@ -209,6 +212,24 @@ async function rolloutPage(v: View) {
               </li>
             ))}
           </ul>
+        )}
+        <h2>Waiting</h2>
+        {waiting.items.length === 0 ? (
+          <p class="muted">No target waits for the disruption budget.</p>
+        ) : (
+          <Table caption="Targets waiting for the disruption budget" head={["Server", "Why it waits"]}>
+            {waiting.items.map((t) => (
+              <tr>
+                <td>
+                  <a href={serverHref({ id: t.server_id, hostname: t.hostname, fleet: r.fleet })}>{t.hostname}</a>{" "}
+                  <Badge status={t.state} />
+                </td>
+                <td>
+                  <BlockedList items={t.blocked_by} label={`Why ${t.hostname} waits`} />
+                </td>
+              </tr>
+            ))}
+          </Table>
         )}
         <h2>Failures</h2>
         {failures.length === 0 ? (

@@ -1,0 +1,171 @@
+/**
+ * What the coordinator keeps for the fleet's disruption budget (./disruption.ts), besides the
+ * reboot slots its groups hold: the fleet's servers as their ledgers described them (hostname,
+ * labels), the servers it learned are unavailable, the rollout targets disrupting a server without
+ * a reboot slot, and the rollouts waiting for budget. Synchronous KV, mirrored in memory and
+ * rebuilt on wake like ./store.ts, so a decision reads and writes in one turn.
+ */
+import type { Member } from "./budget";
+
+export interface StoredMember extends Member {
+  /** The ledger's clock when it described the server: an older description never wins. */
+  at: number;
+}
+
+/** A server the coordinator learned is unavailable (stale or failed) from its ledger. */
+export interface Down {
+  status: string;
+  since: number;
+}
+
+/** A rollout target disrupting its server without a reboot slot (an applying target). */
+export interface DisruptionHold {
+  holder: string;
+  server_id: string;
+  rollout_id: string;
+  since: number;
+}
+
+/** A rollout with targets refused for budget: woken (through the outbox) once budget frees. */
+export interface BudgetWait {
+  rollout_id: string;
+  since: number;
+  servers: string[];
+}
+
+const KEY = {
+  member: (id: string) => `member:${id}`,
+  down: (id: string) => `down:${id}`,
+  hold: (holder: string) => `dhold:${holder}`,
+  wait: (rolloutId: string) => `bwait:${rolloutId}`,
+} as const;
+
+interface Mirror {
+  members: Map<string, StoredMember>;
+  down: Map<string, Down>;
+  holds: Map<string, DisruptionHold>;
+  waits: Map<string, BudgetWait>;
+}
+
+export class DisruptionStore {
+  private mem: Mirror | null = null;
+
+  /** `onChange`: something the count reads changed (called in the caller's turn). */
+  constructor(
+    private readonly storage: DurableObjectStorage,
+    private readonly onChange: () => void,
+  ) {}
+
+  private get kv() {
+    return this.storage.kv;
+  }
+
+  private get m(): Mirror {
+    if (!this.mem) {
+      const load = <T>(prefix: string) =>
+        new Map([...this.kv.list<T>({ prefix })].map(([k, v]) => [k.slice(prefix.length), v] as const));
+      this.mem = {
+        members: load<StoredMember>("member:"),
+        down: load<Down>("down:"),
+        holds: load<DisruptionHold>("dhold:"),
+        waits: load<BudgetWait>("bwait:"),
+      };
+    }
+    return this.mem;
+  }
+
+  members(): ReadonlyMap<string, StoredMember> {
+    return this.m.members;
+  }
+
+  /** Stores a ledger's description unless an equal or newer one is kept; true when it changed. */
+  putMember(serverId: string, m: StoredMember): boolean {
+    const was = this.m.members.get(serverId);
+    if (was && was.at > m.at) return false;
+    if (was && was.hostname === m.hostname && JSON.stringify(was.labels) === JSON.stringify(m.labels)) return false;
+    this.kv.put(KEY.member(serverId), m);
+    this.m.members.set(serverId, m);
+    this.onChange();
+    return true;
+  }
+
+  /** The server left the fleet: it is no longer counted, disrupted or not. */
+  dropServer(serverId: string) {
+    let changed = false;
+    if (this.m.members.delete(serverId)) {
+      this.kv.delete(KEY.member(serverId));
+      changed = true;
+    }
+    if (this.m.down.delete(serverId)) {
+      this.kv.delete(KEY.down(serverId));
+      changed = true;
+    }
+    for (const [holder, h] of this.m.holds)
+      if (h.server_id === serverId) {
+        this.m.holds.delete(holder);
+        this.kv.delete(KEY.hold(holder));
+        changed = true;
+      }
+    if (changed) this.onChange();
+  }
+
+  down(): ReadonlyMap<string, Down> {
+    return this.m.down;
+  }
+
+  setDown(serverId: string, down: Down | null) {
+    const was = this.m.down.get(serverId);
+    if (down === null) {
+      if (!was) return;
+      this.m.down.delete(serverId);
+      this.kv.delete(KEY.down(serverId));
+    } else {
+      if (was?.status === down.status) return;
+      this.m.down.set(serverId, down);
+      this.kv.put(KEY.down(serverId), down);
+    }
+    this.onChange();
+  }
+
+  holds(): ReadonlyMap<string, DisruptionHold> {
+    return this.m.holds;
+  }
+
+  putHold(h: DisruptionHold) {
+    if (this.m.holds.has(h.holder)) return;
+    this.m.holds.set(h.holder, h);
+    this.kv.put(KEY.hold(h.holder), h);
+    this.onChange();
+  }
+
+  dropHold(holder: string): DisruptionHold | null {
+    const h = this.m.holds.get(holder);
+    if (!h) return null;
+    this.m.holds.delete(holder);
+    this.kv.delete(KEY.hold(holder));
+    this.onChange();
+    return h;
+  }
+
+  waits(): ReadonlyMap<string, BudgetWait> {
+    return this.m.waits;
+  }
+
+  /** A rollout's target waits for budget; one record per rollout names every waiting server. */
+  addWait(rolloutId: string, serverId: string, now: number) {
+    const was = this.m.waits.get(rolloutId);
+    if (was?.servers.includes(serverId)) return;
+    const next: BudgetWait = {
+      rollout_id: rolloutId,
+      since: was?.since ?? now,
+      servers: [...(was?.servers ?? []), serverId],
+    };
+    this.m.waits.set(rolloutId, next);
+    this.kv.put(KEY.wait(rolloutId), next);
+  }
+
+  dropWait(rolloutId: string) {
+    if (!this.m.waits.delete(rolloutId)) return;
+    this.kv.delete(KEY.wait(rolloutId));
+  }
+}
