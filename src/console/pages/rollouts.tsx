@@ -2,7 +2,7 @@
 /** Rollouts: the list, and one rollout with a bar per state, slow servers, failures, the event log; its controls. */
 import { Hono } from "hono";
 import { raw } from "hono/html";
-import { renderLineChart, type ChartSeries } from "../charts";
+import { renderLineChart, type ChartSeries } from "../../history/chart";
 import { describeRolloutEvent } from "../rollout-events";
 import { namedActor } from "../audit-text";
 import { ROLLOUT_STATES, type RolloutTargetState } from "../../domain/enums";
@@ -312,6 +312,9 @@ async function rolloutPage(v: View) {
 
 type RolloutView = typeof RolloutSchema._output;
 
+const clock = (ms: number) => new Date(ms).toISOString().slice(11, 19);
+const sampleValue = (n: number) => (Number.isInteger(n) ? String(n) : n.toFixed(2));
+
 /** The strategy's plan: each step with its state and servers, and the analysis values over time. */
 function Plan({ r }: { r: RolloutView }) {
   const names = [...new Set(r.analysis.map((a) => a.name))];
@@ -320,7 +323,7 @@ function Plan({ r }: { r: RolloutView }) {
     return {
       name,
       threshold: points.at(-1)?.threshold ?? null,
-      points: points.map((a) => ({ at: Date.parse(a.at), value: a.value, bad: !a.ok })),
+      points: points.map((a) => ({ x: Date.parse(a.at), y: a.value, bad: !a.ok })),
     };
   });
   return (
@@ -346,7 +349,17 @@ function Plan({ r }: { r: RolloutView }) {
       </Table>
       {names.length ? (
         <figure id="rollout-analysis">
-          {raw(renderLineChart(series, { title: `Analysis of the rollout of ${r.agent}` }))}
+          {raw(
+            renderLineChart(series, {
+              id: "analysis-chart",
+              title: `Analysis of the rollout of ${r.agent}`,
+              xLabel: "time (UTC)",
+              yLabel: "value",
+              formatX: clock,
+              formatY: sampleValue,
+              dots: true,
+            }),
+          )}
           <figcaption>
             Analysis samples: {r.analysis.length} value(s) of {names.length} check(s); the latest:{" "}
             {names
