@@ -121,7 +121,7 @@ export async function fleetsHealth(env: Env, visible: readonly string[] | null, 
 }
 
 /** A fleet's health in one word, as `hm fleets` and the console's fleets page read it. */
-export function fleetHealth(total: number, needsLook: number, stuckReboots: number) {
+function fleetHealth(total: number, needsLook: number, stuckReboots: number) {
   if (total === 0) return "empty" as const;
   return needsLook > 0 || stuckReboots > 0 ? ("needs_look" as const) : ("ok" as const);
 }
