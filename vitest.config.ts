@@ -41,7 +41,15 @@ export default defineConfig(async () => {
       ...(main ? { main } : {}),
       miniflare: {
         // ACCESS_LOG "on": a line per request, as locally before the deployed default became "writes".
-        bindings: { ADMIN_TOKEN, TEST_MIGRATIONS: migrations, ALLOW_LOOPBACK_HTTP: "1", ACCESS_LOG: "on" },
+        bindings: {
+          ADMIN_TOKEN,
+          TEST_MIGRATIONS: migrations,
+          ALLOW_LOOPBACK_HTTP: "1",
+          ACCESS_LOG: "on",
+          // Cloudflare Access as test/sso-access.test.ts publishes it; a request with a bearer token ignores it.
+          ACCESS_TEAM_DOMAIN: "hm-test.cloudflareaccess.com",
+          ACCESS_AUD: "test-access-aud",
+        },
       },
     });
   const shared = { setupFiles: ["./test/setup.ts"], testTimeout: 30_000 };

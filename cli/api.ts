@@ -151,6 +151,14 @@ function methods(c: Client) {
     createToken: (json: Parameters<Client["v1"]["tokens"]["$post"]>[0]["json"]) => ok(c.v1.tokens.$post({ json })),
     revokeToken: (id: string) => ok(c.v1.tokens[":id"].$delete({ param: { id } })),
 
+    // sign-in through an identity provider
+    listSsoMappings: () => ok(c.v1.sso.mappings.$get()),
+    createSsoMapping: (json: Parameters<Client["v1"]["sso"]["mappings"]["$post"]>[0]["json"]) =>
+      ok(c.v1.sso.mappings.$post({ json })),
+    deleteSsoMapping: (id: string) => ok(c.v1.sso.mappings[":id"].$delete({ param: { id } })),
+    listSsoSessions: () => ok(c.v1.sso.sessions.$get()),
+    endSsoSession: (token_id: string) => ok(c.v1.sso.sessions[":token_id"].$delete({ param: { token_id } })),
+
     decommission: (id: string, body: { force?: boolean; reason?: string } = {}) =>
       ok(
         c.v1.servers[":id"].decommission.$post({
@@ -219,6 +227,7 @@ function methods(c: Client) {
     upgrades: (query: { limit?: number; cursor?: string } = {}) =>
       ok(c.v1.upgrades.$get({ query: { limit: query.limit?.toString(), cursor: query.cursor } })),
     runUpgrades: () => ok(c.v1.upgrades.run.$post()),
+    auditDaysPage: (from?: string) => ok(c.v1.audit.days.$get({ query: { from } })),
     audit: (query: { target?: string; limit?: number; cursor?: string | null } = {}) =>
       ok(
         c.v1.audit.$get({
@@ -314,6 +323,41 @@ export class Api {
     const res = await this.fetchImpl(url.toString(), { headers: { Authorization: `Bearer ${this.token}` } });
     if (!res.ok) throw await apiErrorOf(res);
     return res.text();
+  }
+
+  /** A raw GET of the API (NDJSON answers, outside the typed client's JSON); refusals as ApiError. */
+  private async getText(url: URL) {
+    const res = await this.fetchImpl(url.toString(), { headers: { Authorization: `Bearer ${this.token}` } });
+    if (!res.ok) throw await apiErrorOf(res);
+    return { res, text: await res.text() };
+  }
+
+  /** One page of the audit export: its NDJSON lines, the cursor after them and whether more are there. */
+  async exportAudit(query: { since?: string; cursor?: string; limit?: number }) {
+    // (The NDJSON routes are outside hc's typing: zod-openapi has no typed answer for that media type.)
+    const url = new URL(`${this.base}/v1/audit/export`);
+    if (query.cursor) url.searchParams.set("cursor", query.cursor);
+    else if (query.since) url.searchParams.set("since", query.since);
+    if (query.limit) url.searchParams.set("limit", String(query.limit));
+    const { res, text } = await this.getText(url);
+    return { text, cursor: res.headers.get("X-Next-Cursor") ?? "", more: res.headers.get("X-More") === "true" };
+  }
+
+  /** Every audit day file's listing, oldest first, from `from` (YYYY-MM-DD) on. */
+  async auditDays(from?: string) {
+    const out: Awaited<ReturnType<Methods["auditDaysPage"]>>["items"] = [];
+    let next: string | null | undefined = from;
+    do {
+      const page: Awaited<ReturnType<Methods["auditDaysPage"]>> = await this.auditDaysPage(next ?? undefined);
+      out.push(...page.items);
+      next = page.next_from;
+    } while (next);
+    return out;
+  }
+
+  /** One audit day file, as written. */
+  async auditDay(day: string) {
+    return (await this.getText(new URL(`${this.base}/v1/audit/days/${encodeURIComponent(day)}`))).text;
   }
 
   /** GET a server with its view's ETag. */

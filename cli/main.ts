@@ -17,6 +17,7 @@ import { registerRebootGroups } from "./commands/reboot-groups.ts";
 import { registerServers } from "./commands/servers.ts";
 import { registerStatus } from "./commands/status.ts";
 import { registerTokens } from "./commands/tokens.ts";
+import { registerSso } from "./commands/sso.ts";
 import { registerUpgrades } from "./commands/upgrades.ts";
 import { registerWait } from "./commands/wait.ts";
 import { registerRollouts } from "./commands/rollouts.ts";
@@ -64,6 +65,7 @@ export function buildProgram(io: Io): Command {
     registerImages,
     registerFleetlock,
     registerTokens,
+    registerSso,
     registerEnrollTokens,
     registerAgent,
     registerUpgrades,

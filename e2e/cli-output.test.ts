@@ -58,6 +58,8 @@ const NOT_WALKED: Record<string, string> = {
   "agent publish":
     "replaces the deployment's one agent build, which other files download; e2e/enrollment.test.ts publishes with -o json",
   "rollout watch": "follows a rollout to its end; `rollout start --watch` prints the same object",
+  "sessions end": "needs an SSO session, which needs an OpenID provider: e2e/sso-oidc.test.ts ends one with -o json",
+  "audit export": "writes the API's NDJSON, one row a line, whatever -o says; e2e/cli-audit.test.ts reads it",
 };
 
 const escapes = "\x1b[2J\x1b[31mhidden\x1b]0;owned\x07";
@@ -185,7 +187,16 @@ describe("every hm command answers -o json in one shape", () => {
     );
     await run("tokens list", [], "list");
     await run("tokens revoke", [token.id], "object");
+    const mapping = await run(
+      "sso mappings add",
+      ["--group", `walk-${fleet}`, "--scope", "read", "--fleet", fleet],
+      "object",
+    );
+    await run("sso mappings list", [], "list");
+    await run("sso mappings remove", [mapping.id], "object");
+    await run("sessions list", [], "list");
     await run("audit", ["--limit", "3"], "list");
+    await run("audit verify", [], "object");
     await run("history", ["--fleet", fleet, "--since", "1h"], "object");
     await run("upgrades", [], "object");
     await run("upgrades run", [], "object");

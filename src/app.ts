@@ -4,6 +4,7 @@ import { requestId } from "hono/request-id";
 import type { Context } from "hono";
 import { auditRoutes } from "./audit/routes";
 import { tokenRoutes } from "./auth/routes";
+import { ssoRoutes } from "./sso/routes";
 import { fleetRoutes } from "./fleets/routes";
 import { serverRoutes } from "./servers/routes";
 import { serverLifecycleRoutes } from "./servers/lifecycle.routes";
@@ -77,6 +78,7 @@ export function createApp() {
     .get("/healthz", (c) => c.json({ ok: true as const }, 200))
     .route("/", metricsRoutes)
     .route("/v1/tokens", tokenRoutes)
+    .route("/v1/sso", ssoRoutes)
     .route("/v1/fleets", fleetRoutes)
     .route("/v1/fleets", rebootGroupRoutes)
     .route("/v1/fleets", fleetSummaryRoutes)

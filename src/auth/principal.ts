@@ -7,6 +7,8 @@ import { digestsEqual, sha256Hex } from "../lib/crypto";
 import { liveTokenOf } from "./store";
 import { TOKEN_PROTOCOL_PREFIX } from "../domain/channel";
 import { parseToken, scopeRank, type Scope } from "./tokens";
+import { ACCESS_HEADER, accessConfig, verifyAccessJwt } from "../sso/access";
+import { grantFor } from "../sso/service";
 
 /** Answered with `WWW-Authenticate` (the edge adds it to every `unauthorized`). */
 const unauthorized = (message = "a valid bearer token is required") => new DomainError("unauthorized", message);
@@ -66,12 +68,37 @@ async function withAdminTokenHint<T>(env: AppEnv["Bindings"], authenticate: () =
 export const hasScope = (principal: Principal, scope: Scope) =>
   principal.kind === "operator" && scopeRank(principal.scope) >= scopeRank(scope);
 
+/**
+ * A request through Cloudflare Access without a bearer token: the user its verified JWT names, with
+ * the scope and fleets the SSO mappings give them (none: refused). Checked on every request, so
+ * a mapping removed takes effect at once; the keys are cached (src/sso/access.ts).
+ */
+async function accessPrincipal(env: AppEnv["Bindings"], jwt: string): Promise<OperatorPrincipal> {
+  const config = accessConfig(env);
+  if (!config) throw unauthorized();
+  const { who, exp } = await verifyAccessJwt(config, jwt);
+  const grant = await grantFor(env, who);
+  const user = who.email ?? who.subject;
+  return {
+    kind: "operator",
+    id: `access:${user}`,
+    name: user,
+    scope: grant.scope,
+    fleets: grant.fleets,
+    via: "access",
+    expiresAt: exp,
+  };
+}
+
 /** Operator routes: a valid operator token whose scope is at least `scope`. */
 export const requireScope = (scope: Scope) =>
   createMiddleware<AppEnv>(async (c, next) => {
-    const principal = await withAdminTokenHint(c.env, () =>
-      authenticateOperator(c.env, bearerOf(c.req.header("Authorization"))),
-    );
+    const authorization = c.req.header("Authorization");
+    const assertion = c.req.header(ACCESS_HEADER);
+    const principal =
+      authorization === undefined && assertion !== undefined && accessConfig(c.env)
+        ? await accessPrincipal(c.env, assertion)
+        : await withAdminTokenHint(c.env, () => authenticateOperator(c.env, bearerOf(authorization)));
     if (!hasScope(principal, scope)) {
       throw new DomainError("forbidden", `this needs a token with scope '${scope}' or higher`);
     }

@@ -5,7 +5,7 @@ import { fleetId } from "../fleets/schemas";
 /** The most fleets one token may name: a longer list is a "*" token in disguise, or a mistake. */
 const MAX_TOKEN_FLEETS = 100;
 
-const FleetAccessSchema = z
+export const FleetAccessSchema = z
   .union([
     z.literal("*"),
     z

@@ -6,6 +6,7 @@ import type { Context, MiddlewareHandler } from "hono";
 import { createMiddleware } from "hono/factory";
 import type { Env } from "../env";
 import { currentSession, readConsoleCookie, sameSecret, type Session } from "./session";
+import { accessSession } from "./access-sign-in";
 
 export type ConsoleEnv = { Bindings: Env; Variables: { session: Session } };
 
@@ -43,7 +44,7 @@ export const sameOrigin = (c: Context) => c.req.header("Origin") === new URL(c.r
 
 export class Refused extends Error {
   constructor(
-    readonly status: 401 | 403,
+    readonly status: 401 | 403 | 502,
     message: string,
   ) {
     super(message);
@@ -54,6 +55,10 @@ export class Refused extends Error {
 export const requireSession = createMiddleware<ConsoleEnv>(async (c, next) => {
   const session = await currentSession(c);
   if (!session) {
+    const access = await accessSession(c);
+    // Signed in through Cloudflare Access: the answer carries the new cookie; the same page again reads it.
+    if (access?.started) return c.redirect(new URL(c.req.url).pathname + new URL(c.req.url).search, 303);
+    if (access) throw new Refused(access.status, access.message);
     const back = new URL(c.req.url);
     return c.redirect(`/console/sign-in?next=${encodeURIComponent(back.pathname + back.search)}`, 303);
   }

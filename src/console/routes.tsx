@@ -15,6 +15,7 @@ import { logError } from "../http/log";
 import { fleetsPage } from "./pages/fleets";
 import { overviewPage } from "./pages/overview";
 import { signInRoutes } from "./pages/sign-in";
+import { sessionPages } from "./pages/sessions";
 import { serverPages } from "./pages/servers";
 import { groupPages } from "./pages/groups";
 import { rolloutPages } from "./pages/rollouts";
@@ -45,6 +46,7 @@ export function consoleRoutes(getApp: () => InProcessApp) {
   app.get("/console/images", requireSession, page(getApp, "images", imagesPage));
   app.get("/console/me", requireSession, page(getApp, undefined, mePage));
   app.route("/", historyPages(getApp));
+  app.route("/", sessionPages(getApp));
   // Any other console address (a server id that is not one, a mistyped page) is a page that says so:
   // without this the API's 405 finder, which reads `:id{uuid}` as any segment, answered JSON.
   app.get("/console/*", async (c) => {

@@ -8,7 +8,7 @@ import { and, eq, lt } from "drizzle-orm";
 import type { Context } from "hono";
 import { getCookie, setCookie } from "hono/cookie";
 import { getDb } from "../db/client";
-import { consoleSessions, tokens } from "../db/schema";
+import { consoleSessions, ssoSessions, tokens } from "../db/schema";
 import type { Scope } from "../domain/enums";
 import type { FleetAccess, OperatorVia } from "../domain/principal";
 import type { Env } from "../env";
@@ -45,12 +45,18 @@ const isLoopback = (url: string) => LOOPBACK.has(new URL(url).hostname);
 /** The __Host- prefix pins the cookie to this origin; it requires Secure, so loopback goes without. */
 const cookieName = (c: Context, base: string) => (isLoopback(c.req.url) ? base : `__Host-${base}`);
 
-export function setConsoleCookie(c: Context, base: string, value: string, maxAge: number) {
+export function setConsoleCookie(
+  c: Context,
+  base: string,
+  value: string,
+  maxAge: number,
+  sameSite: "Strict" | "Lax" = "Strict",
+) {
   setCookie(c, cookieName(c, base), value, {
     path: "/",
     httpOnly: true,
     secure: !isLoopback(c.req.url),
-    sameSite: "Strict",
+    sameSite,
     maxAge,
   });
 }
@@ -126,9 +132,12 @@ export async function currentSession(c: Context): Promise<Session | null> {
       description: tokens.description,
       fleets: tokens.fleets,
       tokenExpiresAt: tokens.expiresAt,
+      // An SSO session's token says through which provider its user signed in.
+      provider: ssoSessions.provider,
     })
     .from(consoleSessions)
     .leftJoin(tokens, eq(tokens.id, consoleSessions.tokenId))
+    .leftJoin(ssoSessions, eq(ssoSessions.tokenId, consoleSessions.tokenId))
     .where(eq(consoleSessions.idHash, idHash))
     .limit(1);
   if (!row) return null;
@@ -156,7 +165,7 @@ export async function currentSession(c: Context): Promise<Session | null> {
     name: bootstrap ? "ADMIN_TOKEN" : (row.name ?? ""),
     description: bootstrap ? null : (row.description ?? null),
     fleets: bootstrap ? "*" : (row.fleets ?? []),
-    via: bootstrap ? "bootstrap" : "token",
+    via: bootstrap ? "bootstrap" : (row.provider ?? "token"),
     tokenExpiresAt: bootstrap ? null : (row.tokenExpiresAt ?? null),
   };
 }

@@ -581,3 +581,75 @@ export const fleetHistory = sqliteTable(
     index("fleet_history_at_idx").on(t.at),
   ],
 );
+
+// ---------------------------------------------------------------------------------------------
+// Sign-in through an identity provider (src/sso/): who gets what, by email or group, and the
+// sessions minted for signed-in users. A session IS a short-lived operator token (a `tokens` row
+// with expires_at, scope and fleets from the mapping), so one code path authenticates everything;
+// `sso_sessions` only says whose it is and through which provider, for the admins' list.
+// ---------------------------------------------------------------------------------------------
+
+export const ssoMappings = sqliteTable(
+  "sso_mappings",
+  {
+    id: text("id").primaryKey(),
+    /** "email" (lower-cased) or "group" (as the provider spells it). */
+    kind: text("kind", { enum: ["email", "group"] }).notNull(),
+    value: text("value").notNull(),
+    scope: text("scope", { enum: OPERATOR_SCOPES }).notNull(),
+    fleets: text("fleets", { mode: "json" }).$type<"*" | string[]>().notNull(),
+    description: text("description"),
+    createdBy: text("created_by").notNull(),
+    createdAt: integer("created_at").notNull(),
+  },
+  (t) => [uniqueIndex("sso_mappings_match_idx").on(t.kind, t.value)],
+);
+
+export const ssoSessions = sqliteTable(
+  "sso_sessions",
+  {
+    /** The operator token this session is. */
+    tokenId: text("token_id").primaryKey(),
+    provider: text("provider", { enum: ["access", "oidc"] }).notNull(),
+    subject: text("subject").notNull(),
+    email: text("email"),
+    /** "console" or "cli": where the user signed in. */
+    client: text("client", { enum: ["console", "cli"] }).notNull(),
+    createdAt: integer("created_at").notNull(),
+    expiresAt: integer("expires_at").notNull(),
+  },
+  (t) => [index("sso_sessions_expires_idx").on(t.expiresAt)],
+);
+
+/**
+ * OpenID Connect sign-ins under way: one row from the redirect to the provider until the callback
+ * (console) or until `hm` exchanges its one-time code (cli). Consumed by deleting it, so a state or
+ * a code works once; rows older than their expiry are deleted as new ones come.
+ */
+export const ssoLogins = sqliteTable(
+  "sso_logins",
+  {
+    /** SHA-256 of the `state` sent to the provider. */
+    stateHash: text("state_hash").primaryKey(),
+    client: text("client", { enum: ["console", "cli"] }).notNull(),
+    /** The PKCE code_verifier for the provider (S256 challenge sent). */
+    verifier: text("verifier").notNull(),
+    nonce: text("nonce").notNull(),
+    /** Console: the page to return to; cli: hm's loopback URL. */
+    returnTo: text("return_to").notNull(),
+    /** Console: SHA-256 of the browser's hm_sso cookie, so the callback completes only in that browser. */
+    browserHash: text("browser_hash"),
+    /** Cli: hm's own S256 challenge; its verifier is needed to exchange the one-time code. */
+    cliChallenge: text("cli_challenge"),
+    /** Cli, after the callback: SHA-256 of the one-time code handed to hm's loopback listener. */
+    codeHash: text("code_hash"),
+    identity: text("identity", { mode: "json" }).$type<{
+      subject: string;
+      email: string | null;
+      groups: string[];
+    }>(),
+    createdAt: integer("created_at").notNull(),
+    expiresAt: integer("expires_at").notNull(),
+  },
+  (t) => [uniqueIndex("sso_logins_code_idx").on(t.codeHash), index("sso_logins_expires_idx").on(t.expiresAt)],
+);

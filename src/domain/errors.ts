@@ -81,6 +81,8 @@ export const ERROR_CODES = [
   "upload_incomplete",
   "invalid_part",
   "range_not_satisfiable",
+  // Sign-in through an identity provider: its keys or endpoints cannot be reached just now.
+  "identity_provider_unavailable",
 ] as const;
 
 export type ErrorCode = (typeof ERROR_CODES)[number];

@@ -28,6 +28,8 @@ export type Principal = OperatorPrincipal | { kind: "server"; serverId: string; 
 
 /** Who the principal is, for the audit log. */
 export function actorOf(p: Principal) {
+  // A Cloudflare Access user has no token row: the id names the user ("access:<email>").
+  if (p.kind === "operator" && p.via === "access") return p.id;
   return p.kind === "operator" ? `token:${p.id}` : `server:${p.serverId}`;
 }
 

@@ -70,6 +70,7 @@ export const STATUS_OF_CODE = {
   upload_incomplete: 409,
   invalid_part: 400,
   range_not_satisfiable: 416,
+  identity_provider_unavailable: 503,
 } as const satisfies Record<ErrorCode, ContentfulStatusCode>;
 
 const errorBody = (code: ErrorCode, message: string, details?: unknown) => ({

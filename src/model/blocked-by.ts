@@ -5,7 +5,7 @@
  */
 import { z } from "@hono/zod-openapi";
 
-export const BLOCKED_BY_KINDS = [
+const BLOCKED_BY_KINDS = [
   /** a maintenance window is closed; `until` is when it opens */
   "window",
   /** a gate fails; `since` is when, `detail` its last answer */
@@ -27,9 +27,8 @@ export const BLOCKED_BY_KINDS = [
   /** earlier hosts in the group's queue go first; `servers` are ahead */
   "queue",
 ] as const;
-export type BlockedByKind = (typeof BLOCKED_BY_KINDS)[number];
 
-export const BlockedBySchema = z
+const BlockedBySchema = z
   .object({
     kind: z.enum(BLOCKED_BY_KINDS),
     /** one sentence a person reads as it is, naming hosts by hostname */

@@ -85,6 +85,14 @@ export async function mePage(v: View) {
           </li>
         )}
       </ul>
+      {s.scope === "admin" ? (
+        <p>
+          <a href="/console/sessions" id="me-sessions">
+            Single sign-on sessions
+          </a>
+          : who is signed in through the identity provider, and ending a session.
+        </p>
+      ) : null}
       {all ? null : (
         <p class="muted">
           Fleets outside your list are not shown anywhere, and are answered as if they did not exist; counts and lists

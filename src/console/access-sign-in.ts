@@ -1,0 +1,36 @@
+/**
+ * The console behind Cloudflare Access: a visit without a console session but with a valid Access
+ * JWT (the header, else the CF_Authorization cookie) signs the user in at once, without a form:
+ * a short-lived operator token is minted from the mapping and sealed into a console session, as
+ * for a pasted token. A JWT that does not verify, or a user no mapping names, is refused here (no
+ * sign-in form would help: the identity is Access's to give).
+ */
+import type { Context } from "hono";
+import { getCookie } from "hono/cookie";
+import { DomainError } from "../domain/errors";
+import type { Env } from "../env";
+import { startSession } from "./session";
+import { ACCESS_COOKIE, ACCESS_HEADER, accessConfig, verifyAccessJwt } from "../sso/access";
+import { grantFor, mintSession } from "../sso/service";
+
+export type AccessSignIn = { started: true } | { started: false; status: 401 | 403 | 502; message: string } | null;
+
+/** A new console session from the request's Access JWT; null when there is none (or no Access). */
+export async function accessSession(c: Context): Promise<AccessSignIn> {
+  const env = c.env as Env;
+  const config = accessConfig(env);
+  const jwt = c.req.header(ACCESS_HEADER) ?? getCookie(c, ACCESS_COOKIE);
+  if (!config || !jwt) return null;
+  try {
+    const { who, exp } = await verifyAccessJwt(config, jwt);
+    const grant = await grantFor(env, who);
+    const minted = await mintSession(env, who, grant, "console", exp);
+    await startSession(c, { id: minted.id, scope: minted.scope, secret: minted.token, expiresAt: minted.expiresAt });
+    return { started: true };
+  } catch (err) {
+    if (!(err instanceof DomainError)) throw err;
+    // The provider's keys out of reach is an upstream failure to the console's visitor: 502.
+    const status = err.code === "forbidden" ? 403 : err.code === "unauthorized" ? 401 : 502;
+    return { started: false, status, message: err.message };
+  }
+}

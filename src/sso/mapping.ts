@@ -1,0 +1,50 @@
+/**
+ * From who signed in to what they may do (pure). Every mapping naming the user's email or one of
+ * their groups applies; the grant is the highest scope among them, on the fleets of the mappings
+ * that give that scope. A principal carries one scope for all its fleets, so "admin on A" and
+ * "read on B" cannot both be kept: the grant never exceeds what one mapping gives on one fleet
+ * (admin on B would be more than any mapping says), and the lower grant is what is dropped.
+ */
+import { OPERATOR_SCOPES, type Scope } from "../domain/enums";
+
+type SsoProvider = "access" | "oidc";
+
+export interface Identity {
+  provider: SsoProvider;
+  /** The provider's stable id for the user (`sub`). */
+  subject: string;
+  /** Lower-cased; null when the provider gave none (a service token). */
+  email: string | null;
+  groups: string[];
+}
+
+export interface MappingRule {
+  kind: "email" | "group";
+  value: string;
+  scope: Scope;
+  fleets: "*" | string[];
+}
+
+export interface SsoGrant {
+  scope: Scope;
+  fleets: "*" | string[];
+}
+
+const rank = (s: Scope) => OPERATOR_SCOPES.indexOf(s);
+
+const matches = (rule: MappingRule, who: Identity) =>
+  rule.kind === "email" ? who.email !== null && rule.value === who.email : who.groups.includes(rule.value);
+
+/** The grant of the identity, or null when no mapping names it (it gets nothing). */
+export function grantOf(who: Identity, rules: readonly MappingRule[]): SsoGrant | null {
+  const hits = rules.filter((r) => matches(r, who));
+  if (hits.length === 0) return null;
+  const scope = hits.reduce<Scope>((best, r) => (rank(r.scope) > rank(best) ? r.scope : best), "read");
+  const top = hits.filter((r) => r.scope === scope);
+  if (top.some((r) => r.fleets === "*")) return { scope, fleets: "*" };
+  const fleets = [...new Set(top.flatMap((r) => r.fleets as string[]))].sort();
+  return { scope, fleets };
+}
+
+/** An email as mappings keep it: trimmed and lower-cased (providers differ in case). */
+export const normalEmail = (email: string) => email.trim().toLowerCase();

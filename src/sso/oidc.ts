@@ -1,0 +1,189 @@
+/**
+ * OpenID Connect, authorization code flow with PKCE (S256), state and nonce, against any provider
+ * that publishes a discovery document. The discovery document and the provider's keys are cached
+ * per isolate; the ID token is verified with jose (signature against the provider's JWKS, `iss`,
+ * `aud` = our client id, `exp`, and the nonce this sign-in sent).
+ */
+import { createRemoteJWKSet, errors, jwtVerify, type JWTPayload } from "jose";
+import { z } from "zod";
+import { DomainError } from "../domain/errors";
+import type { Env } from "../env";
+import { normalEmail } from "./mapping";
+
+export interface OidcConfig {
+  issuer: string;
+  clientId: string;
+  clientSecret: string | null;
+}
+
+const LOOPBACK = new Set(["127.0.0.1", "localhost", "[::1]"]);
+
+/** The deployment's provider, or null when OIDC sign-in is not configured. */
+export function oidcConfig(env: Env): OidcConfig | null {
+  const issuer = env.OIDC_ISSUER?.trim().replace(/\/+$/, "");
+  const clientId = env.OIDC_CLIENT_ID?.trim();
+  if (!issuer || !clientId) return null;
+  const url = URL.parse(issuer);
+  // https only: a plain-http issuer is accepted on a loopback address for local runs and tests.
+  const local = env.ALLOW_LOOPBACK_HTTP === "1" && url?.protocol === "http:" && LOOPBACK.has(url.hostname);
+  if (!url || (url.protocol !== "https:" && !local)) return null;
+  const secret = (env as { OIDC_CLIENT_SECRET?: string }).OIDC_CLIENT_SECRET?.trim();
+  return { issuer, clientId, clientSecret: secret || null };
+}
+
+const Discovery = z.object({
+  issuer: z.string(),
+  authorization_endpoint: z.url(),
+  token_endpoint: z.url(),
+  jwks_uri: z.url(),
+  userinfo_endpoint: z.url().optional(),
+});
+type Discovery = z.infer<typeof Discovery>;
+
+const DISCOVERY_TTL_MS = 600_000;
+const discovered = new Map<string, { doc: Discovery; at: number }>();
+const keySets = new Map<string, ReturnType<typeof createRemoteJWKSet>>();
+
+const unavailable = (what: string) =>
+  new DomainError("identity_provider_unavailable", `the OpenID provider ${what}`, undefined, { retryAfterS: 5 });
+
+async function discover(config: OidcConfig): Promise<Discovery> {
+  const hit = discovered.get(config.issuer);
+  if (hit && Date.now() - hit.at < DISCOVERY_TTL_MS) return hit.doc;
+  let body: unknown;
+  try {
+    const res = await fetch(`${config.issuer}/.well-known/openid-configuration`, {
+      headers: { accept: "application/json" },
+      signal: AbortSignal.timeout(5_000),
+    });
+    if (!res.ok) throw new Error(`HTTP ${res.status}`);
+    body = await res.json();
+  } catch {
+    throw unavailable("did not answer its discovery document");
+  }
+  const parsed = Discovery.safeParse(body);
+  // The document must be the issuer's own (OpenID Connect Discovery §4.3).
+  if (!parsed.success || parsed.data.issuer.replace(/\/+$/, "") !== config.issuer) {
+    throw unavailable("published a discovery document that is not its own or not valid");
+  }
+  discovered.set(config.issuer, { doc: parsed.data, at: Date.now() });
+  return parsed.data;
+}
+
+const b64url = (bytes: Uint8Array) =>
+  btoa(String.fromCharCode(...bytes))
+    .replace(/\+/g, "-")
+    .replace(/\//g, "_")
+    .replace(/=+$/, "");
+export const randomToken = () => b64url(crypto.getRandomValues(new Uint8Array(32)));
+export const s256 = async (verifier: string) =>
+  b64url(new Uint8Array(await crypto.subtle.digest("SHA-256", new TextEncoder().encode(verifier))));
+
+/** Where the browser goes to sign in: the provider's authorization endpoint with our parameters. */
+export async function authorizeUrl(
+  config: OidcConfig,
+  p: { redirectUri: string; state: string; nonce: string; verifier: string },
+) {
+  const doc = await discover(config);
+  const url = new URL(doc.authorization_endpoint);
+  url.search = new URLSearchParams({
+    response_type: "code",
+    client_id: config.clientId,
+    redirect_uri: p.redirectUri,
+    scope: "openid email profile",
+    state: p.state,
+    nonce: p.nonce,
+    code_challenge: await s256(p.verifier),
+    code_challenge_method: "S256",
+  }).toString();
+  return url.toString();
+}
+
+const TokenAnswer = z.object({ id_token: z.string(), access_token: z.string().optional() });
+
+const refused = (why: string) => new DomainError("unauthorized", `the OpenID sign-in was refused: ${why}`);
+
+function groupsOf(claims: Record<string, unknown>): string[] {
+  const raw = Array.isArray(claims.groups) ? claims.groups : [];
+  return raw.filter((g): g is string => typeof g === "string" && g.length > 0 && g.length <= 320).slice(0, 200);
+}
+
+/**
+ * The callback's code exchanged at the token endpoint (with the PKCE verifier), the ID token
+ * verified, and the user's identity: email and groups from the ID token, else from userinfo.
+ */
+export async function identityFromCode(
+  config: OidcConfig,
+  p: { code: string; redirectUri: string; verifier: string; nonce: string },
+) {
+  const doc = await discover(config);
+  const headers: Record<string, string> = {
+    "content-type": "application/x-www-form-urlencoded",
+    accept: "application/json",
+  };
+  const form = new URLSearchParams({
+    grant_type: "authorization_code",
+    code: p.code,
+    redirect_uri: p.redirectUri,
+    code_verifier: p.verifier,
+    client_id: config.clientId,
+  });
+  if (config.clientSecret) {
+    const enc = (s: string) => encodeURIComponent(s);
+    headers.authorization = `Basic ${btoa(`${enc(config.clientId)}:${enc(config.clientSecret)}`)}`;
+  }
+  let answer: z.infer<typeof TokenAnswer>;
+  let res: Response;
+  try {
+    res = await fetch(doc.token_endpoint, { method: "POST", headers, body: form, signal: AbortSignal.timeout(10_000) });
+  } catch {
+    throw unavailable("token endpoint could not be reached");
+  }
+  const body: unknown = await res.json().catch(() => null);
+  if (!res.ok) {
+    const error = (body as { error?: unknown } | null)?.error;
+    throw refused(`the provider refused the code (${typeof error === "string" ? error.slice(0, 100) : res.status})`);
+  }
+  const parsed = TokenAnswer.safeParse(body);
+  if (!parsed.success) throw refused("the provider's answer has no ID token");
+  answer = parsed.data;
+
+  let keys = keySets.get(doc.jwks_uri);
+  if (!keys) keySets.set(doc.jwks_uri, (keys = createRemoteJWKSet(new URL(doc.jwks_uri))));
+  let claims: JWTPayload;
+  try {
+    ({ payload: claims } = await jwtVerify(answer.id_token, keys, {
+      issuer: doc.issuer,
+      audience: config.clientId,
+      algorithms: ["RS256", "PS256", "ES256", "EdDSA"],
+      requiredClaims: ["exp", "iat", "sub"],
+    }));
+  } catch (err) {
+    if (err instanceof errors.JWTExpired) throw refused("the ID token has expired");
+    if (err instanceof errors.JOSEError) throw refused("the ID token does not verify");
+    throw unavailable("keys could not be fetched");
+  }
+  if (claims.nonce !== p.nonce) throw refused("the ID token is not for this sign-in (nonce)");
+
+  let profile: Record<string, unknown> = claims;
+  if (typeof claims.email !== "string" && doc.userinfo_endpoint && answer.access_token) {
+    const info = await fetch(doc.userinfo_endpoint, {
+      headers: { authorization: `Bearer ${answer.access_token}`, accept: "application/json" },
+      signal: AbortSignal.timeout(5_000),
+    })
+      .then((r) => (r.ok ? r.json() : null))
+      .catch(() => null);
+    // Userinfo speaks for the same user only when its `sub` is the ID token's (OpenID Connect Core §5.3.2).
+    if (info && typeof info === "object" && (info as { sub?: unknown }).sub === claims.sub) {
+      profile = { ...(info as Record<string, unknown>), ...claims };
+    }
+  }
+  const email =
+    typeof profile.email === "string" && profile.email.includes("@") && profile.email_verified !== false
+      ? normalEmail(profile.email)
+      : null;
+  return {
+    who: { provider: "oidc" as const, subject: String(claims.sub), email, groups: groupsOf(profile) },
+    exp: (claims.exp as number) * 1000,
+  };
+}

@@ -1,0 +1,73 @@
+import { z } from "@hono/zod-openapi";
+import { OPERATOR_SCOPES } from "../domain/enums";
+import { FleetAccessSchema } from "../auth/schemas";
+
+/** An email or group is printed in tables and terminals. */
+// oxlint-disable-next-line no-control-regex -- finding control characters is the point
+const PRINTABLE = /^[^\u0000-\u001f\u007f-\u009f]*$/;
+
+/** More mappings than this is a directory copied in, not a mapping: every sign-in reads them all. */
+export const MAX_SSO_MAPPINGS = 500;
+
+export const SsoMappingInput = z
+  .strictObject({
+    kind: z.enum(["email", "group"]).openapi({ description: "Match the user's email, or one of their groups" }),
+    value: z
+      .string()
+      .trim()
+      .min(1)
+      .max(320)
+      .regex(PRINTABLE, "control characters are not allowed")
+      .openapi({ description: "The email (case does not matter) or the group name as the provider sends it" }),
+    scope: z.enum(OPERATOR_SCOPES),
+    fleets: FleetAccessSchema,
+    description: z.string().trim().min(1).max(500).optional(),
+  })
+  .openapi("SsoMappingInput");
+export type SsoMappingInput = z.infer<typeof SsoMappingInput>;
+
+export const SsoMapping = z
+  .object({
+    id: z.string(),
+    kind: z.enum(["email", "group"]),
+    value: z.string(),
+    scope: z.enum(OPERATOR_SCOPES),
+    fleets: z.union([z.literal("*"), z.array(z.string())]),
+    description: z.string().nullable(),
+    created_by: z.string(),
+    created_at: z.string(),
+  })
+  .openapi("SsoMapping");
+
+export const SsoSession = z
+  .object({
+    token_id: z.string(),
+    provider: z.enum(["access", "oidc"]),
+    subject: z.string(),
+    email: z.string().nullable(),
+    client: z.enum(["console", "cli"]),
+    scope: z.enum(OPERATOR_SCOPES),
+    fleets: z.union([z.literal("*"), z.array(z.string())]),
+    created_at: z.string(),
+    expires_at: z.string(),
+  })
+  .openapi("SsoSession");
+
+/** hm's loopback listener: plain http on a loopback address with a port, nothing else. */
+const loopbackUri = z
+  .url()
+  .max(200)
+  .refine((v) => {
+    const u = URL.parse(v);
+    return !!u && u.protocol === "http:" && ["127.0.0.1", "[::1]", "localhost"].includes(u.hostname) && u.port !== "";
+  }, "redirect_uri must be http://127.0.0.1:<port>/… (hm's loopback listener)");
+const b64url43 = z.string().regex(/^[A-Za-z0-9_-]{43,128}$/, "43-128 characters of base64url");
+
+export const CliStart = z
+  .strictObject({
+    redirect_uri: loopbackUri,
+    code_challenge: b64url43.openapi({ description: "base64url(SHA-256(code_verifier)), as PKCE's S256" }),
+  })
+  .openapi("CliSignInStart");
+
+export const CliExchange = z.strictObject({ code: b64url43, code_verifier: b64url43 }).openapi("CliSignInExchange");

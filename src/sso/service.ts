@@ -1,0 +1,158 @@
+/**
+ * SSO: the mapping from identities to access, and the sessions minted for signed-in users. A
+ * session is an operator token with an expiry, its scope and fleets from the mapping, so the API,
+ * the console and `hm` authenticate it exactly as any token, and ending one is revoking it.
+ */
+import { eq } from "drizzle-orm";
+import { auditInsert } from "../db/audit";
+import { revokeToken } from "../auth/service";
+import { issueToken } from "../auth/tokens";
+import { getDb } from "../db/client";
+import { ssoMappings, ssoSessions, tokens } from "../db/schema";
+import { DomainError, notFound } from "../domain/errors";
+import type { Env } from "../env";
+import type { Principal } from "../domain/principal";
+import { isUniqueViolation } from "../db/errors";
+import { grantOf, normalEmail, type Identity, type SsoGrant } from "./mapping";
+import { MAX_SSO_MAPPINGS, type SsoMappingInput } from "./schemas";
+import { allMappings, liveSessions, mappingById, sessionByToken, type SsoMappingRow } from "./store";
+
+/** The longest an SSO session lives, whatever the provider says: a laptop's token, a console tab. */
+const SSO_SESSION_TTL_MS = { console: 8 * 3600_000, cli: 12 * 3600_000 } as const;
+
+const PROVIDER_NAMES = { access: "Cloudflare Access", oidc: "OpenID Connect" } as const;
+
+export const listMappings = (env: Env) => allMappings(getDb(env.DB));
+
+export async function createMapping(env: Env, actor: string, input: SsoMappingInput): Promise<SsoMappingRow> {
+  const db = getDb(env.DB);
+  if ((await allMappings(db)).length >= MAX_SSO_MAPPINGS) {
+    throw new DomainError("validation_failed", `at most ${MAX_SSO_MAPPINGS} SSO mappings; map groups, not people`);
+  }
+  const row: SsoMappingRow = {
+    id: crypto.randomUUID(),
+    kind: input.kind,
+    value: input.kind === "email" ? normalEmail(input.value) : input.value,
+    scope: input.scope,
+    fleets: input.fleets,
+    description: input.description ?? null,
+    createdBy: actor,
+    createdAt: Date.now(),
+  };
+  try {
+    await db.batch([
+      db.insert(ssoMappings).values(row),
+      auditInsert(db, {
+        actor,
+        action: "sso.mapping.create",
+        target: `sso-mapping:${row.id}`,
+        details: { kind: row.kind, value: row.value, scope: row.scope, fleets: row.fleets },
+      }),
+    ]);
+  } catch (err) {
+    if (isUniqueViolation(err)) {
+      throw new DomainError("already_exists", `a mapping for ${row.kind} '${row.value}' exists; delete it first`);
+    }
+    throw err;
+  }
+  return row;
+}
+
+export async function deleteMapping(env: Env, actor: string, id: string) {
+  const db = getDb(env.DB);
+  const row = await mappingById(db, id);
+  if (!row) throw notFound("sso mapping", id);
+  await db.batch([
+    db.delete(ssoMappings).where(eq(ssoMappings.id, id)),
+    auditInsert(db, {
+      actor,
+      action: "sso.mapping.delete",
+      target: `sso-mapping:${id}`,
+      details: { kind: row.kind, value: row.value },
+    }),
+  ]);
+  return row;
+}
+
+/** Who the identity is to Harbormaster: its grant, or a refusal that says why it gets nothing. */
+export async function grantFor(env: Env, who: Identity): Promise<SsoGrant> {
+  const grant = grantOf(who, await allMappings(getDb(env.DB)));
+  if (!grant) {
+    throw new DomainError(
+      "forbidden",
+      `signed in as ${who.email ?? who.subject} through ${PROVIDER_NAMES[who.provider]}, but no SSO mapping ` +
+        "names this user or one of their groups: ask an admin to add one (hm sso mappings add)",
+      { email: who.email, groups: who.groups.slice(0, 20) },
+    );
+  }
+  return grant;
+}
+
+/**
+ * A session for a signed-in user: a new operator token expiring at `expiresAt` (at most the
+ * client's TTL from now), its `sso_sessions` row and the audit row, in one batch.
+ */
+export async function mintSession(
+  env: Env,
+  who: Identity,
+  grant: SsoGrant,
+  client: "console" | "cli",
+  providerExpiresAt?: number,
+) {
+  const db = getDb(env.DB);
+  const now = Date.now();
+  const expiresAt = Math.min(now + SSO_SESSION_TTL_MS[client], providerExpiresAt ?? Number.POSITIVE_INFINITY);
+  const id = crypto.randomUUID();
+  const { token, hash } = await issueToken("operator", id);
+  const user = who.email ?? who.subject;
+  const actor = `${who.provider}:${user}`;
+  await db.batch([
+    db.insert(tokens).values({
+      id,
+      kind: "operator",
+      scope: grant.scope,
+      serverId: null,
+      name: `sso:${user}`.slice(0, 200),
+      hash,
+      createdBy: actor,
+      createdAt: now,
+      revokedAt: null,
+      fleets: grant.fleets,
+      description: `${user} signed in through ${PROVIDER_NAMES[who.provider]} (${client})`.slice(0, 500),
+      expiresAt,
+    }),
+    db.insert(ssoSessions).values({
+      tokenId: id,
+      provider: who.provider,
+      subject: who.subject,
+      email: who.email,
+      client,
+      createdAt: now,
+      expiresAt,
+    }),
+    auditInsert(db, {
+      actor,
+      action: "sso.sign_in",
+      target: `token:${id}`,
+      details: {
+        provider: who.provider,
+        client,
+        scope: grant.scope,
+        fleets: grant.fleets,
+        groups: who.groups.slice(0, 20),
+      },
+    }),
+  ]);
+  return { id, token, scope: grant.scope, fleets: grant.fleets, expiresAt };
+}
+
+export const activeSessions = (env: Env, limit: number) => liveSessions(getDb(env.DB), Date.now(), limit);
+
+/** Ends a session: its token is revoked, so its console sessions and live sockets close too. */
+export async function endSsoSession(env: Env, principal: Principal, tokenId: string) {
+  const db = getDb(env.DB);
+  const session = await sessionByToken(db, tokenId);
+  if (!session) throw notFound("sso session", tokenId);
+  const token = await revokeToken(env, principal, tokenId);
+  return { session, token };
+}
