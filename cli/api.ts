@@ -23,6 +23,7 @@ async function ok<R extends ClientResponse<unknown, number, any>>(pending: Promi
 
 type Methods = ReturnType<typeof methods>;
 export type Fleet = Awaited<ReturnType<Methods["getFleet"]>>;
+export type FleetHealth = Awaited<ReturnType<Methods["fleetsHealth"]>>[number];
 export type ServerSummary = Awaited<ReturnType<Methods["listServers"]>>[number];
 export type ServerDetail = Awaited<ReturnType<Methods["getServer"]>>;
 export type ServerPatch = Parameters<Methods["patchServer"]>[1];
@@ -76,6 +77,7 @@ function methods(c: Client) {
     deleteFleet: (id: string) => ok(c.v1.fleets[":id"].$delete({ param: { id } })),
     refreshFleet: (fleet: string, cursor?: string) =>
       ok(c.v1.fleets[":fleet"].refresh.$post({ param: { fleet }, query: { limit: PAGE, cursor } })),
+    fleetsHealth: () => all((cursor) => ok(c.v1.status.fleets.$get({ query: { cursor } }))),
     status: (query: { fleet?: string; attention?: number } = {}) =>
       ok(c.v1.status.$get({ query: { fleet: query.fleet, attention: query.attention?.toString() } })),
 

@@ -1,7 +1,7 @@
-import { inArray, sql } from "drizzle-orm";
+import { tokenActorNames } from "../auth/store";
 import { getDb, type Db } from "../db/client";
-import { auditLog, tokens } from "../db/schema";
-import { BOOTSTRAP_ID, visibleFleets, type Principal } from "../domain/principal";
+import { auditLog } from "../db/schema";
+import { visibleFleets, type Principal } from "../domain/principal";
 import type { Env } from "../env";
 import { hostnamesOf, resolveServer } from "../servers/service";
 import { iso } from "../lib/time";
@@ -34,7 +34,7 @@ export async function searchAudit(
 async function withNames(env: Env, db: Db, rows: AuditRow[]) {
   const ids = rows.filter((r) => r.target.startsWith(SERVER)).map((r) => r.target.slice(SERVER.length));
   const names = await hostnamesOf(env, ids);
-  const actors = await actorNames(
+  const actors = await tokenActorNames(
     db,
     rows.map((r) => r.actor),
   );
@@ -43,23 +43,6 @@ async function withNames(env: Env, db: Db, rows: AuditRow[]) {
     hostname: r.target.startsWith(SERVER) ? (names.get(r.target.slice(SERVER.length)) ?? null) : null,
     actor_name: actors.get(r.actor) ?? null,
   }));
-}
-
-const TOKEN = "token:";
-
-/** The names of the operator tokens among these actors, so a row says who acted, not only a uuid. */
-async function actorNames(db: Db, actors: string[]): Promise<Map<string, string>> {
-  const ids = [...new Set(actors.filter((a) => a.startsWith(TOKEN)).map((a) => a.slice(TOKEN.length)))];
-  const out = new Map<string, string>();
-  if (ids.includes(BOOTSTRAP_ID)) out.set(TOKEN + BOOTSTRAP_ID, "ADMIN_TOKEN");
-  const uuids = ids.filter((id) => id !== BOOTSTRAP_ID);
-  if (uuids.length === 0) return out;
-  const rows = await db
-    .select({ id: tokens.id, name: tokens.name })
-    .from(tokens)
-    .where(inArray(tokens.id, sql`(SELECT value FROM json_each(${JSON.stringify(uuids)}))`));
-  for (const r of rows) out.set(TOKEN + r.id, r.name);
-  return out;
 }
 
 /** The line of one row, as the export streams it and the day files hold it. */
