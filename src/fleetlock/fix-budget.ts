@@ -18,7 +18,7 @@ import type { CoordinatorParts } from "./parts";
 export type FixAllowance = { ok: true } | { ok: false; kind: string; value: string; blocked_by: BlockedBy[] };
 
 /** The hold a fix takes on its server: one per server, so a repeated fix takes nothing twice. */
-export const fixHolder = (serverId: string) => `fix:${serverId}`;
+const fixHolder = (serverId: string) => `fix:${serverId}`;
 
 const FIX_ACTOR = "check.fix";
 
