@@ -23,6 +23,7 @@ async function ok<R extends ClientResponse<unknown, number, any>>(pending: Promi
 
 type Methods = ReturnType<typeof methods>;
 export type Fleet = Awaited<ReturnType<Methods["getFleet"]>>;
+export type FleetHealth = Awaited<ReturnType<Methods["fleetsHealth"]>>[number];
 export type ServerSummary = Awaited<ReturnType<Methods["listServers"]>>[number];
 export type ServerDetail = Awaited<ReturnType<Methods["getServer"]>>;
 export type ServerPatch = Parameters<Methods["patchServer"]>[1];
@@ -76,6 +77,7 @@ function methods(c: Client) {
     deleteFleet: (id: string) => ok(c.v1.fleets[":id"].$delete({ param: { id } })),
     refreshFleet: (fleet: string, cursor?: string) =>
       ok(c.v1.fleets[":fleet"].refresh.$post({ param: { fleet }, query: { limit: PAGE, cursor } })),
+    fleetsHealth: () => all((cursor) => ok(c.v1.status.fleets.$get({ query: { cursor } }))),
     status: (query: { fleet?: string; attention?: number } = {}) =>
       ok(c.v1.status.$get({ query: { fleet: query.fleet, attention: query.attention?.toString() } })),
 
@@ -225,6 +227,7 @@ function methods(c: Client) {
     upgrades: (query: { limit?: number; cursor?: string } = {}) =>
       ok(c.v1.upgrades.$get({ query: { limit: query.limit?.toString(), cursor: query.cursor } })),
     runUpgrades: () => ok(c.v1.upgrades.run.$post()),
+    auditDaysPage: (from?: string) => ok(c.v1.audit.days.$get({ query: { from } })),
     audit: (query: { target?: string; limit?: number; cursor?: string | null } = {}) =>
       ok(
         c.v1.audit.$get({
@@ -320,6 +323,41 @@ export class Api {
     const res = await this.fetchImpl(url.toString(), { headers: { Authorization: `Bearer ${this.token}` } });
     if (!res.ok) throw await apiErrorOf(res);
     return res.text();
+  }
+
+  /** A raw GET of the API (NDJSON answers, outside the typed client's JSON); refusals as ApiError. */
+  private async getText(url: URL) {
+    const res = await this.fetchImpl(url.toString(), { headers: { Authorization: `Bearer ${this.token}` } });
+    if (!res.ok) throw await apiErrorOf(res);
+    return { res, text: await res.text() };
+  }
+
+  /** One page of the audit export: its NDJSON lines, the cursor after them and whether more are there. */
+  async exportAudit(query: { since?: string; cursor?: string; limit?: number }) {
+    // (The NDJSON routes are outside hc's typing: zod-openapi has no typed answer for that media type.)
+    const url = new URL(`${this.base}/v1/audit/export`);
+    if (query.cursor) url.searchParams.set("cursor", query.cursor);
+    else if (query.since) url.searchParams.set("since", query.since);
+    if (query.limit) url.searchParams.set("limit", String(query.limit));
+    const { res, text } = await this.getText(url);
+    return { text, cursor: res.headers.get("X-Next-Cursor") ?? "", more: res.headers.get("X-More") === "true" };
+  }
+
+  /** Every audit day file's listing, oldest first, from `from` (YYYY-MM-DD) on. */
+  async auditDays(from?: string) {
+    const out: Awaited<ReturnType<Methods["auditDaysPage"]>>["items"] = [];
+    let next: string | null | undefined = from;
+    do {
+      const page: Awaited<ReturnType<Methods["auditDaysPage"]>> = await this.auditDaysPage(next ?? undefined);
+      out.push(...page.items);
+      next = page.next_from;
+    } while (next);
+    return out;
+  }
+
+  /** One audit day file, as written. */
+  async auditDay(day: string) {
+    return (await this.getText(new URL(`${this.base}/v1/audit/days/${encodeURIComponent(day)}`))).text;
   }
 
   /** GET a server with its view's ETag. */

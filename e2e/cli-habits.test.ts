@@ -165,9 +165,12 @@ describe("kubectl habits", () => {
     expect(wide.stdout).toMatch(/^HOSTNAME.*\bID\b/);
     expect(wide.stdout).toContain(s.id);
     expect((await hm(["servers", "--fleet", fleet])).stdout).not.toContain(s.id);
-    const fleets = await hm(["fleets"]);
+    // A fleet's creation time is a wide column (the narrow table counts servers and health).
+    const fleets = await hm(["-o", "wide", "fleets"]);
     expect(fleets.stdout).toMatch(new RegExp(`${fleet}.*(just now|\\d+s ago)`));
-    expect((await hm(["--absolute-times", "fleets"])).stdout).toMatch(new RegExp(`${fleet}.*\\d{4}-\\d\\d-\\d\\dT`));
+    expect((await hm(["--absolute-times", "-o", "wide", "fleets"])).stdout).toMatch(
+      new RegExp(`${fleet}.*\\d{4}-\\d\\d-\\d\\dT`),
+    );
     const waited = await hm(["wait", "server", "y.example.com", "--timeout", "1s"]);
     expect(waited.code).toBe(3);
     expect((await hm(["wait", "server", "y.example.com", "--timeout", "soon"])).code).toBe(2);

@@ -59,6 +59,7 @@ const NOT_WALKED: Record<string, string> = {
     "replaces the deployment's one agent build, which other files download; e2e/enrollment.test.ts publishes with -o json",
   "rollout watch": "follows a rollout to its end; `rollout start --watch` prints the same object",
   "sessions end": "needs an SSO session, which needs an OpenID provider: e2e/sso-oidc.test.ts ends one with -o json",
+  "audit export": "writes the API's NDJSON, one row a line, whatever -o says; e2e/cli-audit.test.ts reads it",
 };
 
 const escapes = "\x1b[2J\x1b[31mhidden\x1b]0;owned\x07";
@@ -195,6 +196,7 @@ describe("every hm command answers -o json in one shape", () => {
     await run("sso mappings remove", [mapping.id], "object");
     await run("sessions list", [], "list");
     await run("audit", ["--limit", "3"], "list");
+    await run("audit verify", [], "object");
     await run("history", ["--fleet", fleet, "--since", "1h"], "object");
     await run("upgrades", [], "object");
     await run("upgrades run", [], "object");

@@ -87,6 +87,60 @@ describe("hm rollout with a strategy", () => {
   });
 });
 
+describe("hm rollout start --window", () => {
+  it("sends the windows with the steps, alone as one wave, and refuses a malformed one or a second set", async () => {
+    const fleet = await fleetOf(2);
+    const alone = await hm(["--json", ...start, "--fleet", fleet, "--window", "Sat,Sun@23:30+60/Europe/Berlin"]);
+    expect(alone.code, alone.stderr).toBe(0);
+    expect(alone.json().strategy).toEqual({
+      steps: [{ type: "wave", percent: 100 }],
+      auto_rollback: false,
+      windows: [{ days: ["Sat", "Sun"], start_time: "23:30", length_minutes: 60, time_zone: "Europe/Berlin" }],
+    });
+    const fleet2 = await fleetOf(2);
+    const withSteps = await hm([
+      "--json",
+      ...start,
+      "--fleet",
+      fleet2,
+      "--canary",
+      "1",
+      "--wave",
+      "100%",
+      "--window",
+      "Mon@02:00+30",
+      "--window",
+      "Tue@02:00+30",
+    ]);
+    expect(withSteps.code, withSteps.stderr).toBe(0);
+    expect(withSteps.json().strategy.steps).toEqual([
+      { type: "canary", count: 1 },
+      { type: "wave", percent: 100 },
+    ]);
+    expect(withSteps.json().strategy.windows.map((w: { days: string[] }) => w.days)).toEqual([["Mon"], ["Tue"]]);
+
+    const fleet3 = await fleetOf(1);
+    const bad = await hm([...start, "--fleet", fleet3, "--window", "Sat 23:30"]);
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toContain("Sat,Sun@23:30+60");
+    const zone = await hm([...start, "--fleet", fleet3, "--window", "Sat@23:30+60/Mars/Olympus"]);
+    expect(zone.code).not.toBe(0);
+    expect(zone.stderr).toContain("time_zone");
+    const dir = mkdtempSync(join(tmpdir(), "hm-strategy-"));
+    const file = join(dir, "s.json");
+    writeFileSync(
+      file,
+      JSON.stringify({
+        steps: [{ type: "wave", percent: 100 }],
+        windows: [{ days: ["Sat"], start_time: "01:00", length_minutes: 60 }],
+      }),
+    );
+    const twice = await hm([...start, "--fleet", fleet3, "--strategy", file, "--window", "Sun@01:00+60"]);
+    expect(twice.code).toBe(2);
+    expect((await adminApi("GET", `/v1/rollouts?fleet=${fleet3}`)).json.items).toEqual([]);
+  });
+});
+
 describe("a Prometheus endpoint that hangs", () => {
   it("is refused at creation within a few seconds, with its path, and nothing starts", async () => {
     const fleet = await fleetOf(2);

@@ -45,13 +45,43 @@ const agentsFile = (agents: string[], extra: Record<string, unknown> = {}) => {
   return file;
 };
 
+describe("hm servers LAST SEEN", () => {
+  it("shows each listed server's last report from its ledger, not the index's older figure", async () => {
+    const { fleet, server } = await fleetWithServer();
+    const host = new HostApi(url, server.token);
+    const report = () =>
+      host.report({
+        generation: 1,
+        reconciled_at: new Date().toISOString(),
+        boot_id: "b1",
+        agents: [],
+        errors: [],
+        assignments: { units: [], storage: [] },
+      });
+    await report();
+    // The index keeps the first report's time while nothing changes (its refresh is leased).
+    await new Promise((r) => setTimeout(r, 1_100));
+    await report();
+    const exact = (await api.getServer(server.id)).last_seen!;
+    const indexed = (await api.listServers({ fleet })).find((s) => s.id === server.id)!.last_seen!;
+    expect(Date.parse(exact)).toBeGreaterThan(Date.parse(indexed));
+    const table = await hm(["--absolute-times", "servers", "--fleet", fleet]);
+    expect(table.code, table.stderr).toBe(0);
+    expect(table.stdout, table.stderr).toContain(exact);
+    expect(table.stdout).not.toContain(indexed);
+  });
+});
+
 describe("hm against the worker", () => {
   it("lists fleets and servers as tables, and as stable JSON with --json", async () => {
     const { fleet, server } = await fleetWithServer();
     const table = await hm(["fleets"]);
     expect(table.code).toBe(0);
-    expect(table.stdout).toMatch(/^FLEET\s+STALE AFTER\s+LOCK TTL/);
-    expect(table.stdout).toContain(fleet);
+    expect(table.stdout).toMatch(
+      /^FLEET\s+SERVERS\s+HEALTH\s+REALIZED\s+FAILED\s+STALE\s+DRIFTED\s+ROLLOUTS\s+STALE AFTER/,
+    );
+    // Every fleet counted on the server (GET /v1/status/fleets), this one's server included.
+    expect(table.stdout).toMatch(new RegExp(`^${fleet}\\s+1\\s+ok\\s`, "m"));
 
     const fleets = await hm(["--json", "fleets"]);
     expect(fleets.json().find((f: { id: string }) => f.id === fleet)).toMatchObject({

@@ -129,7 +129,8 @@ export function createApp() {
   const allowedMethods = allowedMethodsFinder(() => app.routes);
   app.notFound((c) => {
     const allow = allowedMethods(c.req.path);
-    if (allow.length) {
+    // A path whose route takes this very method but no handler answered is a missing thing, not a wrong method.
+    if (allow.length && !allow.includes(c.req.method)) {
       return c.json(
         errorAnswer(c, "method_not_allowed", `${c.req.path} takes ${allow.join(", ")}, not ${c.req.method}`, { allow }),
         STATUS_OF_CODE.method_not_allowed,

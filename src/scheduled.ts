@@ -8,6 +8,8 @@ import { logLine } from "./lib/log";
 import { redriveRollouts } from "./rollouts/service";
 import { sweepImages } from "./images/service";
 import { rollupIfDue } from "./history/rollup.service";
+import { archiveAudit } from "./audit/archive.service";
+import { sendAuditEvents } from "./audit/events.service";
 
 /** Cron: upgrade steps first (they may change what reconciliation reads), then reconciliation. */
 export async function runScheduled(controller: ScheduledController, env: Env) {
@@ -38,6 +40,12 @@ export async function runScheduled(controller: ScheduledController, env: Env) {
   await sweepImages(env, Date.now()).catch((err) => logLine("warn", "image sweep failed", { error: String(err) }));
   // The fleets' history: the first tick of each period rolls up (rows only for fleets that changed).
   await rollupIfDue(env, Date.now()).catch((err) => logLine("warn", "history rollup failed", { error: String(err) }));
+  // Webhooks: audit.recorded, one event per fleet per tick with that fleet's new audit rows.
+  await sendAuditEvents(env, Date.now()).catch((err) =>
+    logLine("warn", "audit.recorded events failed", { error: String(err) }),
+  );
+  // The audit trail out: each UTC day that is over becomes an R2 file; D1 keeps AUDIT_RETENTION_DAYS.
+  await archiveAudit(env, Date.now()).catch((err) => logLine("warn", "audit archive failed", { error: String(err) }));
   // Rollouts advance on their own (ledger events, their alarms); this only re-drives quiet ones.
   await redriveRollouts(env, controller.scheduledTime);
 }

@@ -3,18 +3,26 @@
  * serves (both enumerated, so routes added later are covered without touching this file): a token
  * of fleet A reaches and counts nothing of fleet B, a fleet outside its list answers exactly as a
  * missing one, and no refused request changes anything (D1 and B's objects compared before and
- * after).
+ * after). The same walk runs for a Cloudflare Access user mapped to A only, whose principal comes
+ * from the JWT on each request, and a verified user no mapping names is refused everywhere.
  */
 import { env } from "cloudflare:test";
-import { beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
+import { exportJWK, generateKeyPair, SignJWT, type CryptoKey, type JWK } from "jose";
 import { createApp } from "../src/app";
 import { BASE, call, createFleet, uniq } from "./helpers";
-import { consoleFetch, signIn } from "./console-helpers";
+import { consoleFetch, cookiesOf, SESSION, signIn } from "./console-helpers";
 import { AGENT, fleetWithAgent, startRollout } from "./rollout-helpers";
 
 interface Token {
   id: string;
   token: string;
+}
+
+/** Who sends a request: a bearer token, or an Access user whose JWT rides on every request. */
+interface Caller {
+  token: string | null;
+  headers?: Record<string, string>;
 }
 
 /** What fleet B has, named everywhere a leak could show it. */
@@ -30,6 +38,11 @@ interface World {
   tA: Token;
   tB: Token;
   tStar: Token;
+  /** An Access user whose group is mapped (admin) to fleet A only, and one no mapping names. */
+  ssoA: Caller;
+  ssoNone: Caller;
+  ssoAJwt: string;
+  ssoNoneJwt: string;
   /** A fleet name that exists nowhere. */
   missing: string;
 }
@@ -42,6 +55,41 @@ async function token(body: Record<string, unknown>): Promise<Token> {
   if (res.status !== 201) throw new Error(JSON.stringify(res.json));
   return res.json;
 }
+
+// Cloudflare Access as the tests' worker is configured for it (vitest.config.ts): the team's keys
+// are published by this test at the team's certs address.
+const ISSUER = "https://hm-test.cloudflareaccess.com";
+const CERTS = `${ISSUER}/cdn-cgi/access/certs`;
+const AUD = "test-access-aud";
+
+async function accessJwt(claims: Record<string, unknown>) {
+  const now = Math.floor(Date.now() / 1000);
+  // Valid for the whole file: the walks take minutes, and an expiry mid-walk would read as a refusal.
+  return new SignJWT({ sub: crypto.randomUUID(), ...claims })
+    .setProtectedHeader({ alg: "RS256", kid: accessKey.kid })
+    .setIssuer(ISSUER)
+    .setAudience(AUD)
+    .setIssuedAt(now - 5)
+    .setNotBefore(now - 5)
+    .setExpirationTime(now + 3600)
+    .sign(accessKey.privateKey);
+}
+
+let accessKey: { kid: string; privateKey: CryptoKey; jwk: JWK };
+const realFetch = globalThis.fetch;
+
+beforeAll(async () => {
+  const { privateKey, publicKey } = await generateKeyPair("RS256", { extractable: true });
+  const kid = uniq("kid");
+  accessKey = { kid, privateKey, jwk: { ...(await exportJWK(publicKey)), kid, alg: "RS256", use: "sig" } };
+  vi.spyOn(globalThis, "fetch").mockImplementation(async (input, init) => {
+    const url = input instanceof Request ? input.url : String(input);
+    if (url === CERTS) return Response.json({ keys: [accessKey.jwk] });
+    return realFetch(input, init);
+  });
+});
+
+afterAll(() => vi.restoreAllMocks());
 
 beforeAll(async () => {
   const A = await fleetWithAgent(1);
@@ -68,6 +116,25 @@ beforeAll(async () => {
   });
   expect(enroll.status).toBe(201);
   expect(enroll.json.id).toBeTruthy();
+  const groupA = uniq("team-a");
+  const mapped = await call("POST", "/v1/sso/mappings", {
+    body: { kind: "group", value: groupA, scope: "admin", fleets: [A.fleet] },
+  });
+  expect(mapped.status).toBe(201);
+  const ssoAJwt = await accessJwt({ email: `${uniq("ana")}@example.com`, groups: [groupA] });
+  const ssoNoneJwt = await accessJwt({ email: `${uniq("zed")}@example.com`, groups: [uniq("unmapped")] });
+  // A user of B signed in to the console: a live session that A's lists must not show.
+  const groupB = uniq("team-b");
+  expect(
+    (
+      await call("POST", "/v1/sso/mappings", {
+        body: { kind: "group", value: groupB, scope: "read", fleets: [B.fleet] },
+      })
+    ).status,
+  ).toBe(201);
+  const bUser = await accessJwt({ email: `${uniq("bea")}@example.com`, groups: [groupB] });
+  expect((await consoleFetch("/console", { cookie: `CF_Authorization=${bUser}` })).status).toBe(303);
+  const viaAccess = (jwt: string): Caller => ({ token: null, headers: { "Cf-Access-Jwt-Assertion": jwt } });
   w = {
     a: A.fleet,
     b: B.fleet,
@@ -80,6 +147,10 @@ beforeAll(async () => {
     tA: await token({ fleets: [A.fleet] }),
     tB: await token({ fleets: [B.fleet] }),
     tStar: await token({ fleets: "*" }),
+    ssoA: viaAccess(ssoAJwt),
+    ssoNone: viaAccess(ssoNoneJwt),
+    ssoAJwt,
+    ssoNoneJwt,
     missing: uniq("missing"),
   };
 });
@@ -194,59 +265,116 @@ async function operations() {
   return ops;
 }
 
-async function send(method: string, path: string, query: string, body: unknown, tok: Token) {
-  return call(method.toUpperCase(), `${path}${query ? `?${query}` : ""}`, { token: tok.token, body });
+async function send(method: string, path: string, query: string, body: unknown, who: Caller) {
+  return call(method.toUpperCase(), `${path}${query ? `?${query}` : ""}`, {
+    token: who.token,
+    headers: who.headers,
+    body,
+  });
+}
+
+/**
+ * Every operation with B's names, sent as a caller of fleet A: nothing of B in any answer, B
+ * answered exactly as a missing fleet or id, and a refused write changes nothing.
+ */
+async function walkAsA(who: Caller, label: string) {
+  const ops = await operations();
+  expect(ops.length).toBeGreaterThan(80);
+  const refusedWithPathFleet: string[] = [];
+  const comparedWithStar: string[] = [];
+  const otherWords: string[] = [];
+  for (const { method, path, op } of ops) {
+    const where = `${method.toUpperCase()} ${path}`;
+    const { query, body } = extras(op, path, method);
+    const reading = method === "get";
+    const before = reading ? null : await fingerprint();
+    const res = await send(method, fill(path), query, body, who);
+    const text = JSON.stringify(res.json);
+    const sent = `${fill(path)}?${query} ${JSON.stringify(body ?? null)}`;
+    expect(leaks(text, sent), `${where} answered A with B's names: ${text.slice(0, 300)}`).toEqual([]);
+    if (!reading && res.status >= 400) {
+      expect(await fingerprint(), `${where} was refused (${res.status}) but changed something`).toBe(before);
+    }
+    const fleetPath = path.includes("{fleet}") && path.startsWith("/v1/") && !path.startsWith("/v1/agent");
+    const byId = /^\/v1\/(servers|rollouts|tokens)\/\{id\}/.test(path) || path === "/v1/fleets/{id}";
+    if (fleetPath || byId) {
+      // B, outside A's list, is answered exactly as what exists nowhere: same status, same body.
+      if (fleetPath) expect(res.status, `${where}: ${text}`).toBe(404);
+      else expect(res.status, `${where}: ${text}`).toBeGreaterThanOrEqual(400);
+      const missingQuery = query.replaceAll(w.b, w.missing).replaceAll(w.bServer, NONE);
+      const missing = await send(method, fill(path, true), missingQuery, body, who);
+      expect(missing.status, where).toBe(res.status);
+      expect(normalized(res.json), where).toEqual(normalized(missing.json));
+      // And as the * token is answered for that missing fleet or id, when that is a 404 too.
+      const star = await send(method, fill(path, true), missingQuery, body, w.tStar);
+      if (star.status === 404 && res.status === 404) {
+        // The same code; the words may be the route's own ("channel 'x/agent' does not exist"
+        // for a missing fleet), which says nothing more: A is answered alike for B and for none.
+        expect(star.json.error.code, `${where} for *`).toBe(res.json.error.code);
+        comparedWithStar.push(where);
+        if (JSON.stringify(normalized(star.json)) !== JSON.stringify(normalized(res.json))) {
+          otherWords.push(`${where}: ${normalized(star.json).error.message}`);
+        }
+      }
+      refusedWithPathFleet.push(where);
+    }
+  }
+  expect(comparedWithStar.length).toBeGreaterThan(20);
+  console.info(
+    `access isolation (${label}): ${ops.length} operations, ${refusedWithPathFleet.length} naming B compared with a missing ` +
+      `fleet or id, ${comparedWithStar.length} also with the * token (${otherWords.length} in the route's own words)`,
+  );
+  expect(refusedWithPathFleet.length).toBeGreaterThan(30);
 }
 
 describe("access per fleet over every route of the OpenAPI document", () => {
   it("lets a token of fleet A reach nothing of B, answer B as a missing fleet, and change nothing", async () => {
+    await walkAsA(w.tA, "token of A");
+  }, 180_000);
+
+  it("lets an Access user mapped to A only reach nothing of B, answer B as missing, and change nothing", async () => {
+    // The principal is the JWT's, verified on each request: no session row stands in for it.
+    const who = await call("GET", "/v1/fleets?limit=500", w.ssoA);
+    expect(who.json.items.map((f: { id: string }) => f.id)).toEqual([w.a]);
+    await walkAsA(w.ssoA, "Access user mapped to A");
+  }, 180_000);
+
+  it("refuses an Access user no mapping names on every operator route, 403, and changes nothing", async () => {
     const ops = await operations();
-    expect(ops.length).toBeGreaterThan(80);
-    const refusedWithPathFleet: string[] = [];
-    const comparedWithStar: string[] = [];
-    const otherWords: string[] = [];
+    const before = await fingerprint();
+    let refused = 0;
     for (const { method, path, op } of ops) {
       const where = `${method.toUpperCase()} ${path}`;
       const { query, body } = extras(op, path, method);
-      const reading = method === "get";
-      const before = reading ? null : await fingerprint();
-      const res = await send(method, fill(path), query, body, w.tA);
-      const text = JSON.stringify(res.json);
-      const sent = `${fill(path)}?${query} ${JSON.stringify(body ?? null)}`;
-      expect(leaks(text, sent), `${where} answered A with B's names: ${text.slice(0, 300)}`).toEqual([]);
-      if (!reading && res.status >= 400) {
-        expect(await fingerprint(), `${where} was refused (${res.status}) but changed something`).toBe(before);
-      }
-      const fleetPath = path.includes("{fleet}") && path.startsWith("/v1/") && !path.startsWith("/v1/agent");
-      const byId = /^\/v1\/(servers|rollouts|tokens)\/\{id\}/.test(path) || path === "/v1/fleets/{id}";
-      if (fleetPath || byId) {
-        // B, outside A's list, is answered exactly as what exists nowhere: same status, same body.
-        if (fleetPath) expect(res.status, `${where}: ${text}`).toBe(404);
-        else expect(res.status, `${where}: ${text}`).toBeGreaterThanOrEqual(400);
-        const missingQuery = query.replaceAll(w.b, w.missing).replaceAll(w.bServer, NONE);
-        const missing = await send(method, fill(path, true), missingQuery, body, w.tA);
-        expect(missing.status, where).toBe(res.status);
-        expect(normalized(res.json), where).toEqual(normalized(missing.json));
-        // And as the * token is answered for that missing fleet or id, when that is a 404 too.
-        const star = await send(method, fill(path, true), missingQuery, body, w.tStar);
-        if (star.status === 404 && res.status === 404) {
-          // The same code; the words may be the route's own ("channel 'x/agent' does not exist"
-          // for a missing fleet), which says nothing more: A is answered alike for B and for none.
-          expect(star.json.error.code, `${where} for *`).toBe(res.json.error.code);
-          comparedWithStar.push(where);
-          if (JSON.stringify(normalized(star.json)) !== JSON.stringify(normalized(res.json))) {
-            otherWords.push(`${where}: ${normalized(star.json).error.message}`);
-          }
-        }
-        refusedWithPathFleet.push(where);
+      // With B in the path, and with the fleet the user's group would have had if it were mapped.
+      const paths = path.includes("{fleet}") ? [fill(path), fill(path.replace("{fleet}", w.a))] : [fill(path)];
+      for (const p of paths) {
+        // A request well formed for its route, so that only who sends it can be refused.
+        const bytes =
+          op.requestBody?.content?.["application/octet-stream"] && !op.requestBody.content["application/json"];
+        const res = bytes
+          ? await call(method.toUpperCase(), `${p}${query ? `?${query}` : ""}`, {
+              token: null,
+              headers: { ...w.ssoNone.headers, "Content-Type": "application/octet-stream" },
+              rawBody: "bytes",
+            })
+          : await send(method, p, query, body, w.ssoNone);
+        const text = JSON.stringify(res.json);
+        expect(leaks(text, `${p}?${query} ${JSON.stringify(body ?? null)}`), `${where}: ${text.slice(0, 300)}`).toEqual(
+          [],
+        );
+        // Public routes (health, the agent's download, FleetLock's per-fleet key, the CLI's sign-in
+        // start) and the hosts' own routes do not take an operator; every other one refuses the user.
+        const open = (op.security ?? []).length === 0 || path.startsWith("/v1/agent/");
+        if (open) continue;
+        expect([where, res.status, res.json?.error?.code], text).toEqual([where, 403, "forbidden"]);
+        expect(res.json.error.message, where).toContain("no SSO mapping");
+        refused++;
       }
     }
-    expect(comparedWithStar.length).toBeGreaterThan(20);
-    console.info(
-      `access isolation: ${ops.length} operations, ${refusedWithPathFleet.length} naming B compared with a missing ` +
-        `fleet or id, ${comparedWithStar.length} also with the * token (${otherWords.length} in the route's own words)`,
-    );
-    expect(refusedWithPathFleet.length).toBeGreaterThan(30);
+    expect(await fingerprint(), "a refused request changed something").toBe(before);
+    expect(refused).toBeGreaterThan(100);
+    console.info(`access isolation (Access user of no group): ${refused} requests refused with 403`);
   }, 180_000);
 
   it("still lets B's own token and the * token reach B (the refusals above are about A alone)", async () => {
@@ -282,6 +410,39 @@ describe("access per fleet over every route of the OpenAPI document", () => {
     expect(tokens.json.items.every((t: { fleets: unknown }) => JSON.stringify(t.fleets) === JSON.stringify([w.a])));
   });
 
+  it("keeps a fleet-limited admin's SSO mappings within its fleets: no \"*\", no B, B's not seen", async () => {
+    const ofB = await call("POST", "/v1/sso/mappings", {
+      body: { kind: "group", value: uniq("team-b"), scope: "admin", fleets: [w.b] },
+    });
+    expect(ofB.status).toBe(201);
+    const before = await fingerprint();
+    for (const fleets of ["*", [w.b], [w.a, w.b]]) {
+      const res = await call("POST", "/v1/sso/mappings", {
+        token: w.tA.token,
+        body: { kind: "email", value: `${uniq("me")}@example.com`, scope: "admin", fleets },
+      });
+      expect([JSON.stringify(fleets), res.status, res.json.error?.code]).toEqual([
+        JSON.stringify(fleets),
+        403,
+        "forbidden",
+      ]);
+    }
+    const del = await call("DELETE", `/v1/sso/mappings/${ofB.json.id}`, { token: w.tA.token });
+    expect(del.status).toBe(404);
+    expect(await fingerprint()).toBe(before);
+    const list = await call("GET", "/v1/sso/mappings", { token: w.tA.token });
+    expect(list.json.items.length).toBeGreaterThan(0);
+    expect(list.json.items.every((m: { fleets: unknown }) => JSON.stringify(m.fleets) === JSON.stringify([w.a]))).toBe(
+      true,
+    );
+    expect(leaks(JSON.stringify(list.json))).toEqual([]);
+    const own = await call("POST", "/v1/sso/mappings", {
+      token: w.tA.token,
+      body: { kind: "email", value: `${uniq("me")}@example.com`, scope: "write", fleets: [w.a] },
+    });
+    expect(own.status).toBe(201);
+  });
+
   it("answers a scoped token's hostname reference within its own fleets only", async () => {
     const other = await createFleet();
     const res = await call("GET", `/v1/servers/${encodeURIComponent(w.bHostname)}`, { token: w.tA.token });
@@ -307,29 +468,66 @@ function consolePages() {
   return [...seen];
 }
 
+/** Every console page as a signed-in user of A: nothing of B, and B shown as a missing fleet is. */
+async function walkConsoleAsA(cookie: string) {
+  const pages = consolePages();
+  expect(pages.length).toBeGreaterThan(6);
+  for (const p of pages) {
+    // A parameter with its pattern (`:id{[0-9a-f-]{36}}`, one level of braces inside) or without.
+    const path = pagePath(p);
+    for (const q of ["", `?fleet=${w.b}`]) {
+      const res = await consoleFetch(`${path}${q}`, { cookie });
+      const html = await res.text();
+      expect(leaks(html, `${path}${q}`), `${path}${q} (${res.status})`).toEqual([]);
+      if (q) {
+        // B is shown as a fleet that does not exist is.
+        const missing = await consoleFetch(`${path}?fleet=${w.missing}`, { cookie });
+        expect(res.status, `${path}${q}`).toBe(missing.status);
+      }
+    }
+  }
+}
+
+/** A console route with B's names for its parameters. */
+function pagePath(p: string) {
+  const path = p.replace(/:(\w+)(\{(?:[^{}]|\{[^{}]*\})*\})?/g, (_, name: string) =>
+    name === "group" ? "default" : p.startsWith("/console/rollouts") ? w.bRollout : w.bServer,
+  );
+  expect(path, p).not.toMatch(/[:{}]/);
+  return path;
+}
+
 describe("access per fleet in the console", () => {
   it("shows a token of A nothing of B on any page, with or without ?fleet= naming B", async () => {
     const { cookie } = await signIn(w.tA.token);
-    const pages = consolePages();
-    expect(pages.length).toBeGreaterThan(6);
-    for (const p of pages) {
-      // A parameter with its pattern (`:id{[0-9a-f-]{36}}`, one level of braces inside) or without.
-      const path = p.replace(/:(\w+)(\{(?:[^{}]|\{[^{}]*\})*\})?/g, (_, name: string) =>
-        name === "group" ? "default" : p.startsWith("/console/rollouts") ? w.bRollout : w.bServer,
-      );
-      expect(path, p).not.toMatch(/[:{}]/);
-      for (const q of ["", `?fleet=${w.b}`]) {
-        const res = await consoleFetch(`${path}${q}`, { cookie });
-        const html = await res.text();
-        expect(leaks(html, `${path}${q}`), `${path}${q} (${res.status})`).toEqual([]);
-        if (q) {
-          // B is shown as a fleet that does not exist is.
-          const missing = await consoleFetch(`${path}?fleet=${w.missing}`, { cookie });
-          expect(res.status, `${path}${q}`).toBe(missing.status);
-        }
-      }
-    }
+    await walkConsoleAsA(cookie);
   }, 120_000);
+
+  it("shows an Access user mapped to A only nothing of B on any page", async () => {
+    const first = await consoleFetch("/console", { cookie: `CF_Authorization=${w.ssoAJwt}` });
+    expect(first.status).toBe(303);
+    const cookie = `${SESSION}=${cookiesOf(first)[SESSION].value}`;
+    const home = await consoleFetch("/console", { cookie });
+    expect(home.status).toBe(200);
+    expect(leaks(await home.text())).toEqual([]);
+    await walkConsoleAsA(cookie);
+  }, 120_000);
+
+  it("refuses an Access user no mapping names on every console page, with no session", async () => {
+    const before = await fingerprint();
+    const pages = consolePages();
+    for (const p of pages) {
+      // The OpenID Connect entry and callback are sign-in pages: open to anyone, as the form is.
+      if (/^\/console\/sso(\/|$)/.test(p)) continue;
+      const res = await consoleFetch(pagePath(p), { cookie: `CF_Authorization=${w.ssoNoneJwt}` });
+      const html = await res.text();
+      expect(res.status, p).toBe(403);
+      expect(html, p).toContain("no SSO mapping");
+      expect(leaks(html), p).toEqual([]);
+      expect(cookiesOf(res)[SESSION], p).toBeUndefined();
+    }
+    expect(await fingerprint()).toBe(before);
+  });
 
   it("refuses A's live socket on B's feed as it refuses an unknown fleet's", async () => {
     const { cookie } = await signIn(w.tA.token);

@@ -8,6 +8,7 @@ import { env } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { rollupHistory, rollupIfDue } from "../src/history/rollup.service";
 import { PERIOD_MS, RETENTION_MS, periodOf } from "../src/history/rollup";
+import { timeTo95State } from "../src/history/shape";
 import { call, createFleet } from "./helpers";
 import { HISTORY_ROLLUP_ROWS } from "../scripts/bench/history-rollup";
 
@@ -271,9 +272,15 @@ describe("GET /v1/fleets/{fleet}/history", () => {
       first_seen_at: new Date(start).toISOString(),
       reached_95_at: new Date(start + 2 * PERIOD_MS).toISOString(),
       time_to_95_s: 600,
+      time_to_95_state: "measured",
     });
-    // 1.0 was there when the window opened: when it appeared is not known.
-    expect(node.spread.find((s: any) => s.version === "1.0")).toMatchObject({ servers: 0, first_seen_at: null });
+    // 1.0 was there when the window opened: when it appeared is not known, and the answer says so.
+    expect(node.spread.find((s: any) => s.version === "1.0")).toMatchObject({
+      servers: 0,
+      first_seen_at: null,
+      time_to_95_s: null,
+      time_to_95_state: "before_window",
+    });
     expect(h.reboots.reduce((a: number, d: any) => a + d.count, 0)).toBe(0);
     expect(h.reboots.at(-1).day).toBe(new Date().toISOString().slice(0, 10));
   });
@@ -320,5 +327,14 @@ describe("GET /v1/fleets/{fleet}/history", () => {
     const missing = await call("GET", "/v1/fleets/no-such-fleet/history");
     expect(missing.status).toBe(404);
     expect(missing.json.error.code).toBe("not_found");
+  });
+});
+
+describe("a version's time to 95 % when there is no figure", () => {
+  it("says the version started before the window, or has not reached 95 %, rather than leaving it empty", () => {
+    expect(timeTo95State(true, false, true)).toBe("measured");
+    expect(timeTo95State(false, true, true)).toBe("before_window");
+    expect(timeTo95State(true, false, false)).toBe("not_reached");
+    expect(timeTo95State(false, true, false)).toBe("not_reached");
   });
 });

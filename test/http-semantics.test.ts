@@ -1,6 +1,7 @@
 import { createExecutionContext, env, waitOnExecutionContext } from "cloudflare:test";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { createApp } from "../src/app";
+import { allowedMethodsFinder } from "../src/http/allow";
 import { ADMIN, BASE, call, createFleet, registerServer } from "./helpers";
 import { fleetWithKey, putGroup, registerClients, zincati } from "./fleetlock-helpers";
 
@@ -36,6 +37,21 @@ describe("405 with Allow for a known path and a wrong method", () => {
     }
     // A path no route has stays 404.
     expect((await call("GET", "/v1/nothing")).status).toBe(404);
+  });
+});
+
+describe("the 405 finder honours constrained route parameters", () => {
+  it("reads a parameter's constraint, so a value the route refuses is not a wrong method", () => {
+    const finder = allowedMethodsFinder(() => [
+      { method: "POST", path: "/things/:id{[0-9a-f-]{36}}/refresh", basePath: "/", handler: () => null },
+      { method: "GET", path: "/things/:id{[a-z]{1,3}}", basePath: "/", handler: () => null },
+      { method: "GET", path: "/plain/:id", basePath: "/", handler: () => null },
+    ]);
+    expect(finder(`/things/${"a".repeat(8)}-0000-0000-0000-${"b".repeat(12)}/refresh`)).toEqual(["POST"]);
+    expect(finder("/things/not-a-uuid/refresh")).toEqual([]);
+    expect(finder("/things/abc")).toEqual(["GET", "HEAD"]);
+    expect(finder("/things/abcd")).toEqual([]);
+    expect(finder("/plain/anything")).toEqual(["GET", "HEAD"]);
   });
 });
 

@@ -103,6 +103,7 @@ export async function getRollout(id: string) {
     eta_s: number | null;
     median_s: number | null;
     channel_updated: boolean | null;
+    created_by_name: string | null;
     change: number;
   };
 }

@@ -255,28 +255,40 @@ describe("windows and why a rollout waits", () => {
   });
 });
 
-describe("the rollout page's chart", () => {
-  it("draws each series with its threshold and escapes every text", async () => {
-    const { renderLineChart } = await import("../src/console/charts");
+describe("the rollout page's chart (the history's chart module)", () => {
+  it("draws each series with its threshold, rings failing samples, splits at gaps and escapes every text", async () => {
+    const { renderLineChart } = await import("../src/history/chart");
+    const opts = { title: "a & b", xLabel: "time (UTC)", yLabel: "value", dots: true };
     const svg = renderLineChart(
       [
         {
           name: "errors <script>",
           threshold: 0.05,
           points: [
-            { at: 1000, value: 0.01 },
-            { at: 2000, value: 0.2, bad: true },
+            { x: 1000, y: 0.01 },
+            { x: 2000, y: 0.2, bad: true },
+            { x: 3000, y: null },
+            { x: 4000, y: 0.02 },
+            { x: 5000, y: 0.03 },
           ],
         },
       ],
-      { title: "a & b" },
+      opts,
     );
-    expect(svg).toContain("<title>a &amp; b</title>");
+    expect(svg).toContain("a &amp; b</title>");
     expect(svg).not.toContain("<script>");
     expect(svg).toContain("&lt;script&gt;");
-    expect(svg).toContain("<polyline");
-    expect(svg).toContain('stroke-dasharray="4 3"');
-    expect(svg).toContain('fill="#dc2626"');
-    expect(renderLineChart([], { title: "empty" })).toContain("no samples yet");
+    // Two runs of values around the gap; the threshold a dashed line, named in the legend.
+    expect(svg.match(/<polyline/g)).toHaveLength(2);
+    expect(svg).toMatch(/<line class="threshold"[^>]*stroke-dasharray="4 3"/);
+    expect(svg).toContain("errors &lt;script&gt; (threshold 0.05)</text>");
+    // One ring for the failing sample, a dot for each other value; the description counts it.
+    expect(svg.match(/<circle class="bad"/g)).toHaveLength(1);
+    expect(svg.match(/<circle/g)).toHaveLength(4);
+    expect(svg).toMatch(/<desc [^>]*>.*1 failing sample, ringed in red\.<\/desc>/);
+    // The threshold is inside the drawn range even above every value.
+    const high = renderLineChart([{ name: "p95", threshold: 10, points: [{ x: 0, y: 1 }] }], opts);
+    expect(high).toMatch(/<text [^>]*>10<\/text>/);
+    expect(renderLineChart([], opts)).toContain("No data yet");
   });
 });

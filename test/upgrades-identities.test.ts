@@ -29,7 +29,7 @@ describe("upgrade step 2: FleetLock identities", () => {
     expect((await zincati(f.baseUrl, "pre-reboot", "missed-1")).json.kind).toBe("unknown_client");
 
     await resetUpgrades(1);
-    expect(await runUpgrades(env, { trigger: "cron" })).toMatchObject({ outcome: "applied", applied: [2] });
+    expect(await runUpgrades(env, { trigger: "cron" })).toMatchObject({ outcome: "applied", applied: [2, 3] });
     expect(await dataVersion()).toBe(NEWEST_VERSION);
 
     expect((await zincati(f.baseUrl, "pre-reboot", "missed-1")).status).toBe(200);

@@ -1,6 +1,7 @@
 import type { Command } from "commander";
 import { Exit, type Io } from "../io.ts";
 import { act, type Ctx } from "../context.ts";
+import { blockedText } from "../format.ts";
 
 type Filter = { fleet?: string; server?: string; agent?: string };
 
@@ -43,7 +44,7 @@ async function fix(ctx: Ctx, filter: Filter) {
         a.result
           ? a.result.ok
             ? `${a.result.outcome} (generation ${a.result.generation})`
-            : `failed: ${a.result.error}`
+            : `failed: ${a.result.error}${refusedWhy(a.result)}`
           : "-",
       ]),
     );
@@ -51,6 +52,12 @@ async function fix(ctx: Ctx, filter: Filter) {
   const failed = done.filter((a) => a.result && !a.result.ok).length;
   if (failed) throw new Exit(1, `${failed} fix(es) failed`);
 }
+
+/** A fix refused for the disruption budget says who holds it. */
+const refusedWhy = (r: { blocked_by?: { message: string }[]; message?: string }) => {
+  const why = blockedText(r.blocked_by) ?? r.message;
+  return why ? ` (${why})` : "";
+};
 
 export function registerCheck(program: Command, io: Io) {
   program

@@ -1,5 +1,5 @@
 import { InvalidArgumentError, type Command } from "commander";
-import type { Fleet, FleetPatch } from "../api.ts";
+import type { Fleet, FleetHealth, FleetPatch } from "../api.ts";
 import { duration, humanSpan } from "../format.ts";
 import { Exit, type Io } from "../io.ts";
 import { act } from "../context.ts";
@@ -61,16 +61,18 @@ function capabilitiesOf(specs: string[], allowNull: boolean): Record<string, boo
 export function registerFleets(program: Command, io: Io) {
   const fleets = program.command("fleets").description("fleets (list by default)");
   const list = act(io, async (ctx) => {
-    // The fleets' settings, and their servers counted on the server side (GET /v1/status: every
-    // fleet's counts, groups and rollouts in one request, never a page of servers).
-    const [items, status] = await Promise.all([
-      ctx.api.listFleets(),
-      ctx.machine ? null : ctx.api.status({ attention: 0 }),
-    ]);
+    // The fleets' settings with their servers counted on the server side (GET /v1/status/fleets):
+    // one request per page of fleets, every fleet of it counted, never a page of servers.
+    const items = await ctx.api.fleetsHealth();
     if (ctx.machine) return ctx.out.data(items);
     const out = ctx.out;
-    const byId = new Map((status?.fleets ?? []).map((f) => [f.id, f]));
     const n = (counts: Record<string, number | undefined>, k: string) => counts[k] ?? 0;
+    const health = (f: FleetHealth) =>
+      f.health === "empty"
+        ? out.c.dim("empty")
+        : f.health === "needs_look"
+          ? out.c.yellow(`needs a look${f.stuck_reboots > 0 ? " (stuck reboot)" : ""}`)
+          : out.c.green("ok");
     out.table(
       [
         "FLEET",
@@ -86,50 +88,22 @@ export function registerFleets(program: Command, io: Io) {
         { head: "CAPABILITIES", wide: true },
         { head: "CREATED", wide: true },
       ],
-      items.map((f: Fleet) => {
-        const st = byId.get(f.id);
-        if (!st)
-          return [
-            f.id,
-            "-",
-            out.c.dim("not counted"),
-            "-",
-            "-",
-            "-",
-            "-",
-            "-",
-            humanSpan(f.stale_after_s),
-            humanSpan(f.lock_ttl_s),
-            capabilities(f),
-            out.time(f.created_at),
-          ];
-        const by = st.servers.by_status;
-        const look = n(by, "failed") + n(by, "stale") + n(by, "drifted");
-        const stuck = st.reboot_groups.some((g) => g.holders.some((h) => h.stuck));
-        const health =
-          st.servers.total === 0
-            ? out.c.dim("empty")
-            : look > 0 || stuck
-              ? out.c.yellow(`needs a look${stuck ? " (stuck reboot)" : ""}`)
-              : out.c.green("ok");
-        return [
-          f.id,
-          st.servers.total,
-          health,
-          n(by, "realized"),
-          n(by, "failed"),
-          n(by, "stale"),
-          n(by, "drifted"),
-          st.rollouts.length,
-          humanSpan(f.stale_after_s),
-          humanSpan(f.lock_ttl_s),
-          capabilities(f),
-          out.time(f.created_at),
-        ];
-      }),
+      items.map((f) => [
+        f.id,
+        f.servers.total,
+        health(f),
+        n(f.servers.by_status, "realized"),
+        n(f.servers.by_status, "failed"),
+        n(f.servers.by_status, "stale"),
+        n(f.servers.by_status, "drifted"),
+        f.rollouts_running,
+        humanSpan(f.stale_after_s),
+        humanSpan(f.lock_ttl_s),
+        capabilities(f),
+        out.time(f.created_at),
+      ]),
       "(no fleets)",
     );
-    if (status?.more_fleets) out.note(out.c.dim("(counts for the first 50 fleets; hm status --fleet F for another)"));
   });
   fleets.command("list", { isDefault: true }).description("list fleets").action(list);
   fleets

@@ -84,7 +84,9 @@ function render(out: Output, h: FleetHistory) {
           percent(s.peak_share),
           s.first_seen_at ? out.time(s.first_seen_at) : c.dim("before"),
           s.reached_95_at ? out.time(s.reached_95_at) : c.dim("-"),
-          s.time_to_95_s === null ? c.dim("-") : humanSpan(s.time_to_95_s),
+          s.time_to_95_s !== null
+            ? humanSpan(s.time_to_95_s)
+            : c.dim(s.time_to_95_state === "before_window" ? "before the window" : "not yet"),
         ]),
       ),
       "(no agent versions in this window)",

@@ -11,7 +11,7 @@ const slotsArg = (v: string) => {
 };
 
 /** `Sat,Sun@23:30+60[/Europe/Berlin]`: days, start, minutes, zone. */
-function windowArg(v: string, prev: unknown[] = []) {
+export function windowArg(v: string, prev: unknown[] = []) {
   const m = /^([A-Za-z,]+)@(\d{2}:\d{2})\+(\d+)(?:\/(.+))?$/.exec(v);
   if (!m) throw new InvalidArgumentError("windows look like Sat,Sun@23:30+60 or Sat,Sun@23:30+60/Europe/Berlin");
   return [

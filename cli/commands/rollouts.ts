@@ -14,6 +14,7 @@ import { act, fleetOption, type Ctx } from "../context.ts";
 import { defaultFleet } from "../config.ts";
 import { isUuid, pick } from "../resolve.ts";
 import { labelsOf } from "./servers.ts";
+import { windowArg } from "./reboot-groups.ts";
 import { readFileSync } from "node:fs";
 
 const wholeNumber = (v: string) => {
@@ -49,9 +50,18 @@ type Strategy = NonNullable<RolloutInput["strategy"]>;
 
 /**
  * The strategy of `hm rollout start`: a file (JSON: `{"steps": [...]}`), or built from flags in
- * this order: canary, its analysis, a pause, then the waves (each `--by` the label given).
+ * this order: canary, its analysis, a pause, then the waves (each `--by` the label given); `--window`
+ * adds maintenance windows (to one wave of every target when no step is given).
  */
 function strategyOf(o: Record<string, any>): Strategy | undefined {
+  const strategy = stepsOf(o);
+  if (!o.window) return strategy;
+  if (strategy?.windows) throw new Exit(2, `--window or the windows of ${o.strategy}, not both`);
+  // Windows alone: today's one wave, started only inside them.
+  return { ...(strategy ?? { steps: [{ type: "wave", percent: 100 }], auto_rollback: false }), windows: o.window };
+}
+
+function stepsOf(o: Record<string, any>): Strategy | undefined {
   const flags = o.canary || o.wave || o.ramp || o.analysis !== undefined || o.pause !== undefined || o.autoRollback;
   if (o.strategy) {
     if (flags) throw new Exit(2, "--strategy FILE or the strategy flags (--canary, --wave, …), not both");
@@ -275,6 +285,11 @@ export function registerRollouts(program: Command, io: Io) {
     })
     .option("--by <label-key>", "waves one value of this label at a time (e.g. zone)")
     .option("--auto-rollback", "a failed analysis rolls back the servers the rollout changed")
+    .option(
+      "--window <spec...>",
+      "targets start only inside these weekly windows, e.g. Sat,Sun@23:30+60/Europe/Berlin (repeatable)",
+      windowArg,
+    )
     .option("--watch", "follow it to the end (exit code as for watch)")
     .option("--timeout <duration>", "with --watch: give up after this long (1h)", duration({ min: 1 }), 3600)
     .action(

@@ -1,13 +1,37 @@
 import { InvalidArgumentError, Option, type Command } from "commander";
-import type { ServerDetail, ServerPatch, ServerStatus, ServerSummary } from "../api.ts";
+import type { Api, ServerDetail, ServerPatch, ServerStatus, ServerSummary } from "../api.ts";
 import { Exit, type Io, type Output } from "../io.ts";
 import { act, fleetOption } from "../context.ts";
 import { SERVER_KINDS, SERVER_STATES, SERVER_STATUSES } from "../../src/domain/enums.ts";
 
-/** Hostnames as people count: digits compared as numbers. */
-const HOSTNAME_ORDER = new Intl.Collator("en", { numeric: true, sensitivity: "base" });
-
 type ServerState = ServerSummary["state"];
+
+/**
+ * Rows a list reads from their own ledgers for the exact last report (the console does the same):
+ * the index refreshes last_seen only when something changes or its lease runs out, so its figure
+ * may be hours old for a server that reported seconds ago.
+ */
+const EXACT_READS = 50;
+/** Ledger reads in flight at once. */
+const EXACT_PARALLEL = 8;
+
+/** Each listed server's last report as its ledger has it; a server that cannot be read keeps the index's. */
+async function lastReports(api: Api, items: ServerSummary[]): Promise<Map<string, string | null>> {
+  const found = new Map<string, string | null>();
+  let next = 0;
+  const worker = async () => {
+    while (next < items.length) {
+      const s = items[next++];
+      try {
+        found.set(s.id, (await api.getServer(s.id)).last_seen);
+      } catch {
+        // Removed or out of reach since the list was read: the index's figure stands.
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(EXACT_PARALLEL, items.length) }, worker));
+  return found;
+}
 
 const collect = (v: string, prev: string[] = []) => [...prev, v];
 
@@ -52,6 +76,7 @@ export function registerServers(program: Command, io: Io) {
       );
       if (ctx.machine) return ctx.out.data(items);
       const out = ctx.out;
+      const exact = items.length <= EXACT_READS ? await lastReports(ctx.api, items) : null;
       out.table(
         [
           "HOSTNAME",
@@ -67,25 +92,30 @@ export function registerServers(program: Command, io: Io) {
           { head: "ROLES", wide: true },
           { head: "REBOOT GROUP", wide: true },
         ],
-        // The API pages in text order (sim-10 before sim-2); the table reads as people count.
-        [...items]
-          .sort((a, b) => HOSTNAME_ORDER.compare(a.hostname, b.hostname) || a.fleet.localeCompare(b.fleet))
-          .map((s) => [
-            s.hostname,
-            s.fleet,
-            s.state,
-            out.status(s.status),
-            s.desired_generation,
-            s.reported_generation,
-            out.time(s.last_seen),
-            labelsText(s.labels),
-            s.id,
-            s.kind,
-            s.roles.join(",") || null,
-            s.reboot_group,
-          ]),
+        // The API pages in natural order (sim-2 before sim-10), across pages too: shown as it comes.
+        items.map((s) => [
+          s.hostname,
+          s.fleet,
+          s.state,
+          out.status(s.status),
+          s.desired_generation,
+          s.reported_generation,
+          exact?.has(s.id) ? out.time(exact.get(s.id)) : out.time(s.last_seen),
+          labelsText(s.labels),
+          s.id,
+          s.kind,
+          s.roles.join(",") || null,
+          s.reboot_group,
+        ]),
         "(no servers)",
       );
+      if (!exact && items.length)
+        out.note(
+          out.c.dim(
+            `(LAST SEEN for more than ${EXACT_READS} servers is the index's, refreshed only when something ` +
+              "changes or a day has passed; hm servers show S has the exact time)",
+          ),
+        );
     },
   );
   const filters = (c: Command) =>

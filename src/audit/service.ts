@@ -1,10 +1,14 @@
-import { inArray, sql } from "drizzle-orm";
+import { tokenActorNames } from "../auth/store";
 import { getDb, type Db } from "../db/client";
-import { tokens } from "../db/schema";
-import { BOOTSTRAP_ID, visibleFleets, type Principal } from "../domain/principal";
+import { auditLog } from "../db/schema";
+import { visibleFleets, type Principal } from "../domain/principal";
 import type { Env } from "../env";
 import { hostnamesOf, resolveServer } from "../servers/service";
-import { listAudit } from "./store";
+import { iso } from "../lib/time";
+import type { AuditLine } from "./archive";
+import { auditAfter, idBefore, listAudit } from "./store";
+
+type AuditRow = typeof auditLog.$inferSelect;
 
 const SERVER = "server:";
 
@@ -23,9 +27,14 @@ export async function searchAudit(
     : opts.target;
   const db = getDb(env.DB);
   const rows = await listAudit(db, { ...opts, target, visible: visibleFleets(principal) });
+  return withNames(env, db, rows);
+}
+
+/** Rows with the hostname of a server target and the name of a token actor. */
+async function withNames(env: Env, db: Db, rows: AuditRow[]) {
   const ids = rows.filter((r) => r.target.startsWith(SERVER)).map((r) => r.target.slice(SERVER.length));
   const names = await hostnamesOf(env, ids);
-  const actors = await actorNames(
+  const actors = await tokenActorNames(
     db,
     rows.map((r) => r.actor),
   );
@@ -36,19 +45,42 @@ export async function searchAudit(
   }));
 }
 
-const TOKEN = "token:";
+/** The line of one row, as the export streams it and the day files hold it. */
+const lineOf = (r: Awaited<ReturnType<typeof withNames>>[number]): AuditLine => ({
+  id: r.id,
+  at: iso(r.at),
+  actor: r.actor,
+  actor_name: r.actor_name,
+  action: r.action,
+  target: r.target,
+  hostname: r.hostname,
+  details: r.details ?? null,
+});
 
-/** The names of the operator tokens among these actors, so a row says who acted, not only a uuid. */
-async function actorNames(db: Db, actors: string[]): Promise<Map<string, string>> {
-  const ids = [...new Set(actors.filter((a) => a.startsWith(TOKEN)).map((a) => a.slice(TOKEN.length)))];
-  const out = new Map<string, string>();
-  if (ids.includes(BOOTSTRAP_ID)) out.set(TOKEN + BOOTSTRAP_ID, "ADMIN_TOKEN");
-  const uuids = ids.filter((id) => id !== BOOTSTRAP_ID);
-  if (uuids.length === 0) return out;
-  const rows = await db
-    .select({ id: tokens.id, name: tokens.name })
-    .from(tokens)
-    .where(inArray(tokens.id, sql`(SELECT value FROM json_each(${JSON.stringify(uuids)}))`));
-  for (const r of rows) out.set(TOKEN + r.id, r.name);
-  return out;
+/** Audit lines after id `after` (oldest first), up to `upTo`: for the day files, every fleet's. */
+export async function auditLines(
+  env: Env,
+  opts: { after: number; upTo?: number; limit: number; visible?: readonly string[] | null },
+) {
+  const db = getDb(env.DB);
+  const rows = await auditAfter(db, opts);
+  return (await withNames(env, db, rows)).map(lineOf);
+}
+
+/**
+ * One page of the export: up to `limit` rows the principal may read, oldest first, after the
+ * cursor's id (or from the first row dated `since` or later). The next cursor is the last row's id,
+ * or the same position when nothing is there yet, so a client polls with it and never misses a
+ * row written while it read: ids are given in commit order and never reused.
+ */
+export async function exportPage(
+  env: Env,
+  principal: Principal,
+  opts: { after: number | null; since?: number; limit: number },
+) {
+  const after = opts.after ?? (opts.since !== undefined ? await idBefore(getDb(env.DB), opts.since) : 0);
+  const lines = await auditLines(env, { after, limit: opts.limit + 1, visible: visibleFleets(principal) });
+  const more = lines.length > opts.limit;
+  const page = lines.slice(0, opts.limit);
+  return { lines: page, last: page.at(-1)?.id ?? after, more };
 }

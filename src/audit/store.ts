@@ -1,4 +1,4 @@
-import { and, desc, eq, lt, sql, type SQL } from "drizzle-orm";
+import { and, asc, desc, eq, gt, gte, inArray, lt, lte, max, min, sql, type SQL } from "drizzle-orm";
 import type { Db } from "../db/client";
 import { auditLog, enrollmentTokens, rollouts, servers, tokens } from "../db/schema";
 
@@ -36,4 +36,63 @@ export async function listAudit(
     .where(conds.length ? and(...conds) : undefined)
     .orderBy(desc(auditLog.id))
     .limit(opts.limit + 1);
+}
+
+/** Rows after id `after`, oldest first: the export's page (ids only grow, so a cursor resumes exactly). */
+export function auditAfter(
+  db: Db,
+  opts: { after: number; upTo?: number; limit: number; visible?: readonly string[] | null },
+) {
+  const conds: SQL[] = [gt(auditLog.id, opts.after)];
+  if (opts.upTo !== undefined) conds.push(lte(auditLog.id, opts.upTo));
+  if (opts.visible) conds.push(auditRowsOf(opts.visible));
+  return db
+    .select()
+    .from(auditLog)
+    .where(and(...conds))
+    .orderBy(asc(auditLog.id))
+    .limit(opts.limit);
+}
+
+/** Where an export from `since` starts: before the first row dated then or later (else after the last row). */
+export async function idBefore(db: Db, since: number): Promise<number> {
+  const [r] = await db
+    .select({ first: min(auditLog.id), last: max(auditLog.id) })
+    .from(auditLog)
+    .where(gte(auditLog.at, since));
+  if (r?.first != null) return r.first - 1;
+  const [all] = await db.select({ last: max(auditLog.id) }).from(auditLog);
+  return all?.last ?? 0;
+}
+
+/** The highest id of a row dated before `end`, and the date of the oldest row. */
+export async function cutPoint(db: Db, end: number) {
+  const [[before], [first]] = await db.batch([
+    db
+      .select({ id: max(auditLog.id) })
+      .from(auditLog)
+      .where(lt(auditLog.at, end)),
+    db.select({ at: min(auditLog.at) }).from(auditLog),
+  ]);
+  return { lastId: before?.id ?? null, firstAt: first?.at ?? null };
+}
+
+/**
+ * Retention: deletes up to `limit` rows older than `before` AND already in a day file (id up to
+ * `exportedUpTo`), so a row not yet in R2 is never pruned. Returns how many went.
+ */
+export async function pruneAudit(db: Db, opts: { exportedUpTo: number; before: number; limit: number }) {
+  const doomed = db
+    .select({ id: auditLog.id })
+    .from(auditLog)
+    .where(and(lte(auditLog.id, opts.exportedUpTo), lt(auditLog.at, opts.before)))
+    .orderBy(asc(auditLog.id))
+    .limit(opts.limit);
+  const gone = await db.delete(auditLog).where(inArray(auditLog.id, doomed)).returning({ id: auditLog.id });
+  return gone.length;
+}
+
+export async function maxAuditId(db: Db): Promise<number> {
+  const [r] = await db.select({ id: max(auditLog.id) }).from(auditLog);
+  return r?.id ?? 0;
 }

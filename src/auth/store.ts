@@ -1,7 +1,8 @@
-import { and, asc, eq, gt, isNull, sql, type SQL } from "drizzle-orm";
+import { and, asc, eq, gt, inArray, isNull, sql, type SQL } from "drizzle-orm";
 import type { Db } from "../db/client";
 import { servers, tokens } from "../db/schema";
 import type { TokenKind } from "../domain/enums";
+import { BOOTSTRAP_ID } from "../domain/principal";
 
 export type TokenRow = typeof tokens.$inferSelect;
 
@@ -57,3 +58,23 @@ export const listTokens = (
     )
     .orderBy(asc(tokens.id))
     .limit(limit + 1);
+
+const TOKEN = "token:";
+
+/**
+ * The names of the operator tokens among these actors (`token:<id>` → its name), so an answer says
+ * who acted, not only a uuid; one read for any number of actors.
+ */
+export async function tokenActorNames(db: Db, actors: string[]): Promise<Map<string, string>> {
+  const ids = [...new Set(actors.filter((a) => a.startsWith(TOKEN)).map((a) => a.slice(TOKEN.length)))];
+  const out = new Map<string, string>();
+  if (ids.includes(BOOTSTRAP_ID)) out.set(TOKEN + BOOTSTRAP_ID, "ADMIN_TOKEN");
+  const uuids = ids.filter((id) => id !== BOOTSTRAP_ID);
+  if (uuids.length === 0) return out;
+  const rows = await db
+    .select({ id: tokens.id, name: tokens.name })
+    .from(tokens)
+    .where(inArray(tokens.id, sql`(SELECT value FROM json_each(${JSON.stringify(uuids)}))`));
+  for (const r of rows) out.set(TOKEN + r.id, r.name);
+  return out;
+}

@@ -170,7 +170,7 @@ export async function checkServerAgents(
     const read = (index: string, ...conds: SQL[]) =>
       sql`${pick} FROM ${servers} INDEXED BY ${sql.identifier(index)} WHERE ${and(eq(servers.fleetId, fleet), ...conds, ...shared)}`;
     rows = await db.all<ServerRow>(
-      sql`${read("servers_fleet_status_hostname_idx", inArray(servers.status, NOT_REALIZED), ne(servers.state, "removed"))}
+      sql`${read("servers_fleet_status_sort_idx", inArray(servers.status, NOT_REALIZED), ne(servers.state, "removed"))}
         UNION ALL ${read("servers_fleet_state_status_idx", eq(servers.state, "decommissioning"), sql`${servers.status} = 'realized'`)}
         UNION ALL ${read(
           "servers_stale_at_idx",

@@ -3,6 +3,7 @@ import { DEFAULT_PAGE_SIZE, MAX_CURSOR_LENGTH, MAX_PAGE_SIZE } from "../domain/l
 import { fleetId } from "../fleets/schemas";
 import { agentName } from "../model/server/schemas";
 import { serverRef } from "../servers/schemas";
+import { BlockedByListSchema } from "../model/blocked-by";
 import { driftFix, driftReason, Finding, Skipped } from "./drift";
 
 export const FixInput = z
@@ -25,7 +26,14 @@ const FixActionSchema = z
     result: z
       .union([
         z.object({ ok: z.literal(true), outcome: z.string(), generation: z.number().int() }),
-        z.object({ ok: z.literal(false), error: z.string() }),
+        z.object({
+          ok: z.literal(false),
+          error: z.string(),
+          message: z.string().optional(),
+          blocked_by: BlockedByListSchema.optional().openapi({
+            description: "error budget_exhausted: the servers that hold the fleet's disruption budget",
+          }),
+        }),
       ])
       .nullable()
       .openapi({ description: "null in a dry run, or for action none" }),

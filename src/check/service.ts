@@ -11,7 +11,9 @@ import type { Env } from "../env";
 import { actorOf, visibleFleets, type Principal } from "../domain/principal";
 import { planInputsOf } from "../planner/store";
 import type { FleetPlanInputs } from "../planner/plan";
-import { ledgerOf } from "../objects/stubs";
+import { coordinatorOf, ledgerOf } from "../objects/stubs";
+import { fleetSettings } from "../fleets/store";
+import type { BlockedBy } from "../model/blocked-by";
 import { resolveServer } from "../servers/service";
 
 export interface FixAction {
@@ -19,7 +21,10 @@ export interface FixAction {
   hostname: string;
   action: DriftFix;
   reasons: DriftReason[];
-  result: { ok: true; outcome: string; generation: number } | { ok: false; error: string } | null;
+  result:
+    | { ok: true; outcome: string; generation: number }
+    | { ok: false; error: string; message?: string; blocked_by?: BlockedBy[] }
+    | null;
 }
 
 /** The filter with its server (id, hostname or fleet/hostname) resolved to an id. */
@@ -38,6 +43,35 @@ export const checkServers = async (
   after: string | null,
   limit: number,
 ) => checkServerAgents(getDb(env.DB), await resolved(env, principal, filter), after, limit);
+
+/** The fleet of each server whose fix re-issues its config (that restarts its running agents). */
+async function reissuedFleets(env: Env, actions: readonly FixAction[]): Promise<Map<string, string>> {
+  const out = new Map<string, string>();
+  for (const a of actions) {
+    if (a.action !== "reissue") continue;
+    const fleet = (await ledgerOf(env, a.server).view())?.record.fleet_id;
+    if (fleet) out.set(a.server, fleet);
+  }
+  return out;
+}
+
+/**
+ * A re-issue disrupts its server like an applying rollout target, so it takes from the fleet's
+ * disruption budget: each fleet's coordinator says which of its servers may be fixed now, and the
+ * others are refused with the servers that hold the budget. A refresh changes nothing running.
+ */
+async function overBudget(env: Env, db: ReturnType<typeof getDb>, fleetOf: ReadonlyMap<string, string>, actor: string) {
+  const byFleet = new Map<string, string[]>();
+  for (const [server, fleet] of fleetOf) byFleet.set(fleet, [...(byFleet.get(fleet) ?? []), server]);
+  const refused = new Map<string, { kind: string; value: string; blocked_by: BlockedBy[] }>();
+  for (const [fleet, servers] of byFleet) {
+    const row = await db.query.fleets.findFirst({ where: (f, { eq }) => eq(f.id, fleet) });
+    if (!row?.disruptionBudget) continue;
+    const answer = await coordinatorOf(env, fleet).allowFixes(fleetSettings(row), servers, actor);
+    for (const [server, v] of Object.entries(answer)) if (!v.ok) refused.set(server, v);
+  }
+  return refused;
+}
 
 const RANK: Record<DriftFix, number> = { reissue: 2, refresh: 1, none: 0 };
 
@@ -67,13 +101,19 @@ export async function fixServerAgents(
   const actions = [...byServer.values()];
   if (!opts.dryRun) {
     const inputs = new Map<string, FleetPlanInputs | null>();
+    const fleetOf = await reissuedFleets(env, actions);
+    const refused = await overBudget(env, db, fleetOf, actor);
     for (const a of actions) {
       if (a.action === "none") continue;
+      const no = refused.get(a.server);
+      if (no) {
+        a.result = { ok: false, error: no.kind, message: no.value, blocked_by: no.blocked_by };
+        continue;
+      }
       try {
         const ledger = ledgerOf(env, a.server);
         if (a.action === "reissue") {
-          const view = await ledger.view();
-          const fleet = view?.record.fleet_id;
+          const fleet = fleetOf.get(a.server);
           if (fleet && !inputs.has(fleet)) inputs.set(fleet, await planInputsOf(db, fleet));
           const fleetInputs = fleet ? inputs.get(fleet) : null;
           if (!fleetInputs) throw new Error("the server's fleet no longer exists");
@@ -94,6 +134,12 @@ export async function fixServerAgents(
       } catch (err) {
         a.result = { ok: false, error: String(err) };
       }
+      // A re-issue that wrote nothing disrupts nothing: its budget unit (if one was taken) frees now.
+      const fleet = fleetOf.get(a.server);
+      if (a.action === "reissue" && !a.result?.ok && fleet)
+        await coordinatorOf(env, fleet)
+          .releaseFix(a.server)
+          .catch(() => undefined);
     }
     await db.batch([
       auditInsert(db, {

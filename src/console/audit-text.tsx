@@ -57,6 +57,13 @@ export function actorText(actor: string, names: Names) {
   return <span class="mono">{actor}</span>;
 }
 
+/** An actor the API already named (a rollout's `created_by_name`), as a person reads it. */
+export function namedActor(actor: string, name: string | null) {
+  const tokens = new Map<string, string>();
+  if (name !== null && actor.startsWith("token:")) tokens.set(actor.slice("token:".length), name);
+  return actorText(actor, { tokens, servers: new Map() });
+}
+
 /** How many distinct server actors a page looks up by id (one ledger read each). */
 const SERVER_LOOKUPS = 20;
 

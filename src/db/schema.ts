@@ -50,6 +50,8 @@ export const servers = sqliteTable(
     id: text("id").primaryKey(),
     fleetId: text("fleet_id").notNull(),
     hostname: text("hostname").notNull(),
+    /** hostnameSortKey(hostname), written with it by the ledger's projection: lists page naturally. */
+    hostnameSort: text("hostname_sort").notNull().default(""),
     kind: text("kind", { enum: SERVER_KINDS }).notNull(),
     roles: text("roles", { mode: "json" }).$type<string[]>().notNull(),
     /** The server's labels (its ledger's), shown in lists; filtered through server_labels. */
@@ -70,9 +72,6 @@ export const servers = sqliteTable(
   (t) => [
     index("servers_fleet_idx").on(t.fleetId, t.id),
     index("servers_status_idx").on(t.status, t.id),
-    // A fleet's servers of one status in hostname order (the console's list filtered by status,
-    // hm status's lists of failed and drifted servers): a page reads its own rows, not the fleet's.
-    index("servers_fleet_status_hostname_idx").on(t.fleetId, t.status, t.hostname, t.id),
     // Staleness marking scans only servers whose last report is old.
     index("servers_fleet_last_seen_idx").on(t.fleetId, t.lastSeen),
     // Staleness marking: only rows not yet stale, by deadline, so a tick reads what crossed.
@@ -89,6 +88,13 @@ export const servers = sqliteTable(
     // a fleet's page, a hostname prefix, a hostname across fleets.
     index("servers_fleet_hostname_idx").on(t.fleetId, t.hostname, t.id),
     index("servers_hostname_idx").on(t.hostname, t.id),
+    // GET /v1/servers pages in natural order (sim-2 before sim-10): with a fleet, a status, or neither,
+    // each page is read in order from its own index (hostname breaks ties of equal keys, then id).
+    // A fleet's servers of one status (the console's list filtered by status, hm status's lists of
+    // failed and drifted servers, the drift check): a page reads its own rows, not the fleet's.
+    index("servers_fleet_status_sort_idx").on(t.fleetId, t.status, t.hostnameSort, t.hostname, t.id),
+    index("servers_fleet_sort_idx").on(t.fleetId, t.hostnameSort, t.hostname, t.id),
+    index("servers_sort_idx").on(t.hostnameSort, t.hostname, t.id),
   ],
 );
 

@@ -17,6 +17,7 @@ import { fireTimers } from "./timers";
 import { answered, PRE_REBOOT_WAIT_PATH, preRebootWaitOf } from "./waits";
 import type { ClientParams, FleetLockFailure } from "./protocol";
 import * as slots from "./rollout-slots";
+import { allowFixes, releaseFix, type FixAllowance } from "./fix-budget";
 import * as disruption from "./disruption";
 import type { StoredMember } from "./disruption-store";
 import * as specGroups from "./spec-groups";
@@ -299,6 +300,18 @@ export class RebootCoordinator extends DurableObject<Env> {
   }
 
   // ---- rollout slots ----
+
+  /** Which of these servers a drift fix may disrupt now (./fix-budget.ts). */
+  async allowFixes(settings: FleetSettings, serverIds: string[], actor: string): Promise<Record<string, FixAllowance>> {
+    const out = allowFixes(this.parts, settings, serverIds, actor);
+    await this.parts.scheduler.arm();
+    return out;
+  }
+
+  /** A fix's write failed: its server is not disrupted by it after all. */
+  async releaseFix(serverId: string): Promise<void> {
+    if (releaseFix(this.parts, serverId, "write failed")) await this.parts.scheduler.arm();
+  }
 
   async acquireRolloutSlot(settings: FleetSettings, req: slots.RolloutSlotRequest): Promise<slots.RolloutSlotAnswer> {
     return slots.acquireRolloutSlot(this.parts, settings, req);

@@ -2,12 +2,16 @@
  * A line chart as an SVG string, drawn by the server (pure: no DOM, no script). Accessible: the
  * SVG is an image named by its <title> and described by its <desc> (what each series ends at),
  * both axes labelled, each series told apart by its dash as well as its colour, a legend in text.
- * The console's history charts use it; any page can (a rollout's analysis, say).
+ * The console's one chart module: the history pages and a rollout's analysis (thresholds as dashed
+ * lines, failing samples marked) draw with it.
  */
 
 interface ChartPoint {
   x: number;
-  y: number;
+  /** null: no value here, a gap in the line */
+  y: number | null;
+  /** a failing sample: drawn as a red ring whatever the series' colour, and counted in the description */
+  bad?: boolean;
 }
 
 export interface ChartSeries {
@@ -15,6 +19,8 @@ export interface ChartSeries {
   points: ChartPoint[];
   /** a CSS colour; by default the next of the palette */
   color?: string;
+  /** drawn as a dashed horizontal line of the series' colour, named in the legend */
+  threshold?: number | null;
 }
 
 export interface ChartOptions {
@@ -35,7 +41,12 @@ export interface ChartOptions {
   formatY?: (y: number) => string;
   /** the prefix of the ids <title> and <desc> get, unique in the page */
   id?: string;
+  /** a dot at every point (few samples, each one meaningful), not only at failing ones */
+  dots?: boolean;
 }
+
+/** Failing samples are this red (4.8:1 on white), as a ring so they read without colour too. */
+const BAD = "#c0262d";
 
 /** Colours that keep 3:1 against white and stay apart for the common colour-blindnesses (Okabe–Ito, darkened). */
 const PALETTE = ["#0b6e4f", "#b35900", "#1f5fa8", "#a3316f", "#6b5b00", "#5a3e9b", "#006d77", "#8a3b12"];
@@ -82,11 +93,12 @@ export function renderLineChart(series: ChartSeries[], opts: ChartOptions): stri
   const legendH = legendRows * 18;
   const plotW = width - pad.left - pad.right;
   const plotH = height - pad.top - pad.bottom;
-  const all = series.flatMap((s) => s.points);
+  const all = series.flatMap((s) => s.points.filter((p): p is ChartPoint & { y: number } => p.y !== null));
+  const thresholds = series.flatMap((s) => (s.threshold != null ? [s.threshold] : []));
   const xMin = opts.xMin ?? Math.min(...all.map((p) => p.x), Infinity);
   const xMax = opts.xMax ?? Math.max(...all.map((p) => p.x), -Infinity);
-  const yMin = opts.yMin ?? 0;
-  const dataMax = Math.max(yMin, ...all.map((p) => p.y));
+  const yMin = opts.yMin ?? Math.min(0, ...all.map((p) => p.y), ...thresholds);
+  const dataMax = Math.max(yMin, ...all.map((p) => p.y), ...thresholds);
   const yTicks = niceTicks(yMin, opts.yMax ?? (dataMax > yMin ? dataMax : yMin + 1));
   const yMax = opts.yMax ?? Math.max(yTicks[yTicks.length - 1], dataMax);
   const hasX = Number.isFinite(xMin) && Number.isFinite(xMax);
@@ -95,14 +107,17 @@ export function renderLineChart(series: ChartSeries[], opts: ChartOptions): stri
   const sy = (y: number) => round(pad.top + plotH - ((y - yMin) / (yMax - yMin || 1)) * plotH);
 
   const ends = series
-    .filter((s) => s.points.length > 0)
-    .map((s) => `${s.name}: ${fy(s.points[s.points.length - 1].y)}`)
+    .map((s) => ({ s, last: s.points.filter((p) => p.y !== null).at(-1) }))
+    .filter(({ last }) => last !== undefined)
+    .map(({ s, last }) => `${s.name}: ${fy(last!.y!)}${s.threshold != null ? ` (threshold ${fy(s.threshold)})` : ""}`)
     .join("; ");
+  const failing = all.filter((p) => p.bad).length;
   const desc = [
     opts.description,
     all.length === 0
       ? "No data in this window yet."
       : `${opts.yLabel} by ${opts.xLabel}, from ${fx(xMin)} to ${fx(xMax)}. Last values: ${ends}.`,
+    failing ? `${failing} failing sample${failing === 1 ? "" : "s"}, ringed in red.` : "",
   ]
     .filter(Boolean)
     .join(" ");
@@ -143,21 +158,46 @@ export function renderLineChart(series: ChartSeries[], opts: ChartOptions): stri
     out.push(
       `<text x="${pad.left + plotW / 2}" y="${pad.top + plotH / 2}" text-anchor="middle" font-size="13" fill="currentColor">No data yet</text>`,
     );
-  // Series.
+  // Thresholds, then series: a line per run of values (a gap splits it), dots where asked or failing.
+  series.forEach((s, i) => {
+    if (s.threshold == null || all.length === 0) return;
+    const color = s.color ?? PALETTE[i % PALETTE.length];
+    const y = sy(s.threshold);
+    out.push(
+      `<line class="threshold" x1="${pad.left}" x2="${pad.left + plotW}" y1="${y}" y2="${y}" stroke="${svgText(color)}" stroke-width="1" stroke-dasharray="4 3"><title>${svgText(`${s.name}: threshold ${fy(s.threshold)}`)}</title></line>`,
+    );
+  });
   series.forEach((s, i) => {
     if (s.points.length === 0) return;
     const color = s.color ?? PALETTE[i % PALETTE.length];
     const dash = DASHES[i % DASHES.length];
     const pts = [...s.points].sort((a, b) => a.x - b.x);
-    const coords: string[] = [];
-    pts.forEach((p, j) => {
-      if (opts.step && j > 0) coords.push(`${sx(p.x)},${sy(pts[j - 1].y)}`);
-      coords.push(`${sx(p.x)},${sy(p.y)}`);
-    });
-    if (opts.step && hasX && pts[pts.length - 1].x < xMax) coords.push(`${sx(xMax)},${sy(pts[pts.length - 1].y)}`);
-    out.push(
-      `<polyline class="series" fill="none" stroke="${svgText(color)}" stroke-width="2"${dash ? ` stroke-dasharray="${dash}"` : ""} points="${coords.join(" ")}"><title>${svgText(s.name)}</title></polyline>`,
-    );
+    const runs: { x: number; y: number }[][] = [[]];
+    for (const p of pts) {
+      if (p.y === null) runs.push([]);
+      else runs[runs.length - 1].push({ x: p.x, y: p.y });
+    }
+    for (const run of runs.filter((r) => r.length > 0)) {
+      const coords: string[] = [];
+      run.forEach((p, j) => {
+        if (opts.step && j > 0) coords.push(`${sx(p.x)},${sy(run[j - 1].y)}`);
+        coords.push(`${sx(p.x)},${sy(p.y)}`);
+      });
+      const last = run[run.length - 1];
+      if (opts.step && hasX && run === runs[runs.length - 1] && last.x < xMax) coords.push(`${sx(xMax)},${sy(last.y)}`);
+      out.push(
+        `<polyline class="series" fill="none" stroke="${svgText(color)}" stroke-width="2"${dash ? ` stroke-dasharray="${dash}"` : ""} points="${coords.join(" ")}"><title>${svgText(s.name)}</title></polyline>`,
+      );
+    }
+    for (const p of pts) {
+      if (p.y === null || !(opts.dots || p.bad)) continue;
+      const label = `${s.name}: ${fy(p.y)} at ${fx(p.x)}${p.bad ? " (failing)" : ""}`;
+      out.push(
+        p.bad
+          ? `<circle class="bad" cx="${sx(p.x)}" cy="${sy(p.y)}" r="4" fill="${BAD}" stroke="${BAD}" stroke-width="2"><title>${svgText(label)}</title></circle>`
+          : `<circle cx="${sx(p.x)}" cy="${sy(p.y)}" r="3" fill="${svgText(color)}"><title>${svgText(label)}</title></circle>`,
+      );
+    }
   });
   // Legend: three to a row under the plot.
   series.forEach((s, i) => {
@@ -167,7 +207,7 @@ export function renderLineChart(series: ChartSeries[], opts: ChartOptions): stri
     const y = height + Math.floor(i / 3) * 18 + 4;
     out.push(
       `<line class="series" x1="${x}" x2="${x + 22}" y1="${y}" y2="${y}" stroke="${svgText(color)}" stroke-width="2"${dash ? ` stroke-dasharray="${dash}"` : ""}/>`,
-      `<text x="${x + 28}" y="${y + 4}" font-size="12" fill="currentColor">${svgText(s.name)}</text>`,
+      `<text x="${x + 28}" y="${y + 4}" font-size="12" fill="currentColor">${svgText(s.name + (s.threshold != null ? ` (threshold ${fy(s.threshold)})` : ""))}</text>`,
     );
   });
   out.push("</svg>");

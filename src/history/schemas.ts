@@ -67,6 +67,9 @@ const VersionsPoint = z.object({
   other: z.number().int().openapi({ description: "servers on versions past the 8 most common (folded)" }),
 });
 
+const TimeTo95StateSchema = z.enum(["measured", "before_window", "not_reached"]);
+export type TimeTo95State = z.infer<typeof TimeTo95StateSchema>;
+
 const VersionSpread = z.object({
   version: z.string(),
   servers: z.number().int().openapi({ description: "servers reporting it at the end of the window" }),
@@ -79,6 +82,11 @@ const VersionSpread = z.object({
     .int()
     .nullable()
     .openapi({ description: "from first seen to 95 %; null if either falls outside the window" }),
+  time_to_95_state: TimeTo95StateSchema.openapi({
+    description:
+      "measured: time_to_95_s is the figure; before_window: the version was already spreading when the " +
+      "window opened, so its start is unknown; not_reached: it has not reached 95 %",
+  }),
 });
 
 const AgentHistory = z.object({

@@ -6,7 +6,7 @@
 import { SERVER_STATUSES } from "../domain/enums";
 import { iso } from "../lib/time";
 import { PERIOD_MS, RETENTION_MS, type AgentVersions } from "./rollup";
-import type { FleetHistory, HistoryMetric } from "./schemas";
+import type { FleetHistory, HistoryMetric, TimeTo95State } from "./schemas";
 import type { HistoryRow } from "./store";
 
 const DAY_MS = 86_400_000;
@@ -30,6 +30,16 @@ function perDay(rows: HistoryRow[], since: number, until: number, pick: (r: Hist
   return [...days].map(([day, count]) => ({ day, count }));
 }
 
+/**
+ * Why a version's time to 95 % is or is not a figure: measured inside the window, or it started
+ * spreading before the window opened (its start is not in the rows), or it has not reached 95 %.
+ */
+export function timeTo95State(firstInWindow: boolean, firstBefore: boolean, reached: boolean): TimeTo95State {
+  if (!reached) return "not_reached";
+  if (firstInWindow) return "measured";
+  return firstBefore ? "before_window" : "not_reached";
+}
+
 function agentHistory(agent: string, rows: HistoryRow[], since: number) {
   const points = rows.map((r) => {
     const v: AgentVersions = r.versions[agent] ?? { versions: {}, none: 0, other: 0 };
@@ -41,6 +51,7 @@ function agentHistory(agent: string, rows: HistoryRow[], since: number) {
     let first: number | null = null;
     let before = false;
     let reached: number | null = null;
+    let reachedBefore = false;
     let peak = 0;
     rows.forEach((r, i) => {
       const n = points[i].versions[version] ?? 0;
@@ -50,7 +61,10 @@ function agentHistory(agent: string, rows: HistoryRow[], since: number) {
         if (r.at < since) before = true;
         else first = r.at;
       }
-      if (share >= SPREAD_SHARE && reached === null && r.at >= since) reached = r.at;
+      if (share >= SPREAD_SHARE && reached === null) {
+        if (r.at >= since) reached = r.at;
+        else reachedBefore = true;
+      }
     });
     const end = points[points.length - 1];
     const servers = end.versions[version] ?? 0;
@@ -62,6 +76,7 @@ function agentHistory(agent: string, rows: HistoryRow[], since: number) {
       first_seen_at: first === null ? null : iso(first),
       reached_95_at: reached === null ? null : iso(reached),
       time_to_95_s: first !== null && reached !== null ? Math.round((reached - first) / 1000) : null,
+      time_to_95_state: timeTo95State(first !== null, before, reached !== null || reachedBefore),
     };
   });
   spread.sort((a, b) => b.servers - a.servers || (a.version < b.version ? -1 : 1));

@@ -5,6 +5,7 @@ import { agentInstances, serverLabels, servers } from "../db/schema";
 import type { ServerRecord, DesiredState } from "../model/server/record";
 import type { StoredReport } from "../model/server/schemas";
 import { computeStatus } from "../model/server/status";
+import { hostnameSortKey } from "../model/server/hostname-order";
 import { INDEX_LEASE_MS } from "../domain/channel";
 
 /** How often an otherwise unchanged report refreshes `last_seen` in D1 (docs/design.md §8). */
@@ -83,6 +84,7 @@ export function buildProjection(
     id: record.id,
     fleetId: record.fleet_id,
     hostname: record.hostname,
+    hostnameSort: hostnameSortKey(record.hostname),
     kind: record.kind,
     roles: record.roles,
     labels: record.labels ?? {},
@@ -101,7 +103,9 @@ export function buildProjection(
   // stale_at moves with last_seen (refreshed on its own schedule); stale_after stands in for it.
   // No labels leave the signature as it was before servers had labels: an unlabelled server's
   // row is not rewritten for them.
-  const { updatedAt: _u, lastSeen: _l, staleAt: _s, labels, ...shown } = server;
+  // The sort key follows the hostname (changedColumns writes it when the hostname moves), so it
+  // stays out of the signature: signatures written before it existed still match.
+  const { updatedAt: _u, lastSeen: _l, staleAt: _s, hostnameSort: _h, labels, ...shown } = server;
   const rows: Record<string, string> = {};
   for (const { updatedAt: _x, ...row } of instances) rows[row.agent] = JSON.stringify(row);
   const signed = Object.keys(labels).length ? { ...shown, labels } : shown;
@@ -214,7 +218,9 @@ function changedColumns(
   if (!a || !b) return { columns: all, staleAfter: true };
   const same = (k: string) =>
     JSON.stringify(a[k] ?? (k === "labels" ? {} : null)) === JSON.stringify(b[k] ?? (k === "labels" ? {} : null));
-  return { columns: all.filter((k) => !same(k)), staleAfter: !same("staleAfterS") };
+  const columns = all.filter((k) => k !== "hostnameSort" && !same(k));
+  if (columns.includes("hostname")) columns.push("hostnameSort");
+  return { columns, staleAfter: !same("staleAfterS") };
 }
 
 function parseSignature(signature: string): Record<string, unknown> | null {

@@ -5,10 +5,14 @@ import type { RolloutSummary } from "./views";
 import type { Target } from "./machine";
 import type { BlockedBy } from "../model/blocked-by";
 
-export const view = (s: RolloutSummary) => {
+/** Token actors' names (`token:<id>` → name), so a rollout says who started it by name. */
+export type ActorNames = ReadonlyMap<string, string>;
+
+export const view = (s: RolloutSummary, names: ActorNames) => {
   const { version_seq, created_at, ended_at, warnings, steps, analysis, ...rest } = s;
   return {
     ...rest,
+    created_by_name: names.get(s.created_by) ?? null,
     steps: steps.map((st) => ({ ...st, started_at: isoOrNull(st.started_at), until: isoOrNull(st.until) })),
     analysis: analysis.map((a) => ({ ...a, at: iso(a.at) })),
     warnings: warnings.map((w) => ({ ...w, at: iso(w.at) })),
@@ -54,7 +58,7 @@ export const eventView = (e: {
   details: e.details ? (JSON.parse(e.details) as unknown) : null,
 });
 
-export const listItem = (r: typeof rollouts.$inferSelect) => ({
+export const listItem = (r: typeof rollouts.$inferSelect, names: ActorNames) => ({
   id: r.id,
   fleet: r.fleetId,
   agent: r.agent,
@@ -65,6 +69,7 @@ export const listItem = (r: typeof rollouts.$inferSelect) => ({
   counts: r.counts,
   reason: r.reason,
   created_by: r.createdBy,
+  created_by_name: names.get(r.createdBy) ?? null,
   created_at: iso(r.createdAt),
   updated_at: iso(r.updatedAt),
   ended_at: isoOrNull(r.endedAt),

@@ -1,6 +1,9 @@
 import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
 import { createMiddleware } from "hono/factory";
 import { requireScope } from "../auth/principal";
+import { tokenActorNames } from "../auth/store";
+import { getDb } from "../db/client";
+import type { Env } from "../env";
 import { actorOf, fleetAllowed, visibleFleets } from "../domain/principal";
 import { fleetId } from "../fleets/schemas";
 import { locationOfCreated } from "../http/location";
@@ -31,6 +34,7 @@ import {
   unknownFleet,
 } from "./service";
 import { ROLLOUT_STATES, TARGET_STATES, type Control } from "./machine";
+import type { RolloutSummary } from "./views";
 import {
   EndTargetInput,
   EventSchema,
@@ -42,6 +46,9 @@ import {
 } from "./schemas";
 
 const idParam = z.object({ id: z.uuid() });
+
+/** A rollout as answered, with the name of the token that started it (one D1 read). */
+const named = async (env: Env, s: RolloutSummary) => view(s, await tokenActorNames(getDb(env.DB), [s.created_by]));
 
 /** After the scope: a rollout of a fleet the token may not see is answered as a missing one. */
 const rolloutInReach = createMiddleware<AppEnv>(async (c, next) => {
@@ -108,7 +115,7 @@ export const rolloutRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHo
       const input = c.req.valid("json");
       // Exactly what creation answers for a fleet that does not exist.
       if (!fleetAllowed(c.var.principal, input.fleet)) throw unknownFleet(input.fleet);
-      return c.json(view(await createRollout(c.env, actorOf(c.var.principal), input)), 201);
+      return c.json(await named(c.env, await createRollout(c.env, actorOf(c.var.principal), input)), 201);
     },
   )
   .openapi(
@@ -147,7 +154,11 @@ export const rolloutRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHo
         q.limit,
       );
       const { items, next_cursor } = page(rows, q.limit, (r) => [String(r.createdAt), r.id]);
-      return c.json({ items: items.map(listItem), next_cursor }, 200);
+      const names = await tokenActorNames(
+        getDb(c.env.DB),
+        items.map((r) => r.createdBy),
+      );
+      return c.json({ items: items.map((r) => listItem(r, names)), next_cursor }, 200);
     },
   )
   .openapi(
@@ -175,26 +186,29 @@ export const rolloutRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHo
       const { id } = c.req.valid("param");
       const q = c.req.valid("query");
       return c.json(
-        view(await getRollout(c.env, id, { since: q.since ?? null, waitMs: q.wait * 1000, signal: c.req.raw.signal })),
+        await named(
+          c.env,
+          await getRollout(c.env, id, { since: q.since ?? null, waitMs: q.wait * 1000, signal: c.req.raw.signal }),
+        ),
         200,
       );
     },
   )
   .openapi(controlRoute("pause"), async (c) => {
     const { id } = c.req.valid("param");
-    return c.json(view(await controlRollout(c.env, actorOf(c.var.principal), id, "pause")), 200);
+    return c.json(await named(c.env, await controlRollout(c.env, actorOf(c.var.principal), id, "pause")), 200);
   })
   .openapi(controlRoute("resume"), async (c) => {
     const { id } = c.req.valid("param");
-    return c.json(view(await controlRollout(c.env, actorOf(c.var.principal), id, "resume")), 200);
+    return c.json(await named(c.env, await controlRollout(c.env, actorOf(c.var.principal), id, "resume")), 200);
   })
   .openapi(controlRoute("cancel"), async (c) => {
     const { id } = c.req.valid("param");
-    return c.json(view(await controlRollout(c.env, actorOf(c.var.principal), id, "cancel")), 200);
+    return c.json(await named(c.env, await controlRollout(c.env, actorOf(c.var.principal), id, "cancel")), 200);
   })
   .openapi(controlRoute("rollback"), async (c) => {
     const { id } = c.req.valid("param");
-    return c.json(view(await controlRollout(c.env, actorOf(c.var.principal), id, "rollback")), 200);
+    return c.json(await named(c.env, await controlRollout(c.env, actorOf(c.var.principal), id, "rollback")), 200);
   })
   .openapi(
     createRoute({
@@ -290,6 +304,9 @@ export const rolloutRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHo
       const { id, server } = c.req.valid("param");
       const body = (c.req.valid("json") as EndTargetInput | undefined) ?? {};
       const out = await endRolloutTarget(c.env, actorOf(c.var.principal), id, server, body.reason);
-      return c.json({ target: targetView({ ...out.target, duration_ms: null }), rollout: view(out.summary) }, 200);
+      return c.json(
+        { target: targetView({ ...out.target, duration_ms: null }), rollout: await named(c.env, out.summary) },
+        200,
+      );
     },
   );

@@ -139,6 +139,10 @@ export const RolloutSchema = z
     eta_s: z.number().nullable(),
     warnings: z.array(z.object({ server_id: z.string(), hostname: z.string(), at: z.string(), message: z.string() })),
     created_by: z.string(),
+    created_by_name: z
+      .string()
+      .nullable()
+      .openapi({ description: "The name of the token that started it (null: not a token, or one since deleted)" }),
     created_at: z.string(),
     ended_at: z.string().nullable(),
     change: z.number().int().openapi({ description: "Moves with every change; pass it back as `since` to long-poll" }),
@@ -195,6 +199,10 @@ export const RolloutListItem = z
     counts: z.record(z.string(), z.number()),
     reason: z.string().nullable(),
     created_by: z.string(),
+    created_by_name: z
+      .string()
+      .nullable()
+      .openapi({ description: "The name of the token that started it (null: not a token, or one since deleted)" }),
     created_at: z.string(),
     updated_at: z.string(),
     ended_at: z.string().nullable(),

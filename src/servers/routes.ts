@@ -169,14 +169,14 @@ export const serverRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHoo
     }),
     async (c) => {
       const { fleet, status, state, hostname, label, limit, cursor } = c.req.valid("query");
-      const after = decodeCursor(cursor, 2);
+      const after = decodeCursor(cursor, 3);
       const rows = await searchServers(
         c.env,
         { fleet, status, state, hostname, labels: label, visible: visibleFleets(c.var.principal) },
-        after ? [after[0], after[1]] : null,
+        after ? [after[0], after[1], after[2]] : null,
         limit,
       );
-      const { items, next_cursor } = page(rows, limit, (r) => [r.hostname, r.id]);
+      const { items, next_cursor } = page(rows, limit, (r) => [r.hostnameSort, r.hostname, r.id]);
       return c.json({ items: items.map(serverSummary), next_cursor }, 200);
     },
   )

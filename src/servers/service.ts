@@ -36,7 +36,14 @@ import { catchUpPlan, firstPlan, replanServer, setServerRoles } from "../planner
 import type { ServerPatch } from "./schemas";
 import { mergeLabels, sortedLabels, type Labels } from "../model/server/labels";
 import { refuseTakenHostname, serverIdOf } from "./naming";
-import { hostnamesIn, listServers, liveServerIdsOfFleet, sparseLabel, type ServerFilter } from "./store";
+import {
+  hostnamesIn,
+  listServers,
+  liveServerIdsOfFleet,
+  sparseLabel,
+  type ServerFilter,
+  type ServerPageKey,
+} from "./store";
 import { viewWhenChanged } from "./wait";
 
 export interface RegisterInput {
@@ -123,12 +130,7 @@ export async function serverIfChanged(
 }
 
 /** A page of the fleet-wide index by hostname (one more row than `limit` when another page exists). */
-export async function searchServers(
-  env: Env,
-  filter: ServerFilter,
-  after: [hostname: string, id: string] | null,
-  limit: number,
-) {
+export async function searchServers(env: Env, filter: ServerFilter, after: ServerPageKey | null, limit: number) {
   const db = getDb(env.DB);
   return listServers(db, { ...filter, driveFrom: await sparseLabel(db, filter.fleet, filter.labels) }, after, limit);
 }

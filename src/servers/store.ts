@@ -131,11 +131,14 @@ export async function sparseLabel(
 /** Hostnames are lowercase ASCII: every one with the prefix sorts below prefix + this. */
 const AFTER_PREFIX = "\u{10FFFF}";
 
-/** A page of the index in hostname order (then id), after the key `after`. */
+/** Where a page of servers resumes: the last row's natural sort key, hostname and id. */
+export type ServerPageKey = [hostnameSort: string, hostname: string, id: string];
+
+/** A page of the index in natural hostname order (sim-2 before sim-10), after the key `after`. */
 export function listServers(
   db: Db,
   filter: ServerFilter,
-  after: [hostname: string, id: string] | null,
+  after: ServerPageKey | null,
   limit: number,
   now = Date.now(),
 ) {
@@ -158,9 +161,12 @@ export function listServers(
       servers.id,
     ),
   );
-  if (after) conds.push(sql`(${servers.hostname}, ${servers.id}) > (${after[0]}, ${after[1]})`);
+  if (after)
+    conds.push(
+      sql`(${servers.hostnameSort}, ${servers.hostname}, ${servers.id}) > (${after[0]}, ${after[1]}, ${after[2]})`,
+    );
   const columns = { ...getTableColumns(servers), status: statusAt(now) };
-  const ordered = [asc(servers.hostname), asc(servers.id)];
+  const ordered = [asc(servers.hostnameSort), asc(servers.hostname), asc(servers.id)];
   const inFleet = filter.fleet ? eq(servers.fleetId, filter.fleet) : undefined;
   if (filter.status !== "stale") {
     // Staleness is read from stale_at, never stored by the cron (./staleness.ts).
@@ -184,7 +190,7 @@ export function listServers(
         .orderBy(...ordered)
         .limit(limit + 1);
     }
-    // With a status: servers_fleet_status_hostname_idx holds the page in order, so it reads its own rows.
+    // With a status: servers_fleet_status_sort_idx holds the page in order, so it reads its own rows.
     return db
       .select(columns)
       .from(servers)
@@ -193,7 +199,7 @@ export function listServers(
       .limit(limit + 1);
   }
   // Stale is either of two sets (./staleness.ts), each read through its own index: rows an older
-  // cron marked stale (in hostname order from servers_fleet_status_hostname_idx), and rows whose
+  // cron marked stale (in natural order from servers_fleet_status_sort_idx), and rows whose
   // deadline passed (from the partial servers_stale_at_idx, whose condition is written as literal
   // text so SQLite can match it; `+` keeps SQLite off the fleet's indexes, which would read every
   // server of the fleet to find the few stale ones). The page

@@ -6,6 +6,7 @@
  * (admin on B would be more than any mapping says), and the lower grant is what is dropped.
  */
 import { OPERATOR_SCOPES, type Scope } from "../domain/enums";
+import type { Principal } from "../domain/principal";
 
 type SsoProvider = "access" | "oidc";
 
@@ -48,3 +49,11 @@ export function grantOf(who: Identity, rules: readonly MappingRule[]): SsoGrant 
 
 /** An email as mappings keep it: trimmed and lower-cased (providers differ in case). */
 export const normalEmail = (email: string) => email.trim().toLowerCase();
+
+/** Whether a mapping's (or a session's) fleets lie within what the principal may act on ("*" only for "*"). */
+export function fleetsWithin(fleets: "*" | string[], p: Principal): boolean {
+  if (p.kind !== "operator") return false;
+  if (p.fleets === "*") return true;
+  const own = p.fleets;
+  return fleets !== "*" && fleets.every((f) => own.includes(f));
+}

@@ -12,7 +12,6 @@ import {
 import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
 import { iso } from "../lib/time";
-import { actorOf } from "../domain/principal";
 import { requireScope } from "../auth/principal";
 import { CliExchange, CliStart, SsoMapping, SsoMappingInput, SsoSession } from "./schemas";
 import { exchangeCliCode, startLogin } from "./logins";
@@ -47,7 +46,7 @@ export const ssoRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook }
       middleware: [requireScope("admin")] as const,
       responses: { 200: jsonResponse(z.object({ items: z.array(SsoMapping) }), "Every mapping"), ...commonErrors },
     }),
-    async (c) => c.json({ items: (await listMappings(c.env)).map(mappingView) }, 200),
+    async (c) => c.json({ items: (await listMappings(c.env, c.var.principal)).map(mappingView) }, 200),
   )
   .openapi(
     createRoute({
@@ -66,7 +65,7 @@ export const ssoRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook }
       },
     }),
     async (c) => {
-      const row = await createMapping(c.env, actorOf(c.var.principal), c.req.valid("json"));
+      const row = await createMapping(c.env, c.var.principal, c.req.valid("json"));
       return c.json(mappingView(row), 201);
     },
   )
@@ -83,7 +82,7 @@ export const ssoRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook }
       responses: { 200: jsonResponse(SsoMapping, "The removed mapping"), ...commonErrors, ...notFoundError },
     }),
     async (c) => {
-      const row = await deleteMapping(c.env, actorOf(c.var.principal), c.req.valid("param").id);
+      const row = await deleteMapping(c.env, c.var.principal, c.req.valid("param").id);
       return c.json(mappingView(row), 200);
     },
   )
@@ -99,7 +98,7 @@ export const ssoRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook }
       responses: { 200: jsonResponse(z.object({ items: z.array(SsoSession) }), "Active sessions"), ...commonErrors },
     }),
     async (c) => {
-      const rows = await activeSessions(c.env, SESSIONS_SHOWN);
+      const rows = await activeSessions(c.env, c.var.principal, SESSIONS_SHOWN);
       const items = rows.map((r) => ({
         token_id: r.s.tokenId,
         provider: r.s.provider,

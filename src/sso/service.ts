@@ -5,15 +5,16 @@
  */
 import { eq } from "drizzle-orm";
 import { auditInsert } from "../db/audit";
+import { grantFor as grantWithin } from "../auth/grants";
 import { revokeToken } from "../auth/service";
 import { issueToken } from "../auth/tokens";
 import { getDb } from "../db/client";
 import { ssoMappings, ssoSessions, tokens } from "../db/schema";
 import { DomainError, notFound } from "../domain/errors";
 import type { Env } from "../env";
-import type { Principal } from "../domain/principal";
+import { actorOf, type Principal } from "../domain/principal";
 import { isUniqueViolation } from "../db/errors";
-import { grantOf, normalEmail, type Identity, type SsoGrant } from "./mapping";
+import { grantOf, fleetsWithin, normalEmail, type Identity, type SsoGrant } from "./mapping";
 import { MAX_SSO_MAPPINGS, type SsoMappingInput } from "./schemas";
 import { allMappings, liveSessions, mappingById, sessionByToken, type SsoMappingRow } from "./store";
 
@@ -22,9 +23,18 @@ const SSO_SESSION_TTL_MS = { console: 8 * 3600_000, cli: 12 * 3600_000 } as cons
 
 const PROVIDER_NAMES = { access: "Cloudflare Access", oidc: "OpenID Connect" } as const;
 
-export const listMappings = (env: Env) => allMappings(getDb(env.DB));
+/** The mappings the admin may see: those within its own fleets (a fleet-limited admin sees none of "*"). */
+export const listMappings = async (env: Env, principal: Principal) =>
+  (await allMappings(getDb(env.DB))).filter((m) => fleetsWithin(m.fleets, principal));
 
-export async function createMapping(env: Env, actor: string, input: SsoMappingInput): Promise<SsoMappingRow> {
+/**
+ * A mapping is a grant: an admin limited to some fleets may map users only to those fleets and at
+ * most its own scope, as for the tokens it creates, or it could sign itself in as more than it is.
+ */
+export async function createMapping(env: Env, principal: Principal, input: SsoMappingInput): Promise<SsoMappingRow> {
+  if (principal.kind !== "operator") throw new DomainError("forbidden", "only an operator manages SSO mappings");
+  grantWithin(principal, { scope: input.scope, fleets: input.fleets }, Date.now());
+  const actor = actorOf(principal);
   const db = getDb(env.DB);
   if ((await allMappings(db)).length >= MAX_SSO_MAPPINGS) {
     throw new DomainError("validation_failed", `at most ${MAX_SSO_MAPPINGS} SSO mappings; map groups, not people`);
@@ -58,10 +68,12 @@ export async function createMapping(env: Env, actor: string, input: SsoMappingIn
   return row;
 }
 
-export async function deleteMapping(env: Env, actor: string, id: string) {
+export async function deleteMapping(env: Env, principal: Principal, id: string) {
+  const actor = actorOf(principal);
   const db = getDb(env.DB);
   const row = await mappingById(db, id);
-  if (!row) throw notFound("sso mapping", id);
+  // One outside the admin's fleets is answered as a missing one: its existence is not confirmed.
+  if (!row || !fleetsWithin(row.fleets, principal)) throw notFound("sso mapping", id);
   await db.batch([
     db.delete(ssoMappings).where(eq(ssoMappings.id, id)),
     auditInsert(db, {
@@ -146,7 +158,9 @@ export async function mintSession(
   return { id, token, scope: grant.scope, fleets: grant.fleets, expiresAt };
 }
 
-export const activeSessions = (env: Env, limit: number) => liveSessions(getDb(env.DB), Date.now(), limit);
+/** The live sessions the admin may see: those whose fleets lie within its own (as for mappings). */
+export const activeSessions = async (env: Env, principal: Principal, limit: number) =>
+  (await liveSessions(getDb(env.DB), Date.now(), limit)).filter((r) => fleetsWithin(r.fleets, principal));
 
 /** Ends a session: its token is revoked, so its console sessions and live sockets close too. */
 export async function endSsoSession(env: Env, principal: Principal, tokenId: string) {

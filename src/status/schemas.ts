@@ -1,6 +1,7 @@
 import { z } from "@hono/zod-openapi";
 import { ROLLOUT_STATES, ROLLOUT_TARGET_STATES, SERVER_STATES, SERVER_STATUSES } from "../domain/enums";
 import { serverStatus } from "../model/server/schemas";
+import { Fleet } from "../fleets/schemas";
 
 const countsOf = <T extends readonly string[]>(keys: T) =>
   z.object(Object.fromEntries(keys.map((k) => [k, z.number().int()])) as Record<T[number], z.ZodNumber>);
@@ -124,3 +125,20 @@ export const StatusSchema = z
     more_fleets: z.boolean().openapi({ description: "without ?fleet=, whether fleets beyond the first 50 exist" }),
   })
   .openapi("Status");
+
+/** GET /v1/status/fleets: a page of fleets, each with its settings and its health (./service.ts). */
+export const FleetHealth = Fleet.extend({
+  servers: z.object({
+    total: z.number().int().openapi({ description: "Every server but removed ones" }),
+    by_status: z.record(z.string(), z.number().int()).openapi({ description: "Only statuses some server has" }),
+  }),
+  needs_look: z.number().int().openapi({ description: "Servers failed, stale or drifted" }),
+  stuck_reboots: z.number().int().openapi({ description: "Reboot slots held past the fleet's lock_ttl_s" }),
+  rollouts_running: z
+    .number()
+    .int()
+    .openapi({ description: "Rollouts that still move (running, paused, rolling back)" }),
+  health: z.enum(["empty", "ok", "needs_look"]).openapi({
+    description: "empty: no servers; needs_look: a server failed, stale or drifted, or a reboot slot stuck; else ok",
+  }),
+}).openapi("FleetHealth");

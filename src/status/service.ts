@@ -10,7 +10,7 @@ import type { ServerStatus } from "../domain/enums";
 import { notFound } from "../domain/errors";
 import type { Env } from "../env";
 import { listGroups } from "../fleetlock/service";
-import { getFleet, listFleets } from "../fleets/store";
+import { fleetView, getFleet, listFleets } from "../fleets/store";
 import { activeRollouts } from "../rollouts/service";
 import { upgradeStatus } from "../upgrades/service";
 import { isoOrNull } from "../lib/time";
@@ -90,4 +90,38 @@ async function fleetStatus(env: Env, db: Db, fleet: string, attention: number) {
     })),
     rollouts,
   };
+}
+
+/** Fleets one page of GET /v1/status/fleets covers at most: each costs a D1 batch and a coordinator call. */
+export const FLEET_HEALTH_PAGE = 50;
+
+/**
+ * A page of fleets in id order (the fleets list's cursor), each with its settings and its health
+ * counted on the server, so `hm fleets` shows every fleet of a page in one request.
+ */
+export async function fleetsHealth(env: Env, visible: readonly string[] | null, after: string | null, limit: number) {
+  const db = getDb(env.DB);
+  const rows = await listFleets(db, visible, after, limit);
+  const items = await Promise.all(
+    rows.slice(0, limit).map(async (row) => {
+      const st = await fleetStatus(env, db, row.id, 0);
+      const needsLook = ATTENTION.reduce((n, status) => n + (st.servers.by_status[status] ?? 0), 0);
+      const stuck = st.reboot_groups.reduce((n, g) => n + g.holders.filter((h) => h.stuck).length, 0);
+      return {
+        ...fleetView(row),
+        servers: { total: st.servers.total, by_status: st.servers.by_status },
+        needs_look: needsLook,
+        stuck_reboots: stuck,
+        rollouts_running: st.rollouts.length,
+        health: fleetHealth(st.servers.total, needsLook, stuck),
+      };
+    }),
+  );
+  return { items, more: rows.length > limit };
+}
+
+/** A fleet's health in one word, as `hm fleets` and the console's fleets page read it. */
+function fleetHealth(total: number, needsLook: number, stuckReboots: number) {
+  if (total === 0) return "empty" as const;
+  return needsLook > 0 || stuckReboots > 0 ? ("needs_look" as const) : ("ok" as const);
 }

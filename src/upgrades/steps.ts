@@ -1,6 +1,7 @@
 import { checkStepList, newestVersion } from "./step";
 import { activateReportedServers } from "./steps/activate-reported-servers";
 import { adoptFleetlockIdentities } from "./steps/adopt-fleetlock-identities";
+import { giveServersSortKeys } from "./steps/give-servers-sort-keys";
 
 /**
  * Every data upgrade step, oldest first; version N takes data from N-1 to N. Version 0 is the
@@ -12,6 +13,6 @@ import { adoptFleetlockIdentities } from "./steps/adopt-fleetlock-identities";
  * (`UPDATE upgrade_state SET version = N WHERE version = N - 1 AND NOT EXISTS (SELECT 1 FROM fleets)`),
  * or a fresh database is drained until its first run applies N to no data.
  */
-export const UPGRADE_STEPS = checkStepList([activateReportedServers, adoptFleetlockIdentities]);
+export const UPGRADE_STEPS = checkStepList([activateReportedServers, adoptFleetlockIdentities, giveServersSortKeys]);
 
 export const NEWEST_VERSION = newestVersion(UPGRADE_STEPS);

@@ -32,6 +32,7 @@ export const WEBHOOK_EVENTS = [
   "server.decommissioned",
   "upgrade.step_applied",
   "upgrade.step_failed",
+  "audit.recorded",
 ] as const;
 export type WebhookEventType = (typeof WEBHOOK_EVENTS)[number];
 

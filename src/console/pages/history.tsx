@@ -11,12 +11,18 @@ import { NoFleet, page, render, type View } from "../context";
 import { requireSession, type ConsoleEnv } from "../guard";
 import { Table } from "../ui";
 import { renderLineChart, type ChartSeries } from "../../history/chart";
-import { FleetHistory } from "../../history/schemas";
+import { FleetHistory, type TimeTo95State } from "../../history/schemas";
 import { agentName } from "../../model/server/schemas";
 import type { ServerStatus } from "../../domain/enums";
 
 /** The windows the pages offer. */
 const WINDOWS = ["24h", "7d", "30d"] as const;
+/** What stands in a spread's "Time to 95 %" cell when there is no figure to show. */
+const TIME_TO_95_TEXT: Record<TimeTo95State, string> = {
+  measured: "—",
+  before_window: "before the window",
+  not_reached: "not yet",
+};
 const windowOf = (v: View) => {
   const w = v.c.req.query("since");
   return (WINDOWS as readonly string[]).includes(w ?? "") ? (w as (typeof WINDOWS)[number]) : "24h";
@@ -187,7 +193,13 @@ async function agentPage(v: View) {
               <td>
                 {s.reached_95_at ? s.reached_95_at.slice(0, 16).replace("T", " ") : <span class="muted">not yet</span>}
               </td>
-              <td class="num">{s.time_to_95_s === null ? <span class="muted">—</span> : span(s.time_to_95_s)}</td>
+              <td class="num">
+                {s.time_to_95_s !== null ? (
+                  span(s.time_to_95_s)
+                ) : (
+                  <span class="muted">{TIME_TO_95_TEXT[s.time_to_95_state]}</span>
+                )}
+              </td>
             </tr>
           ))}
         </Table>

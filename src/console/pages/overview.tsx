@@ -55,7 +55,7 @@ export async function overviewPage(v: View) {
   const [s, history, ...named] = await Promise.all([
     must<FleetSummary>(v.api("GET", `/v1/fleets/${f}/summary`)),
     read(v, FleetHistory, historyPath(v.fleet, { metric: "servers,versions", since: "24h" })),
-    // servers_fleet_status_hostname_idx answers each with NAMED_FROM rows at most.
+    // servers_fleet_status_sort_idx answers each with NAMED_FROM rows at most.
     ...TROUBLE.map(([status]) =>
       readPage(v, ServerSummary, `/v1/servers${qs({ fleet: v.fleet, status, limit: NAMED_FROM })}`),
     ),

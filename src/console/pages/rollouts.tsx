@@ -2,8 +2,9 @@
 /** Rollouts: the list, and one rollout with a bar per state, slow servers, failures, the event log; its controls. */
 import { Hono } from "hono";
 import { raw } from "hono/html";
-import { renderLineChart, type ChartSeries } from "../charts";
+import { renderLineChart, type ChartSeries } from "../../history/chart";
 import { describeRolloutEvent } from "../rollout-events";
+import { namedActor } from "../audit-text";
 import { ROLLOUT_STATES, type RolloutTargetState } from "../../domain/enums";
 import { EventSchema, RolloutListItem, RolloutSchema, TargetSchema } from "../../rollouts/schemas";
 import { must, qs, read, readPage, type InProcessApp } from "../api";
@@ -77,7 +78,7 @@ async function rolloutsPage(v: View) {
               <td>
                 <Ago at={r.created_at} />
               </td>
-              <td class="mono">{r.created_by}</td>
+              <td>{namedActor(r.created_by, r.created_by_name)}</td>
             </tr>
           );
         })}
@@ -148,7 +149,7 @@ async function rolloutPage(v: View) {
               <dd class="mono">{r.version}</dd>
               <dt>Started</dt>
               <dd>
-                <Ago at={r.created_at} /> by <span class="mono">{r.created_by}</span>
+                <Ago at={r.created_at} /> by {namedActor(r.created_by, r.created_by_name)}
               </dd>
               <dt>Ended</dt>
               <dd>
@@ -311,6 +312,9 @@ async function rolloutPage(v: View) {
 
 type RolloutView = typeof RolloutSchema._output;
 
+const clock = (ms: number) => new Date(ms).toISOString().slice(11, 19);
+const sampleValue = (n: number) => (Number.isInteger(n) ? String(n) : n.toFixed(2));
+
 /** The strategy's plan: each step with its state and servers, and the analysis values over time. */
 function Plan({ r }: { r: RolloutView }) {
   const names = [...new Set(r.analysis.map((a) => a.name))];
@@ -319,7 +323,7 @@ function Plan({ r }: { r: RolloutView }) {
     return {
       name,
       threshold: points.at(-1)?.threshold ?? null,
-      points: points.map((a) => ({ at: Date.parse(a.at), value: a.value, bad: !a.ok })),
+      points: points.map((a) => ({ x: Date.parse(a.at), y: a.value, bad: !a.ok })),
     };
   });
   return (
@@ -345,7 +349,17 @@ function Plan({ r }: { r: RolloutView }) {
       </Table>
       {names.length ? (
         <figure id="rollout-analysis">
-          {raw(renderLineChart(series, { title: `Analysis of the rollout of ${r.agent}` }))}
+          {raw(
+            renderLineChart(series, {
+              id: "analysis-chart",
+              title: `Analysis of the rollout of ${r.agent}`,
+              xLabel: "time (UTC)",
+              yLabel: "value",
+              formatX: clock,
+              formatY: sampleValue,
+              dots: true,
+            }),
+          )}
           <figcaption>
             Analysis samples: {r.analysis.length} value(s) of {names.length} check(s); the latest:{" "}
             {names

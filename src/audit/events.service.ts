@@ -1,0 +1,111 @@
+/**
+ * audit.recorded for the fleets' webhooks, so a SIEM subscribes to the trail as it is written.
+ * Rows are written by every owner in its own batch; adding a webhook write to each would multiply
+ * D1 writes per row. Instead the cron reads the rows after its cursor (D1 `cron_cursors`
+ * `audit_events`, the last id handed on) and gives each fleet's coordinator ONE event per tick
+ * carrying that fleet's new rows. The cursor moves only when there were rows; the event id is
+ * derived from the fleet and the id range, so a tick repeated after a crash is dropped by the
+ * coordinator. A coordinator that cannot take its event is owed it as a fleet task (as
+ * server.stale's are, src/webhooks/stale.ts). Rows that belong to no one fleet (images, builds,
+ * upgrades, tokens of several fleets) are in the export and the day files, not in a fleet's hooks.
+ */
+import { eq, inArray, sql } from "drizzle-orm";
+import type { BatchItem } from "drizzle-orm/batch";
+import { getDb } from "../db/client";
+import { cronCursors, enrollmentTokens, rollouts, servers } from "../db/schema";
+import type { Env } from "../env";
+import { owedEvents } from "../fleets/store";
+import { logLine } from "../lib/log";
+import { coordinatorOf } from "../objects/stubs";
+import type { FleetEvent } from "../webhooks/events";
+import { ownedEvent } from "../webhooks/outbox";
+import { auditLines } from "./service";
+import { maxAuditId } from "./store";
+
+export const AUDIT_EVENTS_CURSOR = "audit_events";
+/** Rows per tick; a burst past it goes out over the next ticks, in order. */
+const AUDIT_EVENTS_PER_TICK = 500;
+
+export async function sendAuditEvents(env: Env, now: number): Promise<{ rows: number; events: number }> {
+  const db = getDb(env.DB);
+  const [cursor] = await db.select().from(cronCursors).where(eq(cronCursors.name, AUDIT_EVENTS_CURSOR));
+  if (!cursor) {
+    // The first tick ever starts at the present: the history is in the export, not owed as events.
+    const last = await maxAuditId(db);
+    await db.insert(cronCursors).values({ name: AUDIT_EVENTS_CURSOR, at: last }).onConflictDoNothing();
+    return { rows: 0, events: 0 };
+  }
+  const lines = await auditLines(env, { after: cursor.at, limit: AUDIT_EVENTS_PER_TICK });
+  if (lines.length === 0) return { rows: 0, events: 0 };
+  const fleetOf = await fleetsOf(
+    env,
+    lines.map((l) => l.target),
+  );
+  const byFleet = new Map<string, typeof lines>();
+  for (const l of lines) {
+    const fleet = fleetOf.get(l.target);
+    if (fleet) byFleet.set(fleet, [...(byFleet.get(fleet) ?? []), l]);
+  }
+  const events: [string, FleetEvent[]][] = [...byFleet].map(([fleet, rows]) => [
+    fleet,
+    [
+      ownedEvent(
+        `audit.recorded:${fleet}:${rows[0].id}-${rows[rows.length - 1].id}`,
+        fleet,
+        "audit.recorded",
+        `fleet:${fleet}`,
+        rows.length === 1
+          ? `${rows[0].actor_name ?? rows[0].actor}: ${rows[0].action} ${rows[0].target}`
+          : `${rows.length} audit entries`,
+        { entries: rows },
+        Date.parse(rows[rows.length - 1].at),
+      ),
+    ],
+  ]);
+  const results = await Promise.allSettled(events.map(([fleet, e]) => coordinatorOf(env, fleet).fleetEvents(e)));
+  const failed = events.filter((_, i) => results[i].status === "rejected");
+  if (failed.length)
+    logLine("warn", "audit.recorded events not taken; owed to those fleets as tasks the cron retries", {
+      fleets: failed.length,
+    });
+  const next = lines[lines.length - 1].id;
+  const writes: BatchItem<"sqlite">[] = failed.map(([fleet, e]) => owedEvents(db, fleet, e, now));
+  writes.push(
+    db
+      .update(cronCursors)
+      .set({ at: next })
+      .where(sql`${cronCursors.name} = ${AUDIT_EVENTS_CURSOR} AND ${cronCursors.at} = ${cursor.at}`),
+  );
+  await db.batch(writes as [BatchItem<"sqlite">, ...BatchItem<"sqlite">[]]);
+  return { rows: lines.length, events: events.length };
+}
+
+/** The fleet of each target that has one: `fleet:<name>`, a server, a rollout, an enrollment token. */
+async function fleetsOf(env: Env, targets: string[]): Promise<Map<string, string>> {
+  const db = getDb(env.DB);
+  const out = new Map<string, string>();
+  const idsOf = (prefix: string) => [
+    ...new Set(targets.filter((t) => t.startsWith(prefix)).map((t) => t.slice(prefix.length))),
+  ];
+  for (const t of targets) if (t.startsWith("fleet:")) out.set(t, t.slice(6));
+  const [srv, rol, enr] = [idsOf("server:"), idsOf("rollout:"), idsOf("enrollment-token:")];
+  const ids = (xs: string[]) => sql`(SELECT value FROM json_each(${JSON.stringify(xs)}))`;
+  const [s, r, e] = await db.batch([
+    db
+      .select({ id: servers.id, fleet: servers.fleetId })
+      .from(servers)
+      .where(inArray(servers.id, ids(srv))),
+    db
+      .select({ id: rollouts.id, fleet: rollouts.fleetId })
+      .from(rollouts)
+      .where(inArray(rollouts.id, ids(rol))),
+    db
+      .select({ id: enrollmentTokens.id, fleet: enrollmentTokens.fleetId })
+      .from(enrollmentTokens)
+      .where(inArray(enrollmentTokens.id, ids(enr))),
+  ]);
+  for (const x of s) out.set(`server:${x.id}`, x.fleet);
+  for (const x of r) out.set(`rollout:${x.id}`, x.fleet);
+  for (const x of e) out.set(`enrollment-token:${x.id}`, x.fleet);
+  return out;
+}
