@@ -13,7 +13,7 @@ import { externalCheck, fetchFailure, type Fetcher } from "../fleetlock/external
 import { chunk } from "../lib/chunk";
 import { statusAt } from "../model/server/staleness";
 import type { TargetState } from "./machine";
-import type { AnalysisCheck } from "./strategy-schemas";
+import type { AnalysisCheck } from "../model/strategy";
 import { checkName, judgePrometheus, type CheckResult } from "./strategy";
 
 export interface SampleRequest {
