@@ -272,6 +272,13 @@ export const agentChannels = sqliteTable(
     version: text("version").notNull(),
     /** The catalog image the channel names, as resolved when it was set (null: a free-form image). */
     catalog: text("catalog", { mode: "json" }).$type<CatalogFields>(),
+    /**
+     * How the agent's rollouts go by default (a fleet spec's `channels.<agent>.rollout`): used by
+     * POST /v1/rollouts when the request carries no strategy. null: one wave, as without a strategy.
+     * The strategy is src/model/strategy.ts's `StrategyInput`, parsed when written and read (the
+     * model imports this file, so it is not named here).
+     */
+    rollout: text("rollout", { mode: "json" }).$type<{ strategy: unknown }>(),
     updatedAt: integer("updated_at").notNull(),
     updatedBy: text("updated_by").notNull(),
   },

@@ -7,7 +7,14 @@
 import { auditInsert } from "../db/audit";
 import type { Db } from "../db/client";
 import { fleetTask } from "../fleets/store";
-import { channelDelete, channelWrite, fleetSettingsWrite, roleDelete, roleWrite } from "../intent/batch";
+import {
+  channelDelete,
+  channelRolloutWrite,
+  channelWrite,
+  fleetSettingsWrite,
+  roleDelete,
+  roleWrite,
+} from "../intent/batch";
 import { markFleet, markServersWithRole } from "../planner/service";
 import { summaryOf, type SpecPlan } from "./diff";
 
@@ -38,7 +45,10 @@ export function applyStatements(
       }),
     );
   }
-  for (const c of plan.channels.write) out.push(...channelWrite(db, actor, fleet, c.agent, c.input, c.previous, now));
+  for (const c of plan.channels.write) {
+    if (c.image) out.push(...channelWrite(db, actor, fleet, c.agent, c.input, c.previous, now));
+    if (c.rolloutChanged) out.push(channelRolloutWrite(db, actor, fleet, c.agent, c.rollout, now));
+  }
   for (const agent of plan.channels.remove) out.push(channelDelete(db, fleet, agent));
   // One mark per server however many of its inputs change: the planner runs once for the apply.
   const cause = { actor, action: "fleet.spec.apply" };

@@ -10,6 +10,7 @@ import type { RoleAgent } from "../planner/plan";
 import { byKey, sameValue } from "./canonical";
 import { groupConfig, type GroupConfig } from "./groups";
 import type { DiffItem, DiffOp, FleetSpec, SpecSection, SpecSettings } from "./schemas";
+import type { SpecChannelRollout } from "./rollout-defaults";
 import type { FleetState } from "./store";
 import { comparable, webhooksTask } from "./webhooks";
 
@@ -24,6 +25,11 @@ export interface SpecPlan {
       agent: string;
       input: { image: string; version: string };
       previous: { image: string; version: string } | null;
+      /** The image or version changes (else only the default rollout does: no history row, no image resolved). */
+      image: boolean;
+      /** The channel's default rollout after the apply (null: none), and whether it changes. */
+      rollout: SpecChannelRollout | null;
+      rolloutChanged: boolean;
     }[];
     remove: string[];
   };
@@ -148,11 +154,18 @@ export function planSpec(
     channels: {
       write: changed(channelItems)
         .filter((i) => i.op !== "remove")
-        .map((i) => ({
-          agent: i.name,
-          input: spec.channels![i.name],
-          previous: (i.before as { image: string; version: string } | null) ?? null,
-        })),
+        .map((i) => {
+          const { rollout, ...input } = spec.channels![i.name];
+          const previous = (i.before as FleetState["channels"][string] | null) ?? null;
+          return {
+            agent: i.name,
+            input,
+            previous: previous && { image: previous.image, version: previous.version },
+            image: !previous || previous.image !== input.image || previous.version !== input.version,
+            rollout: rollout ?? null,
+            rolloutChanged: !sameValue(previous?.rollout ?? null, rollout ?? null),
+          };
+        }),
       remove: channelItems.filter((i) => i.op === "remove").map((i) => i.name),
     },
     roles: {

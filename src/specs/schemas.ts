@@ -16,6 +16,7 @@ import { agentName, imageRef, versionString } from "../model/server/schemas";
 import { MAX_WEBHOOKS_PER_FLEET } from "../webhooks/manage";
 import { SpecSecretsSchema, SpecWebhookSchema } from "../webhooks/schemas";
 import { SpecRebootGroup } from "./groups";
+import { SpecChannelRollout } from "./rollout-defaults";
 
 /** A webhook's name in a spec; one added through the API is named by its id (a UUID fits). */
 const webhookName = z.string().regex(/^[a-z0-9][a-z0-9._-]{0,62}$/, "webhook names match ^[a-z0-9][a-z0-9._-]{0,62}$");
@@ -37,8 +38,13 @@ const section = <K extends z.ZodString, V extends z.ZodType>(
     .optional()
     .openapi({ description });
 
-/** A channel in a spec: the image by name and version (in a fleet with image_policy "catalog", a catalog image's). */
-const SpecChannel = z.strictObject({ image: imageRef, version: versionString }).openapi("SpecChannel");
+/**
+ * A channel in a spec: the image by name and version (in a fleet with image_policy "catalog", a
+ * catalog image's), and how the agent's rollouts go by default (./rollout-defaults.ts).
+ */
+const SpecChannel = z
+  .strictObject({ image: imageRef, version: versionString, rollout: SpecChannelRollout.optional() })
+  .openapi("SpecChannel");
 
 /** The fleet's settings, each as PATCH /v1/fleets/{fleet} takes it; one left out is not managed. */
 export const SpecSettings = z
@@ -71,7 +77,7 @@ export const FleetSpec = z
       SpecChannel,
       MAX_SPEC_CHANNELS,
       "channels",
-      "Per agent, the image and version the fleet wants",
+      "Per agent, the image and version the fleet wants, and how its rollouts go by default",
     ),
     roles: section(
       roleName,

@@ -30,6 +30,7 @@ import { coordinatorOf } from "../objects/stubs";
 import type { FleetSpec } from "./schemas";
 import { missingSecrets, sentSecrets, webhookCountProblems } from "./webhooks";
 import { readFleetState, serversToReplan, specOf, type FleetState } from "./store";
+import { rolloutUrlProblems } from "./rollout-defaults";
 import { referenceProblems, schemaProblems, webhookUrlProblems, type Problem } from "./validate";
 
 const etagOf = async (state: FleetState) => `"${await specHash(specOf(state))}"`;
@@ -101,6 +102,7 @@ export async function refuseInvalidSpec(
     ...errors.flatMap(schemaProblems),
     ...referenceProblems(raw, fleet, known),
     ...webhookUrlProblems(raw, loopback(env)),
+    ...rolloutUrlProblems(raw, loopback(env)),
   ]);
   throw new Error("unreachable: a schema failure has problems");
 }
@@ -115,6 +117,8 @@ async function resolveChannels(db: Db, state: FleetState, spec: FleetSpec, plan:
   const problems: Problem[] = [];
   const write = await Promise.all(
     plan.channels.write.map(async (c) => {
+      // Only the default rollout changes: the image stays as it was resolved.
+      if (!c.image) return c;
       try {
         return { ...c, input: await imageForFleet(db, state.row.id, c.input, policy) };
       } catch (err) {
@@ -145,6 +149,7 @@ async function sentDigests(input: SpecInput) {
 const referencesOf = (env: Env, state: FleetState, spec: FleetSpec, prune: boolean) => [
   ...referenceProblems(spec, state.row.id, prune ? [] : Object.keys(state.channels)),
   ...webhookUrlProblems(spec, loopback(env)),
+  ...rolloutUrlProblems(spec, loopback(env)),
 ];
 
 function diffOf(state: FleetState, plan: SpecPlan, prune: boolean, etag: string | null, exists = true) {

@@ -17,13 +17,15 @@ import { byKey } from "./canonical";
 import { configOf, groupConfig, type GroupConfig, type SpecRebootGroup } from "./groups";
 import { SPEC_API_VERSION, SPEC_KIND, type SpecSettings } from "./schemas";
 import { specForm, type WebhookState } from "./webhooks";
+import type { SpecChannelRollout } from "./rollout-defaults";
 
 export interface FleetState {
   row: FleetRow;
   rev: number;
   settings: Required<SpecSettings>;
   capabilities: Record<string, boolean>;
-  channels: Record<string, { image: string; version: string }>;
+  /** Each agent's channel, with its default rollout when it has one. */
+  channels: Record<string, { image: string; version: string; rollout?: SpecChannelRollout }>;
   roles: Record<string, { agents: RoleAgent[] }>;
   groups: Record<string, GroupConfig>;
   /** Per group: holders and parked hosts (a pruned group that has any only closes). */
@@ -53,7 +55,12 @@ export async function readFleetState(
       .from(roleProfiles)
       .where(eq(roleProfiles.fleetId, fleet)),
     db
-      .select({ agent: agentChannels.agent, image: agentChannels.image, version: agentChannels.version })
+      .select({
+        agent: agentChannels.agent,
+        image: agentChannels.image,
+        version: agentChannels.version,
+        rollout: agentChannels.rollout,
+      })
       .from(agentChannels)
       .where(eq(agentChannels.fleetId, fleet)),
     db
@@ -92,7 +99,12 @@ export async function readFleetState(
       image_policy: row.imagePolicy,
     },
     capabilities: byKey(Object.entries(row.capabilities)),
-    channels: byKey(channelRows.map((c) => [c.agent, { image: c.image, version: c.version }])),
+    channels: byKey(
+      channelRows.map((c) => [
+        c.agent,
+        { image: c.image, version: c.version, ...(c.rollout ? { rollout: c.rollout as SpecChannelRollout } : {}) },
+      ]),
+    ),
     roles: byKey(roleRows.map((r) => [r.role, { agents: r.agents }])),
     groups: byKey(groups),
     busy: Object.fromEntries(views.map((v) => [v.name, { holders: v.holders.length, queued: v.queue.length }])),

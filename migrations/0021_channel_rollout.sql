@@ -1,0 +1,1 @@
+ALTER TABLE `agent_channels` ADD `rollout` text;
