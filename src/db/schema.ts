@@ -117,6 +117,24 @@ export const serverLabels = sqliteTable(
   ],
 );
 
+/**
+ * The labels a fleet spec's `servers` section declares, by hostname: the merge patch of every
+ * apply that named the hostname (a null value removes its key). Committed with the apply; a live
+ * server gets it through its ledger (the `apply_server_labels` fleet task, as PATCH does), and a
+ * server registered later under that hostname starts with it merged over its own labels.
+ */
+export const specServerLabels = sqliteTable(
+  "spec_server_labels",
+  {
+    fleetId: text("fleet_id").notNull(),
+    hostname: text("hostname").notNull(),
+    labels: text("labels", { mode: "json" }).$type<Record<string, string | null>>().notNull(),
+    updatedAt: integer("updated_at").notNull(),
+    updatedBy: text("updated_by").notNull(),
+  },
+  (t) => [primaryKey({ columns: [t.fleetId, t.hostname] })],
+);
+
 export const agentInstances = sqliteTable(
   "agent_instances",
   {

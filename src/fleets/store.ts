@@ -12,6 +12,7 @@ import {
   planMarks,
   roleProfiles,
   serverLabels,
+  specServerLabels,
   servers,
   tokens,
 } from "../db/schema";
@@ -116,6 +117,7 @@ export function fleetWipe(db: Db, fleet: string) {
     db.delete(tokens).where(inArray(tokens.serverId, ofFleet)),
     db.delete(agentInstances).where(eq(agentInstances.fleetId, fleet)),
     db.delete(serverLabels).where(eq(serverLabels.fleetId, fleet)),
+    db.delete(specServerLabels).where(eq(specServerLabels.fleetId, fleet)),
     db.delete(planMarks).where(eq(planMarks.fleetId, fleet)),
     db.delete(servers).where(eq(servers.fleetId, fleet)),
     db.delete(roleProfiles).where(eq(roleProfiles.fleetId, fleet)),

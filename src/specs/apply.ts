@@ -17,6 +17,7 @@ import {
 } from "../intent/batch";
 import { markFleet, markServersWithRole } from "../planner/service";
 import { summaryOf, type SpecPlan } from "./diff";
+import { serverStatements } from "./spec-servers";
 
 type Statement = Parameters<Db["batch"]>[0][number];
 
@@ -59,6 +60,10 @@ export function applyStatements(
   if (plan.groups) out.push(fleetTask(db, fleet, "apply_groups", rev, { rev, ...plan.groups }));
   if (plan.lockSettings) out.push(fleetTask(db, fleet, "push_settings", rev));
   // Webhooks too belong to the coordinator; their secrets are staged there, the task names the stage.
+  out.push(...serverStatements(db, actor, fleet, plan.servers, now));
+  // Live servers' labels are their ledgers': handed to each by the fleet task, as PATCH would.
+  if (plan.servers.task)
+    out.push(fleetTask(db, fleet, "apply_server_labels", rev, { actor, servers: plan.servers.task }));
   if (plan.webhooks) {
     const { needSecret: _n, ...hooks } = plan.webhooks;
     out.push(fleetTask(db, fleet, "apply_webhooks", rev, { rev, actor, ...hooks }));

@@ -12,6 +12,7 @@ import { groupConfig, type GroupConfig } from "./groups";
 import type { DiffItem, DiffOp, FleetSpec, SpecSection, SpecSettings } from "./schemas";
 import type { SpecChannelRollout } from "./rollout-defaults";
 import type { FleetState } from "./store";
+import { planServers, type ServersPlan } from "./spec-servers";
 import { comparable, webhooksTask } from "./webhooks";
 
 export interface SpecPlan {
@@ -42,6 +43,8 @@ export interface SpecPlan {
   lockSettings: boolean;
   /** Every webhook the coordinator is to hold as declared, those to remove, and those whose secret is to be staged; null: unchanged. */
   webhooks: ReturnType<typeof webhooksTask> | null;
+  /** Servers' labels: declarations to write or drop, and the patches owed to live servers' ledgers. */
+  servers: ServersPlan;
 }
 
 /** Items of one map section: added, changed, removed (prune) or unlisted. */
@@ -146,9 +149,20 @@ export function planSpec(
   );
   for (const name of hooks.rotate) needSecret.add(name);
 
+  const servers = planServers(state.servers, spec.servers ?? {}, prune);
+  const serverItems: DiffItem[] = servers.items.map((i) => ({ section: "servers", path: `servers.${i.name}`, ...i }));
+
   const roleChanges = changed(roleItems);
   return {
-    items: [...settingItems, ...capabilityItems, ...channelItems, ...roleItems, ...groupItems, ...webhookItems],
+    items: [
+      ...settingItems,
+      ...capabilityItems,
+      ...channelItems,
+      ...roleItems,
+      ...groupItems,
+      ...webhookItems,
+      ...serverItems,
+    ],
     settings,
     capabilities,
     channels: {
@@ -187,6 +201,7 @@ export function planSpec(
     webhooks: webhookChanges.length
       ? webhooksTask(state.webhooks, spec.webhooks ?? {}, webhookItems, needSecret)
       : null,
+    servers,
   };
 }
 

@@ -9,7 +9,13 @@
  * reader in ./store.ts and a differ in ./diff.ts (as webhooks are).
  */
 import { z } from "@hono/zod-openapi";
-import { MAX_CAPABILITIES, MAX_SPEC_CHANNELS, MAX_SPEC_GROUPS, MAX_SPEC_ROLES } from "../domain/limits";
+import {
+  MAX_CAPABILITIES,
+  MAX_SPEC_CHANNELS,
+  MAX_SPEC_GROUPS,
+  MAX_SPEC_ROLES,
+  MAX_SPEC_SERVERS,
+} from "../domain/limits";
 import { capabilityName, FleetPatch, fleetId, groupName, roleName } from "../fleets/schemas";
 import { PlannerRunSchema, RoleInput } from "../intent/schemas";
 import { agentName, imageRef, versionString } from "../model/server/schemas";
@@ -17,6 +23,7 @@ import { MAX_WEBHOOKS_PER_FLEET } from "../webhooks/manage";
 import { SpecSecretsSchema, SpecWebhookSchema } from "../webhooks/schemas";
 import { SpecRebootGroup } from "./groups";
 import { SpecChannelRollout } from "./rollout-defaults";
+import { SpecServer, specHostname } from "./spec-servers";
 
 /** A webhook's name in a spec; one added through the API is named by its id (a UUID fits). */
 const webhookName = z.string().regex(/^[a-z0-9][a-z0-9._-]{0,62}$/, "webhook names match ^[a-z0-9][a-z0-9._-]{0,62}$");
@@ -100,6 +107,13 @@ export const FleetSpec = z
       "webhooks",
       "Per webhook name, its HTTPS URL, events and format; its secret only by reference (secret_ref), never inline",
     ),
+    servers: section(
+      specHostname,
+      SpecServer,
+      MAX_SPEC_SERVERS,
+      "servers",
+      "Per hostname, labels merged into that server's (as PATCH /v1/servers/{id}); servers not named are untouched, and a hostname no server has yet waits for it to register",
+    ),
   })
   .openapi("FleetSpec", {
     description:
@@ -107,7 +121,15 @@ export const FleetSpec = z
   });
 export type FleetSpec = z.infer<typeof FleetSpec>;
 
-const SPEC_SECTIONS = ["settings", "capabilities", "channels", "roles", "reboot_groups", "webhooks"] as const;
+const SPEC_SECTIONS = [
+  "settings",
+  "capabilities",
+  "channels",
+  "roles",
+  "reboot_groups",
+  "webhooks",
+  "servers",
+] as const;
 
 /**
  * What spec:diff and PUT …/spec take: the spec itself, or the spec and the secrets its webhooks'

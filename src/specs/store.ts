@@ -18,6 +18,8 @@ import { configOf, groupConfig, type GroupConfig, type SpecRebootGroup } from ".
 import { SPEC_API_VERSION, SPEC_KIND, type SpecSettings } from "./schemas";
 import { specForm, type WebhookState } from "./webhooks";
 import type { SpecChannelRollout } from "./rollout-defaults";
+import { declaredQuery, liveLabels, serversSpecOf, type ServerLabelsTask, type ServersState } from "./spec-servers";
+import { mergeLabels } from "../model/server/labels";
 
 export interface FleetState {
   row: FleetRow;
@@ -34,6 +36,16 @@ export interface FleetState {
   pending: GroupsSpec | null;
   /** The coordinator's webhooks as declared (an apply's still owed shown as applied), and their secrets' digests. */
   webhooks: WebhookState;
+  /** The `servers` section: the declaration, what its last apply still owes the ledgers, live labels. */
+  servers: ServersState;
+}
+
+/** The state with the live labels of the hostnames the spec names or the fleet declares, owed patches merged in. */
+export async function withLiveLabels(db: Db, state: FleetState, named: string[]): Promise<FleetState> {
+  const hostnames = [...new Set([...named, ...Object.keys(state.servers.declared)])];
+  const live = await liveLabels(db, state.row.id, hostnames);
+  for (const [h, patch] of Object.entries(state.servers.owed)) if (live[h]) live[h] = mergeLabels(live[h], patch);
+  return { ...state, servers: { ...state.servers, live } };
 }
 
 /**
@@ -47,7 +59,7 @@ export async function readFleetState(
   fleet: string,
   orNew?: () => FleetRow,
 ): Promise<{ state: FleetState; exists: boolean } | null> {
-  const [fleetRows, revRows, roleRows, channelRows, taskRows] = await db.batch([
+  const [fleetRows, revRows, roleRows, channelRows, taskRows, declaredRows] = await db.batch([
     db.select().from(fleets).where(eq(fleets.id, fleet)),
     db.select({ rev: fleetIntent.rev }).from(fleetIntent).where(eq(fleetIntent.fleetId, fleet)),
     db
@@ -66,7 +78,13 @@ export async function readFleetState(
     db
       .select({ kind: fleetTasks.kind, payload: fleetTasks.payload })
       .from(fleetTasks)
-      .where(and(eq(fleetTasks.fleetId, fleet), inArray(fleetTasks.kind, ["apply_groups", "apply_webhooks"]))),
+      .where(
+        and(
+          eq(fleetTasks.fleetId, fleet),
+          inArray(fleetTasks.kind, ["apply_groups", "apply_webhooks", "apply_server_labels"]),
+        ),
+      ),
+    declaredQuery(db, fleet),
   ]);
   const exists = fleetRows.length > 0;
   const row = fleetRows[0] ?? orNew?.();
@@ -110,6 +128,12 @@ export async function readFleetState(
     busy: Object.fromEntries(views.map((v) => [v.name, { holders: v.holders.length, queued: v.queue.length }])),
     pending,
     webhooks: webhookState(hooks, task<WebhooksSpec>("apply_webhooks")),
+    // Live labels are read for the hostnames a spec names, once it is known (withLiveLabels).
+    servers: {
+      declared: byKey(declaredRows.map((r) => [r.hostname, r.labels])),
+      owed: task<ServerLabelsTask>("apply_server_labels")?.servers ?? {},
+      live: {},
+    },
   };
   return { state, exists };
 }
@@ -145,6 +169,7 @@ export const specOf = (s: FleetState) => ({
   roles: s.roles,
   reboot_groups: s.groups,
   webhooks: byKey(Object.entries(s.webhooks.declared).map(([name, w]) => [name, specForm(w)])),
+  servers: serversSpecOf(s.servers),
 });
 
 const SAMPLE = 20;
