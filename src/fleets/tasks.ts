@@ -9,10 +9,10 @@
 import { and, asc, eq, inArray, lte, ne, sql } from "drizzle-orm";
 import type { Db } from "../db/client";
 import { getDb } from "../db/client";
-import { fleetTasks, servers } from "../db/schema";
+import { fleetTasks, rollouts, servers } from "../db/schema";
 import type { Env } from "../env";
 import { getFleet, fleetSettings } from "./store";
-import { coordinatorOf, ledgerOf } from "../objects/stubs";
+import { coordinatorOf, ledgerOf, rolloutOf } from "../objects/stubs";
 
 /**
  * A task's payload is exactly what the coordinator's RPC takes, so it is typed by that signature:
@@ -38,7 +38,24 @@ async function runTask(env: Env, db: Db, task: typeof fleetTasks.$inferSelect) {
   else if (task.kind === "apply_webhooks")
     await coordinator.applyWebhookSpec(fleetSettings(row), task.payload as PayloadOf<"applyWebhookSpec">);
   else if (task.kind === "stale_events") await coordinator.fleetEvents(task.payload as PayloadOf<"fleetEvents">);
-  else await coordinator.updateSettings(fleetSettings(row));
+  else {
+    await coordinator.updateSettings(fleetSettings(row));
+    await tellRollouts(env, db, row.id, row.disruptionBudget !== null && row.disruptionBudget !== undefined);
+  }
+}
+
+/**
+ * The fleet's rollouts in progress learn whether the fleet has a disruption budget now: a budget
+ * set (or removed) while one runs applies to its targets not yet started, not only to later
+ * rollouts. Each answers at once and writes only when it changes; a failure fails the task, which
+ * the cron runs again.
+ */
+async function tellRollouts(env: Env, db: Db, fleet: string, on: boolean) {
+  const active = await db
+    .select({ id: rollouts.id })
+    .from(rollouts)
+    .where(and(inArray(rollouts.state, ["running", "paused", "rolling_back"]), eq(rollouts.fleetId, fleet)));
+  await Promise.all(active.map((r) => rolloutOf(env, r.id).budgetChanged(on)));
 }
 
 /**

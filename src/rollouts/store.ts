@@ -87,6 +87,13 @@ export class RolloutStore {
     else this.kv.put(`blocked:${pass}:${serverId}`, blocked);
   }
 
+  /** Whether its targets take a unit of the fleet's disruption budget (the fleet's budget was set or removed). */
+  setBudget(on: boolean) {
+    const spec = { ...this.load()!.spec, budget: on };
+    this.kv.put("spec", spec);
+    this.cache!.spec = spec;
+  }
+
   /** Stores the core and tells the long polls waiting for it to move. */
   putCore(core: Core) {
     this.kv.put("core", core);
