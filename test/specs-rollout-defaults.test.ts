@@ -1,4 +1,5 @@
 import { describe, expect, it } from "vitest";
+import { consoleFetch, signIn } from "./console-helpers";
 import { call } from "./helpers";
 import { AGENT, drain, fleetWithAgent, NEW, OLD } from "./rollout-helpers";
 import { apply, diff, getSpec } from "./specs-helpers";
@@ -128,5 +129,21 @@ describe("a fleet spec's default rollout per agent", () => {
     expect(refused.json.error.message).toContain(`the fleet's default strategy for '${AGENT}'`);
     expect(refused.json.error.message).toContain("the label key 'zone'");
     expect((await call("GET", `/v1/rollouts?fleet=${fleet}`)).json.items).toEqual([]);
+  });
+
+  it("is listed on the console's rollouts page, and a rollout's page says it follows it", async () => {
+    const { fleet } = await fleetWithAgent(2);
+    expect((await apply(fleet, specWith(fleet, { strategy: CANARY_THEN_ALL }))).status).toBe(200);
+    const r = await start(fleet);
+    expect(r.status).toBe(201);
+    const { cookie } = await signIn();
+    const list = await (await consoleFetch(`/console/rollouts?fleet=${fleet}`, { cookie })).text();
+    expect(list).toContain('id="rollout-defaults"');
+    expect(list).toMatch(new RegExp(`<td>${AGENT}</td><td>canary 1 → wave 100 %</td><td>yes</td>`));
+    const page = await (await consoleFetch(`/console/rollouts/${r.json.id}?fleet=${fleet}`, { cookie })).text();
+    // The page escapes the apostrophes.
+    expect(page.replaceAll("&#39;", "'")).toContain(
+      `the fleet's default for ${AGENT} (its spec's channels.${AGENT}.rollout)`,
+    );
   });
 });
