@@ -160,7 +160,9 @@ export async function mintSession(
 
 /** The live sessions the admin may see: those whose fleets lie within its own (as for mappings). */
 export const activeSessions = async (env: Env, principal: Principal, limit: number) =>
-  (await liveSessions(getDb(env.DB), Date.now(), limit)).filter((r) => fleetsWithin(r.fleets, principal));
+  principal.kind !== "operator"
+    ? []
+    : await liveSessions(getDb(env.DB), Date.now(), limit, principal.fleets === "*" ? null : principal.fleets);
 
 /** Ends a session: its token is revoked, so its console sessions and live sockets close too. */
 export async function endSsoSession(env: Env, principal: Principal, tokenId: string) {
