@@ -14,9 +14,9 @@ import { DomainError, notFound } from "../domain/errors";
 import type { Env } from "../env";
 import { actorOf, type Principal } from "../domain/principal";
 import { isUniqueViolation } from "../db/errors";
-import { grantOf, fleetsWithin, normalEmail, type Identity, type SsoGrant } from "./mapping";
+import { grantOf, fleetsWithin, normalEmail, specRule, type Identity, type SsoGrant } from "./mapping";
 import { MAX_SSO_MAPPINGS, type SsoMappingInput } from "./schemas";
-import { allMappings, liveSessions, mappingById, sessionByToken, type SsoMappingRow } from "./store";
+import { allMappings, liveSessions, mappingById, mappingsFor, sessionByToken, type SsoMappingRow } from "./store";
 
 /** The longest an SSO session lives, whatever the provider says: a laptop's token, a console tab. */
 const SSO_SESSION_TTL_MS = { console: 8 * 3600_000, cli: 12 * 3600_000 } as const;
@@ -88,7 +88,9 @@ export async function deleteMapping(env: Env, principal: Principal, id: string) 
 
 /** Who the identity is to Harbormaster: its grant, or a refusal that says why it gets nothing. */
 export async function grantFor(env: Env, who: Identity): Promise<SsoGrant> {
-  const grant = grantOf(who, await allMappings(getDb(env.DB)));
+  const { all, ofFleets } = await mappingsFor(getDb(env.DB), who);
+  // A spec's row reaches its own fleet only: it is read as a mapping on that one fleet.
+  const grant = grantOf(who, [...all, ...ofFleets.map(specRule)]);
   if (!grant) {
     throw new DomainError(
       "forbidden",
