@@ -215,6 +215,27 @@ describe("a fleet spec's access section", () => {
     expect(await rowsOf(fleet)).toEqual([{ kind: "group", value: "dev", scope: "admin" }]);
   });
 
+  it("is listed with the SSO mappings, each row on its fleet, to admins of that fleet only", async () => {
+    const { id: a } = await createFleet();
+    const { id: b } = await createFleet();
+    expect((await apply(a, specOf(a, { "group:a-team": "write" }))).status).toBe(200);
+    expect((await apply(b, specOf(b, { "group:b-team": "read", "email:bo@example.com": "admin" }))).status).toBe(200);
+    const all = await call("GET", "/v1/sso/mappings");
+    expect(all.status).toBe(200);
+    const ofFleets = (list: { fleet: string }[], fleets: string[]) => list.filter((m) => fleets.includes(m.fleet));
+    expect(ofFleets(all.json.from_specs, [a, b])).toEqual(
+      [
+        { fleet: a, kind: "group", value: "a-team", scope: "write" },
+        { fleet: b, kind: "email", value: "bo@example.com", scope: "admin" },
+        { fleet: b, kind: "group", value: "b-team", scope: "read" },
+      ].sort((x, y) => (x.fleet < y.fleet ? -1 : x.fleet > y.fleet ? 1 : 0)),
+    );
+    const adminA = await tokenFor(a, "admin");
+    const mine = await call("GET", "/v1/sso/mappings", { token: adminA });
+    expect(mine.json.from_specs).toEqual([{ fleet: a, kind: "group", value: "a-team", scope: "write" }]);
+    expect((await call("GET", "/v1/sso/mappings", { token: await tokenFor(a, "write") })).status).toBe(403);
+  });
+
   it("goes with its fleet: a fleet created again under the name starts with no access", async () => {
     const { id: fleet } = await createFleet();
     expect((await apply(fleet, specOf(fleet, { "group:keep-out": "admin" }))).status).toBe(200);

@@ -63,6 +63,15 @@ export const SsoMapping = z
   })
   .openapi("SsoMapping");
 
+export const SpecSsoMapping = z
+  .object({
+    fleet: z.string().openapi({ description: "The fleet whose spec declares the row: the only fleet it reaches" }),
+    kind: z.enum(["email", "group"]),
+    value: z.string(),
+    scope: z.enum(OPERATOR_SCOPES),
+  })
+  .openapi("SpecSsoMapping");
+
 export const SsoSession = z
   .object({
     token_id: z.string(),

@@ -16,7 +16,15 @@ import { actorOf, type Principal } from "../domain/principal";
 import { isUniqueViolation } from "../db/errors";
 import { grantOf, fleetsWithin, normalEmail, specRule, type Identity, type SsoGrant } from "./mapping";
 import { MAX_SSO_MAPPINGS, type SsoMappingInput } from "./schemas";
-import { allMappings, liveSessions, mappingById, mappingsFor, sessionByToken, type SsoMappingRow } from "./store";
+import {
+  allMappings,
+  liveSessions,
+  mappingById,
+  mappingsFor,
+  sessionByToken,
+  specMappings,
+  type SsoMappingRow,
+} from "./store";
 
 /** The longest an SSO session lives, whatever the provider says: a laptop's token, a console tab. */
 const SSO_SESSION_TTL_MS = { console: 8 * 3600_000, cli: 12 * 3600_000 } as const;
@@ -26,6 +34,12 @@ const PROVIDER_NAMES = { access: "Cloudflare Access", oidc: "OpenID Connect" } a
 /** The mappings the admin may see: those within its own fleets (a fleet-limited admin sees none of "*"). */
 export const listMappings = async (env: Env, principal: Principal) =>
   (await allMappings(getDb(env.DB))).filter((m) => fleetsWithin(m.fleets, principal));
+
+/** The fleet specs' access rows the admin may see: those of its own fleets. */
+export const listSpecMappings = async (env: Env, principal: Principal) =>
+  principal.kind !== "operator"
+    ? []
+    : await specMappings(getDb(env.DB), principal.fleets === "*" ? null : principal.fleets);
 
 /**
  * A mapping is a grant: an admin limited to some fleets may map users only to those fleets and at

@@ -58,6 +58,22 @@ export const liveSessions = (db: Db, now: number, limit: number, within: readonl
 export const sessionByToken = (db: Db, tokenId: string) =>
   db.query.ssoSessions.findFirst({ where: eq(ssoSessions.tokenId, tokenId) });
 
+/** Spec rows listed at most: 100 per fleet's spec, so the first ten fleets' whole; more is a directory. */
+const SPEC_MAPPINGS_SHOWN = 1000;
+
+/** The fleet specs' access rows, by fleet, within these fleets (null: every fleet). */
+export const specMappings = (db: Db, within: readonly string[] | null) =>
+  db
+    .select()
+    .from(fleetSsoMappings)
+    .where(
+      within
+        ? inArray(fleetSsoMappings.fleetId, sql`(SELECT value FROM json_each(${JSON.stringify(within)}))`)
+        : undefined,
+    )
+    .orderBy(asc(fleetSsoMappings.fleetId), asc(fleetSsoMappings.kind), asc(fleetSsoMappings.value))
+    .limit(SPEC_MAPPINGS_SHOWN);
+
 /** A fleet's access rows as its spec reads them. */
 export const fleetMappingsOf = (db: Db, fleet: string) =>
   db
