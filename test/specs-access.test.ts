@@ -119,6 +119,13 @@ describe("a fleet spec's access section", () => {
     ]);
   });
 
+  it("is written with a fleet the spec creates, in the same batch", async () => {
+    const fleet = uniq("f-new");
+    const res = await apply(fleet, specOf(fleet, { "group:founders": "admin" }));
+    expect(res.status).toBe(201);
+    expect(await rowsOf(fleet)).toEqual([{ kind: "group", value: "founders", scope: "admin" }]);
+  });
+
   it("leaves rows the spec does not list unless pruning, and removes them with prune", async () => {
     const { id: fleet } = await createFleet();
     expect((await apply(fleet, specOf(fleet, { "group:a": "read", "group:b": "write" }))).status).toBe(200);
