@@ -84,6 +84,10 @@ export function assemble(ctx: DurableObjectState, env: () => Env, clock: () => n
     webhooks,
     webhookStore,
     ask: (serverId) => ledgerOf(env(), serverId).heldNames(),
+    askDesired: async (serverId) => {
+      const view = await ledgerOf(env(), serverId).view();
+      return view && { generation: view.desired.generation, realized: view.computed.status === "realized" };
+    },
     clock,
   };
   return parts;
