@@ -100,4 +100,47 @@ describe("an external gate check that hangs", () => {
     expect((await parked).status).toBe(200);
     console.log(`the parked host was granted ${Date.now() - answeredAt} ms after the endpoint answered 200`);
   }, 40_000);
+
+  it("is not asked for again while under way: pre-reboots behind it do not wake the alarm", async () => {
+    const f = await fleetWithKey();
+    const url = "https://alerts.example.com/hangs-too";
+    await putGroup(f.fleet, "default", {
+      slots: 1,
+      queue_wait_s: 0,
+      gates: { external: { url, timeout_s: 10, cache_s: 60 } },
+    });
+    const [h] = await registerClients(f.fleet, 1);
+    let asked = 0;
+    await answerChecksWith(f.fleet, (u, init) => {
+      asked++;
+      return hangs(u, init);
+    });
+    // Counts the alarm's reads of the gates' inputs.
+    await runInDurableObject(coordinator(f.fleet), (instance) => {
+      const gates = (instance as unknown as { parts: { gates: { refresh: (...a: unknown[]) => Promise<void> } } }).parts
+        .gates;
+      const refresh = gates.refresh.bind(gates);
+      (globalThis as { gateReads?: number }).gateReads = 0;
+      gates.refresh = (...a) => {
+        (globalThis as { gateReads?: number }).gateReads!++;
+        return refresh(...a);
+      };
+    });
+    const reads = () =>
+      runInDurableObject(coordinator(f.fleet), () => (globalThis as { gateReads?: number }).gateReads ?? 0);
+    expect((await zincati(f.baseUrl, "pre-reboot", h.id)).json).toMatchObject({ kind: "external_check_failed" });
+    const started = Date.now();
+    while (asked === 0 && Date.now() - started < 5_000) await sleep(20);
+    expect(asked).toBe(1);
+    const before = await reads();
+    // Four more pre-reboots, over 4.5 s, while the check hangs: each is told the gate is closed.
+    for (let i = 0; i < 4; i++) {
+      await sleep(1_100);
+      expect((await zincati(f.baseUrl, "pre-reboot", h.id)).json).toMatchObject({ kind: "external_check_failed" });
+    }
+    await sleep(300);
+    console.log(`alarm reads while the check was under way: ${(await reads()) - before}, checks asked: ${asked}`);
+    expect((await reads()) - before).toBe(0);
+    expect(asked).toBe(1);
+  }, 30_000);
 });

@@ -138,8 +138,10 @@ export class GateKeeper {
     if (config.fleet_health && (old(i.health?.at) || i.health?.changed_at !== undefined)) return true;
     if (config.rollouts && old(i.rollouts?.at)) return true;
     if (config.external) {
-      const seen = i.external[config.external.url];
-      if (!seen || now - seen.at > config.external.cache_s * 1000) return true;
+      const x = config.external;
+      const seen = i.external[x.url];
+      // A check under way answers by itself: the host path does not wake the alarm for it again.
+      if ((!seen || now - seen.at > x.cache_s * 1000) && !this.underWay(x.url, x.timeout_s, now)) return true;
     }
     return false;
   }
@@ -227,11 +229,16 @@ export class GateKeeper {
     return new Map(configs.flatMap((c) => (c.external ? [[c.external.url, c.external] as const] : [])));
   }
 
-  /** Starts one external check in the background, unless one for the URL is under way and within its time. */
+  /** Whether a check of the URL is under way and within its time. */
+  private underWay(url: string, timeoutS: number, now: number): boolean {
+    const askedAt = this.asking.get(url);
+    return askedAt !== undefined && now - askedAt < timeoutS * 1000 + ASK_AGAIN_SLACK_MS;
+  }
+
+  /** Starts one external check in the background, unless one for the URL is under way. */
   private ask(url: string, timeoutS: number) {
     const askedAt = this.scheduler.now();
-    const under = this.asking.get(url);
-    if (under !== undefined && askedAt - under < timeoutS * 1000 + ASK_AGAIN_SLACK_MS) return;
+    if (this.underWay(url, timeoutS, askedAt)) return;
     this.asking.set(url, askedAt);
     const work = externalCheck(this.fetcher, url, timeoutS)
       .then((answer) => this.answered(url, askedAt, answer))
