@@ -8,6 +8,7 @@ import { and, eq } from "drizzle-orm";
 import { describe, expect, it } from "vitest";
 import { getDb } from "../src/db/client";
 import { auditLog } from "../src/db/schema";
+import { call } from "./helpers";
 import { fleetWithKey, putGroup, registerClients, until, view, zincati } from "./fleetlock-helpers";
 import { coordinator, sleep } from "./support/objects";
 
@@ -143,4 +144,36 @@ describe("an external gate check that hangs", () => {
     expect((await reads()) - before).toBe(0);
     expect(asked).toBe(1);
   }, 30_000);
+
+  it("answering after its fleet was deleted stores nothing in the wiped coordinator", async () => {
+    const f = await fleetWithKey();
+    const url = "https://alerts.example.com/late";
+    await putGroup(f.fleet, "default", { slots: 1, queue_wait_s: 0 });
+    // The fleet's default gates: kept by the coordinator beside its groups.
+    const put = await call("PUT", `/v1/fleets/${f.fleet}/gates`, {
+      body: { external: { url, timeout_s: 10, cache_s: 60 } },
+    });
+    expect(put.status).toBe(200);
+    const [h] = await registerClients(f.fleet, 1);
+    // The endpoint answers once told to; the answer is made in the coordinator's own context.
+    let asked = false;
+    let go = false;
+    await answerChecksWith(f.fleet, async () => {
+      asked = true;
+      while (!go) await new Promise((r) => setTimeout(r, 20));
+      return new Response("ok", { status: 200 });
+    });
+    expect((await zincati(f.baseUrl, "pre-reboot", h.id)).json).toMatchObject({ kind: "external_check_failed" });
+    const started = Date.now();
+    while (!asked && Date.now() - started < 5_000) await sleep(20);
+    expect(asked).toBe(true);
+    // The fleet is deleted while the check is under way (its task's call into the coordinator).
+    await coordinator(f.fleet).forget();
+    go = true;
+    await sleep(300);
+    const keys = await runInDurableObject(coordinator(f.fleet), (_i, state) =>
+      [...state.storage.kv.list()].map(([k]) => k),
+    );
+    expect(keys).not.toContain("gate_inputs");
+  });
 });

@@ -258,7 +258,8 @@ export class GateKeeper {
    */
   private async answered(url: string, askedAt: number, answer: ExternalAnswer) {
     if (this.asking.get(url) === askedAt) this.asking.delete(url);
-    if (!this.externalChecks().has(url)) return;
+    // The fleet was deleted meanwhile (its storage wiped, read again as empty): nothing to store.
+    if (!this.store.config || !this.externalChecks().has(url)) return;
     const inputs = this.gates.inputs();
     const { ok, reachable, detail } = answer;
     this.gates.saveInputs({
