@@ -46,6 +46,14 @@ describe("the console says who you are and what you may do", () => {
     expect(html).not.toContain("hm fleets create");
   });
 
+  it("sends a visitor with no session and no Access JWT to sign in, and back to the page and query asked for", async () => {
+    const res = await consoleFetch("/console/audit?actor=token%3Ax&limit=5");
+    expect(res.status).toBe(303);
+    expect(res.headers.get("Location")).toBe(
+      `/console/sign-in?next=${encodeURIComponent("/console/audit?actor=token%3Ax&limit=5")}`,
+    );
+  });
+
   it("ends the session when its token expires", async () => {
     const { id: fleet } = await createFleet();
     const t = await scopedToken([fleet], "read", { expires_at: new Date(Date.now() + 3600_000).toISOString() });

@@ -11,6 +11,7 @@ import {
   fleetTasks,
   planMarks,
   roleProfiles,
+  fleetSsoMappings,
   serverLabels,
   specServerLabels,
   servers,
@@ -126,6 +127,8 @@ export function fleetWipe(db: Db, fleet: string) {
     db.delete(fleets).where(eq(fleets.id, fleet)),
     db.delete(fleetIntent).where(eq(fleetIntent.fleetId, fleet)),
     db.delete(fleetHistory).where(eq(fleetHistory.fleetId, fleet)),
+    // Its spec's SSO access: a fleet created later under the name must not inherit who may act on it.
+    db.delete(fleetSsoMappings).where(eq(fleetSsoMappings.fleetId, fleet)),
     // Settings and spec groups owed to a coordinator that is about to be wiped are moot.
     db.delete(fleetTasks).where(and(eq(fleetTasks.fleetId, fleet), ne(fleetTasks.kind, "wipe"))),
   ] as const;

@@ -14,6 +14,7 @@ import type { SpecChannelRollout } from "./rollout-defaults";
 import type { FleetState } from "./store";
 import { planServers, type ServersPlan } from "./spec-servers";
 import { comparable, webhooksTask } from "./webhooks";
+import { accessChanges, type AccessRowChange } from "./access";
 
 export interface SpecPlan {
   items: DiffItem[];
@@ -43,6 +44,8 @@ export interface SpecPlan {
   lockSettings: boolean;
   /** Every webhook the coordinator is to hold as declared, those to remove, and those whose secret is to be staged; null: unchanged. */
   webhooks: ReturnType<typeof webhooksTask> | null;
+  /** The fleet's SSO access rows to write (scope) or remove (null), in the apply's batch (./access.ts). */
+  access: AccessRowChange[];
   /** Servers' labels: declarations to write or drop, and the patches owed to live servers' ledgers. */
   servers: ServersPlan;
 }
@@ -149,6 +152,7 @@ export function planSpec(
   );
   for (const name of hooks.rotate) needSecret.add(name);
 
+  const accessItems = diffMap("access", state.access, spec.access ?? {}, prune);
   const servers = planServers(state.servers, spec.servers ?? {}, prune);
   const serverItems: DiffItem[] = servers.items.map((i) => ({ section: "servers", path: `servers.${i.name}`, ...i }));
 
@@ -161,6 +165,7 @@ export function planSpec(
       ...roleItems,
       ...groupItems,
       ...webhookItems,
+      ...accessItems,
       ...serverItems,
     ],
     settings,
@@ -201,6 +206,7 @@ export function planSpec(
     webhooks: webhookChanges.length
       ? webhooksTask(state.webhooks, spec.webhooks ?? {}, webhookItems, needSecret)
       : null,
+    access: accessChanges(accessItems),
     servers,
   };
 }

@@ -21,9 +21,11 @@ import { PlannerRunSchema, RoleInput } from "../intent/schemas";
 import { agentName, imageRef, versionString } from "../model/server/schemas";
 import { MAX_WEBHOOKS_PER_FLEET } from "../webhooks/manage";
 import { SpecSecretsSchema, SpecWebhookSchema } from "../webhooks/schemas";
+import { MAX_SPEC_ACCESS, SpecAccessKey, SpecAccessScope } from "../sso/schemas";
 import { SpecRebootGroup } from "./groups";
 import { SpecChannelRollout } from "./rollout-defaults";
 import { SpecServer, specHostname } from "./spec-servers";
+import { userKeyed } from "../lib/user-keys";
 
 /** A webhook's name in a spec; one added through the API is named by its id (a UUID fits). */
 const webhookName = z.string().regex(/^[a-z0-9][a-z0-9._-]{0,62}$/, "webhook names match ^[a-z0-9][a-z0-9._-]{0,62}$");
@@ -39,9 +41,7 @@ const section = <K extends z.ZodString, V extends z.ZodType>(
   what: string,
   description: string,
 ) =>
-  z
-    .record(key, value)
-    .refine((m) => Object.keys(m).length <= max, `at most ${max} ${what}`)
+  userKeyed(z.record(key, value).refine((m) => Object.keys(m).length <= max, `at most ${max} ${what}`))
     .optional()
     .openapi({ description });
 
@@ -107,6 +107,13 @@ export const FleetSpec = z
       "webhooks",
       "Per webhook name, its HTTPS URL, events and format; its secret only by reference (secret_ref), never inline",
     ),
+    access: section(
+      SpecAccessKey,
+      SpecAccessScope,
+      MAX_SPEC_ACCESS,
+      "access rows",
+      "SSO access to this fleet only: group:<group> or email:<address> → read, write or admin (at most the applying token's scope)",
+    ),
     servers: section(
       specHostname,
       SpecServer,
@@ -128,6 +135,7 @@ const SPEC_SECTIONS = [
   "roles",
   "reboot_groups",
   "webhooks",
+  "access",
   "servers",
 ] as const;
 

@@ -32,6 +32,8 @@ import { missingSecrets, sentSecrets, webhookCountProblems } from "./webhooks";
 import { readFleetState, serversToReplan, specOf, withLiveLabels, type FleetState } from "./store";
 import { labelCountProblems } from "./spec-servers";
 import { rolloutUrlProblems } from "./rollout-defaults";
+import { accessAboveApplier } from "./access";
+import type { Scope } from "../domain/enums";
 import { referenceProblems, schemaProblems, webhookUrlProblems, type Problem } from "./validate";
 
 const etagOf = async (state: FleetState) => `"${await specHash(specOf(state))}"`;
@@ -219,14 +221,19 @@ function checkPreconditions(etag: string | null, opts: { ifMatch?: string; ifNon
   }
 }
 
-type ApplyOpts = { prune: boolean; ifMatch?: string; ifNoneMatch?: string };
+/**
+ * `applier`: the applying token's scope, the most the spec's access section may grant or take away;
+ * left out, "read": no access row is written at all.
+ */
+type ApplyOpts = { prune: boolean; ifMatch?: string; ifNoneMatch?: string; applier?: Scope };
 
 /**
  * The apply's plan of a spec on `state`, refused with every problem (references, URLs, new
  * webhooks without a secret). The secrets it sets are staged in the coordinator, which keeps
  * them, before the D1 batch commits (src/webhooks/spec.ts): its task carries only the stage's id.
  */
-async function decideApply(env: Env, read: FleetState, input: SpecInput, prune: boolean) {
+async function decideApply(env: Env, read: FleetState, input: SpecInput, opts: ApplyOpts) {
+  const { prune } = opts;
   const { sent, digests } = await sentDigests(input);
   const state = await withLiveLabels(getDb(env.DB), read, Object.keys(input.spec.servers ?? {}));
   const plan = planSpec(state, input.spec, prune, digests);
@@ -235,6 +242,7 @@ async function decideApply(env: Env, read: FleetState, input: SpecInput, prune: 
     ...labelCountProblems(state.servers, input.spec.servers ?? {}),
     ...missingSecrets(plan.items, input.spec.webhooks ?? {}, sent),
     ...webhookCountProblems(state.webhooks, plan.items),
+    ...accessAboveApplier(plan.items, opts.applier ?? "read"),
   ]);
   await resolveChannels(getDb(env.DB), state, input.spec, plan);
   const hooks = plan.webhooks;
@@ -270,7 +278,7 @@ async function createFromSpec(
   const { state, exists } = await stateOrNew(env, db, fleet);
   if (exists) return null;
   checkPreconditions(null, opts);
-  const plan = await decideApply(env, state, input, opts.prune);
+  const plan = await decideApply(env, state, input, opts);
   const { fleetlockKeyHash: _k, ...row } = state.row;
   try {
     await db.batch([
@@ -311,7 +319,7 @@ export async function applyFleetSpec(
       const state = await stateOf(env, db, fleet);
       const etag: string | null = await etagOf(state);
       checkPreconditions(etag, opts);
-      const plan = await decideApply(env, state, input, opts.prune);
+      const plan = await decideApply(env, state, input, opts);
       const result = { state, plan, etag };
       if (!writes(plan)) return { statements: [], result };
       return { statements: applyStatements(db, actor, fleet, rev + 1, plan, { spec_hash, prune: opts.prune }), result };

@@ -16,6 +16,9 @@ import type { WebhooksSpec } from "../webhooks/spec";
 import { byKey } from "./canonical";
 import { configOf, groupConfig, type GroupConfig, type SpecRebootGroup } from "./groups";
 import { SPEC_API_VERSION, SPEC_KIND, type SpecSettings } from "./schemas";
+import type { Scope } from "../domain/enums";
+import { fleetMappingsOf } from "../sso/store";
+import { accessForm } from "./access";
 import { specForm, type WebhookState } from "./webhooks";
 import type { SpecChannelRollout } from "./rollout-defaults";
 import { declaredQuery, liveLabels, serversSpecOf, type ServerLabelsTask, type ServersState } from "./spec-servers";
@@ -38,6 +41,8 @@ export interface FleetState {
   webhooks: WebhookState;
   /** The `servers` section: the declaration, what its last apply still owes the ledgers, live labels. */
   servers: ServersState;
+  /** SSO access to the fleet its spec declares: `group:…`/`email:…` → scope. */
+  access: Record<string, Scope>;
 }
 
 /** The state with the live labels of the hostnames the spec names or the fleet declares, owed patches merged in. */
@@ -59,7 +64,7 @@ export async function readFleetState(
   fleet: string,
   orNew?: () => FleetRow,
 ): Promise<{ state: FleetState; exists: boolean } | null> {
-  const [fleetRows, revRows, roleRows, channelRows, taskRows, declaredRows] = await db.batch([
+  const [fleetRows, revRows, roleRows, channelRows, taskRows, declaredRows, accessRows] = await db.batch([
     db.select().from(fleets).where(eq(fleets.id, fleet)),
     db.select({ rev: fleetIntent.rev }).from(fleetIntent).where(eq(fleetIntent.fleetId, fleet)),
     db
@@ -85,6 +90,7 @@ export async function readFleetState(
         ),
       ),
     declaredQuery(db, fleet),
+    fleetMappingsOf(db, fleet),
   ]);
   const exists = fleetRows.length > 0;
   const row = fleetRows[0] ?? orNew?.();
@@ -134,6 +140,7 @@ export async function readFleetState(
       owed: task<ServerLabelsTask>("apply_server_labels")?.servers ?? {},
       live: {},
     },
+    access: accessForm(accessRows),
   };
   return { state, exists };
 }
@@ -170,6 +177,7 @@ export const specOf = (s: FleetState) => ({
   reboot_groups: s.groups,
   webhooks: byKey(Object.entries(s.webhooks.declared).map(([name, w]) => [name, specForm(w)])),
   servers: serversSpecOf(s.servers),
+  access: s.access,
 });
 
 const SAMPLE = 20;

@@ -6,3 +6,5 @@ CREATE TABLE `spec_server_labels` (
 	`updated_by` text NOT NULL,
 	PRIMARY KEY(`fleet_id`, `hostname`)
 );
+--> statement-breakpoint
+ALTER TABLE `agent_channels` ADD `rollout` text;

@@ -1,1 +1,0 @@
-ALTER TABLE `agent_channels` ADD `rollout` text;
