@@ -9,6 +9,8 @@ import { MemoryDriver } from "../agent/memory-driver";
 import type { ServerLedger } from "../src/ledger/durable-object";
 import { confirmMs, QUIET_TIMER, quietGraceMs } from "../src/ledger/quiet";
 import { meterReading } from "../src/local/meter";
+import { MAX_WAIT_S } from "../src/domain/limits";
+import { LATE_DEADLINE_MS } from "../src/webhooks/stale";
 import { call, createFleet, registerServer, report, settle } from "./helpers";
 import { runAgent, workerFetch } from "./agent-helpers";
 import { indexRow, ledger, until } from "./support/objects";
@@ -183,6 +185,15 @@ describe("a poll that names the host's report is its heartbeat", () => {
     expect(again.payload).toEqual({ polls: true });
     expect(again.dueAt).toBe(stored + 120_000 + quietGraceMs(120));
     expect(await listed(fleet.id, s.id)).not.toBe("stale");
+  });
+
+  it("waits in doubt longer than a poll may last, and short enough for the index's late deadline", () => {
+    for (const staleAfterS of [300, 3600, 86_400]) {
+      expect(confirmMs(staleAfterS)).toBeGreaterThanOrEqual(2 * MAX_WAIT_S * 1000);
+      expect(confirmMs(staleAfterS) + quietGraceMs(staleAfterS)).toBeLessThan(LATE_DEADLINE_MS);
+    }
+    // A short stale_after: a heartbeat heard while in doubt keeps the watch due after the next look.
+    expect(confirmMs(10)).toBeLessThan(10_000 + quietGraceMs(10));
   });
 
   it("a host that sends nothing while the watch is in doubt is told stale when it looks again, with its exact stale_at", async () => {

@@ -15,7 +15,6 @@
  */
 import type { Scheduler } from "../objects/kit/scheduler";
 import type { LedgerStore } from "./store";
-import { MAX_WAIT_S } from "../domain/limits";
 
 export const QUIET_TIMER = "quiet";
 /** Due when a host that left the channel turns stale, should it not come back (left, leftFired). */
@@ -49,14 +48,21 @@ export function heartbeatPersistMs(staleAfterS: number) {
 export const quietGraceMs = (staleAfterS: number) => Math.min(staleAfterS * 1000, MAX_HEARTBEAT_PERSIST_MS);
 
 /**
- * How long a watch in doubt waits for a sign of its host (QuietMark): longer than a live host is
- * ever without a poll in flight (between two polls it reconciles; its poll waits at most
- * MAX_WAIT_S), and short enough that the confirmed host reaches the index within LATE_DEADLINE_MS
- * (grace ≤ 5 min, this ≤ 2 min) and that a heartbeat heard meanwhile keeps the watch due later
- * than the confirmation (half of stale_after + grace).
+ * How long a watch in doubt waits for a sign of its host (QuietMark), at most: longer than a live
+ * host is ever without a poll in flight (between two polls it reconciles; a poll waits at most
+ * MAX_WAIT_S, 60 s, src/domain/limits.ts: twice that), and short enough that the confirmed host
+ * reaches the index within LATE_DEADLINE_MS (grace ≤ 5 min, this ≤ 2 min). A literal, not the
+ * import: the cost benchmark loads this module in Node as it is (test/poll-heartbeat.test.ts
+ * pins it against MAX_WAIT_S).
+ */
+const MAX_CONFIRM_MS = 2 * 60_000;
+
+/**
+ * The doubt's wait for a fleet's stale_after: at most half of stale_after + grace, so a heartbeat
+ * heard meanwhile keeps the watch due later than the look it takes then.
  */
 export const confirmMs = (staleAfterS: number) =>
-  Math.min(2 * MAX_WAIT_S * 1000, (staleAfterS * 1000 + quietGraceMs(staleAfterS)) / 2);
+  Math.min(MAX_CONFIRM_MS, (staleAfterS * 1000 + quietGraceMs(staleAfterS)) / 2);
 
 /** When the watch of a host last heard at `heardAt` is due: when it would be stale, plus the grace. */
 const dueOf = (heardAt: number, staleAfterS: number) => heardAt + staleAfterS * 1000 + quietGraceMs(staleAfterS);
