@@ -15,6 +15,7 @@
 // pre-reboot calls per host, and the most holders ever seen, sampled through the operator API.
 // Each setting runs ROUNDS times (BENCH_WAVE_SETTINGS picks settings: off, former, max, gates).
 // Loopback only; the wave stops by itself (every host done, or WAVE_LIMIT_MS).
+import { readFileSync } from "node:fs";
 import { MAX_QUEUE_WAIT_S } from "../../../src/domain/limits.ts";
 import type { BenchContext } from "../run.ts";
 
@@ -35,6 +36,15 @@ const OPEN_GATES = { fleet_health: { max_unhealthy_percent: 50 }, rollouts: true
 const SAMPLE_MS = 100;
 /** Ten times the bound: a wave that takes longer is broken, not slow. */
 const WAVE_LIMIT_MS = 10 * Math.ceil(HOSTS / SLOTS) * REBOOT_MS;
+
+/** The machine's load average as `uptime` gives it (Linux), quoted with every round: the figures depend on it. */
+function loadAverage() {
+  try {
+    return readFileSync("/proc/loadavg", "utf8").split(" ").slice(0, 3).join(" / ");
+  } catch {
+    return "n/a";
+  }
+}
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -153,9 +163,9 @@ export async function run(ctx: BenchContext) {
       throw new Error(`BENCH_WAVE_SETTINGS: ${name}? known are ${runs.map(([n]) => n).join(", ")}`);
   for (const [name, label, wait, gates] of runs) {
     if (!SETTINGS.includes(name)) continue;
-    const results: Awaited<ReturnType<typeof wave>>[] = [];
+    const results: (Awaited<ReturnType<typeof wave>> & { load: string })[] = [];
     for (let i = 0; i < ROUNDS; i++) {
-      const r = await wave(ctx, wait, gates);
+      const r = { ...(await wave(ctx, wait, gates)), load: loadAverage() };
       if (r.maxHolders > SLOTS) throw new Error(`over-grant: ${r.maxHolders} holders seen for ${SLOTS} slots`);
       if (r.left !== 0) throw new Error(`${r.left} holder(s) left after the wave`);
       results.push(r);
@@ -165,6 +175,10 @@ export async function run(ctx: BenchContext) {
     ctx.note(
       `${prefix}: wall time / bound (${(bound / 1000).toFixed(1)} s), each round`,
       each((r) => `${r.ratio.toFixed(2)} (${(r.wallMs / 1000).toFixed(1)} s)`),
+    );
+    ctx.note(
+      `${prefix}: the machine's load average (1 / 5 / 15 min) at each round's end`,
+      each((r) => r.load),
     );
     ctx.note(
       `${prefix}: pre-reboot calls per host (mean / max), each round`,
