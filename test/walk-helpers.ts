@@ -5,8 +5,8 @@
  */
 import { env } from "cloudflare:test";
 import { expect } from "vitest";
-import { call, registerServer, uniq } from "./helpers";
-import { AGENT, fleetWithAgent, startRollout } from "./rollout-helpers";
+import { call, registerServer, settle, uniq } from "./helpers";
+import { AGENT, drain, fleetWithAgent, startRollout } from "./rollout-helpers";
 
 export interface WalkWorld {
   fleet: string;
@@ -31,7 +31,10 @@ export async function walkWorld(): Promise<WalkWorld> {
   const key = await call("POST", `/v1/fleets/${fleet}/fleetlock-key`);
   const token = await call("POST", "/v1/tokens", { body: { name: uniq("walk"), scope: "read" } });
   for (const res of [hook, enrollment, key, token]) expect(res.status, JSON.stringify(res.json)).toBe(201);
-  await registerServer(fleet, { fleetlock_id: uniq("node") });
+  const other = await registerServer(fleet, { fleetlock_id: uniq("node") });
+  // What the setup set going lands before the walks take their first fingerprint.
+  await drain(rollout.id);
+  for (const id of [hosts[0].id, other.id]) await settle(id);
   return {
     fleet,
     server: { id: hosts[0].id, token: hosts[0].token },
