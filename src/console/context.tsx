@@ -90,12 +90,13 @@ export const NoFleet = ({ session }: { session: Session }) =>
     </div>
   );
 
-type ErrorStatus = 401 | 403 | 404 | 409 | 422 | 500 | 502;
+type ErrorStatus = 401 | 403 | 404 | 409 | 413 | 422 | 500 | 502;
 const ERROR_TITLES: Record<ErrorStatus, string> = {
   401: "Signed out",
   403: "Not allowed",
   404: "Not found",
   409: "Conflict",
+  413: "Too large",
   422: "Not accepted",
   500: "Something broke",
   502: "The API refused",
