@@ -91,3 +91,16 @@ describe("a console form larger than a form can be", () => {
     expect((await consoleFetch("/console/me", { cookie: s.cookie })).status).toBe(200);
   });
 });
+
+describe("a console page asked for with a filter or cursor the API refuses", () => {
+  it("answers 400 with the API's words, not 502 as if the API had failed", async () => {
+    const fleet = await createFleet();
+    const s = await signIn();
+    for (const query of ["status=happy", "cursor=%00", "cursor=__proto__", `agent=${"x".repeat(3000)}`]) {
+      const res = await consoleFetch(`/console/servers?fleet=${fleet.id}&${query}`, { cookie: s.cookie });
+      const html = await res.text();
+      expect([query.slice(0, 20), res.status], html.slice(0, 200)).toEqual([query.slice(0, 20), 400]);
+      expect(html).toMatch(/The API answered 400 invalid_(query|cursor)/);
+    }
+  });
+});
