@@ -109,6 +109,9 @@ export async function registerServer(
   return { view: caughtUp ?? registered, token };
 }
 
+/** Longer than any view tag (`W/"` and 11 base-36 digits) by far: a tag past it is not one of ours. */
+const MAX_WAIT_TAG_LENGTH = 256;
+
 /**
  * The server's view and its weak ETag; `view` is null while `known` (an If-None-Match) still
  * matches. With `waitS`, a single known tag waits (in the Worker, ./wait.ts) until the view changes
@@ -123,7 +126,8 @@ export async function serverIfChanged(
 ): Promise<{ etag: string; view: ServerView | null }> {
   const ledger = ledgerOf(env, id);
   const given = known?.trim();
-  if (given && waitS > 0 && !given.includes(",") && given !== "*") {
+  // Only a tag that could be a view's waits (the ledger is handed it); a longer one matches nothing.
+  if (given && waitS > 0 && !given.includes(",") && given !== "*" && given.length <= MAX_WAIT_TAG_LENGTH) {
     return viewWhenChanged(env, id, given.startsWith("W/") ? given : `W/${given}`, waitS * 1000, signal);
   }
   const view = await ledger.view();

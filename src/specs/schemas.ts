@@ -16,6 +16,7 @@ import { agentName, imageRef, versionString } from "../model/server/schemas";
 import { MAX_WEBHOOKS_PER_FLEET } from "../webhooks/manage";
 import { SpecSecretsSchema, SpecWebhookSchema } from "../webhooks/schemas";
 import { SpecRebootGroup } from "./groups";
+import { userKeyed } from "../lib/user-keys";
 
 /** A webhook's name in a spec; one added through the API is named by its id (a UUID fits). */
 const webhookName = z.string().regex(/^[a-z0-9][a-z0-9._-]{0,62}$/, "webhook names match ^[a-z0-9][a-z0-9._-]{0,62}$");
@@ -31,9 +32,7 @@ const section = <K extends z.ZodString, V extends z.ZodType>(
   what: string,
   description: string,
 ) =>
-  z
-    .record(key, value)
-    .refine((m) => Object.keys(m).length <= max, `at most ${max} ${what}`)
+  userKeyed(z.record(key, value).refine((m) => Object.keys(m).length <= max, `at most ${max} ${what}`))
     .optional()
     .openapi({ description });
 
