@@ -113,7 +113,10 @@ export async function fingerprint(w: WalkWorld) {
   for (const { name } of tables.results) {
     // A request's own bookkeeping, not a change it made: the last use of the token that sent it.
     const all = (await env.DB.prepare(`SELECT * FROM "${name}"`).all()).results;
-    rows[name] = name === "tokens" ? all.map(({ last_used_at: _, ...row }) => row) : all;
+    rows[name] =
+      name === "tokens"
+        ? all.map((row) => Object.fromEntries(Object.entries(row).filter(([k]) => k !== "last_used_at")))
+        : all;
   }
   const objects = await Promise.all(
     [
