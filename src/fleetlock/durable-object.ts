@@ -144,6 +144,16 @@ export class RebootCoordinator extends DurableObject<Env> {
     return names.reserveRegistration(this.parts, this.parts.ask, hostname, fleetlockId, serverId);
   }
 
+  /** A fleet deletion about to commit: no registration in flight, and none from now on (./names.ts). */
+  async sealForDeletion(): Promise<{ ok: true } | Failure> {
+    return names.sealForDeletion(this.parts);
+  }
+
+  /** The deletion was refused: registrations may come again. */
+  async unseal(): Promise<void> {
+    names.unseal(this.parts);
+  }
+
   /** The server was removed: its hostname is free again. */
   async releaseHostname(serverId: string, hostname: string): Promise<void> {
     names.releaseHostname(this.parts, serverId, hostname);

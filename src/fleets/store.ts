@@ -108,6 +108,9 @@ export async function liveServersOf(db: Db, fleet: string, named: number) {
 }
 
 /** Checked at commit by a fleet's deletion: a server registered since its count rolls it back. */
+/** The fleet's row is still there: an intent write that read the fleet before its deletion must not land after it. */
+export const fleetExists = (fleet: string) => sql`EXISTS (SELECT 1 FROM ${fleets} WHERE id = ${fleet})`;
+
 export const noLiveServers = (fleet: string) =>
   sql`NOT EXISTS (SELECT 1 FROM ${servers} WHERE fleet_id = ${fleet} AND state != 'removed')`;
 

@@ -95,6 +95,9 @@ export async function registerServer(
   const { until } = unwrap(
     await coordinatorOf(env, fleet.id).reserveRegistration(input.hostname, input.fleetlock_id ?? null, id),
   );
+  // Deleted since it was read, its coordinator wiped before the reservation: nothing would keep the
+  // server out but this (a deletion after the reservation is refused by the coordinator).
+  if (!(await getFleet(db, fleet.id))) unknownFleet(input.fleet);
   const { token, hash } = await issueToken("server", id);
   const record: ServerRecord = {
     id,
