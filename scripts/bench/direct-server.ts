@@ -78,7 +78,7 @@ function childWorkerdOpenFiles(): number | null {
  * listeners and pipes) and the SQLite files of the objects awake now (an object's database with
  * its `-wal` and `-shm`: three per awake object, none for one asleep).
  */
-export interface OpenFileKinds {
+interface OpenFileKinds {
   total: number;
   sockets: number;
   sqlite: number;
