@@ -215,7 +215,7 @@ async function soak(
     `Reports: ${summary.ops.reports}; errors: ${summary.ops.errors} ${JSON.stringify(summary.errors_by_kind)}; channel sockets opened ${summary.channel.opened}, closed ${summary.channel.closed}; last status ${JSON.stringify(summary.byStatus)}.`,
   );
   log(
-    `The change reached connected hosts in p50 ${summary.latency_ms.push_p50} ms, p99 ${summary.latency_ms.push_p99} ms (from the write; ${hosts} writes at ${concurrency} at a time); report ack p50 ${summary.latency_ms.report_p50} ms, p99 ${summary.latency_ms.report_p99} ms.`,
+    `${summary.latency_ms.push_p50 === null ? "No change reached a connected host (it is written a minute after the ramp)" : `The change reached connected hosts in p50 ${summary.latency_ms.push_p50} ms, p99 ${summary.latency_ms.push_p99} ms (from the write; ${hosts} writes at ${concurrency} at a time)`}; report ack p50 ${summary.latency_ms.report_p50} ms, p99 ${summary.latency_ms.report_p99} ms.`,
   );
   log(
     `Simulator CPU: ${summary.overhead.cpu_ms} ms; event loop ${Math.round(summary.overhead.event_loop_utilization * 100)}% busy. Runtime restarts (crashes): ${server.restarts()}.\n`,
