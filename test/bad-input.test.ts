@@ -203,6 +203,34 @@ describe("bad input gets a clear 4xx error and changes nothing", () => {
     expect((await call("GET", `/v1/servers?fleet=${fleet.id}`)).json.items).toHaveLength(1);
   });
 
+  it("reads numeric query parameters as plain decimal digits, naming the parameter otherwise", async () => {
+    const fleet = await createFleet();
+    const s = await registerServer(fleet.id);
+    const cases: [string, string][] = [
+      ["/v1/servers?limit=0x10", "limit"],
+      ["/v1/servers?limit=1e1", "limit"],
+      ["/v1/servers?limit=", "limit"],
+      ["/v1/servers?limit=%205", "limit"],
+      ["/v1/servers?limit=5.0", "limit"],
+      ["/v1/audit?limit=0b11", "limit"],
+      [`/v1/servers/${s.id}?wait=`, "wait"],
+      [`/v1/servers/${s.id}?wait=0x1`, "wait"],
+      ["/v1/agent/desired?wait=", "wait"],
+      ["/v1/status?attention=", "attention"],
+    ];
+    for (const [path, param] of cases) {
+      const res = await call("GET", path, path.startsWith("/v1/agent/") ? { token: s.token } : {});
+      expect(res.status, path).toBe(400);
+      expect(res.json.error.code, path).toBe("invalid_query");
+      expect(res.json.error.details, path).toEqual([expect.objectContaining({ path: param })]);
+    }
+    const empty = await call("GET", "/v1/servers?limit=");
+    expect(empty.json.error.message).toContain("limit: empty");
+    // Plain digits still work, leading zeros included.
+    const ok = await call("GET", "/v1/servers?limit=016");
+    expect(ok.status).toBe(200);
+  });
+
   it("answers bad query parameters, bad cursors, unknown routes and wrong methods with JSON errors", async () => {
     expect((await call("GET", "/v1/servers?limit=0")).json.error.code).toBe("invalid_query");
     expect((await call("GET", "/v1/servers?limit=501")).json.error.code).toBe("invalid_query");

@@ -2,7 +2,7 @@ import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
 import { requireAllFleets, requireScope } from "../auth/principal";
 import { DomainError } from "../domain/errors";
 import { bearer, commonErrors, serverNameErrors, jsonResponse, notFoundError } from "../http/openapi";
-import { cursorParam, decodeIdCursor, encodeCursor, limitParam, page } from "../http/paging";
+import { cursorParam, decodeIdCursor, encodeCursor, limitParam, page, decimalParam } from "../http/paging";
 import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
 import { iso } from "../lib/time";
@@ -118,7 +118,7 @@ export const auditRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook
       request: {
         query: z.object({
           from: z.string().max(10).optional().openapi({ description: "the first day (YYYY-MM-DD)" }),
-          limit: z.coerce.number().int().min(1).max(1000).default(1000),
+          limit: decimalParam(1, 1000).default(1000),
         }),
       },
       responses: {

@@ -1,4 +1,5 @@
 import { z } from "@hono/zod-openapi";
+import { decimalParam } from "../http/paging";
 import { MAX_CURSOR_LENGTH } from "../domain/limits";
 
 /** Rows per export answer: a page stays a few MB, so a huge log never holds one request long. */
@@ -33,7 +34,7 @@ export const ExportQuery = z.object({
     .optional()
     .openapi({ description: "Without a cursor: start at the first row dated at or after this time" }),
   cursor: z.string().max(MAX_CURSOR_LENGTH).optional().openapi({ description: "X-Next-Cursor of the previous page" }),
-  limit: z.coerce.number().int().min(1).max(MAX_EXPORT_PAGE).default(1000),
+  limit: decimalParam(1, MAX_EXPORT_PAGE).default(1000),
 });
 
 export const AuditDay = z

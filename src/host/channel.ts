@@ -5,6 +5,7 @@
  * ledger sleeps between messages, and the Worker is out of the path once the socket is open.
  */
 import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
+import { decimalParam } from "../http/paging";
 import { requireServer, serverPrincipal } from "../auth/principal";
 import { DomainError } from "../domain/errors";
 import { bearer, commonErrors, ErrorSchema } from "../http/openapi";
@@ -32,11 +33,7 @@ export const channelRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHo
     middleware: [requireServer] as const,
     request: {
       query: z.object({
-        generation: z.coerce
-          .number()
-          .int()
-          .min(0)
-          .max(Number.MAX_SAFE_INTEGER)
+        generation: decimalParam(0, Number.MAX_SAFE_INTEGER)
           .optional()
           .openapi({ description: "The desired generation the host holds" }),
       }),

@@ -1,4 +1,5 @@
 import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
+import { decimalParam } from "../http/paging";
 import { requireServer, serverPrincipal } from "../auth/principal";
 import { bearer, commonErrors, conflictError, jsonBody, jsonResponse, preconditionError } from "../http/openapi";
 import type { AppEnv } from "../http/types";
@@ -38,7 +39,7 @@ export const agentRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook
       security: bearer,
       middleware: [requireServer] as const,
       request: {
-        query: z.object({ wait: z.coerce.number().int().min(0).max(MAX_WAIT_S).default(0) }),
+        query: z.object({ wait: decimalParam(0, MAX_WAIT_S).default(0) }),
         headers: z.object({
           "if-none-match": z.string().optional(),
           "x-report-tag": z

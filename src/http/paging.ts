@@ -2,7 +2,28 @@ import { z } from "@hono/zod-openapi";
 import { DEFAULT_PAGE_SIZE, MAX_CURSOR_LENGTH, MAX_PAGE_SIZE } from "../domain/limits";
 import { DomainError } from "../domain/errors";
 
-export const limitParam = z.coerce.number().int().min(1).max(MAX_PAGE_SIZE).default(DEFAULT_PAGE_SIZE);
+const DECIMAL = /^\d{1,16}$/;
+
+/**
+ * An integer read from a query string or a path: decimal digits only, in range. `z.coerce.number()`
+ * took `0x10` as 16, `1e2` as 100, ` 5` as 5 and an empty value as 0, so a typo in a script became a
+ * different request instead of an error. Every route's numeric parameter is built here.
+ */
+export function decimalParam(min: number, max: number) {
+  return z.preprocess(
+    (v) => (typeof v === "string" && DECIMAL.test(v) ? Number(v) : v),
+    z
+      .number({
+        error: (issue) =>
+          issue.input === "" ? "empty; give a decimal integer" : "expected a decimal integer (digits only)",
+      })
+      .int()
+      .min(min)
+      .max(max),
+  );
+}
+
+export const limitParam = decimalParam(1, MAX_PAGE_SIZE).default(DEFAULT_PAGE_SIZE);
 export const cursorParam = z.string().max(MAX_CURSOR_LENGTH).optional();
 
 /** Cursors are opaque to clients: base64url of the last row's sort key. */

@@ -14,7 +14,7 @@ import {
   PINNED_REF,
 } from "../domain/images";
 import { agentName, versionString } from "../model/server/schemas";
-import { cursorParam, limitParam } from "../http/paging";
+import { cursorParam, limitParam, decimalParam } from "../http/paging";
 import { userKeyed } from "../lib/user-keys";
 
 const imageKind = z.enum(IMAGE_KINDS);
@@ -111,7 +111,7 @@ export type Image = z.infer<typeof Image>;
 export const ImageWithUsers = Image.extend({ used_by: ImageUser.optional() }).openapi("ImageWithUsers");
 
 export const imageParam = z.object({ id: z.uuid() });
-export const partParams = imageParam.extend({ part: z.coerce.number().int().min(1).max(MAX_PARTS) });
+export const partParams = imageParam.extend({ part: decimalParam(1, MAX_PARTS) });
 export const listQuery = z.object({
   name: agentName.optional(),
   version: versionString.optional(),

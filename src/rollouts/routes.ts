@@ -17,7 +17,15 @@ import {
   notFoundError,
 } from "../http/openapi";
 import { DomainError } from "../domain/errors";
-import { cursorParam, decodeCursor, decodeIdCursor, encodeCursor, limitParam, page } from "../http/paging";
+import {
+  cursorParam,
+  decodeCursor,
+  decodeIdCursor,
+  encodeCursor,
+  limitParam,
+  page,
+  decimalParam,
+} from "../http/paging";
 import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
 import { agentName } from "../model/server/schemas";
@@ -176,8 +184,8 @@ export const rolloutRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHo
       request: {
         params: idParam,
         query: z.object({
-          wait: z.coerce.number().int().min(0).max(MAX_ROLLOUT_WAIT_S).default(0),
-          since: z.coerce.number().int().min(0).optional(),
+          wait: decimalParam(0, MAX_ROLLOUT_WAIT_S).default(0),
+          since: decimalParam(0, Number.MAX_SAFE_INTEGER).optional(),
         }),
       },
       responses: { 200: jsonResponse(RolloutSchema, "The rollout"), ...commonErrors, ...notFoundError },
@@ -223,7 +231,7 @@ export const rolloutRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHo
         params: idParam,
         query: z.object({
           state: z.enum(TARGET_STATES).optional(),
-          pass: z.coerce.number().int().min(0).max(1).optional(),
+          pass: decimalParam(0, 1).optional(),
           limit: limitParam,
           cursor: cursorParam,
         }),

@@ -1,4 +1,5 @@
 import { z } from "@hono/zod-openapi";
+import { decimalParam } from "../http/paging";
 import { LIFECYCLE_ORDERS, PLAN_MODES, SERVER_KINDS, SERVER_STATES } from "../domain/enums";
 import { MAX_REASON_LENGTH, MAX_SERVER_ROLES, MAX_WAIT_S } from "../domain/limits";
 import { fleetId, fleetlockId, groupName, roleName } from "../fleets/schemas";
@@ -120,7 +121,7 @@ export const fleetOfHostname = {
 };
 
 /** GET /v1/servers/{id}?wait=S: documented by hand, validated by the handler (see the route). */
-export const serverWaitQuery = z.object({ wait: z.coerce.number().int().min(0).max(MAX_WAIT_S).default(0) });
+export const serverWaitQuery = z.object({ wait: decimalParam(0, MAX_WAIT_S).default(0) });
 
 /** PATCH /v1/servers/{id}: its reboot identity (FleetLock id, reboot group), its roles and/or its labels. */
 export const ServerPatch = z

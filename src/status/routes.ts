@@ -4,7 +4,7 @@ import { fleetId } from "../fleets/schemas";
 import { bearer, commonErrors, jsonResponse, notFoundError } from "../http/openapi";
 import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
-import { cursorParam, decodeCursor, encodeCursor } from "../http/paging";
+import { cursorParam, decodeCursor, encodeCursor, decimalParam } from "../http/paging";
 import { FleetHealth, StatusSchema } from "./schemas";
 import { visibleFleets } from "../domain/principal";
 import { FLEET_HEALTH_PAGE, fleetsHealth, statusOf } from "./service";
@@ -28,11 +28,7 @@ export const statusRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHoo
       request: {
         query: z.object({
           fleet: fleetId.optional(),
-          attention: z.coerce
-            .number()
-            .int()
-            .min(0)
-            .max(200)
+          attention: decimalParam(0, 200)
             .default(20)
             .openapi({ description: "servers listed per status that needs a look" }),
         }),
@@ -59,7 +55,7 @@ export const statusRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHoo
       middleware: [requireScope("read")] as const,
       request: {
         query: z.object({
-          limit: z.coerce.number().int().min(1).max(FLEET_HEALTH_PAGE).default(FLEET_HEALTH_PAGE),
+          limit: decimalParam(1, FLEET_HEALTH_PAGE).default(FLEET_HEALTH_PAGE),
           cursor: cursorParam,
         }),
       },

@@ -1,4 +1,5 @@
 import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
+import { decimalParam } from "../http/paging";
 import { requireScope } from "../auth/principal";
 import { actorOf } from "../domain/principal";
 import { fleetId } from "../fleets/schemas";
@@ -126,7 +127,7 @@ export const webhookApi = webhookRoutes
       summary: "The webhook's deliveries, newest first: status, attempts, last answer or error",
       security: bearer,
       middleware: [requireScope("read")] as const,
-      request: { params: hookParams, query: z.object({ limit: z.coerce.number().int().min(1).max(200).default(50) }) },
+      request: { params: hookParams, query: z.object({ limit: decimalParam(1, 200).default(50) }) },
       responses: {
         200: jsonResponse(z.object({ items: z.array(DeliverySchema) }), "The deliveries"),
         ...commonErrors,
