@@ -1,17 +1,27 @@
 /**
  * The first bytes of an outsider's answer (a webhook receiver, a Prometheus server), the rest left
  * unread. `res.text()` would hold all of it in the object that asked, whatever its size: a receiver
- * answering an endless body would fill a fleet's coordinator's memory on every retry.
+ * answering an endless body would fill a fleet's coordinator's memory on every retry. With a
+ * `signal`, a body that stops coming is abandoned when it aborts (the read throws its reason): a
+ * fetch's own signal may not reach a body already being streamed.
  */
-export async function textPrefix(res: Response, maxBytes: number): Promise<{ text: string; truncated: boolean }> {
+export async function textPrefix(
+  res: Response,
+  maxBytes: number,
+  signal?: AbortSignal,
+): Promise<{ text: string; truncated: boolean }> {
   if (!res.body) return { text: "", truncated: false };
   const reader = res.body.getReader();
   const chunks: Uint8Array[] = [];
   let size = 0;
   let truncated = false;
+  const onAbort = () => void reader.cancel(signal?.reason).catch(() => {});
+  signal?.addEventListener("abort", onAbort, { once: true });
   try {
+    signal?.throwIfAborted();
     for (;;) {
       const { done, value } = await reader.read();
+      signal?.throwIfAborted();
       if (done) break;
       chunks.push(value);
       size += value.byteLength;
@@ -21,6 +31,7 @@ export async function textPrefix(res: Response, maxBytes: number): Promise<{ tex
       }
     }
   } finally {
+    signal?.removeEventListener("abort", onAbort);
     if (truncated) await reader.cancel().catch(() => {});
     reader.releaseLock();
   }

@@ -8,6 +8,7 @@ import { createRemoteJWKSet, errors, jwtVerify, type JWTPayload } from "jose";
 import { z } from "zod";
 import { DomainError } from "../domain/errors";
 import type { Env } from "../env";
+import { textPrefix } from "../lib/body";
 import { normalEmail } from "./mapping";
 
 export interface OidcConfig {
@@ -40,6 +41,38 @@ const Discovery = z.object({
 });
 type Discovery = z.infer<typeof Discovery>;
 
+/**
+ * How the provider is reached. Each answer is read within `timeoutMs` (the headers and the body:
+ * a provider that answers its headers and then trickles would otherwise hold the sign-in open) and
+ * no further than MAX_PROVIDER_ANSWER_BYTES, so a hostile or broken provider cannot stall or bloat
+ * the worker. Tests pass their own fetch.
+ */
+export interface ProviderTransport {
+  fetch: (url: string, init: RequestInit) => Promise<Response>;
+  timeoutMs: number;
+}
+const GLOBAL_TRANSPORT: ProviderTransport = { fetch: (url, init) => fetch(url, init), timeoutMs: 5_000 };
+
+/** Discovery documents, token answers and userinfo are a few KiB; ID tokens with many groups, tens. */
+const MAX_PROVIDER_ANSWER_BYTES = 256 * 1024;
+
+type Answer = { status: number; ok: boolean; body: unknown };
+
+/** One call to the provider, its JSON answer read bounded (a body that is not JSON reads as null). */
+async function ask(transport: ProviderTransport, url: string, init: RequestInit, timeoutMs: number): Promise<Answer> {
+  const signal = AbortSignal.timeout(timeoutMs);
+  const res = await transport.fetch(url, { ...init, signal });
+  const { text, truncated } = await textPrefix(res, MAX_PROVIDER_ANSWER_BYTES, signal);
+  if (truncated) throw new Error(`answer over ${MAX_PROVIDER_ANSWER_BYTES} bytes`);
+  let body: unknown = null;
+  try {
+    body = JSON.parse(text);
+  } catch {
+    // not JSON: the callers judge a null body
+  }
+  return { status: res.status, ok: res.ok, body };
+}
+
 const DISCOVERY_TTL_MS = 600_000;
 const discovered = new Map<string, { doc: Discovery; at: number }>();
 const keySets = new Map<string, ReturnType<typeof createRemoteJWKSet>>();
@@ -47,17 +80,19 @@ const keySets = new Map<string, ReturnType<typeof createRemoteJWKSet>>();
 const unavailable = (what: string) =>
   new DomainError("identity_provider_unavailable", `the OpenID provider ${what}`, undefined, { retryAfterS: 5 });
 
-async function discover(config: OidcConfig): Promise<Discovery> {
+async function discover(config: OidcConfig, transport: ProviderTransport): Promise<Discovery> {
   const hit = discovered.get(config.issuer);
   if (hit && Date.now() - hit.at < DISCOVERY_TTL_MS) return hit.doc;
   let body: unknown;
   try {
-    const res = await fetch(`${config.issuer}/.well-known/openid-configuration`, {
-      headers: { accept: "application/json" },
-      signal: AbortSignal.timeout(5_000),
-    });
+    const res = await ask(
+      transport,
+      `${config.issuer}/.well-known/openid-configuration`,
+      { headers: { accept: "application/json" } },
+      transport.timeoutMs,
+    );
     if (!res.ok) throw new Error(`HTTP ${res.status}`);
-    body = await res.json();
+    body = res.body;
   } catch {
     throw unavailable("did not answer its discovery document");
   }
@@ -83,8 +118,9 @@ export const s256 = async (verifier: string) =>
 export async function authorizeUrl(
   config: OidcConfig,
   p: { redirectUri: string; state: string; nonce: string; verifier: string },
+  transport = GLOBAL_TRANSPORT,
 ) {
-  const doc = await discover(config);
+  const doc = await discover(config, transport);
   const url = new URL(doc.authorization_endpoint);
   url.search = new URLSearchParams({
     response_type: "code",
@@ -115,8 +151,9 @@ function groupsOf(claims: Record<string, unknown>): string[] {
 export async function identityFromCode(
   config: OidcConfig,
   p: { code: string; redirectUri: string; verifier: string; nonce: string },
+  transport = GLOBAL_TRANSPORT,
 ) {
-  const doc = await discover(config);
+  const doc = await discover(config, transport);
   const headers: Record<string, string> = {
     "content-type": "application/x-www-form-urlencoded",
     accept: "application/json",
@@ -133,13 +170,14 @@ export async function identityFromCode(
     headers.authorization = `Basic ${btoa(`${enc(config.clientId)}:${enc(config.clientSecret)}`)}`;
   }
   let answer: z.infer<typeof TokenAnswer>;
-  let res: Response;
+  let res: Answer;
   try {
-    res = await fetch(doc.token_endpoint, { method: "POST", headers, body: form, signal: AbortSignal.timeout(10_000) });
+    // The token endpoint may sign and look up more than discovery does: twice the time.
+    res = await ask(transport, doc.token_endpoint, { method: "POST", headers, body: form }, 2 * transport.timeoutMs);
   } catch {
-    throw unavailable("token endpoint could not be reached");
+    throw unavailable("token endpoint could not be reached or answered too much or too slowly");
   }
-  const body: unknown = await res.json().catch(() => null);
+  const body = res.body;
   if (!res.ok) {
     const error = (body as { error?: unknown } | null)?.error;
     throw refused(`the provider refused the code (${typeof error === "string" ? error.slice(0, 100) : res.status})`);
@@ -167,11 +205,13 @@ export async function identityFromCode(
 
   let profile: Record<string, unknown> = claims;
   if (typeof claims.email !== "string" && doc.userinfo_endpoint && answer.access_token) {
-    const info = await fetch(doc.userinfo_endpoint, {
-      headers: { authorization: `Bearer ${answer.access_token}`, accept: "application/json" },
-      signal: AbortSignal.timeout(5_000),
-    })
-      .then((r) => (r.ok ? r.json() : null))
+    const info = await ask(
+      transport,
+      doc.userinfo_endpoint,
+      { headers: { authorization: `Bearer ${answer.access_token}`, accept: "application/json" } },
+      transport.timeoutMs,
+    )
+      .then((r) => (r.ok ? r.body : null))
       .catch(() => null);
     // Userinfo speaks for the same user only when its `sub` is the ID token's (OpenID Connect Core §5.3.2).
     if (info && typeof info === "object" && (info as { sub?: unknown }).sub === claims.sub) {

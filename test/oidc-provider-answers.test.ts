@@ -1,0 +1,133 @@
+/**
+ * What an OpenID provider answers is read bounded and on a deadline: a provider that answers an
+ * endless body, stops halfway through one, or never answers costs a sign-in one small prefix and
+ * one timeout, then a clear 503-class refusal.
+ */
+import { describe, expect, it } from "vitest";
+import { authorizeUrl, identityFromCode, type ProviderTransport } from "../src/sso/oidc";
+
+const MiB = 1024 * 1024;
+
+/** A body of `total` bytes made as it is read, counting how much was pulled. */
+function endless(total: number) {
+  const seen = { pulled: 0, cancelled: false };
+  const chunk = new Uint8Array(64 * 1024).fill(0x20);
+  const body = new ReadableStream<Uint8Array>({
+    pull(controller) {
+      if (seen.pulled >= total) return controller.close();
+      seen.pulled += chunk.byteLength;
+      controller.enqueue(chunk);
+    },
+    cancel() {
+      seen.cancelled = true;
+    },
+  });
+  return { body, seen };
+}
+
+/** A body that sends its first bytes and then nothing, ever. */
+function stalled() {
+  const seen = { cancelled: false };
+  const body = new ReadableStream<Uint8Array>({
+    start(controller) {
+      controller.enqueue(new TextEncoder().encode('{"issuer":'));
+    },
+    pull() {
+      return new Promise(() => {});
+    },
+    cancel() {
+      seen.cancelled = true;
+    },
+  });
+  return { body, seen };
+}
+
+let n = 0;
+/** A fresh issuer per test: discovery documents are cached per isolate by issuer. */
+const config = () => ({ issuer: `https://idp-${++n}.example`, clientId: "hm", clientSecret: null });
+const signIn = { redirectUri: "https://hm.example/console/sso/callback", state: "s", nonce: "n", verifier: "v" };
+
+function discovery(issuer: string) {
+  return Response.json({
+    issuer,
+    authorization_endpoint: `${issuer}/authorize`,
+    token_endpoint: `${issuer}/token`,
+    jwks_uri: `${issuer}/jwks`,
+  });
+}
+
+async function refusal(p: Promise<unknown>) {
+  const err = await p.then(
+    () => null,
+    (e: unknown) => e as { code?: string; message?: string },
+  );
+  expect(err).not.toBeNull();
+  return err!;
+}
+
+describe("an OpenID provider's answers, read bounded and on a deadline", () => {
+  it("still signs in against a provider that answers normally", async () => {
+    const c = config();
+    const transport: ProviderTransport = { fetch: async () => discovery(c.issuer), timeoutMs: 1_000 };
+    const url = new URL(await authorizeUrl(c, signIn, transport));
+    expect(url.origin + url.pathname).toBe(`${c.issuer}/authorize`);
+    expect(url.searchParams.get("client_id")).toBe("hm");
+  });
+
+  it("refuses a 64 MB discovery document after reading at most a small prefix", async () => {
+    const big = endless(64 * MiB);
+    const transport: ProviderTransport = { fetch: async () => new Response(big.body), timeoutMs: 5_000 };
+    const err = await refusal(authorizeUrl(config(), signIn, transport));
+    expect(err.code).toBe("identity_provider_unavailable");
+    expect(big.seen.pulled).toBeLessThanOrEqual(512 * 1024);
+    expect(big.seen.cancelled).toBe(true);
+  });
+
+  it("gives up on a discovery document whose body stops coming, within the timeout", async () => {
+    const slow = stalled();
+    const transport: ProviderTransport = { fetch: async () => new Response(slow.body), timeoutMs: 300 };
+    const started = Date.now();
+    const err = await refusal(authorizeUrl(config(), signIn, transport));
+    expect(err.code).toBe("identity_provider_unavailable");
+    expect(Date.now() - started).toBeLessThan(3_000);
+    expect(slow.seen.cancelled).toBe(true);
+  });
+
+  it("gives up on a provider that never answers, within the timeout", async () => {
+    const hanging: ProviderTransport = {
+      fetch: (_url, init) =>
+        new Promise((_resolve, reject) => init.signal?.addEventListener("abort", () => reject(init.signal?.reason))),
+      timeoutMs: 300,
+    };
+    const started = Date.now();
+    const err = await refusal(authorizeUrl(config(), signIn, hanging));
+    expect(err.code).toBe("identity_provider_unavailable");
+    expect(Date.now() - started).toBeLessThan(3_000);
+  });
+
+  it("refuses a 64 MB token answer, and one that stalls, as the provider being unavailable", async () => {
+    const code = { code: "c", redirectUri: signIn.redirectUri, verifier: "v", nonce: "n" };
+    const big = endless(64 * MiB);
+    const c1 = config();
+    const huge: ProviderTransport = {
+      fetch: async (url) => (url.endsWith("/token") ? new Response(big.body) : discovery(c1.issuer)),
+      timeoutMs: 5_000,
+    };
+    const err = await refusal(identityFromCode(c1, code, huge));
+    expect(err.code).toBe("identity_provider_unavailable");
+    expect(big.seen.pulled).toBeLessThanOrEqual(512 * 1024);
+    expect(big.seen.cancelled).toBe(true);
+
+    const slow = stalled();
+    const c2 = config();
+    const stalling: ProviderTransport = {
+      fetch: async (url) => (url.endsWith("/token") ? new Response(slow.body) : discovery(c2.issuer)),
+      timeoutMs: 200,
+    };
+    const started = Date.now();
+    const err2 = await refusal(identityFromCode(c2, code, stalling));
+    expect(err2.code).toBe("identity_provider_unavailable");
+    expect(Date.now() - started).toBeLessThan(3_000);
+    expect(slow.seen.cancelled).toBe(true);
+  });
+});
