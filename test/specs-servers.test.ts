@@ -1,3 +1,4 @@
+import { env } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { MAX_SERVER_LABELS } from "../src/domain/limits";
 import { call, createFleet, registerServer } from "./helpers";
@@ -126,5 +127,23 @@ describe("a fleet spec's servers section", () => {
     expect(pruned.json.items).toEqual([expect.objectContaining({ op: "remove", path: "servers.web-1.example.com" })]);
     expect((await getSpec(fleet)).spec.servers).toEqual({});
     expect((await labelsOf(web.id)).zone).toBe("eu-1a");
+  });
+  it("forgets a deleted fleet's declarations: a fleet made again under its name declares nothing", async () => {
+    const { id: fleet } = await createFleet();
+    const spec = specWith(fleet, { "later-1.example.com": { labels: { zone: "eu-1a" } } });
+    expect((await apply(fleet, spec)).status).toBe(200);
+    const rows = () =>
+      env.DB.prepare("SELECT hostname FROM spec_server_labels WHERE fleet_id = ?")
+        .bind(fleet)
+        .all()
+        .then((r) => r.results);
+    expect(await rows()).toEqual([{ hostname: "later-1.example.com" }]);
+    expect((await call("DELETE", `/v1/fleets/${fleet}`)).status).toBe(204);
+    expect(await rows()).toEqual([]);
+    // A server enrolled under the hostname in the new fleet starts with its own labels only.
+    expect((await call("POST", "/v1/fleets", { body: { id: fleet } })).status).toBe(201);
+    expect((await getSpec(fleet)).spec.servers).toEqual({});
+    const later = await registerServer(fleet, { hostname: "later-1.example.com", labels: { rack: "r9" } });
+    expect(await labelsOf(later.id)).toEqual({ rack: "r9" });
   });
 });
