@@ -206,6 +206,12 @@ describe("hm export, diff and apply against a running server", () => {
     expect((await hm(["export", fleet, "--to", `${fleet}-servers.yaml`])).code).toBe(0);
     const spec = parse(readFileSync(file, "utf8"));
     expect(spec.servers).toEqual({});
+    const rack = await fetch(`${url}/v1/servers/${servers[0].id}`, {
+      method: "PATCH",
+      headers: { Authorization: `Bearer ${admin}`, "Content-Type": "application/json" },
+      body: JSON.stringify({ labels: { rack: "r1" } }),
+    });
+    expect(rack.status).toBe(200);
     spec.servers = {
       [`e0.${fleet}.example.com`]: { labels: { zone: "eu-1a" } },
       [`later.${fleet}.example.com`]: { labels: { zone: "eu-1b" } },
@@ -213,14 +219,17 @@ describe("hm export, diff and apply against a running server", () => {
     writeFileSync(file, stringify(spec));
     const d = await hm(["diff", "-f", file]);
     expect(d.code, d.stderr).toBe(3);
-    expect(d.stdout).toContain(`+ servers.e0.${fleet}.example.com: {"labels":{"zone":"eu-1a"}}`);
+    // A live server's line shows the labels it has now beside what the apply leaves it with.
+    expect(d.stdout).toContain(
+      `+ servers.e0.${fleet}.example.com: {"labels":{"rack":"r1"}} → {"labels":{"rack":"r1","zone":"eu-1a"}}`,
+    );
     expect(d.stdout).toContain(`+ servers.later.${fleet}.example.com: {"labels":{"zone":"eu-1b"}}`);
     expect(d.stdout).toContain("its labels wait for it to register (pending)");
     const a = await hm(["--yes", "apply", "-f", file]);
     expect(a.code, a.stderr).toBe(0);
     expect((await hm(["diff", "-f", file])).code).toBe(0);
     const labels = async (id: string) => (await api.getServer(id)).labels;
-    expect(await labels(servers[0].id)).toEqual({ zone: "eu-1a" });
+    expect(await labels(servers[0].id)).toEqual({ rack: "r1", zone: "eu-1a" });
     expect(await labels(servers[1].id)).toEqual({});
     const later = await api.registerServer({
       fleet,
@@ -229,5 +238,34 @@ describe("hm export, diff and apply against a running server", () => {
       roles: ["edge"],
     });
     expect(await labels(later.id)).toEqual({ zone: "eu-1b" });
+  });
+  it("hm -o json sso mappings lists the fleet specs' rows too, marked from_spec, beside the ones made here", async () => {
+    const { fleet } = await fleetByHand();
+    const file = join(home, `${fleet}-access.yaml`);
+    expect((await hm(["export", fleet, "--to", `${fleet}-access.yaml`])).code).toBe(0);
+    const spec = parse(readFileSync(file, "utf8"));
+    spec.access = { [`group:readers-${fleet}`]: "write" };
+    writeFileSync(file, stringify(spec));
+    expect((await hm(["--yes", "apply", "-f", file])).code).toBe(0);
+    const made = await hm(["-o", "json", "sso", "mappings", "add", "--group", `made-${fleet}`, "--fleet", fleet]);
+    expect(made.code, made.stderr).toBe(0);
+    const id = JSON.parse(made.stdout).id;
+    try {
+      const listed = await hm(["-o", "json", "sso", "mappings"]);
+      expect(listed.code, listed.stderr).toBe(0);
+      const rows = JSON.parse(listed.stdout);
+      expect(Array.isArray(rows)).toBe(true);
+      expect(rows).toContainEqual(expect.objectContaining({ id, kind: "group", value: `made-${fleet}` }));
+      expect(rows).toContainEqual({ fleet, kind: "group", value: `readers-${fleet}`, scope: "write", from_spec: true });
+      // -o name lists what `hm sso mappings remove` takes: the spec's rows have no id.
+      const names = (await hm(["-o", "name", "sso", "mappings"])).stdout.split("\n");
+      expect(names).toContain(id);
+      expect(names.some((n) => n.includes(`readers-${fleet}`))).toBe(false);
+      const table = (await hm(["sso", "mappings"])).stdout;
+      expect(table).toContain("From fleet specs");
+      expect(table).toContain(`readers-${fleet}`);
+    } finally {
+      await hm(["--yes", "sso", "mappings", "remove", id]);
+    }
   });
 });

@@ -150,9 +150,13 @@ function printDiff(out: Output, s: SpecFile, d: Diff) {
       for (const [path, before, after] of fieldChanges(i.path, i.before, i.after))
         out.line(paint(`  ${sign} ${path}: ${compact(before)} → ${compact(after)}`));
     } else {
+      // An add may land on something that is already there (a live server's labels): show what it
+      // has now, or the line reads as if the spec's labels were all it will carry.
       const value =
         i.op === "add"
-          ? compact(i.after)
+          ? i.before == null
+            ? compact(i.after)
+            : `${compact(i.before)} → ${compact(i.after)}`
           : `${compact(i.before)}${i.op === "unlisted" ? "  (not in the spec: left; --prune removes it)" : ""}`;
       out.line(paint(`  ${sign} ${i.path}: ${value}`));
     }

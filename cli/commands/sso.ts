@@ -15,8 +15,11 @@ export function registerSso(program: Command, io: Io) {
     .action(
       act(io, async (ctx) => {
         const { items, from_specs } = await ctx.api.listSsoMappings();
-        // The JSON stays the list of mappings made here; fleet specs' rows are in each spec (hm export).
-        if (ctx.machine) return ctx.out.data(items);
+        // One list, as every list: the mappings made here, then the fleet specs' rows marked
+        // `from_spec` (they have no id: `-o name` lists only what `hm sso mappings remove` takes).
+        // Without them a script auditing who can sign in would miss every grant a spec makes.
+        if (ctx.machine)
+          return ctx.out.data([...items, ...from_specs.map((m) => ({ ...m, from_spec: true as const }))]);
         ctx.out.table(
           ["ID", "KIND", "VALUE", "SCOPE", "FLEETS", "DESCRIPTION"],
           items.map((m) => [m.id, m.kind, m.value, m.scope, fleetsOf(m.fleets), m.description]),
