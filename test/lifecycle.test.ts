@@ -223,4 +223,39 @@ describe("server token rotation", () => {
     expect((await call("GET", "/v1/agent/desired", { token: res.json.token })).status).toBe(200);
     expect((await call("POST", `/v1/servers/${crypto.randomUUID()}/token`)).status).toBe(404);
   });
+
+  it("tells concurrent rotations that lost so (409 token_rotated): every token answered 200 works until rotated again", async () => {
+    const f = await createFleet();
+    const s = await activeServer(f.id);
+    const answers = await Promise.all(Array.from({ length: 5 }, () => call("POST", `/v1/servers/${s.id}/token`)));
+    const won = answers.filter((a) => a.status === 200);
+    const lost = answers.filter((a) => a.status !== 200);
+    for (const a of lost) {
+      expect(a.status).toBe(409);
+      expect(a.json.error.code).toBe("token_rotated");
+      expect(a.json.error.message).toMatch(/another request/);
+    }
+    // Rotations that each saw the one before are all winners, one after the other; ones that ran
+    // from the same token cannot all be: at most one of them commits.
+    expect(won.length).toBeGreaterThanOrEqual(1);
+    expect(won.length).toBeLessThan(5);
+    const works = async (token: string) => (await call("GET", "/v1/agent/desired", { token })).status === 200;
+    const working = [];
+    for (const a of won) if (await works(a.json.token)) working.push(a.json.token);
+    expect(working).toHaveLength(1);
+    expect(await works(s.token)).toBe(false);
+  });
+
+  it("refuses a rotation from a token that is no longer the server's, and keeps the current one", async () => {
+    const f = await createFleet();
+    const s = await activeServer(f.id);
+    const stub = ledger(s.id);
+    const base = await stub.tokenHash();
+    expect(base).toMatch(/^[0-9a-f]{64}$/);
+    expect(await stub.rotateToken("a".repeat(64), "test", base!)).toMatchObject({ ok: true });
+    const late = await stub.rotateToken("b".repeat(64), "test", base!);
+    expect(late).toMatchObject({ ok: false, code: "token_rotated" });
+    expect(await stub.tokenHash()).toBe("a".repeat(64));
+    expect(await ledger(crypto.randomUUID()).tokenHash()).toBeNull();
+  });
 });

@@ -83,6 +83,8 @@ export const ERROR_CODES = [
   "range_not_satisfiable",
   // Sign-in through an identity provider: its keys or endpoints cannot be reached just now.
   "identity_provider_unavailable",
+  // Server token rotation: another rotation committed first; its token is the one that works.
+  "token_rotated",
 ] as const;
 
 export type ErrorCode = (typeof ERROR_CODES)[number];

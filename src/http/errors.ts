@@ -71,6 +71,7 @@ export const STATUS_OF_CODE = {
   invalid_part: 400,
   range_not_satisfiable: 416,
   identity_provider_unavailable: 503,
+  token_rotated: 409,
 } as const satisfies Record<ErrorCode, ContentfulStatusCode>;
 
 const errorBody = (code: ErrorCode, message: string, details?: unknown) => ({

@@ -129,8 +129,13 @@ export class ServerLedger extends DurableObject<Env> {
     return { ok: true, view: this.view()! };
   }
 
-  async rotateToken(tokenHash: string, actor: string): Promise<Result<{ view: ServerView }>> {
-    return this.#answer(operator.rotateToken(this.parts, tokenHash, actor));
+  async rotateToken(tokenHash: string, actor: string, replaces: string): Promise<Result<{ view: ServerView }>> {
+    return this.#answer(operator.rotateToken(this.parts, tokenHash, actor, replaces));
+  }
+
+  /** The current token's hash (null: no such server), which a rotation names as the one it replaces. */
+  tokenHash(): string | null {
+    return this.parts.store.load()?.record.token_hash ?? null;
   }
 
   view(): ServerView | null {

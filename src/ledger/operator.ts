@@ -230,12 +230,25 @@ export function revokeToken(d: LedgerParts, actor: string): boolean {
   return true;
 }
 
-/** A new server token; the old one stops at once (a parked poll included). */
-export function rotateToken(d: LedgerParts, tokenHash: string, actor: string): Result {
+/**
+ * A new server token; the old one stops at once (a parked poll included). `replaces` is the token
+ * hash the caller read before making its token: when another rotation committed in between, this
+ * one is refused rather than silently replacing the other's, whose caller was told its token works
+ * and may already be installing it on the host (a host with a dead token stops until someone
+ * hands it a new one). The plaintext is never stored, so the loser cannot be given the winner's.
+ */
+export function rotateToken(d: LedgerParts, tokenHash: string, actor: string, replaces: string): Result {
   const state = d.store.load();
   if (!state) return fail("not_found", "server does not exist");
   if (state.record.state === "removed" || d.store.lifecycle()?.cleanup_from !== undefined) {
     return fail("server_removed", "the server is removed (or being removed); its token cannot be renewed");
+  }
+  if (state.record.token_hash !== replaces) {
+    return fail(
+      "token_rotated",
+      "another request rotated this server's token while this one ran: the token it answered is the one that " +
+        "works, and this request's was never valid; rotate again for a token of your own",
+    );
   }
   const next = { ...state.record, token_hash: tokenHash };
   d.store.transaction(() => {

@@ -135,7 +135,7 @@ export const serverLifecycleRoutes = new OpenAPIHono<AppEnv>({ defaultHook: vali
         200: jsonResponse(ServerToken, "The new token (shown only here)"),
         ...commonErrors,
         ...notFoundError,
-        ...conflictError("server_removed"),
+        ...conflictError("server_removed, token_rotated (another rotation committed first)"),
       },
     }),
     async (c) => {

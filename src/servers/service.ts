@@ -277,12 +277,17 @@ export async function cancelDecommission(env: Env, actor: string, id: string) {
   return unwrap(await ledgerOf(env, id).cancelDecommission(actor));
 }
 
-/** A new token for the server, answered once; the old one stops working at once. */
+/**
+ * A new token for the server, answered once; the old one stops working at once. Of rotations that
+ * start from the same token, one commits and the others are refused (409 token_rotated), so no
+ * caller is answered a token that is already dead.
+ */
 export async function rotateServerToken(env: Env, actor: string, id: string) {
   const ledger = ledgerOf(env, id);
-  if (!(await ledger.view())) throw notFound("server", id);
+  const replaces = await ledger.tokenHash();
+  if (replaces === null) throw notFound("server", id);
   const { token, hash } = await issueToken("server", id);
-  const out = unwrap(await ledger.rotateToken(hash, actor));
+  const out = unwrap(await ledger.rotateToken(hash, actor, replaces));
   return { view: out.view, token };
 }
 
