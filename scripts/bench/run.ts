@@ -244,6 +244,13 @@ async function main() {
     console.log("\n| goal | measured | target | result |\n|---|---:|---:|---|");
     for (const g of goals)
       console.log(`| ${g.label} | ${g.measured.toFixed(2)} | ${g.op} ${g.bound} | ${g.pass ? "pass" : "**fail**"} |`);
+    // Goals are ratios to the first ceiling: a machine whose load moved during the run moves them
+    // too, which the reader must know before believing a pass or a fail.
+    const drift = rows.find((r) => r.label === "empty request (ceiling, after)");
+    if (drift && "ratio" in drift && Math.abs(drift.ratio - 1) > 0.2)
+      console.log(
+        `\nThe ceiling measured after the scenarios is ${drift.ratio.toFixed(2)}× the one before: the load moved during the run, so these results are not a fair measurement; run again on a quieter machine.`,
+      );
   }
   writeFileSync(resolve(root, "bench-results.json"), JSON.stringify({ floors, rows, goals }, null, 2));
 }
