@@ -1,4 +1,4 @@
-import { accessible, admin, expect, seed, signIn, test, url } from "./fixtures.ts";
+import { accessible, admin, expect, live, seed, signIn, test, url } from "./fixtures.ts";
 
 test.describe.configure({ mode: "serial" });
 
@@ -25,6 +25,9 @@ test("sign in with SSO through a real OpenID provider; an admin sees the session
     await ana.goto(url("/console/me"));
     await expect(ana.locator("#me-via")).toHaveText("your identity provider (OpenID Connect)");
     await expect(ana.locator("#me-fleets")).toHaveText(seed.fleet);
+    // Her fleet's overview stays open, live, while the admin ends her session.
+    await ana.goto(url(`/console?fleet=${seed.fleet}`));
+    await live(ana);
 
     // The admin's list of sessions shows hers; ending it signs her out.
     await signIn(page, seed.admin, "/console/me");
@@ -38,6 +41,8 @@ test("sign in with SSO through a real OpenID provider; an admin sees the session
     await expect(page.locator(".flash.ok")).toContainText("ended");
     await expect(page.locator("#sso-sessions tr", { hasText: "ana@example.com" })).toHaveCount(0);
 
+    // Her open page is told at once (its live socket closes as ended) and goes to sign in by itself.
+    await expect(ana).toHaveURL(/\/console\/sign-in\?ended=1/, { timeout: 10_000 });
     await ana.goto(url("/console/me"));
     await expect(ana).toHaveURL(/\/console\/sign-in/);
   } finally {

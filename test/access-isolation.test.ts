@@ -531,13 +531,20 @@ describe("access per fleet in the console", () => {
 
   it("refuses A's live socket on B's feed as it refuses an unknown fleet's", async () => {
     const { cookie } = await signIn(w.tA.token);
+    const live = (fleet: string) =>
+      consoleFetch(`/console/live?fleet=${fleet}`, { cookie, headers: { Upgrade: "websocket", Origin: BASE } });
+    // The same session's socket on its own fleet opens: the refusals below are the fleet's alone.
+    const own = await live(w.a);
+    expect(own.status).toBe(101);
+    own.webSocket?.accept();
+    own.webSocket?.close();
+    const answers = [];
     for (const fleet of [w.b, w.missing]) {
-      const res = await consoleFetch(`/console/live?fleet=${fleet}`, {
-        cookie,
-        headers: { Upgrade: "websocket", Origin: BASE },
-      });
+      const res = await live(fleet);
       expect(res.status, fleet).toBe(404);
+      answers.push(await res.text());
       res.webSocket?.close();
     }
+    expect(answers[0]).toBe(answers[1]);
   });
 });

@@ -218,6 +218,43 @@ describe("the day files", () => {
     expect(next.split("\n").filter((l) => l.includes(`"id":${late},`))).toHaveLength(1);
     expect(await verifyChain(await download())).toBeNull();
   });
+
+  it("two overlapping runs write a day once: the one that finds it cut meanwhile adopts that file", async () => {
+    // Where the test above left the chain: the last day cut is `day`.
+    const day = T0 + 4 * DAY_MS;
+    const now = day + DAY_MS + 30 * 60_000;
+    for (let i = 0; i < 20 && (await archiveAudit(env, now)).cut.length; i++);
+    expect(await cursorAt()).toBe(day);
+    const kept = (await env.IMAGES.head(dayKey(day)))!;
+    // A second run started before the first moved the cursor, and looked for the day's file
+    // before the first wrote it: it cuts the day too, with a row that arrived in between.
+    await env.DB.prepare("UPDATE cron_cursors SET at = ? WHERE name = ?")
+      .bind(day - DAY_MS, AUDIT_DAY_CURSOR)
+      .run();
+    const [late] = await rows([day + 7], "fleet:audit-x", "day.late");
+    let looked = false;
+    const racing = {
+      head: async (key: string) => {
+        if (key !== dayKey(day) || looked) return env.IMAGES.head(key);
+        looked = true;
+        return null;
+      },
+      put: (...args: Parameters<R2Bucket["put"]>) => env.IMAGES.put(...args),
+      get: (...args: Parameters<R2Bucket["get"]>) => env.IMAGES.get(...args),
+      list: (...args: Parameters<R2Bucket["list"]>) => env.IMAGES.list(...args),
+    } as unknown as R2Bucket;
+    const r = await archiveAudit({ ...env, IMAGES: racing }, now);
+    expect(looked).toBe(true);
+    expect(r.cut).toEqual([name(day)]);
+    // The first run's file stands, byte for byte; the chain goes on from it.
+    const after = (await env.IMAGES.head(dayKey(day)))!;
+    expect(after.etag).toBe(kept.etag);
+    expect(after.customMetadata).toEqual(kept.customMetadata);
+    expect(await cursorAt()).toBe(day);
+    const text = await (await env.IMAGES.get(dayKey(day)))!.text();
+    expect(text.includes(`"id":${late},`)).toBe(false);
+    expect(await verifyChain(await download())).toBeNull();
+  });
 });
 
 const cursorAt = async () =>

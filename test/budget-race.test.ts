@@ -1,4 +1,4 @@
-import { env } from "cloudflare:test";
+import { env, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { call, settle } from "./helpers";
 import { fleetWithKey, flushCoordinator, getGroup, putGroup, until, zincati } from "./fleetlock-helpers";
@@ -13,6 +13,12 @@ import {
 } from "./rollout-helpers";
 
 const ZONES = ["z1", "z2", "z3", "z4"];
+
+/** The reasons a rollout's object keeps for its waiting targets (`blocked:<pass>:<server>`). */
+const blockedKeys = (rolloutId: string) =>
+  runInDurableObject(env.ROLLOUT.get(env.ROLLOUT.idFromName(rolloutId)), (_i, state) =>
+    [...state.storage.kv.list({ prefix: "blocked:" })].map(([k]) => k),
+  );
 
 interface ZonedHost extends Host {
   zone: string;
@@ -238,6 +244,7 @@ describe("one disruption budget for reboots and rollouts", () => {
     expect((await zincati(f.baseUrl, "pre-reboot", hosts[0].fleetlockId)).status).toBe(200);
     const r = await startRollout({ fleet: f.fleet, selector: { servers: [hosts[1].id] } });
     expect((await getRollout(r.id)).counts).toMatchObject({ waiting_budget: 1 });
+    expect(await blockedKeys(r.id)).toEqual([`blocked:0:${hosts[1].id}`]);
     const ended = await call("POST", `/v1/rollouts/${r.id}/targets/${hosts[1].hostname}/end`, {
       body: { reason: "not this one" },
     });
@@ -246,5 +253,33 @@ describe("one disruption budget for reboots and rollouts", () => {
     const after = await getRollout(r.id);
     expect(after.counts).toMatchObject({ waiting_budget: 0, skipped: 1 });
     expect(after.state).toBe("succeeded");
+    // Why it waited ended with the wait, in the same turn.
+    expect(await blockedKeys(r.id)).toEqual([]);
+  });
+
+  it("a rollout cancelled while targets wait for the budget keeps no reason for them", async () => {
+    const f = await fleetWithKey();
+    await putGroup(f.fleet, "default", { slots: 2 });
+    await call("PATCH", `/v1/fleets/${f.fleet}`, {
+      body: { disruption_budget: { max_unavailable: 1, per_label: {} } },
+    });
+    const hosts = await zonedFleet(f.fleet, 1);
+    expect((await zincati(f.baseUrl, "pre-reboot", hosts[0].fleetlockId)).status).toBe(200);
+    const r = await startRollout({
+      fleet: f.fleet,
+      concurrency: 3,
+      selector: { servers: hosts.slice(1).map((h) => h.id) },
+    });
+    expect((await getRollout(r.id)).counts).toMatchObject({ waiting_budget: 3 });
+    expect((await blockedKeys(r.id)).sort()).toEqual(
+      hosts
+        .slice(1)
+        .map((h) => `blocked:0:${h.id}`)
+        .sort(),
+    );
+    const cancelled = await call("POST", `/v1/rollouts/${r.id}/cancel`, { body: {} });
+    expect(cancelled.status).toBe(200);
+    expect((await getRollout(r.id)).counts).toMatchObject({ waiting_budget: 0, skipped: 3 });
+    expect(await blockedKeys(r.id)).toEqual([]);
   });
 });

@@ -289,6 +289,26 @@ describe("the console's live feed", () => {
     expect(calls.map((c) => c.ids[0])).toEqual(["first", "other", "service"]);
   });
 
+  it("closes a page's socket that sends anything but ping (1008), and the fleet's other pages still hear", async () => {
+    const fleet = await createFleet();
+    const server = await registerServer(fleet.id);
+    const s = await signIn();
+    const other = await openPage(fleet.id, s.cookie);
+    for (const junk of ["hello", "{}", "x".repeat(512 * 1024), new Uint8Array([1, 2, 3])]) {
+      const page = await openPage(fleet.id, s.cookie);
+      page.ws.send(junk);
+      const closed = await within(page.closed, 2000);
+      expect(closed === "open" ? closed : closed.code, String(junk).slice(0, 20)).toBe(1008);
+    }
+    const heard = nextMessage(other.ws);
+    await call("PUT", "/v1/agent/inventory", { token: server.token, body: report(1, []) });
+    expect(JSON.parse(await heard)).toMatchObject({ kind: "server", ids: [server.id] });
+    const pong = nextMessage(other.ws);
+    other.ws.send("ping");
+    expect(await pong).toBe("pong");
+    other.ws.close(1000, "done");
+  });
+
   it("answers keep-alive pings without waking the object, and closes a socket whose session expired", async () => {
     const fleet = await createFleet();
     const s = await signIn();

@@ -1,6 +1,6 @@
 import { env } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import { call, uniq } from "./helpers";
+import { BASE, call, createFleet, uniq } from "./helpers";
 import { consoleFetch, cookiesOf, signIn, SESSION } from "./console-helpers";
 
 async function operatorToken(scope: "read" | "write" | "admin") {
@@ -76,6 +76,14 @@ describe("console sessions", () => {
     const s = await signIn(t.token);
     expect((await consoleFetch("/console", { cookie: s.cookie })).status).toBe(200);
     expect((await call("DELETE", `/v1/tokens/${t.id}`)).status).toBe(200);
+    // The live socket asks the session alone (no API call that the revoked token would fail).
+    const { id: fleet } = await createFleet();
+    const live = await consoleFetch(`/console/live?fleet=${fleet}`, {
+      cookie: s.cookie,
+      headers: { Upgrade: "websocket", Origin: BASE },
+    });
+    expect(live.status).toBe(401);
+    live.webSocket?.close();
     const after = await consoleFetch("/console", { cookie: s.cookie });
     expect(after.status).toBe(303);
     const left = await env.DB.prepare("SELECT COUNT(*) AS n FROM console_sessions WHERE token_id = ?")

@@ -20,6 +20,11 @@ describe("the fleet spec's JSON Schema", () => {
       validator.validate({ ...spec, reboot_groups: { g: { slots: 1, windows: [{ ...WINDOW, days: [] }] } } }).valid,
     ).toBe(false);
     expect(validator.validate({ ...spec, surprise: 1 }).valid).toBe(false);
+    expect(validator.validate({ ...spec, access: { "group:ops": "admin", "email:a@b.example": "read" } }).valid).toBe(
+      true,
+    );
+    expect(validator.validate({ ...spec, access: { "team:ops": "read" } }).valid).toBe(false);
+    expect(validator.validate({ ...spec, access: { "group:ops": "root" } }).valid).toBe(false);
     expect(validator.validate({ ...spec, kind: "Fleet" }).valid).toBe(false);
   });
 });

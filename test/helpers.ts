@@ -126,6 +126,8 @@ export const pendingEffects = (stub: DurableObjectStub) =>
  * Runs the object's alarm as if every timer (outbox backoff included), or those named `only…`,
  * were due now: what the runtime does on its own once the time comes.
  */
+type Idle = { idle?: () => Promise<void> };
+
 export async function fireTimersNow(stub: DurableObjectStub, only?: string) {
   await runInDurableObject(stub, async (_i, state) => {
     const past = Date.now() - 1;
@@ -139,9 +141,10 @@ export async function fireTimersNow(stub: DurableObjectStub, only?: string) {
     if ((await state.storage.getAlarm()) === null) await state.storage.setAlarm(past);
   });
   const ran = await runDurableObjectAlarm(stub);
-  // A coordinator's webhook sends run unawaited by its alarm: let them finish before looking.
+  // A coordinator's webhook sends and gate checks run unawaited by its alarm: let them finish before looking.
   await runInDurableObject(stub, async (instance) => {
-    await (instance as unknown as { parts?: { webhooks?: { idle?: () => Promise<void> } } }).parts?.webhooks?.idle?.();
+    const parts = (instance as unknown as { parts?: { webhooks?: Idle; gates?: Idle } }).parts;
+    await Promise.all([parts?.webhooks?.idle?.(), parts?.gates?.idle?.()]);
   });
   return ran;
 }

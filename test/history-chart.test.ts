@@ -29,7 +29,15 @@ describe("renderLineChart", () => {
   });
 
   it("is an image named by its title and described by its desc, with both axes labelled", () => {
-    expect(svg).toMatch(/^<svg [^>]*role="img"[^>]*aria-labelledby="c1-title c1-desc"/);
+    // The opening tag's attributes, each once: a second role (or label) would leave which one counts to the parser.
+    const open = /^<svg ([^>]*)>/.exec(svg)![1];
+    const attrs = [...open.matchAll(/([\w:-]+)="([^"]*)"/g)].map((m) => [m[1], m[2]] as const);
+    expect(new Set(attrs.map(([k]) => k)).size).toBe(attrs.length);
+    const attr = Object.fromEntries(attrs);
+    expect(attr.role).toBe("img");
+    expect(attr["aria-labelledby"]).toBe("c1-title c1-desc");
+    // Each id it names is on exactly one element of the chart.
+    for (const id of attr["aria-labelledby"].split(" ")) expect(svg.split(`id="${id}"`).length - 1).toBe(1);
     expect(svg).toContain('<title id="c1-title">Servers &amp; more</title>');
     expect(svg).toMatch(
       /<desc id="c1-desc">servers by time \(UTC\), from 0 to 100\. Last values: realized: 5; .*<\/desc>/,

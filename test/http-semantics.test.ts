@@ -74,6 +74,28 @@ describe("If-None-Match as RFC 9110 reads it", () => {
     }
   });
 
+  it("reads a long list whole and takes a long or odd one as a tag that does not match, never a 400", async () => {
+    const fleet = await createFleet();
+    const s = await registerServer(fleet.id);
+    const many = Array.from({ length: 60 }, (_, i) => `W/"zz${i}"`).join(", ");
+    expect(many.length).toBeGreaterThan(400);
+    const poll = (inm: string) =>
+      call("GET", "/v1/agent/desired", { token: s.token, headers: { "If-None-Match": inm } });
+    expect((await poll(`${many}, "1"`)).status).toBe(304);
+    const view = (inm: string, wait = 0) =>
+      call("GET", `/v1/servers/${s.id}${wait ? `?wait=${wait}` : ""}`, { headers: { "If-None-Match": inm } });
+    const tag = (await view("")).headers.get("ETag")!;
+    expect((await view(`${many}, ${tag}`)).status).toBe(304);
+    for (const odd of [many, "x".repeat(3000), `"${"9".repeat(500)}"`]) {
+      expect((await poll(odd)).status, odd.slice(0, 30)).toBe(200);
+      expect((await view(odd)).status, odd.slice(0, 30)).toBe(200);
+    }
+    // Asked to wait with a single long tag: it cannot be the view's, so the view is answered at once.
+    const started = Date.now();
+    expect((await view(`W/"${"a".repeat(400)}"`, 5)).status).toBe(200);
+    expect(Date.now() - started).toBeLessThan(4000);
+  });
+
   it("answers * at once even when asked to wait, since any current config matches", async () => {
     const fleet = await createFleet();
     const s = await registerServer(fleet.id);

@@ -157,6 +157,34 @@ describe("uploading an image's bytes", () => {
     expect(retried.json.state).toBe("ready");
   });
 
+  it("answers 409 upload_incomplete, not a 500, when a part sent twice at once left D1 with the etag R2 replaced; resent, it completes", async () => {
+    const good = bytesOf(3000, 41);
+    const reg = await register({
+      name: imageName(),
+      version: "1",
+      kind: "tarball",
+      digest: await digestOf(good),
+      size: 3000,
+    });
+    const etagOf = async () =>
+      (await env.DB.prepare("SELECT etag FROM image_parts WHERE image_id = ?")
+        .bind(reg.json.id)
+        .first<{ etag: string }>())!.etag;
+    expect((await putPart(reg.json.id, 1, bytesOf(3000, 42))).status).toBe(200);
+    const replaced = await etagOf();
+    expect((await putPart(reg.json.id, 1, good)).status).toBe(200);
+    // The race's outcome: R2 took the second upload last, D1 recorded the first one last.
+    await env.DB.prepare("UPDATE image_parts SET etag = ? WHERE image_id = ?").bind(replaced, reg.json.id).run();
+    const refused = await call("POST", `/v1/images/${reg.json.id}/complete`);
+    expect([refused.status, refused.json.error.code]).toEqual([409, "upload_incomplete"]);
+    expect(refused.json.error.details).toEqual({ missing: [1], parts: 1 });
+    const resumed = await call("GET", `/v1/images/${reg.json.id}`);
+    expect(resumed.json).toMatchObject({ state: "uploading", upload: { received: [] } });
+    expect((await putPart(reg.json.id, 1, good)).status).toBe(200);
+    const done = await call("POST", `/v1/images/${reg.json.id}/complete`);
+    expect([done.status, done.json.state]).toEqual([200, "ready"]);
+  });
+
   it("refuses bytes whose digest is not the registered one and keeps nothing", async () => {
     const bytes = bytesOf(4096, 1);
     const reg = await register({

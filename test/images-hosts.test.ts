@@ -174,6 +174,16 @@ describe("GET /v1/agent/images/{id}/blob", () => {
     expect((await blob(img.id, server.token, { "If-None-Match": `"other", W/"${img.digest}"` })).status).toBe(304);
     // An unquoted digest is not an entity tag.
     expect((await blob(img.id, server.token, { "If-None-Match": img.digest })).status).toBe(200);
+    // A long list is read whole (the current tag last), and a long or odd one that names no
+    // current tag just does not match: never a 400 (RFC 9110 §13.1.2).
+    const others = Array.from({ length: 20 }, (_, i) => `"sha256:${String(i).padStart(64, "0")}"`).join(", ");
+    expect(others.length).toBeGreaterThan(1000);
+    expect((await blob(img.id, server.token, { "If-None-Match": `${others}, "${img.digest}"` })).status).toBe(304);
+    for (const odd of [others, "x".repeat(2000), `W/"${"~".repeat(300)}"`]) {
+      const res = await blob(img.id, server.token, { "If-None-Match": odd });
+      expect(res.status, odd.slice(0, 40)).toBe(200);
+      expect(new Uint8Array(await res.arrayBuffer())).toEqual(bytes);
+    }
   });
 
   it("costs one R2 Class B operation per download, whole or by Range, and three Class A to upload a one-part image", async () => {

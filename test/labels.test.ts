@@ -69,6 +69,8 @@ describe("labels at registration", () => {
     ["a value of 64 characters", { zone: "v".repeat(64) }, "labels.zone"],
     ["a number for a value", { zone: 1 }, "labels.zone"],
     ["a list", ["zone=eu-1a"], "labels"],
+    // An own `__proto__` key, as JSON.parse makes it (zod alone would drop it without a word).
+    ["a __proto__ key", JSON.parse('{"__proto__": "x", "zone": "eu-1a"}'), "labels.__proto__"],
   ])("refuses %s with its path, and registers nothing", async (_what, labels, path) => {
     const { id: fleet } = await createFleet();
     const hostname = `${uniq("bad")}.example.com`;

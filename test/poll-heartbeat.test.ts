@@ -7,8 +7,10 @@ import { evictDurableObject, runDurableObjectAlarm, runInDurableObject } from "c
 import { describe, expect, it } from "vitest";
 import { MemoryDriver } from "../agent/memory-driver";
 import type { ServerLedger } from "../src/ledger/durable-object";
-import { QUIET_TIMER, quietGraceMs } from "../src/ledger/quiet";
+import { confirmMs, QUIET_TIMER, quietGraceMs } from "../src/ledger/quiet";
 import { meterReading } from "../src/local/meter";
+import { MAX_WAIT_S } from "../src/domain/limits";
+import { LATE_DEADLINE_MS } from "../src/webhooks/stale";
 import { call, createFleet, registerServer, report, settle } from "./helpers";
 import { runAgent, workerFetch } from "./agent-helpers";
 import { indexRow, ledger, until } from "./support/objects";
@@ -17,6 +19,31 @@ const receivedAt = async (id: string) => Date.parse((await call("GET", `/v1/serv
 const agents = [{ name: "compute", image: "reg/compute:1" }];
 const waiters = (id: string) =>
   runInDurableObject(ledger(id), (_i: ServerLedger, state) => state.getWebSockets("waiter").length);
+
+/** The stored report's received_at (not the heartbeat in memory). */
+const storedAt = (id: string) =>
+  runInDurableObject(
+    ledger(id),
+    (_i: ServerLedger, state) => state.storage.kv.get<{ received_at: number }>("report")!.received_at,
+  );
+const quietTimer = (id: string) =>
+  runInDurableObject(ledger(id), (_i: ServerLedger, state) => {
+    const row = state.storage.sql
+      .exec<{ due_at: number; payload: string | null }>(
+        "SELECT due_at, payload FROM _timers WHERE name = ?",
+        QUIET_TIMER,
+      )
+      .toArray()[0];
+    return row ? { dueAt: row.due_at, payload: row.payload === null ? null : JSON.parse(row.payload) } : null;
+  });
+/** Makes the quiet watch due now (run the alarm next). */
+const fireQuiet = (id: string) =>
+  runInDurableObject(ledger(id), async (_i: ServerLedger, state) => {
+    state.storage.sql.exec("UPDATE _timers SET due_at = ? WHERE name = ?", Date.now() - 1, QUIET_TIMER);
+    await state.storage.setAlarm(Date.now() - 1);
+  });
+const listed = async (fleet: string, id: string) =>
+  (await call("GET", `/v1/servers?fleet=${fleet}`)).json.items.find((x: { id: string }) => x.id === id)?.status;
 
 /** Moves the stored report's received_at `agoMs` into the past (as a host silent that long). */
 async function age(id: string, agoMs: number) {
@@ -92,49 +119,99 @@ describe("a poll that names the host's report is its heartbeat", () => {
     expect(await receivedAt(s.id)).toBeGreaterThanOrEqual(t0 - 1);
   });
 
-  it("is stored at most once per stale_after (a poll's waiter keeps it meanwhile), not on every poll", async () => {
+  it("is not stored, however old the stored report: memory and the poll's waiter hold it", async () => {
     const { s, tag } = await reported();
-    const stored = () =>
-      runInDurableObject(
-        ledger(s.id),
-        (_i: ServerLedger, state) => state.storage.kv.get<{ received_at: number }>("report")!.received_at,
-      );
     await age(s.id, 100_000);
-    const old = await stored();
+    const old = await storedAt(s.id);
     expect((await poll(s.token, tag)).status).toBe(304);
-    expect(await stored()).toBe(old);
+    expect(await storedAt(s.id)).toBe(old);
     expect(await receivedAt(s.id)).toBeGreaterThan(old + 90_000);
-    await age(s.id, 121_000);
-    const t0 = Date.now();
+    // Older than stale_after (120 s) and its grace: still not stored, while the quiet watch is sure.
+    await age(s.id, 250_000);
     expect((await poll(s.token, tag)).status).toBe(304);
-    expect(await stored()).toBeGreaterThanOrEqual(t0 - 1);
+    expect(await storedAt(s.id)).toBeLessThan(Date.now() - 240_000);
   });
 
-  it("costs one storage row when its heartbeat is stored and none otherwise; the quiet watch moving on costs two (the cost benchmark's arithmetic)", async () => {
+  it("costs no storage row, and the quiet watch moving on costs two (the cost benchmark's arithmetic)", async () => {
     const { s, tag } = await reported();
     const written = () =>
       (meterReading().objects.ServerLedger as { by_instance: Record<string, { storage: { rows_written: number } }> })
         .by_instance[ledger(s.id).id.toString()].storage.rows_written;
+    // The first poll's heartbeat marks the watch as fed by polls: one row, once per watch.
     await poll(s.token, tag);
+    await settle(s.id);
+    await age(s.id, 121_000);
+    // The console's notice of that change leaves the outbox half a second later: not the polls'.
+    await new Promise((r) => setTimeout(r, 700));
     await settle(s.id);
     let before = written();
     for (let i = 0; i < 3; i++) await poll(s.token, tag);
     expect(written() - before, "polls whose heartbeat stays in memory").toBe(0);
-    await age(s.id, 121_000);
-    // The console's notice of that change leaves the outbox half a second later: not this poll's.
-    await new Promise((r) => setTimeout(r, 700));
-    await settle(s.id);
-    before = written();
-    await poll(s.token, tag);
-    expect(written() - before, "the poll whose heartbeat is stored").toBe(1);
-    await runInDurableObject(ledger(s.id), async (_i: ServerLedger, state) => {
-      state.storage.sql.exec("UPDATE _timers SET due_at = ? WHERE name = ?", Date.now() - 1, QUIET_TIMER);
-      await state.storage.setAlarm(Date.now() - 1);
-    });
+    await fireQuiet(s.id);
     before = written();
     await runDurableObjectAlarm(ledger(s.id));
     // Its timer's row, and the alarm set again for it (each setAlarm() is billed as a row written).
     expect(written() - before, "the quiet watch moving on").toBe(2);
+    expect((await quietTimer(s.id))!.payload).toEqual({ polls: true });
+  });
+
+  it("is not lost with the ledger's memory: a watch falling due with no sign of the host looks again, and the heartbeat heard meanwhile is stored", async () => {
+    const { fleet, s, tag } = await reported();
+    expect((await poll(s.token, tag)).status).toBe(304);
+    await settle(s.id);
+    // The host between two polls while its ledger was evicted: only the stored report is left, and
+    // it is older than stale_after and its grace.
+    await age(s.id, 120_000 + quietGraceMs(120) + 1_000);
+    await evictDurableObject(ledger(s.id));
+    await fireQuiet(s.id);
+    const t0 = Date.now();
+    await runDurableObjectAlarm(ledger(s.id));
+    const doubt = (await quietTimer(s.id))!;
+    expect(doubt.payload).toEqual({ polls: true, doubt_since: expect.any(Number) });
+    expect(doubt.dueAt).toBeGreaterThanOrEqual(t0 + confirmMs(120));
+    expect(await listed(fleet.id, s.id), "not told stale while in doubt").not.toBe("stale");
+    // The host's next poll: its heartbeat is stored, once.
+    const t1 = Date.now();
+    expect((await poll(s.token, tag)).status).toBe(304);
+    const stored = await storedAt(s.id);
+    expect(stored).toBeGreaterThanOrEqual(t1 - 1);
+    expect((await poll(s.token, tag)).status).toBe(304);
+    expect(await storedAt(s.id)).toBe(stored);
+    // Found alive when it looks again, whatever the ledger forgot meanwhile.
+    await evictDurableObject(ledger(s.id));
+    await fireQuiet(s.id);
+    await runDurableObjectAlarm(ledger(s.id));
+    const again = (await quietTimer(s.id))!;
+    expect(again.payload).toEqual({ polls: true });
+    expect(again.dueAt).toBe(stored + 120_000 + quietGraceMs(120));
+    expect(await listed(fleet.id, s.id)).not.toBe("stale");
+  });
+
+  it("waits in doubt longer than a poll may last, and short enough for the index's late deadline", () => {
+    for (const staleAfterS of [300, 3600, 86_400]) {
+      expect(confirmMs(staleAfterS)).toBeGreaterThanOrEqual(2 * MAX_WAIT_S * 1000);
+      expect(confirmMs(staleAfterS) + quietGraceMs(staleAfterS)).toBeLessThan(LATE_DEADLINE_MS);
+    }
+    // A short stale_after: a heartbeat heard while in doubt keeps the watch due after the next look.
+    expect(confirmMs(10)).toBeLessThan(10_000 + quietGraceMs(10));
+  });
+
+  it("a host that sends nothing while the watch is in doubt is told stale when it looks again, with its exact stale_at", async () => {
+    const { fleet, s, tag } = await reported();
+    expect((await poll(s.token, tag)).status).toBe(304);
+    await settle(s.id);
+    await age(s.id, 120_000 + quietGraceMs(120) + 1_000);
+    const last = await storedAt(s.id);
+    await evictDurableObject(ledger(s.id));
+    await fireQuiet(s.id);
+    await runDurableObjectAlarm(ledger(s.id));
+    expect(await listed(fleet.id, s.id)).not.toBe("stale");
+    await fireQuiet(s.id);
+    await runDurableObjectAlarm(ledger(s.id));
+    await settle(s.id);
+    expect(await listed(fleet.id, s.id)).toBe("stale");
+    expect((await indexRow(s.id))!.stale_at).toBe(last + 120_000);
+    expect(await quietTimer(s.id)).toBeNull();
   });
 
   it("the report answers the same tag for the same content, and another for other content", async () => {
@@ -184,18 +261,12 @@ describe("a poll that names the host's report is its heartbeat", () => {
   it("brings a host the quiet watch saw go quiet back into the index", async () => {
     const { fleet, s, tag } = await reported();
     await age(s.id, 120_000 + quietGraceMs(120) + 1_000);
-    await runInDurableObject(ledger(s.id), async (_i: ServerLedger, state) => {
-      state.storage.sql.exec("UPDATE _timers SET due_at = ? WHERE name = ?", Date.now() - 1, QUIET_TIMER);
-      await state.storage.setAlarm(Date.now() - 1);
-    });
+    await fireQuiet(s.id);
     await runDurableObjectAlarm(ledger(s.id));
-    const listed = async () =>
-      (await call("GET", `/v1/servers?fleet=${fleet.id}`)).json.items.find((x: { id: string }) => x.id === s.id)
-        ?.status;
-    expect(await listed()).toBe("stale");
+    expect(await listed(fleet.id, s.id)).toBe("stale");
     expect((await poll(s.token, tag)).status).toBe(304);
     await settle(s.id);
-    expect(await listed()).not.toBe("stale");
+    expect(await listed(fleet.id, s.id)).not.toBe("stale");
     expect((await indexRow(s.id))!.stale_at).toBeGreaterThan(Date.now());
   });
 });

@@ -38,6 +38,7 @@ describe("GET /v1/fleets/{fleet}/spec", () => {
         night: groupConfig({ slots: 1, windows: [WINDOW] as never, queue_wait_s: 60 }),
       },
       webhooks: {},
+      access: {},
     });
     expect(etag).toMatch(/^"[0-9a-f]{32}"$/);
     expect((await getSpec(fleet)).etag).toBe(etag);

@@ -14,12 +14,21 @@ export function registerSso(program: Command, io: Io) {
     .description("list the mappings")
     .action(
       act(io, async (ctx) => {
-        const { items } = await ctx.api.listSsoMappings();
+        const { items, from_specs } = await ctx.api.listSsoMappings();
+        // The JSON stays the list of mappings made here; fleet specs' rows are in each spec (hm export).
         if (ctx.machine) return ctx.out.data(items);
         ctx.out.table(
           ["ID", "KIND", "VALUE", "SCOPE", "FLEETS", "DESCRIPTION"],
           items.map((m) => [m.id, m.kind, m.value, m.scope, fleetsOf(m.fleets), m.description]),
-          "(no mappings: nobody can sign in through SSO)",
+          from_specs.length ? "(no mappings made here)" : "(no mappings: nobody can sign in through SSO)",
+        );
+        if (from_specs.length === 0) return;
+        ctx.out.line("");
+        ctx.out.line("From fleet specs (access:, each on its own fleet only; change them by applying the spec):");
+        ctx.out.table(
+          ["FLEET", "KIND", "VALUE", "SCOPE"],
+          from_specs.map((m) => [m.fleet, m.kind, m.value, m.scope]),
+          "",
         );
       }),
     );

@@ -299,7 +299,7 @@ export function report(
 
   if (r.cpu)
     log(
-      `Worker CPU, calibrated (scripts/bench/cpu.ts): ${r.cpu.perRequestMs.toFixed(2)} ms per request, the median of ${r.cpu.bursts.map((b) => b.toFixed(2)).join(" / ")} ms (${r.cpu.requests}); the runtime's CPU for the whole request, ledger and local D1 included, so an upper bound on the Worker's. The window's estimate said ${(perHostMonth.workerCpuMs / Math.max(1, perHostMonth.workerRequests)).toFixed(2)} ms.\n`,
+      `Worker CPU, calibrated (scripts/bench/cpu.ts): ${r.cpu.perRequestMs.toFixed(2)} ms per request, the median of ${r.cpu.bursts.map((b) => b.toFixed(2)).join(" / ")} ms (${r.cpu.requests}); the runtime's CPU for the whole request, ledger and local D1 included, so an upper bound on the Worker's. A poll answered at once (no wait): ${r.cpu.immediate.perRequestMs.toFixed(2)} ms (${r.cpu.immediate.bursts.map((b) => b.toFixed(2)).join(" / ")}). The window's estimate said ${(perHostMonth.workerCpuMs / Math.max(1, perHostMonth.workerRequests)).toFixed(2)} ms.\n`,
     );
   const head = ["item", "per host-month", ...FLEETS.map((n) => `${n.toLocaleString("en-US")} hosts`)];
   log(`| ${head.join(" | ")} |`);

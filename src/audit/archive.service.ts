@@ -6,6 +6,9 @@
  * The files live in the IMAGES bucket under `audit/`: one bucket to create and bind at deploy, and
  * no key of the image catalog or the agent builds starts with that prefix.
  *
+ * Two runs at once (a slow tick overlapping the next) write a day at most once: the put is
+ * conditional on the key being free, and the run that loses adopts the winner's file.
+ *
  * Crash safety: R2 is the truth about which days are cut; D1's `cron_cursors` row `audit_day` (the
  * start of the last day cut) only saves a listing. A run killed after writing a day's object but
  * before moving the cursor finds that object next minute and adopts it as it is (never rewritten:
@@ -133,11 +136,19 @@ async function cutDay(env: Env, day: number, prev: DayMeta | null): Promise<DayM
     last_id: upTo,
     rows: lines.length,
   };
-  await bucket(env).put(dayKey(day), text, {
+  // Only if no object has the key yet: two overlapping cron runs (a tick running past the next)
+  // can both find the day uncut; the second to write adopts the first's file instead of replacing
+  // it, since a late row may make its cut differ, and a day file is never rewritten.
+  const put = await bucket(env).put(dayKey(day), text, {
+    onlyIf: { etagDoesNotMatch: "*" },
     httpMetadata: { contentType: "application/x-ndjson" },
     customMetadata: metaRecord(meta),
   });
-  return meta;
+  if (put) return meta;
+  const kept = metaOf((await bucket(env).head(dayKey(day)))?.customMetadata);
+  if (!kept) throw new Error(`audit day file ${dayKey(day)} was written by another run without its metadata`);
+  logLine("info", "audit day cut by an overlapping run: its file is adopted", { day: dayName(day) });
+  return kept;
 }
 
 /** Deletes rows past the retention that the day files hold already; bounded per tick. */

@@ -44,13 +44,13 @@ export const checkServers = async (
   limit: number,
 ) => checkServerAgents(getDb(env.DB), await resolved(env, principal, filter), after, limit);
 
-/** The fleet of each server whose fix re-issues its config (that restarts its running agents). */
-async function reissuedFleets(env: Env, actions: readonly FixAction[]): Promise<Map<string, string>> {
-  const out = new Map<string, string>();
+/** The fleet (and desired generation) of each server whose fix re-issues its config (that restarts its running agents). */
+async function reissuedFleets(env: Env, actions: readonly FixAction[]) {
+  const out = new Map<string, { fleet: string; generation: number }>();
   for (const a of actions) {
     if (a.action !== "reissue") continue;
-    const fleet = (await ledgerOf(env, a.server).view())?.record.fleet_id;
-    if (fleet) out.set(a.server, fleet);
+    const view = await ledgerOf(env, a.server).view();
+    if (view) out.set(a.server, { fleet: view.record.fleet_id, generation: view.desired.generation });
   }
   return out;
 }
@@ -59,18 +59,29 @@ async function reissuedFleets(env: Env, actions: readonly FixAction[]): Promise<
  * A re-issue disrupts its server like an applying rollout target, so it takes from the fleet's
  * disruption budget: each fleet's coordinator says which of its servers may be fixed now, and the
  * others are refused with the servers that hold the budget. A refresh changes nothing running.
+ * An allowed fix whose unit is held gets a deadline: its write must reach the ledger by then.
  */
-async function overBudget(env: Env, db: ReturnType<typeof getDb>, fleetOf: ReadonlyMap<string, string>, actor: string) {
-  const byFleet = new Map<string, string[]>();
-  for (const [server, fleet] of fleetOf) byFleet.set(fleet, [...(byFleet.get(fleet) ?? []), server]);
+async function overBudget(
+  env: Env,
+  db: ReturnType<typeof getDb>,
+  fleetOf: ReadonlyMap<string, { fleet: string; generation: number }>,
+  actor: string,
+) {
+  const byFleet = new Map<string, { server_id: string; generation: number }[]>();
+  for (const [server_id, { fleet, generation }] of fleetOf)
+    byFleet.set(fleet, [...(byFleet.get(fleet) ?? []), { server_id, generation }]);
   const refused = new Map<string, { kind: string; value: string; blocked_by: BlockedBy[] }>();
+  const deadlines = new Map<string, number>();
   for (const [fleet, servers] of byFleet) {
     const row = await db.query.fleets.findFirst({ where: (f, { eq }) => eq(f.id, fleet) });
     if (!row?.disruptionBudget) continue;
     const answer = await coordinatorOf(env, fleet).allowFixes(fleetSettings(row), servers, actor);
-    for (const [server, v] of Object.entries(answer)) if (!v.ok) refused.set(server, v);
+    for (const [server, v] of Object.entries(answer)) {
+      if (!v.ok) refused.set(server, v);
+      else if (v.deadline !== undefined) deadlines.set(server, v.deadline);
+    }
   }
-  return refused;
+  return { refused, deadlines };
 }
 
 const RANK: Record<DriftFix, number> = { reissue: 2, refresh: 1, none: 0 };
@@ -102,7 +113,7 @@ export async function fixServerAgents(
   if (!opts.dryRun) {
     const inputs = new Map<string, FleetPlanInputs | null>();
     const fleetOf = await reissuedFleets(env, actions);
-    const refused = await overBudget(env, db, fleetOf, actor);
+    const { refused, deadlines } = await overBudget(env, db, fleetOf, actor);
     for (const a of actions) {
       if (a.action === "none") continue;
       const no = refused.get(a.server);
@@ -113,7 +124,7 @@ export async function fixServerAgents(
       try {
         const ledger = ledgerOf(env, a.server);
         if (a.action === "reissue") {
-          const fleet = fleetOf.get(a.server);
+          const fleet = fleetOf.get(a.server)?.fleet;
           if (fleet && !inputs.has(fleet)) inputs.set(fleet, await planInputsOf(db, fleet));
           const fleetInputs = fleet ? inputs.get(fleet) : null;
           if (!fleetInputs) throw new Error("the server's fleet no longer exists");
@@ -121,6 +132,7 @@ export async function fixServerAgents(
             actor,
             reason: `drift fix: ${a.reasons.join(", ")}`,
             reissue: true,
+            deadline: deadlines.get(a.server),
           });
           a.result = out.ok
             ? { ok: true, outcome: out.outcome, generation: out.view.desired.generation }
@@ -135,7 +147,7 @@ export async function fixServerAgents(
         a.result = { ok: false, error: String(err) };
       }
       // A re-issue that wrote nothing disrupts nothing: its budget unit (if one was taken) frees now.
-      const fleet = fleetOf.get(a.server);
+      const fleet = fleetOf.get(a.server)?.fleet;
       if (a.action === "reissue" && !a.result?.ok && fleet)
         await coordinatorOf(env, fleet)
           .releaseFix(a.server)

@@ -90,12 +90,14 @@ export const NoFleet = ({ session }: { session: Session }) =>
     </div>
   );
 
-type ErrorStatus = 401 | 403 | 404 | 409 | 422 | 500 | 502;
+type ErrorStatus = 400 | 401 | 403 | 404 | 409 | 413 | 422 | 500 | 502;
 const ERROR_TITLES: Record<ErrorStatus, string> = {
+  400: "Not understood",
   401: "Signed out",
   403: "Not allowed",
   404: "Not found",
   409: "Conflict",
+  413: "Too large",
   422: "Not accepted",
   500: "Something broke",
   502: "The API refused",
@@ -141,8 +143,9 @@ async function failurePage(c: Ctx, err: ApiFailure, section?: Section) {
     await endSession(c, session);
     return c.redirect("/console/sign-in?ended=1", 303);
   }
-  const status: ErrorStatus =
-    err.status === 403 || err.status === 404 || err.status === 409 || err.status === 422 ? err.status : 502;
+  // The API's refusal of what the page was asked for (a bad filter or cursor in the address) is the
+  // request's fault, as the API says: only an answer the API should not give is a bad gateway.
+  const status: ErrorStatus = [400, 403, 404, 409, 422].includes(err.status) ? (err.status as ErrorStatus) : 502;
   return errorPage(c, status, err.message, {
     session,
     section,

@@ -4,6 +4,7 @@
  */
 import { Hono } from "hono";
 import type { Env } from "../env";
+import { fleetAllowed } from "../domain/principal";
 import { sameOrigin, type ConsoleEnv } from "./guard";
 import { currentSession } from "./session";
 
@@ -19,7 +20,7 @@ export const liveRoutes = new Hono<ConsoleEnv>().get("/console/live", async (c) 
   const fleet = c.req.query("fleet") ?? "";
   if (!FLEET.test(fleet)) return c.text("name a fleet: ?fleet=", 400);
   // Decided by the session's own list, whether the fleet exists or not: nothing is confirmed.
-  if (session.fleets !== "*" && !session.fleets.includes(fleet)) return c.text("no such fleet", 404);
+  if (!fleetAllowed({ kind: "operator", fleets: session.fleets }, fleet)) return c.text("no such fleet", 404);
   const headers = new Headers(c.req.raw.headers);
   headers.set("X-Session-Until", String(session.expiresAt));
   headers.set("X-Session-Id", session.idHash);

@@ -44,7 +44,7 @@ export const sameOrigin = (c: Context) => c.req.header("Origin") === new URL(c.r
 
 export class Refused extends Error {
   constructor(
-    readonly status: 401 | 403 | 502,
+    readonly status: 401 | 403 | 413 | 502,
     message: string,
   ) {
     super(message);

@@ -26,12 +26,24 @@ import { imagesPage } from "./pages/images";
 import { mePage } from "./pages/me";
 import { historyPages } from "./pages/history";
 
+const MAX_FORM_BYTES = 16 * 1024;
+
 export function consoleRoutes(getApp: () => InProcessApp) {
   const app = new Hono<ConsoleEnv>();
   app.get("/", (c) => c.redirect("/console", 302));
   app.use("/console/*", securityHeaders);
   app.use("/console", securityHeaders);
-  app.use("/console/*", bodyLimit({ maxSize: 16 * 1024 }));
+  // A console form is a few fields; a larger body is refused as a page, not as the 500 an
+  // unhandled HTTPException would become.
+  app.use(
+    "/console/*",
+    bodyLimit({
+      maxSize: MAX_FORM_BYTES,
+      onError: () => {
+        throw new Refused(413, `Refused: a console form is at most ${MAX_FORM_BYTES / 1024} KB.`);
+      },
+    }),
+  );
   app.route("/", assetRoutes);
   app.route("/", signInRoutes(getApp));
   app.route("/", liveRoutes);

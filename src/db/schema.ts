@@ -176,7 +176,12 @@ export const auditLog = sqliteTable(
     /** Set for rows delivered from a Durable Object's outbox: a redelivery inserts nothing. */
     eventId: text("event_id"),
   },
-  (t) => [index("audit_log_target_idx").on(t.target, t.id), uniqueIndex("audit_log_event_uq").on(t.eventId)],
+  (t) => [
+    index("audit_log_target_idx").on(t.target, t.id),
+    uniqueIndex("audit_log_event_uq").on(t.eventId),
+    // The day cut and the export's `since` find rows by date (src/audit/store.ts): without it, a scan of the table.
+    index("audit_log_at_idx").on(t.at),
+  ],
 );
 
 /**
@@ -603,6 +608,27 @@ export const ssoMappings = sqliteTable(
     createdAt: integer("created_at").notNull(),
   },
   (t) => [uniqueIndex("sso_mappings_match_idx").on(t.kind, t.value)],
+);
+
+/**
+ * SSO mappings a fleet's spec declares (its `access:` section, src/sso/spec-access.ts): each gives
+ * its email or group the scope on that one fleet and no other. Written only by the spec's apply,
+ * in its batch; a fleet's deletion removes its rows with the fleet.
+ */
+export const fleetSsoMappings = sqliteTable(
+  "fleet_sso_mappings",
+  {
+    fleetId: text("fleet_id").notNull(),
+    /** "email" (lower-cased) or "group" (as the provider spells it). */
+    kind: text("kind", { enum: ["email", "group"] }).notNull(),
+    value: text("value").notNull(),
+    scope: text("scope", { enum: OPERATOR_SCOPES }).notNull(),
+  },
+  // A sign-in looks its user up by email and groups, across fleets.
+  (t) => [
+    primaryKey({ columns: [t.fleetId, t.kind, t.value] }),
+    index("fleet_sso_mappings_match_idx").on(t.kind, t.value),
+  ],
 );
 
 export const ssoSessions = sqliteTable(

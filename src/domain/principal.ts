@@ -35,9 +35,10 @@ export function actorOf(p: Principal) {
 
 /**
  * Whether the principal may see and act on the fleet named `fleetName`. A server token reaches
- * only its own server, through /v1/agent/*, never a fleet's operator routes.
+ * only its own server, through /v1/agent/*, never a fleet's operator routes. The console's live
+ * socket asks it with its session's fleets (an operator's, as the session's token carries them).
  */
-export function fleetAllowed(p: Principal, fleetName: string): boolean {
+export function fleetAllowed(p: Principal | { kind: "operator"; fleets: FleetAccess }, fleetName: string): boolean {
   if (p.kind !== "operator") return false;
   return p.fleets === "*" || p.fleets.includes(fleetName);
 }

@@ -14,6 +14,7 @@ import { budgetClosure, BudgetWatch } from "./disruption";
 import { DisruptionStore } from "./disruption-store";
 import { audit, changed, coordinatorEffects, emit } from "./effects";
 import { GateKeeper, type GateChange } from "./gate-keeper";
+import { externalAnswered } from "./gate-rules";
 import { GateStore } from "./gate-store";
 import { expireHealth, healthWake } from "./health";
 import { reportStuck, stuckWake } from "./reboot-events";
@@ -47,7 +48,11 @@ export function assemble(ctx: DurableObjectState, env: () => Env, clock: () => n
     waitUntil: (p) => ctx.waitUntil(p),
   });
   const outbox = new Outbox(ctx.storage, scheduler, coordinatorEffects({ db, env, webhooks }), db);
-  const gates = new GateKeeper(store, gateStore, scheduler, db, (change) => gateChanged(parts, change));
+  // An external check is fetched in the background; its answer drains the queues in a turn of its own.
+  const gates = new GateKeeper(store, gateStore, scheduler, db, (change) => gateChanged(parts, change), {
+    background: (work) => ctx.waitUntil(work),
+    answered: () => externalAnswered(parts),
+  });
   // The queue consults the health gates before every grant (docs/reboot-safety.md).
   const hooks: QueueHooks = {
     closed: (_name, g, now) => closureOf(g, now, g.paused ? null : gates.closed(g, now)),
@@ -79,6 +84,10 @@ export function assemble(ctx: DurableObjectState, env: () => Env, clock: () => n
     webhooks,
     webhookStore,
     ask: (serverId) => ledgerOf(env(), serverId).heldNames(),
+    askDesired: async (serverId) => {
+      const view = await ledgerOf(env(), serverId).view();
+      return view && { generation: view.desired.generation, realized: view.computed.status === "realized" };
+    },
     clock,
   };
   return parts;

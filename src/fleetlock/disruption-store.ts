@@ -18,12 +18,19 @@ export interface Down {
   since: number;
 }
 
-/** A rollout target disrupting its server without a reboot slot (an applying target). */
+/** A rollout target disrupting its server without a reboot slot (an applying target), or a drift fix. */
 export interface DisruptionHold {
   holder: string;
   server_id: string;
   rollout_id: string;
   since: number;
+  /**
+   * A drift fix's hold before its write is known (./fix-budget.ts): when its server's ledger is
+   * asked whether the write happened (real time), and the desired generation the fix saw. Null
+   * (or absent) once the write is known: the server's realized report ends it.
+   */
+  until?: number | null;
+  generation?: number;
 }
 
 /** A rollout with targets refused for budget: woken (through the outbox) once budget frees. */
@@ -136,6 +143,13 @@ export class DisruptionStore {
     this.m.holds.set(h.holder, h);
     this.kv.put(KEY.hold(h.holder), h);
     this.onChange();
+  }
+
+  /** Replaces a hold kept under the same holder (its end moved, or its write became known). */
+  replaceHold(h: DisruptionHold) {
+    if (!this.m.holds.has(h.holder)) return;
+    this.m.holds.set(h.holder, h);
+    this.kv.put(KEY.hold(h.holder), h);
   }
 
   dropHold(holder: string): DisruptionHold | null {

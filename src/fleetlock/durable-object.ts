@@ -17,7 +17,7 @@ import { fireTimers } from "./timers";
 import { answered, PRE_REBOOT_WAIT_PATH, preRebootWaitOf } from "./waits";
 import type { ClientParams, FleetLockFailure } from "./protocol";
 import * as slots from "./rollout-slots";
-import { allowFixes, releaseFix, type FixAllowance } from "./fix-budget";
+import { allowFixes, releaseFix, type FixAllowance, type FixTarget } from "./fix-budget";
 import * as disruption from "./disruption";
 import type { StoredMember } from "./disruption-store";
 import * as specGroups from "./spec-groups";
@@ -142,6 +142,16 @@ export class RebootCoordinator extends DurableObject<Env> {
     serverId: string,
   ): Promise<{ ok: true; until: number } | Failure> {
     return names.reserveRegistration(this.parts, this.parts.ask, hostname, fleetlockId, serverId);
+  }
+
+  /** A fleet deletion about to commit: no registration in flight, and none from now on (./names.ts). */
+  async sealForDeletion(): Promise<{ ok: true } | Failure> {
+    return names.sealForDeletion(this.parts);
+  }
+
+  /** The deletion was refused: registrations may come again. */
+  async unseal(): Promise<void> {
+    names.unseal(this.parts);
   }
 
   /** The server was removed: its hostname is free again. */
@@ -302,8 +312,12 @@ export class RebootCoordinator extends DurableObject<Env> {
   // ---- rollout slots ----
 
   /** Which of these servers a drift fix may disrupt now (./fix-budget.ts). */
-  async allowFixes(settings: FleetSettings, serverIds: string[], actor: string): Promise<Record<string, FixAllowance>> {
-    const out = allowFixes(this.parts, settings, serverIds, actor);
+  async allowFixes(
+    settings: FleetSettings,
+    targets: FixTarget[],
+    actor: string,
+  ): Promise<Record<string, FixAllowance>> {
+    const out = allowFixes(this.parts, settings, targets, actor);
     await this.parts.scheduler.arm();
     return out;
   }

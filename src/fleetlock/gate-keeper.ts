@@ -3,8 +3,10 @@
  *
  * Inputs the coordinator does not own are copies with a bounded age, never read on the host path:
  * the fleet's failed and stale servers and its running rollouts come from the D1 index, read by
- * this object's own alarm (GATES_TIMER); an external check is fetched by the same alarm and its
- * answer cached for the check's cache_s. A server's change of health class is pushed by its ledger
+ * this object's own alarm (GATES_TIMER); an external check is asked for by the same alarm, fetched in
+ * the background (bounded by its timeout_s), and its answer comes back as an event of its own
+ * (`answered`, a turn that stores it and drains the queues), cached for the check's cache_s: the
+ * alarm, and the outbox and timers behind it, never wait on the outsider. A server's change of health class is pushed by its ledger
  * (./ledger-side.ts, ./health.ts): the fleet-health copy is then unknown until read again, and the
  * read is asked for at once (healthChanged). The copy's age bound covers only what nobody pushes.
  * Reading is demand-driven: a pre-reboot that finds an input old (INDEX_REFRESH_MS) asks for a
@@ -17,7 +19,7 @@ import type { Db } from "../db/client";
 import { rollouts, servers } from "../db/schema";
 import type { Scheduler } from "../objects/kit/scheduler";
 import { statusAt } from "../model/server/staleness";
-import { externalCheck } from "./external-check";
+import { externalCheck, type ExternalAnswer } from "./external-check";
 import type { GateStore } from "./gate-store";
 import {
   evaluate,
@@ -39,9 +41,29 @@ export const GATES_TIMER = "gates";
 /** What the gate keeper reports when a group's first closed gate changes (events, audit). */
 export type GateChange = { group: string; closed: GateVerdict | null; was: GroupState["gate"] };
 
+/**
+ * What the keeper hands its external checks to: the object keeps them alive (ctx.waitUntil), and
+ * is told once an answer is stored, in a turn of its own (../fleetlock/gate-rules.ts drains the queues).
+ */
+export interface ExternalChecks {
+  background(work: Promise<unknown>): void;
+  answered(): Promise<void>;
+}
+
+/**
+ * Past its timeout_s, a check still under way is asked for again: a fetch that outlives its own
+ * abort signal (or whose answer was lost) does not keep the gate without an answer. A later answer
+ * of the earlier call still counts if it is the newest.
+ */
+const ASK_AGAIN_SLACK_MS = 5_000;
+
 export class GateKeeper {
   /** When a read was last asked for (real time), so a burst of pre-reboots asks once. */
   private askedAt = 0;
+  /** External checks under way, by URL: when each was asked (real time). Memory only: lost with the object, like the fetch. */
+  private readonly asking = new Map<string, number>();
+  /** The checks' background work, until their answers are taken. */
+  private readonly pending = new Set<Promise<void>>();
 
   constructor(
     private readonly store: CoordinatorStore,
@@ -51,6 +73,7 @@ export class GateKeeper {
     private readonly db: () => Db,
     /** Told of every change of a group's first closed gate (the coordinator emits events). */
     private readonly onChange: (c: GateChange) => void,
+    private readonly external: ExternalChecks,
     private readonly fetcher: (url: string, init: RequestInit) => Promise<Response> = (u, i) => fetch(u, i),
   ) {}
 
@@ -115,8 +138,10 @@ export class GateKeeper {
     if (config.fleet_health && (old(i.health?.at) || i.health?.changed_at !== undefined)) return true;
     if (config.rollouts && old(i.rollouts?.at)) return true;
     if (config.external) {
-      const seen = i.external[config.external.url];
-      if (!seen || now - seen.at > config.external.cache_s * 1000) return true;
+      const x = config.external;
+      const seen = i.external[x.url];
+      // A check under way answers by itself: the host path does not wake the alarm for it again.
+      if ((!seen || now - seen.at > x.cache_s * 1000) && !this.underWay(x.url, x.timeout_s, now)) return true;
     }
     return false;
   }
@@ -130,12 +155,16 @@ export class GateKeeper {
     void this.scheduler.arm().catch(() => undefined);
   }
 
-  /** The alarm's read: the index inputs the fleet's gates need, and each external check whose answer is due. */
+  /**
+   * The alarm's read: the index inputs the fleet's gates need (D1, this deployment's own), and the
+   * external checks whose answer is due asked for in the background: their answers come back
+   * through `answered`, never awaited here.
+   */
   async refresh(fleetId: string, now = this.scheduler.now()): Promise<void> {
     const startedAt = this.scheduler.now();
     const configs = this.configs();
     const inputs = this.gates.inputs();
-    const next = { health: inputs.health, rollouts: inputs.rollouts, external: { ...inputs.external } };
+    const next = { health: inputs.health, rollouts: inputs.rollouts };
     if (configs.some(needsIndex)) {
       const db = this.db();
       if (configs.some((c) => c.fleet_health)) {
@@ -155,20 +184,19 @@ export class GateKeeper {
         next.rollouts = { running: row?.n ?? 0, at: now };
       }
     }
-    const checks = new Map(configs.flatMap((c) => (c.external ? [[c.external.url, c.external] as const] : [])));
-    await Promise.all(
-      [...checks.values()].map(async (x) => {
-        const seen = next.external[x.url];
-        if (seen && now - seen.at < x.cache_s * 1000) return;
-        next.external[x.url] = { ...(await this.check(x.url, x.timeout_s)), at: now };
-      }),
-    );
-    for (const url of Object.keys(next.external)) if (!checks.has(url)) delete next.external[url];
+    // The answers as they are now: one may have come in while the index was read.
+    const external = { ...this.gates.inputs().external };
+    const checks = this.externalChecks(configs);
+    for (const url of Object.keys(external)) if (!checks.has(url)) delete external[url];
+    for (const x of checks.values()) {
+      const seen = external[x.url];
+      if (!seen || now - seen.at >= x.cache_s * 1000) this.ask(x.url, x.timeout_s);
+    }
     // A change pushed while this read was under way may be missing from it: still unknown, read again.
     const changedAt = this.gates.inputs().health?.changed_at;
     if (next.health && changedAt !== undefined && changedAt >= startedAt)
       next.health = { ...next.health, changed_at: changedAt };
-    this.gates.saveInputs(next);
+    this.gates.saveInputs({ ...next, external });
   }
 
   /**
@@ -197,8 +225,53 @@ export class GateKeeper {
     return out;
   }
 
-  private async check(url: string, timeoutS: number): Promise<{ ok: boolean; reachable: boolean; detail: string }> {
-    const { ok, reachable, detail } = await externalCheck(this.fetcher, url, timeoutS);
-    return { ok, reachable, detail };
+  private externalChecks(configs = this.configs()) {
+    return new Map(configs.flatMap((c) => (c.external ? [[c.external.url, c.external] as const] : [])));
+  }
+
+  /** Whether a check of the URL is under way and within its time. */
+  private underWay(url: string, timeoutS: number, now: number): boolean {
+    const askedAt = this.asking.get(url);
+    return askedAt !== undefined && now - askedAt < timeoutS * 1000 + ASK_AGAIN_SLACK_MS;
+  }
+
+  /** Starts one external check in the background, unless one for the URL is under way. */
+  private ask(url: string, timeoutS: number) {
+    const askedAt = this.scheduler.now();
+    if (this.underWay(url, timeoutS, askedAt)) return;
+    this.asking.set(url, askedAt);
+    const work = externalCheck(this.fetcher, url, timeoutS)
+      .then((answer) => this.answered(url, askedAt, answer))
+      .catch((err) => {
+        // Asked again by the next read (the input is still old); nothing waits on this one.
+        if (this.asking.get(url) === askedAt) this.asking.delete(url);
+        console.error(JSON.stringify({ msg: "gate check answer not taken", url, error: String(err) }));
+      })
+      .finally(() => this.pending.delete(work));
+    this.pending.add(work);
+    this.external.background(work);
+  }
+
+  /**
+   * An external check's answer, in a turn of its own: stored (as of when it came) if a gate still
+   * asks for the URL, then the queues are told (a gate may have opened or closed).
+   */
+  private async answered(url: string, askedAt: number, answer: ExternalAnswer) {
+    if (this.asking.get(url) === askedAt) this.asking.delete(url);
+    // The fleet was deleted meanwhile (its storage wiped, read again as empty): nothing to store.
+    if (!this.store.config || !this.externalChecks().has(url)) return;
+    const inputs = this.gates.inputs();
+    const { ok, reachable, detail } = answer;
+    this.gates.saveInputs({
+      health: inputs.health,
+      rollouts: inputs.rollouts,
+      external: { ...inputs.external, [url]: { ok, reachable, detail, at: this.scheduler.now() } },
+    });
+    await this.external.answered();
+  }
+
+  /** Waits for the external checks under way (tests look after the answers are in). */
+  async idle(): Promise<void> {
+    while (this.pending.size) await Promise.allSettled(this.pending);
   }
 }

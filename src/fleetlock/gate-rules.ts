@@ -18,6 +18,20 @@ export async function readInputs(c: CoordinatorParts) {
   const fleetId = c.store.config?.fleet_id;
   if (!fleetId) return;
   await c.gates.refresh(fleetId);
+  await afterRead(c);
+}
+
+/**
+ * An external check's answer came in (fetched in the background, never by the alarm): parked hosts
+ * its gate held are granted if it opened, and the next read planned as after the alarm's read.
+ */
+export async function externalAnswered(c: CoordinatorParts) {
+  if (!c.store.config?.fleet_id) return;
+  await afterRead(c, true);
+}
+
+/** `answer`: an answer, not the alarm's read: a read asked for meanwhile is kept, never put off. */
+async function afterRead(c: CoordinatorParts, answer = false) {
   await c.parked.drainAll();
   const now = c.clock();
   // Read again only while someone waits behind a gate that reads an input.
@@ -26,8 +40,8 @@ export async function readInputs(c: CoordinatorParts) {
     return (needsIndex(cfg) || Boolean(cfg?.external)) && liveEntries(c.store.queue(name), now).length > 0;
   });
   const next = c.gates.nextRead(waiting);
-  if (next === null) c.scheduler.cancel(GATES_TIMER);
-  else c.scheduler.schedule(GATES_TIMER, next);
+  if (next !== null) c.scheduler.schedule(GATES_TIMER, next, null, { noLaterThan: answer });
+  else if (!answer) c.scheduler.cancel(GATES_TIMER);
   await c.scheduler.arm();
 }
 

@@ -32,6 +32,10 @@ export async function reserveRegistration(
   fleetlockId: string | null,
   serverId: string,
 ): Promise<{ ok: true; until: number } | Failure> {
+  const sealed = c.store.sealedUntil;
+  if (sealed !== null && sealed > c.scheduler.now()) {
+    return fail("fleet_removal_pending", "the fleet is being deleted: no server can be registered in it");
+  }
   const name = hostname.toLowerCase();
   // Past their end but not settled yet: whether their server committed decides, not the clock.
   const before = c.store.hostnames.get(name);
@@ -79,4 +83,25 @@ export function releaseHostname(c: CoordinatorParts, serverId: string, hostname:
   if (c.store.hostnames.get(name)?.server_id !== serverId) return;
   c.store.hostnames.delete(name);
   c.scheduler.cancel(KEY.hostname(name));
+}
+
+/**
+ * A fleet's deletion, once D1 shows no live server: refused while a registration is in flight (its
+ * server is in no index yet), else registrations are kept out until the deletion wipes this object.
+ * A deletion that dies before that leaves the seal to end by itself, a reservation's time later.
+ */
+export function sealForDeletion(c: CoordinatorParts): { ok: true } | Failure {
+  if (c.store.hasReservedHostname()) {
+    return fail(
+      "fleet_not_empty",
+      "a server is being registered in this fleet; retry once it is registered (or its registration failed)",
+    );
+  }
+  c.store.sealedUntil = c.scheduler.now() + RESERVATION_TTL_MS;
+  return { ok: true };
+}
+
+/** The deletion was refused after all: registrations are welcome again. */
+export function unseal(c: CoordinatorParts) {
+  if (c.store.sealedUntil !== null) c.store.sealedUntil = null;
 }

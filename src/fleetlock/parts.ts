@@ -32,6 +32,11 @@ export interface CoordinatorParts {
   webhookStore: WebhookStore;
   /** How the coordinator asks a server's ledger what it holds (a reservation ending, ./names.ts). */
   ask: AskLedger;
+  /**
+   * How it asks a server's ledger for its desired generation and whether it is realized (a drift
+   * fix's hold ending, ./fix-budget.ts); null: no such server.
+   */
+  askDesired: (serverId: string) => Promise<{ generation: number; realized: boolean } | null>;
   /** The clock every grant, window and wait is decided with; tests move it. */
   clock: () => number;
 }

@@ -60,6 +60,8 @@ export const KEY = {
   hostname: (name: string) => `hostname:${name}`,
   /** The revision of the last fleet spec applied to the groups (src/fleetlock/spec-groups.ts). */
   specRev: "spec_rev",
+  /** Until when a fleet deletion under way keeps registrations out (./names.ts). */
+  sealed: "sealed_until",
   // Group names cannot hold ':', so the first ':' after the group ends it.
   queued: (group: string, id: string) => `queue:${group}:${id}`,
 } as const;
@@ -230,6 +232,22 @@ export class CoordinatorStore {
   readonly reservations = this.records<Reservation>(KEY.reservation);
   /** hostname → the server that holds it, or the registration it is reserved for. */
   readonly hostnames = this.records<HostnameClaim>(KEY.hostname);
+
+  /** The registrations in flight: hostnames reserved for a server whose ledger has not been asked yet. */
+  hasReservedHostname(): boolean {
+    for (const [, claim] of this.kv.list<HostnameClaim>({ prefix: "hostname:" })) if (claim.until !== null) return true;
+    return false;
+  }
+
+  /** Until when a fleet deletion keeps registrations out (null: it does not). */
+  get sealedUntil(): number | null {
+    return this.kv.get<number>(KEY.sealed) ?? null;
+  }
+
+  set sealedUntil(until: number | null) {
+    if (until === null) this.out.delete(KEY.sealed);
+    else this.out.put(KEY.sealed, until);
+  }
 
   private records<T>(key: (id: string) => string) {
     return {

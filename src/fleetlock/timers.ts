@@ -1,10 +1,12 @@
 /**
  * The coordinator's timers, all on its one alarm (src/objects/kit/scheduler.ts), by name: outbox
  * redelivery, reservations ending (a fleetlock_id's, a hostname's: the reserving ledger is asked),
- * the queue of parked hosts, the health gates' read of their inputs, and the webhooks' send queue.
+ * the queue of parked hosts, the health gates' read of their inputs, the webhooks' send queue, and
+ * a drift fix's hold reaching its end (the server's ledger is asked whether the fix was written).
  * A timer named `kind:key` is handled by its kind's handler.
  */
 import type { TimerHandler } from "../objects/kit/scheduler";
+import { FIX_HOLD_TIMER, settleFixHold } from "./fix-budget";
 import { GATES_TIMER } from "./gate-keeper";
 import * as gateRules from "./gate-rules";
 import * as identity from "./identity";
@@ -25,6 +27,7 @@ const coordinatorTimers = (p: CoordinatorParts): Record<string, TimerHandler> =>
   [QUEUE_TIMER]: () => p.parked.fired(),
   [GATES_TIMER]: () => gateRules.readInputs(p),
   [WEBHOOKS_TIMER]: () => p.webhooks.pump(),
+  [FIX_HOLD_TIMER]: (payload, name) => settleFixHold(p, name.slice(`${FIX_HOLD_TIMER}:`.length), untilOf(payload)),
 });
 
 /** The alarm: every due timer, by its handler. */

@@ -2,6 +2,7 @@ import { z } from "@hono/zod-openapi";
 import { IMAGE_POLICIES } from "../domain/images";
 import { MAX_CAPABILITIES, MAX_FLEETLOCK_ID_LENGTH, MAX_GROUP_NAME_LENGTH, MAX_GROUP_SLOTS } from "../domain/limits";
 import { labelKey } from "../model/server/labels";
+import { userKeyed } from "../lib/user-keys";
 
 export const FLEET_ID = /^[a-z0-9][a-z0-9-]{0,62}$/;
 const GROUP_NAME = /^[a-zA-Z0-9.-]+$/;
@@ -32,9 +33,11 @@ const DisruptionBudgetSchema = z
     max_unavailable: amount.nullable().default(null).openapi({
       description: "At most this many servers of the fleet disrupted at once; null: no fleet-wide limit",
     }),
-    per_label: z
-      .record(labelKey, amount)
-      .refine((m) => Object.keys(m).length <= MAX_BUDGET_LABELS, `at most ${MAX_BUDGET_LABELS} label keys`)
+    per_label: userKeyed(
+      z
+        .record(labelKey, amount)
+        .refine((m) => Object.keys(m).length <= MAX_BUDGET_LABELS, `at most ${MAX_BUDGET_LABELS} label keys`),
+    )
       .default({})
       .openapi({
         description: 'Per label key, at most this many servers sharing one value of it ({"zone": 1})',
@@ -74,10 +77,9 @@ const atMostCapabilities = (c: Record<string, unknown>) => Object.keys(c).length
 export const FleetInput = z
   .strictObject({
     id: fleetId,
-    capabilities: z
-      .record(capabilityName, z.boolean())
-      .refine(atMostCapabilities, `at most ${MAX_CAPABILITIES} capabilities`)
-      .default({}),
+    capabilities: userKeyed(
+      z.record(capabilityName, z.boolean()).refine(atMostCapabilities, `at most ${MAX_CAPABILITIES} capabilities`),
+    ).default({}),
     stale_after_s: setting.stale_after_s.default(300),
     lock_ttl_s: setting.lock_ttl_s.default(3600),
     allow_unknown_ids: setting.allow_unknown_ids.default(false),
@@ -94,10 +96,11 @@ export type FleetInput = z.infer<typeof FleetInput>;
  */
 export const FleetPatch = z
   .strictObject({
-    capabilities: z
-      .record(capabilityName, z.boolean().nullable())
-      .refine(atMostCapabilities, `at most ${MAX_CAPABILITIES} capabilities`)
-      .optional(),
+    capabilities: userKeyed(
+      z
+        .record(capabilityName, z.boolean().nullable())
+        .refine(atMostCapabilities, `at most ${MAX_CAPABILITIES} capabilities`),
+    ).optional(),
     stale_after_s: setting.stale_after_s.optional(),
     lock_ttl_s: setting.lock_ttl_s.optional(),
     allow_unknown_ids: setting.allow_unknown_ids.optional(),

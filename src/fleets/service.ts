@@ -5,7 +5,7 @@
  */
 import { pagesChanged } from "../notices/notices";
 import { auditInsert } from "../db/audit";
-import { getDb } from "../db/client";
+import { getDb, type Db } from "../db/client";
 import { isUniqueViolation } from "../db/errors";
 import { fleets } from "../db/schema";
 import { DomainError, notFound } from "../domain/errors";
@@ -24,6 +24,8 @@ import {
   type FleetRow,
 } from "./store";
 import { runFleetTasks } from "./tasks";
+import { coordinatorOf } from "../objects/stubs";
+import { unwrap } from "../objects/kit/result";
 
 /** Servers a refused deletion names (the rest are counted). */
 const NAMED_MAX = 20;
@@ -92,25 +94,40 @@ export async function updateFleet(
 /** Deletes a fleet whose servers are all removed: its rows go at once, its coordinator is wiped after. */
 export async function deleteFleet(env: Env, actor: string, fleet: string) {
   const db = getDb(env.DB);
-  await changeIntent(db, fleet, async ({ rev }) => {
-    const { byState, named } = await liveServersOf(db, fleet, NAMED_MAX);
-    if (byState.length) {
-      const total = byState.reduce((n, r) => n + r.n, 0);
-      throw new DomainError("fleet_not_empty", `fleet '${fleet}' still has ${total} server(s) not removed`, {
-        by_state: Object.fromEntries(byState.map((r) => [r.state, r.n])),
-        servers: named,
-        more: Math.max(0, total - named.length),
-      });
-    }
-    return {
-      result: undefined,
-      guard: noLiveServers(fleet),
-      statements: [
-        ...fleetWipe(db, fleet),
-        fleetTask(db, fleet, "wipe", rev + 1),
-        auditInsert(db, { actor, action: "fleet.delete", target: `fleet:${fleet}` }),
-      ],
-    };
-  });
+  const coordinator = coordinatorOf(env, fleet);
+  let sealed = false;
+  try {
+    await changeIntent(db, fleet, async ({ rev }) => {
+      const { byState, named } = await liveServersOf(db, fleet, NAMED_MAX);
+      if (byState.length) {
+        const total = byState.reduce((n, r) => n + r.n, 0);
+        throw new DomainError("fleet_not_empty", `fleet '${fleet}' still has ${total} server(s) not removed`, {
+          by_state: Object.fromEntries(byState.map((r) => [r.state, r.n])),
+          servers: named,
+          more: Math.max(0, total - named.length),
+        });
+      }
+      // A server being registered is in no index yet: the coordinator, which reserves its name,
+      // refuses while one is, and keeps new ones out until the wipe.
+      unwrap(await coordinator.sealForDeletion());
+      sealed = true;
+      return deletion(db, actor, fleet, rev);
+    });
+  } catch (err) {
+    if (sealed) await coordinator.unseal().catch(() => {});
+    throw err;
+  }
   await runFleetTasks(env, { fleet });
+}
+
+function deletion(db: Db, actor: string, fleet: string, rev: number) {
+  return {
+    result: undefined,
+    guard: noLiveServers(fleet),
+    statements: [
+      ...fleetWipe(db, fleet),
+      fleetTask(db, fleet, "wipe", rev + 1),
+      auditInsert(db, { actor, action: "fleet.delete", target: `fleet:${fleet}` }),
+    ],
+  };
 }

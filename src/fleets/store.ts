@@ -11,6 +11,7 @@ import {
   fleetTasks,
   planMarks,
   roleProfiles,
+  fleetSsoMappings,
   serverLabels,
   servers,
   tokens,
@@ -106,6 +107,9 @@ export async function liveServersOf(db: Db, fleet: string, named: number) {
 }
 
 /** Checked at commit by a fleet's deletion: a server registered since its count rolls it back. */
+/** The fleet's row is still there: an intent write that read the fleet before its deletion must not land after it. */
+export const fleetExists = (fleet: string) => sql`EXISTS (SELECT 1 FROM ${fleets} WHERE id = ${fleet})`;
+
 export const noLiveServers = (fleet: string) =>
   sql`NOT EXISTS (SELECT 1 FROM ${servers} WHERE fleet_id = ${fleet} AND state != 'removed')`;
 
@@ -124,6 +128,8 @@ export function fleetWipe(db: Db, fleet: string) {
     db.delete(fleets).where(eq(fleets.id, fleet)),
     db.delete(fleetIntent).where(eq(fleetIntent.fleetId, fleet)),
     db.delete(fleetHistory).where(eq(fleetHistory.fleetId, fleet)),
+    // Its spec's SSO access: a fleet created later under the name must not inherit who may act on it.
+    db.delete(fleetSsoMappings).where(eq(fleetSsoMappings.fleetId, fleet)),
     // Settings and spec groups owed to a coordinator that is about to be wiped are moot.
     db.delete(fleetTasks).where(and(eq(fleetTasks.fleetId, fleet), ne(fleetTasks.kind, "wipe"))),
   ] as const;

@@ -34,7 +34,11 @@ export const imageBlobRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validation
           .max(200)
           .optional()
           .openapi({ description: "One `bytes=` range", example: "bytes=0-1048575" }),
-        "if-none-match": z.string().max(200).optional(),
+        // Any length: a list naming no current tag simply does not match (RFC 9110 §13.1.2), never a 400.
+        "if-none-match": z
+          .string()
+          .optional()
+          .openapi({ description: "Entity tags (weak comparison, a list, or *): 304 when one is the digest, quoted" }),
       }),
     },
     responses: {

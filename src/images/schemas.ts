@@ -15,6 +15,7 @@ import {
 } from "../domain/images";
 import { agentName, versionString } from "../model/server/schemas";
 import { cursorParam, limitParam } from "../http/paging";
+import { userKeyed } from "../lib/user-keys";
 
 const imageKind = z.enum(IMAGE_KINDS);
 const digest = z.string().regex(DIGEST, "a digest is 'sha256:' and 64 lowercase hex digits");
@@ -38,13 +39,14 @@ export const ImageInput = z
       .regex(PINNED_REF, "a reference pinned by digest: registry/org/name@sha256:<64 hex>")
       .optional()
       .openapi({ description: "oci-ref only: the image in an existing registry, pinned by digest" }),
-    labels: z
-      .record(
-        z.string().max(MAX_LABEL_KEY_LENGTH).regex(LABEL_KEY, "label keys are a-z, 0-9, '.', '_', '/', '-'"),
-        z.string().max(MAX_LABEL_VALUE_LENGTH),
-      )
-      .refine((l) => Object.keys(l).length <= MAX_IMAGE_LABELS, `at most ${MAX_IMAGE_LABELS} labels`)
-      .default({}),
+    labels: userKeyed(
+      z
+        .record(
+          z.string().max(MAX_LABEL_KEY_LENGTH).regex(LABEL_KEY, "label keys are a-z, 0-9, '.', '_', '/', '-'"),
+          z.string().max(MAX_LABEL_VALUE_LENGTH),
+        )
+        .refine((l) => Object.keys(l).length <= MAX_IMAGE_LABELS, `at most ${MAX_IMAGE_LABELS} labels`),
+    ).default({}),
     description: z.string().max(MAX_DESCRIPTION_LENGTH).optional(),
     part_size: z
       .number()

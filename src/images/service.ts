@@ -172,6 +172,9 @@ export async function putPart(
   return { part, size: want, upload: { part_size: row.partSize, parts, received: received.map((p) => p.part) } };
 }
 
+/** R2's InvalidPart: a part number or etag the upload does not have (10025). */
+const partsRefused = (err: unknown) => /\(10025\)|specified parts could not be found/i.test(String(err));
+
 /** The sha256 of an R2 object, read through once as a stream. */
 async function digestOf(object: R2ObjectBody) {
   const hasher = new crypto.DigestStream("SHA-256");
@@ -227,7 +230,18 @@ export async function completeUpload(env: Env, actor: string, id: string) {
   } catch (err) {
     // Completed by an earlier call that did not live to record it: the object is there.
     const head = await bucket(env).head(key);
-    if (!head) throw err;
+    if (!head && !partsRefused(err)) throw err;
+    if (!head) {
+      // One part sent twice at once: R2 keeps the upload it took last, and D1 may hold the etag of
+      // the other. R2's binding lists no parts, so which one is unknown: the records go, and the
+      // client's resume (the image's `received`) sends every part again.
+      await db.delete(imageParts).where(eq(imageParts.imageId, id));
+      throw new DomainError(
+        "upload_incomplete",
+        `storage refused the parts of image ${id} as recorded (a part was sent twice at once); send its ${n} parts again`,
+        { missing: Array.from({ length: Math.min(n, 100) }, (_, i) => i + 1), parts: n },
+      );
+    }
   }
   const object = await bucket(env).get(key);
   const actual = object && object.size === up.size ? await digestOf(object) : null;

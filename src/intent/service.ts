@@ -4,7 +4,7 @@
  * row and the bump of the fleet's intent revision, or not at all.
  */
 import { pagesChanged } from "../notices/notices";
-import { eq, type SQL } from "drizzle-orm";
+import { eq, sql, type SQL } from "drizzle-orm";
 import { auditInsert } from "../db/audit";
 import { getDb, type Db } from "../db/client";
 import { fleets } from "../db/schema";
@@ -29,7 +29,7 @@ import {
 import { intentRevOf } from "../planner/store";
 import type { Env } from "../env";
 import { decodeCursor, page } from "../http/paging";
-import { fleetTask, getFleet, type FleetRow } from "../fleets/store";
+import { fleetExists, fleetTask, getFleet, type FleetRow } from "../fleets/store";
 import type { FleetPatch } from "../fleets/schemas";
 import { MAX_CAPABILITIES } from "../domain/limits";
 import { markFleet, markServersWithRole, planAfterChange } from "../planner/service";
@@ -59,7 +59,9 @@ export async function changeIntent<T>(
     const { statements, result, guard } = await decide({ fleet: row, rev });
     if (statements.length === 0) return result;
     try {
-      await db.batch([bumpIntentRev(db, fleet, rev, guard), ...statements]);
+      // A deleted fleet's intent row is gone, which reads as revision 0: the fleet's own row decides.
+      const stillThere = guard ? sql`${fleetExists(fleet)} AND (${guard})` : fleetExists(fleet);
+      await db.batch([bumpIntentRev(db, fleet, rev, stillThere), ...statements]);
       return result;
     } catch (err) {
       if (!isIntentConflict(err)) throw err;

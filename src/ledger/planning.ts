@@ -19,8 +19,26 @@ export type PlanOutcome = "issued" | "reissued" | "unchanged" | "pinned" | "olde
 export function applyPlan(
   d: LedgerParts,
   inputs: FleetPlanInputs,
-  meta: { actor: string; reason: string; release?: boolean; reissue?: boolean; roles?: string[]; audited?: boolean },
+  meta: {
+    actor: string;
+    reason: string;
+    release?: boolean;
+    reissue?: boolean;
+    roles?: string[];
+    audited?: boolean;
+    /**
+     * A drift fix's write under a disruption-budget hold: it must commit by then. Past it the
+     * coordinator may ask this ledger whether the fix was written and free the hold on its answer,
+     * so a later commit could disrupt the server with no unit held: refused, nothing written.
+     */
+    deadline?: number;
+  },
 ): Result<{ outcome: PlanOutcome; wrote: boolean }> {
+  if (meta.deadline !== undefined && d.clock() > meta.deadline)
+    return fail(
+      "reservation_expired",
+      "the disruption budget's unit held for this fix ran out before the write reached the server's ledger; fix again",
+    );
   const state = d.store.load();
   if (!state) return fail("not_found", "server does not exist");
   if (state.record.state === "removed") return fail("server_removed", "a removed server is not planned");

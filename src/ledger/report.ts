@@ -8,7 +8,7 @@ import { project, projectHeartbeat, type ReleasePayload } from "./effects";
 import type { LedgerParts } from "./parts";
 import { authorized } from "./poll";
 import { lastSeenDue } from "./projection";
-import { heartbeatPersistMs, pollHeartbeatPersistMs } from "./quiet";
+import { heartbeatPersistMs } from "./quiet";
 import type { ServerRecord } from "../model/server/record";
 import { answerRefresh } from "./refresh";
 import { settleRolloutMarks } from "./rollout-marks";
@@ -63,19 +63,24 @@ export function acceptReport(
   // (newly set: `enqueued`, so the caller arms the alarm).
   let enqueued = false;
   if (opts.keepsHeartbeat) d.quiet.stop();
-  else enqueued = d.quiet.watch(now, record.stale_after_s);
+  else enqueued = d.quiet.watch(now, record.stale_after_s, opts.viaPoll === true);
   // Whether the index may have shown the server stale: a channel host's staleness is exact once it
   // left; an HTTP host's only once its quiet watch fired (the watch is then set anew by this report).
   const staleSeen = opts.keepsHeartbeat === true || enqueued;
   const key = contentKey(stored);
   const unchanged = previous !== undefined && reportKey === key;
-  const persistEvery = (opts.viaPoll ? pollHeartbeatPersistMs : heartbeatPersistMs)(record.stale_after_s);
-  const heartbeat =
-    unchanged && persistedAt !== undefined && (opts.keepsHeartbeat === true || now - persistedAt < persistEvery);
+  // A poll's heartbeat is stored only while the quiet watch is in doubt (./quiet.ts, QuietMark).
+  const memoryOnly =
+    opts.keepsHeartbeat === true ||
+    (opts.viaPoll
+      ? !d.quiet.storesPollHeartbeat(persistedAt ?? 0)
+      : now - (persistedAt ?? 0) < heartbeatPersistMs(record.stale_after_s));
+  const heartbeat = unchanged && persistedAt !== undefined && memoryOnly;
   if (heartbeat) {
     // Same content as the stored report: only the heartbeat moved. It lives in memory (and in a
-    // poll's waiter) and is persisted at most every heartbeatPersistMs (pollHeartbeatPersistMs),
-    // so a steady host costs no storage write, and nothing the index shows can have changed.
+    // poll's waiter, or the channel's socket) and a report's is persisted at most every
+    // heartbeatPersistMs, so a steady host costs no storage write, and nothing the index shows
+    // can have changed.
     d.store.heartbeat(stored);
     if (!opts.viaPoll) answerRefresh(d.store, now);
     if (indexDue(d, now)) {

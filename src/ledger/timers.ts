@@ -13,9 +13,9 @@ import { LEFT_TIMER, QUIET_TIMER } from "./quiet";
 const ledgerTimers = (p: LedgerParts, told: () => void): Record<string, TimerHandler> => ({
   outbox: () => p.outbox.flush(),
   // The HTTP host went quiet: the index gets its exact stale_at (./quiet.ts).
-  [QUIET_TIMER]: () => {
+  [QUIET_TIMER]: (payload) => {
     const now = p.clock();
-    if (!p.quiet.fired(now)) return;
+    if (!p.quiet.fired(now, payload)) return;
     told();
     project(p.outbox);
     // The server turned stale: its coordinator's fleet-health gates are told (after the index, same flush).

@@ -15,6 +15,9 @@ export interface SocketTag {
 /** Close code for a page whose session ended (expired, signed out, its token revoked): the client goes to sign-in. */
 export const SESSION_ENDED = 4001;
 
+/** Close code for a page's socket that sent anything but "ping" (RFC 6455 policy violation). */
+export const UNEXPECTED_MESSAGE = 1008;
+
 /**
  * The tags a page's socket is accepted with (the Hibernation API's own, so they survive
  * hibernation): its session and its operator token, so that ending either closes exactly its sockets.

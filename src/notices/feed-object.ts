@@ -15,6 +15,7 @@ import {
   type FeedNotice,
   type SessionEnd,
   type SocketTag,
+  UNEXPECTED_MESSAGE,
 } from "./feed-fanout";
 
 export class ConsoleFeed extends DurableObject<Env> {
@@ -55,10 +56,17 @@ export class ConsoleFeed extends DurableObject<Env> {
     return closed;
   }
 
-  async webSocketMessage(ws: WebSocket, message: string | ArrayBuffer) {
-    // Pages send only "ping", answered by the auto-response; anything else is ignored.
-    void ws;
-    void message;
+  /**
+   * Pages send only "ping", which the auto-response answers without waking this object: whatever
+   * reaches here is not the console speaking. Ignoring it would let one socket wake the fleet's
+   * feed at will (every page's notices go through it), so the socket is closed instead.
+   */
+  async webSocketMessage(ws: WebSocket) {
+    try {
+      ws.close(UNEXPECTED_MESSAGE, "pages send only 'ping'");
+    } catch {
+      // Closing already.
+    }
   }
 
   async webSocketClose(ws: WebSocket, code: number) {

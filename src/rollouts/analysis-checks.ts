@@ -10,6 +10,7 @@ import { and, count, eq, inArray, ne } from "drizzle-orm";
 import type { Db } from "../db/client";
 import { servers } from "../db/schema";
 import { externalCheck, fetchFailure, type Fetcher } from "../fleetlock/external-check";
+import { textPrefix } from "../lib/body";
 import { chunk } from "../lib/chunk";
 import { statusAt } from "../model/server/staleness";
 import type { TargetState } from "./machine";
@@ -27,6 +28,9 @@ export interface SampleRequest {
 
 export type SampleResult = CheckResult & { name: string };
 
+/** An instant query's answer is a few hundred bytes; more is read no further (the Rollout's memory). */
+const MAX_PROMETHEUS_ANSWER_BYTES = 1024 * 1024;
+
 /** The URL of a Prometheus instant query. */
 const prometheusQueryUrl = (endpoint: string, query: string) =>
   `${endpoint.replace(/\/+$/, "")}/api/v1/query?query=${encodeURIComponent(query)}`;
@@ -43,7 +47,14 @@ export async function prometheusCheck(
       headers: { accept: "application/json" },
       signal: AbortSignal.timeout(c.timeout_s * 1000),
     });
-    const text = await res.text();
+    const { text, truncated } = await textPrefix(res, MAX_PROMETHEUS_ANSWER_BYTES);
+    if (truncated)
+      return {
+        ok: false,
+        value: null,
+        reachable: true,
+        detail: `HTTP ${res.status}, an answer over ${MAX_PROMETHEUS_ANSWER_BYTES} bytes is not one instant query's`,
+      };
     let body: unknown;
     try {
       body = JSON.parse(text);

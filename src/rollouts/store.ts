@@ -87,6 +87,11 @@ export class RolloutStore {
     else this.kv.put(`blocked:${pass}:${serverId}`, blocked);
   }
 
+  /** Every waiting target of a pass ended at once (skipped): their reasons go in the same turn. */
+  dropBlockedOfPass(pass: number) {
+    for (const [key] of this.kv.list({ prefix: `blocked:${pass}:` })) this.kv.delete(key);
+  }
+
   /** Stores the core and tells the long polls waiting for it to move. */
   putCore(core: Core) {
     this.kv.put("core", core);

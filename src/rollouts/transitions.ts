@@ -42,6 +42,8 @@ export function change(p: RolloutParts, t: Target, e: TargetEvent, now: number):
       now,
     );
   if (endedNow) {
+    // Why it waited goes with the wait: a target ended while queued or waiting for budget keeps no reason.
+    if (t.state === "queued" || t.state === "waiting_budget") p.store.setBlocked(after.pass, after.server_id, null);
     p.scheduler.cancel(`timeout:${after.pass}:${after.server_id}`);
     if (after.slot === "held") releaseSlot(p, after.server_id);
     // A target of the forward pass that finishes during the rollback is rolled back too.
@@ -71,6 +73,7 @@ const rollingBack = (core: Core) =>
 export function skipQueued(p: RolloutParts, core: Core, pass: number, reason: string, now: number): Core {
   const { n, req, waiting } = p.store.targets.skipQueued(pass, reason, now);
   if (n === 0 && waiting === 0) return core;
+  p.store.dropBlockedOfPass(pass);
   p.store.events.add("targets.skipped", null, { pass, count: n + waiting, reason }, now);
   const next = pass === core.pass ? skippedQueued(core, n, waiting) : core;
   return { ...next, slot_requests: next.slot_requests - req };

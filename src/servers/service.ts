@@ -78,6 +78,9 @@ export async function registerServer(
   const { until } = unwrap(
     await coordinatorOf(env, fleet.id).reserveRegistration(input.hostname, input.fleetlock_id ?? null, id),
   );
+  // Deleted since it was read, its coordinator wiped before the reservation: nothing would keep the
+  // server out but this (a deletion after the reservation is refused by the coordinator).
+  if (!(await getFleet(db, fleet.id))) unknownFleet(input.fleet);
   const { token, hash } = await issueToken("server", id);
   const record: ServerRecord = {
     id,
@@ -106,6 +109,9 @@ export async function registerServer(
   return { view: caughtUp ?? registered, token };
 }
 
+/** Longer than any view tag (`W/"` and 11 base-36 digits) by far: a tag past it is not one of ours. */
+const MAX_WAIT_TAG_LENGTH = 256;
+
 /**
  * The server's view and its weak ETag; `view` is null while `known` (an If-None-Match) still
  * matches. With `waitS`, a single known tag waits (in the Worker, ./wait.ts) until the view changes
@@ -120,7 +126,8 @@ export async function serverIfChanged(
 ): Promise<{ etag: string; view: ServerView | null }> {
   const ledger = ledgerOf(env, id);
   const given = known?.trim();
-  if (given && waitS > 0 && !given.includes(",") && given !== "*") {
+  // Only a tag that could be a view's waits (the ledger is handed it); a longer one matches nothing.
+  if (given && waitS > 0 && !given.includes(",") && given !== "*" && given.length <= MAX_WAIT_TAG_LENGTH) {
     return viewWhenChanged(env, id, given.startsWith("W/") ? given : `W/${given}`, waitS * 1000, signal);
   }
   const view = await ledger.view();

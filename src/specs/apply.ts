@@ -10,6 +10,7 @@ import { fleetTask } from "../fleets/store";
 import { channelDelete, channelWrite, fleetSettingsWrite, roleDelete, roleWrite } from "../intent/batch";
 import { markFleet, markServersWithRole } from "../planner/service";
 import { summaryOf, type SpecPlan } from "./diff";
+import { fleetMappingWrite } from "../sso/store";
 
 type Statement = Parameters<Db["batch"]>[0][number];
 
@@ -53,6 +54,8 @@ export function applyStatements(
     const { needSecret: _n, ...hooks } = plan.webhooks;
     out.push(fleetTask(db, fleet, "apply_webhooks", rev, { rev, actor, ...hooks }));
   }
+  // SSO access rows: D1's alone (sign-ins read them there), committed with the rest of the spec.
+  for (const row of plan.access) out.push(fleetMappingWrite(db, fleet, row));
   out.push(
     auditInsert(
       db,

@@ -12,6 +12,7 @@ import { groupConfig, type GroupConfig } from "./groups";
 import type { DiffItem, DiffOp, FleetSpec, SpecSection, SpecSettings } from "./schemas";
 import type { FleetState } from "./store";
 import { comparable, webhooksTask } from "./webhooks";
+import { accessChanges, type AccessRowChange } from "./access";
 
 export interface SpecPlan {
   items: DiffItem[];
@@ -36,6 +37,8 @@ export interface SpecPlan {
   lockSettings: boolean;
   /** Every webhook the coordinator is to hold as declared, those to remove, and those whose secret is to be staged; null: unchanged. */
   webhooks: ReturnType<typeof webhooksTask> | null;
+  /** The fleet's SSO access rows to write (scope) or remove (null), in the apply's batch (./access.ts). */
+  access: AccessRowChange[];
 }
 
 /** Items of one map section: added, changed, removed (prune) or unlisted. */
@@ -140,9 +143,19 @@ export function planSpec(
   );
   for (const name of hooks.rotate) needSecret.add(name);
 
+  const accessItems = diffMap("access", state.access, spec.access ?? {}, prune);
+
   const roleChanges = changed(roleItems);
   return {
-    items: [...settingItems, ...capabilityItems, ...channelItems, ...roleItems, ...groupItems, ...webhookItems],
+    items: [
+      ...settingItems,
+      ...capabilityItems,
+      ...channelItems,
+      ...roleItems,
+      ...groupItems,
+      ...webhookItems,
+      ...accessItems,
+    ],
     settings,
     capabilities,
     channels: {
@@ -174,6 +187,7 @@ export function planSpec(
     webhooks: webhookChanges.length
       ? webhooksTask(state.webhooks, spec.webhooks ?? {}, webhookItems, needSecret)
       : null,
+    access: accessChanges(accessItems),
   };
 }
 

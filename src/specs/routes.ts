@@ -191,6 +191,8 @@ export const specRoutes = new OpenAPIHono<AppEnv>({ defaultHook: specHook })
           prune: c.req.valid("query").prune === "true",
           ifMatch: c.req.valid("header")["if-match"],
           ifNoneMatch: c.req.valid("header")["if-none-match"],
+          // requireScope("write") let only an operator through.
+          applier: c.var.principal.kind === "operator" ? c.var.principal.scope : "read",
         },
       );
       c.header("ETag", out.etag);

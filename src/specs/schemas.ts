@@ -15,7 +15,9 @@ import { PlannerRunSchema, RoleInput } from "../intent/schemas";
 import { agentName, imageRef, versionString } from "../model/server/schemas";
 import { MAX_WEBHOOKS_PER_FLEET } from "../webhooks/manage";
 import { SpecSecretsSchema, SpecWebhookSchema } from "../webhooks/schemas";
+import { MAX_SPEC_ACCESS, SpecAccessKey, SpecAccessScope } from "../sso/schemas";
 import { SpecRebootGroup } from "./groups";
+import { userKeyed } from "../lib/user-keys";
 
 /** A webhook's name in a spec; one added through the API is named by its id (a UUID fits). */
 const webhookName = z.string().regex(/^[a-z0-9][a-z0-9._-]{0,62}$/, "webhook names match ^[a-z0-9][a-z0-9._-]{0,62}$");
@@ -31,9 +33,7 @@ const section = <K extends z.ZodString, V extends z.ZodType>(
   what: string,
   description: string,
 ) =>
-  z
-    .record(key, value)
-    .refine((m) => Object.keys(m).length <= max, `at most ${max} ${what}`)
+  userKeyed(z.record(key, value).refine((m) => Object.keys(m).length <= max, `at most ${max} ${what}`))
     .optional()
     .openapi({ description });
 
@@ -94,6 +94,13 @@ export const FleetSpec = z
       "webhooks",
       "Per webhook name, its HTTPS URL, events and format; its secret only by reference (secret_ref), never inline",
     ),
+    access: section(
+      SpecAccessKey,
+      SpecAccessScope,
+      MAX_SPEC_ACCESS,
+      "access rows",
+      "SSO access to this fleet only: group:<group> or email:<address> → read, write or admin (at most the applying token's scope)",
+    ),
   })
   .openapi("FleetSpec", {
     description:
@@ -101,7 +108,7 @@ export const FleetSpec = z
   });
 export type FleetSpec = z.infer<typeof FleetSpec>;
 
-const SPEC_SECTIONS = ["settings", "capabilities", "channels", "roles", "reboot_groups", "webhooks"] as const;
+const SPEC_SECTIONS = ["settings", "capabilities", "channels", "roles", "reboot_groups", "webhooks", "access"] as const;
 
 /**
  * What spec:diff and PUT …/spec take: the spec itself, or the spec and the secrets its webhooks'

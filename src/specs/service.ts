@@ -29,6 +29,8 @@ import { sha256Hex } from "../lib/crypto";
 import { coordinatorOf } from "../objects/stubs";
 import type { FleetSpec } from "./schemas";
 import { missingSecrets, sentSecrets, webhookCountProblems } from "./webhooks";
+import { accessAboveApplier } from "./access";
+import type { Scope } from "../domain/enums";
 import { readFleetState, serversToReplan, specOf, type FleetState } from "./store";
 import { referenceProblems, schemaProblems, webhookUrlProblems, type Problem } from "./validate";
 
@@ -211,20 +213,26 @@ function checkPreconditions(etag: string | null, opts: { ifMatch?: string; ifNon
   }
 }
 
-type ApplyOpts = { prune: boolean; ifMatch?: string; ifNoneMatch?: string };
+/**
+ * `applier`: the applying token's scope, the most the spec's access section may grant or take away;
+ * left out, "read": no access row is written at all.
+ */
+type ApplyOpts = { prune: boolean; ifMatch?: string; ifNoneMatch?: string; applier?: Scope };
 
 /**
  * The apply's plan of a spec on `state`, refused with every problem (references, URLs, new
  * webhooks without a secret). The secrets it sets are staged in the coordinator, which keeps
  * them, before the D1 batch commits (src/webhooks/spec.ts): its task carries only the stage's id.
  */
-async function decideApply(env: Env, state: FleetState, input: SpecInput, prune: boolean) {
+async function decideApply(env: Env, state: FleetState, input: SpecInput, opts: ApplyOpts) {
+  const { prune } = opts;
   const { sent, digests } = await sentDigests(input);
   const plan = planSpec(state, input.spec, prune, digests);
   refuse([
     ...referencesOf(env, state, input.spec, prune),
     ...missingSecrets(plan.items, input.spec.webhooks ?? {}, sent),
     ...webhookCountProblems(state.webhooks, plan.items),
+    ...accessAboveApplier(plan.items, opts.applier ?? "read"),
   ]);
   await resolveChannels(getDb(env.DB), state, input.spec, plan);
   const hooks = plan.webhooks;
@@ -260,7 +268,7 @@ async function createFromSpec(
   const { state, exists } = await stateOrNew(env, db, fleet);
   if (exists) return null;
   checkPreconditions(null, opts);
-  const plan = await decideApply(env, state, input, opts.prune);
+  const plan = await decideApply(env, state, input, opts);
   const { fleetlockKeyHash: _k, ...row } = state.row;
   try {
     await db.batch([
@@ -301,7 +309,7 @@ export async function applyFleetSpec(
       const state = await stateOf(env, db, fleet);
       const etag: string | null = await etagOf(state);
       checkPreconditions(etag, opts);
-      const plan = await decideApply(env, state, input, opts.prune);
+      const plan = await decideApply(env, state, input, opts);
       const result = { state, plan, etag };
       if (!writes(plan)) return { statements: [], result };
       return { statements: applyStatements(db, actor, fleet, rev + 1, plan, { spec_hash, prune: opts.prune }), result };

@@ -16,6 +16,9 @@ import type { WebhooksSpec } from "../webhooks/spec";
 import { byKey } from "./canonical";
 import { configOf, groupConfig, type GroupConfig, type SpecRebootGroup } from "./groups";
 import { SPEC_API_VERSION, SPEC_KIND, type SpecSettings } from "./schemas";
+import type { Scope } from "../domain/enums";
+import { fleetMappingsOf } from "../sso/store";
+import { accessForm } from "./access";
 import { specForm, type WebhookState } from "./webhooks";
 
 export interface FleetState {
@@ -32,6 +35,8 @@ export interface FleetState {
   pending: GroupsSpec | null;
   /** The coordinator's webhooks as declared (an apply's still owed shown as applied), and their secrets' digests. */
   webhooks: WebhookState;
+  /** SSO access to the fleet its spec declares: `group:…`/`email:…` → scope. */
+  access: Record<string, Scope>;
 }
 
 /**
@@ -45,7 +50,7 @@ export async function readFleetState(
   fleet: string,
   orNew?: () => FleetRow,
 ): Promise<{ state: FleetState; exists: boolean } | null> {
-  const [fleetRows, revRows, roleRows, channelRows, taskRows] = await db.batch([
+  const [fleetRows, revRows, roleRows, channelRows, taskRows, accessRows] = await db.batch([
     db.select().from(fleets).where(eq(fleets.id, fleet)),
     db.select({ rev: fleetIntent.rev }).from(fleetIntent).where(eq(fleetIntent.fleetId, fleet)),
     db
@@ -60,6 +65,7 @@ export async function readFleetState(
       .select({ kind: fleetTasks.kind, payload: fleetTasks.payload })
       .from(fleetTasks)
       .where(and(eq(fleetTasks.fleetId, fleet), inArray(fleetTasks.kind, ["apply_groups", "apply_webhooks"]))),
+    fleetMappingsOf(db, fleet),
   ]);
   const exists = fleetRows.length > 0;
   const row = fleetRows[0] ?? orNew?.();
@@ -98,6 +104,7 @@ export async function readFleetState(
     busy: Object.fromEntries(views.map((v) => [v.name, { holders: v.holders.length, queued: v.queue.length }])),
     pending,
     webhooks: webhookState(hooks, task<WebhooksSpec>("apply_webhooks")),
+    access: accessForm(accessRows),
   };
   return { state, exists };
 }
@@ -133,6 +140,7 @@ export const specOf = (s: FleetState) => ({
   roles: s.roles,
   reboot_groups: s.groups,
   webhooks: byKey(Object.entries(s.webhooks.declared).map(([name, w]) => [name, specForm(w)])),
+  access: s.access,
 });
 
 const SAMPLE = 20;

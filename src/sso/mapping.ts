@@ -47,6 +47,25 @@ export function grantOf(who: Identity, rules: readonly MappingRule[]): SsoGrant 
   return { scope, fleets };
 }
 
+/** A fleet spec's `access:` key as a match: `group:ops:on-call` is the group "ops:on-call". */
+export function accessKeyMatch(key: string): Pick<MappingRule, "kind" | "value"> {
+  const at = key.indexOf(":");
+  return { kind: key.slice(0, at) === "email" ? "email" : "group", value: key.slice(at + 1) };
+}
+
+/** A spec's `access:` row as a mapping: on the spec's own fleet, and no other. */
+export const specRule = (row: {
+  fleetId: string;
+  kind: "email" | "group";
+  value: string;
+  scope: Scope;
+}): MappingRule => ({
+  kind: row.kind,
+  value: row.value,
+  scope: row.scope,
+  fleets: [row.fleetId],
+});
+
 /** An email as mappings keep it: trimmed and lower-cased (providers differ in case). */
 export const normalEmail = (email: string) => email.trim().toLowerCase();
 

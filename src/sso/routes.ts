@@ -13,11 +13,11 @@ import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
 import { iso } from "../lib/time";
 import { requireScope } from "../auth/principal";
-import { CliExchange, CliStart, SsoMapping, SsoMappingInput, SsoSession } from "./schemas";
+import { CliExchange, CliStart, SpecSsoMapping, SsoMapping, SsoMappingInput, SsoSession } from "./schemas";
 import { exchangeCliCode, startLogin } from "./logins";
 import { oidcConfig } from "./oidc";
 import { DomainError } from "../domain/errors";
-import { activeSessions, createMapping, deleteMapping, endSsoSession, listMappings } from "./service";
+import { activeSessions, createMapping, deleteMapping, endSsoSession, listMappings, listSpecMappings } from "./service";
 import type { SsoMappingRow } from "./store";
 
 const mappingView = (r: SsoMappingRow): z.input<typeof SsoMapping> => ({
@@ -42,11 +42,32 @@ export const ssoRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook }
       operationId: "listSsoMappings",
       tags: ["sso"],
       summary: "Who gets what through SSO: email or group → scope and fleets",
+      description:
+        "`items`: the mappings made here (hm sso mappings add); `from_specs`: the rows of fleet specs' access sections, " +
+        "each on its own fleet only, managed by applying the spec. Both only within the admin's fleets.",
       security: bearer,
       middleware: [requireScope("admin")] as const,
-      responses: { 200: jsonResponse(z.object({ items: z.array(SsoMapping) }), "Every mapping"), ...commonErrors },
+      responses: {
+        200: jsonResponse(
+          z.object({ items: z.array(SsoMapping), from_specs: z.array(SpecSsoMapping) }),
+          "Every mapping the admin may see",
+        ),
+        ...commonErrors,
+      },
     }),
-    async (c) => c.json({ items: (await listMappings(c.env, c.var.principal)).map(mappingView) }, 200),
+    async (c) => {
+      const [items, specs] = await Promise.all([
+        listMappings(c.env, c.var.principal),
+        listSpecMappings(c.env, c.var.principal),
+      ]);
+      return c.json(
+        {
+          items: items.map(mappingView),
+          from_specs: specs.map((r) => ({ fleet: r.fleetId, kind: r.kind, value: r.value, scope: r.scope })),
+        },
+        200,
+      );
+    },
   )
   .openapi(
     createRoute({

@@ -26,6 +26,30 @@ export const SsoMappingInput = z
   .openapi("SsoMappingInput");
 export type SsoMappingInput = z.infer<typeof SsoMappingInput>;
 
+/** The most `access:` rows one fleet's spec may hold: a team's groups and a few people, not a directory. */
+export const MAX_SPEC_ACCESS = 100;
+
+/**
+ * A key of a fleet spec's `access:` section: `group:<name as the provider sends it>` or
+ * `email:<address>`. An email is written as it is kept, trimmed and lower-case, so the spec, its
+ * diff and the fleet agree on it (providers differ in case; sign-ins are compared lower-cased).
+ */
+export const SpecAccessKey = z
+  .string()
+  .max(326)
+  .regex(PRINTABLE, "control characters are not allowed")
+  .regex(
+    /^(group|email):\S(.*\S)?$/,
+    "access keys are group:<group> or email:<address>, without spaces around the name",
+  )
+  .refine((k) => !k.startsWith("email:") || (k.includes("@") && k === k.toLowerCase()), {
+    message: "an email key is the address in lower case (email:ana@example.com)",
+  });
+
+export const SpecAccessScope = z
+  .enum(OPERATOR_SCOPES)
+  .openapi({ description: "What the email or group may do on this fleet, and on no other" });
+
 export const SsoMapping = z
   .object({
     id: z.string(),
@@ -38,6 +62,15 @@ export const SsoMapping = z
     created_at: z.string(),
   })
   .openapi("SsoMapping");
+
+export const SpecSsoMapping = z
+  .object({
+    fleet: z.string().openapi({ description: "The fleet whose spec declares the row: the only fleet it reaches" }),
+    kind: z.enum(["email", "group"]),
+    value: z.string(),
+    scope: z.enum(OPERATOR_SCOPES),
+  })
+  .openapi("SpecSsoMapping");
 
 export const SsoSession = z
   .object({

@@ -14,9 +14,17 @@ import { DomainError, notFound } from "../domain/errors";
 import type { Env } from "../env";
 import { actorOf, type Principal } from "../domain/principal";
 import { isUniqueViolation } from "../db/errors";
-import { grantOf, fleetsWithin, normalEmail, type Identity, type SsoGrant } from "./mapping";
+import { grantOf, fleetsWithin, normalEmail, specRule, type Identity, type SsoGrant } from "./mapping";
 import { MAX_SSO_MAPPINGS, type SsoMappingInput } from "./schemas";
-import { allMappings, liveSessions, mappingById, sessionByToken, type SsoMappingRow } from "./store";
+import {
+  allMappings,
+  liveSessions,
+  mappingById,
+  mappingsFor,
+  sessionByToken,
+  specMappings,
+  type SsoMappingRow,
+} from "./store";
 
 /** The longest an SSO session lives, whatever the provider says: a laptop's token, a console tab. */
 const SSO_SESSION_TTL_MS = { console: 8 * 3600_000, cli: 12 * 3600_000 } as const;
@@ -26,6 +34,12 @@ const PROVIDER_NAMES = { access: "Cloudflare Access", oidc: "OpenID Connect" } a
 /** The mappings the admin may see: those within its own fleets (a fleet-limited admin sees none of "*"). */
 export const listMappings = async (env: Env, principal: Principal) =>
   (await allMappings(getDb(env.DB))).filter((m) => fleetsWithin(m.fleets, principal));
+
+/** The fleet specs' access rows the admin may see: those of its own fleets. */
+export const listSpecMappings = async (env: Env, principal: Principal) =>
+  principal.kind !== "operator"
+    ? []
+    : await specMappings(getDb(env.DB), principal.fleets === "*" ? null : principal.fleets);
 
 /**
  * A mapping is a grant: an admin limited to some fleets may map users only to those fleets and at
@@ -88,7 +102,9 @@ export async function deleteMapping(env: Env, principal: Principal, id: string) 
 
 /** Who the identity is to Harbormaster: its grant, or a refusal that says why it gets nothing. */
 export async function grantFor(env: Env, who: Identity): Promise<SsoGrant> {
-  const grant = grantOf(who, await allMappings(getDb(env.DB)));
+  const { all, ofFleets } = await mappingsFor(getDb(env.DB), who);
+  // A spec's row reaches its own fleet only: it is read as a mapping on that one fleet.
+  const grant = grantOf(who, [...all, ...ofFleets.map(specRule)]);
   if (!grant) {
     throw new DomainError(
       "forbidden",
@@ -160,7 +176,9 @@ export async function mintSession(
 
 /** The live sessions the admin may see: those whose fleets lie within its own (as for mappings). */
 export const activeSessions = async (env: Env, principal: Principal, limit: number) =>
-  (await liveSessions(getDb(env.DB), Date.now(), limit)).filter((r) => fleetsWithin(r.fleets, principal));
+  principal.kind !== "operator"
+    ? []
+    : await liveSessions(getDb(env.DB), Date.now(), limit, principal.fleets === "*" ? null : principal.fleets);
 
 /** Ends a session: its token is revoked, so its console sessions and live sockets close too. */
 export async function endSsoSession(env: Env, principal: Principal, tokenId: string) {

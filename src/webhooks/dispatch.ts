@@ -15,6 +15,7 @@
  * Each request is signed (./signing.ts) and carries the delivery id, which stays the same across
  * retries, so a receiver can drop a duplicate.
  */
+import { textPrefix } from "../lib/body";
 import { backoffMs } from "../objects/kit/outbox";
 import { bodyOf } from "./formats";
 import type { FleetEvent } from "./events";
@@ -220,7 +221,7 @@ export class WebhookDispatcher {
       });
       http = res.status;
       if (res.status < 200 || res.status >= 300)
-        error = `HTTP ${res.status}: ${(await res.text().catch(() => "")).slice(0, 200)}`;
+        error = `HTTP ${res.status}: ${(await textPrefix(res, 200).catch(() => ({ text: "" }))).text.slice(0, 200)}`;
       else await res.body?.cancel();
     } catch (err) {
       const e = err as { name?: string; message?: string };

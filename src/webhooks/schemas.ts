@@ -1,6 +1,7 @@
 import { z } from "@hono/zod-openapi";
 import { WEBHOOK_EVENTS } from "./events";
 import { WEBHOOK_FORMATS } from "../domain/enums";
+import { userKeyed } from "../lib/user-keys";
 
 const MAX_WEBHOOK_URL_LENGTH = 2048;
 /** Webhook bodies are a few hundred bytes; anything much larger is a mistake, refused with 413. */
@@ -62,7 +63,7 @@ export const SpecWebhookSchema = z
 export type SpecWebhook = z.infer<typeof SpecWebhookSchema>;
 
 /** The secrets hm sends alongside a spec: by environment variable name, the values its `secret_ref`s name. */
-export const SpecSecretsSchema = z.record(envName, WebhookInputSchema.shape.secret.unwrap()).openapi({
+export const SpecSecretsSchema = userKeyed(z.record(envName, WebhookInputSchema.shape.secret.unwrap())).openapi({
   description:
     "Values of the environment variables the spec's webhooks name in secret_ref; never stored, never answered",
 });

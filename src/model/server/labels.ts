@@ -12,6 +12,7 @@ import {
   MAX_LABEL_VALUE_LENGTH,
   MAX_SERVER_LABELS,
 } from "../../domain/limits";
+import { userKeyed } from "../../lib/user-keys";
 
 /** Kubernetes' label-name shape: starts and ends with [a-z0-9]. */
 const LABEL_KEY = new RegExp(`^[a-z0-9]([a-z0-9._/-]{0,${MAX_LABEL_KEY_LENGTH - 2}}[a-z0-9])?$`);
@@ -39,22 +40,16 @@ const fewEnough = [
 ] as const;
 
 /** A server's labels as registration (and enrollment) sets them. */
-export const labelsSchema = z
-  .record(labelKey, labelValue)
-  .refine(...fewEnough)
-  .openapi({
-    description: `Labels: at most ${MAX_SERVER_LABELS}, keys like Kubernetes label names, values up to ${MAX_LABEL_VALUE_LENGTH} characters`,
-    example: { zone: "eu-1a", rack: "r12" },
-  });
+export const labelsSchema = userKeyed(z.record(labelKey, labelValue).refine(...fewEnough)).openapi({
+  description: `Labels: at most ${MAX_SERVER_LABELS}, keys like Kubernetes label names, values up to ${MAX_LABEL_VALUE_LENGTH} characters`,
+  example: { zone: "eu-1a", rack: "r12" },
+});
 
 /** PATCH: merged into the server's labels; a null value removes its key. */
-export const labelsPatchSchema = z
-  .record(labelKey, labelValue.nullable())
-  .refine(...fewEnough)
-  .openapi({
-    description: "Merged into the server's labels (keys not named are kept); a null value removes its key",
-    example: { zone: "eu-1b", rack: null },
-  });
+export const labelsPatchSchema = userKeyed(z.record(labelKey, labelValue.nullable()).refine(...fewEnough)).openapi({
+  description: "Merged into the server's labels (keys not named are kept); a null value removes its key",
+  example: { zone: "eu-1b", rack: null },
+});
 
 /** The labels after a PATCH's merge, keys sorted (so equal label sets compare equal as JSON). */
 export function mergeLabels(current: Labels, patch: Record<string, string | null>): Labels {

@@ -60,11 +60,16 @@ export class Scheduler {
   }
 
   dueAt(name: string): number | null {
+    return this.timer(name)?.dueAt ?? null;
+  }
+
+  /** The timer `name` as set (when due, and its payload), or null. One row read, as `dueAt`. */
+  timer(name: string): { dueAt: number; payload: unknown } | null {
     if (!this.table.exists()) return null;
     const row = this.storage.sql
-      .exec<{ due_at: number }>("SELECT due_at FROM _timers WHERE name = ?", name)
+      .exec<{ due_at: number; payload: string | null }>("SELECT due_at, payload FROM _timers WHERE name = ?", name)
       .toArray()[0];
-    return row ? row.due_at : null;
+    return row ? { dueAt: row.due_at, payload: row.payload == null ? null : JSON.parse(row.payload) } : null;
   }
 
   private earliest(): number | null {
