@@ -62,3 +62,46 @@ test("a strategy's rollout: plan, analysis chart, why it waits, targets, readabl
   await accessible(page);
   await page.screenshot({ path: "/tmp/x/rollout-strategy.png", fullPage: true });
 });
+
+test("a fleet spec's default strategy: listed on the rollouts page, named on the rollout it drives", async ({
+  page,
+}) => {
+  const fleet = "strategy-defaults";
+  await admin("POST", "/v1/fleets", { id: fleet });
+  await admin("PUT", `/v1/fleets/${fleet}/spec`, {
+    apiVersion: "harbormaster/v1",
+    kind: "FleetSpec",
+    fleet,
+    channels: {
+      api: {
+        image: OLD,
+        version: "2.0.0",
+        rollout: { strategy: { steps: [{ type: "canary", count: 1 }, { type: "pause" }], auto_rollback: true } },
+      },
+    },
+    roles: { api: { agents: [{ name: "api" }] } },
+  });
+  for (let i = 1; i <= 2; i++) {
+    const s = await admin("POST", "/v1/servers", {
+      fleet,
+      hostname: `api-0${i}.${fleet}.example.com`,
+      kind: "managed",
+      roles: ["api"],
+    });
+    await sendReport(
+      url(""),
+      { id: s.id, hostname: s.hostname, token: s.token, fleetlockId: "" },
+      reportOf(1, [{ name: "api", image: OLD }]),
+    );
+  }
+  // Started without a strategy: the fleet's default drives it.
+  const r = await admin("POST", "/v1/rollouts", { fleet, agent: "api", image: NEW, version: "2.1.0" });
+
+  await signIn(page, undefined, `/console/rollouts?fleet=${fleet}`);
+  const defaults = page.locator("#rollout-defaults");
+  await expect(defaults.getByRole("row", { name: /api canary 1 → pause until resumed yes/ })).toBeVisible();
+  await accessible(page);
+  await page.goto(url(`/console/rollouts/${r.id}?fleet=${fleet}`));
+  await expect(page.locator("dl.kv")).toContainText("the fleet's default for api (its spec's channels.api.rollout)");
+  await expect(page.locator("#rollout-plan")).toContainText("canary 1");
+});

@@ -199,4 +199,35 @@ describe("hm export, diff and apply against a running server", () => {
       expect(text).not.toContain("e2e-rotated");
     }
   });
+
+  it("sets servers' labels by hostname: diff shows each, apply writes the named ones, a hostname not enrolled yet waits", async () => {
+    const { fleet, servers } = await fleetByHand();
+    const file = join(home, `${fleet}-servers.yaml`);
+    expect((await hm(["export", fleet, "--to", `${fleet}-servers.yaml`])).code).toBe(0);
+    const spec = parse(readFileSync(file, "utf8"));
+    expect(spec.servers).toEqual({});
+    spec.servers = {
+      [`e0.${fleet}.example.com`]: { labels: { zone: "eu-1a" } },
+      [`later.${fleet}.example.com`]: { labels: { zone: "eu-1b" } },
+    };
+    writeFileSync(file, stringify(spec));
+    const d = await hm(["diff", "-f", file]);
+    expect(d.code, d.stderr).toBe(3);
+    expect(d.stdout).toContain(`+ servers.e0.${fleet}.example.com: {"labels":{"zone":"eu-1a"}}`);
+    expect(d.stdout).toContain(`+ servers.later.${fleet}.example.com: {"labels":{"zone":"eu-1b"}}`);
+    expect(d.stdout).toContain("its labels wait for it to register (pending)");
+    const a = await hm(["--yes", "apply", "-f", file]);
+    expect(a.code, a.stderr).toBe(0);
+    expect((await hm(["diff", "-f", file])).code).toBe(0);
+    const labels = async (id: string) => (await api.getServer(id)).labels;
+    expect(await labels(servers[0].id)).toEqual({ zone: "eu-1a" });
+    expect(await labels(servers[1].id)).toEqual({});
+    const later = await api.registerServer({
+      fleet,
+      hostname: `later.${fleet}.example.com`,
+      kind: "managed",
+      roles: ["edge"],
+    });
+    expect(await labels(later.id)).toEqual({ zone: "eu-1b" });
+  });
 });

@@ -180,3 +180,56 @@ describe("a Prometheus endpoint that hangs", () => {
     }
   });
 });
+
+describe("hm rollout start and a fleet spec's default strategy", () => {
+  it("follows the default a fleet spec sets for the agent: hm diff shows it, rollout start uses it, --no-fleet-strategy does not", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "hm-strategy-spec-"));
+    const withDefault = async () => {
+      const fleet = await fleetOf(3);
+      const spec = {
+        apiVersion: "harbormaster/v1",
+        kind: "FleetSpec",
+        fleet,
+        channels: {
+          [AGENT]: {
+            image: "reg/fw:1",
+            version: "1",
+            rollout: {
+              strategy: {
+                steps: [
+                  { type: "canary", count: 1 },
+                  { type: "wave", percent: 100, by: "zone" },
+                ],
+              },
+            },
+          },
+        },
+      };
+      const file = join(dir, `${fleet}.json`);
+      writeFileSync(file, JSON.stringify(spec));
+      const d = await hm(["diff", "-f", file]);
+      expect(d.code, d.stderr).toBe(3);
+      expect(d.stdout).toContain(`channels.${AGENT}`);
+      expect(d.stdout).toContain('"canary"');
+      const a = await hm(["--yes", "apply", "-f", file]);
+      expect(a.code, a.stderr).toBe(0);
+      // Applied: only what the spec leaves out (the role set by hand) is left, unlisted.
+      const again = await hm(["--json", "diff", "-f", file]);
+      expect(JSON.parse(again.stdout)[0].items.map((i: { op: string }) => i.op)).toEqual(["unlisted"]);
+      return fleet;
+    };
+
+    const r = await hm([...start, "--fleet", await withDefault()]);
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stdout).toMatch(/strategy\s+the fleet's default for fw-agent \(channels\.fw-agent\.rollout\)/);
+    expect(r.stdout).toMatch(/> 0\s+canary 1\s+running/);
+    expect(r.stdout).toContain("wave 100 % (zone=z0)");
+
+    const plain = await hm(["--json", ...start, "--fleet", await withDefault(), "--no-fleet-strategy"]);
+    expect(plain.code, plain.stderr).toBe(0);
+    expect(plain.json()).toMatchObject({ strategy_source: "none", strategy: null, steps: [] });
+    const both = await hm([...start, "--fleet", "any", "--no-fleet-strategy", "--canary", "1"]);
+    expect(both.code).toBe(2);
+    expect(both.stderr).toContain("--no-fleet-strategy starts one wave");
+  });
+});

@@ -114,3 +114,50 @@ describe("conformance: the simulator against the worker", () => {
     }
   });
 });
+
+/**
+ * The soak's set-up (scripts/bench/scenarios/soak.ts): each server gets its first desired config
+ * in the task that registers it, and the set-up tells its progress to the end.
+ */
+describe("conformance: first orders given at registration", () => {
+  it("orders each server as it registers it, and every host realizes that order", async () => {
+    const calls: string[] = [];
+    const progress: { registered: number; ordered: number; total: number }[] = [];
+    const summary = await runSim({
+      ...DEFAULTS,
+      url,
+      token: admin,
+      fleet: `conf-reg-${Date.now().toString(36)}`,
+      servers: 8,
+      durationS: 4,
+      agents: 2,
+      heartbeatS: 2,
+      setupConcurrency: 2,
+      orderAtRegistration: true,
+      stateFile: null,
+      progressEveryMs: 0,
+      onSetup: (p) => progress.push(p),
+      fetch: (input, init) => {
+        const path = new URL(String(input instanceof Request ? input.url : input)).pathname;
+        const method = init?.method ?? (input instanceof Request ? input.method : "GET");
+        if (method === "POST" && path === "/v1/servers") calls.push("register");
+        if (method === "PUT" && path.endsWith("/desired")) calls.push("order");
+        return fetch(input, init);
+      },
+    });
+    // Interleaved: orders start before the last registration (a pass after them all would not).
+    expect(calls.filter((c) => c === "register")).toHaveLength(8);
+    expect(calls.filter((c) => c === "order")).toHaveLength(8);
+    expect(calls.indexOf("order")).toBeLessThan(calls.lastIndexOf("register"));
+    expect(progress.at(-1)).toEqual({ registered: 8, ordered: 8, total: 8 });
+    for (const h of summary.hosts) {
+      expect(h.issued.map((x) => x.generation)).toEqual([2]);
+      const s = await api.getServer(h.id);
+      expect({ host: h.hostname, status: s.status, generation: s.reported_generation }).toEqual({
+        host: h.hostname,
+        status: "realized",
+        generation: 2,
+      });
+    }
+  });
+});

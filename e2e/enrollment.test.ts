@@ -143,6 +143,47 @@ describe("enrollment end to end", () => {
     expect(audit.json.items.map((a: any) => a.action)).toContain("server.enroll");
   });
 
+  it("harbormaster-agent join --label sends the machine's labels, merged over the token's (the machine's win)", async () => {
+    const fleet = await newFleet();
+    const token = (
+      await hm(["--json", "enroll-tokens", "create", fleet, "--label", "zone=eu-1a", "--label", "tier=web"])
+    ).json().token as string;
+    const root = mkdtempSync(join(work, "agent-"));
+    writeFileSync(join(root, "machine-id"), `${randomUUID().replace(/-/g, "")}\n`);
+    writeFileSync(join(root, "boot_id"), `${randomUUID()}\n`);
+    const hostname = `lab-${n++}.example.com`;
+    // The real command from its sources, as the agent's own suite runs it.
+    const r = spawnSync(
+      process.execPath,
+      [
+        new URL("../agent/cli/main.ts", import.meta.url).pathname,
+        "join",
+        url,
+        token,
+        "--hostname",
+        hostname,
+        "--label",
+        "zone=eu-1b",
+        "--label",
+        "rack=r7",
+      ],
+      {
+        encoding: "utf8",
+        env: {
+          ...process.env,
+          HARBORMASTER_AGENT_MACHINE_ID_FILE: join(root, "machine-id"),
+          HARBORMASTER_AGENT_BOOT_ID_FILE: join(root, "boot_id"),
+          HARBORMASTER_AGENT_STATE_DIR: join(root, "state"),
+        },
+      },
+    );
+    expect(r.status, r.stderr).toBe(0);
+    expect(r.stdout).toContain(`joined fleet ${fleet} as ${hostname}`);
+    const shown = await hm(["--json", "servers", "show", `${fleet}/${hostname}`]);
+    expect(shown.code, shown.stderr).toBe(0);
+    expect(shown.json().labels).toEqual({ rack: "r7", tier: "web", zone: "eu-1b" });
+  });
+
   it("hm agent publish stores a build that downloads byte for byte, with a matching SHA-256", async () => {
     const file = join(work, "build.bin");
     const bytes = Buffer.from(Array.from({ length: 3 * 1024 * 1024 }, (_, i) => (i * 7919) & 0xff));

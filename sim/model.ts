@@ -30,6 +30,13 @@ export interface SimHost {
   exit: string | null;
 }
 
+/** How far the setup is: servers registered (or reused) and first orders issued, of `total`. */
+export interface SetupProgress {
+  registered: number;
+  ordered: number;
+  total: number;
+}
+
 export interface Progress {
   elapsedS: number;
   durationS: number;

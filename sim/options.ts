@@ -1,6 +1,6 @@
 // What a simulator run is told: the fleet, its size and faults, how hosts talk, and the defaults.
 import type { FetchLike } from "../agent/http.ts";
-import type { Progress } from "./model.ts";
+import type { Progress, SetupProgress } from "./model.ts";
 
 export interface SimOptions {
   url: string;
@@ -47,8 +47,16 @@ export interface SimOptions {
   stateFile: string | null;
   /** Requests in flight while setting up (registration, desired configs). */
   setupConcurrency: number;
+  /**
+   * Give each server its first desired config in the task that registers it, while its ledger is
+   * still awake, rather than in a pass after every registration (which wakes each ledger again).
+   * The first generation's convergence then counts from that earlier write.
+   */
+  orderAtRegistration?: boolean;
   fetch?: FetchLike;
   onProgress?: (p: Progress) => void;
+  /** Called during the setup (at most every `progressEveryMs`, and once at its end). */
+  onSetup?: (p: SetupProgress) => void;
   progressEveryMs?: number;
   signal?: AbortSignal;
 }

@@ -50,17 +50,50 @@ export async function ensureFleet(api: Api, o: SimOptions) {
   }
 }
 
-/** Servers: reused from the state file, registered for the rest. */
-export async function registerServers(api: Api, o: SimOptions, runTag: string) {
+/** The first order a server got in the task that registered it: its generation and when. */
+export type FirstOrder = { generation: number; at: number };
+
+/** Setup counters, told to `o.onSetup` at most every `o.progressEveryMs`. */
+export class SetupMeter {
+  registered = 0;
+  ordered = 0;
+  #last = 0;
+  readonly #o: SimOptions;
+  readonly total: number;
+  constructor(o: SimOptions, total: number) {
+    this.#o = o;
+    this.total = total;
+  }
+  tell(force = false) {
+    const now = performance.now();
+    if (!this.#o.onSetup || (!force && now - this.#last < (this.#o.progressEveryMs ?? 1000))) return;
+    this.#last = now;
+    this.#o.onSetup({ registered: this.registered, ordered: this.ordered, total: this.total });
+  }
+}
+
+/**
+ * Servers: reused from the state file, registered for the rest. With `o.orderAtRegistration`, a
+ * server registered here gets the operator's first order (`agents` agents, generation 2) in the
+ * same task, while its ledger is still awake from the registration: the pass after every
+ * registration (issueFirstOrder) would wake each ledger a second time (the local runtime puts an
+ * idle object to sleep within seconds), a second cost per host that a large fleet's setup pays.
+ */
+export async function registerServers(api: Api, o: SimOptions, runTag: string, meter = new SetupMeter(o, o.servers)) {
   const state = loadState(o.stateFile, api.base, o.fleet);
   const known = new Map(state.servers.map((s) => [s.index, s]));
+  const firstOrders = new Map<number, FirstOrder>();
   let registered = 0;
   const entries = await pool(
     Array.from({ length: o.servers }, (_, i) => i),
     o.setupConcurrency,
     async (i): Promise<StateEntry> => {
       const reuse = known.get(i);
-      if (reuse) return reuse;
+      if (reuse) {
+        meter.registered++;
+        meter.tell();
+        return reuse;
+      }
       let hostname = `sim-${i}.${o.fleet}.sim.test`;
       let fleetlockId = `sim-${i}`;
       let created;
@@ -87,14 +120,23 @@ export async function registerServers(api: Api, o: SimOptions, runTag: string) {
         });
       }
       registered++;
-      return { index: i, id: created.id, hostname, fleetlock_id: fleetlockId, token: created.token };
+      meter.registered++;
+      meter.tell();
+      const entry = { index: i, id: created.id, hostname, fleetlock_id: fleetlockId, token: created.token };
+      if (!o.orderAtRegistration) return entry;
+      // Registered just now: its ledger holds generation 1.
+      const config = await api.putDesired(created.id, { generation: 2, agents: agentSpecs(o.agents, "v1") });
+      firstOrders.set(i, { generation: config.generation, at: performance.now() });
+      meter.ordered++;
+      meter.tell();
+      return entry;
     },
   );
   state.servers = [...new Map([...state.servers, ...entries].map((s) => [s.index, s])).values()].sort(
     (a, b) => a.index - b.index,
   );
   saveState(o.stateFile, state);
-  return { state, known, entries, registered };
+  return { state, known, entries, registered, firstOrders };
 }
 
 /** Each host with its faults, drawn from the run's seed in host order (so a seed replays a run). */
@@ -149,15 +191,33 @@ export async function setUpReboots(api: Api, o: SimOptions, hosts: SimHost[], st
   return baseUrl;
 }
 
-/** The operator's first order: `agents` agents on every host, at the next generation. Returns each host's desired generation. */
-export async function issueFirstOrder(api: Api, o: SimOptions, hosts: SimHost[], known: Map<number, unknown>) {
+/**
+ * The operator's first order: `agents` agents on every host, at the next generation; a host that
+ * got it at its registration (`o.orderAtRegistration`) keeps that one. Returns each host's desired
+ * generation.
+ */
+export async function issueFirstOrder(
+  api: Api,
+  o: SimOptions,
+  hosts: SimHost[],
+  known: Map<number, unknown>,
+  firstOrders: Map<number, FirstOrder>,
+  meter = new SetupMeter(o, hosts.length),
+) {
   const desiredNow = new Map<string, number>();
   await pool(hosts, o.setupConcurrency, async (h) => {
-    // Registered just now: generation 1. Reused: whatever its ledger holds.
-    const current = known.has(h.index) ? (await api.getDesired(h.id)).generation : 1;
-    const config = await api.putDesired(h.id, { generation: current + 1, agents: agentSpecs(o.agents, "v1") });
-    desiredNow.set(h.id, config.generation);
-    h.issued.push({ generation: config.generation, at: performance.now() });
+    let order = firstOrders.get(h.index);
+    if (!order) {
+      // Registered just now: generation 1. Reused: whatever its ledger holds.
+      const current = known.has(h.index) ? (await api.getDesired(h.id)).generation : 1;
+      const config = await api.putDesired(h.id, { generation: current + 1, agents: agentSpecs(o.agents, "v1") });
+      order = { generation: config.generation, at: performance.now() };
+      meter.ordered++;
+      meter.tell();
+    }
+    desiredNow.set(h.id, order.generation);
+    h.issued.push({ generation: order.generation, at: order.at });
   });
+  meter.tell(true);
   return desiredNow;
 }

@@ -9,7 +9,15 @@ import { hostLives } from "./host-life.ts";
 import type { SimHost, SimSummary } from "./model.ts";
 import type { SimOptions } from "./options.ts";
 import { pool, rng } from "./random.ts";
-import { agentSpecs, ensureFleet, issueFirstOrder, planHosts, registerServers, setUpReboots } from "./setup.ts";
+import {
+  agentSpecs,
+  ensureFleet,
+  issueFirstOrder,
+  planHosts,
+  registerServers,
+  SetupMeter,
+  setUpReboots,
+} from "./setup.ts";
 import { byStatus, round, Tally } from "./tally.ts";
 
 export { DEFAULTS, type SimOptions } from "./options.ts";
@@ -27,11 +35,12 @@ export async function runSim(o: SimOptions): Promise<SimSummary> {
 
   await ensureFleet(api, o);
   const runTag = Date.now().toString(36);
-  const { state, known, entries, registered } = await registerServers(api, o, runTag);
+  const meter = new SetupMeter(o, o.servers);
+  const { state, known, entries, registered, firstOrders } = await registerServers(api, o, runTag, meter);
   const durationMs = o.durationS * 1000;
   const hosts = planHosts(entries, o, random);
   const baseUrl = await setUpReboots(api, o, hosts, state, fetchImpl);
-  const desiredNow = await issueFirstOrder(api, o, hosts, known);
+  const desiredNow = await issueFirstOrder(api, o, hosts, known, firstOrders, meter);
 
   const tally = new Tally();
   const stopAll = new AbortController();

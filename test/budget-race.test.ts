@@ -206,6 +206,34 @@ describe("one disruption budget for reboots and rollouts", () => {
     await reconcileApplying(r.id, hosts);
     expect((await getRollout(r.id)).state).toBe("succeeded");
   });
+  it("a budget set while a rollout runs holds its next targets, and removing it lets them go", async () => {
+    const f = await fleetWithKey();
+    await putGroup(f.fleet, "default", { slots: 2 });
+    const hosts = await zonedFleet(f.fleet, 1);
+    const r = await startRollout({
+      fleet: f.fleet,
+      concurrency: 1,
+      selector: { servers: [hosts[1].id, hosts[2].id, hosts[3].id] },
+    });
+    expect((await getRollout(r.id)).counts).toMatchObject({ applying: 1, queued: 2 });
+    // No budget when it started; one is set now, and a host takes its one unit for a reboot.
+    const patched = await call("PATCH", `/v1/fleets/${f.fleet}`, {
+      body: { disruption_budget: { max_unavailable: 1, per_label: {} } },
+    });
+    expect(patched.status).toBe(200);
+    await flushCoordinator(f.fleet);
+    expect((await zincati(f.baseUrl, "pre-reboot", hosts[0].fleetlockId)).status).toBe(200);
+    // The applying target ends: the next ones ask for the budget and wait, as in a rollout started with it.
+    await reconcileApplying(r.id, hosts);
+    await flushCoordinator(f.fleet);
+    await drain(r.id);
+    expect((await getRollout(r.id)).counts).toMatchObject({ done: 1, waiting_budget: 2, applying: 0 });
+    // Removed again: the waiting target is queued and starts without asking.
+    await call("PATCH", `/v1/fleets/${f.fleet}`, { body: { disruption_budget: null } });
+    await drain(r.id);
+    expect((await getRollout(r.id)).counts).toMatchObject({ done: 1, applying: 1, queued: 1, waiting_budget: 0 });
+  });
+
   it("a strategy's next step is not released while its canary waits for the budget", async () => {
     const f = await fleetWithKey();
     await putGroup(f.fleet, "default", { slots: 2 });

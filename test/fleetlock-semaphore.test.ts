@@ -9,7 +9,7 @@ import {
   renameHolder,
   type GroupState,
 } from "../src/fleetlock/semaphore";
-import { localMinuteOfWeek, windowOpen, withinWindows, type MaintenanceWindow } from "../src/fleetlock/windows";
+import { localMinuteOfWeek, windowOpen, withinWindows, type MaintenanceWindow } from "../src/model/windows";
 
 const T0 = Date.UTC(2026, 10, 23, 12, 0); // Monday 2026-11-23 12:00 UTC
 

@@ -8,7 +8,7 @@ import {
   strategyBlockedBy,
   type PlanTarget,
 } from "../src/rollouts/strategy";
-import { StrategyInput } from "../src/rollouts/strategy-schemas";
+import { StrategyInput } from "../src/model/strategy";
 
 /** 100 targets, 25 in each of 4 zones, in hostname order. */
 const fleet = (n = 100, zones = 4): PlanTarget[] =>

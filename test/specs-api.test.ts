@@ -39,6 +39,7 @@ describe("GET /v1/fleets/{fleet}/spec", () => {
       },
       webhooks: {},
       access: {},
+      servers: {},
     });
     expect(etag).toMatch(/^"[0-9a-f]{32}"$/);
     expect((await getSpec(fleet)).etag).toBe(etag);

@@ -85,3 +85,41 @@ describe("the D1 cost of a one-role change", () => {
     }
   });
 });
+
+describe("a spec's servers section", () => {
+  /** D1 writes of an apply labelling `n` servers by hostname (the ledgers' projections included), and of its equal repeat. */
+  async function labelWrites(n: number) {
+    const { id: fleet } = await createFleet();
+    const hostnames: string[] = [];
+    for (let i = 0; i < n; i++) {
+      const hostname = `lab-${i}-${Math.random().toString(36).slice(2, 7)}.example.com`;
+      await registerServer(fleet, { hostname });
+      hostnames.push(hostname);
+    }
+    const spec = {
+      apiVersion: "harbormaster/v1",
+      kind: "FleetSpec",
+      fleet,
+      servers: Object.fromEntries(hostnames.map((h) => [h, { labels: { zone: "eu-1a" } }])),
+    };
+    const before = await d1Statements();
+    expect((await apply(fleet, spec)).status).toBe(200);
+    const first = (await d1Statements()).writes - before.writes;
+    const again = await d1Statements();
+    const repeat = await apply(fleet, spec);
+    expect(repeat.json.changed).toBe(false);
+    return { first, repeat: (await d1Statements()).writes - again.writes };
+  }
+
+  it("costs D1 a few writes per labelled server, and an equal apply writes nothing", async () => {
+    const small = await labelWrites(2);
+    const large = await labelWrites(6);
+    const perServer = (large.first - small.first) / 4;
+    console.log(`servers section: ${perServer} D1 writes per labelled server (2: ${small.first}, 6: ${large.first})`);
+    // What PATCH of its labels costs (the ledger's audit row, its projection: its row, its label
+    // index deleted and written), and its declaration row.
+    expect(perServer).toBeLessThanOrEqual(5);
+    expect(small.repeat).toBe(0);
+    expect(large.repeat).toBe(0);
+  });
+});

@@ -16,6 +16,8 @@ export interface JoinOptions {
   token: string;
   hostname?: string;
   fleetlockId?: string;
+  /** The machine's own labels (`--label zone=eu-1a`), merged by the server over the token's. */
+  labels?: Record<string, string>;
   fetch?: FetchLike;
   now?: () => Date;
 }
@@ -33,6 +35,21 @@ export function readId(file: string, what: string): string {
   const id = text.split("\n")[0].trim();
   if (!id) throw new Error(`${file} holds no ${what}`);
   return id;
+}
+
+/**
+ * `--label k=v`, repeatable, into labels: the last value of a key wins, as in the enroll body's
+ * merge over the token's. The shapes of keys and values are the server's to judge (it answers
+ * which one is wrong); what cannot be a label at all is refused here, before anyone is called.
+ */
+export function parseLabels(terms: readonly string[]): Record<string, string> {
+  const labels: Record<string, string> = {};
+  for (const term of terms) {
+    const at = term.indexOf("=");
+    if (at <= 0 || at === term.length - 1) throw new Error(`--label takes key=value (e.g. zone=eu-1a), not '${term}'`);
+    labels[term.slice(0, at)] = term.slice(at + 1);
+  }
+  return labels;
 }
 
 function normalizeUrl(url: string): string {
@@ -60,6 +77,7 @@ export async function join(state: StateDir, config: AgentConfig, opts: JoinOptio
     boot_id: bootId,
     // The FleetLock id defaults to the machine id, as unique as the machine (Zincati derives its own from it).
     fleetlock_id: opts.fleetlockId ?? machineId,
+    ...(opts.labels && Object.keys(opts.labels).length ? { labels: opts.labels } : {}),
   };
   const fetchImpl = opts.fetch ?? ((i, init) => fetch(i, init));
   const res = await fetchImpl(`${url}/v1/agent/enroll`, {

@@ -8,7 +8,7 @@ import { Command, CommanderError, Option } from "commander";
 import { ApiError } from "../http.ts";
 import { ConfigError, loadConfig, type LoadedConfig } from "./config.ts";
 import { makeDrivers } from "./drivers.ts";
-import { join } from "./join.ts";
+import { join, parseLabels } from "./join.ts";
 import { createLogger } from "./log.ts";
 import { EXIT_CONFIG, runAgent } from "./run.ts";
 import { StateDir } from "./state.ts";
@@ -46,38 +46,57 @@ export async function main(argv: string[]): Promise<number> {
     .argument("<token>", "the enrollment token (hme.…); `-` reads it from standard input")
     .option("--hostname <name>", "the hostname to register (default: this machine's)")
     .option("--fleetlock-id <id>", "this host's FleetLock id (default: its machine id)")
-    .action(async (url: string, token: string, opts: { hostname?: string; fleetlockId?: string }, cmd: Command) => {
-      const { config } = load(cmd.optsWithGlobals());
-      const log = createLogger({ level: config.log_level });
-      if (token === "-") token = (await readStdin()).trim();
-      const state = new StateDir(config.state_dir);
-      try {
-        const r = await join(state, config, { url, token, hostname: opts.hostname, fleetlockId: opts.fleetlockId });
-        const id = r.identity;
-        if (r.joined) {
-          log.info("joined", { fleet: id.fleet, hostname: id.hostname, server: id.server_id, url: id.url });
-          process.stdout.write(
-            `joined fleet ${id.fleet} as ${id.hostname} (server ${id.server_id}); start the agent: systemctl enable --now harbormaster-agent\n`,
-          );
-        } else {
-          process.stdout.write(
-            `already joined fleet ${id.fleet} as ${id.hostname} (server ${id.server_id}) at ${id.url}; nothing done (to join again, remove ${state.path("identity.json")} first)\n`,
-          );
+    .option(
+      "--label <key=value>",
+      "a label of this server (repeatable), merged over the enrollment token's: --label zone=eu-1a",
+      (term: string, all: string[]) => [...all, term],
+      [] as string[],
+    )
+    .action(
+      async (
+        url: string,
+        token: string,
+        opts: { hostname?: string; fleetlockId?: string; label: string[] },
+        cmd: Command,
+      ) => {
+        const { config } = load(cmd.optsWithGlobals());
+        const log = createLogger({ level: config.log_level });
+        if (token === "-") token = (await readStdin()).trim();
+        const state = new StateDir(config.state_dir);
+        try {
+          const r = await join(state, config, {
+            url,
+            token,
+            hostname: opts.hostname,
+            fleetlockId: opts.fleetlockId,
+            labels: parseLabels(opts.label),
+          });
+          const id = r.identity;
+          if (r.joined) {
+            log.info("joined", { fleet: id.fleet, hostname: id.hostname, server: id.server_id, url: id.url });
+            process.stdout.write(
+              `joined fleet ${id.fleet} as ${id.hostname} (server ${id.server_id}); start the agent: systemctl enable --now harbormaster-agent\n`,
+            );
+          } else {
+            process.stdout.write(
+              `already joined fleet ${id.fleet} as ${id.hostname} (server ${id.server_id}) at ${id.url}; nothing done (to join again, remove ${state.path("identity.json")} first)\n`,
+            );
+          }
+        } catch (err) {
+          if (err instanceof ApiError) {
+            const why =
+              err.status === 401
+                ? "the enrollment token was refused (expired, revoked, used up, or mistyped)"
+                : `the server refused the enrollment (${err.status} ${err.code})`;
+            log.error(`join failed: ${why}: ${err.message}`);
+          } else {
+            const e = err as Error & { cause?: { message?: string } };
+            log.error(`join failed: ${e.message}${e.cause?.message ? ` (${e.cause.message})` : ""}`);
+          }
+          code = 1;
         }
-      } catch (err) {
-        if (err instanceof ApiError) {
-          const why =
-            err.status === 401
-              ? "the enrollment token was refused (expired, revoked, used up, or mistyped)"
-              : `the server refused the enrollment (${err.status} ${err.code})`;
-          log.error(`join failed: ${why}: ${err.message}`);
-        } else {
-          const e = err as Error & { cause?: { message?: string } };
-          log.error(`join failed: ${e.message}${e.cause?.message ? ` (${e.cause.message})` : ""}`);
-        }
-        code = 1;
-      }
-    });
+      },
+    );
 
   program
     .command("run")

@@ -51,6 +51,26 @@ describe("harbormaster-agent join", () => {
     expect(status.stdout).not.toContain("servertoken");
   });
 
+  it("sends each --label in the enroll body, the last value of a repeated key winning", async () => {
+    const host = tempHost();
+    const r = await agentCmd(
+      ["join", server.url, TOKEN, "--label", "zone=eu-1a", "--label", "rack=r1", "--label", "rack=r12"],
+      host.env,
+    );
+    expect(r.code, r.stderr).toBe(0);
+    expect(JSON.parse(server.requests.at(-1)!.body.toString()).labels).toEqual({ zone: "eu-1a", rack: "r12" });
+  });
+
+  it("refuses a --label that is not key=value before calling anyone", async () => {
+    const host = tempHost();
+    const before = server.requests.length;
+    const r = await agentCmd(["join", server.url, TOKEN, "--label", "zone"], host.env);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toMatch(/--label takes key=value \(e\.g\. zone=eu-1a\), not 'zone'/);
+    expect(server.requests.length).toBe(before);
+    expect(() => statSync(`${host.stateDir}/identity.json`)).toThrow();
+  });
+
   it("run twice, says it is already joined and enrolls nothing more", async () => {
     const host = tempHost();
     expect((await agentCmd(["join", server.url, TOKEN, "--fleetlock-id", "fl-7"], host.env)).code).toBe(0);

@@ -61,6 +61,13 @@ function strategyOf(o: Record<string, any>): Strategy | undefined {
   return { ...(strategy ?? { steps: [{ type: "wave", percent: 100 }], auto_rollback: false }), windows: o.window };
 }
 
+/** `--no-fleet-strategy`: one wave (strategy: null), the fleet's default for the agent ignored. */
+function fleetStrategy(o: Record<string, any>, strategy: Strategy | undefined): Strategy | null | undefined {
+  if (o.fleetStrategy !== false) return strategy;
+  if (strategy) throw new Exit(2, "--no-fleet-strategy starts one wave: not with a strategy of its own");
+  return null;
+}
+
 function stepsOf(o: Record<string, any>): Strategy | undefined {
   const flags = o.canary || o.wave || o.ramp || o.analysis !== undefined || o.pause !== undefined || o.autoRollback;
   if (o.strategy) {
@@ -136,6 +143,14 @@ function summary(out: Output, r: Rollout) {
     [
       "targets",
       `${r.total}: ${c.done} done, ${c.applying} applying, ${c.queued} queued, ${c.failed} failed, ${c.timed_out} timed out, ${c.skipped} skipped`,
+    ],
+    [
+      "strategy",
+      r.strategy_source === "fleet_default"
+        ? `the fleet's default for ${r.agent} (channels.${r.agent}.rollout)`
+        : r.strategy_source === "request"
+          ? "as started"
+          : "none (one wave)",
     ],
     ["concurrency", r.concurrency],
     [
@@ -286,6 +301,10 @@ export function registerRollouts(program: Command, io: Io) {
     .option("--by <label-key>", "waves one value of this label at a time (e.g. zone)")
     .option("--auto-rollback", "a failed analysis rolls back the servers the rollout changed")
     .option(
+      "--no-fleet-strategy",
+      "without a strategy of its own, one wave (else the fleet's default for the agent, if its spec sets one)",
+    )
+    .option(
       "--window <spec...>",
       "targets start only inside these weekly windows, e.g. Sat,Sun@23:30+60/Europe/Berlin (repeatable)",
       windowArg,
@@ -313,7 +332,7 @@ export function registerRollouts(program: Command, io: Io) {
           update_channel: o.updateChannel,
           reboot_slot: !!o.rebootSlot,
           channel_only: !!o.channelOnly,
-          strategy: strategyOf(o),
+          strategy: fleetStrategy(o, strategyOf(o)),
         };
         const r = await ctx.api.startRollout(input);
         if (o.watch) return watch(ctx, r, o.timeout);

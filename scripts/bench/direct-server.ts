@@ -6,13 +6,13 @@
 // runtime a deployment would have, so it serves its hosts from here.
 import { spawnSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { mkdtempSync, readdirSync, rmSync } from "node:fs";
+import { mkdtempSync, readdirSync, readlinkSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { convertV4MiniflareOptions, Miniflare } from "miniflare";
 import { unstable_getMiniflareWorkerOptions } from "wrangler";
 import { freePort } from "../local-server.ts";
-import { PAGE_BYTES, procStats } from "./proc.ts";
+import { PAGE_BYTES, procStats, type ProcStat } from "./proc.ts";
 
 const root = resolve(import.meta.dirname, "../..");
 const wrangler = resolve(root, "node_modules/.bin/wrangler");
@@ -24,6 +24,10 @@ export interface DirectServer {
   rssMb: () => number | null;
   /** Files (sockets included) the workerd process holds open, from /proc; null when unreadable. */
   openFiles: () => number | null;
+  /** The same descriptors by kind: what a host costs in the open-files limit, and why. */
+  openFileKinds: () => OpenFileKinds | null;
+  /** CPU time (user + system, ms) the workerd process has used so far, from /proc; null when unreadable. */
+  cpuMs: () => number | null;
   /** Times the runtime crashed and Miniflare started it again. */
   restarts: () => number;
   stop: () => Promise<void>;
@@ -35,22 +39,75 @@ function run(args: string[]) {
 }
 
 /** The workerd processes this process started (Miniflare's runtime is a direct child). */
+function ownWorkerd(): [number, ProcStat][] {
+  return [...(procStats() ?? new Map<number, ProcStat>()).entries()].filter(
+    ([, p]) => p.comm === "workerd" && p.ppid === process.pid,
+  );
+}
+
 function childWorkerdRssMb(): number | null {
-  const own = [...(procStats() ?? new Map()).values()].filter((p) => p.comm === "workerd" && p.ppid === process.pid);
-  return own.length ? (own.reduce((sum, p) => sum + p.rssPages, 0) * PAGE_BYTES) / 2 ** 20 : null;
+  const own = ownWorkerd();
+  return own.length ? (own.reduce((sum, [, p]) => sum + p.rssPages, 0) * PAGE_BYTES) / 2 ** 20 : null;
+}
+
+let tick: number | null = null;
+/** Clock ticks a second, as /proc counts CPU time. */
+function clockTick(): number {
+  tick ??= Number(spawnSync("getconf", ["CLK_TCK"], { encoding: "utf8" }).stdout.trim()) || 100;
+  return tick;
+}
+
+function childWorkerdCpuMs(): number | null {
+  const own = ownWorkerd();
+  return own.length ? (own.reduce((sum, [, p]) => sum + p.ticks, 0) * 1000) / clockTick() : null;
 }
 
 /** Descriptors the workerd processes this process started hold: what the open-files limit counts. */
 function childWorkerdOpenFiles(): number | null {
-  const own = [...(procStats() ?? new Map()).entries()].filter(
-    ([, p]) => p.comm === "workerd" && p.ppid === process.pid,
-  );
+  const own = ownWorkerd();
   if (!own.length) return null;
   try {
     return own.reduce((sum, [pid]) => sum + readdirSync(`/proc/${pid}/fd`).length, 0);
   } catch {
     return null;
   }
+}
+
+/**
+ * The runtime's descriptors by what they are: sockets (each host's connection, the runtime's own
+ * listeners and pipes) and the SQLite files of the objects awake now (an object's database with
+ * its `-wal` and `-shm`: three per awake object, none for one asleep).
+ */
+interface OpenFileKinds {
+  total: number;
+  sockets: number;
+  sqlite: number;
+  other: number;
+}
+
+function childWorkerdFileKinds(): OpenFileKinds | null {
+  const own = ownWorkerd();
+  if (!own.length) return null;
+  const kinds: OpenFileKinds = { total: 0, sockets: 0, sqlite: 0, other: 0 };
+  try {
+    for (const [pid] of own) {
+      for (const fd of readdirSync(`/proc/${pid}/fd`)) {
+        let target: string;
+        try {
+          target = readlinkSync(`/proc/${pid}/fd/${fd}`);
+        } catch {
+          continue; // closed meanwhile
+        }
+        kinds.total++;
+        if (target.startsWith("socket:")) kinds.sockets++;
+        else if (/\.sqlite(-wal|-shm)?$/.test(target)) kinds.sqlite++;
+        else kinds.other++;
+      }
+    }
+  } catch {
+    return null;
+  }
+  return kinds;
 }
 
 export async function startDirectServer(vars: Record<string, string> = {}): Promise<DirectServer> {
@@ -102,6 +159,8 @@ export async function startDirectServer(vars: Record<string, string> = {}): Prom
     admin,
     rssMb: childWorkerdRssMb,
     openFiles: childWorkerdOpenFiles,
+    openFileKinds: childWorkerdFileKinds,
+    cpuMs: childWorkerdCpuMs,
     restarts: () => restarts,
     stop: async () => {
       await mf.dispose();

@@ -117,6 +117,24 @@ export const serverLabels = sqliteTable(
   ],
 );
 
+/**
+ * The labels a fleet spec's `servers` section declares, by hostname: the merge patch of every
+ * apply that named the hostname (a null value removes its key). Committed with the apply; a live
+ * server gets it through its ledger (the `apply_server_labels` fleet task, as PATCH does), and a
+ * server registered later under that hostname starts with it merged over its own labels.
+ */
+export const specServerLabels = sqliteTable(
+  "spec_server_labels",
+  {
+    fleetId: text("fleet_id").notNull(),
+    hostname: text("hostname").notNull(),
+    labels: text("labels", { mode: "json" }).$type<Record<string, string | null>>().notNull(),
+    updatedAt: integer("updated_at").notNull(),
+    updatedBy: text("updated_by").notNull(),
+  },
+  (t) => [primaryKey({ columns: [t.fleetId, t.hostname] })],
+);
+
 export const agentInstances = sqliteTable(
   "agent_instances",
   {
@@ -277,6 +295,13 @@ export const agentChannels = sqliteTable(
     version: text("version").notNull(),
     /** The catalog image the channel names, as resolved when it was set (null: a free-form image). */
     catalog: text("catalog", { mode: "json" }).$type<CatalogFields>(),
+    /**
+     * How the agent's rollouts go by default (a fleet spec's `channels.<agent>.rollout`): used by
+     * POST /v1/rollouts when the request carries no strategy. null: one wave, as without a strategy.
+     * The strategy is src/model/strategy.ts's `StrategyInput`, parsed when written and read (the
+     * model imports this file, so it is not named here).
+     */
+    rollout: text("rollout", { mode: "json" }).$type<{ strategy: unknown }>(),
     updatedAt: integer("updated_at").notNull(),
     updatedBy: text("updated_by").notNull(),
   },

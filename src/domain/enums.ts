@@ -106,7 +106,14 @@ export const DRIFT_FIXES = ["reissue", "refresh", "none"] as const;
 export type DriftFix = (typeof DRIFT_FIXES)[number];
 
 /** Coordinator work that follows a fleet's D1 change (src/fleets/tasks.ts); `apply_groups` carries a fleet spec's reboot groups. */
-export const FLEET_TASK_KINDS = ["push_settings", "wipe", "apply_groups", "apply_webhooks", "stale_events"] as const;
+export const FLEET_TASK_KINDS = [
+  "push_settings",
+  "wipe",
+  "apply_groups",
+  "apply_webhooks",
+  "stale_events",
+  "apply_server_labels",
+] as const;
 export type FleetTaskKind = (typeof FLEET_TASK_KINDS)[number];
 
 // ---- rollouts ----

@@ -66,6 +66,8 @@ export const MAX_QUEUED_PER_GROUP = 10_000;
 export const MAX_SPEC_CHANNELS = 200;
 export const MAX_SPEC_ROLES = 200;
 export const MAX_SPEC_GROUPS = 100;
+/** Hostnames a fleet spec's `servers` section may name (its labels; a spec stays well under the 1 MiB body). */
+export const MAX_SPEC_SERVERS = 5000;
 
 // ---- rollouts ----
 

@@ -8,7 +8,7 @@ import { iso } from "../lib/time";
 import type { BlockedBy } from "../model/blocked-by";
 import type { GateVerdict, Hold } from "./gates";
 import type { GroupState } from "./semaphore";
-import { withinWindows } from "./windows";
+import { withinWindows } from "../model/windows";
 
 const MINUTE = 60_000;
 const WEEK_MINUTES = 7 * 24 * 60;

@@ -7,7 +7,7 @@
  */
 import type { FleetLockKind } from "../domain/enums";
 import { holderOf, type GroupState, type Holder, type Refusal } from "./semaphore";
-import { withinWindows } from "./windows";
+import { withinWindows } from "../model/windows";
 
 import { MAX_QUEUED_PER_GROUP, MAX_QUEUE_WAIT_S } from "../domain/limits";
 

@@ -7,7 +7,7 @@ import { MAX_QUEUE_WAIT_S, UNCLAIMED_GRANT_S } from "./queue";
 import { GateConfigSchema, HoldSchema, VerdictSchema } from "./gate-schemas";
 import { RELEASE_RULES } from "./health";
 import { DEFAULT_HEALTH_TIMEOUT_S } from "./semaphore";
-import { DAYS, isValidTimeZone, MINUTES_PER_WEEK, type Day } from "./windows";
+import { MaintenanceWindowSchema } from "../model/windows";
 
 export const ClientParamsBody = z
   .object({
@@ -23,42 +23,6 @@ export const ClientParamsBody = z
 export const FleetLockErrorBody = z
   .object({ kind: z.enum(FLEETLOCK_KINDS), value: z.string().min(1) })
   .openapi("FleetLockError");
-
-const FULL_DAY_NAMES: Record<string, Day> = {
-  monday: "Mon",
-  tuesday: "Tue",
-  wednesday: "Wed",
-  thursday: "Thu",
-  friday: "Fri",
-  saturday: "Sat",
-  sunday: "Sun",
-};
-
-/** Days as Zincati's periodic strategy takes them: abbreviated or full English names. */
-const day = z
-  .string()
-  .transform((d, ctx) => {
-    const short = DAYS.find((x) => x.toLowerCase() === d.toLowerCase()) ?? FULL_DAY_NAMES[d.toLowerCase()];
-    if (!short) {
-      ctx.addIssue({ code: "custom", message: `'${d}' is not a weekday (Mon…Sun or Monday…Sunday)` });
-      return z.NEVER;
-    }
-    return short;
-  })
-  .openapi({ type: "string", example: "Sat" });
-
-export const MaintenanceWindowSchema = z
-  .strictObject({
-    days: z.array(day).min(1).max(7),
-    start_time: z.string().regex(/^([01]\d|2[0-3]):[0-5]\d$/, "start_time is HH:MM, 00:00 to 23:59"),
-    length_minutes: z.number().int().min(1).max(MINUTES_PER_WEEK),
-    time_zone: z
-      .string()
-      .max(64)
-      .refine(isValidTimeZone, "time_zone must be an IANA time zone name, e.g. Europe/Berlin")
-      .default("UTC"),
-  })
-  .openapi("MaintenanceWindow");
 
 export const GroupInput = z
   .strictObject({

@@ -5,7 +5,7 @@
  */
 import type { GateConfig, GateName, Hold } from "./gates";
 import type { FleetLockKind } from "../domain/enums";
-import { withinWindows, type MaintenanceWindow } from "./windows";
+import { withinWindows, type MaintenanceWindow } from "../model/windows";
 
 /** healthy_report groups: how long after its reboot a server may take to report healthy (./health.ts). */
 export const DEFAULT_HEALTH_TIMEOUT_S = 900;

@@ -4,7 +4,7 @@ import type { HoldView } from "./gate-rules";
 import type { GateConfig, GateName } from "./gates";
 import { liveEntries, unclaimedMs, type QueueEntry } from "./queue";
 import { DEFAULT_HEALTH_TIMEOUT_S, isStuck, type GroupState } from "./semaphore";
-import { withinWindows, type MaintenanceWindow } from "./windows";
+import { withinWindows, type MaintenanceWindow } from "../model/windows";
 
 interface HolderView {
   id: string;

@@ -13,6 +13,7 @@ import {
   roleProfiles,
   fleetSsoMappings,
   serverLabels,
+  specServerLabels,
   servers,
   tokens,
 } from "../db/schema";
@@ -120,6 +121,7 @@ export function fleetWipe(db: Db, fleet: string) {
     db.delete(tokens).where(inArray(tokens.serverId, ofFleet)),
     db.delete(agentInstances).where(eq(agentInstances.fleetId, fleet)),
     db.delete(serverLabels).where(eq(serverLabels.fleetId, fleet)),
+    db.delete(specServerLabels).where(eq(specServerLabels.fleetId, fleet)),
     db.delete(planMarks).where(eq(planMarks.fleetId, fleet)),
     db.delete(servers).where(eq(servers.fleetId, fleet)),
     db.delete(roleProfiles).where(eq(roleProfiles.fleetId, fleet)),

@@ -6,13 +6,13 @@
  * task is tried at once and retried by the cron until done, so an unreachable coordinator delays
  * the change but never loses it.
  */
-import { and, asc, eq, lte, sql } from "drizzle-orm";
+import { and, asc, eq, inArray, lte, ne, sql } from "drizzle-orm";
 import type { Db } from "../db/client";
 import { getDb } from "../db/client";
-import { fleetTasks } from "../db/schema";
+import { fleetTasks, rollouts, servers } from "../db/schema";
 import type { Env } from "../env";
 import { getFleet, fleetSettings } from "./store";
-import { coordinatorOf } from "../objects/stubs";
+import { coordinatorOf, ledgerOf, rolloutOf } from "../objects/stubs";
 
 /**
  * A task's payload is exactly what the coordinator's RPC takes, so it is typed by that signature:
@@ -24,6 +24,7 @@ type PayloadOf<M extends "applyGroupSpec" | "applyWebhookSpec" | "fleetEvents"> 
 >[M extends "fleetEvents" ? 0 : 1];
 
 async function runTask(env: Env, db: Db, task: typeof fleetTasks.$inferSelect) {
+  if (task.kind === "apply_server_labels") return serverLabels(env, db, task);
   const coordinator = coordinatorOf(env, task.fleetId);
   if (task.kind === "wipe") {
     await coordinator.forget();
@@ -37,7 +38,55 @@ async function runTask(env: Env, db: Db, task: typeof fleetTasks.$inferSelect) {
   else if (task.kind === "apply_webhooks")
     await coordinator.applyWebhookSpec(fleetSettings(row), task.payload as PayloadOf<"applyWebhookSpec">);
   else if (task.kind === "stale_events") await coordinator.fleetEvents(task.payload as PayloadOf<"fleetEvents">);
-  else await coordinator.updateSettings(fleetSettings(row));
+  else {
+    await coordinator.updateSettings(fleetSettings(row));
+    await tellRollouts(env, db, row.id, row.disruptionBudget !== null && row.disruptionBudget !== undefined);
+  }
+}
+
+/**
+ * The fleet's rollouts in progress learn whether the fleet has a disruption budget now: a budget
+ * set (or removed) while one runs applies to its targets not yet started, not only to later
+ * rollouts. Each answers at once and writes only when it changes; a failure fails the task, which
+ * the cron runs again.
+ */
+async function tellRollouts(env: Env, db: Db, fleet: string, on: boolean) {
+  const active = await db
+    .select({ id: rollouts.id })
+    .from(rollouts)
+    .where(and(inArray(rollouts.state, ["running", "paused", "rolling_back"]), eq(rollouts.fleetId, fleet)));
+  await Promise.all(active.map((r) => rolloutOf(env, r.id).budgetChanged(on)));
+}
+
+/**
+ * A fleet spec's labels for its live servers, each handed to the server's ledger as PATCH hands
+ * them (setLabels: a merge, nothing written when it changes nothing, so a retried task is
+ * harmless). A server that is gone, removed, or that a PATCH since filled past the labels' limit
+ * refuses: that is the answer for it, not a failure to retry (the declaration stays, and a later
+ * apply shows the difference again).
+ */
+async function serverLabels(env: Env, db: Db, task: typeof fleetTasks.$inferSelect) {
+  const { actor, servers: patches } = task.payload as {
+    actor: string;
+    servers: Record<string, Record<string, string | null>>;
+  };
+  const hostnames = Object.keys(patches);
+  for (let i = 0; i < hostnames.length; i += 80) {
+    const part = hostnames.slice(i, i + 80);
+    const rows = await db
+      .select({ id: servers.id, hostname: servers.hostname })
+      .from(servers)
+      .where(and(eq(servers.fleetId, task.fleetId), ne(servers.state, "removed"), inArray(servers.hostname, part)));
+    await Promise.all(
+      rows.map(async (r) => {
+        const result: { ok: boolean; message?: string } = await ledgerOf(env, r.id).setLabels(patches[r.hostname], {
+          actor,
+        });
+        if (!result.ok)
+          console.warn(`spec labels for ${r.hostname} in fleet ${task.fleetId} refused: ${result.message}`);
+      }),
+    );
+  }
 }
 
 /** Runs pending coordinator tasks (of one fleet, or the oldest of all): at once after a change, and from the cron. */

@@ -49,6 +49,23 @@ export function channelWrite(
   ] as const;
 }
 
+/**
+ * A channel's default rollout (a fleet spec's `channels.<agent>.rollout`; null: none), after the
+ * channel's own write in the same batch. It changes no image: no history row, nobody re-planned.
+ */
+export const channelRolloutWrite = (
+  db: Db,
+  actor: string,
+  fleet: string,
+  agent: string,
+  rollout: { strategy: unknown } | null,
+  now: number,
+) =>
+  db
+    .update(agentChannels)
+    .set({ rollout, updatedAt: now, updatedBy: actor })
+    .where(sql`${agentChannels.fleetId} = ${fleet} AND ${agentChannels.agent} = ${agent}`);
+
 /** A channel no spec declares any more (its history stays, so a channel put back goes on from it). */
 export const channelDelete = (db: Db, fleet: string, agent: string) =>
   db.delete(agentChannels).where(sql`${agentChannels.fleetId} = ${fleet} AND ${agentChannels.agent} = ${agent}`);

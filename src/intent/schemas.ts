@@ -3,6 +3,7 @@ import { CAPABILITY_NAME, fleetId, roleName } from "../fleets/schemas";
 import { agentName, imageRef, versionString } from "../model/server/schemas";
 
 import { MAX_ROLE_AGENTS } from "../domain/limits";
+import { StrategyInput } from "../model/strategy";
 
 /** An image by its catalog id, or by name and version (in a fleet with image_policy "any", any image string). */
 export const ChannelInput = z
@@ -19,6 +20,10 @@ export const Channel = z
       .string()
       .nullable()
       .openapi({ description: "The catalog image the channel names; null: a free-form image" }),
+    rollout: z.object({ strategy: StrategyInput }).nullable().openapi({
+      description:
+        "How the agent's rollouts go when POST /v1/rollouts names no strategy (a fleet spec's channels.<agent>.rollout); null: one wave",
+    }),
     updated_at: z.string(),
     updated_by: z.string(),
   })

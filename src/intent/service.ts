@@ -97,6 +97,8 @@ export function putChannel(db: Db, actor: string, fleet: string, agent: string, 
       image: input.image,
       version: input.version,
       catalog,
+      // A new image keeps the channel's default rollout (a fleet spec's to change).
+      rollout: current?.rollout ?? null,
       updatedAt: now,
       updatedBy: actor,
     };

@@ -2,6 +2,7 @@ import { and, asc, desc, eq, lt, sql, type SQL } from "drizzle-orm";
 import type { Db } from "../db/client";
 import { agentChannelHistory, agentChannels, fleetIntent, roleProfiles } from "../db/schema";
 import { iso } from "../lib/time";
+import type { StrategyInput } from "../model/strategy";
 
 export type ChannelRow = typeof agentChannels.$inferSelect;
 export type RoleRow = typeof roleProfiles.$inferSelect;
@@ -12,6 +13,7 @@ export const channelView = (r: ChannelRow) => ({
   image: r.image,
   version: r.version,
   image_id: r.catalog?.image_id ?? null,
+  rollout: (r.rollout as { strategy: StrategyInput } | null) ?? null,
   updated_at: iso(r.updatedAt),
   updated_by: r.updatedBy,
 });

@@ -14,7 +14,7 @@ import { textPrefix } from "../lib/body";
 import { chunk } from "../lib/chunk";
 import { statusAt } from "../model/server/staleness";
 import type { TargetState } from "./machine";
-import type { AnalysisCheck } from "./strategy-schemas";
+import type { AnalysisCheck } from "../model/strategy";
 import { checkName, judgePrometheus, type CheckResult } from "./strategy";
 
 export interface SampleRequest {

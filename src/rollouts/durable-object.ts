@@ -8,7 +8,7 @@ import type { Control, RolloutSpec, RolloutState, TargetState } from "./machine"
 import { control, endTarget, redrive, start, type TargetInput } from "./operator";
 import { targetEvent } from "./outcomes";
 import type { RolloutParts } from "./parts";
-import { budgetFreed } from "./starting";
+import { budgetChanged, budgetFreed } from "./starting";
 import type { Plan } from "./strategy";
 import { fireTimers } from "./timers";
 import { eventsPage, summary, summaryIfAny, targetsPage, type RolloutSummary } from "./views";
@@ -92,6 +92,11 @@ export class Rollout extends DurableObject<Env> {
   /** The fleet's coordinator: the disruption budget freed, targets waiting for it ask again. */
   async budgetFreed(): Promise<{ ok: true; requeued: number }> {
     return budgetFreed(this.parts);
+  }
+
+  /** The fleet's disruption budget was set (`on`) or removed: later targets ask for a unit, or stop asking. */
+  async budgetChanged(on: boolean): Promise<{ ok: true; changed: boolean }> {
+    return budgetChanged(this.parts, on);
   }
 
   /** Cron backstop: re-arms what may have been lost (timers, deliveries) and starts what may start. */

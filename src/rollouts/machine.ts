@@ -41,9 +41,18 @@ export interface RolloutSpec {
    * coordinator for its unit before it is applied. Absent on rollouts created before budgets.
    */
   budget?: boolean;
+  /**
+   * Whose strategy the rollout follows: the request's, the fleet's default for the agent (a
+   * fleet spec's), or none (one wave). Absent on rollouts created before defaults: the request's
+   * when it has a plan.
+   */
+  strategy_source?: StrategySource;
   created_by: string;
   created_at: number;
 }
+
+export const STRATEGY_SOURCES = ["request", "fleet_default", "none"] as const;
+export type StrategySource = (typeof STRATEGY_SOURCES)[number];
 
 type SlotPhase = "none" | "requested" | "held";
 

@@ -1,10 +1,11 @@
 import { z } from "@hono/zod-openapi";
 import { labelsSchema } from "../model/server/labels";
 import { BlockedByListSchema } from "../model/blocked-by";
-import { StrategyInput } from "./strategy-schemas";
+import { StrategyInput } from "../model/strategy";
 import { fleetId } from "../fleets/schemas";
 import { agentName, imageRef, versionString } from "../model/server/schemas";
 import { ROLLOUT_STATES, ROLLOUT_TARGET_STATES as TARGET_STATES } from "../domain/enums";
+import { STRATEGY_SOURCES } from "./machine";
 import {
   DEFAULT_ROLLOUT_CONCURRENCY,
   DEFAULT_SERVER_TIMEOUT_S,
@@ -68,11 +69,17 @@ export const RolloutInput = z
     abort: AbortInput.optional(),
     update_channel: z.boolean().default(true),
     reboot_slot: z.boolean().default(false),
-    strategy: StrategyInput.optional().openapi({
-      description:
-        "Canary, pause, analysis and wave steps, in order (without it: one wave at `concurrency`, as before). " +
-        "`concurrency` still bounds the targets applying at once within a step.",
-    }),
+    // A union, not .nullable(): the document then says "the strategy or null" (anyOf), where a
+    // nullable reference is written as allOf [the strategy, …], which null never matches.
+    strategy: z
+      .union([StrategyInput, z.null()])
+      .optional()
+      .openapi({
+        description:
+          "Canary, pause, analysis and wave steps, in order. Without it: the fleet's default for the agent (a fleet " +
+          "spec's channels.<agent>.rollout), else one wave at `concurrency`; null: one wave, whatever the default. " +
+          "`concurrency` still bounds the targets applying at once within a step.",
+      }),
     channel_only: z
       .boolean()
       .default(false)
@@ -146,7 +153,11 @@ export const RolloutSchema = z
     created_at: z.string(),
     ended_at: z.string().nullable(),
     change: z.number().int().openapi({ description: "Moves with every change; pass it back as `since` to long-poll" }),
-    strategy: StrategyInput.nullable().openapi({ description: "The strategy as given (null: one wave)" }),
+    strategy: z.union([StrategyInput, z.null()]).openapi({ description: "The strategy it follows (null: one wave)" }),
+    strategy_source: z.enum(STRATEGY_SOURCES).openapi({
+      description:
+        "Whose strategy: the request's, the fleet's default for the agent (`fleet_default`: its spec's channels.<agent>.rollout), or none (one wave)",
+    }),
     steps: z
       .array(
         z.object({

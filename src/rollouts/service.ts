@@ -7,7 +7,8 @@
  */
 import { and, asc, desc, eq, inArray, isNotNull, lt, ne, notInArray, or, type SQL } from "drizzle-orm";
 import { getDb, type Db } from "../db/client";
-import { agentInstances, rolloutLocks, rollouts, servers } from "../db/schema";
+import { agentChannels, agentInstances, rolloutLocks, rollouts, servers } from "../db/schema";
+import { StrategyInput } from "../model/strategy";
 import type { Env } from "../env";
 import { imageForFleet } from "../images/resolve";
 import { getFleet } from "../fleets/store";
@@ -25,6 +26,7 @@ import {
   type Control,
   type RolloutSpec,
   type RolloutState,
+  type StrategySource,
   type TargetState,
 } from "./machine";
 import type { RolloutInput } from "./schemas";
@@ -202,6 +204,33 @@ async function claim(env: Env, db: Db, fleet: string, agent: string, rolloutId: 
   throw new DomainError("rollout_in_progress", `another rollout of '${agent}' in fleet '${fleet}' is starting; retry`);
 }
 
+/**
+ * The strategy a new rollout takes: the request's (`strategy: null` asks for one wave, whatever
+ * the fleet's default), else the fleet's default for the agent (its channel's `rollout`, set by a
+ * fleet spec), else none. A rollout that writes no server (channel_only) takes none.
+ */
+async function strategyOf(
+  db: Db,
+  input: RolloutInput,
+): Promise<{ strategy: StrategyInput | null; source: StrategySource }> {
+  if (input.strategy) return { strategy: input.strategy, source: "request" };
+  if (input.strategy === null || input.channel_only) return { strategy: null, source: "none" };
+  const [row] = await db
+    .select({ rollout: agentChannels.rollout })
+    .from(agentChannels)
+    .where(and(eq(agentChannels.fleetId, input.fleet), eq(agentChannels.agent, input.agent)))
+    .limit(1);
+  if (!row?.rollout) return { strategy: null, source: "none" };
+  // Parsed as it was when the spec stored it; a default a later release no longer takes is refused, not guessed at.
+  const parsed = StrategyInput.safeParse(row.rollout.strategy);
+  if (!parsed.success)
+    throw new DomainError(
+      "invalid_strategy",
+      `the fleet's default strategy for '${input.agent}' no longer validates (${parsed.error.issues[0]?.message}); apply its spec again, or send a strategy`,
+    );
+  return { strategy: parsed.data, source: "fleet_default" };
+}
+
 export const unknownFleet = (fleet: string) => new DomainError("unknown_fleet", `fleet '${fleet}' does not exist`);
 
 export async function createRollout(
@@ -224,14 +253,23 @@ export async function createRollout(
   input = { ...input, image: resolved.image, version: resolved.version };
   const selected = input.channel_only ? [] : await selectTargets(db, input);
   await refuseNoTargets(db, input, selected);
-  const planned = input.strategy
+  const { strategy, source } = await strategyOf(db, input);
+  const planned = strategy
     ? await checkStrategy(
         db,
         fetcher,
         { fleet: input.fleet, allowLoopbackHttp: env.ALLOW_LOOPBACK_HTTP === "1" },
-        input.strategy,
+        strategy,
         selected.filter((t) => !t.excluded),
-      )
+      ).catch((err: unknown) => {
+        // A refusal of the fleet's default says whose strategy it was, and where it is set.
+        if (source !== "fleet_default" || !(err instanceof DomainError)) throw err;
+        throw new DomainError(
+          err.code,
+          `the fleet's default strategy for '${input.agent}' (its spec's channels.${input.agent}.rollout; send a strategy, or strategy: null for one wave): ${err.message}`,
+          err.details,
+        );
+      })
     : null;
   const targets: TargetInput[] = selected.map(({ labels: _l, ...t }) =>
     planned && !t.excluded ? { ...t, phase: planned.phaseOf.get(t.server_id) ?? 0 } : t,
@@ -251,6 +289,7 @@ export async function createRollout(
     update_channel: input.update_channel,
     reboot_slot: input.reboot_slot,
     budget: fleet.disruptionBudget !== null && fleet.disruptionBudget !== undefined,
+    strategy_source: source,
     created_by: actor,
     created_at: Date.now(),
   };

@@ -84,6 +84,26 @@ export function budgetFreed(p: RolloutParts): { ok: true; requeued: number } {
   return { ok: true, requeued };
 }
 
+/**
+ * The fleet's disruption budget was set or removed while the rollout runs: from now on its
+ * targets ask for a unit before they start (or no longer do, and those waiting for one are queued
+ * again). Targets already applying took none and are not counted until they end. Unchanged: no
+ * write. Idempotent, so the settings push that calls it may repeat.
+ */
+export function budgetChanged(p: RolloutParts, on: boolean): { ok: true; changed: boolean } {
+  const state = p.store.load();
+  if (!state || (state.spec.budget === true) === on) return { ok: true, changed: false };
+  const now = p.clock();
+  p.store.transaction(() => {
+    p.store.setBudget(on);
+    if (!on)
+      for (const t of p.store.targets.waitingBudget(state.core.pass)) change(p, t, { type: "budget_freed" }, now);
+    pump(p, now);
+  });
+  p.background(settle(p, false));
+  return { ok: true, changed: true };
+}
+
 export type SlotAnswer = { ok: true } | { ok: false; kind: string; value: string; blocked_by?: BlockedBy[] };
 
 /** What a slot refusal of the group (not the budget) means to a waiting target. */

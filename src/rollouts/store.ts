@@ -87,6 +87,13 @@ export class RolloutStore {
     else this.kv.put(`blocked:${pass}:${serverId}`, blocked);
   }
 
+  /** Whether its targets take a unit of the fleet's disruption budget (the fleet's budget was set or removed). */
+  setBudget(on: boolean) {
+    const spec = { ...this.load()!.spec, budget: on };
+    this.kv.put("spec", spec);
+    this.cache!.spec = spec;
+  }
+
   /** Every waiting target of a pass ended at once (skipped): their reasons go in the same turn. */
   dropBlockedOfPass(pass: number) {
     for (const [key] of this.kv.list({ prefix: `blocked:${pass}:` })) this.kv.delete(key);

@@ -12,7 +12,7 @@ import type { Fetcher } from "../fleetlock/external-check";
 import { outboundUrlProblem } from "../lib/url";
 import { prometheusCheck } from "./analysis-checks";
 import { planStrategy, type Plan, type PlanTarget } from "./strategy";
-import type { StrategyInput } from "./strategy-schemas";
+import type { StrategyInput } from "../model/strategy";
 
 /** How long creation waits for a Prometheus endpoint: a host that hangs must not hold the request. */
 const CREATE_PROBE_TIMEOUT_S = 3;

@@ -11,9 +11,9 @@
  * checks held through its bake time).
  */
 import type { BlockedBy } from "../model/blocked-by";
-import { withinWindows, localMinuteOfWeek, DAYS, MINUTES_PER_WEEK, type MaintenanceWindow } from "../fleetlock/windows";
+import { withinWindows, localMinuteOfWeek, DAYS, MINUTES_PER_WEEK, type MaintenanceWindow } from "../model/windows";
 import type { Labels } from "../model/server/labels";
-import type { AnalysisCheck, Comparison, StrategyInput, StrategyStep } from "./strategy-schemas";
+import type { AnalysisCheck, Comparison, StrategyInput, StrategyStep } from "../model/strategy";
 
 /** A plan this long is a mistake (a ramp with a tiny factor over a large fleet). */
 const MAX_PHASES = 200;

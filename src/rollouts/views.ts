@@ -2,7 +2,7 @@
  * What the rollout shows: its summary (counts, pace, warnings) and pages of its targets and event
  * log. Reads only (its long poll waits in the Worker: ./waits.ts).
  */
-import { type RolloutSpec, type RolloutState, type TargetState } from "./machine";
+import { type RolloutSpec, type RolloutState, type StrategySource, type TargetState } from "./machine";
 import type { RolloutParts } from "./parts";
 import { etaSeconds } from "./progress";
 import { medianMs } from "./slow";
@@ -53,6 +53,7 @@ export interface RolloutSummary {
   ended_at: number | null;
   version_seq: number;
   strategy: Plan["strategy"] | null;
+  strategy_source: StrategySource;
   steps: StepView[];
   current_phase: number | null;
   analysis: SampleRow[];
@@ -88,6 +89,7 @@ export function summary(p: RolloutParts): RolloutSummary {
     created_at: spec.created_at,
     ended_at: core.ended_at,
     version_seq: core.version,
+    strategy_source: spec.strategy_source ?? (p.store.plan() ? "request" : "none"),
     ...strategyView(p),
   };
 }

@@ -13,9 +13,9 @@
  * index, the token row and the fleet's coordinator along.
  */
 import { issueToken } from "../auth/tokens";
-import { getDb } from "../db/client";
-import { servers } from "../db/schema";
-import { eq } from "drizzle-orm";
+import { getDb, type Db } from "../db/client";
+import { servers, specServerLabels } from "../db/schema";
+import { and, eq } from "drizzle-orm";
 import { DomainError, notFound } from "../domain/errors";
 import type { Env } from "../env";
 import { visibleFleets, type Principal } from "../domain/principal";
@@ -57,6 +57,23 @@ export interface RegisterInput {
   fleetlock_id?: string;
 }
 
+/**
+ * A server's first labels: its own (the request's, an enrollment's) with what a fleet spec
+ * declares for its hostname merged over them (src/specs/spec-servers.ts: the spec named it before
+ * it registered). Should the two together be more than a server may carry, the server keeps its
+ * own: a spec never makes a registration fail (the next diff shows the difference).
+ */
+async function withDeclaredLabels(db: Db, fleet: string, hostname: string, own: Labels): Promise<Labels> {
+  const [row] = await db
+    .select({ labels: specServerLabels.labels })
+    .from(specServerLabels)
+    .where(and(eq(specServerLabels.fleetId, fleet), eq(specServerLabels.hostname, hostname)))
+    .limit(1);
+  if (!row) return sortedLabels(own);
+  const merged = mergeLabels(own, row.labels);
+  return Object.keys(merged).length > MAX_SERVER_LABELS ? sortedLabels(own) : merged;
+}
+
 export function unknownFleet(fleet: string): never {
   throw new DomainError("unknown_fleet", `fleet '${fleet}' does not exist`);
 }
@@ -88,7 +105,7 @@ export async function registerServer(
     hostname: input.hostname.toLowerCase(),
     kind: input.kind,
     roles: input.roles,
-    labels: sortedLabels(input.labels ?? {}),
+    labels: await withDeclaredLabels(db, fleet.id, input.hostname.toLowerCase(), input.labels ?? {}),
     reboot_group: input.reboot_group,
     fleetlock_id: input.fleetlock_id ?? null,
     state: "provisioning",

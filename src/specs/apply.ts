@@ -7,9 +7,17 @@
 import { auditInsert } from "../db/audit";
 import type { Db } from "../db/client";
 import { fleetTask } from "../fleets/store";
-import { channelDelete, channelWrite, fleetSettingsWrite, roleDelete, roleWrite } from "../intent/batch";
+import {
+  channelDelete,
+  channelRolloutWrite,
+  channelWrite,
+  fleetSettingsWrite,
+  roleDelete,
+  roleWrite,
+} from "../intent/batch";
 import { markFleet, markServersWithRole } from "../planner/service";
 import { summaryOf, type SpecPlan } from "./diff";
+import { serverStatements } from "./spec-servers";
 import { fleetMappingWrite } from "../sso/store";
 
 type Statement = Parameters<Db["batch"]>[0][number];
@@ -39,7 +47,10 @@ export function applyStatements(
       }),
     );
   }
-  for (const c of plan.channels.write) out.push(...channelWrite(db, actor, fleet, c.agent, c.input, c.previous, now));
+  for (const c of plan.channels.write) {
+    if (c.image) out.push(...channelWrite(db, actor, fleet, c.agent, c.input, c.previous, now));
+    if (c.rolloutChanged) out.push(channelRolloutWrite(db, actor, fleet, c.agent, c.rollout, now));
+  }
   for (const agent of plan.channels.remove) out.push(channelDelete(db, fleet, agent));
   // One mark per server however many of its inputs change: the planner runs once for the apply.
   const cause = { actor, action: "fleet.spec.apply" };
@@ -50,6 +61,10 @@ export function applyStatements(
   if (plan.groups) out.push(fleetTask(db, fleet, "apply_groups", rev, { rev, ...plan.groups }));
   if (plan.lockSettings) out.push(fleetTask(db, fleet, "push_settings", rev));
   // Webhooks too belong to the coordinator; their secrets are staged there, the task names the stage.
+  out.push(...serverStatements(db, actor, fleet, plan.servers, now));
+  // Live servers' labels are their ledgers': handed to each by the fleet task, as PATCH would.
+  if (plan.servers.task)
+    out.push(fleetTask(db, fleet, "apply_server_labels", rev, { actor, servers: plan.servers.task }));
   if (plan.webhooks) {
     const { needSecret: _n, ...hooks } = plan.webhooks;
     out.push(fleetTask(db, fleet, "apply_webhooks", rev, { rev, actor, ...hooks }));

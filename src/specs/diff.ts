@@ -10,7 +10,9 @@ import type { RoleAgent } from "../planner/plan";
 import { byKey, sameValue } from "./canonical";
 import { groupConfig, type GroupConfig } from "./groups";
 import type { DiffItem, DiffOp, FleetSpec, SpecSection, SpecSettings } from "./schemas";
+import type { SpecChannelRollout } from "./rollout-defaults";
 import type { FleetState } from "./store";
+import { planServers, type ServersPlan } from "./spec-servers";
 import { comparable, webhooksTask } from "./webhooks";
 import { accessChanges, type AccessRowChange } from "./access";
 
@@ -25,6 +27,11 @@ export interface SpecPlan {
       agent: string;
       input: { image: string; version: string };
       previous: { image: string; version: string } | null;
+      /** The image or version changes (else only the default rollout does: no history row, no image resolved). */
+      image: boolean;
+      /** The channel's default rollout after the apply (null: none), and whether it changes. */
+      rollout: SpecChannelRollout | null;
+      rolloutChanged: boolean;
     }[];
     remove: string[];
   };
@@ -39,6 +46,8 @@ export interface SpecPlan {
   webhooks: ReturnType<typeof webhooksTask> | null;
   /** The fleet's SSO access rows to write (scope) or remove (null), in the apply's batch (./access.ts). */
   access: AccessRowChange[];
+  /** Servers' labels: declarations to write or drop, and the patches owed to live servers' ledgers. */
+  servers: ServersPlan;
 }
 
 /** Items of one map section: added, changed, removed (prune) or unlisted. */
@@ -144,6 +153,8 @@ export function planSpec(
   for (const name of hooks.rotate) needSecret.add(name);
 
   const accessItems = diffMap("access", state.access, spec.access ?? {}, prune);
+  const servers = planServers(state.servers, spec.servers ?? {}, prune);
+  const serverItems: DiffItem[] = servers.items.map((i) => ({ section: "servers", path: `servers.${i.name}`, ...i }));
 
   const roleChanges = changed(roleItems);
   return {
@@ -155,17 +166,25 @@ export function planSpec(
       ...groupItems,
       ...webhookItems,
       ...accessItems,
+      ...serverItems,
     ],
     settings,
     capabilities,
     channels: {
       write: changed(channelItems)
         .filter((i) => i.op !== "remove")
-        .map((i) => ({
-          agent: i.name,
-          input: spec.channels![i.name],
-          previous: (i.before as { image: string; version: string } | null) ?? null,
-        })),
+        .map((i) => {
+          const { rollout, ...input } = spec.channels![i.name];
+          const previous = (i.before as FleetState["channels"][string] | null) ?? null;
+          return {
+            agent: i.name,
+            input,
+            previous: previous && { image: previous.image, version: previous.version },
+            image: !previous || previous.image !== input.image || previous.version !== input.version,
+            rollout: rollout ?? null,
+            rolloutChanged: !sameValue(previous?.rollout ?? null, rollout ?? null),
+          };
+        }),
       remove: channelItems.filter((i) => i.op === "remove").map((i) => i.name),
     },
     roles: {
@@ -188,6 +207,7 @@ export function planSpec(
       ? webhooksTask(state.webhooks, spec.webhooks ?? {}, webhookItems, needSecret)
       : null,
     access: accessChanges(accessItems),
+    servers,
   };
 }
 

@@ -9,7 +9,13 @@
  * reader in ./store.ts and a differ in ./diff.ts (as webhooks are).
  */
 import { z } from "@hono/zod-openapi";
-import { MAX_CAPABILITIES, MAX_SPEC_CHANNELS, MAX_SPEC_GROUPS, MAX_SPEC_ROLES } from "../domain/limits";
+import {
+  MAX_CAPABILITIES,
+  MAX_SPEC_CHANNELS,
+  MAX_SPEC_GROUPS,
+  MAX_SPEC_ROLES,
+  MAX_SPEC_SERVERS,
+} from "../domain/limits";
 import { capabilityName, FleetPatch, fleetId, groupName, roleName } from "../fleets/schemas";
 import { PlannerRunSchema, RoleInput } from "../intent/schemas";
 import { agentName, imageRef, versionString } from "../model/server/schemas";
@@ -17,6 +23,8 @@ import { MAX_WEBHOOKS_PER_FLEET } from "../webhooks/manage";
 import { SpecSecretsSchema, SpecWebhookSchema } from "../webhooks/schemas";
 import { MAX_SPEC_ACCESS, SpecAccessKey, SpecAccessScope } from "../sso/schemas";
 import { SpecRebootGroup } from "./groups";
+import { SpecChannelRollout } from "./rollout-defaults";
+import { SpecServer, specHostname } from "./spec-servers";
 import { userKeyed } from "../lib/user-keys";
 
 /** A webhook's name in a spec; one added through the API is named by its id (a UUID fits). */
@@ -37,8 +45,13 @@ const section = <K extends z.ZodString, V extends z.ZodType>(
     .optional()
     .openapi({ description });
 
-/** A channel in a spec: the image by name and version (in a fleet with image_policy "catalog", a catalog image's). */
-const SpecChannel = z.strictObject({ image: imageRef, version: versionString }).openapi("SpecChannel");
+/**
+ * A channel in a spec: the image by name and version (in a fleet with image_policy "catalog", a
+ * catalog image's), and how the agent's rollouts go by default (./rollout-defaults.ts).
+ */
+const SpecChannel = z
+  .strictObject({ image: imageRef, version: versionString, rollout: SpecChannelRollout.optional() })
+  .openapi("SpecChannel");
 
 /** The fleet's settings, each as PATCH /v1/fleets/{fleet} takes it; one left out is not managed. */
 export const SpecSettings = z
@@ -71,7 +84,7 @@ export const FleetSpec = z
       SpecChannel,
       MAX_SPEC_CHANNELS,
       "channels",
-      "Per agent, the image and version the fleet wants",
+      "Per agent, the image and version the fleet wants, and how its rollouts go by default",
     ),
     roles: section(
       roleName,
@@ -101,6 +114,13 @@ export const FleetSpec = z
       "access rows",
       "SSO access to this fleet only: group:<group> or email:<address> → read, write or admin (at most the applying token's scope)",
     ),
+    servers: section(
+      specHostname,
+      SpecServer,
+      MAX_SPEC_SERVERS,
+      "servers",
+      "Per hostname, labels merged into that server's (as PATCH /v1/servers/{id}); servers not named are untouched, and a hostname no server has yet waits for it to register",
+    ),
   })
   .openapi("FleetSpec", {
     description:
@@ -108,7 +128,16 @@ export const FleetSpec = z
   });
 export type FleetSpec = z.infer<typeof FleetSpec>;
 
-const SPEC_SECTIONS = ["settings", "capabilities", "channels", "roles", "reboot_groups", "webhooks", "access"] as const;
+const SPEC_SECTIONS = [
+  "settings",
+  "capabilities",
+  "channels",
+  "roles",
+  "reboot_groups",
+  "webhooks",
+  "access",
+  "servers",
+] as const;
 
 /**
  * What spec:diff and PUT …/spec take: the spec itself, or the spec and the secrets its webhooks'

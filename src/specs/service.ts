@@ -29,9 +29,11 @@ import { sha256Hex } from "../lib/crypto";
 import { coordinatorOf } from "../objects/stubs";
 import type { FleetSpec } from "./schemas";
 import { missingSecrets, sentSecrets, webhookCountProblems } from "./webhooks";
+import { readFleetState, serversToReplan, specOf, withLiveLabels, type FleetState } from "./store";
+import { labelCountProblems } from "./spec-servers";
+import { rolloutUrlProblems } from "./rollout-defaults";
 import { accessAboveApplier } from "./access";
 import type { Scope } from "../domain/enums";
-import { readFleetState, serversToReplan, specOf, type FleetState } from "./store";
 import { referenceProblems, schemaProblems, webhookUrlProblems, type Problem } from "./validate";
 
 const etagOf = async (state: FleetState) => `"${await specHash(specOf(state))}"`;
@@ -103,6 +105,7 @@ export async function refuseInvalidSpec(
     ...errors.flatMap(schemaProblems),
     ...referenceProblems(raw, fleet, known),
     ...webhookUrlProblems(raw, loopback(env)),
+    ...rolloutUrlProblems(raw, loopback(env)),
   ]);
   throw new Error("unreachable: a schema failure has problems");
 }
@@ -117,6 +120,8 @@ async function resolveChannels(db: Db, state: FleetState, spec: FleetSpec, plan:
   const problems: Problem[] = [];
   const write = await Promise.all(
     plan.channels.write.map(async (c) => {
+      // Only the default rollout changes: the image stays as it was resolved.
+      if (!c.image) return c;
       try {
         return { ...c, input: await imageForFleet(db, state.row.id, c.input, policy) };
       } catch (err) {
@@ -147,6 +152,7 @@ async function sentDigests(input: SpecInput) {
 const referencesOf = (env: Env, state: FleetState, spec: FleetSpec, prune: boolean) => [
   ...referenceProblems(spec, state.row.id, prune ? [] : Object.keys(state.channels)),
   ...webhookUrlProblems(spec, loopback(env)),
+  ...rolloutUrlProblems(spec, loopback(env)),
 ];
 
 function diffOf(state: FleetState, plan: SpecPlan, prune: boolean, etag: string | null, exists = true) {
@@ -168,9 +174,11 @@ const scopeOf = (plan: SpecPlan) =>
 /** POST …/spec:diff: what the spec would change, and whom the planner would re-plan; changes nothing. */
 export async function diffFleetSpec(env: Env, fleet: string, input: SpecInput, prune: boolean) {
   const db = getDb(env.DB);
-  const { state, exists } = await stateOrNew(env, db, fleet);
   const { spec } = input;
-  refuse(referencesOf(env, state, spec, prune));
+  const read = await stateOrNew(env, db, fleet);
+  const state = await withLiveLabels(db, read.state, Object.keys(spec.servers ?? {}));
+  const exists = read.exists;
+  refuse([...referencesOf(env, state, spec, prune), ...labelCountProblems(state.servers, spec.servers ?? {})]);
   const plan = planSpec(state, spec, prune, (await sentDigests(input)).digests);
   refuse(webhookCountProblems(state.webhooks, plan.items));
   await resolveChannels(db, state, spec, plan);
@@ -224,12 +232,14 @@ type ApplyOpts = { prune: boolean; ifMatch?: string; ifNoneMatch?: string; appli
  * webhooks without a secret). The secrets it sets are staged in the coordinator, which keeps
  * them, before the D1 batch commits (src/webhooks/spec.ts): its task carries only the stage's id.
  */
-async function decideApply(env: Env, state: FleetState, input: SpecInput, opts: ApplyOpts) {
+async function decideApply(env: Env, read: FleetState, input: SpecInput, opts: ApplyOpts) {
   const { prune } = opts;
   const { sent, digests } = await sentDigests(input);
+  const state = await withLiveLabels(getDb(env.DB), read, Object.keys(input.spec.servers ?? {}));
   const plan = planSpec(state, input.spec, prune, digests);
   refuse([
     ...referencesOf(env, state, input.spec, prune),
+    ...labelCountProblems(state.servers, input.spec.servers ?? {}),
     ...missingSecrets(plan.items, input.spec.webhooks ?? {}, sent),
     ...webhookCountProblems(state.webhooks, plan.items),
     ...accessAboveApplier(plan.items, opts.applier ?? "read"),
@@ -328,8 +338,8 @@ export async function applyFleetSpec(
   const { state, plan, etag } = outcome;
   const changed = created !== null || writes(plan);
   if (changed) pagesChanged(env, ctx, fleet, "fleet");
-  let pending = state.pending !== null || state.webhooks.pending !== null;
-  if (writes(plan) && (plan.groups || plan.lockSettings || plan.webhooks))
+  let pending = state.pending !== null || state.webhooks.pending !== null || Object.keys(state.servers.owed).length > 0;
+  if (writes(plan) && (plan.groups || plan.lockSettings || plan.webhooks || plan.servers.task))
     pending = (await runFleetTasks(env, { fleet })).failed > 0;
   const planning = changed && scopeOf(plan) !== "none" ? await planAfterChange(env, ctx, fleet) : null;
   const after = changed ? await etagOf(await stateOf(env, db, fleet)) : etag!;

@@ -20,13 +20,17 @@ import type { Scope } from "../domain/enums";
 import { fleetMappingsOf } from "../sso/store";
 import { accessForm } from "./access";
 import { specForm, type WebhookState } from "./webhooks";
+import type { SpecChannelRollout } from "./rollout-defaults";
+import { declaredQuery, liveLabels, serversSpecOf, type ServerLabelsTask, type ServersState } from "./spec-servers";
+import { mergeLabels } from "../model/server/labels";
 
 export interface FleetState {
   row: FleetRow;
   rev: number;
   settings: Required<SpecSettings>;
   capabilities: Record<string, boolean>;
-  channels: Record<string, { image: string; version: string }>;
+  /** Each agent's channel, with its default rollout when it has one. */
+  channels: Record<string, { image: string; version: string; rollout?: SpecChannelRollout }>;
   roles: Record<string, { agents: RoleAgent[] }>;
   groups: Record<string, GroupConfig>;
   /** Per group: holders and parked hosts (a pruned group that has any only closes). */
@@ -35,8 +39,18 @@ export interface FleetState {
   pending: GroupsSpec | null;
   /** The coordinator's webhooks as declared (an apply's still owed shown as applied), and their secrets' digests. */
   webhooks: WebhookState;
+  /** The `servers` section: the declaration, what its last apply still owes the ledgers, live labels. */
+  servers: ServersState;
   /** SSO access to the fleet its spec declares: `group:…`/`email:…` → scope. */
   access: Record<string, Scope>;
+}
+
+/** The state with the live labels of the hostnames the spec names or the fleet declares, owed patches merged in. */
+export async function withLiveLabels(db: Db, state: FleetState, named: string[]): Promise<FleetState> {
+  const hostnames = [...new Set([...named, ...Object.keys(state.servers.declared)])];
+  const live = await liveLabels(db, state.row.id, hostnames);
+  for (const [h, patch] of Object.entries(state.servers.owed)) if (live[h]) live[h] = mergeLabels(live[h], patch);
+  return { ...state, servers: { ...state.servers, live } };
 }
 
 /**
@@ -50,7 +64,7 @@ export async function readFleetState(
   fleet: string,
   orNew?: () => FleetRow,
 ): Promise<{ state: FleetState; exists: boolean } | null> {
-  const [fleetRows, revRows, roleRows, channelRows, taskRows, accessRows] = await db.batch([
+  const [fleetRows, revRows, roleRows, channelRows, taskRows, declaredRows, accessRows] = await db.batch([
     db.select().from(fleets).where(eq(fleets.id, fleet)),
     db.select({ rev: fleetIntent.rev }).from(fleetIntent).where(eq(fleetIntent.fleetId, fleet)),
     db
@@ -58,13 +72,24 @@ export async function readFleetState(
       .from(roleProfiles)
       .where(eq(roleProfiles.fleetId, fleet)),
     db
-      .select({ agent: agentChannels.agent, image: agentChannels.image, version: agentChannels.version })
+      .select({
+        agent: agentChannels.agent,
+        image: agentChannels.image,
+        version: agentChannels.version,
+        rollout: agentChannels.rollout,
+      })
       .from(agentChannels)
       .where(eq(agentChannels.fleetId, fleet)),
     db
       .select({ kind: fleetTasks.kind, payload: fleetTasks.payload })
       .from(fleetTasks)
-      .where(and(eq(fleetTasks.fleetId, fleet), inArray(fleetTasks.kind, ["apply_groups", "apply_webhooks"]))),
+      .where(
+        and(
+          eq(fleetTasks.fleetId, fleet),
+          inArray(fleetTasks.kind, ["apply_groups", "apply_webhooks", "apply_server_labels"]),
+        ),
+      ),
+    declaredQuery(db, fleet),
     fleetMappingsOf(db, fleet),
   ]);
   const exists = fleetRows.length > 0;
@@ -98,12 +123,23 @@ export async function readFleetState(
       image_policy: row.imagePolicy,
     },
     capabilities: byKey(Object.entries(row.capabilities)),
-    channels: byKey(channelRows.map((c) => [c.agent, { image: c.image, version: c.version }])),
+    channels: byKey(
+      channelRows.map((c) => [
+        c.agent,
+        { image: c.image, version: c.version, ...(c.rollout ? { rollout: c.rollout as SpecChannelRollout } : {}) },
+      ]),
+    ),
     roles: byKey(roleRows.map((r) => [r.role, { agents: r.agents }])),
     groups: byKey(groups),
     busy: Object.fromEntries(views.map((v) => [v.name, { holders: v.holders.length, queued: v.queue.length }])),
     pending,
     webhooks: webhookState(hooks, task<WebhooksSpec>("apply_webhooks")),
+    // Live labels are read for the hostnames a spec names, once it is known (withLiveLabels).
+    servers: {
+      declared: byKey(declaredRows.map((r) => [r.hostname, r.labels])),
+      owed: task<ServerLabelsTask>("apply_server_labels")?.servers ?? {},
+      live: {},
+    },
     access: accessForm(accessRows),
   };
   return { state, exists };
@@ -140,6 +176,7 @@ export const specOf = (s: FleetState) => ({
   roles: s.roles,
   reboot_groups: s.groups,
   webhooks: byKey(Object.entries(s.webhooks.declared).map(([name, w]) => [name, specForm(w)])),
+  servers: serversSpecOf(s.servers),
   access: s.access,
 });
 

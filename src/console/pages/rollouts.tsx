@@ -7,6 +7,8 @@ import { describeRolloutEvent } from "../rollout-events";
 import { namedActor } from "../audit-text";
 import { ROLLOUT_STATES, type RolloutTargetState } from "../../domain/enums";
 import { EventSchema, RolloutListItem, RolloutSchema, TargetSchema } from "../../rollouts/schemas";
+import { Channel } from "../../intent/schemas";
+import type { StrategyStep } from "../../model/strategy";
 import { must, qs, read, readPage, type InProcessApp } from "../api";
 import { action, NoFleet, page, render, type View } from "../context";
 import { requireCsrf, requireSession, type ConsoleEnv } from "../guard";
@@ -42,7 +44,11 @@ async function rolloutsPage(v: View) {
   if (!v.fleet) return render(v, "rollouts", "Rollouts", <NoFleet session={v.session} />);
   const q = v.c.req.query();
   const params = { fleet: v.fleet, state: q.state, agent: q.agent?.trim(), cursor: q.cursor };
-  const list = await readPage(v, RolloutListItem, `/v1/rollouts${qs({ ...params, limit: 50 })}`);
+  const [list, channels] = await Promise.all([
+    readPage(v, RolloutListItem, `/v1/rollouts${qs({ ...params, limit: 50 })}`),
+    readPage(v, Channel, `/v1/fleets/${encodeURIComponent(v.fleet)}/channels?limit=200`),
+  ]);
+  const defaults = channels.items.filter((c) => c.rollout);
   return render(
     v,
     "rollouts",
@@ -85,6 +91,28 @@ async function rolloutsPage(v: View) {
       </Table>
       {list.items.length === 0 ? <p>No rollout{q.state || q.agent ? " matches" : " yet"}.</p> : null}
       <Pager base="/console/rollouts" params={params} next={list.next_cursor} />
+      <section aria-labelledby="h-defaults" id="rollout-defaults">
+        <h2 id="h-defaults">Default strategies</h2>
+        {defaults.length === 0 ? (
+          <p class="muted">
+            No agent has a default strategy: a rollout started without one is one wave. A fleet spec sets one per agent
+            (channels.&lt;agent&gt;.rollout).
+          </p>
+        ) : (
+          <Table
+            caption="What a rollout of each agent follows when it is started without a strategy"
+            head={["Agent", "Steps", "Automatic rollback"]}
+          >
+            {defaults.map((c) => (
+              <tr>
+                <td>{c.agent}</td>
+                <td>{c.rollout!.strategy.steps.map(stepText).join(" → ")}</td>
+                <td>{c.rollout!.strategy.auto_rollback ? "yes" : "no"}</td>
+              </tr>
+            ))}
+          </Table>
+        )}
+      </section>
     </>,
   );
 }
@@ -155,6 +183,8 @@ async function rolloutPage(v: View) {
               <dd>
                 <Ago at={r.ended_at} never="not yet" />
               </dd>
+              <dt>Strategy</dt>
+              <dd>{strategySourceText(r)}</dd>
               <dt>Concurrency</dt>
               <dd>
                 {r.concurrency}
@@ -311,6 +341,24 @@ async function rolloutPage(v: View) {
 }
 
 type RolloutView = typeof RolloutSchema._output;
+
+/** Whose strategy a rollout follows, in words. */
+const strategySourceText = (r: RolloutView) =>
+  r.strategy_source === "fleet_default"
+    ? `the fleet's default for ${r.agent} (its spec's channels.${r.agent}.rollout)`
+    : r.strategy_source === "request"
+      ? "given when it was started"
+      : "none: one wave";
+
+/** A strategy step in a few words: "canary 2", "analysis 5m", "wave 50 % by zone". */
+function stepText(s: StrategyStep): string {
+  const size = (x: { count?: number; percent?: number }) => (x.count !== undefined ? `${x.count}` : `${x.percent} %`);
+  if (s.type === "canary") return `canary ${size(s)}`;
+  if (s.type === "pause") return s.duration_s ? `pause ${s.duration_s} s` : "pause until resumed";
+  if (s.type === "analysis") return `analysis ${s.bake_s} s (${s.checks.map((c) => c.kind).join(", ")})`;
+  const how = s.ramp ? `ramp ${s.ramp.start}×${s.ramp.factor}` : size(s);
+  return `wave ${how}${s.by ? ` by ${s.by}` : ""}`;
+}
 
 const clock = (ms: number) => new Date(ms).toISOString().slice(11, 19);
 const sampleValue = (n: number) => (Number.isInteger(n) ? String(n) : n.toFixed(2));

@@ -2,10 +2,13 @@
  * Weekly maintenance windows, evaluated on the wall clock of each window's IANA time zone — the
  * same rule Zincati's periodic strategy follows: clock times are obeyed, so a DST shift lengthens
  * or shortens the window that spans it, and a window may run past midnight and past Sunday.
+ * Their schema is here too: reboot groups (src/fleetlock/) and rollout strategies (./strategy.ts)
+ * both take them.
  */
+import { z } from "@hono/zod-openapi";
 
 export const DAYS = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"] as const;
-export type Day = (typeof DAYS)[number];
+type Day = (typeof DAYS)[number];
 
 export interface MaintenanceWindow {
   days: Day[];
@@ -37,7 +40,7 @@ function formatterFor(timeZone: string) {
 }
 
 /** True when the runtime knows the zone; `Intl` throws RangeError for names it does not. */
-export function isValidTimeZone(timeZone: string): boolean {
+function isValidTimeZone(timeZone: string): boolean {
   try {
     formatterFor(timeZone);
     return true;
@@ -80,3 +83,40 @@ export function windowOpen(w: MaintenanceWindow, nowMs: number): boolean {
 export function withinWindows(windows: readonly MaintenanceWindow[], nowMs: number): boolean {
   return windows.length === 0 || windows.some((w) => windowOpen(w, nowMs));
 }
+
+const FULL_DAY_NAMES: Record<string, Day> = {
+  monday: "Mon",
+  tuesday: "Tue",
+  wednesday: "Wed",
+  thursday: "Thu",
+  friday: "Fri",
+  saturday: "Sat",
+  sunday: "Sun",
+};
+
+/** Days as Zincati's periodic strategy takes them: abbreviated or full English names. */
+const day = z
+  .string()
+  .transform((d, ctx) => {
+    const short = DAYS.find((x) => x.toLowerCase() === d.toLowerCase()) ?? FULL_DAY_NAMES[d.toLowerCase()];
+    if (!short) {
+      ctx.addIssue({ code: "custom", message: `'${d}' is not a weekday (Mon…Sun or Monday…Sunday)` });
+      return z.NEVER;
+    }
+    return short;
+  })
+  .openapi({ type: "string", example: "Sat" });
+
+/** A weekly window as operators write it (a reboot group's, a rollout strategy's). */
+export const MaintenanceWindowSchema = z
+  .strictObject({
+    days: z.array(day).min(1).max(7),
+    start_time: z.string().regex(/^([01]\d|2[0-3]):[0-5]\d$/, "start_time is HH:MM, 00:00 to 23:59"),
+    length_minutes: z.number().int().min(1).max(MINUTES_PER_WEEK),
+    time_zone: z
+      .string()
+      .max(64)
+      .refine(isValidTimeZone, "time_zone must be an IANA time zone name, e.g. Europe/Berlin")
+      .default("UTC"),
+  })
+  .openapi("MaintenanceWindow");

@@ -2,11 +2,13 @@
  * A rollout's strategy as operators write it (POST /v1/rollouts `strategy`, `hm rollout start
  * --strategy FILE`, a fleet spec's default per agent): an ordered list of steps. What needs the
  * fleet to judge (a label key nobody has, a wave that releases nobody, an endpoint that does not
- * answer) is checked by the service when the rollout is created (./strategy.ts, ./service.ts).
+ * answer) is checked when a rollout is created (src/rollouts/strategy-check.ts). In the model, not
+ * in src/rollouts/, because the fleet spec (src/specs/) declares it too and sits beside the
+ * rollouts, not above them.
  */
 import { z } from "@hono/zod-openapi";
-import { MaintenanceWindowSchema } from "../fleetlock/schemas";
-import { labelKey, labelsSchema } from "../model/server/labels";
+import { labelKey, labelsSchema } from "./server/labels";
+import { MaintenanceWindowSchema } from "./windows";
 
 /** Steps a strategy may hold; the plan they expand to is bounded too (MAX_PHASES in ./strategy.ts). */
 const MAX_STRATEGY_STEPS = 50;
