@@ -40,6 +40,11 @@ export interface BenchContext {
   floors: Floors;
   measure(label: string, options: LoadOptions): Promise<LoadRow>;
   note(label: string, value: string | number): void;
+  /**
+   * Judges a figure against its goal (issue "the hot paths toward the floor": ratios to the floors
+   * of the same run); every goal is printed with pass or fail after the table.
+   */
+  goal(label: string, measured: number, op: ">=" | "<=", bound: number): void;
   /** An option given on the command line (`--transport channel`), else undefined. */
   option(name: string): string | undefined;
   /** CPU time (ms) the local server's runtime (its workerd processes) has used so far; null without /proc. */
@@ -51,6 +56,7 @@ export type LoadOptions = Omit<Options, "url"> & { durationSec?: number };
 type Summary = ReturnType<typeof summarize>;
 type LoadRow = { label: string } & Summary & { ratio: number };
 type Row = LoadRow | { label: string; value: string | number };
+type Goal = { label: string; measured: number; op: ">=" | "<="; bound: number; pass: boolean };
 export type Floors = { empty: number; read: number; write: number };
 
 // Both servers through scripts/local-server.ts, with `--test-scheduled`: scenarios fire the
@@ -124,6 +130,7 @@ async function main() {
   // The servers run in their own process groups (see local-server.ts): Ctrl-C stops them too.
   for (const sig of ["SIGINT", "SIGTERM"] as const) process.on(sig, () => (stopAll(), process.exit(130)));
   const rows: Row[] = [];
+  const goals: Goal[] = [];
   const floors: Floors = { empty: 0, read: 0, write: 0 };
   try {
     // This isolate's D1 statements, from the local entry's route: never on /metrics, which holds
@@ -181,6 +188,10 @@ async function main() {
       note(label, value) {
         rows.push({ label, value });
       },
+      goal(label, measured, op, bound) {
+        const pass = Number.isFinite(measured) && (op === ">=" ? measured >= bound : measured <= bound);
+        goals.push({ label, measured, op, bound, pass });
+      },
       option: (name) => options.get(name),
       serverCpuMs: () => runtimeUse(server.pid)?.cpuMs ?? null,
       serverRssMb: () => runtimeUse(server.pid)?.rssMb ?? null,
@@ -229,7 +240,19 @@ async function main() {
       )} | ${x(r.rps, floors.write)} | ${odd.length || r.errors ? `${JSON.stringify(Object.fromEntries(odd))} errors=${r.errors}` : "none"} |`,
     );
   }
-  writeFileSync(resolve(root, "bench-results.json"), JSON.stringify({ floors, rows }, null, 2));
+  if (goals.length) {
+    console.log("\n| goal | measured | target | result |\n|---|---:|---:|---|");
+    for (const g of goals)
+      console.log(`| ${g.label} | ${g.measured.toFixed(2)} | ${g.op} ${g.bound} | ${g.pass ? "pass" : "**fail**"} |`);
+    // Goals are ratios to the first ceiling: a machine whose load moved during the run moves them
+    // too, which the reader must know before believing a pass or a fail.
+    const drift = rows.find((r) => r.label === "empty request (ceiling, after)");
+    if (drift && "ratio" in drift && Math.abs(drift.ratio - 1) > 0.2)
+      console.log(
+        `\nThe ceiling measured after the scenarios is ${drift.ratio.toFixed(2)}× the one before: the load moved during the run, so these results are not a fair measurement; run again on a quieter machine.`,
+      );
+  }
+  writeFileSync(resolve(root, "bench-results.json"), JSON.stringify({ floors, rows, goals }, null, 2));
 }
 
 main().catch((err) => {

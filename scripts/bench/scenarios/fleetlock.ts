@@ -73,6 +73,7 @@ export async function run(ctx: BenchContext) {
   ] as [Group, string][]) {
     const row = await ctx.measure(label, { connections: CLIENTS, requests: pairs(group) });
     ctx.note(`${label}: pairs/s`, (row.rps / 2).toFixed(0));
+    if (group === "wide") ctx.goal(`FleetLock pair at ${CLIENTS} slots, × ceiling`, row.ratio, ">=", 0.6);
     // Every pair ends in a release, so nothing may be left held.
     const res = await ctx.client.v1.fleets[":fleet"]["reboot-groups"][":group"].$get({ param: { fleet, group } });
     if (res.status !== 200) throw new Error(`status: ${res.status}`);

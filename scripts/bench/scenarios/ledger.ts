@@ -103,6 +103,7 @@ export async function run(ctx: BenchContext) {
   });
   const writesAfter = await ctx.d1Writes();
   ctx.note("D1 write statements per unchanged report", ((writesAfter - writesBefore) / row.requests).toFixed(4));
+  ctx.goal("unchanged report, × floor DO write (one bare object write)", row.rps / ctx.floors.write, ">=", 1);
 
   // Each server alternates between two reports that the index shows differently (one agent
   // running, then stopped), so every report is a real change and costs a projection.
@@ -129,6 +130,7 @@ export async function run(ctx: BenchContext) {
       },
     ],
   });
+  ctx.goal("changed report, × ceiling (empty request)", changed.ratio, ">=", 0.4);
   const changedAfter = await ctx.d1Writes();
   ctx.note("D1 write statements per changed report", ((changedAfter - changedBefore) / changed.requests).toFixed(2));
   // What the reports left in their outboxes (deliveries after the answer) is part of their cost.

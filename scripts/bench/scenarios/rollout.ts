@@ -172,6 +172,7 @@ export async function run(ctx: BenchContext) {
       `rollout of ${n} targets: D1 statements per target (the empty request costs 0)`,
       `${(statements / n).toFixed(2)} (${(writeStatements / n).toFixed(2)} writes)`,
     );
+    ctx.goal(`rollout of ${n} targets, ms per target × empty request`, perTarget / floorMs, "<=", 6);
     console.error(
       `  rollout ${n}: ${perTarget.toFixed(2)} ms/target, ${(statements / n).toFixed(2)} D1 statements/target`,
     );
