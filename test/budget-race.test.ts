@@ -48,6 +48,21 @@ async function zonedFleet(fleet: string, perZone: number) {
   return hosts;
 }
 
+/**
+ * A fleet of one server per zone with a budget of one unit, already taken: the first host holds a
+ * reboot slot (two slots, so the budget and not the slots refuses the next).
+ */
+async function budgetTakenByReboot() {
+  const f = await fleetWithKey();
+  await putGroup(f.fleet, "default", { slots: 2 });
+  await call("PATCH", `/v1/fleets/${f.fleet}`, {
+    body: { disruption_budget: { max_unavailable: 1, per_label: {} } },
+  });
+  const hosts = await zonedFleet(f.fleet, 1);
+  expect((await zincati(f.baseUrl, "pre-reboot", hosts[0].fleetlockId)).status).toBe(200);
+  return { f, hosts };
+}
+
 /** Servers disrupted now, as the API shows them: reboot-slot holders and applying rollout targets. */
 async function disruptedByZone(fleet: string, rolloutId: string, hosts: ZonedHost[]) {
   const zoneOf = new Map(hosts.map((h) => [h.id, h.zone]));
@@ -179,14 +194,8 @@ describe("one disruption budget for reboots and rollouts", () => {
   });
 
   it("a target refused for the budget waits as waiting_budget with blocked_by, and starts when the budget frees", async () => {
-    const f = await fleetWithKey();
-    await putGroup(f.fleet, "default", { slots: 2 });
-    await call("PATCH", `/v1/fleets/${f.fleet}`, {
-      body: { disruption_budget: { max_unavailable: 1, per_label: {} } },
-    });
-    const hosts = await zonedFleet(f.fleet, 1);
     // A host reboots: the fleet's one unit is taken.
-    expect((await zincati(f.baseUrl, "pre-reboot", hosts[0].fleetlockId)).status).toBe(200);
+    const { f, hosts } = await budgetTakenByReboot();
     expect((await zincati(f.baseUrl, "pre-reboot", hosts[1].fleetlockId)).json).toMatchObject({
       kind: "budget_exhausted",
     });
@@ -235,13 +244,7 @@ describe("one disruption budget for reboots and rollouts", () => {
   });
 
   it("a strategy's next step is not released while its canary waits for the budget", async () => {
-    const f = await fleetWithKey();
-    await putGroup(f.fleet, "default", { slots: 2 });
-    await call("PATCH", `/v1/fleets/${f.fleet}`, {
-      body: { disruption_budget: { max_unavailable: 1, per_label: {} } },
-    });
-    const hosts = await zonedFleet(f.fleet, 1);
-    expect((await zincati(f.baseUrl, "pre-reboot", hosts[0].fleetlockId)).status).toBe(200);
+    const { f, hosts } = await budgetTakenByReboot();
     const r = await startRollout({
       fleet: f.fleet,
       concurrency: 3,
@@ -263,13 +266,7 @@ describe("one disruption budget for reboots and rollouts", () => {
   });
 
   it("an operator may end a target waiting for the budget: it is skipped and the rollout finishes", async () => {
-    const f = await fleetWithKey();
-    await putGroup(f.fleet, "default", { slots: 2 });
-    await call("PATCH", `/v1/fleets/${f.fleet}`, {
-      body: { disruption_budget: { max_unavailable: 1, per_label: {} } },
-    });
-    const hosts = await zonedFleet(f.fleet, 1);
-    expect((await zincati(f.baseUrl, "pre-reboot", hosts[0].fleetlockId)).status).toBe(200);
+    const { f, hosts } = await budgetTakenByReboot();
     const r = await startRollout({ fleet: f.fleet, selector: { servers: [hosts[1].id] } });
     expect((await getRollout(r.id)).counts).toMatchObject({ waiting_budget: 1 });
     expect(await blockedKeys(r.id)).toEqual([`blocked:0:${hosts[1].id}`]);
@@ -286,13 +283,7 @@ describe("one disruption budget for reboots and rollouts", () => {
   });
 
   it("a rollout cancelled while targets wait for the budget keeps no reason for them", async () => {
-    const f = await fleetWithKey();
-    await putGroup(f.fleet, "default", { slots: 2 });
-    await call("PATCH", `/v1/fleets/${f.fleet}`, {
-      body: { disruption_budget: { max_unavailable: 1, per_label: {} } },
-    });
-    const hosts = await zonedFleet(f.fleet, 1);
-    expect((await zincati(f.baseUrl, "pre-reboot", hosts[0].fleetlockId)).status).toBe(200);
+    const { f, hosts } = await budgetTakenByReboot();
     const r = await startRollout({
       fleet: f.fleet,
       concurrency: 3,

@@ -4,26 +4,10 @@
  * one timeout, then a clear 503-class refusal.
  */
 import { describe, expect, it } from "vitest";
+import { endless } from "./support/streams";
 import { authorizeUrl, identityFromCode, type ProviderTransport } from "../src/sso/oidc";
 
 const MiB = 1024 * 1024;
-
-/** A body of `total` bytes made as it is read, counting how much was pulled. */
-function endless(total: number) {
-  const seen = { pulled: 0, cancelled: false };
-  const chunk = new Uint8Array(64 * 1024).fill(0x20);
-  const body = new ReadableStream<Uint8Array>({
-    pull(controller) {
-      if (seen.pulled >= total) return controller.close();
-      seen.pulled += chunk.byteLength;
-      controller.enqueue(chunk);
-    },
-    cancel() {
-      seen.cancelled = true;
-    },
-  });
-  return { body, seen };
-}
 
 /** A body that sends its first bytes and then nothing, ever. */
 function stalled() {
@@ -75,7 +59,7 @@ describe("an OpenID provider's answers, read bounded and on a deadline", () => {
   });
 
   it("refuses a 64 MB discovery document after reading at most a small prefix", async () => {
-    const big = endless(64 * MiB);
+    const big = endless(64 * MiB, 0x20);
     const transport: ProviderTransport = { fetch: async () => new Response(big.body), timeoutMs: 5_000 };
     const err = await refusal(authorizeUrl(config(), signIn, transport));
     expect(err.code).toBe("identity_provider_unavailable");
@@ -107,7 +91,7 @@ describe("an OpenID provider's answers, read bounded and on a deadline", () => {
 
   it("refuses a 64 MB token answer, and one that stalls, as the provider being unavailable", async () => {
     const code = { code: "c", redirectUri: signIn.redirectUri, verifier: "v", nonce: "n" };
-    const big = endless(64 * MiB);
+    const big = endless(64 * MiB, 0x20);
     const c1 = config();
     const huge: ProviderTransport = {
       fetch: async (url) => (url.endsWith("/token") ? new Response(big.body) : discovery(c1.issuer)),

@@ -4,6 +4,7 @@
  * rollout) at most a small prefix of it, and the rest is never pulled.
  */
 import { describe, expect, it } from "vitest";
+import { endless } from "./support/streams";
 import { textPrefix } from "../src/lib/body";
 import { prometheusCheck } from "../src/rollouts/analysis-checks";
 import { call } from "./helpers";
@@ -14,23 +15,6 @@ import { coordinator } from "./support/objects";
 import type { Fetcher } from "../src/webhooks/dispatch";
 
 const MiB = 1024 * 1024;
-
-/** A body of `total` bytes of `fill`, made as it is read, counting how much was pulled. */
-function endless(total: number, fill = 0x61) {
-  const seen = { pulled: 0, cancelled: false };
-  const chunk = new Uint8Array(64 * 1024).fill(fill);
-  const body = new ReadableStream<Uint8Array>({
-    pull(controller) {
-      if (seen.pulled >= total) return controller.close();
-      seen.pulled += chunk.byteLength;
-      controller.enqueue(chunk);
-    },
-    cancel() {
-      seen.cancelled = true;
-    },
-  });
-  return { body, seen };
-}
 
 describe("an outsider's answer, read no further than used", () => {
   it("reads a prefix and cancels the rest, and reads a short body whole", async () => {
