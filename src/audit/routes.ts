@@ -5,7 +5,6 @@ import { bearer, commonErrors, serverNameErrors, jsonResponse, notFoundError } f
 import { cursorParam, decodeIdCursor, encodeCursor, limitParam, page, decimalParam } from "../http/paging";
 import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
-import { iso } from "../lib/time";
 import { dayName, parseDay } from "./archive";
 import { listDays, readDay } from "./archive.service";
 import { exportPage, searchAudit } from "./service";
@@ -45,16 +44,7 @@ export const auditRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook
       const { items, next_cursor } = page(rows, q.limit, (r) => [String(r.id)]);
       return c.json(
         {
-          items: items.map((r) => ({
-            id: r.id,
-            at: iso(r.at),
-            actor: r.actor,
-            actor_name: r.actor_name,
-            action: r.action,
-            target: r.target,
-            hostname: r.hostname,
-            details: r.details,
-          })),
+          items,
           next_cursor,
         },
         200,

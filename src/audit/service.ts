@@ -27,7 +27,7 @@ export async function searchAudit(
     : opts.target;
   const db = getDb(env.DB);
   const rows = await listAudit(db, { ...opts, target, visible: visibleFleets(principal) });
-  return withNames(env, db, rows);
+  return (await withNames(env, db, rows)).map(lineOf);
 }
 
 /** Rows with the hostname of a server target and the name of a token actor. */
