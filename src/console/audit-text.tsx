@@ -9,7 +9,7 @@ import type { Token } from "../auth/schemas";
 import type { ServerDetail } from "../servers/schemas";
 import { qs } from "./api";
 import type { View } from "./context";
-import { BOOTSTRAP_TOKEN_ID } from "./session";
+import { BOOTSTRAP_ID } from "../domain/principal";
 import { serverHref } from "./ui";
 
 export type Entry = z.output<typeof AuditEntry>;
@@ -24,7 +24,7 @@ export interface Names {
 export function actorText(actor: string, names: Names) {
   const [kind, id] = [actor.slice(0, actor.indexOf(":")), actor.slice(actor.indexOf(":") + 1)];
   if (kind === "token") {
-    if (id === BOOTSTRAP_TOKEN_ID) return <span title={actor}>the admin token (ADMIN_TOKEN)</span>;
+    if (id === BOOTSTRAP_ID) return <span title={actor}>the admin token (ADMIN_TOKEN)</span>;
     const name = names.tokens.get(id);
     return name ? (
       <span title={actor}>
@@ -81,7 +81,7 @@ export async function actorNames(v: View, entries: Pick<Entry, "actor" | "target
   );
   const tokens = new Map<string, string>();
   const wantTokens = entries.some(
-    (e) => (e.actor.startsWith("token:") && e.actor !== `token:${BOOTSTRAP_TOKEN_ID}`) || e.target.startsWith("token:"),
+    (e) => (e.actor.startsWith("token:") && e.actor !== `token:${BOOTSTRAP_ID}`) || e.target.startsWith("token:"),
   );
   const [tokenPage, found] = await Promise.all([
     wantTokens && v.session.scope === "admin"

@@ -10,15 +10,13 @@ import { getCookie, setCookie } from "hono/cookie";
 import { getDb } from "../db/client";
 import { consoleSessions, ssoSessions, tokens } from "../db/schema";
 import type { Scope } from "../domain/enums";
-import type { FleetAccess, OperatorVia } from "../domain/principal";
+import { BOOTSTRAP_ID, type FleetAccess, type OperatorVia } from "../domain/principal";
 import type { Env } from "../env";
 import { digestsEqual, randomSecret, sha256Hex } from "../lib/crypto";
 import { closeLiveSockets } from "../notices/sessions";
 
 /** An absolute lifetime: a session never outlives it, however busy. */
 const SESSION_TTL_S = 8 * 3600;
-/** The bootstrap ADMIN_TOKEN has no token row; its sessions end when the secret changes (the API refuses it). */
-export const BOOTSTRAP_TOKEN_ID = "bootstrap";
 
 export interface Session {
   idHash: string;
@@ -142,7 +140,7 @@ export async function currentSession(c: Context): Promise<Session | null> {
     .limit(1);
   if (!row) return null;
   const now = Date.now();
-  const bootstrap = row.s.tokenId === BOOTSTRAP_TOKEN_ID;
+  const bootstrap = row.s.tokenId === BOOTSTRAP_ID;
   const revoked = !bootstrap && (row.tokenRow === null || row.revokedAt !== null);
   const tokenExpired = !bootstrap && row.tokenExpiresAt !== null && row.tokenExpiresAt <= now;
   if (revoked || tokenExpired || row.s.expiresAt <= now) {
@@ -188,7 +186,7 @@ export async function tokenGrant(
   env: Env,
   tokenId: string,
 ): Promise<{ scope: Scope; expiresAt: number | null } | null> {
-  if (tokenId === BOOTSTRAP_TOKEN_ID) return { scope: "admin", expiresAt: null };
+  if (tokenId === BOOTSTRAP_ID) return { scope: "admin", expiresAt: null };
   const row = await getDb(env.DB).query.tokens.findFirst({
     where: and(eq(tokens.id, tokenId), eq(tokens.kind, "operator")),
     columns: { scope: true, revokedAt: true, expiresAt: true },

@@ -10,7 +10,7 @@
 import { createRemoteJWKSet, errors, jwtVerify, type JWTPayload } from "jose";
 import { DomainError } from "../domain/errors";
 import type { Env } from "../env";
-import { normalEmail, type Identity } from "./mapping";
+import { groupsIn, normalEmail, type Identity } from "./mapping";
 
 export const ACCESS_HEADER = "Cf-Access-Jwt-Assertion";
 export const ACCESS_COOKIE = "CF_Authorization";
@@ -72,8 +72,7 @@ function reasonOf(err: unknown): DomainError {
 /** Groups, where the identity provider passes them through (top level, or Access's `custom` claims). */
 function groupsOf(payload: JWTPayload): string[] {
   const custom = payload.custom as { groups?: unknown } | undefined;
-  const raw = Array.isArray(payload.groups) ? payload.groups : Array.isArray(custom?.groups) ? custom.groups : [];
-  return raw.filter((g): g is string => typeof g === "string" && g.length > 0 && g.length <= 320).slice(0, 200);
+  return groupsIn(Array.isArray(payload.groups) ? payload.groups : custom?.groups);
 }
 
 /** The verified identity of an Access JWT, and when it expires (ms); throws a refusal otherwise. */

@@ -76,3 +76,9 @@ export function fleetsWithin(fleets: "*" | string[], p: Principal): boolean {
   const own = p.fleets;
   return fleets !== "*" && fleets.every((f) => own.includes(f));
 }
+
+/** A groups claim as the mapping reads it: names only (non-empty, at most 320 characters), at most 200. */
+export function groupsIn(raw: unknown): string[] {
+  if (!Array.isArray(raw)) return [];
+  return raw.filter((g): g is string => typeof g === "string" && g.length > 0 && g.length <= 320).slice(0, 200);
+}

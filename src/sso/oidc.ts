@@ -9,7 +9,7 @@ import { z } from "zod";
 import { DomainError } from "../domain/errors";
 import type { Env } from "../env";
 import { textPrefix } from "../lib/body";
-import { normalEmail } from "./mapping";
+import { groupsIn, normalEmail } from "./mapping";
 
 export interface OidcConfig {
   issuer: string;
@@ -139,10 +139,7 @@ const TokenAnswer = z.object({ id_token: z.string(), access_token: z.string().op
 
 const refused = (why: string) => new DomainError("unauthorized", `the OpenID sign-in was refused: ${why}`);
 
-function groupsOf(claims: Record<string, unknown>): string[] {
-  const raw = Array.isArray(claims.groups) ? claims.groups : [];
-  return raw.filter((g): g is string => typeof g === "string" && g.length > 0 && g.length <= 320).slice(0, 200);
-}
+const groupsOf = (claims: Record<string, unknown>) => groupsIn(claims.groups);
 
 /**
  * The callback's code exchanged at the token endpoint (with the PKCE verifier), the ID token

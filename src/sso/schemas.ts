@@ -72,6 +72,9 @@ export const SpecSsoMapping = z
   })
   .openapi("SpecSsoMapping");
 
+/** Each sign-in provider as people know it. */
+export const PROVIDER_NAMES = { access: "Cloudflare Access", oidc: "OpenID Connect" } as const;
+
 export const SsoSession = z
   .object({
     token_id: z.string(),

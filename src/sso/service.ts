@@ -15,7 +15,7 @@ import type { Env } from "../env";
 import { actorOf, type Principal } from "../domain/principal";
 import { isUniqueViolation } from "../db/errors";
 import { grantOf, fleetsWithin, normalEmail, specRule, type Identity, type SsoGrant } from "./mapping";
-import { MAX_SSO_MAPPINGS, type SsoMappingInput } from "./schemas";
+import { MAX_SSO_MAPPINGS, PROVIDER_NAMES, type SsoMappingInput } from "./schemas";
 import {
   allMappings,
   liveSessions,
@@ -28,8 +28,6 @@ import {
 
 /** The longest an SSO session lives, whatever the provider says: a laptop's token, a console tab. */
 const SSO_SESSION_TTL_MS = { console: 8 * 3600_000, cli: 12 * 3600_000 } as const;
-
-const PROVIDER_NAMES = { access: "Cloudflare Access", oidc: "OpenID Connect" } as const;
 
 /** The mappings the admin may see: those within its own fleets (a fleet-limited admin sees none of "*"). */
 export const listMappings = async (env: Env, principal: Principal) =>

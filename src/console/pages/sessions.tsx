@@ -6,13 +6,11 @@
  */
 import { Hono } from "hono";
 import { z } from "zod";
-import { SsoSession } from "../../sso/schemas";
+import { PROVIDER_NAMES, SsoSession } from "../../sso/schemas";
 import { read, send, type InProcessApp } from "../api";
 import { action, page, render, type View } from "../context";
 import { requireCsrf, requireSession, type ConsoleEnv } from "../guard";
 import { ActionForm, Ago, Table } from "../ui";
-
-const PROVIDERS = { access: "Cloudflare Access", oidc: "OpenID Connect" } as const;
 
 async function sessionsPage(v: View) {
   const { items } = await read(v, z.object({ items: z.array(SsoSession) }), "/v1/sso/sessions");
@@ -34,7 +32,7 @@ async function sessionsPage(v: View) {
         {items.map((s) => (
           <tr data-session={s.token_id}>
             <td>{s.email ?? <span class="mono">{s.subject}</span>}</td>
-            <td>{PROVIDERS[s.provider]}</td>
+            <td>{PROVIDER_NAMES[s.provider]}</td>
             <td>{s.client === "cli" ? "hm" : "console"}</td>
             <td>{s.scope}</td>
             <td>{s.fleets === "*" ? "every fleet" : s.fleets.join(", ")}</td>

@@ -5,15 +5,8 @@ import { parseToken } from "../../auth/tokens";
 import { apiFor, type InProcessApp } from "../api";
 import { backTo } from "../context";
 import { checkSignInCsrf, requireCsrf, type ConsoleEnv } from "../guard";
-import {
-  currentSession,
-  endSession,
-  readConsoleCookie,
-  setConsoleCookie,
-  startSession,
-  tokenGrant,
-  BOOTSTRAP_TOKEN_ID,
-} from "../session";
+import { currentSession, endSession, readConsoleCookie, setConsoleCookie, startSession, tokenGrant } from "../session";
+import { BOOTSTRAP_ID } from "../../domain/principal";
 import { randomSecret } from "../../lib/crypto";
 import { Page } from "../ui";
 import { DomainError } from "../../domain/errors";
@@ -93,7 +86,7 @@ export function signInRoutes(getApp: () => InProcessApp) {
         const probe = token ? await apiFor(c, getApp, token)("GET", "/v1/fleets?limit=1") : { status: 401 };
         if (probe.status === 403) return again("That is a server's token; sign in with an operator token.", 403);
         if (probe.status !== 200) return again("That token was not accepted.", 401);
-        const id = parseToken(token)?.id ?? BOOTSTRAP_TOKEN_ID;
+        const id = parseToken(token)?.id ?? BOOTSTRAP_ID;
         const grant = await tokenGrant(c.env, id);
         if (!grant) return again("That token was not accepted.", 401);
         await startSession(c, { id, ...grant, secret: token });
