@@ -1,6 +1,6 @@
 import { env } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import { MAX_SERVER_LABELS } from "../src/domain/limits";
+import { MAX_SERVER_LABELS, MAX_SPEC_SERVERS } from "../src/domain/limits";
 import { call, createFleet, registerServer } from "./helpers";
 import { apply, diff, getSpec } from "./specs-helpers";
 
@@ -127,6 +127,17 @@ describe("a fleet spec's servers section", () => {
     expect(pruned.json.items).toEqual([expect.objectContaining({ op: "remove", path: "servers.web-1.example.com" })]);
     expect((await getSpec(fleet)).spec.servers).toEqual({});
     expect((await labelsOf(web.id)).zone).toBe("eu-1a");
+  });
+  it("prunes as many declared hostnames as a spec may name in one apply (more than D1 binds parameters)", async () => {
+    const { id: fleet } = await createFleet();
+    const many = Object.fromEntries(
+      Array.from({ length: MAX_SPEC_SERVERS }, (_, i) => [`host-${i}.example.com`, { labels: { zone: "eu-1a" } }]),
+    );
+    expect((await apply(fleet, specWith(fleet, many))).status).toBe(200);
+    expect(Object.keys((await getSpec(fleet)).spec.servers)).toHaveLength(MAX_SPEC_SERVERS);
+    const pruned = await call("PUT", `/v1/fleets/${fleet}/spec?prune=true`, { body: specWith(fleet, {}) });
+    expect(pruned.status, JSON.stringify(pruned.json)).toBe(200);
+    expect((await getSpec(fleet)).spec.servers).toEqual({});
   });
   it("forgets a deleted fleet's declarations: a fleet made again under its name declares nothing", async () => {
     const { id: fleet } = await createFleet();

@@ -66,8 +66,12 @@ export const MAX_QUEUED_PER_GROUP = 10_000;
 export const MAX_SPEC_CHANNELS = 200;
 export const MAX_SPEC_ROLES = 200;
 export const MAX_SPEC_GROUPS = 100;
-/** Hostnames a fleet spec's `servers` section may name (its labels; a spec stays well under the 1 MiB body). */
-export const MAX_SPEC_SERVERS = 5000;
+/**
+ * Hostnames a fleet spec's `servers` section may name: like the other sections, bounded so an
+ * apply stays one D1 batch well inside D1's statements per invocation, and so the fleet task that
+ * hands the labels to the servers' ledgers (one call per hostname) finishes in one invocation.
+ */
+export const MAX_SPEC_SERVERS = 200;
 
 // ---- rollouts ----
 

@@ -12,7 +12,7 @@
  * starts with the declaration merged over its own labels (src/servers/service.ts).
  */
 import { z } from "@hono/zod-openapi";
-import { and, eq, inArray, ne } from "drizzle-orm";
+import { and, eq, inArray, ne, sql } from "drizzle-orm";
 import type { Db } from "../db/client";
 import { servers, specServerLabels } from "../db/schema";
 import { MAX_SERVER_LABELS } from "../domain/limits";
@@ -172,7 +172,12 @@ export function labelCountProblems(state: ServersState, spec: Record<string, Spe
 
 type Statement = Parameters<Db["batch"]>[0][number];
 
-/** The declaration's rows an apply writes (the task rides beside them: ./apply.ts). */
+/**
+ * The declaration's rows an apply writes (the task rides beside them: ./apply.ts): one upsert per
+ * declared hostname (MAX_SPEC_SERVERS bounds them, as the other sections' limits bound theirs) and
+ * one delete, its hostnames as one JSON parameter (json_each) so a prune of any size stays within
+ * D1's bound parameters.
+ */
 export function serverStatements(db: Db, actor: string, fleet: string, plan: ServersPlan, now: number): Statement[] {
   const out: Statement[] = [];
   for (const [hostname, labels] of Object.entries(plan.declare))
@@ -189,7 +194,12 @@ export function serverStatements(db: Db, actor: string, fleet: string, plan: Ser
     out.push(
       db
         .delete(specServerLabels)
-        .where(and(eq(specServerLabels.fleetId, fleet), inArray(specServerLabels.hostname, plan.undeclare))),
+        .where(
+          and(
+            eq(specServerLabels.fleetId, fleet),
+            inArray(specServerLabels.hostname, sql`(SELECT value FROM json_each(${JSON.stringify(plan.undeclare)}))`),
+          ),
+        ),
     );
   return out;
 }
