@@ -71,6 +71,24 @@ describe("operator tokens carry fleets, a description and an expiry", () => {
     });
   });
 
+  it("answers a token of a hundred fleets on every list, however often a query checks them", async () => {
+    const { id: mine } = await createFleet();
+    const names = [mine, ...Array.from({ length: 99 }, (_, i) => `other-${i}`)];
+    const t = await token({ fleets: names });
+    for (const path of [
+      `/v1/check/server-agents?fleet=${mine}`,
+      "/v1/check/server-agents",
+      "/v1/servers",
+      "/v1/instances",
+      "/v1/rollouts",
+      "/v1/fleets",
+      "/v1/images",
+    ]) {
+      const res = await call("GET", path, { token: t.token });
+      expect(res.status, `${path}: ${JSON.stringify(res.json)}`).toBe(200);
+    }
+  });
+
   it("refuses an expired token as 401, exactly as an unknown one", async () => {
     const t = await token({ expires_at: new Date(Date.now() + 3600_000).toISOString() });
     expect((await call("GET", "/v1/fleets", { token: t.token })).status).toBe(200);
