@@ -70,6 +70,9 @@ describe("decommission", () => {
     expect(after.state).toBe("removed");
     expect(after.lifecycle.cleanup_done).toEqual(["index", "coordinator"]);
     expect(await indexState(s.id)).toEqual({ state: "removed", instances: 0, tokenRevoked: true });
+    // A tombstone has no staleness deadline: it never reads (nor is swept) as stale.
+    const staleAt = await env.DB.prepare("SELECT stale_at FROM servers WHERE id = ?").bind(s.id).first("stale_at");
+    expect(staleAt).toBeNull();
     expect((await call("GET", "/v1/agent/desired", { token: s.token })).status).toBe(401);
     // It left the semaphore and freed its fleetlock_id: another server takes both.
     const groups = await call("GET", `/v1/fleets/${f.id}/reboot-groups/default`);

@@ -175,7 +175,8 @@ export function projectionStatements(
     // columns, same value or not (a whole-row upsert touched all ten of the servers table's).
     // last_seen and stale_at move on their own schedule (`serverRowDue`), a change or not.
     const moved = changedColumns(written.server, p.signatures.server, serverUpdate);
-    const due = opts.serverRowDue === true || moved.staleAfter;
+    // A change of state moves them too: a removed server's deadline is gone (staleAtOf).
+    const due = opts.serverRowDue === true || moved.staleAfter || moved.columns.includes("state");
     if (moved.columns.length) {
       const set: Partial<typeof serverUpdate> = { updatedAt };
       for (const column of moved.columns) Object.assign(set, { [column]: serverUpdate[column] });
