@@ -32,10 +32,6 @@ export async function reserveRegistration(
   fleetlockId: string | null,
   serverId: string,
 ): Promise<{ ok: true; until: number } | Failure> {
-  const sealed = c.store.sealedUntil;
-  if (sealed !== null && sealed > c.scheduler.now()) {
-    return fail("fleet_removal_pending", "the fleet is being deleted: no server can be registered in it");
-  }
   const name = hostname.toLowerCase();
   // Past their end but not settled yet: whether their server committed decides, not the clock.
   const before = c.store.hostnames.get(name);
@@ -43,7 +39,12 @@ export async function reserveRegistration(
     await settleHostname(c, ask, name, before.until);
   }
   if (fleetlockId) await settlePast(c, ask, fleetlockId, serverId);
-  // From here no await until both are held: one turn decides both.
+  // From here no await until both are held: one turn decides both, and a deletion's seal (set
+  // while the awaits above let other calls in) is seen in the same turn.
+  const sealed = c.store.sealedUntil;
+  if (sealed !== null && sealed > c.scheduler.now()) {
+    return fail("fleet_removal_pending", "the fleet is being deleted: no server can be registered in it");
+  }
   const refused =
     hostnameTaken(c.store, name, serverId) ?? (fleetlockId ? clientIdTaken(c.store, fleetlockId, serverId) : null);
   if (refused) return refused;
