@@ -61,4 +61,25 @@ describe("an outsider's answer, read no further than used", () => {
     >[1]);
     expect(ok).toMatchObject({ ok: true, value: 1 });
   });
+  it("gives up on a Prometheus answer that starts and then stalls, at the check's deadline", async () => {
+    const stalled = new ReadableStream<Uint8Array>({
+      start(controller) {
+        controller.enqueue(new TextEncoder().encode('{"status":'));
+      },
+      pull: () => new Promise(() => {}),
+    });
+    const check = { kind: "prometheus", endpoint: "https://prom.example", query: "up", comparison: ">=", threshold: 1 };
+    const started = Date.now();
+    // The stand-in ignores the fetch's signal, as a body already streaming may.
+    const result = await Promise.race([
+      prometheusCheck(async () => new Response(stalled, { status: 200 }), {
+        ...check,
+        timeout_s: 1,
+      } as Parameters<typeof prometheusCheck>[1]),
+      new Promise<"hung">((resolve) => setTimeout(() => resolve("hung"), 4000)),
+    ]);
+    expect(result).not.toBe("hung");
+    expect(result).toMatchObject({ ok: false, value: null });
+    expect(Date.now() - started).toBeLessThan(3000);
+  });
 });

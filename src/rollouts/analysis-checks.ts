@@ -41,13 +41,16 @@ export async function prometheusCheck(
   c: Extract<AnalysisCheck, { kind: "prometheus" }>,
 ): Promise<{ ok: boolean; value: number | null; detail: string; reachable: boolean }> {
   try {
+    // One deadline for the headers and the body: a fetch's own signal may not reach a body that
+    // has started and then stalls (../lib/body.ts).
+    const signal = AbortSignal.timeout(c.timeout_s * 1000);
     const res = await fetcher(prometheusQueryUrl(c.endpoint, c.query), {
       method: "GET",
       redirect: "manual",
       headers: { accept: "application/json" },
-      signal: AbortSignal.timeout(c.timeout_s * 1000),
+      signal,
     });
-    const { text, truncated } = await textPrefix(res, MAX_PROMETHEUS_ANSWER_BYTES);
+    const { text, truncated } = await textPrefix(res, MAX_PROMETHEUS_ANSWER_BYTES, signal);
     if (truncated)
       return {
         ok: false,

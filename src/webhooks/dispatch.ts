@@ -212,16 +212,12 @@ export class WebhookDispatcher {
     let http: number | null = null;
     let error: string | null = null;
     try {
-      const res = await this.fetcher(hook.url, {
-        method: "POST",
-        headers,
-        body,
-        redirect: "manual",
-        signal: AbortSignal.timeout(DELIVERY_TIMEOUT_MS),
-      });
+      // One deadline for the headers and the answer's first bytes (../lib/body.ts).
+      const signal = AbortSignal.timeout(DELIVERY_TIMEOUT_MS);
+      const res = await this.fetcher(hook.url, { method: "POST", headers, body, redirect: "manual", signal });
       http = res.status;
       if (res.status < 200 || res.status >= 300)
-        error = `HTTP ${res.status}: ${(await textPrefix(res, 200).catch(() => ({ text: "" }))).text.slice(0, 200)}`;
+        error = `HTTP ${res.status}: ${(await textPrefix(res, 200, signal).catch(() => ({ text: "" }))).text.slice(0, 200)}`;
       else await res.body?.cancel();
     } catch (err) {
       const e = err as { name?: string; message?: string };
