@@ -111,8 +111,10 @@ async function sampleAnswered(p: RolloutParts, phase: number, seq: number, resul
         now,
       );
       entered(p, "failed", now);
+      // A rollback applied moves the targets on and projects the rollout itself (applyControl).
+      let moved = false;
       if (plan.strategy.auto_rollback) {
-        applyControl(p, "rollback", `rollout:${spec.id}`, now);
+        moved = applyControl(p, "rollback", `rollout:${spec.id}`, now) === null;
         const back = p.store.events.add("rollout.auto_rollback", null, { reason: verdict.reason }, now);
         rolloutWebhook(
           p,
@@ -122,9 +124,11 @@ async function sampleAnswered(p: RolloutParts, phase: number, seq: number, resul
           now,
         );
       }
-      pump(p, now);
-      afterChange(p);
-      project(p);
+      if (!moved) {
+        pump(p, now);
+        afterChange(p);
+        project(p);
+      }
     } else if (verdict.state === "passed") {
       p.store.setPhase({ ...p.store.phase()!, passed: true });
       p.store.events.add("analysis.passed", null, { phase, step: plan.phases[phase].step, samples: seq }, now);

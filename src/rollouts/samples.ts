@@ -70,11 +70,4 @@ export class Samples {
         detail: r.detail,
       }));
   }
-
-  /** The latest sample's results of a phase. */
-  last(phase: number): SampleRow[] {
-    const seq = this.sql.exec<{ s: number | null }>("SELECT MAX(seq) AS s FROM samples WHERE phase = ?", phase).one().s;
-    if (seq === null) return [];
-    return this.recent(1000).filter((r) => r.phase === phase && r.seq === seq);
-  }
 }
