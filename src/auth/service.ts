@@ -90,6 +90,6 @@ export async function revokeToken(env: Env, principal: Principal, id: string) {
     auditInsert(db, { actor, action: "token.revoke", target: `token:${id}` }),
   ]);
   // Its console sessions are refused from now on; their open pages' live sockets close now too.
-  await closeLiveSockets(env, { token: id }, "token revoked");
+  await closeLiveSockets(env, { token: id }, "token revoked", row.fleets ?? "*");
   return { ...row, revokedAt };
 }

@@ -176,7 +176,7 @@ async function endSessionRow(env: Env, idHash: string) {
 export async function endSession(c: Context, session: Session | null) {
   if (session) {
     await endSessionRow(c.env as Env, session.idHash);
-    await closeLiveSockets(c.env as Env, { session: session.idHash }, "signed out");
+    await closeLiveSockets(c.env as Env, { session: session.idHash }, "signed out", session.fleets);
   }
   setConsoleCookie(c, SESSION_COOKIE, "", 0);
 }
