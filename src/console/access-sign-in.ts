@@ -10,10 +10,11 @@ import { getCookie } from "hono/cookie";
 import { DomainError } from "../domain/errors";
 import type { Env } from "../env";
 import { startSession } from "./session";
+import { consoleStatusOf, type ErrorStatus } from "./statuses";
 import { ACCESS_COOKIE, ACCESS_HEADER, accessConfig, verifyAccessJwt } from "../sso/access";
 import { grantFor, mintSession } from "../sso/service";
 
-export type AccessSignIn = { started: true } | { started: false; status: 401 | 403 | 502; message: string } | null;
+export type AccessSignIn = { started: true } | { started: false; status: ErrorStatus; message: string } | null;
 
 /** A new console session from the request's Access JWT; null when there is none (or no Access). */
 export async function accessSession(c: Context): Promise<AccessSignIn> {
@@ -29,8 +30,6 @@ export async function accessSession(c: Context): Promise<AccessSignIn> {
     return { started: true };
   } catch (err) {
     if (!(err instanceof DomainError)) throw err;
-    // The provider's keys out of reach is an upstream failure to the console's visitor: 502.
-    const status = err.code === "forbidden" ? 403 : err.code === "unauthorized" ? 401 : 502;
-    return { started: false, status, message: err.message };
+    return { started: false, status: consoleStatusOf(err.code), message: err.message };
   }
 }

@@ -5,6 +5,7 @@ import type { Child } from "hono/jsx";
 import { apiFor, ApiFailure, must, qs, type Api, type InProcessApp } from "./api";
 import type { ConsoleEnv } from "./guard";
 import { endSession, readConsoleCookie, setConsoleCookie, type Session } from "./session";
+import { ERROR_TITLES, type ErrorStatus } from "./statuses";
 import { Page, type Frame, type Section } from "./ui";
 
 export type Ctx = Context<ConsoleEnv>;
@@ -89,19 +90,6 @@ export const NoFleet = ({ session }: { session: Session }) =>
       </p>
     </div>
   );
-
-type ErrorStatus = 400 | 401 | 403 | 404 | 409 | 413 | 422 | 500 | 502;
-const ERROR_TITLES: Record<ErrorStatus, string> = {
-  400: "Not understood",
-  401: "Signed out",
-  403: "Not allowed",
-  404: "Not found",
-  409: "Conflict",
-  413: "Too large",
-  422: "Not accepted",
-  500: "Something broke",
-  502: "The API refused",
-};
 
 /** An error as a console page (HTML, in the console's frame), never as the API's JSON. */
 export function errorPage(

@@ -6,6 +6,7 @@ import type { Context, MiddlewareHandler } from "hono";
 import { createMiddleware } from "hono/factory";
 import type { Env } from "../env";
 import { currentSession, readConsoleCookie, sameSecret, type Session } from "./session";
+import type { ErrorStatus } from "./statuses";
 import { accessSession } from "./access-sign-in";
 
 export type ConsoleEnv = { Bindings: Env; Variables: { session: Session } };
@@ -44,7 +45,7 @@ export const sameOrigin = (c: Context) => c.req.header("Origin") === new URL(c.r
 
 export class Refused extends Error {
   constructor(
-    readonly status: 401 | 403 | 413 | 502,
+    readonly status: ErrorStatus,
     message: string,
   ) {
     super(message);

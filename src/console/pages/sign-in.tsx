@@ -8,6 +8,7 @@ import { checkSignInCsrf, requireCsrf, type ConsoleEnv } from "../guard";
 import { currentSession, endSession, readConsoleCookie, setConsoleCookie, startSession, tokenGrant } from "../session";
 import { BOOTSTRAP_ID } from "../../domain/principal";
 import { randomSecret } from "../../lib/crypto";
+import { consoleStatusOf, type ErrorStatus } from "../statuses";
 import { Page } from "../ui";
 import { DomainError } from "../../domain/errors";
 import { oidcConfig } from "../../sso/oidc";
@@ -110,7 +111,7 @@ export function signInRoutes(getApp: () => InProcessApp) {
           setConsoleCookie(c, SSO_COOKIE, browser, 600, "Lax");
           return c.redirect(url, 303);
         } catch (err) {
-          if (err instanceof DomainError) return c.text(err.message, 503);
+          if (err instanceof DomainError) return c.text(err.message, consoleStatusOf(err.code));
           throw err;
         }
       })
@@ -118,7 +119,7 @@ export function signInRoutes(getApp: () => InProcessApp) {
         const config = oidcConfig(c.env);
         if (!config) return c.text("OpenID Connect sign-in is not configured on this deployment.", 404);
         const q = c.req.query();
-        const refuse = (text: string, status: 400 | 401 | 403 | 503) => {
+        const refuse = (text: string, status: ErrorStatus) => {
           const csrf = randomSecret();
           setConsoleCookie(c, SIGN_IN_COOKIE, csrf, 1800);
           return c.html(<SignInPage csrf={csrf} next="/console" message={{ ok: false, text }} sso />, status);
@@ -141,7 +142,7 @@ export function signInRoutes(getApp: () => InProcessApp) {
           return c.redirect(done.returnTo, 303);
         } catch (err) {
           if (!(err instanceof DomainError)) throw err;
-          return refuse(err.message, err.code === "forbidden" ? 403 : err.code === "unauthorized" ? 401 : 503);
+          return refuse(err.message, consoleStatusOf(err.code));
         }
       })
       .post("/console/sign-out", requireCsrf, async (c) => {
