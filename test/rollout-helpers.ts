@@ -133,3 +133,31 @@ export async function reconcileApplying(id: string, hosts: Host[], opts: { fail?
   await drain(id);
   return applying.size;
 }
+
+/** The rollout's one deadline timer (src/rollouts/deadlines.ts): when it is due, or null when unset. */
+export const deadlineTimer = (id: string) =>
+  runInDurableObject(rolloutStub(id), (_i, state) => {
+    const has = state.storage.sql.exec("SELECT 1 FROM sqlite_master WHERE name = '_timers'").toArray().length > 0;
+    if (!has) return null;
+    const rows = state.storage.sql
+      .exec<{ name: string; due_at: number }>("SELECT name, due_at FROM _timers WHERE name = 'deadlines'")
+      .toArray();
+    return rows[0]?.due_at ?? null;
+  });
+
+/**
+ * As if `ms` had passed for the targets in flight: their start, and the cancels they are waited
+ * on from, moved that far into the past (the rollout's clock is the runtime's, which a test cannot move).
+ */
+export const agePastDeadlines = (id: string, ms: number) =>
+  runInDurableObject(rolloutStub(id), (_i, state) => {
+    state.storage.sql.exec("UPDATE targets SET started_at = started_at - ? WHERE state = 'applying'", ms);
+    const cancels = state.storage.kv.get<number[]>("cancels");
+    if (cancels)
+      state.storage.kv.put(
+        "cancels",
+        cancels.map((at) => at - ms),
+      );
+    const core = state.storage.kv.get<{ ended_at: number | null }>("core")!;
+    if (core.ended_at !== null) state.storage.kv.put("core", { ...core, ended_at: core.ended_at - ms });
+  });

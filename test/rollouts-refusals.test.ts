@@ -6,18 +6,23 @@
 import { runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { CANCEL_GRACE_S, DEFAULT_SERVER_TIMEOUT_S } from "../src/domain/limits";
-import { call, fireTimersNow } from "./helpers";
-import { AGENT, drain, fleetWithAgent, getRollout, NEW, rolloutStub, startRollout, targets } from "./rollout-helpers";
+import { call, fireTimersNow, settle } from "./helpers";
+import {
+  agePastDeadlines,
+  AGENT,
+  deadlineTimer,
+  drain,
+  fleetWithAgent,
+  getRollout,
+  hostReconcile,
+  NEW,
+  rolloutStub,
+  startRollout,
+  targets,
+} from "./rollout-helpers";
 
 const start = (body: Record<string, unknown>) =>
   call("POST", "/v1/rollouts", { body: { agent: AGENT, image: NEW, version: "2.0.0", ...body } });
-
-const timeoutTimers = (id: string) =>
-  runInDurableObject(rolloutStub(id), (_i, state) =>
-    state.storage.sql
-      .exec<{ name: string; due_at: number }>("SELECT name, due_at FROM _timers WHERE name LIKE 'timeout:%'")
-      .toArray(),
-  );
 
 describe("a rollout that would write no server", () => {
   it("of an agent no server runs (a typo) is refused with no_targets naming the agent and the fleet's agents; nothing is created", async () => {
@@ -83,14 +88,16 @@ describe("a rollout that would write no server", () => {
 });
 
 describe("deadlines", () => {
-  it("a rollout that names no server_timeout_s gets the default one: every applying target has its timer", async () => {
+  it("a rollout that names no server_timeout_s gets the default one: the deadline timer waits for it", async () => {
     const { fleet } = await fleetWithAgent(2);
     const before = Date.now();
     const r = await startRollout({ fleet, concurrency: 2 });
     expect((await getRollout(r.id)) as unknown).toMatchObject({ server_timeout_s: DEFAULT_SERVER_TIMEOUT_S });
-    const timers = await timeoutTimers(r.id);
-    expect(timers).toHaveLength(2);
-    for (const t of timers) expect(t.due_at).toBeGreaterThanOrEqual(before + DEFAULT_SERVER_TIMEOUT_S * 1000);
+    expect(await deadlineTimer(r.id)).toBeGreaterThanOrEqual(before + DEFAULT_SERVER_TIMEOUT_S * 1000);
+    // Its time has not come: firing the timer early times nothing out.
+    await fireTimersNow(rolloutStub(r.id));
+    expect((await getRollout(r.id)).counts).toMatchObject({ applying: 2, timed_out: 0 });
+    expect(await deadlineTimer(r.id)).toBeGreaterThanOrEqual(before + DEFAULT_SERVER_TIMEOUT_S * 1000);
   });
 
   it("a cancel lets the (fleet, agent) go in bounded time although its hosts are dead", async () => {
@@ -99,14 +106,13 @@ describe("deadlines", () => {
     const cancelled = await call("POST", `/v1/rollouts/${r.id}/cancel`);
     expect(cancelled.json).toMatchObject({ state: "cancelled", counts: { applying: 2 } });
     // The targets in flight are waited for at most the grace, not their hour.
-    const timers = await timeoutTimers(r.id);
-    expect(timers).toHaveLength(2);
-    for (const t of timers) expect(t.due_at).toBeLessThanOrEqual(Date.now() + CANCEL_GRACE_S * 1000);
+    expect(await deadlineTimer(r.id)).toBeLessThanOrEqual(Date.now() + CANCEL_GRACE_S * 1000);
     const refused = await start({ fleet });
     expect(refused.status).toBe(409);
     expect(refused.json.error.code).toBe("rollout_in_progress");
     expect(refused.json.error.message).toMatch(/cancelled.*2 target\(s\) applying/);
     // The grace runs out: both time out, the claim is released, and the next rollout starts.
+    await agePastDeadlines(r.id, (CANCEL_GRACE_S + 1) * 1000);
     await fireTimersNow(rolloutStub(r.id));
     await drain(r.id);
     const ended = await targets(r.id, "?state=timed_out");
@@ -123,16 +129,80 @@ describe("deadlines", () => {
     await runInDurableObject(rolloutStub(r.id), (_i, state) => {
       const spec = state.storage.kv.get<Record<string, unknown>>("spec")!;
       state.storage.kv.put("spec", { ...spec, server_timeout_s: null });
-      state.storage.sql.exec("DELETE FROM _timers WHERE name LIKE 'timeout:%'");
+      state.storage.sql.exec("DELETE FROM _timers WHERE name = 'deadlines'");
+      state.storage.kv.delete("cancels");
     });
     const { evictDurableObject } = await import("cloudflare:test");
     await evictDurableObject(rolloutStub(r.id));
-    expect(await timeoutTimers(r.id)).toHaveLength(0);
+    expect(await deadlineTimer(r.id)).toBeNull();
     expect((await start({ fleet })).status).toBe(409);
-    expect(await timeoutTimers(r.id)).toHaveLength(1);
+    expect(await deadlineTimer(r.id)).toBeLessThanOrEqual(Date.now() + CANCEL_GRACE_S * 1000);
+    await agePastDeadlines(r.id, (CANCEL_GRACE_S + 1) * 1000);
+    await evictDurableObject(rolloutStub(r.id));
     await fireTimersNow(rolloutStub(r.id));
     await drain(r.id);
     expect((await start({ fleet })).status).toBe(201);
+  });
+});
+
+describe("one deadline timer for every target", () => {
+  it("however many targets are in flight, the rollout keeps one timer for their deadlines, not one each", async () => {
+    const { fleet } = await fleetWithAgent(6);
+    const r = await startRollout({ fleet, concurrency: 6 });
+    expect((await getRollout(r.id)).counts.applying).toBe(6);
+    const names = await runInDurableObject(rolloutStub(r.id), (_i, state) =>
+      state.storage.sql
+        .exec<{ name: string }>("SELECT name FROM _timers")
+        .toArray()
+        .map((t) => t.name),
+    );
+    expect(names.filter((n) => n.startsWith("timeout"))).toEqual([]);
+    expect(names.filter((n) => n === "deadlines")).toHaveLength(1);
+  });
+
+  it("a target's own timer, as older code stored it, still times that target out", async () => {
+    const { fleet } = await fleetWithAgent(2);
+    const r = await startRollout({ fleet, concurrency: 2 });
+    const [old] = await targets(r.id, "?state=applying");
+    await runInDurableObject(rolloutStub(r.id), (_i, state) => {
+      state.storage.sql.exec("DELETE FROM _timers WHERE name = 'deadlines'");
+      state.storage.sql.exec(
+        "INSERT INTO _timers (name, due_at, payload) VALUES (?, ?, 'null')",
+        `timeout:0:${old.server_id}`,
+        Date.now() + 60_000,
+      );
+    });
+    await fireTimersNow(rolloutStub(r.id), "timeout:");
+    await drain(r.id);
+    expect((await targets(r.id, "?state=timed_out")).map((t) => t.server_id)).toEqual([old.server_id]);
+    expect((await getRollout(r.id)).counts).toMatchObject({ applying: 1, timed_out: 1 });
+  });
+
+  it("after a rollback from a cancel, the targets then in flight keep the cancel's grace and the rollback's have their own time", async () => {
+    const { fleet, hosts } = await fleetWithAgent(2);
+    const r = await startRollout({ fleet, concurrency: 2, server_timeout_s: 600 });
+    // One target done (so the rollback has one to take back, with room to start it), the other in
+    // flight at the cancel.
+    const [first] = await targets(r.id, "?state=applying");
+    await hostReconcile(hosts.find((h) => h.id === first.server_id)!);
+    await settle(first.server_id);
+    await drain(r.id);
+    const [inFlight] = await targets(r.id, "?state=applying");
+    expect(inFlight.server_id).not.toBe(first.server_id);
+    expect((await call("POST", `/v1/rollouts/${r.id}/cancel`)).status).toBe(200);
+    expect((await call("POST", `/v1/rollouts/${r.id}/rollback`)).status).toBe(200);
+    await drain(r.id);
+    expect((await targets(r.id, "?pass=1&state=applying")).map((t) => t.server_id)).toEqual([first.server_id]);
+    // Past the grace, not past the hour: only the target in flight at the cancel times out.
+    await agePastDeadlines(r.id, (CANCEL_GRACE_S + 1) * 1000);
+    await fireTimersNow(rolloutStub(r.id));
+    await drain(r.id);
+    const back = await targets(r.id, "?pass=1");
+    expect(back.map((t) => [t.server_id, t.state])).toEqual([[first.server_id, "applying"]]);
+    const forward = await targets(r.id, "?pass=0&state=timed_out");
+    expect(forward.map((t) => [t.server_id, t.reason])).toEqual([
+      [inFlight.server_id, expect.stringMatching(/of the cancel/)],
+    ]);
   });
 });
 

@@ -5,7 +5,7 @@
  */
 import { fail, type Failure } from "../objects/kit/result";
 import { control as decide } from "./controls";
-import { armCancelGrace, armTimeout } from "./deadlines";
+import { armCancelGrace, armDeadlines } from "./deadlines";
 import { finish, newCore, zeroCounts, type Control, type RolloutSpec, type RolloutState, type Target } from "./machine";
 import { settle, type RolloutParts } from "./parts";
 import type { Plan } from "./strategy";
@@ -138,10 +138,8 @@ export async function redrive(p: RolloutParts): Promise<{ ok: true; state: Rollo
   const now = p.clock();
   p.store.transaction(() => {
     // Rollouts stored before every target had a deadline get one now (the default timeout, and
-    // the cancel's grace counted from when it was cancelled).
-    for (const a of p.store.targets.applying()) armTimeout(p, a.pass, a.server_id, a.started_at);
-    const { core } = p.store.load()!;
-    if (core.state === "cancelled") armCancelGrace(p, core.ended_at ?? now);
+    // the cancel's grace counted from when it was cancelled); a lost timer is set again.
+    armDeadlines(p);
     pump(p, now);
     afterChange(p);
     project(p);

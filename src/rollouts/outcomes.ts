@@ -5,7 +5,7 @@
  */
 import type { Failure } from "../objects/kit/result";
 import type { ApplyOutcome, RolloutEvent } from "./ledger-side";
-import { timeoutReason } from "./deadlines";
+import { armDeadlines, pastDeadline, timeoutReason } from "./deadlines";
 import type { TargetEvent } from "./machine";
 import { settle, type RolloutParts } from "./parts";
 import { scheduleSlowCheck } from "./slow";
@@ -62,7 +62,32 @@ export function applied(p: RolloutParts, pass: number, serverId: string, r: Appl
   p.background(settle(p, false));
 }
 
-/** The target's server_timeout_s ran out (its timer is named timeout:<pass>:<server_id>). */
+/**
+ * The deadline timer fired: every target applying whose deadline passed times out, and the timer
+ * is set for the next deadline (./deadlines.ts).
+ */
+export function deadlinesDue(p: RolloutParts) {
+  const now = p.clock();
+  p.store.transaction(() => {
+    if (!p.store.load()) return;
+    let ended = false;
+    for (const due of pastDeadline(p, now)) {
+      const t = p.store.targets.get(due.pass, due.server_id);
+      if (t && change(p, t, { type: "timeout", at: now, reason: timeoutReason(p, t.started_at, now) }, now))
+        ended = true;
+    }
+    if (ended) {
+      pump(p, now);
+      afterChange(p);
+    }
+    armDeadlines(p);
+  });
+}
+
+/**
+ * A timer of one target (named timeout:<pass>:<server_id>), as older code stored them: that
+ * target's deadline came. A target that ended meanwhile changes nothing.
+ */
 export function timedOut(p: RolloutParts, timer: string) {
   const [, pass, serverId] = timer.split(":");
   const now = p.clock();

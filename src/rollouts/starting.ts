@@ -54,7 +54,7 @@ function begin(p: RolloutParts, t: Target, now: number) {
   p.outbox.enqueue("apply", { pass: t.pass, server_id: t.server_id }, { key: `apply:${t.pass}:${t.server_id}` });
   // Always a deadline (DEFAULT_SERVER_TIMEOUT_S when the rollout named none): a dead host must
   // not hold the rollout, nor its (fleet, agent), for ever.
-  armTimeout(p, t.pass, t.server_id, now);
+  armTimeout(p, now);
   scheduleSlowCheck(p);
 }
 

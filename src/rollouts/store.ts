@@ -153,6 +153,19 @@ export class RolloutStore {
     else this.kv.delete("paused_by");
   }
 
+  /**
+   * When the rollout was cancelled, ascending, for the grace of the targets then in flight
+   * (./deadlines.ts). Kept after a rollback from a cancel: those targets keep their grace. Rollouts
+   * cancelled by older code have none recorded (their core's ended_at says when).
+   */
+  cancels(): number[] {
+    return this.kv.get<number[]>("cancels") ?? [];
+  }
+
+  addCancel(at: number) {
+    this.kv.put("cancels", [...this.cancels(), at]);
+  }
+
   // ---- what the effects read ----
 
   /** Whether this rollout has let its (fleet, agent) go. */

@@ -1,12 +1,13 @@
 /**
  * The rollout's timers, all on its one alarm (src/objects/kit/scheduler.ts): outbox redelivery,
- * per-target timeouts, the slow-server check, the batched projection, slot retries, and a
+ * the targets' deadlines, the slow-server check, the batched projection, slot retries, and a
  * strategy's bake times, windows and analysis samples.
  */
 import type { TimerHandler } from "../objects/kit/scheduler";
 import { sampleDue } from "./analysis";
 import { ANALYSIS_TIMER, PHASE_TIMER, WINDOW_TIMER } from "./phases";
-import { timedOut } from "./outcomes";
+import { DEADLINE_TIMER } from "./deadlines";
+import { deadlinesDue, timedOut } from "./outcomes";
 import type { RolloutParts } from "./parts";
 import { checkSlow } from "./slow";
 import { pump, retrySlots } from "./starting";
@@ -14,6 +15,8 @@ import { afterChange, project } from "./transitions";
 
 const rolloutTimers = (p: RolloutParts): Record<string, TimerHandler> => ({
   outbox: () => p.outbox.flush(),
+  [DEADLINE_TIMER]: () => deadlinesDue(p),
+  // A target's own timer, as rollouts stored by older code still have them.
   timeout: (_payload, name) => timedOut(p, name),
   slow: () => checkSlow(p, p.clock()),
   project: () => project(p),

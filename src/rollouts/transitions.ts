@@ -44,7 +44,6 @@ export function change(p: RolloutParts, t: Target, e: TargetEvent, now: number):
   if (endedNow) {
     // Why it waited goes with the wait: a target ended while queued or waiting for budget keeps no reason.
     if (t.state === "queued" || t.state === "waiting_budget") p.store.setBlocked(after.pass, after.server_id, null);
-    p.scheduler.cancel(`timeout:${after.pass}:${after.server_id}`);
     if (after.slot === "held") releaseSlot(p, after.server_id);
     // A target of the forward pass that finishes during the rollback is rolled back too.
     if (after.state === "done" && after.pass < nextCore.pass && rollingBack(nextCore) && after.from_image) {
