@@ -350,6 +350,52 @@ describe("outbox", () => {
     });
   });
 
+  it("joins the flushes asked for while one is under way into one more: each reads the outbox once, and all they were asked for is delivered", async () => {
+    await scratch(async (storage) => {
+      let reads = 0;
+      const exec = storage.sql.exec.bind(storage.sql);
+      storage.sql.exec = ((query: string, ...bindings: unknown[]) => {
+        if (query.includes("FROM _outbox WHERE attempts")) reads++;
+        return exec(query, ...bindings);
+      }) as typeof storage.sql.exec;
+      let open!: () => void;
+      const gate = new Promise<void>((res) => (open = res));
+      const delivered: string[] = [];
+      const box = new Outbox<"slow" | "row">(
+        storage,
+        new Scheduler(storage),
+        {
+          slow: { target: "call", deliver: () => gate.then(() => void delivered.push("slow")) },
+          row: {
+            target: "d1",
+            statements: () => [],
+            delivered: (p) => void delivered.push(`row ${(p as { n: number }).n}`),
+          },
+        },
+        () => getDb(env.DB),
+      );
+      box.enqueue("slow", {});
+      const first = box.flush();
+      // The first flush waits on its receiver; three more are asked for meanwhile, each after an effect.
+      await new Promise((res) => setTimeout(res, 20));
+      const more: Promise<void>[] = [];
+      for (const n of [1, 2, 3]) {
+        box.enqueue("row", { n });
+        more.push(box.flush());
+      }
+      expect(reads).toBe(1);
+      open();
+      await first;
+      await Promise.all(more);
+      expect(reads).toBe(2);
+      expect(delivered).toEqual(["slow", "row 1", "row 2", "row 3"]);
+      expect(box.pending()).toBe(0);
+      // Once that one has run, the next flush reads again.
+      await box.flush();
+      expect(reads).toBe(3);
+    });
+  });
+
   it("caps and jitters the backoff", () => {
     expect(backoffMs(1, 0)).toBe(500);
     expect(backoffMs(1, 1)).toBe(1000);

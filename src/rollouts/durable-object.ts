@@ -16,7 +16,7 @@ import { openSummaryWait, SUMMARY_WAIT_PATH } from "./waits";
 
 /**
  * One per rollout: its targets and their states (SQL in its own storage), its counters, its
- * timers (per-target timeouts, slow-server checks, slot retries) on one alarm. It writes each
+ * timers (the targets' deadlines, slow-server checks, slot retries) on one alarm. It writes each
  * target's next generation through the target's ledger and learns outcomes from the ledgers'
  * outboxes; everything it means for D1 (rollout and target rows, audit, the (fleet, agent) lock)
  * and for the coordinator (reboot slots) leaves through its own outbox. Transitions are the pure

@@ -165,13 +165,23 @@ export class Outbox<K extends string> {
 
   /**
    * Delivers every effect that is due: never tried yet, or past its backoff. Flushes are
-   * serialized; one that finds nothing to do costs one read.
+   * serialized; one that finds nothing to do costs one read. A flush asked for while another
+   * waits its turn joins that one, which has not read the outbox yet and so delivers what the
+   * caller enqueued: a busy object (a rollout's outcomes arriving while its writes are delivered)
+   * runs one more flush, not one per call, each reading the whole outbox.
    */
   flush(): Promise<void> {
-    const run = this.chain.then(() => this.deliver());
+    if (this.waiting) return this.waiting;
+    const run = this.chain.then(() => {
+      this.waiting = null;
+      return this.deliver();
+    });
+    this.waiting = run;
     this.chain = run.catch(() => {});
     return run;
   }
+  /** The flush queued behind the one under way, not started yet. */
+  private waiting: Promise<void> | null = null;
 
   private async deliver() {
     await this.deliverOffered();
