@@ -10,6 +10,24 @@ const AGENT = "fw-agent";
 const OLD = { image: "registry.example/fw:1.0.0", version: "1.0.0" };
 const NEW = { image: "registry.example/fw:2.0.0", version: "2.0.0" };
 
+/** Registrations and first reports in flight at once during setup (the API's own path, as an operator's script would). */
+const SETUP_CONCURRENCY = Number(process.env.BENCH_ROLLOUT_SETUP_CONCURRENCY ?? 64);
+
+type DesiredConfig = {
+  generation: number;
+  agents: { name: string; image: string; version: string; instance_id: string }[];
+};
+
+/** A report that realizes `cfg`: every agent running as desired. */
+const inventory = (cfg: DesiredConfig) => ({
+  generation: cfg.generation,
+  reconciled_at: new Date().toISOString(),
+  boot_id: "boot-1",
+  agents: cfg.agents.map((a) => ({ ...a, state: "running" })),
+  errors: [],
+  assignments: { units: [], storage: [] },
+});
+
 async function pool<T>(items: T[], workers: number, fn: (item: T) => Promise<void>) {
   let i = 0;
   await Promise.all(
@@ -47,7 +65,7 @@ export async function run(ctx: BenchContext) {
     const setupStart = Date.now();
     await pool(
       Array.from({ length: n }, (_, i) => i),
-      32,
+      SETUP_CONCURRENCY,
       async (i) => {
         const s = await api("POST", "/v1/servers", {
           fleet,
@@ -58,7 +76,18 @@ export async function run(ctx: BenchContext) {
         hosts.push({ id: s.id, token: s.token, generation: s.desired.generation });
       },
     );
-    console.error(`  ${n} servers registered in ${((Date.now() - setupStart) / 1000).toFixed(1)} s`);
+    const registered = Date.now();
+    // A fleet that runs: each host has reported its first config realized before the rollout, as
+    // on a real fleet (a never-reported server's first report also activates it and starts its
+    // quiet watch, which is not a rollout's cost).
+    await pool(hosts, SETUP_CONCURRENCY, async (h) => {
+      const cfg = await api("GET", "/v1/agent/desired", undefined, h.token);
+      await api("PUT", "/v1/agent/inventory", inventory(cfg), h.token);
+    });
+    const setupS = (Date.now() - setupStart) / 1000;
+    console.error(
+      `  ${n} servers registered in ${((registered - setupStart) / 1000).toFixed(1)} s and reported once in ${((Date.now() - registered) / 1000).toFixed(1)} s (${SETUP_CONCURRENCY} at once)`,
+    );
     const byId = new Map(hosts.map((h) => [h.id, h]));
 
     /**
@@ -86,23 +115,8 @@ export async function run(ctx: BenchContext) {
       hostRequests++;
       if (res.status === 304) return reconcileOnce(h);
       if (!res.ok) throw new Error(`desired: ${res.status} ${await res.text()}`);
-      const cfg = (await res.json()) as {
-        generation: number;
-        agents: { name: string; image: string; version: string; instance_id: string }[];
-      };
-      await api(
-        "PUT",
-        "/v1/agent/inventory",
-        {
-          generation: cfg.generation,
-          reconciled_at: new Date().toISOString(),
-          boot_id: "boot-1",
-          agents: cfg.agents.map((a) => ({ ...a, state: "running" })),
-          errors: [],
-          assignments: { units: [], storage: [] },
-        },
-        h.token,
-      );
+      const cfg = (await res.json()) as DesiredConfig;
+      await api("PUT", "/v1/agent/inventory", inventory(cfg), h.token);
       hostRequests++;
       h.generation = cfg.generation;
     };
@@ -113,6 +127,8 @@ export async function run(ctx: BenchContext) {
     const writes = () => ctx.metric("harbormaster_d1_statements_total", 'kind="write"');
     const d1Before = await d1();
     const writesBefore = await writes();
+    // The meter's window starts with the rollout: what each object class did for it (./profile).
+    await fetch(`${ctx.base}/__local/meter`, { method: "DELETE" });
     const t0 = Date.now();
     const r = await api("POST", "/v1/rollouts", {
       fleet,
@@ -164,9 +180,11 @@ export async function run(ctx: BenchContext) {
     if (final.state !== "succeeded" || final.counts.done !== n)
       throw new Error(`rollout ended ${final.state} ${JSON.stringify(final.counts)}`);
     const perTarget = elapsed / n;
+    const reading = (await (await fetch(`${ctx.base}/__local/meter`)).json()) as Parameters<typeof profile>[0];
+    console.error(profile(reading, n));
     ctx.note(
       `rollout of ${n} targets at concurrency ${CONCURRENCY}: control-plane ms per target (× empty request ${floorMs.toFixed(2)} ms)`,
-      `${perTarget.toFixed(2)} ms (${(perTarget / floorMs).toFixed(1)}×); total ${(elapsed / 1000).toFixed(1)} s; ${hostRequests} host requests (${hostRetries} retried); at most ${maxApplying} hosts busy at once`,
+      `${perTarget.toFixed(2)} ms (${(perTarget / floorMs).toFixed(1)}×); total ${(elapsed / 1000).toFixed(1)} s (setup ${setupS.toFixed(1)} s); ${hostRequests} host requests (${hostRetries} retried); at most ${maxApplying} hosts busy at once`,
     );
     ctx.note(
       `rollout of ${n} targets: D1 statements per target (the empty request costs 0)`,
@@ -177,4 +195,39 @@ export async function run(ctx: BenchContext) {
       `  rollout ${n}: ${perTarget.toFixed(2)} ms/target, ${(statements / n).toFixed(2)} D1 statements/target`,
     );
   }
+}
+
+type ClassReading = {
+  requests: number;
+  rpc: number;
+  fetch: number;
+  alarm: number;
+  awake_ms: number;
+  d1: { statements: number; rows_written: number };
+  storage: { rows_read: number; rows_written: number; alarms_set: number };
+  methods: Record<string, { calls: number; ms: number; max_ms: number }>;
+};
+
+/** Where a target's work went, per object class and method, per target (the meter's window: the rollout). */
+function profile(
+  reading: { worker: { requests: number; d1: { statements: number } }; objects: Record<string, ClassReading> },
+  n: number,
+) {
+  const f = (x: number) => (x / n).toFixed(2);
+  const lines = [
+    `  profile per target (${n} targets): worker requests ${f(reading.worker.requests)}, worker D1 statements ${f(reading.worker.d1.statements)}`,
+  ];
+  for (const [name, c] of Object.entries(reading.objects)) {
+    if (!c.requests && !c.awake_ms) continue;
+    lines.push(
+      `  ${name}: requests ${f(c.requests)} (rpc ${f(c.rpc)}, fetch ${f(c.fetch)}, alarm ${f(c.alarm)}), awake ${f(c.awake_ms)} ms, ` +
+        `storage rows read ${f(c.storage.rows_read)} written ${f(c.storage.rows_written)} (alarms ${f(c.storage.alarms_set)}), ` +
+        `D1 statements ${f(c.d1.statements)} (rows written ${f(c.d1.rows_written)})`,
+    );
+    for (const [m, u] of Object.entries(c.methods).sort((a, b) => b[1].ms - a[1].ms))
+      lines.push(
+        `    ${m}: ${f(u.calls)} calls, ${f(u.ms)} ms (avg ${(u.ms / u.calls).toFixed(1)} ms, max ${u.max_ms} ms)`,
+      );
+  }
+  return lines.join("\n");
 }
