@@ -7,6 +7,7 @@ import { env, evictDurableObject, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { rolloutOf } from "../src/objects/stubs";
 import { FORMAT_KEY, ROLLOUT_FORMAT, storedFormat, upgradeRolloutStorage } from "../src/rollouts/storage-format";
+import { TargetRows } from "../src/rollouts/target-rows";
 import { call } from "./helpers";
 import { fleetWithAgent, getRollout, reconcileApplying, rolloutStub, startRollout } from "./rollout-helpers";
 
@@ -80,6 +81,49 @@ describe("rollout storage format", () => {
     await runInDurableObject(rolloutStub(id), (_i, state) => {
       expect([...state.storage.kv.list()]).toEqual([]);
       expect(state.storage.sql.exec("SELECT name FROM sqlite_master").toArray()).toEqual([]);
+    });
+  });
+});
+
+describe("rollout storage reads", () => {
+  it("the next queued target is found by reading about as many rows as it returns, not the whole pass", async () => {
+    const stub = env.ROLLOUT.get(env.ROLLOUT.idFromName(crypto.randomUUID()));
+    await runInDurableObject(stub, (_i, state) => {
+      upgradeRolloutStorage(state.storage, 0);
+      const rows = new TargetRows(state.storage.sql);
+      const n = 1_000;
+      rows.insertFirstPass(
+        "img",
+        "2",
+        Array.from({ length: n }, (_, i) => ({
+          server_id: `s${i}`,
+          hostname: `h${i}`,
+          reboot_group: "default",
+          state: "queued" as const,
+          ended_at: null,
+          reason: null,
+          phase: i < n / 2 ? 0 : 1,
+        })),
+      );
+      // Half the pass already taken: the next ones are further down the order.
+      state.storage.sql.exec("UPDATE targets SET state = 'done' WHERE seq < 400");
+      const exec = state.storage.sql.exec.bind(state.storage.sql);
+      let read = 0;
+      state.storage.sql.exec = ((query: string, ...bindings: unknown[]) => {
+        const cursor = exec(query, ...bindings);
+        return Object.assign(Object.create(cursor), {
+          toArray: () => {
+            const out = cursor.toArray();
+            read += cursor.rowsRead;
+            return out;
+          },
+        });
+      }) as typeof state.storage.sql.exec;
+      expect(rows.nextQueued(0, Date.now(), 2).map((t) => t.server_id)).toEqual(["s400", "s401"]);
+      expect(read).toBeLessThan(10);
+      read = 0;
+      expect(rows.nextQueued(0, Date.now(), 2, 0).map((t) => t.server_id)).toEqual(["s400", "s401"]);
+      expect(read).toBeLessThan(10);
     });
   });
 });

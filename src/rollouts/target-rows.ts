@@ -142,11 +142,16 @@ export class TargetRows {
       .map(toTarget);
   }
 
-  /** The next `n` queued targets that may start now, in order; of phases up to `maxPhase` only. */
+  /**
+   * The next `n` queued targets that may start now, in order; of phases up to `maxPhase` only.
+   * Read through targets_state, in seq order, stopping at `n` (`+phase` keeps the planner off
+   * targets_phase, whose range would read every target of the pass and sort them, on every turn
+   * that starts one).
+   */
   nextQueued(pass: number, now: number, n: number, maxPhase = Number.MAX_SAFE_INTEGER): Target[] {
     return this.sql
       .exec<Row>(
-        `SELECT ${COLS} FROM targets WHERE pass = ? AND state = 'queued' AND slot = 'none' AND not_before <= ? AND phase <= ? ORDER BY seq LIMIT ?`,
+        `SELECT ${COLS} FROM targets WHERE pass = ? AND state = 'queued' AND slot = 'none' AND not_before <= ? AND +phase <= ? ORDER BY seq LIMIT ?`,
         pass,
         now,
         maxPhase,
