@@ -3,7 +3,7 @@ import { describe, expect, it } from "vitest";
 import { BASE, call, createFleet, fireTimersNow, registerServer, report, settle } from "./helpers";
 import { consoleFetch, signIn } from "./console-helpers";
 import { fleetWithKey, putGroup, registerClients, zincati } from "./fleetlock-helpers";
-import { fleetWithAgent, rolloutStub, startRollout } from "./rollout-helpers";
+import { agePastDeadlines, fleetWithAgent, rolloutStub, startRollout } from "./rollout-helpers";
 import { noticeNow, notifyFeed, THROTTLE_MS } from "../src/notices/notices";
 import { QUIET_TIMER, quietGraceMs } from "../src/ledger/quiet";
 import type { Env } from "../src/env";
@@ -149,8 +149,9 @@ describe("the console's live feed", () => {
     const { fleet } = await fleetWithAgent(1);
     const r = await startRollout({ fleet, concurrency: 1, server_timeout_s: 30 });
     const { ws, seen } = await quietFeed(fleet);
-    // Nobody calls the API: the rollout's timer fires, the target times out, the index is told,
-    // and the rollout's outbox tells the fleet's feed.
+    // Nobody calls the API: its deadline passes, the rollout's timer fires, the target times out,
+    // the index is told, and the rollout's outbox tells the fleet's feed.
+    await agePastDeadlines(r.id, 31_000);
     await fireTimersNow(rolloutStub(r.id));
     await expect
       .poll(
