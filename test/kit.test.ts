@@ -66,6 +66,39 @@ describe("scheduler", () => {
     });
   });
 
+  it("arms without reading a timer row while every timer set since is at or after the alarm, and moves it for one set earlier", async () => {
+    await scratch(async (storage) => {
+      let cursors: SqlStorageCursor<Record<string, SqlStorageValue>>[] = [];
+      const exec = storage.sql.exec.bind(storage.sql);
+      storage.sql.exec = ((query: string, ...bindings: unknown[]) => {
+        const cursor = exec(query, ...bindings);
+        cursors.push(cursor);
+        return cursor;
+      }) as typeof storage.sql.exec;
+      const s = new Scheduler(storage);
+      const now = Date.now();
+      for (let i = 0; i < 20; i++) s.schedule(`reservation:${i}`, now + 120_000 + i);
+      s.schedule("outbox", now + 1_000);
+      await s.arm();
+      expect(await storage.getAlarm()).toBe(now + 1_000);
+      // The rows arming reads, after the change `fn` makes.
+      const read = async (fn: () => void) => {
+        fn();
+        cursors = [];
+        await s.arm();
+        return cursors.reduce((n, c) => (c.toArray(), n + c.rowsRead), 0);
+      };
+      // A busy path sets its timers later than the alarm, request after request: nothing to read.
+      expect(await read(() => s.schedule("outbox", now + 2_000, null, { noLaterThan: true }))).toBe(0);
+      expect(await read(() => s.schedule("queue", now + 60_000))).toBe(0);
+      expect(await read(() => s.cancel("queue"))).toBe(0);
+      expect(await storage.getAlarm()).toBe(now + 1_000);
+      // One set earlier than the alarm is looked for, and the alarm follows it.
+      expect(await read(() => s.schedule("sooner", now + 500))).toBeGreaterThan(0);
+      expect(await storage.getAlarm()).toBe(now + 500);
+    });
+  });
+
   it("runs due timers by name or prefix, keeps a timer whose handler threw, and re-arms for the rest", async () => {
     await scratch(async (storage) => {
       const s = new Scheduler(storage);

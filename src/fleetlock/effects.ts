@@ -64,10 +64,24 @@ export interface Outgoing {
 export function changed(o: Outgoing, group?: string) {
   const fleet = o.store.config?.fleet_id;
   if (!fleet) return;
-  const notice: NoticeInput = { fleet, kind: "reboot", ids: group ? [group] : [], from: "coordinator" };
+  // A grant or release calls this several times in its turn (the group saved, the audit row):
+  // one stored notice a turn is enough (pages re-fetch what they show), stored again only to name
+  // a group it did not name yet.
+  let ids = noticedThisTurn.get(o.outbox);
+  if (ids && (!group || ids.has(group))) return;
+  if (!ids) {
+    ids = new Set<string>();
+    noticedThisTurn.set(o.outbox, ids);
+    queueMicrotask(() => noticedThisTurn.delete(o.outbox));
+  }
+  if (group) ids.add(group);
+  const notice: NoticeInput = { fleet, kind: "reboot", ids: [...ids], from: "coordinator" };
   o.outbox.enqueue("feed", notice, { key: "feed", deferMs: HOST_AUDIT_DEFER_MS });
   void o.scheduler.arm().catch(() => undefined);
 }
+
+/** The groups named by the notice each outbox stored in the current turn (see `changed`). */
+const noticedThisTurn = new WeakMap<CoordinatorOutbox, Set<string>>();
 
 /**
  * Hosts' grants and releases (`wait: false`) are audited within HOST_AUDIT_DEFER_MS, many rows

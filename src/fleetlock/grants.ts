@@ -52,8 +52,10 @@ export async function preReboot(
 ): Promise<PreRebootAnswer> {
   const config = authorized(c, keyHash);
   if (!config) return unauthorized();
-  await catchUpReserved(c, opts.ask, params.id);
-  const client = clientOf(c.store, config, params.id);
+  // A registered id is read once; only an unknown one may be reserved and caught up.
+  const known = c.store.clients.get(params.id);
+  if (!known) await catchUpReserved(c, opts.ask, params.id);
+  const client = clientOf(c.store, config, params.id, known);
   if (!client.ok) return client;
   if (client.entry && client.entry.reboot_group !== params.group) {
     return failure(
@@ -151,8 +153,9 @@ export async function steadyState(
   if (!config) return unauthorized();
   const groupName = c.store.heldIn(params.id);
   if (!groupName) {
-    await catchUpReserved(c, ask, params.id);
-    const client = clientOf(c.store, config, params.id);
+    const known = c.store.clients.get(params.id);
+    if (!known) await catchUpReserved(c, ask, params.id);
+    const client = clientOf(c.store, config, params.id, known);
     if (!client.ok) return client;
     c.parked.giveUp(params.id);
     return { ok: true, released: false };
