@@ -348,4 +348,35 @@ describe("audit.recorded webhooks", () => {
         .first<{ at: number }>())!.at,
     ).toBe(before!.at);
   });
+
+  it("hands on the same rows under the same id after a crash between sending and moving the cursor", async () => {
+    const { id: fleet } = await createFleet();
+    const url = await hook(fleet, "siem", ["audit.recorded"]);
+    const sent = await receiver(fleet);
+    const now = Date.now();
+    // Whatever earlier tests left is handed on first, so this test's batch is its own rows.
+    await sendAuditEvents(env, now);
+    await sendAuditEvents(env, now);
+    const first = await rows([now, now], `fleet:${fleet}`, "crash.before");
+    // The cursor's move fails after the events left, as a crash there would leave it.
+    await env.DB.prepare(
+      `CREATE TRIGGER no_cursor_move BEFORE UPDATE ON cron_cursors WHEN OLD.name = '${AUDIT_EVENTS_CURSOR}'
+       BEGIN SELECT RAISE(ABORT, 'cut off'); END`,
+    ).run();
+    try {
+      await expect(sendAuditEvents(env, now)).rejects.toThrow(/cut off/);
+    } finally {
+      await env.DB.prepare("DROP TRIGGER no_cursor_move").run();
+    }
+    // More rows arrive before the next tick: they are the next batch's, not mixed into this one.
+    const later = await rows([now], `fleet:${fleet}`, "crash.after");
+    expect(await sendAuditEvents(env, now)).toMatchObject({ rows: 2 });
+    expect(await sendAuditEvents(env, now)).toMatchObject({ rows: 1 });
+    expect(await sendAuditEvents(env, now)).toEqual({ rows: 0, events: 0 });
+    await fireTimersNow(coordinator(fleet));
+    // The fleet's own creation rows went out in the catch-up ticks; this test's rows follow.
+    const bodies = bodiesOf(sent, url).filter((b) => b.data.entries[0].action.startsWith("crash."));
+    expect(bodies.map((b) => b.data.entries.map((e: { id: number }) => e.id))).toEqual([first, later]);
+    expect(new Set(bodies.map((b) => b.id)).size).toBe(2);
+  });
 });
