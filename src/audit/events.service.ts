@@ -29,7 +29,7 @@ export const AUDIT_EVENTS_CURSOR = "audit_events";
  * deleted with the cursor's move, so a tick after a crash between the two hands on exactly the
  * same rows under the same ids, whatever rows were written meanwhile.
  */
-export const AUDIT_EVENTS_BATCH = "audit_events_batch";
+const AUDIT_EVENTS_BATCH = "audit_events_batch";
 /** Rows per tick; a burst past it goes out over the next ticks, in order. */
 const AUDIT_EVENTS_PER_TICK = 500;
 
