@@ -35,7 +35,7 @@ for (let i = 2; i < process.argv.length; i++) {
  * disk` or BENCH_STATE=disk): the OS temp dir, as before, commits synced. docs/benchmarks.md
  * gives both figures.
  */
-export type StateKind = "tmpfs" | "disk";
+type StateKind = "tmpfs" | "disk";
 const TMPFS_DIR = "/dev/shm";
 
 /** Whether a directory is a mount point of type tmpfs (from /proc/mounts; false where unreadable). */
