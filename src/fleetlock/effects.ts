@@ -4,7 +4,7 @@
  * when D1 is down. Webhook deliveries do not: they go to outsiders, on their own queue
  * (src/webhooks/dispatch.ts), so no receiver delays what this outbox carries.
  */
-import { auditEvent, auditInsertOnce, type AuditEntry, type AuditEvent } from "../db/audit";
+import { auditEvent, auditInsertManyOnce, auditInsertOnce, type AuditEntry, type AuditEvent } from "../db/audit";
 import { feedEffect, type NoticeInput } from "../notices/notices";
 import type { Db } from "../db/client";
 import type { Env } from "../env";
@@ -30,7 +30,12 @@ export interface CoordinatorEffectWiring {
 
 export function coordinatorEffects(w: CoordinatorEffectWiring): Record<CoordinatorEffectKind, Effect> {
   return {
-    audit: { target: "d1", statements: (e: AuditEvent) => [auditInsertOnce(w.db(), e)] },
+    // A busy fleet's grants and releases: about one row a request, delivered many to an insert.
+    audit: {
+      target: "d1",
+      statements: (e: AuditEvent) => [auditInsertOnce(w.db(), e)],
+      many: (es: AuditEvent[]) => auditInsertManyOnce(w.db(), es),
+    },
     // Only `webhook` effects stored by earlier code, which sent deliveries through this outbox:
     // taking one over is a storage write on the webhooks' own queue, never a request to the receiver.
     webhook: { target: "call", deliver: async (p: DeliveryPayload) => w.webhooks.adopt(p) },

@@ -15,6 +15,11 @@ interface D1Effect<P> {
   target: "d1";
   /** Statements for the payload, built when delivered (from the object's state at that time). */
   statements(payload: P): BatchItem<"sqlite">[] | Promise<BatchItem<"sqlite">[]>;
+  /**
+   * Statements for several payloads of this kind enqueued one after another, when fewer than one
+   * each will do (an audit row per grant: many rows to an insert). Used instead of `statements`.
+   */
+  many?(payloads: P[]): BatchItem<"sqlite">[];
   /** After the batch committed, e.g. to remember what the index now shows. */
   delivered?(payload: P): void;
 }
@@ -264,10 +269,18 @@ export class Outbox<K extends string> {
 
   private async deliverD1(rows: Row[]) {
     try {
-      const parts = await Promise.all(
-        rows.map(async (r) => (this.effects[r.kind as K] as D1Effect<unknown>).statements(JSON.parse(r.payload))),
-      );
-      const all = parts.flat();
+      const parts: (BatchItem<"sqlite">[] | Promise<BatchItem<"sqlite">[]>)[] = [];
+      // Consecutive rows of a kind that builds many at once go as one run, in enqueue order.
+      for (let i = 0; i < rows.length;) {
+        const effect = this.effects[rows[i].kind as K] as D1Effect<unknown>;
+        let end = i + 1;
+        if (effect.many) while (end < rows.length && rows[end].kind === rows[i].kind) end++;
+        const payloads = rows.slice(i, end).map((r) => JSON.parse(r.payload));
+        if (effect.many) parts.push(effect.many(payloads));
+        else for (const p of payloads) parts.push(effect.statements(p));
+        i = end;
+      }
+      const all = (await Promise.all(parts)).flat();
       if (all.length) {
         const db = this.db();
         await db.batch(all as [BatchItem<"sqlite">, ...BatchItem<"sqlite">[]]);
