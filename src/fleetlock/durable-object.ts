@@ -2,6 +2,7 @@ import { DurableObject } from "cloudflare:workers";
 import type { Env } from "../env";
 import type { Failure } from "../objects/kit/result";
 import { assemble } from "./assemble";
+import { publishHealthWatch } from "./health-watch";
 import { audit } from "./effects";
 import * as gateRules from "./gate-rules";
 import type { GateConfig } from "./gates";
@@ -215,6 +216,8 @@ export class RebootCoordinator extends DurableObject<Env> {
   async createWebhook(settings: FleetSettings, input: hooks.WebhookInput, actor: string) {
     this.parts.store.syncSettings(settings);
     const r = hooks.createWebhook(this.parts.webhookStore, input, actor, this.parts.clock());
+    // Published in the batch the answer waits for: a drift reported after it reaches the webhook.
+    if (r.ok) publishHealthWatch(this.parts, settings.fleet_id);
     if (r.ok)
       await this.#audited(actor, "webhook.create", { id: r.webhook.id, url: r.webhook.url, events: r.webhook.events });
     return r;
@@ -231,6 +234,7 @@ export class RebootCoordinator extends DurableObject<Env> {
   async deleteWebhook(settings: FleetSettings, id: string, actor: string) {
     this.parts.store.syncSettings(settings);
     const r = hooks.deleteWebhook(this.parts.webhookStore, id);
+    if (r.ok) publishHealthWatch(this.parts, settings.fleet_id);
     if (r.ok) await this.#audited(actor, "webhook.delete", { id, url: r.webhook.url });
     return r;
   }
@@ -246,7 +250,13 @@ export class RebootCoordinator extends DurableObject<Env> {
 
   async applyWebhookSpec(settings: FleetSettings, spec: hookSpec.WebhooksSpec): Promise<hookSpec.WebhooksSpecOutcome> {
     this.parts.store.syncSettings(settings);
-    return hookSpec.applyWebhookSpec(this.parts.webhookStore, spec, this.parts.clock());
+    const out = hookSpec.applyWebhookSpec(this.parts.webhookStore, spec, this.parts.clock());
+    // Delivered before the answer, like createWebhook's: a drift reported after it reaches them.
+    if (publishHealthWatch(this.parts, settings.fleet_id)) {
+      await this.parts.scheduler.arm();
+      await this.parts.outbox.flush();
+    }
+    return out;
   }
 
   /**

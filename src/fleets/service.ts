@@ -59,7 +59,7 @@ export async function createFleet(env: Env, actor: string, input: FleetInput): P
     if (isUniqueViolation(err)) throw new DomainError("already_exists", `fleet '${input.id}' already exists`);
     throw err;
   }
-  return { ...row, fleetlockKeyHash: null };
+  return { ...row, fleetlockKeyHash: null, healthWatch: 1 };
 }
 
 export async function fleetById(env: Env, id: string) {

@@ -57,6 +57,8 @@ const newFleetRow = (fleet: string): FleetRow => {
     disruptionBudget: d.disruption_budget,
     imagePolicy: d.image_policy,
     fleetlockKeyHash: null,
+    // Unknown until the fleet's coordinator publishes it (src/fleetlock/health-watch.ts).
+    healthWatch: 1,
     createdAt: Date.now(),
   };
 };
