@@ -9,6 +9,7 @@ import { env, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import {
   DriftWatch,
+  fixHoldAnnounced,
   healthUse,
   sendHealth,
   type HealthSent,
@@ -155,6 +156,12 @@ describe("who a health event is for", () => {
     expect(sendHealth(sink, event(), 4)).toBe(false);
     expect(sendHealth(sink, null, 4)).toBe(false);
     expect(enqueued).toHaveLength(1);
+    // A fix's write under a hold (src/ledger/planning.ts): the next realized report goes out again.
+    fixHoldAnnounced(sink.store);
+    expect(sent).toEqual({ boot_id: "b1", generation: 4, fix_open: true });
+    expect(sendHealth(sink, event(), 4)).toBe(true);
+    expect(sendHealth(sink, event(), 4)).toBe(false);
+    expect(enqueued).toHaveLength(2);
   });
 
   it("skips a drift only on a read made after the report was accepted", () => {
