@@ -54,12 +54,14 @@ describe("health events to the fleet's coordinator", () => {
     const f = await createFleet();
     const s = await registerServer(f.id);
     const calls = await countHealthCalls(f.id);
-    expect(await watchOf(f.id)).toBe(1);
+    // A new fleet has no webhook: its ledgers keep drifts home from the start.
+    expect(await watchOf(f.id)).toBe(0);
+    // A fleet from before the column (its default, unknown): the first drift goes out, and the
+    // coordinator says no webhook wants it.
+    await env.DB.prepare("UPDATE fleets SET health_watch = 1 WHERE id = ?").bind(f.id).run();
 
     await put(s.id, s.token, realized());
-    // The first drift goes out (D1 still says unknown); the coordinator says no webhook wants it.
     await put(s.id, s.token, drifted());
-    await fireTimersNow(coordinator(f.id));
     expect(calls.map((e) => e.status?.to)).toEqual(["realized", "drifted"]);
     expect(await watchOf(f.id)).toBe(0);
 
@@ -103,8 +105,7 @@ describe("health events to the fleet's coordinator", () => {
     const calls = await countHealthCalls(f.id);
     await put(s.id, s.token, realized());
     await put(s.id, s.token, drifted());
-    await fireTimersNow(coordinator(f.id));
-    expect(await watchOf(f.id)).toBe(0);
+    expect(calls).toHaveLength(1);
     await put(s.id, s.token, report(1, [], { errors: [{ agent: "x", op: "update", message: "disk full" }] }));
     expect(calls.at(-1)?.status).toEqual({ from: "drifted", to: "failed" });
     await put(s.id, s.token, realized());
@@ -124,44 +125,51 @@ describe("who a health event is for", () => {
     status: { from: "drifted", to: "realized" },
     ...over,
   });
-  const heard: HealthSent = { boot_id: "b1", generation: 4 };
+  const heard: HealthSent = { boot_id: "b1" };
 
-  it("sends a realized report only for a boot or generation the coordinator has not heard realized, or under a fix's hold", () => {
-    expect(healthUse(event(), 4, null)).toBe("coordinator");
-    expect(healthUse(event(), 4, heard)).toBe(null);
-    expect(healthUse(event(), 5, heard)).toBe("coordinator");
-    expect(healthUse(event({ boot_id: "b2" }), 4, heard)).toBe("coordinator");
-    expect(healthUse(event(), 4, { ...heard, fix_open: true })).toBe("coordinator");
-    expect(healthUse(event({ rebooted_from: "b0" }), 4, heard)).toBe("coordinator");
+  it("sends a realized report only for a boot the coordinator has not heard realized, or while a fix's hold waits", () => {
+    expect(healthUse(event(), null)).toBe("coordinator");
+    expect(healthUse(event(), heard)).toBe(null);
+    expect(healthUse(event({ boot_id: "b2" }), heard)).toBe("coordinator");
+    expect(healthUse(event(), { ...heard, fix_from: 4 })).toBe("coordinator");
+    expect(healthUse(event({ rebooted_from: "b0" }), heard)).toBe("coordinator");
   });
 
   it("leaves a drift to the webhooks, and a change of health class to the coordinator", () => {
     const drift = event({ realized: false, status: { from: "realized", to: "drifted" } });
-    expect(healthUse(drift, 4, heard)).toBe("webhooks");
-    expect(healthUse({ ...drift, status: { from: "failed", to: "drifted" } }, 4, heard)).toBe("coordinator");
-    expect(healthUse({ ...drift, status: { from: "realized", to: "failed" } }, 4, heard)).toBe("coordinator");
-    expect(healthUse({ ...drift, rebooted_from: "b0" }, 4, heard)).toBe("coordinator");
+    expect(healthUse(drift, heard)).toBe("webhooks");
+    expect(healthUse({ ...drift, status: { from: "failed", to: "drifted" } }, heard)).toBe("coordinator");
+    expect(healthUse({ ...drift, status: { from: "realized", to: "failed" } }, heard)).toBe("coordinator");
+    expect(healthUse({ ...drift, rebooted_from: "b0" }, heard)).toBe("coordinator");
   });
 
-  it("records what it sent, so the same realized report is not sent twice, and a fix's hold clears once one went", () => {
+  it("records what it sent, so the same boot's realized report is not sent twice, and a fix's hold until a report past its generation went", () => {
     const enqueued: ServerHealthEvent[] = [];
-    let sent: HealthSent | null = { boot_id: "b1", generation: 4, fix_open: true };
+    let sent: HealthSent | null = null;
     const sink = {
       outbox: { enqueue: (_k: "server_health", e: ServerHealthEvent) => void enqueued.push(e) },
       store: { healthSent: () => sent, setHealthSent: (s: HealthSent) => void (sent = s) },
       driftWatch: new DriftWatch(),
     };
     expect(sendHealth(sink, event(), 4)).toBe(true);
-    expect(sent).toEqual({ boot_id: "b1", generation: 4 });
-    expect(sendHealth(sink, event(), 4)).toBe(false);
-    expect(sendHealth(sink, null, 4)).toBe(false);
+    expect(sent).toEqual({ boot_id: "b1" });
+    // A new generation realized (a fleet-wide desired change) is nothing the coordinator uses.
+    expect(sendHealth(sink, event(), 5)).toBe(false);
+    expect(sendHealth(sink, null, 5)).toBe(false);
     expect(enqueued).toHaveLength(1);
-    // A fix's write under a hold (src/ledger/planning.ts): the next realized report goes out again.
-    fixHoldAnnounced(sink.store);
-    expect(sent).toEqual({ boot_id: "b1", generation: 4, fix_open: true });
-    expect(sendHealth(sink, event(), 4)).toBe(true);
-    expect(sendHealth(sink, event(), 4)).toBe(false);
-    expect(enqueued).toHaveLength(2);
+    // A fix's write under a hold, from generation 5: realized reports go out until one past 5 has.
+    fixHoldAnnounced(sink.store, 5);
+    expect(sent).toEqual({ boot_id: "b1", fix_from: 5 });
+    expect(sendHealth(sink, event(), 5)).toBe(true);
+    expect(sent).toEqual({ boot_id: "b1", fix_from: 5 });
+    expect(sendHealth(sink, event(), 6)).toBe(true);
+    expect(sent).toEqual({ boot_id: "b1" });
+    expect(sendHealth(sink, event(), 6)).toBe(false);
+    expect(enqueued).toHaveLength(3);
+    // Two holds' announcements: the older generation stands.
+    fixHoldAnnounced(sink.store, 7);
+    fixHoldAnnounced(sink.store, 9);
+    expect(sent).toEqual({ boot_id: "b1", fix_from: 7 });
   });
 
   it("skips a drift only on a read made after the report was accepted", () => {

@@ -103,7 +103,11 @@ export async function serverHealth(c: CoordinatorParts, e: ServerHealthEvent) {
   if (c.gateStore.recovering().size !== recoveringBefore) await c.parked.drainAll();
   await c.parked.rearm();
   // A ledger sent what no webhook wants (D1 still says unknown, or the last one asking went): say so.
-  if (driftOnly(e) && publishHealthWatch(c, e.fleet_id)) await c.scheduler.arm();
+  if (driftOnly(e) && publishHealthWatch(c, e.fleet_id)) {
+    // Delivered now, not by the outbox's safety alarm: every drift until then is a call more.
+    await c.scheduler.arm();
+    await c.outbox.flush();
+  }
   if (e.status && (e.status.to === "failed" || e.status.to === "drifted")) {
     emit(
       c,

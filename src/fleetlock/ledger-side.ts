@@ -13,11 +13,12 @@
  * Of those, two kinds reach the coordinator only when it can use them (`healthUse`), since every
  * one of them lands on the one coordinator of the fleet, and a host flapping between drifted and
  * realized would otherwise send it one call a report:
- * - becoming realized again without a reboot, within a boot and a desired generation the
- *   coordinator has already heard realized: the coordinator acts on a realized report only for a
- *   server rebooted and not yet healthy (its reboot was sent, and the first realized report of
- *   that boot after it is), or for a drift fix's hold (a fix writes a new generation, whose first
- *   realized report is sent; and while the ledger knows of a hold, `fix_open`, every one is);
+ * - becoming realized again within a boot the coordinator has already heard realized: it acts on
+ *   a realized report only for a server rebooted and not yet healthy (its reboot was sent, and
+ *   the first realized report of that boot after it is), or for a drift fix's hold, which the
+ *   ledger learns of from the fix's write or the hold's own question at its end (`fix_from`:
+ *   every realized report goes out until one past that generation has). So a fleet-wide
+ *   desired change, whose every host realizes the new generation, costs the coordinator nothing;
  * - becoming drifted, with no reboot and no change of health class: only a webhook asking for
  *   `server.drifted` uses it. The coordinator publishes whether one does in D1 (`fleets.health_watch`,
  *   ./health-watch.ts) before it answers the change that turns it on; the ledger reads that in the
@@ -115,29 +116,28 @@ export function quietEventOf(
 }
 
 /**
- * What the ledger last sent the coordinator of its server's realization: the boot and desired
- * generation of its last realized event, and whether a drift fix's hold was announced since
- * (the fix's write carries it, src/ledger/planning.ts).
+ * What the ledger last sent the coordinator of its server's realization: the boot of its last
+ * realized event, and `fix_from` while a drift fix's hold may wait on a realized report past
+ * that desired generation (the fix's write, src/ledger/planning.ts, or the hold's question).
  */
 export interface HealthSent {
   boot_id: string | null;
-  generation: number | null;
-  fix_open?: boolean;
+  fix_from?: number;
 }
 
 /**
  * Who needs an event: "coordinator", its rules (a reboot, a change of health class, a realized
  * report it may be waiting for); "webhooks", only a webhook asking for `server.drifted`; null,
- * no one (a realized report the coordinator has heard for this boot and generation already).
+ * no one (a realized report the coordinator has heard for this boot already, no fix's hold waiting).
  */
 export type HealthUse = "coordinator" | "webhooks" | null;
 
 /** Pure: who an event is for, given what was sent before (see the module's comment). */
-export function healthUse(e: ServerHealthEvent, generation: number, sent: HealthSent | null): HealthUse {
+export function healthUse(e: ServerHealthEvent, sent: HealthSent | null): HealthUse {
   if (e.rebooted_from) return "coordinator";
   if (e.status && healthClass(e.status.from) !== healthClass(e.status.to)) return "coordinator";
   if (e.realized) {
-    const heard = sent !== null && !sent.fix_open && sent.boot_id === e.boot_id && sent.generation === generation;
+    const heard = sent !== null && sent.fix_from === undefined && sent.boot_id === e.boot_id;
     return heard ? null : "coordinator";
   }
   if (e.status?.to === "drifted") return "webhooks";
@@ -146,7 +146,7 @@ export function healthUse(e: ServerHealthEvent, generation: number, sent: Health
 }
 
 /** Whether the coordinator can use the event only through a webhook asking for `server.drifted`. */
-export const driftOnly = (e: ServerHealthEvent) => healthUse(e, 0, null) === "webhooks";
+export const driftOnly = (e: ServerHealthEvent) => healthUse(e, null) === "webhooks";
 
 /** The outbox the ledger enqueues health events on, and the store keeping what it sent. */
 interface HealthSink {
@@ -161,18 +161,27 @@ interface HealthSink {
  */
 export function sendHealth(d: HealthSink, e: ServerHealthEvent | null, generation: number): boolean {
   if (!e) return false;
-  const use = healthUse(e, generation, d.store.healthSent());
+  const sent = d.store.healthSent();
+  const use = healthUse(e, sent);
   if (use === null) return false;
-  if (e.realized) d.store.setHealthSent({ boot_id: e.boot_id, generation });
+  if (e.realized) {
+    // A fix's hold past whose generation this report is: released by it (src/fleetlock/fix-budget.ts).
+    const fixFrom = sent?.fix_from !== undefined && generation <= sent.fix_from ? sent.fix_from : undefined;
+    d.store.setHealthSent({ boot_id: e.boot_id, ...(fixFrom !== undefined ? { fix_from: fixFrom } : {}) });
+  }
   if (use === "webhooks") d.driftWatch.accepted(e.at);
   d.outbox.enqueue("server_health", e);
   return true;
 }
 
-/** A drift fix's write reached the ledger under a budget hold: realized reports go out until one has. */
-export function fixHoldAnnounced(store: HealthSink["store"]) {
+/**
+ * A drift fix's hold waits on a realized report past `generation` (its write reached the ledger,
+ * or the hold asked at its end): every realized report goes out until one past it has.
+ */
+export function fixHoldAnnounced(store: HealthSink["store"], generation: number) {
   const sent = store.healthSent();
-  store.setHealthSent({ boot_id: sent?.boot_id ?? null, generation: sent?.generation ?? null, fix_open: true });
+  const from = Math.min(sent?.fix_from ?? generation, generation);
+  store.setHealthSent({ boot_id: sent?.boot_id ?? null, fix_from: from });
 }
 
 /**

@@ -43,9 +43,9 @@ export function applyPlan(
   const state = d.store.load();
   if (!state) return fail("not_found", "server does not exist");
   if (state.record.state === "removed") return fail("server_removed", "a removed server is not planned");
-  // The coordinator holds a budget unit for this fix until a realized report: every one goes out
-  // until one has, whatever this write turns out to change.
-  if (meta.deadline !== undefined) fixHoldAnnounced(d.store);
+  // The coordinator holds a budget unit for this fix until a realized report past the generation
+  // it saw: every one goes out until one has, whatever this write turns out to change.
+  if (meta.deadline !== undefined) fixHoldAnnounced(d.store, state.desired.generation);
   const before = d.store.plan();
   const current: PlanState = meta.release ? { mode: "planned", rev: before.rev } : before;
   const now = d.clock();
