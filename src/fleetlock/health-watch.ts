@@ -14,7 +14,6 @@ import { eq, and, ne } from "drizzle-orm";
 import type { Db } from "../db/client";
 import { fleets } from "../db/schema";
 import type { WebhookStore } from "../webhooks/store";
-import type { Outgoing } from "./effects";
 
 export interface HealthWatchPayload {
   fleet_id: string;
@@ -22,7 +21,7 @@ export interface HealthWatchPayload {
 }
 
 /** Whether any of the fleet's webhooks asks for `server.drifted`. */
-export const driftWatched = (hooks: WebhookStore) => hooks.all().some((w) => w.events.includes("server.drifted"));
+const driftWatched = (hooks: WebhookStore) => hooks.all().some((w) => w.events.includes("server.drifted"));
 
 /** The value last enqueued per coordinator (memory: after an eviction it is published once more). */
 const published = new WeakMap<object, boolean>();
@@ -31,7 +30,14 @@ const published = new WeakMap<object, boolean>();
  * Enqueues the fleet's watch for D1 if it differs from what this object last published (keyed:
  * the newest value wins). The caller's flush delivers it; an operator's change awaits that.
  */
-export function publishHealthWatch(o: Outgoing & { webhookStore: WebhookStore }, fleetId: string | undefined): boolean {
+export function publishHealthWatch(
+  // The coordinator's parts, narrowed (./effects.ts imports this module's statement).
+  o: {
+    outbox: { enqueue(kind: "health_watch", payload: HealthWatchPayload, opts: { key: string }): void };
+    webhookStore: WebhookStore;
+  },
+  fleetId: string | undefined,
+): boolean {
   if (!fleetId) return false;
   const watch = driftWatched(o.webhookStore);
   if (published.get(o.webhookStore) === watch) return false;
