@@ -1,4 +1,5 @@
 import { z } from "@hono/zod-openapi";
+import { ERROR_CODES } from "../domain/errors";
 import { DEFAULT_PAGE_SIZE, MAX_CURSOR_LENGTH, MAX_PAGE_SIZE } from "../domain/limits";
 import { fleetId } from "../fleets/schemas";
 import { agentName } from "../model/server/schemas";
@@ -21,6 +22,7 @@ const FixActionSchema = z
   .object({
     server: z.string(),
     hostname: z.string(),
+    fleet: z.string(),
     action: driftFix,
     reasons: z.array(driftReason),
     result: z
@@ -28,8 +30,14 @@ const FixActionSchema = z
         z.object({ ok: z.literal(true), outcome: z.string(), generation: z.number().int() }),
         z.object({
           ok: z.literal(false),
-          error: z.string(),
-          message: z.string().optional(),
+          error: z.enum(ERROR_CODES).openapi({
+            description:
+              "why this server was not fixed, one of the API's error codes: `budget_exhausted` (the fleet's " +
+              "disruption budget is spent: fix again later), `unavailable` (its fleet's coordinator or its " +
+              "ledger did not answer; the message says whether the write may have happened), or the ledger's " +
+              "refusal (`reservation_expired`, `server_removed`, `not_found`, `unknown_fleet`, …)",
+          }),
+          message: z.string(),
           blocked_by: BlockedByListSchema.optional().openapi({
             description: "error budget_exhausted: the servers that hold the fleet's disruption budget",
           }),
