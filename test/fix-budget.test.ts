@@ -7,6 +7,7 @@ import { breakCoordinator, call, fireTimersNow, report, settle } from "./helpers
 import { fleetWithKey, flushCoordinator, putGroup, zincati } from "./fleetlock-helpers";
 import { hostReconcile } from "./rollout-helpers";
 import { coordinator, ledger } from "./support/objects";
+import { consoleFetch, cookiesOf, signIn } from "./console-helpers";
 
 const AGENT = { name: "fw-agent", image: "registry.example/fw:1.0.0", version: "1.0.0" };
 
@@ -394,5 +395,21 @@ describe("a fix across fleets", () => {
     // Nothing was written there: the unit this call took is free again at once, not in 2 minutes.
     expect(await fixHolds(broken.f.fleet)).toEqual({});
     expect(Object.keys(await fixHolds(ok.f.fleet))).toEqual([ok.drifted.id]);
+  });
+});
+
+describe("the console's fix", () => {
+  it("names each server it did not fix with its error code", async () => {
+    const { f, rebooting, drifted } = await budgetFleet();
+    expect((await zincati(f.baseUrl, "pre-reboot", rebooting.fleetlockId)).status).toBe(200);
+    const s = await signIn();
+    const res = await consoleFetch(`/console/drift/fix?fleet=${f.fleet}`, {
+      cookie: s.cookie,
+      body: { _csrf: s.csrf, agent: "", cursor: "" },
+    });
+    expect(res.status).toBe(303);
+    const flash = Object.entries(cookiesOf(res)).find(([name]) => name.endsWith("hm_flash"))![1].value;
+    const text = JSON.parse(new TextDecoder().decode(Uint8Array.from(atob(flash), (ch) => ch.charCodeAt(0)))).text;
+    expect(text).toBe(`fix applied to 1 server(s): 0 fixed, 1 not fixed: ${drifted.hostname} (budget_exhausted).`);
   });
 });

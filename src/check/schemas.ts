@@ -18,30 +18,35 @@ export const FixInput = z
   })
   .openapi("DriftFixInput");
 
+/** One of the API's error codes (src/domain/errors.ts), as a per-server result names it. */
+const ErrorCode = z.enum(ERROR_CODES).openapi("ErrorCode");
+
 const FixActionSchema = z
   .object({
     server: z.string(),
     hostname: z.string(),
-    fleet: z.string(),
+    fleet: z.string().openapi({ description: "The server's fleet" }),
     action: driftFix,
     reasons: z.array(driftReason),
     result: z
       .union([
         z.object({ ok: z.literal(true), outcome: z.string(), generation: z.number().int() }),
-        z.object({
-          ok: z.literal(false),
-          error: z.enum(ERROR_CODES).openapi({
+        z
+          .object({
+            ok: z.literal(false),
+            error: ErrorCode,
+            message: z.string(),
+            blocked_by: BlockedByListSchema.optional().openapi({
+              description: "error budget_exhausted: the servers that hold the fleet's disruption budget",
+            }),
+          })
+          .openapi({
             description:
-              "why this server was not fixed, one of the API's error codes: `budget_exhausted` (the fleet's " +
-              "disruption budget is spent: fix again later), `unavailable` (its fleet's coordinator or its " +
-              "ledger did not answer; the message says whether the write may have happened), or the ledger's " +
-              "refusal (`reservation_expired`, `server_removed`, `not_found`, `unknown_fleet`, …)",
+              "Not fixed, and why: `budget_exhausted` (the fleet's disruption budget is spent: fix again later), " +
+              "`unavailable` (the fleet's coordinator or the server's ledger did not answer; the message says " +
+              "whether the write may have happened), or the ledger's refusal (`reservation_expired`, " +
+              "`server_removed`, `not_found`, `unknown_fleet`, …)",
           }),
-          message: z.string(),
-          blocked_by: BlockedByListSchema.optional().openapi({
-            description: "error budget_exhausted: the servers that hold the fleet's disruption budget",
-          }),
-        }),
       ])
       .nullable()
       .openapi({ description: "null in a dry run, or for action none" }),
