@@ -96,16 +96,17 @@ async function reissueInFleet(
     }
   }
   if (seen.size === 0) return;
-  const row = await getFleet(db, fleet);
-  if (!row) {
-    for (const a of seen.keys()) a.result = refused("unknown_fleet", `fleet '${fleet}' no longer exists`);
-    return;
-  }
   const targets = [...seen].map(([a, generation]) => ({ server_id: a.server, generation }));
   // Servers whose holds this call may have taken, with what became of their writes (undefined: not known).
   const told = new Map<string, number | null | undefined>();
-  const coordinator = row.disruptionBudget ? coordinatorOf(env, fleet) : null;
+  let coordinator: ReturnType<typeof coordinatorOf> | null = null;
   try {
+    const row = await getFleet(db, fleet);
+    if (!row) {
+      for (const a of seen.keys()) a.result = refused("unknown_fleet", `fleet '${fleet}' no longer exists`);
+      return;
+    }
+    if (row.disruptionBudget) coordinator = coordinatorOf(env, fleet);
     let allowed: Record<string, FixAllowance> = {};
     if (coordinator) {
       for (const t of targets) told.set(t.server_id, null);
