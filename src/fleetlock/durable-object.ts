@@ -87,6 +87,11 @@ export class RebootCoordinator extends DurableObject<Env> {
     return grants.steadyState(this.parts, keyHash, params, this.parts.ask);
   }
 
+  /** Whether `keyHash` is the fleet's key (the Worker asks before refusing a FleetLock body). */
+  async keyMatches(keyHash: string): Promise<boolean> {
+    return grants.keyMatches(this.parts, keyHash);
+  }
+
   // ---- fleet configuration ----
 
   /**
