@@ -191,7 +191,7 @@ async function d1Rows(fn: () => Promise<unknown>) {
 }
 
 describe("the history rollup's D1 cost", () => {
-  it("writes only its period's cursor when nothing changed, and reads about four rows per server", async () => {
+  it("writes nothing when nothing changed, and reads about four rows per server", async () => {
     const { id: fleet } = await createFleet();
     await servers(fleet, "k", 200, "realized");
     await rollupHistory(env, tick(20));
@@ -220,12 +220,48 @@ describe("the history rollup's D1 cost", () => {
     const t = tick(40);
     expect(await rollupIfDue(env, t)).not.toBeNull();
     await setStatus(ids, "failed");
-    // The same period again (the next minute's tick): nothing read but the cursor, nothing written.
-    const again = await d1Rows(async () => expect(await rollupIfDue(env, t + 60_000)).toBeNull());
+    // The same period's next minute: nothing read, nothing written.
+    const later = await d1Rows(async () => expect(await rollupIfDue(env, t + 60_000)).toBeNull());
+    expect(later).toEqual({ read: 0, written: 0 });
+    // Its first tick repeated after a rollup that wrote: the cursor read, nothing written.
+    const again = await d1Rows(async () => expect(await rollupIfDue(env, t + 20_000)).toBeNull());
     expect(again).toEqual({ read: 1, written: 0 });
     expect(await rowsOf(fleet)).toHaveLength(1);
     expect(await rollupIfDue(env, t + PERIOD_MS)).not.toBeNull();
     expect((await rowsOf(fleet)).map((r) => JSON.parse(r.servers).failed)).toEqual([0, 2]);
+  });
+
+  it("writes no D1 row on a quiet period's first tick, cursor and pruning included", async () => {
+    const { id: fleet } = await createFleet();
+    await servers(fleet, "q", 3, "realized");
+    expect(await rollupIfDue(env, tick(60))).not.toBeNull();
+    const quiet = await d1Rows(async () => expect(await rollupIfDue(env, tick(61))).toMatchObject({ written: 0 }));
+    expect(quiet.written).toBe(0);
+    // Nothing marked the quiet period: its repeated first tick looks again and finds the same nothing.
+    const repeated = await d1Rows(async () => expect(await rollupIfDue(env, tick(61) + 20_000)).not.toBeNull());
+    expect(repeated.written).toBe(0);
+    expect(await rowsOf(fleet)).toHaveLength(1);
+  });
+
+  it("prunes a quiet deployment's history once a day, on the day's first period", async () => {
+    const DAY = 86_400_000;
+    const { id: fleet } = await createFleet();
+    await servers(fleet, "o", 1, "realized");
+    const day = Math.ceil(tick(70) / DAY) * DAY;
+    await rollupHistory(env, day - 2 * PERIOD_MS + 1_000);
+    const cutoff = day - RETENTION_MS;
+    for (const at of [cutoff - 3 * PERIOD_MS, cutoff - 2 * PERIOD_MS])
+      await env.DB.prepare(
+        "INSERT INTO fleet_history (fleet_id, at, servers, versions, reboots, rollouts) VALUES (?, ?, '{}', '{}', 0, 0)",
+      )
+        .bind(fleet, at)
+        .run();
+    // A quiet period within the day: nothing deleted, nothing written.
+    expect((await d1Rows(() => rollupHistory(env, day - PERIOD_MS + 1_000))).written).toBe(0);
+    expect(await rowsOf(fleet)).toHaveLength(3);
+    // The day's first period: the rows past the retention go, but the newest of them.
+    await rollupHistory(env, day + 1_000);
+    expect((await rowsOf(fleet)).map((r) => r.at)).toEqual([cutoff - 2 * PERIOD_MS, day - 2 * PERIOD_MS]);
   });
 });
 

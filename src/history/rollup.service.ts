@@ -2,13 +2,23 @@
  * The cron's rollup of every fleet (src/scheduled.ts): on the first tick of each 5-minute period,
  * each fleet's figures are read in a few aggregates and compared with its last row; a row is
  * written only for a fleet whose figures changed or that rebooted or started a rollout, and rows
- * past 30 days are pruned in the same batch. A quiet deployment's rollup writes nothing.
+ * past 30 days are pruned in the same batch (and once a day). A quiet deployment's rollup writes
+ * nothing: no row, no cursor, no deletion.
  */
 import { getDb } from "../db/client";
 import { SERVER_STATUSES } from "../domain/enums";
 import type { Env } from "../env";
 import { zeros } from "../status/counts";
-import { fleetVersions, periodOf, pruneBefore, rollupDue, worthARow, type Figures } from "./rollup";
+import {
+  firstTickOfPeriod,
+  fleetVersions,
+  periodOf,
+  pruneBefore,
+  pruneDue,
+  rollupDue,
+  worthARow,
+  type Figures,
+} from "./rollup";
 import { countEvents, readInputs, rolledPeriod, writeRollup } from "./store";
 
 export interface RollupResult {
@@ -17,11 +27,12 @@ export interface RollupResult {
 }
 
 /**
- * The cron's entry: a rollup on the first tick of each period (the period's cursor, written in the
- * rollup's batch, says which was rolled up last), else nothing but that one read. A tick missed
- * or late still rolls its period up; two ticks in a period roll it up once.
+ * The cron's entry: a rollup on the first tick of each period, the others read nothing. The period's
+ * cursor, written in a batch that writes anything, keeps a repeated first tick from rolling up
+ * again; a first tick missed leaves its period to the next one (the audit cursor loses no count).
  */
 export async function rollupIfDue(env: Env, now: number): Promise<RollupResult | null> {
+  if (!firstTickOfPeriod(now)) return null;
   if (!rollupDue(now, await rolledPeriod(getDb(env.DB)))) return null;
   return rollupHistory(env, now);
 }
@@ -71,6 +82,8 @@ export async function rollupHistory(env: Env, now: number): Promise<RollupResult
   const rows = [...figures]
     .filter(([fleet, f]) => worthARow(last.get(fleet), f))
     .map(([fleet, f]) => ({ fleet, figures: f }));
-  await writeRollup(env.DB, rows, { from: input.cursor, to: input.maxAuditId }, at, pruneBefore(now));
+  const cursor = { from: input.cursor, to: input.maxAuditId };
+  const prune = pruneDue(now, rows.length > 0) ? pruneBefore(now) : null;
+  await writeRollup(env.DB, rows, cursor, at, prune);
   return { fleets: ids.length, written: rows.length };
 }
