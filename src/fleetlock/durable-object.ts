@@ -267,9 +267,14 @@ export class RebootCoordinator extends DurableObject<Env> {
     return hooks.deliveriesOf(this.parts.webhookStore, id, limit);
   }
 
+  async webhookDelivery(id: string, deliveryId: string) {
+    return hooks.deliveryOf(this.parts.webhookStore, id, deliveryId);
+  }
+
+  /** Queued and sent as every delivery is, at once; the answer does not wait for the receiver. */
   async testWebhook(settings: FleetSettings, id: string, actor: string) {
     this.parts.store.syncSettings(settings);
-    const r = hooks.testWebhook(
+    return hooks.testWebhook(
       this.parts.webhookStore,
       this.parts.webhooks,
       settings.fleet_id,
@@ -277,9 +282,6 @@ export class RebootCoordinator extends DurableObject<Env> {
       actor,
       this.parts.clock(),
     );
-    // Sent now and awaited: the operator is watching this receiver (and only this one).
-    if (r.ok) await this.parts.webhooks.sendNow(r.delivery.id);
-    return r.ok ? { ...r, delivery: hooks.deliveryView(this.parts.webhookStore.delivery(r.delivery.id)!) } : r;
   }
 
   async #audited(actor: string, action: string, details: Record<string, unknown>) {
