@@ -9,32 +9,33 @@ import { getDb } from "../db/client";
 import { SERVER_STATUSES } from "../domain/enums";
 import type { Env } from "../env";
 import { zeros } from "../status/counts";
-import {
-  firstTickOfPeriod,
-  fleetVersions,
-  periodOf,
-  pruneBefore,
-  pruneDue,
-  rollupDue,
-  worthARow,
-  type Figures,
-} from "./rollup";
+import { fleetVersions, periodOf, pruneBefore, pruneDue, rollupDue, worthARow, type Figures } from "./rollup";
 import { countEvents, readInputs, rolledPeriod, writeRollup } from "./store";
 
 export interface RollupResult {
   fleets: number;
   written: number;
+  /** Whether it marked its period rolled up (with rows or the audit cursor): not when quiet. */
+  marked: boolean;
 }
 
 /**
- * The cron's entry: a rollup on the first tick of each period, the others read nothing. The period's
- * cursor, written in a batch that writes anything, keeps a repeated first tick from rolling up
- * again; a first tick missed leaves its period to the next one (the audit cursor loses no count).
+ * The last period this isolate rolled up and found quiet: its later ticks here read nothing. Only
+ * a saving: a tick in another isolate rolls the period up again, reads, and writes the same nothing.
+ */
+let quietPeriod: number | null = null;
+
+/**
+ * The cron's entry: a rollup on the first tick of each period, else nothing but the read of its
+ * cursor (written in any batch that writes rows or moves the audit cursor), or nothing at all
+ * after a quiet rollup in this isolate. A tick missed or late still rolls its period up.
  */
 export async function rollupIfDue(env: Env, now: number): Promise<RollupResult | null> {
-  if (!firstTickOfPeriod(now)) return null;
+  if (periodOf(now) === quietPeriod) return null;
   if (!rollupDue(now, await rolledPeriod(getDb(env.DB)))) return null;
-  return rollupHistory(env, now);
+  const result = await rollupHistory(env, now);
+  quietPeriod = result.marked ? null : periodOf(now);
+  return result;
 }
 
 /** Rolls every fleet up for the period of `now`, due or not. */
@@ -84,6 +85,6 @@ export async function rollupHistory(env: Env, now: number): Promise<RollupResult
     .map(([fleet, f]) => ({ fleet, figures: f }));
   const cursor = { from: input.cursor, to: input.maxAuditId };
   const prune = pruneDue(now, rows.length > 0) ? pruneBefore(now) : null;
-  await writeRollup(env.DB, rows, cursor, at, prune);
-  return { fleets: ids.length, written: rows.length };
+  const marked = await writeRollup(env.DB, rows, cursor, at, prune);
+  return { fleets: ids.length, written: rows.length, marked };
 }

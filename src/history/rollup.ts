@@ -34,23 +34,10 @@ export interface Figures {
 
 export const periodOf = (now: number) => now - (now % PERIOD_MS);
 
-/** The cron's interval: a period's first tick falls within this of its start. */
-const TICK_MS = 60_000;
 const DAY_MS = 86_400_000;
 
-/**
- * Whether the cron's tick at `now` is a period's first, the only one that may roll up: a quiet
- * period leaves no mark in D1, so the time alone keeps its later ticks from rolling it up again.
- */
-export const firstTickOfPeriod = (now: number) => now - periodOf(now) < TICK_MS;
-
-/**
- * Whether the first tick at `now` rolls up, given the last period a rollup wrote for (`rolled`): a
- * first tick repeated after a rollup that wrote does not. One after a quiet rollup does, and finds
- * the same nothing to write.
- */
-export const rollupDue = (now: number, rolled: number | null) =>
-  firstTickOfPeriod(now) && (rolled === null || periodOf(now) > rolled);
+/** Whether the cron's tick at `now` rolls up: a period no rollup wrote for yet (`rolled`: the last one that did). */
+export const rollupDue = (now: number, rolled: number | null) => rolled === null || periodOf(now) > rolled;
 
 /** The cutoff below which rows go (all but the newest row below it, per fleet). */
 export const pruneBefore = (now: number) => periodOf(now) - RETENTION_MS;

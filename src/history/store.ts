@@ -95,7 +95,8 @@ export async function countEvents(db: Db, after: number, upTo: number) {
  * The rollup's one batch: the rows (each only while its fleet exists, so a fleet deleted meanwhile
  * gets none; a repeated tick's row for the same period is dropped), the audit cursor if it moved,
  * the period's cursor with either, and the pruning when asked (`cutoff`: rows past the retention,
- * but each fleet's newest of them: its state at the cutoff). Nothing to write sends nothing.
+ * but each fleet's newest of them: its state at the cutoff). Nothing to write sends nothing;
+ * answers whether it marked the period rolled up.
  */
 export async function writeRollup(
   d1: D1Database,
@@ -121,7 +122,8 @@ export async function writeRollup(
     "INSERT INTO cron_cursors (name, at) VALUES (?1, ?2) ON CONFLICT (name) DO UPDATE SET at = excluded.at",
   );
   if (cursor.from !== cursor.to) stmts.push(setCursor.bind(AUDIT_CURSOR, cursor.to));
-  if (stmts.length) stmts.push(setCursor.bind(PERIOD_CURSOR, period));
+  const marked = stmts.length > 0;
+  if (marked) stmts.push(setCursor.bind(PERIOD_CURSOR, period));
   if (cutoff !== null)
     stmts.push(
       d1
@@ -132,6 +134,7 @@ export async function writeRollup(
         .bind(cutoff),
     );
   if (stmts.length) await d1.batch(stmts);
+  return marked;
 }
 
 export type HistoryRow = typeof fleetHistory.$inferSelect;
