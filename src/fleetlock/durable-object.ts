@@ -88,6 +88,11 @@ export class RebootCoordinator extends DurableObject<Env> {
     return grants.steadyState(this.parts, keyHash, params, this.parts.ask);
   }
 
+  /** Whether `keyHash` is the fleet's key (the Worker asks before refusing a FleetLock body). */
+  async keyMatches(keyHash: string): Promise<boolean> {
+    return grants.keyMatches(this.parts, keyHash);
+  }
+
   // ---- fleet configuration ----
 
   /**
@@ -272,9 +277,14 @@ export class RebootCoordinator extends DurableObject<Env> {
     return hooks.deliveriesOf(this.parts.webhookStore, id, limit);
   }
 
+  async webhookDelivery(id: string, deliveryId: string) {
+    return hooks.deliveryOf(this.parts.webhookStore, id, deliveryId);
+  }
+
+  /** Queued and sent as every delivery is, at once; the answer does not wait for the receiver. */
   async testWebhook(settings: FleetSettings, id: string, actor: string) {
     this.parts.store.syncSettings(settings);
-    const r = hooks.testWebhook(
+    return hooks.testWebhook(
       this.parts.webhookStore,
       this.parts.webhooks,
       settings.fleet_id,
@@ -282,9 +292,6 @@ export class RebootCoordinator extends DurableObject<Env> {
       actor,
       this.parts.clock(),
     );
-    // Sent now and awaited: the operator is watching this receiver (and only this one).
-    if (r.ok) await this.parts.webhooks.sendNow(r.delivery.id);
-    return r.ok ? { ...r, delivery: hooks.deliveryView(this.parts.webhookStore.delivery(r.delivery.id)!) } : r;
   }
 
   async #audited(actor: string, action: string, details: Record<string, unknown>) {
