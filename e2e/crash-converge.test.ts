@@ -292,10 +292,12 @@ function work(round: number, stopped: () => boolean): Promise<unknown>[] {
       (async () => {
         let unsure = false;
         while (!stopped() || unsure) {
+          const fresh = !unsure;
           const pre = await fleetlock("pre-reboot", h);
           unsure = pre.status === 0 || pre.status >= 500;
           if (pre.status === 200) {
-            grants.push({ id: h.fleetlockId, at: Date.now() });
+            // After an answered unlock, a 200 is a new grant; after a lost answer it may be the same one.
+            if (fresh) grants.push({ id: h.fleetlockId, at: Date.now() });
             await sleep(between(50, 600));
             for (let i = 0; i < 200; i++) {
               if ((await fleetlock("steady-state", h)).status === 200) break;
@@ -530,6 +532,11 @@ async function problems(): Promise<string[]> {
     const now = byId.get(h.id)?.desired_generation ?? 0;
     for (let g = 2; g <= now; g++) if (!gens.has(g)) out.push(`server ${h.hostname}: generation ${g} not audited`);
   }
+  for (const h of hosts.slice(2, 6)) {
+    const granted = audit.filter((e) => e.action === "fleetlock.grant" && e.details?.id === h.fleetlockId).length;
+    const acked = grants.filter((g) => g.id === h.fleetlockId).length;
+    if (granted < acked) out.push(`${h.fleetlockId}: ${acked} grants answered, ${granted} audited`);
+  }
   const specApplies = audit.filter((e) => e.action === "fleet.spec.apply" && e.target === `fleet:${fleet}`).length;
   if (specApplies < ackedSpecs.length)
     out.push(`spec: ${ackedSpecs.length} applies acknowledged, ${specApplies} audited`);
@@ -668,6 +675,14 @@ describe("kill -9 at random moments under concurrent work", () => {
         const t0 = Date.now();
         await startServer();
         say(`round ${round}: killed after ${killAfter} ms, down ${down} ms, restarted in ${Date.now() - t0} ms`);
+        // Sometimes again while it recovers: the alarms and outboxes of the first crash mid-delivery.
+        if (rng() < 0.4) {
+          const again = between(100, 1500);
+          await sleep(again);
+          crashServer();
+          await startServer();
+          say(`round ${round}: killed again ${again} ms into its recovery`);
+        }
         // The clients go on a moment on the new server, then finish what they started.
         await sleep(between(200, 1500));
         stop = true;
