@@ -20,7 +20,7 @@
 import { createHash, randomUUID } from "node:crypto";
 import { createServer as createHttpServer } from "node:http";
 import { connect, createServer as createTcpServer, type Socket } from "node:net";
-import { rmSync } from "node:fs";
+import { appendFileSync, rmSync } from "node:fs";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { HostAgent } from "../agent/agent.ts";
 import { MemoryDriver } from "../agent/memory-driver.ts";
@@ -101,7 +101,8 @@ const receiver = createHttpServer((req, res) => {
       subject: String(parsed.subject ?? ""),
       body,
     });
-    res.writeHead(204).end();
+    // A receiver that fails now and then: redeliveries cross the crashes too.
+    res.writeHead(Math.random() < 0.2 ? 503 : 204).end();
   });
 });
 const receiverPort = await new Promise<number>((resolve) =>
@@ -130,6 +131,9 @@ async function startServer() {
 function crashServer() {
   backendPort = null;
   server?.crash();
+  // CRASH_LOG=<file>: every run's server output, for a failure's replay.
+  if (process.env.CRASH_LOG && server)
+    appendFileSync(process.env.CRASH_LOG, `--- run on ${server.url}\n${server.log()}`);
   for (const s of open) s.destroy();
   open.clear();
 }
@@ -415,13 +419,16 @@ function work(round: number, stopped: () => boolean): Promise<unknown>[] {
   return loops;
 }
 
+/** Group b queues its hosts: parked FleetLock requests cross the crashes. */
+const group = (g: "a" | "b") => (g === "a" ? { slots: 2 } : { slots: 2, queue_wait_s: 5 });
+
 function spec(n: number) {
   return {
     apiVersion: "harbormaster/v1",
     kind: "FleetSpec",
     fleet,
     settings: { stale_after_s: 600 + n, lock_ttl_s: 3600 + n },
-    reboot_groups: { a: { slots: 2 }, b: { slots: 2 } },
+    reboot_groups: { a: group("a"), b: group("b") },
     servers: Object.fromEntries(hosts.slice(6).map((h) => [h.hostname, { labels: { rev: `r${n}` } }])),
   };
 }
@@ -603,8 +610,8 @@ beforeAll(async () => {
     /\/$/,
     "",
   );
-  for (const g of ["a", "b"])
-    expect((await call("PUT", `/v1/fleets/${fleet}/reboot-groups/${g}`, { slots: 2 })).status).toBe(200);
+  for (const g of ["a", "b"] as const)
+    expect((await call("PUT", `/v1/fleets/${fleet}/reboot-groups/${g}`, group(g))).status).toBe(200);
   const hook = await call("POST", `/v1/fleets/${fleet}/webhooks`, {
     url: `http://127.0.0.1:${receiverPort}/hook`,
     events: [
