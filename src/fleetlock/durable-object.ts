@@ -17,7 +17,7 @@ import { fireTimers } from "./timers";
 import { answered, PRE_REBOOT_WAIT_PATH, preRebootWaitOf } from "./waits";
 import type { ClientParams, FleetLockFailure } from "./protocol";
 import * as slots from "./rollout-slots";
-import { allowFixes, releaseFix, type FixAllowance, type FixTarget } from "./fix-budget";
+import { allowFixes, fixOutcomes, type FixAllowance, type FixOutcome, type FixTarget } from "./fix-budget";
 import * as disruption from "./disruption";
 import type { StoredMember } from "./disruption-store";
 import * as specGroups from "./spec-groups";
@@ -311,20 +311,21 @@ export class RebootCoordinator extends DurableObject<Env> {
 
   // ---- rollout slots ----
 
-  /** Which of these servers a drift fix may disrupt now (./fix-budget.ts). */
+  /** Which of these servers a drift fix may disrupt now; `call` names the fix call (./fix-budget.ts). */
   async allowFixes(
     settings: FleetSettings,
     targets: FixTarget[],
     actor: string,
+    call: string,
   ): Promise<Record<string, FixAllowance>> {
-    const out = allowFixes(this.parts, settings, targets, actor);
+    const out = allowFixes(this.parts, settings, targets, actor, call);
     await this.parts.scheduler.arm();
     return out;
   }
 
-  /** A fix's write failed: its server is not disrupted by it after all. */
-  async releaseFix(serverId: string): Promise<void> {
-    if (releaseFix(this.parts, serverId, "write failed")) await this.parts.scheduler.arm();
+  /** What a fix call's writes came to: each server's hold is settled on it (./fix-budget.ts). */
+  async fixOutcomes(call: string, outcomes: FixOutcome[]): Promise<void> {
+    if (fixOutcomes(this.parts, call, outcomes)) await this.parts.scheduler.arm();
   }
 
   async acquireRolloutSlot(settings: FleetSettings, req: slots.RolloutSlotRequest): Promise<slots.RolloutSlotAnswer> {

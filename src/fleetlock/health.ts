@@ -11,7 +11,7 @@
  */
 import type { CoordinatorParts } from "./parts";
 import { noteHealth } from "./disruption";
-import { releaseFix } from "./fix-budget";
+import { fixRealized } from "./fix-budget";
 import { audit, emit, hostAudit } from "./effects";
 import type { Recovering } from "./gate-store";
 import { healthClass } from "./gates";
@@ -94,8 +94,8 @@ export async function serverHealth(c: CoordinatorParts, e: ServerHealthEvent) {
     );
   }
   if (e.realized) {
-    // A drift fix's re-issue is done once every agent runs as desired: its budget unit frees.
-    if (releaseFix(c, e.server_id, "realized")) await c.scheduler.arm();
+    // A drift fix's re-issue is done once every agent runs as desired at its generation: its budget unit frees.
+    if (fixRealized(c, e.server_id, e.generation)) await c.scheduler.arm();
     await realized(c, e.server_id, e.boot_id, now);
   }
   // Fewer (or more) servers rebooted and not yet healthy: a gate counting them may have changed.

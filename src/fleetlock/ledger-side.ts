@@ -29,6 +29,12 @@ export interface ServerHealthEvent {
   rebooted_from: string | null;
   /** Every desired agent reported running at its image, at the desired generation, no errors. */
   realized: boolean;
+  /**
+   * The desired generation when the ledger took the report: what `realized` is of. A drift fix's
+   * hold frees only on a realized report of its written generation or later (./fix-budget.ts).
+   * Absent from events enqueued by code older than the field; those free no hold by themselves.
+   */
+  generation?: number;
   /** The computed status before and after, when it changed. */
   status: { from: string; to: string } | null;
 }
@@ -66,6 +72,7 @@ export function serverHealthEventOf(
     boot_id: report.boot_id,
     rebooted_from: rebootedFrom,
     realized: after === "realized",
+    generation: desired.generation,
     status: after !== before ? { from: before, to: after } : null,
   };
 }
@@ -92,6 +99,7 @@ export function quietEventOf(
     boot_id: report.boot_id,
     rebooted_from: null,
     realized: false,
+    generation: desired.generation,
     status: { from: before, to: after },
   };
 }
