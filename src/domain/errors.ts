@@ -114,3 +114,5 @@ export class DomainError extends Error {
 }
 
 export const notFound = (what: string, id: string) => new DomainError("not_found", `${what} '${id}' does not exist`);
+/** A request naming a fleet that does not exist (or one the caller may not see): 422, not a 404 of the route. */
+export const unknownFleet = (fleet: string) => new DomainError("unknown_fleet", `fleet '${fleet}' does not exist`);

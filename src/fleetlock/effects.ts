@@ -13,12 +13,13 @@ import type { Scheduler } from "../objects/kit/scheduler";
 import { rolloutOf } from "../objects/stubs";
 import type { DeliveryPayload, WebhookDispatcher } from "../webhooks/dispatch";
 import { fleetEvent, type FleetEvent } from "../webhooks/events";
+import { healthWatchStatement, type HealthWatchPayload } from "./health-watch";
 import type { CoordinatorStore } from "./store";
 
 /** How long a host grant's or release's audit row may wait to share a D1 batch with others. */
 const HOST_AUDIT_DEFER_MS = 1_000;
 
-export type CoordinatorEffectKind = "audit" | "webhook" | "feed" | "budget_wake";
+export type CoordinatorEffectKind = "audit" | "webhook" | "feed" | "budget_wake" | "health_watch";
 export type CoordinatorOutbox = Outbox<CoordinatorEffectKind>;
 
 /** What the effects are delivered with. */
@@ -43,6 +44,8 @@ export function coordinatorEffects(w: CoordinatorEffectWiring): Record<Coordinat
         await rolloutOf(w.env(), p.rollout_id).budgetFreed();
       },
     },
+    // Whether the fleet wants its ledgers' drift-only health events (./health-watch.ts).
+    health_watch: { target: "d1", statements: (p: HealthWatchPayload) => [healthWatchStatement(w.db(), p)] },
   };
 }
 

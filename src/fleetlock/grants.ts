@@ -40,6 +40,9 @@ function authorized(c: CoordinatorParts, keyHash: string): FleetConfig | null {
 
 const unauthorized = () => failure("unauthorized", "invalid FleetLock key for this fleet");
 
+/** Whether the key is the fleet's: asked before a request's body is refused, so a wrong key learns nothing of it. */
+export const keyMatches = (c: CoordinatorParts, keyHash: string): boolean => authorized(c, keyHash) !== null;
+
 /**
  * RecursiveLock with a fair queue: a slot now, a place in the group's FIFO queue until one frees
  * (the Worker waits on a waiter socket, woken with the answer: ./parked.ts), or a refusal saying why.

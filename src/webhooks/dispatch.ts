@@ -165,12 +165,6 @@ export class WebhookDispatcher {
     });
   }
 
-  /** The send of this delivery, started if due: what an operator's test awaits. */
-  async sendNow(deliveryId: string): Promise<void> {
-    this.pump();
-    await this.inFlight.get(deliveryId);
-  }
-
   /** Every send under way has finished (tests). */
   async idle(): Promise<void> {
     while (this.inFlight.size) await Promise.allSettled(this.inFlight.values());

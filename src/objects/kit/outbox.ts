@@ -15,8 +15,11 @@ interface D1Effect<P> {
   target: "d1";
   /** Statements for the payload, built when delivered (from the object's state at that time). */
   statements(payload: P): BatchItem<"sqlite">[] | Promise<BatchItem<"sqlite">[]>;
-  /** After the batch committed, e.g. to remember what the index now shows. */
-  delivered?(payload: P): void;
+  /**
+   * After the batch committed, e.g. to remember what the index now shows. `results`: what D1
+   * answered for this effect's own statements, in their order (a read rides in the batch for free).
+   */
+  delivered?(payload: P, results: unknown[]): void;
 }
 
 /** An effect delivered by calling something else (another Durable Object). */
@@ -239,8 +242,10 @@ export class Outbox<K extends string> {
       const effect = this.effects[kind] as D1Effect<unknown>;
       try {
         const statements = await effect.statements(payload);
-        if (statements.length) await this.db().batch(statements as [BatchItem<"sqlite">, ...BatchItem<"sqlite">[]]);
-        this.hook(() => effect.delivered?.(payload));
+        const results = statements.length
+          ? await this.db().batch(statements as [BatchItem<"sqlite">, ...BatchItem<"sqlite">[]])
+          : [];
+        this.hook(() => effect.delivered?.(payload, results as unknown[]));
       } catch (err) {
         console.warn(
           JSON.stringify({
@@ -268,14 +273,16 @@ export class Outbox<K extends string> {
         rows.map(async (r) => (this.effects[r.kind as K] as D1Effect<unknown>).statements(JSON.parse(r.payload))),
       );
       const all = parts.flat();
-      if (all.length) {
-        const db = this.db();
-        await db.batch(all as [BatchItem<"sqlite">, ...BatchItem<"sqlite">[]]);
-      }
-      for (const r of rows) {
-        this.hook(() => (this.effects[r.kind as K] as D1Effect<unknown>).delivered?.(JSON.parse(r.payload)));
+      const results: unknown[] = all.length
+        ? await this.db().batch(all as [BatchItem<"sqlite">, ...BatchItem<"sqlite">[]])
+        : [];
+      let at = 0;
+      rows.forEach((r, i) => {
+        const own = results.slice(at, at + parts[i].length);
+        at += parts[i].length;
+        this.hook(() => (this.effects[r.kind as K] as D1Effect<unknown>).delivered?.(JSON.parse(r.payload), own));
         this.done(r);
-      }
+      });
     } catch (err) {
       this.failed(rows, err);
     }
