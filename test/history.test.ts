@@ -9,7 +9,7 @@ import { describe, expect, it } from "vitest";
 import { rollupHistory, rollupIfDue } from "../src/history/rollup.service";
 import { PERIOD_MS, RETENTION_MS, periodOf } from "../src/history/rollup";
 import { timeTo95State } from "../src/history/shape";
-import { call, createFleet } from "./helpers";
+import { call, createFleet, d1Rows } from "./helpers";
 import { HISTORY_ROLLUP_ROWS } from "../scripts/bench/history-rollup";
 
 const FAR = 4_000_000_000_000;
@@ -164,34 +164,8 @@ describe("the history rollup", () => {
   });
 });
 
-/** D1 rows read and written by what `fn` sends (every statement goes through the binding's internal send). */
-async function d1Rows(fn: () => Promise<unknown>) {
-  type Answer = { meta?: { rows_read?: number; rows_written?: number } };
-  const session = (
-    env.DB as unknown as { alwaysPrimarySession: { _send: (...a: unknown[]) => Promise<Answer | Answer[]> } }
-  ).alwaysPrimarySession;
-  const send = session._send;
-  const rows = { read: 0, written: 0 };
-  session._send = function (this: unknown, ...args: unknown[]) {
-    const answer = send.apply(this, args);
-    void answer.then((a) => {
-      for (const one of Array.isArray(a) ? a : [a]) {
-        rows.read += one?.meta?.rows_read ?? 0;
-        rows.written += one?.meta?.rows_written ?? 0;
-      }
-    });
-    return answer;
-  };
-  try {
-    await fn();
-  } finally {
-    session._send = send;
-  }
-  return rows;
-}
-
 describe("the history rollup's D1 cost", () => {
-  it("writes only its period's cursor when nothing changed, and reads about four rows per server", async () => {
+  it("writes nothing when nothing changed, and reads about four rows per server", async () => {
     const { id: fleet } = await createFleet();
     await servers(fleet, "k", 200, "realized");
     await rollupHistory(env, tick(20));
@@ -222,10 +196,43 @@ describe("the history rollup's D1 cost", () => {
     await setStatus(ids, "failed");
     // The same period again (the next minute's tick): nothing read but the cursor, nothing written.
     const again = await d1Rows(async () => expect(await rollupIfDue(env, t + 60_000)).toBeNull());
-    expect(again).toEqual({ read: 1, written: 0 });
+    expect(again).toEqual({ read: 1, written: 0, trips: 1 });
     expect(await rowsOf(fleet)).toHaveLength(1);
     expect(await rollupIfDue(env, t + PERIOD_MS)).not.toBeNull();
     expect((await rowsOf(fleet)).map((r) => JSON.parse(r.servers).failed)).toEqual([0, 2]);
+  });
+
+  it("writes no D1 row on a quiet period's first tick, cursor and pruning included", async () => {
+    const { id: fleet } = await createFleet();
+    await servers(fleet, "q", 3, "realized");
+    expect(await rollupIfDue(env, tick(60))).not.toBeNull();
+    const quiet = await d1Rows(async () => expect(await rollupIfDue(env, tick(61))).toMatchObject({ written: 0 }));
+    expect(quiet.written).toBe(0);
+    // Nothing in D1 marks the quiet period; this isolate remembers it: its next tick reads nothing.
+    const next = await d1Rows(async () => expect(await rollupIfDue(env, tick(61) + 60_000)).toBeNull());
+    expect(next).toEqual({ read: 0, written: 0, trips: 0 });
+    expect(await rowsOf(fleet)).toHaveLength(1);
+  });
+
+  it("prunes a quiet deployment's history once a day, on the day's first period", async () => {
+    const DAY = 86_400_000;
+    const { id: fleet } = await createFleet();
+    await servers(fleet, "o", 1, "realized");
+    const day = Math.ceil(tick(70) / DAY) * DAY;
+    await rollupHistory(env, day - 2 * PERIOD_MS + 1_000);
+    const cutoff = day - RETENTION_MS;
+    for (const at of [cutoff - 3 * PERIOD_MS, cutoff - 2 * PERIOD_MS])
+      await env.DB.prepare(
+        "INSERT INTO fleet_history (fleet_id, at, servers, versions, reboots, rollouts) VALUES (?, ?, '{}', '{}', 0, 0)",
+      )
+        .bind(fleet, at)
+        .run();
+    // A quiet period within the day: nothing deleted, nothing written.
+    expect((await d1Rows(() => rollupHistory(env, day - PERIOD_MS + 1_000))).written).toBe(0);
+    expect(await rowsOf(fleet)).toHaveLength(3);
+    // The day's first period: the rows past the retention go, but the newest of them.
+    await rollupHistory(env, day + 1_000);
+    expect((await rowsOf(fleet)).map((r) => r.at)).toEqual([cutoff - 2 * PERIOD_MS, day - 2 * PERIOD_MS]);
   });
 });
 
