@@ -20,7 +20,7 @@ const serverTimeoutMs = (spec: Pick<RolloutSpec, "server_timeout_s">) =>
   (spec.server_timeout_s ?? DEFAULT_SERVER_TIMEOUT_S) * 1000;
 
 /** When a target that started applying at `startedAt` is no longer waited for. */
-export function deadlineOf(p: RolloutParts, startedAt: number): number {
+function deadlineOf(p: RolloutParts, startedAt: number): number {
   const { spec, core } = p.store.load()!;
   const own = startedAt + serverTimeoutMs(spec);
   const recorded = p.store.cancels();
