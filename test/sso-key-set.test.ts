@@ -103,6 +103,12 @@ describe("Cloudflare Access's key set endpoint failing", () => {
     expect([res.status, res.body.error?.code]).toEqual([503, "identity_provider_unavailable"]);
   });
 
+  it("answers 503, not a refused assertion, when the certs endpoint answers JSON that is no key set", async () => {
+    const ask = await team(() => Response.json({ error: "temporarily unavailable" }));
+    const res = await ask();
+    expect([res.status, res.body.error?.code]).toEqual([503, "identity_provider_unavailable"]);
+  });
+
   it("answers 503, not a refused assertion, when the certs endpoint answers a page that is not JSON", async () => {
     const ask = await team(
       () => new Response("<html>maintenance</html>", { headers: { "content-type": "text/html" } }),
