@@ -36,8 +36,15 @@ export interface PodmanDriverOptions {
   scope?: string;
   /** Seconds a stopping container has before it is killed (default 10). */
   stopTimeoutSec?: number;
-  /** Most time one engine command may take (a load, a pull), ms (default 10 min). */
+  /** Most time a transfer may take (a load, a pull), ms (default 10 min). */
   commandTimeoutMs?: number;
+  /**
+   * Most time any other engine command may take (ps, inspect, create, start, rename, rm), ms
+   * (default 60 s; a stop gets its grace period on top). An engine that hangs (a stuck runtime, a
+   * locked store) then fails the one operation, reported, instead of holding the loop for the
+   * transfer's ten minutes on every call.
+   */
+  quickTimeoutMs?: number;
   /** Most time a healthcheck run may take, ms (default 60 s). */
   healthTimeoutMs?: number;
   /** A start-first update waits this long for the new container to be healthy (or running), ms (default 60 s). */
@@ -108,7 +115,7 @@ export class PodmanDriver implements AgentDriver {
 
   /** Runs the engine; throws with its output when it fails (unless `allowFail`). */
   private async cli(args: string[], opts: { timeoutMs?: number; allowFail?: boolean } = {}): Promise<RunResult> {
-    const timeoutMs = opts.timeoutMs ?? this.opts.commandTimeoutMs ?? 600_000;
+    const timeoutMs = opts.timeoutMs ?? this.timeoutOf(args[0]);
     const r = await run(this.engine, args, { timeoutMs, env: this.opts.env });
     if (r.code !== 0 && !opts.allowFail)
       throw new Error(
@@ -119,6 +126,13 @@ export class PodmanDriver implements AgentDriver {
         ),
       );
     return r;
+  }
+
+  /** The bound of one engine command: a transfer's is long, a stop's has its grace period, the rest are quick. */
+  private timeoutOf(verb: string | undefined) {
+    if (verb === "load" || verb === "pull") return this.opts.commandTimeoutMs ?? 600_000;
+    const quick = this.opts.quickTimeoutMs ?? 60_000;
+    return verb === "stop" ? (this.opts.stopTimeoutSec ?? 10) * 1000 + quick : quick;
   }
 
   private filters(agent?: string) {
