@@ -107,7 +107,7 @@ export function parseServerMessage(data: string): ServerMessage | null {
 /**
  * A response's body as text, at most `max` bytes: a larger one is cancelled, not held in memory.
  */
-export async function readCapped(res: Response, max: number, what: string): Promise<string> {
+async function readCapped(res: Response, max: number, what: string): Promise<string> {
   const declared = Number(res.headers.get("Content-Length") ?? NaN);
   const tooLarge = () => new ProtocolError(`${what} is larger than ${max} bytes; it was not read`);
   if (declared > max) {
