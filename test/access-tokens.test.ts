@@ -133,3 +133,21 @@ describe("operator tokens carry fleets, a description and an expiry", () => {
     }
   });
 });
+
+describe("DELETE /v1/tokens/{id} called at the same time", () => {
+  it("revokes once: one audit row, every caller answered with the one revocation", async () => {
+    const t = await token({ name: "raced" });
+    const answers = await Promise.all(Array.from({ length: 6 }, () => call("DELETE", `/v1/tokens/${t.id}`)));
+    expect(answers.map((a) => a.status)).toEqual(Array(6).fill(200));
+    expect(new Set(answers.map((a) => a.json.state))).toEqual(new Set(["revoked"]));
+    const [row] = (
+      await env.DB.prepare("SELECT revoked_at FROM tokens WHERE id = ?").bind(t.id).all<{ revoked_at: number }>()
+    ).results;
+    // Every answer names the revocation that happened, not the time its own call tried.
+    expect(new Set(answers.map((a) => a.json.revoked_at))).toEqual(new Set([new Date(row.revoked_at).toISOString()]));
+    const audit = await env.DB.prepare("SELECT at FROM audit_log WHERE action = 'token.revoke' AND target = ?")
+      .bind(`token:${t.id}`)
+      .all<{ at: number }>();
+    expect(audit.results).toEqual([{ at: row.revoked_at }]);
+  });
+});

@@ -13,7 +13,8 @@ import { AUDIT_EVENTS_CURSOR, sendAuditEvents } from "../src/audit/events.servic
 import { bodiesOf, hook, receivedBy, receiver } from "./webhook-helpers";
 import { coordinator } from "./support/objects";
 import { fireTimersNow } from "./helpers";
-import { ADMIN, BASE, call, checkedFetch, createFleet } from "./helpers";
+import { ADMIN, BASE, call, checkedFetch, createFleet, d1Rows, registerServer } from "./helpers";
+import { auditLines } from "../src/audit/service";
 
 /** Audit rows written straight into D1, each `at` as given; returns their ids. */
 async function rows(ats: number[], target = "fleet:audit-x", action = "test.row"): Promise<number[]> {
@@ -304,6 +305,72 @@ describe("retention", () => {
   });
 });
 
+describe("the servers an audit page names", () => {
+  it("are named in one read however many servers a page holds", async () => {
+    const { id: fleet } = await createFleet();
+    const server = await registerServer(fleet);
+    const hostname = (await call("GET", `/v1/servers/${server.id}`)).json.hostname as string;
+    const from = (await env.DB.prepare("SELECT max(id) AS id FROM audit_log").first<{ id: number }>())!.id;
+    // An export page of 5,000 rows naming as many servers (all but one unknown here).
+    await env.DB.prepare(
+      `WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < 4998)
+       INSERT INTO audit_log (at, actor, action, target, details)
+       SELECT ?1, 'token:bootstrap', 'names.row', 'server:' || lower(hex(randomblob(4))) || '-0000-4000-8000-' || printf('%012d', i), NULL FROM n`,
+    )
+      .bind(Date.now())
+      .run();
+    const [real] = await rows([Date.now()], `server:${server.id}`, "names.real");
+    let lines: Awaited<ReturnType<typeof auditLines>> = [];
+    const reads = await d1Rows(async () => {
+      lines = await auditLines(env, { after: from, limit: 5000 });
+    });
+    expect(lines).toHaveLength(5000);
+    expect(lines.find((l) => l.id === real)?.hostname).toBe(hostname);
+    // The page, then the hostnames of its 5,000 servers (and the actors' names): not one read per 90.
+    expect(reads.trips).toBeLessThanOrEqual(3);
+  });
+});
+
+describe("retention of a big day", () => {
+  it("walks the date index: nothing due reads a few rows, and a day past a tick's bound goes over the next ticks", async () => {
+    const short = { ...env, AUDIT_RETENTION_DAYS: "1" };
+    const day = T0 + 40 * DAY_MS;
+    // The chain cut up to the day before `day` (retention ends what earlier tests left).
+    for (let i = 0; i < 20 && (await archiveAudit(short, day + 3_600_000)).cut.length; i++);
+    // One day of more rows than a tick prunes (10 batches of 5000).
+    const bulk = 52_000;
+    await env.DB.prepare(
+      `WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < ${bulk - 1})
+       INSERT INTO audit_log (at, actor, action, target, details)
+       SELECT ?1 + i, 'token:bootstrap', 'bulk.row', 'fleet:audit-x', NULL FROM n`,
+    )
+      .bind(day + 3_600_000)
+      .run();
+    const count = async () =>
+      (await env.DB.prepare("SELECT count(*) AS n FROM audit_log WHERE action = 'bulk.row'").first<{ n: number }>())!.n;
+    const db = getDb(env.DB);
+    const maxId = (await env.DB.prepare("SELECT max(id) AS id FROM audit_log").first<{ id: number }>())!.id;
+    // Nothing that old: the prune stops at the index's first entry instead of walking the table by id.
+    const idle = await d1Rows(() => pruneAudit(db, { exportedUpTo: maxId, before: 1, limit: 5000 }));
+    expect(idle.read).toBeLessThan(10);
+    // Two days later the day is cut and past the retention: a tick prunes its bound ...
+    const now = day + 2 * DAY_MS + 3_600_000;
+    const first = await archiveAudit(short, now);
+    expect(first.cut).toEqual([name(day), name(day + DAY_MS)]);
+    expect(first.pruned).toBe(50_000);
+    // ... and the next ticks, which cut nothing, the rest.
+    const second = await archiveAudit(short, now + 60_000);
+    expect(second).toMatchObject({ cut: [], pruned: bulk - 50_000 });
+    expect(await count()).toBe(0);
+    // Then nothing is due: the tick reads a few rows and writes none.
+    const quiet = await d1Rows(async () =>
+      expect(await archiveAudit(short, now + 120_000)).toEqual({ cut: [], pruned: 0 }),
+    );
+    expect(quiet.written).toBe(0);
+    expect(quiet.read).toBeLessThan(10);
+  });
+});
+
 describe("audit.recorded webhooks", () => {
   it("hands each fleet one event a tick with its new rows, once, and writes nothing when there are none", async () => {
     const { id: fleet } = await createFleet();
@@ -347,5 +414,36 @@ describe("audit.recorded webhooks", () => {
         .bind(AUDIT_EVENTS_CURSOR)
         .first<{ at: number }>())!.at,
     ).toBe(before!.at);
+  });
+
+  it("hands on the same rows under the same id after a crash between sending and moving the cursor", async () => {
+    const { id: fleet } = await createFleet();
+    const url = await hook(fleet, "siem", ["audit.recorded"]);
+    const sent = await receiver(fleet);
+    const now = Date.now();
+    // Whatever earlier tests left is handed on first, so this test's batch is its own rows.
+    await sendAuditEvents(env, now);
+    await sendAuditEvents(env, now);
+    const first = await rows([now, now], `fleet:${fleet}`, "crash.before");
+    // The cursor's move fails after the events left, as a crash there would leave it.
+    await env.DB.prepare(
+      `CREATE TRIGGER no_cursor_move BEFORE UPDATE ON cron_cursors WHEN OLD.name = '${AUDIT_EVENTS_CURSOR}'
+       BEGIN SELECT RAISE(ABORT, 'cut off'); END`,
+    ).run();
+    try {
+      await expect(sendAuditEvents(env, now)).rejects.toThrow(/cut off/);
+    } finally {
+      await env.DB.prepare("DROP TRIGGER no_cursor_move").run();
+    }
+    // More rows arrive before the next tick: they are the next batch's, not mixed into this one.
+    const later = await rows([now], `fleet:${fleet}`, "crash.after");
+    expect(await sendAuditEvents(env, now)).toMatchObject({ rows: 2 });
+    expect(await sendAuditEvents(env, now)).toMatchObject({ rows: 1 });
+    expect(await sendAuditEvents(env, now)).toEqual({ rows: 0, events: 0 });
+    await fireTimersNow(coordinator(fleet));
+    // The fleet's own creation rows went out in the catch-up ticks; this test's rows follow.
+    const bodies = bodiesOf(sent, url).filter((b) => b.data.entries[0].action.startsWith("crash."));
+    expect(bodies.map((b) => b.data.entries.map((e: { id: number }) => e.id))).toEqual([first, later]);
+    expect(new Set(bodies.map((b) => b.id)).size).toBe(2);
   });
 });

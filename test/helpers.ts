@@ -201,6 +201,36 @@ export async function d1Statements() {
   return res.json as { reads: number; writes: number };
 }
 
+/**
+ * D1 rows read and written by what `fn` sends, and its round trips (every statement, or batch,
+ * goes through the binding's internal send).
+ */
+export async function d1Rows(fn: () => Promise<unknown>) {
+  type Answer = { meta?: { rows_read?: number; rows_written?: number } };
+  const session = (
+    env.DB as unknown as { alwaysPrimarySession: { _send: (...a: unknown[]) => Promise<Answer | Answer[]> } }
+  ).alwaysPrimarySession;
+  const send = session._send;
+  const rows = { read: 0, written: 0, trips: 0 };
+  session._send = function (this: unknown, ...args: unknown[]) {
+    rows.trips++;
+    const answer = send.apply(this, args);
+    void answer.then((a) => {
+      for (const one of Array.isArray(a) ? a : [a]) {
+        rows.read += one?.meta?.rows_read ?? 0;
+        rows.written += one?.meta?.rows_written ?? 0;
+      }
+    });
+    return answer;
+  };
+  try {
+    await fn();
+  } finally {
+    session._send = send;
+  }
+  return rows;
+}
+
 /** Waits until the ledger's outbox has delivered what a report enqueued (or tried to). */
 export async function settle(serverId: string) {
   const stub = env.LEDGER.get(env.LEDGER.idFromName(serverId));

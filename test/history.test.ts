@@ -9,7 +9,7 @@ import { describe, expect, it } from "vitest";
 import { rollupHistory, rollupIfDue } from "../src/history/rollup.service";
 import { PERIOD_MS, RETENTION_MS, periodOf } from "../src/history/rollup";
 import { timeTo95State } from "../src/history/shape";
-import { call, createFleet } from "./helpers";
+import { call, createFleet, d1Rows } from "./helpers";
 import { HISTORY_ROLLUP_ROWS } from "../scripts/bench/history-rollup";
 
 const FAR = 4_000_000_000_000;
@@ -164,32 +164,6 @@ describe("the history rollup", () => {
   });
 });
 
-/** D1 rows read and written by what `fn` sends (every statement goes through the binding's internal send). */
-async function d1Rows(fn: () => Promise<unknown>) {
-  type Answer = { meta?: { rows_read?: number; rows_written?: number } };
-  const session = (
-    env.DB as unknown as { alwaysPrimarySession: { _send: (...a: unknown[]) => Promise<Answer | Answer[]> } }
-  ).alwaysPrimarySession;
-  const send = session._send;
-  const rows = { read: 0, written: 0 };
-  session._send = function (this: unknown, ...args: unknown[]) {
-    const answer = send.apply(this, args);
-    void answer.then((a) => {
-      for (const one of Array.isArray(a) ? a : [a]) {
-        rows.read += one?.meta?.rows_read ?? 0;
-        rows.written += one?.meta?.rows_written ?? 0;
-      }
-    });
-    return answer;
-  };
-  try {
-    await fn();
-  } finally {
-    session._send = send;
-  }
-  return rows;
-}
-
 describe("the history rollup's D1 cost", () => {
   it("writes only its period's cursor when nothing changed, and reads about four rows per server", async () => {
     const { id: fleet } = await createFleet();
@@ -222,7 +196,7 @@ describe("the history rollup's D1 cost", () => {
     await setStatus(ids, "failed");
     // The same period again (the next minute's tick): nothing read but the cursor, nothing written.
     const again = await d1Rows(async () => expect(await rollupIfDue(env, t + 60_000)).toBeNull());
-    expect(again).toEqual({ read: 1, written: 0 });
+    expect(again).toEqual({ read: 1, written: 0, trips: 1 });
     expect(await rowsOf(fleet)).toHaveLength(1);
     expect(await rollupIfDue(env, t + PERIOD_MS)).not.toBeNull();
     expect((await rowsOf(fleet)).map((r) => JSON.parse(r.servers).failed)).toEqual([0, 2]);

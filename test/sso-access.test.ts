@@ -1,3 +1,4 @@
+import { env } from "cloudflare:test";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { exportJWK, generateKeyPair, SignJWT, type CryptoKey, type JWK } from "jose";
 import { call, createFleet, uniq } from "./helpers";
@@ -201,6 +202,42 @@ describe("Cloudflare Access sign-in", () => {
     expect(after.headers.get("Location")).toContain("/console/sign-in");
     const listed = await call("GET", "/v1/sso/sessions");
     expect(listed.json.items.some((x: { token_id: string }) => x.token_id === mine.token_id)).toBe(false);
+  });
+
+  it("stores a console sign-in's token and its console session together or not at all", async () => {
+    const email = `${uniq("dana")}@example.com`;
+    const jwt = await assertion(current, { email, groups: [group] });
+    // The console session's insert fails, as a crash between the two writes would leave them.
+    await env.DB.prepare(
+      "CREATE TRIGGER no_console_session BEFORE INSERT ON console_sessions BEGIN SELECT RAISE(ABORT, 'cut off'); END",
+    ).run();
+    try {
+      const res = await consoleFetch("/console", { cookie: `CF_Authorization=${jwt}` });
+      expect(res.status).toBe(500);
+      expect(cookiesOf(res)[SESSION]).toBeUndefined();
+    } finally {
+      await env.DB.prepare("DROP TRIGGER no_console_session").run();
+    }
+    const name = `sso:${email.toLowerCase()}`;
+    const tokenRows = await env.DB.prepare("SELECT id FROM tokens WHERE name = ?").bind(name).all();
+    expect(tokenRows.results).toEqual([]);
+    const listed = await call("GET", "/v1/sso/sessions");
+    expect(listed.json.items.some((x: { email: string }) => x.email === email.toLowerCase())).toBe(false);
+    const signIns = await env.DB.prepare("SELECT id FROM audit_log WHERE action = 'sso.sign_in' AND actor = ?")
+      .bind(`access:${email.toLowerCase()}`)
+      .all();
+    expect(signIns.results).toEqual([]);
+
+    // Once the session can be stored, the same visitor gets all of it.
+    const ok = await consoleFetch("/console", { cookie: `CF_Authorization=${jwt}` });
+    expect(ok.status).toBe(303);
+    expect(cookiesOf(ok)[SESSION]).toBeDefined();
+    const [held] = (await env.DB.prepare("SELECT id FROM tokens WHERE name = ?").bind(name).all<{ id: string }>())
+      .results;
+    const sessionRows = await env.DB.prepare("SELECT token_id FROM console_sessions WHERE token_id = ?")
+      .bind(held.id)
+      .all();
+    expect(sessionRows.results).toHaveLength(1);
   });
 
   it("refuses a console visitor no mapping names, and one with a forged cookie, without a session", async () => {

@@ -9,6 +9,9 @@
  * Two runs at once (a slow tick overlapping the next) write a day at most once: the put is
  * conditional on the key being free, and the run that loses adopts the winner's file.
  *
+ * Retention runs every tick (a probe of the date index when nothing is due), at most
+ * PRUNE_BATCHES × PRUNE_BATCH rows a tick, so a big backlog goes over a few ticks.
+ *
  * Crash safety: R2 is the truth about which days are cut; D1's `cron_cursors` row `audit_day` (the
  * start of the last day cut) only saves a listing. A run killed after writing a day's object but
  * before moving the cursor finds that object next minute and adopts it as it is (never rewritten:
@@ -38,7 +41,7 @@ import {
   type DayMeta,
 } from "./archive";
 import { auditLines } from "./service";
-import { cutPoint, pruneAudit } from "./store";
+import { cutPoint, pruneAudit, pruneDue } from "./store";
 
 export const AUDIT_DAY_CURSOR = "audit_day";
 /** Days cut per cron tick: a deployment catching up on a long history does it over a few minutes. */
@@ -102,8 +105,9 @@ export async function archiveAudit(env: Env, now: number): Promise<{ cut: string
         where: cursor ? sql`${cronCursors.at} = ${cursor.at}` : sql`0`,
       });
   }
-  // Once a day, after a cut: a tick that cut nothing has nothing new to let go of.
-  const pruned = prev && cut.length ? await prune(env, prev.last_id, now) : 0;
+  // Every tick, not only after a cut: a day of more rows than one tick deletes catches up over the
+  // next ticks. Nothing due costs one probe of the date index.
+  const pruned = prev ? await prune(env, prev.last_id, now) : 0;
   return { cut, pruned };
 }
 
@@ -151,12 +155,15 @@ async function cutDay(env: Env, day: number, prev: DayMeta | null): Promise<DayM
   return kept;
 }
 
-/** Deletes rows past the retention that the day files hold already; bounded per tick. */
+/** Deletes rows past the retention that the day files hold already; bounded per tick, the rest next tick. */
 async function prune(env: Env, exportedUpTo: number, now: number): Promise<number> {
   const before = now - retentionDays(env) * DAY_MS;
+  const db = getDb(env.DB);
+  // A read, so a tick with nothing due writes nothing.
+  if (!(await pruneDue(db, { exportedUpTo, before }))) return 0;
   let total = 0;
   for (let i = 0; i < PRUNE_BATCHES; i++) {
-    const n = await pruneAudit(getDb(env.DB), { exportedUpTo, before, limit: PRUNE_BATCH });
+    const n = await pruneAudit(db, { exportedUpTo, before, limit: PRUNE_BATCH });
     total += n;
     if (n < PRUNE_BATCH) break;
   }

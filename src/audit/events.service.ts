@@ -3,15 +3,16 @@
  * Rows are written by every owner in its own batch; adding a webhook write to each would multiply
  * D1 writes per row. Instead the cron reads the rows after its cursor (D1 `cron_cursors`
  * `audit_events`, the last id handed on) and gives each fleet's coordinator ONE event per tick
- * carrying that fleet's new rows. The cursor moves only when there were rows; the event id is
- * derived from the fleet and the id range, so a tick repeated after a crash is dropped by the
- * coordinator. A coordinator that cannot take its event is owed it as a fleet task (as
+ * carrying that fleet's new rows. The cursor moves only when there were rows. The batch's range is
+ * fixed in D1 (`audit_events_batch`) before any event leaves, and the event id is derived from the
+ * fleet and that range, so a tick repeated after a crash hands on the same rows under the same id,
+ * which the coordinator drops. A coordinator that cannot take its event is owed it as a fleet task (as
  * server.stale's are, src/webhooks/stale.ts). Rows that belong to no one fleet (images, builds,
  * upgrades, tokens of several fleets) are in the export and the day files, not in a fleet's hooks.
  */
-import { eq, inArray, sql } from "drizzle-orm";
+import { and, eq, inArray, sql } from "drizzle-orm";
 import type { BatchItem } from "drizzle-orm/batch";
-import { getDb } from "../db/client";
+import { getDb, type Db } from "../db/client";
 import { cronCursors, enrollmentTokens, rollouts, servers } from "../db/schema";
 import type { Env } from "../env";
 import { owedEvents } from "../fleets/store";
@@ -23,20 +24,40 @@ import { auditLines } from "./service";
 import { maxAuditId } from "./store";
 
 export const AUDIT_EVENTS_CURSOR = "audit_events";
+/**
+ * The last id of the batch being handed on, while one is: written before any event leaves and
+ * deleted with the cursor's move, so a tick after a crash between the two hands on exactly the
+ * same rows under the same ids, whatever rows were written meanwhile.
+ */
+const AUDIT_EVENTS_BATCH = "audit_events_batch";
 /** Rows per tick; a burst past it goes out over the next ticks, in order. */
 const AUDIT_EVENTS_PER_TICK = 500;
 
 export async function sendAuditEvents(env: Env, now: number): Promise<{ rows: number; events: number }> {
   const db = getDb(env.DB);
-  const [cursor] = await db.select().from(cronCursors).where(eq(cronCursors.name, AUDIT_EVENTS_CURSOR));
+  const marks = await db
+    .select()
+    .from(cronCursors)
+    .where(inArray(cronCursors.name, [AUDIT_EVENTS_CURSOR, AUDIT_EVENTS_BATCH]));
+  const cursor = marks.find((m) => m.name === AUDIT_EVENTS_CURSOR);
   if (!cursor) {
     // The first tick ever starts at the present: the history is in the export, not owed as events.
     const last = await maxAuditId(db);
     await db.insert(cronCursors).values({ name: AUDIT_EVENTS_CURSOR, at: last }).onConflictDoNothing();
     return { rows: 0, events: 0 };
   }
-  const lines = await auditLines(env, { after: cursor.at, limit: AUDIT_EVENTS_PER_TICK });
-  if (lines.length === 0) return { rows: 0, events: 0 };
+  const pending = marks.find((m) => m.name === AUDIT_EVENTS_BATCH);
+  const lines = await auditLines(env, {
+    after: cursor.at,
+    upTo: pending?.at,
+    limit: AUDIT_EVENTS_PER_TICK,
+  });
+  if (lines.length === 0 && !pending) return { rows: 0, events: 0 };
+  const upTo = pending?.at ?? lines[lines.length - 1].id;
+  if (!pending && !(await claimBatch(db, cursor.at, upTo))) {
+    // Another tick took this batch (or already moved the cursor): it hands it on.
+    return { rows: 0, events: 0 };
+  }
   const fleetOf = await fleetsOf(
     env,
     lines.map((l) => l.target),
@@ -46,11 +67,12 @@ export async function sendAuditEvents(env: Env, now: number): Promise<{ rows: nu
     const fleet = fleetOf.get(l.target);
     if (fleet) byFleet.set(fleet, [...(byFleet.get(fleet) ?? []), l]);
   }
+  // The id names the batch's fixed range, not the rows found in it: a retry is the same event.
   const events: [string, FleetEvent[]][] = [...byFleet].map(([fleet, rows]) => [
     fleet,
     [
       ownedEvent(
-        `audit.recorded:${fleet}:${rows[0].id}-${rows[rows.length - 1].id}`,
+        `audit.recorded:${fleet}:${cursor.at + 1}-${upTo}`,
         fleet,
         "audit.recorded",
         `fleet:${fleet}`,
@@ -68,16 +90,32 @@ export async function sendAuditEvents(env: Env, now: number): Promise<{ rows: nu
     logLine("warn", "audit.recorded events not taken; owed to those fleets as tasks the cron retries", {
       fleets: failed.length,
     });
-  const next = lines[lines.length - 1].id;
   const writes: BatchItem<"sqlite">[] = failed.map(([fleet, e]) => owedEvents(db, fleet, e, now));
   writes.push(
     db
       .update(cronCursors)
-      .set({ at: next })
-      .where(sql`${cronCursors.name} = ${AUDIT_EVENTS_CURSOR} AND ${cronCursors.at} = ${cursor.at}`),
+      .set({ at: upTo })
+      .where(and(eq(cronCursors.name, AUDIT_EVENTS_CURSOR), eq(cronCursors.at, cursor.at))),
+    db.delete(cronCursors).where(and(eq(cronCursors.name, AUDIT_EVENTS_BATCH), eq(cronCursors.at, upTo))),
   );
   await db.batch(writes as [BatchItem<"sqlite">, ...BatchItem<"sqlite">[]]);
   return { rows: lines.length, events: events.length };
+}
+
+/**
+ * Fixes the batch (cursor, upTo] before any of it leaves: one statement, taken only while the
+ * cursor is still where this tick read it and no other batch is under way. False: not taken.
+ */
+async function claimBatch(db: Db, cursor: number, upTo: number): Promise<boolean> {
+  const taken = await db
+    .insert(cronCursors)
+    .select(
+      sql`SELECT ${AUDIT_EVENTS_BATCH}, ${upTo} WHERE EXISTS (SELECT 1 FROM ${cronCursors}
+        WHERE ${cronCursors.name} = ${AUDIT_EVENTS_CURSOR} AND ${cronCursors.at} = ${cursor})`,
+    )
+    .onConflictDoNothing()
+    .returning({ at: cronCursors.at });
+  return taken.length === 1;
 }
 
 /** The fleet of each target that has one: `fleet:<name>`, a server, a rollout, an enrollment token. */

@@ -33,11 +33,14 @@ export async function searchAudit(
 /** Rows with the hostname of a server target and the name of a token actor. */
 async function withNames(env: Env, db: Db, rows: AuditRow[]) {
   const ids = rows.filter((r) => r.target.startsWith(SERVER)).map((r) => r.target.slice(SERVER.length));
-  const names = await hostnamesOf(env, ids);
-  const actors = await tokenActorNames(
-    db,
-    rows.map((r) => r.actor),
-  );
+  // Two independent reads, one round trip each, sent together.
+  const [names, actors] = await Promise.all([
+    hostnamesOf(env, ids),
+    tokenActorNames(
+      db,
+      rows.map((r) => r.actor),
+    ),
+  ]);
   return rows.map((r) => ({
     ...r,
     hostname: r.target.startsWith(SERVER) ? (names.get(r.target.slice(SERVER.length)) ?? null) : null,

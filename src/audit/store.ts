@@ -78,18 +78,32 @@ export async function cutPoint(db: Db, end: number) {
 }
 
 /**
- * Retention: deletes up to `limit` rows older than `before` AND already in a day file (id up to
- * `exportedUpTo`), so a row not yet in R2 is never pruned. Returns how many went.
+ * The rows retention may delete: older than `before` AND already in a day file (id up to
+ * `exportedUpTo`), so a row not yet in R2 is never pruned. Walked in `at` order on
+ * audit_log_at_idx, which holds both columns (the rowid is the id): the walk starts at the oldest
+ * row and stops at `before` or at its limit, never reading a retained row but the few late ones
+ * (dated long ago, not yet in a file).
  */
-export async function pruneAudit(db: Db, opts: { exportedUpTo: number; before: number; limit: number }) {
-  const doomed = db
+const prunable = (db: Db, opts: { exportedUpTo: number; before: number }, limit: number) =>
+  db
     .select({ id: auditLog.id })
     .from(auditLog)
-    .where(and(lte(auditLog.id, opts.exportedUpTo), lt(auditLog.at, opts.before)))
-    .orderBy(asc(auditLog.id))
-    .limit(opts.limit);
-  const gone = await db.delete(auditLog).where(inArray(auditLog.id, doomed)).returning({ id: auditLog.id });
-  return gone.length;
+    .where(and(lt(auditLog.at, opts.before), lte(auditLog.id, opts.exportedUpTo)))
+    .orderBy(asc(auditLog.at))
+    .limit(limit);
+
+/** Whether any row is due for retention: one probe of the index, whatever the table's size. */
+export async function pruneDue(db: Db, opts: { exportedUpTo: number; before: number }) {
+  return (await prunable(db, opts, 1)).length > 0;
+}
+
+/** Retention: deletes up to `limit` of the oldest prunable rows (see `prunable`). Returns how many went. */
+export async function pruneAudit(db: Db, opts: { exportedUpTo: number; before: number; limit: number }) {
+  const gone = await db
+    .delete(auditLog)
+    .where(inArray(auditLog.id, prunable(db, opts, opts.limit)))
+    .run();
+  return gone.meta.changes;
 }
 
 export async function maxAuditId(db: Db): Promise<number> {

@@ -3,8 +3,8 @@
  * belongs to its server's ledger, which forgets the hash first on revocation (the host is refused
  * from that moment, a parked poll included) and updates the D1 row and the audit log from its outbox.
  */
-import { and, eq, isNull } from "drizzle-orm";
-import { auditInsert } from "../db/audit";
+import { and, eq, isNull, sql } from "drizzle-orm";
+import { auditInsert, auditInsertIf } from "../db/audit";
 import { getDb } from "../db/client";
 import { tokens } from "../db/schema";
 import type { TokenKind } from "../domain/enums";
@@ -82,13 +82,23 @@ export async function revokeToken(env: Env, principal: Principal, id: string) {
     return after?.revokedAt != null ? after : { ...row, revokedAt: Date.now() };
   }
   const revokedAt = Date.now();
-  await db.batch([
-    db
-      .update(tokens)
-      .set({ revokedAt })
-      .where(and(eq(tokens.id, id), isNull(tokens.revokedAt))),
-    auditInsert(db, { actor, action: "token.revoke", target: `token:${id}` }),
+  const unrevoked = and(eq(tokens.id, id), isNull(tokens.revokedAt));
+  // Of concurrent revocations, only the one whose update revokes writes the audit row: it is
+  // inserted while the token is still unrevoked, in the update's own transaction.
+  const [, revoked] = await db.batch([
+    auditInsertIf(
+      db,
+      { actor, action: "token.revoke", target: `token:${id}` },
+      sql`EXISTS (SELECT 1 FROM ${tokens} WHERE ${unrevoked})`,
+      revokedAt,
+    ),
+    db.update(tokens).set({ revokedAt }).where(unrevoked).returning({ id: tokens.id }),
   ]);
+  if (revoked.length === 0) {
+    // Another call revoked it meanwhile: answered as an already revoked token, with its revocation.
+    const after = await tokenById(db, id);
+    return after ?? { ...row, revokedAt };
+  }
   // Its console sessions are refused from now on; their open pages' live sockets close now too.
   await closeLiveSockets(env, { token: id }, "token revoked", row.fleets ?? "*");
   return { ...row, revokedAt };

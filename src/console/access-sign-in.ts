@@ -2,14 +2,14 @@
  * The console behind Cloudflare Access: a visit without a console session but with a valid Access
  * JWT (the header, else the CF_Authorization cookie) signs the user in at once, without a form:
  * a short-lived operator token is minted from the mapping and sealed into a console session, as
- * for a pasted token. A JWT that does not verify, or a user no mapping names, is refused here (no
+ * for a pasted token, both in one D1 batch. A JWT that does not verify, or a user no mapping names, is refused here (no
  * sign-in form would help: the identity is Access's to give).
  */
 import type { Context } from "hono";
 import { getCookie } from "hono/cookie";
 import { DomainError } from "../domain/errors";
 import type { Env } from "../env";
-import { startSession } from "./session";
+import { signInMinted } from "./session";
 import { consoleStatusOf, type ErrorStatus } from "./statuses";
 import { ACCESS_COOKIE, ACCESS_HEADER, accessConfig, verifyAccessJwt } from "../sso/access";
 import { grantFor, mintSession } from "../sso/service";
@@ -25,8 +25,7 @@ export async function accessSession(c: Context): Promise<AccessSignIn> {
   try {
     const { who, exp } = await verifyAccessJwt(config, jwt);
     const grant = await grantFor(env, who);
-    const minted = await mintSession(env, who, grant, "console", exp);
-    await startSession(c, { id: minted.id, scope: minted.scope, secret: minted.token, expiresAt: minted.expiresAt });
+    await signInMinted(c, (heldBy) => mintSession(env, who, grant, "console", { providerExpiresAt: exp, heldBy }));
     return { started: true };
   } catch (err) {
     if (!(err instanceof DomainError)) throw err;

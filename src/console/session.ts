@@ -5,6 +5,7 @@
  * the table nor the cookie alone yields it: the console needs it to call the API as the operator.
  */
 import { and, eq, lt } from "drizzle-orm";
+import type { BatchItem } from "drizzle-orm/batch";
 import type { Context } from "hono";
 import { getCookie, setCookie } from "hono/cookie";
 import { getDb } from "../db/client";
@@ -86,30 +87,78 @@ async function unseal(sessionId: string, sealed: string) {
   return new TextDecoder().decode(plain);
 }
 
-/** Starts a session for a token the API has just accepted; sets the cookie. */
-export async function startSession(
-  c: Context,
-  token: { id: string; scope: Scope; secret: string; expiresAt: number | null },
-) {
+/** A token a console session is started for: its id, scope, secret and expiry. */
+interface SessionToken {
+  id: string;
+  scope: Scope;
+  secret: string;
+  expiresAt: number | null;
+}
+
+/** A console session not yet stored: the writes that store it, and what the cookie needs once they are done. */
+interface PendingSession {
+  writes: [BatchItem<"sqlite">, BatchItem<"sqlite">];
+  sessionId: string;
+  expiresAt: number;
+  now: number;
+}
+
+/** The rows of a new console session for the token, to write in one batch (the token's own, for an SSO sign-in). */
+async function sessionWrites(env: Env, token: SessionToken): Promise<PendingSession> {
   const sessionId = randomSecret();
   const now = Date.now();
   // A session never outlives its token.
   const expiresAt = Math.min(now + SESSION_TTL_S * 1000, token.expiresAt ?? Infinity);
-  const db = getDb((c.env as Env).DB);
-  await db.batch([
-    // Expired sessions go as new ones come, through the expiry index.
-    db.delete(consoleSessions).where(lt(consoleSessions.expiresAt, now)),
-    db.insert(consoleSessions).values({
-      idHash: await sha256Hex(sessionId),
-      tokenId: token.id,
-      scope: token.scope,
-      csrf: randomSecret(),
-      sealedToken: await seal(sessionId, token.secret),
-      createdAt: now,
-      expiresAt,
-    }),
-  ]);
-  setConsoleCookie(c, SESSION_COOKIE, sessionId, Math.max(1, Math.ceil((expiresAt - now) / 1000)));
+  const db = getDb(env.DB);
+  return {
+    writes: [
+      // Expired sessions go as new ones come, through the expiry index.
+      db.delete(consoleSessions).where(lt(consoleSessions.expiresAt, now)),
+      db.insert(consoleSessions).values({
+        idHash: await sha256Hex(sessionId),
+        tokenId: token.id,
+        scope: token.scope,
+        csrf: randomSecret(),
+        sealedToken: await seal(sessionId, token.secret),
+        createdAt: now,
+        expiresAt,
+      }),
+    ],
+    sessionId,
+    expiresAt,
+    now,
+  };
+}
+
+/** Hands the browser a stored session's cookie. */
+function setSessionCookie(c: Context, s: PendingSession) {
+  setConsoleCookie(c, SESSION_COOKIE, s.sessionId, Math.max(1, Math.ceil((s.expiresAt - s.now) / 1000)));
+}
+
+/** Starts a session for a token the API has just accepted; sets the cookie. */
+export async function startSession(c: Context, token: SessionToken) {
+  const pending = await sessionWrites(c.env as Env, token);
+  await getDb((c.env as Env).DB).batch(pending.writes);
+  setSessionCookie(c, pending);
+}
+
+/**
+ * Signs in with a token minted for it (an SSO sign-in): `mint` writes the token's rows and the
+ * session's rows `sessionOf` gives it in ONE batch, so a crash between them cannot leave a live token
+ * that no session holds, listed as a signed-in user. The cookie is set once that batch is done.
+ */
+export async function signInMinted<T>(
+  c: Context,
+  mint: (sessionOf: (token: SessionToken) => Promise<BatchItem<"sqlite">[]>) => Promise<T>,
+): Promise<T> {
+  let pending: PendingSession | undefined;
+  const minted = await mint(async (token) => {
+    pending = await sessionWrites(c.env as Env, token);
+    return pending.writes;
+  });
+  // No session was asked for (hm's sign-in through the console's callback): no cookie either.
+  if (pending) setSessionCookie(c, pending);
+  return minted;
 }
 
 /**

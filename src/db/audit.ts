@@ -1,4 +1,5 @@
 /** The audit rows every owner writes with its own change (read back by src/audit/). */
+import { sql, type SQL } from "drizzle-orm";
 import type { Db } from "./client";
 import { auditLog } from "./schema";
 
@@ -18,6 +19,19 @@ export interface AuditEvent extends AuditEntry {
 /** The insert for one audit row, to put in the same batch as the mutation it records. */
 export function auditInsert(db: Db, entry: AuditEntry, at = Date.now()) {
   return db.insert(auditLog).values({ at, ...entry, details: entry.details ?? null });
+}
+
+/**
+ * The insert for one audit row written only while `when` holds, judged in the batch's transaction:
+ * put before the conditional change it records (`when` being that change's own condition), so of
+ * concurrent callers only the one whose change happens writes the row.
+ */
+export function auditInsertIf(db: Db, entry: AuditEntry, when: SQL, at = Date.now()) {
+  const details = entry.details === undefined || entry.details === null ? null : JSON.stringify(entry.details);
+  // Every column in the table's order (the insert names them all); a null id is the next rowid.
+  return db
+    .insert(auditLog)
+    .select(sql`SELECT NULL, ${at}, ${entry.actor}, ${entry.action}, ${entry.target}, ${details}, NULL WHERE ${when}`);
 }
 
 /** An outbox audit row: inserted once, whatever the number of deliveries. */

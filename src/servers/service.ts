@@ -22,7 +22,6 @@ import { visibleFleets, type Principal } from "../domain/principal";
 import { FLEET_ID } from "../fleets/schemas";
 import { MAX_SERVER_LABELS } from "../domain/limits";
 import { getFleet } from "../fleets/store";
-import { chunk } from "../lib/chunk";
 import { unwrap } from "../objects/kit/result";
 import type { ServerView } from "../ledger/view";
 import { RESERVATION_MARGIN_MS } from "../ledger/operator";
@@ -162,11 +161,9 @@ export async function searchServers(env: Env, filter: ServerFilter, after: Serve
 /** The hostnames of these servers (removed ones included), for answers that name servers. */
 export async function hostnamesOf(env: Env, ids: string[]): Promise<Map<string, string>> {
   const unique = [...new Set(ids)].filter((id) => /^[0-9a-f-]{36}$/.test(id));
-  const out = new Map<string, string>();
-  for (const part of chunk(unique, 90)) {
-    for (const r of await hostnamesIn(getDb(env.DB), part)) out.set(r.id, r.hostname);
-  }
-  return out;
+  if (unique.length === 0) return new Map();
+  const rows = await hostnamesIn(getDb(env.DB), unique);
+  return new Map(rows.map((r) => [r.id, r.hostname]));
 }
 
 /**

@@ -9,7 +9,7 @@ import { DomainError } from "../domain/errors";
 import type { Env } from "../env";
 import { sha256Hex } from "../lib/crypto";
 import { authorizeUrl, identityFromCode, randomToken, s256, type OidcConfig } from "./oidc";
-import { grantFor, mintSession } from "./service";
+import { grantFor, mintSession, type HolderWrites } from "./service";
 
 /** Time to sign in at the provider; time for hm to exchange its code once the browser is back. */
 const LOGIN_TTL_MS = 10 * 60_000;
@@ -54,12 +54,13 @@ const expired = () =>
 /**
  * The provider's callback: the sign-in row is taken (deleted) by its state, the code exchanged and
  * the identity mapped. A console sign-in gets its session token; a cli sign-in a one-time code for
- * hm's loopback listener, the identity waiting in a new row until hm exchanges it.
+ * hm's loopback listener, the identity waiting in a new row until hm exchanges it. `consoleSession`
+ * gives the rows of the console's session, written in the token's own batch.
  */
 export async function completeLogin(
   env: Env,
   config: OidcConfig,
-  p: { origin: string; state: string; code: string; browser?: string },
+  p: { origin: string; state: string; code: string; browser?: string; consoleSession: HolderWrites },
 ) {
   const db = getDb(env.DB);
   const [row] = await db
@@ -82,7 +83,7 @@ export async function completeLogin(
     return {
       client: "console" as const,
       returnTo: row.returnTo,
-      session: await mintSession(env, who, grant, "console"),
+      session: await mintSession(env, who, grant, "console", { heldBy: p.consoleSession }),
     };
   }
   const code = randomToken();

@@ -4,6 +4,7 @@
  * the console and `hm` authenticate it exactly as any token, and ending one is revoking it.
  */
 import { eq } from "drizzle-orm";
+import type { BatchItem } from "drizzle-orm/batch";
 import { auditInsert } from "../db/audit";
 import { grantFor as grantWithin } from "../auth/grants";
 import { revokeToken } from "../auth/service";
@@ -12,6 +13,7 @@ import { getDb } from "../db/client";
 import { ssoMappings, ssoSessions, tokens } from "../db/schema";
 import { DomainError, notFound } from "../domain/errors";
 import type { Env } from "../env";
+import type { Scope } from "../domain/enums";
 import { actorOf, type Principal } from "../domain/principal";
 import { isUniqueViolation } from "../db/errors";
 import { grantOf, fleetsWithin, normalEmail, specRule, type Identity, type SsoGrant } from "./mapping";
@@ -114,20 +116,29 @@ export async function grantFor(env: Env, who: Identity): Promise<SsoGrant> {
   return grant;
 }
 
+/** The rows a minted token is held by (the console's session), written in the mint's own batch. */
+export type HolderWrites = (token: {
+  id: string;
+  scope: Scope;
+  secret: string;
+  expiresAt: number;
+}) => Promise<BatchItem<"sqlite">[]>;
+
 /**
  * A session for a signed-in user: a new operator token expiring at `expiresAt` (at most the
- * client's TTL from now), its `sso_sessions` row and the audit row, in one batch.
+ * client's TTL from now), its `sso_sessions` row, the audit row and the rows of what holds the
+ * token (`heldBy`: the console's session), in one batch: a token nothing holds is never listed.
  */
 export async function mintSession(
   env: Env,
   who: Identity,
   grant: SsoGrant,
   client: "console" | "cli",
-  providerExpiresAt?: number,
+  opts: { providerExpiresAt?: number; heldBy?: HolderWrites } = {},
 ) {
   const db = getDb(env.DB);
   const now = Date.now();
-  const expiresAt = Math.min(now + SSO_SESSION_TTL_MS[client], providerExpiresAt ?? Number.POSITIVE_INFINITY);
+  const expiresAt = Math.min(now + SSO_SESSION_TTL_MS[client], opts.providerExpiresAt ?? Number.POSITIVE_INFINITY);
   const id = crypto.randomUUID();
   const { token, hash } = await issueToken("operator", id);
   const user = who.email ?? who.subject;
@@ -168,6 +179,7 @@ export async function mintSession(
         groups: who.groups.slice(0, 20),
       },
     }),
+    ...(opts.heldBy ? await opts.heldBy({ id, scope: grant.scope, secret: token, expiresAt }) : []),
   ]);
   return { id, token, scope: grant.scope, fleets: grant.fleets, expiresAt };
 }

@@ -5,7 +5,15 @@ import { parseToken } from "../../auth/tokens";
 import { apiFor, type InProcessApp } from "../api";
 import { backTo } from "../context";
 import { checkSignInCsrf, requireCsrf, type ConsoleEnv } from "../guard";
-import { currentSession, endSession, readConsoleCookie, setConsoleCookie, startSession, tokenGrant } from "../session";
+import {
+  currentSession,
+  endSession,
+  readConsoleCookie,
+  setConsoleCookie,
+  signInMinted,
+  startSession,
+  tokenGrant,
+} from "../session";
 import { BOOTSTRAP_ID } from "../../domain/principal";
 import { randomSecret } from "../../lib/crypto";
 import { consoleStatusOf, type ErrorStatus } from "../statuses";
@@ -125,20 +133,22 @@ export function signInRoutes(getApp: () => InProcessApp) {
           return c.html(<SignInPage csrf={csrf} next="/console" message={{ ok: false, text }} sso />, status);
         };
         if (typeof q.error === "string") return refuse(`The identity provider refused: ${q.error.slice(0, 100)}`, 401);
-        if (!q.state || !q.code || q.state.length > 200 || q.code.length > 2000) {
+        const { state, code } = q;
+        if (!state || !code || state.length > 200 || code.length > 2000) {
           return refuse("That sign-in answer is incomplete: start again.", 400);
         }
         try {
-          const done = await completeLogin(c.env, config, {
-            origin: new URL(c.req.url).origin,
-            state: q.state,
-            code: q.code,
-            browser: readConsoleCookie(c, SSO_COOKIE),
-          });
+          // A console sign-in's session is stored in its token's batch (and its cookie set); hm's gets none.
+          const done = await signInMinted(c, (consoleSession) =>
+            completeLogin(c.env, config, {
+              origin: new URL(c.req.url).origin,
+              state,
+              code,
+              browser: readConsoleCookie(c, SSO_COOKIE),
+              consoleSession,
+            }),
+          );
           setConsoleCookie(c, SSO_COOKIE, "", 0, "Lax");
-          if (done.client === "cli") return c.redirect(done.returnTo, 303);
-          const s = done.session;
-          await startSession(c, { id: s.id, scope: s.scope, secret: s.token, expiresAt: s.expiresAt });
           return c.redirect(done.returnTo, 303);
         } catch (err) {
           if (!(err instanceof DomainError)) throw err;
