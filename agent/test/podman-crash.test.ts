@@ -111,7 +111,11 @@ describe("an agent killed between two engine commands (real podman)", () => {
     (await podman("ps", "-a", "--format", "{{.Names}}", "--filter", `label=io.harbormaster.scope=${scope}`))
       .split("\n")
       .filter(Boolean);
-  const imageIds = async () => (await podman("images", "-q", "--no-trunc")).split("\n").filter(Boolean);
+  const imageIds = async () =>
+    (await podman("images", "-q", "--no-trunc"))
+      .split("\n")
+      .filter(Boolean)
+      .map((id) => id.replace(/^sha256:/, ""));
   const imageOf = async (name: string) => (await podman("inspect", "--format", "{{.Image}}", name)).trim();
 
   /** A pass the agent is killed in, at that command (it must have got that far). */
@@ -138,7 +142,7 @@ describe("an agent killed between two engine commands (real podman)", () => {
     { image: "v2first", verb: "start", nth: 1 },
     { image: "v2first", verb: "stop", nth: 1 },
     { image: "v2first", verb: "rename", nth: 2 },
-    { image: "v2first", verb: "rm", nth: 1 },
+    { image: "v2first", verb: "rm", nth: 2 },
   ];
 
   it.each(updateCases)(
