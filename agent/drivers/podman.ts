@@ -350,7 +350,7 @@ export class PodmanDriver implements AgentDriver {
     const logs = await this.cli(["logs", "--tail", "5", name], { allowFail: true });
     const said = logs.code === 0 ? logs.tail.trim().slice(-500) : "";
     throw new Error(
-      `container ${name} did not stay up after its start: ${c ? c.status || c.state : "it is gone"}${said ? `; its last output: ${said}` : ""}`,
+      `container ${name} did not stay up after its start: ${!c ? "it is gone" : c.state === "exited" ? `exited with code ${c.exitCode}` : c.status || c.state}${said ? `; its last output: ${said}` : ""}`,
     );
   }
 

@@ -188,7 +188,9 @@ describe("an agent killed between two engine commands (real podman)", () => {
       {
         agent: "crashy",
         op: "install",
-        message: expect.stringMatching(/did not stay up after its start: Exited \(3\).*cannot read \/data\/app\.conf/),
+        message: expect.stringMatching(
+          /did not stay up after its start: exited with code 3.*cannot read \/data\/app\.conf/,
+        ),
       },
     ]);
     // A failed install leaves no container behind; the next pass tries again and says so again.
@@ -200,7 +202,11 @@ describe("an agent killed between two engine commands (real podman)", () => {
     const u = await reconcile(desired([{ ...crashy, name: "app", instance_id: v1.instance_id }]), driverFor());
     expect(u.agents.map((a) => [a.name, a.version, a.state])).toEqual([["app", "1", "running"]]);
     expect(u.errors).toEqual([
-      { agent: "app", op: "update", message: expect.stringMatching(/did not stay up after its start: Exited \(3\)/) },
+      {
+        agent: "app",
+        op: "update",
+        message: expect.stringMatching(/did not stay up after its start: exited with code 3/),
+      },
     ]);
   });
 });
