@@ -41,6 +41,8 @@ export function safetyApi(conn: { url: string; token: string }, fetchImpl: Fetch
     deleteWebhook: (fleet: string, id: string) => ok(f.webhooks[":id"].$delete({ param: { fleet, id } })),
     deliveries: (fleet: string, id: string, limit = 50) =>
       ok(f.webhooks[":id"].deliveries.$get({ param: { fleet, id }, query: { limit: String(limit) } })),
+    delivery: (fleet: string, id: string, delivery: string) =>
+      ok(f.webhooks[":id"].deliveries[":delivery"].$get({ param: { fleet, id, delivery } })),
     testWebhook: (fleet: string, id: string) => ok(f.webhooks[":id"].test.$post({ param: { fleet, id } })),
   };
 }

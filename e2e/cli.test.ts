@@ -448,4 +448,33 @@ describe("hm check server-agents --fix", () => {
     const after = await hm(["--json", "check", "server-agents", "--fleet", fleet]);
     expect(after.json().findings.map((f: { reason: string }) => f.reason)).toEqual(["generation_behind"]);
   });
+
+  it("prints each server's result and what was not fixed per fleet, and exits 1 when the budget refused one", async () => {
+    const { fleet, server: a } = await fleetWithServer(`fa${n}.example.com`);
+    const b = (
+      await hm(["--json", "servers", "register", "--fleet", fleet, "--hostname", `fb${n}.example.com`])
+    ).json() as { id: string; token: string };
+    expect((await hm(["fleets", "patch", fleet, "--max-unavailable", "1"])).code).toBe(0);
+    for (const s of [a, b]) {
+      expect((await hm(["--json", "desired", "set", s.id, "-f", agentsFile(["compute"])])).code).toBe(0);
+      const host = await fetch(`${url}/v1/agent/inventory`, {
+        method: "PUT",
+        headers: { Authorization: `Bearer ${s.token}`, "Content-Type": "application/json" },
+        body: JSON.stringify({
+          generation: (await api.getDesired(s.id)).generation,
+          reconciled_at: new Date().toISOString(),
+          boot_id: "b",
+          agents: [{ name: "compute", image: "reg/compute:0", version: "0", instance_id: "c", state: "running" }],
+        }),
+      });
+      expect(host.status).toBe(200);
+    }
+    // One unit of budget, two drifted servers: one is re-issued, the other refused naming the first.
+    const fixed = await hm(["--yes", "check", "server-agents", "--fleet", fleet, "--fix"]);
+    expect(fixed.code, fixed.stderr).toBe(1);
+    expect(fixed.stdout).toMatch(/reissued \(generation \d+\)/);
+    expect(fixed.stdout).toMatch(/refused: budget_exhausted \(.*f[ab]\d+\.example\.com/);
+    expect(fixed.stdout).toContain(`${fleet}: 1 fixed, not fixed: 1 budget_exhausted`);
+    expect(fixed.stderr).toContain("1 of 2 fix(es) not done");
+  });
 });

@@ -40,6 +40,11 @@ export interface LocalServer {
 export interface LocalServerOptions {
   /** Names the state directory (harbormaster-<label>-…). */
   label?: string;
+  /**
+   * Where the state directory is made (default: the OS temp dir). The benchmark puts it on tmpfs,
+   * so a storage commit's disk sync is not what it measures (docs/benchmarks.md).
+   */
+  stateParent?: string;
   startTimeoutMs?: number;
   /** Start on the state (and with the admin token) of a server started before. */
   reuse?: { persist: string; admin: string };
@@ -104,6 +109,7 @@ function wranglerEnv(config: string): NodeJS.ProcessEnv {
 
 async function startOnce({
   label = "local",
+  stateParent = tmpdir(),
   startTimeoutMs = 90_000,
   reuse,
   config,
@@ -113,7 +119,7 @@ async function startOnce({
   metered = false,
 }: LocalServerOptions): Promise<LocalServer> {
   const port = await freePort();
-  const persist = reuse?.persist ?? mkdtempSync(join(tmpdir(), `harbormaster-${label}-`));
+  const persist = reuse?.persist ?? mkdtempSync(join(stateParent, `harbormaster-${label}-`));
   const admin = reuse?.admin ?? randomBytes(24).toString("base64url");
   const envFile = join(persist, "server.vars");
   // ACCESS_LOG: a line per request locally (the deployed default logs writes only); `--var` wins.

@@ -3,35 +3,36 @@ import { describe, expect, it } from "vitest";
 import { getDb } from "../src/db/client";
 import { fleetSettings } from "../src/fleets/store";
 import { planInputsOf } from "../src/planner/store";
-import { call, fireTimersNow, report, settle } from "./helpers";
+import { breakCoordinator, call, fireTimersNow, report, settle } from "./helpers";
 import { fleetWithKey, flushCoordinator, putGroup, zincati } from "./fleetlock-helpers";
 import { hostReconcile } from "./rollout-helpers";
 import { coordinator, ledger } from "./support/objects";
+import { consoleFetch, cookiesOf, signIn } from "./console-helpers";
 
 const AGENT = { name: "fw-agent", image: "registry.example/fw:1.0.0", version: "1.0.0" };
 
 /** A server running the agent as desired, then reporting an image it was not asked for (drift). */
-async function host(fleet: string, drifted: boolean) {
+async function host(fleet: string, drifted: boolean, agent = AGENT) {
   const tag = Math.random().toString(36).slice(2, 7);
   const hostname = `fix-${tag}.example.com`;
   const s = await call("POST", "/v1/servers", {
     body: { fleet, hostname, kind: "managed", fleetlock_id: `fix-${tag}` },
   });
   if (s.status !== 201) throw new Error(`register: ${s.status} ${JSON.stringify(s.json)}`);
-  await call("PUT", `/v1/servers/${s.json.id}/desired`, { body: { generation: 2, agents: [AGENT] } });
+  await call("PUT", `/v1/servers/${s.json.id}/desired`, { body: { generation: 2, agents: [agent] } });
   const h = { id: s.json.id, token: s.json.token, hostname, fleetlockId: `fix-${tag}` };
   await hostReconcile(h);
   await settle(h.id);
   if (drifted)
     await call("PUT", "/v1/agent/inventory", {
       token: h.token,
-      body: report(2, [{ name: AGENT.name, image: "registry.example/fw:0.9.0" }]),
+      body: report(2, [{ name: agent.name, image: "registry.example/fw:0.9.0" }]),
     });
   return h;
 }
 
-const fix = async (fleet: string) => {
-  const res = await call("POST", "/v1/check/server-agents/fix", { body: { fleet, dry_run: false } });
+const fix = async (fleet: string | undefined, agent?: string) => {
+  const res = await call("POST", "/v1/check/server-agents/fix", { body: { fleet, agent, dry_run: false } });
   expect(res.status).toBe(200);
   return Object.fromEntries(res.json.actions.map((a: any) => [a.server, a.result]));
 };
@@ -47,6 +48,50 @@ const fixHolds = (fleet: string) =>
       ),
     ),
   );
+
+/**
+ * Makes the next call of one of an object's parts' methods throw, once, after whatever the object
+ * committed before it: the caller sees its RPC fail though the object may have done the work.
+ */
+const failNext = (stub: DurableObjectStub, part: string, method: string) =>
+  runInDurableObject(stub, (instance) => {
+    const target = (instance as any).parts[part];
+    const real = target[method];
+    target[method] = () => {
+      target[method] = real;
+      throw new Error(`simulated: ${part}.${method} failed, the answer is lost`);
+    };
+  });
+
+/** Moves an object's decision clock `ms` ahead until the returned restore runs. */
+async function aheadBy(stub: DurableObjectStub, ms: number) {
+  await runInDurableObject(stub, (instance) => {
+    const p = (instance as any).parts;
+    const real = p.clock;
+    p.clock = () => real() + ms;
+    p.realClock = real;
+  });
+  return () =>
+    runInDurableObject(stub, (instance) => {
+      const p = (instance as any).parts;
+      p.clock = p.realClock;
+      delete p.realClock;
+    });
+}
+
+/** A realized report as the ledger's outbox delivers it to the coordinator, possibly late. */
+const realizedEvent = (fleet: string, serverId: string, extra: Record<string, unknown>) =>
+  (coordinator(fleet) as any).serverHealth({
+    fleet_id: fleet,
+    server_id: serverId,
+    hostname: "late.example.com",
+    at: Date.now() - 60_000,
+    boot_id: "boot-1",
+    rebooted_from: null,
+    realized: true,
+    status: null,
+    ...extra,
+  } as any);
 
 /** A fleet whose budget allows one server disrupted, a host to reboot, and a drifted server. */
 async function budgetFleet() {
@@ -65,6 +110,7 @@ async function holdOnly(fleet: string, serverId: string) {
     fleetSettings(row!),
     [{ server_id: serverId, generation: 2 }],
     "test",
+    "a-call-that-dies",
   );
   return answer[serverId];
 }
@@ -178,5 +224,192 @@ describe("drift fixes and the disruption budget", () => {
     await settle(drifted.id);
     expect(await fixHolds(f.fleet)).toEqual({});
     expect((await zincati(f.baseUrl, "pre-reboot", rebooting.fleetlockId)).status).toBe(200);
+  });
+
+  it("a realized report from the generation before the fix's write does not free its unit", async () => {
+    const { f, rebooting, drifted } = await budgetFleet();
+    expect(await holdOnly(f.fleet, drifted.id)).toMatchObject({ ok: true });
+    // The host recovers by itself at generation 2 while the fix is on its way: that report is not the fix's.
+    await call("PUT", "/v1/agent/inventory", { token: drifted.token, body: report(2, [AGENT]) });
+    await settle(drifted.id);
+    expect(Object.keys(await fixHolds(f.fleet))).toEqual([drifted.id]);
+    expect((await zincati(f.baseUrl, "pre-reboot", rebooting.fleetlockId)).json).toMatchObject({
+      kind: "budget_exhausted",
+    });
+  });
+
+  it("once the write is known, only a realized report at its generation frees the unit, not a late or older one", async () => {
+    const { f, rebooting, drifted } = await budgetFleet();
+    expect((await fix(f.fleet))[drifted.id]).toMatchObject({ ok: true, outcome: "reissued", generation: 3 });
+    // A realized event of generation 2 delivered late, and one queued by code that sent no generation.
+    await realizedEvent(f.fleet, drifted.id, { generation: 2 });
+    await realizedEvent(f.fleet, drifted.id, {});
+    expect(Object.keys(await fixHolds(f.fleet))).toEqual([drifted.id]);
+    expect((await zincati(f.baseUrl, "pre-reboot", rebooting.fleetlockId)).json).toMatchObject({
+      kind: "budget_exhausted",
+    });
+    await call("PUT", "/v1/agent/inventory", { token: drifted.token, body: report(3, [AGENT]) });
+    await settle(drifted.id);
+    expect(await fixHolds(f.fleet)).toEqual({});
+  });
+
+  it("an event without a generation frees a hold only when the ledger says its write is realized", async () => {
+    const { f, drifted } = await budgetFleet();
+    expect((await fix(f.fleet))[drifted.id]).toMatchObject({ ok: true, generation: 3 });
+    // The realized report reaches the ledger while its coordinator is unreachable; the event is
+    // then lost (as one from older code would arrive, without its generation).
+    const restore = await breakCoordinator(ledger(drifted.id));
+    await call("PUT", "/v1/agent/inventory", { token: drifted.token, body: report(3, [AGENT]) });
+    await restore();
+    expect(Object.keys(await fixHolds(f.fleet))).toEqual([drifted.id]);
+    // The event frees nothing by itself: the coordinator asks the ledger, which says generation 3 realized.
+    await realizedEvent(f.fleet, drifted.id, {});
+    expect(Object.keys(await fixHolds(f.fleet))).toEqual([drifted.id]);
+    await fireTimersNow(coordinator(f.fleet), "fixhold");
+    expect(await fixHolds(f.fleet)).toEqual({});
+  });
+
+  it("a write whose answer is lost after the ledger committed keeps the unit until the hold is settled", async () => {
+    const { f, rebooting, drifted } = await budgetFleet();
+    await failNext(ledger(drifted.id), "scheduler", "arm");
+    const lost = (await fix(f.fleet))[drifted.id];
+    expect(lost).toMatchObject({ ok: false, error: "unavailable", message: expect.stringContaining("may have") });
+    expect(await generation(drifted.id)).toBe(3);
+    // Written, though the caller could not know: the unit stays taken.
+    expect(Object.keys(await fixHolds(f.fleet))).toEqual([drifted.id]);
+    expect((await zincati(f.baseUrl, "pre-reboot", rebooting.fleetlockId)).json).toMatchObject({
+      kind: "budget_exhausted",
+    });
+    // At the hold's end the ledger says generation 3: kept until the server reports it realized.
+    await fireTimersNow(coordinator(f.fleet), "fixhold");
+    expect(await fixHolds(f.fleet)).toEqual({ [drifted.id]: null });
+    await call("PUT", "/v1/agent/inventory", { token: drifted.token, body: report(3, [AGENT]) });
+    await settle(drifted.id);
+    expect(await fixHolds(f.fleet)).toEqual({});
+  });
+
+  it("a repeat fix whose write is refused keeps the unit the write before it took", async () => {
+    const { f, rebooting, drifted } = await budgetFleet();
+    expect((await fix(f.fleet))[drifted.id]).toMatchObject({ ok: true, generation: 3 });
+    // The host reconciles generation 3 but still runs the wrong image: drifted again, not realized.
+    await call("PUT", "/v1/agent/inventory", {
+      token: drifted.token,
+      body: report(3, [{ name: AGENT.name, image: "registry.example/fw:0.9.0" }]),
+    });
+    // The second fix's write reaches the ledger past its deadline (its clock says so): refused.
+    const restore = await aheadBy(ledger(drifted.id), 10 * 60_000);
+    expect((await fix(f.fleet))[drifted.id]).toMatchObject({ ok: false, error: "reservation_expired" });
+    await restore();
+    expect(await generation(drifted.id)).toBe(3);
+    // Generation 3 still restarts the server's agents: its unit is not freed by the refused repeat.
+    expect(await fixHolds(f.fleet)).toEqual({ [drifted.id]: null });
+    expect((await zincati(f.baseUrl, "pre-reboot", rebooting.fleetlockId)).json).toMatchObject({
+      kind: "budget_exhausted",
+    });
+    await call("PUT", "/v1/agent/inventory", { token: drifted.token, body: report(3, [AGENT]) });
+    await settle(drifted.id);
+    expect(await fixHolds(f.fleet)).toEqual({});
+  });
+});
+
+describe("a fix hold settled by its calls", () => {
+  const allow = async (fleet: string, serverId: string, call: string) => {
+    const row = await getDb(env.DB).query.fleets.findFirst({ where: (t, { eq }) => eq(t.id, fleet) });
+    const answer = await coordinator(fleet).allowFixes(
+      fleetSettings(row!),
+      [{ server_id: serverId, generation: 2 }],
+      "test",
+      call,
+    );
+    return answer[serverId] as { ok: true; deadline: number };
+  };
+  const told = (fleet: string, call: string, server_id: string, generation: number | null) =>
+    coordinator(fleet).fixOutcomes(call, [{ server_id, generation }]);
+
+  it("frees the unit only once every call allowed to write has said it wrote nothing", async () => {
+    const { f, drifted } = await budgetFleet();
+    await allow(f.fleet, drifted.id, "call-a");
+    await allow(f.fleet, drifted.id, "call-b");
+    await told(f.fleet, "call-a", drifted.id, null);
+    // call-b may still write: the unit stays.
+    expect(Object.keys(await fixHolds(f.fleet))).toEqual([drifted.id]);
+    // A call the hold does not know (or one told twice) changes nothing.
+    await told(f.fleet, "call-a", drifted.id, null);
+    await told(f.fleet, "call-c", drifted.id, null);
+    expect(Object.keys(await fixHolds(f.fleet))).toEqual([drifted.id]);
+    await told(f.fleet, "call-b", drifted.id, null);
+    expect(await fixHolds(f.fleet)).toEqual({});
+  });
+
+  it("frees the unit at once when the written generation was reported realized before its call said it wrote", async () => {
+    const { f, drifted } = await budgetFleet();
+    const { deadline } = await allow(f.fleet, drifted.id, "call-a");
+    const inputs = await planInputsOf(getDb(env.DB), f.fleet);
+    const wrote = await ledger(drifted.id).applyPlan(inputs!, {
+      actor: "test",
+      reason: "drift fix",
+      reissue: true,
+      deadline,
+    });
+    expect(wrote).toMatchObject({ ok: true, outcome: "reissued" });
+    // The host is quicker than the caller: its realized report of generation 3 comes first.
+    await call("PUT", "/v1/agent/inventory", { token: drifted.token, body: report(3, [AGENT]) });
+    await settle(drifted.id);
+    expect(Object.keys(await fixHolds(f.fleet))).toEqual([drifted.id]);
+    await told(f.fleet, "call-a", drifted.id, 3);
+    expect(await fixHolds(f.fleet)).toEqual({});
+  });
+
+  it("keeps the unit of a write the caller says it made until that generation is realized", async () => {
+    const { f, drifted } = await budgetFleet();
+    const { deadline } = await allow(f.fleet, drifted.id, "call-a");
+    const inputs = await planInputsOf(getDb(env.DB), f.fleet);
+    await ledger(drifted.id).applyPlan(inputs!, { actor: "test", reason: "drift fix", reissue: true, deadline });
+    await told(f.fleet, "call-a", drifted.id, 3);
+    // Known written, no call left: no end any more, only the realized report of generation 3 frees it.
+    expect(await fixHolds(f.fleet)).toEqual({ [drifted.id]: null });
+    await call("PUT", "/v1/agent/inventory", { token: drifted.token, body: report(3, [AGENT]) });
+    await settle(drifted.id);
+    expect(await fixHolds(f.fleet)).toEqual({});
+  });
+});
+
+describe("a fix across fleets", () => {
+  it("answers per server when one fleet's coordinator fails, and frees what the call took there", async () => {
+    const agent = { ...AGENT, name: `fw-${Math.random().toString(36).slice(2, 7)}` };
+    const fleets = [];
+    for (let i = 0; i < 2; i++) {
+      const f = await fleetWithKey();
+      await call("PATCH", `/v1/fleets/${f.fleet}`, {
+        body: { disruption_budget: { max_unavailable: 1, per_label: {} } },
+      });
+      fleets.push({ f, drifted: await host(f.fleet, true, agent) });
+    }
+    const [ok, broken] = fleets;
+    // The broken fleet's coordinator takes its holds, then its answer is lost.
+    await failNext(coordinator(broken.f.fleet), "scheduler", "arm");
+    const out = await fix(undefined, agent.name);
+    expect(out[ok.drifted.id]).toMatchObject({ ok: true, outcome: "reissued", generation: 3 });
+    expect(out[broken.drifted.id]).toMatchObject({ ok: false, error: "unavailable", message: expect.any(String) });
+    expect(await generation(broken.drifted.id)).toBe(2);
+    // Nothing was written there: the unit this call took is free again at once, not in 2 minutes.
+    expect(await fixHolds(broken.f.fleet)).toEqual({});
+    expect(Object.keys(await fixHolds(ok.f.fleet))).toEqual([ok.drifted.id]);
+  });
+});
+
+describe("the console's fix", () => {
+  it("names each server it did not fix with its error code", async () => {
+    const { f, rebooting, drifted } = await budgetFleet();
+    expect((await zincati(f.baseUrl, "pre-reboot", rebooting.fleetlockId)).status).toBe(200);
+    const s = await signIn();
+    const res = await consoleFetch(`/console/drift/fix?fleet=${f.fleet}`, {
+      cookie: s.cookie,
+      body: { _csrf: s.csrf, agent: "", cursor: "" },
+    });
+    expect(res.status).toBe(303);
+    const flash = Object.entries(cookiesOf(res)).find(([name]) => name.endsWith("hm_flash"))![1].value;
+    const text = JSON.parse(new TextDecoder().decode(Uint8Array.from(atob(flash), (ch) => ch.charCodeAt(0)))).text;
+    expect(text).toBe(`fix applied to 1 server(s): 0 fixed, 1 not fixed: ${drifted.hostname} (budget_exhausted).`);
   });
 });

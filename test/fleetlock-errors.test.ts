@@ -153,6 +153,38 @@ describe("FleetLock refusals: the right {kind,value}, and nothing changes", () =
     await nothingHeld(f);
   });
 
+  it("answers a wrong key with unauthorized whatever its body, and tells only the key's holders what is wrong with a body", async () => {
+    const { f, a } = await setup();
+    const wrong = { ...f, baseUrl: f.baseUrl.replace(f.key, "A".repeat(43)) };
+    const elsewhere = { ...f, baseUrl: f.baseUrl.replace(`/${f.fleet}/`, "/no-such-fleet/") };
+    const bad: [BodyInit, number, string][] = [
+      ["not json", 400, "invalid_client_params"],
+      [JSON.stringify({ client_params: { id: a.id, group: "has space" } }), 400, "invalid_client_params"],
+      [new Uint8Array([0x7b, 0xff, 0xfe, 0x7d]), 400, "invalid_client_params"],
+      [JSON.stringify({ client_params: { id: a.id }, pad: "x".repeat(20_000) }), 413, "payload_too_large"],
+    ];
+    for (const [body, status, kind] of bad) {
+      for (const op of ["pre-reboot", "steady-state"]) {
+        expectFailure(await post(wrong, op, body), 403, "unauthorized");
+        expectFailure(await post(elsewhere, op, body), 403, "unauthorized");
+        expectFailure(await post(f, op, body), status, kind);
+      }
+    }
+    // A templated group differing from the body's is the body's fault too.
+    const mismatch = JSON.stringify({ client_params: { id: a.id, group: "default" } });
+    expectFailure(
+      await post({ ...wrong, baseUrl: `${wrong.baseUrl}other/` }, "pre-reboot", mismatch),
+      403,
+      "unauthorized",
+    );
+    expectFailure(
+      await post({ ...f, baseUrl: `${f.baseUrl}other/` }, "pre-reboot", mismatch),
+      400,
+      "invalid_client_params",
+    );
+    await nothingHeld(f);
+  });
+
   it("refuses ids no server of the fleet registered with unknown_client", async () => {
     const { f } = await setup();
     expectFailure(await zincati(f.baseUrl, "pre-reboot", "stranger"), 403, "unknown_client");

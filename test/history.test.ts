@@ -165,7 +165,7 @@ describe("the history rollup", () => {
 });
 
 describe("the history rollup's D1 cost", () => {
-  it("writes only its period's cursor when nothing changed, and reads about four rows per server", async () => {
+  it("writes nothing when nothing changed, and reads about four rows per server", async () => {
     const { id: fleet } = await createFleet();
     await servers(fleet, "k", 200, "realized");
     await rollupHistory(env, tick(20));
@@ -200,6 +200,39 @@ describe("the history rollup's D1 cost", () => {
     expect(await rowsOf(fleet)).toHaveLength(1);
     expect(await rollupIfDue(env, t + PERIOD_MS)).not.toBeNull();
     expect((await rowsOf(fleet)).map((r) => JSON.parse(r.servers).failed)).toEqual([0, 2]);
+  });
+
+  it("writes no D1 row on a quiet period's first tick, cursor and pruning included", async () => {
+    const { id: fleet } = await createFleet();
+    await servers(fleet, "q", 3, "realized");
+    expect(await rollupIfDue(env, tick(60))).not.toBeNull();
+    const quiet = await d1Rows(async () => expect(await rollupIfDue(env, tick(61))).toMatchObject({ written: 0 }));
+    expect(quiet.written).toBe(0);
+    // Nothing in D1 marks the quiet period; this isolate remembers it: its next tick reads nothing.
+    const next = await d1Rows(async () => expect(await rollupIfDue(env, tick(61) + 60_000)).toBeNull());
+    expect(next).toEqual({ read: 0, written: 0, trips: 0 });
+    expect(await rowsOf(fleet)).toHaveLength(1);
+  });
+
+  it("prunes a quiet deployment's history once a day, on the day's first period", async () => {
+    const DAY = 86_400_000;
+    const { id: fleet } = await createFleet();
+    await servers(fleet, "o", 1, "realized");
+    const day = Math.ceil(tick(70) / DAY) * DAY;
+    await rollupHistory(env, day - 2 * PERIOD_MS + 1_000);
+    const cutoff = day - RETENTION_MS;
+    for (const at of [cutoff - 3 * PERIOD_MS, cutoff - 2 * PERIOD_MS])
+      await env.DB.prepare(
+        "INSERT INTO fleet_history (fleet_id, at, servers, versions, reboots, rollouts) VALUES (?, ?, '{}', '{}', 0, 0)",
+      )
+        .bind(fleet, at)
+        .run();
+    // A quiet period within the day: nothing deleted, nothing written.
+    expect((await d1Rows(() => rollupHistory(env, day - PERIOD_MS + 1_000))).written).toBe(0);
+    expect(await rowsOf(fleet)).toHaveLength(3);
+    // The day's first period: the rows past the retention go, but the newest of them.
+    await rollupHistory(env, day + 1_000);
+    expect((await rowsOf(fleet)).map((r) => r.at)).toEqual([cutoff - 2 * PERIOD_MS, day - 2 * PERIOD_MS]);
   });
 });
 

@@ -1,7 +1,13 @@
 import { env, runInDurableObject } from "cloudflare:test";
 import { eq } from "drizzle-orm";
 import { describe, expect, it } from "vitest";
-import { auditEvent, auditInsertOnce } from "../src/db/audit";
+import {
+  AUDIT_ROWS_PER_INSERT,
+  auditEvent,
+  auditInsertManyOnce,
+  auditInsertOnce,
+  type AuditEvent,
+} from "../src/db/audit";
 import { getDb } from "../src/db/client";
 import { auditLog } from "../src/db/schema";
 import {
@@ -63,6 +69,39 @@ describe("scheduler", () => {
       expect(rows(() => s.schedule("outbox", now + 8_000))).toBe(1);
       expect(rows(() => s.schedule("outbox", now + 8_000, { moved: true }))).toBe(1);
       expect(s.dueAt("outbox")).toBe(now + 8_000);
+    });
+  });
+
+  it("arms without reading a timer row while every timer set since is at or after the alarm, and moves it for one set earlier", async () => {
+    await scratch(async (storage) => {
+      let cursors: SqlStorageCursor<Record<string, SqlStorageValue>>[] = [];
+      const exec = storage.sql.exec.bind(storage.sql);
+      storage.sql.exec = ((query: string, ...bindings: unknown[]) => {
+        const cursor = exec(query, ...bindings);
+        cursors.push(cursor);
+        return cursor;
+      }) as typeof storage.sql.exec;
+      const s = new Scheduler(storage);
+      const now = Date.now();
+      for (let i = 0; i < 20; i++) s.schedule(`reservation:${i}`, now + 120_000 + i);
+      s.schedule("outbox", now + 1_000);
+      await s.arm();
+      expect(await storage.getAlarm()).toBe(now + 1_000);
+      // The rows arming reads, after the change `fn` makes.
+      const read = async (fn: () => void) => {
+        fn();
+        cursors = [];
+        await s.arm();
+        return cursors.reduce((n, c) => (c.toArray(), n + c.rowsRead), 0);
+      };
+      // A busy path sets its timers later than the alarm, request after request: nothing to read.
+      expect(await read(() => s.schedule("outbox", now + 2_000, null, { noLaterThan: true }))).toBe(0);
+      expect(await read(() => s.schedule("queue", now + 60_000))).toBe(0);
+      expect(await read(() => s.cancel("queue"))).toBe(0);
+      expect(await storage.getAlarm()).toBe(now + 1_000);
+      // One set earlier than the alarm is looked for, and the alarm follows it.
+      expect(await read(() => s.schedule("sooner", now + 500))).toBeGreaterThan(0);
+      expect(await storage.getAlarm()).toBe(now + 500);
     });
   });
 
@@ -366,5 +405,52 @@ describe("idempotent receipt of audit events", () => {
     await db.batch([auditInsertOnce(db, event)]);
     await db.batch([auditInsertOnce(db, event)]);
     expect(await db.select().from(auditLog).where(eq(auditLog.target, event.target))).toHaveLength(1);
+  });
+});
+
+describe("audit rows delivered many to a statement", () => {
+  it("sends a run of 40 audit events as 3 inserts within D1's bound parameters, each row inserted once however often delivered, other kinds in their place", async () => {
+    await scratch(async (storage) => {
+      const target = `test:${crypto.randomUUID()}`;
+      const real = getDb(env.DB);
+      const sent: number[] = [];
+      // The batch as D1 gets it: its statements counted, then run.
+      const db = () =>
+        ({
+          batch: (items: Parameters<typeof real.batch>[0]) => {
+            sent.push(items.length);
+            return real.batch(items);
+          },
+        }) as unknown as typeof real;
+      const order: string[] = [];
+      const box = new Outbox<"audit" | "other">(
+        storage,
+        new Scheduler(storage),
+        {
+          audit: {
+            target: "d1",
+            statements: (e: AuditEvent) => [auditInsertOnce(real, e)],
+            many: (es: AuditEvent[]) => (order.push(`audit×${es.length}`), auditInsertManyOnce(real, es)),
+          },
+          other: { target: "d1", statements: () => (order.push("other"), []) },
+        },
+        db,
+      );
+      const events = Array.from({ length: 40 }, (_, i) => auditEvent({ actor: "test", action: `test.${i}`, target }));
+      for (const e of events.slice(0, 20)) box.enqueue("audit", e, { deferMs: 1_000 });
+      box.enqueue("other", {}, { deferMs: 1_000 });
+      for (const e of events.slice(20)) box.enqueue("audit", e, { deferMs: 1_000 });
+      await box.flush();
+      expect(order).toEqual(["audit×20", "other", "audit×20"]);
+      // 20 rows: an insert of 16 and one of 4, twice.
+      expect(sent).toEqual([4]);
+      expect(AUDIT_ROWS_PER_INSERT * 6).toBeLessThanOrEqual(100);
+      // Delivered again (a crash before the outbox forgot them): nothing inserted twice.
+      const [first, ...rest] = auditInsertManyOnce(real, events);
+      await real.batch([first, ...rest]);
+      const rows = await real.select().from(auditLog).where(eq(auditLog.target, target));
+      expect(rows).toHaveLength(40);
+      expect(new Set(rows.map((r) => r.action)).size).toBe(40);
+    });
   });
 });

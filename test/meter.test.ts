@@ -13,7 +13,8 @@ import { LEASE_REFRESH_ROWS } from "../scripts/bench/lease-refresh";
 import { INDEX_LEASE_MS } from "../src/ledger/projection";
 import { emptyReporter, openChannel } from "./channel-helpers";
 import { BASE, call, createFleet, fireTimersNow, registerServer, report, settle, uniq } from "./helpers";
-import { ledger, sleep, sleep as pause } from "./support/objects";
+import { fleetWithKey, putGroup, registerClients, zincati } from "./fleetlock-helpers";
+import { coordinator, ledger, sleep, sleep as pause } from "./support/objects";
 
 /** A stand-in object: the meter needs only the constructor's (ctx, env) and ctx.id / ctx.waitUntil. */
 class Probe {
@@ -264,5 +265,38 @@ describe("cost meter", () => {
     };
     expect(after.window.ms).toBeLessThan(5_000);
     expect(after.objects.Probe.by_instance).not.toHaveProperty(id);
+  });
+});
+
+describe("the FleetLock pair's storage rows", () => {
+  it("reads and writes a few of the coordinator's rows per grant and per release, however many timers it keeps", async () => {
+    const f = await fleetWithKey();
+    await putGroup(f.fleet, "default", { slots: 4 });
+    // Each registration leaves timers on the coordinator (its hostname's reservation), so a
+    // request that looked at every timer would read a row per registration.
+    const hosts = await registerClients(f.fleet, 12);
+    const timers = await runInDurableObject(
+      coordinator(f.fleet),
+      (_i, state) => state.storage.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM _timers").one().n,
+    );
+    expect(timers).toBeGreaterThanOrEqual(12);
+    // One pair first: the coordinator's tables exist and its alarm is set, as on a busy fleet.
+    expect((await zincati(f.baseUrl, "pre-reboot", hosts[0].id)).status).toBe(200);
+    expect((await zincati(f.baseUrl, "steady-state", hosts[0].id)).status).toBe(200);
+    const id = coordinator(f.fleet).id.toString();
+    const rows = () =>
+      (meterReading().objects.RebootCoordinator as { by_instance: Record<string, any> }).by_instance[id].storage;
+    resetMeter();
+    expect((await zincati(f.baseUrl, "pre-reboot", hosts[1].id)).status).toBe(200);
+    const lock = rows();
+    resetMeter();
+    expect((await zincati(f.baseUrl, "steady-state", hosts[1].id)).status).toBe(200);
+    const unlock = rows();
+    // A grant reads the id's registry entry and the outbox rows its two effects replace or extend;
+    // it writes the group, the audit row and the console notice (each with its index), once.
+    expect(lock.rows_read).toBeLessThanOrEqual(6);
+    expect(lock.rows_written).toBeLessThanOrEqual(7);
+    expect(unlock.rows_read).toBeLessThanOrEqual(6);
+    expect(unlock.rows_written).toBeLessThanOrEqual(7);
   });
 });

@@ -9,7 +9,7 @@ import { textPrefix } from "../src/lib/body";
 import { prometheusCheck } from "../src/rollouts/analysis-checks";
 import { call } from "./helpers";
 import { fleetWithKey } from "./fleetlock-helpers";
-import { createWebhook } from "./webhook-helpers";
+import { createWebhook, sendsSettled } from "./webhook-helpers";
 import { runInDurableObject } from "cloudflare:test";
 import { coordinator } from "./support/objects";
 import type { Fetcher } from "../src/webhooks/dispatch";
@@ -38,7 +38,13 @@ describe("an outsider's answer, read no further than used", () => {
     });
     const res = await call("POST", `/v1/fleets/${f.fleet}/webhooks/${created.json.webhook.id}/test`);
     expect(res.status).toBe(202);
-    expect(res.json).toMatchObject({ status: "pending", last_status: 500, last_error: `HTTP 500: ${"a".repeat(200)}` });
+    await sendsSettled(f.fleet);
+    const outcome = await call("GET", res.headers.get("location")!);
+    expect(outcome.json).toMatchObject({
+      status: "pending",
+      last_status: 500,
+      last_error: `HTTP 500: ${"a".repeat(200)}`,
+    });
     expect(big.seen.pulled).toBeLessThanOrEqual(256 * 1024);
     expect(big.seen.cancelled).toBe(true);
   });

@@ -3,12 +3,12 @@ import {
   compare,
   judgeAnalysis,
   judgePrometheus,
-  nextOpening,
   planStrategy,
   strategyBlockedBy,
   type PlanTarget,
 } from "../src/rollouts/strategy";
 import { StrategyInput } from "../src/model/strategy";
+import { nextOpening } from "../src/model/windows";
 
 /** 100 targets, 25 in each of 4 zones, in hostname order. */
 const fleet = (n = 100, zones = 4): PlanTarget[] =>
@@ -212,6 +212,13 @@ describe("windows and why a rollout waits", () => {
     expect(new Date(nextOpening(w, monday)!).toISOString()).toBe("2026-11-24T02:00:00.000Z");
     expect(nextOpening(w, Date.parse("2026-11-24T02:30:00Z"))).toBeNull();
     expect(nextOpening([], monday)).toBeNull();
+    // In the window's own zone, the earliest of several, and past Sunday.
+    const ny = { days: ["Tue" as const], start_time: "02:00", length_minutes: 60, time_zone: "America/New_York" };
+    expect(new Date(nextOpening([ny], monday)!).toISOString()).toBe("2026-11-24T07:00:00.000Z");
+    const sunday = { days: ["Sun" as const], start_time: "23:00", length_minutes: 120, time_zone: "UTC" };
+    expect(new Date(nextOpening([sunday, ny], monday)!).toISOString()).toBe("2026-11-24T07:00:00.000Z");
+    expect(new Date(nextOpening([sunday], monday)!).toISOString()).toBe("2026-11-29T23:00:00.000Z");
+    expect(nextOpening([sunday], Date.parse("2026-11-30T00:30:00Z"))).toBeNull();
   });
 
   it("says analysis with value and threshold, bake with its end, and a closed window", () => {

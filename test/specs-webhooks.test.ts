@@ -12,6 +12,7 @@ import { verify } from "../src/webhooks/signing";
 import { call } from "./helpers";
 import { auditOf, clone, fleetWithIntent, getSpec } from "./specs-helpers";
 import { coordinator } from "./support/objects";
+import { sendsSettled } from "./webhook-helpers";
 
 const SECRET = "first-secret-0123456789abcdef";
 const ROTATED = "second-secret-0123456789abcdef";
@@ -53,6 +54,7 @@ async function signedWith(fleet: string, id: string, secret: string) {
     (instance as unknown as { parts: { webhooks: { fetcher: Fetcher } } }).parts.webhooks.fetcher = fetcher;
   });
   expect((await call("POST", `/v1/fleets/${fleet}/webhooks/${id}/test`)).status).toBe(202);
+  await sendsSettled(fleet);
   return verify(secret, sent[0].body, sent[0].headers.get("x-harbormaster-signature"));
 }
 

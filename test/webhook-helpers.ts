@@ -18,6 +18,16 @@ export async function receiver(fleet: string, statuses: number[] = []) {
   return sent;
 }
 
+/** Every send under way and every one due now has finished (the dispatcher sends without being awaited). */
+export async function sendsSettled(fleet: string) {
+  await runInDurableObject(coordinator(fleet), async (instance) => {
+    const hooks = (instance as unknown as { parts: { webhooks: { pump(): void; idle(): Promise<void> } } }).parts
+      .webhooks;
+    hooks.pump();
+    await hooks.idle();
+  });
+}
+
 export const createWebhook = (fleet: string, body: Record<string, unknown>) =>
   call("POST", `/v1/fleets/${fleet}/webhooks`, { body });
 

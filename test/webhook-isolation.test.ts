@@ -6,7 +6,7 @@ import { env, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import type { Fetcher } from "../src/webhooks/dispatch";
 import { call, createFleet, fireTimersNow, registerServer, uniq } from "./helpers";
-import { createWebhook } from "./webhook-helpers";
+import { createWebhook, sendsSettled } from "./webhook-helpers";
 import { coordinator, sleep } from "./support/objects";
 
 type Seen = { url: string; event: string | null; at: number };
@@ -91,6 +91,28 @@ describe("webhook receivers that hang or are down", () => {
     expect(b).toBeLessThanOrEqual(Math.max(a * 1.1, a + 20));
   }, 120_000);
 
+  it("an operator's test of a receiver that never answers is answered at once; its outcome comes later", async () => {
+    const f = await createFleet();
+    const hang = "https://hooks.example.com/hangs-test";
+    const created = await createWebhook(f.id, { url: hang, events: ["server.registered"] });
+    const seen = await receivers(f.id, { [hang]: "hang" });
+    const t0 = performance.now();
+    const test = await call("POST", `/v1/fleets/${f.id}/webhooks/${created.json.webhook.id}/test`);
+    const ms = performance.now() - t0;
+    console.log(`webhook test of a receiver that never answers: answered in ${ms.toFixed(0)} ms`);
+    expect(test.status).toBe(202);
+    expect(ms).toBeLessThan(2_000);
+    expect(test.json).toMatchObject({ status: "pending", attempts: 0 });
+    // The send went out meanwhile, and its time-out is recorded as the attempt's outcome.
+    await sendsSettled(f.id);
+    expect(seen.map((s) => s.event)).toEqual(["webhook.test"]);
+    expect((await call("GET", test.headers.get("location")!)).json).toMatchObject({
+      status: "pending",
+      attempts: 1,
+      last_error: "no answer within 10 s",
+    });
+  }, 30_000);
+
   it("at most a few sends per webhook are under way at once, whatever a hanging receiver is owed", async () => {
     const f = await createFleet();
     const hang = "https://hooks.example.com/hangs-many";
@@ -107,7 +129,9 @@ describe("webhook receivers that hang or are down", () => {
     const down = "https://hooks.example.com/down";
     const created = await createWebhook(id, { url: down, events: ["reboot.gate_closed"] });
     const seen = await receivers(id, { [down]: "down" });
-    expect((await call("POST", `/v1/fleets/${id}/webhooks/${created.json.webhook.id}/test`)).json).toMatchObject({
+    const test = await call("POST", `/v1/fleets/${id}/webhooks/${created.json.webhook.id}/test`);
+    await sendsSettled(id);
+    expect((await call("GET", test.headers.get("location")!)).json).toMatchObject({
       status: "pending",
       last_status: 503,
     });
@@ -135,9 +159,9 @@ describe("webhook receivers that hang or are down", () => {
     const fresh = await createWebhook(id, { url: "https://hooks.example.com/new", events: ["reboot.gate_closed"] });
     expect(fresh.status).toBe(201);
     await receivers(id, {});
-    expect((await call("POST", `/v1/fleets/${id}/webhooks/${fresh.json.webhook.id}/test`)).json).toMatchObject({
-      status: "delivered",
-    });
+    const retest = await call("POST", `/v1/fleets/${id}/webhooks/${fresh.json.webhook.id}/test`);
+    await sendsSettled(id);
+    expect((await call("GET", retest.headers.get("location")!)).json).toMatchObject({ status: "delivered" });
     expect((await call("PUT", `/v1/fleets/${id}/reboot-groups/default`, { body: { slots: 1 } })).status).toBe(200);
   }, 30_000);
 

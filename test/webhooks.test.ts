@@ -7,7 +7,7 @@ import { describe, expect, it } from "vitest";
 import { verify } from "../src/webhooks/signing";
 import { call, fireTimersNow } from "./helpers";
 import { fleetWithKey, putGroup, raw, registerClients, zincati } from "./fleetlock-helpers";
-import { createWebhook, receiver } from "./webhook-helpers";
+import { createWebhook, receiver, sendsSettled } from "./webhook-helpers";
 import { coordinator } from "./support/objects";
 
 const create = createWebhook;
@@ -118,15 +118,32 @@ describe("webhooks", () => {
       format: "slack",
     });
     const sent = await receiver(f.fleet, [404]);
-    const first = await call("POST", `/v1/fleets/${f.fleet}/webhooks/${created.json.webhook.id}/test`);
+    const id = created.json.webhook.id;
+    const first = await call("POST", `/v1/fleets/${f.fleet}/webhooks/${id}/test`);
+    // Queued, answered before any attempt; its outcome is read where Location says.
     expect(first.status).toBe(202);
-    expect(first.json).toMatchObject({
+    expect(first.json).toMatchObject({ event: "webhook.test", status: "pending", attempts: 0, last_status: null });
+    const at = first.headers.get("location")!;
+    expect(at).toBe(`/v1/fleets/${f.fleet}/webhooks/${id}/deliveries/${first.json.id}`);
+    await sendsSettled(f.fleet);
+    const outcome = await call("GET", at);
+    expect(outcome.status).toBe(200);
+    expect(outcome.json).toMatchObject({
+      id: first.json.id,
       event: "webhook.test",
       status: "pending",
       attempts: 1,
       last_status: 404,
       last_error: expect.stringMatching(/HTTP 404/),
     });
+    // Another webhook's delivery, or none, is not this one's.
+    const other = await create(f.fleet, { url: "https://hooks.example.com/other", events: ["reboot.granted"] });
+    expect(
+      (await call("GET", `/v1/fleets/${f.fleet}/webhooks/${other.json.webhook.id}/deliveries/${first.json.id}`)).status,
+    ).toBe(404);
+    expect((await call("GET", `/v1/fleets/${f.fleet}/webhooks/${id}/deliveries/${crypto.randomUUID()}`)).status).toBe(
+      404,
+    );
     expect(JSON.parse(sent[0].body)).toEqual({
       text: expect.stringMatching(/^:wave: \[.+\] Test delivery to https:\/\/hooks\.slack/),
     });

@@ -22,8 +22,8 @@ async function fix(ctx: Ctx, filter: Filter) {
   const todo = planned.filter((a) => a.action !== "none");
   if (!ctx.machine) {
     out.table(
-      ["HOSTNAME", "ACTION", "REASONS", { head: "SERVER", wide: true }],
-      planned.map((a) => [a.hostname, a.action, a.reasons.join(", "), a.server]),
+      ["FLEET", "HOSTNAME", "ACTION", "REASONS", { head: "SERVER", wide: true }],
+      planned.map((a) => [a.fleet, a.hostname, a.action, a.reasons.join(", "), a.server]),
       "nothing to fix",
     );
   }
@@ -33,31 +33,48 @@ async function fix(ctx: Ctx, filter: Filter) {
   }
   await ctx.confirm(`fix ${todo.length} server(s)?`);
   const done = await run(false);
+  const notDone = done.filter((a) => a.result && !a.result.ok);
   if (ctx.machine) out.data({ actions: done });
   else {
     out.line();
     out.table(
-      ["HOSTNAME", "ACTION", "RESULT"],
-      done.map((a) => [
-        a.hostname,
-        a.action,
-        a.result
-          ? a.result.ok
-            ? `${a.result.outcome} (generation ${a.result.generation})`
-            : `failed: ${a.result.error}${refusedWhy(a.result)}`
-          : "-",
-      ]),
+      ["FLEET", "HOSTNAME", "ACTION", "RESULT", { head: "SERVER", wide: true }],
+      done.map((a) => [a.fleet, a.hostname, a.action, resultText(a.result), a.server]),
     );
+    if (notDone.length) {
+      out.line();
+      for (const l of summary(done)) out.line(l);
+    }
   }
-  const failed = done.filter((a) => a.result && !a.result.ok).length;
-  if (failed) throw new Exit(1, `${failed} fix(es) failed`);
+  if (notDone.length) throw new Exit(1, `${notDone.length} of ${todo.length} fix(es) not done`);
 }
 
-/** A fix refused for the disruption budget says who holds it. */
-const refusedWhy = (r: { blocked_by?: { message: string }[]; message?: string }) => {
+type Result = { ok: true; outcome: string; generation: number } | Refusal | null;
+type Refusal = { ok: false; error: string; message: string; blocked_by?: { message: string }[] };
+
+/** What became of one server: done, refused for the disruption budget (naming who holds it), or failed and why. */
+function resultText(r: Result): string {
+  if (!r) return "-";
+  if (r.ok) return `${r.outcome} (generation ${r.generation})`;
   const why = blockedText(r.blocked_by) ?? r.message;
-  return why ? ` (${why})` : "";
-};
+  return `${r.error === "budget_exhausted" ? "refused" : "failed"}: ${r.error}${why ? ` (${why})` : ""}`;
+}
+
+/** Per fleet: how many servers were fixed, and how many were not, by error code. */
+function summary(done: readonly { fleet: string; result: Result }[]): string[] {
+  const fleets = new Map<string, { fixed: number; not: Map<string, number> }>();
+  for (const a of done) {
+    if (!a.result) continue;
+    const f = fleets.get(a.fleet) ?? { fixed: 0, not: new Map() };
+    if (a.result.ok) f.fixed++;
+    else f.not.set(a.result.error, (f.not.get(a.result.error) ?? 0) + 1);
+    fleets.set(a.fleet, f);
+  }
+  return [...fleets].map(([fleet, f]) => {
+    const not = [...f.not].map(([code, n]) => `${n} ${code}`).join(", ");
+    return `${fleet}: ${f.fixed} fixed${not ? `, not fixed: ${not}` : ""}`;
+  });
+}
 
 export function registerCheck(program: Command, io: Io) {
   program

@@ -5,6 +5,11 @@ import { WEBHOOK_FORMATS, type WebhookFormat } from "../../src/domain/enums.ts";
 import { safety } from "./gates.ts";
 import type { Ctx } from "../context.ts";
 import { pick } from "../resolve.ts";
+import { sleep } from "../../agent/http.ts";
+
+/** How long `hm webhooks test` waits for the first attempt: its 10 s time-out and a margin. */
+const TEST_OUTCOME_WAIT_MS = 12_000;
+const TEST_POLL_MS = 250;
 
 /** A webhook by id, name (from its fleet spec) or short id, through the fleet's list. */
 async function webhookOf(ctx: Ctx, fleet: string, ref: string) {
@@ -109,12 +114,22 @@ export function registerWebhooks(program: Command, io: Io) {
   ).action(
     act(io, async (ctx, ref: string, o: { fleet: string }) => {
       const { id } = await webhookOf(ctx, o.fleet, ref);
-      const d = await safety(ctx).testWebhook(o.fleet, id);
+      const api = safety(ctx);
+      // The server queues the test and answers at once; hm waits here, not the server, for the
+      // first attempt's outcome (an attempt takes 10 s at most), reading the delivery.
+      let d = await api.testWebhook(o.fleet, id);
+      const until = Date.now() + TEST_OUTCOME_WAIT_MS;
+      while (d.status === "pending" && d.attempts === 0 && Date.now() < until) {
+        await sleep(TEST_POLL_MS);
+        d = await api.delivery(o.fleet, id, d.id);
+      }
       if (ctx.machine) return ctx.out.data(d);
       ctx.out.line(
         d.status === "delivered"
           ? `Delivered (HTTP ${d.last_status}).`
-          : `Not taken yet (${d.last_error ?? "pending"}); retried with backoff: hm webhooks deliveries ${id} --fleet ${o.fleet}`,
+          : d.attempts === 0
+            ? `Queued, not attempted yet: hm webhooks deliveries ${id} --fleet ${o.fleet}`
+            : `Not taken yet (${d.last_error ?? "pending"}); retried with backoff: hm webhooks deliveries ${id} --fleet ${o.fleet}`,
       );
     }),
   );

@@ -9,8 +9,11 @@ export const HISTORY_ROLLUP_ROWS = {
    * a few rows per fleet.
    */
   d1RowsReadPerServer: 4,
-  /** Written by every rollup, changed or not: the period's cursor (one per deployment, not per fleet). */
-  d1RowsWrittenPerRollup: 1,
-  /** Written by a fleet whose figures changed: its row, its primary key's and its `at` index's entries. */
-  d1RowsWrittenPerChange: 3,
+  /** Written by a rollup in which nothing changed: nothing (the period's cursor goes with a change's rows). */
+  d1RowsWrittenPerRollup: 0,
+  /**
+   * Written by a rollup in which a fleet's figures changed: its row, its primary key's and its
+   * `at` index's entries, and the period's cursor (one a rollup, however many fleets changed).
+   */
+  d1RowsWrittenPerChange: 4,
 };

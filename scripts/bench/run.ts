@@ -6,7 +6,8 @@
 // ceiling and to each floor measured in the same run. Loopback only; every load is bounded.
 import autocannon, { type Options, type Result } from "autocannon";
 import { spawnSync } from "node:child_process";
-import { readdirSync, writeFileSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { pathToFileURL } from "node:url";
 import { createClient, type Client } from "../../src/client/index.ts";
@@ -24,6 +25,53 @@ for (let i = 2; i < process.argv.length; i++) {
   else if (arg.includes("=")) options.set(arg.slice(2, arg.indexOf("=")), arg.slice(arg.indexOf("=") + 1));
   else options.set(arg.slice(2), process.argv[++i] ?? "");
 }
+
+/**
+ * Where both servers (Harbormaster and the floor fixture, so the ceiling and the floors stay
+ * comparable) keep their local state. `tmpfs` (the default): the local runtime syncs every storage
+ * commit to its file before the object's answer leaves, and on a disk shared with other work that
+ * sync costs more than a whole request; it is this machine's disk, neither Cloudflare's storage
+ * (a replicated write) nor Harbormaster's code, so the default leaves it out. `disk` (`--state
+ * disk` or BENCH_STATE=disk): the OS temp dir, as before, commits synced. docs/benchmarks.md
+ * gives both figures.
+ */
+type StateKind = "tmpfs" | "disk";
+const TMPFS_DIR = "/dev/shm";
+
+/** Whether a directory is a mount point of type tmpfs (from /proc/mounts; false where unreadable). */
+function isTmpfs(dir: string): boolean {
+  try {
+    return readFileSync("/proc/mounts", "utf8")
+      .split("\n")
+      .some((line) => {
+        const [, mountPoint, type] = line.split(" ");
+        return mountPoint === dir && type === "tmpfs";
+      });
+  } catch {
+    return false;
+  }
+}
+
+function benchState(): { kind: StateKind; dir: string } {
+  const asked = options.get("state") ?? process.env.BENCH_STATE ?? "tmpfs";
+  if (asked !== "tmpfs" && asked !== "disk") throw new Error(`--state takes tmpfs or disk, not '${asked}'`);
+  if (asked === "disk") return { kind: "disk", dir: tmpdir() };
+  if (!existsSync(TMPFS_DIR) || !isTmpfs(TMPFS_DIR))
+    throw new Error(`--state tmpfs needs a tmpfs at ${TMPFS_DIR}; run with --state disk instead`);
+  return { kind: "tmpfs", dir: TMPFS_DIR };
+}
+const state = benchState();
+
+/**
+ * wrangler dev runs, by default, a local copy of Workers Observability: every invocation (the
+ * Worker's, and each Durable Object call's) streams a trace to a collector in the same runtime,
+ * which stores it in a SQLite-backed object of its own. It is the dashboard of the local tool, not
+ * something Cloudflare does on a request's path, and it cost a FleetLock request more than the
+ * request itself (docs/benchmarks.md): off for both servers, unless the caller exports
+ * X_LOCAL_OBSERVABILITY=true to measure with it.
+ */
+process.env.X_LOCAL_OBSERVABILITY ??= "false";
+const localTraces = process.env.X_LOCAL_OBSERVABILITY !== "false";
 
 /** What each scenario (./scenarios/*.ts, `export async function run(ctx: BenchContext)`) gets. */
 export interface BenchContext {
@@ -54,7 +102,7 @@ export interface BenchContext {
 }
 export type LoadOptions = Omit<Options, "url"> & { durationSec?: number };
 type Summary = ReturnType<typeof summarize>;
-type LoadRow = { label: string } & Summary & { ratio: number };
+type LoadRow = { label: string } & Summary & { ratio: number; cpu_ms: number | null };
 type Row = LoadRow | { label: string; value: string | number };
 type Goal = { label: string; measured: number; op: ">=" | "<="; bound: number; pass: boolean };
 export type Floors = { empty: number; read: number; write: number };
@@ -65,6 +113,7 @@ export type Floors = { empty: number; read: number; write: number };
 const startHarbormaster = () =>
   startLocalServer({
     label: "bench",
+    stateParent: state.dir,
     metered: true,
     startTimeoutMs: 60_000,
     devArgs: ["--test-scheduled", "--var", "ACCESS_LOG:off"],
@@ -73,6 +122,7 @@ const startHarbormaster = () =>
 const startFloor = () =>
   startLocalServer({
     label: "bench-floor",
+    stateParent: state.dir,
     config: resolve(import.meta.dirname, "floor/wrangler.toml"),
     health: "/empty",
     startTimeoutMs: 60_000,
@@ -102,6 +152,19 @@ function load(base: string, { connections = 16, durationSec = seconds, amount, r
     else opts.duration = durationSec;
     autocannon(opts, (err, result) => (err ? rej(err) : res(result)));
   });
+}
+
+/**
+ * A load against one server, with the CPU time its runtime spent per request: a figure that moves
+ * less with the machine's load than req/s does (other work slows a request, it does not make it
+ * cost more CPU), so code can be compared on a shared machine. Null without /proc.
+ */
+async function loadOn(pid: number, base: string, options: LoadOptions) {
+  const before = runtimeUse(pid)?.cpuMs ?? null;
+  const s = summarize(await load(base, options));
+  const after = runtimeUse(pid)?.cpuMs ?? null;
+  const cpu_ms = before !== null && after !== null && s.requests > 0 ? (after - before) / s.requests : null;
+  return { ...s, cpu_ms };
 }
 
 const summarize = (r: Result) => ({
@@ -151,7 +214,7 @@ async function main() {
     const emptyRequest: Options["requests"] = [{ method: "GET", path: "/healthz" }];
     // Warm-up, so compilation and first-touch costs fall outside every measurement.
     await load(server.url, { durationSec: 2, requests: emptyRequest });
-    const ceilingBefore = summarize(await load(server.url, { requests: emptyRequest }));
+    const ceilingBefore = await loadOn(server.pid, server.url, { requests: emptyRequest });
     let ceiling = ceilingBefore.rps;
     rows.push({ label: "empty request (ceiling, before)", ...ceilingBefore, ratio: 1 });
 
@@ -164,7 +227,7 @@ async function main() {
     for (const [, path] of floorPaths)
       await load(floorServer.url, { durationSec: 1, requests: [{ method: "GET", path }] });
     for (const [key, path, label] of floorPaths) {
-      const s = summarize(await load(floorServer.url, { requests: [{ method: "GET", path }] }));
+      const s = await loadOn(floorServer.pid, floorServer.url, { requests: [{ method: "GET", path }] });
       floors[key] = s.rps;
       rows.push({ label, ...s, ratio: s.rps / ceiling });
     }
@@ -179,7 +242,7 @@ async function main() {
       floors,
       /** Runs a load; records rps, p50, p99 and the ratio to the ceiling. */
       async measure(label, options) {
-        const s = summarize(await load(server.url, options));
+        const s = await loadOn(server.pid, server.url, options);
         const row = { label, ...s, ratio: s.rps / ceiling };
         rows.push(row);
         return row;
@@ -209,7 +272,7 @@ async function main() {
       await mod.run(ctx);
     }
 
-    const ceilingAfter = summarize(await load(server.url, { requests: emptyRequest }));
+    const ceilingAfter = await loadOn(server.pid, server.url, { requests: emptyRequest });
     rows.push({
       label: "empty request (ceiling, after)",
       ...ceilingAfter,
@@ -220,16 +283,18 @@ async function main() {
   }
 
   console.log(
-    `\nHarbormaster benchmark — 16 connections, ${seconds}s per load, ratios to the empty request measured first\n`,
+    `\nHarbormaster benchmark — 16 connections, ${seconds}s per load, ratios to the empty request measured first; ` +
+      `local state ${state.kind === "tmpfs" ? `on tmpfs (${state.dir}): commits reach no disk` : `on disk (${state.dir}): every commit synced`}; ` +
+      `wrangler's local traces ${localTraces ? "on" : "off"}\n`,
   );
   console.log(
-    "| measurement | req/s | p50 ms | p99 ms | × ceiling | × floor empty | × floor DO read | × floor DO write | non-2xx/errors |",
+    "| measurement | req/s | p50 ms | p99 ms | × ceiling | × floor empty | × floor DO read | × floor DO write | runtime CPU ms/req | non-2xx/errors |",
   );
-  console.log("|---|---:|---:|---:|---:|---:|---:|---:|---|");
+  console.log("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|");
   const x = (rps: number, floor: number) => (floor ? (rps / floor).toFixed(2) : "");
   for (const r of rows) {
     if ("value" in r) {
-      console.log(`| ${r.label} | ${r.value} | | | | | | | |`);
+      console.log(`| ${r.label} | ${r.value} | | | | | | | | |`);
       continue;
     }
     const odd = Object.entries(r.statuses).filter(([k]) => !k.startsWith("2") && k !== "304");
@@ -237,7 +302,7 @@ async function main() {
       `| ${r.label} | ${r.rps.toFixed(0)} | ${r.p50_ms} | ${r.p99_ms} | ${r.ratio.toFixed(2)} | ${x(r.rps, floors.empty)} | ${x(
         r.rps,
         floors.read,
-      )} | ${x(r.rps, floors.write)} | ${odd.length || r.errors ? `${JSON.stringify(Object.fromEntries(odd))} errors=${r.errors}` : "none"} |`,
+      )} | ${x(r.rps, floors.write)} | ${r.cpu_ms === null ? "" : r.cpu_ms.toFixed(2)} | ${odd.length || r.errors ? `${JSON.stringify(Object.fromEntries(odd))} errors=${r.errors}` : "none"} |`,
     );
   }
   if (goals.length) {
@@ -252,7 +317,10 @@ async function main() {
         `\nThe ceiling measured after the scenarios is ${drift.ratio.toFixed(2)}× the one before: the load moved during the run, so these results are not a fair measurement; run again on a quieter machine.`,
       );
   }
-  writeFileSync(resolve(root, "bench-results.json"), JSON.stringify({ floors, rows, goals }, null, 2));
+  writeFileSync(
+    resolve(root, "bench-results.json"),
+    JSON.stringify({ state: state.kind, local_traces: localTraces, floors, rows, goals }, null, 2),
+  );
 }
 
 main().catch((err) => {

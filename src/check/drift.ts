@@ -65,7 +65,7 @@ export interface DriftFilter {
 
 type ServerRow = Pick<
   typeof servers.$inferSelect,
-  "id" | "hostname" | "state" | "status" | "desiredGeneration" | "reportedGeneration" | "lastSeen"
+  "id" | "fleetId" | "hostname" | "state" | "status" | "desiredGeneration" | "reportedGeneration" | "lastSeen"
 >;
 type InstanceRow = Pick<
   typeof agentInstances.$inferSelect,
@@ -147,6 +147,7 @@ export async function checkServerAgents(
   if (after) shared.push(gt(servers.id, after));
   const columns = {
     id: servers.id,
+    fleetId: servers.fleetId,
     hostname: servers.hostname,
     state: servers.state,
     status: statusAt(now),

@@ -2,29 +2,53 @@
  * `check server-agents --fix` (docs/operator-guide.md): one action per server of a page of findings — re-plan and
  * re-issue its config, ask its host for a refresh, or nothing for a host that does not answer.
  * A dry run says what it would do and changes nothing; a real run does it and is audited.
+ *
+ * The answer is per server, whatever happens elsewhere: a fleet whose coordinator or a server whose
+ * ledger does not answer gets its servers refused with a code (src/domain/errors.ts), and the others
+ * are fixed. Re-issues are done fleet by fleet; what one fleet's coordinator allowed is told back to
+ * it when the fleet is done (./fix-budget.ts in src/fleetlock/), including the writes this call
+ * could not make, so their budget units free at once instead of at the holds' end.
  */
 import { auditInsert } from "../db/audit";
 import { checkServerAgents, type DriftFilter } from "./drift";
-import { getDb } from "../db/client";
+import { getDb, type Db } from "../db/client";
 import type { DriftFix, DriftReason } from "../domain/enums";
+import type { ErrorCode } from "../domain/errors";
 import type { Env } from "../env";
 import { actorOf, visibleFleets, type Principal } from "../domain/principal";
 import { planInputsOf } from "../planner/store";
-import type { FleetPlanInputs } from "../planner/plan";
 import { coordinatorOf, ledgerOf } from "../objects/stubs";
-import { fleetSettings } from "../fleets/store";
+import { fleetSettings, getFleet } from "../fleets/store";
+import type { FixAllowance, FixOutcome } from "../fleetlock/fix-budget";
+import { errorFields, logLine } from "../lib/log";
 import type { BlockedBy } from "../model/blocked-by";
+import type { Failure } from "../objects/kit/result";
 import { resolveServer } from "../servers/service";
+
+type FixRefusal = { ok: false; error: ErrorCode; message: string; blocked_by?: BlockedBy[] };
 
 export interface FixAction {
   server: string;
   hostname: string;
+  fleet: string;
   action: DriftFix;
   reasons: DriftReason[];
-  result:
-    | { ok: true; outcome: string; generation: number }
-    | { ok: false; error: string; message?: string; blocked_by?: BlockedBy[] }
-    | null;
+  result: { ok: true; outcome: string; generation: number } | FixRefusal | null;
+}
+
+const refused = (error: ErrorCode, message: string, blocked_by?: BlockedBy[]): FixRefusal =>
+  blocked_by ? { ok: false, error, message, blocked_by } : { ok: false, error, message };
+
+/** An object's refusal, as its result carries it (the RPC's types lose the union's narrowing). */
+const refusalOf = (r: { ok: boolean }): FixRefusal => {
+  const f = r as unknown as Failure;
+  return refused(f.code, f.message);
+};
+
+/** An object that threw: what it did is not known. The cause goes to the log, not to the caller. */
+function unavailable(what: string, err: unknown, fields: Record<string, unknown>): FixRefusal {
+  logLine("warn", "drift fix: an object did not answer", { what, ...fields, ...errorFields(err) });
+  return refused("unavailable", what);
 }
 
 /** The filter with its server (id, hostname or fleet/hostname) resolved to an id. */
@@ -44,44 +68,104 @@ export const checkServers = async (
   limit: number,
 ) => checkServerAgents(getDb(env.DB), await resolved(env, principal, filter), after, limit);
 
-/** The fleet (and desired generation) of each server whose fix re-issues its config (that restarts its running agents). */
-async function reissuedFleets(env: Env, actions: readonly FixAction[]) {
-  const out = new Map<string, { fleet: string; generation: number }>();
-  for (const a of actions) {
-    if (a.action !== "reissue") continue;
-    const view = await ledgerOf(env, a.server).view();
-    if (view) out.set(a.server, { fleet: view.record.fleet_id, generation: view.desired.generation });
-  }
-  return out;
-}
-
 /**
- * A re-issue disrupts its server like an applying rollout target, so it takes from the fleet's
- * disruption budget: each fleet's coordinator says which of its servers may be fixed now, and the
- * others are refused with the servers that hold the budget. A refresh changes nothing running.
- * An allowed fix whose unit is held gets a deadline: its write must reach the ledger by then.
+ * The re-issues of one fleet. A re-issue disrupts its server like an applying rollout target, so
+ * it takes from the fleet's disruption budget: the fleet's coordinator says which servers may be
+ * fixed now (each allowed one gets a deadline: its write must reach the ledger by then), and the
+ * others are refused with the servers that hold the budget. Whatever happens, every server the
+ * coordinator may have allowed is told back to it: the generation its ledger answered, or null when
+ * nothing was written; a write whose answer was lost is not told (the hold's end settles it).
  */
-async function overBudget(
+async function reissueInFleet(
   env: Env,
-  db: ReturnType<typeof getDb>,
-  fleetOf: ReadonlyMap<string, { fleet: string; generation: number }>,
+  db: Db,
+  fleet: string,
+  actions: readonly FixAction[],
   actor: string,
+  call: string,
 ) {
-  const byFleet = new Map<string, { server_id: string; generation: number }[]>();
-  for (const [server_id, { fleet, generation }] of fleetOf)
-    byFleet.set(fleet, [...(byFleet.get(fleet) ?? []), { server_id, generation }]);
-  const refused = new Map<string, { kind: string; value: string; blocked_by: BlockedBy[] }>();
-  const deadlines = new Map<string, number>();
-  for (const [fleet, servers] of byFleet) {
-    const row = await db.query.fleets.findFirst({ where: (f, { eq }) => eq(f.id, fleet) });
-    if (!row?.disruptionBudget) continue;
-    const answer = await coordinatorOf(env, fleet).allowFixes(fleetSettings(row), servers, actor);
-    for (const [server, v] of Object.entries(answer)) {
-      if (!v.ok) refused.set(server, v);
-      else if (v.deadline !== undefined) deadlines.set(server, v.deadline);
+  // The generation each ledger has now: what the fix sees, and what a write goes past.
+  const seen = new Map<FixAction, number>();
+  for (const a of actions) {
+    try {
+      const view = await ledgerOf(env, a.server).view();
+      if (view) seen.set(a, view.desired.generation);
+      else a.result = refused("not_found", "the server no longer exists");
+    } catch (err) {
+      a.result = unavailable("the server's ledger did not answer; nothing was written", err, { server: a.server });
     }
   }
-  return { refused, deadlines };
+  if (seen.size === 0) return;
+  const targets = [...seen].map(([a, generation]) => ({ server_id: a.server, generation }));
+  // Servers whose holds this call may have taken, with what became of their writes (undefined: not known).
+  const told = new Map<string, number | null | undefined>();
+  let coordinator: ReturnType<typeof coordinatorOf> | null = null;
+  try {
+    const row = await getFleet(db, fleet);
+    if (!row) {
+      for (const a of seen.keys()) a.result = refused("unknown_fleet", `fleet '${fleet}' no longer exists`);
+      return;
+    }
+    if (row.disruptionBudget) coordinator = coordinatorOf(env, fleet);
+    let allowed: Record<string, FixAllowance> = {};
+    if (coordinator) {
+      for (const t of targets) told.set(t.server_id, null);
+      try {
+        allowed = await coordinator.allowFixes(fleetSettings(row), targets, actor, call);
+      } catch (err) {
+        for (const a of seen.keys())
+          a.result = unavailable("the fleet's reboot coordinator did not answer; nothing was written", err, { fleet });
+        return;
+      }
+    }
+    const inputs = await planInputsOf(db, fleet);
+    for (const [a] of seen) {
+      const allowance = allowed[a.server] ?? { ok: true };
+      if (!allowance.ok) {
+        told.delete(a.server);
+        a.result = refused("budget_exhausted", allowance.value, allowance.blocked_by);
+        continue;
+      }
+      if (!inputs) {
+        a.result = refused("unknown_fleet", `fleet '${fleet}' no longer exists`);
+        continue;
+      }
+      try {
+        const out = await ledgerOf(env, a.server).applyPlan(inputs, {
+          actor,
+          reason: `drift fix: ${a.reasons.join(", ")}`,
+          reissue: true,
+          deadline: allowance.deadline,
+        });
+        if (out.ok) {
+          a.result = { ok: true, outcome: out.outcome, generation: out.view.desired.generation };
+          if (told.has(a.server)) told.set(a.server, out.view.desired.generation);
+        } else a.result = refusalOf(out);
+      } catch (err) {
+        // The ledger may have committed before its answer was lost: not told, so the hold stays until its end.
+        if (told.has(a.server)) told.set(a.server, undefined);
+        a.result = unavailable(
+          "the server's ledger did not answer; the write may have happened: check again before fixing again",
+          err,
+          { server: a.server },
+        );
+      }
+    }
+  } catch (err) {
+    for (const a of seen.keys())
+      a.result ??= unavailable("the fix could not go on in this fleet; nothing was written", err, { fleet });
+  } finally {
+    const outcomes: FixOutcome[] = [...told]
+      .filter((e): e is [string, number | null] => e[1] !== undefined)
+      .map(([server_id, generation]) => ({ server_id, generation }));
+    // Best effort: a hold not told of is settled at its end, by asking the ledger.
+    if (coordinator && outcomes.length)
+      await coordinator
+        .fixOutcomes(call, outcomes)
+        .catch((err) =>
+          logLine("warn", "drift fix: outcomes not told to the coordinator", { fleet, ...errorFields(err) }),
+        );
+  }
 }
 
 const RANK: Record<DriftFix, number> = { reissue: 2, refresh: 1, none: 0 };
@@ -95,11 +179,13 @@ export async function fixServerAgents(
   const actor = actorOf(principal);
   opts = { ...opts, filter: await resolved(env, principal, opts.filter) };
   const check = await checkServerAgents(db, opts.filter, opts.after, opts.limit);
+  const fleetOf = new Map(check.pageRows.map((r) => [r.id, r.fleetId]));
   const byServer = new Map<string, FixAction>();
   for (const f of check.findings) {
     const a = byServer.get(f.server) ?? {
       server: f.server,
       hostname: f.hostname,
+      fleet: fleetOf.get(f.server)!,
       action: "none",
       reasons: [],
       result: null,
@@ -111,47 +197,23 @@ export async function fixServerAgents(
   }
   const actions = [...byServer.values()];
   if (!opts.dryRun) {
-    const inputs = new Map<string, FleetPlanInputs | null>();
-    const fleetOf = await reissuedFleets(env, actions);
-    const { refused, deadlines } = await overBudget(env, db, fleetOf, actor);
+    // Names this call's holds at the coordinators, so what it tells them is of its own writes only.
+    const call = crypto.randomUUID();
+    const reissues = new Map<string, FixAction[]>();
+    for (const a of actions) if (a.action === "reissue") reissues.set(a.fleet, [...(reissues.get(a.fleet) ?? []), a]);
+    for (const [fleet, list] of reissues) await reissueInFleet(env, db, fleet, list, actor, call);
     for (const a of actions) {
-      if (a.action === "none") continue;
-      const no = refused.get(a.server);
-      if (no) {
-        a.result = { ok: false, error: no.kind, message: no.value, blocked_by: no.blocked_by };
-        continue;
-      }
+      if (a.action !== "refresh") continue;
       try {
-        const ledger = ledgerOf(env, a.server);
-        if (a.action === "reissue") {
-          const fleet = fleetOf.get(a.server)?.fleet;
-          if (fleet && !inputs.has(fleet)) inputs.set(fleet, await planInputsOf(db, fleet));
-          const fleetInputs = fleet ? inputs.get(fleet) : null;
-          if (!fleetInputs) throw new Error("the server's fleet no longer exists");
-          const out = await ledger.applyPlan(fleetInputs, {
-            actor,
-            reason: `drift fix: ${a.reasons.join(", ")}`,
-            reissue: true,
-            deadline: deadlines.get(a.server),
-          });
-          a.result = out.ok
-            ? { ok: true, outcome: out.outcome, generation: out.view.desired.generation }
-            : { ok: false, error: (out as unknown as { code: string }).code };
-        } else {
-          const out = await ledger.requestRefresh(actor);
-          a.result = out.ok
-            ? { ok: true, outcome: "refresh_requested", generation: out.view.desired.generation }
-            : { ok: false, error: (out as unknown as { code: string }).code };
-        }
+        const out = await ledgerOf(env, a.server).requestRefresh(actor);
+        a.result = out.ok
+          ? { ok: true, outcome: "refresh_requested", generation: out.view.desired.generation }
+          : refusalOf(out);
       } catch (err) {
-        a.result = { ok: false, error: String(err) };
+        a.result = unavailable("the server's ledger did not answer; the refresh may have been recorded", err, {
+          server: a.server,
+        });
       }
-      // A re-issue that wrote nothing disrupts nothing: its budget unit (if one was taken) frees now.
-      const fleet = fleetOf.get(a.server)?.fleet;
-      if (a.action === "reissue" && !a.result?.ok && fleet)
-        await coordinatorOf(env, fleet)
-          .releaseFix(a.server)
-          .catch(() => undefined);
     }
     await db.batch([
       auditInsert(db, {
@@ -164,7 +226,12 @@ export async function fixServerAgents(
             : "check",
         details: {
           filter: opts.filter,
-          actions: actions.map((a) => ({ server: a.server, action: a.action, ok: a.result?.ok ?? null })),
+          actions: actions.map((a) => ({
+            server: a.server,
+            action: a.action,
+            ok: a.result?.ok ?? null,
+            ...(a.result && !a.result.ok ? { error: a.result.error } : {}),
+          })),
         },
       }),
     ]);

@@ -34,19 +34,34 @@ export function auditInsertIf(db: Db, entry: AuditEntry, when: SQL, at = Date.no
     .select(sql`SELECT NULL, ${at}, ${entry.actor}, ${entry.action}, ${entry.target}, ${details}, NULL WHERE ${when}`);
 }
 
+const auditRowOf = (e: AuditEvent) => ({
+  at: e.at,
+  actor: e.actor,
+  action: e.action,
+  target: e.target,
+  details: e.details ?? null,
+  eventId: e.event_id,
+});
+
 /** An outbox audit row: inserted once, whatever the number of deliveries. */
 export function auditInsertOnce(db: Db, e: AuditEvent) {
-  return db
-    .insert(auditLog)
-    .values({
-      at: e.at,
-      actor: e.actor,
-      action: e.action,
-      target: e.target,
-      details: e.details ?? null,
-      eventId: e.event_id,
-    })
-    .onConflictDoNothing({ target: auditLog.eventId });
+  return db.insert(auditLog).values(auditRowOf(e)).onConflictDoNothing({ target: auditLog.eventId });
+}
+
+/** Six bound parameters a row: 16 rows stay within D1's 100 a statement. */
+export const AUDIT_ROWS_PER_INSERT = 16;
+
+/** Outbox audit rows, many to a statement: each inserted once, whatever the number of deliveries. */
+export function auditInsertManyOnce(db: Db, events: AuditEvent[]) {
+  const out = [];
+  for (let i = 0; i < events.length; i += AUDIT_ROWS_PER_INSERT)
+    out.push(
+      db
+        .insert(auditLog)
+        .values(events.slice(i, i + AUDIT_ROWS_PER_INSERT).map(auditRowOf))
+        .onConflictDoNothing({ target: auditLog.eventId }),
+    );
+  return out;
 }
 
 /** For an object's outbox: an audit event with a fresh idempotency key. */

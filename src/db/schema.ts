@@ -42,6 +42,13 @@ export const fleets = sqliteTable("fleets", {
   imagePolicy: text("image_policy", { enum: ["catalog", "any"] })
     .notNull()
     .default("any"),
+  /**
+   * Whether the fleet's coordinator wants its ledgers' drift-only health events (a webhook asks
+   * for `server.drifted`). Written by the coordinator only (src/fleetlock/health-watch.ts), before
+   * the change that turns it on is answered; read by a ledger in its projection's batch. 1 until
+   * the coordinator says otherwise: unknown means send.
+   */
+  healthWatch: integer("health_watch").notNull().default(1),
 });
 
 export const servers = sqliteTable(

@@ -26,6 +26,9 @@ export const ERROR_CODES = [
   "method_not_allowed",
   "not_found",
   "internal_error",
+  // An object the request needed (a fleet's coordinator, a server's ledger) did not answer: what
+  // it did is not known, so asking again (or checking) is the way on.
+  "unavailable",
   // Who is asking.
   "unauthorized",
   "forbidden",
@@ -59,6 +62,8 @@ export const ERROR_CODES = [
   // Reboot coordination.
   "not_held",
   "not_queued",
+  // The fleet's disruption budget is spent (a drift fix, refused: src/fleetlock/fix-budget.ts).
+  "budget_exhausted",
   // Webhooks.
   "too_many_webhooks",
   // Rollouts.
@@ -109,3 +114,5 @@ export class DomainError extends Error {
 }
 
 export const notFound = (what: string, id: string) => new DomainError("not_found", `${what} '${id}' does not exist`);
+/** A request naming a fleet that does not exist (or one the caller may not see): 422, not a 404 of the route. */
+export const unknownFleet = (fleet: string) => new DomainError("unknown_fleet", `fleet '${fleet}' does not exist`);

@@ -84,10 +84,8 @@ export function assemble(ctx: DurableObjectState, env: () => Env, clock: () => n
     webhooks,
     webhookStore,
     ask: (serverId) => ledgerOf(env(), serverId).heldNames(),
-    askDesired: async (serverId) => {
-      const view = await ledgerOf(env(), serverId).view();
-      return view && { generation: view.desired.generation, realized: view.computed.status === "realized" };
-    },
+    // The ledger then sends its next realized report, which the hold may wait on (./ledger-side.ts).
+    askDesired: async (serverId) => ledgerOf(env(), serverId).fixHoldAsked(),
     clock,
   };
   return parts;

@@ -25,12 +25,22 @@ export interface DisruptionHold {
   rollout_id: string;
   since: number;
   /**
-   * A drift fix's hold before its write is known (./fix-budget.ts): when its server's ledger is
-   * asked whether the write happened (real time), and the desired generation the fix saw. Null
-   * (or absent) once the write is known: the server's realized report ends it.
+   * A drift fix's hold while a call may still write under it (./fix-budget.ts): when its server's
+   * ledger is asked whether the write happened (real time). Null (or absent) once no call may:
+   * the server's realized report of the written generation ends it.
    */
   until?: number | null;
+  /** A drift fix's hold: the desired generation the first fix saw (a write goes past it). */
   generation?: number;
+  /**
+   * A drift fix's hold while `until` is set: the fix calls allowed to write whose outcome is not
+   * known yet (absent on a hold stored before calls were recorded).
+   */
+  calls?: string[];
+  /** A drift fix's hold: the newest desired generation known written under it. */
+  written?: number;
+  /** A drift fix's hold while `until` is set: the newest generation its server reported realized. */
+  realized?: number;
 }
 
 /** A rollout with targets refused for budget: woken (through the outbox) once budget frees. */

@@ -131,11 +131,19 @@ export class BudgetWatch {
 
   private async look() {
     const c = this.c();
+    // Without a budget nothing waits for one, so the fleet's disrupted servers (every holder of
+    // every group) are not counted on each grant and release; unknown again, the first look once
+    // a budget is set counts as freeing.
+    if (!budgetOf(c)) {
+      this.forced = false;
+      this.last = null;
+      return;
+    }
     const now = new Set(disruptedNow(c).keys());
     const freed = this.forced || this.last === null || [...this.last].some((id) => !now.has(id));
     this.forced = false;
     this.last = now;
-    if (!freed || !budgetOf(c)) return;
+    if (!freed) return;
     await budgetFreed(c);
   }
 }

@@ -2,6 +2,7 @@ import { DurableObject } from "cloudflare:workers";
 import type { Env } from "../env";
 import type { Failure } from "../objects/kit/result";
 import { assemble } from "./assemble";
+import { publishHealthWatch } from "./health-watch";
 import { audit } from "./effects";
 import * as gateRules from "./gate-rules";
 import type { GateConfig } from "./gates";
@@ -17,7 +18,7 @@ import { fireTimers } from "./timers";
 import { answered, PRE_REBOOT_WAIT_PATH, preRebootWaitOf } from "./waits";
 import type { ClientParams, FleetLockFailure } from "./protocol";
 import * as slots from "./rollout-slots";
-import { allowFixes, releaseFix, type FixAllowance, type FixTarget } from "./fix-budget";
+import { allowFixes, fixOutcomes, type FixAllowance, type FixOutcome, type FixTarget } from "./fix-budget";
 import * as disruption from "./disruption";
 import type { StoredMember } from "./disruption-store";
 import * as specGroups from "./spec-groups";
@@ -85,6 +86,11 @@ export class RebootCoordinator extends DurableObject<Env> {
     params: ClientParams,
   ): Promise<{ ok: true; released: boolean } | FleetLockFailure> {
     return grants.steadyState(this.parts, keyHash, params, this.parts.ask);
+  }
+
+  /** Whether `keyHash` is the fleet's key (the Worker asks before refusing a FleetLock body). */
+  async keyMatches(keyHash: string): Promise<boolean> {
+    return grants.keyMatches(this.parts, keyHash);
   }
 
   // ---- fleet configuration ----
@@ -215,6 +221,8 @@ export class RebootCoordinator extends DurableObject<Env> {
   async createWebhook(settings: FleetSettings, input: hooks.WebhookInput, actor: string) {
     this.parts.store.syncSettings(settings);
     const r = hooks.createWebhook(this.parts.webhookStore, input, actor, this.parts.clock());
+    // Published in the batch the answer waits for: a drift reported after it reaches the webhook.
+    if (r.ok) publishHealthWatch(this.parts, settings.fleet_id);
     if (r.ok)
       await this.#audited(actor, "webhook.create", { id: r.webhook.id, url: r.webhook.url, events: r.webhook.events });
     return r;
@@ -231,6 +239,7 @@ export class RebootCoordinator extends DurableObject<Env> {
   async deleteWebhook(settings: FleetSettings, id: string, actor: string) {
     this.parts.store.syncSettings(settings);
     const r = hooks.deleteWebhook(this.parts.webhookStore, id);
+    if (r.ok) publishHealthWatch(this.parts, settings.fleet_id);
     if (r.ok) await this.#audited(actor, "webhook.delete", { id, url: r.webhook.url });
     return r;
   }
@@ -246,7 +255,13 @@ export class RebootCoordinator extends DurableObject<Env> {
 
   async applyWebhookSpec(settings: FleetSettings, spec: hookSpec.WebhooksSpec): Promise<hookSpec.WebhooksSpecOutcome> {
     this.parts.store.syncSettings(settings);
-    return hookSpec.applyWebhookSpec(this.parts.webhookStore, spec, this.parts.clock());
+    const out = hookSpec.applyWebhookSpec(this.parts.webhookStore, spec, this.parts.clock());
+    // Delivered before the answer, like createWebhook's: a drift reported after it reaches them.
+    if (publishHealthWatch(this.parts, settings.fleet_id)) {
+      await this.parts.scheduler.arm();
+      await this.parts.outbox.flush();
+    }
+    return out;
   }
 
   /**
@@ -262,9 +277,14 @@ export class RebootCoordinator extends DurableObject<Env> {
     return hooks.deliveriesOf(this.parts.webhookStore, id, limit);
   }
 
+  async webhookDelivery(id: string, deliveryId: string) {
+    return hooks.deliveryOf(this.parts.webhookStore, id, deliveryId);
+  }
+
+  /** Queued and sent as every delivery is, at once; the answer does not wait for the receiver. */
   async testWebhook(settings: FleetSettings, id: string, actor: string) {
     this.parts.store.syncSettings(settings);
-    const r = hooks.testWebhook(
+    return hooks.testWebhook(
       this.parts.webhookStore,
       this.parts.webhooks,
       settings.fleet_id,
@@ -272,9 +292,6 @@ export class RebootCoordinator extends DurableObject<Env> {
       actor,
       this.parts.clock(),
     );
-    // Sent now and awaited: the operator is watching this receiver (and only this one).
-    if (r.ok) await this.parts.webhooks.sendNow(r.delivery.id);
-    return r.ok ? { ...r, delivery: hooks.deliveryView(this.parts.webhookStore.delivery(r.delivery.id)!) } : r;
   }
 
   async #audited(actor: string, action: string, details: Record<string, unknown>) {
@@ -311,20 +328,21 @@ export class RebootCoordinator extends DurableObject<Env> {
 
   // ---- rollout slots ----
 
-  /** Which of these servers a drift fix may disrupt now (./fix-budget.ts). */
+  /** Which of these servers a drift fix may disrupt now; `call` names the fix call (./fix-budget.ts). */
   async allowFixes(
     settings: FleetSettings,
     targets: FixTarget[],
     actor: string,
+    call: string,
   ): Promise<Record<string, FixAllowance>> {
-    const out = allowFixes(this.parts, settings, targets, actor);
+    const out = allowFixes(this.parts, settings, targets, actor, call);
     await this.parts.scheduler.arm();
     return out;
   }
 
-  /** A fix's write failed: its server is not disrupted by it after all. */
-  async releaseFix(serverId: string): Promise<void> {
-    if (releaseFix(this.parts, serverId, "write failed")) await this.parts.scheduler.arm();
+  /** What a fix call's writes came to: each server's hold is settled on it (./fix-budget.ts). */
+  async fixOutcomes(call: string, outcomes: FixOutcome[]): Promise<void> {
+    if (fixOutcomes(this.parts, call, outcomes)) await this.parts.scheduler.arm();
   }
 
   async acquireRolloutSlot(settings: FleetSettings, req: slots.RolloutSlotRequest): Promise<slots.RolloutSlotAnswer> {

@@ -4,7 +4,7 @@
  * when D1 is down. Webhook deliveries do not: they go to outsiders, on their own queue
  * (src/webhooks/dispatch.ts), so no receiver delays what this outbox carries.
  */
-import { auditEvent, auditInsertOnce, type AuditEntry, type AuditEvent } from "../db/audit";
+import { auditEvent, auditInsertManyOnce, auditInsertOnce, type AuditEntry, type AuditEvent } from "../db/audit";
 import { feedEffect, type NoticeInput } from "../notices/notices";
 import type { Db } from "../db/client";
 import type { Env } from "../env";
@@ -13,12 +13,13 @@ import type { Scheduler } from "../objects/kit/scheduler";
 import { rolloutOf } from "../objects/stubs";
 import type { DeliveryPayload, WebhookDispatcher } from "../webhooks/dispatch";
 import { fleetEvent, type FleetEvent } from "../webhooks/events";
+import { healthWatchStatement, type HealthWatchPayload } from "./health-watch";
 import type { CoordinatorStore } from "./store";
 
 /** How long a host grant's or release's audit row may wait to share a D1 batch with others. */
 const HOST_AUDIT_DEFER_MS = 1_000;
 
-export type CoordinatorEffectKind = "audit" | "webhook" | "feed" | "budget_wake";
+export type CoordinatorEffectKind = "audit" | "webhook" | "feed" | "budget_wake" | "health_watch";
 export type CoordinatorOutbox = Outbox<CoordinatorEffectKind>;
 
 /** What the effects are delivered with. */
@@ -30,7 +31,12 @@ export interface CoordinatorEffectWiring {
 
 export function coordinatorEffects(w: CoordinatorEffectWiring): Record<CoordinatorEffectKind, Effect> {
   return {
-    audit: { target: "d1", statements: (e: AuditEvent) => [auditInsertOnce(w.db(), e)] },
+    // A busy fleet's grants and releases: about one row a request, delivered many to an insert.
+    audit: {
+      target: "d1",
+      statements: (e: AuditEvent) => [auditInsertOnce(w.db(), e)],
+      many: (es: AuditEvent[]) => auditInsertManyOnce(w.db(), es),
+    },
     // Only `webhook` effects stored by earlier code, which sent deliveries through this outbox:
     // taking one over is a storage write on the webhooks' own queue, never a request to the receiver.
     webhook: { target: "call", deliver: async (p: DeliveryPayload) => w.webhooks.adopt(p) },
@@ -43,6 +49,8 @@ export function coordinatorEffects(w: CoordinatorEffectWiring): Record<Coordinat
         await rolloutOf(w.env(), p.rollout_id).budgetFreed();
       },
     },
+    // Whether the fleet wants its ledgers' drift-only health events (./health-watch.ts).
+    health_watch: { target: "d1", statements: (p: HealthWatchPayload) => [healthWatchStatement(w.db(), p)] },
   };
 }
 
@@ -64,10 +72,24 @@ export interface Outgoing {
 export function changed(o: Outgoing, group?: string) {
   const fleet = o.store.config?.fleet_id;
   if (!fleet) return;
-  const notice: NoticeInput = { fleet, kind: "reboot", ids: group ? [group] : [], from: "coordinator" };
+  // A grant or release calls this several times in its turn (the group saved, the audit row):
+  // one stored notice a turn is enough (pages re-fetch what they show), stored again only to name
+  // a group it did not name yet.
+  let ids = noticedThisTurn.get(o.outbox);
+  if (ids && (!group || ids.has(group))) return;
+  if (!ids) {
+    ids = new Set<string>();
+    noticedThisTurn.set(o.outbox, ids);
+    queueMicrotask(() => noticedThisTurn.delete(o.outbox));
+  }
+  if (group) ids.add(group);
+  const notice: NoticeInput = { fleet, kind: "reboot", ids: [...ids], from: "coordinator" };
   o.outbox.enqueue("feed", notice, { key: "feed", deferMs: HOST_AUDIT_DEFER_MS });
   void o.scheduler.arm().catch(() => undefined);
 }
+
+/** The groups named by the notice each outbox stored in the current turn (see `changed`). */
+const noticedThisTurn = new WeakMap<CoordinatorOutbox, Set<string>>();
 
 /**
  * Hosts' grants and releases (`wait: false`) are audited within HOST_AUDIT_DEFER_MS, many rows

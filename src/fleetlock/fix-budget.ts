@@ -2,24 +2,32 @@
  * Drift fixes and the fleet's disruption budget (docs/reboot-safety.md#one-disruption-budget). A fix
  * that re-issues a server's config restarts its running agents: it disrupts the server like an
  * applying rollout target, so it holds a unit of the budget from before its write until the server
- * reports every agent realized. The coordinator answers for a whole page of fixes in one synchronous
- * turn and takes each allowed server's hold in it, so two fix calls (or a fix and a FleetLock host
- * or a rollout target) never both take the last unit.
+ * reports every agent realized at the written generation. The coordinator answers for a whole page
+ * of fixes in one synchronous turn and takes each allowed server's hold in it, so two fix calls (or
+ * a fix and a FleetLock host or a rollout target) never both take the last unit.
  *
  * A fix refused for the budget is not queued: the caller is told who holds the budget and fixes
  * again later; nothing here waits for anyone.
  *
- * A caller that dies between the hold and the write (kill -9) leaves a hold that no report would
- * end, since nothing changed on the server. So a hold starts with an end: the write must reach the
- * server's ledger by `deadline` (the ledger refuses it later), and at the hold's end the ledger is
- * asked. A desired generation past the one the fix saw means the write (or another one) happened:
- * the hold stays until the server reports it realized. Otherwise nothing was written, and none can
- * be any more: the unit frees.
+ * A hold is freed only on what is known of the server, never on what a caller guesses. Each call
+ * allowed to write is recorded on the hold (`calls`) with an end: its write must reach the server's
+ * ledger by `deadline` (the ledger refuses it later). A call that learns its outcome says so
+ * (`fixOutcomes`): the generation the ledger answered, or that the ledger refused the write. A call
+ * that cannot know (its RPC threw, perhaps after the ledger committed) or that died (kill -9) says
+ * nothing, and its hold waits for its end, when the ledger is asked: a desired generation past the
+ * one the fix saw means a write happened and the hold stays until the server reports it realized;
+ * otherwise nothing was written, and none can be any more: the unit frees.
+ *
+ * A realized report frees the hold only once no call may still write, and only if it is of the
+ * written generation or a later one: a report from before the write (an outbox delivering late)
+ * says nothing of the write. A report from older code carries no generation; it frees nothing by
+ * itself, and has the ledger asked instead.
  */
 import { auditEvent } from "../db/audit";
 import type { BlockedBy } from "../model/blocked-by";
 import type { FleetSettings } from "../model/fleet";
 import { budgetClosure } from "./disruption";
+import type { DisruptionHold } from "./disruption-store";
 import type { CoordinatorParts } from "./parts";
 
 /** `deadline`: the time (ms) by which the fix's write must reach the ledger, when a hold was taken for it. */
@@ -32,6 +40,15 @@ export interface FixTarget {
   generation: number;
 }
 
+/**
+ * What a call learned of its write to one server it was allowed to fix: the desired generation
+ * its ledger answered, or null when the ledger refused the write or the call never sent it.
+ */
+export interface FixOutcome {
+  server_id: string;
+  generation: number | null;
+}
+
 /** The hold a fix takes on its server: one per server, so a repeated fix takes nothing twice. */
 const fixHolder = (serverId: string) => `fix:${serverId}`;
 
@@ -42,19 +59,35 @@ const FIX_WRITE_TTL_MS = 2 * 60_000;
 /** The write must reach the ledger this long before the hold's end (clock skew), so the answer then is final. */
 const FIX_WRITE_MARGIN_MS = 30_000;
 
+/**
+ * A hold taken before calls were recorded on it: a call of older code may still be writing, and
+ * will never say so. It stays in `calls`, so only the hold's end settles it.
+ */
+const UNRECORDED_CALL = "(unrecorded)";
+
 /** The timer of a fix's hold, on the coordinator's alarm (./timers.ts). */
 export const FIX_HOLD_TIMER = "fixhold";
 const timerOf = (serverId: string) => `${FIX_HOLD_TIMER}:${serverId}`;
 
+/** Whether a call may still write under this hold (its end not reached, its outcome not told). */
+const pending = (h: DisruptionHold) => h.until != null;
+
 /**
- * Per server id, in the order given: allowed (its hold taken), or refused with the servers that
- * hold the budget. Without a budget every server is allowed and nothing is held.
+ * The first generation whose realized report frees a hold no call may still write under: the
+ * newest one written, or (on a hold stored before `written` was) any past the one the fix saw.
+ */
+const releasedAt = (h: DisruptionHold) => h.written ?? (h.generation ?? -1) + 1;
+
+/**
+ * Per server id, in the order given: allowed (its hold taken, `call` recorded on it), or refused
+ * with the servers that hold the budget. Without a budget every server is allowed and nothing is held.
  */
 export function allowFixes(
   c: CoordinatorParts,
   settings: FleetSettings,
   targets: readonly FixTarget[],
   actor: string,
+  call: string,
 ): Record<string, FixAllowance> {
   c.store.syncSettings(settings);
   const out: Record<string, FixAllowance> = {};
@@ -74,15 +107,25 @@ export function allowFixes(
     const holder = fixHolder(id);
     const held = c.disruption.holds().get(holder);
     if (held) {
-      // Its write is known: the realized report ends it, whenever this write lands.
-      if (held.until == null) {
-        out[id] = { ok: true };
-        continue;
-      }
-      // Still waiting for a write: this one gets the time a new hold would (the generation seen first stays).
-      c.disruption.replaceHold({ ...held, until });
+      // Another write under the same hold (the generation seen first stays; a known write stays
+      // known): the hold waits for this call too, and its end moves to this call's.
+      const calls = pending(held) ? (held.calls ?? [UNRECORDED_CALL]) : [];
+      c.disruption.replaceHold({
+        ...held,
+        until,
+        calls: calls.includes(call) ? calls : [...calls, call],
+        ...(pending(held) ? {} : { written: releasedAt(held) }),
+      });
     } else {
-      c.disruption.putHold({ holder, server_id: id, rollout_id: FIX_ACTOR, since: now, until, generation });
+      c.disruption.putHold({
+        holder,
+        server_id: id,
+        rollout_id: FIX_ACTOR,
+        since: now,
+        until,
+        generation,
+        calls: [call],
+      });
       c.outbox.enqueue(
         "audit",
         auditEvent({
@@ -101,28 +144,94 @@ export function allowFixes(
 }
 
 /**
- * A fix's hold reached its end (the timer): the server's ledger is asked whether the desired
- * generation moved past the one the fix saw. The answer counts only if the hold is still the one
- * asked about. Written: kept until the realized report (or freed now if that came already);
- * not written: freed, since the ledger refuses the write past its deadline.
+ * A call tells what became of its writes. Its part in each hold ends; a hold no call may still
+ * write under is settled on what is known: nothing written frees it, a write already reported
+ * realized frees it, and otherwise it waits, with no end, for the written generation's realized
+ * report. Returns whether a hold or a timer changed (the alarm is armed again).
  */
-export async function settleFixHold(c: CoordinatorParts, serverId: string, until: number) {
+export function fixOutcomes(c: CoordinatorParts, call: string, outcomes: readonly FixOutcome[]): boolean {
+  let changed = false;
+  for (const { server_id: id, generation } of outcomes) {
+    const h = c.disruption.holds().get(fixHolder(id));
+    if (!h || !pending(h) || !h.calls?.includes(call)) continue;
+    changed = true;
+    const wrote = generation !== null && h.generation !== undefined && generation > h.generation;
+    const next: DisruptionHold = {
+      ...h,
+      calls: h.calls.filter((x) => x !== call),
+      ...(wrote ? { written: Math.max(h.written ?? generation, generation) } : {}),
+    };
+    if (next.calls!.length > 0) {
+      c.disruption.replaceHold(next);
+      continue;
+    }
+    if (next.written === undefined) releaseFix(c, id, "not written");
+    else if ((next.realized ?? -1) >= next.written) releaseFix(c, id, "realized");
+    else {
+      c.disruption.replaceHold(known(next, next.written));
+      c.scheduler.cancel(timerOf(id));
+    }
+  }
+  return changed;
+}
+
+/** The hold once its write is known and no call may write under it any more: it waits for the realized report. */
+const known = (h: DisruptionHold, written: number): DisruptionHold => {
+  const { calls: _calls, realized: _realized, ...rest } = h;
+  return { ...rest, until: null, written };
+};
+
+/**
+ * A fix's hold reached its end (the timer), or a report without a generation came: the server's
+ * ledger is asked whether the desired generation moved past the one the fix saw. The answer counts
+ * only if the hold is still the one asked about; at its end no call may write any more (the ledger
+ * refuses a write past its deadline), so the answer is final. Written: kept until the realized
+ * report (or freed now if that came already); not written: freed.
+ */
+export async function settleFixHold(c: CoordinatorParts, serverId: string, until: number | null) {
   const holder = fixHolder(serverId);
   const before = c.disruption.holds().get(holder);
-  if (!before || before.until !== until) return;
+  if (!before || (before.until ?? null) !== until) return;
   const desired = await c.askDesired(serverId);
   const h = c.disruption.holds().get(holder);
-  if (!h || h.until !== until) return;
-  const written = desired !== null && desired.generation > (h.generation ?? Infinity);
+  if (!h || (h.until ?? null) !== until) return;
+  // A hold stored without the generation its fix saw is taken as written once no call may write under it.
+  const seen = h.generation ?? (pending(h) ? Infinity : -Infinity);
+  const written = desired !== null && desired.generation > seen;
   if (written && !desired.realized) {
-    c.disruption.replaceHold({ ...h, until: null });
+    const next = known(h, Math.max(desired.generation, h.written ?? 0));
+    if (JSON.stringify(next) !== JSON.stringify(h)) c.disruption.replaceHold(next);
     return;
   }
   releaseFix(c, serverId, desired === null ? "server gone" : written ? "realized" : "not written");
 }
 
-/** Ends a fix's hold (its server reported realized, or its write failed); true when one was held. */
-export function releaseFix(c: CoordinatorParts, serverId: string, why: string): boolean {
+/**
+ * Its server's ledger reported every agent realized at `generation` (undefined: the event came from
+ * older code that did not say). Frees the fix's hold when no call may still write under it and the
+ * report is of the written generation or a later one; while a call may, the report is remembered
+ * for when it tells its outcome. Without a generation, the ledger is asked (the hold's settle timer,
+ * due now). Returns whether a hold or a timer changed.
+ */
+export function fixRealized(c: CoordinatorParts, serverId: string, generation: number | undefined): boolean {
+  const h = c.disruption.holds().get(fixHolder(serverId));
+  if (!h) return false;
+  if (generation === undefined) {
+    if (pending(h)) return false;
+    c.scheduler.schedule(timerOf(serverId), c.scheduler.now(), { until: null });
+    return true;
+  }
+  if (pending(h)) {
+    if (generation <= (h.realized ?? -1)) return false;
+    c.disruption.replaceHold({ ...h, realized: generation });
+    return false;
+  }
+  if (generation < releasedAt(h)) return false;
+  return releaseFix(c, serverId, "realized");
+}
+
+/** Ends a fix's hold; true when one was held. */
+function releaseFix(c: CoordinatorParts, serverId: string, why: string): boolean {
   const h = c.disruption.dropHold(fixHolder(serverId));
   if (!h) return false;
   c.scheduler.cancel(timerOf(serverId));

@@ -40,6 +40,9 @@ function authorized(c: CoordinatorParts, keyHash: string): FleetConfig | null {
 
 const unauthorized = () => failure("unauthorized", "invalid FleetLock key for this fleet");
 
+/** Whether the key is the fleet's: asked before a request's body is refused, so a wrong key learns nothing of it. */
+export const keyMatches = (c: CoordinatorParts, keyHash: string): boolean => authorized(c, keyHash) !== null;
+
 /**
  * RecursiveLock with a fair queue: a slot now, a place in the group's FIFO queue until one frees
  * (the Worker waits on a waiter socket, woken with the answer: ./parked.ts), or a refusal saying why.
@@ -52,8 +55,10 @@ export async function preReboot(
 ): Promise<PreRebootAnswer> {
   const config = authorized(c, keyHash);
   if (!config) return unauthorized();
-  await catchUpReserved(c, opts.ask, params.id);
-  const client = clientOf(c.store, config, params.id);
+  // A registered id is read once; only an unknown one may be reserved and caught up.
+  const known = c.store.clients.get(params.id);
+  if (!known) await catchUpReserved(c, opts.ask, params.id);
+  const client = clientOf(c.store, config, params.id, known);
   if (!client.ok) return client;
   if (client.entry && client.entry.reboot_group !== params.group) {
     return failure(
@@ -151,8 +156,9 @@ export async function steadyState(
   if (!config) return unauthorized();
   const groupName = c.store.heldIn(params.id);
   if (!groupName) {
-    await catchUpReserved(c, ask, params.id);
-    const client = clientOf(c.store, config, params.id);
+    const known = c.store.clients.get(params.id);
+    if (!known) await catchUpReserved(c, ask, params.id);
+    const client = clientOf(c.store, config, params.id, known);
     if (!client.ok) return client;
     c.parked.giveUp(params.id);
     return { ok: true, released: false };

@@ -11,11 +11,12 @@
  */
 import type { CoordinatorParts } from "./parts";
 import { noteHealth } from "./disruption";
-import { releaseFix } from "./fix-budget";
+import { fixRealized } from "./fix-budget";
 import { audit, emit, hostAudit } from "./effects";
 import type { Recovering } from "./gate-store";
 import { healthClass } from "./gates";
-import type { ServerHealthEvent } from "./ledger-side";
+import { publishHealthWatch } from "./health-watch";
+import { driftOnly, type ServerHealthEvent } from "./ledger-side";
 import { DEFAULT_HEALTH_TIMEOUT_S, type GroupState, type Holder } from "./semaphore";
 
 export const RELEASE_RULES = ["steady_state", "healthy_report"] as const;
@@ -94,13 +95,19 @@ export async function serverHealth(c: CoordinatorParts, e: ServerHealthEvent) {
     );
   }
   if (e.realized) {
-    // A drift fix's re-issue is done once every agent runs as desired: its budget unit frees.
-    if (releaseFix(c, e.server_id, "realized")) await c.scheduler.arm();
+    // A drift fix's re-issue is done once every agent runs as desired at its generation: its budget unit frees.
+    if (fixRealized(c, e.server_id, e.generation)) await c.scheduler.arm();
     await realized(c, e.server_id, e.boot_id, now);
   }
   // Fewer (or more) servers rebooted and not yet healthy: a gate counting them may have changed.
   if (c.gateStore.recovering().size !== recoveringBefore) await c.parked.drainAll();
   await c.parked.rearm();
+  // A ledger sent what no webhook wants (D1 still says unknown, or the last one asking went): say so.
+  if (driftOnly(e) && publishHealthWatch(c, e.fleet_id)) {
+    // Delivered now, not by the outbox's safety alarm: every drift until then is a call more.
+    await c.scheduler.arm();
+    await c.outbox.flush();
+  }
   if (e.status && (e.status.to === "failed" || e.status.to === "drifted")) {
     emit(
       c,

@@ -27,8 +27,10 @@ export function clientOf(
   store: CoordinatorStore,
   config: FleetConfig,
   id: string,
+  /** The id's entry when the caller has just read it. */
+  known?: ClientEntry,
 ): { ok: true; entry: ClientEntry | null } | FleetLockFailure {
-  const entry = store.clients.get(id) ?? null;
+  const entry = known ?? store.clients.get(id) ?? null;
   if (entry || config.allow_unknown_ids) return { ok: true, entry };
   return failure("unknown_client", `no server of this fleet is registered with fleetlock_id '${id}'`);
 }

@@ -305,7 +305,9 @@ export class ParkedHosts {
       return false;
     }
     const due = this.o.scheduler.now() + Math.max(0, at - now);
-    if (due === this.timerAt) return false;
+    // Kept when earlier than needed: it fires, finds nothing due and is set again then. Moved
+    // later on every release (the next holder to become stuck), it would write a row a request.
+    if (this.timerAt !== undefined && this.timerAt !== null && this.timerAt <= due) return false;
     this.o.scheduler.schedule(QUEUE_TIMER, due);
     this.timerAt = due;
     return true;

@@ -7,9 +7,9 @@ import { logError } from "../http/log";
 import type { AppEnv } from "../http/types";
 import { sha256Hex } from "../lib/crypto";
 import { MAX_FLEETLOCK_BODY_BYTES } from "../domain/limits";
-import { FLEETLOCK_KEY, FleetLockError, KIND_STATUS, parseClientParams } from "./protocol";
+import { FLEETLOCK_KEY, FleetLockError, KIND_STATUS, parseClientParams, type ClientParams } from "./protocol";
 import { ClientParamsBody, FleetLockErrorBody } from "./schemas";
-import { preReboot, steadyState } from "./service";
+import { keyMatches, preReboot, steadyState } from "./service";
 
 /** Mounted at /fleetlock: `{base_url}` is `https://HOST/fleetlock/{fleet}/{key}/`. */
 const fleetlock = new OpenAPIHono<AppEnv>();
@@ -19,10 +19,14 @@ fleetlock.use(
   "*",
   bodyLimit({
     maxSize: MAX_FLEETLOCK_BODY_BYTES,
-    onError: () => {
-      throw new FleetLockError(
-        "payload_too_large",
-        `FleetLock bodies are limited to ${MAX_FLEETLOCK_BODY_BYTES} bytes`,
+    onError: async (c) => {
+      // Before the routes' params: the fleet and key are the path's first two segments here.
+      const [fleet = "", key = ""] = c.req.path.slice(c.req.path.indexOf("/fleetlock/") + 11).split("/");
+      return refuseBody(
+        c,
+        fleet,
+        key,
+        new FleetLockError("payload_too_large", `FleetLock bodies are limited to ${MAX_FLEETLOCK_BODY_BYTES} bytes`),
       );
     },
   }),
@@ -72,7 +76,7 @@ const groupParams = keyParams.extend({
 
 /*
  * Documented with createRoute, but served by a plain handler: the checks run in the protocol's
- * order (header, key, body) and every failure speaks {kind,value}, and this hot path does no
+ * order (header, key, body: a body is refused only to the key's holders) and every failure speaks {kind,value}, and this hot path does no
  * schema work beyond the body's few fields.
  */
 for (const op of ["pre-reboot", "steady-state"] as const) {
@@ -119,19 +123,18 @@ async function hashOf(key: string) {
   return hash;
 }
 
-async function handle(c: Context<AppEnv>, op: "pre-reboot"): Promise<{ granted: true }>;
-async function handle(c: Context<AppEnv>, op: "steady-state"): Promise<{ released: boolean }>;
-async function handle(c: Context<AppEnv>, op: "pre-reboot" | "steady-state") {
-  if (c.req.header("fleet-lock-protocol")?.trim().toLowerCase() !== "true") {
-    throw new FleetLockError(
-      "missing_protocol_header",
-      "FleetLock requests must carry the header 'fleet-lock-protocol: true'",
-    );
-  }
-  const { fleet, key, group: pathGroup } = c.req.param() as { fleet: string; key: string; group?: string };
-  if (!FLEET_ID.test(fleet) || !FLEETLOCK_KEY.test(key)) {
-    throw new FleetLockError("unauthorized", "invalid FleetLock key for this fleet");
-  }
+/**
+ * A body refused only once the key is known to be the fleet's: a wrong key gets the credential
+ * error whatever it sent, so the body's faults are told to its holders alone. Only this path asks
+ * the coordinator for the key on its own; a good body takes it along with the request.
+ */
+async function refuseBody(c: Context<AppEnv>, fleet: string, key: string, refusal: FleetLockError): Promise<never> {
+  const known = FLEET_ID.test(fleet) && FLEETLOCK_KEY.test(key) && (await keyMatches(c.env, fleet, await hashOf(key)));
+  throw known ? refusal : new FleetLockError("unauthorized", "invalid FleetLock key for this fleet");
+}
+
+/** The request's client_params, read from its raw bytes whatever the Content-Type says. */
+async function bodyOf(c: Context<AppEnv>, pathGroup: string | undefined): Promise<ClientParams> {
   // Whatever the Content-Type, the bytes are read as UTF-8: a body declaring a content coding or
   // another charset would be misread, so it is refused (Zincati declares neither).
   const claim = bodyClaimProblem(c.req.raw.headers);
@@ -151,6 +154,29 @@ async function handle(c: Context<AppEnv>, op: "pre-reboot" | "steady-state") {
       "invalid_client_params",
       `the group in the URL ('${pathGroup}') differs from client_params.group ('${params.group}')`,
     );
+  }
+  return params;
+}
+
+async function handle(c: Context<AppEnv>, op: "pre-reboot"): Promise<{ granted: true }>;
+async function handle(c: Context<AppEnv>, op: "steady-state"): Promise<{ released: boolean }>;
+async function handle(c: Context<AppEnv>, op: "pre-reboot" | "steady-state") {
+  if (c.req.header("fleet-lock-protocol")?.trim().toLowerCase() !== "true") {
+    throw new FleetLockError(
+      "missing_protocol_header",
+      "FleetLock requests must carry the header 'fleet-lock-protocol: true'",
+    );
+  }
+  const { fleet, key, group: pathGroup } = c.req.param() as { fleet: string; key: string; group?: string };
+  if (!FLEET_ID.test(fleet) || !FLEETLOCK_KEY.test(key)) {
+    throw new FleetLockError("unauthorized", "invalid FleetLock key for this fleet");
+  }
+  let params: ClientParams;
+  try {
+    params = await bodyOf(c, pathGroup);
+  } catch (err) {
+    if (err instanceof FleetLockError) return refuseBody(c, fleet, key, err);
+    throw err;
   }
   const keyHash = await hashOf(key);
   if (op === "pre-reboot") {

@@ -14,7 +14,8 @@ const hostOf = (store: CoordinatorStore, h: Who) =>
 const subject = (h: Who) => (h.server_id ? `server:${h.server_id}` : `fleetlock:${h.id}`);
 
 export function rebootGranted(o: Outgoing, group: string, h: Who, now: number, extra: Record<string, unknown> = {}) {
-  if (h.id.startsWith("rollout:")) return;
+  // Nobody subscribed: no event, and no read of the server's hostname for its summary.
+  if (h.id.startsWith("rollout:") || !o.webhooks.wants("reboot.granted")) return;
   const host = hostOf(o.store, h);
   emit(
     o,
@@ -32,7 +33,7 @@ export type ReleaseReason =
   "steady_state" | "rebooted" | "force_release" | "unclaimed" | "server_removed" | "healthy_report";
 
 export function rebootReleased(o: Outgoing, group: string, h: Who, reason: ReleaseReason, now: number) {
-  if (h.id.startsWith("rollout:")) return;
+  if (h.id.startsWith("rollout:") || !o.webhooks.wants("reboot.released")) return;
   const host = hostOf(o.store, h);
   const why: Record<ReleaseReason, string> = {
     steady_state: "is back",

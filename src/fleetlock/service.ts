@@ -102,6 +102,9 @@ export async function rotateFleetlockKey(env: Env, actor: string, fleet: string)
 
 // ---- the FleetLock protocol (hosts) ----
 
+/** Whether the key (its digest) is the fleet's; a fleet that does not exist has none. */
+export const keyMatches = (env: Env, fleet: string, keyHash: string) => coordinatorOf(env, fleet).keyMatches(keyHash);
+
 /** UnlockIfHeld: the id's slot is released if it holds one. */
 export const steadyState = (env: Env, fleet: string, keyHash: string, params: { id: string; group: string }) =>
   coordinatorOf(env, fleet).steadyState(keyHash, params);

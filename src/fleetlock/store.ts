@@ -66,6 +66,9 @@ export const KEY = {
   queued: (group: string, id: string) => `queue:${group}:${id}`,
 } as const;
 
+/** A group nobody waits in: one value, so saving it again is seen as no change. */
+const NO_QUEUE: Queue = Object.freeze([]);
+
 /** Config and groups (a handful of small objects) and the parked hosts, so the host path reads no storage but the registry. */
 interface Mirror {
   config: FleetConfig | null;
@@ -198,7 +201,7 @@ export class CoordinatorStore {
   // ---- the queues of parked hosts ----
 
   queue(name: string): Queue {
-    return this.m.queues.get(name) ?? [];
+    return this.m.queues.get(name) ?? NO_QUEUE;
   }
 
   /** The groups with parked hosts, as a copy: callers save while they walk it. */
@@ -209,7 +212,7 @@ export class CoordinatorStore {
   /** Stores a queue's added and removed entries, then mirrors it in memory. */
   saveQueue(name: string, after: Queue) {
     const before = this.queue(name);
-    if (before === after) return;
+    if (before === after || (before.length === 0 && after.length === 0)) return;
     this.onChange(name);
     // Entries are immutable: a new object under an id already stored (a host parking again after
     // its wait ran out) replaces the old one, so compare objects, not ids.

@@ -47,6 +47,9 @@ export async function createFleet(env: Env, actor: string, input: FleetInput): P
     defaultGroupSlots: input.default_group_slots,
     disruptionBudget: input.disruption_budget,
     imagePolicy: input.image_policy,
+    // No webhook yet (a deleted fleet's coordinator is wiped before its id is free again): its
+    // ledgers keep drift-only news home until one asks (src/fleetlock/health-watch.ts).
+    healthWatch: 0,
     createdAt: Date.now(),
   };
   try {

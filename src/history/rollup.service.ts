@@ -2,28 +2,40 @@
  * The cron's rollup of every fleet (src/scheduled.ts): on the first tick of each 5-minute period,
  * each fleet's figures are read in a few aggregates and compared with its last row; a row is
  * written only for a fleet whose figures changed or that rebooted or started a rollout, and rows
- * past 30 days are pruned in the same batch. A quiet deployment's rollup writes nothing.
+ * past 30 days are pruned in the same batch (and once a day). A quiet deployment's rollup writes
+ * nothing: no row, no cursor, no deletion.
  */
 import { getDb } from "../db/client";
 import { SERVER_STATUSES } from "../domain/enums";
 import type { Env } from "../env";
 import { zeros } from "../status/counts";
-import { fleetVersions, periodOf, pruneBefore, rollupDue, worthARow, type Figures } from "./rollup";
+import { fleetVersions, periodOf, pruneBefore, pruneDue, rollupDue, worthARow, type Figures } from "./rollup";
 import { countEvents, readInputs, rolledPeriod, writeRollup } from "./store";
 
 export interface RollupResult {
   fleets: number;
   written: number;
+  /** Whether it marked its period rolled up (with rows or the audit cursor): not when quiet. */
+  marked: boolean;
 }
 
 /**
- * The cron's entry: a rollup on the first tick of each period (the period's cursor, written in the
- * rollup's batch, says which was rolled up last), else nothing but that one read. A tick missed
- * or late still rolls its period up; two ticks in a period roll it up once.
+ * The last period this isolate rolled up and found quiet: its later ticks here read nothing. Only
+ * a saving: a tick in another isolate rolls the period up again, reads, and writes the same nothing.
+ */
+let quietPeriod: number | null = null;
+
+/**
+ * The cron's entry: a rollup on the first tick of each period, else nothing but the read of its
+ * cursor (written in any batch that writes rows or moves the audit cursor), or nothing at all
+ * after a quiet rollup in this isolate. A tick missed or late still rolls its period up.
  */
 export async function rollupIfDue(env: Env, now: number): Promise<RollupResult | null> {
+  if (periodOf(now) === quietPeriod) return null;
   if (!rollupDue(now, await rolledPeriod(getDb(env.DB)))) return null;
-  return rollupHistory(env, now);
+  const result = await rollupHistory(env, now);
+  quietPeriod = result.marked ? null : periodOf(now);
+  return result;
 }
 
 /** Rolls every fleet up for the period of `now`, due or not. */
@@ -71,6 +83,8 @@ export async function rollupHistory(env: Env, now: number): Promise<RollupResult
   const rows = [...figures]
     .filter(([fleet, f]) => worthARow(last.get(fleet), f))
     .map(([fleet, f]) => ({ fleet, figures: f }));
-  await writeRollup(env.DB, rows, { from: input.cursor, to: input.maxAuditId }, at, pruneBefore(now));
-  return { fleets: ids.length, written: rows.length };
+  const cursor = { from: input.cursor, to: input.maxAuditId };
+  const prune = pruneDue(now, rows.length > 0) ? pruneBefore(now) : null;
+  const marked = await writeRollup(env.DB, rows, cursor, at, prune);
+  return { fleets: ids.length, written: rows.length, marked };
 }

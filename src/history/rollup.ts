@@ -34,11 +34,20 @@ export interface Figures {
 
 export const periodOf = (now: number) => now - (now % PERIOD_MS);
 
-/** Whether the cron's tick at `now` rolls up: the first tick of a period not rolled up yet (`rolled`: the last one that was). */
+const DAY_MS = 86_400_000;
+
+/** Whether the cron's tick at `now` rolls up: a period no rollup wrote for yet (`rolled`: the last one that did). */
 export const rollupDue = (now: number, rolled: number | null) => rolled === null || periodOf(now) > rolled;
 
 /** The cutoff below which rows go (all but the newest row below it, per fleet). */
 export const pruneBefore = (now: number) => periodOf(now) - RETENTION_MS;
+
+/**
+ * Whether the rollup at `now` prunes: with the rows it writes (the history grows only then), and
+ * once a day whatever it writes, so a fleet gone quiet still loses its rows past the retention. A
+ * pruning that finds nothing to delete writes nothing.
+ */
+export const pruneDue = (now: number, writing: boolean) => writing || periodOf(now) % DAY_MS === 0;
 
 /** One agent's instance counts by reported version (null: not reported), bounded. */
 export function agentVersions(rows: { version: string | null; n: number }[]): AgentVersions {

@@ -14,10 +14,10 @@ import type { Figures } from "./rollup";
 const AUDIT_CURSOR = "history_audit";
 /** Fleets' rows per INSERT: a statement's JSON stays far under D1's limits (a row is a few KB at most). */
 const ROWS_PER_STATEMENT = 50;
-/** The period the rollup last ran for (its start, ms): a tick in the same period does nothing. */
+/** The period the rollup last wrote for (its start, ms): a repeated first tick of it does nothing. */
 const PERIOD_CURSOR = "history";
 
-/** The period the rollup last ran for, or null before the first rollup: the one read a tick costs. */
+/** The period the rollup last wrote for, or null before any did: the one read a first tick costs. */
 export async function rolledPeriod(db: Db): Promise<number | null> {
   const rows = await db.select({ at: cronCursors.at }).from(cronCursors).where(eq(cronCursors.name, PERIOD_CURSOR));
   return rows[0]?.at ?? null;
@@ -94,14 +94,16 @@ export async function countEvents(db: Db, after: number, upTo: number) {
 /**
  * The rollup's one batch: the rows (each only while its fleet exists, so a fleet deleted meanwhile
  * gets none; a repeated tick's row for the same period is dropped), the audit cursor if it moved,
- * and the pruning (rows past the retention, but each fleet's newest of them: its state at the cutoff).
+ * the period's cursor with either, and the pruning when asked (`cutoff`: rows past the retention,
+ * but each fleet's newest of them: its state at the cutoff). Nothing to write sends nothing;
+ * answers whether it marked the period rolled up.
  */
 export async function writeRollup(
   d1: D1Database,
   rows: { fleet: string; figures: Figures }[],
   cursor: { from: number | null; to: number },
   period: number,
-  cutoff: number,
+  cutoff: number | null,
 ) {
   // Raw statements (drizzle's batch takes its builders only): the rows as JSON, a chunk to a
   // statement (json_each), so a rollup is a few statements whatever the number of fleets.
@@ -120,16 +122,19 @@ export async function writeRollup(
     "INSERT INTO cron_cursors (name, at) VALUES (?1, ?2) ON CONFLICT (name) DO UPDATE SET at = excluded.at",
   );
   if (cursor.from !== cursor.to) stmts.push(setCursor.bind(AUDIT_CURSOR, cursor.to));
-  stmts.push(setCursor.bind(PERIOD_CURSOR, period));
-  stmts.push(
-    d1
-      .prepare(
-        `DELETE FROM fleet_history WHERE at < ?1 AND EXISTS (
+  const marked = stmts.length > 0;
+  if (marked) stmts.push(setCursor.bind(PERIOD_CURSOR, period));
+  if (cutoff !== null)
+    stmts.push(
+      d1
+        .prepare(
+          `DELETE FROM fleet_history WHERE at < ?1 AND EXISTS (
            SELECT 1 FROM fleet_history AS n WHERE n.fleet_id = fleet_history.fleet_id AND n.at > fleet_history.at AND n.at <= ?1)`,
-      )
-      .bind(cutoff),
-  );
-  await d1.batch(stmts);
+        )
+        .bind(cutoff),
+    );
+  if (stmts.length) await d1.batch(stmts);
+  return marked;
 }
 
 export type HistoryRow = typeof fleetHistory.$inferSelect;

@@ -7,6 +7,7 @@
 import type { NoticeInput } from "../notices/notices";
 import { getDb } from "../db/client";
 import type { Env } from "../env";
+import { DriftWatch } from "../fleetlock/ledger-side";
 import { Outbox } from "../objects/kit/outbox";
 import { Scheduler } from "../objects/kit/scheduler";
 import { socketRoom } from "../objects/kit/sockets";
@@ -30,6 +31,7 @@ export function assemble(
   const quiet = new QuietWatch(scheduler, store);
   const hostConnected = () => sockets.hostConnected();
   const leased = () => hostConnected() || quiet.watching();
+  const driftWatch = new DriftWatch();
   const effects = ledgerEffects({
     env,
     db,
@@ -37,6 +39,7 @@ export function assemble(
     store,
     cleaned: (step) => cleanupDelivered(parts, step),
     leased,
+    driftWatch,
     // One pending console notice per ledger (keyed): the newest stands for every change before it.
     shown: (fleet, server) =>
       outbox.enqueue("feed", { fleet, kind: "server", ids: [server], from: `server:${server}` } satisfies NoticeInput, {
@@ -44,7 +47,7 @@ export function assemble(
       }),
   });
   const outbox = new Outbox(ctx.storage, scheduler, effects, db);
-  const parts: LedgerParts = { store, outbox, scheduler, clock, hostConnected, leased, quiet };
+  const parts: LedgerParts = { store, outbox, scheduler, clock, hostConnected, leased, quiet, driftWatch };
   const sockets = new LedgerSockets(parts, socketRoom(ctx));
   return { parts, sockets };
 }

@@ -1,5 +1,6 @@
 import { DurableObject } from "cloudflare:workers";
 import type { Env } from "../env";
+import { fixHoldAnnounced } from "../fleetlock/ledger-side";
 import type { HeldNames } from "../fleetlock/store";
 import type { FleetPlanInputs } from "../planner/plan";
 import { fail, type Failure, type Result } from "../objects/kit/result";
@@ -140,6 +141,19 @@ export class ServerLedger extends DurableObject<Env> {
 
   view(): ServerView | null {
     return viewOf(this.parts.store, this.parts.clock());
+  }
+
+  /**
+   * A drift fix's hold at its end (src/fleetlock/fix-budget.ts): the desired generation and
+   * whether it is realized. Not yet realized, the hold stays for the realized report, so the
+   * ledger sends it then (../fleetlock/ledger-side.ts).
+   */
+  fixHoldAsked(): { generation: number; realized: boolean } | null {
+    const view = this.view();
+    if (!view) return null;
+    const realized = view.computed.status === "realized";
+    if (!realized) fixHoldAnnounced(this.parts.store, view.desired.generation - 1);
+    return { generation: view.desired.generation, realized };
   }
 
   async applyPlan(

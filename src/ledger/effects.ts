@@ -17,7 +17,7 @@ import type { CleanupStep } from "./lifecycle";
 import { buildProjection, lastSeenDue, projectionStatements, sameSignatures } from "./projection";
 import type { LedgerStore, ProjectedMark } from "./store";
 import { rolloutEventEffect } from "../rollouts/ledger-side";
-import { serverHealthEffect } from "../fleetlock/ledger-side";
+import { driftWatchRead, serverHealthEffect, watchedIn, type DriftWatch } from "../fleetlock/ledger-side";
 import { coordinatorOf } from "../objects/stubs";
 import { ownedEvent, webhookEventEffect } from "../webhooks/outbox";
 import { feedEffect } from "../notices/notices";
@@ -181,6 +181,8 @@ export interface LedgerEffectWiring {
   leased: () => boolean;
   /** The index now shows a change of this server (not a heartbeat): open console pages are told. */
   shown: (fleet: string, serverId: string) => void;
+  /** Whether the fleet wants drift-only health events, read in the projection's batch. */
+  driftWatch: DriftWatch;
 }
 
 export function ledgerEffects(w: LedgerEffectWiring): Record<LedgerEffectKind, Effect> {
@@ -208,7 +210,7 @@ export function ledgerEffects(w: LedgerEffectWiring): Record<LedgerEffectKind, E
     // Rollouts: a target's outcome, keyed per rollout.
     rollout_event: rolloutEventEffect(w.env),
     // Reboot safety: a new boot, realized, failed or drifted, for the fleet's coordinator.
-    server_health: serverHealthEffect(w.env),
+    server_health: serverHealthEffect(w.env, w.driftWatch),
     // Webhooks: the server registered or removed, for the fleet's coordinator to send.
     webhook_event: webhookEventEffect(w.env),
     // The console's live notice (src/notices/notices.ts), raised when the projection wrote a change.
@@ -258,11 +260,14 @@ function projectEffect(w: LedgerEffectWiring): Effect {
   let inFlight: ProjectedMark | null = null;
   /** The fleet whose pages show a change the delivery under way writes (null: a heartbeat, or nothing). */
   let changedIn: { fleet: string; server: string } | null = null;
+  /** A drift-only health event waits on the fleet's watch: read last in this batch, for nothing more. */
+  let watchRead: ((watched: boolean) => void) | null = null;
   return {
     target: "d1",
     statements: () => {
       inFlight = null;
       changedIn = null;
+      watchRead = null;
       // The index never shows a heartbeat the ledger could lose on eviction.
       w.store.persistHeartbeat();
       const state = w.store.load();
@@ -283,13 +288,17 @@ function projectEffect(w: LedgerEffectWiring): Effect {
       inFlight = serverRow
         ? { written: p.signatures, last_seen_written: lastSeen, leased }
         : { written: p.signatures, last_seen_written: mark?.last_seen_written ?? null, leased: mark?.leased ?? false };
-      return statements;
+      if (!w.driftWatch.wanted()) return statements;
+      watchRead = w.driftWatch.reading();
+      return [...statements, driftWatchRead(w.db(), state.record.fleet_id)];
     },
-    delivered: () => {
+    delivered: (_p: unknown, results: unknown[]) => {
       if (inFlight) w.store.setProjected(inFlight);
       if (changedIn) w.shown(changedIn.fleet, changedIn.server);
+      if (watchRead) watchRead(watchedIn(results.at(-1)));
       inFlight = null;
       changedIn = null;
+      watchRead = null;
     },
   };
 }

@@ -3,6 +3,7 @@
  * handed, never the object itself, so no module calls back into it. Built once per object by
  * ./assemble.ts from the constructor's arguments; nothing is set on them afterwards.
  */
+import type { DriftWatch } from "../fleetlock/ledger-side";
 import type { Scheduler } from "../objects/kit/scheduler";
 import type { LedgerOutbox } from "./effects";
 import type { QuietWatch } from "./quiet";
@@ -21,4 +22,6 @@ export interface LedgerParts {
   /** Whether the host's index row is leased: its socket or the quiet watch (./quiet.ts) watches it. */
   leased: () => boolean;
   quiet: QuietWatch;
+  /** Whether the fleet wants drift-only health events (memory only, ../fleetlock/ledger-side.ts). */
+  driftWatch: DriftWatch;
 }

@@ -2,6 +2,7 @@
  * The planner's write into a ledger (docs/operator-guide.md). The step itself is pure, in
  * src/planner/ledger-side.ts; this applies it to the store and outbox.
  */
+import { fixHoldAnnounced } from "../fleetlock/ledger-side";
 import type { FleetPlanInputs } from "../planner/plan";
 import { fail, type Result } from "../objects/kit/result";
 import { planStep, type PlanState } from "../planner/ledger-side";
@@ -42,6 +43,9 @@ export function applyPlan(
   const state = d.store.load();
   if (!state) return fail("not_found", "server does not exist");
   if (state.record.state === "removed") return fail("server_removed", "a removed server is not planned");
+  // The coordinator holds a budget unit for this fix until a realized report past the generation
+  // it saw: every one goes out until one has, whatever this write turns out to change.
+  if (meta.deadline !== undefined) fixHoldAnnounced(d.store, state.desired.generation);
   const before = d.store.plan();
   const current: PlanState = meta.release ? { mode: "planned", rev: before.rev } : before;
   const now = d.clock();

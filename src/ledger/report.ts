@@ -12,7 +12,7 @@ import { heartbeatPersistMs } from "./quiet";
 import type { ServerRecord } from "../model/server/record";
 import { answerRefresh } from "./refresh";
 import { settleRolloutMarks } from "./rollout-marks";
-import { serverHealthEventOf } from "../fleetlock/ledger-side";
+import { sendHealth, serverHealthEventOf } from "../fleetlock/ledger-side";
 import type { InventoryReport, ReportAccepted, StoredReport } from "../model/server/schemas";
 import { computeStatus, type ComputedStatus } from "../model/server/status";
 import { contentKey } from "../domain/report-content";
@@ -91,11 +91,8 @@ export function acceptReport(
     // however long it was away): the coordinator's fleet-health gates are told. Only then: one
     // comparison per heartbeat, no write.
     if (staleSeen && now - previous.received_at > record.stale_after_s * 1000) {
-      const health = serverHealthEventOf(record, desired, previous, stored, now);
-      if (health) {
-        d.outbox.enqueue("server_health", health);
+      if (sendHealth(d, serverHealthEventOf(record, desired, previous, stored, now), desired.generation))
         enqueued = true;
-      }
     }
   } else {
     d.store.transaction(() => {
@@ -120,9 +117,8 @@ export function acceptReport(
         d.outbox.enqueue("release", release, { key: "release" });
       }
       // A new boot, or becoming realized, failed or drifted, or back from stale with the same
-      // content: the coordinator's health rules and its fleet-health gates.
-      const health = serverHealthEventOf(record, desired, previous, stored, now, staleSeen);
-      if (health) d.outbox.enqueue("server_health", health);
+      // content: the coordinator's health rules, its fleet-health gates and webhooks, if they can use it.
+      sendHealth(d, serverHealthEventOf(record, desired, previous, stored, now, staleSeen), desired.generation);
     });
     enqueued = true;
   }

@@ -12,6 +12,7 @@ import type { Signatures } from "./projection";
 import type { ServerRecord, DesiredState } from "../model/server/record";
 import { contentKey } from "../domain/report-content";
 import type { StoredReport } from "../model/server/schemas";
+import type { HealthSent } from "../fleetlock/ledger-side";
 import { FORMAT_KEY, LEDGER_FORMAT, upgradeLedgerStorage, type FormatUpgrade } from "./storage-format";
 
 const KEY = {
@@ -31,6 +32,8 @@ const KEY = {
   refresh: "refresh",
   /** Per agent, the generation a rollout wrote and has not yet heard settled. */
   rolloutMarks: "rollout_marks",
+  /** What the coordinator was last told of the server's realization (src/fleetlock/ledger-side.ts). */
+  healthSent: "health_sent",
 } as const;
 
 /** A refresh is pending from `requested_at` until the first report after it (`answered_at`). */
@@ -83,6 +86,7 @@ export class LedgerStore {
   /** Undefined until first read; null while no server is registered here. */
   private cache?: LedgerState | null;
   private refreshMemo?: RefreshState | null;
+  private healthSentMemo?: HealthSent | null;
   /** open() checked (and upgraded) the format: load() need not read it again. */
   private formatKnown = false;
 
@@ -237,6 +241,20 @@ export class LedgerStore {
   }
 
   /** Planning, lifecycle and refresh state: shown in the view, so what waits on the view wakes. */
+  /** Read once per life of the object: a changed report looks at it, and it changes seldom. */
+  healthSent(): HealthSent | null {
+    if (this.healthSentMemo === undefined) this.healthSentMemo = this.kv.get<HealthSent>(KEY.healthSent) ?? null;
+    return this.healthSentMemo;
+  }
+
+  /** Written only when it changes; nothing the host or a waiter sees, so no wake. */
+  setHealthSent(sent: HealthSent) {
+    const was = this.healthSent();
+    if (was && JSON.stringify(was) === JSON.stringify(sent)) return;
+    this.kv.put(KEY.healthSent, sent);
+    this.healthSentMemo = sent;
+  }
+
   private putShown(key: typeof KEY.plan | typeof KEY.lifecycle | typeof KEY.refresh, value: unknown) {
     if (value === null) this.kv.delete(key);
     else this.kv.put(key, value);

@@ -7,6 +7,7 @@
  * rollouts, not above them.
  */
 import { z } from "@hono/zod-openapi";
+import { outboundUrlProblem } from "../lib/url";
 import { labelKey, labelsSchema } from "./server/labels";
 import { MaintenanceWindowSchema } from "./windows";
 
@@ -172,3 +173,30 @@ export const StrategyInput = z
   })
   .openapi("RolloutStrategy");
 export type StrategyInput = z.infer<typeof StrategyInput>;
+
+const isObject = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v);
+
+/**
+ * The analysis checks' URLs Harbormaster may not call (HTTPS, or http to loopback in local runs),
+ * each by its place below the strategy (`steps.2.checks.0.endpoint`). The one walk for a strategy
+ * sent with a rollout and for a fleet spec's defaults; it takes what was sent as it is, so a spec
+ * whose schema failed elsewhere still lists them. A URL the schema refuses (not http(s) at all) is
+ * the schema's problem, not listed twice.
+ */
+export function strategyUrlProblems(
+  strategy: unknown,
+  allowLoopbackHttp: boolean,
+): { path: string; field: "endpoint" | "url"; problem: string }[] {
+  const steps = isObject(strategy) && Array.isArray(strategy.steps) ? strategy.steps : [];
+  return steps.flatMap((step: unknown, i) => {
+    const checks = isObject(step) && Array.isArray(step.checks) ? step.checks : [];
+    return checks.flatMap((check: unknown, j) => {
+      if (!isObject(check)) return [];
+      const field = check.kind === "prometheus" ? "endpoint" : check.kind === "https" ? "url" : null;
+      const url = field ? check[field] : undefined;
+      if (!field || typeof url !== "string" || !/^https?:\/\//.test(url)) return [];
+      const problem = outboundUrlProblem(url, allowLoopbackHttp);
+      return problem ? [{ path: `steps.${i}.checks.${j}.${field}`, field, problem }] : [];
+    });
+  });
+}

@@ -7,7 +7,7 @@
  */
 import { z } from "@hono/zod-openapi";
 
-export const DAYS = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"] as const;
+const DAYS = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"] as const;
 type Day = (typeof DAYS)[number];
 
 export interface MaintenanceWindow {
@@ -19,7 +19,7 @@ export interface MaintenanceWindow {
 }
 
 const MINUTES_PER_DAY = 1440;
-export const MINUTES_PER_WEEK = 7 * MINUTES_PER_DAY;
+const MINUTES_PER_WEEK = 7 * MINUTES_PER_DAY;
 
 // Formatters are costly to build and zone data never changes within an isolate's life.
 const formatters = new Map<string, Intl.DateTimeFormat>();
@@ -68,20 +68,36 @@ function parseStartTime(hhmm: string): number {
   return h * 60 + m;
 }
 
+/** The local minutes of the week at which the window opens, one per day. */
+const openingsOf = (w: MaintenanceWindow): number[] => {
+  const start = parseStartTime(w.start_time);
+  return w.days.map((d) => DAYS.indexOf(d) * MINUTES_PER_DAY + start);
+};
+
 /** Whether one window is open at `nowMs` (start inclusive, end exclusive). */
 export function windowOpen(w: MaintenanceWindow, nowMs: number): boolean {
   const now = localMinuteOfWeek(nowMs, w.time_zone);
-  const start = parseStartTime(w.start_time);
-  return w.days.some((d) => {
-    const opensAt = DAYS.indexOf(d) * MINUTES_PER_DAY + start;
-    // Modular distance handles windows that wrap past midnight or past Sunday into Monday.
-    return (now - opensAt + MINUTES_PER_WEEK) % MINUTES_PER_WEEK < w.length_minutes;
-  });
+  // Modular distance handles windows that wrap past midnight or past Sunday into Monday.
+  return openingsOf(w).some((opensAt) => (now - opensAt + MINUTES_PER_WEEK) % MINUTES_PER_WEEK < w.length_minutes);
 }
 
 /** No windows means no restriction; otherwise grants happen only inside one of them. */
 export function withinWindows(windows: readonly MaintenanceWindow[], nowMs: number): boolean {
   return windows.length === 0 || windows.some((w) => windowOpen(w, nowMs));
+}
+
+/** When the earliest of the windows opens after `nowMs` (ms, to the minute); null when one is open or there is none. */
+export function nextOpening(windows: readonly MaintenanceWindow[], nowMs: number): number | null {
+  if (withinWindows(windows, nowMs)) return null;
+  let best = Infinity;
+  for (const w of windows) {
+    const now = localMinuteOfWeek(nowMs, w.time_zone);
+    for (const opensAt of openingsOf(w))
+      best = Math.min(best, (opensAt - now + MINUTES_PER_WEEK) % MINUTES_PER_WEEK || MINUTES_PER_WEEK);
+  }
+  if (best === Infinity) return null;
+  // To the start of that minute; a DST shift may move it, and the caller looks again then.
+  return Math.floor(nowMs / 60_000) * 60_000 + best * 60_000;
 }
 
 const FULL_DAY_NAMES: Record<string, Day> = {

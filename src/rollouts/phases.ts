@@ -8,7 +8,8 @@
 import type { BlockedBy } from "../model/blocked-by";
 import type { RolloutParts } from "./parts";
 import type { PhaseState } from "./store";
-import { nextOpening, stepOf, type Plan } from "./strategy";
+import { nextOpening } from "../model/windows";
+import { stepOf, type Plan } from "./strategy";
 import { audit, entered } from "./transitions";
 import { rolloutWebhook } from "./webhook-events";
 

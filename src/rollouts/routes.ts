@@ -16,7 +16,7 @@ import {
   jsonResponse,
   notFoundError,
 } from "../http/openapi";
-import { DomainError } from "../domain/errors";
+import { DomainError, unknownFleet } from "../domain/errors";
 import {
   cursorParam,
   decodeCursor,
@@ -39,7 +39,6 @@ import {
   refuseHiddenRollout,
   rolloutEvents,
   rolloutTargets,
-  unknownFleet,
 } from "./service";
 import { ROLLOUT_STATES, TARGET_STATES, type Control } from "./machine";
 import type { RolloutSummary } from "./views";

@@ -1,7 +1,9 @@
 /**
  * A Rollout object's analysis samples, in the format of storage-format.ts: one row per check and
  * sample (its value, its threshold, when, and whether it held), read by the summary's
- * blocked_by, the API (GET /v1/rollouts/{id}) and the rollout page's chart.
+ * blocked_by, the API (GET /v1/rollouts/{id}) and the rollout page's chart. The newest ones a
+ * summary shows are read once per object's life and then kept by their one writer, `add`: a
+ * summary (every GET, every long poll's wake) reads no sample row again.
  */
 import type { CheckResult } from "./strategy";
 
@@ -21,7 +23,15 @@ export interface SampleRow {
 const SAMPLES_SHOWN = 500;
 
 export class Samples {
+  /** The newest SAMPLES_SHOWN rows, oldest first, once read; null until then (or after a refused turn). */
+  private shown: SampleRow[] | null = null;
+
   constructor(private readonly sql: SqlStorage) {}
+
+  /** The rows kept in memory no longer say what storage holds (the turn that added them was undone). */
+  forget() {
+    this.shown = null;
+  }
 
   add(phase: number, seq: number, at: number, results: (CheckResult & { name: string })[]) {
     for (const r of results)
@@ -38,10 +48,29 @@ export class Samples {
         r.threshold,
         r.detail,
       );
+    if (!this.shown) return;
+    for (const r of results)
+      this.shown.push({
+        phase,
+        seq,
+        check: r.check,
+        name: r.name,
+        at,
+        ok: r.ok,
+        value: r.value,
+        threshold: r.threshold,
+        detail: r.detail,
+      });
+    if (this.shown.length > SAMPLES_SHOWN) this.shown.splice(0, this.shown.length - SAMPLES_SHOWN);
   }
 
-  /** The newest samples, oldest first. */
-  recent(limit = SAMPLES_SHOWN): SampleRow[] {
+  /** The newest samples a summary shows, oldest first (a copy: callers may keep it). */
+  recent(): SampleRow[] {
+    this.shown ??= this.read(SAMPLES_SHOWN);
+    return [...this.shown];
+  }
+
+  private read(limit: number): SampleRow[] {
     return this.sql
       .exec<{
         phase: number;

@@ -14,7 +14,7 @@ import { imageForFleet } from "../images/resolve";
 import { getFleet } from "../fleets/store";
 import { chunk } from "../lib/chunk";
 import { iso } from "../lib/time";
-import { DomainError, notFound } from "../domain/errors";
+import { DomainError, notFound, unknownFleet } from "../domain/errors";
 import { visibleFleets, type Principal } from "../domain/principal";
 import { inVisibleFleets } from "../db/access";
 import { CANCEL_GRACE_S } from "../domain/limits";
@@ -230,8 +230,6 @@ async function strategyOf(
     );
   return { strategy: parsed.data, source: "fleet_default" };
 }
-
-export const unknownFleet = (fleet: string) => new DomainError("unknown_fleet", `fleet '${fleet}' does not exist`);
 
 export async function createRollout(
   env: Env,

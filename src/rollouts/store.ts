@@ -47,7 +47,14 @@ export class RolloutStore {
 
   /** One synchronous storage turn: all of it commits, or none. */
   transaction<T>(fn: () => T): T {
-    return this.storage.transactionSync(fn);
+    try {
+      return this.storage.transactionSync(fn);
+    } catch (err) {
+      // Undone: what the turn's writers kept in memory beside their rows is read again.
+      this.samples.forget();
+      this.targets.forget();
+      throw err;
+    }
   }
 
   // ---- spec and core ----

@@ -9,10 +9,9 @@ import type { Db } from "../db/client";
 import { serverLabels } from "../db/schema";
 import { DomainError } from "../domain/errors";
 import type { Fetcher } from "../fleetlock/external-check";
-import { outboundUrlProblem } from "../lib/url";
 import { prometheusCheck } from "./analysis-checks";
 import { planStrategy, type Plan, type PlanTarget } from "./strategy";
-import type { StrategyInput } from "../model/strategy";
+import { strategyUrlProblems, type StrategyInput } from "../model/strategy";
 
 /** How long creation waits for a Prometheus endpoint: a host that hangs must not hold the request. */
 const CREATE_PROBE_TIMEOUT_S = 3;
@@ -38,16 +37,10 @@ export async function checkStrategy(
   strategy: StrategyInput,
   targets: PlanTarget[],
 ): Promise<{ plan: Plan; phaseOf: Map<string, number> }> {
-  const urls: Problem[] = [];
-  strategy.steps.forEach((s, i) => {
-    if (s.type !== "analysis") return;
-    s.checks.forEach((c, j) => {
-      const [field, url] =
-        c.kind === "prometheus" ? ["endpoint", c.endpoint] : c.kind === "https" ? ["url", c.url] : [];
-      const problem = url ? outboundUrlProblem(url, opts.allowLoopbackHttp) : null;
-      if (problem) urls.push({ path: `strategy.steps.${i}.checks.${j}.${field}`, message: problem });
-    });
-  });
+  const urls = strategyUrlProblems(strategy, opts.allowLoopbackHttp).map((p) => ({
+    path: `strategy.${p.path}`,
+    message: p.problem,
+  }));
   if (urls.length) refuse("validation_failed", urls);
 
   // Label keys: a key no server of the fleet has is a typo, not an empty wave.

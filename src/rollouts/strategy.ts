@@ -11,7 +11,7 @@
  * checks held through its bake time).
  */
 import type { BlockedBy } from "../model/blocked-by";
-import { withinWindows, localMinuteOfWeek, DAYS, MINUTES_PER_WEEK, type MaintenanceWindow } from "../model/windows";
+import { nextOpening } from "../model/windows";
 import type { Labels } from "../model/server/labels";
 import type { AnalysisCheck, Comparison, StrategyInput, StrategyStep } from "../model/strategy";
 
@@ -273,26 +273,6 @@ export function judgeAnalysis(
     }
   }
   return sampledAt >= until ? { state: "passed" } : { state: "running" };
-}
-
-// ---- windows ----
-
-/** When the earliest of the windows opens after `now` (ms, to the minute); null when one is open or there is none. */
-export function nextOpening(windows: readonly MaintenanceWindow[], now: number): number | null {
-  if (withinWindows(windows, now)) return null;
-  let best = Infinity;
-  for (const w of windows) {
-    const local = localMinuteOfWeek(now, w.time_zone);
-    const [h, m] = w.start_time.split(":").map(Number);
-    for (const d of w.days) {
-      const opensAt = DAYS.indexOf(d) * 1440 + h * 60 + m;
-      const minutes = (opensAt - local + MINUTES_PER_WEEK) % MINUTES_PER_WEEK || MINUTES_PER_WEEK;
-      best = Math.min(best, minutes);
-    }
-  }
-  if (best === Infinity) return null;
-  // To the start of that minute; a DST shift may move it, and the object looks again then.
-  return Math.floor(now / 60_000) * 60_000 + best * 60_000;
 }
 
 // ---- why it waits ----

@@ -29,10 +29,22 @@ export interface NewTarget {
 export type DirtyTarget = Target & { dirty: number };
 
 export class TargetRows {
+  /**
+   * Each phase's first hostnames in the first pass, by `phases(shown)`: fixed once the first pass
+   * is inserted (a target never changes phase, hostname or seq), so read once per object's life.
+   */
+  private firstHostnames: { shown: number; byPhase: Map<number, string[]> } | null = null;
+
   constructor(private readonly sql: SqlStorage) {}
+
+  /** What is kept in memory no longer says what storage holds (a turn was undone). */
+  forget() {
+    this.firstHostnames = null;
+  }
 
   /** The first pass, `seq` in the order given. */
   insertFirstPass(image: string, version: string, targets: NewTarget[]) {
+    this.firstHostnames = null;
     targets.forEach((t, i) => {
       this.sql.exec(
         `INSERT INTO targets (pass, server_id, seq, hostname, reboot_group, state, image, version, ended_at, reason, phase)
@@ -254,17 +266,26 @@ export class TargetRows {
       e.counts[r.state] = r.n;
       out.set(r.phase, e);
     }
-    for (const phase of out.keys()) {
-      out.get(phase)!.hostnames = this.sql
-        .exec<{ hostname: string }>(
-          "SELECT hostname FROM targets WHERE pass = 0 AND phase = ? ORDER BY seq LIMIT ?",
-          phase,
-          shown,
-        )
-        .toArray()
-        .map((r) => r.hostname);
-    }
+    const hostnames = this.hostnamesByPhase(shown);
+    for (const [phase, e] of out) e.hostnames = hostnames.get(phase) ?? [];
     return out;
+  }
+
+  /** Each phase's first `shown` hostnames of the first pass, in one statement, once. */
+  private hostnamesByPhase(shown: number): Map<number, string[]> {
+    if (this.firstHostnames?.shown === shown) return this.firstHostnames.byPhase;
+    const byPhase = new Map<number, string[]>();
+    const rows = this.sql
+      .exec<{ phase: number; hostname: string }>(
+        `SELECT phase, hostname FROM (
+           SELECT phase, hostname, seq, row_number() OVER (PARTITION BY phase ORDER BY seq) AS k FROM targets WHERE pass = 0
+         ) WHERE k <= ? ORDER BY phase, seq`,
+        shown,
+      )
+      .toArray();
+    for (const r of rows) byPhase.set(r.phase, [...(byPhase.get(r.phase) ?? []), r.hostname]);
+    this.firstHostnames = { shown, byPhase };
+    return byPhase;
   }
 
   // ---- slow servers ----

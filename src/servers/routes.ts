@@ -2,6 +2,7 @@ import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
 import { requireScope } from "../auth/principal";
 import { actorOf, fleetAllowed, visibleFleets } from "../domain/principal";
 import { MAX_WAIT_S } from "../domain/limits";
+import { unknownFleet } from "../domain/errors";
 import { fleetId } from "../fleets/schemas";
 import { locationOfCreated } from "../http/location";
 import {
@@ -39,7 +40,6 @@ import {
   resolveServer,
   searchServers,
   serverIfChanged,
-  unknownFleet,
 } from "./service";
 import { serverDetail, serverSummary } from "./store";
 
@@ -69,7 +69,7 @@ export const serverRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHoo
     async (c) => {
       const input = c.req.valid("json");
       // Exactly what registration answers for a fleet that does not exist.
-      if (!fleetAllowed(c.var.principal, input.fleet)) unknownFleet(input.fleet);
+      if (!fleetAllowed(c.var.principal, input.fleet)) throw unknownFleet(input.fleet);
       const { view, token } = await registerServer(c.env, actorOf(c.var.principal), input);
       return c.json({ ...serverDetail(view), token }, 201);
     },

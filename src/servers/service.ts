@@ -16,7 +16,7 @@ import { issueToken } from "../auth/tokens";
 import { getDb, type Db } from "../db/client";
 import { servers, specServerLabels } from "../db/schema";
 import { and, eq } from "drizzle-orm";
-import { DomainError, notFound } from "../domain/errors";
+import { DomainError, notFound, unknownFleet } from "../domain/errors";
 import type { Env } from "../env";
 import { visibleFleets, type Principal } from "../domain/principal";
 import { FLEET_ID } from "../fleets/schemas";
@@ -73,10 +73,6 @@ async function withDeclaredLabels(db: Db, fleet: string, hostname: string, own: 
   return Object.keys(merged).length > MAX_SERVER_LABELS ? sortedLabels(own) : merged;
 }
 
-export function unknownFleet(fleet: string): never {
-  throw new DomainError("unknown_fleet", `fleet '${fleet}' does not exist`);
-}
-
 export async function registerServer(
   env: Env,
   actor: string,
@@ -85,7 +81,7 @@ export async function registerServer(
 ): Promise<{ view: ServerView; token: string }> {
   const db = getDb(env.DB);
   const fleet = await getFleet(db, input.fleet);
-  if (!fleet) unknownFleet(input.fleet);
+  if (!fleet) throw unknownFleet(input.fleet);
   // Operators name servers by hostname: a second live one in the fleet would make that name
   // ambiguous. The index answers for servers registered before the fleet's coordinator kept
   // hostnames; the coordinator's reservation serializes registrations racing for one name.
@@ -96,7 +92,7 @@ export async function registerServer(
   );
   // Deleted since it was read, its coordinator wiped before the reservation: nothing would keep the
   // server out but this (a deletion after the reservation is refused by the coordinator).
-  if (!(await getFleet(db, fleet.id))) unknownFleet(input.fleet);
+  if (!(await getFleet(db, fleet.id))) throw unknownFleet(input.fleet);
   const { token, hash } = await issueToken("server", id);
   const record: ServerRecord = {
     id,

@@ -8,8 +8,7 @@
  * with the request: a spec is often applied before any host has enrolled.
  */
 import { z } from "@hono/zod-openapi";
-import { outboundUrlProblem } from "../lib/url";
-import { StrategyInput } from "../model/strategy";
+import { StrategyInput, strategyUrlProblems } from "../model/strategy";
 import type { Problem } from "./validate";
 
 export const SpecChannelRollout = z
@@ -25,33 +24,13 @@ export type SpecChannelRollout = z.infer<typeof SpecChannelRollout>;
 
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v);
 
-/**
- * URLs of the default strategies' analysis checks that Harbormaster may not call (HTTPS, or http
- * to loopback in local runs), by their place in the spec. Read from the raw document, as the
- * webhooks' URLs are, so they are listed even when the schema failed elsewhere; a URL the schema
- * refuses (not http(s) at all) is its problem, not listed twice.
- */
+/** URLs of the default strategies' analysis checks that Harbormaster may not call, by their place in the spec. */
 export function rolloutUrlProblems(raw: unknown, allowLoopbackHttp: boolean): Problem[] {
   if (!isObject(raw) || !isObject(raw.channels)) return [];
-  const problems: Problem[] = [];
-  for (const [agent, channel] of Object.entries(raw.channels)) {
-    const strategy = isObject(channel) && isObject(channel.rollout) ? channel.rollout.strategy : undefined;
-    const steps = isObject(strategy) && Array.isArray(strategy.steps) ? strategy.steps : [];
-    steps.forEach((step, i) => {
-      const checks = isObject(step) && Array.isArray(step.checks) ? step.checks : [];
-      checks.forEach((check, j) => {
-        if (!isObject(check)) return;
-        const field = check.kind === "prometheus" ? "endpoint" : check.kind === "https" ? "url" : null;
-        const url = field ? check[field] : undefined;
-        if (typeof url !== "string" || !/^https?:\/\//.test(url)) return;
-        const problem = outboundUrlProblem(url, allowLoopbackHttp);
-        if (problem)
-          problems.push({
-            path: `channels.${agent}.rollout.strategy.steps.${i}.checks.${j}.${field}`,
-            message: `${field} ${problem}`,
-          });
-      });
-    });
-  }
-  return problems;
+  return Object.entries(raw.channels).flatMap(([agent, channel]) =>
+    strategyUrlProblems(
+      isObject(channel) && isObject(channel.rollout) ? channel.rollout.strategy : undefined,
+      allowLoopbackHttp,
+    ).map((p) => ({ path: `channels.${agent}.rollout.strategy.${p.path}`, message: `${p.field} ${p.problem}` })),
+  );
 }

@@ -57,6 +57,8 @@ const newFleetRow = (fleet: string): FleetRow => {
     disruptionBudget: d.disruption_budget,
     imagePolicy: d.image_policy,
     fleetlockKeyHash: null,
+    // No webhook yet: its coordinator publishes when one asks (src/fleetlock/health-watch.ts).
+    healthWatch: 0,
     createdAt: Date.now(),
   };
 };

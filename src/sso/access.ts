@@ -4,12 +4,13 @@
  * verified here with `jose` (a maintained, dependency-free JOSE library that runs on Workers'
  * WebCrypto): RS256 only, against the team's published keys, `aud` = the application's audience
  * tag, `iss` = the team domain, `exp`/`nbf` checked. The key set is fetched once per isolate and
- * cached; a token signed by a key the cache does not hold (Access rotates every 6 weeks) makes
- * jose refetch, at most once per cooldown, so made-up key ids cannot flood Cloudflare.
+ * cached (./jwks.ts, its answer bounded in time and size); a token signed by a key the cache does
+ * not hold (Access rotates every 6 weeks) makes jose refetch, at most once per cooldown.
  */
-import { createRemoteJWKSet, errors, jwtVerify, type JWTPayload } from "jose";
+import { errors, jwtVerify, type JWTPayload } from "jose";
 import { DomainError } from "../domain/errors";
 import type { Env } from "../env";
+import { remoteKeySet } from "./jwks";
 import { groupsIn, normalEmail, type Identity } from "./mapping";
 
 export const ACCESS_HEADER = "Cf-Access-Jwt-Assertion";
@@ -29,22 +30,6 @@ export function accessConfig(env: Env): AccessConfig | null {
   const host = team.replace(/^https?:\/\//, "").replace(/\/+$/, "");
   const issuer = `https://${host}`;
   return { issuer, audience, certs: `${issuer}/cdn-cgi/access/certs` };
-}
-
-const keySets = new Map<string, ReturnType<typeof createRemoteJWKSet>>();
-
-function keySetOf(certs: string) {
-  let set = keySets.get(certs);
-  if (!set) {
-    // 10 minutes' cache; at most one refetch per 30 s for an unknown key id.
-    set = createRemoteJWKSet(new URL(certs), {
-      cacheMaxAge: 600_000,
-      cooldownDuration: 30_000,
-      timeoutDuration: 5_000,
-    });
-    keySets.set(certs, set);
-  }
-  return set;
 }
 
 const refused = (why: string) => new DomainError("unauthorized", `the Cloudflare Access assertion was refused: ${why}`);
@@ -80,7 +65,7 @@ export async function verifyAccessJwt(config: AccessConfig, jwt: string): Promis
   if (jwt.length > 16_384) throw refused("it is too long");
   let payload: JWTPayload;
   try {
-    ({ payload } = await jwtVerify(jwt, keySetOf(config.certs), {
+    ({ payload } = await jwtVerify(jwt, remoteKeySet(config.certs), {
       issuer: config.issuer,
       audience: config.audience,
       algorithms: ["RS256"],

@@ -4,11 +4,12 @@
  * per isolate; the ID token is verified with jose (signature against the provider's JWKS, `iss`,
  * `aud` = our client id, `exp`, and the nonce this sign-in sent).
  */
-import { createRemoteJWKSet, errors, jwtVerify, type JWTPayload } from "jose";
+import { errors, jwtVerify, type JWTPayload } from "jose";
 import { z } from "zod";
 import { DomainError } from "../domain/errors";
 import type { Env } from "../env";
 import { textPrefix } from "../lib/body";
+import { remoteKeySet } from "./jwks";
 import { groupsIn, normalEmail } from "./mapping";
 
 export interface OidcConfig {
@@ -75,7 +76,6 @@ async function ask(transport: ProviderTransport, url: string, init: RequestInit,
 
 const DISCOVERY_TTL_MS = 600_000;
 const discovered = new Map<string, { doc: Discovery; at: number }>();
-const keySets = new Map<string, ReturnType<typeof createRemoteJWKSet>>();
 
 const unavailable = (what: string) =>
   new DomainError("identity_provider_unavailable", `the OpenID provider ${what}`, undefined, { retryAfterS: 5 });
@@ -183,8 +183,7 @@ export async function identityFromCode(
   if (!parsed.success) throw refused("the provider's answer has no ID token");
   answer = parsed.data;
 
-  let keys = keySets.get(doc.jwks_uri);
-  if (!keys) keySets.set(doc.jwks_uri, (keys = createRemoteJWKSet(new URL(doc.jwks_uri))));
+  const keys = remoteKeySet(doc.jwks_uri);
   let claims: JWTPayload;
   try {
     ({ payload: claims } = await jwtVerify(answer.id_token, keys, {

@@ -68,6 +68,11 @@ export class WebhookDispatcher {
   ) {}
 
   /** An event: one delivery per webhook that asked for it. Synchronous: it commits with the change. */
+  /** Whether any of the fleet's webhooks asked for this type: an event nobody wants need not be built. */
+  wants(type: FleetEvent["type"]): boolean {
+    return this.store.all().some((w) => w.events.includes(type));
+  }
+
   emit(event: FleetEvent) {
     for (const w of this.store.all()) if (w.events.includes(event.type)) this.queue(w.id, event);
   }
@@ -163,12 +168,6 @@ export class WebhookDispatcher {
     queueMicrotask(() => {
       if (epoch === this.epoch) this.pump();
     });
-  }
-
-  /** The send of this delivery, started if due: what an operator's test awaits. */
-  async sendNow(deliveryId: string): Promise<void> {
-    this.pump();
-    await this.inFlight.get(deliveryId);
   }
 
   /** Every send under way has finished (tests). */

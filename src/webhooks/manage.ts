@@ -32,7 +32,7 @@ export const webhookView = (w: Webhook) => ({
 export type WebhookView = ReturnType<typeof webhookView>;
 
 const iso = (ms: number | null) => (ms == null ? null : new Date(ms).toISOString());
-export const deliveryView = (d: DeliveryRow) => ({
+const deliveryView = (d: DeliveryRow) => ({
   id: d.id,
   event_id: d.event_id,
   event: d.event_type,
@@ -85,7 +85,15 @@ export function deliveriesOf(store: WebhookStore, id: string, limit: number) {
   return { ok: true as const, items: store.deliveries(id, limit).map(deliveryView) };
 }
 
-/** A `webhook.test` event to this webhook alone; answered with the delivery to watch. */
+/** One delivery of this webhook: a test's outcome, read once it has come. */
+export function deliveryOf(store: WebhookStore, id: string, deliveryId: string) {
+  const d = store.get(id) ? store.delivery(deliveryId) : null;
+  if (!d || d.webhook_id !== id)
+    return fail("not_found", `webhook '${id}' has no delivery '${deliveryId}' in this fleet`);
+  return { ok: true as const, delivery: deliveryView(d) };
+}
+
+/** A `webhook.test` event to this webhook alone, queued as any event's; answered with the delivery to watch. */
 export function testWebhook(
   store: WebhookStore,
   dispatcher: WebhookDispatcher,

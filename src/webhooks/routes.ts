@@ -22,10 +22,19 @@ import {
   WebhookInputSchema,
   WebhookSchema,
 } from "./schemas";
-import { createWebhook, deleteWebhook, getWebhook, listWebhooks, testWebhook, webhookDeliveries } from "./service";
+import {
+  createWebhook,
+  deleteWebhook,
+  getWebhook,
+  listWebhooks,
+  testWebhook,
+  webhookDeliveries,
+  webhookDelivery,
+} from "./service";
 
 const fleetParam = z.object({ fleet: fleetId });
 const hookParams = fleetParam.extend({ id: z.uuid() });
+const deliveryParams = hookParams.extend({ delivery: z.uuid() });
 const tags = ["webhooks"];
 
 /** A fleet's webhooks (docs/notifications.md); mounted at /v1/fleets. One chain, so hc sees every route. */
@@ -141,22 +150,58 @@ export const webhookApi = webhookRoutes
   )
   .openapi(
     createRoute({
+      method: "get",
+      path: "/{fleet}/webhooks/{id}/deliveries/{delivery}",
+      operationId: "getWebhookDelivery",
+      tags,
+      summary: "One delivery: its status, attempts, last answer or error (a test's outcome)",
+      security: bearer,
+      middleware: [requireScope("read")] as const,
+      request: { params: deliveryParams },
+      responses: {
+        200: jsonResponse(DeliverySchema, "The delivery"),
+        ...commonErrors,
+        ...notFoundError,
+      },
+    }),
+    async (c) => {
+      const { fleet, id, delivery } = c.req.valid("param");
+      return c.json(await webhookDelivery(c.env, fleet, id, delivery), 200);
+    },
+  )
+  .openapi(
+    createRoute({
       method: "post",
       path: "/{fleet}/webhooks/{id}/test",
       operationId: "testWebhook",
       tags,
-      summary: "Send a webhook.test event to this webhook now; answers the delivery after its first attempt",
+      summary: "Queue a webhook.test event to this webhook; answers at once, the outcome is read at Location",
+      description:
+        "The test is sent as every delivery is, at once and without holding the request: a receiver " +
+        "that does not answer delays nothing. The 202 carries the delivery (pending, no attempt yet) " +
+        "and `Location`, the delivery's URL, whose `status`, `last_status` and `last_error` say how " +
+        "its first attempt went once `attempts` is 1 (an attempt takes 10 s at most).",
       security: bearer,
       middleware: [requireScope("write")] as const,
       request: { params: hookParams },
       responses: {
-        202: jsonResponse(DeliverySchema, "Sent (or being retried: see its status)"),
+        202: {
+          ...jsonResponse(DeliverySchema, "Queued: its outcome is read at Location"),
+          headers: z.object({
+            Location: z.string().openapi({
+              description: "The delivery's URL (GET …/webhooks/{id}/deliveries/{delivery})",
+              example: "/v1/fleets/prod/webhooks/7ceacfbe-c1b4-44da-8194-c800acd825cd/deliveries/…",
+            }),
+          }),
+        },
         ...commonErrors,
         ...notFoundError,
       },
     }),
     async (c) => {
       const { fleet, id } = c.req.valid("param");
-      return c.json(await testWebhook(c.env, actorOf(c.var.principal), fleet, id), 202);
+      const delivery = await testWebhook(c.env, actorOf(c.var.principal), fleet, id);
+      c.header("Location", `/v1/fleets/${fleet}/webhooks/${id}/deliveries/${delivery.id}`);
+      return c.json(delivery, 202);
     },
   );

@@ -52,6 +52,11 @@ export async function webhookDeliveries(env: Env, fleet: string, id: string, lim
   return unwrap(await coordinatorOf(env, fleet).webhookDeliveries(id, limit)).items;
 }
 
+export async function webhookDelivery(env: Env, fleet: string, id: string, deliveryId: string) {
+  await settingsOf(env, fleet);
+  return unwrap(await coordinatorOf(env, fleet).webhookDelivery(id, deliveryId)).delivery;
+}
+
 export async function testWebhook(env: Env, actor: string, fleet: string, id: string) {
   const settings = await settingsOf(env, fleet);
   return unwrap(await coordinatorOf(env, fleet).testWebhook(settings, id, actor)).delivery;

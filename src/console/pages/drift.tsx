@@ -95,6 +95,31 @@ const body = (f: ReturnType<typeof filterOf>, dry: boolean) => ({
   limit: 50,
 });
 
+/** How many servers shown by name in the fix's message (a flash is short). */
+const NOT_FIXED_NAMED = 5;
+
+/**
+ * The fix's outcome in one message: how many servers were fixed, and each one that was not with
+ * its error code (`budget_exhausted`: the fleet's disruption budget is spent; `unavailable`: its
+ * fleet's coordinator or its ledger did not answer), the first few by name.
+ */
+function fixedText(
+  actions: readonly { hostname: string; result: { ok: true } | { ok: false; error: string } | null }[],
+): string {
+  const done = actions.filter((a) => a.result?.ok).length;
+  const not = naturally(
+    actions.filter((a) => a.result && !a.result.ok),
+    (a) => a.hostname,
+  );
+  const head = `fix applied to ${actions.length} server(s): ${done} fixed`;
+  if (not.length === 0) return `${head}.`;
+  const named = not
+    .slice(0, NOT_FIXED_NAMED)
+    .map((a) => `${a.hostname} (${a.result && !a.result.ok ? a.result.error : ""})`);
+  const more = not.length > NOT_FIXED_NAMED ? ` and ${not.length - NOT_FIXED_NAMED} more` : "";
+  return `${head}, ${not.length} not fixed: ${named.join(", ")}${more}.`;
+}
+
 export function driftPages(getApp: () => InProcessApp) {
   return new Hono<ConsoleEnv>()
     .get("/console/drift", requireSession, page(getApp, "drift", driftPage))
@@ -149,8 +174,7 @@ export function driftPages(getApp: () => InProcessApp) {
       requireCsrf,
       action(getApp, "/console/drift", async (v, form) => {
         const out = await send(v, FixAnswer, "POST", "/v1/check/server-agents/fix", body(filterOf(v, form), false));
-        const failed = out.actions.filter((a) => a.result && !a.result.ok).length;
-        return `fix applied to ${out.actions.length} server(s)${failed ? `, ${failed} failed` : ""}.`;
+        return fixedText(out.actions);
       }),
     );
 }

@@ -15,8 +15,17 @@ interface D1Effect<P> {
   target: "d1";
   /** Statements for the payload, built when delivered (from the object's state at that time). */
   statements(payload: P): BatchItem<"sqlite">[] | Promise<BatchItem<"sqlite">[]>;
-  /** After the batch committed, e.g. to remember what the index now shows. */
-  delivered?(payload: P): void;
+  /**
+   * Statements for several payloads of this kind enqueued one after another, when fewer than one
+   * each will do (an audit row per grant: many rows to an insert). Used instead of `statements`;
+   * the statements belong to the run together, so its `delivered` hooks are given no results.
+   */
+  many?(payloads: P[]): BatchItem<"sqlite">[];
+  /**
+   * After the batch committed, e.g. to remember what the index now shows. `results`: what D1
+   * answered for this effect's own statements, in their order (a read rides in the batch for free).
+   */
+  delivered?(payload: P, results: unknown[]): void;
 }
 
 /** An effect delivered by calling something else (another Durable Object). */
@@ -239,8 +248,10 @@ export class Outbox<K extends string> {
       const effect = this.effects[kind] as D1Effect<unknown>;
       try {
         const statements = await effect.statements(payload);
-        if (statements.length) await this.db().batch(statements as [BatchItem<"sqlite">, ...BatchItem<"sqlite">[]]);
-        this.hook(() => effect.delivered?.(payload));
+        const results = statements.length
+          ? await this.db().batch(statements as [BatchItem<"sqlite">, ...BatchItem<"sqlite">[]])
+          : [];
+        this.hook(() => effect.delivered?.(payload, results as unknown[]));
       } catch (err) {
         console.warn(
           JSON.stringify({
@@ -264,18 +275,38 @@ export class Outbox<K extends string> {
 
   private async deliverD1(rows: Row[]) {
     try {
-      const parts = await Promise.all(
-        rows.map(async (r) => (this.effects[r.kind as K] as D1Effect<unknown>).statements(JSON.parse(r.payload))),
-      );
+      // Consecutive rows of a kind that builds many at once go as one run, in enqueue order.
+      const groups: {
+        rows: Row[];
+        statements: BatchItem<"sqlite">[] | Promise<BatchItem<"sqlite">[]>;
+        run: boolean;
+      }[] = [];
+      for (let i = 0; i < rows.length;) {
+        const effect = this.effects[rows[i].kind as K] as D1Effect<unknown>;
+        let end = i + 1;
+        if (effect.many) while (end < rows.length && rows[end].kind === rows[i].kind) end++;
+        const run = rows.slice(i, end);
+        if (effect.many)
+          groups.push({ rows: run, statements: effect.many(run.map((r) => JSON.parse(r.payload))), run: true });
+        else
+          for (const r of run)
+            groups.push({ rows: [r], statements: effect.statements(JSON.parse(r.payload)), run: false });
+        i = end;
+      }
+      const parts = await Promise.all(groups.map((g) => g.statements));
       const all = parts.flat();
-      if (all.length) {
-        const db = this.db();
-        await db.batch(all as [BatchItem<"sqlite">, ...BatchItem<"sqlite">[]]);
-      }
-      for (const r of rows) {
-        this.hook(() => (this.effects[r.kind as K] as D1Effect<unknown>).delivered?.(JSON.parse(r.payload)));
-        this.done(r);
-      }
+      const results: unknown[] = all.length
+        ? await this.db().batch(all as [BatchItem<"sqlite">, ...BatchItem<"sqlite">[]])
+        : [];
+      let at = 0;
+      groups.forEach((g, i) => {
+        const own = g.run ? [] : results.slice(at, at + parts[i].length);
+        at += parts[i].length;
+        for (const r of g.rows) {
+          this.hook(() => (this.effects[r.kind as K] as D1Effect<unknown>).delivered?.(JSON.parse(r.payload), own));
+          this.done(r);
+        }
+      });
     } catch (err) {
       this.failed(rows, err);
     }

@@ -14,6 +14,11 @@ const TIMER_RETRY_MS = 5_000;
 export class Scheduler {
   /** The alarm this object last set; undefined until read once after the object woke. */
   private armedAt: number | null | undefined;
+  /**
+   * The earliest time a timer was set for since `arm` last looked at the table: while the alarm
+   * is no later than that, every timer is still at or after it, and `arm` has nothing to read.
+   */
+  private setSince = Infinity;
   private readonly table;
 
   constructor(private readonly storage: DurableObjectStorage) {
@@ -45,6 +50,7 @@ export class Scheduler {
     // written, and the outbox sets its timer after every enqueue and every flush.
     const moves = opts.noLaterThan ? "excluded.due_at < due_at" : "excluded.due_at IS NOT due_at";
     this.table.ensure();
+    this.setSince = Math.min(this.setSince, Math.floor(dueAt));
     this.storage.sql.exec(
       `INSERT INTO _timers (name, due_at, payload) VALUES (?, ?, ?) ON CONFLICT(name) DO UPDATE SET due_at = ${due}, payload = excluded.payload
        WHERE ${moves} OR excluded.payload IS NOT payload`,
@@ -84,6 +90,13 @@ export class Scheduler {
    * rewriting the alarm on every call.
    */
   async arm() {
+    // The common case on a busy path (a timer set later than the alarm already is): no row read.
+    // Moving a timer later or cancelling one only makes the earliest later, so it needs no look.
+    if (this.armedAt !== undefined && this.armedAt !== null && this.armedAt <= this.setSince) {
+      this.setSince = Infinity;
+      return;
+    }
+    this.setSince = Infinity;
     const next = this.earliest();
     if (next === null) return;
     if (this.armedAt === undefined) {
@@ -120,12 +133,9 @@ export class Scheduler {
         this.storage.sql.exec("DELETE FROM _timers WHERE name = ? AND due_at = ?", t.name, t.due_at);
       } catch (err) {
         console.error(JSON.stringify({ msg: "timer handler failed", timer: t.name, error: String(err) }));
-        this.storage.sql.exec(
-          "UPDATE _timers SET due_at = ? WHERE name = ? AND due_at = ?",
-          this.now() + TIMER_RETRY_MS,
-          t.name,
-          t.due_at,
-        );
+        const retryAt = this.now() + TIMER_RETRY_MS;
+        this.setSince = Math.min(this.setSince, retryAt);
+        this.storage.sql.exec("UPDATE _timers SET due_at = ? WHERE name = ? AND due_at = ?", retryAt, t.name, t.due_at);
       }
     }
     await this.arm();

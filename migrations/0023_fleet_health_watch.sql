@@ -1,0 +1,1 @@
+ALTER TABLE `fleets` ADD `health_watch` integer DEFAULT 1 NOT NULL;
