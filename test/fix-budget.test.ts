@@ -346,6 +346,29 @@ describe("drift fixes and the disruption budget", () => {
     expect(await fixHolds(f.fleet)).toEqual({});
     expect((await zincati(f.baseUrl, "pre-reboot", rebooting.fleetlockId)).status).toBe(200);
   });
+
+  it("a ledger that skips a fix's write does not send every realized report for it afterwards", async () => {
+    const { f, drifted } = await budgetFleet();
+    const { deadline } = (await holdOnly(f.fleet, drifted.id)) as { ok: true; deadline: number };
+    const inputs = await planInputsOf(getDb(env.DB), f.fleet);
+    await runInDurableObject(ledger(drifted.id), (instance) => {
+      const store = (instance as any).parts.store;
+      store.setPlan({ ...store.plan(), rev: inputs!.rev + 1 });
+    });
+    const skipped = await ledger(drifted.id).applyPlan(inputs!, {
+      actor: "test",
+      reason: "drift fix",
+      reissue: true,
+      deadline,
+    });
+    expect(skipped).toMatchObject({ ok: true, outcome: "older_inputs" });
+    // No fix's hold waits on this ledger's realized reports: a host flapping in this boot, heard
+    // realized already, keeps them home rather than calling the coordinator each time.
+    const sent = await runInDurableObject(ledger(drifted.id), (_i, state) =>
+      state.storage.kv.get<{ fix_from?: number }>("health_sent"),
+    );
+    expect(sent?.fix_from).toBeUndefined();
+  });
 });
 
 describe("a fix hold settled by its calls", () => {
