@@ -44,9 +44,10 @@ export const fleets = sqliteTable("fleets", {
     .default("any"),
   /**
    * Whether the fleet's coordinator wants its ledgers' drift-only health events (a webhook asks
-   * for `server.drifted`). Written by the coordinator only (src/fleetlock/health-watch.ts), before
-   * the change that turns it on is answered; read by a ledger in its projection's batch. 1 until
-   * the coordinator says otherwise: unknown means send.
+   * for `server.drifted`). A new fleet starts at 0 (no webhook yet; POST /v1/fleets and a spec
+   * that creates one); after that only the coordinator writes it (src/fleetlock/health-watch.ts),
+   * before the change that turns it on is answered; read by a ledger in its projection's batch.
+   * The default 1, for fleets from before the column, means unknown: send.
    */
   healthWatch: integer("health_watch").notNull().default(1),
 });
