@@ -105,6 +105,22 @@ describe("scheduler", () => {
     });
   });
 
+  it("sets the alarm again once the one it set is long past unfired (the runtime gave it up)", async () => {
+    await scratch(async (storage) => {
+      const s = new Scheduler(storage);
+      const t0 = Date.now();
+      s.schedule("first", t0 + 1_000);
+      await s.arm();
+      expect(await storage.getAlarm()).toBe(t0 + 1_000);
+      // The runtime dropped the alarm (its retries spent) without the handler ever running.
+      await storage.deleteAlarm();
+      s.now = () => t0 + 1_000 + 31_000;
+      s.schedule("later", t0 + 120_000);
+      await s.arm();
+      expect(await storage.getAlarm()).toBe(t0 + 1_000);
+    });
+  });
+
   it("runs due timers by name or prefix, keeps a timer whose handler threw, and re-arms for the rest", async () => {
     await scratch(async (storage) => {
       const s = new Scheduler(storage);
