@@ -457,6 +457,12 @@ export const rolloutLocks = sqliteTable(
     agent: text("agent").notNull(),
     rolloutId: text("rollout_id").notNull(),
     createdAt: integer("created_at").notNull(),
+    /**
+     * The SHA-256 of the start request that claimed (principal, fleet, agent, image, the strategy
+     * as resolved, …): the same request sent again adopts the claim instead of being refused by it.
+     * Null for a claim a rollback or the object itself took.
+     */
+    fingerprint: text("fingerprint"),
   },
   (t) => [primaryKey({ columns: [t.fleetId, t.agent] })],
 );
