@@ -68,6 +68,8 @@ export class HostAgent {
   readonly now: () => number;
   readonly sleep: (ms: number, signal?: AbortSignal) => Promise<void>;
   readonly connect: ChannelConnector;
+  /** Agents the last passes found down and restarted (reconcile() says a crash loop from it). */
+  private readonly restarts = new Map<string, number>();
 
   constructor(opts: HostAgentOptions) {
     this.opts = opts;
@@ -188,7 +190,7 @@ export class HostAgent {
     opts: { pollCarriesHeartbeat?: boolean } = {},
   ): Promise<AgentExit | null> {
     const desired = s.desired!;
-    const outcome = await reconcile(desired, this.opts.driver);
+    const outcome = await reconcile(desired, this.opts.driver, this.restarts);
     this.emit({ type: "reconciled", generation: desired.generation, outcome });
     const assignments = (await this.opts.driver.assignments?.()) ?? { units: [], storage: [] };
     if (outcome.found) {

@@ -84,6 +84,8 @@ export async function runChannelSession(agent: SessionAgent, s: LoopState, signa
       const e = await conn.next(Math.max(0, untilReport), signal);
       if (e.kind === "closed") return ended(e.code, e.reason);
       if (e.kind === "message") take(agent, s, e.message);
+      // Acted on as nothing: the loop keeps the config it had and says what it refused.
+      if (e.kind === "invalid") agent.emit({ type: "error", error: e.error, attempt: s.failures, delayMs: 0 });
     }
   } finally {
     signal?.removeEventListener("abort", stop);

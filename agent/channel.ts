@@ -13,6 +13,7 @@ import { CHANNEL_PROTOCOL, CHANNEL_VERSION, PING, PONG, TOKEN_PROTOCOL_PREFIX } 
 import type { AckMessage, ServerMessage } from "../src/model/server/channel-messages.ts";
 import type { InventoryReport } from "../src/model/server/schemas.ts";
 import { ApiError, type FetchLike } from "./http.ts";
+import { parseServerMessage, type ProtocolError } from "./protocol.ts";
 
 /** What the agent needs of a WebSocket (the browser/Node WebSocket and workerd's both are). */
 export interface ChannelSocket {
@@ -30,22 +31,38 @@ export type ChannelConnector = (
 ) => Promise<ChannelSocket>;
 
 /** The runtime's WebSocket (Node ≥ 22, browsers with `tokenIn: "protocol"`). */
-export const connectWebSocket: ChannelConnector = (url, init) =>
-  new Promise((resolve, reject) => {
-    // undici's WebSocket takes { protocols, headers }; a browser's takes the protocols only.
-    const ws = new WebSocket(
-      url,
-      Object.keys(init.headers).length
-        ? ({ protocols: init.protocols, headers: init.headers } as never)
-        : init.protocols,
-    );
-    const fail = () => reject(new Error(`channel to ${url.replace(/\?.*$/, "")} could not be opened`));
-    ws.addEventListener("open", () => {
-      ws.removeEventListener("error", fail);
-      resolve(ws as unknown as ChannelSocket);
+export const webSocketConnector =
+  (timeoutMs = 15_000): ChannelConnector =>
+  (url, init) =>
+    new Promise((resolve, reject) => {
+      // undici's WebSocket takes { protocols, headers }; a browser's takes the protocols only.
+      const ws = new WebSocket(
+        url,
+        Object.keys(init.headers).length
+          ? ({ protocols: init.protocols, headers: init.headers } as never)
+          : init.protocols,
+      );
+      const where = url.replace(/\?.*$/, "");
+      const fail = () => {
+        clearTimeout(timer);
+        reject(new Error(`channel to ${where} could not be opened`));
+      };
+      // A server (or a proxy) that takes the connection and never answers the upgrade would hold
+      // the loop (no heartbeat, no HTTP fallback) for as long as the runtime waits: the agent's bound.
+      const timer = setTimeout(() => {
+        ws.removeEventListener("error", fail);
+        ws.close();
+        reject(new Error(`channel to ${where} did not open within ${timeoutMs / 1000} s`));
+      }, timeoutMs);
+      ws.addEventListener("open", () => {
+        clearTimeout(timer);
+        ws.removeEventListener("error", fail);
+        resolve(ws as unknown as ChannelSocket);
+      });
+      ws.addEventListener("error", fail);
     });
-    ws.addEventListener("error", fail);
-  });
+
+export const connectWebSocket: ChannelConnector = webSocketConnector();
 
 /**
  * A channel connector for the Workers runtime (workerd), where a WebSocket client is an upgrade
@@ -68,7 +85,11 @@ export function connectThroughFetch(fetchImpl: FetchLike = (i, init) => fetch(i,
 }
 
 export type ChannelEvent =
-  { kind: "message"; message: ServerMessage } | { kind: "closed"; code: number; reason: string } | { kind: "timeout" };
+  | { kind: "message"; message: ServerMessage }
+  /** A frame the protocol does not allow (./protocol.ts): dropped, and said. */
+  | { kind: "invalid"; error: ProtocolError }
+  | { kind: "closed"; code: number; reason: string }
+  | { kind: "timeout" };
 
 /**
  * One open channel: the messages queue up as they come; `next` takes them in order. A keep-alive
@@ -90,9 +111,10 @@ export class ChannelConnection {
       this.lastHeard = Date.now();
       if (e.data === PONG || typeof e.data !== "string") return;
       try {
-        this.push({ kind: "message", message: JSON.parse(e.data) as ServerMessage });
-      } catch {
-        // not ours to read: ignored
+        const message = parseServerMessage(e.data);
+        if (message) this.push({ kind: "message", message });
+      } catch (err) {
+        this.push({ kind: "invalid", error: err as ProtocolError });
       }
     });
     socket.addEventListener("close", (e) => this.end(e.code, e.reason));

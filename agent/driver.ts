@@ -54,11 +54,16 @@ const messageOf = (err: unknown) => {
 
 /**
  * One pass toward the desired config. `run`: install what is missing, update what differs, start
- * what is stopped, remove what is no longer wanted. `terminate`: stop every agent, keep its data.
+ * what is stopped, remove what is no longer wanted. `restarts` (kept by the caller across passes):
+ * how many passes in a row found each agent down and restarted it. `terminate`: stop every agent, keep its data.
  * `uninstall`: remove every agent. A failed operation becomes a report error for that agent and
  * the pass goes on; the report then lists the machine's truth, read back from the driver.
  */
-export async function reconcile(desired: DesiredConfig, driver: AgentDriver): Promise<ReconcileOutcome> {
+export async function reconcile(
+  desired: DesiredConfig,
+  driver: AgentDriver,
+  restarts: Map<string, number> = new Map(),
+): Promise<ReconcileOutcome> {
   const errors: ReportError[] = [];
   let operations = 0;
   const attempt = async (agent: string, op: ReportError["op"] | null, action: () => Promise<void>) => {
@@ -86,9 +91,24 @@ export async function reconcile(desired: DesiredConfig, driver: AgentDriver): Pr
         await attempt(spec.name, "update", () => driver.update(current, spec));
       } else if (current.state !== "running") {
         healed = true;
+        const before = errors.length;
         await attempt(spec.name, "start", () => driver.start(current));
-      }
+        // Down again after the last pass restarted it: a crash loop, which the restart would hide
+        // (the report would say running). Said as an error until a pass finds it still running.
+        const times = (restarts.get(spec.name) ?? 0) + 1;
+        restarts.set(spec.name, times);
+        if (times > 1 && errors.length === before) {
+          const why = (current as ListedAgent).reason ?? `it was ${current.state}`;
+          errors.push({
+            agent: spec.name,
+            op: "start",
+            message: `stopped again after its restart (${times} passes in a row): ${why}`.slice(0, 4096),
+          });
+        }
+      } else restarts.delete(spec.name);
     }
+    for (const name of restarts.keys())
+      if (!installed.has(name) || !desired.agents.some((a) => a.name === name)) restarts.delete(name);
     const wanted = new Set(desired.agents.map((a) => a.name));
     for (const current of installed.values()) {
       if (!wanted.has(current.name)) await attempt(current.name, "remove", () => driver.remove(current));

@@ -1,5 +1,6 @@
 import type { AgentStatusRow, DesiredConfig, InventoryReport, ServerStatus } from "../src/model/server/schemas.ts";
 import { apiErrorOf, type FetchLike, withTimeout } from "./http.ts";
+import { MAX_DESIRED_BYTES, parseAccepted, parseDesired, readJson } from "./protocol.ts";
 
 /** What `PUT /v1/agent/inventory` answers. */
 export interface ReportAccepted {
@@ -58,7 +59,7 @@ export class HostApi {
         return { changed: false, etag: res.headers.get("ETag") ?? etag!, heartbeat };
       }
       if (!res.ok) throw await apiErrorOf(res);
-      const config = (await res.json()) as DesiredConfig;
+      const config = parseDesired(await readJson(res, MAX_DESIRED_BYTES, "the desired config"));
       return { changed: true, etag: res.headers.get("ETag") ?? `"${config.generation}"`, config, heartbeat };
     } finally {
       t.done();
@@ -76,7 +77,7 @@ export class HostApi {
         signal: t.signal,
       });
       if (!res.ok) throw await apiErrorOf(res);
-      return (await res.json()) as ReportAccepted;
+      return parseAccepted<ReportAccepted>(await readJson(res, MAX_DESIRED_BYTES, "the report's answer"));
     } finally {
       t.done();
     }

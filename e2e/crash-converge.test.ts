@@ -314,7 +314,8 @@ function work(round: number, stopped: () => boolean): Promise<unknown>[] {
     );
 
   // A rollout with a strategy (on odd rounds through reboot slots), of each agent in turn: a
-  // start the crash cut off keeps its agent's claim for 2 minutes (docs/rollouts.md).
+  // start the crash cut off after its claim is finished by this same request's retry
+  // (docs/rollouts.md), and answered 201 like one that was not cut off.
   loops.push(
     (async () => {
       await sleep(between(0, 800));

@@ -310,6 +310,65 @@ describe("drift fixes and the disruption budget", () => {
     await settle(drifted.id);
     expect(await fixHolds(f.fleet)).toEqual({});
   });
+
+  it("a fix whose write the ledger skips frees its unit, though another writer moved the generation past the one it saw", async () => {
+    const { f, rebooting, drifted } = await budgetFleet();
+    // The race, held still: between the fix's read of the ledger and its write, the planner
+    // issued generation 2 with newer inputs and the host already runs it (it was drifted at 2
+    // in this boot and heard realized in it before, so no event goes out); the index still
+    // shows the drift the fix acts on.
+    await runInDurableObject(ledger(drifted.id), (instance) => {
+      const p = (instance as any).parts;
+      p.realFlush = p.outbox.flush;
+      p.outbox.flush = async () => {};
+    });
+    await call("PUT", "/v1/agent/inventory", { token: drifted.token, body: report(2, [AGENT]) });
+    await runInDurableObject(ledger(drifted.id), (instance) => {
+      const store = (instance as any).parts.store;
+      // The planner's newer inputs: the fix's own (older) ones are skipped.
+      store.setPlan({ ...store.plan(), rev: store.plan().rev + 1_000 });
+      // The fix's read came before the planner's write: it saw generation 1.
+      const load = store.load;
+      store.load = () => {
+        store.load = load;
+        const s = load.call(store);
+        return { ...s, desired: { ...s.desired, generation: s.desired.generation - 1 } };
+      };
+    });
+    expect((await fix(f.fleet))[drifted.id]).toMatchObject({ ok: true, outcome: "older_inputs", generation: 2 });
+    await runInDurableObject(ledger(drifted.id), (instance) => {
+      const p = (instance as any).parts;
+      p.outbox.flush = p.realFlush;
+    });
+    await settle(drifted.id);
+    // This call wrote nothing: the unit frees now, rather than waiting for a realized report
+    // the host, realized already, will never send.
+    expect(await fixHolds(f.fleet)).toEqual({});
+    expect((await zincati(f.baseUrl, "pre-reboot", rebooting.fleetlockId)).status).toBe(200);
+  });
+
+  it("a ledger that skips a fix's write does not send every realized report for it afterwards", async () => {
+    const { f, drifted } = await budgetFleet();
+    const { deadline } = (await holdOnly(f.fleet, drifted.id)) as { ok: true; deadline: number };
+    const inputs = await planInputsOf(getDb(env.DB), f.fleet);
+    await runInDurableObject(ledger(drifted.id), (instance) => {
+      const store = (instance as any).parts.store;
+      store.setPlan({ ...store.plan(), rev: inputs!.rev + 1 });
+    });
+    const skipped = await ledger(drifted.id).applyPlan(inputs!, {
+      actor: "test",
+      reason: "drift fix",
+      reissue: true,
+      deadline,
+    });
+    expect(skipped).toMatchObject({ ok: true, outcome: "older_inputs" });
+    // No fix's hold waits on this ledger's realized reports: a host flapping in this boot, heard
+    // realized already, keeps them home rather than calling the coordinator each time.
+    const sent = await runInDurableObject(ledger(drifted.id), (_i, state) =>
+      state.storage.kv.get<{ fix_from?: number }>("health_sent"),
+    );
+    expect(sent?.fix_from).toBeUndefined();
+  });
 });
 
 describe("a fix hold settled by its calls", () => {

@@ -3,7 +3,8 @@
  * endless body, stops halfway through one, or never answers costs a sign-in one small prefix and
  * one timeout, then a clear 503-class refusal.
  */
-import { describe, expect, it } from "vitest";
+import { afterEach, describe, expect, it, vi } from "vitest";
+import { generateKeyPair, SignJWT } from "jose";
 import { endless } from "./support/streams";
 import { authorizeUrl, identityFromCode, type ProviderTransport } from "../src/sso/oidc";
 
@@ -114,4 +115,53 @@ describe("an OpenID provider's answers, read bounded and on a deadline", () => {
     expect(Date.now() - started).toBeLessThan(3_000);
     expect(slow.seen.cancelled).toBe(true);
   });
+});
+
+describe("an OpenID provider's signing keys failing", () => {
+  afterEach(() => vi.restoreAllMocks());
+  const code = { code: "c", redirectUri: signIn.redirectUri, verifier: "v", nonce: "n" };
+
+  /** A provider whose token endpoint answers a well-formed ID token and whose jwks_uri answers `keys`. */
+  async function provider(keys: (init?: RequestInit) => Promise<Response>) {
+    const c = config();
+    const { privateKey } = await generateKeyPair("RS256");
+    const now = Math.floor(Date.now() / 1000);
+    const idToken = await new SignJWT({ nonce: "n" })
+      .setProtectedHeader({ alg: "RS256", kid: "k1" })
+      .setSubject("someone")
+      .setIssuer(c.issuer)
+      .setAudience(c.clientId)
+      .setIssuedAt(now)
+      .setExpirationTime(now + 300)
+      .sign(privateKey);
+    const realFetch = globalThis.fetch;
+    vi.spyOn(globalThis, "fetch").mockImplementation(async (input, init) => {
+      const url = input instanceof Request ? input.url : String(input);
+      return url === `${c.issuer}/jwks` ? keys(init) : realFetch(input, init);
+    });
+    const transport: ProviderTransport = {
+      fetch: async (url) => (url.endsWith("/token") ? Response.json({ id_token: idToken }) : discovery(c.issuer)),
+      timeoutMs: 1_000,
+    };
+    return () => identityFromCode(c, code, transport);
+  }
+
+  it("calls a key set answering an error status the provider being unavailable, not a refused sign-in", async () => {
+    const signInWith = await provider(async () => new Response("bad gateway", { status: 502 }));
+    expect((await refusal(signInWith())).code).toBe("identity_provider_unavailable");
+  });
+
+  it(
+    "calls a key set that never answers the provider being unavailable, within jose's deadline",
+    { timeout: 15_000 },
+    async () => {
+      const signInWith = await provider(
+        (init) =>
+          new Promise((_resolve, reject) => init?.signal?.addEventListener("abort", () => reject(init.signal?.reason))),
+      );
+      const started = Date.now();
+      expect((await refusal(signInWith())).code).toBe("identity_provider_unavailable");
+      expect(Date.now() - started).toBeLessThan(8_000);
+    },
+  );
 });

@@ -233,10 +233,14 @@ describe("durability and idempotence", () => {
 });
 
 describe("one running rollout per (fleet, agent)", () => {
-  it("of two racing starts one wins; the other gets 409 rollout_in_progress naming it; another agent is free", async () => {
+  it("of two racing different starts one wins; the other gets 409 rollout_in_progress naming it; another agent is free", async () => {
     const { fleet } = await fleetWithAgent(2);
     const body = { fleet, agent: AGENT, image: NEW, version: "2.0.0" };
-    const [a, b] = await Promise.all([call("POST", "/v1/rollouts", { body }), call("POST", "/v1/rollouts", { body })]);
+    // Not the same request (the same one sent twice is one start: test/rollouts-claim.test.ts).
+    const [a, b] = await Promise.all([
+      call("POST", "/v1/rollouts", { body }),
+      call("POST", "/v1/rollouts", { body: { ...body, concurrency: 2 } }),
+    ]);
     const won = [a, b].find((x) => x.status === 201)!;
     const lost = [a, b].find((x) => x.status !== 201)!;
     expect(won).toBeDefined();

@@ -95,3 +95,25 @@ describe("Cloudflare Access's key set, read as an outsider's answer", () => {
     expect(res.ms).toBeLessThan(8_000);
   });
 });
+
+describe("Cloudflare Access's key set endpoint failing", () => {
+  it("answers 503, not a refused assertion, when the certs endpoint answers an error", async () => {
+    const ask = await team(() => new Response("upstream connect error", { status: 502 }));
+    const res = await ask();
+    expect([res.status, res.body.error?.code]).toEqual([503, "identity_provider_unavailable"]);
+  });
+
+  it("answers 503, not a refused assertion, when the certs endpoint answers JSON that is no key set", async () => {
+    const ask = await team(() => Response.json({ error: "temporarily unavailable" }));
+    const res = await ask();
+    expect([res.status, res.body.error?.code]).toEqual([503, "identity_provider_unavailable"]);
+  });
+
+  it("answers 503, not a refused assertion, when the certs endpoint answers a page that is not JSON", async () => {
+    const ask = await team(
+      () => new Response("<html>maintenance</html>", { headers: { "content-type": "text/html" } }),
+    );
+    const res = await ask();
+    expect([res.status, res.body.error?.code]).toEqual([503, "identity_provider_unavailable"]);
+  });
+});

@@ -66,5 +66,5 @@ export const makeDrivers: DriverFactory = (config, identity, state, log) => {
     root: config.tarball.root,
     hookTimeoutMs: config.tarball.hook_timeout_s * 1000,
   });
-  return new ByKindDriver({ containers, tarballs });
+  return new ByKindDriver({ containers, tarballs, blobs });
 };

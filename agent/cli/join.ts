@@ -43,7 +43,9 @@ export function readId(file: string, what: string): string {
  * which one is wrong); what cannot be a label at all is refused here, before anyone is called.
  */
 export function parseLabels(terms: readonly string[]): Record<string, string> {
-  const labels: Record<string, string> = {};
+  // No prototype: `--label __proto__=x` is a key like any other (sent, and judged by the server),
+  // not an assignment to the object's prototype that would drop the label without a word.
+  const labels: Record<string, string> = Object.create(null);
   for (const term of terms) {
     const at = term.indexOf("=");
     if (at <= 0 || at === term.length - 1) throw new Error(`--label takes key=value (e.g. zone=eu-1a), not '${term}'`);

@@ -19,7 +19,7 @@ import { readId } from "./join.ts";
 import type { Logger } from "./log.ts";
 import { RebootCoordinator } from "./reboot.ts";
 import { WithSelf } from "./router.ts";
-import { checkSwapOnStart, EXIT_RESTART, SelfDriver } from "./self-update.ts";
+import { checkSwapOnStart, EXIT_RESTART, SelfDriver, sweepSelfUpdateLeftovers } from "./self-update.ts";
 import type { Identity, StateDir, StatusFile } from "./state.ts";
 import { AGENT_VERSION } from "./version.ts";
 
@@ -68,6 +68,15 @@ export async function runAgent(o: RunOptions): Promise<number> {
   if (swap.kind === "rolled_back") return EXIT_RESTART;
 
   const binary = config.self_update.binary ?? (isSea() ? process.execPath : null);
+  if (!o.trial) {
+    // A kill -9 (a crash, a power cut) between two steps leaves temporaries nothing else removes.
+    try {
+      const swept = [...state.sweepTemporaries(), ...sweepSelfUpdateLeftovers(binary)];
+      if (swept.length > 0) log.info("removed what an interrupted run left", { files: swept.join(", ") });
+    } catch (err) {
+      log.warn(`leftovers of an interrupted run could not be removed: ${messageOf(err)}`);
+    }
+  }
   const self = new SelfDriver({
     state,
     identity,
@@ -125,6 +134,19 @@ export async function runAgent(o: RunOptions): Promise<number> {
     }
   };
   saveStatus();
+
+  // A trial is its parent's question: with the parent killed (the unit's KillMode=process leaves
+  // children alone), nobody waits for its answer, and it would reconcile beside the restarted agent.
+  let orphanWatch: ReturnType<typeof setInterval> | null = null;
+  if (o.trial) {
+    // Named by the parent (a parent killed before this line ran would otherwise go unnoticed).
+    const parent = Number(process.env.HARBORMASTER_AGENT_TRIAL_PARENT) || process.ppid;
+    orphanWatch = setInterval(() => {
+      if (process.ppid === parent) return;
+      log.warn("the agent that started this trial is gone; stopping the trial");
+      stop.abort();
+    }, 500);
+  }
 
   let trialTimer: ReturnType<typeof setTimeout> | null = null;
   let trialPassed = false;
@@ -254,6 +276,7 @@ export async function runAgent(o: RunOptions): Promise<number> {
   } finally {
     stop.abort();
     if (trialTimer) clearTimeout(trialTimer);
+    if (orphanWatch) clearInterval(orphanWatch);
     o.signal?.removeEventListener("abort", onSignal);
     await rebootLoop;
   }

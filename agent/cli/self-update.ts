@@ -29,6 +29,7 @@ import {
   chmodSync,
   copyFileSync,
   mkdtempSync,
+  readdirSync,
 } from "node:fs";
 import { dirname, join } from "node:path";
 import type { AgentSpec, DesiredConfig } from "../../src/model/server/schemas.ts";
@@ -88,9 +89,19 @@ export class SelfDriver implements AgentDriver {
     this.o = o;
   }
 
+  private blobs() {
+    return new BlobFetcher({
+      baseUrl: this.o.identity.url,
+      token: this.o.identity.token,
+      cacheDir: join(this.o.state.dir, "cache", "self"),
+    });
+  }
+
   async beforePass(desired: DesiredConfig) {
     // Reported only while wanted: an agent the config does not name would read as one to remove.
     this.spec = desired.lifecycle === "run" ? desired.agents.find((a) => a.name === AGENT_NAME) : undefined;
+    // A build a killed agent was downloading is resumed while wanted, and deleted once not.
+    await this.blobs().prune([(this.spec as CatalogSpec | undefined)?.digest]);
   }
 
   async list(): Promise<ReportedAgent[]> {
@@ -142,11 +153,7 @@ export class SelfDriver implements AgentDriver {
     log.info("self-update: downloading", { version: spec.version, digest: spec.digest });
     // The drivers' verified download: resumed after a dropped connection, kept only when its
     // sha256 is the desired digest (else deleted, and this update fails saying so).
-    const blobs = new BlobFetcher({
-      baseUrl: this.o.identity.url,
-      token: this.o.identity.token,
-      cacheDir: join(state.dir, "cache", "self"),
-    });
+    const blobs = this.blobs();
     const download = await blobs.fetch(spec.source.blob, spec.digest, spec.size);
     try {
       await unpackExecutable(download, fresh);
@@ -263,7 +270,29 @@ function trialRun(binary: string, args: string[], timeoutMs: number): Promise<Ru
   return run(binary, args, timeoutMs + 5_000, {
     ...process.env,
     HARBORMASTER_AGENT_START_TIMEOUT_S: String(Math.ceil(timeoutMs / 1000)),
+    // The trial stops when this process is gone (see ./run.ts): nobody would wait for its answer.
+    HARBORMASTER_AGENT_TRIAL_PARENT: String(process.pid),
   });
+}
+
+/**
+ * What a self-update killed before its swap left beside the executable: the new build being
+ * written or tried (`<binary>.new`) and a half-unpacked archive (`.unpack-*`). Run at the start of
+ * `run`, after checkSwapOnStart (a swap in progress has already renamed its `.new`).
+ */
+export function sweepSelfUpdateLeftovers(binary: string | null): string[] {
+  if (!binary) return [];
+  const dir = dirname(binary);
+  const swept = [`${binary}.new`].filter((p) => existsSync(p));
+  let names: string[] = [];
+  try {
+    names = readdirSync(dir);
+  } catch {
+    // An unreadable directory holds nothing of ours we could remove either.
+  }
+  swept.push(...names.filter((n) => /^\.unpack-[A-Za-z0-9]{6}$/.test(n)).map((n) => join(dir, n)));
+  for (const p of swept) rmSync(p, { recursive: true, force: true });
+  return swept;
 }
 
 export type StartCheck =

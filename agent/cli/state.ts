@@ -8,6 +8,7 @@
  * Every write is whole or not at all: a temporary file, fsync'd, renamed over the old one.
  */
 import {
+  readdirSync,
   closeSync,
   fsyncSync,
   mkdirSync,
@@ -106,6 +107,22 @@ export class StateDir {
     } finally {
       closeSync(dfd);
     }
+  }
+
+  /**
+   * Deletes the temporaries of writes a killed process never renamed (`NAME.tmp-PID`, its pid
+   * not this one's): at the start of `run`, before anything here writes.
+   */
+  sweepTemporaries(): string[] {
+    let names: string[];
+    try {
+      names = readdirSync(this.dir);
+    } catch {
+      return [];
+    }
+    const swept = names.filter((n) => /\.tmp-\d+$/.test(n) && !n.endsWith(`.tmp-${process.pid}`));
+    for (const n of swept) rmSync(this.path(n), { force: true });
+    return swept;
   }
 
   remove(name: string) {

@@ -1,6 +1,6 @@
 import { createHash, type Hash } from "node:crypto";
 import { createReadStream } from "node:fs";
-import { mkdir, open, rename, rm, stat } from "node:fs/promises";
+import { mkdir, open, readdir, rename, rm, stat } from "node:fs/promises";
 import { join } from "node:path";
 import { ApiError, apiErrorOf, sleep, type FetchLike } from "../http.ts";
 
@@ -78,6 +78,20 @@ export class BlobFetcher {
   async discard(digest: string) {
     await rm(this.pathOf(digest), { force: true });
     await rm(`${this.pathOf(digest)}.partial`, { force: true });
+  }
+
+  /**
+   * Deletes every cached or partial blob but those of `keep` (the digests the desired config
+   * names): what a killed agent downloaded for a config that has since moved on would otherwise
+   * stay on the disk for good. A partial blob still wanted is kept, to be resumed.
+   */
+  async prune(keep: Iterable<string | undefined>) {
+    const wanted = new Set<string>();
+    for (const d of keep) if (d && /^sha256:[0-9a-f]{64}$/.test(d)) wanted.add(`sha256-${d.slice(7)}`);
+    const names = await readdir(this.opts.cacheDir).catch(() => [] as string[]);
+    for (const name of names) {
+      if (!wanted.has(name.replace(/\.partial$/, ""))) await rm(join(this.opts.cacheDir, name), { force: true });
+    }
   }
 
   /**

@@ -3,7 +3,7 @@
  * and the driver that picks between them by the image's kind. Node only.
  */
 import { join } from "node:path";
-import type { AgentSpec } from "../../src/model/server/schemas.ts";
+import type { AgentSpec, DesiredConfig } from "../../src/model/server/schemas.ts";
 import type { AgentDriver, Assignments, ListedAgent, ReportedAgent } from "../driver.ts";
 import type { FetchLike } from "../http.ts";
 import { BlobFetcher } from "./download.ts";
@@ -21,6 +21,8 @@ export interface ByKindDriverOptions {
   containers: AgentDriver;
   /** Runs tarball images. */
   tarballs: AgentDriver;
+  /** The drivers' shared download cache: pruned at each pass to what the desired config names. */
+  blobs?: BlobFetcher;
 }
 
 /**
@@ -39,6 +41,12 @@ export class ByKindDriver implements AgentDriver {
 
   private driverFor(spec: AgentSpec) {
     return catalogImage(spec)?.kind === "tarball" ? this.opts.tarballs : this.opts.containers;
+  }
+
+  async beforePass(desired: DesiredConfig) {
+    await this.opts.blobs?.prune(desired.agents.map((a) => (a as { digest?: string }).digest));
+    await this.opts.containers.beforePass?.(desired);
+    await this.opts.tarballs.beforePass?.(desired);
   }
 
   async list(): Promise<ListedAgent[]> {
@@ -162,6 +170,5 @@ export function hostDrivers(opts: HostDriverOptions): {
 
 /** The driver a host agent runs: containers and tarballs by the image's kind. */
 export function hostDriver(opts: HostDriverOptions): ByKindDriver {
-  const { containers, tarballs } = hostDrivers(opts);
-  return new ByKindDriver({ containers, tarballs });
+  return new ByKindDriver(hostDrivers(opts));
 }

@@ -36,8 +36,15 @@ export interface PodmanDriverOptions {
   scope?: string;
   /** Seconds a stopping container has before it is killed (default 10). */
   stopTimeoutSec?: number;
-  /** Most time one engine command may take (a load, a pull), ms (default 10 min). */
+  /** Most time a transfer may take (a load, a pull), ms (default 10 min). */
   commandTimeoutMs?: number;
+  /**
+   * Most time any other engine command may take (ps, inspect, create, start, rename, rm), ms
+   * (default 60 s; a stop gets its grace period on top). An engine that hangs (a stuck runtime, a
+   * locked store) then fails the one operation, reported, instead of holding the loop for the
+   * transfer's ten minutes on every call.
+   */
+  quickTimeoutMs?: number;
   /** Most time a healthcheck run may take, ms (default 60 s). */
   healthTimeoutMs?: number;
   /** A start-first update waits this long for the new container to be healthy (or running), ms (default 60 s). */
@@ -108,7 +115,7 @@ export class PodmanDriver implements AgentDriver {
 
   /** Runs the engine; throws with its output when it fails (unless `allowFail`). */
   private async cli(args: string[], opts: { timeoutMs?: number; allowFail?: boolean } = {}): Promise<RunResult> {
-    const timeoutMs = opts.timeoutMs ?? this.opts.commandTimeoutMs ?? 600_000;
+    const timeoutMs = opts.timeoutMs ?? this.timeoutOf(args[0]);
     const r = await run(this.engine, args, { timeoutMs, env: this.opts.env });
     if (r.code !== 0 && !opts.allowFail)
       throw new Error(
@@ -119,6 +126,13 @@ export class PodmanDriver implements AgentDriver {
         ),
       );
     return r;
+  }
+
+  /** The bound of one engine command: a transfer's is long, a stop's has its grace period, the rest are quick. */
+  private timeoutOf(verb: string | undefined) {
+    if (verb === "load" || verb === "pull") return this.opts.commandTimeoutMs ?? 600_000;
+    const quick = this.opts.quickTimeoutMs ?? 60_000;
+    return verb === "stop" ? (this.opts.stopTimeoutSec ?? 10) * 1000 + quick : quick;
   }
 
   private filters(agent?: string) {
@@ -147,10 +161,16 @@ export class PodmanDriver implements AgentDriver {
   }
 
   async list(): Promise<ListedAgent[]> {
-    const byAgent = new Map<string, Container[]>();
-    for (const c of await this.containers()) {
-      const a = c.labels[LABEL.agent];
-      byAgent.set(a, [...(byAgent.get(a) ?? []), c]);
+    let byAgent = this.byAgent(await this.containers());
+    // An agent with more than its one container is an update a kill interrupted (the superseded
+    // container not yet removed, the new one not yet renamed): finished before anything is
+    // reported, so a pass that has nothing else to do does not leave it behind for good.
+    const interrupted = [...byAgent].filter(([agent, cs]) => cs.some((c) => c.name !== this.nameOf(agent)));
+    if (interrupted.length > 0) {
+      // Best effort: what cannot be finished now is listed as it stands (current() picks the
+      // agent's container) and tried again by the next install, update or start.
+      for (const [agent] of interrupted) await this.recover(agent, { dropImages: true }).catch(() => {});
+      byAgent = this.byAgent(await this.containers());
     }
     const out: ListedAgent[] = [];
     for (const [agent, cs] of [...byAgent].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))) {
@@ -158,6 +178,15 @@ export class PodmanDriver implements AgentDriver {
       if (c) out.push(await this.describe(agent, c));
     }
     return out;
+  }
+
+  private byAgent(cs: Container[]) {
+    const byAgent = new Map<string, Container[]>();
+    for (const c of cs) {
+      const a = c.labels[LABEL.agent];
+      byAgent.set(a, [...(byAgent.get(a) ?? []), c]);
+    }
+    return byAgent;
   }
 
   /**
@@ -243,6 +272,7 @@ export class PodmanDriver implements AgentDriver {
     await this.create(name, spec, image);
     try {
       await this.cli(["start", name]);
+      await this.settled(name);
     } catch (err) {
       // A failed install leaves no container behind (its volumes stay: only remove() removes data).
       await this.discard(name);
@@ -284,6 +314,7 @@ export class PodmanDriver implements AgentDriver {
     try {
       await this.create(name, spec, image);
       await this.cli(["start", name]);
+      await this.settled(name);
     } catch (err) {
       await this.discard(name);
       await this.cli(["rename", name + OLD, name], { allowFail: true });
@@ -305,6 +336,22 @@ export class PodmanDriver implements AgentDriver {
 
   private async dropImage(c: Container | undefined) {
     if (c?.imageId && c.labels[LABEL.imageId]) await this.cli(["rmi", c.imageId], { allowFail: true });
+  }
+
+  /**
+   * A just-started container must still run after settleMs: one that exits at once (a crash
+   * loop, a bad configuration) fails its install, update or start, with its last words, instead of
+   * being reported running for the instant `start` returned.
+   */
+  private async settled(name: string) {
+    await sleep(this.opts.settleMs ?? 1000);
+    const c = (await this.containers()).find((x) => x.name === name);
+    if (c?.state === "running") return;
+    const logs = await this.cli(["logs", "--tail", "5", name], { allowFail: true });
+    const said = logs.code === 0 ? logs.tail.trim().slice(-500) : "";
+    throw new Error(
+      `container ${name} did not stay up after its start: ${!c ? "it is gone" : c.state === "exited" ? `exited with code ${c.exitCode}` : c.status || c.state}${said ? `; its last output: ${said}` : ""}`,
+    );
   }
 
   /** Waits until a just-started container is healthy (with a healthcheck) or still running after settleMs. */
@@ -344,6 +391,7 @@ export class PodmanDriver implements AgentDriver {
   async start(current: ReportedAgent): Promise<void> {
     await this.recover(current.name);
     await this.cli(["start", this.nameOf(current.name)]);
+    await this.settled(this.nameOf(current.name));
   }
 
   async stop(current: ReportedAgent): Promise<void> {
@@ -355,9 +403,9 @@ export class PodmanDriver implements AgentDriver {
   /**
    * Finishes what a crash interrupted between two steps of an update: the agent's container is
    * given its name back (the new one if it started, else the old), and a superseded one is
-   * removed (never a volume).
+   * removed (never a volume); with `dropImages`, its catalog image too, as retire() does.
    */
-  private async recover(agent: string) {
+  private async recover(agent: string, { dropImages = false } = {}) {
     const cs = await this.containers(agent);
     const base = this.nameOf(agent);
     if (!cs.some((c) => c.name === base)) {
@@ -366,6 +414,8 @@ export class PodmanDriver implements AgentDriver {
     }
     const stale = (await this.containers(agent)).filter((c) => c.name !== base);
     if (stale.length > 0) await this.discard(...stale.map((c) => c.id));
+    // Not within an install or update: the image it just loaded has no container yet, and would go.
+    if (dropImages) for (const c of stale) await this.dropImage(c);
   }
 
   /** The image a spec names, present in the engine's store and checked, as `create` takes it. */

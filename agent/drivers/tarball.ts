@@ -152,6 +152,22 @@ export class TarballDriver implements AgentDriver {
     return v ? { dir, ...v } : null;
   }
 
+  /**
+   * Before a pass (nothing of this driver is under way then): the temporaries a killed agent left
+   * under each agent's directory (a half-unpacked `.unpack-*`, a `.current-*` link never renamed)
+   * are deleted; they are never an agent's files.
+   */
+  async beforePass() {
+    const names = (await readdir(this.agentsDir).catch(() => [] as string[])).filter((n) => AGENT_NAME.test(n));
+    for (const name of names) {
+      const entries = await readdir(this.agentDir(name)).catch(() => [] as string[]);
+      for (const e of entries) {
+        if (/^\.(unpack|current)-[0-9a-f]{8}$/.test(e))
+          await rm(join(this.agentDir(name), e), { recursive: true, force: true });
+      }
+    }
+  }
+
   async list(): Promise<ListedAgent[]> {
     const names = (await readdir(this.agentsDir).catch(() => [] as string[])).filter((n) => AGENT_NAME.test(n)).sort();
     const out: ListedAgent[] = [];

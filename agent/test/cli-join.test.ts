@@ -61,6 +61,13 @@ describe("harbormaster-agent join", () => {
     expect(JSON.parse(server.requests.at(-1)!.body.toString()).labels).toEqual({ zone: "eu-1a", rack: "r12" });
   });
 
+  it("sends a --label named __proto__ as a key, for the server to judge, instead of dropping it", async () => {
+    const host = tempHost();
+    await agentCmd(["join", server.url, TOKEN, "--label", "__proto__=x", "--label", "constructor=y"], host.env);
+    const body = server.requests.at(-1)!.body.toString();
+    expect(body).toContain('"labels":{"__proto__":"x","constructor":"y"}');
+  });
+
   it("refuses a --label that is not key=value before calling anyone", async () => {
     const host = tempHost();
     const before = server.requests.length;

@@ -1,4 +1,6 @@
-import { randomBytes } from "node:crypto";
+import { createHash, randomBytes } from "node:crypto";
+import { createServer } from "node:http";
+import type { AddressInfo } from "node:net";
 import { readdir, readFile, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
@@ -119,5 +121,49 @@ describe("BlobFetcher", () => {
       (await readFile(await f.fetch(`/v1/agent/images/${blob.id}/blob`, blob.digest, blob.size))).equals(bytes),
     ).toBe(true);
     expect(server.requests.length).toBe(2);
+  });
+});
+
+describe("BlobFetcher against a server that stalls", () => {
+  it("drops a response that sends nothing for its idle bound and resumes it with Range", async () => {
+    const bytes = randomBytes(200_000);
+    const digest = `sha256:${createHash("sha256").update(bytes).digest("hex")}`;
+    const ranges: (string | null)[] = [];
+    const server = createServer((req, res) => {
+      ranges.push(req.headers.range ?? null);
+      if (!req.headers.range) {
+        // Half the bytes, then silence with the connection open, as a stuck proxy does.
+        res.writeHead(200, { "Content-Length": bytes.length });
+        res.write(bytes.subarray(0, 80_000));
+        return;
+      }
+      const from = Number(/^bytes=(\d+)-$/.exec(req.headers.range)![1]);
+      res.writeHead(206, {
+        "Content-Range": `bytes ${from}-${bytes.length - 1}/${bytes.length}`,
+        "Content-Length": bytes.length - from,
+      });
+      res.end(bytes.subarray(from));
+    });
+    await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+    const cache = await tempDir("hm-cache-");
+    try {
+      const f = new BlobFetcher({
+        baseUrl: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+        token: "hms.t",
+        cacheDir: join(cache, "blobs"),
+        idleTimeoutMs: 300,
+        retryDelayMs: 10,
+      });
+      const t0 = Date.now();
+      const path = await f.fetch("/v1/agent/images/x/blob", digest, bytes.length);
+      expect(Date.now() - t0).toBeLessThan(5_000);
+      expect((await readFile(path)).equals(bytes)).toBe(true);
+      expect(ranges[0]).toBeNull();
+      expect(ranges[1]).toMatch(/^bytes=[1-9]\d*-$/);
+    } finally {
+      server.closeAllConnections();
+      await new Promise<void>((r) => server.close(() => r()));
+      await rm(cache, { recursive: true, force: true });
+    }
   });
 });

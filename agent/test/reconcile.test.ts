@@ -57,6 +57,42 @@ describe("an agent found stopped", () => {
   });
 });
 
+describe("an agent that keeps stopping", () => {
+  it("is restarted each pass, and a second restart in a row is an error until a pass finds it running", async () => {
+    const d = new Probe();
+    const restarts = new Map<string, number>();
+    const want = desired([{ name: "a", version: "1" }]);
+    await reconcile(want, d, restarts);
+    const crash = () => {
+      d.installed.get("a")!.state = "failed";
+      d.sick.set("a", "container hm-a exited with code 3");
+    };
+    // A restart heals it (for a while).
+    d.start = async (c) => {
+      d.sick.delete(c.name);
+      await MemoryDriver.prototype.start.call(d, c);
+    };
+    const pass = () => reconcile(want, d, restarts);
+    crash();
+    // Once is a crash: restarted, reported running (after the found report), no error.
+    expect((await pass()).errors).toEqual([]);
+    crash();
+    const loop = await pass();
+    expect(loop.agents.map((a) => a.state)).toEqual(["running"]);
+    expect(loop.errors).toEqual([
+      {
+        agent: "a",
+        op: "start",
+        message: "stopped again after its restart (2 passes in a row): container hm-a exited with code 3",
+      },
+    ]);
+    // A pass that finds it still running ends the loop's count.
+    expect((await pass()).errors).toEqual([]);
+    crash();
+    expect((await pass()).errors).toEqual([]);
+  });
+});
+
 describe("a host agent that heals a stopped agent", () => {
   it("reports the agent stopped, then running", async () => {
     const d = new Probe();

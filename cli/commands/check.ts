@@ -46,7 +46,7 @@ async function fix(ctx: Ctx, filter: Filter) {
       for (const l of summary(done)) out.line(l);
     }
   }
-  if (notDone.length) throw new Exit(1, `${notDone.length} of ${todo.length} fix(es) not done`);
+  if (notDone.length) throw new Exit(1, `${notDone.length} of ${done.filter((a) => a.result).length} fix(es) not done`);
 }
 
 type Result = { ok: true; outcome: string; generation: number } | Refusal | null;

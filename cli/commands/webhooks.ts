@@ -5,11 +5,12 @@ import { WEBHOOK_FORMATS, type WebhookFormat } from "../../src/domain/enums.ts";
 import { safety } from "./gates.ts";
 import type { Ctx } from "../context.ts";
 import { pick } from "../resolve.ts";
-import { sleep } from "../../agent/http.ts";
+import { setTimeout as sleep } from "node:timers/promises";
 
 /** How long `hm webhooks test` waits for the first attempt: its 10 s time-out and a margin. */
 const TEST_OUTCOME_WAIT_MS = 12_000;
-const TEST_POLL_MS = 250;
+/** The first look comes soon (a receiver usually answers in well under a second), then less often. */
+const TEST_POLL_MS = [250, 500, 1000, 2000];
 
 /** A webhook by id, name (from its fleet spec) or short id, through the fleet's list. */
 async function webhookOf(ctx: Ctx, fleet: string, ref: string) {
@@ -119,17 +120,19 @@ export function registerWebhooks(program: Command, io: Io) {
       // first attempt's outcome (an attempt takes 10 s at most), reading the delivery.
       let d = await api.testWebhook(o.fleet, id);
       const until = Date.now() + TEST_OUTCOME_WAIT_MS;
-      while (d.status === "pending" && d.attempts === 0 && Date.now() < until) {
-        await sleep(TEST_POLL_MS);
+      for (let i = 0; d.status === "pending" && d.attempts === 0 && Date.now() < until; i++) {
+        await sleep(TEST_POLL_MS[Math.min(i, TEST_POLL_MS.length - 1)]);
         d = await api.delivery(o.fleet, id, d.id);
       }
       if (ctx.machine) return ctx.out.data(d);
       ctx.out.line(
         d.status === "delivered"
           ? `Delivered (HTTP ${d.last_status}).`
-          : d.attempts === 0
-            ? `Queued, not attempted yet: hm webhooks deliveries ${id} --fleet ${o.fleet}`
-            : `Not taken yet (${d.last_error ?? "pending"}); retried with backoff: hm webhooks deliveries ${id} --fleet ${o.fleet}`,
+          : d.status !== "pending"
+            ? `Not delivered: ${d.status} (${d.last_error ?? "no answer"}): hm webhooks deliveries ${id} --fleet ${o.fleet}`
+            : d.attempts === 0
+              ? `Queued, not attempted yet: hm webhooks deliveries ${id} --fleet ${o.fleet}`
+              : `Not taken yet (${d.last_error ?? "pending"}); retried with backoff: hm webhooks deliveries ${id} --fleet ${o.fleet}`,
       );
     }),
   );

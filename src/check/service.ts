@@ -139,7 +139,10 @@ async function reissueInFleet(
         });
         if (out.ok) {
           a.result = { ok: true, outcome: out.outcome, generation: out.view.desired.generation };
-          if (told.has(a.server)) told.set(a.server, out.view.desired.generation);
+          // Only a write of this call's own counts: a skipped one (older inputs, not running) wrote
+          // nothing, whatever generation another writer left, whose realized report may be past.
+          const wrote = out.outcome === "issued" || out.outcome === "reissued";
+          if (told.has(a.server)) told.set(a.server, wrote ? out.view.desired.generation : null);
         } else a.result = refusalOf(out);
       } catch (err) {
         // The ledger may have committed before its answer was lost: not told, so the hold stays until its end.

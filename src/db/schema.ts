@@ -44,9 +44,10 @@ export const fleets = sqliteTable("fleets", {
     .default("any"),
   /**
    * Whether the fleet's coordinator wants its ledgers' drift-only health events (a webhook asks
-   * for `server.drifted`). Written by the coordinator only (src/fleetlock/health-watch.ts), before
-   * the change that turns it on is answered; read by a ledger in its projection's batch. 1 until
-   * the coordinator says otherwise: unknown means send.
+   * for `server.drifted`). A new fleet starts at 0 (no webhook yet; POST /v1/fleets and a spec
+   * that creates one); after that only the coordinator writes it (src/fleetlock/health-watch.ts),
+   * before the change that turns it on is answered; read by a ledger in its projection's batch.
+   * The default 1, for fleets from before the column, means unknown: send.
    */
   healthWatch: integer("health_watch").notNull().default(1),
 });
@@ -456,6 +457,12 @@ export const rolloutLocks = sqliteTable(
     agent: text("agent").notNull(),
     rolloutId: text("rollout_id").notNull(),
     createdAt: integer("created_at").notNull(),
+    /**
+     * The SHA-256 of the start request that claimed (principal, fleet, agent, image, the strategy
+     * as resolved, …): the same request sent again adopts the claim instead of being refused by it.
+     * Null for a claim a rollback or the object itself took.
+     */
+    fingerprint: text("fingerprint"),
   },
   (t) => [primaryKey({ columns: [t.fleetId, t.agent] })],
 );

@@ -42,7 +42,8 @@ export interface FixTarget {
 
 /**
  * What a call learned of its write to one server it was allowed to fix: the desired generation
- * its ledger answered, or null when the ledger refused the write or the call never sent it.
+ * its ledger answered for a write it made, or null when the ledger refused or skipped the write or
+ * the call never sent it.
  */
 export interface FixOutcome {
   server_id: string;

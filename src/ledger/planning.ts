@@ -43,9 +43,6 @@ export function applyPlan(
   const state = d.store.load();
   if (!state) return fail("not_found", "server does not exist");
   if (state.record.state === "removed") return fail("server_removed", "a removed server is not planned");
-  // The coordinator holds a budget unit for this fix until a realized report past the generation
-  // it saw: every one goes out until one has, whatever this write turns out to change.
-  if (meta.deadline !== undefined) fixHoldAnnounced(d.store, state.desired.generation);
   const before = d.store.plan();
   const current: PlanState = meta.release ? { mode: "planned", rev: before.rev } : before;
   const now = d.clock();
@@ -66,6 +63,10 @@ export function applyPlan(
     });
   }
   if (step.kind === "skipped") return { ok: true, outcome: step.why, wrote: rolesChanged };
+  // The coordinator holds a budget unit for this fix until a realized report past the generation
+  // it saw: every one goes out until one has. Only for a write: a skipped one is told as nothing
+  // written (src/check/service.ts), and its unit frees without a report.
+  if (meta.deadline !== undefined) fixHoldAnnounced(d.store, state.desired.generation);
   // A drift fix re-issues the config (same agents, next generation) when the plan is unchanged,
   // so the host reconciles again.
   const reissue =

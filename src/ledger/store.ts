@@ -240,7 +240,6 @@ export class LedgerStore {
     return legacy;
   }
 
-  /** Planning, lifecycle and refresh state: shown in the view, so what waits on the view wakes. */
   /** Read once per life of the object: a changed report looks at it, and it changes seldom. */
   healthSent(): HealthSent | null {
     if (this.healthSentMemo === undefined) this.healthSentMemo = this.kv.get<HealthSent>(KEY.healthSent) ?? null;
@@ -255,6 +254,7 @@ export class LedgerStore {
     this.healthSentMemo = sent;
   }
 
+  /** Planning, lifecycle and refresh state: shown in the view, so what waits on the view wakes. */
   private putShown(key: typeof KEY.plan | typeof KEY.lifecycle | typeof KEY.refresh, value: unknown) {
     if (value === null) this.kv.delete(key);
     else this.kv.put(key, value);

@@ -101,7 +101,9 @@ export const rolloutRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHo
       description:
         "Targets are the servers of the fleet whose desired config has the agent, narrowed by `selector` " +
         "(roles, labels, server ids or hostnames); `exclude` (ids or hostnames) lists them as skipped. One running rollout per " +
-        "(fleet, agent): 409 rollout_in_progress names it. A rollout with no target is refused (422 no_targets) unless " +
+        "(fleet, agent): 409 rollout_in_progress names it. The same request sent again by the same principal while its " +
+        "rollout holds the pair (a lost answer, or a start cut off after its claim) answers that rollout, started once. " +
+        "A rollout with no target is refused (422 no_targets) unless " +
         "`channel_only` asks for a move of the fleet's channel alone. Every target has a deadline (`server_timeout_s`, " +
         "default 3600).",
       security: bearer,

@@ -2,7 +2,8 @@
  * Rollout workflows. Targets are selected from the D1 index; the (fleet, agent) is claimed in D1
  * (one running rollout per pair: an INSERT admits one claimant) before the Rollout object is
  * created; from then on the object owns everything and releases the claim through its outbox
- * when it ends. A claim whose rollout never started (the workflow died in between) is taken over
+ * when it ends. A claim whose rollout never started (the workflow died in between) is adopted by
+ * the same request sent again (its fingerprint, ./fingerprint.ts), and taken over by any other
  * once it is older than CLAIM_TTL_MS.
  */
 import { and, asc, desc, eq, inArray, isNotNull, lt, ne, notInArray, or, type SQL } from "drizzle-orm";
@@ -31,6 +32,8 @@ import {
 } from "./machine";
 import type { RolloutInput } from "./schemas";
 import { checkStrategy } from "./strategy-check";
+import type { Plan } from "./strategy";
+import { startFingerprint } from "./fingerprint";
 import type { Fetcher } from "../fleetlock/external-check";
 import { labelsMatch } from "../model/server/labels";
 import { rolloutOf } from "../objects/stubs";
@@ -153,32 +156,65 @@ async function refuseNoTargets(db: Db, input: RolloutInput, targets: TargetInput
   );
 }
 
-/** Claims (fleet, agent) for `rolloutId`; answers whether this call inserted the claim. */
-async function claim(env: Env, db: Db, fleet: string, agent: string, rolloutId: string): Promise<{ fresh: boolean }> {
+/**
+ * Who holds the (fleet, agent) for this caller: `fresh` when this call inserted the claim;
+ * `rolloutId` the rollout to start (another than the one asked for when the same request's claim
+ * was adopted); `running` that rollout's summary when it had already started.
+ */
+interface Claimed {
+  fresh: boolean;
+  rolloutId: string;
+  running: RolloutSummary | null;
+}
+
+/**
+ * Claims (fleet, agent) for `rolloutId`. A claim held by the same start request (`fingerprint`)
+ * is adopted: its rollout is answered if it started and has not ended, else the claim is renewed
+ * for this caller to finish the start. Any other holder is refused with rollout_in_progress.
+ */
+async function claim(
+  env: Env,
+  db: Db,
+  fleet: string,
+  agent: string,
+  rolloutId: string,
+  fingerprint: string | null = null,
+): Promise<Claimed> {
   for (let attempt = 0; attempt < 3; attempt++) {
     const inserted = await db
       .insert(rolloutLocks)
-      .values({ fleetId: fleet, agent, rolloutId, createdAt: Date.now() })
+      .values({ fleetId: fleet, agent, rolloutId, createdAt: Date.now(), fingerprint })
       .onConflictDoNothing()
       .returning({ id: rolloutLocks.rolloutId });
-    if (inserted.length) return { fresh: true };
+    if (inserted.length) return { fresh: true, rolloutId, running: null };
     const holder = await db.query.rolloutLocks.findFirst({
       where: and(eq(rolloutLocks.fleetId, fleet), eq(rolloutLocks.agent, agent)),
     });
     if (!holder) continue; // released meanwhile
-    if (holder.rolloutId === rolloutId) return { fresh: false };
+    if (holder.rolloutId === rolloutId) return { fresh: false, rolloutId, running: null };
+    // The claim as this caller read it: a write that finds it changed read stale, and looks again.
+    const asRead = and(
+      eq(rolloutLocks.fleetId, fleet),
+      eq(rolloutLocks.agent, agent),
+      eq(rolloutLocks.rolloutId, holder.rolloutId),
+      eq(rolloutLocks.createdAt, holder.createdAt),
+    );
     const stub = rolloutOf(env, holder.rolloutId);
     const running = await stub.get();
+    if (fingerprint !== null && holder.fingerprint === fingerprint && !(running && isTerminal(running.state))) {
+      if (running) return { fresh: false, rolloutId: holder.rolloutId, running };
+      // Renewed before the start, so no other request's takeover (which deletes the claim it read
+      // expired) can slip in between and start a second rollout of the pair.
+      const renewed = await db
+        .update(rolloutLocks)
+        .set({ createdAt: Date.now() })
+        .where(asRead)
+        .returning({ id: rolloutLocks.rolloutId });
+      if (renewed.length) return { fresh: false, rolloutId: holder.rolloutId, running: null };
+      continue;
+    }
     if (!running && Date.now() - holder.createdAt > CLAIM_TTL_MS) {
-      await db
-        .delete(rolloutLocks)
-        .where(
-          and(
-            eq(rolloutLocks.fleetId, fleet),
-            eq(rolloutLocks.agent, agent),
-            eq(rolloutLocks.rolloutId, holder.rolloutId),
-          ),
-        );
+      await db.delete(rolloutLocks).where(asRead);
       continue;
     }
     if (running && isTerminal(running.state)) {
@@ -231,13 +267,25 @@ async function strategyOf(
   return { strategy: parsed.data, source: "fleet_default" };
 }
 
-export async function createRollout(
+/**
+ * A start whose (fleet, agent) is claimed: the rollout to create (or, `started`, the one the same
+ * request already created). The first half of createRollout, apart so that a test can stop there,
+ * as a runtime that died after the claim would.
+ */
+export interface ClaimedStart {
+  spec: RolloutSpec;
+  targets: TargetInput[];
+  plan: Plan | null;
+  started: RolloutSummary | null;
+}
+
+export async function claimStart(
   env: Env,
   actor: string,
   input: RolloutInput,
   newId: () => string = () => crypto.randomUUID(),
   fetcher: Fetcher = (u, i) => fetch(u, i),
-) {
+): Promise<ClaimedStart> {
   const db = getDb(env.DB);
   const fleet = await getFleet(db, input.fleet);
   if (!fleet) throw unknownFleet(input.fleet);
@@ -272,9 +320,10 @@ export async function createRollout(
   const targets: TargetInput[] = selected.map(({ labels: _l, ...t }) =>
     planned && !t.excluded ? { ...t, phase: planned.phaseOf.get(t.server_id) ?? 0 } : t,
   );
-  const id = newId();
+  const fingerprint = await startFingerprint(actor, input, strategy, source);
+  const claimed = await claim(env, db, input.fleet, input.agent, newId(), fingerprint);
   const spec: RolloutSpec = {
-    id,
+    id: claimed.rolloutId,
     fleet: input.fleet,
     agent: input.agent,
     image: resolved.image,
@@ -291,8 +340,23 @@ export async function createRollout(
     created_by: actor,
     created_at: Date.now(),
   };
-  await claim(env, db, input.fleet, input.agent, id);
-  return rolloutOf(env, id).start(spec, targets, planned?.plan ?? null);
+  return { spec, targets, plan: planned?.plan ?? null, started: claimed.running };
+}
+
+/**
+ * Starts a rollout: claims its (fleet, agent), then creates the Rollout object. Sent again (the
+ * answer lost, or the runtime died between the two), the same request answers the same rollout,
+ * started once.
+ */
+export async function createRollout(
+  env: Env,
+  actor: string,
+  input: RolloutInput,
+  newId?: () => string,
+  fetcher?: Fetcher,
+): Promise<RolloutSummary> {
+  const c = await claimStart(env, actor, input, newId, fetcher);
+  return c.started ?? rolloutOf(env, c.spec.id).start(c.spec, c.targets, c.plan);
 }
 
 /**

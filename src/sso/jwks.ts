@@ -15,20 +15,33 @@ export const MAX_KEY_SET_BYTES = 64 * 1024;
 const KEY_SET_TIMEOUT_MS = 5_000;
 
 /**
- * The answer with its body read bounded. A larger one throws a plain Error, which callers take for
- * a provider that could not be reached (as a timeout), not for a token that does not verify.
+ * The answer with its body read bounded. An error status, a larger body, or one that is not JSON
+ * or not a key set throws a plain Error, which callers take for a provider that could not be
+ * reached (as a timeout), not for a token that does not verify: jose would call each a JOSEError,
+ * the same class as a bad signature, and a signed-in user would be told their assertion is
+ * refused while the provider is down.
  */
 const boundedFetch =
   (fetcher: typeof fetch): FetchImplementation =>
   async (url, init) => {
     const res = await fetcher(url, init);
     if (res.status !== 200) {
-      // jose refuses it without reading it: nothing of it is kept.
+      // Nothing of it is read or kept.
       await res.body?.cancel().catch(() => {});
-      return new Response(null, { status: res.status });
+      throw new Error(`the key set at ${url} answered ${res.status}`);
     }
     const { text, truncated } = await textPrefix(res, MAX_KEY_SET_BYTES, init.signal);
     if (truncated) throw new Error(`the key set at ${url} is over ${MAX_KEY_SET_BYTES} bytes`);
+    let doc: unknown;
+    try {
+      doc = JSON.parse(text);
+    } catch {
+      throw new Error(`the key set at ${url} is not JSON`);
+    }
+    // jose's own test of a key set's shape: without `keys`, an error document, not a key set.
+    const keys = (doc as { keys?: unknown } | null)?.keys;
+    if (!Array.isArray(keys) || !keys.every((k) => typeof k === "object" && k !== null))
+      throw new Error(`the key set at ${url} has no keys`);
     return new Response(text, { status: 200, headers: { "content-type": "application/json" } });
   };
 

@@ -194,6 +194,8 @@ export async function identityFromCode(
     }));
   } catch (err) {
     if (err instanceof errors.JWTExpired) throw refused("the ID token has expired");
+    // A JOSEError too, but the provider's keys not coming in time is not the token's fault.
+    if (err instanceof errors.JWKSTimeout) throw unavailable("keys could not be fetched in time");
     if (err instanceof errors.JOSEError) throw refused("the ID token does not verify");
     throw unavailable("keys could not be fetched");
   }

@@ -67,12 +67,12 @@ export class WebhookDispatcher {
     public fetcher: Fetcher = (u, i) => fetch(u, i),
   ) {}
 
-  /** An event: one delivery per webhook that asked for it. Synchronous: it commits with the change. */
   /** Whether any of the fleet's webhooks asked for this type: an event nobody wants need not be built. */
   wants(type: FleetEvent["type"]): boolean {
     return this.store.all().some((w) => w.events.includes(type));
   }
 
+  /** An event: one delivery per webhook that asked for it. Synchronous: it commits with the change. */
   emit(event: FleetEvent) {
     for (const w of this.store.all()) if (w.events.includes(event.type)) this.queue(w.id, event);
   }

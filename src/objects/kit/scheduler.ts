@@ -11,6 +11,9 @@ export type TimerHandler = (payload: unknown, name: string) => Promise<void> | v
 /** When a handler throws, its timer fires again after this long (handlers are idempotent). */
 const TIMER_RETRY_MS = 5_000;
 
+/** How late an alarm may be in firing before the scheduler stops trusting that it will. */
+const LATE_ALARM_MS = 30_000;
+
 export class Scheduler {
   /** The alarm this object last set; undefined until read once after the object woke. */
   private armedAt: number | null | undefined;
@@ -90,6 +93,10 @@ export class Scheduler {
    * rewriting the alarm on every call.
    */
   async arm() {
+    // An alarm time long past has fired, or the runtime gave it up after its retries (a handler
+    // that kept throwing): it promises no next wake, so the alarm is set again. The grace keeps
+    // an alarm merely late in being delivered from being rewritten by every request meanwhile.
+    if (this.armedAt != null && this.armedAt <= this.now() - LATE_ALARM_MS) this.armedAt = null;
     // The common case on a busy path (a timer set later than the alarm already is): no row read.
     // Moving a timer later or cancelling one only makes the earliest later, so it needs no look.
     if (this.armedAt !== undefined && this.armedAt !== null && this.armedAt <= this.setSince) {

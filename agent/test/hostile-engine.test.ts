@@ -1,0 +1,96 @@
+/**
+ * A container engine that hangs (a stuck runtime, a locked store), played by a fake `podman` on
+ * PATH: each command but a transfer has a short bound, the hung command's whole process group is
+ * killed, and the operation fails with a message that says so, reported for its agent.
+ */
+import { chmodSync, existsSync, readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { afterEach, describe, expect, it } from "vitest";
+import { reconcile } from "../driver.ts";
+import { PodmanDriver } from "../drivers/index.ts";
+import { tempDir } from "./helpers.ts";
+
+const FAKE = `#!/bin/sh
+# A fake engine: logs its arguments; the verb named by HANG never returns.
+echo "$*" >> "$DIR/calls"
+if [ "$1" = "$HANG" ]; then echo $$ > "$DIR/hung.pid"; exec sleep 3600; fi
+case "$1" in
+  ps) echo '[]' ;;
+  image) echo '[{"Id":"sha256:0000","Config":{}}]' ;;
+esac
+exit 0
+`;
+
+async function fakeEngine(hang: string) {
+  const dir = await tempDir("hm-fake-podman-");
+  const engine = join(dir, "podman");
+  writeFileSync(engine, FAKE);
+  chmodSync(engine, 0o755);
+  const env = { ...process.env, DIR: dir, HANG: hang };
+  const hungPid = () =>
+    existsSync(join(dir, "hung.pid")) ? Number(readFileSync(join(dir, "hung.pid"), "utf8")) : null;
+  const calls = () => readFileSync(join(dir, "calls"), "utf8").trim().split("\n");
+  return { engine, env, hungPid, calls };
+}
+
+const alive = (pid: number) => {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+};
+
+const spec = (name: string) => ({ name, image: `localhost/${name}:1`, version: "1", instance_id: `i-${name}` });
+
+let leftover: number | null = null;
+afterEach(() => {
+  if (leftover !== null && alive(leftover)) process.kill(leftover, "SIGKILL");
+  leftover = null;
+});
+
+describe("an engine whose commands hang", () => {
+  it("fails a hung start within the quick bound, kills it, and reports it for that agent only", async () => {
+    const fake = await fakeEngine("start");
+    // Transfers may take long (20 s here); a start may not.
+    const driver = new PodmanDriver({
+      engine: fake.engine,
+      env: fake.env,
+      commandTimeoutMs: 20_000,
+      quickTimeoutMs: 1_000,
+    });
+    const t0 = Date.now();
+    const outcome = await reconcile(
+      { server_id: "s", generation: 1, lifecycle: "run", agents: [spec("a"), spec("b")] },
+      driver,
+    );
+    // Both agents' starts hung and were given up: each within the bound, the pass goes on.
+    expect(Date.now() - t0).toBeLessThan(8_000);
+    expect(outcome.errors.map((e) => [e.agent, e.op])).toEqual([
+      ["a", "install"],
+      ["b", "install"],
+    ]);
+    expect(outcome.errors[0].message).toMatch(/start hm-a timed out after 1 s \(killed\)/);
+    leftover = fake.hungPid();
+    expect(leftover).not.toBeNull();
+    expect(alive(leftover!)).toBe(false);
+    // The half-made container was removed, not left behind.
+    expect(fake.calls()).toContain("rm -f -t 0 hm-a");
+  });
+
+  it("fails a hung listing within the quick bound instead of holding the loop", async () => {
+    const fake = await fakeEngine("ps");
+    const driver = new PodmanDriver({
+      engine: fake.engine,
+      env: fake.env,
+      commandTimeoutMs: 20_000,
+      quickTimeoutMs: 1_000,
+    });
+    const t0 = Date.now();
+    await expect(driver.list()).rejects.toThrow(/ps timed out after 1 s/);
+    expect(Date.now() - t0).toBeLessThan(5_000);
+    leftover = fake.hungPid();
+    expect(alive(leftover!)).toBe(false);
+  });
+});

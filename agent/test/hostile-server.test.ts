@@ -1,0 +1,213 @@
+/**
+ * The loop against a control plane that lies or hangs: malformed or oversized desired configs
+ * and channel messages, a socket that never finishes its upgrade. The agent must keep running,
+ * keep what it had, say what went wrong, and retry.
+ */
+import { createServer, type Server, type Socket } from "node:net";
+import { createServer as createHttpServer, type Server as HttpServer } from "node:http";
+import type { AddressInfo } from "node:net";
+import { afterEach, describe, expect, it } from "vitest";
+import { CHANNEL_VERSION } from "../../src/domain/channel.ts";
+import { HostAgent, type AgentEvent, type AgentExit } from "../agent.ts";
+import { webSocketConnector, type ChannelConnector, type ChannelSocket } from "../channel.ts";
+import { MemoryDriver } from "../memory-driver.ts";
+
+const accepted = (generation: number) => ({
+  server_id: "srv-1",
+  desired_generation: generation,
+  status: "realized",
+  agents: [],
+});
+
+const goodConfig = (generation: number) => ({
+  server_id: "srv-1",
+  generation,
+  lifecycle: "run",
+  agents: [{ name: "node-exporter", image: "node-exporter", version: "1.8.0", instance_id: "i-1" }],
+});
+
+/** A socket the test scripts: `serverSends` on connect, acks to every report. */
+function fakeChannel(serverSends: unknown[]) {
+  const reports: { generation: number }[] = [];
+  const connect: ChannelConnector = async () => {
+    const listeners: Record<string, ((e: any) => void)[]> = { message: [], close: [], error: [] };
+    const deliver = (data: string) => setTimeout(() => listeners.message.forEach((l) => l({ data })), 0);
+    const socket: ChannelSocket = {
+      send(data: string) {
+        if (data === "ping") return deliver("pong");
+        const m = JSON.parse(data);
+        if (m.type === "report") {
+          reports.push(m.report);
+          deliver(
+            JSON.stringify({
+              type: "ack",
+              v: CHANNEL_VERSION,
+              id: m.id,
+              status: 200,
+              body: accepted(m.report.generation),
+            }),
+          );
+        }
+      },
+      close(code = 1000, reason = "") {
+        setTimeout(() => listeners.close.forEach((l) => l({ code, reason })), 0);
+      },
+      addEventListener(type: string, l: (e: any) => void) {
+        listeners[type].push(l);
+      },
+    } as ChannelSocket;
+    for (const m of serverSends) deliver(typeof m === "string" ? m : JSON.stringify(m));
+    return socket;
+  };
+  return { connect, reports };
+}
+
+function runLoop(opts: Partial<ConstructorParameters<typeof HostAgent>[0]>) {
+  const events: AgentEvent[] = [];
+  const controller = new AbortController();
+  const driver = new MemoryDriver();
+  const agent = new HostAgent({
+    url: "http://127.0.0.1:1",
+    token: "hms.test",
+    driver,
+    bootId: "boot-a",
+    reportIntervalMs: 60_000,
+    random: () => 0,
+    ...opts,
+    onEvent: (e) => events.push(e),
+  });
+  const exit: Promise<AgentExit> = agent.run(controller.signal);
+  return { events, driver, exit, stop: () => controller.abort() };
+}
+
+const until = async (what: string, pred: () => boolean, ms = 5_000) => {
+  const deadline = Date.now() + ms;
+  while (!pred()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+};
+
+const closers: (() => Promise<void> | void)[] = [];
+afterEach(async () => {
+  for (const c of closers.splice(0)) await c();
+});
+
+describe("a channel that sends what the protocol does not allow", () => {
+  it("drops malformed messages, says so, and reconciles the next valid desired config", async () => {
+    const ch = fakeChannel([
+      { type: "desired", v: CHANNEL_VERSION },
+      { type: "desired", v: CHANNEL_VERSION, config: { generation: "7", agents: "x", lifecycle: "run" } },
+      { type: "lifecycle", v: CHANNEL_VERSION, order: "terminate" },
+      { type: "desired", v: CHANNEL_VERSION, config: { ...goodConfig(4), agents: [{ name: "__proto__" }] } },
+      "{not json",
+      { type: "refresh" },
+      { type: "desired", v: CHANNEL_VERSION, config: goodConfig(5) },
+    ]);
+    const loop = runLoop({ connect: ch.connect });
+    closers.push(loop.stop);
+    await until("the valid config's report", () => ch.reports.some((r) => r.generation === 5));
+    // Nothing of the malformed ones was acted on: only the valid config's agent is installed.
+    expect([...loop.driver.installed.keys()]).toEqual(["node-exporter"]);
+    expect(ch.reports.map((r) => r.generation)).toEqual([5]);
+    const refused = loop.events.filter(
+      (e) => e.type === "error" && /not a valid message|not valid/.test(String((e.error as Error).message)),
+    );
+    expect(refused.length).toBeGreaterThanOrEqual(4);
+    loop.stop();
+    expect(await loop.exit).toEqual({ reason: "aborted" });
+  });
+});
+
+/** A control plane over HTTP (transport http) whose desired answers the test scripts. */
+async function httpControlPlane(desired: (n: number) => { status: number; body: string | Buffer }) {
+  let polls = 0;
+  const reports: { generation: number }[] = [];
+  const server: HttpServer = createHttpServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on("data", (c: Buffer) => chunks.push(c));
+    req.on("end", () => {
+      if (req.url!.startsWith("/v1/agent/desired")) {
+        const n = polls++;
+        // The valid answer keeps its ETag: a host holding it is answered 304.
+        if (req.headers["if-none-match"] === '"good"') return res.writeHead(304, { etag: '"good"' }).end();
+        const a = desired(n);
+        const good = a.body.toString().startsWith('{"server_id"');
+        res.writeHead(a.status, { "content-type": "application/json", etag: good ? '"good"' : `"bad-${n}"` });
+        res.end(a.body);
+      } else if (req.url === "/v1/agent/inventory") {
+        const report = JSON.parse(Buffer.concat(chunks).toString());
+        reports.push(report);
+        res.writeHead(200, { "content-type": "application/json" });
+        res.end(JSON.stringify(accepted(report.generation)));
+      } else {
+        res.writeHead(404).end();
+      }
+    });
+  });
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+  closers.push(() => new Promise<void>((r) => server.close(() => r())));
+  server.closeAllConnections?.();
+  const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  return { url, reports, polls: () => polls };
+}
+
+describe("a desired config over HTTP that is not one", () => {
+  it("is refused (kept out of the loop) and polled again with backoff until a valid one comes", async () => {
+    const bad = [
+      JSON.stringify({ generation: 3, agents: "x", lifecycle: "run", server_id: "srv-1" }),
+      JSON.stringify({ ...goodConfig(3), agents: null }),
+      JSON.stringify({ ...goodConfig(3), lifecycle: "explode" }),
+      "<html>proxy error</html>",
+    ];
+    const cp = await httpControlPlane((n) =>
+      n < bad.length ? { status: 200, body: bad[n] } : { status: 200, body: JSON.stringify(goodConfig(4)) },
+    );
+    const loop = runLoop({ url: cp.url, transport: "http", minPollIntervalMs: 1, backoff: { baseMs: 10, capMs: 20 } });
+    closers.push(loop.stop);
+    await until("the valid config's report", () => cp.reports.some((r) => r.generation === 4));
+    expect(cp.reports.map((r) => r.generation)).toEqual([4]);
+    expect([...loop.driver.installed.keys()]).toEqual(["node-exporter"]);
+    const errors = loop.events.filter((e) => e.type === "error");
+    expect(errors).toHaveLength(bad.length);
+    // Backed off: each failure counts as one more attempt.
+    expect(errors.map((e) => (e as { attempt: number }).attempt)).toEqual([1, 2, 3, 4]);
+  });
+
+  it("stops reading an oversized desired config instead of holding it in memory", async () => {
+    const huge = Buffer.alloc(64 * 1024 * 1024, 0x20);
+    const cp = await httpControlPlane((n) =>
+      n === 0 ? { status: 200, body: huge } : { status: 200, body: JSON.stringify(goodConfig(4)) },
+    );
+    const loop = runLoop({ url: cp.url, transport: "http", minPollIntervalMs: 1, backoff: { baseMs: 10, capMs: 20 } });
+    closers.push(loop.stop);
+    await until("the valid config's report", () => cp.reports.some((r) => r.generation === 4), 10_000);
+    const err = loop.events.find((e) => e.type === "error") as { error: Error } | undefined;
+    expect(err?.error.message).toMatch(/larger than/);
+  });
+});
+
+describe("a channel whose upgrade never finishes", () => {
+  it("gives up on the upgrade within its bound instead of hanging the loop", async () => {
+    const sockets: Socket[] = [];
+    const closed: Socket[] = [];
+    const server: Server = createServer((s) => {
+      sockets.push(s);
+      // Read (and drop) the upgrade request, so the client's close is seen.
+      s.resume();
+      s.on("close", () => closed.push(s));
+    });
+    await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+    closers.push(() => {
+      for (const s of sockets) s.destroy();
+      return new Promise<void>((r) => server.close(() => r()));
+    });
+    const url = `ws://127.0.0.1:${(server.address() as AddressInfo).port}/v1/agent/channel`;
+    const t0 = Date.now();
+    await expect(webSocketConnector(500)(url, { protocols: ["harbormaster.v1"], headers: {} })).rejects.toThrow(
+      /within 0\.5 s/,
+    );
+    expect(Date.now() - t0).toBeLessThan(3_000);
+    await until("the half-open socket to be closed", () => sockets.length > 0 && closed.length === sockets.length);
+  });
+});

@@ -1,0 +1,212 @@
+/**
+ * kill -9 of the agent between any two engine commands of an install or an update, with a real
+ * podman. The engine is reached through a wrapper that, at the chosen command, "kills the agent":
+ * that command and every one after it fail (the agent's own clean-up of the moment never reaches
+ * the engine, as after a real kill). A new driver (the restarted agent) then reconciles until the
+ * machine is the desired state: one container under the agent's name, running the desired
+ * version, with its data, and nothing superseded left behind (no container, no image).
+ */
+import { chmodSync, existsSync, mkdirSync, rmSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { reconcile } from "../driver.ts";
+import { BlobFetcher } from "../drivers/download.ts";
+import { PodmanDriver } from "../drivers/podman.ts";
+import {
+  BlobServer,
+  buildImage,
+  cleanPodman,
+  newRunId,
+  podman,
+  storedSpec,
+  tempDir,
+  type BuiltImage,
+} from "./helpers.ts";
+
+const serve = (version: string) => [
+  "/bin/sh",
+  "-c",
+  `echo "start ${version}" >> /data/log; trap 'exit 0' TERM; while :; do sleep 0.2; done`,
+];
+
+// Dies (exit 137, and every later call too) at the CRASH_NTH call of CRASH_VERB.
+const WRAPPER = `#!/bin/sh
+D="$CRASH_DIR"
+[ -e "$D/dead" ] && { echo "the agent was killed" >&2; exit 137; }
+if [ "$1" = "$CRASH_VERB" ]; then
+  n=$(( $(cat "$D/seen" 2>/dev/null || echo 0) + 1 )); echo $n > "$D/seen"
+  [ "$n" = "$CRASH_NTH" ] && { touch "$D/dead"; exit 137; }
+fi
+exec podman "$@"
+`;
+
+describe("an agent killed between two engine commands (real podman)", () => {
+  const scope = newRunId();
+  const server = new BlobServer();
+  let dir: string;
+  const images: Record<string, BuiltImage> = {};
+  const blobs: Record<string, { id: string; digest: string; size: number }> = {};
+
+  beforeAll(async () => {
+    await server.start();
+    dir = await tempDir("hm-podman-crash-");
+    const ref = (tag: string) => `localhost/${scope}-app:${tag}`;
+    images.v1 = await buildImage({ ref: ref("1"), cmd: serve("1"), volumes: ["/data"] });
+    images.v2 = await buildImage({ ref: ref("2"), cmd: serve("2"), volumes: ["/data"] });
+    images.v2first = await buildImage({
+      ref: ref("2f"),
+      cmd: serve("2"),
+      volumes: ["/data"],
+      labels: { "io.harbormaster.update": "start-first" },
+    });
+    images.crashy = await buildImage({
+      ref: ref("crashy"),
+      cmd: ["/bin/sh", "-c", "echo cannot read /data/app.conf; sleep 0.1; exit 3"],
+      volumes: ["/data"],
+    });
+    for (const [k, img] of Object.entries(images)) blobs[k] = server.put(img.archive);
+    writeFileSync(join(dir, "podman"), WRAPPER);
+    chmodSync(join(dir, "podman"), 0o755);
+  }, 120_000);
+
+  afterAll(async () => {
+    await server.stop();
+    await cleanPodman(scope, []);
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  let n = 0;
+  const driverFor = (crash?: { verb: string; nth: number }) => {
+    const crashDir = join(dir, `run-${++n}`);
+    mkdirSync(crashDir);
+    return new PodmanDriver({
+      engine: crash ? join(dir, "podman") : "podman",
+      env: { ...process.env, CRASH_DIR: crashDir, CRASH_VERB: crash?.verb ?? "", CRASH_NTH: String(crash?.nth ?? 0) },
+      namePrefix: `${scope}-`,
+      scope,
+      stopTimeoutSec: 2,
+      settleMs: 300,
+      readyTimeoutMs: 5_000,
+      blobs: new BlobFetcher({
+        baseUrl: server.url,
+        token: server.token,
+        cacheDir: join(dir, "blobs"),
+        retryDelayMs: 10,
+      }),
+    });
+  };
+
+  afterEach(async () => {
+    const d = driverFor();
+    for (const a of await d.list()) await d.remove(a);
+  });
+
+  const desired = (agents: ReturnType<typeof storedSpec>[]) => ({
+    server_id: "s",
+    generation: 1,
+    lifecycle: "run" as const,
+    agents,
+  });
+  const containers = async () =>
+    (await podman("ps", "-a", "--format", "{{.Names}}", "--filter", `label=io.harbormaster.scope=${scope}`))
+      .split("\n")
+      .filter(Boolean);
+  const imageIds = async () =>
+    (await podman("images", "-q", "--no-trunc"))
+      .split("\n")
+      .filter(Boolean)
+      .map((id) => id.replace(/^sha256:/, ""));
+  const imageOf = async (name: string) => (await podman("inspect", "--format", "{{.Image}}", name)).trim();
+
+  /** A pass the agent is killed in, at that command (it must have got that far). */
+  const killedAt = async (want: ReturnType<typeof desired>, crash: { verb: string; nth: number }) => {
+    await reconcile(want, driverFor(crash)).catch(() => null);
+    expect(existsSync(join(dir, `run-${n}`, "dead"))).toBe(true);
+  };
+
+  /** Reconciles with a fresh driver (the restarted agent) until a pass changes nothing; at most 3 passes. */
+  const converge = async (want: ReturnType<typeof desired>) => {
+    const d = driverFor();
+    for (let pass = 0; pass < 3; pass++) {
+      const o = await reconcile(want, d);
+      if (o.operations === 0) return o;
+    }
+    throw new Error("no fixed point after 3 passes");
+  };
+
+  const updateCases: { image: "v2" | "v2first"; verb: string; nth: number }[] = [
+    { image: "v2", verb: "load", nth: 1 },
+    { image: "v2", verb: "rename", nth: 1 },
+    { image: "v2", verb: "start", nth: 1 },
+    { image: "v2", verb: "rm", nth: 1 },
+    { image: "v2first", verb: "start", nth: 1 },
+    { image: "v2first", verb: "stop", nth: 1 },
+    { image: "v2first", verb: "rename", nth: 2 },
+    { image: "v2first", verb: "rm", nth: 2 },
+  ];
+
+  it.each(updateCases)(
+    "an update to $image killed at $verb #$nth converges to the new version alone, its data kept",
+    async ({ image, verb, nth }) => {
+      const v1 = storedSpec("app", "1", blobs.v1);
+      await reconcile(desired([v1]), driverFor());
+      const base = `${scope}-app`;
+      const v1Image = await imageOf(base);
+      const v2 = storedSpec("app", "2", blobs[image], "oci-archive", v1.instance_id);
+      await killedAt(desired([v2]), { verb, nth });
+
+      const o = await converge(desired([v2]));
+      expect(o.errors).toEqual([]);
+      expect(o.agents.map((a) => [a.name, a.version, a.state])).toEqual([["app", "2", "running"]]);
+      expect(await containers()).toEqual([base]);
+      // The superseded image went with its container, as after an update nobody killed.
+      expect(await imageIds()).not.toContain(v1Image);
+      expect((await podman("exec", base, "cat", "/data/log")).trim().split("\n")).toEqual(
+        expect.arrayContaining(["start 1", "start 2"]),
+      );
+    },
+    30_000,
+  );
+
+  it.each([{ verb: "start", nth: 1 }])(
+    "an install killed at $verb #$nth converges to one running container",
+    async ({ verb, nth }) => {
+      const v1 = storedSpec("app", "1", blobs.v1);
+      await killedAt(desired([v1]), { verb, nth });
+      const o = await converge(desired([v1]));
+      expect(o.errors).toEqual([]);
+      expect(o.agents.map((a) => [a.name, a.version, a.state])).toEqual([["app", "1", "running"]]);
+      expect(await containers()).toEqual([`${scope}-app`]);
+    },
+  );
+
+  it("a container that exits right after its start is reported failed with its last words, never running", async () => {
+    const crashy = storedSpec("crashy", "1", blobs.crashy);
+    const o = await reconcile(desired([crashy]), driverFor());
+    expect(o.agents).toEqual([]);
+    expect(o.errors).toEqual([
+      {
+        agent: "crashy",
+        op: "install",
+        message: expect.stringMatching(
+          /did not stay up after its start: exited with code 3.*cannot read \/data\/app\.conf/,
+        ),
+      },
+    ]);
+    // A failed install leaves no container behind; the next pass tries again and says so again.
+    expect(await containers()).toEqual([]);
+
+    // An update to it keeps the old version running, and says why.
+    const v1 = storedSpec("app", "1", blobs.v1);
+    await reconcile(desired([v1]), driverFor());
+    const u = await reconcile(desired([{ ...crashy, name: "app", instance_id: v1.instance_id }]), driverFor());
+    expect(u.agents.map((a) => [a.name, a.version, a.state])).toEqual([["app", "1", "running"]]);
+    expect(u.errors).toEqual([
+      {
+        agent: "app",
+        op: "update",
+        message: expect.stringMatching(/did not stay up after its start: exited with code 3/),
+      },
+    ]);
+  });
+});

@@ -1,0 +1,1 @@
+ALTER TABLE `rollout_locks` ADD `fingerprint` text;
