@@ -25,6 +25,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { HostAgent } from "../agent/agent.ts";
 import { MemoryDriver } from "../agent/memory-driver.ts";
 import { startLocalServer, type LocalServer } from "../scripts/local-server.ts";
+import { rng as seededRng } from "../sim/random.ts";
 
 const SOAK = process.env.CRASH_SOAK === "1";
 const SEED = Number(process.env.CRASH_SEED ?? Math.floor(Math.random() * 2 ** 31));
@@ -33,18 +34,8 @@ const CONVERGE_LIMIT_MS = Number(process.env.CRASH_CONVERGE_MS ?? 90_000);
 /** Servers with a host agent: the first two take operators' desired writes, the rest rollouts. */
 const HOSTS = 8;
 
-/** mulberry32: a small seeded generator, so a seed names the walk. */
-function seeded(seed: number) {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-const rng = seeded(SEED);
+/** The simulator's seeded generator, so a seed names the walk. */
+const rng = seededRng(SEED);
 const between = (lo: number, hi: number) => lo + Math.floor(rng() * (hi - lo));
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const say = (s: string) => console.log(`[crash seed=${SEED}] ${s}`);
