@@ -1,4 +1,6 @@
+import { createExecutionContext, env, waitOnExecutionContext } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
+import { createApp } from "../src/app";
 import { call, registerServer } from "./helpers";
 import {
   fleetWithKey,
@@ -183,6 +185,24 @@ describe("FleetLock refusals: the right {kind,value}, and nothing changes", () =
       "invalid_client_params",
     );
     await nothingHeld(f);
+  });
+
+  it("answers a bad body with its refusal, not a 500, when the coordinator cannot check the key", async () => {
+    const { f } = await setup();
+    const unreachable = new Proxy(
+      {},
+      { get: () => () => Promise.reject(new Error("simulated: coordinator unreachable")) },
+    );
+    const REBOOT = new Proxy(env.REBOOT, { get: (t, p) => (p === "get" ? () => unreachable : Reflect.get(t, p)) });
+    const ctx = createExecutionContext();
+    const res = await createApp().request(
+      new URL("v1/pre-reboot", f.baseUrl).toString(),
+      { method: "POST", headers: { "fleet-lock-protocol": "true" }, body: "not json" },
+      { ...env, REBOOT },
+      ctx,
+    );
+    await waitOnExecutionContext(ctx);
+    expectFailure({ status: res.status, json: await res.json() }, 400, "invalid_client_params");
   });
 
   it("refuses ids no server of the fleet registered with unknown_client", async () => {

@@ -129,8 +129,15 @@ async function hashOf(key: string) {
  * the coordinator for the key on its own; a good body takes it along with the request.
  */
 async function refuseBody(c: Context<AppEnv>, fleet: string, key: string, refusal: FleetLockError): Promise<never> {
-  const known = FLEET_ID.test(fleet) && FLEETLOCK_KEY.test(key) && (await keyMatches(c.env, fleet, await hashOf(key)));
-  throw known ? refusal : new FleetLockError("unauthorized", "invalid FleetLock key for this fleet");
+  if (!FLEET_ID.test(fleet) || !FLEETLOCK_KEY.test(key)) throw unauthorized();
+  // The body is the client's mistake whatever the key: if the coordinator cannot say whether the
+  // key is right just now, the answer is still that refusal, never a 500.
+  const known = await keyMatches(c.env, fleet, await hashOf(key)).catch(() => true);
+  throw known ? refusal : unauthorized();
+}
+
+function unauthorized() {
+  return new FleetLockError("unauthorized", "invalid FleetLock key for this fleet");
 }
 
 /** The request's client_params, read from its raw bytes whatever the Content-Type says. */
