@@ -26,6 +26,7 @@ import { HostAgent } from "../agent/agent.ts";
 import { MemoryDriver } from "../agent/memory-driver.ts";
 import { startLocalServer, type LocalServer } from "../scripts/local-server.ts";
 import { rng as seededRng } from "../sim/random.ts";
+import { answerOf } from "../scripts/crash/harness.ts";
 
 const SOAK = process.env.CRASH_SOAK === "1";
 const SEED = Number(process.env.CRASH_SEED ?? Math.floor(Math.random() * 2 ** 31));
@@ -158,14 +159,7 @@ async function call(method: string, path: string, body?: unknown, token = admin,
       body: raw ?? (body === undefined ? undefined : JSON.stringify(body)),
       signal: AbortSignal.timeout(30_000),
     });
-    const text = await res.text();
-    let json: any = null;
-    try {
-      json = text ? JSON.parse(text) : null;
-    } catch {
-      json = text;
-    }
-    return { status: res.status, json };
+    return await answerOf(res);
   } catch {
     return { status: 0, json: null };
   }

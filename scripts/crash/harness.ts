@@ -39,6 +39,11 @@ export async function api(method: string, path: string, body?: unknown, token = 
     },
     body: body === undefined ? undefined : JSON.stringify(body),
   });
+  return answerOf(res);
+}
+
+/** An answer's status and body: its JSON, or its text when it is not JSON, or null when empty. */
+export async function answerOf(res: Response): Promise<{ status: number; json: any }> {
   const text = await res.text();
   let json: any = null;
   try {
