@@ -12,6 +12,7 @@ import { getDb } from "../src/db/client";
 import { auditLog } from "../src/db/schema";
 import {
   backoffMs,
+  CallTimeout,
   NotYet,
   Outbox,
   OUTBOX_MAX_BACKOFF_MS,
@@ -575,7 +576,7 @@ describe("outbox", () => {
       expect(row().last_error).toContain("no answer within 50 ms");
       expect(row().next_at).toBeGreaterThanOrEqual(before + backoffMs(1, 0));
       expect(s.dueAt(OUTBOX_TIMER)).toBe(row().next_at);
-      expect(signal?.aborted).toBe(true);
+      expect(signal?.reason).toBeInstanceOf(CallTimeout);
       // Not retried before its backoff, whatever flushes come.
       await box.flush();
       expect(calls).toBe(1);

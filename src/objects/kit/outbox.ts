@@ -82,7 +82,7 @@ const MAX_BATCH = 200;
  * How long a call's receiver has to answer before the attempt counts as failed and its slot
  * takes the next call: a hung receiver holds up only its own effect, and a flush ends.
  */
-export const OUTBOX_CALL_TIMEOUT_MS = 30_000;
+const OUTBOX_CALL_TIMEOUT_MS = 30_000;
 /** The alarm for effects whose call is under way: no sooner than this, so it does not spin. */
 const IN_FLIGHT_ALARM_MS = 1_000;
 
