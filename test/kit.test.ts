@@ -19,6 +19,7 @@ import {
   OUTBOX_SAFETY_MS,
   OUTBOX_TIMER,
 } from "../src/objects/kit/outbox";
+import { Pool } from "../src/objects/kit/pool";
 import { Scheduler } from "../src/objects/kit/scheduler";
 
 const tick = (ms: number) => new Promise<void>((res) => setTimeout(res, ms));
@@ -711,6 +712,36 @@ describe("outbox", () => {
     expect(backoffMs(4, 1)).toBe(8000);
     expect(backoffMs(40, 1)).toBe(OUTBOX_MAX_BACKOFF_MS);
     expect(backoffMs(40, 0)).toBe(OUTBOX_MAX_BACKOFF_MS / 2);
+  });
+});
+
+describe("call pool", () => {
+  it("runs at most its size at once, starts queued tasks in order as slots free, and frees the slot of a task that throws at once", async () => {
+    const pool = new Pool(2);
+    const started: number[] = [];
+    let running = 0;
+    let most = 0;
+    const task = (n: number, ms: number) => async () => {
+      started.push(n);
+      most = Math.max(most, ++running);
+      await tick(ms);
+      running--;
+      return n;
+    };
+    const thrower = () => {
+      started.push(0);
+      throw new Error("at once");
+    };
+    const results = [
+      pool.run(task(1, 30)),
+      pool.run(thrower as () => Promise<number>).catch(() => -1),
+      pool.run(task(2, 1)),
+      pool.run(task(3, 1)),
+      pool.run(task(4, 1)),
+    ];
+    expect(await Promise.all(results)).toEqual([1, -1, 2, 3, 4]);
+    expect(started).toEqual([1, 0, 2, 3, 4]);
+    expect(most).toBe(2);
   });
 });
 

@@ -1,9 +1,10 @@
 /**
  * At most `size` tasks at once, each free slot taking the next task as soon as its own is done,
  * in the order they were given (one slot: one after another, in order). Shared by every flush of
- * an outbox, so the bound holds for the object, not per flush. Hand-written rather than p-limit:
- * fifteen lines with no dependency and no async-context wrapper for the Workers runtime to carry,
- * and the outbox needs nothing else from a library (no priorities, no pausing).
+ * an outbox, so the bound holds for the object, not per flush. p-limit would fit the Workers
+ * runtime (plain JavaScript since it dropped its node:async_hooks binding in 6.0) and queues the
+ * same way; it is not used because it brings two packages (p-limit, yocto-queue) for these fifteen
+ * lines, and the outbox needs nothing more (no priorities, no pausing, no clearing the queue).
  */
 export class Pool {
   private running = 0;
