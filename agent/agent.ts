@@ -2,7 +2,7 @@ import { contentKey } from "../src/domain/report-content.ts";
 import { backoffDelay, type BackoffPolicy, DEFAULT_BACKOFF } from "./backoff.ts";
 import { connectThroughFetch, connectWebSocket, type ChannelConnector } from "./channel.ts";
 import { runChannelSession } from "./channel-session.ts";
-import { reconcile, type AgentDriver } from "./driver.ts";
+import { PassMemory, reconcile, type AgentDriver, type RestartPolicy } from "./driver.ts";
 import type { AgentEvent, AgentExit, LoopState } from "./loop.ts";
 import { HostApi, type Report, type ReportAccepted } from "./host-api.ts";
 import { ApiError, type FetchLike, sleep as defaultSleep } from "./http.ts";
@@ -38,6 +38,8 @@ export interface HostAgentOptions {
    */
   minPollIntervalMs?: number;
   backoff?: BackoffPolicy;
+  /** How soon an agent found down again is restarted (default: driver.ts's RESTART_BACKOFF). */
+  restartBackoff?: RestartPolicy;
   fetch?: FetchLike;
   random?: () => number;
   sleep?: (ms: number, signal?: AbortSignal) => Promise<void>;
@@ -68,8 +70,8 @@ export class HostAgent {
   readonly now: () => number;
   readonly sleep: (ms: number, signal?: AbortSignal) => Promise<void>;
   readonly connect: ChannelConnector;
-  /** Agents the last passes found down and restarted (reconcile() says a crash loop from it). */
-  private readonly restarts = new Map<string, number>();
+  /** What reconcile() keeps across passes: the agents it restarted, to back off from a crash loop. */
+  private readonly memory: PassMemory;
 
   constructor(opts: HostAgentOptions) {
     this.opts = opts;
@@ -78,6 +80,7 @@ export class HostAgent {
     this.reportIntervalMs = opts.reportIntervalMs ?? 60_000;
     this.now = opts.now ?? Date.now;
     this.sleep = opts.sleep ?? defaultSleep;
+    this.memory = new PassMemory({ policy: opts.restartBackoff, now: this.now });
     this.connect =
       opts.connect ??
       (typeof WebSocket === "function" && !("WebSocketPair" in globalThis)
@@ -190,7 +193,7 @@ export class HostAgent {
     opts: { pollCarriesHeartbeat?: boolean } = {},
   ): Promise<AgentExit | null> {
     const desired = s.desired!;
-    const outcome = await reconcile(desired, this.opts.driver, this.restarts);
+    const outcome = await reconcile(desired, this.opts.driver, this.memory);
     this.emit({ type: "reconciled", generation: desired.generation, outcome });
     const assignments = (await this.opts.driver.assignments?.()) ?? { units: [], storage: [] };
     if (outcome.found) {

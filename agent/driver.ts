@@ -53,16 +53,57 @@ const messageOf = (err: unknown) => {
 };
 
 /**
+ * How often an agent found down is started again. The first restart is at once (one crash is
+ * healed by the next pass); each further one waits twice as long as the one before, from `baseMs`
+ * up to `capMs`, so an agent that cannot stay up is not restarted at every pass (a container's
+ * start, a hook's, with its load on the host, every heartbeat) for as long as it fails. An agent
+ * that stays up `stableMs` after its last restart starts over: its next crash is healed at once.
+ */
+export interface RestartPolicy {
+  baseMs: number;
+  capMs: number;
+  stableMs: number;
+}
+
+/** 30 s, 1 min, 2 min, ... up to 10 min between restarts; 10 min up counts as stable. */
+export const RESTART_BACKOFF: RestartPolicy = { baseMs: 30_000, capMs: 600_000, stableMs: 600_000 };
+
+/** An agent restarted by the last passes: how many times since it was last stable, and when last. */
+export interface Restarts {
+  times: number;
+  at: number;
+}
+
+/** When an agent restarted `r.times` times, last at `r.at`, may be restarted again. */
+export function nextRestartAt(r: Restarts, policy: RestartPolicy): number {
+  return r.at + Math.min(policy.capMs, policy.baseMs * 2 ** Math.min(r.times - 1, 30));
+}
+
+/** What reconcile() keeps from one pass to the next: the caller holds one for its machine. */
+export class PassMemory {
+  /** Agents found down and restarted, until they stay up for the policy's stable period. */
+  readonly restarts = new Map<string, Restarts>();
+  readonly policy: RestartPolicy;
+  readonly now: () => number;
+
+  constructor(opts: { policy?: RestartPolicy; now?: () => number } = {}) {
+    this.policy = opts.policy ?? RESTART_BACKOFF;
+    this.now = opts.now ?? Date.now;
+  }
+}
+
+/**
  * One pass toward the desired config. `run`: install what is missing, update what differs, start
- * what is stopped, remove what is no longer wanted. `restarts` (kept by the caller across passes):
- * how many passes in a row found each agent down and restarted it. `terminate`: stop every agent, keep its data.
- * `uninstall`: remove every agent. A failed operation becomes a report error for that agent and
- * the pass goes on; the report then lists the machine's truth, read back from the driver.
+ * what is stopped (backing off from one that keeps stopping: `memory`, kept by the caller across
+ * passes, counts its restarts), remove what is no longer wanted. `terminate`: stop every agent,
+ * keep its data. `uninstall`: remove every agent. A failed operation becomes a report error for
+ * that agent and the pass goes on; the report then lists the machine's truth, read back from the
+ * driver.
  */
 export async function reconcile(
   desired: DesiredConfig,
   driver: AgentDriver,
-  restarts: Map<string, number> = new Map(),
+  memory: PassMemory = new PassMemory(),
 ): Promise<ReconcileOutcome> {
   const errors: ReportError[] = [];
   let operations = 0;
@@ -83,6 +124,8 @@ export async function reconcile(
   const after = async () => (operations === 0 ? listed : await driver.list());
 
   if (desired.lifecycle === "run") {
+    const { restarts, policy } = memory;
+    const now = memory.now();
     let healed = false;
     for (const spec of desired.agents) {
       const current = installed.get(spec.name);
@@ -90,22 +133,44 @@ export async function reconcile(
       else if (current.image !== spec.image || current.version !== spec.version) {
         await attempt(spec.name, "update", () => driver.update(current, spec));
       } else if (current.state !== "running") {
-        healed = true;
-        const before = errors.length;
-        await attempt(spec.name, "start", () => driver.start(current));
-        // Down again after the last pass restarted it: a crash loop, which the restart would hide
-        // (the report would say running). Said as an error until a pass finds it still running.
-        const times = (restarts.get(spec.name) ?? 0) + 1;
-        restarts.set(spec.name, times);
-        if (times > 1 && errors.length === before) {
-          const why = (current as ListedAgent).reason ?? `it was ${current.state}`;
+        const why = (current as ListedAgent).reason ?? `it was ${current.state}`;
+        const last = restarts.get(spec.name);
+        const next = last ? nextRestartAt(last, policy) : now;
+        if (now < next) {
+          // Backing off: left down this pass, and said why (reported as the machine has it).
           errors.push({
             agent: spec.name,
             op: "start",
-            message: `stopped again after its restart (${times} passes in a row): ${why}`.slice(0, 4096),
+            message:
+              `down again after ${last!.times} restart${last!.times > 1 ? "s" : ""}; the next in ${Math.ceil((next - now) / 1000)} s: ${why}`.slice(
+                0,
+                4096,
+              ),
+          });
+          continue;
+        }
+        healed = true;
+        const before = errors.length;
+        await attempt(spec.name, "start", () => driver.start(current));
+        const times = (last?.times ?? 0) + 1;
+        restarts.set(spec.name, { times, at: now });
+        // Down again after an earlier restart, before it was stable: a crash loop, which the
+        // restart would hide (the report would say running). Said as an error until it stays up.
+        if (times > 1 && errors.length === before) {
+          errors.push({
+            agent: spec.name,
+            op: "start",
+            message:
+              `stopped again after its restart (restart ${times}; the next not before ${Math.round((nextRestartAt({ times, at: now }, policy) - now) / 1000)} s): ${why}`.slice(
+                0,
+                4096,
+              ),
           });
         }
-      } else restarts.delete(spec.name);
+      } else {
+        const last = restarts.get(spec.name);
+        if (last && now - last.at >= policy.stableMs) restarts.delete(spec.name);
+      }
     }
     for (const name of restarts.keys())
       if (!installed.has(name) || !desired.agents.some((a) => a.name === name)) restarts.delete(name);
