@@ -84,6 +84,46 @@ export async function buildImage(recipe: ImageRecipe): Promise<BuiltImage> {
   }
 }
 
+/**
+ * A container's command for the podman tests: appends "start V" to /data/log when it starts and
+ * "stop V" when asked to stop, so a test can tell from the volume in which order versions ran.
+ */
+export const serve = (version: string) => [
+  "/bin/sh",
+  "-c",
+  `echo "start ${version}" >> /data/log; trap 'echo "stop ${version}" >> /data/log; exit 0' TERM; while :; do sleep 0.2; done`,
+];
+
+export type ImageSet<K extends string> = {
+  images: Record<"v1" | "v2" | "v2first" | K, BuiltImage>;
+  blobs: Record<"v1" | "v2" | "v2first" | K, { id: string; digest: string; size: number }>;
+};
+
+/**
+ * The podman tests' images, served by `server`: v1 and v2 of one app with a /data volume (v2
+ * updated stop-first, v2first start-first), and each file's own `extra` recipes. Tagged under
+ * `localhost/<scope>-app`, which cleanPodman(scope) removes.
+ */
+export async function buildImageSet<K extends string = never>(
+  scope: string,
+  server: BlobServer,
+  extra: Record<K, Omit<ImageRecipe, "ref">> = {} as Record<K, Omit<ImageRecipe, "ref">>,
+): Promise<ImageSet<K>> {
+  const recipes: Record<string, Omit<ImageRecipe, "ref">> = {
+    v1: { cmd: serve("1"), volumes: ["/data"] },
+    v2: { cmd: serve("2"), volumes: ["/data"] },
+    v2first: { cmd: serve("2"), volumes: ["/data"], labels: { "io.harbormaster.update": "start-first" } },
+    ...extra,
+  };
+  const images: Record<string, BuiltImage> = {};
+  const blobs: Record<string, { id: string; digest: string; size: number }> = {};
+  for (const [key, recipe] of Object.entries(recipes)) {
+    images[key] = await buildImage({ ...recipe, ref: `localhost/${scope}-app:${key.toLowerCase()}` });
+    blobs[key] = server.put(images[key].archive);
+  }
+  return { images, blobs } as ImageSet<K>;
+}
+
 /** The desired config's entry for a stored image, as the control plane sends it. */
 export function storedSpec(
   name: string,
