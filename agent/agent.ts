@@ -229,6 +229,8 @@ export class HostAgent {
     s.reportTag = accepted.report_tag ?? null;
     s.reportedContent = content;
     this.emit({ type: "reported", generation: desired.generation, accepted, ms: s.lastReportAt - t1 });
+    // Not on what was last seen: an order is done only when the machine says so.
+    if (outcome.unknown) return null;
     if (desired.lifecycle === "terminate" && outcome.agents.length === 0)
       return { reason: "terminated", generation: desired.generation };
     if (desired.lifecycle === "uninstall" && outcome.agents.length === 0)

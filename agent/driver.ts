@@ -40,6 +40,12 @@ export interface ReconcileOutcome {
   /** What to report: the machine's truth after this pass. */
   agents: ReportedAgent[];
   /**
+   * Set when the machine could not be asked what it runs (the engine hangs or fails): `agents`
+   * are as last seen, each with an error saying so. Never taken for the machine's truth: a
+   * lifecycle order is not done on it.
+   */
+  unknown?: true;
+  /**
    * The machine's truth before this pass healed it, when it started an agent it found stopped or
    * failed: reported first, so a container killed between two passes shows in the server's
    * history instead of vanishing behind its restart.
@@ -83,6 +89,8 @@ export function nextRestartAt(r: Restarts, policy: RestartPolicy): number {
 export class PassMemory {
   /** Agents found down and restarted, until they stay up for the policy's stable period. */
   readonly restarts = new Map<string, Restarts>();
+  /** The machine's agents at the last look that worked: what a pass reports when it cannot look. */
+  known: ListedAgent[] = [];
   readonly policy: RestartPolicy;
   readonly now: () => number;
 
@@ -98,7 +106,8 @@ export class PassMemory {
  * passes, counts its restarts), remove what is no longer wanted. `terminate`: stop every agent,
  * keep its data. `uninstall`: remove every agent. A failed operation becomes a report error for
  * that agent and the pass goes on; the report then lists the machine's truth, read back from the
- * driver.
+ * driver. A pass that cannot read that truth (the engine hangs or fails) does nothing and says so:
+ * what it last saw, each agent with an error (`unknown` set).
  */
 export async function reconcile(
   desired: DesiredConfig,
@@ -106,6 +115,20 @@ export async function reconcile(
   memory: PassMemory = new PassMemory(),
 ): Promise<ReconcileOutcome> {
   const errors: ReportError[] = [];
+  try {
+    return await pass(desired, driver, memory, errors);
+  } catch (err) {
+    return unanswered(desired, memory.known, errors, messageOf(err));
+  }
+}
+
+/** reconcile()'s pass; throws only when the machine cannot be asked what it runs. */
+async function pass(
+  desired: DesiredConfig,
+  driver: AgentDriver,
+  memory: PassMemory,
+  errors: ReportError[],
+): Promise<ReconcileOutcome> {
   let operations = 0;
   const attempt = async (agent: string, op: ReportError["op"] | null, action: () => Promise<void>) => {
     operations++;
@@ -116,12 +139,13 @@ export async function reconcile(
       if (op) errors.push({ agent, op, message: messageOf(err) });
     }
   };
+  const look = async () => (memory.known = await driver.list());
   await driver.beforePass?.(desired);
-  const listed = await driver.list();
+  const listed = await look();
   const installed = new Map(listed.map((a) => [a.name, a]));
   // The machine's truth after the pass: read again when anything was done, else what was just
   // read (a real driver's list() spawns its engine and runs health checks: once per idle pass).
-  const after = async () => (operations === 0 ? listed : await driver.list());
+  const after = async () => (operations === 0 ? listed : await look());
 
   if (desired.lifecycle === "run") {
     const { restarts, policy } = memory;
@@ -204,6 +228,55 @@ export async function reconcile(
 }
 
 /**
+ * A pass that could not ask the machine what it runs (a hung or failing engine): what it last saw
+ * is reported, each agent (and each desired one it never saw) with an error saying why, for the
+ * operation the pass would have done. The server then sees the host alive and its engine failing,
+ * and the agents failed, where silence would only, minutes later, have made the host stale.
+ */
+function unanswered(
+  desired: DesiredConfig,
+  known: ListedAgent[],
+  errors: ReportError[],
+  why: string,
+): ReconcileOutcome {
+  const seen = new Map(known.map((a) => [a.name, a]));
+  const wanted = new Map(desired.lifecycle === "run" ? desired.agents.map((a) => [a.name, a]) : []);
+  const names = [...new Set([...wanted.keys(), ...seen.keys()])].sort();
+  for (const name of names) {
+    // An operation's own error (it ran before the machine stopped answering) says more.
+    if (errors.some((e) => e.agent === name)) continue;
+    const spec = wanted.get(name);
+    const was = seen.get(name);
+    const op: ReportError["op"] =
+      desired.lifecycle === "uninstall" || !spec
+        ? "remove"
+        : !was
+          ? "install"
+          : was.image !== spec.image || was.version !== spec.version
+            ? "update"
+            : "start";
+    errors.push({
+      agent: name,
+      op,
+      message:
+        `the machine could not be asked what it runs (${was ? `last seen ${was.state}` : "not seen installed"}): ${why}`.slice(
+          0,
+          4096,
+        ),
+    });
+  }
+  return { errors, operations: 0, agents: known.map(protocolFields), unknown: true };
+}
+
+const protocolFields = ({ name, image, version, instance_id, state }: ListedAgent): ReportedAgent => ({
+  name,
+  image,
+  version,
+  instance_id,
+  state,
+});
+
+/**
  * The listed agents as the protocol reports them; a failed agent's reason (an unhealthy check)
  * joins the errors when the pass has none for it already, so its status says why.
  */
@@ -213,5 +286,5 @@ function reported(listed: ListedAgent[], errors: ReportError[]): ReportedAgent[]
       errors.push({ agent: a.name, op: "start", message: a.reason.slice(0, 4096) || "failed" });
     }
   }
-  return listed.map(({ name, image, version, instance_id, state }) => ({ name, image, version, instance_id, state }));
+  return listed.map(protocolFields);
 }
