@@ -119,7 +119,12 @@ describe("an engine whose commands hang", () => {
     const driver = new PodmanDriver({ engine: fake.engine, env: fake.env, quickTimeoutMs: 1_000 });
     const agent = new HostAgent({ url: "http://127.0.0.1:1", token: "hms.x.y", driver, bootId: "b" });
     const want = { server_id: "s", generation: 7, lifecycle: "run" as const, agents: [spec("a"), spec("b")] };
-    const s = { desired: { ...want, agents: [spec("a")] }, due: true } as unknown as LoopState;
+    const s = {
+      desired: { ...want, agents: [spec("a")] },
+      due: true,
+      lastReportAt: -Infinity,
+      lastReport: null,
+    } as unknown as LoopState;
     const sent: Report[] = [];
     const send = async (r: Report) => (sent.push(r), { report_tag: null } as unknown as ReportAccepted);
     await agent.reconcileAndReport(s, send);

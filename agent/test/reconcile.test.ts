@@ -170,7 +170,12 @@ describe("a host agent that heals a stopped agent", () => {
   it("reports the agent stopped, then running", async () => {
     const d = new Probe();
     const agent = new HostAgent({ url: "http://127.0.0.1:1", token: "hms.x.y", driver: d, bootId: "b" });
-    const s = { desired: desired([{ name: "a", version: "1" }]), due: true } as unknown as LoopState;
+    const s = {
+      desired: desired([{ name: "a", version: "1" }]),
+      due: true,
+      lastReportAt: -Infinity,
+      lastReport: null,
+    } as unknown as LoopState;
     const sent: Report[] = [];
     const send = async (r: Report) => (sent.push(r), { report_tag: null } as unknown as ReportAccepted);
     await agent.reconcileAndReport(s, send);
