@@ -184,3 +184,19 @@ describe("a host agent that heals a stopped agent", () => {
     expect(sent.map((r) => r.agents.map((a) => a.state))).toEqual([["running"], ["stopped"], ["running"]]);
   });
 });
+
+describe("a host agent whose machine cannot be asked what it runs", () => {
+  it("reports, but does not take a terminate order as done on what it last saw", async () => {
+    const d = new Probe();
+    d.list = async () => {
+      throw new Error("podman ps timed out after 60 s (killed)");
+    };
+    const agent = new HostAgent({ url: "http://127.0.0.1:1", token: "hms.x.y", driver: d, bootId: "b" });
+    const terminate = { ...desired([]), lifecycle: "terminate" as const };
+    const s = { desired: terminate, due: true, lastReportAt: -Infinity, lastReport: null } as unknown as LoopState;
+    const sent: Report[] = [];
+    const send = async (r: Report) => (sent.push(r), { report_tag: null } as unknown as ReportAccepted);
+    expect(await agent.reconcileAndReport(s, send)).toBeNull();
+    expect(sent.map((r) => r.agents)).toEqual([[]]);
+  });
+});
