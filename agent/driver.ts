@@ -81,7 +81,7 @@ export interface Restarts {
 }
 
 /** When an agent restarted `r.times` times, last at `r.at`, may be restarted again. */
-export function nextRestartAt(r: Restarts, policy: RestartPolicy): number {
+function nextRestartAt(r: Restarts, policy: RestartPolicy): number {
   return r.at + Math.min(policy.capMs, policy.baseMs * 2 ** Math.min(r.times - 1, 30));
 }
 

@@ -231,6 +231,11 @@ export async function runAgent(o: RunOptions): Promise<number> {
         onReported(e.accepted);
         break;
       }
+      case "reconciling":
+        log.info("a pass is still under way (the engine is slow); the heartbeat goes meanwhile", {
+          generation: e.generation,
+        });
+        break;
       case "unchanged":
         log.debug("unchanged; the next poll carries the report's tag", { generation: e.generation });
         break;
