@@ -61,6 +61,8 @@ export type { AgentEvent, AgentExit, LoopState } from "./loop.ts";
 const DEFAULT_RECONNECT: BackoffPolicy = { baseMs: 10_000, capMs: 300_000 };
 /** A channel that stayed up this long starts its reconnect delays over. */
 const STABLE_MS = 60_000;
+/** How long a stopped loop waits for the pass under way before it returns anyway. */
+const STOP_GRACE_MS = 20_000;
 /** The longest a pass delays a report owed now (then a heartbeat goes, and the pass runs on). */
 const PASS_GRACE_MS = 15_000;
 
@@ -107,6 +109,20 @@ export class HostAgent {
   }
 
   async run(signal?: AbortSignal): Promise<AgentExit> {
+    try {
+      return await this.loop(signal);
+    } finally {
+      // A stop lets the pass under way finish its step for a while (systemd allows 30 s) rather
+      // than leave the engine's command running with nobody to see it end.
+      if (this.pass && !this.pass.outcome) {
+        const bound = new AbortController();
+        await Promise.race([this.pass.settled, defaultSleep(STOP_GRACE_MS, bound.signal).catch(() => {})]);
+        bound.abort();
+      }
+    }
+  }
+
+  private async loop(signal?: AbortSignal): Promise<AgentExit> {
     const s: LoopState = {
       desired: null,
       etag: null,
@@ -155,6 +171,8 @@ export class HostAgent {
    */
   private async httpStep(s: LoopState, channelAt: number, signal?: AbortSignal): Promise<AgentExit | null> {
     try {
+      // Taken before the poll's gap: a pass that ends meanwhile still cuts the poll short.
+      const underWay = this.passUnderWay();
       const untilReport = s.lastReportAt + this.reportIntervalMs - this.now();
       const untilChannel = channelAt - this.now();
       const wait =
@@ -168,7 +186,7 @@ export class HostAgent {
       }
       const t0 = this.now();
       s.lastPollAt = t0;
-      const wake = wakeOn(signal, this.passUnderWay());
+      const wake = wakeOn(signal, underWay);
       let answer: DesiredAnswer | null = null;
       try {
         answer = await this.api.desired(s.etag, wait, wake.signal, s.reportTag);
