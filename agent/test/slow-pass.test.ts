@@ -163,3 +163,29 @@ describe("a pass slowed by its engine work", () => {
     },
   );
 });
+
+describe("a loop stopped while a pass is under way", () => {
+  it("lets the pass end its step before it returns", async () => {
+    const server = channelServer(Date.now());
+    const driver = new SlowInstall();
+    const controller = new AbortController();
+    const agent = new HostAgent({
+      url: "http://127.0.0.1:1",
+      token: "hms.test",
+      driver,
+      bootId: "boot-a",
+      reportIntervalMs: 1_000,
+      connect: server.connect,
+    });
+    let returned = false;
+    const exit = agent.run(controller.signal).finally(() => (returned = true));
+    stop = () => (driver.finish(), controller.abort(), exit);
+    await until("a heartbeat", () => server.heard.length > 0);
+    controller.abort();
+    await new Promise((r) => setTimeout(r, 500));
+    expect(returned).toBe(false);
+    driver.finish();
+    await expect(exit).resolves.toEqual({ reason: "aborted" });
+    expect([...driver.installed.keys()]).toEqual(["exporter"]);
+  });
+});
