@@ -31,6 +31,9 @@ export const wsConnector =
         // size is known, so none is offered.
         perMessageDeflate: false,
       });
+      // Wrapped at once: a message the server sends right after the upgrade can come in the
+      // same read as the upgrade's answer, and ws emits it before the caller has its socket.
+      const socket = new WsSocket(ws, maxPayload);
       const where = url.replace(/\?.*$/, "");
       const refused = (err: Error) =>
         reject(
@@ -43,26 +46,64 @@ export const wsConnector =
       ws.once("error", refused);
       ws.once("open", () => {
         ws.off("error", refused);
-        resolve(new WsSocket(ws, maxPayload));
+        resolve(socket);
       });
     });
 
-/** A `ws` socket as the channel uses one (./channel.ts's ChannelSocket). */
+/**
+ * A `ws` socket as the channel uses one (./channel.ts's ChannelSocket). ws emits events as they
+ * come, to whoever listens then; what comes before the channel's listeners are added (a message
+ * sent with the upgrade's answer, a close) is kept and handed to them when they are.
+ */
 class WsSocket implements ChannelSocket {
   private readonly ws: WebSocket;
   private readonly maxPayload: number;
   /** Set when a message over the limit was refused: the close then says so. */
   private tooBig = false;
+  private readonly listeners = {
+    message: [] as ((event: { data: unknown }) => void)[],
+    close: [] as ((event: { code: number; reason: string }) => void)[],
+    error: [] as ((event: unknown) => void)[],
+  };
+  private readonly early = {
+    message: [] as { data: unknown }[],
+    close: [] as { code: number; reason: string }[],
+    error: [] as unknown[],
+  };
 
   constructor(ws: WebSocket, maxPayload: number) {
     this.ws = ws;
     this.maxPayload = maxPayload;
+    ws.on("message", (data: Buffer, isBinary: boolean) =>
+      this.dispatch("message", { data: isBinary ? data : data.toString() }),
+    );
+    ws.on("close", (code: number, reason: Buffer) =>
+      this.dispatch(
+        "close",
+        this.tooBig
+          ? { code: MESSAGE_TOO_BIG, reason: `a message over ${this.maxPayload} bytes was refused unread` }
+          : { code, reason: reason.toString() },
+      ),
+    );
     ws.on("error", (err: Error & { code?: string }) => {
-      if (err.code !== "WS_ERR_UNSUPPORTED_MESSAGE_LENGTH") return;
-      // Dropped now: a graceful close would wait on the very peer that sent it.
-      this.tooBig = true;
-      ws.terminate();
+      if (err.code === "WS_ERR_UNSUPPORTED_MESSAGE_LENGTH") {
+        // Dropped now (a graceful close would wait on the very peer that sent it); the close
+        // that follows says why, not a socket error.
+        this.tooBig = true;
+        ws.terminate();
+        return;
+      }
+      this.dispatch("error", err);
     });
+  }
+
+  private dispatch<K extends keyof WsSocket["listeners"]>(
+    type: K,
+    event: Parameters<WsSocket["listeners"][K][number]>[0],
+  ) {
+    const listeners = this.listeners[type] as ((e: typeof event) => void)[];
+    if (listeners.length === 0) (this.early[type] as (typeof event)[]).push(event);
+    for (const l of listeners) l(event);
   }
 
   send(data: string) {
@@ -77,21 +118,8 @@ class WsSocket implements ChannelSocket {
   addEventListener(type: "close", listener: (event: { code: number; reason: string }) => void): void;
   addEventListener(type: "error", listener: (event: unknown) => void): void;
   addEventListener(type: "message" | "close" | "error", listener: (event: never) => void) {
-    const call = listener as (event: unknown) => void;
-    if (type === "message")
-      this.ws.on("message", (data: Buffer, isBinary: boolean) => call({ data: isBinary ? data : data.toString() }));
-    else if (type === "close")
-      this.ws.on("close", (code: number, reason: Buffer) =>
-        call(
-          this.tooBig
-            ? { code: MESSAGE_TOO_BIG, reason: `a message over ${this.maxPayload} bytes was refused unread` }
-            : { code, reason: reason.toString() },
-        ),
-      );
-    else
-      this.ws.on("error", (err: Error & { code?: string }) => {
-        // The refusal is told by the close (above), not as a socket error.
-        if (err.code !== "WS_ERR_UNSUPPORTED_MESSAGE_LENGTH") call(err);
-      });
+    (this.listeners[type] as unknown[]).push(listener);
+    const kept = this.early[type].splice(0);
+    for (const e of kept) (listener as (event: unknown) => void)(e);
   }
 }

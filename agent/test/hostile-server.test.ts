@@ -215,44 +215,71 @@ describe("a channel whose upgrade never finishes", () => {
   });
 });
 
+/** The 101 answer to a WebSocket upgrade request, as a raw server writes it. */
+function upgradeAnswer(request: Buffer) {
+  const key = /sec-websocket-key: *(\S+)/i.exec(request.toString())![1];
+  const accept = createHash("sha1").update(`${key}258EAFA5-E914-47DA-95CA-C5AB0DC85B11`).digest("base64");
+  return (
+    "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" +
+    `Sec-WebSocket-Accept: ${accept}\r\nSec-WebSocket-Protocol: harbormaster.v1\r\n\r\n`
+  );
+}
+
+/** A raw TCP server that hands each upgrade request to `onUpgrade`; closed after the test. */
+async function rawServer(onUpgrade: (s: Socket, request: Buffer) => void) {
+  const sockets: Socket[] = [];
+  const server: Server = createServer((s) => {
+    sockets.push(s);
+    s.on("error", () => {});
+    s.once("data", (request: Buffer) => onUpgrade(s, request));
+  });
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+  closers.push(() => {
+    for (const s of sockets) s.destroy();
+    return new Promise<void>((r) => server.close(() => r()));
+  });
+  return `ws://127.0.0.1:${(server.address() as AddressInfo).port}/v1/agent/channel`;
+}
+
+describe("a channel message sent with the upgrade's answer", () => {
+  it("is not lost before the channel listens (ws emits it at once)", async () => {
+    const refresh = JSON.stringify({ type: "refresh", v: CHANNEL_VERSION });
+    const url = await rawServer((s, request) => {
+      // One write: the answer and the first frame come in the same read.
+      const frame = Buffer.concat([Buffer.from([0x81, refresh.length]), Buffer.from(refresh)]);
+      s.write(Buffer.concat([Buffer.from(upgradeAnswer(request)), frame]));
+    });
+    const conn = new ChannelConnection(
+      await wsConnector()(url, { protocols: ["harbormaster.v1"], headers: {} }),
+      60_000,
+    );
+    expect(await conn.next(2_000)).toEqual({ kind: "message", message: { type: "refresh", v: CHANNEL_VERSION } });
+    conn.close();
+  });
+});
+
 describe("a channel message larger than the agent takes", () => {
   it("is refused from its frame header, before its payload is read, and the channel closes with 1009", async () => {
     const declared = 9 * 1024 * 1024;
     let written = 0;
     let clientGone = false;
-    const sockets: Socket[] = [];
     // A server that upgrades, then sends one text frame declaring 9 MiB, its payload trickling in.
-    const server: Server = createServer((s) => {
-      sockets.push(s);
-      s.on("error", () => {});
+    const url = await rawServer((s, request) => {
       s.on("close", () => (clientGone = true));
-      s.once("data", (head: Buffer) => {
-        const key = /sec-websocket-key: *(\S+)/i.exec(head.toString())![1];
-        const accept = createHash("sha1").update(`${key}258EAFA5-E914-47DA-95CA-C5AB0DC85B11`).digest("base64");
-        s.write(
-          "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" +
-            `Sec-WebSocket-Accept: ${accept}\r\nSec-WebSocket-Protocol: harbormaster.v1\r\n\r\n`,
-        );
-        const header = Buffer.alloc(10);
-        header[0] = 0x81; // FIN, text
-        header[1] = 127; // a 64-bit length follows
-        header.writeBigUInt64BE(BigInt(declared), 2);
-        s.write(header);
-        const chunk = Buffer.alloc(64 * 1024, 0x20);
-        const drip = setInterval(() => {
-          if (clientGone || s.destroyed || written >= declared) return clearInterval(drip);
-          s.write(chunk);
-          written += chunk.length;
-        }, 20);
-        s.on("close", () => clearInterval(drip));
-      });
+      s.write(upgradeAnswer(request));
+      const header = Buffer.alloc(10);
+      header[0] = 0x81; // FIN, text
+      header[1] = 127; // a 64-bit length follows
+      header.writeBigUInt64BE(BigInt(declared), 2);
+      s.write(header);
+      const chunk = Buffer.alloc(64 * 1024, 0x20);
+      const drip = setInterval(() => {
+        if (clientGone || s.destroyed || written >= declared) return clearInterval(drip);
+        s.write(chunk);
+        written += chunk.length;
+      }, 20);
+      s.on("close", () => clearInterval(drip));
     });
-    await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
-    closers.push(() => {
-      for (const s of sockets) s.destroy();
-      return new Promise<void>((r) => server.close(() => r()));
-    });
-    const url = `ws://127.0.0.1:${(server.address() as AddressInfo).port}/v1/agent/channel`;
     const conn = new ChannelConnection(
       await wsConnector()(url, { protocols: ["harbormaster.v1"], headers: {} }),
       60_000,
