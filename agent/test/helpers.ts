@@ -4,7 +4,11 @@ import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
+import type { DesiredConfig } from "../../src/model/server/schemas.ts";
+import { HostAgent, type LoopState } from "../agent.ts";
+import type { AgentDriver } from "../driver.ts";
 import { run } from "../drivers/exec.ts";
+import type { Report, ReportAccepted } from "../host-api.ts";
 import type { DriverSpec } from "../drivers/spec.ts";
 
 /** A short id for one test file's run: names and labels carry it, so parallel runs never meet. */
@@ -259,4 +263,16 @@ export async function eventually<T>(
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
     await new Promise((r) => setTimeout(r, 200));
   }
+}
+
+/**
+ * A host agent on `driver` whose passes a test drives by hand (`pass()`: one reconcileAndReport,
+ * as the loop makes it), and the reports it sent. `s` is the loop's state, for the test to change.
+ */
+export function handDriven(driver: AgentDriver, desired: DesiredConfig) {
+  const agent = new HostAgent({ url: "http://127.0.0.1:1", token: "hms.x.y", driver, bootId: "b" });
+  const s = { desired, due: true, lastReportAt: -Infinity, lastReport: null } as unknown as LoopState;
+  const sent: Report[] = [];
+  const send = async (r: Report) => (sent.push(r), { report_tag: null } as unknown as ReportAccepted);
+  return { s, sent, pass: () => agent.reconcileAndReport(s, send) };
 }

@@ -6,11 +6,9 @@
 import { chmodSync, existsSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
-import { HostAgent, type LoopState } from "../agent.ts";
 import { reconcile } from "../driver.ts";
-import type { Report, ReportAccepted } from "../host-api.ts";
 import { PodmanDriver } from "../drivers/index.ts";
-import { tempDir } from "./helpers.ts";
+import { handDriven, tempDir } from "./helpers.ts";
 
 const FAKE = `#!/bin/sh
 # A fake engine: logs its arguments; the verb named by HANG never returns.
@@ -117,17 +115,9 @@ describe("an engine whose commands hang", () => {
       ]),
     );
     const driver = new PodmanDriver({ engine: fake.engine, env: fake.env, quickTimeoutMs: 1_000 });
-    const agent = new HostAgent({ url: "http://127.0.0.1:1", token: "hms.x.y", driver, bootId: "b" });
     const want = { server_id: "s", generation: 7, lifecycle: "run" as const, agents: [spec("a"), spec("b")] };
-    const s = {
-      desired: { ...want, agents: [spec("a")] },
-      due: true,
-      lastReportAt: -Infinity,
-      lastReport: null,
-    } as unknown as LoopState;
-    const sent: Report[] = [];
-    const send = async (r: Report) => (sent.push(r), { report_tag: null } as unknown as ReportAccepted);
-    await agent.reconcileAndReport(s, send);
+    const { s, sent, pass } = handDriven(driver, { ...want, agents: [spec("a")] });
+    await pass();
     expect(sent[0].agents).toEqual([
       { name: "a", image: "localhost/a:1", version: "1", instance_id: "i-a", state: "running" },
     ]);
@@ -136,7 +126,7 @@ describe("an engine whose commands hang", () => {
     s.desired = want;
     s.due = true;
     const t0 = Date.now();
-    await agent.reconcileAndReport(s, send);
+    await pass();
     expect(Date.now() - t0).toBeLessThan(5_000);
     leftover = fake.hungPid();
     expect(sent).toHaveLength(2);

@@ -1,8 +1,7 @@
 import { describe, expect, it } from "vitest";
-import { HostAgent, type LoopState } from "../agent.ts";
-import type { Report, ReportAccepted } from "../host-api.ts";
 import { PassMemory, reconcile, type ListedAgent } from "../driver.ts";
 import { MemoryDriver } from "../memory-driver.ts";
+import { handDriven } from "./helpers.ts";
 
 /** A MemoryDriver that counts list() calls and can say an agent is failed, and why. */
 class Probe extends MemoryDriver {
@@ -169,18 +168,10 @@ describe("an agent that keeps stopping", () => {
 describe("a host agent that heals a stopped agent", () => {
   it("reports the agent stopped, then running", async () => {
     const d = new Probe();
-    const agent = new HostAgent({ url: "http://127.0.0.1:1", token: "hms.x.y", driver: d, bootId: "b" });
-    const s = {
-      desired: desired([{ name: "a", version: "1" }]),
-      due: true,
-      lastReportAt: -Infinity,
-      lastReport: null,
-    } as unknown as LoopState;
-    const sent: Report[] = [];
-    const send = async (r: Report) => (sent.push(r), { report_tag: null } as unknown as ReportAccepted);
-    await agent.reconcileAndReport(s, send);
+    const { sent, pass } = handDriven(d, desired([{ name: "a", version: "1" }]));
+    await pass();
     d.installed.get("a")!.state = "stopped";
-    await agent.reconcileAndReport(s, send);
+    await pass();
     expect(sent.map((r) => r.agents.map((a) => a.state))).toEqual([["running"], ["stopped"], ["running"]]);
   });
 });
@@ -191,12 +182,8 @@ describe("a host agent whose machine cannot be asked what it runs", () => {
     d.list = async () => {
       throw new Error("podman ps timed out after 60 s (killed)");
     };
-    const agent = new HostAgent({ url: "http://127.0.0.1:1", token: "hms.x.y", driver: d, bootId: "b" });
-    const terminate = { ...desired([]), lifecycle: "terminate" as const };
-    const s = { desired: terminate, due: true, lastReportAt: -Infinity, lastReport: null } as unknown as LoopState;
-    const sent: Report[] = [];
-    const send = async (r: Report) => (sent.push(r), { report_tag: null } as unknown as ReportAccepted);
-    expect(await agent.reconcileAndReport(s, send)).toBeNull();
+    const { sent, pass } = handDriven(d, { ...desired([]), lifecycle: "terminate" });
+    expect(await pass()).toBeNull();
     expect(sent.map((r) => r.agents)).toEqual([[]]);
   });
 });

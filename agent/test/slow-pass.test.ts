@@ -118,27 +118,35 @@ const until = async (what: string, pred: () => boolean, ms = 10_000) => {
   }
 };
 
+/** An agent whose one agent's install hangs until `driver.finish()`, on a 1 s heartbeat; stopped after the test. */
+function slowAgent(opts: Partial<ConstructorParameters<typeof HostAgent>[0]>) {
+  const driver = new SlowInstall();
+  const controller = new AbortController();
+  const agent = new HostAgent({
+    url: "http://127.0.0.1:1",
+    token: "hms.test",
+    driver,
+    bootId: "boot-a",
+    reportIntervalMs: 1_000,
+    ...opts,
+  });
+  const exit: Promise<AgentExit> = agent.run(controller.signal);
+  stop = () => (driver.finish(), controller.abort(), exit);
+  return { driver, exit, controller };
+}
+
 describe("a pass slowed by its engine work", () => {
   it.each(["channel", "http"] as const)(
     "does not hold the heartbeat, and is reported as soon as it ends (%s)",
     async (transport) => {
       const t0 = Date.now();
       const server = transport === "http" ? httpServer(t0) : channelServer(t0);
-      const driver = new SlowInstall();
-      const controller = new AbortController();
-      const agent = new HostAgent({
-        url: "http://127.0.0.1:1",
-        token: "hms.test",
-        driver,
-        bootId: "boot-a",
+      const { driver } = slowAgent({
         transport,
-        reportIntervalMs: 1_000,
         minPollIntervalMs: 100,
         random: () => 0,
         ...("fetch" in server ? { fetch: server.fetch } : { connect: server.connect }),
       });
-      const exit: Promise<AgentExit> = agent.run(controller.signal);
-      stop = () => (driver.finish(), controller.abort(), exit);
 
       // The install hangs for over 3.5 s, and ends just after a heartbeat; their period is 1 s.
       await new Promise((r) => setTimeout(r, 3_500));
@@ -167,19 +175,9 @@ describe("a pass slowed by its engine work", () => {
 describe("a loop stopped while a pass is under way", () => {
   it("lets the pass end its step before it returns", async () => {
     const server = channelServer(Date.now());
-    const driver = new SlowInstall();
-    const controller = new AbortController();
-    const agent = new HostAgent({
-      url: "http://127.0.0.1:1",
-      token: "hms.test",
-      driver,
-      bootId: "boot-a",
-      reportIntervalMs: 1_000,
-      connect: server.connect,
-    });
     let returned = false;
-    const exit = agent.run(controller.signal).finally(() => (returned = true));
-    stop = () => (driver.finish(), controller.abort(), exit);
+    const { driver, exit, controller } = slowAgent({ connect: server.connect });
+    void exit.finally(() => (returned = true));
     await until("a heartbeat", () => server.heard.length > 0);
     controller.abort();
     await new Promise((r) => setTimeout(r, 500));
