@@ -39,6 +39,7 @@ import { PERIOD_MS as HISTORY_PERIOD_MS } from "../../../src/history/rollup.ts";
 import { MONTH_S } from "../prices.ts";
 import { INDEX_LEASE_MS } from "../../../src/domain/channel.ts";
 import { quietGraceMs } from "../../../src/ledger/quiet.ts";
+import { periodOf } from "../../../src/history/rollup.ts";
 
 /**
  * How simulated hosts talk to Harbormaster: the simulator options that give its hosts that agent
@@ -143,6 +144,10 @@ const RAMP_S = 10;
 const REBOOT_RATE = 0.2;
 const SINGLE_CHANGES = 5;
 const IDLE_S = 10;
+/** How long past --duration the steady window may wait for the cron to go quiet (channel). */
+const DRAIN_WAIT_S = 240;
+/** How near a period's start a tick may roll the history up: the ticks' own lateness, with room. */
+const ROLLUP_MARGIN_MS = 10_000;
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -157,8 +162,22 @@ export async function run(ctx: BenchContext) {
   const names = opt("transport", "channel,http").split(",");
   for (const name of names)
     if (!TRANSPORTS[name]) throw new Error(`--transport ${name}: known are ${Object.keys(TRANSPORTS).join(", ")}`);
+  // Each transport on a server of its own, so no fleet's alarms or deliveries fall in another's
+  // windows; side by side (the default), since what is billed is counted, not timed, and a run
+  // takes minutes of real time: `--sequential` runs one after the other (the Worker's CPU line
+  // over HTTP is calibrated per request on its own server's runtime either way).
+  const sequential = ctx.option("sequential") !== undefined || process.env.BENCH_COST_SEQUENTIAL === "1";
+  const own = async (name: string) => {
+    const server = await ctx.privateServer();
+    try {
+      return await measure({ ...ctx, ...server }, name, opt);
+    } finally {
+      server.stop();
+    }
+  };
   const bills: TransportBill[] = [];
-  for (const name of names) bills.push(await measure(ctx, name, opt));
+  if (sequential) for (const name of names) bills.push(await own(name));
+  else bills.push(...(await Promise.all(names.map(own))));
   compare(bills);
   ctx.note(
     "cost: a 50 MB image rolled out to 10,000 hosts, at list price",
@@ -182,6 +201,7 @@ async function measure(
   if (transportName === "http" && durationS > joinS + QUIET_PERIOD_S)
     throw new Error(`--duration for http: at most ${joinS + QUIET_PERIOD_S} s`);
 
+  const base = ctx.base;
   const meter = async (reset: boolean): Promise<Reading> => {
     const res = await fetch(`${ctx.base}/__local/meter`, { method: reset ? "DELETE" : "GET" });
     if (!res.ok) throw new Error(`/__local/meter: ${res.status}`);
@@ -250,7 +270,7 @@ async function measure(
     servers: hosts,
     // Stopped by this scenario once the steady window is read (before any long poll is cut); the
     // reboot wave still falls within `durationS` (before the steady window).
-    durationS: durationS + 120,
+    durationS: durationS + DRAIN_WAIT_S + 120,
     faultsWithinS: durationS,
     rampS: RAMP_S,
     rebootRate: REBOOT_RATE,
@@ -268,51 +288,113 @@ async function measure(
     },
   });
 
+  // The cron, every minute from 30 s on, as deployed; each tick's own D1 rows, read from the
+  // meter around it (ticks and windows' closes take turns, so no close falls inside a tick).
+  let turn: Promise<unknown> = Promise.resolve();
+  const inTurn = <T>(f: () => Promise<T>): Promise<T> => {
+    const done = turn.then(f);
+    turn = done.catch(() => {});
+    return done;
+  };
+  // A run's work goes on after its answer (waitUntil): its rows are all in once none is pending.
+  const cronRows = async () => {
+    for (let waited = 0; ; waited += 100) {
+      const { cron_d1, cron_pending } = (await meter(false)).worker;
+      if (!cron_pending) return cron_d1;
+      if (waited > 30_000) throw new Error("the cron's run did not settle within 30 s");
+      await sleep(100);
+    }
+  };
+  const tick = () =>
+    inTurn(async () => {
+      const before = await cronRows();
+      await fetch(`${base}/__scheduled?cron=${encodeURIComponent("* * * * *")}`).then((r) => r.arrayBuffer());
+      const after = await cronRows();
+      return { written: after.rows_written - before.rows_written, read: after.rows_read - before.rows_read };
+    });
+  const closing = (name: string) => inTurn(() => close(name));
+  /** Seconds after t0 of the cron's n-th tick. */
+  const tickAt = (n: number) => 30 + 60 * n;
+  // The history's rollup runs on the first tick of each 5-minute period (src/history/): it is
+  // added by arithmetic once a period, so no tick of the steady window may be one. A tick within
+  // this margin of a period's start, or after one the tick before could have missed, might be.
+  const mayRollUp = (n: number) => {
+    const at = t0! + tickAt(n) * 1000;
+    return periodOf(at + ROLLUP_MARGIN_MS) !== periodOf(at - 60_000 - ROLLUP_MARGIN_MS);
+  };
+  // The last second at which the steady window may end: over HTTP, before the first of the quiet
+  // watch's alarms (added by arithmetic); on the channel, a few minutes after --duration.
+  const steadyEndsBy = transportName === "http" ? joinS + QUIET_PERIOD_S : durationS + DRAIN_WAIT_S;
+  const drain: { s: number; written: number; read: number }[] = [];
+
   const script = (async () => {
     await started;
-    await close("setup");
-    // The cron, every minute from 30 s on, as deployed.
-    const cron = (async () => {
-      for (let s = 30; s < durationS; s += 60) {
-        await at(s);
-        if (stop.signal.aborted) return;
-        await fetch(`${ctx.base}/__scheduled?cron=${encodeURIComponent("* * * * *")}`).then((r) => r.arrayBuffer());
+    await closing("setup");
+    let operatorDone = false;
+    const operator = (async () => {
+      await at(joinS);
+      await closing("join");
+      events.push("1 desired change to every host (the simulator's, at the start of the window)");
+
+      // A few operators' edits to single servers.
+      await at(joinS + 20);
+      const servers = (await api.listServers({ fleet })).slice(0, SINGLE_CHANGES);
+      for (const s of servers) {
+        const d = await api.getDesired(s.id);
+        await api.putDesired(s.id, {
+          generation: d.generation + 1,
+          agents: d.agents
+            .map((a, i) => (i === d.agents.length - 1 ? { ...a, version: `${a.version}-edit` } : a))
+            .map(({ name, image, version }) => ({ name, image, version })),
+        });
       }
+      events.push(`${servers.length} single-server desired changes`);
+
+      // One rollout of an agent to every host, watched as an operator would, every 5 s.
+      await at(joinS + 30);
+      const rollout = await api.startRollout({ fleet, agent: "sim-a0", image: "sim/agent-0:v3", version: "v3" });
+      let state = rollout.state;
+      while (state === "running" && Date.now() < t0! + (steadyFrom - 5) * 1000) {
+        await sleep(5000);
+        state = (await api.getRollout(rollout.id)).state;
+      }
+      events.push(`1 rollout of sim-a0 to ${rollout.total} hosts (${state})`);
+      operatorDone = true;
     })();
-    await at(joinS);
-    await close("join");
-    events.push("1 desired change to every host (the simulator's, at the start of the window)");
 
-    // A few operators' edits to single servers.
-    await at(joinS + 20);
-    const servers = (await api.listServers({ fleet })).slice(0, SINGLE_CHANGES);
-    for (const s of servers) {
-      const d = await api.getDesired(s.id);
-      await api.putDesired(s.id, {
-        generation: d.generation + 1,
-        agents: d.agents
-          .map((a, i) => (i === d.agents.length - 1 ? { ...a, version: `${a.version}-edit` } : a))
-          .map(({ name, image, version }) => ({ name, image, version })),
-      });
+    // The events window runs until the cron has handed on the events' audit rows (500 a tick,
+    // src/audit/events.service.ts: each tick moves its cursor and claims and releases the batch's
+    // range) and has gone quiet: the steady window opens half a minute after a tick that wrote no
+    // D1 row, once --duration's events are over, and holds the next tick, which must not be a
+    // period's rollup. Whatever the cron does before then is the events' (and a deployment's
+    // once: its rows are not the hosts'), not the steady rate.
+    let steadyTick: { written: number; read: number } | null = null;
+    for (let n = 0; ; n++) {
+      await at(tickAt(n));
+      const rows = await tick();
+      if (tickAt(n) < steadyFrom - 30) continue;
+      drain.push({ s: tickAt(n), ...rows });
+      const quiet = rows.written === 0 && operatorDone;
+      const last = tickAt(n + 2) + 30 > steadyEndsBy;
+      if (!last && (!quiet || mayRollUp(n + 1))) continue;
+      await at(tickAt(n) + 30);
+      await closing("events");
+      await at(tickAt(n + 1));
+      steadyTick = await tick();
+      await at(tickAt(n + 1) + 30);
+      await closing("steady");
+      if (!quiet) events.push(`the cron was still writing when the steady window had to open (${rows.written} rows)`);
+      break;
     }
-    events.push(`${servers.length} single-server desired changes`);
-
-    // One rollout of an agent to every host, watched as an operator would, every 5 s.
-    await at(joinS + 30);
-    const rollout = await api.startRollout({ fleet, agent: "sim-a0", image: "sim/agent-0:v3", version: "v3" });
-    let state = rollout.state;
-    while (state === "running" && Date.now() < t0! + (steadyFrom - 5) * 1000) {
-      await sleep(5000);
-      state = (await api.getRollout(rollout.id)).state;
-    }
-    events.push(`1 rollout of sim-a0 to ${rollout.total} hosts (${state})`);
-
-    await at(steadyFrom);
-    await close("events");
-    await at(durationS);
-    await close("steady");
+    await operator;
+    events.push(
+      `the cron's ticks from ${drain[0]?.s} s until the steady window, D1 rows written / read: ${drain.map((d) => `${d.written} / ${d.read}`).join(", ")}`,
+    );
+    if (steadyTick?.written)
+      events.push(
+        `the steady window's cron tick wrote ${steadyTick.written} D1 rows: not a quiet tick, and its rate is billed a month`,
+      );
     stop.abort();
-    await cron;
   })();
   const [summary] = (await Promise.all([sim, script])) as [SimSummary, void];
   // Over HTTP a host makes a Worker request a minute, so its CPU is a line of the bill: measured
