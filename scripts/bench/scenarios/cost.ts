@@ -1,18 +1,22 @@
-// `npm run bench -- cost [--transport channel,http] [--hosts 150] [--duration 180] [--rounds 4]`:
-// what a fleet would pay Cloudflare. For each transport in turn (a fleet of its own), the simulator
-// (sim/) plays HOSTS hosts in real time (no time compression), each running the reference agent
-// loop of that transport, and the local
-// meter (src/local/meter.ts, /__local/meter) counts what a deployment is billed for, in
-// windows:
+// `npm run bench -- cost [--transport channel,http] [--hosts 150] [--duration 180] [--rounds 4]
+// [--sequential]`: what a fleet would pay Cloudflare. For each transport (a fleet of its own, on a
+// server of its own, the transports side by side unless --sequential), the simulator (sim/) plays
+// HOSTS hosts in real time (no time compression), each running the reference agent loop of that
+// transport, and the local meter (src/local/meter.ts, /__local/meter) counts what a deployment is
+// billed for, in windows:
 //   setup   registration and first desired configs (one-off per host: shown, not in the bill);
 //   join    hosts come up over the first RAMP_S seconds (shown, not in the bill);
 //   events  one fleet-wide desired change, a few single-server changes, one rollout of an agent
-//           to every host, and one reboot wave (REBOOT_RATE of the hosts, through FleetLock);
-//   steady  the last STEADY_S seconds (whole report periods): nothing but the agent loop.
+//           to every host, and one reboot wave (REBOOT_RATE of the hosts, through FleetLock), and
+//           all that follows from them: the timers they leave (a channel host's left timer), the
+//           cron handing their audit rows on and rolling their period's history up;
+//   steady  STEADY_S seconds (whole report periods) once the cron has gone quiet: nothing but the
+//           agent loop, and one cron tick that is no rollup.
 // The bill per host-month is the steady rate over 30 days plus ROUNDS rounds of events (each the
 // events window less the steady rate over its length), at the list prices of ../prices.ts, for
 // 1,000 / 10,000 / 100,000 hosts beyond the plan's included amounts. The cron runs every 60 s
-// (through /__scheduled) as it does deployed.
+// (through /__scheduled) as it does deployed, and is billed once per deployment: its steady
+// tick's D1 rows and CPU times a month's ticks (../month.ts).
 // Worker CPU is an estimate: the local runtime's CPU time over the window (workerd, from /proc),
 // less its idle rate (measured before the run), shared between the Worker's requests and the
 // objects' in proportion to their counts (objects are billed for duration, not CPU). It runs the
@@ -59,6 +63,13 @@ const QUIET_PERIOD_S = 4 * 60 + quietGraceMs(4 * 60) / 1000;
  */
 const QUIET_DOUBT_SHARE = 3 / 60;
 const QUIET_FIRINGS = MONTH_S / QUIET_PERIOD_S;
+/**
+ * A channel host that left (its socket closed for the reboot wave) leaves its ledger a timer due
+ * stale_after + 1 s after its last report (src/ledger/quiet.ts, `left`): the simulator's 4 report
+ * periods. A host back by then makes it find nothing to do, but it is one alarm and its timer's
+ * rows per host rebooted, a cost of the round's reboot wave: the events window holds them all.
+ */
+const LEFT_AFTER_S = 4 * 60 + 1;
 
 const LEASES_A_MONTH = (MONTH_S * 1000) / INDEX_LEASE_MS;
 
@@ -144,8 +155,10 @@ const RAMP_S = 10;
 const REBOOT_RATE = 0.2;
 const SINGLE_CHANGES = 5;
 const IDLE_S = 10;
-/** How long past --duration the steady window may wait for the cron to go quiet (channel). */
+/** How long past its earliest start the steady window may wait for the cron to go quiet (channel). */
 const DRAIN_WAIT_S = 240;
+/** Room after the last left timer's due time: an alarm fires a little late. */
+const LEFT_MARGIN_S = 10;
 /** How near a period's start a tick may roll the history up: the ticks' own lateness, with room. */
 const ROLLUP_MARGIN_MS = 10_000;
 
@@ -270,7 +283,7 @@ async function measure(
     servers: hosts,
     // Stopped by this scenario once the steady window is read (before any long poll is cut); the
     // reboot wave still falls within `durationS` (before the steady window).
-    durationS: durationS + DRAIN_WAIT_S + 120,
+    durationS: durationS + LEFT_AFTER_S + DRAIN_WAIT_S + 120,
     faultsWithinS: durationS,
     rampS: RAMP_S,
     rebootRate: REBOOT_RATE,
@@ -324,7 +337,11 @@ async function measure(
   };
   // The last second at which the steady window may end: over HTTP, before the first of the quiet
   // watch's alarms (added by arithmetic); on the channel, a few minutes after --duration.
-  const steadyEndsBy = transportName === "http" ? joinS + QUIET_PERIOD_S : durationS + DRAIN_WAIT_S;
+  // The earliest second at which the steady window may open: after --duration's events, and on the
+  // channel after the reboot wave's left timers (the wave is over by half of --duration).
+  const steadyOpensFrom =
+    transportName === "channel" ? Math.max(steadyFrom, 0.5 * durationS + LEFT_AFTER_S + LEFT_MARGIN_S) : steadyFrom;
+  const steadyEndsBy = transportName === "http" ? joinS + QUIET_PERIOD_S : steadyOpensFrom + STEADY_S + DRAIN_WAIT_S;
   const drain: { s: number; written: number; read: number }[] = [];
 
   const script = (async () => {
@@ -363,17 +380,18 @@ async function measure(
     })();
 
     // The events window runs until the cron has handed on the events' audit rows (500 a tick,
-    // src/audit/events.service.ts: each tick moves its cursor and claims and releases the batch's
-    // range) and has gone quiet: the steady window opens half a minute after a tick that wrote no
-    // D1 row, once --duration's events are over, and holds the next tick, which must not be a
-    // period's rollup. Whatever the cron does before then is the events' (and a deployment's
+    // src/audit/events.service.ts: each tick moves its cursor, and claims and releases the batch's
+    // range: 4 rows, the claim's insert being 2, its row and its primary key's entry) and has gone
+    // quiet: the steady window opens half a minute after a tick that wrote no D1 row, once the
+    // events and their timers are over (steadyOpensFrom), and holds the next tick, which must not
+    // be a period's rollup. Whatever the cron does before then is the events' (and a deployment's
     // once: its rows are not the hosts'), not the steady rate.
     let steadyTick: { written: number; read: number } | null = null;
     for (let n = 0; ; n++) {
       await at(tickAt(n));
       const rows = await tick();
-      if (tickAt(n) < steadyFrom - 30) continue;
-      drain.push({ s: tickAt(n), ...rows });
+      if (tickAt(n) + 30 >= steadyFrom) drain.push({ s: tickAt(n), ...rows });
+      if (tickAt(n) + 30 < steadyOpensFrom) continue;
       const quiet = rows.written === 0 && operatorDone;
       const last = tickAt(n + 2) + 30 > steadyEndsBy;
       if (!last && (!quiet || mayRollUp(n + 1))) continue;
