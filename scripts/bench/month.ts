@@ -12,7 +12,7 @@ export interface Logging {
   accessLog: "on" | "writes" | "off";
 }
 
-export interface Rows {
+interface Rows {
   statements: number;
   rows_read: number;
   rows_written: number;
@@ -138,7 +138,7 @@ export function usageOf(w: Window, logging: Logging): Usage {
  * The runtime's busy CPU in a window, shared between the Worker's invocations and the objects'
  * requests in proportion to their counts; this many of the Worker's invocations' share.
  */
-export function cpuShare(w: Window, invocations: number) {
+function cpuShare(w: Window, invocations: number) {
   const r = w.reading;
   const all = r.worker.requests + r.worker.scheduled + Object.values(r.objects).reduce((n, c) => n + c.requests, 0);
   return all ? (Math.max(0, (w.cpuMs ?? 0) - w.idleCpuMs) * invocations) / all : 0;
@@ -157,7 +157,7 @@ export const zeroItems = () => Object.fromEntries(ITEMS.map((i) => [i, 0])) as R
  * hands on a burst of audit rows or rolls a period's history up is the fleet's change, not the
  * cron's rate (the history's rollup is added once a period, by arithmetic).
  */
-export function cronOf(w: Window, logging: Logging): Record<Item, number> {
+function cronOf(w: Window, logging: Logging): Record<Item, number> {
   const { scheduled, cron_d1 } = w.reading.worker;
   const perRun = (n: number) => (scheduled ? n / scheduled : 0);
   const logEvents =
@@ -173,9 +173,9 @@ export function cronOf(w: Window, logging: Logging): Record<Item, number> {
   };
 }
 
-export const combine = (a: Usage, b: Usage, k = 1) =>
+const combine = (a: Usage, b: Usage, k = 1) =>
   Object.fromEntries(Object.keys(a).map((key) => [key, a[key as keyof Usage] + k * b[key as keyof Usage]])) as Usage;
-export const scale = (a: Usage, k: number) => combine(a, a, k - 1);
+const scale = (a: Usage, k: number) => combine(a, a, k - 1);
 const clamp = (a: Usage) => Object.fromEntries(Object.entries(a).map(([k, v]) => [k, Math.max(0, v)])) as Usage;
 
 /**
