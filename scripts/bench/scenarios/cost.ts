@@ -39,11 +39,10 @@ import {
 import { calibrateCpu } from "../cpu.ts";
 import { LEASE_REFRESH_ROWS } from "../lease-refresh.ts";
 import { HISTORY_ROLLUP_ROWS } from "../history-rollup.ts";
-import { PERIOD_MS as HISTORY_PERIOD_MS } from "../../../src/history/rollup.ts";
+import { PERIOD_MS as HISTORY_PERIOD_MS, periodOf } from "../../../src/history/rollup.ts";
 import { MONTH_S } from "../prices.ts";
 import { INDEX_LEASE_MS } from "../../../src/domain/channel.ts";
 import { quietGraceMs } from "../../../src/ledger/quiet.ts";
-import { periodOf } from "../../../src/history/rollup.ts";
 
 /**
  * How simulated hosts talk to Harbormaster: the simulator options that give its hosts that agent
@@ -216,7 +215,7 @@ async function measure(
 
   const base = ctx.base;
   const meter = async (reset: boolean): Promise<Reading> => {
-    const res = await fetch(`${ctx.base}/__local/meter`, { method: reset ? "DELETE" : "GET" });
+    const res = await fetch(`${base}/__local/meter`, { method: reset ? "DELETE" : "GET" });
     if (!res.ok) throw new Error(`/__local/meter: ${res.status}`);
     return (await res.json()) as Reading;
   };
