@@ -15,6 +15,7 @@ import {
   EnrollmentTokenInput,
   fleetParam,
   idempotencyHeaders,
+  REPLAYED_HEADER,
   tokenParams,
 } from "./schemas";
 import {
@@ -47,10 +48,18 @@ export const enrollmentTokenRoutes = new OpenAPIHono<AppEnv>({ defaultHook: vali
       middleware: [requireScope("write")] as const,
       request: { params: fleetParam, headers: idempotencyHeaders, body: jsonBody(EnrollmentTokenInput) },
       responses: {
-        201: jsonResponse(
-          EnrollmentTokenCreated,
-          "Created (or, for a retried key, the token it created); the token is never shown again",
-        ),
+        201: {
+          ...jsonResponse(
+            EnrollmentTokenCreated,
+            "Created (or, for a retried key, the token it created); the token is never shown again",
+          ),
+          headers: z.object({
+            [REPLAYED_HEADER]: z
+              .literal("true")
+              .optional()
+              .openapi({ description: "The token this Idempotency-Key created before, its secret issued again" }),
+          }),
+        },
         ...commonErrors,
         ...notFoundError,
         ...conflictError(
@@ -61,13 +70,14 @@ export const enrollmentTokenRoutes = new OpenAPIHono<AppEnv>({ defaultHook: vali
     async (c) => {
       const { fleet } = c.req.valid("param");
       const key = c.req.valid("header")["idempotency-key"];
-      const { replayed: _, ...created } = await createEnrollmentToken(
+      const { replayed, ...created } = await createEnrollmentToken(
         c.env,
         actorOf(c.var.principal),
         fleet,
         c.req.valid("json"),
         key,
       );
+      if (replayed) c.header(REPLAYED_HEADER, "true");
       return c.json(created, 201);
     },
   )

@@ -79,6 +79,9 @@ export const idempotencyHeaders = z.object({
     }),
 });
 
+/** Set on a create answered again for its Idempotency-Key (the name Stripe's API gives it). */
+export const REPLAYED_HEADER = "Idempotent-Replayed";
+
 export const EnrollmentToken = z
   .object({
     id: z.string(),
