@@ -44,6 +44,13 @@ describe("registering images", () => {
     expect(other.json.error.code).toBe("image_conflict");
     expect(other.json.error.details.id).toBe(first.json.id);
     expect((await call("GET", `/v1/images/${first.json.id}`)).json.digest).toBe(`sha256:${HEX}`);
+    // Labels and a description are part of what was registered: another set is refused, not dropped.
+    for (const changed of [{ labels: { team: "web" } }, { labels: {} }, { description: "another" }]) {
+      const res = await register({ ...body, ...changed });
+      expect(res.status, JSON.stringify(changed)).toBe(409);
+      expect(res.json.error.code).toBe("image_conflict");
+    }
+    expect((await call("GET", `/v1/images/${first.json.id}`)).json.labels).toEqual({ team: "net" });
   });
 
   it("refuses bad input and keeps nothing: a ref not pinned by the digest, oversized names and labels, a wrong content type", async () => {

@@ -10,6 +10,7 @@ import type { Env } from "../env";
 const bucket = (env: Env) => env.IMAGES;
 import { decodeCursor, page } from "../http/paging";
 import { logLine } from "../lib/log";
+import { sameLabels } from "../model/server/labels";
 import type { ImageInput } from "./schemas";
 import {
   abandonedUploads,
@@ -30,19 +31,32 @@ import {
 
 const notFound = (id: string) => new DomainError("not_found", `no image ${id}`);
 
-/** Whether a registration names the image already registered under its name and version. */
+/**
+ * Whether a registration is the image already registered under its name and version: its content,
+ * and its labels and description too (an image never changes, so a registration that differs in
+ * them would otherwise be answered as if they had been kept).
+ */
 const sameImage = (row: ImageRow, input: ImageInput) =>
   row.kind === input.kind &&
   row.digest === input.digest &&
   row.size === input.size &&
-  (row.ref ?? undefined) === input.ref;
+  (row.ref ?? undefined) === input.ref &&
+  sameLabels(row.labels, input.labels) &&
+  (row.description ?? undefined) === input.description;
 
 async function answerExisting(db: Db, row: ImageRow, input: ImageInput) {
   if (!sameImage(row, input)) {
     throw new DomainError(
       "image_conflict",
-      `${row.name} ${row.version} is already registered with other content (${row.kind}, ${row.digest}, ${row.size} bytes); an image never changes: register another version`,
-      { id: row.id, kind: row.kind, digest: row.digest, size: row.size },
+      `${row.name} ${row.version} is already registered with other content, labels or description (${row.kind}, ${row.digest}, ${row.size} bytes); an image never changes: register another version`,
+      {
+        id: row.id,
+        kind: row.kind,
+        digest: row.digest,
+        size: row.size,
+        labels: row.labels,
+        description: row.description,
+      },
     );
   }
   return { created: false, image: imageView(row, row.state === "uploading" ? await partsOf(db, row.id) : []) };
