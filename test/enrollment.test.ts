@@ -174,6 +174,17 @@ describe("enrollment token creates with an Idempotency-Key", () => {
     // Whoever holds the secret keeps enrolling with it.
     expect((await enrollWith(first.json.token, machine())).status).toBe(201);
 
+    // Presented by a machine whose enrollment was refused (its use given back): someone holds it.
+    const taken = `${uniq("taken")}.example.com`;
+    await registerServer(fleet, { hostname: taken });
+    const triedKey = crypto.randomUUID();
+    const tried = await create(fleet, triedKey, body);
+    const refused = await enrollWith(tried.json.token, { ...machine(), hostname: taken });
+    expect(refused.json.error.code).toBe("hostname_taken");
+    expect((await tokenRow(tried.json.id)).uses).toBe(0);
+    expect((await create(fleet, triedKey, body)).json.error.code).toBe("idempotency_key_reused");
+    expect((await enrollWith(tried.json.token, machine())).status).toBe(201);
+
     const revokedKey = crypto.randomUUID();
     const second = await create(fleet, revokedKey, body);
     await call("DELETE", `/v1/fleets/${fleet}/enrollment-tokens/${second.json.id}`);

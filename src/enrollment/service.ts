@@ -190,8 +190,8 @@ async function answerAgain(
       ? `its token ${id} belongs to fleet '${row.fleetId}' as it was before it was deleted`
       : row.revokedAt !== null
         ? `its token ${id} was revoked at ${iso(row.revokedAt)}`
-        : row.uses > 0
-          ? `its token ${id} has enrolled ${row.uses} machine(s), so its secret was received; it is not issued again`
+        : row.lastUsedAt !== null
+          ? `its token ${id} was presented by a machine at ${iso(row.lastUsedAt)}, so its secret was received; it is not issued again`
           : null;
   const refused = refusal(previous);
   if (refused) throw keyReused(`this Idempotency-Key was used already: ${refused}`, { token_id: id });
