@@ -16,6 +16,11 @@ export interface StoredMember extends Member {
 export interface Down {
   status: string;
   since: number;
+  /**
+   * Counted failed by a drift fix's bound, not by its ledger (./fix-budget.ts): its write never
+   * reported realized. Cleared like any failed server's, or by an operator's release.
+   */
+  by_fix?: boolean;
 }
 
 /** A rollout target disrupting its server without a reboot slot (an applying target), or a drift fix. */
@@ -41,6 +46,11 @@ export interface DisruptionHold {
   written?: number;
   /** A drift fix's hold while `until` is set: the newest generation its server reported realized. */
   realized?: number;
+  /**
+   * A drift fix's hold once its write is known (real time): the server is counted failed if it
+   * has not reported realized FIX_REALIZE_BOUND_MS later.
+   */
+  known_at?: number;
 }
 
 /** A rollout with targets refused for budget: woken (through the outbox) once budget frees. */
@@ -137,7 +147,8 @@ export class DisruptionStore {
       this.m.down.delete(serverId);
       this.kv.delete(KEY.down(serverId));
     } else {
-      if (was?.status === down.status) return;
+      // A ledger's own report of the status takes over from a drift fix's count of it.
+      if (was?.status === down.status && !was.by_fix === !down.by_fix) return;
       this.m.down.set(serverId, down);
       this.kv.put(KEY.down(serverId), down);
     }

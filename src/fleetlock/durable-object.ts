@@ -18,7 +18,16 @@ import { fireTimers } from "./timers";
 import { answered, PRE_REBOOT_WAIT_PATH, preRebootWaitOf } from "./waits";
 import type { ClientParams, FleetLockFailure } from "./protocol";
 import * as slots from "./rollout-slots";
-import { allowFixes, fixOutcomes, type FixAllowance, type FixOutcome, type FixTarget } from "./fix-budget";
+import {
+  allowFixes,
+  fixHoldViews,
+  fixOutcomes,
+  releaseFixHold,
+  type FixAllowance,
+  type FixHoldView,
+  type FixOutcome,
+  type FixTarget,
+} from "./fix-budget";
 import * as disruption from "./disruption";
 import type { StoredMember } from "./disruption-store";
 import * as specGroups from "./spec-groups";
@@ -343,6 +352,20 @@ export class RebootCoordinator extends DurableObject<Env> {
   /** What a fix call's writes came to: each server's hold is settled on it (./fix-budget.ts). */
   async fixOutcomes(call: string, outcomes: FixOutcome[]): Promise<void> {
     if (fixOutcomes(this.parts, call, outcomes)) await this.parts.scheduler.arm();
+  }
+
+  /** What drift fixes hold of the fleet's budget (an operator's view). */
+  async fixHolds(settings: FleetSettings): Promise<FixHoldView[]> {
+    return fixHoldViews(this.parts, settings);
+  }
+
+  /** An operator frees what a drift fix holds for a server (`ref`: its id or hostname), audited. */
+  async releaseFixHold(
+    settings: FleetSettings,
+    ref: string,
+    actor: string,
+  ): Promise<{ ok: true; released: FixHoldView } | Failure> {
+    return releaseFixHold(this.parts, settings, ref, actor);
   }
 
   async acquireRolloutSlot(settings: FleetSettings, req: slots.RolloutSlotRequest): Promise<slots.RolloutSlotAnswer> {
