@@ -15,8 +15,8 @@ import {
   type HealthSent,
   type ServerHealthEvent,
 } from "../src/fleetlock/ledger-side";
-import { call, createFleet, fireTimersNow, registerServer, report, settle } from "./helpers";
-import { hook, receivedBy, receiver } from "./webhook-helpers";
+import { breakD1, call, createFleet, fireTimersNow, registerServer, report, settle } from "./helpers";
+import { createWebhook, hook, receivedBy, receiver } from "./webhook-helpers";
 import { coordinator, ledger } from "./support/objects";
 
 /** The coordinator's serverHealth calls, per fleet (RPC dispatches on the class, so it is wrapped there). */
@@ -97,6 +97,35 @@ describe("health events to the fleet's coordinator", () => {
     await put(s.id, s.token, drifted("boot-2"));
     await put(s.id, s.token, realized("boot-2"));
     expect(calls).toHaveLength(before);
+  });
+
+  it("refuses to create a webhook asking for drifts while D1 refuses the fleet's watch, creating nothing", async () => {
+    const f = await createFleet();
+    const s = await registerServer(f.id);
+    await put(s.id, s.token, realized());
+    expect(await watchOf(f.id)).toBe(0);
+    const restore = await breakD1(coordinator(f.id));
+    const refused = await createWebhook(f.id, { url: "https://hooks.example.com/drift", events: ["server.drifted"] });
+    // A webhook wanting no drift needs no watch: created as before (its audit row waits in the outbox).
+    const other = await createWebhook(f.id, { url: "https://hooks.example.com/failed", events: ["server.failed"] });
+    await restore();
+    expect(refused.status).toBe(503);
+    expect(refused.json.error).toMatchObject({ code: "unavailable", message: expect.stringContaining("not created") });
+    expect(other.status).toBe(201);
+    const listed = (await call("GET", `/v1/fleets/${f.id}/webhooks`)).json;
+    const urls = (Array.isArray(listed) ? listed : listed.items).map((w: { url: string }) => w.url);
+    expect(urls).toEqual(["https://hooks.example.com/failed"]);
+    expect(await watchOf(f.id)).toBe(0);
+
+    // D1 back: created, and the watch is in D1 when it is answered, so the next drift is sent.
+    const calls = await countHealthCalls(f.id);
+    const sent = await receiver(f.id);
+    const wants = await hook(f.id, "drift", ["server.drifted"]);
+    expect(await watchOf(f.id)).toBe(1);
+    await put(s.id, s.token, drifted());
+    await fireTimersNow(coordinator(f.id));
+    expect(calls.map((e) => e.status?.to)).toEqual(["drifted"]);
+    expect(receivedBy(sent, wants)).toEqual(["server.drifted"]);
   });
 
   it("a failed server always reaches the coordinator, whatever the watch", async () => {

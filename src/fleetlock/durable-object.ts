@@ -2,7 +2,9 @@ import { DurableObject } from "cloudflare:workers";
 import type { Env } from "../env";
 import type { Failure } from "../objects/kit/result";
 import { assemble } from "./assemble";
-import { publishHealthWatch } from "./health-watch";
+import { getDb } from "../db/client";
+import { fail } from "../objects/kit/result";
+import { publishHealthWatch, watchBeforeCreating } from "./health-watch";
 import { audit } from "./effects";
 import * as gateRules from "./gate-rules";
 import type { GateConfig } from "./gates";
@@ -229,8 +231,10 @@ export class RebootCoordinator extends DurableObject<Env> {
 
   async createWebhook(settings: FleetSettings, input: hooks.WebhookInput, actor: string) {
     this.parts.store.syncSettings(settings);
+    // In D1 before the webhook exists: a drift reported after the answer reaches it.
+    if (!(await watchBeforeCreating(getDb(this.env.DB), settings.fleet_id, input.events)))
+      return fail("unavailable", "the fleet's index did not take the change; the webhook was not created: try again");
     const r = hooks.createWebhook(this.parts.webhookStore, input, actor, this.parts.clock());
-    // Published in the batch the answer waits for: a drift reported after it reaches the webhook.
     if (r.ok) publishHealthWatch(this.parts, settings.fleet_id);
     if (r.ok)
       await this.#audited(actor, "webhook.create", { id: r.webhook.id, url: r.webhook.url, events: r.webhook.events });
