@@ -142,6 +142,55 @@ describe("health events to the fleet's coordinator", () => {
   });
 });
 
+describe("the ledger's memory of what it sent", () => {
+  it("stays as storage is when the turn that sent an event throws and rolls back", async () => {
+    const f = await createFleet();
+    const s = await registerServer(f.id);
+    await put(s.id, s.token, realized());
+    await runInDurableObject(ledger(s.id), (instance) => {
+      const p = (instance as any).parts;
+      // A fix's hold waits on a realized report past generation 1.
+      fixHoldAnnounced(p.store, 1);
+      const before = p.store.healthSent();
+      expect(before).toMatchObject({ fix_from: 1 });
+      const base: ServerHealthEvent = {
+        fleet_id: f.id,
+        server_id: s.id,
+        hostname: "h",
+        at: Date.now(),
+        boot_id: before.boot_id ?? "boot-1",
+        rebooted_from: null,
+        realized: true,
+        generation: 2,
+        status: { from: "drifted", to: "realized" },
+      };
+      // The realized report past the hold's generation, in a turn whose later statement throws.
+      expect(() =>
+        p.store.transaction(() => {
+          expect(sendHealth(p, base, 2)).toBe(true);
+          throw new Error("simulated: a later statement of the turn failed");
+        }),
+      ).toThrow("simulated");
+      // Rolled back: the event was never stored, so the hold still waits and the next report must go.
+      expect(p.store.healthSent()).toEqual(before);
+      // A drift-only event rolled back leaves nothing waiting on a read of the fleet's watch.
+      const drift = { ...base, at: base.at + 1, realized: false, status: { from: "realized", to: "drifted" } };
+      expect(() =>
+        p.store.transaction(() => {
+          expect(sendHealth(p, drift, 2)).toBe(true);
+          throw new Error("simulated: a later statement of the turn failed");
+        }),
+      ).toThrow("simulated");
+      expect(p.driftWatch.wanted()).toBe(false);
+      // Committed, both are remembered.
+      p.store.transaction(() => sendHealth(p, base, 2));
+      expect(p.store.healthSent()).toEqual({ boot_id: base.boot_id });
+      p.store.transaction(() => sendHealth(p, drift, 2));
+      expect(p.driftWatch.wanted()).toBe(true);
+    });
+  });
+});
+
 describe("who a health event is for", () => {
   const event = (over: Partial<ServerHealthEvent> = {}): ServerHealthEvent => ({
     fleet_id: "f",
@@ -177,7 +226,11 @@ describe("who a health event is for", () => {
     let sent: HealthSent | null = null;
     const sink = {
       outbox: { enqueue: (_k: "server_health", e: ServerHealthEvent) => void enqueued.push(e) },
-      store: { healthSent: () => sent, setHealthSent: (s: HealthSent) => void (sent = s) },
+      store: {
+        healthSent: () => sent,
+        setHealthSent: (s: HealthSent) => void (sent = s),
+        onCommit: (fn: () => void) => fn(),
+      },
       driftWatch: new DriftWatch(),
     };
     expect(sendHealth(sink, event(), 4)).toBe(true);
