@@ -1,9 +1,9 @@
-import { env, runInDurableObject } from "cloudflare:test";
+import { env, runInDurableObject, SELF } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { getDb } from "../src/db/client";
 import { fleetSettings } from "../src/fleets/store";
 import { planInputsOf } from "../src/planner/store";
-import { breakCoordinator, call, fireTimersNow, report, settle } from "./helpers";
+import { BASE, breakCoordinator, call, fireTimersNow, report, settle } from "./helpers";
 import { fleetWithKey, flushCoordinator, putGroup, zincati } from "./fleetlock-helpers";
 import { hostReconcile } from "./rollout-helpers";
 import { coordinator, ledger } from "./support/objects";
@@ -582,5 +582,34 @@ describe("an operator and the bound free a fix's unit its server never realized"
     expect(res.status).toBe(200);
     expect(res.json.released).toMatchObject({ state: "counted_failed" });
     expect(await down(f.fleet)).toEqual({});
+  });
+});
+
+describe("open console pages and the budget's fix holds", () => {
+  it("are told when a fix takes a unit and when it frees, though no reboot group changed", async () => {
+    const { f, drifted } = await budgetFleet();
+    const s = await signIn();
+    const ws = (
+      await SELF.fetch(`${BASE}/console/live?fleet=${f.fleet}`, {
+        headers: { Upgrade: "websocket", Cookie: s.cookie, Origin: BASE },
+      })
+    ).webSocket!;
+    ws.accept();
+    const seen: { kind: string }[] = [];
+    ws.addEventListener("message", (ev) => seen.push(JSON.parse(String(ev.data))));
+    // The setup's own notices go by first.
+    await new Promise((r) => setTimeout(r, 1200));
+    seen.length = 0;
+    expect(await holdOnly(f.fleet, drifted.id)).toMatchObject({ ok: true });
+    await fireTimersNow(coordinator(f.fleet), "outbox");
+    await expect.poll(() => seen.map((n) => n.kind), { timeout: 3000 }).toContain("reboot");
+    await new Promise((r) => setTimeout(r, 600));
+    seen.length = 0;
+    // Its end: nothing was written, the unit frees.
+    await fireTimersNow(coordinator(f.fleet), "fixhold");
+    expect(await fixHolds(f.fleet)).toEqual({});
+    await fireTimersNow(coordinator(f.fleet), "outbox");
+    await expect.poll(() => seen.map((n) => n.kind), { timeout: 3000 }).toContain("reboot");
+    ws.close(1000, "done");
   });
 });

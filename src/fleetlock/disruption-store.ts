@@ -77,10 +77,13 @@ interface Mirror {
 export class DisruptionStore {
   private mem: Mirror | null = null;
 
-  /** `onChange`: something the count reads changed (called in the caller's turn). */
+  /**
+   * `onChange`: something the count reads changed (called in the caller's turn); `shown`: a unit
+   * taken or freed, or a server down or back, which operators' pages show (a member's labels are not).
+   */
   constructor(
     private readonly storage: DurableObjectStorage,
-    private readonly onChange: () => void,
+    private readonly onChange: (shown: boolean) => void,
   ) {}
 
   private get kv() {
@@ -112,7 +115,7 @@ export class DisruptionStore {
     if (was && was.hostname === m.hostname && JSON.stringify(was.labels) === JSON.stringify(m.labels)) return false;
     this.kv.put(KEY.member(serverId), m);
     this.m.members.set(serverId, m);
-    this.onChange();
+    this.onChange(false);
     return true;
   }
 
@@ -133,7 +136,7 @@ export class DisruptionStore {
         this.kv.delete(KEY.hold(holder));
         changed = true;
       }
-    if (changed) this.onChange();
+    if (changed) this.onChange(true);
   }
 
   down(): ReadonlyMap<string, Down> {
@@ -152,7 +155,7 @@ export class DisruptionStore {
       this.m.down.set(serverId, down);
       this.kv.put(KEY.down(serverId), down);
     }
-    this.onChange();
+    this.onChange(true);
   }
 
   holds(): ReadonlyMap<string, DisruptionHold> {
@@ -163,7 +166,7 @@ export class DisruptionStore {
     if (this.m.holds.has(h.holder)) return;
     this.m.holds.set(h.holder, h);
     this.kv.put(KEY.hold(h.holder), h);
-    this.onChange();
+    this.onChange(true);
   }
 
   /** Replaces a hold kept under the same holder (its end moved, or its write became known). */
@@ -178,7 +181,7 @@ export class DisruptionStore {
     if (!h) return null;
     this.m.holds.delete(holder);
     this.kv.delete(KEY.hold(holder));
-    this.onChange();
+    this.onChange(true);
     return h;
   }
 
