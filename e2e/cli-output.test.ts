@@ -56,7 +56,7 @@ const NOT_WALKED: Record<string, string> = {
   "reboot-groups release":
     "needs a host holding a slot (FleetLock); the answer is printed by the same ctx.machine path",
   "fix-holds release":
-    "needs a drift fix's write its server never realized (a disruption budget, a drifted host); test/fix-budget.test.ts releases one through the API, and the answer is printed by the same ctx.machine path",
+    "needs a drift fix's write its server never realized (a disruption budget, a drifted host): e2e/cli-safety.test.ts releases one with --json and without",
   "agent publish":
     "replaces the deployment's one agent build, which other files download; e2e/enrollment.test.ts publishes with -o json",
   "rollout watch": "follows a rollout to its end; `rollout start --watch` prints the same object",
