@@ -268,6 +268,10 @@ export class RebootCoordinator extends DurableObject<Env> {
 
   async applyWebhookSpec(settings: FleetSettings, spec: hookSpec.WebhooksSpec): Promise<hookSpec.WebhooksSpecOutcome> {
     this.parts.store.syncSettings(settings);
+    // As createWebhook's: in D1 first. Refused, the task fails and the cron runs it again.
+    const events = Object.values(spec.webhooks).flatMap((w) => w.events);
+    if (!(await watchBeforeCreating(getDb(this.env.DB), settings.fleet_id, events)))
+      throw new Error("the fleet's index did not take its health watch; the spec's webhooks were not applied");
     const out = hookSpec.applyWebhookSpec(this.parts.webhookStore, spec, this.parts.clock());
     // Delivered before the answer, like createWebhook's: a drift reported after it reaches them.
     if (publishHealthWatch(this.parts, settings.fleet_id)) {

@@ -9,7 +9,7 @@
  * (`watchBeforeCreating`): should D1 refuse it, the creation is refused (nothing created), rather
  * than answered while ledgers still read 0 and skip the drifts it wants until the outbox's retry
  * lands. A 1 written for a creation that then fails or dies costs calls, never a drift. A spec's
- * webhooks applied are published in the D1 batch its answer waits for. Turning it off
+ * webhooks are applied the same way (refused, its task fails and the cron runs it again). Turning it off
  * is lazy: 1 (the column's default, also for fleets from before) stays until the coordinator
  * hears a drift-only event no webhook wants, which costs one more call than needed, never one less.
  */
