@@ -168,6 +168,9 @@ function methods(c: Client) {
     releaseHolder: (fleet: string, group: string, id: string) =>
       ok(c.v1.fleets[":fleet"]["reboot-groups"][":group"].holders[":id"].$delete({ param: { fleet, group, id } })),
     rotateFleetlockKey: (fleet: string) => ok(c.v1.fleets[":fleet"]["fleetlock-key"].$post({ param: { fleet } })),
+    listFixHolds: (fleet: string) => ok(c.v1.fleets[":fleet"]["fix-holds"].$get({ param: { fleet } })),
+    releaseFixHold: (fleet: string, server: string) =>
+      ok(c.v1.fleets[":fleet"]["fix-holds"][":server"].$delete({ param: { fleet, server } })),
 
     // tokens
     listTokens: (kind?: "operator" | "server") =>
