@@ -42,6 +42,26 @@ const scratch = <T>(fn: (storage: DurableObjectStorage) => Promise<T> | T) =>
   runInDurableObject(env.LEDGER.get(env.LEDGER.idFromName(crypto.randomUUID())), (_i, state) => fn(state.storage));
 
 describe("scheduler", () => {
+  it("keeps a timer its own handler sets again to the very time that fired (the queue's look at a deadline still due)", async () => {
+    await scratch(async (storage) => {
+      const s = new Scheduler(storage);
+      const due = Date.now() - 5;
+      s.schedule("queue", due);
+      let runs = 0;
+      // The handler's look finds the same moment still the earliest that needs one (its clock has
+      // not moved since the alarm fired), and sets the timer there again.
+      await s.fire({ queue: () => void (runs++, s.schedule("queue", due)) }, due);
+      expect(runs).toBe(1);
+      expect(s.dueAt("queue")).toBe(due);
+      // Armed to fire again (a time already past is set as now).
+      expect(await storage.getAlarm()).not.toBeNull();
+      // A handler that does not set it again still has it removed once it ran.
+      await s.fire({ queue: () => void runs++ }, due);
+      expect(runs).toBe(2);
+      expect(s.dueAt("queue")).toBeNull();
+    });
+  });
+
   it("keeps the alarm at the earliest timer: arming a later one never postpones an earlier one", async () => {
     await scratch(async (storage) => {
       const s = new Scheduler(storage);
