@@ -187,3 +187,79 @@ describe("a loop stopped while a pass is under way", () => {
     expect([...driver.installed.keys()]).toEqual(["exporter"]);
   });
 });
+
+describe("an order superseded while its pass is under way", () => {
+  it("does not end the loop on the old order's outcome", async () => {
+    // Stops that hang until released: the terminate order's pass is still under way when the
+    // operator cancels it (the next generation runs the agent again).
+    class SlowStop extends MemoryDriver {
+      private release!: () => void;
+      private readonly gate = new Promise<void>((r) => (this.release = r));
+      finish() {
+        this.release();
+      }
+      override async stop(current: Parameters<MemoryDriver["stop"]>[0]) {
+        await this.gate;
+        await super.stop(current);
+      }
+    }
+    const spec = config.agents[0];
+    const driver = new SlowStop();
+    driver.installed.set(spec.name, { ...spec, state: "running" });
+    const heard: { generation: number; agents: number }[] = [];
+    let push: (data: string) => void = () => {};
+    const connect: ChannelConnector = async () => {
+      const listeners: Record<string, ((e: unknown) => void)[]> = { message: [], close: [], error: [] };
+      const deliver = (data: string) => setTimeout(() => listeners.message.forEach((l) => l({ data })), 0);
+      push = deliver;
+      const socket = {
+        send(data: string) {
+          if (data === "ping") return deliver("pong");
+          const m = JSON.parse(data);
+          if (m.type !== "report") return;
+          heard.push({ generation: m.report.generation, agents: m.report.agents.length });
+          const body = { ...accepted(m.report), desired_generation: 3, report_tag: `t-${heard.length}` };
+          deliver(JSON.stringify({ type: "ack", v: CHANNEL_VERSION, id: m.id, status: 200, body }));
+        },
+        close(code = 1000, reason = "") {
+          setTimeout(() => listeners.close.forEach((l) => l({ code, reason })), 0);
+        },
+        addEventListener(type: string, l: (e: unknown) => void) {
+          listeners[type].push(l);
+        },
+      } as ChannelSocket;
+      deliver(
+        JSON.stringify({
+          type: "lifecycle",
+          v: CHANNEL_VERSION,
+          config: { ...config, generation: 2, lifecycle: "terminate", agents: [] },
+        }),
+      );
+      return socket;
+    };
+    const controller = new AbortController();
+    const agent = new HostAgent({
+      url: "http://127.0.0.1:1",
+      token: "hms.test",
+      driver,
+      bootId: "boot-a",
+      reportIntervalMs: 1_000,
+      connect,
+    });
+    let exited: AgentExit | null = null;
+    const exit = agent.run(controller.signal).then((e) => (exited = e));
+    stop = () => (driver.finish(), controller.abort(), exit);
+
+    await until("a heartbeat during the terminate pass", () => heard.length > 0);
+    push(JSON.stringify({ type: "desired", v: CHANNEL_VERSION, config: { ...config, generation: 3 } }));
+    await new Promise((r) => setTimeout(r, 200));
+    driver.finish();
+
+    // The cancel's pass starts the agent again and is reported; the loop runs on.
+    const cancelled = () => heard.some((h) => h.generation === 3 && h.agents === 1);
+    await until("the cancel's report or an exit", () => exited !== null || cancelled());
+    expect(exited).toBeNull();
+    expect(cancelled()).toBe(true);
+    expect(driver.installed.get(spec.name)?.state).toBe("running");
+  });
+});
