@@ -157,6 +157,8 @@ async function pass(
       if (!current) await attempt(spec.name, "install", () => driver.install(spec));
       else if (current.image !== spec.image || current.version !== spec.version) {
         await attempt(spec.name, "update", () => driver.update(current, spec));
+        // Another version (often the fix for a crash loop): its first crash is healed at once.
+        restarts.delete(spec.name);
       } else if (current.state !== "running") {
         // Read here, not at the pass's start: an install before it may have taken minutes, and a
         // restart dated from then would look stable (and its crash loop forgotten) too soon.
