@@ -1,8 +1,20 @@
-import { runInDurableObject } from "cloudflare:test";
+import { env, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { OUTBOX_SAFETY_MS } from "../src/objects/kit/outbox";
-import { fleetWithAgent, hostReconcile, startRollout, targets } from "./rollout-helpers";
-import { ledger, until } from "./support/objects";
+import { RolloutInput } from "../src/rollouts/schemas";
+import { createRollout } from "../src/rollouts/service";
+import { call } from "./helpers";
+import {
+  AGENT,
+  drain,
+  fleetWithAgent,
+  hostReconcile,
+  NEW,
+  rolloutStub,
+  startRollout,
+  targets,
+} from "./rollout-helpers";
+import { ledger, sleep, until } from "./support/objects";
 
 /** The ledger's alarm, its earliest timer and how many effects wait in its outbox. */
 const alarmOf = (serverId: string) =>
@@ -43,5 +55,72 @@ describe("what a rollout target costs its ledger", () => {
     // The report's delivery runs after its answer; once it has delivered everything, the alarm is
     // the ledger's next timer again, not a wake that would find nothing due.
     await until(settled, 3_000);
+  });
+});
+
+/**
+ * The rollout object's LEDGER binding replaced by one whose writes (applyRolloutImage) wait until
+ * `release` runs: ledgers that answer slowly. `writes` counts the writes that reached a ledger.
+ */
+async function slowLedgers(rolloutId: string) {
+  let release!: () => void;
+  const gate = new Promise<void>((r) => (release = r));
+  const state = { writes: 0 };
+  const bound = (target: object, prop: PropertyKey) => {
+    const v = Reflect.get(target, prop);
+    return typeof v === "function" ? v.bind(target) : v;
+  };
+  const slow = new Proxy(env.LEDGER, {
+    get(target, prop) {
+      if (prop !== "get") return bound(target, prop);
+      return (id: DurableObjectId) => {
+        const stub = target.get(id);
+        return new Proxy(stub, {
+          get(s, p) {
+            if (p !== "applyRolloutImage") return bound(s, p);
+            return async (...args: Parameters<typeof stub.applyRolloutImage>) => {
+              await gate;
+              state.writes++;
+              return stub.applyRolloutImage(...args);
+            };
+          },
+        });
+      };
+    },
+  });
+  await runInDurableObject(rolloutStub(rolloutId), (instance) => {
+    (instance as any).env = { ...(instance as any).env, LEDGER: slow };
+  });
+  return { release, state };
+}
+
+describe("starting a rollout", () => {
+  it("answers once the rollout is stored, without waiting for its first ledger writes", async () => {
+    const { fleet } = await fleetWithAgent(3);
+    const id = crypto.randomUUID();
+    const ledgers = await slowLedgers(id);
+    const input = RolloutInput.parse({ fleet, agent: AGENT, image: NEW, version: "2.0.0", concurrency: 2 });
+    const started = createRollout(env, "token:test", input, () => id);
+    try {
+      const answer = await Promise.race([started, sleep(5_000).then(() => null)]);
+      // With the ledgers held, a start that waited for their writes would not have answered.
+      expect(answer).not.toBeNull();
+      expect(answer!.id).toBe(id);
+      expect(answer!.counts).toMatchObject({ queued: 1, applying: 2 });
+      expect(ledgers.state.writes).toBe(0);
+    } finally {
+      ledgers.release();
+      await started;
+    }
+    // The rollout is listed at once, its targets applying; their writes follow from its outbox.
+    expect((await call("GET", `/v1/rollouts/${id}`)).json.counts).toMatchObject({ applying: 2 });
+    await drain(id);
+    expect(ledgers.state.writes).toBe(2);
+    const written = await targets(id, "?state=applying");
+    expect(written.map((t) => t.generation)).toEqual([3, 3]);
+    for (const t of written) {
+      const s = await call("GET", `/v1/servers/${t.server_id}`);
+      expect(s.json.desired.agents.find((a: { name: string }) => a.name === AGENT).image).toBe(NEW);
+    }
   });
 });
