@@ -1,9 +1,10 @@
 import { env, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
+import { ROLLOUT_WRITE_DEFER_MS } from "../src/ledger/rollout-marks";
 import { OUTBOX_SAFETY_MS } from "../src/objects/kit/outbox";
 import { RolloutInput } from "../src/rollouts/schemas";
 import { createRollout } from "../src/rollouts/service";
-import { call } from "./helpers";
+import { call, fireTimersNow } from "./helpers";
 import {
   AGENT,
   drain,
@@ -32,24 +33,28 @@ const alarmOf = (serverId: string) =>
     };
   });
 
+/** Nothing left to deliver, and the alarm set for the ledger's next timer (its quiet watch's, minutes away). */
+async function quietAlarm(serverId: string) {
+  const { alarm, earliest, pending } = await alarmOf(serverId);
+  return pending === 0 && alarm !== null && alarm === earliest && alarm > Date.now() + 60_000;
+}
+
 describe("what a rollout target costs its ledger", () => {
   it("takes back the write's safety alarm once the host's report delivered everything", async () => {
     const { fleet, hosts } = await fleetWithAgent(1);
     const [h] = hosts;
     // A running fleet: the ledger's alarm is its quiet watch's, minutes away.
-    const settled = async () => {
-      const { alarm, earliest, pending } = await alarmOf(h.id);
-      return pending === 0 && alarm !== null && alarm === earliest && alarm > Date.now() + 60_000;
-    };
+    const settled = () => quietAlarm(h.id);
     await until(settled);
     const r = await startRollout({ fleet, concurrency: 1 });
     expect((await targets(r.id))[0].state).toBe("applying");
-    // The write left its projection and audit row to the host's report: the safety alarm is near.
+    // The write left its projection and audit row to the host's report: the safety alarm is set
+    // for when they go alone, later than the outbox's usual 10 s (a loaded host reports later).
     const written = await alarmOf(h.id);
     expect(written.pending).toBeGreaterThan(0);
     expect(written.alarm).not.toBeNull();
-    expect(written.alarm!).toBeLessThanOrEqual(Date.now() + OUTBOX_SAFETY_MS);
-    expect(written.alarm!).toBeGreaterThan(Date.now());
+    expect(written.alarm!).toBeLessThanOrEqual(Date.now() + ROLLOUT_WRITE_DEFER_MS);
+    expect(written.alarm!).toBeGreaterThan(Date.now() + OUTBOX_SAFETY_MS);
 
     await hostReconcile(h);
     // The report's delivery runs after its answer; once it has delivered everything, the alarm is
@@ -93,6 +98,30 @@ async function slowLedgers(rolloutId: string) {
   });
   return { release, state };
 }
+
+const auditRows = async (serverId: string) =>
+  (await env.DB.prepare("SELECT COUNT(*) AS n FROM audit_log WHERE target = ? AND action = 'server.desired.rollout'")
+    .bind(`server:${serverId}`)
+    .first<{ n: number }>())!.n;
+
+describe("a rollout write whose host never reports", () => {
+  it("reaches the index and the audit log by the ledger's alarm alone", async () => {
+    const { fleet, hosts } = await fleetWithAgent(1);
+    const [h] = hosts;
+    await until(() => quietAlarm(h.id));
+    await startRollout({ fleet, concurrency: 1 });
+    const [t] = await targets((await call("GET", `/v1/rollouts?fleet=${fleet}`)).json.items[0].id);
+    expect(t.generation).toBe(3);
+    expect(await auditRows(h.id)).toBe(0);
+    expect((await call("GET", `/v1/servers?fleet=${fleet}`)).json.items[0].desired_generation).toBe(2);
+    // No report comes (the host died, or the ledger was evicted): the alarm, set with the write,
+    // delivers the rows.
+    expect((await alarmOf(h.id)).alarm!).toBeLessThanOrEqual(Date.now() + ROLLOUT_WRITE_DEFER_MS);
+    expect(await fireTimersNow(ledger(h.id), "outbox")).toBe(true);
+    expect(await auditRows(h.id)).toBe(1);
+    expect((await call("GET", `/v1/servers?fleet=${fleet}`)).json.items[0].desired_generation).toBe(3);
+  });
+});
 
 describe("starting a rollout", () => {
   it("answers once the rollout is stored, without waiting for its first ledger writes", async () => {

@@ -12,6 +12,8 @@ const NEW = { image: "registry.example/fw:2.0.0", version: "2.0.0" };
 
 /** Registrations and first reports in flight at once during setup (the API's own path, as an operator's script would). */
 const SETUP_CONCURRENCY = Number(process.env.BENCH_ROLLOUT_SETUP_CONCURRENCY ?? 64);
+/** A pause between the setup and the rollout: longer than the outbox's 10 s safety alarm. */
+const SETUP_SETTLE_MS = 12_000;
 
 type DesiredConfig = {
   generation: number;
@@ -89,6 +91,9 @@ export async function run(ctx: BenchContext) {
       `  ${n} servers registered in ${((registered - setupStart) / 1000).toFixed(1)} s and reported once in ${((Date.now() - registered) / 1000).toFixed(1)} s (${SETUP_CONCURRENCY} at once)`,
     );
     const byId = new Map(hosts.map((h) => [h.id, h]));
+    // The setup's own deliveries and their safety alarms (the outbox's, 10 s after each first
+    // report) end before the meter's window opens, so the window counts the rollout alone.
+    await new Promise((res) => setTimeout(res, SETUP_SETTLE_MS));
 
     /**
      * A host that reconciles instantly: it long-polls its desired config (If-None-Match: the
