@@ -1,4 +1,12 @@
-import { env, runDurableObjectAlarm, runInDurableObject, SELF } from "cloudflare:test";
+import {
+  createExecutionContext as ctx,
+  createScheduledController,
+  waitOnExecutionContext,
+  env,
+  runDurableObjectAlarm,
+  runInDurableObject,
+  SELF,
+} from "cloudflare:test";
 import { eq } from "drizzle-orm";
 import { describe, expect, it } from "vitest";
 import { getDb } from "../src/db/client";
@@ -126,6 +134,34 @@ describe("cost meter", () => {
       env.LEDGER.idFromName(s.id).toString()
     ];
     expect(ledger.d1.rows_written).toBeGreaterThan(0);
+  });
+
+  it("counts the cron's D1 rows apart from the Worker's requests', for a bill that pays them once per deployment", async () => {
+    const tick = async () => {
+      const c = ctx();
+      await local.default.scheduled!(createScheduledController({ scheduledTime: Date.now() }), env, c);
+      await waitOnExecutionContext(c);
+    };
+    const fleet = await createFleet();
+    await registerServer(fleet.id);
+    // Audit rows owed as audit.recorded: the tick below hands them on, moving its cursor.
+    await tick();
+    await registerServer(fleet.id);
+    resetMeter();
+    const running = tick();
+    // The run's work goes on after its handler returns (waitUntil): the meter says so.
+    expect(meterReading().worker.cron_pending).toBeGreaterThan(0);
+    await running;
+    const reading = meterReading();
+    expect(reading.worker.cron_pending).toBe(0);
+    expect(reading.worker.scheduled).toBe(1);
+    expect(reading.worker.cron_d1.rows_read).toBeGreaterThan(0);
+    expect(reading.worker.cron_d1.rows_written).toBeGreaterThan(0);
+    expect(reading.worker.d1).toEqual({ statements: 0, rows_read: 0, rows_written: 0 });
+    // A request's rows are the Worker's, and leave the cron's as they were.
+    await registerServer(fleet.id);
+    expect(meterReading().worker.d1.rows_read).toBeGreaterThan(0);
+    expect(meterReading().worker.cron_d1).toEqual(reading.worker.cron_d1);
   });
 
   it("counts an object's own storage rows: a ledger's first report writes some, an unchanged one soon after none", async () => {
