@@ -339,7 +339,11 @@ export class HostAgent {
       });
     }
     const report: Report = {
-      generation: desired.generation,
+      // A pass that could not list the machine did not reach its generation: reported under the
+      // one the host last reached (the server holds it pending for the new one, and a rollout's
+      // mark at the new one is not failed by one engine timeout; a hang that lasts meets the
+      // rollout's own deadline), its errors kept (alive, its engine failing).
+      generation: outcome.unknown ? reachedGeneration(s, desired) : desired.generation,
       reconciled_at: new Date(this.now()).toISOString(),
       boot_id: this.opts.bootId,
       agents: outcome.agents,
@@ -441,6 +445,13 @@ export class HostAgent {
     return null;
   }
 }
+
+/**
+ * The generation the host last reconciled to: the last accepted report's (never past `desired`,
+ * after a restored server), or, before any, the one before `desired`.
+ */
+const reachedGeneration = (s: LoopState, desired: DesiredConfig) =>
+  Math.min(desired.generation, s.lastReport?.generation ?? Math.max(0, desired.generation - 1));
 
 /** A pass: toward which config, whether a report was owed when it started, and how it ended. */
 interface Pass {

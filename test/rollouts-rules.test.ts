@@ -73,6 +73,40 @@ describe("timeouts", () => {
   });
 });
 
+describe("a host whose engine does not answer", () => {
+  it("reports its errors under the generation it last reached: accepted, and its target stays applying", async () => {
+    const { fleet, hosts } = await fleetWithAgent(1);
+    const r = await startRollout({ fleet, concurrency: 1 });
+    const [target] = await targets(r.id, "?state=applying");
+    const host = hosts[0];
+    // As the agent reports a pass that could not list the machine: the agents as last seen, each
+    // with an error, under the generation before the rollout's.
+    const res = await call("PUT", "/v1/agent/inventory", {
+      token: host.token,
+      body: {
+        generation: target.generation! - 1,
+        reconciled_at: new Date().toISOString(),
+        boot_id: "boot-1",
+        agents: [{ name: AGENT, image: OLD, version: "1.0.0", instance_id: "i-1", state: "running" }],
+        errors: [AGENT, "logs"].map((agent) => ({
+          agent,
+          op: "start",
+          message: "the machine could not be asked what it runs (last seen running): ps timed out",
+        })),
+        assignments: { units: [], storage: [] },
+      },
+    });
+    expect(res.status).toBe(200);
+    expect(res.json.desired_generation).toBe(target.generation);
+    await settle(host.id);
+    expect((await getRollout(r.id)).counts).toMatchObject({ applying: 1, failed: 0 });
+    // The engine answers again: the pass reaches the rollout's generation.
+    await hostReconcile(host);
+    await settle(host.id);
+    expect((await getRollout(r.id)).counts).toMatchObject({ done: 1, failed: 0 });
+  });
+});
+
 describe("abort criteria", () => {
   it("max_failures: once failures exceed it the rollout fails, applying targets finish, queued ones are skipped", async () => {
     const { fleet, hosts } = await fleetWithAgent(6);

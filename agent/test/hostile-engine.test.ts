@@ -115,8 +115,8 @@ describe("an engine whose commands hang", () => {
       ]),
     );
     const driver = new PodmanDriver({ engine: fake.engine, env: fake.env, quickTimeoutMs: 1_000 });
-    const want = { server_id: "s", generation: 7, lifecycle: "run" as const, agents: [spec("a"), spec("b")] };
-    const { s, sent, pass } = handDriven(driver, { ...want, agents: [spec("a")] });
+    const want = { server_id: "s", generation: 8, lifecycle: "run" as const, agents: [spec("a"), spec("b")] };
+    const { s, sent, pass } = handDriven(driver, { ...want, generation: 7, agents: [spec("a")] });
     await pass();
     expect(sent[0].agents).toEqual([
       { name: "a", image: "localhost/a:1", version: "1", instance_id: "i-a", state: "running" },
@@ -130,6 +130,7 @@ describe("an engine whose commands hang", () => {
     expect(Date.now() - t0).toBeLessThan(5_000);
     leftover = fake.hungPid();
     expect(sent).toHaveLength(2);
+    // Said under the generation the host last reached: it did not reach 8.
     expect(sent[1].generation).toBe(7);
     expect(sent[1].agents).toEqual(sent[0].agents);
     expect(sent[1].errors).toEqual([

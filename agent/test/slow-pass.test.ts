@@ -46,7 +46,14 @@ const accepted = (r: Report) => ({
 });
 
 /** What the server heard from the host, and when (ms since the start). */
-type Heard = { at: number; what: "report" | "poll-heartbeat"; generation: number | null; agents?: number };
+type Heard = {
+  at: number;
+  what: "report" | "poll-heartbeat";
+  generation: number | null;
+  agents?: number;
+  errors?: number;
+  units?: number;
+};
 
 /** A scripted control plane over HTTP: the config once, then long polls that answer 304 after their wait. */
 function httpServer(t0: number) {
@@ -103,6 +110,8 @@ function channelServer(t0: number, first: object = { type: "desired", v: CHANNEL
           what: "report",
           generation: m.report.generation,
           agents: m.report.agents.length,
+          errors: m.report.errors.length,
+          units: m.report.assignments.units.length,
         });
         deliver(JSON.stringify({ type: "ack", v: CHANNEL_VERSION, id: m.id, status: 200, body: accepted(m.report) }));
       },
@@ -226,5 +235,59 @@ describe("an order superseded while its pass is under way", () => {
     expect(exited).toBeNull();
     expect(cancelled()).toBe(true);
     expect(driver.installed.get(spec.name)?.state).toBe("running");
+  });
+});
+
+/** A machine whose listing fails (the engine does not answer) while `failing`, or waits until `answer()`. */
+class Unanswering extends SlowInstall {
+  failing = false;
+  private readonly waits: boolean;
+  private answered!: () => void;
+  private readonly answers = new Promise<void>((r) => (this.answered = r));
+  constructor(waits = false, opts: ConstructorParameters<typeof MemoryDriver>[0] = {}) {
+    super(opts);
+    this.waits = waits;
+  }
+  answer() {
+    this.answered();
+  }
+  override async list() {
+    if (this.waits) await this.answers;
+    if (this.failing) throw new Error("ps timed out after 60 s (killed)");
+    return super.list();
+  }
+}
+
+describe("a pass that cannot list the machine", () => {
+  it("reports under the generation last reconciled, not the one it could not reach", async () => {
+    const spec = config.agents[0];
+    const driver = new Unanswering();
+    driver.installed.set(spec.name, { ...spec, state: "running" });
+    driver.finish();
+    const server = channelServer(Date.now());
+    slowAgent({ connect: server.connect }, driver);
+    await until("generation 1 reported", () => server.heard.some((h) => h.generation === 1));
+
+    // Generation 2 comes while the engine does not answer: the host is alive, its engine failing,
+    // and still at 1 (a rollout's mark at 2 stays pending), not failed at 2.
+    driver.failing = true;
+    server.push({ type: "desired", v: CHANNEL_VERSION, config: { ...config, generation: 2 } });
+    await until("an errored report", () => server.heard.some((h) => (h.errors ?? 0) > 0));
+    const errored = server.heard.filter((h) => (h.errors ?? 0) > 0);
+    expect(errored.map((h) => h.generation)).toEqual(errored.map(() => 1));
+    expect(server.heard.some((h) => h.generation === 2)).toBe(false);
+
+    // Once it answers, the pass reaches generation 2 and says so.
+    driver.failing = false;
+    await until("generation 2 reported", () => server.heard.some((h) => h.generation === 2 && h.errors === 0));
+  });
+
+  it("before any report, says the generation before the desired one", async () => {
+    const driver = new Unanswering();
+    driver.failing = true;
+    const server = channelServer(Date.now());
+    slowAgent({ connect: server.connect }, driver);
+    await until("an errored report", () => server.heard.some((h) => (h.errors ?? 0) > 0));
+    expect(server.heard.filter((h) => (h.errors ?? 0) > 0)[0]).toMatchObject({ generation: 0, agents: 0, errors: 1 });
   });
 });
