@@ -88,6 +88,8 @@ export class HostAgent {
   private pass: Pass | null = null;
   /** The machine's workload assignments, as last read. */
   private assignments: Assignments = { units: [], storage: [] };
+  /** Whether `assignments` were ever read (a driver without any has none to read). */
+  private assignmentsRead: boolean;
 
   constructor(opts: HostAgentOptions) {
     this.opts = opts;
@@ -97,6 +99,7 @@ export class HostAgent {
     this.now = opts.now ?? Date.now;
     this.sleep = opts.sleep ?? defaultSleep;
     this.memory = new PassMemory({ policy: opts.restartBackoff, now: this.now });
+    this.assignmentsRead = !opts.driver.assignments;
     this.connect =
       opts.connect ??
       (typeof WebSocket === "function" && !("WebSocketPair" in globalThis)
@@ -243,11 +246,19 @@ export class HostAgent {
    */
   private startPass(desired: DesiredConfig, owed: boolean): Pass {
     const pass: Pass = { desired, owed, startedAt: this.now(), outcome: null, settled: Promise.resolve() };
+    const readAssignments = async () => {
+      this.assignments = (await this.opts.driver.assignments?.()) ?? { units: [], storage: [] };
+      this.assignmentsRead = true;
+    };
     const run = async () => {
+      // Read first too until read once: the heartbeat before the first report carries only
+      // assignments read (they decide whether an uninstall is safe), and a first pass that installs
+      // for minutes would otherwise have none to send. Its failure is the read below's to report.
+      if (!this.assignmentsRead) await readAssignments().catch(() => {});
       let outcome = await reconcile(desired, this.opts.driver, this.memory);
       if (!outcome.unknown) {
         try {
-          this.assignments = (await this.opts.driver.assignments?.()) ?? { units: [], storage: [] };
+          await readAssignments();
         } catch (err) {
           // Assignments that cannot be read are not reported as none (they block an uninstall):
           // the pass says it could not ask, with what it last knew.
@@ -268,8 +279,8 @@ export class HostAgent {
    * Reconciles against the desired config and reports through `send`; ends the loop on a reported
    * lifecycle order. The pass runs beside the loop: this waits for it at most until the heartbeat
    * is due, and if it is still under way then, sends the heartbeat (what the host last reported,
-   * or, before any report, what it sees, under an older generation: the server holds the host
-   * pending, and alive) and returns; the loops call again when the pass ends (passUnderWay()).
+   * or, before any report, what it sees, under an older generation, once it saw anything: the
+   * server holds the host pending, and alive) and returns; the loops call again when the pass ends (passUnderWay()).
    * `pollCarriesHeartbeat` (HTTP): when nothing is owed and the report would say what the last
    * accepted one said, it is not sent: the next poll carries that report's tag.
    */
@@ -370,7 +381,8 @@ export class HostAgent {
   /**
    * The heartbeat while a pass is under way: the last accepted report again (over HTTP, its tag on
    * the next poll), or, before any, the agents the pass saw at its first look under a generation
-   * older than the one it works toward: the server holds the host pending, not stale.
+   * older than the one it works toward (the server holds the host pending, not stale), once the
+   * machine answered a listing and the assignments were read.
    */
   private async heartbeat(
     s: LoopState,
@@ -388,6 +400,13 @@ export class HostAgent {
       await this.sendReport(s, s.lastReport, s.reportedContent ?? contentKey(s.lastReport), send);
       return;
     }
+    if (!this.memory.answered || !this.assignmentsRead) {
+      // Nothing the machine said yet: an empty report would claim the host runs no agents (and
+      // carries nothing an uninstall must wait for). Silence instead: the server's staleness bound
+      // is minutes. The next try is a period on; the pass's end wakes the loop sooner.
+      s.lastReportAt = this.now();
+      return;
+    }
     const report: Report = {
       generation: Math.max(0, pass.desired.generation - 1),
       reconciled_at: new Date(this.now()).toISOString(),
@@ -400,7 +419,7 @@ export class HostAgent {
         state,
       })),
       errors: [],
-      assignments: { units: [], storage: [] },
+      assignments: this.assignments,
     };
     await this.sendReport(s, report, contentKey(report), send);
   }

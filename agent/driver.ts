@@ -91,6 +91,8 @@ export class PassMemory {
   readonly restarts = new Map<string, Restarts>();
   /** The machine's agents at the last look that worked: what a pass reports when it cannot look. */
   known: ListedAgent[] = [];
+  /** Whether the machine ever answered a listing: until then `known` is no one's word. */
+  answered = false;
   readonly policy: RestartPolicy;
   readonly now: () => number;
 
@@ -139,7 +141,11 @@ async function pass(
       if (op) errors.push({ agent, op, message: messageOf(err) });
     }
   };
-  const look = async () => (memory.known = await driver.list());
+  const look = async () => {
+    memory.known = await driver.list();
+    memory.answered = true;
+    return memory.known;
+  };
   await driver.beforePass?.(desired);
   const listed = await look();
   const installed = new Map(listed.map((a) => [a.name, a]));

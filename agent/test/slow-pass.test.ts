@@ -238,7 +238,7 @@ describe("an order superseded while its pass is under way", () => {
   });
 });
 
-/** A machine whose listing fails (the engine does not answer) while `failing`, or waits until `answer()`. */
+/** A machine whose listing fails (the engine does not answer) while `failing`, or (`waits`) waits until `finish()`. */
 class Unanswering extends SlowInstall {
   failing = false;
   private readonly waits: boolean;
@@ -248,7 +248,9 @@ class Unanswering extends SlowInstall {
     super(opts);
     this.waits = waits;
   }
-  answer() {
+  /** Lets the listing answer, and installs and stops finish. */
+  override finish() {
+    super.finish();
     this.answered();
   }
   override async list() {
@@ -289,5 +291,47 @@ describe("a pass that cannot list the machine", () => {
     slowAgent({ connect: server.connect }, driver);
     await until("an errored report", () => server.heard.some((h) => (h.errors ?? 0) > 0));
     expect(server.heard.filter((h) => (h.errors ?? 0) > 0)[0]).toMatchObject({ generation: 0, agents: 0, errors: 1 });
+  });
+});
+
+describe("the heartbeat before any report", () => {
+  it("waits for the machine's first answer: no claim that the host runs nothing", async () => {
+    const spec = config.agents[0];
+    // An agent restarted on a host that runs its agent; the first listing is slow to answer.
+    const driver = new Unanswering(true);
+    driver.installed.set(spec.name, { ...spec, state: "running" });
+    const server = channelServer(Date.now());
+    let tries = 0;
+    slowAgent({ connect: server.connect, onEvent: (e) => void (e.type === "reconciling" && tries++) }, driver);
+
+    await new Promise((r) => setTimeout(r, 2_500));
+    expect(server.heard).toEqual([]);
+    // Held back once a period, not retried in a busy loop.
+    expect(tries).toBeGreaterThanOrEqual(1);
+    expect(tries).toBeLessThanOrEqual(3);
+    driver.finish();
+    await until("the pass's report", () => server.heard.some((h) => h.generation === 1));
+    expect(server.heard.every((h) => h.agents === 1)).toBe(true);
+  });
+
+  it("is not sent with assignments the agent could not read", async () => {
+    // The listing answers, the install takes long, and the assignments cannot be read.
+    const driver = new Unanswering(false, { assignments: { units: ["u-1"], storage: [] } });
+    driver.assignments = async () => {
+      throw new Error("the unit database is locked");
+    };
+    const server = channelServer(Date.now());
+    slowAgent({ connect: server.connect }, driver);
+
+    await new Promise((r) => setTimeout(r, 2_500));
+    expect(server.heard.filter((h) => h.units === 0 && h.errors === 0)).toEqual([]);
+  });
+
+  it("carries the assignments read before the pass's slow work", async () => {
+    const driver = new Unanswering(false, { assignments: { units: ["u-1"], storage: [] } });
+    const server = channelServer(Date.now());
+    slowAgent({ connect: server.connect }, driver);
+    await until("a heartbeat", () => server.heard.length > 0);
+    expect(server.heard[0]).toMatchObject({ generation: 0, agents: 0, units: 1 });
   });
 });
