@@ -235,9 +235,9 @@ export class HostAgent {
     );
   }
 
-  /** The pass under way, settling when it ends; null when none runs (or its outcome waits to be reported). */
-  passUnderWay(): Promise<void> | null {
-    return this.pass && !this.pass.outcome ? this.pass.settled : null;
+  /** The pass under way, as a signal that fires when it ends; null when none runs (or its outcome waits to be reported). */
+  passUnderWay(): AbortSignal | null {
+    return this.pass && !this.pass.outcome ? this.pass.ended.signal : null;
   }
 
   /**
@@ -245,7 +245,14 @@ export class HostAgent {
    * hook) takes what it takes, and the loop keeps its heartbeat meanwhile.
    */
   private startPass(desired: DesiredConfig, owed: boolean): Pass {
-    const pass: Pass = { desired, owed, startedAt: this.now(), outcome: null, settled: Promise.resolve() };
+    const pass: Pass = {
+      desired,
+      owed,
+      startedAt: this.now(),
+      outcome: null,
+      settled: Promise.resolve(),
+      ended: new AbortController(),
+    };
     const readAssignments = async () => {
       this.assignments = (await this.opts.driver.assignments?.()) ?? { units: [], storage: [] };
       this.assignmentsRead = true;
@@ -267,11 +274,13 @@ export class HostAgent {
       }
       pass.outcome = { ...outcome, assignments: this.assignments };
     };
-    pass.settled = run().catch((err: unknown) => {
-      // A driver's bug (reconcile() itself reports what fails): the call that reports it fails.
-      pass.failure = err;
-      pass.outcome = { errors: [], operations: 0, agents: [], unknown: true, assignments: this.assignments };
-    });
+    pass.settled = run()
+      .catch((err: unknown) => {
+        // A driver's bug (reconcile() itself reports what fails): the call that reports it fails.
+        pass.failure = err;
+        pass.outcome = { errors: [], operations: 0, agents: [], unknown: true, assignments: this.assignments };
+      })
+      .finally(() => pass.ended.abort());
     return pass;
   }
 
@@ -481,6 +490,8 @@ interface Pass {
   failure?: unknown;
   outcome: (ReconcileOutcome & { assignments: Assignments }) | null;
   settled: Promise<void>;
+  /** Aborted when the pass ends: the loops' waits listen to it (and stop listening) per wait. */
+  ended: AbortController;
 }
 
 /** A driver that cannot be asked anything: reconcile() then reports what it last saw, flagged with `err`. */

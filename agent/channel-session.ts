@@ -35,7 +35,7 @@ export interface SessionAgent {
   emit(e: AgentEvent): void;
   reportDue(s: LoopState): boolean;
   /** Settles when the pass under way ends (null: none runs). */
-  passUnderWay(): Promise<void> | null;
+  passUnderWay(): AbortSignal | null;
   reconcileAndReport(
     s: LoopState,
     send: (report: Report) => Promise<ReportAccepted>,

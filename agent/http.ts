@@ -56,32 +56,34 @@ export function withTimeout(parent: AbortSignal | undefined, ms: number): { sign
 }
 
 /**
- * A signal that fires when `parent` does or when `settled` settles, whichever comes first: a loop
- * waiting on the network is woken by work that ended beside it. `woken` tells the two apart.
+ * A signal that fires when `parent` does or when `ended` does (at once if it already has),
+ * whichever comes first: a loop waiting on the network is woken by work that ended beside it.
+ * `woken` tells the two apart. `done` removes both listeners: a pass that outlasts many polls
+ * does not collect one per poll.
  */
 export function wakeOn(
   parent: AbortSignal | undefined,
-  settled: Promise<unknown> | null,
+  ended: AbortSignal | null,
 ): { signal: AbortSignal | undefined; woken: () => boolean; done: () => void } {
-  if (!settled) return { signal: parent, woken: () => false, done: () => {} };
+  if (!ended) return { signal: parent, woken: () => false, done: () => {} };
   const controller = new AbortController();
   let woken = false;
-  let live = true;
   const onAbort = () => controller.abort(parent?.reason);
-  if (parent?.aborted) controller.abort(parent.reason);
-  else parent?.addEventListener("abort", onAbort, { once: true });
   const wake = () => {
-    if (!live || controller.signal.aborted) return;
+    if (controller.signal.aborted) return;
     woken = true;
     controller.abort(new Error("woken"));
   };
-  settled.then(wake, wake);
+  if (parent?.aborted) controller.abort(parent.reason);
+  else parent?.addEventListener("abort", onAbort, { once: true });
+  if (ended.aborted) wake();
+  else ended.addEventListener("abort", wake, { once: true });
   return {
     signal: controller.signal,
     woken: () => woken,
     done: () => {
-      live = false;
       parent?.removeEventListener("abort", onAbort);
+      ended.removeEventListener("abort", wake);
     },
   };
 }

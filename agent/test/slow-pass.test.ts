@@ -3,6 +3,7 @@
  * heartbeat keeps its period meanwhile, over the channel and over HTTP, and the pass's own report
  * goes as soon as it ends, not at the next heartbeat.
  */
+import { getEventListeners } from "node:events";
 import { afterEach, describe, expect, it } from "vitest";
 import { CHANNEL_VERSION } from "../../src/domain/channel.ts";
 import { HostAgent, type AgentExit } from "../agent.ts";
@@ -10,7 +11,7 @@ import type { ChannelConnector, ChannelSocket } from "../channel.ts";
 import type { AgentSpec } from "../../src/model/server/schemas.ts";
 import type { ReportedAgent } from "../driver.ts";
 import type { Report } from "../host-api.ts";
-import type { FetchLike } from "../http.ts";
+import { wakeOn, type FetchLike } from "../http.ts";
 import { MemoryDriver } from "../memory-driver.ts";
 
 const config = {
@@ -333,5 +334,17 @@ describe("the heartbeat before any report", () => {
     slowAgent({ connect: server.connect }, driver);
     await until("a heartbeat", () => server.heard.length > 0);
     expect(server.heard[0]).toMatchObject({ generation: 0, agents: 0, units: 1 });
+  });
+});
+
+describe("a wait woken by the pass's end", () => {
+  it("leaves no listener behind per wait, and wakes at once for a pass already ended", () => {
+    const ended = new AbortController();
+    for (let i = 0; i < 100; i++) wakeOn(undefined, ended.signal).done();
+    expect(getEventListeners(ended.signal, "abort")).toHaveLength(0);
+    ended.abort();
+    const wake = wakeOn(undefined, ended.signal);
+    expect(wake.woken()).toBe(true);
+    expect(wake.signal?.aborted).toBe(true);
   });
 });
