@@ -726,6 +726,37 @@ describe("outbox", () => {
     });
   });
 
+  it("keeps the alarm at a running call's deadline, not every second, while calls wait for a slot past their own", async () => {
+    await scratch(async (storage) => {
+      const s = new Scheduler(storage);
+      const hung = gate();
+      const box = new Outbox<"slow" | "quick">(
+        storage,
+        s,
+        {
+          slow: { target: "call", timeoutMs: 60_000, deliver: () => hung.shut },
+          quick: { target: "call", timeoutMs: 50, deliver: async () => {} },
+        },
+        () => getDb(env.DB),
+        1,
+      );
+      box.enqueue("slow", {});
+      box.enqueue("quick", {});
+      const flushed = box.flush();
+      // The quick call waits for the one slot longer than its own deadline; it has not started.
+      await tick(150);
+      storage.sql.exec("UPDATE _outbox SET next_at = ?", Date.now() - 1);
+      s.schedule(OUTBOX_TIMER, Date.now() - 1);
+      expect(await within(s.fire({ [OUTBOX_TIMER]: () => box.flush() }), 2_000)).toBe("settled");
+      // Nothing can end before the slow call's deadline: an alarm a second on would only fire
+      // again and again (a billed alarm and a read of the outbox each) while the queue waits.
+      expect(s.dueAt(OUTBOX_TIMER)).toBeGreaterThanOrEqual(Date.now() + 30_000);
+      hung.open();
+      await flushed;
+      expect(box.pending()).toBe(0);
+    });
+  });
+
   it("caps and jitters the backoff", () => {
     expect(backoffMs(1, 0)).toBe(500);
     expect(backoffMs(1, 1)).toBe(1000);

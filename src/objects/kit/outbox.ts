@@ -290,11 +290,7 @@ export class Outbox<K extends string> {
    */
   private dispatch(r: Row): Promise<void> {
     let settle!: () => void;
-    const attempt: Attempt = {
-      seq: r.seq,
-      settled: new Promise<void>((res) => (settle = res)),
-      until: Date.now() + this.timeoutOf(r),
-    };
+    const attempt: Attempt = { seq: r.seq, settled: new Promise<void>((res) => (settle = res)), until: null };
     this.inFlight.set(r.id, attempt);
     return this.pool
       .run(() => this.deliverCall(r, attempt))
@@ -467,7 +463,10 @@ export class Outbox<K extends string> {
         JSON.stringify([...this.inFlight.keys()]),
       )
       .one().at;
-    const until = Math.min(...[...this.inFlight.values()].map((a) => a.until));
+    // Only calls that have a slot: one waiting for a slot ends no sooner than a running one frees
+    // it, and counting its own deadline (passed while it waited) would fire the alarm every second.
+    const running = [...this.inFlight.values()].flatMap((a) => (a.until === null ? [] : [a.until]));
+    const until = running.length ? Math.min(...running) : now + OUTBOX_CALL_TIMEOUT_MS;
     const held = Math.max(until, now + IN_FLIGHT_ALARM_MS);
     return rest === null ? held : Math.min(rest, held);
   }
@@ -478,8 +477,8 @@ type Attempt = {
   /** The payload's version being delivered: a newer one waits for this attempt to settle. */
   seq: number;
   settled: Promise<void>;
-  /** Its deadline (once it has a slot; the alarm's earliest time for it until then). */
-  until: number;
+  /** Its deadline, once it has a slot (null while it waits for one). */
+  until: number | null;
 };
 
 function lateAnswer(r: Row, outcome: string) {
