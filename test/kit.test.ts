@@ -682,6 +682,40 @@ describe("outbox", () => {
     });
   });
 
+  it("delivers a keyed effect's newer payload by the flush asked for it when the older one's attempt failed, with no backoff of its own", async () => {
+    await scratch(async (storage) => {
+      const hung = gate();
+      const log: number[] = [];
+      const box = new Outbox<"call">(
+        storage,
+        new Scheduler(storage),
+        {
+          call: {
+            target: "call",
+            timeoutMs: 100,
+            deliver: async (p: { v: number }) => {
+              if (p.v === 1) await hung.shut;
+              log.push(p.v);
+            },
+          },
+        },
+        () => getDb(env.DB),
+      );
+      box.enqueue("call", { v: 1 }, { key: "k" });
+      const first = box.flush();
+      await tick(20);
+      // An operator's write replaces the payload and waits for its flush to deliver it.
+      box.enqueue("call", { v: 2 }, { key: "k" });
+      const second = box.flush();
+      // The older payload's receiver never answers: its attempt fails at its deadline. That
+      // failure is the older payload's: the newer one is still due at once, not after a backoff.
+      expect(await within(Promise.all([first, second]), 2_000)).toBe("settled");
+      expect(log).toEqual([2]);
+      expect(box.pending()).toBe(0);
+      hung.open();
+    });
+  });
+
   it("keeps the alarm set while a call waits, never in the past, and a new instance after a kill -9 delivers the effect", async () => {
     await scratch(async (storage) => {
       const s = new Scheduler(storage);

@@ -335,7 +335,12 @@ export class Outbox<K extends string> {
     } catch (err) {
       // Due again at `at`, not at every flush before it: counted as an attempt, so that next_at holds.
       if (err instanceof NotYet)
-        this.storage.sql.exec("UPDATE _outbox SET next_at = ?, attempts = MAX(attempts, 1) WHERE id = ?", err.at, r.id);
+        this.storage.sql.exec(
+          "UPDATE _outbox SET next_at = ?, attempts = MAX(attempts, 1) WHERE id = ? AND seq = ?",
+          err.at,
+          r.id,
+          r.seq,
+        );
       else this.failed([r], err);
     } finally {
       clearTimeout(timer);
@@ -423,16 +428,22 @@ export class Outbox<K extends string> {
     this.storage.sql.exec("DELETE FROM _outbox WHERE id = ? AND seq = ?", r.id, r.seq);
   }
 
+  /**
+   * Backs off the payloads that failed. A row replaced by a newer payload while the older one was
+   * under way is left as `enqueue` made it (due at once): the failure was the older payload's, and
+   * the write that enqueued the newer one may be waiting for its own flush to deliver it.
+   */
   private failed(rows: Row[], err: unknown) {
     const now = Date.now();
     for (const r of rows) {
       const attempts = Math.max(0, r.attempts) + 1;
       this.storage.sql.exec(
-        "UPDATE _outbox SET attempts = ?, next_at = ?, last_error = ? WHERE id = ?",
+        "UPDATE _outbox SET attempts = ?, next_at = ?, last_error = ? WHERE id = ? AND seq = ?",
         attempts,
         now + backoffMs(attempts),
         String(err).slice(0, 500),
         r.id,
+        r.seq,
       );
     }
     console.warn(
