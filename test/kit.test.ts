@@ -62,6 +62,23 @@ describe("scheduler", () => {
     });
   });
 
+  it("moves a timer its own handler sets again no later than a later time to that time, not leaving it due at once", async () => {
+    await scratch(async (storage) => {
+      const s = new Scheduler(storage);
+      const due = Date.now() - 5;
+      const later = Date.now() + 60_000;
+      s.schedule("pump", due);
+      let runs = 0;
+      // A rollout's slot retry: the handler finds targets still waiting and asks for the next
+      // retry "no later than" its time. The fired time is spent: left at it, the alarm would fire
+      // again at once, and again, until that retry's time came.
+      await s.fire({ pump: () => void (runs++, s.schedule("pump", later, null, { noLaterThan: true })) }, due + 5);
+      expect(runs).toBe(1);
+      expect(s.dueAt("pump")).toBe(later);
+      expect(await storage.getAlarm()).toBe(later);
+    });
+  });
+
   it("keeps the alarm at the earliest timer: arming a later one never postpones an earlier one", async () => {
     await scratch(async (storage) => {
       const s = new Scheduler(storage);
