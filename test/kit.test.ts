@@ -97,6 +97,33 @@ describe("scheduler", () => {
     });
   });
 
+  it("trim moves an alarm earlier than every timer back to the earliest, and removes it when none is left", async () => {
+    await scratch(async (storage) => {
+      const s = new Scheduler(storage);
+      const now = Date.now();
+      s.schedule("watch", now + 600_000);
+      s.schedule("safety", now + 10_000);
+      await s.arm();
+      expect(await storage.getAlarm()).toBe(now + 10_000);
+      s.cancel("safety");
+      // arm leaves an early alarm alone (a busy object's alarm is not moved back and forth)…
+      await s.arm();
+      expect(await storage.getAlarm()).toBe(now + 10_000);
+      // …trim, asked for, takes it back to the next timer, and leaves one that is not early.
+      await s.trim();
+      expect(await storage.getAlarm()).toBe(now + 600_000);
+      await s.trim();
+      expect(await storage.getAlarm()).toBe(now + 600_000);
+      s.cancel("watch");
+      await s.trim();
+      expect(await storage.getAlarm()).toBeNull();
+      // Arming again after a trim still sets the alarm for a new timer.
+      s.schedule("later", now + 30_000);
+      await s.arm();
+      expect(await storage.getAlarm()).toBe(now + 30_000);
+    });
+  });
+
   it("writes a storage row only when a timer moves: one for a new timer, none for one set where it already is or later under noLaterThan", async () => {
     await scratch(async (storage) => {
       // Counted as the cost meter counts them (src/local/storage-meter.ts): each statement's cursor.

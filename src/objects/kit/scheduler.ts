@@ -132,6 +132,25 @@ export class Scheduler {
   }
 
   /**
+   * Moves an alarm set earlier than every timer back to the earliest one, or removes it when no
+   * timer is left: for a caller that knows the reason it was early has gone (a safety alarm whose
+   * effects were all delivered), so the object is not woken for nothing. `arm` leaves an early
+   * alarm alone instead: on a busy object that would move the alarm back and forth, a write each
+   * way, where one early alarm costs one wake. An alarm due now or past is left to fire.
+   */
+  async trim() {
+    if (this.armedAt === undefined) this.armedAt = await this.storage.getAlarm();
+    if (this.armedAt === null || this.armedAt <= this.now()) return;
+    const next = this.earliest();
+    if (next !== null && next <= this.armedAt) return;
+    // Every timer is in the table just read: the alarm now follows the earliest exactly.
+    this.setSince = Infinity;
+    this.armedAt = next;
+    if (next === null) await this.storage.deleteAlarm();
+    else await this.storage.setAlarm(next);
+  }
+
+  /**
    * Runs every due timer (from the object's alarm handler). A timer is removed only after its
    * handler finished and only if the handler did not move it, so a crash mid-handler fires it
    * again. A handler that throws is retried after TIMER_RETRY_MS.
