@@ -143,6 +143,47 @@ describe("enrollment token creates with an Idempotency-Key", () => {
     ]);
   });
 
+  it("refuses the old secret once a reissue committed after its request read the token, spending nothing", async () => {
+    const { id: fleet } = await createFleet();
+    const key = crypto.randomUUID();
+    const body = { name: "raced", expires_at: inDays(1), max_uses: 2 };
+    const first = await create(fleet, key, body);
+    let again: Awaited<ReturnType<typeof create>> | undefined;
+    const m = machine();
+    await expect(
+      enroll(env, `Bearer ${first.json.token}`, m, {
+        afterRead: async () => {
+          again = await create(fleet, key, body);
+        },
+      }),
+    ).rejects.toMatchObject({ code: "unauthorized", message: "not a valid enrollment token" });
+    expect(again?.status).toBe(201);
+    expect(await tokenRow(first.json.id)).toMatchObject({ uses: 0, last_used_at: null });
+    expect(await countRows("SELECT COUNT(*) AS n FROM enrollments WHERE token_id = ?", first.json.id)).toBe(0);
+    expect((await enrollWith(again!.json.token, m)).status).toBe(201);
+  });
+
+  it("gives the old secret no retry's answer for a machine the new secret enrolled meanwhile", async () => {
+    const { id: fleet } = await createFleet();
+    const key = crypto.randomUUID();
+    const body = { name: "raced-retry", expires_at: inDays(1), max_uses: 2 };
+    const first = await create(fleet, key, body);
+    const m = machine();
+    let enrolled: Awaited<ReturnType<typeof enrollWith>> | undefined;
+    await expect(
+      enroll(env, `Bearer ${first.json.token}`, m, {
+        afterRead: async () => {
+          const again = await create(fleet, key, body);
+          enrolled = await enrollWith(again.json.token, m);
+        },
+      }),
+    ).rejects.toMatchObject({ code: "unauthorized", message: "not a valid enrollment token" });
+    expect(enrolled?.status).toBe(201);
+    // The new secret's server token still works: the old secret rotated nothing.
+    expect((await call("GET", "/v1/agent/desired", { token: enrolled!.json.token })).status).toBe(200);
+    expect((await tokenRow(first.json.id)).uses).toBe(1);
+  });
+
   it("refuses the same key with another request (409 idempotency_key_reused), writing nothing", async () => {
     const { id: fleet } = await createFleet();
     const { id: other } = await createFleet();
