@@ -58,6 +58,29 @@ type Row = {
 };
 
 export const OUTBOX_TIMER = "outbox";
+
+/**
+ * The outbox's table, for an object that has none yet. Every row an INSERT touches is billed as
+ * written, so a stored effect is one row, plus its key's index entry only when it has a key:
+ * - no AUTOINCREMENT, whose sqlite_sequence row was rewritten by every INSERT. Without it a
+ *   deleted row's id can be given again (SQLite takes the largest id plus one), which matters only
+ *   to a delivery that still holds the old row: see `gone` for why none acts on a reused id.
+ * - the key's uniqueness a partial index, so an effect without a key (most of them) adds no entry.
+ * An object made before keeps its table as it is (AUTOINCREMENT, and a key index holding NULLs):
+ * every statement here works on both, and only new objects save the rows.
+ */
+const OUTBOX_DDL = `CREATE TABLE IF NOT EXISTS _outbox (
+  id INTEGER PRIMARY KEY,
+  kind TEXT NOT NULL,
+  dedup_key TEXT,
+  payload TEXT NOT NULL,
+  seq INTEGER NOT NULL DEFAULT 0,
+  attempts INTEGER NOT NULL DEFAULT 0,
+  next_at INTEGER NOT NULL,
+  created_at INTEGER NOT NULL,
+  last_error TEXT
+);
+CREATE UNIQUE INDEX IF NOT EXISTS _outbox_dedup_key ON _outbox (dedup_key) WHERE dedup_key IS NOT NULL`;
 /** If the immediate delivery never happens (the object died), the alarm delivers after this. */
 export const OUTBOX_SAFETY_MS = 10_000;
 export const OUTBOX_MAX_BACKOFF_MS = 5 * 60_000;
@@ -76,6 +99,16 @@ export class Outbox<K extends string> {
   /** Effects enqueued by `delivered` hooks since the round began: the flush delivers them too. */
   private followUps = 0;
   private inHook = false;
+  /**
+   * The round under way: its rows' ids and kinds, and the ids of those no longer in the table
+   * (delivered and deleted, or discarded). Without AUTOINCREMENT a new row may take a deleted
+   * row's id, and `done` deletes by id (and seq, which a new row starts again at 0): the round
+   * touches no id in `gone` again, so its delivery of an old row can never delete, or back off,
+   * a new one. In memory only, and rightly so: a kill -9 ends the round with the process, and the
+   * next round reads every row afresh.
+   */
+  private round = new Map<number, string>();
+  private readonly gone = new Set<number>();
   /** Effects offered (`offer`) and not yet delivered, by key: in memory only. */
   private readonly offered = new Map<string, { kind: K; payload: unknown }>();
 
@@ -87,21 +120,7 @@ export class Outbox<K extends string> {
     /** Call effects delivered at once per flush (1: one after another, in enqueue order). */
     private readonly callConcurrency = 1,
   ) {
-    this.table = kitTable(
-      storage,
-      "_outbox",
-      `CREATE TABLE IF NOT EXISTS _outbox (
-      id INTEGER PRIMARY KEY AUTOINCREMENT,
-      kind TEXT NOT NULL,
-      dedup_key TEXT UNIQUE,
-      payload TEXT NOT NULL,
-      seq INTEGER NOT NULL DEFAULT 0,
-      attempts INTEGER NOT NULL DEFAULT 0,
-      next_at INTEGER NOT NULL,
-      created_at INTEGER NOT NULL,
-      last_error TEXT
-    )`,
-    );
+    this.table = kitTable(storage, "_outbox", OUTBOX_DDL);
   }
 
   /**
@@ -126,7 +145,7 @@ export class Outbox<K extends string> {
     if (opts.key) {
       this.storage.sql.exec(
         `INSERT INTO _outbox (kind, dedup_key, payload, next_at, created_at, attempts) VALUES (?, ?, ?, ?, ?, ?)
-         ON CONFLICT(dedup_key) DO UPDATE SET kind = excluded.kind, payload = excluded.payload, seq = seq + 1,
+         ON CONFLICT(dedup_key) WHERE dedup_key IS NOT NULL DO UPDATE SET kind = excluded.kind, payload = excluded.payload, seq = seq + 1,
            next_at = CASE WHEN attempts > 0 AND excluded.attempts = 0 THEN excluded.created_at ELSE MIN(next_at, excluded.next_at) END,
            attempts = CASE WHEN attempts > 0 THEN attempts ELSE MIN(attempts, excluded.attempts) END`,
         kind,
@@ -154,8 +173,8 @@ export class Outbox<K extends string> {
    * index refresh, whose mark moves only once D1 took it): kept in memory, not stored, and
    * delivered by the next flush — unless an effect under the same key is stored and pending, which
    * delivers the state as it is then. A failed delivery is dropped; the next call offers it again.
-   * It costs no storage row and no alarm (a stored effect costs four rows and is kill -9 proof,
-   * which such an effect does not need).
+   * It costs no storage row and no alarm (a stored effect costs two or three rows, stored and
+   * deleted, and is kill -9 proof, which such an effect does not need).
    */
   offer(kind: K, key: string, payload: unknown = {}) {
     this.offered.set(key, { kind, payload });
@@ -163,7 +182,9 @@ export class Outbox<K extends string> {
 
   /** Drops the pending effects of one kind, worthless now (a wiped fleet's console notices). */
   discard(kind: K) {
-    if (this.table.exists()) this.storage.sql.exec("DELETE FROM _outbox WHERE kind = ?", kind);
+    if (!this.table.exists()) return;
+    this.storage.sql.exec("DELETE FROM _outbox WHERE kind = ?", kind);
+    for (const [id, k] of this.round) if (k === kind) this.gone.add(id);
   }
 
   /** How many effects wait for delivery (tests, metrics). */
@@ -205,6 +226,8 @@ export class Outbox<K extends string> {
         MAX_BATCH,
       )
       .toArray();
+    this.round = new Map(rows.map((r) => [r.id, r.kind]));
+    this.gone.clear();
     if (rows.length === 0) return;
     const d1Rows: Row[] = [];
     const calls: Row[] = [];
@@ -239,11 +262,15 @@ export class Outbox<K extends string> {
     for (let i = 0; i < calls.length; i += this.callConcurrency) {
       await Promise.all(calls.slice(i, i + this.callConcurrency).map(deliverCall));
     }
-    this.rearm();
-    await this.scheduler.arm();
     // A full round: more may be waiting behind it. A delivery that led to a next step (a
     // `delivered` hook enqueued it) has that step delivered now rather than by the alarm.
-    if (rows.length === MAX_BATCH || this.followUps > 0) await this.deliver();
+    const again = rows.length === MAX_BATCH || this.followUps > 0;
+    // The round that follows at once sets the timer; this one's would be a row written for
+    // nothing. Should the object die between the two, the timer is where every enqueue left it,
+    // no later than any pending effect was due, so the alarm still delivers them.
+    if (!again) this.rearm();
+    await this.scheduler.arm();
+    if (again) await this.deliver();
   }
 
   private async deliverOffered() {
@@ -324,12 +351,15 @@ export class Outbox<K extends string> {
 
   /** Removes a delivered row, unless a newer payload replaced it meanwhile (then that one is still due). */
   private done(r: Row) {
+    if (this.gone.has(r.id)) return;
     this.storage.sql.exec("DELETE FROM _outbox WHERE id = ? AND seq = ?", r.id, r.seq);
+    this.gone.add(r.id);
   }
 
   private failed(rows: Row[], err: unknown) {
     const now = Date.now();
     for (const r of rows) {
+      if (this.gone.has(r.id)) continue;
       const attempts = Math.max(0, r.attempts) + 1;
       this.storage.sql.exec(
         "UPDATE _outbox SET attempts = ?, next_at = ?, last_error = ? WHERE id = ?",
@@ -344,10 +374,14 @@ export class Outbox<K extends string> {
     );
   }
 
-  /** The outbox timer follows the earliest pending effect; none pending, no timer. */
+  /**
+   * The outbox timer follows the earliest pending effect. None pending, the timer is left where
+   * it is rather than deleted: the next effect enqueued before it fires finds it no later than
+   * its own safety time and writes nothing (a burst of changes costs no timer row each), and if
+   * none comes it fires once, finds nothing, and is gone — the alarm set for it fires anyway.
+   */
   private rearm() {
     const next = this.storage.sql.exec<{ at: number | null }>("SELECT MIN(next_at) AS at FROM _outbox").one().at;
-    if (next === null) this.scheduler.cancel(OUTBOX_TIMER);
-    else this.scheduler.schedule(OUTBOX_TIMER, next);
+    if (next !== null) this.scheduler.schedule(OUTBOX_TIMER, next);
   }
 }
