@@ -64,7 +64,7 @@ export const OUTBOX_TIMER = "outbox";
  * written, so a stored effect is one row, plus its key's index entry only when it has a key:
  * - no AUTOINCREMENT, whose sqlite_sequence row was rewritten by every INSERT. Without it a
  *   deleted row's id can be given again (SQLite takes the largest id plus one), which matters only
- *   to a delivery that still holds the old row: see `gone` for why none acts on a reused id.
+ *   to a delivery that still holds the old row: see `delivering` for why none acts on a reused id.
  * - the key's uniqueness a partial index, so an effect without a key (most of them) adds no entry.
  * An object made before keeps its table as it is (AUTOINCREMENT, and a key index holding NULLs):
  * every statement here works on both, and only new objects save the rows.
@@ -100,15 +100,18 @@ export class Outbox<K extends string> {
   private followUps = 0;
   private inHook = false;
   /**
-   * The round under way: its rows' ids and kinds, and the ids of those no longer in the table
-   * (delivered and deleted, or discarded). Without AUTOINCREMENT a new row may take a deleted
-   * row's id, and `done` deletes by id (and seq, which a new row starts again at 0): the round
-   * touches no id in `gone` again, so its delivery of an old row can never delete, or back off,
-   * a new one. In memory only, and rightly so: a kill -9 ends the round with the process, and the
-   * next round reads every row afresh.
+   * The deliveries under way, by row id: each row read for delivery gets a token, and its outcome
+   * (`done`, `failed`) acts on the row only while that token is still the row id's. Without
+   * AUTOINCREMENT a new row may take a deleted row's id, and `done` deletes by id (and seq, which
+   * a new row starts again at 0); the entry is removed when the row is deleted (delivered, or
+   * discarded) and replaced when a later round reads the id again, so a delivery's outcome
+   * arriving after that — however late — can never delete, or back off, a newer row. In memory
+   * only, and rightly so: a kill -9 ends every delivery with the process, and the next round
+   * reads every row afresh.
    */
-  private round = new Map<number, string>();
-  private readonly gone = new Set<number>();
+  private readonly delivering = new Map<number, { token: number; kind: string }>();
+  private readonly tokens = new WeakMap<Row, number>();
+  private lastToken = 0;
   /** Effects offered (`offer`) and not yet delivered, by key: in memory only. */
   private readonly offered = new Map<string, { kind: K; payload: unknown }>();
 
@@ -184,7 +187,7 @@ export class Outbox<K extends string> {
   discard(kind: K) {
     if (!this.table.exists()) return;
     this.storage.sql.exec("DELETE FROM _outbox WHERE kind = ?", kind);
-    for (const [id, k] of this.round) if (k === kind) this.gone.add(id);
+    for (const [id, d] of this.delivering) if (d.kind === kind) this.delivering.delete(id);
   }
 
   /** How many effects wait for delivery (tests, metrics). */
@@ -226,8 +229,10 @@ export class Outbox<K extends string> {
         MAX_BATCH,
       )
       .toArray();
-    this.round = new Map(rows.map((r) => [r.id, r.kind]));
-    this.gone.clear();
+    for (const r of rows) {
+      this.tokens.set(r, ++this.lastToken);
+      this.delivering.set(r.id, { token: this.lastToken, kind: r.kind });
+    }
     if (rows.length === 0) return;
     const d1Rows: Row[] = [];
     const calls: Row[] = [];
@@ -351,15 +356,22 @@ export class Outbox<K extends string> {
 
   /** Removes a delivered row, unless a newer payload replaced it meanwhile (then that one is still due). */
   private done(r: Row) {
-    if (this.gone.has(r.id)) return;
+    if (!this.settles(r)) return;
     this.storage.sql.exec("DELETE FROM _outbox WHERE id = ? AND seq = ?", r.id, r.seq);
-    this.gone.add(r.id);
+  }
+
+  /** Whether `r`'s delivery is still the one its row id stands for; its outcome ends it. */
+  private settles(r: Row): boolean {
+    const d = this.delivering.get(r.id);
+    if (d === undefined || d.token !== this.tokens.get(r)) return false;
+    this.delivering.delete(r.id);
+    return true;
   }
 
   private failed(rows: Row[], err: unknown) {
     const now = Date.now();
     for (const r of rows) {
-      if (this.gone.has(r.id)) continue;
+      if (!this.settles(r)) continue;
       const attempts = Math.max(0, r.attempts) + 1;
       this.storage.sql.exec(
         "UPDATE _outbox SET attempts = ?, next_at = ?, last_error = ? WHERE id = ?",
