@@ -2,10 +2,18 @@ import { contentKey } from "../src/domain/report-content.ts";
 import { backoffDelay, type BackoffPolicy, DEFAULT_BACKOFF } from "./backoff.ts";
 import { connectThroughFetch, connectWebSocket, type ChannelConnector } from "./channel.ts";
 import { runChannelSession } from "./channel-session.ts";
-import { reconcile, type AgentDriver } from "./driver.ts";
+import type { DesiredConfig } from "../src/model/server/schemas.ts";
+import {
+  PassMemory,
+  reconcile,
+  type AgentDriver,
+  type Assignments,
+  type ReconcileOutcome,
+  type RestartPolicy,
+} from "./driver.ts";
 import type { AgentEvent, AgentExit, LoopState } from "./loop.ts";
-import { HostApi, type Report, type ReportAccepted } from "./host-api.ts";
-import { ApiError, type FetchLike, sleep as defaultSleep } from "./http.ts";
+import { HostApi, type DesiredAnswer, type Report, type ReportAccepted } from "./host-api.ts";
+import { ApiError, type FetchLike, sleep as defaultSleep, wakeOn } from "./http.ts";
 
 export interface HostAgentOptions {
   /** Harbormaster's base URL, e.g. https://harbormaster.example.com */
@@ -38,6 +46,8 @@ export interface HostAgentOptions {
    */
   minPollIntervalMs?: number;
   backoff?: BackoffPolicy;
+  /** How soon an agent found down again is restarted (default: driver.ts's RESTART_BACKOFF). */
+  restartBackoff?: RestartPolicy;
   fetch?: FetchLike;
   random?: () => number;
   sleep?: (ms: number, signal?: AbortSignal) => Promise<void>;
@@ -51,6 +61,10 @@ export type { AgentEvent, AgentExit, LoopState } from "./loop.ts";
 const DEFAULT_RECONNECT: BackoffPolicy = { baseMs: 10_000, capMs: 300_000 };
 /** A channel that stayed up this long starts its reconnect delays over. */
 const STABLE_MS = 60_000;
+/** How long a stopped loop waits for the pass under way before it returns anyway. */
+const STOP_GRACE_MS = 20_000;
+/** The longest a pass delays a report owed now (then a heartbeat goes, and the pass runs on). */
+const PASS_GRACE_MS = 15_000;
 
 /**
  * The loop a host runs: learn the desired config, reconcile through the driver, report the truth
@@ -68,8 +82,12 @@ export class HostAgent {
   readonly now: () => number;
   readonly sleep: (ms: number, signal?: AbortSignal) => Promise<void>;
   readonly connect: ChannelConnector;
-  /** Agents the last passes found down and restarted (reconcile() says a crash loop from it). */
-  private readonly restarts = new Map<string, number>();
+  /** What reconcile() keeps across passes: the agents it restarted, to back off from a crash loop. */
+  private readonly memory: PassMemory;
+  /** The pass under way (one at a time), or ended and not yet reported. */
+  private pass: Pass | null = null;
+  /** The machine's workload assignments, as last read. */
+  private assignments: Assignments = { units: [], storage: [] };
 
   constructor(opts: HostAgentOptions) {
     this.opts = opts;
@@ -78,6 +96,7 @@ export class HostAgent {
     this.reportIntervalMs = opts.reportIntervalMs ?? 60_000;
     this.now = opts.now ?? Date.now;
     this.sleep = opts.sleep ?? defaultSleep;
+    this.memory = new PassMemory({ policy: opts.restartBackoff, now: this.now });
     this.connect =
       opts.connect ??
       (typeof WebSocket === "function" && !("WebSocketPair" in globalThis)
@@ -90,6 +109,20 @@ export class HostAgent {
   }
 
   async run(signal?: AbortSignal): Promise<AgentExit> {
+    try {
+      return await this.loop(signal);
+    } finally {
+      // A stop lets the pass under way finish its step for a while (systemd allows 30 s) rather
+      // than leave the engine's command running with nobody to see it end.
+      if (this.pass && !this.pass.outcome) {
+        const bound = new AbortController();
+        await Promise.race([this.pass.settled, defaultSleep(STOP_GRACE_MS, bound.signal).catch(() => {})]);
+        bound.abort();
+      }
+    }
+  }
+
+  private async loop(signal?: AbortSignal): Promise<AgentExit> {
     const s: LoopState = {
       desired: null,
       etag: null,
@@ -98,6 +131,7 @@ export class HostAgent {
       lastPollAt: -Infinity,
       reportTag: null,
       reportedContent: null,
+      lastReport: null,
       failures: 0,
     };
     let channelAt = this.opts.transport === "http" ? Infinity : this.now();
@@ -131,13 +165,18 @@ export class HostAgent {
     return { reason: "aborted" };
   }
 
-  /** One long poll (bounded by the heartbeat and the next channel attempt), then a report if one is due. */
+  /**
+   * One long poll (bounded by the heartbeat and the next channel attempt, and cut short when the
+   * pass under way ends), then a report if one is due.
+   */
   private async httpStep(s: LoopState, channelAt: number, signal?: AbortSignal): Promise<AgentExit | null> {
     try {
+      // Taken before the poll's gap: a pass that ends meanwhile still cuts the poll short.
+      const underWay = this.passUnderWay();
       const untilReport = s.lastReportAt + this.reportIntervalMs - this.now();
       const untilChannel = channelAt - this.now();
       const wait =
-        s.due || !s.desired
+        s.due || !s.desired || this.pass?.outcome
           ? 0
           : Math.max(0, Math.min(this.waitS, Math.ceil(Math.min(untilReport, untilChannel) / 1000)));
       const minGap = this.opts.minPollIntervalMs ?? 1000;
@@ -147,24 +186,35 @@ export class HostAgent {
       }
       const t0 = this.now();
       s.lastPollAt = t0;
-      const answer = await this.api.desired(s.etag, wait, signal, s.reportTag);
-      // Not said back (an older server, or a proxy that drops the header): the poll was no
-      // heartbeat, so the next reconcile reports in full.
-      if (s.reportTag !== null && !answer.heartbeat) s.reportTag = null;
-      this.emit({
-        type: "desired",
-        changed: answer.changed,
-        generation: answer.changed ? answer.config.generation : (s.desired?.generation ?? null),
-        ms: this.now() - t0,
-      });
-      if (answer.changed) {
-        s.desired = answer.config;
-        s.etag = answer.etag;
-        s.due = true;
+      const wake = wakeOn(signal, underWay);
+      let answer: DesiredAnswer | null = null;
+      try {
+        answer = await this.api.desired(s.etag, wait, wake.signal, s.reportTag);
+      } catch (err) {
+        // The pass ended: its report goes now, not when the poll would have.
+        if (!wake.woken() || signal?.aborted) throw err;
+      } finally {
+        wake.done();
+      }
+      if (answer) {
+        // Not said back (an older server, or a proxy that drops the header): the poll was no
+        // heartbeat, so the next reconcile reports in full.
+        if (s.reportTag !== null && !answer.heartbeat) s.reportTag = null;
+        this.emit({
+          type: "desired",
+          changed: answer.changed,
+          generation: answer.changed ? answer.config.generation : (s.desired?.generation ?? null),
+          ms: this.now() - t0,
+        });
+        if (answer.changed) {
+          s.desired = answer.config;
+          s.etag = answer.etag;
+          s.due = true;
+        }
       }
       // A heartbeat due within the next poll's minimum gap is sent now: one poll per period, not two.
       const exit = this.reportDue(s, minGap)
-        ? await this.reconcileAndReport(s, (r) => this.api.report(r, signal), { pollCarriesHeartbeat: true })
+        ? await this.reconcileAndReport(s, (r) => this.api.report(r, signal), { pollCarriesHeartbeat: true, signal })
         : null;
       s.failures = 0;
       return exit;
@@ -174,25 +224,108 @@ export class HostAgent {
     }
   }
 
-  /** Whether a reconcile and report is owed now (or within `withinMs`). */
+  /** Whether a reconcile and report is owed now (or within `withinMs`), or a pass ended unreported. */
   reportDue(s: LoopState, withinMs = 0) {
-    return s.desired !== null && (s.due || this.now() - s.lastReportAt >= this.reportIntervalMs - withinMs);
+    return (
+      s.desired !== null &&
+      (s.due || this.pass?.outcome != null || this.now() - s.lastReportAt >= this.reportIntervalMs - withinMs)
+    );
+  }
+
+  /** The pass under way, settling when it ends; null when none runs (or its outcome waits to be reported). */
+  passUnderWay(): Promise<void> | null {
+    return this.pass && !this.pass.outcome ? this.pass.settled : null;
+  }
+
+  /**
+   * Starts a pass toward `desired` beside the loop: the engine's work (a download, a `load`, a
+   * hook) takes what it takes, and the loop keeps its heartbeat meanwhile.
+   */
+  private startPass(desired: DesiredConfig, owed: boolean): Pass {
+    const pass: Pass = { desired, owed, startedAt: this.now(), outcome: null, settled: Promise.resolve() };
+    const run = async () => {
+      let outcome = await reconcile(desired, this.opts.driver, this.memory);
+      if (!outcome.unknown) {
+        try {
+          this.assignments = (await this.opts.driver.assignments?.()) ?? { units: [], storage: [] };
+        } catch (err) {
+          // Assignments that cannot be read are not reported as none (they block an uninstall):
+          // the pass says it could not ask, with what it last knew.
+          outcome = await reconcile(desired, failingDriver(err), this.memory);
+        }
+      }
+      pass.outcome = { ...outcome, assignments: this.assignments };
+    };
+    pass.settled = run().catch((err: unknown) => {
+      // A driver's bug (reconcile() itself reports what fails): the call that reports it fails.
+      pass.failure = err;
+      pass.outcome = { errors: [], operations: 0, agents: [], unknown: true, assignments: this.assignments };
+    });
+    return pass;
   }
 
   /**
    * Reconciles against the desired config and reports through `send`; ends the loop on a reported
-   * lifecycle order. `pollCarriesHeartbeat` (HTTP): when nothing is owed and the report would say
-   * what the last accepted one said, it is not sent: the next poll carries that report's tag.
+   * lifecycle order. The pass runs beside the loop: this waits for it at most until the heartbeat
+   * is due, and if it is still under way then, sends the heartbeat (what the host last reported,
+   * or, before any report, what it sees, under an older generation: the server holds the host
+   * pending, and alive) and returns; the loops call again when the pass ends (passUnderWay()).
+   * `pollCarriesHeartbeat` (HTTP): when nothing is owed and the report would say what the last
+   * accepted one said, it is not sent: the next poll carries that report's tag.
    */
   async reconcileAndReport(
     s: LoopState,
     send: (report: Report) => Promise<ReportAccepted>,
-    opts: { pollCarriesHeartbeat?: boolean } = {},
+    opts: { pollCarriesHeartbeat?: boolean; signal?: AbortSignal } = {},
   ): Promise<AgentExit | null> {
-    const desired = s.desired!;
-    const outcome = await reconcile(desired, this.opts.driver, this.restarts);
+    if (!this.pass) {
+      this.pass = this.startPass(s.desired!, s.due);
+      s.due = false;
+    }
+    const pass = this.pass;
+    // A pass gets a moment before a heartbeat goes instead of its report (most take milliseconds;
+    // at the start there is no heartbeat to keep yet).
+    const graceMs = Math.min(this.reportIntervalMs, PASS_GRACE_MS);
+    const left = Math.max(s.lastReportAt + this.reportIntervalMs, pass.startedAt + graceMs) - this.now();
+    if (!pass.outcome && left > 0) {
+      const waiting = new AbortController();
+      const stop = () => waiting.abort();
+      opts.signal?.addEventListener("abort", stop, { once: true });
+      // A real timer, not the retry sleep (opts.sleep) a caller may shorten: this is no backoff.
+      await Promise.race([pass.settled, defaultSleep(left, waiting.signal).catch(() => {})]);
+      waiting.abort();
+      opts.signal?.removeEventListener("abort", stop);
+    }
+    if (!pass.outcome) {
+      if (opts.signal?.aborted) return null;
+      await this.heartbeat(s, pass, send, opts);
+      return null;
+    }
+    this.pass = null;
+    if (pass.failure !== undefined) {
+      s.due = true;
+      throw pass.failure;
+    }
+    try {
+      return await this.reportPass(s, pass, pass.outcome, send, opts);
+    } catch (err) {
+      // Not reported: the next call reconciles and reports again.
+      s.due = true;
+      throw err;
+    }
+  }
+
+  /** A pass's outcome, reported (what it found first, when it healed something). */
+  private async reportPass(
+    s: LoopState,
+    pass: Pass,
+    outcome: ReconcileOutcome & { assignments: Assignments },
+    send: (report: Report) => Promise<ReportAccepted>,
+    opts: { pollCarriesHeartbeat?: boolean },
+  ): Promise<AgentExit | null> {
+    const { desired } = pass;
+    const { assignments } = outcome;
     this.emit({ type: "reconciled", generation: desired.generation, outcome });
-    const assignments = (await this.opts.driver.assignments?.()) ?? { units: [], storage: [] };
     if (outcome.found) {
       // What the pass found before it restarted something: the server learns the agent stopped,
       // then (below) that it runs again.
@@ -214,23 +347,72 @@ export class HostAgent {
       assignments,
     };
     const content = contentKey(report);
-    if (opts.pollCarriesHeartbeat && !s.due && s.reportTag !== null && content === s.reportedContent) {
+    if (opts.pollCarriesHeartbeat && !pass.owed && s.reportTag !== null && content === s.reportedContent) {
       s.lastReportAt = this.now();
       this.emit({ type: "unchanged", generation: desired.generation, reportTag: s.reportTag });
       return null;
     }
-    const t1 = this.now();
-    const accepted = await send(report);
-    s.lastReportAt = this.now();
-    s.due = false;
-    s.reportTag = accepted.report_tag ?? null;
-    s.reportedContent = content;
-    this.emit({ type: "reported", generation: desired.generation, accepted, ms: s.lastReportAt - t1 });
+    await this.sendReport(s, report, content, send);
+    // Not on what was last seen: an order is done only when the machine says so.
+    if (outcome.unknown) return null;
     if (desired.lifecycle === "terminate" && outcome.agents.length === 0)
       return { reason: "terminated", generation: desired.generation };
     if (desired.lifecycle === "uninstall" && outcome.agents.length === 0)
       return { reason: "uninstalled", generation: desired.generation };
     return null;
+  }
+
+  /**
+   * The heartbeat while a pass is under way: the last accepted report again (over HTTP, its tag on
+   * the next poll), or, before any, the agents the pass saw at its first look under a generation
+   * older than the one it works toward: the server holds the host pending, not stale.
+   */
+  private async heartbeat(
+    s: LoopState,
+    pass: Pass,
+    send: (report: Report) => Promise<ReportAccepted>,
+    opts: { pollCarriesHeartbeat?: boolean },
+  ) {
+    this.emit({ type: "reconciling", generation: pass.desired.generation });
+    if (s.lastReport) {
+      if (opts.pollCarriesHeartbeat && s.reportTag !== null) {
+        s.lastReportAt = this.now();
+        this.emit({ type: "unchanged", generation: s.lastReport.generation, reportTag: s.reportTag });
+        return;
+      }
+      await this.sendReport(s, s.lastReport, s.reportedContent ?? contentKey(s.lastReport), send);
+      return;
+    }
+    const report: Report = {
+      generation: Math.max(0, pass.desired.generation - 1),
+      reconciled_at: new Date(this.now()).toISOString(),
+      boot_id: this.opts.bootId,
+      agents: this.memory.known.map(({ name, image, version, instance_id, state }) => ({
+        name,
+        image,
+        version,
+        instance_id,
+        state,
+      })),
+      errors: [],
+      assignments: { units: [], storage: [] },
+    };
+    await this.sendReport(s, report, contentKey(report), send);
+  }
+
+  private async sendReport(
+    s: LoopState,
+    report: Report,
+    content: string,
+    send: (report: Report) => Promise<ReportAccepted>,
+  ) {
+    const t1 = this.now();
+    const accepted = await send(report);
+    s.lastReportAt = this.now();
+    s.reportTag = accepted.report_tag ?? null;
+    s.reportedContent = content;
+    s.lastReport = report;
+    this.emit({ type: "reported", generation: report.generation, accepted, ms: s.lastReportAt - t1 });
   }
 
   /** After a failed call: a 401 ends the loop; otherwise wait (Retry-After, else jittered backoff). */
@@ -258,3 +440,22 @@ export class HostAgent {
     return null;
   }
 }
+
+/** A pass: toward which config, whether a report was owed when it started, and how it ended. */
+interface Pass {
+  desired: DesiredConfig;
+  owed: boolean;
+  startedAt: number;
+  /** What a pass that could not finish threw (its outcome is then a placeholder, never reported). */
+  failure?: unknown;
+  outcome: (ReconcileOutcome & { assignments: Assignments }) | null;
+  settled: Promise<void>;
+}
+
+/** A driver that cannot be asked anything: reconcile() then reports what it last saw, flagged with `err`. */
+const failingDriver = (err: unknown): AgentDriver => {
+  const fail = async (): Promise<never> => {
+    throw err;
+  };
+  return { list: fail, install: fail, update: fail, remove: fail, start: fail, stop: fail };
+};

@@ -10,7 +10,7 @@ import { CLOSE_CODES } from "../src/domain/channel.ts";
 import type { ServerMessage } from "../src/model/server/channel-messages.ts";
 import { ChannelConnection, channelRequest, type ChannelConnector } from "./channel.ts";
 import type { Report, ReportAccepted } from "./host-api.ts";
-import { ApiError } from "./http.ts";
+import { ApiError, wakeOn } from "./http.ts";
 import type { AgentEvent, AgentExit, LoopState } from "./loop.ts";
 
 export interface SessionEnd {
@@ -34,7 +34,13 @@ export interface SessionAgent {
   now(): number;
   emit(e: AgentEvent): void;
   reportDue(s: LoopState): boolean;
-  reconcileAndReport(s: LoopState, send: (report: Report) => Promise<ReportAccepted>): Promise<AgentExit | null>;
+  /** Settles when the pass under way ends (null: none runs). */
+  passUnderWay(): Promise<void> | null;
+  reconcileAndReport(
+    s: LoopState,
+    send: (report: Report) => Promise<ReportAccepted>,
+    opts?: { signal?: AbortSignal },
+  ): Promise<AgentExit | null>;
   failed(s: LoopState, err: unknown, signal?: AbortSignal): Promise<AgentExit | null>;
 }
 
@@ -67,7 +73,7 @@ export async function runChannelSession(agent: SessionAgent, s: LoopState, signa
       if (signal?.aborted) return { opened: true };
       if (agent.reportDue(s)) {
         try {
-          const exit = await agent.reconcileAndReport(s, (report) => reportOver(conn, report, signal));
+          const exit = await agent.reconcileAndReport(s, (report) => reportOver(conn, report, signal), { signal });
           if (exit) return { opened: true, exit };
           s.failures = 0;
         } catch (err) {
@@ -81,7 +87,9 @@ export async function runChannelSession(agent: SessionAgent, s: LoopState, signa
         continue;
       }
       const untilReport = s.desired ? s.lastReportAt + agent.reportIntervalMs - agent.now() : IDLE_MS;
-      const e = await conn.next(Math.max(0, untilReport), signal);
+      // A pass under way wakes the wait when it ends: its report goes at once.
+      const wake = wakeOn(signal, agent.passUnderWay());
+      const e = await conn.next(Math.max(0, untilReport), wake.signal).finally(wake.done);
       if (e.kind === "closed") return ended(e.code, e.reason);
       if (e.kind === "message") take(agent, s, e.message);
       // Acted on as nothing: the loop keeps the config it had and says what it refused.

@@ -40,6 +40,12 @@ export interface ReconcileOutcome {
   /** What to report: the machine's truth after this pass. */
   agents: ReportedAgent[];
   /**
+   * Set when the machine could not be asked what it runs (the engine hangs or fails): `agents`
+   * are as last seen, each with an error saying so. Never taken for the machine's truth: a
+   * lifecycle order is not done on it.
+   */
+  unknown?: true;
+  /**
    * The machine's truth before this pass healed it, when it started an agent it found stopped or
    * failed: reported first, so a container killed between two passes shows in the server's
    * history instead of vanishing behind its restart.
@@ -53,18 +59,76 @@ const messageOf = (err: unknown) => {
 };
 
 /**
+ * How often an agent found down is started again. The first restart is at once (one crash is
+ * healed by the next pass); each further one waits twice as long as the one before, from `baseMs`
+ * up to `capMs`, so an agent that cannot stay up is not restarted at every pass (a container's
+ * start, a hook's, with its load on the host, every heartbeat) for as long as it fails. An agent
+ * that stays up `stableMs` after its last restart starts over: its next crash is healed at once.
+ */
+export interface RestartPolicy {
+  baseMs: number;
+  capMs: number;
+  stableMs: number;
+}
+
+/** 30 s, 1 min, 2 min, ... up to 10 min between restarts; 10 min up counts as stable. */
+export const RESTART_BACKOFF: RestartPolicy = { baseMs: 30_000, capMs: 600_000, stableMs: 600_000 };
+
+/** An agent restarted by the last passes: how many times since it was last stable, and when last. */
+export interface Restarts {
+  times: number;
+  at: number;
+}
+
+/** When an agent restarted `r.times` times, last at `r.at`, may be restarted again. */
+function nextRestartAt(r: Restarts, policy: RestartPolicy): number {
+  return r.at + Math.min(policy.capMs, policy.baseMs * 2 ** Math.min(r.times - 1, 30));
+}
+
+/** What reconcile() keeps from one pass to the next: the caller holds one for its machine. */
+export class PassMemory {
+  /** Agents found down and restarted, until they stay up for the policy's stable period. */
+  readonly restarts = new Map<string, Restarts>();
+  /** The machine's agents at the last look that worked: what a pass reports when it cannot look. */
+  known: ListedAgent[] = [];
+  readonly policy: RestartPolicy;
+  readonly now: () => number;
+
+  constructor(opts: { policy?: RestartPolicy; now?: () => number } = {}) {
+    this.policy = opts.policy ?? RESTART_BACKOFF;
+    this.now = opts.now ?? Date.now;
+  }
+}
+
+/**
  * One pass toward the desired config. `run`: install what is missing, update what differs, start
- * what is stopped, remove what is no longer wanted. `restarts` (kept by the caller across passes):
- * how many passes in a row found each agent down and restarted it. `terminate`: stop every agent, keep its data.
- * `uninstall`: remove every agent. A failed operation becomes a report error for that agent and
- * the pass goes on; the report then lists the machine's truth, read back from the driver.
+ * what is stopped (backing off from one that keeps stopping: `memory`, kept by the caller across
+ * passes, counts its restarts), remove what is no longer wanted. `terminate`: stop every agent,
+ * keep its data. `uninstall`: remove every agent. A failed operation becomes a report error for
+ * that agent and the pass goes on; the report then lists the machine's truth, read back from the
+ * driver. A pass that cannot read that truth (the engine hangs or fails) does nothing and says so:
+ * what it last saw, each agent with an error (`unknown` set).
  */
 export async function reconcile(
   desired: DesiredConfig,
   driver: AgentDriver,
-  restarts: Map<string, number> = new Map(),
+  memory: PassMemory = new PassMemory(),
 ): Promise<ReconcileOutcome> {
   const errors: ReportError[] = [];
+  try {
+    return await pass(desired, driver, memory, errors);
+  } catch (err) {
+    return unanswered(desired, memory.known, errors, messageOf(err));
+  }
+}
+
+/** reconcile()'s pass; throws only when the machine cannot be asked what it runs. */
+async function pass(
+  desired: DesiredConfig,
+  driver: AgentDriver,
+  memory: PassMemory,
+  errors: ReportError[],
+): Promise<ReconcileOutcome> {
   let operations = 0;
   const attempt = async (agent: string, op: ReportError["op"] | null, action: () => Promise<void>) => {
     operations++;
@@ -75,14 +139,17 @@ export async function reconcile(
       if (op) errors.push({ agent, op, message: messageOf(err) });
     }
   };
+  const look = async () => (memory.known = await driver.list());
   await driver.beforePass?.(desired);
-  const listed = await driver.list();
+  const listed = await look();
   const installed = new Map(listed.map((a) => [a.name, a]));
   // The machine's truth after the pass: read again when anything was done, else what was just
   // read (a real driver's list() spawns its engine and runs health checks: once per idle pass).
-  const after = async () => (operations === 0 ? listed : await driver.list());
+  const after = async () => (operations === 0 ? listed : await look());
 
   if (desired.lifecycle === "run") {
+    const { restarts, policy } = memory;
+    const now = memory.now();
     let healed = false;
     for (const spec of desired.agents) {
       const current = installed.get(spec.name);
@@ -90,22 +157,44 @@ export async function reconcile(
       else if (current.image !== spec.image || current.version !== spec.version) {
         await attempt(spec.name, "update", () => driver.update(current, spec));
       } else if (current.state !== "running") {
-        healed = true;
-        const before = errors.length;
-        await attempt(spec.name, "start", () => driver.start(current));
-        // Down again after the last pass restarted it: a crash loop, which the restart would hide
-        // (the report would say running). Said as an error until a pass finds it still running.
-        const times = (restarts.get(spec.name) ?? 0) + 1;
-        restarts.set(spec.name, times);
-        if (times > 1 && errors.length === before) {
-          const why = (current as ListedAgent).reason ?? `it was ${current.state}`;
+        const why = (current as ListedAgent).reason ?? `it was ${current.state}`;
+        const last = restarts.get(spec.name);
+        const next = last ? nextRestartAt(last, policy) : now;
+        if (now < next) {
+          // Backing off: left down this pass, and said why (reported as the machine has it).
           errors.push({
             agent: spec.name,
             op: "start",
-            message: `stopped again after its restart (${times} passes in a row): ${why}`.slice(0, 4096),
+            message:
+              `down again after ${last!.times} restart${last!.times > 1 ? "s" : ""}; the next in ${Math.ceil((next - now) / 1000)} s: ${why}`.slice(
+                0,
+                4096,
+              ),
+          });
+          continue;
+        }
+        healed = true;
+        const before = errors.length;
+        await attempt(spec.name, "start", () => driver.start(current));
+        const times = (last?.times ?? 0) + 1;
+        restarts.set(spec.name, { times, at: now });
+        // Down again after an earlier restart, before it was stable: a crash loop, which the
+        // restart would hide (the report would say running). Said as an error until it stays up.
+        if (times > 1 && errors.length === before) {
+          errors.push({
+            agent: spec.name,
+            op: "start",
+            message:
+              `stopped again after its restart (restart ${times}; the next not before ${Math.round((nextRestartAt({ times, at: now }, policy) - now) / 1000)} s): ${why}`.slice(
+                0,
+                4096,
+              ),
           });
         }
-      } else restarts.delete(spec.name);
+      } else {
+        const last = restarts.get(spec.name);
+        if (last && now - last.at >= policy.stableMs) restarts.delete(spec.name);
+      }
     }
     for (const name of restarts.keys())
       if (!installed.has(name) || !desired.agents.some((a) => a.name === name)) restarts.delete(name);
@@ -139,6 +228,55 @@ export async function reconcile(
 }
 
 /**
+ * A pass that could not ask the machine what it runs (a hung or failing engine): what it last saw
+ * is reported, each agent (and each desired one it never saw) with an error saying why, for the
+ * operation the pass would have done. The server then sees the host alive and its engine failing,
+ * and the agents failed, where silence would only, minutes later, have made the host stale.
+ */
+function unanswered(
+  desired: DesiredConfig,
+  known: ListedAgent[],
+  errors: ReportError[],
+  why: string,
+): ReconcileOutcome {
+  const seen = new Map(known.map((a) => [a.name, a]));
+  const wanted = new Map(desired.lifecycle === "run" ? desired.agents.map((a) => [a.name, a]) : []);
+  const names = [...new Set([...wanted.keys(), ...seen.keys()])].sort();
+  for (const name of names) {
+    // An operation's own error (it ran before the machine stopped answering) says more.
+    if (errors.some((e) => e.agent === name)) continue;
+    const spec = wanted.get(name);
+    const was = seen.get(name);
+    const op: ReportError["op"] =
+      desired.lifecycle === "uninstall" || !spec
+        ? "remove"
+        : !was
+          ? "install"
+          : was.image !== spec.image || was.version !== spec.version
+            ? "update"
+            : "start";
+    errors.push({
+      agent: name,
+      op,
+      message:
+        `the machine could not be asked what it runs (${was ? `last seen ${was.state}` : "not seen installed"}): ${why}`.slice(
+          0,
+          4096,
+        ),
+    });
+  }
+  return { errors, operations: 0, agents: known.map(protocolFields), unknown: true };
+}
+
+const protocolFields = ({ name, image, version, instance_id, state }: ListedAgent): ReportedAgent => ({
+  name,
+  image,
+  version,
+  instance_id,
+  state,
+});
+
+/**
  * The listed agents as the protocol reports them; a failed agent's reason (an unhealthy check)
  * joins the errors when the pass has none for it already, so its status says why.
  */
@@ -148,5 +286,5 @@ function reported(listed: ListedAgent[], errors: ReportError[]): ReportedAgent[]
       errors.push({ agent: a.name, op: "start", message: a.reason.slice(0, 4096) || "failed" });
     }
   }
-  return listed.map(({ name, image, version, instance_id, state }) => ({ name, image, version, instance_id, state }));
+  return listed.map(protocolFields);
 }

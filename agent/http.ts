@@ -55,6 +55,37 @@ export function withTimeout(parent: AbortSignal | undefined, ms: number): { sign
   };
 }
 
+/**
+ * A signal that fires when `parent` does or when `settled` settles, whichever comes first: a loop
+ * waiting on the network is woken by work that ended beside it. `woken` tells the two apart.
+ */
+export function wakeOn(
+  parent: AbortSignal | undefined,
+  settled: Promise<unknown> | null,
+): { signal: AbortSignal | undefined; woken: () => boolean; done: () => void } {
+  if (!settled) return { signal: parent, woken: () => false, done: () => {} };
+  const controller = new AbortController();
+  let woken = false;
+  let live = true;
+  const onAbort = () => controller.abort(parent?.reason);
+  if (parent?.aborted) controller.abort(parent.reason);
+  else parent?.addEventListener("abort", onAbort, { once: true });
+  const wake = () => {
+    if (!live || controller.signal.aborted) return;
+    woken = true;
+    controller.abort(new Error("woken"));
+  };
+  settled.then(wake, wake);
+  return {
+    signal: controller.signal,
+    woken: () => woken,
+    done: () => {
+      live = false;
+      parent?.removeEventListener("abort", onAbort);
+    },
+  };
+}
+
 /** Resolves after `ms`, or at once (rejecting) when the signal aborts. */
 export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
   return new Promise((resolve, reject) => {

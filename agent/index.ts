@@ -3,6 +3,9 @@ export { HostAgent, type AgentEvent, type AgentExit, type HostAgentOptions } fro
 export { backoffDelay, retryAfterMs, DEFAULT_BACKOFF, type BackoffPolicy } from "./backoff.ts";
 export {
   reconcile,
+  PassMemory,
+  RESTART_BACKOFF,
+  type RestartPolicy,
   type AgentDriver,
   type ListedAgent,
   type ReconcileOutcome,

@@ -1,5 +1,5 @@
 /** What the agent's loop reports, how it ends, and what it knows (shared by ./agent.ts and ./channel-session.ts). */
-import type { DesiredConfig } from "../src/model/server/schemas.ts";
+import type { DesiredConfig, InventoryReport } from "../src/model/server/schemas.ts";
 import type { ReconcileOutcome } from "./driver.ts";
 import type { ReportAccepted } from "./host-api.ts";
 
@@ -11,6 +11,8 @@ export type AgentEvent =
   /** The channel closed (`code`), or could not be opened (`code` null); the next attempt in `retryInMs`. */
   | { type: "channel"; state: "closed"; code: number | null; reason: string; retryInMs: number }
   | { type: "reconciled"; generation: number; outcome: ReconcileOutcome }
+  /** The heartbeat came due while a pass toward `generation` was still under way (it was sent anyway). */
+  | { type: "reconciling"; generation: number }
   | { type: "reported"; generation: number; accepted: ReportAccepted; ms: number }
   /** A reconcile found the last accepted report still true: over HTTP, the next poll carries its tag instead. */
   | { type: "unchanged"; generation: number; reportTag: string }
@@ -33,6 +35,8 @@ export interface LoopState {
   /** The report_tag of the last accepted report, and that report's content (src/domain/report-content.ts). */
   reportTag: string | null;
   reportedContent: string | null;
+  /** The last accepted report: a heartbeat while a pass is under way says it again. */
+  lastReport: InventoryReport | null;
   lastPollAt: number;
   failures: number;
 }

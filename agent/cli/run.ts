@@ -10,6 +10,7 @@
  */
 import { isSea } from "node:sea";
 import { HostAgent, type AgentEvent, type AgentExit } from "../agent.ts";
+import { wsConnector } from "../channel-ws.ts";
 import type { AgentDriver } from "../driver.ts";
 import { FleetLockClient } from "../fleetlock.ts";
 import type { ReportAccepted } from "../host-api.ts";
@@ -230,6 +231,11 @@ export async function runAgent(o: RunOptions): Promise<number> {
         onReported(e.accepted);
         break;
       }
+      case "reconciling":
+        log.info("a pass is still under way (the engine is slow); the heartbeat goes meanwhile", {
+          generation: e.generation,
+        });
+        break;
       case "unchanged":
         log.debug("unchanged; the next poll carries the report's tag", { generation: e.generation });
         break;
@@ -250,6 +256,8 @@ export async function runAgent(o: RunOptions): Promise<number> {
     driver,
     bootId,
     transport: config.transport,
+    // A channel message over the protocol's largest is refused from its frame header (./channel-ws.ts).
+    connect: wsConnector(),
     reportIntervalMs: config.report_interval_s * 1000,
     onEvent,
   });

@@ -1,5 +1,5 @@
 import { createHash, randomBytes } from "node:crypto";
-import { lstat, mkdir, readdir, readFile, readlink, rename, rm, symlink, writeFile } from "node:fs/promises";
+import { lstat, mkdir, readdir, readFile, readlink, rename, rm, stat, symlink, writeFile } from "node:fs/promises";
 import { join, resolve, sep } from "node:path";
 import { z } from "zod";
 import type { AgentSpec } from "../../src/model/server/schemas.ts";
@@ -155,16 +155,32 @@ export class TarballDriver implements AgentDriver {
   /**
    * Before a pass (nothing of this driver is under way then): the temporaries a killed agent left
    * under each agent's directory (a half-unpacked `.unpack-*`, a `.current-*` link never renamed)
-   * are deleted; they are never an agent's files.
+   * are deleted; they are never an agent's files. So are the version directories killed updates
+   * left beside the current one (each kill would leave one more, and a rollout of many versions
+   * would fill the disk): the current version and the newest other one, the previous version or
+   * the update that was under way, are kept; the rest go. Only directories holding the driver's
+   * record are versions: anything else under the agent's directory is left alone.
    */
   async beforePass() {
     const names = (await readdir(this.agentsDir).catch(() => [] as string[])).filter((n) => AGENT_NAME.test(n));
     for (const name of names) {
-      const entries = await readdir(this.agentDir(name)).catch(() => [] as string[]);
+      const base = this.agentDir(name);
+      const entries = await readdir(base).catch(() => [] as string[]);
       for (const e of entries) {
-        if (/^\.(unpack|current)-[0-9a-f]{8}$/.test(e))
-          await rm(join(this.agentDir(name), e), { recursive: true, force: true });
+        if (/^\.(unpack|current)-[0-9a-f]{8}$/.test(e)) await rm(join(base, e), { recursive: true, force: true });
       }
+      const current = await readlink(join(base, CURRENT)).catch(() => null);
+      const others: { dir: string; at: number }[] = [];
+      for (const e of entries) {
+        if (e.startsWith(".") || e === CURRENT || e === DATA || e === current) continue;
+        const at = await stat(join(base, e, META)).then(
+          (st) => st.mtimeMs,
+          () => null,
+        );
+        if (at !== null) others.push({ dir: join(base, e), at });
+      }
+      others.sort((a, b) => b.at - a.at);
+      for (const { dir } of others.slice(1)) await rm(dir, { recursive: true, force: true });
     }
   }
 

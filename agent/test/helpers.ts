@@ -4,7 +4,11 @@ import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
+import type { DesiredConfig } from "../../src/model/server/schemas.ts";
+import { HostAgent, type LoopState } from "../agent.ts";
+import type { AgentDriver } from "../driver.ts";
 import { run } from "../drivers/exec.ts";
+import type { Report, ReportAccepted } from "../host-api.ts";
 import type { DriverSpec } from "../drivers/spec.ts";
 
 /** A short id for one test file's run: names and labels carry it, so parallel runs never meet. */
@@ -82,6 +86,46 @@ export async function buildImage(recipe: ImageRecipe): Promise<BuiltImage> {
   } finally {
     await rm(dir, { recursive: true, force: true });
   }
+}
+
+/**
+ * A container's command for the podman tests: appends "start V" to /data/log when it starts and
+ * "stop V" when asked to stop, so a test can tell from the volume in which order versions ran.
+ */
+export const serve = (version: string) => [
+  "/bin/sh",
+  "-c",
+  `echo "start ${version}" >> /data/log; trap 'echo "stop ${version}" >> /data/log; exit 0' TERM; while :; do sleep 0.2; done`,
+];
+
+export type ImageSet<K extends string> = {
+  images: Record<"v1" | "v2" | "v2first" | K, BuiltImage>;
+  blobs: Record<"v1" | "v2" | "v2first" | K, { id: string; digest: string; size: number }>;
+};
+
+/**
+ * The podman tests' images, served by `server`: v1 and v2 of one app with a /data volume (v2
+ * updated stop-first, v2first start-first), and each file's own `extra` recipes. Tagged under
+ * `localhost/<scope>-app`, which cleanPodman(scope) removes.
+ */
+export async function buildImageSet<K extends string = never>(
+  scope: string,
+  server: BlobServer,
+  extra: Record<K, Omit<ImageRecipe, "ref">> = {} as Record<K, Omit<ImageRecipe, "ref">>,
+): Promise<ImageSet<K>> {
+  const recipes: Record<string, Omit<ImageRecipe, "ref">> = {
+    v1: { cmd: serve("1"), volumes: ["/data"] },
+    v2: { cmd: serve("2"), volumes: ["/data"] },
+    v2first: { cmd: serve("2"), volumes: ["/data"], labels: { "io.harbormaster.update": "start-first" } },
+    ...extra,
+  };
+  const images: Record<string, BuiltImage> = {};
+  const blobs: Record<string, { id: string; digest: string; size: number }> = {};
+  for (const [key, recipe] of Object.entries(recipes)) {
+    images[key] = await buildImage({ ...recipe, ref: `localhost/${scope}-app:${key.toLowerCase()}` });
+    blobs[key] = server.put(images[key].archive);
+  }
+  return { images, blobs } as ImageSet<K>;
 }
 
 /** The desired config's entry for a stored image, as the control plane sends it. */
@@ -219,4 +263,16 @@ export async function eventually<T>(
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
     await new Promise((r) => setTimeout(r, 200));
   }
+}
+
+/**
+ * A host agent on `driver` whose passes a test drives by hand (`pass()`: one reconcileAndReport,
+ * as the loop makes it), and the reports it sent. `s` is the loop's state, for the test to change.
+ */
+export function handDriven(driver: AgentDriver, desired: DesiredConfig) {
+  const agent = new HostAgent({ url: "http://127.0.0.1:1", token: "hms.x.y", driver, bootId: "b" });
+  const s = { desired, due: true, lastReportAt: -Infinity, lastReport: null } as unknown as LoopState;
+  const sent: Report[] = [];
+  const send = async (r: Report) => (sent.push(r), { report_tag: null } as unknown as ReportAccepted);
+  return { s, sent, pass: () => agent.reconcileAndReport(s, send) };
 }

@@ -8,14 +8,14 @@ import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import { reconcile } from "../driver.ts";
 import { PodmanDriver } from "../drivers/index.ts";
-import { tempDir } from "./helpers.ts";
+import { handDriven, tempDir } from "./helpers.ts";
 
 const FAKE = `#!/bin/sh
 # A fake engine: logs its arguments; the verb named by HANG never returns.
 echo "$*" >> "$DIR/calls"
 if [ "$1" = "$HANG" ]; then echo $$ > "$DIR/hung.pid"; exec sleep 3600; fi
 case "$1" in
-  ps) echo '[]' ;;
+  ps) cat "$DIR/ps.json" 2>/dev/null || echo '[]' ;;
   image) echo '[{"Id":"sha256:0000","Config":{}}]' ;;
 esac
 exit 0
@@ -30,7 +30,7 @@ async function fakeEngine(hang: string) {
   const hungPid = () =>
     existsSync(join(dir, "hung.pid")) ? Number(readFileSync(join(dir, "hung.pid"), "utf8")) : null;
   const calls = () => readFileSync(join(dir, "calls"), "utf8").trim().split("\n");
-  return { engine, env, hungPid, calls };
+  return { engine, env, hungPid, calls, dir };
 }
 
 const alive = (pid: number) => {
@@ -92,5 +92,61 @@ describe("an engine whose commands hang", () => {
     expect(Date.now() - t0).toBeLessThan(5_000);
     leftover = fake.hungPid();
     expect(alive(leftover!)).toBe(false);
+  });
+
+  it("still reports when the listing hangs: what it last saw, each agent flagged with the engine's failure", async () => {
+    const fake = await fakeEngine("none");
+    // The engine lists one running container of agent a.
+    writeFileSync(
+      join(fake.dir, "ps.json"),
+      JSON.stringify([
+        {
+          Id: "c0ffee",
+          Names: ["hm-a"],
+          State: "running",
+          Status: "Up 3 minutes",
+          Labels: {
+            "io.harbormaster.agent": "a",
+            "io.harbormaster.image": "localhost/a:1",
+            "io.harbormaster.version": "1",
+            "io.harbormaster.instance": "i-a",
+          },
+        },
+      ]),
+    );
+    const driver = new PodmanDriver({ engine: fake.engine, env: fake.env, quickTimeoutMs: 1_000 });
+    const want = { server_id: "s", generation: 7, lifecycle: "run" as const, agents: [spec("a"), spec("b")] };
+    const { s, sent, pass } = handDriven(driver, { ...want, agents: [spec("a")] });
+    await pass();
+    expect(sent[0].agents).toEqual([
+      { name: "a", image: "localhost/a:1", version: "1", instance_id: "i-a", state: "running" },
+    ]);
+    // Then the engine stops answering `ps`, and a new config asks for agent b too.
+    fake.env.HANG = "ps";
+    s.desired = want;
+    s.due = true;
+    const t0 = Date.now();
+    await pass();
+    expect(Date.now() - t0).toBeLessThan(5_000);
+    leftover = fake.hungPid();
+    expect(sent).toHaveLength(2);
+    expect(sent[1].generation).toBe(7);
+    expect(sent[1].agents).toEqual(sent[0].agents);
+    expect(sent[1].errors).toEqual([
+      {
+        agent: "a",
+        op: "start",
+        message: expect.stringMatching(
+          /^the machine could not be asked what it runs \(last seen running\): .*ps timed out after 1 s/,
+        ),
+      },
+      {
+        agent: "b",
+        op: "install",
+        message: expect.stringMatching(/^the machine could not be asked what it runs \(not seen installed\): /),
+      },
+    ]);
+    // Nothing was tried on an engine that does not answer.
+    expect(fake.calls().filter((c) => !c.startsWith("ps"))).toEqual([]);
   });
 });

@@ -3,13 +3,15 @@
  * and channel messages, a socket that never finishes its upgrade. The agent must keep running,
  * keep what it had, say what went wrong, and retry.
  */
+import { createHash } from "node:crypto";
 import { createServer, type Server, type Socket } from "node:net";
 import { createServer as createHttpServer, type Server as HttpServer } from "node:http";
 import type { AddressInfo } from "node:net";
 import { afterEach, describe, expect, it } from "vitest";
 import { CHANNEL_VERSION } from "../../src/domain/channel.ts";
 import { HostAgent, type AgentEvent, type AgentExit } from "../agent.ts";
-import { webSocketConnector, type ChannelConnector, type ChannelSocket } from "../channel.ts";
+import { ChannelConnection, webSocketConnector, type ChannelConnector, type ChannelSocket } from "../channel.ts";
+import { MESSAGE_TOO_BIG, wsConnector } from "../channel-ws.ts";
 import { MemoryDriver } from "../memory-driver.ts";
 
 const accepted = (generation: number) => ({
@@ -188,7 +190,10 @@ describe("a desired config over HTTP that is not one", () => {
 });
 
 describe("a channel whose upgrade never finishes", () => {
-  it("gives up on the upgrade within its bound instead of hanging the loop", async () => {
+  it.each([
+    ["the runtime's WebSocket", webSocketConnector(500)],
+    ["ws (harbormaster-agent's)", wsConnector(1024, 500)],
+  ])("gives up on the upgrade within its bound instead of hanging the loop: %s", async (_, connect) => {
     const sockets: Socket[] = [];
     const closed: Socket[] = [];
     const server: Server = createServer((s) => {
@@ -204,10 +209,85 @@ describe("a channel whose upgrade never finishes", () => {
     });
     const url = `ws://127.0.0.1:${(server.address() as AddressInfo).port}/v1/agent/channel`;
     const t0 = Date.now();
-    await expect(webSocketConnector(500)(url, { protocols: ["harbormaster.v1"], headers: {} })).rejects.toThrow(
-      /within 0\.5 s/,
-    );
+    await expect(connect(url, { protocols: ["harbormaster.v1"], headers: {} })).rejects.toThrow(/within 0\.5 s/);
     expect(Date.now() - t0).toBeLessThan(3_000);
     await until("the half-open socket to be closed", () => sockets.length > 0 && closed.length === sockets.length);
+  });
+});
+
+/** The 101 answer to a WebSocket upgrade request, as a raw server writes it. */
+function upgradeAnswer(request: Buffer) {
+  const key = /sec-websocket-key: *(\S+)/i.exec(request.toString())![1];
+  const accept = createHash("sha1").update(`${key}258EAFA5-E914-47DA-95CA-C5AB0DC85B11`).digest("base64");
+  return (
+    "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" +
+    `Sec-WebSocket-Accept: ${accept}\r\nSec-WebSocket-Protocol: harbormaster.v1\r\n\r\n`
+  );
+}
+
+/** A raw TCP server that hands each upgrade request to `onUpgrade`; closed after the test. */
+async function rawServer(onUpgrade: (s: Socket, request: Buffer) => void) {
+  const sockets: Socket[] = [];
+  const server: Server = createServer((s) => {
+    sockets.push(s);
+    s.on("error", () => {});
+    s.once("data", (request: Buffer) => onUpgrade(s, request));
+  });
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+  closers.push(() => {
+    for (const s of sockets) s.destroy();
+    return new Promise<void>((r) => server.close(() => r()));
+  });
+  return `ws://127.0.0.1:${(server.address() as AddressInfo).port}/v1/agent/channel`;
+}
+
+describe("a channel message sent with the upgrade's answer", () => {
+  it("is not lost before the channel listens (ws emits it at once)", async () => {
+    const refresh = JSON.stringify({ type: "refresh", v: CHANNEL_VERSION });
+    const url = await rawServer((s, request) => {
+      // One write: the answer and the first frame come in the same read.
+      const frame = Buffer.concat([Buffer.from([0x81, refresh.length]), Buffer.from(refresh)]);
+      s.write(Buffer.concat([Buffer.from(upgradeAnswer(request)), frame]));
+    });
+    const conn = new ChannelConnection(
+      await wsConnector()(url, { protocols: ["harbormaster.v1"], headers: {} }),
+      60_000,
+    );
+    expect(await conn.next(2_000)).toEqual({ kind: "message", message: { type: "refresh", v: CHANNEL_VERSION } });
+    conn.close();
+  });
+});
+
+describe("a channel message larger than the agent takes", () => {
+  it("is refused from its frame header, before its payload is read, and the channel closes with 1009", async () => {
+    const declared = 9 * 1024 * 1024;
+    let written = 0;
+    let clientGone = false;
+    // A server that upgrades, then sends one text frame declaring 9 MiB, its payload trickling in.
+    const url = await rawServer((s, request) => {
+      s.on("close", () => (clientGone = true));
+      s.write(upgradeAnswer(request));
+      const header = Buffer.alloc(10);
+      header[0] = 0x81; // FIN, text
+      header[1] = 127; // a 64-bit length follows
+      header.writeBigUInt64BE(BigInt(declared), 2);
+      s.write(header);
+      const chunk = Buffer.alloc(64 * 1024, 0x20);
+      const drip = setInterval(() => {
+        if (clientGone || s.destroyed || written >= declared) return clearInterval(drip);
+        s.write(chunk);
+        written += chunk.length;
+      }, 20);
+      s.on("close", () => clearInterval(drip));
+    });
+    const conn = new ChannelConnection(
+      await wsConnector()(url, { protocols: ["harbormaster.v1"], headers: {} }),
+      60_000,
+    );
+    const e = await conn.next(5_000);
+    expect(e).toEqual({ kind: "closed", code: MESSAGE_TOO_BIG, reason: expect.stringMatching(/over 8388608 bytes/) });
+    await until("the server to see the socket closed", () => clientGone);
+    // The whole message would have taken over 2 s to send: it was refused at its first bytes.
+    expect(written).toBeLessThan(1024 * 1024);
   });
 });

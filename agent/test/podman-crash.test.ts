@@ -14,20 +14,14 @@ import { BlobFetcher } from "../drivers/download.ts";
 import { PodmanDriver } from "../drivers/podman.ts";
 import {
   BlobServer,
-  buildImage,
+  buildImageSet,
   cleanPodman,
   newRunId,
   podman,
   storedSpec,
   tempDir,
-  type BuiltImage,
+  type ImageSet,
 } from "./helpers.ts";
-
-const serve = (version: string) => [
-  "/bin/sh",
-  "-c",
-  `echo "start ${version}" >> /data/log; trap 'exit 0' TERM; while :; do sleep 0.2; done`,
-];
 
 // Dies (exit 137, and every later call too) at the CRASH_NTH call of CRASH_VERB.
 const WRAPPER = `#!/bin/sh
@@ -44,27 +38,17 @@ describe("an agent killed between two engine commands (real podman)", () => {
   const scope = newRunId();
   const server = new BlobServer();
   let dir: string;
-  const images: Record<string, BuiltImage> = {};
-  const blobs: Record<string, { id: string; digest: string; size: number }> = {};
+  let blobs: ImageSet<"crashy">["blobs"];
 
   beforeAll(async () => {
     await server.start();
     dir = await tempDir("hm-podman-crash-");
-    const ref = (tag: string) => `localhost/${scope}-app:${tag}`;
-    images.v1 = await buildImage({ ref: ref("1"), cmd: serve("1"), volumes: ["/data"] });
-    images.v2 = await buildImage({ ref: ref("2"), cmd: serve("2"), volumes: ["/data"] });
-    images.v2first = await buildImage({
-      ref: ref("2f"),
-      cmd: serve("2"),
-      volumes: ["/data"],
-      labels: { "io.harbormaster.update": "start-first" },
-    });
-    images.crashy = await buildImage({
-      ref: ref("crashy"),
-      cmd: ["/bin/sh", "-c", "echo cannot read /data/app.conf; sleep 0.1; exit 3"],
-      volumes: ["/data"],
-    });
-    for (const [k, img] of Object.entries(images)) blobs[k] = server.put(img.archive);
+    ({ blobs } = await buildImageSet(scope, server, {
+      crashy: {
+        cmd: ["/bin/sh", "-c", "echo cannot read /data/app.conf; sleep 0.1; exit 3"],
+        volumes: ["/data"],
+      },
+    }));
     writeFileSync(join(dir, "podman"), WRAPPER);
     chmodSync(join(dir, "podman"), 0o755);
   }, 120_000);

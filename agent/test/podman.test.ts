@@ -8,23 +8,18 @@ import type { DriverSpec } from "../drivers/spec.ts";
 import {
   BlobServer,
   buildImage,
+  buildImageSet,
   cleanPodman,
   eventually,
   newRunId,
   podman,
   sh,
   storedSpec,
+  serve,
   tempDir,
-  type BuiltImage,
+  type ImageSet,
 } from "./helpers.ts";
 
-// Every container appends to /data/log when it starts and when it is asked to stop, so a test
-// can tell from the volume in which order versions ran.
-const serve = (version: string) => [
-  "/bin/sh",
-  "-c",
-  `echo "start ${version}" >> /data/log; trap 'echo "stop ${version}" >> /data/log; exit 0' TERM; while :; do sleep 0.2; done`,
-];
 const SICK_CHECK = "if [ -e /tmp/sick ]; then echo sick: $(cat /tmp/sick); exit 1; fi";
 
 describe("PodmanDriver (real podman)", () => {
@@ -32,39 +27,29 @@ describe("PodmanDriver (real podman)", () => {
   const server = new BlobServer();
   let cache: string;
   let driver: PodmanDriver;
-  const images: Record<string, BuiltImage> = {};
-  const blobs: Record<string, { id: string; digest: string; size: number }> = {};
+  let images: ImageSet<"v3sick" | "v3nostart" | "checked">["images"];
+  let blobs: ImageSet<"v3sick" | "v3nostart" | "checked">["blobs"];
 
   beforeAll(async () => {
     await server.start();
     cache = await tempDir("hm-podman-state-");
-    const ref = (tag: string) => `localhost/${scope}-app:${tag}`;
-    images.v1 = await buildImage({ ref: ref("1"), cmd: serve("1"), volumes: ["/data"] });
-    images.v2 = await buildImage({ ref: ref("2"), cmd: serve("2"), volumes: ["/data"] });
-    images.v2first = await buildImage({
-      ref: ref("2f"),
-      cmd: serve("2"),
-      volumes: ["/data"],
-      labels: { "io.harbormaster.update": "start-first" },
-    });
-    images.v3sick = await buildImage({
-      ref: ref("3s"),
-      cmd: ["/bin/sh", "-c", "echo broken > /tmp/sick; exec sleep 1000"],
-      volumes: ["/data"],
-      labels: {
-        "io.harbormaster.update": "start-first",
-        "io.harbormaster.healthcheck": SICK_CHECK,
-        "io.harbormaster.healthcheck-retries": "1",
+    ({ images, blobs } = await buildImageSet(scope, server, {
+      v3sick: {
+        cmd: ["/bin/sh", "-c", "echo broken > /tmp/sick; exec sleep 1000"],
+        volumes: ["/data"],
+        labels: {
+          "io.harbormaster.update": "start-first",
+          "io.harbormaster.healthcheck": SICK_CHECK,
+          "io.harbormaster.healthcheck-retries": "1",
+        },
       },
-    });
-    images.v3nostart = await buildImage({ ref: ref("3n"), cmd: ["/no/such/program"], volumes: ["/data"] });
-    images.checked = await buildImage({
-      ref: ref("hc"),
-      cmd: serve("hc"),
-      volumes: ["/data"],
-      labels: { "io.harbormaster.healthcheck": SICK_CHECK, "io.harbormaster.healthcheck-retries": "1" },
-    });
-    for (const [k, img] of Object.entries(images)) blobs[k] = server.put(img.archive);
+      v3nostart: { cmd: ["/no/such/program"], volumes: ["/data"] },
+      checked: {
+        cmd: serve("hc"),
+        volumes: ["/data"],
+        labels: { "io.harbormaster.healthcheck": SICK_CHECK, "io.harbormaster.healthcheck-retries": "1" },
+      },
+    }));
     await writeFile(join(cache, "v1.tar"), images.v1.archive);
     driver = new PodmanDriver({
       namePrefix: `${scope}-`,
@@ -85,7 +70,7 @@ describe("PodmanDriver (real podman)", () => {
     await server.stop();
     await cleanPodman(
       scope,
-      Object.values(images).map((i) => i.ref),
+      Object.values(images ?? {}).map((i) => i.ref),
     );
     await rm(cache, { recursive: true, force: true });
   });

@@ -1,8 +1,7 @@
 import { describe, expect, it } from "vitest";
-import { HostAgent, type LoopState } from "../agent.ts";
-import type { Report, ReportAccepted } from "../host-api.ts";
-import { reconcile, type ListedAgent } from "../driver.ts";
+import { PassMemory, reconcile, type ListedAgent } from "../driver.ts";
 import { MemoryDriver } from "../memory-driver.ts";
+import { handDriven } from "./helpers.ts";
 
 /** A MemoryDriver that counts list() calls and can say an agent is failed, and why. */
 class Probe extends MemoryDriver {
@@ -58,51 +57,133 @@ describe("an agent found stopped", () => {
 });
 
 describe("an agent that keeps stopping", () => {
-  it("is restarted each pass, and a second restart in a row is an error until a pass finds it running", async () => {
+  const policy = { baseMs: 30_000, capMs: 120_000, stableMs: 600_000 };
+  const crashLoop = () => {
     const d = new Probe();
-    const restarts = new Map<string, number>();
+    let now = 1_000_000;
+    const memory = new PassMemory({ policy, now: () => now });
     const want = desired([{ name: "a", version: "1" }]);
-    await reconcile(want, d, restarts);
     const crash = () => {
       d.installed.get("a")!.state = "failed";
       d.sick.set("a", "container hm-a exited with code 3");
     };
+    const starts: number[] = [];
     // A restart heals it (for a while).
     d.start = async (c) => {
+      starts.push(now);
       d.sick.delete(c.name);
       await MemoryDriver.prototype.start.call(d, c);
     };
-    const pass = () => reconcile(want, d, restarts);
+    return {
+      d,
+      crash,
+      starts,
+      pass: () => reconcile(want, d, memory),
+      at: (t: number) => (now = 1_000_000 + t),
+    };
+  };
+
+  it("is restarted at once the first time, then after delays that double up to a cap, and says so", async () => {
+    const { d, crash, starts, pass, at } = crashLoop();
+    await pass();
+    // Once is a crash: restarted at once, reported running (after the found report), no error.
+    at(0);
     crash();
-    // Once is a crash: restarted, reported running (after the found report), no error.
     expect((await pass()).errors).toEqual([]);
+    // Down again 1 s later: not restarted before 30 s have passed since the last restart.
+    at(1_000);
     crash();
-    const loop = await pass();
-    expect(loop.agents.map((a) => a.state)).toEqual(["running"]);
-    expect(loop.errors).toEqual([
+    const waiting = await pass();
+    expect(waiting.agents.map((a) => a.state)).toEqual(["failed"]);
+    expect(waiting.errors).toEqual([
       {
         agent: "a",
         op: "start",
-        message: "stopped again after its restart (2 passes in a row): container hm-a exited with code 3",
+        message: "down again after 1 restart; the next in 29 s: container hm-a exited with code 3",
       },
     ]);
-    // A pass that finds it still running ends the loop's count.
-    expect((await pass()).errors).toEqual([]);
+    expect(waiting.found).toBeUndefined();
+    at(29_000);
+    await pass();
+    expect(starts).toEqual([1_000_000]);
+    // Due: restarted, and the crash loop said even though it runs now.
+    at(30_000);
+    const second = await pass();
+    expect(second.agents.map((a) => a.state)).toEqual(["running"]);
+    expect(second.errors).toEqual([
+      {
+        agent: "a",
+        op: "start",
+        message:
+          "stopped again after its restart (restart 2; the next not before 60 s): container hm-a exited with code 3",
+      },
+    ]);
+    // Then 60 s, then 120 s, then the cap (120 s) again.
+    for (const [t, ok] of [
+      [31_000, false],
+      [89_000, false],
+      [90_000, true],
+      [209_000, false],
+      [210_000, true],
+      [329_000, false],
+      [330_000, true],
+    ] as const) {
+      at(t);
+      crash();
+      await pass();
+      expect(d.installed.get("a")!.state === "running", `at ${t} ms`).toBe(ok);
+    }
+    expect(starts.map((t) => t - 1_000_000)).toEqual([0, 30_000, 90_000, 210_000, 330_000]);
+  });
+
+  it("starts over once it stayed up for the stable period: its next crash is healed at once, without an error", async () => {
+    const { crash, starts, pass, at } = crashLoop();
+    await pass();
+    at(0);
     crash();
+    await pass();
+    at(30_000);
+    crash();
+    await pass();
+    // Up and seen running, but not yet stable: a crash now still waits its turn.
+    at(40_000);
     expect((await pass()).errors).toEqual([]);
+    at(41_000);
+    crash();
+    expect((await pass()).errors[0].message).toMatch(/^down again after 2 restarts; the next in 49 s/);
+    at(90_000);
+    await pass();
+    // Up for 10 min since its last restart, seen running: stable.
+    at(690_000);
+    expect((await pass()).errors).toEqual([]);
+    at(691_000);
+    crash();
+    const healed = await pass();
+    expect(healed.errors).toEqual([]);
+    expect(healed.agents.map((a) => a.state)).toEqual(["running"]);
+    expect(starts.map((t) => t - 1_000_000)).toEqual([0, 30_000, 90_000, 691_000]);
   });
 });
 
 describe("a host agent that heals a stopped agent", () => {
   it("reports the agent stopped, then running", async () => {
     const d = new Probe();
-    const agent = new HostAgent({ url: "http://127.0.0.1:1", token: "hms.x.y", driver: d, bootId: "b" });
-    const s = { desired: desired([{ name: "a", version: "1" }]), due: true } as unknown as LoopState;
-    const sent: Report[] = [];
-    const send = async (r: Report) => (sent.push(r), { report_tag: null } as unknown as ReportAccepted);
-    await agent.reconcileAndReport(s, send);
+    const { sent, pass } = handDriven(d, desired([{ name: "a", version: "1" }]));
+    await pass();
     d.installed.get("a")!.state = "stopped";
-    await agent.reconcileAndReport(s, send);
+    await pass();
     expect(sent.map((r) => r.agents.map((a) => a.state))).toEqual([["running"], ["stopped"], ["running"]]);
+  });
+});
+
+describe("a host agent whose machine cannot be asked what it runs", () => {
+  it("reports, but does not take a terminate order as done on what it last saw", async () => {
+    const d = new Probe();
+    d.list = async () => {
+      throw new Error("podman ps timed out after 60 s (killed)");
+    };
+    const { sent, pass } = handDriven(d, { ...desired([]), lifecycle: "terminate" });
+    expect(await pass()).toBeNull();
+    expect(sent.map((r) => r.agents)).toEqual([[]]);
   });
 });

@@ -1,5 +1,5 @@
 import { existsSync, readFileSync } from "node:fs";
-import { chmod, mkdir, readdir, readFile, readlink, rm, writeFile } from "node:fs/promises";
+import { chmod, mkdir, readdir, readFile, readlink, rm, utimes, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { reconcile } from "../driver.ts";
@@ -151,6 +151,25 @@ describe("TarballDriver (real hook processes)", () => {
     expect(await driver.list()).toEqual([
       { name: "agentx", image: "agentx", version: "2", instance_id: spec.instance_id, state: "running" },
     ]);
+  });
+
+  it("sweeps the version directories killed updates left, keeping the current and the newest other", async () => {
+    const spec = storedSpec("swept", "1", await tarball("swept", "1"), "tarball");
+    await driver.install(spec);
+    const base = agentDir("swept");
+    // What updates killed between their unpack and their clean-up leave: whole versions beside the
+    // current one (oldest first), each with the driver's record of it.
+    const at = Date.now() / 1000;
+    for (const [i, v] of ["2", "3", "4"].entries()) {
+      await sh("cp", ["-a", join(base, "1"), join(base, v)]);
+      await utimes(join(base, v, ".harbormaster.json"), at - 300 + i * 60, at - 300 + i * 60);
+    }
+    // Not a version (no record of the driver's): not ours to judge.
+    await mkdir(join(base, "notes"));
+    await reconcile({ server_id: "s", generation: 1, lifecycle: "run", agents: [spec] }, driver);
+    expect((await readdir(base)).sort()).toEqual(["1", "4", "current", "data", "notes"]);
+    expect(await readlink(join(base, "current"))).toBe("1");
+    expect((await driver.list()).map((a) => [a.version, a.state])).toEqual([["1", "running"]]);
   });
 
   it("keeps the old version when the new one will not start, and says why in the hook's words", async () => {

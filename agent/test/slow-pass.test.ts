@@ -1,0 +1,189 @@
+/**
+ * A pass whose engine work takes long (a 10-minute `load`, a slow hook) runs beside the loop: the
+ * heartbeat keeps its period meanwhile, over the channel and over HTTP, and the pass's own report
+ * goes as soon as it ends, not at the next heartbeat.
+ */
+import { afterEach, describe, expect, it } from "vitest";
+import { CHANNEL_VERSION } from "../../src/domain/channel.ts";
+import { HostAgent, type AgentExit } from "../agent.ts";
+import type { ChannelConnector, ChannelSocket } from "../channel.ts";
+import type { AgentSpec } from "../../src/model/server/schemas.ts";
+import type { Report } from "../host-api.ts";
+import type { FetchLike } from "../http.ts";
+import { MemoryDriver } from "../memory-driver.ts";
+
+const config = {
+  server_id: "srv-1",
+  generation: 1,
+  lifecycle: "run",
+  agents: [{ name: "exporter", image: "exporter", version: "1", instance_id: "i-1" }],
+};
+
+/** An install that takes until the test lets it finish. */
+class SlowInstall extends MemoryDriver {
+  private release!: () => void;
+  private readonly gate = new Promise<void>((r) => (this.release = r));
+  finish() {
+    this.release();
+  }
+  override async install(spec: AgentSpec) {
+    await this.gate;
+    await super.install(spec);
+  }
+}
+
+const accepted = (r: Report) => ({
+  server_id: "srv-1",
+  desired_generation: 1,
+  status: r.generation === 1 ? "realized" : "pending",
+  agents: [],
+  report_tag: `t-${r.generation}-${r.agents.length}`,
+});
+
+/** What the server heard from the host, and when (ms since the start). */
+type Heard = { at: number; what: "report" | "poll-heartbeat"; generation: number | null };
+
+/** A scripted control plane over HTTP: the config once, then long polls that answer 304 after their wait. */
+function httpServer(t0: number) {
+  const heard: Heard[] = [];
+  let served = false;
+  let lastTag: string | null = null;
+  const fetch: FetchLike = async (input, init) => {
+    const url = new URL(String(input));
+    const headers = new Headers(init?.headers);
+    if (url.pathname === "/v1/agent/inventory") {
+      const report = JSON.parse(String(init!.body)) as Report;
+      heard.push({ at: Date.now() - t0, what: "report", generation: report.generation });
+      const body = accepted(report);
+      lastTag = body.report_tag;
+      return new Response(JSON.stringify(body), { status: 200 });
+    }
+    const tag = headers.get("X-Report-Tag");
+    if (tag !== null && tag === lastTag) heard.push({ at: Date.now() - t0, what: "poll-heartbeat", generation: null });
+    if (!served) {
+      served = true;
+      return new Response(JSON.stringify(config), { status: 200, headers: { ETag: '"1"' } });
+    }
+    const waitS = Number(url.searchParams.get("wait") ?? 0);
+    await new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(resolve, waitS * 1000);
+      init?.signal?.addEventListener("abort", () => {
+        clearTimeout(timer);
+        reject(init.signal!.reason);
+      });
+    });
+    return new Response(null, { status: 304, headers: { ETag: '"1"', ...(tag ? { "X-Report-Tag": tag } : {}) } });
+  };
+  return { fetch, heard };
+}
+
+/** A scripted control plane over the channel: the config on connect, an ack for every report. */
+function channelServer(t0: number) {
+  const heard: Heard[] = [];
+  const connect: ChannelConnector = async () => {
+    const listeners: Record<string, ((e: unknown) => void)[]> = { message: [], close: [], error: [] };
+    const deliver = (data: string) => setTimeout(() => listeners.message.forEach((l) => l({ data })), 0);
+    const socket = {
+      send(data: string) {
+        if (data === "ping") return deliver("pong");
+        const m = JSON.parse(data);
+        if (m.type !== "report") return;
+        heard.push({ at: Date.now() - t0, what: "report", generation: m.report.generation });
+        deliver(JSON.stringify({ type: "ack", v: CHANNEL_VERSION, id: m.id, status: 200, body: accepted(m.report) }));
+      },
+      close(code = 1000, reason = "") {
+        setTimeout(() => listeners.close.forEach((l) => l({ code, reason })), 0);
+      },
+      addEventListener(type: string, l: (e: unknown) => void) {
+        listeners[type].push(l);
+      },
+    } as ChannelSocket;
+    deliver(JSON.stringify({ type: "desired", v: CHANNEL_VERSION, config }));
+    return socket;
+  };
+  return { connect, heard };
+}
+
+let stop: (() => Promise<unknown>) | null = null;
+afterEach(async () => {
+  await stop?.();
+  stop = null;
+});
+
+const until = async (what: string, pred: () => boolean, ms = 10_000) => {
+  const deadline = Date.now() + ms;
+  while (!pred()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+};
+
+/** An agent whose one agent's install hangs until `driver.finish()`, on a 1 s heartbeat; stopped after the test. */
+function slowAgent(opts: Partial<ConstructorParameters<typeof HostAgent>[0]>) {
+  const driver = new SlowInstall();
+  const controller = new AbortController();
+  const agent = new HostAgent({
+    url: "http://127.0.0.1:1",
+    token: "hms.test",
+    driver,
+    bootId: "boot-a",
+    reportIntervalMs: 1_000,
+    ...opts,
+  });
+  const exit: Promise<AgentExit> = agent.run(controller.signal);
+  stop = () => (driver.finish(), controller.abort(), exit);
+  return { driver, exit, controller };
+}
+
+describe("a pass slowed by its engine work", () => {
+  it.each(["channel", "http"] as const)(
+    "does not hold the heartbeat, and is reported as soon as it ends (%s)",
+    async (transport) => {
+      const t0 = Date.now();
+      const server = transport === "http" ? httpServer(t0) : channelServer(t0);
+      const { driver } = slowAgent({
+        transport,
+        minPollIntervalMs: 100,
+        random: () => 0,
+        ...("fetch" in server ? { fetch: server.fetch } : { connect: server.connect }),
+      });
+
+      // The install hangs for over 3.5 s, and ends just after a heartbeat; their period is 1 s.
+      await new Promise((r) => setTimeout(r, 3_500));
+      const seen = server.heard.length;
+      await until("a heartbeat", () => server.heard.length > seen);
+      const during = [...server.heard];
+      driver.finish();
+      const released = Date.now() - t0;
+      await until("the pass's report", () => server.heard.some((h) => h.generation === 1));
+
+      // Heard from every period while the install ran (a report, or a poll carrying its tag),
+      // never the pass's report, and nothing before the first report said to be current.
+      expect(during.length).toBeGreaterThanOrEqual(3);
+      const gaps = during.map((h, i) => h.at - (i === 0 ? 0 : during[i - 1].at));
+      expect(Math.max(...gaps)).toBeLessThan(1_800);
+      expect(during.filter((h) => h.what === "report").map((h) => h.generation)).toEqual(expect.arrayContaining([0]));
+      expect(during.some((h) => h.generation === 1)).toBe(false);
+      // Its report went when it ended, not a heartbeat period later.
+      const done = server.heard.find((h) => h.generation === 1)!;
+      expect(done.at - released).toBeLessThan(400);
+      expect([...driver.installed.keys()]).toEqual(["exporter"]);
+    },
+  );
+});
+
+describe("a loop stopped while a pass is under way", () => {
+  it("lets the pass end its step before it returns", async () => {
+    const server = channelServer(Date.now());
+    let returned = false;
+    const { driver, exit, controller } = slowAgent({ connect: server.connect });
+    void exit.finally(() => (returned = true));
+    await until("a heartbeat", () => server.heard.length > 0);
+    controller.abort();
+    await new Promise((r) => setTimeout(r, 500));
+    expect(returned).toBe(false);
+    driver.finish();
+    await expect(exit).resolves.toEqual({ reason: "aborted" });
+    expect([...driver.installed.keys()]).toEqual(["exporter"]);
+  });
+});
