@@ -65,3 +65,25 @@ test("enrollment tokens: a bad pattern is refused with the API's reason; a read 
   await expect(page.getByRole("form", { name: "Create an enrollment token" })).toHaveCount(0);
   await expect(page.getByRole("button", { name: "Revoke" })).toHaveCount(0);
 });
+
+test("enrollment tokens: the answer reloaded sends the form again and shows the same token, its secret issued anew", async ({
+  page,
+}) => {
+  await signIn(page, seed.admin, `/console/enrollment${fleetQ}`);
+  const form = page.getByRole("form", { name: "Create an enrollment token" });
+  await form.getByLabel("Name", { exact: true }).fill("sent twice");
+  await form.getByRole("button", { name: "Create token" }).click();
+  const shown = page.locator("#token-value");
+  await expect(shown).toHaveText(/^hme\./);
+  const first = (await shown.textContent())!.trim();
+  await expect(page.locator("#token-replayed")).toHaveCount(0);
+
+  // Reloading the page the POST answered sends the same form, with the same key.
+  await page.reload();
+  await expect(page.locator("#token-replayed")).toContainText("no longer works");
+  const again = (await shown.textContent())!.trim();
+  expect(again.split(".")[1]).toBe(first.split(".")[1]);
+  expect(again).not.toBe(first);
+  await expect(page.locator("#enrollment-tokens tr", { hasText: "sent twice" })).toHaveCount(1);
+  await accessible(page);
+});

@@ -58,6 +58,27 @@ async function all<T>(fetchPage: (cursor: string | undefined) => Promise<Page<T>
 
 const PAGE = "200";
 
+/** How often a create that is safe to send again is sent when no answer comes back. */
+const CREATE_ATTEMPTS = 3;
+const RETRY_PAUSE_MS = 300;
+
+/**
+ * Sends a request that is safe to send again (it carries an Idempotency-Key, or names what it
+ * creates) until an answer comes back: a dropped connection, an answer cut off, or a gateway's
+ * 502-504 is tried again, up to CREATE_ATTEMPTS times; any other answer is the answer.
+ */
+async function retried<T>(send: () => Promise<T>): Promise<T> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await send();
+    } catch (err) {
+      const answered = err instanceof ApiError && !(err.status >= 502 && err.status <= 504);
+      if (answered || attempt >= CREATE_ATTEMPTS) throw err;
+      await new Promise((resolve) => setTimeout(resolve, RETRY_PAUSE_MS * attempt));
+    }
+  }
+}
+
 /**
  * A server as operators name it (id, hostname, or fleet/hostname) for a path segment: hc puts
  * params in the path as they are, so the slash of fleet/hostname is encoded here.
@@ -100,11 +121,14 @@ function methods(c: Client) {
       ok(c.v1.fleets[":fleet"].roles[":role"].$delete({ param: { fleet, role } })),
 
     // images
-    registerImage: (json: Parameters<Client["v1"]["images"]["$post"]>[0]["json"]) => ok(c.v1.images.$post({ json })),
+    /** Named by its name and version, so sending it again answers the same image: retried. */
+    registerImage: (json: Parameters<Client["v1"]["images"]["$post"]>[0]["json"]) =>
+      retried(() => ok(c.v1.images.$post({ json }))),
     listImages: (query: { name?: string; version?: string } = {}) =>
       all((cursor) => ok(c.v1.images.$get({ query: { ...query, limit: PAGE, cursor } }))),
     getImage: (id: string) => ok(c.v1.images[":id"].$get({ param: { id } })),
-    completeImage: (id: string) => ok(c.v1.images[":id"].complete.$post({ param: { id } })),
+    /** Completing again finds the upload or the object where the previous call left them: retried. */
+    completeImage: (id: string) => retried(() => ok(c.v1.images[":id"].complete.$post({ param: { id } }))),
     deleteImage: (id: string) => ok(c.v1.images[":id"].$delete({ param: { id } })),
 
     // servers
@@ -144,6 +168,9 @@ function methods(c: Client) {
     releaseHolder: (fleet: string, group: string, id: string) =>
       ok(c.v1.fleets[":fleet"]["reboot-groups"][":group"].holders[":id"].$delete({ param: { fleet, group, id } })),
     rotateFleetlockKey: (fleet: string) => ok(c.v1.fleets[":fleet"]["fleetlock-key"].$post({ param: { fleet } })),
+    listFixHolds: (fleet: string) => ok(c.v1.fleets[":fleet"]["fix-holds"].$get({ param: { fleet } })),
+    releaseFixHold: (fleet: string, server: string) =>
+      ok(c.v1.fleets[":fleet"]["fix-holds"][":server"].$delete({ param: { fleet, server } })),
 
     // tokens
     listTokens: (kind?: "operator" | "server") =>
@@ -210,10 +237,21 @@ function methods(c: Client) {
       all((cursor) =>
         ok(c.v1.fleets[":fleet"]["enrollment-tokens"].$get({ param: { fleet }, query: { limit: PAGE, cursor } })),
       ),
+    /** One key for the call, however often it is sent: a retry is the same create, never a second token. */
     createEnrollmentToken: (
       fleet: string,
       json: Parameters<Client["v1"]["fleets"][":fleet"]["enrollment-tokens"]["$post"]>[0]["json"],
-    ) => ok(c.v1.fleets[":fleet"]["enrollment-tokens"].$post({ param: { fleet }, json })),
+      key: string = crypto.randomUUID(),
+    ) =>
+      retried(() =>
+        ok(
+          c.v1.fleets[":fleet"]["enrollment-tokens"].$post({
+            param: { fleet },
+            header: { "idempotency-key": key },
+            json,
+          }),
+        ),
+      ),
     revokeEnrollmentToken: (fleet: string, id: string) =>
       ok(c.v1.fleets[":fleet"]["enrollment-tokens"][":id"].$delete({ param: { fleet, id } })),
     getAgentBuild: (target: string) => ok(c.v1.agent.builds[":target"].$get({ param: { target } })),

@@ -55,6 +55,8 @@ const NOT_WALKED: Record<string, string> = {
     "needs a host parked in the queue (FleetLock); the answer is printed by the same ctx.machine path",
   "reboot-groups release":
     "needs a host holding a slot (FleetLock); the answer is printed by the same ctx.machine path",
+  "fix-holds release":
+    "needs a drift fix's write its server never realized (a disruption budget, a drifted host): e2e/cli-safety.test.ts releases one with --json and without",
   "agent publish":
     "replaces the deployment's one agent build, which other files download; e2e/enrollment.test.ts publishes with -o json",
   "rollout watch": "follows a rollout to its end; `rollout start --watch` prints the same object",
@@ -140,6 +142,7 @@ describe("every hm command answers -o json in one shape", () => {
     await run("reboot-groups list", ["--fleet", fleet], "list");
     await run("reboot-groups show", ["night", "--fleet", fleet], "object");
     await run("fleetlock-waiting", ["--fleet", fleet], "list");
+    await run("fix-holds list", ["--fleet", fleet], "list");
     await run("reboot-groups pause", ["night", "--fleet", fleet], "object");
     await run("reboot-groups resume", ["night", "--fleet", fleet], "object");
     await run("gates set", ["--fleet", fleet, "--rollouts"], "object");

@@ -3,8 +3,9 @@
  * the queue, webhooks (docs/reboot-safety.md).
  */
 import { createServer } from "node:http";
-import { afterAll, describe, expect, it } from "vitest";
-import { hmRunner } from "./harness.ts";
+import { afterAll, describe, expect, inject, it } from "vitest";
+import { HostApi } from "../agent/host-api.ts";
+import { adminApi, hmRunner } from "./harness.ts";
 
 const hm = hmRunner("safety");
 
@@ -120,5 +121,53 @@ describe("hm: reboot safety", () => {
     expect(typo.stderr).not.toMatch(/\[y\/N\]/);
     expect((await hm(["--yes", "webhooks", "rm", id, "--fleet", fleet])).code).toBe(0);
     expect((await hm(["-o", "yaml", "webhooks", "list", "--fleet", fleet])).stdout).toBe("[]\n");
+  });
+});
+
+describe("hm: drift fixes' units of the budget", () => {
+  it("lists the unit a fix holds for a server that never reported it realized, and frees it (asked first)", async () => {
+    const fleet = `fixh-${Date.now().toString(36)}`;
+    expect(
+      (await adminApi("POST", "/v1/fleets", { id: fleet, disruption_budget: { max_unavailable: 1 } })).status,
+    ).toBe(201);
+    const s = (await adminApi("POST", "/v1/servers", { fleet, hostname: `web-1.${fleet}.test`, kind: "managed" })).json;
+    await adminApi("PUT", `/v1/servers/${s.id}/desired`, {
+      generation: 2,
+      agents: [{ name: "web", image: "reg/web:1", version: "1" }],
+    });
+    const report = (image: string) =>
+      new HostApi(inject("hmUrl"), s.token).report({
+        generation: 2,
+        reconciled_at: new Date().toISOString(),
+        boot_id: "b1",
+        agents: [{ name: "web", image, version: "1", instance_id: "i1", state: "running" }],
+        errors: [],
+        assignments: { units: [], storage: [] },
+      });
+    await report("reg/web:1");
+    await report("reg/web:0");
+    await expect
+      .poll(async () => (await adminApi("GET", `/v1/check/server-agents?fleet=${fleet}`)).json.findings.length)
+      .toBeGreaterThan(0);
+    const fixed = await hm(["--json", "check", "server-agents", "--fleet", fleet, "--fix", "--yes"]);
+    expect(fixed.code).toBe(0);
+
+    const listed = await hm(["--json", "fix-holds", "--fleet", fleet]);
+    expect(listed.code).toBe(0);
+    expect(listed.json()).toEqual([
+      expect.objectContaining({ server: { id: s.id, hostname: s.hostname }, state: "written", written_generation: 3 }),
+    ]);
+    expect((await hm(["fix-holds", "--fleet", fleet])).stdout).toContain(s.hostname);
+    // Not interactive and no --yes: asked first, so nothing is freed.
+    const asked = await hm(["fix-holds", "release", s.hostname, "--fleet", fleet]);
+    expect(asked.code).not.toBe(0);
+    expect((await hm(["--json", "fix-holds", "--fleet", fleet])).json()).toHaveLength(1);
+    const freed = await hm(["fix-holds", "release", s.hostname, "--fleet", fleet, "--yes"]);
+    expect(freed.code).toBe(0);
+    expect(freed.stdout).toContain(`Freed the unit held for ${s.hostname} (written since`);
+    expect((await hm(["--json", "fix-holds", "--fleet", fleet])).json()).toEqual([]);
+    const again = await hm(["fix-holds", "release", s.hostname, "--fleet", fleet, "--yes"]);
+    expect(again.code).toBe(1);
+    expect(again.stderr).toContain("not_held");
   });
 });

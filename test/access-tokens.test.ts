@@ -1,6 +1,7 @@
 import { env } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { grantFor } from "../src/auth/grants";
+import { revokeToken } from "../src/auth/service";
 import { fleetAllowed, type OperatorPrincipal } from "../src/domain/principal";
 import { call, createFleet } from "./helpers";
 
@@ -149,5 +150,41 @@ describe("DELETE /v1/tokens/{id} called at the same time", () => {
       .bind(`token:${t.id}`)
       .all<{ at: number }>();
     expect(audit.results).toEqual([{ at: row.revoked_at }]);
+  });
+});
+
+describe("DELETE /v1/tokens/{id} that loses the race", () => {
+  it("answers the winner's revoked_at as committed, read back in its own transaction", async () => {
+    const t = await token({ name: "lost race" });
+    const winnerAt = Date.parse("2026-01-02T03:04:05.678Z");
+    let batched = false;
+    // The winner revokes between this call's read and its batch; after the batch D1 answers
+    // nothing more (a second read would be a window of its own, or an outage between two statements).
+    const db = new Proxy(env.DB, {
+      get(target, prop) {
+        if (prop === "prepare")
+          return (query: string) => {
+            if (batched) throw new Error("D1 unreachable after the batch");
+            return target.prepare(query);
+          };
+        if (prop === "batch")
+          return async (statements: D1PreparedStatement[]) => {
+            await target.prepare("UPDATE tokens SET revoked_at = ? WHERE id = ?").bind(winnerAt, t.id).run();
+            const out = await target.batch(statements);
+            batched = true;
+            return out;
+          };
+        const value = Reflect.get(target, prop);
+        return typeof value === "function" ? value.bind(target) : value;
+      },
+    });
+    const answer = await revokeToken({ ...env, DB: db }, operator({}), t.id);
+    expect(answer.revokedAt).toBe(winnerAt);
+    const audit = await env.DB.prepare(
+      "SELECT COUNT(*) AS n FROM audit_log WHERE action = 'token.revoke' AND target = ?",
+    )
+      .bind(`token:${t.id}`)
+      .first<{ n: number }>();
+    expect(audit?.n).toBe(0);
   });
 });

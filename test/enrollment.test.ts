@@ -109,6 +109,124 @@ describe("enrollment tokens", () => {
   });
 });
 
+describe("enrollment token creates with an Idempotency-Key", () => {
+  const create = (fleet: string, key: string, body: Record<string, unknown>) =>
+    call("POST", `/v1/fleets/${fleet}/enrollment-tokens`, { body, headers: { "Idempotency-Key": key } });
+  const tokensOf = async (fleet: string) =>
+    countRows("SELECT COUNT(*) AS n FROM enrollment_tokens WHERE fleet_id = ?", fleet);
+
+  it("answers a retry with the same key and request with the same token: one row, the lost secret refused", async () => {
+    const { id: fleet } = await createFleet();
+    const key = crypto.randomUUID();
+    const body = { name: "retried", expires_at: inDays(1), labels: { a: "1", b: "2" } };
+    const first = await create(fleet, key, body);
+    expect(first.status).toBe(201);
+    // The same request, as a retry would send it: labels in another order, the expiry in another offset.
+    const expiry = new Date(Date.parse(body.expires_at));
+    const again = await create(fleet, key, {
+      ...body,
+      labels: { b: "2", a: "1" },
+      expires_at: expiry.toISOString().replace("Z", "+00:00"),
+      max_uses: 1,
+    });
+    expect(again.status).toBe(201);
+    expect(again.json.id).toBe(first.json.id);
+    expect(again.json.token).not.toBe(first.json.token);
+    expect(await tokensOf(fleet)).toBe(1);
+    // The secret is issued again: the lost answer's no longer enrolls, the retry's does.
+    expect((await enrollWith(first.json.token, machine())).status).toBe(401);
+    expect((await enrollWith(again.json.token, machine())).status).toBe(201);
+    const audit = await call("GET", `/v1/audit?target=enrollment-token:${first.json.id}`);
+    expect(audit.json.items.map((e: any) => e.action).sort()).toEqual([
+      "enrollment_token.create",
+      "enrollment_token.reissue",
+    ]);
+  });
+
+  it("refuses the same key with another request (409 idempotency_key_reused), writing nothing", async () => {
+    const { id: fleet } = await createFleet();
+    const { id: other } = await createFleet();
+    const key = crypto.randomUUID();
+    const first = await create(fleet, key, { expires_at: inDays(1) });
+    for (const [where, body] of [
+      [fleet, { expires_at: inDays(1), max_uses: 2 }],
+      [other, first.json && { expires_at: first.json.expires_at }],
+    ] as const) {
+      const res = await create(where, key, body);
+      expect(res.status).toBe(409);
+      expect(res.json.error).toMatchObject({ code: "idempotency_key_reused", details: { token_id: first.json.id } });
+    }
+    expect(await tokensOf(fleet)).toBe(1);
+    expect(await tokensOf(other)).toBe(0);
+    // The first secret still works: a refused retry changes nothing.
+    expect((await enrollWith(first.json.token, machine())).status).toBe(201);
+  });
+
+  it("refuses to issue the secret again once the token enrolled a machine or was revoked", async () => {
+    const { id: fleet } = await createFleet();
+    const used = crypto.randomUUID();
+    const body = { expires_at: inDays(1), max_uses: 5 };
+    const first = await create(fleet, used, body);
+    expect((await enrollWith(first.json.token, machine())).status).toBe(201);
+    const again = await create(fleet, used, body);
+    expect(again.status).toBe(409);
+    expect(again.json.error.code).toBe("idempotency_key_reused");
+    // Whoever holds the secret keeps enrolling with it.
+    expect((await enrollWith(first.json.token, machine())).status).toBe(201);
+
+    // Presented by a machine whose enrollment was refused (its use given back): someone holds it.
+    const taken = `${uniq("taken")}.example.com`;
+    await registerServer(fleet, { hostname: taken });
+    const triedKey = crypto.randomUUID();
+    const tried = await create(fleet, triedKey, body);
+    const refused = await enrollWith(tried.json.token, { ...machine(), hostname: taken });
+    expect(refused.json.error.code).toBe("hostname_taken");
+    expect((await tokenRow(tried.json.id)).uses).toBe(0);
+    expect((await create(fleet, triedKey, body)).json.error.code).toBe("idempotency_key_reused");
+    expect((await enrollWith(tried.json.token, machine())).status).toBe(201);
+
+    const revokedKey = crypto.randomUUID();
+    const second = await create(fleet, revokedKey, body);
+    await call("DELETE", `/v1/fleets/${fleet}/enrollment-tokens/${second.json.id}`);
+    expect((await create(fleet, revokedKey, body)).json.error.code).toBe("idempotency_key_reused");
+  });
+
+  it("makes one token of racing creates with one key; keys are the creator's own", async () => {
+    const { id: fleet } = await createFleet();
+    const key = crypto.randomUUID();
+    const body = { expires_at: inDays(1) };
+    const answers = await Promise.all(Array.from({ length: 5 }, () => create(fleet, key, body)));
+    const ok = answers.filter((a) => a.status === 201);
+    expect(ok.length).toBeGreaterThanOrEqual(1);
+    for (const a of answers.filter((a) => a.status !== 201)) expect(a.json.error.code).toBe("idempotency_key_reused");
+    expect(new Set(ok.map((a) => a.json.id)).size).toBe(1);
+    expect(await tokensOf(fleet)).toBe(1);
+    // Another operator's same key is another create.
+    const writer = await call("POST", "/v1/tokens", { body: { name: "w", scope: "write" } });
+    const theirs = await call("POST", `/v1/fleets/${fleet}/enrollment-tokens`, {
+      token: writer.json.token,
+      body,
+      headers: { "Idempotency-Key": key },
+    });
+    expect(theirs.status).toBe(201);
+    expect(theirs.json.id).not.toBe(ok[0].json.id);
+    expect(await tokensOf(fleet)).toBe(2);
+  });
+
+  it("refuses a malformed key as 400 and creates without one as before", async () => {
+    const { id: fleet } = await createFleet();
+    for (const key of ["has space", "x".repeat(256), "ünïcode"]) {
+      const res = await create(fleet, key, { expires_at: inDays(1) });
+      expect(res.status, key).toBe(400);
+      expect(["validation_failed", "invalid_header"]).toContain(res.json.error.code);
+    }
+    expect(await tokensOf(fleet)).toBe(0);
+    await newToken(fleet);
+    await newToken(fleet);
+    expect(await tokensOf(fleet)).toBe(2);
+  });
+});
+
 describe("POST /v1/agent/enroll", () => {
   it("registers the server as POST /v1/servers does, with the token's roles, group and kind, and audits it with the token's id", async () => {
     const { id: fleet } = await createFleet();

@@ -1,9 +1,9 @@
-import { env, runInDurableObject } from "cloudflare:test";
+import { env, runInDurableObject, SELF } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { getDb } from "../src/db/client";
 import { fleetSettings } from "../src/fleets/store";
 import { planInputsOf } from "../src/planner/store";
-import { breakCoordinator, call, fireTimersNow, report, settle } from "./helpers";
+import { BASE, breakCoordinator, call, fireTimersNow, report, settle } from "./helpers";
 import { fleetWithKey, flushCoordinator, putGroup, zincati } from "./fleetlock-helpers";
 import { hostReconcile } from "./rollout-helpers";
 import { coordinator, ledger } from "./support/objects";
@@ -470,5 +470,146 @@ describe("the console's fix", () => {
     const flash = Object.entries(cookiesOf(res)).find(([name]) => name.endsWith("hm_flash"))![1].value;
     const text = JSON.parse(new TextDecoder().decode(Uint8Array.from(atob(flash), (ch) => ch.charCodeAt(0)))).text;
     expect(text).toBe(`fix applied to 1 server(s): 0 fixed, 1 not fixed: ${drifted.hostname} (budget_exhausted).`);
+  });
+});
+
+describe("an operator and the bound free a fix's unit its server never realized", () => {
+  /** A fix whose write is known and whose server never reports it realized. */
+  async function writtenHold() {
+    const b = await budgetFleet();
+    expect((await fix(b.f.fleet))[b.drifted.id]).toMatchObject({ ok: true, outcome: "reissued", generation: 3 });
+    await fireTimersNow(coordinator(b.f.fleet), "fixhold");
+    expect(await fixHolds(b.f.fleet)).toEqual({ [b.drifted.id]: null });
+    return b;
+  }
+  const down = (fleet: string) =>
+    runInDurableObject(coordinator(fleet), (_i, state) =>
+      Object.fromEntries(state.storage.kv.list<{ by_fix?: boolean }>({ prefix: "down:" })),
+    );
+
+  it("lists the hold, frees it on an operator's release (audited), and refuses a hold a call may still write under", async () => {
+    const { f, rebooting, drifted } = await writtenHold();
+    const listed = await call("GET", `/v1/fleets/${f.fleet}/fix-holds`);
+    expect(listed.status).toBe(200);
+    expect(listed.json.items).toEqual([
+      expect.objectContaining({
+        server: { id: drifted.id, hostname: drifted.hostname },
+        state: "written",
+        seen_generation: 2,
+        written_generation: 3,
+        settles_at: expect.any(String),
+      }),
+    ]);
+    const res = await call("DELETE", `/v1/fleets/${f.fleet}/fix-holds/${drifted.hostname}`);
+    expect(res.status).toBe(200);
+    expect(res.json.released).toMatchObject({ server: { id: drifted.id }, state: "written" });
+    expect(await fixHolds(f.fleet)).toEqual({});
+    expect((await zincati(f.baseUrl, "pre-reboot", rebooting.fleetlockId)).status).toBe(200);
+    const audit = (await call("GET", `/v1/audit?target=fleet:${f.fleet}`)).json.items;
+    expect(
+      audit.find((r: any) => r.action === "disruption.release" && r.details.server_id === drifted.id),
+    ).toMatchObject({ actor: expect.stringMatching(/^token:|^admin/), details: { why: "operator", state: "written" } });
+    // Released twice: nothing holds it any more.
+    const again = await call("DELETE", `/v1/fleets/${f.fleet}/fix-holds/${drifted.id}`);
+    expect(again.status).toBe(404);
+    expect(again.json.error.code).toBe("not_held");
+
+    // A hold a fix call may still write under is not the operator's to free: its write could land after.
+    const other = await host(f.fleet, true);
+    expect((await zincati(f.baseUrl, "steady-state", rebooting.fleetlockId)).status).toBe(200);
+    expect(await holdOnly(f.fleet, other.id)).toMatchObject({ ok: true });
+    const writing = await call("DELETE", `/v1/fleets/${f.fleet}/fix-holds/${other.id}`);
+    expect(writing.status).toBe(409);
+    expect(writing.json.error).toMatchObject({
+      code: "invalid_state",
+      message: expect.stringContaining("may still write"),
+    });
+    expect(Object.keys(await fixHolds(f.fleet))).toEqual([other.id]);
+  });
+
+  it("refuses a server it does not hold, one of another fleet and an unknown fleet, changing nothing", async () => {
+    const { f, drifted } = await writtenHold();
+    const elsewhere = await fleetWithKey();
+    for (const [path, status, code] of [
+      [`/v1/fleets/${f.fleet}/fix-holds/nope.example.com`, 404, "not_held"],
+      [`/v1/fleets/${f.fleet}/fix-holds/${elsewhere.fleet}%2F${drifted.hostname}`, 404, "not_held"],
+      [`/v1/fleets/${elsewhere.fleet}/fix-holds/${drifted.id}`, 404, "not_held"],
+      [`/v1/fleets/no-such-fleet-x/fix-holds/${drifted.id}`, 404, "not_found"],
+    ] as const) {
+      const res = await call("DELETE", path);
+      expect({ path, status: res.status, code: res.json.error?.code }).toEqual({ path, status, code });
+    }
+    expect(Object.keys(await fixHolds(f.fleet))).toEqual([drifted.id]);
+  });
+
+  it("counts a server whose written fix is not realized within the bound as failed, until it reports realized", async () => {
+    const { f, rebooting, drifted } = await writtenHold();
+    // The bound passes (the hold's write became known 31 minutes ago).
+    await runInDurableObject(coordinator(f.fleet), (instance, state) => {
+      const d = (instance as any).parts.disruption;
+      const h = d.holds().get(`fix:${drifted.id}`);
+      d.replaceHold({ ...h, known_at: h.known_at - 31 * 60_000 });
+      expect(state.storage.kv.get(`dhold:fix:${drifted.id}`)).toBeTruthy();
+    });
+    await fireTimersNow(coordinator(f.fleet), "fixhold");
+    expect(await fixHolds(f.fleet)).toEqual({});
+    expect(await down(f.fleet)).toEqual({
+      [`down:${drifted.id}`]: expect.objectContaining({ status: "failed", by_fix: true }),
+    });
+    // Still counted against the budget: the reboot is refused, naming the server.
+    expect((await zincati(f.baseUrl, "pre-reboot", rebooting.fleetlockId)).json).toMatchObject({
+      kind: "budget_exhausted",
+    });
+    expect((await call("GET", `/v1/fleets/${f.fleet}/fix-holds`)).json.items).toEqual([
+      expect.objectContaining({ server: { id: drifted.id, hostname: drifted.hostname }, state: "counted_failed" }),
+    ]);
+    // Its realized report clears it, like any failed server's.
+    await call("PUT", "/v1/agent/inventory", { token: drifted.token, body: report(3, [AGENT]) });
+    await settle(drifted.id);
+    expect(await down(f.fleet)).toEqual({});
+    expect((await zincati(f.baseUrl, "pre-reboot", rebooting.fleetlockId)).status).toBe(200);
+  });
+
+  it("frees a server its bound counted failed on an operator's release", async () => {
+    const { f, drifted } = await writtenHold();
+    await runInDurableObject(coordinator(f.fleet), (instance) => {
+      const d = (instance as any).parts.disruption;
+      const h = d.holds().get(`fix:${drifted.id}`);
+      d.replaceHold({ ...h, known_at: h.known_at - 31 * 60_000 });
+    });
+    await fireTimersNow(coordinator(f.fleet), "fixhold");
+    const res = await call("DELETE", `/v1/fleets/${f.fleet}/fix-holds/${drifted.id}`);
+    expect(res.status).toBe(200);
+    expect(res.json.released).toMatchObject({ state: "counted_failed" });
+    expect(await down(f.fleet)).toEqual({});
+  });
+});
+
+describe("open console pages and the budget's fix holds", () => {
+  it("are told when a fix takes a unit and when it frees, though no reboot group changed", async () => {
+    const { f, drifted } = await budgetFleet();
+    const s = await signIn();
+    const ws = (
+      await SELF.fetch(`${BASE}/console/live?fleet=${f.fleet}`, {
+        headers: { Upgrade: "websocket", Cookie: s.cookie, Origin: BASE },
+      })
+    ).webSocket!;
+    ws.accept();
+    const seen: { kind: string }[] = [];
+    ws.addEventListener("message", (ev) => seen.push(JSON.parse(String(ev.data))));
+    // The setup's own notices go by first.
+    await new Promise((r) => setTimeout(r, 1200));
+    seen.length = 0;
+    expect(await holdOnly(f.fleet, drifted.id)).toMatchObject({ ok: true });
+    await fireTimersNow(coordinator(f.fleet), "outbox");
+    await expect.poll(() => seen.map((n) => n.kind), { timeout: 3000 }).toContain("reboot");
+    await new Promise((r) => setTimeout(r, 600));
+    seen.length = 0;
+    // Its end: nothing was written, the unit frees.
+    await fireTimersNow(coordinator(f.fleet), "fixhold");
+    expect(await fixHolds(f.fleet)).toEqual({});
+    await fireTimersNow(coordinator(f.fleet), "outbox");
+    await expect.poll(() => seen.map((n) => n.kind), { timeout: 3000 }).toContain("reboot");
+    ws.close(1000, "done");
   });
 });

@@ -15,8 +15,8 @@ import {
   type HealthSent,
   type ServerHealthEvent,
 } from "../src/fleetlock/ledger-side";
-import { call, createFleet, fireTimersNow, registerServer, report, settle } from "./helpers";
-import { hook, receivedBy, receiver } from "./webhook-helpers";
+import { breakD1, call, createFleet, fireTimersNow, registerServer, report, settle } from "./helpers";
+import { createWebhook, hook, receivedBy, receiver } from "./webhook-helpers";
 import { coordinator, ledger } from "./support/objects";
 
 /** The coordinator's serverHealth calls, per fleet (RPC dispatches on the class, so it is wrapped there). */
@@ -99,6 +99,35 @@ describe("health events to the fleet's coordinator", () => {
     expect(calls).toHaveLength(before);
   });
 
+  it("refuses to create a webhook asking for drifts while D1 refuses the fleet's watch, creating nothing", async () => {
+    const f = await createFleet();
+    const s = await registerServer(f.id);
+    await put(s.id, s.token, realized());
+    expect(await watchOf(f.id)).toBe(0);
+    const restore = await breakD1(coordinator(f.id));
+    const refused = await createWebhook(f.id, { url: "https://hooks.example.com/drift", events: ["server.drifted"] });
+    // A webhook wanting no drift needs no watch: created as before (its audit row waits in the outbox).
+    const other = await createWebhook(f.id, { url: "https://hooks.example.com/failed", events: ["server.failed"] });
+    await restore();
+    expect(refused.status).toBe(503);
+    expect(refused.json.error).toMatchObject({ code: "unavailable", message: expect.stringContaining("not created") });
+    expect(other.status).toBe(201);
+    const listed = (await call("GET", `/v1/fleets/${f.id}/webhooks`)).json;
+    const urls = (Array.isArray(listed) ? listed : listed.items).map((w: { url: string }) => w.url);
+    expect(urls).toEqual(["https://hooks.example.com/failed"]);
+    expect(await watchOf(f.id)).toBe(0);
+
+    // D1 back: created, and the watch is in D1 when it is answered, so the next drift is sent.
+    const calls = await countHealthCalls(f.id);
+    const sent = await receiver(f.id);
+    const wants = await hook(f.id, "drift", ["server.drifted"]);
+    expect(await watchOf(f.id)).toBe(1);
+    await put(s.id, s.token, drifted());
+    await fireTimersNow(coordinator(f.id));
+    expect(calls.map((e) => e.status?.to)).toEqual(["drifted"]);
+    expect(receivedBy(sent, wants)).toEqual(["server.drifted"]);
+  });
+
   it("a failed server always reaches the coordinator, whatever the watch", async () => {
     const f = await createFleet();
     const s = await registerServer(f.id);
@@ -110,6 +139,55 @@ describe("health events to the fleet's coordinator", () => {
     expect(calls.at(-1)?.status).toEqual({ from: "drifted", to: "failed" });
     await put(s.id, s.token, realized());
     expect(calls.at(-1)?.status).toEqual({ from: "failed", to: "realized" });
+  });
+});
+
+describe("the ledger's memory of what it sent", () => {
+  it("stays as storage is when the turn that sent an event throws and rolls back", async () => {
+    const f = await createFleet();
+    const s = await registerServer(f.id);
+    await put(s.id, s.token, realized());
+    await runInDurableObject(ledger(s.id), (instance) => {
+      const p = (instance as any).parts;
+      // A fix's hold waits on a realized report past generation 1.
+      fixHoldAnnounced(p.store, 1);
+      const before = p.store.healthSent();
+      expect(before).toMatchObject({ fix_from: 1 });
+      const base: ServerHealthEvent = {
+        fleet_id: f.id,
+        server_id: s.id,
+        hostname: "h",
+        at: Date.now(),
+        boot_id: before.boot_id ?? "boot-1",
+        rebooted_from: null,
+        realized: true,
+        generation: 2,
+        status: { from: "drifted", to: "realized" },
+      };
+      // The realized report past the hold's generation, in a turn whose later statement throws.
+      expect(() =>
+        p.store.transaction(() => {
+          expect(sendHealth(p, base, 2)).toBe(true);
+          throw new Error("simulated: a later statement of the turn failed");
+        }),
+      ).toThrow("simulated");
+      // Rolled back: the event was never stored, so the hold still waits and the next report must go.
+      expect(p.store.healthSent()).toEqual(before);
+      // A drift-only event rolled back leaves nothing waiting on a read of the fleet's watch.
+      const drift = { ...base, at: base.at + 1, realized: false, status: { from: "realized", to: "drifted" } };
+      expect(() =>
+        p.store.transaction(() => {
+          expect(sendHealth(p, drift, 2)).toBe(true);
+          throw new Error("simulated: a later statement of the turn failed");
+        }),
+      ).toThrow("simulated");
+      expect(p.driftWatch.wanted()).toBe(false);
+      // Committed, both are remembered.
+      p.store.transaction(() => sendHealth(p, base, 2));
+      expect(p.store.healthSent()).toEqual({ boot_id: base.boot_id });
+      p.store.transaction(() => sendHealth(p, drift, 2));
+      expect(p.driftWatch.wanted()).toBe(true);
+    });
   });
 });
 
@@ -148,7 +226,11 @@ describe("who a health event is for", () => {
     let sent: HealthSent | null = null;
     const sink = {
       outbox: { enqueue: (_k: "server_health", e: ServerHealthEvent) => void enqueued.push(e) },
-      store: { healthSent: () => sent, setHealthSent: (s: HealthSent) => void (sent = s) },
+      store: {
+        healthSent: () => sent,
+        setHealthSent: (s: HealthSent) => void (sent = s),
+        onCommit: (fn: () => void) => fn(),
+      },
       driftWatch: new DriftWatch(),
     };
     expect(sendHealth(sink, event(), 4)).toBe(true);

@@ -1,6 +1,6 @@
 import { env } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import { sweepImages } from "../src/images/service";
+import { completeUpload, sweepImages } from "../src/images/service";
 import { ABANDONED_UPLOAD_MS } from "../src/domain/images";
 import { BASE, call, checkedFetch, createFleet } from "./helpers";
 import { bytesOf, digestOf, imageName, MiB, putPart, r2Head, register, storedImage } from "./image-helpers";
@@ -44,6 +44,13 @@ describe("registering images", () => {
     expect(other.json.error.code).toBe("image_conflict");
     expect(other.json.error.details.id).toBe(first.json.id);
     expect((await call("GET", `/v1/images/${first.json.id}`)).json.digest).toBe(`sha256:${HEX}`);
+    // Labels and a description are part of what was registered: another set is refused, not dropped.
+    for (const changed of [{ labels: { team: "web" } }, { labels: {} }, { description: "another" }]) {
+      const res = await register({ ...body, ...changed });
+      expect(res.status, JSON.stringify(changed)).toBe(409);
+      expect(res.json.error.code).toBe("image_conflict");
+    }
+    expect((await call("GET", `/v1/images/${first.json.id}`)).json.labels).toEqual({ team: "net" });
   });
 
   it("refuses bad input and keeps nothing: a ref not pinned by the digest, oversized names and labels, a wrong content type", async () => {
@@ -383,5 +390,85 @@ describe("the abandoned-upload sweep", () => {
     // The upload is gone from R2: completing it there fails.
     const upload = env.IMAGES.resumeMultipartUpload(`images/${old.json.id}`, uploadId);
     await expect(upload.uploadPart(1, bytes)).rejects.toThrow();
+  });
+});
+
+/** env with a D1 that runs `before` ahead of the next batch: what a concurrent writer did between a read and that batch. */
+function racedEnv(before: () => Promise<unknown>) {
+  let pending: (() => Promise<unknown>) | null = before;
+  const DB = new Proxy(env.DB, {
+    get(target, prop) {
+      if (prop === "batch")
+        return async (statements: D1PreparedStatement[]) => {
+          const run = pending;
+          pending = null;
+          await run?.();
+          return target.batch(statements);
+        };
+      const value = Reflect.get(target, prop);
+      return typeof value === "function" ? value.bind(target) : value;
+    },
+  });
+  return { ...env, DB };
+}
+
+describe("the abandoned-upload sweep racing a completion", () => {
+  async function oldUpload() {
+    const bytes = bytesOf(5000, 7);
+    const img = await register({
+      name: imageName(),
+      version: "1",
+      kind: "tarball",
+      digest: await digestOf(bytes),
+      size: 5000,
+    });
+    expect((await putPart(img.json.id, 1, bytes)).status).toBe(200);
+    const now = Date.now();
+    await env.DB.prepare("UPDATE images SET created_at = ? WHERE id = ?")
+      .bind(now - ABANDONED_UPLOAD_MS - 1000, img.json.id)
+      .run();
+    return { id: img.json.id as string, now };
+  }
+
+  it("leaves an upload that completed after the sweep read it: the image stays ready, its bytes owed no delete", async () => {
+    const { id, now } = await oldUpload();
+    expect((await call("POST", `/v1/images/${id}/complete`)).status).toBe(200);
+    // The sweep read it while it was still uploading; the completion committed before the sweep's batch.
+    await env.DB.prepare("UPDATE images SET state = 'uploading' WHERE id = ?").bind(id).run();
+    const swept = racedEnv(() => env.DB.prepare("UPDATE images SET state = 'ready' WHERE id = ?").bind(id).run());
+    expect((await sweepImages(swept, now)).abandoned).toBe(0);
+    expect((await call("GET", `/v1/images/${id}`)).json.state).toBe("ready");
+    const owed = await env.DB.prepare("SELECT count(*) AS n FROM image_deletions WHERE key = ?")
+      .bind(`images/${id}`)
+      .first<{ n: number }>();
+    expect(owed!.n).toBe(0);
+    expect(await r2Head(id)).not.toBeNull();
+    const audit = await call("GET", `/v1/audit?target=image:${id}`);
+    expect(audit.json.items.map((e: any) => e.action)).not.toContain("image.upload_abandoned");
+  });
+});
+
+describe("a completion racing the abandoned-upload sweep", () => {
+  it("is answered 404 when the sweep forgot the upload first, not as a ready image", async () => {
+    const bytes = bytesOf(5000, 9);
+    const img = await register({
+      name: imageName(),
+      version: "1",
+      kind: "tarball",
+      digest: await digestOf(bytes),
+      size: 5000,
+    });
+    const id = img.json.id as string;
+    expect((await putPart(id, 1, bytes)).status).toBe(200);
+    // The sweep forgets the row between the completion's read and its last batch.
+    const raced = racedEnv(() =>
+      env.DB.batch([
+        env.DB.prepare("DELETE FROM image_parts WHERE image_id = ?").bind(id),
+        env.DB.prepare("DELETE FROM images WHERE id = ?").bind(id),
+      ]),
+    );
+    await expect(completeUpload(raced, "token:test", id)).rejects.toMatchObject({ code: "not_found" });
+    const audit = await call("GET", `/v1/audit?target=image:${id}`);
+    expect(audit.json.items.map((e: any) => e.action)).not.toContain("image.upload_complete");
   });
 });

@@ -12,19 +12,56 @@ import { getDb } from "../src/db/client";
 import { auditLog } from "../src/db/schema";
 import {
   backoffMs,
+  CallTimeout,
   NotYet,
   Outbox,
   OUTBOX_MAX_BACKOFF_MS,
   OUTBOX_SAFETY_MS,
   OUTBOX_TIMER,
 } from "../src/objects/kit/outbox";
+import { Pool } from "../src/objects/kit/pool";
 import { Scheduler } from "../src/objects/kit/scheduler";
+
+const tick = (ms: number) => new Promise<void>((res) => setTimeout(res, ms));
+/** Whether `p` settles within `ms`: a flush held up by something it should not wait for does not. */
+const within = (p: Promise<unknown>, ms: number) =>
+  Promise.race([p.then(() => "settled" as const), tick(ms).then(() => "pending" as const)]);
+/** Waits until `ok()` holds, at most `ms`. */
+async function until(ok: () => boolean, ms = 2_000) {
+  for (const end = Date.now() + ms; !ok() && Date.now() < end;) await tick(5);
+}
+/** A receiver that answers only once the test opens its gate. */
+function gate() {
+  let open!: () => void;
+  const shut = new Promise<void>((res) => (open = res));
+  return { shut, open };
+}
 
 /** A scratch Durable Object's storage (a ledger no server was registered in). */
 const scratch = <T>(fn: (storage: DurableObjectStorage) => Promise<T> | T) =>
   runInDurableObject(env.LEDGER.get(env.LEDGER.idFromName(crypto.randomUUID())), (_i, state) => fn(state.storage));
 
 describe("scheduler", () => {
+  it("keeps a timer its own handler sets again to the very time that fired (the queue's look at a deadline still due)", async () => {
+    await scratch(async (storage) => {
+      const s = new Scheduler(storage);
+      const due = Date.now() - 5;
+      s.schedule("queue", due);
+      let runs = 0;
+      // The handler's look finds the same moment still the earliest that needs one (its clock has
+      // not moved since the alarm fired), and sets the timer there again.
+      await s.fire({ queue: () => void (runs++, s.schedule("queue", due)) }, due);
+      expect(runs).toBe(1);
+      expect(s.dueAt("queue")).toBe(due);
+      // Armed to fire again (a time already past is set as now).
+      expect(await storage.getAlarm()).not.toBeNull();
+      // A handler that does not set it again still has it removed once it ran.
+      await s.fire({ queue: () => void runs++ }, due);
+      expect(runs).toBe(2);
+      expect(s.dueAt("queue")).toBeNull();
+    });
+  });
+
   it("keeps the alarm at the earliest timer: arming a later one never postpones an earlier one", async () => {
     await scratch(async (storage) => {
       const s = new Scheduler(storage);
@@ -593,15 +630,253 @@ describe("outbox", () => {
         more.push(box.flush());
       }
       expect(reads).toBe(1);
-      open();
-      await first;
+      // They are one flush, which does not wait for the first one's receiver.
       await Promise.all(more);
       expect(reads).toBe(2);
-      expect(delivered).toEqual(["slow", "row 1", "row 2", "row 3"]);
+      expect(delivered).toEqual(["row 1", "row 2", "row 3"]);
+      open();
+      await first;
+      expect(delivered).toEqual(["row 1", "row 2", "row 3", "slow"]);
       expect(box.pending()).toBe(0);
       // Once that one has run, the next flush reads again.
       await box.flush();
       expect(reads).toBe(3);
+    });
+  });
+
+  it("gives each call slot the next call as soon as its own is done: a hung receiver holds back none of the other calls of its flush", async () => {
+    await scratch(async (storage) => {
+      const hung = gate();
+      const delivered: string[] = [];
+      const box = new Outbox<"hung" | "fast">(
+        storage,
+        new Scheduler(storage),
+        {
+          hung: { target: "call", timeoutMs: 60_000, deliver: () => hung.shut.then(() => void delivered.push("hung")) },
+          fast: {
+            target: "call",
+            deliver: async (p: { n: number }) => {
+              await tick(2);
+              delivered.push(`fast ${p.n}`);
+            },
+          },
+        },
+        () => getDb(env.DB),
+        2,
+      );
+      box.enqueue("hung", {});
+      for (const n of [1, 2, 3, 4]) box.enqueue("fast", { n });
+      const flushed = box.flush();
+      await until(() => delivered.length === 4);
+      expect(delivered).toEqual(["fast 1", "fast 2", "fast 3", "fast 4"]);
+      expect(box.pending()).toBe(1);
+      expect(await within(flushed, 20)).toBe("pending");
+      hung.open();
+      await flushed;
+      expect(delivered.at(-1)).toBe("hung");
+      expect(box.pending()).toBe(0);
+    });
+  });
+
+  it("delivers a later flush's D1 effect while an earlier flush's call still waits on its receiver, without calling that receiver again", async () => {
+    await scratch(async (storage) => {
+      const hung = gate();
+      let calls = 0;
+      const delivered: string[] = [];
+      const box = new Outbox<"hung" | "row">(
+        storage,
+        new Scheduler(storage),
+        {
+          hung: {
+            target: "call",
+            timeoutMs: 60_000,
+            deliver: () => {
+              calls++;
+              return hung.shut.then(() => void delivered.push("hung"));
+            },
+          },
+          row: { target: "d1", statements: () => [], delivered: () => void delivered.push("row") },
+        },
+        () => getDb(env.DB),
+      );
+      box.enqueue("hung", {});
+      const first = box.flush();
+      await tick(20);
+      box.enqueue("row", {});
+      expect(await within(box.flush(), 2_000)).toBe("settled");
+      expect(delivered).toEqual(["row"]);
+      expect(calls).toBe(1);
+      expect(box.pending()).toBe(1);
+      hung.open();
+      await first;
+      expect(delivered).toEqual(["row", "hung"]);
+      expect([calls, box.pending()]).toEqual([1, 0]);
+    });
+  });
+
+  it("counts a call not answered by its deadline as a failed attempt backed off as any other, and its late answer removes nothing and runs no hook", async () => {
+    await scratch(async (storage) => {
+      const s = new Scheduler(storage);
+      const late = gate();
+      let calls = 0;
+      let hooks = 0;
+      let signal: AbortSignal | undefined;
+      const box = new Outbox<"call">(
+        storage,
+        s,
+        {
+          call: {
+            target: "call",
+            timeoutMs: 50,
+            deliver: async (_p, sig) => {
+              if (++calls > 1) return;
+              signal = sig;
+              await late.shut;
+            },
+            delivered: () => void hooks++,
+          },
+        },
+        () => getDb(env.DB),
+      );
+      const before = Date.now();
+      box.enqueue("call", {});
+      expect(await within(box.flush(), 2_000)).toBe("settled");
+      const row = () =>
+        storage.sql
+          .exec<{ attempts: number; next_at: number; last_error: string }>(
+            "SELECT attempts, next_at, last_error FROM _outbox",
+          )
+          .one();
+      expect(row().attempts).toBe(1);
+      expect(row().last_error).toContain("no answer within 50 ms");
+      expect(row().next_at).toBeGreaterThanOrEqual(before + backoffMs(1, 0));
+      expect(s.dueAt(OUTBOX_TIMER)).toBe(row().next_at);
+      expect(signal?.reason).toBeInstanceOf(CallTimeout);
+      // Not retried before its backoff, whatever flushes come.
+      await box.flush();
+      expect(calls).toBe(1);
+      // The receiver answers at last: the row stays for its retry, no hook runs.
+      late.open();
+      await tick(20);
+      expect([box.pending(), hooks]).toEqual([1, 0]);
+      storage.sql.exec("UPDATE _outbox SET next_at = ?", Date.now() - 1);
+      await box.flush();
+      expect([calls, hooks, box.pending()]).toEqual([2, 1, 0]);
+    });
+  });
+
+  it("keeps enqueue order at concurrency 1, across flushes too: one call at a time, each after the one before", async () => {
+    await scratch(async (storage) => {
+      const log: string[] = [];
+      let running = 0;
+      let most = 0;
+      const box = new Outbox<"call">(
+        storage,
+        new Scheduler(storage),
+        {
+          call: {
+            target: "call",
+            deliver: async (p: { n: string; ms: number }) => {
+              most = Math.max(most, ++running);
+              await tick(p.ms);
+              log.push(p.n);
+              running--;
+            },
+          },
+        },
+        () => getDb(env.DB),
+      );
+      box.enqueue("call", { n: "a", ms: 30 });
+      box.enqueue("call", { n: "b", ms: 1 });
+      box.enqueue("call", { n: "c", ms: 10 });
+      const first = box.flush();
+      await tick(5);
+      box.enqueue("call", { n: "d", ms: 1 });
+      box.enqueue("call", { n: "e", ms: 1 });
+      await Promise.all([first, box.flush()]);
+      expect(log).toEqual(["a", "b", "c", "d", "e"]);
+      expect(most).toBe(1);
+    });
+  });
+
+  it("delivers a keyed effect's newer payload only once the older one's attempt settled, by the flush asked for it", async () => {
+    await scratch(async (storage) => {
+      const slow = gate();
+      const log: number[] = [];
+      let running = 0;
+      let most = 0;
+      const box = new Outbox<"call">(
+        storage,
+        new Scheduler(storage),
+        {
+          call: {
+            target: "call",
+            deliver: async (p: { v: number }) => {
+              most = Math.max(most, ++running);
+              if (p.v === 1) await slow.shut;
+              log.push(p.v);
+              running--;
+            },
+          },
+        },
+        () => getDb(env.DB),
+        2,
+      );
+      box.enqueue("call", { v: 1 }, { key: "k" });
+      const first = box.flush();
+      await tick(20);
+      box.enqueue("call", { v: 2 }, { key: "k" });
+      const second = box.flush();
+      expect(await within(second, 50)).toBe("pending");
+      expect(log).toEqual([]);
+      slow.open();
+      await Promise.all([first, second]);
+      expect(log).toEqual([1, 2]);
+      expect([most, box.pending()]).toEqual([1, 0]);
+    });
+  });
+
+  it("keeps the alarm set while a call waits, never in the past, and a new instance after a kill -9 delivers the effect", async () => {
+    await scratch(async (storage) => {
+      const s = new Scheduler(storage);
+      const hung = gate();
+      let calls = 0;
+      const box = new Outbox<"call">(
+        storage,
+        s,
+        {
+          call: {
+            target: "call",
+            timeoutMs: 60_000,
+            deliver: () => {
+              calls++;
+              return hung.shut;
+            },
+          },
+        },
+        () => getDb(env.DB),
+      );
+      box.enqueue("call", {});
+      void box.flush();
+      await tick(20);
+      // The effect's time passes while its call waits: the alarm's flush leaves it to that call,
+      // and sets the alarm a while on, not at once (it would fire again and again).
+      storage.sql.exec("UPDATE _outbox SET next_at = ?", Date.now() - 1);
+      s.schedule(OUTBOX_TIMER, Date.now() - 1);
+      expect(await within(s.fire({ [OUTBOX_TIMER]: () => box.flush() }), 2_000)).toBe("settled");
+      expect(calls).toBe(1);
+      expect(s.dueAt(OUTBOX_TIMER)).toBeGreaterThanOrEqual(Date.now() + 500);
+      // kill -9: the memory of the call under way is gone with the object; the row is not.
+      let delivered = 0;
+      const next = new Outbox<"call">(
+        storage,
+        new Scheduler(storage),
+        { call: { target: "call", deliver: async () => void delivered++ } },
+        () => getDb(env.DB),
+      );
+      await next.flush();
+      expect([delivered, next.pending()]).toEqual([1, 0]);
+      hung.open();
     });
   });
 
@@ -611,6 +886,36 @@ describe("outbox", () => {
     expect(backoffMs(4, 1)).toBe(8000);
     expect(backoffMs(40, 1)).toBe(OUTBOX_MAX_BACKOFF_MS);
     expect(backoffMs(40, 0)).toBe(OUTBOX_MAX_BACKOFF_MS / 2);
+  });
+});
+
+describe("call pool", () => {
+  it("runs at most its size at once, starts queued tasks in order as slots free, and frees the slot of a task that throws at once", async () => {
+    const pool = new Pool(2);
+    const started: number[] = [];
+    let running = 0;
+    let most = 0;
+    const task = (n: number, ms: number) => async () => {
+      started.push(n);
+      most = Math.max(most, ++running);
+      await tick(ms);
+      running--;
+      return n;
+    };
+    const thrower = () => {
+      started.push(0);
+      throw new Error("at once");
+    };
+    const results = [
+      pool.run(task(1, 30)),
+      pool.run(thrower as () => Promise<number>).catch(() => -1),
+      pool.run(task(2, 1)),
+      pool.run(task(3, 1)),
+      pool.run(task(4, 1)),
+    ];
+    expect(await Promise.all(results)).toEqual([1, -1, 2, 3, 4]);
+    expect(started).toEqual([1, 0, 2, 3, 4]);
+    expect(most).toBe(2);
   });
 });
 

@@ -81,6 +81,50 @@ describe("POST /v1/check/server-agents/fix", () => {
     ).toBe(true);
   });
 
+  /** Makes D1 refuse every audit row of this action (a real failing statement) until the returned drop runs. */
+  async function refuseAudit(action: string) {
+    const name = `refuse_${action.replace(/\W/g, "_")}`;
+    await env.DB.exec(
+      `CREATE TRIGGER ${name} BEFORE INSERT ON audit_log WHEN NEW.action = '${action}' BEGIN SELECT RAISE(ABORT, 'simulated: D1 refused the row'); END`,
+    );
+    return () => env.DB.exec(`DROP TRIGGER ${name}`);
+  }
+
+  it("writes nothing and answers 503 when the audit log refuses the fix's record, and fixes with it", async () => {
+    const f = await createFleet();
+    const mismatch = await reporting(f.id, [A1], report(2, [{ name: "a", image: "a:0" }]));
+    const allow = await refuseAudit("check.fix");
+    const refused = await call("POST", "/v1/check/server-agents/fix", { body: { fleet: f.id, dry_run: false } });
+    await allow();
+    expect(refused.status).toBe(503);
+    expect(refused.json.error).toMatchObject({
+      code: "unavailable",
+      message: expect.stringContaining("nothing was fixed"),
+    });
+    expect((await call("GET", `/v1/servers/${mismatch.id}/desired`)).json.generation).toBe(2);
+
+    const done = await call("POST", "/v1/check/server-agents/fix", { body: { fleet: f.id, dry_run: false } });
+    expect(done.status).toBe(200);
+    expect(done.json.actions[0].result).toMatchObject({ ok: true, outcome: "reissued", generation: 3 });
+  });
+
+  it("answers with what it did when D1 refuses the result's row after the writes", async () => {
+    const f = await createFleet();
+    const mismatch = await reporting(f.id, [A1], report(2, [{ name: "a", image: "a:0" }]));
+    const allow = await refuseAudit("check.fix.result");
+    const res = await call("POST", "/v1/check/server-agents/fix", { body: { fleet: f.id, dry_run: false } });
+    await allow();
+    expect(res.status).toBe(200);
+    expect(res.json.actions[0].result).toMatchObject({ ok: true, outcome: "reissued", generation: 3 });
+    expect((await call("GET", `/v1/servers/${mismatch.id}/desired`)).json.generation).toBe(3);
+    // The intent went in first, naming the server; the ledger audited its own write.
+    const audit = (await call("GET", `/v1/audit?target=fleet:${f.id}`)).json.items;
+    expect(audit.find((a: any) => a.action === "check.fix").details.actions).toEqual([
+      { server: mismatch.id, action: "reissue", reasons: ["image_mismatch"] },
+    ]);
+    expect(audit.some((a: any) => a.action === "check.fix.result")).toBe(false);
+  });
+
   it("refuses bad input", async () => {
     expect((await call("POST", "/v1/check/server-agents/fix", { body: { dry_run: "yes" } })).json.error.code).toBe(
       "validation_failed",

@@ -9,7 +9,7 @@ import { describe, expect, it } from "vitest";
 import type { Fetcher } from "../src/webhooks/dispatch";
 import { MAX_WEBHOOKS_PER_FLEET } from "../src/webhooks/manage";
 import { verify } from "../src/webhooks/signing";
-import { call } from "./helpers";
+import { breakD1, call } from "./helpers";
 import { auditOf, clone, fleetWithIntent, getSpec } from "./specs-helpers";
 import { coordinator } from "./support/objects";
 import { sendsSettled } from "./webhook-helpers";
@@ -196,6 +196,25 @@ describe("webhooks in a fleet spec", () => {
     const [hook] = await hooksOf(fleet);
     expect(hook).toMatchObject({ name: "alerts" });
     expect(await signedWith(fleet, hook.id, SECRET)).toBe(true);
+  });
+
+  it("applies a webhook asking for drifts only once D1 took the fleet's watch: refused meanwhile, the cron applies it", async () => {
+    const { fleet } = await fleetWithIntent();
+    const watch = async () =>
+      (await env.DB.prepare("SELECT health_watch AS w FROM fleets WHERE id = ?").bind(fleet).first<{ w: number }>())!.w;
+    await env.DB.prepare("UPDATE fleets SET health_watch = 0 WHERE id = ?").bind(fleet).run();
+    const spec = clone((await getSpec(fleet)).spec);
+    spec.webhooks = { drift: { ...ALERTS, events: ["server.drifted"] } };
+    const restore = await breakD1(coordinator(fleet));
+    const res = await send("PUT", fleet, spec, { ALERTS_SECRET: SECRET });
+    await restore();
+    expect(res.status).toBe(200);
+    // Not applied while ledgers would still read 0 and keep its drifts home.
+    expect(await hooksOf(fleet)).toEqual([]);
+    expect(await watch()).toBe(0);
+    await runScheduled(createScheduledController({ scheduledTime: Date.now() }), env);
+    expect((await hooksOf(fleet)).map((h) => h.name)).toEqual(["drift"]);
+    expect(await watch()).toBe(1);
   });
 
   it("names a webhook added through the API by its id, so its export applies as a no-op", async () => {

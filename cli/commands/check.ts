@@ -1,6 +1,6 @@
 import type { Command } from "commander";
 import { Exit, type Io } from "../io.ts";
-import { act, type Ctx } from "../context.ts";
+import { act, fleetOption, type Ctx } from "../context.ts";
 import { blockedText } from "../format.ts";
 
 type Filter = { fleet?: string; server?: string; agent?: string };
@@ -124,6 +124,51 @@ export function registerCheck(program: Command, io: Io) {
           }
         }
         if (findings.length) throw new Exit(3, `${findings.length} finding(s)`);
+      }),
+    );
+
+  // What drift fixes hold of a fleet's disruption budget, and an operator's release of one.
+  const holds = program
+    .command("fix-holds")
+    .description("the disruption budget's units drift fixes hold, per server (docs/reboot-safety.md)");
+  holds
+    .command("list", { isDefault: true })
+    .description("each server a drift fix holds a unit for: writing, written (waiting to be realized), counted failed")
+    .addOption(fleetOption("the fleet"))
+    .action(
+      act(io, async (ctx, o: { fleet: string }) => {
+        const res = await ctx.api.listFixHolds(o.fleet);
+        if (ctx.machine) return ctx.out.data(res.items);
+        ctx.out.table(
+          ["HOSTNAME", "STATE", "SINCE", "SETTLES", "GENERATION", { head: "SERVER", wide: true }],
+          res.items.map((h) => [
+            h.server.hostname ?? h.server.id,
+            h.state === "writing" ? h.state : ctx.out.c.yellow(h.state.replace("_", " ")),
+            h.since,
+            h.settles_at,
+            h.written_generation === null ? null : `${h.seen_generation ?? "?"} -> ${h.written_generation}`,
+            h.server.id,
+          ]),
+          "(no drift fix holds a unit)",
+        );
+      }),
+    );
+  holds
+    .command("release <server>")
+    .description(
+      "free the unit a drift fix holds for a server that never reported realized (audited); <server>: id or hostname",
+    )
+    .addOption(fleetOption("the fleet"))
+    .action(
+      act(io, async (ctx, server: string, o: { fleet: string }) => {
+        await ctx.confirm(
+          `Free the budget unit held for '${server}' in ${o.fleet}? If its agents are still restarting, another server may go down beside it.`,
+        );
+        const res = await ctx.api.releaseFixHold(o.fleet, server);
+        if (ctx.machine) return ctx.out.data(res);
+        ctx.out.line(
+          `Freed the unit held for ${res.released.server.hostname ?? res.released.server.id} (${res.released.state.replace("_", " ")} since ${res.released.since}).`,
+        );
       }),
     );
 }

@@ -5,74 +5,24 @@ import type { SimSummary } from "../../sim/simulator.ts";
 import type { CpuCalibration } from "./cpu.ts";
 import type { BenchContext } from "./run.ts";
 import { deployedLogging, describeLogging, type Logging } from "./logging.ts";
-import { DO_GB, MONTH_S, PRICES, PRICES_READ_ON, STORED_GB, type Price } from "./prices.ts";
+import {
+  cronLinesPerRun,
+  ITEMS,
+  logEventsOf,
+  monthOf,
+  usageOf,
+  zeroItems,
+  type ClassReading,
+  type Item,
+  type Usage,
+  type Window,
+} from "./month.ts";
+import { PRICES, PRICES_READ_ON, STORED_GB, type Price } from "./prices.ts";
+
+export type { Reading, Usage, Window } from "./month.ts";
 
 const FLEETS = [1_000, 10_000, 100_000];
 
-interface Rows {
-  statements: number;
-  rows_read: number;
-  rows_written: number;
-}
-interface ClassReading {
-  requests: number;
-  rpc: number;
-  fetch: number;
-  alarm: number;
-  ws_messages: number;
-  ws_events: number;
-  awake_ms: number;
-  idle_tail_ms: number;
-  instances: number;
-  d1: Rows;
-  storage: { rows_read: number; rows_written: number; alarms_set: number; stored_bytes: number };
-  methods: Record<string, { calls: number; ms: number }>;
-}
-export interface Reading {
-  window: { ms: number };
-  worker: { requests: number; write_requests: number; scheduled: number; d1: Rows };
-  logs: { lines: number; access_lines: number; cron_lines: number };
-  objects: Record<string, ClassReading>;
-  d1_unattributed: Rows;
-  d1_rows_metered: boolean;
-  d1_stored_bytes: number;
-}
-export interface Window {
-  name: string;
-  s: number;
-  reading: Reading;
-  cpuMs: number | null;
-  idleCpuMs: number;
-}
-
-const ITEMS = [
-  "workerRequests",
-  "workerCpuMs",
-  "doRequests",
-  "doGbSeconds",
-  "doRowsRead",
-  "doRowsWritten",
-  "doStoredGbMonth",
-  "d1RowsRead",
-  "d1RowsWritten",
-  "d1StoredGbMonth",
-  "logEvents",
-] as const;
-type Item = (typeof ITEMS)[number];
-/**
- * Per window or per host-month: the billed items, and what the log events are made of, so the bill
- * can price other logging settings than the deployed one (invocations: each writes an execution
- * log where invocation logs are on; the access log's lines with ACCESS_LOG "on" and "writes"; the
- * other console lines, errors and warnings, always written).
- */
-export type Usage = Record<Item, number> & {
-  doGbSecondsTail: number;
-  invocations: number;
-  accessLines: number;
-  writeLines: number;
-  otherLines: number;
-  alarmsSet: number;
-};
 const LABEL: Record<Item, string> = {
   workerRequests: "Worker requests",
   workerCpuMs: "Worker CPU ms (estimate)",
@@ -87,78 +37,7 @@ const LABEL: Record<Item, string> = {
   logEvents: "Workers Logs events",
 };
 
-/** The log events of `u` with logging `l`: execution logs (if on) and console lines, sampled. */
-function logEventsOf(u: Pick<Usage, "invocations" | "accessLines" | "writeLines" | "otherLines">, l: Logging) {
-  if (!l.enabled) return 0;
-  const access = l.accessLog === "on" ? u.accessLines : l.accessLog === "writes" ? u.writeLines : 0;
-  return l.headSamplingRate * ((l.invocationLogs ? u.invocations : 0) + access + u.otherLines);
-}
 const DEPLOYED = deployedLogging();
-
-/**
- * What the hosts used in a window. The cron's runs are left out: a deployment runs it once a
- * minute whatever its size, so it is billed once (`cronOf`), not scaled with the hosts.
- */
-function usageOf(w: Window): Usage {
-  const r = w.reading;
-  const classes = Object.values(r.objects);
-  const rows = [r.worker.d1, r.d1_unattributed, ...classes.map((c) => c.d1)];
-  const sum = (f: (c: ClassReading) => number) => classes.reduce((n, c) => n + f(c), 0);
-  const workerRequests = r.worker.requests;
-  const doRequests = sum((c) => c.requests);
-  // The cron's invocations and its line are billed once per deployment (cronOf), not here.
-  const parts = {
-    invocations: workerRequests + sum((c) => c.rpc + c.fetch + c.alarm + c.ws_messages + c.ws_events),
-    accessLines: workerRequests,
-    writeLines: r.worker.write_requests,
-    otherLines: Math.max(0, r.logs.lines - r.logs.access_lines - r.logs.cron_lines),
-  };
-  return {
-    ...parts,
-    alarmsSet: sum((c) => c.storage?.alarms_set ?? 0),
-    logEvents: logEventsOf(parts, DEPLOYED),
-    // Stored data is not a rate: the bill adds it from the run's growth (report's `stored`).
-    doStoredGbMonth: 0,
-    d1StoredGbMonth: 0,
-    workerRequests,
-    workerCpuMs: cpuShare(w, workerRequests),
-    doRequests,
-    doGbSeconds: (sum((c) => c.awake_ms) / 1000) * DO_GB,
-    doGbSecondsTail: (sum((c) => c.awake_ms + c.idle_tail_ms) / 1000) * DO_GB,
-    d1RowsRead: rows.reduce((n, x) => n + x.rows_read, 0),
-    d1RowsWritten: rows.reduce((n, x) => n + x.rows_written, 0),
-    doRowsRead: sum((c) => c.storage?.rows_read ?? 0),
-    doRowsWritten: sum((c) => c.storage?.rows_written ?? 0),
-  };
-}
-/**
- * The runtime's busy CPU in a window, shared between the Worker's invocations and the objects'
- * requests in proportion to their counts; this many of the Worker's invocations' share.
- */
-function cpuShare(w: Window, invocations: number) {
-  const r = w.reading;
-  const all = r.worker.requests + r.worker.scheduled + Object.values(r.objects).reduce((n, c) => n + c.requests, 0);
-  return all ? (Math.max(0, (w.cpuMs ?? 0) - w.idleCpuMs) * invocations) / all : 0;
-}
-
-/** The cron, once a minute as deployed, per month: its invocations and their CPU (the estimate's share). */
-function cronOf(w: Window): Record<Item, number> {
-  const runs = MONTH_S / 60;
-  const { scheduled } = w.reading.worker;
-  const cpuPerRun = scheduled ? cpuShare(w, scheduled) / scheduled : 0;
-  const logEvents =
-    runs * logEventsOf({ invocations: 1, accessLines: 0, writeLines: 0, otherLines: cronLinesPerRun(w) }, DEPLOYED);
-  return { ...zeroItems(), workerRequests: runs, workerCpuMs: runs * cpuPerRun, logEvents };
-}
-/** The lines each cron run writes (its one `scheduled` line, and any warning). */
-const cronLinesPerRun = (w: Window) =>
-  w.reading.worker.scheduled ? w.reading.logs.cron_lines / w.reading.worker.scheduled : 1;
-const zeroItems = () => Object.fromEntries(ITEMS.map((i) => [i, 0])) as Record<Item, number>;
-
-const combine = (a: Usage, b: Usage, k = 1) =>
-  Object.fromEntries(Object.keys(a).map((key) => [key, a[key as keyof Usage] + k * b[key as keyof Usage]])) as Usage;
-const scale = (a: Usage, k: number) => combine(a, a, k - 1);
-const clamp = (a: Usage) => Object.fromEntries(Object.entries(a).map(([k, v]) => [k, Math.max(0, v)])) as Usage;
 const charge = (p: Price, used: number) => Math.max(0, used - p.includedPerMonth) * p.usdPerUnit;
 
 const si = (n: number) =>
@@ -263,19 +142,17 @@ export function report(
     "setup" | "join" | "events" | "steady",
     Window
   >;
-  const steady = usageOf(w.steady);
-  const perHostMonth = scale(steady, MONTH_S / w.steady.s / r.hosts);
-  const perHostRound = scale(clamp(combine(usageOf(w.events), steady, -w.events.s / w.steady.s)), 1 / r.hosts);
-  const periodic = { ...scale(perHostRound, 0), ...r.periodic?.usage } as Usage;
-  periodic.logEvents += logEventsOf(
-    { invocations: 0, accessLines: 0, writeLines: 0, otherLines: 0, ...r.periodic?.usage },
-    DEPLOYED,
-  );
-  const monthly = combine(combine(perHostMonth, perHostRound, r.rounds), periodic);
+  const { steady, perHostMonth, perHostRound, monthly, fixed } = monthOf({
+    events: w.events,
+    steady: w.steady,
+    hosts: r.hosts,
+    rounds: r.rounds,
+    periodic: r.periodic?.usage,
+    logging: DEPLOYED,
+  });
   monthly.doStoredGbMonth = r.stored.doBytes / STORED_GB;
   monthly.d1StoredGbMonth = r.stored.d1Bytes / STORED_GB;
   if (r.cpu) monthly.workerCpuMs = monthly.workerRequests * r.cpu.perRequestMs;
-  const fixed = cronOf(w.steady);
   const log = (line = "") => console.log(line);
   const { latency_ms: lat } = r.summary;
 
@@ -294,7 +171,7 @@ export function report(
       `A desired change reached its connected host (from the operator's write) in p50 ${lat.push_p50} ms, p99 ${lat.push_p99} ms; realized in p50 ${lat.converge_p50} ms, p99 ${lat.converge_p99} ms.`,
     );
   log(
-    `Month: the steady window's rate over 30 days plus ${r.rounds} rounds of the events window (less the steady rate over its length)${r.periodic ? `, plus ${r.periodic.why}` : ""}. Fleets scale the per-host figures; the cron (once a minute: ${si(fixed.workerRequests)} runs, ${si(fixed.workerCpuMs)} CPU ms by the estimate) is billed once per deployment; the bill is what lies beyond the plan's included amounts, plus the plan's $${PRICES.planUsdPerMonth}.\n`,
+    `Month: the steady window's rate over 30 days plus ${r.rounds} rounds of the events window (less the steady rate over its length)${r.periodic ? `, plus ${r.periodic.why}` : ""}. Fleets scale the per-host figures; the cron (once a minute: ${si(fixed.workerRequests)} runs, ${si(fixed.workerCpuMs)} CPU ms by the estimate, ${si(fixed.d1RowsRead)} D1 rows read and ${si(fixed.d1RowsWritten)} written at the steady window's rate per run) is billed once per deployment; the bill is what lies beyond the plan's included amounts, plus the plan's $${PRICES.planUsdPerMonth}.\n`,
   );
 
   if (r.cpu)
@@ -354,8 +231,9 @@ export function report(
   );
   log("|---|---:|---:|---:|---|");
   const s = w.steady.reading;
+  log(`| Worker | ${s.worker.requests} | | ${s.worker.d1.rows_read} / ${s.worker.d1.rows_written} | |`);
   log(
-    `| Worker | ${s.worker.requests} (+${s.worker.scheduled} cron) | | ${s.worker.d1.rows_read} / ${s.worker.d1.rows_written} | |`,
+    `| cron, once per deployment (${s.worker.scheduled} runs; the events window's: ${w.events.reading.worker.scheduled} runs, ${w.events.reading.worker.cron_d1.rows_read} / ${w.events.reading.worker.cron_d1.rows_written} rows) | ${s.worker.scheduled} | | ${s.worker.cron_d1.rows_read} / ${s.worker.cron_d1.rows_written} | |`,
   );
   const shareOf = (c: ClassReading) => (c.instances ? c.awake_ms / (c.instances * w.steady.s * 1000) : 0);
   for (const [name, c] of Object.entries(s.objects)) {
@@ -372,7 +250,9 @@ export function report(
     `\nLocal runtime CPU in the steady window: ${cpu === null ? "not measured (no /proc)" : `${(cpu / 1000).toFixed(1)} s, of which ${(w.steady.idleCpuMs / 1000).toFixed(1)} s its idle rate`}; charged to the Worker: ${(steady.workerCpuMs / Math.max(1, steady.workerRequests)).toFixed(1)} ms per host request, ${(fixed.workerCpuMs / fixed.workerRequests).toFixed(1)} ms per cron run.`,
   );
   log(`One round of events, per host: ${ITEMS.map((i) => `${LABEL[i]} ${si(perHostRound[i])}`).join(", ")}.`);
-  log(`Setup, per host (one-off): ${ITEMS.map((i) => `${LABEL[i]} ${si(usageOf(w.setup)[i] / r.hosts)}`).join(", ")}.`);
+  log(
+    `Setup, per host (one-off): ${ITEMS.map((i) => `${LABEL[i]} ${si(usageOf(w.setup, DEPLOYED)[i] / r.hosts)}`).join(", ")}.`,
+  );
   if (!s.d1_rows_metered)
     log("\nD1 rows were NOT metered (the D1 binding lacks the internal the meter taps): their lines read 0.");
   log(

@@ -6,14 +6,9 @@
 // all their lines.
 import { readFileSync } from "node:fs";
 import { resolve } from "node:path";
+import type { Logging } from "./month.ts";
 
-export interface Logging {
-  enabled: boolean;
-  headSamplingRate: number;
-  invocationLogs: boolean;
-  /** ACCESS_LOG of [vars]: "on" a line per request, "writes" per request not GET/HEAD or answered 5xx, else none. */
-  accessLog: "on" | "writes" | "off";
-}
+export type { Logging } from "./month.ts";
 
 /** The keys of one TOML table (`[name]`), as strings (enough for wrangler.toml's flat tables). */
 function table(toml: string, name: string): Record<string, string> {

@@ -99,6 +99,19 @@ export interface BenchContext {
   serverCpuMs(): number | null;
   /** Resident memory (MB) of the local server's runtime (its workerd processes) now; null without /proc. */
   serverRssMb(): number | null;
+  /**
+   * A Harbormaster server no other run has used (metered, fresh local state: the bench's own if
+   * nothing ran on it yet, else another one started), for a run whose counts must see no other
+   * run's objects (their alarms, their ledgers' deliveries); the caller stops it (the bench stops
+   * it too if it ends first).
+   */
+  privateServer(): Promise<PrivateServer>;
+}
+export interface PrivateServer {
+  base: string;
+  admin: string;
+  serverCpuMs(): number | null;
+  stop(): void;
 }
 export type LoadOptions = Omit<Options, "url"> & { durationSec?: number };
 type Summary = ReturnType<typeof summarize>;
@@ -181,7 +194,11 @@ const summarize = (r: Result) => ({
 });
 
 async function main() {
-  const started = await Promise.allSettled([startHarbormaster(), startFloor()]);
+  // The cost scenario measures no load and no ratio (counts, on servers of its own): run alone,
+  // it needs neither the floor fixture nor the ceiling and floors' loads, a minute or two of the
+  // machine for figures it does not print.
+  const loads = !only.length || only.some((name) => name !== "cost");
+  const started = await Promise.allSettled([startHarbormaster(), ...(loads ? [startFloor()] : [])]);
   const servers = started.flatMap((s) => (s.status === "fulfilled" ? [s.value] : []));
   const stopAll = () => servers.forEach((s) => s.stop());
   const failed = started.find((s) => s.status === "rejected");
@@ -213,10 +230,10 @@ async function main() {
 
     const emptyRequest: Options["requests"] = [{ method: "GET", path: "/healthz" }];
     // Warm-up, so compilation and first-touch costs fall outside every measurement.
-    await load(server.url, { durationSec: 2, requests: emptyRequest });
-    const ceilingBefore = await loadOn(server.pid, server.url, { requests: emptyRequest });
-    let ceiling = ceilingBefore.rps;
-    rows.push({ label: "empty request (ceiling, before)", ...ceilingBefore, ratio: 1 });
+    if (loads) await load(server.url, { durationSec: 2, requests: emptyRequest });
+    const ceilingBefore = loads ? await loadOn(server.pid, server.url, { requests: emptyRequest }) : null;
+    let ceiling = ceilingBefore?.rps ?? 0;
+    if (ceilingBefore) rows.push({ label: "empty request (ceiling, before)", ...ceilingBefore, ratio: 1 });
 
     // The floors: the same load generator against the fixture worker, after its own warm-up.
     const floorPaths = [
@@ -224,14 +241,15 @@ async function main() {
       ["read", "/do/read", "floor: fixture worker, one Durable Object read"],
       ["write", "/do/write", "floor: fixture worker, one Durable Object write"],
     ] as const;
-    for (const [, path] of floorPaths)
+    for (const [, path] of floorServer ? floorPaths : [])
       await load(floorServer.url, { durationSec: 1, requests: [{ method: "GET", path }] });
-    for (const [key, path, label] of floorPaths) {
+    for (const [key, path, label] of floorServer ? floorPaths : []) {
       const s = await loadOn(floorServer.pid, floorServer.url, { requests: [{ method: "GET", path }] });
       floors[key] = s.rps;
       rows.push({ label, ...s, ratio: s.rps / ceiling });
     }
 
+    let untouched = !loads;
     const ctx: BenchContext = {
       base: server.url,
       admin: server.admin,
@@ -258,6 +276,22 @@ async function main() {
       option: (name) => options.get(name),
       serverCpuMs: () => runtimeUse(server.pid)?.cpuMs ?? null,
       serverRssMb: () => runtimeUse(server.pid)?.rssMb ?? null,
+      async privateServer() {
+        // The bench's own server while nothing has run on it (the cost scenario alone): one start
+        // (a minute on a busy machine) saved.
+        if (untouched) {
+          untouched = false;
+          return { base: server.url, admin: server.admin, serverCpuMs: ctx.serverCpuMs, stop: () => {} };
+        }
+        const own = await startHarbormaster();
+        servers.push(own);
+        return {
+          base: own.url,
+          admin: own.admin,
+          serverCpuMs: () => runtimeUse(own.pid)?.cpuMs ?? null,
+          stop: own.stop,
+        };
+      },
     };
 
     const dir = resolve(import.meta.dirname, "scenarios");
@@ -270,14 +304,17 @@ async function main() {
       const mod = await import(pathToFileURL(join(dir, file)).href);
       console.error(`scenario ${name}…`);
       await mod.run(ctx);
+      untouched = false;
     }
 
-    const ceilingAfter = await loadOn(server.pid, server.url, { requests: emptyRequest });
-    rows.push({
-      label: "empty request (ceiling, after)",
-      ...ceilingAfter,
-      ratio: ceilingAfter.rps / ceilingBefore.rps,
-    });
+    if (ceilingBefore) {
+      const ceilingAfter = await loadOn(server.pid, server.url, { requests: emptyRequest });
+      rows.push({
+        label: "empty request (ceiling, after)",
+        ...ceilingAfter,
+        ratio: ceilingAfter.rps / ceilingBefore.rps,
+      });
+    }
   } finally {
     stopAll();
   }

@@ -84,8 +84,10 @@ export async function revokeToken(env: Env, principal: Principal, id: string) {
   const revokedAt = Date.now();
   const unrevoked = and(eq(tokens.id, id), isNull(tokens.revokedAt));
   // Of concurrent revocations, only the one whose update revokes writes the audit row: it is
-  // inserted while the token is still unrevoked, in the update's own transaction.
-  const [, revoked] = await db.batch([
+  // inserted while the token is still unrevoked, in the update's own transaction. The row is read
+  // back in that transaction too, so a call that lost the race answers the winner's revocation
+  // as it was committed, never a time of its own.
+  const [, revoked, [after]] = await db.batch([
     auditInsertIf(
       db,
       { actor, action: "token.revoke", target: `token:${id}` },
@@ -93,13 +95,11 @@ export async function revokeToken(env: Env, principal: Principal, id: string) {
       revokedAt,
     ),
     db.update(tokens).set({ revokedAt }).where(unrevoked).returning({ id: tokens.id }),
+    db.select().from(tokens).where(eq(tokens.id, id)),
   ]);
-  if (revoked.length === 0) {
-    // Another call revoked it meanwhile: answered as an already revoked token, with its revocation.
-    const after = await tokenById(db, id);
-    return after ?? { ...row, revokedAt };
-  }
+  if (!after) throw notFound("token", id);
+  if (revoked.length === 0) return after;
   // Its console sessions are refused from now on; their open pages' live sockets close now too.
   await closeLiveSockets(env, { token: id }, "token revoked", row.fleets ?? "*");
-  return { ...row, revokedAt };
+  return after;
 }

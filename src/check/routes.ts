@@ -58,7 +58,9 @@ export const checkRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook
         "Fix drift: per server, re-plan and re-issue, ask for a refresh, or nothing for a host that does not answer",
       description:
         "Takes the filters of the check and works on one page of it (paged by server, like the check). " +
-        "`dry_run` (default true) says what it would do and changes nothing; `dry_run: false` does it, audited.",
+        "`dry_run` (default true) says what it would do and changes nothing; `dry_run: false` does it, audited: " +
+        "a `check.fix` row written before anything else (if the audit log refuses it, 503 `unavailable` and nothing " +
+        "was fixed), then a `check.fix.result` row with each server's outcome.",
       security: bearer,
       middleware: [requireScope("write")] as const,
       request: { body: jsonBody(FixInput) },

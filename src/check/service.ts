@@ -13,7 +13,7 @@ import { auditInsert } from "../db/audit";
 import { checkServerAgents, type DriftFilter } from "./drift";
 import { getDb, type Db } from "../db/client";
 import type { DriftFix, DriftReason } from "../domain/enums";
-import type { ErrorCode } from "../domain/errors";
+import { DomainError, type ErrorCode } from "../domain/errors";
 import type { Env } from "../env";
 import { actorOf, visibleFleets, type Principal } from "../domain/principal";
 import { planInputsOf } from "../planner/store";
@@ -200,8 +200,34 @@ export async function fixServerAgents(
   }
   const actions = [...byServer.values()];
   if (!opts.dryRun) {
-    // Names this call's holds at the coordinators, so what it tells them is of its own writes only.
+    // Names this call's holds at the coordinators, so what it tells them is of its own writes only,
+    // and ties its two audit rows together.
     const call = crypto.randomUUID();
+    const target = opts.filter.server
+      ? `server:${opts.filter.server}`
+      : opts.filter.fleet
+        ? `fleet:${opts.filter.fleet}`
+        : "check";
+    // The intent first, before anything is written: should D1 refuse it, nothing was fixed and the
+    // caller is told so (503); once it is in, no failure to record what followed can turn the
+    // writes into an error (each write is audited by its own ledger, durably, besides).
+    try {
+      await db.batch([
+        auditInsert(db, {
+          actor,
+          action: "check.fix",
+          target,
+          details: {
+            filter: opts.filter,
+            call,
+            actions: actions.map((a) => ({ server: a.server, action: a.action, reasons: a.reasons })),
+          },
+        }),
+      ]);
+    } catch (err) {
+      logLine("warn", "drift fix: the audit log refused its record; nothing was fixed", errorFields(err));
+      throw new DomainError("unavailable", "the audit log did not take the fix's record; nothing was fixed: fix again");
+    }
     const reissues = new Map<string, FixAction[]>();
     for (const a of actions) if (a.action === "reissue") reissues.set(a.fleet, [...(reissues.get(a.fleet) ?? []), a]);
     for (const [fleet, list] of reissues) await reissueInFleet(env, db, fleet, list, actor, call);
@@ -218,26 +244,31 @@ export async function fixServerAgents(
         });
       }
     }
-    await db.batch([
-      auditInsert(db, {
-        actor,
-        action: "check.fix",
-        target: opts.filter.server
-          ? `server:${opts.filter.server}`
-          : opts.filter.fleet
-            ? `fleet:${opts.filter.fleet}`
-            : "check",
-        details: {
-          filter: opts.filter,
-          actions: actions.map((a) => ({
-            server: a.server,
-            action: a.action,
-            ok: a.result?.ok ?? null,
-            ...(a.result && !a.result.ok ? { error: a.result.error } : {}),
-          })),
-        },
-      }),
-    ]);
+    // What became of each server, under the same call. Best effort: the writes are done, and a
+    // failure here must not answer as if they were not.
+    await db
+      .batch([
+        auditInsert(db, {
+          actor,
+          action: "check.fix.result",
+          target,
+          details: {
+            call,
+            actions: actions.map((a) => ({
+              server: a.server,
+              action: a.action,
+              ok: a.result?.ok ?? null,
+              ...(a.result && !a.result.ok ? { error: a.result.error } : {}),
+            })),
+          },
+        }),
+      ])
+      .catch((err) =>
+        logLine("warn", "drift fix: its result's audit row was not written; each write is audited by its ledger", {
+          call,
+          ...errorFields(err),
+        }),
+      );
   }
   return { actions, skipped: check.skipped, rows: check.rows };
 }

@@ -16,6 +16,7 @@ export interface ApiAnswer<T = unknown> {
   status: number;
   ok: boolean;
   json: T;
+  headers: Headers;
 }
 
 export class ApiFailure extends Error {
@@ -37,11 +38,16 @@ function jsonOrText(text: string): unknown {
   }
 }
 
-export type Api = <T = unknown>(method: string, path: string, body?: unknown) => Promise<ApiAnswer<T>>;
+export type Api = <T = unknown>(
+  method: string,
+  path: string,
+  body?: unknown,
+  extraHeaders?: Record<string, string>,
+) => Promise<ApiAnswer<T>>;
 
 export function apiFor(c: Context, getApp: () => InProcessApp, token: string): Api {
-  return async (method, path, body) => {
-    const headers: Record<string, string> = { Authorization: `Bearer ${token}` };
+  return async (method, path, body, extraHeaders) => {
+    const headers: Record<string, string> = { ...extraHeaders, Authorization: `Bearer ${token}` };
     const requestId = c.req.header("X-Request-Id");
     if (requestId) headers["X-Request-Id"] = requestId;
     if (body !== undefined) headers["Content-Type"] = "application/json";
@@ -58,7 +64,7 @@ export function apiFor(c: Context, getApp: () => InProcessApp, token: string): A
       ctx,
     );
     const text = await res.text();
-    return { status: res.status, ok: res.ok, json: (text ? jsonOrText(text) : null) as never };
+    return { status: res.status, ok: res.ok, json: (text ? jsonOrText(text) : null) as never, headers: res.headers };
   };
 }
 

@@ -1,6 +1,7 @@
 /** The audit rows every owner writes with its own change (read back by src/audit/). */
-import { sql, type SQL } from "drizzle-orm";
+import type { SQL } from "drizzle-orm";
 import type { Db } from "./client";
+import { insertWhere } from "./insert-where";
 import { auditLog } from "./schema";
 
 export interface AuditEntry {
@@ -27,11 +28,9 @@ export function auditInsert(db: Db, entry: AuditEntry, at = Date.now()) {
  * concurrent callers only the one whose change happens writes the row.
  */
 export function auditInsertIf(db: Db, entry: AuditEntry, when: SQL, at = Date.now()) {
-  const details = entry.details === undefined || entry.details === null ? null : JSON.stringify(entry.details);
-  // Every column in the table's order (the insert names them all); a null id is the next rowid.
-  return db
-    .insert(auditLog)
-    .select(sql`SELECT NULL, ${at}, ${entry.actor}, ${entry.action}, ${entry.target}, ${details}, NULL WHERE ${when}`);
+  // By column name (the id is the next rowid, event_id null), never by position.
+  const { actor, action, target } = entry;
+  return insertWhere(db, auditLog, { at, actor, action, target, details: entry.details ?? null }, when);
 }
 
 const auditRowOf = (e: AuditEvent) => ({

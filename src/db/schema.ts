@@ -517,9 +517,18 @@ export const enrollmentTokens = sqliteTable(
     createdAt: integer("created_at").notNull(),
     revokedAt: integer("revoked_at"),
     lastUsedAt: integer("last_used_at"),
+    /**
+     * The creator's Idempotency-Key, kept as long as the row: the same key from the same creator
+     * is the same create (a retry whose first answer was lost), answered with this token.
+     */
+    idempotencyKey: text("idempotency_key"),
+    /** The sha256 of the create request the key was first sent with: the same key with another request is refused. */
+    requestDigest: text("request_digest"),
   },
   (t) => [
     index("enrollment_tokens_fleet_idx").on(t.fleetId, t.id),
+    // NULLs are distinct in a unique index: only keyed creates are held to it.
+    uniqueIndex("enrollment_tokens_idempotency_uq").on(t.createdBy, t.idempotencyKey),
     check("enrollment_tokens_uses_ck", sql`${t.uses} >= 0 AND ${t.uses} <= ${t.maxUses}`),
   ],
 );

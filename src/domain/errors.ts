@@ -90,6 +90,8 @@ export const ERROR_CODES = [
   "identity_provider_unavailable",
   // Server token rotation: another rotation committed first; its token is the one that works.
   "token_rotated",
+  // A create's Idempotency-Key sent again with another request, or whose answer can no longer be given again.
+  "idempotency_key_reused",
 ] as const;
 
 export type ErrorCode = (typeof ERROR_CODES)[number];

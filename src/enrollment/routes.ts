@@ -14,6 +14,8 @@ import {
   EnrollmentTokenCreated,
   EnrollmentTokenInput,
   fleetParam,
+  idempotencyHeaders,
+  REPLAYED_HEADER,
   tokenParams,
 } from "./schemas";
 import {
@@ -37,18 +39,46 @@ export const enrollmentTokenRoutes = new OpenAPIHono<AppEnv>({ defaultHook: vali
       operationId: "createEnrollmentToken",
       tags,
       summary: "A token that lets machines register themselves in the fleet (POST /v1/agent/enroll); answered once",
+      description:
+        "With an `Idempotency-Key`, a retry whose first answer was lost is safe: the same key (from the same " +
+        "creator) with the same request answers the token that key made, 201 again, with its secret issued anew " +
+        "(the secret is never stored; the one the lost answer carried stops working). The same key with another " +
+        "request, or once the token was used or revoked, is 409 `idempotency_key_reused`. The key is kept as long as the token.",
       security: bearer,
       middleware: [requireScope("write")] as const,
-      request: { params: fleetParam, body: jsonBody(EnrollmentTokenInput) },
+      request: { params: fleetParam, headers: idempotencyHeaders, body: jsonBody(EnrollmentTokenInput) },
       responses: {
-        201: jsonResponse(EnrollmentTokenCreated, "Created; the token is never shown again"),
+        201: {
+          ...jsonResponse(
+            EnrollmentTokenCreated,
+            "Created (or, for a retried key, the token it created); the token is never shown again",
+          ),
+          headers: z.object({
+            [REPLAYED_HEADER]: z
+              .literal("true")
+              .optional()
+              .openapi({ description: "The token this Idempotency-Key created before, its secret issued again" }),
+          }),
+        },
         ...commonErrors,
         ...notFoundError,
+        ...conflictError(
+          "idempotency_key_reused: the key made a token with another request, or that token was used or revoked",
+        ),
       },
     }),
     async (c) => {
       const { fleet } = c.req.valid("param");
-      return c.json(await createEnrollmentToken(c.env, actorOf(c.var.principal), fleet, c.req.valid("json")), 201);
+      const key = c.req.valid("header")["idempotency-key"];
+      const { replayed, ...created } = await createEnrollmentToken(
+        c.env,
+        actorOf(c.var.principal),
+        fleet,
+        c.req.valid("json"),
+        key,
+      );
+      if (replayed) c.header(REPLAYED_HEADER, "true");
+      return c.json(created, 201);
     },
   )
   .openapi(

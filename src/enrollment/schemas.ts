@@ -60,6 +60,28 @@ export const EnrollmentTokenInput = z
   .openapi("EnrollmentTokenInput");
 export type EnrollmentTokenInput = z.infer<typeof EnrollmentTokenInput>;
 
+/**
+ * A client's name for one create, so a retry whose first answer was lost gets that token, not a
+ * second one (docs/images-and-enrollment.md). Printable ASCII without spaces, as an HTTP token.
+ */
+export const idempotencyHeaders = z.object({
+  "idempotency-key": z
+    .string()
+    .min(1)
+    .max(255)
+    .regex(/^[\x21-\x7e]+$/, "1-255 printable ASCII characters, no spaces")
+    .optional()
+    .openapi({
+      description:
+        "Any unique string per create (a UUID): the same key with the same request answers the same token " +
+        "(its secret issued again, the one the lost answer carried no longer valid); with another request, 409 `idempotency_key_reused`",
+      example: "7d7a1bd4-58c1-4a43-9d55-3f9b8f3d0d6e",
+    }),
+});
+
+/** Set on a create answered again for its Idempotency-Key (the name Stripe's API gives it). */
+export const REPLAYED_HEADER = "Idempotent-Replayed";
+
 export const EnrollmentToken = z
   .object({
     id: z.string(),

@@ -29,15 +29,18 @@ import { issueEnrollmentToken, parseEnrollmentToken } from "../auth/tokens";
 import { registerServer, rotateServerToken } from "../servers/service";
 import { sortedLabels } from "../model/server/labels";
 import { MAX_SERVER_LABELS } from "../domain/limits";
+import { canonicalJson } from "../rollouts/fingerprint";
 import { hostnameMatches } from "./pattern";
 import { MAX_ENROLLMENT_TTL_MS, type EnrollInput, type EnrollmentTokenInput } from "./schemas";
 import {
   claimUse,
   enrollmentOf,
   enrollmentTokenById,
+  enrollmentTokenByKey,
   insertAudit,
   insertEnrollmentToken,
   listEnrollmentTokens,
+  reissueSecret,
   releaseUse,
   revokeEnrollmentToken,
   type Claim,
@@ -76,9 +79,36 @@ async function fleetOrNotFound(env: Env, fleet: string) {
   return row;
 }
 
-/** A new token; its secret is answered here only, its hash is what D1 keeps. */
-export async function createEnrollmentToken(env: Env, actor: string, fleet: string, input: EnrollmentTokenInput) {
+/**
+ * What makes two creates the same create: the fleet and the request as validated (defaults filled
+ * in, labels in any order, the expiry as an instant), so a retry of the same command matches.
+ */
+const requestDigest = (fleet: string, input: EnrollmentTokenInput) =>
+  sha256Hex(canonicalJson({ fleet, ...input, expires_at: Date.parse(input.expires_at) }));
+
+const keyReused = (message: string, details?: unknown) => new DomainError("idempotency_key_reused", message, details);
+
+/**
+ * A new token; its secret is answered here only, its hash is what D1 keeps. With an
+ * Idempotency-Key already used by this creator, the same request is answered with the token that
+ * key made (a retry whose first answer was lost): the secret is never stored, so it is issued
+ * again, and the one the lost answer carried stops working.
+ */
+export async function createEnrollmentToken(
+  env: Env,
+  actor: string,
+  fleet: string,
+  input: EnrollmentTokenInput,
+  idempotencyKey?: string,
+) {
+  const db = getDb(env.DB);
   const now = Date.now();
+  const fleetRow = await fleetOrNotFound(env, fleet);
+  const digest = idempotencyKey === undefined ? null : await requestDigest(fleet, input);
+  if (idempotencyKey !== undefined) {
+    const previous = await enrollmentTokenByKey(db, actor, idempotencyKey);
+    if (previous) return answerAgain(env, actor, fleetRow.createdAt, previous, digest);
+  }
   const expiresAt = Date.parse(input.expires_at);
   if (!(expiresAt > now)) {
     throw new DomainError("validation_failed", "expires_at must be in the future", [
@@ -92,7 +122,6 @@ export async function createEnrollmentToken(env: Env, actor: string, fleet: stri
       [{ path: "expires_at", message: "more than 30 days ahead" }],
     );
   }
-  await fleetOrNotFound(env, fleet);
   const id = crypto.randomUUID();
   const { token, hash } = await issueEnrollmentToken(id);
   const row: EnrollmentTokenRow = {
@@ -112,9 +141,11 @@ export async function createEnrollmentToken(env: Env, actor: string, fleet: stri
     createdAt: now,
     revokedAt: null,
     lastUsedAt: null,
+    idempotencyKey: idempotencyKey ?? null,
+    requestDigest: digest,
   };
   const { name, roles, reboot_group, labels, kind, max_uses, hostname_pattern } = input;
-  await insertEnrollmentToken(getDb(env.DB), row, {
+  const inserted = await insertEnrollmentToken(db, row, {
     actor,
     action: "enrollment_token.create",
     target: `enrollment-token:${id}`,
@@ -130,7 +161,63 @@ export async function createEnrollmentToken(env: Env, actor: string, fleet: stri
       expires_at: iso(expiresAt),
     },
   });
-  return { ...enrollmentTokenView(row, now), token };
+  if (!inserted) {
+    // A create with the same key committed while this one ran: it is the one, answered again.
+    const winner = idempotencyKey === undefined ? undefined : await enrollmentTokenByKey(db, actor, idempotencyKey);
+    if (!winner) throw new Error(`enrollment token insert refused, and no token holds key ${idempotencyKey}`);
+    return answerAgain(env, actor, fleetRow.createdAt, winner, digest);
+  }
+  return { ...enrollmentTokenView(row, now), token, replayed: false };
+}
+
+/** The token an Idempotency-Key made, answered again with its secret issued anew, when that is still safe. */
+async function answerAgain(
+  env: Env,
+  actor: string,
+  fleetCreatedAt: number,
+  previous: EnrollmentTokenRow,
+  digest: string | null,
+) {
+  const id = previous.id;
+  if (previous.requestDigest !== digest) {
+    throw keyReused(
+      `this Idempotency-Key created enrollment token ${id} with another request; use a new key for a new token`,
+      { token_id: id },
+    );
+  }
+  const refusal = (row: EnrollmentTokenRow) =>
+    row.createdAt < fleetCreatedAt
+      ? `its token ${id} belongs to fleet '${row.fleetId}' as it was before it was deleted`
+      : row.revokedAt !== null
+        ? `its token ${id} was revoked at ${iso(row.revokedAt)}`
+        : row.lastUsedAt !== null
+          ? `its token ${id} was presented by a machine at ${iso(row.lastUsedAt)}, so its secret was received; it is not issued again`
+          : null;
+  const refused = refusal(previous);
+  if (refused) throw keyReused(`this Idempotency-Key was used already: ${refused}`, { token_id: id });
+  const now = Date.now();
+  const { token, hash } = await issueEnrollmentToken(id);
+  const db = getDb(env.DB);
+  const after = await reissueSecret(
+    db,
+    previous,
+    hash,
+    {
+      actor,
+      action: "enrollment_token.reissue",
+      target: `enrollment-token:${id}`,
+      details: { fleet: previous.fleetId, why: "the create was sent again with its Idempotency-Key" },
+    },
+    now,
+  );
+  if (!after) {
+    const current = await enrollmentTokenById(db, id);
+    const why =
+      (current && refusal(current)) ??
+      `another request with this key answered token ${id} at the same time; the secret it answered is the one that works`;
+    throw keyReused(`this Idempotency-Key was used already: ${why}`, { token_id: id });
+  }
+  return { ...enrollmentTokenView(after, now), token, replayed: true };
 }
 
 export async function listFleetEnrollmentTokens(env: Env, fleet: string, after: string | null, limit: number) {

@@ -4,9 +4,10 @@
  * transaction) as the enrollment row it pays for, so racing enrollments never count past
  * max_uses, and a use is never spent without its row nor a row written without its use.
  */
-import { and, asc, eq, gt, gte, sql } from "drizzle-orm";
-import { auditInsert, type AuditEntry } from "../db/audit";
+import { and, asc, eq, gt, gte, isNull, sql } from "drizzle-orm";
+import { auditInsert, auditInsertIf, type AuditEntry } from "../db/audit";
 import type { Db } from "../db/client";
+import { isUniqueViolation } from "../db/errors";
 import { enrollments, enrollmentTokens } from "../db/schema";
 
 export type EnrollmentTokenRow = typeof enrollmentTokens.$inferSelect;
@@ -14,8 +15,45 @@ export type EnrollmentTokenRow = typeof enrollmentTokens.$inferSelect;
 export const enrollmentTokenById = (db: Db, id: string) =>
   db.query.enrollmentTokens.findFirst({ where: eq(enrollmentTokens.id, id) });
 
+/**
+ * The token with its audit row; false when its creator's Idempotency-Key is already on another
+ * row (a concurrent create with the same key committed first: nothing of this one was written).
+ */
 export async function insertEnrollmentToken(db: Db, row: EnrollmentTokenRow, entry: AuditEntry) {
-  await db.batch([db.insert(enrollmentTokens).values(row), auditInsert(db, entry, row.createdAt)]);
+  try {
+    await db.batch([db.insert(enrollmentTokens).values(row), auditInsert(db, entry, row.createdAt)]);
+    return true;
+  } catch (err) {
+    if (row.idempotencyKey !== null && isUniqueViolation(err)) return false;
+    throw err;
+  }
+}
+
+/** The token a creator made with this Idempotency-Key. */
+export const enrollmentTokenByKey = (db: Db, createdBy: string, key: string) =>
+  db.query.enrollmentTokens.findFirst({
+    where: and(eq(enrollmentTokens.createdBy, createdBy), eq(enrollmentTokens.idempotencyKey, key)),
+  });
+
+/**
+ * The token's secret issued again (its new hash stored, the old secret refused from now on), with
+ * its audit row, in one transaction: only over the hash the caller read (of two retries at once,
+ * one reissues), and only while no machine has presented it and it is not revoked (someone
+ * holds that secret, or it is of no use). The row as it is then, or undefined when it was not.
+ */
+export async function reissueSecret(db: Db, row: EnrollmentTokenRow, hash: string, entry: AuditEntry, at: number) {
+  const open = and(
+    eq(enrollmentTokens.id, row.id),
+    eq(enrollmentTokens.hash, row.hash),
+    // A use given back (a refused registration) still leaves last_used_at: someone holds it.
+    isNull(enrollmentTokens.lastUsedAt),
+    isNull(enrollmentTokens.revokedAt),
+  );
+  const [, updated] = await db.batch([
+    auditInsertIf(db, entry, sql`EXISTS (SELECT 1 FROM ${enrollmentTokens} WHERE ${open})`, at),
+    db.update(enrollmentTokens).set({ hash }).where(open).returning(),
+  ]);
+  return updated[0];
 }
 
 /** A page of a fleet's tokens by id (one more row than `limit` when another page exists). */

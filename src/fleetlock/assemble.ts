@@ -36,7 +36,12 @@ export function assemble(ctx: DurableObjectState, env: () => Env, clock: () => n
     changed(parts, group);
     budgetWatch.touch();
   });
-  const disruption = new DisruptionStore(ctx.storage, () => budgetWatch.touch());
+  // The budget's count changed (a fix's or rollout target's unit, a server down or back): pages
+  // showing it are told, though no group changed.
+  const disruption = new DisruptionStore(ctx.storage, (shown) => {
+    if (shown) changed(parts);
+    budgetWatch.touch();
+  });
   const gateStore = new GateStore(ctx.storage);
   const webhookStore = new WebhookStore(ctx.storage);
   const webhooks = new WebhookDispatcher(webhookStore, {

@@ -16,6 +16,11 @@ export interface StoredMember extends Member {
 export interface Down {
   status: string;
   since: number;
+  /**
+   * Counted failed by a drift fix's bound, not by its ledger (./fix-budget.ts): its write never
+   * reported realized. Cleared like any failed server's, or by an operator's release.
+   */
+  by_fix?: boolean;
 }
 
 /** A rollout target disrupting its server without a reboot slot (an applying target), or a drift fix. */
@@ -41,6 +46,11 @@ export interface DisruptionHold {
   written?: number;
   /** A drift fix's hold while `until` is set: the newest generation its server reported realized. */
   realized?: number;
+  /**
+   * A drift fix's hold once its write is known (real time): the server is counted failed if it
+   * has not reported realized FIX_REALIZE_BOUND_MS later.
+   */
+  known_at?: number;
 }
 
 /** A rollout with targets refused for budget: woken (through the outbox) once budget frees. */
@@ -67,10 +77,13 @@ interface Mirror {
 export class DisruptionStore {
   private mem: Mirror | null = null;
 
-  /** `onChange`: something the count reads changed (called in the caller's turn). */
+  /**
+   * `onChange`: something the count reads changed (called in the caller's turn); `shown`: a unit
+   * taken or freed, or a server down or back, which operators' pages show (a member's labels are not).
+   */
   constructor(
     private readonly storage: DurableObjectStorage,
-    private readonly onChange: () => void,
+    private readonly onChange: (shown: boolean) => void,
   ) {}
 
   private get kv() {
@@ -102,7 +115,7 @@ export class DisruptionStore {
     if (was && was.hostname === m.hostname && JSON.stringify(was.labels) === JSON.stringify(m.labels)) return false;
     this.kv.put(KEY.member(serverId), m);
     this.m.members.set(serverId, m);
-    this.onChange();
+    this.onChange(false);
     return true;
   }
 
@@ -123,7 +136,7 @@ export class DisruptionStore {
         this.kv.delete(KEY.hold(holder));
         changed = true;
       }
-    if (changed) this.onChange();
+    if (changed) this.onChange(true);
   }
 
   down(): ReadonlyMap<string, Down> {
@@ -137,11 +150,12 @@ export class DisruptionStore {
       this.m.down.delete(serverId);
       this.kv.delete(KEY.down(serverId));
     } else {
-      if (was?.status === down.status) return;
+      // A ledger's own report of the status takes over from a drift fix's count of it.
+      if (was?.status === down.status && !was.by_fix === !down.by_fix) return;
       this.m.down.set(serverId, down);
       this.kv.put(KEY.down(serverId), down);
     }
-    this.onChange();
+    this.onChange(true);
   }
 
   holds(): ReadonlyMap<string, DisruptionHold> {
@@ -152,7 +166,7 @@ export class DisruptionStore {
     if (this.m.holds.has(h.holder)) return;
     this.m.holds.set(h.holder, h);
     this.kv.put(KEY.hold(h.holder), h);
-    this.onChange();
+    this.onChange(true);
   }
 
   /** Replaces a hold kept under the same holder (its end moved, or its write became known). */
@@ -167,7 +181,7 @@ export class DisruptionStore {
     if (!h) return null;
     this.m.holds.delete(holder);
     this.kv.delete(KEY.hold(holder));
-    this.onChange();
+    this.onChange(true);
     return h;
   }
 

@@ -2,7 +2,9 @@ import { DurableObject } from "cloudflare:workers";
 import type { Env } from "../env";
 import type { Failure } from "../objects/kit/result";
 import { assemble } from "./assemble";
-import { publishHealthWatch } from "./health-watch";
+import { getDb } from "../db/client";
+import { fail } from "../objects/kit/result";
+import { publishHealthWatch, watchBeforeCreating } from "./health-watch";
 import { audit } from "./effects";
 import * as gateRules from "./gate-rules";
 import type { GateConfig } from "./gates";
@@ -18,7 +20,16 @@ import { fireTimers } from "./timers";
 import { answered, PRE_REBOOT_WAIT_PATH, preRebootWaitOf } from "./waits";
 import type { ClientParams, FleetLockFailure } from "./protocol";
 import * as slots from "./rollout-slots";
-import { allowFixes, fixOutcomes, type FixAllowance, type FixOutcome, type FixTarget } from "./fix-budget";
+import {
+  allowFixes,
+  fixHoldViews,
+  fixOutcomes,
+  releaseFixHold,
+  type FixAllowance,
+  type FixHoldView,
+  type FixOutcome,
+  type FixTarget,
+} from "./fix-budget";
 import * as disruption from "./disruption";
 import type { StoredMember } from "./disruption-store";
 import * as specGroups from "./spec-groups";
@@ -220,8 +231,10 @@ export class RebootCoordinator extends DurableObject<Env> {
 
   async createWebhook(settings: FleetSettings, input: hooks.WebhookInput, actor: string) {
     this.parts.store.syncSettings(settings);
+    // In D1 before the webhook exists: a drift reported after the answer reaches it.
+    if (!(await watchBeforeCreating(getDb(this.env.DB), settings.fleet_id, input.events)))
+      return fail("unavailable", "the fleet's index did not take the change; the webhook was not created: try again");
     const r = hooks.createWebhook(this.parts.webhookStore, input, actor, this.parts.clock());
-    // Published in the batch the answer waits for: a drift reported after it reaches the webhook.
     if (r.ok) publishHealthWatch(this.parts, settings.fleet_id);
     if (r.ok)
       await this.#audited(actor, "webhook.create", { id: r.webhook.id, url: r.webhook.url, events: r.webhook.events });
@@ -255,6 +268,10 @@ export class RebootCoordinator extends DurableObject<Env> {
 
   async applyWebhookSpec(settings: FleetSettings, spec: hookSpec.WebhooksSpec): Promise<hookSpec.WebhooksSpecOutcome> {
     this.parts.store.syncSettings(settings);
+    // As createWebhook's: in D1 first. Refused, the task fails and the cron runs it again.
+    const events = Object.values(spec.webhooks).flatMap((w) => w.events);
+    if (!(await watchBeforeCreating(getDb(this.env.DB), settings.fleet_id, events)))
+      throw new Error("the fleet's index did not take its health watch; the spec's webhooks were not applied");
     const out = hookSpec.applyWebhookSpec(this.parts.webhookStore, spec, this.parts.clock());
     // Delivered before the answer, like createWebhook's: a drift reported after it reaches them.
     if (publishHealthWatch(this.parts, settings.fleet_id)) {
@@ -343,6 +360,20 @@ export class RebootCoordinator extends DurableObject<Env> {
   /** What a fix call's writes came to: each server's hold is settled on it (./fix-budget.ts). */
   async fixOutcomes(call: string, outcomes: FixOutcome[]): Promise<void> {
     if (fixOutcomes(this.parts, call, outcomes)) await this.parts.scheduler.arm();
+  }
+
+  /** What drift fixes hold of the fleet's budget (an operator's view). */
+  async fixHolds(settings: FleetSettings): Promise<FixHoldView[]> {
+    return fixHoldViews(this.parts, settings);
+  }
+
+  /** An operator frees what a drift fix holds for a server (`ref`: its id or hostname), audited. */
+  async releaseFixHold(
+    settings: FleetSettings,
+    ref: string,
+    actor: string,
+  ): Promise<{ ok: true; released: FixHoldView } | Failure> {
+    return releaseFixHold(this.parts, settings, ref, actor);
   }
 
   async acquireRolloutSlot(settings: FleetSettings, req: slots.RolloutSlotRequest): Promise<slots.RolloutSlotAnswer> {

@@ -22,12 +22,22 @@
  * written generation or a later one: a report from before the write (an outbox delivering late)
  * says nothing of the write. A report from older code carries no generation; it frees nothing by
  * itself, and has the ledger asked instead.
+ *
+ * A write known and never realized does not keep its hold for ever: FIX_REALIZE_BOUND_MS after the
+ * write became known, the ledger is asked once more, and a server still not realized is counted
+ * as failed instead (a `down` entry marked as the fix's, which its ledger's next healthy report
+ * clears like any failed server's). The unit stays taken: a server whose agents did not come back
+ * is disrupted, and freeing it on a guess could let another server go down beside it. An operator
+ * who knows better releases either (`releaseFixHold`), audited.
  */
 import { auditEvent } from "../db/audit";
+import { iso } from "../lib/time";
 import type { BlockedBy } from "../model/blocked-by";
 import type { FleetSettings } from "../model/fleet";
+import { fail, type Failure } from "../objects/kit/result";
 import { budgetClosure } from "./disruption";
 import type { DisruptionHold } from "./disruption-store";
+import { audit } from "./effects";
 import type { CoordinatorParts } from "./parts";
 
 /** `deadline`: the time (ms) by which the fix's write must reach the ledger, when a hold was taken for it. */
@@ -65,6 +75,13 @@ const FIX_WRITE_MARGIN_MS = 30_000;
  * will never say so. It stays in `calls`, so only the hold's end settles it.
  */
 const UNRECORDED_CALL = "(unrecorded)";
+
+/**
+ * How long a hold whose write is known waits for the server's realized report before the server
+ * is counted failed instead: well past an image pull and an agent's restart, short enough that a
+ * fix that broke the server shows as a failed server rather than as a fix in progress.
+ */
+const FIX_REALIZE_BOUND_MS = 30 * 60_000;
 
 /** The timer of a fix's hold, on the coordinator's alarm (./timers.ts). */
 export const FIX_HOLD_TIMER = "fixhold";
@@ -111,8 +128,10 @@ export function allowFixes(
       // Another write under the same hold (the generation seen first stays; a known write stays
       // known): the hold waits for this call too, and its end moves to this call's.
       const calls = pending(held) ? (held.calls ?? [UNRECORDED_CALL]) : [];
+      // A new write's wait for its realized report starts anew once it is known.
+      const { known_at: _knownAt, ...rest } = held;
       c.disruption.replaceHold({
-        ...held,
+        ...rest,
         until,
         calls: calls.includes(call) ? calls : [...calls, call],
         ...(pending(held) ? {} : { written: releasedAt(held) }),
@@ -168,19 +187,26 @@ export function fixOutcomes(c: CoordinatorParts, call: string, outcomes: readonl
     }
     if (next.written === undefined) releaseFix(c, id, "not written");
     else if ((next.realized ?? -1) >= next.written) releaseFix(c, id, "realized");
-    else {
-      c.disruption.replaceHold(known(next, next.written));
-      c.scheduler.cancel(timerOf(id));
-    }
+    else keepKnown(c, id, known(next, next.written, c.scheduler.now()));
   }
   return changed;
 }
 
-/** The hold once its write is known and no call may write under it any more: it waits for the realized report. */
-const known = (h: DisruptionHold, written: number): DisruptionHold => {
+/**
+ * The hold once its write is known and no call may write under it any more: it waits for the
+ * realized report, from `known_at` (real time) for at most FIX_REALIZE_BOUND_MS.
+ */
+const known = (h: DisruptionHold, written: number, now: number): DisruptionHold => {
   const { calls: _calls, realized: _realized, ...rest } = h;
-  return { ...rest, until: null, written };
+  return { ...rest, until: null, written, known_at: h.known_at ?? now };
 };
+
+/** Stores a known hold (when it changed) and keeps its timer at the bound, when the ledger is asked a last time. */
+function keepKnown(c: CoordinatorParts, serverId: string, next: DisruptionHold) {
+  const was = c.disruption.holds().get(next.holder);
+  if (JSON.stringify(next) !== JSON.stringify(was)) c.disruption.replaceHold(next);
+  c.scheduler.schedule(timerOf(serverId), next.known_at! + FIX_REALIZE_BOUND_MS, { until: null });
+}
 
 /**
  * A fix's hold reached its end (the timer), or a report without a generation came: the server's
@@ -200,8 +226,14 @@ export async function settleFixHold(c: CoordinatorParts, serverId: string, until
   const seen = h.generation ?? (pending(h) ? Infinity : -Infinity);
   const written = desired !== null && desired.generation > seen;
   if (written && !desired.realized) {
-    const next = known(h, Math.max(desired.generation, h.written ?? 0));
-    if (JSON.stringify(next) !== JSON.stringify(h)) c.disruption.replaceHold(next);
+    const now = c.scheduler.now();
+    const next = known(h, Math.max(desired.generation, h.written ?? 0), now);
+    if (next.known_at! + FIX_REALIZE_BOUND_MS > now) return keepKnown(c, serverId, next);
+    // Past the bound: the server is counted failed, as one its ledger reported failed is, until
+    // its ledger reports it healthy; the hold's own bookkeeping ends.
+    releaseFix(c, serverId, `not realized within ${FIX_REALIZE_BOUND_MS / 60_000} min: counted failed`);
+    if (!c.disruption.down().has(serverId))
+      c.disruption.setDown(serverId, { status: "failed", since: c.clock(), by_fix: true });
     return;
   }
   releaseFix(c, serverId, desired === null ? "server gone" : written ? "realized" : "not written");
@@ -232,14 +264,14 @@ export function fixRealized(c: CoordinatorParts, serverId: string, generation: n
 }
 
 /** Ends a fix's hold; true when one was held. */
-function releaseFix(c: CoordinatorParts, serverId: string, why: string): boolean {
+function releaseFix(c: CoordinatorParts, serverId: string, why: string, actor = FIX_ACTOR): boolean {
   const h = c.disruption.dropHold(fixHolder(serverId));
   if (!h) return false;
   c.scheduler.cancel(timerOf(serverId));
   c.outbox.enqueue(
     "audit",
     auditEvent({
-      actor: FIX_ACTOR,
+      actor,
       action: "disruption.release",
       target: `fleet:${c.store.config?.fleet_id ?? "?"}`,
       details: { id: h.holder, server_id: serverId, why },
@@ -247,4 +279,112 @@ function releaseFix(c: CoordinatorParts, serverId: string, why: string): boolean
     { deferMs: 1_000 },
   );
   return true;
+}
+
+/** A drift fix's claim on the budget as operators see it (GET /v1/fleets/{fleet}/fix-holds). */
+export interface FixHoldView {
+  server: { id: string; hostname: string | null };
+  /**
+   * `writing`: a fix call may still write (until `settles_at`, when the ledger is asked);
+   * `written`: the write is known, the hold waits for the realized report (until `settles_at`,
+   * when the server is counted failed if still not realized); `counted_failed`: that bound passed,
+   * and the server counts as failed until its ledger reports it healthy.
+   */
+  state: "writing" | "written" | "counted_failed";
+  since: string;
+  settles_at: string | null;
+  seen_generation: number | null;
+  written_generation: number | null;
+}
+
+const hostnameOf = (c: CoordinatorParts, serverId: string) =>
+  c.disruption.members().get(serverId)?.hostname ?? c.store.servers.get(serverId)?.hostname ?? null;
+
+/** Every drift fix's claim on the fleet's budget: its holds, and the servers its bound counted failed. */
+export function fixHoldViews(c: CoordinatorParts, settings: FleetSettings): FixHoldView[] {
+  c.store.syncSettings(settings);
+  const out: FixHoldView[] = [];
+  for (const h of c.disruption.holds().values()) {
+    if (h.rollout_id !== FIX_ACTOR) continue;
+    const writing = pending(h);
+    const settles = writing ? h.until! : h.known_at !== undefined ? h.known_at + FIX_REALIZE_BOUND_MS : null;
+    out.push({
+      server: { id: h.server_id, hostname: hostnameOf(c, h.server_id) },
+      state: writing ? "writing" : "written",
+      since: iso(h.since),
+      settles_at: settles === null ? null : iso(settles),
+      seen_generation: h.generation ?? null,
+      written_generation: h.written ?? null,
+    });
+  }
+  for (const [id, d] of c.disruption.down())
+    if (d.by_fix)
+      out.push({
+        server: { id, hostname: hostnameOf(c, id) },
+        state: "counted_failed",
+        since: iso(d.since),
+        settles_at: null,
+        seen_generation: null,
+        written_generation: null,
+      });
+  return out.sort((a, b) => a.since.localeCompare(b.since) || a.server.id.localeCompare(b.server.id));
+}
+
+/** The server a ref names among the fix's claims: its id, hostname or `fleet/hostname`. */
+function claimNamed(c: CoordinatorParts, fleet: string, ref: string): string | Failure {
+  const ids = [
+    ...[...c.disruption.holds().values()].filter((h) => h.rollout_id === FIX_ACTOR).map((h) => h.server_id),
+    ...[...c.disruption.down()].filter(([, d]) => d.by_fix).map(([id]) => id),
+  ];
+  if (ids.includes(ref)) return ref;
+  const slash = ref.indexOf("/");
+  if (slash >= 0 && ref.slice(0, slash) !== fleet)
+    return fail("not_held", `'${ref}' names a server of fleet '${ref.slice(0, slash)}', not of '${fleet}'`);
+  const name = ref.slice(slash + 1).toLowerCase();
+  const found = ids.find((id) => hostnameOf(c, id)?.toLowerCase() === name);
+  return (
+    found ??
+    fail("not_held", `'${ref}' holds no drift fix's unit of fleet '${fleet}' (tried as a server id and a hostname)`)
+  );
+}
+
+/**
+ * An operator frees what a drift fix holds of the budget for a server: a hold whose write is
+ * known (the server never reported it realized), or the failed count its bound left. A hold a fix
+ * call may still write under is refused: that write could land after the unit went to another
+ * server, and the hold settles by itself at its end. Audited before the answer.
+ */
+export async function releaseFixHold(
+  c: CoordinatorParts,
+  settings: FleetSettings,
+  ref: string,
+  actor: string,
+): Promise<{ ok: true; released: FixHoldView } | Failure> {
+  const before = fixHoldViews(c, settings);
+  const serverId = claimNamed(c, settings.fleet_id, ref);
+  if (typeof serverId !== "string") return serverId;
+  const view = before.find((v) => v.server.id === serverId)!;
+  const h = c.disruption.holds().get(fixHolder(serverId));
+  if (h && pending(h))
+    return fail(
+      "invalid_state",
+      `a drift fix may still write to '${ref}' until ${iso(h.until!)}; its hold settles by itself then`,
+    );
+  if (h) {
+    c.disruption.dropHold(h.holder);
+    c.scheduler.cancel(timerOf(serverId));
+  } else c.disruption.setDown(serverId, null);
+  await audit(
+    c,
+    [
+      {
+        actor,
+        action: "disruption.release",
+        target: `fleet:${settings.fleet_id}`,
+        details: { id: fixHolder(serverId), server_id: serverId, why: "operator", state: view.state },
+      },
+    ],
+    { wait: true },
+  );
+  return { ok: true, released: view };
 }

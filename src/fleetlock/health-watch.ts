@@ -5,8 +5,11 @@
  * flapping between drifted and realized costs the fleet's one coordinator nothing unless
  * somebody listens.
  *
- * A change that turns it on (a webhook created, or a spec's webhooks applied) is published in the
- * D1 batch its answer waits for, so no drift reported after the answer is skipped. Turning it off
+ * A webhook created asking for `server.drifted` is published in D1 before the webhook exists
+ * (`watchBeforeCreating`): should D1 refuse it, the creation is refused (nothing created), rather
+ * than answered while ledgers still read 0 and skip the drifts it wants until the outbox's retry
+ * lands. A 1 written for a creation that then fails or dies costs calls, never a drift. A spec's
+ * webhooks are applied the same way (refused, its task fails and the cron runs it again). Turning it off
  * is lazy: 1 (the column's default, also for fleets from before) stays until the coordinator
  * hears a drift-only event no webhook wants, which costs one more call than needed, never one less.
  */
@@ -54,3 +57,18 @@ export const healthWatchStatement = (db: Db, p: HealthWatchPayload) => {
     .set({ healthWatch: value })
     .where(and(eq(fleets.id, p.fleet_id), ne(fleets.healthWatch, value)));
 };
+
+/**
+ * Before a webhook asking for `server.drifted` is created: the fleet's watch is written to D1 now,
+ * awaited; false when D1 refused it (the caller creates nothing). Other webhooks need nothing.
+ */
+export async function watchBeforeCreating(db: Db, fleetId: string, events: readonly string[]): Promise<boolean> {
+  if (!events.includes("server.drifted")) return true;
+  try {
+    await db.batch([healthWatchStatement(db, { fleet_id: fleetId, watch: true })]);
+    return true;
+  } catch (err) {
+    console.warn(JSON.stringify({ msg: "health watch not published; webhook not created", error: String(err) }));
+    return false;
+  }
+}

@@ -159,13 +159,15 @@ export const driftOnly = (e: ServerHealthEvent) => healthUse(e, null) === "webho
 /** The outbox the ledger enqueues health events on, and the store keeping what it sent. */
 interface HealthSink {
   outbox: { enqueue(kind: "server_health", payload: ServerHealthEvent): void };
-  store: { healthSent(): HealthSent | null; setHealthSent(s: HealthSent): void };
+  store: { healthSent(): HealthSent | null; setHealthSent(s: HealthSent): void; onCommit(fn: () => void): void };
   driftWatch: DriftWatch;
 }
 
 /**
  * Enqueues a health event if anyone may use it; true when it did. Called in the storage turn
- * that stores the report, so what it records of a realized event commits with the event.
+ * that stores the report, so what it records of a realized event commits with the event; its
+ * memory (the store's of what was sent, the drift watch's of what waits) moves only once that
+ * turn committed, so a turn that throws leaves memory as storage is.
  */
 export function sendHealth(d: HealthSink, e: ServerHealthEvent | null, generation: number): boolean {
   if (!e) return false;
@@ -177,8 +179,9 @@ export function sendHealth(d: HealthSink, e: ServerHealthEvent | null, generatio
     const fixFrom = sent?.fix_from !== undefined && generation <= sent.fix_from ? sent.fix_from : undefined;
     d.store.setHealthSent({ boot_id: e.boot_id, ...(fixFrom !== undefined ? { fix_from: fixFrom } : {}) });
   }
-  if (use === "webhooks") d.driftWatch.accepted(e.at);
   d.outbox.enqueue("server_health", e);
+  // Only an event stored for good waits on a read: one rolled back with its turn never settles.
+  if (use === "webhooks") d.store.onCommit(() => d.driftWatch.accepted(e.at));
   return true;
 }
 

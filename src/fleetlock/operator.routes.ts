@@ -5,14 +5,26 @@ import { fleetId, fleetlockId, groupName } from "../fleets/schemas";
 import { bearer, commonErrors, createdResponse, jsonBody, jsonResponse, notFoundError } from "../http/openapi";
 import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
-import { FleetlockKeyCreated, GroupInput, GroupSchema } from "./schemas";
-import { dequeueHost, forceRelease, getGroup, listGroups, putGroup, rotateFleetlockKey } from "./service";
+import { FixHoldList, FixHoldSchema, FleetlockKeyCreated, GroupInput, GroupSchema } from "./schemas";
+import {
+  dequeueHost,
+  forceRelease,
+  getGroup,
+  listFixHolds,
+  listGroups,
+  putGroup,
+  releaseFixHold,
+  rotateFleetlockKey,
+} from "./service";
 
 const fleetParam = z.object({ fleet: fleetId });
 const groupParams = fleetParam.extend({ group: groupName });
 // A FleetLock id, or the server holding under one: its id, hostname or fleet/hostname (./named.ts).
 const holderParams = groupParams.extend({
   id: fleetlockId.openapi({ description: "The FleetLock id, or the server's id, hostname or fleet/hostname" }),
+});
+const fixHoldParams = fleetParam.extend({
+  server: fleetlockId.openapi({ description: "The server's id, hostname or fleet/hostname" }),
 });
 
 // One chain, so the type of rebootGroupRoutes (and of the app that mounts it at /v1/fleets) carries every route for hc.
@@ -153,6 +165,56 @@ export const rebootGroupRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validati
         waiting_since: new Date(result.removed.since).toISOString(),
       };
       return c.json({ removed, group: result.group }, 200);
+    },
+  )
+
+  .openapi(
+    createRoute({
+      method: "get",
+      path: "/{fleet}/fix-holds",
+      operationId: "listFixHolds",
+      tags: ["reboot coordination"],
+      summary:
+        "What drift fixes hold of the fleet's disruption budget: each server's unit, its state and when it settles",
+      security: bearer,
+      middleware: [requireScope("read")] as const,
+      request: { params: fleetParam },
+      responses: { 200: jsonResponse(FixHoldList, "The fixes' units"), ...commonErrors, ...notFoundError },
+    }),
+    async (c) => {
+      const { fleet } = c.req.valid("param");
+      const { items } = await listFixHolds(c.env, fleet);
+      return c.json({ fleet, items }, 200);
+    },
+  )
+
+  .openapi(
+    createRoute({
+      method: "delete",
+      path: "/{fleet}/fix-holds/{server}",
+      operationId: "releaseFixHold",
+      tags: ["reboot coordination"],
+      summary: "Free the budget unit a drift fix holds for a server that never reported realized (audited)",
+      description:
+        "Frees a hold whose write is known (`written`) or a server its bound counted failed (`counted_failed`). A hold " +
+        "a fix call may still write under (`writing`) is refused with invalid_state: it settles by itself within 2 minutes.",
+      security: bearer,
+      middleware: [requireScope("write")] as const,
+      request: { params: fixHoldParams },
+      responses: {
+        200: jsonResponse(z.object({ released: FixHoldSchema }), "Freed; what it was"),
+        ...commonErrors,
+        404: jsonResponse(
+          z.object({ error: z.any() }),
+          "No such fleet, or no drift fix holds a unit of it for the server (a server of another fleet included)",
+        ),
+        409: jsonResponse(z.object({ error: z.any() }), "A fix call may still write under the hold (invalid_state)"),
+      },
+    }),
+    async (c) => {
+      const { fleet, server } = c.req.valid("param");
+      const released = await releaseFixHold(c.env, actorOf(c.var.principal), fleet, server);
+      return c.json({ released }, 200);
     },
   )
 

@@ -175,3 +175,26 @@ export const FleetlockKeyCreated = z
     base_url: z.string().openapi({ example: "https://harbormaster.example.com/fleetlock/prod/KEY/" }),
   })
   .openapi("FleetlockKey");
+
+export const FixHoldSchema = z
+  .object({
+    server: z.object({ id: z.string(), hostname: z.string().nullable() }),
+    state: z.enum(["writing", "written", "counted_failed"]).openapi({
+      description:
+        "`writing`: a fix call may still write to the server (until settles_at, when its ledger is asked); " +
+        "`written`: the write is known and the unit waits for the server's realized report (until settles_at, when a " +
+        "server still not realized is counted failed); `counted_failed`: that bound passed, and the server counts as " +
+        "failed until its ledger reports it healthy",
+    }),
+    since: z.string().openapi({ description: "When the fix took the unit (or its bound counted the server failed)" }),
+    settles_at: z.string().nullable().openapi({ description: "When the coordinator looks at it again by itself" }),
+    seen_generation: z.number().int().nullable().openapi({ description: "The desired generation the first fix saw" }),
+    written_generation: z
+      .number()
+      .int()
+      .nullable()
+      .openapi({ description: "The newest generation known written under the hold" }),
+  })
+  .openapi("FixHold");
+
+export const FixHoldList = z.object({ fleet: z.string(), items: z.array(FixHoldSchema) }).openapi("FixHoldList");

@@ -92,6 +92,18 @@ export async function dequeueHost(env: Env, actor: string, fleet: string, group:
   return unwrap(await coordinatorOf(env, fleet).dequeueHost(fleetSettings(row), group, id, actor));
 }
 
+/** What drift fixes hold of the fleet's disruption budget (docs/reboot-safety.md#drift-fixes). */
+export async function listFixHolds(env: Env, fleet: string) {
+  const row = await fleetOf(env, fleet);
+  return { row, items: await coordinatorOf(env, fleet).fixHolds(fleetSettings(row)) };
+}
+
+/** An operator frees a drift fix's unit for one server (`ref`: its id, hostname or fleet/hostname). */
+export async function releaseFixHold(env: Env, actor: string, fleet: string, ref: string) {
+  const row = await fleetOf(env, fleet);
+  return unwrap(await coordinatorOf(env, fleet).releaseFixHold(fleetSettings(row), ref, actor)).released;
+}
+
 /** The coordinator holds the only copy of the key's hash; the key itself is shown once. */
 export async function rotateFleetlockKey(env: Env, actor: string, fleet: string) {
   const row = await fleetOf(env, fleet);

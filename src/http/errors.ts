@@ -74,6 +74,7 @@ export const STATUS_OF_CODE = {
   range_not_satisfiable: 416,
   identity_provider_unavailable: 503,
   token_rotated: 409,
+  idempotency_key_reused: 409,
 } as const satisfies Record<ErrorCode, ContentfulStatusCode>;
 
 const errorBody = (code: ErrorCode, message: string, details?: unknown) => ({

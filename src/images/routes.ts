@@ -31,7 +31,8 @@ export const imageRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook
         "Register an image: an oci-ref is ready at once; an oci-archive or tarball then uploads its parts and completes",
       description:
         "The same name, version and content again answers the image as it is (200), with the upload parts already received: " +
-        "a client that lost its connection resumes from there. The same name and version with other content is 409 `image_conflict`.",
+        "a client that lost its connection resumes from there. The same name and version with other content, labels or " +
+        "description is 409 `image_conflict`.",
       security: bearer,
       middleware: [requireScope("write"), requireAllFleets] as const,
       request: { body: jsonBody(ImageInput) },
@@ -39,7 +40,9 @@ export const imageRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook
         201: jsonResponse(Image, "Registered"),
         200: jsonResponse(Image, "Already registered with this content"),
         ...commonErrors,
-        ...conflictError("The name and version are registered with other content (`image_conflict`)"),
+        ...conflictError(
+          "The name and version are registered with other content, labels or description (`image_conflict`)",
+        ),
       },
     }),
     async (c) => {

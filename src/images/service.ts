@@ -1,5 +1,5 @@
-import { and, eq } from "drizzle-orm";
-import { auditInsert } from "../db/audit";
+import { and, eq, sql } from "drizzle-orm";
+import { auditInsert, auditInsertIf } from "../db/audit";
 import { getDb, type Db } from "../db/client";
 import { isUniqueViolation } from "../db/errors";
 import { imageParts, images } from "../db/schema";
@@ -10,10 +10,12 @@ import type { Env } from "../env";
 const bucket = (env: Env) => env.IMAGES;
 import { decodeCursor, page } from "../http/paging";
 import { logLine } from "../lib/log";
+import { sameLabels } from "../model/server/labels";
 import type { ImageInput } from "./schemas";
 import {
   abandonedUploads,
   deletionDone,
+  forgetAbandoned,
   forgetImage,
   imageById,
   imageByNameVersion,
@@ -29,19 +31,32 @@ import {
 
 const notFound = (id: string) => new DomainError("not_found", `no image ${id}`);
 
-/** Whether a registration names the image already registered under its name and version. */
+/**
+ * Whether a registration is the image already registered under its name and version: its content,
+ * and its labels and description too (an image never changes, so a registration that differs in
+ * them would otherwise be answered as if they had been kept).
+ */
 const sameImage = (row: ImageRow, input: ImageInput) =>
   row.kind === input.kind &&
   row.digest === input.digest &&
   row.size === input.size &&
-  (row.ref ?? undefined) === input.ref;
+  (row.ref ?? undefined) === input.ref &&
+  sameLabels(row.labels, input.labels) &&
+  (row.description ?? undefined) === input.description;
 
 async function answerExisting(db: Db, row: ImageRow, input: ImageInput) {
   if (!sameImage(row, input)) {
     throw new DomainError(
       "image_conflict",
-      `${row.name} ${row.version} is already registered with other content (${row.kind}, ${row.digest}, ${row.size} bytes); an image never changes: register another version`,
-      { id: row.id, kind: row.kind, digest: row.digest, size: row.size },
+      `${row.name} ${row.version} is already registered with other content, labels or description (${row.kind}, ${row.digest}, ${row.size} bytes); an image never changes: register another version`,
+      {
+        id: row.id,
+        kind: row.kind,
+        digest: row.digest,
+        size: row.size,
+        labels: row.labels,
+        description: row.description,
+      },
     );
   }
   return { created: false, image: imageView(row, row.state === "uploading" ? await partsOf(db, row.id) : []) };
@@ -269,18 +284,29 @@ export async function completeUpload(env: Env, actor: string, id: string) {
       { expected: up.digest, actual },
     );
   }
-  await db.batch([
-    db
-      .update(images)
-      .set({ state: "ready", uploadId: null })
-      .where(and(eq(images.id, id), eq(images.state, "uploading"))),
-    db.delete(imageParts).where(eq(imageParts.imageId, id)),
-    auditInsert(
+  // Only while it is still an upload: the row may have been completed by a concurrent call, or
+  // forgotten by the abandoned-upload sweep (its bytes then owed a delete), since it was read.
+  const uploading = and(eq(images.id, id), eq(images.state, "uploading"));
+  const [, completed] = await db.batch([
+    auditInsertIf(
       db,
       { actor, action: "image.upload_complete", target: `image:${id}`, details: { digest: up.digest, size: up.size } },
+      sql`EXISTS (SELECT 1 FROM ${images} WHERE ${uploading})`,
       now,
     ),
+    db.update(images).set({ state: "ready", uploadId: null }).where(uploading).returning({ id: images.id }),
+    db.delete(imageParts).where(eq(imageParts.imageId, id)),
   ]);
+  if (completed.length === 0) {
+    const current = await imageById(db, id);
+    if (!current) {
+      throw new DomainError(
+        "not_found",
+        `image ${id} was forgotten as an abandoned upload (older than a day) while it completed; register it again`,
+      );
+    }
+    return imageView(current);
+  }
   return imageView({ ...up, state: "ready", uploadId: null });
 }
 
@@ -350,21 +376,18 @@ export async function deleteImage(env: Env, actor: string, id: string) {
  */
 export async function sweepImages(env: Env, now: number, limit = 100) {
   const db = getDb(env.DB);
-  const stale = await abandonedUploads(db, now - ABANDONED_UPLOAD_MS, limit);
+  const before = now - ABANDONED_UPLOAD_MS;
+  const stale = await abandonedUploads(db, before, limit);
+  let abandoned = 0;
   for (const row of stale) {
-    await db.batch([
-      ...forgetImage(db, row, now),
-      auditInsert(
-        db,
-        {
-          actor: "system",
-          action: "image.upload_abandoned",
-          target: `image:${row.id}`,
-          details: { name: row.name, version: row.version },
-        },
-        now,
-      ),
-    ]);
+    const entry = {
+      actor: "system",
+      action: "image.upload_abandoned",
+      target: `image:${row.id}`,
+      details: { name: row.name, version: row.version },
+    };
+    const [, , , forgotten] = await db.batch(forgetAbandoned(db, row, before, now, entry));
+    abandoned += forgotten.length;
   }
   let settled = 0;
   for (const owed of await owedDeletions(db, limit)) {
@@ -375,7 +398,7 @@ export async function sweepImages(env: Env, now: number, limit = 100) {
       logLine("warn", "image delete failed; retried next tick", { key: owed.key, error: String(err) });
     }
   }
-  return { abandoned: stale.length, deleted: settled };
+  return { abandoned, deleted: settled };
 }
 
 /** The fields a desired config carries for a catalog image (src/domain/images.ts). */

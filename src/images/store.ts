@@ -1,8 +1,10 @@
 import { inVisibleFleets } from "../db/access";
 import { and, asc, eq, inArray, lt, sql } from "drizzle-orm";
+import { auditInsertIf, type AuditEntry } from "../db/audit";
 import type { Db } from "../db/client";
+import { insertWhere } from "../db/insert-where";
 import { agentChannels, agentInstances, imageDeletions, imageParts, images, rollouts, servers } from "../db/schema";
-import { partCount } from "../domain/images";
+import { imageKey, partCount } from "../domain/images";
 import { iso } from "../lib/time";
 import type { Image } from "./schemas";
 
@@ -125,6 +127,29 @@ export function forgetImage(db: Db, row: ImageRow, at: number) {
             .values({ key: `images/${row.id}`, uploadId: row.uploadId, at })
             .onConflictDoNothing({ target: imageDeletions.key }),
         ]),
+  ] as const;
+}
+
+/**
+ * Statements that forget an upload abandoned before `before`, with its audit row, only while it
+ * still is one when they run: an upload that completed after the sweep read it is left alone
+ * (the image ready, its bytes owed no delete, no audit row). The last statement answers the
+ * image row it deleted, if any.
+ */
+export function forgetAbandoned(db: Db, row: ImageRow, before: number, at: number, entry: AuditEntry) {
+  const abandoned = and(eq(images.id, row.id), eq(images.state, "uploading"), lt(images.createdAt, before));
+  const still = sql`EXISTS (SELECT 1 FROM ${images} WHERE ${abandoned})`;
+  const key = imageKey(row.id);
+  return [
+    auditInsertIf(db, entry, still, at),
+    insertWhere(
+      db,
+      imageDeletions,
+      { key, uploadId: row.uploadId, at },
+      sql`${still} AND NOT EXISTS (SELECT 1 FROM ${imageDeletions} WHERE ${imageDeletions.key} = ${key})`,
+    ),
+    db.delete(imageParts).where(and(eq(imageParts.imageId, row.id), still)),
+    db.delete(images).where(abandoned).returning({ id: images.id }),
   ] as const;
 }
 

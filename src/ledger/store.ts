@@ -101,8 +101,28 @@ export class LedgerStore {
   }
 
   transaction<T>(fn: () => T): T {
-    return this.storage.transactionSync(fn);
+    if (this.commitHooks) return this.storage.transactionSync(fn);
+    const hooks: (() => void)[] = [];
+    this.commitHooks = hooks;
+    let out: T;
+    try {
+      out = this.storage.transactionSync(fn);
+    } finally {
+      this.commitHooks = null;
+    }
+    for (const hook of hooks) hook();
+    return out;
   }
+
+  /**
+   * Runs `fn` once the current transaction committed (at once outside one): memory that mirrors a
+   * write made in it must not move if the transaction throws and its writes roll back.
+   */
+  onCommit(fn: () => void) {
+    if (this.commitHooks) this.commitHooks.push(fn);
+    else fn();
+  }
+  private commitHooks: (() => void)[] | null = null;
 
   /** Brings storage written by older code to LEDGER_FORMAT; throws (touching nothing) on a newer one. */
   open(): FormatUpgrade | null {
@@ -251,7 +271,8 @@ export class LedgerStore {
     const was = this.healthSent();
     if (was && JSON.stringify(was) === JSON.stringify(sent)) return;
     this.kv.put(KEY.healthSent, sent);
-    this.healthSentMemo = sent;
+    // Remembered once stored for good: after a rolled-back turn the memory still says what storage does.
+    this.onCommit(() => (this.healthSentMemo = sent));
   }
 
   /** Planning, lifecycle and refresh state: shown in the view, so what waits on the view wakes. */

@@ -154,7 +154,12 @@ class ObjectMeter {
 const rowsReading = (r: D1Rows) => ({ statements: r.statements, rows_read: r.rowsRead, rows_written: r.rowsWritten });
 
 const objects = new Map<string, Map<string, ObjectMeter>>();
-const worker = { requests: 0, writeRequests: 0, scheduled: 0, d1: zeroRows() };
+/**
+ * The Worker's D1 rows: its fetches' (`d1`) and its cron runs' (`cronD1`) apart, because a
+ * deployment runs the cron once a minute whatever its size: a bill scales the first with the
+ * hosts and counts the second once per deployment.
+ */
+const worker = { requests: 0, writeRequests: 0, scheduled: 0, d1: zeroRows(), cronD1: zeroRows(), cronPending: 0 };
 /** Lines written to the console by the worker and its objects (Workers Logs' custom logs), by kind. */
 const logs = { lines: 0, access: 0, cron: 0 };
 
@@ -274,7 +279,19 @@ export function meteredWorker<H extends ExportedHandler<never>>(handler: H): H {
       scheduled &&
       ((controller, env, ctx) => {
         worker.scheduled++;
-        return scheduled(controller, senderEnv(env, worker.d1), ctx);
+        // A run's work goes on in waitUntil after the handler returns: counted until it settles,
+        // so a reader can tell a tick's rows are all in (`cron_pending` 0: no run's handler or work).
+        const track = (work: Promise<unknown>) => {
+          worker.cronPending++;
+          void work.then(
+            () => worker.cronPending--,
+            () => worker.cronPending--,
+          );
+          return work;
+        };
+        const waitUntil = ctx.waitUntil.bind(ctx);
+        ctx.waitUntil = (work: Promise<unknown>) => waitUntil(track(Promise.resolve(work)));
+        return track(Promise.resolve(scheduled(controller, senderEnv(env, worker.cronD1), ctx))).then(() => {});
       }),
   };
   return metered as unknown as H;
@@ -340,6 +357,9 @@ export function meterReading({ reset = false } = {}) {
       write_requests: worker.writeRequests,
       scheduled: worker.scheduled,
       d1: rowsReading(worker.d1),
+      cron_d1: rowsReading(worker.cronD1),
+      /** Cron runs' handlers and waitUntil work not settled yet: never reset, it is a state. */
+      cron_pending: worker.cronPending,
     },
     logs: { lines: logs.lines, access_lines: logs.access, cron_lines: logs.cron },
     d1_stored_bytes: d1Stored.bytes,
@@ -359,6 +379,7 @@ export function resetMeter(now = Date.now()) {
   worker.requests = worker.writeRequests = worker.scheduled = 0;
   logs.lines = logs.access = logs.cron = 0;
   Object.assign(worker.d1, zeroRows());
+  Object.assign(worker.cronD1, zeroRows());
   Object.assign(d1Unattributed, zeroRows());
   resetR2Ops();
   windowStart = now;

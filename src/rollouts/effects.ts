@@ -120,7 +120,7 @@ export function rolloutEffects(env: () => Env, parts: () => RolloutParts): Recor
     },
     apply: {
       target: "call",
-      deliver: async ({ pass, server_id }: Target) => {
+      deliver: async ({ pass, server_id }: Target, signal: AbortSignal) => {
         const p = parts();
         const { spec } = p.store.load()!;
         const t = p.store.targets.get(pass, server_id);
@@ -133,12 +133,15 @@ export function rolloutEffects(env: () => Env, parts: () => RolloutParts): Recor
           version: t.version,
           catalog: await catalogFor(env(), spec, t),
         };
-        applied(p, pass, server_id, await ledgerOf(env(), server_id).applyRolloutImage(write));
+        const outcome = await ledgerOf(env(), server_id).applyRolloutImage(write);
+        // Past the outbox's deadline the attempt failed and is retried: the retry's answer counts.
+        signal.throwIfAborted();
+        applied(p, pass, server_id, outcome);
       },
     },
     slot: {
       target: "call",
-      deliver: async ({ pass, server_id }: Target) => {
+      deliver: async ({ pass, server_id }: Target, signal: AbortSignal) => {
         const p = parts();
         const { spec } = p.store.load()!;
         const t = p.store.targets.get(pass, server_id);
@@ -151,6 +154,8 @@ export function rolloutEffects(env: () => Env, parts: () => RolloutParts): Recor
           rollout_id: spec.id,
           reboot_slot: spec.reboot_slot,
         });
+        // A late grant taken after the retry's would read as "skipped meanwhile" and give the slot back.
+        signal.throwIfAborted();
         slotAnswered(p, pass, server_id, r);
       },
     },
@@ -163,13 +168,15 @@ export function rolloutEffects(env: () => Env, parts: () => RolloutParts): Recor
     },
     channel: {
       target: "call",
-      deliver: async ({ to }: { to: "rollout" | "previous" }) => {
+      deliver: async ({ to }: { to: "rollout" | "previous" }, signal: AbortSignal) => {
         const { store } = parts();
         const { spec } = store.load()!;
         const image = { image: spec.image, version: spec.version, catalog: spec.catalog ?? null };
         const record = store.channel();
         if (to === "rollout") {
-          store.setChannel(await moveChannel(env(), spec.fleet, spec.agent, image, `rollout:${spec.id}`));
+          const moved = await moveChannel(env(), spec.fleet, spec.agent, image, `rollout:${spec.id}`);
+          signal.throwIfAborted();
+          store.setChannel(moved);
         } else if (record?.updated && record.previous) {
           await restoreChannel(env(), spec.fleet, spec.agent, image, record.previous, `rollout:${spec.id}`);
         }

@@ -1,18 +1,22 @@
-// `npm run bench -- cost [--transport channel,http] [--hosts 150] [--duration 180] [--rounds 4]`:
-// what a fleet would pay Cloudflare. For each transport in turn (a fleet of its own), the simulator
-// (sim/) plays HOSTS hosts in real time (no time compression), each running the reference agent
-// loop of that transport, and the local
-// meter (src/local/meter.ts, /__local/meter) counts what a deployment is billed for, in
-// windows:
+// `npm run bench -- cost [--transport channel,http] [--hosts 150] [--duration 180] [--rounds 4]
+// [--sequential]`: what a fleet would pay Cloudflare. For each transport (a fleet of its own, on a
+// server of its own, the transports side by side unless --sequential), the simulator (sim/) plays
+// HOSTS hosts in real time (no time compression), each running the reference agent loop of that
+// transport, and the local meter (src/local/meter.ts, /__local/meter) counts what a deployment is
+// billed for, in windows:
 //   setup   registration and first desired configs (one-off per host: shown, not in the bill);
 //   join    hosts come up over the first RAMP_S seconds (shown, not in the bill);
 //   events  one fleet-wide desired change, a few single-server changes, one rollout of an agent
-//           to every host, and one reboot wave (REBOOT_RATE of the hosts, through FleetLock);
-//   steady  the last STEADY_S seconds (whole report periods): nothing but the agent loop.
+//           to every host, and one reboot wave (REBOOT_RATE of the hosts, through FleetLock), and
+//           all that follows from them: the timers they leave (a channel host's left timer), the
+//           cron handing their audit rows on and rolling their period's history up;
+//   steady  STEADY_S seconds (whole report periods) once the cron has gone quiet: nothing but the
+//           agent loop, and one cron tick that is no rollup.
 // The bill per host-month is the steady rate over 30 days plus ROUNDS rounds of events (each the
 // events window less the steady rate over its length), at the list prices of ../prices.ts, for
 // 1,000 / 10,000 / 100,000 hosts beyond the plan's included amounts. The cron runs every 60 s
-// (through /__scheduled) as it does deployed.
+// (through /__scheduled) as it does deployed, and is billed once per deployment: its steady
+// tick's D1 rows and CPU times a month's ticks (../month.ts).
 // Worker CPU is an estimate: the local runtime's CPU time over the window (workerd, from /proc),
 // less its idle rate (measured before the run), shared between the Worker's requests and the
 // objects' in proportion to their counts (objects are billed for duration, not CPU). It runs the
@@ -35,7 +39,7 @@ import {
 import { calibrateCpu } from "../cpu.ts";
 import { LEASE_REFRESH_ROWS } from "../lease-refresh.ts";
 import { HISTORY_ROLLUP_ROWS } from "../history-rollup.ts";
-import { PERIOD_MS as HISTORY_PERIOD_MS } from "../../../src/history/rollup.ts";
+import { PERIOD_MS as HISTORY_PERIOD_MS, periodOf } from "../../../src/history/rollup.ts";
 import { MONTH_S } from "../prices.ts";
 import { INDEX_LEASE_MS } from "../../../src/domain/channel.ts";
 import { quietGraceMs } from "../../../src/ledger/quiet.ts";
@@ -58,6 +62,13 @@ const QUIET_PERIOD_S = 4 * 60 + quietGraceMs(4 * 60) / 1000;
  */
 const QUIET_DOUBT_SHARE = 3 / 60;
 const QUIET_FIRINGS = MONTH_S / QUIET_PERIOD_S;
+/**
+ * A channel host that left (its socket closed for the reboot wave) leaves its ledger a timer due
+ * stale_after + 1 s after its last report (src/ledger/quiet.ts, `left`): the simulator's 4 report
+ * periods. A host back by then makes it find nothing to do, but it is one alarm and its timer's
+ * rows per host rebooted, a cost of the round's reboot wave: the events window holds them all.
+ */
+const LEFT_AFTER_S = 4 * 60 + 1;
 
 const LEASES_A_MONTH = (MONTH_S * 1000) / INDEX_LEASE_MS;
 
@@ -143,6 +154,12 @@ const RAMP_S = 10;
 const REBOOT_RATE = 0.2;
 const SINGLE_CHANGES = 5;
 const IDLE_S = 10;
+/** How long past its earliest start the steady window may wait for the cron to go quiet (channel). */
+const DRAIN_WAIT_S = 240;
+/** Room after the last left timer's due time: an alarm fires a little late. */
+const LEFT_MARGIN_S = 10;
+/** How near a period's start a tick may roll the history up: the ticks' own lateness, with room. */
+const ROLLUP_MARGIN_MS = 10_000;
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -157,8 +174,22 @@ export async function run(ctx: BenchContext) {
   const names = opt("transport", "channel,http").split(",");
   for (const name of names)
     if (!TRANSPORTS[name]) throw new Error(`--transport ${name}: known are ${Object.keys(TRANSPORTS).join(", ")}`);
+  // Each transport on a server of its own, so no fleet's alarms or deliveries fall in another's
+  // windows; side by side (the default), since what is billed is counted, not timed, and a run
+  // takes minutes of real time: `--sequential` runs one after the other (the Worker's CPU line
+  // over HTTP is calibrated per request on its own server's runtime either way).
+  const sequential = ctx.option("sequential") !== undefined || process.env.BENCH_COST_SEQUENTIAL === "1";
+  const own = async (name: string) => {
+    const server = await ctx.privateServer();
+    try {
+      return await measure({ ...ctx, ...server }, name, opt);
+    } finally {
+      server.stop();
+    }
+  };
   const bills: TransportBill[] = [];
-  for (const name of names) bills.push(await measure(ctx, name, opt));
+  if (sequential) for (const name of names) bills.push(await own(name));
+  else bills.push(...(await Promise.all(names.map(own))));
   compare(bills);
   ctx.note(
     "cost: a 50 MB image rolled out to 10,000 hosts, at list price",
@@ -182,8 +213,9 @@ async function measure(
   if (transportName === "http" && durationS > joinS + QUIET_PERIOD_S)
     throw new Error(`--duration for http: at most ${joinS + QUIET_PERIOD_S} s`);
 
+  const base = ctx.base;
   const meter = async (reset: boolean): Promise<Reading> => {
-    const res = await fetch(`${ctx.base}/__local/meter`, { method: reset ? "DELETE" : "GET" });
+    const res = await fetch(`${base}/__local/meter`, { method: reset ? "DELETE" : "GET" });
     if (!res.ok) throw new Error(`/__local/meter: ${res.status}`);
     return (await res.json()) as Reading;
   };
@@ -250,7 +282,7 @@ async function measure(
     servers: hosts,
     // Stopped by this scenario once the steady window is read (before any long poll is cut); the
     // reboot wave still falls within `durationS` (before the steady window).
-    durationS: durationS + 120,
+    durationS: durationS + LEFT_AFTER_S + DRAIN_WAIT_S + 120,
     faultsWithinS: durationS,
     rampS: RAMP_S,
     rebootRate: REBOOT_RATE,
@@ -268,51 +300,118 @@ async function measure(
     },
   });
 
+  // The cron, every minute from 30 s on, as deployed; each tick's own D1 rows, read from the
+  // meter around it (ticks and windows' closes take turns, so no close falls inside a tick).
+  let turn: Promise<unknown> = Promise.resolve();
+  const inTurn = <T>(f: () => Promise<T>): Promise<T> => {
+    const done = turn.then(f);
+    turn = done.catch(() => {});
+    return done;
+  };
+  // A run's work goes on after its answer (waitUntil): its rows are all in once none is pending.
+  const cronRows = async () => {
+    for (let waited = 0; ; waited += 100) {
+      const { cron_d1, cron_pending } = (await meter(false)).worker;
+      if (!cron_pending) return cron_d1;
+      if (waited > 30_000) throw new Error("the cron's run did not settle within 30 s");
+      await sleep(100);
+    }
+  };
+  const tick = () =>
+    inTurn(async () => {
+      const before = await cronRows();
+      await fetch(`${base}/__scheduled?cron=${encodeURIComponent("* * * * *")}`).then((r) => r.arrayBuffer());
+      const after = await cronRows();
+      return { written: after.rows_written - before.rows_written, read: after.rows_read - before.rows_read };
+    });
+  const closing = (name: string) => inTurn(() => close(name));
+  /** Seconds after t0 of the cron's n-th tick. */
+  const tickAt = (n: number) => 30 + 60 * n;
+  // The history's rollup runs on the first tick of each 5-minute period (src/history/): it is
+  // added by arithmetic once a period, so no tick of the steady window may be one. A tick within
+  // this margin of a period's start, or after one the tick before could have missed, might be.
+  const mayRollUp = (n: number) => {
+    const at = t0! + tickAt(n) * 1000;
+    return periodOf(at + ROLLUP_MARGIN_MS) !== periodOf(at - 60_000 - ROLLUP_MARGIN_MS);
+  };
+  // The last second at which the steady window may end: over HTTP, before the first of the quiet
+  // watch's alarms (added by arithmetic); on the channel, a few minutes after --duration.
+  // The earliest second at which the steady window may open: after --duration's events, and on the
+  // channel after the reboot wave's left timers (the wave is over by half of --duration).
+  const steadyOpensFrom =
+    transportName === "channel" ? Math.max(steadyFrom, 0.5 * durationS + LEFT_AFTER_S + LEFT_MARGIN_S) : steadyFrom;
+  const steadyEndsBy = transportName === "http" ? joinS + QUIET_PERIOD_S : steadyOpensFrom + STEADY_S + DRAIN_WAIT_S;
+  const drain: { s: number; written: number; read: number }[] = [];
+
   const script = (async () => {
     await started;
-    await close("setup");
-    // The cron, every minute from 30 s on, as deployed.
-    const cron = (async () => {
-      for (let s = 30; s < durationS; s += 60) {
-        await at(s);
-        if (stop.signal.aborted) return;
-        await fetch(`${ctx.base}/__scheduled?cron=${encodeURIComponent("* * * * *")}`).then((r) => r.arrayBuffer());
+    await closing("setup");
+    let operatorDone = false;
+    const operator = (async () => {
+      await at(joinS);
+      await closing("join");
+      events.push("1 desired change to every host (the simulator's, at the start of the window)");
+
+      // A few operators' edits to single servers.
+      await at(joinS + 20);
+      const servers = (await api.listServers({ fleet })).slice(0, SINGLE_CHANGES);
+      for (const s of servers) {
+        const d = await api.getDesired(s.id);
+        await api.putDesired(s.id, {
+          generation: d.generation + 1,
+          agents: d.agents
+            .map((a, i) => (i === d.agents.length - 1 ? { ...a, version: `${a.version}-edit` } : a))
+            .map(({ name, image, version }) => ({ name, image, version })),
+        });
       }
+      events.push(`${servers.length} single-server desired changes`);
+
+      // One rollout of an agent to every host, watched as an operator would, every 5 s.
+      await at(joinS + 30);
+      const rollout = await api.startRollout({ fleet, agent: "sim-a0", image: "sim/agent-0:v3", version: "v3" });
+      let state = rollout.state;
+      while (state === "running" && Date.now() < t0! + (steadyFrom - 5) * 1000) {
+        await sleep(5000);
+        state = (await api.getRollout(rollout.id)).state;
+      }
+      events.push(`1 rollout of sim-a0 to ${rollout.total} hosts (${state})`);
+      operatorDone = true;
     })();
-    await at(joinS);
-    await close("join");
-    events.push("1 desired change to every host (the simulator's, at the start of the window)");
 
-    // A few operators' edits to single servers.
-    await at(joinS + 20);
-    const servers = (await api.listServers({ fleet })).slice(0, SINGLE_CHANGES);
-    for (const s of servers) {
-      const d = await api.getDesired(s.id);
-      await api.putDesired(s.id, {
-        generation: d.generation + 1,
-        agents: d.agents
-          .map((a, i) => (i === d.agents.length - 1 ? { ...a, version: `${a.version}-edit` } : a))
-          .map(({ name, image, version }) => ({ name, image, version })),
-      });
+    // The events window runs until the cron has handed on the events' audit rows (500 a tick,
+    // src/audit/events.service.ts: each tick moves its cursor, and claims and releases the batch's
+    // range: 4 rows, the claim's insert being 2, its row and its primary key's entry) and has gone
+    // quiet: the steady window opens half a minute after a tick that wrote no D1 row, once the
+    // events and their timers are over (steadyOpensFrom), and holds the next tick, which must not
+    // be a period's rollup. Whatever the cron does before then is the events' (and a deployment's
+    // once: its rows are not the hosts'), not the steady rate.
+    let steadyTick: { written: number; read: number } | null = null;
+    for (let n = 0; ; n++) {
+      await at(tickAt(n));
+      const rows = await tick();
+      if (tickAt(n) + 30 >= steadyFrom) drain.push({ s: tickAt(n), ...rows });
+      if (tickAt(n) + 30 < steadyOpensFrom) continue;
+      const quiet = rows.written === 0 && operatorDone;
+      const last = tickAt(n + 2) + 30 > steadyEndsBy;
+      if (!last && (!quiet || mayRollUp(n + 1))) continue;
+      await at(tickAt(n) + 30);
+      await closing("events");
+      await at(tickAt(n + 1));
+      steadyTick = await tick();
+      await at(tickAt(n + 1) + 30);
+      await closing("steady");
+      if (!quiet) events.push(`the cron was still writing when the steady window had to open (${rows.written} rows)`);
+      break;
     }
-    events.push(`${servers.length} single-server desired changes`);
-
-    // One rollout of an agent to every host, watched as an operator would, every 5 s.
-    await at(joinS + 30);
-    const rollout = await api.startRollout({ fleet, agent: "sim-a0", image: "sim/agent-0:v3", version: "v3" });
-    let state = rollout.state;
-    while (state === "running" && Date.now() < t0! + (steadyFrom - 5) * 1000) {
-      await sleep(5000);
-      state = (await api.getRollout(rollout.id)).state;
-    }
-    events.push(`1 rollout of sim-a0 to ${rollout.total} hosts (${state})`);
-
-    await at(steadyFrom);
-    await close("events");
-    await at(durationS);
-    await close("steady");
+    await operator;
+    events.push(
+      `the cron's ticks from ${drain[0]?.s} s until the steady window, D1 rows written / read: ${drain.map((d) => `${d.written} / ${d.read}`).join(", ")}`,
+    );
+    if (steadyTick?.written)
+      events.push(
+        `the steady window's cron tick wrote ${steadyTick.written} D1 rows: not a quiet tick, and its rate is billed a month`,
+      );
     stop.abort();
-    await cron;
   })();
   const [summary] = (await Promise.all([sim, script])) as [SimSummary, void];
   // Over HTTP a host makes a Worker request a minute, so its CPU is a line of the bill: measured

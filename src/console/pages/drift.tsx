@@ -1,11 +1,15 @@
 /** @jsxImportSource hono/jsx */
-/** Drift: the check's findings with their reasons; a dry run of the fix, then the fix. */
+/**
+ * Drift: the check's findings with their reasons; a dry run of the fix, then the fix; and the
+ * disruption budget's units drift fixes hold, with an operator's release of one.
+ */
 import { Hono } from "hono";
-import { qs, read, send, type InProcessApp } from "../api";
+import { must, qs, read, send, type InProcessApp } from "../api";
 import { CheckAnswer, FixAnswer } from "../../check/schemas";
-import { action, NoFleet, page, render, type View } from "../context";
+import { FixHoldList } from "../../fleetlock/schemas";
+import { action, confirmTyped, NoFleet, page, render, type View } from "../context";
 import { requireCsrf, requireSession, type ConsoleEnv } from "../guard";
-import { ActionForm, Badge, canWrite, Field, Filters, naturally, Pager, serverHref, Table } from "../ui";
+import { ActionForm, Ago, Badge, canWrite, Field, Filters, naturally, Pager, serverHref, Table } from "../ui";
 
 const filterOf = (v: View, source: Record<string, string | undefined>) => ({
   fleet: v.fleet,
@@ -21,7 +25,9 @@ async function driftPage(v: View) {
   if (!v.fleet) return render(v, "drift", "Drift", <NoFleet session={v.session} />);
   const f = filterOf(v, v.c.req.query());
   const out = await read(v, CheckAnswer, `/v1/check/server-agents${qs({ ...f, limit: 50 })}`);
+  const holds = await read(v, FixHoldList, `/v1/fleets/${encodeURIComponent(v.fleet)}/fix-holds`);
   const fixable = out.findings.some((x) => x.fix !== "none");
+  const write = canWrite(v.session);
   return render(
     v,
     "drift",
@@ -69,7 +75,60 @@ async function driftPage(v: View) {
         params={{ fleet: v.fleet, agent: f.agent, cursor: f.cursor }}
         next={out.next_cursor}
       />
-      {canWrite(v.session) && fixable ? (
+      <h2>Budget held by fixes</h2>
+      <p class="small muted">
+        A fix holds a unit of the fleet's disruption budget until its server reports every agent realized; one not
+        realized 30 minutes after its write counts as a failed server until it reports healthy.
+      </p>
+      <Table
+        id="fix-holds"
+        caption="Budget held by fixes"
+        head={["Server", "State", "Since", "Settles", ...(write ? ["Release"] : [])]}
+      >
+        {naturally(holds.items, (h) => h.server.hostname).map((h) => (
+          <tr>
+            <td>
+              <ServerLink id={h.server.id} hostname={h.server.hostname ?? h.server.id} fleet={v.fleet!} />
+            </td>
+            <td>
+              <Badge
+                status={h.state === "writing" ? "running" : h.state === "written" ? "pending" : "failed"}
+                label={h.state.replace(/_/g, " ")}
+              />
+              {h.written_generation !== null ? <div class="small muted">generation {h.written_generation}</div> : null}
+            </td>
+            <td>
+              <Ago at={h.since} />
+            </td>
+            <td>{h.settles_at ? <Ago at={h.settles_at} /> : "when it reports healthy"}</td>
+            {write ? (
+              <td>
+                {h.state === "writing" ? (
+                  <span class="small muted">settles by itself</span>
+                ) : (
+                  <ActionForm
+                    action={`/console/drift/fix-holds/release${qs({ fleet: v.fleet })}`}
+                    csrf={v.session!.csrf}
+                    back={`/console/drift${qs(f)}`}
+                    label={`Release the unit held for ${h.server.hostname ?? h.server.id}`}
+                  >
+                    <input type="hidden" name="server" value={h.server.id} />
+                    <label>
+                      Type the hostname to confirm
+                      <input name="confirm" required autocomplete="off" size={16} />
+                    </label>
+                    <button type="submit" class="danger">
+                      Release
+                    </button>
+                  </ActionForm>
+                )}
+              </td>
+            ) : null}
+          </tr>
+        ))}
+      </Table>
+      {holds.items.length === 0 ? <p class="muted">No fix holds a unit of the budget.</p> : null}
+      {write && fixable ? (
         <div class="actions">
           <ActionForm
             action={`/console/drift/dry-run${qs({ fleet: v.fleet })}`}
@@ -167,6 +226,20 @@ export function driftPages(getApp: () => InProcessApp) {
             </div>
           </>,
         );
+      }),
+    )
+    .post(
+      "/console/drift/fix-holds/release",
+      requireCsrf,
+      action(getApp, "/console/drift", async (v, form) => {
+        const server = form.server ?? "";
+        const listed = await read(v, FixHoldList, `/v1/fleets/${encodeURIComponent(v.fleet!)}/fix-holds`);
+        const hostname = listed.items.find((h) => h.server.id === server)?.server.hostname ?? server;
+        confirmTyped(form, hostname, "the server's hostname");
+        await must(
+          v.api("DELETE", `/v1/fleets/${encodeURIComponent(v.fleet!)}/fix-holds/${encodeURIComponent(server)}`),
+        );
+        return `the budget unit held for ${hostname} was freed.`;
       }),
     )
     .post(

@@ -4,7 +4,7 @@
  * only, never stored in a cookie nor shown again), revoke.
  */
 import { Hono } from "hono";
-import { EnrollmentToken, EnrollmentTokenCreated } from "../../enrollment/schemas";
+import { EnrollmentToken, EnrollmentTokenCreated, REPLAYED_HEADER } from "../../enrollment/schemas";
 import { ApiFailure, readPage, send, type InProcessApp } from "../api";
 import { action, NoFleet, page, render, type View } from "../context";
 import { requireCsrf, requireSession, type ConsoleEnv } from "../guard";
@@ -29,6 +29,9 @@ const CreateForm = ({ v }: { v: View }) => (
     aria-label="Create an enrollment token"
   >
     <input type="hidden" name="_csrf" value={v.session.csrf} />
+    {/* One key per form shown: the same form sent again (its answer lost, or the page reloaded) is the same create. */}
+    <input type="hidden" name="idempotency_key" value={crypto.randomUUID()} />
+    <input type="hidden" name="shown_at" value={String(Date.now())} />
     <label>
       Name <input name="name" maxlength={100} placeholder="what it is for" />
     </label>
@@ -67,7 +70,7 @@ const CreateForm = ({ v }: { v: View }) => (
   </form>
 );
 
-async function enrollmentPage(v: View, created?: { token: string; id: string }, refused?: string) {
+async function enrollmentPage(v: View, created?: { token: string; id: string; replayed: boolean }, refused?: string) {
   if (!v.fleet) return render(v, "overview", "Enrollment tokens", <NoFleet session={v.session} />);
   const list = await readPage(v, EnrollmentToken, `${tokensPath(v.fleet)}?limit=500`);
   const write = canWrite(v.session);
@@ -93,6 +96,12 @@ async function enrollmentPage(v: View, created?: { token: string; id: string }, 
       {created ? (
         <section class="card" id="new-token" aria-labelledby="h-new-token" role="status">
           <h2 id="h-new-token">New token: copy it now, it is never shown again</h2>
+          {created.replayed ? (
+            <p class="flash" id="token-replayed">
+              This form was sent before: it is the same token, its secret issued again. The one shown then no longer
+              works.
+            </p>
+          ) : null}
           <p>
             <code class="mono" id="token-value">
               {created.token}
@@ -171,6 +180,9 @@ async function enrollmentPage(v: View, created?: { token: string; id: string }, 
   );
 }
 
+/** How long a shown form's time is taken as the start of the token's lifetime. */
+const SHOWN_AT_TRUSTED_MS = 3600_000;
+
 const words = (s: string | undefined) => (s ?? "").split(/[\s,]+/).filter(Boolean);
 
 export function enrollmentPages(getApp: () => InProcessApp) {
@@ -187,15 +199,26 @@ export function enrollmentPages(getApp: () => InProcessApp) {
         if (!v.fleet) return enrollmentPage(v);
         const form = (await v.c.req.parseBody()) as Record<string, string>;
         const lifetime = Number(form.lifetime);
-        const answer = await v.api("POST", tokensPath(v.fleet), {
-          ...(form.name?.trim() ? { name: form.name.trim() } : {}),
-          expires_at: new Date(Date.now() + (Number.isFinite(lifetime) ? lifetime : 86400) * 1000).toISOString(),
-          max_uses: Number(form.max_uses),
-          roles: words(form.roles),
-          reboot_group: form.reboot_group?.trim() || "default",
-          kind: form.kind === "manual" ? "manual" : "managed",
-          ...(form.hostname_pattern?.trim() ? { hostname_pattern: form.hostname_pattern.trim() } : {}),
-        });
+        // The lifetime counts from when the form was shown (within the hour), so the same form sent
+        // again is the same request for its Idempotency-Key, not one with a later expiry.
+        const now = Date.now();
+        const shown = Number(form.shown_at);
+        const from = Number.isFinite(shown) && shown <= now && now - shown < SHOWN_AT_TRUSTED_MS ? shown : now;
+        const key = form.idempotency_key;
+        const answer = await v.api(
+          "POST",
+          tokensPath(v.fleet),
+          {
+            ...(form.name?.trim() ? { name: form.name.trim() } : {}),
+            expires_at: new Date(from + (Number.isFinite(lifetime) ? lifetime : 86400) * 1000).toISOString(),
+            max_uses: Number(form.max_uses),
+            roles: words(form.roles),
+            reboot_group: form.reboot_group?.trim() || "default",
+            kind: form.kind === "manual" ? "manual" : "managed",
+            ...(form.hostname_pattern?.trim() ? { hostname_pattern: form.hostname_pattern.trim() } : {}),
+          },
+          typeof key === "string" && key ? { "Idempotency-Key": key } : undefined,
+        );
         // A refusal (a bad pattern, a read token) is shown above the form, which the operator fixes.
         if (!answer.ok && answer.status !== 401) {
           const err = (answer.json as { error?: { code?: string; message?: string; details?: unknown } } | null)?.error;
@@ -205,7 +228,8 @@ export function enrollmentPages(getApp: () => InProcessApp) {
           return enrollmentPage(v, undefined, `${err?.message ?? `the API answered ${answer.status}`}${fields}`);
         }
         if (!answer.ok) throw new ApiFailure(401, "unauthorized", "the session's token no longer works");
-        return enrollmentPage(v, answer.json as import("zod").output<typeof EnrollmentTokenCreated>);
+        const created = answer.json as import("zod").output<typeof EnrollmentTokenCreated>;
+        return enrollmentPage(v, { ...created, replayed: answer.headers.get(REPLAYED_HEADER) === "true" });
       }),
     )
     .post(

@@ -7,6 +7,7 @@
  */
 import type { BatchItem } from "drizzle-orm/batch";
 import type { Db } from "../../db/client";
+import { Pool } from "./pool";
 import type { Scheduler } from "./scheduler";
 import { kitTable } from "./tables";
 
@@ -31,9 +32,16 @@ interface D1Effect<P> {
 /** An effect delivered by calling something else (another Durable Object). */
 interface CallEffect<P> {
   target: "call";
-  deliver(payload: P): Promise<void>;
+  /**
+   * `signal` aborts at the attempt's deadline: the attempt then counts as failed and is retried,
+   * so a deliver that acts on the receiver's answer (changes its own object's state with it) must
+   * check the signal first, or a late answer would be acted on beside the retry's.
+   */
+  deliver(payload: P, signal: AbortSignal): Promise<void>;
   /** After the receiver took it, in the turn that removes it from the outbox. */
   delivered?(payload: P): void;
+  /** How long the receiver has to answer an attempt (default OUTBOX_CALL_TIMEOUT_MS). */
+  timeoutMs?: number;
 }
 
 export type Effect<P = unknown> = D1Effect<P> | CallEffect<P>;
@@ -46,6 +54,13 @@ export type Effect<P = unknown> = D1Effect<P> | CallEffect<P>;
 export class NotYet extends Error {
   constructor(readonly at: number) {
     super("not yet");
+  }
+}
+
+/** A call's receiver did not answer within its deadline. */
+export class CallTimeout extends Error {
+  constructor(readonly ms: number) {
+    super(`no answer within ${ms} ms`);
   }
 }
 
@@ -86,6 +101,13 @@ export const OUTBOX_SAFETY_MS = 10_000;
 export const OUTBOX_MAX_BACKOFF_MS = 5 * 60_000;
 /** Effects delivered per round of a flush (one D1 batch at most this large). */
 const MAX_BATCH = 200;
+/**
+ * How long a call's receiver has to answer before the attempt counts as failed and its slot
+ * takes the next call: a hung receiver holds up only its own effect, and a flush ends.
+ */
+const OUTBOX_CALL_TIMEOUT_MS = 30_000;
+/** The alarm for effects whose call is under way: no sooner than this, so it does not spin. */
+const IN_FLIGHT_ALARM_MS = 1_000;
 
 export function backoffMs(attempts: number, random = Math.random()) {
   const capped = Math.min(OUTBOX_MAX_BACKOFF_MS, 1000 * 2 ** Math.max(0, attempts - 1));
@@ -114,15 +136,23 @@ export class Outbox<K extends string> {
   private lastToken = 0;
   /** Effects offered (`offer`) and not yet delivered, by key: in memory only. */
   private readonly offered = new Map<string, { kind: K; payload: unknown }>();
+  /**
+   * Call effects whose attempt is under way (queued for a slot or waiting on the receiver), by
+   * row id: no other flush delivers them meanwhile. In memory only: after a kill -9 the row is
+   * still stored and the alarm delivers it again (at least once).
+   */
+  private readonly inFlight = new Map<number, Attempt>();
+  private readonly pool: Pool;
 
   constructor(
     private readonly storage: DurableObjectStorage,
     private readonly scheduler: Scheduler,
     private readonly effects: Record<K, Effect>,
     private readonly db: () => Db,
-    /** Call effects delivered at once per flush (1: one after another, in enqueue order). */
-    private readonly callConcurrency = 1,
+    /** Call effects under way at once, for all flushes together (1: one after another, in enqueue order). */
+    callConcurrency = 1,
   ) {
+    this.pool = new Pool(Math.max(1, callConcurrency));
     this.table = kitTable(storage, "_outbox", OUTBOX_DDL);
   }
 
@@ -183,11 +213,19 @@ export class Outbox<K extends string> {
     this.offered.set(key, { kind, payload });
   }
 
-  /** Drops the pending effects of one kind, worthless now (a wiped fleet's console notices). */
+  /**
+   * Drops the pending effects of one kind, worthless now (a wiped fleet's console notices). Their
+   * deliveries under way are forgotten: their outcome acts on nothing, and a new row that takes
+   * one's id is not held behind it.
+   */
   discard(kind: K) {
     if (!this.table.exists()) return;
     this.storage.sql.exec("DELETE FROM _outbox WHERE kind = ?", kind);
-    for (const [id, d] of this.delivering) if (d.kind === kind) this.delivering.delete(id);
+    for (const [id, d] of this.delivering)
+      if (d.kind === kind) {
+        this.delivering.delete(id);
+        this.inFlight.delete(id);
+      }
   }
 
   /** How many effects wait for delivery (tests, metrics). */
@@ -197,46 +235,64 @@ export class Outbox<K extends string> {
   }
 
   /**
-   * Delivers every effect that is due: never tried yet, or past its backoff. Flushes are
-   * serialized; one that finds nothing to do costs one read. A flush asked for while another
-   * waits its turn joins that one, which has not read the outbox yet and so delivers what the
-   * caller enqueued: a busy object (a rollout's outcomes arriving while its writes are delivered)
-   * runs one more flush, not one per call, each reading the whole outbox.
+   * Delivers every effect that is due: never tried yet, or past its backoff. Flushes read the
+   * outbox and deliver its D1 effects one after another; one that finds nothing to do costs one
+   * read. A flush asked for while another waits its turn joins that one, which has not read the
+   * outbox yet and so delivers what the caller enqueued: a busy object (a rollout's outcomes
+   * arriving while its writes are delivered) runs one more flush, not one per call, each reading
+   * the whole outbox. Calls are handed to the object's pool and do not hold up the next flush: it
+   * delivers its own effects while an earlier flush's receiver is still answering. A flush ends
+   * once its own calls settled (answered, refused, or past their deadline).
    */
   flush(): Promise<void> {
     if (this.waiting) return this.waiting;
-    const run = this.chain.then(() => {
+    const round = this.chain.then(() => {
       this.waiting = null;
       return this.deliver();
     });
+    const run = round.then((r) => r.settled);
     this.waiting = run;
-    this.chain = run.catch(() => {});
+    this.chain = round.then(
+      () => {},
+      () => {},
+    );
     return run;
   }
   /** The flush queued behind the one under way, not started yet. */
   private waiting: Promise<void> | null = null;
 
-  private async deliver() {
+  /**
+   * One round: reads what is due, delivers the D1 effects and hands the calls to the pool. What it
+   * returns is the rest of the flush: the calls settling, then the round after it if one is owed.
+   */
+  private async deliver(): Promise<{ settled: Promise<void> }> {
     await this.deliverOffered();
-    if (!this.table.exists()) return;
-    this.followUps = 0;
+    if (!this.table.exists()) return { settled: Promise.resolve() };
+    // Hooks that enqueue bump this; any bump until the calls settle owes a round after this one.
+    const followUps = this.followUps;
     const now = Date.now();
-    const rows = this.storage.sql
+    const read = this.storage.sql
       .exec<Row>(
-        // Deferred effects (attempts -1) ride along with any flush; at most MAX_BATCH per round.
+        // Deferred effects (attempts -1) ride along with any flush; at most MAX_BATCH per round,
+        // besides the rows whose delivery is under way (read, then left to that delivery).
         "SELECT id, kind, payload, attempts, seq FROM _outbox WHERE attempts <= 0 OR next_at <= ? ORDER BY id LIMIT ?",
         now,
-        MAX_BATCH,
+        MAX_BATCH + this.inFlight.size,
       )
       .toArray();
-    for (const r of rows) {
-      this.tokens.set(r, ++this.lastToken);
-      this.delivering.set(r.id, { token: this.lastToken, kind: r.kind });
-    }
-    if (rows.length === 0) return;
+    // Rows all under way still re-arm below: the alarm that fired for one must stay set for it.
+    if (read.length === 0) return { settled: Promise.resolve() };
+    const rows = read.filter((r) => this.inFlight.get(r.id)?.seq !== r.seq).slice(0, MAX_BATCH);
     const d1Rows: Row[] = [];
     const calls: Row[] = [];
+    /** Rows replaced by a newer payload while the older one is delivered: after that attempt. */
+    const held: Promise<void>[] = [];
     for (const r of rows) {
+      const prior = this.inFlight.get(r.id);
+      if (prior) {
+        held.push(prior.settled);
+        continue;
+      }
       const effect = this.effects[r.kind as K];
       if (!effect) {
         // Written by code that knew a kind this code does not: keep it for a later version.
@@ -245,37 +301,86 @@ export class Outbox<K extends string> {
       }
       (effect.target === "d1" ? d1Rows : calls).push(r);
     }
+    for (const r of [...d1Rows, ...calls]) this.track(r);
     if (d1Rows.length) await this.deliverD1(d1Rows);
-    const deliverCall = async (r: Row) => {
-      const effect = this.effects[r.kind as K] as CallEffect<unknown>;
-      try {
-        const payload = JSON.parse(r.payload);
-        await effect.deliver(payload);
-        this.hook(() => effect.delivered?.(payload));
-        this.done(r);
-      } catch (err) {
-        // Due again at `at`, not at every flush before it: counted as an attempt, so that next_at holds.
-        if (err instanceof NotYet)
-          this.storage.sql.exec(
-            "UPDATE _outbox SET next_at = ?, attempts = MAX(attempts, 1) WHERE id = ?",
-            err.at,
-            r.id,
-          );
-        else this.failed([r], err);
-      }
+    const attempts = calls.map((r) => this.dispatch(r));
+    const settled = (async () => {
+      await Promise.all(attempts);
+      // A full round: more may be waiting behind it. A delivery that led to a next step (a
+      // `delivered` hook enqueued it) has that step delivered now rather than by the alarm. A
+      // newer payload held behind its older one's attempt goes once that attempt settled.
+      const again = rows.length === MAX_BATCH || this.followUps !== followUps || held.length > 0;
+      // The flush that follows sets the timer; this one's would be a row written for nothing.
+      // Should the object die between the two, the timer is where every enqueue left it, no
+      // later than any pending effect was due, so the alarm still delivers them.
+      if (!again) this.rearm();
+      await this.scheduler.arm();
+      if (held.length) await Promise.all(held);
+      if (again) await this.flush();
+    })();
+    return { settled };
+  }
+
+  /**
+   * Hands a call to the pool, marked under way until its attempt settles. Registered at once, so
+   * a flush that reads the row while it waits for a slot leaves it to this attempt.
+   */
+  private dispatch(r: Row): Promise<void> {
+    let settle!: () => void;
+    const attempt: Attempt = {
+      seq: r.seq,
+      settled: new Promise<void>((res) => (settle = res)),
+      until: Date.now() + this.timeoutOf(r),
     };
-    for (let i = 0; i < calls.length; i += this.callConcurrency) {
-      await Promise.all(calls.slice(i, i + this.callConcurrency).map(deliverCall));
+    this.inFlight.set(r.id, attempt);
+    return this.pool
+      .run(() => this.deliverCall(r, attempt))
+      .finally(() => {
+        if (this.inFlight.get(r.id) === attempt) this.inFlight.delete(r.id);
+        settle();
+      });
+  }
+
+  private timeoutOf(r: Row) {
+    return (this.effects[r.kind as K] as CallEffect<unknown>).timeoutMs ?? OUTBOX_CALL_TIMEOUT_MS;
+  }
+
+  /**
+   * One attempt, settled by the receiver's answer or its deadline, whichever comes first. Past the
+   * deadline the attempt is a failed one (backoff as for any failure) and its late answer is only
+   * logged: the row may be retried meanwhile, so neither `done` nor the `delivered` hook may run
+   * for it, and the signal tells the effect not to act on it either.
+   */
+  private async deliverCall(r: Row, attempt: Attempt) {
+    const effect = this.effects[r.kind as K] as CallEffect<unknown>;
+    const ms = this.timeoutOf(r);
+    const abort = new AbortController();
+    let timer: ReturnType<typeof setTimeout> | null = null;
+    const deadline = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => {
+        abort.abort(new CallTimeout(ms));
+        reject(new CallTimeout(ms));
+      }, ms);
+    });
+    attempt.until = Date.now() + ms;
+    try {
+      const payload = JSON.parse(r.payload);
+      const call = Promise.resolve().then(() => effect.deliver(payload, abort.signal));
+      call.then(
+        () => abort.signal.aborted && lateAnswer(r, "answered"),
+        (err) => abort.signal.aborted && lateAnswer(r, String(err)),
+      );
+      await Promise.race([call, deadline]);
+      this.hook(() => effect.delivered?.(payload));
+      this.done(r);
+    } catch (err) {
+      // Due again at `at`, not at every flush before it: counted as an attempt, so that next_at holds.
+      if (err instanceof NotYet)
+        this.storage.sql.exec("UPDATE _outbox SET next_at = ?, attempts = MAX(attempts, 1) WHERE id = ?", err.at, r.id);
+      else this.failed([r], err);
+    } finally {
+      clearTimeout(timer);
     }
-    // A full round: more may be waiting behind it. A delivery that led to a next step (a
-    // `delivered` hook enqueued it) has that step delivered now rather than by the alarm.
-    const again = rows.length === MAX_BATCH || this.followUps > 0;
-    // The round that follows at once sets the timer; this one's would be a row written for
-    // nothing. Should the object die between the two, the timer is where every enqueue left it,
-    // no later than any pending effect was due, so the alarm still delivers them.
-    if (!again) this.rearm();
-    await this.scheduler.arm();
-    if (again) await this.deliver();
   }
 
   private async deliverOffered() {
@@ -360,6 +465,12 @@ export class Outbox<K extends string> {
     this.storage.sql.exec("DELETE FROM _outbox WHERE id = ? AND seq = ?", r.id, r.seq);
   }
 
+  /** `r` is read for delivery: from now its outcome, and no earlier one, acts on its row id. */
+  private track(r: Row) {
+    this.tokens.set(r, ++this.lastToken);
+    this.delivering.set(r.id, { token: this.lastToken, kind: r.kind });
+  }
+
   /** Whether `r`'s delivery is still the one its row id stands for; its outcome ends it. */
   private settles(r: Row): boolean {
     const d = this.delivering.get(r.id);
@@ -393,7 +504,43 @@ export class Outbox<K extends string> {
    * none comes it fires once, finds nothing, and is gone — the alarm set for it fires anyway.
    */
   private rearm() {
-    const next = this.storage.sql.exec<{ at: number | null }>("SELECT MIN(next_at) AS at FROM _outbox").one().at;
+    const next = this.nextDue();
     if (next !== null) this.scheduler.schedule(OUTBOX_TIMER, next);
   }
+
+  /**
+   * When the earliest pending effect is due. A row whose call is under way is left out while its
+   * time is past (a flush would not take it: the alarm would fire again and again), but the timer
+   * is kept for it at its attempt's deadline, so that after a kill -9 the alarm delivers it.
+   */
+  private nextDue(): number | null {
+    if (this.inFlight.size === 0)
+      return this.storage.sql.exec<{ at: number | null }>("SELECT MIN(next_at) AS at FROM _outbox").one().at;
+    const now = Date.now();
+    const rest = this.storage.sql
+      .exec<{ at: number | null }>(
+        "SELECT MIN(next_at) AS at FROM _outbox WHERE next_at > ? OR id NOT IN (SELECT value FROM json_each(?))",
+        now,
+        JSON.stringify([...this.inFlight.keys()]),
+      )
+      .one().at;
+    const until = Math.min(...[...this.inFlight.values()].map((a) => a.until));
+    const held = Math.max(until, now + IN_FLIGHT_ALARM_MS);
+    return rest === null ? held : Math.min(rest, held);
+  }
+}
+
+/** A call effect's attempt under way. */
+type Attempt = {
+  /** The payload's version being delivered: a newer one waits for this attempt to settle. */
+  seq: number;
+  settled: Promise<void>;
+  /** Its deadline (once it has a slot; the alarm's earliest time for it until then). */
+  until: number;
+};
+
+function lateAnswer(r: Row, outcome: string) {
+  console.warn(
+    JSON.stringify({ msg: "outbox call answered after its deadline; answer ignored", kind: r.kind, id: r.id, outcome }),
+  );
 }

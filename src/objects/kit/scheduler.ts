@@ -23,6 +23,11 @@ export class Scheduler {
    */
   private setSince = Infinity;
   private readonly table;
+  /**
+   * While `fire` runs a handler: the timers set meanwhile. One set again to the very time that
+   * fired leaves its row as it was, and `fire` must not remove it as done.
+   */
+  private setWhileFiring: Set<string> | null = null;
 
   constructor(private readonly storage: DurableObjectStorage) {
     this.table = kitTable(
@@ -54,6 +59,7 @@ export class Scheduler {
     const moves = opts.noLaterThan ? "excluded.due_at < due_at" : "excluded.due_at IS NOT due_at";
     this.table.ensure();
     this.setSince = Math.min(this.setSince, Math.floor(dueAt));
+    this.setWhileFiring?.add(name);
     this.storage.sql.exec(
       `INSERT INTO _timers (name, due_at, payload) VALUES (?, ?, ?) ON CONFLICT(name) DO UPDATE SET due_at = ${due}, payload = excluded.payload
        WHERE ${moves} OR excluded.payload IS NOT payload`,
@@ -135,14 +141,21 @@ export class Scheduler {
       .toArray();
     for (const t of due) {
       const handler = handlers[t.name] ?? handlers[t.name.split(":")[0]];
+      const set = new Set<string>();
+      this.setWhileFiring = set;
       try {
         if (handler) await handler(t.payload == null ? null : JSON.parse(t.payload), t.name);
-        this.storage.sql.exec("DELETE FROM _timers WHERE name = ? AND due_at = ?", t.name, t.due_at);
+        // Not if it was set meanwhile: to another time (the row no longer matches) or to the same
+        // one (a row the handler asked for, which must not go as the one that fired).
+        if (!set.has(t.name))
+          this.storage.sql.exec("DELETE FROM _timers WHERE name = ? AND due_at = ?", t.name, t.due_at);
       } catch (err) {
         console.error(JSON.stringify({ msg: "timer handler failed", timer: t.name, error: String(err) }));
         const retryAt = this.now() + TIMER_RETRY_MS;
         this.setSince = Math.min(this.setSince, retryAt);
         this.storage.sql.exec("UPDATE _timers SET due_at = ? WHERE name = ? AND due_at = ?", retryAt, t.name, t.due_at);
+      } finally {
+        this.setWhileFiring = null;
       }
     }
     await this.arm();

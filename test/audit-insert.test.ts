@@ -1,0 +1,70 @@
+import { env } from "cloudflare:test";
+import { sql } from "drizzle-orm";
+import { integer, sqliteTable, text } from "drizzle-orm/sqlite-core";
+import { describe, expect, it } from "vitest";
+import { auditInsert, auditInsertIf } from "../src/db/audit";
+import { getDb } from "../src/db/client";
+import { insertWhere } from "../src/db/insert-where";
+
+const rowsOf = async (target: string) =>
+  (
+    await env.DB.prepare(
+      "SELECT at, actor, action, target, details, event_id FROM audit_log WHERE target = ? ORDER BY id",
+    )
+      .bind(target)
+      .all()
+  ).results;
+
+describe("auditInsertIf", () => {
+  it("fills each column by its name: the row reads back as auditInsert writes the same entry", async () => {
+    const db = getDb(env.DB);
+    const target = `test:${crypto.randomUUID()}`;
+    const entry = { actor: "token:a", action: "thing.change", target, details: { why: "because", n: 2 } };
+    await db.batch([auditInsert(db, entry, 1_000), auditInsertIf(db, entry, sql`1 = 1`, 1_000)]);
+    const [plain, conditional] = await rowsOf(target);
+    expect(conditional).toEqual(plain);
+    expect(conditional).toEqual({
+      at: 1_000,
+      actor: "token:a",
+      action: "thing.change",
+      target,
+      details: JSON.stringify({ why: "because", n: 2 }),
+      event_id: null,
+    });
+  });
+
+  it("writes nothing when its condition does not hold, and null details when the entry has none", async () => {
+    const db = getDb(env.DB);
+    const target = `test:${crypto.randomUUID()}`;
+    await db.batch([
+      auditInsertIf(db, { actor: "a", action: "no", target }, sql`1 = 0`, 1),
+      auditInsertIf(db, { actor: "a", action: "yes", target }, sql`1 = 1`, 2),
+    ]);
+    expect(await rowsOf(target)).toEqual([{ at: 2, actor: "a", action: "yes", target, details: null, event_id: null }]);
+  });
+});
+
+// A table whose schema lists its columns in another order than the database holds them, with a
+// column the insert does not name: what a column added or moved later looks like.
+const scratch = sqliteTable("insert_where_scratch", {
+  extra: text("extra").notNull().default("kept"),
+  note: text("note"),
+  id: integer("id").primaryKey({ autoIncrement: true }),
+  tags: text("tags", { mode: "json" }).$type<string[]>(),
+  name: text("name").notNull(),
+});
+
+describe("insertWhere", () => {
+  it("puts each value in the column of its name, and a column not given takes its default", async () => {
+    await env.DB.exec(
+      "CREATE TABLE IF NOT EXISTS insert_where_scratch (id INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT NOT NULL, note TEXT, tags TEXT, extra TEXT NOT NULL DEFAULT 'x')",
+    );
+    const db = getDb(env.DB);
+    await db.batch([
+      insertWhere(db, scratch, { name: "n", note: "a note", tags: ["t"] }, sql`1 = 1`),
+      insertWhere(db, scratch, { name: "skipped" }, sql`1 = 0`),
+    ]);
+    const rows = (await env.DB.prepare("SELECT name, note, tags, extra FROM insert_where_scratch").all()).results;
+    expect(rows).toEqual([{ name: "n", note: "a note", tags: '["t"]', extra: "kept" }]);
+  });
+});
