@@ -353,8 +353,9 @@ export class HostAgent {
       return null;
     }
     await this.sendReport(s, report, content, send);
-    // Not on what was last seen: an order is done only when the machine says so.
-    if (outcome.unknown) return null;
+    // Not on what was last seen: an order is done only when the machine says so. Nor on an order
+    // superseded while its pass ran (a cancelled decommission): the next pass works toward the new one.
+    if (outcome.unknown || s.desired?.generation !== desired.generation) return null;
     if (desired.lifecycle === "terminate" && outcome.agents.length === 0)
       return { reason: "terminated", generation: desired.generation };
     if (desired.lifecycle === "uninstall" && outcome.agents.length === 0)

@@ -149,14 +149,20 @@ async function pass(
 
   if (desired.lifecycle === "run") {
     const { restarts, policy } = memory;
-    const now = memory.now();
+    // When the pass saw what runs: an agent seen running has been up since its restart until then.
+    const seenAt = memory.now();
     let healed = false;
     for (const spec of desired.agents) {
       const current = installed.get(spec.name);
       if (!current) await attempt(spec.name, "install", () => driver.install(spec));
       else if (current.image !== spec.image || current.version !== spec.version) {
         await attempt(spec.name, "update", () => driver.update(current, spec));
+        // Another version (often the fix for a crash loop): its first crash is healed at once.
+        restarts.delete(spec.name);
       } else if (current.state !== "running") {
+        // Read here, not at the pass's start: an install before it may have taken minutes, and a
+        // restart dated from then would look stable (and its crash loop forgotten) too soon.
+        const now = memory.now();
         const why = (current as ListedAgent).reason ?? `it was ${current.state}`;
         const last = restarts.get(spec.name);
         const next = last ? nextRestartAt(last, policy) : now;
@@ -193,7 +199,7 @@ async function pass(
         }
       } else {
         const last = restarts.get(spec.name);
-        if (last && now - last.at >= policy.stableMs) restarts.delete(spec.name);
+        if (last && seenAt - last.at >= policy.stableMs) restarts.delete(spec.name);
       }
     }
     for (const name of restarts.keys())

@@ -18,7 +18,7 @@ import { metricsRoutes } from "./metrics/routes";
 import { DomainError } from "./domain/errors";
 import { actorOf } from "./domain/principal";
 import { allowedMethodsFinder } from "./http/allow";
-import { exceptRawBodies, limitBodies, rawBodies, requireJsonBody } from "./http/content";
+import { jsonBodies, rawBodies } from "./http/content";
 import { corsForConfiguredOrigins } from "./http/cors";
 import { logError, requestLog } from "./http/log";
 import { DOCUMENT_CONFIG, registerServiceEndpoints, withRequestIdHeaders } from "./http/document";
@@ -39,7 +39,6 @@ import { specRoutes } from "./specs/routes";
 import { statusRoutes } from "./status/routes";
 import { enrollmentTokenRoutes, enrollRoutes } from "./enrollment/routes";
 import { agentBuildRoutes, installRoutes } from "./agent-builds/routes";
-import { except } from "hono/combine";
 import { imageRoutes } from "./images/routes";
 import { imageBlobRoutes } from "./images/blob.routes";
 import { MAX_PART_BYTES } from "./domain/images";
@@ -62,9 +61,8 @@ export function createApp() {
   app.use("*", corsForConfiguredOrigins());
   // An agent build is bytes too (src/agent-builds/), but may come gzip-compressed and is larger
   // than an image's part: its route checks its own body (length, encoding, checksum).
-  const agentBuilds = "/v1/agent/builds/*";
-  app.use("/v1/*", except(agentBuilds, exceptRawBodies(limitBodies(MAX_BODY_BYTES))));
-  app.use("/v1/*", except(agentBuilds, exceptRawBodies(requireJsonBody)));
+  const agentBuild = (path: string) => path === "/v1/agent/builds" || path.startsWith("/v1/agent/builds/");
+  app.use("/v1/*", jsonBodies(MAX_BODY_BYTES, agentBuild));
   app.use("/v1/*", rawBodies(MAX_PART_BYTES));
   app.use(
     "/v1/*",

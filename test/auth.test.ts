@@ -106,6 +106,39 @@ describe("server tokens", () => {
     expect((await call("PUT", "/v1/agent/inventory", { token: s.token, body: report(1, []) })).status).toBe(401);
   });
 
+  it("stop at once when rotated or revoked though just used, and a wrong secret is refused alike", async () => {
+    // The Worker keeps each server token's digest (src/auth/principal.ts); the ledger still decides.
+    const fleet = await createFleet();
+    const s = await registerServer(fleet.id);
+    const wrong = `hms.${s.id}.${"A".repeat(43)}`;
+    const poll = (token: string) => call("GET", "/v1/agent/desired", { token });
+    const refusal = (res: Awaited<ReturnType<typeof call>>) => {
+      expect(res.status).toBe(401);
+      expect(res.headers.get("WWW-Authenticate")).toBe('Bearer realm="harbormaster"');
+      const { request_id, ...rest } = res.json.error;
+      expect(request_id).toEqual(expect.any(String));
+      return rest;
+    };
+    const cold = refusal(await poll(wrong));
+    expect(cold).toEqual({ code: "unauthorized", message: "invalid server token" });
+    expect((await poll(s.token)).status).toBe(200);
+    expect((await poll(s.token)).status).toBe(200);
+    // The right token of this very server was just used: a wrong secret is still no token.
+    expect(refusal(await poll(wrong))).toEqual(cold);
+    expect(refusal(await call("PUT", "/v1/agent/inventory", { token: wrong, body: report(1, []) }))).toEqual(cold);
+
+    const rotated = await call("POST", `/v1/servers/${s.id}/token`);
+    expect(rotated.status).toBe(200);
+    expect(refusal(await poll(s.token))).toEqual(cold);
+    expect(refusal(await call("PUT", "/v1/agent/inventory", { token: s.token, body: report(1, []) }))).toEqual(cold);
+    const fresh = rotated.json.token as string;
+    expect((await poll(fresh)).status).toBe(200);
+
+    expect((await call("DELETE", `/v1/tokens/${s.id}`)).status).toBe(200);
+    expect(refusal(await poll(fresh))).toEqual(cold);
+    expect(refusal(await call("PUT", "/v1/agent/inventory", { token: fresh, body: report(1, []) }))).toEqual(cold);
+  });
+
   it("are not operator tokens, and operator tokens are not server tokens", async () => {
     expect((await call("GET", "/v1/agent/desired")).status).toBe(403);
     expect((await call("GET", "/v1/agent/desired", { token: "garbage" })).status).toBe(401);

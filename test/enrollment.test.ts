@@ -191,6 +191,31 @@ describe("enrollment token creates with an Idempotency-Key", () => {
     expect((await create(fleet, revokedKey, body)).json.error.code).toBe("idempotency_key_reused");
   });
 
+  it("refuses to issue the secret of an expired token again, writing nothing", async () => {
+    const { id: fleet } = await createFleet();
+    const key = crypto.randomUUID();
+    const body = { expires_at: inDays(1) };
+    const first = await create(fleet, key, body);
+    expect(first.status).toBe(201);
+    // Its retry comes after the token's expiry (a script run again the next day, say).
+    await env.DB.prepare("UPDATE enrollment_tokens SET expires_at = ? WHERE id = ?")
+      .bind(Date.now() - 1, first.json.id)
+      .run();
+    const hash = () =>
+      env.DB.prepare("SELECT hash FROM enrollment_tokens WHERE id = ?").bind(first.json.id).first("hash");
+    const before = await hash();
+    const again = await create(fleet, key, body);
+    expect(again.status).toBe(409);
+    expect(again.json.error).toMatchObject({
+      code: "idempotency_key_reused",
+      message: expect.stringContaining("expired"),
+      details: { token_id: first.json.id },
+    });
+    expect(await hash()).toBe(before);
+    const audit = await call("GET", `/v1/audit?target=enrollment-token:${first.json.id}`);
+    expect(audit.json.items.map((e: any) => e.action)).toEqual(["enrollment_token.create"]);
+  });
+
   it("makes one token of racing creates with one key; keys are the creator's own", async () => {
     const { id: fleet } = await createFleet();
     const key = crypto.randomUUID();

@@ -62,6 +62,23 @@ describe("scheduler", () => {
     });
   });
 
+  it("moves a timer its own handler sets again no later than a later time to that time, not leaving it due at once", async () => {
+    await scratch(async (storage) => {
+      const s = new Scheduler(storage);
+      const due = Date.now() - 5;
+      const later = Date.now() + 60_000;
+      s.schedule("pump", due);
+      let runs = 0;
+      // A rollout's slot retry: the handler finds targets still waiting and asks for the next
+      // retry "no later than" its time. The fired time is spent: left at it, the alarm would fire
+      // again at once, and again, until that retry's time came.
+      await s.fire({ pump: () => void (runs++, s.schedule("pump", later, null, { noLaterThan: true })) }, due + 5);
+      expect(runs).toBe(1);
+      expect(s.dueAt("pump")).toBe(later);
+      expect(await storage.getAlarm()).toBe(later);
+    });
+  });
+
   it("keeps the alarm at the earliest timer: arming a later one never postpones an earlier one", async () => {
     await scratch(async (storage) => {
       const s = new Scheduler(storage);
@@ -77,6 +94,33 @@ describe("scheduler", () => {
       s.schedule("sooner", now + 500);
       await s.arm();
       expect(await storage.getAlarm()).toBe(now + 500);
+    });
+  });
+
+  it("trim moves an alarm earlier than every timer back to the earliest, and removes it when none is left", async () => {
+    await scratch(async (storage) => {
+      const s = new Scheduler(storage);
+      const now = Date.now();
+      s.schedule("watch", now + 600_000);
+      s.schedule("safety", now + 10_000);
+      await s.arm();
+      expect(await storage.getAlarm()).toBe(now + 10_000);
+      s.cancel("safety");
+      // arm leaves an early alarm alone (a busy object's alarm is not moved back and forth)…
+      await s.arm();
+      expect(await storage.getAlarm()).toBe(now + 10_000);
+      // …trim, asked for, takes it back to the next timer, and leaves one that is not early.
+      await s.trim();
+      expect(await storage.getAlarm()).toBe(now + 600_000);
+      await s.trim();
+      expect(await storage.getAlarm()).toBe(now + 600_000);
+      s.cancel("watch");
+      await s.trim();
+      expect(await storage.getAlarm()).toBeNull();
+      // Arming again after a trim still sets the alarm for a new timer.
+      s.schedule("later", now + 30_000);
+      await s.arm();
+      expect(await storage.getAlarm()).toBe(now + 30_000);
     });
   });
 
@@ -836,6 +880,40 @@ describe("outbox", () => {
     });
   });
 
+  it("delivers a keyed effect's newer payload by the flush asked for it when the older one's attempt failed, with no backoff of its own", async () => {
+    await scratch(async (storage) => {
+      const hung = gate();
+      const log: number[] = [];
+      const box = new Outbox<"call">(
+        storage,
+        new Scheduler(storage),
+        {
+          call: {
+            target: "call",
+            timeoutMs: 100,
+            deliver: async (p: { v: number }) => {
+              if (p.v === 1) await hung.shut;
+              log.push(p.v);
+            },
+          },
+        },
+        () => getDb(env.DB),
+      );
+      box.enqueue("call", { v: 1 }, { key: "k" });
+      const first = box.flush();
+      await tick(20);
+      // An operator's write replaces the payload and waits for its flush to deliver it.
+      box.enqueue("call", { v: 2 }, { key: "k" });
+      const second = box.flush();
+      // The older payload's receiver never answers: its attempt fails at its deadline. That
+      // failure is the older payload's: the newer one is still due at once, not after a backoff.
+      expect(await within(Promise.all([first, second]), 2_000)).toBe("settled");
+      expect(log).toEqual([2]);
+      expect(box.pending()).toBe(0);
+      hung.open();
+    });
+  });
+
   it("keeps the alarm set while a call waits, never in the past, and a new instance after a kill -9 delivers the effect", async () => {
     await scratch(async (storage) => {
       const s = new Scheduler(storage);
@@ -877,6 +955,37 @@ describe("outbox", () => {
       await next.flush();
       expect([delivered, next.pending()]).toEqual([1, 0]);
       hung.open();
+    });
+  });
+
+  it("keeps the alarm at a running call's deadline, not every second, while calls wait for a slot past their own", async () => {
+    await scratch(async (storage) => {
+      const s = new Scheduler(storage);
+      const hung = gate();
+      const box = new Outbox<"slow" | "quick">(
+        storage,
+        s,
+        {
+          slow: { target: "call", timeoutMs: 60_000, deliver: () => hung.shut },
+          quick: { target: "call", timeoutMs: 50, deliver: async () => {} },
+        },
+        () => getDb(env.DB),
+        1,
+      );
+      box.enqueue("slow", {});
+      box.enqueue("quick", {});
+      const flushed = box.flush();
+      // The quick call waits for the one slot longer than its own deadline; it has not started.
+      await tick(150);
+      storage.sql.exec("UPDATE _outbox SET next_at = ?", Date.now() - 1);
+      s.schedule(OUTBOX_TIMER, Date.now() - 1);
+      expect(await within(s.fire({ [OUTBOX_TIMER]: () => box.flush() }), 2_000)).toBe("settled");
+      // Nothing can end before the slow call's deadline: an alarm a second on would only fire
+      // again and again (a billed alarm and a read of the outbox each) while the queue waits.
+      expect(s.dueAt(OUTBOX_TIMER)).toBeGreaterThanOrEqual(Date.now() + 30_000);
+      hung.open();
+      await flushed;
+      expect(box.pending()).toBe(0);
     });
   });
 

@@ -165,6 +165,78 @@ describe("an agent that keeps stopping", () => {
   });
 });
 
+describe("an agent restarted late in a long pass", () => {
+  it("counts its restart from when it was restarted, not from when the pass began", async () => {
+    const d = new Probe();
+    let now = 1_000_000;
+    const memory = new PassMemory({ policy: { baseMs: 30_000, capMs: 120_000, stableMs: 600_000 }, now: () => now });
+    // The pass first updates another agent, which takes 11 minutes (a big image's load).
+    d.update = async (c, spec) => {
+      now += 660_000;
+      await MemoryDriver.prototype.update.call(d, c, spec);
+    };
+    const crash = () => (d.installed.get("a")!.state = "failed");
+    await reconcile(
+      desired([
+        { name: "big", version: "1" },
+        { name: "a", version: "1" },
+      ]),
+      d,
+      memory,
+    );
+    crash();
+    await reconcile(
+      desired([
+        { name: "big", version: "2" },
+        { name: "a", version: "1" },
+      ]),
+      d,
+      memory,
+    );
+    expect(d.installed.get("a")!.state).toBe("running");
+    // Seen running a second after its restart: not yet stable, so down again it waits its turn.
+    now += 1_000;
+    const want = desired([
+      { name: "big", version: "2" },
+      { name: "a", version: "1" },
+    ]);
+    expect((await reconcile(want, d, memory)).errors).toEqual([]);
+    now += 1_000;
+    crash();
+    const again = await reconcile(want, d, memory);
+    expect(again.errors.map((e) => e.message)).toEqual([
+      expect.stringMatching(/^down again after 1 restart; the next in 28 s/),
+    ]);
+    expect(d.installed.get("a")!.state).toBe("failed");
+  });
+});
+
+describe("an agent updated out of a crash loop", () => {
+  it("has its new version's first crash healed at once", async () => {
+    const d = new Probe();
+    let now = 1_000_000;
+    const memory = new PassMemory({ policy: { baseMs: 30_000, capMs: 600_000, stableMs: 600_000 }, now: () => now });
+    const crash = () => (d.installed.get("a")!.state = "failed");
+    const v1 = desired([{ name: "a", version: "1" }]);
+    await reconcile(v1, d, memory);
+    // Version 1 crash-loops: three restarts, the next one 2 minutes off.
+    for (const t of [0, 30_000, 90_000]) {
+      now = 1_000_000 + t;
+      crash();
+      await reconcile(v1, d, memory);
+    }
+    // The operator ships version 2; it runs, then crashes once.
+    now += 1_000;
+    const v2 = desired([{ name: "a", version: "2" }]);
+    await reconcile(v2, d, memory);
+    now += 1_000;
+    crash();
+    const out = await reconcile(v2, d, memory);
+    expect(out.errors).toEqual([]);
+    expect(d.installed.get("a")!.state).toBe("running");
+  });
+});
+
 describe("a host agent that heals a stopped agent", () => {
   it("reports the agent stopped, then running", async () => {
     const d = new Probe();

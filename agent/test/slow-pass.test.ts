@@ -8,6 +8,7 @@ import { CHANNEL_VERSION } from "../../src/domain/channel.ts";
 import { HostAgent, type AgentExit } from "../agent.ts";
 import type { ChannelConnector, ChannelSocket } from "../channel.ts";
 import type { AgentSpec } from "../../src/model/server/schemas.ts";
+import type { ReportedAgent } from "../driver.ts";
 import type { Report } from "../host-api.ts";
 import type { FetchLike } from "../http.ts";
 import { MemoryDriver } from "../memory-driver.ts";
@@ -19,7 +20,7 @@ const config = {
   agents: [{ name: "exporter", image: "exporter", version: "1", instance_id: "i-1" }],
 };
 
-/** An install that takes until the test lets it finish. */
+/** Installs and stops that take until the test lets them finish. */
 class SlowInstall extends MemoryDriver {
   private release!: () => void;
   private readonly gate = new Promise<void>((r) => (this.release = r));
@@ -29,6 +30,10 @@ class SlowInstall extends MemoryDriver {
   override async install(spec: AgentSpec) {
     await this.gate;
     await super.install(spec);
+  }
+  override async stop(current: ReportedAgent) {
+    await this.gate;
+    await super.stop(current);
   }
 }
 
@@ -41,7 +46,7 @@ const accepted = (r: Report) => ({
 });
 
 /** What the server heard from the host, and when (ms since the start). */
-type Heard = { at: number; what: "report" | "poll-heartbeat"; generation: number | null };
+type Heard = { at: number; what: "report" | "poll-heartbeat"; generation: number | null; agents?: number };
 
 /** A scripted control plane over HTTP: the config once, then long polls that answer 304 after their wait. */
 function httpServer(t0: number) {
@@ -77,18 +82,28 @@ function httpServer(t0: number) {
   return { fetch, heard };
 }
 
-/** A scripted control plane over the channel: the config on connect, an ack for every report. */
-function channelServer(t0: number) {
+/**
+ * A scripted control plane over the channel: `first` (the config) on connect, an ack for every
+ * report; `push` sends the open socket another message.
+ */
+function channelServer(t0: number, first: object = { type: "desired", v: CHANNEL_VERSION, config }) {
   const heard: Heard[] = [];
+  let push: (message: object) => void = () => {};
   const connect: ChannelConnector = async () => {
     const listeners: Record<string, ((e: unknown) => void)[]> = { message: [], close: [], error: [] };
     const deliver = (data: string) => setTimeout(() => listeners.message.forEach((l) => l({ data })), 0);
+    push = (message) => deliver(JSON.stringify(message));
     const socket = {
       send(data: string) {
         if (data === "ping") return deliver("pong");
         const m = JSON.parse(data);
         if (m.type !== "report") return;
-        heard.push({ at: Date.now() - t0, what: "report", generation: m.report.generation });
+        heard.push({
+          at: Date.now() - t0,
+          what: "report",
+          generation: m.report.generation,
+          agents: m.report.agents.length,
+        });
         deliver(JSON.stringify({ type: "ack", v: CHANNEL_VERSION, id: m.id, status: 200, body: accepted(m.report) }));
       },
       close(code = 1000, reason = "") {
@@ -98,10 +113,10 @@ function channelServer(t0: number) {
         listeners[type].push(l);
       },
     } as ChannelSocket;
-    deliver(JSON.stringify({ type: "desired", v: CHANNEL_VERSION, config }));
+    push(first);
     return socket;
   };
-  return { connect, heard };
+  return { connect, heard, push: (message: object) => push(message) };
 }
 
 let stop: (() => Promise<unknown>) | null = null;
@@ -119,8 +134,7 @@ const until = async (what: string, pred: () => boolean, ms = 10_000) => {
 };
 
 /** An agent whose one agent's install hangs until `driver.finish()`, on a 1 s heartbeat; stopped after the test. */
-function slowAgent(opts: Partial<ConstructorParameters<typeof HostAgent>[0]>) {
-  const driver = new SlowInstall();
+function slowAgent(opts: Partial<ConstructorParameters<typeof HostAgent>[0]>, driver = new SlowInstall()) {
   const controller = new AbortController();
   const agent = new HostAgent({
     url: "http://127.0.0.1:1",
@@ -185,5 +199,32 @@ describe("a loop stopped while a pass is under way", () => {
     driver.finish();
     await expect(exit).resolves.toEqual({ reason: "aborted" });
     expect([...driver.installed.keys()]).toEqual(["exporter"]);
+  });
+});
+
+describe("an order superseded while its pass is under way", () => {
+  it("does not end the loop on the old order's outcome", async () => {
+    // The terminate order's pass is still stopping the agent when the operator cancels it (the
+    // next generation runs the agent again).
+    const spec = config.agents[0];
+    const driver = new SlowInstall();
+    driver.installed.set(spec.name, { ...spec, state: "running" });
+    const terminate = { ...config, generation: 2, lifecycle: "terminate", agents: [] };
+    const server = channelServer(Date.now(), { type: "lifecycle", v: CHANNEL_VERSION, config: terminate });
+    const { exit } = slowAgent({ connect: server.connect }, driver);
+    let exited: AgentExit | null = null;
+    void exit.then((e) => (exited = e));
+
+    await until("a heartbeat during the terminate pass", () => server.heard.length > 0);
+    server.push({ type: "desired", v: CHANNEL_VERSION, config: { ...config, generation: 3 } });
+    await new Promise((r) => setTimeout(r, 200));
+    driver.finish();
+
+    // The cancel's pass starts the agent again and is reported; the loop runs on.
+    const cancelled = () => server.heard.some((h) => h.generation === 3 && h.agents === 1);
+    await until("the cancel's report or an exit", () => exited !== null || cancelled());
+    expect(exited).toBeNull();
+    expect(cancelled()).toBe(true);
+    expect(driver.installed.get(spec.name)?.state).toBe("running");
   });
 });

@@ -19,9 +19,35 @@ function bearerOf(header: string | undefined) {
   return m[1];
 }
 
+/**
+ * Digests of server tokens this isolate has seen. A digest is a pure function of the token, and
+ * nothing is decided here: the server's ledger compares it with the digest it stores, so a revoked
+ * or rotated token fails there on its next request, cached or not. Saves a SHA-256 per host
+ * request; bounded, emptied when full (a flood of made-up tokens only costs hashing again).
+ */
+const serverDigests = new Map<string, string>();
+const SERVER_DIGESTS_MAX = 4096;
+
+async function serverTokenDigest(token: string): Promise<string> {
+  let digest = serverDigests.get(token);
+  if (digest === undefined) {
+    digest = await sha256Hex(token);
+    if (serverDigests.size >= SERVER_DIGESTS_MAX) serverDigests.clear();
+    serverDigests.set(token, digest);
+  }
+  return digest;
+}
+
+/** ADMIN_TOKEN's digest, computed again only when the secret changes. */
+let adminDigest: { token: string; digest: Promise<string> } | null = null;
+function adminTokenDigest(token: string): Promise<string> {
+  if (adminDigest?.token !== token) adminDigest = { token, digest: sha256Hex(token) };
+  return adminDigest.digest;
+}
+
 async function authenticateOperator(env: AppEnv["Bindings"], token: string): Promise<Principal> {
   const hash = await sha256Hex(token);
-  if (env.ADMIN_TOKEN && digestsEqual(hash, await sha256Hex(env.ADMIN_TOKEN))) {
+  if (env.ADMIN_TOKEN && digestsEqual(hash, await adminTokenDigest(env.ADMIN_TOKEN))) {
     return { kind: "operator", id: BOOTSTRAP_ID, name: "ADMIN_TOKEN", scope: "admin", fleets: "*", via: "bootstrap" };
   }
   const parsed = parseToken(token);
@@ -161,7 +187,7 @@ export const requireServer = createMiddleware<AppEnv>(async (c, next) => {
     await authenticateOperator(c.env, token);
     throw new DomainError("forbidden", "/v1/agent/* takes a server token, not an operator token");
   }
-  c.set("principal", { kind: "server", serverId: parsed.id, tokenHash: await sha256Hex(token) });
+  c.set("principal", { kind: "server", serverId: parsed.id, tokenHash: await serverTokenDigest(token) });
   await next();
 });
 

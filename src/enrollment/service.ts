@@ -185,17 +185,20 @@ async function answerAgain(
       { token_id: id },
     );
   }
+  const now = Date.now();
   const refusal = (row: EnrollmentTokenRow) =>
     row.createdAt < fleetCreatedAt
       ? `its token ${id} belongs to fleet '${row.fleetId}' as it was before it was deleted`
       : row.revokedAt !== null
         ? `its token ${id} was revoked at ${iso(row.revokedAt)}`
-        : row.lastUsedAt !== null
-          ? `its token ${id} was presented by a machine at ${iso(row.lastUsedAt)}, so its secret was received; it is not issued again`
-          : null;
+        : // A secret that enrolls nothing is of no use: not issued (nor audited) again.
+          row.expiresAt <= now
+          ? `its token ${id} expired at ${iso(row.expiresAt)}`
+          : row.lastUsedAt !== null
+            ? `its token ${id} was presented by a machine at ${iso(row.lastUsedAt)}, so its secret was received; it is not issued again`
+            : null;
   const refused = refusal(previous);
   if (refused) throw keyReused(`this Idempotency-Key was used already: ${refused}`, { token_id: id });
-  const now = Date.now();
   const { token, hash } = await issueEnrollmentToken(id);
   const db = getDb(env.DB);
   const after = await reissueSecret(

@@ -38,8 +38,9 @@ export const enrollmentTokenByKey = (db: Db, createdBy: string, key: string) =>
 /**
  * The token's secret issued again (its new hash stored, the old secret refused from now on), with
  * its audit row, in one transaction: only over the hash the caller read (of two retries at once,
- * one reissues), and only while no machine has presented it and it is not revoked (someone
- * holds that secret, or it is of no use). The row as it is then, or undefined when it was not.
+ * one reissues), and only while no machine has presented it and it is neither revoked nor
+ * expired (someone holds that secret, or it is of no use). The row as it is then, or undefined
+ * when it was not.
  */
 export async function reissueSecret(db: Db, row: EnrollmentTokenRow, hash: string, entry: AuditEntry, at: number) {
   const open = and(
@@ -48,6 +49,7 @@ export async function reissueSecret(db: Db, row: EnrollmentTokenRow, hash: strin
     // A use given back (a refused registration) still leaves last_used_at: someone holds it.
     isNull(enrollmentTokens.lastUsedAt),
     isNull(enrollmentTokens.revokedAt),
+    gt(enrollmentTokens.expiresAt, at),
   );
   const [, updated] = await db.batch([
     auditInsertIf(db, entry, sql`EXISTS (SELECT 1 FROM ${enrollmentTokens} WHERE ${open})`, at),

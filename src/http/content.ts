@@ -62,7 +62,7 @@ export function bodyClaimProblem(headers: { get(name: string): string | null }):
  * encoding) would be read as an empty object and fail validation confusingly, and one declaring a
  * content coding or charset would be read as something it is not, so each is refused by name.
  */
-export const requireJsonBody = createMiddleware<AppEnv>(async (c, next) => {
+const requireJsonBody = createMiddleware<AppEnv>(async (c, next) => {
   if (c.req.method === "GET" || c.req.method === "HEAD") return next();
   const type = c.req.header("Content-Type");
   const length = c.req.header("Content-Length");
@@ -96,9 +96,22 @@ const RAW_BODY_ROUTES: { method: string; path: RegExp }[] = [
 const isRawBodyRoute = (method: string, path: string) =>
   RAW_BODY_ROUTES.some((r) => r.method === method && r.path.test(path));
 
-/** `mw` for every request but those of a raw-body route. */
-export const exceptRawBodies = (mw: MiddlewareHandler<AppEnv>) =>
-  createMiddleware<AppEnv>(async (c, next) => (isRawBodyRoute(c.req.method, c.req.path) ? next() : mw(c, next)));
+/**
+ * The JSON body rules, in order: the size limit (413 before anything reads the body), then
+ * `requireJsonBody`. Every request but a raw-body route's and those `exempt` names (a route that
+ * checks its own bytes). One plain middleware rather than hono's `except` combinators, which
+ * compose a new chain on every request: this runs in front of every host report.
+ */
+export function jsonBodies(maxBytes: number, exempt: (path: string) => boolean): MiddlewareHandler<AppEnv> {
+  const limit = limitBodies(maxBytes);
+  return async (c, next) => {
+    const path = c.req.path;
+    if (exempt(path) || isRawBodyRoute(c.req.method, path)) return next();
+    return limit(c, async () => {
+      await requireJsonBody(c, next);
+    });
+  };
+}
 
 /**
  * A raw-body route's body: application/octet-stream, uncompressed, with a Content-Length (the

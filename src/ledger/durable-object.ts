@@ -66,13 +66,30 @@ export class ServerLedger extends DurableObject<Env> {
    */
   async #settle() {
     await this.parts.scheduler.arm();
-    await this.parts.outbox.flush();
+    await this.#flush();
   }
 
   /** After a host's write: the answer does not wait for delivery (the alarm is the safety net). */
   async #settleInBackground() {
     await this.parts.scheduler.arm();
-    this.ctx.waitUntil(this.parts.outbox.flush());
+    this.ctx.waitUntil(this.#flush());
+  }
+
+  /**
+   * A rollout's write arms the outbox's safety alarm for the projection and audit row it leaves to
+   * the host's report (./rollout-marks.ts), which usually delivers them within moments. Once a
+   * flush has, the alarm goes back to the ledger's next timer (the quiet watch's, minutes away)
+   * rather than waking the ledger to find nothing due. In memory only: a ledger evicted meanwhile
+   * is woken once, as before.
+   */
+  #safetyArmed = false;
+
+  async #flush() {
+    await this.parts.outbox.flush();
+    if (!this.#safetyArmed) return;
+    this.#safetyArmed = false;
+    this.parts.outbox.forgetIdleTimer();
+    await this.parts.scheduler.trim();
   }
 
   // ---- operator calls ----
@@ -243,8 +260,11 @@ export class ServerLedger extends DurableObject<Env> {
     const { outcome, wrote } = applyRolloutImage(this.parts, req);
     // Not delivered now: the host's report follows within moments and its delivery carries this
     // projection and audit row in the same D1 batch (one projection per target, not two). The
-    // alarm delivers them within OUTBOX_SAFETY_MS should no report come.
-    if (wrote) await this.parts.scheduler.arm();
+    // alarm delivers them should no report come; the report's flush takes that alarm back.
+    if (wrote) {
+      this.#safetyArmed = true;
+      await this.parts.scheduler.arm();
+    }
     return outcome;
   }
 

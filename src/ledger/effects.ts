@@ -136,10 +136,13 @@ export function serverEvent(
   );
 }
 
-export const audit = (outbox: LedgerOutbox, entry: AuditEntry) => outbox.enqueue("audit", auditEvent(entry));
+/** `deferMs`: delivered with the next flush, or by the alarm after that long (see Outbox.enqueue). */
+export const audit = (outbox: LedgerOutbox, entry: AuditEntry, deferMs?: number) =>
+  outbox.enqueue("audit", auditEvent(entry), deferMs === undefined ? {} : { deferMs });
 
 /** The index must show the ledger as it is now (one pending projection, whatever caused it). */
-export const project = (outbox: LedgerOutbox) => outbox.enqueue("project", {}, { key: "project" });
+export const project = (outbox: LedgerOutbox, deferMs?: number) =>
+  outbox.enqueue("project", {}, deferMs === undefined ? { key: "project" } : { key: "project", deferMs });
 
 /**
  * Only a heartbeat is due in the index (its last_seen): offered, not stored (no outbox row, no

@@ -16,6 +16,15 @@ import type { LedgerParts } from "./parts";
 import type { StoredReport } from "../model/server/schemas";
 
 /**
+ * How long a rollout write's projection and audit row wait for the host's report, whose delivery
+ * carries them in its own D1 batch (one projection a target, not two), before the alarm delivers
+ * them alone: a host that never reports does not keep them from the index for longer. Longer than
+ * the outbox's 10 s safety, which a loaded control plane's hosts often took to report: the alarm
+ * then split each target's rows into two batches (4.4-5.3 D1 statements a target instead of 3).
+ */
+export const ROLLOUT_WRITE_DEFER_MS = 60_000;
+
+/**
  * Writes the next generation with `agent`'s image changed, remembering which rollout wrote it;
  * or answers why not (already at the image, no such agent, server leaving). A redelivery of the
  * same write answers the same generation and writes nothing.
@@ -33,19 +42,23 @@ export function applyRolloutImage(
   d.store.transaction(() => {
     d.store.save({ desired: next });
     d.store.setRolloutMarks({ ...marks, [req.agent]: mark });
-    project(d.outbox);
-    audit(d.outbox, {
-      actor: `rollout:${req.rollout_id}`,
-      action: "server.desired.rollout",
-      target: `server:${state.record.id}`,
-      details: {
-        generation: next.generation,
-        agent: req.agent,
-        image: req.image,
-        version: req.version,
-        pass: req.pass,
+    project(d.outbox, ROLLOUT_WRITE_DEFER_MS);
+    audit(
+      d.outbox,
+      {
+        actor: `rollout:${req.rollout_id}`,
+        action: "server.desired.rollout",
+        target: `server:${state.record.id}`,
+        details: {
+          generation: next.generation,
+          agent: req.agent,
+          image: req.image,
+          version: req.version,
+          pass: req.pass,
+        },
       },
-    });
+      ROLLOUT_WRITE_DEFER_MS,
+    );
   });
   return { outcome: decision.outcome, wrote: true };
 }

@@ -1,11 +1,20 @@
 import type { Env } from "../env";
 
-/** The ledger of one server; its Durable Object id derives from the server id. */
-export const ledgerOf = (env: Env, serverId: string) => env.LEDGER.get(env.LEDGER.idFromName(serverId));
-
 // Ids are plain values, safe to keep across requests (stubs are not); deriving one hashes the name.
 const ids = new Map<string, DurableObjectId>();
 const IDS_MAX = 4096;
+const ledgerIds = new Map<string, DurableObjectId>();
+
+/** The ledger of one server; its Durable Object id derives from the server id (every host request). */
+export function ledgerOf(env: Env, serverId: string) {
+  let id = ledgerIds.get(serverId);
+  if (!id) {
+    id = env.LEDGER.idFromName(serverId);
+    if (ledgerIds.size >= IDS_MAX) ledgerIds.clear();
+    ledgerIds.set(serverId, id);
+  }
+  return env.LEDGER.get(id);
+}
 
 /** The coordinator of one fleet; its Durable Object id derives from the fleet id. */
 export function coordinatorOf(env: Env, fleetId: string) {

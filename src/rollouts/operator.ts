@@ -1,7 +1,7 @@
 /**
  * What changes a rollout from outside its targets: its start, the operator's controls (pause,
- * resume, cancel, rollback) and the cron's re-drive. Each is one storage turn; the answer waits
- * for what it enqueued to be delivered.
+ * resume, cancel, rollback) and the cron's re-drive. Each is one storage turn; the answer to a
+ * control or re-drive waits for what it enqueued to be delivered, a start's does not (start).
  */
 import { fail, type Failure } from "../objects/kit/result";
 import { control as decide } from "./controls";
@@ -77,7 +77,11 @@ export async function start(
       afterChange(p);
       project(p);
     });
-    await settle(p, true);
+    // Answered once the rollout is stored, its first targets applying and their writes in the
+    // outbox: those writes (up to `concurrency` ledgers, each a round trip) and its index rows
+    // leave in the background, and the alarm delivers them should this object die first. The
+    // caller sees the rollout at once, from this object; it need not wait on hundreds of ledgers.
+    await settle(p, false);
   }
   return summary(p);
 }

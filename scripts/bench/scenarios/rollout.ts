@@ -12,6 +12,8 @@ const NEW = { image: "registry.example/fw:2.0.0", version: "2.0.0" };
 
 /** Registrations and first reports in flight at once during setup (the API's own path, as an operator's script would). */
 const SETUP_CONCURRENCY = Number(process.env.BENCH_ROLLOUT_SETUP_CONCURRENCY ?? 64);
+/** A pause between the setup and the rollout: longer than the outbox's 10 s safety alarm. */
+const SETUP_SETTLE_MS = 12_000;
 
 type DesiredConfig = {
   generation: number;
@@ -89,6 +91,9 @@ export async function run(ctx: BenchContext) {
       `  ${n} servers registered in ${((registered - setupStart) / 1000).toFixed(1)} s and reported once in ${((Date.now() - registered) / 1000).toFixed(1)} s (${SETUP_CONCURRENCY} at once)`,
     );
     const byId = new Map(hosts.map((h) => [h.id, h]));
+    // The setup's own deliveries and their safety alarms (the outbox's, 10 s after each first
+    // report) end before the meter's window opens, so the window counts the rollout alone.
+    await new Promise((res) => setTimeout(res, SETUP_SETTLE_MS));
 
     /**
      * A host that reconciles instantly: it long-polls its desired config (If-None-Match: the
@@ -129,6 +134,10 @@ export async function run(ctx: BenchContext) {
     const writesBefore = await writes();
     // The meter's window starts with the rollout: what each object class did for it (./profile).
     await fetch(`${ctx.base}/__local/meter`, { method: "DELETE" });
+    // CPU the runtime (the Worker, every object, the local D1) spends on the rollout: a figure that
+    // moves less with the machine's load than the wall time does, and this driver's own beside it.
+    const cpuBefore = ctx.serverCpuMs();
+    const driverBefore = process.cpuUsage();
     const t0 = Date.now();
     const r = await api("POST", "/v1/rollouts", {
       fleet,
@@ -167,6 +176,10 @@ export async function run(ctx: BenchContext) {
     if (failures) throw new Error(`${failures} host(s) failed`);
     const maxApplying = maxHosts;
     const elapsed = Date.now() - t0;
+    const cpuAfter = ctx.serverCpuMs();
+    const driver = process.cpuUsage(driverBefore);
+    const runtimeCpu = cpuBefore !== null && cpuAfter !== null ? (cpuAfter - cpuBefore) / n : null;
+    const driverCpu = (driver.user + driver.system) / 1000 / n;
     // The D1 rows follow from the rollout's outbox in the background; wait for them to land.
     for (let i = 0; i < 60; i++) {
       const list = await api("GET", `/v1/rollouts?fleet=${fleet}&agent=${AGENT}`);
@@ -185,6 +198,12 @@ export async function run(ctx: BenchContext) {
     ctx.note(
       `rollout of ${n} targets at concurrency ${CONCURRENCY}: control-plane ms per target (× empty request ${floorMs.toFixed(2)} ms)`,
       `${perTarget.toFixed(2)} ms (${(perTarget / floorMs).toFixed(1)}×); total ${(elapsed / 1000).toFixed(1)} s (setup ${setupS.toFixed(1)} s); ${hostRequests} host requests (${hostRetries} retried); at most ${maxApplying} hosts busy at once`,
+    );
+    ctx.note(
+      `rollout of ${n} targets: runtime CPU ms per target (× the empty request's ${floor.cpu_ms?.toFixed(2) ?? "?"} ms)`,
+      runtimeCpu === null
+        ? "n/a (no /proc)"
+        : `${runtimeCpu.toFixed(2)} ms (${floor.cpu_ms ? (runtimeCpu / floor.cpu_ms).toFixed(1) : "?"}×); this driver ${driverCpu.toFixed(2)} ms`,
     );
     ctx.note(
       `rollout of ${n} targets: D1 statements per target (the empty request costs 0)`,

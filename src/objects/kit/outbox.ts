@@ -228,6 +228,15 @@ export class Outbox<K extends string> {
       }
   }
 
+  /**
+   * Removes the outbox timer when nothing is pending, rather than leaving it for the next burst
+   * (see `rearm`): for a caller about to take back an early alarm (Scheduler.trim), which that
+   * timer would otherwise keep.
+   */
+  forgetIdleTimer() {
+    if (this.table.exists() && this.nextDue() === null) this.scheduler.cancel(OUTBOX_TIMER);
+  }
+
   /** How many effects wait for delivery (tests, metrics). */
   pending(): number {
     if (!this.table.exists()) return 0;
@@ -327,11 +336,7 @@ export class Outbox<K extends string> {
    */
   private dispatch(r: Row): Promise<void> {
     let settle!: () => void;
-    const attempt: Attempt = {
-      seq: r.seq,
-      settled: new Promise<void>((res) => (settle = res)),
-      until: Date.now() + this.timeoutOf(r),
-    };
+    const attempt: Attempt = { seq: r.seq, settled: new Promise<void>((res) => (settle = res)), until: null };
     this.inFlight.set(r.id, attempt);
     return this.pool
       .run(() => this.deliverCall(r, attempt))
@@ -376,7 +381,12 @@ export class Outbox<K extends string> {
     } catch (err) {
       // Due again at `at`, not at every flush before it: counted as an attempt, so that next_at holds.
       if (err instanceof NotYet)
-        this.storage.sql.exec("UPDATE _outbox SET next_at = ?, attempts = MAX(attempts, 1) WHERE id = ?", err.at, r.id);
+        this.storage.sql.exec(
+          "UPDATE _outbox SET next_at = ?, attempts = MAX(attempts, 1) WHERE id = ? AND seq = ?",
+          err.at,
+          r.id,
+          r.seq,
+        );
       else this.failed([r], err);
     } finally {
       clearTimeout(timer);
@@ -479,17 +489,23 @@ export class Outbox<K extends string> {
     return true;
   }
 
+  /**
+   * Backs off the payloads that failed. A row replaced by a newer payload while the older one was
+   * under way is left as `enqueue` made it (due at once): the failure was the older payload's, and
+   * the write that enqueued the newer one may be waiting for its own flush to deliver it.
+   */
   private failed(rows: Row[], err: unknown) {
     const now = Date.now();
     for (const r of rows) {
       if (!this.settles(r)) continue;
       const attempts = Math.max(0, r.attempts) + 1;
       this.storage.sql.exec(
-        "UPDATE _outbox SET attempts = ?, next_at = ?, last_error = ? WHERE id = ?",
+        "UPDATE _outbox SET attempts = ?, next_at = ?, last_error = ? WHERE id = ? AND seq = ?",
         attempts,
         now + backoffMs(attempts),
         String(err).slice(0, 500),
         r.id,
+        r.seq,
       );
     }
     console.warn(
@@ -524,7 +540,10 @@ export class Outbox<K extends string> {
         JSON.stringify([...this.inFlight.keys()]),
       )
       .one().at;
-    const until = Math.min(...[...this.inFlight.values()].map((a) => a.until));
+    // Only calls that have a slot: one waiting for a slot ends no sooner than a running one frees
+    // it, and counting its own deadline (passed while it waited) would fire the alarm every second.
+    const running = [...this.inFlight.values()].flatMap((a) => (a.until === null ? [] : [a.until]));
+    const until = running.length ? Math.min(...running) : now + OUTBOX_CALL_TIMEOUT_MS;
     const held = Math.max(until, now + IN_FLIGHT_ALARM_MS);
     return rest === null ? held : Math.min(rest, held);
   }
@@ -535,8 +554,8 @@ type Attempt = {
   /** The payload's version being delivered: a newer one waits for this attempt to settle. */
   seq: number;
   settled: Promise<void>;
-  /** Its deadline (once it has a slot; the alarm's earliest time for it until then). */
-  until: number;
+  /** Its deadline, once it has a slot (null while it waits for one). */
+  until: number | null;
 };
 
 function lateAnswer(r: Row, outcome: string) {
