@@ -68,3 +68,37 @@ describe("insertWhere", () => {
     expect(rows).toEqual([{ name: "n", note: "a note", tags: '["t"]', extra: "kept" }]);
   });
 });
+
+// Defaults drizzle computes in JavaScript: a regular insert calls them, and so must insertWhere.
+const computed = sqliteTable("insert_where_computed", {
+  id: integer("id").primaryKey({ autoIncrement: true }),
+  name: text("name").notNull(),
+  token: text("token")
+    .notNull()
+    .$defaultFn(() => "made-by-default-fn"),
+  stamped: text("stamped").$onUpdate(() => "made-by-on-update"),
+  generated: text("generated").$defaultFn(() => sql`'made-by-' || 'sql'`),
+});
+
+describe("insertWhere with defaults computed in JavaScript", () => {
+  it("fills a column not given from its $defaultFn (or its $onUpdate), as a plain insert does", async () => {
+    await env.DB.exec(
+      "CREATE TABLE IF NOT EXISTS insert_where_computed (id INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT NOT NULL, token TEXT NOT NULL, stamped TEXT, generated TEXT)",
+    );
+    const db = getDb(env.DB);
+    await db.batch([
+      insertWhere(db, computed, { name: "conditional" }, sql`1 = 1`),
+      db.insert(computed).values({ name: "plain" }),
+      insertWhere(db, computed, { name: "given", token: "mine", stamped: "mine too" }, sql`1 = 1`),
+    ]);
+    const rows = (
+      await env.DB.prepare("SELECT name, token, stamped, generated FROM insert_where_computed ORDER BY id").all()
+    ).results;
+    const made = { token: "made-by-default-fn", stamped: "made-by-on-update", generated: "made-by-sql" };
+    expect(rows).toEqual([
+      { name: "conditional", ...made },
+      { name: "plain", ...made },
+      { name: "given", token: "mine", stamped: "mine too", generated: "made-by-sql" },
+    ]);
+  });
+});

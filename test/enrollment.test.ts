@@ -143,6 +143,47 @@ describe("enrollment token creates with an Idempotency-Key", () => {
     ]);
   });
 
+  it("refuses the old secret once a reissue committed after its request read the token, spending nothing", async () => {
+    const { id: fleet } = await createFleet();
+    const key = crypto.randomUUID();
+    const body = { name: "raced", expires_at: inDays(1), max_uses: 2 };
+    const first = await create(fleet, key, body);
+    let again: Awaited<ReturnType<typeof create>> | undefined;
+    const m = machine();
+    await expect(
+      enroll(env, `Bearer ${first.json.token}`, m, {
+        afterRead: async () => {
+          again = await create(fleet, key, body);
+        },
+      }),
+    ).rejects.toMatchObject({ code: "unauthorized", message: "not a valid enrollment token" });
+    expect(again?.status).toBe(201);
+    expect(await tokenRow(first.json.id)).toMatchObject({ uses: 0, last_used_at: null });
+    expect(await countRows("SELECT COUNT(*) AS n FROM enrollments WHERE token_id = ?", first.json.id)).toBe(0);
+    expect((await enrollWith(again!.json.token, m)).status).toBe(201);
+  });
+
+  it("gives the old secret no retry's answer for a machine the new secret enrolled meanwhile", async () => {
+    const { id: fleet } = await createFleet();
+    const key = crypto.randomUUID();
+    const body = { name: "raced-retry", expires_at: inDays(1), max_uses: 2 };
+    const first = await create(fleet, key, body);
+    const m = machine();
+    let enrolled: Awaited<ReturnType<typeof enrollWith>> | undefined;
+    await expect(
+      enroll(env, `Bearer ${first.json.token}`, m, {
+        afterRead: async () => {
+          const again = await create(fleet, key, body);
+          enrolled = await enrollWith(again.json.token, m);
+        },
+      }),
+    ).rejects.toMatchObject({ code: "unauthorized", message: "not a valid enrollment token" });
+    expect(enrolled?.status).toBe(201);
+    // The new secret's server token still works: the old secret rotated nothing.
+    expect((await call("GET", "/v1/agent/desired", { token: enrolled!.json.token })).status).toBe(200);
+    expect((await tokenRow(first.json.id)).uses).toBe(1);
+  });
+
   it("refuses the same key with another request (409 idempotency_key_reused), writing nothing", async () => {
     const { id: fleet } = await createFleet();
     const { id: other } = await createFleet();
@@ -189,6 +230,31 @@ describe("enrollment token creates with an Idempotency-Key", () => {
     const second = await create(fleet, revokedKey, body);
     await call("DELETE", `/v1/fleets/${fleet}/enrollment-tokens/${second.json.id}`);
     expect((await create(fleet, revokedKey, body)).json.error.code).toBe("idempotency_key_reused");
+  });
+
+  it("refuses to issue the secret of an expired token again, writing nothing", async () => {
+    const { id: fleet } = await createFleet();
+    const key = crypto.randomUUID();
+    const body = { expires_at: inDays(1) };
+    const first = await create(fleet, key, body);
+    expect(first.status).toBe(201);
+    // Its retry comes after the token's expiry (a script run again the next day, say).
+    await env.DB.prepare("UPDATE enrollment_tokens SET expires_at = ? WHERE id = ?")
+      .bind(Date.now() - 1, first.json.id)
+      .run();
+    const hash = () =>
+      env.DB.prepare("SELECT hash FROM enrollment_tokens WHERE id = ?").bind(first.json.id).first("hash");
+    const before = await hash();
+    const again = await create(fleet, key, body);
+    expect(again.status).toBe(409);
+    expect(again.json.error).toMatchObject({
+      code: "idempotency_key_reused",
+      message: expect.stringContaining("expired"),
+      details: { token_id: first.json.id },
+    });
+    expect(await hash()).toBe(before);
+    const audit = await call("GET", `/v1/audit?target=enrollment-token:${first.json.id}`);
+    expect(audit.json.items.map((e: any) => e.action)).toEqual(["enrollment_token.create"]);
   });
 
   it("makes one token of racing creates with one key; keys are the creator's own", async () => {

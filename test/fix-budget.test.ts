@@ -570,6 +570,37 @@ describe("an operator and the bound free a fix's unit its server never realized"
     expect((await zincati(f.baseUrl, "pre-reboot", rebooting.fleetlockId)).status).toBe(200);
   });
 
+  it("keeps a server its bound counted failed through news within the healthy class; a realized report frees it", async () => {
+    const { f, drifted } = await writtenHold();
+    await runInDurableObject(coordinator(f.fleet), (instance) => {
+      const d = (instance as any).parts.disruption;
+      const h = d.holds().get(`fix:${drifted.id}`);
+      d.replaceHold({ ...h, known_at: h.known_at - 31 * 60_000 });
+    });
+    await fireTimersNow(coordinator(f.fleet), "fixhold");
+    const countedFailed = { [`down:${drifted.id}`]: expect.objectContaining({ status: "failed", by_fix: true }) };
+    expect(await down(f.fleet)).toEqual(countedFailed);
+    // pending -> drifted reaches the coordinator only when a webhook asks for server.drifted:
+    // whether the server stays counted must not depend on that.
+    const now = Date.now();
+    await realizedEvent(f.fleet, drifted.id, { realized: false, at: now, status: { from: "pending", to: "drifted" } });
+    await realizedEvent(f.fleet, drifted.id, { realized: false, at: now, status: { from: "drifted", to: "pending" } });
+    expect(await down(f.fleet)).toEqual(countedFailed);
+    // A realized report is always sent while the fix waits for one, status changed or not.
+    await realizedEvent(f.fleet, drifted.id, { realized: true, at: now, generation: 3, status: null });
+    expect(await down(f.fleet)).toEqual({});
+  });
+
+  it("frees a server its bound counted failed once it comes back from stale or failed", async () => {
+    const { f, drifted } = await writtenHold();
+    await runInDurableObject(coordinator(f.fleet), (instance) => {
+      const d = (instance as any).parts.disruption;
+      d.setDown(drifted.id, { status: "failed", since: Date.now(), by_fix: true });
+    });
+    await realizedEvent(f.fleet, drifted.id, { realized: false, status: { from: "stale", to: "drifted" } });
+    expect(await down(f.fleet)).toEqual({});
+  });
+
   it("frees a server its bound counted failed on an operator's release", async () => {
     const { f, drifted } = await writtenHold();
     await runInDurableObject(coordinator(f.fleet), (instance) => {

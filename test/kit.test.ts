@@ -62,6 +62,23 @@ describe("scheduler", () => {
     });
   });
 
+  it("moves a timer its own handler sets again no later than a later time to that time, not leaving it due at once", async () => {
+    await scratch(async (storage) => {
+      const s = new Scheduler(storage);
+      const due = Date.now() - 5;
+      const later = Date.now() + 60_000;
+      s.schedule("pump", due);
+      let runs = 0;
+      // A rollout's slot retry: the handler finds targets still waiting and asks for the next
+      // retry "no later than" its time. The fired time is spent: left at it, the alarm would fire
+      // again at once, and again, until that retry's time came.
+      await s.fire({ pump: () => void (runs++, s.schedule("pump", later, null, { noLaterThan: true })) }, due + 5);
+      expect(runs).toBe(1);
+      expect(s.dueAt("pump")).toBe(later);
+      expect(await storage.getAlarm()).toBe(later);
+    });
+  });
+
   it("keeps the alarm at the earliest timer: arming a later one never postpones an earlier one", async () => {
     await scratch(async (storage) => {
       const s = new Scheduler(storage);
@@ -240,7 +257,6 @@ describe("outbox", () => {
       await box.flush();
       expect(delivered).toEqual([1, 2]);
       expect(box.pending()).toBe(0);
-      expect(s.dueAt(OUTBOX_TIMER)).toBeNull();
     });
   });
 
@@ -279,11 +295,166 @@ describe("outbox", () => {
       box.offer("row", "k");
       await box.flush();
       expect([statements, delivered]).toEqual([2, 2]);
+      // The stored effect's timer is left to fire once (see the outbox's rearm); an offer moves it not.
+      const left = s.dueAt(OUTBOX_TIMER);
       fail = true;
       box.offer("row", "k");
       await box.flush();
       expect([statements, delivered, box.pending()]).toEqual([3, 2, 0]);
-      expect(s.dueAt(OUTBOX_TIMER)).toBeNull();
+      expect(s.dueAt(OUTBOX_TIMER)).toBe(left);
+    });
+  });
+
+  it("writes one storage row to store an effect, two with a key, one to remove it, and no timer row for each of a burst", async () => {
+    await scratch(async (storage) => {
+      const s = new Scheduler(storage);
+      const box = new Outbox<"call">(storage, s, { call: { target: "call", deliver: async () => {} } }, () =>
+        getDb(env.DB),
+      );
+      // Counted as the cost meter counts them (src/local/storage-meter.ts): each statement's cursor.
+      let cursors: SqlStorageCursor<Record<string, SqlStorageValue>>[] = [];
+      const exec = storage.sql.exec.bind(storage.sql);
+      storage.sql.exec = ((query: string, ...bindings: unknown[]) => {
+        const cursor = exec(query, ...bindings);
+        cursors.push(cursor);
+        return cursor;
+      }) as typeof storage.sql.exec;
+      const rows = async (fn: () => unknown) => {
+        cursors = [];
+        await fn();
+        return cursors.reduce((n, c) => (c.toArray(), n + c.rowsWritten), 0);
+      };
+      box.enqueue("call", {}); // the tables made (schema writes) before counting
+      await box.flush();
+      // The timer the first effect set is still there, no later than a new effect's safety time.
+      expect(await rows(() => box.enqueue("call", { n: 1 }))).toBe(1);
+      expect(await rows(() => box.enqueue("call", { n: 2 }, { key: "k" }))).toBe(2);
+      expect(await rows(() => box.enqueue("call", { n: 3 }, { key: "k" }))).toBe(1);
+      // Delivered: each row deleted (one written each), the timer neither moved nor deleted.
+      expect(await rows(() => box.flush())).toBe(2);
+      expect(box.pending()).toBe(0);
+      expect(await rows(() => box.enqueue("call", { n: 4 }))).toBe(1);
+    });
+  });
+
+  it("keeps working on the table an older release made (AUTOINCREMENT, every key in its index)", async () => {
+    await scratch(async (storage) => {
+      storage.sql.exec(`CREATE TABLE _outbox (
+        id INTEGER PRIMARY KEY AUTOINCREMENT, kind TEXT NOT NULL, dedup_key TEXT UNIQUE, payload TEXT NOT NULL,
+        seq INTEGER NOT NULL DEFAULT 0, attempts INTEGER NOT NULL DEFAULT 0, next_at INTEGER NOT NULL,
+        created_at INTEGER NOT NULL, last_error TEXT)`);
+      const s = new Scheduler(storage);
+      const delivered: number[] = [];
+      const box = new Outbox<"call">(
+        storage,
+        s,
+        { call: { target: "call", deliver: async (p: { v: number }) => void delivered.push(p.v) } },
+        () => getDb(env.DB),
+      );
+      box.enqueue("call", { v: 1 }, { key: "k" });
+      box.enqueue("call", { v: 2 }, { key: "k" });
+      box.enqueue("call", { v: 3 });
+      expect(box.pending()).toBe(2);
+      await box.flush();
+      expect(delivered).toEqual([2, 3]);
+      expect(box.pending()).toBe(0);
+      // Still the older table: nothing was made anew.
+      const ddl = storage.sql.exec<{ sql: string }>("SELECT sql FROM sqlite_master WHERE name = '_outbox'").one().sql;
+      expect(ddl).toContain("AUTOINCREMENT");
+    });
+  });
+
+  it("never removes a new effect that took the id of one discarded while it was being delivered", async () => {
+    await scratch(async (storage) => {
+      const s = new Scheduler(storage);
+      const delivered: string[] = [];
+      let box: Outbox<"call">;
+      box = new Outbox<"call">(
+        storage,
+        s,
+        {
+          call: {
+            target: "call",
+            deliver: async (p: { n: string }) => {
+              delivered.push(p.n);
+              if (p.n !== "old") return;
+              // Dropped meanwhile (a wiped fleet's notices), and a new one stored: the table is
+              // empty again, so SQLite gives the new row the old one's id.
+              const id = storage.sql.exec<{ id: number }>("SELECT id FROM _outbox").one().id;
+              box.discard("call");
+              box.enqueue("call", { n: "new" });
+              expect(storage.sql.exec<{ id: number }>("SELECT id FROM _outbox").one().id).toBe(id);
+            },
+          },
+        },
+        () => getDb(env.DB),
+      );
+      box.enqueue("call", { n: "old" });
+      await box.flush();
+      expect(box.pending()).toBe(1);
+      await box.flush();
+      expect(delivered).toEqual(["old", "new"]);
+      expect(box.pending()).toBe(0);
+    });
+  });
+
+  it("delivers an effect stored after the outbox drained even if the object dies before its flush, however far off the timer was left", async () => {
+    await scratch(async (storage) => {
+      const delivered: string[] = [];
+      const effects = {
+        call: { target: "call" as const, deliver: async (p: { n: string }) => void delivered.push(p.n) },
+      };
+      const s = new Scheduler(storage);
+      const box = new Outbox<"call">(storage, s, effects, () => getDb(env.DB));
+      box.enqueue("call", { n: "first" });
+      await box.flush();
+      // The drained outbox leaves its timer; say a backoff had left it an hour off.
+      s.schedule(OUTBOX_TIMER, Date.now() + 3_600_000);
+      await s.arm();
+      const stored = Date.now();
+      box.enqueue("call", { n: "second" });
+      await s.arm();
+      // kill -9 here: the second effect is committed, its flush never runs. The object comes back
+      // with nothing in memory, and its alarm fires within the safety time.
+      expect(s.dueAt(OUTBOX_TIMER)!).toBeLessThanOrEqual(Date.now() + OUTBOX_SAFETY_MS);
+      expect((await storage.getAlarm())!).toBeLessThanOrEqual(Date.now() + OUTBOX_SAFETY_MS);
+      const s2 = new Scheduler(storage);
+      const box2 = new Outbox<"call">(storage, s2, effects, () => getDb(env.DB));
+      await s2.fire({ [OUTBOX_TIMER]: () => box2.flush() }, stored + OUTBOX_SAFETY_MS + 50);
+      expect(delivered).toEqual(["first", "second"]);
+      expect(box2.pending()).toBe(0);
+    });
+  });
+
+  it("keeps the timer no later than an effect a delivered hook stored, while the round that delivers it is under way", async () => {
+    await scratch(async (storage) => {
+      const s = new Scheduler(storage);
+      const seen: { timer: number | null; due: number }[] = [];
+      let box: Outbox<"first" | "next">;
+      box = new Outbox<"first" | "next">(
+        storage,
+        s,
+        {
+          first: { target: "call", deliver: async () => {}, delivered: () => box.enqueue("next", {}) },
+          next: {
+            target: "call",
+            // What a kill -9 now would leave: the round that stored this effect over (it set no
+            // timer, the round after it does), this one not.
+            deliver: async () => {
+              const due = storage.sql.exec<{ next_at: number }>("SELECT next_at FROM _outbox").one().next_at;
+              seen.push({ timer: s.dueAt(OUTBOX_TIMER), due });
+            },
+          },
+        },
+        () => getDb(env.DB),
+      );
+      // Deferred an hour: the timer is that far off when the first round begins.
+      box.enqueue("first", {}, { deferMs: 3_600_000 });
+      await box.flush();
+      expect(seen).toHaveLength(1);
+      expect(seen[0].timer).not.toBeNull();
+      expect(seen[0].timer!).toBeLessThanOrEqual(seen[0].due);
+      expect(box.pending()).toBe(0);
     });
   });
 
@@ -709,6 +880,40 @@ describe("outbox", () => {
     });
   });
 
+  it("delivers a keyed effect's newer payload by the flush asked for it when the older one's attempt failed, with no backoff of its own", async () => {
+    await scratch(async (storage) => {
+      const hung = gate();
+      const log: number[] = [];
+      const box = new Outbox<"call">(
+        storage,
+        new Scheduler(storage),
+        {
+          call: {
+            target: "call",
+            timeoutMs: 100,
+            deliver: async (p: { v: number }) => {
+              if (p.v === 1) await hung.shut;
+              log.push(p.v);
+            },
+          },
+        },
+        () => getDb(env.DB),
+      );
+      box.enqueue("call", { v: 1 }, { key: "k" });
+      const first = box.flush();
+      await tick(20);
+      // An operator's write replaces the payload and waits for its flush to deliver it.
+      box.enqueue("call", { v: 2 }, { key: "k" });
+      const second = box.flush();
+      // The older payload's receiver never answers: its attempt fails at its deadline. That
+      // failure is the older payload's: the newer one is still due at once, not after a backoff.
+      expect(await within(Promise.all([first, second]), 2_000)).toBe("settled");
+      expect(log).toEqual([2]);
+      expect(box.pending()).toBe(0);
+      hung.open();
+    });
+  });
+
   it("keeps the alarm set while a call waits, never in the past, and a new instance after a kill -9 delivers the effect", async () => {
     await scratch(async (storage) => {
       const s = new Scheduler(storage);
@@ -750,6 +955,37 @@ describe("outbox", () => {
       await next.flush();
       expect([delivered, next.pending()]).toEqual([1, 0]);
       hung.open();
+    });
+  });
+
+  it("keeps the alarm at a running call's deadline, not every second, while calls wait for a slot past their own", async () => {
+    await scratch(async (storage) => {
+      const s = new Scheduler(storage);
+      const hung = gate();
+      const box = new Outbox<"slow" | "quick">(
+        storage,
+        s,
+        {
+          slow: { target: "call", timeoutMs: 60_000, deliver: () => hung.shut },
+          quick: { target: "call", timeoutMs: 50, deliver: async () => {} },
+        },
+        () => getDb(env.DB),
+        1,
+      );
+      box.enqueue("slow", {});
+      box.enqueue("quick", {});
+      const flushed = box.flush();
+      // The quick call waits for the one slot longer than its own deadline; it has not started.
+      await tick(150);
+      storage.sql.exec("UPDATE _outbox SET next_at = ?", Date.now() - 1);
+      s.schedule(OUTBOX_TIMER, Date.now() - 1);
+      expect(await within(s.fire({ [OUTBOX_TIMER]: () => box.flush() }), 2_000)).toBe("settled");
+      // Nothing can end before the slow call's deadline: an alarm a second on would only fire
+      // again and again (a billed alarm and a read of the outbox each) while the queue waits.
+      expect(s.dueAt(OUTBOX_TIMER)).toBeGreaterThanOrEqual(Date.now() + 30_000);
+      hung.open();
+      await flushed;
+      expect(box.pending()).toBe(0);
     });
   });
 

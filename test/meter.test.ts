@@ -183,6 +183,58 @@ describe("cost meter", () => {
     expect(storageOf()).toMatchObject({ rows_written: 0 });
   });
 
+  it("writes 9 to 13 of a ledger's storage rows for a changed report: its own, its effects' one or two each and their deletes, a timer and alarm only after a quiet spell", async () => {
+    const fleet = await createFleet();
+    const s = await registerServer(fleet.id);
+    const stub = ledger(s.id);
+    const agents = ["compute", "vm", "logs"].map((name) => ({
+      name,
+      image: `registry.example/${name}:1.0`,
+      version: "1.0",
+    }));
+    expect((await call("PUT", `/v1/servers/${s.id}/desired`, { body: { generation: 2, agents } })).status).toBe(200);
+    // One of three agents stopped, then running again: each report changes what the index shows,
+    // and turns the server drifted or realized, which the fleet's coordinator hears of.
+    const changed = (i: number) =>
+      report(
+        2,
+        agents.map((a, j) => ({ ...a, state: j === 0 && i % 2 === 1 ? "stopped" : "running" })),
+        {
+          reconciled_at: "2026-11-21T00:00:00Z",
+        },
+      );
+    expect((await call("PUT", "/v1/agent/inventory", { token: s.token, body: changed(0) })).status).toBe(200);
+    await settle(s.id);
+    // Past the console notice's rate window (src/notices/notices.ts), each time: its notice goes
+    // at once rather than waiting in the outbox, as it mostly does at the bench's rate.
+    await pause(600);
+    await fireTimersNow(stub);
+    await pause(600);
+    const rowsWritten = async (i: number) => {
+      resetMeter();
+      const res = await call("PUT", "/v1/agent/inventory", { token: s.token, body: changed(i) });
+      expect(res.status).toBe(200);
+      await settle(s.id);
+      const reading = (meterReading().objects.ServerLedger as { by_instance: Record<string, any> }).by_instance[
+        stub.id.toString()
+      ];
+      await pause(600);
+      return reading.storage.rows_written;
+    };
+    // Drifted: the report 1; the projection's effect 2 (its row and its key) and the health event's
+    // 1; after D1 took the projection its mark 1 and the console notice 2 (its row and its key);
+    // the three rows deleted 3; the outbox timer 1 and the alarm 1, both set anew after the alarm
+    // fired; and the timer moved once more by a flush that ends while another flush's call is
+    // still under way (it keeps the timer at that call's deadline: src/objects/kit/outbox.ts, nextDue).
+    expect(await rowsWritten(1)).toBe(13);
+    // Realized again: the coordinator already knows this boot realized, so no health event (3 fewer
+    // rows); the timer left by the report before is no later than this one's effects are due, so
+    // no new timer row and no alarm (2 fewer).
+    expect(await rowsWritten(2)).toBe(9);
+    expect(await rowsWritten(3)).toBe(11);
+    expect(await rowsWritten(4)).toBe(9);
+  });
+
   it("counts each setAlarm as a storage row written: the quiet watch re-arming when its timer finds a newer report", async () => {
     const fleet = await createFleet({ stale_after_s: 120 });
     const s = await registerServer(fleet.id);

@@ -24,4 +24,23 @@ describe("the OpenAPI document", () => {
     }
     expect(ids.size).toBeGreaterThan(25);
   });
+
+  it("describes the coordinator's operator errors with the shared Error body", async () => {
+    const doc = (await call("GET", "/openapi.json", { token: null })).json;
+    const operator = /^\/v1\/fleets\/\{fleet\}\/(reboot-groups|fix-holds|fleetlock-key)/;
+    let seen = 0;
+    for (const [path, item] of Object.entries<Record<string, any>>(doc.paths)) {
+      if (!operator.test(path)) continue;
+      for (const [method, op] of Object.entries<any>(item)) {
+        for (const [status, response] of Object.entries<any>(op.responses)) {
+          if (Number(status) < 400) continue;
+          seen++;
+          expect(response.content["application/json"].schema, `${method} ${path} ${status}`).toEqual({
+            $ref: "#/components/schemas/Error",
+          });
+        }
+      }
+    }
+    expect(seen).toBeGreaterThan(10);
+  });
 });

@@ -6,7 +6,7 @@
  * column added to or moved in the table can never shift a value into its neighbour.
  */
 import { getTableColumns, is, SQL, sql } from "drizzle-orm";
-import type { SQLiteTable } from "drizzle-orm/sqlite-core";
+import type { SQLiteColumn, SQLiteTable } from "drizzle-orm/sqlite-core";
 import type { Db } from "./client";
 
 export function insertWhere<T extends SQLiteTable>(
@@ -19,10 +19,7 @@ export function insertWhere<T extends SQLiteTable>(
   const fields: Record<string, SQL> = {};
   for (const [key, column] of Object.entries(getTableColumns(table))) {
     const value = given[key];
-    if (value !== undefined) fields[key] = sql`${sql.param(value, column)}`;
-    else if (column.default !== undefined)
-      fields[key] = is(column.default, SQL) ? column.default : sql`${sql.param(column.default, column)}`;
-    else fields[key] = sql`NULL`;
+    fields[key] = value !== undefined ? sql`${sql.param(value, column)}` : defaultOf(column);
   }
   // SQLite selects one row from a one-row subquery; the WHERE keeps it or not.
   return db.insert(table).select(
@@ -32,4 +29,23 @@ export function insertWhere<T extends SQLiteTable>(
         .from(sql`(SELECT 1)`)
         .where(when) as never,
   );
+}
+
+/**
+ * What a plain drizzle insert writes into a column it is not given, in drizzle's own order: the
+ * static default, else `$defaultFn()`, else `$onUpdate()`'s value, else NULL. Naming every
+ * column, an INSERT … SELECT never lets the database fill one, so a default computed in
+ * JavaScript must be computed here (or a NOT NULL column would refuse the row).
+ */
+function defaultOf(column: SQLiteColumn): SQL {
+  const made =
+    column.default !== undefined && column.default !== null
+      ? column.default
+      : column.defaultFn !== undefined
+        ? column.defaultFn()
+        : column.onUpdateFn !== undefined
+          ? column.onUpdateFn()
+          : undefined;
+  if (made === undefined) return sql`NULL`;
+  return is(made, SQL) ? made : sql`${sql.param(made, column)}`;
 }

@@ -43,7 +43,7 @@ export const enrollmentTokenRoutes = new OpenAPIHono<AppEnv>({ defaultHook: vali
         "With an `Idempotency-Key`, a retry whose first answer was lost is safe: the same key (from the same " +
         "creator) with the same request answers the token that key made, 201 again, with its secret issued anew " +
         "(the secret is never stored; the one the lost answer carried stops working). The same key with another " +
-        "request, or once the token was used or revoked, is 409 `idempotency_key_reused`. The key is kept as long as the token.",
+        "request, or once the token was used, revoked or expired, is 409 `idempotency_key_reused`. The key is kept as long as the token.",
       security: bearer,
       middleware: [requireScope("write")] as const,
       request: { params: fleetParam, headers: idempotencyHeaders, body: jsonBody(EnrollmentTokenInput) },
@@ -63,7 +63,7 @@ export const enrollmentTokenRoutes = new OpenAPIHono<AppEnv>({ defaultHook: vali
         ...commonErrors,
         ...notFoundError,
         ...conflictError(
-          "idempotency_key_reused: the key made a token with another request, or that token was used or revoked",
+          "idempotency_key_reused: the key made a token with another request, or that token was used, revoked or expired",
         ),
       },
     }),

@@ -185,17 +185,20 @@ async function answerAgain(
       { token_id: id },
     );
   }
+  const now = Date.now();
   const refusal = (row: EnrollmentTokenRow) =>
     row.createdAt < fleetCreatedAt
       ? `its token ${id} belongs to fleet '${row.fleetId}' as it was before it was deleted`
       : row.revokedAt !== null
         ? `its token ${id} was revoked at ${iso(row.revokedAt)}`
-        : row.lastUsedAt !== null
-          ? `its token ${id} was presented by a machine at ${iso(row.lastUsedAt)}, so its secret was received; it is not issued again`
-          : null;
+        : // A secret that enrolls nothing is of no use: not issued (nor audited) again.
+          row.expiresAt <= now
+          ? `its token ${id} expired at ${iso(row.expiresAt)}`
+          : row.lastUsedAt !== null
+            ? `its token ${id} was presented by a machine at ${iso(row.lastUsedAt)}, so its secret was received; it is not issued again`
+            : null;
   const refused = refusal(previous);
   if (refused) throw keyReused(`this Idempotency-Key was used already: ${refused}`, { token_id: id });
-  const now = Date.now();
   const { token, hash } = await issueEnrollmentToken(id);
   const db = getDb(env.DB);
   const after = await reissueSecret(
@@ -275,6 +278,7 @@ const REFUSED_BEFORE_COMMIT = new Set(["hostname_taken", "fleetlock_id_taken", "
 
 /** Points between the steps, where the crash tests cut the flow (a hook that throws is the crash). */
 export interface EnrollHooks {
+  afterRead?: () => Promise<void>;
   afterClaim?: (serverId: string) => Promise<void>;
   afterRegister?: (registered: { token: string }) => Promise<void>;
 }
@@ -283,6 +287,7 @@ export interface EnrollHooks {
 export async function enroll(env: Env, authorization: string | undefined, input: EnrollInput, hooks: EnrollHooks = {}) {
   const now = Date.now();
   const token = await liveEnrollmentToken(env, authorization, now);
+  await hooks.afterRead?.();
   const db = getDb(env.DB);
   const actor = enrollmentActor(token.id);
   const hostname = input.hostname.toLowerCase();
@@ -307,11 +312,20 @@ export async function enroll(env: Env, authorization: string | undefined, input:
   if (!fleet || fleet.createdAt > token.createdAt)
     throw unauthorized(`this enrollment token's fleet '${token.fleetId}' no longer exists`);
 
-  const claim: Claim = { tokenId: token.id, machineId: input.machine_id, serverId: crypto.randomUUID(), hostname, now };
+  const claim: Claim = {
+    tokenId: token.id,
+    machineId: input.machine_id,
+    serverId: crypto.randomUUID(),
+    hostname,
+    now,
+    hash: token.hash,
+  };
   if (!(await claimUse(db, claim))) {
     // Another enrollment of this machine won the race: answer as its retry.
     const raced = await enrollmentOf(db, token.id, input.machine_id);
     if (raced) return reenroll(env, token, input, raced);
+    const current = await enrollmentTokenById(db, token.id);
+    if (current && current.hash !== token.hash) throw unauthorized("not a valid enrollment token");
     throw unauthorized("this enrollment token is used up, revoked or expired");
   }
   await hooks.afterClaim?.(claim.serverId);
@@ -373,6 +387,7 @@ async function reenroll(
       },
     );
   }
+  await secretStillIssued(env, token);
   const actor = enrollmentActor(token.id);
   let out;
   try {
@@ -384,6 +399,16 @@ async function reenroll(
   }
   await audited(env, token, input, previous.serverId, true);
   return out;
+}
+
+/**
+ * Refuses a secret issued again after this request checked it. Read once an enrollment row of the
+ * token was seen: a claim sets last_used_at with its row, and a reissue needs it unset, so the
+ * hash read now is the token's last.
+ */
+async function secretStillIssued(env: Env, token: EnrollmentTokenRow) {
+  const current = await enrollmentTokenById(getDb(env.DB), token.id);
+  if (!current || current.hash !== token.hash) throw unauthorized("not a valid enrollment token");
 }
 
 async function audited(env: Env, token: EnrollmentTokenRow, input: EnrollInput, serverId: string, retry: boolean) {

@@ -38,8 +38,9 @@ export const enrollmentTokenByKey = (db: Db, createdBy: string, key: string) =>
 /**
  * The token's secret issued again (its new hash stored, the old secret refused from now on), with
  * its audit row, in one transaction: only over the hash the caller read (of two retries at once,
- * one reissues), and only while no machine has presented it and it is not revoked (someone
- * holds that secret, or it is of no use). The row as it is then, or undefined when it was not.
+ * one reissues), and only while no machine has presented it and it is neither revoked nor
+ * expired (someone holds that secret, or it is of no use). The row as it is then, or undefined
+ * when it was not.
  */
 export async function reissueSecret(db: Db, row: EnrollmentTokenRow, hash: string, entry: AuditEntry, at: number) {
   const open = and(
@@ -48,6 +49,7 @@ export async function reissueSecret(db: Db, row: EnrollmentTokenRow, hash: strin
     // A use given back (a refused registration) still leaves last_used_at: someone holds it.
     isNull(enrollmentTokens.lastUsedAt),
     isNull(enrollmentTokens.revokedAt),
+    gt(enrollmentTokens.expiresAt, at),
   );
   const [, updated] = await db.batch([
     auditInsertIf(db, entry, sql`EXISTS (SELECT 1 FROM ${enrollmentTokens} WHERE ${open})`, at),
@@ -94,6 +96,8 @@ export interface Claim {
   serverId: string;
   hostname: string;
   now: number;
+  /** The secret's hash the caller checked: a reissue committed since then makes the claim fail. */
+  hash: string;
 }
 
 /** This claim's own row exists: `server_id` is fresh per attempt, so only the attempt that wrote it sees it. */
@@ -102,25 +106,26 @@ const CLAIM_ROW_EXISTS =
 
 /**
  * Spends one use of a live token on this machine, recording the server id it will be registered
- * under: true when this call did. False when the token is used up, revoked or expired, or another
- * enrollment of the same machine got there first (the caller reads that one's row). Raw D1
+ * under: true when this call did. False when the token is used up, revoked or expired, its secret
+ * was issued again since the caller checked it, or another enrollment of the same machine got
+ * there first (the caller reads that one's row). Raw D1
  * statements: drizzle's batch takes no INSERT … SELECT … ON CONFLICT nor UPDATE … RETURNING of this shape.
  */
 export async function claimUse(db: Db, c: Claim): Promise<boolean> {
   const d1 = db.$client;
-  const args = [c.tokenId, c.machineId, c.serverId, c.hostname, c.now] as const;
+  const args = [c.tokenId, c.machineId, c.serverId, c.hostname, c.now, c.hash] as const;
   const [, counted] = await d1.batch([
     d1
       .prepare(
         `INSERT INTO enrollments (token_id, machine_id, server_id, hostname, created_at)
          SELECT id, ?2, ?3, ?4, ?5 FROM enrollment_tokens
-         WHERE id = ?1 AND revoked_at IS NULL AND expires_at > ?5 AND uses < max_uses
+         WHERE id = ?1 AND hash = ?6 AND revoked_at IS NULL AND expires_at > ?5 AND uses < max_uses
          ON CONFLICT (token_id, machine_id) DO NOTHING`,
       )
       .bind(...args),
     d1
       .prepare(
-        `UPDATE enrollment_tokens SET uses = uses + 1, last_used_at = ?5 WHERE id = ?1 AND uses < max_uses AND ${CLAIM_ROW_EXISTS} RETURNING uses`,
+        `UPDATE enrollment_tokens SET uses = uses + 1, last_used_at = ?5 WHERE id = ?1 AND hash = ?6 AND uses < max_uses AND ${CLAIM_ROW_EXISTS} RETURNING uses`,
       )
       .bind(...args),
   ]);

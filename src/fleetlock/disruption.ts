@@ -60,11 +60,31 @@ export function serverMember(c: CoordinatorParts, serverId: string, m: StoredMem
   c.disruption.putMember(serverId, m);
 }
 
-/** A server's health class changed (its ledger said so): stale or failed servers are disrupted. */
-export function noteHealth(c: CoordinatorParts, serverId: string, status: { to: string } | null, at: number) {
-  if (!status) return;
-  const cls = healthClass(status.to);
-  c.disruption.setDown(serverId, cls === "ok" ? null : { status: cls, since: at });
+/** What of a ledger's health event the budget reads (./ledger-side.ts `ServerHealthEvent`). */
+interface HealthNews {
+  server_id: string;
+  at: number;
+  realized: boolean;
+  status: { from: string; to: string } | null;
+}
+
+/**
+ * A server's health as its ledger told it: stale or failed servers are disrupted. One its ledger
+ * said was down is back on any healthy status. One a drift fix's bound counted failed (its ledger
+ * never said so) is back only on news every coordinator is sent, whoever listens: a realized
+ * report, or a change of health class into healthy. A change within the healthy class (pending to
+ * drifted) reaches the coordinator only while a webhook asks for `server.drifted`
+ * (./ledger-side.ts), so it frees nothing: the budget must not depend on who listens.
+ */
+export function noteHealth(c: CoordinatorParts, e: HealthNews) {
+  const cls = e.status ? healthClass(e.status.to) : null;
+  if (cls !== null && cls !== "ok") return c.disruption.setDown(e.server_id, { status: cls, since: e.at });
+  const down = c.disruption.down().get(e.server_id);
+  if (!down) return;
+  const back = down.by_fix
+    ? e.realized || (e.status !== null && healthClass(e.status.from) !== "ok")
+    : e.status !== null;
+  if (back) c.disruption.setDown(e.server_id, null);
 }
 
 /** A rollout target's hold without a reboot slot, for the time it applies. */

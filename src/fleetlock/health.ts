@@ -76,7 +76,7 @@ export async function serverHealth(c: CoordinatorParts, e: ServerHealthEvent) {
     await c.scheduler.arm();
   }
   // Stale or failed servers are disrupted: the budget counts them until they are back.
-  noteHealth(c, e.server_id, e.status, e.at);
+  noteHealth(c, e);
   const recoveringBefore = c.gateStore.recovering().size;
   const held = c.store
     .groups()

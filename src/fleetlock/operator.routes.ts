@@ -2,7 +2,16 @@ import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
 import { requireScope } from "../auth/principal";
 import { actorOf } from "../domain/principal";
 import { fleetId, fleetlockId, groupName } from "../fleets/schemas";
-import { bearer, commonErrors, createdResponse, jsonBody, jsonResponse, notFoundError } from "../http/openapi";
+import {
+  bearer,
+  commonErrors,
+  conflictError,
+  createdResponse,
+  jsonBody,
+  jsonResponse,
+  notFoundBecause,
+  notFoundError,
+} from "../http/openapi";
 import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
 import { FixHoldList, FixHoldSchema, FleetlockKeyCreated, GroupInput, GroupSchema } from "./schemas";
@@ -111,8 +120,7 @@ export const rebootGroupRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validati
           "Released; the group as it now is",
         ),
         ...commonErrors,
-        404: jsonResponse(
-          z.object({ error: z.any() }),
+        ...notFoundBecause(
           "No such fleet or group, or nothing the id names (as a FleetLock id, server id or hostname) holds a slot in it",
         ),
       },
@@ -150,8 +158,7 @@ export const rebootGroupRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validati
           "Taken out; the group as it now is",
         ),
         ...commonErrors,
-        404: jsonResponse(
-          z.object({ error: z.any() }),
+        ...notFoundBecause(
           "No such fleet or group, or nothing the id names (as a FleetLock id, server id or hostname) waits in its queue",
         ),
       },
@@ -204,11 +211,10 @@ export const rebootGroupRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validati
       responses: {
         200: jsonResponse(z.object({ released: FixHoldSchema }), "Freed; what it was"),
         ...commonErrors,
-        404: jsonResponse(
-          z.object({ error: z.any() }),
+        ...notFoundBecause(
           "No such fleet, or no drift fix holds a unit of it for the server (a server of another fleet included)",
         ),
-        409: jsonResponse(z.object({ error: z.any() }), "A fix call may still write under the hold (invalid_state)"),
+        ...conflictError("A fix call may still write under the hold (invalid_state)"),
       },
     }),
     async (c) => {

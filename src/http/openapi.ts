@@ -41,6 +41,8 @@ export const commonErrors = {
 } as const;
 
 export const notFoundError = { 404: errorResponse("No such resource") } as const;
+/** A 404 whose description says what this route finds missing. */
+export const notFoundBecause = (what: string) => ({ 404: errorResponse(what) }) as const;
 /** A filter naming a server by hostname: none is named so (404), or several are (409 ambiguous_server). */
 export const serverNameErrors = {
   404: errorResponse("No server has this hostname (not_found)"),

@@ -4,7 +4,7 @@
  * nothing is set on a part afterwards. The parts call each other only once built (closures over
  * `parts` and `sockets` run after this returns).
  */
-import type { NoticeInput } from "../notices/notices";
+import { noticeCovered, type NoticeInput } from "../notices/notices";
 import { getDb } from "../db/client";
 import type { Env } from "../env";
 import { DriftWatch } from "../fleetlock/ledger-side";
@@ -41,10 +41,13 @@ export function assemble(
     leased,
     driftWatch,
     // One pending console notice per ledger (keyed): the newest stands for every change before it.
-    shown: (fleet, server) =>
-      outbox.enqueue("feed", { fleet, kind: "server", ids: [server], from: `server:${server}` } satisfies NoticeInput, {
-        key: "feed",
-      }),
+    // None stored when another owner's trailing notice, sent after this change, already stands for
+    // it (a busy fleet: most of its ledgers' notices): its delivery would only drop it, and storing
+    // and deleting it costs three of the ledger's storage rows.
+    shown: (fleet, server) => {
+      const notice: NoticeInput = { fleet, kind: "server", ids: [server], from: `server:${server}` };
+      if (!noticeCovered(notice)) outbox.enqueue("feed", notice, { key: "feed" });
+    },
   });
   const outbox = new Outbox(ctx.storage, scheduler, effects, db);
   const parts: LedgerParts = { store, outbox, scheduler, clock, hostConnected, leased, quiet, driftWatch };

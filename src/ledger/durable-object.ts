@@ -88,6 +88,7 @@ export class ServerLedger extends DurableObject<Env> {
     await this.parts.outbox.flush();
     if (!this.#safetyArmed) return;
     this.#safetyArmed = false;
+    this.parts.outbox.forgetIdleTimer();
     await this.parts.scheduler.trim();
   }
 

@@ -65,6 +65,16 @@ export async function notifyFeed(
   return "sent";
 }
 
+/**
+ * Whether `notifyFeed` would answer `covered` now: inside the window, another owner's trailing
+ * notice is promised, and it goes after this moment. An owner whose change is committed may then
+ * skip storing its notice (and the rows that costs) rather than store it only to have it dropped.
+ */
+export function noticeCovered(n: NoticeInput, now = Date.now()): boolean {
+  const w = windows.get(n.fleet);
+  return w !== undefined && now < w.last + THROTTLE_MS && now < w.promisedUntil && w.promisedBy !== n.from;
+}
+
 /** From a service that changed only D1: told at once or dropped when covered (nothing durable to keep it). */
 export async function noticeNow(env: Env, n: NoticeInput) {
   // Asked to come back later, it has promised the trailing notice other owners' now count on

@@ -73,6 +73,29 @@ type Row = {
 };
 
 export const OUTBOX_TIMER = "outbox";
+
+/**
+ * The outbox's table, for an object that has none yet. Every row an INSERT touches is billed as
+ * written, so a stored effect is one row, plus its key's index entry only when it has a key:
+ * - no AUTOINCREMENT, whose sqlite_sequence row was rewritten by every INSERT. Without it a
+ *   deleted row's id can be given again (SQLite takes the largest id plus one), which matters only
+ *   to a delivery that still holds the old row: see `delivering` for why none acts on a reused id.
+ * - the key's uniqueness a partial index, so an effect without a key (most of them) adds no entry.
+ * An object made before keeps its table as it is (AUTOINCREMENT, and a key index holding NULLs):
+ * every statement here works on both, and only new objects save the rows.
+ */
+const OUTBOX_DDL = `CREATE TABLE IF NOT EXISTS _outbox (
+  id INTEGER PRIMARY KEY,
+  kind TEXT NOT NULL,
+  dedup_key TEXT,
+  payload TEXT NOT NULL,
+  seq INTEGER NOT NULL DEFAULT 0,
+  attempts INTEGER NOT NULL DEFAULT 0,
+  next_at INTEGER NOT NULL,
+  created_at INTEGER NOT NULL,
+  last_error TEXT
+);
+CREATE UNIQUE INDEX IF NOT EXISTS _outbox_dedup_key ON _outbox (dedup_key) WHERE dedup_key IS NOT NULL`;
 /** If the immediate delivery never happens (the object died), the alarm delivers after this. */
 export const OUTBOX_SAFETY_MS = 10_000;
 export const OUTBOX_MAX_BACKOFF_MS = 5 * 60_000;
@@ -98,6 +121,19 @@ export class Outbox<K extends string> {
   /** Effects enqueued by `delivered` hooks since the round began: the flush delivers them too. */
   private followUps = 0;
   private inHook = false;
+  /**
+   * The deliveries under way, by row id: each row read for delivery gets a token, and its outcome
+   * (`done`, `failed`) acts on the row only while that token is still the row id's. Without
+   * AUTOINCREMENT a new row may take a deleted row's id, and `done` deletes by id (and seq, which
+   * a new row starts again at 0); the entry is removed when the row is deleted (delivered, or
+   * discarded) and replaced when a later round reads the id again, so a delivery's outcome
+   * arriving after that — however late — can never delete, or back off, a newer row. In memory
+   * only, and rightly so: a kill -9 ends every delivery with the process, and the next round
+   * reads every row afresh.
+   */
+  private readonly delivering = new Map<number, { token: number; kind: string }>();
+  private readonly tokens = new WeakMap<Row, number>();
+  private lastToken = 0;
   /** Effects offered (`offer`) and not yet delivered, by key: in memory only. */
   private readonly offered = new Map<string, { kind: K; payload: unknown }>();
   /**
@@ -117,21 +153,7 @@ export class Outbox<K extends string> {
     callConcurrency = 1,
   ) {
     this.pool = new Pool(Math.max(1, callConcurrency));
-    this.table = kitTable(
-      storage,
-      "_outbox",
-      `CREATE TABLE IF NOT EXISTS _outbox (
-      id INTEGER PRIMARY KEY AUTOINCREMENT,
-      kind TEXT NOT NULL,
-      dedup_key TEXT UNIQUE,
-      payload TEXT NOT NULL,
-      seq INTEGER NOT NULL DEFAULT 0,
-      attempts INTEGER NOT NULL DEFAULT 0,
-      next_at INTEGER NOT NULL,
-      created_at INTEGER NOT NULL,
-      last_error TEXT
-    )`,
-    );
+    this.table = kitTable(storage, "_outbox", OUTBOX_DDL);
   }
 
   /**
@@ -156,7 +178,7 @@ export class Outbox<K extends string> {
     if (opts.key) {
       this.storage.sql.exec(
         `INSERT INTO _outbox (kind, dedup_key, payload, next_at, created_at, attempts) VALUES (?, ?, ?, ?, ?, ?)
-         ON CONFLICT(dedup_key) DO UPDATE SET kind = excluded.kind, payload = excluded.payload, seq = seq + 1,
+         ON CONFLICT(dedup_key) WHERE dedup_key IS NOT NULL DO UPDATE SET kind = excluded.kind, payload = excluded.payload, seq = seq + 1,
            next_at = CASE WHEN attempts > 0 AND excluded.attempts = 0 THEN excluded.created_at ELSE MIN(next_at, excluded.next_at) END,
            attempts = CASE WHEN attempts > 0 THEN attempts ELSE MIN(attempts, excluded.attempts) END`,
         kind,
@@ -184,16 +206,35 @@ export class Outbox<K extends string> {
    * index refresh, whose mark moves only once D1 took it): kept in memory, not stored, and
    * delivered by the next flush — unless an effect under the same key is stored and pending, which
    * delivers the state as it is then. A failed delivery is dropped; the next call offers it again.
-   * It costs no storage row and no alarm (a stored effect costs four rows and is kill -9 proof,
-   * which such an effect does not need).
+   * It costs no storage row and no alarm (a stored effect costs two or three rows, stored and
+   * deleted, and is kill -9 proof, which such an effect does not need).
    */
   offer(kind: K, key: string, payload: unknown = {}) {
     this.offered.set(key, { kind, payload });
   }
 
-  /** Drops the pending effects of one kind, worthless now (a wiped fleet's console notices). */
+  /**
+   * Drops the pending effects of one kind, worthless now (a wiped fleet's console notices). Their
+   * deliveries under way are forgotten: their outcome acts on nothing, and a new row that takes
+   * one's id is not held behind it.
+   */
   discard(kind: K) {
-    if (this.table.exists()) this.storage.sql.exec("DELETE FROM _outbox WHERE kind = ?", kind);
+    if (!this.table.exists()) return;
+    this.storage.sql.exec("DELETE FROM _outbox WHERE kind = ?", kind);
+    for (const [id, d] of this.delivering)
+      if (d.kind === kind) {
+        this.delivering.delete(id);
+        this.inFlight.delete(id);
+      }
+  }
+
+  /**
+   * Removes the outbox timer when nothing is pending, rather than leaving it for the next burst
+   * (see `rearm`): for a caller about to take back an early alarm (Scheduler.trim), which that
+   * timer would otherwise keep.
+   */
+  forgetIdleTimer() {
+    if (this.table.exists() && this.nextDue() === null) this.scheduler.cancel(OUTBOX_TIMER);
   }
 
   /** How many effects wait for delivery (tests, metrics). */
@@ -269,17 +310,22 @@ export class Outbox<K extends string> {
       }
       (effect.target === "d1" ? d1Rows : calls).push(r);
     }
+    for (const r of [...d1Rows, ...calls]) this.track(r);
     if (d1Rows.length) await this.deliverD1(d1Rows);
     const attempts = calls.map((r) => this.dispatch(r));
     const settled = (async () => {
       await Promise.all(attempts);
-      this.rearm();
-      await this.scheduler.arm();
       // A full round: more may be waiting behind it. A delivery that led to a next step (a
       // `delivered` hook enqueued it) has that step delivered now rather than by the alarm. A
       // newer payload held behind its older one's attempt goes once that attempt settled.
+      const again = rows.length === MAX_BATCH || this.followUps !== followUps || held.length > 0;
+      // The flush that follows sets the timer; this one's would be a row written for nothing.
+      // Should the object die between the two, the timer is where every enqueue left it, no
+      // later than any pending effect was due, so the alarm still delivers them.
+      if (!again) this.rearm();
+      await this.scheduler.arm();
       if (held.length) await Promise.all(held);
-      if (rows.length === MAX_BATCH || this.followUps !== followUps || held.length) await this.flush();
+      if (again) await this.flush();
     })();
     return { settled };
   }
@@ -290,11 +336,7 @@ export class Outbox<K extends string> {
    */
   private dispatch(r: Row): Promise<void> {
     let settle!: () => void;
-    const attempt: Attempt = {
-      seq: r.seq,
-      settled: new Promise<void>((res) => (settle = res)),
-      until: Date.now() + this.timeoutOf(r),
-    };
+    const attempt: Attempt = { seq: r.seq, settled: new Promise<void>((res) => (settle = res)), until: null };
     this.inFlight.set(r.id, attempt);
     return this.pool
       .run(() => this.deliverCall(r, attempt))
@@ -339,7 +381,12 @@ export class Outbox<K extends string> {
     } catch (err) {
       // Due again at `at`, not at every flush before it: counted as an attempt, so that next_at holds.
       if (err instanceof NotYet)
-        this.storage.sql.exec("UPDATE _outbox SET next_at = ?, attempts = MAX(attempts, 1) WHERE id = ?", err.at, r.id);
+        this.storage.sql.exec(
+          "UPDATE _outbox SET next_at = ?, attempts = MAX(attempts, 1) WHERE id = ? AND seq = ?",
+          err.at,
+          r.id,
+          r.seq,
+        );
       else this.failed([r], err);
     } finally {
       clearTimeout(timer);
@@ -424,19 +471,41 @@ export class Outbox<K extends string> {
 
   /** Removes a delivered row, unless a newer payload replaced it meanwhile (then that one is still due). */
   private done(r: Row) {
+    if (!this.settles(r)) return;
     this.storage.sql.exec("DELETE FROM _outbox WHERE id = ? AND seq = ?", r.id, r.seq);
   }
 
+  /** `r` is read for delivery: from now its outcome, and no earlier one, acts on its row id. */
+  private track(r: Row) {
+    this.tokens.set(r, ++this.lastToken);
+    this.delivering.set(r.id, { token: this.lastToken, kind: r.kind });
+  }
+
+  /** Whether `r`'s delivery is still the one its row id stands for; its outcome ends it. */
+  private settles(r: Row): boolean {
+    const d = this.delivering.get(r.id);
+    if (d === undefined || d.token !== this.tokens.get(r)) return false;
+    this.delivering.delete(r.id);
+    return true;
+  }
+
+  /**
+   * Backs off the payloads that failed. A row replaced by a newer payload while the older one was
+   * under way is left as `enqueue` made it (due at once): the failure was the older payload's, and
+   * the write that enqueued the newer one may be waiting for its own flush to deliver it.
+   */
   private failed(rows: Row[], err: unknown) {
     const now = Date.now();
     for (const r of rows) {
+      if (!this.settles(r)) continue;
       const attempts = Math.max(0, r.attempts) + 1;
       this.storage.sql.exec(
-        "UPDATE _outbox SET attempts = ?, next_at = ?, last_error = ? WHERE id = ?",
+        "UPDATE _outbox SET attempts = ?, next_at = ?, last_error = ? WHERE id = ? AND seq = ?",
         attempts,
         now + backoffMs(attempts),
         String(err).slice(0, 500),
         r.id,
+        r.seq,
       );
     }
     console.warn(
@@ -444,11 +513,15 @@ export class Outbox<K extends string> {
     );
   }
 
-  /** The outbox timer follows the earliest pending effect; none pending, no timer. */
+  /**
+   * The outbox timer follows the earliest pending effect. None pending, the timer is left where
+   * it is rather than deleted: the next effect enqueued before it fires finds it no later than
+   * its own safety time and writes nothing (a burst of changes costs no timer row each), and if
+   * none comes it fires once, finds nothing, and is gone — the alarm set for it fires anyway.
+   */
   private rearm() {
     const next = this.nextDue();
-    if (next === null) this.scheduler.cancel(OUTBOX_TIMER);
-    else this.scheduler.schedule(OUTBOX_TIMER, next);
+    if (next !== null) this.scheduler.schedule(OUTBOX_TIMER, next);
   }
 
   /**
@@ -467,7 +540,10 @@ export class Outbox<K extends string> {
         JSON.stringify([...this.inFlight.keys()]),
       )
       .one().at;
-    const until = Math.min(...[...this.inFlight.values()].map((a) => a.until));
+    // Only calls that have a slot: one waiting for a slot ends no sooner than a running one frees
+    // it, and counting its own deadline (passed while it waited) would fire the alarm every second.
+    const running = [...this.inFlight.values()].flatMap((a) => (a.until === null ? [] : [a.until]));
+    const until = running.length ? Math.min(...running) : now + OUTBOX_CALL_TIMEOUT_MS;
     const held = Math.max(until, now + IN_FLIGHT_ALARM_MS);
     return rest === null ? held : Math.min(rest, held);
   }
@@ -478,8 +554,8 @@ type Attempt = {
   /** The payload's version being delivered: a newer one waits for this attempt to settle. */
   seq: number;
   settled: Promise<void>;
-  /** Its deadline (once it has a slot; the alarm's earliest time for it until then). */
-  until: number;
+  /** Its deadline, once it has a slot (null while it waits for one). */
+  until: number | null;
 };
 
 function lateAnswer(r: Row, outcome: string) {

@@ -24,10 +24,12 @@ export class Scheduler {
   private setSince = Infinity;
   private readonly table;
   /**
-   * While `fire` runs a handler: the timers set meanwhile. One set again to the very time that
-   * fired leaves its row as it was, and `fire` must not remove it as done.
+   * While `fire` runs a handler: the timers set meanwhile, each with the time it asked for as if
+   * the fired row were gone. One set again to the very time that fired leaves its row as it was,
+   * and `fire` must not remove it as done; one set "no later than" a later time leaves it too, and
+   * `fire` moves it there (left at the spent time, the alarm would fire again at once).
    */
-  private setWhileFiring: Set<string> | null = null;
+  private setWhileFiring: Map<string, number> | null = null;
 
   constructor(private readonly storage: DurableObjectStorage) {
     this.table = kitTable(
@@ -59,7 +61,11 @@ export class Scheduler {
     const moves = opts.noLaterThan ? "excluded.due_at < due_at" : "excluded.due_at IS NOT due_at";
     this.table.ensure();
     this.setSince = Math.min(this.setSince, Math.floor(dueAt));
-    this.setWhileFiring?.add(name);
+    const asked = this.setWhileFiring?.get(name);
+    this.setWhileFiring?.set(
+      name,
+      opts.noLaterThan && asked !== undefined ? Math.min(asked, Math.floor(dueAt)) : Math.floor(dueAt),
+    );
     this.storage.sql.exec(
       `INSERT INTO _timers (name, due_at, payload) VALUES (?, ?, ?) ON CONFLICT(name) DO UPDATE SET due_at = ${due}, payload = excluded.payload
        WHERE ${moves} OR excluded.payload IS NOT payload`,
@@ -160,14 +166,20 @@ export class Scheduler {
       .toArray();
     for (const t of due) {
       const handler = handlers[t.name] ?? handlers[t.name.split(":")[0]];
-      const set = new Set<string>();
+      const set = new Map<string, number>();
       this.setWhileFiring = set;
       try {
         if (handler) await handler(t.payload == null ? null : JSON.parse(t.payload), t.name);
-        // Not if it was set meanwhile: to another time (the row no longer matches) or to the same
-        // one (a row the handler asked for, which must not go as the one that fired).
-        if (!set.has(t.name))
+        // Not if it was set meanwhile: to another time (the row no longer matches), to the same
+        // one (a row the handler asked for, which must not go as the one that fired), or no later
+        // than a later one (the row, still at the spent time, goes to the time asked for).
+        const asked = set.get(t.name);
+        if (asked === undefined)
           this.storage.sql.exec("DELETE FROM _timers WHERE name = ? AND due_at = ?", t.name, t.due_at);
+        else if (asked !== t.due_at) {
+          this.setSince = Math.min(this.setSince, asked);
+          this.storage.sql.exec("UPDATE _timers SET due_at = ? WHERE name = ? AND due_at = ?", asked, t.name, t.due_at);
+        }
       } catch (err) {
         console.error(JSON.stringify({ msg: "timer handler failed", timer: t.name, error: String(err) }));
         const retryAt = this.now() + TIMER_RETRY_MS;
