@@ -989,6 +989,31 @@ describe("outbox", () => {
     });
   });
 
+  it("sets the alarm for a running call past its deadline, so the call's own timeout fails it first and no alarm fires for it", async () => {
+    await scratch(async (storage) => {
+      const s = new Scheduler(storage);
+      const hung = gate();
+      const box = new Outbox<"slow">(
+        storage,
+        s,
+        { slow: { target: "call", timeoutMs: 2_000, deliver: () => hung.shut } },
+        () => getDb(env.DB),
+        1,
+      );
+      const started = Date.now();
+      box.enqueue("slow", {});
+      const flushed = box.flush();
+      await tick(50);
+      storage.sql.exec("UPDATE _outbox SET next_at = ?", Date.now() - 1);
+      s.schedule(OUTBOX_TIMER, Date.now() - 1);
+      expect(await within(s.fire({ [OUTBOX_TIMER]: () => box.flush() }), 2_000)).toBe("settled");
+      expect(s.dueAt(OUTBOX_TIMER)).toBeGreaterThanOrEqual(started + 2_000 + 1_000);
+      hung.open();
+      await flushed;
+      expect(box.pending()).toBe(0);
+    });
+  });
+
   it("caps and jitters the backoff", () => {
     expect(backoffMs(1, 0)).toBe(500);
     expect(backoffMs(1, 1)).toBe(1000);

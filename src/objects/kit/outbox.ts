@@ -543,7 +543,9 @@ export class Outbox<K extends string> {
     // Only calls that have a slot: one waiting for a slot ends no sooner than a running one frees
     // it, and counting its own deadline (passed while it waited) would fire the alarm every second.
     const running = [...this.inFlight.values()].flatMap((a) => (a.until === null ? [] : [a.until]));
-    const until = running.length ? Math.min(...running) : now + OUTBOX_CALL_TIMEOUT_MS;
+    // A moment past the deadline: by then the call's own timeout has failed it and re-armed the
+    // timer, so this alarm fires only if the object died meanwhile (not once per timeout too).
+    const until = (running.length ? Math.min(...running) : now + OUTBOX_CALL_TIMEOUT_MS) + IN_FLIGHT_ALARM_MS;
     const held = Math.max(until, now + IN_FLIGHT_ALARM_MS);
     return rest === null ? held : Math.min(rest, held);
   }
