@@ -398,6 +398,47 @@ describe("outbox", () => {
     });
   });
 
+  it("never removes a new effect that took a discarded one's id when the old delivery answers after a round read the new one", async () => {
+    await scratch(async (storage) => {
+      const old = gate();
+      const fresh = gate();
+      const calls: string[] = [];
+      const box = new Outbox<"call">(
+        storage,
+        new Scheduler(storage),
+        {
+          call: {
+            target: "call",
+            timeoutMs: 60_000,
+            deliver: async (p: { n: string }) => {
+              calls.push(p.n);
+              await (p.n === "old" ? old.shut : fresh.shut);
+            },
+          },
+        },
+        () => getDb(env.DB),
+        2,
+      );
+      box.enqueue("call", { n: "old" });
+      const first = box.flush();
+      await until(() => calls.length === 1);
+      const id = storage.sql.exec<{ id: number }>("SELECT id FROM _outbox").one().id;
+      box.discard("call");
+      box.enqueue("call", { n: "new" });
+      expect(storage.sql.exec<{ id: number }>("SELECT id FROM _outbox").one().id).toBe(id);
+      // A round reads the new row (same id, same seq 0) and calls its receiver.
+      const second = box.flush();
+      await until(() => calls.length === 2);
+      old.open();
+      await first;
+      // The old delivery's answer belongs to a row that is gone: the new one stays until its own.
+      expect(box.pending()).toBe(1);
+      fresh.open();
+      await second;
+      expect([calls, box.pending()]).toEqual([["old", "new"], 0]);
+    });
+  });
+
   it("delivers an effect stored after the outbox drained even if the object dies before its flush, however far off the timer was left", async () => {
     await scratch(async (storage) => {
       const delivered: string[] = [];

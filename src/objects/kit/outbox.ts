@@ -79,7 +79,7 @@ export const OUTBOX_TIMER = "outbox";
  * written, so a stored effect is one row, plus its key's index entry only when it has a key:
  * - no AUTOINCREMENT, whose sqlite_sequence row was rewritten by every INSERT. Without it a
  *   deleted row's id can be given again (SQLite takes the largest id plus one), which matters only
- *   to a delivery that still holds the old row: see `delivering` for why none acts on a reused id.
+ *   to a delivery that still holds the old row: see `underWay` for why none acts on a reused id.
  * - the key's uniqueness a partial index, so an effect without a key (most of them) adds no entry.
  * An object made before keeps its table as it is (AUTOINCREMENT, and a key index holding NULLs):
  * every statement here works on both, and only new objects save the rows.
@@ -122,26 +122,22 @@ export class Outbox<K extends string> {
   private followUps = 0;
   private inHook = false;
   /**
-   * The deliveries under way, by row id: each row read for delivery gets a token, and its outcome
-   * (`done`, `failed`) acts on the row only while that token is still the row id's. Without
-   * AUTOINCREMENT a new row may take a deleted row's id, and `done` deletes by id (and seq, which
-   * a new row starts again at 0); the entry is removed when the row is deleted (delivered, or
-   * discarded) and replaced when a later round reads the id again, so a delivery's outcome
-   * arriving after that — however late — can never delete, or back off, a newer row. In memory
-   * only, and rightly so: a kill -9 ends every delivery with the process, and the next round
-   * reads every row afresh.
+   * The one record of what is under way, by row id: every row read for delivery gets an entry,
+   * and its outcome (`done`, `failed`, NotYet) acts on the row only while that entry is still the
+   * row id's. Without AUTOINCREMENT a new row may take a deleted row's id, and `done` deletes by
+   * id (and seq, which a new row starts again at 0); the entry is removed when its outcome acts
+   * or the row is discarded, and a later round reads the id afresh only once it is gone, so an
+   * outcome arriving after that — however late — can never delete, back off or re-time a newer
+   * row. A call's entry also keeps the row from every other flush until its attempt settles
+   * (queued for a slot or waiting on the receiver). In memory only, and rightly so: a kill -9
+   * ends every delivery with the process, the row is still stored, and the next round reads
+   * every row afresh (at least once).
    */
-  private readonly delivering = new Map<number, { token: number; kind: string }>();
-  private readonly tokens = new WeakMap<Row, number>();
-  private lastToken = 0;
+  private readonly underWay = new Map<number, Delivery>();
+  /** Each row read for delivery: its entry in `underWay`, which is its delivery while still there. */
+  private readonly deliveryOf = new WeakMap<Row, Delivery>();
   /** Effects offered (`offer`) and not yet delivered, by key: in memory only. */
   private readonly offered = new Map<string, { kind: K; payload: unknown }>();
-  /**
-   * Call effects whose attempt is under way (queued for a slot or waiting on the receiver), by
-   * row id: no other flush delivers them meanwhile. In memory only: after a kill -9 the row is
-   * still stored and the alarm delivers it again (at least once).
-   */
-  private readonly inFlight = new Map<number, Attempt>();
   private readonly pool: Pool;
 
   constructor(
@@ -221,11 +217,7 @@ export class Outbox<K extends string> {
   discard(kind: K) {
     if (!this.table.exists()) return;
     this.storage.sql.exec("DELETE FROM _outbox WHERE kind = ?", kind);
-    for (const [id, d] of this.delivering)
-      if (d.kind === kind) {
-        this.delivering.delete(id);
-        this.inFlight.delete(id);
-      }
+    for (const [id, d] of this.underWay) if (d.kind === kind) this.underWay.delete(id);
   }
 
   /**
@@ -286,20 +278,20 @@ export class Outbox<K extends string> {
         // besides the rows whose delivery is under way (read, then left to that delivery).
         "SELECT id, kind, payload, attempts, seq FROM _outbox WHERE attempts <= 0 OR next_at <= ? ORDER BY id LIMIT ?",
         now,
-        MAX_BATCH + this.inFlight.size,
+        MAX_BATCH + this.underWay.size,
       )
       .toArray();
     // Rows all under way still re-arm below: the alarm that fired for one must stay set for it.
     if (read.length === 0) return { settled: Promise.resolve() };
-    const rows = read.filter((r) => this.inFlight.get(r.id)?.seq !== r.seq).slice(0, MAX_BATCH);
+    const rows = read.filter((r) => this.underWay.get(r.id)?.seq !== r.seq).slice(0, MAX_BATCH);
     const d1Rows: Row[] = [];
     const calls: Row[] = [];
     /** Rows replaced by a newer payload while the older one is delivered: after that attempt. */
     const held: Promise<void>[] = [];
     for (const r of rows) {
-      const prior = this.inFlight.get(r.id);
+      const prior = this.underWay.get(r.id);
       if (prior) {
-        held.push(prior.settled);
+        if (prior.call) held.push(prior.call.settled);
         continue;
       }
       const effect = this.effects[r.kind as K];
@@ -335,13 +327,15 @@ export class Outbox<K extends string> {
    * a flush that reads the row while it waits for a slot leaves it to this attempt.
    */
   private dispatch(r: Row): Promise<void> {
+    const delivery = this.deliveryOf.get(r)!;
     let settle!: () => void;
-    const attempt: Attempt = { seq: r.seq, settled: new Promise<void>((res) => (settle = res)), until: null };
-    this.inFlight.set(r.id, attempt);
+    const attempt: Attempt = { settled: new Promise<void>((res) => (settle = res)), until: null };
+    delivery.call = attempt;
     return this.pool
       .run(() => this.deliverCall(r, attempt))
       .finally(() => {
-        if (this.inFlight.get(r.id) === attempt) this.inFlight.delete(r.id);
+        // Settled without acting on the row (a late NotYet for a discarded row): no longer under way.
+        if (this.underWay.get(r.id) === delivery) this.underWay.delete(r.id);
         settle();
       });
   }
@@ -477,15 +471,16 @@ export class Outbox<K extends string> {
 
   /** `r` is read for delivery: from now its outcome, and no earlier one, acts on its row id. */
   private track(r: Row) {
-    this.tokens.set(r, ++this.lastToken);
-    this.delivering.set(r.id, { token: this.lastToken, kind: r.kind });
+    const delivery: Delivery = { kind: r.kind, seq: r.seq, call: null };
+    this.deliveryOf.set(r, delivery);
+    this.underWay.set(r.id, delivery);
   }
 
   /** Whether `r`'s delivery is still the one its row id stands for; its outcome ends it. */
   private settles(r: Row): boolean {
-    const d = this.delivering.get(r.id);
-    if (d === undefined || d.token !== this.tokens.get(r)) return false;
-    this.delivering.delete(r.id);
+    const d = this.underWay.get(r.id);
+    if (d === undefined || d !== this.deliveryOf.get(r)) return false;
+    this.underWay.delete(r.id);
     return true;
   }
 
@@ -530,19 +525,20 @@ export class Outbox<K extends string> {
    * is kept for it at its attempt's deadline, so that after a kill -9 the alarm delivers it.
    */
   private nextDue(): number | null {
-    if (this.inFlight.size === 0)
+    const calls = [...this.underWay].flatMap(([id, d]) => (d.call ? [{ id, ...d.call }] : []));
+    if (calls.length === 0)
       return this.storage.sql.exec<{ at: number | null }>("SELECT MIN(next_at) AS at FROM _outbox").one().at;
     const now = Date.now();
     const rest = this.storage.sql
       .exec<{ at: number | null }>(
         "SELECT MIN(next_at) AS at FROM _outbox WHERE next_at > ? OR id NOT IN (SELECT value FROM json_each(?))",
         now,
-        JSON.stringify([...this.inFlight.keys()]),
+        JSON.stringify(calls.map((c) => c.id)),
       )
       .one().at;
     // Only calls that have a slot: one waiting for a slot ends no sooner than a running one frees
     // it, and counting its own deadline (passed while it waited) would fire the alarm every second.
-    const running = [...this.inFlight.values()].flatMap((a) => (a.until === null ? [] : [a.until]));
+    const running = calls.flatMap((a) => (a.until === null ? [] : [a.until]));
     // A moment past the deadline: by then the call's own timeout has failed it and re-armed the
     // timer, so this alarm fires only if the object died meanwhile (not once per timeout too).
     const until = (running.length ? Math.min(...running) : now + OUTBOX_CALL_TIMEOUT_MS) + IN_FLIGHT_ALARM_MS;
@@ -551,10 +547,17 @@ export class Outbox<K extends string> {
   }
 }
 
+/** A row's delivery under way. */
+type Delivery = {
+  kind: string;
+  /** The payload's version being delivered: a newer one waits for this delivery to settle. */
+  seq: number;
+  /** A call effect's attempt, once handed to the pool (none for a D1 effect's). */
+  call: Attempt | null;
+};
+
 /** A call effect's attempt under way. */
 type Attempt = {
-  /** The payload's version being delivered: a newer one waits for this attempt to settle. */
-  seq: number;
   settled: Promise<void>;
   /** Its deadline, once it has a slot (null while it waits for one). */
   until: number | null;
