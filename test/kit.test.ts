@@ -528,6 +528,40 @@ describe("outbox", () => {
     });
   });
 
+  it("never re-times a new effect that took a discarded one's id when the old delivery answers NotYet", async () => {
+    await scratch(async (storage) => {
+      const calls: string[] = [];
+      let box: Outbox<"call">;
+      box = new Outbox<"call">(
+        storage,
+        new Scheduler(storage),
+        {
+          call: {
+            target: "call",
+            deliver: async (p: { n: string }) => {
+              calls.push(p.n);
+              if (p.n !== "old") return;
+              box.discard("call");
+              box.enqueue("call", { n: "new" });
+              // The old row's rate limit, an hour off: it says nothing of the new row.
+              throw new NotYet(Date.now() + 3_600_000);
+            },
+          },
+        },
+        () => getDb(env.DB),
+      );
+      box.enqueue("call", { n: "old" });
+      await box.flush();
+      const row = storage.sql
+        .exec<{ attempts: number; next_at: number }>("SELECT attempts, next_at FROM _outbox")
+        .one();
+      expect(row.attempts).toBe(0);
+      expect(row.next_at).toBeLessThanOrEqual(Date.now() + OUTBOX_SAFETY_MS);
+      await box.flush();
+      expect([calls, box.pending()]).toEqual([["old", "new"], 0]);
+    });
+  });
+
   it("makes a keyed effect enqueued anew due at once, keeping the failed attempts of the one it replaces", async () => {
     await scratch(async (storage) => {
       const s = new Scheduler(storage);

@@ -373,15 +373,18 @@ export class Outbox<K extends string> {
       this.hook(() => effect.delivered?.(payload));
       this.done(r);
     } catch (err) {
-      // Due again at `at`, not at every flush before it: counted as an attempt, so that next_at holds.
-      if (err instanceof NotYet)
-        this.storage.sql.exec(
-          "UPDATE _outbox SET next_at = ?, attempts = MAX(attempts, 1) WHERE id = ? AND seq = ?",
-          err.at,
-          r.id,
-          r.seq,
-        );
-      else this.failed([r], err);
+      // Due again at `at`, not at every flush before it: counted as an attempt, so that next_at
+      // holds. Only while this delivery is still its row id's: a row that took the id of one
+      // discarded meanwhile starts at seq 0 too, and is not this receiver's to hold back.
+      if (err instanceof NotYet) {
+        if (this.settles(r))
+          this.storage.sql.exec(
+            "UPDATE _outbox SET next_at = ?, attempts = MAX(attempts, 1) WHERE id = ? AND seq = ?",
+            err.at,
+            r.id,
+            r.seq,
+          );
+      } else this.failed([r], err);
     } finally {
       clearTimeout(timer);
     }
