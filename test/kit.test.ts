@@ -1,6 +1,6 @@
 import { env, runInDurableObject } from "cloudflare:test";
 import { eq } from "drizzle-orm";
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import {
   AUDIT_ROWS_PER_INSERT,
   auditEvent,
@@ -559,6 +559,52 @@ describe("outbox", () => {
       expect(row.next_at).toBeLessThanOrEqual(Date.now() + OUTBOX_SAFETY_MS);
       await box.flush();
       expect([calls, box.pending()]).toEqual([["old", "new"], 0]);
+    });
+  });
+
+  it("parks effects of a kind this code does not know, logged once, and delivers the known ones behind them without spinning", async () => {
+    await scratch(async (storage) => {
+      // Stored by a newer release that knew the kind "gone"; then its deploy was rolled back.
+      const newer = new Outbox<"gone" | "known">(
+        storage,
+        new Scheduler(storage),
+        {
+          gone: { target: "call", deliver: async () => {} },
+          known: { target: "call", deliver: async () => {} },
+        },
+        () => getDb(env.DB),
+      );
+      for (let n = 0; n < 250; n++) newer.enqueue("gone", { n });
+      for (const n of [1, 2, 3]) newer.enqueue("known", { n });
+      let reads = 0;
+      const exec = storage.sql.exec.bind(storage.sql);
+      storage.sql.exec = ((query: string, ...bindings: unknown[]) => {
+        if (query.includes("FROM _outbox WHERE attempts")) reads++;
+        return exec(query, ...bindings);
+      }) as typeof storage.sql.exec;
+      const errors = vi.spyOn(console, "error").mockImplementation(() => {});
+      try {
+        const s = new Scheduler(storage);
+        const delivered: number[] = [];
+        const box = new Outbox<"known">(
+          storage,
+          s,
+          { known: { target: "call", deliver: async (p: { n: number }) => void delivered.push(p.n) } },
+          () => getDb(env.DB),
+        );
+        const before = Date.now();
+        expect(await within(box.flush(), 5_000)).toBe("settled");
+        expect(delivered).toEqual([1, 2, 3]);
+        expect(box.pending()).toBe(250);
+        expect(reads).toBeLessThanOrEqual(2);
+        // Kept for a release that knows them, looked at again no sooner than an hour on.
+        expect(s.dueAt(OUTBOX_TIMER)!).toBeGreaterThanOrEqual(before + 3_600_000);
+        await box.flush();
+        expect(errors.mock.calls.filter((c) => String(c[0]).includes("unknown kind"))).toHaveLength(1);
+        expect(box.pending()).toBe(250);
+      } finally {
+        errors.mockRestore();
+      }
     });
   });
 

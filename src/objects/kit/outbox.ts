@@ -106,6 +106,11 @@ const MAX_BATCH = 200;
  * takes the next call: a hung receiver holds up only its own effect, and a flush ends.
  */
 const OUTBOX_CALL_TIMEOUT_MS = 30_000;
+/**
+ * How long an effect of a kind this code does not know is left before it is looked at again: a
+ * newer release wrote it and its deploy was rolled back; the release after this one delivers it.
+ */
+const UNKNOWN_KIND_RECHECK_MS = 60 * 60_000;
 /** The alarm for effects whose call is under way: no sooner than this, so it does not spin. */
 const IN_FLIGHT_ALARM_MS = 1_000;
 
@@ -288,6 +293,7 @@ export class Outbox<K extends string> {
     const calls: Row[] = [];
     /** Rows replaced by a newer payload while the older one is delivered: after that attempt. */
     const held: Promise<void>[] = [];
+    const unknown = new Set<string>();
     for (const r of rows) {
       const prior = this.underWay.get(r.id);
       if (prior) {
@@ -296,12 +302,12 @@ export class Outbox<K extends string> {
       }
       const effect = this.effects[r.kind as K];
       if (!effect) {
-        // Written by code that knew a kind this code does not: keep it for a later version.
-        console.error(JSON.stringify({ msg: "outbox effect of unknown kind kept", kind: r.kind }));
+        unknown.add(r.kind);
         continue;
       }
       (effect.target === "d1" ? d1Rows : calls).push(r);
     }
+    for (const kind of unknown) this.park(kind, now);
     for (const r of [...d1Rows, ...calls]) this.track(r);
     if (d1Rows.length) await this.deliverD1(d1Rows);
     const attempts = calls.map((r) => this.dispatch(r));
@@ -321,6 +327,33 @@ export class Outbox<K extends string> {
     })();
     return { settled };
   }
+
+  /**
+   * Rows of a kind this code does not know, written by code that did (a newer release, then a
+   * rollback): kept for a release that knows them, but out of every flush's way until the next
+   * look, long after — left due, they would fill each round's read, and a full round calls the
+   * next one, without end, while the known rows behind them waited. All of the kind at once, in
+   * one statement; logged once per kind in the object's life.
+   */
+  private park(kind: string, now: number) {
+    this.storage.sql.exec(
+      "UPDATE _outbox SET attempts = MAX(attempts, 1), next_at = ?, last_error = ? WHERE kind = ? AND (attempts <= 0 OR next_at <= ?)",
+      now + UNKNOWN_KIND_RECHECK_MS,
+      "unknown kind",
+      kind,
+      now,
+    );
+    if (this.parkedKinds.has(kind)) return;
+    this.parkedKinds.add(kind);
+    console.error(
+      JSON.stringify({
+        msg: "outbox effects of unknown kind kept for a later release",
+        kind,
+        recheckMs: UNKNOWN_KIND_RECHECK_MS,
+      }),
+    );
+  }
+  private readonly parkedKinds = new Set<string>();
 
   /**
    * Hands a call to the pool, marked under way until its attempt settles. Registered at once, so
