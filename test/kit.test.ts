@@ -1093,12 +1093,12 @@ describe("outbox", () => {
         () => getDb(env.DB),
         1,
       );
-      box.enqueue("slow", {});
-      box.enqueue("quick", {});
+      // Due in a moment, so that their time has truly passed by the alarm below.
+      box.enqueue("slow", {}, { deferMs: 1 });
+      box.enqueue("quick", {}, { deferMs: 1 });
       const flushed = box.flush();
       // The quick call waits for the one slot longer than its own deadline; it has not started.
       await tick(150);
-      storage.sql.exec("UPDATE _outbox SET next_at = ?", Date.now() - 1);
       s.schedule(OUTBOX_TIMER, Date.now() - 1);
       expect(await within(s.fire({ [OUTBOX_TIMER]: () => box.flush() }), 2_000)).toBe("settled");
       // Nothing can end before the slow call's deadline: an alarm a second on would only fire
@@ -1132,6 +1132,46 @@ describe("outbox", () => {
       hung.open();
       await flushed;
       expect(box.pending()).toBe(0);
+    });
+  });
+
+  it("finds when the next effect is due reading few rows, with 500 stored and 32 calls under way", async () => {
+    await scratch(async (storage) => {
+      const s = new Scheduler(storage);
+      const hung = gate();
+      const box = new Outbox<"call" | "row">(
+        storage,
+        s,
+        {
+          call: { target: "call", timeoutMs: 60_000, deliver: () => hung.shut },
+          row: { target: "d1", statements: () => [] },
+        },
+        () => getDb(env.DB),
+        32,
+      );
+      for (let n = 0; n < 32; n++) box.enqueue("call", { n });
+      const flushed = box.flush();
+      await tick(20);
+      for (let n = 0; n < 468; n++) box.enqueue("row", { n }, { deferMs: 60_000 });
+      expect(box.pending()).toBe(500);
+      // Counted as the cost meter counts them (src/local/storage-meter.ts): each statement's cursor.
+      const cursors: SqlStorageCursor<Record<string, SqlStorageValue>>[] = [];
+      const exec = storage.sql.exec.bind(storage.sql);
+      storage.sql.exec = ((query: string, ...bindings: unknown[]) => {
+        const cursor = exec(query, ...bindings);
+        if (!query.includes("_timers")) cursors.push(cursor);
+        return cursor;
+      }) as typeof storage.sql.exec;
+      box.forgetIdleTimer();
+      storage.sql.exec = exec;
+      const read = cursors.reduce((n, c) => (c.toArray(), n + c.rowsRead), 0);
+      // Before, a scan of every row: 500 read.
+      expect(read).toBeLessThanOrEqual(2);
+      hung.open();
+      await flushed;
+      // And still right: once the calls settled, the timer follows the deferred rows' time.
+      expect(s.dueAt(OUTBOX_TIMER)!).toBeLessThanOrEqual(Date.now() + 60_000);
+      expect(s.dueAt(OUTBOX_TIMER)!).toBeGreaterThan(Date.now() + 50_000);
     });
   });
 

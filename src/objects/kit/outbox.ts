@@ -70,10 +70,13 @@ type Row = {
   payload: string;
   attempts: number;
   seq: number;
+  next_at: number;
 };
 
 export const OUTBOX_TIMER = "outbox";
 
+/** The index `nextDue` finds a row tried before by (one made before it gets it there). */
+const RETRY_INDEX_DDL = "CREATE INDEX IF NOT EXISTS _outbox_retry ON _outbox (next_at) WHERE attempts > 0";
 /**
  * The outbox's table, for an object that has none yet. Every row an INSERT touches is billed as
  * written, so a stored effect is one row, plus its key's index entry only when it has a key:
@@ -81,6 +84,8 @@ export const OUTBOX_TIMER = "outbox";
  *   deleted row's id can be given again (SQLite takes the largest id plus one), which matters only
  *   to a delivery that still holds the old row: see `underWay` for why none acts on a reused id.
  * - the key's uniqueness a partial index, so an effect without a key (most of them) adds no entry.
+ * - the time of a row tried before (failed, not yet, parked) a partial index, which `nextDue`
+ *   reads instead of every row; a row never tried adds no entry (see `freshDue` for those).
  * An object made before keeps its table as it is (AUTOINCREMENT, and a key index holding NULLs):
  * every statement here works on both, and only new objects save the rows.
  */
@@ -95,7 +100,8 @@ const OUTBOX_DDL = `CREATE TABLE IF NOT EXISTS _outbox (
   created_at INTEGER NOT NULL,
   last_error TEXT
 );
-CREATE UNIQUE INDEX IF NOT EXISTS _outbox_dedup_key ON _outbox (dedup_key) WHERE dedup_key IS NOT NULL`;
+CREATE UNIQUE INDEX IF NOT EXISTS _outbox_dedup_key ON _outbox (dedup_key) WHERE dedup_key IS NOT NULL;
+${RETRY_INDEX_DDL}`;
 /** If the immediate delivery never happens (the object died), the alarm delivers after this. */
 export const OUTBOX_SAFETY_MS = 10_000;
 export const OUTBOX_MAX_BACKOFF_MS = 5 * 60_000;
@@ -199,6 +205,7 @@ export class Outbox<K extends string> {
         attempts,
       );
     }
+    this.freshDue = Math.min(this.freshDue, due);
     this.scheduler.schedule(OUTBOX_TIMER, due, null, { noLaterThan: true });
   }
 
@@ -277,15 +284,20 @@ export class Outbox<K extends string> {
     // Hooks that enqueue bump this; any bump until the calls settle owes a round after this one.
     const followUps = this.followUps;
     const now = Date.now();
+    const limit = MAX_BATCH + this.underWay.size;
     const read = this.storage.sql
       .exec<Row>(
         // Deferred effects (attempts -1) ride along with any flush; at most MAX_BATCH per round,
         // besides the rows whose delivery is under way (read, then left to that delivery).
-        "SELECT id, kind, payload, attempts, seq FROM _outbox WHERE attempts <= 0 OR next_at <= ? ORDER BY id LIMIT ?",
+        "SELECT id, kind, payload, attempts, seq, next_at FROM _outbox WHERE attempts <= 0 OR next_at <= ? ORDER BY id LIMIT ?",
         now,
-        MAX_BATCH + this.underWay.size,
+        limit,
       )
       .toArray();
+    // Every row never tried is read whatever its time: unless the read was cut short, each one
+    // not read from here on is enqueued after it, and `freshDue` holds the earliest of those.
+    this.freshDue = Infinity;
+    this.freshKnown = read.length < limit;
     // Rows all under way still re-arm below: the alarm that fired for one must stay set for it.
     if (read.length === 0) return { settled: Promise.resolve() };
     const rows = read.filter((r) => this.underWay.get(r.id)?.seq !== r.seq).slice(0, MAX_BATCH);
@@ -507,7 +519,7 @@ export class Outbox<K extends string> {
 
   /** `r` is read for delivery: from now its outcome, and no earlier one, acts on its row id. */
   private track(r: Row) {
-    const delivery: Delivery = { kind: r.kind, seq: r.seq, call: null };
+    const delivery: Delivery = { kind: r.kind, seq: r.seq, due: r.next_at, call: null };
     this.deliveryOf.set(r, delivery);
     this.underWay.set(r.id, delivery);
   }
@@ -559,28 +571,71 @@ export class Outbox<K extends string> {
    * When the earliest pending effect is due. A row whose call is under way is left out while its
    * time is past (a flush would not take it: the alarm would fire again and again), but the timer
    * is kept for it at its attempt's deadline, so that after a kill -9 the alarm delivers it.
+   *
+   * Read without a scan of the outbox (storage rows read are billed, and a rollout's outbox holds
+   * hundreds while its calls are under way): a row tried before is found through its partial
+   * index, one never tried in memory — the last round read every such row (`freshKnown`), so
+   * each is under way (its time kept in `underWay`) or enqueued since (`freshDue`). Until a
+   * round has read them all (a new instance, or a round cut short at MAX_BATCH) the rows never
+   * tried are looked for in the table.
    */
   private nextDue(): number | null {
-    const calls = [...this.underWay].flatMap(([id, d]) => (d.call ? [{ id, ...d.call }] : []));
-    if (calls.length === 0)
-      return this.storage.sql.exec<{ at: number | null }>("SELECT MIN(next_at) AS at FROM _outbox").one().at;
     const now = Date.now();
-    const rest = this.storage.sql
+    const calls = [...this.underWay].flatMap(([id, d]) => (d.call ? [{ id, ...d.call }] : []));
+    let at = this.freshKnown ? this.freshDue : this.freshInTable(now, calls);
+    for (const d of this.underWay.values()) if (!d.call || d.due > now) at = Math.min(at, d.due);
+    const retry = this.retryDue(now, new Set(calls.map((c) => c.id)));
+    if (retry !== null) at = Math.min(at, retry);
+    if (calls.length) {
+      // Only calls that have a slot: one waiting for a slot ends no sooner than a running one frees
+      // it, and counting its own deadline (passed while it waited) would fire the alarm every second.
+      const running = calls.flatMap((a) => (a.until === null ? [] : [a.until]));
+      // A moment past the deadline: by then the call's own timeout has failed it and re-armed the
+      // timer, so this alarm fires only if the object died meanwhile (not once per timeout too).
+      const until = (running.length ? Math.min(...running) : now + OUTBOX_CALL_TIMEOUT_MS) + IN_FLIGHT_ALARM_MS;
+      at = Math.min(at, Math.max(until, now + IN_FLIGHT_ALARM_MS));
+    }
+    return at === Infinity ? null : at;
+  }
+
+  /** The earliest row never tried and not under way, read from every row (see `nextDue`). */
+  private freshInTable(now: number, calls: { id: number }[]): number {
+    const at = this.storage.sql
       .exec<{ at: number | null }>(
-        "SELECT MIN(next_at) AS at FROM _outbox WHERE next_at > ? OR id NOT IN (SELECT value FROM json_each(?))",
+        "SELECT MIN(next_at) AS at FROM _outbox WHERE attempts <= 0 AND (next_at > ? OR id NOT IN (SELECT value FROM json_each(?)))",
         now,
         JSON.stringify(calls.map((c) => c.id)),
       )
       .one().at;
-    // Only calls that have a slot: one waiting for a slot ends no sooner than a running one frees
-    // it, and counting its own deadline (passed while it waited) would fire the alarm every second.
-    const running = calls.flatMap((a) => (a.until === null ? [] : [a.until]));
-    // A moment past the deadline: by then the call's own timeout has failed it and re-armed the
-    // timer, so this alarm fires only if the object died meanwhile (not once per timeout too).
-    const until = (running.length ? Math.min(...running) : now + OUTBOX_CALL_TIMEOUT_MS) + IN_FLIGHT_ALARM_MS;
-    const held = Math.max(until, now + IN_FLIGHT_ALARM_MS);
-    return rest === null ? held : Math.min(rest, held);
+    return at ?? Infinity;
   }
+
+  /**
+   * The earliest row tried before whose call is not under way (one under way counts while its
+   * time is ahead), in the order of its index: reads as many rows as calls are under way at most.
+   */
+  private retryDue(now: number, underWay: Set<number>): number | null {
+    const rows = this.retryRows();
+    for (const r of rows) if (r.next_at > now || !underWay.has(r.id)) return r.next_at;
+    return null;
+  }
+
+  private retryRows() {
+    // INDEXED BY: a table made before the index fails here as it is prepared, reading nothing,
+    // and gets it (its entries are only the rows tried before, few).
+    const query = "SELECT id, next_at FROM _outbox INDEXED BY _outbox_retry WHERE attempts > 0 ORDER BY next_at";
+    try {
+      return this.storage.sql.exec<{ id: number; next_at: number }>(query);
+    } catch (err) {
+      if (!String(err).includes("no such index")) throw err;
+      this.storage.sql.exec(RETRY_INDEX_DDL);
+      return this.storage.sql.exec<{ id: number; next_at: number }>(query);
+    }
+  }
+  /** Whether the last round read every row never tried (see `nextDue`). */
+  private freshKnown = false;
+  /** The earliest time of the rows enqueued since the last round's read. */
+  private freshDue = Infinity;
 }
 
 /** A row's delivery under way. */
@@ -588,6 +643,8 @@ type Delivery = {
   kind: string;
   /** The payload's version being delivered: a newer one waits for this delivery to settle. */
   seq: number;
+  /** The row's time when read: a row never tried is found by `nextDue` here, not in storage. */
+  due: number;
   /** A call effect's attempt, once handed to the pool (none for a D1 effect's). */
   call: Attempt | null;
 };
