@@ -930,6 +930,49 @@ describe("outbox", () => {
     });
   });
 
+  it("holds only a hung receiver's own calls behind it: the other receivers' calls go at once, one at a time each, in order", async () => {
+    await scratch(async (storage) => {
+      const hung = gate();
+      const log: string[] = [];
+      const running = new Map<string, number>();
+      let most = 0;
+      const deliver = async (p: { to: string; n: number }) => {
+        const now = (running.get(p.to) ?? 0) + 1;
+        running.set(p.to, now);
+        most = Math.max(most, now);
+        if (p.to === "hung") await hung.shut;
+        else await tick(1);
+        log.push(`${p.to} ${p.n}`);
+        running.set(p.to, now - 1);
+      };
+      const box = new Outbox<"call">(
+        storage,
+        new Scheduler(storage),
+        // The default deadline (30 s): a receiver that hangs holds its slot that long.
+        { call: { target: "call", deliver, lane: (p: { to: string }) => p.to } },
+        () => getDb(env.DB),
+        4,
+      );
+      for (const n of [1, 2]) box.enqueue("call", { to: "hung", n });
+      for (let n = 1; n <= 20; n++) box.enqueue("call", { to: n % 2 ? "b" : "c", n });
+      const started = Date.now();
+      const flushed = box.flush();
+      await until(() => log.length === 20, 5_000);
+      const took = Date.now() - started;
+      // 20 calls to two other receivers behind a hung one: delivered in milliseconds, where one
+      // slot for all had them wait out the hung call's deadline, 30 s.
+      expect(took).toBeLessThan(2_000);
+      expect(log.filter((l) => l.startsWith("b"))).toEqual([1, 3, 5, 7, 9, 11, 13, 15, 17, 19].map((n) => `b ${n}`));
+      expect(log.filter((l) => l.startsWith("c"))).toEqual([2, 4, 6, 8, 10, 12, 14, 16, 18, 20].map((n) => `c ${n}`));
+      expect(most).toBe(1);
+      expect(box.pending()).toBe(2);
+      hung.open();
+      await flushed;
+      expect(log.slice(20)).toEqual(["hung 1", "hung 2"]);
+      expect(box.pending()).toBe(0);
+    });
+  });
+
   it("keeps enqueue order at concurrency 1, across flushes too: one call at a time, each after the one before", async () => {
     await scratch(async (storage) => {
       const log: string[] = [];
@@ -1211,6 +1254,22 @@ describe("call pool", () => {
     expect(await Promise.all(results)).toEqual([1, -1, 2, 3, 4]);
     expect(started).toEqual([1, 0, 2, 3, 4]);
     expect(most).toBe(2);
+  });
+});
+
+describe("call pool lanes", () => {
+  it("runs one task of a lane at a time in order, and lets other lanes pass a busy one", async () => {
+    const pool = new Pool(2);
+    const hung = gate();
+    const log: string[] = [];
+    const first = pool.run(() => hung.shut.then(() => void log.push("a1")), "a");
+    const second = pool.run(async () => void log.push("a2"), "a");
+    const others = [1, 2, 3].map((n) => pool.run(async () => void log.push(`b${n}`), "b"));
+    await Promise.all(others);
+    expect(log).toEqual(["b1", "b2", "b3"]);
+    hung.open();
+    await Promise.all([first, second]);
+    expect(log).toEqual(["b1", "b2", "b3", "a1", "a2"]);
   });
 });
 

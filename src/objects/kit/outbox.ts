@@ -42,6 +42,12 @@ interface CallEffect<P> {
   delivered?(payload: P): void;
   /** How long the receiver has to answer an attempt (default OUTBOX_CALL_TIMEOUT_MS). */
   timeoutMs?: number;
+  /**
+   * The receiver, as a name (`coordinator:<fleet>`): calls to one receiver go one at a time, in
+   * enqueue order, and one that hangs holds a single slot, so the others' calls pass it (see
+   * Pool). Without it a call is bound by the object's slots alone.
+   */
+  lane?(payload: P): string;
 }
 
 export type Effect<P = unknown> = D1Effect<P> | CallEffect<P>;
@@ -156,7 +162,10 @@ export class Outbox<K extends string> {
     private readonly scheduler: Scheduler,
     private readonly effects: Record<K, Effect>,
     private readonly db: () => Db,
-    /** Call effects under way at once, for all flushes together (1: one after another, in enqueue order). */
+    /**
+     * Call effects under way at once, for all flushes together (1: one after another, in enqueue
+     * order); with lanes, one per receiver at most, in enqueue order each.
+     */
     callConcurrency = 1,
   ) {
     this.pool = new Pool(Math.max(1, callConcurrency));
@@ -239,6 +248,20 @@ export class Outbox<K extends string> {
    */
   forgetIdleTimer() {
     if (this.table.exists() && this.nextDue() === null) this.scheduler.cancel(OUTBOX_TIMER);
+  }
+
+  /**
+   * Settles once every call under way now has settled, and those its settling led to (a flush
+   * ends with its own calls, not with an earlier flush's still under way): for a test that must
+   * see every effect out before it looks at the receivers.
+   */
+  async idle(): Promise<void> {
+    for (;;) {
+      const calls = [...this.underWay.values()].flatMap((d) => (d.call ? [d.call.settled] : []));
+      if (calls.length === 0) return;
+      await Promise.all(calls);
+      await this.flush();
+    }
   }
 
   /** How many effects wait for delivery (tests, metrics). */
@@ -376,8 +399,9 @@ export class Outbox<K extends string> {
     let settle!: () => void;
     const attempt: Attempt = { settled: new Promise<void>((res) => (settle = res)), until: null };
     delivery.call = attempt;
+    const lane = (this.effects[r.kind as K] as CallEffect<unknown>).lane?.(JSON.parse(r.payload));
     return this.pool
-      .run(() => this.deliverCall(r, attempt))
+      .run(() => this.deliverCall(r, attempt), lane)
       .finally(() => {
         // Settled without acting on the row (a late NotYet for a discarded row): no longer under way.
         if (this.underWay.get(r.id) === delivery) this.underWay.delete(r.id);
