@@ -141,7 +141,7 @@ export const imageRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook
           "Parts are missing (`upload_incomplete` lists them), or the image is a reference (`invalid_state`)",
         ),
         422: error(
-          "The bytes' sha256 is not the registered digest (`digest_mismatch`): the image and its bytes are gone",
+          "The bytes' sha256 is not the registered digest (`digest_mismatch`): the image and its bytes are gone; the completion sent again gets the same refusal",
         ),
       },
     }),
