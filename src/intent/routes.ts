@@ -1,6 +1,7 @@
 import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
 import { requireScope } from "../auth/principal";
 import { actorOf } from "../domain/principal";
+import { fleetParam } from "../fleets/schemas";
 import { backgroundOf } from "../http/background";
 import { bearer, commonErrors, jsonBody, jsonResponse, notFoundError, unprocessableError } from "../http/openapi";
 import { cursorParam, decodeCursor, decodeIdCursor, limitParam, page } from "../http/paging";
@@ -15,7 +16,6 @@ import {
   ChannelChange,
   ChannelInput,
   channelParams,
-  fleetParam,
   Role,
   RoleInput,
   roleParams,

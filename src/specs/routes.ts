@@ -20,7 +20,7 @@ import {
 } from "../http/openapi";
 import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
-import { fleetParam } from "../intent/schemas";
+import { fleetParam } from "../fleets/schemas";
 import { SpecSecretsSchema } from "../webhooks/schemas";
 import { FleetSpec, SpecApplied, SpecDiff, SpecProblem, SpecRequest, specQuery, unwrapRequest } from "./schemas";
 import { applyFleetSpec, diffFleetSpec, fleetSpec, refuseInvalidSpec } from "./service";
