@@ -236,7 +236,8 @@ export class ServerLedger extends DurableObject<Env> {
 
   /** A WebSocket upgrade from the Worker; other answers are domain results as JSON. */
   async fetch(request: Request): Promise<Response> {
-    const { response, enqueued } = this.sockets.open(request);
+    const { response, enqueued, trim } = this.sockets.open(request);
+    if (trim) await this.parts.scheduler.trim();
     if (enqueued) await this.#settleInBackground();
     return response;
   }
