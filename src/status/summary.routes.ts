@@ -1,4 +1,4 @@
-import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
+import { createRoute, OpenAPIHono } from "@hono/zod-openapi";
 import { requireScope } from "../auth/principal";
 import { bearer, commonErrors, jsonResponse, notFoundError } from "../http/openapi";
 import type { AppEnv } from "../http/types";
