@@ -326,6 +326,17 @@ export class HostAgent {
       s.due = true;
       throw pass.failure;
     }
+    if (pass.outcome.unknown && (!this.memory.answered || !this.assignmentsRead)) {
+      // Nothing the machine ever said: a report would list no agents and no assignments (which
+      // the server's decommission order reads to allow an uninstall), and the protocol has no
+      // way to say "unknown" (its report is a strict object: a field of that meaning would be
+      // refused by every server deployed before it). The report stays owed; the loop backs off
+      // as from a failed call, and the server's staleness bound says the host is not heard.
+      s.due = true;
+      throw new Error(
+        `nothing reported: the machine never said what it runs and carries (${pass.outcome.cause ?? "no answer"})`,
+      );
+    }
     try {
       return await this.reportPass(s, pass, pass.outcome, send, opts);
     } catch (err) {

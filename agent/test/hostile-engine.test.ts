@@ -151,3 +151,28 @@ describe("an engine whose commands hang", () => {
     expect(fake.calls().filter((c) => !c.startsWith("ps"))).toEqual([]);
   });
 });
+
+describe("an engine that never answered", () => {
+  it("sends no report before the machine was listed once: no claim of no agents and no assignments", async () => {
+    const fake = await fakeEngine("ps");
+    const driver = new PodmanDriver({ engine: fake.engine, env: fake.env, quickTimeoutMs: 1_000 });
+    const { s, sent, pass } = handDriven(driver, {
+      server_id: "s",
+      generation: 3,
+      lifecycle: "run",
+      agents: [spec("a")],
+    });
+    // The first pass's listing hangs and is killed: nothing is known, so nothing is said; the
+    // loop hears a failure (and backs off), and still owes the report.
+    await expect(pass()).rejects.toThrow(/never said what it runs.*ps timed out after 1 s/);
+    leftover = fake.hungPid();
+    expect(sent).toEqual([]);
+    expect(s.due).toBe(true);
+
+    // Once the engine answers, the pass reports what it found and did.
+    fake.env.HANG = "none";
+    await pass();
+    expect(sent).toHaveLength(1);
+    expect(sent[0].generation).toBe(3);
+  });
+});
