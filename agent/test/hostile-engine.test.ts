@@ -152,6 +152,51 @@ describe("an engine whose commands hang", () => {
   });
 });
 
+describe("an engine that hangs after the host reported the desired generation", () => {
+  it("sends its errors under an older generation: one timeout settles no rollout target at the desired one", async () => {
+    const fake = await fakeEngine("none");
+    // Agent b's container is created but not running yet (its rollout target still waits).
+    writeFileSync(
+      join(fake.dir, "ps.json"),
+      JSON.stringify([
+        {
+          Id: "c0ffee",
+          Names: ["hm-b"],
+          State: "created",
+          Status: "Created",
+          Labels: {
+            "io.harbormaster.agent": "b",
+            "io.harbormaster.image": "localhost/b:1",
+            "io.harbormaster.version": "1",
+            "io.harbormaster.instance": "i-b",
+          },
+        },
+      ]),
+    );
+    const driver = new PodmanDriver({ engine: fake.engine, env: fake.env, quickTimeoutMs: 1_000 });
+    const want = { server_id: "s", generation: 7, lifecycle: "run" as const, agents: [spec("b")] };
+    const { s, sent, pass } = handDriven(driver, want);
+    await pass();
+    const reached = sent.length;
+    expect(reached).toBeGreaterThan(0);
+    expect(sent.map((r) => r.generation)).toEqual(sent.map(() => 7));
+    expect(sent.at(-1)!.agents.map((a) => [a.name, a.state])).toEqual([["b", "stopped"]]);
+
+    // The engine stops answering `ps`; the next pass (a heartbeat, the same desired config) cannot
+    // list the machine.
+    fake.env.HANG = "ps";
+    s.due = true;
+    await pass();
+    leftover = fake.hungPid();
+    expect(sent).toHaveLength(reached + 1);
+    const hung = sent[reached];
+    expect(hung.errors.map((e) => e.agent)).toEqual(["b"]);
+    // Not at 7, where the ledger takes any error as the target's failure, settled for good.
+    expect(hung.generation).toBe(6);
+    expect(hung.agents).toEqual(sent[reached - 1].agents);
+  });
+});
+
 describe("an engine that never answered", () => {
   it("sends no report before the machine was listed once: no claim of no agents and no assignments", async () => {
     const fake = await fakeEngine("ps");
