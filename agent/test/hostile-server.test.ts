@@ -12,6 +12,7 @@ import { CHANNEL_VERSION } from "../../src/domain/channel.ts";
 import { HostAgent, type AgentEvent, type AgentExit } from "../agent.ts";
 import { ChannelConnection, webSocketConnector, type ChannelConnector, type ChannelSocket } from "../channel.ts";
 import { MESSAGE_TOO_BIG, wsConnector } from "../channel-ws.ts";
+import { MAX_INVALID_IN_A_ROW } from "../channel-session.ts";
 import { MemoryDriver } from "../memory-driver.ts";
 
 const accepted = (generation: number) => ({
@@ -118,6 +119,40 @@ describe("a channel that sends what the protocol does not allow", () => {
     expect(refused.length).toBeGreaterThanOrEqual(4);
     loop.stop();
     expect(await loop.exit).toEqual({ reason: "aborted" });
+  });
+});
+
+describe("a channel that sends nothing but garbage", () => {
+  it("is given up after a few malformed messages in a row, not read (and logged) for ever", async () => {
+    const garbage = Array.from({ length: 5_000 }, (_, i) => `{garbage ${i}`);
+    const ch = fakeChannel(garbage);
+    let connects = 0;
+    const loop = runLoop({
+      connect: (url, init) => (connects++, ch.connect(url, init)),
+      reconnect: { baseMs: 60_000, capMs: 60_000 },
+      random: () => 1,
+    });
+    closers.push(loop.stop);
+    const closed = () => loop.events.find((e) => e.type === "channel" && e.state === "closed");
+    await until("the channel given up", () => closed() !== undefined);
+    expect(closed()).toMatchObject({ code: 4000, reason: "10 messages in a row the protocol does not allow" });
+    // Ten refusals said, not five thousand; nothing acted on; one connection so far.
+    await new Promise((r) => setTimeout(r, 200));
+    expect(loop.events.filter((e) => e.type === "error")).toHaveLength(MAX_INVALID_IN_A_ROW);
+    expect(ch.reports).toEqual([]);
+    expect(connects).toBe(1);
+    loop.stop();
+    expect(await loop.exit).toEqual({ reason: "aborted" });
+  });
+
+  it("counts only malformed messages in a row: a valid one in between keeps the channel", async () => {
+    const bad = Array.from({ length: MAX_INVALID_IN_A_ROW - 1 }, () => "{bad");
+    const ch = fakeChannel([...bad, { type: "desired", v: CHANNEL_VERSION, config: goodConfig(2) }, ...bad]);
+    const loop = runLoop({ connect: ch.connect });
+    closers.push(loop.stop);
+    await until("the valid config's report", () => ch.reports.some((r) => r.generation === 2));
+    await until("every refusal said", () => loop.events.filter((e) => e.type === "error").length === 2 * bad.length);
+    expect(loop.events.some((e) => e.type === "channel" && e.state === "closed")).toBe(false);
   });
 });
 
