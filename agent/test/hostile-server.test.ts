@@ -13,6 +13,8 @@ import { HostAgent, type AgentEvent, type AgentExit } from "../agent.ts";
 import { ChannelConnection, webSocketConnector, type ChannelConnector, type ChannelSocket } from "../channel.ts";
 import { MESSAGE_TOO_BIG, wsConnector } from "../channel-ws.ts";
 import { MAX_INVALID_IN_A_ROW } from "../channel-session.ts";
+import { HostApi } from "../host-api.ts";
+import { ApiError } from "../http.ts";
 import { MemoryDriver } from "../memory-driver.ts";
 
 const accepted = (generation: number) => ({
@@ -221,6 +223,46 @@ describe("a desired config over HTTP that is not one", () => {
     await until("the valid config's report", () => cp.reports.some((r) => r.generation === 4), 10_000);
     const err = loop.events.find((e) => e.type === "error") as { error: Error } | undefined;
     expect(err?.error.message).toMatch(/larger than/);
+  });
+});
+
+describe("an error answer whose body never ends", () => {
+  it("is read only up to its cap: the call fails with the status, the rest cancelled unread", async () => {
+    let written = 0;
+    let gone = false;
+    const server: HttpServer = createHttpServer((_req, res) => {
+      // A proxy's error page streamed without end.
+      res.writeHead(502, { "content-type": "text/html" });
+      const chunk = Buffer.alloc(64 * 1024, "x");
+      const more = () => {
+        while (!gone && written < 64 * 1024 * 1024) {
+          written += chunk.length;
+          if (!res.write(chunk)) return void res.once("drain", more);
+        }
+        if (!gone) res.end();
+      };
+      res.on("close", () => (gone = true));
+      more();
+    });
+    await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+    closers.push(() => new Promise<void>((r) => (server.closeAllConnections(), server.close(() => r()))));
+    const api = new HostApi(`http://127.0.0.1:${(server.address() as AddressInfo).port}`, "hms.x.y");
+    const err = await api
+      .report({
+        generation: 1,
+        reconciled_at: new Date().toISOString(),
+        boot_id: "b",
+        agents: [],
+        errors: [],
+        assignments: { units: [], storage: [] },
+      })
+      .catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(ApiError);
+    expect(err).toMatchObject({ status: 502, code: "http_502" });
+    expect((err as Error).message).toMatch(/^x{500}$/);
+    await until("the server seeing the stream cancelled", () => gone);
+    // Read up to the cap, and what the socket buffers hold: a few megabytes, not the 64 sent.
+    expect(written).toBeLessThan(32 * 1024 * 1024);
   });
 });
 
