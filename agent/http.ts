@@ -21,13 +21,13 @@ export class ApiError extends Error {
 export type FetchLike = (input: string | URL | Request, init?: RequestInit) => Promise<Response>;
 
 /** The most of an error's body read: Harbormaster's are a few hundred bytes. */
-const MAX_ERROR_BODY_BYTES = 64 * 1024;
+export const MAX_ERROR_BODY_BYTES = 64 * 1024;
 
 /**
  * At most `max` bytes of a body as text, the rest cancelled unread: a proxy's error page streamed
  * without end (or a gigabyte of it) is not held in memory.
  */
-async function textUpTo(res: Response, max: number): Promise<string> {
+export async function textUpTo(res: Response, max: number): Promise<string> {
   if (!res.body) return "";
   const reader = res.body.getReader();
   const chunks: Uint8Array[] = [];
