@@ -87,6 +87,11 @@ export class LedgerStore {
   private cache?: LedgerState | null;
   private refreshMemo?: RefreshState | null;
   private healthSentMemo?: HealthSent | null;
+  /**
+   * The projection's mark as storage holds it: read by every heartbeat (is last_seen due?), written
+   * only when D1 took a projection. Undefined: not read since the last write (or the ledger woke).
+   */
+  private projectedMemo?: ProjectedMark | null;
   /** open() checked (and upgraded) the format: load() need not read it again. */
   private formatKnown = false;
 
@@ -245,12 +250,22 @@ export class LedgerStore {
     else this.kv.delete(KEY.rolloutMarks);
   }
 
+  /**
+   * Read from storage once after each write, then from memory: a heartbeat asks on every report.
+   * Inside a transaction it is read from storage and not remembered, so a rollback leaves no
+   * memory of what it undid.
+   */
   projected(): ProjectedMark | undefined {
-    return this.kv.get<ProjectedMark>(KEY.projected);
+    if (this.commitHooks) return this.kv.get<ProjectedMark>(KEY.projected);
+    if (this.projectedMemo === undefined) this.projectedMemo = this.kv.get<ProjectedMark>(KEY.projected) ?? null;
+    return this.projectedMemo ?? undefined;
   }
 
   setProjected(mark: ProjectedMark) {
     this.kv.put(KEY.projected, mark);
+    // Forgotten, not replaced: the next read outside a transaction takes what storage holds, this
+    // mark once its write committed, the old one if a transaction around it rolled back.
+    this.projectedMemo = undefined;
   }
 
   /** A coordinator release an old release left under its own key, removed as it is read. */
