@@ -29,6 +29,25 @@ async function reportingServer() {
   return { s, stub: env.LEDGER.get(env.LEDGER.idFromName(s.id)) };
 }
 
+describe("a heartbeat's answer, computed once per report content", () => {
+  it("answers a heartbeat after a new desired config with the new config's status, not the memory's", async () => {
+    const { s } = await reportingServer();
+    const beat = () => call("PUT", "/v1/agent/inventory", { token: s.token, body: report(2, agents) });
+    expect((await beat()).json).toMatchObject({ status: "realized", desired_generation: 2 });
+    expect((await beat()).json).toMatchObject({ status: "realized", desired_generation: 2 });
+    const next = [{ name: "compute", image: "compute:2", version: "2" }];
+    expect((await call("PUT", `/v1/servers/${s.id}/desired`, { body: { generation: 3, agents: next } })).status).toBe(
+      200,
+    );
+    const after = (await beat()).json;
+    expect(after).toMatchObject({ desired_generation: 3 });
+    expect(after.status).not.toBe("realized");
+    expect(after.agents).toEqual([
+      expect.objectContaining({ name: "compute", status: expect.not.stringMatching(/^realized$/) }),
+    ]);
+  });
+});
+
 describe("the projection mark a heartbeat reads", () => {
   it("sees the mark written after it was read: the next heartbeat refreshes last_seen once the lease passed", async () => {
     const { s, stub } = await reportingServer();

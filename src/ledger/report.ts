@@ -16,7 +16,6 @@ import { sendHealth, serverHealthEventOf } from "../fleetlock/ledger-side";
 import type { InventoryReport, ReportAccepted, StoredReport } from "../model/server/schemas";
 import { computeStatus, type ComputedStatus } from "../model/server/status";
 import { contentKey } from "../domain/report-content";
-import { reportTag } from "./store";
 
 export type ReportAnswer = { ok: true; generation: number; computed: ComputedStatus; tag: string } | Failure;
 
@@ -122,8 +121,13 @@ export function acceptReport(
     });
     enqueued = true;
   }
-  const computed = computeStatus(desired, stored, now, record.stale_after_s * 1000);
-  return { answer: { ok: true, generation: desired.generation, computed, tag: reportTag(key) }, enqueued, heartbeat };
+  const status = () => computeStatus(desired, stored, now, record.stale_after_s * 1000);
+  const computed = heartbeat ? d.store.heartbeatStatus(key, desired, status) : status();
+  return {
+    answer: { ok: true, generation: desired.generation, computed, tag: d.store.tagOf(key) },
+    enqueued,
+    heartbeat,
+  };
 }
 
 /**
@@ -143,7 +147,7 @@ export function pollHeartbeat(
   if (!record) return fail("unauthorized", "invalid server token");
   if (tag === undefined) return { ok: true, enqueued: false };
   const { report: stored, reportKey } = d.store.load()!;
-  if (!stored || reportKey === undefined || reportTag(reportKey) !== tag) {
+  if (!stored || reportKey === undefined || d.store.tagOf(reportKey) !== tag) {
     return fail("report_tag_unknown", "X-Report-Tag names no report this server holds: PUT /v1/agent/inventory first");
   }
   const { received_at: _, ...report } = stored;

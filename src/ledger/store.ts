@@ -13,6 +13,7 @@ import type { ServerRecord, DesiredState } from "../model/server/record";
 import { contentKey } from "../domain/report-content";
 import type { StoredReport } from "../model/server/schemas";
 import type { HealthSent } from "../fleetlock/ledger-side";
+import type { ComputedStatus } from "../model/server/status";
 import { FORMAT_KEY, LEDGER_FORMAT, upgradeLedgerStorage, type FormatUpgrade } from "./storage-format";
 
 const KEY = {
@@ -92,6 +93,8 @@ export class LedgerStore {
    * only when D1 took a projection. Undefined: not read since the last write (or the ledger woke).
    */
   private projectedMemo?: ProjectedMark | null;
+  /** The stored report's tag and, for its desired config, the status a fresh heartbeat of it has. */
+  private answerMemo?: { key: string; tag: string; desired?: DesiredState; computed?: ComputedStatus };
   /** open() checked (and upgraded) the format: load() need not read it again. */
   private formatKnown = false;
 
@@ -199,6 +202,24 @@ export class LedgerStore {
         received_at: newest.at,
         reconciled_at: newest.reconciled_at ?? report.reconciled_at,
       });
+  }
+
+  /** reportTag(key), computed once per report content (every heartbeat answers with it). */
+  tagOf(key: string): string {
+    if (this.answerMemo?.key !== key) this.answerMemo = { key, tag: reportTag(key) };
+    return this.answerMemo.tag;
+  }
+
+  /**
+   * The status of a heartbeat, received now, of the report whose content is `key` against
+   * `desired`: a pure function of the two (a report received now is not stale), so computed once
+   * per content and desired config. `desired` is compared by identity: every write of it is a new
+   * object (save), so a new desired config is never answered with the old one's status.
+   */
+  heartbeatStatus(key: string, desired: DesiredState, compute: () => ComputedStatus): ComputedStatus {
+    const memo = this.answerMemo?.key === key ? this.answerMemo : (this.answerMemo = { key, tag: reportTag(key) });
+    if (memo.desired !== desired || !memo.computed) Object.assign(memo, { desired, computed: compute() });
+    return memo.computed!;
   }
 
   /** Stores a heartbeat held only in memory (before the index is told of it). */
