@@ -32,6 +32,29 @@ export const reportAccepted = (
 });
 
 /**
+ * An accepted report's answer as the JSON text PUT /v1/agent/inventory sends: what the ledger
+ * hands the Worker, so the answer crosses the object call as one string (a copy of its bytes)
+ * rather than a structured clone of nested objects that the Worker would then serialize again.
+ * A heartbeat's status is the same object while its content and the desired config are
+ * (LedgerStore.heartbeatStatus), so its text is kept beside it, checked against every other input.
+ */
+export function reportAcceptedText(
+  serverId: string,
+  answer: { generation: number; computed: ComputedStatus; tag: string },
+): string {
+  const kept = acceptedTexts.get(answer.computed);
+  if (kept && kept.serverId === serverId && kept.generation === answer.generation && kept.tag === answer.tag)
+    return kept.text;
+  const text = JSON.stringify(reportAccepted(serverId, answer));
+  acceptedTexts.set(answer.computed, { serverId, generation: answer.generation, tag: answer.tag, text });
+  return text;
+}
+const acceptedTexts = new WeakMap<
+  ComputedStatus,
+  { serverId: string; generation: number; tag: string; text: string }
+>();
+
+/**
  * Takes the report of the host holding `record`'s token. `enqueued`: something left for the
  * outbox, to be delivered after the answer; `heartbeat`: the report was kept in memory only (its
  * content is the stored one's). `keepsHeartbeat`: the caller keeps the heartbeat where it outlives
