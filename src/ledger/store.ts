@@ -72,7 +72,7 @@ export interface LedgerState {
  * pollHeartbeat). Two 32-bit FNV-1a lanes: a name, not a secret, so a fast hash that runs
  * synchronously in the ledger's turn is enough.
  */
-export function reportTag(key: string) {
+function reportTag(key: string) {
   let a = 0x811c9dc5;
   let b = 0x01000193 ^ key.length;
   for (let i = 0; i < key.length; i++) {
