@@ -123,8 +123,9 @@ export interface DirectBench {
   admin: string;
   client: Client;
   clientFor(token: string | null): Client;
-  /** Filled by measureFloors(): the fixture's floors, served direct. */
+  /** Filled by measureFloors(): the fixture's floors, served direct, in req/s and in runtime CPU ms a request. */
   floors: Floors;
+  floorCpuMs: Record<keyof Floors, number | null>;
   /** The direct ceiling (`/healthz`) and the direct fixture's floors, measured now. */
   measureFloors(): Promise<void>;
   /** A load after a second of the same (its warm-up), read against the direct ceiling and floors. */
@@ -296,6 +297,7 @@ async function main() {
         startDirectFloor({ stateParent: state.dir }).then((s) => (directServers.push(s), s)),
       ]);
       const own: Floors = { empty: 0, read: 0, write: 0, body: 0 };
+      const ownCpu: Record<keyof Floors, number | null> = { empty: null, read: null, write: null, body: null };
       let ceilingDirect = 0;
       return {
         base: app.url,
@@ -303,6 +305,7 @@ async function main() {
         client: createClient(app.url, app.admin),
         clientFor: (token) => createClient(app.url, token),
         floors: own,
+        floorCpuMs: ownCpu,
         async measureFloors() {
           await load(app.url, { durationSec: 2, requests: emptyRequest });
           const c = await loadOn(app.cpuMs, app.url, { requests: emptyRequest });
@@ -312,6 +315,7 @@ async function main() {
           for (const [key, request, label] of FLOOR_LOADS) {
             const s = await loadOn(fixture.cpuMs, fixture.url, { requests: [request] });
             own[key] = s.rps;
+            ownCpu[key] = s.cpu_ms;
             rows.push({ label: `direct: ${label}`, ...s, ratio: s.rps / ceilingDirect, floors: own });
           }
         },

@@ -108,6 +108,16 @@ export async function run(ctx: BenchContext) {
     ">=",
     1,
   );
+  // The same comparison in runtime CPU a request (the floor's over the report's), which a busy
+  // machine moves less than req/s: the figure to compare code by between runs.
+  const floorCpu = direct.floorCpuMs.body;
+  if (floorCpu !== null && directRow.cpu_ms)
+    ctx.goal(
+      "unchanged report direct, runtime CPU of the write of a report's body ÷ the report's (direct)",
+      floorCpu / directRow.cpu_ms,
+      ">=",
+      1,
+    );
 
   // Each server alternates between two reports that the index shows differently (one agent
   // running, then stopped), so every report is a real change and costs a projection.
