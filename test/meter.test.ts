@@ -275,7 +275,7 @@ describe("cost meter", () => {
     expect(steady.d1.rows_written + steady.storage.rows_written).toBe(0);
     await runInDurableObject(ledger(s.id), (_i, state) => {
       const mark = state.storage.kv.get<any>("projected");
-      state.storage.kv.put("projected", { ...mark, last_seen_written: mark.last_seen_written - INDEX_LEASE_MS });
+      (_i as any).parts.store.setProjected({ ...mark, last_seen_written: mark.last_seen_written - INDEX_LEASE_MS });
     });
     await pause(5);
     resetMeter();
