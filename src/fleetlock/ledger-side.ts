@@ -33,7 +33,7 @@ import { computeStatus } from "../model/server/status";
 import type { Effect } from "../objects/kit/outbox";
 import type { Db } from "../db/client";
 import { fleets } from "../db/schema";
-import { eq } from "drizzle-orm";
+import { eq, sql } from "drizzle-orm";
 import { coordinatorOf } from "../objects/stubs";
 import { healthClass } from "./gates";
 
@@ -237,6 +237,14 @@ export class DriftWatch {
 /** The read of the fleet's watch, for the projection's batch (./health-watch.ts writes it). */
 export const driftWatchRead = (db: Db, fleetId: string) =>
   db.select({ watch: fleets.healthWatch }).from(fleets).where(eq(fleets.id, fleetId));
+
+/**
+ * The same read as columns a statement on the server's row returns (RETURNING): the projection's
+ * batch carries it on the server row's write when it has one, a statement less than the read.
+ */
+export const driftWatchReturning = (fleetId: string) => ({
+  watch: sql<number | null>`(SELECT ${fleets.healthWatch} FROM ${fleets} WHERE ${fleets.id} = ${fleetId})`,
+});
 
 /** The read's answer: watched unless D1 says 0 (a deleted fleet's ledger sends, and is refused as before). */
 export const watchedIn = (rows: unknown) => !(Array.isArray(rows) && rows.length === 1 && rows[0]?.watch === 0);
