@@ -183,7 +183,7 @@ describe("cost meter", () => {
     expect(storageOf()).toMatchObject({ rows_written: 0 });
   });
 
-  it("writes 9 to 13 of a ledger's storage rows for a changed report: its own, its effects' one or two each and their deletes, a timer and alarm only after a quiet spell", async () => {
+  it("writes 9 to 13 of a ledger's storage rows and 2 D1 statements for a changed report: its own, its effects' one or two each and their deletes, a timer and alarm only after a quiet spell", async () => {
     const fleet = await createFleet();
     const s = await registerServer(fleet.id);
     const stub = ledger(s.id);
@@ -219,8 +219,10 @@ describe("cost meter", () => {
         stub.id.toString()
       ];
       await pause(600);
+      statements.push(reading.d1.statements);
       return reading.storage.rows_written;
     };
+    const statements: number[] = [];
     // Drifted: the report 1; the projection's effect 2 (its row and its key) and the health event's
     // 1; after D1 took the projection its mark 1 and the console notice 2 (its row and its key);
     // the three rows deleted 3; the outbox timer 1 and the alarm 1, both set anew after the alarm
@@ -233,6 +235,10 @@ describe("cost meter", () => {
     expect(await rowsWritten(2)).toBe(9);
     expect(await rowsWritten(3)).toBe(11);
     expect(await rowsWritten(4)).toBe(9);
+    // D1: the server row (its status) and the instance row that moved, one batch; a drifting
+    // report's read of the fleet's watch rides on the server row's write (RETURNING), not as a
+    // third statement.
+    expect(statements).toEqual([2, 2, 2, 2]);
   });
 
   it("counts each setAlarm as a storage row written: the quiet watch re-arming when its timer finds a newer report", async () => {
