@@ -45,16 +45,39 @@ export class RolloutStore {
     if (from !== ROLLOUT_FORMAT) upgradeRolloutStorage(this.storage, from);
   }
 
-  /** One synchronous storage turn: all of it commits, or none. */
+  /**
+   * One synchronous storage turn: all of it commits, or none. The core is stored once, at the
+   * end of the outermost turn, however many changes moved it (a target's end and the next one's
+   * start are one turn): each put is a row written.
+   */
   transaction<T>(fn: () => T): T {
+    this.depth++;
     try {
-      return this.storage.transactionSync(fn);
+      return this.storage.transactionSync(() => {
+        const out = fn();
+        if (this.depth === 1) this.storeCore();
+        return out;
+      });
     } catch (err) {
       // Undone: what the turn's writers kept in memory beside their rows is read again.
       this.samples.forget();
       this.targets.forget();
+      this.cache = null;
+      this.coreUnstored = false;
       throw err;
+    } finally {
+      this.depth--;
     }
+  }
+  /** Transactions open (nested ones run inside the outermost). */
+  private depth = 0;
+  /** The core in memory moved and is stored when the outermost transaction ends. */
+  private coreUnstored = false;
+
+  private storeCore() {
+    if (!this.coreUnstored) return;
+    this.coreUnstored = false;
+    this.kv.put("core", this.cache!.core);
   }
 
   // ---- spec and core ----
@@ -106,10 +129,14 @@ export class RolloutStore {
     for (const [key] of this.kv.list({ prefix: `blocked:${pass}:` })) this.kv.delete(key);
   }
 
-  /** Stores the core and tells the long polls waiting for it to move. */
+  /**
+   * Stores the core (inside a transaction: when it ends) and tells the long polls waiting for it
+   * to move (they read it after the turn).
+   */
   putCore(core: Core) {
-    this.kv.put("core", core);
     this.cache!.core = core;
+    this.coreUnstored = true;
+    if (this.depth === 0) this.storeCore();
     this.onCoreMoved();
   }
 
