@@ -129,5 +129,12 @@ describe("the rollout's target rows in D1", () => {
     expect(rows.results.filter((r) => r.state === "applying")).toHaveLength(5);
     expect(rows.results.filter((r) => r.state === "queued")).toHaveLength(n - 5);
     expect(rows.results.every((r) => r.reason === null && r.ended_at === null)).toBe(true);
+    // They went in seq order from a cursor, not as marks on each target: none is left marked,
+    // and the cursor is gone once the index took them all.
+    const left = await runInDurableObject(rolloutStub(id), (_i, state) => ({
+      marked: state.storage.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM targets WHERE dirty > 0").one().n,
+      cursor: state.storage.kv.get("index_from") ?? null,
+    }));
+    expect(left).toEqual({ marked: 0, cursor: null });
   });
 });

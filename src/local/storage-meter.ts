@@ -26,7 +26,7 @@ export interface StorageRows {
   byStatement: Map<string, StatementRows>;
 }
 
-export interface StatementRows {
+interface StatementRows {
   calls: number;
   rowsRead: number;
   rowsWritten: number;

@@ -48,6 +48,8 @@ export function rolloutEffects(env: () => Env, parts: () => RolloutParts): Recor
   const db = () => getDb(env().DB);
   /** The target changes of the projection under way, marked taken once D1 committed them. */
   let inFlight: Pick<DirtyTarget, "pass" | "server_id" | "dirty">[] = [];
+  /** Where the first pass's rows not yet in the index start once it committed (undefined: none went). */
+  let createdThrough: number | null | undefined;
   let settingsMemo: { at: number; value: FleetSettings } | null = null;
 
   /** The fleet's settings the coordinator needs, read from D1 at most every SETTINGS_TTL_MS. */
@@ -74,11 +76,22 @@ export function rolloutEffects(env: () => Env, parts: () => RolloutParts): Recor
         if (!state) return [];
         const rows = p.store.targets.dirty(PROJECT_ROWS);
         inFlight = rows.map((r) => ({ pass: r.pass, server_id: r.server_id, dirty: r.dirty }));
+        // The first pass's rows the index has not taken, in seq order, fill the rest of the batch
+        // (a target also changed since goes once, with its mark).
+        const from = p.store.indexFrom();
+        createdThrough = undefined;
+        if (from !== null && rows.length < PROJECT_ROWS) {
+          const created = p.store.targets.fromSeq(from, PROJECT_ROWS - rows.length);
+          const marked = new Set(rows.map((r) => `${r.pass}:${r.server_id}`));
+          rows.push(...created.filter((r) => !marked.has(`${r.pass}:${r.server_id}`)));
+          createdThrough = created.length < PROJECT_ROWS - inFlight.length ? null : created.at(-1)!.seq + 1;
+        }
         return projection(db(), state.spec, state.core, rows, p.clock());
       },
       delivered: () => {
         const p = parts();
         p.store.targets.projected(inFlight);
+        if (createdThrough !== undefined) p.store.setIndexFrom(createdThrough);
         // The index shows the rollout as it is now: open console pages re-read it.
         const spec = p.store.load()?.spec;
         if (spec)
@@ -87,8 +100,9 @@ export function rolloutEffects(env: () => Env, parts: () => RolloutParts): Recor
             { fleet: spec.fleet, kind: "rollout", ids: [spec.id], from: `rollout:${spec.id}` } satisfies NoticeInput,
             { key: "feed" },
           );
-        const more = inFlight.length === PROJECT_ROWS;
+        const more = inFlight.length === PROJECT_ROWS || (createdThrough !== undefined && createdThrough !== null);
         inFlight = [];
+        createdThrough = undefined;
         if (more) project(p);
       },
     },

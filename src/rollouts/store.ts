@@ -97,6 +97,7 @@ export class RolloutStore {
   create(spec: RolloutSpec, core: Core, targets: NewTarget[], plan: Plan | null = null) {
     this.ensureFormat();
     this.targets.insertFirstPass(spec.image, spec.version, targets);
+    if (targets.length) this.setIndexFrom(0);
     if (plan) {
       this.kv.put("plan", plan);
       this.kv.put("phase", { phase: 0, started_at: null, until: null, seq: 0, failures: [] } satisfies PhaseState);
@@ -201,6 +202,19 @@ export class RolloutStore {
   }
 
   // ---- what the effects read ----
+
+  /**
+   * The first seq of the first pass the index has not taken yet; null once it took them all, or
+   * for a rollout stored by older code (its targets were each marked dirty instead).
+   */
+  indexFrom(): number | null {
+    return this.kv.get<number>("index_from") ?? null;
+  }
+
+  setIndexFrom(seq: number | null) {
+    if (seq === null) this.kv.delete("index_from");
+    else this.kv.put("index_from", seq);
+  }
 
   /** Whether this rollout has let its (fleet, agent) go. */
   unlocked(): boolean {

@@ -54,13 +54,17 @@ export class TargetRows {
     this.firstHostnames = null;
   }
 
-  /** The first pass, `seq` in the order given. */
+  /**
+   * The first pass, `seq` in the order given. Not marked for the index (`dirty` 0): the index
+   * takes the first pass in seq order (`fromSeq`, the store's `indexFrom`), which saves each
+   * target its mark's index entry and the write that clears it.
+   */
   insertFirstPass(image: string, version: string, targets: NewTarget[]) {
     this.firstHostnames = null;
     targets.forEach((t, i) => {
       this.sql.exec(
-        `INSERT INTO targets (pass, server_id, seq, hostname, reboot_group, state, image, version, ended_at, reason, phase)
-         VALUES (0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+        `INSERT INTO targets (pass, server_id, seq, hostname, reboot_group, state, image, version, ended_at, reason, phase, dirty)
+         VALUES (0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0)`,
         t.server_id,
         i,
         t.hostname,
@@ -353,6 +357,14 @@ export class TargetRows {
   }
 
   // ---- the index ----
+
+  /** First-pass targets from `seq` on, in order, at most `limit` (through targets_seq). */
+  fromSeq(seq: number, limit: number): DirtyTarget[] {
+    return this.sql
+      .exec<Row>(`SELECT ${COLS}, dirty FROM targets WHERE pass = 0 AND seq >= ? ORDER BY seq LIMIT ?`, seq, limit)
+      .toArray()
+      .map((r) => ({ ...toTarget(r), dirty: r.dirty }));
+  }
 
   /** Target changes the index has not taken, at most `limit`. */
   dirty(limit: number): DirtyTarget[] {
