@@ -120,10 +120,11 @@ export class ServerLedger extends DurableObject<Env> {
     return r;
   }
 
-  async revokeToken(actor: string): Promise<boolean> {
-    const found = operator.revokeToken(this.parts, actor);
-    if (found) await this.#settle();
-    return found;
+  /** The revocation's time as the ledger recorded it (null: by older code, no time kept); null with no server. */
+  async revokeToken(actor: string): Promise<{ revoked_at: number | null } | null> {
+    const revoked = operator.revokeToken(this.parts, actor);
+    if (revoked) await this.#settle();
+    return revoked;
   }
 
   async setRebootIdentity(
@@ -236,7 +237,8 @@ export class ServerLedger extends DurableObject<Env> {
 
   /** A WebSocket upgrade from the Worker; other answers are domain results as JSON. */
   async fetch(request: Request): Promise<Response> {
-    const { response, enqueued } = this.sockets.open(request);
+    const { response, enqueued, trim } = this.sockets.open(request);
+    if (trim) await this.parts.scheduler.trim();
     if (enqueued) await this.#settleInBackground();
     return response;
   }
