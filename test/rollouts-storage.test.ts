@@ -98,7 +98,8 @@ describe("rollout storage format", () => {
     expect((await getRollout(r.id)).state).toBe("succeeded");
     const events = (await call("GET", `/v1/rollouts/${r.id}/events?limit=100`)).json.items as { id: number }[];
     expect(events.filter((e) => e.id > lastId).length).toBeGreaterThan(0);
-    expect(events.map((e) => e.id)).toEqual([...events.map((e) => e.id)].sort((a, b) => a - b));
+    const ids = events.map((e) => e.id);
+    expect(ids.every((id, i) => i === 0 || id > ids[i - 1])).toBe(true);
   });
 
   it("refuses storage in a format newer than the code, leaving it as it is", async () => {
