@@ -14,7 +14,7 @@ import { applyPlan, type PlanOutcome } from "./planning";
 import { authorized, pollAnswer, type PollAnswer } from "./poll";
 import type { ServerRecord } from "../model/server/record";
 import { requestRefresh } from "./refresh";
-import { acceptReport, pollHeartbeat, type ReportAnswer } from "./report";
+import { acceptReport, pollHeartbeat, reportAcceptedText } from "./report";
 import { applyRolloutImage } from "./rollout-marks";
 import { PING, PONG } from "../model/server/channel-messages";
 import type { LedgerSockets } from "./sockets";
@@ -225,12 +225,18 @@ export class ServerLedger extends DurableObject<Env> {
     return pollAnswer(this.parts.store, tokenHash, known);
   }
 
-  async agentReport(tokenHash: string, report: InventoryReport): Promise<ReportAnswer> {
+  /**
+   * `report`: the InventoryReport the Worker validated, as JSON text, and the answer is the
+   * ReportAccepted body as JSON text: over the object call a string is one copy of its bytes,
+   * where a structured clone walks every nested object (twice, with the answer's re-serialization
+   * in the Worker) — the largest piece of an unchanged report's JavaScript after the runtime's own.
+   */
+  async agentReport(tokenHash: string, report: string): Promise<{ ok: true; accepted: string } | Failure> {
     const record = authorized(this.parts.store, tokenHash);
     if (!record) return fail("unauthorized", "invalid server token");
-    const { answer, enqueued } = acceptReport(this.parts, record, report);
+    const { answer, enqueued } = acceptReport(this.parts, record, JSON.parse(report) as InventoryReport);
     if (enqueued) await this.#settleInBackground();
-    return answer;
+    return answer.ok ? { ok: true, accepted: reportAcceptedText(record.id, answer) } : answer;
   }
 
   // ---- sockets (./sockets.ts): the host channel and the Worker's waiters, all hibernatable ----
