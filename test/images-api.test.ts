@@ -271,6 +271,35 @@ describe("uploading an image's bytes", () => {
     expect([again.status, withoutRequestId(again.json)]).toEqual([422, withoutRequestId(first.json)]);
   });
 
+  it("answers a retried completion with the refusal an older release recorded without the registered size", async () => {
+    const reg = await register({
+      name: imageName(),
+      version: "1",
+      kind: "tarball",
+      digest: await digestOf(bytesOf(3000, 11)),
+      size: 3000,
+    });
+    expect((await putPart(reg.json.id, 1, bytesOf(3000, 11))).status).toBe(200);
+    const row = (await env.DB.prepare("SELECT upload_id FROM images WHERE id = ?")
+      .bind(reg.json.id)
+      .first<{ upload_id: string }>())!;
+    const upload = env.IMAGES.resumeMultipartUpload(`images/${reg.json.id}`, row.upload_id);
+    const short = await upload.uploadPart(1, bytesOf(1000, 11));
+    await env.DB.prepare("UPDATE image_parts SET etag = ? WHERE image_id = ?").bind(short.etag, reg.json.id).run();
+    const first = await call("POST", `/v1/images/${reg.json.id}/complete`);
+    expect(first.status).toBe(422);
+    // The audit row as code older than `registered_size` wrote it.
+    await env.DB.prepare(
+      "UPDATE audit_log SET details = json_remove(details, '$.registered_size') WHERE target = ? AND action = 'image.upload_refused'",
+    )
+      .bind(`image:${reg.json.id}`)
+      .run();
+    const again = await call("POST", `/v1/images/${reg.json.id}/complete`);
+    expect([again.status, again.json.error.code]).toEqual([422, "digest_mismatch"]);
+    expect(again.json.error.details).toEqual(first.json.error.details);
+    expect(again.json.error.message).toBe("the uploaded bytes are 1000, not the registered size; nothing was kept");
+  });
+
   it("does not record a part whose body is shorter or longer than its size, or not sent as octet-stream", async () => {
     const bytes = bytesOf(2048, 5);
     const reg = await register({

@@ -130,6 +130,7 @@ export const UploadRefusal = z.object({
   expected: z.string(),
   actual: z.string().nullable(),
   size: z.number().nullable(),
-  registered_size: z.number(),
+  // Absent from refusals recorded by older code: those are still answered, without the figure.
+  registered_size: z.number().optional(),
 });
 export type UploadRefusal = z.infer<typeof UploadRefusal>;

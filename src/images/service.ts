@@ -38,7 +38,7 @@ const digestMismatch = (r: UploadRefusal) =>
   new DomainError(
     "digest_mismatch",
     r.actual === null
-      ? `the uploaded bytes are ${r.size ?? 0}, not the ${r.registered_size} registered; nothing was kept`
+      ? `the uploaded bytes are ${r.size ?? 0}, not the ${r.registered_size === undefined ? "registered size" : `${r.registered_size} registered`}; nothing was kept`
       : `the uploaded bytes hash to ${r.actual}, not the registered ${r.expected}; nothing was kept`,
     { expected: r.expected, actual: r.actual },
   );
