@@ -5,8 +5,10 @@
  * state directory (`run.json`: this boot, when the run started, how many runs in a row crashed)
  * and removes it when it ends as it should; a start that finds one the same boot left knows the
  * last run crashed (a kill -9, the OOM killer, an uncaught error) and waits before it connects,
- * twice as long for each crash in a row, up to a cap. A run that stayed up `stable_s` before it
- * crashed starts the count over; a marker from another boot is a power cut, not a crash.
+ * twice as long for each crash in a row, up to a cap. A run that stayed up `stable_s` after its
+ * wait before it crashed starts the count over (counted from the start instead, a cap at or over
+ * `stable_s` would make every run that crashed at once after its wait look stable, and the wait
+ * would never grow past it); a marker from another boot is a power cut, not a crash.
  */
 import type { Logger } from "./log.ts";
 import type { StateDir } from "./state.ts";
@@ -24,7 +26,10 @@ export interface CrashBackoffPolicy {
 
 interface RunMarker {
   boot_id: string;
-  /** When the run started (ms since the epoch). */
+  /**
+   * When the run's up-time starts (ms since the epoch): the end of its wait, not the process's
+   * start. The name is kept so a marker an older release left is still read.
+   */
   started_at: number;
   /** How many runs in a row before this one crashed. */
   crashes: number;
@@ -45,7 +50,8 @@ export function crashesBefore(previous: unknown, bootId: string, policy: CrashBa
   if (!isMarker(previous)) return 1;
   if (previous.boot_id !== bootId) return 0;
   const upMs = now - previous.started_at;
-  // A clock set back makes the run's age negative: counted as a quick crash, never as stable.
+  // A run killed during its wait, or a clock set back, makes the up-time negative: counted as a
+  // quick crash, never as stable.
   return upMs >= 0 && upMs >= policy.stable_s * 1000 ? 1 : previous.crashes + 1;
 }
 
@@ -80,14 +86,15 @@ export function startRun(
     previous = "unreadable";
   }
   const crashes = crashesBefore(previous, bootId, policy, now);
+  const delayMs = crashDelayMs(crashes, policy, random);
   try {
-    state.write(RUN_MARKER, { boot_id: bootId, started_at: now, crashes } satisfies RunMarker);
+    state.write(RUN_MARKER, { boot_id: bootId, started_at: now + delayMs, crashes } satisfies RunMarker);
   } catch (err) {
     log.warn(`${RUN_MARKER} could not be written; a crash of this run will not be backed off from`, {
       error: err instanceof Error ? err.message : String(err),
     });
   }
-  return { crashes, delayMs: crashDelayMs(crashes, policy, random) };
+  return { crashes, delayMs };
 }
 
 /** At the end of a run that ended as it should (stopped, an order done, a refusal, a new build). */

@@ -9,7 +9,9 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { existsSync, mkdirSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { afterAll, afterEach, describe, expect, it } from "vitest";
-import { crashDelayMs, crashesBefore } from "../cli/crash-backoff.ts";
+import { crashDelayMs, crashesBefore, startRun } from "../cli/crash-backoff.ts";
+import { createLogger } from "../cli/log.ts";
+import { StateDir } from "../cli/state.ts";
 import { json, scriptedServer, tempHost } from "./cli-helpers.ts";
 
 const repoRoot = resolve(import.meta.dirname, "../..");
@@ -182,6 +184,29 @@ describe("the crash count", () => {
   it("takes a marker it cannot read for one crash", () => {
     expect(crashesBefore("unreadable", "b", policy, 0)).toBe(1);
     expect(crashesBefore({ boot_id: "b", started_at: "x", crashes: 1 }, "b", policy, 0)).toBe(1);
+  });
+
+  it("counts a run's up-time from the end of its wait, so a cap longer than stable_s still grows", () => {
+    const state = new StateDir(tempHost().stateDir);
+    state.ensure();
+    const log = createLogger({ write: () => {} });
+    const long = { base_s: 400, cap_s: 900, stable_s: 600 };
+    let now = 1_000_000;
+    const starts = [startRun(state, "b", long, log, now, () => 1)];
+    // Each run crashes 30 s after it connects, that is 30 s after its wait.
+    for (let i = 0; i < 3; i++) {
+      now += starts.at(-1)!.delayMs + 30_000;
+      starts.push(startRun(state, "b", long, log, now, () => 1));
+    }
+    expect(starts.map((s) => [s.crashes, s.delayMs])).toEqual([
+      [0, 0],
+      [1, 400_000],
+      [2, 800_000],
+      [3, 900_000],
+    ]);
+    // A run up stable_s after its wait starts the count over.
+    now += starts.at(-1)!.delayMs + 600_000;
+    expect(startRun(state, "b", long, log, now, () => 1).crashes).toBe(1);
   });
 
   it("waits none after none, then doubles from the base to the cap, jittered in its second half", () => {
