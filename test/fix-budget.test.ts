@@ -601,6 +601,23 @@ describe("an operator and the bound free a fix's unit its server never realized"
     expect(await down(f.fleet)).toEqual({});
   });
 
+  it("sets the alarm again on a wake that finds a written hold's timer with none (the object died before setting it)", async () => {
+    const { f, drifted } = await writtenHold();
+    // The timer row committed, the alarm never set: the object died between the two.
+    await runInDurableObject(coordinator(f.fleet), (_i, state) => state.storage.deleteAlarm());
+    await evictDurableObject(coordinator(f.fleet));
+    // A read-only call wakes it.
+    expect((await call("GET", `/v1/fleets/${f.fleet}/fix-holds`)).json.items).toHaveLength(1);
+    const seen = await runInDurableObject(coordinator(f.fleet), async (_i, state) => ({
+      alarm: await state.storage.getAlarm(),
+      timer: state.storage.sql
+        .exec<{ due_at: number }>("SELECT due_at FROM _timers WHERE name = ?", `fixhold:${drifted.id}`)
+        .one().due_at,
+    }));
+    expect(seen.alarm).not.toBeNull();
+    expect(seen.alarm!).toBeLessThanOrEqual(seen.timer);
+  });
+
   it("bounds a written hold stored by older code (no known_at, no timer) from when the coordinator first sees it", async () => {
     const { f, rebooting, drifted } = await writtenHold();
     const key = `dhold:fix:${drifted.id}`;

@@ -216,14 +216,18 @@ function keepKnown(c: CoordinatorParts, serverId: string, next: DisruptionHold) 
  * start is stored with the hold, so a later wake does not move it.
  */
 export function boundOlderFixHolds(c: CoordinatorParts) {
-  let set = false;
+  let known = false;
   for (const h of c.disruption.holds().values()) {
-    if (h.rollout_id !== FIX_ACTOR || pending(h) || h.known_at !== undefined) continue;
-    keepKnown(c, h.server_id, { ...h, until: null, known_at: c.scheduler.now() });
-    set = true;
+    if (h.rollout_id !== FIX_ACTOR || pending(h)) continue;
+    known = true;
+    if (h.known_at === undefined) keepKnown(c, h.server_id, { ...h, until: null, known_at: c.scheduler.now() });
   }
-  // Called from whatever read the holds first, which may arm nothing itself.
-  if (set) void c.scheduler.arm().catch(() => undefined);
+  // Called from whatever read the holds first, which may arm nothing itself, and once per wake:
+  // the alarm is set after the timer's row commits, so an object that died between the two (here
+  // or in the timer's own settle) left a timer with no alarm, and only a wake that arms again
+  // brings it back. Only while a known hold is kept, whose timer is the one at stake; an alarm
+  // already set costs no write.
+  if (known) void c.scheduler.arm().catch(() => undefined);
 }
 
 /**
