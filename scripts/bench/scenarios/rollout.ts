@@ -2,7 +2,9 @@
 // that reconcile instantly (an in-bench stand-in speaking the host API: fetch the desired config,
 // report it realized). Reports control-plane time per target and D1 statements per target, as
 // ratios to the empty request measured at the start of the same run.
+import { readFileSync } from "node:fs";
 import http from "node:http";
+import { procStats } from "../proc.ts";
 import type { BenchContext } from "../run.ts";
 
 const SIZES = (process.env.BENCH_ROLLOUT_SIZES ?? "1000,10000").split(",").map(Number);
@@ -57,6 +59,33 @@ function hostRequest(
     req.on("error", reject);
     req.end(body);
   });
+}
+
+/**
+ * CPU (ms, from /proc) of the processes a target's work runs in, apart: `wrangler dev` serves the
+ * worker through a proxy worker in a second workerd (local tooling, absent from a deployment),
+ * whose entry socket is the bench's base URL; the runtime is the other workerd its wrangler
+ * started. Null without /proc or when the processes cannot be told apart.
+ */
+function processCpu(base: string): { proxy: number; runtime: number; driver: number } | null {
+  const stats = procStats();
+  if (!stats) return null;
+  const port = new URL(base).port;
+  const cmdline = (pid: number) => {
+    try {
+      return readFileSync(`/proc/${pid}/cmdline`, "utf8");
+    } catch {
+      return "";
+    }
+  };
+  const workerd = [...stats].filter(([, s]) => s.comm.startsWith("workerd"));
+  const proxy = workerd.find(([pid]) => cmdline(pid).includes(`entry=127.0.0.1:${port}\0`));
+  if (!proxy) return null;
+  const runtime = workerd.filter(([pid, s]) => s.ppid === proxy[1].ppid && pid !== proxy[0]);
+  if (runtime.length !== 1) return null;
+  // Clock ticks of 10 ms (CLK_TCK 100 on Linux).
+  const { user, system } = process.cpuUsage();
+  return { proxy: proxy[1].ticks * 10, runtime: runtime[0][1].ticks * 10, driver: (user + system) / 1000 };
 }
 
 async function pool<T>(items: T[], workers: number, fn: (item: T) => Promise<void>) {
@@ -175,6 +204,7 @@ export async function run(ctx: BenchContext) {
     // CPU the runtime (the Worker, every object, the local D1) spends on the rollout: a figure that
     // moves less with the machine's load than the wall time does, and this driver's own beside it.
     const cpuBefore = ctx.serverCpuMs();
+    const splitBefore = processCpu(ctx.base);
     const driverBefore = process.cpuUsage();
     const t0 = Date.now();
     const r = await api("POST", "/v1/rollouts", {
@@ -215,6 +245,13 @@ export async function run(ctx: BenchContext) {
     const maxApplying = maxHosts;
     const elapsed = Date.now() - t0;
     const cpuAfter = ctx.serverCpuMs();
+    const splitAfter = processCpu(ctx.base);
+    if (splitBefore && splitAfter)
+      console.error(
+        `  CPU per target by process: the runtime ${((splitAfter.runtime - splitBefore.runtime) / n).toFixed(2)} ms, ` +
+          `wrangler's proxy ${((splitAfter.proxy - splitBefore.proxy) / n).toFixed(2)} ms, ` +
+          `this bench (driver and stand-in hosts) ${((splitAfter.driver - splitBefore.driver) / n).toFixed(2)} ms`,
+      );
     const driver = process.cpuUsage(driverBefore);
     const runtimeCpu = cpuBefore !== null && cpuAfter !== null ? (cpuAfter - cpuBefore) / n : null;
     const driverCpu = (driver.user + driver.system) / 1000 / n;
