@@ -1,7 +1,9 @@
 /**
  * Many named timers on a Durable Object's single alarm. Timers live in the object's own SQLite
  * storage, so a timer set in the same turn as a state change commits with it; the alarm is always
- * the earliest due timer (or earlier), so arming one timer can never postpone another.
+ * the earliest due timer (or earlier), so arming one timer can never postpone another — except
+ * under a caller's `holdAlarm`, which keeps a set alarm for timers due before it, up to a bound the
+ * caller chose, until its next `trim`.
  */
 
 import { kitTable } from "./tables";
