@@ -326,6 +326,17 @@ export class HostAgent {
       s.due = true;
       throw pass.failure;
     }
+    if (pass.outcome.unknown && (!this.memory.answered || !this.assignmentsRead)) {
+      // Nothing the machine ever said: a report would list no agents and no assignments (which
+      // the server's decommission order reads to allow an uninstall), and the protocol has no
+      // way to say "unknown" (its report is a strict object: a field of that meaning would be
+      // refused by every server deployed before it). The report stays owed; the loop backs off
+      // as from a failed call, and the server's staleness bound says the host is not heard.
+      s.due = true;
+      throw new Error(
+        `nothing reported: the machine never said what it runs and carries (${pass.outcome.cause ?? "no answer"})`,
+      );
+    }
     try {
       return await this.reportPass(s, pass, pass.outcome, send, opts);
     } catch (err) {
@@ -359,10 +370,8 @@ export class HostAgent {
       });
     }
     const report: Report = {
-      // A pass that could not list the machine did not reach its generation: reported under the
-      // one the host last reached (the server holds it pending for the new one, and a rollout's
-      // mark at the new one is not failed by one engine timeout; a hang that lasts meets the
-      // rollout's own deadline), its errors kept (alive, its engine failing).
+      // A pass that could not list the machine did not reach (or confirm) its generation: reported
+      // under an older one (reachedGeneration), its errors kept (alive, its engine failing).
       generation: outcome.unknown ? reachedGeneration(s, desired) : desired.generation,
       reconciled_at: new Date(this.now()).toISOString(),
       boot_id: this.opts.bootId,
@@ -475,11 +484,15 @@ export class HostAgent {
 }
 
 /**
- * The generation the host last reconciled to: the last accepted report's (never past `desired`,
- * after a restored server), or, before any, the one before `desired`.
+ * The generation a pass that could not list the machine reports under: the one the host last
+ * reconciled to (the last accepted report's), and always one before `desired`'s at most. A host
+ * that already reported `desired` cannot say it still holds there: its agent not yet running
+ * when the engine hung, the errors at that generation would settle its rollout target as failed
+ * for good, on one timeout; under an older one the server holds it `pending`, and a hang that
+ * lasts meets the rollout's own deadline.
  */
 const reachedGeneration = (s: LoopState, desired: DesiredConfig) =>
-  Math.min(desired.generation, s.lastReport?.generation ?? Math.max(0, desired.generation - 1));
+  Math.max(0, Math.min(desired.generation - 1, s.lastReport?.generation ?? Infinity));
 
 /** A pass: toward which config, whether a report was owed when it started, and how it ended. */
 interface Pass {

@@ -25,6 +25,12 @@ export interface SessionEnd {
 const ACK_TIMEOUT_MS = 15_000;
 /** With nothing to report yet, the session still wakes this often (to notice an abort). */
 const IDLE_MS = 60_000;
+/**
+ * Malformed messages in a row that make the session give the channel up: one is dropped (a
+ * proxy's stray frame), a stream of them is a broken server whose every frame would cost a log
+ * line and a status write, at the rate it sends; the reconnect then backs off.
+ */
+export const MAX_INVALID_IN_A_ROW = 10;
 
 /** What a session needs of the agent (./agent.ts). */
 export interface SessionAgent {
@@ -68,6 +74,7 @@ export async function runChannelSession(agent: SessionAgent, s: LoopState, signa
   agent.emit({ type: "channel", state: "open" });
   const stop = () => conn.close(1000, "stopping");
   signal?.addEventListener("abort", stop, { once: true });
+  let invalid = 0;
   try {
     for (;;) {
       if (signal?.aborted) return { opened: true };
@@ -91,9 +98,19 @@ export async function runChannelSession(agent: SessionAgent, s: LoopState, signa
       const wake = wakeOn(signal, agent.passUnderWay());
       const e = await conn.next(Math.max(0, untilReport), wake.signal).finally(wake.done);
       if (e.kind === "closed") return ended(e.code, e.reason);
-      if (e.kind === "message") take(agent, s, e.message);
-      // Acted on as nothing: the loop keeps the config it had and says what it refused.
-      if (e.kind === "invalid") agent.emit({ type: "error", error: e.error, attempt: s.failures, delayMs: 0 });
+      if (e.kind === "message") {
+        invalid = 0;
+        take(agent, s, e.message);
+      }
+      if (e.kind === "invalid") {
+        // Acted on as nothing: the loop keeps the config it had and says what it refused.
+        agent.emit({ type: "error", error: e.error, attempt: s.failures, delayMs: 0 });
+        if (++invalid >= MAX_INVALID_IN_A_ROW) {
+          const reason = `${invalid} messages in a row the protocol does not allow`;
+          conn.close(4000, reason);
+          return { opened: true, code: 4000, reason };
+        }
+      }
     }
   } finally {
     signal?.removeEventListener("abort", stop);

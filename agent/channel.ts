@@ -108,6 +108,8 @@ export class ChannelConnection {
   constructor(socket: ChannelSocket, pingMs: number) {
     this.socket = socket;
     socket.addEventListener("message", (e) => {
+      // Frames still arriving after the close are no one's to read (nor to hold in memory).
+      if (this.closed) return;
       this.lastHeard = Date.now();
       if (e.data === PONG || typeof e.data !== "string") return;
       try {

@@ -45,6 +45,8 @@ export interface ReconcileOutcome {
    * lifecycle order is not done on it.
    */
   unknown?: true;
+  /** With `unknown`: why the machine could not be asked (the engine's or the driver's error). */
+  cause?: string;
   /**
    * The machine's truth before this pass healed it, when it started an agent it found stopped or
    * failed: reported first, so a container killed between two passes shows in the server's
@@ -277,7 +279,7 @@ function unanswered(
         ),
     });
   }
-  return { errors, operations: 0, agents: known.map(protocolFields), unknown: true };
+  return { errors, operations: 0, agents: known.map(protocolFields), unknown: true, cause: why };
 }
 
 const protocolFields = ({ name, image, version, instance_id, state }: ListedAgent): ReportedAgent => ({

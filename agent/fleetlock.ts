@@ -1,4 +1,11 @@
-import type { FetchLike } from "./http.ts";
+import { MAX_ERROR_BODY_BYTES, textUpTo, withTimeout, type FetchLike } from "./http.ts";
+
+/**
+ * The longest a FleetLock call may take. A server that takes the request and never answers (or
+ * stalls its body) would otherwise hold the reboot coordinator for good: no slot asked again, and
+ * after a reboot, the slot never given back, which holds every other host of the group.
+ */
+const FLEETLOCK_TIMEOUT_MS = 30_000;
 
 export type FleetLockResult =
   | { ok: true; status: number }
@@ -16,14 +23,17 @@ export class FleetLockClient {
   private readonly fetchImpl: FetchLike;
   readonly body: Uint8Array;
   private readonly base: URL;
+  private readonly timeoutMs: number;
 
   constructor(
     baseUrl: string,
     params: { id: string; group?: string },
     fetchImpl: FetchLike = (i, init) => fetch(i, init),
+    timeoutMs = FLEETLOCK_TIMEOUT_MS,
   ) {
     this.params = params;
     this.fetchImpl = fetchImpl;
+    this.timeoutMs = timeoutMs;
     this.base = new URL(baseUrl);
     // Zincati would resolve v1/… against the parent path and reach the wrong place: refuse early.
     if (!this.base.pathname.endsWith("/")) throw new Error(`FleetLock base_url must end with '/': ${baseUrl}`);
@@ -45,13 +55,20 @@ export class FleetLockClient {
   }
 
   private async post(path: string, signal?: AbortSignal): Promise<FleetLockResult> {
-    const res = await this.fetchImpl(new URL(path, this.base).toString(), {
-      method: "POST",
-      headers: { "fleet-lock-protocol": "true" },
-      body: this.body,
-      signal,
-    });
-    const text = await res.text().catch(() => "");
+    const t = withTimeout(signal, this.timeoutMs);
+    let res: Response;
+    let text: string;
+    try {
+      res = await this.fetchImpl(new URL(path, this.base).toString(), {
+        method: "POST",
+        headers: { "fleet-lock-protocol": "true" },
+        body: this.body,
+        signal: t.signal,
+      });
+      text = await textUpTo(res, MAX_ERROR_BODY_BYTES);
+    } finally {
+      t.done();
+    }
     if (res.ok) return { ok: true, status: res.status };
     try {
       const body = JSON.parse(text);

@@ -20,9 +20,43 @@ export class ApiError extends Error {
 
 export type FetchLike = (input: string | URL | Request, init?: RequestInit) => Promise<Response>;
 
+/** The most of an error's body read: Harbormaster's are a few hundred bytes. */
+export const MAX_ERROR_BODY_BYTES = 64 * 1024;
+
+/**
+ * At most `max` bytes of a body as text, the rest cancelled unread: a proxy's error page streamed
+ * without end (or a gigabyte of it) is not held in memory.
+ */
+export async function textUpTo(res: Response, max: number): Promise<string> {
+  if (!res.body) return "";
+  const reader = res.body.getReader();
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  try {
+    while (size < max) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      const part = value.subarray(0, max - size);
+      chunks.push(part);
+      size += part.length;
+    }
+  } catch {
+    // A body cut short (the request's timeout, a reset): what was read says what it can.
+  } finally {
+    if (size >= max) await reader.cancel().catch(() => {});
+  }
+  const all = new Uint8Array(size);
+  let at = 0;
+  for (const c of chunks) {
+    all.set(c, at);
+    at += c.length;
+  }
+  return new TextDecoder().decode(all);
+}
+
 /** Builds the ApiError for a failed response from its `{error:{code,message}}` body, if any. */
 export async function apiErrorOf(res: Response): Promise<ApiError> {
-  const text = await res.text().catch(() => "");
+  const text = await textUpTo(res, MAX_ERROR_BODY_BYTES);
   let code = `http_${res.status}`;
   let message = text.slice(0, 500) || res.statusText || `HTTP ${res.status}`;
   let details: unknown;

@@ -2,9 +2,10 @@
  * hm's creates against the real local server when an answer is lost: the connection drops as the
  * answer comes back, after the server committed. The retry must find what the first attempt made.
  */
-import { randomBytes } from "node:crypto";
+import { createHash, randomBytes } from "node:crypto";
+import { Readable } from "node:stream";
 import { describe, expect, inject, it } from "vitest";
-import { Api } from "../cli/api.ts";
+import { Api, ApiError } from "../cli/api.ts";
 
 const url = inject("hmUrl");
 
@@ -42,6 +43,30 @@ describe("an image registration whose answer was lost", () => {
     expect(sent).toHaveLength(2);
     expect(image).toMatchObject({ name, version: "1.0.0", state: "ready" });
     expect((await api.listImages({ name })).map((i) => i.id)).toEqual([image.id]);
+  });
+});
+
+describe("an image completion whose digest_mismatch answer was lost", () => {
+  it("is sent again and refused the same way, with the same details, not 404", async () => {
+    const { api, sent } = losingFirst((method, path) => method === "POST" && path.endsWith("/complete"));
+    const bytes = randomBytes(4096);
+    const expected = `sha256:${randomBytes(32).toString("hex")}`;
+    const image = await api.registerImage({
+      name: `retried-${randomBytes(4).toString("hex")}`,
+      version: "1.0.0",
+      kind: "tarball",
+      digest: expected,
+      size: bytes.length,
+    });
+    await api.putImagePart(image.id, 1, Readable.toWeb(Readable.from([bytes])) as ReadableStream<Uint8Array>, 4096);
+    const refused = await api.completeImage(image.id).catch((err: unknown) => err);
+    expect(sent).toHaveLength(2);
+    expect(refused).toBeInstanceOf(ApiError);
+    expect(refused).toMatchObject({
+      status: 422,
+      code: "digest_mismatch",
+      details: { expected, actual: `sha256:${createHash("sha256").update(bytes).digest("hex")}` },
+    });
   });
 });
 

@@ -3,7 +3,8 @@ import { describe, expect, it } from "vitest";
 import { grantFor } from "../src/auth/grants";
 import { revokeToken } from "../src/auth/service";
 import { fleetAllowed, type OperatorPrincipal } from "../src/domain/principal";
-import { call, createFleet } from "./helpers";
+import { breakD1, call, createFleet, fireTimersNow, registerServer, settle } from "./helpers";
+import { ledger, sleep } from "./support/objects";
 
 async function token(body: Record<string, unknown>, as?: string) {
   const res = await call("POST", "/v1/tokens", { token: as, body: { name: "t", scope: "read", ...body } });
@@ -186,5 +187,41 @@ describe("DELETE /v1/tokens/{id} that loses the race", () => {
       .bind(`token:${t.id}`)
       .first<{ n: number }>();
     expect(audit?.n).toBe(0);
+  });
+});
+
+describe("DELETE /v1/tokens/{id} of a server token while D1 lags behind its ledger", () => {
+  it("answers the time the ledger recorded, the same to every revoke, and D1 gets that time once it takes the row", async () => {
+    const fleet = await createFleet();
+    const s = await registerServer(fleet.id);
+    await settle(s.id);
+    // D1 refuses the ledger's token row: the revocation is the ledger's alone for now.
+    const restore = await breakD1(ledger(s.id));
+    const first = await call("DELETE", `/v1/tokens/${s.id}`);
+    await sleep(20);
+    const second = await call("DELETE", `/v1/tokens/${s.id}`);
+    expect([first.status, second.status]).toEqual([200, 200]);
+    expect(first.json).toMatchObject({ state: "revoked", revoked_at: expect.any(String) });
+    expect(second.json.revoked_at).toBe(first.json.revoked_at);
+    expect(
+      (
+        await env.DB.prepare("SELECT revoked_at FROM tokens WHERE id = ?")
+          .bind(s.id)
+          .first<{ revoked_at: number | null }>()
+      )?.revoked_at,
+    ).toBeNull();
+    await restore();
+    await fireTimersNow(ledger(s.id));
+    const row = await env.DB.prepare("SELECT revoked_at FROM tokens WHERE id = ?")
+      .bind(s.id)
+      .first<{ revoked_at: number }>();
+    expect(new Date(row!.revoked_at).toISOString()).toBe(first.json.revoked_at);
+    // And once D1 has it, a revoke answers the same.
+    expect((await call("DELETE", `/v1/tokens/${s.id}`)).json.revoked_at).toBe(first.json.revoked_at);
+    // A new token works again: its own revocation is a new one, at its own time.
+    expect((await call("POST", `/v1/servers/${s.id}/token`)).status).toBe(200);
+    await sleep(20);
+    const third = await call("DELETE", `/v1/tokens/${s.id}`);
+    expect(Date.parse(third.json.revoked_at)).toBeGreaterThan(Date.parse(first.json.revoked_at));
   });
 });

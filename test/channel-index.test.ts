@@ -3,7 +3,8 @@ import { describe, expect, it } from "vitest";
 import { ServerLedger } from "../src/ledger/durable-object";
 import { INDEX_LEASE_MS } from "../src/ledger/projection";
 import { call, createFleet, registerServer, report, settle } from "./helpers";
-import { emptyReporter, openChannel } from "./channel-helpers";
+import { emptyReporter, openChannel, upgrade } from "./channel-helpers";
+import { LEFT_TIMER } from "../src/ledger/quiet";
 import { indexRow, ledger, sleep } from "./support/objects";
 
 const A = { name: "a", image: "a:1" };
@@ -67,7 +68,7 @@ describe("the index's staleness while a host is on the channel", () => {
     // Heartbeats within the lease (even past the exact mode's 150 s) leave the row alone.
     await runInDurableObject(ledger(s.id), (_i, state) => {
       const mark = state.storage.kv.get<any>("projected");
-      state.storage.kv.put("projected", { ...mark, last_seen_written: mark.last_seen_written - 10 * 60_000 });
+      (_i as any).parts.store.setProjected({ ...mark, last_seen_written: mark.last_seen_written - 10 * 60_000 });
     });
     await sleep(5);
     await send("within");
@@ -76,7 +77,7 @@ describe("the index's staleness while a host is on the channel", () => {
     while (await runDurableObjectAlarm(ledger(s.id)));
     await runInDurableObject(ledger(s.id), (_i, state) => {
       const mark = state.storage.kv.get<any>("projected");
-      state.storage.kv.put("projected", { ...mark, last_seen_written: mark.last_seen_written - INDEX_LEASE_MS });
+      (_i as any).parts.store.setProjected({ ...mark, last_seen_written: mark.last_seen_written - INDEX_LEASE_MS });
     });
     await sleep(5);
     await send("past");
@@ -112,6 +113,79 @@ describe("the index's staleness while a host is on the channel", () => {
     const exact = (await indexRow(s.id))!;
     expect(exact.stale_at).toBe(leased.last_seen + 300_000);
     ch.close();
+  });
+});
+
+describe("the left timer of a host that reboots", () => {
+  /** The ledger's timers by name, and its alarm. */
+  const timersOf = (id: string) =>
+    runInDurableObject(ledger(id), async (_i, state) => ({
+      timers: state.storage.sql
+        .exec<{ name: string; due_at: number }>("SELECT name, due_at FROM _timers ORDER BY name")
+        .toArray()
+        .map((t) => t.name),
+      left: state.storage.sql
+        .exec<{ due_at: number }>("SELECT due_at FROM _timers WHERE name = ?", LEFT_TIMER)
+        .toArray()[0]?.due_at,
+      alarm: await state.storage.getAlarm(),
+    }));
+
+  it("is cancelled when the host is back on the channel: its return leaves no alarm to wake the ledger for nothing", async () => {
+    const fleet = await createFleet({ stale_after_s: 300 });
+    const s = await registerServer(fleet.id);
+    const ch = await openChannel(s.token, { generation: 1 });
+    ch.send({ type: "report", v: 1, id: "r", report: report(1, [], { boot_id: "boot-1" }) });
+    expect((await ch.next("ack")).status).toBe(200);
+    await settle(s.id);
+    // The host goes down to reboot: the ledger times its absence on its alarm.
+    ch.close();
+    const gone = await until(
+      () => timersOf(s.id),
+      (t) => t.left !== undefined && !t.timers.includes("outbox"),
+    );
+    // The outbox's safety alarm, if still set, fires and hands the alarm to the left timer.
+    if (gone.alarm !== gone.left) await runDurableObjectAlarm(ledger(s.id));
+    expect(await timersOf(s.id)).toMatchObject({ timers: [LEFT_TIMER], alarm: gone.left });
+
+    // Back from the reboot: a new socket, a new boot's report.
+    const again = await openChannel(s.token, { generation: 1 });
+    // Its timer gone with the alarm it held (nothing else was set).
+    expect(await timersOf(s.id)).toEqual({ timers: [], left: undefined, alarm: null });
+    again.send({ type: "report", v: 1, id: "r2", report: report(1, [], { boot_id: "boot-2" }) });
+    expect((await again.next("ack")).status).toBe(200);
+    await settle(s.id);
+    const back = await timersOf(s.id);
+    expect(back.timers).not.toContain(LEFT_TIMER);
+    expect(back.alarm).not.toBe(gone.left);
+    // What the report left (its outbox: a console notice waits out the feed's window) runs and
+    // leaves nothing set: no alarm at the left timer's time.
+    await until(
+      async () => {
+        const t = await timersOf(s.id);
+        if (t.alarm !== null) await runDurableObjectAlarm(ledger(s.id));
+        return t;
+      },
+      (t) => t.alarm === null,
+    );
+    expect(await timersOf(s.id)).toEqual({ timers: [], left: undefined, alarm: null });
+    again.close();
+  });
+
+  it("stays set when an upgrade is refused: a wrong token is not the host back", async () => {
+    const fleet = await createFleet({ stale_after_s: 300 });
+    const s = await registerServer(fleet.id);
+    const ch = await openChannel(s.token, { generation: 1 });
+    ch.send({ type: "report", v: 1, id: "r", report: report(1, [], { boot_id: "boot-1" }) });
+    expect((await ch.next("ack")).status).toBe(200);
+    await settle(s.id);
+    ch.close();
+    await until(
+      () => timersOf(s.id),
+      (t) => t.left !== undefined,
+    );
+    // A refused upgrade (a wrong token) is not the host back: the timer stays.
+    expect((await upgrade("hms.x.y", { generation: 1 })).status).toBe(401);
+    expect((await timersOf(s.id)).timers).toContain(LEFT_TIMER);
   });
 });
 

@@ -290,6 +290,39 @@ describe("the console's live feed", () => {
     expect(calls.map((c) => c.ids[0])).toEqual(["first", "other", "service"]);
   });
 
+  it("a service's notice whose feed call fails is sent again, and a feed that keeps failing is tried a bounded number of times", async () => {
+    let failing = 1;
+    const tries: string[] = [];
+    const fake = {
+      FEED: {
+        idFromName: (n: string) => n,
+        get: () => ({
+          notify: async (b: { ids: string[] }) => {
+            tries.push(b.ids[0]!);
+            if (failing-- > 0) throw new Error("simulated: the feed's call failed");
+          },
+        }),
+      },
+    } as unknown as Env;
+    const fleet = `flaky-${crypto.randomUUID()}`;
+    await noticeNow(fake, { fleet, kind: "fleet", ids: ["service"], from: "service:intent" });
+    // Tried, failed, tried again and delivered: the page hears of the change.
+    expect(tries).toEqual(["service", "service"]);
+
+    failing = Infinity;
+    tries.length = 0;
+    const started = Date.now();
+    await noticeNow(fake, {
+      fleet: `down-${crypto.randomUUID()}`,
+      kind: "fleet",
+      ids: ["gone"],
+      from: "service:intent",
+    });
+    expect(tries.length).toBe(5);
+    // Bounded in time too: well inside the request's background allowance.
+    expect(Date.now() - started).toBeLessThan(10_000);
+  });
+
   it("closes a page's socket that sends anything but ping (1008), and the fleet's other pages still hear", async () => {
     const fleet = await createFleet();
     const server = await registerServer(fleet.id);

@@ -1,4 +1,4 @@
-import { env, runInDurableObject, SELF } from "cloudflare:test";
+import { env, evictDurableObject, runInDurableObject, SELF } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { getDb } from "../src/db/client";
 import { fleetSettings } from "../src/fleets/store";
@@ -599,6 +599,47 @@ describe("an operator and the bound free a fix's unit its server never realized"
     });
     await realizedEvent(f.fleet, drifted.id, { realized: false, status: { from: "stale", to: "drifted" } });
     expect(await down(f.fleet)).toEqual({});
+  });
+
+  it("bounds a written hold stored by older code (no known_at, no timer) from when the coordinator first sees it", async () => {
+    const { f, rebooting, drifted } = await writtenHold();
+    const key = `dhold:fix:${drifted.id}`;
+    // The hold as older code left it: its write known, no bound's start, no timer.
+    await runInDurableObject(coordinator(f.fleet), (_i, state) => {
+      const { known_at: _k, ...old } = state.storage.kv.get<Record<string, unknown>>(key)!;
+      state.storage.kv.put(key, old);
+      state.storage.sql.exec("DELETE FROM _timers WHERE name LIKE 'fixhold:%'");
+    });
+    await evictDurableObject(coordinator(f.fleet));
+    const before = Date.now();
+    const listed = (await call("GET", `/v1/fleets/${f.fleet}/fix-holds`)).json.items;
+    expect(listed).toEqual([expect.objectContaining({ state: "written", settles_at: expect.any(String) })]);
+    const seen = await runInDurableObject(coordinator(f.fleet), (_i, state) => ({
+      known_at: state.storage.kv.get<{ known_at?: number }>(key)?.known_at,
+      timer: state.storage.sql
+        .exec<{ due_at: number }>("SELECT due_at FROM _timers WHERE name = ?", `fixhold:${drifted.id}`)
+        .toArray()[0]?.due_at,
+    }));
+    expect(seen.known_at).toBeGreaterThanOrEqual(before);
+    expect(seen.timer).toBe(seen.known_at! + 30 * 60_000);
+    expect(Date.parse(listed[0].settles_at)).toBe(seen.timer);
+    // Seen again (another wake), the bound does not start anew.
+    await evictDurableObject(coordinator(f.fleet));
+    expect((await call("GET", `/v1/fleets/${f.fleet}/fix-holds`)).json.items[0].settles_at).toBe(listed[0].settles_at);
+    // The bound passes with the server still not realized: counted failed, as a hold of this code's is.
+    await runInDurableObject(coordinator(f.fleet), (instance) => {
+      const d = (instance as any).parts.disruption;
+      const h = d.holds().get(`fix:${drifted.id}`);
+      d.replaceHold({ ...h, known_at: h.known_at - 31 * 60_000 });
+    });
+    await fireTimersNow(coordinator(f.fleet), "fixhold");
+    expect(await fixHolds(f.fleet)).toEqual({});
+    expect(await down(f.fleet)).toEqual({
+      [`down:${drifted.id}`]: expect.objectContaining({ status: "failed", by_fix: true }),
+    });
+    expect((await zincati(f.baseUrl, "pre-reboot", rebooting.fleetlockId)).json).toMatchObject({
+      kind: "budget_exhausted",
+    });
   });
 
   it("frees a server its bound counted failed on an operator's release", async () => {

@@ -6,6 +6,11 @@ import { BASE, call, checkedFetch, createFleet } from "./helpers";
 import { bytesOf, digestOf, imageName, MiB, putPart, r2Head, register, storedImage } from "./image-helpers";
 
 const HEX = "a".repeat(64);
+/** An error answer as the client reads it, less the request's own id. */
+const withoutRequestId = (body: { error: Record<string, unknown> }) => {
+  const { request_id: _, ...error } = body.error;
+  return error;
+};
 const ref = (digest = `sha256:${HEX}`) => `registry.example.com/org/x@${digest}`;
 
 async function tokenWith(scope: "read" | "write") {
@@ -223,6 +228,47 @@ describe("uploading an image's bytes", () => {
         })
       ).status,
     ).toBe(201);
+  });
+
+  it("answers a completion sent again after a digest_mismatch with the same refusal, not 404", async () => {
+    const bytes = bytesOf(2048, 7);
+    const registered = await digestOf(bytesOf(2048, 8));
+    const reg = await register({ name: imageName(), version: "1", kind: "tarball", digest: registered, size: 2048 });
+    expect((await putPart(reg.json.id, 1, bytes)).status).toBe(200);
+    const first = await call("POST", `/v1/images/${reg.json.id}/complete`);
+    expect([first.status, first.json.error.code]).toEqual([422, "digest_mismatch"]);
+    // The first answer was lost: the client sends the completion again.
+    const again = await call("POST", `/v1/images/${reg.json.id}/complete`);
+    expect(again.status).toBe(422);
+    expect(withoutRequestId(again.json)).toEqual(withoutRequestId(first.json));
+    expect(again.json.error.details).toEqual({ expected: registered, actual: await digestOf(bytes) });
+    // The image itself is gone, and an id never registered is still not found.
+    expect((await call("GET", `/v1/images/${reg.json.id}`)).status).toBe(404);
+    const unknown = await call("POST", `/v1/images/${crypto.randomUUID()}/complete`);
+    expect([unknown.status, unknown.json.error.code]).toEqual([404, "not_found"]);
+  });
+
+  it("answers a completion sent again after bytes of the wrong size with the same refusal", async () => {
+    const reg = await register({
+      name: imageName(),
+      version: "1",
+      kind: "tarball",
+      digest: await digestOf(bytesOf(3000, 9)),
+      size: 3000,
+    });
+    expect((await putPart(reg.json.id, 1, bytesOf(3000, 9))).status).toBe(200);
+    // The assembled object is not the registered size (a part replaced behind D1's back).
+    const row = (await env.DB.prepare("SELECT upload_id FROM images WHERE id = ?")
+      .bind(reg.json.id)
+      .first<{ upload_id: string }>())!;
+    const upload = env.IMAGES.resumeMultipartUpload(`images/${reg.json.id}`, row.upload_id);
+    const short = await upload.uploadPart(1, bytesOf(1000, 9));
+    await env.DB.prepare("UPDATE image_parts SET etag = ? WHERE image_id = ?").bind(short.etag, reg.json.id).run();
+    const first = await call("POST", `/v1/images/${reg.json.id}/complete`);
+    expect([first.status, first.json.error.details.actual]).toEqual([422, null]);
+    expect(first.json.error.message).toContain("1000, not the 3000 registered");
+    const again = await call("POST", `/v1/images/${reg.json.id}/complete`);
+    expect([again.status, withoutRequestId(again.json)]).toEqual([422, withoutRequestId(first.json)]);
   });
 
   it("does not record a part whose body is shorter or longer than its size, or not sent as octet-stream", async () => {

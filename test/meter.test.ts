@@ -183,7 +183,7 @@ describe("cost meter", () => {
     expect(storageOf()).toMatchObject({ rows_written: 0 });
   });
 
-  it("writes 9 to 13 of a ledger's storage rows for a changed report: its own, its effects' one or two each and their deletes, a timer and alarm only after a quiet spell", async () => {
+  it("writes 9 to 13 of a ledger's storage rows and 2 D1 statements for a changed report: its own, its effects' one or two each and their deletes, a timer and alarm only after a quiet spell", async () => {
     const fleet = await createFleet();
     const s = await registerServer(fleet.id);
     const stub = ledger(s.id);
@@ -219,8 +219,10 @@ describe("cost meter", () => {
         stub.id.toString()
       ];
       await pause(600);
+      statements.push(reading.d1.statements);
       return reading.storage.rows_written;
     };
+    const statements: number[] = [];
     // Drifted: the report 1; the projection's effect 2 (its row and its key) and the health event's
     // 1; after D1 took the projection its mark 1 and the console notice 2 (its row and its key);
     // the three rows deleted 3; the outbox timer 1 and the alarm 1, both set anew after the alarm
@@ -233,6 +235,10 @@ describe("cost meter", () => {
     expect(await rowsWritten(2)).toBe(9);
     expect(await rowsWritten(3)).toBe(11);
     expect(await rowsWritten(4)).toBe(9);
+    // D1: the server row (its status) and the instance row that moved, one batch; a drifting
+    // report's read of the fleet's watch rides on the server row's write (RETURNING), not as a
+    // third statement.
+    expect(statements).toEqual([2, 2, 2, 2]);
   });
 
   it("counts each setAlarm as a storage row written: the quiet watch re-arming when its timer finds a newer report", async () => {
@@ -275,7 +281,7 @@ describe("cost meter", () => {
     expect(steady.d1.rows_written + steady.storage.rows_written).toBe(0);
     await runInDurableObject(ledger(s.id), (_i, state) => {
       const mark = state.storage.kv.get<any>("projected");
-      state.storage.kv.put("projected", { ...mark, last_seen_written: mark.last_seen_written - INDEX_LEASE_MS });
+      (_i as any).parts.store.setProjected({ ...mark, last_seen_written: mark.last_seen_written - INDEX_LEASE_MS });
     });
     await pause(5);
     resetMeter();
@@ -302,7 +308,7 @@ describe("cost meter", () => {
     const read = await runInDurableObject(ledger(s.id), async (_i, state) => {
       // Counted as the meter counts them (src/local/storage-meter.ts), on a ledger woken anew: on
       // the channel each report a minute apart wakes it from hibernation.
-      const counted = { rowsRead: 0, rowsWritten: 0, alarmsSet: 0, storedBytes: 0 };
+      const counted = { rowsRead: 0, rowsWritten: 0, alarmsSet: 0, storedBytes: 0, byStatement: new Map() };
       const settleRows = meterStorage(state.storage, counted);
       const woken = new Ledger(state, env as never);
       // Its opening runs under blockConcurrencyWhile, after this turn.

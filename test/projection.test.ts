@@ -86,7 +86,7 @@ describe("D1 projection of the ledger", () => {
     // Pretend the last refresh happened long ago.
     await runInDurableObject(stub, (_i: ServerLedger, state) => {
       const mark = state.storage.kv.get<any>("projected");
-      state.storage.kv.put("projected", { ...mark, last_seen_written: mark.last_seen_written - 10 * 60_000 });
+      (_i as any).parts.store.setProjected({ ...mark, last_seen_written: mark.last_seen_written - 10 * 60_000 });
     });
     await new Promise((r) => setTimeout(r, 5));
     const before = await d1Statements();
@@ -95,7 +95,7 @@ describe("D1 projection of the ledger", () => {
     expect((await d1Statements()).writes).toBe(before.writes);
     await runInDurableObject(stub, (_i: ServerLedger, state) => {
       const mark = state.storage.kv.get<any>("projected");
-      state.storage.kv.put("projected", { ...mark, last_seen_written: mark.last_seen_written - INDEX_LEASE_MS });
+      (_i as any).parts.store.setProjected({ ...mark, last_seen_written: mark.last_seen_written - INDEX_LEASE_MS });
     });
     await call("PUT", "/v1/agent/inventory", { token: s.token, body: report(2, agents) });
     expect((await d1Statements()).writes).toBe(before.writes + 1);
@@ -147,7 +147,7 @@ describe("D1 projection of the ledger", () => {
     const stub = env.LEDGER.get(env.LEDGER.idFromName(s.id));
     await runInDurableObject(stub, (_i: ServerLedger, state) => {
       const mark = state.storage.kv.get<any>("projected");
-      state.storage.kv.put("projected", { ...mark, last_seen_written: Date.now() - INDEX_LEASE_MS });
+      (_i as any).parts.store.setProjected({ ...mark, last_seen_written: Date.now() - INDEX_LEASE_MS });
     });
     await call("PUT", "/v1/agent/inventory", { token: s.token, body: report(2, agents) });
     expect((await indexRow(s.id))!.status).toBe("realized");
@@ -257,7 +257,7 @@ describe("a server back from silence", () => {
     const stub = env.LEDGER.get(env.LEDGER.idFromName(s.id));
     await runInDurableObject(stub, (_i: ServerLedger, state) => {
       const mark = state.storage.kv.get<any>("projected");
-      state.storage.kv.put("projected", { ...mark, last_seen_written: Date.now() - INDEX_LEASE_MS });
+      (_i as any).parts.store.setProjected({ ...mark, last_seen_written: Date.now() - INDEX_LEASE_MS });
     });
     // Same images; the reported version of one row moves, which is drifted (the version is compared too).
     const body = report(2, agents);

@@ -73,6 +73,15 @@ export const AgentConfig = z.strictObject({
       start_timeout_s: positiveSeconds.default(120),
     })
     .prefault({}),
+  /** After a crash, the wait before connecting again: doubling per crash in a row (./crash-backoff.ts). */
+  crash_backoff: z
+    .strictObject({
+      base_s: positiveSeconds.default(10),
+      cap_s: positiveSeconds.default(300),
+      /** A run up this long before its crash starts the count over. */
+      stable_s: positiveSeconds.default(600),
+    })
+    .prefault({}),
 });
 export type AgentConfig = z.infer<typeof AgentConfig>;
 
@@ -97,6 +106,9 @@ const ENV_OVERRIDES: ReadonlyArray<{ name: string; path: Path; type: EnvValue }>
   { name: "HARBORMASTER_AGENT_FLEETLOCK_URL", path: ["reboot", "fleetlock_url"], type: "nullable-string" },
   { name: "HARBORMASTER_AGENT_BINARY", path: ["self_update", "binary"], type: "nullable-string" },
   { name: "HARBORMASTER_AGENT_START_TIMEOUT_S", path: ["self_update", "start_timeout_s"], type: "int" },
+  { name: "HARBORMASTER_AGENT_CRASH_BACKOFF_BASE_S", path: ["crash_backoff", "base_s"], type: "int" },
+  { name: "HARBORMASTER_AGENT_CRASH_BACKOFF_CAP_S", path: ["crash_backoff", "cap_s"], type: "int" },
+  { name: "HARBORMASTER_AGENT_CRASH_BACKOFF_STABLE_S", path: ["crash_backoff", "stable_s"], type: "int" },
 ];
 
 export class ConfigError extends Error {

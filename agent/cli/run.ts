@@ -20,6 +20,7 @@ import { readId } from "./join.ts";
 import type { Logger } from "./log.ts";
 import { RebootCoordinator } from "./reboot.ts";
 import { WithSelf } from "./router.ts";
+import { endRun, startRun } from "./crash-backoff.ts";
 import { checkSwapOnStart, EXIT_RESTART, SelfDriver, sweepSelfUpdateLeftovers } from "./self-update.ts";
 import type { Identity, StateDir, StatusFile } from "./state.ts";
 import { AGENT_VERSION } from "./version.ts";
@@ -66,7 +67,11 @@ export async function runAgent(o: RunOptions): Promise<number> {
 
   // A build swapped in by a self-update must prove itself (see ./self-update.ts).
   const swap = o.trial ? ({ kind: "none" } as const) : checkSwapOnStart(state, log);
-  if (swap.kind === "rolled_back") return EXIT_RESTART;
+  // The rollback is the cure for a new build's crash loop: the build put back starts at once.
+  if (swap.kind === "rolled_back") {
+    endRun(state, log);
+    return EXIT_RESTART;
+  }
 
   const binary = config.self_update.binary ?? (isSea() ? process.execPath : null);
   if (!o.trial) {
@@ -78,6 +83,27 @@ export async function runAgent(o: RunOptions): Promise<number> {
       log.warn(`leftovers of an interrupted run could not be removed: ${messageOf(err)}`);
     }
   }
+  if (!o.trial) {
+    const { crashes, delayMs } = startRun(state, bootId, config.crash_backoff, log);
+    if (delayMs > 0) {
+      log.warn("the last run crashed; waiting before connecting", {
+        crashes_in_a_row: crashes,
+        wait_s: Math.round(delayMs / 100) / 10,
+      });
+      await sleep(delayMs, stop.signal).catch(() => {});
+      if (stop.signal.aborted) {
+        o.signal?.removeEventListener("abort", onSignal);
+        endRun(state, log);
+        log.info("stopped");
+        return EXIT_OK;
+      }
+    }
+  }
+  // From here, every return is a run that ended as it should (a crash leaves run.json behind).
+  const ended = (code: number) => {
+    if (!o.trial) endRun(state, log);
+    return code;
+  };
   const self = new SelfDriver({
     state,
     identity,
@@ -95,7 +121,8 @@ export async function runAgent(o: RunOptions): Promise<number> {
     machine = o.drivers(config, identity, state, log);
   } catch (err) {
     log.error(`drivers could not be set up: ${messageOf(err)}`);
-    return EXIT_CONFIG;
+    o.signal?.removeEventListener("abort", onSignal);
+    return ended(EXIT_CONFIG);
   }
   const driver: AgentDriver = new WithSelf(self, machine);
 
@@ -292,6 +319,10 @@ export async function runAgent(o: RunOptions): Promise<number> {
   status.exited = { at: new Date().toISOString(), reason: restart ? "restarting into another build" : exit.reason };
   saveStatus();
 
+  return ended(exitCode(exit, restart, trialPassed, o, log));
+}
+
+function exitCode(exit: AgentExit, restart: boolean, trialPassed: boolean, o: RunOptions, log: Logger): number {
   if (o.trial) return trialPassed ? EXIT_OK : 1;
   if (restart) return EXIT_RESTART;
   switch (exit.reason) {

@@ -5,6 +5,7 @@
  *   reboot.json       a reboot in progress (./reboot.ts), so a crash anywhere converges;
  *   self-update.json  a swap of its own executable in progress (./self-update.ts);
  *   self-update-failed.json  the last build that could not start (not tried again).
+ *   run.json          this run's start, removed when it ends as it should: a crash leaves it (./crash-backoff.ts).
  * Every write is whole or not at all: a temporary file, fsync'd, renamed over the old one.
  */
 import {

@@ -26,7 +26,10 @@ const paths = (host: ReturnType<typeof tempHost>) =>
     .filter((r) => r.url.includes(host.root.split("/").pop()!))
     .map((r) => r.url.replace(/.*\/v1\//, ""));
 
-function setup(bootId = "boot-1", opts: { fleetlockUrl?: string | null; checkCommand?: string[] } = {}) {
+function setup(
+  bootId = "boot-1",
+  opts: { fleetlockUrl?: string | null; checkCommand?: string[]; fleetlockTimeoutMs?: number } = {},
+) {
   const host = tempHost("hm-reboot");
   const marker = join(host.root, "reboot-required");
   const config = AgentConfig.parse({
@@ -44,7 +47,9 @@ function setup(bootId = "boot-1", opts: { fleetlockUrl?: string | null; checkCom
       state,
       config,
       bootId: boot,
-      fleetlock: url ? new FleetLockClient(url, { id: "fl-1", group: "rack-a" }) : null,
+      fleetlock: url
+        ? new FleetLockClient(url, { id: "fl-1", group: "rack-a" }, undefined, opts.fleetlockTimeoutMs)
+        : null,
       log: createLogger({ level: "debug", write: (l) => lines.push(l), tty: false }),
       runCommand: async (argv) => {
         ran.push(argv);
@@ -136,5 +141,44 @@ describe("reboots for plain hosts", () => {
     expect(t.ran).toEqual([]);
     expect(t.lines.filter((l) => l.includes("no reboot.fleetlock_url"))).toHaveLength(1);
     expect(existsSync(join(t.host.stateDir, "reboot.json"))).toBe(false);
+  });
+});
+
+describe("a FleetLock server that takes the call and never answers", () => {
+  it("fails each call within its bound: the coordinator asks again, and gives the slot back once it answers", async () => {
+    let answering = false;
+    const hanging = await scriptedServer((req, res) => {
+      if (answering) return json(res, 200, {});
+      // Held open, never answered (a stuck proxy): only the client's bound ends it.
+      res.on("close", () => {});
+    });
+    const t = setup("boot-1", { fleetlockUrl: `${hanging.url}/fleetlock/prod/KEY/`, fleetlockTimeoutMs: 500 });
+    try {
+      writeFileSync(t.marker, "*** System restart required ***\n");
+      const bound = new Promise((_, fail) =>
+        setTimeout(() => fail(new Error("the tick still hangs after 5 s")), 5_000),
+      );
+      await Promise.race([t.coordinator.tick(), bound]);
+      expect(t.lines.join("\n")).toMatch(/FleetLock call failed.*timed out after 500 ms/);
+      expect(t.ran).toEqual([]);
+      // Not stuck: the next tick asks again (and is granted once the server answers).
+      answering = true;
+      await t.coordinator.tick();
+      expect(t.ran).toEqual([["reboot-now"]]);
+      expect(hanging.requests.map((r) => r.url.replace(/.*\/v1\//, ""))).toEqual(["pre-reboot", "pre-reboot"]);
+
+      // After the reboot, the slot's release hangs once: tried again at the next report.
+      answering = false;
+      const after = t.make("boot-2");
+      await after.tick();
+      await after.onReported(accepted("realized"));
+      expect(t.lines.join("\n")).toMatch(/steady-state failed.*timed out after 500 ms/);
+      expect(existsSync(join(t.host.stateDir, "reboot.json"))).toBe(true);
+      answering = true;
+      await after.onReported(accepted("realized"));
+      expect(existsSync(join(t.host.stateDir, "reboot.json"))).toBe(false);
+    } finally {
+      await hanging.close();
+    }
   });
 });

@@ -151,3 +151,73 @@ describe("an engine whose commands hang", () => {
     expect(fake.calls().filter((c) => !c.startsWith("ps"))).toEqual([]);
   });
 });
+
+describe("an engine that hangs after the host reported the desired generation", () => {
+  it("sends its errors under an older generation: one timeout settles no rollout target at the desired one", async () => {
+    const fake = await fakeEngine("none");
+    // Agent b's container is created but not running yet (its rollout target still waits).
+    writeFileSync(
+      join(fake.dir, "ps.json"),
+      JSON.stringify([
+        {
+          Id: "c0ffee",
+          Names: ["hm-b"],
+          State: "created",
+          Status: "Created",
+          Labels: {
+            "io.harbormaster.agent": "b",
+            "io.harbormaster.image": "localhost/b:1",
+            "io.harbormaster.version": "1",
+            "io.harbormaster.instance": "i-b",
+          },
+        },
+      ]),
+    );
+    const driver = new PodmanDriver({ engine: fake.engine, env: fake.env, quickTimeoutMs: 1_000 });
+    const want = { server_id: "s", generation: 7, lifecycle: "run" as const, agents: [spec("b")] };
+    const { s, sent, pass } = handDriven(driver, want);
+    await pass();
+    const reached = sent.length;
+    expect(reached).toBeGreaterThan(0);
+    expect(sent.map((r) => r.generation)).toEqual(sent.map(() => 7));
+    expect(sent.at(-1)!.agents.map((a) => [a.name, a.state])).toEqual([["b", "stopped"]]);
+
+    // The engine stops answering `ps`; the next pass (a heartbeat, the same desired config) cannot
+    // list the machine.
+    fake.env.HANG = "ps";
+    s.due = true;
+    await pass();
+    leftover = fake.hungPid();
+    expect(sent).toHaveLength(reached + 1);
+    const hung = sent[reached];
+    expect(hung.errors.map((e) => e.agent)).toEqual(["b"]);
+    // Not at 7, where the ledger takes any error as the target's failure, settled for good.
+    expect(hung.generation).toBe(6);
+    expect(hung.agents).toEqual(sent[reached - 1].agents);
+  });
+});
+
+describe("an engine that never answered", () => {
+  it("sends no report before the machine was listed once: no claim of no agents and no assignments", async () => {
+    const fake = await fakeEngine("ps");
+    const driver = new PodmanDriver({ engine: fake.engine, env: fake.env, quickTimeoutMs: 1_000 });
+    const { s, sent, pass } = handDriven(driver, {
+      server_id: "s",
+      generation: 3,
+      lifecycle: "run",
+      agents: [spec("a")],
+    });
+    // The first pass's listing hangs and is killed: nothing is known, so nothing is said; the
+    // loop hears a failure (and backs off), and still owes the report.
+    await expect(pass()).rejects.toThrow(/never said what it runs.*ps timed out after 1 s/);
+    leftover = fake.hungPid();
+    expect(sent).toEqual([]);
+    expect(s.due).toBe(true);
+
+    // Once the engine answers, the pass reports what it found and did.
+    fake.env.HANG = "none";
+    await pass();
+    expect(sent).toHaveLength(1);
+    expect(sent[0].generation).toBe(3);
+  });
+});

@@ -12,6 +12,9 @@ import { CHANNEL_VERSION } from "../../src/domain/channel.ts";
 import { HostAgent, type AgentEvent, type AgentExit } from "../agent.ts";
 import { ChannelConnection, webSocketConnector, type ChannelConnector, type ChannelSocket } from "../channel.ts";
 import { MESSAGE_TOO_BIG, wsConnector } from "../channel-ws.ts";
+import { MAX_INVALID_IN_A_ROW } from "../channel-session.ts";
+import { HostApi } from "../host-api.ts";
+import { ApiError } from "../http.ts";
 import { MemoryDriver } from "../memory-driver.ts";
 
 const accepted = (generation: number) => ({
@@ -121,6 +124,40 @@ describe("a channel that sends what the protocol does not allow", () => {
   });
 });
 
+describe("a channel that sends nothing but garbage", () => {
+  it("is given up after a few malformed messages in a row, not read (and logged) for ever", async () => {
+    const garbage = Array.from({ length: 5_000 }, (_, i) => `{garbage ${i}`);
+    const ch = fakeChannel(garbage);
+    let connects = 0;
+    const loop = runLoop({
+      connect: (url, init) => (connects++, ch.connect(url, init)),
+      reconnect: { baseMs: 60_000, capMs: 60_000 },
+      random: () => 1,
+    });
+    closers.push(loop.stop);
+    const closed = () => loop.events.find((e) => e.type === "channel" && e.state === "closed");
+    await until("the channel given up", () => closed() !== undefined);
+    expect(closed()).toMatchObject({ code: 4000, reason: "10 messages in a row the protocol does not allow" });
+    // Ten refusals said, not five thousand; nothing acted on; one connection so far.
+    await new Promise((r) => setTimeout(r, 200));
+    expect(loop.events.filter((e) => e.type === "error")).toHaveLength(MAX_INVALID_IN_A_ROW);
+    expect(ch.reports).toEqual([]);
+    expect(connects).toBe(1);
+    loop.stop();
+    expect(await loop.exit).toEqual({ reason: "aborted" });
+  });
+
+  it("counts only malformed messages in a row: a valid one in between keeps the channel", async () => {
+    const bad = Array.from({ length: MAX_INVALID_IN_A_ROW - 1 }, () => "{bad");
+    const ch = fakeChannel([...bad, { type: "desired", v: CHANNEL_VERSION, config: goodConfig(2) }, ...bad]);
+    const loop = runLoop({ connect: ch.connect });
+    closers.push(loop.stop);
+    await until("the valid config's report", () => ch.reports.some((r) => r.generation === 2));
+    await until("every refusal said", () => loop.events.filter((e) => e.type === "error").length === 2 * bad.length);
+    expect(loop.events.some((e) => e.type === "channel" && e.state === "closed")).toBe(false);
+  });
+});
+
 /** A control plane over HTTP (transport http) whose desired answers the test scripts. */
 async function httpControlPlane(desired: (n: number) => { status: number; body: string | Buffer }) {
   let polls = 0;
@@ -186,6 +223,46 @@ describe("a desired config over HTTP that is not one", () => {
     await until("the valid config's report", () => cp.reports.some((r) => r.generation === 4), 10_000);
     const err = loop.events.find((e) => e.type === "error") as { error: Error } | undefined;
     expect(err?.error.message).toMatch(/larger than/);
+  });
+});
+
+describe("an error answer whose body never ends", () => {
+  it("is read only up to its cap: the call fails with the status, the rest cancelled unread", async () => {
+    let written = 0;
+    let gone = false;
+    const server: HttpServer = createHttpServer((_req, res) => {
+      // A proxy's error page streamed without end.
+      res.writeHead(502, { "content-type": "text/html" });
+      const chunk = Buffer.alloc(64 * 1024, "x");
+      const more = () => {
+        while (!gone && written < 64 * 1024 * 1024) {
+          written += chunk.length;
+          if (!res.write(chunk)) return void res.once("drain", more);
+        }
+        if (!gone) res.end();
+      };
+      res.on("close", () => (gone = true));
+      more();
+    });
+    await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+    closers.push(() => new Promise<void>((r) => (server.closeAllConnections(), server.close(() => r()))));
+    const api = new HostApi(`http://127.0.0.1:${(server.address() as AddressInfo).port}`, "hms.x.y");
+    const err = await api
+      .report({
+        generation: 1,
+        reconciled_at: new Date().toISOString(),
+        boot_id: "b",
+        agents: [],
+        errors: [],
+        assignments: { units: [], storage: [] },
+      })
+      .catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(ApiError);
+    expect(err).toMatchObject({ status: 502, code: "http_502" });
+    expect((err as Error).message).toMatch(/^x{500}$/);
+    await until("the server seeing the stream cancelled", () => gone);
+    // Read up to the cap, and what the socket buffers hold: a few megabytes, not the 64 sent.
+    expect(written).toBeLessThan(32 * 1024 * 1024);
   });
 });
 

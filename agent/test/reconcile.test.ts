@@ -251,11 +251,26 @@ describe("a host agent that heals a stopped agent", () => {
 describe("a host agent whose machine cannot be asked what it runs", () => {
   it("reports, but does not take a terminate order as done on what it last saw", async () => {
     const d = new Probe();
+    const { s, sent, pass } = handDriven(d, desired([]));
+    await pass();
+    // The machine answered once (it runs nothing); then it stops answering as a terminate comes.
     d.list = async () => {
       throw new Error("podman ps timed out after 60 s (killed)");
     };
-    const { sent, pass } = handDriven(d, { ...desired([]), lifecycle: "terminate" });
+    s.desired = { ...desired([]), generation: 2, lifecycle: "terminate" };
+    s.due = true;
     expect(await pass()).toBeNull();
-    expect(sent.map((r) => r.agents)).toEqual([[]]);
+    expect(sent.map((r) => r.agents)).toEqual([[], []]);
+  });
+
+  it("reports nothing before it answered once: a report would say the host runs and carries nothing", async () => {
+    const d = new Probe();
+    d.list = async () => {
+      throw new Error("podman ps timed out after 60 s (killed)");
+    };
+    const { s, sent, pass } = handDriven(d, { ...desired([]), lifecycle: "uninstall" });
+    await expect(pass()).rejects.toThrow(/nothing reported: the machine never said what it runs/);
+    expect(sent).toEqual([]);
+    expect(s.due).toBe(true);
   });
 });

@@ -285,13 +285,27 @@ describe("a pass that cannot list the machine", () => {
     await until("generation 2 reported", () => server.heard.some((h) => h.generation === 2 && h.errors === 0));
   });
 
-  it("before any report, says the generation before the desired one", async () => {
+  it("before the machine ever answered, reports nothing and tries again with backoff", async () => {
     const driver = new Unanswering();
     driver.failing = true;
     const server = channelServer(Date.now());
-    slowAgent({ connect: server.connect }, driver);
-    await until("an errored report", () => server.heard.some((h) => (h.errors ?? 0) > 0));
-    expect(server.heard.filter((h) => (h.errors ?? 0) > 0)[0]).toMatchObject({ generation: 0, agents: 0, errors: 1 });
+    const failures: number[] = [];
+    slowAgent(
+      {
+        connect: server.connect,
+        random: () => 0.5,
+        onEvent: (e) => void (e.type === "error" && failures.push(e.delayMs)),
+      },
+      driver,
+    );
+    await until("two failed passes", () => failures.length >= 2);
+    expect(server.heard).toEqual([]);
+    // Backed off as from a failed call: 0.5 s, then 1 s (full jitter at one half).
+    expect(failures.slice(0, 2)).toEqual([500, 1000]);
+    driver.failing = false;
+    driver.finish();
+    await until("the pass's report", () => server.heard.some((h) => h.generation === 1));
+    expect(server.heard[0]).toMatchObject({ generation: 1, agents: 1, errors: 0 });
   });
 });
 
@@ -325,7 +339,30 @@ describe("the heartbeat before any report", () => {
     slowAgent({ connect: server.connect }, driver);
 
     await new Promise((r) => setTimeout(r, 2_500));
-    expect(server.heard.filter((h) => h.units === 0 && h.errors === 0)).toEqual([]);
+    // Neither a heartbeat nor the pass's report: both would say the host carries nothing.
+    expect(server.heard).toEqual([]);
+  });
+
+  it("nor is the pass's report, once done, while the assignments were never read", async () => {
+    const driver = new Unanswering(false, { assignments: { units: ["u-1"], storage: [] } });
+    const readable = driver.assignments!.bind(driver);
+    let locked = true;
+    driver.assignments = async () => {
+      if (locked) throw new Error("the unit database is locked");
+      return readable();
+    };
+    driver.finish();
+    const server = channelServer(Date.now());
+    let failed = 0;
+    slowAgent(
+      { connect: server.connect, random: () => 0, onEvent: (e) => void (e.type === "error" && failed++) },
+      driver,
+    );
+    await until("a failed pass", () => failed > 0);
+    expect(server.heard).toEqual([]);
+    locked = false;
+    await until("the pass's report", () => server.heard.length > 0);
+    expect(server.heard[0]).toMatchObject({ generation: 1, agents: 1, units: 1, errors: 0 });
   });
 
   it("carries the assignments read before the pass's slow work", async () => {

@@ -3,7 +3,8 @@
 // a temp dir). `wrangler dev` puts its own proxy worker, in a second workerd, in front of the one
 // that runs Harbormaster: every host socket is held twice, and that proxy, not Harbormaster, is
 // what gives out first under thousands of sockets. The soak (./scenarios/soak.ts) measures the
-// runtime a deployment would have, so it serves its hosts from here.
+// runtime a deployment would have, so it serves its hosts from here; the ledger scenario measures
+// the unchanged report here too, against the floor fixture served the same way (startDirectFloor).
 import { spawnSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { mkdtempSync, readdirSync, readlinkSync, rmSync } from "node:fs";
@@ -45,8 +46,30 @@ function ownWorkerd(): [number, ProcStat][] {
   );
 }
 
-function childWorkerdRssMb(): number | null {
-  const own = ownWorkerd();
+/**
+ * Which of this process's workerd processes belong to which Miniflare: the bench may run two side
+ * by side (Harbormaster and the floor fixture, both with nothing in front), and each one's CPU
+ * time must be its own. A runtime that restarted is claimed again by the server whose runtime it
+ * replaced (a child no other server holds).
+ */
+const claimed = new Map<object, Set<number>>();
+
+function claim(owner: object, before: Set<number>) {
+  const others = new Set([...claimed].filter(([o]) => o !== owner).flatMap(([, pids]) => [...pids]));
+  claimed.set(owner, new Set(ownWorkerd().flatMap(([pid]) => (before.has(pid) || others.has(pid) ? [] : [pid]))));
+}
+
+function workerdOf(owner: object): [number, ProcStat][] {
+  const mine = claimed.get(owner) ?? new Set<number>();
+  let own = ownWorkerd().filter(([pid]) => mine.has(pid));
+  if (!own.length && mine.size) {
+    claim(owner, new Set());
+    own = ownWorkerd().filter(([pid]) => claimed.get(owner)!.has(pid));
+  }
+  return own;
+}
+
+function childWorkerdRssMb(own: [number, ProcStat][]): number | null {
   return own.length ? (own.reduce((sum, [, p]) => sum + p.rssPages, 0) * PAGE_BYTES) / 2 ** 20 : null;
 }
 
@@ -57,14 +80,12 @@ function clockTick(): number {
   return tick;
 }
 
-function childWorkerdCpuMs(): number | null {
-  const own = ownWorkerd();
+function childWorkerdCpuMs(own: [number, ProcStat][]): number | null {
   return own.length ? (own.reduce((sum, [, p]) => sum + p.ticks, 0) * 1000) / clockTick() : null;
 }
 
-/** Descriptors the workerd processes this process started hold: what the open-files limit counts. */
-function childWorkerdOpenFiles(): number | null {
-  const own = ownWorkerd();
+/** Descriptors the workerd processes of one server hold: what the open-files limit counts. */
+function childWorkerdOpenFiles(own: [number, ProcStat][]): number | null {
   if (!own.length) return null;
   try {
     return own.reduce((sum, [pid]) => sum + readdirSync(`/proc/${pid}/fd`).length, 0);
@@ -85,8 +106,7 @@ interface OpenFileKinds {
   other: number;
 }
 
-function childWorkerdFileKinds(): OpenFileKinds | null {
-  const own = ownWorkerd();
+function childWorkerdFileKinds(own: [number, ProcStat][]): OpenFileKinds | null {
   if (!own.length) return null;
   const kinds: OpenFileKinds = { total: 0, sockets: 0, sqlite: 0, other: 0 };
   try {
@@ -110,8 +130,18 @@ function childWorkerdFileKinds(): OpenFileKinds | null {
   return kinds;
 }
 
-export async function startDirectServer(vars: Record<string, string> = {}): Promise<DirectServer> {
-  const persist = mkdtempSync(join(tmpdir(), "harbormaster-direct-"));
+export interface DirectOptions {
+  /** Where it keeps its state: the OS temp dir unless the caller names one (the bench's tmpfs). */
+  stateParent?: string;
+  /** The runtime's V8 inspector on this loopback port (DevTools protocol: ./profile-report.ts). */
+  inspectorPort?: number;
+}
+
+export async function startDirectServer(
+  vars: Record<string, string> = {},
+  { stateParent = tmpdir(), inspectorPort }: DirectOptions = {},
+): Promise<DirectServer> {
+  const persist = mkdtempSync(join(stateParent, "harbormaster-direct-"));
   const admin = randomBytes(24).toString("base64url");
   const outdir = join(persist, "bundle");
   run(["deploy", "--dry-run", "--outdir", outdir]);
@@ -121,10 +151,8 @@ export async function startDirectServer(vars: Record<string, string> = {}): Prom
   const { modulesRules: _rules, ...workerOptions } = unstable_getMiniflareWorkerOptions(
     resolve(root, "wrangler.toml"),
   ).workerOptions;
-  const port = await freePort();
-  let restarts = 0;
-  // wrangler describes the worker in Miniflare's previous options shape.
-  const mf = new Miniflare(
+  return serve(persist, admin, "/healthz", (port, onRestart) =>
+    // wrangler describes the worker in Miniflare's previous options shape.
     convertV4MiniflareOptions({
       ...workerOptions,
       modules: [
@@ -147,23 +175,77 @@ export async function startDirectServer(vars: Record<string, string> = {}): Prom
       port,
       // wrangler's `--persist-to` layout, so the migrations applied above are the database it opens.
       resourcePersistencePath: join(persist, "v3"),
-      unsafeHandleRuntimeRestart: () => {
-        restarts++;
-      },
+      unsafeHandleRuntimeRestart: onRestart,
+      ...(inspectorPort ? { inspectorPort, inspectorHost: "127.0.0.1" } : {}),
     }),
   );
-  const url = (await mf.ready).toString().replace(/\/$/, "");
-  if (!(await fetch(`${url}/healthz`)).ok) throw new Error("the direct server did not answer /healthz");
+}
+
+/**
+ * The benchmark's floor fixture (./floor) the same way: in one workerd with nothing in front, so a
+ * floor and Harbormaster measured direct are measured alike.
+ */
+export async function startDirectFloor({ stateParent = tmpdir() }: DirectOptions = {}): Promise<DirectServer> {
+  const persist = mkdtempSync(join(stateParent, "harbormaster-floor-direct-"));
+  const config = resolve(import.meta.dirname, "floor/wrangler.toml");
+  const { modulesRules: _rules, ...workerOptions } = unstable_getMiniflareWorkerOptions(config).workerOptions;
+  return serve(persist, "", "/empty", (port, onRestart) =>
+    convertV4MiniflareOptions({
+      ...workerOptions,
+      modules: [{ type: "ESModule", path: resolve(import.meta.dirname, "floor/worker.js") }],
+      modulesRoot: resolve(import.meta.dirname, "floor"),
+      host: "127.0.0.1",
+      port,
+      resourcePersistencePath: join(persist, "v3"),
+      unsafeHandleRuntimeRestart: onRestart,
+    }),
+  );
+}
+
+let starting: Promise<void> = Promise.resolve();
+
+async function serve(
+  persist: string,
+  admin: string,
+  health: string,
+  options: (port: number, onRestart: () => void) => ConstructorParameters<typeof Miniflare>[0],
+): Promise<DirectServer> {
+  // Which runtime is whose is told by the processes new since the start: one start at a time,
+  // queued before anything is awaited.
+  const turn = starting;
+  let started = () => {};
+  starting = new Promise<void>((r) => (started = r));
+  await turn;
+  let port: number;
+  try {
+    port = await freePort();
+  } catch (err) {
+    started();
+    throw err;
+  }
+  let restarts = 0;
+  const owner = {};
+  const before = new Set(ownWorkerd().map(([pid]) => pid));
+  const mf = new Miniflare(options(port, () => restarts++));
+  let url: string;
+  try {
+    url = (await mf.ready).toString().replace(/\/$/, "");
+    claim(owner, before);
+  } finally {
+    started();
+  }
+  if (!(await fetch(`${url}${health}`)).ok) throw new Error(`the direct server did not answer ${health}`);
   return {
     url,
     admin,
-    rssMb: childWorkerdRssMb,
-    openFiles: childWorkerdOpenFiles,
-    openFileKinds: childWorkerdFileKinds,
-    cpuMs: childWorkerdCpuMs,
+    rssMb: () => childWorkerdRssMb(workerdOf(owner)),
+    openFiles: () => childWorkerdOpenFiles(workerdOf(owner)),
+    openFileKinds: () => childWorkerdFileKinds(workerdOf(owner)),
+    cpuMs: () => childWorkerdCpuMs(workerdOf(owner)),
     restarts: () => restarts,
     stop: async () => {
       await mf.dispose();
+      claimed.delete(owner);
       rmSync(persist, { recursive: true, force: true });
     },
   };

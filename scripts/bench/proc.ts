@@ -1,6 +1,6 @@
 // The processes on this machine as /proc tells them (Linux): what the benchmarks read the local
 // runtime's CPU time and memory from.
-import { readdirSync, readFileSync } from "node:fs";
+import { readdirSync, readFileSync, readlinkSync } from "node:fs";
 
 export interface ProcStat {
   ppid: number;
@@ -38,3 +38,67 @@ export function procStats(): Map<number, ProcStat> | null {
 }
 
 export const PAGE_BYTES = 4096;
+
+/** The socket inodes listening on a local TCP port, IPv4 or IPv6 (/proc/net/tcp: state 0A). */
+function listeningInodes(port: number): Set<string> {
+  const inodes = new Set<string>();
+  const hexPort = port.toString(16).toUpperCase().padStart(4, "0");
+  for (const table of ["/proc/net/tcp", "/proc/net/tcp6"]) {
+    let text: string;
+    try {
+      text = readFileSync(table, "utf8");
+    } catch {
+      continue;
+    }
+    for (const line of text.split("\n").slice(1)) {
+      // sl, local_address, rem_address, st, tx:rx, tr:when, retrnsmt, uid, timeout, inode
+      const f = line.trim().split(/\s+/);
+      if (f.length > 9 && f[3] === "0A" && f[1].endsWith(`:${hexPort}`)) inodes.add(f[9]);
+    }
+  }
+  return inodes;
+}
+
+/** The process whose descriptors hold a socket listening on a local TCP port; null if none is readable. */
+function listenerOf(port: number): number | null {
+  const inodes = listeningInodes(port);
+  if (inodes.size === 0) return null;
+  for (const entry of readdirSync("/proc")) {
+    if (!/^\d+$/.test(entry)) continue;
+    let fds: string[];
+    try {
+      fds = readdirSync(`/proc/${entry}/fd`);
+    } catch {
+      continue;
+    }
+    for (const fd of fds) {
+      try {
+        const m = /^socket:\[(\d+)\]$/.exec(readlinkSync(`/proc/${entry}/fd/${fd}`));
+        if (m && inodes.has(m[1])) return Number(entry);
+      } catch {
+        // closed meanwhile
+      }
+    }
+  }
+  return null;
+}
+
+/**
+ * Resident memory (MB) of the local runtime serving `base`: every workerd process under the one
+ * that started the listener on its port (`wrangler dev`'s node, whose workerd children are its
+ * proxy and the runtime that runs Harbormaster). Found by the port, so it is the memory of that
+ * server and no other on the machine; null when /proc does not tell.
+ */
+export function runtimeRssMbAt(base: string): number | null {
+  const stats = procStats();
+  const url = new URL(base);
+  const listener = listenerOf(Number(url.port || (url.protocol === "https:" ? 443 : 80)));
+  if (!stats || listener === null || !stats.has(listener)) return null;
+  const self = stats.get(listener)!;
+  // A workerd listening is one of the server's children: the server is its parent.
+  const root = self.comm.startsWith("workerd") ? self.ppid : listener;
+  const under = (pid: number): boolean => pid === root || (pid > 1 && stats.has(pid) && under(stats.get(pid)!.ppid));
+  let pages = 0;
+  for (const [pid, s] of stats) if (s.comm.startsWith("workerd") && under(pid)) pages += s.rssPages;
+  return pages ? (pages * PAGE_BYTES) / 2 ** 20 : null;
+}

@@ -12,6 +12,8 @@ import { join, resolve } from "node:path";
 import { pathToFileURL } from "node:url";
 import { createClient, type Client } from "../../src/client/index.ts";
 import { startLocalServer } from "../local-server.ts";
+import { startDirectFloor, startDirectServer, type DirectServer } from "./direct-server.ts";
+import { hostReportBody } from "./host-report.ts";
 import { PAGE_BYTES, procStats } from "./proc.ts";
 
 const root = resolve(import.meta.dirname, "../..");
@@ -84,8 +86,17 @@ export interface BenchContext {
   d1Writes(): Promise<number>;
   /** A local counter by its former /metrics name (harbormaster_d1_statements_total{kind="write"}). */
   metric(name: string, labels: string): Promise<number>;
-  /** The floors' req/s measured in this run (fixture worker: empty, Durable Object read, write). */
+  /**
+   * The floors' req/s measured in this run (fixture worker: empty, Durable Object read, write, and
+   * the write of a host report's body).
+   */
   floors: Floors;
+  /**
+   * Harbormaster and the floor fixture each in one workerd with nothing in front (./direct-server.ts:
+   * no wrangler dev proxy, Harbormaster's deployed entry, so no meter), started on first call; a
+   * load measured there is read against their own ceiling and floors (measureFloors).
+   */
+  direct(): Promise<DirectBench>;
   measure(label: string, options: LoadOptions): Promise<LoadRow>;
   note(label: string, value: string | number): void;
   /**
@@ -107,6 +118,19 @@ export interface BenchContext {
    */
   privateServer(): Promise<PrivateServer>;
 }
+export interface DirectBench {
+  base: string;
+  admin: string;
+  client: Client;
+  clientFor(token: string | null): Client;
+  /** Filled by measureFloors(): the fixture's floors, served direct, in req/s and in runtime CPU ms a request. */
+  floors: Floors;
+  floorCpuMs: Record<keyof Floors, number | null>;
+  /** The direct ceiling (`/healthz`) and the direct fixture's floors, measured now. */
+  measureFloors(): Promise<void>;
+  /** A load after a second of the same (its warm-up), read against the direct ceiling and floors. */
+  measure(label: string, options: LoadOptions): Promise<LoadRow>;
+}
 export interface PrivateServer {
   base: string;
   admin: string;
@@ -115,10 +139,11 @@ export interface PrivateServer {
 }
 export type LoadOptions = Omit<Options, "url"> & { durationSec?: number };
 type Summary = ReturnType<typeof summarize>;
-type LoadRow = { label: string } & Summary & { ratio: number; cpu_ms: number | null };
+/** `floors`: the floors this row is read against when not the run's (a direct measurement's own). */
+type LoadRow = { label: string } & Summary & { ratio: number; cpu_ms: number | null; floors?: Floors };
 type Row = LoadRow | { label: string; value: string | number };
 type Goal = { label: string; measured: number; op: ">=" | "<="; bound: number; pass: boolean };
-export type Floors = { empty: number; read: number; write: number };
+export type Floors = { empty: number; read: number; write: number; body: number };
 
 // Both servers through scripts/local-server.ts, with `--test-scheduled`: scenarios fire the
 // cron's handler through /__scheduled (no timer cron runs). Harbormaster runs its local entry
@@ -172,10 +197,11 @@ function load(base: string, { connections = 16, durationSec = seconds, amount, r
  * less with the machine's load than req/s does (other work slows a request, it does not make it
  * cost more CPU), so code can be compared on a shared machine. Null without /proc.
  */
-async function loadOn(pid: number, base: string, options: LoadOptions) {
-  const before = runtimeUse(pid)?.cpuMs ?? null;
+async function loadOn(pid: number | (() => number | null), base: string, options: LoadOptions) {
+  const cpu = typeof pid === "number" ? () => runtimeUse(pid)?.cpuMs ?? null : pid;
+  const before = cpu();
   const s = summarize(await load(base, options));
-  const after = runtimeUse(pid)?.cpuMs ?? null;
+  const after = cpu();
   const cpu_ms = before !== null && after !== null && s.requests > 0 ? (after - before) / s.requests : null;
   return { ...s, cpu_ms };
 }
@@ -192,6 +218,21 @@ const summarize = (r: Result) => ({
     ),
   ) as Record<string, number>,
 });
+
+/**
+ * The fixture's loads, each the floor its key names: `body` is a PUT of the ledger scenario's
+ * unchanged report, byte for byte, stored as one value (one bare object write of the same request).
+ */
+const FLOOR_LOADS = [
+  ["empty", { method: "GET", path: "/empty" }, "floor: fixture worker, empty answer"],
+  ["read", { method: "GET", path: "/do/read" }, "floor: fixture worker, one Durable Object read"],
+  ["write", { method: "GET", path: "/do/write" }, "floor: fixture worker, one Durable Object write"],
+  [
+    "body",
+    { method: "POST", path: "/do/body", headers: { "content-type": "application/json" }, body: hostReportBody(2) },
+    "floor: fixture worker, one Durable Object write of a report's body",
+  ],
+] as const satisfies readonly (readonly [keyof Floors, NonNullable<Options["requests"]>[number], string])[];
 
 async function main() {
   // The cost scenario measures no load and no ratio (counts, on servers of its own): run alone,
@@ -211,7 +252,9 @@ async function main() {
   for (const sig of ["SIGINT", "SIGTERM"] as const) process.on(sig, () => (stopAll(), process.exit(130)));
   const rows: Row[] = [];
   const goals: Goal[] = [];
-  const floors: Floors = { empty: 0, read: 0, write: 0 };
+  const floors: Floors = { empty: 0, read: 0, write: 0, body: 0 };
+  let direct: Promise<DirectBench> | null = null;
+  const directServers: DirectServer[] = [];
   try {
     // This isolate's D1 statements, from the local entry's route: never on /metrics, which holds
     // only fleet-wide gauges.
@@ -236,18 +279,55 @@ async function main() {
     if (ceilingBefore) rows.push({ label: "empty request (ceiling, before)", ...ceilingBefore, ratio: 1 });
 
     // The floors: the same load generator against the fixture worker, after its own warm-up.
-    const floorPaths = [
-      ["empty", "/empty", "floor: fixture worker, empty answer"],
-      ["read", "/do/read", "floor: fixture worker, one Durable Object read"],
-      ["write", "/do/write", "floor: fixture worker, one Durable Object write"],
-    ] as const;
-    for (const [, path] of floorServer ? floorPaths : [])
-      await load(floorServer.url, { durationSec: 1, requests: [{ method: "GET", path }] });
-    for (const [key, path, label] of floorServer ? floorPaths : []) {
-      const s = await loadOn(floorServer.pid, floorServer.url, { requests: [{ method: "GET", path }] });
+    for (const [, request] of floorServer ? FLOOR_LOADS : [])
+      await load(floorServer.url, { durationSec: 1, requests: [request] });
+    for (const [key, request, label] of floorServer ? FLOOR_LOADS : []) {
+      const s = await loadOn(floorServer.pid, floorServer.url, { requests: [request] });
       floors[key] = s.rps;
       rows.push({ label, ...s, ratio: s.rps / ceiling });
     }
+
+    /**
+     * Both direct servers, then their warm-ups, ceiling and floors, back to back: what a direct
+     * load is read against is measured under the same conditions as the load.
+     */
+    const startDirect = async (): Promise<DirectBench> => {
+      const [app, fixture] = await Promise.all([
+        startDirectServer({}, { stateParent: state.dir }).then((s) => (directServers.push(s), s)),
+        startDirectFloor({ stateParent: state.dir }).then((s) => (directServers.push(s), s)),
+      ]);
+      const own: Floors = { empty: 0, read: 0, write: 0, body: 0 };
+      const ownCpu: Record<keyof Floors, number | null> = { empty: null, read: null, write: null, body: null };
+      let ceilingDirect = 0;
+      return {
+        base: app.url,
+        admin: app.admin,
+        client: createClient(app.url, app.admin),
+        clientFor: (token) => createClient(app.url, token),
+        floors: own,
+        floorCpuMs: ownCpu,
+        async measureFloors() {
+          await load(app.url, { durationSec: 2, requests: emptyRequest });
+          const c = await loadOn(app.cpuMs, app.url, { requests: emptyRequest });
+          ceilingDirect = c.rps;
+          rows.push({ label: "direct: empty request (ceiling)", ...c, ratio: 1, floors: own });
+          for (const [, request] of FLOOR_LOADS) await load(fixture.url, { durationSec: 1, requests: [request] });
+          for (const [key, request, label] of FLOOR_LOADS) {
+            const s = await loadOn(fixture.cpuMs, fixture.url, { requests: [request] });
+            own[key] = s.rps;
+            ownCpu[key] = s.cpu_ms;
+            rows.push({ label: `direct: ${label}`, ...s, ratio: s.rps / ceilingDirect, floors: own });
+          }
+        },
+        async measure(label, options) {
+          await load(app.url, { ...options, durationSec: 1 });
+          const s = await loadOn(app.cpuMs, app.url, options);
+          const row = { label: `direct: ${label}`, ...s, ratio: s.rps / ceilingDirect, floors: own };
+          rows.push(row);
+          return row;
+        },
+      };
+    };
 
     let untouched = !loads;
     const ctx: BenchContext = {
@@ -258,6 +338,7 @@ async function main() {
       d1Writes,
       metric,
       floors,
+      direct: () => (direct ??= startDirect()),
       /** Runs a load; records rps, p50, p99 and the ratio to the ceiling. */
       async measure(label, options) {
         const s = await loadOn(server.pid, server.url, options);
@@ -317,6 +398,7 @@ async function main() {
     }
   } finally {
     stopAll();
+    await Promise.allSettled(directServers.map((s) => s.stop()));
   }
 
   console.log(
@@ -325,21 +407,22 @@ async function main() {
       `wrangler's local traces ${localTraces ? "on" : "off"}\n`,
   );
   console.log(
-    "| measurement | req/s | p50 ms | p99 ms | × ceiling | × floor empty | × floor DO read | × floor DO write | runtime CPU ms/req | non-2xx/errors |",
+    "| measurement | req/s | p50 ms | p99 ms | × ceiling | × floor empty | × floor DO read | × floor DO write | × floor write of a report's body | runtime CPU ms/req | non-2xx/errors |",
   );
-  console.log("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|");
+  console.log("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|");
   const x = (rps: number, floor: number) => (floor ? (rps / floor).toFixed(2) : "");
   for (const r of rows) {
     if ("value" in r) {
-      console.log(`| ${r.label} | ${r.value} | | | | | | | | |`);
+      console.log(`| ${r.label} | ${r.value} | | | | | | | | | |`);
       continue;
     }
     const odd = Object.entries(r.statuses).filter(([k]) => !k.startsWith("2") && k !== "304");
+    const f = r.floors ?? floors;
     console.log(
-      `| ${r.label} | ${r.rps.toFixed(0)} | ${r.p50_ms} | ${r.p99_ms} | ${r.ratio.toFixed(2)} | ${x(r.rps, floors.empty)} | ${x(
+      `| ${r.label} | ${r.rps.toFixed(0)} | ${r.p50_ms} | ${r.p99_ms} | ${r.ratio.toFixed(2)} | ${x(r.rps, f.empty)} | ${x(
         r.rps,
-        floors.read,
-      )} | ${x(r.rps, floors.write)} | ${r.cpu_ms === null ? "" : r.cpu_ms.toFixed(2)} | ${odd.length || r.errors ? `${JSON.stringify(Object.fromEntries(odd))} errors=${r.errors}` : "none"} |`,
+        f.read,
+      )} | ${x(r.rps, f.write)} | ${x(r.rps, f.body)} | ${r.cpu_ms === null ? "" : r.cpu_ms.toFixed(2)} | ${odd.length || r.errors ? `${JSON.stringify(Object.fromEntries(odd))} errors=${r.errors}` : "none"} |`,
     );
   }
   if (goals.length) {

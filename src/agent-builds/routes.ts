@@ -1,7 +1,7 @@
 import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
 import { requireAllFleets, requireScope } from "../auth/principal";
 import { actorOf } from "../domain/principal";
-import { bearer, commonErrors, jsonResponse, notFoundError } from "../http/openapi";
+import { bearer, commonErrors, errorResponse, jsonResponse, notFoundError } from "../http/openapi";
 import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
 import { installScript } from "./install";
@@ -10,10 +10,6 @@ import { buildFileName, buildHead, buildObject, buildView, checksumLine, publish
 
 const tags = ["agent builds"];
 const originOf = (url: string) => new URL(url).origin;
-const errorContent = (description: string) => ({
-  description,
-  content: { "application/json": { schema: z.object({ error: z.any() }) } },
-});
 
 /** The agent's builds: published by an admin, downloaded by anyone (install.sh); mounted at /v1/agent. One chain, so hc sees every route. */
 export const agentBuildRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook })
@@ -94,8 +90,8 @@ export const agentBuildRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validatio
             "text/plain": { schema: z.string() },
           },
         },
-        400: errorContent("Not an os-arch this API knows"),
-        404: errorContent("No build is published for it"),
+        400: errorResponse("Not an os-arch this API knows (`invalid_param`)"),
+        404: errorResponse("No build is published for it (`not_found`)"),
       },
     }),
     async (c) => {

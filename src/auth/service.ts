@@ -76,10 +76,12 @@ export async function revokeToken(env: Env, principal: Principal, id: string) {
   const row = await tokenOf(env, principal, id);
   if (row.revokedAt != null) return row;
   if (row.kind === "server" && row.serverId) {
-    await ledgerOf(env, row.serverId).revokeToken(actor);
-    const after = await tokenById(db, id);
-    // The ledger has revoked it either way; D1 may lag if it refused the row just now.
-    return after?.revokedAt != null ? after : { ...row, revokedAt: Date.now() };
+    const revoked = await ledgerOf(env, row.serverId).revokeToken(actor);
+    const after = (await tokenById(db, id)) ?? row;
+    // The ledger owns the revocation and answers its time: D1's row is its copy, which lags while
+    // D1 refuses it, so two revokes then agree only on the ledger's. Only a revocation by older
+    // code (no time kept) whose row D1 has not taken yet falls back to the present.
+    return { ...after, revokedAt: revoked?.revoked_at ?? after.revokedAt ?? Date.now() };
   }
   const revokedAt = Date.now();
   const unrevoked = and(eq(tokens.id, id), isNull(tokens.revokedAt));

@@ -262,6 +262,37 @@ export const ActionForm = (props: { action: string; csrf: string; back: string; 
   </form>
 );
 
+/**
+ * The form of an action that cannot be undone: a danger button and, when `typed` asks for it, a
+ * confirmation the operator types, which the action checks against what it names (`confirmTyped`
+ * in context.tsx); `pattern` lets the browser refuse a wrong one before anything is sent. `fields`
+ * are the hidden inputs that say what the action is about.
+ */
+export const DangerForm = (props: {
+  action: string;
+  csrf: string;
+  back: string;
+  label: string;
+  button: string;
+  fields?: Record<string, string>;
+  typed?: { prompt: string; size?: number; pattern?: string };
+}) => (
+  <ActionForm action={props.action} csrf={props.csrf} back={props.back} label={props.label}>
+    {Object.entries(props.fields ?? {}).map(([name, value]) => (
+      <input type="hidden" name={name} value={value} />
+    ))}
+    {props.typed ? (
+      <label>
+        {props.typed.prompt}
+        <input name="confirm" required autocomplete="off" size={props.typed.size} pattern={props.typed.pattern} />
+      </label>
+    ) : null}
+    <button type="submit" class="danger">
+      {props.button}
+    </button>
+  </ActionForm>
+);
+
 const Flash = ({ flash }: { flash: { ok: boolean; text: string } | null }) =>
   flash ? (
     <div class={`flash ${flash.ok ? "ok" : "bad"}`} role={flash.ok ? "status" : "alert"}>

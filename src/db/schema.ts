@@ -282,7 +282,11 @@ export const upgradeSteps = sqliteTable(
   ],
 );
 
-/** Where a cron job that walks a time column got to (the server.stale sweep: `stale_events`). */
+/**
+ * Where a cron job that walks a time column got to (the server.stale sweep: `stale_events`). A
+ * WITHOUT ROWID table (migration 0026, by hand: drizzle cannot declare it): found by name only, a
+ * row inserted is one row written, not the row and its primary key's index entry.
+ */
 export const cronCursors = sqliteTable("cron_cursors", {
   name: text("name").primaryKey(),
   at: integer("at").notNull(),

@@ -7,13 +7,13 @@ import { cursorParam, decodeCursor, limitParam, page } from "../http/paging";
 import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
 import { ServerCreated } from "../servers/schemas";
+import { fleetParam } from "../fleets/schemas";
 import { serverDetail } from "../servers/store";
 import {
   EnrollInput,
   EnrollmentToken,
   EnrollmentTokenCreated,
   EnrollmentTokenInput,
-  fleetParam,
   idempotencyHeaders,
   REPLAYED_HEADER,
   tokenParams,

@@ -1,7 +1,7 @@
 import { z } from "@hono/zod-openapi";
 import { SERVER_KINDS } from "../domain/enums";
 import { MAX_SERVER_ROLES } from "../domain/limits";
-import { fleetId, fleetlockId, groupName, roleName } from "../fleets/schemas";
+import { fleetlockId, fleetParam, groupName, roleName } from "../fleets/schemas";
 import { HOSTNAME } from "../servers/naming";
 import { labelsSchema } from "../model/server/labels";
 import { patternProblem } from "./pattern";
@@ -128,5 +128,4 @@ export const EnrollInput = z
   .openapi("EnrollInput");
 export type EnrollInput = z.infer<typeof EnrollInput>;
 
-export const fleetParam = z.object({ fleet: fleetId });
 export const tokenParams = fleetParam.extend({ id: z.uuid() });

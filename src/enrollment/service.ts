@@ -23,13 +23,13 @@ import { getDb } from "../db/client";
 import { DomainError, notFound } from "../domain/errors";
 import type { Env } from "../env";
 import { getFleet } from "../fleets/store";
+import { canonicalJson } from "../lib/canonical-json";
 import { digestsEqual, sha256Hex } from "../lib/crypto";
 import { iso, isoOrNull } from "../lib/time";
 import { issueEnrollmentToken, parseEnrollmentToken } from "../auth/tokens";
 import { registerServer, rotateServerToken } from "../servers/service";
 import { sortedLabels } from "../model/server/labels";
 import { MAX_SERVER_LABELS } from "../domain/limits";
-import { canonicalJson } from "../rollouts/fingerprint";
 import { hostnameMatches } from "./pattern";
 import { MAX_ENROLLMENT_TTL_MS, type EnrollInput, type EnrollmentTokenInput } from "./schemas";
 import {

@@ -13,6 +13,7 @@ import { ledgerOf } from "../objects/stubs";
 import { budgetClosure, BudgetWatch } from "./disruption";
 import { DisruptionStore } from "./disruption-store";
 import { audit, changed, coordinatorEffects, emit } from "./effects";
+import { boundOlderFixHolds } from "./fix-budget";
 import { GateKeeper, type GateChange } from "./gate-keeper";
 import { externalAnswered } from "./gate-rules";
 import { GateStore } from "./gate-store";
@@ -38,10 +39,14 @@ export function assemble(ctx: DurableObjectState, env: () => Env, clock: () => n
   });
   // The budget's count changed (a fix's or rollout target's unit, a server down or back): pages
   // showing it are told, though no group changed.
-  const disruption = new DisruptionStore(ctx.storage, (shown) => {
-    if (shown) changed(parts);
-    budgetWatch.touch();
-  });
+  const disruption = new DisruptionStore(
+    ctx.storage,
+    (shown) => {
+      if (shown) changed(parts);
+      budgetWatch.touch();
+    },
+    () => boundOlderFixHolds(parts),
+  );
   const gateStore = new GateStore(ctx.storage);
   const webhookStore = new WebhookStore(ctx.storage);
   const webhooks = new WebhookDispatcher(webhookStore, {

@@ -84,6 +84,8 @@ export class DisruptionStore {
   constructor(
     private readonly storage: DurableObjectStorage,
     private readonly onChange: (shown: boolean) => void,
+    /** The mirror was just read from storage (once per wake): what older code stored may be brought up to date. */
+    private readonly loaded: () => void = () => {},
   ) {}
 
   private get kv() {
@@ -100,6 +102,7 @@ export class DisruptionStore {
         holds: load<DisruptionHold>("dhold:"),
         waits: load<BudgetWait>("bwait:"),
       };
+      this.loaded();
     }
     return this.mem;
   }

@@ -209,6 +209,24 @@ function keepKnown(c: CoordinatorParts, serverId: string, next: DisruptionHold) 
 }
 
 /**
+ * Holds stored by code older than the bound: a write known (no call may write under it) with no
+ * `known_at` and no timer, which only a realized report or an operator would ever free. The bound
+ * starts when this code first sees such a hold (when the coordinator's holds are read after a
+ * wake): its write is at least that old, and the server still gets the full bound to report. The
+ * start is stored with the hold, so a later wake does not move it.
+ */
+export function boundOlderFixHolds(c: CoordinatorParts) {
+  let set = false;
+  for (const h of c.disruption.holds().values()) {
+    if (h.rollout_id !== FIX_ACTOR || pending(h) || h.known_at !== undefined) continue;
+    keepKnown(c, h.server_id, { ...h, until: null, known_at: c.scheduler.now() });
+    set = true;
+  }
+  // Called from whatever read the holds first, which may arm nothing itself.
+  if (set) void c.scheduler.arm().catch(() => undefined);
+}
+
+/**
  * A fix's hold reached its end (the timer), or a report without a generation came: the server's
  * ledger is asked whether the desired generation moved past the one the fix saw. The answer counts
  * only if the hold is still the one asked about; at its end no call may write any more (the ledger

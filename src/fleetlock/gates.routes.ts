@@ -1,14 +1,13 @@
 import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
 import { requireScope } from "../auth/principal";
 import { actorOf } from "../domain/principal";
-import { fleetId, groupName } from "../fleets/schemas";
+import { fleetParam, groupName } from "../fleets/schemas";
 import { bearer, commonErrors, jsonBody, jsonResponse, notFoundError } from "../http/openapi";
 import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
 import { FleetGatesSchema, GateConfigSchema, HoldInput, HoldSchema } from "./gate-schemas";
 import { getFleetGates, putFleetGates, setHold } from "./service";
 
-const fleetParam = z.object({ fleet: fleetId });
 const groupParams = fleetParam.extend({ group: groupName });
 const HoldAnswer = z.object({ hold: HoldSchema.nullable() });
 const tags = ["reboot coordination"];

@@ -1,7 +1,7 @@
 import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
 import { requireScope } from "../auth/principal";
 import { actorOf } from "../domain/principal";
-import { fleetId, fleetlockId, groupName } from "../fleets/schemas";
+import { fleetlockId, fleetParam, groupName } from "../fleets/schemas";
 import {
   bearer,
   commonErrors,
@@ -26,7 +26,6 @@ import {
   rotateFleetlockKey,
 } from "./service";
 
-const fleetParam = z.object({ fleet: fleetId });
 const groupParams = fleetParam.extend({ group: groupName });
 // A FleetLock id, or the server holding under one: its id, hostname or fleet/hostname (./named.ts).
 const holderParams = groupParams.extend({

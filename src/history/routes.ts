@@ -1,7 +1,7 @@
 import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
 import { accepts } from "hono/accepts";
 import { requireScope } from "../auth/principal";
-import { fleetId } from "../fleets/schemas";
+import { fleetParam } from "../fleets/schemas";
 import { bearer, commonErrors, notFoundError } from "../http/openapi";
 import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
@@ -23,7 +23,7 @@ export const historyRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHo
       "with `Accept: text/csv` or `?format=csv`.",
     security: bearer,
     middleware: [requireScope("read")] as const,
-    request: { params: z.object({ fleet: fleetId }), query: HistoryQuery },
+    request: { params: fleetParam, query: HistoryQuery },
     responses: {
       200: {
         description: "The fleet's history",

@@ -6,7 +6,6 @@ import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
 import { MAX_WAIT_S } from "../domain/limits";
 import { HostDesiredConfig, InventoryReport, ReportAccepted } from "../model/server/schemas";
-import { reportAccepted } from "../ledger/report";
 import { heldGeneration, matchesGeneration, parseIfNoneMatch } from "../http/conditional";
 import { iso } from "../lib/time";
 import { channelRoutes } from "./channel";
@@ -104,8 +103,11 @@ export const agentRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook
     async (c) => {
       const report = c.req.valid("json");
       const p = serverPrincipal(c.var.principal);
-      const result = await reportFromHost(c.env, p, report);
-      return c.json(reportAccepted(p.serverId, result), 200);
+      // The ledger's ReportAccepted, already JSON: sent as it came, typed as what c.json would send.
+      const accepted = await reportFromHost(c.env, p, report);
+      return c.body(accepted, 200, { "Content-Type": "application/json" }) as unknown as ReturnType<
+        typeof c.json<ReportAccepted, 200>
+      >;
     },
   )
 

@@ -49,9 +49,12 @@ export async function desiredForHost(
   }
 }
 
-/** Stores what the host reports it runs; answers the status computed from it. */
-export async function reportFromHost(env: Env, host: Host, report: InventoryReport) {
-  return unwrap(await ledgerOf(env, host.serverId).agentReport(host.tokenHash, report));
+/**
+ * Stores what the host reports it runs; answers the status computed from it, as the JSON text of
+ * a ReportAccepted (the ledger's agentReport: both cross the object call as strings).
+ */
+export async function reportFromHost(env: Env, host: Host, report: InventoryReport): Promise<string> {
+  return unwrap(await ledgerOf(env, host.serverId).agentReport(host.tokenHash, JSON.stringify(report))).accepted;
 }
 
 /**

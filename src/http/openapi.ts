@@ -1,20 +1,27 @@
 import { z } from "@hono/zod-openapi";
 
-export const ErrorSchema = z
-  .object({
-    error: z.object({
-      code: z.string().openapi({ example: "validation_failed" }),
-      message: z.string(),
-      details: z.unknown().optional(),
-      request_id: z.string().optional().openapi({ description: "The request's X-Request-Id, to find it in the logs" }),
-    }),
-  })
-  .openapi("Error");
+const ErrorBody = z.object({
+  code: z.string().openapi({ example: "validation_failed" }),
+  message: z.string(),
+  details: z.unknown().optional(),
+  request_id: z.string().optional().openapi({ description: "The request's X-Request-Id, to find it in the logs" }),
+});
 
-const errorResponse = (description: string, headers?: z.ZodObject) => ({
+/** The one error answer of the API (src/http/errors.ts renders every failure so). */
+export const ErrorSchema = z.object({ error: ErrorBody }).openapi("Error");
+
+/**
+ * The one error answer with its `details` declared, for a code whose details clients read: the
+ * same body as `Error` otherwise, named `name` in the document.
+ */
+export const errorWithDetails = <T extends z.ZodType>(name: string, details: T) =>
+  z.object({ error: ErrorBody.extend({ details }) }).openapi(name);
+
+/** An error answer: the shared body (or `errorWithDetails`'s), what it means, and headers it carries. */
+export const errorResponse = (description: string, headers?: z.ZodObject, schema: z.ZodType = ErrorSchema) => ({
   description,
   ...(headers ? { headers } : {}),
-  content: { "application/json": { schema: ErrorSchema } },
+  content: { "application/json": { schema } },
 });
 
 const wwwAuthenticate = z.object({
@@ -50,6 +57,8 @@ export const serverNameErrors = {
 } as const;
 export const conflictError = (what: string) => ({ 409: errorResponse(what) }) as const;
 export const preconditionError = (what: string) => ({ 412: errorResponse(what) }) as const;
+/** A 422: the request is well-formed but names what cannot be used (an unknown fleet, no ready image…). */
+export const unprocessableError = (what: string) => ({ 422: errorResponse(what) }) as const;
 
 export const jsonBody = <T extends z.ZodType>(schema: T) => ({
   required: true,

@@ -6,7 +6,7 @@ import {
   bearer,
   commonErrors,
   conflictError,
-  ErrorSchema,
+  errorResponse,
   jsonBody,
   jsonResponse,
   notFoundError,
@@ -17,7 +17,6 @@ import { Image, ImageInput, ImageWithUsers, imageParam, listQuery, PartReceived,
 import { completeUpload, deleteImage, getImage, listCatalog, putPart, registerImage } from "./service";
 
 const tags = ["images"];
-const error = (description: string) => jsonResponse(ErrorSchema, description);
 
 /** The image catalog (docs/images-and-enrollment.md); mounted at /v1/images. One chain, so hc sees every route. */
 export const imageRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook })
@@ -104,8 +103,8 @@ export const imageRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook
       responses: {
         200: jsonResponse(PartReceived, "Received; the upload's parts so far"),
         ...commonErrors,
-        413: error(`The part is over ${MAX_PART_BYTES} bytes (\`payload_too_large\`)`),
-        415: error("The body is not application/octet-stream (`unsupported_media_type`)"),
+        413: errorResponse(`The part is over ${MAX_PART_BYTES} bytes (\`payload_too_large\`)`),
+        415: errorResponse("The body is not application/octet-stream (`unsupported_media_type`)"),
         ...notFoundError,
         ...conflictError("The image is not uploading: complete already, or a reference (`invalid_state`)"),
       },
@@ -140,8 +139,8 @@ export const imageRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook
         ...conflictError(
           "Parts are missing (`upload_incomplete` lists them), or the image is a reference (`invalid_state`)",
         ),
-        422: error(
-          "The bytes' sha256 is not the registered digest (`digest_mismatch`): the image and its bytes are gone",
+        422: errorResponse(
+          "The bytes' sha256 is not the registered digest (`digest_mismatch`): the image and its bytes are gone; the completion sent again gets the same refusal",
         ),
       },
     }),

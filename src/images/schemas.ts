@@ -121,3 +121,15 @@ export const listQuery = z.object({
 export const PartReceived = z
   .object({ part: z.number().int(), size: z.number().int(), upload: UploadState })
   .openapi("ImagePartReceived");
+
+/**
+ * What the audit row of an upload refused for its bytes keeps: enough to answer a completion sent
+ * again (its first answer lost) with the same refusal.
+ */
+export const UploadRefusal = z.object({
+  expected: z.string(),
+  actual: z.string().nullable(),
+  size: z.number().nullable(),
+  registered_size: z.number(),
+});
+export type UploadRefusal = z.infer<typeof UploadRefusal>;

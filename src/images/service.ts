@@ -11,7 +11,7 @@ const bucket = (env: Env) => env.IMAGES;
 import { decodeCursor, page } from "../http/paging";
 import { logLine } from "../lib/log";
 import { sameLabels } from "../model/server/labels";
-import type { ImageInput } from "./schemas";
+import { UploadRefusal, type ImageInput } from "./schemas";
 import {
   abandonedUploads,
   deletionDone,
@@ -25,11 +25,33 @@ import {
   owedDeletions,
   partsOf,
   partsOfImages,
+  UPLOAD_REFUSED,
+  uploadRefusalOf,
   usersOf,
   type ImageRow,
 } from "./store";
 
 const notFound = (id: string) => new DomainError("not_found", `no image ${id}`);
+
+/** The refusal of bytes that are not the registered ones: the same answer however often it is asked. */
+const digestMismatch = (r: UploadRefusal) =>
+  new DomainError(
+    "digest_mismatch",
+    r.actual === null
+      ? `the uploaded bytes are ${r.size ?? 0}, not the ${r.registered_size} registered; nothing was kept`
+      : `the uploaded bytes hash to ${r.actual}, not the registered ${r.expected}; nothing was kept`,
+    { expected: r.expected, actual: r.actual },
+  );
+
+/**
+ * An image a completion names is gone: if its bytes were refused, the completion is a retry whose
+ * answer was lost, and gets that refusal again; otherwise (never registered, deleted, swept as
+ * abandoned, or a refusal past the audit log's retention) it is not found.
+ */
+async function goneImage(db: Db, id: string) {
+  const refused = UploadRefusal.safeParse((await uploadRefusalOf(db, id))?.details);
+  return refused.success ? digestMismatch(refused.data) : notFound(id);
+}
 
 /**
  * Whether a registration is the image already registered under its name and version: its content,
@@ -219,7 +241,7 @@ async function settleDeletion(env: Env, db: Db, key: string, uploadId: string | 
 export async function completeUpload(env: Env, actor: string, id: string) {
   const db = getDb(env.DB);
   const row = await imageById(db, id);
-  if (!row) throw notFound(id);
+  if (!row) throw await goneImage(db, id);
   if (row.state === "ready") {
     if (row.kind === "oci-ref") throw new DomainError("invalid_state", `image ${id} is a reference: it has no upload`);
     return imageView(row);
@@ -262,27 +284,18 @@ export async function completeUpload(env: Env, actor: string, id: string) {
   const actual = object && object.size === up.size ? await digestOf(object) : null;
   const now = Date.now();
   if (actual !== up.digest) {
+    const refusal: UploadRefusal = {
+      expected: up.digest,
+      actual,
+      size: object?.size ?? null,
+      registered_size: up.size,
+    };
     await db.batch([
       ...forgetImage(db, up, now),
-      auditInsert(
-        db,
-        {
-          actor,
-          action: "image.upload_refused",
-          target: `image:${id}`,
-          details: { expected: up.digest, actual, size: object?.size ?? null },
-        },
-        now,
-      ),
+      auditInsert(db, { actor, action: UPLOAD_REFUSED, target: `image:${id}`, details: refusal }, now),
     ]);
     await settleDeletion(env, db, key, null);
-    throw new DomainError(
-      "digest_mismatch",
-      actual === null
-        ? `the uploaded bytes are ${object?.size ?? 0}, not the ${up.size} registered; nothing was kept`
-        : `the uploaded bytes hash to ${actual}, not the registered ${up.digest}; nothing was kept`,
-      { expected: up.digest, actual },
-    );
+    throw digestMismatch(refusal);
   }
   // Only while it is still an upload: the row may have been completed by a concurrent call, or
   // forgotten by the abandoned-upload sweep (its bytes then owed a delete), since it was read.

@@ -1,9 +1,18 @@
 import { inVisibleFleets } from "../db/access";
-import { and, asc, eq, inArray, lt, sql } from "drizzle-orm";
+import { and, asc, desc, eq, inArray, lt, sql } from "drizzle-orm";
 import { auditInsertIf, type AuditEntry } from "../db/audit";
 import type { Db } from "../db/client";
 import { insertWhere } from "../db/insert-where";
-import { agentChannels, agentInstances, imageDeletions, imageParts, images, rollouts, servers } from "../db/schema";
+import {
+  agentChannels,
+  agentInstances,
+  auditLog,
+  imageDeletions,
+  imageParts,
+  images,
+  rollouts,
+  servers,
+} from "../db/schema";
 import { imageKey, partCount } from "../domain/images";
 import { iso } from "../lib/time";
 import type { Image } from "./schemas";
@@ -164,3 +173,20 @@ export const abandonedUploads = (db: Db, before: number, limit: number) =>
 export const owedDeletions = (db: Db, limit: number) =>
   db.select().from(imageDeletions).orderBy(asc(imageDeletions.at)).limit(limit);
 export const deletionDone = (db: Db, key: string) => db.delete(imageDeletions).where(eq(imageDeletions.key, key));
+
+/** The audit action of an upload refused for its bytes (its details: `UploadRefusal`). */
+export const UPLOAD_REFUSED = "image.upload_refused";
+
+/**
+ * The details of an image's refused upload, as the audit row written in the refusal's own batch
+ * recorded them: the one trace left of an image whose bytes were refused, kept for the audit log's
+ * retention (src/audit/archive.service.ts). One probe of the (target, id) index.
+ */
+export const uploadRefusalOf = (db: Db, id: string) =>
+  db
+    .select({ details: auditLog.details })
+    .from(auditLog)
+    .where(and(eq(auditLog.target, `image:${id}`), eq(auditLog.action, UPLOAD_REFUSED)))
+    .orderBy(desc(auditLog.id))
+    .limit(1)
+    .get();

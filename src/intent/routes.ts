@@ -1,8 +1,9 @@
 import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
 import { requireScope } from "../auth/principal";
 import { actorOf } from "../domain/principal";
+import { fleetParam } from "../fleets/schemas";
 import { backgroundOf } from "../http/background";
-import { bearer, commonErrors, jsonBody, jsonResponse, notFoundError } from "../http/openapi";
+import { bearer, commonErrors, jsonBody, jsonResponse, notFoundError, unprocessableError } from "../http/openapi";
 import { cursorParam, decodeCursor, decodeIdCursor, limitParam, page } from "../http/paging";
 import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
@@ -15,16 +16,13 @@ import {
   ChannelChange,
   ChannelInput,
   channelParams,
-  fleetParam,
   Role,
   RoleInput,
   roleParams,
 } from "./schemas";
 import { channelView, roleView } from "./store";
 
-const unknownChannel = {
-  422: jsonResponse(z.object({ error: z.any() }), "An agent has no channel in the fleet (unknown_channel)"),
-};
+const unknownChannel = unprocessableError("An agent has no channel in the fleet (unknown_channel)");
 const pageQuery = z.object({ limit: limitParam, cursor: cursorParam });
 
 /** GET /{fleet}/channels and /{fleet}/roles share one shape: a page of the fleet's items, 404 for no such fleet. */
@@ -71,8 +69,7 @@ export const intentRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHoo
         ),
         ...commonErrors,
         ...notFoundError,
-        422: jsonResponse(
-          z.object({ error: z.any() }),
+        ...unprocessableError(
           'The image is no ready catalog image: named by id, or by name and version in a fleet with image_policy "catalog" (`image_not_found`)',
         ),
       },

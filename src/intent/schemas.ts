@@ -1,5 +1,5 @@
 import { z } from "@hono/zod-openapi";
-import { CAPABILITY_NAME, fleetId, roleName } from "../fleets/schemas";
+import { CAPABILITY_NAME, fleetParam, roleName } from "../fleets/schemas";
 import { agentName, imageRef, versionString } from "../model/server/schemas";
 
 import { MAX_ROLE_AGENTS } from "../domain/limits";
@@ -79,7 +79,6 @@ export const Role = z
   })
   .openapi("Role");
 
-export const fleetParam = z.object({ fleet: fleetId });
 export const channelParams = fleetParam.extend({ agent: agentName });
 export const roleParams = fleetParam.extend({ role: roleName });
 

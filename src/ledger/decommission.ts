@@ -143,7 +143,7 @@ export function acknowledgeLifecycle(d: LedgerParts, record: ServerRecord, repor
 
 /** Inside a transaction: the token stops at once; the cleanup steps leave through the outbox. */
 function beginCleanup(d: LedgerParts, record: ServerRecord, lc: LifecycleState, now: number) {
-  const revoked = { ...record, token_hash: "" };
+  const revoked = { ...record, token_hash: "", token_revoked_at: record.token_revoked_at ?? now };
   d.store.save({ record: revoked });
   // The FleetLock identity goes with the next revision, so no older delivery can bring it back.
   d.store.setRebootRev(d.store.rebootRev() + 1);

@@ -14,7 +14,7 @@ import { applyPlan, type PlanOutcome } from "./planning";
 import { authorized, pollAnswer, type PollAnswer } from "./poll";
 import type { ServerRecord } from "../model/server/record";
 import { requestRefresh } from "./refresh";
-import { acceptReport, pollHeartbeat, type ReportAnswer } from "./report";
+import { acceptReport, pollHeartbeat, reportAcceptedText } from "./report";
 import { applyRolloutImage, ROLLOUT_WRITE_DEFER_MS } from "./rollout-marks";
 import { PING, PONG } from "../model/server/channel-messages";
 import type { LedgerSockets } from "./sockets";
@@ -123,10 +123,11 @@ export class ServerLedger extends DurableObject<Env> {
     return r;
   }
 
-  async revokeToken(actor: string): Promise<boolean> {
-    const found = operator.revokeToken(this.parts, actor);
-    if (found) await this.#settle();
-    return found;
+  /** The revocation's time as the ledger recorded it (null: by older code, no time kept); null with no server. */
+  async revokeToken(actor: string): Promise<{ revoked_at: number | null } | null> {
+    const revoked = operator.revokeToken(this.parts, actor);
+    if (revoked) await this.#settle();
+    return revoked;
   }
 
   async setRebootIdentity(
@@ -227,19 +228,26 @@ export class ServerLedger extends DurableObject<Env> {
     return pollAnswer(this.parts.store, tokenHash, known);
   }
 
-  async agentReport(tokenHash: string, report: InventoryReport): Promise<ReportAnswer> {
+  /**
+   * `report`: the InventoryReport the Worker validated, as JSON text, and the answer is the
+   * ReportAccepted body as JSON text: over the object call a string is one copy of its bytes,
+   * where a structured clone walks every nested object (twice, with the answer's re-serialization
+   * in the Worker) — the largest piece of an unchanged report's JavaScript after the runtime's own.
+   */
+  async agentReport(tokenHash: string, report: string): Promise<{ ok: true; accepted: string } | Failure> {
     const record = authorized(this.parts.store, tokenHash);
     if (!record) return fail("unauthorized", "invalid server token");
-    const { answer, enqueued } = acceptReport(this.parts, record, report);
+    const { answer, enqueued } = acceptReport(this.parts, record, JSON.parse(report) as InventoryReport);
     if (enqueued) await this.#settleInBackground();
-    return answer;
+    return answer.ok ? { ok: true, accepted: reportAcceptedText(record.id, answer) } : answer;
   }
 
   // ---- sockets (./sockets.ts): the host channel and the Worker's waiters, all hibernatable ----
 
   /** A WebSocket upgrade from the Worker; other answers are domain results as JSON. */
   async fetch(request: Request): Promise<Response> {
-    const { response, enqueued } = this.sockets.open(request);
+    const { response, enqueued, trim } = this.sockets.open(request);
+    if (trim) await this.parts.scheduler.trim();
     if (enqueued) await this.#settleInBackground();
     return response;
   }

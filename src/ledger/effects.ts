@@ -17,7 +17,15 @@ import type { CleanupStep } from "./lifecycle";
 import { buildProjection, lastSeenDue, projectionStatements, sameSignatures } from "./projection";
 import type { LedgerStore, ProjectedMark } from "./store";
 import { rolloutEventEffect } from "../rollouts/ledger-side";
-import { driftWatchRead, serverHealthEffect, watchedIn, type DriftWatch } from "../fleetlock/ledger-side";
+import {
+  driftHealthEffect,
+  driftWatchRead,
+  driftWatchReturning,
+  serverHealthEffect,
+  watchedIn,
+  type DriftWatch,
+  type ServerHealthEvent,
+} from "../fleetlock/ledger-side";
 import { coordinatorOf } from "../objects/stubs";
 import { ownedEvent, webhookEventEffect } from "../webhooks/outbox";
 import { feedEffect } from "../notices/notices";
@@ -33,6 +41,7 @@ export type LedgerEffectKind =
   | "cleanup_index"
   | "cleanup_coordinator"
   | "server_health"
+  | "drift_health"
   | "webhook_event"
   | "feed";
 
@@ -186,6 +195,8 @@ export interface LedgerEffectWiring {
   shown: (fleet: string, serverId: string) => void;
   /** Whether the fleet wants drift-only health events, read in the projection's batch. */
   driftWatch: DriftWatch;
+  /** Stores a health event as a call to the fleet's coordinator (a drift a webhook watches). */
+  healthCall: (e: ServerHealthEvent) => void;
 }
 
 export function ledgerEffects(w: LedgerEffectWiring): Record<LedgerEffectKind, Effect> {
@@ -214,6 +225,8 @@ export function ledgerEffects(w: LedgerEffectWiring): Record<LedgerEffectKind, E
     rollout_event: rolloutEventEffect(w.env),
     // Reboot safety: a new boot, realized, failed or drifted, for the fleet's coordinator.
     server_health: serverHealthEffect(w.env, w.driftWatch),
+    // A drift-only event: the fleet's watch read with the projection's batch, the call stored only if watched.
+    drift_health: driftHealthEffect(w.db, w.driftWatch, w.healthCall),
     // Webhooks: the server registered or removed, for the fleet's coordinator to send.
     webhook_event: webhookEventEffect(w.env),
     // The console's live notice (src/notices/notices.ts), raised when the projection wrote a change.
@@ -264,7 +277,7 @@ function projectEffect(w: LedgerEffectWiring): Effect {
   /** The fleet whose pages show a change the delivery under way writes (null: a heartbeat, or nothing). */
   let changedIn: { fleet: string; server: string } | null = null;
   /** A drift-only health event waits on the fleet's watch: read last in this batch, for nothing more. */
-  let watchRead: ((watched: boolean) => void) | null = null;
+  let watchRead: ((results: unknown[]) => void) | null = null;
   return {
     target: "d1",
     statements: () => {
@@ -281,7 +294,14 @@ function projectEffect(w: LedgerEffectWiring): Effect {
       const written = mark && !mark.dirty && mark.written ? mark.written : null;
       const lastSeen = p.server.lastSeen ?? null;
       const due = lastSeen != null && lastSeenDue(mark, lastSeen, state.record.stale_after_s, leased);
-      const { statements, serverRow } = projectionStatements(w.db(), p, written, { serverRowDue: due });
+      // A drift-only health event waits on the fleet's watch: read in this batch, on the server
+      // row's own statement when it has one (RETURNING), so the read costs no statement of its own.
+      const db = w.db();
+      const wanted = w.driftWatch.wanted();
+      const { statements, serverRow, returnedAt } = projectionStatements(db, p, written, {
+        serverRowDue: due,
+        ...(wanted ? { returning: driftWatchReturning(state.record.fleet_id) } : {}),
+      });
       // A lease ending (the quiet watch found the host silent, or it left the channel) may turn the
       // server stale in the index, and one starting (it is back) live again: pages are told of
       // that too, not only of changed rows.
@@ -291,14 +311,22 @@ function projectEffect(w: LedgerEffectWiring): Effect {
       inFlight = serverRow
         ? { written: p.signatures, last_seen_written: lastSeen, leased }
         : { written: p.signatures, last_seen_written: mark?.last_seen_written ?? null, leased: mark?.leased ?? false };
-      if (!w.driftWatch.wanted()) return statements;
-      watchRead = w.driftWatch.reading();
-      return [...statements, driftWatchRead(w.db(), state.record.fleet_id)];
+      if (!wanted) return statements;
+      const read = w.driftWatch.reading();
+      // Drift events delivered in this batch after the projection take this read too.
+      const carried = w.driftWatch.carry();
+      const answer = (watched: boolean) => (read(watched), carried(watched));
+      if (returnedAt !== null) {
+        watchRead = (results) => answer(watchedIn(results[returnedAt]));
+        return statements;
+      }
+      watchRead = (results) => answer(watchedIn(results.at(-1)));
+      return [...statements, driftWatchRead(db, state.record.fleet_id)];
     },
     delivered: (_p: unknown, results: unknown[]) => {
       if (inFlight) w.store.setProjected(inFlight);
       if (changedIn) w.shown(changedIn.fleet, changedIn.server);
-      if (watchRead) watchRead(watchedIn(results.at(-1)));
+      if (watchRead) watchRead(results);
       inFlight = null;
       changedIn = null;
       watchRead = null;

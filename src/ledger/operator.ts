@@ -218,16 +218,23 @@ export function setLabels(
 }
 
 /** The host's token stops working at once (a parked poll included); its D1 row follows. */
-export function revokeToken(d: LedgerParts, actor: string): boolean {
+/**
+ * Revokes the server's token, once: the answer is the time the revocation was recorded (a second
+ * call answers the first's), or null for a token revoked by older code, which kept no time. Null
+ * when there is no server.
+ */
+export function revokeToken(d: LedgerParts, actor: string): { revoked_at: number | null } | null {
   const record = d.store.load()?.record;
-  if (!record) return false;
-  if (record.token_hash === "") return true;
+  if (!record) return null;
+  if (record.token_hash === "")
+    return { revoked_at: record.token_revoked_at ?? d.store.lifecycle()?.cleanup_from ?? null };
+  const now = d.clock();
   d.store.transaction(() => {
-    d.store.save({ record: { ...record, token_hash: "" } });
-    d.outbox.enqueue("token", tokenPayload(record, actor, d.clock()), { key: "token" });
+    d.store.save({ record: { ...record, token_hash: "", token_revoked_at: now } });
+    d.outbox.enqueue("token", tokenPayload(record, actor, now), { key: "token" });
     audit(d.outbox, { actor, action: "token.revoke", target: `token:${record.token_id}` });
   });
-  return true;
+  return { revoked_at: now };
 }
 
 /**
@@ -250,7 +257,9 @@ export function rotateToken(d: LedgerParts, tokenHash: string, actor: string, re
         "works, and this request's was never valid; rotate again for a token of your own",
     );
   }
-  const next = { ...state.record, token_hash: tokenHash };
+  // A new token works: a revocation before it is no longer the token's state.
+  const { token_revoked_at: _revoked, ...record } = state.record;
+  const next = { ...record, token_hash: tokenHash };
   d.store.transaction(() => {
     d.store.save({ record: next });
     d.outbox.enqueue("token", tokenPayload(next, actor, null), { key: "token" });

@@ -1,5 +1,6 @@
 import { chunk } from "../lib/chunk";
-import { and, eq, sql } from "drizzle-orm";
+import { and, eq, sql, type SQL } from "drizzle-orm";
+import type { BatchItem } from "drizzle-orm/batch";
 import type { Db } from "../db/client";
 import { agentInstances, serverLabels, servers } from "../db/schema";
 import type { ServerRecord, DesiredState } from "../model/server/record";
@@ -144,12 +145,21 @@ export function projectionStatements(
   db: Db,
   p: Projection,
   written: Signatures | null,
-  opts: { serverRowDue?: boolean } = {},
+  opts: { serverRowDue?: boolean; returning?: Returning } = {},
 ) {
   const names = p.instances.map((i) => i.agent);
   const { id: _id, createdAt: _c, ...serverUpdate } = p.server;
+  /** Where the server row's statement stands in the batch, when it carries `opts.returning`. */
+  let returnedAt: number | null = null;
+  // A read that rides on the server row's statement (RETURNING) rather than as one of its own: a
+  // statement less in the batch, and the same moment of reading.
+  const carry = <Q extends { returning(r: Returning): BatchItem<"sqlite"> }>(q: Q) => {
+    if (!opts.returning) return q;
+    returnedAt = stmts.length;
+    return q.returning(opts.returning);
+  };
   const upsertSet = (set: Partial<typeof serverUpdate>) =>
-    db.insert(servers).values(p.server).onConflictDoUpdate({ target: servers.id, set });
+    carry(db.insert(servers).values(p.server).onConflictDoUpdate({ target: servers.id, set }));
   // Lists travel as one bound JSON parameter: D1 allows at most 100 per statement.
   const inList = (agents: string[], negate: boolean) =>
     db
@@ -162,7 +172,7 @@ export function projectionStatements(
             : sql`${agentInstances.agent} IN (SELECT value FROM json_each(${JSON.stringify(agents)}))`,
         ),
       );
-  const stmts = [];
+  const stmts: BatchItem<"sqlite">[] = [];
   let serverRow = false;
   let rows = p.instances;
   if (!written) {
@@ -185,7 +195,7 @@ export function projectionStatements(
       serverRow = due;
     } else if (due) {
       // Only the heartbeat moved: the two columns it changes (4 rows written with their indexes).
-      stmts.push(db.update(servers).set({ lastSeen, staleAt, updatedAt }).where(eq(servers.id, p.server.id)));
+      stmts.push(carry(db.update(servers).set({ lastSeen, staleAt, updatedAt }).where(eq(servers.id, p.server.id))));
       serverRow = true;
     }
     if (labelsOfSignature(written.server) !== JSON.stringify(p.server.labels ?? {}))
@@ -194,8 +204,15 @@ export function projectionStatements(
     if (removed.length) stmts.push(inList(removed, false));
     rows = p.instances.filter((i) => written.rows[i.agent] !== p.signatures.rows[i.agent]);
   }
-  return { statements: [...stmts, ...instanceStatements(db, rows, written)], serverRow };
+  return {
+    statements: [...stmts, ...instanceStatements(db, rows, written)],
+    serverRow,
+    returnedAt: returnedAt as number | null,
+  };
 }
+
+/** Columns a server row's statement returns besides its write (`projectionStatements`' `returning`). */
+export type Returning = Record<string, SQL>;
 
 type ServerColumn = Exclude<
   keyof typeof servers.$inferInsert,

@@ -160,11 +160,23 @@ export class QuietWatch {
   /**
    * The host left the channel (its last socket closed): its index row is exact again and turns
    * stale by itself at last heard + stale_after, which nothing else would tell its coordinator's
-   * fleet-health gates. One timer, due then; a host back meanwhile makes it find nothing to do
-   * (it is not cancelled on every report: that would be a write per report).
+   * fleet-health gates. One timer, due then; a host back on the channel cancels it (`back`). A
+   * host back over HTTP makes it find nothing to do (it is not cancelled on every report: that
+   * would be a write per report).
    */
   left(heardAt: number, staleAfterS: number) {
     this.scheduler.schedule(LEFT_TIMER, heardAt + staleAfterS * 1000 + 1_000);
+  }
+
+  /**
+   * The host is back on the channel: its socket watches it again, and a close sets the timer anew
+   * from the heartbeat then. Without this, every reboot left one alarm that woke the ledger to find
+   * the host connected. True when a timer was cancelled: the caller moves the alarm back.
+   */
+  back(): boolean {
+    if (this.scheduler.dueAt(LEFT_TIMER) === null) return false;
+    this.scheduler.cancel(LEFT_TIMER);
+    return true;
   }
 
   /** The left timer fired: true when the host is stale now (no report since it left, nor a socket). */

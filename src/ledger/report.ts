@@ -16,7 +16,6 @@ import { sendHealth, serverHealthEventOf } from "../fleetlock/ledger-side";
 import type { InventoryReport, ReportAccepted, StoredReport } from "../model/server/schemas";
 import { computeStatus, type ComputedStatus } from "../model/server/status";
 import { contentKey } from "../domain/report-content";
-import { reportTag } from "./store";
 
 export type ReportAnswer = { ok: true; generation: number; computed: ComputedStatus; tag: string } | Failure;
 
@@ -31,6 +30,29 @@ export const reportAccepted = (
   agents: answer.computed.agents,
   report_tag: answer.tag,
 });
+
+/**
+ * An accepted report's answer as the JSON text PUT /v1/agent/inventory sends: what the ledger
+ * hands the Worker, so the answer crosses the object call as one string (a copy of its bytes)
+ * rather than a structured clone of nested objects that the Worker would then serialize again.
+ * A heartbeat's status is the same object while its content and the desired config are
+ * (LedgerStore.heartbeatStatus), so its text is kept beside it, checked against every other input.
+ */
+export function reportAcceptedText(
+  serverId: string,
+  answer: { generation: number; computed: ComputedStatus; tag: string },
+): string {
+  const kept = acceptedTexts.get(answer.computed);
+  if (kept && kept.serverId === serverId && kept.generation === answer.generation && kept.tag === answer.tag)
+    return kept.text;
+  const text = JSON.stringify(reportAccepted(serverId, answer));
+  acceptedTexts.set(answer.computed, { serverId, generation: answer.generation, tag: answer.tag, text });
+  return text;
+}
+const acceptedTexts = new WeakMap<
+  ComputedStatus,
+  { serverId: string; generation: number; tag: string; text: string }
+>();
 
 /**
  * Takes the report of the host holding `record`'s token. `enqueued`: something left for the
@@ -122,8 +144,13 @@ export function acceptReport(
     });
     enqueued = true;
   }
-  const computed = computeStatus(desired, stored, now, record.stale_after_s * 1000);
-  return { answer: { ok: true, generation: desired.generation, computed, tag: reportTag(key) }, enqueued, heartbeat };
+  const status = () => computeStatus(desired, stored, now, record.stale_after_s * 1000);
+  const computed = heartbeat ? d.store.heartbeatStatus(key, desired, status) : status();
+  return {
+    answer: { ok: true, generation: desired.generation, computed, tag: d.store.tagOf(key) },
+    enqueued,
+    heartbeat,
+  };
 }
 
 /**
@@ -143,7 +170,7 @@ export function pollHeartbeat(
   if (!record) return fail("unauthorized", "invalid server token");
   if (tag === undefined) return { ok: true, enqueued: false };
   const { report: stored, reportKey } = d.store.load()!;
-  if (!stored || reportKey === undefined || reportTag(reportKey) !== tag) {
+  if (!stored || reportKey === undefined || d.store.tagOf(reportKey) !== tag) {
     return fail("report_tag_unknown", "X-Report-Tag names no report this server holds: PUT /v1/agent/inventory first");
   }
   const { received_at: _, ...report } = stored;

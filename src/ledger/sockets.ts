@@ -21,12 +21,19 @@ export class LedgerSockets {
     private readonly room: SocketRoom,
   ) {}
 
-  /** An upgrade from the Worker: the host's channel, or a waiter. `enqueued`: the outbox has something to deliver. */
-  open(request: Request): { response: Response; enqueued: boolean } {
+  /**
+   * An upgrade from the Worker: the host's channel, or a waiter. `enqueued`: the outbox has
+   * something to deliver; `trim`: a timer was cancelled, so the alarm may be earlier than needed.
+   */
+  open(request: Request): { response: Response; enqueued: boolean; trim?: boolean } {
     const { pathname } = new URL(request.url);
     if (pathname === WAIT_PATHS.poll) return openPollWait(this.d, this.room, request);
     const only = (response: Response) => ({ response, enqueued: false });
-    if (pathname === CHANNEL_PATH) return only(connectHost(this.d, this.room, request));
+    if (pathname === CHANNEL_PATH) {
+      const response = connectHost(this.d, this.room, request);
+      // Accepted: the host is back, and its absence no longer needs timing.
+      return { response, enqueued: false, trim: response.status === 101 && this.d.quiet.back() };
+    }
     if (pathname === WAIT_PATHS.view) return only(openViewWait(this.d.store, this.room, request, this.d.clock()));
     return only(new Response(null, { status: 404 }));
   }

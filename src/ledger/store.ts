@@ -13,6 +13,7 @@ import type { ServerRecord, DesiredState } from "../model/server/record";
 import { contentKey } from "../domain/report-content";
 import type { StoredReport } from "../model/server/schemas";
 import type { HealthSent } from "../fleetlock/ledger-side";
+import type { ComputedStatus } from "../model/server/status";
 import { FORMAT_KEY, LEDGER_FORMAT, upgradeLedgerStorage, type FormatUpgrade } from "./storage-format";
 
 const KEY = {
@@ -71,7 +72,7 @@ export interface LedgerState {
  * pollHeartbeat). Two 32-bit FNV-1a lanes: a name, not a secret, so a fast hash that runs
  * synchronously in the ledger's turn is enough.
  */
-export function reportTag(key: string) {
+function reportTag(key: string) {
   let a = 0x811c9dc5;
   let b = 0x01000193 ^ key.length;
   for (let i = 0; i < key.length; i++) {
@@ -87,6 +88,13 @@ export class LedgerStore {
   private cache?: LedgerState | null;
   private refreshMemo?: RefreshState | null;
   private healthSentMemo?: HealthSent | null;
+  /**
+   * The projection's mark as storage holds it: read by every heartbeat (is last_seen due?), written
+   * only when D1 took a projection. Undefined: not read since the last write (or the ledger woke).
+   */
+  private projectedMemo?: ProjectedMark | null;
+  /** The stored report's tag and, for its desired config, the status a fresh heartbeat of it has. */
+  private answerMemo?: { key: string; tag: string; desired?: DesiredState; computed?: ComputedStatus };
   /** open() checked (and upgraded) the format: load() need not read it again. */
   private formatKnown = false;
 
@@ -196,6 +204,24 @@ export class LedgerStore {
       });
   }
 
+  /** reportTag(key), computed once per report content (every heartbeat answers with it). */
+  tagOf(key: string): string {
+    if (this.answerMemo?.key !== key) this.answerMemo = { key, tag: reportTag(key) };
+    return this.answerMemo.tag;
+  }
+
+  /**
+   * The status of a heartbeat, received now, of the report whose content is `key` against
+   * `desired`: a pure function of the two (a report received now is not stale), so computed once
+   * per content and desired config. `desired` is compared by identity: every write of it is a new
+   * object (save), so a new desired config is never answered with the old one's status.
+   */
+  heartbeatStatus(key: string, desired: DesiredState, compute: () => ComputedStatus): ComputedStatus {
+    const memo = this.answerMemo?.key === key ? this.answerMemo : (this.answerMemo = { key, tag: reportTag(key) });
+    if (memo.desired !== desired || !memo.computed) Object.assign(memo, { desired, computed: compute() });
+    return memo.computed!;
+  }
+
   /** Stores a heartbeat held only in memory (before the index is told of it). */
   persistHeartbeat() {
     const state = this.load();
@@ -245,12 +271,22 @@ export class LedgerStore {
     else this.kv.delete(KEY.rolloutMarks);
   }
 
+  /**
+   * Read from storage once after each write, then from memory: a heartbeat asks on every report.
+   * Inside a transaction it is read from storage and not remembered, so a rollback leaves no
+   * memory of what it undid.
+   */
   projected(): ProjectedMark | undefined {
-    return this.kv.get<ProjectedMark>(KEY.projected);
+    if (this.commitHooks) return this.kv.get<ProjectedMark>(KEY.projected);
+    if (this.projectedMemo === undefined) this.projectedMemo = this.kv.get<ProjectedMark>(KEY.projected) ?? null;
+    return this.projectedMemo ?? undefined;
   }
 
   setProjected(mark: ProjectedMark) {
     this.kv.put(KEY.projected, mark);
+    // Forgotten, not replaced: the next read outside a transaction takes what storage holds, this
+    // mark once its write committed, the old one if a transaction around it rolled back.
+    this.projectedMemo = undefined;
   }
 
   /** A coordinator release an old release left under its own key, removed as it is read. */

@@ -10,7 +10,7 @@ import { computeStatus, type ComputedStatus } from "../model/server/status";
 import type { LedgerStore, RefreshState } from "./store";
 
 export interface ServerView {
-  record: Omit<ServerRecord, "token_hash" | "token_id">;
+  record: Omit<ServerRecord, "token_hash" | "token_id" | "token_revoked_at">;
   plan: PlanState;
   lifecycle: LifecycleState | null;
   refresh: RefreshState | null;
@@ -27,7 +27,7 @@ export function configOf(record: ServerRecord, desired: DesiredState): DesiredCo
 export function viewOf(store: LedgerStore, now: number): ServerView | null {
   const state = store.load();
   if (!state) return null;
-  const { token_hash: _h, token_id: _t, ...record } = state.record;
+  const { token_hash: _h, token_id: _t, token_revoked_at: _r, ...record } = state.record;
   return {
     record,
     plan: store.plan(),

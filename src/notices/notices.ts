@@ -75,16 +75,40 @@ export function noticeCovered(n: NoticeInput, now = Date.now()): boolean {
   return w !== undefined && now < w.last + THROTTLE_MS && now < w.promisedUntil && w.promisedBy !== n.from;
 }
 
-/** From a service that changed only D1: told at once or dropped when covered (nothing durable to keep it). */
+/**
+ * How often a service's notice is tried when the feed's call fails, and the first pause between
+ * tries (doubling): a feed restarting or briefly unreachable still hears of the change, and one
+ * that stays down costs the request's background work a few seconds (about 4 s), not its whole
+ * allowance.
+ */
+const SERVICE_TRIES = 5;
+const SERVICE_RETRY_MS = 250;
+
+const pause = (ms: number) => new Promise((res) => setTimeout(res, ms));
+
+/**
+ * From a service that changed only D1: told at once, or dropped when covered. It has nothing
+ * durable to keep the notice in, so a failed call is tried again, a bounded number of times, in
+ * the request's background work (no object keeps anything for it).
+ */
 export async function noticeNow(env: Env, n: NoticeInput) {
   // Asked to come back later, it has promised the trailing notice other owners' now count on
   // (they answer `covered`): it must send it, so it comes back until sent or covered. Each window's
   // end is near (under THROTTLE_MS); this request's background work waits for it.
-  let r = await notifyFeed(env, n).catch(() => "sent" as const);
-  while (typeof r === "object") {
-    const wait = Math.max(0, r.later - Date.now());
-    await new Promise((res) => setTimeout(res, wait));
-    r = await notifyFeed(env, n).catch(() => "sent" as const);
+  for (let failed = 0; ;) {
+    let r: Awaited<ReturnType<typeof notifyFeed>>;
+    try {
+      r = await notifyFeed(env, n);
+    } catch (e) {
+      if (++failed >= SERVICE_TRIES) {
+        console.warn(`console notice ${n.kind} for fleet ${n.fleet} not delivered after ${failed} tries: ${String(e)}`);
+        return;
+      }
+      await pause(SERVICE_RETRY_MS * 2 ** (failed - 1));
+      continue;
+    }
+    if (typeof r !== "object") return;
+    await pause(Math.max(0, r.later - Date.now()));
   }
 }
 

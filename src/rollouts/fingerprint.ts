@@ -5,21 +5,10 @@
  * by it. Pure apart from the digest.
  */
 import type { StrategyInput } from "../model/strategy";
+import { canonicalJson } from "../lib/canonical-json";
 import { sha256Hex } from "../lib/crypto";
 import type { StrategySource } from "./machine";
 import type { RolloutInput } from "./schemas";
-
-/** JSON with every object's keys sorted, so `{a, b}` and `{b, a}` are one request. */
-export function canonicalJson(value: unknown): string {
-  if (Array.isArray(value)) return `[${value.map((v) => canonicalJson(v ?? null)).join(",")}]`;
-  if (value !== null && typeof value === "object") {
-    const entries = Object.entries(value as Record<string, unknown>)
-      .filter(([, v]) => v !== undefined)
-      .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
-    return `{${entries.map(([k, v]) => `${JSON.stringify(k)}:${canonicalJson(v)}`).join(",")}}`;
-  }
-  return JSON.stringify(value ?? null);
-}
 
 /**
  * What makes two start requests the same start: who asks, and the request as it was resolved

@@ -15,6 +15,7 @@ import {
   jsonBody,
   jsonResponse,
   notFoundError,
+  unprocessableError,
 } from "../http/openapi";
 import { DomainError, unknownFleet } from "../domain/errors";
 import {
@@ -113,8 +114,7 @@ export const rolloutRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHo
         201: createdResponse(RolloutSchema, "Started"),
         ...commonErrors,
         ...conflictError("Another rollout of this agent is running in the fleet (rollout_in_progress)"),
-        422: jsonResponse(
-          z.object({ error: z.any() }),
+        ...unprocessableError(
           "Unknown fleet; no server to write (no_targets: names the fleet's agents; channel_only asks for a channel move alone); " +
             "a selector or exclude entry that is no server of the fleet (unknown_server)",
         ),

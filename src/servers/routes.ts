@@ -15,6 +15,7 @@ import {
   jsonResponse,
   notFoundError,
   ErrorSchema,
+  unprocessableError,
 } from "../http/openapi";
 import { cursorParam, decodeCursor, limitParam, page } from "../http/paging";
 import type { AppEnv } from "../http/types";
@@ -63,7 +64,7 @@ export const serverRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHoo
         ...conflictError(
           "Another server of the fleet has this fleetlock_id (fleetlock_id_taken) or this hostname (hostname_taken)",
         ),
-        422: jsonResponse(z.object({ error: z.any() }), "The fleet does not exist"),
+        ...unprocessableError("The fleet does not exist (`unknown_fleet`)"),
       },
     }),
     async (c) => {

@@ -14,10 +14,13 @@ import {
   locationHeader,
   notFoundError,
   conflictError,
+  errorResponse,
+  errorWithDetails,
+  preconditionError,
 } from "../http/openapi";
 import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
-import { fleetParam } from "../intent/schemas";
+import { fleetParam } from "../fleets/schemas";
 import { SpecSecretsSchema } from "../webhooks/schemas";
 import { FleetSpec, SpecApplied, SpecDiff, SpecProblem, SpecRequest, specQuery, unwrapRequest } from "./schemas";
 import { applyFleetSpec, diffFleetSpec, fleetSpec, refuseInvalidSpec } from "./service";
@@ -25,16 +28,10 @@ import { applyFleetSpec, diffFleetSpec, fleetSpec, refuseInvalidSpec } from "./s
 const specTag = etagHeader("Strong tag of the fleet's spec: a hash of the document GET answers");
 
 const invalidSpec = {
-  422: jsonResponse(
-    z.object({
-      error: z.object({
-        code: z.string(),
-        message: z.string(),
-        details: z.object({ problems: z.array(SpecProblem) }),
-        request_id: z.string().optional(),
-      }),
-    }),
+  422: errorResponse(
     "The spec has problems (invalid_spec): every one of them, with its path in the document; nothing changed",
+    undefined,
+    errorWithDetails("InvalidSpecError", z.object({ problems: z.array(SpecProblem) })),
   ),
 };
 
@@ -172,8 +169,7 @@ export const specRoutes = new OpenAPIHono<AppEnv>({ defaultHook: specHook })
         ...commonErrors,
         ...notFoundError,
         ...conflictError("concurrent_change: the fleet kept changing; retry"),
-        412: jsonResponse(
-          z.object({ error: z.any() }),
+        ...preconditionError(
           "precondition_failed: the fleet's spec is no longer the one If-Match names, If-Match named a fleet that does not exist, or If-None-Match: * found one; nothing changed",
         ),
         ...invalidSpec,

@@ -1,9 +1,9 @@
-import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
+import { createRoute, OpenAPIHono } from "@hono/zod-openapi";
 import { requireScope } from "../auth/principal";
 import { bearer, commonErrors, jsonResponse, notFoundError } from "../http/openapi";
 import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
-import { fleetId } from "../fleets/schemas";
+import { fleetParam } from "../fleets/schemas";
 import { FleetSummary } from "./schemas";
 import { fleetSummary } from "./summary";
 
@@ -20,7 +20,7 @@ export const fleetSummaryRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validat
       "for ten servers or ten thousand. What the operator console's overview shows.",
     security: bearer,
     middleware: [requireScope("read")] as const,
-    request: { params: z.object({ fleet: fleetId }) },
+    request: { params: fleetParam },
     responses: { 200: jsonResponse(FleetSummary, "The fleet's summary"), ...commonErrors, ...notFoundError },
   }),
   async (c) => c.json(await fleetSummary(c.env, c.req.valid("param").fleet), 200),

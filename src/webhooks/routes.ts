@@ -2,7 +2,7 @@ import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
 import { decimalParam } from "../http/paging";
 import { requireScope } from "../auth/principal";
 import { actorOf } from "../domain/principal";
-import { fleetId } from "../fleets/schemas";
+import { fleetParam } from "../fleets/schemas";
 import { limitBodies } from "../http/content";
 import {
   bearer,
@@ -32,7 +32,6 @@ import {
   webhookDelivery,
 } from "./service";
 
-const fleetParam = z.object({ fleet: fleetId });
 const hookParams = fleetParam.extend({ id: z.uuid() });
 const deliveryParams = hookParams.extend({ delivery: z.uuid() });
 const tags = ["webhooks"];

@@ -1,7 +1,9 @@
-// Three requests that set the floor Harbormaster's host operations are read against: an empty
+// The requests that set the floor Harbormaster's host operations are read against: an empty
 // answer, one Durable Object RPC that reads a key, one that writes it (the synchronous KV API on
-// SQLite, as the coordinator and the ledgers use). One object for every request, as one
-// coordinator serves a whole fleet.
+// SQLite, as the coordinator and the ledgers use), and one that writes the request's body (a
+// host's report, as bytes) as one value: one bare object write of the same request a report is,
+// its body carried into the object and stored. One object for every request, as one coordinator
+// serves a whole fleet.
 import { DurableObject } from "cloudflare:workers";
 
 export class Floor extends DurableObject {
@@ -14,6 +16,12 @@ export class Floor extends DurableObject {
     this.ctx.storage.kv.put("n", n);
     return n;
   }
+
+  /** The body stored as one value: one row written, nothing read (no cheaper write carries it). */
+  writeBody(body) {
+    this.ctx.storage.kv.put("body", body);
+    return body.length;
+  }
 }
 
 export default {
@@ -23,6 +31,8 @@ export default {
     const floor = env.FLOOR.get(env.FLOOR.idFromName("floor"));
     if (pathname === "/do/read") return Response.json({ n: await floor.read() });
     if (pathname === "/do/write") return Response.json({ n: await floor.write() });
+    if (pathname === "/do/body" && request.method === "POST")
+      return Response.json({ bytes: await floor.writeBody(await request.text()) });
     return new Response("not found", { status: 404 });
   },
 };

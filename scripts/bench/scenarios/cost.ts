@@ -21,6 +21,9 @@
 // less its idle rate (measured before the run), shared between the Worker's requests and the
 // objects' in proportion to their counts (objects are billed for duration, not CPU). It runs the
 // local D1 and the dev server's plumbing too, and on a shared machine, so it errs high.
+// Memory is not billed (an awake object is priced at 128 MB, ../prices.ts): the local runtime's
+// resident memory at the steady window's end is shown beside the bill, read from /proc for the
+// workerd processes of that transport's own server, found by its port (../proc.ts).
 // Each transport's bill is itemized (../bill.ts), then all of them side by side with the bill
 // measured before the host channel.
 import { tsImport } from "tsx/esm/api";
@@ -37,6 +40,7 @@ import {
   type Window,
 } from "../bill.ts";
 import { calibrateCpu } from "../cpu.ts";
+import { runtimeRssMbAt } from "../proc.ts";
 import { LEASE_REFRESH_ROWS } from "../lease-refresh.ts";
 import { HISTORY_ROLLUP_ROWS } from "../history-rollup.ts";
 import { PERIOD_MS as HISTORY_PERIOD_MS, periodOf } from "../../../src/history/rollup.ts";
@@ -342,6 +346,9 @@ async function measure(
     transportName === "channel" ? Math.max(steadyFrom, 0.5 * durationS + LEFT_AFTER_S + LEFT_MARGIN_S) : steadyFrom;
   const steadyEndsBy = transportName === "http" ? joinS + QUIET_PERIOD_S : steadyOpensFrom + STEADY_S + DRAIN_WAIT_S;
   const drain: { s: number; written: number; read: number }[] = [];
+  // The memory of this run's own runtime (found by its port: not the bench's process, nor another
+  // transport's server) while every host is still connected.
+  let steadyRssMb = null as number | null;
 
   const script = (async () => {
     await started;
@@ -400,6 +407,7 @@ async function measure(
       steadyTick = await tick();
       await at(tickAt(n + 1) + 30);
       await closing("steady");
+      steadyRssMb = runtimeRssMbAt(base);
       if (!quiet) events.push(`the cron was still writing when the steady window had to open (${rows.written} rows)`);
       break;
     }
@@ -414,6 +422,10 @@ async function measure(
     stop.abort();
   })();
   const [summary] = (await Promise.all([sim, script])) as [SimSummary, void];
+  ctx.note(
+    `cost (${transportName}): local runtime RSS, ${hosts} hosts at the steady window's end (MB; not billed: an awake object is priced at 128 MB)`,
+    steadyRssMb === null ? "- (/proc did not tell)" : steadyRssMb.toFixed(0),
+  );
   // Over HTTP a host makes a Worker request a minute, so its CPU is a line of the bill: measured
   // in short bursts once the hosts stopped (../cpu.ts), not shared out of the run's window.
   const cpu = transportName === "http" ? await calibrateCpu(ctx, `${fleet}-cpu`) : null;

@@ -293,6 +293,9 @@ export async function run(ctx: BenchContext) {
   hostAgent.destroy();
 }
 
+/** Statements listed per object class in the profile, the most rows first. */
+const STATEMENTS_SHOWN = Number(process.env.BENCH_ROLLOUT_STATEMENTS ?? 8);
+
 type ClassReading = {
   requests: number;
   rpc: number;
@@ -300,7 +303,12 @@ type ClassReading = {
   alarm: number;
   awake_ms: number;
   d1: { statements: number; rows_written: number };
-  storage: { rows_read: number; rows_written: number; alarms_set: number };
+  storage: {
+    rows_read: number;
+    rows_written: number;
+    alarms_set: number;
+    statements?: { statement: string; calls: number; rows_read: number; rows_written: number }[];
+  };
   methods: Record<string, { calls: number; ms: number; max_ms: number }>;
 };
 
@@ -323,6 +331,11 @@ function profile(
     for (const [m, u] of Object.entries(c.methods).sort((a, b) => b[1].ms - a[1].ms))
       lines.push(
         `    ${m}: ${f(u.calls)} calls, ${f(u.ms)} ms (avg ${(u.ms / u.calls).toFixed(1)} ms, max ${u.max_ms} ms)`,
+      );
+    // The statements that read or wrote the most rows: a regression in rows shows where it is.
+    for (const s of (c.storage.statements ?? []).slice(0, STATEMENTS_SHOWN))
+      lines.push(
+        `    rows read ${f(s.rows_read)} written ${f(s.rows_written)} in ${f(s.calls)} calls: ${s.statement.slice(0, 140)}`,
       );
   }
   return lines.join("\n");

@@ -9,7 +9,19 @@ import { CheckAnswer, FixAnswer } from "../../check/schemas";
 import { FixHoldList } from "../../fleetlock/schemas";
 import { action, confirmTyped, NoFleet, page, render, type View } from "../context";
 import { requireCsrf, requireSession, type ConsoleEnv } from "../guard";
-import { ActionForm, Ago, Badge, canWrite, Field, Filters, naturally, Pager, serverHref, Table } from "../ui";
+import {
+  ActionForm,
+  Ago,
+  Badge,
+  canWrite,
+  DangerForm,
+  Field,
+  Filters,
+  naturally,
+  Pager,
+  serverHref,
+  Table,
+} from "../ui";
 
 const filterOf = (v: View, source: Record<string, string | undefined>) => ({
   fleet: v.fleet,
@@ -106,21 +118,15 @@ async function driftPage(v: View) {
                 {h.state === "writing" ? (
                   <span class="small muted">settles by itself</span>
                 ) : (
-                  <ActionForm
+                  <DangerForm
                     action={`/console/drift/fix-holds/release${qs({ fleet: v.fleet })}`}
                     csrf={v.session!.csrf}
                     back={`/console/drift${qs(f)}`}
                     label={`Release the unit held for ${h.server.hostname ?? h.server.id}`}
-                  >
-                    <input type="hidden" name="server" value={h.server.id} />
-                    <label>
-                      Type the hostname to confirm
-                      <input name="confirm" required autocomplete="off" size={16} />
-                    </label>
-                    <button type="submit" class="danger">
-                      Release
-                    </button>
-                  </ActionForm>
+                    fields={{ server: h.server.id }}
+                    typed={{ prompt: "Type the hostname to confirm", size: 16 }}
+                    button="Release"
+                  />
                 )}
               </td>
             ) : null}

@@ -8,7 +8,7 @@ import { EnrollmentToken, EnrollmentTokenCreated, REPLAYED_HEADER } from "../../
 import { ApiFailure, readPage, send, type InProcessApp } from "../api";
 import { action, NoFleet, page, render, type View } from "../context";
 import { requireCsrf, requireSession, type ConsoleEnv } from "../guard";
-import { ActionForm, Ago, Badge, canWrite, Table } from "../ui";
+import { Ago, Badge, canWrite, DangerForm, Table } from "../ui";
 
 const tokensPath = (fleet: string) => `/v1/fleets/${encodeURIComponent(fleet)}/enrollment-tokens`;
 const here = (fleet: string) => `/console/enrollment?fleet=${encodeURIComponent(fleet)}`;
@@ -153,16 +153,13 @@ async function enrollmentPage(v: View, created?: { token: string; id: string; re
                 {t.state === "revoked" ? (
                   <span class="muted">revoked</span>
                 ) : (
-                  <ActionForm
+                  <DangerForm
                     action={`/console/enrollment/${t.id}/revoke?fleet=${encodeURIComponent(v.fleet!)}`}
                     csrf={v.session.csrf}
                     back={here(v.fleet!)}
                     label={`Revoke ${t.name ?? t.id}`}
-                  >
-                    <button type="submit" class="danger">
-                      Revoke
-                    </button>
-                  </ActionForm>
+                    button="Revoke"
+                  />
                 )}
               </td>
             ) : null}

@@ -6,7 +6,19 @@ import { GroupSchema } from "../../fleetlock/schemas";
 import { must, read, send, type InProcessApp } from "../api";
 import { action, confirmTyped, NoFleet, page, render, type View } from "../context";
 import { requireCsrf, requireSession, type ConsoleEnv } from "../guard";
-import { ActionForm, Ago, Badge, BlockedList, canWrite, Duration, Field, Filters, serverHref, Table } from "../ui";
+import {
+  ActionForm,
+  Ago,
+  Badge,
+  BlockedList,
+  canWrite,
+  DangerForm,
+  Duration,
+  Field,
+  Filters,
+  serverHref,
+  Table,
+} from "../ui";
 
 type Group = z.output<typeof GroupSchema>;
 
@@ -172,16 +184,15 @@ async function groupPage(v: View) {
               <td>{h.stuck ? <Badge status="stuck" /> : <Badge status="running" label="holding" />}</td>
               {write ? (
                 <td>
-                  <ActionForm action={act("release")} csrf={csrf} back={back} label={`Force-release ${h.id}`}>
-                    <input type="hidden" name="holder" value={h.id} />
-                    <label>
-                      Type the id to confirm
-                      <input name="confirm" required autocomplete="off" size={12} />
-                    </label>
-                    <button type="submit" class="danger">
-                      Release
-                    </button>
-                  </ActionForm>
+                  <DangerForm
+                    action={act("release")}
+                    csrf={csrf}
+                    back={back}
+                    label={`Force-release ${h.id}`}
+                    fields={{ holder: h.id }}
+                    typed={{ prompt: "Type the id to confirm", size: 12 }}
+                    button="Release"
+                  />
                 </td>
               ) : null}
             </tr>

@@ -8,7 +8,7 @@ import { ServerDetail, ServerToken } from "../../servers/schemas";
 import { must, qs, read, readPage, send, type InProcessApp } from "../api";
 import { action, confirmTyped, render, type View } from "../context";
 import { requireCsrf, type ConsoleEnv } from "../guard";
-import { ActionForm, Ago, Badge, canWrite, Pager, serverHref, Table } from "../ui";
+import { ActionForm, Ago, Badge, canWrite, DangerForm, Pager, serverHref, Table } from "../ui";
 import { actorNames, actorText, AuditDetails } from "../audit-text";
 
 const idOf = (v: View) => v.c.req.param("id")!;
@@ -196,15 +196,14 @@ export async function serverDetailPage(v: View) {
                 <button type="submit">Cancel the decommission</button>
               </ActionForm>
             ) : (
-              <ActionForm action={`/console/servers/${id}/decommission`} csrf={csrf} back={back} label="Decommission">
-                <label>
-                  Type the hostname to decommission
-                  <input name="confirm" required autocomplete="off" pattern={s.hostname.replace(/[.]/g, "\\.")} />
-                </label>
-                <button type="submit" class="danger">
-                  Decommission
-                </button>
-              </ActionForm>
+              <DangerForm
+                action={`/console/servers/${id}/decommission`}
+                csrf={csrf}
+                back={back}
+                label="Decommission"
+                typed={{ prompt: "Type the hostname to decommission", pattern: s.hostname.replace(/[.]/g, "\\.") }}
+                button="Decommission"
+              />
             )}
           </div>
         </>

@@ -10,7 +10,7 @@ import { PROVIDER_NAMES, SsoSession } from "../../sso/schemas";
 import { read, send, type InProcessApp } from "../api";
 import { action, page, render, type View } from "../context";
 import { requireCsrf, requireSession, type ConsoleEnv } from "../guard";
-import { ActionForm, Ago, Table } from "../ui";
+import { Ago, DangerForm, Table } from "../ui";
 
 async function sessionsPage(v: View) {
   const { items } = await read(v, z.object({ items: z.array(SsoSession) }), "/v1/sso/sessions");
@@ -43,16 +43,13 @@ async function sessionsPage(v: View) {
               <Ago at={s.expires_at} />
             </td>
             <td>
-              <ActionForm
+              <DangerForm
                 action={`/console/sessions/${s.token_id}/end`}
                 csrf={v.session.csrf}
                 back="/console/sessions"
                 label={`End the session of ${s.email ?? s.subject}`}
-              >
-                <button type="submit" class="danger">
-                  End
-                </button>
-              </ActionForm>
+                button="End"
+              />
             </td>
           </tr>
         ))}

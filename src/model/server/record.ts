@@ -18,6 +18,12 @@ export interface ServerRecord {
   /** SHA-256 of the server's token; the ledger authenticates its own host. */
   token_hash: string;
   token_id: string;
+  /**
+   * When the token was revoked (ms), while it stays revoked: the ledger owns the fact, and its
+   * D1 row is a copy that may lag. Absent while the token works, and on a record revoked by older
+   * code.
+   */
+  token_revoked_at?: number;
 }
 
 /** The desired config a ledger keeps: what its host is told to run, and at which generation. */

@@ -1,0 +1,171 @@
+#!/usr/bin/env node
+// `npx tsx scripts/bench/profile-report.ts [seconds]`: where an unchanged report's JavaScript time
+// goes, in the runtime a deployment has (./direct-server.ts: one workerd, the deployed entry, no
+// wrangler dev proxy, no meter). It registers the ledger scenario's 64 servers, sends their
+// unchanged report for a warm-up, then again under a V8 CPU profile taken through the runtime's
+// inspector (DevTools protocol: Profiler.start / Profiler.stop), and prints the isolate's busy time
+// per report by the file (and the heaviest functions) the samples fell in: a count of work that a
+// busy machine slows but does not multiply, unlike req/s. Loopback only, bounded in time.
+import autocannon from "autocannon";
+import WebSocket from "ws";
+import { createClient } from "../../src/client/index.ts";
+import { freePort } from "../local-server.ts";
+import { startDirectServer } from "./direct-server.ts";
+import { AGENTS, hostReport, hostReportBody } from "./host-report.ts";
+
+const seconds = Number(process.argv[2] ?? 5);
+
+interface ProfileNode {
+  id: number;
+  callFrame: { functionName: string; url: string; lineNumber: number };
+  children?: number[];
+}
+interface Profile {
+  nodes: ProfileNode[];
+  samples: number[];
+  timeDeltas: number[];
+}
+
+/** One DevTools session on a target of the runtime's inspector. */
+async function session(port: number) {
+  const targets = (await (await fetch(`http://127.0.0.1:${port}/json/list`)).json()) as {
+    title: string;
+    webSocketDebuggerUrl: string;
+  }[];
+  const target = targets.find((t) => t.title.includes("harbormaster")) ?? targets[0];
+  if (!target) throw new Error("the runtime's inspector lists no target");
+  const ws = new WebSocket(target.webSocketDebuggerUrl);
+  await new Promise((r, j) => (ws.once("open", r), ws.once("error", j)));
+  let id = 0;
+  const pending = new Map<number, (v: unknown) => void>();
+  ws.on("message", (data) => {
+    const msg = JSON.parse(String(data)) as { id?: number; result?: unknown };
+    if (msg.id !== undefined) pending.get(msg.id)?.(msg.result);
+  });
+  const send = (method: string, params: object = {}) =>
+    new Promise<any>((r) => {
+      pending.set(++id, r);
+      ws.send(JSON.stringify({ id, method, params }));
+    });
+  return { send, close: () => ws.close(), title: target.title };
+}
+
+function load(url: string, durationSec: number, tokens: string[]) {
+  let n = 0;
+  const body = hostReportBody(2);
+  return new Promise<autocannon.Result>((res, rej) =>
+    autocannon(
+      {
+        url,
+        connections: 16,
+        duration: durationSec,
+        requests: [
+          {
+            method: "PUT",
+            path: "/v1/agent/inventory",
+            setupRequest: (req) => ({
+              ...req,
+              headers: { authorization: `Bearer ${tokens[n++ % tokens.length]}`, "content-type": "application/json" },
+              body,
+            }),
+          },
+        ],
+      },
+      (err, r) => (err ? rej(err) : res(r)),
+    ),
+  );
+}
+
+/** Self time (µs) by a key of each sample's frame, and by the file of every frame on its stack. */
+function tally(profile: Profile, key: (f: ProfileNode["callFrame"]) => string) {
+  const byId = new Map(profile.nodes.map((n) => [n.id, n]));
+  const self = new Map<string, number>();
+  for (let i = 0; i < profile.samples.length; i++) {
+    const node = byId.get(profile.samples[i])!;
+    const k = key(node.callFrame);
+    self.set(k, (self.get(k) ?? 0) + (profile.timeDeltas[i + 1] ?? 0));
+  }
+  return self;
+}
+
+const fileOf = (f: ProfileNode["callFrame"]) =>
+  f.url ? `${f.url.replace(/^.*\//, "")}` : f.functionName ? `(${f.functionName})` : "(native)";
+
+async function main() {
+  const inspectorPort = await freePort();
+  const server = await startDirectServer({}, { inspectorPort });
+  try {
+    const client = createClient(server.url, server.admin);
+    const fleet = `profile-${Date.now().toString(36)}`;
+    await client.v1.fleets.$post({ json: { id: fleet } });
+    const tokens: string[] = [];
+    for (let i = 0; i < 64; i++) {
+      const s = await (
+        await client.v1.servers.$post({ json: { fleet, hostname: `host-${i}.profile`, kind: "managed" } })
+      ).json();
+      if (!("token" in s)) throw new Error(`server: ${JSON.stringify(s)}`);
+      await client.v1.servers[":id"].desired.$put({ param: { id: s.id }, json: { generation: 2, agents: AGENTS } });
+      await createClient(server.url, s.token).v1.agent.inventory.$put({ json: hostReport(2) });
+      tokens.push(s.token);
+    }
+    await load(server.url, 3, tokens);
+    const inspector = await session(inspectorPort);
+    await inspector.send("Profiler.enable");
+    await inspector.send("Profiler.setSamplingInterval", { interval: 50 });
+    const cpu0 = server.cpuMs();
+    await inspector.send("Profiler.start");
+    const result = await load(server.url, seconds, tokens);
+    const { profile } = (await inspector.send("Profiler.stop")) as { profile: Profile };
+    const cpu1 = server.cpuMs();
+    inspector.close();
+    const reports = result.requests.total;
+    const idle = new Set(["(idle)", "(program)"]);
+    const files = tally(profile, (f) => (idle.has(f.functionName) ? f.functionName : fileOf(f)));
+    const fns = tally(profile, (f) => `${f.functionName || "(anonymous)"} ${fileOf(f)}:${f.lineNumber + 1}`);
+    const busy = [...files].filter(([k]) => !idle.has(k)).reduce((s, [, v]) => s + v, 0);
+    console.log(
+      `${reports} unchanged reports in ${seconds} s (${(reports / seconds).toFixed(0)}/s), target ${inspector.title}; ` +
+        `runtime CPU ${cpu0 !== null && cpu1 !== null ? ((cpu1 - cpu0) / reports).toFixed(3) : "-"} ms a report (profiler on); ` +
+        `isolate's thread busy ${(busy / reports).toFixed(1)} µs a report, (program) ${((files.get("(program)") ?? 0) / reports).toFixed(1)} µs`,
+    );
+    console.log("\n| file (self time) | µs a report |\n|---|---:|");
+    for (const [k, v] of [...files]
+      .filter(([k]) => !idle.has(k))
+      .sort((a, b) => b[1] - a[1])
+      .slice(0, 15))
+      console.log(`| ${k} | ${(v / reports).toFixed(1)} |`);
+    console.log("\n| function (self time) | µs a report |\n|---|---:|");
+    for (const [k, v] of [...fns].sort((a, b) => b[1] - a[1]).slice(0, 40))
+      if (!idle.has(k.split(" ")[0])) console.log(`| ${k} | ${(v / reports).toFixed(2)} |`);
+    if (process.env.PROFILE_CALLERS) {
+      // Who calls the named functions: their self time by the three frames above them.
+      const parent = new Map<number, ProfileNode>();
+      for (const n of profile.nodes) for (const c of n.children ?? []) parent.set(c, n);
+      const want = new Set(process.env.PROFILE_CALLERS.split(","));
+      const stacks = tally(profile, () => "");
+      stacks.clear();
+      const byId = new Map(profile.nodes.map((n) => [n.id, n]));
+      for (let i = 0; i < profile.samples.length; i++) {
+        let node = byId.get(profile.samples[i])!;
+        if (!want.has(node.callFrame.functionName)) continue;
+        const chain = [node.callFrame.functionName];
+        for (let d = 0; d < 4 && parent.get(node.id); d++) {
+          node = parent.get(node.id)!;
+          chain.push(node.callFrame.functionName || "(anonymous)");
+        }
+        const k = chain.join(" < ");
+        stacks.set(k, (stacks.get(k) ?? 0) + (profile.timeDeltas[i + 1] ?? 0));
+      }
+      console.log("\n| stack | µs a report |\n|---|---:|");
+      for (const [k, v] of [...stacks].sort((a, b) => b[1] - a[1]).slice(0, 20))
+        console.log(`| ${k} | ${(v / reports).toFixed(2)} |`);
+    }
+  } finally {
+    await server.stop();
+  }
+}
+
+main().catch((err) => {
+  console.error(err);
+  process.exit(1);
+});

@@ -1,0 +1,88 @@
+import { env, runInDurableObject } from "cloudflare:test";
+import { describe, expect, it } from "vitest";
+import type { ServerLedger } from "../src/ledger/durable-object";
+import { INDEX_LEASE_MS } from "../src/ledger/projection";
+import type { LedgerStore, ProjectedMark } from "../src/ledger/store";
+import { call, createFleet, registerServer, report, settle } from "./helpers";
+
+// The ledger keeps the projection's mark in memory, since every heartbeat asks it whether the
+// index's last_seen is due. These pin what that memory must never do: miss a newer mark, or keep
+// one a rolled-back transaction undid.
+
+const agents = [{ name: "compute", image: "compute:1", version: "1" }];
+
+const storeOf = (instance: ServerLedger) => (instance as unknown as { parts: { store: LedgerStore } }).parts.store;
+
+async function lastSeen(id: string) {
+  const row = await env.DB.prepare("SELECT last_seen FROM servers WHERE id = ?")
+    .bind(id)
+    .first<{ last_seen: number }>();
+  return row!.last_seen;
+}
+
+async function reportingServer() {
+  const fleet = await createFleet();
+  const s = await registerServer(fleet.id);
+  await call("PUT", `/v1/servers/${s.id}/desired`, { body: { generation: 2, agents } });
+  expect((await call("PUT", "/v1/agent/inventory", { token: s.token, body: report(2, agents) })).status).toBe(200);
+  await settle(s.id);
+  return { s, stub: env.LEDGER.get(env.LEDGER.idFromName(s.id)) };
+}
+
+describe("a heartbeat's answer, computed once per report content", () => {
+  it("answers a heartbeat after a new desired config with the new config's status, not the memory's", async () => {
+    const { s } = await reportingServer();
+    const beat = () => call("PUT", "/v1/agent/inventory", { token: s.token, body: report(2, agents) });
+    expect((await beat()).json).toMatchObject({ status: "realized", desired_generation: 2 });
+    expect((await beat()).json).toMatchObject({ status: "realized", desired_generation: 2 });
+    const next = [{ name: "compute", image: "compute:2", version: "2" }];
+    expect((await call("PUT", `/v1/servers/${s.id}/desired`, { body: { generation: 3, agents: next } })).status).toBe(
+      200,
+    );
+    const after = (await beat()).json;
+    expect(after).toMatchObject({ desired_generation: 3 });
+    expect(after.status).not.toBe("realized");
+    expect(after.agents).toEqual([
+      expect.objectContaining({ name: "compute", status: expect.not.stringMatching(/^realized$/) }),
+    ]);
+  });
+});
+
+describe("the projection mark a heartbeat reads", () => {
+  it("sees the mark written after it was read: the next heartbeat refreshes last_seen once the lease passed", async () => {
+    const { s, stub } = await reportingServer();
+    const first = await lastSeen(s.id);
+    // A heartbeat reads the mark (and keeps it): within the lease, the index is left alone.
+    await new Promise((r) => setTimeout(r, 5));
+    await call("PUT", "/v1/agent/inventory", { token: s.token, body: report(2, agents) });
+    await settle(s.id);
+    expect(await lastSeen(s.id)).toBe(first);
+    // The mark moves (as the projection's delivery moves it): the last refresh a lease ago.
+    await runInDurableObject(stub, (instance: ServerLedger) => {
+      const store = storeOf(instance);
+      const mark = store.projected()!;
+      store.setProjected({ ...mark, last_seen_written: mark.last_seen_written! - INDEX_LEASE_MS });
+    });
+    await new Promise((r) => setTimeout(r, 5));
+    await call("PUT", "/v1/agent/inventory", { token: s.token, body: report(2, agents) });
+    await settle(s.id);
+    expect(await lastSeen(s.id)).toBeGreaterThan(first);
+  });
+
+  it("keeps no memory of a mark written in a transaction that rolled back", async () => {
+    const { stub } = await reportingServer();
+    await runInDurableObject(stub, (instance: ServerLedger) => {
+      const store = storeOf(instance);
+      const before: ProjectedMark = structuredClone(store.projected()!);
+      expect(() =>
+        store.transaction(() => {
+          store.setProjected({ ...before, last_seen_written: 1 });
+          // Read inside the transaction: it sees its own write, which must not outlive it.
+          expect(store.projected()!.last_seen_written).toBe(1);
+          throw new Error("rolled back");
+        }),
+      ).toThrow("rolled back");
+      expect(store.projected()).toEqual(before);
+    });
+  });
+});
