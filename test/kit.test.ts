@@ -124,6 +124,50 @@ describe("scheduler", () => {
     });
   });
 
+  it("holdAlarm keeps the alarm for timers set before it until trim, which then sets it to the earliest exactly", async () => {
+    await scratch(async (storage) => {
+      const s = new Scheduler(storage);
+      const now = Date.now();
+      s.schedule("watch", now + 600_000);
+      s.schedule("rows", now + 60_000);
+      await s.arm();
+      expect(await storage.getAlarm()).toBe(now + 60_000);
+      s.holdAlarm(now + 60_000);
+      // Held: a timer due sooner is stored, but the alarm stays (no setAlarm row)…
+      s.schedule("safety", now + 10_000);
+      await s.arm();
+      await s.arm();
+      expect(await storage.getAlarm()).toBe(now + 60_000);
+      // …and after a crash here the stored alarm still comes by the hold's end and fires it.
+      const restarted = new Scheduler(storage);
+      const fired: string[] = [];
+      await restarted.fire({ safety: (_p, name) => void fired.push(name) }, now + 60_000);
+      expect(fired).toEqual(["safety"]);
+      // The hold ends with trim: a timer still due sooner than the alarm gets it…
+      s.schedule("safety", now + 10_000);
+      s.schedule("retry", now + 2_000);
+      await s.trim();
+      expect(await storage.getAlarm()).toBe(now + 2_000);
+      // …and arm brings the alarm forward again for a timer due sooner.
+      s.schedule("sooner", now + 1_000);
+      await s.arm();
+      expect(await storage.getAlarm()).toBe(now + 1_000);
+    });
+  });
+
+  it("holdAlarm keeps no alarm later than the hold's end", async () => {
+    await scratch(async (storage) => {
+      const s = new Scheduler(storage);
+      const now = Date.now();
+      s.schedule("watch", now + 600_000);
+      await s.arm();
+      s.holdAlarm(now + 60_000);
+      s.schedule("safety", now + 10_000);
+      await s.arm();
+      expect(await storage.getAlarm()).toBe(now + 10_000);
+    });
+  });
+
   it("writes a storage row only when a timer moves: one for a new timer, none for one set where it already is or later under noLaterThan", async () => {
     await scratch(async (storage) => {
       // Counted as the cost meter counts them (src/local/storage-meter.ts): each statement's cursor.
