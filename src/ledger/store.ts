@@ -112,9 +112,17 @@ export class LedgerStore {
     if (this.commitHooks) return this.storage.transactionSync(fn);
     const hooks: (() => void)[] = [];
     this.commitHooks = hooks;
+    // What memory held before: a throw rolls storage back, and memory goes back with it (save and
+    // setRefresh replace these objects rather than change them, so the old ones are intact).
+    const cache = this.cache;
+    const refresh = this.refreshMemo;
     let out: T;
     try {
       out = this.storage.transactionSync(fn);
+    } catch (err) {
+      this.cache = cache;
+      this.refreshMemo = refresh;
+      throw err;
     } finally {
       this.commitHooks = null;
     }
