@@ -225,3 +225,30 @@ describe("DELETE /v1/tokens/{id} of a server token while D1 lags behind its ledg
     expect(Date.parse(third.json.revoked_at)).toBeGreaterThan(Date.parse(first.json.revoked_at));
   });
 });
+
+describe("DELETE /v1/tokens/{id} of a server token rotated while D1 lags behind its ledger", () => {
+  it("revokes the token the ledger holds now, though D1's copy still shows the revocation before the rotation", async () => {
+    const fleet = await createFleet();
+    const s = await registerServer(fleet.id);
+    await settle(s.id);
+    expect((await call("DELETE", `/v1/tokens/${s.id}`)).status).toBe(200);
+    await fireTimersNow(ledger(s.id));
+    // D1 refuses the ledger's rows from here: the rotation's working token is the ledger's alone,
+    // and D1's row still says revoked.
+    const restore = await breakD1(ledger(s.id));
+    const rotated = await call("POST", `/v1/servers/${s.id}/token`);
+    expect(rotated.status).toBe(200);
+    const fresh = rotated.json.token as string;
+    expect((await call("GET", "/v1/agent/desired", { token: fresh })).status).toBe(200);
+    const revoked = await call("DELETE", `/v1/tokens/${s.id}`);
+    expect(revoked.json).toMatchObject({ state: "revoked" });
+    // The operator was told revoked: the token must not work.
+    expect((await call("GET", "/v1/agent/desired", { token: fresh })).status).toBe(401);
+    await restore();
+    await fireTimersNow(ledger(s.id));
+    const row = await env.DB.prepare("SELECT revoked_at FROM tokens WHERE id = ?")
+      .bind(s.id)
+      .first<{ revoked_at: number }>();
+    expect(new Date(row!.revoked_at).toISOString()).toBe(revoked.json.revoked_at);
+  });
+});

@@ -159,5 +159,8 @@ export const setClockOffset = (fleet: string, offsetMs: number) =>
 /** Delivers what the coordinator's outbox holds now (host audit rows wait up to a second for a batch). */
 export const flushCoordinator = (fleet: string) =>
   runInDurableObject(coordinator(fleet), async (instance) => {
-    await (instance as unknown as { parts: { outbox: { flush(): Promise<void> } } }).parts.outbox.flush();
+    const { outbox } = (instance as unknown as { parts: { outbox: { flush(): Promise<void>; idle(): Promise<void> } } })
+      .parts;
+    await outbox.flush();
+    await outbox.idle();
   });

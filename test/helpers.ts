@@ -235,6 +235,10 @@ export async function d1Rows(fn: () => Promise<unknown>) {
 export async function settle(serverId: string) {
   const stub = env.LEDGER.get(env.LEDGER.idFromName(serverId));
   await runInDurableObject(stub, async (instance) => {
-    await (instance as unknown as { parts: { outbox: { flush(): Promise<void> } } }).parts.outbox.flush();
+    const { outbox } = (instance as unknown as { parts: { outbox: { flush(): Promise<void>; idle(): Promise<void> } } })
+      .parts;
+    await outbox.flush();
+    // Calls an earlier flush left under way too: a receiver's lane may still hold them.
+    await outbox.idle();
   });
 }

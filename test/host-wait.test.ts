@@ -45,15 +45,35 @@ describe("long polls wait in the Worker while the ledger sleeps", () => {
     expect(await waiters(s.id)).toBe(0);
   });
 
-  it("a token revoked during the wait gets 401 when the wait ends", async () => {
+  it("a token revoked during the wait gets 401 when the wait ends, from the wake itself", async () => {
     const fleet = await createFleet();
     const s = await registerServer(fleet.id);
     const parked = call("GET", "/v1/agent/desired?wait=30", { token: s.token, headers: { "If-None-Match": '"1"' } });
     await until(async () => (await waiters(s.id)) === 1);
+    const calls = ledgerMeter(s.id).rpc;
     expect((await call("DELETE", `/v1/tokens/${s.id}`)).status).toBe(200);
     const res = await parked;
     expect(res.status).toBe(401);
     expect(res.json.error.code).toBe("unauthorized");
+    // The revocation was the only call: the wake's answer checked the token, not a second poll.
+    expect(ledgerMeter(s.id).rpc - calls).toBe(1);
+  });
+
+  it("a woken poll gets its new config in the wake, with no second call to the ledger", async () => {
+    const fleet = await createFleet();
+    const s = await registerServer(fleet.id);
+    const parked = call("GET", "/v1/agent/desired?wait=30", { token: s.token, headers: { "If-None-Match": '"1"' } });
+    await until(async () => (await waiters(s.id)) === 1);
+    const calls = ledgerMeter(s.id).rpc;
+    const agents = [{ name: "a", image: "registry.example/a:2", version: "2" }];
+    expect((await call("PUT", `/v1/servers/${s.id}/desired`, { body: { generation: 2, agents } })).status).toBe(200);
+    const res = await parked;
+    expect(res.status).toBe(200);
+    expect(res.json.generation).toBe(2);
+    expect(res.json.agents.map((a: { image: string }) => a.image)).toEqual(["registry.example/a:2"]);
+    expect(res.headers.get("etag")).toBe('"2"');
+    // The operator's write is the one call: the poll's answer came with its wake.
+    expect(ledgerMeter(s.id).rpc - calls).toBe(1);
   });
 
   it("a host whose generation is behind is answered at once, without a waiter", async () => {

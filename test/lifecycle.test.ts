@@ -212,6 +212,28 @@ describe("decommission", () => {
   });
 });
 
+describe("decommission of a server whose token was revoked before", () => {
+  it("keeps the revocation's own time on the token row: the cleanup does not move it to its own", async () => {
+    const f = await createFleet();
+    const s = await activeServer(f.id);
+    const revoked = await call("DELETE", `/v1/tokens/${s.id}`);
+    expect(revoked.status).toBe(200);
+    await fireTimersNow(ledger(s.id));
+    await new Promise((r) => setTimeout(r, 20));
+    expect(
+      (await call("POST", `/v1/servers/${s.id}/decommission`, { body: { force: true, reason: "host gone" } })).status,
+    ).toBe(200);
+    await fireTimersNow(ledger(s.id));
+    expect((await server(s.id)).state).toBe("removed");
+    const row = await env.DB.prepare("SELECT revoked_at FROM tokens WHERE id = ?")
+      .bind(s.id)
+      .first<number>("revoked_at");
+    expect(new Date(row!).toISOString()).toBe(revoked.json.revoked_at);
+    // The ledger and D1 answer one time.
+    expect((await call("DELETE", `/v1/tokens/${s.id}`)).json.revoked_at).toBe(revoked.json.revoked_at);
+  });
+});
+
 describe("server token rotation", () => {
   it("answers a new token once; the old one stops at once, a parked poll included", async () => {
     const f = await createFleet();

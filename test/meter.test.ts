@@ -308,7 +308,7 @@ describe("cost meter", () => {
     const read = await runInDurableObject(ledger(s.id), async (_i, state) => {
       // Counted as the meter counts them (src/local/storage-meter.ts), on a ledger woken anew: on
       // the channel each report a minute apart wakes it from hibernation.
-      const counted = { rowsRead: 0, rowsWritten: 0, alarmsSet: 0, storedBytes: 0 };
+      const counted = { rowsRead: 0, rowsWritten: 0, alarmsSet: 0, storedBytes: 0, byStatement: new Map() };
       const settleRows = meterStorage(state.storage, counted);
       const woken = new Ledger(state, env as never);
       // Its opening runs under blockConcurrencyWhile, after this turn.

@@ -39,7 +39,36 @@ async function quietAlarm(serverId: string) {
   return pending === 0 && alarm !== null && alarm === earliest && alarm > Date.now() + 60_000;
 }
 
+/** Counts from now on the `setAlarm` calls of the server's ledger (each billed as a row written). */
+async function countAlarmsSet(serverId: string) {
+  let n = 0;
+  await runInDurableObject(ledger(serverId), (_i, state) => {
+    const setAlarm = state.storage.setAlarm.bind(state.storage);
+    state.storage.setAlarm = ((...args: Parameters<typeof setAlarm>) => {
+      n++;
+      return setAlarm(...args);
+    }) as typeof setAlarm;
+  });
+  return () => n;
+}
+
 describe("what a rollout target costs its ledger", () => {
+  it("sets the ledger's alarm twice for a write and its report: for the write's rows, then back to its next timer", async () => {
+    const { fleet, hosts } = await fleetWithAgent(1);
+    const [h] = hosts;
+    await until(() => quietAlarm(h.id));
+    const alarmsSet = await countAlarmsSet(h.id);
+    await startRollout({ fleet, concurrency: 1 });
+    expect(alarmsSet()).toBe(1);
+    const held = (await alarmOf(h.id)).alarm;
+    // The report's effects (due in 10 s) leave the write's alarm where it is: its own flush
+    // delivers them, and a crash before it leaves them to that alarm, within a minute of the write.
+    await hostReconcile(h);
+    await until(() => quietAlarm(h.id), 3_000);
+    expect(alarmsSet()).toBe(2);
+    expect(held).not.toBeNull();
+  });
+
   it("takes back the write's safety alarm once the host's report delivered everything", async () => {
     const { fleet, hosts } = await fleetWithAgent(1);
     const [h] = hosts;

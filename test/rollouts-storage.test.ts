@@ -60,6 +60,48 @@ describe("rollout storage format", () => {
     expect(done.counts.done).toBe(2);
   });
 
+  it("a rollout stored in format 3 gets the partial indexes and keeps its event log, whose ids still grow", async () => {
+    const { fleet, hosts } = await fleetWithAgent(2);
+    const r = await startRollout({ fleet, concurrency: 1 });
+    const stub = rolloutStub(r.id);
+    // As format 3 left it: the full indexes, an event log with AUTOINCREMENT and events in it.
+    const lastId = await runInDurableObject(stub, (_i, state) => {
+      const sql = state.storage.sql;
+      for (const idx of ["targets_unwarned", "targets_open_phase", "events_slow"]) sql.exec(`DROP INDEX ${idx}`);
+      sql.exec("CREATE INDEX targets_duration ON targets (pass, state, duration_ms)");
+      sql.exec("CREATE INDEX targets_started ON targets (pass, state, warned, started_at)");
+      sql.exec("CREATE INDEX targets_phase ON targets (pass, phase, state)");
+      sql.exec("CREATE INDEX events_kind ON events (kind, id)");
+      const events = sql
+        .exec<{ id: number; at: number; kind: string; server_id: string | null; details: string | null }>(
+          "SELECT * FROM events",
+        )
+        .toArray();
+      sql.exec("DROP TABLE events");
+      sql.exec(`CREATE TABLE events (id INTEGER PRIMARY KEY AUTOINCREMENT, at INTEGER NOT NULL, kind TEXT NOT NULL,
+        server_id TEXT, details TEXT)`);
+      for (const e of events)
+        sql.exec("INSERT INTO events VALUES (?, ?, ?, ?, ?)", e.id, e.at, e.kind, e.server_id, e.details);
+      state.storage.kv.put(FORMAT_KEY, 3);
+      return events.at(-1)!.id;
+    });
+    await evictDurableObject(stub);
+    await reconcileApplying(r.id, hosts);
+    await runInDurableObject(stub, (_i, state) => {
+      expect(state.storage.kv.get(FORMAT_KEY)).toBe(ROLLOUT_FORMAT);
+      for (const idx of ["targets_duration", "targets_started", "targets_phase", "events_kind"])
+        expect(hasIndex(state, idx)).toBe(false);
+      for (const idx of ["targets_unwarned", "targets_open_phase", "events_slow"])
+        expect(hasIndex(state, idx)).toBe(true);
+    });
+    await reconcileApplying(r.id, hosts);
+    expect((await getRollout(r.id)).state).toBe("succeeded");
+    const events = (await call("GET", `/v1/rollouts/${r.id}/events?limit=100`)).json.items as { id: number }[];
+    expect(events.filter((e) => e.id > lastId).length).toBeGreaterThan(0);
+    const ids = events.map((e) => e.id);
+    expect(ids.every((id, i) => i === 0 || id > ids[i - 1])).toBe(true);
+  });
+
   it("refuses storage in a format newer than the code, leaving it as it is", async () => {
     const { fleet } = await fleetWithAgent(1);
     const r = await startRollout({ fleet });

@@ -74,7 +74,8 @@ export async function revokeToken(env: Env, principal: Principal, id: string) {
   const db = getDb(env.DB);
   const actor = actorOf(principal);
   const row = await tokenOf(env, principal, id);
-  if (row.revokedAt != null) return row;
+  // A server token is always its ledger's to answer: D1's row may still show a revocation from
+  // before a rotation it has not taken yet, while the rotated token works.
   if (row.kind === "server" && row.serverId) {
     const revoked = await ledgerOf(env, row.serverId).revokeToken(actor);
     const after = (await tokenById(db, id)) ?? row;
@@ -83,6 +84,7 @@ export async function revokeToken(env: Env, principal: Principal, id: string) {
     // code (no time kept) whose row D1 has not taken yet falls back to the present.
     return { ...after, revokedAt: revoked?.revoked_at ?? after.revokedAt ?? Date.now() };
   }
+  if (row.revokedAt != null) return row;
   const revokedAt = Date.now();
   const unrevoked = and(eq(tokens.id, id), isNull(tokens.revokedAt));
   // Of concurrent revocations, only the one whose update revokes writes the audit row: it is

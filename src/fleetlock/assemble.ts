@@ -27,6 +27,12 @@ import { WEBHOOKS_TIMER } from "./timers";
 import { WebhookDispatcher } from "../webhooks/dispatch";
 import { WebhookStore } from "../webhooks/store";
 
+/**
+ * Calls under way at once. Each receiver has a lane (one call at a time, in enqueue order), so
+ * this bounds how many receivers are called at once: a few, as there are few of them.
+ */
+const CALL_SLOTS = 4;
+
 /** `env` is read at each use, not captured: the runtime's (and a test's) bindings as they are then. */
 export function assemble(ctx: DurableObjectState, env: () => Env, clock: () => number): CoordinatorParts {
   const db = () => getDb(env().DB);
@@ -57,7 +63,8 @@ export function assemble(ctx: DurableObjectState, env: () => Env, clock: () => n
     },
     waitUntil: (p) => ctx.waitUntil(p),
   });
-  const outbox = new Outbox(ctx.storage, scheduler, coordinatorEffects({ db, env, webhooks }), db);
+  // A lane per receiver (a rollout, the console feed): one that hangs holds only its own calls.
+  const outbox = new Outbox(ctx.storage, scheduler, coordinatorEffects({ db, env, webhooks }), db, CALL_SLOTS);
   // An external check is fetched in the background; its answer drains the queues in a turn of its own.
   const gates = new GateKeeper(store, gateStore, scheduler, db, (change) => gateChanged(parts, change), {
     background: (work) => ctx.waitUntil(work),

@@ -10,7 +10,7 @@ import type { Db } from "../db/client";
 import type { Env } from "../env";
 import type { Effect, Outbox } from "../objects/kit/outbox";
 import type { Scheduler } from "../objects/kit/scheduler";
-import { rolloutOf } from "../objects/stubs";
+import { lane, rolloutOf } from "../objects/stubs";
 import type { DeliveryPayload, WebhookDispatcher } from "../webhooks/dispatch";
 import { fleetEvent, type FleetEvent } from "../webhooks/events";
 import { healthWatchStatement, type HealthWatchPayload } from "./health-watch";
@@ -45,6 +45,7 @@ export function coordinatorEffects(w: CoordinatorEffectWiring): Record<Coordinat
     // A rollout waiting for the disruption budget: budget freed, it asks again (./disruption.ts).
     budget_wake: {
       target: "call",
+      lane: (p: { rollout_id: string }) => lane.rollout(p.rollout_id),
       deliver: async (p: { rollout_id: string }) => {
         await rolloutOf(w.env(), p.rollout_id).budgetFreed();
       },

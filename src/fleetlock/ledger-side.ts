@@ -34,7 +34,7 @@ import type { Effect } from "../objects/kit/outbox";
 import type { Db } from "../db/client";
 import { fleets } from "../db/schema";
 import { eq, sql } from "drizzle-orm";
-import { coordinatorOf } from "../objects/stubs";
+import { coordinatorOf, lane } from "../objects/stubs";
 import { healthClass } from "./gates";
 
 export interface ServerHealthEvent {
@@ -324,6 +324,7 @@ export const driftHealthEffect = (
  */
 export const serverHealthEffect = (env: () => Env, watch: DriftWatch): Effect => ({
   target: "call",
+  lane: (p: ServerHealthEvent) => lane.coordinator(p.fleet_id),
   deliver: async (p: ServerHealthEvent) => {
     if (!(driftOnly(p) && watch.unwatched(p.at))) await coordinatorOf(env(), p.fleet_id).serverHealth(p);
   },

@@ -17,8 +17,9 @@ type Host = { serverId: string; tokenHash: string };
  * The desired config; with `heldGeneration` current, waits up to `waitMs` for a new one. With
  * `reportTag`, the poll is also the host's heartbeat (src/ledger/report.ts, pollHeartbeat). The wait
  * is held here, in the Worker, while the ledger sleeps: it wakes this request when the answer
- * changes (a new generation, a refresh, the token revoked), and this then asks it once more, so
- * the token is checked again after the wait. When the time runs out with no wake, nothing the
+ * changes (a new generation, a refresh, the token revoked), with the answer decided then, the
+ * token checked again (src/ledger/waits.ts); a bare wake (a ledger running older code, an answer
+ * too large to carry) makes this ask once more. When the time runs out with no wake, nothing the
  * answer depends on has changed, so it is 304 without asking. `signal`: the client hung up.
  */
 export async function desiredForHost(
@@ -42,7 +43,8 @@ export async function desiredForHost(
     const wake = await waitForWake(() => ledger.fetch(request), until, signal);
     if (wake.kind === "answered") return unwrap((await wake.response.json()) as PollAnswer);
     if (wake.kind === "timeout" || wake.kind === "aborted") return unchanged;
-    const answer = unwrap(await ledger.agentDesired(host.tokenHash, heldGeneration));
+    const carried = wake.kind === "changed" ? (wake.answer as PollAnswer | undefined) : undefined;
+    const answer = unwrap(carried ?? (await ledger.agentDesired(host.tokenHash, heldGeneration)));
     if (!answer.notModified || Date.now() >= until) return answer;
   }
 }

@@ -18,6 +18,12 @@ import { QuietWatch } from "./quiet";
 import { LedgerSockets } from "./sockets";
 import { LedgerStore } from "./store";
 
+/**
+ * Calls under way at once. Each receiver has a lane (one call at a time, in enqueue order), so
+ * this bounds how many receivers are called at once: a few, as there are few of them.
+ */
+const CALL_SLOTS = 4;
+
 /** `env` is read at each use, not captured: the runtime's (and a test's) bindings as they are then. */
 export function assemble(
   ctx: DurableObjectState,
@@ -50,7 +56,9 @@ export function assemble(
       if (!noticeCovered(notice)) outbox.enqueue("feed", notice, { key: "feed" });
     },
   });
-  const outbox = new Outbox(ctx.storage, scheduler, effects, db);
+  // Calls to the ledger's receivers (its coordinator, a rollout, the fleet's console feed) in a
+  // lane each: one that hangs holds its own lane, up to its deadline, not every other call.
+  const outbox = new Outbox(ctx.storage, scheduler, effects, db, CALL_SLOTS);
   const parts: LedgerParts = { store, outbox, scheduler, clock, hostConnected, leased, quiet, driftWatch };
   const sockets = new LedgerSockets(parts, socketRoom(ctx));
   return { parts, sockets };

@@ -156,8 +156,9 @@ function advance(d: LedgerParts, record: ServerRecord, lc: LifecycleState) {
   const next = CLEANUP_STEPS.find((s) => !lc.done.includes(s));
   if (next === "index") {
     // It carries the token row's revocation under the token row's key: a rotation still queued is
-    // replaced, so none can land after it, and the row is written once.
-    const token = tokenPayload(record, lc.forced?.by ?? lc.requested_by, lc.cleanup_from!);
+    // replaced, so none can land after it, and the row is written once. A token revoked before
+    // keeps that revocation's time, which the ledger answers for it (./operator.ts revokeToken).
+    const token = tokenPayload(record, lc.forced?.by ?? lc.requested_by, record.token_revoked_at ?? lc.cleanup_from!);
     d.outbox.enqueue("cleanup_index", { server_id: record.id, token } satisfies CleanupIndexPayload, { key: "token" });
   } else if (next === "coordinator") {
     const identity = {

@@ -15,7 +15,7 @@ import { authorized, pollAnswer, type PollAnswer } from "./poll";
 import type { ServerRecord } from "../model/server/record";
 import { requestRefresh } from "./refresh";
 import { acceptReport, pollHeartbeat, reportAcceptedText, reportOfText } from "./report";
-import { applyRolloutImage } from "./rollout-marks";
+import { applyRolloutImage, ROLLOUT_WRITE_DEFER_MS } from "./rollout-marks";
 import { PING, PONG } from "../model/server/channel-messages";
 import type { LedgerSockets } from "./sockets";
 import type { AgentSpec, DesiredConfig, DesiredConfigInput } from "../model/server/schemas";
@@ -80,7 +80,10 @@ export class ServerLedger extends DurableObject<Env> {
    * the host's report (./rollout-marks.ts), which usually delivers them within moments. Once a
    * flush has, the alarm goes back to the ledger's next timer (the quiet watch's, minutes away)
    * rather than waking the ledger to find nothing due. In memory only: a ledger evicted meanwhile
-   * is woken once, as before.
+   * is woken once, as before. Until then the alarm is held where the write set it
+   * (`Scheduler.holdAlarm`): the report's effects, due in 10 s, do not bring it forward only for
+   * the flush to take it back (a `setAlarm` row each way); the report's own flush delivers them,
+   * or after a kill -9 the held alarm does, within ROLLOUT_WRITE_DEFER_MS of the write.
    */
   #safetyArmed = false;
 
@@ -275,6 +278,7 @@ export class ServerLedger extends DurableObject<Env> {
     if (wrote) {
       this.#safetyArmed = true;
       await this.parts.scheduler.arm();
+      this.parts.scheduler.holdAlarm(this.parts.scheduler.now() + ROLLOUT_WRITE_DEFER_MS);
     }
     return outcome;
   }

@@ -26,7 +26,7 @@ import {
   type DriftWatch,
   type ServerHealthEvent,
 } from "../fleetlock/ledger-side";
-import { coordinatorOf } from "../objects/stubs";
+import { coordinatorOf, lane } from "../objects/stubs";
 import { ownedEvent, webhookEventEffect } from "../webhooks/outbox";
 import { feedEffect } from "../notices/notices";
 
@@ -206,6 +206,7 @@ export function ledgerEffects(w: LedgerEffectWiring): Record<LedgerEffectKind, E
     audit: { target: "d1", statements: (e: AuditEvent) => [auditInsertOnce(w.db(), e)] },
     identity: {
       target: "call",
+      lane: (p: IdentityPayload) => lane.coordinator(p.fleet_id),
       deliver: async (p: IdentityPayload) => {
         await coordinatorOf(w.env(), p.fleet_id).setServerIdentity(p.server_id, p.identity);
       },
@@ -213,6 +214,7 @@ export function ledgerEffects(w: LedgerEffectWiring): Record<LedgerEffectKind, E
     // The disruption budget: the server's hostname and labels, for its fleet's coordinator.
     member: {
       target: "call",
+      lane: (p: MemberPayload) => lane.coordinator(p.fleet_id),
       deliver: async (p: MemberPayload) => {
         await coordinatorOf(w.env(), p.fleet_id).serverMember(p.server_id, {
           hostname: p.hostname,
@@ -233,6 +235,7 @@ export function ledgerEffects(w: LedgerEffectWiring): Record<LedgerEffectKind, E
     feed: feedEffect(w.env),
     release: {
       target: "call",
+      lane: (p: ReleasePayload) => lane.coordinator(p.fleet_id),
       deliver: async (p: ReleasePayload) => {
         await coordinatorOf(w.env(), p.fleet_id).releaseServer(p.server_id, {
           reason: `boot_id changed from '${p.from_boot_id}' to '${p.to_boot_id}'`,
@@ -256,6 +259,7 @@ export function ledgerEffects(w: LedgerEffectWiring): Record<LedgerEffectKind, E
     // identity delivery still under way, so none can bring the id back) and its hostname.
     cleanup_coordinator: {
       target: "call",
+      lane: (p: IdentityPayload) => lane.coordinator(p.fleet_id),
       deliver: async (p: IdentityPayload) => {
         const coordinator = coordinatorOf(w.env(), p.fleet_id);
         await coordinator.releaseServer(p.server_id, { reason: "server removed", actor: `server:${p.server_id}` });

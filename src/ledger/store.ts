@@ -108,37 +108,63 @@ export class LedgerStore {
     return this.storage.kv;
   }
 
+  /**
+   * Runs `fn` in one storage turn. Inside another it is a savepoint: if it throws, its writes roll
+   * back and the outer turn may catch that and commit the rest; the hooks it registered and the
+   * memory it moved roll back with it, to where they stood when it began (a heartbeat heard
+   * meanwhile is kept: it was never to be stored by this turn).
+   */
   transaction<T>(fn: () => T): T {
-    if (this.commitHooks) return this.storage.transactionSync(fn);
-    const hooks: (() => void)[] = [];
+    const outer = this.commitHooks;
+    const hooks = outer ?? [];
+    const mark = hooks.length;
+    const memory = this.remember();
     this.commitHooks = hooks;
-    // What memory held before: a throw rolls storage back, and memory goes back with it (save and
-    // setRefresh replace these objects rather than change them, so the old ones are intact).
-    const cache = this.cache;
-    const refresh = this.refreshMemo;
     let out: T;
     try {
       out = this.storage.transactionSync(fn);
     } catch (err) {
-      this.cache = cache;
-      this.refreshMemo = refresh;
+      hooks.length = mark;
+      this.restore(memory);
       throw err;
     } finally {
-      this.commitHooks = null;
+      if (!outer) this.commitHooks = null;
     }
-    for (const hook of hooks) hook();
+    if (!outer) for (const hook of hooks) hook();
     return out;
   }
 
   /**
-   * Runs `fn` once the current transaction committed (at once outside one): memory that mirrors a
-   * write made in it must not move if the transaction throws and its writes roll back.
+   * Runs `fn` once the outermost transaction committed (at once outside one), unless the
+   * transaction or savepoint it was registered in rolled back: memory that mirrors a write made in
+   * it must not move if the write does not stand.
    */
   onCommit(fn: () => void) {
     if (this.commitHooks) this.commitHooks.push(fn);
     else fn();
   }
   private commitHooks: (() => void)[] | null = null;
+
+  /** The memory a transaction may move, as it is before the transaction (the cache copied: `heartbeat` mutates it). */
+  private remember() {
+    return { cache: this.cache && { ...this.cache }, refresh: this.refreshMemo, heard: this.heard };
+  }
+
+  private restore(m: ReturnType<LedgerStore["remember"]>) {
+    this.cache = m.cache;
+    this.refreshMemo = m.refresh;
+    const heard = this.heard;
+    // A heartbeat is memory only, never part of the turn: one heard during it still holds, if the
+    // content it was heard for is the one memory is back to.
+    if (heard && heard !== m.heard && this.cache?.report && heard.key === this.cache.reportKey) {
+      if (heard.report.received_at > this.cache.report.received_at) {
+        this.cache.report = heard.report;
+        this.cache.heartbeatOnly = true;
+      }
+    }
+  }
+  /** The latest heartbeat kept in memory, with the content key it was heard for. */
+  private heard?: { report: StoredReport; key: string | undefined };
 
   /** Brings storage written by older code to LEDGER_FORMAT; throws (touching nothing) on a newer one. */
   open(): FormatUpgrade | null {
@@ -191,6 +217,7 @@ export class LedgerStore {
     const state = this.load()!;
     state.report = report;
     state.heartbeatOnly = true;
+    this.heard = { report, key: state.reportKey };
     this.onChange();
   }
 

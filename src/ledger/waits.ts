@@ -24,9 +24,13 @@ export type ViewWaitAnswer = { changed: true; etag: string; view: ServerView } |
 
 /**
  * What a waiter holds: the poll's answer signature (and, when the poll was the host's heartbeat,
- * when it was heard: the waiter keeps it through the ledger's eviction), or the view's tag.
+ * when it was heard: the waiter keeps it through the ledger's eviction), with the token digest and
+ * generation it asked with, so that its wake carries the answer; or the view's tag. A waiter
+ * accepted by older code has no digest: it is woken bare, and the Worker asks again.
  */
-type Held = { kind: "poll"; signature: string; heardAt?: number } | { kind: "view"; etag: string };
+type Held =
+  | { kind: "poll"; signature: string; heardAt?: number; tokenHash?: string; known?: number }
+  | { kind: "view"; etag: string };
 
 const upgrade = (path: string, query: Record<string, string>, headers: Record<string, string> = {}) =>
   new Request(`${ORIGIN}${path}?${new URLSearchParams(query)}`, { headers: { Upgrade: "websocket", ...headers } });
@@ -66,7 +70,13 @@ export function openPollWait(
   // The heartbeat memory holds now (this poll's, or an earlier one's): the waiter keeps it through an eviction.
   const heardAt = store.load()!.report?.received_at;
   return {
-    response: acceptWaiter(room, { kind: "poll", signature: pollSignature(store), heardAt } satisfies Held),
+    response: acceptWaiter(room, {
+      kind: "poll",
+      signature: pollSignature(store),
+      heardAt,
+      tokenHash,
+      known,
+    } satisfies Held),
     enqueued: beat.enqueued,
   };
 }
@@ -98,16 +108,28 @@ export function openViewWait(store: LedgerStore, room: SocketRoom, request: Requ
   return acceptWaiter(room, { kind: "view", etag } satisfies Held, staleTurnAt(view));
 }
 
-/** After a write: wakes the polls whose answer moved (the token included) and the views whose tag did. */
+/**
+ * After a write: wakes the polls whose answer moved (the token included) and the views whose tag
+ * did. A poll's wake carries its answer, decided now with the token checked again (a token
+ * revoked meanwhile is answered `unauthorized`), so the Worker does not call the ledger a second
+ * time for it; a view's wake is bare (the Worker reads the view again).
+ */
 export function wakeWaits(store: LedgerStore, room: SocketRoom, now: number) {
   let signature: string | undefined;
   let tag: string | undefined;
-  wakeWaiters<Held>(room, (held) => {
-    if (held.kind === "poll") return (signature ??= pollSignature(store)) !== held.signature;
-    if (tag === undefined) {
-      const view = viewOf(store, now);
-      tag = view ? viewTag(view) : "";
-    }
-    return tag !== held.etag;
-  });
+  wakeWaiters<Held>(
+    room,
+    (held) => {
+      if (held.kind === "poll") return (signature ??= pollSignature(store)) !== held.signature;
+      if (tag === undefined) {
+        const view = viewOf(store, now);
+        tag = view ? viewTag(view) : "";
+      }
+      return tag !== held.etag;
+    },
+    (held) =>
+      held.kind === "poll" && held.tokenHash !== undefined && held.known !== undefined
+        ? pollAnswer(store, held.tokenHash, held.known)
+        : undefined,
+  );
 }

@@ -63,7 +63,7 @@ const zeroCounts = () => ({ rpc: 0, fetch: 0, alarm: 0, ws_messages: 0, ws_event
 class ObjectMeter {
   counts = zeroCounts();
   readonly d1 = zeroRows();
-  readonly storage: StorageRows = { rowsRead: 0, rowsWritten: 0, alarmsSet: 0, storedBytes: 0 };
+  readonly storage: StorageRows = { rowsRead: 0, rowsWritten: 0, alarmsSet: 0, storedBytes: 0, byStatement: new Map() };
   /** Folds the rows of the object's finished SQL cursors into `storage`. */
   settleStorage = () => {};
   methods = new Map<string, { calls: number; ms: number; max_ms: number }>();
@@ -144,6 +144,7 @@ class ObjectMeter {
     Object.assign(this.d1, zeroRows());
     this.settleStorage();
     Object.assign(this.storage, { rowsRead: 0, rowsWritten: 0, alarmsSet: 0 });
+    this.storage.byStatement.clear();
     this.methods.clear();
     this.awakeMs = this.tailMs = 0;
     if (this.awakeSince !== null) this.awakeSince = now;
@@ -321,6 +322,7 @@ export function meterReading({ reset = false } = {}) {
     const d1 = { statements: 0, rows_read: 0, rows_written: 0 };
     const storage = { rows_read: 0, rows_written: 0, alarms_set: 0, stored_bytes: 0 };
     const methods: Record<string, { calls: number; ms: number; max_ms: number }> = {};
+    const statements = new Map<string, { calls: number; rows_read: number; rows_written: number }>();
     const instances: Record<string, ObjectReading> = {};
     for (const [id, m] of byId) {
       const r = m.reading(now);
@@ -332,6 +334,13 @@ export function meterReading({ reset = false } = {}) {
       for (const k of NUMERIC) sum[k] += r[k];
       for (const k of ["statements", "rows_read", "rows_written"] as const) d1[k] += r.d1[k];
       for (const k of ["rows_read", "rows_written", "alarms_set"] as const) storage[k] += r.storage[k];
+      for (const [text, use] of m.storage.byStatement) {
+        let t = statements.get(text);
+        if (!t) statements.set(text, (t = { calls: 0, rows_read: 0, rows_written: 0 }));
+        t.calls += use.calls;
+        t.rows_read += use.rowsRead;
+        t.rows_written += use.rowsWritten;
+      }
       for (const [name, use] of m.methods) {
         const t = (methods[name] ??= { calls: 0, ms: 0, max_ms: 0 });
         t.calls += use.calls;
@@ -344,7 +353,13 @@ export function meterReading({ reset = false } = {}) {
       instances: Object.keys(instances).length,
       stored_instances: byId.size,
       d1,
-      storage,
+      // By statement, the most rows first: where the class's storage rows went.
+      storage: {
+        ...storage,
+        statements: [...statements]
+          .map(([statement, use]) => ({ statement, ...use }))
+          .sort((a, b) => b.rows_read + b.rows_written - (a.rows_read + a.rows_written)),
+      },
       methods,
       by_instance: instances,
     };

@@ -19,13 +19,37 @@ export interface StorageRows {
   alarmsSet: number;
   /** The object's database size when last settled, bytes. */
   storedBytes: number;
+  /**
+   * The same rows by statement (SQL text with its whitespace folded, or `kv get|put|delete|list`,
+   * `setAlarm`): which statement a regression in rows read comes from.
+   */
+  byStatement: Map<string, StatementRows>;
+}
+
+interface StatementRows {
+  calls: number;
+  rowsRead: number;
+  rowsWritten: number;
+}
+
+/** Adds one statement's rows to its line. */
+function tally(rows: StorageRows, statement: string, read: number, written: number, calls = 1) {
+  let line = rows.byStatement.get(statement);
+  if (!line) rows.byStatement.set(statement, (line = { calls: 0, rowsRead: 0, rowsWritten: 0 }));
+  line.calls += calls;
+  line.rowsRead += read;
+  line.rowsWritten += written;
+  rows.rowsRead += read;
+  rows.rowsWritten += written;
 }
 
 type Cursor = { rowsRead: number; rowsWritten: number };
 
+const folded = (query: string) => query.replace(/\s+/g, " ").trim();
+
 /** Wraps `storage` so its rows add to `rows`; returns `settle`, which folds in the cursors' rows. */
 export function meterStorage(storage: DurableObjectStorage, rows: StorageRows): () => void {
-  let cursors: Cursor[] = [];
+  let cursors: { cursor: Cursor; query: string }[] = [];
   const sql = storage.sql;
   if (sql) {
     const exec = sql.exec.bind(sql);
@@ -33,7 +57,7 @@ export function meterStorage(storage: DurableObjectStorage, rows: StorageRows): 
       const cursor = exec(query, ...bindings);
       // The local runtime's own bookkeeping (miniflare records an object's name each time it
       // starts): no deployment runs it.
-      if (!query.includes("__miniflare_")) cursors.push(cursor);
+      if (!query.includes("__miniflare_")) cursors.push({ cursor, query });
       return cursor;
     }) as typeof sql.exec;
   }
@@ -46,36 +70,33 @@ export function meterStorage(storage: DurableObjectStorage, rows: StorageRows): 
       list,
     } = { get: kv.get.bind(kv), put: kv.put.bind(kv), delete: kv.delete.bind(kv), list: kv.list.bind(kv) };
     kv.get = ((key: string) => {
-      rows.rowsRead++;
+      tally(rows, "kv get", 1, 0);
       return get(key);
     }) as typeof kv.get;
     kv.put = ((key: string, value: unknown) => {
-      rows.rowsWritten++;
+      tally(rows, "kv put", 0, 1);
       return put(key, value);
     }) as typeof kv.put;
     kv.delete = ((key: string) => {
-      rows.rowsWritten++;
+      tally(rows, "kv delete", 0, 1);
       return del(key);
     }) as typeof kv.delete;
     kv.list = ((options?: SyncKvListOptions) => {
       const listed = [...list(options)];
-      rows.rowsRead += Math.max(1, listed.length);
+      tally(rows, "kv list", Math.max(1, listed.length), 0);
       return listed[Symbol.iterator]();
     }) as typeof kv.list;
   }
   if (typeof storage.setAlarm === "function") {
     const setAlarm = storage.setAlarm.bind(storage);
     storage.setAlarm = ((...args: Parameters<DurableObjectStorage["setAlarm"]>) => {
-      rows.rowsWritten++;
+      tally(rows, "setAlarm", 0, 1);
       rows.alarmsSet++;
       return setAlarm(...args);
     }) as typeof storage.setAlarm;
   }
   return () => {
-    for (const c of cursors) {
-      rows.rowsRead += c.rowsRead;
-      rows.rowsWritten += c.rowsWritten;
-    }
+    for (const { cursor, query } of cursors) tally(rows, folded(query), cursor.rowsRead, cursor.rowsWritten);
     cursors = [];
     try {
       if (sql) rows.storedBytes = sql.databaseSize;

@@ -14,6 +14,7 @@
  */
 import type { Env } from "../env";
 import { NotYet, type Effect } from "../objects/kit/outbox";
+import { lane } from "../objects/stubs";
 import type { FeedNotice } from "./feed-fanout";
 
 export const THROTTLE_MS = 500;
@@ -120,6 +121,7 @@ export function pagesChanged(env: Env, ctx: { waitUntil(p: Promise<unknown>): vo
 /** The owners' outbox effect: delivered to the fleet's ConsoleFeed, coalesced as above. */
 export const feedEffect = (env: () => Env): Effect => ({
   target: "call",
+  lane: (n: NoticeInput) => lane.feed(n.fleet),
   deliver: async (n: NoticeInput) => {
     const r = await notifyFeed(env(), n);
     if (typeof r === "object") throw new NotYet(r.later);

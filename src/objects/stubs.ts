@@ -27,5 +27,15 @@ export function coordinatorOf(env: Env, fleetId: string) {
   return env.REBOOT.get(id);
 }
 
+/**
+ * The outbox lane of a call to an object (src/objects/kit/pool.ts): one call at a time to each
+ * receiver, so one that hangs holds a single slot of the caller's.
+ */
+export const lane = {
+  coordinator: (fleetId: string) => `coordinator:${fleetId}`,
+  rollout: (rolloutId: string) => `rollout:${rolloutId}`,
+  feed: (fleetId: string) => `feed:${fleetId}`,
+};
+
 /** The Rollout object of one rollout; its Durable Object id derives from the rollout id. */
 export const rolloutOf = (env: Env, rolloutId: string) => env.ROLLOUT.get(env.ROLLOUT.idFromName(rolloutId));

@@ -12,7 +12,6 @@ import { rolloutLocks, rollouts, rolloutTargets } from "../db/schema";
 import type { Env } from "../env";
 import { fleetSettings } from "../fleets/store";
 import type { FleetSettings } from "../model/fleet";
-import { chunk } from "../lib/chunk";
 import type { Effect } from "../objects/kit/outbox";
 import { coordinatorOf, ledgerOf } from "../objects/stubs";
 import { webhookEventEffect } from "../webhooks/outbox";
@@ -29,8 +28,12 @@ import { project } from "./transitions";
 
 /** Target rows per D1 projection batch; the rest follow in the next. */
 const PROJECT_ROWS = 400;
-/** Rows per multi-row upsert: D1 binds at most 100 parameters per statement (12 columns a row). */
-const ROWS_PER_STATEMENT = 8;
+/**
+ * The JSON of target rows one upsert carries, in characters (one parameter, read by json_each: D1
+ * binds at most 100 parameters a statement, which at 12 columns a row was 8 rows to an upsert).
+ * Kept well under D1's 100 KB a statement even were every character three bytes.
+ */
+const TARGET_JSON_PER_STATEMENT = 30_000;
 /** Ledger writes and slot requests delivered at once. */
 export const CALL_CONCURRENCY = 32;
 /** How long the fleet's settings read from D1 serve slot requests. */
@@ -45,6 +48,8 @@ export function rolloutEffects(env: () => Env, parts: () => RolloutParts): Recor
   const db = () => getDb(env().DB);
   /** The target changes of the projection under way, marked taken once D1 committed them. */
   let inFlight: Pick<DirtyTarget, "pass" | "server_id" | "dirty">[] = [];
+  /** Where the first pass's rows not yet in the index start once it committed (undefined: none went). */
+  let createdThrough: number | null | undefined;
   let settingsMemo: { at: number; value: FleetSettings } | null = null;
 
   /** The fleet's settings the coordinator needs, read from D1 at most every SETTINGS_TTL_MS. */
@@ -71,11 +76,22 @@ export function rolloutEffects(env: () => Env, parts: () => RolloutParts): Recor
         if (!state) return [];
         const rows = p.store.targets.dirty(PROJECT_ROWS);
         inFlight = rows.map((r) => ({ pass: r.pass, server_id: r.server_id, dirty: r.dirty }));
+        // The first pass's rows the index has not taken, in seq order, fill the rest of the batch
+        // (a target also changed since goes once, with its mark).
+        const from = p.store.indexFrom();
+        createdThrough = undefined;
+        if (from !== null && rows.length < PROJECT_ROWS) {
+          const created = p.store.targets.fromSeq(from, PROJECT_ROWS - rows.length);
+          const marked = new Set(rows.map((r) => `${r.pass}:${r.server_id}`));
+          rows.push(...created.filter((r) => !marked.has(`${r.pass}:${r.server_id}`)));
+          createdThrough = created.length < PROJECT_ROWS - inFlight.length ? null : created.at(-1)!.seq + 1;
+        }
         return projection(db(), state.spec, state.core, rows, p.clock());
       },
       delivered: () => {
         const p = parts();
         p.store.targets.projected(inFlight);
+        if (createdThrough !== undefined) p.store.setIndexFrom(createdThrough);
         // The index shows the rollout as it is now: open console pages re-read it.
         const spec = p.store.load()?.spec;
         if (spec)
@@ -84,8 +100,9 @@ export function rolloutEffects(env: () => Env, parts: () => RolloutParts): Recor
             { fleet: spec.fleet, kind: "rollout", ids: [spec.id], from: `rollout:${spec.id}` } satisfies NoticeInput,
             { key: "feed" },
           );
-        const more = inFlight.length === PROJECT_ROWS;
+        const more = inFlight.length === PROJECT_ROWS || (createdThrough !== undefined && createdThrough !== null);
         inFlight = [];
+        createdThrough = undefined;
         if (more) project(p);
       },
     },
@@ -206,24 +223,16 @@ function projection(d: Db, spec: RolloutSpec, core: Core, rows: DirtyTarget[], n
   const { id: _id, createdBy: _c, createdAt: _a, fleetId: _f, agent: _g, ...changing } = rolloutRow;
   return [
     d.insert(rollouts).values(rolloutRow).onConflictDoUpdate({ target: rollouts.id, set: changing }),
-    ...chunk(rows, ROWS_PER_STATEMENT).map((part) =>
+    // Many rows to a statement, as JSON (one parameter). `WHERE true`: SQLite would read an
+    // upsert's ON after a bare `SELECT … FROM` as a join's.
+    ...jsonChunks(rows.map(targetRow), TARGET_JSON_PER_STATEMENT).map((json) =>
       d
         .insert(rolloutTargets)
-        .values(
-          part.map((r) => ({
-            rolloutId: spec.id,
-            pass: r.pass,
-            serverId: r.server_id,
-            hostname: r.hostname,
-            state: r.state,
-            image: r.image,
-            fromImage: r.from_image,
-            generation: r.generation,
-            startedAt: r.started_at,
-            endedAt: r.ended_at,
-            reason: r.reason,
-            updatedAt: now,
-          })),
+        // Every column, in the table's order.
+        .select(
+          sql`SELECT ${spec.id}, r.value ->> 0, r.value ->> 1, r.value ->> 2, r.value ->> 3, r.value ->> 4,
+            r.value ->> 5, r.value ->> 6, r.value ->> 7, r.value ->> 8, r.value ->> 9, ${now}
+            FROM json_each(${json}) AS r WHERE true`,
         )
         .onConflictDoUpdate({
           target: [rolloutTargets.rolloutId, rolloutTargets.pass, rolloutTargets.serverId],
@@ -239,6 +248,39 @@ function projection(d: Db, spec: RolloutSpec, core: Core, rows: DirtyTarget[], n
         }),
     ),
   ];
+}
+
+/** A target's row for the index, as the upsert's json_each reads it (by position). */
+const targetRow = (r: DirtyTarget) => [
+  r.pass,
+  r.server_id,
+  r.hostname,
+  r.state,
+  r.image,
+  r.from_image,
+  r.generation,
+  r.started_at,
+  r.ended_at,
+  r.reason,
+];
+
+/** The rows as JSON arrays of at most `max` characters each (a row longer than that alone). */
+function jsonChunks(rows: unknown[], max: number): string[] {
+  const out: string[] = [];
+  let part: string[] = [];
+  let size = 2;
+  for (const row of rows) {
+    const text = JSON.stringify(row);
+    if (part.length && size + text.length + 1 > max) {
+      out.push(`[${part.join(",")}]`);
+      part = [];
+      size = 2;
+    }
+    part.push(text);
+    size += text.length + 1;
+  }
+  if (part.length) out.push(`[${part.join(",")}]`);
+  return out;
 }
 
 /**

@@ -9,7 +9,7 @@ import type { Env } from "../env";
 import type { DesiredState } from "../model/server/record";
 import type { StoredReport } from "../model/server/schemas";
 import type { Effect } from "../objects/kit/outbox";
-import { rolloutOf } from "../objects/stubs";
+import { lane, rolloutOf } from "../objects/stubs";
 
 export interface ApplyRolloutImage {
   rollout_id: string;
@@ -169,6 +169,7 @@ export function settleMarks(
 /** Delivered to the rollout, which ignores what does not match its target (duplicates, late events). */
 export const rolloutEventEffect = (env: () => Env): Effect => ({
   target: "call",
+  lane: (e: RolloutEvent) => lane.rollout(e.rollout_id),
   deliver: async (e: RolloutEvent) => {
     await rolloutOf(env(), e.rollout_id).targetEvent(e);
   },

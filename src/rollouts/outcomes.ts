@@ -33,9 +33,10 @@ export async function targetEvent(p: RolloutParts, e: RolloutEvent): Promise<{ o
           ? { type: "failed", generation: e.generation, message: e.message ?? "failed", at: now }
           : { type: "removed", at: now };
     if (change(p, t, ev, now) === null) return false;
-    pump(p, now);
+    // The timer follows the oldest target applying, which may be the one that just ended: set
+    // again once, by pump when it started another.
+    if (!pump(p, now)) scheduleSlowCheck(p);
     afterChange(p);
-    scheduleSlowCheck(p);
     return true;
   });
   if (changed) await settle(p, false);

@@ -21,41 +21,55 @@ const SLOT_RETRY_MS = 5_000;
 /** Whether the rollout's targets ask the coordinator before they start. */
 const asks = (spec: { reboot_slot: boolean; budget?: boolean }) => spec.reboot_slot || spec.budget === true;
 
-/** Starts as many queued targets as concurrency allows (asking for slots first where it must). */
-export function pump(p: RolloutParts, now: number) {
+/**
+ * Starts as many queued targets as concurrency allows (asking for slots first where it must).
+ * Returns whether it started any (and so set the slow-server timer for them).
+ */
+export function pump(p: RolloutParts, now: number): boolean {
   const state = p.store.load();
-  if (!state) return;
+  if (!state) return false;
   // A strategy's phase may have ended (or begun) with the change that calls this.
   progress(p, now);
   const n = startable(state.core, state.spec);
-  if (n <= 0) return;
+  if (n <= 0) return false;
   const maxPhase = releasable(p, now);
-  if (maxPhase === -1) return;
+  if (maxPhase === -1) return false;
+  let started = false;
   for (const t of p.store.targets.nextQueued(state.core.pass, now, n, maxPhase ?? undefined)) {
     if (asks(state.spec)) {
       if (change(p, t, { type: "slot_requested" }, now)) {
         p.outbox.enqueue("slot", { pass: t.pass, server_id: t.server_id }, { key: `slot:${t.pass}:${t.server_id}` });
       }
     } else {
-      begin(p, t, now);
+      started = begin(p, t, now) || started;
     }
   }
+  // Once for all the targets started: the timer follows the oldest applying one.
+  if (started) scheduleSlowCheck(p);
   // Targets waiting out a slot refusal are tried again when the earliest may.
   if (asks(state.spec) && startable(p.store.load()!.core, state.spec) > 0) {
     const next = p.store.targets.nextSlotRetry(state.core.pass, now);
     if (next !== null) p.scheduler.schedule("pump", next, null, { noLaterThan: true });
   }
+  return started;
 }
 
-/** queued → applying: the ledger write leaves through the outbox, the timeout starts. */
-function begin(p: RolloutParts, t: Target, now: number) {
-  if (!change(p, t, { type: "start", at: now }, now)) return;
-  p.store.setBlocked(t.pass, t.server_id, null);
-  p.outbox.enqueue("apply", { pass: t.pass, server_id: t.server_id }, { key: `apply:${t.pass}:${t.server_id}` });
+/**
+ * queued → applying: the ledger write leaves through the outbox, the timeout starts. The caller
+ * sets the slow-server timer (scheduleSlowCheck) once the targets it starts have started.
+ */
+function begin(p: RolloutParts, t: Target, now: number): boolean {
+  if (!change(p, t, { type: "start", at: now }, now)) return false;
+  // Only a target that asked can have been told to wait (budgetChanged clears the reasons of
+  // those that stop asking): a rollout that never asks deletes no key per target.
+  if (asks(p.store.load()!.spec)) p.store.setBlocked(t.pass, t.server_id, null);
+  // No key: a target starts once (queued → applying), so its write is never enqueued twice, and
+  // a key's index entry would be one more row written per target.
+  p.outbox.enqueue("apply", { pass: t.pass, server_id: t.server_id });
   // Always a deadline (DEFAULT_SERVER_TIMEOUT_S when the rollout named none): a dead host must
   // not hold the rollout, nor its (fleet, agent), for ever.
   armTimeout(p, now);
-  scheduleSlowCheck(p);
+  return true;
 }
 
 /** The retry time has come for the refused slot requests: all of them may ask again. */
@@ -96,8 +110,12 @@ export function budgetChanged(p: RolloutParts, on: boolean): { ok: true; changed
   const now = p.clock();
   p.store.transaction(() => {
     p.store.setBudget(on);
-    if (!on)
+    if (!on) {
       for (const t of p.store.targets.waitingBudget(state.core.pass)) change(p, t, { type: "budget_freed" }, now);
+      // Targets that no longer ask are no longer told to wait: their reasons go now, as they
+      // would have when each started (begin clears them only for a rollout that asks).
+      if (!asks(p.store.load()!.spec)) p.store.dropBlockedOfPass(state.core.pass);
+    }
     pump(p, now);
   });
   p.background(settle(p, false));
@@ -124,7 +142,7 @@ export function slotAnswered(p: RolloutParts, pass: number, serverId: string, r:
       return;
     }
     if (r.ok) {
-      begin(p, t, now);
+      if (begin(p, t, now)) scheduleSlowCheck(p);
     } else if (r.kind === "unknown_group") {
       change(p, t, { type: "slot_refused" }, now);
       change(

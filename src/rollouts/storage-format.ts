@@ -9,7 +9,7 @@
  * idempotent (IF NOT EXISTS), since a format 1 object may or may not have every table yet.
  */
 
-export const ROLLOUT_FORMAT = 3;
+export const ROLLOUT_FORMAT = 4;
 export const FORMAT_KEY = "format";
 
 interface FormatStep {
@@ -65,6 +65,35 @@ const FORMAT_STEPS: readonly FormatStep[] = [
         id INTEGER PRIMARY KEY AUTOINCREMENT, phase INTEGER NOT NULL, seq INTEGER NOT NULL,
         check_index INTEGER NOT NULL, name TEXT NOT NULL, at INTEGER NOT NULL, ok INTEGER NOT NULL,
         value REAL, threshold REAL, detail TEXT NOT NULL)`);
+    },
+  },
+  {
+    to: 4,
+    description:
+      "Fewer rows written per target: an index entry is written for every index whose columns a write " +
+      "names, so indexes that every state change rewrote and few reads use give way to partial ones " +
+      "(targets applying not yet warned about; targets of a strategy's phases still open; slow-server " +
+      "warnings), the durations' index goes (read once per wake), and an event log with no event yet " +
+      "is made again without AUTOINCREMENT, whose sqlite_sequence row every event rewrote (its events " +
+      "are never deleted, so ids still only grow)",
+    apply(sql) {
+      sql.exec("DROP INDEX IF EXISTS targets_duration");
+      sql.exec("DROP INDEX IF EXISTS targets_started");
+      sql.exec(
+        "CREATE INDEX IF NOT EXISTS targets_unwarned ON targets (pass, started_at) WHERE state = 'applying' AND warned = 0",
+      );
+      sql.exec("DROP INDEX IF EXISTS targets_phase");
+      sql.exec(
+        "CREATE INDEX IF NOT EXISTS targets_open_phase ON targets (phase) WHERE pass = 0 AND state IN ('queued', 'waiting_budget', 'applying')",
+      );
+      const empty = sql.exec("SELECT 1 FROM events LIMIT 1").toArray().length === 0;
+      if (empty) {
+        sql.exec("DROP TABLE events");
+        sql.exec(`CREATE TABLE events (
+          id INTEGER PRIMARY KEY, at INTEGER NOT NULL, kind TEXT NOT NULL, server_id TEXT, details TEXT)`);
+      }
+      sql.exec("DROP INDEX IF EXISTS events_kind");
+      sql.exec("CREATE INDEX IF NOT EXISTS events_slow ON events (id) WHERE kind = 'warning.slow_server'");
     },
   },
 ];

@@ -45,16 +45,39 @@ export class RolloutStore {
     if (from !== ROLLOUT_FORMAT) upgradeRolloutStorage(this.storage, from);
   }
 
-  /** One synchronous storage turn: all of it commits, or none. */
+  /**
+   * One synchronous storage turn: all of it commits, or none. The core is stored once, at the
+   * end of the outermost turn, however many changes moved it (a target's end and the next one's
+   * start are one turn): each put is a row written.
+   */
   transaction<T>(fn: () => T): T {
+    this.depth++;
     try {
-      return this.storage.transactionSync(fn);
+      return this.storage.transactionSync(() => {
+        const out = fn();
+        if (this.depth === 1) this.storeCore();
+        return out;
+      });
     } catch (err) {
       // Undone: what the turn's writers kept in memory beside their rows is read again.
       this.samples.forget();
       this.targets.forget();
+      this.cache = null;
+      this.coreUnstored = false;
       throw err;
+    } finally {
+      this.depth--;
     }
+  }
+  /** Transactions open (nested ones run inside the outermost). */
+  private depth = 0;
+  /** The core in memory moved and is stored when the outermost transaction ends. */
+  private coreUnstored = false;
+
+  private storeCore() {
+    if (!this.coreUnstored) return;
+    this.coreUnstored = false;
+    this.kv.put("core", this.cache!.core);
   }
 
   // ---- spec and core ----
@@ -74,6 +97,7 @@ export class RolloutStore {
   create(spec: RolloutSpec, core: Core, targets: NewTarget[], plan: Plan | null = null) {
     this.ensureFormat();
     this.targets.insertFirstPass(spec.image, spec.version, targets);
+    if (targets.length) this.setIndexFrom(0);
     if (plan) {
       this.kv.put("plan", plan);
       this.kv.put("phase", { phase: 0, started_at: null, until: null, seq: 0, failures: [] } satisfies PhaseState);
@@ -106,10 +130,14 @@ export class RolloutStore {
     for (const [key] of this.kv.list({ prefix: `blocked:${pass}:` })) this.kv.delete(key);
   }
 
-  /** Stores the core and tells the long polls waiting for it to move. */
+  /**
+   * Stores the core (inside a transaction: when it ends) and tells the long polls waiting for it
+   * to move (they read it after the turn).
+   */
   putCore(core: Core) {
-    this.kv.put("core", core);
     this.cache!.core = core;
+    this.coreUnstored = true;
+    if (this.depth === 0) this.storeCore();
     this.onCoreMoved();
   }
 
@@ -174,6 +202,19 @@ export class RolloutStore {
   }
 
   // ---- what the effects read ----
+
+  /**
+   * The first seq of the first pass the index has not taken yet; null once it took them all, or
+   * for a rollout stored by older code (its targets were each marked dirty instead).
+   */
+  indexFrom(): number | null {
+    return this.kv.get<number>("index_from") ?? null;
+  }
+
+  setIndexFrom(seq: number | null) {
+    if (seq === null) this.kv.delete("index_from");
+    else this.kv.put("index_from", seq);
+  }
 
   /** Whether this rollout has let its (fleet, agent) go. */
   unlocked(): boolean {

@@ -11,6 +11,18 @@ type Row = Omit<Target, "warned"> & { warned: number; duration_ms: number | null
 const COLS =
   "pass, server_id, seq, hostname, reboot_group, state, image, version, from_image, from_version, generation, slot, started_at, ended_at, reason, warned";
 
+/** The columns a transition may change (machine.ts's stepTarget), in the order they are set. */
+const CHANGING = [
+  "state",
+  "generation",
+  "from_image",
+  "from_version",
+  "slot",
+  "started_at",
+  "ended_at",
+  "reason",
+] as const satisfies readonly (keyof Target)[];
+
 const toTarget = (r: Row): Target => ({ ...r, warned: r.warned === 1 });
 
 /** A first-pass target as the rollout starts with it. */
@@ -42,13 +54,17 @@ export class TargetRows {
     this.firstHostnames = null;
   }
 
-  /** The first pass, `seq` in the order given. */
+  /**
+   * The first pass, `seq` in the order given. Not marked for the index (`dirty` 0): the index
+   * takes the first pass in seq order (`fromSeq`, the store's `indexFrom`), which saves each
+   * target its mark's index entry and the write that clears it.
+   */
   insertFirstPass(image: string, version: string, targets: NewTarget[]) {
     this.firstHostnames = null;
     targets.forEach((t, i) => {
       this.sql.exec(
-        `INSERT INTO targets (pass, server_id, seq, hostname, reboot_group, state, image, version, ended_at, reason, phase)
-         VALUES (0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+        `INSERT INTO targets (pass, server_id, seq, hostname, reboot_group, state, image, version, ended_at, reason, phase, dirty)
+         VALUES (0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0)`,
         t.server_id,
         i,
         t.hostname,
@@ -86,23 +102,31 @@ export class TargetRows {
     return r ? toTarget(r) : null;
   }
 
-  /** A target's new state; `project` marks it for the index. */
-  write(t: Target, durationMs: number | null, project: boolean) {
+  /**
+   * A target's new state (`before` as stored, `after` as it is now); `project` marks it for the
+   * index. Only the columns that changed are named: each index whose columns a write names is
+   * written an entry, changed or not, so a write of every column cost an entry in every index.
+   * `duration_ms` goes with a change of state, the only time it can change.
+   */
+  write(before: Target, after: Target, durationMs: number | null, project: boolean) {
+    const set: string[] = [];
+    const values: unknown[] = [];
+    for (const col of CHANGING) {
+      if (before[col] === after[col]) continue;
+      set.push(`${col} = ?`);
+      values.push(after[col]);
+    }
+    if (before.state !== after.state) {
+      set.push("duration_ms = ?");
+      values.push(durationMs);
+    }
+    if (project) set.push("dirty = dirty + 1");
+    if (set.length === 0) return;
     this.sql.exec(
-      `UPDATE targets SET state = ?, generation = ?, from_image = ?, from_version = ?, slot = ?, started_at = ?,
-         ended_at = ?, reason = ?, duration_ms = ?, dirty = dirty + ? WHERE pass = ? AND server_id = ?`,
-      t.state,
-      t.generation,
-      t.from_image,
-      t.from_version,
-      t.slot,
-      t.started_at,
-      t.ended_at,
-      t.reason,
-      durationMs,
-      project ? 1 : 0,
-      t.pass,
-      t.server_id,
+      `UPDATE targets SET ${set.join(", ")} WHERE pass = ? AND server_id = ?`,
+      ...values,
+      after.pass,
+      after.server_id,
     );
   }
 
@@ -157,8 +181,8 @@ export class TargetRows {
   /**
    * The next `n` queued targets that may start now, in order; of phases up to `maxPhase` only.
    * Read through targets_state, in seq order, stopping at `n` (`+phase` keeps the planner off
-   * targets_phase, whose range would read every target of the pass and sort them, on every turn
-   * that starts one).
+   * any index of phases, whose range would read every target of the pass and sort them, on every
+   * turn that starts one).
    */
   nextQueued(pass: number, now: number, n: number, maxPhase = Number.MAX_SAFE_INTEGER): Target[] {
     return this.sql
@@ -333,6 +357,14 @@ export class TargetRows {
   }
 
   // ---- the index ----
+
+  /** First-pass targets from `seq` on, in order, at most `limit` (through targets_seq). */
+  fromSeq(seq: number, limit: number): DirtyTarget[] {
+    return this.sql
+      .exec<Row>(`SELECT ${COLS}, dirty FROM targets WHERE pass = 0 AND seq >= ? ORDER BY seq LIMIT ?`, seq, limit)
+      .toArray()
+      .map((r) => ({ ...toTarget(r), dirty: r.dirty }));
+  }
 
   /** Target changes the index has not taken, at most `limit`. */
   dirty(limit: number): DirtyTarget[] {

@@ -27,12 +27,15 @@ export function change(p: RolloutParts, t: Target, e: TargetEvent, now: number):
   const { spec, core } = p.store.load()!;
   const after = stepTarget(t, e);
   if (!after) return null;
-  const out = account(core, spec, t, after, now);
+  // A step that keeps the target's state and slot (the write's answer: its generation) moves no
+  // count and nothing the summary shows: the core is not rewritten, nor the waiters woken.
+  const counted = after.state !== t.state || after.slot !== t.slot;
+  const out = counted ? account(core, spec, t, after, now) : { core, skipQueued: undefined, entered: undefined };
   const endedNow = isEnded(after.state) && !isEnded(t.state);
   const duration = isEnded(after.state) && after.started_at !== null ? now - after.started_at : null;
   // The index learns of a target when it is created and when it ends; what is in flight is
   // read from this object (GET …/targets), so the index is not rewritten at every step.
-  p.store.targets.write(after, duration, endedNow);
+  p.store.targets.write(t, after, duration, endedNow);
   let nextCore = out.core;
   if (t.state !== after.state)
     p.store.events.add(
@@ -51,7 +54,7 @@ export function change(p: RolloutParts, t: Target, e: TargetEvent, now: number):
     }
   }
   if (out.skipQueued) nextCore = skipQueued(p, nextCore, nextCore.pass, out.skipQueued, now);
-  p.store.putCore(nextCore);
+  if (nextCore !== core) p.store.putCore(nextCore);
   if (after.state === "done" && t.state !== "done" && duration !== null) {
     p.store.recordDuration(after.pass, duration);
     warnIfSlow(p, after, duration, true, now);

@@ -7,11 +7,12 @@
  */
 import type { Env } from "../env";
 import type { Effect } from "../objects/kit/outbox";
-import { coordinatorOf } from "../objects/stubs";
+import { coordinatorOf, lane } from "../objects/stubs";
 import { fleetEvent, type FleetEvent, type WebhookEventType } from "./events";
 
 export const webhookEventEffect = (env: () => Env): Effect => ({
   target: "call",
+  lane: (e: FleetEvent) => lane.coordinator(e.fleet),
   deliver: async (e: FleetEvent) => {
     await coordinatorOf(env(), e.fleet).fleetEvents([e]);
   },

@@ -2,6 +2,9 @@
 // that reconcile instantly (an in-bench stand-in speaking the host API: fetch the desired config,
 // report it realized). Reports control-plane time per target and D1 statements per target, as
 // ratios to the empty request measured at the start of the same run.
+import { readFileSync } from "node:fs";
+import http from "node:http";
+import { procStats } from "../proc.ts";
 import type { BenchContext } from "../run.ts";
 
 const SIZES = (process.env.BENCH_ROLLOUT_SIZES ?? "1000,10000").split(",").map(Number);
@@ -29,6 +32,61 @@ const inventory = (cfg: DesiredConfig) => ({
   errors: [],
   assignments: { units: [], storage: [] },
 });
+
+/**
+ * The stand-in hosts' HTTP client: node:http over kept-alive connections rather than fetch, whose
+ * own per-request work (streams, header objects) cost this process about twice the CPU a request
+ * (0.16-0.30 ms against 0.07-0.12 ms, client and a bare node server together), on the two cores
+ * it shares with the runtime under test. Each host still sends what an agent sends, over HTTP:
+ * the long poll with its generation in If-None-Match, then its report.
+ */
+const hostAgent = new http.Agent({ keepAlive: true });
+
+function hostRequest(
+  url: string,
+  method: "GET" | "PUT",
+  headers: Record<string, string>,
+  body?: string,
+): Promise<{ status: number; text: string }> {
+  return new Promise((resolve, reject) => {
+    const req = http.request(url, { method, headers, agent: hostAgent }, (res) => {
+      let text = "";
+      res.setEncoding("utf8");
+      res.on("data", (chunk: string) => (text += chunk));
+      res.on("end", () => resolve({ status: res.statusCode ?? 0, text }));
+      res.on("error", reject);
+    });
+    req.on("error", reject);
+    req.end(body);
+  });
+}
+
+/**
+ * CPU (ms, from /proc) of the processes a target's work runs in, apart: `wrangler dev` serves the
+ * worker through a proxy worker in a second workerd (local tooling, absent from a deployment),
+ * whose entry socket is the bench's base URL; the runtime is the other workerd its wrangler
+ * started. Null without /proc or when the processes cannot be told apart.
+ */
+function processCpu(base: string): { proxy: number; runtime: number; driver: number } | null {
+  const stats = procStats();
+  if (!stats) return null;
+  const port = new URL(base).port;
+  const cmdline = (pid: number) => {
+    try {
+      return readFileSync(`/proc/${pid}/cmdline`, "utf8");
+    } catch {
+      return "";
+    }
+  };
+  const workerd = [...stats].filter(([, s]) => s.comm.startsWith("workerd"));
+  const proxy = workerd.find(([pid]) => cmdline(pid).includes(`entry=127.0.0.1:${port}\0`));
+  if (!proxy) return null;
+  const runtime = workerd.filter(([pid, s]) => s.ppid === proxy[1].ppid && pid !== proxy[0]);
+  if (runtime.length !== 1) return null;
+  // Clock ticks of 10 ms (CLK_TCK 100 on Linux).
+  const { user, system } = process.cpuUsage();
+  return { proxy: proxy[1].ticks * 10, runtime: runtime[0][1].ticks * 10, driver: (user + system) / 1000 };
+}
 
 async function pool<T>(items: T[], workers: number, fn: (item: T) => Promise<void>) {
   let i = 0;
@@ -114,15 +172,24 @@ export async function run(ctx: BenchContext) {
       }
     };
     const reconcileOnce = async (h: { id: string; token: string; generation: number }): Promise<void> => {
-      const res = await fetch(`${ctx.base}/v1/agent/desired?wait=60`, {
-        headers: { Authorization: `Bearer ${h.token}`, "If-None-Match": `"${h.generation}"` },
+      const authorization = `Bearer ${h.token}`;
+      const res = await hostRequest(`${ctx.base}/v1/agent/desired?wait=60`, "GET", {
+        Authorization: authorization,
+        "If-None-Match": `"${h.generation}"`,
       });
       hostRequests++;
       if (res.status === 304) return reconcileOnce(h);
-      if (!res.ok) throw new Error(`desired: ${res.status} ${await res.text()}`);
-      const cfg = (await res.json()) as DesiredConfig;
-      await api("PUT", "/v1/agent/inventory", inventory(cfg), h.token);
+      if (res.status !== 200) throw new Error(`desired: ${res.status} ${res.text}`);
+      const cfg = JSON.parse(res.text) as DesiredConfig;
+      const put = await hostRequest(
+        `${ctx.base}/v1/agent/inventory`,
+        "PUT",
+        { Authorization: authorization, "Content-Type": "application/json" },
+        JSON.stringify(inventory(cfg)),
+      );
       hostRequests++;
+      if (put.status !== 200) throw new Error(`inventory: ${put.status} ${put.text}`);
+      JSON.parse(put.text);
       h.generation = cfg.generation;
     };
 
@@ -137,6 +204,7 @@ export async function run(ctx: BenchContext) {
     // CPU the runtime (the Worker, every object, the local D1) spends on the rollout: a figure that
     // moves less with the machine's load than the wall time does, and this driver's own beside it.
     const cpuBefore = ctx.serverCpuMs();
+    const splitBefore = processCpu(ctx.base);
     const driverBefore = process.cpuUsage();
     const t0 = Date.now();
     const r = await api("POST", "/v1/rollouts", {
@@ -177,6 +245,13 @@ export async function run(ctx: BenchContext) {
     const maxApplying = maxHosts;
     const elapsed = Date.now() - t0;
     const cpuAfter = ctx.serverCpuMs();
+    const splitAfter = processCpu(ctx.base);
+    if (splitBefore && splitAfter)
+      console.error(
+        `  CPU per target by process: the runtime ${((splitAfter.runtime - splitBefore.runtime) / n).toFixed(2)} ms, ` +
+          `wrangler's proxy ${((splitAfter.proxy - splitBefore.proxy) / n).toFixed(2)} ms, ` +
+          `this bench (driver and stand-in hosts) ${((splitAfter.driver - splitBefore.driver) / n).toFixed(2)} ms`,
+      );
     const driver = process.cpuUsage(driverBefore);
     const runtimeCpu = cpuBefore !== null && cpuAfter !== null ? (cpuAfter - cpuBefore) / n : null;
     const driverCpu = (driver.user + driver.system) / 1000 / n;
@@ -214,7 +289,12 @@ export async function run(ctx: BenchContext) {
       `  rollout ${n}: ${perTarget.toFixed(2)} ms/target, ${(statements / n).toFixed(2)} D1 statements/target`,
     );
   }
+  // The hosts' kept-alive connections would hold the process open.
+  hostAgent.destroy();
 }
+
+/** Statements listed per object class in the profile, the most rows first. */
+const STATEMENTS_SHOWN = Number(process.env.BENCH_ROLLOUT_STATEMENTS ?? 8);
 
 type ClassReading = {
   requests: number;
@@ -223,7 +303,12 @@ type ClassReading = {
   alarm: number;
   awake_ms: number;
   d1: { statements: number; rows_written: number };
-  storage: { rows_read: number; rows_written: number; alarms_set: number };
+  storage: {
+    rows_read: number;
+    rows_written: number;
+    alarms_set: number;
+    statements?: { statement: string; calls: number; rows_read: number; rows_written: number }[];
+  };
   methods: Record<string, { calls: number; ms: number; max_ms: number }>;
 };
 
@@ -246,6 +331,11 @@ function profile(
     for (const [m, u] of Object.entries(c.methods).sort((a, b) => b[1].ms - a[1].ms))
       lines.push(
         `    ${m}: ${f(u.calls)} calls, ${f(u.ms)} ms (avg ${(u.ms / u.calls).toFixed(1)} ms, max ${u.max_ms} ms)`,
+      );
+    // The statements that read or wrote the most rows: a regression in rows shows where it is.
+    for (const s of (c.storage.statements ?? []).slice(0, STATEMENTS_SHOWN))
+      lines.push(
+        `    rows read ${f(s.rows_read)} written ${f(s.rows_written)} in ${f(s.calls)} calls: ${s.statement.slice(0, 140)}`,
       );
   }
   return lines.join("\n");

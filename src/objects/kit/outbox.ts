@@ -42,6 +42,12 @@ interface CallEffect<P> {
   delivered?(payload: P): void;
   /** How long the receiver has to answer an attempt (default OUTBOX_CALL_TIMEOUT_MS). */
   timeoutMs?: number;
+  /**
+   * The receiver, as a name (`coordinator:<fleet>`): calls to one receiver go one at a time, in
+   * enqueue order, and one that hangs holds a single slot, so the others' calls pass it (see
+   * Pool). Without it a call is bound by the object's slots alone.
+   */
+  lane?(payload: P): string;
 }
 
 export type Effect<P = unknown> = D1Effect<P> | CallEffect<P>;
@@ -70,17 +76,22 @@ type Row = {
   payload: string;
   attempts: number;
   seq: number;
+  next_at: number;
 };
 
 export const OUTBOX_TIMER = "outbox";
 
+/** The index `nextDue` finds a row tried before by (one made before it gets it there). */
+const RETRY_INDEX_DDL = "CREATE INDEX IF NOT EXISTS _outbox_retry ON _outbox (next_at) WHERE attempts > 0";
 /**
  * The outbox's table, for an object that has none yet. Every row an INSERT touches is billed as
  * written, so a stored effect is one row, plus its key's index entry only when it has a key:
  * - no AUTOINCREMENT, whose sqlite_sequence row was rewritten by every INSERT. Without it a
  *   deleted row's id can be given again (SQLite takes the largest id plus one), which matters only
- *   to a delivery that still holds the old row: see `delivering` for why none acts on a reused id.
+ *   to a delivery that still holds the old row: see `underWay` for why none acts on a reused id.
  * - the key's uniqueness a partial index, so an effect without a key (most of them) adds no entry.
+ * - the time of a row tried before (failed, not yet, parked) a partial index, which `nextDue`
+ *   reads instead of every row; a row never tried adds no entry (see `freshDue` for those).
  * An object made before keeps its table as it is (AUTOINCREMENT, and a key index holding NULLs):
  * every statement here works on both, and only new objects save the rows.
  */
@@ -95,7 +106,8 @@ const OUTBOX_DDL = `CREATE TABLE IF NOT EXISTS _outbox (
   created_at INTEGER NOT NULL,
   last_error TEXT
 );
-CREATE UNIQUE INDEX IF NOT EXISTS _outbox_dedup_key ON _outbox (dedup_key) WHERE dedup_key IS NOT NULL`;
+CREATE UNIQUE INDEX IF NOT EXISTS _outbox_dedup_key ON _outbox (dedup_key) WHERE dedup_key IS NOT NULL;
+${RETRY_INDEX_DDL}`;
 /** If the immediate delivery never happens (the object died), the alarm delivers after this. */
 export const OUTBOX_SAFETY_MS = 10_000;
 export const OUTBOX_MAX_BACKOFF_MS = 5 * 60_000;
@@ -106,6 +118,11 @@ const MAX_BATCH = 200;
  * takes the next call: a hung receiver holds up only its own effect, and a flush ends.
  */
 const OUTBOX_CALL_TIMEOUT_MS = 30_000;
+/**
+ * How long an effect of a kind this code does not know is left before it is looked at again: a
+ * newer release wrote it and its deploy was rolled back; the release after this one delivers it.
+ */
+const UNKNOWN_KIND_RECHECK_MS = 60 * 60_000;
 /** The alarm for effects whose call is under way: no sooner than this, so it does not spin. */
 const IN_FLIGHT_ALARM_MS = 1_000;
 
@@ -122,26 +139,22 @@ export class Outbox<K extends string> {
   private followUps = 0;
   private inHook = false;
   /**
-   * The deliveries under way, by row id: each row read for delivery gets a token, and its outcome
-   * (`done`, `failed`) acts on the row only while that token is still the row id's. Without
-   * AUTOINCREMENT a new row may take a deleted row's id, and `done` deletes by id (and seq, which
-   * a new row starts again at 0); the entry is removed when the row is deleted (delivered, or
-   * discarded) and replaced when a later round reads the id again, so a delivery's outcome
-   * arriving after that — however late — can never delete, or back off, a newer row. In memory
-   * only, and rightly so: a kill -9 ends every delivery with the process, and the next round
-   * reads every row afresh.
+   * The one record of what is under way, by row id: every row read for delivery gets an entry,
+   * and its outcome (`done`, `failed`, NotYet) acts on the row only while that entry is still the
+   * row id's. Without AUTOINCREMENT a new row may take a deleted row's id, and `done` deletes by
+   * id (and seq, which a new row starts again at 0); the entry is removed when its outcome acts
+   * or the row is discarded, and a later round reads the id afresh only once it is gone, so an
+   * outcome arriving after that — however late — can never delete, back off or re-time a newer
+   * row. A call's entry also keeps the row from every other flush until its attempt settles
+   * (queued for a slot or waiting on the receiver). In memory only, and rightly so: a kill -9
+   * ends every delivery with the process, the row is still stored, and the next round reads
+   * every row afresh (at least once).
    */
-  private readonly delivering = new Map<number, { token: number; kind: string }>();
-  private readonly tokens = new WeakMap<Row, number>();
-  private lastToken = 0;
+  private readonly underWay = new Map<number, Delivery>();
+  /** Each row read for delivery: its entry in `underWay`, which is its delivery while still there. */
+  private readonly deliveryOf = new WeakMap<Row, Delivery>();
   /** Effects offered (`offer`) and not yet delivered, by key: in memory only. */
   private readonly offered = new Map<string, { kind: K; payload: unknown }>();
-  /**
-   * Call effects whose attempt is under way (queued for a slot or waiting on the receiver), by
-   * row id: no other flush delivers them meanwhile. In memory only: after a kill -9 the row is
-   * still stored and the alarm delivers it again (at least once).
-   */
-  private readonly inFlight = new Map<number, Attempt>();
   private readonly pool: Pool;
 
   constructor(
@@ -149,7 +162,10 @@ export class Outbox<K extends string> {
     private readonly scheduler: Scheduler,
     private readonly effects: Record<K, Effect>,
     private readonly db: () => Db,
-    /** Call effects under way at once, for all flushes together (1: one after another, in enqueue order). */
+    /**
+     * Call effects under way at once, for all flushes together (1: one after another, in enqueue
+     * order); with lanes, one per receiver at most, in enqueue order each.
+     */
     callConcurrency = 1,
   ) {
     this.pool = new Pool(Math.max(1, callConcurrency));
@@ -198,6 +214,7 @@ export class Outbox<K extends string> {
         attempts,
       );
     }
+    this.freshDue = Math.min(this.freshDue, due);
     this.scheduler.schedule(OUTBOX_TIMER, due, null, { noLaterThan: true });
   }
 
@@ -221,11 +238,7 @@ export class Outbox<K extends string> {
   discard(kind: K) {
     if (!this.table.exists()) return;
     this.storage.sql.exec("DELETE FROM _outbox WHERE kind = ?", kind);
-    for (const [id, d] of this.delivering)
-      if (d.kind === kind) {
-        this.delivering.delete(id);
-        this.inFlight.delete(id);
-      }
+    for (const [id, d] of this.underWay) if (d.kind === kind) this.underWay.delete(id);
   }
 
   /**
@@ -235,6 +248,20 @@ export class Outbox<K extends string> {
    */
   forgetIdleTimer() {
     if (this.table.exists() && this.nextDue() === null) this.scheduler.cancel(OUTBOX_TIMER);
+  }
+
+  /**
+   * Settles once every call under way now has settled, and those its settling led to (a flush
+   * ends with its own calls, not with an earlier flush's still under way): for a test that must
+   * see every effect out before it looks at the receivers.
+   */
+  async idle(): Promise<void> {
+    for (;;) {
+      const calls = [...this.underWay.values()].flatMap((d) => (d.call ? [d.call.settled] : []));
+      if (calls.length === 0) return;
+      await Promise.all(calls);
+      await this.flush();
+    }
   }
 
   /** How many effects wait for delivery (tests, metrics). */
@@ -280,36 +307,42 @@ export class Outbox<K extends string> {
     // Hooks that enqueue bump this; any bump until the calls settle owes a round after this one.
     const followUps = this.followUps;
     const now = Date.now();
+    const limit = MAX_BATCH + this.underWay.size;
     const read = this.storage.sql
       .exec<Row>(
         // Deferred effects (attempts -1) ride along with any flush; at most MAX_BATCH per round,
         // besides the rows whose delivery is under way (read, then left to that delivery).
-        "SELECT id, kind, payload, attempts, seq FROM _outbox WHERE attempts <= 0 OR next_at <= ? ORDER BY id LIMIT ?",
+        "SELECT id, kind, payload, attempts, seq, next_at FROM _outbox WHERE attempts <= 0 OR next_at <= ? ORDER BY id LIMIT ?",
         now,
-        MAX_BATCH + this.inFlight.size,
+        limit,
       )
       .toArray();
+    // Every row never tried is read whatever its time: unless the read was cut short, each one
+    // not read from here on is enqueued after it, and `freshDue` holds the earliest of those.
+    this.freshDue = Infinity;
+    this.freshKnown = read.length < limit;
     // Rows all under way still re-arm below: the alarm that fired for one must stay set for it.
     if (read.length === 0) return { settled: Promise.resolve() };
-    const rows = read.filter((r) => this.inFlight.get(r.id)?.seq !== r.seq).slice(0, MAX_BATCH);
+    const rows = read.filter((r) => this.underWay.get(r.id)?.seq !== r.seq).slice(0, MAX_BATCH);
     const d1Rows: Row[] = [];
     const calls: Row[] = [];
     /** Rows replaced by a newer payload while the older one is delivered: after that attempt. */
     const held: Promise<void>[] = [];
+    const unknown = new Set<string>();
     for (const r of rows) {
-      const prior = this.inFlight.get(r.id);
+      const prior = this.underWay.get(r.id);
       if (prior) {
-        held.push(prior.settled);
+        if (prior.call) held.push(prior.call.settled);
         continue;
       }
       const effect = this.effects[r.kind as K];
       if (!effect) {
-        // Written by code that knew a kind this code does not: keep it for a later version.
-        console.error(JSON.stringify({ msg: "outbox effect of unknown kind kept", kind: r.kind }));
+        unknown.add(r.kind);
         continue;
       }
       (effect.target === "d1" ? d1Rows : calls).push(r);
     }
+    for (const kind of unknown) this.park(kind, now);
     for (const r of [...d1Rows, ...calls]) this.track(r);
     if (d1Rows.length) await this.deliverD1(d1Rows);
     const attempts = calls.map((r) => this.dispatch(r));
@@ -331,17 +364,47 @@ export class Outbox<K extends string> {
   }
 
   /**
+   * Rows of a kind this code does not know, written by code that did (a newer release, then a
+   * rollback): kept for a release that knows them, but out of every flush's way until the next
+   * look, long after — left due, they would fill each round's read, and a full round calls the
+   * next one, without end, while the known rows behind them waited. All of the kind at once, in
+   * one statement; logged once per kind in the object's life.
+   */
+  private park(kind: string, now: number) {
+    this.storage.sql.exec(
+      "UPDATE _outbox SET attempts = MAX(attempts, 1), next_at = ?, last_error = ? WHERE kind = ? AND (attempts <= 0 OR next_at <= ?)",
+      now + UNKNOWN_KIND_RECHECK_MS,
+      "unknown kind",
+      kind,
+      now,
+    );
+    if (this.parkedKinds.has(kind)) return;
+    this.parkedKinds.add(kind);
+    console.error(
+      JSON.stringify({
+        msg: "outbox effects of unknown kind kept for a later release",
+        kind,
+        recheckMs: UNKNOWN_KIND_RECHECK_MS,
+      }),
+    );
+  }
+  private readonly parkedKinds = new Set<string>();
+
+  /**
    * Hands a call to the pool, marked under way until its attempt settles. Registered at once, so
    * a flush that reads the row while it waits for a slot leaves it to this attempt.
    */
   private dispatch(r: Row): Promise<void> {
+    const delivery = this.deliveryOf.get(r)!;
     let settle!: () => void;
-    const attempt: Attempt = { seq: r.seq, settled: new Promise<void>((res) => (settle = res)), until: null };
-    this.inFlight.set(r.id, attempt);
+    const attempt: Attempt = { settled: new Promise<void>((res) => (settle = res)), until: null };
+    delivery.call = attempt;
+    const lane = (this.effects[r.kind as K] as CallEffect<unknown>).lane?.(JSON.parse(r.payload));
     return this.pool
-      .run(() => this.deliverCall(r, attempt))
+      .run(() => this.deliverCall(r, attempt), lane)
       .finally(() => {
-        if (this.inFlight.get(r.id) === attempt) this.inFlight.delete(r.id);
+        // Settled without acting on the row (a late NotYet for a discarded row): no longer under way.
+        if (this.underWay.get(r.id) === delivery) this.underWay.delete(r.id);
         settle();
       });
   }
@@ -379,15 +442,18 @@ export class Outbox<K extends string> {
       this.hook(() => effect.delivered?.(payload));
       this.done(r);
     } catch (err) {
-      // Due again at `at`, not at every flush before it: counted as an attempt, so that next_at holds.
-      if (err instanceof NotYet)
-        this.storage.sql.exec(
-          "UPDATE _outbox SET next_at = ?, attempts = MAX(attempts, 1) WHERE id = ? AND seq = ?",
-          err.at,
-          r.id,
-          r.seq,
-        );
-      else this.failed([r], err);
+      // Due again at `at`, not at every flush before it: counted as an attempt, so that next_at
+      // holds. Only while this delivery is still its row id's: a row that took the id of one
+      // discarded meanwhile starts at seq 0 too, and is not this receiver's to hold back.
+      if (err instanceof NotYet) {
+        if (this.settles(r))
+          this.storage.sql.exec(
+            "UPDATE _outbox SET next_at = ?, attempts = MAX(attempts, 1) WHERE id = ? AND seq = ?",
+            err.at,
+            r.id,
+            r.seq,
+          );
+      } else this.failed([r], err);
     } finally {
       clearTimeout(timer);
     }
@@ -477,15 +543,16 @@ export class Outbox<K extends string> {
 
   /** `r` is read for delivery: from now its outcome, and no earlier one, acts on its row id. */
   private track(r: Row) {
-    this.tokens.set(r, ++this.lastToken);
-    this.delivering.set(r.id, { token: this.lastToken, kind: r.kind });
+    const delivery: Delivery = { kind: r.kind, seq: r.seq, due: r.next_at, call: null };
+    this.deliveryOf.set(r, delivery);
+    this.underWay.set(r.id, delivery);
   }
 
   /** Whether `r`'s delivery is still the one its row id stands for; its outcome ends it. */
   private settles(r: Row): boolean {
-    const d = this.delivering.get(r.id);
-    if (d === undefined || d.token !== this.tokens.get(r)) return false;
-    this.delivering.delete(r.id);
+    const d = this.underWay.get(r.id);
+    if (d === undefined || d !== this.deliveryOf.get(r)) return false;
+    this.underWay.delete(r.id);
     return true;
   }
 
@@ -528,33 +595,86 @@ export class Outbox<K extends string> {
    * When the earliest pending effect is due. A row whose call is under way is left out while its
    * time is past (a flush would not take it: the alarm would fire again and again), but the timer
    * is kept for it at its attempt's deadline, so that after a kill -9 the alarm delivers it.
+   *
+   * Read without a scan of the outbox (storage rows read are billed, and a rollout's outbox holds
+   * hundreds while its calls are under way): a row tried before is found through its partial
+   * index, one never tried in memory — the last round read every such row (`freshKnown`), so
+   * each is under way (its time kept in `underWay`) or enqueued since (`freshDue`). Until a
+   * round has read them all (a new instance, or a round cut short at MAX_BATCH) the rows never
+   * tried are looked for in the table.
    */
   private nextDue(): number | null {
-    if (this.inFlight.size === 0)
-      return this.storage.sql.exec<{ at: number | null }>("SELECT MIN(next_at) AS at FROM _outbox").one().at;
     const now = Date.now();
-    const rest = this.storage.sql
+    const calls = [...this.underWay].flatMap(([id, d]) => (d.call ? [{ id, ...d.call }] : []));
+    let at = this.freshKnown ? this.freshDue : this.freshInTable(now, calls);
+    for (const d of this.underWay.values()) if (!d.call || d.due > now) at = Math.min(at, d.due);
+    const retry = this.retryDue(now, new Set(calls.map((c) => c.id)));
+    if (retry !== null) at = Math.min(at, retry);
+    if (calls.length) {
+      // Only calls that have a slot: one waiting for a slot ends no sooner than a running one frees
+      // it, and counting its own deadline (passed while it waited) would fire the alarm every second.
+      const running = calls.flatMap((a) => (a.until === null ? [] : [a.until]));
+      // A moment past the deadline: by then the call's own timeout has failed it and re-armed the
+      // timer, so this alarm fires only if the object died meanwhile (not once per timeout too).
+      const until = (running.length ? Math.min(...running) : now + OUTBOX_CALL_TIMEOUT_MS) + IN_FLIGHT_ALARM_MS;
+      at = Math.min(at, Math.max(until, now + IN_FLIGHT_ALARM_MS));
+    }
+    return at === Infinity ? null : at;
+  }
+
+  /** The earliest row never tried and not under way, read from every row (see `nextDue`). */
+  private freshInTable(now: number, calls: { id: number }[]): number {
+    const at = this.storage.sql
       .exec<{ at: number | null }>(
-        "SELECT MIN(next_at) AS at FROM _outbox WHERE next_at > ? OR id NOT IN (SELECT value FROM json_each(?))",
+        "SELECT MIN(next_at) AS at FROM _outbox WHERE attempts <= 0 AND (next_at > ? OR id NOT IN (SELECT value FROM json_each(?)))",
         now,
-        JSON.stringify([...this.inFlight.keys()]),
+        JSON.stringify(calls.map((c) => c.id)),
       )
       .one().at;
-    // Only calls that have a slot: one waiting for a slot ends no sooner than a running one frees
-    // it, and counting its own deadline (passed while it waited) would fire the alarm every second.
-    const running = [...this.inFlight.values()].flatMap((a) => (a.until === null ? [] : [a.until]));
-    // A moment past the deadline: by then the call's own timeout has failed it and re-armed the
-    // timer, so this alarm fires only if the object died meanwhile (not once per timeout too).
-    const until = (running.length ? Math.min(...running) : now + OUTBOX_CALL_TIMEOUT_MS) + IN_FLIGHT_ALARM_MS;
-    const held = Math.max(until, now + IN_FLIGHT_ALARM_MS);
-    return rest === null ? held : Math.min(rest, held);
+    return at ?? Infinity;
   }
+
+  /**
+   * The earliest row tried before whose call is not under way (one under way counts while its
+   * time is ahead), in the order of its index: reads as many rows as calls are under way at most.
+   */
+  private retryDue(now: number, underWay: Set<number>): number | null {
+    const rows = this.retryRows();
+    for (const r of rows) if (r.next_at > now || !underWay.has(r.id)) return r.next_at;
+    return null;
+  }
+
+  private retryRows() {
+    // INDEXED BY: a table made before the index fails here as it is prepared, reading nothing,
+    // and gets it (its entries are only the rows tried before, few).
+    const query = "SELECT id, next_at FROM _outbox INDEXED BY _outbox_retry WHERE attempts > 0 ORDER BY next_at";
+    try {
+      return this.storage.sql.exec<{ id: number; next_at: number }>(query);
+    } catch (err) {
+      if (!String(err).includes("no such index")) throw err;
+      this.storage.sql.exec(RETRY_INDEX_DDL);
+      return this.storage.sql.exec<{ id: number; next_at: number }>(query);
+    }
+  }
+  /** Whether the last round read every row never tried (see `nextDue`). */
+  private freshKnown = false;
+  /** The earliest time of the rows enqueued since the last round's read. */
+  private freshDue = Infinity;
 }
+
+/** A row's delivery under way. */
+type Delivery = {
+  kind: string;
+  /** The payload's version being delivered: a newer one waits for this delivery to settle. */
+  seq: number;
+  /** The row's time when read: a row never tried is found by `nextDue` here, not in storage. */
+  due: number;
+  /** A call effect's attempt, once handed to the pool (none for a D1 effect's). */
+  call: Attempt | null;
+};
 
 /** A call effect's attempt under way. */
 type Attempt = {
-  /** The payload's version being delivered: a newer one waits for this attempt to settle. */
-  seq: number;
   settled: Promise<void>;
   /** Its deadline, once it has a slot (null while it waits for one). */
   until: number | null;

@@ -1,7 +1,9 @@
 /**
  * Many named timers on a Durable Object's single alarm. Timers live in the object's own SQLite
  * storage, so a timer set in the same turn as a state change commits with it; the alarm is always
- * the earliest due timer (or earlier), so arming one timer can never postpone another.
+ * the earliest due timer (or earlier), so arming one timer can never postpone another — except
+ * under a caller's `holdAlarm`, which keeps a set alarm for timers due before it, up to a bound the
+ * caller chose, until its next `trim`.
  */
 
 import { kitTable } from "./tables";
@@ -30,6 +32,12 @@ export class Scheduler {
    * `fire` moves it there (left at the spent time, the alarm would fire again at once).
    */
   private setWhileFiring: Map<string, number> | null = null;
+  /**
+   * While set (`holdAlarm`, until the next `trim` or the alarm firing): the alarm as it stands, if
+   * due no later than this, is kept for timers set earlier than it. Their delivery after a crash
+   * is then at most that late; without a crash the caller's own flush and `trim` come first.
+   */
+  private heldUntil: number | null = null;
 
   constructor(private readonly storage: DurableObjectStorage) {
     this.table = kitTable(
@@ -127,8 +135,30 @@ export class Scheduler {
       this.armedAt = stored !== null && stored <= Date.now() ? null : stored;
     }
     if (this.armedAt !== null && this.armedAt <= next) return;
+    if (
+      this.heldUntil !== null &&
+      this.armedAt !== null &&
+      this.armedAt > this.now() &&
+      this.armedAt <= this.heldUntil
+    ) {
+      // Kept, though later than `next`: the next plain `arm` after the hold reads the table again.
+      this.setSince = Math.min(this.setSince, next);
+      return;
+    }
     this.armedAt = next;
     await this.storage.setAlarm(next);
+  }
+
+  /**
+   * Keeps the alarm where it is, if due by `until`, for the timers set from now until the next
+   * `trim` (or the alarm firing), rather than bringing it forward for each: for a caller that set
+   * the alarm for a reason of its own (a rollout's write, its rows left to the host's report) and
+   * whose flush and `trim` follow the timers it expects (the report's effects, delivered by the
+   * report's own flush). A timer set meanwhile is stored in its caller's turn as always; after a
+   * kill -9 before that flush, the kept alarm fires by `until` and fires it then, that much late.
+   */
+  holdAlarm(until: number) {
+    this.heldUntil = until;
   }
 
   /**
@@ -136,13 +166,18 @@ export class Scheduler {
    * timer is left: for a caller that knows the reason it was early has gone (a safety alarm whose
    * effects were all delivered), so the object is not woken for nothing. `arm` leaves an early
    * alarm alone instead: on a busy object that would move the alarm back and forth, a write each
-   * way, where one early alarm costs one wake. An alarm due now or past is left to fire.
+   * way, where one early alarm costs one wake. An alarm due now or past is left to fire. It ends
+   * a hold (`holdAlarm`) too: an alarm kept later than a timer goes to that timer.
    */
   async trim() {
+    const held = this.heldUntil !== null;
+    this.heldUntil = null;
     if (this.armedAt === undefined) this.armedAt = await this.storage.getAlarm();
     if (this.armedAt === null || this.armedAt <= this.now()) return;
     const next = this.earliest();
-    if (next !== null && next <= this.armedAt) return;
+    if (next !== null && next === this.armedAt) return;
+    // Only a held alarm can be later than a timer (one left undelivered: a failed attempt's retry).
+    if (next !== null && next < this.armedAt && !held) return;
     // Every timer is in the table just read: the alarm now follows the earliest exactly.
     this.setSince = Infinity;
     this.armedAt = next;
@@ -157,6 +192,7 @@ export class Scheduler {
    */
   async fire(handlers: Record<string, TimerHandler>, now = this.now()) {
     this.armedAt = null; // the runtime cleared the alarm that woke us
+    this.heldUntil = null; // what it was held for is due now, and fired below
     if (!this.table.exists()) return;
     const due = this.storage.sql
       .exec<{ name: string; due_at: number; payload: string | null }>(

@@ -9,8 +9,9 @@
  * turn (its writes cannot interleave), and answers at once, without a socket, when the state has
  * already moved on. A write after that turn finds the waiter and wakes it.
  *
- * A wake may carry the answer itself (`answerWaiters`): where the object decides the answer when
- * it wakes the waiter (a FleetLock grant or refusal), the caller needs no second call.
+ * A wake may carry the answer itself (`answerWaiters`, or `wakeWaiters` given the answer): where
+ * the object decides the answer when it wakes the waiter (a FleetLock grant or refusal, a host's
+ * new desired config), the caller needs no second call.
  *
  * Object side: `acceptWaiter` (in `fetch`), `wakeWaiters` (after each write) and `answerWaiters`.
  * Caller side: `waitForWake`. Every wait in an object goes this way: nothing parks a call inside one.
@@ -47,12 +48,27 @@ export function answerWaiters(room: SocketRoom, tag: string, answer: unknown): n
   return waiters.length;
 }
 
-/** Wakes (and lets go of) every waiter whose state `movedOn` says has changed. */
-export function wakeWaiters<A>(room: SocketRoom, movedOn: (held: A) => boolean) {
+/**
+ * The largest answer a wake carries: a larger one goes as a bare "changed" and the caller asks
+ * again (a WebSocket message is limited to 1 MiB; an answer near that is rare, and a second call
+ * costs less than the risk of a message refused).
+ */
+const MAX_WAKE_ANSWER = 256 * 1024;
+
+/**
+ * Wakes (and lets go of) every waiter whose state `movedOn` says has changed. With `answer`, the
+ * wake carries what the caller would ask for next (decided now, in the turn that moved the
+ * state, so nothing older than a second call would get), saving it that call; undefined from it
+ * (or an answer too large) wakes with a bare "changed".
+ */
+export function wakeWaiters<A>(room: SocketRoom, movedOn: (held: A) => boolean, answer?: (held: A) => unknown) {
   for (const ws of room.list(WAITER_TAG)) {
-    if (!movedOn(attachmentOf<A>(ws))) continue;
+    const held = attachmentOf<A>(ws);
+    if (!movedOn(held)) continue;
+    const carried = answer?.(held);
+    const text = carried === undefined ? undefined : JSON.stringify(carried);
     try {
-      ws.send(CHANGED);
+      ws.send(text !== undefined && text.length <= MAX_WAKE_ANSWER ? text : CHANGED);
     } catch {
       // the caller went away
     }
