@@ -14,11 +14,11 @@ import { applyPlan, type PlanOutcome } from "./planning";
 import { authorized, pollAnswer, type PollAnswer } from "./poll";
 import type { ServerRecord } from "../model/server/record";
 import { requestRefresh } from "./refresh";
-import { acceptReport, pollHeartbeat, reportAcceptedText } from "./report";
+import { acceptReport, pollHeartbeat, reportAcceptedText, reportOfText } from "./report";
 import { applyRolloutImage, ROLLOUT_WRITE_DEFER_MS } from "./rollout-marks";
 import { PING, PONG } from "../model/server/channel-messages";
 import type { LedgerSockets } from "./sockets";
-import type { AgentSpec, DesiredConfig, DesiredConfigInput, InventoryReport } from "../model/server/schemas";
+import type { AgentSpec, DesiredConfig, DesiredConfigInput } from "../model/server/schemas";
 import { fireTimers } from "./timers";
 import { viewOf, type ServerView } from "./view";
 
@@ -233,11 +233,14 @@ export class ServerLedger extends DurableObject<Env> {
    * ReportAccepted body as JSON text: over the object call a string is one copy of its bytes,
    * where a structured clone walks every nested object (twice, with the answer's re-serialization
    * in the Worker) — the largest piece of an unchanged report's JavaScript after the runtime's own.
+   * The text is checked again here (reportOfText): what does not parse is refused, not thrown.
    */
   async agentReport(tokenHash: string, report: string): Promise<{ ok: true; accepted: string } | Failure> {
     const record = authorized(this.parts.store, tokenHash);
     if (!record) return fail("unauthorized", "invalid server token");
-    const { answer, enqueued } = acceptReport(this.parts, record, JSON.parse(report) as InventoryReport);
+    const parsed = reportOfText(report);
+    if (!parsed.ok) return parsed;
+    const { answer, enqueued } = acceptReport(this.parts, record, parsed.report);
     if (enqueued) await this.#settleInBackground();
     return answer.ok ? { ok: true, accepted: reportAcceptedText(record.id, answer) } : answer;
   }

@@ -13,7 +13,8 @@ import type { ServerRecord } from "../model/server/record";
 import { answerRefresh } from "./refresh";
 import { settleRolloutMarks } from "./rollout-marks";
 import { sendHealth, serverHealthEventOf } from "../fleetlock/ledger-side";
-import type { InventoryReport, ReportAccepted, StoredReport } from "../model/server/schemas";
+import { InventoryReport, type ReportAccepted, type StoredReport } from "../model/server/schemas";
+import { refusalOf } from "../http/validation";
 import { computeStatus, type ComputedStatus } from "../model/server/status";
 import { contentKey } from "../domain/report-content";
 
@@ -53,6 +54,26 @@ const acceptedTexts = new WeakMap<
   ComputedStatus,
   { serverId: string; generation: number; tag: string; text: string }
 >();
+
+/**
+ * The report agentReport receives as JSON text, parsed and checked again in the object: the Worker
+ * validated it, but the object answers whatever reaches it (a caller of another version during a
+ * deploy, which sends an object; a bug) with a refusal, never a throw (a 500 at the edge) nor a
+ * report of another shape stored and projected. The check costs a few microseconds a report.
+ */
+export function reportOfText(text: unknown): { ok: true; report: InventoryReport } | Failure {
+  if (typeof text !== "string") return fail("validation_failed", "the report must be sent as JSON text");
+  let json: unknown;
+  try {
+    json = JSON.parse(text);
+  } catch {
+    return fail("malformed_json", "the report is not valid JSON");
+  }
+  const parsed = InventoryReport.safeParse(json);
+  if (parsed.success) return { ok: true, report: parsed.data };
+  const refusal = refusalOf(parsed.error, "json");
+  return fail(refusal.code, refusal.message, refusal.details);
+}
 
 /**
  * Takes the report of the host holding `record`'s token. `enqueued`: something left for the

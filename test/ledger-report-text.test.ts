@@ -1,0 +1,61 @@
+import { describe, expect, it } from "vitest";
+import { call, createFleet, registerServer, report, settle } from "./helpers";
+import { ledger } from "./support/objects";
+
+// The ledger's agentReport takes the report as JSON text. The Worker validated it, but the object
+// answers whatever reaches it (a caller of another version mid-deploy, a bug): a refusal with a
+// code, never a throw (a 500 at the edge) nor a report of the wrong shape stored.
+
+const agents = [{ name: "compute", image: "compute:1", version: "1" }];
+
+async function reportingServer() {
+  const fleet = await createFleet();
+  const s = await registerServer(fleet.id);
+  await call("PUT", `/v1/servers/${s.id}/desired`, { body: { generation: 2, agents } });
+  expect((await call("PUT", "/v1/agent/inventory", { token: s.token, body: report(2, agents) })).status).toBe(200);
+  await settle(s.id);
+  const stub = ledger(s.id);
+  return { s, stub, hash: (await stub.tokenHash())! };
+}
+
+describe("the ledger's report taken as JSON text", () => {
+  it("refuses text that is not JSON with malformed_json, and keeps the report it holds", async () => {
+    const { s, stub, hash } = await reportingServer();
+    const before = (await call("GET", `/v1/servers/${s.id}`)).json;
+    expect(await stub.agentReport(hash, "{not json")).toMatchObject({ ok: false, code: "malformed_json" });
+    expect((await call("GET", `/v1/servers/${s.id}`)).json).toEqual(before);
+  });
+
+  it("refuses JSON that is not an InventoryReport with validation_failed naming the field, storing nothing", async () => {
+    const { s, stub, hash } = await reportingServer();
+    const before = (await call("GET", `/v1/servers/${s.id}`)).json;
+    const bad = { ...report(2, agents), agents: [{ name: "compute" }] };
+    const answer = await stub.agentReport(hash, JSON.stringify(bad));
+    expect(answer).toMatchObject({ ok: false, code: "validation_failed" });
+    expect(JSON.stringify((answer as { details?: unknown }).details)).toContain("agents.0.image");
+    expect(await stub.agentReport(hash, JSON.stringify({}))).toMatchObject({ ok: false, code: "validation_failed" });
+    expect((await call("GET", `/v1/servers/${s.id}`)).json).toEqual(before);
+  });
+
+  it("refuses a report that is not text (an older caller's object) rather than parse it", async () => {
+    const { stub, hash } = await reportingServer();
+    const answer = await stub.agentReport(hash, report(2, agents) as unknown as string);
+    expect(answer).toMatchObject({ ok: false, code: "validation_failed" });
+  });
+
+  it("checks the token before the text: a wrong token is unauthorized whatever it sends", async () => {
+    const { stub } = await reportingServer();
+    expect(await stub.agentReport("0".repeat(64), "{not json")).toMatchObject({ ok: false, code: "unauthorized" });
+  });
+
+  it("still answers a valid report with the ReportAccepted text", async () => {
+    const { s, stub, hash } = await reportingServer();
+    const answer = await stub.agentReport(hash, JSON.stringify(report(2, agents)));
+    expect(answer.ok).toBe(true);
+    expect(JSON.parse((answer as { accepted: string }).accepted)).toMatchObject({
+      server_id: s.id,
+      desired_generation: 2,
+      status: "realized",
+    });
+  });
+});
