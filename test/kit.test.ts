@@ -1088,6 +1088,60 @@ describe("outbox", () => {
     });
   });
 
+  it("keeps a timer for a keyed effect's newer payload while its older attempt settles and the round owed for it waits its turn", async () => {
+    await scratch(async (storage) => {
+      const s = new Scheduler(storage);
+      const slow = gate();
+      const d1 = gate();
+      const log: number[] = [];
+      const box = new Outbox<"call" | "row">(
+        storage,
+        s,
+        {
+          call: {
+            target: "call",
+            deliver: async (p: { v: number }) => {
+              if (p.v === 1) await slow.shut;
+              log.push(p.v);
+            },
+          },
+          row: {
+            target: "d1",
+            statements: async () => {
+              await d1.shut;
+              return [];
+            },
+          },
+        },
+        () => getDb(env.DB),
+        2,
+      );
+      box.enqueue("call", { v: 1 }, { key: "k" });
+      const first = box.flush();
+      await tick(20);
+      box.enqueue("call", { v: 2 }, { key: "k" });
+      // Reads the newer payload and leaves it behind the older one's attempt.
+      const second = box.flush();
+      await tick(20);
+      // A round that waits on D1 before it reads: the round owed for the newer payload queues behind it.
+      box.offer("row", "r", {});
+      const third = box.flush();
+      await tick(20);
+      slow.open();
+      await tick(20);
+      expect(log).toEqual([1]);
+      // A caller takes back an idle timer meanwhile (a ledger's write after its flush).
+      box.forgetIdleTimer();
+      expect(box.pending()).toBe(1);
+      // Were the object killed now, this timer is what delivers the newer payload.
+      expect(s.dueAt(OUTBOX_TIMER)).not.toBeNull();
+      d1.open();
+      await Promise.all([first, second, third]);
+      expect(log).toEqual([1, 2]);
+      expect(box.pending()).toBe(0);
+    });
+  });
+
   it("delivers a keyed effect's newer payload by the flush asked for it when the older one's attempt failed, with no backoff of its own", async () => {
     await scratch(async (storage) => {
       const hung = gate();

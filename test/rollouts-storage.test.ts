@@ -7,6 +7,7 @@ import { env, evictDurableObject, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { rolloutOf } from "../src/objects/stubs";
 import { FORMAT_KEY, ROLLOUT_FORMAT, storedFormat, upgradeRolloutStorage } from "../src/rollouts/storage-format";
+import { RolloutStore } from "../src/rollouts/store";
 import { TargetRows } from "../src/rollouts/target-rows";
 import { call } from "./helpers";
 import { fleetWithAgent, getRollout, reconcileApplying, rolloutStub, startRollout } from "./rollout-helpers";
@@ -166,6 +167,32 @@ describe("rollout storage reads", () => {
       read = 0;
       expect(rows.nextQueued(0, Date.now(), 2, 0).map((t) => t.server_id)).toEqual(["s400", "s401"]);
       expect(read).toBeLessThan(10);
+    });
+  });
+});
+
+describe("rollout store transactions", () => {
+  it("an inner turn that rolls back, caught by the outer one, leaves the core the outer one moved", async () => {
+    const { fleet } = await fleetWithAgent(1);
+    const r = await startRollout({ fleet, concurrency: 1 });
+    await runInDurableObject(rolloutStub(r.id), (_i, state) => {
+      const store = new RolloutStore(state.storage);
+      const before = store.load()!.core;
+      store.transaction(() => {
+        store.putCore({ ...before, version: before.version + 100 });
+        try {
+          store.transaction(() => {
+            store.putCore({ ...before, version: before.version + 200 });
+            throw new Error("the inner turn fails");
+          });
+        } catch {
+          // The outer turn goes on without the inner one's writes.
+        }
+      });
+      // The outer turn committed its core: stored, and in memory as stored.
+      expect(state.storage.kv.get<{ version: number }>("core")!.version).toBe(before.version + 100);
+      expect(store.load()!.core.version).toBe(before.version + 100);
+      expect(new RolloutStore(state.storage).load()!.core.version).toBe(before.version + 100);
     });
   });
 });

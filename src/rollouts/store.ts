@@ -51,6 +51,9 @@ export class RolloutStore {
    * start are one turn): each put is a row written.
    */
   transaction<T>(fn: () => T): T {
+    // Inside another turn this one is a savepoint: the outer turn's core, moved in memory and not
+    // stored yet, must outlive this one's rollback (a caught failure), so it is put back as it was.
+    const outer = this.depth > 0 ? { cache: this.cache && { ...this.cache }, unstored: this.coreUnstored } : null;
     this.depth++;
     try {
       return this.storage.transactionSync(() => {
@@ -62,8 +65,8 @@ export class RolloutStore {
       // Undone: what the turn's writers kept in memory beside their rows is read again.
       this.samples.forget();
       this.targets.forget();
-      this.cache = null;
-      this.coreUnstored = false;
+      this.cache = outer ? outer.cache : null;
+      this.coreUnstored = outer ? outer.unstored : false;
       throw err;
     } finally {
       this.depth--;

@@ -333,6 +333,9 @@ export class Outbox<K extends string> {
       const prior = this.underWay.get(r.id);
       if (prior) {
         if (prior.call) held.push(prior.call.settled);
+        // Read, but neither under way nor enqueued since: once the older attempt settles, only
+        // the table knows it is due (the round owed for it may wait behind another meanwhile).
+        this.freshKnown = false;
         continue;
       }
       const effect = this.effects[r.kind as K];
@@ -600,8 +603,9 @@ export class Outbox<K extends string> {
    * hundreds while its calls are under way): a row tried before is found through its partial
    * index, one never tried in memory — the last round read every such row (`freshKnown`), so
    * each is under way (its time kept in `underWay`) or enqueued since (`freshDue`). Until a
-   * round has read them all (a new instance, or a round cut short at MAX_BATCH) the rows never
-   * tried are looked for in the table.
+   * round has read them all (a new instance, or a round cut short at MAX_BATCH), and after one
+   * that read a newer payload left behind its older one's attempt, the rows never tried are looked
+   * for in the table.
    */
   private nextDue(): number | null {
     const now = Date.now();
