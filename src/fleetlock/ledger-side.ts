@@ -158,7 +158,7 @@ export const driftOnly = (e: ServerHealthEvent) => healthUse(e, null) === "webho
 
 /** The outbox the ledger enqueues health events on, and the store keeping what it sent. */
 interface HealthSink {
-  outbox: { enqueue(kind: "server_health" | "drift_health", payload: ServerHealthEvent): void };
+  outbox: { enqueue(kind: "server_health", payload: ServerHealthEvent): void };
   store: { healthSent(): HealthSent | null; setHealthSent(s: HealthSent): void; onCommit(fn: () => void): void };
   driftWatch: DriftWatch;
 }
@@ -179,9 +179,7 @@ export function sendHealth(d: HealthSink, e: ServerHealthEvent | null, generatio
     const fixFrom = sent?.fix_from !== undefined && generation <= sent.fix_from ? sent.fix_from : undefined;
     d.store.setHealthSent({ boot_id: e.boot_id, ...(fixFrom !== undefined ? { fix_from: fixFrom } : {}) });
   }
-  // A drift-only event goes with the flush's D1 batch, which reads the fleet's watch: the call is
-  // stored then only if a webhook wants it (driftHealthEffect).
-  d.outbox.enqueue(use === "webhooks" ? "drift_health" : "server_health", e);
+  d.outbox.enqueue("server_health", e);
   // Only an event stored for good waits on a read: one rolled back with its turn never settles.
   if (use === "webhooks") d.store.onCommit(() => d.driftWatch.accepted(e.at));
   return true;
@@ -225,29 +223,6 @@ export class DriftWatch {
     };
   }
 
-  /**
-   * The projection carries a read of the watch in the batch being built (RETURNING): the drift
-   * events whose statements are built after it in the same batch take its answer rather than read
-   * again. Only for that batch: the statements of one batch are built in one synchronous pass, so
-   * the carrier is gone at the first await after it (a batch that failed leaves none behind).
-   */
-  carry(): (watched: boolean) => void {
-    const carrier: Carrier = { watched: null };
-    this.carrier = carrier;
-    queueMicrotask(() => {
-      if (this.carrier === carrier) this.carrier = null;
-    });
-    return (watched) => {
-      carrier.watched = watched;
-    };
-  }
-  private carrier: Carrier | null = null;
-
-  /** The read the batch being built carries already, if any (see `carry`). */
-  carried(): Carrier | null {
-    return this.carrier;
-  }
-
   /** Whether the event at `at` may be skipped: a read built after it found no one watching. */
   unwatched(at: number): boolean {
     const turn = this.pending.get(at);
@@ -257,11 +232,6 @@ export class DriftWatch {
   settled(at: number) {
     this.pending.delete(at);
   }
-}
-
-/** A read of the fleet's watch carried by the projection's statement; null until its batch answered. */
-interface Carrier {
-  watched: boolean | null;
 }
 
 /** The read of the fleet's watch, for the projection's batch (./health-watch.ts writes it). */
@@ -278,45 +248,6 @@ export const driftWatchReturning = (fleetId: string) => ({
 
 /** The read's answer: watched unless D1 says 0 (a deleted fleet's ledger sends, and is refused as before). */
 export const watchedIn = (rows: unknown) => !(Array.isArray(rows) && rows.length === 1 && rows[0]?.watch === 0);
-
-/**
- * A drift-only event (only a webhook asking for `server.drifted` uses it), delivered with its
- * flush's D1 effects rather than as a call: the fleet's watch is read in that batch (on the
- * projection's server-row write when the batch has one before it, else a read of its own), and the
- * call to the coordinator (`server_health`) is stored only when the read finds a webhook watching,
- * in the turn that removes this row, so it is delivered at least once. The read is made after the
- * event was stored (the row is read for delivery once its turn committed), so an unwatched answer
- * is fresh enough to drop it. Compared with a call effect per drift: no attempt, no deadline, and
- * its removal shares the projection's turn instead of a turn of its own.
- */
-export const driftHealthEffect = (
-  db: () => Db,
-  watch: DriftWatch,
-  call: (e: ServerHealthEvent) => void,
-): Effect<ServerHealthEvent> => {
-  /** Drift events of the batch being delivered that take the projection's read, by their time. */
-  const riding = new Map<number, Carrier>();
-  return {
-    target: "d1",
-    statements: (e) => {
-      const carrier = watch.carried();
-      if (carrier) {
-        riding.set(e.at, carrier);
-        return [];
-      }
-      riding.delete(e.at);
-      return [driftWatchRead(db(), e.fleet_id)];
-    },
-    delivered: (e, results) => {
-      const carrier = riding.get(e.at);
-      riding.delete(e.at);
-      // A carried read not answered (it cannot be, its hook runs first) counts as watched: sent.
-      const watched = carrier ? carrier.watched !== false : watchedIn(results[0]);
-      if (watched) call(e);
-      watch.settled(e.at);
-    },
-  };
-};
 
 /**
  * The ledger's outbox effect: delivered to the fleet's coordinator, which takes it idempotently.

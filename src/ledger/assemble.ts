@@ -46,7 +46,6 @@ export function assemble(
     cleaned: (step) => cleanupDelivered(parts, step),
     leased,
     driftWatch,
-    healthCall: (e) => outbox.enqueue("server_health", e),
     // One pending console notice per ledger (keyed): the newest stands for every change before it.
     // None stored when another owner's trailing notice, sent after this change, already stands for
     // it (a busy fleet: most of its ledgers' notices): its delivery would only drop it, and storing

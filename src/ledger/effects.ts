@@ -18,13 +18,11 @@ import { buildProjection, lastSeenDue, projectionStatements, sameSignatures } fr
 import type { LedgerStore, ProjectedMark } from "./store";
 import { rolloutEventEffect } from "../rollouts/ledger-side";
 import {
-  driftHealthEffect,
   driftWatchRead,
   driftWatchReturning,
   serverHealthEffect,
   watchedIn,
   type DriftWatch,
-  type ServerHealthEvent,
 } from "../fleetlock/ledger-side";
 import { coordinatorOf, lane } from "../objects/stubs";
 import { ownedEvent, webhookEventEffect } from "../webhooks/outbox";
@@ -41,7 +39,6 @@ export type LedgerEffectKind =
   | "cleanup_index"
   | "cleanup_coordinator"
   | "server_health"
-  | "drift_health"
   | "webhook_event"
   | "feed";
 
@@ -195,8 +192,6 @@ export interface LedgerEffectWiring {
   shown: (fleet: string, serverId: string) => void;
   /** Whether the fleet wants drift-only health events, read in the projection's batch. */
   driftWatch: DriftWatch;
-  /** Stores a health event as a call to the fleet's coordinator (a drift a webhook watches). */
-  healthCall: (e: ServerHealthEvent) => void;
 }
 
 export function ledgerEffects(w: LedgerEffectWiring): Record<LedgerEffectKind, Effect> {
@@ -227,8 +222,6 @@ export function ledgerEffects(w: LedgerEffectWiring): Record<LedgerEffectKind, E
     rollout_event: rolloutEventEffect(w.env),
     // Reboot safety: a new boot, realized, failed or drifted, for the fleet's coordinator.
     server_health: serverHealthEffect(w.env, w.driftWatch),
-    // A drift-only event: the fleet's watch read with the projection's batch, the call stored only if watched.
-    drift_health: driftHealthEffect(w.db, w.driftWatch, w.healthCall),
     // Webhooks: the server registered or removed, for the fleet's coordinator to send.
     webhook_event: webhookEventEffect(w.env),
     // The console's live notice (src/notices/notices.ts), raised when the projection wrote a change.
@@ -317,14 +310,11 @@ function projectEffect(w: LedgerEffectWiring): Effect {
         : { written: p.signatures, last_seen_written: mark?.last_seen_written ?? null, leased: mark?.leased ?? false };
       if (!wanted) return statements;
       const read = w.driftWatch.reading();
-      // Drift events delivered in this batch after the projection take this read too.
-      const carried = w.driftWatch.carry();
-      const answer = (watched: boolean) => (read(watched), carried(watched));
       if (returnedAt !== null) {
-        watchRead = (results) => answer(watchedIn(results[returnedAt]));
+        watchRead = (results) => read(watchedIn(results[returnedAt]));
         return statements;
       }
-      watchRead = (results) => answer(watchedIn(results.at(-1)));
+      watchRead = (results) => read(watchedIn(results.at(-1)));
       return [...statements, driftWatchRead(db, state.record.fleet_id)];
     },
     delivered: (_p: unknown, results: unknown[]) => {
