@@ -1017,6 +1017,43 @@ describe("outbox", () => {
     });
   });
 
+  it("fails a call whose lane cannot be read like any failed attempt, and delivers the others", async () => {
+    await scratch(async (storage) => {
+      const got: number[] = [];
+      const box = new Outbox<"call">(
+        storage,
+        new Scheduler(storage),
+        {
+          call: {
+            target: "call",
+            deliver: async (p: { n: number }) => {
+              got.push(p.n);
+            },
+            lane: (p: { n: number }) => {
+              if (p.n === 2) throw new Error("no lane for 2");
+              return "x";
+            },
+          },
+        },
+        () => getDb(env.DB),
+        4,
+      );
+      for (const n of [1, 2, 3]) box.enqueue("call", { n });
+      await box.flush();
+      expect(got).toEqual([1, 3]);
+      const rows = storage.sql
+        .exec<{ attempts: number; next_at: number; last_error: string }>(
+          "SELECT attempts, next_at, last_error FROM _outbox",
+        )
+        .toArray();
+      expect(rows).toHaveLength(1);
+      expect(rows[0]!.attempts).toBe(1);
+      expect(rows[0]!.last_error).toContain("no lane for 2");
+      // Backed off, not due again at once: the alarm does not fire over and over for it.
+      expect(rows[0]!.next_at).toBeGreaterThan(Date.now());
+    });
+  });
+
   it("keeps enqueue order at concurrency 1, across flushes too: one call at a time, each after the one before", async () => {
     await scratch(async (storage) => {
       const log: string[] = [];

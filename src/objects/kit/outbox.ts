@@ -402,9 +402,17 @@ export class Outbox<K extends string> {
     let settle!: () => void;
     const attempt: Attempt = { settled: new Promise<void>((res) => (settle = res)), until: null };
     delivery.call = attempt;
-    const lane = (this.effects[r.kind as K] as CallEffect<unknown>).lane?.(JSON.parse(r.payload));
+    // A payload its lane cannot be read from is a failed attempt like any other (backed off, the
+    // row no longer under way); thrown here, it would stay under way and due, and the alarm spin.
+    let lane: string | undefined;
+    let unreadable: { err: unknown } | null = null;
+    try {
+      lane = (this.effects[r.kind as K] as CallEffect<unknown>).lane?.(JSON.parse(r.payload));
+    } catch (err) {
+      unreadable = { err };
+    }
     return this.pool
-      .run(() => this.deliverCall(r, attempt), lane)
+      .run(async () => (unreadable ? this.failed([r], unreadable.err) : this.deliverCall(r, attempt)), lane)
       .finally(() => {
         // Settled without acting on the row (a late NotYet for a discarded row): no longer under way.
         if (this.underWay.get(r.id) === delivery) this.underWay.delete(r.id);
