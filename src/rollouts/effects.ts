@@ -5,7 +5,7 @@
  * stored with the change that causes it and delivered at least once; every receiver is idempotent,
  * and what an effect writes is built from the rollout's state when it is delivered.
  */
-import { and, eq, sql } from "drizzle-orm";
+import { and, eq, getTableColumns, sql } from "drizzle-orm";
 import { auditInsertOnce, type AuditEvent } from "../db/audit";
 import { getDb, type Db } from "../db/client";
 import { rolloutLocks, rollouts, rolloutTargets } from "../db/schema";
@@ -223,17 +223,11 @@ function projection(d: Db, spec: RolloutSpec, core: Core, rows: DirtyTarget[], n
   const { id: _id, createdBy: _c, createdAt: _a, fleetId: _f, agent: _g, ...changing } = rolloutRow;
   return [
     d.insert(rollouts).values(rolloutRow).onConflictDoUpdate({ target: rollouts.id, set: changing }),
-    // Many rows to a statement, as JSON (one parameter). `WHERE true`: SQLite would read an
-    // upsert's ON after a bare `SELECT … FROM` as a join's.
+    // Many rows to a statement, as JSON (one parameter).
     ...jsonChunks(rows.map(targetRow), TARGET_JSON_PER_STATEMENT).map((json) =>
       d
         .insert(rolloutTargets)
-        // Every column, in the table's order.
-        .select(
-          sql`SELECT ${spec.id}, r.value ->> 0, r.value ->> 1, r.value ->> 2, r.value ->> 3, r.value ->> 4,
-            r.value ->> 5, r.value ->> 6, r.value ->> 7, r.value ->> 8, r.value ->> 9, ${now}
-            FROM json_each(${json}) AS r WHERE true`,
-        )
+        .select(targetSelect(spec.id, json, now))
         .onConflictDoUpdate({
           target: [rolloutTargets.rolloutId, rolloutTargets.pass, rolloutTargets.serverId],
           set: {
@@ -250,19 +244,53 @@ function projection(d: Db, spec: RolloutSpec, core: Core, rows: DirtyTarget[], n
   ];
 }
 
-/** A target's row for the index, as the upsert's json_each reads it (by position). */
-const targetRow = (r: DirtyTarget) => [
-  r.pass,
-  r.server_id,
-  r.hostname,
-  r.state,
-  r.image,
-  r.from_image,
-  r.generation,
-  r.started_at,
-  r.ended_at,
-  r.reason,
-];
+/**
+ * The values a target row gives the index, by column: `targetRow` puts them in a JSON array in
+ * this order, and the upsert reads each by its column's name (`TARGET_SELECT`).
+ */
+const TARGET_VALUES = [
+  ["pass", (r) => r.pass],
+  ["serverId", (r) => r.server_id],
+  ["hostname", (r) => r.hostname],
+  ["state", (r) => r.state],
+  ["image", (r) => r.image],
+  ["fromImage", (r) => r.from_image],
+  ["generation", (r) => r.generation],
+  ["startedAt", (r) => r.started_at],
+  ["endedAt", (r) => r.ended_at],
+  ["reason", (r) => r.reason],
+] as const satisfies readonly (readonly [keyof typeof rolloutTargets.$inferInsert, (r: DirtyTarget) => unknown])[];
+
+/** A target's row for the index, as the upsert's json_each reads it: TARGET_VALUES' values. */
+const targetRow = (r: DirtyTarget) => TARGET_VALUES.map(([, value]) => value(r));
+
+/**
+ * The upsert's SELECT list, one expression per column, named after it and in the order drizzle's
+ * insert-from-select lists the table's columns (every one, in schema order, matched to the SELECT
+ * by position). Built from the table, so a column added to `rollout_targets` cannot shift the
+ * values into the wrong columns; one this upsert has no value for stops the worker at once
+ * (every test fails) rather than every projection at delivery.
+ */
+const TARGET_SELECT = Object.entries(getTableColumns(rolloutTargets))
+  // As drizzle leaves out of an insert: columns SQLite generates.
+  .filter(([, c]) => !c.generated || c.generated.type === "byDefault")
+  .map(([key, c]) => {
+    const at = TARGET_VALUES.findIndex(([k]) => k === key);
+    if (at < 0 && key !== "rolloutId" && key !== "updatedAt")
+      throw new Error(`rollout_targets.${c.name} has no value in the rollout's index upsert`);
+    return { key, name: sql.identifier(c.name), at };
+  });
+
+/** The SELECT of one upsert of the rows in `json` (an array of `targetRow`s). */
+function targetSelect(rolloutId: string, json: string, now: number) {
+  const values = TARGET_SELECT.map(({ key, name, at }) => {
+    const value =
+      key === "rolloutId" ? sql`${rolloutId}` : key === "updatedAt" ? sql`${now}` : sql.raw(`r.value ->> ${at}`);
+    return sql`${value} AS ${name}`;
+  });
+  // `WHERE true`: SQLite would read an upsert's ON after a bare `SELECT … FROM` as a join's.
+  return sql`SELECT ${sql.join(values, sql`, `)} FROM json_each(${json}) AS r WHERE true`;
+}
 
 /** The rows as JSON arrays of at most `max` characters each (a row longer than that alone). */
 function jsonChunks(rows: unknown[], max: number): string[] {
