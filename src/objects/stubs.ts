@@ -35,6 +35,7 @@ export const lane = {
   coordinator: (fleetId: string) => `coordinator:${fleetId}`,
   rollout: (rolloutId: string) => `rollout:${rolloutId}`,
   feed: (fleetId: string) => `feed:${fleetId}`,
+  ledger: (serverId: string) => `ledger:${serverId}`,
 };
 
 /** The Rollout object of one rollout; its Durable Object id derives from the rollout id. */

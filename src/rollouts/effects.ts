@@ -13,7 +13,7 @@ import type { Env } from "../env";
 import { fleetSettings } from "../fleets/store";
 import type { FleetSettings } from "../model/fleet";
 import type { Effect } from "../objects/kit/outbox";
-import { coordinatorOf, ledgerOf } from "../objects/stubs";
+import { coordinatorOf, lane, ledgerOf } from "../objects/stubs";
 import { webhookEventEffect } from "../webhooks/outbox";
 import { feedEffect, type NoticeInput } from "../notices/notices";
 import { moveChannel, restoreChannel } from "./channel";
@@ -137,6 +137,10 @@ export function rolloutEffects(env: () => Env, parts: () => RolloutParts): Recor
     },
     apply: {
       target: "call",
+      // One write at a time into a server's ledger, in enqueue order: a retried pass-0 write and
+      // the pass-1 write to the same ledger never run at once. The ledger does not refuse an
+      // older pass's write (decideApply takes any pass it has no mark of), so this is the order.
+      lane: ({ server_id }: Target) => lane.ledger(server_id),
       deliver: async ({ pass, server_id }: Target, signal: AbortSignal) => {
         const p = parts();
         const { spec } = p.store.load()!;
