@@ -73,6 +73,39 @@ function childWorkerdRssMb(own: [number, ProcStat][]): number | null {
   return own.length ? (own.reduce((sum, [, p]) => sum + p.rssPages, 0) * PAGE_BYTES) / 2 ** 20 : null;
 }
 
+/** The state dirs of the direct servers not yet stopped (a server mid-start included). */
+const stateDirs = new Set<string>();
+
+/**
+ * Stops every direct server of this process at once, for a SIGINT/SIGTERM handler: Miniflare's
+ * own exit hook (registered on each `new Miniflare`) ends the process in the same tick as the
+ * handler, so there is no time to await `dispose()`. Kills this process's workerd runtimes (a
+ * server still starting included) and removes the servers' state, synchronously.
+ */
+export function killDirectServers() {
+  for (const [pid] of ownWorkerd()) {
+    try {
+      process.kill(pid, "SIGKILL");
+    } catch {
+      // gone meanwhile
+    }
+  }
+  for (const dir of stateDirs) rmSync(dir, { recursive: true, force: true });
+  stateDirs.clear();
+}
+
+/** A temp dir for a server's state, removed by `removeState` or at a signal (`killDirectServers`). */
+function stateDir(parent: string, prefix: string): string {
+  const dir = mkdtempSync(join(parent, prefix));
+  stateDirs.add(dir);
+  return dir;
+}
+
+function removeState(dir: string) {
+  rmSync(dir, { recursive: true, force: true });
+  stateDirs.delete(dir);
+}
+
 let tick: number | null = null;
 /** Clock ticks a second, as /proc counts CPU time. */
 function clockTick(): number {
@@ -141,11 +174,16 @@ export async function startDirectServer(
   vars: Record<string, string> = {},
   { stateParent = tmpdir(), inspectorPort }: DirectOptions = {},
 ): Promise<DirectServer> {
-  const persist = mkdtempSync(join(stateParent, "harbormaster-direct-"));
+  const persist = stateDir(stateParent, "harbormaster-direct-");
   const admin = randomBytes(24).toString("base64url");
   const outdir = join(persist, "bundle");
-  run(["deploy", "--dry-run", "--outdir", outdir]);
-  run(["d1", "migrations", "apply", "DB", "--local", "--persist-to", persist]);
+  try {
+    run(["deploy", "--dry-run", "--outdir", outdir]);
+    run(["d1", "migrations", "apply", "DB", "--local", "--persist-to", persist]);
+  } catch (err) {
+    removeState(persist);
+    throw err;
+  }
   // The bundle is one ES module plus the text files it imports (the agent's systemd unit, renamed
   // by its hash at the bundle's root): listed one by one, since wrangler's rules name source paths.
   const { modulesRules: _rules, ...workerOptions } = unstable_getMiniflareWorkerOptions(
@@ -186,7 +224,7 @@ export async function startDirectServer(
  * floor and Harbormaster measured direct are measured alike.
  */
 export async function startDirectFloor({ stateParent = tmpdir() }: DirectOptions = {}): Promise<DirectServer> {
-  const persist = mkdtempSync(join(stateParent, "harbormaster-floor-direct-"));
+  const persist = stateDir(stateParent, "harbormaster-floor-direct-");
   const config = resolve(import.meta.dirname, "floor/wrangler.toml");
   const { modulesRules: _rules, ...workerOptions } = unstable_getMiniflareWorkerOptions(config).workerOptions;
   return serve(persist, "", "/empty", (port, onRestart) =>
@@ -221,20 +259,34 @@ async function serve(
     port = await freePort();
   } catch (err) {
     started();
+    removeState(persist);
     throw err;
   }
   let restarts = 0;
   const owner = {};
   const before = new Set(ownWorkerd().map(([pid]) => pid));
   const mf = new Miniflare(options(port, () => restarts++));
+  const stop = async () => {
+    await mf.dispose();
+    claimed.delete(owner);
+    removeState(persist);
+  };
   let url: string;
   try {
-    url = (await mf.ready).toString().replace(/\/$/, "");
-    claim(owner, before);
-  } finally {
-    started();
+    try {
+      url = (await mf.ready).toString().replace(/\/$/, "");
+      claim(owner, before);
+    } finally {
+      started();
+    }
+    const res = await fetch(`${url}${health}`);
+    await res.body?.cancel();
+    if (!res.ok) throw new Error(`the direct server answered ${health} with ${res.status}`);
+  } catch (err) {
+    // A server that did not come up is no one's to stop: its runtime would outlive the bench.
+    await stop().catch(() => {});
+    throw err;
   }
-  if (!(await fetch(`${url}${health}`)).ok) throw new Error(`the direct server did not answer ${health}`);
   return {
     url,
     admin,
@@ -243,10 +295,6 @@ async function serve(
     openFileKinds: () => childWorkerdFileKinds(workerdOf(owner)),
     cpuMs: () => childWorkerdCpuMs(workerdOf(owner)),
     restarts: () => restarts,
-    stop: async () => {
-      await mf.dispose();
-      claimed.delete(owner);
-      rmSync(persist, { recursive: true, force: true });
-    },
+    stop,
   };
 }

@@ -12,7 +12,7 @@ import { join, resolve } from "node:path";
 import { pathToFileURL } from "node:url";
 import { createClient, type Client } from "../../src/client/index.ts";
 import { startLocalServer } from "../local-server.ts";
-import { startDirectFloor, startDirectServer, type DirectServer } from "./direct-server.ts";
+import { killDirectServers, startDirectFloor, startDirectServer, type DirectServer } from "./direct-server.ts";
 import { hostReportBody } from "./host-report.ts";
 import { PAGE_BYTES, procStats } from "./proc.ts";
 
@@ -248,8 +248,10 @@ async function main() {
     throw failed.reason;
   }
   const [server, floorServer] = servers;
-  // The servers run in their own process groups (see local-server.ts): Ctrl-C stops them too.
-  for (const sig of ["SIGINT", "SIGTERM"] as const) process.on(sig, () => (stopAll(), process.exit(130)));
+  // The servers run in their own process groups (see local-server.ts): Ctrl-C stops them too, and
+  // the direct servers' runtimes (children of this process) with their state.
+  for (const sig of ["SIGINT", "SIGTERM"] as const)
+    process.on(sig, () => (stopAll(), killDirectServers(), process.exit(130)));
   const rows: Row[] = [];
   const goals: Goal[] = [];
   const floors: Floors = { empty: 0, read: 0, write: 0, body: 0 };

@@ -42,6 +42,13 @@ const inventory = (cfg: DesiredConfig) => ({
  */
 const hostAgent = new http.Agent({ keepAlive: true });
 
+/**
+ * How long a stand-in host's request may take, answer included: past it the request fails and the
+ * host tries again, as for a reset connection (`reconcile`). Longer than the long poll's 60 s wait,
+ * after which the server answers 304.
+ */
+const HOST_REQUEST_TIMEOUT_MS = 90_000;
+
 function hostRequest(
   url: string,
   method: "GET" | "PUT",
@@ -49,14 +56,20 @@ function hostRequest(
   body?: string,
 ): Promise<{ status: number; text: string }> {
   return new Promise((resolve, reject) => {
+    // The whole exchange, not the socket's idle time: a server that trickles bytes still ends.
+    const timer = setTimeout(() => {
+      reject(new Error(`${method} ${url}: no answer in ${HOST_REQUEST_TIMEOUT_MS} ms`));
+      req.destroy();
+    }, HOST_REQUEST_TIMEOUT_MS);
+    const fail = (err: Error) => (clearTimeout(timer), reject(err));
     const req = http.request(url, { method, headers, agent: hostAgent }, (res) => {
       let text = "";
       res.setEncoding("utf8");
       res.on("data", (chunk: string) => (text += chunk));
-      res.on("end", () => resolve({ status: res.statusCode ?? 0, text }));
-      res.on("error", reject);
+      res.on("end", () => (clearTimeout(timer), resolve({ status: res.statusCode ?? 0, text })));
+      res.on("error", fail);
     });
-    req.on("error", reject);
+    req.on("error", fail);
     req.end(body);
   });
 }
@@ -116,181 +129,185 @@ export async function run(ctx: BenchContext) {
   });
   const floorMs = 1000 / floor.rps;
 
-  for (const n of SIZES) {
-    const fleet = `roll-${n}-${Date.now().toString(36)}`;
-    await api("POST", "/v1/fleets", { id: fleet });
-    await api("PUT", `/v1/fleets/${fleet}/channels/${AGENT}`, OLD);
-    await api("PUT", `/v1/fleets/${fleet}/roles/edge`, { agents: [{ name: AGENT }] });
-    const hosts: { id: string; token: string; generation: number }[] = [];
-    const setupStart = Date.now();
-    await pool(
-      Array.from({ length: n }, (_, i) => i),
-      SETUP_CONCURRENCY,
-      async (i) => {
-        const s = await api("POST", "/v1/servers", {
-          fleet,
-          hostname: `h${i}.${fleet}.bench`,
-          kind: "managed",
-          roles: ["edge"],
-        });
-        hosts.push({ id: s.id, token: s.token, generation: s.desired.generation });
-      },
-    );
-    const registered = Date.now();
-    // A fleet that runs: each host has reported its first config realized before the rollout, as
-    // on a real fleet (a never-reported server's first report also activates it and starts its
-    // quiet watch, which is not a rollout's cost).
-    await pool(hosts, SETUP_CONCURRENCY, async (h) => {
-      const cfg = await api("GET", "/v1/agent/desired", undefined, h.token);
-      await api("PUT", "/v1/agent/inventory", inventory(cfg), h.token);
-    });
-    const setupS = (Date.now() - setupStart) / 1000;
-    console.error(
-      `  ${n} servers registered in ${((registered - setupStart) / 1000).toFixed(1)} s and reported once in ${((Date.now() - registered) / 1000).toFixed(1)} s (${SETUP_CONCURRENCY} at once)`,
-    );
-    const byId = new Map(hosts.map((h) => [h.id, h]));
-    // The setup's own deliveries and their safety alarms (the outbox's, 10 s after each first
-    // report) end before the meter's window opens, so the window counts the rollout alone.
-    await new Promise((res) => setTimeout(res, SETUP_SETTLE_MS));
-
-    /**
-     * A host that reconciles instantly: it long-polls its desired config (If-None-Match: the
-     * generation it runs) and reports the new one realized the moment it appears.
-     */
-    let hostRequests = 0;
-    let hostRetries = 0;
-    /** As a real agent does: a request that fails (connection reset, 5xx) is tried again after a pause. */
-    const reconcile = async (h: { id: string; token: string; generation: number }): Promise<void> => {
-      for (let attempt = 1; ; attempt++) {
-        try {
-          return await reconcileOnce(h);
-        } catch (err) {
-          if (attempt >= 10) throw err;
-          hostRetries++;
-          await new Promise((res) => setTimeout(res, 500 * attempt));
-        }
-      }
-    };
-    const reconcileOnce = async (h: { id: string; token: string; generation: number }): Promise<void> => {
-      const authorization = `Bearer ${h.token}`;
-      const res = await hostRequest(`${ctx.base}/v1/agent/desired?wait=60`, "GET", {
-        Authorization: authorization,
-        "If-None-Match": `"${h.generation}"`,
+  try {
+    for (const n of SIZES) {
+      const fleet = `roll-${n}-${Date.now().toString(36)}`;
+      await api("POST", "/v1/fleets", { id: fleet });
+      await api("PUT", `/v1/fleets/${fleet}/channels/${AGENT}`, OLD);
+      await api("PUT", `/v1/fleets/${fleet}/roles/edge`, { agents: [{ name: AGENT }] });
+      const hosts: { id: string; token: string; generation: number }[] = [];
+      const setupStart = Date.now();
+      await pool(
+        Array.from({ length: n }, (_, i) => i),
+        SETUP_CONCURRENCY,
+        async (i) => {
+          const s = await api("POST", "/v1/servers", {
+            fleet,
+            hostname: `h${i}.${fleet}.bench`,
+            kind: "managed",
+            roles: ["edge"],
+          });
+          hosts.push({ id: s.id, token: s.token, generation: s.desired.generation });
+        },
+      );
+      const registered = Date.now();
+      // A fleet that runs: each host has reported its first config realized before the rollout, as
+      // on a real fleet (a never-reported server's first report also activates it and starts its
+      // quiet watch, which is not a rollout's cost).
+      await pool(hosts, SETUP_CONCURRENCY, async (h) => {
+        const cfg = await api("GET", "/v1/agent/desired", undefined, h.token);
+        await api("PUT", "/v1/agent/inventory", inventory(cfg), h.token);
       });
-      hostRequests++;
-      if (res.status === 304) return reconcileOnce(h);
-      if (res.status !== 200) throw new Error(`desired: ${res.status} ${res.text}`);
-      const cfg = JSON.parse(res.text) as DesiredConfig;
-      const put = await hostRequest(
-        `${ctx.base}/v1/agent/inventory`,
-        "PUT",
-        { Authorization: authorization, "Content-Type": "application/json" },
-        JSON.stringify(inventory(cfg)),
-      );
-      hostRequests++;
-      if (put.status !== 200) throw new Error(`inventory: ${put.status} ${put.text}`);
-      JSON.parse(put.text);
-      h.generation = cfg.generation;
-    };
-
-    const d1 = async () =>
-      (await ctx.metric("harbormaster_d1_statements_total", 'kind="read"')) +
-      (await ctx.metric("harbormaster_d1_statements_total", 'kind="write"'));
-    const writes = () => ctx.metric("harbormaster_d1_statements_total", 'kind="write"');
-    const d1Before = await d1();
-    const writesBefore = await writes();
-    // The meter's window starts with the rollout: what each object class did for it (./profile).
-    await fetch(`${ctx.base}/__local/meter`, { method: "DELETE" });
-    // CPU the runtime (the Worker, every object, the local D1) spends on the rollout: a figure that
-    // moves less with the machine's load than the wall time does, and this driver's own beside it.
-    const cpuBefore = ctx.serverCpuMs();
-    const splitBefore = processCpu(ctx.base);
-    const driverBefore = process.cpuUsage();
-    const t0 = Date.now();
-    const r = await api("POST", "/v1/rollouts", {
-      fleet,
-      agent: AGENT,
-      ...NEW,
-      concurrency: CONCURRENCY,
-      server_timeout_s: 600,
-      slow_factor: 10,
-    });
-    // The driver follows the rollout's event log: each target that starts applying gets its host
-    // going (at most `concurrency` of them are parked at once, as on a real fleet).
-    let state = r.state as string;
-    let change = r.change as number;
-    let cursor: string | null = null;
-    const running = new Set<Promise<void>>();
-    let maxHosts = 0;
-    let failures = 0;
-    while (state === "running") {
-      const page = await api("GET", `/v1/rollouts/${r.id}/events?limit=500${cursor ? `&cursor=${cursor}` : ""}`);
-      for (const e of page.items as { kind: string; server_id: string | null }[]) {
-        if (e.kind !== "target.applying" || !e.server_id) continue;
-        const p: Promise<void> = reconcile(byId.get(e.server_id)!)
-          .catch(() => void failures++)
-          .finally(() => running.delete(p));
-        running.add(p);
-      }
-      maxHosts = Math.max(maxHosts, running.size);
-      // The next page starts after the last event seen (the API's cursor format: base64url of [id]).
-      if (page.items.length) cursor = Buffer.from(JSON.stringify([String(page.items.at(-1).id)])).toString("base64url");
-      if (page.next_cursor) continue;
-      const s = await api("GET", `/v1/rollouts/${r.id}?wait=5&since=${change}`);
-      state = s.state;
-      change = s.change;
-    }
-    await Promise.all(running);
-    if (failures) throw new Error(`${failures} host(s) failed`);
-    const maxApplying = maxHosts;
-    const elapsed = Date.now() - t0;
-    const cpuAfter = ctx.serverCpuMs();
-    const splitAfter = processCpu(ctx.base);
-    if (splitBefore && splitAfter)
+      const setupS = (Date.now() - setupStart) / 1000;
       console.error(
-        `  CPU per target by process: the runtime ${((splitAfter.runtime - splitBefore.runtime) / n).toFixed(2)} ms, ` +
-          `wrangler's proxy ${((splitAfter.proxy - splitBefore.proxy) / n).toFixed(2)} ms, ` +
-          `this bench (driver and stand-in hosts) ${((splitAfter.driver - splitBefore.driver) / n).toFixed(2)} ms`,
+        `  ${n} servers registered in ${((registered - setupStart) / 1000).toFixed(1)} s and reported once in ${((Date.now() - registered) / 1000).toFixed(1)} s (${SETUP_CONCURRENCY} at once)`,
       );
-    const driver = process.cpuUsage(driverBefore);
-    const runtimeCpu = cpuBefore !== null && cpuAfter !== null ? (cpuAfter - cpuBefore) / n : null;
-    const driverCpu = (driver.user + driver.system) / 1000 / n;
-    // The D1 rows follow from the rollout's outbox in the background; wait for them to land.
-    for (let i = 0; i < 60; i++) {
-      const list = await api("GET", `/v1/rollouts?fleet=${fleet}&agent=${AGENT}`);
-      if (list.items[0]?.state === state && list.items[0]?.counts?.done === n) break;
-      await new Promise((res) => setTimeout(res, 500));
+      const byId = new Map(hosts.map((h) => [h.id, h]));
+      // The setup's own deliveries and their safety alarms (the outbox's, 10 s after each first
+      // report) end before the meter's window opens, so the window counts the rollout alone.
+      await new Promise((res) => setTimeout(res, SETUP_SETTLE_MS));
+
+      /**
+       * A host that reconciles instantly: it long-polls its desired config (If-None-Match: the
+       * generation it runs) and reports the new one realized the moment it appears.
+       */
+      let hostRequests = 0;
+      let hostRetries = 0;
+      /** As a real agent does: a request that fails (connection reset, 5xx) is tried again after a pause. */
+      const reconcile = async (h: { id: string; token: string; generation: number }): Promise<void> => {
+        for (let attempt = 1; ; attempt++) {
+          try {
+            return await reconcileOnce(h);
+          } catch (err) {
+            if (attempt >= 10) throw err;
+            hostRetries++;
+            await new Promise((res) => setTimeout(res, 500 * attempt));
+          }
+        }
+      };
+      const reconcileOnce = async (h: { id: string; token: string; generation: number }): Promise<void> => {
+        const authorization = `Bearer ${h.token}`;
+        const res = await hostRequest(`${ctx.base}/v1/agent/desired?wait=60`, "GET", {
+          Authorization: authorization,
+          "If-None-Match": `"${h.generation}"`,
+        });
+        hostRequests++;
+        if (res.status === 304) return reconcileOnce(h);
+        if (res.status !== 200) throw new Error(`desired: ${res.status} ${res.text}`);
+        const cfg = JSON.parse(res.text) as DesiredConfig;
+        const put = await hostRequest(
+          `${ctx.base}/v1/agent/inventory`,
+          "PUT",
+          { Authorization: authorization, "Content-Type": "application/json" },
+          JSON.stringify(inventory(cfg)),
+        );
+        hostRequests++;
+        if (put.status !== 200) throw new Error(`inventory: ${put.status} ${put.text}`);
+        JSON.parse(put.text);
+        h.generation = cfg.generation;
+      };
+
+      const d1 = async () =>
+        (await ctx.metric("harbormaster_d1_statements_total", 'kind="read"')) +
+        (await ctx.metric("harbormaster_d1_statements_total", 'kind="write"'));
+      const writes = () => ctx.metric("harbormaster_d1_statements_total", 'kind="write"');
+      const d1Before = await d1();
+      const writesBefore = await writes();
+      // The meter's window starts with the rollout: what each object class did for it (./profile).
+      await fetch(`${ctx.base}/__local/meter`, { method: "DELETE" });
+      // CPU the runtime (the Worker, every object, the local D1) spends on the rollout: a figure that
+      // moves less with the machine's load than the wall time does, and this driver's own beside it.
+      const cpuBefore = ctx.serverCpuMs();
+      const splitBefore = processCpu(ctx.base);
+      const driverBefore = process.cpuUsage();
+      const t0 = Date.now();
+      const r = await api("POST", "/v1/rollouts", {
+        fleet,
+        agent: AGENT,
+        ...NEW,
+        concurrency: CONCURRENCY,
+        server_timeout_s: 600,
+        slow_factor: 10,
+      });
+      // The driver follows the rollout's event log: each target that starts applying gets its host
+      // going (at most `concurrency` of them are parked at once, as on a real fleet).
+      let state = r.state as string;
+      let change = r.change as number;
+      let cursor: string | null = null;
+      const running = new Set<Promise<void>>();
+      let maxHosts = 0;
+      let failures = 0;
+      while (state === "running") {
+        const page = await api("GET", `/v1/rollouts/${r.id}/events?limit=500${cursor ? `&cursor=${cursor}` : ""}`);
+        for (const e of page.items as { kind: string; server_id: string | null }[]) {
+          if (e.kind !== "target.applying" || !e.server_id) continue;
+          const p: Promise<void> = reconcile(byId.get(e.server_id)!)
+            .catch(() => void failures++)
+            .finally(() => running.delete(p));
+          running.add(p);
+        }
+        maxHosts = Math.max(maxHosts, running.size);
+        // The next page starts after the last event seen (the API's cursor format: base64url of [id]).
+        if (page.items.length)
+          cursor = Buffer.from(JSON.stringify([String(page.items.at(-1).id)])).toString("base64url");
+        if (page.next_cursor) continue;
+        const s = await api("GET", `/v1/rollouts/${r.id}?wait=5&since=${change}`);
+        state = s.state;
+        change = s.change;
+      }
+      await Promise.all(running);
+      if (failures) throw new Error(`${failures} host(s) failed`);
+      const maxApplying = maxHosts;
+      const elapsed = Date.now() - t0;
+      const cpuAfter = ctx.serverCpuMs();
+      const splitAfter = processCpu(ctx.base);
+      if (splitBefore && splitAfter)
+        console.error(
+          `  CPU per target by process: the runtime ${((splitAfter.runtime - splitBefore.runtime) / n).toFixed(2)} ms, ` +
+            `wrangler's proxy ${((splitAfter.proxy - splitBefore.proxy) / n).toFixed(2)} ms, ` +
+            `this bench (driver and stand-in hosts) ${((splitAfter.driver - splitBefore.driver) / n).toFixed(2)} ms`,
+        );
+      const driver = process.cpuUsage(driverBefore);
+      const runtimeCpu = cpuBefore !== null && cpuAfter !== null ? (cpuAfter - cpuBefore) / n : null;
+      const driverCpu = (driver.user + driver.system) / 1000 / n;
+      // The D1 rows follow from the rollout's outbox in the background; wait for them to land.
+      for (let i = 0; i < 60; i++) {
+        const list = await api("GET", `/v1/rollouts?fleet=${fleet}&agent=${AGENT}`);
+        if (list.items[0]?.state === state && list.items[0]?.counts?.done === n) break;
+        await new Promise((res) => setTimeout(res, 500));
+      }
+      await new Promise((res) => setTimeout(res, 2000));
+      const statements = (await d1()) - d1Before;
+      const writeStatements = (await writes()) - writesBefore;
+      const final = await api("GET", `/v1/rollouts/${r.id}`);
+      if (final.state !== "succeeded" || final.counts.done !== n)
+        throw new Error(`rollout ended ${final.state} ${JSON.stringify(final.counts)}`);
+      const perTarget = elapsed / n;
+      const reading = (await (await fetch(`${ctx.base}/__local/meter`)).json()) as Parameters<typeof profile>[0];
+      console.error(profile(reading, n));
+      ctx.note(
+        `rollout of ${n} targets at concurrency ${CONCURRENCY}: control-plane ms per target (× empty request ${floorMs.toFixed(2)} ms)`,
+        `${perTarget.toFixed(2)} ms (${(perTarget / floorMs).toFixed(1)}×); total ${(elapsed / 1000).toFixed(1)} s (setup ${setupS.toFixed(1)} s); ${hostRequests} host requests (${hostRetries} retried); at most ${maxApplying} hosts busy at once`,
+      );
+      ctx.note(
+        `rollout of ${n} targets: runtime CPU ms per target (× the empty request's ${floor.cpu_ms?.toFixed(2) ?? "?"} ms)`,
+        runtimeCpu === null
+          ? "n/a (no /proc)"
+          : `${runtimeCpu.toFixed(2)} ms (${floor.cpu_ms ? (runtimeCpu / floor.cpu_ms).toFixed(1) : "?"}×); this driver ${driverCpu.toFixed(2)} ms`,
+      );
+      ctx.note(
+        `rollout of ${n} targets: D1 statements per target (the empty request costs 0)`,
+        `${(statements / n).toFixed(2)} (${(writeStatements / n).toFixed(2)} writes)`,
+      );
+      ctx.goal(`rollout of ${n} targets, ms per target × empty request`, perTarget / floorMs, "<=", 6);
+      console.error(
+        `  rollout ${n}: ${perTarget.toFixed(2)} ms/target, ${(statements / n).toFixed(2)} D1 statements/target`,
+      );
     }
-    await new Promise((res) => setTimeout(res, 2000));
-    const statements = (await d1()) - d1Before;
-    const writeStatements = (await writes()) - writesBefore;
-    const final = await api("GET", `/v1/rollouts/${r.id}`);
-    if (final.state !== "succeeded" || final.counts.done !== n)
-      throw new Error(`rollout ended ${final.state} ${JSON.stringify(final.counts)}`);
-    const perTarget = elapsed / n;
-    const reading = (await (await fetch(`${ctx.base}/__local/meter`)).json()) as Parameters<typeof profile>[0];
-    console.error(profile(reading, n));
-    ctx.note(
-      `rollout of ${n} targets at concurrency ${CONCURRENCY}: control-plane ms per target (× empty request ${floorMs.toFixed(2)} ms)`,
-      `${perTarget.toFixed(2)} ms (${(perTarget / floorMs).toFixed(1)}×); total ${(elapsed / 1000).toFixed(1)} s (setup ${setupS.toFixed(1)} s); ${hostRequests} host requests (${hostRetries} retried); at most ${maxApplying} hosts busy at once`,
-    );
-    ctx.note(
-      `rollout of ${n} targets: runtime CPU ms per target (× the empty request's ${floor.cpu_ms?.toFixed(2) ?? "?"} ms)`,
-      runtimeCpu === null
-        ? "n/a (no /proc)"
-        : `${runtimeCpu.toFixed(2)} ms (${floor.cpu_ms ? (runtimeCpu / floor.cpu_ms).toFixed(1) : "?"}×); this driver ${driverCpu.toFixed(2)} ms`,
-    );
-    ctx.note(
-      `rollout of ${n} targets: D1 statements per target (the empty request costs 0)`,
-      `${(statements / n).toFixed(2)} (${(writeStatements / n).toFixed(2)} writes)`,
-    );
-    ctx.goal(`rollout of ${n} targets, ms per target × empty request`, perTarget / floorMs, "<=", 6);
-    console.error(
-      `  rollout ${n}: ${perTarget.toFixed(2)} ms/target, ${(statements / n).toFixed(2)} D1 statements/target`,
-    );
+  } finally {
+    // The hosts' kept-alive connections would hold the process open, a failed run's too.
+    hostAgent.destroy();
   }
-  // The hosts' kept-alive connections would hold the process open.
-  hostAgent.destroy();
 }
 
 /** Statements listed per object class in the profile, the most rows first. */
