@@ -137,9 +137,11 @@ export function rolloutEffects(env: () => Env, parts: () => RolloutParts): Recor
     },
     apply: {
       target: "call",
-      // One write at a time into a server's ledger, in enqueue order: a retried pass-0 write and
-      // the pass-1 write to the same ledger never run at once. The ledger does not refuse an
-      // older pass's write (decideApply takes any pass it has no mark of), so this is the order.
+      // One write at a time into a server's ledger: a pass-0 write under way (past its check that
+      // the target still applies) finishes before the pass-1 write to the same ledger starts. The
+      // ledger does not refuse an older pass's write (decideApply takes any pass it has no mark
+      // of); a pass-0 retry handed over after the pass-1 write finds its target done and writes
+      // nothing. A call past its deadline frees the lane early (see Pool).
       lane: ({ server_id }: Target) => lane.ledger(server_id),
       deliver: async ({ pass, server_id }: Target, signal: AbortSignal) => {
         const p = parts();

@@ -44,8 +44,8 @@ interface CallEffect<P> {
   timeoutMs?: number;
   /**
    * The receiver, as a name (`coordinator:<fleet>`): calls to one receiver go one at a time, in
-   * enqueue order, and one that hangs holds a single slot, so the others' calls pass it (see
-   * Pool). Without it a call is bound by the object's slots alone.
+   * the order flushes hand them over (about enqueue order: see Pool), and one that hangs holds a
+   * single slot, so the others' calls pass it. Without it a call is bound by the object's slots alone.
    */
   lane?(payload: P): string;
 }
@@ -163,8 +163,8 @@ export class Outbox<K extends string> {
     private readonly effects: Record<K, Effect>,
     private readonly db: () => Db,
     /**
-     * Call effects under way at once, for all flushes together (1: one after another, in enqueue
-     * order); with lanes, one per receiver at most, in enqueue order each.
+     * Call effects under way at once, for all flushes together (1: one after another); with
+     * lanes, one per receiver at most. In what order: see Pool.
      */
     callConcurrency = 1,
   ) {

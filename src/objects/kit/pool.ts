@@ -8,6 +8,11 @@
  * the free ones. So a receiver that hangs holds one slot, and only its own calls wait behind it.
  * Tasks without a lane are bound by the slots alone.
  *
+ * The order given is the order the outbox hands calls over, not quite their enqueue order: a keyed
+ * row replaced by a newer payload keeps its first id and goes ahead of rows enqueued after it, and
+ * a retry after its backoff goes behind rows enqueued meanwhile. A task ends, and frees its lane,
+ * when the outbox's deadline fails the call, while the receiver may still be working on it.
+ *
  * p-limit would fit the Workers runtime (plain JavaScript since it dropped its node:async_hooks
  * binding in 6.0) but has no lanes, and it brings two packages (p-limit, yocto-queue) for these
  * lines; the outbox needs nothing more (no priorities, no pausing, no clearing the queue).
