@@ -231,6 +231,20 @@ export async function d1Rows(fn: () => Promise<unknown>) {
   return rows;
 }
 
+/**
+ * A registered server whose ledger holds generation 2 of `agents` and a report of it, delivered:
+ * the starting point of a test about the next report. `stub` is the server's ledger.
+ */
+export async function reportingServer(agents: { name: string; image: string }[]) {
+  const fleet = await createFleet();
+  const s = await registerServer(fleet.id);
+  await call("PUT", `/v1/servers/${s.id}/desired`, { body: { generation: 2, agents } });
+  const res = await call("PUT", "/v1/agent/inventory", { token: s.token, body: report(2, agents) });
+  if (res.status !== 200) throw new Error(`report: ${res.status} ${JSON.stringify(res.json)}`);
+  await settle(s.id);
+  return { s, stub: env.LEDGER.get(env.LEDGER.idFromName(s.id)) };
+}
+
 /** Waits until the ledger's outbox has delivered what a report enqueued (or tried to). */
 export async function settle(serverId: string) {
   const stub = env.LEDGER.get(env.LEDGER.idFromName(serverId));

@@ -3,7 +3,7 @@ import { describe, expect, it } from "vitest";
 import type { ServerLedger } from "../src/ledger/durable-object";
 import { INDEX_LEASE_MS } from "../src/ledger/projection";
 import type { LedgerStore, ProjectedMark } from "../src/ledger/store";
-import { call, createFleet, registerServer, report, settle } from "./helpers";
+import { call, report, reportingServer, settle } from "./helpers";
 
 // The ledger keeps the projection's mark in memory, since every heartbeat asks it whether the
 // index's last_seen is due. These pin what that memory must never do: miss a newer mark, or keep
@@ -20,18 +20,9 @@ async function lastSeen(id: string) {
   return row!.last_seen;
 }
 
-async function reportingServer() {
-  const fleet = await createFleet();
-  const s = await registerServer(fleet.id);
-  await call("PUT", `/v1/servers/${s.id}/desired`, { body: { generation: 2, agents } });
-  expect((await call("PUT", "/v1/agent/inventory", { token: s.token, body: report(2, agents) })).status).toBe(200);
-  await settle(s.id);
-  return { s, stub: env.LEDGER.get(env.LEDGER.idFromName(s.id)) };
-}
-
 describe("a heartbeat's answer, computed once per report content", () => {
   it("answers a heartbeat after a new desired config with the new config's status, not the memory's", async () => {
-    const { s } = await reportingServer();
+    const { s } = await reportingServer(agents);
     const beat = () => call("PUT", "/v1/agent/inventory", { token: s.token, body: report(2, agents) });
     expect((await beat()).json).toMatchObject({ status: "realized", desired_generation: 2 });
     expect((await beat()).json).toMatchObject({ status: "realized", desired_generation: 2 });
@@ -50,7 +41,7 @@ describe("a heartbeat's answer, computed once per report content", () => {
 
 describe("the projection mark a heartbeat reads", () => {
   it("sees the mark written after it was read: the next heartbeat refreshes last_seen once the lease passed", async () => {
-    const { s, stub } = await reportingServer();
+    const { s, stub } = await reportingServer(agents);
     const first = await lastSeen(s.id);
     // A heartbeat reads the mark (and keeps it): within the lease, the index is left alone.
     await new Promise((r) => setTimeout(r, 5));
@@ -70,7 +61,7 @@ describe("the projection mark a heartbeat reads", () => {
   });
 
   it("keeps no memory of a mark written in a transaction that rolled back", async () => {
-    const { stub } = await reportingServer();
+    const { stub } = await reportingServer(agents);
     await runInDurableObject(stub, (instance: ServerLedger) => {
       const store = storeOf(instance);
       const before: ProjectedMark = structuredClone(store.projected()!);

@@ -1,6 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { call, createFleet, registerServer, report, settle } from "./helpers";
-import { ledger } from "./support/objects";
+import { call, report, reportingServer } from "./helpers";
 
 // The ledger's agentReport takes the report as JSON text. The Worker validated it, but the object
 // answers whatever reaches it (a caller of another version mid-deploy, a bug): a refusal with a
@@ -8,26 +7,22 @@ import { ledger } from "./support/objects";
 
 const agents = [{ name: "compute", image: "compute:1", version: "1" }];
 
-async function reportingServer() {
-  const fleet = await createFleet();
-  const s = await registerServer(fleet.id);
-  await call("PUT", `/v1/servers/${s.id}/desired`, { body: { generation: 2, agents } });
-  expect((await call("PUT", "/v1/agent/inventory", { token: s.token, body: report(2, agents) })).status).toBe(200);
-  await settle(s.id);
-  const stub = ledger(s.id);
+/** A server with a stored report, its ledger, and its token's digest (what agentReport is called with). */
+async function reportingLedger() {
+  const { s, stub } = await reportingServer(agents);
   return { s, stub, hash: (await stub.tokenHash())! };
 }
 
 describe("the ledger's report taken as JSON text", () => {
   it("refuses text that is not JSON with malformed_json, and keeps the report it holds", async () => {
-    const { s, stub, hash } = await reportingServer();
+    const { s, stub, hash } = await reportingLedger();
     const before = (await call("GET", `/v1/servers/${s.id}`)).json;
     expect(await stub.agentReport(hash, "{not json")).toMatchObject({ ok: false, code: "malformed_json" });
     expect((await call("GET", `/v1/servers/${s.id}`)).json).toEqual(before);
   });
 
   it("refuses JSON that is not an InventoryReport with validation_failed naming the field, storing nothing", async () => {
-    const { s, stub, hash } = await reportingServer();
+    const { s, stub, hash } = await reportingLedger();
     const before = (await call("GET", `/v1/servers/${s.id}`)).json;
     const bad = { ...report(2, agents), agents: [{ name: "compute" }] };
     const answer = await stub.agentReport(hash, JSON.stringify(bad));
@@ -38,18 +33,18 @@ describe("the ledger's report taken as JSON text", () => {
   });
 
   it("refuses a report that is not text (an older caller's object) rather than parse it", async () => {
-    const { stub, hash } = await reportingServer();
+    const { stub, hash } = await reportingLedger();
     const answer = await stub.agentReport(hash, report(2, agents) as unknown as string);
     expect(answer).toMatchObject({ ok: false, code: "validation_failed" });
   });
 
   it("checks the token before the text: a wrong token is unauthorized whatever it sends", async () => {
-    const { stub } = await reportingServer();
+    const { stub } = await reportingLedger();
     expect(await stub.agentReport("0".repeat(64), "{not json")).toMatchObject({ ok: false, code: "unauthorized" });
   });
 
   it("still answers a valid report with the ReportAccepted text", async () => {
-    const { s, stub, hash } = await reportingServer();
+    const { s, stub, hash } = await reportingLedger();
     const answer = await stub.agentReport(hash, JSON.stringify(report(2, agents)));
     expect(answer.ok).toBe(true);
     expect(JSON.parse((answer as { accepted: string }).accepted)).toMatchObject({
