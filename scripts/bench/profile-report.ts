@@ -6,6 +6,8 @@
 // inspector (DevTools protocol: Profiler.start / Profiler.stop), and prints the isolate's busy time
 // per report by the file (and the heaviest functions) the samples fell in: a count of work that a
 // busy machine slows but does not multiply, unlike req/s. Loopback only, bounded in time.
+// `--changed`: each server's reports alternate between one agent stopped and all running, the
+// ledger scenario's changed report (a stored report, a projection batch, the outbox's round).
 import autocannon from "autocannon";
 import WebSocket from "ws";
 import { createClient } from "../../src/client/index.ts";
@@ -13,7 +15,9 @@ import { freePort } from "../local-server.ts";
 import { startDirectServer } from "./direct-server.ts";
 import { AGENTS, hostReport, hostReportBody } from "./host-report.ts";
 
-const seconds = Number(process.argv[2] ?? 5);
+const args = process.argv.slice(2);
+const changed = args.includes("--changed");
+const seconds = Number(args.find((a) => a !== "--changed") ?? 5);
 
 interface ProfileNode {
   id: number;
@@ -52,7 +56,7 @@ async function session(port: number) {
 
 function load(url: string, durationSec: number, tokens: string[]) {
   let n = 0;
-  const body = hostReportBody(2);
+  const bodies = [hostReportBody(2), hostReportBody(2, "stopped")];
   return new Promise<autocannon.Result>((res, rej) =>
     autocannon(
       {
@@ -63,11 +67,16 @@ function load(url: string, durationSec: number, tokens: string[]) {
           {
             method: "PUT",
             path: "/v1/agent/inventory",
-            setupRequest: (req) => ({
-              ...req,
-              headers: { authorization: `Bearer ${tokens[n++ % tokens.length]}`, "content-type": "application/json" },
-              body,
-            }),
+            setupRequest: (req) => {
+              const i = n++;
+              // Changed: a server's next report flips its first agent, so every report changes.
+              const body = changed ? bodies[Math.floor(i / tokens.length) % 2] : bodies[0];
+              return {
+                ...req,
+                headers: { authorization: `Bearer ${tokens[i % tokens.length]}`, "content-type": "application/json" },
+                body,
+              };
+            },
           },
         ],
       },
@@ -124,7 +133,7 @@ async function main() {
     const fns = tally(profile, (f) => `${f.functionName || "(anonymous)"} ${fileOf(f)}:${f.lineNumber + 1}`);
     const busy = [...files].filter(([k]) => !idle.has(k)).reduce((s, [, v]) => s + v, 0);
     console.log(
-      `${reports} unchanged reports in ${seconds} s (${(reports / seconds).toFixed(0)}/s), target ${inspector.title}; ` +
+      `${reports} ${changed ? "changed" : "unchanged"} reports in ${seconds} s (${(reports / seconds).toFixed(0)}/s), target ${inspector.title}; ` +
         `runtime CPU ${cpu0 !== null && cpu1 !== null ? ((cpu1 - cpu0) / reports).toFixed(3) : "-"} ms a report (profiler on); ` +
         `isolate's thread busy ${(busy / reports).toFixed(1)} µs a report, (program) ${((files.get("(program)") ?? 0) / reports).toFixed(1)} µs`,
     );
