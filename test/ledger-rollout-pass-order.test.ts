@@ -7,9 +7,11 @@ import { call, reportingServer } from "./helpers";
  * first, and the forward pass's late write after it. The ledger itself must not let the older
  * pass undo the newer one.
  */
+const agents = [{ name: "web", image: "web:1", version: "1" }];
+
 describe("a ledger given a rollout's writes out of pass order", () => {
   it("keeps the rollback pass's image when the forward pass's late write lands after it", async () => {
-    const { s, stub } = await reportingServer([{ name: "web", image: "web:1", version: "1" }]);
+    const { s, stub } = await reportingServer(agents);
     const rollout_id = `r-${crypto.randomUUID()}`;
     const forward = { rollout_id, pass: 0, agent: "web", image: "web:2", version: "2" };
     const first = await stub.applyRolloutImage(forward);
@@ -25,7 +27,7 @@ describe("a ledger given a rollout's writes out of pass order", () => {
   });
 
   it("still takes another rollout's write after a rollback pass's", async () => {
-    const { s, stub } = await reportingServer([{ name: "web", image: "web:1", version: "1" }]);
+    const { s, stub } = await reportingServer(agents);
     const a = `r-${crypto.randomUUID()}`;
     await stub.applyRolloutImage({ rollout_id: a, pass: 0, agent: "web", image: "web:2", version: "2" });
     await stub.applyRolloutImage({ rollout_id: a, pass: 1, agent: "web", image: "web:1", version: "1" });
