@@ -1,0 +1,437 @@
+/**
+ * An outsider's probes over real sockets against the private local server (wrangler dev), where
+ * the Workers-runtime tests cannot reach: a body that never comes, a Content-Length that lies,
+ * headers that never end, a channel socket that never reads, and the same write sent many times
+ * at once. Each probe checks that the server answers everyone else meanwhile, answers the prober
+ * in the error shape (never a 500), and writes nothing it did not acknowledge.
+ */
+import { connect, type Socket } from "node:net";
+import { setTimeout as sleep } from "node:timers/promises";
+import { describe, expect, inject, it } from "vitest";
+import { adminApi } from "./harness.ts";
+
+const url = new URL(inject("hmUrl"));
+const admin = inject("hmAdmin");
+const api = adminApi;
+const uniq = (p: string) => `${p}-${Date.now().toString(36)}-${Math.random().toString(36).slice(2, 7)}`;
+
+/** A raw connection to the server; `sent` writes bytes as given, `answer` is all it ever read. */
+function raw() {
+  const socket = connect(Number(url.port), url.hostname);
+  let text = "";
+  socket.setEncoding("latin1");
+  socket.on("data", (d: string) => void (text += d));
+  socket.on("error", () => {});
+  const closed = new Promise<void>((r) => socket.on("close", () => r()));
+  const opened = new Promise<void>((r) => socket.on("connect", () => r()));
+  return { socket, opened, closed, answer: () => text };
+}
+
+/** Status and body of the first HTTP answer in what a raw socket read. */
+function firstAnswer(text: string) {
+  const m = /^HTTP\/1\.1 (\d{3})/.exec(text);
+  const body = text.slice(text.indexOf("\r\n\r\n") + 4);
+  const json = (() => {
+    const start = body.indexOf("{");
+    try {
+      return start < 0 ? null : JSON.parse(body.slice(start, body.lastIndexOf("}") + 1));
+    } catch {
+      return null;
+    }
+  })();
+  return { status: m ? Number(m[1]) : null, json };
+}
+
+/** Ms that a plain authenticated read takes while the probe holds its socket open. */
+async function readLatency() {
+  const at = Date.now();
+  const res = await api("GET", "/v1/status");
+  expect(res.status).toBe(200);
+  return Date.now() - at;
+}
+
+const head = (method: string, path: string, headers: Record<string, string | number>) =>
+  `${method} ${path} HTTP/1.1\r\nHost: ${url.host}\r\n` +
+  Object.entries(headers)
+    .map(([k, v]) => `${k}: ${v}\r\n`)
+    .join("") +
+  "\r\n";
+
+async function fleetExists(id: string) {
+  return (await api("GET", `/v1/fleets/${id}`)).status === 200;
+}
+
+describe("a client that never finishes its request", () => {
+  it("whose body never comes holds up nobody else, and its fleet is not created when it hangs up", async () => {
+    const id = uniq("hang");
+    const probes: ReturnType<typeof raw>[] = [];
+    // Several at once, each promising 1000 bytes and sending 10.
+    for (let i = 0; i < 6; i++) {
+      const r = raw();
+      await r.opened;
+      r.socket.write(
+        head("POST", "/v1/fleets", {
+          authorization: `Bearer ${admin}`,
+          "content-type": "application/json",
+          "content-length": 1000,
+        }) + `{"id":"${id}"`,
+      );
+      probes.push(r);
+    }
+    await sleep(300);
+    for (let i = 0; i < 5; i++) expect(await readLatency()).toBeLessThan(2_000);
+    for (const p of probes) p.socket.destroy();
+    await Promise.all(probes.map((p) => p.closed));
+    await sleep(300);
+    expect(await fleetExists(id)).toBe(false);
+    expect((await api("GET", `/v1/audit?target=fleet:${id}`)).json.items).toEqual([]);
+  });
+
+  it("whose headers never end holds up nobody else", async () => {
+    const probes: ReturnType<typeof raw>[] = [];
+    for (let i = 0; i < 6; i++) {
+      const r = raw();
+      await r.opened;
+      r.socket.write(`POST /v1/fleets HTTP/1.1\r\nHost: ${url.host}\r\nauthorization: Bearer ${admin}\r\nx-slow: `);
+      probes.push(r);
+    }
+    await sleep(300);
+    for (let i = 0; i < 5; i++) expect(await readLatency()).toBeLessThan(2_000);
+    for (const p of probes) p.socket.destroy();
+  });
+
+  it("whose Content-Length promises more than it sends before hanging up writes nothing", async () => {
+    const id = uniq("short");
+    const body = JSON.stringify({ id });
+    const r = raw();
+    await r.opened;
+    r.socket.write(
+      head("POST", "/v1/fleets", {
+        authorization: `Bearer ${admin}`,
+        "content-type": "application/json",
+        "content-length": body.length + 50,
+      }) + body,
+    );
+    await sleep(500);
+    r.socket.end();
+    await r.closed;
+    await sleep(300);
+    expect(await fleetExists(id)).toBe(false);
+  });
+
+  it("whose Content-Length promises less than it sends is answered from the promised bytes alone: 400, not 500", async () => {
+    const id = uniq("long");
+    const body = JSON.stringify({ id });
+    const r = raw();
+    await r.opened;
+    r.socket.write(
+      head("POST", "/v1/fleets", {
+        authorization: `Bearer ${admin}`,
+        "content-type": "application/json",
+        "content-length": 5,
+        connection: "close",
+      }) + body,
+    );
+    await Promise.race([r.closed, sleep(5_000)]);
+    r.socket.destroy();
+    const { status, json } = firstAnswer(r.answer());
+    expect(status).toBe(400);
+    expect(json?.error?.code).toMatch(/^[a-z_]+$/);
+    expect(await fleetExists(id)).toBe(false);
+  });
+});
+
+describe("a channel socket that never reads", () => {
+  it("delays no operator write that pushes to it, nor the host's own HTTP report", async () => {
+    const fleet = uniq("deaf");
+    expect((await api("POST", "/v1/fleets", { id: fleet })).status).toBe(201);
+    const s = (await api("POST", "/v1/servers", { fleet, hostname: `${fleet}.example.com`, kind: "managed" })).json;
+    const r = raw();
+    await r.opened;
+    r.socket.write(
+      head("GET", "/v1/agent/channel", {
+        authorization: `Bearer ${s.token}`,
+        upgrade: "websocket",
+        connection: "Upgrade",
+        "sec-websocket-version": 13,
+        "sec-websocket-key": Buffer.from("probe-never-read").toString("base64"),
+        "sec-websocket-protocol": "harbormaster.v1",
+      }),
+    );
+    await sleep(500);
+    expect(r.answer()).toMatch(/^HTTP\/1\.1 101/);
+    // From now on nothing is read: the kernel's buffers fill with pushes nobody takes.
+    r.socket.pause();
+    const big = Array.from({ length: 64 }, (_, i) => ({
+      name: `a${i}`,
+      image: `reg/${"x".repeat(200)}:${i}`,
+      version: "1",
+    }));
+    const slowest = { put: 0 };
+    for (let g = 2; g < 42; g++) {
+      const at = Date.now();
+      const res = await api("PUT", `/v1/servers/${s.id}/desired`, { generation: g, agents: big });
+      expect(res.status, JSON.stringify(res.json)).toBe(200);
+      slowest.put = Math.max(slowest.put, Date.now() - at);
+    }
+    expect(slowest.put).toBeLessThan(3_000);
+    r.socket.destroy();
+  });
+});
+
+describe("the same write sent many times at once", () => {
+  it("creates one fleet: one 201, the rest 409 already_exists, one audit row", async () => {
+    const id = uniq("race");
+    const answers = await Promise.all(Array.from({ length: 8 }, () => api("POST", "/v1/fleets", { id })));
+    const statuses = answers.map((a) => a.status).sort();
+    expect(statuses).toEqual([201, 409, 409, 409, 409, 409, 409, 409]);
+    for (const a of answers.filter((a) => a.status === 409)) expect(a.json.error.code).toBe("already_exists");
+    const audit = (await api("GET", `/v1/audit?target=fleet:${id}`)).json.items as any[];
+    expect(audit.filter((e) => e.action === "fleet.create")).toHaveLength(1);
+  });
+
+  it("registers one server per hostname, however many registrations race", async () => {
+    const fleet = uniq("reg");
+    expect((await api("POST", "/v1/fleets", { id: fleet })).status).toBe(201);
+    const body = { fleet, hostname: `${fleet}.example.com`, kind: "managed" };
+    const answers = await Promise.all(Array.from({ length: 8 }, () => api("POST", "/v1/servers", body)));
+    expect(answers.filter((a) => a.status === 201)).toHaveLength(1);
+    for (const a of answers.filter((a) => a.status !== 201))
+      expect([a.status, a.json.error.code]).toEqual([409, "hostname_taken"]);
+    const list = (await api("GET", `/v1/servers?fleet=${fleet}`)).json.items as any[];
+    expect(list).toHaveLength(1);
+  });
+
+  it("lets a one-use enrollment token enroll one machine of eight racing, and counts one use", async () => {
+    const fleet = uniq("enr");
+    expect((await api("POST", "/v1/fleets", { id: fleet })).status).toBe(201);
+    const t = await api("POST", `/v1/fleets/${fleet}/enrollment-tokens`, {
+      name: "race",
+      max_uses: 1,
+      expires_at: new Date(Date.now() + 3_600_000).toISOString(),
+    });
+    expect(t.status, JSON.stringify(t.json)).toBe(201);
+    const answers = await Promise.all(
+      Array.from({ length: 8 }, (_, i) =>
+        fetch(new URL("/v1/agent/enroll", url), {
+          method: "POST",
+          headers: { authorization: `Bearer ${t.json.token}`, "content-type": "application/json" },
+          body: JSON.stringify({ hostname: `m${i}.${fleet}.example.com`, machine_id: `${fleet}-m${i}`, boot_id: "b" }),
+        }).then(async (r) => ({ status: r.status, json: (await r.json()) as any })),
+      ),
+    );
+    const statuses = answers.map((a) => a.status);
+    expect(
+      statuses.filter((s) => s === 201),
+      JSON.stringify(answers.map((a) => a.json)),
+    ).toHaveLength(1);
+    expect(
+      statuses.every((s) => s === 201 || (s >= 400 && s < 500)),
+      JSON.stringify(statuses),
+    ).toBe(true);
+    expect((await api("GET", `/v1/servers?fleet=${fleet}`)).json.items).toHaveLength(1);
+    expect((await api("GET", `/v1/fleets/${fleet}/enrollment-tokens/${t.json.id}`)).json.uses).toBe(1);
+  });
+
+  it("lets one of two spec applies made from the same ETag win; the other is refused 412 and changes nothing", async () => {
+    const fleet = uniq("spec");
+    expect((await api("POST", "/v1/fleets", { id: fleet })).status).toBe(201);
+    const got = await fetch(new URL(`/v1/fleets/${fleet}/spec`, url), {
+      headers: { authorization: `Bearer ${admin}` },
+    });
+    const etag = got.headers.get("etag")!;
+    const spec = (await got.json()) as any;
+    expect(etag).toBeTruthy();
+    const put = (stale: number) =>
+      fetch(new URL(`/v1/fleets/${fleet}/spec`, url), {
+        method: "PUT",
+        headers: { authorization: `Bearer ${admin}`, "content-type": "application/json", "if-match": etag },
+        body: JSON.stringify({ ...spec, settings: { ...spec.settings, stale_after_s: stale } }),
+      }).then(async (r) => ({ status: r.status, json: (await r.json()) as any, stale }));
+    const answers = await Promise.all([601, 602, 603, 604].map(put));
+    const won = answers.filter((a) => a.status === 200);
+    expect(won, JSON.stringify(answers)).toHaveLength(1);
+    for (const a of answers.filter((a) => a.status !== 200))
+      expect([a.status, a.json.error.code]).toEqual([412, "precondition_failed"]);
+    expect((await api("GET", `/v1/fleets/${fleet}`)).json.stale_after_s).toBe(won[0]!.stale);
+  });
+
+  it("rotating a server token while its old token reports leaves exactly one token working", async () => {
+    const fleet = uniq("rot");
+    expect((await api("POST", "/v1/fleets", { id: fleet })).status).toBe(201);
+    const s = (await api("POST", "/v1/servers", { fleet, hostname: `${fleet}.example.com`, kind: "managed" })).json;
+    expect((await api("PUT", `/v1/servers/${s.id}/desired`, { generation: 2, agents: [] })).status).toBe(200);
+    const report = (token: string) =>
+      fetch(new URL("/v1/agent/inventory", url), {
+        method: "PUT",
+        headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+        body: JSON.stringify({
+          generation: 2,
+          reconciled_at: new Date().toISOString(),
+          boot_id: "b",
+          agents: [],
+          errors: [],
+          assignments: { units: [], storage: [] },
+        }),
+      }).then(async (r) => ({ status: r.status, json: (await r.json()) as any }));
+    const [reports, rotated] = await Promise.all([
+      Promise.all(Array.from({ length: 6 }, () => report(s.token))),
+      api("POST", `/v1/servers/${s.id}/token`),
+    ]);
+    expect(rotated.status, JSON.stringify(rotated.json)).toBe(200);
+    for (const r of reports) expect([200, 401], JSON.stringify(r.json)).toContain(r.status);
+    expect((await report(s.token)).status).toBe(401);
+    expect((await report(rotated.json.token)).status).toBe(200);
+  });
+
+  it("starts one rollout per fleet and agent: identical starts racing answer it (201), different ones 409", async () => {
+    const fleet = uniq("ro");
+    expect((await api("POST", "/v1/fleets", { id: fleet })).status).toBe(201);
+    expect((await api("PUT", `/v1/fleets/${fleet}/channels/fw`, { image: "reg/fw:1", version: "1" })).status).toBe(200);
+    expect((await api("PUT", `/v1/fleets/${fleet}/roles/edge`, { agents: [{ name: "fw" }] })).status).toBe(200);
+    for (let i = 0; i < 2; i++) {
+      const r = await api("POST", "/v1/servers", {
+        fleet,
+        hostname: `r${i}.${fleet}.example.com`,
+        kind: "managed",
+        roles: ["edge"],
+      });
+      expect(r.status).toBe(201);
+    }
+    const body = (concurrency: number) => ({ fleet, agent: "fw", image: "reg/fw:2", version: "2", concurrency });
+    const answers = await Promise.all([1, 2, 1, 2, 1, 2].map((c) => api("POST", "/v1/rollouts", body(c))));
+    const started = answers.filter((a) => a.status === 201);
+    expect(new Set(started.map((a) => a.json.id)).size, JSON.stringify(answers)).toBe(1);
+    expect(new Set(started.map((a) => a.json.concurrency)).size).toBe(1);
+    expect(started).toHaveLength(3);
+    for (const a of answers.filter((a) => a.status !== 201))
+      expect([a.status, a.json.error.code, a.json.error.details?.rollout_id]).toEqual([
+        409,
+        "rollout_in_progress",
+        started[0]!.json.id,
+      ]);
+    const list = (await api("GET", `/v1/rollouts?fleet=${fleet}`)).json.items as any[];
+    expect(list).toHaveLength(1);
+    expect((await api("POST", `/v1/rollouts/${list[0].id}/cancel`)).status).toBe(200);
+  });
+
+  it("answers one enrollment token to creates racing under one Idempotency-Key, and exactly one secret it answered enrolls", async () => {
+    const fleet = uniq("idem");
+    expect((await api("POST", "/v1/fleets", { id: fleet })).status).toBe(201);
+    const key = crypto.randomUUID();
+    const body = JSON.stringify({ name: "idem", expires_at: new Date(Date.now() + 3_600_000).toISOString() });
+    const answers = await Promise.all(
+      Array.from({ length: 6 }, () =>
+        fetch(new URL(`/v1/fleets/${fleet}/enrollment-tokens`, url), {
+          method: "POST",
+          headers: { authorization: `Bearer ${admin}`, "content-type": "application/json", "idempotency-key": key },
+          body,
+        }).then(async (r) => ({ status: r.status, json: (await r.json()) as any })),
+      ),
+    );
+    const ok = answers.filter((a) => a.status === 201);
+    expect(ok.length, JSON.stringify(answers)).toBeGreaterThan(0);
+    for (const a of answers.filter((a) => a.status !== 201)) expect(a.status, JSON.stringify(a.json)).toBe(409);
+    expect(new Set(ok.map((a) => a.json.id)).size).toBe(1);
+    expect((await api("GET", `/v1/fleets/${fleet}/enrollment-tokens`)).json.items).toHaveLength(1);
+    const secrets = [...new Set(ok.map((a) => a.json.token as string))];
+    let enrolled = 0;
+    for (const [i, secret] of secrets.entries()) {
+      const r = await fetch(new URL("/v1/agent/enroll", url), {
+        method: "POST",
+        headers: { authorization: `Bearer ${secret}`, "content-type": "application/json" },
+        body: JSON.stringify({ hostname: `i${i}.${fleet}.example.com`, machine_id: `${fleet}-${i}`, boot_id: "b" }),
+      });
+      if (r.status === 201) enrolled++;
+      else expect(r.status).toBe(401);
+    }
+    expect(enrolled).toBe(1);
+  });
+
+  it("registers one image for eight identical registrations at once: one id, one catalog row", async () => {
+    const name = uniq("img");
+    const bytes = Buffer.from("probe image bytes");
+    const digest = `sha256:${(await import("node:crypto")).createHash("sha256").update(bytes).digest("hex")}`;
+    const body = { name, version: "1", kind: "tarball", digest, size: bytes.length };
+    const answers = await Promise.all(Array.from({ length: 8 }, () => api("POST", "/v1/images", body)));
+    for (const a of answers) expect([200, 201], JSON.stringify(a.json)).toContain(a.status);
+    expect(answers.filter((a) => a.status === 201)).toHaveLength(1);
+    expect(new Set(answers.map((a) => a.json.id)).size).toBe(1);
+    const list = (await api("GET", `/v1/images?name=${name}`)).json.items as any[];
+    expect(list).toHaveLength(1);
+  });
+
+  it("keeps a FleetLock slot for one holder when the same host asks for it eight times at once", async () => {
+    const fleet = uniq("fl");
+    expect((await api("POST", "/v1/fleets", { id: fleet })).status).toBe(201);
+    const base = (await api("POST", `/v1/fleets/${fleet}/fleetlock-key`)).json.base_url as string;
+    expect((await api("PUT", `/v1/fleets/${fleet}/reboot-groups/default`, { slots: 1 })).status).toBe(200);
+    for (const id of ["a", "b"]) {
+      const r = await api("POST", "/v1/servers", {
+        fleet,
+        hostname: `${id}.${fleet}.example.com`,
+        kind: "managed",
+        fleetlock_id: `${fleet}-${id}`,
+      });
+      expect(r.status).toBe(201);
+    }
+    const zincati = (op: string, id: string) =>
+      fetch(new URL(`v1/${op}`, base), {
+        method: "POST",
+        headers: { "fleet-lock-protocol": "true" },
+        body: JSON.stringify({ client_params: { id, group: "default" } }),
+      }).then(async (r) => ({ status: r.status, json: (await r.json()) as any }));
+    const answers = await Promise.all(Array.from({ length: 8 }, () => zincati("pre-reboot", `${fleet}-a`)));
+    expect(answers.map((a) => a.status)).toEqual(Array(8).fill(200));
+    const group = (await api("GET", `/v1/fleets/${fleet}/reboot-groups/default`)).json;
+    expect(group.holders.map((h: any) => h.id)).toEqual([`${fleet}-a`]);
+    const audit = (await api("GET", `/v1/audit?target=fleet:${fleet}&limit=100`)).json.items as any[];
+    expect(
+      audit.filter((e) => e.action === "fleetlock.acquire" || e.action === "fleetlock.grant").length,
+    ).toBeLessThanOrEqual(1);
+    // Released as many times at once: the slot is free once, b gets it.
+    const released = await Promise.all(Array.from({ length: 8 }, () => zincati("steady-state", `${fleet}-a`)));
+    expect(released.map((a) => a.status)).toEqual(Array(8).fill(200));
+    expect((await zincati("pre-reboot", `${fleet}-b`)).status).toBe(200);
+  });
+
+  it("a decommission racing the host's reports and an operator's refresh ends with the server decommissioned or pending, never a 500", async () => {
+    const fleet = uniq("dec");
+    expect((await api("POST", "/v1/fleets", { id: fleet })).status).toBe(201);
+    const s = (await api("POST", "/v1/servers", { fleet, hostname: `${fleet}.example.com`, kind: "managed" })).json;
+    expect((await api("PUT", `/v1/servers/${s.id}/desired`, { generation: 2, agents: [] })).status).toBe(200);
+    const report = () =>
+      fetch(new URL("/v1/agent/inventory", url), {
+        method: "PUT",
+        headers: { authorization: `Bearer ${s.token}`, "content-type": "application/json" },
+        body: JSON.stringify({
+          generation: 2,
+          reconciled_at: new Date().toISOString(),
+          boot_id: "b",
+          agents: [],
+          errors: [],
+          assignments: { units: [], storage: [] },
+        }),
+      }).then(async (r) => ({ status: r.status, json: (await r.json()) as any }));
+    const all = await Promise.all([
+      ...Array.from({ length: 4 }, report),
+      api("POST", `/v1/servers/${s.id}/decommission`),
+      api("POST", `/v1/servers/${s.id}/decommission`),
+      api("POST", `/v1/servers/${s.id}/refresh`),
+      ...Array.from({ length: 4 }, report),
+    ]);
+    for (const a of all) expect(a.status, JSON.stringify(a.json)).toBeLessThan(500);
+    const decs = all.slice(4, 6);
+    expect(
+      decs.some((d) => d.status === 200),
+      JSON.stringify(decs),
+    ).toBe(true);
+    const got = (await api("GET", `/v1/servers/${s.id}`)).json;
+    expect(got.lifecycle?.order, JSON.stringify(got)).toBe("terminate");
+    const audit = (await api("GET", `/v1/audit?target=server:${s.id}&limit=100`)).json.items as any[];
+    expect(
+      audit.filter((e) => e.action === "server.decommission").length,
+      JSON.stringify(audit.map((e) => e.action)),
+    ).toBe(1);
+  });
+});
