@@ -537,4 +537,61 @@ describe("the same write sent many times at once", () => {
     for (const a of racing) expect(a.status, a.what).toBeLessThan(500);
     if (racing[1]!.status === 200) expect((await api("GET", `/v1/images/${id2}`)).status).toBe(404);
   });
+
+  it("two operators applying different specs with prune at once leave one of them whole, never a mix of both", async () => {
+    const fleet = uniq("mix");
+    expect((await api("POST", "/v1/fleets", { id: fleet })).status).toBe(201);
+    const spec = (await api("GET", `/v1/fleets/${fleet}/spec`)).json;
+    const variant = (n: number) => ({
+      ...spec,
+      settings: { ...spec.settings, stale_after_s: 600 + n },
+      capabilities: { [`cap${n}`]: true },
+      channels: Object.fromEntries(
+        [1, 2, 3].map((i) => [`agent${n}-${i}`, { image: `reg/a${n}:${i}`, version: String(i) }]),
+      ),
+      roles: { [`role${n}`]: { agents: [{ name: `agent${n}-1` }] } },
+    });
+    for (let round = 0; round < 3; round++) {
+      const answers = await Promise.all(
+        [1, 2].map((n) => api("PUT", `/v1/fleets/${fleet}/spec?prune=true`, variant(n + round * 2))),
+      );
+      for (const a of answers) expect([200, 409], JSON.stringify(a.json)).toContain(a.status);
+      const now = (await api("GET", `/v1/fleets/${fleet}/spec`)).json;
+      const n = now.settings.stale_after_s - 600;
+      expect([1, 2].map((k) => k + round * 2)).toContain(n);
+      const want = variant(n);
+      expect([now.capabilities, Object.keys(now.channels).sort(), Object.keys(now.roles)]).toEqual([
+        want.capabilities,
+        Object.keys(want.channels).sort(),
+        Object.keys(want.roles),
+      ]);
+    }
+  });
+
+  it("a decommission racing the same machine's enrollment leaves one server for it, and no 500", async () => {
+    const fleet = uniq("denr");
+    expect((await api("POST", "/v1/fleets", { id: fleet })).status).toBe(201);
+    const t = await api("POST", `/v1/fleets/${fleet}/enrollment-tokens`, {
+      name: "race",
+      expires_at: new Date(Date.now() + 3_600_000).toISOString(),
+    });
+    const enroll = () =>
+      fetch(new URL("/v1/agent/enroll", url), {
+        method: "POST",
+        headers: { authorization: `Bearer ${t.json.token}`, "content-type": "application/json" },
+        body: JSON.stringify({ hostname: `m.${fleet}.example.com`, machine_id: `${fleet}-m`, boot_id: "b" }),
+      }).then(async (r) => ({ status: r.status, json: (await r.json()) as any }));
+    const first = await enroll();
+    expect(first.status, JSON.stringify(first.json)).toBe(201);
+    const id = first.json.server?.id ?? first.json.id;
+    const all = await Promise.all([
+      api("POST", `/v1/servers/${id}/decommission`),
+      enroll(),
+      enroll(),
+      sleep(20).then(enroll),
+    ]);
+    for (const a of all) expect(a.status, JSON.stringify(a.json)).toBeLessThan(500);
+    const servers = (await api("GET", `/v1/servers?fleet=${fleet}`)).json.items as any[];
+    expect(servers.map((x) => x.id)).toEqual([id]);
+  });
 });
