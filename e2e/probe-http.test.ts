@@ -385,6 +385,75 @@ describe("the routes outside the OpenAPI document, with every wrong credential",
       [],
     );
   });
+  /** Signs in through the console's form as a browser would; the session cookie and the page's CSRF token. */
+  async function signIn(token: string) {
+    const cookieOf = (res: Response, name: string) =>
+      res.headers
+        .getSetCookie()
+        .map((l) => l.split(";")[0]!)
+        .find((p) => p.split("=")[0]!.endsWith(name))!;
+    const page = await fetch(new URL("/console/sign-in", url));
+    const signin = cookieOf(page, "hm_signin");
+    const csrf = /name="_csrf" value="([^"]+)"/.exec(await page.text())![1]!;
+    const res = await fetch(new URL("/console/sign-in", url), {
+      method: "POST",
+      redirect: "manual",
+      headers: { "Content-Type": "application/x-www-form-urlencoded", Origin: url.origin, Cookie: signin },
+      body: new URLSearchParams({ _csrf: csrf, token, next: "/console" }).toString(),
+    });
+    expect(res.status).toBe(303);
+    const cookie = cookieOf(res, "hm_session");
+    const audit = await fetch(new URL("/console/audit", url), { headers: { Cookie: cookie } });
+    return { cookie, csrf: /data-csrf="([^"]+)"/.exec(await audit.text())![1]! };
+  }
+
+  it("refuses every console form sent with a real session but a wrong CSRF token or from another origin (403); a read session's changes nothing", async () => {
+    const adminSession = await signIn(admin);
+    const readSession = await signIn(readToken);
+    const writes = [
+      ...["decommission", "refresh", "token"].map((a) => `/console/servers/${server.id}/${a}`),
+      ...["pause", "resize"].map((a) => `/console/groups/default/${a}?fleet=${fleet}`),
+      `/console/enrollment/create?fleet=${fleet}`,
+      `/console/drift/fix?fleet=${fleet}`,
+    ];
+    const problems: string[] = [];
+    let sent = 0;
+    for (const path of writes) {
+      for (const [name, session, csrf, origin] of [
+        ["wrong CSRF", adminSession, "A".repeat(43), url.origin],
+        ["no CSRF", adminSession, "", url.origin],
+        ["another origin", adminSession, adminSession.csrf, "https://evil.example"],
+        ["no Origin", adminSession, adminSession.csrf, null],
+        ["read session", readSession, readSession.csrf, url.origin],
+      ] as const) {
+        const res = await fetch(new URL(path, url), {
+          method: "POST",
+          redirect: "manual",
+          headers: {
+            "Content-Type": "application/x-www-form-urlencoded",
+            Cookie: session.cookie,
+            ...(origin ? { Origin: origin } : {}),
+          },
+          body: new URLSearchParams({ _csrf: csrf, slots: "3", name: "probe", reason: "probe" }).toString(),
+        });
+        sent++;
+        // The guard refuses a forged form outright (403). A read session's form passes the guard and
+        // reaches the API, whose 403 the console shows as the page's message (303 back, or the form
+        // again): what matters is that nothing below changed.
+        const ok = name === "read session" ? [303, 200, 403] : [403];
+        if (!ok.includes(res.status)) problems.push(`${name}: POST ${path} → ${res.status}`);
+        await res.body?.cancel();
+      }
+    }
+    expect(problems).toEqual([]);
+    expect(sent).toBe(writes.length * 5);
+    expect((await api("GET", `/v1/servers/${server.id}`)).json.lifecycle).toBeNull();
+    expect((await api("GET", `/v1/fleets/${fleet}/enrollment-tokens`)).json.items).toHaveLength(1);
+    const audit = (await api("GET", `/v1/audit?target=server:${server.id}&limit=100`)).json.items as any[];
+    expect(audit.map((e) => e.action).filter((a) => a !== "server.register" && a !== "server.token.rotate")).toEqual(
+      [],
+    );
+  });
 });
 
 describe("channel frames no agent sends, over the real socket", () => {
