@@ -61,6 +61,19 @@ async function fleetExists(id: string) {
   return (await api("GET", `/v1/fleets/${id}`)).status === 200;
 }
 
+/** A host whose desired config names the image: its token downloads the blob, as a host does. */
+async function hostToken(image: { id: string; name: string }) {
+  const fleet = uniq("blob");
+  expect((await api("POST", "/v1/fleets", { id: fleet })).status).toBe(201);
+  const s = (await api("POST", "/v1/servers", { fleet, hostname: `${fleet}.example.com`, kind: "managed" })).json;
+  const put = await api("PUT", `/v1/servers/${s.id}/desired`, {
+    generation: 2,
+    agents: [{ name: image.name, image_id: image.id }],
+  });
+  expect(put.status, JSON.stringify(put.json)).toBe(200);
+  return s.token as string;
+}
+
 describe("a client that never finishes its request", () => {
   it("whose body never comes holds up nobody else, and its fleet is not created when it hangs up", async () => {
     const id = uniq("hang");
@@ -141,6 +154,72 @@ describe("a client that never finishes its request", () => {
   });
 });
 
+describe("an upload part that never arrives whole", () => {
+  it("is not recorded when its client hangs up halfway, stalls or lies, and a whole part afterwards completes the image", async () => {
+    const { createHash } = await import("node:crypto");
+    const bytes = Buffer.alloc(300_000, 3);
+    const digest = `sha256:${createHash("sha256").update(bytes).digest("hex")}`;
+    const reg = await api("POST", "/v1/images", {
+      name: uniq("half"),
+      version: "1",
+      kind: "tarball",
+      digest,
+      size: bytes.length,
+    });
+    expect(reg.status, JSON.stringify(reg.json)).toBe(201);
+    const id = reg.json.id as string;
+    const partHead = (length: number) =>
+      head("PUT", `/v1/images/${id}/parts/1`, {
+        authorization: `Bearer ${admin}`,
+        "content-type": "application/octet-stream",
+        "content-length": length,
+      });
+    // Half the bytes, then the socket is gone.
+    const half = raw();
+    await half.opened;
+    half.socket.write(partHead(bytes.length));
+    half.socket.write(bytes.subarray(0, bytes.length / 2));
+    await sleep(300);
+    half.socket.destroy();
+    // Half the bytes, then nothing: a stalled sender, left open while the rest goes on.
+    const stalled = raw();
+    await stalled.opened;
+    stalled.socket.write(partHead(bytes.length));
+    stalled.socket.write(bytes.subarray(0, bytes.length / 2));
+    await sleep(500);
+    let got = (await api("GET", `/v1/images/${id}`)).json;
+    expect([got.state, got.upload?.received]).toEqual(["uploading", []]);
+    expect((await api("POST", `/v1/images/${id}/complete`)).status).toBe(409);
+    // The whole part, sent beside the stalled one, is taken and completes the image.
+    const whole = await fetch(new URL(`/v1/images/${id}/parts/1`, url), {
+      method: "PUT",
+      headers: { authorization: `Bearer ${admin}`, "content-type": "application/octet-stream" },
+      body: bytes,
+    });
+    expect(whole.status, await whole.text()).toBe(200);
+    const done = await api("POST", `/v1/images/${id}/complete`);
+    expect(done.status, JSON.stringify(done.json)).toBe(200);
+    // The stalled sender finishing now, with other bytes, is refused, and the ready image keeps its own.
+    stalled.socket.write(Buffer.alloc(bytes.length / 2, 9));
+    for (let i = 0; i < 100 && !stalled.answer().includes("\r\n\r\n"); i++) await sleep(50);
+    const late = firstAnswer(stalled.answer());
+    stalled.socket.destroy();
+    expect(late.status, stalled.answer().slice(0, 300)).toBeGreaterThanOrEqual(400);
+    expect(late.status).toBeLessThan(500);
+    got = (await api("GET", `/v1/images/${id}`)).json;
+    expect([got.state, got.digest, got.size]).toEqual(["ready", digest, bytes.length]);
+    const blob = await fetch(new URL(`/v1/agent/images/${id}/blob`, url), {
+      headers: { authorization: `Bearer ${await hostToken(reg.json)}` },
+    });
+    expect(blob.status).toBe(200);
+    expect(
+      `sha256:${createHash("sha256")
+        .update(Buffer.from(await blob.arrayBuffer()))
+        .digest("hex")}`,
+    ).toBe(digest);
+  });
+});
+
 describe("a channel socket that never reads", () => {
   it("delays no operator write that pushes to it, nor the host's own HTTP report", async () => {
     const fleet = uniq("deaf");
@@ -177,6 +256,49 @@ describe("a channel socket that never reads", () => {
     expect(slowest.put).toBeLessThan(3_000);
     r.socket.destroy();
   });
+});
+
+describe("many long polls, some hung up", () => {
+  it("answers 40 parked desired polls and 40 parked server reads within moments of one change, hung-up ones costing nothing", async () => {
+    const fleet = uniq("polls");
+    expect((await api("POST", "/v1/fleets", { id: fleet })).status).toBe(201);
+    const s = (await api("POST", "/v1/servers", { fleet, hostname: `${fleet}.example.com`, kind: "managed" })).json;
+    expect((await api("PUT", `/v1/servers/${s.id}/desired`, { generation: 2, agents: [] })).status).toBe(200);
+    const first = await fetch(new URL("/v1/agent/desired", url), { headers: { authorization: `Bearer ${s.token}` } });
+    const etag = first.headers.get("etag")!;
+    await first.body?.cancel();
+    const serverTag = (
+      await fetch(new URL(`/v1/servers/${s.id}`, url), { headers: { authorization: `Bearer ${admin}` } })
+    ).headers.get("etag")!;
+    const aborts: AbortController[] = [];
+    const park = (path: string, token: string, tag: string, hangUp: boolean) => {
+      const ac = new AbortController();
+      if (hangUp) aborts.push(ac);
+      return fetch(new URL(path, url), {
+        headers: { authorization: `Bearer ${token}`, "if-none-match": tag },
+        signal: ac.signal,
+      }).then(
+        async (r) => ({ status: r.status, at: Date.now(), body: await r.text() }),
+        () => ({ status: 0, at: Date.now(), body: "" }),
+      );
+    };
+    const polls = Array.from({ length: 40 }, (_, i) => park("/v1/agent/desired?wait=30", s.token, etag, i % 4 === 0));
+    const reads = Array.from({ length: 40 }, (_, i) =>
+      park(`/v1/servers/${s.id}?wait=30`, admin, serverTag, i % 4 === 0),
+    );
+    await sleep(1_500);
+    for (const ac of aborts) ac.abort();
+    await sleep(300);
+    // Everyone else is still served at once while 80 requests are parked.
+    expect(await readLatency()).toBeLessThan(2_000);
+    const changed = Date.now();
+    expect((await api("PUT", `/v1/servers/${s.id}/desired`, { generation: 3, agents: [] })).status).toBe(200);
+    const done = await Promise.all([...polls, ...reads]);
+    const answered = done.filter((d) => d.status !== 0);
+    expect(answered).toHaveLength(60);
+    for (const d of answered) expect(d.status, d.body.slice(0, 100)).toBe(200);
+    expect(Math.max(...answered.map((d) => d.at - changed))).toBeLessThan(5_000);
+  }, 60_000);
 });
 
 describe("the same write sent many times at once", () => {
@@ -507,12 +629,12 @@ describe("the same write sent many times at once", () => {
     const got = (await api("GET", `/v1/images/${id}`)).json;
     expect([got.state, got.size, got.digest]).toEqual(["ready", bytes.length, digest]);
     const blob = await fetch(new URL(`/v1/agent/images/${id}/blob`, url), {
-      headers: { authorization: `Bearer ${admin}` },
+      headers: { authorization: `Bearer ${await hostToken(reg.json)}` },
     });
-    if (blob.status === 200) {
-      const read = Buffer.from(await blob.arrayBuffer());
-      expect(`sha256:${createHash("sha256").update(read).digest("hex")}`).toBe(digest);
-    } else await blob.body?.cancel();
+    expect(blob.status).toBe(200);
+    const read = Buffer.from(await blob.arrayBuffer());
+    expect(`sha256:${createHash("sha256").update(read).digest("hex")}`).toBe(digest);
+
     // Deleted while a part and a completion race it: gone, and nothing answers for it after.
     const reg2 = await api("POST", "/v1/images", {
       name: uniq("race-del"),
