@@ -18,7 +18,7 @@ const api = adminApi;
 const uniq = (p: string) => `${p}-${Date.now().toString(36)}-${Math.random().toString(36).slice(2, 7)}`;
 
 /** Sends raw bytes on a fresh connection and reads until the server closes it or `ms` pass. */
-function rawExchange(bytes: string | Buffer, ms = 5_000) {
+function rawExchange(bytes: string | Buffer, ms = 5_000, want = 1) {
   return new Promise<string>((resolve) => {
     const socket = connect(Number(url.port), url.hostname);
     let text = "";
@@ -26,6 +26,8 @@ function rawExchange(bytes: string | Buffer, ms = 5_000) {
     socket.on("data", (d: string) => {
       text += d;
       // One whole answer is all a probe reads: a kept-alive or upgraded connection is not waited out.
+      // Several answers: the last request closes the connection, which ends the read.
+      if (want > 1) return;
       const end = text.indexOf("\r\n\r\n");
       if (end < 0) return;
       const length = /content-length: (\d+)/i.exec(text.slice(0, end));
@@ -173,6 +175,39 @@ describe("framing a real parser has to judge", () => {
         problems.push(`${JSON.stringify(value)}: ${a.body.slice(0, 100)}`);
     }
     expect(problems).toEqual([]);
+  });
+  it("answers pipelined requests on one connection each with its own credential: the admin's does not carry over", async () => {
+    const id = uniq("pipe");
+    const body = JSON.stringify({ id });
+    const text = await rawExchange(
+      `GET /v1/status HTTP/1.1\r\nHost: ${url.host}\r\nAuthorization: Bearer ${admin}\r\n\r\n` +
+        `POST /v1/fleets HTTP/1.1\r\nHost: ${url.host}\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}` +
+        `GET /v1/tokens HTTP/1.1\r\nHost: ${url.host}\r\nConnection: close\r\n\r\n`,
+      5_000,
+      3,
+    );
+    const got = answers(text);
+    expect(got.map((a) => a.status)).toEqual([200, 401, 401]);
+    expect(errorShape(got[1]!.json) && errorShape(got[2]!.json)).toBe(true);
+    expect(await fleetExists(id)).toBe(false);
+  });
+
+  it("answers Expect: 100-continue whose body never follows without holding anyone else, and writes nothing", async () => {
+    const id = uniq("expect");
+    const socket = connect(Number(url.port), url.hostname);
+    socket.on("error", () => {});
+    await new Promise<void>((r) => socket.on("connect", () => r()));
+    socket.write(
+      `POST /v1/fleets HTTP/1.1\r\nHost: ${url.host}\r\nAuthorization: Bearer ${admin}\r\n` +
+        `Content-Type: application/json\r\nContent-Length: 100\r\nExpect: 100-continue\r\n\r\n`,
+    );
+    await sleep(500);
+    const at = Date.now();
+    expect((await api("GET", "/v1/status")).status).toBe(200);
+    expect(Date.now() - at).toBeLessThan(2_000);
+    socket.destroy();
+    await sleep(300);
+    expect(await fleetExists(id)).toBe(false);
   });
 });
 
