@@ -31,7 +31,7 @@ function rawExchange(bytes: string | Buffer, ms = 5_000, want = 1) {
       const end = text.indexOf("\r\n\r\n");
       if (end < 0) return;
       const length = /content-length: (\d+)/i.exec(text.slice(0, end));
-      if (/^HTTP\/1\.1 101/.test(text) || (length && text.length >= end + 4 + Number(length[1]))) {
+      if (text.startsWith("HTTP/1.1 101") || (length && text.length >= end + 4 + Number(length[1]))) {
         socket.destroy();
         resolve(text);
       }

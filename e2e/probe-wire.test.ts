@@ -5,7 +5,7 @@
  * at once. Each probe checks that the server answers everyone else meanwhile, answers the prober
  * in the error shape (never a 500), and writes nothing it did not acknowledge.
  */
-import { connect, type Socket } from "node:net";
+import { connect } from "node:net";
 import { setTimeout as sleep } from "node:timers/promises";
 import { describe, expect, inject, it } from "vitest";
 import { adminApi } from "./harness.ts";
