@@ -5,6 +5,7 @@
  * at once. Each probe checks that the server answers everyone else meanwhile, answers the prober
  * in the error shape (never a 500), and writes nothing it did not acknowledge.
  */
+import { createServer } from "node:http";
 import { connect } from "node:net";
 import { setTimeout as sleep } from "node:timers/promises";
 import { describe, expect, inject, it } from "vitest";
@@ -299,6 +300,55 @@ describe("many long polls, some hung up", () => {
     for (const d of answered) expect(d.status, d.body.slice(0, 100)).toBe(200);
     expect(Math.max(...answered.map((d) => d.at - changed))).toBeLessThan(5_000);
   }, 60_000);
+});
+
+describe("a webhook receiver that accepts and never answers", () => {
+  it("holds up no operator's test request, and only its own deliveries: a healthy receiver's test arrives meanwhile", async () => {
+    const sockets = new Set<import("node:net").Socket>();
+    const hanging = createServer(() => {});
+    hanging.on("connection", (s) => sockets.add(s));
+    let received = 0;
+    const healthy = createServer((req, res) => {
+      req.resume();
+      req.on("end", () => {
+        received++;
+        res.end("ok");
+      });
+    });
+    const port = (srv: ReturnType<typeof createServer>) =>
+      new Promise<number>((r) => srv.listen(0, "127.0.0.1", () => r((srv.address() as { port: number }).port)));
+    const [hp, gp] = [await port(hanging), await port(healthy)];
+    try {
+      const fleet = uniq("hook");
+      expect((await api("POST", "/v1/fleets", { id: fleet })).status).toBe(201);
+      const hook = async (p: number) => {
+        const r = await api("POST", `/v1/fleets/${fleet}/webhooks`, {
+          url: `http://127.0.0.1:${p}/hook`,
+          events: ["server.registered"],
+          secret: "s".repeat(32),
+        });
+        expect(r.status, JSON.stringify(r.json)).toBe(201);
+        return r.json.webhook.id as string;
+      };
+      const [stuck, fine] = [await hook(hp), await hook(gp)];
+      let slowest = 0;
+      for (let i = 0; i < 5; i++) {
+        const at = Date.now();
+        expect((await api("POST", `/v1/fleets/${fleet}/webhooks/${stuck}/test`)).status).toBe(202);
+        slowest = Math.max(slowest, Date.now() - at);
+      }
+      expect(slowest).toBeLessThan(2_000);
+      const at = Date.now();
+      expect((await api("POST", `/v1/fleets/${fleet}/webhooks/${fine}/test`)).status).toBe(202);
+      while (received === 0 && Date.now() - at < 15_000) await sleep(100);
+      expect(received).toBeGreaterThan(0);
+      expect(Date.now() - at).toBeLessThan(10_000);
+    } finally {
+      for (const s of sockets) s.destroy();
+      hanging.close();
+      healthy.close();
+    }
+  }, 40_000);
 });
 
 describe("the same write sent many times at once", () => {
