@@ -491,6 +491,40 @@ describe("the routes outside the OpenAPI document, with every wrong credential",
   });
 });
 
+describe("FleetLock with another fleet's key", () => {
+  it("refuses it on every endpoint of the fleet (403), the key's own fleet untouched too", async () => {
+    const a = uniq("fla");
+    const b = uniq("flb");
+    for (const f of [a, b]) expect((await api("POST", "/v1/fleets", { id: f })).status).toBe(201);
+    const baseA = (await api("POST", `/v1/fleets/${a}/fleetlock-key`)).json.base_url as string;
+    expect((await api("POST", `/v1/fleets/${b}/fleetlock-key`)).status).toBe(201);
+    const keyA = new URL(baseA).pathname.split("/")[3]!;
+    for (const f of [a, b]) {
+      const r = await api("POST", "/v1/servers", {
+        fleet: f,
+        hostname: `n.${f}.example.com`,
+        kind: "managed",
+        fleetlock_id: "node-1",
+      });
+      expect(r.status).toBe(201);
+    }
+    const problems: string[] = [];
+    for (const path of ["v1/pre-reboot", "default/v1/pre-reboot", "v1/steady-state", "default/v1/steady-state"]) {
+      const res = await fetch(new URL(`/fleetlock/${b}/${keyA}/${path}`, url), {
+        method: "POST",
+        headers: { "fleet-lock-protocol": "true" },
+        body: JSON.stringify({ client_params: { id: "node-1", group: "default" } }),
+      });
+      const json = (await res.json()) as any;
+      if (res.status !== 403 || typeof json.kind !== "string")
+        problems.push(`${path} → ${res.status} ${JSON.stringify(json)}`);
+    }
+    expect(problems).toEqual([]);
+    // No group got a holder, nor came into being, in either fleet.
+    for (const f of [a, b]) expect((await api("GET", `/v1/fleets/${f}/reboot-groups`)).json.items).toEqual([]);
+  });
+});
+
 describe("channel frames no agent sends, over the real socket", () => {
   it("answers binary, garbage, 2 MiB and 20 MiB frames with an error or a close, and keeps serving everyone", async () => {
     const fleet = uniq("frames");
