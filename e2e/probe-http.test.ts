@@ -281,7 +281,7 @@ describe("path parameters that try to leave their segment", () => {
   });
 });
 
-describe("the routes outside the OpenAPI document, with every wrong credential", () => {
+describe("what the document walks miss, with every wrong credential: upgrades, console forms, rotated host tokens", () => {
   let fleet: string;
   let server: { id: string; token: string };
   let oldServerToken: string;
@@ -349,6 +349,45 @@ describe("the routes outside the OpenAPI document, with every wrong credential",
     expect(problems).toEqual([]);
     // The current token is let in (101), so the refusals above were about the tokens.
     expect((await upgrade("/v1/agent/channel", { Authorization: `Bearer ${server.token}` })).status).toBe(101);
+  });
+
+  it("refuses a rotated-away server token on every host route (401), and takes the current one", async () => {
+    const report = JSON.stringify({
+      generation: 1,
+      reconciled_at: new Date().toISOString(),
+      boot_id: "b",
+      agents: [],
+      errors: [],
+      assignments: { units: [], storage: [] },
+    });
+    const routes: [string, string, string | undefined][] = [
+      ["GET", "/v1/agent/desired", undefined],
+      ["GET", "/v1/agent/desired?wait=5", undefined],
+      ["PUT", "/v1/agent/inventory", report],
+      ["GET", `/v1/agent/images/${crypto.randomUUID()}/blob`, undefined],
+    ];
+    const problems: string[] = [];
+    for (const [method, path, body] of routes) {
+      for (const [name, token, want] of [
+        ["rotated-away", oldServerToken, 401],
+        ["enrollment token", enrollToken, 401],
+        ["admin", admin, 403],
+      ] as const) {
+        const res = await fetch(new URL(path, url), {
+          method,
+          headers: { authorization: `Bearer ${token}`, ...(body ? { "content-type": "application/json" } : {}) },
+          body,
+        });
+        const json = await res.json().catch(() => null);
+        if (res.status !== want || !errorShape(json)) problems.push(`${name}: ${method} ${path} → ${res.status}`);
+      }
+    }
+    expect(problems).toEqual([]);
+    const current = await fetch(new URL("/v1/agent/desired", url), {
+      headers: { authorization: `Bearer ${server.token}` },
+    });
+    expect(current.status).toBe(200);
+    await current.body?.cancel();
   });
 
   it("refuses the console's live socket without a session, from another origin, or for a fleet the session may not see", async () => {
