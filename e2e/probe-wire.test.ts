@@ -766,4 +766,74 @@ describe("the same write sent many times at once", () => {
     const servers = (await api("GET", `/v1/servers?fleet=${fleet}`)).json.items as any[];
     expect(servers.map((x) => x.id)).toEqual([id]);
   });
+
+  it("grants a two-slot group to two of eight hosts asking at once, and to no third while a resize races them", async () => {
+    const fleet = uniq("slots");
+    expect((await api("POST", "/v1/fleets", { id: fleet })).status).toBe(201);
+    const base = (await api("POST", `/v1/fleets/${fleet}/fleetlock-key`)).json.base_url as string;
+    expect((await api("PUT", `/v1/fleets/${fleet}/reboot-groups/default`, { slots: 2, queue_wait_s: 0 })).status).toBe(
+      200,
+    );
+    const ids = Array.from({ length: 8 }, (_, i) => `${fleet}-${i}`);
+    for (const id of ids) {
+      const r = await api("POST", "/v1/servers", {
+        fleet,
+        hostname: `${id}.example.com`,
+        kind: "managed",
+        fleetlock_id: id,
+      });
+      expect(r.status).toBe(201);
+    }
+    const zincati = (id: string) =>
+      fetch(new URL("v1/pre-reboot", base), {
+        method: "POST",
+        headers: { "fleet-lock-protocol": "true" },
+        body: JSON.stringify({ client_params: { id, group: "default" } }),
+      }).then(async (r) => ({ id, status: r.status, json: (await r.json()) as any }));
+    const [answers] = await Promise.all([
+      Promise.all(ids.map(zincati)),
+      sleep(10).then(() => api("PUT", `/v1/fleets/${fleet}/reboot-groups/default`, { slots: 1, queue_wait_s: 0 })),
+    ]);
+    const granted = answers.filter((a) => a.status === 200).map((a) => a.id);
+    for (const a of answers) expect([200, 409], JSON.stringify(a.json)).toContain(a.status);
+    expect(granted.length).toBeGreaterThanOrEqual(1);
+    expect(granted.length).toBeLessThanOrEqual(2);
+    const group = (await api("GET", `/v1/fleets/${fleet}/reboot-groups/default`)).json;
+    expect(group.holders.map((h: any) => h.id).sort()).toEqual([...granted].sort());
+  });
+
+  it("keeps one channel socket per server when twenty connect at once: the others are told 4001, only one hears a change", async () => {
+    const fleet = uniq("sockets");
+    expect((await api("POST", "/v1/fleets", { id: fleet })).status).toBe(201);
+    const s = (await api("POST", "/v1/servers", { fleet, hostname: `${fleet}.example.com`, kind: "managed" })).json;
+    const wsUrl = new URL("/v1/agent/channel", url.href.replace(/^http/, "ws"));
+    const sockets = Array.from({ length: 20 }, () => {
+      const ws = new WebSocket(wsUrl, ["harbormaster.v1", `hm-token.${s.token}`]);
+      const got: any[] = [];
+      ws.addEventListener("message", (e) => got.push(JSON.parse(String(e.data))));
+      ws.addEventListener("error", () => {});
+      return { ws, got };
+    });
+    // A replaced socket receives the close frame (4001) and answers it, so it leaves OPEN; wrangler
+    // dev does not then end the connection, so a WHATWG client stays CLOSING rather than closed.
+    const deadline = Date.now() + 10_000;
+    const open = () => sockets.filter((x) => x.ws.readyState === WebSocket.OPEN);
+    while (
+      Date.now() < deadline &&
+      (open().length !== 1 || sockets.some((x) => x.ws.readyState === WebSocket.CONNECTING))
+    )
+      await sleep(100);
+    expect(open()).toHaveLength(1);
+    const before = sockets.map((x) => x.got.length);
+    expect((await api("PUT", `/v1/servers/${s.id}/desired`, { generation: 5, agents: [] })).status).toBe(200);
+    const until = Date.now() + 5_000;
+    while (Date.now() < until && !open()[0]!.got.some((m) => JSON.stringify(m).includes('"generation":5')))
+      await sleep(50);
+    expect(JSON.stringify(open()[0]!.got)).toContain('"generation":5');
+    await sleep(300);
+    // The change went to the one socket the ledger keeps, and to none of the replaced ones.
+    const heard = sockets.filter((x, i) => x.got.length > before[i]!);
+    expect(heard).toHaveLength(1);
+    for (const x of sockets) x.ws.close();
+  });
 });
