@@ -54,6 +54,11 @@ export interface StatusFile {
   last_error: { at: string; message: string } | null;
   /** Set when the loop ended (why), null while it runs. */
   exited: { at: string; reason: string } | null;
+  /**
+   * While a start waits out its crash backoff (./crash-backoff.ts): when it connects, after how
+   * many crashes in a row. Absent from the files of releases before it.
+   */
+  crash_backoff?: { until: string; crashes: number } | null;
 }
 
 export class StateDir {

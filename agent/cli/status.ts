@@ -76,6 +76,10 @@ export function formatStatus(v: StatusView): string {
     lines.push(
       `loop:       not running${l.exited ? ` (ended ${l.exited.at}: ${l.exited.reason})` : ` (pid ${l.pid} is gone)`}`,
     );
+  else if (l.crash_backoff)
+    lines.push(
+      `loop:       backing off until ${l.crash_backoff.until} after ${l.crash_backoff.crashes} crash${l.crash_backoff.crashes === 1 ? "" : "es"} in a row (pid ${l.pid}, ${l.version}, since ${l.started_at}); it connects then`,
+    );
   else
     lines.push(
       `loop:       running (pid ${l.pid}, ${l.version}, since ${l.started_at}), ${l.connected ? "connected" : "not connected"} over ${l.transport}`,
