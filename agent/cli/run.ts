@@ -22,7 +22,7 @@ import { RebootCoordinator } from "./reboot.ts";
 import { WithSelf } from "./router.ts";
 import { endRun, startRun } from "./crash-backoff.ts";
 import { checkSwapOnStart, EXIT_RESTART, SelfDriver, sweepSelfUpdateLeftovers } from "./self-update.ts";
-import type { Identity, StateDir, StatusFile } from "./state.ts";
+import { UnreadableStateFile, type Identity, type StateDir, type StatusFile } from "./state.ts";
 import { AGENT_VERSION } from "./version.ts";
 
 const EXIT_OK = 0;
@@ -47,7 +47,15 @@ const messageOf = (err: unknown) => (err instanceof Error ? err.message : String
 
 export async function runAgent(o: RunOptions): Promise<number> {
   const { config, state, log } = o;
-  const identity = state.identity();
+  let identity: Identity | null;
+  try {
+    identity = state.identity();
+  } catch (err) {
+    if (!(err instanceof UnreadableStateFile)) throw err;
+    // Not restarted (78): a restart would read the same file; guessing a server would be worse.
+    log.error(`${err.message}: restore it from a backup, or remove it and join again`);
+    return EXIT_CONFIG;
+  }
   if (!identity) {
     log.error(`not joined: run \`harbormaster-agent join URL TOKEN\` first (state directory ${state.dir})`);
     return EXIT_CONFIG;
