@@ -314,11 +314,27 @@ export type StartCheck =
   /** The new build failed too often: the previous one is back in place; exit so it starts. */
   | { kind: "rolled_back"; marker: SwapMarker; reason: string };
 
+const isSwapMarker = (v: unknown): v is SwapMarker => {
+  if (typeof v !== "object" || v === null) return false;
+  const m = v as Record<string, unknown>;
+  const text = (k: string) => typeof m[k] === "string";
+  // The versions and paths are acted on: they must name something.
+  return (
+    ["from", "to", "binary", "previous"].every((k) => text(k) && m[k] !== "") &&
+    text("digest") &&
+    text("swapped_at") &&
+    Number.isSafeInteger(m.starts)
+  );
+};
+
 /** What a starting `run` finds of a self-update in progress (see the top of this file). */
 export function checkSwapOnStart(state: StateDir, log: Logger, version = AGENT_VERSION): StartCheck {
   let marker: SwapMarker | null;
   try {
     marker = state.read<SwapMarker>("self-update.json");
+    // JSON of another shape is as unreadable: its paths would be renamed and removed below.
+    if (marker !== null && !isSwapMarker(marker))
+      throw new UnreadableStateFile(state.path("self-update.json"), "not a swap marker");
   } catch (err) {
     if (!(err instanceof UnreadableStateFile)) throw err;
     // Which build was swapped in, and where the previous one is, are lost: this build runs on (it

@@ -128,17 +128,21 @@ describe("status with other files it cannot read", () => {
 });
 
 describe("run with a self-update file it cannot read", () => {
-  it("runs this build on and reports, the swap marker set aside with an error", async () => {
-    const h = host({ "identity.json": identity, "self-update.json": '{"from":"0.0.9","to":' });
-    const r = await runUntilReported(h.env);
-    expect(r.code, r.log).toBe(0);
-    expect(r.log).toMatch(/self-update: .*self-update\.json cannot be read .*running this build .* as it is/);
-    expect(r.log).not.toMatch(/unexpected failure/);
-    expect(existsSync(h.file("self-update.json"))).toBe(false);
-    expect(readFileSync(h.file("self-update.json.unreadable"), "utf8")).toBe('{"from":"0.0.9","to":');
-    // Ended as it should: no crash marker for the next start.
-    expect(existsSync(h.file("run.json"))).toBe(false);
-  });
+  for (const [what, text] of [
+    ["cut short", '{"from":"0.0.9","to":'],
+    ["JSON, but not a swap marker", '{"to":"0.0.9","binary":null}'],
+  ] as const)
+    it(`runs this build on and reports, the swap marker set aside with an error: ${what}`, async () => {
+      const h = host({ "identity.json": identity, "self-update.json": text });
+      const r = await runUntilReported(h.env);
+      expect(r.code, r.log).toBe(0);
+      expect(r.log).toMatch(/self-update: .*self-update\.json cannot be read .*running this build .* as it is/);
+      expect(r.log).not.toMatch(/unexpected failure/);
+      expect(existsSync(h.file("self-update.json"))).toBe(false);
+      expect(readFileSync(h.file("self-update.json.unreadable"), "utf8")).toBe(text);
+      // Ended as it should: no crash marker for the next start.
+      expect(existsSync(h.file("run.json"))).toBe(false);
+    });
 
   it("and with a reboot.json it cannot read: runs, reports, and the healthy report removes it", async () => {
     const h = host({ "identity.json": identity, "reboot.json": '{"phase":"gran' });
