@@ -12,19 +12,13 @@ import { afterAll, afterEach, describe, expect, it } from "vitest";
 import { crashDelayMs, crashesBefore, startRun } from "../cli/crash-backoff.ts";
 import { createLogger } from "../cli/log.ts";
 import { StateDir } from "../cli/state.ts";
-import { agentCmd, json, scriptedServer, tempHost } from "./cli-helpers.ts";
+import { agentCmd, emptyServer, tempHost } from "./cli-helpers.ts";
 
 const repoRoot = resolve(import.meta.dirname, "../..");
 const NODE = join(repoRoot, "node_modules/node/bin/node");
 const MAIN = join(repoRoot, "agent/cli/main.ts");
 
-const server = await scriptedServer((req, res) => {
-  if (req.url.startsWith("/v1/agent/desired"))
-    return json(res, 200, { server_id: "s", generation: 1, lifecycle: "run", agents: [] });
-  if (req.url === "/v1/agent/inventory")
-    return json(res, 200, { server_id: "s", desired_generation: 1, status: "realized", agents: [] });
-  json(res, 404, { error: { code: "not_found", message: "no" } });
-});
+const server = await emptyServer();
 afterAll(() => server.close());
 
 let running: ChildProcess | null = null;

@@ -4,18 +4,13 @@
  * blocks or a hand edit still happen: each such file gives a clear error or is set aside, never
  * a crash on every start (exit 70, restarted by systemd for ever), and `status` still answers.
  */
+import { spawn } from "node:child_process";
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { agentCmd, json, scriptedServer, tempHost } from "./cli-helpers.ts";
+import { agentCmd, emptyServer, tempHost } from "./cli-helpers.ts";
 
-const server = await scriptedServer((req, res) => {
-  if (req.url.startsWith("/v1/agent/desired"))
-    return json(res, 200, { server_id: "s", generation: 1, lifecycle: "run", agents: [] });
-  if (req.url === "/v1/agent/inventory")
-    return json(res, 200, { server_id: "s", desired_generation: 1, status: "realized", agents: [] });
-  json(res, 404, { error: { code: "not_found", message: "no" } });
-});
+const server = await emptyServer();
 afterAll(() => server.close());
 
 const TOKEN = "hms.s.secret-never-shown";
@@ -47,7 +42,6 @@ function host(files: Record<string, string>) {
 /** `run` until its first accepted report and `until` (or its exit), then stopped as systemd stops it. */
 async function runUntilReported(env: Record<string, string>, until: () => boolean = () => true) {
   const before = server.requests.filter((r) => r.url === "/v1/agent/inventory").length;
-  const { spawn } = await import("node:child_process");
   const child = spawn(
     join(import.meta.dirname, "../../node_modules/node/bin/node"),
     [join(import.meta.dirname, "../cli/main.ts"), "run"],
