@@ -35,6 +35,11 @@ export function readId(file: string, what: string): string {
   }
   const id = text.split("\n")[0].trim();
   if (!id) throw new Error(`${file} holds no ${what}`);
+  // What the server takes (src/enrollment/schemas.ts): another would have every report refused.
+  if (!/^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$/.test(id))
+    throw new Error(
+      `${file} does not hold a ${what}: 1-128 letters, digits, '_', '.', ':' and '-' were expected, not ${JSON.stringify(id.slice(0, 40))}${id.length > 40 ? "…" : ""}`,
+    );
   return id;
 }
 

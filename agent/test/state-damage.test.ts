@@ -146,3 +146,15 @@ describe("run with a self-update file it cannot read", () => {
     expect(r.log).not.toMatch(/unexpected failure/);
   });
 });
+
+describe("a boot id file that holds no boot id", () => {
+  it("stops run with 78 before any call: every report would be refused for it", async () => {
+    const h = host({ "identity.json": identity });
+    writeFileSync(h.bootId, `${"x".repeat(200)}\n`);
+    const calls = server.requests.length;
+    const r = await agentCmd(["run"], h.env);
+    expect(r.code).toBe(78);
+    expect(r.stderr).toMatch(/boot_id does not hold a boot id: 1-128 letters, .* not \\?"x{40}\\?"…/);
+    expect(server.requests.length).toBe(calls);
+  });
+});
