@@ -1,7 +1,7 @@
 /**
  * The agent's own backoff from a crash loop. systemd restarts a crashed agent `RestartSec=` (5 s)
  * later; only from systemd 254 (`RestartSteps=`, `RestartMaxDelaySec=`; Debian 12 has 252) does
- * that delay grow, and then only to 2 min, as systemd never starts its count over while the unit
+ * that delay grow, and then only to 30 s, as systemd never starts its count over while the unit
  * restarts by itself (the unit says more). So each run leaves a marker in the
  * state directory (`run.json`: this boot, when the run started, how many runs in a row crashed)
  * and removes it when it ends as it should; a start that finds one the same boot left knows the
