@@ -65,6 +65,8 @@ export class RolloutStore {
       // Undone: what the turn's writers kept in memory beside their rows is read again.
       this.samples.forget();
       this.targets.forget();
+      this.timersSet.clear();
+      this.cancelsCache = undefined;
       this.cache = outer ? outer.cache : null;
       this.coreUnstored = outer ? outer.unstored : false;
       throw err;
@@ -197,12 +199,26 @@ export class RolloutStore {
    * cancelled by older code have none recorded (their core's ended_at says when).
    */
   cancels(): number[] {
-    return this.kv.get<number[]>("cancels") ?? [];
+    // Read once per object's life: every target's start asks (its deadline), and only addCancel writes it.
+    this.cancelsCache ??= this.kv.get<number[]>("cancels") ?? [];
+    return this.cancelsCache;
   }
+  private cancelsCache: number[] | undefined;
 
   addCancel(at: number) {
-    this.kv.put("cancels", [...this.cancels(), at]);
+    const cancels = [...this.cancels(), at];
+    this.kv.put("cancels", cancels);
+    this.cancelsCache = cancels;
   }
+
+  // ---- the timers this object knows it set (./timer-memo.ts) ----
+
+  /**
+   * Per timer name, when this object last set it for (an upper bound on its stored due time), or
+   * null once it cancelled it; absent when unknown. Forgotten with an undone turn and, per name,
+   * when the timer fires (the scheduler deletes or moves its row then).
+   */
+  readonly timersSet = new Map<string, number | null>();
 
   // ---- what the effects read ----
 
