@@ -66,7 +66,6 @@ export class RolloutStore {
       this.samples.forget();
       this.targets.forget();
       this.timersSet.clear();
-      this.cancelsCache = undefined;
       this.cache = outer ? outer.cache : null;
       this.coreUnstored = outer ? outer.unstored : false;
       throw err;
@@ -199,16 +198,11 @@ export class RolloutStore {
    * cancelled by older code have none recorded (their core's ended_at says when).
    */
   cancels(): number[] {
-    // Read once per object's life: every target's start asks (its deadline), and only addCancel writes it.
-    this.cancelsCache ??= this.kv.get<number[]>("cancels") ?? [];
-    return this.cancelsCache;
+    return this.kv.get<number[]>("cancels") ?? [];
   }
-  private cancelsCache: number[] | undefined;
 
   addCancel(at: number) {
-    const cancels = [...this.cancels(), at];
-    this.kv.put("cancels", cancels);
-    this.cancelsCache = cancels;
+    this.kv.put("cancels", [...this.cancels(), at]);
   }
 
   // ---- the timers this object knows it set (./timer-memo.ts) ----
