@@ -412,6 +412,8 @@ describe("outbox", () => {
     await scratch(async (storage) => {
       const s = new Scheduler(storage);
       const delivered: string[] = [];
+      let oldId = 0;
+      let newId = 0;
       let box: Outbox<"call">;
       box = new Outbox<"call">(
         storage,
@@ -423,11 +425,12 @@ describe("outbox", () => {
               delivered.push(p.n);
               if (p.n !== "old") return;
               // Dropped meanwhile (a wiped fleet's notices), and a new one stored: the table is
-              // empty again, so SQLite gives the new row the old one's id.
+              // empty again, where SQLite would give the new row the old one's id; the outbox does not.
               const id = storage.sql.exec<{ id: number }>("SELECT id FROM _outbox").one().id;
               box.discard("call");
               box.enqueue("call", { n: "new" });
-              expect(storage.sql.exec<{ id: number }>("SELECT id FROM _outbox").one().id).toBe(id);
+              newId = storage.sql.exec<{ id: number }>("SELECT id FROM _outbox").one().id;
+              oldId = id;
             },
           },
         },
@@ -435,6 +438,7 @@ describe("outbox", () => {
       );
       box.enqueue("call", { n: "old" });
       await box.flush();
+      expect(newId).toBeGreaterThan(oldId);
       expect(box.pending()).toBe(1);
       await box.flush();
       expect(delivered).toEqual(["old", "new"]);
@@ -442,7 +446,7 @@ describe("outbox", () => {
     });
   });
 
-  it("never removes a new effect that took a discarded one's id when the old delivery answers after a round read the new one", async () => {
+  it("gives an effect stored after a discard an id of its own, which the old delivery's late answer never removes", async () => {
     await scratch(async (storage) => {
       const old = gate();
       const fresh = gate();
@@ -469,8 +473,9 @@ describe("outbox", () => {
       const id = storage.sql.exec<{ id: number }>("SELECT id FROM _outbox").one().id;
       box.discard("call");
       box.enqueue("call", { n: "new" });
-      expect(storage.sql.exec<{ id: number }>("SELECT id FROM _outbox").one().id).toBe(id);
-      // A round reads the new row (same id, same seq 0) and calls its receiver.
+      // SQLite would give the discarded row's id again (the largest plus one); the outbox does not.
+      expect(storage.sql.exec<{ id: number }>("SELECT id FROM _outbox").one().id).toBeGreaterThan(id);
+      // A round reads the new row (seq 0, as the old one's) and calls its receiver.
       const second = box.flush();
       await until(() => calls.length === 2);
       old.open();
@@ -623,7 +628,7 @@ describe("outbox", () => {
       let reads = 0;
       const exec = storage.sql.exec.bind(storage.sql);
       storage.sql.exec = ((query: string, ...bindings: unknown[]) => {
-        if (query.includes("FROM _outbox WHERE attempts")) reads++;
+        if (query.includes("FROM _outbox WHERE id > ? AND attempts")) reads++;
         return exec(query, ...bindings);
       }) as typeof storage.sql.exec;
       const errors = vi.spyOn(console, "error").mockImplementation(() => {});
@@ -810,7 +815,7 @@ describe("outbox", () => {
       let reads = 0;
       const exec = storage.sql.exec.bind(storage.sql);
       storage.sql.exec = ((query: string, ...bindings: unknown[]) => {
-        if (query.includes("FROM _outbox WHERE attempts")) reads++;
+        if (query.includes("FROM _outbox WHERE id > ? AND attempts")) reads++;
         return exec(query, ...bindings);
       }) as typeof storage.sql.exec;
       let open!: () => void;
@@ -1350,6 +1355,73 @@ describe("outbox", () => {
       // And still right: once the calls settled, the timer follows the deferred rows' time.
       expect(s.dueAt(OUTBOX_TIMER)!).toBeLessThanOrEqual(Date.now() + 60_000);
       expect(s.dueAt(OUTBOX_TIMER)!).toBeGreaterThan(Date.now() + 50_000);
+    });
+  });
+
+  it("starts a round reading only the rows it can start, not again those of 200 calls under way", async () => {
+    await scratch(async (storage) => {
+      const hung = gate();
+      const called: number[] = [];
+      const box = new Outbox<"call">(
+        storage,
+        new Scheduler(storage),
+        {
+          call: {
+            target: "call",
+            timeoutMs: 60_000,
+            deliver: async (p: { n: number }) => {
+              called.push(p.n);
+              await hung.shut;
+            },
+          },
+        },
+        () => getDb(env.DB),
+        100,
+      );
+      // 100 calls waiting on their receivers, 100 more waiting for a slot: all under way.
+      for (let n = 0; n < 200; n++) box.enqueue("call", { n });
+      const first = box.flush();
+      await until(() => called.length === 100);
+      box.enqueue("call", { n: 200 });
+      // Counted as the cost meter counts them (src/local/storage-meter.ts): each statement's cursor.
+      const cursors: SqlStorageCursor<Record<string, SqlStorageValue>>[] = [];
+      const exec = storage.sql.exec.bind(storage.sql);
+      storage.sql.exec = ((query: string, ...bindings: unknown[]) => {
+        const cursor = exec(query, ...bindings);
+        if (query.includes("FROM _outbox") && query.startsWith("SELECT")) cursors.push(cursor);
+        return cursor;
+      }) as typeof storage.sql.exec;
+      const second = box.flush();
+      await tick(20);
+      storage.sql.exec = exec;
+      const read = cursors.reduce((n, c) => (c.toArray(), n + c.rowsRead), 0);
+      // Before, the round read every row under way again (LIMIT 200 + the calls under way): 201.
+      expect(read).toBeLessThanOrEqual(3);
+      hung.open();
+      await Promise.all([first, second]);
+      expect([called.length, new Set(called).size, box.pending()]).toEqual([201, 201, 0]);
+    });
+  });
+
+  it("delivers an effect stored once the outbox drained, at an id SQLite would have given again, without a new instance", async () => {
+    await scratch(async (storage) => {
+      const delivered: string[] = [];
+      const box = new Outbox<"call">(
+        storage,
+        new Scheduler(storage),
+        { call: { target: "call", deliver: async (p: { n: string }) => void delivered.push(p.n) } },
+        () => getDb(env.DB),
+      );
+      box.enqueue("call", { n: "a" });
+      box.enqueue("call", { n: "b" });
+      await box.flush();
+      expect(box.pending()).toBe(0);
+      // The table is empty: SQLite's next id would be 1, behind the rounds' cursor (2).
+      box.enqueue("call", { n: "c" });
+      await box.flush();
+      box.enqueue("call", { n: "d" }, { key: "k" });
+      await box.flush();
+      expect([delivered, box.pending()]).toEqual([["a", "b", "c", "d"], 0]);
     });
   });
 

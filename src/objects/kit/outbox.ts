@@ -73,6 +73,7 @@ export class CallTimeout extends Error {
 type Row = {
   id: number;
   kind: string;
+  dedup_key: string | null;
   payload: string;
   attempts: number;
   seq: number;
@@ -86,9 +87,11 @@ const RETRY_INDEX_DDL = "CREATE INDEX IF NOT EXISTS _outbox_retry ON _outbox (ne
 /**
  * The outbox's table, for an object that has none yet. Every row an INSERT touches is billed as
  * written, so a stored effect is one row, plus its key's index entry only when it has a key:
- * - no AUTOINCREMENT, whose sqlite_sequence row was rewritten by every INSERT. Without it a
- *   deleted row's id can be given again (SQLite takes the largest id plus one), which matters only
- *   to a delivery that still holds the old row: see `underWay` for why none acts on a reused id.
+ * - no AUTOINCREMENT, whose sqlite_sequence row was rewritten by every INSERT. Without it SQLite
+ *   would give a deleted row's id again (the largest id plus one), so the outbox gives ids itself
+ *   (`takeId`): each larger than any row stored or read since the object woke, which the rounds'
+ *   cursor needs. A new instance starts from the largest stored; an outcome of the old one's
+ *   deliveries died with it (see `underWay`).
  * - the key's uniqueness a partial index, so an effect without a key (most of them) adds no entry.
  * - the time of a row tried before (failed, not yet, parked) a partial index, which `nextDue`
  *   reads instead of every row; a row never tried adds no entry (see `freshDue` for those).
@@ -191,12 +194,14 @@ export class Outbox<K extends string> {
     const text = JSON.stringify(payload);
     if (this.inHook && opts.deferMs === undefined) this.followUps++;
     this.table.ensure();
+    const id = this.takeId();
     if (opts.key) {
       this.storage.sql.exec(
-        `INSERT INTO _outbox (kind, dedup_key, payload, next_at, created_at, attempts) VALUES (?, ?, ?, ?, ?, ?)
+        `INSERT INTO _outbox (id, kind, dedup_key, payload, next_at, created_at, attempts) VALUES (?, ?, ?, ?, ?, ?, ?)
          ON CONFLICT(dedup_key) WHERE dedup_key IS NOT NULL DO UPDATE SET kind = excluded.kind, payload = excluded.payload, seq = seq + 1,
            next_at = CASE WHEN attempts > 0 AND excluded.attempts = 0 THEN excluded.created_at ELSE MIN(next_at, excluded.next_at) END,
            attempts = CASE WHEN attempts > 0 THEN attempts ELSE MIN(attempts, excluded.attempts) END`,
+        id,
         kind,
         opts.key,
         text,
@@ -204,9 +209,13 @@ export class Outbox<K extends string> {
         now,
         attempts,
       );
+      // A row a round read already is at or behind the cursor: its newer payload is read again by id.
+      const read = this.keyedRead.get(opts.key);
+      if (read !== undefined) this.revisit.set(read.id, Math.min(this.revisit.get(read.id) ?? Infinity, due));
     } else {
       this.storage.sql.exec(
-        "INSERT INTO _outbox (kind, payload, next_at, created_at, attempts) VALUES (?, ?, ?, ?, ?)",
+        "INSERT INTO _outbox (id, kind, payload, next_at, created_at, attempts) VALUES (?, ?, ?, ?, ?, ?)",
+        id,
         kind,
         text,
         due,
@@ -239,6 +248,7 @@ export class Outbox<K extends string> {
     if (!this.table.exists()) return;
     this.storage.sql.exec("DELETE FROM _outbox WHERE kind = ?", kind);
     for (const [id, d] of this.underWay) if (d.kind === kind) this.underWay.delete(id);
+    for (const [key, read] of this.keyedRead) if (read.kind === kind) this.keyedRead.delete(key);
   }
 
   /**
@@ -307,23 +317,10 @@ export class Outbox<K extends string> {
     // Hooks that enqueue bump this; any bump until the calls settle owes a round after this one.
     const followUps = this.followUps;
     const now = Date.now();
-    const limit = MAX_BATCH + this.underWay.size;
-    const read = this.storage.sql
-      .exec<Row>(
-        // Deferred effects (attempts -1) ride along with any flush; at most MAX_BATCH per round,
-        // besides the rows whose delivery is under way (read, then left to that delivery).
-        "SELECT id, kind, payload, attempts, seq, next_at FROM _outbox WHERE attempts <= 0 OR next_at <= ? ORDER BY id LIMIT ?",
-        now,
-        limit,
-      )
-      .toArray();
-    // Every row never tried is read whatever its time: unless the read was cut short, each one
-    // not read from here on is enqueued after it, and `freshDue` holds the earliest of those.
-    this.freshDue = Infinity;
-    this.freshKnown = read.length < limit;
-    // Rows all under way still re-arm below: the alarm that fired for one must stay set for it.
-    if (read.length === 0) return { settled: Promise.resolve() };
-    const rows = read.filter((r) => this.underWay.get(r.id)?.seq !== r.seq).slice(0, MAX_BATCH);
+    const { rows, cutShort } = this.readRound(now);
+    // With calls under way a round that starts nothing still re-arms below: the alarm that fired
+    // for one must stay set for it.
+    if (rows.length === 0 && this.underWay.size === 0) return { settled: Promise.resolve() };
     const d1Rows: Row[] = [];
     const calls: Row[] = [];
     /** Rows replaced by a newer payload while the older one is delivered: after that attempt. */
@@ -333,9 +330,9 @@ export class Outbox<K extends string> {
       const prior = this.underWay.get(r.id);
       if (prior) {
         if (prior.call) held.push(prior.call.settled);
-        // Read, but neither under way nor enqueued since: once the older attempt settles, only
-        // the table knows it is due (the round owed for it may wait behind another meanwhile).
-        this.freshKnown = false;
+        // Read, but neither under way nor enqueued since: once the older attempt settles, the
+        // round owed for it reads it again by id (and `nextDue` keeps a timer for it meanwhile).
+        this.revisit.set(r.id, Math.min(this.revisit.get(r.id) ?? Infinity, r.next_at));
         continue;
       }
       const effect = this.effects[r.kind as K];
@@ -354,7 +351,7 @@ export class Outbox<K extends string> {
       // A full round: more may be waiting behind it. A delivery that led to a next step (a
       // `delivered` hook enqueued it) has that step delivered now rather than by the alarm. A
       // newer payload held behind its older one's attempt goes once that attempt settled.
-      const again = rows.length === MAX_BATCH || this.followUps !== followUps || held.length > 0;
+      const again = cutShort || this.followUps !== followUps || held.length > 0;
       // The flush that follows sets the timer; this one's would be a row written for nothing.
       // Should the object die between the two, the timer is where every enqueue left it, no
       // later than any pending effect was due, so the alarm still delivers them.
@@ -364,6 +361,62 @@ export class Outbox<K extends string> {
       if (again) await this.flush();
     })();
     return { settled };
+  }
+
+  /**
+   * What a round can start, by id, at most MAX_BATCH: the rows never tried past the cursor, the
+   * rows read again by id (`revisit`), and the rows tried before that are due (their partial
+   * index). None of the three reads the rows of calls still under way, however many: those are
+   * at or behind the cursor, and left out of `revisit` (a retry under way is read again, through
+   * its index entry, only while its time is past). A new instance's cursor is 0: its first round
+   * reads every row never tried, as a kill -9 demands.
+   */
+  private readRound(now: number): { rows: Row[]; cutShort: boolean } {
+    const columns = "id, kind, dedup_key, payload, attempts, seq, next_at";
+    // Deferred effects (attempts -1) ride along with any flush.
+    const fresh = this.storage.sql
+      .exec<Row>(
+        `SELECT ${columns} FROM _outbox WHERE id > ? AND attempts <= 0 ORDER BY id LIMIT ?`,
+        this.cursor,
+        MAX_BATCH,
+      )
+      .toArray();
+    const retryLimit = MAX_BATCH + this.underWay.size;
+    const retries = this.retryRows<Row>(
+      `SELECT ${columns} FROM _outbox INDEXED BY _outbox_retry WHERE attempts > 0 AND next_at <= ? ORDER BY next_at LIMIT ?`,
+      now,
+      retryLimit,
+    );
+    const again = this.revisit.size
+      ? this.storage.sql
+          .exec<Row>(
+            `SELECT ${columns} FROM _outbox WHERE id IN (SELECT value FROM json_each(?)) AND (attempts <= 0 OR next_at <= ?)`,
+            JSON.stringify([...this.revisit.keys()]),
+            now,
+          )
+          .toArray()
+      : [];
+    // What is not found is gone, or tried since (its index entry finds it); what is found is
+    // taken below or stays for the next round.
+    this.revisit.clear();
+    const byId = new Map<number, Row>();
+    for (const r of [...fresh, ...again, ...retries]) byId.set(r.id, r);
+    const sorted = [...byId.values()].sort((a, b) => a.id - b.id);
+    const taken = sorted.filter((r) => this.underWay.get(r.id)?.seq !== r.seq).slice(0, MAX_BATCH);
+    const last = taken.length ? taken[taken.length - 1].id : -Infinity;
+    // By id, so what was read and not taken is past the last row taken.
+    let cutShort = fresh.length === MAX_BATCH || retries.length === retryLimit;
+    for (const r of again) if (r.id > last) (this.revisit.set(r.id, r.next_at), (cutShort = true));
+    if (sorted.some((r) => r.id > last && this.underWay.get(r.id)?.seq !== r.seq)) cutShort = true;
+    // The cursor passes every row never tried that was read and taken; fresh rows are in id order,
+    // so those not taken are all past it.
+    for (const r of fresh) if (r.id <= last) this.cursor = Math.max(this.cursor, r.id);
+    // Every row never tried past the cursor was read, unless the read was cut short or not all
+    // were taken; each one from here on is enqueued after it, and `freshDue` holds the earliest.
+    this.freshDue = Infinity;
+    this.freshKnown = fresh.length < MAX_BATCH && fresh.every((r) => r.id <= last);
+    for (const r of taken) if (r.dedup_key !== null) this.keyedRead.set(r.dedup_key, { id: r.id, kind: r.kind });
+    return { rows: taken, cutShort };
   }
 
   /**
@@ -549,7 +602,23 @@ export class Outbox<K extends string> {
   /** Removes a delivered row, unless a newer payload replaced it meanwhile (then that one is still due). */
   private done(r: Row) {
     if (!this.settles(r)) return;
-    this.storage.sql.exec("DELETE FROM _outbox WHERE id = ? AND seq = ?", r.id, r.seq);
+    const removed = this.storage.sql.exec("DELETE FROM _outbox WHERE id = ? AND seq = ?", r.id, r.seq);
+    removed.toArray(); // its count is final once it ran to the end
+    // A newer payload enqueued meanwhile keeps the row, and its entry (it is in `revisit`).
+    if (r.dedup_key !== null && this.keyedRead.get(r.dedup_key)?.id === r.id && removed.rowsWritten > 0)
+      this.keyedRead.delete(r.dedup_key);
+  }
+
+  /**
+   * The id of a row about to be stored: larger than every id stored or read by a round since the
+   * object woke (the cursor), so no row ever takes an id a round has passed.
+   */
+  private takeId(): number {
+    if (this.nextId === null)
+      this.nextId =
+        (this.storage.sql.exec<{ id: number | null }>("SELECT MAX(id) AS id FROM _outbox").one().id ?? 0) + 1;
+    this.nextId = Math.max(this.nextId, this.cursor + 1);
+    return this.nextId++;
   }
 
   /** `r` is read for delivery: from now its outcome, and no earlier one, acts on its row id. */
@@ -618,8 +687,10 @@ export class Outbox<K extends string> {
   private nextDue(): number | null {
     const now = Date.now();
     const calls = [...this.underWay].flatMap(([id, d]) => (d.call ? [{ id, ...d.call }] : []));
-    let at = this.freshKnown ? this.freshDue : this.freshInTable(now, calls);
+    let at = this.freshKnown ? this.freshDue : Math.min(this.freshDue, this.freshInTable());
     for (const d of this.underWay.values()) if (!d.call || d.due > now) at = Math.min(at, d.due);
+    // A newer payload behind its older one's call is covered by that call's alarm below.
+    for (const [id, due] of this.revisit) if (!this.underWay.get(id)?.call) at = Math.min(at, due);
     const retry = this.retryDue(now, new Set(calls.map((c) => c.id)));
     if (retry !== null) at = Math.min(at, retry);
     if (calls.length) {
@@ -634,14 +705,10 @@ export class Outbox<K extends string> {
     return at === Infinity ? null : at;
   }
 
-  /** The earliest row never tried and not under way, read from every row (see `nextDue`). */
-  private freshInTable(now: number, calls: { id: number }[]): number {
+  /** The earliest row never tried past the cursor (see `nextDue`): rows no round has read. */
+  private freshInTable(): number {
     const at = this.storage.sql
-      .exec<{ at: number | null }>(
-        "SELECT MIN(next_at) AS at FROM _outbox WHERE attempts <= 0 AND (next_at > ? OR id NOT IN (SELECT value FROM json_each(?)))",
-        now,
-        JSON.stringify(calls.map((c) => c.id)),
-      )
+      .exec<{ at: number | null }>("SELECT MIN(next_at) AS at FROM _outbox WHERE id > ? AND attempts <= 0", this.cursor)
       .one().at;
     return at ?? Infinity;
   }
@@ -651,25 +718,43 @@ export class Outbox<K extends string> {
    * time is ahead), in the order of its index: reads as many rows as calls are under way at most.
    */
   private retryDue(now: number, underWay: Set<number>): number | null {
-    const rows = this.retryRows();
+    const rows = this.retryRows<{ id: number; next_at: number }>(
+      "SELECT id, next_at FROM _outbox INDEXED BY _outbox_retry WHERE attempts > 0 ORDER BY next_at",
+    );
     for (const r of rows) if (r.next_at > now || !underWay.has(r.id)) return r.next_at;
     return null;
   }
 
-  private retryRows() {
+  /** A read through the retry index (`query` names it: INDEXED BY). */
+  private retryRows<T extends Record<string, SqlStorageValue>>(query: string, ...bindings: SqlStorageValue[]): T[] {
     // INDEXED BY: a table made before the index fails here as it is prepared, reading nothing,
     // and gets it (its entries are only the rows tried before, few).
-    const query = "SELECT id, next_at FROM _outbox INDEXED BY _outbox_retry WHERE attempts > 0 ORDER BY next_at";
     try {
-      return this.storage.sql.exec<{ id: number; next_at: number }>(query);
+      return this.storage.sql.exec<T>(query, ...bindings).toArray();
     } catch (err) {
       if (!String(err).includes("no such index")) throw err;
       this.storage.sql.exec(RETRY_INDEX_DDL);
-      return this.storage.sql.exec<{ id: number; next_at: number }>(query);
+      return this.storage.sql.exec<T>(query, ...bindings).toArray();
     }
   }
-  /** Whether the last round read every row never tried (see `nextDue`). */
+  /** Whether the last round read every row never tried past the cursor (see `nextDue`). */
   private freshKnown = false;
+  /**
+   * The rounds' cursor: every row never tried at or behind it was read by a round of this
+   * instance (and is under way, delivered, tried since, or in `revisit`), so a round reads only
+   * the rows past it, not again the rows of calls still under way. Ids are never given again
+   * below it (`takeId`). In memory: a new instance starts at 0 and reads every row.
+   */
+  private cursor = 0;
+  /** The id the next stored row gets; null until one is stored after the object woke. */
+  private nextId: number | null = null;
+  /**
+   * Rows at or behind the cursor due for a first attempt again, by id, with their time: a keyed
+   * row's newer payload (stored over a row a round read) and one held behind its older call.
+   */
+  private readonly revisit = new Map<number, number>();
+  /** Keyed rows a round read and not yet removed, by key: a new payload under one goes in `revisit`. */
+  private readonly keyedRead = new Map<string, { id: number; kind: string }>();
   /** The earliest time of the rows enqueued since the last round's read. */
   private freshDue = Infinity;
 }
