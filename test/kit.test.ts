@@ -1425,6 +1425,44 @@ describe("outbox", () => {
     });
   });
 
+  it("removes a round's delivered D1 rows in one statement, keeping the row a newer payload replaced meanwhile", async () => {
+    await scratch(async (storage) => {
+      const delivered: string[] = [];
+      let box: Outbox<"row">;
+      box = new Outbox<"row">(
+        storage,
+        new Scheduler(storage),
+        {
+          row: {
+            target: "d1",
+            statements: (p) => {
+              const { n } = p as { n: string };
+              // Replaced while its round is under way: the newer payload must survive the removal.
+              if (n === "b1") box.enqueue("row", { n: "b2" }, { key: "b" });
+              return [];
+            },
+            delivered: (p) => void delivered.push((p as { n: string }).n),
+          },
+        },
+        () => getDb(env.DB),
+      );
+      box.enqueue("row", { n: "a" });
+      box.enqueue("row", { n: "b1" }, { key: "b" });
+      box.enqueue("row", { n: "c" });
+      const deletes: string[] = [];
+      const exec = storage.sql.exec.bind(storage.sql);
+      storage.sql.exec = ((query: string, ...bindings: unknown[]) => {
+        if (query.startsWith("DELETE FROM _outbox")) deletes.push(query);
+        return exec(query, ...bindings);
+      }) as typeof storage.sql.exec;
+      await box.flush();
+      expect([delivered, deletes.length, box.pending()]).toEqual([["a", "b1", "c"], 1, 1]);
+      await box.flush();
+      storage.sql.exec = exec;
+      expect([delivered, box.pending()]).toEqual([["a", "b1", "c", "b2"], 0]);
+    });
+  });
+
   it("caps and jitters the backoff", () => {
     expect(backoffMs(1, 0)).toBe(500);
     expect(backoffMs(1, 1)).toBe(1000);

@@ -589,11 +589,11 @@ export class Outbox<K extends string> {
       groups.forEach((g, i) => {
         const own = g.run ? [] : results.slice(at, at + parts[i].length);
         at += parts[i].length;
-        for (const r of g.rows) {
+        for (const r of g.rows)
           this.hook(() => (this.effects[r.kind as K] as D1Effect<unknown>).delivered?.(JSON.parse(r.payload), own));
-          this.done(r);
-        }
       });
+      // One statement for the round's rows: the hooks and the removal are one turn either way.
+      this.doneAll(rows);
     } catch (err) {
       this.failed(rows, err);
     }
@@ -601,12 +601,34 @@ export class Outbox<K extends string> {
 
   /** Removes a delivered row, unless a newer payload replaced it meanwhile (then that one is still due). */
   private done(r: Row) {
-    if (!this.settles(r)) return;
-    const removed = this.storage.sql.exec("DELETE FROM _outbox WHERE id = ? AND seq = ?", r.id, r.seq);
-    removed.toArray(); // its count is final once it ran to the end
+    this.doneAll([r]);
+  }
+
+  /**
+   * Removes delivered rows in one statement (each unless a newer payload replaced it meanwhile):
+   * a DELETE each cost a statement each, for the same rows written.
+   */
+  private doneAll(delivered: Row[]) {
+    const rows = delivered.filter((r) => this.settles(r));
+    if (rows.length === 0) return;
+    const removed =
+      rows.length === 1
+        ? this.storage.sql
+            .exec<{ id: number }>("DELETE FROM _outbox WHERE id = ? AND seq = ? RETURNING id", rows[0].id, rows[0].seq)
+            .toArray()
+        : this.storage.sql
+            .exec<{ id: number }>(
+              // By id through the primary key; each row's seq checked against its own pair.
+              `DELETE FROM _outbox WHERE id IN (SELECT value ->> 0 FROM json_each(?1))
+               AND seq = (SELECT j.value ->> 1 FROM json_each(?1) AS j WHERE j.value ->> 0 = _outbox.id) RETURNING id`,
+              JSON.stringify(rows.map((r) => [r.id, r.seq])),
+            )
+            .toArray();
+    const gone = new Set(removed.map((r) => r.id));
     // A newer payload enqueued meanwhile keeps the row, and its entry (it is in `revisit`).
-    if (r.dedup_key !== null && this.keyedRead.get(r.dedup_key)?.id === r.id && removed.rowsWritten > 0)
-      this.keyedRead.delete(r.dedup_key);
+    for (const r of rows)
+      if (r.dedup_key !== null && gone.has(r.id) && this.keyedRead.get(r.dedup_key)?.id === r.id)
+        this.keyedRead.delete(r.dedup_key);
   }
 
   /**
