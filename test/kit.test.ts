@@ -425,7 +425,7 @@ describe("outbox", () => {
               delivered.push(p.n);
               if (p.n !== "old") return;
               // Dropped meanwhile (a wiped fleet's notices), and a new one stored: the table is
-              // empty again, where SQLite would give the new row the old one's id; the outbox does not.
+              // empty again, so SQLite gives the new row the old one's id.
               const id = storage.sql.exec<{ id: number }>("SELECT id FROM _outbox").one().id;
               box.discard("call");
               box.enqueue("call", { n: "new" });
@@ -438,7 +438,7 @@ describe("outbox", () => {
       );
       box.enqueue("call", { n: "old" });
       await box.flush();
-      expect(newId).toBeGreaterThan(oldId);
+      expect(newId).toBe(oldId);
       expect(box.pending()).toBe(1);
       await box.flush();
       expect(delivered).toEqual(["old", "new"]);
@@ -446,7 +446,7 @@ describe("outbox", () => {
     });
   });
 
-  it("gives an effect stored after a discard an id of its own, which the old delivery's late answer never removes", async () => {
+  it("never removes a new effect that took a discarded one's id when the old delivery answers after a round read the new one", async () => {
     await scratch(async (storage) => {
       const old = gate();
       const fresh = gate();
@@ -473,9 +473,8 @@ describe("outbox", () => {
       const id = storage.sql.exec<{ id: number }>("SELECT id FROM _outbox").one().id;
       box.discard("call");
       box.enqueue("call", { n: "new" });
-      // SQLite would give the discarded row's id again (the largest plus one); the outbox does not.
-      expect(storage.sql.exec<{ id: number }>("SELECT id FROM _outbox").one().id).toBeGreaterThan(id);
-      // A round reads the new row (seq 0, as the old one's) and calls its receiver.
+      expect(storage.sql.exec<{ id: number }>("SELECT id FROM _outbox").one().id).toBe(id);
+      // A round reads the new row (same id, same seq 0) and calls its receiver.
       const second = box.flush();
       await until(() => calls.length === 2);
       old.open();
@@ -1403,7 +1402,7 @@ describe("outbox", () => {
     });
   });
 
-  it("delivers an effect stored once the outbox drained, at an id SQLite would have given again, without a new instance", async () => {
+  it("delivers an effect stored once the outbox drained, at an id behind the rounds' cursor, without a new instance", async () => {
     await scratch(async (storage) => {
       const delivered: string[] = [];
       const box = new Outbox<"call">(
@@ -1422,6 +1421,41 @@ describe("outbox", () => {
       box.enqueue("call", { n: "d" }, { key: "k" });
       await box.flush();
       expect([delivered, box.pending()]).toEqual([["a", "b", "c", "d"], 0]);
+    });
+  });
+
+  it("delivers an effect stored at the id of the last row read, gone while an earlier call is still under way", async () => {
+    await scratch(async (storage) => {
+      const hung = gate();
+      const delivered: string[] = [];
+      const box = new Outbox<"call">(
+        storage,
+        new Scheduler(storage),
+        {
+          call: {
+            target: "call",
+            timeoutMs: 60_000,
+            deliver: async (p: { n: string }) => {
+              if (p.n === "a") await hung.shut;
+              delivered.push(p.n);
+            },
+          },
+        },
+        () => getDb(env.DB),
+        2,
+      );
+      box.enqueue("call", { n: "a" });
+      box.enqueue("call", { n: "b" });
+      const first = box.flush();
+      await until(() => delivered.includes("b"));
+      // Row 2 is gone, row 1 still under way: SQLite gives the new row id 2 again.
+      box.enqueue("call", { n: "c" });
+      expect(storage.sql.exec<{ id: number }>("SELECT MAX(id) AS id FROM _outbox").one().id).toBe(2);
+      await box.flush();
+      expect(delivered).toEqual(["b", "c"]);
+      hung.open();
+      await first;
+      expect([delivered, box.pending()]).toEqual([["b", "c", "a"], 0]);
     });
   });
 

@@ -87,11 +87,10 @@ const RETRY_INDEX_DDL = "CREATE INDEX IF NOT EXISTS _outbox_retry ON _outbox (ne
 /**
  * The outbox's table, for an object that has none yet. Every row an INSERT touches is billed as
  * written, so a stored effect is one row, plus its key's index entry only when it has a key:
- * - no AUTOINCREMENT, whose sqlite_sequence row was rewritten by every INSERT. Without it SQLite
- *   would give a deleted row's id again (the largest id plus one), so the outbox gives ids itself
- *   (`takeId`): each larger than any row stored or read since the object woke, which the rounds'
- *   cursor needs. A new instance starts from the largest stored; an outcome of the old one's
- *   deliveries died with it (see `underWay`).
+ * - no AUTOINCREMENT, whose sqlite_sequence row was rewritten by every INSERT. Without it a
+ *   deleted row's id can be given again (SQLite takes the largest id plus one), which matters to
+ *   a delivery that still holds the old row (see `underWay` for why none acts on a reused id) and
+ *   to the rounds' cursor (see `lowerCursor` for why none is given at or behind it).
  * - the key's uniqueness a partial index, so an effect without a key (most of them) adds no entry.
  * - the time of a row tried before (failed, not yet, parked) a partial index, which `nextDue`
  *   reads instead of every row; a row never tried adds no entry (see `freshDue` for those).
@@ -116,6 +115,10 @@ export const OUTBOX_SAFETY_MS = 10_000;
 export const OUTBOX_MAX_BACKOFF_MS = 5 * 60_000;
 /** Effects delivered per round of a flush (one D1 batch at most this large). */
 const MAX_BATCH = 200;
+/** Rows removed per DELETE (two bound values each, under the runtime's bound of 100 a statement). */
+const DELETE_CHUNK = 50;
+/** Rows read again by id per round (one bound value each). */
+const REVISIT_CHUNK = 90;
 /**
  * How long a call's receiver has to answer before the attempt counts as failed and its slot
  * takes the next call: a hung receiver holds up only its own effect, and a flush ends.
@@ -194,14 +197,12 @@ export class Outbox<K extends string> {
     const text = JSON.stringify(payload);
     if (this.inHook && opts.deferMs === undefined) this.followUps++;
     this.table.ensure();
-    const id = this.takeId();
     if (opts.key) {
       this.storage.sql.exec(
-        `INSERT INTO _outbox (id, kind, dedup_key, payload, next_at, created_at, attempts) VALUES (?, ?, ?, ?, ?, ?, ?)
+        `INSERT INTO _outbox (kind, dedup_key, payload, next_at, created_at, attempts) VALUES (?, ?, ?, ?, ?, ?)
          ON CONFLICT(dedup_key) WHERE dedup_key IS NOT NULL DO UPDATE SET kind = excluded.kind, payload = excluded.payload, seq = seq + 1,
            next_at = CASE WHEN attempts > 0 AND excluded.attempts = 0 THEN excluded.created_at ELSE MIN(next_at, excluded.next_at) END,
            attempts = CASE WHEN attempts > 0 THEN attempts ELSE MIN(attempts, excluded.attempts) END`,
-        id,
         kind,
         opts.key,
         text,
@@ -214,8 +215,7 @@ export class Outbox<K extends string> {
       if (read !== undefined) this.revisit.set(read.id, Math.min(this.revisit.get(read.id) ?? Infinity, due));
     } else {
       this.storage.sql.exec(
-        "INSERT INTO _outbox (id, kind, payload, next_at, created_at, attempts) VALUES (?, ?, ?, ?, ?, ?)",
-        id,
+        "INSERT INTO _outbox (kind, payload, next_at, created_at, attempts) VALUES (?, ?, ?, ?, ?)",
         kind,
         text,
         due,
@@ -249,6 +249,7 @@ export class Outbox<K extends string> {
     this.storage.sql.exec("DELETE FROM _outbox WHERE kind = ?", kind);
     for (const [id, d] of this.underWay) if (d.kind === kind) this.underWay.delete(id);
     for (const [key, read] of this.keyedRead) if (read.kind === kind) this.keyedRead.delete(key);
+    this.lowerCursor();
   }
 
   /**
@@ -382,30 +383,34 @@ export class Outbox<K extends string> {
       )
       .toArray();
     const retryLimit = MAX_BATCH + this.underWay.size;
-    const retries = this.retryRows<Row>(
-      `SELECT ${columns} FROM _outbox INDEXED BY _outbox_retry WHERE attempts > 0 AND next_at <= ? ORDER BY next_at LIMIT ?`,
-      now,
-      retryLimit,
-    );
-    const again = this.revisit.size
+    const retries = !this.retryMayExist
+      ? []
+      : this.retryRows<Row>(
+          `SELECT ${columns} FROM _outbox INDEXED BY _outbox_retry WHERE attempts > 0 AND next_at <= ? ORDER BY next_at LIMIT ?`,
+          now,
+          retryLimit,
+        );
+    // Bound values, not a JSON list, whose own rows would be counted as read.
+    const ids = [...this.revisit.keys()].sort((a, b) => a - b).slice(0, REVISIT_CHUNK);
+    const again = ids.length
       ? this.storage.sql
           .exec<Row>(
-            `SELECT ${columns} FROM _outbox WHERE id IN (SELECT value FROM json_each(?)) AND (attempts <= 0 OR next_at <= ?)`,
-            JSON.stringify([...this.revisit.keys()]),
+            `SELECT ${columns} FROM _outbox WHERE id IN (${ids.map(() => "?").join(", ")}) AND (attempts <= 0 OR next_at <= ?)`,
+            ...ids,
             now,
           )
           .toArray()
       : [];
     // What is not found is gone, or tried since (its index entry finds it); what is found is
-    // taken below or stays for the next round.
-    this.revisit.clear();
+    // taken below or stays for the next round, as do the ids not read this round.
+    for (const id of ids) this.revisit.delete(id);
     const byId = new Map<number, Row>();
     for (const r of [...fresh, ...again, ...retries]) byId.set(r.id, r);
     const sorted = [...byId.values()].sort((a, b) => a.id - b.id);
     const taken = sorted.filter((r) => this.underWay.get(r.id)?.seq !== r.seq).slice(0, MAX_BATCH);
     const last = taken.length ? taken[taken.length - 1].id : -Infinity;
     // By id, so what was read and not taken is past the last row taken.
-    let cutShort = fresh.length === MAX_BATCH || retries.length === retryLimit;
+    let cutShort = fresh.length === MAX_BATCH || retries.length === retryLimit || this.revisit.size > 0;
     for (const r of again) if (r.id > last) (this.revisit.set(r.id, r.next_at), (cutShort = true));
     if (sorted.some((r) => r.id > last && this.underWay.get(r.id)?.seq !== r.seq)) cutShort = true;
     // The cursor passes every row never tried that was read and taken; fresh rows are in id order,
@@ -427,6 +432,7 @@ export class Outbox<K extends string> {
    * one statement; logged once per kind in the object's life.
    */
   private park(kind: string, now: number) {
+    this.retryMayExist = true;
     this.storage.sql.exec(
       "UPDATE _outbox SET attempts = MAX(attempts, 1), next_at = ?, last_error = ? WHERE kind = ? AND (attempts <= 0 OR next_at <= ?)",
       now + UNKNOWN_KIND_RECHECK_MS,
@@ -510,13 +516,15 @@ export class Outbox<K extends string> {
       // holds. Only while this delivery is still its row id's: a row that took the id of one
       // discarded meanwhile starts at seq 0 too, and is not this receiver's to hold back.
       if (err instanceof NotYet) {
-        if (this.settles(r))
+        if (this.settles(r)) {
+          this.retryMayExist = true;
           this.storage.sql.exec(
             "UPDATE _outbox SET next_at = ?, attempts = MAX(attempts, 1) WHERE id = ? AND seq = ?",
             err.at,
             r.id,
             r.seq,
           );
+        }
       } else this.failed([r], err);
     } finally {
       clearTimeout(timer);
@@ -605,42 +613,38 @@ export class Outbox<K extends string> {
   }
 
   /**
-   * Removes delivered rows in one statement (each unless a newer payload replaced it meanwhile):
-   * a DELETE each cost a statement each, for the same rows written.
+   * Removes delivered rows, each unless a newer payload replaced it meanwhile, in one statement
+   * (a DELETE each cost a statement each for the same rows written; a pair of bound values each
+   * reads only its own row, where a JSON list would count its own rows read too).
    */
   private doneAll(delivered: Row[]) {
     const rows = delivered.filter((r) => this.settles(r));
-    if (rows.length === 0) return;
-    const removed =
-      rows.length === 1
-        ? this.storage.sql
-            .exec<{ id: number }>("DELETE FROM _outbox WHERE id = ? AND seq = ? RETURNING id", rows[0].id, rows[0].seq)
-            .toArray()
-        : this.storage.sql
-            .exec<{ id: number }>(
-              // By id through the primary key; each row's seq checked against its own pair.
-              `DELETE FROM _outbox WHERE id IN (SELECT value ->> 0 FROM json_each(?1))
-               AND seq = (SELECT j.value ->> 1 FROM json_each(?1) AS j WHERE j.value ->> 0 = _outbox.id) RETURNING id`,
-              JSON.stringify(rows.map((r) => [r.id, r.seq])),
-            )
-            .toArray();
-    const gone = new Set(removed.map((r) => r.id));
-    // A newer payload enqueued meanwhile keeps the row, and its entry (it is in `revisit`).
+    for (let at = 0; at < rows.length; at += DELETE_CHUNK) {
+      const chunk = rows.slice(at, at + DELETE_CHUNK);
+      this.storage.sql.exec(
+        `DELETE FROM _outbox WHERE ${chunk.map(() => "(id = ? AND seq = ?)").join(" OR ")}`,
+        ...chunk.flatMap((r) => [r.id, r.seq]),
+      );
+    }
+    // A row with a newer payload stays (it is in `revisit`), and so does its key's entry.
     for (const r of rows)
-      if (r.dedup_key !== null && gone.has(r.id) && this.keyedRead.get(r.dedup_key)?.id === r.id)
+      if (r.dedup_key !== null && !this.revisit.has(r.id) && this.keyedRead.get(r.dedup_key)?.id === r.id)
         this.keyedRead.delete(r.dedup_key);
+    if (rows.some((r) => r.id >= this.cursor)) this.lowerCursor();
   }
 
   /**
-   * The id of a row about to be stored: larger than every id stored or read by a round since the
-   * object woke (the cursor), so no row ever takes an id a round has passed.
+   * Keeps the cursor at a row still stored (or 0), after the row it stood at may have gone: SQLite
+   * gives a new row the largest id stored plus one, so while a row at the cursor is stored every
+   * new id is past it, and a cursor left at a deleted row would let a new row take an id at or
+   * behind it, which no round would read. It goes back to the last row still under way behind it
+   * (stored until its outcome), never forward: the rounds then read again only the rows between
+   * that are stored and not under way (tried before, or read again by id anyway).
    */
-  private takeId(): number {
-    if (this.nextId === null)
-      this.nextId =
-        (this.storage.sql.exec<{ id: number | null }>("SELECT MAX(id) AS id FROM _outbox").one().id ?? 0) + 1;
-    this.nextId = Math.max(this.nextId, this.cursor + 1);
-    return this.nextId++;
+  private lowerCursor() {
+    let at = 0;
+    for (const id of this.underWay.keys()) if (id < this.cursor && id > at) at = id;
+    this.cursor = at;
   }
 
   /** `r` is read for delivery: from now its outcome, and no earlier one, acts on its row id. */
@@ -667,6 +671,7 @@ export class Outbox<K extends string> {
     const now = Date.now();
     for (const r of rows) {
       if (!this.settles(r)) continue;
+      this.retryMayExist = true;
       const attempts = Math.max(0, r.attempts) + 1;
       this.storage.sql.exec(
         "UPDATE _outbox SET attempts = ?, next_at = ?, last_error = ? WHERE id = ? AND seq = ?",
@@ -689,7 +694,7 @@ export class Outbox<K extends string> {
    * none comes it fires once, finds nothing, and is gone — the alarm set for it fires anyway.
    */
   private rearm() {
-    const next = this.nextDue();
+    const next = this.nextDue(true);
     if (next !== null) this.scheduler.schedule(OUTBOX_TIMER, next);
   }
 
@@ -706,14 +711,14 @@ export class Outbox<K extends string> {
    * that read a newer payload left behind its older one's attempt, the rows never tried are looked
    * for in the table.
    */
-  private nextDue(): number | null {
+  private nextDue(fromRound = false): number | null {
     const now = Date.now();
     const calls = [...this.underWay].flatMap(([id, d]) => (d.call ? [{ id, ...d.call }] : []));
     let at = this.freshKnown ? this.freshDue : Math.min(this.freshDue, this.freshInTable());
     for (const d of this.underWay.values()) if (!d.call || d.due > now) at = Math.min(at, d.due);
     // A newer payload behind its older one's call is covered by that call's alarm below.
     for (const [id, due] of this.revisit) if (!this.underWay.get(id)?.call) at = Math.min(at, due);
-    const retry = this.retryDue(now, new Set(calls.map((c) => c.id)));
+    const retry = this.retryDue(now, new Set(calls.map((c) => c.id)), fromRound);
     if (retry !== null) at = Math.min(at, retry);
     if (calls.length) {
       // Only calls that have a slot: one waiting for a slot ends no sooner than a running one frees
@@ -739,10 +744,14 @@ export class Outbox<K extends string> {
    * The earliest row tried before whose call is not under way (one under way counts while its
    * time is ahead), in the order of its index: reads as many rows as calls are under way at most.
    */
-  private retryDue(now: number, underWay: Set<number>): number | null {
+  private retryDue(now: number, underWay: Set<number>, fromRound: boolean): number | null {
+    if (!this.retryMayExist) return null;
     const rows = this.retryRows<{ id: number; next_at: number }>(
       "SELECT id, next_at FROM _outbox INDEXED BY _outbox_retry WHERE attempts > 0 ORDER BY next_at",
     );
+    // Learnt only at a round's end, never in a caller's transaction, which could roll back the
+    // removal of the rows this read did not see.
+    if (rows.length === 0 && fromRound) this.retryMayExist = false;
     for (const r of rows) if (r.next_at > now || !underWay.has(r.id)) return r.next_at;
     return null;
   }
@@ -759,17 +768,21 @@ export class Outbox<K extends string> {
       return this.storage.sql.exec<T>(query, ...bindings).toArray();
     }
   }
+  /**
+   * Whether a row tried before (failed, not yet, parked) may be stored: until a round's end found
+   * none, and again from the next such outcome. The rounds and `nextDue` skip their read of the
+   * retry index while it is false (the index read costs a statement and a row read when empty).
+   */
+  private retryMayExist = true;
   /** Whether the last round read every row never tried past the cursor (see `nextDue`). */
   private freshKnown = false;
   /**
    * The rounds' cursor: every row never tried at or behind it was read by a round of this
    * instance (and is under way, delivered, tried since, or in `revisit`), so a round reads only
-   * the rows past it, not again the rows of calls still under way. Ids are never given again
-   * below it (`takeId`). In memory: a new instance starts at 0 and reads every row.
+   * the rows past it, not again the rows of calls still under way. No new row takes an id at or
+   * behind it (`lowerCursor`). In memory: a new instance starts at 0 and reads every row.
    */
   private cursor = 0;
-  /** The id the next stored row gets; null until one is stored after the object woke. */
-  private nextId: number | null = null;
   /**
    * Rows at or behind the cursor due for a first attempt again, by id, with their time: a keyed
    * row's newer payload (stored over a row a round read) and one held behind its older call.
