@@ -411,7 +411,11 @@ export class Outbox<K extends string> {
     const last = taken.length ? taken[taken.length - 1].id : -Infinity;
     // By id, so what was read and not taken is past the last row taken.
     let cutShort = fresh.length === MAX_BATCH || retries.length === retryLimit || this.revisit.size > 0;
-    for (const r of again) if (r.id > last) (this.revisit.set(r.id, r.next_at), (cutShort = true));
+    for (const r of again)
+      if (r.id > last) {
+        this.revisit.set(r.id, r.next_at);
+        cutShort = true;
+      }
     if (sorted.some((r) => r.id > last && this.underWay.get(r.id)?.seq !== r.seq)) cutShort = true;
     // The cursor passes every row never tried that was read and taken; fresh rows are in id order,
     // so those not taken are all past it.
