@@ -547,3 +547,41 @@ describe("a completion racing the abandoned-upload sweep", () => {
     expect(audit.json.items.map((e: any) => e.action)).not.toContain("image.upload_complete");
   });
 });
+
+describe("two completions of one upload whose bytes are not the registered ones", () => {
+  it("both get the refusal, and the log one row for it", async () => {
+    const bytes = bytesOf(4096, 21);
+    const registered = await digestOf(bytesOf(4096, 22));
+    const reg = await register({ name: imageName(), version: "1", kind: "tarball", digest: registered, size: 4096 });
+    const id = reg.json.id as string;
+    expect((await putPart(id, 1, bytes)).status).toBe(200);
+    // Both read the assembled object (so both find the digest wrong) before either forgets the image.
+    let arrived = 0;
+    let bothRead!: () => void;
+    const both = new Promise<void>((res) => (bothRead = res));
+    const images = new Proxy(env.IMAGES, {
+      get(target, prop) {
+        if (prop !== "get") return Reflect.get(target, prop).bind(target);
+        return async (key: string) => {
+          if (++arrived === 2) bothRead();
+          await both;
+          return target.get(key);
+        };
+      },
+    });
+    const raced = { ...env, IMAGES: images } as typeof env;
+    const answers = await Promise.allSettled([
+      completeUpload(raced, "token:test", id),
+      completeUpload(raced, "token:test", id),
+    ]);
+    expect(arrived).toBe(2);
+    for (const a of answers) expect(a).toMatchObject({ status: "rejected", reason: { code: "digest_mismatch" } });
+    const rows = await env.DB.prepare("SELECT count(*) AS n FROM audit_log WHERE target = ? AND action = ?")
+      .bind(`image:${id}`, "image.upload_refused")
+      .first<{ n: number }>();
+    expect(rows!.n).toBe(1);
+    // A completion sent again still gets the refusal.
+    const again = await call("POST", `/v1/images/${id}/complete`);
+    expect([again.status, again.json.error.code]).toEqual([422, "digest_mismatch"]);
+  });
+});

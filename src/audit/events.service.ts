@@ -17,6 +17,7 @@ import { cronCursors, enrollmentTokens, rollouts, servers } from "../db/schema";
 import type { Env } from "../env";
 import { owedEvents } from "../fleets/store";
 import { logLine } from "../lib/log";
+import { noticeNow } from "../notices/notices";
 import { coordinatorOf } from "../objects/stubs";
 import type { FleetEvent } from "../webhooks/events";
 import { ownedEvent } from "../webhooks/outbox";
@@ -84,7 +85,17 @@ export async function sendAuditEvents(env: Env, now: number): Promise<{ rows: nu
       ),
     ],
   ]);
-  const results = await Promise.allSettled(events.map(([fleet, e]) => coordinatorOf(env, fleet).fleetEvents(e)));
+  // A D1-only service (fleet settings, intent, a spec's apply) tells the console's pages of its
+  // change with retries in memory, lost with its Worker: the fleets with rows of their own (what
+  // those services write) are told again here, before the cursor moves. A repeated notice costs
+  // a page one re-fetch.
+  const pages = [...byFleet]
+    .filter(([fleet, rows]) => rows.some((r) => r.target === `fleet:${fleet}`))
+    .map(([fleet]) => noticeNow(env, { fleet, kind: "fleet", ids: [fleet], from: "cron:audit" }));
+  const [results] = await Promise.all([
+    Promise.allSettled(events.map(([fleet, e]) => coordinatorOf(env, fleet).fleetEvents(e))),
+    Promise.all(pages),
+  ]);
   const failed = events.filter((_, i) => results[i].status === "rejected");
   if (failed.length)
     logLine("warn", "audit.recorded events not taken; owed to those fleets as tasks the cron retries", {

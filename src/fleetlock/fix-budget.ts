@@ -213,7 +213,9 @@ function keepKnown(c: CoordinatorParts, serverId: string, next: DisruptionHold) 
  * `known_at` and no timer, which only a realized report or an operator would ever free. The bound
  * starts when this code first sees such a hold (when the coordinator's holds are read after a
  * wake): its write is at least that old, and the server still gets the full bound to report. The
- * start is stored with the hold, so a later wake does not move it.
+ * start is stored with the hold, so a later wake does not move it. The hold's `since` is no start:
+ * it is when the first fix took the hold, and a repeat fix under it (whose wait starts anew) keeps
+ * it, so a bound from it could count a server failed minutes after its newest write.
  */
 export function boundOlderFixHolds(c: CoordinatorParts) {
   let known = false;

@@ -290,9 +290,12 @@ export async function completeUpload(env: Env, actor: string, id: string) {
       size: object?.size ?? null,
       registered_size: up.size,
     };
+    // The refusal is recorded only by the call that forgets the image: a concurrent completion
+    // that read the same bytes finds it gone and answers the same refusal without a second row.
+    const still = sql`EXISTS (SELECT 1 FROM ${images} WHERE ${and(eq(images.id, id), eq(images.state, "uploading"))})`;
     await db.batch([
+      auditInsertIf(db, { actor, action: UPLOAD_REFUSED, target: `image:${id}`, details: refusal }, still, now),
       ...forgetImage(db, up, now),
-      auditInsert(db, { actor, action: UPLOAD_REFUSED, target: `image:${id}`, details: refusal }, now),
     ]);
     await settleDeletion(env, db, key, null);
     throw digestMismatch(refusal);

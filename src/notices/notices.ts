@@ -90,7 +90,9 @@ const pause = (ms: number) => new Promise((res) => setTimeout(res, ms));
 /**
  * From a service that changed only D1: told at once, or dropped when covered. It has nothing
  * durable to keep the notice in, so a failed call is tried again, a bounded number of times, in
- * the request's background work (no object keeps anything for it).
+ * the request's background work (no object keeps anything for it). A Worker that dies meanwhile
+ * loses it: the change's audit row brings it again, from the cron's audit tick
+ * (src/audit/events.service.ts).
  */
 export async function noticeNow(env: Env, n: NoticeInput) {
   // Asked to come back later, it has promised the trailing notice other owners' now count on

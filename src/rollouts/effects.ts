@@ -138,10 +138,10 @@ export function rolloutEffects(env: () => Env, parts: () => RolloutParts): Recor
     apply: {
       target: "call",
       // One write at a time into a server's ledger: a pass-0 write under way (past its check that
-      // the target still applies) finishes before the pass-1 write to the same ledger starts. The
-      // ledger does not refuse an older pass's write (decideApply takes any pass it has no mark
-      // of); a pass-0 retry handed over after the pass-1 write finds its target done and writes
-      // nothing. A call past its deadline frees the lane early (see Pool).
+      // the target still applies) finishes before the pass-1 write to the same ledger starts. A
+      // pass-0 retry handed over after the pass-1 write finds its target done and writes nothing.
+      // A call past its deadline frees the lane early (see Pool): the ledger answers a late pass-0
+      // write with the pass-1 write it holds (decideApply), until a report settles that mark.
       lane: ({ server_id }: Target) => lane.ledger(server_id),
       deliver: async ({ pass, server_id }: Target, signal: AbortSignal) => {
         const p = parts();

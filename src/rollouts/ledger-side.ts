@@ -45,8 +45,10 @@ export function decideApply(
   req: ApplyRolloutImage,
   now: number,
 ): { outcome: ApplyOutcome; next?: DesiredState; mark?: RolloutMark } {
-  // A redelivery of the same write: the same answer, nothing written again.
-  if (mark && mark.rollout_id === req.rollout_id && mark.pass === req.pass) {
+  // A redelivery of the same write: the same answer, nothing written again. An older pass's write
+  // (a call past its deadline that landed after the rollback's) gets the same: the lane that keeps
+  // a rollout's writes in order lets go of a call at its deadline, so the order is kept here too.
+  if (mark && mark.rollout_id === req.rollout_id && mark.pass >= req.pass) {
     return {
       outcome: {
         ok: true,

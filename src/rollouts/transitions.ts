@@ -28,9 +28,12 @@ export function change(p: RolloutParts, t: Target, e: TargetEvent, now: number):
   const after = stepTarget(t, e);
   if (!after) return null;
   // A step that keeps the target's state and slot (the write's answer: its generation) moves no
-  // count and nothing the summary shows: the core is not rewritten, nor the waiters woken.
+  // count, but it moves what the targets' list shows: the version moves with it (a reader caches
+  // by it), so the core is rewritten and the waiters woken.
   const counted = after.state !== t.state || after.slot !== t.slot;
-  const out = counted ? account(core, spec, t, after, now) : { core, skipQueued: undefined, entered: undefined };
+  const out = counted
+    ? account(core, spec, t, after, now)
+    : { core: { ...core, version: core.version + 1 }, skipQueued: undefined, entered: undefined };
   const endedNow = isEnded(after.state) && !isEnded(t.state);
   const duration = isEnded(after.state) && after.started_at !== null ? now - after.started_at : null;
   // The index learns of a target when it is created and when it ends; what is in flight is
