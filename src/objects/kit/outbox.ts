@@ -249,7 +249,9 @@ export class Outbox<K extends string> {
     this.storage.sql.exec("DELETE FROM _outbox WHERE kind = ?", kind);
     for (const [id, d] of this.underWay) if (d.kind === kind) this.underWay.delete(id);
     for (const [key, read] of this.keyedRead) if (read.kind === kind) this.keyedRead.delete(key);
-    this.lowerCursor();
+    // Rare: the next round reads every row again, which also covers a caller's transaction that
+    // rolls this DELETE back (the rows return, no longer under way in memory).
+    this.cursor = 0;
   }
 
   /**
