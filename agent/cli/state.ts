@@ -98,8 +98,13 @@ export class StateDir {
     try {
       text = readFileSync(this.path(name), "utf8");
     } catch (err) {
-      if ((err as NodeJS.ErrnoException).code === "ENOENT") return null;
-      throw err;
+      const code = (err as NodeJS.ErrnoException).code;
+      if (code === "ENOENT") return null;
+      // Not root (`status` without sudo): no damage, and nothing to set aside or restore.
+      if (code === "EACCES" || code === "EPERM") throw err;
+      // A disk that lost blocks answers EIO rather than garbage: as unreadable as a file cut
+      // short, and each reader's safe answer is the same (thrown as is, it crashed every start).
+      throw new UnreadableStateFile(this.path(name), code ?? (err as Error).message);
     }
     try {
       return JSON.parse(text) as T;

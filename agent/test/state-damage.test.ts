@@ -121,6 +121,31 @@ describe("status with other files it cannot read", () => {
   });
 });
 
+describe("a state file the system refuses to read (a disk's I/O error; here a directory in its place)", () => {
+  it("is named by status, and stops run with 78 before any call, not a crash restarted for ever", async () => {
+    const h = host({});
+    mkdirSync(h.file("identity.json"));
+    const shown = await agentCmd(["status"], h.env);
+    expect(shown.stderr).not.toMatch(/unexpected failure/);
+    expect(shown.stdout).toMatch(/^unreadable: .*identity\.json cannot be read \(EISDIR\)$/m);
+    const calls = server.requests.length;
+    const r = await agentCmd(["run"], h.env);
+    expect(r.code, r.stderr).toBe(78);
+    expect(r.stderr).toMatch(/identity\.json cannot be read \(EISDIR\): restore it from a backup/);
+    expect(server.requests.length).toBe(calls);
+  });
+
+  it("sets a self-update marker aside as it does one that is not JSON, and runs on", async () => {
+    const h = host({ "identity.json": identity });
+    mkdirSync(h.file("self-update.json"));
+    const r = await runUntilReported(h.env);
+    expect(r.code, r.log).toBe(0);
+    expect(r.log).toMatch(/self-update: .*self-update\.json cannot be read \(EISDIR\)/);
+    expect(r.log).not.toMatch(/unexpected failure/);
+    expect(existsSync(h.file("self-update.json.unreadable"))).toBe(true);
+  });
+});
+
 describe("run with a self-update file it cannot read", () => {
   for (const [what, text] of [
     ["cut short", '{"from":"0.0.9","to":'],
