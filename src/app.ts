@@ -141,7 +141,15 @@ export function createApp() {
     if (err instanceof DomainError) return renderDomainError(c, err);
     // hono's own refusals (a body that is not JSON) keep the status hono chose.
     if (err instanceof HTTPException) {
-      const code = err.status === 400 ? "malformed_json" : err.status === 413 ? "payload_too_large" : "bad_request";
+      // 415: the OpenAPI route's own media-type gate (a body type it does not declare, empty or not).
+      const code =
+        err.status === 400
+          ? "malformed_json"
+          : err.status === 413
+            ? "payload_too_large"
+            : err.status === 415
+              ? "unsupported_media_type"
+              : "bad_request";
       return c.json(errorAnswer(c, code, err.message || "bad request"), err.status);
     }
     logError(c, err);

@@ -58,3 +58,13 @@ describe("the /v1 body limit holds however the length is told", () => {
     expect(((await res.json()) as { desired_generation: number }).desired_generation).toBe(1);
   });
 });
+
+describe("a body type a route does not take", () => {
+  it("is refused 415 unsupported_media_type even when the body is empty", async () => {
+    // hono's OpenAPI routes check the declared media type themselves, after the /v1 rules let an
+    // empty body through: their refusal must carry the code the errors table gives 415.
+    const res = await call("POST", "/v1/fleets", { rawBody: "", headers: { "Content-Type": "text/plain" } });
+    expect(res.status).toBe(415);
+    expect(res.json.error.code).toBe("unsupported_media_type");
+  });
+});
