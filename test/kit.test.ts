@@ -412,6 +412,8 @@ describe("outbox", () => {
     await scratch(async (storage) => {
       const s = new Scheduler(storage);
       const delivered: string[] = [];
+      let oldId = 0;
+      let newId = 0;
       let box: Outbox<"call">;
       box = new Outbox<"call">(
         storage,
@@ -427,7 +429,8 @@ describe("outbox", () => {
               const id = storage.sql.exec<{ id: number }>("SELECT id FROM _outbox").one().id;
               box.discard("call");
               box.enqueue("call", { n: "new" });
-              expect(storage.sql.exec<{ id: number }>("SELECT id FROM _outbox").one().id).toBe(id);
+              newId = storage.sql.exec<{ id: number }>("SELECT id FROM _outbox").one().id;
+              oldId = id;
             },
           },
         },
@@ -435,6 +438,7 @@ describe("outbox", () => {
       );
       box.enqueue("call", { n: "old" });
       await box.flush();
+      expect(newId).toBe(oldId);
       expect(box.pending()).toBe(1);
       await box.flush();
       expect(delivered).toEqual(["old", "new"]);
@@ -623,7 +627,7 @@ describe("outbox", () => {
       let reads = 0;
       const exec = storage.sql.exec.bind(storage.sql);
       storage.sql.exec = ((query: string, ...bindings: unknown[]) => {
-        if (query.includes("FROM _outbox WHERE attempts")) reads++;
+        if (query.includes("FROM _outbox WHERE id > ? AND attempts")) reads++;
         return exec(query, ...bindings);
       }) as typeof storage.sql.exec;
       const errors = vi.spyOn(console, "error").mockImplementation(() => {});
@@ -810,7 +814,7 @@ describe("outbox", () => {
       let reads = 0;
       const exec = storage.sql.exec.bind(storage.sql);
       storage.sql.exec = ((query: string, ...bindings: unknown[]) => {
-        if (query.includes("FROM _outbox WHERE attempts")) reads++;
+        if (query.includes("FROM _outbox WHERE id > ? AND attempts")) reads++;
         return exec(query, ...bindings);
       }) as typeof storage.sql.exec;
       let open!: () => void;
@@ -1350,6 +1354,146 @@ describe("outbox", () => {
       // And still right: once the calls settled, the timer follows the deferred rows' time.
       expect(s.dueAt(OUTBOX_TIMER)!).toBeLessThanOrEqual(Date.now() + 60_000);
       expect(s.dueAt(OUTBOX_TIMER)!).toBeGreaterThan(Date.now() + 50_000);
+    });
+  });
+
+  it("starts a round reading only the rows it can start, not again those of 200 calls under way", async () => {
+    await scratch(async (storage) => {
+      const hung = gate();
+      const called: number[] = [];
+      const box = new Outbox<"call">(
+        storage,
+        new Scheduler(storage),
+        {
+          call: {
+            target: "call",
+            timeoutMs: 60_000,
+            deliver: async (p: { n: number }) => {
+              called.push(p.n);
+              await hung.shut;
+            },
+          },
+        },
+        () => getDb(env.DB),
+        100,
+      );
+      // 100 calls waiting on their receivers, 100 more waiting for a slot: all under way.
+      for (let n = 0; n < 200; n++) box.enqueue("call", { n });
+      const first = box.flush();
+      await until(() => called.length === 100);
+      box.enqueue("call", { n: 200 });
+      // Counted as the cost meter counts them (src/local/storage-meter.ts): each statement's cursor.
+      const cursors: SqlStorageCursor<Record<string, SqlStorageValue>>[] = [];
+      const exec = storage.sql.exec.bind(storage.sql);
+      storage.sql.exec = ((query: string, ...bindings: unknown[]) => {
+        const cursor = exec(query, ...bindings);
+        if (query.includes("FROM _outbox") && query.startsWith("SELECT")) cursors.push(cursor);
+        return cursor;
+      }) as typeof storage.sql.exec;
+      const second = box.flush();
+      await tick(20);
+      storage.sql.exec = exec;
+      const read = cursors.reduce((n, c) => (c.toArray(), n + c.rowsRead), 0);
+      // Before, the round read every row under way again (LIMIT 200 + the calls under way): 201.
+      expect(read).toBeLessThanOrEqual(3);
+      hung.open();
+      await Promise.all([first, second]);
+      expect([called.length, new Set(called).size, box.pending()]).toEqual([201, 201, 0]);
+    });
+  });
+
+  it("delivers an effect stored once the outbox drained, at an id behind the rounds' cursor, without a new instance", async () => {
+    await scratch(async (storage) => {
+      const delivered: string[] = [];
+      const box = new Outbox<"call">(
+        storage,
+        new Scheduler(storage),
+        { call: { target: "call", deliver: async (p: { n: string }) => void delivered.push(p.n) } },
+        () => getDb(env.DB),
+      );
+      box.enqueue("call", { n: "a" });
+      box.enqueue("call", { n: "b" });
+      await box.flush();
+      expect(box.pending()).toBe(0);
+      // The table is empty: SQLite's next id would be 1, behind the rounds' cursor (2).
+      box.enqueue("call", { n: "c" });
+      await box.flush();
+      box.enqueue("call", { n: "d" }, { key: "k" });
+      await box.flush();
+      expect([delivered, box.pending()]).toEqual([["a", "b", "c", "d"], 0]);
+    });
+  });
+
+  it("delivers an effect stored at the id of the last row read, gone while an earlier call is still under way", async () => {
+    await scratch(async (storage) => {
+      const hung = gate();
+      const delivered: string[] = [];
+      const box = new Outbox<"call">(
+        storage,
+        new Scheduler(storage),
+        {
+          call: {
+            target: "call",
+            timeoutMs: 60_000,
+            deliver: async (p: { n: string }) => {
+              if (p.n === "a") await hung.shut;
+              delivered.push(p.n);
+            },
+          },
+        },
+        () => getDb(env.DB),
+        2,
+      );
+      box.enqueue("call", { n: "a" });
+      box.enqueue("call", { n: "b" });
+      const first = box.flush();
+      await until(() => delivered.includes("b"));
+      // Row 2 is gone, row 1 still under way: SQLite gives the new row id 2 again.
+      box.enqueue("call", { n: "c" });
+      expect(storage.sql.exec<{ id: number }>("SELECT MAX(id) AS id FROM _outbox").one().id).toBe(2);
+      await box.flush();
+      expect(delivered).toEqual(["b", "c"]);
+      hung.open();
+      await first;
+      expect([delivered, box.pending()]).toEqual([["b", "c", "a"], 0]);
+    });
+  });
+
+  it("removes a round's delivered D1 rows in one statement, keeping the row a newer payload replaced meanwhile", async () => {
+    await scratch(async (storage) => {
+      const delivered: string[] = [];
+      let box: Outbox<"row">;
+      box = new Outbox<"row">(
+        storage,
+        new Scheduler(storage),
+        {
+          row: {
+            target: "d1",
+            statements: (p) => {
+              const { n } = p as { n: string };
+              // Replaced while its round is under way: the newer payload must survive the removal.
+              if (n === "b1") box.enqueue("row", { n: "b2" }, { key: "b" });
+              return [];
+            },
+            delivered: (p) => void delivered.push((p as { n: string }).n),
+          },
+        },
+        () => getDb(env.DB),
+      );
+      box.enqueue("row", { n: "a" });
+      box.enqueue("row", { n: "b1" }, { key: "b" });
+      box.enqueue("row", { n: "c" });
+      const deletes: string[] = [];
+      const exec = storage.sql.exec.bind(storage.sql);
+      storage.sql.exec = ((query: string, ...bindings: unknown[]) => {
+        if (query.startsWith("DELETE FROM _outbox")) deletes.push(query);
+        return exec(query, ...bindings);
+      }) as typeof storage.sql.exec;
+      await box.flush();
+      expect([delivered, deletes.length, box.pending()]).toEqual([["a", "b1", "c"], 1, 1]);
+      await box.flush();
+      storage.sql.exec = exec;
+      expect([delivered, box.pending()]).toEqual([["a", "b1", "c", "b2"], 0]);
     });
   });
 

@@ -13,6 +13,7 @@
 import { CANCEL_GRACE_S, DEFAULT_SERVER_TIMEOUT_S } from "../domain/limits";
 import type { RolloutSpec } from "./machine";
 import type { RolloutParts } from "./parts";
+import { cancelTimer, setAt, setNoLaterThan } from "./timer-memo";
 
 export const DEADLINE_TIMER = "deadlines";
 
@@ -32,7 +33,7 @@ function deadlineOf(p: RolloutParts, startedAt: number): number {
 
 /** A target started applying at `startedAt`: the timer fires no later than its deadline (no write when it is set earlier already). */
 export function armTimeout(p: RolloutParts, startedAt: number) {
-  p.scheduler.schedule(DEADLINE_TIMER, deadlineOf(p, startedAt), null, { noLaterThan: true });
+  setNoLaterThan(p, DEADLINE_TIMER, deadlineOf(p, startedAt));
 }
 
 /** The rollout was cancelled at `cancelledAt`: the targets in flight are waited for at most the grace from then. */
@@ -51,8 +52,8 @@ export function armDeadlines(p: RolloutParts) {
     const due = deadlineOf(p, a.started_at);
     if (next === null || due < next) next = due;
   }
-  if (next === null) p.scheduler.cancel(DEADLINE_TIMER);
-  else p.scheduler.schedule(DEADLINE_TIMER, next);
+  if (next === null) cancelTimer(p, DEADLINE_TIMER);
+  else setAt(p, DEADLINE_TIMER, next);
 }
 
 /** The targets applying whose deadline has passed by `now`. */

@@ -141,6 +141,9 @@ export async function redrive(p: RolloutParts): Promise<{ ok: true; state: Rollo
   if (!state) return { ok: true, state: null };
   const now = p.clock();
   p.store.transaction(() => {
+    // What this object remembers of its timers is not trusted here: the backstop is for the
+    // timers it may have lost.
+    p.store.timersSet.clear();
     // Rollouts stored before every target had a deadline get one now (the default timeout, and
     // the cancel's grace counted from when it was cancelled); a lost timer is set again.
     armDeadlines(p);

@@ -5,8 +5,12 @@
  */
 import type { Target } from "./machine";
 import type { RolloutParts } from "./parts";
+import { cancelTimer, setAt } from "./timer-memo";
 import { durationWords, isSlow, median } from "./progress";
 import { rolloutWebhook } from "./webhook-events";
+
+/** The slow-server check's timer. */
+export const SLOW_TIMER = "slow";
 
 export const medianMs = (p: RolloutParts) => median(p.store.doneDurations());
 
@@ -40,8 +44,8 @@ export function scheduleSlowCheck(p: RolloutParts) {
   const m = medianMs(p);
   if (m === null) return;
   const oldest = p.store.targets.oldestUnwarned(core.pass);
-  if (oldest === null) p.scheduler.cancel("slow");
-  else p.scheduler.schedule("slow", oldest + spec.slow_factor * m + 1);
+  if (oldest === null) cancelTimer(p, SLOW_TIMER);
+  else setAt(p, SLOW_TIMER, oldest + spec.slow_factor * m + 1);
 }
 
 /** The slow timer fired: warns about every target slow by now, then watches the next. */

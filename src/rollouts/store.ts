@@ -65,6 +65,7 @@ export class RolloutStore {
       // Undone: what the turn's writers kept in memory beside their rows is read again.
       this.samples.forget();
       this.targets.forget();
+      this.timersSet.clear();
       this.cache = outer ? outer.cache : null;
       this.coreUnstored = outer ? outer.unstored : false;
       throw err;
@@ -203,6 +204,15 @@ export class RolloutStore {
   addCancel(at: number) {
     this.kv.put("cancels", [...this.cancels(), at]);
   }
+
+  // ---- the timers this object knows it set (./timer-memo.ts) ----
+
+  /**
+   * Per timer name, when this object last set it for (an upper bound on its stored due time), or
+   * null once it cancelled it; absent when unknown. Forgotten with an undone turn and, per name,
+   * when the timer fires (the scheduler deletes or moves its row then).
+   */
+  readonly timersSet = new Map<string, number | null>();
 
   // ---- what the effects read ----
 

@@ -9,17 +9,18 @@ import { ANALYSIS_TIMER, PHASE_TIMER, WINDOW_TIMER } from "./phases";
 import { DEADLINE_TIMER } from "./deadlines";
 import { deadlinesDue, timedOut } from "./outcomes";
 import type { RolloutParts } from "./parts";
-import { checkSlow } from "./slow";
+import { checkSlow, SLOW_TIMER } from "./slow";
 import { pump, retrySlots } from "./starting";
-import { afterChange, project } from "./transitions";
+import { timerFired } from "./timer-memo";
+import { afterChange, project, PROJECT_TIMER } from "./transitions";
 
 const rolloutTimers = (p: RolloutParts): Record<string, TimerHandler> => ({
   outbox: () => p.outbox.flush(),
-  [DEADLINE_TIMER]: () => deadlinesDue(p),
+  [DEADLINE_TIMER]: () => (timerFired(p, DEADLINE_TIMER), deadlinesDue(p)),
   // A target's own timer, as rollouts stored by older code still have them.
   timeout: (_payload, name) => timedOut(p, name),
-  slow: () => checkSlow(p, p.clock()),
-  project: () => project(p),
+  [SLOW_TIMER]: () => (timerFired(p, SLOW_TIMER), checkSlow(p, p.clock())),
+  [PROJECT_TIMER]: () => (timerFired(p, PROJECT_TIMER), project(p)),
   pump: () => retrySlots(p),
   // A strategy's bake time ended, or its window opened: the plan moves on.
   [PHASE_TIMER]: () => movePlan(p),

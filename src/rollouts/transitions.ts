@@ -17,7 +17,11 @@ import {
 } from "./machine";
 import type { RolloutParts } from "./parts";
 import { warnIfSlow } from "./slow";
+import { setNoLaterThan } from "./timer-memo";
 import { rolloutWebhook, stateEventType } from "./webhook-events";
+
+/** The timer that sends the batched target changes to the index. */
+export const PROJECT_TIMER = "project";
 
 /** How long target changes may wait to reach the index together. */
 const PROJECT_EVERY_MS = 1_000;
@@ -129,5 +133,5 @@ export function project(p: RolloutParts) {
 
 /** Target changes reach the index at most every PROJECT_EVERY_MS, many rows to a batch. */
 function projectSoon(p: RolloutParts, now: number) {
-  p.scheduler.schedule("project", now + PROJECT_EVERY_MS, null, { noLaterThan: true });
+  setNoLaterThan(p, PROJECT_TIMER, now + PROJECT_EVERY_MS);
 }

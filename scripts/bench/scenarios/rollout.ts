@@ -1,9 +1,15 @@
 // Per-agent rollouts (docs/rollouts.md): N servers (1,000 and 10,000) updated at concurrency 500 by hosts
 // that reconcile instantly (an in-bench stand-in speaking the host API: fetch the desired config,
 // report it realized). Reports control-plane time per target and D1 statements per target, as
-// ratios to the empty request measured at the start of the same run.
-import { readFileSync } from "node:fs";
+// ratios to the empty request measured at the start of the same run; then the same rollout direct
+// (./direct-server.ts: as deployed, no wrangler dev proxy) against the empty request measured there.
+import { existsSync, readFileSync } from "node:fs";
 import http from "node:http";
+import { tmpdir } from "node:os";
+import autocannon from "autocannon";
+import WebSocket from "ws";
+import { freePort } from "../../local-server.ts";
+import { type DirectServer, startDirectServer } from "../direct-server.ts";
 import { procStats } from "../proc.ts";
 import type { BenchContext } from "../run.ts";
 
@@ -12,6 +18,14 @@ const CONCURRENCY = 500;
 const AGENT = "fw-agent";
 const OLD = { image: "registry.example/fw:1.0.0", version: "1.0.0" };
 const NEW = { image: "registry.example/fw:2.0.0", version: "2.0.0" };
+
+/**
+ * Whether each size is also rolled out direct (one workerd, nothing in front, the deployed entry),
+ * beside the measurement through wrangler dev: BENCH_ROLLOUT_DIRECT=0 skips it.
+ */
+const DIRECT = process.env.BENCH_ROLLOUT_DIRECT !== "0";
+/** BENCH_ROLLOUT_DEV=0: the direct rollout alone (to profile it), without the judged line through wrangler dev. */
+const THROUGH_DEV = process.env.BENCH_ROLLOUT_DEV !== "0";
 
 /** Registrations and first reports in flight at once during setup (the API's own path, as an operator's script would). */
 const SETUP_CONCURRENCY = Number(process.env.BENCH_ROLLOUT_SETUP_CONCURRENCY ?? 64);
@@ -110,10 +124,38 @@ async function pool<T>(items: T[], workers: number, fn: (item: T) => Promise<voi
   );
 }
 
-export async function run(ctx: BenchContext) {
-  const auth = { Authorization: `Bearer ${ctx.admin}`, "Content-Type": "application/json" };
-  const api = async (method: string, path: string, body?: unknown, token = ctx.admin) => {
-    const res = await fetch(`${ctx.base}${path}`, {
+/** The server a rollout runs on: the bench's (wrangler dev, metered) or one measured direct. */
+interface Target {
+  base: string;
+  admin: string;
+  /** Runtime CPU (ms) so far; null without /proc. */
+  cpuMs: () => number | null;
+  /** The local cost meter and D1 taps (`/__local/…`): the bench's metered server only. */
+  metered: boolean;
+  /** CPU by process (runtime, wrangler's proxy, this bench) under `wrangler dev`. */
+  split: boolean;
+  /** A V8 profile of the runtime over the rollout's window (./profile-report.ts's inspector). */
+  profiler?: Profiler;
+}
+
+interface Figures {
+  perTarget: number;
+  elapsed: number;
+  setupS: number;
+  runtimeCpu: number | null;
+  driverCpu: number;
+  hostRequests: number;
+  hostRetries: number;
+  maxApplying: number;
+  statements: number | null;
+  writeStatements: number | null;
+}
+
+/** N servers registered and reported once, then one rollout to all of them; its figures. */
+async function rolloutOn(t: Target, n: number): Promise<Figures> {
+  const auth = { Authorization: `Bearer ${t.admin}`, "Content-Type": "application/json" };
+  const api = async (method: string, path: string, body?: unknown, token = t.admin) => {
+    const res = await fetch(`${t.base}${path}`, {
       method,
       headers: { ...auth, Authorization: `Bearer ${token}` },
       body: body === undefined ? undefined : JSON.stringify(body),
@@ -122,6 +164,196 @@ export async function run(ctx: BenchContext) {
     if (!res.ok) throw new Error(`${method} ${path}: ${res.status} ${text}`);
     return JSON.parse(text);
   };
+  const fleet = `roll-${n}-${Date.now().toString(36)}`;
+  await api("POST", "/v1/fleets", { id: fleet });
+  await api("PUT", `/v1/fleets/${fleet}/channels/${AGENT}`, OLD);
+  await api("PUT", `/v1/fleets/${fleet}/roles/edge`, { agents: [{ name: AGENT }] });
+  const hosts: { id: string; token: string; generation: number }[] = [];
+  const setupStart = Date.now();
+  await pool(
+    Array.from({ length: n }, (_, i) => i),
+    SETUP_CONCURRENCY,
+    async (i) => {
+      const s = await api("POST", "/v1/servers", {
+        fleet,
+        hostname: `h${i}.${fleet}.bench`,
+        kind: "managed",
+        roles: ["edge"],
+      });
+      hosts.push({ id: s.id, token: s.token, generation: s.desired.generation });
+    },
+  );
+  const registered = Date.now();
+  // A fleet that runs: each host has reported its first config realized before the rollout, as
+  // on a real fleet (a never-reported server's first report also activates it and starts its
+  // quiet watch, which is not a rollout's cost).
+  await pool(hosts, SETUP_CONCURRENCY, async (h) => {
+    const cfg = await api("GET", "/v1/agent/desired", undefined, h.token);
+    await api("PUT", "/v1/agent/inventory", inventory(cfg), h.token);
+  });
+  const setupS = (Date.now() - setupStart) / 1000;
+  console.error(
+    `  ${n} servers registered in ${((registered - setupStart) / 1000).toFixed(1)} s and reported once in ${((Date.now() - registered) / 1000).toFixed(1)} s (${SETUP_CONCURRENCY} at once)`,
+  );
+  const byId = new Map(hosts.map((h) => [h.id, h]));
+  // The setup's own deliveries and their safety alarms (the outbox's, 10 s after each first
+  // report) end before the meter's window opens, so the window counts the rollout alone.
+  await new Promise((res) => setTimeout(res, SETUP_SETTLE_MS));
+
+  /**
+   * A host that reconciles instantly: it long-polls its desired config (If-None-Match: the
+   * generation it runs) and reports the new one realized the moment it appears.
+   */
+  let hostRequests = 0;
+  let hostRetries = 0;
+  /** As a real agent does: a request that fails (connection reset, 5xx) is tried again after a pause. */
+  const reconcile = async (h: { id: string; token: string; generation: number }): Promise<void> => {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await reconcileOnce(h);
+      } catch (err) {
+        if (attempt >= 10) throw err;
+        hostRetries++;
+        await new Promise((res) => setTimeout(res, 500 * attempt));
+      }
+    }
+  };
+  const reconcileOnce = async (h: { id: string; token: string; generation: number }): Promise<void> => {
+    const authorization = `Bearer ${h.token}`;
+    const res = await hostRequest(`${t.base}/v1/agent/desired?wait=60`, "GET", {
+      Authorization: authorization,
+      "If-None-Match": `"${h.generation}"`,
+    });
+    hostRequests++;
+    if (res.status === 304) return reconcileOnce(h);
+    if (res.status !== 200) throw new Error(`desired: ${res.status} ${res.text}`);
+    const cfg = JSON.parse(res.text) as DesiredConfig;
+    const put = await hostRequest(
+      `${t.base}/v1/agent/inventory`,
+      "PUT",
+      { Authorization: authorization, "Content-Type": "application/json" },
+      JSON.stringify(inventory(cfg)),
+    );
+    hostRequests++;
+    if (put.status !== 200) throw new Error(`inventory: ${put.status} ${put.text}`);
+    JSON.parse(put.text);
+    h.generation = cfg.generation;
+  };
+
+  // D1 statements from the local entry's taps (the deployed entry, served direct, has none).
+  const local = async () => {
+    const res = await fetch(`${t.base}/__local/d1-statements`);
+    if (!res.ok) throw new Error(`/__local/d1-statements: ${res.status}`);
+    return (await res.json()) as { reads: number; writes: number };
+  };
+  const d1Before = t.metered ? await local() : null;
+  // The meter's window starts with the rollout: what each object class did for it (./profile).
+  if (t.metered) await fetch(`${t.base}/__local/meter`, { method: "DELETE" });
+  await t.profiler?.start();
+  // CPU the runtime (the Worker, every object, the local D1) spends on the rollout: a figure that
+  // moves less with the machine's load than the wall time does, and this driver's own beside it.
+  const cpuBefore = t.cpuMs();
+  const splitBefore = t.split ? processCpu(t.base) : null;
+  const driverBefore = process.cpuUsage();
+  const t0 = Date.now();
+  const r = await api("POST", "/v1/rollouts", {
+    fleet,
+    agent: AGENT,
+    ...NEW,
+    concurrency: CONCURRENCY,
+    server_timeout_s: 600,
+    slow_factor: 10,
+  });
+  // The driver follows the rollout's event log: each target that starts applying gets its host
+  // going (at most `concurrency` of them are parked at once, as on a real fleet).
+  let state = r.state as string;
+  let change = r.change as number;
+  let cursor: string | null = null;
+  const running = new Set<Promise<void>>();
+  let maxHosts = 0;
+  let failures = 0;
+  while (state === "running") {
+    const page = await api("GET", `/v1/rollouts/${r.id}/events?limit=500${cursor ? `&cursor=${cursor}` : ""}`);
+    for (const e of page.items as { kind: string; server_id: string | null }[]) {
+      if (e.kind !== "target.applying" || !e.server_id) continue;
+      const p: Promise<void> = reconcile(byId.get(e.server_id)!)
+        .catch(() => void failures++)
+        .finally(() => running.delete(p));
+      running.add(p);
+    }
+    maxHosts = Math.max(maxHosts, running.size);
+    // The next page starts after the last event seen (the API's cursor format: base64url of [id]).
+    if (page.items.length) cursor = Buffer.from(JSON.stringify([String(page.items.at(-1).id)])).toString("base64url");
+    if (page.next_cursor) continue;
+    const s = await api("GET", `/v1/rollouts/${r.id}?wait=5&since=${change}`);
+    state = s.state;
+    change = s.change;
+  }
+  await Promise.all(running);
+  if (failures) throw new Error(`${failures} host(s) failed`);
+  const elapsed = Date.now() - t0;
+  const cpuAfter = t.cpuMs();
+  const splitAfter = t.split ? processCpu(t.base) : null;
+  const driver = process.cpuUsage(driverBefore);
+  await t.profiler?.stop(n);
+  if (splitBefore && splitAfter)
+    console.error(
+      `  CPU per target by process: the runtime ${((splitAfter.runtime - splitBefore.runtime) / n).toFixed(2)} ms, ` +
+        `wrangler's proxy ${((splitAfter.proxy - splitBefore.proxy) / n).toFixed(2)} ms, ` +
+        `this bench (driver and stand-in hosts) ${((splitAfter.driver - splitBefore.driver) / n).toFixed(2)} ms`,
+    );
+  const runtimeCpu = cpuBefore !== null && cpuAfter !== null ? (cpuAfter - cpuBefore) / n : null;
+  const driverCpu = (driver.user + driver.system) / 1000 / n;
+  // The D1 rows follow from the rollout's outbox in the background; wait for them to land.
+  for (let i = 0; i < 60; i++) {
+    const list = await api("GET", `/v1/rollouts?fleet=${fleet}&agent=${AGENT}`);
+    if (list.items[0]?.state === state && list.items[0]?.counts?.done === n) break;
+    await new Promise((res) => setTimeout(res, 500));
+  }
+  await new Promise((res) => setTimeout(res, 2000));
+  const d1After = t.metered ? await local() : null;
+  const final = await api("GET", `/v1/rollouts/${r.id}`);
+  if (final.state !== "succeeded" || final.counts.done !== n)
+    throw new Error(`rollout ended ${final.state} ${JSON.stringify(final.counts)}`);
+  if (t.metered) {
+    const reading = (await (await fetch(`${t.base}/__local/meter`)).json()) as Parameters<typeof profile>[0];
+    console.error(profile(reading, n));
+  }
+  return {
+    perTarget: elapsed / n,
+    elapsed,
+    setupS,
+    runtimeCpu,
+    driverCpu,
+    hostRequests,
+    hostRetries,
+    maxApplying: maxHosts,
+    statements: d1Before && d1After ? d1After.reads + d1After.writes - d1Before.reads - d1Before.writes : null,
+    writeStatements: d1Before && d1After ? d1After.writes - d1Before.writes : null,
+  };
+}
+
+/** The empty request's time (1 / req/s) and runtime CPU on a direct server, measured now. */
+async function emptyRequestOn(server: DirectServer) {
+  const load = (duration: number) =>
+    new Promise<autocannon.Result>((res, rej) =>
+      autocannon({ url: `${server.url}/healthz`, connections: 16, duration }, (err, r) => (err ? rej(err) : res(r))),
+    );
+  await load(1);
+  const before = server.cpuMs();
+  const r = await load(3);
+  const after = server.cpuMs();
+  const requests = r.requests.total;
+  if (!requests || r.non2xx || r.errors)
+    throw new Error(`direct empty request: ${r.non2xx} non-2xx, ${r.errors} errors`);
+  return {
+    rps: r.requests.average,
+    ms: 1000 / r.requests.average,
+    cpuMs: before !== null && after !== null ? (after - before) / requests : null,
+  };
+}
+
+export async function run(ctx: BenchContext) {
   // The empty request's cost on this server now: the ceiling's time per request.
   const floor = await ctx.measure("rollout: empty request (floor for the rollout figures)", {
     requests: [{ method: "GET", path: "/healthz" }],
@@ -131,182 +363,88 @@ export async function run(ctx: BenchContext) {
 
   try {
     for (const n of SIZES) {
-      const fleet = `roll-${n}-${Date.now().toString(36)}`;
-      await api("POST", "/v1/fleets", { id: fleet });
-      await api("PUT", `/v1/fleets/${fleet}/channels/${AGENT}`, OLD);
-      await api("PUT", `/v1/fleets/${fleet}/roles/edge`, { agents: [{ name: AGENT }] });
-      const hosts: { id: string; token: string; generation: number }[] = [];
-      const setupStart = Date.now();
-      await pool(
-        Array.from({ length: n }, (_, i) => i),
-        SETUP_CONCURRENCY,
-        async (i) => {
-          const s = await api("POST", "/v1/servers", {
-            fleet,
-            hostname: `h${i}.${fleet}.bench`,
-            kind: "managed",
-            roles: ["edge"],
-          });
-          hosts.push({ id: s.id, token: s.token, generation: s.desired.generation });
-        },
-      );
-      const registered = Date.now();
-      // A fleet that runs: each host has reported its first config realized before the rollout, as
-      // on a real fleet (a never-reported server's first report also activates it and starts its
-      // quiet watch, which is not a rollout's cost).
-      await pool(hosts, SETUP_CONCURRENCY, async (h) => {
-        const cfg = await api("GET", "/v1/agent/desired", undefined, h.token);
-        await api("PUT", "/v1/agent/inventory", inventory(cfg), h.token);
-      });
-      const setupS = (Date.now() - setupStart) / 1000;
-      console.error(
-        `  ${n} servers registered in ${((registered - setupStart) / 1000).toFixed(1)} s and reported once in ${((Date.now() - registered) / 1000).toFixed(1)} s (${SETUP_CONCURRENCY} at once)`,
-      );
-      const byId = new Map(hosts.map((h) => [h.id, h]));
-      // The setup's own deliveries and their safety alarms (the outbox's, 10 s after each first
-      // report) end before the meter's window opens, so the window counts the rollout alone.
-      await new Promise((res) => setTimeout(res, SETUP_SETTLE_MS));
-
-      /**
-       * A host that reconciles instantly: it long-polls its desired config (If-None-Match: the
-       * generation it runs) and reports the new one realized the moment it appears.
-       */
-      let hostRequests = 0;
-      let hostRetries = 0;
-      /** As a real agent does: a request that fails (connection reset, 5xx) is tried again after a pause. */
-      const reconcile = async (h: { id: string; token: string; generation: number }): Promise<void> => {
-        for (let attempt = 1; ; attempt++) {
-          try {
-            return await reconcileOnce(h);
-          } catch (err) {
-            if (attempt >= 10) throw err;
-            hostRetries++;
-            await new Promise((res) => setTimeout(res, 500 * attempt));
-          }
-        }
-      };
-      const reconcileOnce = async (h: { id: string; token: string; generation: number }): Promise<void> => {
-        const authorization = `Bearer ${h.token}`;
-        const res = await hostRequest(`${ctx.base}/v1/agent/desired?wait=60`, "GET", {
-          Authorization: authorization,
-          "If-None-Match": `"${h.generation}"`,
-        });
-        hostRequests++;
-        if (res.status === 304) return reconcileOnce(h);
-        if (res.status !== 200) throw new Error(`desired: ${res.status} ${res.text}`);
-        const cfg = JSON.parse(res.text) as DesiredConfig;
-        const put = await hostRequest(
-          `${ctx.base}/v1/agent/inventory`,
-          "PUT",
-          { Authorization: authorization, "Content-Type": "application/json" },
-          JSON.stringify(inventory(cfg)),
-        );
-        hostRequests++;
-        if (put.status !== 200) throw new Error(`inventory: ${put.status} ${put.text}`);
-        JSON.parse(put.text);
-        h.generation = cfg.generation;
-      };
-
-      const d1 = async () =>
-        (await ctx.metric("harbormaster_d1_statements_total", 'kind="read"')) +
-        (await ctx.metric("harbormaster_d1_statements_total", 'kind="write"'));
-      const writes = () => ctx.metric("harbormaster_d1_statements_total", 'kind="write"');
-      const d1Before = await d1();
-      const writesBefore = await writes();
-      // The meter's window starts with the rollout: what each object class did for it (./profile).
-      await fetch(`${ctx.base}/__local/meter`, { method: "DELETE" });
-      // CPU the runtime (the Worker, every object, the local D1) spends on the rollout: a figure that
-      // moves less with the machine's load than the wall time does, and this driver's own beside it.
-      const cpuBefore = ctx.serverCpuMs();
-      const splitBefore = processCpu(ctx.base);
-      const driverBefore = process.cpuUsage();
-      const t0 = Date.now();
-      const r = await api("POST", "/v1/rollouts", {
-        fleet,
-        agent: AGENT,
-        ...NEW,
-        concurrency: CONCURRENCY,
-        server_timeout_s: 600,
-        slow_factor: 10,
-      });
-      // The driver follows the rollout's event log: each target that starts applying gets its host
-      // going (at most `concurrency` of them are parked at once, as on a real fleet).
-      let state = r.state as string;
-      let change = r.change as number;
-      let cursor: string | null = null;
-      const running = new Set<Promise<void>>();
-      let maxHosts = 0;
-      let failures = 0;
-      while (state === "running") {
-        const page = await api("GET", `/v1/rollouts/${r.id}/events?limit=500${cursor ? `&cursor=${cursor}` : ""}`);
-        for (const e of page.items as { kind: string; server_id: string | null }[]) {
-          if (e.kind !== "target.applying" || !e.server_id) continue;
-          const p: Promise<void> = reconcile(byId.get(e.server_id)!)
-            .catch(() => void failures++)
-            .finally(() => running.delete(p));
-          running.add(p);
-        }
-        maxHosts = Math.max(maxHosts, running.size);
-        // The next page starts after the last event seen (the API's cursor format: base64url of [id]).
-        if (page.items.length)
-          cursor = Buffer.from(JSON.stringify([String(page.items.at(-1).id)])).toString("base64url");
-        if (page.next_cursor) continue;
-        const s = await api("GET", `/v1/rollouts/${r.id}?wait=5&since=${change}`);
-        state = s.state;
-        change = s.change;
+      if (!THROUGH_DEV) {
+        await direct(ctx, n);
+        continue;
       }
-      await Promise.all(running);
-      if (failures) throw new Error(`${failures} host(s) failed`);
-      const maxApplying = maxHosts;
-      const elapsed = Date.now() - t0;
-      const cpuAfter = ctx.serverCpuMs();
-      const splitAfter = processCpu(ctx.base);
-      if (splitBefore && splitAfter)
-        console.error(
-          `  CPU per target by process: the runtime ${((splitAfter.runtime - splitBefore.runtime) / n).toFixed(2)} ms, ` +
-            `wrangler's proxy ${((splitAfter.proxy - splitBefore.proxy) / n).toFixed(2)} ms, ` +
-            `this bench (driver and stand-in hosts) ${((splitAfter.driver - splitBefore.driver) / n).toFixed(2)} ms`,
-        );
-      const driver = process.cpuUsage(driverBefore);
-      const runtimeCpu = cpuBefore !== null && cpuAfter !== null ? (cpuAfter - cpuBefore) / n : null;
-      const driverCpu = (driver.user + driver.system) / 1000 / n;
-      // The D1 rows follow from the rollout's outbox in the background; wait for them to land.
-      for (let i = 0; i < 60; i++) {
-        const list = await api("GET", `/v1/rollouts?fleet=${fleet}&agent=${AGENT}`);
-        if (list.items[0]?.state === state && list.items[0]?.counts?.done === n) break;
-        await new Promise((res) => setTimeout(res, 500));
-      }
-      await new Promise((res) => setTimeout(res, 2000));
-      const statements = (await d1()) - d1Before;
-      const writeStatements = (await writes()) - writesBefore;
-      const final = await api("GET", `/v1/rollouts/${r.id}`);
-      if (final.state !== "succeeded" || final.counts.done !== n)
-        throw new Error(`rollout ended ${final.state} ${JSON.stringify(final.counts)}`);
-      const perTarget = elapsed / n;
-      const reading = (await (await fetch(`${ctx.base}/__local/meter`)).json()) as Parameters<typeof profile>[0];
-      console.error(profile(reading, n));
+      // The old line, through wrangler dev and the meter: kept, and still judged.
+      const f = await rolloutOn(
+        { base: ctx.base, admin: ctx.admin, cpuMs: ctx.serverCpuMs, metered: true, split: true },
+        n,
+      );
       ctx.note(
         `rollout of ${n} targets at concurrency ${CONCURRENCY}: control-plane ms per target (× empty request ${floorMs.toFixed(2)} ms)`,
-        `${perTarget.toFixed(2)} ms (${(perTarget / floorMs).toFixed(1)}×); total ${(elapsed / 1000).toFixed(1)} s (setup ${setupS.toFixed(1)} s); ${hostRequests} host requests (${hostRetries} retried); at most ${maxApplying} hosts busy at once`,
+        `${f.perTarget.toFixed(2)} ms (${(f.perTarget / floorMs).toFixed(1)}×); total ${(f.elapsed / 1000).toFixed(1)} s (setup ${f.setupS.toFixed(1)} s); ${f.hostRequests} host requests (${f.hostRetries} retried); at most ${f.maxApplying} hosts busy at once`,
       );
       ctx.note(
         `rollout of ${n} targets: runtime CPU ms per target (× the empty request's ${floor.cpu_ms?.toFixed(2) ?? "?"} ms)`,
-        runtimeCpu === null
+        f.runtimeCpu === null
           ? "n/a (no /proc)"
-          : `${runtimeCpu.toFixed(2)} ms (${floor.cpu_ms ? (runtimeCpu / floor.cpu_ms).toFixed(1) : "?"}×); this driver ${driverCpu.toFixed(2)} ms`,
+          : `${f.runtimeCpu.toFixed(2)} ms (${floor.cpu_ms ? (f.runtimeCpu / floor.cpu_ms).toFixed(1) : "?"}×); this driver ${f.driverCpu.toFixed(2)} ms`,
       );
       ctx.note(
         `rollout of ${n} targets: D1 statements per target (the empty request costs 0)`,
-        `${(statements / n).toFixed(2)} (${(writeStatements / n).toFixed(2)} writes)`,
+        `${(f.statements! / n).toFixed(2)} (${(f.writeStatements! / n).toFixed(2)} writes)`,
       );
-      ctx.goal(`rollout of ${n} targets, ms per target × empty request`, perTarget / floorMs, "<=", 6);
+      ctx.goal(`rollout of ${n} targets, ms per target × empty request`, f.perTarget / floorMs, "<=", 6);
       console.error(
-        `  rollout ${n}: ${perTarget.toFixed(2)} ms/target, ${(statements / n).toFixed(2)} D1 statements/target`,
+        `  rollout ${n}: ${f.perTarget.toFixed(2)} ms/target, ${(f.statements! / n).toFixed(2)} D1 statements/target`,
       );
+      if (DIRECT) await direct(ctx, n);
     }
   } finally {
     // The hosts' kept-alive connections would hold the process open, a failed run's too.
     hostAgent.destroy();
+  }
+}
+
+/**
+ * The same rollout as a deployment runs it: Harbormaster alone in one workerd (./direct-server.ts:
+ * the deployed bundle and entry, no wrangler dev proxy, no meter), fresh state, against the empty
+ * request measured on that server just before. With BENCH_ROLLOUT_PROFILE=1, a V8 profile of the
+ * runtime over the rollout's window, printed by function per target.
+ */
+async function direct(ctx: BenchContext, n: number) {
+  const profiling = process.env.BENCH_ROLLOUT_PROFILE === "1";
+  const inspectorPort = profiling ? await freePort() : undefined;
+  const stateParent = process.env.BENCH_STATE === "disk" || !existsSync("/dev/shm") ? tmpdir() : "/dev/shm";
+  const server = await startDirectServer({}, { stateParent, inspectorPort });
+  try {
+    const empty = await emptyRequestOn(server);
+    const f = await rolloutOn(
+      {
+        base: server.url,
+        admin: server.admin,
+        cpuMs: server.cpuMs,
+        metered: false,
+        split: false,
+        profiler: inspectorPort ? profilerAt(inspectorPort) : undefined,
+      },
+      n,
+    );
+    ctx.note(
+      `rollout of ${n} targets direct: ms per target (× the direct empty request's ${empty.ms.toFixed(3)} ms, ${empty.rps.toFixed(0)} req/s)`,
+      `${f.perTarget.toFixed(2)} ms (${(f.perTarget / empty.ms).toFixed(1)}×); total ${(f.elapsed / 1000).toFixed(1)} s (setup ${f.setupS.toFixed(1)} s); ${f.hostRequests} host requests (${f.hostRetries} retried)`,
+    );
+    ctx.note(
+      `rollout of ${n} targets direct: runtime CPU ms per target (× the direct empty request's ${empty.cpuMs?.toFixed(3) ?? "?"} ms)`,
+      f.runtimeCpu === null
+        ? "n/a (no /proc)"
+        : `${f.runtimeCpu.toFixed(2)} ms (${empty.cpuMs ? (f.runtimeCpu / empty.cpuMs).toFixed(1) : "?"}×); this driver ${f.driverCpu.toFixed(2)} ms`,
+    );
+    ctx.goal(`rollout of ${n} targets direct, ms per target × empty request (direct)`, f.perTarget / empty.ms, "<=", 6);
+    if (f.runtimeCpu !== null && empty.cpuMs)
+      ctx.goal(
+        `rollout of ${n} targets direct, runtime CPU per target × empty request's (direct)`,
+        f.runtimeCpu / empty.cpuMs,
+        "<=",
+        6,
+      );
+    console.error(
+      `  rollout ${n} direct: ${f.perTarget.toFixed(2)} ms/target (empty request ${empty.ms.toFixed(3)} ms)`,
+    );
+  } finally {
+    await server.stop();
   }
 }
 
@@ -356,4 +494,130 @@ function profile(
       );
   }
   return lines.join("\n");
+}
+
+interface ProfileNode {
+  id: number;
+  callFrame: { functionName: string; url: string; lineNumber: number };
+  children?: number[];
+  positionTicks?: { line: number; ticks: number }[];
+}
+interface V8Profile {
+  nodes: ProfileNode[];
+  samples: number[];
+  timeDeltas: number[];
+}
+interface Profiler {
+  start(): Promise<void>;
+  /** Stops the profile and prints where the isolate's time went, per target. */
+  stop(n: number): Promise<void>;
+}
+
+/** Functions printed by self and by total time (BENCH_ROLLOUT_PROFILE_TOP, default 40). */
+const PROFILE_TOP = Number(process.env.BENCH_ROLLOUT_PROFILE_TOP ?? 40);
+/** Functions whose self time is printed by source line. */
+const PROFILE_LINES = 8;
+
+/**
+ * A V8 CPU profile of the direct runtime through its inspector (DevTools protocol, as
+ * ../profile-report.ts takes one for a report): the samples' self time by function, and each
+ * function's total (the samples with it anywhere on the stack, once each), in µs a target.
+ */
+function profilerAt(port: number): Profiler {
+  let ws: WebSocket | null = null;
+  let id = 0;
+  const pending = new Map<number, (v: unknown) => void>();
+  const send = (method: string, params: object = {}) =>
+    new Promise<any>((r) => {
+      pending.set(++id, r);
+      ws!.send(JSON.stringify({ id, method, params }));
+    });
+  return {
+    async start() {
+      const targets = (await (await fetch(`http://127.0.0.1:${port}/json/list`)).json()) as {
+        title: string;
+        webSocketDebuggerUrl: string;
+      }[];
+      const target = targets.find((t) => t.title.includes("harbormaster")) ?? targets[0];
+      if (!target) throw new Error("the runtime's inspector lists no target");
+      ws = new WebSocket(target.webSocketDebuggerUrl);
+      await new Promise((r, j) => (ws!.once("open", r), ws!.once("error", j)));
+      ws.on("message", (data) => {
+        const msg = JSON.parse(String(data)) as { id?: number; result?: unknown };
+        if (msg.id !== undefined) pending.get(msg.id)?.(msg.result);
+      });
+      await send("Profiler.enable");
+      // 100 µs: a rollout of 1,000 runs for seconds, and a finer interval costs the isolate more.
+      await send("Profiler.setSamplingInterval", { interval: 100 });
+      await send("Profiler.start");
+    },
+    async stop(n) {
+      const { profile } = (await send("Profiler.stop")) as { profile: V8Profile };
+      ws?.close();
+      console.error(profileReport(profile, n));
+    },
+  };
+}
+
+function profileReport(p: V8Profile, n: number) {
+  const byId = new Map(p.nodes.map((node) => [node.id, node]));
+  const parent = new Map<number, number>();
+  for (const node of p.nodes) for (const c of node.children ?? []) parent.set(c, node.id);
+  const name = (f: ProfileNode["callFrame"]) =>
+    `${f.functionName || "(anonymous)"}${f.url ? ` ${f.url.replace(/^.*\//, "")}:${f.lineNumber + 1}` : ""}`;
+  const idle = new Set(["(idle)", "(program)", "(root)"]);
+  const self = new Map<string, number>();
+  const total = new Map<string, number>();
+  let busy = 0;
+  for (let i = 0; i < p.samples.length; i++) {
+    const dt = p.timeDeltas[i + 1] ?? 0;
+    let node = byId.get(p.samples[i])!;
+    if (idle.has(node.callFrame.functionName)) continue;
+    busy += dt;
+    const k = name(node.callFrame);
+    self.set(k, (self.get(k) ?? 0) + dt);
+    const seen = new Set<string>();
+    for (;;) {
+      const key = name(node.callFrame);
+      if (!seen.has(key) && !idle.has(node.callFrame.functionName)) {
+        seen.add(key);
+        total.set(key, (total.get(key) ?? 0) + dt);
+      }
+      const up = parent.get(node.id);
+      if (up === undefined) break;
+      node = byId.get(up)!;
+    }
+  }
+  const rows = (m: Map<string, number>) =>
+    [...m]
+      .sort((a, b) => b[1] - a[1])
+      .slice(0, PROFILE_TOP)
+      .map(([k, v]) => `    ${(v / n).toFixed(1).padStart(7)} µs  ${k}`)
+      .join("\n");
+  // The lines of the heaviest functions by self time (V8's ticks by source line, of the bundle).
+  const lines = new Map<string, Map<number, number>>();
+  for (const node of p.nodes)
+    for (const t of node.positionTicks ?? []) {
+      const k = name(node.callFrame);
+      const m = lines.get(k) ?? new Map<number, number>();
+      m.set(t.line, (m.get(t.line) ?? 0) + t.ticks);
+      lines.set(k, m);
+    }
+  const heaviest = [...self]
+    .sort((a, b) => b[1] - a[1])
+    .slice(0, PROFILE_LINES)
+    .flatMap(([k]) => {
+      const m = lines.get(k);
+      if (!m) return [];
+      const top = [...m].sort((a, b) => b[1] - a[1]).slice(0, 4);
+      return [`    ${k}: ticks by line ${top.map(([l, t]) => `${l}: ${t}`).join(", ")}`];
+    });
+  return [
+    `  V8 profile of the direct runtime, per target: the isolate busy ${(busy / n).toFixed(1)} µs`,
+    `  by self time:`,
+    rows(self),
+    `  by total time (the function anywhere on the stack):`,
+    rows(total),
+    ...heaviest,
+  ].join("\n");
 }

@@ -73,6 +73,7 @@ export class CallTimeout extends Error {
 type Row = {
   id: number;
   kind: string;
+  dedup_key: string | null;
   payload: string;
   attempts: number;
   seq: number;
@@ -87,8 +88,9 @@ const RETRY_INDEX_DDL = "CREATE INDEX IF NOT EXISTS _outbox_retry ON _outbox (ne
  * The outbox's table, for an object that has none yet. Every row an INSERT touches is billed as
  * written, so a stored effect is one row, plus its key's index entry only when it has a key:
  * - no AUTOINCREMENT, whose sqlite_sequence row was rewritten by every INSERT. Without it a
- *   deleted row's id can be given again (SQLite takes the largest id plus one), which matters only
- *   to a delivery that still holds the old row: see `underWay` for why none acts on a reused id.
+ *   deleted row's id can be given again (SQLite takes the largest id plus one), which matters to
+ *   a delivery that still holds the old row (see `underWay` for why none acts on a reused id) and
+ *   to the rounds' cursor (see `lowerCursor` for why none is given at or behind it).
  * - the key's uniqueness a partial index, so an effect without a key (most of them) adds no entry.
  * - the time of a row tried before (failed, not yet, parked) a partial index, which `nextDue`
  *   reads instead of every row; a row never tried adds no entry (see `freshDue` for those).
@@ -113,6 +115,10 @@ export const OUTBOX_SAFETY_MS = 10_000;
 export const OUTBOX_MAX_BACKOFF_MS = 5 * 60_000;
 /** Effects delivered per round of a flush (one D1 batch at most this large). */
 const MAX_BATCH = 200;
+/** Rows removed per DELETE (two bound values each, under the runtime's bound of 100 a statement). */
+const DELETE_CHUNK = 50;
+/** Rows read again by id per round (one bound value each). */
+const REVISIT_CHUNK = 90;
 /**
  * How long a call's receiver has to answer before the attempt counts as failed and its slot
  * takes the next call: a hung receiver holds up only its own effect, and a flush ends.
@@ -204,6 +210,9 @@ export class Outbox<K extends string> {
         now,
         attempts,
       );
+      // A row a round read already is at or behind the cursor: its newer payload is read again by id.
+      const read = this.keyedRead.get(opts.key);
+      if (read !== undefined) this.revisit.set(read.id, Math.min(this.revisit.get(read.id) ?? Infinity, due));
     } else {
       this.storage.sql.exec(
         "INSERT INTO _outbox (kind, payload, next_at, created_at, attempts) VALUES (?, ?, ?, ?, ?)",
@@ -239,6 +248,10 @@ export class Outbox<K extends string> {
     if (!this.table.exists()) return;
     this.storage.sql.exec("DELETE FROM _outbox WHERE kind = ?", kind);
     for (const [id, d] of this.underWay) if (d.kind === kind) this.underWay.delete(id);
+    for (const [key, read] of this.keyedRead) if (read.kind === kind) this.keyedRead.delete(key);
+    // Rare: the next round reads every row again, which also covers a caller's transaction that
+    // rolls this DELETE back (the rows return, no longer under way in memory).
+    this.cursor = 0;
   }
 
   /**
@@ -307,23 +320,10 @@ export class Outbox<K extends string> {
     // Hooks that enqueue bump this; any bump until the calls settle owes a round after this one.
     const followUps = this.followUps;
     const now = Date.now();
-    const limit = MAX_BATCH + this.underWay.size;
-    const read = this.storage.sql
-      .exec<Row>(
-        // Deferred effects (attempts -1) ride along with any flush; at most MAX_BATCH per round,
-        // besides the rows whose delivery is under way (read, then left to that delivery).
-        "SELECT id, kind, payload, attempts, seq, next_at FROM _outbox WHERE attempts <= 0 OR next_at <= ? ORDER BY id LIMIT ?",
-        now,
-        limit,
-      )
-      .toArray();
-    // Every row never tried is read whatever its time: unless the read was cut short, each one
-    // not read from here on is enqueued after it, and `freshDue` holds the earliest of those.
-    this.freshDue = Infinity;
-    this.freshKnown = read.length < limit;
-    // Rows all under way still re-arm below: the alarm that fired for one must stay set for it.
-    if (read.length === 0) return { settled: Promise.resolve() };
-    const rows = read.filter((r) => this.underWay.get(r.id)?.seq !== r.seq).slice(0, MAX_BATCH);
+    const { rows, cutShort } = this.readRound(now);
+    // With calls under way a round that starts nothing still re-arms below: the alarm that fired
+    // for one must stay set for it.
+    if (rows.length === 0 && this.underWay.size === 0) return { settled: Promise.resolve() };
     const d1Rows: Row[] = [];
     const calls: Row[] = [];
     /** Rows replaced by a newer payload while the older one is delivered: after that attempt. */
@@ -333,9 +333,9 @@ export class Outbox<K extends string> {
       const prior = this.underWay.get(r.id);
       if (prior) {
         if (prior.call) held.push(prior.call.settled);
-        // Read, but neither under way nor enqueued since: once the older attempt settles, only
-        // the table knows it is due (the round owed for it may wait behind another meanwhile).
-        this.freshKnown = false;
+        // Read, but neither under way nor enqueued since: once the older attempt settles, the
+        // round owed for it reads it again by id (and `nextDue` keeps a timer for it meanwhile).
+        this.revisit.set(r.id, Math.min(this.revisit.get(r.id) ?? Infinity, r.next_at));
         continue;
       }
       const effect = this.effects[r.kind as K];
@@ -354,7 +354,7 @@ export class Outbox<K extends string> {
       // A full round: more may be waiting behind it. A delivery that led to a next step (a
       // `delivered` hook enqueued it) has that step delivered now rather than by the alarm. A
       // newer payload held behind its older one's attempt goes once that attempt settled.
-      const again = rows.length === MAX_BATCH || this.followUps !== followUps || held.length > 0;
+      const again = cutShort || this.followUps !== followUps || held.length > 0;
       // The flush that follows sets the timer; this one's would be a row written for nothing.
       // Should the object die between the two, the timer is where every enqueue left it, no
       // later than any pending effect was due, so the alarm still delivers them.
@@ -367,6 +367,70 @@ export class Outbox<K extends string> {
   }
 
   /**
+   * What a round can start, by id, at most MAX_BATCH: the rows never tried past the cursor, the
+   * rows read again by id (`revisit`), and the rows tried before that are due (their partial
+   * index). None of the three reads the rows of calls still under way, however many: those are
+   * at or behind the cursor, and left out of `revisit` (a retry under way is read again, through
+   * its index entry, only while its time is past). A new instance's cursor is 0: its first round
+   * reads every row never tried, as a kill -9 demands.
+   */
+  private readRound(now: number): { rows: Row[]; cutShort: boolean } {
+    const columns = "id, kind, dedup_key, payload, attempts, seq, next_at";
+    // Deferred effects (attempts -1) ride along with any flush.
+    const fresh = this.storage.sql
+      .exec<Row>(
+        `SELECT ${columns} FROM _outbox WHERE id > ? AND attempts <= 0 ORDER BY id LIMIT ?`,
+        this.cursor,
+        MAX_BATCH,
+      )
+      .toArray();
+    const retryLimit = MAX_BATCH + this.underWay.size;
+    const retries = !this.retryMayExist
+      ? []
+      : this.retryRows<Row>(
+          `SELECT ${columns} FROM _outbox INDEXED BY _outbox_retry WHERE attempts > 0 AND next_at <= ? ORDER BY next_at LIMIT ?`,
+          now,
+          retryLimit,
+        );
+    // Bound values, not a JSON list, whose own rows would be counted as read.
+    const ids = [...this.revisit.keys()].sort((a, b) => a - b).slice(0, REVISIT_CHUNK);
+    const again = ids.length
+      ? this.storage.sql
+          .exec<Row>(
+            `SELECT ${columns} FROM _outbox WHERE id IN (${ids.map(() => "?").join(", ")}) AND (attempts <= 0 OR next_at <= ?)`,
+            ...ids,
+            now,
+          )
+          .toArray()
+      : [];
+    // What is not found is gone, or tried since (its index entry finds it); what is found is
+    // taken below or stays for the next round, as do the ids not read this round.
+    for (const id of ids) this.revisit.delete(id);
+    const byId = new Map<number, Row>();
+    for (const r of [...fresh, ...again, ...retries]) byId.set(r.id, r);
+    const sorted = [...byId.values()].sort((a, b) => a.id - b.id);
+    const taken = sorted.filter((r) => this.underWay.get(r.id)?.seq !== r.seq).slice(0, MAX_BATCH);
+    const last = taken.length ? taken[taken.length - 1].id : -Infinity;
+    // By id, so what was read and not taken is past the last row taken.
+    let cutShort = fresh.length === MAX_BATCH || retries.length === retryLimit || this.revisit.size > 0;
+    for (const r of again)
+      if (r.id > last) {
+        this.revisit.set(r.id, r.next_at);
+        cutShort = true;
+      }
+    if (sorted.some((r) => r.id > last && this.underWay.get(r.id)?.seq !== r.seq)) cutShort = true;
+    // The cursor passes every row never tried that was read and taken; fresh rows are in id order,
+    // so those not taken are all past it.
+    for (const r of fresh) if (r.id <= last) this.cursor = Math.max(this.cursor, r.id);
+    // Every row never tried past the cursor was read, unless the read was cut short or not all
+    // were taken; each one from here on is enqueued after it, and `freshDue` holds the earliest.
+    this.freshDue = Infinity;
+    this.freshKnown = fresh.length < MAX_BATCH && fresh.every((r) => r.id <= last);
+    for (const r of taken) if (r.dedup_key !== null) this.keyedRead.set(r.dedup_key, { id: r.id, kind: r.kind });
+    return { rows: taken, cutShort };
+  }
+
+  /**
    * Rows of a kind this code does not know, written by code that did (a newer release, then a
    * rollback): kept for a release that knows them, but out of every flush's way until the next
    * look, long after — left due, they would fill each round's read, and a full round calls the
@@ -374,6 +438,7 @@ export class Outbox<K extends string> {
    * one statement; logged once per kind in the object's life.
    */
   private park(kind: string, now: number) {
+    this.retryMayExist = true;
     this.storage.sql.exec(
       "UPDATE _outbox SET attempts = MAX(attempts, 1), next_at = ?, last_error = ? WHERE kind = ? AND (attempts <= 0 OR next_at <= ?)",
       now + UNKNOWN_KIND_RECHECK_MS,
@@ -457,13 +522,15 @@ export class Outbox<K extends string> {
       // holds. Only while this delivery is still its row id's: a row that took the id of one
       // discarded meanwhile starts at seq 0 too, and is not this receiver's to hold back.
       if (err instanceof NotYet) {
-        if (this.settles(r))
+        if (this.settles(r)) {
+          this.retryMayExist = true;
           this.storage.sql.exec(
             "UPDATE _outbox SET next_at = ?, attempts = MAX(attempts, 1) WHERE id = ? AND seq = ?",
             err.at,
             r.id,
             r.seq,
           );
+        }
       } else this.failed([r], err);
     } finally {
       clearTimeout(timer);
@@ -536,11 +603,11 @@ export class Outbox<K extends string> {
       groups.forEach((g, i) => {
         const own = g.run ? [] : results.slice(at, at + parts[i].length);
         at += parts[i].length;
-        for (const r of g.rows) {
+        for (const r of g.rows)
           this.hook(() => (this.effects[r.kind as K] as D1Effect<unknown>).delivered?.(JSON.parse(r.payload), own));
-          this.done(r);
-        }
       });
+      // One statement for the round's rows: the hooks and the removal are one turn either way.
+      this.doneAll(rows);
     } catch (err) {
       this.failed(rows, err);
     }
@@ -548,8 +615,42 @@ export class Outbox<K extends string> {
 
   /** Removes a delivered row, unless a newer payload replaced it meanwhile (then that one is still due). */
   private done(r: Row) {
-    if (!this.settles(r)) return;
-    this.storage.sql.exec("DELETE FROM _outbox WHERE id = ? AND seq = ?", r.id, r.seq);
+    this.doneAll([r]);
+  }
+
+  /**
+   * Removes delivered rows, each unless a newer payload replaced it meanwhile, in one statement
+   * (a DELETE each cost a statement each for the same rows written; a pair of bound values each
+   * reads only its own row, where a JSON list would count its own rows read too).
+   */
+  private doneAll(delivered: Row[]) {
+    const rows = delivered.filter((r) => this.settles(r));
+    for (let at = 0; at < rows.length; at += DELETE_CHUNK) {
+      const chunk = rows.slice(at, at + DELETE_CHUNK);
+      this.storage.sql.exec(
+        `DELETE FROM _outbox WHERE ${chunk.map(() => "(id = ? AND seq = ?)").join(" OR ")}`,
+        ...chunk.flatMap((r) => [r.id, r.seq]),
+      );
+    }
+    // A row with a newer payload stays (it is in `revisit`), and so does its key's entry.
+    for (const r of rows)
+      if (r.dedup_key !== null && !this.revisit.has(r.id) && this.keyedRead.get(r.dedup_key)?.id === r.id)
+        this.keyedRead.delete(r.dedup_key);
+    if (rows.some((r) => r.id >= this.cursor)) this.lowerCursor();
+  }
+
+  /**
+   * Keeps the cursor at a row still stored (or 0), after the row it stood at may have gone: SQLite
+   * gives a new row the largest id stored plus one, so while a row at the cursor is stored every
+   * new id is past it, and a cursor left at a deleted row would let a new row take an id at or
+   * behind it, which no round would read. It goes back to the last row still under way behind it
+   * (stored until its outcome), never forward: the rounds then read again only the rows between
+   * that are stored and not under way (tried before, or read again by id anyway).
+   */
+  private lowerCursor() {
+    let at = 0;
+    for (const id of this.underWay.keys()) if (id < this.cursor && id > at) at = id;
+    this.cursor = at;
   }
 
   /** `r` is read for delivery: from now its outcome, and no earlier one, acts on its row id. */
@@ -576,6 +677,7 @@ export class Outbox<K extends string> {
     const now = Date.now();
     for (const r of rows) {
       if (!this.settles(r)) continue;
+      this.retryMayExist = true;
       const attempts = Math.max(0, r.attempts) + 1;
       this.storage.sql.exec(
         "UPDATE _outbox SET attempts = ?, next_at = ?, last_error = ? WHERE id = ? AND seq = ?",
@@ -598,7 +700,7 @@ export class Outbox<K extends string> {
    * none comes it fires once, finds nothing, and is gone — the alarm set for it fires anyway.
    */
   private rearm() {
-    const next = this.nextDue();
+    const next = this.nextDue(true);
     if (next !== null) this.scheduler.schedule(OUTBOX_TIMER, next);
   }
 
@@ -615,12 +717,14 @@ export class Outbox<K extends string> {
    * that read a newer payload left behind its older one's attempt, the rows never tried are looked
    * for in the table.
    */
-  private nextDue(): number | null {
+  private nextDue(fromRound = false): number | null {
     const now = Date.now();
     const calls = [...this.underWay].flatMap(([id, d]) => (d.call ? [{ id, ...d.call }] : []));
-    let at = this.freshKnown ? this.freshDue : this.freshInTable(now, calls);
+    let at = this.freshKnown ? this.freshDue : Math.min(this.freshDue, this.freshInTable());
     for (const d of this.underWay.values()) if (!d.call || d.due > now) at = Math.min(at, d.due);
-    const retry = this.retryDue(now, new Set(calls.map((c) => c.id)));
+    // A newer payload behind its older one's call is covered by that call's alarm below.
+    for (const [id, due] of this.revisit) if (!this.underWay.get(id)?.call) at = Math.min(at, due);
+    const retry = this.retryDue(now, new Set(calls.map((c) => c.id)), fromRound);
     if (retry !== null) at = Math.min(at, retry);
     if (calls.length) {
       // Only calls that have a slot: one waiting for a slot ends no sooner than a running one frees
@@ -634,14 +738,10 @@ export class Outbox<K extends string> {
     return at === Infinity ? null : at;
   }
 
-  /** The earliest row never tried and not under way, read from every row (see `nextDue`). */
-  private freshInTable(now: number, calls: { id: number }[]): number {
+  /** The earliest row never tried past the cursor (see `nextDue`): rows no round has read. */
+  private freshInTable(): number {
     const at = this.storage.sql
-      .exec<{ at: number | null }>(
-        "SELECT MIN(next_at) AS at FROM _outbox WHERE attempts <= 0 AND (next_at > ? OR id NOT IN (SELECT value FROM json_each(?)))",
-        now,
-        JSON.stringify(calls.map((c) => c.id)),
-      )
+      .exec<{ at: number | null }>("SELECT MIN(next_at) AS at FROM _outbox WHERE id > ? AND attempts <= 0", this.cursor)
       .one().at;
     return at ?? Infinity;
   }
@@ -650,26 +750,52 @@ export class Outbox<K extends string> {
    * The earliest row tried before whose call is not under way (one under way counts while its
    * time is ahead), in the order of its index: reads as many rows as calls are under way at most.
    */
-  private retryDue(now: number, underWay: Set<number>): number | null {
-    const rows = this.retryRows();
+  private retryDue(now: number, underWay: Set<number>, fromRound: boolean): number | null {
+    if (!this.retryMayExist) return null;
+    const rows = this.retryRows<{ id: number; next_at: number }>(
+      "SELECT id, next_at FROM _outbox INDEXED BY _outbox_retry WHERE attempts > 0 ORDER BY next_at",
+    );
+    // Learnt only at a round's end, never in a caller's transaction, which could roll back the
+    // removal of the rows this read did not see.
+    if (rows.length === 0 && fromRound) this.retryMayExist = false;
     for (const r of rows) if (r.next_at > now || !underWay.has(r.id)) return r.next_at;
     return null;
   }
 
-  private retryRows() {
+  /** A read through the retry index (`query` names it: INDEXED BY). */
+  private retryRows<T extends Record<string, SqlStorageValue>>(query: string, ...bindings: SqlStorageValue[]): T[] {
     // INDEXED BY: a table made before the index fails here as it is prepared, reading nothing,
     // and gets it (its entries are only the rows tried before, few).
-    const query = "SELECT id, next_at FROM _outbox INDEXED BY _outbox_retry WHERE attempts > 0 ORDER BY next_at";
     try {
-      return this.storage.sql.exec<{ id: number; next_at: number }>(query);
+      return this.storage.sql.exec<T>(query, ...bindings).toArray();
     } catch (err) {
       if (!String(err).includes("no such index")) throw err;
       this.storage.sql.exec(RETRY_INDEX_DDL);
-      return this.storage.sql.exec<{ id: number; next_at: number }>(query);
+      return this.storage.sql.exec<T>(query, ...bindings).toArray();
     }
   }
-  /** Whether the last round read every row never tried (see `nextDue`). */
+  /**
+   * Whether a row tried before (failed, not yet, parked) may be stored: until a round's end found
+   * none, and again from the next such outcome. The rounds and `nextDue` skip their read of the
+   * retry index while it is false (the index read costs a statement and a row read when empty).
+   */
+  private retryMayExist = true;
+  /** Whether the last round read every row never tried past the cursor (see `nextDue`). */
   private freshKnown = false;
+  /**
+   * The rounds' cursor: every row never tried at or behind it was read by a round of this
+   * instance (and is under way, delivered, tried since, or in `revisit`), so a round reads only
+   * the rows past it, not again the rows of calls still under way. No new row takes an id at or
+   * behind it (`lowerCursor`). In memory: a new instance starts at 0 and reads every row.
+   */
+  private cursor = 0;
+  /**
+   * Rows at or behind the cursor due for a first attempt again, by id, with their time: a keyed
+   * row's newer payload (stored over a row a round read) and one held behind its older call.
+   */
+  private readonly revisit = new Map<number, number>();
+  /** Keyed rows a round read and not yet removed, by key: a new payload under one goes in `revisit`. */
+  private readonly keyedRead = new Map<string, { id: number; kind: string }>();
   /** The earliest time of the rows enqueued since the last round's read. */
   private freshDue = Infinity;
 }
