@@ -41,11 +41,14 @@ export async function runScheduled(controller: ScheduledController, env: Env) {
   // The fleets' history: the first tick of each period rolls up (rows only for fleets that changed).
   await rollupIfDue(env, Date.now()).catch((err) => logLine("warn", "history rollup failed", { error: String(err) }));
   // Webhooks: audit.recorded, one event per fleet per tick with that fleet's new audit rows.
-  await sendAuditEvents(env, Date.now()).catch((err) =>
-    logLine("warn", "audit.recorded events failed", { error: String(err) }),
-  );
+  const audited = await sendAuditEvents(env, Date.now()).catch((err) => {
+    logLine("warn", "audit.recorded events failed", { error: String(err) });
+    return null;
+  });
   // The audit trail out: each UTC day that is over becomes an R2 file; D1 keeps AUDIT_RETENTION_DAYS.
   await archiveAudit(env, Date.now()).catch((err) => logLine("warn", "audit archive failed", { error: String(err) }));
   // Rollouts advance on their own (ledger events, their alarms); this only re-drives quiet ones.
   await redriveRollouts(env, controller.scheduledTime);
+  // The console notices of the audit tick ran meanwhile; the cursor did not wait for them.
+  await audited?.notices;
 }

@@ -89,6 +89,28 @@ export function breakD1(stub: DurableObjectStub) {
   );
 }
 
+/**
+ * Makes the object's D1 batches commit and then fail (a timeout after the commit: the caller cannot
+ * tell a write that happened from one that did not) until the returned restore runs.
+ */
+export function timeOutD1AfterCommit(stub: DurableObjectStub) {
+  return swapBinding(
+    stub,
+    "DB",
+    new Proxy(env.DB, {
+      get(target, prop) {
+        if (prop === "batch") {
+          return async (statements: D1PreparedStatement[]) => {
+            await target.batch(statements);
+            throw new Error("D1_ERROR: simulated timeout after commit");
+          };
+        }
+        return Reflect.get(target, prop);
+      },
+    }),
+  );
+}
+
 /** Makes every call from the object to the fleets' coordinators fail until restored. */
 export function breakCoordinator(stub: DurableObjectStub) {
   const unreachable = new Proxy(

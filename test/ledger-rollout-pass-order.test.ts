@@ -1,5 +1,6 @@
+import { runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import { call, reportingServer } from "./helpers";
+import { call, report, reportingServer, settle } from "./helpers";
 
 /**
  * A rollout's writes into one ledger go one at a time (the outbox lane), but a call past its
@@ -24,6 +25,38 @@ describe("a ledger given a rollout's writes out of pass order", () => {
     expect(late).toMatchObject({ ok: true, outcome: "applied", generation: 4 });
     const res = await call("GET", `/v1/servers/${s.id}/desired`);
     expect(res.json).toMatchObject({ generation: 4, agents: [{ name: "web", image: "web:1", version: "1" }] });
+  });
+
+  it("keeps the rollback's image when the forward pass's late write lands after the host realized the rollback", async () => {
+    const { s, stub } = await reportingServer(agents);
+    const rollout_id = `r-${crypto.randomUUID()}`;
+    const forward = { rollout_id, pass: 0, agent: "web", image: "web:2", version: "2" };
+    expect(await stub.applyRolloutImage(forward)).toMatchObject({ ok: true, generation: 3 });
+    const realize = async (generation: number, image: string) => {
+      const r = await call("PUT", "/v1/agent/inventory", {
+        token: s.token,
+        body: report(generation, [{ name: "web", image }]),
+      });
+      expect(r.status).toBe(200);
+      await settle(s.id);
+    };
+    await realize(3, "web:2");
+    const back = await stub.applyRolloutImage({ rollout_id, pass: 1, agent: "web", image: "web:1", version: "1" });
+    expect(back).toMatchObject({ ok: true, outcome: "applied", generation: 4 });
+    // The host realizes the rollback: its mark settles.
+    await realize(4, "web:1");
+
+    const late = await stub.applyRolloutImage(forward);
+    expect(late).toMatchObject({ ok: true, outcome: "applied", generation: 4 });
+    const res = await call("GET", `/v1/servers/${s.id}/desired`);
+    expect(res.json).toMatchObject({ generation: 4, agents: [{ name: "web", image: "web:1", version: "1" }] });
+    // The settled mark owes nothing: a later report sends no outcome again.
+    await realize(4, "web:1");
+    const pending = await runInDurableObject(
+      stub,
+      (_i, state) => state.storage.sql.exec("SELECT COUNT(*) AS n FROM _outbox WHERE kind = 'rollout_event'").one().n,
+    );
+    expect(pending).toBe(0);
   });
 
   it("still takes another rollout's write after a rollback pass's", async () => {

@@ -15,6 +15,7 @@ import {
   registerServer,
   report,
   settle,
+  timeOutD1AfterCommit,
 } from "./helpers";
 import { meterReading, resetMeter } from "../src/local/meter";
 
@@ -134,6 +135,35 @@ describe("D1 projection of the ledger", () => {
       ["compute", "pending"],
       ["logs", "removal_pending"],
     ]);
+  });
+
+  it("brings D1 back to the ledger's value when a batch committed without answering and a report moved the column back", async () => {
+    const { fleet, s } = await realizedServer();
+    await settle(s.id);
+    const stub = env.LEDGER.get(env.LEDGER.idFromName(s.id));
+    const restore = await timeOutD1AfterCommit(stub);
+    // D1 takes the drift but the ledger never hears so: its mark still says realized.
+    const drifted = await call("PUT", "/v1/agent/inventory", {
+      token: s.token,
+      body: report(2, [agents[0], { ...agents[1], state: "stopped" }]),
+    });
+    expect(drifted.status).toBe(200);
+    await settle(s.id);
+    expect((await indexRow(s.id))!.status).toBe("drifted");
+    expect(await pendingEffects(stub)).toBeGreaterThan(0);
+    await restore();
+    // Back to what the mark says: a diff against it would write nothing and leave "drifted".
+    const back = await call("PUT", "/v1/agent/inventory", { token: s.token, body: report(2, agents) });
+    expect(back.status).toBe(200);
+    await settle(s.id);
+    expect((await indexRow(s.id))!.status).toBe("realized");
+    expect(await listedStatus(fleet.id, s.id)).toBe("realized");
+    const instances = await call("GET", `/v1/instances?server=${s.id}`);
+    expect(instances.json.items.map((i: any) => [i.agent, i.status])).toEqual([
+      ["compute", "realized"],
+      ["logs", "realized"],
+    ]);
+    expect(await pendingEffects(stub)).toBe(0);
   });
 
   it("shows stale once a server stops reporting past its deadline, and not after its next report", async () => {

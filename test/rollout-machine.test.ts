@@ -271,7 +271,9 @@ describe("the ledger's side", () => {
   ] as const)("%s", (_n, r, outcome) => {
     const { events, remaining } = settleMarks({ fw: mark }, r, "s1");
     expect(events.map((e) => e.outcome)).toEqual(outcome ? [outcome] : []);
-    expect(Object.keys(remaining)).toEqual(outcome ? [] : ["fw"]);
+    // A settled mark stays, marked settled (the pass it took), and owes no outcome again.
+    expect(remaining).toEqual({ fw: outcome ? { ...mark, settled: true } : mark });
+    expect(settleMarks(remaining, r, "s1").events).toEqual([]);
   });
 
   it("a mark that names its version settles only on that version, whatever the image string (a catalog image keeps its name)", () => {

@@ -5,7 +5,7 @@
 import { runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { verify } from "../src/webhooks/signing";
-import { call, fireTimersNow } from "./helpers";
+import { BASE, call, fireTimersNow, send } from "./helpers";
 import { fleetWithKey, putGroup, raw, registerClients, zincati } from "./fleetlock-helpers";
 import { createWebhook, receiver, sendsSettled } from "./webhook-helpers";
 import { coordinator } from "./support/objects";
@@ -32,6 +32,28 @@ describe("webhooks", () => {
     const one = await call("GET", `/v1/fleets/${f.fleet}/webhooks/${res.json.webhook.id}`);
     expect(JSON.stringify(one.json)).not.toContain(res.json.secret);
     expect((await call("DELETE", `/v1/fleets/${f.fleet}/webhooks/${res.json.webhook.id}`)).status).toBe(200);
+    expect((await call("GET", `/v1/fleets/${f.fleet}/webhooks`)).json.items).toEqual([]);
+  });
+
+  it("refuses a webhook body over its limit whose Content-Length claims it is short, and creates nothing", async () => {
+    const f = await fleetWithKey();
+    // Over the webhook route's 16 KiB, well under the /v1 rule's 1 MiB: only the route's own limit stops it.
+    const body = JSON.stringify({
+      url: "https://hooks.example.com/a",
+      events: ["reboot.granted"],
+      description: "x".repeat(20_000),
+    });
+    const res = await send(`${BASE}/v1/fleets/${f.fleet}/webhooks`, {
+      method: "POST",
+      headers: {
+        Authorization: "Bearer test-admin-token",
+        "Content-Type": "application/json",
+        "Content-Length": "100",
+      },
+      body,
+    });
+    expect(res.status).toBe(413);
+    expect(res.json.error.code).toBe("payload_too_large");
     expect((await call("GET", `/v1/fleets/${f.fleet}/webhooks`)).json.items).toEqual([]);
   });
 

@@ -21,7 +21,7 @@ import { noticeNow } from "../notices/notices";
 import { coordinatorOf } from "../objects/stubs";
 import type { FleetEvent } from "../webhooks/events";
 import { ownedEvent } from "../webhooks/outbox";
-import { auditLines } from "./service";
+import { auditLinesFrom } from "./service";
 import { maxAuditId } from "./store";
 
 export const AUDIT_EVENTS_CURSOR = "audit_events";
@@ -34,7 +34,10 @@ const AUDIT_EVENTS_BATCH = "audit_events_batch";
 /** Rows per tick; a burst past it goes out over the next ticks, in order. */
 const AUDIT_EVENTS_PER_TICK = 500;
 
-export async function sendAuditEvents(env: Env, now: number): Promise<{ rows: number; events: number }> {
+export async function sendAuditEvents(
+  env: Env,
+  now: number,
+): Promise<{ rows: number; events: number; notices: Promise<unknown> }> {
   const db = getDb(env.DB);
   const marks = await db
     .select()
@@ -45,19 +48,20 @@ export async function sendAuditEvents(env: Env, now: number): Promise<{ rows: nu
     // The first tick ever starts at the present: the history is in the export, not owed as events.
     const last = await maxAuditId(db);
     await db.insert(cronCursors).values({ name: AUDIT_EVENTS_CURSOR, at: last }).onConflictDoNothing();
-    return { rows: 0, events: 0 };
+    return { rows: 0, events: 0, notices: NONE };
   }
   const pending = marks.find((m) => m.name === AUDIT_EVENTS_BATCH);
-  const lines = await auditLines(env, {
+  const found = await auditLinesFrom(env, {
     after: cursor.at,
     upTo: pending?.at,
     limit: AUDIT_EVENTS_PER_TICK,
   });
-  if (lines.length === 0 && !pending) return { rows: 0, events: 0 };
+  const lines = found.map((f) => f.line);
+  if (lines.length === 0 && !pending) return { rows: 0, events: 0, notices: NONE };
   const upTo = pending?.at ?? lines[lines.length - 1].id;
   if (!pending && !(await claimBatch(db, cursor.at, upTo))) {
     // Another tick took this batch (or already moved the cursor): it hands it on.
-    return { rows: 0, events: 0 };
+    return { rows: 0, events: 0, notices: NONE };
   }
   const fleetOf = await fleetsOf(
     env,
@@ -85,17 +89,7 @@ export async function sendAuditEvents(env: Env, now: number): Promise<{ rows: nu
       ),
     ],
   ]);
-  // A D1-only service (fleet settings, intent, a spec's apply) tells the console's pages of its
-  // change with retries in memory, lost with its Worker: the fleets with rows of their own (what
-  // those services write) are told again here, before the cursor moves. A repeated notice costs
-  // a page one re-fetch.
-  const pages = [...byFleet]
-    .filter(([fleet, rows]) => rows.some((r) => r.target === `fleet:${fleet}`))
-    .map(([fleet]) => noticeNow(env, { fleet, kind: "fleet", ids: [fleet], from: "cron:audit" }));
-  const [results] = await Promise.all([
-    Promise.allSettled(events.map(([fleet, e]) => coordinatorOf(env, fleet).fleetEvents(e))),
-    Promise.all(pages),
-  ]);
+  const results = await Promise.allSettled(events.map(([fleet, e]) => coordinatorOf(env, fleet).fleetEvents(e)));
   const failed = events.filter((_, i) => results[i].status === "rejected");
   if (failed.length)
     logLine("warn", "audit.recorded events not taken; owed to those fleets as tasks the cron retries", {
@@ -110,7 +104,26 @@ export async function sendAuditEvents(env: Env, now: number): Promise<{ rows: nu
     db.delete(cronCursors).where(and(eq(cronCursors.name, AUDIT_EVENTS_BATCH), eq(cronCursors.at, upTo))),
   );
   await db.batch(writes as [BatchItem<"sqlite">, ...BatchItem<"sqlite">[]]);
-  return { rows: lines.length, events: events.length };
+  return { rows: lines.length, events: events.length, notices: pagesToTell(env, found) };
+}
+
+const NONE: Promise<unknown> = Promise.resolve();
+
+/**
+ * A D1-only service (fleet settings, intent, a spec's apply) tells the console's pages of its
+ * change with retries in memory, lost with its Worker: the fleets with such rows of their own are
+ * told again here. Not for rows an object's outbox delivered (the reboot coordinator's: it sends
+ * its notices durably), nor for a fleet whose last row here deleted it (no page to tell). Started
+ * once the cursor moved, for the caller to wait on in the background: a slow feed (a notice may
+ * be asked to come back after its throttle) holds no tick's cursor. A repeated notice costs a page
+ * one re-fetch.
+ */
+function pagesToTell(env: Env, found: { line: { target: string; action: string }; outboxed: boolean }[]) {
+  const last = new Map<string, string>();
+  for (const { line, outboxed } of found)
+    if (!outboxed && line.target.startsWith("fleet:")) last.set(line.target.slice(6), line.action);
+  const fleets = [...last].filter(([, action]) => action !== "fleet.delete").map(([fleet]) => fleet);
+  return Promise.all(fleets.map((fleet) => noticeNow(env, { fleet, kind: "fleet", ids: [fleet], from: "cron:audit" })));
 }
 
 /**

@@ -65,9 +65,20 @@ export async function auditLines(
   env: Env,
   opts: { after: number; upTo?: number; limit: number; visible?: readonly string[] | null },
 ) {
+  return (await auditLinesFrom(env, opts)).map((r) => r.line);
+}
+
+/**
+ * As auditLines, each with whether an object's outbox delivered the row (it has an event id) rather
+ * than a D1 service's own batch: such an owner sent its console notices durably itself.
+ */
+export async function auditLinesFrom(
+  env: Env,
+  opts: { after: number; upTo?: number; limit: number; visible?: readonly string[] | null },
+) {
   const db = getDb(env.DB);
   const rows = await auditAfter(db, opts);
-  return (await withNames(env, db, rows)).map(lineOf);
+  return (await withNames(env, db, rows)).map((r) => ({ line: lineOf(r), outboxed: r.eventId !== null }));
 }
 
 /**

@@ -87,14 +87,58 @@ function textOverBytes(text: string, maxBytes: number): boolean {
   return new TextEncoder().encode(text).byteLength > maxBytes;
 }
 
-/** Bodies over `maxBytes` are refused (413 payload_too_large) before anything reads them. */
-export const limitBodies = (maxBytes: number) =>
+/** A body of unknown length, counted as it streams in and refused once past `maxBytes`. */
+const countedLimit = (maxBytes: number) =>
   bodyLimit({
     maxSize: maxBytes,
     onError: () => {
-      throw new DomainError("payload_too_large", `request bodies are limited to ${maxBytes} bytes`);
+      throw tooLarge(maxBytes);
     },
   });
+
+const proceed = async () => {};
+
+/**
+ * The size rule's first half, before the body is read: a body with a Content-Length (and no
+ * Transfer-Encoding) is refused by that number, and one of unknown length is counted as it streams
+ * in (never held whole past the limit). True when the length was declared: the header may lie
+ * (it is the client's word), so the text must be measured once read (`textWithin`).
+ */
+async function declaredWithin(c: Context<AppEnv>, maxBytes: number, counted: MiddlewareHandler): Promise<boolean> {
+  const raw = c.req.raw;
+  if (raw.body === null) return false;
+  const length = raw.headers.get("Content-Length");
+  if (length === null || raw.headers.has("Transfer-Encoding")) {
+    await counted(c, proceed);
+    return false;
+  }
+  if (parseInt(length || "0", 10) > maxBytes) throw tooLarge(maxBytes);
+  return true;
+}
+
+/** The size rule's second half: the body read once, as text (hono caches it for the validator). */
+async function textWithin(c: Context<AppEnv>, maxBytes: number) {
+  let text: string | undefined;
+  try {
+    text = await c.req.text();
+  } catch {
+    // A body that cannot be read is the validator's to refuse, as it always was.
+  }
+  if (text !== undefined && textOverBytes(text, maxBytes)) throw tooLarge(maxBytes);
+}
+
+/**
+ * A route's own, smaller limit on its JSON bodies, under the /v1 rule (`requestRules`, which has
+ * already refused what is not JSON): the same rule, so a short Content-Length does not let a
+ * longer body through either.
+ */
+export function limitBodies(maxBytes: number): MiddlewareHandler<AppEnv> {
+  const counted = countedLimit(maxBytes);
+  return async (c, next) => {
+    if (await declaredWithin(c, maxBytes, counted)) await textWithin(c, maxBytes);
+    return next();
+  };
+}
 
 /**
  * Routes whose body is raw bytes, not JSON (an image's upload parts): the JSON body rules and the
@@ -151,29 +195,14 @@ export interface RequestRules {
  */
 export function requestRules(rules: RequestRules): MiddlewareHandler<AppEnv> {
   const { maxBodyBytes, maxPartBytes, exempt, checkQuery } = rules;
-  const streamed = limitBodies(maxBodyBytes);
-  const counted = async () => {};
+  const counted = countedLimit(maxBodyBytes);
   return async (c, next) => {
     const path = c.req.path;
     if (isRawBodyRoute(c.req.method, path)) requireRawBody(c, maxPartBytes);
     else if (!exempt(path)) {
-      const raw = c.req.raw;
-      let known = false;
-      if (raw.body !== null) {
-        const length = raw.headers.get("Content-Length");
-        known = length !== null && !raw.headers.has("Transfer-Encoding");
-        if (!known) await streamed(c, counted);
-        else if (parseInt(length || "0", 10) > maxBodyBytes) throw tooLarge(maxBodyBytes);
-      }
-      if (requireJsonBody(c) && known) {
-        let text: string | undefined;
-        try {
-          text = await c.req.text();
-        } catch {
-          // A body that cannot be read is the validator's to refuse, as it always was.
-        }
-        if (text !== undefined && textOverBytes(text, maxBodyBytes)) throw tooLarge(maxBodyBytes);
-      }
+      // Size first (413 before anything reads the body), then its claims (415), then the text.
+      const declared = await declaredWithin(c, maxBodyBytes, counted);
+      if (requireJsonBody(c) && declared) await textWithin(c, maxBodyBytes);
     }
     checkQuery(c);
     return next();

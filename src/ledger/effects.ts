@@ -271,6 +271,19 @@ export function ledgerEffects(w: LedgerEffectWiring): Record<LedgerEffectKind, E
 function projectEffect(w: LedgerEffectWiring): Effect {
   /** The mark the delivery under way will have made true, recorded once D1 took it. */
   let inFlight: ProjectedMark | null = null;
+  /**
+   * Whether D1 may hold something newer than the stored mark, so the next delivery writes the full
+   * rows rather than the diff against the mark. A mark is stored only after D1 answered; a batch
+   * that committed and then failed to answer (a timeout), or a kill between D1's answer and the
+   * mark's write, leaves D1 ahead of the mark. The diff then trusts the older mark, and a later
+   * report that moves a column back to the mark's value writes nothing: D1 keeps the in-between
+   * value (a server "drifted" in lists while its ledger says realized) until something else moves.
+   * Both cases are seen from here alone, at no cost in steady state: the first delivery of this
+   * object instance (the kill, or an eviction: the mark is then as good as ever, but nothing here
+   * says so), and a delivery after one that built its statements and never heard back (a retry).
+   * Writing every column of the rows the ledger shows makes D1 equal the ledger whatever it held.
+   */
+  let unsure = true;
   /** The fleet whose pages show a change the delivery under way writes (null: a heartbeat, or nothing). */
   let changedIn: { fleet: string; server: string } | null = null;
   /** A drift-only health event waits on the fleet's watch: read last in this batch, for nothing more. */
@@ -278,6 +291,7 @@ function projectEffect(w: LedgerEffectWiring): Effect {
   return {
     target: "d1",
     statements: () => {
+      if (inFlight) unsure = true;
       inFlight = null;
       changedIn = null;
       watchRead = null;
@@ -288,7 +302,8 @@ function projectEffect(w: LedgerEffectWiring): Effect {
       const mark = w.store.projected();
       const leased = w.leased();
       const p = buildProjection(state.record, state.desired, state.report, w.clock(), leased);
-      const written = mark && !mark.dirty && mark.written ? mark.written : null;
+      const known = mark && !mark.dirty && mark.written ? mark.written : null;
+      const written = unsure ? null : known;
       const lastSeen = p.server.lastSeen ?? null;
       const due = lastSeen != null && lastSeenDue(mark, lastSeen, state.record.stale_after_s, leased);
       // A drift-only health event waits on the fleet's watch: read in this batch, on the server
@@ -303,7 +318,9 @@ function projectEffect(w: LedgerEffectWiring): Effect {
       // server stale in the index, and one starting (it is back) live again: pages are told of
       // that too, not only of changed rows.
       const leaseTurned = serverRow && (mark?.leased ?? false) !== leased;
-      if (statements.length && (leaseTurned || !written || !sameSignatures(written, p.signatures)))
+      // Against the mark, not what is written: a full rewrite of what the mark already shows is no
+      // change for the pages (they were never told of a value D1 took without answering).
+      if (statements.length && (leaseTurned || !known || !sameSignatures(known, p.signatures)))
         changedIn = { fleet: state.record.fleet_id, server: state.record.id };
       inFlight = serverRow
         ? { written: p.signatures, last_seen_written: lastSeen, leased }
@@ -318,7 +335,10 @@ function projectEffect(w: LedgerEffectWiring): Effect {
       return [...statements, driftWatchRead(db, state.record.fleet_id)];
     },
     delivered: (_p: unknown, results: unknown[]) => {
-      if (inFlight) w.store.setProjected(inFlight);
+      if (inFlight) {
+        w.store.setProjected(inFlight);
+        unsure = false;
+      }
       if (changedIn) w.shown(changedIn.fleet, changedIn.server);
       if (watchRead) watchRead(results);
       inFlight = null;

@@ -77,6 +77,7 @@ export function settleRolloutMarks(d: LedgerParts, serverId: string, report: Sto
 export function leaveRollouts(d: LedgerParts, serverId: string, now: number) {
   const marks = d.store.rolloutMarks();
   for (const m of Object.values(marks)) {
+    if (m.settled) continue;
     const e: RolloutEvent = {
       rollout_id: m.rollout_id,
       pass: m.pass,

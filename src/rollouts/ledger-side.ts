@@ -21,7 +21,11 @@ export interface ApplyRolloutImage {
   catalog?: CatalogFields | null;
 }
 
-/** A rollout's write in this ledger, until a report settles it. */
+/**
+ * A rollout's write in this ledger, until a report settles it; then kept, `settled`, until another
+ * rollout writes the agent: the highest pass taken, so a write of an older pass arriving later
+ * still finds it (decideApply) and the host does not go back to the image a rollback left.
+ */
 export interface RolloutMark {
   rollout_id: string;
   pass: number;
@@ -31,6 +35,8 @@ export interface RolloutMark {
   version?: string;
   from_image: string | null;
   from_version: string | null;
+  /** A report settled it: no outcome is owed any more, only the pass is remembered. */
+  settled?: true;
 }
 
 export type ApplyOutcome =
@@ -47,7 +53,9 @@ export function decideApply(
 ): { outcome: ApplyOutcome; next?: DesiredState; mark?: RolloutMark } {
   // A redelivery of the same write: the same answer, nothing written again. An older pass's write
   // (a call past its deadline that landed after the rollback's) gets the same: the lane that keeps
-  // a rollout's writes in order lets go of a call at its deadline, so the order is kept here too.
+  // a rollout's writes in order lets go of a call at its deadline, so the order is kept here too,
+  // also once a report settled the newer pass's mark (kept, settled, for that). The answer is ok:
+  // a refusal would read as "server removed" to the rollout (src/rollouts/outcomes.ts).
   if (mark && mark.rollout_id === req.rollout_id && mark.pass >= req.pass) {
     return {
       outcome: {
@@ -132,7 +140,7 @@ export function settleMarks(
   const events: RolloutEvent[] = [];
   const remaining: Record<string, RolloutMark> = {};
   for (const [agent, m] of Object.entries(marks)) {
-    if (report.generation < m.generation) {
+    if (m.settled || report.generation < m.generation) {
       remaining[agent] = m;
       continue;
     }
@@ -145,7 +153,10 @@ export function settleMarks(
       generation: m.generation,
       at: report.received_at,
     };
+    // Kept in the turn's one write of the marks (a put where a delete was): no storage row more.
+    const settled = () => (remaining[agent] = { ...m, settled: true });
     if (errors.length > 0) {
+      settled();
       events.push({
         ...base,
         outcome: "failed",
@@ -160,6 +171,7 @@ export function settleMarks(
       (m.version === undefined || seen.version === m.version) &&
       seen.state === "running"
     ) {
+      settled();
       events.push({ ...base, outcome: "realized" });
     } else {
       remaining[agent] = m;
