@@ -1,6 +1,5 @@
 import { OpenAPIHono } from "@hono/zod-openapi";
 import { HTTPException } from "hono/http-exception";
-import { requestId } from "hono/request-id";
 import type { Context } from "hono";
 import { auditRoutes } from "./audit/routes";
 import { tokenRoutes } from "./auth/routes";
@@ -18,9 +17,9 @@ import { metricsRoutes } from "./metrics/routes";
 import { DomainError } from "./domain/errors";
 import { actorOf } from "./domain/principal";
 import { allowedMethodsFinder } from "./http/allow";
-import { jsonBodies, rawBodies } from "./http/content";
-import { corsForConfiguredOrigins } from "./http/cors";
-import { logError, requestLog } from "./http/log";
+import { requestRules } from "./http/content";
+import { edge } from "./http/edge";
+import { logError } from "./http/log";
 import { DOCUMENT_CONFIG, registerServiceEndpoints, withRequestIdHeaders } from "./http/document";
 import { rejectUnknownQuery } from "./http/query";
 import { errorAnswer, renderDomainError, STATUS_OF_CODE } from "./http/errors";
@@ -55,18 +54,19 @@ export function createApp() {
   const app = new OpenAPIHono<AppEnv>({ defaultHook: validationHook });
 
   // Every route, FleetLock and /healthz included: a request id (X-Request-Id taken when it is a
-  // sane token, else made), returned in the answer and its error body, and one log line each.
-  app.use("*", requestId());
-  app.use("*", requestLog(requester));
-  app.use("*", corsForConfiguredOrigins());
+  // sane token, else made), returned in the answer and its error body, one log line each, CORS.
+  app.use("*", edge(requester));
   // An agent build is bytes too (src/agent-builds/), but may come gzip-compressed and is larger
   // than an image's part: its route checks its own body (length, encoding, checksum).
   const agentBuild = (path: string) => path === "/v1/agent/builds" || path.startsWith("/v1/agent/builds/");
-  app.use("/v1/*", jsonBodies(MAX_BODY_BYTES, agentBuild));
-  app.use("/v1/*", rawBodies(MAX_PART_BYTES));
   app.use(
     "/v1/*",
-    rejectUnknownQuery(() => app.openAPIRegistry.definitions as never),
+    requestRules({
+      maxBodyBytes: MAX_BODY_BYTES,
+      maxPartBytes: MAX_PART_BYTES,
+      exempt: agentBuild,
+      checkQuery: rejectUnknownQuery(() => app.openAPIRegistry.definitions as never),
+    }),
   );
   // While upgrade steps are pending, writes answer 503 (hosts' own endpoints excepted).
   app.use("/v1/*", drainWrites());

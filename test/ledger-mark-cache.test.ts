@@ -3,11 +3,12 @@ import { describe, expect, it } from "vitest";
 import type { ServerLedger } from "../src/ledger/durable-object";
 import { INDEX_LEASE_MS } from "../src/ledger/projection";
 import type { LedgerStore, ProjectedMark } from "../src/ledger/store";
+import type { RolloutMark } from "../src/rollouts/ledger-side";
 import { call, report, reportingServer, settle } from "./helpers";
 
 // The ledger keeps the projection's mark in memory, since every heartbeat asks it whether the
 // index's last_seen is due. These pin what that memory must never do: miss a newer mark, or keep
-// one a rolled-back transaction undid.
+// one a rolled-back transaction undid. The same for the rollout marks every changed report reads.
 
 const agents = [{ name: "compute", image: "compute:1", version: "1" }];
 
@@ -74,6 +75,78 @@ describe("the projection mark a heartbeat reads", () => {
         }),
       ).toThrow("rolled back");
       expect(store.projected()).toEqual(before);
+    });
+  });
+});
+
+describe("the rollout marks a changed report settles, kept in memory", () => {
+  const mark = (rollout: string): RolloutMark => ({
+    rollout_id: rollout,
+    pass: 1,
+    generation: 3,
+    image: "compute:2",
+    version: "2",
+    from_image: "compute:1",
+    from_version: "1",
+  });
+  const stored = (storage: DurableObjectStorage) => storage.kv.get("rollout_marks") ?? {};
+
+  it("reads a mark written after the marks were read, and none once they are cleared", async () => {
+    const { stub } = await reportingServer(agents);
+    await runInDurableObject(stub, (instance: ServerLedger, state) => {
+      const store = storeOf(instance);
+      expect(store.rolloutMarks()).toEqual({});
+      store.setRolloutMarks({ compute: mark("r-1") });
+      expect(store.rolloutMarks()).toEqual({ compute: mark("r-1") });
+      expect(stored(state.storage)).toEqual({ compute: mark("r-1") });
+      store.setRolloutMarks({});
+      expect(store.rolloutMarks()).toEqual({});
+      expect(stored(state.storage)).toEqual({});
+    });
+  });
+
+  it("keeps no memory of marks written in a transaction or savepoint that rolled back", async () => {
+    const { stub } = await reportingServer(agents);
+    await runInDurableObject(stub, (instance: ServerLedger, state) => {
+      const store = storeOf(instance);
+      store.setRolloutMarks({ compute: mark("r-1") });
+      expect(() =>
+        store.transaction(() => {
+          store.setRolloutMarks({});
+          // Inside the turn it sees its own write, which must not outlive it.
+          expect(store.rolloutMarks()).toEqual({});
+          throw new Error("rolled back");
+        }),
+      ).toThrow("rolled back");
+      expect(store.rolloutMarks()).toEqual({ compute: mark("r-1") });
+      // A savepoint rolled back inside a turn that commits: the outer write stands, the inner one not.
+      store.transaction(() => {
+        store.setRolloutMarks({ compute: mark("r-2") });
+        try {
+          store.transaction(() => {
+            store.setRolloutMarks({ compute: mark("r-3") });
+            throw new Error("inner rolled back");
+          });
+        } catch {
+          // the outer turn goes on
+        }
+        expect(store.rolloutMarks()).toEqual({ compute: mark("r-2") });
+      });
+      expect(store.rolloutMarks()).toEqual({ compute: mark("r-2") });
+      expect(stored(state.storage)).toEqual({ compute: mark("r-2") });
+    });
+  });
+
+  it("does not hand out memory a caller can change behind storage's back", async () => {
+    const { stub } = await reportingServer(agents);
+    await runInDurableObject(stub, (instance: ServerLedger, state) => {
+      const store = storeOf(instance);
+      const written: Record<string, RolloutMark> = { compute: mark("r-1") };
+      store.setRolloutMarks(written);
+      written.vm = mark("r-2");
+      expect(store.rolloutMarks()).toEqual({ compute: mark("r-1") });
+      expect(() => Object.assign(store.rolloutMarks(), { vm: mark("r-2") })).toThrow();
+      expect(stored(state.storage)).toEqual({ compute: mark("r-1") });
     });
   });
 });

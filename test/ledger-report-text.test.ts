@@ -53,4 +53,19 @@ describe("the ledger's report taken as JSON text", () => {
       status: "realized",
     });
   });
+
+  it("takes the last report's text again as that report, and any other text as what it says", async () => {
+    const { s, stub, hash } = await reportingLedger();
+    const same = JSON.stringify(report(2, agents));
+    for (let i = 0; i < 2; i++) {
+      const answer = await stub.agentReport(hash, same);
+      expect(JSON.parse((answer as { accepted: string }).accepted)).toMatchObject({ status: "realized" });
+    }
+    const other = await stub.agentReport(hash, JSON.stringify(report(2, [{ ...agents[0], image: "compute:2" }])));
+    expect(JSON.parse((other as { accepted: string }).accepted)).toMatchObject({ server_id: s.id, status: "drifted" });
+    expect(await stub.agentReport(hash, JSON.stringify({ ...report(2, agents), generation: -1 }))).toMatchObject({
+      ok: false,
+      code: "validation_failed",
+    });
+  });
 });

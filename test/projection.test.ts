@@ -1,7 +1,10 @@
 import { env, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import type { ServerLedger } from "../src/ledger/durable-object";
-import { INDEX_LEASE_MS } from "../src/ledger/projection";
+import { buildProjection, INDEX_LEASE_MS, projectionStatements } from "../src/ledger/projection";
+import { getDb } from "../src/db/client";
+import type { DesiredState, ServerRecord } from "../src/model/server/record";
+import type { StoredReport } from "../src/model/server/schemas";
 import {
   breakD1,
   call,
@@ -268,5 +271,41 @@ describe("a server back from silence", () => {
     expect(await listedStatus(fleet.id, s.id)).toBe("drifted");
     expect(row.last_seen).toBeGreaterThan(Date.now() - 60_000);
     expect((await call("GET", `/v1/servers?fleet=${fleet.id}&status=stale`)).json.items).toEqual([]);
+  });
+});
+
+describe("the statements of a changed report's projection", () => {
+  it("update only the moved columns of rows written before: a few values bound, not the whole rows", () => {
+    const record = {
+      id: "srv-1",
+      fleet_id: "f",
+      hostname: "host-1.example",
+      kind: "managed",
+      roles: [],
+      reboot_group: "default",
+      fleetlock_id: null,
+      state: "active",
+      created_at: 1,
+      stale_after_s: 120,
+    } as unknown as ServerRecord;
+    const desired = { generation: 2, agents } as unknown as DesiredState;
+    const reportOf = (state: "running" | "stopped") =>
+      ({
+        ...report(
+          2,
+          agents.map((a, i) => ({ ...a, state: i === 0 ? state : "running" })),
+        ),
+        received_at: 1_000,
+      }) as unknown as StoredReport;
+    const before = buildProjection(record, desired, reportOf("running"), 1_000);
+    const after = buildProjection(record, desired, reportOf("stopped"), 2_000);
+    const { statements } = projectionStatements(getDb(env.DB), after, before.signatures);
+    const built = statements.map((s) => (s as unknown as { toSQL(): { sql: string; params: unknown[] } }).toSQL());
+    expect(built).toHaveLength(2);
+    // The server row: its status and updated_at; the instance row: its state, status and updated_at.
+    expect(built[0].sql).toMatch(/^update "servers" set/);
+    expect(built[0].params).toEqual(["drifted", 2_000, "srv-1"]);
+    expect(built[1].sql).toMatch(/^update "agent_instances" set/);
+    expect(built[1].params).toEqual(["stopped", "drifted", 2_000, "srv-1", "compute"]);
   });
 });

@@ -1,7 +1,8 @@
 /**
- * The agent's own backoff from a crash loop. systemd restarts a crashed agent every `RestartSec=`
- * (5 s) for as long as it crashes; `RestartSteps=` and `RestartMaxDelaySec=`, which would make
- * that delay grow, need systemd 254, and Debian 12 has 252. So each run leaves a marker in the
+ * The agent's own backoff from a crash loop. systemd restarts a crashed agent `RestartSec=` (5 s)
+ * later; only from systemd 254 (`RestartSteps=`, `RestartMaxDelaySec=`; Debian 12 has 252) does
+ * that delay grow, and then only to 2 min, as systemd never starts its count over while the unit
+ * restarts by itself (the unit says more). So each run leaves a marker in the
  * state directory (`run.json`: this boot, when the run started, how many runs in a row crashed)
  * and removes it when it ends as it should; a start that finds one the same boot left knows the
  * last run crashed (a kill -9, the OOM killer, an uncaught error) and waits before it connects,

@@ -7,8 +7,9 @@
  */
 import { readFileSync } from "node:fs";
 import { hostname as osHostname } from "node:os";
-import { apiErrorOf, type FetchLike } from "../http.ts";
+import { apiErrorOf, MAX_ERROR_BODY_BYTES, textUpTo, type FetchLike } from "../http.ts";
 import type { AgentConfig } from "./config.ts";
+import { z } from "zod";
 import type { Identity, StateDir } from "./state.ts";
 
 export interface JoinOptions {
@@ -34,6 +35,11 @@ export function readId(file: string, what: string): string {
   }
   const id = text.split("\n")[0].trim();
   if (!id) throw new Error(`${file} holds no ${what}`);
+  // What the server takes (src/enrollment/schemas.ts): another would have every report refused.
+  if (!/^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$/.test(id))
+    throw new Error(
+      `${file} does not hold a ${what}: 1-128 letters, digits, '_', '.', ':' and '-' were expected, not ${JSON.stringify(id.slice(0, 40))}${id.length > 40 ? "…" : ""}`,
+    );
   return id;
 }
 
@@ -65,6 +71,16 @@ function normalizeUrl(url: string): string {
   return u.toString().replace(/\/+$/, "");
 }
 
+/** What POST /v1/agent/enroll answers (src/enrollment): what the identity is made of. */
+const EnrollAnswer = z.object({
+  id: z.string().min(1),
+  fleet: z.string().min(1),
+  hostname: z.string().min(1),
+  token: z.string().min(1),
+  reboot_group: z.string().optional(),
+  fleetlock_id: z.string().nullable().optional(),
+});
+
 export async function join(state: StateDir, config: AgentConfig, opts: JoinOptions): Promise<JoinResult> {
   const existing = state.identity();
   if (existing) return { joined: false, identity: existing };
@@ -89,16 +105,24 @@ export async function join(state: StateDir, config: AgentConfig, opts: JoinOptio
     signal: AbortSignal.timeout(60_000),
   });
   if (!res.ok) throw await apiErrorOf(res);
-  const answer = (await res.json()) as {
-    id: string;
-    fleet: string;
-    hostname: string;
-    token: string;
-    reboot_group?: string;
-    fleetlock_id?: string | null;
-  };
-  if (typeof answer.id !== "string" || typeof answer.token !== "string")
-    throw new Error("the server's answer carries no server id and token");
+  // Parsed before anything is written: a proxy or a captive portal answering 200 in the server's
+  // place must leave no identity behind that names no server.
+  // An enrollment is a few hundred bytes: a body past 64 KiB is not one, and is not read on.
+  const text = await textUpTo(res, MAX_ERROR_BODY_BYTES);
+  let raw: unknown;
+  try {
+    raw = JSON.parse(text);
+  } catch {
+    throw new Error(
+      `the answer from ${url} is not JSON (HTTP ${res.status}, ${res.headers.get("content-type") ?? "no content type"}): is it Harbormaster's URL?`,
+    );
+  }
+  const parsed = EnrollAnswer.safeParse(raw);
+  if (!parsed.success)
+    throw new Error(
+      `the answer from ${url} is not an enrollment: ${parsed.error.issues.map((i) => `${i.path.join(".") || "(the body)"}: ${i.message}`).join("; ")}`,
+    );
+  const answer = parsed.data;
   const identity: Identity = {
     url,
     server_id: answer.id,

@@ -11,7 +11,7 @@ import { makeDrivers } from "./drivers.ts";
 import { join, parseLabels } from "./join.ts";
 import { createLogger } from "./log.ts";
 import { EXIT_CONFIG, runAgent } from "./run.ts";
-import { StateDir } from "./state.ts";
+import { StateDir, UnreadableStateFile } from "./state.ts";
 import { formatStatus, statusView } from "./status.ts";
 import { AGENT_VERSION } from "./version.ts";
 
@@ -169,6 +169,11 @@ function readStdin(): Promise<string> {
 main(process.argv.slice(2)).then(
   (code) => process.exit(code),
   (err) => {
+    // A damaged state file is not the agent's bug: say which, and do not ask to be restarted.
+    if (err instanceof UnreadableStateFile) {
+      createLogger().error(`${err.message}: restore it from a backup, or remove it`);
+      process.exit(EXIT_CONFIG);
+    }
     createLogger().error(`unexpected failure: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}`);
     process.exit(70);
   },

@@ -17,7 +17,7 @@ import type { FleetLockResult } from "../fleetlock.ts";
 import type { ReportAccepted } from "../host-api.ts";
 import type { AgentConfig } from "./config.ts";
 import type { Logger } from "./log.ts";
-import type { StateDir } from "./state.ts";
+import { UnreadableStateFile, type StateDir } from "./state.ts";
 
 export interface RebootState {
   phase: "requested" | "granted";
@@ -65,7 +65,17 @@ export class RebootCoordinator {
   constructor(o: RebootOptions) {
     this.o = o;
     this.runCommand = o.runCommand ?? spawnCommand;
-    const st = o.state.read<RebootState>("reboot.json");
+    let st: RebootState | null;
+    try {
+      st = o.state.read<RebootState>("reboot.json");
+    } catch (err) {
+      if (!(err instanceof UnreadableStateFile)) throw err;
+      // A slot this host may hold must not stay taken: releasing one it does not hold is harmless
+      // (FleetLock's steady-state), and the release removes the file.
+      o.log.error(`reboot: ${err.message}; releasing any slot this host holds once a report is healthy`);
+      this.awaitingHealthy = true;
+      return;
+    }
     if (st && st.boot_id !== o.bootId) {
       this.awaitingHealthy = true;
       o.log.info("reboot: this is a new boot; the slot is released once a report is healthy", { asked_at: st.since });

@@ -22,7 +22,7 @@ import { RebootCoordinator } from "./reboot.ts";
 import { WithSelf } from "./router.ts";
 import { endRun, startRun } from "./crash-backoff.ts";
 import { checkSwapOnStart, EXIT_RESTART, SelfDriver, sweepSelfUpdateLeftovers } from "./self-update.ts";
-import type { Identity, StateDir, StatusFile } from "./state.ts";
+import { UnreadableStateFile, type Identity, type StateDir, type StatusFile } from "./state.ts";
 import { AGENT_VERSION } from "./version.ts";
 
 const EXIT_OK = 0;
@@ -47,7 +47,15 @@ const messageOf = (err: unknown) => (err instanceof Error ? err.message : String
 
 export async function runAgent(o: RunOptions): Promise<number> {
   const { config, state, log } = o;
-  const identity = state.identity();
+  let identity: Identity | null;
+  try {
+    identity = state.identity();
+  } catch (err) {
+    if (!(err instanceof UnreadableStateFile)) throw err;
+    // Not restarted (78): a restart would read the same file; guessing a server would be worse.
+    log.error(`${err.message}: restore it from a backup, or remove it and join again`);
+    return EXIT_CONFIG;
+  }
   if (!identity) {
     log.error(`not joined: run \`harbormaster-agent join URL TOKEN\` first (state directory ${state.dir})`);
     return EXIT_CONFIG;
@@ -83,6 +91,27 @@ export async function runAgent(o: RunOptions): Promise<number> {
       log.warn(`leftovers of an interrupted run could not be removed: ${messageOf(err)}`);
     }
   }
+  const status: StatusFile = {
+    pid: process.pid,
+    version: AGENT_VERSION,
+    started_at: new Date().toISOString(),
+    transport: config.transport,
+    connected: false,
+    desired_generation: null,
+    last_report: null,
+    last_error: null,
+    exited: null,
+    crash_backoff: null,
+  };
+  const saveStatus = () => {
+    if (o.trial) return;
+    try {
+      state.write("status.json", status, { durable: false });
+    } catch (err) {
+      log.warn(`status.json could not be written: ${messageOf(err)}`);
+    }
+  };
+
   if (!o.trial) {
     const { crashes, delayMs } = startRun(state, bootId, config.crash_backoff, log);
     if (delayMs > 0) {
@@ -90,15 +119,22 @@ export async function runAgent(o: RunOptions): Promise<number> {
         crashes_in_a_row: crashes,
         wait_s: Math.round(delayMs / 100) / 10,
       });
+      // Written before the wait, or `status` would show the crashed run's pid as gone meanwhile.
+      status.crash_backoff = { until: new Date(Date.now() + delayMs).toISOString(), crashes };
+      saveStatus();
       await sleep(delayMs, stop.signal).catch(() => {});
+      status.crash_backoff = null;
       if (stop.signal.aborted) {
         o.signal?.removeEventListener("abort", onSignal);
         endRun(state, log);
+        status.exited = { at: new Date().toISOString(), reason: "aborted" };
+        saveStatus();
         log.info("stopped");
         return EXIT_OK;
       }
     }
   }
+  saveStatus();
   // From here, every return is a run that ended as it should (a crash leaves run.json behind).
   const ended = (code: number) => {
     if (!o.trial) endRun(state, log);
@@ -122,6 +158,8 @@ export async function runAgent(o: RunOptions): Promise<number> {
   } catch (err) {
     log.error(`drivers could not be set up: ${messageOf(err)}`);
     o.signal?.removeEventListener("abort", onSignal);
+    status.exited = { at: new Date().toISOString(), reason: `drivers could not be set up: ${messageOf(err)}` };
+    saveStatus();
     return ended(EXIT_CONFIG);
   }
   const driver: AgentDriver = new WithSelf(self, machine);
@@ -141,27 +179,6 @@ export async function runAgent(o: RunOptions): Promise<number> {
             })
           : null,
       });
-
-  const status: StatusFile = {
-    pid: process.pid,
-    version: AGENT_VERSION,
-    started_at: new Date().toISOString(),
-    transport: config.transport,
-    connected: false,
-    desired_generation: null,
-    last_report: null,
-    last_error: null,
-    exited: null,
-  };
-  const saveStatus = () => {
-    if (o.trial) return;
-    try {
-      state.write("status.json", status, { durable: false });
-    } catch (err) {
-      log.warn(`status.json could not be written: ${messageOf(err)}`);
-    }
-  };
-  saveStatus();
 
   // A trial is its parent's question: with the parent killed (the unit's KillMode=process leaves
   // children alone), nobody waits for its answer, and it would reconcile beside the restarted agent.

@@ -36,7 +36,7 @@ import type { AgentSpec, DesiredConfig } from "../../src/model/server/schemas.ts
 import type { AgentDriver, ReportedAgent } from "../driver.ts";
 import { BlobFetcher } from "../drivers/index.ts";
 import type { Logger } from "./log.ts";
-import type { Identity, StateDir } from "./state.ts";
+import { UnreadableStateFile, type Identity, type StateDir } from "./state.ts";
 import { AGENT_NAME, AGENT_VERSION } from "./version.ts";
 
 /** The exit status that asks the supervisor (systemd: Restart=on-failure) to start the agent again. */
@@ -132,7 +132,17 @@ export class SelfDriver implements AgentDriver {
   async update(_current: ReportedAgent, wanted: AgentSpec): Promise<void> {
     const spec = wanted as CatalogSpec;
     const { state, log } = this.o;
-    const failed = state.read<FailedBuild>("self-update-failed.json");
+    let failed: FailedBuild | null;
+    try {
+      failed = state.read<FailedBuild>("self-update-failed.json");
+    } catch (err) {
+      if (!(err instanceof UnreadableStateFile)) throw err;
+      // Which build failed is lost: trying it again is safe, as its trial comes before any swap.
+      log.warn(`self-update: ${err.message}; the build that failed is forgotten`, {
+        set_aside: state.setAside("self-update-failed.json"),
+      });
+      failed = null;
+    }
     if (failed && failed.digest === spec.digest) {
       throw new Error(
         `build ${failed.version} (${failed.digest}) was tried on ${failed.at} and ${failed.reason}; still running ${AGENT_VERSION}, not trying it again`,
@@ -304,9 +314,37 @@ export type StartCheck =
   /** The new build failed too often: the previous one is back in place; exit so it starts. */
   | { kind: "rolled_back"; marker: SwapMarker; reason: string };
 
+const isSwapMarker = (v: unknown): v is SwapMarker => {
+  if (typeof v !== "object" || v === null) return false;
+  const m = v as Record<string, unknown>;
+  const text = (k: string) => typeof m[k] === "string";
+  // The versions and paths are acted on: they must name something.
+  return (
+    ["from", "to", "binary", "previous"].every((k) => text(k) && m[k] !== "") &&
+    text("digest") &&
+    text("swapped_at") &&
+    Number.isSafeInteger(m.starts)
+  );
+};
+
 /** What a starting `run` finds of a self-update in progress (see the top of this file). */
 export function checkSwapOnStart(state: StateDir, log: Logger, version = AGENT_VERSION): StartCheck {
-  const marker = state.read<SwapMarker>("self-update.json");
+  let marker: SwapMarker | null;
+  try {
+    marker = state.read<SwapMarker>("self-update.json");
+    // JSON of another shape is as unreadable: its paths would be renamed and removed below.
+    if (marker !== null && !isSwapMarker(marker))
+      throw new UnreadableStateFile(state.path("self-update.json"), "not a swap marker");
+  } catch (err) {
+    if (!(err instanceof UnreadableStateFile)) throw err;
+    // Which build was swapped in, and where the previous one is, are lost: this build runs on (it
+    // started, so it can), and a crash on every start would help nobody.
+    log.error(
+      `self-update: ${err.message}; running this build (${version}) as it is, without a rollback to fall back on`,
+      { set_aside: state.setAside("self-update.json") },
+    );
+    return { kind: "none" };
+  }
   if (!marker) return { kind: "none" };
   const rollback = (reason: string) => {
     if (existsSync(marker.previous)) renameSync(marker.previous, marker.binary);

@@ -6,7 +6,9 @@
  *   self-update.json  a swap of its own executable in progress (./self-update.ts);
  *   self-update-failed.json  the last build that could not start (not tried again).
  *   run.json          this run's start, removed when it ends as it should: a crash leaves it (./crash-backoff.ts).
- * Every write is whole or not at all: a temporary file, fsync'd, renamed over the old one.
+ * Every write is whole or not at all: a temporary file, fsync'd, renamed over the old one. A file
+ * that still cannot be read (a disk that lost blocks, a hand edit) is an UnreadableStateFile, which
+ * each reader turns into what is safe for it, never a crash loop.
  */
 import {
   readdirSync,
@@ -22,18 +24,31 @@ import {
   statSync,
 } from "node:fs";
 import { join } from "node:path";
+import { z } from "zod";
 
-export interface Identity {
-  url: string;
-  server_id: string;
-  fleet: string;
-  hostname: string;
+// Every field has been written since the first release; loose, so a newer release's additions
+// survive an older one reading the file.
+const IdentityFile = z.looseObject({
+  url: z.url({ protocol: /^https?$/ }),
+  server_id: z.string().min(1),
+  fleet: z.string(),
+  hostname: z.string(),
   /** The server's own token (`hms.…`). */
-  token: string;
-  reboot_group: string;
-  fleetlock_id: string | null;
-  machine_id: string;
-  joined_at: string;
+  token: z.string().min(1),
+  reboot_group: z.string(),
+  fleetlock_id: z.string().nullable(),
+  machine_id: z.string(),
+  joined_at: z.string(),
+});
+export type Identity = z.infer<typeof IdentityFile>;
+
+/** A file of the state directory that is there but cannot be used: not JSON, or not what it should hold. */
+export class UnreadableStateFile extends Error {
+  readonly file: string;
+  constructor(file: string, reason: string) {
+    super(`${file} cannot be read (${reason})`);
+    this.file = file;
+  }
 }
 
 export interface StatusFile {
@@ -54,6 +69,11 @@ export interface StatusFile {
   last_error: { at: string; message: string } | null;
   /** Set when the loop ended (why), null while it runs. */
   exited: { at: string; reason: string } | null;
+  /**
+   * While a start waits out its crash backoff (./crash-backoff.ts): when it connects, after how
+   * many crashes in a row. Absent from the files of releases before it.
+   */
+  crash_backoff?: { until: string; crashes: number } | null;
 }
 
 export class StateDir {
@@ -78,10 +98,24 @@ export class StateDir {
     try {
       text = readFileSync(this.path(name), "utf8");
     } catch (err) {
-      if ((err as NodeJS.ErrnoException).code === "ENOENT") return null;
-      throw err;
+      const code = (err as NodeJS.ErrnoException).code;
+      if (code === "ENOENT") return null;
+      // Not root (`status` without sudo): no damage, and nothing to set aside or restore.
+      if (code === "EACCES" || code === "EPERM") throw err;
+      // A disk that lost blocks answers EIO rather than garbage: as unreadable as a file cut
+      // short, and each reader's safe answer is the same (thrown as is, it crashed every start).
+      throw new UnreadableStateFile(this.path(name), code ?? (err as Error).message);
     }
-    return JSON.parse(text) as T;
+    try {
+      return JSON.parse(text) as T;
+    } catch (err) {
+      // Never the parser's message: it quotes the text, and identity.json holds the token.
+      const at = /at position (\d+)/.exec((err as Error).message)?.[1];
+      throw new UnreadableStateFile(
+        this.path(name),
+        text.trim() === "" ? "empty" : `not JSON${at ? `, from character ${at} of ${text.length}` : ""}`,
+      );
+    }
   }
 
   /**
@@ -126,11 +160,33 @@ export class StateDir {
     return swept;
   }
 
+  /**
+   * Moves an unreadable file out of the way (to `NAME.unreadable`, kept for a person to look at), so
+   * its reader can go on as if it were absent; false when it could not be moved either.
+   */
+  setAside(name: string): boolean {
+    try {
+      renameSync(this.path(name), this.path(`${name}.unreadable`));
+      return true;
+    } catch {
+      return false;
+    }
+  }
+
   remove(name: string) {
     rmSync(this.path(name), { force: true });
   }
 
+  /** The identity `join` wrote; an UnreadableStateFile when it is not one (the token is never quoted). */
   identity(): Identity | null {
-    return this.read<Identity>("identity.json");
+    const raw = this.read<unknown>("identity.json");
+    if (raw === null) return null;
+    const parsed = IdentityFile.safeParse(raw);
+    if (!parsed.success)
+      throw new UnreadableStateFile(
+        this.path("identity.json"),
+        `not an identity: ${parsed.error.issues.map((i) => `${i.path.join(".") || "(the file)"}: ${i.message}`).join("; ")}`,
+      );
+    return parsed.data;
   }
 }

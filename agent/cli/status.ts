@@ -1,7 +1,7 @@
 /** `harbormaster-agent status`: what the agent holds, what it last reported, whether it is connected. */
 import type { RebootState } from "./reboot.ts";
 import type { FailedBuild, SwapMarker } from "./self-update.ts";
-import type { StateDir, StatusFile } from "./state.ts";
+import { UnreadableStateFile, type StateDir, type StatusFile } from "./state.ts";
 import { AGENT_VERSION } from "./version.ts";
 
 export interface StatusView {
@@ -20,6 +20,8 @@ export interface StatusView {
   loop: StatusFile | null;
   reboot: RebootState | null;
   self_update: { in_progress: SwapMarker | null; last_failed: FailedBuild | null };
+  /** Files of the state directory that are there but cannot be read: each why. */
+  unreadable: string[];
 }
 
 const alive = (pid: number) => {
@@ -32,8 +34,19 @@ const alive = (pid: number) => {
 };
 
 export function statusView(state: StateDir): StatusView {
-  const id = state.identity();
-  const loop = state.read<StatusFile>("status.json");
+  // status is what a person reads when something is wrong: one bad file is shown, never a crash.
+  const unreadable: string[] = [];
+  const readOrNote = <T>(read: () => T | null): T | null => {
+    try {
+      return read();
+    } catch (err) {
+      if (!(err instanceof UnreadableStateFile)) throw err;
+      unreadable.push(err.message);
+      return null;
+    }
+  };
+  const id = readOrNote(() => state.identity());
+  const loop = readOrNote(() => state.read<StatusFile>("status.json"));
   const running = !!loop && loop.exited === null && alive(loop.pid);
   return {
     version: AGENT_VERSION,
@@ -52,19 +65,25 @@ export function statusView(state: StateDir): StatusView {
       : null,
     running,
     loop: loop ? { ...loop, connected: running && loop.connected } : null,
-    reboot: state.read<RebootState>("reboot.json"),
+    reboot: readOrNote(() => state.read<RebootState>("reboot.json")),
     self_update: {
-      in_progress: state.read<SwapMarker>("self-update.json"),
-      last_failed: state.read<FailedBuild>("self-update-failed.json"),
+      in_progress: readOrNote(() => state.read<SwapMarker>("self-update.json")),
+      last_failed: readOrNote(() => state.read<FailedBuild>("self-update-failed.json")),
     },
+    unreadable,
   };
 }
 
 export function formatStatus(v: StatusView): string {
   const lines: string[] = [];
   lines.push(`harbormaster-agent ${v.version} (state in ${v.state_dir})`);
+  for (const u of v.unreadable) lines.push(`unreadable: ${u}`);
   if (!v.joined) {
-    lines.push("not joined: run `harbormaster-agent join URL TOKEN`");
+    lines.push(
+      v.unreadable.some((u) => u.includes("identity.json"))
+        ? "joined, but its identity cannot be read: restore identity.json, or remove it and join again"
+        : "not joined: run `harbormaster-agent join URL TOKEN`",
+    );
     return lines.join("\n");
   }
   const j = v.joined;
@@ -75,6 +94,10 @@ export function formatStatus(v: StatusView): string {
   else if (!v.running)
     lines.push(
       `loop:       not running${l.exited ? ` (ended ${l.exited.at}: ${l.exited.reason})` : ` (pid ${l.pid} is gone)`}`,
+    );
+  else if (l.crash_backoff)
+    lines.push(
+      `loop:       backing off until ${l.crash_backoff.until} after ${l.crash_backoff.crashes} crash${l.crash_backoff.crashes === 1 ? "" : "es"} in a row (pid ${l.pid}, ${l.version}, since ${l.started_at}); it connects then`,
     );
   else
     lines.push(

@@ -453,7 +453,11 @@ export class PodmanDriver implements AgentDriver {
       }
     }
     const r = await this.cli(["image", "inspect", ref]);
-    const meta = JSON.parse(r.stdout)[0] ?? {};
+    const meta = firstInspected(r.stdout, "image inspect") as {
+      Id?: unknown;
+      Labels?: Record<string, string>;
+      Config?: { Labels?: Record<string, string>; Volumes?: Record<string, unknown> };
+    };
     const config = meta.Config ?? {};
     return {
       // A loaded archive is created from its id: a tag can be moved by the next load.
@@ -517,6 +521,29 @@ function healthArgs(labels: Record<string, string>): string[] {
   return ["--health-cmd", cmd, ...(retries && /^[1-9][0-9]{0,2}$/.test(retries) ? ["--health-retries", retries] : [])];
 }
 
+const isObject = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v);
+
+/** An engine that answers what is not its JSON (a wrapper's warning on stdout, a broken build): said with what it said. */
+const notEngineJson = (verb: string, text: string) =>
+  new Error(
+    `the engine's ${verb} did not answer its JSON: ${JSON.stringify(text.slice(0, 200))}${text.length > 200 ? "…" : ""}`,
+  );
+
+function engineJson(text: string, verb: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    throw notEngineJson(verb, text);
+  }
+}
+
+/** The first object of an `inspect` answer (an array of one). */
+export function firstInspected(stdout: string, verb: string): Record<string, unknown> {
+  const v = engineJson(stdout.trim(), verb);
+  if (!Array.isArray(v) || !isObject(v[0])) throw notEngineJson(verb, stdout.trim());
+  return v[0];
+}
+
 /** A volume name's part for a path: /var/lib/x → var-lib-x. */
 function slug(path: string) {
   return path.replace(/[^A-Za-z0-9_.-]+/g, "-").replace(/^[-.]+|-+$/g, "") || "root";
@@ -526,9 +553,8 @@ function slug(path: string) {
 export function parsePs(stdout: string): Container[] {
   const text = stdout.trim();
   if (!text) return [];
-  const rows: Record<string, unknown>[] = text.startsWith("[")
-    ? JSON.parse(text)
-    : text.split("\n").map((l) => JSON.parse(l));
+  const rows = text.startsWith("[") ? engineJson(text, "ps") : text.split("\n").map((l) => engineJson(l, "ps"));
+  if (!Array.isArray(rows) || !rows.every(isObject)) throw notEngineJson("ps", text);
   return rows.map((r) => {
     const names = Array.isArray(r.Names) ? (r.Names as string[]) : String(r.Names ?? "").split(",");
     const labels =

@@ -58,6 +58,17 @@ export function json(res: ServerResponse, status: number, body: unknown) {
   res.end(JSON.stringify(body));
 }
 
+/** A server `s` that wants no agents (generation 1) and takes every report as realized. */
+export function emptyServer() {
+  return scriptedServer((req, res) => {
+    if (req.url.startsWith("/v1/agent/desired"))
+      return json(res, 200, { server_id: "s", generation: 1, lifecycle: "run", agents: [] });
+    if (req.url === "/v1/agent/inventory")
+      return json(res, 200, { server_id: "s", desired_generation: 1, status: "realized", agents: [] });
+    json(res, 404, { error: { code: "not_found", message: "no" } });
+  });
+}
+
 /** Runs the command from the checkout (async: a scripted server in this process must keep answering). */
 export function agentCmd(
   args: string[],

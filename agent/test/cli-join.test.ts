@@ -1,4 +1,4 @@
-import { statSync } from "node:fs";
+import { existsSync, statSync } from "node:fs";
 import { afterAll, describe, expect, it } from "vitest";
 import { agentCmd, json, scriptedServer, tempHost } from "./cli-helpers.ts";
 
@@ -121,5 +121,36 @@ describe("harbormaster-agent join", () => {
     const r = await agentCmd(["run"], host.env);
     expect(r.code).toBe(78);
     expect(r.stderr).toMatch(/not joined: run `harbormaster-agent join URL TOKEN` first/);
+  });
+});
+
+// A captive portal, a proxy, a server of another version: 2xx, but no enrollment in the body.
+const impostor = await scriptedServer((req, res) => {
+  if (req.headers.authorization === "Bearer hme.html.page") {
+    res.writeHead(200, { "Content-Type": "text/html" });
+    return res.end("<html>sign in to the hotel wifi</html>");
+  }
+  json(res, 201, { id: "srv-1", token: "hms.srv-1.servertoken", fleet: 7 });
+});
+afterAll(() => impostor.close());
+
+describe("harbormaster-agent join against something answering in the server's place", () => {
+  it("says the answer is not JSON, and writes no identity", async () => {
+    const host = tempHost();
+    const r = await agentCmd(["join", impostor.url, "hme.html.page"], host.env);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toMatch(
+      /join failed: the answer from http:\S+ is not JSON \(HTTP 200, text\/html\): is it Harbormaster's URL\?/,
+    );
+    expect(existsSync(`${host.stateDir}/identity.json`)).toBe(false);
+  });
+
+  it("refuses JSON that is not an enrollment, naming what is missing, and writes no identity", async () => {
+    const host = tempHost();
+    const r = await agentCmd(["join", impostor.url, TOKEN], host.env);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toMatch(/is not an enrollment: fleet: .*; hostname: /);
+    expect(r.stderr).not.toContain("servertoken");
+    expect(existsSync(`${host.stateDir}/identity.json`)).toBe(false);
   });
 });

@@ -144,6 +144,29 @@ describe("reboots for plain hosts", () => {
   });
 });
 
+describe("a reboot.json a crash or a disk left unreadable", () => {
+  it("does not crash the agent: it releases any slot this host holds on the first healthy report, which removes the file", async () => {
+    const t = setup();
+    t.state.ensure();
+    writeFileSync(join(t.host.stateDir, "reboot.json"), '{"phase":"gran');
+    const c = t.make("boot-1");
+    expect(c.pending).toBe(true);
+    expect(t.lines.join("\n")).toMatch(/reboot\.json cannot be read \(not JSON.*releasing any slot/);
+    // Nothing is asked for while the slot may be held.
+    writeFileSync(t.marker, "*** System restart required ***\n");
+    await c.tick();
+    expect(paths(t.host)).toEqual([]);
+    await c.onReported(accepted("pending"));
+    expect(paths(t.host)).toEqual([]);
+    await c.onReported(accepted("realized"));
+    expect(paths(t.host)).toEqual(["steady-state"]);
+    expect(existsSync(join(t.host.stateDir, "reboot.json"))).toBe(false);
+    // Then it is a host like any other: the marker asks for a slot.
+    await c.tick();
+    expect(paths(t.host)).toEqual(["steady-state", "pre-reboot"]);
+  });
+});
+
 describe("a FleetLock server that takes the call and never answers", () => {
   it("fails each call within its bound: the coordinator asks again, and gives the slot back once it answers", async () => {
     let answering = false;

@@ -1,6 +1,6 @@
 /**
- * systemd restarts a crashed agent every 5 s, for ever (its growing restart delay needs systemd
- * 254): the agent backs off by itself. Here the test is systemd: it runs the real
+ * systemd restarts a crashed agent 5 s later, and only from systemd 254 later with each crash in a
+ * row: the agent backs off by itself. Here the test is systemd: it runs the real
  * `harbormaster-agent run`, kills it with SIGKILL once it has called the server (a crash), and
  * starts it again at once; each start after a crash waits longer before its first call, up to
  * the cap, and a clean stop or a new boot starts over.
@@ -12,19 +12,13 @@ import { afterAll, afterEach, describe, expect, it } from "vitest";
 import { crashDelayMs, crashesBefore, startRun } from "../cli/crash-backoff.ts";
 import { createLogger } from "../cli/log.ts";
 import { StateDir } from "../cli/state.ts";
-import { json, scriptedServer, tempHost } from "./cli-helpers.ts";
+import { agentCmd, emptyServer, tempHost } from "./cli-helpers.ts";
 
 const repoRoot = resolve(import.meta.dirname, "../..");
 const NODE = join(repoRoot, "node_modules/node/bin/node");
 const MAIN = join(repoRoot, "agent/cli/main.ts");
 
-const server = await scriptedServer((req, res) => {
-  if (req.url.startsWith("/v1/agent/desired"))
-    return json(res, 200, { server_id: "s", generation: 1, lifecycle: "run", agents: [] });
-  if (req.url === "/v1/agent/inventory")
-    return json(res, 200, { server_id: "s", desired_generation: 1, status: "realized", agents: [] });
-  json(res, 404, { error: { code: "not_found", message: "no" } });
-});
+const server = await emptyServer();
 afterAll(() => server.close());
 
 let running: ChildProcess | null = null;
@@ -50,9 +44,8 @@ writeFileSync(
   }),
 );
 
-/** One start of the agent, as systemd's ExecStart: resolves once it called the server. */
-async function start() {
-  const before = server.requests.length;
+/** One start of the agent, as systemd's ExecStart, its crash backoff shortened to these seconds. */
+function spawnAgent(backoff = { base_s: 1, cap_s: 4 }) {
   const child = spawn(NODE, [MAIN, "run"], {
     env: {
       ...process.env,
@@ -60,8 +53,8 @@ async function start() {
       HARBORMASTER_AGENT_TRANSPORT: "http",
       HARBORMASTER_AGENT_ENGINE: join(host.root, "no-such-engine"),
       HARBORMASTER_AGENT_TARBALL_ROOT: host.root,
-      HARBORMASTER_AGENT_CRASH_BACKOFF_BASE_S: "1",
-      HARBORMASTER_AGENT_CRASH_BACKOFF_CAP_S: "4",
+      HARBORMASTER_AGENT_CRASH_BACKOFF_BASE_S: String(backoff.base_s),
+      HARBORMASTER_AGENT_CRASH_BACKOFF_CAP_S: String(backoff.cap_s),
     },
     stdio: ["ignore", "ignore", "pipe"],
   });
@@ -69,23 +62,37 @@ async function start() {
   let log = "";
   child.stderr!.on("data", (d: Buffer) => (log += d));
   const exited = new Promise<number | null>((ok) => child.on("exit", (code) => ok(code)));
+  const waitForLog = async (re: RegExp) => {
+    const deadline = Date.now() + 30_000;
+    while (!re.test(log)) {
+      if (Date.now() > deadline) throw new Error(`no ${re} within 30 s; its log:\n${log}`);
+      await new Promise((r) => setTimeout(r, 25));
+    }
+  };
+  return { child, exited, log: () => log, waitForLog };
+}
+
+/** A start that resolves once it called the server, with the wait it announced (none after a clean run). */
+async function start() {
+  const before = server.requests.length;
   const t0 = Date.now();
-  // The wait it announced (none after a clean run), read from its log once it called the server.
+  const agent = spawnAgent();
   const deadline = t0 + 30_000;
   while (server.requests.length === before) {
-    if (Date.now() > deadline) throw new Error(`no call within 30 s; its log:\n${log}`);
+    if (Date.now() > deadline) throw new Error(`no call within 30 s; its log:\n${agent.log()}`);
     await new Promise((r) => setTimeout(r, 25));
   }
   const calledAfterMs = Date.now() - t0;
-  const m = /the last run crashed; waiting before connecting crashes_in_a_row=(\d+) wait_s=([\d.]+)/.exec(log);
-  return {
-    child,
-    calledAfterMs,
-    crashes: m ? Number(m[1]) : 0,
-    waitMs: m ? Number(m[2]) * 1000 : 0,
-    exited,
-    log: () => log,
-  };
+  const m = /the last run crashed; waiting before connecting crashes_in_a_row=(\d+) wait_s=([\d.]+)/.exec(agent.log());
+  return { ...agent, calledAfterMs, crashes: m ? Number(m[1]) : 0, waitMs: m ? Number(m[2]) * 1000 : 0 };
+}
+
+/** A start killed as a crash is (kill -9: no chance to clean up) once it called the server. */
+async function crash() {
+  const run = await start();
+  run.child.kill("SIGKILL");
+  await run.exited;
+  return run;
 }
 
 describe("an agent that crashes again and again", () => {
@@ -93,10 +100,8 @@ describe("an agent that crashes again and again", () => {
     const seen: { crashes: number; waitMs: number; calledAfterMs: number }[] = [];
     // Five starts, each killed (kill -9: no chance to clean up) once it called the server.
     for (let i = 0; i < 5; i++) {
-      const run = await start();
+      const run = await crash();
       seen.push({ crashes: run.crashes, waitMs: run.waitMs, calledAfterMs: run.calledAfterMs });
-      run.child.kill("SIGKILL");
-      await run.exited;
     }
     expect(seen.map((s) => s.crashes)).toEqual([0, 1, 2, 3, 4]);
     // 1 s, 2 s, 4 s, then the 4 s cap, each its second half jittered.
@@ -128,40 +133,46 @@ describe("an agent that crashes again and again", () => {
     expect(await rebooted.exited).toBe(0);
   });
 
-  it("stops at once when told to during its wait, and starts over after", async () => {
-    const first = await start();
-    first.child.kill("SIGKILL");
-    await first.exited;
-    const second = await start();
-    second.child.kill("SIGKILL");
-    await second.exited;
-    // The third start waits (30-60 s here): a SIGTERM then ends it at once, as a clean stop.
-    const third = spawn(NODE, [MAIN, "run"], {
-      env: {
-        ...process.env,
-        ...host.env,
-        HARBORMASTER_AGENT_TRANSPORT: "http",
-        HARBORMASTER_AGENT_ENGINE: join(host.root, "no-such-engine"),
-        HARBORMASTER_AGENT_TARBALL_ROOT: host.root,
-        HARBORMASTER_AGENT_CRASH_BACKOFF_BASE_S: "60",
-        HARBORMASTER_AGENT_CRASH_BACKOFF_CAP_S: "60",
-      },
-      stdio: ["ignore", "ignore", "pipe"],
-    });
-    running = third;
-    let log = "";
-    third.stderr!.on("data", (d: Buffer) => (log += d));
-    const exited = new Promise<number | null>((ok) => third.on("exit", (code) => ok(code)));
+  it("says in its status that it backs off, until when and after how many crashes, and stops at once when told to", async () => {
+    await crash();
+    await crash();
+    // The third start waits (30-60 s here).
     const t = Date.now();
-    while (!/waiting before connecting/.test(log) && Date.now() - t < 30_000)
-      await new Promise((r) => setTimeout(r, 25));
+    const third = spawnAgent({ base_s: 60, cap_s: 60 });
+    await third.waitForLog(/waiting before connecting/);
+    const shown = await agentCmd(["status"], host.env);
+    expect(shown.code, shown.stderr).toBe(0);
+    const line = /^loop: +backing off until (\S+) after 2 crashes in a row \(pid (\d+),/m.exec(shown.stdout);
+    expect(line, shown.stdout).not.toBeNull();
+    expect(Number(line![2])).toBe(third.child.pid);
+    const until = Date.parse(line![1]);
+    expect(until).toBeGreaterThanOrEqual(t + 30_000 - 1_000);
+    expect(until).toBeLessThanOrEqual(Date.now() + 60_000);
+    const asJson = await agentCmd(["status", "--json"], host.env);
+    expect(JSON.parse(asJson.stdout)).toMatchObject({
+      running: true,
+      loop: { pid: third.child.pid, crash_backoff: { until: line![1], crashes: 2 }, exited: null },
+    });
+
+    // A SIGTERM during the wait ends it at once, as a clean stop: no call, no marker, and the
+    // status says it stopped.
     const calls = server.requests.length;
     const t0 = Date.now();
-    third.kill("SIGTERM");
-    expect(await exited).toBe(0);
+    third.child.kill("SIGTERM");
+    expect(await third.exited).toBe(0);
     expect(Date.now() - t0).toBeLessThan(5_000);
     expect(server.requests.length).toBe(calls);
     expect(existsSync(join(host.stateDir, "run.json"))).toBe(false);
+    const after = await agentCmd(["status"], host.env);
+    expect(after.stdout).toMatch(/^loop: +not running \(ended \S+: aborted\)$/m);
+    expect(after.stdout).not.toMatch(/backing off/);
+
+    // The next start is clean: no wait, and its status says it runs.
+    const next = await start();
+    expect(next.crashes).toBe(0);
+    expect((await agentCmd(["status", "--json"], host.env)).stdout).toMatch(/"crash_backoff": null/);
+    next.child.kill("SIGTERM");
+    expect(await next.exited).toBe(0);
   });
 });
 

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { parsePs } from "../drivers/podman.ts";
+import { firstInspected, parsePs } from "../drivers/podman.ts";
 
 describe("parsePs: what `ps --format json` says, from podman or docker", () => {
   it("reads podman's array: names, labels, state, exit code, image id", () => {
@@ -72,5 +72,29 @@ describe("parsePs: what `ps --format json` says, from podman or docker", () => {
   it("reads no containers from an empty answer", () => {
     expect(parsePs("")).toEqual([]);
     expect(parsePs("[]\n")).toEqual([]);
+  });
+});
+
+describe("an engine that answers what is not its JSON", () => {
+  // A wrapper printing a warning on stdout, a truncated answer, a build that prints null.
+  it("fails the listing with what it said, never a parser's or a null's error", () => {
+    for (const out of [
+      "WARN[0000] cgroupv2 is not set up",
+      '[{"Id":"abc","Names":',
+      "null",
+      "[null]",
+      "[1,2]",
+      '{"Id":1}\nnot json',
+    ])
+      expect(() => parsePs(out), out).toThrow(/^the engine's ps did not answer its JSON: "/);
+    expect(() => parsePs("x".repeat(5000))).toThrow(/x{200}"…$/);
+  });
+
+  it("fails an inspect the same way, and reads the first object of one that is", () => {
+    for (const out of ["", "garbage", "[]", "[null]", "{}"])
+      expect(() => firstInspected(out, "image inspect"), out).toThrow(
+        /^the engine's image inspect did not answer its JSON/,
+      );
+    expect(firstInspected('[{"Id":"sha256:1"}]', "image inspect")).toEqual({ Id: "sha256:1" });
   });
 });

@@ -1,11 +1,16 @@
 #!/usr/bin/env node
-// `npx tsx scripts/bench/profile-report.ts [seconds]`: where an unchanged report's JavaScript time
+// `npx tsx scripts/bench/profile-report.ts [seconds] [desired]`: where an unchanged report's (or,
+// with `desired`, a 304 poll's) JavaScript time
 // goes, in the runtime a deployment has (./direct-server.ts: one workerd, the deployed entry, no
 // wrangler dev proxy, no meter). It registers the ledger scenario's 64 servers, sends their
 // unchanged report for a warm-up, then again under a V8 CPU profile taken through the runtime's
 // inspector (DevTools protocol: Profiler.start / Profiler.stop), and prints the isolate's busy time
 // per report by the file (and the heaviest functions) the samples fell in: a count of work that a
 // busy machine slows but does not multiply, unlike req/s. Loopback only, bounded in time.
+// `--changed` (anywhere among the arguments): each server's reports alternate between one agent
+// stopped and all running, the ledger scenario's changed report (a stored report, a projection
+// batch, the outbox's round).
+import { writeFileSync } from "node:fs";
 import autocannon from "autocannon";
 import WebSocket from "ws";
 import { createClient } from "../../src/client/index.ts";
@@ -13,7 +18,11 @@ import { freePort } from "../local-server.ts";
 import { startDirectServer } from "./direct-server.ts";
 import { AGENTS, hostReport, hostReportBody } from "./host-report.ts";
 
-const seconds = Number(process.argv[2] ?? 5);
+const changed = process.argv.includes("--changed");
+const args = process.argv.slice(2).filter((a) => a !== "--changed");
+const seconds = Number(args[0] ?? 5);
+/** `desired`: profile the host's poll (GET /v1/agent/desired, answered 304) instead of the report. */
+const route = args[1] === "desired" ? "desired" : "report";
 
 interface ProfileNode {
   id: number;
@@ -52,7 +61,7 @@ async function session(port: number) {
 
 function load(url: string, durationSec: number, tokens: string[]) {
   let n = 0;
-  const body = hostReportBody(2);
+  const bodies = [hostReportBody(2), hostReportBody(2, "stopped")];
   return new Promise<autocannon.Result>((res, rej) =>
     autocannon(
       {
@@ -60,15 +69,31 @@ function load(url: string, durationSec: number, tokens: string[]) {
         connections: 16,
         duration: durationSec,
         requests: [
-          {
-            method: "PUT",
-            path: "/v1/agent/inventory",
-            setupRequest: (req) => ({
-              ...req,
-              headers: { authorization: `Bearer ${tokens[n++ % tokens.length]}`, "content-type": "application/json" },
-              body,
-            }),
-          },
+          route === "desired"
+            ? {
+                method: "GET",
+                path: "/v1/agent/desired",
+                setupRequest: (req) => ({
+                  ...req,
+                  headers: { authorization: `Bearer ${tokens[n++ % tokens.length]}`, "if-none-match": '"2"' },
+                }),
+              }
+            : {
+                method: "PUT",
+                path: "/v1/agent/inventory",
+                setupRequest: (req) => {
+                  const i = n++;
+                  return {
+                    ...req,
+                    headers: {
+                      authorization: `Bearer ${tokens[i % tokens.length]}`,
+                      "content-type": "application/json",
+                    },
+                    // Changed: a server's next report flips its first agent, so every report changes.
+                    body: changed ? bodies[Math.floor(i / tokens.length) % 2] : bodies[0],
+                  };
+                },
+              },
         ],
       },
       (err, r) => (err ? rej(err) : res(r)),
@@ -118,13 +143,15 @@ async function main() {
     const { profile } = (await inspector.send("Profiler.stop")) as { profile: Profile };
     const cpu1 = server.cpuMs();
     inspector.close();
+    // The whole profile, for a look the tables below do not give (inclusive time by frame).
+    if (process.env.PROFILE_OUT) writeFileSync(process.env.PROFILE_OUT, JSON.stringify(profile));
     const reports = result.requests.total;
     const idle = new Set(["(idle)", "(program)"]);
     const files = tally(profile, (f) => (idle.has(f.functionName) ? f.functionName : fileOf(f)));
     const fns = tally(profile, (f) => `${f.functionName || "(anonymous)"} ${fileOf(f)}:${f.lineNumber + 1}`);
     const busy = [...files].filter(([k]) => !idle.has(k)).reduce((s, [, v]) => s + v, 0);
     console.log(
-      `${reports} unchanged reports in ${seconds} s (${(reports / seconds).toFixed(0)}/s), target ${inspector.title}; ` +
+      `${reports} ${route === "desired" ? "304 polls" : changed ? "changed reports" : "unchanged reports"} in ${seconds} s (${(reports / seconds).toFixed(0)}/s), target ${inspector.title}; ` +
         `runtime CPU ${cpu0 !== null && cpu1 !== null ? ((cpu1 - cpu0) / reports).toFixed(3) : "-"} ms a report (profiler on); ` +
         `isolate's thread busy ${(busy / reports).toFixed(1)} µs a report, (program) ${((files.get("(program)") ?? 0) / reports).toFixed(1)} µs`,
     );

@@ -4,8 +4,7 @@
  * would otherwise be read as something it is not.
  */
 import { bodyLimit } from "hono/body-limit";
-import { createMiddleware } from "hono/factory";
-import type { MiddlewareHandler } from "hono";
+import type { Context, MiddlewareHandler } from "hono";
 import { DomainError } from "../domain/errors";
 import type { AppEnv } from "./types";
 
@@ -61,21 +60,32 @@ export function bodyClaimProblem(headers: { get(name: string): string | null }):
  * Bodies are UTF-8 JSON, sent as is. A body sent as anything else (curl's -d defaults to form
  * encoding) would be read as an empty object and fail validation confusingly, and one declaring a
  * content coding or charset would be read as something it is not, so each is refused by name.
+ * True when there is a JSON body to read.
  */
-const requireJsonBody = createMiddleware<AppEnv>(async (c, next) => {
-  if (c.req.method === "GET" || c.req.method === "HEAD") return next();
-  const type = c.req.header("Content-Type");
-  const length = c.req.header("Content-Length");
-  const hasBody = c.req.raw.body !== null && length !== "0";
-  if (!hasBody) return next();
-  const claim = bodyClaimProblem(c.req.raw.headers);
+function requireJsonBody(c: Context<AppEnv>): boolean {
+  if (c.req.method === "GET" || c.req.method === "HEAD") return false;
+  const headers = c.req.raw.headers;
+  const type = headers.get("Content-Type");
+  const hasBody = c.req.raw.body !== null && headers.get("Content-Length") !== "0";
+  if (!hasBody) return false;
+  const claim = bodyClaimProblem(headers);
   if (claim?.code === "unsupported_content_encoding") throw new DomainError(claim.code, claim.message, claim.details);
   if (!(type && /^application\/([\w.-]+\+)?json\s*(;|$)/i.test(type))) {
     throw new DomainError("unsupported_media_type", "send the body as JSON with Content-Type: application/json");
   }
   if (claim) throw new DomainError(claim.code, claim.message, claim.details);
-  await next();
-});
+  return true;
+}
+
+const tooLarge = (maxBytes: number) =>
+  new DomainError("payload_too_large", `request bodies are limited to ${maxBytes} bytes`);
+
+/** Whether text decoded from UTF-8 was more than `maxBytes` bytes (a code unit is 1 to 3 of them). */
+function textOverBytes(text: string, maxBytes: number): boolean {
+  if (text.length > maxBytes) return true;
+  if (text.length * 3 <= maxBytes) return false;
+  return new TextEncoder().encode(text).byteLength > maxBytes;
+}
 
 /** Bodies over `maxBytes` are refused (413 payload_too_large) before anything reads them. */
 export const limitBodies = (maxBytes: number) =>
@@ -97,42 +107,75 @@ const isRawBodyRoute = (method: string, path: string) =>
   RAW_BODY_ROUTES.some((r) => r.method === method && r.path.test(path));
 
 /**
- * The JSON body rules, in order: the size limit (413 before anything reads the body), then
- * `requireJsonBody`. Every request but a raw-body route's and those `exempt` names (a route that
- * checks its own bytes). One plain middleware rather than hono's `except` combinators, which
- * compose a new chain on every request: this runs in front of every host report.
- */
-export function jsonBodies(maxBytes: number, exempt: (path: string) => boolean): MiddlewareHandler<AppEnv> {
-  const limit = limitBodies(maxBytes);
-  return async (c, next) => {
-    const path = c.req.path;
-    if (exempt(path) || isRawBodyRoute(c.req.method, path)) return next();
-    return limit(c, async () => {
-      await requireJsonBody(c, next);
-    });
-  };
-}
-
-/**
  * A raw-body route's body: application/octet-stream, uncompressed, with a Content-Length (the
  * bytes stream through, so their number is known before they are read) of at most `maxBytes`.
  */
-export const rawBodies = (maxBytes: number) =>
-  createMiddleware<AppEnv>(async (c, next) => {
-    if (!isRawBodyRoute(c.req.method, c.req.path)) return next();
-    const encoding = bodyClaimProblem(c.req.raw.headers);
-    if (encoding?.code === "unsupported_content_encoding")
-      throw new DomainError(encoding.code, encoding.message, encoding.details);
-    const type = c.req.header("Content-Type");
-    if (!type || !/^application\/octet-stream\s*(;|$)/i.test(type)) {
-      throw new DomainError("unsupported_media_type", "send the bytes with Content-Type: application/octet-stream");
+function requireRawBody(c: Context<AppEnv>, maxBytes: number) {
+  const encoding = bodyClaimProblem(c.req.raw.headers);
+  if (encoding?.code === "unsupported_content_encoding")
+    throw new DomainError(encoding.code, encoding.message, encoding.details);
+  const type = c.req.header("Content-Type");
+  if (!type || !/^application\/octet-stream\s*(;|$)/i.test(type)) {
+    throw new DomainError("unsupported_media_type", "send the bytes with Content-Type: application/octet-stream");
+  }
+  const length = Number(c.req.header("Content-Length") ?? NaN);
+  if (!Number.isSafeInteger(length))
+    throw new DomainError(
+      "invalid_header",
+      "send a Content-Length: the bytes stream through and are counted against it",
+    );
+  if (length > maxBytes) throw new DomainError("payload_too_large", `a part is at most ${maxBytes} bytes`);
+}
+
+export interface RequestRules {
+  /** The JSON body limit. */
+  maxBodyBytes: number;
+  /** A raw-body route's limit (an image's part). */
+  maxPartBytes: number;
+  /** Paths whose route checks its own bytes (an agent build): no body rule here. */
+  exempt: (path: string) => boolean;
+  /** The query rule (./query.ts), run once the body rules passed. */
+  checkQuery: (c: Context<AppEnv>) => void;
+}
+
+/**
+ * Every /v1 request's rules in one middleware, in the order they always ran: the body's size
+ * (413 before anything reads it), its claims (coding, type, charset: 415), then the query (400).
+ * A raw-body route takes `requireRawBody` instead of the JSON rules. One closure rather than one
+ * per rule, since this runs in front of every host report and poll.
+ *
+ * The size: a body with a Content-Length (and no Transfer-Encoding) is refused by that number
+ * before it is read, and a JSON body is then read once, as text (the validator parses that same
+ * text, hono caching it), and refused if it turns out longer than its limit after all; a body of
+ * unknown length is counted as it streams in (hono's bodyLimit), never held whole past the limit.
+ */
+export function requestRules(rules: RequestRules): MiddlewareHandler<AppEnv> {
+  const { maxBodyBytes, maxPartBytes, exempt, checkQuery } = rules;
+  const streamed = limitBodies(maxBodyBytes);
+  const counted = async () => {};
+  return async (c, next) => {
+    const path = c.req.path;
+    if (isRawBodyRoute(c.req.method, path)) requireRawBody(c, maxPartBytes);
+    else if (!exempt(path)) {
+      const raw = c.req.raw;
+      let known = false;
+      if (raw.body !== null) {
+        const length = raw.headers.get("Content-Length");
+        known = length !== null && !raw.headers.has("Transfer-Encoding");
+        if (!known) await streamed(c, counted);
+        else if (parseInt(length || "0", 10) > maxBodyBytes) throw tooLarge(maxBodyBytes);
+      }
+      if (requireJsonBody(c) && known) {
+        let text: string | undefined;
+        try {
+          text = await c.req.text();
+        } catch {
+          // A body that cannot be read is the validator's to refuse, as it always was.
+        }
+        if (text !== undefined && textOverBytes(text, maxBodyBytes)) throw tooLarge(maxBodyBytes);
+      }
     }
-    const length = Number(c.req.header("Content-Length") ?? NaN);
-    if (!Number.isSafeInteger(length))
-      throw new DomainError(
-        "invalid_header",
-        "send a Content-Length: the bytes stream through and are counted against it",
-      );
-    if (length > maxBytes) throw new DomainError("payload_too_large", `a part is at most ${maxBytes} bytes`);
-    await next();
-  });
+    checkQuery(c);
+    return next();
+  };
+}

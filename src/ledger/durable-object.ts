@@ -19,7 +19,7 @@ import { acceptReport, pollHeartbeat, reportAcceptedText, reportOfText } from ".
 import { applyRolloutImage, ROLLOUT_WRITE_DEFER_MS } from "./rollout-marks";
 import { PING, PONG } from "../model/server/channel-messages";
 import type { LedgerSockets } from "./sockets";
-import type { AgentSpec, DesiredConfig, DesiredConfigInput } from "../model/server/schemas";
+import type { AgentSpec, DesiredConfig, DesiredConfigInput, InventoryReport } from "../model/server/schemas";
 import { fireTimers } from "./timers";
 import { viewOf, type ServerView } from "./view";
 
@@ -87,6 +87,8 @@ export class ServerLedger extends DurableObject<Env> {
    * or after a kill -9 the held alarm does, within ROLLOUT_WRITE_DEFER_MS of the write.
    */
   #safetyArmed = false;
+  /** The last report's text as the Worker sent it, and what it parsed to (agentReport). */
+  #lastReport: { text: string; parsed: { ok: true; report: InventoryReport } } | null = null;
 
   async #flush() {
     await this.parts.outbox.flush();
@@ -235,12 +237,16 @@ export class ServerLedger extends DurableObject<Env> {
    * where a structured clone walks every nested object (twice, with the answer's re-serialization
    * in the Worker) — the largest piece of an unchanged report's JavaScript after the runtime's own.
    * The text is checked again here (reportOfText): what does not parse is refused, not thrown.
+   * The same text as the last report (a heartbeat: most reports) is not parsed and checked again:
+   * what it parses to is a pure function of it, remembered in memory only.
    */
   async agentReport(tokenHash: string, report: string): Promise<{ ok: true; accepted: string } | Failure> {
     const record = authorized(this.parts.store, tokenHash);
     if (!record) return fail("unauthorized", "invalid server token");
-    const parsed = reportOfText(report);
+    const last = this.#lastReport;
+    const parsed = last?.text === report ? last.parsed : reportOfText(report);
     if (!parsed.ok) return parsed;
+    this.#lastReport = { text: report, parsed };
     const { answer, enqueued } = acceptReport(this.parts, record, parsed.report);
     if (enqueued) await this.#settleInBackground();
     return answer.ok ? { ok: true, accepted: reportAcceptedText(record.id, answer) } : answer;

@@ -191,7 +191,10 @@ export function projectionStatements(
       const set: Partial<typeof serverUpdate> = { updatedAt };
       for (const column of moved.columns) Object.assign(set, { [column]: serverUpdate[column] });
       if (due) Object.assign(set, { lastSeen, staleAt });
-      stmts.push(upsertSet(set));
+      // The row was written (the mark says so, as the heartbeat's UPDATE below trusts too): an
+      // UPDATE of the moved columns binds and encodes a few values, where the upsert bound every
+      // column of the row for its INSERT that never happens.
+      stmts.push(carry(db.update(servers).set(set).where(eq(servers.id, p.server.id))));
       serverRow = due;
     } else if (due) {
       // Only the heartbeat moved: the two columns it changes (4 rows written with their indexes).
@@ -265,7 +268,8 @@ const INSTANCE_COLUMNS: Record<InstanceColumn, string> = {
 /**
  * Upserts of the instance rows that changed, each setting only its columns that moved (so a status
  * that moves alone does not rewrite the image indexes' entries), rows that moved alike sharing a
- * statement; a row never written (or with nothing to compare) sets every column.
+ * statement; a row never written (or with nothing to compare) sets every column. A row written
+ * before whose moved columns no other row shares is an UPDATE of those columns alone.
  */
 function instanceStatements(db: Db, rows: InstanceRow[], written: Signatures | null) {
   const groups = new Map<string, { columns: InstanceColumn[]; rows: InstanceRow[] }>();
@@ -280,20 +284,33 @@ function instanceStatements(db: Db, rows: InstanceRow[], written: Signatures | n
     group.rows.push(row);
     groups.set(key, group);
   }
-  return [...groups.values()].flatMap(({ columns, rows }) =>
-    chunk(rows, INSTANCE_ROWS_PER_STATEMENT).map((part) =>
-      db
-        .insert(agentInstances)
-        .values(part)
-        .onConflictDoUpdate({
-          target: [agentInstances.serverId, agentInstances.agent],
-          set: Object.fromEntries([
-            ...columns.map((c) => [c, sql.raw(`excluded.${INSTANCE_COLUMNS[c]}`)]),
-            ["updatedAt", sql`excluded.updated_at`],
-          ]),
-        }),
-    ),
+  return [...groups.values()].flatMap(({ columns, rows }): BatchItem<"sqlite">[] =>
+    rows.length === 1 && written?.rows[rows[0].agent] !== undefined
+      ? // One row written before that moved alone (a report's usual change: one agent's state): an
+        // UPDATE of its moved columns, a few values bound instead of the whole row's.
+        [updateInstance(db, rows[0], columns)]
+      : chunk(rows, INSTANCE_ROWS_PER_STATEMENT).map((part) =>
+          db
+            .insert(agentInstances)
+            .values(part)
+            .onConflictDoUpdate({
+              target: [agentInstances.serverId, agentInstances.agent],
+              set: Object.fromEntries([
+                ...columns.map((c) => [c, sql.raw(`excluded.${INSTANCE_COLUMNS[c]}`)]),
+                ["updatedAt", sql`excluded.updated_at`],
+              ]),
+            }),
+        ),
   );
+}
+
+function updateInstance(db: Db, row: InstanceRow, columns: InstanceColumn[]) {
+  const set: Partial<InstanceRow> = { updatedAt: row.updatedAt };
+  for (const c of columns) Object.assign(set, { [c]: row[c] ?? null });
+  return db
+    .update(agentInstances)
+    .set(set)
+    .where(and(eq(agentInstances.serverId, row.serverId), eq(agentInstances.agent, row.agent)));
 }
 
 /** The labels a server signature shows, as JSON ({} for one written without labels). */

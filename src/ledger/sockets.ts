@@ -15,11 +15,26 @@ export class LedgerSockets {
   private pending = false;
   /** Host sockets seen closing in this wake (the runtime may still list them meanwhile). */
   private readonly gone = new WeakSet<WebSocket>();
+  /**
+   * False only once a listing found no socket at all, and true again as soon as one is accepted:
+   * a write (a heartbeat above all) with nothing to wake then lists no socket. Memory only: a new
+   * instance (after an eviction, with sockets hibernating) starts true and lists once.
+   */
+  private maybeSockets = true;
+  private readonly room: SocketRoom;
 
   constructor(
     private readonly d: LedgerParts,
-    private readonly room: SocketRoom,
-  ) {}
+    room: SocketRoom,
+  ) {
+    this.room = {
+      ...room,
+      accept: (...args) => {
+        this.maybeSockets = true;
+        return room.accept(...args);
+      },
+    };
+  }
 
   /**
    * An upgrade from the Worker: the host's channel, or a waiter. `enqueued`: the outbox has
@@ -48,6 +63,7 @@ export class LedgerSockets {
 
   /** Whether the host is connected on the channel now. */
   hostConnected(): boolean {
+    if (!this.maybeSockets) return false;
     return this.room.list(HOST_TAG).some((ws) => !this.gone.has(ws) && ws.readyState === WebSocket.OPEN);
   }
 
@@ -83,10 +99,15 @@ export class LedgerSockets {
 
   /** After every store write, in the writer's turn: the wake-ups go out once the turn is over. */
   changed() {
-    if (this.pending) return;
+    if (this.pending || !this.maybeSockets) return;
     this.pending = true;
     queueMicrotask(() => {
       this.pending = false;
+      // Nothing to wake or push to: later writes skip even this, until a socket is accepted.
+      if (this.room.list(WAITER_TAG).length === 0 && this.room.list(HOST_TAG).length === 0) {
+        this.maybeSockets = false;
+        return;
+      }
       wakeWaits(this.d.store, this.room, this.d.clock());
       // A socket closed here for its token is gone as one the host closed (its close event finds it gone).
       pushToHosts(this.d.store, this.room, (ws) => this.hostGone(ws));

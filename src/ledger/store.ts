@@ -89,6 +89,11 @@ export class LedgerStore {
   private refreshMemo?: RefreshState | null;
   private healthSentMemo?: HealthSent | null;
   /**
+   * The rollout marks as storage holds them, the current turn's writes included: every changed
+   * report settles them, and they are nearly always empty. Undefined until first read.
+   */
+  private rolloutMarksMemo?: Readonly<Record<string, RolloutMark>>;
+  /**
    * The projection's mark as storage holds it: read by every heartbeat (is last_seen due?), written
    * only when D1 took a projection. Undefined: not read since the last write (or the ledger woke).
    */
@@ -147,12 +152,18 @@ export class LedgerStore {
 
   /** The memory a transaction may move, as it is before the transaction (the cache copied: `heartbeat` mutates it). */
   private remember() {
-    return { cache: this.cache && { ...this.cache }, refresh: this.refreshMemo, heard: this.heard };
+    return {
+      cache: this.cache && { ...this.cache },
+      refresh: this.refreshMemo,
+      rolloutMarks: this.rolloutMarksMemo,
+      heard: this.heard,
+    };
   }
 
   private restore(m: ReturnType<LedgerStore["remember"]>) {
     this.cache = m.cache;
     this.refreshMemo = m.refresh;
+    this.rolloutMarksMemo = m.rolloutMarks;
     const heard = this.heard;
     // A heartbeat is memory only, never part of the turn: one heard during it still holds, if the
     // content it was heard for is the one memory is back to.
@@ -297,13 +308,21 @@ export class LedgerStore {
     this.kv.put(KEY.rebootRev, rev);
   }
 
-  rolloutMarks(): Record<string, RolloutMark> {
-    return this.kv.get<Record<string, RolloutMark>>(KEY.rolloutMarks) ?? {};
+  /**
+   * Read from storage once per life of the object, then from memory (a changed report asks every
+   * time). The memory moves with each write, in or out of a transaction, and a rolled-back one
+   * puts it back where it stood when the transaction began (`restore`), as storage goes back.
+   */
+  rolloutMarks(): Readonly<Record<string, RolloutMark>> {
+    this.rolloutMarksMemo ??= Object.freeze(this.kv.get<Record<string, RolloutMark>>(KEY.rolloutMarks) ?? {});
+    return this.rolloutMarksMemo;
   }
 
-  setRolloutMarks(marks: Record<string, RolloutMark>) {
+  setRolloutMarks(marks: Readonly<Record<string, RolloutMark>>) {
     if (Object.keys(marks).length) this.kv.put(KEY.rolloutMarks, marks);
     else this.kv.delete(KEY.rolloutMarks);
+    // A copy: the caller's object may change after this; the memory must say what was stored.
+    this.rolloutMarksMemo = Object.freeze({ ...marks });
   }
 
   /**
