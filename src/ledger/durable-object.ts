@@ -4,6 +4,7 @@ import { fixHoldAnnounced } from "../fleetlock/ledger-side";
 import type { HeldNames } from "../fleetlock/store";
 import type { FleetPlanInputs } from "../planner/plan";
 import { fail, type Failure, type Result } from "../objects/kit/result";
+import { answerClose } from "../objects/kit/sockets";
 import type { ApplyOutcome, ApplyRolloutImage } from "../rollouts/ledger-side";
 import { assemble } from "./assemble";
 import { cancelDecommission, decommission } from "./decommission";
@@ -265,12 +266,19 @@ export class ServerLedger extends DurableObject<Env> {
     if (this.sockets.message(ws, message)) await this.#settleInBackground();
   }
 
-  /** The host's socket went: the index learns of it at once (its staleness is exact again). */
-  async webSocketClose(ws: WebSocket) {
+  /**
+   * The host's socket went: the index learns of it at once (its staleness is exact again). The
+   * peer's close is answered here: a hibernatable socket's runtime sends no reply of its own (the
+   * auto-reply of compatibility dates from 2026-04-07 covers accepted sockets only), and without
+   * one the connection stays open, the client in CLOSING, holding a file per reconnecting host.
+   */
+  async webSocketClose(ws: WebSocket, code: number, reason: string) {
+    answerClose(ws, code, reason);
     if (this.sockets.closed(ws)) await this.#settleInBackground();
   }
 
   async webSocketError(ws: WebSocket) {
+    answerClose(ws, 1011, "");
     if (this.sockets.closed(ws)) await this.#settleInBackground();
   }
 

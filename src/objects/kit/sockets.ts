@@ -64,6 +64,17 @@ export function closeSocket(ws: WebSocket, code: number, reason: string) {
   }
 }
 
+/**
+ * Answers a peer's close frame (from `webSocketClose`/`webSocketError`): the close handshake ends
+ * only once this side has sent its own, and until then the runtime keeps the connection. 1005 and
+ * 1006 (no code, no frame) may not be sent, so those are answered 1000. A no-op on a socket this
+ * side closed first.
+ */
+export function answerClose(ws: WebSocket, code: number, reason: string) {
+  const sendable = code >= 1000 && code < 5000 && ![1004, 1005, 1006, 1015].includes(code);
+  closeSocket(ws, sendable ? code : 1000, sendable ? reason : "");
+}
+
 /** Whether a message as received is over `maxBytes` (a string counted in UTF-8). */
 export function overBytes(message: string | ArrayBuffer, maxBytes: number): boolean {
   if (typeof message !== "string") return message.byteLength > maxBytes;
