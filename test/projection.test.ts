@@ -9,6 +9,7 @@ import {
   breakD1,
   call,
   createFleet,
+  d1Rows,
   d1Statements,
   fireTimersNow,
   pendingEffects,
@@ -164,6 +165,48 @@ describe("D1 projection of the ledger", () => {
       ["logs", "realized"],
     ]);
     expect(await pendingEffects(stub)).toBe(0);
+  });
+
+  it("writes full rows after a restart that found a projection an earlier instance may have sent", async () => {
+    const { s } = await realizedServer();
+    await settle(s.id);
+    const stub = env.LEDGER.get(env.LEDGER.idFromName(s.id));
+    await timeOutD1AfterCommit(stub);
+    const drifted = await call("PUT", "/v1/agent/inventory", {
+      token: s.token,
+      body: report(2, [agents[0], { ...agents[1], state: "stopped" }]),
+    });
+    expect(drifted.status).toBe(200);
+    await settle(s.id);
+    expect((await indexRow(s.id))!.status).toBe("drifted");
+    expect(await pendingEffects(stub)).toBeGreaterThan(0);
+    // Killed: the instance that knew its batch went unanswered is gone (and with it the broken D1).
+    await runInDurableObject(stub, (_i, state) => state.abort("killed by test")).catch(() => undefined);
+    const fresh = env.LEDGER.get(env.LEDGER.idFromName(s.id));
+    const back = await call("PUT", "/v1/agent/inventory", { token: s.token, body: report(2, agents) });
+    expect(back.status).toBe(200);
+    await settle(s.id);
+    expect((await indexRow(s.id))!.status).toBe("realized");
+    expect(await pendingEffects(fresh)).toBe(0);
+  });
+
+  it("keeps writing the diff after a restart with nothing pending", async () => {
+    const { s } = await realizedServer();
+    await settle(s.id);
+    const stub = env.LEDGER.get(env.LEDGER.idFromName(s.id));
+    await runInDurableObject(stub, (_i, state) => state.abort("evicted by test")).catch(() => undefined);
+    const rows = await d1Rows(async () => {
+      const drifted = await call("PUT", "/v1/agent/inventory", {
+        token: s.token,
+        body: report(2, [agents[0], { ...agents[1], state: "stopped" }]),
+      });
+      expect(drifted.status).toBe(200);
+      await settle(s.id);
+    });
+    expect((await indexRow(s.id))!.status).toBe("drifted");
+    // The two changed rows' changed columns (6 rows with their index entries), not every column
+    // of every row (13).
+    expect(rows.written).toBeLessThanOrEqual(6);
   });
 
   it("shows stale once a server stops reporting past its deadline, and not after its next report", async () => {

@@ -278,20 +278,26 @@ function projectEffect(w: LedgerEffectWiring): Effect {
    * mark's write, leaves D1 ahead of the mark. The diff then trusts the older mark, and a later
    * report that moves a column back to the mark's value writes nothing: D1 keeps the in-between
    * value (a server "drifted" in lists while its ledger says realized) until something else moves.
-   * Both cases are seen from here alone, at no cost in steady state: the first delivery of this
-   * object instance (the kill, or an eviction: the mark is then as good as ever, but nothing here
-   * says so), and a delivery after one that built its statements and never heard back (a retry).
+   * Both cases are seen from here alone, at no cost in steady state: a delivery after one that
+   * built its statements and never heard back (a retry), and the first delivery of this object
+   * instance when the row it delivers was stored before the instance started (an earlier instance
+   * may have sent it and died before its answer). A row stored by this instance was never sent by
+   * another, so an instance woken after an eviction, with nothing pending, keeps writing the diff.
    * Writing every column of the rows the ledger shows makes D1 equal the ledger whatever it held.
    */
-  let unsure = true;
+  let unsure = false;
+  /** When this instance started; rows stored earlier may have been sent by an earlier instance. */
+  const startedAt = Date.now();
+  /** Set once a delivery of this instance landed: what an earlier instance may have sent is overwritten. */
+  let landed = false;
   /** The fleet whose pages show a change the delivery under way writes (null: a heartbeat, or nothing). */
   let changedIn: { fleet: string; server: string } | null = null;
   /** A drift-only health event waits on the fleet's watch: read last in this batch, for nothing more. */
   let watchRead: ((results: unknown[]) => void) | null = null;
   return {
     target: "d1",
-    statements: () => {
-      if (inFlight) unsure = true;
+    statements: (_payload: unknown, row: { createdAt: number }) => {
+      if (inFlight || (!landed && row.createdAt < startedAt)) unsure = true;
       inFlight = null;
       changedIn = null;
       watchRead = null;
@@ -338,6 +344,7 @@ function projectEffect(w: LedgerEffectWiring): Effect {
       if (inFlight) {
         w.store.setProjected(inFlight);
         unsure = false;
+        landed = true;
       }
       if (changedIn) w.shown(changedIn.fleet, changedIn.server);
       if (watchRead) watchRead(results);

@@ -14,8 +14,12 @@ import { kitTable } from "./tables";
 /** An effect that becomes D1 statements; all due D1 effects of one flush share one batch. */
 interface D1Effect<P> {
   target: "d1";
-  /** Statements for the payload, built when delivered (from the object's state at that time). */
-  statements(payload: P): BatchItem<"sqlite">[] | Promise<BatchItem<"sqlite">[]>;
+  /**
+   * Statements for the payload, built when delivered (from the object's state at that time).
+   * `row.createdAt`: when the row was first stored (a keyed row keeps it when a newer payload
+   * replaces it), so an effect can tell a row an earlier instance of the object may have tried.
+   */
+  statements(payload: P, row: { createdAt: number }): BatchItem<"sqlite">[] | Promise<BatchItem<"sqlite">[]>;
   /**
    * Statements for several payloads of this kind enqueued one after another, when fewer than one
    * each will do (an audit row per grant: many rows to an insert). Used instead of `statements`;
@@ -78,6 +82,7 @@ type Row = {
   attempts: number;
   seq: number;
   next_at: number;
+  created_at: number;
 };
 
 export const OUTBOX_TIMER = "outbox";
@@ -375,7 +380,7 @@ export class Outbox<K extends string> {
    * reads every row never tried, as a kill -9 demands.
    */
   private readRound(now: number): { rows: Row[]; cutShort: boolean } {
-    const columns = "id, kind, dedup_key, payload, attempts, seq, next_at";
+    const columns = "id, kind, dedup_key, payload, attempts, seq, next_at, created_at";
     // Deferred effects (attempts -1) ride along with any flush.
     const fresh = this.storage.sql
       .exec<Row>(
@@ -548,7 +553,7 @@ export class Outbox<K extends string> {
       if (stored(key)) continue;
       const effect = this.effects[kind] as D1Effect<unknown>;
       try {
-        const statements = await effect.statements(payload);
+        const statements = await effect.statements(payload, { createdAt: Date.now() });
         const results = statements.length
           ? await this.db().batch(statements as [BatchItem<"sqlite">, ...BatchItem<"sqlite">[]])
           : [];
@@ -591,7 +596,11 @@ export class Outbox<K extends string> {
           groups.push({ rows: run, statements: effect.many(run.map((r) => JSON.parse(r.payload))), run: true });
         else
           for (const r of run)
-            groups.push({ rows: [r], statements: effect.statements(JSON.parse(r.payload)), run: false });
+            groups.push({
+              rows: [r],
+              statements: effect.statements(JSON.parse(r.payload), { createdAt: r.created_at }),
+              run: false,
+            });
         i = end;
       }
       const parts = await Promise.all(groups.map((g) => g.statements));
