@@ -1,3 +1,6 @@
+/** The keys sorted by UTF-16 code unit. */
+const codeUnitOrder = (keys: string[]) => keys.sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
+
 /**
  * JSON with every object's keys sorted, so `{a, b}` and `{b, a}` are one text: what a request's
  * fingerprint hashes (a retried create is known by it) and what two values compare as.
@@ -13,9 +16,6 @@ export function canonicalJson(value: unknown, order: (keys: string[]) => string[
   }
   return JSON.stringify(value ?? null);
 }
-
-/** The keys sorted by UTF-16 code unit. */
-const codeUnitOrder = (keys: string[]) => keys.sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
 
 /**
  * The sorted keys in the order an object built from them gives them back: JavaScript puts the
