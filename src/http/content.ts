@@ -60,7 +60,7 @@ export function bodyClaimProblem(headers: { get(name: string): string | null }):
  * Bodies are UTF-8 JSON, sent as is. A body sent as anything else (curl's -d defaults to form
  * encoding) would be read as an empty object and fail validation confusingly, and one declaring a
  * content coding or charset would be read as something it is not, so each is refused by name.
- * True when there is a JSON body to read.
+ * Answers whether there is a JSON body to read (none on a GET, a HEAD or an empty body).
  */
 function requireJsonBody(c: Context<AppEnv>): boolean {
   if (c.req.method === "GET" || c.req.method === "HEAD") return false;
