@@ -45,6 +45,21 @@ async function listedStatus(fleet: string, id: string) {
   return (await call("GET", `/v1/servers?fleet=${fleet}`)).json.items.find((x: { id: string }) => x.id === id)?.status;
 }
 
+/** D1 takes a drifting report's batch but the ledger never hears so: its mark still says realized. */
+async function driftTakenUnanswered(s: { id: string; token: string }) {
+  const stub = env.LEDGER.get(env.LEDGER.idFromName(s.id));
+  const restore = await timeOutD1AfterCommit(stub);
+  const drifted = await call("PUT", "/v1/agent/inventory", {
+    token: s.token,
+    body: report(2, [agents[0], { ...agents[1], state: "stopped" }]),
+  });
+  expect(drifted.status).toBe(200);
+  await settle(s.id);
+  expect((await indexRow(s.id))!.status).toBe("drifted");
+  expect(await pendingEffects(stub)).toBeGreaterThan(0);
+  return { stub, restore };
+}
+
 describe("D1 projection of the ledger", () => {
   it("costs no D1 write for a report that changes nothing the index shows", async () => {
     const { s } = await realizedServer();
@@ -141,17 +156,7 @@ describe("D1 projection of the ledger", () => {
   it("brings D1 back to the ledger's value when a batch committed without answering and a report moved the column back", async () => {
     const { fleet, s } = await realizedServer();
     await settle(s.id);
-    const stub = env.LEDGER.get(env.LEDGER.idFromName(s.id));
-    const restore = await timeOutD1AfterCommit(stub);
-    // D1 takes the drift but the ledger never hears so: its mark still says realized.
-    const drifted = await call("PUT", "/v1/agent/inventory", {
-      token: s.token,
-      body: report(2, [agents[0], { ...agents[1], state: "stopped" }]),
-    });
-    expect(drifted.status).toBe(200);
-    await settle(s.id);
-    expect((await indexRow(s.id))!.status).toBe("drifted");
-    expect(await pendingEffects(stub)).toBeGreaterThan(0);
+    const { stub, restore } = await driftTakenUnanswered(s);
     await restore();
     // Back to what the mark says: a diff against it would write nothing and leave "drifted".
     const back = await call("PUT", "/v1/agent/inventory", { token: s.token, body: report(2, agents) });
@@ -170,16 +175,7 @@ describe("D1 projection of the ledger", () => {
   it("writes full rows after a restart that found a projection an earlier instance may have sent", async () => {
     const { s } = await realizedServer();
     await settle(s.id);
-    const stub = env.LEDGER.get(env.LEDGER.idFromName(s.id));
-    await timeOutD1AfterCommit(stub);
-    const drifted = await call("PUT", "/v1/agent/inventory", {
-      token: s.token,
-      body: report(2, [agents[0], { ...agents[1], state: "stopped" }]),
-    });
-    expect(drifted.status).toBe(200);
-    await settle(s.id);
-    expect((await indexRow(s.id))!.status).toBe("drifted");
-    expect(await pendingEffects(stub)).toBeGreaterThan(0);
+    const { stub } = await driftTakenUnanswered(s);
     // Killed: the instance that knew its batch went unanswered is gone (and with it the broken D1).
     await runInDurableObject(stub, (_i, state) => state.abort("killed by test")).catch(() => undefined);
     const fresh = env.LEDGER.get(env.LEDGER.idFromName(s.id));
