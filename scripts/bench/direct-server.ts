@@ -223,7 +223,10 @@ export async function startDirectServer(
  * The benchmark's floor fixture (./floor) the same way: in one workerd with nothing in front, so a
  * floor and Harbormaster measured direct are measured alike.
  */
-export async function startDirectFloor({ stateParent = tmpdir() }: DirectOptions = {}): Promise<DirectServer> {
+export async function startDirectFloor({
+  stateParent = tmpdir(),
+  inspectorPort,
+}: DirectOptions = {}): Promise<DirectServer> {
   const persist = stateDir(stateParent, "harbormaster-floor-direct-");
   const config = resolve(import.meta.dirname, "floor/wrangler.toml");
   const { modulesRules: _rules, ...workerOptions } = unstable_getMiniflareWorkerOptions(config).workerOptions;
@@ -236,6 +239,7 @@ export async function startDirectFloor({ stateParent = tmpdir() }: DirectOptions
       port,
       resourcePersistencePath: join(persist, "v3"),
       unsafeHandleRuntimeRestart: onRestart,
+      ...(inspectorPort ? { inspectorPort, inspectorHost: "127.0.0.1" } : {}),
     }),
   );
 }

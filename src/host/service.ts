@@ -5,7 +5,6 @@
 import type { Env } from "../env";
 import { channelRequest } from "../ledger/channel";
 import type { PollAnswer } from "../ledger/poll";
-import type { InventoryReport } from "../model/server/schemas";
 import { pollWaitRequest } from "../ledger/waits";
 import { errorOf, unwrap, type Failure } from "../objects/kit/result";
 import { waitForWake } from "../objects/kit/wake";
@@ -50,11 +49,12 @@ export async function desiredForHost(
 }
 
 /**
- * Stores what the host reports it runs; answers the status computed from it, as the JSON text of
- * a ReportAccepted (the ledger's agentReport: both cross the object call as strings).
+ * Stores what the host reports it runs (`report`: a validated InventoryReport as JSON text);
+ * answers the status computed from it, as the JSON text of a ReportAccepted (the ledger's
+ * agentReport: both cross the object call as strings).
  */
-export async function reportFromHost(env: Env, host: Host, report: InventoryReport): Promise<string> {
-  return unwrap(await ledgerOf(env, host.serverId).agentReport(host.tokenHash, JSON.stringify(report))).accepted;
+export async function reportFromHost(env: Env, host: Host, report: string): Promise<string> {
+  return unwrap(await ledgerOf(env, host.serverId).agentReport(host.tokenHash, report)).accepted;
 }
 
 /**
