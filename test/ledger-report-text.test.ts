@@ -1,5 +1,7 @@
-import { describe, expect, it } from "vitest";
-import { call, report, reportingServer } from "./helpers";
+import { runInDurableObject } from "cloudflare:test";
+import { describe, expect, it, vi } from "vitest";
+import type { ServerLedger } from "../src/ledger/durable-object";
+import { call, report, reportingServer, settle } from "./helpers";
 
 // The ledger's agentReport takes the report as JSON text. The Worker validated it, but the object
 // answers whatever reaches it (a caller of another version mid-deploy, a bug): a refusal with a
@@ -67,5 +69,23 @@ describe("the ledger's report taken as JSON text", () => {
       ok: false,
       code: "validation_failed",
     });
+  });
+
+  it("serializes nothing for the same text again: its content key and its answer are the ones of the first", async () => {
+    const { s, stub, hash } = await reportingLedger();
+    const same = JSON.stringify(report(2, agents));
+    expect((await stub.agentReport(hash, same)).ok).toBe(true);
+    await settle(s.id);
+    const counted = await runInDurableObject(stub, async (instance: ServerLedger) => {
+      const stringify = vi.spyOn(JSON, "stringify");
+      try {
+        const answer = await instance.agentReport(hash, same);
+        expect(answer.ok).toBe(true);
+        return stringify.mock.calls.length;
+      } finally {
+        stringify.mockRestore();
+      }
+    });
+    expect(counted).toBe(0);
   });
 });

@@ -76,6 +76,19 @@ export function reportOfText(text: unknown): { ok: true; report: InventoryReport
 }
 
 /**
+ * A report's content key, computed once per parsed report: agentReport hands the very object it
+ * parsed the last report's text to when the same text comes again (a heartbeat), so its key is a
+ * lookup, not a JSON.stringify of the report. Keyed by identity, and a parsed report is never
+ * changed (what is stored is a copy with its received_at), so the key is always its own.
+ */
+const contentKeys = new WeakMap<InventoryReport, string>();
+function contentKeyOf(report: InventoryReport): string {
+  let key = contentKeys.get(report);
+  if (key === undefined) contentKeys.set(report, (key = contentKey(report)));
+  return key;
+}
+
+/**
  * Takes the report of the host holding `record`'s token. `enqueued`: something left for the
  * outbox, to be delivered after the answer; `heartbeat`: the report was kept in memory only (its
  * content is the stored one's). `keepsHeartbeat`: the caller keeps the heartbeat where it outlives
@@ -110,7 +123,7 @@ export function acceptReport(
   // Whether the index may have shown the server stale: a channel host's staleness is exact once it
   // left; an HTTP host's only once its quiet watch fired (the watch is then set anew by this report).
   const staleSeen = opts.keepsHeartbeat === true || enqueued;
-  const key = contentKey(stored);
+  const key = contentKeyOf(report);
   const unchanged = previous !== undefined && reportKey === key;
   // A poll's heartbeat is stored only while the quiet watch is in doubt (./quiet.ts, QuietMark).
   const memoryOnly =
