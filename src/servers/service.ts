@@ -19,7 +19,7 @@ import { and, eq } from "drizzle-orm";
 import { DomainError, notFound, unknownFleet } from "../domain/errors";
 import type { Env } from "../env";
 import { visibleFleets, type Principal } from "../domain/principal";
-import { FLEET_ID } from "../fleets/schemas";
+import { FLEET_ID } from "../model/fleet";
 import { MAX_SERVER_LABELS } from "../domain/limits";
 import { getFleet } from "../fleets/store";
 import { unwrap } from "../objects/kit/result";
