@@ -1,5 +1,5 @@
 import { inVisibleFleets } from "../db/access";
-import { and, asc, count, eq, gt, inArray, ne, sql } from "drizzle-orm";
+import { and, asc, count, eq, gt, inArray, ne, sql, type SQL } from "drizzle-orm";
 import type { Db } from "../db/client";
 import {
   agentChannelHistory,
@@ -135,4 +135,25 @@ export function fleetWipe(db: Db, fleet: string) {
     // Settings and spec groups owed to a coordinator that is about to be wiped are moot.
     db.delete(fleetTasks).where(and(eq(fleetTasks.fleetId, fleet), ne(fleetTasks.kind, "wipe"))),
   ] as const;
+}
+
+/**
+ * The statement that moves the fleet's intent revision from `expected` to `expected + 1`. It goes
+ * in the batch of every change of a plan input: if another change committed since `expected` was
+ * read, the NOT NULL fails and the whole batch rolls back (the caller re-reads and retries), so
+ * changes of one fleet's intent apply one after another, each on the state it checked.
+ */
+export const bumpIntentRev = (db: Db, fleet: string, expected: number, guard?: SQL) =>
+  db
+    .insert(fleetIntent)
+    .values({
+      fleetId: fleet,
+      rev: sql`CASE WHEN coalesce((SELECT rev FROM ${fleetIntent} WHERE fleet_id = ${fleet}), 0) = ${expected}
+        ${guard ? sql`AND (${guard})` : sql``} THEN ${expected + 1} ELSE NULL END`,
+    })
+    .onConflictDoUpdate({ target: fleetIntent.fleetId, set: { rev: sql`excluded.rev` } });
+
+export function isIntentConflict(err: unknown) {
+  const text = err instanceof Error ? `${err.message} ${(err as { cause?: Error }).cause?.message ?? ""}` : String(err);
+  return /NOT NULL constraint failed: fleet_intent\.rev/i.test(text);
 }
