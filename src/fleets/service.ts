@@ -142,7 +142,7 @@ export async function updateFleet(
  * PATCH /v1/fleets/{fleet}: capabilities merged (null removes a key), settings replaced. An
  * unchanged result writes nothing.
  */
-export function patchFleet(db: Db, actor: string, fleet: string, patch: FleetPatch) {
+function patchFleet(db: Db, actor: string, fleet: string, patch: FleetPatch) {
   return changeIntent(db, fleet, async ({ fleet: row, rev }) => {
     const capabilities = { ...row.capabilities };
     for (const [k, v] of Object.entries(patch.capabilities ?? {})) {
