@@ -25,13 +25,14 @@ import {
   getFleet,
   isIntentConflict,
   listFleets,
+  liveServerIdsOfFleet,
   liveServersOf,
   noLiveServers,
   removalPending,
   type FleetRow,
 } from "./store";
 import { runFleetTasks } from "./tasks";
-import { coordinatorOf } from "../objects/stubs";
+import { coordinatorOf, ledgerOf } from "../objects/stubs";
 import { unwrap } from "../objects/kit/result";
 
 /** Servers a refused deletion names (the rest are counted). */
@@ -205,6 +206,35 @@ function patchFleet(db: Db, actor: string, fleet: string, patch: FleetPatch) {
 
 function sortKeys(o: Record<string, boolean>) {
   return Object.fromEntries(Object.entries(o).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)));
+}
+
+const REFRESH_PARALLEL = 16;
+
+/**
+ * Refresh for a fleet: every server of one page of the fleet's index (not removed or being
+ * removed) is asked to report again. Paged, so a large fleet is asked in bounded steps.
+ */
+export async function refreshFleet(env: Env, actor: string, fleet: string, after: string | null, limit: number) {
+  const db = getDb(env.DB);
+  if (!(await getFleet(db, fleet))) throw notFound("fleet", fleet);
+  const rows = await liveServerIdsOfFleet(db, fleet, after, limit);
+  const ids = rows.slice(0, limit).map((r) => r.id);
+  const failed: string[] = [];
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: Math.min(REFRESH_PARALLEL, ids.length) }, async () => {
+      while (next < ids.length) {
+        const id = ids[next++];
+        try {
+          const out = await ledgerOf(env, id).requestRefresh(actor);
+          if (!out.ok) failed.push(id);
+        } catch {
+          failed.push(id);
+        }
+      }
+    }),
+  );
+  return { rows, requested: ids.length - failed.length, failed };
 }
 
 /** Deletes a fleet whose servers are all removed: its rows go at once, its coordinator is wiped after. */

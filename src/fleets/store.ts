@@ -1,5 +1,5 @@
 import { inVisibleFleets } from "../db/access";
-import { and, asc, count, eq, gt, inArray, ne, sql, type SQL } from "drizzle-orm";
+import { and, asc, count, eq, gt, inArray, ne, notInArray, sql, type SQL } from "drizzle-orm";
 import type { Db } from "../db/client";
 import {
   agentChannelHistory,
@@ -106,6 +106,21 @@ export async function liveServersOf(db: Db, fleet: string, named: number) {
   ]);
   return { byState, named: first };
 }
+
+/** One page of the fleet's servers that can still be asked anything (not removed or being removed). */
+export const liveServerIdsOfFleet = (db: Db, fleet: string, after: string | null, limit: number) =>
+  db
+    .select({ id: servers.id })
+    .from(servers)
+    .where(
+      and(
+        eq(servers.fleetId, fleet),
+        notInArray(servers.state, ["removed", "decommissioning"]),
+        after ? gt(servers.id, after) : undefined,
+      ),
+    )
+    .orderBy(asc(servers.id))
+    .limit(limit + 1);
 
 /** Checked at commit by a fleet's deletion: a server registered since its count rolls it back. */
 /** The fleet's row is still there: an intent write that read the fleet before its deletion must not land after it. */
