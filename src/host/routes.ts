@@ -16,7 +16,8 @@ import { desiredForHost, reportFromHost } from "./service";
 
 /** The ledger's ReportAccepted, already JSON: sent as it came, typed as what c.json would send. */
 async function answerReport(c: Context<AppEnv>, reportText: string) {
-  const accepted = await reportFromHost(c.env, serverPrincipal(c.var.principal), reportText);
+  // c.get, not c.var: hono builds c.var as a new object from its map on every read.
+  const accepted = await reportFromHost(c.env, serverPrincipal(c.get("principal")), reportText);
   return c.body(accepted, 200, { "Content-Type": "application/json" }) as unknown as ReturnType<
     typeof c.json<ReportAccepted, 200>
   >;
@@ -37,7 +38,7 @@ const sameReport = createMiddleware<AppEnv>(async (c, next) => {
   } catch {
     // Unreadable: the validator's to refuse, as it always was.
   }
-  const principal = c.var.principal;
+  const principal = c.get("principal");
   const canonical =
     text === undefined || principal?.kind !== "server"
       ? undefined
@@ -95,7 +96,7 @@ export const agentRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook
     }),
     async (c) => {
       const { wait } = c.req.valid("query");
-      const p = serverPrincipal(c.var.principal);
+      const p = serverPrincipal(c.get("principal"));
       const condition = parseIfNoneMatch(c.req.header("If-None-Match"));
       const reportTag = c.req.valid("header")["x-report-tag"];
       const result = await desiredForHost(
@@ -139,7 +140,7 @@ export const agentRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook
       const canonical = JSON.stringify(c.req.valid("json"));
       const answer = await answerReport(c, canonical);
       // Accepted (a refusal threw): the same body next time skips the validators (sameReport).
-      const p = serverPrincipal(c.var.principal);
+      const p = serverPrincipal(c.get("principal"));
       rememberReport(p.serverId, c.req.header("Content-Type"), await c.req.text(), canonical);
       return answer;
     },
