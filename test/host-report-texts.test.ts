@@ -1,3 +1,4 @@
+import { SELF } from "cloudflare:test";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { InventoryReport } from "../src/model/server/schemas";
 import { BASE, call, createFleet, registerServer, report, send } from "./helpers";
@@ -55,6 +56,26 @@ describe("a report the same as the last one accepted", () => {
     // The text remembered is the last accepted one, so the first body is validated once more.
     expect((await put(s.token, body)).status).toBe(200);
     expect(checks).toHaveBeenCalledTimes(3);
+  });
+
+  it("is validated when sent with no Content-Length: only a body the /v1 rules read whole is looked up", async () => {
+    const { s, body } = await reportingHost();
+    expect((await put(s.token, body)).status).toBe(200);
+    const checks = validations();
+    const bytes = new TextEncoder().encode(body);
+    const res = await SELF.fetch(`${BASE}/v1/agent/inventory`, {
+      method: "PUT",
+      headers: { Authorization: `Bearer ${s.token}`, "Content-Type": "application/json" },
+      body: new ReadableStream<Uint8Array>({
+        start(controller) {
+          controller.enqueue(bytes);
+          controller.close();
+        },
+      }),
+    });
+    expect(res.status).toBe(200);
+    await res.body?.cancel();
+    expect(checks).toHaveBeenCalledTimes(1);
   });
 
   it("is remembered for its own server only: another server's same text is validated", async () => {
