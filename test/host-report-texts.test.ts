@@ -3,7 +3,7 @@ import { afterEach, describe, expect, it, vi } from "vitest";
 import { InventoryReport } from "../src/model/server/schemas";
 import { BASE, call, createFleet, registerServer, report, send } from "./helpers";
 
-// The Worker remembers, per server, the last report text a ledger accepted and the JSON text the
+// The Worker remembers, per server token, the last report text a ledger accepted and the JSON text the
 // route's validators made of it (src/host/report-texts.ts): the same text with the same
 // Content-Type is not parsed and validated again. Counted here through the schema's safeParseAsync,
 // the call the route's validator makes once per body it checks.
@@ -88,7 +88,7 @@ describe("a report the same as the last one accepted", () => {
     expect(checks).toHaveBeenCalledTimes(1);
   });
 
-  it("is still refused by the ledger when the token is no longer the server's", async () => {
+  it("is remembered for the token that sent it only: another token's same text is validated, then refused", async () => {
     const { s, body } = await reportingHost();
     expect((await put(s.token, body)).status).toBe(200);
     const forged = s.token.replace(/.$/, (c) => (c === "A" ? "B" : "A"));
@@ -96,7 +96,21 @@ describe("a report the same as the last one accepted", () => {
     const res = await put(forged, body);
     expect(res.status).toBe(401);
     expect(res.json.error.code).toBe("unauthorized");
+    expect(checks).toHaveBeenCalledTimes(1);
+  });
+
+  it("is refused by the ledger once the token that sent it is rotated away, and the new token's is validated", async () => {
+    const { s, body } = await reportingHost();
+    expect((await put(s.token, body)).status).toBe(200);
+    const rotated = await call("POST", `/v1/servers/${s.id}/token`);
+    expect(rotated.status).toBe(200);
+    const checks = validations();
+    const res = await put(s.token, body);
+    expect(res.status).toBe(401);
+    expect(res.json.error.code).toBe("unauthorized");
     expect(checks).not.toHaveBeenCalled();
+    expect((await put(rotated.json.token, body)).status).toBe(200);
+    expect(checks).toHaveBeenCalledTimes(1);
   });
 
   it("is not remembered when it was refused: a refused body is refused again, in the same words", async () => {

@@ -24,7 +24,7 @@ async function answerReport(c: Context<AppEnv>, reportText: string) {
 }
 
 /**
- * A report the same as the last one this server had accepted, text for text and Content-Type for
+ * A report the same as the last one this token had accepted, text for text and Content-Type for
  * Content-Type, is answered here with the JSON text the route's validators made of it then
  * (./report-texts.ts): they would decide the same. Only a body the /v1 rules already read whole
  * is looked up (one of unknown length is read by the validator, as before), and any other body
@@ -42,7 +42,7 @@ const sameReport = createMiddleware<AppEnv>(async (c, next) => {
   const canonical =
     text === undefined || principal?.kind !== "server"
       ? undefined
-      : knownReport(principal.serverId, c.req.header("Content-Type"), text);
+      : knownReport(principal.tokenHash, c.req.header("Content-Type"), text);
   if (canonical === undefined) return next();
   return answerReport(c, canonical);
 });
@@ -141,7 +141,7 @@ export const agentRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook
       const answer = await answerReport(c, canonical);
       // Accepted (a refusal threw): the same body next time skips the validators (sameReport).
       const p = serverPrincipal(c.get("principal"));
-      rememberReport(p.serverId, c.req.header("Content-Type"), await c.req.text(), canonical);
+      rememberReport(p.tokenHash, c.req.header("Content-Type"), await c.req.text(), canonical);
       return answer;
     },
   )
