@@ -2,7 +2,7 @@ import { createHash, type Hash } from "node:crypto";
 import { createReadStream } from "node:fs";
 import { mkdir, open, readdir, rename, rm, stat } from "node:fs/promises";
 import { join } from "node:path";
-import { ApiError, apiErrorOf, sleep, type FetchLike } from "../http.ts";
+import { ApiError, apiErrorOf, NO_REDIRECTS, sleep, type FetchLike } from "../http.ts";
 
 export interface BlobFetcherOptions {
   /** The control plane the blob paths are on (the agent's server URL). */
@@ -175,7 +175,7 @@ export class BlobFetcher {
     const stall = () => controller.abort(new Error(`no data for ${idleMs} ms`));
     let idle = setTimeout(stall, idleMs);
     try {
-      const res = await this.fetchFn(url, { headers, signal: controller.signal });
+      const res = await this.fetchFn(url, { ...NO_REDIRECTS, headers, signal: controller.signal });
       if (res.status === 416) {
         await res.body?.cancel();
         throw new RestartError("the server refused the resumed range");
