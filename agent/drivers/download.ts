@@ -1,6 +1,6 @@
 import { createHash, type Hash } from "node:crypto";
 import { createReadStream } from "node:fs";
-import { mkdir, open, readdir, rename, rm, stat } from "node:fs/promises";
+import { type FileHandle, mkdir, open, readdir, rename, rm, stat } from "node:fs/promises";
 import { join } from "node:path";
 import { ApiError, apiErrorOf, NO_REDIRECTS, sleep, type FetchLike } from "../http.ts";
 
@@ -194,6 +194,9 @@ export class BlobFetcher {
       if (!res.body) throw new Error("the response has no body");
       const file = await open(partial, state.have > 0 ? "a" : "w", 0o600);
       try {
+        // What an earlier request wrote past the bytes it hashed (a write that failed half way,
+        // the disk full) is cut off: the file holds exactly the bytes the hash has seen.
+        if (state.have > 0) await file.truncate(state.have);
         for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
           clearTimeout(idle);
           idle = setTimeout(stall, idleMs);
@@ -202,7 +205,7 @@ export class BlobFetcher {
               `the download is larger than the image's ${size} bytes; it was deleted and nothing was installed`,
             );
           }
-          await file.write(chunk);
+          await writeAll(file, chunk);
           state.hash.update(chunk);
           state.have += chunk.length;
         }
@@ -215,6 +218,15 @@ export class BlobFetcher {
       signal?.removeEventListener("abort", onAbort);
     }
   }
+}
+
+/**
+ * Writes all of `chunk`: one write(2) on a nearly full disk writes what fits and says so without
+ * failing, and FileHandle.write() makes one call: the download's last chunk would be hashed whole
+ * and kept short, and the file handed out as verified.
+ */
+async function writeAll(file: FileHandle, chunk: Uint8Array) {
+  for (let at = 0; at < chunk.length;) at += (await file.write(chunk, at, chunk.length - at)).bytesWritten;
 }
 
 interface Progress {
