@@ -16,6 +16,12 @@ export interface BlobFetcherOptions {
   attempts?: number;
   /** A response that sends nothing for this long is dropped and resumed (default 30 s). */
   idleTimeoutMs?: number;
+  /**
+   * Nor may it send fewer bytes than this in any such period (default 16 KiB, half a KiB a
+   * second): one that trickles a byte now and then never goes idle and never ends, and would hold
+   * the pass (every other agent's install, update and restart behind it) for as long as it likes.
+   */
+  lowSpeedBytes?: number;
   /** Pause before a resumed request, ms, doubled each time (default 500). */
   retryDelayMs?: number;
 }
@@ -172,8 +178,20 @@ export class BlobFetcher {
     if (signal?.aborted) controller.abort(signal.reason);
     signal?.addEventListener("abort", onAbort, { once: true });
     const idleMs = this.opts.idleTimeoutMs ?? 30_000;
-    const stall = () => controller.abort(new Error(`no data for ${idleMs} ms`));
-    let idle = setTimeout(stall, idleMs);
+    const lowSpeed = this.opts.lowSpeedBytes ?? 16 * 1024;
+    // Checked once a period, the headers' wait included: fewer bytes than the floor since the last look is a stall.
+    let inPeriod = 0;
+    const watch = setInterval(() => {
+      if (inPeriod < lowSpeed)
+        controller.abort(
+          new Error(
+            inPeriod === 0
+              ? `no data for ${idleMs} ms`
+              : `${inPeriod} bytes in ${idleMs} ms, under the floor of ${lowSpeed}`,
+          ),
+        );
+      inPeriod = 0;
+    }, idleMs);
     try {
       const res = await this.fetchFn(url, { ...NO_REDIRECTS, headers, signal: controller.signal });
       if (res.status === 416) {
@@ -198,8 +216,7 @@ export class BlobFetcher {
         // the disk full) is cut off: the file holds exactly the bytes the hash has seen.
         if (state.have > 0) await file.truncate(state.have);
         for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
-          clearTimeout(idle);
-          idle = setTimeout(stall, idleMs);
+          inPeriod += chunk.length;
           if (size !== undefined && state.have + chunk.length > size) {
             throw new DigestMismatchError(
               `the download is larger than the image's ${size} bytes; it was deleted and nothing was installed`,
@@ -214,7 +231,7 @@ export class BlobFetcher {
         await file.close();
       }
     } finally {
-      clearTimeout(idle);
+      clearInterval(watch);
       signal?.removeEventListener("abort", onAbort);
     }
   }
