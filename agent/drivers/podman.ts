@@ -3,7 +3,7 @@ import type { AgentSpec } from "../../src/model/server/schemas.ts";
 import type { AgentDriver, ListedAgent, ReportedAgent } from "../driver.ts";
 import { sleep } from "../http.ts";
 import type { BlobFetcher } from "./download.ts";
-import { describeFailure, run, type RunResult } from "./exec.ts";
+import { describeFailure, printable, run, type RunResult } from "./exec.ts";
 import { AGENT_NAME, catalogImage, reportable } from "./spec.ts";
 
 export const LABEL = {
@@ -255,7 +255,7 @@ export class PodmanDriver implements AgentDriver {
       const h = state.Health ?? state.Healthcheck ?? {};
       const last = Array.isArray(h.Log) ? h.Log[h.Log.length - 1] : undefined;
       const output =
-        String(last?.Output ?? "")
+        printable(String(last?.Output ?? ""))
           .trim()
           .slice(-2000) || (last ? `the check exited with code ${last.ExitCode}` : "");
       const status = h.Status === "healthy" || h.Status === "unhealthy" ? h.Status : "starting";
@@ -348,7 +348,7 @@ export class PodmanDriver implements AgentDriver {
     const c = (await this.containers()).find((x) => x.name === name);
     if (c?.state === "running") return;
     const logs = await this.cli(["logs", "--tail", "5", name], { allowFail: true });
-    const said = logs.code === 0 ? logs.tail.trim().slice(-500) : "";
+    const said = logs.code === 0 ? printable(logs.tail).trim().slice(-500) : "";
     throw new Error(
       `container ${name} did not stay up after its start: ${!c ? "it is gone" : c.state === "exited" ? `exited with code ${c.exitCode}` : c.status || c.state}${said ? `; its last output: ${said}` : ""}`,
     );

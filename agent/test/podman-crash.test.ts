@@ -45,7 +45,8 @@ describe("an agent killed between two engine commands (real podman)", () => {
     dir = await tempDir("hm-podman-crash-");
     ({ blobs } = await buildImageSet(scope, server, {
       crashy: {
-        cmd: ["/bin/sh", "-c", "echo cannot read /data/app.conf; sleep 0.1; exit 3"],
+        // Its last words in colour, as many programs print them: the report gets the words.
+        cmd: ["/bin/sh", "-c", "printf '\\033[31mcannot read /data/app.conf\\033[0m\\n'; sleep 0.1; exit 3"],
         volumes: ["/data"],
       },
     }));
@@ -173,7 +174,7 @@ describe("an agent killed between two engine commands (real podman)", () => {
         agent: "crashy",
         op: "install",
         message: expect.stringMatching(
-          /did not stay up after its start: exited with code 3.*cannot read \/data\/app\.conf/,
+          /did not stay up after its start: exited with code 3; its last output: cannot read \/data\/app\.conf$/,
         ),
       },
     ]);
