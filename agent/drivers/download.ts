@@ -22,9 +22,13 @@ export interface BlobFetcherOptions {
    * the pass (every other agent's install, update and restart behind it) for as long as it likes.
    */
   lowSpeedBytes?: number;
+  /** The most a download whose size the desired config does not give may bring (default 8 GiB). */
+  maxUnsizedBytes?: number;
   /** Pause before a resumed request, ms, doubled each time (default 500). */
   retryDelayMs?: number;
 }
+
+const MAX_UNSIZED_BYTES = 8 * 1024 ** 3;
 
 /** The bytes downloaded are not the ones the desired config names: nothing may use them. */
 export class DigestMismatchError extends Error {
@@ -177,6 +181,7 @@ export class BlobFetcher {
     const onAbort = () => controller.abort(signal?.reason);
     if (signal?.aborted) controller.abort(signal.reason);
     signal?.addEventListener("abort", onAbort, { once: true });
+    const maxBytes = this.opts.maxUnsizedBytes ?? MAX_UNSIZED_BYTES;
     const idleMs = this.opts.idleTimeoutMs ?? 30_000;
     const lowSpeed = this.opts.lowSpeedBytes ?? 16 * 1024;
     // Checked once a period, the headers' wait included: fewer bytes than the floor since the last look is a stall.
@@ -220,6 +225,13 @@ export class BlobFetcher {
           if (size !== undefined && state.have + chunk.length > size) {
             throw new DigestMismatchError(
               `the download is larger than the image's ${size} bytes; it was deleted and nothing was installed`,
+            );
+          }
+          if (size === undefined && state.have + chunk.length > maxBytes) {
+            // No size to hold it to (the server sends one; something in its place may not): a
+            // body without end would otherwise fill the disk the host's other services share.
+            throw new DigestMismatchError(
+              `the download passed ${maxBytes} bytes and the desired config gives the image no size; it was deleted and nothing was installed`,
             );
           }
           await writeAll(file, chunk);

@@ -102,6 +102,35 @@ describe("BlobFetcher", () => {
     expect(await readdir(join(cache, "blobs"))).toEqual([]);
   });
 
+  it("refuses a download without a size once it passes its bound, instead of filling the disk", async () => {
+    const endless = createServer((req, res) => {
+      res.writeHead(200);
+      const block = Buffer.alloc(64 * 1024, 1);
+      const more = () => {
+        while (res.write(block));
+        res.once("drain", more);
+      };
+      more();
+    });
+    await new Promise<void>((r) => endless.listen(0, "127.0.0.1", r));
+    try {
+      const f = await fetcher({
+        baseUrl: `http://127.0.0.1:${(endless.address() as AddressInfo).port}`,
+        maxUnsizedBytes: 1024 * 1024,
+      });
+      const err = await Promise.race([
+        f.fetch("/v1/agent/images/x/blob", `sha256:${"1".repeat(64)}`).catch((e: unknown) => e),
+        new Promise((r) => setTimeout(() => r("still downloading after 5 s"), 5_000)),
+      ]);
+      expect(err).toBeInstanceOf(DigestMismatchError);
+      expect(String(err)).toMatch(/passed 1048576 bytes .* no size/);
+      expect(await readdir(join(cache, "blobs"))).toEqual([]);
+    } finally {
+      endless.closeAllConnections();
+      await new Promise<void>((r) => endless.close(() => r()));
+    }
+  });
+
   it("does not retry a refusal: a 404 is the server's answer, with its error code", async () => {
     const f = await fetcher();
     const err = await f.fetch(`/v1/agent/images/nope/blob`, `sha256:${"0".repeat(64)}`).catch((e) => e);
