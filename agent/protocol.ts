@@ -84,6 +84,14 @@ function checked<T>(schema: z.ZodType, value: unknown, what: string): T {
 
 export const parseDesired = (value: unknown) => checked<DesiredConfig>(Desired, value, "the desired config");
 
+/** The refusal of a desired config that names another server than this host's, or null. */
+export function foreignConfig(serverId: string | undefined, config: DesiredConfig): ProtocolError | null {
+  if (serverId === undefined || config.server_id === serverId) return null;
+  return new ProtocolError(
+    `the desired config is server ${JSON.stringify(config.server_id.slice(0, 100))}'s, not this host's (${serverId}); it was not acted on (a cache between the host and Harbormaster?)`,
+  );
+}
+
 export const parseAccepted = <T>(value: unknown) => checked<T>(Accepted, value, "the report's answer");
 
 /**

@@ -318,6 +318,7 @@ async function runHolding(o: RunOptions, identity: Identity, bootId: string): Pr
   const agent = new HostAgent({
     url: identity.url,
     token: identity.token,
+    serverId: identity.server_id,
     driver,
     bootId,
     transport: config.transport,

@@ -124,6 +124,52 @@ describe("a channel that sends what the protocol does not allow", () => {
   });
 });
 
+describe("a desired config for another server", () => {
+  it("over the channel, is refused as a message the protocol does not allow, never run", async () => {
+    const ch = fakeChannel([
+      { type: "desired", v: CHANNEL_VERSION, config: { ...goodConfig(7), server_id: "srv-2" } },
+      {
+        type: "lifecycle",
+        v: CHANNEL_VERSION,
+        config: { ...goodConfig(8), server_id: "srv-2", lifecycle: "uninstall" },
+      },
+      { type: "desired", v: CHANNEL_VERSION, config: goodConfig(5) },
+    ]);
+    const loop = runLoop({ connect: ch.connect, serverId: "srv-1" });
+    closers.push(loop.stop);
+    await until("the valid config's report", () => ch.reports.some((r) => r.generation === 5));
+    expect(ch.reports.map((r) => r.generation)).toEqual([5]);
+    const refused = loop.events.filter((e) => e.type === "error").map((e) => String((e as { error: Error }).error));
+    expect(refused).toEqual([
+      expect.stringMatching(/server "srv-2"'s, not this host's \(srv-1\); it was not acted on/),
+      expect.stringMatching(/server "srv-2"'s, not this host's \(srv-1\); it was not acted on/),
+    ]);
+    loop.stop();
+    expect(await loop.exit).toEqual({ reason: "aborted" });
+  });
+
+  it("over HTTP (a cache that answers every host the same), is refused and polled again with backoff", async () => {
+    const cp = await httpControlPlane((n) =>
+      n < 2
+        ? { status: 200, body: JSON.stringify({ ...goodConfig(9), server_id: "srv-2" }) }
+        : { status: 200, body: JSON.stringify(goodConfig(4)) },
+    );
+    const loop = runLoop({
+      url: cp.url,
+      transport: "http",
+      serverId: "srv-1",
+      minPollIntervalMs: 1,
+      backoff: { baseMs: 10, capMs: 20 },
+    });
+    closers.push(loop.stop);
+    await until("the valid config's report", () => cp.reports.some((r) => r.generation === 4));
+    expect(cp.reports.map((r) => r.generation)).toEqual([4]);
+    const errors = loop.events.filter((e) => e.type === "error") as { error: Error; attempt: number }[];
+    expect(errors.map((e) => e.attempt)).toEqual([1, 2]);
+    expect(String(errors[0].error)).toMatch(/not this host's/);
+  });
+});
+
 describe("a channel that sends nothing but garbage", () => {
   it("is given up after a few malformed messages in a row, not read (and logged) for ever", async () => {
     const garbage = Array.from({ length: 5_000 }, (_, i) => `{garbage ${i}`);
