@@ -14,13 +14,13 @@ import { createHash } from "node:crypto";
 import { realpathSync } from "node:fs";
 import { createConnection, createServer } from "node:net";
 
-export type StateDirHold =
+type StateDirHold =
   | { held: true; release: () => Promise<void> }
   /** Another process holds it: its pid as it says it (null when it did not say within a moment). */
   | { held: false; holder: number | null };
 
 /** The socket's name: the abstract namespace (a leading NUL) is one per network namespace, not a file. */
-export const holdName = (dir: string) =>
+const holdName = (dir: string) =>
   `\0harbormaster-agent.${createHash("sha256").update(realpathSync(dir)).digest("hex").slice(0, 40)}`;
 
 /** Takes the state directory for this process, or says who has it. */

@@ -203,6 +203,6 @@ export class StateDir {
  * failing (only the next call fails, ENOSPC), and writeSync() makes one call: the rest would be
  * silently missing from a file then renamed over the good one.
  */
-export function writeAll(fd: number, bytes: Uint8Array) {
+function writeAll(fd: number, bytes: Uint8Array) {
   for (let at = 0; at < bytes.length;) at += writeSync(fd, bytes, at, bytes.length - at);
 }

@@ -6,7 +6,6 @@
  * and a download's last chunk written short would be a file whose hash the agent vouched for
  * without holding those bytes.
  */
-import { execFileSync } from "node:child_process";
 import { createHash, randomBytes } from "node:crypto";
 import {
   existsSync,
@@ -23,19 +22,19 @@ import { join } from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { StateDir } from "../cli/state.ts";
 import { BlobFetcher } from "../drivers/download.ts";
-import { BlobServer } from "./helpers.ts";
+import { BlobServer, sh } from "./helpers.ts";
 
 const root = mkdtempSync(join(tmpdir(), "hm-full-disk-"));
 const mnt = join(root, "mnt");
 let mounted = false;
 
-beforeAll(() => {
+beforeAll(async () => {
   mkdirSync(mnt);
-  execFileSync("mount", ["-t", "tmpfs", "-o", "size=64k,mode=0700", "tmpfs", mnt]);
+  await sh("mount", ["-t", "tmpfs", "-o", "size=64k,mode=0700", "tmpfs", mnt]);
   mounted = true;
 });
-afterAll(() => {
-  if (mounted) execFileSync("umount", [mnt]);
+afterAll(async () => {
+  if (mounted) await sh("umount", [mnt]);
   rmSync(root, { recursive: true, force: true });
 });
 afterEach(() => {

@@ -124,6 +124,22 @@ describe("a channel that sends what the protocol does not allow", () => {
   });
 });
 
+describe("a channel that sends messages of a type this agent does not know", () => {
+  it("leaves them alone (a newer server's), however many, and acts on the next it knows", async () => {
+    const unknown = Array.from({ length: 3 * MAX_INVALID_IN_A_ROW }, (_, i) => ({
+      type: "rollout-hint",
+      v: CHANNEL_VERSION,
+      n: i,
+    }));
+    const ch = fakeChannel([...unknown, { type: "desired", v: CHANNEL_VERSION, config: goodConfig(6) }]);
+    const loop = runLoop({ connect: ch.connect });
+    closers.push(loop.stop);
+    await until("the valid config's report", () => ch.reports.some((r) => r.generation === 6));
+    expect(loop.events.filter((e) => e.type === "error")).toEqual([]);
+    expect(loop.events.some((e) => e.type === "channel" && e.state === "closed")).toBe(false);
+  });
+});
+
 describe("a desired config for another server", () => {
   it("over the channel, is refused as a message the protocol does not allow, never run", async () => {
     const ch = fakeChannel([
