@@ -38,7 +38,12 @@ export function applyRolloutImage(
   const marks = d.store.rolloutMarks();
   const decision = decideApply(state.desired, state.record.state, marks[req.agent], req, d.clock());
   const { next, mark } = decision;
-  if (!next || !mark) return { outcome: decision.outcome, wrote: false };
+  if (!mark) return { outcome: decision.outcome, wrote: false };
+  if (!next) {
+    // The agent was already at the image: only the mark is kept, nothing for the index or audit.
+    d.store.setRolloutMarks({ ...marks, [req.agent]: mark });
+    return { outcome: decision.outcome, wrote: false };
+  }
   d.store.transaction(() => {
     d.store.save({ desired: next });
     d.store.setRolloutMarks({ ...marks, [req.agent]: mark });

@@ -148,6 +148,9 @@ export function rolloutEffects(env: () => Env, parts: () => RolloutParts): Recor
         const { spec } = p.store.load()!;
         const t = p.store.targets.get(pass, server_id);
         if (!t || t.state !== "applying" || t.generation !== null) return;
+        // Read with the check, before any wait: while the target applies this rollout holds the
+        // (fleet, agent), so every write of the next rollout of the agent is sent later.
+        const sent_at = p.clock();
         const write = {
           rollout_id: spec.id,
           pass,
@@ -155,6 +158,7 @@ export function rolloutEffects(env: () => Env, parts: () => RolloutParts): Recor
           image: t.image,
           version: t.version,
           catalog: await catalogFor(env(), spec, t),
+          sent_at,
         };
         const outcome = await ledgerOf(env(), server_id).applyRolloutImage(write);
         // Past the outbox's deadline the attempt failed and is retried: the retry's answer counts.
