@@ -1,4 +1,4 @@
-import { env } from "cloudflare:test";
+import { env, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import type { Env } from "../src/env";
 import type { ApplyRolloutImage } from "../src/rollouts/ledger-side";
@@ -65,16 +65,25 @@ function rolloutWrite(opts: { id: string; image: string; version: string; at: nu
   };
 }
 
+/** Stamps after the servers' own desired configs (an operator's PUT, which later writes must follow). */
+const T = Date.now() + 60_000;
+
 const desired = async (id: string) => (await call("GET", `/v1/servers/${id}/desired`)).json;
 
 describe("a finished rollout's write landing after another rollout's", () => {
   it("keeps the newer rollout's image when the older one's write, sent first, lands second", async () => {
     const { s, stub } = await reportingServer(agents);
-    const older = rolloutWrite({ id: `r-${crypto.randomUUID()}`, image: "web:2", version: "2", at: 1_000, held: true });
+    const older = rolloutWrite({
+      id: `r-${crypto.randomUUID()}`,
+      image: "web:2",
+      version: "2",
+      at: T + 1_000,
+      held: true,
+    });
     const lateCall = older.send(s.id);
     // The newer rollout, started once the older let the agent go, writes the server.
     const newer = { rollout_id: `r-${crypto.randomUUID()}`, pass: 0, agent: "web", image: "web:3", version: "3" };
-    expect(await stub.applyRolloutImage({ ...newer, sent_at: 2_000 })).toMatchObject({ ok: true, generation: 3 });
+    expect(await stub.applyRolloutImage({ ...newer, sent_at: T + 2_000 })).toMatchObject({ ok: true, generation: 3 });
     older.release();
     await lateCall;
     expect(await desired(s.id)).toMatchObject({ generation: 3, agents: [{ name: "web", image: "web:3" }] });
@@ -83,9 +92,9 @@ describe("a finished rollout's write landing after another rollout's", () => {
   it("answers the late write ok with the ledger's generation, never 'removed', and writes nothing", async () => {
     const { s, stub } = await reportingServer(agents);
     const newer = { rollout_id: `r-${crypto.randomUUID()}`, pass: 0, agent: "web", image: "web:3", version: "3" };
-    await stub.applyRolloutImage({ ...newer, sent_at: 2_000 });
+    await stub.applyRolloutImage({ ...newer, sent_at: T + 2_000 });
     const late = { rollout_id: `r-${crypto.randomUUID()}`, pass: 0, agent: "web", image: "web:2", version: "2" };
-    expect(await stub.applyRolloutImage({ ...late, sent_at: 1_000 })).toEqual({
+    expect(await stub.applyRolloutImage({ ...late, sent_at: T + 1_000 })).toEqual({
       ok: true,
       outcome: "applied",
       generation: 3,
@@ -106,26 +115,26 @@ describe("a finished rollout's write landing after another rollout's", () => {
     const { s, stub } = await reportingServer(agents);
     // The newer rollout goes back to web:1, which the server still runs (the older write is not in yet).
     const newer = { rollout_id: `r-${crypto.randomUUID()}`, pass: 0, agent: "web", image: "web:1", version: "1" };
-    expect(await stub.applyRolloutImage({ ...newer, sent_at: 2_000 })).toEqual({
+    expect(await stub.applyRolloutImage({ ...newer, sent_at: T + 2_000 })).toEqual({
       ok: true,
       outcome: "already_at_image",
     });
     // Its redelivery still says so (a "applied" would keep its target waiting for a report).
-    expect(await stub.applyRolloutImage({ ...newer, sent_at: 2_000 })).toEqual({
+    expect(await stub.applyRolloutImage({ ...newer, sent_at: T + 2_000 })).toEqual({
       ok: true,
       outcome: "already_at_image",
     });
     const late = { rollout_id: `r-${crypto.randomUUID()}`, pass: 0, agent: "web", image: "web:2", version: "2" };
-    expect(await stub.applyRolloutImage({ ...late, sent_at: 1_000 })).toMatchObject({ ok: true, generation: 2 });
+    expect(await stub.applyRolloutImage({ ...late, sent_at: T + 1_000 })).toMatchObject({ ok: true, generation: 2 });
     expect(await desired(s.id)).toMatchObject({ generation: 2, agents: [{ image: "web:1" }] });
   });
 
   it("still takes the next rollout's first write after the older one's", async () => {
     const { s } = await reportingServer(agents);
-    const older = rolloutWrite({ id: `r-${crypto.randomUUID()}`, image: "web:2", version: "2", at: 1_000 });
+    const older = rolloutWrite({ id: `r-${crypto.randomUUID()}`, image: "web:2", version: "2", at: T + 1_000 });
     await older.send(s.id);
     expect(await desired(s.id)).toMatchObject({ generation: 3, agents: [{ image: "web:2" }] });
-    const newer = rolloutWrite({ id: `r-${crypto.randomUUID()}`, image: "web:3", version: "3", at: 2_000 });
+    const newer = rolloutWrite({ id: `r-${crypto.randomUUID()}`, image: "web:3", version: "3", at: T + 2_000 });
     await newer.send(s.id);
     expect(await desired(s.id)).toMatchObject({ generation: 4, agents: [{ image: "web:3" }] });
   });
@@ -139,7 +148,7 @@ describe("a finished rollout's write landing after another rollout's", () => {
       agent: "web",
       image: "web:2",
       version: "2",
-      sent_at: 1_000,
+      sent_at: T + 1_000,
     });
     const b = `r-${crypto.randomUUID()}`;
     await stub.applyRolloutImage({
@@ -148,11 +157,63 @@ describe("a finished rollout's write landing after another rollout's", () => {
       agent: "web",
       image: "web:3",
       version: "3",
-      sent_at: 2_000,
+      sent_at: T + 2_000,
     });
     // Rolled back later: the rollback claims the agent again, after the newer rollout let it go.
-    const back = { rollout_id: a, pass: 1, agent: "web", image: "web:1", version: "1", sent_at: 3_000 };
+    const back = { rollout_id: a, pass: 1, agent: "web", image: "web:1", version: "1", sent_at: T + 3_000 };
     expect(await stub.applyRolloutImage(back)).toMatchObject({ ok: true, outcome: "applied", generation: 5 });
     expect(await desired(s.id)).toMatchObject({ generation: 5, agents: [{ image: "web:1" }] });
+  });
+});
+
+describe("an operator's desired config and a rollout's write sent before it", () => {
+  const put = (id: string, generation: number, image: string, version: string) =>
+    call("PUT", `/v1/servers/${id}/desired`, { body: { generation, agents: [{ name: "web", image, version }] } });
+
+  it("keeps the operator's image when the rollout's write, sent first, lands after the PUT", async () => {
+    const { s, stub } = await reportingServer(agents);
+    const sent = Date.now();
+    await new Promise((r) => setTimeout(r, 5));
+    expect((await put(s.id, 3, "web:9", "9")).status).toBe(200);
+    const late = { rollout_id: `r-${crypto.randomUUID()}`, pass: 0, agent: "web", image: "web:2", version: "2" };
+    expect(await stub.applyRolloutImage({ ...late, sent_at: sent })).toMatchObject({ ok: true, generation: 3 });
+    expect(await desired(s.id)).toMatchObject({ generation: 3, agents: [{ image: "web:9" }] });
+  });
+
+  it("keeps the operator's image against a retry of the rollout's own earlier write", async () => {
+    const { s, stub } = await reportingServer(agents);
+    const write = { rollout_id: `r-${crypto.randomUUID()}`, pass: 0, agent: "web", image: "web:2", version: "2" };
+    expect(await stub.applyRolloutImage({ ...write, sent_at: Date.now() })).toMatchObject({ generation: 3 });
+    expect((await put(s.id, 4, "web:9", "9")).status).toBe(200);
+    // Its answer was lost: the retry leaves the operator's config as it is.
+    expect(await stub.applyRolloutImage({ ...write, sent_at: Date.now() + 5 })).toMatchObject({ ok: true });
+    expect(await desired(s.id)).toMatchObject({ generation: 4, agents: [{ image: "web:9" }] });
+  });
+
+  it("takes a rollout's write sent after the PUT", async () => {
+    const { s, stub } = await reportingServer(agents);
+    expect((await put(s.id, 3, "web:9", "9")).status).toBe(200);
+    await new Promise((r) => setTimeout(r, 5));
+    const write = { rollout_id: `r-${crypto.randomUUID()}`, pass: 0, agent: "web", image: "web:2", version: "2" };
+    expect(await stub.applyRolloutImage({ ...write, sent_at: Date.now() })).toMatchObject({ generation: 4 });
+    expect(await desired(s.id)).toMatchObject({ generation: 4, agents: [{ image: "web:2" }] });
+  });
+
+  it("marks nothing again for a PUT that leaves the agent's image as it was", async () => {
+    const { s, stub } = await reportingServer(agents);
+    const marks = () =>
+      runInDurableObject(stub, (_i, state) =>
+        state.storage.kv.get<Record<string, { operator_at?: number }>>("rollout_marks"),
+      );
+    const before = (await marks())?.web;
+    await new Promise((r) => setTimeout(r, 5));
+    // The same image, with another agent added: only the added agent is marked.
+    const both = [...agents, { name: "logs", image: "logs:1", version: "1" }];
+    expect((await call("PUT", `/v1/servers/${s.id}/desired`, { body: { generation: 3, agents: both } })).status).toBe(
+      200,
+    );
+    const after = await marks();
+    expect(after?.web).toEqual(before);
+    expect(after?.logs?.operator_at).toBeGreaterThan(before?.operator_at ?? 0);
   });
 });

@@ -50,6 +50,12 @@ export interface RolloutMark {
    * `sent_at` alone; its redelivery is answered `already_at_image` again).
    */
   unchanged?: true;
+  /**
+   * An operator's desired config changed the agent's image after this write, at this time of the
+   * ledger's: a rollout write sent before it is older than the operator's choice (decideApply).
+   * A mark of the operator's alone (no rollout wrote the agent) has an empty `rollout_id`.
+   */
+  operator_at?: number;
 }
 
 export type ApplyOutcome =
@@ -86,7 +92,13 @@ export function decideApply(
   // one rollout write at a time and lets go only once none of its targets applies, so this is a
   // finished rollout's call that outlived its deadline and the claim, overtaken by the next
   // rollout's write. Answered as an older pass is, with what the ledger holds, nothing written.
-  if (mark && mark.rollout_id !== req.rollout_id && sentBefore(req, mark)) {
+  // The same for any rollout's write sent before an operator's desired config changed the agent
+  // (the operator's choice is the newer one, however late the write arrives).
+  const older =
+    mark !== undefined &&
+    ((mark.rollout_id !== req.rollout_id && sentBefore(req.sent_at, mark.sent_at)) ||
+      sentBefore(req.sent_at, mark.operator_at));
+  if (older) {
     return {
       outcome: {
         ok: true,
@@ -168,11 +180,46 @@ export function decideApply(
 }
 
 /**
- * Whether a write was sent before the mark's: only when both carry their time (a write of older
+ * Whether a write was sent before the mark's time: only when both are known (a write of older
  * code is ordered by its arrival, as before). Equal times are not "before": the arrival decides.
  */
-const sentBefore = (req: ApplyRolloutImage, mark: RolloutMark) =>
-  req.sent_at !== undefined && mark.sent_at !== undefined && req.sent_at < mark.sent_at;
+const sentBefore = (sent: number | undefined, than: number | undefined) =>
+  sent !== undefined && than !== undefined && sent < than;
+
+/**
+ * An operator's desired config replaced `before` with `after` at `now`: the marks with each agent
+ * whose image it changed (or added) noted, so a rollout write sent before it is older; an agent no
+ * rollout wrote gets a mark of the operator's alone, settled (no outcome is owed to anyone). null:
+ * no agent's image changed, nothing to store.
+ */
+export function operatorMarks(
+  marks: Readonly<Record<string, RolloutMark>>,
+  before: DesiredState,
+  after: DesiredState,
+  now: number,
+): Record<string, RolloutMark> | null {
+  const was = new Map(before.agents.map((a) => [a.name, a]));
+  let next: Record<string, RolloutMark> | null = null;
+  for (const a of after.agents) {
+    const b = was.get(a.name);
+    if (b && b.image === a.image && b.version === a.version && (b.image_id ?? null) === (a.image_id ?? null)) continue;
+    next ??= { ...marks };
+    next[a.name] = marks[a.name]
+      ? { ...marks[a.name], operator_at: now }
+      : {
+          rollout_id: "",
+          pass: 0,
+          generation: after.generation,
+          image: a.image,
+          version: a.version,
+          from_image: b?.image ?? null,
+          from_version: b?.version ?? null,
+          settled: true,
+          operator_at: now,
+        };
+  }
+  return next;
+}
 
 export interface RolloutEvent {
   rollout_id: string;
