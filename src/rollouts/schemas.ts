@@ -2,7 +2,7 @@ import { z } from "@hono/zod-openapi";
 import { labelsSchema } from "../model/server/labels";
 import { BlockedByListSchema } from "../model/blocked-by";
 import { StrategyInput } from "../model/strategy";
-import { fleetId } from "../fleets/schemas";
+import { fleetId } from "../model/fleet";
 import { agentName, imageRef, versionString } from "../model/server/schemas";
 import { ROLLOUT_STATES, ROLLOUT_TARGET_STATES as TARGET_STATES } from "../domain/enums";
 import { STRATEGY_SOURCES } from "./machine";
