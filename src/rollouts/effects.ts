@@ -141,7 +141,8 @@ export function rolloutEffects(env: () => Env, parts: () => RolloutParts): Recor
       // the target still applies) finishes before the pass-1 write to the same ledger starts. A
       // pass-0 retry handed over after the pass-1 write finds its target done and writes nothing.
       // A call past its deadline frees the lane early (see Pool): the ledger answers a late pass-0
-      // write with the pass-1 write it holds (decideApply), until a report settles that mark.
+      // write with the pass-1 write it holds (decideApply); a write overtaken by a later one of the
+      // next rollout or of an operator is answered the same way, ordered by its `sent_at`.
       lane: ({ server_id }: Target) => lane.ledger(server_id),
       deliver: async ({ pass, server_id }: Target, signal: AbortSignal) => {
         const p = parts();

@@ -33,14 +33,21 @@ const channelWaits = new WeakMap<RolloutParts, { attempted: () => void; answered
  */
 export async function startDelivered(p: RolloutParts, movesChannel: boolean) {
   await p.scheduler.arm();
+  if (!movesChannel) {
+    p.background(p.outbox.flush());
+    return;
+  }
   let attempted!: () => void;
   const tried = new Promise<void>((r) => (attempted = r));
+  let delivered!: () => void;
+  const flushed = new Promise<void>((r) => (delivered = r));
+  // A flush that fails leaves its rows to the alarm: the answer then says the move is still owed.
+  const answered = Promise.race([tried, flushed]);
+  // Registered before the flush that makes the attempt begins.
+  channelWaits.set(p, { attempted, answered });
   const delivering = p.outbox.flush();
   p.background(delivering);
-  if (!movesChannel) return;
-  // A flush that fails leaves its rows to the alarm: the answer then says the move is still owed.
-  const answered = Promise.race([tried, delivering.catch(() => {})]);
-  channelWaits.set(p, { attempted, answered });
+  delivering.then(delivered, delivered);
   try {
     await answered;
   } finally {
