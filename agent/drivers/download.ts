@@ -110,6 +110,7 @@ export class BlobFetcher {
    */
   async fetch(blobPath: string, digest: string, size?: number, signal?: AbortSignal): Promise<string> {
     const hex = hexOf(digest);
+    this.urlOf(blobPath);
     await mkdir(this.opts.cacheDir, { recursive: true, mode: 0o700 });
     const final = this.pathOf(digest);
     const partial = `${final}.partial`;
@@ -165,6 +166,20 @@ export class BlobFetcher {
     return final;
   }
 
+  /**
+   * A blob path's URL on the control plane; throws for one that resolves elsewhere (`//host/…`,
+   * a full URL): the request carries the server's token, which only the server may see.
+   */
+  private urlOf(blobPath: string): URL {
+    const base = new URL(this.opts.baseUrl);
+    const url = new URL(blobPath, base);
+    if (url.origin !== base.origin)
+      throw new Error(
+        `the image's blob ${JSON.stringify(blobPath.slice(0, 200))} is not on the control plane (${base.origin}); nothing was downloaded`,
+      );
+    return url;
+  }
+
   /** One request, appending to `partial` from byte `state.have`, hashing what it writes. */
   private async request(
     blobPath: string,
@@ -173,7 +188,7 @@ export class BlobFetcher {
     size: number | undefined,
     signal?: AbortSignal,
   ) {
-    const url = new URL(blobPath, this.opts.baseUrl);
+    const url = this.urlOf(blobPath);
     const token = typeof this.opts.token === "function" ? this.opts.token() : this.opts.token;
     const headers: Record<string, string> = { Authorization: `Bearer ${token}` };
     if (state.have > 0) headers.Range = `bytes=${state.have}-`;

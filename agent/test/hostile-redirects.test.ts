@@ -154,6 +154,23 @@ describe("an image's blob answered with a redirect", () => {
   });
 });
 
+describe("an image whose blob path names another host", () => {
+  it("is refused before any request: the token goes to the server's own origin only", async () => {
+    const other = await foreign();
+    const cp = await server("127.0.0.1", (req, res) => res.writeHead(404).end());
+    const cache = await tempDir("hm-foreign-blob-");
+    closers.push(() => rm(cache, { recursive: true, force: true }));
+    const blobs = new BlobFetcher({ baseUrl: cp.url, token: "hms.srv-1.secret", cacheDir: cache, retryDelayMs: 1 });
+    const digest = `sha256:${createHash("sha256").update("not the image").digest("hex")}`;
+    // A path that begins with two slashes is another host's (protocol-relative), not this one's.
+    const path = `//${other.url.replace(/^http:\/\//, "")}/v1/agent/images/img-1/blob`;
+    const err = await blobs.fetch(path, digest, 13).catch((e: unknown) => e);
+    expect(String(err)).toMatch(/not on the control plane/);
+    expect(other.seen).toEqual([]);
+    expect(cp.seen).toEqual([]);
+  });
+});
+
 describe("an enrollment answered with a redirect", () => {
   it("fails saying where it pointed, and writes no identity", async () => {
     const other = await foreign();
