@@ -11,6 +11,7 @@ import { z } from "zod";
 import type { ServerMessage } from "../src/model/server/channel-messages.ts";
 import type { DesiredConfig } from "../src/model/server/schemas.ts";
 import { CHANNEL_VERSION } from "../src/domain/channel.ts";
+import { MAX_AGENTS } from "../src/domain/limits.ts";
 
 /** The largest desired config (or channel message) read: 500 agents fit many times over. */
 export const MAX_DESIRED_BYTES = 8 * 1024 * 1024;
@@ -29,13 +30,18 @@ const Desired = z.looseObject({
   server_id: z.string(),
   generation: z.number().int().min(0).max(Number.MAX_SAFE_INTEGER),
   lifecycle: z.enum(["run", "terminate", "uninstall"]),
-  agents: z.array(AgentSpec).superRefine((agents, ctx) => {
-    const seen = new Set<string>();
-    for (const a of agents) {
-      if (seen.has(a.name)) ctx.addIssue({ code: "custom", message: `agent ${a.name} is named twice` });
-      seen.add(a.name);
-    }
-  }),
+  // The server gives a server no more (src/domain/limits.ts): a config past it is not one, and
+  // would have the host install thousands of agents, one engine command after another.
+  agents: z
+    .array(AgentSpec)
+    .max(MAX_AGENTS, `more than ${MAX_AGENTS} agents`)
+    .superRefine((agents, ctx) => {
+      const seen = new Set<string>();
+      for (const a of agents) {
+        if (seen.has(a.name)) ctx.addIssue({ code: "custom", message: `agent ${a.name} is named twice` });
+        seen.add(a.name);
+      }
+    }),
 });
 
 const Accepted = z.looseObject({

@@ -9,6 +9,7 @@ import { createServer as createHttpServer, type Server as HttpServer } from "nod
 import type { AddressInfo } from "node:net";
 import { afterEach, describe, expect, it } from "vitest";
 import { CHANNEL_VERSION } from "../../src/domain/channel.ts";
+import { MAX_AGENTS } from "../../src/domain/limits.ts";
 import { HostAgent, type AgentEvent, type AgentExit } from "../agent.ts";
 import { ChannelConnection, webSocketConnector, type ChannelConnector, type ChannelSocket } from "../channel.ts";
 import { MESSAGE_TOO_BIG, wsConnector } from "../channel-ws.ts";
@@ -285,6 +286,29 @@ describe("a desired config over HTTP that is not one", () => {
     await until("the valid config's report", () => cp.reports.some((r) => r.generation === 4), 10_000);
     const err = loop.events.find((e) => e.type === "error") as { error: Error } | undefined;
     expect(err?.error.message).toMatch(/larger than/);
+  });
+});
+
+describe("a desired config with more agents than a server may be given", () => {
+  it("is refused whole (no agent of it installed), and polled again", async () => {
+    const many = Array.from({ length: MAX_AGENTS + 1 }, (_, i) => ({
+      name: `a${i}`,
+      image: "img",
+      version: "1",
+      instance_id: `i-${i}`,
+    }));
+    const cp = await httpControlPlane((n) =>
+      n === 0
+        ? { status: 200, body: JSON.stringify({ ...goodConfig(3), agents: many }) }
+        : { status: 200, body: JSON.stringify(goodConfig(4)) },
+    );
+    const loop = runLoop({ url: cp.url, transport: "http", minPollIntervalMs: 1, backoff: { baseMs: 10, capMs: 20 } });
+    closers.push(loop.stop);
+    await until("the valid config's report", () => cp.reports.some((r) => r.generation === 4));
+    expect(cp.reports.map((r) => r.generation)).toEqual([4]);
+    expect(loop.driver.operations).toBe(1);
+    const err = loop.events.find((e) => e.type === "error") as { error: Error } | undefined;
+    expect(err?.error.message).toMatch(/agents: .*500/);
   });
 });
 
