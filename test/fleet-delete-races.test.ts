@@ -11,7 +11,7 @@ import { describe, expect, it } from "vitest";
 import { getDb } from "../src/db/client";
 import { DomainError } from "../src/domain/errors";
 import { channelWrite } from "../src/intent/batch";
-import { changeIntent } from "../src/fleets/service";
+import { changeIntent, deleteFleet } from "../src/fleets/service";
 import { registerServer as register } from "../src/servers/service";
 import type { Env } from "../src/env";
 import { call, createFleet, uniq } from "./helpers";
@@ -109,6 +109,58 @@ describe("a fleet deleted while a server is being registered in it", () => {
     });
     expect([kept.status, kept.json.error.code]).toEqual([409, "fleet_removal_pending"]);
     await coordinator(fleet).unseal();
+    expect(
+      (await call("POST", "/v1/servers", { body: { fleet, hostname: `${uniq("h")}.example.com`, kind: "managed" } }))
+        .status,
+    ).toBe(201);
+  });
+});
+
+describe("a server entering the index while a fleet's deletion is being decided", () => {
+  it("refuses the deletion at its commit, keeping the fleet and the server, and unseals the coordinator", async () => {
+    const { id: fleet } = await createFleet();
+    const serverId = crypto.randomUUID();
+    let landed = false;
+    // The server's row lands after the deletion counted none (a ledger's projection delivered
+    // late, its name's reservation already settled), just before the coordinator is sealed.
+    const racing = {
+      ...env,
+      REBOOT: {
+        idFromName: (name: string) => env.REBOOT.idFromName(name),
+        get: (id: DurableObjectId) => {
+          const real = env.REBOOT.get(id);
+          return new Proxy(real, {
+            get(target, prop) {
+              if (prop !== "sealForDeletion") return Reflect.get(target, prop);
+              return async () => {
+                if (!landed) {
+                  landed = true;
+                  const now = Date.now();
+                  await env.DB.prepare(
+                    `INSERT INTO servers (id, fleet_id, hostname, kind, roles, reboot_group, state, status, desired_generation, stale_at, created_at, updated_at)
+                     VALUES (?1, ?2, ?3, 'managed', '[]', 'default', 'provisioning', 'unknown', 1, ?4, ?4, ?4)`,
+                  )
+                    .bind(serverId, fleet, `${uniq("h")}.example.com`, now)
+                    .run();
+                }
+                return target.sealForDeletion();
+              };
+            },
+          });
+        },
+      },
+    } as unknown as Env;
+    const refused = await deleteFleet(racing, "test", fleet).then(
+      () => null,
+      (err: unknown) => err,
+    );
+    expect((refused as DomainError)?.code).toBe("fleet_not_empty");
+    expect((await call("GET", `/v1/fleets/${fleet}`)).status).toBe(200);
+    const rows = await env.DB.prepare("SELECT COUNT(*) AS n FROM servers WHERE id = ? AND fleet_id = ?")
+      .bind(serverId, fleet)
+      .first<{ n: number }>();
+    expect(rows!.n).toBe(1);
+    // The refused deletion keeps no registration out.
     expect(
       (await call("POST", "/v1/servers", { body: { fleet, hostname: `${uniq("h")}.example.com`, kind: "managed" } }))
         .status,
