@@ -161,3 +161,32 @@ export const agePastDeadlines = (id: string, ms: number) =>
     const core = state.storage.kv.get<{ ended_at: number | null }>("core")!;
     if (core.ended_at !== null) state.storage.kv.put("core", { ...core, ended_at: core.ended_at - ms });
   });
+
+/**
+ * The rollout object `id` (made now if new) with its ledger calls held at a gate until `release`:
+ * its writes are sent (`sent` counts them) but land only when the test says. The rest of the env
+ * is the real one.
+ */
+export async function holdLedgerWrites(id: string) {
+  let release!: () => void;
+  const gate = new Promise<void>((r) => (release = r));
+  const calls = { sent: 0, landed: 0 };
+  const held = {
+    idFromName: (n: string) => env.LEDGER.idFromName(n),
+    get: (lid: DurableObjectId) => ({
+      applyRolloutImage: async (req: unknown) => {
+        calls.sent++;
+        await gate;
+        calls.landed++;
+        return (
+          env.LEDGER.get(lid) as unknown as { applyRolloutImage(r: unknown): Promise<unknown> }
+        ).applyRolloutImage(req);
+      },
+    }),
+  };
+  await runInDurableObject(rolloutStub(id), (instance) => {
+    const o = instance as unknown as { env: object };
+    o.env = { ...o.env, LEDGER: held };
+  });
+  return { calls, release: () => release() };
+}

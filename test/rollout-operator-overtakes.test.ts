@@ -4,12 +4,21 @@
  * nothing. The rollout must learn that at once, not wait out its server timeout for a report of
  * an image nobody is going to run.
  */
-import { env, runInDurableObject } from "cloudflare:test";
+import { env } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { RolloutInput } from "../src/rollouts/schemas";
 import { createRollout } from "../src/rollouts/service";
 import { call, settle } from "./helpers";
-import { AGENT, drain, fleetWithAgent, getRollout, hostReconcile, NEW, rolloutStub, targets } from "./rollout-helpers";
+import {
+  AGENT,
+  drain,
+  fleetWithAgent,
+  getRollout,
+  holdLedgerWrites,
+  hostReconcile,
+  NEW,
+  targets,
+} from "./rollout-helpers";
 import { until } from "./support/objects";
 
 describe("a rollout's write overtaken by an operator's desired PUT", () => {
@@ -18,26 +27,10 @@ describe("a rollout's write overtaken by an operator's desired PUT", () => {
     const [host] = hosts;
     const id = crypto.randomUUID();
     // The rollout's ledger calls wait at a gate: the write is sent, the PUT lands before it.
-    let release!: () => void;
-    const gate = new Promise<void>((r) => (release = r));
-    let sent = 0;
-    const held = {
-      idFromName: (n: string) => env.LEDGER.idFromName(n),
-      get: (lid: DurableObjectId) => ({
-        applyRolloutImage: async (req: unknown) => {
-          sent++;
-          await gate;
-          return (env.LEDGER.get(lid) as any).applyRolloutImage(req);
-        },
-      }),
-    };
-    await runInDurableObject(rolloutStub(id), (instance) => {
-      const o = instance as unknown as { env: object };
-      o.env = { ...o.env, LEDGER: held };
-    });
+    const { calls, release } = await holdLedgerWrites(id);
     const input = RolloutInput.parse({ fleet, agent: AGENT, image: NEW, version: "2.0.0" });
     await createRollout(env, "test", input, () => id);
-    await until(async () => sent > 0);
+    await until(async () => calls.sent > 0);
     await new Promise((r) => setTimeout(r, 5));
     const mine = "registry.example/fw:9.0.0";
     const put = await call("PUT", `/v1/servers/${host.id}/desired`, {
