@@ -193,6 +193,25 @@ describe("an operator's desired config and a rollout's write sent before it", ()
     expect(await desired(s.id)).toMatchObject({ generation: 4, agents: [{ image: "web:2" }] });
   });
 
+  it("keeps no settled mark of an agent the PUT took away, however many names come and go", async () => {
+    const { s, stub } = await reportingServer(agents);
+    const marks = () =>
+      runInDurableObject(stub, (_i, state) => state.storage.kv.get<Record<string, unknown>>("rollout_marks"));
+    for (let g = 3; g < 8; g++) {
+      const body = { generation: g, agents: [...agents, { name: `side-${g}`, image: `side:${g}`, version: "1" }] };
+      expect((await call("PUT", `/v1/servers/${s.id}/desired`, { body })).status).toBe(200);
+    }
+    // The agents the config has now, not every name an operator ever sent.
+    expect(Object.keys((await marks()) ?? {}).sort()).toEqual(["side-7", "web"]);
+    // Taken away, then back: marked again at its return (a write sent before that is older).
+    const late = { rollout_id: `r-${crypto.randomUUID()}`, pass: 0, agent: "side-3", image: "side:9", version: "9" };
+    const sent = Date.now();
+    await new Promise((r) => setTimeout(r, 5));
+    const back = { generation: 8, agents: [...agents, { name: "side-3", image: "side:3", version: "1" }] };
+    expect((await call("PUT", `/v1/servers/${s.id}/desired`, { body: back })).status).toBe(200);
+    expect(await stub.applyRolloutImage({ ...late, sent_at: sent })).toEqual({ ok: true, outcome: "superseded" });
+  });
+
   it("marks nothing again for a PUT that leaves the agent's image as it was", async () => {
     const { s, stub } = await reportingServer(agents);
     const marks = () =>

@@ -181,8 +181,10 @@ const sentBefore = (sent: number | undefined, than: number | undefined) =>
 /**
  * An operator's desired config replaced `before` with `after` at `now`: the marks with each agent
  * whose image it changed (or added) noted, so a rollout write sent before it is older; an agent no
- * rollout wrote gets a mark of the operator's alone, settled (no outcome is owed to anyone). null:
- * no agent's image changed, nothing to store.
+ * rollout wrote gets a mark of the operator's alone, settled (no outcome is owed to anyone). The
+ * settled marks of agents `after` no longer has go: a write for such an agent writes nothing
+ * (agent_absent), and one brought back is marked afresh, so the marks stay as many as the agents
+ * (an operator's stream of new names would otherwise grow them for ever). null: nothing to store.
  */
 export function operatorMarks(
   marks: Readonly<Record<string, RolloutMark>>,
@@ -191,7 +193,13 @@ export function operatorMarks(
   now: number,
 ): Record<string, RolloutMark> | null {
   const was = new Map(before.agents.map((a) => [a.name, a]));
+  const kept = new Set(after.agents.map((a) => a.name));
   let next: Record<string, RolloutMark> | null = null;
+  for (const [name, m] of Object.entries(marks)) {
+    if (kept.has(name) || !m.settled) continue;
+    next ??= { ...marks };
+    delete next[name];
+  }
   for (const a of after.agents) {
     const b = was.get(a.name);
     if (b && b.image === a.image && b.version === a.version && (b.image_id ?? null) === (a.image_id ?? null)) continue;
