@@ -163,27 +163,37 @@ export const agePastDeadlines = (id: string, ms: number) =>
   });
 
 /**
- * The rollout object `id` (made now if new) with its ledger calls held at a gate until `release`:
- * its writes are sent (`sent` counts them) but land only when the test says. The rest of the env
- * is the real one.
+ * The rollout object `id` (made now if new) with its ledger writes held at a gate until `release`:
+ * they are sent (`sent` counts them) but land only when the test says. Every other call, and the
+ * rest of the env, is the real one.
  */
 export async function holdLedgerWrites(id: string) {
   let release!: () => void;
   const gate = new Promise<void>((r) => (release = r));
   const calls = { sent: 0, landed: 0 };
-  const held = {
-    idFromName: (n: string) => env.LEDGER.idFromName(n),
-    get: (lid: DurableObjectId) => ({
-      applyRolloutImage: async (req: unknown) => {
-        calls.sent++;
-        await gate;
-        calls.landed++;
-        return (
-          env.LEDGER.get(lid) as unknown as { applyRolloutImage(r: unknown): Promise<unknown> }
-        ).applyRolloutImage(req);
-      },
-    }),
+  const bound = (target: object, prop: PropertyKey) => {
+    const v = Reflect.get(target, prop);
+    return typeof v === "function" ? v.bind(target) : v;
   };
+  const held = new Proxy(env.LEDGER, {
+    get(target, prop) {
+      if (prop !== "get") return bound(target, prop);
+      return (lid: DurableObjectId) => {
+        const stub = target.get(lid);
+        return new Proxy(stub, {
+          get(s, p) {
+            if (p !== "applyRolloutImage") return bound(s, p);
+            return async (...args: Parameters<typeof stub.applyRolloutImage>) => {
+              calls.sent++;
+              await gate;
+              calls.landed++;
+              return stub.applyRolloutImage(...args);
+            };
+          },
+        });
+      };
+    },
+  });
   await runInDurableObject(rolloutStub(id), (instance) => {
     const o = instance as unknown as { env: object };
     o.env = { ...o.env, LEDGER: held };
