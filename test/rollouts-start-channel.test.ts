@@ -3,12 +3,12 @@
  * rollout's outbox, to D1 alone) before the rollout is answered, so the answer, a racing identical
  * start's answer and the channel read right after all agree.
  */
-import { env, runInDurableObject } from "cloudflare:test";
+import { env } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { RolloutInput } from "../src/rollouts/schemas";
 import { createRollout } from "../src/rollouts/service";
 import { call } from "./helpers";
-import { AGENT, fleetWithAgent, NEW, rolloutStub } from "./rollout-helpers";
+import { AGENT, fleetWithAgent, holdLedgerWrites, NEW } from "./rollout-helpers";
 
 const post = (body: unknown) => call("POST", "/v1/rollouts", { body });
 const channelImage = async (fleet: string) => (await call("GET", `/v1/fleets/${fleet}/channels/${AGENT}`)).json.image;
@@ -43,29 +43,12 @@ describe("a rollout start's channel_updated", () => {
     const { fleet } = await fleetWithAgent(1);
     const id = crypto.randomUUID();
     // The rollout's ledgers hold every write until released: the answer must not wait for them.
-    let release!: () => void;
-    const gate = new Promise<void>((r) => (release = r));
-    let writes = 0;
-    const held = {
-      idFromName: (n: string) => env.LEDGER.idFromName(n),
-      get: (lid: DurableObjectId) => ({
-        applyRolloutImage: async (req: unknown) => {
-          await gate;
-          writes++;
-          return (env.LEDGER.get(lid) as any).applyRolloutImage(req);
-        },
-      }),
-    };
-    const stub: DurableObjectStub = rolloutStub(id);
-    await runInDurableObject(stub, (instance) => {
-      const o = instance as unknown as { env: object };
-      o.env = { ...o.env, LEDGER: held };
-    });
+    const { calls, release } = await holdLedgerWrites(id);
     const input = RolloutInput.parse({ fleet, agent: AGENT, image: NEW, version: "2.0.0" });
     const answer = createRollout(env, "test", input, () => id);
     const first = await Promise.race([answer, new Promise((r) => setTimeout(() => r("waited"), 5_000))]);
     expect(first).toMatchObject({ id, channel_updated: true });
-    expect(writes).toBe(0);
+    expect(calls.landed).toBe(0);
     release();
   });
 

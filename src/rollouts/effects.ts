@@ -142,7 +142,8 @@ export function rolloutEffects(env: () => Env, parts: () => RolloutParts): Recor
       // pass-0 retry handed over after the pass-1 write finds its target done and writes nothing.
       // A call past its deadline frees the lane early (see Pool): the ledger answers a late pass-0
       // write with the pass-1 write it holds (decideApply); a write overtaken by a later one of the
-      // next rollout or of an operator is answered the same way, ordered by its `sent_at`.
+      // next rollout or of an operator (ordered by its `sent_at`) writes nothing and is answered
+      // `superseded`, which skips its target should this rollout still wait on it.
       lane: ({ server_id }: Target) => lane.ledger(server_id),
       deliver: async ({ pass, server_id }: Target, signal: AbortSignal) => {
         const p = parts();
