@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 // `npx tsx scripts/bench/alternate-report.ts <before-checkout> [rounds] [seconds]`: an unchanged
-// report's runtime CPU a request, before and after a change, beside the floor fixture's write of
+// report's (as a real host sends it: same content, a new reconciled_at) runtime CPU a request, before and after a change, beside the floor fixture's write of
 // the same body (POST /do/body), all three direct (./direct-server.ts: one workerd each, the
 // deployed entry). `<before-checkout>` is another copy of the repository (`git archive <rev> |
 // tar -x -C dir`, with a node_modules), whose own direct-server builds its own bundle. The three
@@ -11,7 +11,7 @@ import { resolve } from "node:path";
 import autocannon from "autocannon";
 import { createClient } from "../../src/client/index.ts";
 import { startDirectFloor, startDirectServer, type DirectServer } from "./direct-server.ts";
-import { AGENTS, hostReport, hostReportBody } from "./host-report.ts";
+import { AGENTS, freshReportBodies, hostReport, hostReportBody } from "./host-report.ts";
 
 const [beforeDir, roundsArg, secondsArg] = process.argv.slice(2);
 if (!beforeDir) {
@@ -20,7 +20,10 @@ if (!beforeDir) {
 }
 const rounds = Number(roundsArg ?? 7);
 const seconds = Number(secondsArg ?? 3);
+// The floor writes a report's body; the report is sent as a real host sends an unchanged one (a
+// new reconciled_at each time), the same size.
 const body = hostReportBody(2);
+const freshBody = freshReportBodies(2);
 const stateParent = "/dev/shm";
 
 /** The ledger scenario's 64 servers, each with its desired config and first report: their tokens. */
@@ -61,7 +64,7 @@ function load(url: string, tokens: string[] | null, d: number) {
                     authorization: `Bearer ${tokens[n++ % tokens.length]}`,
                     "content-type": "application/json",
                   },
-                  body,
+                  body: freshBody(),
                 }),
               }
             : { method: "POST", path: "/do/body", headers: { "content-type": "application/json" }, body },

@@ -16,7 +16,7 @@ import WebSocket from "ws";
 import { createClient } from "../../src/client/index.ts";
 import { freePort } from "../local-server.ts";
 import { startDirectFloor, startDirectServer } from "./direct-server.ts";
-import { AGENTS, hostReport, hostReportBody } from "./host-report.ts";
+import { AGENTS, freshReportBodies, hostReport, hostReportBody } from "./host-report.ts";
 
 const changed = process.argv.includes("--changed");
 const args = process.argv.slice(2).filter((a) => a !== "--changed");
@@ -65,6 +65,8 @@ async function session(port: number) {
 function load(url: string, durationSec: number, tokens: string[]) {
   let n = 0;
   const bodies = [hostReportBody(2), hostReportBody(2, "stopped")];
+  // As a real host sends them: a new reconciled_at on every report, changed or not.
+  const fresh = [freshReportBodies(2), freshReportBodies(2, "stopped")];
   return new Promise<autocannon.Result>((res, rej) =>
     autocannon(
       {
@@ -100,7 +102,7 @@ function load(url: string, durationSec: number, tokens: string[]) {
                         "content-type": "application/json",
                       },
                       // Changed: a server's next report flips its first agent, so every report changes.
-                      body: changed ? bodies[Math.floor(i / tokens.length) % 2] : bodies[0],
+                      body: changed ? fresh[Math.floor(i / tokens.length) % 2]() : fresh[0](),
                     };
                   },
                 },
