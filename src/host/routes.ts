@@ -1,6 +1,4 @@
 import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
-import type { Context } from "hono";
-import { createMiddleware } from "hono/factory";
 import { decimalParam } from "../http/paging";
 import { requireServer, serverPrincipal } from "../auth/principal";
 import { bearer, commonErrors, conflictError, jsonBody, jsonResponse, preconditionError } from "../http/openapi";
@@ -11,41 +9,7 @@ import { HostDesiredConfig, InventoryReport, ReportAccepted } from "../model/ser
 import { heldGeneration, matchesGeneration, parseIfNoneMatch } from "../http/conditional";
 import { iso } from "../lib/time";
 import { channelRoutes } from "./channel";
-import { knownReport, rememberReport } from "./report-texts";
 import { desiredForHost, reportFromHost } from "./service";
-
-/** The ledger's ReportAccepted, already JSON: sent as it came, typed as what c.json would send. */
-async function answerReport(c: Context<AppEnv>, reportText: string) {
-  // c.get, not c.var: hono builds c.var as a new object from its map on every read.
-  const accepted = await reportFromHost(c.env, serverPrincipal(c.get("principal")), reportText);
-  return c.body(accepted, 200, { "Content-Type": "application/json" }) as unknown as ReturnType<
-    typeof c.json<ReportAccepted, 200>
-  >;
-}
-
-/**
- * A report the same as the last one this token had accepted, text for text and Content-Type for
- * Content-Type, is answered here with the JSON text the route's validators made of it then
- * (./report-texts.ts): they would decide the same. Only a body the /v1 rules already read whole
- * is looked up (one of unknown length is read by the validator, as before), and any other body
- * goes on to the validators: every refusal is theirs, unchanged.
- */
-const sameReport = createMiddleware<AppEnv>(async (c, next) => {
-  const read = c.req.bodyCache.text;
-  let text: string | undefined;
-  try {
-    text = read === undefined ? undefined : await read;
-  } catch {
-    // Unreadable: the validator's to refuse, as it always was.
-  }
-  const principal = c.get("principal");
-  const canonical =
-    text === undefined || principal?.kind !== "server"
-      ? undefined
-      : knownReport(principal.tokenHash, c.req.header("Content-Type"), text);
-  if (canonical === undefined) return next();
-  return answerReport(c, canonical);
-});
 
 const generationTag = z.object({
   ETag: z.string().openapi({ description: "The desired generation, as an entity tag", example: '"7"' }),
@@ -128,7 +92,7 @@ export const agentRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook
       tags: ["host agents"],
       summary: "Report what the calling server really runs, failures included",
       security: bearer,
-      middleware: [requireServer, sameReport] as const,
+      middleware: [requireServer] as const,
       request: { body: jsonBody(InventoryReport) },
       responses: {
         200: jsonResponse(ReportAccepted, "Stored; the status computed from it"),
@@ -137,12 +101,14 @@ export const agentRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook
       },
     }),
     async (c) => {
-      const canonical = JSON.stringify(c.req.valid("json"));
-      const answer = await answerReport(c, canonical);
-      // Accepted (a refusal threw): the same body next time skips the validators (sameReport).
+      const report = c.req.valid("json");
+      // c.get, not c.var: hono builds c.var as a new object from its map on every read.
       const p = serverPrincipal(c.get("principal"));
-      rememberReport(p.tokenHash, c.req.header("Content-Type"), await c.req.text(), canonical);
-      return answer;
+      // The ledger's ReportAccepted, already JSON: sent as it came, typed as what c.json would send.
+      const accepted = await reportFromHost(c.env, p, report);
+      return c.body(accepted, 200, { "Content-Type": "application/json" }) as unknown as ReturnType<
+        typeof c.json<ReportAccepted, 200>
+      >;
     },
   )
 

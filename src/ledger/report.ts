@@ -56,12 +56,14 @@ const acceptedTexts = new WeakMap<
 >();
 
 /**
- * The report agentReport receives as JSON text, parsed and checked again in the object: the Worker
- * validated it, but the object answers whatever reaches it (a caller of another version during a
- * deploy, which sends an object; a bug) with a refusal, never a throw (a 500 at the edge) nor a
- * report of another shape stored and projected. The check costs a few microseconds a report.
+ * The report agentReport receives as JSON text, parsed and checked again in the object: the object
+ * answers whatever reaches it (a caller of another version during a deploy, which sends an object
+ * or validated by other rules; a bug) with a refusal, never a throw (a 500 at the edge) nor a
+ * report of another shape stored and projected. `checked`: the caller says it validated the text
+ * by these very rules (src/model/server/report-check.ts: this deployment's Worker), so the schema
+ * is not run on it a second time; the parse still is, and so is every check for any other caller.
  */
-export function reportOfText(text: unknown): { ok: true; report: InventoryReport } | Failure {
+export function reportOfText(text: unknown, checked = false): { ok: true; report: InventoryReport } | Failure {
   if (typeof text !== "string") return fail("validation_failed", "the report must be sent as JSON text");
   let json: unknown;
   try {
@@ -69,23 +71,11 @@ export function reportOfText(text: unknown): { ok: true; report: InventoryReport
   } catch {
     return fail("malformed_json", "the report is not valid JSON");
   }
+  if (checked) return { ok: true, report: json as InventoryReport };
   const parsed = InventoryReport.safeParse(json);
   if (parsed.success) return { ok: true, report: parsed.data };
   const refusal = refusalOf(parsed.error, "json");
   return fail(refusal.code, refusal.message, refusal.details);
-}
-
-/**
- * A report's content key, computed once per parsed report: agentReport hands the very object it
- * parsed the last report's text to when the same text comes again (a heartbeat), so its key is a
- * lookup, not a JSON.stringify of the report. Keyed by identity, and a parsed report is never
- * changed (what is stored is a copy with its received_at), so the key is always its own.
- */
-const contentKeys = new WeakMap<InventoryReport, string>();
-function contentKeyOf(report: InventoryReport): string {
-  let key = contentKeys.get(report);
-  if (key === undefined) contentKeys.set(report, (key = contentKey(report)));
-  return key;
 }
 
 /**
@@ -123,7 +113,7 @@ export function acceptReport(
   // Whether the index may have shown the server stale: a channel host's staleness is exact once it
   // left; an HTTP host's only once its quiet watch fired (the watch is then set anew by this report).
   const staleSeen = opts.keepsHeartbeat === true || enqueued;
-  const key = contentKeyOf(report);
+  const key = contentKey(report);
   const unchanged = previous !== undefined && reportKey === key;
   // A poll's heartbeat is stored only while the quiet watch is in doubt (./quiet.ts, QuietMark).
   const memoryOnly =
