@@ -73,6 +73,25 @@ describe("the ledger's report taken as JSON text", () => {
     });
   });
 
+  it("tells an unchanged report with a new reconciled_at from a change without serializing it", async () => {
+    const { s, stub, hash } = await reportingLedger();
+    expect((await stub.agentReport(hash, JSON.stringify(report(2, agents)))).ok).toBe(true);
+    await settle(s.id);
+    // What a real host sends when nothing changed: the same content, stamped anew.
+    const fresh = JSON.stringify({ ...report(2, agents), reconciled_at: new Date(Date.now() + 1000).toISOString() });
+    const counted = await runInDurableObject(stub, async (instance: ServerLedger) => {
+      const stringify = vi.spyOn(JSON, "stringify");
+      try {
+        const answer = await instance.agentReport(hash, fresh, inventoryReportCheck());
+        expect(answer.ok).toBe(true);
+        return stringify.mock.calls.length;
+      } finally {
+        stringify.mockRestore();
+      }
+    });
+    expect(counted).toBe(0);
+  });
+
   it("does not run the schema again on text the Worker validated by the same rules", async () => {
     const { stub, hash } = await reportingLedger();
     const runs = await runInDurableObject(stub, async (instance: ServerLedger) => {

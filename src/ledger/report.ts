@@ -16,7 +16,7 @@ import { sendHealth, serverHealthEventOf } from "../fleetlock/ledger-side";
 import { InventoryReport, type ReportAccepted, type StoredReport } from "../model/server/schemas";
 import { refusalOf } from "../http/validation";
 import { computeStatus, type ComputedStatus } from "../model/server/status";
-import { contentKey } from "../domain/report-content";
+import { contentKey, sameContent } from "../domain/report-content";
 
 export type ReportAnswer = { ok: true; generation: number; computed: ComputedStatus; tag: string } | Failure;
 
@@ -113,8 +113,10 @@ export function acceptReport(
   // Whether the index may have shown the server stale: a channel host's staleness is exact once it
   // left; an HTTP host's only once its quiet watch fired (the watch is then set anew by this report).
   const staleSeen = opts.keepsHeartbeat === true || enqueued;
-  const key = contentKey(report);
-  const unchanged = previous !== undefined && reportKey === key;
+  // Told apart by walking the report against the stored one, not by serializing it: an unchanged
+  // report (most of them) keeps the stored key; only a change is serialized to its new key.
+  const unchanged = previous !== undefined && reportKey !== undefined && sameContent(previous, report);
+  const key = unchanged ? reportKey : contentKey(report);
   // A poll's heartbeat is stored only while the quiet watch is in doubt (./quiet.ts, QuietMark).
   const memoryOnly =
     opts.keepsHeartbeat === true ||
