@@ -51,11 +51,20 @@ function sameJson(a: unknown, b: unknown): boolean {
   }
   const ao = a as Record<string, unknown>;
   const bo = b as Record<string, unknown>;
-  const ak = Object.keys(ao).filter((k) => ao[k] !== undefined);
-  const bk = Object.keys(bo).filter((k) => bo[k] !== undefined);
-  if (ak.length !== bk.length) return false;
-  for (let i = 0; i < ak.length; i++) if (ak[i] !== bk[i] || !sameJson(ao[ak[i]], bo[bk[i]])) return false;
-  return true;
+  const ak = Object.keys(ao);
+  const bk = Object.keys(bo);
+  // Walked side by side, a property holding undefined skipped on either side (no filtered copies:
+  // this runs on every report, and a parsed report holds no undefined).
+  let i = 0;
+  let j = 0;
+  for (;;) {
+    while (i < ak.length && ao[ak[i]] === undefined) i++;
+    while (j < bk.length && bo[bk[j]] === undefined) j++;
+    if (i === ak.length || j === bk.length) return i === ak.length && j === bk.length;
+    if (ak[i] !== bk[j] || !sameJson(ao[ak[i]], bo[bk[j]])) return false;
+    i++;
+    j++;
+  }
 }
 
 const asNull = (v: unknown) => v === null || v === undefined || (typeof v === "number" && !Number.isFinite(v));
