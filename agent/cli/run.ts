@@ -73,7 +73,14 @@ export async function runAgent(o: RunOptions): Promise<number> {
   // Before anything here reads or writes the directory (the sweep, the crash count, the swap).
   // A trial is its parent's own question: it runs while the parent, which holds the directory,
   // waits for its answer.
-  const hold = o.trial ? null : await holdStateDir(state.dir);
+  let hold: Awaited<ReturnType<typeof holdStateDir>> | null = null;
+  try {
+    hold = o.trial ? null : await holdStateDir(state.dir);
+  } catch (err) {
+    // Its key could not be made (a full disk, a read-only directory): a failure systemd retries.
+    log.error(`the state directory ${state.dir} could not be held: ${messageOf(err)}`);
+    return EXIT_HELD;
+  }
   if (hold && !hold.held) {
     log.error(
       `another harbormaster-agent run${hold.holder !== null ? ` (pid ${hold.holder})` : ""} holds the state directory ${state.dir}; stopping, and leaving everything to it`,

@@ -9,10 +9,16 @@
  * needs nothing either), where a pid file left by a killed run would need judging (is that pid
  * still ours, or a reused one?) with a race between the judging and the taking over. It lives as
  * long as the socket's network namespace, the host's for the service.
+ *
+ * An abstract name has no owner nor mode: any local user may bind any free one. The name is
+ * therefore keyed by a random secret kept in the directory (0700, `run.key`, 0600), not by its
+ * path alone, which anyone knows: an unprivileged user who bound that first would keep the
+ * service out at every start, and the host's agents unmanaged.
  */
-import { createHash } from "node:crypto";
-import { realpathSync } from "node:fs";
+import { createHash, randomBytes } from "node:crypto";
+import { closeSync, fsyncSync, linkSync, openSync, readFileSync, realpathSync, rmSync, writeSync } from "node:fs";
 import { createConnection, createServer } from "node:net";
+import { join } from "node:path";
 
 type StateDirHold =
   | { held: true; release: () => Promise<void> }
@@ -21,7 +27,38 @@ type StateDirHold =
 
 /** The socket's name: the abstract namespace (a leading NUL) is one per network namespace, not a file. */
 const holdName = (dir: string) =>
-  `\0harbormaster-agent.${createHash("sha256").update(realpathSync(dir)).digest("hex").slice(0, 40)}`;
+  `\0harbormaster-agent.${createHash("sha256").update(realpathSync(dir)).update("\0").update(holdKey(dir)).digest("hex").slice(0, 40)}`;
+
+/**
+ * The directory's secret, made by the first run: written whole and synced under a temporary name,
+ * then linked into place, which fails when it exists: two first starts at once both end up with
+ * the one that was linked first, and a kill at any point leaves either no key or a whole one (the
+ * temporary is swept by the next start, ./state.ts).
+ */
+function holdKey(dir: string): Buffer {
+  const path = join(dir, "run.key");
+  try {
+    return readFileSync(path);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== "ENOENT") throw err;
+  }
+  const tmp = `${path}.tmp-${process.pid}`;
+  const fd = openSync(tmp, "w", 0o600);
+  try {
+    try {
+      writeSync(fd, randomBytes(32).toString("hex"));
+      fsyncSync(fd);
+    } finally {
+      closeSync(fd);
+    }
+    linkSync(tmp, path);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== "EEXIST") throw err;
+  } finally {
+    rmSync(tmp, { force: true });
+  }
+  return readFileSync(path);
+}
 
 /** Takes the state directory for this process, or says who has it. */
 export function holdStateDir(dir: string): Promise<StateDirHold> {

@@ -7,9 +7,12 @@
  * runs once the first is gone). A holder killed with SIGKILL leaves nothing that blocks the next.
  */
 import { spawn, type ChildProcess } from "node:child_process";
-import { mkdirSync, rmSync, writeFileSync } from "node:fs";
+import { createHash } from "node:crypto";
+import { mkdirSync, realpathSync, rmSync, writeFileSync } from "node:fs";
+import { createServer } from "node:net";
 import { join } from "node:path";
 import { afterAll, afterEach, describe, expect, it } from "vitest";
+import { holdStateDir } from "../cli/single-run.ts";
 import { emptyServer, tempHost } from "./cli-helpers.ts";
 
 const server = await emptyServer();
@@ -112,5 +115,28 @@ describe("a second run on a state directory another run holds", () => {
     const second = start({ ...h.env, HARBORMASTER_AGENT_STATE_DIR: `${h.stateDir}/./` });
     expect(await exitWithin(second, 10_000)).toBe(1);
     expect(first.child.exitCode).toBeNull();
+  });
+});
+
+describe("the hold's name", () => {
+  // An abstract socket has no owner nor mode: any local user may bind any free name. One the
+  // directory's path alone gives away would let an unprivileged user keep the root service out
+  // for good (it would exit 1 at every start), leaving the host's agents unmanaged.
+  it("cannot be taken first by someone who knows only the state directory's path", async () => {
+    const h = host();
+    const guessed = `\0harbormaster-agent.${createHash("sha256").update(realpathSync(h.stateDir)).digest("hex").slice(0, 40)}`;
+    const squatter = createServer();
+    await new Promise<void>((ok) => squatter.listen(guessed, ok));
+    try {
+      const hold = await holdStateDir(h.stateDir);
+      expect(hold.held).toBe(true);
+      if (hold.held) {
+        // and it still excludes a second run on the same directory
+        expect((await holdStateDir(h.stateDir)).held).toBe(false);
+        await hold.release();
+      }
+    } finally {
+      await new Promise((ok) => squatter.close(ok));
+    }
   });
 });
