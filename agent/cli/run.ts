@@ -217,7 +217,11 @@ async function runHolding(o: RunOptions, identity: Identity, bootId: string): Pr
     orphanWatch = setInterval(() => {
       if (process.ppid === parent) return;
       log.warn("the agent that started this trial is gone; stopping the trial");
-      stop.abort();
+      // At once, not after the pass under way: the restarted agent (5 s later, or at once for a
+      // `systemctl restart`) would reconcile beside it for as long as that pass waits on its
+      // engine (a minute, a load ten). A trial keeps nothing of its own (no status, no crash
+      // count, no reboot), and a kill between any two steps is one the agent recovers from.
+      process.exit(EXIT_HELD);
     }, 500);
   }
 
