@@ -39,7 +39,7 @@ import { join } from "node:path";
 
 type StateDirHold =
   | { held: true; release: () => Promise<void> }
-  /** Another process of this user holds it: its pid (null when it ended as it was looked for). */
+  /** Another run holds it: its pid (null when it is not to be seen from here, or ended as it was looked for). */
   | { held: false; holder: number | null };
 
 /** How many names a run tries: each one past the first needs a squatter who watched a run end. */
@@ -85,15 +85,15 @@ export async function holdStateDir(dir: string): Promise<StateDirHold> {
   const seed = `${realpathSync(dir)}\0${holdKey(dir).toString("hex")}`;
   for (let i = 0; i < NAMES; i++) {
     const name = holdName(seed, i);
-    // Twice: a holder that ended between the refused bind and the look through /proc leaves a
-    // name no one has, which must be taken, not passed over (a third run would take it beside us).
-    for (let tries = 0; tries < 2; tries++) {
+    for (let tries = 0; ; tries++) {
       const server = await listen(name);
       if (server) return { held: true, release: () => new Promise((done) => server.close(() => done())) };
       const holder = holderOf(name);
-      if (holder === "gone") continue;
-      if (holder !== "foreign") return { held: false, holder };
-      break;
+      // A holder that ended between the refused bind and the look through /proc leaves a name
+      // no one has: taken on a second try, never passed over (a third run would take it beside us).
+      if (holder === "gone" && tries === 0) continue;
+      if (holder === "foreign") break;
+      return { held: false, holder: holder === "gone" ? null : holder };
     }
   }
   throw new Error(`every name of the state directory's hold is bound by another user's process (${NAMES} tried)`);
@@ -115,10 +115,13 @@ function listen(name: string): Promise<Server | null> {
 
 /**
  * Who listens on an abstract `name`: the pid of a process of this user with the socket open;
- * "foreign" when it is another user's (whose open files this user may not read, or does not own);
- * "gone" when no one listens any more.
+ * "foreign" when the process is another user's; null when no process seen here has it open (one
+ * in another PID namespace on the same network, a `run` in a container on the host's network:
+ * a holder all the same); "gone" when no one listens any more. Run as root (the service), every
+ * process of this PID namespace can be looked into; run as another user, another user's holder
+ * goes unseen and counts as a holder, which keeps out only that user's own runs.
  */
-function holderOf(name: string): number | "foreign" | "gone" {
+function holderOf(name: string): number | null | "foreign" | "gone" {
   const path = `@${name.slice(1)}`;
   const inodes = new Set<string>();
   for (const line of readFileSync("/proc/net/unix", "utf8").split("\n").slice(1)) {
@@ -131,7 +134,6 @@ function holderOf(name: string): number | "foreign" | "gone" {
   for (const pid of readdirSync("/proc").filter((p) => /^\d+$/.test(p))) {
     let fds: string[];
     try {
-      if (statSync(`/proc/${pid}`).uid !== uid) continue;
       fds = readdirSync(`/proc/${pid}/fd`);
     } catch {
       continue; // ended meanwhile, or not ours to read
@@ -144,8 +146,13 @@ function holderOf(name: string): number | "foreign" | "gone" {
         continue;
       }
       const inode = /^socket:\[(\d+)\]$/.exec(to)?.[1];
-      if (inode && inodes.has(inode)) return Number(pid);
+      if (!inode || !inodes.has(inode)) continue;
+      try {
+        return statSync(`/proc/${pid}`).uid === uid ? Number(pid) : "foreign";
+      } catch {
+        return "gone";
+      }
     }
   }
-  return "foreign";
+  return null;
 }
