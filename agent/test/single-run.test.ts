@@ -169,6 +169,38 @@ describe("the hold's name", () => {
     await hold.release();
   });
 
+  it("is held against a run in another PID namespace, which /proc does not show the holder to", async () => {
+    const h = host();
+    const hold = await holdStateDir(h.stateDir);
+    if (!hold.held) throw new Error("not held");
+    try {
+      const script = `const { holdStateDir } = await import(${JSON.stringify(join(import.meta.dirname, "../cli/single-run.ts"))}); const h = await holdStateDir(process.argv[1]); console.log(JSON.stringify({ held: h.held, holder: h.held ? undefined : h.holder }));`;
+      const out = await new Promise<string>((ok, no) => {
+        const c = spawn(
+          "unshare",
+          [
+            "--pid",
+            "--fork",
+            "--mount-proc",
+            join(import.meta.dirname, "../../node_modules/node/bin/node"),
+            "--input-type=module",
+            "-e",
+            script,
+            h.stateDir,
+          ],
+          { stdio: ["ignore", "pipe", "inherit"] },
+        );
+        children.push(c);
+        let said = "";
+        c.stdout!.on("data", (d: Buffer) => (said += d));
+        c.on("exit", (code) => (code === 0 ? ok(said) : no(new Error(`exited ${code}: ${said}`))));
+      });
+      expect(JSON.parse(out)).toEqual({ held: false, holder: null });
+    } finally {
+      await hold.release();
+    }
+  });
+
   it("is given back at once on release, even with a client connected that never hangs up", async () => {
     const h = host();
     const hold = await holdStateDir(h.stateDir);
