@@ -14,6 +14,7 @@ import { join } from "node:path";
 import { afterAll, afterEach, describe, expect, it } from "vitest";
 import { holdStateDir } from "../cli/single-run.ts";
 import { emptyServer, tempHost } from "./cli-helpers.ts";
+import { sh } from "./helpers.ts";
 
 const server = await emptyServer();
 afterAll(() => server.close());
@@ -175,26 +176,16 @@ describe("the hold's name", () => {
     if (!hold.held) throw new Error("not held");
     try {
       const script = `const { holdStateDir } = await import(${JSON.stringify(join(import.meta.dirname, "../cli/single-run.ts"))}); const h = await holdStateDir(process.argv[1]); console.log(JSON.stringify({ held: h.held, holder: h.held ? undefined : h.holder }));`;
-      const out = await new Promise<string>((ok, no) => {
-        const c = spawn(
-          "unshare",
-          [
-            "--pid",
-            "--fork",
-            "--mount-proc",
-            join(import.meta.dirname, "../../node_modules/node/bin/node"),
-            "--input-type=module",
-            "-e",
-            script,
-            h.stateDir,
-          ],
-          { stdio: ["ignore", "pipe", "inherit"] },
-        );
-        children.push(c);
-        let said = "";
-        c.stdout!.on("data", (d: Buffer) => (said += d));
-        c.on("exit", (code) => (code === 0 ? ok(said) : no(new Error(`exited ${code}: ${said}`))));
-      });
+      const out = await sh("unshare", [
+        "--pid",
+        "--fork",
+        "--mount-proc",
+        join(import.meta.dirname, "../../node_modules/node/bin/node"),
+        "--input-type=module",
+        "-e",
+        script,
+        h.stateDir,
+      ]);
       expect(JSON.parse(out)).toEqual({ held: false, holder: null });
     } finally {
       await hold.release();
