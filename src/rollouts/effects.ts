@@ -22,7 +22,7 @@ import { catalogFieldsOf } from "../images/service";
 import type { Core, RolloutSpec } from "./machine";
 import { applied } from "./outcomes";
 import type { EffectKind, RolloutParts } from "./parts";
-import { channelAttempted, slotAnswered } from "./starting";
+import { slotAnswered } from "./starting";
 import type { DirtyTarget } from "./target-rows";
 import { project } from "./transitions";
 
@@ -203,14 +203,9 @@ export function rolloutEffects(env: () => Env, parts: () => RolloutParts): Recor
         const image = { image: spec.image, version: spec.version, catalog: spec.catalog ?? null };
         const record = store.channel();
         if (to === "rollout") {
-          try {
-            const moved = await moveChannel(env(), spec.fleet, spec.agent, image, `rollout:${spec.id}`);
-            signal.throwIfAborted();
-            store.setChannel(moved);
-          } finally {
-            // The start's answer waits for this attempt (./starting.ts), moved or not.
-            channelAttempted(parts());
-          }
+          const moved = await moveChannel(env(), spec.fleet, spec.agent, image, `rollout:${spec.id}`);
+          signal.throwIfAborted();
+          store.setChannel(moved);
         } else if (record?.updated && record.previous) {
           await restoreChannel(env(), spec.fleet, spec.agent, image, record.previous, `rollout:${spec.id}`);
         }
