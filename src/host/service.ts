@@ -5,7 +5,6 @@
 import type { Env } from "../env";
 import { channelRequest } from "../ledger/channel";
 import type { PollAnswer } from "../ledger/poll";
-import { inventoryReportCheck } from "../model/server/report-check";
 import type { InventoryReport } from "../model/server/schemas";
 import { pollWaitRequest } from "../ledger/waits";
 import { errorOf, unwrap, type Failure } from "../objects/kit/result";
@@ -52,13 +51,10 @@ export async function desiredForHost(
 
 /**
  * Stores what the host reports it runs; answers the status computed from it, as the JSON text of
- * a ReportAccepted (the ledger's agentReport: both cross the object call as strings). The report,
- * validated by the route, goes with the name of the rules it passed (inventoryReportCheck): a
- * ledger of the same rules parses it without validating it again.
+ * a ReportAccepted (the ledger's agentReport: both cross the object call as strings).
  */
 export async function reportFromHost(env: Env, host: Host, report: InventoryReport): Promise<string> {
-  const ledger = ledgerOf(env, host.serverId);
-  return unwrap(await ledger.agentReport(host.tokenHash, JSON.stringify(report), inventoryReportCheck())).accepted;
+  return unwrap(await ledgerOf(env, host.serverId).agentReport(host.tokenHash, JSON.stringify(report))).accepted;
 }
 
 /**

@@ -18,7 +18,6 @@ import { requestRefresh } from "./refresh";
 import { acceptReport, pollHeartbeat, reportAcceptedText, reportOfText } from "./report";
 import { applyRolloutImage, ROLLOUT_WRITE_DEFER_MS } from "./rollout-marks";
 import { PING, PONG } from "../model/server/channel-messages";
-import { inventoryReportCheck } from "../model/server/report-check";
 import type { LedgerSockets } from "./sockets";
 import type { AgentSpec, DesiredConfig, DesiredConfigInput, InventoryReport } from "../model/server/schemas";
 import { fireTimers } from "./timers";
@@ -91,7 +90,7 @@ export class ServerLedger extends DurableObject<Env> {
   /**
    * The last report's text as the Worker sent it, and what it parsed to (agentReport). It spares
    * only a report sent again byte for byte: the reference agent stamps a new reconciled_at on
-   * each, so its unchanged reports never match (they are told from a change in acceptReport).
+   * each, so its unchanged reports never match (acceptReport tells them from a change by content).
    */
   #lastReport: { text: string; parsed: { ok: true; report: InventoryReport } } | null = null;
 
@@ -245,19 +244,11 @@ export class ServerLedger extends DurableObject<Env> {
    * The same text as the last report (a heartbeat: most reports) is not parsed and checked again:
    * what it parses to is a pure function of it, remembered in memory only.
    */
-  async agentReport(
-    tokenHash: string,
-    report: string,
-    check?: string,
-  ): Promise<{ ok: true; accepted: string } | Failure> {
+  async agentReport(tokenHash: string, report: string): Promise<{ ok: true; accepted: string } | Failure> {
     const record = authorized(this.parts.store, tokenHash);
     if (!record) return fail("unauthorized", "invalid server token");
     const last = this.#lastReport;
-    // `check`: the Worker validated the text by the rules it names; by this code's, it is not validated again.
-    const parsed =
-      last?.text === report
-        ? last.parsed
-        : reportOfText(report, check !== undefined && check === inventoryReportCheck());
+    const parsed = last?.text === report ? last.parsed : reportOfText(report);
     if (!parsed.ok) return parsed;
     this.#lastReport = { text: report, parsed };
     const { answer, enqueued } = acceptReport(this.parts, record, parsed.report);
