@@ -10,7 +10,9 @@
  *   log's reads and the aggregate reads (src/status) on top, imported by nobody but the app; the
  *   ledger's folder reached only by the Worker-side halves of its protocols (src/servers,
  *   src/host); no object file imported from another folder (it exports its class, nothing else);
- *   the planner, the console notices (src/notices) and the fleets feature below the objects.
+ *   the planner, the console notices (src/notices) and the fleets feature below the objects;
+ *   auth below every feature (src/sso included); fleets below intent and specs; intent below the
+ *   servers.
  * Type-only imports count too: a circle of types is still a circle in the design.
  */
 const TOOLKITS = "^src/(http|objects/kit|db|domain|lib|model)/|^src/env[.]ts$";
@@ -91,6 +93,30 @@ module.exports = {
         "Every feature resolves fleets through src/fleets/; it reaches a coordinator only through its stub and types a task's payload by the coordinator's RPC, so it imports no object's or reader's folder.",
       from: { path: "^src/fleets/" },
       to: { path: "^src/(fleetlock|webhooks|rollouts|ledger|servers|upgrades|status|audit|console|check)/" },
+    },
+    {
+      name: "auth-below-the-features",
+      severity: "error",
+      comment:
+        "Every feature guards its routes with src/auth/principal.ts, and src/sso/ mints auth's tokens: who a request is (a token, a Cloudflare Access JWT and the SSO mappings' grant) is decided from auth's own files and the ground, so auth imports no feature but the console notices it closes a revoked token's sockets through.",
+      from: { path: "^src/auth/" },
+      to: { path: "^src/", pathNot: `${GROUND}|^src/(auth|notices)/` },
+    },
+    {
+      name: "fleets-below-intent-and-specs",
+      severity: "error",
+      comment:
+        "A fleet's row, its PATCH and the intent revision every change of its configuration bumps (changeIntent) are src/fleets/'s; channels and roles (src/intent/), specs and sign-ins build on them from above.",
+      from: { path: "^src/fleets/" },
+      to: { path: "^src/(intent|specs|sso)/" },
+    },
+    {
+      name: "intent-below-the-servers",
+      severity: "error",
+      comment:
+        "The servers feature reaches the ledger, whose rollout marks reach the rollouts, whose channel moves reach src/intent/: an import from intent to servers closes that loop. Fleet-wide asks of the servers (refresh) go through src/fleets/ and the ledger's stub.",
+      from: { path: "^src/intent/" },
+      to: { path: "^src/(servers|host|ledger)/" },
     },
     {
       name: "servers-read-no-neighbours",

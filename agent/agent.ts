@@ -14,6 +14,7 @@ import {
 import type { AgentEvent, AgentExit, LoopState } from "./loop.ts";
 import { HostApi, type DesiredAnswer, type Report, type ReportAccepted } from "./host-api.ts";
 import { ApiError, type FetchLike, sleep as defaultSleep, wakeOn } from "./http.ts";
+import { foreignConfig } from "./protocol.ts";
 
 export interface HostAgentOptions {
   /** Harbormaster's base URL, e.g. https://harbormaster.example.com */
@@ -23,6 +24,12 @@ export interface HostAgentOptions {
   driver: AgentDriver;
   /** This boot's id (`/proc/sys/kernel/random/boot_id` on Linux); a new one tells of a reboot. */
   bootId: string;
+  /**
+   * The server id this host joined as: a desired config naming another server is refused, never
+   * run (a proxy that caches the desired config without regard to the token would hand every
+   * host the first one's). Unset: not checked.
+   */
+  serverId?: string;
   /**
    * `channel` (the default): the host channel, a WebSocket the server pushes changes over,
    * falling back to the HTTP long poll while the upgrade is refused. `http`: the long poll only.
@@ -210,6 +217,8 @@ export class HostAgent {
           ms: this.now() - t0,
         });
         if (answer.changed) {
+          const foreign = foreignConfig(this.opts.serverId, answer.config);
+          if (foreign) throw foreign;
           s.desired = answer.config;
           s.etag = answer.etag;
           s.due = true;

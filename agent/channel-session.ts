@@ -12,6 +12,7 @@ import { ChannelConnection, channelRequest, type ChannelConnector } from "./chan
 import type { Report, ReportAccepted } from "./host-api.ts";
 import { ApiError, wakeOn } from "./http.ts";
 import type { AgentEvent, AgentExit, LoopState } from "./loop.ts";
+import { foreignConfig } from "./protocol.ts";
 
 export interface SessionEnd {
   /** Whether the socket was open at all (false: the upgrade was refused or failed). */
@@ -34,7 +35,7 @@ export const MAX_INVALID_IN_A_ROW = 10;
 
 /** What a session needs of the agent (./agent.ts). */
 export interface SessionAgent {
-  readonly opts: { url: string; token: string; tokenIn?: "header" | "protocol"; pingMs?: number };
+  readonly opts: { url: string; token: string; tokenIn?: "header" | "protocol"; pingMs?: number; serverId?: string };
   readonly connect: ChannelConnector;
   readonly reportIntervalMs: number;
   now(): number;
@@ -96,7 +97,11 @@ export async function runChannelSession(agent: SessionAgent, s: LoopState, signa
       const untilReport = s.desired ? s.lastReportAt + agent.reportIntervalMs - agent.now() : IDLE_MS;
       // A pass under way wakes the wait when it ends: its report goes at once.
       const wake = wakeOn(signal, agent.passUnderWay());
-      const e = await conn.next(Math.max(0, untilReport), wake.signal).finally(wake.done);
+      let e = await conn.next(Math.max(0, untilReport), wake.signal).finally(wake.done);
+      if (e.kind === "message" && (e.message.type === "desired" || e.message.type === "lifecycle")) {
+        const foreign = foreignConfig(agent.opts.serverId, e.message.config);
+        if (foreign) e = { kind: "invalid", error: foreign };
+      }
       if (e.kind === "closed") return ended(e.code, e.reason);
       if (e.kind === "message") {
         invalid = 0;

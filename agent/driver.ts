@@ -160,16 +160,17 @@ async function pass(
     // When the pass saw what runs: an agent seen running has been up since its restart until then.
     const seenAt = memory.now();
     let healed = false;
+    // Restarts and removals first, installs and updates last: a transfer waits on an outsider (a
+    // registry, a blob server, for minutes when it stalls), and an agent found down must not
+    // stay down behind another's download, nor an unwanted one run on meanwhile.
+    const moving = (spec: AgentSpec, current: ListedAgent) =>
+      current.image !== spec.image || current.version !== spec.version;
     for (const spec of desired.agents) {
       const current = installed.get(spec.name);
-      if (!current) await attempt(spec.name, "install", () => driver.install(spec));
-      else if (current.image !== spec.image || current.version !== spec.version) {
-        await attempt(spec.name, "update", () => driver.update(current, spec));
-        // Another version (often the fix for a crash loop): its first crash is healed at once.
-        restarts.delete(spec.name);
-      } else if (current.state !== "running") {
-        // Read here, not at the pass's start: an install before it may have taken minutes, and a
-        // restart dated from then would look stable (and its crash loop forgotten) too soon.
+      if (!current || moving(spec, current)) continue;
+      if (current.state !== "running") {
+        // Read here, not at the pass's start: a restart before it may have taken minutes (a slow
+        // engine), and a restart dated from then would look stable (its crash loop forgotten) too soon.
         const now = memory.now();
         const why = (current as ListedAgent).reason ?? `it was ${current.state}`;
         const last = restarts.get(spec.name);
@@ -210,12 +211,21 @@ async function pass(
         if (last && seenAt - last.at >= policy.stableMs) restarts.delete(spec.name);
       }
     }
-    for (const name of restarts.keys())
-      if (!installed.has(name) || !desired.agents.some((a) => a.name === name)) restarts.delete(name);
     const wanted = new Set(desired.agents.map((a) => a.name));
     for (const current of installed.values()) {
       if (!wanted.has(current.name)) await attempt(current.name, "remove", () => driver.remove(current));
     }
+    for (const spec of desired.agents) {
+      const current = installed.get(spec.name);
+      if (!current) await attempt(spec.name, "install", () => driver.install(spec));
+      else if (moving(spec, current)) {
+        await attempt(spec.name, "update", () => driver.update(current, spec));
+        // Another version (often the fix for a crash loop): its first crash is healed at once.
+        restarts.delete(spec.name);
+      }
+    }
+    for (const name of restarts.keys())
+      if (!installed.has(name) || !desired.agents.some((a) => a.name === name)) restarts.delete(name);
     const foundErrors: ReportError[] = [];
     const found = healed ? { agents: reported(listed, foundErrors), errors: foundErrors } : undefined;
     return { errors, operations, agents: reported(await after(), errors), ...(found && { found }) };

@@ -1,4 +1,4 @@
-import { MAX_ERROR_BODY_BYTES, textUpTo, withTimeout, type FetchLike } from "./http.ts";
+import { MAX_ERROR_BODY_BYTES, NO_REDIRECTS, textUpTo, withTimeout, type FetchLike } from "./http.ts";
 
 /**
  * The longest a FleetLock call may take. A server that takes the request and never answers (or
@@ -60,6 +60,9 @@ export class FleetLockClient {
     let text: string;
     try {
       res = await this.fetchImpl(new URL(path, this.base).toString(), {
+        // A grant (or a release) from wherever a redirect points is no one's the group's lock
+        // keeps: a host would reboot outside its group's slots, or take its slot for given back.
+        ...NO_REDIRECTS,
         method: "POST",
         headers: { "fleet-lock-protocol": "true" },
         body: this.body,
@@ -70,6 +73,15 @@ export class FleetLockClient {
       t.done();
     }
     if (res.ok) return { ok: true, status: res.status };
+    if (res.status >= 300 && res.status < 400) {
+      const to = res.headers.get("Location");
+      return {
+        ok: false,
+        status: res.status,
+        kind: "redirected",
+        value: `answered ${res.status} with a redirect${to ? ` to ${to.slice(0, 300)}` : ""}, not followed`,
+      };
+    }
     try {
       const body = JSON.parse(text);
       if (typeof body?.kind === "string" && typeof body?.value === "string") {

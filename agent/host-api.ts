@@ -1,5 +1,5 @@
 import type { AgentStatusRow, DesiredConfig, InventoryReport, ServerStatus } from "../src/model/server/schemas.ts";
-import { apiErrorOf, type FetchLike, withTimeout } from "./http.ts";
+import { apiErrorOf, type FetchLike, NO_REDIRECTS, withTimeout } from "./http.ts";
 import { MAX_DESIRED_BYTES, parseAccepted, parseDesired, readJson } from "./protocol.ts";
 
 /** What `PUT /v1/agent/inventory` answers. */
@@ -52,7 +52,11 @@ export class HostApi {
     const query = waitS > 0 && etag ? `?wait=${Math.floor(waitS)}` : "";
     const t = withTimeout(signal, waitS * 1000 + this.slackMs);
     try {
-      const res = await this.fetchImpl(`${this.base}/v1/agent/desired${query}`, { headers, signal: t.signal });
+      const res = await this.fetchImpl(`${this.base}/v1/agent/desired${query}`, {
+        ...NO_REDIRECTS,
+        headers,
+        signal: t.signal,
+      });
       const heartbeat = !!reportTag && res.headers.get("X-Report-Tag") === reportTag;
       if (res.status === 304) {
         await res.body?.cancel();
@@ -71,6 +75,7 @@ export class HostApi {
     const t = withTimeout(signal, this.slackMs);
     try {
       const res = await this.fetchImpl(`${this.base}/v1/agent/inventory`, {
+        ...NO_REDIRECTS,
         method: "PUT",
         headers: { Authorization: `Bearer ${this.token}`, "Content-Type": "application/json" },
         body: JSON.stringify(report),

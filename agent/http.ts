@@ -54,8 +54,28 @@ export async function textUpTo(res: Response, max: number): Promise<string> {
   return new TextDecoder().decode(all);
 }
 
+/**
+ * How every call of the agent to the control plane treats a redirect: as an answer, never
+ * followed. The server redirects no host call; fetch() would follow one by itself and, to another
+ * origin, drop the token on the way: whatever answered there (a desired config, a report's
+ * acceptance, an image's bytes, an enrollment) would come from no one the agent authenticated to,
+ * yet be acted on. apiErrorOf() turns the 3xx into an error naming where it pointed.
+ */
+export const NO_REDIRECTS = { redirect: "manual" } as const satisfies RequestInit;
+
 /** Builds the ApiError for a failed response from its `{error:{code,message}}` body, if any. */
 export async function apiErrorOf(res: Response): Promise<ApiError> {
+  if (res.status >= 300 && res.status < 400) {
+    await res.body?.cancel().catch(() => {});
+    const to = res.headers.get("Location");
+    return new ApiError(
+      res.status,
+      "redirected",
+      `the server answered ${res.status} with a redirect${to ? ` to ${to.slice(0, 300)}` : ""}; the agent follows none ` +
+        `(a proxy or a moved server in front of it? the URL it joined with is the one it calls)`,
+      retryAfterMs(res.headers.get("Retry-After")),
+    );
+  }
   const text = await textUpTo(res, MAX_ERROR_BODY_BYTES);
   let code = `http_${res.status}`;
   let message = text.slice(0, 500) || res.statusText || `HTTP ${res.status}`;

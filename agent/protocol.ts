@@ -11,6 +11,7 @@ import { z } from "zod";
 import type { ServerMessage } from "../src/model/server/channel-messages.ts";
 import type { DesiredConfig } from "../src/model/server/schemas.ts";
 import { CHANNEL_VERSION } from "../src/domain/channel.ts";
+import { MAX_AGENTS } from "../src/domain/limits.ts";
 
 /** The largest desired config (or channel message) read: 500 agents fit many times over. */
 export const MAX_DESIRED_BYTES = 8 * 1024 * 1024;
@@ -29,13 +30,18 @@ const Desired = z.looseObject({
   server_id: z.string(),
   generation: z.number().int().min(0).max(Number.MAX_SAFE_INTEGER),
   lifecycle: z.enum(["run", "terminate", "uninstall"]),
-  agents: z.array(AgentSpec).superRefine((agents, ctx) => {
-    const seen = new Set<string>();
-    for (const a of agents) {
-      if (seen.has(a.name)) ctx.addIssue({ code: "custom", message: `agent ${a.name} is named twice` });
-      seen.add(a.name);
-    }
-  }),
+  // The server gives a server no more (src/domain/limits.ts): a config past it is not one, and
+  // would have the host install thousands of agents, one engine command after another.
+  agents: z
+    .array(AgentSpec)
+    .max(MAX_AGENTS, `more than ${MAX_AGENTS} agents`)
+    .superRefine((agents, ctx) => {
+      const seen = new Set<string>();
+      for (const a of agents) {
+        if (seen.has(a.name)) ctx.addIssue({ code: "custom", message: `agent ${a.name} is named twice` });
+        seen.add(a.name);
+      }
+    }),
 });
 
 const Accepted = z.looseObject({
@@ -83,6 +89,14 @@ function checked<T>(schema: z.ZodType, value: unknown, what: string): T {
 }
 
 export const parseDesired = (value: unknown) => checked<DesiredConfig>(Desired, value, "the desired config");
+
+/** The refusal of a desired config that names another server than this host's, or null. */
+export function foreignConfig(serverId: string | undefined, config: DesiredConfig): ProtocolError | null {
+  if (serverId === undefined || config.server_id === serverId) return null;
+  return new ProtocolError(
+    `the desired config is server ${JSON.stringify(config.server_id.slice(0, 100))}'s, not this host's (${serverId}); it was not acted on (a cache between the host and Harbormaster?)`,
+  );
+}
 
 export const parseAccepted = <T>(value: unknown) => checked<T>(Accepted, value, "the report's answer");
 

@@ -11,7 +11,7 @@ import { describe, expect, it } from "vitest";
 import { getDb } from "../src/db/client";
 import { DomainError } from "../src/domain/errors";
 import { channelWrite } from "../src/intent/batch";
-import { changeIntent } from "../src/intent/service";
+import { changeIntent } from "../src/fleets/service";
 import { registerServer as register } from "../src/servers/service";
 import type { Env } from "../src/env";
 import { call, createFleet, uniq } from "./helpers";

@@ -21,6 +21,7 @@ import {
 } from "../src/objects/kit/outbox";
 import { Pool } from "../src/objects/kit/pool";
 import { Scheduler } from "../src/objects/kit/scheduler";
+import { LedgerStore } from "../src/ledger/store";
 
 const tick = (ms: number) => new Promise<void>((res) => setTimeout(res, ms));
 /** Whether `p` settles within `ms`: a flush held up by something it should not wait for does not. */
@@ -42,6 +43,71 @@ const scratch = <T>(fn: (storage: DurableObjectStorage) => Promise<T> | T) =>
   runInDurableObject(env.LEDGER.get(env.LEDGER.idFromName(crypto.randomUUID())), (_i, state) => fn(state.storage));
 
 describe("scheduler", () => {
+  /** Statements this scheduler sent to its table, counted on the storage it was given. */
+  const timerStatements = (storage: DurableObjectStorage) => {
+    const exec = storage.sql.exec.bind(storage.sql);
+    let n = 0;
+    storage.sql.exec = ((query: string, ...b: SqlStorageValue[]) => {
+      if (query.includes("_timers")) n++;
+      return exec(query, ...b);
+    }) as typeof storage.sql.exec;
+    return () => n;
+  };
+
+  it("sends no statement for an ask that would move nothing: a timer it set no later than the time asked, once committed", async () => {
+    await scratch(async (storage) => {
+      const store = new LedgerStore(storage);
+      const s = new Scheduler(storage, (fn) => store.onCommit(fn));
+      const count = timerStatements(storage);
+      const now = Date.now();
+      store.transaction(() => s.schedule("outbox", now + 10_000, null, { noLaterThan: true }));
+      const first = count();
+      // An outbox's burst of enqueues, each asking for its own safety time, later than the first.
+      for (let i = 1; i <= 5; i++)
+        store.transaction(() => s.schedule("outbox", now + 10_000 + i, null, { noLaterThan: true }));
+      expect(count()).toBe(first);
+      expect(s.dueAt("outbox")).toBe(now + 10_000);
+      // Sooner, or with another payload, or exactly at a time: sent.
+      s.schedule("outbox", now + 5_000, null, { noLaterThan: true });
+      expect(s.dueAt("outbox")).toBe(now + 5_000);
+      s.schedule("outbox", now + 6_000, { other: true }, { noLaterThan: true });
+      expect(s.timer("outbox")).toEqual({ dueAt: now + 5_000, payload: { other: true } });
+      s.schedule("outbox", now + 7_000);
+      expect(s.dueAt("outbox")).toBe(now + 7_000);
+    });
+  });
+
+  it("learns nothing from a rolled-back turn, nor from an ask a cancel undid before the commit", async () => {
+    await scratch(async (storage) => {
+      const store = new LedgerStore(storage);
+      const s = new Scheduler(storage, (fn) => store.onCommit(fn));
+      const now = Date.now();
+      expect(() =>
+        store.transaction(() => {
+          s.schedule("outbox", now + 1_000, null, { noLaterThan: true });
+          throw new Error("the turn fails after the ask");
+        }),
+      ).toThrow("the turn fails");
+      expect(s.dueAt("outbox")).toBeNull();
+      // Rolled back with its turn: the next ask is sent, whatever time it asks for.
+      s.schedule("outbox", now + 9_000, null, { noLaterThan: true });
+      expect(s.dueAt("outbox")).toBe(now + 9_000);
+      // An ask, then a cancel in the same committed turn: the row is gone, and so is the bound.
+      store.transaction(() => {
+        s.schedule("outbox", now + 2_000, null, { noLaterThan: true });
+        s.cancel("outbox");
+      });
+      s.schedule("outbox", now + 8_000, null, { noLaterThan: true });
+      expect(s.dueAt("outbox")).toBe(now + 8_000);
+      // A timer that fired is deleted by the scheduler: asked again later, it is stored again.
+      s.schedule("quiet", now - 5);
+      await s.fire({ quiet: () => {} }, now);
+      expect(s.dueAt("quiet")).toBeNull();
+      s.schedule("quiet", now + 3_000, null, { noLaterThan: true });
+      expect(s.dueAt("quiet")).toBe(now + 3_000);
+    });
+  });
+
   it("keeps a timer its own handler sets again to the very time that fired (the queue's look at a deadline still due)", async () => {
     await scratch(async (storage) => {
       const s = new Scheduler(storage);

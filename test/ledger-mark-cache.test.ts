@@ -61,6 +61,22 @@ describe("the projection mark a heartbeat reads", () => {
     expect(await lastSeen(s.id)).toBeGreaterThan(first);
   });
 
+  it("reads no storage row for the mark it wrote itself outside a transaction, and the mark it reads is the one written", async () => {
+    const { stub } = await reportingServer(agents);
+    await runInDurableObject(stub, (instance: ServerLedger, state) => {
+      const store = storeOf(instance);
+      const mark: ProjectedMark = { ...structuredClone(store.projected()!), last_seen_written: 7 };
+      const get = state.storage.kv.get.bind(state.storage.kv);
+      let reads = 0;
+      state.storage.kv.get = ((key: string) => (reads++, get(key))) as typeof state.storage.kv.get;
+      store.setProjected(mark);
+      expect(store.projected()).toEqual(mark);
+      expect(reads).toBe(0);
+      // What storage holds is what memory says.
+      expect(get("projected")).toEqual(mark);
+    });
+  });
+
   it("keeps no memory of a mark written in a transaction that rolled back", async () => {
     const { stub } = await reportingServer(agents);
     await runInDurableObject(stub, (instance: ServerLedger) => {
@@ -95,7 +111,8 @@ describe("the rollout marks a changed report settles, kept in memory", () => {
     const { stub } = await reportingServer(agents);
     await runInDurableObject(stub, (instance: ServerLedger, state) => {
       const store = storeOf(instance);
-      expect(store.rolloutMarks()).toEqual({});
+      // Read before the write (the server's desired PUT left the operator's mark of its agent).
+      expect(store.rolloutMarks()).toEqual(stored(state.storage));
       store.setRolloutMarks({ compute: mark("r-1") });
       expect(store.rolloutMarks()).toEqual({ compute: mark("r-1") });
       expect(stored(state.storage)).toEqual({ compute: mark("r-1") });

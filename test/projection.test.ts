@@ -372,9 +372,9 @@ describe("the statements of a changed report's projection", () => {
     const built = statements.map((s) => (s as unknown as { toSQL(): { sql: string; params: unknown[] } }).toSQL());
     expect(built).toHaveLength(2);
     // The server row: its status and updated_at; the instance row: its state, status and updated_at.
-    expect(built[0].sql).toMatch(/^update "servers" set/);
+    expect(built[0].sql).toMatch(/^update "servers" set/i);
     expect(built[0].params).toEqual(["drifted", 2_000, "srv-1"]);
-    expect(built[1].sql).toMatch(/^update "agent_instances" set/);
+    expect(built[1].sql).toMatch(/^update "agent_instances" set/i);
     expect(built[1].params).toEqual(["stopped", "drifted", 2_000, "srv-1", "compute"]);
   });
 });

@@ -172,7 +172,11 @@ describe("starting a rollout", () => {
     }
     // The rollout is listed at once, its targets applying; their writes follow from its outbox.
     expect((await call("GET", `/v1/rollouts/${id}`)).json.counts).toMatchObject({ applying: 2 });
-    await drain(id);
+    // The held writes go on once released, not necessarily within the drain's own flushes.
+    await until(async () => {
+      await drain(id);
+      return (await targets(id, "?state=applying")).every((t) => t.generation !== null);
+    });
     expect(ledgers.state.writes).toBe(2);
     const written = await targets(id, "?state=applying");
     expect(written.map((t) => t.generation)).toEqual([3, 3]);

@@ -2,7 +2,7 @@ import { createExecutionContext, env, waitOnExecutionContext } from "cloudflare:
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { exportJWK, generateKeyPair, SignJWT, type CryptoKey, type JWK } from "jose";
 import { createApp } from "../src/app";
-import { MAX_KEY_SET_BYTES } from "../src/sso/jwks";
+import { MAX_KEY_SET_BYTES } from "../src/lib/jwks";
 import { uniq } from "./helpers";
 
 /**

@@ -1,5 +1,12 @@
 import { describe, expect, it } from "vitest";
-import { accessKeyMatch, fleetsWithin, grantOf, specRule, type Identity, type MappingRule } from "../src/sso/mapping";
+import {
+  accessKeyMatch,
+  fleetsWithin,
+  grantOf,
+  specRule,
+  type Identity,
+  type MappingRule,
+} from "../src/auth/sso-mapping";
 
 const who = (over: Partial<Identity> = {}): Identity => ({
   provider: "oidc",

@@ -55,6 +55,7 @@ export const makeDrivers: DriverFactory = (config, identity, state, log) => {
       namePrefix: config.podman.name_prefix,
       scope: config.podman.scope ?? undefined,
       createArgs: config.podman.create_args,
+      loadsDir: join(state.dir, "cache", "loads"),
     });
   } else {
     const why = `this host cannot run container images: ${engine} ${probe.error ? "is not installed" : `--version failed: ${(probe.stderr || "").trim().slice(0, 200)}`}`;

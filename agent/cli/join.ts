@@ -7,7 +7,7 @@
  */
 import { readFileSync } from "node:fs";
 import { hostname as osHostname } from "node:os";
-import { apiErrorOf, MAX_ERROR_BODY_BYTES, textUpTo, type FetchLike } from "../http.ts";
+import { apiErrorOf, MAX_ERROR_BODY_BYTES, NO_REDIRECTS, textUpTo, type FetchLike } from "../http.ts";
 import type { AgentConfig } from "./config.ts";
 import { z } from "zod";
 import type { Identity, StateDir } from "./state.ts";
@@ -99,6 +99,7 @@ export async function join(state: StateDir, config: AgentConfig, opts: JoinOptio
   };
   const fetchImpl = opts.fetch ?? ((i, init) => fetch(i, init));
   const res = await fetchImpl(`${url}/v1/agent/enroll`, {
+    ...NO_REDIRECTS,
     method: "POST",
     headers: { Authorization: `Bearer ${opts.token}`, "Content-Type": "application/json" },
     body: JSON.stringify(body),

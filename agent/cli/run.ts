@@ -21,11 +21,14 @@ import type { Logger } from "./log.ts";
 import { RebootCoordinator } from "./reboot.ts";
 import { WithSelf } from "./router.ts";
 import { endRun, startRun } from "./crash-backoff.ts";
+import { holdStateDir } from "./single-run.ts";
 import { checkSwapOnStart, EXIT_RESTART, SelfDriver, sweepSelfUpdateLeftovers } from "./self-update.ts";
 import { UnreadableStateFile, type Identity, type StateDir, type StatusFile } from "./state.ts";
 import { AGENT_VERSION } from "./version.ts";
 
 const EXIT_OK = 0;
+/** Another run holds the state directory: a failure, which systemd restarts (it runs once the other is gone). */
+const EXIT_HELD = 1;
 export const EXIT_CONFIG = 78;
 
 /** The machine's drivers (./drivers.ts makes the real ones: podman and tarballs, by the image's kind). */
@@ -67,7 +70,25 @@ export async function runAgent(o: RunOptions): Promise<number> {
     log.error(messageOf(err));
     return EXIT_CONFIG;
   }
+  // Before anything here reads or writes the directory (the sweep, the crash count, the swap).
+  // A trial is its parent's own question: it runs while the parent, which holds the directory,
+  // waits for its answer.
+  const hold = o.trial ? null : await holdStateDir(state.dir);
+  if (hold && !hold.held) {
+    log.error(
+      `another harbormaster-agent run${hold.holder !== null ? ` (pid ${hold.holder})` : ""} holds the state directory ${state.dir}; stopping, and leaving everything to it`,
+    );
+    return EXIT_HELD;
+  }
+  try {
+    return await runHolding(o, identity, bootId);
+  } finally {
+    await hold?.release();
+  }
+}
 
+async function runHolding(o: RunOptions, identity: Identity, bootId: string): Promise<number> {
+  const { config, state, log } = o;
   const stop = new AbortController();
   const onSignal = () => stop.abort();
   o.signal?.addEventListener("abort", onSignal, { once: true });
@@ -297,6 +318,7 @@ export async function runAgent(o: RunOptions): Promise<number> {
   const agent = new HostAgent({
     url: identity.url,
     token: identity.token,
+    serverId: identity.server_id,
     driver,
     bootId,
     transport: config.transport,

@@ -128,10 +128,17 @@ export class StateDir {
     const tmp = `${target}.tmp-${process.pid}`;
     const fd = openSync(tmp, "w", 0o600);
     try {
-      writeSync(fd, `${JSON.stringify(value, null, 2)}\n`);
-      if (durable) fsyncSync(fd);
-    } finally {
-      closeSync(fd);
+      try {
+        writeAll(fd, Buffer.from(`${JSON.stringify(value, null, 2)}\n`));
+        if (durable) fsyncSync(fd);
+      } finally {
+        closeSync(fd);
+      }
+    } catch (err) {
+      // A disk that filled up: the old file stays as it was, and the temporary does not hold on
+      // to the little room left until the next start sweeps it.
+      rmSync(tmp, { force: true });
+      throw err;
     }
     renameSync(tmp, target);
     if (!durable) return;
@@ -189,4 +196,13 @@ export class StateDir {
       );
     return parsed.data;
   }
+}
+
+/**
+ * Writes all of `bytes`: write(2) on a nearly full disk writes what fits and says so without
+ * failing (only the next call fails, ENOSPC), and writeSync() makes one call: the rest would be
+ * silently missing from a file then renamed over the good one.
+ */
+function writeAll(fd: number, bytes: Uint8Array) {
+  for (let at = 0; at < bytes.length;) at += writeSync(fd, bytes, at, bytes.length - at);
 }

@@ -1,8 +1,8 @@
 import { createHash, type Hash } from "node:crypto";
 import { createReadStream } from "node:fs";
-import { mkdir, open, readdir, rename, rm, stat } from "node:fs/promises";
+import { type FileHandle, mkdir, open, readdir, rename, rm, stat } from "node:fs/promises";
 import { join } from "node:path";
-import { ApiError, apiErrorOf, sleep, type FetchLike } from "../http.ts";
+import { ApiError, apiErrorOf, NO_REDIRECTS, sleep, type FetchLike } from "../http.ts";
 
 export interface BlobFetcherOptions {
   /** The control plane the blob paths are on (the agent's server URL). */
@@ -16,9 +16,19 @@ export interface BlobFetcherOptions {
   attempts?: number;
   /** A response that sends nothing for this long is dropped and resumed (default 30 s). */
   idleTimeoutMs?: number;
+  /**
+   * Nor may it send fewer bytes than this in any such period (default 16 KiB, half a KiB a
+   * second): one that trickles a byte now and then never goes idle and never ends, and would hold
+   * the pass (every other agent's install, update and restart behind it) for as long as it likes.
+   */
+  lowSpeedBytes?: number;
+  /** The most a download whose size the desired config does not give may bring (default 8 GiB). */
+  maxUnsizedBytes?: number;
   /** Pause before a resumed request, ms, doubled each time (default 500). */
   retryDelayMs?: number;
 }
+
+const MAX_UNSIZED_BYTES = 8 * 1024 ** 3;
 
 /** The bytes downloaded are not the ones the desired config names: nothing may use them. */
 export class DigestMismatchError extends Error {
@@ -100,6 +110,7 @@ export class BlobFetcher {
    */
   async fetch(blobPath: string, digest: string, size?: number, signal?: AbortSignal): Promise<string> {
     const hex = hexOf(digest);
+    this.urlOf(blobPath);
     await mkdir(this.opts.cacheDir, { recursive: true, mode: 0o700 });
     const final = this.pathOf(digest);
     const partial = `${final}.partial`;
@@ -155,6 +166,20 @@ export class BlobFetcher {
     return final;
   }
 
+  /**
+   * A blob path's URL on the control plane; throws for one that resolves elsewhere (`//host/…`,
+   * a full URL): the request carries the server's token, which only the server may see.
+   */
+  private urlOf(blobPath: string): URL {
+    const base = new URL(this.opts.baseUrl);
+    const url = new URL(blobPath, base);
+    if (url.origin !== base.origin)
+      throw new Error(
+        `the image's blob ${JSON.stringify(blobPath.slice(0, 200))} is not on the control plane (${base.origin}); nothing was downloaded`,
+      );
+    return url;
+  }
+
   /** One request, appending to `partial` from byte `state.have`, hashing what it writes. */
   private async request(
     blobPath: string,
@@ -163,7 +188,7 @@ export class BlobFetcher {
     size: number | undefined,
     signal?: AbortSignal,
   ) {
-    const url = new URL(blobPath, this.opts.baseUrl);
+    const url = this.urlOf(blobPath);
     const token = typeof this.opts.token === "function" ? this.opts.token() : this.opts.token;
     const headers: Record<string, string> = { Authorization: `Bearer ${token}` };
     if (state.have > 0) headers.Range = `bytes=${state.have}-`;
@@ -171,11 +196,24 @@ export class BlobFetcher {
     const onAbort = () => controller.abort(signal?.reason);
     if (signal?.aborted) controller.abort(signal.reason);
     signal?.addEventListener("abort", onAbort, { once: true });
+    const maxBytes = this.opts.maxUnsizedBytes ?? MAX_UNSIZED_BYTES;
     const idleMs = this.opts.idleTimeoutMs ?? 30_000;
-    const stall = () => controller.abort(new Error(`no data for ${idleMs} ms`));
-    let idle = setTimeout(stall, idleMs);
+    const lowSpeed = this.opts.lowSpeedBytes ?? 16 * 1024;
+    // Checked once a period, the headers' wait included: fewer bytes than the floor since the last look is a stall.
+    let inPeriod = 0;
+    const watch = setInterval(() => {
+      if (inPeriod < lowSpeed)
+        controller.abort(
+          new Error(
+            inPeriod === 0
+              ? `no data for ${idleMs} ms`
+              : `${inPeriod} bytes in ${idleMs} ms, under the floor of ${lowSpeed}`,
+          ),
+        );
+      inPeriod = 0;
+    }, idleMs);
     try {
-      const res = await this.fetchFn(url, { headers, signal: controller.signal });
+      const res = await this.fetchFn(url, { ...NO_REDIRECTS, headers, signal: controller.signal });
       if (res.status === 416) {
         await res.body?.cancel();
         throw new RestartError("the server refused the resumed range");
@@ -194,15 +232,24 @@ export class BlobFetcher {
       if (!res.body) throw new Error("the response has no body");
       const file = await open(partial, state.have > 0 ? "a" : "w", 0o600);
       try {
+        // What an earlier request wrote past the bytes it hashed (a write that failed half way,
+        // the disk full) is cut off: the file holds exactly the bytes the hash has seen.
+        if (state.have > 0) await file.truncate(state.have);
         for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
-          clearTimeout(idle);
-          idle = setTimeout(stall, idleMs);
+          inPeriod += chunk.length;
           if (size !== undefined && state.have + chunk.length > size) {
             throw new DigestMismatchError(
               `the download is larger than the image's ${size} bytes; it was deleted and nothing was installed`,
             );
           }
-          await file.write(chunk);
+          if (size === undefined && state.have + chunk.length > maxBytes) {
+            // No size to hold it to (the server sends one; something in its place may not): a
+            // body without end would otherwise fill the disk the host's other services share.
+            throw new DigestMismatchError(
+              `the download passed ${maxBytes} bytes and the desired config gives the image no size; it was deleted and nothing was installed`,
+            );
+          }
+          await writeAll(file, chunk);
           state.hash.update(chunk);
           state.have += chunk.length;
         }
@@ -211,10 +258,19 @@ export class BlobFetcher {
         await file.close();
       }
     } finally {
-      clearTimeout(idle);
+      clearInterval(watch);
       signal?.removeEventListener("abort", onAbort);
     }
   }
+}
+
+/**
+ * Writes all of `chunk`: one write(2) on a nearly full disk writes what fits and says so without
+ * failing, and FileHandle.write() makes one call: the download's last chunk would be hashed whole
+ * and kept short, and the file handed out as verified.
+ */
+async function writeAll(file: FileHandle, chunk: Uint8Array) {
+  for (let at = 0; at < chunk.length;) at += (await file.write(chunk, at, chunk.length - at)).bytesWritten;
 }
 
 interface Progress {

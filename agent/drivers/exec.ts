@@ -114,6 +114,21 @@ export function run(cmd: string, args: string[], opts: RunOptions): Promise<RunR
   });
 }
 
+/** A terminal's escape sequences (colours, cursor moves): a CSI, its parameters, its final byte. */
+const TERMINAL_ESCAPE = new RegExp(String.raw`\u001b\[[0-?]*[ -/]*[@-~]`, "g");
+/** Control characters but the line break and the tab; a carriage return goes with its line break. */
+const CONTROL = new RegExp(String.raw`[\u0000-\u0008\u000b-\u001f\u007f]`, "g");
+
+/**
+ * What a command (a hook, the engine, a container's log) printed, as text for an operator: it
+ * becomes a report's error (stored, shown in the console and by hm) and a log line (read on a
+ * terminal). Colours are dropped; NUL, bells, a lone escape and the like are shown as U+FFFD, as
+ * bytes that are not UTF-8 already are: what a program prints never drives the reader's terminal.
+ */
+export function printable(text: string): string {
+  return text.replace(TERMINAL_ESCAPE, "").replace(/\r\n/g, "\n").replace(CONTROL, "\ufffd");
+}
+
 /** One line of a command's outcome for an error message: how it ended and its output's tail. */
 export function describeFailure(what: string, r: RunResult, timeoutMs: number): string {
   const how = r.timedOut
@@ -121,6 +136,6 @@ export function describeFailure(what: string, r: RunResult, timeoutMs: number): 
     : r.code !== null
       ? `exited with code ${r.code}`
       : `was killed by ${r.signal}`;
-  const output = r.tail.trim();
+  const output = printable(r.tail).trim();
   return `${what} ${how}${output ? `: ${output}` : ""}`;
 }

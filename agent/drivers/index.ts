@@ -120,7 +120,7 @@ export interface HostDriverOptions {
   serverUrl: string | URL;
   /** The server's token (hms.…), or a function returning the current one. */
   token: string | (() => string);
-  /** The agent's state directory: downloads are cached in <stateDir>/cache/images. */
+  /** The agent's state directory: downloads are cached in <stateDir>/cache/images, loads noted in <stateDir>/cache/loads. */
   stateDir: string;
   /** "podman" (default) or "docker", or a path to either. */
   engine?: string;
@@ -163,6 +163,7 @@ export function hostDrivers(opts: HostDriverOptions): {
       scope: opts.scope,
       createArgs: opts.createArgs,
       stopTimeoutSec: opts.stopTimeoutSec,
+      loadsDir: join(opts.stateDir, "cache", "loads"),
     }),
     tarballs: new TarballDriver({ blobs, root: opts.root, hookTimeoutMs: opts.hookTimeoutMs }),
   };

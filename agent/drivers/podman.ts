@@ -1,9 +1,10 @@
-import { rm } from "node:fs/promises";
-import type { AgentSpec } from "../../src/model/server/schemas.ts";
+import { mkdir, readdir, readFile, rename, rm, writeFile } from "node:fs/promises";
+import { join } from "node:path";
+import type { AgentSpec, DesiredConfig } from "../../src/model/server/schemas.ts";
 import type { AgentDriver, ListedAgent, ReportedAgent } from "../driver.ts";
 import { sleep } from "../http.ts";
 import type { BlobFetcher } from "./download.ts";
-import { describeFailure, run, type RunResult } from "./exec.ts";
+import { describeFailure, printable, run, type RunResult } from "./exec.ts";
 import { AGENT_NAME, catalogImage, reportable } from "./spec.ts";
 
 export const LABEL = {
@@ -55,6 +56,13 @@ export interface PodmanDriverOptions {
   createArgs?: string[];
   /** The engine's environment (default: the agent's). */
   env?: NodeJS.ProcessEnv;
+  /**
+   * Where the driver notes each image it is about to load (under the agent's state directory),
+   * until a container holds it or it is removed: an agent killed between a `load` and the
+   * `create` that would use it leaves an image nothing names, which the next passes remove once
+   * the desired config no longer wants it. Without it, such an image stays in the store.
+   */
+  loadsDir?: string;
 }
 
 /** A container of one of our agents, as the engine lists it. */
@@ -255,7 +263,7 @@ export class PodmanDriver implements AgentDriver {
       const h = state.Health ?? state.Healthcheck ?? {};
       const last = Array.isArray(h.Log) ? h.Log[h.Log.length - 1] : undefined;
       const output =
-        String(last?.Output ?? "")
+        printable(String(last?.Output ?? ""))
           .trim()
           .slice(-2000) || (last ? `the check exited with code ${last.ExitCode}` : "");
       const status = h.Status === "healthy" || h.Status === "unhealthy" ? h.Status : "starting";
@@ -348,7 +356,7 @@ export class PodmanDriver implements AgentDriver {
     const c = (await this.containers()).find((x) => x.name === name);
     if (c?.state === "running") return;
     const logs = await this.cli(["logs", "--tail", "5", name], { allowFail: true });
-    const said = logs.code === 0 ? logs.tail.trim().slice(-500) : "";
+    const said = logs.code === 0 ? printable(logs.tail).trim().slice(-500) : "";
     throw new Error(
       `container ${name} did not stay up after its start: ${!c ? "it is gone" : c.state === "exited" ? `exited with code ${c.exitCode}` : c.status || c.state}${said ? `; its last output: ${said}` : ""}`,
     );
@@ -443,6 +451,7 @@ export class PodmanDriver implements AgentDriver {
         throw new Error(`cannot download image ${spec.image}: this agent has no image store configured`);
       const file = await this.opts.blobs.fetch(img.source.blob, img.digest, img.size);
       try {
+        await this.noteLoad(file, img.digest);
         const r = await this.cli(["load", "-i", file]);
         const loaded = /Loaded image(?:\(s\))?(?: ID)?:\s*(\S+?)(?:,|\s|$)/.exec(r.stdout + "\n" + r.stderr)?.[1];
         if (!loaded) throw new Error(`${this.engine} load did not say which image it loaded: ${r.tail.trim()}`);
@@ -465,6 +474,52 @@ export class PodmanDriver implements AgentDriver {
       labels: { ...meta.Labels, ...config.Labels },
       volumes: Object.keys(config.Volumes ?? {}).sort(),
     };
+  }
+
+  /**
+   * Notes the image an archive holds before it is loaded, when the store does not have it yet:
+   * its id is the digest of its config (what podman names an image by), read from the archive's
+   * OCI layout. An archive that does not say is loaded unnoted, as before.
+   */
+  private async noteLoad(file: string, digest: string) {
+    const dir = this.opts.loadsDir;
+    if (!dir) return;
+    const id = await archiveImageId(file).catch(() => null);
+    if (!id || (await this.cli(["image", "inspect", id], { allowFail: true })).code === 0) return;
+    await mkdir(dir, { recursive: true, mode: 0o700 });
+    const tmp = join(dir, `.${id}.tmp`);
+    await writeFile(tmp, JSON.stringify({ id, digest }), { mode: 0o600 });
+    await rename(tmp, join(dir, `${id}.json`));
+  }
+
+  /**
+   * Removes the images loaded for digests the desired config no longer names that no container
+   * holds (the engine refuses to remove one in use), and forgets a noted image once it is gone.
+   */
+  async beforePass(desired: DesiredConfig) {
+    const dir = this.opts.loadsDir;
+    if (!dir) return;
+    const wanted = new Set(desired.agents.map((a) => (a as { digest?: string }).digest));
+    for (const name of await readdir(dir).catch(() => [] as string[])) {
+      const path = join(dir, name);
+      if (!/^[0-9a-f]{64}\.json$/.test(name)) {
+        // A note a kill left half written.
+        if (/^\.[0-9a-f]{64}\.tmp$/.test(name)) await rm(path, { force: true });
+        continue;
+      }
+      const note = await readFile(path, "utf8")
+        .then((t) => JSON.parse(t) as { digest?: unknown })
+        .catch(() => ({ digest: undefined }));
+      if (typeof note.digest === "string" && wanted.has(note.digest)) continue;
+      const id = name.slice(0, 64);
+      try {
+        await this.cli(["rmi", id], { allowFail: true });
+        if ((await this.cli(["image", "inspect", id], { allowFail: true })).code !== 0) await rm(path, { force: true });
+      } catch {
+        // Best effort, never the pass's failure (no engine on this host now, say): the note waits
+        // for the next pass.
+      }
+    }
   }
 
   /** Creates an agent's container (not started), its volumes first. */
@@ -542,6 +597,24 @@ export function firstInspected(stdout: string, verb: string): Record<string, unk
   const v = engineJson(stdout.trim(), verb);
   if (!Array.isArray(v) || !isObject(v[0])) throw notEngineJson(verb, stdout.trim());
   return v[0];
+}
+
+/**
+ * The id the engine gives the image an OCI archive holds: its config's digest, found through the
+ * archive's index.json and the manifest it names. Null when the archive is not laid out so.
+ */
+async function archiveImageId(file: string): Promise<string | null> {
+  const member = async (path: string) => {
+    const r = await run("tar", ["-xOf", file, path], { timeoutMs: 60_000, maxStdout: 1024 * 1024 });
+    if (r.code !== 0) throw new Error(`no ${path} in the archive`);
+    return JSON.parse(r.stdout) as unknown;
+  };
+  const sha = (d: unknown) => (typeof d === "string" ? /^sha256:([0-9a-f]{64})$/.exec(d)?.[1] : undefined);
+  const index = (await member("index.json")) as { manifests?: { digest?: unknown }[] };
+  const manifest = sha(index.manifests?.length === 1 ? index.manifests[0].digest : undefined);
+  if (!manifest) return null;
+  const m = (await member(`blobs/sha256/${manifest}`)) as { config?: { digest?: unknown } };
+  return sha(m.config?.digest) ?? null;
 }
 
 /** A volume name's part for a path: /var/lib/x → var-lib-x. */

@@ -111,6 +111,8 @@ export class TarballDriver implements AgentDriver {
     const r = await run(file, [], {
       timeoutMs,
       cwd: dir,
+      // A hook is judged by its exit status and reported by its output's tail: none of the rest is kept.
+      maxStdout: 0,
       maxTail: this.opts.outputBytes ?? 3000,
       env: {
         ...process.env,

@@ -205,3 +205,31 @@ describe("a FleetLock server that takes the call and never answers", () => {
     }
   });
 });
+
+describe("a FleetLock server that answers with a redirect to another origin", () => {
+  it("is refused: no slot taken from whoever answers there, no reboot, and no slot taken as released", async () => {
+    // Grants everything to anyone (it never saw the lock's URL, its key, or the group's state).
+    const other = await scriptedServer((req, res) => json(res, 200, {}));
+    const redirecting = await scriptedServer((req, res) => {
+      res.writeHead(307, { location: `${other.url}${req.url}` });
+      res.end();
+    });
+    const t = setup("boot-1", { fleetlockUrl: `${redirecting.url}/fleetlock/prod/KEY/` });
+    try {
+      writeFileSync(t.marker, "*** System restart required ***\n");
+      await t.coordinator.tick();
+      expect(t.ran).toEqual([]);
+      expect(t.lines.join("\n")).toMatch(/slot refused.*kind=redirected/);
+
+      // After a reboot (taken with a slot before the redirect appeared): not released by a stranger's 200.
+      t.state.write("reboot.json", { phase: "granted", boot_id: "boot-1", since: new Date().toISOString() });
+      const after = t.make("boot-2");
+      await after.onReported(accepted("realized"));
+      expect(existsSync(join(t.host.stateDir, "reboot.json"))).toBe(true);
+      expect(other.requests).toEqual([]);
+    } finally {
+      await redirecting.close();
+      await other.close();
+    }
+  });
+});

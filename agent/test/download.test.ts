@@ -102,6 +102,35 @@ describe("BlobFetcher", () => {
     expect(await readdir(join(cache, "blobs"))).toEqual([]);
   });
 
+  it("refuses a download without a size once it passes its bound, instead of filling the disk", async () => {
+    const endless = createServer((req, res) => {
+      res.writeHead(200);
+      const block = Buffer.alloc(64 * 1024, 1);
+      const more = () => {
+        while (res.write(block));
+        res.once("drain", more);
+      };
+      more();
+    });
+    await new Promise<void>((r) => endless.listen(0, "127.0.0.1", r));
+    try {
+      const f = await fetcher({
+        baseUrl: `http://127.0.0.1:${(endless.address() as AddressInfo).port}`,
+        maxUnsizedBytes: 1024 * 1024,
+      });
+      const err = await Promise.race([
+        f.fetch("/v1/agent/images/x/blob", `sha256:${"1".repeat(64)}`).catch((e: unknown) => e),
+        new Promise((r) => setTimeout(() => r("still downloading after 5 s"), 5_000)),
+      ]);
+      expect(err).toBeInstanceOf(DigestMismatchError);
+      expect(String(err)).toMatch(/passed 1048576 bytes .* no size/);
+      expect(await readdir(join(cache, "blobs"))).toEqual([]);
+    } finally {
+      endless.closeAllConnections();
+      await new Promise<void>((r) => endless.close(() => r()));
+    }
+  });
+
   it("does not retry a refusal: a 404 is the server's answer, with its error code", async () => {
     const f = await fetcher();
     const err = await f.fetch(`/v1/agent/images/nope/blob`, `sha256:${"0".repeat(64)}`).catch((e) => e);
@@ -161,6 +190,54 @@ describe("BlobFetcher against a server that stalls", () => {
       expect(ranges[0]).toBeNull();
       expect(ranges[1]).toMatch(/^bytes=[1-9]\d*-$/);
     } finally {
+      server.closeAllConnections();
+      await new Promise<void>((r) => server.close(() => r()));
+      await rm(cache, { recursive: true, force: true });
+    }
+  });
+  it("drops a response that trickles a byte now and then as it drops a silent one, and resumes it", async () => {
+    const bytes = randomBytes(200_000);
+    const digest = `sha256:${createHash("sha256").update(bytes).digest("hex")}`;
+    const ranges: (string | null)[] = [];
+    const drips: NodeJS.Timeout[] = [];
+    const server = createServer((req, res) => {
+      ranges.push(req.headers.range ?? null);
+      if (!req.headers.range) {
+        // A byte every 20 ms: never idle for the bound, and never done (5 days for this blob).
+        res.writeHead(200, { "Content-Length": bytes.length });
+        let at = 0;
+        drips.push(setInterval(() => res.write(bytes.subarray(at, ++at)), 20));
+        return;
+      }
+      const from = Number(/^bytes=(\d+)-$/.exec(req.headers.range)![1]);
+      res.writeHead(206, {
+        "Content-Range": `bytes ${from}-${bytes.length - 1}/${bytes.length}`,
+        "Content-Length": bytes.length - from,
+      });
+      res.end(bytes.subarray(from));
+    });
+    await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+    const cache = await tempDir("hm-cache-");
+    try {
+      const f = new BlobFetcher({
+        baseUrl: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+        token: "hms.t",
+        cacheDir: join(cache, "blobs"),
+        idleTimeoutMs: 300,
+        lowSpeedBytes: 4096,
+        retryDelayMs: 10,
+      });
+      const t0 = Date.now();
+      const path = await Promise.race([
+        f.fetch("/v1/agent/images/x/blob", digest, bytes.length),
+        new Promise<never>((_, no) => setTimeout(() => no(new Error("still downloading after 5 s")), 5_000)),
+      ]);
+      expect(Date.now() - t0).toBeLessThan(5_000);
+      expect((await readFile(path)).equals(bytes)).toBe(true);
+      expect(ranges[0]).toBeNull();
+      expect(ranges[1]).toMatch(/^bytes=[1-9]\d*-$/);
+    } finally {
+      for (const d of drips) clearInterval(d);
       server.closeAllConnections();
       await new Promise<void>((r) => server.close(() => r()));
       await rm(cache, { recursive: true, force: true });

@@ -94,6 +94,35 @@ describe("an engine whose commands hang", () => {
     expect(alive(leftover!)).toBe(false);
   });
 
+  it("lists a container whose health check never returns as failed, saying so, within the check's bound", async () => {
+    const fake = await fakeEngine("healthcheck");
+    writeFileSync(
+      join(fake.dir, "ps.json"),
+      JSON.stringify([
+        {
+          Id: "c1",
+          Names: ["hm-web"],
+          Labels: { "io.harbormaster.agent": "web", "io.harbormaster.version": "1" },
+          State: "running",
+          Status: "Up 5 minutes (healthy)",
+        },
+      ]),
+    );
+    const driver = new PodmanDriver({ engine: fake.engine, env: fake.env, healthTimeoutMs: 500 });
+    const t0 = Date.now();
+    const listed = await driver.list();
+    expect(Date.now() - t0).toBeLessThan(5_000);
+    expect(listed).toEqual([
+      expect.objectContaining({
+        name: "web",
+        state: "failed",
+        reason: "container hm-web is unhealthy: the healthcheck timed out after 1 s",
+      }),
+    ]);
+    leftover = fake.hungPid();
+    expect(alive(leftover!)).toBe(false);
+  });
+
   it("still reports when the listing hangs: what it last saw, each agent flagged with the engine's failure", async () => {
     const fake = await fakeEngine("none");
     // The engine lists one running container of agent a.

@@ -9,6 +9,7 @@ import { createServer as createHttpServer, type Server as HttpServer } from "nod
 import type { AddressInfo } from "node:net";
 import { afterEach, describe, expect, it } from "vitest";
 import { CHANNEL_VERSION } from "../../src/domain/channel.ts";
+import { MAX_AGENTS } from "../../src/domain/limits.ts";
 import { HostAgent, type AgentEvent, type AgentExit } from "../agent.ts";
 import { ChannelConnection, webSocketConnector, type ChannelConnector, type ChannelSocket } from "../channel.ts";
 import { MESSAGE_TOO_BIG, wsConnector } from "../channel-ws.ts";
@@ -124,6 +125,68 @@ describe("a channel that sends what the protocol does not allow", () => {
   });
 });
 
+describe("a channel that sends messages of a type this agent does not know", () => {
+  it("leaves them alone (a newer server's), however many, and acts on the next it knows", async () => {
+    const unknown = Array.from({ length: 3 * MAX_INVALID_IN_A_ROW }, (_, i) => ({
+      type: "rollout-hint",
+      v: CHANNEL_VERSION,
+      n: i,
+    }));
+    const ch = fakeChannel([...unknown, { type: "desired", v: CHANNEL_VERSION, config: goodConfig(6) }]);
+    const loop = runLoop({ connect: ch.connect });
+    closers.push(loop.stop);
+    await until("the valid config's report", () => ch.reports.some((r) => r.generation === 6));
+    expect(loop.events.filter((e) => e.type === "error")).toEqual([]);
+    expect(loop.events.some((e) => e.type === "channel" && e.state === "closed")).toBe(false);
+  });
+});
+
+describe("a desired config for another server", () => {
+  it("over the channel, is refused as a message the protocol does not allow, never run", async () => {
+    const ch = fakeChannel([
+      { type: "desired", v: CHANNEL_VERSION, config: { ...goodConfig(7), server_id: "srv-2" } },
+      {
+        type: "lifecycle",
+        v: CHANNEL_VERSION,
+        config: { ...goodConfig(8), server_id: "srv-2", lifecycle: "uninstall" },
+      },
+      { type: "desired", v: CHANNEL_VERSION, config: goodConfig(5) },
+    ]);
+    const loop = runLoop({ connect: ch.connect, serverId: "srv-1" });
+    closers.push(loop.stop);
+    await until("the valid config's report", () => ch.reports.some((r) => r.generation === 5));
+    expect(ch.reports.map((r) => r.generation)).toEqual([5]);
+    const refused = loop.events.filter((e) => e.type === "error").map((e) => String((e as { error: Error }).error));
+    expect(refused).toEqual([
+      expect.stringMatching(/server "srv-2"'s, not this host's \(srv-1\); it was not acted on/),
+      expect.stringMatching(/server "srv-2"'s, not this host's \(srv-1\); it was not acted on/),
+    ]);
+    loop.stop();
+    expect(await loop.exit).toEqual({ reason: "aborted" });
+  });
+
+  it("over HTTP (a cache that answers every host the same), is refused and polled again with backoff", async () => {
+    const cp = await httpControlPlane((n) =>
+      n < 2
+        ? { status: 200, body: JSON.stringify({ ...goodConfig(9), server_id: "srv-2" }) }
+        : { status: 200, body: JSON.stringify(goodConfig(4)) },
+    );
+    const loop = runLoop({
+      url: cp.url,
+      transport: "http",
+      serverId: "srv-1",
+      minPollIntervalMs: 1,
+      backoff: { baseMs: 10, capMs: 20 },
+    });
+    closers.push(loop.stop);
+    await until("the valid config's report", () => cp.reports.some((r) => r.generation === 4));
+    expect(cp.reports.map((r) => r.generation)).toEqual([4]);
+    const errors = loop.events.filter((e) => e.type === "error") as { error: Error; attempt: number }[];
+    expect(errors.map((e) => e.attempt)).toEqual([1, 2]);
+    expect(String(errors[0].error)).toMatch(/not this host's/);
+  });
+});
+
 describe("a channel that sends nothing but garbage", () => {
   it("is given up after a few malformed messages in a row, not read (and logged) for ever", async () => {
     const garbage = Array.from({ length: 5_000 }, (_, i) => `{garbage ${i}`);
@@ -223,6 +286,29 @@ describe("a desired config over HTTP that is not one", () => {
     await until("the valid config's report", () => cp.reports.some((r) => r.generation === 4), 10_000);
     const err = loop.events.find((e) => e.type === "error") as { error: Error } | undefined;
     expect(err?.error.message).toMatch(/larger than/);
+  });
+});
+
+describe("a desired config with more agents than a server may be given", () => {
+  it("is refused whole (no agent of it installed), and polled again", async () => {
+    const many = Array.from({ length: MAX_AGENTS + 1 }, (_, i) => ({
+      name: `a${i}`,
+      image: "img",
+      version: "1",
+      instance_id: `i-${i}`,
+    }));
+    const cp = await httpControlPlane((n) =>
+      n === 0
+        ? { status: 200, body: JSON.stringify({ ...goodConfig(3), agents: many }) }
+        : { status: 200, body: JSON.stringify(goodConfig(4)) },
+    );
+    const loop = runLoop({ url: cp.url, transport: "http", minPollIntervalMs: 1, backoff: { baseMs: 10, capMs: 20 } });
+    closers.push(loop.stop);
+    await until("the valid config's report", () => cp.reports.some((r) => r.generation === 4));
+    expect(cp.reports.map((r) => r.generation)).toEqual([4]);
+    expect(loop.driver.operations).toBe(1);
+    const err = loop.events.find((e) => e.type === "error") as { error: Error } | undefined;
+    expect(err?.error.message).toMatch(/agents: .*500/);
   });
 });
 

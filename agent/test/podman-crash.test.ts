@@ -45,7 +45,8 @@ describe("an agent killed between two engine commands (real podman)", () => {
     dir = await tempDir("hm-podman-crash-");
     ({ blobs } = await buildImageSet(scope, server, {
       crashy: {
-        cmd: ["/bin/sh", "-c", "echo cannot read /data/app.conf; sleep 0.1; exit 3"],
+        // Its last words in colour, as many programs print them: the report gets the words.
+        cmd: ["/bin/sh", "-c", "printf '\\033[31mcannot read /data/app.conf\\033[0m\\n'; sleep 0.1; exit 3"],
         volumes: ["/data"],
       },
     }));
@@ -71,6 +72,8 @@ describe("an agent killed between two engine commands (real podman)", () => {
       stopTimeoutSec: 2,
       settleMs: 300,
       readyTimeoutMs: 5_000,
+      // Shared by every driver of the file: the restarted agent reads what the killed one noted.
+      loadsDir: join(dir, "loads"),
       blobs: new BlobFetcher({
         baseUrl: server.url,
         token: server.token,
@@ -164,6 +167,19 @@ describe("an agent killed between two engine commands (real podman)", () => {
     },
   );
 
+  it("an install killed after its load, under a config that then drops the agent, leaves no image behind", async () => {
+    const before = await imageIds();
+    const v1 = storedSpec("app", "1", blobs.v1);
+    await killedAt(desired([v1]), { verb: "create", nth: 1 });
+    // Loaded, and no container made from it yet: nothing names the image but the load.
+    const loaded = (await imageIds()).filter((id) => !before.includes(id));
+    expect(loaded.length).toBeGreaterThan(0);
+    const o = await converge(desired([]));
+    expect(o.errors).toEqual([]);
+    expect(await containers()).toEqual([]);
+    expect((await imageIds()).filter((id) => loaded.includes(id))).toEqual([]);
+  });
+
   it("a container that exits right after its start is reported failed with its last words, never running", async () => {
     const crashy = storedSpec("crashy", "1", blobs.crashy);
     const o = await reconcile(desired([crashy]), driverFor());
@@ -173,7 +189,7 @@ describe("an agent killed between two engine commands (real podman)", () => {
         agent: "crashy",
         op: "install",
         message: expect.stringMatching(
-          /did not stay up after its start: exited with code 3.*cannot read \/data\/app\.conf/,
+          /did not stay up after its start: exited with code 3; its last output: cannot read \/data\/app\.conf$/,
         ),
       },
     ]);

@@ -170,39 +170,26 @@ describe("an agent restarted late in a long pass", () => {
     const d = new Probe();
     let now = 1_000_000;
     const memory = new PassMemory({ policy: { baseMs: 30_000, capMs: 120_000, stableMs: 600_000 }, now: () => now });
-    // The pass first updates another agent, which takes 11 minutes (a big image's load).
-    d.update = async (c, spec) => {
-      now += 660_000;
-      await MemoryDriver.prototype.update.call(d, c, spec);
+    const want = desired([
+      { name: "big", version: "1" },
+      { name: "a", version: "1" },
+    ]);
+    await reconcile(want, d, memory);
+    // The pass first restarts another agent, which takes 11 minutes (a slow engine, a long settle).
+    d.start = async (c) => {
+      if (c.name === "big") now += 660_000;
+      await MemoryDriver.prototype.start.call(d, c);
     };
-    const crash = () => (d.installed.get("a")!.state = "failed");
-    await reconcile(
-      desired([
-        { name: "big", version: "1" },
-        { name: "a", version: "1" },
-      ]),
-      d,
-      memory,
-    );
-    crash();
-    await reconcile(
-      desired([
-        { name: "big", version: "2" },
-        { name: "a", version: "1" },
-      ]),
-      d,
-      memory,
-    );
+    const crash = (name: string) => (d.installed.get(name)!.state = "failed");
+    crash("big");
+    crash("a");
+    await reconcile(want, d, memory);
     expect(d.installed.get("a")!.state).toBe("running");
     // Seen running a second after its restart: not yet stable, so down again it waits its turn.
     now += 1_000;
-    const want = desired([
-      { name: "big", version: "2" },
-      { name: "a", version: "1" },
-    ]);
     expect((await reconcile(want, d, memory)).errors).toEqual([]);
     now += 1_000;
-    crash();
+    crash("a");
     const again = await reconcile(want, d, memory);
     expect(again.errors.map((e) => e.message)).toEqual([
       expect.stringMatching(/^down again after 1 restart; the next in 28 s/),
@@ -272,5 +259,47 @@ describe("a host agent whose machine cannot be asked what it runs", () => {
     await expect(pass()).rejects.toThrow(/nothing reported: the machine never said what it runs/);
     expect(sent).toEqual([]);
     expect(s.due).toBe(true);
+  });
+});
+
+describe("a pass whose install waits on an outsider (a registry, a blob server)", () => {
+  it("restarts the agents found down and removes the unwanted ones first: they do not wait behind it", async () => {
+    let release!: () => void;
+    const held = new Promise<void>((r) => (release = r));
+    class Stuck extends MemoryDriver {
+      override async install(spec: Parameters<MemoryDriver["install"]>[0]) {
+        if (spec.name === "a") await held;
+        await super.install(spec);
+      }
+    }
+    const d = new Stuck();
+    await reconcile(
+      desired([
+        { name: "b", version: "1" },
+        { name: "c", version: "1" },
+      ]),
+      d,
+    );
+    d.installed.get("b")!.state = "stopped";
+    // "a" sorts first, as the server orders agents: its install comes before b's restart in the list.
+    const pass = reconcile(
+      desired([
+        { name: "a", version: "1" },
+        { name: "b", version: "1" },
+      ]),
+      d,
+    );
+    const deadline = Date.now() + 2_000;
+    while ((d.installed.get("b")?.state !== "running" || d.installed.has("c")) && Date.now() < deadline)
+      await new Promise((r) => setTimeout(r, 10));
+    const during = { b: d.installed.get("b")?.state, c: d.installed.has("c") };
+    release();
+    const out = await pass;
+    expect(during).toEqual({ b: "running", c: false });
+    expect(out.agents.map((a) => [a.name, a.state]).sort()).toEqual([
+      ["a", "running"],
+      ["b", "running"],
+    ]);
+    expect(out.errors).toEqual([]);
   });
 });

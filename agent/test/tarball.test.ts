@@ -284,4 +284,39 @@ describe("TarballDriver (real hook processes)", () => {
     expect((await driver.list()).map((a) => a.name)).toEqual(["sticky"]);
     await writeFile(join(agentDir("sticky"), "1", "bin", "remove"), "#!/bin/sh\nexit 0\n");
   });
+
+  it("reports a health hook that prints 50 MB, bytes that are not text and terminal escapes by its last words, as text", async () => {
+    const noisy = await tarball("noisy", "1", {
+      health: true,
+      hooks: {
+        "bin/health":
+          "#!/bin/sh\nhead -c 52428800 /dev/zero | tr '\\0' 'x'\nprintf '\\n\\377\\376 \\033[31mdisk\\033[0m full\\000\\007\\r\\n' >&2\nexit 1\n",
+      },
+    });
+    const spec = storedSpec("noisy", "1", noisy, "tarball");
+    await driver.install(spec);
+    const outcome = await reconcile({ server_id: "s", generation: 1, lifecycle: "run", agents: [spec] }, driver);
+    expect(outcome.agents).toEqual([expect.objectContaining({ name: "noisy", state: "failed" })]);
+    const [error] = outcome.errors;
+    expect(error.message).toMatch(/^noisy 1: health hook exited with code 1: x+\n\ufffd\ufffd disk full\ufffd\ufffd$/);
+    expect(error.message.length).toBeLessThanOrEqual(4096);
+  });
+
+  it("installs once the start hook exits, though a child it left keeps the hook's output open", async () => {
+    const spec = storedSpec(
+      "daemon",
+      "1",
+      await tarball("daemon", "1", {
+        hooks: {
+          // The daemon inherits stdout and stderr, and escapes the hook's process group.
+          "bin/start": '#!/bin/sh\nsetsid sleep 1000 &\necho $! > "$HM_DATA_DIR/pid"\necho started\n',
+        },
+      }),
+      "tarball",
+    );
+    const started = Date.now();
+    await driver.install(spec);
+    expect(Date.now() - started).toBeLessThan(4_000);
+    expect((await driver.list()).map((a) => [a.name, a.state])).toEqual([["daemon", "running"]]);
+  });
 });

@@ -7,8 +7,8 @@ import { digestsEqual, sha256Hex } from "../lib/crypto";
 import { liveTokenOf } from "./store";
 import { TOKEN_PROTOCOL_PREFIX } from "../domain/channel";
 import { parseToken, scopeRank, type Scope } from "./tokens";
-import { ACCESS_HEADER, accessConfig, verifyAccessJwt } from "../sso/access";
-import { grantFor } from "../sso/service";
+import { ACCESS_HEADER, accessConfig, verifyAccessJwt } from "./access";
+import { grantFor } from "./sso-grant";
 
 /** Answered with `WWW-Authenticate` (the edge adds it to every `unauthorized`). */
 const unauthorized = (message = "a valid bearer token is required") => new DomainError("unauthorized", message);
@@ -97,7 +97,7 @@ export const hasScope = (principal: Principal, scope: Scope) =>
 /**
  * A request through Cloudflare Access without a bearer token: the user its verified JWT names, with
  * the scope and fleets the SSO mappings give them (none: refused). Checked on every request, so
- * a mapping removed takes effect at once; the keys are cached (src/sso/access.ts).
+ * a mapping removed takes effect at once; the keys are cached (./access.ts).
  */
 async function accessPrincipal(env: AppEnv["Bindings"], jwt: string): Promise<OperatorPrincipal> {
   const config = accessConfig(env);

@@ -1,6 +1,6 @@
 import { z } from "@hono/zod-openapi";
 import { OPERATOR_SCOPES, TOKEN_KINDS, TOKEN_SCOPES } from "../domain/enums";
-import { fleetId } from "../fleets/schemas";
+import { fleetId } from "../model/fleet";
 
 /** The most fleets one token may name: a longer list is a "*" token in disguise, or a mistake. */
 const MAX_TOKEN_FLEETS = 100;

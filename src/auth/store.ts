@@ -1,7 +1,8 @@
-import { and, asc, eq, gt, inArray, isNull, sql, type SQL } from "drizzle-orm";
+import { and, asc, eq, gt, inArray, isNull, or, sql, type SQL } from "drizzle-orm";
 import type { Db } from "../db/client";
-import { servers, tokens } from "../db/schema";
+import { fleetSsoMappings, servers, ssoMappings, tokens } from "../db/schema";
 import type { TokenKind } from "../domain/enums";
+import { MAX_SSO_MAPPINGS } from "../domain/limits";
 import { BOOTSTRAP_ID } from "../domain/principal";
 
 export type TokenRow = typeof tokens.$inferSelect;
@@ -78,3 +79,30 @@ export async function tokenActorNames(db: Db, actors: string[]): Promise<Map<str
   for (const r of rows) out.set(TOKEN + r.id, r.name);
   return out;
 }
+
+/** The SSO mappings (src/sso/ manages them), as every sign-in reads them. */
+export const allMappings = (db: Db) =>
+  db.select().from(ssoMappings).orderBy(asc(ssoMappings.kind), asc(ssoMappings.value)).limit(MAX_SSO_MAPPINGS);
+
+/**
+ * Every mapping that could name the identity: all of D1's (at most MAX_SSO_MAPPINGS) and the fleet
+ * specs' rows naming its email or one of its groups (by the (kind, value) index), in one batch.
+ */
+export async function mappingsFor(db: Db, who: { email: string | null; groups: readonly string[] }) {
+  const names = or(
+    who.email === null ? undefined : and(eq(fleetSsoMappings.kind, "email"), eq(fleetSsoMappings.value, who.email)),
+    // Groups as one JSON parameter: a user may be in more groups than D1 binds parameters.
+    and(
+      eq(fleetSsoMappings.kind, "group"),
+      inArray(fleetSsoMappings.value, sql`(SELECT value FROM json_each(${JSON.stringify(who.groups)}))`),
+    ),
+  );
+  const [all, ofFleets] = await db.batch([
+    allMappings(db),
+    db.select().from(fleetSsoMappings).where(names).limit(MAX_FLEET_ROWS_READ),
+  ]);
+  return { all, ofFleets };
+}
+
+/** More spec rows naming one user than this is a directory pasted into specs; the rest are not read. */
+const MAX_FLEET_ROWS_READ = 1000;

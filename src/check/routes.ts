@@ -1,6 +1,6 @@
 import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
 import { requireScope } from "../auth/principal";
-import { fleetId } from "../fleets/schemas";
+import { fleetId } from "../model/fleet";
 import { bearer, commonErrors, serverNameErrors, jsonBody, jsonResponse } from "../http/openapi";
 import { cursorParam, decodeCursor, limitParam, page } from "../http/paging";
 import type { AppEnv } from "../http/types";

@@ -1,7 +1,7 @@
 import { z } from "@hono/zod-openapi";
 import { ERROR_CODES } from "../domain/errors";
 import { DEFAULT_PAGE_SIZE, MAX_CURSOR_LENGTH, MAX_PAGE_SIZE } from "../domain/limits";
-import { fleetId } from "../fleets/schemas";
+import { fleetId } from "../model/fleet";
 import { agentName } from "../model/server/schemas";
 import { serverRef } from "../servers/schemas";
 import { BlockedByListSchema } from "../model/blocked-by";

@@ -11,8 +11,9 @@ import { DomainError } from "../domain/errors";
 import type { Env } from "../env";
 import { signInMinted } from "./session";
 import { consoleStatusOf, type ErrorStatus } from "./statuses";
-import { ACCESS_COOKIE, ACCESS_HEADER, accessConfig, verifyAccessJwt } from "../sso/access";
-import { grantFor, mintSession } from "../sso/service";
+import { ACCESS_COOKIE, ACCESS_HEADER, accessConfig, verifyAccessJwt } from "../auth/access";
+import { grantFor } from "../auth/sso-grant";
+import { mintSession } from "../sso/service";
 
 export type AccessSignIn = { started: true } | { started: false; status: ErrorStatus; message: string } | null;
 

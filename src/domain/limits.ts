@@ -106,3 +106,6 @@ export const MAX_LABEL_KEY_LENGTH = 63;
 export const MAX_LABEL_VALUE_LENGTH = 63;
 /** `label=` terms one list query may AND together. */
 export const MAX_LABEL_FILTERS = 16;
+
+/** More mappings than this is a directory copied in, not a mapping: every sign-in reads them all. */
+export const MAX_SSO_MAPPINGS = 500;

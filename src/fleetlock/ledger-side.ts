@@ -33,7 +33,8 @@ import { computeStatus } from "../model/server/status";
 import type { Effect } from "../objects/kit/outbox";
 import type { Db } from "../db/client";
 import { fleets } from "../db/schema";
-import { eq, sql } from "drizzle-orm";
+import { eq, getTableName } from "drizzle-orm";
+import type { BoundReturning } from "../db/bound";
 import { coordinatorOf, lane } from "../objects/stubs";
 import { healthClass } from "./gates";
 
@@ -242,9 +243,12 @@ export const driftWatchRead = (db: Db, fleetId: string) =>
  * The same read as columns a statement on the server's row returns (RETURNING): the projection's
  * batch carries it on the server row's write when it has one, a statement less than the read.
  */
-export const driftWatchReturning = (fleetId: string) => ({
-  watch: sql<number | null>`(SELECT ${fleets.healthWatch} FROM ${fleets} WHERE ${fleets.id} = ${fleetId})`,
+export const driftWatchReturning = (fleetId: string): BoundReturning => ({
+  name: "watch",
+  text: WATCH_READ,
+  values: [fleetId],
 });
+const WATCH_READ = `SELECT "${fleets.healthWatch.name}" FROM "${getTableName(fleets)}" WHERE "${getTableName(fleets)}"."${fleets.id.name}" = ?`;
 
 /** The read's answer: watched unless D1 says 0 (a deleted fleet's ledger sends, and is refused as before). */
 export const watchedIn = (rows: unknown) => !(Array.isArray(rows) && rows.length === 1 && rows[0]?.watch === 0);

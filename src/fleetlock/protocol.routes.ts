@@ -1,7 +1,7 @@
 import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
 import type { Context } from "hono";
 import { bodyLimit } from "hono/body-limit";
-import { FLEET_ID } from "../fleets/schemas";
+import { FLEET_ID } from "../model/fleet";
 import { bodyClaimProblem } from "../http/content";
 import { logError } from "../http/log";
 import type { AppEnv } from "../http/types";

@@ -16,7 +16,8 @@ import { cursorParam, decodeCursor, limitParam, page } from "../http/paging";
 import type { AppEnv } from "../http/types";
 import { backgroundOf } from "../http/background";
 import { validationHook } from "../http/validation";
-import { Fleet, FleetInput, FleetPatch, fleetId } from "./schemas";
+import { fleetId } from "../model/fleet";
+import { Fleet, FleetInput, FleetPatch } from "./schemas";
 import { createFleet, deleteFleet, fleetById, searchFleets, updateFleet } from "./service";
 import { fleetView } from "./store";
 

@@ -3,11 +3,10 @@ import { IMAGE_POLICIES } from "../domain/images";
 import { MAX_CAPABILITIES, MAX_FLEETLOCK_ID_LENGTH, MAX_GROUP_NAME_LENGTH, MAX_GROUP_SLOTS } from "../domain/limits";
 import { labelKey } from "../model/server/labels";
 import { userKeyed } from "../lib/user-keys";
+import { fleetId } from "../model/fleet";
 
-export const FLEET_ID = /^[a-z0-9][a-z0-9-]{0,62}$/;
 const GROUP_NAME = /^[a-zA-Z0-9.-]+$/;
 
-export const fleetId = z.string().regex(FLEET_ID, "fleet ids are 1-63 chars of a-z, 0-9 and '-'");
 /** The `{fleet}` of every /v1/fleets/{fleet}/… path; a route's other parameters extend it. */
 export const fleetParam = z.object({ fleet: fleetId });
 export const CAPABILITY_NAME = /^[a-z][a-z0-9_]{0,62}$/;

@@ -1,5 +1,5 @@
 import { inVisibleFleets } from "../db/access";
-import { and, asc, count, eq, gt, inArray, ne, sql } from "drizzle-orm";
+import { and, asc, count, eq, gt, inArray, ne, notInArray, sql, type SQL } from "drizzle-orm";
 import type { Db } from "../db/client";
 import {
   agentChannelHistory,
@@ -107,6 +107,21 @@ export async function liveServersOf(db: Db, fleet: string, named: number) {
   return { byState, named: first };
 }
 
+/** One page of the fleet's servers that can still be asked anything (not removed or being removed). */
+export const liveServerIdsOfFleet = (db: Db, fleet: string, after: string | null, limit: number) =>
+  db
+    .select({ id: servers.id })
+    .from(servers)
+    .where(
+      and(
+        eq(servers.fleetId, fleet),
+        notInArray(servers.state, ["removed", "decommissioning"]),
+        after ? gt(servers.id, after) : undefined,
+      ),
+    )
+    .orderBy(asc(servers.id))
+    .limit(limit + 1);
+
 /** Checked at commit by a fleet's deletion: a server registered since its count rolls it back. */
 /** The fleet's row is still there: an intent write that read the fleet before its deletion must not land after it. */
 export const fleetExists = (fleet: string) => sql`EXISTS (SELECT 1 FROM ${fleets} WHERE id = ${fleet})`;
@@ -135,4 +150,25 @@ export function fleetWipe(db: Db, fleet: string) {
     // Settings and spec groups owed to a coordinator that is about to be wiped are moot.
     db.delete(fleetTasks).where(and(eq(fleetTasks.fleetId, fleet), ne(fleetTasks.kind, "wipe"))),
   ] as const;
+}
+
+/**
+ * The statement that moves the fleet's intent revision from `expected` to `expected + 1`. It goes
+ * in the batch of every change of a plan input: if another change committed since `expected` was
+ * read, the NOT NULL fails and the whole batch rolls back (the caller re-reads and retries), so
+ * changes of one fleet's intent apply one after another, each on the state it checked.
+ */
+export const bumpIntentRev = (db: Db, fleet: string, expected: number, guard?: SQL) =>
+  db
+    .insert(fleetIntent)
+    .values({
+      fleetId: fleet,
+      rev: sql`CASE WHEN coalesce((SELECT rev FROM ${fleetIntent} WHERE fleet_id = ${fleet}), 0) = ${expected}
+        ${guard ? sql`AND (${guard})` : sql``} THEN ${expected + 1} ELSE NULL END`,
+    })
+    .onConflictDoUpdate({ target: fleetIntent.fleetId, set: { rev: sql`excluded.rev` } });
+
+export function isIntentConflict(err: unknown) {
+  const text = err instanceof Error ? `${err.message} ${(err as { cause?: Error }).cause?.message ?? ""}` : String(err);
+  return /NOT NULL constraint failed: fleet_intent\.rev/i.test(text);
 }

@@ -2,13 +2,13 @@ import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
 import { requireScope } from "../auth/principal";
 import { actorOf } from "../domain/principal";
 import { fleetParam } from "../fleets/schemas";
+import { refreshFleet } from "../fleets/service";
 import { backgroundOf } from "../http/background";
 import { bearer, commonErrors, jsonBody, jsonResponse, notFoundError, unprocessableError } from "../http/openapi";
 import { cursorParam, decodeCursor, decodeIdCursor, limitParam, page } from "../http/paging";
 import type { AppEnv } from "../http/types";
 import { validationHook } from "../http/validation";
 import { iso } from "../lib/time";
-import { refreshFleet } from "../servers/service";
 import { channelsOfFleet, channelWithHistory, deleteRole, putRole, roleOf, rolesOfFleet, setChannel } from "./service";
 import {
   PlannerRunSchema,

@@ -1,24 +1,21 @@
 /**
- * Fleet intent workflows (docs/operator-guide.md): agent channels, role profiles and fleet settings. Their facts
+ * Fleet intent workflows (docs/operator-guide.md): agent channels and role profiles. Their facts
  * live in D1 (the owner of fleet configuration); each change commits in one batch with its audit
- * row and the bump of the fleet's intent revision, or not at all.
+ * row and the bump of the fleet's intent revision (`changeIntent`, src/fleets/service.ts), or not
+ * at all.
  */
 import { pagesChanged } from "../notices/notices";
-import { eq, sql, type SQL } from "drizzle-orm";
 import { auditInsert } from "../db/audit";
 import { getDb, type Db } from "../db/client";
-import { fleets } from "../db/schema";
 import { DomainError, notFound } from "../domain/errors";
 import type { RoleInput } from "./schemas";
 import { channelWrite, roleDelete, roleWrite, storedAgents } from "./batch";
 import { imageForFleet, type ChannelImage, type ImageName } from "../images/resolve";
 import {
   agentsWithoutChannel,
-  bumpIntentRev,
   channelHistory,
   getChannel,
   getRole,
-  isIntentConflict,
   listChannels,
   listRoles,
   channelView,
@@ -26,52 +23,13 @@ import {
   type ChannelRow,
   type RoleRow,
 } from "./store";
-import { intentRevOf } from "../planner/store";
 import type { Env } from "../env";
 import { decodeCursor, page } from "../http/paging";
-import { fleetExists, fleetTask, getFleet, type FleetRow } from "../fleets/store";
-import type { FleetPatch } from "../fleets/schemas";
-import { MAX_CAPABILITIES } from "../domain/limits";
-import { markFleet, markServersWithRole, planAfterChange } from "../planner/service";
+import { changeIntent } from "../fleets/service";
+import { getFleet } from "../fleets/store";
+import { markServersWithRole, planAfterChange } from "../planner/service";
 
 type Ctx = { waitUntil(p: Promise<unknown>): void };
-
-type Statement = Parameters<Db["batch"]>[0][number];
-
-/** Each round of a race commits at least one writer, so this bounds a race of this many. */
-const MAX_ATTEMPTS = 16;
-
-/**
- * Read-check-write of one fleet's intent. `decide` reads what it needs and returns the statements
- * of its change (or none: nothing to change); they commit together with the revision bump only if
- * no other change of the fleet's intent committed in between, else `decide` runs again on the new
- * state. An optional `guard` (SQL) is checked at commit the same way.
- */
-export async function changeIntent<T>(
-  db: Db,
-  fleet: string,
-  decide: (ctx: { fleet: FleetRow; rev: number }) => Promise<{ statements: Statement[]; result: T; guard?: SQL }>,
-): Promise<T> {
-  for (let attempt = 1; ; attempt++) {
-    const rev = await intentRevOf(db, fleet);
-    const row = await getFleet(db, fleet);
-    if (!row) throw notFound("fleet", fleet);
-    const { statements, result, guard } = await decide({ fleet: row, rev });
-    if (statements.length === 0) return result;
-    try {
-      // A deleted fleet's intent row is gone, which reads as revision 0: the fleet's own row decides.
-      const stillThere = guard ? sql`${fleetExists(fleet)} AND (${guard})` : fleetExists(fleet);
-      await db.batch([bumpIntentRev(db, fleet, rev, stillThere), ...statements]);
-      return result;
-    } catch (err) {
-      if (!isIntentConflict(err)) throw err;
-      if (attempt >= MAX_ATTEMPTS) {
-        throw new DomainError("concurrent_change", `fleet '${fleet}' is being changed concurrently; retry`);
-      }
-      await new Promise((r) => setTimeout(r, Math.random() * 10 * attempt));
-    }
-  }
-}
 
 /**
  * Sets the image the fleet wants for an agent. It moves no server that already runs the agent
@@ -196,75 +154,6 @@ export async function deleteRole(env: Env, ctx: Ctx, actor: string, fleet: strin
   });
   pagesChanged(env, ctx, fleet, "fleet");
   await planAfterChange(env, ctx, fleet);
-}
-
-/**
- * PATCH /v1/fleets/{fleet}: capabilities merged (null removes a key), settings replaced. An
- * unchanged result writes nothing.
- */
-export function patchFleet(db: Db, actor: string, fleet: string, patch: FleetPatch) {
-  return changeIntent(db, fleet, async ({ fleet: row, rev }) => {
-    const capabilities = { ...row.capabilities };
-    for (const [k, v] of Object.entries(patch.capabilities ?? {})) {
-      if (v === null) delete capabilities[k];
-      else capabilities[k] = v;
-    }
-    if (Object.keys(capabilities).length > MAX_CAPABILITIES) {
-      throw new DomainError("too_many_capabilities", `a fleet has at most ${MAX_CAPABILITIES} capabilities`);
-    }
-    const next: FleetRow = {
-      ...row,
-      capabilities,
-      staleAfterS: patch.stale_after_s ?? row.staleAfterS,
-      lockTtlS: patch.lock_ttl_s ?? row.lockTtlS,
-      allowUnknownIds: patch.allow_unknown_ids ?? row.allowUnknownIds,
-      defaultGroupSlots: patch.default_group_slots === undefined ? row.defaultGroupSlots : patch.default_group_slots,
-      disruptionBudget:
-        patch.disruption_budget === undefined ? (row.disruptionBudget ?? null) : patch.disruption_budget,
-      imagePolicy: patch.image_policy ?? row.imagePolicy,
-    };
-    const changed = {
-      capabilities: JSON.stringify(sortKeys(capabilities)) !== JSON.stringify(sortKeys(row.capabilities)),
-      settings:
-        next.staleAfterS !== row.staleAfterS ||
-        next.lockTtlS !== row.lockTtlS ||
-        next.allowUnknownIds !== row.allowUnknownIds ||
-        next.defaultGroupSlots !== row.defaultGroupSlots ||
-        JSON.stringify(next.disruptionBudget ?? null) !== JSON.stringify(row.disruptionBudget ?? null),
-    };
-    // The image policy is read from D1 by the writes it checks: no object keeps a copy.
-    const policyChanged = next.imagePolicy !== row.imagePolicy;
-    if (!changed.capabilities && !changed.settings && !policyChanged)
-      return { statements: [], result: { fleet: row, before: row, changed } };
-    return {
-      result: { fleet: next, before: row, changed },
-      statements: [
-        db
-          .update(fleets)
-          .set({
-            capabilities,
-            staleAfterS: next.staleAfterS,
-            lockTtlS: next.lockTtlS,
-            allowUnknownIds: next.allowUnknownIds,
-            defaultGroupSlots: next.defaultGroupSlots,
-            disruptionBudget: next.disruptionBudget,
-            imagePolicy: next.imagePolicy,
-          })
-          .where(eq(fleets.id, fleet)),
-        auditInsert(db, { actor, action: "fleet.patch", target: `fleet:${fleet}`, details: patch }),
-        // The coordinator copies the lock settings; told at once after the commit, retried by the cron.
-        ...(changed.settings ? [fleetTask(db, fleet, "push_settings", rev + 1)] : []),
-        // Capabilities change plans; stale_after is copied by every ledger (its staleness deadline).
-        ...(changed.capabilities || next.staleAfterS !== row.staleAfterS
-          ? markFleet(db, fleet, rev + 1, Date.now(), { actor, action: "fleet.patch" })
-          : []),
-      ],
-    };
-  });
-}
-
-function sortKeys(o: Record<string, boolean>) {
-  return Object.fromEntries(Object.entries(o).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)));
 }
 
 // ---- for the routes: channels and roles of a fleet ----

@@ -1,6 +1,6 @@
-import { and, asc, desc, eq, lt, sql, type SQL } from "drizzle-orm";
+import { and, asc, desc, eq, lt, sql } from "drizzle-orm";
 import type { Db } from "../db/client";
-import { agentChannelHistory, agentChannels, fleetIntent, roleProfiles } from "../db/schema";
+import { agentChannelHistory, agentChannels, roleProfiles } from "../db/schema";
 import { iso } from "../lib/time";
 import type { StrategyInput } from "../model/strategy";
 
@@ -77,25 +77,4 @@ export async function agentsWithoutChannel(db: Db, fleet: string, names: string[
     );
   const have = new Set(rows.map((r) => r.agent));
   return names.filter((n) => !have.has(n));
-}
-
-/**
- * The statement that moves the fleet's intent revision from `expected` to `expected + 1`. It goes
- * in the batch of every change of a plan input: if another change committed since `expected` was
- * read, the NOT NULL fails and the whole batch rolls back (the caller re-reads and retries), so
- * changes of one fleet's intent apply one after another, each on the state it checked.
- */
-export const bumpIntentRev = (db: Db, fleet: string, expected: number, guard?: SQL) =>
-  db
-    .insert(fleetIntent)
-    .values({
-      fleetId: fleet,
-      rev: sql`CASE WHEN coalesce((SELECT rev FROM ${fleetIntent} WHERE fleet_id = ${fleet}), 0) = ${expected}
-        ${guard ? sql`AND (${guard})` : sql``} THEN ${expected + 1} ELSE NULL END`,
-    })
-    .onConflictDoUpdate({ target: fleetIntent.fleetId, set: { rev: sql`excluded.rev` } });
-
-export function isIntentConflict(err: unknown) {
-  const text = err instanceof Error ? `${err.message} ${(err as { cause?: Error }).cause?.message ?? ""}` : String(err);
-  return /NOT NULL constraint failed: fleet_intent\.rev/i.test(text);
 }

@@ -33,7 +33,8 @@ export function assemble(
   const db = () => getDb(env().DB);
   // Every store write wakes what waits on the ledger and pushes to its host (./sockets.ts).
   const store = new LedgerStore(ctx.storage, () => sockets.changed());
-  const scheduler = new Scheduler(ctx.storage);
+  // Timers learnt only once the store's turn committed (a rolled-back one teaches the scheduler nothing).
+  const scheduler = new Scheduler(ctx.storage, (fn) => store.onCommit(fn));
   const quiet = new QuietWatch(scheduler, store);
   const hostConnected = () => sockets.hostConnected();
   const leased = () => hostConnected() || quiet.watching();
@@ -57,7 +58,7 @@ export function assemble(
   });
   // Calls to the ledger's receivers (its coordinator, a rollout, the fleet's console feed) in a
   // lane each: one that hangs holds its own lane, up to its deadline, not every other call.
-  const outbox = new Outbox(ctx.storage, scheduler, effects, db, CALL_SLOTS);
+  const outbox = new Outbox(ctx.storage, scheduler, effects, db, CALL_SLOTS, (fn) => store.onCommit(fn));
   const parts: LedgerParts = { store, outbox, scheduler, clock, hostConnected, leased, quiet, driftWatch };
   const sockets = new LedgerSockets(parts, socketRoom(ctx));
   return { parts, sockets };

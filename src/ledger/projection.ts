@@ -2,6 +2,7 @@ import { chunk } from "../lib/chunk";
 import { and, eq, sql, type SQL } from "drizzle-orm";
 import type { BatchItem } from "drizzle-orm/batch";
 import type { Db } from "../db/client";
+import { boundUpdate, returningSql, type BoundReturning } from "../db/bound";
 import { agentInstances, serverLabels, servers } from "../db/schema";
 import type { ServerRecord, DesiredState } from "../model/server/record";
 import type { StoredReport } from "../model/server/schemas";
@@ -153,10 +154,15 @@ export function projectionStatements(
   let returnedAt: number | null = null;
   // A read that rides on the server row's statement (RETURNING) rather than as one of its own: a
   // statement less in the batch, and the same moment of reading.
-  const carry = <Q extends { returning(r: Returning): BatchItem<"sqlite"> }>(q: Q) => {
+  const carry = <Q extends { returning(r: Record<string, SQL>): BatchItem<"sqlite"> }>(q: Q) => {
     if (!opts.returning) return q;
     returnedAt = stmts.length;
-    return q.returning(opts.returning);
+    return q.returning(returningSql(opts.returning));
+  };
+  // The UPDATEs a changed report sends: their text built once per set of moved columns (./bound.ts).
+  const updateServer = (set: Partial<typeof serverUpdate>) => {
+    if (opts.returning) returnedAt = stmts.length;
+    return boundUpdate(db, servers, set, { id: p.server.id }, opts.returning);
   };
   const upsertSet = (set: Partial<typeof serverUpdate>) =>
     carry(db.insert(servers).values(p.server).onConflictDoUpdate({ target: servers.id, set }));
@@ -188,17 +194,18 @@ export function projectionStatements(
     // A change of state moves them too: a removed server's deadline is gone (staleAtOf).
     const due = opts.serverRowDue === true || moved.staleAfter || moved.columns.includes("state");
     if (moved.columns.length) {
-      const set: Partial<typeof serverUpdate> = { updatedAt };
+      const set: Partial<typeof serverUpdate> = {};
       for (const column of moved.columns) Object.assign(set, { [column]: serverUpdate[column] });
+      set.updatedAt = updatedAt;
       if (due) Object.assign(set, { lastSeen, staleAt });
       // The row was written (the mark says so, as the heartbeat's UPDATE below trusts too): an
       // UPDATE of the moved columns binds and encodes a few values, where the upsert bound every
       // column of the row for its INSERT that never happens.
-      stmts.push(carry(db.update(servers).set(set).where(eq(servers.id, p.server.id))));
+      stmts.push(updateServer(set));
       serverRow = due;
     } else if (due) {
       // Only the heartbeat moved: the two columns it changes (4 rows written with their indexes).
-      stmts.push(carry(db.update(servers).set({ lastSeen, staleAt, updatedAt }).where(eq(servers.id, p.server.id))));
+      stmts.push(updateServer({ lastSeen, staleAt, updatedAt }));
       serverRow = true;
     }
     if (labelsOfSignature(written.server) !== JSON.stringify(p.server.labels ?? {}))
@@ -214,8 +221,8 @@ export function projectionStatements(
   };
 }
 
-/** Columns a server row's statement returns besides its write (`projectionStatements`' `returning`). */
-export type Returning = Record<string, SQL>;
+/** What a server row's statement returns besides its write (`projectionStatements`' `returning`). */
+export type Returning = BoundReturning;
 
 type ServerColumn = Exclude<
   keyof typeof servers.$inferInsert,
@@ -305,12 +312,10 @@ function instanceStatements(db: Db, rows: InstanceRow[], written: Signatures | n
 }
 
 function updateInstance(db: Db, row: InstanceRow, columns: InstanceColumn[]) {
-  const set: Partial<InstanceRow> = { updatedAt: row.updatedAt };
-  for (const c of columns) Object.assign(set, { [c]: row[c] ?? null });
-  return db
-    .update(agentInstances)
-    .set(set)
-    .where(and(eq(agentInstances.serverId, row.serverId), eq(agentInstances.agent, row.agent)));
+  const set: Partial<InstanceRow> = {};
+  for (const c of columns) set[c] = (row[c] ?? null) as never;
+  set.updatedAt = row.updatedAt;
+  return boundUpdate(db, agentInstances, set, { serverId: row.serverId, agent: row.agent });
 }
 
 /** The labels a server signature shows, as JSON ({} for one written without labels). */

@@ -6,6 +6,7 @@
 import { fail, type Failure } from "../objects/kit/result";
 import {
   decideApply,
+  operatorMarks,
   settleMarks,
   type ApplyOutcome,
   type ApplyRolloutImage,
@@ -13,6 +14,7 @@ import {
 } from "../rollouts/ledger-side";
 import { audit, project } from "./effects";
 import type { LedgerParts } from "./parts";
+import type { DesiredState } from "../model/server/record";
 import type { StoredReport } from "../model/server/schemas";
 
 /**
@@ -38,7 +40,12 @@ export function applyRolloutImage(
   const marks = d.store.rolloutMarks();
   const decision = decideApply(state.desired, state.record.state, marks[req.agent], req, d.clock());
   const { next, mark } = decision;
-  if (!next || !mark) return { outcome: decision.outcome, wrote: false };
+  if (!mark) return { outcome: decision.outcome, wrote: false };
+  if (!next) {
+    // The agent was already at the image: only the mark is kept, nothing for the index or audit.
+    d.store.setRolloutMarks({ ...marks, [req.agent]: mark });
+    return { outcome: decision.outcome, wrote: false };
+  }
   d.store.transaction(() => {
     d.store.save({ desired: next });
     d.store.setRolloutMarks({ ...marks, [req.agent]: mark });
@@ -61,6 +68,15 @@ export function applyRolloutImage(
     );
   });
   return { outcome: decision.outcome, wrote: true };
+}
+
+/**
+ * In an operator's desired write's storage turn: the agents whose image it changed are marked
+ * with its time, so a rollout's write sent before it does not undo it when it lands later.
+ */
+export function noteOperatorWrite(d: LedgerParts, before: DesiredState, after: DesiredState) {
+  const marks = operatorMarks(d.store.rolloutMarks(), before, after, d.clock());
+  if (marks) d.store.setRolloutMarks(marks);
 }
 
 /** In the report's storage turn: outcomes leave through the outbox, one pending event per rollout. */

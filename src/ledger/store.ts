@@ -326,9 +326,9 @@ export class LedgerStore {
   }
 
   /**
-   * Read from storage once after each write, then from memory: a heartbeat asks on every report.
-   * Inside a transaction it is read from storage and not remembered, so a rollback leaves no
-   * memory of what it undid.
+   * From memory once read or written, outside a transaction: a heartbeat asks on every report, and
+   * each changed report's projection. Inside a transaction it is read from storage and not
+   * remembered, so a rollback leaves no memory of what it undid.
    */
   projected(): ProjectedMark | undefined {
     if (this.commitHooks) return this.kv.get<ProjectedMark>(KEY.projected);
@@ -338,9 +338,13 @@ export class LedgerStore {
 
   setProjected(mark: ProjectedMark) {
     this.kv.put(KEY.projected, mark);
-    // Forgotten, not replaced: the next read outside a transaction takes what storage holds, this
-    // mark once its write committed, the old one if a transaction around it rolled back.
+    // Forgotten at once, and remembered again only once the write committed (at once outside a
+    // transaction, as the projection's delivery writes it): every changed report's projection
+    // reads the mark its previous one wrote, which is then a row read less. A transaction around
+    // it that rolls back leaves it forgotten, and the next read takes what storage holds.
     this.projectedMemo = undefined;
+    const kept = Object.freeze({ ...mark });
+    this.onCommit(() => (this.projectedMemo = kept));
   }
 
   /** A coordinator release an old release left under its own key, removed as it is read. */

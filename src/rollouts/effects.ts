@@ -22,7 +22,7 @@ import { catalogFieldsOf } from "../images/service";
 import type { Core, RolloutSpec } from "./machine";
 import { applied } from "./outcomes";
 import type { EffectKind, RolloutParts } from "./parts";
-import { slotAnswered } from "./starting";
+import { channelAttempted, slotAnswered } from "./starting";
 import type { DirtyTarget } from "./target-rows";
 import { project } from "./transitions";
 
@@ -141,13 +141,17 @@ export function rolloutEffects(env: () => Env, parts: () => RolloutParts): Recor
       // the target still applies) finishes before the pass-1 write to the same ledger starts. A
       // pass-0 retry handed over after the pass-1 write finds its target done and writes nothing.
       // A call past its deadline frees the lane early (see Pool): the ledger answers a late pass-0
-      // write with the pass-1 write it holds (decideApply), until a report settles that mark.
+      // write with the pass-1 write it holds (decideApply); a write overtaken by a later one of the
+      // next rollout or of an operator is answered the same way, ordered by its `sent_at`.
       lane: ({ server_id }: Target) => lane.ledger(server_id),
       deliver: async ({ pass, server_id }: Target, signal: AbortSignal) => {
         const p = parts();
         const { spec } = p.store.load()!;
         const t = p.store.targets.get(pass, server_id);
         if (!t || t.state !== "applying" || t.generation !== null) return;
+        // Read with the check, before any wait: while the target applies this rollout holds the
+        // (fleet, agent), so every write of the next rollout of the agent is sent later.
+        const sent_at = p.clock();
         const write = {
           rollout_id: spec.id,
           pass,
@@ -155,6 +159,7 @@ export function rolloutEffects(env: () => Env, parts: () => RolloutParts): Recor
           image: t.image,
           version: t.version,
           catalog: await catalogFor(env(), spec, t),
+          sent_at,
         };
         const outcome = await ledgerOf(env(), server_id).applyRolloutImage(write);
         // Past the outbox's deadline the attempt failed and is retried: the retry's answer counts.
@@ -197,9 +202,14 @@ export function rolloutEffects(env: () => Env, parts: () => RolloutParts): Recor
         const image = { image: spec.image, version: spec.version, catalog: spec.catalog ?? null };
         const record = store.channel();
         if (to === "rollout") {
-          const moved = await moveChannel(env(), spec.fleet, spec.agent, image, `rollout:${spec.id}`);
-          signal.throwIfAborted();
-          store.setChannel(moved);
+          try {
+            const moved = await moveChannel(env(), spec.fleet, spec.agent, image, `rollout:${spec.id}`);
+            signal.throwIfAborted();
+            store.setChannel(moved);
+          } finally {
+            // The start's answer waits for this attempt (./starting.ts), moved or not.
+            channelAttempted(parts());
+          }
         } else if (record?.updated && record.previous) {
           await restoreChannel(env(), spec.fleet, spec.agent, image, record.previous, `rollout:${spec.id}`);
         }

@@ -19,12 +19,18 @@ export interface ApplyRolloutImage {
   version: string;
   /** The catalog image's fields the agent entry gets; null or absent: a free-form image. */
   catalog?: CatalogFields | null;
+  /**
+   * The rollout's clock when it last saw the target applying, just before it sent the write:
+   * what orders writes of different rollouts of the agent (absent from older code's writes).
+   */
+  sent_at?: number;
 }
 
 /**
  * A rollout's write in this ledger, until a report settles it; then kept, `settled`, until another
  * rollout writes the agent: the highest pass taken, so a write of an older pass arriving later
- * still finds it (decideApply) and the host does not go back to the image a rollback left.
+ * still finds it (decideApply) and the host does not go back to the image a rollback left; and
+ * when it was sent, so a finished rollout's late write does not undo the next rollout's.
  */
 export interface RolloutMark {
   rollout_id: string;
@@ -37,6 +43,19 @@ export interface RolloutMark {
   from_version: string | null;
   /** A report settled it: no outcome is owed any more, only the pass is remembered. */
   settled?: true;
+  /** The write's `sent_at`: a write of another rollout sent before it is older (decideApply). */
+  sent_at?: number;
+  /**
+   * The write found the agent already at its image and wrote nothing (kept, settled, for its
+   * `sent_at` alone; its redelivery is answered `already_at_image` again).
+   */
+  unchanged?: true;
+  /**
+   * An operator's desired config changed the agent's image after this write, at this time of the
+   * ledger's: a rollout write sent before it is older than the operator's choice (decideApply).
+   * A mark of the operator's alone (no rollout wrote the agent) has an empty `rollout_id`.
+   */
+  operator_at?: number;
 }
 
 export type ApplyOutcome =
@@ -57,6 +76,7 @@ export function decideApply(
   // also once a report settled the newer pass's mark (kept, settled, for that). The answer is ok:
   // a refusal would read as "server removed" to the rollout (src/rollouts/outcomes.ts).
   if (mark && mark.rollout_id === req.rollout_id && mark.pass >= req.pass) {
+    if (mark.unchanged) return { outcome: { ok: true, outcome: "already_at_image" } };
     return {
       outcome: {
         ok: true,
@@ -67,17 +87,58 @@ export function decideApply(
       },
     };
   }
+  const current = desired.agents.find((a) => a.name === req.agent);
+  // Another rollout's write sent before the one this ledger holds: the (fleet, agent) claim lets
+  // one rollout write at a time and lets go only once none of its targets applies, so this is a
+  // finished rollout's call that outlived its deadline and the claim, overtaken by the next
+  // rollout's write. Answered as an older pass is, with what the ledger holds, nothing written.
+  // The same for any rollout's write sent before an operator's desired config changed the agent
+  // (the operator's choice is the newer one, however late the write arrives).
+  const older =
+    mark !== undefined &&
+    ((mark.rollout_id !== req.rollout_id && sentBefore(req.sent_at, mark.sent_at)) ||
+      sentBefore(req.sent_at, mark.operator_at));
+  if (older) {
+    return {
+      outcome: {
+        ok: true,
+        outcome: "applied",
+        generation: desired.generation,
+        from_image: current?.image ?? null,
+        from_version: current?.version ?? null,
+      },
+    };
+  }
   if (serverState === "decommissioning" || serverState === "removed")
     return { outcome: { ok: true, outcome: "removed" } };
   if (desired.lifecycle !== "run") return { outcome: { ok: true, outcome: "removed" } };
-  const current = desired.agents.find((a) => a.name === req.agent);
   if (!current) return { outcome: { ok: true, outcome: "agent_absent" } };
   if (
     current.image === req.image &&
     current.version === req.version &&
     (current.image_id ?? null) === (req.catalog?.image_id ?? null)
   ) {
-    return { outcome: { ok: true, outcome: "already_at_image" } };
+    // Kept as this rollout's mark, so an older rollout's late write cannot take the agent away
+    // from the image this one found (a redelivery is answered above and writes nothing). Not in
+    // place of a mark still owed an outcome: that rollout's report is still to come.
+    const keep = req.sent_at !== undefined && (!mark || mark.settled === true);
+    return {
+      outcome: { ok: true, outcome: "already_at_image" },
+      ...(keep && {
+        mark: {
+          rollout_id: req.rollout_id,
+          pass: req.pass,
+          generation: desired.generation,
+          image: req.image,
+          version: req.version,
+          from_image: current.image,
+          from_version: current.version,
+          settled: true,
+          sent_at: req.sent_at,
+          unchanged: true,
+        },
+      }),
+    };
   }
   const next: DesiredState = {
     ...desired,
@@ -103,6 +164,7 @@ export function decideApply(
     version: req.version,
     from_image: current.image,
     from_version: current.version,
+    ...(req.sent_at !== undefined && { sent_at: req.sent_at }),
   };
   return {
     outcome: {
@@ -115,6 +177,48 @@ export function decideApply(
     next,
     mark: newMark,
   };
+}
+
+/**
+ * Whether a write was sent before the mark's time: only when both are known (a write of older
+ * code is ordered by its arrival, as before). Equal times are not "before": the arrival decides.
+ */
+const sentBefore = (sent: number | undefined, than: number | undefined) =>
+  sent !== undefined && than !== undefined && sent < than;
+
+/**
+ * An operator's desired config replaced `before` with `after` at `now`: the marks with each agent
+ * whose image it changed (or added) noted, so a rollout write sent before it is older; an agent no
+ * rollout wrote gets a mark of the operator's alone, settled (no outcome is owed to anyone). null:
+ * no agent's image changed, nothing to store.
+ */
+export function operatorMarks(
+  marks: Readonly<Record<string, RolloutMark>>,
+  before: DesiredState,
+  after: DesiredState,
+  now: number,
+): Record<string, RolloutMark> | null {
+  const was = new Map(before.agents.map((a) => [a.name, a]));
+  let next: Record<string, RolloutMark> | null = null;
+  for (const a of after.agents) {
+    const b = was.get(a.name);
+    if (b && b.image === a.image && b.version === a.version && (b.image_id ?? null) === (a.image_id ?? null)) continue;
+    next ??= { ...marks };
+    next[a.name] = marks[a.name]
+      ? { ...marks[a.name], operator_at: now }
+      : {
+          rollout_id: "",
+          pass: 0,
+          generation: after.generation,
+          image: a.image,
+          version: a.version,
+          from_image: b?.image ?? null,
+          from_version: b?.version ?? null,
+          settled: true,
+          operator_at: now,
+        };
+  }
+  return next;
 }
 
 export interface RolloutEvent {

@@ -5,7 +5,7 @@ import { tokenActorNames } from "../auth/store";
 import { getDb } from "../db/client";
 import type { Env } from "../env";
 import { actorOf, fleetAllowed, visibleFleets } from "../domain/principal";
-import { fleetId } from "../fleets/schemas";
+import { fleetId } from "../model/fleet";
 import { locationOfCreated } from "../http/location";
 import {
   bearer,

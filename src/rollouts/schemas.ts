@@ -2,7 +2,7 @@ import { z } from "@hono/zod-openapi";
 import { labelsSchema } from "../model/server/labels";
 import { BlockedByListSchema } from "../model/blocked-by";
 import { StrategyInput } from "../model/strategy";
-import { fleetId } from "../fleets/schemas";
+import { fleetId } from "../model/fleet";
 import { agentName, imageRef, versionString } from "../model/server/schemas";
 import { ROLLOUT_STATES, ROLLOUT_TARGET_STATES as TARGET_STATES } from "../domain/enums";
 import { STRATEGY_SOURCES } from "./machine";
@@ -138,7 +138,10 @@ export const RolloutSchema = z
       min_completed: z.number().optional(),
     }),
     update_channel: z.boolean(),
-    channel_updated: z.boolean().nullable(),
+    channel_updated: z.boolean().nullable().openapi({
+      description:
+        "Whether the rollout moved the fleet's channel for the agent to its image: true once moved (a start answers after its move was tried), false when `update_channel` is false, null while the move is still owed (its delivery failed or is retried: read the rollout again)",
+    }),
     reboot_slot: z.boolean(),
     counts,
     total: z.number().int(),

@@ -12,7 +12,7 @@ import type { Db } from "../db/client";
 import { servers } from "../db/schema";
 import { inVisibleFleets } from "../db/access";
 import { DomainError, notFound } from "../domain/errors";
-import { FLEET_ID } from "../fleets/schemas";
+import { FLEET_ID } from "../model/fleet";
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 const LABEL = "[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?";

@@ -3,7 +3,7 @@ import { requireScope } from "../auth/principal";
 import { actorOf, fleetAllowed, visibleFleets } from "../domain/principal";
 import { MAX_WAIT_S } from "../domain/limits";
 import { unknownFleet } from "../domain/errors";
-import { fleetId } from "../fleets/schemas";
+import { fleetId } from "../model/fleet";
 import { locationOfCreated } from "../http/location";
 import {
   bearer,

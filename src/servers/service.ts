@@ -19,7 +19,7 @@ import { and, eq } from "drizzle-orm";
 import { DomainError, notFound, unknownFleet } from "../domain/errors";
 import type { Env } from "../env";
 import { visibleFleets, type Principal } from "../domain/principal";
-import { FLEET_ID } from "../fleets/schemas";
+import { FLEET_ID } from "../model/fleet";
 import { MAX_SERVER_LABELS } from "../domain/limits";
 import { getFleet } from "../fleets/store";
 import { unwrap } from "../objects/kit/result";
@@ -35,14 +35,7 @@ import { catchUpPlan, firstPlan, replanServer, setServerRoles } from "../planner
 import type { ServerPatch } from "./schemas";
 import { mergeLabels, sortedLabels, type Labels } from "../model/server/labels";
 import { refuseTakenHostname, serverIdOf } from "./naming";
-import {
-  hostnamesIn,
-  listServers,
-  liveServerIdsOfFleet,
-  sparseLabel,
-  type ServerFilter,
-  type ServerPageKey,
-} from "./store";
+import { hostnamesIn, listServers, sparseLabel, type ServerFilter, type ServerPageKey } from "./store";
 import { viewWhenChanged } from "./wait";
 
 export interface RegisterInput {
@@ -286,35 +279,6 @@ export async function rotateServerToken(env: Env, actor: string, id: string) {
 
 export async function refreshServer(env: Env, actor: string, id: string) {
   return unwrap(await ledgerOf(env, id).requestRefresh(actor));
-}
-
-const REFRESH_PARALLEL = 16;
-
-/**
- * Refresh for a fleet: every server of one page of the fleet's index (not removed or being
- * removed) is asked to report again. Paged, so a large fleet is asked in bounded steps.
- */
-export async function refreshFleet(env: Env, actor: string, fleet: string, after: string | null, limit: number) {
-  const db = getDb(env.DB);
-  if (!(await getFleet(db, fleet))) throw notFound("fleet", fleet);
-  const rows = await liveServerIdsOfFleet(db, fleet, after, limit);
-  const ids = rows.slice(0, limit).map((r) => r.id);
-  const failed: string[] = [];
-  let next = 0;
-  await Promise.all(
-    Array.from({ length: Math.min(REFRESH_PARALLEL, ids.length) }, async () => {
-      while (next < ids.length) {
-        const id = ids[next++];
-        try {
-          const out = await ledgerOf(env, id).requestRefresh(actor);
-          if (!out.ok) failed.push(id);
-        } catch {
-          failed.push(id);
-        }
-      }
-    }),
-  );
-  return { rows, requested: ids.length - failed.length, failed };
 }
 
 /**

@@ -1,5 +1,5 @@
 import { inVisibleFleets } from "../db/access";
-import { and, asc, count, eq, getTableColumns, gt, gte, inArray, lt, ne, notInArray, sql, type SQL } from "drizzle-orm";
+import { and, asc, count, eq, getTableColumns, gte, inArray, lt, ne, sql, type SQL } from "drizzle-orm";
 import { unionAll } from "drizzle-orm/sqlite-core";
 import type { Db } from "../db/client";
 import { serverLabels, servers } from "../db/schema";
@@ -223,21 +223,6 @@ export function listServers(
     .orderBy(...ordered)
     .limit(limit + 1);
 }
-
-/** One page of the fleet's servers that can still be asked anything (not removed or being removed). */
-export const liveServerIdsOfFleet = (db: Db, fleet: string, after: string | null, limit: number) =>
-  db
-    .select({ id: servers.id })
-    .from(servers)
-    .where(
-      and(
-        eq(servers.fleetId, fleet),
-        notInArray(servers.state, ["removed", "decommissioning"]),
-        after ? gt(servers.id, after) : undefined,
-      ),
-    )
-    .orderBy(asc(servers.id))
-    .limit(limit + 1);
 
 /** The hostnames of these servers, in one query whatever their number: the ids go as one JSON parameter. */
 export const hostnamesIn = (db: Db, ids: readonly string[]) =>

@@ -2,7 +2,7 @@
  * The access section of a fleet spec (pure): who gets what on this fleet when they sign in through
  * SSO. A key names a group or an email (`group:platform`, `email:ana@example.com`), its value a
  * scope. Each row is kept in `fleet_sso_mappings` under the spec's fleet and read at sign-in as a
- * mapping on that one fleet (src/sso/mapping.ts `specRule`): a spec cannot reach another fleet by
+ * mapping on that one fleet (src/auth/sso-mapping.ts `specRule`): a spec cannot reach another fleet by
  * construction, whatever its keys say.
  *
  * An apply grants what it writes, so it may add, change or remove only rows at or below the
@@ -11,7 +11,7 @@
  */
 import { scopeRank } from "../auth/tokens";
 import type { Scope } from "../domain/enums";
-import { accessKeyMatch } from "../sso/mapping";
+import { accessKeyMatch } from "../auth/sso-mapping";
 import { byKey } from "./canonical";
 import type { DiffItem } from "./schemas";
 import type { Problem } from "./validate";

@@ -2,7 +2,7 @@
  * A spec's apply as one D1 batch: every row the plan changes (through the writers of fleet intent,
  * src/intent/batch.ts), the plan marks of the servers it re-plans, the coordinator's part as
  * fleet tasks (reboot groups, lock settings, webhooks), and one audit row — committed together with the
- * fleet's intent revision bump (src/intent/service.ts changeIntent), or not at all.
+ * fleet's intent revision bump (src/fleets/service.ts changeIntent), or not at all.
  */
 import { auditInsert } from "../db/audit";
 import type { Db } from "../db/client";

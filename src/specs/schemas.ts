@@ -16,7 +16,8 @@ import {
   MAX_SPEC_ROLES,
   MAX_SPEC_SERVERS,
 } from "../domain/limits";
-import { capabilityName, FleetPatch, fleetId, groupName, roleName } from "../fleets/schemas";
+import { capabilityName, FleetPatch, groupName, roleName } from "../fleets/schemas";
+import { fleetId } from "../model/fleet";
 import { PlannerRunSchema, RoleInput } from "../intent/schemas";
 import { agentName, imageRef, versionString } from "../model/server/schemas";
 import { MAX_WEBHOOKS_PER_FLEET } from "../webhooks/manage";

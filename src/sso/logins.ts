@@ -9,7 +9,8 @@ import { DomainError } from "../domain/errors";
 import type { Env } from "../env";
 import { sha256Hex } from "../lib/crypto";
 import { authorizeUrl, identityFromCode, randomToken, s256, type OidcConfig } from "./oidc";
-import { grantFor, mintSession, type HolderWrites } from "./service";
+import { grantFor } from "../auth/sso-grant";
+import { mintSession, type HolderWrites } from "./service";
 
 /** Time to sign in at the provider; time for hm to exchange its code once the browser is back. */
 const LOGIN_TTL_MS = 10 * 60_000;

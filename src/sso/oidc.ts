@@ -9,8 +9,8 @@ import { z } from "zod";
 import { DomainError } from "../domain/errors";
 import type { Env } from "../env";
 import { textPrefix } from "../lib/body";
-import { remoteKeySet } from "./jwks";
-import { groupsIn, normalEmail } from "./mapping";
+import { remoteKeySet } from "../lib/jwks";
+import { groupsIn, normalEmail } from "../auth/sso-mapping";
 
 export interface OidcConfig {
   issuer: string;

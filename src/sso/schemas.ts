@@ -6,9 +6,6 @@ import { FleetAccessSchema } from "../auth/schemas";
 // oxlint-disable-next-line no-control-regex -- finding control characters is the point
 const PRINTABLE = /^[^\u0000-\u001f\u007f-\u009f]*$/;
 
-/** More mappings than this is a directory copied in, not a mapping: every sign-in reads them all. */
-export const MAX_SSO_MAPPINGS = 500;
-
 export const SsoMappingInput = z
   .strictObject({
     kind: z.enum(["email", "group"]).openapi({ description: "Match the user's email, or one of their groups" }),
@@ -71,9 +68,6 @@ export const SpecSsoMapping = z
     scope: z.enum(OPERATOR_SCOPES),
   })
   .openapi("SpecSsoMapping");
-
-/** Each sign-in provider as people know it. */
-export const PROVIDER_NAMES = { access: "Cloudflare Access", oidc: "OpenID Connect" } as const;
 
 export const SsoSession = z
   .object({

@@ -16,17 +16,11 @@ import type { Env } from "../env";
 import type { Scope } from "../domain/enums";
 import { actorOf, type Principal } from "../domain/principal";
 import { isUniqueViolation } from "../db/errors";
-import { grantOf, fleetsWithin, normalEmail, specRule, type Identity, type SsoGrant } from "./mapping";
-import { MAX_SSO_MAPPINGS, PROVIDER_NAMES, type SsoMappingInput } from "./schemas";
-import {
-  allMappings,
-  liveSessions,
-  mappingById,
-  mappingsFor,
-  sessionByToken,
-  specMappings,
-  type SsoMappingRow,
-} from "./store";
+import { fleetsWithin, normalEmail, PROVIDER_NAMES, type Identity, type SsoGrant } from "../auth/sso-mapping";
+import { allMappings } from "../auth/store";
+import { MAX_SSO_MAPPINGS } from "../domain/limits";
+import type { SsoMappingInput } from "./schemas";
+import { liveSessions, mappingById, sessionByToken, specMappings, type SsoMappingRow } from "./store";
 
 /** The longest an SSO session lives, whatever the provider says: a laptop's token, a console tab. */
 const SSO_SESSION_TTL_MS = { console: 8 * 3600_000, cli: 12 * 3600_000 } as const;
@@ -98,22 +92,6 @@ export async function deleteMapping(env: Env, principal: Principal, id: string) 
     }),
   ]);
   return row;
-}
-
-/** Who the identity is to Harbormaster: its grant, or a refusal that says why it gets nothing. */
-export async function grantFor(env: Env, who: Identity): Promise<SsoGrant> {
-  const { all, ofFleets } = await mappingsFor(getDb(env.DB), who);
-  // A spec's row reaches its own fleet only: it is read as a mapping on that one fleet.
-  const grant = grantOf(who, [...all, ...ofFleets.map(specRule)]);
-  if (!grant) {
-    throw new DomainError(
-      "forbidden",
-      `signed in as ${who.email ?? who.subject} through ${PROVIDER_NAMES[who.provider]}, but no SSO mapping ` +
-        "names this user or one of their groups: ask an admin to add one (hm sso mappings add)",
-      { email: who.email, groups: who.groups.slice(0, 20) },
-    );
-  }
-  return grant;
 }
 
 /** The rows a minted token is held by (the console's session), written in the mint's own batch. */

@@ -1,36 +1,9 @@
-import { and, asc, desc, eq, gt, inArray, isNull, or, sql } from "drizzle-orm";
+import { and, asc, desc, eq, gt, inArray, isNull, sql } from "drizzle-orm";
 import type { Db } from "../db/client";
 import type { Scope } from "../domain/enums";
 import { fleetSsoMappings, ssoMappings, ssoSessions, tokens } from "../db/schema";
-import { MAX_SSO_MAPPINGS } from "./schemas";
 
 export type SsoMappingRow = typeof ssoMappings.$inferSelect;
-
-export const allMappings = (db: Db) =>
-  db.select().from(ssoMappings).orderBy(asc(ssoMappings.kind), asc(ssoMappings.value)).limit(MAX_SSO_MAPPINGS);
-
-/**
- * Every mapping that could name the identity: all of D1's (at most MAX_SSO_MAPPINGS) and the fleet
- * specs' rows naming its email or one of its groups (by the (kind, value) index), in one batch.
- */
-export async function mappingsFor(db: Db, who: { email: string | null; groups: readonly string[] }) {
-  const names = or(
-    who.email === null ? undefined : and(eq(fleetSsoMappings.kind, "email"), eq(fleetSsoMappings.value, who.email)),
-    // Groups as one JSON parameter: a user may be in more groups than D1 binds parameters.
-    and(
-      eq(fleetSsoMappings.kind, "group"),
-      inArray(fleetSsoMappings.value, sql`(SELECT value FROM json_each(${JSON.stringify(who.groups)}))`),
-    ),
-  );
-  const [all, ofFleets] = await db.batch([
-    allMappings(db),
-    db.select().from(fleetSsoMappings).where(names).limit(MAX_FLEET_ROWS_READ),
-  ]);
-  return { all, ofFleets };
-}
-
-/** More spec rows naming one user than this is a directory pasted into specs; the rest are not read. */
-const MAX_FLEET_ROWS_READ = 1000;
 
 export const mappingById = (db: Db, id: string) => db.query.ssoMappings.findFirst({ where: eq(ssoMappings.id, id) });
 

@@ -6,7 +6,8 @@
  */
 import { Hono } from "hono";
 import { z } from "zod";
-import { PROVIDER_NAMES, SsoSession } from "../../sso/schemas";
+import { PROVIDER_NAMES } from "../../auth/sso-mapping";
+import { SsoSession } from "../../sso/schemas";
 import { read, send, type InProcessApp } from "../api";
 import { action, page, render, type View } from "../context";
 import { requireCsrf, requireSession, type ConsoleEnv } from "../guard";

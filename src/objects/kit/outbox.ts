@@ -178,9 +178,11 @@ export class Outbox<K extends string> {
      * lanes, one per receiver at most. In what order: see Pool.
      */
     callConcurrency = 1,
+    /** The object's commit hook, if it has one: the table is known to exist once its turn committed (kitTable). */
+    onCommit?: (fn: () => void) => void,
   ) {
     this.pool = new Pool(Math.max(1, callConcurrency));
-    this.table = kitTable(storage, "_outbox", OUTBOX_DDL);
+    this.table = kitTable(storage, "_outbox", OUTBOX_DDL, onCommit);
   }
 
   /**

@@ -39,13 +39,34 @@ export class Scheduler {
    */
   private heldUntil: number | null = null;
 
-  constructor(private readonly storage: DurableObjectStorage) {
+  /**
+   * Per timer, an upper bound on its stored due time and the payload stored with it, when this
+   * instance knows them: an ask to fire it no later than a time at or after the bound, with the
+   * same payload, would move nothing, and is not sent (an outbox asks at every enqueue). Learnt
+   * only once the write that made it true committed (`onCommit`: a rolled-back turn teaches
+   * nothing), unless a forget came between the ask and the commit; forgotten at once by whatever
+   * may move the row later or remove it (a cancel, the timer firing), since forgetting is always
+   * safe. Without `onCommit` nothing is learnt. In memory: empty after a restart.
+   */
+  private readonly known = new Map<string, { atMost: number; payload: string }>();
+  /** Counts the forgets, so a commit hook queued before one does not teach what it undid. */
+  private forgets = 0;
+
+  constructor(
+    private readonly storage: DurableObjectStorage,
+    /**
+     * Runs `fn` once the caller's outermost transaction committed (at once outside one), and never
+     * if it rolled back: the object's store's hook (the ledger's `LedgerStore.onCommit`).
+     */
+    private readonly onCommit?: (fn: () => void) => void,
+  ) {
     this.table = kitTable(
       storage,
       "_timers",
       // WITHOUT ROWID: the name is the row's key, so setting a new timer writes one row, not the
       // row and an index of its name (each billed). An object made before keeps its table as it is.
       "CREATE TABLE IF NOT EXISTS _timers (name TEXT PRIMARY KEY, due_at INTEGER NOT NULL, payload TEXT) WITHOUT ROWID",
+      onCommit,
     );
   }
 
@@ -67,23 +88,41 @@ export class Scheduler {
     // A timer that would not move is not rewritten: each row an UPDATE touches is billed as
     // written, and the outbox sets its timer after every enqueue and every flush.
     const moves = opts.noLaterThan ? "excluded.due_at < due_at" : "excluded.due_at IS NOT due_at";
-    this.table.ensure();
-    this.setSince = Math.min(this.setSince, Math.floor(dueAt));
+    const at = Math.floor(dueAt);
+    const text = JSON.stringify(payload);
+    this.setSince = Math.min(this.setSince, at);
     const asked = this.setWhileFiring?.get(name);
-    this.setWhileFiring?.set(
-      name,
-      opts.noLaterThan && asked !== undefined ? Math.min(asked, Math.floor(dueAt)) : Math.floor(dueAt),
-    );
+    this.setWhileFiring?.set(name, opts.noLaterThan && asked !== undefined ? Math.min(asked, at) : at);
+    const known = this.known.get(name);
+    if (opts.noLaterThan && known !== undefined && known.atMost <= at && known.payload === text) return;
+    this.table.ensure();
     this.storage.sql.exec(
       `INSERT INTO _timers (name, due_at, payload) VALUES (?, ?, ?) ON CONFLICT(name) DO UPDATE SET due_at = ${due}, payload = excluded.payload
        WHERE ${moves} OR excluded.payload IS NOT payload`,
       name,
-      Math.floor(dueAt),
-      JSON.stringify(payload),
+      at,
+      text,
     );
+    if (!this.onCommit) return;
+    const forgets = this.forgets;
+    this.onCommit(() => {
+      if (this.forgets !== forgets) return;
+      // Applied in the order asked: a bound learnt by an earlier ask of the same turn still holds.
+      const before = this.known.get(name);
+      const bound = opts.noLaterThan && before !== undefined ? Math.min(before.atMost, at) : at;
+      this.known.set(name, { atMost: bound, payload: text });
+    });
+  }
+
+  /** What this instance knows of a timer no longer holds (its row may have moved later or gone). */
+  private forget(name?: string) {
+    this.forgets++;
+    if (name === undefined) this.known.clear();
+    else this.known.delete(name);
   }
 
   cancel(name: string) {
+    this.forget(name);
     if (!this.table.exists()) return;
     this.storage.sql.exec("DELETE FROM _timers WHERE name = ?", name);
   }
@@ -193,6 +232,8 @@ export class Scheduler {
   async fire(handlers: Record<string, TimerHandler>, now = this.now()) {
     this.armedAt = null; // the runtime cleared the alarm that woke us
     this.heldUntil = null; // what it was held for is due now, and fired below
+    // Every due row is deleted or moved below, after its handler: nothing known of them holds.
+    this.forget();
     if (!this.table.exists()) return;
     const due = this.storage.sql
       .exec<{ name: string; due_at: number; payload: string | null }>(
@@ -223,6 +264,7 @@ export class Scheduler {
         this.storage.sql.exec("UPDATE _timers SET due_at = ? WHERE name = ? AND due_at = ?", retryAt, t.name, t.due_at);
       } finally {
         this.setWhileFiring = null;
+        this.forget(t.name);
       }
     }
     await this.arm();

@@ -2,19 +2,35 @@
  * The kit's tables are created on the first write, not when an object wakes: an object that is
  * only ever probed (an unknown server id in a forged token, say) keeps an empty storage.
  */
-export function kitTable(storage: DurableObjectStorage, name: string, ddl: string) {
+export function kitTable(
+  storage: DurableObjectStorage,
+  name: string,
+  ddl: string,
+  /**
+   * The object's commit hook (see Scheduler): a table created in a turn that rolls back is gone
+   * again, so it is known to exist only once that turn committed; until then each `ensure`
+   * sends its CREATE … IF NOT EXISTS again (nothing to create within the turn).
+   */
+  onCommit?: (fn: () => void) => void,
+) {
   let ready = false;
+  const learn = () => {
+    if (onCommit) onCommit(() => (ready = true));
+    else ready = true;
+  };
   return {
     /** Whether the table exists; reads of a missing table see nothing. */
     exists(): boolean {
-      if (!ready) ready = probe(storage, name);
-      return ready;
+      if (ready) return true;
+      const found = probe(storage, name);
+      if (found) learn();
+      return found;
     },
     /** Before a write. */
     ensure() {
       if (!this.exists()) {
         storage.sql.exec(ddl);
-        ready = true;
+        learn();
       }
     },
   };

@@ -4,14 +4,14 @@
  * verified here with `jose` (a maintained, dependency-free JOSE library that runs on Workers'
  * WebCrypto): RS256 only, against the team's published keys, `aud` = the application's audience
  * tag, `iss` = the team domain, `exp`/`nbf` checked. The key set is fetched once per isolate and
- * cached (./jwks.ts, its answer bounded in time and size); a token signed by a key the cache does
+ * cached (src/lib/jwks.ts, its answer bounded in time and size); a token signed by a key the cache does
  * not hold (Access rotates every 6 weeks) makes jose refetch, at most once per cooldown.
  */
 import { errors, jwtVerify, type JWTPayload } from "jose";
 import { DomainError } from "../domain/errors";
 import type { Env } from "../env";
-import { remoteKeySet } from "./jwks";
-import { groupsIn, normalEmail, type Identity } from "./mapping";
+import { remoteKeySet } from "../lib/jwks";
+import { groupsIn, normalEmail, type Identity } from "./sso-mapping";
 
 export const ACCESS_HEADER = "Cf-Access-Jwt-Assertion";
 export const ACCESS_COOKIE = "CF_Authorization";

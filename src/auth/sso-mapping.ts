@@ -10,6 +10,9 @@ import type { Principal } from "../domain/principal";
 
 type SsoProvider = "access" | "oidc";
 
+/** Each sign-in provider as people know it. */
+export const PROVIDER_NAMES = { access: "Cloudflare Access", oidc: "OpenID Connect" } as const;
+
 export interface Identity {
   provider: SsoProvider;
   /** The provider's stable id for the user (`sub`). */
