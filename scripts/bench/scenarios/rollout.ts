@@ -621,6 +621,11 @@ function perfOf(pids: number[], dir: string): Profiler {
       child = spawn("perf", ["record", "-q", "-F", "499", "-g", "-o", file, "-p", pids.join(",")], {
         stdio: "ignore",
       });
+      // No perf on this machine (or not allowed to attach): the run goes on without the profile.
+      child.once("error", (err) => {
+        console.error(`  perf: ${err.message}; no native profile`);
+        child = null;
+      });
       await new Promise((r) => setTimeout(r, 500));
     },
     async stop() {
