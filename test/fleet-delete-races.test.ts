@@ -11,11 +11,33 @@ import { describe, expect, it } from "vitest";
 import { getDb } from "../src/db/client";
 import { DomainError } from "../src/domain/errors";
 import { channelWrite } from "../src/intent/batch";
-import { changeIntent } from "../src/fleets/service";
+import { changeIntent, deleteFleet } from "../src/fleets/service";
 import { registerServer as register } from "../src/servers/service";
 import type { Env } from "../src/env";
 import { call, createFleet, uniq } from "./helpers";
 import { coordinator } from "./support/objects";
+
+type Coordinator = ReturnType<Env["REBOOT"]["get"]>;
+
+/** The Worker's env with each coordinator call of `method` running `before` first (the race's other side). */
+function coordinatorRunning(method: "reserveRegistration" | "sealForDeletion", before: () => Promise<void>): Env {
+  return {
+    ...env,
+    REBOOT: {
+      idFromName: (name: string) => env.REBOOT.idFromName(name),
+      get: (id: DurableObjectId) =>
+        new Proxy(env.REBOOT.get(id), {
+          get(target: Coordinator, prop) {
+            if (prop !== method) return Reflect.get(target, prop);
+            return async (...args: unknown[]) => {
+              await before();
+              return (target[method] as (...a: unknown[]) => Promise<unknown>)(...args);
+            };
+          },
+        }),
+    },
+  } as unknown as Env;
+}
 
 describe("a fleet deleted while an intent write is being decided", () => {
   it("refuses the write as a missing fleet and leaves nothing of it behind, for a fleet of revision 0", async () => {
@@ -70,24 +92,9 @@ describe("a fleet deleted while a server is being registered in it", () => {
   it("refuses a registration that read the fleet before its deletion landed, leaving no server behind", async () => {
     const { id: fleet } = await createFleet();
     // The deletion lands (and wipes the coordinator) just before the registration reserves its name.
-    const racing = {
-      ...env,
-      REBOOT: {
-        idFromName: (name: string) => env.REBOOT.idFromName(name),
-        get: (id: DurableObjectId) => {
-          const real = env.REBOOT.get(id);
-          return new Proxy(real, {
-            get(target, prop) {
-              if (prop !== "reserveRegistration") return Reflect.get(target, prop);
-              return async (...args: Parameters<typeof real.reserveRegistration>) => {
-                expect((await call("DELETE", `/v1/fleets/${fleet}`)).status).toBe(204);
-                return target.reserveRegistration(...args);
-              };
-            },
-          });
-        },
-      },
-    } as unknown as Env;
+    const racing = coordinatorRunning("reserveRegistration", async () => {
+      expect((await call("DELETE", `/v1/fleets/${fleet}`)).status).toBe(204);
+    });
     const input = { fleet, hostname: `${uniq("h")}.example.com`, kind: "managed", roles: [], reboot_group: "default" };
     const refused = await register(racing, "test", input as Parameters<typeof register>[2]).then(
       () => null,
@@ -109,6 +116,42 @@ describe("a fleet deleted while a server is being registered in it", () => {
     });
     expect([kept.status, kept.json.error.code]).toEqual([409, "fleet_removal_pending"]);
     await coordinator(fleet).unseal();
+    expect(
+      (await call("POST", "/v1/servers", { body: { fleet, hostname: `${uniq("h")}.example.com`, kind: "managed" } }))
+        .status,
+    ).toBe(201);
+  });
+});
+
+describe("a server entering the index while a fleet's deletion is being decided", () => {
+  it("refuses the deletion at its commit, keeping the fleet and the server, and unseals the coordinator", async () => {
+    const { id: fleet } = await createFleet();
+    const serverId = crypto.randomUUID();
+    let landed = false;
+    // The server's row lands after the deletion counted none (a ledger's projection delivered
+    // late, its name's reservation already settled), just before the coordinator is sealed.
+    const racing = coordinatorRunning("sealForDeletion", async () => {
+      if (landed) return;
+      landed = true;
+      const now = Date.now();
+      await env.DB.prepare(
+        `INSERT INTO servers (id, fleet_id, hostname, kind, roles, reboot_group, state, status, desired_generation, stale_at, created_at, updated_at)
+         VALUES (?1, ?2, ?3, 'managed', '[]', 'default', 'provisioning', 'unknown', 1, ?4, ?4, ?4)`,
+      )
+        .bind(serverId, fleet, `${uniq("h")}.example.com`, now)
+        .run();
+    });
+    const refused = await deleteFleet(racing, "test", fleet).then(
+      () => null,
+      (err: unknown) => err,
+    );
+    expect((refused as DomainError)?.code).toBe("fleet_not_empty");
+    expect((await call("GET", `/v1/fleets/${fleet}`)).status).toBe(200);
+    const rows = await env.DB.prepare("SELECT COUNT(*) AS n FROM servers WHERE id = ? AND fleet_id = ?")
+      .bind(serverId, fleet)
+      .first<{ n: number }>();
+    expect(rows!.n).toBe(1);
+    // The refused deletion keeps no registration out.
     expect(
       (await call("POST", "/v1/servers", { body: { fleet, hostname: `${uniq("h")}.example.com`, kind: "managed" } }))
         .status,

@@ -89,18 +89,12 @@ describe("a finished rollout's write landing after another rollout's", () => {
     expect(await desired(s.id)).toMatchObject({ generation: 3, agents: [{ name: "web", image: "web:3" }] });
   });
 
-  it("answers the late write ok with the ledger's generation, never 'removed', and writes nothing", async () => {
+  it("answers the late write ok as superseded, never 'removed', and writes nothing", async () => {
     const { s, stub } = await reportingServer(agents);
     const newer = { rollout_id: `r-${crypto.randomUUID()}`, pass: 0, agent: "web", image: "web:3", version: "3" };
     await stub.applyRolloutImage({ ...newer, sent_at: T + 2_000 });
     const late = { rollout_id: `r-${crypto.randomUUID()}`, pass: 0, agent: "web", image: "web:2", version: "2" };
-    expect(await stub.applyRolloutImage({ ...late, sent_at: T + 1_000 })).toEqual({
-      ok: true,
-      outcome: "applied",
-      generation: 3,
-      from_image: "web:3",
-      from_version: "3",
-    });
+    expect(await stub.applyRolloutImage({ ...late, sent_at: T + 1_000 })).toEqual({ ok: true, outcome: "superseded" });
     const audits = await env.DB.prepare(
       "SELECT COUNT(*) AS n FROM audit_log WHERE target = ? AND action = 'server.desired.rollout'",
     )
@@ -125,7 +119,7 @@ describe("a finished rollout's write landing after another rollout's", () => {
       outcome: "already_at_image",
     });
     const late = { rollout_id: `r-${crypto.randomUUID()}`, pass: 0, agent: "web", image: "web:2", version: "2" };
-    expect(await stub.applyRolloutImage({ ...late, sent_at: T + 1_000 })).toMatchObject({ ok: true, generation: 2 });
+    expect(await stub.applyRolloutImage({ ...late, sent_at: T + 1_000 })).toEqual({ ok: true, outcome: "superseded" });
     expect(await desired(s.id)).toMatchObject({ generation: 2, agents: [{ image: "web:1" }] });
   });
 
@@ -176,7 +170,7 @@ describe("an operator's desired config and a rollout's write sent before it", ()
     await new Promise((r) => setTimeout(r, 5));
     expect((await put(s.id, 3, "web:9", "9")).status).toBe(200);
     const late = { rollout_id: `r-${crypto.randomUUID()}`, pass: 0, agent: "web", image: "web:2", version: "2" };
-    expect(await stub.applyRolloutImage({ ...late, sent_at: sent })).toMatchObject({ ok: true, generation: 3 });
+    expect(await stub.applyRolloutImage({ ...late, sent_at: sent })).toEqual({ ok: true, outcome: "superseded" });
     expect(await desired(s.id)).toMatchObject({ generation: 3, agents: [{ image: "web:9" }] });
   });
 
@@ -197,6 +191,25 @@ describe("an operator's desired config and a rollout's write sent before it", ()
     const write = { rollout_id: `r-${crypto.randomUUID()}`, pass: 0, agent: "web", image: "web:2", version: "2" };
     expect(await stub.applyRolloutImage({ ...write, sent_at: Date.now() })).toMatchObject({ generation: 4 });
     expect(await desired(s.id)).toMatchObject({ generation: 4, agents: [{ image: "web:2" }] });
+  });
+
+  it("keeps no settled mark of an agent the PUT took away, however many names come and go", async () => {
+    const { s, stub } = await reportingServer(agents);
+    const marks = () =>
+      runInDurableObject(stub, (_i, state) => state.storage.kv.get<Record<string, unknown>>("rollout_marks"));
+    for (let g = 3; g < 8; g++) {
+      const body = { generation: g, agents: [...agents, { name: `side-${g}`, image: `side:${g}`, version: "1" }] };
+      expect((await call("PUT", `/v1/servers/${s.id}/desired`, { body })).status).toBe(200);
+    }
+    // The agents the config has now, not every name an operator ever sent.
+    expect(Object.keys((await marks()) ?? {}).sort()).toEqual(["side-7", "web"]);
+    // Taken away, then back: marked again at its return (a write sent before that is older).
+    const late = { rollout_id: `r-${crypto.randomUUID()}`, pass: 0, agent: "side-3", image: "side:9", version: "9" };
+    const sent = Date.now();
+    await new Promise((r) => setTimeout(r, 5));
+    const back = { generation: 8, agents: [...agents, { name: "side-3", image: "side:3", version: "1" }] };
+    expect((await call("PUT", `/v1/servers/${s.id}/desired`, { body: back })).status).toBe(200);
+    expect(await stub.applyRolloutImage({ ...late, sent_at: sent })).toEqual({ ok: true, outcome: "superseded" });
   });
 
   it("marks nothing again for a PUT that leaves the agent's image as it was", async () => {

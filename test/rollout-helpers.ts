@@ -161,3 +161,42 @@ export const agePastDeadlines = (id: string, ms: number) =>
     const core = state.storage.kv.get<{ ended_at: number | null }>("core")!;
     if (core.ended_at !== null) state.storage.kv.put("core", { ...core, ended_at: core.ended_at - ms });
   });
+
+/**
+ * The rollout object `id` (made now if new) with its ledger writes held at a gate until `release`:
+ * they are sent (`sent` counts them) but land only when the test says. Every other call, and the
+ * rest of the env, is the real one.
+ */
+export async function holdLedgerWrites(id: string) {
+  let release!: () => void;
+  const gate = new Promise<void>((r) => (release = r));
+  const calls = { sent: 0, landed: 0 };
+  const bound = (target: object, prop: PropertyKey) => {
+    const v = Reflect.get(target, prop);
+    return typeof v === "function" ? v.bind(target) : v;
+  };
+  const held = new Proxy(env.LEDGER, {
+    get(target, prop) {
+      if (prop !== "get") return bound(target, prop);
+      return (lid: DurableObjectId) => {
+        const stub = target.get(lid);
+        return new Proxy(stub, {
+          get(s, p) {
+            if (p !== "applyRolloutImage") return bound(s, p);
+            return async (...args: Parameters<typeof stub.applyRolloutImage>) => {
+              calls.sent++;
+              await gate;
+              calls.landed++;
+              return stub.applyRolloutImage(...args);
+            };
+          },
+        });
+      };
+    },
+  });
+  await runInDurableObject(rolloutStub(id), (instance) => {
+    const o = instance as unknown as { env: object };
+    o.env = { ...o.env, LEDGER: held };
+  });
+  return { calls, release: () => release() };
+}

@@ -73,7 +73,14 @@ export async function runAgent(o: RunOptions): Promise<number> {
   // Before anything here reads or writes the directory (the sweep, the crash count, the swap).
   // A trial is its parent's own question: it runs while the parent, which holds the directory,
   // waits for its answer.
-  const hold = o.trial ? null : await holdStateDir(state.dir);
+  let hold: Awaited<ReturnType<typeof holdStateDir>> | null = null;
+  try {
+    hold = o.trial ? null : await holdStateDir(state.dir);
+  } catch (err) {
+    // Its key could not be made (a full disk, a read-only directory): a failure systemd retries.
+    log.error(`the state directory ${state.dir} could not be held: ${messageOf(err)}`);
+    return EXIT_HELD;
+  }
   if (hold && !hold.held) {
     log.error(
       `another harbormaster-agent run${hold.holder !== null ? ` (pid ${hold.holder})` : ""} holds the state directory ${state.dir}; stopping, and leaving everything to it`,
@@ -210,7 +217,11 @@ async function runHolding(o: RunOptions, identity: Identity, bootId: string): Pr
     orphanWatch = setInterval(() => {
       if (process.ppid === parent) return;
       log.warn("the agent that started this trial is gone; stopping the trial");
-      stop.abort();
+      // At once, not after the pass under way: the restarted agent (5 s later, or at once for a
+      // `systemctl restart`) would reconcile beside it for as long as that pass waits on its
+      // engine (a minute, a load ten). A trial keeps nothing of its own (no status, no crash
+      // count, no reboot), and a kill between any two steps is one the agent recovers from.
+      process.exit(EXIT_HELD);
     }, 500);
   }
 

@@ -114,10 +114,16 @@ export function run(cmd: string, args: string[], opts: RunOptions): Promise<RunR
   });
 }
 
-/** A terminal's escape sequences (colours, cursor moves): a CSI, its parameters, its final byte. */
-const TERMINAL_ESCAPE = new RegExp(String.raw`\u001b\[[0-?]*[ -/]*[@-~]`, "g");
-/** Control characters but the line break and the tab; a carriage return goes with its line break. */
-const CONTROL = new RegExp(String.raw`[\u0000-\u0008\u000b-\u001f\u007f]`, "g");
+/**
+ * A terminal's escape sequences (colours, cursor moves): a CSI (ESC [, or its 8-bit form U+009B,
+ * which some terminals act on in UTF-8 too), its parameters, its final byte.
+ */
+const TERMINAL_ESCAPE = new RegExp(String.raw`(?:\u001b\[|\u009b)[0-?]*[ -/]*[@-~]`, "g");
+/**
+ * Control characters but the line break and the tab (a carriage return goes with its line break),
+ * the C1 ones (U+0080 to U+009F: 8-bit escapes, string starts) included.
+ */
+const CONTROL = new RegExp(String.raw`[\u0000-\u0008\u000b-\u001f\u007f-\u009f]`, "g");
 
 /**
  * What a command (a hook, the engine, a container's log) printed, as text for an operator: it

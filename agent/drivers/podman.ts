@@ -58,7 +58,9 @@ export interface PodmanDriverOptions {
   env?: NodeJS.ProcessEnv;
   /**
    * Where the driver notes each image it is about to load (under the agent's state directory),
-   * until a container holds it or it is removed: an agent killed between a `load` and the
+   * until the desired config no longer names its digest and it is gone from the store (a note
+   * outlives the container made from it: the engine refuses to remove an image a container holds,
+   * and the note is kept until a later pass succeeds): an agent killed between a `load` and the
    * `create` that would use it leaves an image nothing names, which the next passes remove once
    * the desired config no longer wants it. Without it, such an image stays in the store.
    */

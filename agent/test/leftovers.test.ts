@@ -153,4 +153,50 @@ describe("a restarted agent", () => {
       if (alive(trial)) process.kill(trial, "SIGKILL");
     }
   });
+
+  it("a self-update's trial run whose pass waits on its engine ends at once when the agent that started it is killed", async () => {
+    // The restarted agent runs 5 s later (the unit's RestartSec): a trial still in its pass then
+    // (an engine command bounded at a minute, a load at ten) would drive the agents beside it.
+    const host = tempHost("hm-orphan-pass");
+    joined(host.stateDir);
+    const root = resolve(import.meta.dirname, "../..");
+    const err = join(host.root, "trial.log");
+    const engine = join(host.root, "engine");
+    const engineAt = join(host.root, "engine.pid");
+    writeFileSync(
+      engine,
+      `#!/bin/sh\n[ "$1" = --version ] && { echo "podman version 5.0.0"; exit 0; }\necho $$ > "${engineAt}"\nexec sleep 120\n`,
+      { mode: 0o755 },
+    );
+    const cmd = `HARBORMASTER_AGENT_TRIAL_PARENT=$$ "${join(root, "node_modules/node/bin/node")}" "${join(root, "agent/cli/main.ts")}" run --trial 2>"${err}" & echo $!; wait`;
+    const parent = spawn("sh", ["-c", cmd], {
+      env: {
+        ...process.env,
+        ...host.env,
+        HARBORMASTER_AGENT_TRANSPORT: "http",
+        HARBORMASTER_AGENT_ENGINE: engine,
+        HARBORMASTER_AGENT_TARBALL_ROOT: host.root,
+        HARBORMASTER_AGENT_START_TIMEOUT_S: "60",
+      },
+      stdio: ["ignore", "pipe", "ignore"],
+    });
+    const trial = await new Promise<number>((ok) =>
+      parent.stdout.once("data", (d: Buffer) => ok(Number(String(d).trim()))),
+    );
+    try {
+      const t = Date.now();
+      while (!existsSync(engineAt) && Date.now() - t < 15_000) await new Promise((r) => setTimeout(r, 100));
+      // In its pass, waiting on the engine.
+      expect(existsSync(engineAt)).toBe(true);
+      parent.kill("SIGKILL");
+      const t0 = Date.now();
+      while (alive(trial) && Date.now() - t0 < 5_000) await new Promise((r) => setTimeout(r, 100));
+      expect(alive(trial)).toBe(false);
+      expect(readFileSync(err, "utf8")).toMatch(/the agent that started this trial is gone/);
+    } finally {
+      if (alive(trial)) process.kill(trial, "SIGKILL");
+      const hung = existsSync(engineAt) ? Number(readFileSync(engineAt, "utf8")) : 0;
+      if (hung && alive(hung)) process.kill(hung, "SIGKILL");
+    }
+  });
 });

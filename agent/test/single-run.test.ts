@@ -7,10 +7,14 @@
  * runs once the first is gone). A holder killed with SIGKILL leaves nothing that blocks the next.
  */
 import { spawn, type ChildProcess } from "node:child_process";
-import { mkdirSync, rmSync, writeFileSync } from "node:fs";
+import { createHash } from "node:crypto";
+import { mkdirSync, readFileSync, realpathSync, rmSync, writeFileSync } from "node:fs";
+import { createConnection, createServer } from "node:net";
 import { join } from "node:path";
 import { afterAll, afterEach, describe, expect, it } from "vitest";
+import { holdStateDir } from "../cli/single-run.ts";
 import { emptyServer, tempHost } from "./cli-helpers.ts";
+import { sh } from "./helpers.ts";
 
 const server = await emptyServer();
 afterAll(() => server.close());
@@ -114,3 +118,104 @@ describe("a second run on a state directory another run holds", () => {
     expect(first.child.exitCode).toBeNull();
   });
 });
+
+describe("the hold's name", () => {
+  // An abstract socket has no owner nor mode: any local user may bind any free name. One the
+  // directory's path alone gives away would let an unprivileged user keep the root service out
+  // for good (it would exit 1 at every start), leaving the host's agents unmanaged.
+  it("cannot be taken first by someone who knows only the state directory's path", async () => {
+    const h = host();
+    const guessed = `\0harbormaster-agent.${createHash("sha256").update(realpathSync(h.stateDir)).digest("hex").slice(0, 40)}`;
+    const squatter = createServer();
+    await new Promise<void>((ok) => squatter.listen(guessed, ok));
+    try {
+      const hold = await holdStateDir(h.stateDir);
+      expect(hold.held).toBe(true);
+      if (hold.held) {
+        // and it still excludes a second run on the same directory
+        expect((await holdStateDir(h.stateDir)).held).toBe(false);
+        await hold.release();
+      }
+    } finally {
+      await new Promise((ok) => squatter.close(ok));
+    }
+  });
+
+  // The name shows in /proc/net/unix while a run holds it: a local user who watched it there
+  // binds it the moment the run ends (a self-update's restart, a crash) and waits for the next.
+  it("is not kept from the service by another user who bound the name it saw in use", async () => {
+    const h = host();
+    const first = await holdStateDir(h.stateDir);
+    if (!first.held) throw new Error("not held");
+    const seen = abstractNames();
+    await first.release();
+    const name = [...seen].find((n) => n.startsWith("@harbormaster-agent.") && !abstractNames().has(n));
+    expect(name).toBeDefined();
+    const squatter = spawn(
+      process.execPath,
+      [
+        "-e",
+        `require("net").createServer().listen("\\0" + process.argv[1], () => console.log("ready"))`,
+        name!.slice(1),
+      ],
+      { uid: 65534, gid: 65534, stdio: ["ignore", "pipe", "inherit"] },
+    );
+    children.push(squatter);
+    await new Promise((ok) => squatter.stdout!.once("data", ok));
+    const hold = await holdStateDir(h.stateDir);
+    expect(hold.held).toBe(true);
+    if (!hold.held) return;
+    // Still one run: a second is kept out, and told the real holder (not the squatter).
+    expect(await holdStateDir(h.stateDir)).toEqual({ held: false, holder: process.pid });
+    await hold.release();
+  });
+
+  it("is held against a run in another PID namespace, which /proc does not show the holder to", async () => {
+    const h = host();
+    const hold = await holdStateDir(h.stateDir);
+    if (!hold.held) throw new Error("not held");
+    try {
+      const script = `const { holdStateDir } = await import(${JSON.stringify(join(import.meta.dirname, "../cli/single-run.ts"))}); const h = await holdStateDir(process.argv[1]); console.log(JSON.stringify({ held: h.held, holder: h.held ? undefined : h.holder }));`;
+      const out = await sh("unshare", [
+        "--pid",
+        "--fork",
+        "--mount-proc",
+        join(import.meta.dirname, "../../node_modules/node/bin/node"),
+        "--input-type=module",
+        "-e",
+        script,
+        h.stateDir,
+      ]);
+      expect(JSON.parse(out)).toEqual({ held: false, holder: null });
+    } finally {
+      await hold.release();
+    }
+  });
+
+  it("is given back at once on release, even with a client connected that never hangs up", async () => {
+    const h = host();
+    const hold = await holdStateDir(h.stateDir);
+    if (!hold.held) throw new Error("not held");
+    const name = [...abstractNames()].filter((n) => n.startsWith("@harbormaster-agent."));
+    const clients = name.map((n) => createConnection(`\0${n.slice(1)}`).on("error", () => {}));
+    await new Promise((r) => setTimeout(r, 200));
+    const released = await Promise.race([
+      hold.release().then(() => "released"),
+      new Promise((r) => setTimeout(() => r("still held after 3 s"), 3_000)),
+    ]);
+    for (const c of clients) c.destroy();
+    expect(released).toBe("released");
+  });
+});
+
+/** The abstract socket names listening now, as /proc/net/unix shows them (`@name`). */
+function abstractNames(): Set<string> {
+  return new Set(
+    readFileSync("/proc/net/unix", "utf8")
+      .split("\n")
+      .slice(1)
+      .map((l) => l.trim().split(/\s+/))
+      .filter((f) => f[3] === "00010000" && f[7]?.startsWith("@"))
+      .map((f) => f[7]),
+  );
+}

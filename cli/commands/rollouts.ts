@@ -158,7 +158,7 @@ function summary(out: Output, r: Rollout) {
       `${r.median_s === null ? "-" : humanSpan(r.median_s)} / ${r.eta_s === null ? "-" : humanSpan(r.eta_s)}`,
     ],
     ["server timeout", r.server_timeout_s === null ? "-" : humanSpan(r.server_timeout_s)],
-    ["channel moved", r.channel_updated ?? "not yet (the rollout retries the move)"],
+    ["channel moved", r.channel_updated ?? "queued (read the rollout again)"],
     ["reboot slots", r.reboot_slot],
   ]);
   for (const w of r.warnings) out.line(out.c.yellow(`warning: ${w.message}`));

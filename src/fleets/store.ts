@@ -122,10 +122,10 @@ export const liveServerIdsOfFleet = (db: Db, fleet: string, after: string | null
     .orderBy(asc(servers.id))
     .limit(limit + 1);
 
-/** Checked at commit by a fleet's deletion: a server registered since its count rolls it back. */
 /** The fleet's row is still there: an intent write that read the fleet before its deletion must not land after it. */
 export const fleetExists = (fleet: string) => sql`EXISTS (SELECT 1 FROM ${fleets} WHERE id = ${fleet})`;
 
+/** Checked at commit by a fleet's deletion: a server registered since its count rolls it back. */
 export const noLiveServers = (fleet: string) =>
   sql`NOT EXISTS (SELECT 1 FROM ${servers} WHERE fleet_id = ${fleet} AND state != 'removed')`;
 

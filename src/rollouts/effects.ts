@@ -22,7 +22,7 @@ import { catalogFieldsOf } from "../images/service";
 import type { Core, RolloutSpec } from "./machine";
 import { applied } from "./outcomes";
 import type { EffectKind, RolloutParts } from "./parts";
-import { channelAttempted, slotAnswered } from "./starting";
+import { slotAnswered } from "./starting";
 import type { DirtyTarget } from "./target-rows";
 import { project } from "./transitions";
 
@@ -142,7 +142,8 @@ export function rolloutEffects(env: () => Env, parts: () => RolloutParts): Recor
       // pass-0 retry handed over after the pass-1 write finds its target done and writes nothing.
       // A call past its deadline frees the lane early (see Pool): the ledger answers a late pass-0
       // write with the pass-1 write it holds (decideApply); a write overtaken by a later one of the
-      // next rollout or of an operator is answered the same way, ordered by its `sent_at`.
+      // next rollout or of an operator (ordered by its `sent_at`) writes nothing and is answered
+      // `superseded`, which skips its target should this rollout still wait on it.
       lane: ({ server_id }: Target) => lane.ledger(server_id),
       deliver: async ({ pass, server_id }: Target, signal: AbortSignal) => {
         const p = parts();
@@ -202,14 +203,9 @@ export function rolloutEffects(env: () => Env, parts: () => RolloutParts): Recor
         const image = { image: spec.image, version: spec.version, catalog: spec.catalog ?? null };
         const record = store.channel();
         if (to === "rollout") {
-          try {
-            const moved = await moveChannel(env(), spec.fleet, spec.agent, image, `rollout:${spec.id}`);
-            signal.throwIfAborted();
-            store.setChannel(moved);
-          } finally {
-            // The start's answer waits for this attempt (./starting.ts), moved or not.
-            channelAttempted(parts());
-          }
+          const moved = await moveChannel(env(), spec.fleet, spec.agent, image, `rollout:${spec.id}`);
+          signal.throwIfAborted();
+          store.setChannel(moved);
         } else if (record?.updated && record.previous) {
           await restoreChannel(env(), spec.fleet, spec.agent, image, record.previous, `rollout:${spec.id}`);
         }

@@ -60,7 +60,7 @@ export interface RolloutMark {
 
 export type ApplyOutcome =
   | { ok: true; outcome: "applied"; generation: number; from_image: string | null; from_version: string | null }
-  | { ok: true; outcome: "already_at_image" | "agent_absent" | "removed" };
+  | { ok: true; outcome: "already_at_image" | "agent_absent" | "removed" | "superseded" };
 
 /** The ledger's answer to a rollout's write, as a pure decision over its state. */
 export function decideApply(
@@ -91,24 +91,16 @@ export function decideApply(
   // Another rollout's write sent before the one this ledger holds: the (fleet, agent) claim lets
   // one rollout write at a time and lets go only once none of its targets applies, so this is a
   // finished rollout's call that outlived its deadline and the claim, overtaken by the next
-  // rollout's write. Answered as an older pass is, with what the ledger holds, nothing written.
-  // The same for any rollout's write sent before an operator's desired config changed the agent
-  // (the operator's choice is the newer one, however late the write arrives).
+  // rollout's write. The same for any rollout's write sent before an operator's desired config
+  // changed the agent (the operator's choice is the newer one, however late the write arrives).
+  // Nothing is written, and the answer says so: the sender may still be waiting on its target (an
+  // operator's PUT overtakes a live rollout), and an "applied" at a generation that will never
+  // run its image would hold that target until its server timeout. Its target is skipped.
   const older =
     mark !== undefined &&
     ((mark.rollout_id !== req.rollout_id && sentBefore(req.sent_at, mark.sent_at)) ||
       sentBefore(req.sent_at, mark.operator_at));
-  if (older) {
-    return {
-      outcome: {
-        ok: true,
-        outcome: "applied",
-        generation: desired.generation,
-        from_image: current?.image ?? null,
-        from_version: current?.version ?? null,
-      },
-    };
-  }
+  if (older) return { outcome: { ok: true, outcome: "superseded" } };
   if (serverState === "decommissioning" || serverState === "removed")
     return { outcome: { ok: true, outcome: "removed" } };
   if (desired.lifecycle !== "run") return { outcome: { ok: true, outcome: "removed" } };
@@ -189,8 +181,10 @@ const sentBefore = (sent: number | undefined, than: number | undefined) =>
 /**
  * An operator's desired config replaced `before` with `after` at `now`: the marks with each agent
  * whose image it changed (or added) noted, so a rollout write sent before it is older; an agent no
- * rollout wrote gets a mark of the operator's alone, settled (no outcome is owed to anyone). null:
- * no agent's image changed, nothing to store.
+ * rollout wrote gets a mark of the operator's alone, settled (no outcome is owed to anyone). The
+ * settled marks of agents `after` no longer has go: a write for such an agent writes nothing
+ * (agent_absent), and one brought back is marked afresh, so the marks stay as many as the agents
+ * (an operator's stream of new names would otherwise grow them for ever). null: nothing to store.
  */
 export function operatorMarks(
   marks: Readonly<Record<string, RolloutMark>>,
@@ -199,7 +193,13 @@ export function operatorMarks(
   now: number,
 ): Record<string, RolloutMark> | null {
   const was = new Map(before.agents.map((a) => [a.name, a]));
+  const kept = new Set(after.agents.map((a) => a.name));
   let next: Record<string, RolloutMark> | null = null;
+  for (const [name, m] of Object.entries(marks)) {
+    if (kept.has(name) || !m.settled) continue;
+    next ??= { ...marks };
+    delete next[name];
+  }
   for (const a of after.agents) {
     const b = was.get(a.name);
     if (b && b.image === a.image && b.version === a.version && (b.image_id ?? null) === (a.image_id ?? null)) continue;

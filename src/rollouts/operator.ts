@@ -10,7 +10,7 @@ import { finish, newCore, zeroCounts, type Control, type RolloutSpec, type Rollo
 import { settle, type RolloutParts } from "./parts";
 import type { Plan } from "./strategy";
 import type { NewTarget } from "./target-rows";
-import { firstStartDelivered, pump, startDelivered } from "./starting";
+import { pump } from "./starting";
 import { afterChange, audit, change, entered, project, queueRollback, skipQueued } from "./transitions";
 import { summary, type RolloutSummary } from "./views";
 import { rolloutWebhook } from "./webhook-events";
@@ -81,9 +81,8 @@ export async function start(
     // outbox: those writes (up to `concurrency` ledgers, each a round trip) and its index rows
     // leave in the background, and the alarm delivers them should this object die first. The
     // caller sees the rollout at once, from this object; it need not wait on hundreds of ledgers.
-    // Only the channel's move (D1) is waited for, so the answer says whether it moved.
-    await startDelivered(p, spec.update_channel);
-  } else await firstStartDelivered(p);
+    await settle(p, false);
+  }
   return summary(p);
 }
 

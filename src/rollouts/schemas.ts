@@ -140,7 +140,7 @@ export const RolloutSchema = z
     update_channel: z.boolean(),
     channel_updated: z.boolean().nullable().openapi({
       description:
-        "Whether the rollout moved the fleet's channel for the agent to its image: true once moved (a start answers after its move was tried), false when `update_channel` is false, null while the move is still owed (its delivery failed or is retried: read the rollout again)",
+        "Whether the rollout moved the fleet's channel for the agent to its image: true once moved, false when `update_channel` is false, null while the move is queued and not confirmed yet (the start answers before its outbox delivers it; read the rollout again)",
     }),
     reboot_slot: z.boolean(),
     counts,

@@ -356,12 +356,7 @@ export async function createRollout(
   fetcher?: Fetcher,
 ): Promise<RolloutSummary> {
   const c = await claimStart(env, actor, input, newId, fetcher);
-  // A racing identical start that found the rollout started before its channel moved asks the
-  // object again (a repeated start changes nothing): it answers once the first start's move was
-  // tried, so both answers say the same.
-  const pending = c.started && c.started.update_channel && c.started.channel_updated === null;
-  if (c.started && !pending) return c.started;
-  return rolloutOf(env, c.spec.id).start(c.spec, c.targets, c.plan);
+  return c.started ?? rolloutOf(env, c.spec.id).start(c.spec, c.targets, c.plan);
 }
 
 /**

@@ -15,56 +15,6 @@ import { scheduleSlowCheck } from "./slow";
 import { afterChange, change, releaseSlot } from "./transitions";
 import { rolloutWebhook } from "./webhook-events";
 
-/**
- * A start's answer and the channel move its turn queued (update_channel): the start answers once
- * the move's first delivery attempt has settled, so `channel_updated` says what happened (true:
- * moved) rather than what was still to come, and a racing identical start (a repeated `start`)
- * waits for the same attempt and says the same. In this object's memory only, keyed by its parts:
- * after a restart a repeated start answers at once (null while the outbox still owes the move).
- */
-const channelWaits = new WeakMap<RolloutParts, { attempted: () => void; answered: Promise<void> }>();
-
-/**
- * After the start's turn committed: its effects leave in the background (the alarm is set first,
- * should this object die), and the answer waits for the channel move's attempt when the turn
- * queued one. That attempt is a D1 write of this rollout's own, never an outsider's answer; the
- * ledger writes delivered with it are not waited for (the wait ends with the move's attempt, or at
- * the latest with the flush's calls, each bounded by the outbox's deadline).
- */
-export async function startDelivered(p: RolloutParts, movesChannel: boolean) {
-  await p.scheduler.arm();
-  if (!movesChannel) {
-    p.background(p.outbox.flush());
-    return;
-  }
-  let attempted!: () => void;
-  const tried = new Promise<void>((r) => (attempted = r));
-  let delivered!: () => void;
-  const flushed = new Promise<void>((r) => (delivered = r));
-  // A flush that fails leaves its rows to the alarm: the answer then says the move is still owed.
-  const answered = Promise.race([tried, flushed]);
-  // Registered before the flush that makes the attempt begins.
-  channelWaits.set(p, { attempted, answered });
-  const delivering = p.outbox.flush();
-  p.background(delivering);
-  delivering.then(delivered, delivered);
-  try {
-    await answered;
-  } finally {
-    channelWaits.delete(p);
-  }
-}
-
-/** A repeated start while the first still waits for the channel move: the same wait. */
-export async function firstStartDelivered(p: RolloutParts) {
-  await channelWaits.get(p)?.answered;
-}
-
-/** The channel effect's attempt to move the channel to the rollout's image settled (moved or not). */
-export function channelAttempted(p: RolloutParts) {
-  channelWaits.get(p)?.attempted();
-}
-
 /** A refused reboot slot is asked for again after this long. */
 const SLOT_RETRY_MS = 5_000;
 
