@@ -31,6 +31,8 @@ export interface DirectServer {
   cpuMs: () => number | null;
   /** Times the runtime crashed and Miniflare started it again. */
   restarts: () => number;
+  /** The workerd process ids of this server now (a native profiler attaches to them). */
+  pids: () => number[];
   stop: () => Promise<void>;
 }
 
@@ -299,6 +301,7 @@ async function serve(
     openFileKinds: () => childWorkerdFileKinds(workerdOf(owner)),
     cpuMs: () => childWorkerdCpuMs(workerdOf(owner)),
     restarts: () => restarts,
+    pids: () => workerdOf(owner).map(([pid]) => pid),
     stop,
   };
 }
