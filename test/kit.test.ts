@@ -108,6 +108,25 @@ describe("scheduler", () => {
     });
   });
 
+  it("sends a 'no later than' ask that follows, in the same turn, a plain ask which moved the timer later", async () => {
+    await scratch(async (storage) => {
+      const store = new LedgerStore(storage);
+      const s = new Scheduler(storage, (fn) => store.onCommit(fn));
+      const now = Date.now();
+      s.schedule("outbox", now + 1_000, null, { noLaterThan: true });
+      store.transaction(() => {
+        // The row goes later (a flush's re-arm), not yet committed; the bound learnt before no
+        // longer holds, and the ask after it must reach the row.
+        s.schedule("outbox", now + 60_000);
+        s.schedule("outbox", now + 2_000, null, { noLaterThan: true });
+      });
+      expect(s.dueAt("outbox")).toBe(now + 2_000);
+      // Learnt on commit: the bound is the ask's time, not the plain ask's.
+      s.schedule("outbox", now + 3_000, null, { noLaterThan: true });
+      expect(s.dueAt("outbox")).toBe(now + 2_000);
+    });
+  });
+
   it("keeps a timer its own handler sets again to the very time that fired (the queue's look at a deadline still due)", async () => {
     await scratch(async (storage) => {
       const s = new Scheduler(storage);

@@ -45,7 +45,7 @@ export class Scheduler {
    * same payload, would move nothing, and is not sent (an outbox asks at every enqueue). Learnt
    * only once the write that made it true committed (`onCommit`: a rolled-back turn teaches
    * nothing), unless a forget came between the ask and the commit; forgotten at once by whatever
-   * may move the row later or remove it (a cancel, the timer firing), since forgetting is always
+   * may move the row later or remove it (a plain ask, a cancel, the timer firing), since forgetting is always
    * safe. Without `onCommit` nothing is learnt. In memory: empty after a restart.
    */
   private readonly known = new Map<string, { atMost: number; payload: string }>();
@@ -93,6 +93,9 @@ export class Scheduler {
     this.setSince = Math.min(this.setSince, at);
     const asked = this.setWhileFiring?.get(name);
     this.setWhileFiring?.set(name, opts.noLaterThan && asked !== undefined ? Math.min(asked, at) : at);
+    // A plain ask may move the row later: what was known of it stops holding now, not at the
+    // commit, or a "no later than" ask later in the same turn would be skipped against it.
+    if (!opts.noLaterThan) this.forget(name);
     const known = this.known.get(name);
     if (opts.noLaterThan && known !== undefined && known.atMost <= at && known.payload === text) return;
     this.table.ensure();
