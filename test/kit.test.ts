@@ -127,6 +127,25 @@ describe("scheduler", () => {
     });
   });
 
+  it("learns a timer's bound in a turn that also moved or cancelled another timer", async () => {
+    await scratch(async (storage) => {
+      const store = new LedgerStore(storage);
+      const s = new Scheduler(storage, (fn) => store.onCommit(fn));
+      const count = timerStatements(storage);
+      const now = Date.now();
+      store.transaction(() => {
+        s.schedule("outbox", now + 10_000, null, { noLaterThan: true });
+        // Another timer's plain ask and cancel say nothing about the outbox's row.
+        s.schedule("quiet", now + 30_000);
+        s.cancel("left");
+      });
+      const sent = count();
+      s.schedule("outbox", now + 10_001, null, { noLaterThan: true });
+      expect(count()).toBe(sent);
+      expect(s.dueAt("outbox")).toBe(now + 10_000);
+    });
+  });
+
   it("keeps a timer its own handler sets again to the very time that fired (the queue's look at a deadline still due)", async () => {
     await scratch(async (storage) => {
       const s = new Scheduler(storage);
