@@ -146,6 +146,29 @@ describe("scheduler", () => {
     });
   });
 
+  it("forgets what a failed handler's own ask taught once its timer is put off for the retry", async () => {
+    await scratch(async (storage) => {
+      const store = new LedgerStore(storage);
+      const s = new Scheduler(storage, (fn) => store.onCommit(fn));
+      const now = Date.now();
+      s.schedule("outbox", now - 5);
+      const failing = () => {
+        // An enqueue during the delivery, then the delivery fails: the row goes to the retry time.
+        s.schedule("outbox", now + 1_000, null, { noLaterThan: true });
+        throw new Error("delivery failed");
+      };
+      const error = vi.spyOn(console, "error").mockImplementation(() => {});
+      try {
+        await s.fire({ outbox: failing }, now);
+      } finally {
+        error.mockRestore();
+      }
+      expect(s.dueAt("outbox")!).toBeGreaterThan(now + 2_000);
+      s.schedule("outbox", now + 2_000, null, { noLaterThan: true });
+      expect(s.dueAt("outbox")).toBe(now + 2_000);
+    });
+  });
+
   it("keeps a timer its own handler sets again to the very time that fired (the queue's look at a deadline still due)", async () => {
     await scratch(async (storage) => {
       const s = new Scheduler(storage);
