@@ -185,6 +185,10 @@ describe("a desired config for another server", () => {
     const errors = loop.events.filter((e) => e.type === "error") as { error: Error; attempt: number }[];
     expect(errors.map((e) => e.attempt)).toEqual([1, 2]);
     expect(String(errors[0].error)).toMatch(/not this host's/);
+    // Only the refusal is logged: no "desired" line carries the other server's generation.
+    const desired = loop.events.filter((e) => e.type === "desired") as { generation: number | null }[];
+    expect(desired[0]?.generation).toBe(4);
+    expect(desired.map((e) => e.generation)).not.toContain(9);
   });
 });
 
