@@ -234,7 +234,9 @@ describe("BlobFetcher against a server that stalls", () => {
           let at = 0;
           const drip = setInterval(() => {
             res.write(bytes.subarray(at, (at += 2_000)));
-            if (at >= bytes.length) (clearInterval(drip), res.end());
+            if (at < bytes.length) return;
+            clearInterval(drip);
+            res.end();
           }, 100);
           timers.push(drip);
         }, 900),
