@@ -20,7 +20,7 @@ import { meterStorage } from "../src/local/storage-meter";
 import { LEASE_REFRESH_ROWS } from "../scripts/bench/lease-refresh";
 import { INDEX_LEASE_MS } from "../src/ledger/projection";
 import { emptyReporter, openChannel } from "./channel-helpers";
-import { BASE, call, createFleet, fireTimersNow, registerServer, report, settle, uniq } from "./helpers";
+import { BASE, call, createFleet, fireTimersNow, registerServer, report, send, settle, uniq } from "./helpers";
 import { fleetWithKey, putGroup, registerClients, zincati } from "./fleetlock-helpers";
 import { coordinator, ledger, sleep, sleep as pause } from "./support/objects";
 
@@ -179,8 +179,20 @@ describe("cost meter", () => {
     await sleep(600);
     await fireTimersNow(env.LEDGER.get(env.LEDGER.idFromName(s.id)));
     resetMeter();
-    expect((await call("PUT", "/v1/agent/inventory", { token: s.token, body: report(1, []) })).status).toBe(200);
+    const same = report(1, []);
+    expect((await call("PUT", "/v1/agent/inventory", { token: s.token, body: same })).status).toBe(200);
     expect(storageOf()).toMatchObject({ rows_written: 0 });
+    // A warm ledger's heartbeat touches its storage not at all: no row read, none written, no alarm
+    // set (the floor it is judged against writes one row). Sent without `call`, whose settling
+    // flush of the outbox would read a row of its own.
+    resetMeter();
+    const res = await send(`${BASE}/v1/agent/inventory`, {
+      method: "PUT",
+      headers: { Authorization: `Bearer ${s.token}`, "Content-Type": "application/json" },
+      body: JSON.stringify(same),
+    });
+    expect(res.status).toBe(200);
+    expect(storageOf()).toMatchObject({ rows_read: 0, rows_written: 0, alarms_set: 0 });
   });
 
   it("writes 9 to 13 of a ledger's storage rows and 2 D1 statements for a changed report: its own, its effects' one or two each and their deletes, a timer and alarm only after a quiet spell", async () => {

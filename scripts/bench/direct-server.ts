@@ -31,6 +31,8 @@ export interface DirectServer {
   cpuMs: () => number | null;
   /** Times the runtime crashed and Miniflare started it again. */
   restarts: () => number;
+  /** The workerd process ids of this server now (a native profiler attaches to them). */
+  pids: () => number[];
   stop: () => Promise<void>;
 }
 
@@ -223,7 +225,10 @@ export async function startDirectServer(
  * The benchmark's floor fixture (./floor) the same way: in one workerd with nothing in front, so a
  * floor and Harbormaster measured direct are measured alike.
  */
-export async function startDirectFloor({ stateParent = tmpdir() }: DirectOptions = {}): Promise<DirectServer> {
+export async function startDirectFloor({
+  stateParent = tmpdir(),
+  inspectorPort,
+}: DirectOptions = {}): Promise<DirectServer> {
   const persist = stateDir(stateParent, "harbormaster-floor-direct-");
   const config = resolve(import.meta.dirname, "floor/wrangler.toml");
   const { modulesRules: _rules, ...workerOptions } = unstable_getMiniflareWorkerOptions(config).workerOptions;
@@ -236,6 +241,7 @@ export async function startDirectFloor({ stateParent = tmpdir() }: DirectOptions
       port,
       resourcePersistencePath: join(persist, "v3"),
       unsafeHandleRuntimeRestart: onRestart,
+      ...(inspectorPort ? { inspectorPort, inspectorHost: "127.0.0.1" } : {}),
     }),
   );
 }
@@ -295,6 +301,7 @@ async function serve(
     openFileKinds: () => childWorkerdFileKinds(workerdOf(owner)),
     cpuMs: () => childWorkerdCpuMs(workerdOf(owner)),
     restarts: () => restarts,
+    pids: () => workerdOf(owner).map(([pid]) => pid),
     stop,
   };
 }

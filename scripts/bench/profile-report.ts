@@ -1,7 +1,7 @@
 #!/usr/bin/env node
-// `npx tsx scripts/bench/profile-report.ts [seconds] [desired]`: where an unchanged report's (or,
-// with `desired`, a 304 poll's) JavaScript time
-// goes, in the runtime a deployment has (./direct-server.ts: one workerd, the deployed entry, no
+// `npx tsx scripts/bench/profile-report.ts [seconds] [desired|floor]`: where an unchanged report's
+// (with `desired`, a 304 poll's; with `floor`, the floor fixture's write of the same report's body,
+// POST /do/body, the yardstick the report is judged against) JavaScript time goes, in the runtime a deployment has (./direct-server.ts: one workerd, the deployed entry, no
 // wrangler dev proxy, no meter). It registers the ledger scenario's 64 servers, sends their
 // unchanged report for a warm-up, then again under a V8 CPU profile taken through the runtime's
 // inspector (DevTools protocol: Profiler.start / Profiler.stop), and prints the isolate's busy time
@@ -15,14 +15,17 @@ import autocannon from "autocannon";
 import WebSocket from "ws";
 import { createClient } from "../../src/client/index.ts";
 import { freePort } from "../local-server.ts";
-import { startDirectServer } from "./direct-server.ts";
-import { AGENTS, hostReport, hostReportBody } from "./host-report.ts";
+import { startDirectFloor, startDirectServer } from "./direct-server.ts";
+import { AGENTS, freshReportBodies, hostReport, hostReportBody } from "./host-report.ts";
 
 const changed = process.argv.includes("--changed");
 const args = process.argv.slice(2).filter((a) => a !== "--changed");
 const seconds = Number(args[0] ?? 5);
-/** `desired`: profile the host's poll (GET /v1/agent/desired, answered 304) instead of the report. */
-const route = args[1] === "desired" ? "desired" : "report";
+/**
+ * `desired`: profile the host's poll (GET /v1/agent/desired, answered 304) instead of the report;
+ * `floor`: the floor fixture's write of the report's body, profiled the same way, to read the two side by side.
+ */
+const route = args[1] === "desired" ? "desired" : args[1] === "floor" ? "floor" : "report";
 
 interface ProfileNode {
   id: number;
@@ -62,6 +65,8 @@ async function session(port: number) {
 function load(url: string, durationSec: number, tokens: string[]) {
   let n = 0;
   const bodies = [hostReportBody(2), hostReportBody(2, "stopped")];
+  // As a real host sends them: a new reconciled_at on every report, changed or not.
+  const fresh = [freshReportBodies(2), freshReportBodies(2, "stopped")];
   return new Promise<autocannon.Result>((res, rej) =>
     autocannon(
       {
@@ -69,31 +74,38 @@ function load(url: string, durationSec: number, tokens: string[]) {
         connections: 16,
         duration: durationSec,
         requests: [
-          route === "desired"
+          route === "floor"
             ? {
-                method: "GET",
-                path: "/v1/agent/desired",
-                setupRequest: (req) => ({
-                  ...req,
-                  headers: { authorization: `Bearer ${tokens[n++ % tokens.length]}`, "if-none-match": '"2"' },
-                }),
+                method: "POST",
+                path: "/do/body",
+                headers: { "content-type": "application/json" },
+                body: bodies[0],
               }
-            : {
-                method: "PUT",
-                path: "/v1/agent/inventory",
-                setupRequest: (req) => {
-                  const i = n++;
-                  return {
+            : route === "desired"
+              ? {
+                  method: "GET",
+                  path: "/v1/agent/desired",
+                  setupRequest: (req) => ({
                     ...req,
-                    headers: {
-                      authorization: `Bearer ${tokens[i % tokens.length]}`,
-                      "content-type": "application/json",
-                    },
-                    // Changed: a server's next report flips its first agent, so every report changes.
-                    body: changed ? bodies[Math.floor(i / tokens.length) % 2] : bodies[0],
-                  };
+                    headers: { authorization: `Bearer ${tokens[n++ % tokens.length]}`, "if-none-match": '"2"' },
+                  }),
+                }
+              : {
+                  method: "PUT",
+                  path: "/v1/agent/inventory",
+                  setupRequest: (req) => {
+                    const i = n++;
+                    return {
+                      ...req,
+                      headers: {
+                        authorization: `Bearer ${tokens[i % tokens.length]}`,
+                        "content-type": "application/json",
+                      },
+                      // Changed: a server's next report flips its first agent, so every report changes.
+                      body: changed ? fresh[Math.floor(i / tokens.length) % 2]() : fresh[0](),
+                    };
+                  },
                 },
-              },
         ],
       },
       (err, r) => (err ? rej(err) : res(r)),
@@ -116,23 +128,30 @@ function tally(profile: Profile, key: (f: ProfileNode["callFrame"]) => string) {
 const fileOf = (f: ProfileNode["callFrame"]) =>
   f.url ? `${f.url.replace(/^.*\//, "")}` : f.functionName ? `(${f.functionName})` : "(native)";
 
+/** The ledger scenario's 64 servers, each with its desired config and first report: their tokens. */
+async function registerServers(server: { url: string; admin: string }) {
+  const client = createClient(server.url, server.admin);
+  const fleet = `profile-${Date.now().toString(36)}`;
+  await client.v1.fleets.$post({ json: { id: fleet } });
+  const tokens: string[] = [];
+  for (let i = 0; i < 64; i++) {
+    const s = await (
+      await client.v1.servers.$post({ json: { fleet, hostname: `host-${i}.profile`, kind: "managed" } })
+    ).json();
+    if (!("token" in s)) throw new Error(`server: ${JSON.stringify(s)}`);
+    await client.v1.servers[":id"].desired.$put({ param: { id: s.id }, json: { generation: 2, agents: AGENTS } });
+    await createClient(server.url, s.token).v1.agent.inventory.$put({ json: hostReport(2) });
+    tokens.push(s.token);
+  }
+  return tokens;
+}
+
 async function main() {
   const inspectorPort = await freePort();
-  const server = await startDirectServer({}, { inspectorPort });
+  const server =
+    route === "floor" ? await startDirectFloor({ inspectorPort }) : await startDirectServer({}, { inspectorPort });
   try {
-    const client = createClient(server.url, server.admin);
-    const fleet = `profile-${Date.now().toString(36)}`;
-    await client.v1.fleets.$post({ json: { id: fleet } });
-    const tokens: string[] = [];
-    for (let i = 0; i < 64; i++) {
-      const s = await (
-        await client.v1.servers.$post({ json: { fleet, hostname: `host-${i}.profile`, kind: "managed" } })
-      ).json();
-      if (!("token" in s)) throw new Error(`server: ${JSON.stringify(s)}`);
-      await client.v1.servers[":id"].desired.$put({ param: { id: s.id }, json: { generation: 2, agents: AGENTS } });
-      await createClient(server.url, s.token).v1.agent.inventory.$put({ json: hostReport(2) });
-      tokens.push(s.token);
-    }
+    const tokens = route === "floor" ? [] : await registerServers(server);
     await load(server.url, 3, tokens);
     const inspector = await session(inspectorPort);
     await inspector.send("Profiler.enable");
@@ -151,7 +170,7 @@ async function main() {
     const fns = tally(profile, (f) => `${f.functionName || "(anonymous)"} ${fileOf(f)}:${f.lineNumber + 1}`);
     const busy = [...files].filter(([k]) => !idle.has(k)).reduce((s, [, v]) => s + v, 0);
     console.log(
-      `${reports} ${route === "desired" ? "304 polls" : changed ? "changed reports" : "unchanged reports"} in ${seconds} s (${(reports / seconds).toFixed(0)}/s), target ${inspector.title}; ` +
+      `${reports} ${route === "floor" ? "floor writes of a report's body" : route === "desired" ? "304 polls" : changed ? "changed reports" : "unchanged reports"} in ${seconds} s (${(reports / seconds).toFixed(0)}/s), target ${inspector.title}; ` +
         `runtime CPU ${cpu0 !== null && cpu1 !== null ? ((cpu1 - cpu0) / reports).toFixed(3) : "-"} ms a report (profiler on); ` +
         `isolate's thread busy ${(busy / reports).toFixed(1)} µs a report, (program) ${((files.get("(program)") ?? 0) / reports).toFixed(1)} µs`,
     );

@@ -60,7 +60,7 @@ export const agentRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook
     }),
     async (c) => {
       const { wait } = c.req.valid("query");
-      const p = serverPrincipal(c.var.principal);
+      const p = serverPrincipal(c.get("principal"));
       const condition = parseIfNoneMatch(c.req.header("If-None-Match"));
       const reportTag = c.req.valid("header")["x-report-tag"];
       const result = await desiredForHost(
@@ -102,7 +102,8 @@ export const agentRoutes = new OpenAPIHono<AppEnv>({ defaultHook: validationHook
     }),
     async (c) => {
       const report = c.req.valid("json");
-      const p = serverPrincipal(c.var.principal);
+      // c.get, not c.var: hono builds c.var as a new object from its map on every read.
+      const p = serverPrincipal(c.get("principal"));
       // The ledger's ReportAccepted, already JSON: sent as it came, typed as what c.json would send.
       const accepted = await reportFromHost(c.env, p, report);
       return c.body(accepted, 200, { "Content-Type": "application/json" }) as unknown as ReturnType<

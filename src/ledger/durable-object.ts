@@ -87,7 +87,11 @@ export class ServerLedger extends DurableObject<Env> {
    * or after a kill -9 the held alarm does, within ROLLOUT_WRITE_DEFER_MS of the write.
    */
   #safetyArmed = false;
-  /** The last report's text as the Worker sent it, and what it parsed to (agentReport). */
+  /**
+   * The last report's text as the Worker sent it, and what it parsed to (agentReport). It spares
+   * only a report sent again byte for byte: the reference agent stamps a new reconciled_at on
+   * each, so its unchanged reports never match (acceptReport tells them from a change by content).
+   */
   #lastReport: { text: string; parsed: { ok: true; report: InventoryReport } } | null = null;
 
   async #flush() {

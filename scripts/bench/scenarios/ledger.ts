@@ -1,6 +1,6 @@
 // Host operations against the per-server ledgers: 304 polls, unchanged and changed reports,
 // and the D1 writes each unchanged report costs (read from the local server's D1 counters around the load).
-import { AGENTS, hostReport, hostReportBody } from "../host-report.ts";
+import { AGENTS, freshReportBodies, hostReport, hostReportBody } from "../host-report.ts";
 import type { BenchContext } from "../run.ts";
 
 const SERVERS = 64;
@@ -31,10 +31,14 @@ async function fleetOf(api: Pick<BenchContext, "client" | "clientFor">) {
   return tokens;
 }
 
-/** The unchanged report's load: every server in turn, the same bytes as the floor's write of a report's body. */
+/**
+ * The unchanged report's load: every server in turn, as a real host sends it (the same content,
+ * a new `reconciled_at` each time: never the same text twice), as many bytes as the floor's write
+ * of a report's body.
+ */
 const unchangedLoad = (tokens: string[]) => {
   let n = 0;
-  const body = reportBody(2);
+  const body = freshReportBodies(2);
   return {
     requests: [
       {
@@ -43,7 +47,7 @@ const unchangedLoad = (tokens: string[]) => {
         setupRequest: (req: object) => ({
           ...req,
           headers: { authorization: `Bearer ${tokens[n++ % tokens.length]}`, "content-type": "application/json" },
-          body,
+          body: body(),
         }),
       },
     ],

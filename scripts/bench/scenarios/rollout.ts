@@ -3,9 +3,11 @@
 // report it realized). Reports control-plane time per target and D1 statements per target, as
 // ratios to the empty request measured at the start of the same run; then the same rollout direct
 // (./direct-server.ts: as deployed, no wrangler dev proxy) against the empty request measured there.
-import { existsSync, readFileSync } from "node:fs";
+import { spawn, spawnSync } from "node:child_process";
+import { existsSync, readdirSync, readFileSync, readlinkSync, rmSync } from "node:fs";
 import http from "node:http";
 import { tmpdir } from "node:os";
+import { join } from "node:path";
 import autocannon from "autocannon";
 import WebSocket from "ws";
 import { freePort } from "../../local-server.ts";
@@ -30,7 +32,12 @@ const THROUGH_DEV = process.env.BENCH_ROLLOUT_DEV !== "0";
 /** Registrations and first reports in flight at once during setup (the API's own path, as an operator's script would). */
 const SETUP_CONCURRENCY = Number(process.env.BENCH_ROLLOUT_SETUP_CONCURRENCY ?? 64);
 /** A pause between the setup and the rollout: longer than the outbox's 10 s safety alarm. */
-const SETUP_SETTLE_MS = 12_000;
+const SETUP_SETTLE_MS = Number(process.env.BENCH_ROLLOUT_SETTLE_MS ?? 12_000);
+/**
+ * Then, how long the bench waits at most for the runtime to put the fleet's objects to sleep
+ * (`asleep` below). workerd evicts an object some 10-40 s after its last call.
+ */
+const ASLEEP_WAIT_MS = Number(process.env.BENCH_ROLLOUT_ASLEEP_WAIT_MS ?? 120_000);
 
 type DesiredConfig = {
   generation: number;
@@ -95,6 +102,18 @@ function hostRequest(
  * started. Null without /proc or when the processes cannot be told apart.
  */
 function processCpu(base: string): { proxy: number; runtime: number; driver: number } | null {
+  const dev = devProcesses(base);
+  if (!dev) return null;
+  // Clock ticks of 10 ms (CLK_TCK 100 on Linux).
+  const { user, system } = process.cpuUsage();
+  return { proxy: dev.proxy[1].ticks * 10, runtime: dev.runtime[1].ticks * 10, driver: (user + system) / 1000 };
+}
+
+/**
+ * wrangler dev's two workerd processes: its proxy (whose entry socket is the bench's base URL) and
+ * the runtime its wrangler started beside it. Null without /proc or when they cannot be told apart.
+ */
+function devProcesses(base: string) {
   const stats = procStats();
   if (!stats) return null;
   const port = new URL(base).port;
@@ -109,10 +128,52 @@ function processCpu(base: string): { proxy: number; runtime: number; driver: num
   const proxy = workerd.find(([pid]) => cmdline(pid).includes(`entry=127.0.0.1:${port}\0`));
   if (!proxy) return null;
   const runtime = workerd.filter(([pid, s]) => s.ppid === proxy[1].ppid && pid !== proxy[0]);
-  if (runtime.length !== 1) return null;
-  // Clock ticks of 10 ms (CLK_TCK 100 on Linux).
-  const { user, system } = process.cpuUsage();
-  return { proxy: proxy[1].ticks * 10, runtime: runtime[0][1].ticks * 10, driver: (user + system) / 1000 };
+  return runtime.length === 1 ? { proxy, runtime: runtime[0] } : null;
+}
+
+/**
+ * The objects a runtime process holds awake: each awake object keeps its SQLite database, `-wal`
+ * and `-shm` open (none for one asleep). Null without /proc.
+ */
+function awakeObjectsOf(pid: number): number | null {
+  try {
+    let files = 0;
+    for (const fd of readdirSync(`/proc/${pid}/fd`)) {
+      try {
+        if (/\.sqlite(-wal|-shm)?$/.test(readlinkSync(`/proc/${pid}/fd/${fd}`))) files++;
+      } catch {
+        // closed meanwhile
+      }
+    }
+    return Math.round(files / 3);
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * Waits until the runtime has put the fleet's objects to sleep, as a deployment's are when a
+ * rollout reaches them: a host waits in its long poll with its ledger asleep (the Worker holds the
+ * request and a hibernatable waiter, src/ledger/waits.ts), so the rollout's write wakes a ledger
+ * that is not in memory. The setup has just called every ledger, and without this wait the
+ * rollout found them awake or asleep by the setup's length alone: about two thirds awake at 1,000
+ * targets (a 15-30 s setup), almost none at 10,000 (a 130 s setup), so the sizes measured different
+ * work (docs/benchmarks.md, "A target at 10,000 and at 1,000: what grows, counted").
+ * Awake: at most a few objects (the fleet's coordinator, its feed) and 1 % of the fleet.
+ */
+async function asleep(t: Target, n: number) {
+  const start = Date.now();
+  const bound = 16 + Math.floor(n / 100);
+  let awake = t.awake();
+  while (awake !== null && awake > bound && Date.now() - start < ASLEEP_WAIT_MS) {
+    await new Promise((res) => setTimeout(res, 1000));
+    awake = t.awake();
+  }
+  console.error(
+    awake === null
+      ? "  objects awake before the rollout: unknown (no /proc)"
+      : `  objects awake before the rollout: ${awake} (waited ${((Date.now() - start) / 1000).toFixed(1)} s for the fleet's to sleep${awake > bound ? `; still over ${bound} after ${ASLEEP_WAIT_MS / 1000} s` : ""})`,
+  );
 }
 
 async function pool<T>(items: T[], workers: number, fn: (item: T) => Promise<void>) {
@@ -136,6 +197,12 @@ interface Target {
   split: boolean;
   /** A V8 profile of the runtime over the rollout's window (./profile-report.ts's inspector). */
   profiler?: Profiler;
+  /** A native profile (perf) of the runtime's process over the same window. */
+  native?: Profiler;
+  /** The runtime's resident memory and awake objects, printed as the window opens and closes. */
+  memory?: () => string;
+  /** Objects the runtime holds awake now (their SQLite files open); null when it cannot be read. */
+  awake: () => number | null;
 }
 
 interface Figures {
@@ -199,6 +266,7 @@ async function rolloutOn(t: Target, n: number): Promise<Figures> {
   // The setup's own deliveries and their safety alarms (the outbox's, 10 s after each first
   // report) end before the meter's window opens, so the window counts the rollout alone.
   await new Promise((res) => setTimeout(res, SETUP_SETTLE_MS));
+  await asleep(t, n);
 
   /**
    * A host that reconciles instantly: it long-polls its desired config (If-None-Match: the
@@ -250,6 +318,8 @@ async function rolloutOn(t: Target, n: number): Promise<Figures> {
   // The meter's window starts with the rollout: what each object class did for it (./profile).
   if (t.metered) await fetch(`${t.base}/__local/meter`, { method: "DELETE" });
   await t.profiler?.start();
+  await t.native?.start();
+  if (t.memory) console.error(`  as the rollout starts: ${t.memory()}`);
   // CPU the runtime (the Worker, every object, the local D1) spends on the rollout: a figure that
   // moves less with the machine's load than the wall time does, and this driver's own beside it.
   const cpuBefore = t.cpuMs();
@@ -295,6 +365,8 @@ async function rolloutOn(t: Target, n: number): Promise<Figures> {
   const cpuAfter = t.cpuMs();
   const splitAfter = t.split ? processCpu(t.base) : null;
   const driver = process.cpuUsage(driverBefore);
+  if (t.memory) console.error(`  as the rollout ends: ${t.memory()}`);
+  await t.native?.stop(n);
   await t.profiler?.stop(n);
   if (splitBefore && splitAfter)
     console.error(
@@ -369,7 +441,17 @@ export async function run(ctx: BenchContext) {
       }
       // The old line, through wrangler dev and the meter: kept, and still judged.
       const f = await rolloutOn(
-        { base: ctx.base, admin: ctx.admin, cpuMs: ctx.serverCpuMs, metered: true, split: true },
+        {
+          base: ctx.base,
+          admin: ctx.admin,
+          cpuMs: ctx.serverCpuMs,
+          metered: true,
+          split: true,
+          awake: () => {
+            const dev = devProcesses(ctx.base);
+            return dev ? awakeObjectsOf(dev.runtime[0]) : null;
+          },
+        },
         n,
       );
       ctx.note(
@@ -419,6 +501,15 @@ async function direct(ctx: BenchContext, n: number) {
         metered: false,
         split: false,
         profiler: inspectorPort ? profilerAt(inspectorPort) : undefined,
+        native: process.env.BENCH_ROLLOUT_PERF === "1" ? perfOf(server.pids(), stateParent) : undefined,
+        awake: () => {
+          const files = server.openFileKinds();
+          return files ? Math.round(files.sqlite / 3) : null;
+        },
+        memory: () => {
+          const files = server.openFileKinds();
+          return `runtime RSS ${server.rssMb()?.toFixed(0) ?? "?"} MB, ${files ? files.sqlite / 3 : "?"} objects awake (their SQLite files open), ${files?.sockets ?? "?"} sockets`;
+        },
       },
       n,
     );
@@ -457,7 +548,9 @@ type ClassReading = {
   fetch: number;
   alarm: number;
   awake_ms: number;
-  d1: { statements: number; rows_written: number };
+  /** Instances constructed in the window: objects woken from storage (evicted or never started). */
+  starts: number;
+  d1: { statements: number; rows_read: number; rows_written: number };
   storage: {
     rows_read: number;
     rows_written: number;
@@ -481,7 +574,8 @@ function profile(
     lines.push(
       `  ${name}: requests ${f(c.requests)} (rpc ${f(c.rpc)}, fetch ${f(c.fetch)}, alarm ${f(c.alarm)}), awake ${f(c.awake_ms)} ms, ` +
         `storage rows read ${f(c.storage.rows_read)} written ${f(c.storage.rows_written)} (alarms ${f(c.storage.alarms_set)}), ` +
-        `D1 statements ${f(c.d1.statements)} (rows written ${f(c.d1.rows_written)})`,
+        `D1 statements ${f(c.d1.statements)} (rows read ${f(c.d1.rows_read)}, written ${f(c.d1.rows_written)}), ` +
+        `instances started ${f(c.starts)}`,
     );
     for (const [m, u] of Object.entries(c.methods).sort((a, b) => b[1].ms - a[1].ms))
       lines.push(
@@ -511,6 +605,48 @@ interface Profiler {
   start(): Promise<void>;
   /** Stops the profile and prints where the isolate's time went, per target. */
   stop(n: number): Promise<void>;
+}
+
+/**
+ * BENCH_ROLLOUT_PERF=1: `perf record` of the direct runtime's process over the rollout's window,
+ * printed by shared object and by symbol (native frames: SQLite, the kernel, V8's collector and
+ * compiler, workerd itself), each as a share of the process's samples. Where the V8 profile names
+ * only "(program)" or a native call's JS line, this says what the native code was.
+ */
+function perfOf(pids: number[], dir: string): Profiler {
+  const file = join(dir, `harbormaster-perf-${process.pid}-${Date.now()}.data`);
+  let child: ReturnType<typeof spawn> | null = null;
+  return {
+    async start() {
+      child = spawn("perf", ["record", "-q", "-F", "499", "-g", "-o", file, "-p", pids.join(",")], {
+        stdio: "ignore",
+      });
+      // No perf on this machine (or not allowed to attach): the run goes on without the profile.
+      child.once("error", (err) => {
+        console.error(`  perf: ${err.message}; no native profile`);
+        child = null;
+      });
+      await new Promise((r) => setTimeout(r, 500));
+    },
+    async stop() {
+      if (!child) return;
+      const exited = new Promise((r) => child!.once("exit", r));
+      child.kill("SIGINT");
+      await exited;
+      const report = (sort: string, extra: string[] = []) =>
+        spawnSync("perf", ["report", "-i", file, "--stdio", "--no-children", "--sort", sort, ...extra], {
+          encoding: "utf8",
+          maxBuffer: 64 << 20,
+        })
+          .stdout.split("\n")
+          .filter((l) => /^\s+\d+\.\d+%/.test(l))
+          .slice(0, PROFILE_TOP)
+          .join("\n");
+      console.error(`  perf of the direct runtime, by shared object:\n${report("dso", ["-g", "none"])}`);
+      console.error(`  perf of the direct runtime, by symbol:\n${report("dso,sym", ["-g", "none"])}`);
+      rmSync(file, { force: true });
+    },
+  };
 }
 
 /** Functions printed by self and by total time (BENCH_ROLLOUT_PROFILE_TOP, default 40). */
