@@ -210,6 +210,9 @@ export class HostAgent {
         // Not said back (an older server, or a proxy that drops the header): the poll was no
         // heartbeat, so the next reconcile reports in full.
         if (s.reportTag !== null && !answer.heartbeat) s.reportTag = null;
+        // Refused before it is logged: another server's generation is no news of this host's.
+        const foreign = answer.changed ? foreignConfig(this.opts.serverId, answer.config) : null;
+        if (foreign) throw foreign;
         this.emit({
           type: "desired",
           changed: answer.changed,
@@ -217,8 +220,6 @@ export class HostAgent {
           ms: this.now() - t0,
         });
         if (answer.changed) {
-          const foreign = foreignConfig(this.opts.serverId, answer.config);
-          if (foreign) throw foreign;
           s.desired = answer.config;
           s.etag = answer.etag;
           s.due = true;

@@ -11,10 +11,19 @@ import { z } from "zod";
 import type { ServerMessage } from "../src/model/server/channel-messages.ts";
 import type { DesiredConfig } from "../src/model/server/schemas.ts";
 import { CHANNEL_VERSION } from "../src/domain/channel.ts";
-import { MAX_AGENTS } from "../src/domain/limits.ts";
 
 /** The largest desired config (or channel message) read: 500 agents fit many times over. */
 export const MAX_DESIRED_BYTES = 8 * 1024 * 1024;
+
+/**
+ * The most agents this agent takes in one desired config: its own bound, ten times what a server
+ * may be given today (src/domain/limits.ts), and deliberately not that constant. The agent's own
+ * update arrives in a desired config: were it held to the server's limit as compiled in, a server
+ * that raised its limit would have every older agent refuse every config, its update included,
+ * for good. The byte cap above already bounds the work; this keeps a config of thousands of
+ * agents (one engine command after another) from being taken for one.
+ */
+export const MAX_DESIRED_AGENTS = 5_000;
 
 /** The protocol's agent names (src/model/server/schemas.ts): `__proto__` and the like are not. */
 const agentName = z.string().regex(/^[a-z0-9][a-z0-9._-]{0,62}$/, "not an agent name");
@@ -30,11 +39,9 @@ const Desired = z.looseObject({
   server_id: z.string(),
   generation: z.number().int().min(0).max(Number.MAX_SAFE_INTEGER),
   lifecycle: z.enum(["run", "terminate", "uninstall"]),
-  // The server gives a server no more (src/domain/limits.ts): a config past it is not one, and
-  // would have the host install thousands of agents, one engine command after another.
   agents: z
     .array(AgentSpec)
-    .max(MAX_AGENTS, `more than ${MAX_AGENTS} agents`)
+    .max(MAX_DESIRED_AGENTS, `more than ${MAX_DESIRED_AGENTS} agents, this agent's limit`)
     .superRefine((agents, ctx) => {
       const seen = new Set<string>();
       for (const a of agents) {

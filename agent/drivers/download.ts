@@ -14,7 +14,10 @@ export interface BlobFetcherOptions {
   fetch?: FetchLike;
   /** Requests per download, resumed with Range after a dropped connection (default 6). */
   attempts?: number;
-  /** A response that sends nothing for this long is dropped and resumed (default 30 s). */
+  /**
+   * A response that sends nothing for this long is dropped and resumed (default 30 s): its
+   * headers, and then its body, each get this long.
+   */
   idleTimeoutMs?: number;
   /**
    * Nor may it send fewer bytes than this in any such period (default 16 KiB, half a KiB a
@@ -199,21 +202,27 @@ export class BlobFetcher {
     const maxBytes = this.opts.maxUnsizedBytes ?? MAX_UNSIZED_BYTES;
     const idleMs = this.opts.idleTimeoutMs ?? 30_000;
     const lowSpeed = this.opts.lowSpeedBytes ?? 16 * 1024;
-    // Checked once a period, the headers' wait included: fewer bytes than the floor since the last look is a stall.
-    let inPeriod = 0;
-    const watch = setInterval(() => {
-      if (inPeriod < lowSpeed)
-        controller.abort(
-          new Error(
-            inPeriod === 0
-              ? `no data for ${idleMs} ms`
-              : `${inPeriod} bytes in ${idleMs} ms, under the floor of ${lowSpeed}`,
-          ),
-        );
-      inPeriod = 0;
-    }, idleMs);
+    // The wait for the headers has its own bound, the same span: the speed's periods start only
+    // once they arrive, or headers late in the first period would leave the body a moment to
+    // bring a whole period's floor.
+    const headersDue = setTimeout(() => controller.abort(new Error(`no response headers in ${idleMs} ms`)), idleMs);
+    let watch: ReturnType<typeof setInterval> | undefined;
     try {
       const res = await this.fetchFn(url, { ...NO_REDIRECTS, headers, signal: controller.signal });
+      clearTimeout(headersDue);
+      // Checked once a period: fewer bytes than the floor since the last look is a stall.
+      let inPeriod = 0;
+      watch = setInterval(() => {
+        if (inPeriod < lowSpeed)
+          controller.abort(
+            new Error(
+              inPeriod === 0
+                ? `no data for ${idleMs} ms`
+                : `${inPeriod} bytes in ${idleMs} ms, under the floor of ${lowSpeed}`,
+            ),
+          );
+        inPeriod = 0;
+      }, idleMs);
       if (res.status === 416) {
         await res.body?.cancel();
         throw new RestartError("the server refused the resumed range");
@@ -258,6 +267,7 @@ export class BlobFetcher {
         await file.close();
       }
     } finally {
+      clearTimeout(headersDue);
       clearInterval(watch);
       signal?.removeEventListener("abort", onAbort);
     }

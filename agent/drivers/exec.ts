@@ -120,7 +120,7 @@ export function run(cmd: string, args: string[], opts: RunOptions): Promise<RunR
  */
 const TERMINAL_ESCAPE = new RegExp(String.raw`(?:\u001b\[|\u009b)[0-?]*[ -/]*[@-~]`, "g");
 /**
- * Control characters but the line break and the tab (a carriage return goes with its line break),
+ * Control characters but the line break and the tab (carriage returns are line breaks by then),
  * the C1 ones (U+0080 to U+009F: 8-bit escapes, string starts) included.
  */
 const CONTROL = new RegExp(String.raw`[\u0000-\u0008\u000b-\u001f\u007f-\u009f]`, "g");
@@ -130,9 +130,11 @@ const CONTROL = new RegExp(String.raw`[\u0000-\u0008\u000b-\u001f\u007f-\u009f]`
  * becomes a report's error (stored, shown in the console and by hm) and a log line (read on a
  * terminal). Colours are dropped; NUL, bells, a lone escape and the like are shown as U+FFFD, as
  * bytes that are not UTF-8 already are: what a program prints never drives the reader's terminal.
+ * A lone carriage return (a progress bar redrawing its line) is a line break: each state it drew
+ * is kept as a line, where a terminal would have shown the last.
  */
 export function printable(text: string): string {
-  return text.replace(TERMINAL_ESCAPE, "").replace(/\r\n/g, "\n").replace(CONTROL, "\ufffd");
+  return text.replace(TERMINAL_ESCAPE, "").replace(/\r\n?/g, "\n").replace(CONTROL, "\ufffd");
 }
 
 /** One line of a command's outcome for an error message: how it ended and its output's tail. */

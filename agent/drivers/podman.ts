@@ -1,4 +1,4 @@
-import { mkdir, readdir, readFile, rename, rm, writeFile } from "node:fs/promises";
+import { mkdir, open, readdir, readFile, rename, rm } from "node:fs/promises";
 import { join } from "node:path";
 import type { AgentSpec, DesiredConfig } from "../../src/model/server/schemas.ts";
 import type { AgentDriver, ListedAgent, ReportedAgent } from "../driver.ts";
@@ -60,7 +60,8 @@ export interface PodmanDriverOptions {
    * Where the driver notes each image it is about to load (under the agent's state directory),
    * until the desired config no longer names its digest and it is gone from the store (a note
    * outlives the container made from it: the engine refuses to remove an image a container holds,
-   * and the note is kept until a later pass succeeds): an agent killed between a `load` and the
+   * and the note is kept until a later pass succeeds, unless the holder is a container this driver
+   * does not manage, which takes the image over): an agent killed between a `load` and the
    * `create` that would use it leaves an image nothing names, which the next passes remove once
    * the desired config no longer wants it. Without it, such an image stays in the store.
    */
@@ -159,15 +160,19 @@ export class PodmanDriver implements AgentDriver {
       throw err;
     });
     if (r === null) return [];
-    return parsePs(r.stdout).filter((c) => {
-      const a = c.labels[LABEL.agent];
-      // Only names this driver gives: another prefix's containers (another agent on this engine) are not ours.
-      return (
-        a !== undefined &&
-        AGENT_NAME.test(a) &&
-        [this.nameOf(a), this.nameOf(a) + NEW, this.nameOf(a) + OLD].includes(c.name)
-      );
-    });
+    return parsePs(r.stdout).filter((c) => this.manages(c));
+  }
+
+  /** Whether a listed container is one of this driver's (its scope's, when it has one). */
+  private manages(c: Container) {
+    const a = c.labels[LABEL.agent];
+    // Only names this driver gives: another prefix's containers (another agent on this engine) are not ours.
+    return (
+      a !== undefined &&
+      AGENT_NAME.test(a) &&
+      [this.nameOf(a), this.nameOf(a) + NEW, this.nameOf(a) + OLD].includes(c.name) &&
+      (this.opts.scope === undefined || c.labels[LABEL.scope] === this.opts.scope)
+    );
   }
 
   async list(): Promise<ListedAgent[]> {
@@ -490,8 +495,22 @@ export class PodmanDriver implements AgentDriver {
     if (!id || (await this.cli(["image", "inspect", id], { allowFail: true })).code === 0) return;
     await mkdir(dir, { recursive: true, mode: 0o700 });
     const tmp = join(dir, `.${id}.tmp`);
-    await writeFile(tmp, JSON.stringify({ id, digest }), { mode: 0o600 });
+    // Flushed before the rename, and the rename before the load: after a power cut the note is
+    // there whole or not at all (an empty one would pass for no note, and the image go unnoted).
+    const note = await open(tmp, "w", 0o600);
+    try {
+      await note.writeFile(JSON.stringify({ id, digest }));
+      await note.sync();
+    } finally {
+      await note.close();
+    }
     await rename(tmp, join(dir, `${id}.json`));
+    const d = await open(dir, "r");
+    try {
+      await d.sync();
+    } finally {
+      await d.close();
+    }
   }
 
   /**
@@ -503,25 +522,36 @@ export class PodmanDriver implements AgentDriver {
     if (!dir) return;
     const wanted = new Set(desired.agents.map((a) => (a as { digest?: string }).digest));
     for (const name of await readdir(dir).catch(() => [] as string[])) {
-      const path = join(dir, name);
-      if (!/^[0-9a-f]{64}\.json$/.test(name)) {
-        // A note a kill left half written.
-        if (/^\.[0-9a-f]{64}\.tmp$/.test(name)) await rm(path, { force: true });
-        continue;
-      }
-      const note = await readFile(path, "utf8")
-        .then((t) => JSON.parse(t) as { digest?: unknown })
-        .catch(() => ({ digest: undefined }));
-      if (typeof note.digest === "string" && wanted.has(note.digest)) continue;
-      const id = name.slice(0, 64);
       try {
-        await this.cli(["rmi", id], { allowFail: true });
-        if ((await this.cli(["image", "inspect", id], { allowFail: true })).code !== 0) await rm(path, { force: true });
+        await this.settleNote(dir, name, wanted);
       } catch {
-        // Best effort, never the pass's failure (no engine on this host now, say): the note waits
-        // for the next pass.
+        // Best effort, never the pass's failure (no engine on this host now, a file in the way):
+        // the note waits for the next pass.
       }
     }
+  }
+
+  private async settleNote(dir: string, name: string, wanted: Set<string | undefined>) {
+    const path = join(dir, name);
+    if (!/^[0-9a-f]{64}\.json$/.test(name)) {
+      // A note a kill left half written.
+      if (/^\.[0-9a-f]{64}\.tmp$/.test(name)) await rm(path, { force: true });
+      return;
+    }
+    const digest = noteDigest(await readFile(path, "utf8"));
+    // Empty or garbled (a disk that lost it): no note. Removing the image on its word would
+    // only have the next install load it again, were it still wanted.
+    if (digest === null) return rm(path, { force: true });
+    if (wanted.has(digest)) return;
+    const id = name.slice(0, 64);
+    await this.cli(["rmi", id], { allowFail: true });
+    if ((await this.cli(["image", "inspect", id], { allowFail: true })).code !== 0) return rm(path, { force: true });
+    // Still there: held by a container. One of ours goes (and the image with it, or at a later
+    // pass) as the desired config says; one we do not manage is someone else's use of the image,
+    // whose removal is no longer ours: the note is dropped, not retried every pass for as long
+    // as that container lives.
+    const r = await this.cli(["ps", "-a", "--no-trunc", "--filter", `ancestor=${id}`, "--format", "json"]);
+    if (parsePs(r.stdout).some((c) => !this.manages(c))) await rm(path, { force: true });
   }
 
   /** Creates an agent's container (not started), its volumes first. */
@@ -617,6 +647,16 @@ async function archiveImageId(file: string): Promise<string | null> {
   if (!manifest) return null;
   const m = (await member(`blobs/sha256/${manifest}`)) as { config?: { digest?: unknown } };
   return sha(m.config?.digest) ?? null;
+}
+
+/** The digest a load's note names, or null for a note that is not one (empty, cut short, garbled). */
+function noteDigest(text: string): string | null {
+  try {
+    const note = JSON.parse(text) as { digest?: unknown } | null;
+    return typeof note?.digest === "string" ? note.digest : null;
+  } catch {
+    return null;
+  }
 }
 
 /** A volume name's part for a path: /var/lib/x → var-lib-x. */

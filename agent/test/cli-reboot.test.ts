@@ -206,30 +206,87 @@ describe("a FleetLock server that takes the call and never answers", () => {
   });
 });
 
-describe("a FleetLock server that answers with a redirect to another origin", () => {
-  it("is refused: no slot taken from whoever answers there, no reboot, and no slot taken as released", async () => {
-    // Grants everything to anyone (it never saw the lock's URL, its key, or the group's state).
-    const other = await scriptedServer((req, res) => json(res, 200, {}));
-    const redirecting = await scriptedServer((req, res) => {
-      res.writeHead(307, { location: `${other.url}${req.url}` });
+describe("a FleetLock behind an ingress that answers with a 307 or 308 to where it is", () => {
+  it("follows it as Zincati does: the same POST taken there, its answer the lock's, the slot released the same way", async () => {
+    // An ingress that answers every call with a redirect to the FleetLock (say http:// to https://).
+    let hostDir = "";
+    let status = 308;
+    const ingress = await scriptedServer((req, res) => {
+      res.writeHead(status, {
+        location: `${fleetlock.url}/fleetlock/prod/KEY/${hostDir}/${req.url.replace(/.*\/v1\//, "v1/")}`,
+      });
       res.end();
     });
-    const t = setup("boot-1", { fleetlockUrl: `${redirecting.url}/fleetlock/prod/KEY/` });
+    const t = setup("boot-1", { fleetlockUrl: `${ingress.url}/fleetlock/prod/KEY/` });
+    hostDir = t.host.root.split("/").pop()!;
     try {
       writeFileSync(t.marker, "*** System restart required ***\n");
       await t.coordinator.tick();
-      expect(t.ran).toEqual([]);
-      expect(t.lines.join("\n")).toMatch(/slot refused.*kind=redirected/);
+      expect(t.ran).toEqual([["reboot-now"]]);
+      const taken = fleetlock.requests.filter((r) => r.url.includes(hostDir)).at(-1)!;
+      expect(taken.method).toBe("POST");
+      expect(taken.headers["fleet-lock-protocol"]).toBe("true");
+      expect(JSON.parse(taken.body.toString())).toEqual({ client_params: { id: "fl-1", group: "rack-a" } });
 
-      // After a reboot (taken with a slot before the redirect appeared): not released by a stranger's 200.
-      t.state.write("reboot.json", { phase: "granted", boot_id: "boot-1", since: new Date().toISOString() });
+      status = 307;
+      const { rmSync } = await import("node:fs");
+      rmSync(t.marker);
       const after = t.make("boot-2");
       await after.onReported(accepted("realized"));
-      expect(existsSync(join(t.host.stateDir, "reboot.json"))).toBe(true);
-      expect(other.requests).toEqual([]);
+      expect(paths(t.host)).toEqual(["pre-reboot", "steady-state"]);
+      expect(existsSync(join(t.host.stateDir, "reboot.json"))).toBe(false);
+      expect(ingress.requests.map((r) => r.url.replace(/.*\/v1\//, ""))).toEqual(["pre-reboot", "steady-state"]);
     } finally {
-      await redirecting.close();
-      await other.close();
+      await ingress.close();
+    }
+  });
+});
+
+describe("a FleetLock answer that is a redirect the same request cannot follow", () => {
+  it("is refused: a 301, 302 or 303 (a GET there) or a non-http URL takes no slot and reboots nothing", async () => {
+    // Grants everything to anyone, a GET included (a login page's 200).
+    const other = await scriptedServer((req, res) => json(res, 200, {}));
+    const answers: [number, string][] = [
+      [301, `${other.url}/fleetlock/`],
+      [302, `${other.url}/fleetlock/`],
+      [303, `${other.url}/fleetlock/`],
+      [307, "data:,{}"],
+    ];
+    for (const [status, location] of answers) {
+      const redirecting = await scriptedServer((req, res) => {
+        res.writeHead(status, { location });
+        res.end();
+      });
+      const t = setup("boot-1", { fleetlockUrl: `${redirecting.url}/fleetlock/prod/KEY/` });
+      try {
+        writeFileSync(t.marker, "*** System restart required ***\n");
+        await t.coordinator.tick();
+        expect(t.ran).toEqual([]);
+        expect(t.lines.join("\n")).toMatch(
+          new RegExp(`slot refused.*kind=redirected.*answered ${status} with a redirect`),
+        );
+      } finally {
+        await redirecting.close();
+      }
+    }
+    expect(other.requests).toEqual([]);
+    await other.close();
+  });
+
+  it("is refused after ten in a row, not followed round a loop for ever", async () => {
+    const looping = await scriptedServer((req, res) => {
+      res.writeHead(307, { location: req.url });
+      res.end();
+    });
+    const t = setup("boot-1", { fleetlockUrl: `${looping.url}/fleetlock/prod/KEY/` });
+    try {
+      writeFileSync(t.marker, "");
+      await t.coordinator.tick();
+      expect(t.ran).toEqual([]);
+      expect(t.lines.join("\n")).toMatch(/slot refused.*kind=redirected.*more than 10 redirects in a row/);
+      expect(looping.requests).toHaveLength(11);
+    } finally {
+      await looping.close();
     }
   });
 });

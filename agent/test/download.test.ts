@@ -195,6 +195,90 @@ describe("BlobFetcher against a server that stalls", () => {
       await rm(cache, { recursive: true, force: true });
     }
   });
+  /** A blob server whose every answer is scripted by `answer`, given the request's Range. */
+  async function scripted(answer: (range: string | null, res: import("node:http").ServerResponse) => void) {
+    const ranges: (string | null)[] = [];
+    const server = createServer((req, res) => {
+      ranges.push(req.headers.range ?? null);
+      answer(req.headers.range ?? null, res);
+    });
+    await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+    const cache = await tempDir("hm-cache-");
+    return {
+      ranges,
+      fetcher: (extra: Partial<ConstructorParameters<typeof BlobFetcher>[0]>) =>
+        new BlobFetcher({
+          baseUrl: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+          token: "hms.t",
+          cacheDir: join(cache, "blobs"),
+          retryDelayMs: 10,
+          ...extra,
+        }),
+      close: async () => {
+        server.closeAllConnections();
+        await new Promise<void>((r) => server.close(() => r()));
+        await rm(cache, { recursive: true, force: true });
+      },
+    };
+  }
+
+  it("keeps a response whose headers came late in the period but whose body comes at a good pace", async () => {
+    const bytes = randomBytes(40_000);
+    const digest = `sha256:${createHash("sha256").update(bytes).digest("hex")}`;
+    const timers: NodeJS.Timeout[] = [];
+    // Headers at 90% of the period, then 2,000 bytes every 100 ms: five times the floor.
+    const s = await scripted((_range, res) => {
+      timers.push(
+        setTimeout(() => {
+          res.writeHead(200, { "Content-Length": bytes.length }).flushHeaders();
+          let at = 0;
+          const drip = setInterval(() => {
+            res.write(bytes.subarray(at, (at += 2_000)));
+            if (at < bytes.length) return;
+            clearInterval(drip);
+            res.end();
+          }, 100);
+          timers.push(drip);
+        }, 900),
+      );
+    });
+    try {
+      const path = await s
+        .fetcher({ idleTimeoutMs: 1_000, lowSpeedBytes: 4_096 })
+        .fetch("/v1/agent/images/x/blob", digest, bytes.length);
+      expect((await readFile(path)).equals(bytes)).toBe(true);
+      // One request: the wait for the headers did not count against the body's pace.
+      expect(s.ranges).toEqual([null]);
+    } finally {
+      for (const t of timers) clearInterval(t);
+      await s.close();
+    }
+  });
+
+  it("drops a response whose headers never come, after the same bound, and asks again", async () => {
+    const bytes = randomBytes(50_000);
+    const digest = `sha256:${createHash("sha256").update(bytes).digest("hex")}`;
+    let asked = 0;
+    const s = await scripted((_range, res) => {
+      // The first request is taken and never answered.
+      if (asked++ === 0) return;
+      res.writeHead(200, { "Content-Length": bytes.length });
+      res.end(bytes);
+    });
+    try {
+      const t0 = Date.now();
+      const path = await Promise.race([
+        s.fetcher({ idleTimeoutMs: 300 }).fetch("/v1/agent/images/x/blob", digest, bytes.length),
+        new Promise<never>((_, no) => setTimeout(() => no(new Error("still waiting after 5 s")), 5_000)),
+      ]);
+      expect(Date.now() - t0).toBeLessThan(5_000);
+      expect((await readFile(path)).equals(bytes)).toBe(true);
+      expect(s.ranges).toEqual([null, null]);
+    } finally {
+      await s.close();
+    }
+  });
+
   it("drops a response that trickles a byte now and then as it drops a silent one, and resumes it", async () => {
     const bytes = randomBytes(200_000);
     const digest = `sha256:${createHash("sha256").update(bytes).digest("hex")}`;

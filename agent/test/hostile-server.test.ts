@@ -17,6 +17,7 @@ import { MAX_INVALID_IN_A_ROW } from "../channel-session.ts";
 import { HostApi } from "../host-api.ts";
 import { ApiError } from "../http.ts";
 import { MemoryDriver } from "../memory-driver.ts";
+import { MAX_DESIRED_AGENTS } from "../protocol.ts";
 
 const accepted = (generation: number) => ({
   server_id: "srv-1",
@@ -184,6 +185,10 @@ describe("a desired config for another server", () => {
     const errors = loop.events.filter((e) => e.type === "error") as { error: Error; attempt: number }[];
     expect(errors.map((e) => e.attempt)).toEqual([1, 2]);
     expect(String(errors[0].error)).toMatch(/not this host's/);
+    // Only the refusal is logged: no "desired" line carries the other server's generation.
+    const desired = loop.events.filter((e) => e.type === "desired") as { generation: number | null }[];
+    expect(desired[0]?.generation).toBe(4);
+    expect(desired.map((e) => e.generation)).not.toContain(9);
   });
 });
 
@@ -289,14 +294,27 @@ describe("a desired config over HTTP that is not one", () => {
   });
 });
 
-describe("a desired config with more agents than a server may be given", () => {
-  it("is refused whole (no agent of it installed), and polled again", async () => {
-    const many = Array.from({ length: MAX_AGENTS + 1 }, (_, i) => ({
-      name: `a${i}`,
-      image: "img",
-      version: "1",
-      instance_id: `i-${i}`,
+const agentsNamed = (n: number) =>
+  Array.from({ length: n }, (_, i) => ({ name: `a${i}`, image: "img", version: "1", instance_id: `i-${i}` }));
+
+describe("a desired config with more agents than a server may be given today", () => {
+  it("is run: a server that raised its limit does not have older agents refuse every config", async () => {
+    const many = agentsNamed(MAX_AGENTS + 1);
+    const cp = await httpControlPlane(() => ({
+      status: 200,
+      body: JSON.stringify({ ...goodConfig(3), agents: many }),
     }));
+    const loop = runLoop({ url: cp.url, transport: "http", minPollIntervalMs: 1, backoff: { baseMs: 10, capMs: 20 } });
+    closers.push(loop.stop);
+    await until("the config's report", () => cp.reports.some((r) => r.generation === 3));
+    expect(loop.driver.installed.size).toBe(MAX_AGENTS + 1);
+    expect(loop.events.filter((e) => e.type === "error")).toEqual([]);
+  });
+});
+
+describe("a desired config with more agents than this agent's own limit", () => {
+  it("is refused whole (no agent of it installed), and polled again", async () => {
+    const many = agentsNamed(MAX_DESIRED_AGENTS + 1);
     const cp = await httpControlPlane((n) =>
       n === 0
         ? { status: 200, body: JSON.stringify({ ...goodConfig(3), agents: many }) }
@@ -308,7 +326,9 @@ describe("a desired config with more agents than a server may be given", () => {
     expect(cp.reports.map((r) => r.generation)).toEqual([4]);
     expect(loop.driver.operations).toBe(1);
     const err = loop.events.find((e) => e.type === "error") as { error: Error } | undefined;
-    expect(err?.error.message).toMatch(/agents: .*500/);
+    expect(err?.error.message).toMatch(
+      new RegExp(`agents: more than ${MAX_DESIRED_AGENTS} agents, this agent's limit`),
+    );
   });
 });
 

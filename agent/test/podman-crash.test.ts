@@ -6,7 +6,7 @@
  * machine is the desired state: one container under the agent's name, running the desired
  * version, with its data, and nothing superseded left behind (no container, no image).
  */
-import { chmodSync, existsSync, mkdirSync, rmSync, writeFileSync } from "node:fs";
+import { chmodSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { reconcile } from "../driver.ts";
@@ -178,6 +178,68 @@ describe("an agent killed between two engine commands (real podman)", () => {
     expect(o.errors).toEqual([]);
     expect(await containers()).toEqual([]);
     expect((await imageIds()).filter((id) => loaded.includes(id))).toEqual([]);
+  });
+
+  /** A driver that counts its `rmi` calls (the wrapper's count; it never dies at a millionth). */
+  const countingRmi = () => {
+    const d = driverFor({ verb: "rmi", nth: 1_000_000 });
+    const seen = join(dir, `run-${n}`, "seen");
+    return { d, rmis: () => (existsSync(seen) ? Number(readFileSync(seen, "utf8")) : 0) };
+  };
+  const notes = () => (existsSync(join(dir, "loads")) ? readdirSync(join(dir, "loads")) : []);
+
+  it("a leftover note that cannot be removed fails no pass, and the other notes are still settled", async () => {
+    const before = await imageIds();
+    const v1 = storedSpec("app", "1", blobs.v1);
+    await killedAt(desired([v1]), { verb: "create", nth: 1 });
+    const loaded = (await imageIds()).filter((id) => !before.includes(id));
+    // A leftover temporary that rm cannot take (a directory, not empty).
+    const obstacle = join(dir, "loads", `.${"0".repeat(64)}.tmp`);
+    mkdirSync(join(obstacle, "x"), { recursive: true });
+    try {
+      const o = await converge(desired([]));
+      expect(o.errors).toEqual([]);
+      expect((await imageIds()).filter((id) => loaded.includes(id))).toEqual([]);
+      expect(notes()).toEqual([`.${"0".repeat(64)}.tmp`]);
+    } finally {
+      rmSync(obstacle, { recursive: true, force: true });
+    }
+  });
+
+  it("an empty note (a power cut) is no note: the image it names is not removed on its word", async () => {
+    const v1 = storedSpec("app", "1", blobs.v1);
+    await killedAt(desired([v1]), { verb: "create", nth: 1 });
+    const [note] = notes();
+    expect(note).toMatch(/^[0-9a-f]{64}\.json$/);
+    writeFileSync(join(dir, "loads", note), "");
+    const { d, rmis } = countingRmi();
+    const o = await reconcile(desired([v1]), d);
+    expect(o.errors).toEqual([]);
+    expect(o.agents.map((a) => [a.name, a.version, a.state])).toEqual([["app", "1", "running"]]);
+    expect(rmis()).toBe(0);
+    expect(notes()).toEqual([]);
+  });
+
+  it("a noted image that a container the agent does not manage uses is left to it, not retried every pass", async () => {
+    const v1 = storedSpec("app", "1", blobs.v1);
+    await killedAt(desired([v1]), { verb: "create", nth: 1 });
+    const [note] = notes();
+    const id = note.slice(0, 64);
+    // Someone runs the loaded image by hand (labelled with the run's scope, for the clean-up only).
+    const foreign = `${scope}-by-hand`;
+    await podman("create", "--name", foreign, "--label", `io.harbormaster.scope=${scope}`, id, "true");
+    try {
+      const { d, rmis } = countingRmi();
+      for (let pass = 0; pass < 3; pass++) expect((await reconcile(desired([]), d)).errors).toEqual([]);
+      // Tried once (the engine refuses: in use), then the note is dropped: no rmi at the next passes.
+      expect(rmis()).toBe(1);
+      expect(notes()).toEqual([]);
+      expect(await imageIds()).toContain(id);
+      expect(await containers()).toEqual([foreign]);
+    } finally {
+      await podman("rm", "-f", foreign);
+      await podman("rmi", id).catch(() => {});
+    }
   });
 
   it("a container that exits right after its start is reported failed with its last words, never running", async () => {

@@ -285,12 +285,12 @@ describe("TarballDriver (real hook processes)", () => {
     await writeFile(join(agentDir("sticky"), "1", "bin", "remove"), "#!/bin/sh\nexit 0\n");
   });
 
-  it("reports a health hook that prints 50 MB, bytes that are not text and terminal escapes (7- and 8-bit) by its last words, as text", async () => {
+  it("reports a health hook that prints 50 MB, bytes that are not text, terminal escapes (7- and 8-bit) and a progress bar's carriage returns by its last words, as text", async () => {
     const noisy = await tarball("noisy", "1", {
       health: true,
       hooks: {
         "bin/health":
-          "#!/bin/sh\nhead -c 52428800 /dev/zero | tr '\\0' 'x'\nprintf '\\n\\377\\376 \\033[31mdisk\\033[0m full\\000\\007 \\302\\23331mhot\\302\\2330m\\r\\n' >&2\nexit 1\n",
+          "#!/bin/sh\nhead -c 52428800 /dev/zero | tr '\\0' 'x'\nprintf '\\n\\377\\376 \\033[31mdisk\\033[0m full\\000\\007 \\302\\23331mhot\\302\\2330m\\r\\n 50%%\\r100%%\\r\\n' >&2\nexit 1\n",
       },
     });
     const spec = storedSpec("noisy", "1", noisy, "tarball");
@@ -299,7 +299,7 @@ describe("TarballDriver (real hook processes)", () => {
     expect(outcome.agents).toEqual([expect.objectContaining({ name: "noisy", state: "failed" })]);
     const [error] = outcome.errors;
     expect(error.message).toMatch(
-      /^noisy 1: health hook exited with code 1: x+\n\ufffd\ufffd disk full\ufffd\ufffd hot$/,
+      /^noisy 1: health hook exited with code 1: x+\n\ufffd\ufffd disk full\ufffd\ufffd hot\n 50%\n100%$/,
     );
     expect(error.message.length).toBeLessThanOrEqual(4096);
   });
