@@ -2,7 +2,8 @@
  * What a server's ledger does for rollouts, as pure functions plus the outbox effect that carries
  * a target's outcome to its Rollout object. The ledger remembers, per agent, the generation a
  * rollout wrote (a "mark"); a report at or past that generation that realizes the agent at the
- * rollout's image (done) or reports an error for it (failed) sends the outcome once.
+ * rollout's image (done) or reports an error for it (failed) sends the outcome once; so does an
+ * operator's desired config that takes the agent off that image first (superseded: operatorMarks).
  */
 import { catalogSpread, type CatalogFields } from "../domain/images";
 import type { Env } from "../env";
