@@ -13,7 +13,7 @@ import {
   type TargetEvent,
 } from "../src/rollouts/machine";
 import { etaSeconds, isSlow, median } from "../src/rollouts/progress";
-import { decideApply, settleMarks, type RolloutMark } from "../src/rollouts/ledger-side";
+import { decideApply, operatorMarks, settleMarks, type RolloutMark } from "../src/rollouts/ledger-side";
 import type { StoredReport } from "../src/model/server/schemas";
 import type { DesiredState } from "../src/model/server/record";
 
@@ -100,6 +100,24 @@ describe("target transitions", () => {
       { state: "skipped", reason: "already_at_image" },
     ],
     ["skip after a write changes nothing", applying, { type: "skip", reason: "x", at: 2 }, null],
+    [
+      "a skip naming the generation written ends it (the ledger knows it will never run)",
+      applying,
+      { type: "skip", reason: "superseded", generation: 5, at: 2 },
+      { state: "skipped", reason: "superseded", ended_at: 2 },
+    ],
+    [
+      "a skip naming another generation changes nothing",
+      applying,
+      { type: "skip", reason: "superseded", generation: 4, at: 2 },
+      null,
+    ],
+    [
+      "a skip naming its generation once the target ended changes nothing",
+      T({ state: "done", generation: 5 }),
+      { type: "skip", reason: "superseded", generation: 5, at: 2 },
+      null,
+    ],
     ["removed leaves the rollout", applying, { type: "removed", at: 2 }, { state: "skipped", reason: "removed" }],
     ["start of an applying target changes nothing", applying, { type: "start", at: 2 }, null],
   ];
@@ -284,6 +302,46 @@ describe("the ledger's side", () => {
     });
     expect(settleMarks({ fw: versioned }, at("1"), "s1").events).toEqual([]);
     expect(settleMarks({ fw: versioned }, at("2"), "s1").events.map((e) => e.outcome)).toEqual(["realized"]);
+  });
+
+  describe("an operator's desired config replacing the rollout's", () => {
+    const written = (agents: DesiredState["agents"], generation = 5): DesiredState => ({
+      generation,
+      agents,
+      lifecycle: "run",
+      updated_at: 0,
+    });
+    const fw = { name: "fw", image: "img:2", version: "2", instance_id: "i" };
+    const logs = { name: "logs", image: "logs:1", version: "1", instance_id: "l" };
+    const owed: RolloutMark = { ...mark, version: "2" };
+    const before = written([fw, logs]);
+    it.each([
+      ["another image for the agent: superseded", [{ ...fw, image: "img:9", version: "9" }, logs], true],
+      ["another version of the same image name: superseded", [{ ...fw, version: "3" }, logs], true],
+      ["the agent taken away: superseded, its mark gone", [logs], true],
+      ["another agent changed: still owed", [fw, { ...logs, image: "logs:2" }], false],
+      [
+        "the catalog id alone changed: still owed (the host still runs the rollout's image)",
+        [{ ...fw, image_id: "c" }, logs],
+        false,
+      ],
+    ] as const)("%s", (_n, agents, superseded) => {
+      const out = operatorMarks({ fw: owed }, before, written([...agents], 6), 7, "s1");
+      expect(out.events).toEqual(
+        superseded ? [{ rollout_id: "r1", pass: 0, server_id: "s1", generation: 5, outcome: "superseded", at: 7 }] : [],
+      );
+      const kept = out.marks?.fw ?? owed;
+      if (superseded && agents.some((a) => a.name === "fw"))
+        expect(kept).toMatchObject({ settled: true, operator_at: 7 });
+      if (superseded && !agents.some((a) => a.name === "fw")) expect(out.marks).not.toHaveProperty("fw");
+      if (!superseded) expect(kept.settled).toBeUndefined();
+    });
+    it("a mark a report settled owes nothing: no event, only the operator's time", () => {
+      const done: RolloutMark = { ...owed, settled: true };
+      const out = operatorMarks({ fw: done }, before, written([{ ...fw, image: "img:9" }, logs], 6), 7, "s1");
+      expect(out.events).toEqual([]);
+      expect(out.marks?.fw).toEqual({ ...done, operator_at: 7 });
+    });
   });
 
   const desired = {

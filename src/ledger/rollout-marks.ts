@@ -72,11 +72,14 @@ export function applyRolloutImage(
 
 /**
  * In an operator's desired write's storage turn: the agents whose image it changed are marked
- * with its time, so a rollout's write sent before it does not undo it when it lands later.
+ * with its time, so a rollout's write sent before it does not undo it when it lands later; and a
+ * rollout write it took the agent from, still owed an outcome, is settled `superseded` through the
+ * outbox in this same turn (its target is skipped at once, not timed out an hour later).
  */
-export function noteOperatorWrite(d: LedgerParts, before: DesiredState, after: DesiredState) {
-  const marks = operatorMarks(d.store.rolloutMarks(), before, after, d.clock());
+export function noteOperatorWrite(d: LedgerParts, serverId: string, before: DesiredState, after: DesiredState) {
+  const { marks, events } = operatorMarks(d.store.rolloutMarks(), before, after, d.clock(), serverId);
   if (marks) d.store.setRolloutMarks(marks);
+  for (const e of events) d.outbox.enqueue("rollout_event", e, { key: `rollout:${e.rollout_id}` });
 }
 
 /** In the report's storage turn: outcomes leave through the outbox, one pending event per rollout. */

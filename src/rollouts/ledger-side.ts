@@ -2,7 +2,8 @@
  * What a server's ledger does for rollouts, as pure functions plus the outbox effect that carries
  * a target's outcome to its Rollout object. The ledger remembers, per agent, the generation a
  * rollout wrote (a "mark"); a report at or past that generation that realizes the agent at the
- * rollout's image (done) or reports an error for it (failed) sends the outcome once.
+ * rollout's image (done) or reports an error for it (failed) sends the outcome once; so does an
+ * operator's desired config that takes the agent off that image first (superseded: operatorMarks).
  */
 import { catalogSpread, type CatalogFields } from "../domain/images";
 import type { Env } from "../env";
@@ -184,19 +185,29 @@ const sentBefore = (sent: number | undefined, than: number | undefined) =>
  * rollout wrote gets a mark of the operator's alone, settled (no outcome is owed to anyone). The
  * settled marks of agents `after` no longer has go: a write for such an agent writes nothing
  * (agent_absent), and one brought back is marked afresh, so the marks stay as many as the agents
- * (an operator's stream of new names would otherwise grow them for ever). null: nothing to store.
+ * (an operator's stream of new names would otherwise grow them for ever).
+ *
+ * A mark still owed an outcome whose image `after` no longer gives its agent (changed, or the
+ * agent taken away) is settled here, with a `superseded` event for its rollout: no report will
+ * ever show the rollout's image there, and without it the target would hold its place in the
+ * rollout until its server timeout, then count as a timeout toward the abort rule. A change that
+ * leaves the rollout's image and version (another agent's, or the catalog id alone) settles
+ * nothing: the host's report still decides. `marks` null: nothing to store.
  */
 export function operatorMarks(
   marks: Readonly<Record<string, RolloutMark>>,
   before: DesiredState,
   after: DesiredState,
   now: number,
-): Record<string, RolloutMark> | null {
+  serverId: string,
+): { marks: Record<string, RolloutMark> | null; events: RolloutEvent[] } {
   const was = new Map(before.agents.map((a) => [a.name, a]));
   const kept = new Set(after.agents.map((a) => a.name));
+  const events: RolloutEvent[] = [];
   let next: Record<string, RolloutMark> | null = null;
   for (const [name, m] of Object.entries(marks)) {
-    if (kept.has(name) || !m.settled) continue;
+    if (kept.has(name)) continue;
+    if (!m.settled) events.push(supersededEvent(m, serverId, now));
     next ??= { ...marks };
     delete next[name];
   }
@@ -204,29 +215,48 @@ export function operatorMarks(
     const b = was.get(a.name);
     if (b && b.image === a.image && b.version === a.version && (b.image_id ?? null) === (a.image_id ?? null)) continue;
     next ??= { ...marks };
-    next[a.name] = marks[a.name]
-      ? { ...marks[a.name], operator_at: now }
-      : {
-          rollout_id: "",
-          pass: 0,
-          generation: after.generation,
-          image: a.image,
-          version: a.version,
-          from_image: b?.image ?? null,
-          from_version: b?.version ?? null,
-          settled: true,
-          operator_at: now,
-        };
+    const m = marks[a.name];
+    if (!m) {
+      next[a.name] = {
+        rollout_id: "",
+        pass: 0,
+        generation: after.generation,
+        image: a.image,
+        version: a.version,
+        from_image: b?.image ?? null,
+        from_version: b?.version ?? null,
+        settled: true,
+        operator_at: now,
+      };
+      continue;
+    }
+    const owedNoMore = !m.settled && !runsMark(a, m);
+    if (owedNoMore) events.push(supersededEvent(m, serverId, now));
+    next[a.name] = { ...m, operator_at: now, ...(owedNoMore && { settled: true as const }) };
   }
-  return next;
+  return { marks: next, events };
 }
+
+/** Whether an agent entry is the mark's image, as a report realizing the mark must show it (settleMarks). */
+const runsMark = (a: { image: string; version: string }, m: RolloutMark) =>
+  a.image === m.image && (m.version === undefined || a.version === m.version);
+
+const supersededEvent = (m: RolloutMark, serverId: string, now: number): RolloutEvent => ({
+  rollout_id: m.rollout_id,
+  pass: m.pass,
+  server_id: serverId,
+  generation: m.generation,
+  outcome: "superseded",
+  at: now,
+});
 
 export interface RolloutEvent {
   rollout_id: string;
   pass: number;
   server_id: string;
   generation: number;
-  outcome: "realized" | "failed" | "removed";
+  /** `superseded`: an operator's desired config took the agent off the image before a report showed it. */
+  outcome: "realized" | "failed" | "removed" | "superseded";
   message?: string;
   at: number;
 }

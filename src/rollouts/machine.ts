@@ -146,7 +146,11 @@ export type TargetEvent =
   | { type: "budget_freed" }
   | { type: "start"; at: number }
   | { type: "applied"; generation: number; from_image: string | null; from_version: string | null }
-  | { type: "skip"; reason: string; at: number }
+  /**
+   * With a generation: that write was overtaken after it landed (an operator's desired config
+   * took the agent off its image), so the target it applies at that generation ends skipped too.
+   */
+  | { type: "skip"; reason: string; at: number; generation?: number }
   | { type: "realized"; generation: number; at: number }
   | { type: "failed"; generation: number; message: string; at: number }
   | { type: "timeout"; at: number; reason?: string }
@@ -189,8 +193,11 @@ export function stepTarget(t: Target, e: TargetEvent): Target | null {
       }
       return null;
     case "skip":
-      // Only before anything was written: a target whose generation is out finishes as it ends.
+      // Only before anything was written, or for the very generation written (the ledger knows it
+      // will never run): a target whose generation is out otherwise finishes as it ends.
       if (notStarted(t.state) || (t.state === "applying" && t.generation === null))
+        return end("skipped", e.at, e.reason);
+      if (t.state === "applying" && e.generation !== undefined && t.generation === e.generation)
         return end("skipped", e.at, e.reason);
       return null;
     case "realized":

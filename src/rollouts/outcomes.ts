@@ -26,12 +26,16 @@ export async function targetEvent(p: RolloutParts, e: RolloutEvent): Promise<{ o
     if (t.state === "applying" && t.generation === null && e.outcome !== "removed") {
       t = change(p, t, { type: "applied", generation: e.generation, from_image: null, from_version: null }, now) ?? t;
     }
+    // superseded: an operator's desired config took the agent off this generation's image before
+    // a report showed it; the skip names the generation, the one a write's answer would skip for.
     const ev: TargetEvent =
       e.outcome === "realized"
         ? { type: "realized", generation: e.generation, at: now }
         : e.outcome === "failed"
           ? { type: "failed", generation: e.generation, message: e.message ?? "failed", at: now }
-          : { type: "removed", at: now };
+          : e.outcome === "superseded"
+            ? { type: "skip", reason: "superseded", generation: e.generation, at: now }
+            : { type: "removed", at: now };
     if (change(p, t, ev, now) === null) return false;
     // The timer follows the oldest target applying, which may be the one that just ended: set
     // again once, by pump when it started another.
