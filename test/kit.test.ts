@@ -108,6 +108,67 @@ describe("scheduler", () => {
     });
   });
 
+  it("sends a 'no later than' ask that follows, in the same turn, a plain ask which moved the timer later", async () => {
+    await scratch(async (storage) => {
+      const store = new LedgerStore(storage);
+      const s = new Scheduler(storage, (fn) => store.onCommit(fn));
+      const now = Date.now();
+      s.schedule("outbox", now + 1_000, null, { noLaterThan: true });
+      store.transaction(() => {
+        // The row goes later (a flush's re-arm), not yet committed; the bound learnt before no
+        // longer holds, and the ask after it must reach the row.
+        s.schedule("outbox", now + 60_000);
+        s.schedule("outbox", now + 2_000, null, { noLaterThan: true });
+      });
+      expect(s.dueAt("outbox")).toBe(now + 2_000);
+      // Learnt on commit: the bound is the ask's time, not the plain ask's.
+      s.schedule("outbox", now + 3_000, null, { noLaterThan: true });
+      expect(s.dueAt("outbox")).toBe(now + 2_000);
+    });
+  });
+
+  it("learns a timer's bound in a turn that also moved or cancelled another timer", async () => {
+    await scratch(async (storage) => {
+      const store = new LedgerStore(storage);
+      const s = new Scheduler(storage, (fn) => store.onCommit(fn));
+      const count = timerStatements(storage);
+      const now = Date.now();
+      store.transaction(() => {
+        s.schedule("outbox", now + 10_000, null, { noLaterThan: true });
+        // Another timer's plain ask and cancel say nothing about the outbox's row.
+        s.schedule("quiet", now + 30_000);
+        s.cancel("left");
+      });
+      const sent = count();
+      s.schedule("outbox", now + 10_001, null, { noLaterThan: true });
+      expect(count()).toBe(sent);
+      expect(s.dueAt("outbox")).toBe(now + 10_000);
+    });
+  });
+
+  it("forgets what a failed handler's own ask taught once its timer is put off for the retry", async () => {
+    await scratch(async (storage) => {
+      const store = new LedgerStore(storage);
+      const s = new Scheduler(storage, (fn) => store.onCommit(fn));
+      const now = Date.now();
+      s.schedule("outbox", now - 5);
+      const failing = () => {
+        // An enqueue during the delivery, then the delivery fails: the row goes to the retry time.
+        s.schedule("outbox", now + 1_000, null, { noLaterThan: true });
+        throw new Error("delivery failed");
+      };
+      const error = vi.spyOn(console, "error").mockImplementation(() => {});
+      try {
+        await s.fire({ outbox: failing }, now);
+      } finally {
+        error.mockRestore();
+      }
+      expect(s.dueAt("outbox")!).toBeGreaterThan(now + 2_000);
+      s.schedule("outbox", now + 2_000, null, { noLaterThan: true });
+      expect(s.dueAt("outbox")).toBe(now + 2_000);
+    });
+  });
+
   it("keeps a timer its own handler sets again to the very time that fired (the queue's look at a deadline still due)", async () => {
     await scratch(async (storage) => {
       const s = new Scheduler(storage);

@@ -9,9 +9,9 @@
 // State on /dev/shm (tmpfs), removed at the end. Loopback only, bounded in time.
 import { resolve } from "node:path";
 import autocannon from "autocannon";
-import { createClient } from "../../src/client/index.ts";
 import { startDirectFloor, startDirectServer, type DirectServer } from "./direct-server.ts";
-import { AGENTS, freshReportBodies, hostReport, hostReportBody } from "./host-report.ts";
+import { freshReportBodies, hostReportBody } from "./host-report.ts";
+import { registerReportingServers } from "./report-fleet.ts";
 
 const [beforeDir, roundsArg, secondsArg] = process.argv.slice(2);
 if (!beforeDir) {
@@ -25,24 +25,6 @@ const seconds = Number(secondsArg ?? 3);
 const body = hostReportBody(2);
 const freshBody = freshReportBodies(2);
 const stateParent = "/dev/shm";
-
-/** The ledger scenario's 64 servers, each with its desired config and first report: their tokens. */
-async function register(server: DirectServer) {
-  const client = createClient(server.url, server.admin);
-  const fleet = `alternate-${Date.now().toString(36)}`;
-  await client.v1.fleets.$post({ json: { id: fleet } });
-  const tokens: string[] = [];
-  for (let i = 0; i < 64; i++) {
-    const s = await (
-      await client.v1.servers.$post({ json: { fleet, hostname: `host-${i}.alternate`, kind: "managed" } })
-    ).json();
-    if (!("token" in s)) throw new Error(`server: ${JSON.stringify(s)}`);
-    await client.v1.servers[":id"].desired.$put({ param: { id: s.id }, json: { generation: 2, agents: AGENTS } });
-    await createClient(server.url, s.token).v1.agent.inventory.$put({ json: hostReport(2) });
-    tokens.push(s.token);
-  }
-  return tokens;
-}
 
 /** 16 connections for `d` seconds: the unchanged report round-robin over `tokens`, or the floor's body write. */
 function load(url: string, tokens: string[] | null, d: number) {
@@ -91,8 +73,8 @@ async function main() {
     const floor = await startDirectFloor({ stateParent });
     servers.push(floor);
     const subjects = [
-      { name: "unchanged report, before", s: old, tokens: await register(old) },
-      { name: "unchanged report, after", s: now, tokens: await register(now) },
+      { name: "unchanged report, before", s: old, tokens: await registerReportingServers(old, "alternate") },
+      { name: "unchanged report, after", s: now, tokens: await registerReportingServers(now, "alternate") },
       { name: "floor: write of a report's body", s: floor, tokens: null },
     ];
     for (const x of subjects) await load(x.s.url, x.tokens, 2);

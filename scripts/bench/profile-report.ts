@@ -13,10 +13,10 @@
 import { writeFileSync } from "node:fs";
 import autocannon from "autocannon";
 import WebSocket from "ws";
-import { createClient } from "../../src/client/index.ts";
 import { freePort } from "../local-server.ts";
 import { startDirectFloor, startDirectServer } from "./direct-server.ts";
-import { AGENTS, freshReportBodies, hostReport, hostReportBody } from "./host-report.ts";
+import { freshReportBodies, hostReportBody } from "./host-report.ts";
+import { registerReportingServers } from "./report-fleet.ts";
 
 const changed = process.argv.includes("--changed");
 const args = process.argv.slice(2).filter((a) => a !== "--changed");
@@ -128,30 +128,12 @@ function tally(profile: Profile, key: (f: ProfileNode["callFrame"]) => string) {
 const fileOf = (f: ProfileNode["callFrame"]) =>
   f.url ? `${f.url.replace(/^.*\//, "")}` : f.functionName ? `(${f.functionName})` : "(native)";
 
-/** The ledger scenario's 64 servers, each with its desired config and first report: their tokens. */
-async function registerServers(server: { url: string; admin: string }) {
-  const client = createClient(server.url, server.admin);
-  const fleet = `profile-${Date.now().toString(36)}`;
-  await client.v1.fleets.$post({ json: { id: fleet } });
-  const tokens: string[] = [];
-  for (let i = 0; i < 64; i++) {
-    const s = await (
-      await client.v1.servers.$post({ json: { fleet, hostname: `host-${i}.profile`, kind: "managed" } })
-    ).json();
-    if (!("token" in s)) throw new Error(`server: ${JSON.stringify(s)}`);
-    await client.v1.servers[":id"].desired.$put({ param: { id: s.id }, json: { generation: 2, agents: AGENTS } });
-    await createClient(server.url, s.token).v1.agent.inventory.$put({ json: hostReport(2) });
-    tokens.push(s.token);
-  }
-  return tokens;
-}
-
 async function main() {
   const inspectorPort = await freePort();
   const server =
     route === "floor" ? await startDirectFloor({ inspectorPort }) : await startDirectServer({}, { inspectorPort });
   try {
-    const tokens = route === "floor" ? [] : await registerServers(server);
+    const tokens = route === "floor" ? [] : await registerReportingServers(server, "profile");
     await load(server.url, 3, tokens);
     const inspector = await session(inspectorPort);
     await inspector.send("Profiler.enable");

@@ -45,12 +45,16 @@ export class Scheduler {
    * same payload, would move nothing, and is not sent (an outbox asks at every enqueue). Learnt
    * only once the write that made it true committed (`onCommit`: a rolled-back turn teaches
    * nothing), unless a forget came between the ask and the commit; forgotten at once by whatever
-   * may move the row later or remove it (a cancel, the timer firing), since forgetting is always
+   * may move the row later or remove it (a plain ask, a cancel, the timer firing), since forgetting is always
    * safe. Without `onCommit` nothing is learnt. In memory: empty after a restart.
    */
   private readonly known = new Map<string, { atMost: number; payload: string }>();
-  /** Counts the forgets, so a commit hook queued before one does not teach what it undid. */
-  private forgets = 0;
+  /**
+   * Counts the forgets, so a commit hook queued before one does not teach what it undid: of every
+   * timer at once (`forgotAll`), and per timer (another timer's forget says nothing of this one).
+   */
+  private forgotAll = 0;
+  private readonly forgot = new Map<string, number>();
 
   constructor(
     private readonly storage: DurableObjectStorage,
@@ -93,6 +97,9 @@ export class Scheduler {
     this.setSince = Math.min(this.setSince, at);
     const asked = this.setWhileFiring?.get(name);
     this.setWhileFiring?.set(name, opts.noLaterThan && asked !== undefined ? Math.min(asked, at) : at);
+    // A plain ask may move the row later: what was known of it stops holding now, not at the
+    // commit, or a "no later than" ask later in the same turn would be skipped against it.
+    if (!opts.noLaterThan) this.forget(name);
     const known = this.known.get(name);
     if (opts.noLaterThan && known !== undefined && known.atMost <= at && known.payload === text) return;
     this.table.ensure();
@@ -104,9 +111,10 @@ export class Scheduler {
       text,
     );
     if (!this.onCommit) return;
-    const forgets = this.forgets;
+    const all = this.forgotAll;
+    const one = this.forgot.get(name);
     this.onCommit(() => {
-      if (this.forgets !== forgets) return;
+      if (this.forgotAll !== all || this.forgot.get(name) !== one) return;
       // Applied in the order asked: a bound learnt by an earlier ask of the same turn still holds.
       const before = this.known.get(name);
       const bound = opts.noLaterThan && before !== undefined ? Math.min(before.atMost, at) : at;
@@ -116,9 +124,18 @@ export class Scheduler {
 
   /** What this instance knows of a timer no longer holds (its row may have moved later or gone). */
   private forget(name?: string) {
-    this.forgets++;
-    if (name === undefined) this.known.clear();
-    else this.known.delete(name);
+    // Nothing is learnt without the hook, and the counts of an object with a timer per name (a
+    // coordinator's hostnames) would only grow.
+    if (!this.onCommit) return;
+    if (name === undefined) {
+      this.forgotAll++;
+      this.known.clear();
+      // Every count is stale against the new epoch: none is needed to tell a hook's turn apart.
+      this.forgot.clear();
+    } else {
+      this.forgot.set(name, (this.forgot.get(name) ?? 0) + 1);
+      this.known.delete(name);
+    }
   }
 
   cancel(name: string) {
