@@ -32,11 +32,22 @@ export function assemble(
       wakeSummaryWaits(parts, room);
     });
   };
-  const scheduler = new Scheduler(ctx.storage);
+  const store = new RolloutStore(ctx.storage, coreMoved);
+  // The kit learns its tables exist, and where its timers stand, only once the store's turn
+  // committed: a table created in a turn that rolled back is gone again.
+  const onCommit = (fn: () => void) => store.onCommit(fn);
+  const scheduler = new Scheduler(ctx.storage, onCommit);
   const effects = rolloutEffects(env, () => parts);
-  const outbox = new Outbox<EffectKind>(ctx.storage, scheduler, effects, () => getDb(env().DB), CALL_CONCURRENCY);
+  const outbox = new Outbox<EffectKind>(
+    ctx.storage,
+    scheduler,
+    effects,
+    () => getDb(env().DB),
+    CALL_CONCURRENCY,
+    onCommit,
+  );
   const parts: RolloutParts = {
-    store: new RolloutStore(ctx.storage, coreMoved),
+    store,
     outbox,
     scheduler,
     clock,

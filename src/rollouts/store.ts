@@ -54,15 +54,21 @@ export class RolloutStore {
     // Inside another turn this one is a savepoint: the outer turn's core, moved in memory and not
     // stored yet, must outlive this one's rollback (a caught failure), so it is put back as it was.
     const outer = this.depth > 0 ? { cache: this.cache && { ...this.cache }, unstored: this.coreUnstored } : null;
+    const hooks = this.commitHooks ?? [];
+    const mark = hooks.length;
+    this.commitHooks = hooks;
     this.depth++;
+    let out: T;
     try {
-      return this.storage.transactionSync(() => {
-        const out = fn();
+      out = this.storage.transactionSync(() => {
+        const result = fn();
         if (this.depth === 1) this.storeCore();
-        return out;
+        return result;
       });
     } catch (err) {
-      // Undone: what the turn's writers kept in memory beside their rows is read again.
+      // Undone: what the turn's writers kept in memory beside their rows is read again, and what
+      // they meant to learn once it committed is not learnt.
+      hooks.length = mark;
       this.samples.forget();
       this.targets.forget();
       this.timersSet.clear();
@@ -71,10 +77,26 @@ export class RolloutStore {
       throw err;
     } finally {
       this.depth--;
+      if (this.depth === 0) this.commitHooks = null;
     }
+    if (this.depth === 0) for (const hook of hooks) hook();
+    return out;
   }
   /** Transactions open (nested ones run inside the outermost). */
   private depth = 0;
+
+  /**
+   * Runs `fn` once the outermost transaction committed (at once outside one), unless the
+   * transaction or savepoint it was registered in rolled back: the kit's memory of its tables and
+   * timers (Scheduler, Outbox) must not move for a write that does not stand. A write outside a
+   * transaction is not undone by a throw (the runtime's implicit turn keeps it), so it is learnt
+   * at once.
+   */
+  onCommit(fn: () => void) {
+    if (this.commitHooks) this.commitHooks.push(fn);
+    else fn();
+  }
+  private commitHooks: (() => void)[] | null = null;
   /** The core in memory moved and is stored when the outermost transaction ends. */
   private coreUnstored = false;
 

@@ -9,7 +9,11 @@ export function kitTable(
   /**
    * The object's commit hook (see Scheduler): a table created in a turn that rolls back is gone
    * again, so it is known to exist only once that turn committed; until then each `ensure`
-   * sends its CREATE … IF NOT EXISTS again (nothing to create within the turn).
+   * sends its CREATE … IF NOT EXISTS again (nothing to create within the turn). Every object that
+   * opens explicit transactions passes one (the ledger's and the rollout's stores): without it a
+   * CREATE undone by a rollback is believed, and each later statement on the table fails until
+   * the object restarts. Without it the table is believed at once, which holds only where no
+   * write is ever undone (the coordinator: the runtime's implicit turn keeps writes on a throw).
    */
   onCommit?: (fn: () => void) => void,
 ) {
