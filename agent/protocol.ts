@@ -12,7 +12,7 @@ import type { ServerMessage } from "../src/model/server/channel-messages.ts";
 import type { DesiredConfig } from "../src/model/server/schemas.ts";
 import { CHANNEL_VERSION } from "../src/domain/channel.ts";
 
-/** The largest desired config (or channel message) read: 500 agents fit many times over. */
+/** The largest desired config (or channel message) read, whatever its number of agents. */
 export const MAX_DESIRED_BYTES = 8 * 1024 * 1024;
 
 /**

@@ -16,7 +16,7 @@ import type { Db } from "./client";
 
 /** A column's value as D1 stores it (a JSON column's text), as drizzle's own Param would bind it. */
 function driverValue(column: Column, value: unknown): unknown {
-  if (value === null || value === undefined) return null;
+  if (value === null) return null;
   if (is(value, SQL)) throw new Error("a bound UPDATE binds values, not SQL");
   return column.mapToDriverValue(value);
 }
@@ -49,8 +49,9 @@ export function boundUpdate<T extends Table>(
   where: Partial<Record<keyof T["_"]["columns"] & string, unknown>>,
   returning?: BoundReturning,
 ): BatchItem<"sqlite"> {
-  const columns = (table as unknown as Record<string, Column>) ?? {};
-  const setKeys = Object.keys(set);
+  const columns = table as unknown as Record<string, Column>;
+  // A key whose value is undefined is left alone, as drizzle's own `.set()` does (null writes NULL).
+  const setKeys = Object.keys(set).filter((k) => (set as Record<string, unknown>)[k] !== undefined);
   const whereKeys = Object.keys(where);
   if (!setKeys.length || !whereKeys.length) throw new Error("a bound UPDATE sets and matches at least one column");
   const name = getTableName(table);
