@@ -45,14 +45,18 @@ async function listedStatus(fleet: string, id: string) {
   return (await call("GET", `/v1/servers?fleet=${fleet}`)).json.items.find((x: { id: string }) => x.id === id)?.status;
 }
 
+/** The report that turns a realized server drifted: its second agent stopped. */
+const reportDrifting = (s: { token: string }) =>
+  call("PUT", "/v1/agent/inventory", {
+    token: s.token,
+    body: report(2, [agents[0], { ...agents[1], state: "stopped" }]),
+  });
+
 /** D1 takes a drifting report's batch but the ledger never hears so: its mark still says realized. */
 async function driftTakenUnanswered(s: { id: string; token: string }) {
   const stub = env.LEDGER.get(env.LEDGER.idFromName(s.id));
   const restore = await timeOutD1AfterCommit(stub);
-  const drifted = await call("PUT", "/v1/agent/inventory", {
-    token: s.token,
-    body: report(2, [agents[0], { ...agents[1], state: "stopped" }]),
-  });
+  const drifted = await reportDrifting(s);
   expect(drifted.status).toBe(200);
   await settle(s.id);
   expect((await indexRow(s.id))!.status).toBe("drifted");
@@ -71,10 +75,7 @@ describe("D1 projection of the ledger", () => {
     expect((await d1Statements()).writes).toBe(before.writes);
 
     // The counter is live: a report that changes the status does write.
-    await call("PUT", "/v1/agent/inventory", {
-      token: s.token,
-      body: report(2, [agents[0], { ...agents[1], state: "stopped" }]),
-    });
+    await reportDrifting(s);
     expect((await d1Statements()).writes).toBeGreaterThan(before.writes);
     expect((await indexRow(s.id))!.status).toBe("drifted");
   });
@@ -88,10 +89,7 @@ describe("D1 projection of the ledger", () => {
       ].d1.rows_written as number;
     resetMeter();
     // One agent stops: the server turns drifted and that agent's row moves its state and status.
-    await call("PUT", "/v1/agent/inventory", {
-      token: s.token,
-      body: report(2, [agents[0], { ...agents[1], state: "stopped" }]),
-    });
+    await reportDrifting(s);
     await settle(s.id);
     expect((await indexRow(s.id))!.status).toBe("drifted");
     // The server row with its four indexes on status, and the instance row without its two image
@@ -192,10 +190,7 @@ describe("D1 projection of the ledger", () => {
     const stub = env.LEDGER.get(env.LEDGER.idFromName(s.id));
     await runInDurableObject(stub, (_i, state) => state.abort("evicted by test")).catch(() => undefined);
     const rows = await d1Rows(async () => {
-      const drifted = await call("PUT", "/v1/agent/inventory", {
-        token: s.token,
-        body: report(2, [agents[0], { ...agents[1], state: "stopped" }]),
-      });
+      const drifted = await reportDrifting(s);
       expect(drifted.status).toBe(200);
       await settle(s.id);
     });

@@ -9,6 +9,7 @@ import {
   AGENT,
   drain,
   fleetWithAgent,
+  holdLedgerWrites,
   hostReconcile,
   NEW,
   rolloutStub,
@@ -92,42 +93,6 @@ describe("what a rollout target costs its ledger", () => {
   });
 });
 
-/**
- * The rollout object's LEDGER binding replaced by one whose writes (applyRolloutImage) wait until
- * `release` runs: ledgers that answer slowly. `writes` counts the writes that reached a ledger.
- */
-async function slowLedgers(rolloutId: string) {
-  let release!: () => void;
-  const gate = new Promise<void>((r) => (release = r));
-  const state = { writes: 0 };
-  const bound = (target: object, prop: PropertyKey) => {
-    const v = Reflect.get(target, prop);
-    return typeof v === "function" ? v.bind(target) : v;
-  };
-  const slow = new Proxy(env.LEDGER, {
-    get(target, prop) {
-      if (prop !== "get") return bound(target, prop);
-      return (id: DurableObjectId) => {
-        const stub = target.get(id);
-        return new Proxy(stub, {
-          get(s, p) {
-            if (p !== "applyRolloutImage") return bound(s, p);
-            return async (...args: Parameters<typeof stub.applyRolloutImage>) => {
-              await gate;
-              state.writes++;
-              return stub.applyRolloutImage(...args);
-            };
-          },
-        });
-      };
-    },
-  });
-  await runInDurableObject(rolloutStub(rolloutId), (instance) => {
-    (instance as any).env = { ...(instance as any).env, LEDGER: slow };
-  });
-  return { release, state };
-}
-
 const auditRows = async (serverId: string) =>
   (await env.DB.prepare("SELECT COUNT(*) AS n FROM audit_log WHERE target = ? AND action = 'server.desired.rollout'")
     .bind(`server:${serverId}`)
@@ -156,7 +121,7 @@ describe("starting a rollout", () => {
   it("answers once the rollout is stored, without waiting for its first ledger writes", async () => {
     const { fleet } = await fleetWithAgent(3);
     const id = crypto.randomUUID();
-    const ledgers = await slowLedgers(id);
+    const ledgers = await holdLedgerWrites(id);
     const input = RolloutInput.parse({ fleet, agent: AGENT, image: NEW, version: "2.0.0", concurrency: 2 });
     const started = createRollout(env, "token:test", input, () => id);
     try {
@@ -165,7 +130,7 @@ describe("starting a rollout", () => {
       expect(answer).not.toBeNull();
       expect(answer!.id).toBe(id);
       expect(answer!.counts).toMatchObject({ queued: 1, applying: 2 });
-      expect(ledgers.state.writes).toBe(0);
+      expect(ledgers.calls.landed).toBe(0);
     } finally {
       ledgers.release();
       await started;
@@ -177,7 +142,7 @@ describe("starting a rollout", () => {
       await drain(id);
       return (await targets(id, "?state=applying")).every((t) => t.generation !== null);
     });
-    expect(ledgers.state.writes).toBe(2);
+    expect(ledgers.calls.landed).toBe(2);
     const written = await targets(id, "?state=applying");
     expect(written.map((t) => t.generation)).toEqual([3, 3]);
     for (const t of written) {
