@@ -12,7 +12,6 @@ import {
   holdLedgerWrites,
   hostReconcile,
   NEW,
-  rolloutStub,
   startRollout,
   targets,
 } from "./rollout-helpers";
