@@ -13,7 +13,7 @@ import {
   type TargetEvent,
 } from "../src/rollouts/machine";
 import { etaSeconds, isSlow, median } from "../src/rollouts/progress";
-import { decideApply, operatorMarks, settleMarks, type RolloutMark } from "../src/rollouts/ledger-side";
+import { decideApply, desiredChangeMarks, settleMarks, type RolloutMark } from "../src/rollouts/ledger-side";
 import type { StoredReport } from "../src/model/server/schemas";
 import type { DesiredState } from "../src/model/server/record";
 
@@ -326,7 +326,7 @@ describe("the ledger's side", () => {
         false,
       ],
     ] as const)("%s", (_n, agents, superseded) => {
-      const out = operatorMarks({ fw: owed }, before, written([...agents], 6), 7, "s1");
+      const out = desiredChangeMarks({ fw: owed }, before, written([...agents], 6), 7, "s1");
       expect(out.events).toEqual(
         superseded ? [{ rollout_id: "r1", pass: 0, server_id: "s1", generation: 5, outcome: "superseded", at: 7 }] : [],
       );
@@ -338,7 +338,7 @@ describe("the ledger's side", () => {
     });
     it("a mark a report settled owes nothing: no event, only the operator's time", () => {
       const done: RolloutMark = { ...owed, settled: true };
-      const out = operatorMarks({ fw: done }, before, written([{ ...fw, image: "img:9" }, logs], 6), 7, "s1");
+      const out = desiredChangeMarks({ fw: done }, before, written([{ ...fw, image: "img:9" }, logs], 6), 7, "s1");
       expect(out.events).toEqual([]);
       expect(out.marks?.fw).toEqual({ ...done, operator_at: 7 });
     });

@@ -13,7 +13,7 @@ import type { ServerRecord, DesiredState } from "../model/server/record";
 import type { AgentSpec, DesiredConfig, DesiredConfigInput } from "../model/server/schemas";
 import { MAX_SERVER_LABELS } from "../domain/limits";
 import { mergeLabels, sameLabels } from "../model/server/labels";
-import { noteOperatorWrite } from "./rollout-marks";
+import { noteDesiredChange } from "./rollout-marks";
 import { configOf } from "./view";
 
 /**
@@ -122,7 +122,7 @@ export function putDesired(
       const config = configOf(state.record, outcome.next);
       d.store.transaction(() => {
         d.store.save({ desired: outcome.next });
-        noteOperatorWrite(d, state.record.id, state.desired, outcome.next);
+        noteDesiredChange(d, state.record.id, state.desired, outcome.next);
         // An explicit config pins the server: the planner leaves it alone until released.
         d.store.setPlan({
           ...d.store.plan(),

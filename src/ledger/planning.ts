@@ -8,6 +8,7 @@ import { fail, type Result } from "../objects/kit/result";
 import { planStep, type PlanState } from "../planner/ledger-side";
 import { audit, project } from "./effects";
 import type { LedgerParts } from "./parts";
+import { noteDesiredChange } from "./rollout-marks";
 
 export type PlanOutcome = "issued" | "reissued" | "unchanged" | "pinned" | "older_inputs" | "not_running";
 
@@ -91,6 +92,10 @@ export function applyPlan(
     }
     if (step.kind === "issue") {
       d.store.save({ desired: step.next });
+      // An agent the plan adds or drops is a newer choice than a rollout write sent before it, as
+      // an operator's PUT is; one a rollout still waits on, dropped, is settled now, not at its
+      // server timeout. Agents the server keeps keep their image (and their rollout marks).
+      noteDesiredChange(d, record.id, state.desired, step.next);
       // A generation the planner issues for a marked intent change is audited by that change, in
       // its own batch (src/planner/service.ts markWhere); the desired config keeps the generation.
       if (!meta.audited)

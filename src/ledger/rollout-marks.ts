@@ -6,7 +6,7 @@
 import { fail, type Failure } from "../objects/kit/result";
 import {
   decideApply,
-  operatorMarks,
+  desiredChangeMarks,
   settleMarks,
   type ApplyOutcome,
   type ApplyRolloutImage,
@@ -71,13 +71,14 @@ export function applyRolloutImage(
 }
 
 /**
- * In an operator's desired write's storage turn: the agents whose image it changed are marked
- * with its time, so a rollout's write sent before it does not undo it when it lands later; and a
- * rollout write it took the agent from, still owed an outcome, is settled `superseded` through the
- * outbox in this same turn (its target is skipped at once, not timed out an hour later).
+ * In the storage turn of a desired config a rollout did not write (an operator's PUT, a planner's
+ * generation): the agents whose image it changed are marked with its time, so a rollout's write
+ * sent before it does not undo it when it lands later; and a rollout write it took the agent from,
+ * still owed an outcome, is settled `superseded` through the outbox in this same turn (its target
+ * is skipped at once, not timed out an hour later).
  */
-export function noteOperatorWrite(d: LedgerParts, serverId: string, before: DesiredState, after: DesiredState) {
-  const { marks, events } = operatorMarks(d.store.rolloutMarks(), before, after, d.clock(), serverId);
+export function noteDesiredChange(d: LedgerParts, serverId: string, before: DesiredState, after: DesiredState) {
+  const { marks, events } = desiredChangeMarks(d.store.rolloutMarks(), before, after, d.clock(), serverId);
   if (marks) d.store.setRolloutMarks(marks);
   for (const e of events) d.outbox.enqueue("rollout_event", e, { key: `rollout:${e.rollout_id}` });
 }

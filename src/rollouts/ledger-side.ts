@@ -3,7 +3,8 @@
  * a target's outcome to its Rollout object. The ledger remembers, per agent, the generation a
  * rollout wrote (a "mark"); a report at or past that generation that realizes the agent at the
  * rollout's image (done) or reports an error for it (failed) sends the outcome once; so does an
- * operator's desired config that takes the agent off that image first (superseded: operatorMarks).
+ * operator's desired config, or the planner's, that takes the agent off that image first
+ * (superseded: desiredChangeMarks).
  */
 import { catalogSpread, type CatalogFields } from "../domain/images";
 import type { Env } from "../env";
@@ -52,9 +53,10 @@ export interface RolloutMark {
    */
   unchanged?: true;
   /**
-   * An operator's desired config changed the agent's image after this write, at this time of the
-   * ledger's: a rollout write sent before it is older than the operator's choice (decideApply).
-   * A mark of the operator's alone (no rollout wrote the agent) has an empty `rollout_id`.
+   * An operator's desired config, or the planner's, changed the agent's image after this write (or
+   * added the agent), at this time of the ledger's: a rollout write sent before it is older than
+   * that choice (decideApply). A mark of such a choice alone (no rollout wrote the agent) has an
+   * empty `rollout_id`. The name is the stored one, from before the planner's writes were marked.
    */
   operator_at?: number;
 }
@@ -92,8 +94,8 @@ export function decideApply(
   // Another rollout's write sent before the one this ledger holds: the (fleet, agent) claim lets
   // one rollout write at a time and lets go only once none of its targets applies, so this is a
   // finished rollout's call that outlived its deadline and the claim, overtaken by the next
-  // rollout's write. The same for any rollout's write sent before an operator's desired config
-  // changed the agent (the operator's choice is the newer one, however late the write arrives).
+  // rollout's write. The same for any rollout's write sent before an operator's desired config, or
+  // the planner's, changed the agent (that choice is the newer one, however late the write arrives).
   // Nothing is written, and the answer says so: the sender may still be waiting on its target (an
   // operator's PUT overtakes a live rollout), and an "applied" at a generation that will never
   // run its image would hold that target until its server timeout. Its target is skipped.
@@ -180,12 +182,18 @@ const sentBefore = (sent: number | undefined, than: number | undefined) =>
   sent !== undefined && than !== undefined && sent < than;
 
 /**
- * An operator's desired config replaced `before` with `after` at `now`: the marks with each agent
- * whose image it changed (or added) noted, so a rollout write sent before it is older; an agent no
- * rollout wrote gets a mark of the operator's alone, settled (no outcome is owed to anyone). The
- * settled marks of agents `after` no longer has go: a write for such an agent writes nothing
- * (agent_absent), and one brought back is marked afresh, so the marks stay as many as the agents
- * (an operator's stream of new names would otherwise grow them for ever).
+ * A desired config chosen by someone other than a rollout (an operator's PUT, or the planner
+ * applying the fleet's roles and channels) replaced `before` with `after` at `now`: the marks with
+ * each agent whose image it changed (or added) noted, so a rollout write sent before it is older;
+ * an agent no rollout wrote gets a mark of that choice alone, settled (no outcome is owed to
+ * anyone). The settled marks of agents `after` no longer has go: a write for such an agent writes
+ * nothing (agent_absent), and one brought back is marked afresh, so the marks stay as many as the
+ * agents (an operator's stream of new names would otherwise grow them for ever).
+ *
+ * Only a change of an agent's own image counts. The planner keeps the image of an agent a server
+ * runs, whatever its channel says (src/planner/plan.ts), so a rollout's own move of the fleet's
+ * channel never changes a target's agent here: a planner write that adds or drops other agents
+ * leaves the rollout's marks, and its writes still in flight, alone.
  *
  * A mark still owed an outcome whose image `after` no longer gives its agent (changed, or the
  * agent taken away) is settled here, with a `superseded` event for its rollout: no report will
@@ -194,7 +202,7 @@ const sentBefore = (sent: number | undefined, than: number | undefined) =>
  * leaves the rollout's image and version (another agent's, or the catalog id alone) settles
  * nothing: the host's report still decides. `marks` null: nothing to store.
  */
-export function operatorMarks(
+export function desiredChangeMarks(
   marks: Readonly<Record<string, RolloutMark>>,
   before: DesiredState,
   after: DesiredState,
@@ -255,7 +263,10 @@ export interface RolloutEvent {
   pass: number;
   server_id: string;
   generation: number;
-  /** `superseded`: an operator's desired config took the agent off the image before a report showed it. */
+  /**
+   * `superseded`: an operator's desired config, or the planner's, took the agent off the image
+   * before a report showed it.
+   */
   outcome: "realized" | "failed" | "removed" | "superseded";
   message?: string;
   at: number;
