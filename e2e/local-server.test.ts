@@ -28,7 +28,9 @@ describe("a private local server", () => {
       if (exported === undefined) delete process.env.ADMIN_TOKEN;
       else process.env.ADMIN_TOKEN = exported;
     }
-  });
+    // A second wrangler dev beside the suite's own: on a loaded machine its start alone took over
+    // the suite's 60 s (as the other suites that start one allow 180 s in their setup).
+  }, 180_000);
 
   it("runs the deployed entry unless asked for the metered one: no local routes", async () => {
     const res = await fetch(`${inject("hmUrl")}/__local/meter`);
