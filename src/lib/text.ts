@@ -7,24 +7,38 @@
 /** A lone surrogate: a pair is one code point under the u flag, so only an unpaired half matches. */
 const LONE_SURROGATE = /\p{Cs}/u;
 
+/** Whether any key or string value is not well-formed text (no allocation: it runs on every body). */
+function illFormed(value: unknown): boolean {
+  if (typeof value === "string") return LONE_SURROGATE.test(value);
+  if (value === null || typeof value !== "object") return false;
+  if (Array.isArray(value)) {
+    for (const v of value) if (illFormed(v)) return true;
+    return false;
+  }
+  for (const key in value) {
+    if (LONE_SURROGATE.test(key) || illFormed((value as Record<string, unknown>)[key])) return true;
+  }
+  return false;
+}
+
+/** The path to the first ill-formed key or string, once one is known to be there. */
+function pathTo(value: unknown, path: (string | number)[]): (string | number)[] | null {
+  if (typeof value === "string") return LONE_SURROGATE.test(value) ? path : null;
+  if (value === null || typeof value !== "object") return null;
+  for (const [key, v] of Object.entries(value)) {
+    const at: string | number = Array.isArray(value) ? Number(key) : key;
+    if (!Array.isArray(value) && LONE_SURROGATE.test(key)) return [...path, at];
+    const found = pathTo(v, [...path, at]);
+    if (found) return found;
+  }
+  return null;
+}
+
 /**
  * The path (dot-joined, as a validation issue's) of the first key or string value that is not
  * well-formed text, or null when every one is.
  */
-export function illFormedAt(value: unknown, path: (string | number)[] = []): string | null {
-  if (typeof value === "string") return LONE_SURROGATE.test(value) ? path.join(".") : null;
-  if (value === null || typeof value !== "object") return null;
-  if (Array.isArray(value)) {
-    for (let i = 0; i < value.length; i++) {
-      const at = illFormedAt(value[i], [...path, i]);
-      if (at !== null) return at;
-    }
-    return null;
-  }
-  for (const [key, v] of Object.entries(value)) {
-    if (LONE_SURROGATE.test(key)) return [...path, key].join(".");
-    const at = illFormedAt(v, [...path, key]);
-    if (at !== null) return at;
-  }
-  return null;
+export function illFormedAt(value: unknown): string | null {
+  if (!illFormed(value)) return null;
+  return (pathTo(value, []) ?? []).join(".");
 }
