@@ -2,6 +2,7 @@ import { z } from "@hono/zod-openapi";
 import { IMAGE_POLICIES } from "../domain/images";
 import { MAX_CAPABILITIES, MAX_FLEETLOCK_ID_LENGTH, MAX_GROUP_NAME_LENGTH, MAX_GROUP_SLOTS } from "../domain/limits";
 import { labelKey } from "../model/server/labels";
+import { printable } from "../model/server/schemas";
 import { userKeyed } from "../lib/user-keys";
 import { fleetId } from "../model/fleet";
 
@@ -127,6 +128,13 @@ export const Fleet = z
   })
   .openapi("Fleet");
 
-/** The id a server's FleetLock client sends (Zincati: its node id); unique per fleet. */
-export const fleetlockId = z.string().min(1).max(MAX_FLEETLOCK_ID_LENGTH);
+/**
+ * The id a server's FleetLock client sends (Zincati: its node id); unique per fleet. Printed by
+ * `hm` and the console, so no control characters (a terminal would run an escape).
+ */
+export const fleetlockId = z
+  .string()
+  .min(1)
+  .max(MAX_FLEETLOCK_ID_LENGTH)
+  .regex(...printable("a FleetLock id"));
 export const roleName = z.string().regex(/^[a-z0-9][a-z0-9._-]{0,62}$/);

@@ -1,6 +1,7 @@
 import type { Hook } from "@hono/zod-openapi";
 import type { z, ZodError } from "zod";
 import { DomainError, isErrorCode, type ErrorCode } from "../domain/errors";
+import { illFormedAt } from "../lib/text";
 import type { AppEnv } from "./types";
 
 /** Field-level detail a client can act on, without echoing the whole schema. */
@@ -23,9 +24,29 @@ const CODE_OF_TARGET: Record<string, ErrorCode> = {
  * (e.g. `duplicate_agent`, one of the API's codes), which name the problem more precisely.
  */
 export const validationHook: Hook<unknown, AppEnv, string, unknown> = (result) => {
-  if (result.success) return;
+  if (result.success) {
+    if (result.target === "json") {
+      const refusal = illFormedRefusal(result.data);
+      if (refusal) throw refusal;
+    }
+    return;
+  }
   throw refusalOf(result.error as ZodError, result.target);
 };
+
+/**
+ * A body whose schema passed may still hold a string that is not text (a lone surrogate): refused
+ * as a field that does not match, since D1 could not store it as sent (../lib/text.ts). The host
+ * channel's reports are checked with it too.
+ */
+export function illFormedRefusal(data: unknown): DomainError | null {
+  const at = illFormedAt(data);
+  if (at === null) return null;
+  const message = "a lone UTF-16 surrogate is not a character";
+  return new DomainError("validation_failed", `request body does not match the schema: ${at || "body"}: ${message}`, [
+    { path: at, message },
+  ]);
+}
 
 /** The refusal of a request part that fails its schema (the host channel answers reports with it too). */
 export function refusalOf(error: ZodError, target: string): DomainError {

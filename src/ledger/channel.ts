@@ -9,7 +9,7 @@
  * and its attachment (what was last sent, and the flood counter).
  */
 import { STATUS_OF_CODE } from "../http/errors";
-import { refusalOf } from "../http/validation";
+import { illFormedRefusal, refusalOf } from "../http/validation";
 import { iso } from "../lib/time";
 import { fail, type Failure } from "../objects/kit/result";
 import { attachmentOf, closeSocket, overBytes, sendJson, setAttachment, type SocketRoom } from "../objects/kit/sockets";
@@ -292,5 +292,7 @@ function parseHostMessage(raw: string | ArrayBuffer): ParsedHostMessage {
   const body = InventoryReport.safeParse(report);
   if (!body.success)
     return { kind: "invalid_report", id: parsedHead.data.id, error: errorOf(refusalOf(body.error, "json")) };
+  const illFormed = illFormedRefusal(body.data);
+  if (illFormed) return { kind: "invalid_report", id: parsedHead.data.id, error: errorOf(illFormed) };
   return { kind: "message", message: { ...parsedHead.data, report: body.data } };
 }

@@ -3,9 +3,10 @@
  * session is an operator token with an expiry, its scope and fleets from the mapping, so the API,
  * the console and `hm` authenticate it exactly as any token, and ending one is revoking it.
  */
-import { eq } from "drizzle-orm";
+import { eq, sql } from "drizzle-orm";
 import type { BatchItem } from "drizzle-orm/batch";
-import { auditInsert } from "../db/audit";
+import { auditInsert, auditInsertIf } from "../db/audit";
+import { insertWhere } from "../db/insert-where";
 import { grantFor as grantWithin } from "../auth/grants";
 import { revokeToken } from "../auth/service";
 import { issueToken } from "../auth/tokens";
@@ -44,9 +45,6 @@ export async function createMapping(env: Env, principal: Principal, input: SsoMa
   grantWithin(principal, { scope: input.scope, fleets: input.fleets }, Date.now());
   const actor = actorOf(principal);
   const db = getDb(env.DB);
-  if ((await allMappings(db)).length >= MAX_SSO_MAPPINGS) {
-    throw new DomainError("validation_failed", `at most ${MAX_SSO_MAPPINGS} SSO mappings; map groups, not people`);
-  }
   const row: SsoMappingRow = {
     id: crypto.randomUUID(),
     kind: input.kind,
@@ -57,15 +55,25 @@ export async function createMapping(env: Env, principal: Principal, input: SsoMa
     createdBy: actor,
     createdAt: Date.now(),
   };
+  // The cap is judged in the batch itself: a count read before it lets creates racing for the
+  // last place all in, and a sign-in reads only the first MAX_SSO_MAPPINGS (the rest would be
+  // silently ignored). The audit row goes first, under the same condition, so it exists only
+  // when the mapping does.
+  const room = sql`(SELECT count(*) FROM ${ssoMappings}) < ${MAX_SSO_MAPPINGS}`;
+  let inserted: { id: string }[];
   try {
-    await db.batch([
-      db.insert(ssoMappings).values(row),
-      auditInsert(db, {
-        actor,
-        action: "sso.mapping.create",
-        target: `sso-mapping:${row.id}`,
-        details: { kind: row.kind, value: row.value, scope: row.scope, fleets: row.fleets },
-      }),
+    [, inserted] = await db.batch([
+      auditInsertIf(
+        db,
+        {
+          actor,
+          action: "sso.mapping.create",
+          target: `sso-mapping:${row.id}`,
+          details: { kind: row.kind, value: row.value, scope: row.scope, fleets: row.fleets },
+        },
+        room,
+      ),
+      insertWhere(db, ssoMappings, row, room).returning({ id: ssoMappings.id }),
     ]);
   } catch (err) {
     if (isUniqueViolation(err)) {
@@ -73,6 +81,8 @@ export async function createMapping(env: Env, principal: Principal, input: SsoMa
     }
     throw err;
   }
+  if (inserted.length === 0)
+    throw new DomainError("validation_failed", `at most ${MAX_SSO_MAPPINGS} SSO mappings; map groups, not people`);
   return row;
 }
 

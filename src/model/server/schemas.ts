@@ -11,7 +11,7 @@ export const agentName = z
 /** No control characters: an image or version an operator sets is printed in tables and terminals. */
 // oxlint-disable-next-line no-control-regex -- finding control characters is the point
 const PRINTABLE = /^[^\u0000-\u001f\u007f-\u009f]*$/;
-const printable = (what: string) => [PRINTABLE, `${what} must not contain control characters`] as const;
+export const printable = (what: string) => [PRINTABLE, `${what} must not contain control characters`] as const;
 export const imageRef = z
   .string()
   .min(1)
