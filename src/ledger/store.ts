@@ -347,11 +347,13 @@ export class LedgerStore {
     this.onCommit(() => (this.projectedMemo = kept));
   }
 
-  /** A coordinator release an old release left under its own key, removed as it is read. */
-  takeLegacyRelease<T>(): T | undefined {
-    const legacy = this.kv.get<T>(KEY.legacyPendingRelease);
-    if (legacy !== undefined) this.kv.delete(KEY.legacyPendingRelease);
-    return legacy;
+  /** A coordinator release an old release left under its own key (moved into the outbox on open). */
+  legacyRelease<T>(): T | undefined {
+    return this.kv.get<T>(KEY.legacyPendingRelease);
+  }
+
+  dropLegacyRelease() {
+    this.kv.delete(KEY.legacyPendingRelease);
   }
 
   /** Read once per life of the object: a changed report looks at it, and it changes seldom. */

@@ -203,31 +203,34 @@ export class Outbox<K extends string> {
     const attempts = opts.deferMs === undefined ? 0 : -1;
     const text = JSON.stringify(payload);
     if (this.inHook && opts.deferMs === undefined) this.followUps++;
-    this.table.ensure();
     if (opts.key) {
-      this.storage.sql.exec(
-        `INSERT INTO _outbox (kind, dedup_key, payload, next_at, created_at, attempts) VALUES (?, ?, ?, ?, ?, ?)
+      this.table.write(() =>
+        this.storage.sql.exec(
+          `INSERT INTO _outbox (kind, dedup_key, payload, next_at, created_at, attempts) VALUES (?, ?, ?, ?, ?, ?)
          ON CONFLICT(dedup_key) WHERE dedup_key IS NOT NULL DO UPDATE SET kind = excluded.kind, payload = excluded.payload, seq = seq + 1,
            next_at = CASE WHEN attempts > 0 AND excluded.attempts = 0 THEN excluded.created_at ELSE MIN(next_at, excluded.next_at) END,
            attempts = CASE WHEN attempts > 0 THEN attempts ELSE MIN(attempts, excluded.attempts) END`,
-        kind,
-        opts.key,
-        text,
-        due,
-        now,
-        attempts,
+          kind,
+          opts.key,
+          text,
+          due,
+          now,
+          attempts,
+        ),
       );
       // A row a round read already is at or behind the cursor: its newer payload is read again by id.
       const read = this.keyedRead.get(opts.key);
       if (read !== undefined) this.revisit.set(read.id, Math.min(this.revisit.get(read.id) ?? Infinity, due));
     } else {
-      this.storage.sql.exec(
-        "INSERT INTO _outbox (kind, payload, next_at, created_at, attempts) VALUES (?, ?, ?, ?, ?)",
-        kind,
-        text,
-        due,
-        now,
-        attempts,
+      this.table.write(() =>
+        this.storage.sql.exec(
+          "INSERT INTO _outbox (kind, payload, next_at, created_at, attempts) VALUES (?, ?, ?, ?, ?)",
+          kind,
+          text,
+          due,
+          now,
+          attempts,
+        ),
       );
     }
     this.freshDue = Math.min(this.freshDue, due);

@@ -26,6 +26,13 @@ export class Scheduler {
   private setSince = Infinity;
   private readonly table;
   /**
+   * Every timer row as stored, read in one statement by `preload` (an object that keeps a few
+   * timers, as it wakes), and answered from until this instance writes a timer: `timer` and
+   * `earliest` are then no statement of their own. Dropped before every write (set, cancel, fire),
+   * so a write rolled back leaves nothing stale; no one else writes the table.
+   */
+  private rows: Map<string, { due_at: number; payload: string | null }> | null = null;
+  /**
    * While `fire` runs a handler: the timers set meanwhile, each with the time it asked for as if
    * the fired row were gone. One set again to the very time that fired leaves its row as it was,
    * and `fire` must not remove it as done; one set "no later than" a later time leaves it too, and
@@ -102,13 +109,15 @@ export class Scheduler {
     if (!opts.noLaterThan) this.forget(name);
     const known = this.known.get(name);
     if (opts.noLaterThan && known !== undefined && known.atMost <= at && known.payload === text) return;
-    this.table.ensure();
-    this.storage.sql.exec(
-      `INSERT INTO _timers (name, due_at, payload) VALUES (?, ?, ?) ON CONFLICT(name) DO UPDATE SET due_at = ${due}, payload = excluded.payload
+    this.rows = null;
+    this.table.write(() =>
+      this.storage.sql.exec(
+        `INSERT INTO _timers (name, due_at, payload) VALUES (?, ?, ?) ON CONFLICT(name) DO UPDATE SET due_at = ${due}, payload = excluded.payload
        WHERE ${moves} OR excluded.payload IS NOT payload`,
-      name,
-      at,
-      text,
+        name,
+        at,
+        text,
+      ),
     );
     if (!this.onCommit) return;
     const all = this.forgotAll;
@@ -140,8 +149,30 @@ export class Scheduler {
 
   cancel(name: string) {
     this.forget(name);
+    this.rows = null;
     if (!this.table.exists()) return;
     this.storage.sql.exec("DELETE FROM _timers WHERE name = ?", name);
+  }
+
+  /**
+   * Reads every timer in one statement, for `timer` and `earliest` to answer from until the next
+   * write: for an object with a few timers (a ledger's: its outbox, its quiet watch, its host that
+   * left), whose wake asks for one by name and then for the earliest, two statements otherwise.
+   */
+  preload() {
+    this.rows = new Map(
+      this.table
+        .read(
+          () =>
+            this.storage.sql
+              .exec<{ name: string; due_at: number; payload: string | null }>(
+                "SELECT name, due_at, payload FROM _timers",
+              )
+              .toArray(),
+          [],
+        )
+        .map((r) => [r.name, r]),
+    );
   }
 
   dueAt(name: string): number | null {
@@ -150,17 +181,31 @@ export class Scheduler {
 
   /** The timer `name` as set (when due, and its payload), or null. One row read, as `dueAt`. */
   timer(name: string): { dueAt: number; payload: unknown } | null {
-    if (!this.table.exists()) return null;
-    const row = this.storage.sql
-      .exec<{ due_at: number; payload: string | null }>("SELECT due_at, payload FROM _timers WHERE name = ?", name)
-      .toArray()[0];
+    const row = this.rows
+      ? this.rows.get(name)
+      : this.table.read(
+          () =>
+            this.storage.sql
+              .exec<{ due_at: number; payload: string | null }>(
+                "SELECT due_at, payload FROM _timers WHERE name = ?",
+                name,
+              )
+              .toArray()[0],
+          undefined,
+        );
     return row ? { dueAt: row.due_at, payload: row.payload == null ? null : JSON.parse(row.payload) } : null;
   }
 
   private earliest(): number | null {
-    if (!this.table.exists()) return null;
-    const row = this.storage.sql.exec<{ at: number | null }>("SELECT MIN(due_at) AS at FROM _timers").one();
-    return row.at;
+    if (this.rows) {
+      let at: number | null = null;
+      for (const r of this.rows.values()) if (at === null || r.due_at < at) at = r.due_at;
+      return at;
+    }
+    return this.table.read(
+      () => this.storage.sql.exec<{ at: number | null }>("SELECT MIN(due_at) AS at FROM _timers").one().at,
+      null,
+    );
   }
 
   /**
@@ -251,13 +296,18 @@ export class Scheduler {
     this.heldUntil = null; // what it was held for is due now, and fired below
     // Every due row is deleted or moved below, after its handler: nothing known of them holds.
     this.forget();
-    if (!this.table.exists()) return;
-    const due = this.storage.sql
-      .exec<{ name: string; due_at: number; payload: string | null }>(
-        "SELECT name, due_at, payload FROM _timers WHERE due_at <= ? ORDER BY due_at, name",
-        now,
-      )
-      .toArray();
+    this.rows = null;
+    const due = this.table.read(
+      () =>
+        this.storage.sql
+          .exec<{ name: string; due_at: number; payload: string | null }>(
+            "SELECT name, due_at, payload FROM _timers WHERE due_at <= ? ORDER BY due_at, name",
+            now,
+          )
+          .toArray(),
+      null,
+    );
+    if (due === null) return;
     for (const t of due) {
       const handler = handlers[t.name] ?? handlers[t.name.split(":")[0]];
       const set = new Map<string, number>();
