@@ -336,6 +336,30 @@ describe("the ledger's side", () => {
       if (superseded && !agents.some((a) => a.name === "fw")) expect(out.marks).not.toHaveProperty("fw");
       if (!superseded) expect(kept.settled).toBeUndefined();
     });
+    it("a config that keeps every image and drops only unmarked agents stores no marks", () => {
+      // The planner's re-plans go through here: a role change that adds nothing the rollouts
+      // care about must not cost the ledger a marks write.
+      expect(desiredChangeMarks({ fw: owed }, before, written([fw], 6), 7, "s1")).toEqual({ marks: null, events: [] });
+      expect(desiredChangeMarks({}, before, written([{ ...fw, instance_id: "j" }, logs], 6), 7, "s1").marks).toBeNull();
+    });
+    it("an agent added gets a settled mark of that choice alone, owed to no rollout", () => {
+      const out = desiredChangeMarks({ fw: owed }, written([fw]), written([fw, logs], 6), 7, "s1");
+      expect(out.events).toEqual([]);
+      expect(out.marks).toEqual({
+        fw: owed,
+        logs: {
+          rollout_id: "",
+          pass: 0,
+          generation: 6,
+          image: "logs:1",
+          version: "1",
+          from_image: null,
+          from_version: null,
+          settled: true,
+          operator_at: 7,
+        },
+      });
+    });
     it("a mark a report settled owes nothing: no event, only the operator's time", () => {
       const done: RolloutMark = { ...owed, settled: true };
       const out = desiredChangeMarks({ fw: done }, before, written([{ ...fw, image: "img:9" }, logs], 6), 7, "s1");

@@ -201,3 +201,79 @@ describe("the planner applying the rollout's own channel move", () => {
     expect(await desiredAgents(queued.id)).toContain(`${AGENT}=${NEW}`);
   });
 });
+
+describe("re-plans that leave a rollout's agent where it is", () => {
+  it("keeps the target applying when one roles change swaps it to another role that runs the agent", async () => {
+    const { fleet, hosts } = await plannedFleet(1);
+    await setRole(fleet, "core", [AGENT, "metrics"]);
+    const r = await startRollout({ fleet, concurrency: 1 });
+    const [host] = hosts;
+    expect((await targets(r.id))[0]).toMatchObject({ state: "applying", generation: 2 });
+    // One plan takes edge's agents away and gives core's: the agent is in both, so it stays put.
+    const patch = await call("PATCH", `/v1/servers/${host.id}`, { body: { roles: ["core"] } });
+    expect(patch.status).toBe(200);
+    expect(await desiredAgents(host.id)).toEqual([`${AGENT}=${NEW}`, "metrics=registry.example/metrics:1"]);
+    await drain(r.id);
+    expect((await targets(r.id))[0]).toMatchObject({ state: "applying", generation: 2 });
+    expect((await marks(host.id))?.[AGENT]).toMatchObject({ rollout_id: r.id });
+    expect((await marks(host.id))?.[AGENT]?.settled).toBeUndefined();
+    await reconcileApplying(r.id, hosts);
+    expect((await getRollout(r.id)).counts).toMatchObject({ done: 1, skipped: 0 });
+  });
+
+  it("lets a rollout write sent before a re-plan that drops only another agent land", async () => {
+    const { fleet, hosts } = await plannedFleet(1);
+    const [host] = hosts;
+    const { id, release } = await heldRollout(fleet, { update_channel: false });
+    await setRole(fleet, "edge", [AGENT]);
+    expect(await desiredAgents(host.id)).toEqual([`${AGENT}=${OLD}`]);
+    release();
+    await until(async () => {
+      await drain(id);
+      return (await targets(id)).every((t) => t.state !== "applying" || t.generation !== null);
+    });
+    expect((await targets(id))[0]).toMatchObject({ state: "applying", generation: 3 });
+    expect(await desiredAgents(host.id)).toEqual([`${AGENT}=${NEW}`]);
+    await reconcileApplying(id, hosts);
+    expect((await getRollout(id)).counts).toMatchObject({ done: 1, skipped: 0 });
+  });
+});
+
+describe("the planner's marks and the rollouts that come after them", () => {
+  it("answers a paused rollout's later write to a server the planner gave the agent back already_at_image", async () => {
+    const { fleet, hosts } = await plannedFleet(2);
+    const r = await startRollout({ fleet, concurrency: 1 });
+    const [first] = await targets(r.id, "?state=applying");
+    expect((await call("POST", `/v1/rollouts/${r.id}/pause`)).status).toBe(200);
+    // While paused, the queued server loses the agent and gets it back from the rollout's channel.
+    const queued = hosts.find((h) => h.id !== first.server_id)!;
+    expect((await call("PATCH", `/v1/servers/${queued.id}`, { body: { roles: [] } })).status).toBe(200);
+    expect((await call("PATCH", `/v1/servers/${queued.id}`, { body: { roles: ["edge"] } })).status).toBe(200);
+    expect(await desiredAgents(queued.id)).toContain(`${AGENT}=${NEW}`);
+    expect((await marks(queued.id))?.[AGENT]).toMatchObject({ rollout_id: "", settled: true });
+    await reconcileApplying(r.id, hosts);
+    expect((await call("POST", `/v1/rollouts/${r.id}/resume`)).status).toBe(200);
+    await drain(r.id);
+    // Sent after the planner's choice: not superseded by it, and the choice already is the image.
+    const t = (await targets(r.id)).find((x) => x.server_id === queued.id)!;
+    expect([t.state, t.reason]).toEqual(["skipped", "already_at_image"]);
+    expect((await getRollout(r.id)).state).toBe("succeeded");
+  });
+
+  it("lets the next rollout of the agent write a server the planner re-added it to", async () => {
+    const { fleet, hosts } = await plannedFleet(1);
+    const [host] = hosts;
+    const first = await startRollout({ fleet });
+    await reconcileApplying(first.id, hosts);
+    expect((await getRollout(first.id)).state).toBe("succeeded");
+    await setRole(fleet, "edge", ["logs"]);
+    await setRole(fleet, "edge", [AGENT, "logs"]);
+    expect(await desiredAgents(host.id)).toContain(`${AGENT}=${NEW}`);
+    const newer = "registry.example/fw:3.0.0";
+    const next = await startRollout({ fleet, image: newer, version: "3.0.0" });
+    expect((await targets(next.id))[0]).toMatchObject({ state: "applying", generation: 5 });
+    expect(await desiredAgents(host.id)).toContain(`${AGENT}=${newer}`);
+    await reconcileApplying(next.id, hosts);
+    expect((await getRollout(next.id)).counts).toMatchObject({ done: 1, skipped: 0 });
+  });
+});

@@ -27,7 +27,8 @@ export async function targetEvent(p: RolloutParts, e: RolloutEvent): Promise<{ o
       t = change(p, t, { type: "applied", generation: e.generation, from_image: null, from_version: null }, now) ?? t;
     }
     // superseded: a newer desired config (an operator's, or the planner's after a role change) took
-    // the agent off this generation's image before a report showed it; the skip names the generation, the one a write's answer would skip for.
+    // the agent off this generation's image before a report showed it; the skip names the
+    // generation, the one a write's answer would skip for.
     const ev: TargetEvent =
       e.outcome === "realized"
         ? { type: "realized", generation: e.generation, at: now }
