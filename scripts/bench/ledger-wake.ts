@@ -15,8 +15,8 @@
 import { writeFileSync } from "node:fs";
 import http from "node:http";
 import { resolve } from "node:path";
-import WebSocket from "ws";
 import { freePort } from "../local-server.ts";
+import { inspectorSession, type Profile, type ProfileNode } from "./inspector.ts";
 import { startDirectServer, type DirectServer } from "./direct-server.ts";
 
 const flags = process.argv.slice(2).filter((a) => a.startsWith("--"));
@@ -135,39 +135,6 @@ async function polls(x: Subject) {
   return { cpu: (x.server.cpuMs()! - c0) / x.tokens.length, wall: wall / x.tokens.length };
 }
 
-interface ProfileNode {
-  id: number;
-  callFrame: { functionName: string; url: string; lineNumber: number };
-  children?: number[];
-}
-interface Profile {
-  nodes: ProfileNode[];
-  samples: number[];
-  timeDeltas: number[];
-}
-
-async function inspector(port: number) {
-  const targets = (await (await fetch(`http://127.0.0.1:${port}/json/list`)).json()) as {
-    title: string;
-    webSocketDebuggerUrl: string;
-  }[];
-  const target = targets.find((t) => t.title.includes("harbormaster")) ?? targets[0];
-  const ws = new WebSocket(target.webSocketDebuggerUrl);
-  await new Promise((r, j) => (ws.once("open", r), ws.once("error", j)));
-  let id = 0;
-  const pending = new Map<number, (v: unknown) => void>();
-  ws.on("message", (data) => {
-    const msg = JSON.parse(String(data)) as { id?: number; result?: unknown };
-    if (msg.id !== undefined) pending.get(msg.id)?.(msg.result);
-  });
-  const send = (method: string, params: object = {}) =>
-    new Promise<any>((r) => {
-      pending.set(++id, r);
-      ws.send(JSON.stringify({ id, method, params }));
-    });
-  return { send, close: () => ws.close() };
-}
-
 const frame = (f: ProfileNode["callFrame"]) =>
   `${f.functionName || "(anonymous)"} ${f.url ? f.url.replace(/^.*\//, "") : ""}:${f.lineNumber + 1}`;
 
@@ -239,7 +206,8 @@ async function main() {
         `round ${r + 1}: waited ${slept.waitedS.toFixed(0)} s for the ledgers to sleep (awake: ${slept.awake.join(", ")})`,
       );
       for (const x of r % 2 ? [...subjects].reverse() : subjects) {
-        const profile = profiling && r === rounds - 1 && x === subjects.at(-1) ? await inspector(inspectorPort!) : null;
+        const profile =
+          profiling && r === rounds - 1 && x === subjects.at(-1) ? await inspectorSession(inspectorPort!) : null;
         if (profile) {
           await profile.send("Profiler.enable");
           await profile.send("Profiler.setSamplingInterval", { interval: 50 });
@@ -254,7 +222,7 @@ async function main() {
           readProfile(p, x.tokens.length);
         }
         if (profile && process.env.WAKE_PROFILE_OUT) {
-          const again = await inspector(inspectorPort!);
+          const again = await inspectorSession(inspectorPort!);
           await again.send("Profiler.enable");
           await again.send("Profiler.setSamplingInterval", { interval: 50 });
           await again.send("Profiler.start");

@@ -12,8 +12,8 @@
 // batch, the outbox's round).
 import { writeFileSync } from "node:fs";
 import autocannon from "autocannon";
-import WebSocket from "ws";
 import { freePort } from "../local-server.ts";
+import { inspectorSession, type Profile, type ProfileNode } from "./inspector.ts";
 import { startDirectFloor, startDirectServer } from "./direct-server.ts";
 import { freshReportBodies, hostReportBody } from "./host-report.ts";
 import { registerReportingServers } from "./report-fleet.ts";
@@ -26,41 +26,6 @@ const seconds = Number(args[0] ?? 5);
  * `floor`: the floor fixture's write of the report's body, profiled the same way, to read the two side by side.
  */
 const route = args[1] === "desired" ? "desired" : args[1] === "floor" ? "floor" : "report";
-
-interface ProfileNode {
-  id: number;
-  callFrame: { functionName: string; url: string; lineNumber: number };
-  children?: number[];
-}
-interface Profile {
-  nodes: ProfileNode[];
-  samples: number[];
-  timeDeltas: number[];
-}
-
-/** One DevTools session on a target of the runtime's inspector. */
-async function session(port: number) {
-  const targets = (await (await fetch(`http://127.0.0.1:${port}/json/list`)).json()) as {
-    title: string;
-    webSocketDebuggerUrl: string;
-  }[];
-  const target = targets.find((t) => t.title.includes("harbormaster")) ?? targets[0];
-  if (!target) throw new Error("the runtime's inspector lists no target");
-  const ws = new WebSocket(target.webSocketDebuggerUrl);
-  await new Promise((r, j) => (ws.once("open", r), ws.once("error", j)));
-  let id = 0;
-  const pending = new Map<number, (v: unknown) => void>();
-  ws.on("message", (data) => {
-    const msg = JSON.parse(String(data)) as { id?: number; result?: unknown };
-    if (msg.id !== undefined) pending.get(msg.id)?.(msg.result);
-  });
-  const send = (method: string, params: object = {}) =>
-    new Promise<any>((r) => {
-      pending.set(++id, r);
-      ws.send(JSON.stringify({ id, method, params }));
-    });
-  return { send, close: () => ws.close(), title: target.title };
-}
 
 function load(url: string, durationSec: number, tokens: string[]) {
   let n = 0;
@@ -135,7 +100,7 @@ async function main() {
   try {
     const tokens = route === "floor" ? [] : await registerReportingServers(server, "profile");
     await load(server.url, 3, tokens);
-    const inspector = await session(inspectorPort);
+    const inspector = await inspectorSession(inspectorPort);
     await inspector.send("Profiler.enable");
     await inspector.send("Profiler.setSamplingInterval", { interval: 50 });
     const cpu0 = server.cpuMs();

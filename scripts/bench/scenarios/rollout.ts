@@ -9,9 +9,9 @@ import http from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import autocannon from "autocannon";
-import WebSocket from "ws";
 import { freePort } from "../../local-server.ts";
 import { type DirectServer, startDirectServer } from "../direct-server.ts";
+import { inspectorSession, type Profile as V8Profile, type ProfileNode } from "../inspector.ts";
 import { procStats } from "../proc.ts";
 import type { BenchContext } from "../run.ts";
 
@@ -590,17 +590,6 @@ function profile(
   return lines.join("\n");
 }
 
-interface ProfileNode {
-  id: number;
-  callFrame: { functionName: string; url: string; lineNumber: number };
-  children?: number[];
-  positionTicks?: { line: number; ticks: number }[];
-}
-interface V8Profile {
-  nodes: ProfileNode[];
-  samples: number[];
-  timeDeltas: number[];
-}
 interface Profiler {
   start(): Promise<void>;
   /** Stops the profile and prints where the isolate's time went, per target. */
@@ -660,36 +649,18 @@ const PROFILE_LINES = 8;
  * function's total (the samples with it anywhere on the stack, once each), in µs a target.
  */
 function profilerAt(port: number): Profiler {
-  let ws: WebSocket | null = null;
-  let id = 0;
-  const pending = new Map<number, (v: unknown) => void>();
-  const send = (method: string, params: object = {}) =>
-    new Promise<any>((r) => {
-      pending.set(++id, r);
-      ws!.send(JSON.stringify({ id, method, params }));
-    });
+  let session: Awaited<ReturnType<typeof inspectorSession>> | null = null;
   return {
     async start() {
-      const targets = (await (await fetch(`http://127.0.0.1:${port}/json/list`)).json()) as {
-        title: string;
-        webSocketDebuggerUrl: string;
-      }[];
-      const target = targets.find((t) => t.title.includes("harbormaster")) ?? targets[0];
-      if (!target) throw new Error("the runtime's inspector lists no target");
-      ws = new WebSocket(target.webSocketDebuggerUrl);
-      await new Promise((r, j) => (ws!.once("open", r), ws!.once("error", j)));
-      ws.on("message", (data) => {
-        const msg = JSON.parse(String(data)) as { id?: number; result?: unknown };
-        if (msg.id !== undefined) pending.get(msg.id)?.(msg.result);
-      });
-      await send("Profiler.enable");
+      session = await inspectorSession(port);
+      await session.send("Profiler.enable");
       // 100 µs: a rollout of 1,000 runs for seconds, and a finer interval costs the isolate more.
-      await send("Profiler.setSamplingInterval", { interval: 100 });
-      await send("Profiler.start");
+      await session.send("Profiler.setSamplingInterval", { interval: 100 });
+      await session.send("Profiler.start");
     },
     async stop(n) {
-      const { profile } = (await send("Profiler.stop")) as { profile: V8Profile };
-      ws?.close();
+      const { profile } = (await session!.send("Profiler.stop")) as { profile: V8Profile };
+      session!.close();
       console.error(profileReport(profile, n));
     },
   };
