@@ -24,6 +24,19 @@ export const freePort = () =>
     s.on("error", rej);
   });
 
+// A server runs in a process group of its own (so that a stop reaches workerd too), which the
+// death of the process that started it would not reach: one still running when this process
+// exits (a test whose hook timed out while the server was starting, a tool that returned without
+// stopping it) is killed then, its fresh state removed.
+const running = new Set<() => void>();
+let reaping = false;
+const reapOnExit = (kill: () => void) => {
+  running.add(kill);
+  if (reaping) return;
+  reaping = true;
+  process.once("exit", () => running.forEach((k) => k()));
+};
+
 export interface LocalServer {
   url: string;
   admin: string;
@@ -172,10 +185,17 @@ async function startOnce({
       process.kill(-child.pid!, sig);
     } catch {}
   };
+  const orphaned = () => {
+    signal("SIGKILL");
+    if (!reuse) rmSync(persist, { recursive: true, force: true });
+  };
+  reapOnExit(orphaned);
   const stop = () => {
+    running.delete(orphaned);
     signal("SIGTERM");
     rmSync(persist, { recursive: true, force: true });
   };
+  // The caller keeps the state to start on it again; the group still goes if this process exits.
   const crash = () => signal("SIGKILL");
   const deadline = Date.now() + startTimeoutMs;
   for (;;) {
@@ -184,6 +204,7 @@ async function startOnce({
     } catch {}
     if (Date.now() > deadline || child.exitCode !== null) {
       const taken = /Address already in use/.test(log);
+      running.delete(orphaned);
       signal("SIGKILL");
       // A state directory made for this attempt goes; one handed in (reuse) is the caller's.
       if (!reuse) rmSync(persist, { recursive: true, force: true });
