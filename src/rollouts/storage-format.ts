@@ -9,7 +9,7 @@
  * idempotent (IF NOT EXISTS), since a format 1 object may or may not have every table yet.
  */
 
-export const ROLLOUT_FORMAT = 4;
+export const ROLLOUT_FORMAT = 5;
 export const FORMAT_KEY = "format";
 
 interface FormatStep {
@@ -94,6 +94,17 @@ const FORMAT_STEPS: readonly FormatStep[] = [
       }
       sql.exec("DROP INDEX IF EXISTS events_kind");
       sql.exec("CREATE INDEX IF NOT EXISTS events_slow ON events (id) WHERE kind = 'warning.slow_server'");
+    },
+  },
+  {
+    to: 5,
+    description:
+      "A rollback target may be a server that took the rollout's image from the fleet's channel, no " +
+      "target of the forward pass (via_channel): its write goes back only while the channel's image stands",
+    apply(sql) {
+      const cols = sql.exec<{ name: string }>("PRAGMA table_info(targets)").toArray();
+      if (!cols.some((c) => c.name === "via_channel"))
+        sql.exec("ALTER TABLE targets ADD COLUMN via_channel INTEGER NOT NULL DEFAULT 0");
     },
   },
 ];
