@@ -4,6 +4,7 @@ import { control } from "../src/rollouts/controls";
 import {
   account,
   channelTargetsFound,
+  finish,
   newCore,
   quiescent,
   startable,
@@ -522,6 +523,8 @@ describe("a rollback's servers from the channel", () => {
   });
   it("the pass waits for the lookup, and ends once it came back with nothing to add", () => {
     const core: Core = { ...newCore(), state: "rolling_back", pass: 1, channel_lookup: true };
+    // Nothing queued or in flight, but the lookup still owed: not over yet.
+    expect(finish(core, 5)).toEqual({ core });
     expect(channelTargetsFound(core, 0, 5)).toMatchObject({ core: { state: "rolled_back" }, entered: "rolled_back" });
     const out = channelTargetsFound(core, 2, 5);
     expect(out.entered).toBeUndefined();

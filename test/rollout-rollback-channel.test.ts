@@ -9,6 +9,7 @@ import { evictDurableObject, runDurableObjectAlarm, runInDurableObject } from "c
 import { describe, expect, it } from "vitest";
 import { applyControl } from "../src/rollouts/operator";
 import type { RolloutParts } from "../src/rollouts/parts";
+import { consoleFetch, signIn } from "./console-helpers";
 import { call, createFleet, registerServer, settle } from "./helpers";
 import {
   AGENT,
@@ -90,6 +91,19 @@ describe("a rollback and the servers that took the rollout's image from the chan
     const lateTarget = pass1.find((t) => t.server_id === late.id)!;
     expect(lateTarget).toMatchObject({ image: OLD, via_channel: true });
     expect((await getRollout(r.id)).counts.applying + (await getRollout(r.id)).counts.queued).toBe(3);
+    // The console's rollout page lists it among the rollback's targets, and says why it is one.
+    const { cookie } = await signIn();
+    const html = await (await consoleFetch(`/console/rollouts/${r.id}?fleet=${fleet}`, { cookie })).text();
+    const table = html.slice(
+      html.indexOf('id="rollout-targets"'),
+      html.indexOf("</table>", html.indexOf('id="rollout-targets"')),
+    );
+    expect(table).toContain(`>${late.hostname}</a>`);
+    expect(table).toContain("took the rollout&#39;s image from the channel");
+    const log = html.slice(html.indexOf('id="rollout-events"'));
+    expect(log).toContain(
+      "1 server(s) that took the rollout&#39;s image from the fleet&#39;s channel join the rollback",
+    );
 
     await finishRollback(r.id, [...hosts, late]);
     const end = await getRollout(r.id);
