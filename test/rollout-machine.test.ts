@@ -3,6 +3,8 @@ import { abortReason } from "../src/rollouts/abort";
 import { control } from "../src/rollouts/controls";
 import {
   account,
+  channelTargetsFound,
+  finish,
   newCore,
   quiescent,
   startable,
@@ -13,7 +15,13 @@ import {
   type TargetEvent,
 } from "../src/rollouts/machine";
 import { etaSeconds, isSlow, median } from "../src/rollouts/progress";
-import { decideApply, desiredChangeMarks, settleMarks, type RolloutMark } from "../src/rollouts/ledger-side";
+import {
+  decideApply,
+  decideChannelGiven,
+  desiredChangeMarks,
+  settleMarks,
+  type RolloutMark,
+} from "../src/rollouts/ledger-side";
 import type { StoredReport } from "../src/model/server/schemas";
 import type { DesiredState } from "../src/model/server/record";
 
@@ -326,7 +334,7 @@ describe("the ledger's side", () => {
         false,
       ],
     ] as const)("%s", (_n, agents, superseded) => {
-      const out = desiredChangeMarks({ fw: owed }, before, written([...agents], 6), 7, "s1");
+      const out = desiredChangeMarks({ fw: owed }, before, written([...agents], 6), 7, "s1", "operator");
       expect(out.events).toEqual(
         superseded ? [{ rollout_id: "r1", pass: 0, server_id: "s1", generation: 5, outcome: "superseded", at: 7 }] : [],
       );
@@ -339,11 +347,16 @@ describe("the ledger's side", () => {
     it("a config that keeps every image and drops only unmarked agents stores no marks", () => {
       // The planner's re-plans go through here: a role change that adds nothing the rollouts
       // care about must not cost the ledger a marks write.
-      expect(desiredChangeMarks({ fw: owed }, before, written([fw], 6), 7, "s1")).toEqual({ marks: null, events: [] });
-      expect(desiredChangeMarks({}, before, written([{ ...fw, instance_id: "j" }, logs], 6), 7, "s1").marks).toBeNull();
+      expect(desiredChangeMarks({ fw: owed }, before, written([fw], 6), 7, "s1", "operator")).toEqual({
+        marks: null,
+        events: [],
+      });
+      expect(
+        desiredChangeMarks({}, before, written([{ ...fw, instance_id: "j" }, logs], 6), 7, "s1", "operator").marks,
+      ).toBeNull();
     });
     it("an agent added gets a settled mark of that choice alone, owed to no rollout", () => {
-      const out = desiredChangeMarks({ fw: owed }, written([fw]), written([fw, logs], 6), 7, "s1");
+      const out = desiredChangeMarks({ fw: owed }, written([fw]), written([fw, logs], 6), 7, "s1", "operator");
       expect(out.events).toEqual([]);
       expect(out.marks).toEqual({
         fw: owed,
@@ -362,7 +375,14 @@ describe("the ledger's side", () => {
     });
     it("a mark a report settled owes nothing: no event, only the operator's time", () => {
       const done: RolloutMark = { ...owed, settled: true };
-      const out = desiredChangeMarks({ fw: done }, before, written([{ ...fw, image: "img:9" }, logs], 6), 7, "s1");
+      const out = desiredChangeMarks(
+        { fw: done },
+        before,
+        written([{ ...fw, image: "img:9" }, logs], 6),
+        7,
+        "s1",
+        "operator",
+      );
       expect(out.events).toEqual([]);
       expect(out.marks?.fw).toEqual({ ...done, operator_at: 7 });
     });
@@ -393,5 +413,122 @@ describe("the ledger's side", () => {
     if (outcome === "applied" && !m)
       expect(out.next).toMatchObject({ generation: 5, agents: [{ image: "img:2", instance_id: "i" }] });
     if (m) expect(out.next).toBeUndefined();
+  });
+});
+
+describe("a rollback's servers from the channel", () => {
+  const given = { image: "img:2", version: "2", since: 100 };
+  const planned: RolloutMark = {
+    rollout_id: "",
+    pass: 0,
+    generation: 3,
+    image: "img:2",
+    version: "2",
+    from_image: null,
+    from_version: null,
+    settled: true,
+    operator_at: 150,
+    planned: true,
+  };
+  const planner = { pinned: false, created_at: 10 };
+  it.each([
+    [
+      "the planner gave it the image since the rollout started",
+      { image: "img:2", version: "2" },
+      planned,
+      planner,
+      null,
+    ],
+    [
+      "registered since the rollout started (its first plan, no mark)",
+      { image: "img:2", version: "2" },
+      undefined,
+      { pinned: false, created_at: 120 },
+      null,
+    ],
+    ["registered before the rollout started", { image: "img:2", version: "2" }, undefined, planner, "not_from_channel"],
+    [
+      "planned before the rollout started",
+      { image: "img:2", version: "2" },
+      { ...planned, operator_at: 50 },
+      planner,
+      "not_from_channel",
+    ],
+    [
+      "an operator's PUT wrote the image",
+      { image: "img:2", version: "2" },
+      { ...planned, planned: undefined },
+      planner,
+      "set_by_operator",
+    ],
+    [
+      "the server is pinned by an operator's PUT",
+      { image: "img:2", version: "2" },
+      planned,
+      { pinned: true, created_at: 120 },
+      "set_by_operator",
+    ],
+    [
+      "a rollout wrote the image",
+      { image: "img:2", version: "2" },
+      { ...planned, rollout_id: "r0", planned: undefined },
+      planner,
+      "not_from_channel",
+    ],
+    ["another image now", { image: "img:3", version: "3" }, planned, planner, "not_rollout_image"],
+    ["another version of the image now", { image: "img:2", version: "2b" }, planned, planner, "not_rollout_image"],
+  ] as const)("%s", (_n, current, mark, origin, expected) => {
+    expect(decideChannelGiven(current, mark as RolloutMark | undefined, origin, given)).toBe(expected);
+  });
+  it("the planner's choice is marked planned, an operator's afterwards is not", () => {
+    const before: DesiredState = { generation: 1, agents: [], lifecycle: "run", updated_at: 0 };
+    const after: DesiredState = {
+      generation: 2,
+      agents: [{ name: "fw", image: "img:2", version: "2", instance_id: "i" }],
+      lifecycle: "run",
+      updated_at: 0,
+    };
+    const byPlanner = desiredChangeMarks({}, before, after, 7, "s1", "planner").marks!;
+    expect(byPlanner.fw).toMatchObject({ planned: true, operator_at: 7 });
+    const again: DesiredState = { ...after, generation: 3, agents: [{ ...after.agents[0], image: "img:3" }] };
+    const byOperator = desiredChangeMarks(byPlanner, after, again, 9, "s1", "operator").marks!;
+    expect(byOperator.fw.planned).toBeUndefined();
+    expect(byOperator.fw.operator_at).toBe(9);
+  });
+  it("a rollback's write to such a server writes only while the image is the channel's", () => {
+    const desired: DesiredState = {
+      generation: 3,
+      agents: [{ name: "fw", image: "img:2", version: "2", instance_id: "i" }],
+      lifecycle: "run",
+      updated_at: 0,
+    };
+    const req = {
+      rollout_id: "r1",
+      pass: 1,
+      agent: "fw",
+      image: "img:1",
+      version: "1",
+      sent_at: 200,
+      from_channel: given,
+    };
+    expect(decideApply(desired, "active", planned, req, 300, planner).outcome).toMatchObject({
+      outcome: "applied",
+      generation: 4,
+      from_image: "img:2",
+    });
+    expect(decideApply(desired, "active", planned, req, 300, { pinned: true, created_at: 10 }).outcome).toEqual({
+      ok: true,
+      outcome: "set_by_operator",
+    });
+  });
+  it("the pass waits for the lookup, and ends once it came back with nothing to add", () => {
+    const core: Core = { ...newCore(), state: "rolling_back", pass: 1, channel_lookup: true };
+    // Nothing queued or in flight, but the lookup still owed: not over yet.
+    expect(finish(core, 5)).toEqual({ core });
+    expect(channelTargetsFound(core, 0, 5)).toMatchObject({ core: { state: "rolled_back" }, entered: "rolled_back" });
+    const out = channelTargetsFound(core, 2, 5);
+    expect(out.entered).toBeUndefined();
+    expect(out.core.counts.queued).toBe(2);
+    expect(out.core.channel_lookup).toBeUndefined();
   });
 });

@@ -62,10 +62,11 @@ describe("rollouts and fleet intent", () => {
     expect(rb.status).toBe(200);
     await drain(r.id);
     expect(await channel(fleet)).toBe(OLD);
+    // The server the channel set up with the new image goes back with the targets.
     for (let i = 0; i < 4 && (await getRollout(r.id)).state === "rolling_back"; i++)
-      await reconcileApplying(r.id, hosts);
+      await reconcileApplying(r.id, [...hosts, late]);
     expect((await getRollout(r.id)).state).toBe("rolled_back");
-    for (const h of hosts) expect(await desiredImage(h.id)).toBe(OLD);
+    for (const h of [...hosts, late]) expect(await desiredImage(h.id)).toBe(OLD);
     const history = await call("GET", `/v1/audit?target=fleet:${fleet}`);
     expect(
       history.json.items.filter((a: any) => a.action === "channel.put" && a.actor === `rollout:${r.id}`),

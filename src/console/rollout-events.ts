@@ -45,6 +45,8 @@ export function describeRolloutEvent(kind: string, details: unknown, hostname: s
       return `${who} was refused a reboot slot (${str(d?.kind) ?? "refused"}: ${str(d?.value) ?? ""}); it asks again shortly`;
     case "targets.skipped":
       return `${d?.count ?? "Some"} queued target(s) skipped${pass(d)}${because(d)}`;
+    case "targets.via_channel":
+      return `${d?.count ?? "Some"} server(s) that took the rollout's image from the fleet's channel join the rollback`;
     case "warning.slow_server":
       return `Slow server: ${str(d?.message) ?? who}`;
     case "step.started":

@@ -18,7 +18,7 @@ import {
 } from "./lifecycle";
 import type { ServerRecord } from "../model/server/record";
 import type { LedgerParts } from "./parts";
-import { leaveRollouts } from "./rollout-marks";
+import { leaveRollouts, noteDesiredChange } from "./rollout-marks";
 import type { StoredReport } from "../model/server/schemas";
 
 /**
@@ -116,6 +116,10 @@ export function cancelDecommission(d: LedgerParts, actor: string): Result {
   d.store.transaction(() => {
     d.store.save({ record: { ...state.record, state: lc.previous_state }, desired: next });
     d.store.setLifecycle(null);
+    // The agents given back are a newer choice than a rollout write sent before the cancel (one
+    // sent before the decommission, landing only now), as an operator's PUT is: such a write must
+    // not take them over. The decommission took the marks; the restored agents are marked anew.
+    noteDesiredChange(d, state.record.id, state.desired, next, "operator");
     project(d.outbox);
     audit(d.outbox, {
       actor,

@@ -122,7 +122,7 @@ export function putDesired(
       const config = configOf(state.record, outcome.next);
       d.store.transaction(() => {
         d.store.save({ desired: outcome.next });
-        noteDesiredChange(d, state.record.id, state.desired, outcome.next);
+        noteDesiredChange(d, state.record.id, state.desired, outcome.next, "operator");
         // An explicit config pins the server: the planner leaves it alone until released.
         d.store.setPlan({
           ...d.store.plan(),

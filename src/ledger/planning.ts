@@ -95,7 +95,7 @@ export function applyPlan(
       // An agent the plan adds or drops is a newer choice than a rollout write sent before it, as
       // an operator's PUT is; one a rollout still waits on, dropped, is settled now, not at its
       // server timeout. Agents the server keeps keep their image (and their rollout marks).
-      noteDesiredChange(d, record.id, state.desired, step.next);
+      noteDesiredChange(d, record.id, state.desired, step.next, "planner");
       // A generation the planner issues for a marked intent change is audited by that change, in
       // its own batch (src/planner/service.ts markWhere); the desired config keeps the generation.
       if (!meta.audited)

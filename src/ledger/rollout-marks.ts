@@ -10,6 +10,7 @@ import {
   settleMarks,
   type ApplyOutcome,
   type ApplyRolloutImage,
+  type DesiredChooser,
   type RolloutEvent,
 } from "../rollouts/ledger-side";
 import { audit, project } from "./effects";
@@ -38,7 +39,8 @@ export function applyRolloutImage(
   const state = d.store.load();
   if (!state) return { outcome: fail("not_found", "server does not exist"), wrote: false };
   const marks = d.store.rolloutMarks();
-  const decision = decideApply(state.desired, state.record.state, marks[req.agent], req, d.clock());
+  const origin = { pinned: d.store.plan().mode === "pinned", created_at: state.record.created_at };
+  const decision = decideApply(state.desired, state.record.state, marks[req.agent], req, d.clock(), origin);
   const { next, mark } = decision;
   if (!mark) return { outcome: decision.outcome, wrote: false };
   if (!next) {
@@ -71,14 +73,20 @@ export function applyRolloutImage(
 }
 
 /**
- * In the storage turn of a desired config a rollout did not write (an operator's PUT, a planner's
- * generation): the agents whose image it changed are marked with its time, so a rollout's write
+ * In the storage turn of a desired config a rollout did not write (an operator's PUT or cancelled
+ * decommission, a planner's generation): the agents whose image it changed are marked with its time, so a rollout's write
  * sent before it does not undo it when it lands later; and a rollout write it took the agent from,
  * still owed an outcome, is settled `superseded` through the outbox in this same turn (its target
  * is skipped at once, not timed out an hour later).
  */
-export function noteDesiredChange(d: LedgerParts, serverId: string, before: DesiredState, after: DesiredState) {
-  const { marks, events } = desiredChangeMarks(d.store.rolloutMarks(), before, after, d.clock(), serverId);
+export function noteDesiredChange(
+  d: LedgerParts,
+  serverId: string,
+  before: DesiredState,
+  after: DesiredState,
+  by: DesiredChooser,
+) {
+  const { marks, events } = desiredChangeMarks(d.store.rolloutMarks(), before, after, d.clock(), serverId, by);
   if (marks) d.store.setRolloutMarks(marks);
   for (const e of events) d.outbox.enqueue("rollout_event", e, { key: `rollout:${e.rollout_id}` });
 }

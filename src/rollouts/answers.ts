@@ -39,6 +39,7 @@ export const targetView = (t: Target & { duration_ms: number | null; blocked_by?
   duration_s: t.duration_ms === null ? null : t.duration_ms / 1000,
   reason: t.reason,
   slow: t.warned,
+  via_channel: t.via_channel === true,
   blocked_by: t.blocked_by ?? [],
 });
 

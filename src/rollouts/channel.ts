@@ -2,12 +2,13 @@
  * update_channel: the fleet's channel for the agent (docs/operator-guide.md) moves to the rollout's image when
  * the rollout starts, so servers registered meanwhile are set up with it, and moves back when the
  * rollout is rolled back. A channel change by itself moves no server that already runs the agent
- * (that is the rollout's work). Both moves are delivered from the Rollout object's outbox, so each
+ * (that is the rollout's work): so the rollback also writes back the servers that took the
+ * rollout's image from the channel meanwhile (serversAtImage). Both moves are delivered from the Rollout object's outbox, so each
  * may run more than once: they are written to give the same result when repeated.
  */
-import { and, desc, eq } from "drizzle-orm";
+import { and, asc, desc, eq, notInArray } from "drizzle-orm";
 import { getDb } from "../db/client";
-import { agentChannelHistory } from "../db/schema";
+import { agentChannelHistory, agentInstances, servers } from "../db/schema";
 import type { Env } from "../env";
 import { getChannel } from "../intent/store";
 import { putChannel } from "../intent/service";
@@ -83,4 +84,28 @@ export async function restoreChannel(
     catalog: row && row.state === "ready" ? catalogFieldsOf(row) : null,
   });
   return { restored: true };
+}
+
+/**
+ * Rollback: the fleet's live servers whose desired config gives the agent the rollout's image, as
+ * the index has them (through its desired-image index), once the channel went back. Among them
+ * the servers that took the image from the channel while the rollout held it; the rest (targets
+ * of the forward pass, servers an operator set) are told apart by the rollout and by each ledger.
+ */
+export async function serversAtImage(env: Env, fleet: string, agent: string, at: ChannelImage) {
+  const rows = await getDb(env.DB)
+    .select({ server_id: servers.id, hostname: servers.hostname, reboot_group: servers.rebootGroup })
+    .from(agentInstances)
+    .innerJoin(servers, eq(servers.id, agentInstances.serverId))
+    .where(
+      and(
+        eq(agentInstances.desiredImage, at.image),
+        eq(agentInstances.fleetId, fleet),
+        eq(agentInstances.agent, agent),
+        eq(agentInstances.desiredVersion, at.version),
+        notInArray(servers.state, ["decommissioning", "removed"]),
+      ),
+    )
+    .orderBy(asc(servers.hostname), asc(servers.id));
+  return rows;
 }

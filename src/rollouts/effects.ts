@@ -16,11 +16,12 @@ import type { Effect } from "../objects/kit/outbox";
 import { coordinatorOf, lane, ledgerOf } from "../objects/stubs";
 import { webhookEventEffect } from "../webhooks/outbox";
 import { feedEffect, type NoticeInput } from "../notices/notices";
-import { moveChannel, restoreChannel } from "./channel";
+import { moveChannel, restoreChannel, serversAtImage } from "./channel";
 import { imageByNameVersion } from "../images/store";
 import { catalogFieldsOf } from "../images/service";
 import type { Core, RolloutSpec } from "./machine";
 import { applied } from "./outcomes";
+import { channelServersFound } from "./operator";
 import type { EffectKind, RolloutParts } from "./parts";
 import { slotAnswered } from "./starting";
 import type { DirtyTarget } from "./target-rows";
@@ -161,6 +162,10 @@ export function rolloutEffects(env: () => Env, parts: () => RolloutParts): Recor
           version: t.version,
           catalog: await catalogFor(env(), spec, t),
           sent_at,
+          // Not written by the forward pass: only while its image is still the one the channel gave.
+          ...(t.via_channel && {
+            from_channel: { image: spec.image, version: spec.version, since: spec.created_at },
+          }),
         };
         const outcome = await ledgerOf(env(), server_id).applyRolloutImage(write);
         // Past the outbox's deadline the attempt failed and is retried: the retry's answer counts.
@@ -206,13 +211,25 @@ export function rolloutEffects(env: () => Env, parts: () => RolloutParts): Recor
           const moved = await moveChannel(env(), spec.fleet, spec.agent, image, `rollout:${spec.id}`);
           signal.throwIfAborted();
           store.setChannel(moved);
-        } else if (record?.updated && record.previous) {
-          await restoreChannel(env(), spec.fleet, spec.agent, image, record.previous, `rollout:${spec.id}`);
+        } else {
+          if (record?.updated && record.previous)
+            await restoreChannel(env(), spec.fleet, spec.agent, image, record.previous, `rollout:${spec.id}`);
+          // Then, the channel back (or someone else's since), the servers that took the rollout's
+          // image from it meanwhile: none is set up with that image any more, so none is missed
+          // but for a write the index has not taken yet.
+          const back = record?.updated ? record.previous : null;
+          const wanted = store.load()!.core.channel_lookup === true && back && !sameImage(back, image);
+          const found = wanted ? await serversAtImage(env(), spec.fleet, spec.agent, image) : [];
+          signal.throwIfAborted();
+          channelServersFound(parts(), found, back);
         }
       },
     },
   };
 }
+
+const sameImage = (a: { image: string; version: string }, b: { image: string; version: string }) =>
+  a.image === b.image && a.version === b.version;
 
 /** The rollout's row and a batch of its changed target rows, as upserts. */
 function projection(d: Db, spec: RolloutSpec, core: Core, rows: DirtyTarget[], now: number) {

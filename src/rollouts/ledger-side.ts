@@ -26,6 +26,21 @@ export interface ApplyRolloutImage {
    * what orders writes of different rollouts of the agent (absent from older code's writes).
    */
   sent_at?: number;
+  /**
+   * A rollback's write to a server that was no target of the forward pass: it took the rollout's
+   * `image` from the fleet's channel while the rollout held it. Written only while the agent still
+   * runs that image as the planner gave it at or after `since` (the rollout's start), with no
+   * explicit choice since (decideChannelGiven).
+   */
+  from_channel?: { image: string; version: string; since: number };
+}
+
+/** What a ledger knows of who gave its agents their images, beside the marks (decideChannelGiven). */
+export interface ImageOrigin {
+  /** An operator's PUT pinned the server: its config is theirs, the planner leaves it alone. */
+  pinned: boolean;
+  /** When the server registered: its first config is the plan of that moment. */
+  created_at: number;
 }
 
 /**
@@ -59,11 +74,47 @@ export interface RolloutMark {
    * empty `rollout_id`. The name is the stored one, from before the planner's writes were marked.
    */
   operator_at?: number;
+  /**
+   * That choice was the planner's (the fleet's roles and channels), not an operator's: a rollback
+   * may take back an image the rollout's channel move gave (decideChannelGiven).
+   */
+  planned?: true;
 }
+
+/** Who chose a desired config a rollout did not write. */
+export type DesiredChooser = "planner" | "operator";
 
 export type ApplyOutcome =
   | { ok: true; outcome: "applied"; generation: number; from_image: string | null; from_version: string | null }
-  | { ok: true; outcome: "already_at_image" | "agent_absent" | "removed" | "superseded" };
+  | { ok: true; outcome: "already_at_image" | "agent_absent" | "removed" | "superseded" | ChannelRefusal };
+
+/**
+ * Why a rollback's write for a server that took the rollout's image from the channel writes
+ * nothing: an operator set its agent since (`set_by_operator`), its image came another way or
+ * before the rollout (`not_from_channel`), or it no longer runs the rollout's image
+ * (`not_rollout_image`).
+ */
+type ChannelRefusal = "set_by_operator" | "not_from_channel" | "not_rollout_image";
+
+/**
+ * Whether the agent's image is the one the fleet's channel gave it while the rollout held it: the
+ * rollout's image, chosen by the planner at or after the rollout's start (a mark of the planner's,
+ * or, with no mark, the plan the server registered with), nothing chosen explicitly since. Null:
+ * it is; else why not.
+ */
+export function decideChannelGiven(
+  current: { image: string; version: string },
+  mark: RolloutMark | undefined,
+  origin: ImageOrigin,
+  given: NonNullable<ApplyRolloutImage["from_channel"]>,
+): ChannelRefusal | null {
+  if (current.image !== given.image || current.version !== given.version) return "not_rollout_image";
+  if (origin.pinned) return "set_by_operator";
+  if (!mark) return origin.created_at >= given.since ? null : "not_from_channel";
+  if (mark.rollout_id !== "") return "not_from_channel";
+  if (!mark.planned) return "set_by_operator";
+  return (mark.operator_at ?? 0) >= given.since ? null : "not_from_channel";
+}
 
 /** The ledger's answer to a rollout's write, as a pure decision over its state. */
 export function decideApply(
@@ -72,6 +123,7 @@ export function decideApply(
   mark: RolloutMark | undefined,
   req: ApplyRolloutImage,
   now: number,
+  origin: ImageOrigin = { pinned: false, created_at: 0 },
 ): { outcome: ApplyOutcome; next?: DesiredState; mark?: RolloutMark } {
   // A redelivery of the same write: the same answer, nothing written again. An older pass's write
   // (a call past its deadline that landed after the rollback's) gets the same: the lane that keeps
@@ -108,6 +160,10 @@ export function decideApply(
     return { outcome: { ok: true, outcome: "removed" } };
   if (desired.lifecycle !== "run") return { outcome: { ok: true, outcome: "removed" } };
   if (!current) return { outcome: { ok: true, outcome: "agent_absent" } };
+  if (req.from_channel) {
+    const refused = decideChannelGiven(current, mark, origin, req.from_channel);
+    if (refused) return { outcome: { ok: true, outcome: refused } };
+  }
   if (
     current.image === req.image &&
     current.version === req.version &&
@@ -182,9 +238,10 @@ const sentBefore = (sent: number | undefined, than: number | undefined) =>
   sent !== undefined && than !== undefined && sent < than;
 
 /**
- * A desired config chosen by someone other than a rollout (an operator's PUT, or the planner
- * applying the fleet's roles and channels) replaced `before` with `after` at `now`: the marks with
- * each agent whose image it changed (or added) noted, so a rollout write sent before it is older;
+ * A desired config chosen by someone other than a rollout (`by`: an operator's PUT or a cancelled
+ * decommission, or the planner applying the fleet's roles and channels) replaced `before` with
+ * `after` at `now`: the marks with each agent whose image it changed (or added) noted, and whose
+ * choice it was (`planned`), so a rollout write sent before it is older;
  * an agent no rollout wrote gets a mark of that choice alone, settled (no outcome is owed to
  * anyone). The settled marks of agents `after` no longer has go: a write for such an agent writes
  * nothing (agent_absent), and one brought back is marked afresh, so the marks stay as many as the
@@ -208,6 +265,7 @@ export function desiredChangeMarks(
   after: DesiredState,
   now: number,
   serverId: string,
+  by: DesiredChooser,
 ): { marks: Record<string, RolloutMark> | null; events: RolloutEvent[] } {
   const was = new Map(before.agents.map((a) => [a.name, a]));
   const kept = new Set(after.agents.map((a) => a.name));
@@ -235,12 +293,19 @@ export function desiredChangeMarks(
         from_version: b?.version ?? null,
         settled: true,
         operator_at: now,
+        ...(by === "planner" && { planned: true as const }),
       };
       continue;
     }
     const owedNoMore = !m.settled && !runsMark(a, m);
     if (owedNoMore) events.push(supersededEvent(m, serverId, now));
-    next[a.name] = { ...m, operator_at: now, ...(owedNoMore && { settled: true as const }) };
+    const { planned: _was, ...rest } = m;
+    next[a.name] = {
+      ...rest,
+      operator_at: now,
+      ...(owedNoMore && { settled: true as const }),
+      ...(by === "planner" && { planned: true as const }),
+    };
   }
   return { marks: next, events };
 }

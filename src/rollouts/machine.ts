@@ -76,6 +76,11 @@ export interface Target {
   ended_at: number | null;
   reason: string | null;
   warned: boolean;
+  /**
+   * A rollback target that was no target of the forward pass: its server took the rollout's image
+   * from the fleet's channel while the rollout held it (absent: false).
+   */
+  via_channel?: boolean;
 }
 
 export type Counts = Record<TargetState, number>;
@@ -102,6 +107,11 @@ export interface Core {
   /** Queued targets whose reboot-slot request is under way (they count toward concurrency). */
   slot_requests: number;
   reason: string | null;
+  /**
+   * The rollback pass still waits to learn which servers took the rollout's image from the fleet's
+   * channel (they join the pass as targets): it does not end before (absent: false).
+   */
+  channel_lookup?: boolean;
   /** Bumped by every change; long polls wait for it to move. */
   version: number;
   ended_at: number | null;
@@ -118,6 +128,10 @@ export const newCore = (): Core => ({
   version: 1,
   ended_at: null,
 });
+
+/** Running its rollback pass, or paused in it. */
+export const rollingBack = (core: Core) =>
+  core.state === "rolling_back" || (core.state === "paused" && core.paused_from === "rolling_back");
 
 export const driving = (s: RolloutState) => s === "running" || s === "rolling_back";
 export const isTerminal = (s: RolloutState) => !(ACTIVE_STATES as readonly string[]).includes(s);
@@ -266,11 +280,24 @@ export function finish(core: Core, now: number): { core: Core; entered?: Rollout
     core.counts.waiting_budget > 0 ||
     core.counts.applying > 0 ||
     core.prev_applying > 0 ||
-    core.slot_requests > 0
+    core.slot_requests > 0 ||
+    core.channel_lookup === true
   )
     return { core };
   const state: RolloutState = core.state === "running" ? "succeeded" : "rolled_back";
   return { core: { ...core, state, ended_at: now, version: core.version + 1 }, entered: state };
+}
+
+/**
+ * The servers that took the rollout's image from the channel are known: `n` of them joined the
+ * rollback pass, queued (none unless it is still rolling back). The lookup is over: the pass may end.
+ */
+export function channelTargetsFound(core: Core, n: number, now: number): { core: Core; entered?: RolloutState } {
+  const { channel_lookup: _done, ...rest } = core;
+  return finish(
+    { ...rest, counts: { ...core.counts, queued: core.counts.queued + n }, version: core.version + 1 },
+    now,
+  );
 }
 
 /** After a bulk skip of queued (and budget-waiting) targets (cancel, abort, rollback), the counts move with it. */

@@ -6,7 +6,18 @@
 import { fail, type Failure } from "../objects/kit/result";
 import { control as decide } from "./controls";
 import { armCancelGrace, armDeadlines } from "./deadlines";
-import { finish, newCore, zeroCounts, type Control, type RolloutSpec, type RolloutState, type Target } from "./machine";
+import type { ChannelImage } from "./channel";
+import {
+  channelTargetsFound,
+  finish,
+  newCore,
+  rollingBack,
+  zeroCounts,
+  type Control,
+  type RolloutSpec,
+  type RolloutState,
+  type Target,
+} from "./machine";
 import { settle, type RolloutParts } from "./parts";
 import type { Plan } from "./strategy";
 import type { NewTarget } from "./target-rows";
@@ -116,6 +127,9 @@ export function applyControl(p: RolloutParts, action: Control, actor: string, no
     core = skipQueued(p, { ...core, pass: before.pass }, before.pass, out.skipQueued!, now);
     core = { ...core, pass: out.core.pass, counts: zeroCounts(), slot_requests: core.slot_requests };
     core = queueRollback(p, p.store.targets.done(before.pass), core);
+    // The rollout's channel move may have set servers up with its image that are no targets: the
+    // pass waits for them (channelServersFound), learnt once the channel is back.
+    if (before.pass === 0 && p.store.load()!.spec.update_channel) core = { ...core, channel_lookup: true };
     // The service claimed the (fleet, agent) again; should an earlier release have raced it, this re-claims.
     p.store.setUnlocked(false);
     p.outbox.enqueue("lock", {}, { key: "lock" });
@@ -133,6 +147,35 @@ export function applyControl(p: RolloutParts, action: Control, actor: string, no
   afterChange(p);
   project(p);
   return null;
+}
+
+/**
+ * The servers that took the rollout's image from the fleet's channel (the index's, once the
+ * channel went back to `back`) join the rollback pass as targets going to `back`, in one turn
+ * with the end of the lookup. Delivered again after a crash, it finds the lookup over and changes
+ * nothing.
+ */
+export function channelServersFound(
+  p: RolloutParts,
+  servers: { server_id: string; hostname: string; reboot_group: string }[],
+  back: ChannelImage | null,
+) {
+  const now = p.clock();
+  p.store.transaction(() => {
+    const { core } = p.store.load()!;
+    if (!core.channel_lookup) return;
+    // A rollback no longer under way (cancelled, failed meanwhile) starts nothing new.
+    const added =
+      back && rollingBack(core) ? p.store.targets.addChannelRollback(core.pass, servers, back.image, back.version) : 0;
+    const out = channelTargetsFound(core, added, now);
+    p.store.putCore(out.core);
+    if (added > 0) p.store.events.add("targets.via_channel", null, { pass: core.pass, count: added }, now);
+    if (out.entered) entered(p, out.entered, now);
+    pump(p, now);
+    afterChange(p);
+    project(p);
+  });
+  p.background(settle(p, false));
 }
 
 /** Cron backstop: re-arms what may have been lost (timers, deliveries) and starts what may start. */

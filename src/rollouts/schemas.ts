@@ -241,6 +241,10 @@ export const TargetSchema = z
     duration_s: z.number().nullable(),
     reason: z.string().nullable(),
     slow: z.boolean(),
+    via_channel: z.boolean().openapi({
+      description:
+        "A rollback target that was no target of the forward pass: its server took the rollout's image from the fleet's channel while the rollout held it, and goes back to the image the channel held before",
+    }),
     blocked_by: BlockedByListSchema.openapi({
       description: "Why a queued or waiting target has not started (empty when it does not wait)",
     }),

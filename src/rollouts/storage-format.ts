@@ -9,7 +9,7 @@
  * idempotent (IF NOT EXISTS), since a format 1 object may or may not have every table yet.
  */
 
-export const ROLLOUT_FORMAT = 4;
+export const ROLLOUT_FORMAT = 5;
 export const FORMAT_KEY = "format";
 
 interface FormatStep {
@@ -17,6 +17,12 @@ interface FormatStep {
   to: number;
   description: string;
   apply(sql: SqlStorage): void;
+}
+
+/** Adds a column to `targets` unless it is there already (a step may run on a table that has it). */
+function addTargetsColumn(sql: SqlStorage, name: string, type: string) {
+  const cols = sql.exec<{ name: string }>("PRAGMA table_info(targets)").toArray();
+  if (!cols.some((c) => c.name === name)) sql.exec(`ALTER TABLE targets ADD COLUMN ${name} ${type}`);
 }
 
 const FORMAT_STEPS: readonly FormatStep[] = [
@@ -57,9 +63,7 @@ const FORMAT_STEPS: readonly FormatStep[] = [
       "A strategy's plan: each target's phase (0 for every target of a rollout without a strategy, which " +
       "is one wave) and the analysis samples (one row per check and sample: value, threshold, time)",
     apply(sql) {
-      const cols = sql.exec<{ name: string }>("PRAGMA table_info(targets)").toArray();
-      if (!cols.some((c) => c.name === "phase"))
-        sql.exec("ALTER TABLE targets ADD COLUMN phase INTEGER NOT NULL DEFAULT 0");
+      addTargetsColumn(sql, "phase", "INTEGER NOT NULL DEFAULT 0");
       sql.exec("CREATE INDEX IF NOT EXISTS targets_phase ON targets (pass, phase, state)");
       sql.exec(`CREATE TABLE IF NOT EXISTS samples (
         id INTEGER PRIMARY KEY AUTOINCREMENT, phase INTEGER NOT NULL, seq INTEGER NOT NULL,
@@ -94,6 +98,15 @@ const FORMAT_STEPS: readonly FormatStep[] = [
       }
       sql.exec("DROP INDEX IF EXISTS events_kind");
       sql.exec("CREATE INDEX IF NOT EXISTS events_slow ON events (id) WHERE kind = 'warning.slow_server'");
+    },
+  },
+  {
+    to: 5,
+    description:
+      "A rollback target may be a server that took the rollout's image from the fleet's channel, no " +
+      "target of the forward pass (via_channel): its write goes back only while the channel's image stands",
+    apply(sql) {
+      addTargetsColumn(sql, "via_channel", "INTEGER NOT NULL DEFAULT 0");
     },
   },
 ];

@@ -6,10 +6,16 @@
  */
 import type { Target, TargetState } from "./machine";
 
-type Row = Omit<Target, "warned"> & { warned: number; duration_ms: number | null; dirty: number; not_before: number };
+type Row = Omit<Target, "warned" | "via_channel"> & {
+  warned: number;
+  via_channel: number;
+  duration_ms: number | null;
+  dirty: number;
+  not_before: number;
+};
 
 const COLS =
-  "pass, server_id, seq, hostname, reboot_group, state, image, version, from_image, from_version, generation, slot, started_at, ended_at, reason, warned";
+  "pass, server_id, seq, hostname, reboot_group, state, image, version, from_image, from_version, generation, slot, started_at, ended_at, reason, warned, via_channel";
 
 /** The columns a transition may change (machine.ts's stepTarget), in the order they are set. */
 const CHANGING = [
@@ -23,7 +29,7 @@ const CHANGING = [
   "reason",
 ] as const satisfies readonly (keyof Target)[];
 
-const toTarget = (r: Row): Target => ({ ...r, warned: r.warned === 1 });
+const toTarget = (r: Row): Target => ({ ...r, warned: r.warned === 1, via_channel: r.via_channel === 1 });
 
 /** A first-pass target as the rollout starts with it. */
 export interface NewTarget {
@@ -169,6 +175,40 @@ export class TargetRows {
       t.from_version,
     );
     return true;
+  }
+
+  /**
+   * Queued targets of the rollback `pass` for servers that took the rollout's image from the
+   * fleet's channel, going to `image`: after every target of every pass (a server already in it
+   * keeps its target), and none for a server whose forward target still applies (should it end
+   * done, it is rolled back as a target of the forward pass). How many were added.
+   */
+  addChannelRollback(
+    pass: number,
+    servers: { server_id: string; hostname: string; reboot_group: string }[],
+    image: string,
+    version: string,
+  ): number {
+    // Past every seq of every pass: a forward target that ends done later joins the pass with its
+    // own seq, and pages run by seq.
+    let seq = this.sql.exec<{ next: number }>("SELECT COALESCE(MAX(seq), -1) + 1 AS next FROM targets").one().next;
+    let added = 0;
+    for (const s of servers) {
+      if (this.get(pass, s.server_id) || this.get(0, s.server_id)?.state === "applying") continue;
+      this.sql.exec(
+        `INSERT INTO targets (pass, server_id, seq, hostname, reboot_group, state, image, version, slot, via_channel)
+         VALUES (?, ?, ?, ?, ?, 'queued', ?, ?, 'none', 1)`,
+        pass,
+        s.server_id,
+        seq++,
+        s.hostname,
+        s.reboot_group,
+        image,
+        version,
+      );
+      added++;
+    }
+    return added;
   }
 
   done(pass: number): Target[] {

@@ -8,6 +8,7 @@ import {
   account,
   isEnded,
   quiescent,
+  rollingBack,
   skippedQueued,
   stepTarget,
   type Core,
@@ -74,9 +75,6 @@ export function change(p: RolloutParts, t: Target, e: TargetEvent, now: number):
   }
   return after;
 }
-
-const rollingBack = (core: Core) =>
-  core.state === "rolling_back" || (core.state === "paused" && core.paused_from === "rolling_back");
 
 /** Queued targets of a pass become skipped (cancel, abort, rollback); slot requests under way are dropped. */
 export function skipQueued(p: RolloutParts, core: Core, pass: number, reason: string, now: number): Core {

@@ -311,7 +311,7 @@ async function rolloutPage(v: View) {
             <td>
               <Ago at={t.started_at} never="—" />
             </td>
-            <td>{t.reason ?? ""}</td>
+            <td>{t.reason ?? (t.via_channel ? "took the rollout's image from the channel" : "")}</td>
           </tr>
         ))}
       </Table>
