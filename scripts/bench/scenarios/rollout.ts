@@ -217,11 +217,17 @@ async function channelHosts(base: string, hosts: Host[]) {
   const stop = new AbortController();
   const counts = { opened: 0, closed: 0, pushed: 0, reports: 0, errors: 0, httpRequests: 0, busy: 0, maxBusy: 0 };
   const runs: Promise<unknown>[] = [];
+  /**
+   * From a push reaching a host to its report's ack, ms: a ledger may sleep meanwhile (and be
+   * started again for the report) when this exceeds its idle time.
+   */
+  let pushToAck: number[] = [];
   // Every HTTP request a host makes (the long poll a refused upgrade falls back to, a report
   // sent over HTTP): none is expected, and any would be counted against the channel.
   const fetchCounted: typeof fetch = (input, init) => (counts.httpRequests++, fetch(input, init));
   // Connected at the setup's pace, each host's first config realized and reported before the next.
   await pool(hosts, SETUP_CONCURRENCY, async (h) => {
+    let pushedAt = 0;
     let ready!: () => void;
     let failed!: (err: Error) => void;
     const first = new Promise<void>((res, rej) => ((ready = res), (failed = rej)));
@@ -240,10 +246,14 @@ async function channelHosts(base: string, hosts: Host[]) {
         else if (e.type === "error") counts.errors++;
         else if (e.type === "pushed" && e.message === "desired" && (e.generation ?? 0) > h.generation) {
           counts.pushed++;
+          pushedAt = performance.now();
           counts.maxBusy = Math.max(counts.maxBusy, ++counts.busy);
         } else if (e.type === "reported" && e.generation >= h.generation) {
           counts.reports++;
-          if (e.generation > h.generation) counts.busy--;
+          if (e.generation > h.generation) {
+            counts.busy--;
+            pushToAck.push(performance.now() - pushedAt);
+          }
           h.generation = e.generation;
           ready();
         }
@@ -260,7 +270,10 @@ async function channelHosts(base: string, hosts: Host[]) {
     counts,
     /** Reads the counters and starts them over. */
     take() {
-      const taken = { ...counts };
+      const sorted = pushToAck.sort((a, b) => a - b);
+      const at = (q: number) => Math.round(sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] ?? 0);
+      const taken = { ...counts, pushToAck: { p50: at(0.5), p99: at(0.99), max: at(1) } };
+      pushToAck = [];
       Object.assign(counts, { opened: 0, closed: 0, pushed: 0, reports: 0, errors: 0, httpRequests: 0, maxBusy: 0 });
       return taken;
     },
@@ -310,7 +323,14 @@ interface Figures {
   setupPeakFiles: number | null;
   peakFiles: number | null;
   /** Over the channel: what the hosts saw in the rollout's window. */
-  channel: { opened: number; closed: number; pushed: number; reports: number; errors: number } | null;
+  channel: {
+    opened: number;
+    closed: number;
+    pushed: number;
+    reports: number;
+    errors: number;
+    pushToAck: { p50: number; p99: number; max: number };
+  } | null;
 }
 
 /** N servers registered and reported once, then one rollout to all of them; its figures. */
@@ -660,8 +680,8 @@ const over = (transport: Transport) => (transport === "channel" ? "over the chan
  * ledger, that ledger's SQLite database, -wal and -shm until it sleeps again (10-40 s idle). A
  * rollout that reaches every target within that time has them all awake at once: 5.3-5.4 files a
  * target measured at 200 targets, 5.0-5.1 at 1,000, in the setup (registrations and connections
- * wake the ledgers too) as in the rollout; the soak's steady fleet, most ledgers asleep, holds
- * about 2.6 a host.
+ * wake the ledgers too) as in the rollout; 3.3 at 3,454, whose longer rollout let ledgers sleep
+ * again. The bound holds with every ledger awake; how many are awake at once depends on the pace.
  */
 const FILES_PER_CHANNEL_TARGET = 5.5;
 
@@ -684,7 +704,7 @@ function fleetSize(ctx: BenchContext, size: number, transport: Transport) {
 function hostTraffic(f: Figures) {
   if (!f.channel) return `${f.hostRequests} host requests (${f.hostRetries} retried)`;
   const c = f.channel;
-  return `${f.hostRequests} host HTTP requests; over the channel ${c.pushed} configs pushed, ${c.reports} reports, ${c.opened} sockets reopened, ${c.closed} closed, ${c.errors} host errors`;
+  return `${f.hostRequests} host HTTP requests; over the channel ${c.pushed} configs pushed, ${c.reports} reports, ${c.opened} sockets reopened, ${c.closed} closed, ${c.errors} host errors; from a push to its report's ack p50 ${c.pushToAck.p50} ms, p99 ${c.pushToAck.p99} ms, max ${c.pushToAck.max} ms`;
 }
 
 const filesLine = (f: Figures, n: number) => {
