@@ -44,6 +44,24 @@ interface Sample {
   errors: number;
 }
 
+/**
+ * How many hosts connected on the channel the local runtime can hold, at `filesPerHost` each: it
+ * inherits this process's open-files limit and aborts when it cannot open one more.
+ */
+export function channelHostsThatFit(filesPerHost = FILES_PER_HOST) {
+  let limit = Infinity;
+  try {
+    limit = Number(/Max open files\s+(\d+)/.exec(readFileSync("/proc/self/limits", "utf8"))?.[1] ?? Infinity);
+  } catch {
+    // no /proc: no bound known
+  }
+  return {
+    limit,
+    hosts: Math.max(0, Math.floor((limit - FILES_BESIDE) / filesPerHost)),
+    need: (hosts: number) => hosts * filesPerHost + FILES_BESIDE,
+  };
+}
+
 const openFilesOfThisProcess = () => {
   try {
     return readdirSync("/proc/self/fd").length;
@@ -78,10 +96,10 @@ export async function run(ctx: BenchContext) {
   // ledger's SQLite file with its -wal and -shm: about FILES_PER_HOST open files at the peak, and
   // it aborts when it cannot open one more (the runtime inherits this process's limit). This
   // process holds one socket per host. Refused up front rather than after minutes of set-up.
-  const fdLimit = Number(/Max open files\s+(\d+)/.exec(readFileSync("/proc/self/limits", "utf8"))?.[1] ?? Infinity);
-  if (hosts * FILES_PER_HOST + FILES_BESIDE > fdLimit) {
+  const fit = channelHostsThatFit();
+  if (hosts > fit.hosts) {
     throw new Error(
-      `soak: ${hosts} hosts need about ${hosts * FILES_PER_HOST + FILES_BESIDE} open files in the runtime; this process may open ${fdLimit} (ulimit -n): at most ${Math.floor((fdLimit - FILES_BESIDE) / FILES_PER_HOST)} hosts`,
+      `soak: ${hosts} hosts need about ${fit.need(hosts)} open files in the runtime; this process may open ${fit.limit} (ulimit -n): at most ${fit.hosts} hosts`,
     );
   }
   const server = await startDirectServer();
