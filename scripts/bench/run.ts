@@ -97,6 +97,12 @@ export interface BenchContext {
    * load measured there is read against their own ceiling and floors (measureFloors).
    */
   direct(): Promise<DirectBench>;
+  /**
+   * The floor fixture through wrangler dev, as the floors above were measured on it: its base URL
+   * and the CPU time (ms) its runtime has used so far (null without /proc). Null when the run
+   * started no fixture (the cost scenario alone).
+   */
+  floorServer: { base: string; cpuMs(): number | null } | null;
   measure(label: string, options: LoadOptions): Promise<LoadRow>;
   note(label: string, value: string | number): void;
   /**
@@ -341,6 +347,9 @@ async function main() {
       metric,
       floors,
       direct: () => (direct ??= startDirect()),
+      floorServer: floorServer
+        ? { base: floorServer.url, cpuMs: () => runtimeUse(floorServer.pid)?.cpuMs ?? null }
+        : null,
       /** Runs a load; records rps, p50, p99 and the ratio to the ceiling. */
       async measure(label, options) {
         const s = await loadOn(server.pid, server.url, options);

@@ -3,10 +3,24 @@
 // SQLite, as the coordinator and the ledgers use), and one that writes the request's body (a
 // host's report, as bytes) as one value: one bare object write of the same request a report is,
 // its body carried into the object and stored. One object for every request, as one coordinator
-// serves a whole fleet.
+// serves a whole fleet; and, as a rollout target meets its ledger, the same write on an object of
+// its own chosen by name (`/do/cold/<name>`), which the rollout scenario calls once each while the
+// runtime has them asleep: the floor of waking an object.
 import { DurableObject } from "cloudflare:workers";
 
+/**
+ * Instances of Floor this isolate has constructed (`/starts`): how many calls found their object
+ * asleep and had the runtime start it. The fixture has no meter; the objects and the Worker share
+ * one isolate, so a module counter sees every start.
+ */
+let starts = 0;
+
 export class Floor extends DurableObject {
+  constructor(ctx, env) {
+    super(ctx, env);
+    starts++;
+  }
+
   read() {
     return this.ctx.storage.kv.get("n") ?? 0;
   }
@@ -28,6 +42,11 @@ export default {
   async fetch(request, env) {
     const { pathname } = new URL(request.url);
     if (pathname === "/empty") return Response.json({ ok: true });
+    if (pathname === "/starts") return Response.json({ starts });
+    if (pathname.startsWith("/do/cold/")) {
+      const name = decodeURIComponent(pathname.slice("/do/cold/".length));
+      return Response.json({ n: await env.FLOOR.get(env.FLOOR.idFromName(name)).write() });
+    }
     const floor = env.FLOOR.get(env.FLOOR.idFromName("floor"));
     if (pathname === "/do/read") return Response.json({ n: await floor.read() });
     if (pathname === "/do/write") return Response.json({ n: await floor.write() });

@@ -6,6 +6,8 @@
 // Each size runs over HTTP (hosts that long-poll) and over the host channel (the reference agent's
 // default: hosts on a WebSocket their ledger holds hibernated, the desired config pushed, the
 // report sent as a socket message); BENCH_ROLLOUT_TRANSPORTS=http or =channel runs one of them.
+// Beside each, the wake floor (`coldObjects`): the floor fixture's one-row write on as many objects
+// as there are targets, each asleep when called, on the same kind of server; an informative line.
 import { spawn, spawnSync } from "node:child_process";
 import { existsSync, readdirSync, readFileSync, readlinkSync, rmSync } from "node:fs";
 import http from "node:http";
@@ -14,7 +16,7 @@ import { join } from "node:path";
 import autocannon from "autocannon";
 import { tsImport } from "tsx/esm/api";
 import { freePort } from "../../local-server.ts";
-import { type DirectServer, startDirectServer } from "../direct-server.ts";
+import { type DirectServer, startDirectFloor, startDirectServer } from "../direct-server.ts";
 import { inspectorSession, type Profile as V8Profile, type ProfileNode } from "../inspector.ts";
 import { procStats } from "../proc.ts";
 import type { BenchContext } from "../run.ts";
@@ -163,6 +165,18 @@ function awakeObjectsOf(pid: number): number | null {
   }
 }
 
+/** The objects awake in the runtime of the `wrangler dev` serving `base`; null when it cannot be read. */
+const awakeOnDev = (base: string) => () => {
+  const dev = devProcesses(base);
+  return dev ? awakeObjectsOf(dev.runtime[0]) : null;
+};
+
+/** The objects awake in a direct server's runtime; null when it cannot be read. */
+const awakeOnDirect = (server: DirectServer) => () => {
+  const files = server.openFileKinds();
+  return files ? Math.round(files.sqlite / 3) : null;
+};
+
 /**
  * Waits until the runtime has put the fleet's objects to sleep, as a deployment's are when a
  * rollout reaches them: a host waits in its long poll with its ledger asleep (the Worker holds the
@@ -173,7 +187,7 @@ function awakeObjectsOf(pid: number): number | null {
  * work (docs/benchmarks.md, "A target at 10,000 and at 1,000: what grows, counted").
  * Awake: at most a few objects (the fleet's coordinator, its feed) and 1 % of the fleet.
  */
-async function asleep(t: Target, n: number) {
+async function asleep(t: Pick<Target, "awake">, n: number, before = "the rollout") {
   const start = Date.now();
   const bound = 16 + Math.floor(n / 100);
   let awake = t.awake();
@@ -181,10 +195,91 @@ async function asleep(t: Target, n: number) {
     await new Promise((res) => setTimeout(res, 1000));
     awake = t.awake();
   }
+  const waitedS = (Date.now() - start) / 1000;
   console.error(
     awake === null
-      ? "  objects awake before the rollout: unknown (no /proc)"
-      : `  objects awake before the rollout: ${awake} (waited ${((Date.now() - start) / 1000).toFixed(1)} s for the fleet's to sleep${awake > bound ? `; still over ${bound} after ${ASLEEP_WAIT_MS / 1000} s` : ""})`,
+      ? `  objects awake before ${before}: unknown (no /proc)`
+      : `  objects awake before ${before}: ${awake} (waited ${waitedS.toFixed(1)} s for them to sleep${awake > bound ? `; still over ${bound} after ${ASLEEP_WAIT_MS / 1000} s` : ""})`,
+  );
+  return { awake, waitedS };
+}
+
+/** A server of the floor fixture (../floor): its base URL, its runtime's CPU so far, its objects awake. */
+interface FloorServer {
+  base: string;
+  cpuMs: () => number | null;
+  awake: () => number | null;
+}
+
+/** The wake floor, per object: one call to an object the runtime had evicted, writing one row. */
+interface WakeFloor {
+  n: number;
+  ms: number;
+  cpuMs: number | null;
+  /** Instances the fixture's isolate constructed in the window (its `/starts`): objects woken. */
+  starts: number;
+  awakeBefore: number | null;
+  waitedS: number;
+}
+
+/**
+ * The part of a rollout target any implementation pays: a target's ledger is asleep in a deployed
+ * fleet, and the rollout's write has the runtime start it (its SQLite database opened, the first
+ * statements run). The floor fixture's bare write, on N objects of their own, each created by one
+ * write now; the returned function, called once the caller has let time pass (the rollout between
+ * them), waits until the runtime has evicted them as the rollout waits for its fleet (`asleep`),
+ * then calls each once, at the rollout's concurrency. It first waits for the rollout's server to
+ * put its own objects to sleep too: the ledgers' alarms after a rollout (the outbox's safety
+ * alarm, 10 s on) would otherwise run on the same cores during the floor's window.
+ */
+async function coldObjects(f: FloorServer, n: number): Promise<(rollout: () => number | null) => Promise<WakeFloor>> {
+  const prefix = `cold-${n}-${Date.now().toString(36)}`;
+  const names = Array.from({ length: n }, (_, i) => `${prefix}-${i}`);
+  const write = async (name: string) => {
+    const res = await hostRequest(`${f.base}/do/cold/${name}`, "GET", {});
+    if (res.status !== 200) throw new Error(`/do/cold/${name}: ${res.status} ${res.text}`);
+  };
+  const starts = async () => {
+    const res = await hostRequest(`${f.base}/starts`, "GET", {});
+    return (JSON.parse(res.text) as { starts: number }).starts;
+  };
+  await pool(names, CONCURRENCY, write);
+  return async (rollout) => {
+    await asleep({ awake: rollout }, n, "the wake floor, on the rollout's server");
+    const { awake, waitedS } = await asleep(f, n, "the wake floor's calls");
+    // Without /proc nothing tells when they sleep: past the runtime's 10-40 s idle time.
+    if (awake === null) await new Promise((res) => setTimeout(res, 60_000));
+    const startsBefore = await starts();
+    const cpuBefore = f.cpuMs();
+    const t0 = performance.now();
+    await pool(names, CONCURRENCY, write);
+    const ms = (performance.now() - t0) / n;
+    const cpuAfter = f.cpuMs();
+    return {
+      n,
+      ms,
+      cpuMs: cpuBefore !== null && cpuAfter !== null ? (cpuAfter - cpuBefore) / n : null,
+      starts: (await starts()) - startsBefore,
+      awakeBefore: awake,
+      waitedS,
+    };
+  };
+}
+
+/** The wake floor's line, read against the empty request measured on the same kind of server. */
+function noteWakeFloor(ctx: BenchContext, where: string, w: WakeFloor, empty: { ms: number; cpuMs: number | null }) {
+  ctx.note(
+    `floor: wake a sleeping object and write one row (${w.n} objects${where}, each called once at concurrency ${CONCURRENCY})`,
+    `${w.ms.toFixed(2)} ms (${(w.ms / empty.ms).toFixed(1)}× the empty request); CPU ${w.cpuMs === null ? "n/a (no /proc)" : `${w.cpuMs.toFixed(2)} ms (${empty.cpuMs ? (w.cpuMs / empty.cpuMs).toFixed(1) : "?"}× the empty request's)`}; ` +
+      `${w.starts} instances started (${(w.starts / w.n).toFixed(2)} an object), ${w.awakeBefore ?? "?"} objects awake before (waited ${w.waitedS.toFixed(1)} s)`,
+  );
+}
+
+/** A rollout's target against the wake floor measured on the same kind of server: informative, not a goal. */
+function noteAgainstWake(ctx: BenchContext, label: string, f: Figures, w: WakeFloor) {
+  ctx.note(
+    `${label}: per target × the wake floor`,
+    `${(f.perTarget / w.ms).toFixed(1)}× in time; ${f.runtimeCpu !== null && w.cpuMs ? `${(f.runtimeCpu / w.cpuMs).toFixed(1)}×` : "?"} in runtime CPU`,
   );
 }
 
@@ -606,7 +701,14 @@ export async function run(ctx: BenchContext) {
   const floorMs = 1000 / floor.rps;
 
   try {
-    for (const size of SIZES)
+    for (const size of SIZES) {
+      // The wake floor through wrangler dev, on the bench's floor fixture: its objects created
+      // before this size's first rollout, woken after it.
+      let wakeDev =
+        THROUGH_DEV && ctx.floorServer
+          ? await coldObjects({ ...ctx.floorServer, awake: awakeOnDev(ctx.floorServer.base) }, size)
+          : null;
+      let wakeFloor: WakeFloor | null = null;
       for (const transport of TRANSPORTS) {
         const n = fleetSize(ctx, size, transport);
         const name = (size: number, n: number) => (n < size ? ` (${size} do not fit in the open-files limit)` : "");
@@ -622,10 +724,7 @@ export async function run(ctx: BenchContext) {
             cpuMs: ctx.serverCpuMs,
             metered: true,
             split: true,
-            awake: () => {
-              const dev = devProcesses(ctx.base);
-              return dev ? awakeObjectsOf(dev.runtime[0]) : null;
-            },
+            awake: awakeOnDev(ctx.base),
             files: () => {
               const dev = devProcesses(ctx.base);
               return dev ? openFilesOf(dev.runtime[0]) : null;
@@ -653,6 +752,12 @@ export async function run(ctx: BenchContext) {
           `${label}: ledger instances started per target (woken from storage); open files`,
           `${f.ledgerStarts === null ? "?" : (f.ledgerStarts / n).toFixed(2)}; ${filesLine(f, n)}`,
         );
+        if (wakeDev) {
+          wakeFloor = await wakeDev(awakeOnDev(ctx.base));
+          wakeDev = null;
+          noteWakeFloor(ctx, "", wakeFloor, { ms: floorMs, cpuMs: floor.cpu_ms });
+        }
+        if (wakeFloor) noteAgainstWake(ctx, label, f, wakeFloor);
         ctx.goal(`${label}${name(size, n)}, ms per target × empty request`, f.perTarget / floorMs, "<=", 6);
         if (transport === "channel" && f.runtimeCpu !== null && floor.cpu_ms)
           ctx.goal(
@@ -666,6 +771,7 @@ export async function run(ctx: BenchContext) {
         );
         if (DIRECT) await direct(ctx, n, transport);
       }
+    }
   } finally {
     // The hosts' kept-alive connections would hold the process open, a failed run's too.
     hostAgent.destroy();
@@ -731,9 +837,14 @@ async function direct(ctx: BenchContext, n: number, transport: Transport) {
   const profiling = process.env.BENCH_ROLLOUT_PROFILE === "1";
   const inspectorPort = profiling ? await freePort() : undefined;
   const stateParent = process.env.BENCH_STATE === "disk" || !existsSync("/dev/shm") ? tmpdir() : "/dev/shm";
-  const server = await startDirectServer({}, { stateParent, inspectorPort });
+  const [server, fixture] = await Promise.all([
+    startDirectServer({}, { stateParent, inspectorPort }),
+    startDirectFloor({ stateParent }),
+  ]);
   try {
     const empty = await emptyRequestOn(server);
+    // Created now, woken after the rollout: their idle time is the rollout's, no wait of their own.
+    const wake = await coldObjects({ base: fixture.url, cpuMs: fixture.cpuMs, awake: awakeOnDirect(fixture) }, n);
     const f = await rolloutOn(
       {
         base: server.url,
@@ -743,10 +854,7 @@ async function direct(ctx: BenchContext, n: number, transport: Transport) {
         split: false,
         profiler: inspectorPort ? profilerAt(inspectorPort) : undefined,
         native: process.env.BENCH_ROLLOUT_PERF === "1" ? perfOf(server.pids(), stateParent) : undefined,
-        awake: () => {
-          const files = server.openFileKinds();
-          return files ? Math.round(files.sqlite / 3) : null;
-        },
+        awake: awakeOnDirect(server),
         files: server.openFiles,
         memory: () => {
           const files = server.openFileKinds();
@@ -770,11 +878,14 @@ async function direct(ctx: BenchContext, n: number, transport: Transport) {
     ctx.goal(`${label}, ms per target × empty request (direct)`, f.perTarget / empty.ms, "<=", 6);
     if (f.runtimeCpu !== null && empty.cpuMs)
       ctx.goal(`${label}, runtime CPU per target × empty request's (direct)`, f.runtimeCpu / empty.cpuMs, "<=", 6);
+    const w = await wake(awakeOnDirect(server));
+    noteWakeFloor(ctx, ", direct", w, empty);
+    noteAgainstWake(ctx, label, f, w);
     console.error(
-      `  rollout ${n} ${over(transport)} direct: ${f.perTarget.toFixed(2)} ms/target (empty request ${empty.ms.toFixed(3)} ms)`,
+      `  rollout ${n} ${over(transport)} direct: ${f.perTarget.toFixed(2)} ms/target (empty request ${empty.ms.toFixed(3)} ms); wake floor ${w.ms.toFixed(2)} ms/object`,
     );
   } finally {
-    await server.stop();
+    await Promise.all([server.stop(), fixture.stop()]);
   }
 }
 
